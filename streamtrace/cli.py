@@ -1,0 +1,172 @@
+"""The ``streamtrace`` command line: a thin layer (argh) over the Python API.
+
+Exit codes: 0 success, 1 user/input error (one line on stderr, no traceback),
+2 usage error (argparse).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import argh
+
+from . import __version__
+from .errors import StreamtraceError
+
+
+def _version_text():
+    import ijson
+    note = "" if ijson.backend == "yajl2_c" else "  (warning: not the C backend yajl2_c; reading is slower)"
+    return f"streamtrace {__version__}\nijson backend: {ijson.backend}{note}"
+
+
+def _parse_window(spec):
+    try:
+        a, b = spec.split(":", 1)
+        lo, hi = float(a), float(b)
+    except ValueError:
+        raise StreamtraceError(f"bad --window {spec!r}: expected START_MS:END_MS, e.g. 100:250") from None
+    if hi < lo:
+        raise StreamtraceError(f"bad --window {spec!r}: end before start")
+    return lo, hi
+
+
+def _parse_steps(spec):
+    try:
+        if "-" in spec:
+            a, b = spec.split("-", 1)
+            return int(a), int(b)
+        return int(spec), int(spec)
+    except ValueError:
+        raise StreamtraceError(f"bad --steps {spec!r}: expected N or N-M, e.g. 12-13") from None
+
+
+def _default_output(inputs):
+    if len(inputs) == 1 and os.path.isdir(inputs[0]):
+        d = os.path.abspath(inputs[0]).rstrip("/")
+        return os.path.join(os.path.dirname(d), os.path.basename(d) + "_merged.json.gz")
+    return "merged.json.gz"
+
+
+@argh.arg("inputs", help="trace files, folders (searched recursively) or globs")
+@argh.arg("-i", "--input-dir", dest="input_dir", action="append", help="input folder (also --input_dir, as in Megatron's script)")
+@argh.arg("-o", "--output-file", dest="output_file",
+          help="output .json or .json.gz (default: <input folder>_merged.json.gz beside the folder)")
+@argh.arg("--ranks", help="keep only these ranks, e.g. 0-7,12")
+@argh.arg("--drop-cat", help="drop events of these categories, e.g. python_function,cpu_instant_event")
+@argh.arg("--steps", help="keep only this ProfilerStep window, e.g. 12-13")
+@argh.arg("--gpu-only", help="keep only GPU processes (kernels, memcpy, memset, GPU annotations)")
+@argh.arg("--window", help="keep START_MS:END_MS from the start of the merged timeline")
+@argh.arg("--align", choices=["global", "first-step"], help="one clock via baseTimeNanoseconds, or align each rank's first ProfilerStep")
+@argh.arg("--iteration", type=int, help="merge only this iteration (default: each iteration folder into its own output)")
+@argh.arg("--rank-map", help="JSON {file: rank} or '<file> <rank>' lines, for files that carry no rank")
+@argh.arg("-j", "--jobs", type=int, help="worker processes (default: all cores)")
+@argh.arg("--salvage", help="on a truncated file keep every complete event before the cut")
+@argh.arg("--no-validate", help="skip validating the output")
+def merge(*inputs, input_dir=None, output_file=None, ranks=None, drop_cat=None, steps=None,
+          gpu_only=False, window=None, align="global", iteration=None, rank_map=None, jobs=0,
+          salvage=False, no_validate=False):
+    """Merge per-rank traces into one Perfetto-loadable trace."""
+    from .discover import parse_ranks
+    from .merge import MergeOptions, merge as do_merge
+    inputs = list(inputs) + list(input_dir or [])
+    if not inputs:
+        raise argh.CommandError("give at least one INPUT (or -i DIR)")
+    out = output_file or _default_output(inputs)
+    if output_file and os.path.dirname(output_file) == "" and len(inputs) == 1 and os.path.isdir(inputs[0]):
+        # as Megatron's script: a bare file name goes beside the input folder
+        out = os.path.join(os.path.dirname(os.path.abspath(inputs[0]).rstrip("/")), output_file)
+    opt = MergeOptions(ranks=parse_ranks(ranks) if ranks else None,
+                       drop_cat=frozenset(c.strip() for c in drop_cat.split(",") if c.strip()) if drop_cat else frozenset(),
+                       steps=_parse_steps(steps) if steps else None, gpu_only=gpu_only,
+                       window_ms=_parse_window(window) if window else None, align=align,
+                       iteration=iteration, jobs=jobs, salvage=salvage)
+    results = do_merge(inputs, out, opt, rank_map=rank_map)
+    for res in results:
+        for w in res["warnings"]:
+            print(f"warning: {w}", file=sys.stderr)
+        mb_in, mb_out = res["bytes_in"] / 1e6, res["bytes_out"] / 1e6
+        it = f" iteration {res['iteration']}," if res["iteration"] is not None else ""
+        print(f"merged {len(res['ranks'])} ranks,{it} {res['events_in']:,} events in, {res['events_out']:,} out, "
+              f"{mb_in:,.1f} MB read, {mb_out:,.1f} MB written in {res['seconds']:.2f} s "
+              f"({mb_in / max(res['seconds'], 1e-9):,.0f} MB/s, {res['jobs']} jobs) -> {res['output']}")
+        if not no_validate:
+            _report_validation(res["output"], quiet=True)
+    print("open it at https://ui.perfetto.dev (Open trace file)")
+
+
+def _report_validation(path, quiet=False):
+    from .validate import validate as do_validate
+    rep = do_validate(path)
+    bad = {k: v for k, v in rep["problems"].items() if v}
+    if bad or not quiet:
+        status = "OK" if rep["ok"] else "PROBLEMS"
+        print(f"validate {path}: {status}: {rep['events']:,} events, {rep['tracks']:,} tracks, {rep['flows']:,} flows")
+        for k, v in rep["problems"].items():
+            print(f"  {k}: {v}")
+        for k, v in rep["notices"].items():
+            print(f"  {k}: {v} (notice)")
+    return rep
+
+
+@argh.arg("trace", help="a trace file (.json or .json.gz)")
+@argh.arg("--json", dest="as_json", help="print the report as JSON")
+def validate(trace, *, as_json=False):
+    """Check a trace for what Perfetto's JSON importer relies on; exit 1 on a problem."""
+    if as_json:
+        from .validate import validate as do_validate
+        rep = do_validate(trace)
+        print(json.dumps(rep, indent=1))
+    else:
+        rep = _report_validation(trace)
+    if not rep["ok"]:
+        raise _Exit(1)
+
+
+@argh.arg("folder", help="where to write the demo trace set")
+@argh.arg("--world-size", type=int, help="number of ranks")
+def demo(folder="streamtrace-demo", *, world_size=8):
+    """Write a small realistic 8-rank trace set, merge it, validate it."""
+    from .demo import run_demo
+    run_demo(folder, world_size=world_size)
+
+
+_ALIASES = {"--input_dir": "--input-dir", "--output_file": "--output-file"}
+
+
+class _Exit(Exception):
+    def __init__(self, code):
+        self.code = code
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    # Megatron's merge script spells these with underscores; accept both.
+    argv = [_ALIASES.get(a.split("=", 1)[0], a.split("=", 1)[0]) + (a[a.index("="):] if "=" in a else "")
+            if a.startswith("--") else a for a in argv]
+    if argv and argv[0] in ("--version", "-V", "version"):
+        print(_version_text())
+        return 0
+    parser = argparse.ArgumentParser(prog="streamtrace", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="store_true", help="print the version and the ijson backend")
+    argh.add_commands(parser, [merge, validate, demo],
+                      name_mapping_policy=argh.assembling.NameMappingPolicy.BY_NAME_IF_KWONLY)
+    try:
+        argh.dispatch(parser, argv=argv)
+    except _Exit as e:
+        return e.code
+    except StreamtraceError as e:
+        print(f"streamtrace: error: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:       # e.g. piped into `head`
+        return 0
+    except KeyboardInterrupt:
+        print("streamtrace: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

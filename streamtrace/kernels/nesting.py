@@ -1,0 +1,56 @@
+"""Slice-nesting check for one track (numba, with a plain-Python twin).
+
+Perfetto's JSON importer builds a stack of slices per (pid, tid) track: a slice
+must end inside the slice that encloses its start, or it is cut / dropped.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def count_bad_nesting(start, end):
+    """Count slices that overlap their enclosing slice without nesting in it.
+
+    ``start``, ``end``: int64 arrays (ns) of one track, sorted by start ascending
+    then end descending.  A slice starting inside the current top of the stack
+    must end no later than it; otherwise it is counted as bad (and not pushed).
+    O(N) amortised (each slice is pushed and popped at most once)."""
+    n = start.shape[0]
+    stack = np.empty(n, np.int64)   # ends of open slices
+    top = 0
+    bad = 0
+    for i in range(n):
+        s = start[i]
+        e = end[i]
+        while top > 0 and stack[top - 1] <= s:
+            top -= 1
+        if top > 0 and e > stack[top - 1]:
+            bad += 1
+            continue
+        stack[top] = e
+        top += 1
+    return bad
+
+
+def count_bad_nesting_py(start, end) -> int:
+    """Plain-Python twin of :func:`count_bad_nesting` (same contract), written as a
+    direct search for the innermost enclosing slice rather than a stack."""
+    kept = []   # (start, end) of accepted slices
+    bad = 0
+    for s, e in zip(list(start), list(end)):
+        parents = [(ps, pe) for ps, pe in kept if ps <= s < pe]
+        if parents:
+            inner = max(parents, key=lambda p: (p[0], -p[1]))
+            if e > inner[1]:
+                bad += 1
+                continue
+        kept.append((s, e))
+    return bad
+
+
+def sort_track(start, end):
+    """Sort a track's slices by start ascending, end descending (parents first)."""
+    order = np.lexsort((-end, start))
+    return start[order], end[order]

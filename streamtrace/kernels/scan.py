@@ -1,0 +1,325 @@
+"""Numba byte scanners for Chrome trace-event JSON.
+
+These kernels walk raw JSON bytes (a ``uint8`` array) without building Python
+objects.  They find where each element of the ``traceEvents`` array starts and
+ends, skip over arbitrary JSON values, and read an event's top-level ``ts`` and
+``dur`` numbers *from their decimal text* into int64 nanoseconds, so no float64
+rounding ever touches a timestamp (Kineto writes float microseconds such as
+``4458676522690.655``; float64 cannot hold every nanosecond at that magnitude).
+
+Every kernel has a plain-Python twin in :mod:`streamtrace.kernels.reference`
+used by the property tests.
+
+Status codes returned by the scanners:
+  ``NEED_MORE`` (0)  the buffer ended inside a value: read more bytes and retry
+  ``DONE`` (1)       the value / array was closed
+  ``BAD`` (-1)       a syntax error at the returned position
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+NEED_MORE = 0
+DONE = 1
+BAD = -1
+
+# per-event flag bits written by scan_events
+HAS_TS = 1
+HAS_DUR = 2
+TS_BAD = 4     # "ts" present but not a plain number we could read exactly
+DUR_BAD = 8
+
+_INT64_MAX = np.int64(9223372036854775807)
+
+
+@njit(cache=True, nogil=True)
+def _is_ws(c):
+    return c == 32 or c == 10 or c == 13 or c == 9
+
+
+@njit(cache=True, nogil=True)
+def skip_ws(buf, pos, n):
+    """Index of the first non-whitespace byte at or after ``pos`` (``n`` if none)."""
+    while pos < n and _is_ws(buf[pos]):
+        pos += 1
+    return pos
+
+
+@njit(cache=True, nogil=True)
+def skip_string(buf, pos, n):
+    """``buf[pos]`` is an opening quote; return the index just past the closing quote,
+    or -1 when the buffer ends first."""
+    pos += 1
+    while pos < n:
+        c = buf[pos]
+        if c == 92:          # backslash: skip the escaped byte
+            pos += 2
+        elif c == 34:
+            return pos + 1
+        else:
+            pos += 1
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def skip_value(buf, pos, n):
+    """Skip one JSON value starting at ``buf[pos]`` (no leading whitespace).
+
+    Returns ``(status, end)``: ``DONE`` and the index just past the value,
+    ``NEED_MORE`` when the buffer ends inside it (also for a bare number that
+    touches the end, since more digits may follow), or ``BAD`` and the offending
+    index.  Brackets are only counted, not matched by kind (the full parse that
+    follows reports mismatches).
+    """
+    if pos >= n:
+        return NEED_MORE, pos
+    c = buf[pos]
+    if c == 34:
+        e = skip_string(buf, pos, n)
+        if e < 0:
+            return NEED_MORE, pos
+        return DONE, e
+    if c == 123 or c == 91:
+        depth = 0
+        i = pos
+        while i < n:
+            c = buf[i]
+            if c == 34:
+                e = skip_string(buf, i, n)
+                if e < 0:
+                    return NEED_MORE, pos
+                i = e
+                continue
+            if c == 123 or c == 91:
+                depth += 1
+            elif c == 125 or c == 93:
+                depth -= 1
+                if depth == 0:
+                    return DONE, i + 1
+            i += 1
+        return NEED_MORE, pos
+    # scalar: number, true, false, null
+    i = pos
+    while i < n:
+        c = buf[i]
+        if c == 44 or c == 125 or c == 93 or _is_ws(c):
+            break
+        if c == 34 or c == 123 or c == 91 or c == 58:
+            return BAD, i
+        i += 1
+    if i == pos:
+        return BAD, pos
+    if i >= n:
+        return NEED_MORE, pos
+    return DONE, i
+
+
+@njit(cache=True, nogil=True)
+def parse_ns(buf, pos, n):
+    """Read the JSON number at ``buf[pos]`` as a count of *microseconds* and
+    return ``(ok, ns, end)`` with ``ns`` the exact int64 nanoseconds (rounded
+    half away from zero beyond the third decimal).  ``ok`` is False for text
+    that is not a number or does not fit int64."""
+    i = pos
+    neg = False
+    if i < n and buf[i] == 45:
+        neg = True
+        i += 1
+    mant = np.int64(0)
+    ndig = 0
+    frac = 0
+    exp = 0
+    round_up = False
+    seen_digit = False
+    while i < n and 48 <= buf[i] <= 57:
+        seen_digit = True
+        if ndig < 18:
+            mant = mant * 10 + (buf[i] - 48)
+            if mant > 0:
+                ndig += 1
+        else:
+            exp += 1            # digits beyond 18 significant: scale instead
+            if ndig == 18 and buf[i] >= 53:
+                round_up = True
+                ndig = 19
+        i += 1
+    if i < n and buf[i] == 46:
+        i += 1
+        while i < n and 48 <= buf[i] <= 57:
+            seen_digit = True
+            if ndig < 18:
+                mant = mant * 10 + (buf[i] - 48)
+                frac += 1
+                if mant > 0:
+                    ndig += 1
+            elif ndig == 18 and buf[i] >= 53:
+                round_up = True
+                ndig = 19
+            i += 1
+    if not seen_digit:
+        return False, np.int64(0), i
+    if i < n and (buf[i] == 101 or buf[i] == 69):
+        i += 1
+        eneg = False
+        if i < n and (buf[i] == 43 or buf[i] == 45):
+            eneg = buf[i] == 45
+            i += 1
+        e = 0
+        edig = False
+        while i < n and 48 <= buf[i] <= 57:
+            if e < 100000:
+                e = e * 10 + (buf[i] - 48)
+            edig = True
+            i += 1
+        if not edig:
+            return False, np.int64(0), i
+        exp += -e if eneg else e
+    if round_up:
+        mant += 1
+    p = 3 + exp - frac          # ns = mant * 10**p
+    if mant == 0:
+        return True, np.int64(0), i
+    if p >= 0:
+        for _ in range(p):
+            if mant > _INT64_MAX // 10:
+                return False, np.int64(0), i
+            mant *= 10
+    else:
+        q = -p
+        if q > 19:
+            mant = 0
+        else:
+            div = np.int64(1)
+            for _ in range(q):
+                div *= 10
+            r = mant % div
+            mant = mant // div
+            if 2 * r >= div:
+                mant += 1
+    if neg:
+        mant = -mant
+    return True, mant, i
+
+
+@njit(cache=True, nogil=True)
+def _key_is(buf, s, e, k0, k1, k2):
+    # compare the key bytes buf[s:e] (without quotes) with up to 3 ascii chars
+    ln = e - s
+    if k2 != 0:
+        return ln == 3 and buf[s] == k0 and buf[s + 1] == k1 and buf[s + 2] == k2
+    return ln == 2 and buf[s] == k0 and buf[s + 1] == k1
+
+
+@njit(cache=True, nogil=True)
+def scan_events(buf, pos, n, starts, ends, ts_ns, dur_ns, flags):
+    """Scan elements of a JSON array of objects from ``pos`` (just after ``[`` or
+    after a previous element), filling ``starts``/``ends`` (byte offsets of each
+    ``{...}``), ``ts_ns``/``dur_ns`` (int64 ns read exactly from the top-level
+    ``ts``/``dur`` text) and ``flags`` (HAS_TS, HAS_DUR, TS_BAD, DUR_BAD) for at
+    most ``len(starts)`` events.
+
+    Returns ``(count, status, pos)``: ``status`` is DONE when the closing ``]``
+    was consumed (``pos`` just past it), NEED_MORE when the buffer or the output
+    arrays ran out (``pos`` = start of the first unscanned element), BAD on a
+    syntax error at ``pos``.  O(bytes).
+    """
+    cap = starts.shape[0]
+    k = 0
+    while True:
+        # between elements: whitespace and one comma
+        pos = skip_ws(buf, pos, n)
+        if pos >= n:
+            return k, NEED_MORE, pos
+        c = buf[pos]
+        if c == 44:
+            pos += 1
+            pos = skip_ws(buf, pos, n)
+            if pos >= n:
+                return k, NEED_MORE, pos
+            c = buf[pos]
+        if c == 93:
+            return k, DONE, pos + 1
+        if c != 123:
+            return k, BAD, pos
+        if k >= cap:
+            return k, NEED_MORE, pos
+        start = pos
+        depth = 0
+        i = pos
+        f = 0
+        tsv = np.int64(0)
+        durv = np.int64(0)
+        want = 0              # 1: next value is ts, 2: next value is dur
+        key_s = -1
+        key_e = -1
+        complete = False
+        while i < n:
+            c = buf[i]
+            if c == 34:
+                e = skip_string(buf, i, n)
+                if e < 0:
+                    break
+                key_s = i + 1
+                key_e = e - 1
+                i = e
+                continue
+            if c == 58:           # ':' -- the string just before was a key
+                if depth == 1 and key_s >= 0:
+                    if _key_is(buf, key_s, key_e, 116, 115, 0):
+                        want = 1
+                    elif _key_is(buf, key_s, key_e, 100, 117, 114):
+                        want = 2
+                key_s = -1
+                i += 1
+                if want != 0:
+                    j = skip_ws(buf, i, n)
+                    if j >= n:
+                        break
+                    cj = buf[j]
+                    if cj == 45 or (48 <= cj <= 57):
+                        ok, v, j2 = parse_ns(buf, j, n)
+                        if j2 >= n:
+                            break     # number may continue in the next block
+                        if want == 1:
+                            f |= HAS_TS
+                            if ok:
+                                tsv = v
+                            else:
+                                f |= TS_BAD
+                        else:
+                            f |= HAS_DUR
+                            if ok:
+                                durv = v
+                            else:
+                                f |= DUR_BAD
+                        i = j2
+                    else:
+                        if want == 1:
+                            f |= HAS_TS | TS_BAD
+                        else:
+                            f |= HAS_DUR | DUR_BAD
+                    want = 0
+                continue
+            if _is_ws(c):
+                i += 1
+                continue
+            key_s = -1
+            if c == 123 or c == 91:
+                depth += 1
+            elif c == 125 or c == 93:
+                depth -= 1
+                if depth == 0:
+                    complete = True
+                    i += 1
+                    break
+            i += 1
+        if not complete:
+            return k, NEED_MORE, start
+        starts[k] = start
+        ends[k] = i
+        ts_ns[k] = tsv
+        dur_ns[k] = durv
+        flags[k] = f
+        k += 1
+        pos = i
