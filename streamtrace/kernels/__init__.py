@@ -1,0 +1,1 @@
+"""Numba kernels of streamtrace and their plain-Python reference twins."""
