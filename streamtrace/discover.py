@@ -36,7 +36,8 @@ _ITER_PATTERNS = [
 class TraceFile:
     """One rank's trace: ``path``, ``rank`` (int), ``iteration`` (int or None),
     ``rank_source`` ("distributedInfo", "file name" or "rank map"), and ``head``
-    (the top-level keys that stand before ``traceEvents``)."""
+    (the top-level keys that stand before ``traceEvents``; all of them when the
+    file had to be skimmed to find ``distributedInfo``)."""
     path: str
     rank: int
     iteration: int | None
@@ -125,6 +126,10 @@ def identify(path, rank_map=None) -> TraceFile | None:
     head = r.read_head()
     if not r.has_events:
         return None
+    if "distributedInfo" not in head:
+        # Some writers put distributedInfo after traceEvents: skim the whole file
+        # (events are skipped by the byte scanner, not decoded).
+        head = TraceReader(path).read_metadata()
     rank, source = None, None
     di = head.get("distributedInfo")
     if isinstance(di, dict) and isinstance(di.get("rank"), int):

@@ -81,8 +81,8 @@ class _Source:
             return data
         out = []
         produced = 0
-        while produced < self.block // 2:
-            chunk = self.f.read(self.block // 4)
+        while produced < max(1, self.block // 2):
+            chunk = self.f.read(max(1, self.block // 4))
             if not chunk:
                 if not self.z.eof and (self.compressed_read > 0):
                     self.gzip_truncated = True
@@ -107,8 +107,9 @@ class _Source:
 
 
 def _loads_one(data: bytes, path, offset):
-    """Decode one JSON value that orjson refused: ijson yajl2_c, then ijson's
-    python backend (for integers beyond int64), then the stdlib (NaN/Infinity)."""
+    """Decode one JSON value that orjson refused or would make inexact (integers of
+    20+ digits): ijson's yajl2_c backend, then ijson's python backend (for numbers
+    yajl rejects), then the stdlib (NaN/Infinity)."""
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -308,7 +309,7 @@ class TraceReader:
                 if decode:
                     s0, e1 = int(starts[0]), int(ends[k - 1])
                     off = st.base + s0
-                    evs = self._decode(st.buf, s0, e1, starts[:k], ends[:k], off - s0)
+                    evs = self._decode(st.buf, s0, e1, starts[:k], ends[:k], flags[:k], off - s0)
                     yield RawBatch(evs, ts[:k].copy(), dur[:k].copy(), flags[:k].copy(), off, self.events_read)
                 self.events_read += k
             st.pos = newpos
@@ -322,9 +323,14 @@ class TraceReader:
                 self._truncated(st, f"inside traceEvents after {self.events_read:,} complete events")
                 return
 
-    def _decode(self, buf, s0, e1, starts, ends, delta):
+    def _decode(self, buf, s0, e1, starts, ends, flags, delta):
         try:
-            return orjson.loads(b"[" + buf[s0:e1] + b"]")
+            evs = orjson.loads(b"[" + buf[s0:e1] + b"]")
+            if flags.any():
+                for i in np.flatnonzero(flags & K.BIG_INT).tolist():
+                    s = int(starts[i])
+                    evs[i] = _loads_one(buf[s:int(ends[i])], self.path, s + delta)
+            return evs
         except orjson.JSONDecodeError:
             out = []
             prev = None

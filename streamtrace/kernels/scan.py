@@ -29,6 +29,7 @@ HAS_TS = 1
 HAS_DUR = 2
 TS_BAD = 4     # "ts" present but not a plain number we could read exactly
 DUR_BAD = 8
+BIG_INT = 16   # an integer literal of 20+ digits: orjson would turn it into a float
 
 _INT64_MAX = np.int64(9223372036854775807)
 
@@ -127,35 +128,37 @@ def parse_ns(buf, pos, n):
         neg = True
         i += 1
     mant = np.int64(0)
-    ndig = 0
+    full = False          # mantissa cannot take another digit: later digits only round
     frac = 0
     exp = 0
     round_up = False
+    dropped = False
     seen_digit = False
     while i < n and 48 <= buf[i] <= 57:
         seen_digit = True
-        if ndig < 18:
-            mant = mant * 10 + (buf[i] - 48)
-            if mant > 0:
-                ndig += 1
+        d = buf[i] - 48
+        if not full and mant <= (_INT64_MAX - d) // 10:
+            mant = mant * 10 + d
         else:
-            exp += 1            # digits beyond 18 significant: scale instead
-            if ndig == 18 and buf[i] >= 53:
-                round_up = True
-                ndig = 19
+            full = True
+            exp += 1            # integer digit that does not fit: scale instead
+            if not dropped:
+                round_up = d >= 5
+                dropped = True
         i += 1
     if i < n and buf[i] == 46:
         i += 1
         while i < n and 48 <= buf[i] <= 57:
             seen_digit = True
-            if ndig < 18:
-                mant = mant * 10 + (buf[i] - 48)
+            d = buf[i] - 48
+            if not full and mant <= (_INT64_MAX - d) // 10:
+                mant = mant * 10 + d
                 frac += 1
-                if mant > 0:
-                    ndig += 1
-            elif ndig == 18 and buf[i] >= 53:
-                round_up = True
-                ndig = 19
+            else:
+                full = True
+                if not dropped:
+                    round_up = d >= 5
+                    dropped = True
             i += 1
     if not seen_digit:
         return False, np.int64(0), i
@@ -175,7 +178,7 @@ def parse_ns(buf, pos, n):
         if not edig:
             return False, np.int64(0), i
         exp += -e if eneg else e
-    if round_up:
+    if round_up and mant < _INT64_MAX:
         mant += 1
     p = 3 + exp - frac          # ns = mant * 10**p
     if mant == 0:
@@ -216,7 +219,7 @@ def scan_events(buf, pos, n, starts, ends, ts_ns, dur_ns, flags):
     """Scan elements of a JSON array of objects from ``pos`` (just after ``[`` or
     after a previous element), filling ``starts``/``ends`` (byte offsets of each
     ``{...}``), ``ts_ns``/``dur_ns`` (int64 ns read exactly from the top-level
-    ``ts``/``dur`` text) and ``flags`` (HAS_TS, HAS_DUR, TS_BAD, DUR_BAD) for at
+    ``ts``/``dur`` text) and ``flags`` (HAS_TS, HAS_DUR, TS_BAD, DUR_BAD, BIG_INT) for at
     most ``len(starts)`` events.
 
     Returns ``(count, status, pos)``: ``status`` is DONE when the closing ``]``
@@ -254,8 +257,16 @@ def scan_events(buf, pos, n, starts, ends, ts_ns, dur_ns, flags):
         key_s = -1
         key_e = -1
         complete = False
+        run = 0
         while i < n:
             c = buf[i]
+            if 48 <= c <= 57:
+                run += 1
+                i += 1
+                continue
+            if run >= 20 and c != 46 and c != 101 and c != 69:
+                f |= BIG_INT
+            run = 0
             if c == 34:
                 e = skip_string(buf, i, n)
                 if e < 0:
