@@ -128,8 +128,9 @@ def identify(path, rank_map=None) -> TraceFile | None:
         return None
     if "distributedInfo" not in head:
         # Some writers put distributedInfo after traceEvents: skim the whole file
-        # (events are skipped by the byte scanner, not decoded).
-        head = TraceReader(path).read_metadata()
+        # (events are skipped by the byte scanner, not decoded; a truncated tail is
+        # reported by the pass that reads the events, with --salvage honoured there).
+        head = TraceReader(path, salvage=True).read_metadata()
     rank, source = None, None
     di = head.get("distributedInfo")
     if isinstance(di, dict) and isinstance(di.get("rank"), int):

@@ -203,6 +203,7 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
     pids = _PidMap(rank)
     Fragment = orjson.Fragment
     n_in = n_out = 0
+    used = set()          # merged pids that received events
     first_out = None
     reader = TraceReader(plan.path, salvage=plan.salvage, progress=progress)
     import gzip
@@ -250,6 +251,7 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
                         args[rawkey] = v
                         args[key] = unique_id(rank, v)
                 args["rank"] = rank
+                used.add(newpid)
                 out.append(ev)
             if out:
                 if wrote:
@@ -263,7 +265,8 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
         host = plan.host or _host(meta)
         t0 = fmt_us(first_out or 0)
         mevs = []
-        for mpid, info in sorted(pids.info.items()):
+        pmap = {k: v for k, v in sorted(pids.info.items()) if k in used}
+        for mpid, info in pmap.items():
             label = process_label(info, host, devices)
             sort_index = rank * PID_STRIDE + info["slot"]
             for name, args in (("process_name", {"name": label}),
@@ -287,7 +290,7 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
             pass
         raise
     return {"rank": rank, "events_in": n_in, "events_out": n_out, "bytes_in": reader.bytes_read,
-            "process_map": {str(k): v for k, v in pids.info.items()},
+            "process_map": {str(k): v for k, v in pmap.items()},
             "metadata": meta, "warnings": reader.warnings, "truncated": reader.truncated}
 
 
