@@ -26,19 +26,22 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing as mp
 import os
+import re
 import shutil
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import orjson
 
 from . import __version__
 from .discover import TraceFile, discover, parse_ranks
 from .errors import StreamtraceError
 from .io import atomic_output
-from .reader import TraceReader
+from .kernels import rewrite as RW
+from .reader import TraceReader, _loads_one
 from .writer import dumps_event, dumps_events, fmt_us
 
 PID_STRIDE = 1000
@@ -191,91 +194,191 @@ def process_label(info, host=None, devices=None) -> str:
     return f"Rank {r} · {info['pid'] or 'global'}"
 
 
+class _RankCtx:
+    """Per-rank rewrite state shared by the byte kernel and its Python twin."""
+
+    def __init__(self, plan: RankPlan):
+        self.rank = plan.rank
+        self.shift = plan.shift_ns
+        self.drop_cat = plan.drop_cat
+        self.gpu_only = plan.gpu_only
+        self.lo, self.hi = plan.keep if plan.keep else (None, None)
+        self.kept_flows = plan.kept_flows
+        self.pids = _PidMap(plan.rank)
+        self.used = set()
+        self.first_out = None
+        self.count = 0
+
+
+def rewrite_dict(ev, ts_ns, dur_ns, flag, ctx: _RankCtx):
+    """The Python definition of merge's per-event rewrite (the twin of
+    :func:`streamtrace.kernels.rewrite.rewrite_events`).  Returns the rewritten
+    event dict, or None when a filter drops it.  ``ts_ns``/``dur_ns``/``flag``: the
+    exact times and scan flags of the event."""
+    if not isinstance(ev, dict):
+        return None
+    ph = ev.get("ph")
+    if ctx.drop_cat and ev.get("cat") in ctx.drop_cat:
+        return None
+    if ph == "M" and ev.get("name") in PROCESS_META:
+        return None
+    newpid = ctx.pids.get(ev.get("pid"))
+    if ctx.gpu_only and (ph in FLOW_PHASES or ctx.pids.info[newpid]["kind"] != "gpu"):
+        return None
+    if flag & 1 and not flag & 4:
+        t = ts_ns
+        if ctx.lo is not None and ph != "M":
+            end = t + dur_ns if (flag & 2 and not flag & 8 and dur_ns > 0) else t
+            if end < ctx.lo or t > ctx.hi:
+                return None
+            if ph in FLOW_PHASES and (ev.get("cat"), _hashable(ev.get("id"))) not in ctx.kept_flows:
+                return None
+        t += ctx.shift
+        ev["ts"] = orjson.Fragment(fmt_us(t))
+        if ph != "M" and (ctx.first_out is None or t < ctx.first_out):
+            ctx.first_out = t
+    ev["pid"] = newpid
+    if "id" in ev and ph in FLOW_PHASES:
+        ev["id"] = unique_id(ctx.rank, ev["id"])
+    args = ev.get("args")
+    if not isinstance(args, dict):
+        args = ev["args"] = {} if args is None else {"value": args}
+    for key, rawkey in _ID_ARGS:
+        if key in args:
+            v = args[key]
+            args[rawkey] = v
+            args[key] = unique_id(ctx.rank, v)
+    args["rank"] = ctx.rank
+    ctx.used.add(newpid)
+    ctx.count += 1
+    return ev
+
+
+class _PidTables:
+    """The pid lookup arrays handed to the byte kernel (rebuilt when a new pid appears)."""
+
+    def __init__(self):
+        self.texts = []
+        self.new = []
+        self.kind = []
+        self.used = np.zeros(0, np.uint8)
+        self._build()
+
+    def add(self, text: bytes, newpid: int, kind: str):
+        self.texts.append(text)
+        self.new.append(newpid)
+        self.kind.append({"cpu": RW.KIND_CPU, "gpu": RW.KIND_GPU}.get(kind, RW.KIND_OTHER))
+        used = self.used
+        self._build()
+        self.used[:len(used)] = used
+
+    def _build(self):
+        self.text = np.frombuffer(b"".join(self.texts) or b"\0", np.uint8)
+        self.off = np.zeros(len(self.texts) + 1, np.int64)
+        self.off[1:] = np.cumsum([len(t) for t in self.texts]) if self.texts else []
+        self.new_a = np.asarray(self.new, np.int64) if self.new else np.zeros(1, np.int64)
+        self.kind_a = np.asarray(self.kind, np.int64) if self.kind else np.zeros(1, np.int64)
+        self.used = np.zeros(max(1, len(self.texts)), np.uint8)
+
+
+OUT_BYTES = 8 << 20
+
+
 def merge_rank(plan: RankPlan, progress=None) -> dict:
     """Rewrite one rank's events into ``plan.segment``; returns counts, the process
-    map and the rank's metadata (all small).  Runs in a worker process."""
-    rank = plan.rank
-    shift = plan.shift_ns
-    drop_cat = plan.drop_cat
-    gpu_only = plan.gpu_only
-    lo, hi = plan.keep if plan.keep else (None, None)
-    kept_flows = plan.kept_flows
-    pids = _PidMap(rank)
-    Fragment = orjson.Fragment
-    n_in = n_out = 0
-    used = set()          # merged pids that received events
-    first_out = None
-    reader = TraceReader(plan.path, salvage=plan.salvage, progress=progress)
+    map and the rank's metadata (all small).  Runs in a worker process.
+
+    Events go through the byte kernel :func:`~streamtrace.kernels.rewrite.rewrite_events`;
+    those it hands back (unusual shapes, invalid JSON) are decoded and rewritten by
+    :func:`rewrite_dict`, which raises :class:`TraceError` for invalid input."""
     import gzip
+    ctx = _RankCtx(plan)
+    tables = _PidTables()
+    drops = [c.encode() for c in sorted(plan.drop_cat)]
+    drop_text = np.frombuffer(b"".join(drops) or b"\0", np.uint8)
+    drop_off = np.zeros(len(drops) + 1, np.int64)
+    if drops:
+        drop_off[1:] = np.cumsum([len(d) for d in drops])
+    has_window = ctx.lo is not None
+    lo = ctx.lo if has_window else 0
+    hi = ctx.hi if has_window else 0
+    out = np.empty(OUT_BYTES, np.uint8)
+    state = np.zeros(4, np.int64)
+    info = np.zeros(2, np.int64)
+    n_in = 0
+    reader = TraceReader(plan.path, salvage=plan.salvage, progress=progress)
     raw = open(plan.segment, "wb")
     seg = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=plan.compresslevel, mtime=0) \
         if plan.compress else raw
     try:
-        wrote = False
-        for b in reader.raw_batches():
-            ts, dur, flags = b.ts_ns.tolist(), b.dur_ns.tolist(), b.flags.tolist()
-            out = []
-            n_in += len(b.events)
-            for i, ev in enumerate(b.events):
-                ph = ev.get("ph")
-                if drop_cat and ev.get("cat") in drop_cat:
-                    continue
-                if ph == "M" and ev.get("name") in PROCESS_META:
-                    continue
-                newpid = pids.get(ev.get("pid"))
-                if gpu_only and (ph in FLOW_PHASES or pids.info[newpid]["kind"] != "gpu"):
-                    continue
-                f = flags[i]
-                if f & 1 and not f & 4:
-                    t = ts[i]
-                    if lo is not None and ph != "M":
-                        end = t + dur[i] if (f & 2 and not f & 8 and dur[i] > 0) else t
-                        if end < lo or t > hi:
-                            continue
-                        if ph in FLOW_PHASES and (ev.get("cat"), _hashable(ev.get("id"))) not in kept_flows:
-                            continue
-                    t += shift
-                    ev["ts"] = Fragment(fmt_us(t))
-                    if ph != "M" and (first_out is None or t < first_out):
-                        first_out = t
-                ev["pid"] = newpid
-                if "id" in ev and ph in FLOW_PHASES:
-                    raw_id = ev["id"]
-                    ev["id"] = unique_id(rank, raw_id)
-                args = ev.get("args")
-                if not isinstance(args, dict):
-                    args = ev["args"] = {} if args is None else {"value": args}
-                for key, rawkey in _ID_ARGS:
-                    if key in args:
-                        v = args[key]
-                        args[rawkey] = v
-                        args[key] = unique_id(rank, v)
-                args["rank"] = rank
-                used.add(newpid)
-                out.append(ev)
-            if out:
-                if wrote:
-                    seg.write(b",")
-                seg.write(dumps_events(out))
-                wrote = True
-                n_out += len(out)
+        for b in reader.raw_batches(decode=False):
+            buf = np.frombuffer(b.buf, np.uint8)
+            starts, ends = b.starts, b.ends
+            n = len(starts)
+            n_in += n
+            i = 0
+            o = 0
+            while i < n:
+                i, o, status = RW.rewrite_events(
+                    buf, starts, ends, b.ts_ns, b.dur_ns, b.flags, i, n, out, o, state,
+                    tables.text, tables.off, tables.new_a, tables.kind_a, tables.used, len(tables.texts),
+                    drop_text, drop_off, len(drops), plan.rank, ctx.shift, ctx.gpu_only, has_window, lo, hi, info)
+                if status == RW.OK:
+                    break
+                if status == RW.OUT_FULL:
+                    if o == 0:
+                        out = np.empty(2 * len(out) + int(ends[i] - starts[i]), np.uint8)
+                    seg.write(out[:o].tobytes())
+                    o = 0
+                elif status == RW.UNKNOWN_PID:
+                    text = b.buf[int(info[0]):int(info[1])]
+                    pid = _loads(text, plan.path, b.offset)
+                    newpid = ctx.pids.get(pid)
+                    tables.add(text, newpid, ctx.pids.info[newpid]["kind"])
+                else:   # NEED_PYTHON: decode this one event and use the twin
+                    s, e = int(starts[i]), int(ends[i])
+                    ev = _loads(b.buf[s:e], plan.path, b.offset + s - int(starts[0]))
+                    ev = rewrite_dict(ev, int(b.ts_ns[i]), int(b.dur_ns[i]), int(b.flags[i]), ctx)
+                    if ev is not None:
+                        data = dumps_event(ev)
+                        if len(out) - o < len(data) + 1:
+                            seg.write(out[:o].tobytes())
+                            o = 0
+                            if len(out) < len(data) + 1:
+                                out = np.empty(len(data) + OUT_BYTES, np.uint8)
+                        if state[0]:
+                            out[o] = 44
+                            o += 1
+                        out[o:o + len(data)] = np.frombuffer(data, np.uint8)
+                        o += len(data)
+                        state[0] = 1
+                    i += 1
+            if o:
+                seg.write(out[:o].tobytes())
+        for k, used in enumerate(tables.used[:len(tables.texts)].tolist()):
+            if used:
+                ctx.used.add(int(tables.new_a[k]))
+        first_out = ctx.first_out
+        if state[3] and (first_out is None or state[2] < first_out):
+            first_out = int(state[2])
+        n_out = ctx.count + int(state[1])
         # Our own process metadata, one set per process that had events.
         meta = reader.metadata
         devices = plan.devices or _device_names(meta)
         host = plan.host or _host(meta)
         t0 = fmt_us(first_out or 0)
         mevs = []
-        pmap = {k: v for k, v in sorted(pids.info.items()) if k in used}
-        for mpid, info in pmap.items():
-            label = process_label(info, host, devices)
-            sort_index = rank * PID_STRIDE + info["slot"]
+        pmap = {k: v for k, v in sorted(ctx.pids.info.items()) if k in ctx.used}
+        for mpid, info_ in pmap.items():
+            label = process_label(info_, host, devices)
+            sort_index = plan.rank * PID_STRIDE + info_["slot"]
             for name, args in (("process_name", {"name": label}),
                                ("process_sort_index", {"sort_index": sort_index}),
-                               ("process_labels", {"labels": f"rank {rank}"})):
+                               ("process_labels", {"labels": f"rank {plan.rank}"})):
                 mevs.append({"ph": "M", "name": name, "pid": mpid, "tid": 0,
-                             "ts": orjson.Fragment(t0), "args": dict(args, rank=rank)})
+                             "ts": orjson.Fragment(t0), "args": dict(args, rank=plan.rank)})
         if mevs:
-            if wrote:
+            if state[0]:
                 seg.write(b",")
             seg.write(dumps_events(mevs))
             n_out += len(mevs)
@@ -289,9 +392,16 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
         except OSError:
             pass
         raise
-    return {"rank": rank, "events_in": n_in, "events_out": n_out, "bytes_in": reader.bytes_read,
+    return {"rank": plan.rank, "events_in": n_in, "events_out": n_out, "bytes_in": reader.bytes_read,
             "process_map": {str(k): v for k, v in pmap.items()},
             "metadata": meta, "warnings": reader.warnings, "truncated": reader.truncated}
+
+
+def _loads(data: bytes, path, offset):
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return _loads_one(data, path, offset)
 
 
 def _device_names(meta) -> dict:
@@ -333,7 +443,39 @@ def _metadata_task(path, head, survey, want_flows, salvage):
         return survey_rank(path, want_flows, salvage)
     if "baseTimeNanoseconds" in head:
         return Survey(head, None, {}, {})
-    return Survey(TraceReader(path, salvage=salvage).read_metadata(), None, {}, {})
+    trailer = peek_trailer(path)
+    if trailer is not None:
+        return Survey({**head, **trailer}, None, {}, {})
+    return Survey(TraceReader(path, salvage=True).read_metadata(), None, {}, {})
+
+
+def peek_trailer(path, tail=1 << 16):
+    """The top-level keys after ``traceEvents`` of a plain (not gzip) file, read
+    from its last bytes without reading the events (Kineto writes
+    ``baseTimeNanoseconds`` there).  Returns None when the tail does not parse as
+    the end of the document; the caller then skims the whole file.  A trailer
+    holding arrays can be read only in part, so :func:`merge_files` checks the
+    value against the main pass and redoes the merge if they differ."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(2) == b"\x1f\x8b":
+                return None
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - tail))
+            data = f.read()
+    except OSError:
+        return None
+    rest = data[data.rfind(b"]") + 1:].strip()
+    if rest == b"}":
+        return {}
+    if not rest.startswith(b","):
+        return None
+    try:
+        out = orjson.loads(b"{" + rest[1:])
+    except orjson.JSONDecodeError:
+        return None
+    return out if isinstance(out, dict) else None
 
 
 def _pool(jobs, arr=None):
@@ -452,6 +594,12 @@ def merge_files(files: list[TraceFile], output, opt: MergeOptions | None = None,
             bar.refresh()
     try:
         results = _map(_run_plan, [(p, i) for i, p in enumerate(plans)], jobs, arr, tick)
+        if any(int(res["metadata"].get("baseTimeNanoseconds") or 0) != int(s.metadata.get("baseTimeNanoseconds") or 0)
+               for s, res in zip(surveys, results)):
+            # the quick trailer peek missed the base time: redo with the real metadata
+            for tf, res in zip(files, results):
+                tf.head = res["metadata"]
+            return merge_files(files, output, opt)
         if bar is not None:
             bar.n = total
             bar.close()

@@ -39,8 +39,10 @@ class RawBatch:
     ``events``: list of dicts as in the file (``ts``/``dur`` left as parsed
     floats in microseconds); ``ts_ns``/``dur_ns``: int64 arrays (ns) read from
     the number text; ``flags``: uint8 array of ``kernels.scan`` bits (HAS_TS,
-    HAS_DUR, TS_BAD, DUR_BAD); ``offset``: byte offset (uncompressed) of the
-    first event; ``index``: ordinal of the first event in the file.
+    HAS_DUR, TS_BAD, DUR_BAD, BIG_INT); ``offset``: byte offset (uncompressed) of
+    the first event; ``index``: ordinal of the first event in the file;
+    ``buf``/``starts``/``ends``: the raw bytes window and each event's byte range
+    in it (``events`` is None when the batch was read with ``decode=False``).
     """
     events: list
     ts_ns: np.ndarray
@@ -48,6 +50,9 @@ class RawBatch:
     flags: np.ndarray
     offset: int
     index: int
+    buf: bytes = b""
+    starts: np.ndarray | None = None
+    ends: np.ndarray | None = None
 
 
 class _Source:
@@ -165,10 +170,11 @@ class TraceReader:
         self.progress = progress   # callable(file bytes consumed so far), called per block
 
     # -- public iteration -------------------------------------------------
-    def raw_batches(self):
+    def raw_batches(self, decode=True):
         """Yield :class:`RawBatch` objects in file order; ``metadata`` is complete
-        once the generator is exhausted."""
-        return self._parse(events=True, stop_at_events=False)
+        once the generator is exhausted.  ``decode=False`` skips building dicts
+        (``events`` is None; use ``buf``/``starts``/``ends``)."""
+        return self._parse(events="decode" if decode else "raw", stop_at_events=False)
 
     def events(self):
         """Yield each event as a dict (``ts``/``dur`` as parsed floats, us)."""
@@ -303,20 +309,23 @@ class TraceReader:
         ts = np.empty(cap, np.int64)
         dur = np.empty(cap, np.int64)
         flags = np.empty(cap, np.uint8)
+        sep = np.zeros(1, np.int64)
         while True:
-            k, status, newpos = K.scan_events(st.arr, st.pos, st.n, starts, ends, ts, dur, flags)
+            k, status, newpos = K.scan_events(st.arr, st.pos, st.n, starts, ends, ts, dur, flags, sep)
             if k:
                 if decode:
                     s0, e1 = int(starts[0]), int(ends[k - 1])
                     off = st.base + s0
-                    evs = self._decode(st.buf, s0, e1, starts[:k], ends[:k], flags[:k], off - s0)
-                    yield RawBatch(evs, ts[:k].copy(), dur[:k].copy(), flags[:k].copy(), off, self.events_read)
+                    evs = self._decode(st.buf, s0, e1, starts[:k], ends[:k], flags[:k], off - s0) \
+                        if decode == "decode" else None
+                    yield RawBatch(evs, ts[:k].copy(), dur[:k].copy(), flags[:k].copy(), off, self.events_read,
+                                   st.buf, starts[:k].copy(), ends[:k].copy())
                 self.events_read += k
             st.pos = newpos
             if status == K.DONE:
                 return
             if status == K.BAD:
-                self._fail(st, "invalid JSON in traceEvents")
+                self._fail(st, "invalid JSON in traceEvents (expected an event object, ',' or ']')")
             if k == cap:
                 continue
             if not st.more():

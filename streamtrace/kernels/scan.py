@@ -215,33 +215,35 @@ def _key_is(buf, s, e, k0, k1, k2):
 
 
 @njit(cache=True, nogil=True)
-def scan_events(buf, pos, n, starts, ends, ts_ns, dur_ns, flags):
+def scan_events(buf, pos, n, starts, ends, ts_ns, dur_ns, flags, sep):
     """Scan elements of a JSON array of objects from ``pos`` (just after ``[`` or
     after a previous element), filling ``starts``/``ends`` (byte offsets of each
     ``{...}``), ``ts_ns``/``dur_ns`` (int64 ns read exactly from the top-level
     ``ts``/``dur`` text) and ``flags`` (HAS_TS, HAS_DUR, TS_BAD, DUR_BAD, BIG_INT) for at
-    most ``len(starts)`` events.
+    most ``len(starts)`` events.  ``sep`` (int64[1]) carries the separator state
+    across calls: 0 right after ``[``, 1 after an element, 2 after a comma.
 
     Returns ``(count, status, pos)``: ``status`` is DONE when the closing ``]``
     was consumed (``pos`` just past it), NEED_MORE when the buffer or the output
-    arrays ran out (``pos`` = start of the first unscanned element), BAD on a
-    syntax error at ``pos``.  O(bytes).
+    arrays ran out (``pos`` = where to resume), BAD on a syntax error at ``pos``
+    (a missing or doubled comma, an element that is not an object).  O(bytes).
     """
     cap = starts.shape[0]
     k = 0
     while True:
-        # between elements: whitespace and one comma
         pos = skip_ws(buf, pos, n)
         if pos >= n:
             return k, NEED_MORE, pos
         c = buf[pos]
-        if c == 44:
+        if sep[0] == 1:
+            if c == 93:
+                return k, DONE, pos + 1
+            if c != 44:
+                return k, BAD, pos
+            sep[0] = 2
             pos += 1
-            pos = skip_ws(buf, pos, n)
-            if pos >= n:
-                return k, NEED_MORE, pos
-            c = buf[pos]
-        if c == 93:
+            continue
+        if c == 93 and sep[0] == 0:
             return k, DONE, pos + 1
         if c != 123:
             return k, BAD, pos
@@ -333,4 +335,5 @@ def scan_events(buf, pos, n, starts, ends, ts_ns, dur_ns, flags):
         dur_ns[k] = durv
         flags[k] = f
         k += 1
+        sep[0] = 1
         pos = i

@@ -1,0 +1,435 @@
+"""Numba kernel that rewrites merge events *as bytes*, without decoding them.
+
+For each event (a byte range found by :func:`streamtrace.kernels.scan.scan_events`)
+it locates the top-level ``ph``/``pid``/``ts``/``id``/``cat``/``name``/``args`` values
+and, inside ``args``, ``correlation`` / ``External id`` / ``external id``; then it
+copies the event to ``out`` with the merge rewrites applied (see
+:mod:`streamtrace.merge`): the pid replaced by the merged pid, ``ts`` shifted and
+written as exact decimal microseconds, flow ids and correlations made unique
+(``rank * 2**40 + raw``), ``"raw ..."`` copies and ``"rank"`` appended to ``args``.
+Filtered events are skipped.  Anything unusual (a string id, a key already named
+``rank``, a flow under a time filter, ...) is handed back to Python with
+``NEED_PYTHON``; the Python twin :func:`streamtrace.merge.rewrite_dict` defines
+the semantics and the property tests check that both agree.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .jsoncheck import is_valid_json
+from .scan import skip_string
+
+OK = 0
+UNKNOWN_PID = 1
+NEED_PYTHON = 2
+OUT_FULL = 3
+
+KIND_CPU = 0
+KIND_GPU = 1
+KIND_OTHER = 2
+
+ID_LIMIT = np.int64(1) << np.int64(40)
+
+
+def _lit(s):
+    return np.frombuffer(s.encode(), np.uint8).copy()
+
+
+K_PH, K_PID, K_TS, K_ID, K_CAT, K_NAME, K_ARGS = (_lit(s) for s in ("ph", "pid", "ts", "id", "cat", "name", "args"))
+K_CORR, K_EXT, K_EXT2, K_RANK = (_lit(s) for s in ("correlation", "External id", "external id", "rank"))
+K_RAW = _lit("raw ")
+M_PNAME, M_PLABELS, M_PSORT = (_lit(s) for s in ("process_name", "process_labels", "process_sort_index"))
+T_RAWCORR, T_RAWEXT, T_RAWEXT2, T_RANK, T_ARGS = (_lit(s) for s in (
+    ',"raw correlation":', ',"raw External id":', ',"raw external id":', '"rank":', ',"args":{'))
+
+
+@njit(cache=True, inline="always")
+def _eq(buf, s, e, lit):
+    if e - s != lit.shape[0]:
+        return False
+    for j in range(lit.shape[0]):
+        if buf[s + j] != lit[j]:
+            return False
+    return True
+
+
+@njit(cache=True, inline="always")
+def _startswith(buf, s, e, lit):
+    if e - s < lit.shape[0]:
+        return False
+    for j in range(lit.shape[0]):
+        if buf[s + j] != lit[j]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _read_uint(buf, s, e):
+    """Value of a plain non-negative integer literal buf[s:e], or -1."""
+    if e <= s or e - s > 18:
+        return np.int64(-1)
+    v = np.int64(0)
+    for j in range(s, e):
+        c = buf[j]
+        if c < 48 or c > 57:
+            return np.int64(-1)
+        v = v * 10 + (c - 48)
+    return v
+
+
+@njit(cache=True)
+def _put(out, o, src, s, e):
+    for j in range(s, e):
+        out[o] = src[j]
+        o += 1
+    return o
+
+
+@njit(cache=True)
+def _put_lit(out, o, lit):
+    for j in range(lit.shape[0]):
+        out[o] = lit[j]
+        o += 1
+    return o
+
+
+@njit(cache=True)
+def _put_int(out, o, v):
+    if v < 0:
+        out[o] = 45
+        o += 1
+        v = -v
+    tmp = np.empty(20, np.uint8)
+    k = 0
+    while True:
+        tmp[k] = 48 + v % 10
+        v //= 10
+        k += 1
+        if v == 0:
+            break
+    for j in range(k - 1, -1, -1):
+        out[o] = tmp[j]
+        o += 1
+    return o
+
+
+@njit(cache=True)
+def _put_us(out, o, ns):
+    """Exact decimal microseconds of int ns, trailing zeros stripped (as writer.fmt_us)."""
+    if ns < 0:
+        out[o] = 45
+        o += 1
+        ns = -ns
+    q = ns // 1000
+    r = ns % 1000
+    o = _put_int(out, o, q)
+    if r != 0:
+        out[o] = 46
+        o += 1
+        d0 = r // 100
+        d1 = (r // 10) % 10
+        d2 = r % 10
+        out[o] = 48 + d0
+        o += 1
+        if d1 != 0 or d2 != 0:
+            out[o] = 48 + d1
+            o += 1
+            if d2 != 0:
+                out[o] = 48 + d2
+                o += 1
+    return o
+
+
+@njit(cache=True)
+def _value_end(buf, j, e):
+    """End of the scalar/string/container value starting at j (inside an event)."""
+    c = buf[j]
+    if c == 34:
+        return skip_string(buf, j, e)
+    if c == 123 or c == 91:
+        depth = 0
+        while j < e:
+            c = buf[j]
+            if c == 34:
+                j = skip_string(buf, j, e)
+                continue
+            if c == 123 or c == 91:
+                depth += 1
+            elif c == 125 or c == 93:
+                depth -= 1
+                if depth == 0:
+                    return j + 1
+            j += 1
+        return e
+    while j < e:
+        c = buf[j]
+        if c == 44 or c == 125 or c == 93 or c == 32 or c == 10 or c == 13 or c == 9:
+            return j
+        j += 1
+    return j
+
+
+@njit(cache=True)
+def _skip_ws(buf, j, e):
+    while j < e and (buf[j] == 32 or buf[j] == 10 or buf[j] == 13 or buf[j] == 9):
+        j += 1
+    return j
+
+
+@njit(cache=True)
+def rewrite_events(buf, starts, ends, ts_ns, dur_ns, flags, i, n, out, o, state,
+                   pid_text, pid_off, pid_new, pid_kind, pid_used, npids,
+                   drop_text, drop_off, ndrop,
+                   rank, shift_ns, gpu_only, has_window, lo, hi, info):
+    """Rewrite events ``i .. n-1`` of a batch into ``out`` starting at ``o``.
+
+    ``state``: int64[4]: [0] 1 when a comma must precede the next event written,
+    [1] events written, [2] earliest ts written (ns, shifted), [3] 1 once [2] is set.
+    ``pid_text``/``pid_off``: concatenated raw JSON texts of known pids (entry k is
+    ``pid_text[pid_off[k]:pid_off[k+1]]``), ``pid_new``/``pid_kind`` their merged pid
+    and kind (KIND_CPU/GPU/OTHER); ``pid_used[k]`` is set to 1 when pid k gets an event.  ``drop_text``/``drop_off``: categories to drop
+    (raw string contents).  ``lo``/``hi``: keep window in rank-local ns.
+
+    Returns ``(i, o, status)``: OK when all events are done; UNKNOWN_PID with
+    ``info[0:2]`` = the pid's byte span; NEED_PYTHON for event ``i``; OUT_FULL when
+    ``out`` cannot take event ``i``.  Counts written events in ``state[1]``.
+    """
+    cap = out.shape[0]
+    spans = np.empty((8, 3), np.int64)        # (start, end, what) replacements / insertions
+    while i < n:
+        s = starts[i]
+        e = ends[i]
+        if cap - o < (e - s) + 200:
+            return i, o, OUT_FULL
+        if not is_valid_json(buf, s, e):
+            return i, o, NEED_PYTHON             # Python decodes it and reports the error
+        # -- locate the fields -------------------------------------------
+        ph_s = ph_e = pid_s = pid_e = ts_s = ts_e = id_s = id_e = -1
+        cat_s = cat_e = name_s = name_e = -1
+        args_open = args_close = -1
+        corr_s = corr_e = ext_s = ext_e = ext2_s = ext2_e = -1
+        bad = False
+        args_empty = True
+        j = s + 1
+        while j < e - 1:
+            j = _skip_ws(buf, j, e)
+            c = buf[j]
+            if c == 44:
+                j += 1
+                continue
+            if c == 125:
+                break
+            if c != 34:
+                bad = True
+                break
+            ks = j + 1
+            j = skip_string(buf, j, e)
+            ke = j - 1
+            j = _skip_ws(buf, j, e)
+            j += 1                               # ':'
+            j = _skip_ws(buf, j, e)
+            vs = j
+            if _eq(buf, ks, ke, K_ARGS) and buf[j] == 123:
+                args_open = j
+                j += 1
+                while True:
+                    j = _skip_ws(buf, j, e)
+                    c = buf[j]
+                    if c == 44:
+                        j += 1
+                        continue
+                    if c == 125:
+                        args_close = j
+                        j += 1
+                        break
+                    if c != 34:
+                        bad = True
+                        break
+                    args_empty = False
+                    aks = j + 1
+                    j = skip_string(buf, j, e)
+                    ake = j - 1
+                    j = _skip_ws(buf, j, e)
+                    j += 1
+                    j = _skip_ws(buf, j, e)
+                    avs = j
+                    j = _value_end(buf, j, e)
+                    if _eq(buf, aks, ake, K_CORR):
+                        corr_s, corr_e = avs, j
+                    elif _eq(buf, aks, ake, K_EXT):
+                        ext_s, ext_e = avs, j
+                    elif _eq(buf, aks, ake, K_EXT2):
+                        ext2_s, ext2_e = avs, j
+                    elif _eq(buf, aks, ake, K_RANK) or _startswith(buf, aks, ake, K_RAW):
+                        bad = True
+                if bad:
+                    break
+                continue
+            j = _value_end(buf, j, e)
+            if _eq(buf, ks, ke, K_PH):
+                ph_s, ph_e = vs, j
+            elif _eq(buf, ks, ke, K_PID):
+                pid_s, pid_e = vs, j
+            elif _eq(buf, ks, ke, K_TS):
+                ts_s, ts_e = vs, j
+            elif _eq(buf, ks, ke, K_ID):
+                id_s, id_e = vs, j
+            elif _eq(buf, ks, ke, K_CAT):
+                cat_s, cat_e = vs, j
+            elif _eq(buf, ks, ke, K_NAME):
+                name_s, name_e = vs, j
+            elif _eq(buf, ks, ke, K_ARGS):
+                bad = True                       # args that is not an object
+        if bad or ph_s < 0 or pid_s < 0 or ph_e - ph_s != 3 or buf[ph_s] != 34:
+            return i, o, NEED_PYTHON
+        ph = buf[ph_s + 1]
+        is_flow = ph == 115 or ph == 102 or ph == 116      # s f t
+        # -- filters ---------------------------------------------------------
+        if ndrop > 0 and cat_s >= 0 and buf[cat_s] == 34:
+            dropped = False
+            for k in range(ndrop):
+                if _eq(buf, cat_s + 1, cat_e - 1, drop_text[drop_off[k]:drop_off[k + 1]]):
+                    dropped = True
+                    break
+            if dropped:
+                i += 1
+                continue
+        if ph == 77 and name_s >= 0 and buf[name_s] == 34 and (
+                _eq(buf, name_s + 1, name_e - 1, M_PNAME) or _eq(buf, name_s + 1, name_e - 1, M_PLABELS)
+                or _eq(buf, name_s + 1, name_e - 1, M_PSORT)):
+            i += 1
+            continue
+        k = -1
+        plen = pid_e - pid_s
+        for q in range(npids):
+            a = pid_off[q]
+            if pid_off[q + 1] - a == plen:
+                same = True
+                for t in range(plen):
+                    if pid_text[a + t] != buf[pid_s + t]:
+                        same = False
+                        break
+                if same:
+                    k = q
+                    break
+        if k < 0:
+            info[0] = pid_s
+            info[1] = pid_e
+            return i, o, UNKNOWN_PID
+        if gpu_only and (is_flow or pid_kind[k] != KIND_GPU):
+            i += 1
+            continue
+        f = flags[i]
+        ts_ok = (f & 1) != 0 and (f & 4) == 0
+        if ts_s >= 0 and not ts_ok:
+            return i, o, NEED_PYTHON
+        if has_window and ts_ok and ph != 77:
+            t0 = ts_ns[i]
+            t1 = t0
+            if (f & 2) != 0 and (f & 8) == 0 and dur_ns[i] > 0:
+                t1 = t0 + dur_ns[i]
+            if t1 < lo or t0 > hi:
+                i += 1
+                continue
+            if is_flow:
+                return i, o, NEED_PYTHON
+        idv = np.int64(-1)
+        if is_flow and id_s >= 0:
+            idv = _read_uint(buf, id_s, id_e)
+            if idv < 0 or idv >= ID_LIMIT:
+                return i, o, NEED_PYTHON
+        corr = ext = ext2 = np.int64(-1)
+        if corr_s >= 0:
+            corr = _read_uint(buf, corr_s, corr_e)
+            if corr < 0 or corr >= ID_LIMIT:
+                return i, o, NEED_PYTHON
+        if ext_s >= 0:
+            ext = _read_uint(buf, ext_s, ext_e)
+            if ext < 0 or ext >= ID_LIMIT:
+                return i, o, NEED_PYTHON
+        if ext2_s >= 0:
+            ext2 = _read_uint(buf, ext2_s, ext2_e)
+            if ext2 < 0 or ext2 >= ID_LIMIT:
+                return i, o, NEED_PYTHON
+        # -- emit ------------------------------------------------------------
+        ns = 0
+        spans[ns, 0], spans[ns, 1], spans[ns, 2] = pid_s, pid_e, 0
+        ns += 1
+        if ts_s >= 0:
+            spans[ns, 0], spans[ns, 1], spans[ns, 2] = ts_s, ts_e, 1
+            ns += 1
+        if idv >= 0:
+            spans[ns, 0], spans[ns, 1], spans[ns, 2] = id_s, id_e, 2
+            ns += 1
+        if corr >= 0:
+            spans[ns, 0], spans[ns, 1], spans[ns, 2] = corr_s, corr_e, 3
+            ns += 1
+        if ext >= 0:
+            spans[ns, 0], spans[ns, 1], spans[ns, 2] = ext_s, ext_e, 3
+            ns += 1
+        if ext2 >= 0:
+            spans[ns, 0], spans[ns, 1], spans[ns, 2] = ext2_s, ext2_e, 3
+            ns += 1
+        if args_close >= 0:
+            spans[ns, 0], spans[ns, 1], spans[ns, 2] = args_close, args_close, 4
+        else:
+            spans[ns, 0], spans[ns, 1], spans[ns, 2] = e - 1, e - 1, 5
+        ns += 1
+        for a in range(1, ns):                   # insertion sort by position
+            b = a
+            while b > 0 and spans[b - 1, 0] > spans[b, 0]:
+                for c3 in range(3):
+                    tmp = spans[b - 1, c3]
+                    spans[b - 1, c3] = spans[b, c3]
+                    spans[b, c3] = tmp
+                b -= 1
+        if state[0] != 0:
+            out[o] = 44
+            o += 1
+        pos = s
+        for a in range(ns):
+            o = _put(out, o, buf, pos, spans[a, 0])
+            what = spans[a, 2]
+            if what == 0:
+                o = _put_int(out, o, pid_new[k])
+            elif what == 1:
+                o = _put_us(out, o, ts_ns[i] + shift_ns)
+            elif what == 2:
+                o = _put_int(out, o, (np.int64(rank) << np.int64(40)) | idv)
+            elif what == 3:
+                v = _read_uint(buf, spans[a, 0], spans[a, 1])
+                o = _put_int(out, o, (np.int64(rank) << np.int64(40)) | v)
+            elif what == 4:
+                if corr >= 0:
+                    o = _put_lit(out, o, T_RAWCORR)
+                    o = _put_int(out, o, corr)
+                if ext >= 0:
+                    o = _put_lit(out, o, T_RAWEXT)
+                    o = _put_int(out, o, ext)
+                if ext2 >= 0:
+                    o = _put_lit(out, o, T_RAWEXT2)
+                    o = _put_int(out, o, ext2)
+                if not args_empty or corr >= 0 or ext >= 0 or ext2 >= 0:
+                    out[o] = 44
+                    o += 1
+                o = _put_lit(out, o, T_RANK)
+                o = _put_int(out, o, rank)
+            else:
+                o = _put_lit(out, o, T_ARGS)
+                o = _put_lit(out, o, T_RANK)
+                o = _put_int(out, o, rank)
+                out[o] = 125
+                o += 1
+            pos = spans[a, 1]
+        o = _put(out, o, buf, pos, e)
+        state[0] = 1
+        state[1] += 1
+        pid_used[k] = 1
+        if ts_s >= 0 and ph != 77:
+            t_out = ts_ns[i] + shift_ns
+            if state[3] == 0 or t_out < state[2]:
+                state[2] = t_out
+                state[3] = 1
+        i += 1
+    return i, o, OK
