@@ -10,17 +10,9 @@ __version__ = "0.1.0"
 from .errors import StreamtraceError, TraceError, TruncatedTraceError  # noqa: E402
 from .reader import TraceReader  # noqa: E402
 from .writer import TraceWriter  # noqa: E402
+from .discover import discover  # noqa: E402
+from .merge import MergeOptions, merge  # noqa: E402  (the function shadows the module name on purpose)
+from .validate import validate  # noqa: E402
 
-
-def __getattr__(name):
-    # heavier modules load on first use
-    if name in ("merge", "MergeOptions"):
-        from . import merge as m
-        return getattr(m, name)
-    if name == "validate":
-        from .validate import validate
-        return validate
-    if name == "discover":
-        from .discover import discover
-        return discover
-    raise AttributeError(name)
+__all__ = ["TraceReader", "TraceWriter", "merge", "MergeOptions", "validate", "discover",
+           "StreamtraceError", "TraceError", "TruncatedTraceError", "__version__"]

@@ -45,6 +45,12 @@ def read_block(stream, path, size=BLOCK) -> bytes:
         raise TraceError(path, f"corrupt gzip data ({e})") from None
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_output(path, mode="wb", compress=None, compresslevel=1):
     """Write ``path`` atomically: yields a binary file object writing to a
@@ -60,6 +66,7 @@ def atomic_output(path, mode="wb", compress=None, compresslevel=1):
     if compress is None:
         compress = path.name.endswith(".gz")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.chmod(tmp, 0o666 & ~_umask())      # mkstemp makes 0600; give the usual permissions
     raw = os.fdopen(fd, "wb")
     f = gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=compresslevel, mtime=0) if compress else raw
     try:

@@ -393,6 +393,7 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
             pass
         raise
     return {"rank": plan.rank, "events_in": n_in, "events_out": n_out, "bytes_in": reader.bytes_read,
+            "events_fast": int(state[1]),
             "process_map": {str(k): v for k, v in pmap.items()},
             "metadata": meta, "warnings": reader.warnings, "truncated": reader.truncated}
 
