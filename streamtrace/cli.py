@@ -111,6 +111,35 @@ def _report_validation(path, quiet=False):
     return rep
 
 
+@argh.arg("inputs", help="trace files, folders of rank traces, globs, or a merged multi-rank trace")
+@argh.arg("-o", "--outdir", help="output folder (summary.json, kernels/, ops/)")
+@argh.arg("--chunked", help="bounded memory: convert in chunks spilled to disk, then analyse from disk")
+@argh.arg("--chunk-events", type=int, help="events per chunk with --chunked")
+@argh.arg("-j", "--jobs", type=int, help="files analysed in parallel (default: all cores)")
+@argh.arg("--patterns", help="TOML file overriding the classification patterns")
+@argh.arg("--topology", help="topology file: streamtrace JSON or Megatron-TraceViz unique_parallel_groups_*.txt")
+@argh.arg("--rank-map", help="JSON {file: rank} or '<file> <rank>' lines, for files that carry no rank")
+@argh.arg("--salvage", help="on a truncated file keep every complete event before the cut")
+def analyze(*inputs, outdir="streamtrace-analysis", chunked=False, chunk_events=1_000_000, jobs=0,
+            patterns=None, topology=None, rank_map=None, salvage=False):
+    """Classify kernels, build call trees and overlap metrics per rank, as Parquet + JSON."""
+    from .analyze import AnalyzeOptions, analyze as do_analyze
+    if not inputs:
+        raise argh.CommandError("give at least one INPUT")
+    opt = AnalyzeOptions(jobs=jobs, chunked=chunked, chunk_events=chunk_events, patterns=patterns,
+                         topology=topology, rank_map=rank_map, salvage=salvage)
+    s = do_analyze(inputs, outdir, opt)
+    for r in s["ranks"]:
+        for w in r.get("warnings", []):
+            print(f"warning: {w}", file=sys.stderr)
+        devs = ", ".join(f"GPU {d}: busy {m['busy_us'] / 1e3:,.1f} ms, comm {m['comm_us'] / 1e3:,.1f} ms, "
+                         f"overlap {m['overlap_pct'] if m['overlap_pct'] is not None else '-'} %"
+                         for d, m in r["devices"].items()) or "no GPU events"
+        print(f"rank {r['rank']}: {devs}")
+    print(f"analysed {len(s['ranks'])} ranks in {s['seconds']:.2f} s -> {outdir}/summary.json, "
+          f"{outdir}/kernels/, {outdir}/ops/")
+
+
 @argh.arg("trace", help="a trace file (.json or .json.gz)")
 @argh.arg("--json", dest="as_json", help="print the report as JSON")
 def validate(trace, *, as_json=False):
@@ -151,7 +180,7 @@ def main(argv=None):
         return 0
     parser = argparse.ArgumentParser(prog="streamtrace", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="store_true", help="print the version and the ijson backend")
-    argh.add_commands(parser, [merge, validate, demo],
+    argh.add_commands(parser, [merge, analyze, validate, demo],
                       name_mapping_policy=argh.assembling.NameMappingPolicy.BY_NAME_IF_KWONLY)
     try:
         argh.dispatch(parser, argv=argv)

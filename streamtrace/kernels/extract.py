@@ -1,0 +1,179 @@
+"""Numba kernel that pulls the analysis columns out of raw event bytes.
+
+For every event (byte range from :func:`streamtrace.kernels.scan.scan_events`) it
+reads, without building Python objects: ``ph``; ``pid``/``tid`` (integers, or a
+64-bit FNV-1a hash of the string content for string pids such as ``"Spans"``);
+``cat`` and ``name`` (hash + byte span of the string content, for interning);
+flow ``id``; and in ``args``: ``correlation``, ``External id`` (or legacy
+``external id``), ``stream``, ``device``, ``rank``.  Events whose ``args`` hold
+collective metadata (``Collective name``, ``In msg nelems``, ``Process Group
+Name``, ...) or that the kernel cannot read are flagged so Python decodes just
+those.  The plain-Python twin is :func:`streamtrace.columns.columns_from_dicts`.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .jsoncheck import is_valid_json
+from .rewrite import _eq, _skip_ws, _value_end
+from .scan import skip_string
+
+# output flag bits
+F_PID_STR = 1      # pid is a string (pid column holds its hash)
+F_TID_STR = 2
+F_COMM = 4         # args carry collective metadata: decode in Python
+F_PYTHON = 8       # could not read the event: decode in Python
+F_HAS_DUR = 16
+
+NONE = np.int64(-1)
+FNV_OFFSET = np.uint64(14695981039346656037)
+FNV_PRIME = np.uint64(1099511628211)
+
+
+def _lit(s):
+    return np.frombuffer(s.encode(), np.uint8).copy()
+
+
+K_PH, K_PID, K_TID, K_ID, K_CAT, K_NAME, K_ARGS = (_lit(s) for s in ("ph", "pid", "tid", "id", "cat", "name", "args"))
+K_CORR, K_EXT, K_EXT2, K_STREAM, K_DEVICE, K_RANK = (_lit(s) for s in (
+    "correlation", "External id", "external id", "stream", "device", "rank"))
+K_COLL, K_INMSG, K_PGNAME, K_PGRANKS = (_lit(s) for s in (
+    "Collective name", "In msg nelems", "Process Group Name", "Process Group Ranks"))
+
+
+@njit(cache=True, inline="always")
+def fnv1a(buf, s, e):
+    """64-bit FNV-1a hash of ``buf[s:e]`` as int64 (the interning key of a string)."""
+    h = FNV_OFFSET
+    for j in range(s, e):
+        h = (h ^ np.uint64(buf[j])) * FNV_PRIME
+    return np.int64(h)
+
+
+@njit(cache=True)
+def _int(buf, s, e):
+    """Integer literal buf[s:e] (optionally negative, up to 18 digits) or NONE."""
+    neg = False
+    if s < e and buf[s] == 45:
+        neg = True
+        s += 1
+    if e <= s or e - s > 18:
+        return NONE, False
+    v = np.int64(0)
+    for j in range(s, e):
+        c = buf[j]
+        if c < 48 or c > 57:
+            return NONE, False
+        v = v * 10 + (c - 48)
+    return (-v if neg else v), True
+
+
+@njit(cache=True)
+def extract_columns(buf, starts, ends, ph, pid, tid, cat_h, cat_s, cat_e, name_h, name_s, name_e,
+                    flow_id, corr, ext, stream, device, rank, flags):
+    """Fill the per-event output arrays (length >= len(starts)) for every event.
+
+    Integer columns hold -1 when the field is absent or not an integer; string
+    hashes are 0 and spans -1 when absent.  ``ph`` holds the first byte of the
+    phase string (0 when absent).  O(bytes)."""
+    n = starts.shape[0]
+    for i in range(n):
+        s = starts[i]
+        e = ends[i]
+        ph[i] = 0
+        pid[i] = NONE
+        tid[i] = NONE
+        cat_h[i] = 0
+        cat_s[i] = -1
+        cat_e[i] = -1
+        name_h[i] = 0
+        name_s[i] = -1
+        name_e[i] = -1
+        flow_id[i] = NONE
+        corr[i] = NONE
+        ext[i] = NONE
+        stream[i] = NONE
+        device[i] = NONE
+        rank[i] = NONE
+        f = 0
+        if not is_valid_json(buf, s, e):
+            flags[i] = F_PYTHON
+            continue
+        j = s + 1
+        while j < e - 1:
+            j = _skip_ws(buf, j, e)
+            c = buf[j]
+            if c == 44:
+                j += 1
+                continue
+            if c != 34:
+                break
+            ks = j + 1
+            j = skip_string(buf, j, e)
+            ke = j - 1
+            j = _skip_ws(buf, j, e) + 1
+            j = _skip_ws(buf, j, e)
+            vs = j
+            if _eq(buf, ks, ke, K_ARGS) and buf[j] == 123:
+                j += 1
+                while True:
+                    j = _skip_ws(buf, j, e)
+                    c = buf[j]
+                    if c == 44:
+                        j += 1
+                        continue
+                    if c != 34:
+                        j += 1
+                        break
+                    aks = j + 1
+                    j = skip_string(buf, j, e)
+                    ake = j - 1
+                    j = _skip_ws(buf, j, e) + 1
+                    j = _skip_ws(buf, j, e)
+                    avs = j
+                    j = _value_end(buf, j, e)
+                    if _eq(buf, aks, ake, K_CORR):
+                        corr[i] = _int(buf, avs, j)[0]
+                    elif _eq(buf, aks, ake, K_EXT) or _eq(buf, aks, ake, K_EXT2):
+                        ext[i] = _int(buf, avs, j)[0]
+                    elif _eq(buf, aks, ake, K_STREAM):
+                        stream[i] = _int(buf, avs, j)[0]
+                    elif _eq(buf, aks, ake, K_DEVICE):
+                        device[i] = _int(buf, avs, j)[0]
+                    elif _eq(buf, aks, ake, K_RANK):
+                        rank[i] = _int(buf, avs, j)[0]
+                    elif _eq(buf, aks, ake, K_COLL) or _eq(buf, aks, ake, K_INMSG) or \
+                            _eq(buf, aks, ake, K_PGNAME) or _eq(buf, aks, ake, K_PGRANKS):
+                        f |= F_COMM
+                continue
+            j = _value_end(buf, j, e)
+            if _eq(buf, ks, ke, K_PH):
+                if buf[vs] == 34 and j - vs >= 3:
+                    ph[i] = buf[vs + 1]
+            elif _eq(buf, ks, ke, K_PID) or _eq(buf, ks, ke, K_TID):
+                is_pid = _eq(buf, ks, ke, K_PID)
+                if buf[vs] == 34:
+                    v = fnv1a(buf, vs + 1, j - 1)
+                    f |= F_PID_STR if is_pid else F_TID_STR
+                else:
+                    v, ok = _int(buf, vs, j)
+                    if not ok:
+                        f |= F_PYTHON
+                if is_pid:
+                    pid[i] = v
+                else:
+                    tid[i] = v
+            elif _eq(buf, ks, ke, K_CAT):
+                if buf[vs] == 34:
+                    cat_h[i] = fnv1a(buf, vs + 1, j - 1)
+                    cat_s[i] = vs
+                    cat_e[i] = j
+            elif _eq(buf, ks, ke, K_NAME):
+                if buf[vs] == 34:
+                    name_h[i] = fnv1a(buf, vs + 1, j - 1)
+                    name_s[i] = vs
+                    name_e[i] = j
+            elif _eq(buf, ks, ke, K_ID):
+                flow_id[i] = _int(buf, vs, j)[0]
+        flags[i] = f
