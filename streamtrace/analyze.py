@@ -172,7 +172,7 @@ def analyze_rank(ev, comm_rows, table, rank, device_fn, pats, topo=None, pg_conf
                                             np.full(len(g), rank, np.int64), g["correlation"])
     count, total, busy = T.propagate(parent, order, launcher, g_start, g_end)
     # annotations, phases, iterations
-    phase_of, recompute_of, step_of, stackdim_of = C.name_flags(strings, pats)
+    phase_of, fallback_of, recompute_of, step_of, stackdim_of = C.name_flags(strings, pats)
     cname = c["name"]
     is_annot = np.zeros(len(c), bool)
     if "user_annotation" in table.ids:
@@ -206,6 +206,11 @@ def analyze_rank(ev, comm_rows, table, rank, device_fn, pats, topo=None, pg_conf
         ph[better] = code
         micro[better] = mb[pos[better]] if C.PHASES[code] in ("forward", "backward") else -1
         ph_start[better] = ws[pos[better]]
+    for code in np.unique(fallback_of).tolist():
+        if code:
+            ws, we, _ = C.windows(c_start, c_end, fallback_of[cname] == code)
+            hit = (ph == 0) & (C.containing(ws, we, t_launch) >= 0)
+            ph[hit] = code
     rs, re_, _ = C.windows(c_start, c_end, recompute_of[cname] if len(c) else np.zeros(0, bool))
     in_recompute = C.containing(rs, re_, t_launch) >= 0
     ph[in_recompute & (ph == C.PHASES.index("backward"))] = C.PHASES.index("recompute")

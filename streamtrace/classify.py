@@ -21,10 +21,12 @@ DTYPE_BYTES = {"float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "
 
 
 def name_flags(strings, pats):
-    """Per string id: phase code (PHASES index, 0 = none), recompute flag, step number
-    (-1 = not a ProfilerStep), stack dimension (``""`` = none)."""
+    """Per string id: phase code (PHASES index, 0 = none), fallback phase code,
+    recompute flag, step number (-1 = not a ProfilerStep), stack dimension
+    (``""`` = none)."""
     n = len(strings)
     phase = np.zeros(n, np.int8)
+    fallback = np.zeros(n, np.int8)
     recompute = np.zeros(n, bool)
     step = np.full(n, -1, np.int64)
     stack_dim = [""] * n
@@ -32,12 +34,15 @@ def name_flags(strings, pats):
         p = pats.first(pats.phase, s)
         if p:
             phase[i] = PHASES.index(p)
+        p = pats.first(pats.phase_fallback, s)
+        if p:
+            fallback[i] = PHASES.index(p)
         recompute[i] = bool(pats.recompute.search(s)) if pats.recompute else False
         m = pats.step.search(s)
         if m:
             step[i] = int(m.group(1))
         stack_dim[i] = pats.first(pats.stack_dim, s) or ""
-    return phase, recompute, step, np.asarray(stack_dim, dtype=object)
+    return phase, fallback, recompute, step, np.asarray(stack_dim, dtype=object)
 
 
 def windows(start, end, mask):

@@ -40,9 +40,12 @@ DEFAULTS = {
     # phases from the CPU annotations around the launch (Megatron first, then PyTorch/TorchTitan/DDP)
     "phase": {
         "forward": ["^forward_step$", "^## forward ##$", "^forward$", "^model_forward"],
-        "backward": ["^backward_step$", "^## backward ##$", "^backward$",
-                     "^autograd::engine::evaluate_function"],
+        "backward": ["^backward_step$", "^## backward ##$", "^backward$"],
         "optimizer": ["^optimizer$", "^Optimizer\\.step", "^Optimizer\\.zero_grad", "^optimizer_step"],
+    },
+    # used only where no window above contains the launch (no micro-batch from these)
+    "phase_fallback": {
+        "backward": ["^autograd::engine::evaluate_function"],
     },
     "recompute": ["recompute", "^custom_forward$", "CheckpointFunction", "checkpoint"],
     "step": ["^ProfilerStep#(\\d+)$"],
@@ -74,6 +77,7 @@ class Patterns:
         self.launch = re.compile("|".join(f"(?:{p})" for p in spec["launch"]))   # case-sensitive: cu vs Cu
         self.collective = [(k, c(v)) for k, v in spec["collective"].items()]
         self.phase = [(k, c(v)) for k, v in spec["phase"].items()]
+        self.phase_fallback = [(k, c(v)) for k, v in spec["phase_fallback"].items()]
         self.recompute = c(spec["recompute"])
         self.step = re.compile(spec["step"][0])
         self.pg_desc = [(k, c(v)) for k, v in spec["pg_desc"].items()]

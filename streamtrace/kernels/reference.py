@@ -164,3 +164,154 @@ def subtract_length(a_start, a_end, b_start, b_end):
     a = _disjoint_sorted(a_start, a_end, "subtract_length: A")
     b = _disjoint_sorted(b_start, b_end, "subtract_length: B")
     return sum(hi - lo for lo, hi in _segments(a, b, lambda in_a, in_b: in_a and not in_b))
+
+
+# --------------------------------------------------------------------------
+# call trees, correlation linking, GPU-time propagation
+# (twins of streamtrace.kernels.tree)
+# --------------------------------------------------------------------------
+#
+# * build_call_tree: no stack.  Each track is sorted with sorted(); then, for
+#   every event, all earlier events of the track are scanned backwards and the
+#   innermost *open* one is picked directly from its definition: an earlier
+#   event q is open at event c when its effective end lies after c's start and
+#   no event between q and c has a later effective end (such an event either
+#   ran past q's end, or overran q and closed it).  O(N^2).
+# * link_by_correlation: a dict from (key, correlation) to the lowest index.
+# * propagate: every GPU event walks up its owner's ancestor chain (a set of
+#   visited nodes guards against cycles) and is appended to a list per node;
+#   count / total / busy are read off the lists, busy with the union_length
+#   twin above.  O(M·d) appends.
+
+import operator as _operator  # noqa: E402  (kept with the section that uses it)
+
+__all__ += ["build_call_tree_ref", "link_by_correlation_ref", "propagate_ref"]
+
+
+def _tree_ints(x, what):
+    return _to_int_list(x, what)
+
+
+def _same_len(lists, names, what):
+    n = len(lists[0])
+    for lst, name in zip(lists[1:], names[1:]):
+        if len(lst) != n:
+            raise ValueError(f"{what}: {names[0]} and {name} lengths differ ({n} != {len(lst)})")
+    return n
+
+
+def build_call_tree_ref(track, start, end, clamp_ns=1000):
+    """Twin of :func:`streamtrace.kernels.tree.build_call_tree` (backward scan)."""
+    k = _tree_ints(track, "build_call_tree: track")
+    s = _tree_ints(start, "build_call_tree: start")
+    e = _tree_ints(end, "build_call_tree: end")
+    n = _same_len((k, s, e), ("track", "start", "end"), "build_call_tree")
+    for i in range(n):
+        if e[i] < s[i]:
+            raise ValueError(f"build_call_tree: end < start at index {i} ({e[i]} < {s[i]})")
+    clamp = _operator.index(clamp_ns)    # TypeError for non-integers
+    if not 0 <= clamp <= _I64_MAX:
+        raise ValueError(f"build_call_tree: clamp_ns must be in [0, 2**63), got {clamp}")
+
+    parent = [-1] * n
+    depth = [0] * n
+    order = []
+    n_clamped = 0
+    n_overrun = 0
+    by_track = {}
+    for i in range(n):
+        by_track.setdefault(k[i], []).append(i)
+    for key in sorted(by_track):
+        seq = sorted(by_track[key], key=lambda i: (s[i], -e[i], i))
+        order.extend(seq)
+        eff = []                       # effective ends, by position in seq
+        for pos, c in enumerate(seq):
+            # open earlier events, innermost first
+            open_ = []
+            later_max = None           # max effective end strictly between q and c
+            for q in range(pos - 1, -1, -1):
+                if eff[q] > s[c] and (later_max is None or later_max <= eff[q]):
+                    open_.append(q)
+                later_max = eff[q] if later_max is None else max(later_max, eff[q])
+            end_c = e[c]
+            par = None
+            if open_:
+                inner = open_[0]
+                if end_c <= eff[inner]:
+                    par = inner
+                elif end_c - eff[inner] < clamp:
+                    par = inner
+                    end_c = eff[inner]
+                    n_clamped += 1
+                else:
+                    n_overrun += 1
+                    par = next((q for q in open_ if eff[q] >= end_c), None)
+            eff.append(end_c)
+            if par is not None:
+                parent[c] = seq[par]
+                depth[c] = depth[seq[par]] + 1
+    return (np.array(parent, dtype=np.int64), np.array(depth, dtype=np.int32),
+            np.array(order, dtype=np.int64), n_clamped, n_overrun)
+
+
+def link_by_correlation_ref(launch_key, launch_corr, gpu_key, gpu_corr):
+    """Twin of :func:`streamtrace.kernels.tree.link_by_correlation` (a dict)."""
+    lk = _tree_ints(launch_key, "link_by_correlation: launch_key")
+    lc = _tree_ints(launch_corr, "link_by_correlation: launch_corr")
+    gk = _tree_ints(gpu_key, "link_by_correlation: gpu_key")
+    gc = _tree_ints(gpu_corr, "link_by_correlation: gpu_corr")
+    _same_len((lk, lc), ("launch_key", "launch_corr"), "link_by_correlation")
+    _same_len((gk, gc), ("gpu_key", "gpu_corr"), "link_by_correlation")
+    first = {}
+    dup = 0
+    for i, key in enumerate(zip(lk, lc)):
+        if key[1] < 0:
+            continue
+        if key in first:
+            dup += 1
+        else:
+            first[key] = i
+    launcher = [first.get(key, -1) if key[1] >= 0 else -1 for key in zip(gk, gc)]
+    return np.array(launcher, dtype=np.int64), dup
+
+
+def propagate_ref(parent, order, gpu_owner, gpu_start, gpu_end):
+    """Twin of :func:`streamtrace.kernels.tree.propagate` (ancestor walks)."""
+    par = _tree_ints(parent, "propagate: parent")
+    odr = _tree_ints(order, "propagate: order")
+    own = _tree_ints(gpu_owner, "propagate: gpu_owner")
+    gs = _tree_ints(gpu_start, "propagate: gpu_start")
+    ge = _tree_ints(gpu_end, "propagate: gpu_end")
+    n = _same_len((par, odr), ("parent", "order"), "propagate")
+    for i, p in enumerate(par):
+        if not -1 <= p < n:
+            raise ValueError(f"propagate: parent[{i}] = {p} is not -1 or an event index")
+    if sorted(odr) != list(range(n)):
+        raise ValueError("propagate: order is not a permutation of range(N)")
+    seen = set()
+    for v in odr:
+        if par[v] >= 0 and par[v] not in seen:
+            raise ValueError(f"propagate: order lists event {v} before its parent {par[v]}")
+        seen.add(v)
+    _same_len((own, gs, ge), ("gpu_owner", "gpu_start", "gpu_end"), "propagate")
+    for j in range(len(own)):
+        if not -1 <= own[j] < n:
+            raise ValueError(f"propagate: gpu_owner[{j}] = {own[j]} is not -1 or an event index")
+        if ge[j] < gs[j]:
+            raise ValueError(f"propagate: gpu: end < start at index {j} ({ge[j]} < {gs[j]})")
+
+    lists = [[] for _ in range(n)]
+    for j, v in enumerate(own):
+        visited = set()
+        while v != -1:
+            if v in visited:
+                raise ValueError(f"propagate: parent has a cycle through event {v}")
+            visited.add(v)
+            lists[v].append((gs[j], ge[j]))
+            v = par[v]
+    count = [len(lst) for lst in lists]
+    total = [sum(b - a for a, b in lst) for lst in lists]
+    busy = [union_length([a for a, _ in lst], [b for _, b in lst]) if lst else 0
+            for lst in lists]
+    return (np.array(count, dtype=np.int64), np.array(total, dtype=np.int64),
+            np.array(busy, dtype=np.int64))

@@ -1,0 +1,597 @@
+"""Numba kernels for CPU call trees and GPU-time attribution.
+
+Three steps turn the flat event arrays of a (possibly merged, multi-rank) trace
+into per-operator GPU figures:
+
+1. :func:`build_call_tree` nests the complete (``ph: X``) CPU events of every
+   track (one int64 key per (rank, pid, tid)) into a forest: ``parent``,
+   ``depth`` and a topological ``order``.
+2. :func:`link_by_correlation` finds, for every GPU event, the launch event
+   (runtime call) with the same (rank, correlation id).  The rank is part of the
+   key: every rank numbers its correlation ids from the same range, so in a
+   merged trace the id alone links a kernel to launches of *all* ranks.
+3. :func:`propagate` adds every GPU event to the launch that owns it and to all
+   of its ancestors, in one bottom-up pass: launch ``count``, summed kernel time
+   ``total`` and ``busy`` (length of the union of the kernel intervals).
+
+Events are identified by their index in the input arrays; times are int64
+nanoseconds.  Each public function is a thin Python wrapper (validation,
+dtype conversion, sorting with numpy) around an ``@njit`` core.  Plain-Python
+twins with the same signatures and different algorithms live in
+:mod:`streamtrace.kernels.reference`; ``tests/test_tree.py`` checks that both
+agree on random forests.
+
+Naive attribution (for every kernel, walk up its launcher's ancestors and append
+the kernel to a list per node) costs O(M·d) appends and, with correlation ids
+that collide across K merged ranks, O(K²·M·d): every kernel is linked to the K
+launches sharing its id.  Here linking is keyed by rank and propagation visits
+each CPU event once, so the work is linear in the number of events.
+"""
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+from numba import njit
+
+from .intervals import _as_int64
+
+__all__ = [
+    "build_call_tree",
+    "link_by_correlation",
+    "propagate",
+]
+
+_I64_MAX = np.iinfo(np.int64).max
+
+
+# --------------------------------------------------------------------------
+# input handling
+# --------------------------------------------------------------------------
+
+def _same_length(arrays, names, what):
+    n = arrays[0].shape[0]
+    for a, name in zip(arrays[1:], names[1:]):
+        if a.shape[0] != n:
+            raise ValueError(
+                f"{what}: {names[0]} and {name} lengths differ ({n} != {a.shape[0]})"
+            )
+    return n
+
+
+def _check_times(start, end, what):
+    if start.shape[0] and bool(np.any(end < start)):
+        i = int(np.argmax(end < start))
+        raise ValueError(
+            f"{what}: end < start at index {i} ({int(end[i])} < {int(start[i])})"
+        )
+
+
+def _check_index(idx, n, what):
+    """``idx`` values must lie in [-1, n)."""
+    if idx.shape[0] and (int(idx.min()) < -1 or int(idx.max()) >= n):
+        bad = (idx < -1) | (idx >= n)
+        i = int(np.argmax(bad))
+        raise ValueError(f"{what}[{i}] = {int(idx[i])} is not -1 or an event index in [0, {n})")
+
+
+def _check_forest(parent, order):
+    """Validate ``parent`` (values in [-1, N)) and ``order`` (a permutation of
+    range(N) listing every parent before its children).  O(N)."""
+    n = parent.shape[0]
+    if order.shape[0] != n:
+        raise ValueError(f"propagate: parent and order lengths differ ({n} != {order.shape[0]})")
+    _check_index(parent, n, "propagate: parent")
+    if n == 0:
+        return
+    if int(order.min()) < 0 or int(order.max()) >= n:
+        raise ValueError("propagate: order is not a permutation of range(N)")
+    pos = np.full(n, -1, dtype=np.int64)
+    pos[order] = np.arange(n, dtype=np.int64)
+    if bool(np.any(pos < 0)):
+        raise ValueError("propagate: order is not a permutation of range(N) (repeated index)")
+    has = parent >= 0
+    bad = has & (pos[np.where(has, parent, 0)] >= pos)
+    if bool(np.any(bad)):
+        i = int(np.argmax(bad))
+        raise ValueError(
+            f"propagate: order lists event {i} before (or as) its parent {int(parent[i])}; "
+            "order must be topological (parents first) and parent acyclic"
+        )
+
+
+# --------------------------------------------------------------------------
+# njit cores (inputs already validated)
+# --------------------------------------------------------------------------
+
+@njit(cache=True, nogil=True)
+def _call_tree_sorted(track, start, end, order, clamp):
+    """Stack pass over events sorted by (track, start asc, end desc, index).
+
+    The stack holds open events with their effective ends (clamped ends), which
+    never increase from bottom to top.  O(N): every event is pushed once and
+    popped at most once."""
+    n = order.shape[0]
+    parent = np.full(n, -1, dtype=np.int64)
+    depth = np.zeros(n, dtype=np.int32)
+    stack = np.empty(n, dtype=np.int64)
+    stack_end = np.empty(n, dtype=np.int64)
+    top = 0
+    n_clamped = 0
+    n_overrun = 0
+    limit = np.int64(_I64_MAX) - clamp     # pe > limit: pe + clamp would overflow
+    cur = np.int64(0)
+    for k in range(n):
+        i = order[k]
+        t = track[i]
+        if k == 0 or t != cur:
+            top = 0
+            cur = t
+        s = start[i]
+        e = end[i]
+        while top > 0 and stack_end[top - 1] <= s:
+            top -= 1
+        if top > 0 and e > stack_end[top - 1]:
+            pe = stack_end[top - 1]
+            if pe > limit or e < pe + clamp:
+                e = pe                       # small overrun: clamp to the parent
+                n_clamped += 1
+            else:
+                n_overrun += 1               # close the events it overruns
+                while top > 0 and stack_end[top - 1] < e:
+                    top -= 1
+        if top > 0:
+            p = stack[top - 1]
+            parent[i] = p
+            depth[i] = depth[p] + 1
+        stack[top] = i
+        stack_end[top] = e
+        top += 1
+    return parent, depth, n_clamped, n_overrun
+
+
+@njit(cache=True, nogil=True)
+def _merge_join(l_key, l_corr, l_order, g_key, g_corr, g_order):
+    """Merge join of launches and GPU events, both sorted by (key, corr).
+
+    Launches with equal (key, corr) are adjacent and sorted by index, so the
+    first of a group is the lowest index.  O(N + M)."""
+    n = l_order.shape[0]
+    m = g_order.shape[0]
+    launcher = np.full(m, -1, dtype=np.int64)
+    dup = 0
+    for a in range(1, n):
+        i = l_order[a]
+        h = l_order[a - 1]
+        if l_corr[i] >= 0 and l_corr[i] == l_corr[h] and l_key[i] == l_key[h]:
+            dup += 1
+    a = 0
+    for b in range(m):
+        j = g_order[b]
+        gc = g_corr[j]
+        if gc < 0:
+            continue
+        gk = g_key[j]
+        while a < n:
+            i = l_order[a]
+            lk = l_key[i]
+            if lk < gk or (lk == gk and l_corr[i] < gc):
+                a += 1
+            else:
+                break
+        if a < n:
+            i = l_order[a]
+            if l_key[i] == gk and l_corr[i] == gc:
+                launcher[j] = i
+    return launcher, dup
+
+
+@njit(cache=True, nogil=True)
+def _union_into(src_s, src_e, lo, hi, dst_s, dst_e, at):
+    """Canonical union of src[lo:hi] (sorted by start) written to dst[at:].
+    Returns (number written, covered length).  dst may alias src if at <= lo."""
+    k = at
+    length = np.int64(0)
+    have = False
+    cs = np.int64(0)
+    ce = np.int64(0)
+    for i in range(lo, hi):
+        a = src_s[i]
+        b = src_e[i]
+        if b <= a:
+            continue
+        if have and a <= ce:
+            if b > ce:
+                ce = b
+        else:
+            if have:
+                dst_s[k] = cs
+                dst_e[k] = ce
+                k += 1
+                length += ce - cs
+            cs = a
+            ce = b
+            have = True
+    if have:
+        dst_s[k] = cs
+        dst_e[k] = ce
+        k += 1
+        length += ce - cs
+    return k - at, length
+
+
+@njit(cache=True, nogil=True)
+def _merge_runs(s, e, t_s, t_e, runs, r):
+    """Stable merge sort by start of s[runs[0]:runs[r]], made of r sorted runs.
+
+    Adjacent runs are merged pairwise until one is left: O(S log r).  Uses
+    t_s/t_e as scratch; returns True when the result ended up in t_s/t_e."""
+    in_t = False
+    while r > 1:
+        if in_t:
+            a_s, a_e, b_s, b_e = t_s, t_e, s, e
+        else:
+            a_s, a_e, b_s, b_e = s, e, t_s, t_e
+        w = 0
+        q = 0
+        while q < r:
+            lo = runs[q]
+            if q + 1 >= r:                   # odd run out: copy
+                hi = runs[q + 1]
+                for x in range(lo, hi):
+                    b_s[x] = a_s[x]
+                    b_e[x] = a_e[x]
+                runs[w] = lo
+                w += 1
+                q += 1
+                continue
+            mid = runs[q + 1]
+            hi = runs[q + 2]
+            x = lo
+            y = mid
+            z = lo
+            while x < mid and y < hi:
+                if a_s[y] > a_s[x]:
+                    b_s[z] = a_s[y]
+                    b_e[z] = a_e[y]
+                    y += 1
+                else:
+                    b_s[z] = a_s[x]
+                    b_e[z] = a_e[x]
+                    x += 1
+                z += 1
+            while x < mid:
+                b_s[z] = a_s[x]
+                b_e[z] = a_e[x]
+                x += 1
+                z += 1
+            while y < hi:
+                b_s[z] = a_s[y]
+                b_e[z] = a_e[y]
+                y += 1
+                z += 1
+            runs[w] = lo
+            w += 1
+            q += 2
+        runs[w] = runs[r]
+        r = w
+        in_t = not in_t
+    return in_t
+
+
+@njit(cache=True, nogil=True)
+def _propagate(parent, order, owner, gs, ge, by_start):
+    n = parent.shape[0]
+    m = owner.shape[0]
+    own = np.zeros(n, dtype=np.int64)
+    count = np.zeros(n, dtype=np.int64)
+    total = np.zeros(n, dtype=np.int64)
+    busy = np.zeros(n, dtype=np.int64)
+    for j in range(m):
+        o = owner[j]
+        if o >= 0:
+            own[o] += 1
+            total[o] += ge[j] - gs[j]
+    size = np.ones(n, dtype=np.int64)
+    for v in range(n):
+        count[v] = own[v]
+    # bottom-up: children before parents (order reversed); each event once
+    for k in range(n - 1, -1, -1):
+        v = order[k]
+        p = parent[v]
+        if p >= 0:
+            count[p] += count[v]
+            total[p] += total[v]
+            size[p] += size[v]
+    # preorder positions: every subtree becomes a contiguous block
+    pos = np.empty(n, dtype=np.int64)
+    nxt = np.empty(n, dtype=np.int64)
+    cursor = 0
+    for k in range(n):
+        v = order[k]
+        p = parent[v]
+        if p >= 0:
+            pos[v] = nxt[p]
+            nxt[p] += size[v]
+        else:
+            pos[v] = cursor
+            cursor += size[v]
+        nxt[v] = pos[v] + 1
+    node_at = np.empty(n, dtype=np.int64)
+    for v in range(n):
+        node_at[pos[v]] = v
+    # GPU events laid out by owner's preorder position, by start within an owner
+    # (counting sort, stable over by_start): v's subtree owns [off[v], off[v] + count[v])
+    off = np.empty(n, dtype=np.int64)
+    acc = 0
+    for q in range(n):
+        v = node_at[q]
+        off[v] = acc
+        acc += own[v]
+    a_s = np.empty(acc, dtype=np.int64)
+    a_e = np.empty(acc, dtype=np.int64)
+    fill = off.copy()
+    for t in range(m):
+        j = by_start[t]
+        o = owner[j]
+        if o >= 0:
+            a_s[fill[o]] = gs[j]
+            a_e[fill[o]] = ge[j]
+            fill[o] += 1
+    # union lists bottom-up (reverse preorder).  The canonical union of v's
+    # subtree is stored at a[ustart[v]:ustart[v] + ulen[v]], inside v's block.
+    ustart = off.copy()
+    ulen = np.zeros(n, dtype=np.int64)
+    b_s = np.empty(acc, dtype=np.int64)
+    b_e = np.empty(acc, dtype=np.int64)
+    t_s = np.empty(acc, dtype=np.int64)
+    t_e = np.empty(acc, dtype=np.int64)
+    runs = np.empty(n + 2, dtype=np.int64)
+    for q in range(n - 1, -1, -1):
+        v = node_at[q]
+        if count[v] == 0:
+            continue
+        # pieces: v's own events (one sorted run), then each child's union
+        pieces = 0
+        only = -1
+        if own[v] > 0:
+            pieces = 1
+        c_pos = q + 1
+        end_pos = q + size[v]
+        while c_pos < end_pos:
+            c = node_at[c_pos]
+            if ulen[c] > 0:
+                pieces += 1
+                only = c
+            c_pos += size[c]
+        if pieces == 0:
+            continue
+        if pieces == 1 and own[v] == 0:      # a chain: share the child's list
+            ustart[v] = ustart[only]
+            ulen[v] = ulen[only]
+            busy[v] = busy[only]
+            continue
+        if pieces == 1:                       # only own events: union in place
+            w, length = _union_into(a_s, a_e, off[v], off[v] + own[v], a_s, a_e, off[v])
+            ulen[v] = w
+            busy[v] = length
+            continue
+        # gather the runs into b, coalescing runs that are already in order
+        r = 0
+        z = 0
+        runs[0] = 0
+        if own[v] > 0:
+            for x in range(off[v], off[v] + own[v]):
+                b_s[z] = a_s[x]
+                b_e[z] = a_e[x]
+                z += 1
+            r = 1
+            runs[1] = z
+        c_pos = q + 1
+        while c_pos < end_pos:
+            c = node_at[c_pos]
+            if ulen[c] > 0:
+                lo = ustart[c]
+                if r > 0 and a_s[lo] < b_s[z - 1]:
+                    r += 1                    # out of order: a new run
+                elif r == 0:
+                    r = 1
+                for x in range(lo, lo + ulen[c]):
+                    b_s[z] = a_s[x]
+                    b_e[z] = a_e[x]
+                    z += 1
+                runs[r] = z
+            c_pos += size[c]
+        if _merge_runs(b_s, b_e, t_s, t_e, runs, r):
+            w, length = _union_into(t_s, t_e, 0, z, a_s, a_e, off[v])
+        else:
+            w, length = _union_into(b_s, b_e, 0, z, a_s, a_e, off[v])
+        ustart[v] = off[v]
+        ulen[v] = w
+        busy[v] = length
+    return count, total, busy
+
+
+# --------------------------------------------------------------------------
+# public API
+# --------------------------------------------------------------------------
+
+def build_call_tree(track, start, end, clamp_ns=1000):
+    """Nest the complete CPU events of every track into a call forest.
+
+    Parameters
+    ----------
+    track : array_like of int, shape (N,)
+        One int64 key per event; the caller encodes (rank, pid, tid) into it.
+        Events of different tracks are never related.
+    start, end : array_like of int, shape (N,)
+        Event ``i`` covers ``[start[i], end[i])`` in int64 nanoseconds
+        (complete ``ph: X`` events: CPU ops, annotations, runtime calls).
+    clamp_ns : int, default 1000
+        Tolerance for children that end after their parent (timestamp rounding).
+
+    Each track's events are sorted by (start asc, end desc, index asc) and
+    pushed on a stack; an event's parent is the innermost open event whose
+    (effective) interval contains its start: open events ending at or before
+    the start are closed first, so touching events are siblings and two
+    identical non-empty events nest (lower index outside).  If the event ends
+    after that parent's effective end:
+
+    * by less than ``clamp_ns`` ns: it stays a child and its end is treated as
+      the parent's end (counted in ``n_clamped``);
+    * by ``clamp_ns`` or more: it is counted in ``n_overrun`` and attached to
+      the innermost open ancestor that does contain it (or made a root); the
+      open events it overruns are closed, so events starting later nest under
+      it.  It is never dropped.
+
+    Returns
+    -------
+    parent : numpy.int64 array, shape (N,)
+        Index of the parent event, -1 for roots.
+    depth : numpy.int32 array, shape (N,)
+        0 for roots, ``depth[parent] + 1`` otherwise.
+    order : numpy.int64 array, shape (N,)
+        Topological order (parents before children): the per-track sort
+        orders concatenated by ascending track key.  It is also a preorder:
+        every subtree is contiguous.
+    n_clamped, n_overrun : int
+
+    Complexity
+    ----------
+    O(N log N) for the ``np.lexsort`` done here, then O(N) in the njit stack pass.
+
+    Raises
+    ------
+    ValueError
+        if the lengths differ, an array is not one-dimensional, ``end < start``
+        somewhere, or ``clamp_ns`` is negative or above the int64 range.
+    TypeError
+        if the arrays do not hold integers or ``clamp_ns`` is not an integer.
+    """
+    k = _as_int64(track, "build_call_tree: track")
+    s = _as_int64(start, "build_call_tree: start")
+    e = _as_int64(end, "build_call_tree: end")
+    _same_length((k, s, e), ("track", "start", "end"), "build_call_tree")
+    _check_times(s, e, "build_call_tree")
+    clamp = operator.index(clamp_ns)
+    if not 0 <= clamp <= _I64_MAX:
+        raise ValueError(f"build_call_tree: clamp_ns must be in [0, 2**63), got {clamp}")
+    # ~e is -e - 1: end descending without overflow.  lexsort is stable, so
+    # equal (track, start, end) keep ascending index.
+    order = np.lexsort((~e, s, k)).astype(np.int64, copy=False)
+    parent, depth, n_clamped, n_overrun = _call_tree_sorted(k, s, e, order, np.int64(clamp))
+    return parent, depth, order, int(n_clamped), int(n_overrun)
+
+
+def link_by_correlation(launch_key, launch_corr, gpu_key, gpu_corr):
+    """Link every GPU event to the launch event with the same (rank, correlation).
+
+    Parameters
+    ----------
+    launch_key, launch_corr : array_like of int, shape (N,)
+        Rank (or any int64 key that separates merged traces) and correlation id
+        of each launch event (runtime call such as ``cudaLaunchKernel`` or
+        ``cudaGraphLaunch``).  A negative correlation (-1) means none.
+    gpu_key, gpu_corr : array_like of int, shape (M,)
+        The same for each GPU event (kernel, memcpy, memset).
+
+    Returns
+    -------
+    launcher : numpy.int64 array, shape (M,)
+        Index of the launch event with equal key and correlation, -1 if none
+        (or if the GPU event's correlation is negative).  One launch may own
+        many GPU events (CUDA graphs).  Keys never cross: a GPU event of rank 1
+        is never linked to a launch of rank 0 with the same correlation id.
+    n_duplicate_launch_keys : int
+        Number of launch events ignored because a lower-indexed launch event
+        has the same (key, correlation) (should be 0; the lowest index wins).
+
+    Complexity
+    ----------
+    O(N log N + M log M) for the two ``np.lexsort`` calls, then an O(N + M)
+    merge join in the njit core.
+
+    Raises
+    ------
+    ValueError
+        if the lengths of a pair differ or an array is not one-dimensional.
+    TypeError
+        if the arrays do not hold integers.
+    """
+    lk = _as_int64(launch_key, "link_by_correlation: launch_key")
+    lc = _as_int64(launch_corr, "link_by_correlation: launch_corr")
+    gk = _as_int64(gpu_key, "link_by_correlation: gpu_key")
+    gc = _as_int64(gpu_corr, "link_by_correlation: gpu_corr")
+    _same_length((lk, lc), ("launch_key", "launch_corr"), "link_by_correlation")
+    _same_length((gk, gc), ("gpu_key", "gpu_corr"), "link_by_correlation")
+    l_order = np.lexsort((lc, lk)).astype(np.int64, copy=False)
+    g_order = np.lexsort((gc, gk)).astype(np.int64, copy=False)
+    launcher, dup = _merge_join(lk, lc, l_order, gk, gc, g_order)
+    return launcher, int(dup)
+
+
+def propagate(parent, order, gpu_owner, gpu_start, gpu_end):
+    """GPU work launched in every CPU event's subtree.
+
+    Parameters
+    ----------
+    parent, order : array_like of int, shape (N,)
+        A forest over N CPU events, e.g. from :func:`build_call_tree`:
+        ``parent[i]`` is -1 or an index in [0, N); ``order`` is a permutation
+        of range(N) listing every parent before its children (any topological
+        order; it need not be a preorder).  Trees of many ranks may be mixed.
+    gpu_owner : array_like of int, shape (M,)
+        Index of the CPU event (the launch) owning each GPU event, -1 for none
+        (e.g. :func:`link_by_correlation`'s ``launcher``).
+    gpu_start, gpu_end : array_like of int, shape (M,)
+        GPU event intervals ``[gpu_start[j], gpu_end[j])`` in int64 ns.
+
+    Returns
+    -------
+    count : numpy.int64 array, shape (N,)
+        Number of GPU events owned by the event or one of its descendants.
+    total : numpy.int64 array, shape (N,)
+        Sum of their durations (ns).
+    busy : numpy.int64 array, shape (N,)
+        Length (ns) of the union of their intervals: overlapping kernels
+        (several streams, graph replays) count once; ``busy <= total``.
+
+    Complexity
+    ----------
+    ``count`` and ``total``: O(N + M), one pass over ``order`` reversed that
+    visits each event once.  ``busy``: O(M log M) for the stable argsort of
+    GPU starts done here, O(N + M) to lay the GPU events out by the preorder
+    position of their owner (every subtree is then one contiguous block), then
+    canonical interval unions built bottom-up.  A node with a single
+    contributing piece (only one child subtree with GPU work and no own
+    launches: call chains) shares that child's union in O(1); otherwise its
+    own events and its children's unions (S_v intervals, at most the GPU
+    events of its subtree) are merged as r_v sorted runs in O(S_v log r_v),
+    runs already in time order being concatenated for free.  The total is
+    therefore at most O(M · b · log M), with b the largest number of branching
+    nodes on a root-to-leaf path (b <= tree depth d); when the kernels of each
+    subtree start in launch order (one stream) it is O(M · b).  Extra memory:
+    O(N + M) int64.
+
+    Sums are int64: they overflow only past 2**63 - 1 ns.
+
+    Raises
+    ------
+    ValueError
+        if lengths differ, an index is out of range, ``order`` is not a
+        permutation of range(N) that lists parents before children (this also
+        rejects cycles), or ``gpu_end < gpu_start`` somewhere.
+    TypeError
+        if the arrays do not hold integers.
+    """
+    p = _as_int64(parent, "propagate: parent")
+    o = _as_int64(order, "propagate: order")
+    w = _as_int64(gpu_owner, "propagate: gpu_owner")
+    gs = _as_int64(gpu_start, "propagate: gpu_start")
+    ge = _as_int64(gpu_end, "propagate: gpu_end")
+    _check_forest(p, o)
+    _same_length((w, gs, ge), ("gpu_owner", "gpu_start", "gpu_end"), "propagate")
+    _check_index(w, p.shape[0], "propagate: gpu_owner")
+    _check_times(gs, ge, "propagate: gpu")
+    by_start = np.argsort(gs, kind="stable").astype(np.int64, copy=False)
+    return _propagate(p, o, w, gs, ge, by_start)
