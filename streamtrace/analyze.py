@@ -42,232 +42,307 @@ class AnalyzeOptions:
     rank_map: str | None = None
 
 
-# -- loading ---------------------------------------------------------------------
+# -- loading: events grouped per track, in memory or spilled to disk -------------------
 
-def load_events(path, salvage=False, spill_dir=None, chunk_events=1_000_000):
-    """Read one trace into complete-event (``ph == "X"``) columns.
+class MemoryStore:
+    """Event rows grouped by key, kept in memory (the default mode)."""
 
-    Returns ``(cols, comm_rows, table, metadata)``: ``cols`` an EVENT_DTYPE array
-    (in memory, or memory-mapped from ``spill_dir`` when given: chunks of
-    ``chunk_events`` rows are converted and appended to disk as they are read, so
-    the decoded document is never held), ``comm_rows`` the collective-args rows
-    referenced by ``cols["comm"]``."""
+    def __init__(self):
+        self.parts: dict = {}
+
+    def add(self, key, rows):
+        self.parts.setdefault(key, []).append(rows)
+
+    def flush(self):
+        pass
+
+    def keys(self):
+        return sorted(self.parts, key=repr)
+
+    def get(self, key):
+        p = self.parts.get(key, [])
+        return p[0] if len(p) == 1 else (np.concatenate(p) if p else np.zeros(0, EVENT_DTYPE))
+
+
+class SpillStore(MemoryStore):
+    """Event rows grouped by key, appended to one file per key in ``folder`` every
+    ``chunk_events`` rows (``--chunked``): memory holds at most one chunk while
+    reading, and one track at a time while analysing."""
+
+    def __init__(self, folder, chunk_events):
+        super().__init__()
+        self.folder = Path(folder)
+        self.chunk_events = max(1, int(chunk_events))
+        self.pending = 0
+        self.files: dict = {}
+
+    def add(self, key, rows):
+        super().add(key, rows)
+        self.pending += len(rows)
+        if self.pending >= self.chunk_events:
+            self.flush()
+
+    def flush(self):
+        for key, parts in self.parts.items():
+            path = self.files.setdefault(key, self.folder / f"{len(self.files)}.bin")
+            with open(path, "ab") as f:
+                for p in parts:
+                    f.write(p.tobytes())
+        self.parts = {}
+        self.pending = 0
+
+    def keys(self):
+        return sorted(self.files, key=repr)
+
+    def get(self, key):
+        path = self.files.get(key)
+        return np.fromfile(path, EVENT_DTYPE) if path is not None else np.zeros(0, EVENT_DTYPE)
+
+
+def ingest(path, store, pats, salvage=False):
+    """Read one trace into ``store``: complete events (``ph == "X"``, ``dur >= 0``) keyed
+    ``("gpu", rank, pid)`` for GPU events (Kineto categories in the patterns) and
+    ``("cpu", rank, pid, tid)`` for CPU events (``rank`` = ``args.rank`` or -1).
+
+    Returns ``(table, comm_rows, reader)``."""
     table = StringTable()
     comm_rows: list = []
     reader = TraceReader(path, salvage=salvage)
-    parts = []
-    spill = None
-    n_spilled = 0
-    if spill_dir is not None:
-        spill_path = Path(spill_dir) / "events.bin"
-        spill = open(spill_path, "wb")
+    kind_of = np.zeros(0, np.int8)       # per string id: 1 GPU cat, 2 skipped cat, 3 gpu annotation
     for b in reader.raw_batches(decode=False):
         cols, rows = columns_from_batch(b, table, path)
-        keep = cols["ph"] == ord("X")
-        cols = cols[keep]
+        if len(kind_of) < len(table):
+            kind_of = np.concatenate([kind_of, np.asarray(
+                [1 if t in pats.kernel_cats or t in pats.memory_cats else 3 if t == "gpu_user_annotation"
+                 else 2 if t == "Trace" else 0 for t in table.strings[len(kind_of):]], np.int8)])
+        cols = cols[(cols["ph"] == ord("X")) & (cols["dur"] >= 0) & (cols["ts"] >= 0)]
         if rows:
             has = cols["comm"] >= 0
             cols["comm"][has] += len(comm_rows)
             comm_rows.extend(rows)
-        if spill is not None:
-            spill.write(cols.tobytes())
-            n_spilled += len(cols)
-        else:
-            parts.append(cols)
-    if spill is not None:
-        spill.close()
-        arr = np.memmap(spill_path, EVENT_DTYPE, mode="r", shape=(n_spilled,)) if n_spilled \
-            else np.zeros(0, EVENT_DTYPE)
-    else:
-        arr = np.concatenate(parts) if parts else np.zeros(0, EVENT_DTYPE)
-    return arr, comm_rows, table, reader
+        k = np.where(cols["cat"] >= 0, kind_of[np.maximum(cols["cat"], 0)], 0)
+        for sel, fields, tag in ((k == 1, ("rank", "pid"), "gpu"),
+                                 ((k == 0) & (cols["pid"] >= 0), ("rank", "pid", "tid"), "cpu")):
+            part = cols[sel]
+            if not len(part):
+                continue
+            keys = np.stack([part[f] for f in fields], axis=1)
+            uk, inv = np.unique(keys, axis=0, return_inverse=True)
+            inv = inv.reshape(-1)
+            if len(uk) == 1:
+                store.add((tag, *map(int, uk[0])), part)
+                continue
+            order = np.argsort(inv, kind="stable")
+            bounds = np.searchsorted(inv[order], np.arange(len(uk) + 1))
+            for j in range(len(uk)):
+                store.add((tag, *map(int, uk[j])), part[order[bounds[j]:bounds[j + 1]]])
+    store.flush()
+    return table, comm_rows, reader
 
 
-def split_ranks(cols, table, metadata, file_rank, pats):
-    """Yield ``(rank, row_indices, device_of_pid)`` for each rank in a trace.
+def rank_plan(store, metadata, file_rank):
+    """Which rank each stored key belongs to, and how to find a GPU event's device.
 
-    * streamtrace merged traces: rank from ``args.rank``, GPU device and original pid
-      from the recorded process map;
+    * streamtrace merged traces: rank from ``args.rank``; device and original pid from
+      the recorded process map;
     * TraceFusion-style traces: rank from ``args.rank``;
-    * Megatron-style merges (GPU and CPU events sharing pids 1..K): rank = pid - 1;
-    * otherwise the whole file is ``file_rank``."""
+    * Megatron-style merges (GPU and CPU events sharing pids 1..K): rank = pid - 1,
+      device from the kernels' ``args.device``;
+    * otherwise the whole file is ``file_rank``; device = the GPU event's pid.
+    Returns ``({rank: [keys]}, device_mode, pmap)``."""
     st = metadata.get("streamtrace") if isinstance(metadata.get("streamtrace"), dict) else None
-    pmap = {}
-    if st and st.get("kind") == "merged":
-        pmap = {int(k): v for k, v in st.get("process_map", {}).items()}
-    ranks = cols["rank"]
-    if (ranks >= 0).any():
-        for r in np.unique(ranks[ranks >= 0]).tolist():
-            idx = np.flatnonzero(ranks == r)
-            yield int(r), idx, _device_fn(pmap)
-        return
-    gpu_cat_ids = {table.ids[c] for c in pats.kernel_cats | pats.memory_cats | {"gpu_user_annotation"}
-                   if c in table.ids}
-    is_gpu = np.isin(cols["cat"], list(gpu_cat_ids))
-    gpu_pids = set(np.unique(cols["pid"][is_gpu]).tolist())
-    cpu_pids = set(np.unique(cols["pid"][~is_gpu & (cols["pid"] >= 0)]).tolist())
+    pmap = {int(k): v for k, v in (st or {}).get("process_map", {}).items()} if st and st.get("kind") == "merged" \
+        else {}
+    keys = store.keys()
+    ranks: dict = {}
+    if any(k[1] >= 0 for k in keys):
+        for k in keys:
+            ranks.setdefault(k[1] if k[1] >= 0 else file_rank, []).append(k)
+        return ranks, "pmap" if pmap else "pid", pmap
+    gpu_pids = {k[2] for k in keys if k[0] == "gpu"}
+    cpu_pids = {k[2] for k in keys if k[0] == "cpu"}
     # Megatron's merge gives every event of rank r pid r + 1, so GPU events share
     # their pid with CPU events; in one rank's own trace GPU pids are device indices
-    # that never carry CPU events.
+    # that carry no CPU events (GPU annotations are not stored as CPU events).
     if len(cpu_pids) > 1 and gpu_pids and gpu_pids <= cpu_pids and min(cpu_pids) >= 1:
-        for p in sorted(cpu_pids | gpu_pids):
-            yield int(p) - 1, np.flatnonzero(cols["pid"] == p), None
-        return
-    yield file_rank, np.arange(len(cols)), _device_fn(pmap)
-
-
-def _device_fn(pmap):
-    def device(pids):
-        if not pmap:
-            return pids
-        return np.asarray([pmap.get(int(p), {}).get("device", p) if p >= 0 else p for p in pids.tolist()],
-                          np.int64)
-    return device
-
-
-def _orig_pid_fn(pmap):
-    return lambda p: pmap.get(int(p), {}).get("pid", p) if pmap else p
+        for k in keys:
+            ranks.setdefault(k[2] - 1, []).append(k)
+        return ranks, "args", {}
+    return {file_rank: keys}, "pmap" if pmap else "pid", pmap
 
 
 # -- one rank ---------------------------------------------------------------------
 
-def analyze_rank(ev, comm_rows, table, rank, device_fn, pats, topo=None, pg_config=None):
-    """Analyse one rank's complete events ``ev`` (EVENT_DTYPE, any order).
+class _Names:
+    """Per-string-id lookups derived from the patterns (computed once per table)."""
 
-    Returns ``(kernels, ops, summary)``: two dicts of equal-length numpy columns
-    (see :data:`KERNEL_SCHEMA` / :data:`OP_SCHEMA`) and the rank's summary dict
+    def __init__(self, table, pats):
+        strings = table.strings
+        self.names = np.asarray(strings + [""], dtype=object)        # id -1 -> ""
+        n = len(strings) + 1
+        self.memory_cat = np.zeros(n, bool)
+        self.comm = np.zeros(n, bool)
+        for i, t in enumerate(strings):
+            self.memory_cat[i] = t in pats.memory_cats
+            self.comm[i] = bool(pats.comm.search(t))
+        ph, fb, rc, st, sd = C.name_flags(strings, pats)
+        self.phase = np.append(ph, 0)
+        self.fallback = np.append(fb, 0)
+        self.recompute = np.append(rc, False)
+        self.step = np.append(st, -1)
+        self.stack_dim = np.append(sd, "")
+        self.has_stack_dim = np.asarray([bool(x) for x in self.stack_dim], bool)
+        self.user_annotation = table.ids.get("user_annotation", -2)
+
+
+def analyze_rank(store, keys, comm_rows, table, rank, device_mode, pmap, pats, topo=None, pg_config=None,
+                 ops_sink=None):
+    """Analyse one rank whose events sit in ``store`` under ``keys``.
+
+    CPU tracks are processed one at a time (call tree, launch links, GPU roll-up),
+    so memory holds one track plus the rank's GPU events.  ``ops_sink(columns)`` is
+    called once per track with that track's op rows.  Returns ``(kernels, summary)``:
+    the kernel columns (:data:`KERNEL_SCHEMA`) and the rank's summary dict
     (``devices``, ``iterations``, ``phases``, ``call_tree``, ``links``)."""
     from .kernels import tree as T
     from .kernels.ancestry import nearest_marked, outermost_marked
-    strings = table.strings
-    ev = ev[ev["dur"] >= 0]                          # the reference ignores negative durations
-    n_str = len(strings)
-    is_kcat = np.zeros(n_str + 1, bool)
-    is_mcat = np.zeros(n_str + 1, bool)
-    skip_cat = np.zeros(n_str + 1, bool)
-    for i, s in enumerate(strings):
-        is_kcat[i] = s in pats.kernel_cats
-        is_mcat[i] = s in pats.memory_cats
-        skip_cat[i] = s in ("gpu_user_annotation", "Trace")
-    cat = ev["cat"]
-    gpu_mask = is_kcat[cat] | is_mcat[cat]
-    cpu_mask = ~gpu_mask & ~skip_cat[cat] & (ev["pid"] >= 0)
-    g = ev[gpu_mask]
-    c = ev[cpu_mask]
+    nm = _Names(table, pats)
+    names = nm.names
+    gkeys = [k for k in keys if k[0] == "gpu"]
+    g = np.concatenate([store.get(k) for k in gkeys]) if gkeys else np.zeros(0, EVENT_DTYPE)
     g_start, g_end = g["ts"], g["ts"] + g["dur"]
-    c_start, c_end = c["ts"], c["ts"] + c["dur"]
-    # GPU class
-    comm_name = np.zeros(n_str + 1, bool)
-    for i, s in enumerate(strings):
-        comm_name[i] = bool(pats.comm.search(s))
-    kind = np.where(is_mcat[g["cat"]], MEMORY, np.where(comm_name[g["name"]], COMM, COMPUTE)).astype(np.int8)
-    device = g["device"].copy() if device_fn is None else device_fn(g["pid"])
-    # call tree per (pid, tid), links, propagation
-    _, track = np.unique(np.stack([c["pid"], c["tid"]], axis=1), axis=0, return_inverse=True) if len(c) \
-        else (None, np.zeros(0, np.int64))
-    track = track.reshape(-1).astype(np.int64)
-    parent, depth, order, n_clamped, n_overrun = T.build_call_tree(track, c_start, c_end)
-    launch_corr = np.where(c["correlation"] >= 0, c["correlation"], -1)
-    launcher, n_dup = T.link_by_correlation(np.full(len(c), rank, np.int64), launch_corr,
-                                            np.full(len(g), rank, np.int64), g["correlation"])
-    count, total, busy = T.propagate(parent, order, launcher, g_start, g_end)
-    # annotations, phases, iterations
-    phase_of, fallback_of, recompute_of, step_of, stackdim_of = C.name_flags(strings, pats)
-    cname = c["name"]
-    is_annot = np.zeros(len(c), bool)
-    if "user_annotation" in table.ids:
-        is_annot = c["cat"] == table.ids["user_annotation"]
-    is_step = step_of[cname] >= 0 if len(c) else np.zeros(0, bool)
-    mark = is_annot & ~is_step
-    nearest_annot = nearest_marked(parent, order, mark)
-    top_annot = outermost_marked(parent, order, mark)
-    stackdim_mark = np.asarray([bool(x) for x in stackdim_of[cname]], bool) if len(c) else np.zeros(0, bool)
-    nearest_dim = nearest_marked(parent, order, stackdim_mark)
-    has_comm = c["comm"] >= 0
-    nearest_comm = nearest_marked(parent, order, has_comm)
-    t_launch = np.where(launcher >= 0, c_start[np.maximum(launcher, 0)] if len(c) else g_start, g_start)
-    ss, se, sidx = C.windows(c_start, c_end, is_step)
-    step_pos = C.containing(ss, se, t_launch)
-    iteration = np.where(step_pos >= 0, step_of[cname[sidx[np.maximum(step_pos, 0)]]] if len(sidx) else -1, -1)
-    phase_code = phase_of[cname] if len(c) else np.zeros(0, np.int8)
-    ph = np.zeros(len(g), np.int8)
-    micro = np.full(len(g), -1, np.int64)
-    ph_start = np.full(len(g), np.iinfo(np.int64).min)    # start of the window that set ph (innermost wins)
+    kind = np.where(nm.memory_cat[g["cat"]], MEMORY, np.where(nm.comm[g["name"]], COMM, COMPUTE)).astype(np.int8)
+    if device_mode == "args":
+        device = g["device"].copy()
+    elif device_mode == "pmap":
+        device = np.asarray([pmap.get(int(p), {}).get("device", p) for p in g["pid"].tolist()], np.int64)
+    else:
+        device = g["pid"].copy()
+    M = len(g)
+    launcher = np.full(M, -1, np.int64)             # row of the launch in this rank's ops table
+    t_launch = g_start.copy()
+    f_launch_op, f_launching, f_annot, f_top, f_dim_at = (np.full(M, -1, np.int64) for _ in range(5))
+    comm_row = np.where(g["comm"] >= 0, g["comm"], -1).astype(np.int64)
+    win = {"step": [], "recompute": [], **{c: [] for c in range(1, len(C.PHASES))},
+           **{("fb", c): [] for c in range(1, len(C.PHASES))}}
+    n_cpu = n_clamped = n_overrun = n_dup = 0
+    gcorr = np.where(g["correlation"] >= 0, g["correlation"], -1)
+    for key in (k for k in keys if k[0] == "cpu"):
+        c = store.get(key)
+        n = len(c)
+        start, end = c["ts"], c["ts"] + c["dur"]
+        parent, depth, order, ncl, nov = T.build_call_tree(np.zeros(n, np.int64), start, end)
+        n_clamped += ncl
+        n_overrun += nov
+        cname = c["name"]
+        count = np.zeros(n, np.int64)
+        total = np.zeros(n, np.int64)
+        busy = np.zeros(n, np.int64)
+        if (c["correlation"] >= 0).any() and M:
+            free = np.where(launcher < 0, gcorr, -1)
+            local, dup = T.link_by_correlation(np.zeros(n, np.int64), c["correlation"], np.zeros(M, np.int64), free)
+            n_dup += dup
+            mine = np.flatnonzero(local >= 0)
+            if len(mine):
+                lm = local[mine]
+                count, total, busy = T.propagate(parent, order, lm, g_start[mine], g_end[mine])
+                launcher[mine] = n_cpu + lm
+                t_launch[mine] = start[lm]
+                is_step = nm.step[cname] >= 0
+                mark = (c["cat"] == nm.user_annotation) & ~is_step
+                f_launch_op[mine] = cname[lm]
+                pl = parent[lm]
+                f_launching[mine] = np.where(pl >= 0, cname[np.maximum(pl, 0)], -1)
+                for out, idx in ((f_annot, nearest_marked(parent, order, mark)),
+                                 (f_top, outermost_marked(parent, order, mark)),
+                                 (f_dim_at, nearest_marked(parent, order, nm.has_stack_dim[cname]))):
+                    a = idx[lm]
+                    out[mine] = np.where(a >= 0, cname[np.maximum(a, 0)], -1)
+                nc = nearest_marked(parent, order, c["comm"] >= 0)[lm]
+                need = comm_row[mine] < 0
+                comm_row[mine[need]] = np.where(nc[need] >= 0, c["comm"][np.maximum(nc[need], 0)], -1)
+        # windows for phases / micro-batches / iterations (from any thread)
+        for sel, bucket, extra in ((nm.step[cname] >= 0, "step", nm.step[cname]),
+                                   (nm.recompute[cname], "recompute", None)):
+            if sel.any():
+                win[bucket].append((start[sel], end[sel], None if extra is None else extra[sel]))
+        for code in range(1, len(C.PHASES)):
+            for sel, bucket in ((nm.phase[cname] == code, code), (nm.fallback[cname] == code, ("fb", code))):
+                if sel.any():
+                    win[bucket].append((start[sel], end[sel], None))
+        if ops_sink is not None:
+            ops_sink({"pid": c["pid"], "tid": c["tid"], "ts_ns": start, "dur_ns": c["dur"], "name": names[cname],
+                      "cat": names[c["cat"]], "depth": depth, "parent": np.where(parent >= 0, parent + n_cpu, -1),
+                      "correlation": c["correlation"], "external_id": c["external_id"], "kernel_count": count,
+                      "kernel_time_ns": total, "gpu_busy_ns": busy})
+        n_cpu += n
+    # phases, micro-batches, iterations: innermost window containing the launch time
+    ws, we, wval = _cat_windows(win["step"])
+    step_pos = C.containing(ws, we, t_launch)
+    iteration = np.where(step_pos >= 0, wval[np.maximum(step_pos, 0)] if len(wval) else -1, -1)
+    ph = np.zeros(M, np.int8)
+    micro = np.full(M, -1, np.int64)
+    ph_start = np.full(M, np.iinfo(np.int64).min)
     for code in range(1, len(C.PHASES)):
-        if C.PHASES[code] == "recompute":
+        ps, pe, _ = _cat_windows(win[code])
+        if not len(ps):
             continue
-        ws, we, widx = C.windows(c_start, c_end, phase_code == code)
-        if not len(ws):
-            continue
-        wstep = C.containing(ss, se, ws)
-        mb = C.ordinal_within(wstep, ws)
-        pos = C.containing(ws, we, t_launch)
-        better = (pos >= 0) & (ws[np.maximum(pos, 0)] >= ph_start)
+        mb = C.ordinal_within(C.containing(ws, we, ps), ps)
+        pos = C.containing(ps, pe, t_launch)
+        better = (pos >= 0) & (ps[np.maximum(pos, 0)] >= ph_start)
         ph[better] = code
         micro[better] = mb[pos[better]] if C.PHASES[code] in ("forward", "backward") else -1
-        ph_start[better] = ws[pos[better]]
-    for code in np.unique(fallback_of).tolist():
-        if code:
-            ws, we, _ = C.windows(c_start, c_end, fallback_of[cname] == code)
-            hit = (ph == 0) & (C.containing(ws, we, t_launch) >= 0)
-            ph[hit] = code
-    rs, re_, _ = C.windows(c_start, c_end, recompute_of[cname] if len(c) else np.zeros(0, bool))
-    in_recompute = C.containing(rs, re_, t_launch) >= 0
-    ph[in_recompute & (ph == C.PHASES.index("backward"))] = C.PHASES.index("recompute")
+        ph_start[better] = ps[pos[better]]
+    for code in range(1, len(C.PHASES)):
+        ps, pe, _ = _cat_windows(win[("fb", code)])
+        hit = (ph == 0) & (C.containing(ps, pe, t_launch) >= 0)
+        ph[hit] = code
+    rs, re_, _ = _cat_windows(win["recompute"])
+    ph[(C.containing(rs, re_, t_launch) >= 0) & (ph == C.PHASES.index("backward"))] = C.PHASES.index("recompute")
     # collectives
     pg_config = pg_config or {}
-    coll = {k: (np.full(len(g), -1, np.int64) if k.endswith("bytes") or k == "group_size"
-                else np.full(len(g), "", dtype=object))
+    coll = {k: (np.full(M, -1, np.int64) if k.endswith("bytes") or k == "group_size" else np.full(M, "", object))
             for k in ("collective", "in_bytes", "out_bytes", "msg_bytes", "dtype", "group_size",
                       "pg_name", "pg_desc", "pg_ranks", "parallel_dim")}
     for j in np.flatnonzero(kind == COMM).tolist():
-        row = None
-        if g["comm"][j] >= 0:
-            row = comm_rows[g["comm"][j]]
-        elif launcher[j] >= 0 and nearest_comm[launcher[j]] >= 0:
-            row = comm_rows[c["comm"][nearest_comm[launcher[j]]]]
-        info = C.collective_info(row, strings[g["name"][j]], pats, pg_config)
+        row = comm_rows[comm_row[j]] if comm_row[j] >= 0 else None
+        info = C.collective_info(row, names[g["name"][j]], pats, pg_config)
         dim = topo.dim_of(info["pg_ranks"]) if topo is not None else None
         dim = dim or pats.first(pats.pg_desc, info["pg_desc"])
-        if not dim and launcher[j] >= 0 and nearest_dim[launcher[j]] >= 0:
-            dim = stackdim_of[cname[nearest_dim[launcher[j]]]]
+        if not dim and f_dim_at[j] >= 0:
+            dim = nm.stack_dim[f_dim_at[j]]
         info["parallel_dim"] = dim or "unknown"
         info["pg_ranks"] = ",".join(map(str, info["pg_ranks"]))
         for k in coll:
             coll[k][j] = info[k]
-    lidx = np.maximum(launcher, 0)
-    has_l = launcher >= 0
-
-    def via_launcher(values, fill):
-        out = np.full(len(g), fill, dtype=values.dtype)
-        if len(values):
-            out[has_l] = values[lidx[has_l]]
-        return out
-
-    names = np.asarray(strings + [""], dtype=object)
-    launch_parent = np.where(has_l, parent[lidx] if len(c) else -1, -1)
     kernels = {
-        "rank": np.full(len(g), rank, np.int32), "device": device.astype(np.int32),
-        "stream": g["stream"], "tid": g["tid"], "ts_ns": g_start, "dur_ns": g["dur"], "end_ns": g_end,
-        "name": names[g["name"]], "cat": names[g["cat"]], "kind": np.asarray(KINDS, object)[kind],
-        "correlation": g["correlation"], "external_id": g["external_id"],
-        "launch_op": np.where(has_l, names[via_launcher(cname, -1)], ""),
-        "launching_op": np.where(launch_parent >= 0, names[cname[np.maximum(launch_parent, 0)]] if len(c) else "", ""),
-        "annotation": _name_at(names, cname, via_launcher(nearest_annot, -1)),
-        "top_annotation": _name_at(names, cname, via_launcher(top_annot, -1)),
-        "phase": np.asarray(C.PHASES, object)[ph], "microbatch": micro, "iteration": iteration,
-        **coll,
-    }
-    ops = {
-        "rank": np.full(len(c), rank, np.int32), "pid": c["pid"], "tid": c["tid"], "ts_ns": c_start,
-        "dur_ns": c["dur"], "name": names[cname], "cat": names[c["cat"]], "depth": depth, "parent": parent,
-        "correlation": c["correlation"], "external_id": c["external_id"],
-        "kernel_count": count, "kernel_time_ns": total, "gpu_busy_ns": busy,
-    }
+        "device": device.astype(np.int32), "stream": g["stream"], "tid": g["tid"], "ts_ns": g_start,
+        "dur_ns": g["dur"], "end_ns": g_end, "name": names[g["name"]], "cat": names[g["cat"]],
+        "kind": np.asarray(KINDS, object)[kind], "correlation": g["correlation"], "external_id": g["external_id"],
+        "launch_op": names[f_launch_op], "launching_op": names[f_launching], "annotation": names[f_annot],
+        "top_annotation": names[f_top], "phase": np.asarray(C.PHASES, object)[ph], "microbatch": micro,
+        "iteration": iteration, **coll}
     summary = {"devices": {}, "iterations": {}, "phases": [],
-               "call_tree": {"cpu_events": int(len(c)), "clamped": int(n_clamped), "overruns": int(n_overrun)},
-               "links": {"gpu_events": int(len(g)), "linked": int(has_l.sum()),
-                         "duplicate_launch_ids": int(n_dup)}}
+               "call_tree": {"cpu_events": int(n_cpu), "clamped": int(n_clamped), "overruns": int(n_overrun)},
+               "links": {"gpu_events": int(M), "linked": int((launcher >= 0).sum()), "duplicate_launch_ids": int(n_dup)}}
+    _metrics(summary, device, g_start, g_end, kind, iteration, ph, micro)
+    return kernels, summary
+
+
+def _cat_windows(parts):
+    """Concatenate window lists and sort by start: (start, end, value)."""
+    if not parts:
+        z = np.zeros(0, np.int64)
+        return z, z, z
+    s = np.concatenate([p[0] for p in parts])
+    e = np.concatenate([p[1] for p in parts])
+    v = np.concatenate([p[2] for p in parts]) if parts[0][2] is not None else np.zeros(len(s), np.int64)
+    o = np.argsort(s, kind="stable")
+    return s[o], e[o], v[o]
+
+
+def _metrics(summary, device, g_start, g_end, kind, iteration, ph, micro):
+    """Fill per-device, per-iteration and per phase x micro-batch metrics (README definitions)."""
     for d in np.unique(device).tolist():
         m = device == d
         summary["devices"][str(d)] = device_metrics(g_start[m], g_end[m], kind[m])
@@ -276,23 +351,14 @@ def analyze_rank(ev, comm_rows, table, rank, device_fn, pats, topo=None, pg_conf
                 mi = m & (iteration == it)
                 summary["iterations"].setdefault(str(it), {})[str(d)] = device_metrics(g_start[mi], g_end[mi],
                                                                                       kind[mi])
-        for code in np.unique(ph[m]).tolist():
-            for mb in np.unique(micro[m & (ph == code)]).tolist():
-                for it in np.unique(iteration[m & (ph == code) & (micro == mb)]).tolist():
-                    sel = m & (ph == code) & (micro == mb) & (iteration == it)
-                    row = {"device": str(d), "iteration": None if it < 0 else int(it), "phase": C.PHASES[code],
-                           "microbatch": None if mb < 0 else int(mb)}
-                    row.update(device_metrics(g_start[sel], g_end[sel], kind[sel]))
-                    summary["phases"].append(row)
-    return kernels, ops, summary
-
-
-def _name_at(names, cname, idx):
-    out = np.full(len(idx), "", dtype=object)
-    ok = idx >= 0
-    if ok.any():
-        out[ok] = names[cname[idx[ok]]]
-    return out
+        keys = np.unique(np.stack([iteration[m], ph[m].astype(np.int64), micro[m]], axis=1), axis=0) \
+            if m.any() else []
+        for it, code, mb in (map(int, k) for k in keys):
+            sel = m & (iteration == it) & (ph == code) & (micro == mb)
+            row = {"device": str(d), "iteration": None if it < 0 else it, "phase": C.PHASES[code],
+                   "microbatch": None if mb < 0 else mb}
+            row.update(device_metrics(g_start[sel], g_end[sel], kind[sel]))
+            summary["phases"].append(row)
 
 
 # -- outputs ------------------------------------------------------------------------
@@ -338,25 +404,48 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions) -> lis
         topo = load_topology(opt.topology)
     spill = tempfile.TemporaryDirectory(prefix=".streamtrace-", dir=outdir) if opt.chunked else None
     try:
-        cols, comm_rows, table, reader = load_events(path, opt.salvage, spill.name if spill else None,
-                                                     opt.chunk_events)
+        store = SpillStore(spill.name, opt.chunk_events) if spill else MemoryStore()
+        table, comm_rows, reader = ingest(path, store, pats, opt.salvage)
         meta = reader.metadata
-        out = []
+        ranks, device_mode, pmap = rank_plan(store, meta, file_rank)
         kschema, oschema = _schema()
-        for rank, idx, device_fn in split_ranks(cols, table, meta, file_rank, pats):
-            ev = np.asarray(cols[idx])
-            pg_config = _pg_config(meta, rank)
-            kernels, ops, summ = analyze_rank(ev, comm_rows, table, rank, device_fn, pats, topo, pg_config)
-            del ev
+        out = []
+        for rank, keys in sorted(ranks.items()):
+            with _OpsWriter(outdir, rank, oschema) as ops:
+                kernels, summ = analyze_rank(store, keys, comm_rows, table, rank, device_mode, pmap, pats, topo,
+                                             _pg_config(meta, rank), ops.write)
             write_partition(outdir, "kernels", rank, kernels, kschema)
-            write_partition(outdir, "ops", rank, ops, oschema)
             out.append({"rank": rank, "source": str(path), "iteration": iteration, **summ,
                         "warnings": reader.warnings})
-        del cols
         return out
     finally:
         if spill is not None:
             spill.cleanup()
+
+
+class _OpsWriter:
+    """Writes ``ops/rank=R/part-0.parquet`` one track (row group) at a time, atomically."""
+
+    def __init__(self, outdir, rank, schema):
+        self.path = Path(outdir) / "ops" / f"rank={rank}" / "part-0.parquet"
+        self.schema = schema
+
+    def __enter__(self):
+        import pyarrow.parquet as pq
+        from .io import atomic_output
+        self._cm = atomic_output(self.path, compress=False)
+        self._f = self._cm.__enter__()
+        self._w = pq.ParquetWriter(self._f, self.schema, compression="zstd")
+        return self
+
+    def write(self, columns):
+        import pyarrow as pa
+        self._w.write_table(pa.Table.from_arrays([pa.array(columns[f.name], type=f.type) for f in self.schema],
+                                                 schema=self.schema))
+
+    def __exit__(self, et, ev, tb):
+        self._w.close()
+        return self._cm.__exit__(et, ev, tb)
 
 
 def _pg_config(meta, rank) -> dict:
