@@ -473,7 +473,7 @@ def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> dict:
     :class:`StreamtraceError` on bad input (nothing is left half-written)."""
     from .discover import expand_inputs, identify, load_rank_map
     from .io import atomic_output
-    from .merge import _map
+    from .parallel import run_tasks
     opt = opt or AnalyzeOptions()
     t0 = time.time()
     outdir = Path(outdir)
@@ -499,7 +499,7 @@ def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> dict:
     if not tasks:
         raise StreamtraceError(f"no trace files found in {', '.join(map(str, inputs))}")
     jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(tasks)))
-    results = _map(_job, tasks, jobs)
+    results = run_tasks(_job, tasks, jobs)
     ranks = sorted((r for res in results for r in res), key=lambda r: r["rank"])
     seen = {}
     for r in ranks:

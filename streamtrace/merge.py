@@ -23,46 +23,25 @@ Rewrites (all documented in the README):
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
 import multiprocessing as mp
 import os
-import re
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import orjson
 
 from . import __version__
-from .discover import TraceFile, discover, parse_ranks
+from .discover import TraceFile, discover
 from .errors import StreamtraceError
 from .io import atomic_output
-from .kernels import rewrite as RW
-from .reader import TraceReader, _loads_one
-from .writer import dumps_event, dumps_events, fmt_us
-
-PID_STRIDE = 1000
-ID_BITS = 40
-GPU_PID_LIMIT = 1024   # Kineto gives GPU devices pid = device index; CPU processes their OS pid
-GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "Kernel", "Memcpy", "Memset"})
-FLOW_PHASES = frozenset({"s", "f", "t"})
-PROCESS_META = frozenset({"process_name", "process_labels", "process_sort_index"})
-_ID_ARGS = (("correlation", "raw correlation"), ("External id", "raw External id"),
-            ("external id", "raw external id"))
-
-
-def unique_id(rank: int, raw):
-    """Make a correlation / flow id unique across ranks: ``rank * 2**40 + raw`` for
-    integers in [0, 2**40); other values become the string ``"r<rank>:<raw>"``.
-    The transform is the same for flow ids and correlations, so an ``ac2g`` flow id
-    still equals its launch's correlation after the merge."""
-    if type(raw) is int and 0 <= raw < (1 << ID_BITS):
-        return (rank << ID_BITS) | raw
-    return f"r{rank}:{raw}"
-
+from .parallel import run_tasks
+from .rankmerge import (FLOW_PHASES, GPU_CATS, ID_BITS, PID_STRIDE, PROCESS_META, RankPlan,  # noqa: F401
+                        _device_names, _hashable, _host, merge_rank, rewrite_dict, unique_id)
+from .reader import TraceReader
+from .writer import dumps_event
 
 @dataclass
 class MergeOptions:
@@ -81,24 +60,6 @@ class MergeOptions:
 
     def needs_survey(self):
         return self.align == "first-step" or self.steps is not None or self.window_ms is not None
-
-
-@dataclass
-class RankPlan:
-    """What one worker needs to rewrite one rank (picklable)."""
-    path: str
-    rank: int
-    shift_ns: int
-    segment: str
-    compress: bool
-    compresslevel: int
-    drop_cat: frozenset
-    gpu_only: bool
-    keep: tuple | None            # (lo, hi) rank-local ns, or None
-    kept_flows: set | None        # (cat, id) pairs to keep under a time filter
-    salvage: bool
-    host: str | None = None
-    devices: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -142,301 +103,18 @@ def survey_rank(path, want_flows=False, salvage=False) -> Survey:
     return Survey(r.metadata, first, steps, flows)
 
 
-def _hashable(v):
-    return v if isinstance(v, (int, str, float)) or v is None else orjson.dumps(v)
-
-
-def _classify_pid(pid):
-    if type(pid) is int and 0 <= pid < GPU_PID_LIMIT:
-        return "gpu"
-    if type(pid) is int:
-        return "cpu"
-    return "other"
-
-
-class _PidMap:
-    def __init__(self, rank):
-        self.rank = rank
-        self.map = {}
-        self.info = {}
-        self.ncpu = 0
-        self.nother = 0
-
-    def get(self, pid):
-        key = _hashable(pid)
-        mp_ = self.map.get(key)
-        if mp_ is None:
-            kind = _classify_pid(pid)
-            if kind == "gpu":
-                slot = 100 + pid
-            elif kind == "cpu":
-                slot = min(self.ncpu, 99)
-                self.ncpu += 1
-            else:
-                slot = 900 + min(self.nother, 99)
-                self.nother += 1
-            mp_ = 1 + self.rank * PID_STRIDE + slot
-            self.map[key] = mp_
-            self.info[mp_] = {"rank": self.rank, "pid": pid, "kind": kind,
-                              "device": pid if kind == "gpu" else None, "slot": slot}
-        return mp_
-
-
-def process_label(info, host=None, devices=None) -> str:
-    """Perfetto process name for a merged pid, e.g. ``Rank 3 · GPU 3 (NVIDIA H100 80GB HBM3)``."""
-    r = info["rank"]
-    if info["kind"] == "gpu":
-        dev = (devices or {}).get(info["device"])
-        return f"Rank {r} · GPU {info['device']}" + (f" ({dev})" if dev else "")
-    if info["kind"] == "cpu":
-        where = f"host {host}, pid {info['pid']}" if host else f"pid {info['pid']}"
-        return f"Rank {r} · CPU ({where})"
-    return f"Rank {r} · {info['pid'] or 'global'}"
-
-
-class _RankCtx:
-    """Per-rank rewrite state shared by the byte kernel and its Python twin."""
-
-    def __init__(self, plan: RankPlan):
-        self.rank = plan.rank
-        self.shift = plan.shift_ns
-        self.drop_cat = plan.drop_cat
-        self.gpu_only = plan.gpu_only
-        self.lo, self.hi = plan.keep if plan.keep else (None, None)
-        self.kept_flows = plan.kept_flows
-        self.pids = _PidMap(plan.rank)
-        self.used = set()
-        self.first_out = None
-        self.count = 0
-
-
-def rewrite_dict(ev, ts_ns, dur_ns, flag, ctx: _RankCtx):
-    """The Python definition of merge's per-event rewrite (the twin of
-    :func:`streamtrace.kernels.rewrite.rewrite_events`).  Returns the rewritten
-    event dict, or None when a filter drops it.  ``ts_ns``/``dur_ns``/``flag``: the
-    exact times and scan flags of the event."""
-    if not isinstance(ev, dict):
-        return None
-    ph = ev.get("ph")
-    if ctx.drop_cat and ev.get("cat") in ctx.drop_cat:
-        return None
-    if ph == "M" and ev.get("name") in PROCESS_META:
-        return None
-    newpid = ctx.pids.get(ev.get("pid"))
-    if ctx.gpu_only and (ph in FLOW_PHASES or ctx.pids.info[newpid]["kind"] != "gpu"):
-        return None
-    if flag & 1 and not flag & 4:
-        t = ts_ns
-        if ctx.lo is not None and ph != "M":
-            end = t + dur_ns if (flag & 2 and not flag & 8 and dur_ns > 0) else t
-            if end < ctx.lo or t > ctx.hi:
-                return None
-            if ph in FLOW_PHASES and (ev.get("cat"), _hashable(ev.get("id"))) not in ctx.kept_flows:
-                return None
-        t += ctx.shift
-        ev["ts"] = orjson.Fragment(fmt_us(t))
-        if ph != "M" and (ctx.first_out is None or t < ctx.first_out):
-            ctx.first_out = t
-    ev["pid"] = newpid
-    if "id" in ev and ph in FLOW_PHASES:
-        ev["id"] = unique_id(ctx.rank, ev["id"])
-    args = ev.get("args")
-    if not isinstance(args, dict):
-        args = ev["args"] = {} if args is None else {"value": args}
-    for key, rawkey in _ID_ARGS:
-        if key in args:
-            v = args[key]
-            args[rawkey] = v
-            args[key] = unique_id(ctx.rank, v)
-    args["rank"] = ctx.rank
-    ctx.used.add(newpid)
-    ctx.count += 1
-    return ev
-
-
-class _PidTables:
-    """The pid lookup arrays handed to the byte kernel (rebuilt when a new pid appears)."""
-
-    def __init__(self):
-        self.texts = []
-        self.new = []
-        self.kind = []
-        self.used = np.zeros(0, np.uint8)
-        self._build()
-
-    def add(self, text: bytes, newpid: int, kind: str):
-        self.texts.append(text)
-        self.new.append(newpid)
-        self.kind.append({"cpu": RW.KIND_CPU, "gpu": RW.KIND_GPU}.get(kind, RW.KIND_OTHER))
-        used = self.used
-        self._build()
-        self.used[:len(used)] = used
-
-    def _build(self):
-        self.text = np.frombuffer(b"".join(self.texts) or b"\0", np.uint8)
-        self.off = np.zeros(len(self.texts) + 1, np.int64)
-        self.off[1:] = np.cumsum([len(t) for t in self.texts]) if self.texts else []
-        self.new_a = np.asarray(self.new, np.int64) if self.new else np.zeros(1, np.int64)
-        self.kind_a = np.asarray(self.kind, np.int64) if self.kind else np.zeros(1, np.int64)
-        self.used = np.zeros(max(1, len(self.texts)), np.uint8)
-
-
-OUT_BYTES = 8 << 20
-
-
-def merge_rank(plan: RankPlan, progress=None) -> dict:
-    """Rewrite one rank's events into ``plan.segment``; returns counts, the process
-    map and the rank's metadata (all small).  Runs in a worker process.
-
-    Events go through the byte kernel :func:`~streamtrace.kernels.rewrite.rewrite_events`;
-    those it hands back (unusual shapes, invalid JSON) are decoded and rewritten by
-    :func:`rewrite_dict`, which raises :class:`TraceError` for invalid input."""
-    import gzip
-    ctx = _RankCtx(plan)
-    tables = _PidTables()
-    drops = [c.encode() for c in sorted(plan.drop_cat)]
-    drop_text = np.frombuffer(b"".join(drops) or b"\0", np.uint8)
-    drop_off = np.zeros(len(drops) + 1, np.int64)
-    if drops:
-        drop_off[1:] = np.cumsum([len(d) for d in drops])
-    has_window = ctx.lo is not None
-    lo = ctx.lo if has_window else 0
-    hi = ctx.hi if has_window else 0
-    out = np.empty(OUT_BYTES, np.uint8)
-    state = np.zeros(4, np.int64)
-    info = np.zeros(2, np.int64)
-    n_in = 0
-    reader = TraceReader(plan.path, salvage=plan.salvage, progress=progress)
-    raw = open(plan.segment, "wb")
-    seg = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=plan.compresslevel, mtime=0) \
-        if plan.compress else raw
-    try:
-        for b in reader.raw_batches(decode=False):
-            buf = np.frombuffer(b.buf, np.uint8)
-            starts, ends = b.starts, b.ends
-            n = len(starts)
-            n_in += n
-            i = 0
-            o = 0
-            while i < n:
-                i, o, status = RW.rewrite_events(
-                    buf, starts, ends, b.ts_ns, b.dur_ns, b.flags, i, n, out, o, state,
-                    tables.text, tables.off, tables.new_a, tables.kind_a, tables.used, len(tables.texts),
-                    drop_text, drop_off, len(drops), plan.rank, ctx.shift, ctx.gpu_only, has_window, lo, hi, info)
-                if status == RW.OK:
-                    break
-                if status == RW.OUT_FULL:
-                    if o == 0:
-                        out = np.empty(2 * len(out) + int(ends[i] - starts[i]), np.uint8)
-                    seg.write(out[:o].tobytes())
-                    o = 0
-                elif status == RW.UNKNOWN_PID:
-                    text = b.buf[int(info[0]):int(info[1])]
-                    pid = _loads(text, plan.path, b.offset)
-                    newpid = ctx.pids.get(pid)
-                    tables.add(text, newpid, ctx.pids.info[newpid]["kind"])
-                else:   # NEED_PYTHON: decode this one event and use the twin
-                    s, e = int(starts[i]), int(ends[i])
-                    ev = _loads(b.buf[s:e], plan.path, b.offset + s - int(starts[0]))
-                    ev = rewrite_dict(ev, int(b.ts_ns[i]), int(b.dur_ns[i]), int(b.flags[i]), ctx)
-                    if ev is not None:
-                        data = dumps_event(ev)
-                        if len(out) - o < len(data) + 1:
-                            seg.write(out[:o].tobytes())
-                            o = 0
-                            if len(out) < len(data) + 1:
-                                out = np.empty(len(data) + OUT_BYTES, np.uint8)
-                        if state[0]:
-                            out[o] = 44
-                            o += 1
-                        out[o:o + len(data)] = np.frombuffer(data, np.uint8)
-                        o += len(data)
-                        state[0] = 1
-                    i += 1
-            if o:
-                seg.write(out[:o].tobytes())
-        for k, used in enumerate(tables.used[:len(tables.texts)].tolist()):
-            if used:
-                ctx.used.add(int(tables.new_a[k]))
-        first_out = ctx.first_out
-        if state[3] and (first_out is None or state[2] < first_out):
-            first_out = int(state[2])
-        n_out = ctx.count + int(state[1])
-        # Our own process metadata, one set per process that had events.
-        meta = reader.metadata
-        devices = plan.devices or _device_names(meta)
-        host = plan.host or _host(meta)
-        t0 = fmt_us(first_out or 0)
-        mevs = []
-        pmap = {k: v for k, v in sorted(ctx.pids.info.items()) if k in ctx.used}
-        for mpid, info_ in pmap.items():
-            label = process_label(info_, host, devices)
-            sort_index = plan.rank * PID_STRIDE + info_["slot"]
-            for name, args in (("process_name", {"name": label}),
-                               ("process_sort_index", {"sort_index": sort_index}),
-                               ("process_labels", {"labels": f"rank {plan.rank}"})):
-                mevs.append({"ph": "M", "name": name, "pid": mpid, "tid": 0,
-                             "ts": orjson.Fragment(t0), "args": dict(args, rank=plan.rank)})
-        if mevs:
-            if state[0]:
-                seg.write(b",")
-            seg.write(dumps_events(mevs))
-            n_out += len(mevs)
-        if plan.compress:
-            seg.close()
-        raw.close()
-    except BaseException:
-        raw.close()
-        try:
-            os.unlink(plan.segment)
-        except OSError:
-            pass
-        raise
-    return {"rank": plan.rank, "events_in": n_in, "events_out": n_out, "bytes_in": reader.bytes_read,
-            "events_fast": int(state[1]),
-            "process_map": {str(k): v for k, v in pmap.items()},
-            "metadata": meta, "warnings": reader.warnings, "truncated": reader.truncated}
-
-
-def _loads(data: bytes, path, offset):
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return _loads_one(data, path, offset)
-
-
-def _device_names(meta) -> dict:
-    out = {}
-    for d in meta.get("deviceProperties") or []:
-        if isinstance(d, dict) and "id" in d:
-            out[d["id"]] = d.get("name")
-    return out
-
-
-def _host(meta):
-    h = meta.get("host_name") or meta.get("hostname")
-    if h:
-        return h
-    di = meta.get("distributedInfo")
-    return di.get("host_name") if isinstance(di, dict) else None
-
 
 # -- orchestration ------------------------------------------------------------
 
-_PROGRESS = None
-
-
-def _init_worker(arr):
-    global _PROGRESS
-    _PROGRESS = arr
-
-
 def _run_plan(plan, idx):
-    cb = None
-    if _PROGRESS is not None:
-        def cb(n, _a=_PROGRESS, _i=idx):
-            _a[_i] = n
-    return merge_rank(plan, cb)
+    from . import parallel
+    shared = parallel.PROGRESS
+    if shared is None:
+        return merge_rank(plan, None)
+
+    def report(n):
+        shared[idx] = n
+    return merge_rank(plan, report)
 
 
 def _metadata_task(path, head, survey, want_flows, salvage):
@@ -477,42 +155,6 @@ def peek_trailer(path, tail=1 << 16):
     except orjson.JSONDecodeError:
         return None
     return out if isinstance(out, dict) else None
-
-
-def _pool(jobs, arr=None):
-    ctx = mp.get_context("fork") if sys.platform.startswith("linux") else mp.get_context()
-    return cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx,
-                                  initializer=_init_worker, initargs=(arr,))
-
-
-def _map(fn, args_list, jobs, arr=None, on_tick=None):
-    """Run ``fn(*args)`` for each args tuple, in a process pool when jobs > 1;
-    results in input order.  The first failure cancels the rest and is raised."""
-    if jobs <= 1 or len(args_list) <= 1:
-        out = []
-        for i, a in enumerate(args_list):
-            if arr is not None:
-                _init_worker(arr)
-            out.append(fn(*a))
-            if on_tick:
-                on_tick()
-        _init_worker(None)
-        return out
-    with _pool(jobs, arr) as ex:
-        futs = [ex.submit(fn, *a) for a in args_list]
-        try:
-            pending = set(futs)
-            while pending:
-                done, pending = cf.wait(pending, timeout=0.2, return_when=cf.FIRST_EXCEPTION)
-                for f in done:
-                    f.result()
-                if on_tick:
-                    on_tick()
-        except BaseException:
-            for f in futs:
-                f.cancel()
-            raise
-        return [f.result() for f in futs]
 
 
 def plan_time(files, surveys, opt):
@@ -567,7 +209,7 @@ def merge_files(files: list[TraceFile], output, opt: MergeOptions | None = None,
     compress = output.name.endswith(".gz")
     jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(files)))
     survey = opt.needs_survey()
-    surveys = _map(_metadata_task, [(tf.path, tf.head, survey, opt.window_ms is not None or opt.steps is not None,
+    surveys = run_tasks(_metadata_task, [(tf.path, tf.head, survey, opt.window_ms is not None or opt.steps is not None,
                                      opt.salvage) for tf in files], jobs)
     out_base, shifts, keeps = plan_time(files, surveys, opt)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -594,7 +236,7 @@ def merge_files(files: list[TraceFile], output, opt: MergeOptions | None = None,
             bar.n = min(total, sum(arr))
             bar.refresh()
     try:
-        results = _map(_run_plan, [(p, i) for i, p in enumerate(plans)], jobs, arr, tick)
+        results = run_tasks(_run_plan, [(p, i) for i, p in enumerate(plans)], jobs, arr, tick)
         if any(int(res["metadata"].get("baseTimeNanoseconds") or 0) != int(s.metadata.get("baseTimeNanoseconds") or 0)
                for s, res in zip(surveys, results)):
             # the quick trailer peek missed the base time: redo with the real metadata

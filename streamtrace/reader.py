@@ -18,7 +18,6 @@ import io
 import json
 import zlib
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 
 import ijson
 import numpy as np

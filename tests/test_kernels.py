@@ -6,15 +6,13 @@ from decimal import ROUND_HALF_UP, Decimal
 
 import numpy as np
 import orjson
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamtrace.kernels import rewrite as RW
 from streamtrace.kernels import scan as K
 from streamtrace.kernels.jsoncheck import is_valid_json
 from streamtrace.kernels.nesting import count_bad_nesting, count_bad_nesting_py, sort_track
-from streamtrace.merge import RankPlan, _PidTables, _RankCtx, merge_rank, rewrite_dict
+from streamtrace.rankmerge import RankPlan, _RankCtx, merge_rank, rewrite_dict
 from streamtrace.writer import fmt_us
 
 FAST = settings(max_examples=200, deadline=None)

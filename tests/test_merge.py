@@ -5,7 +5,7 @@ import gzip
 import json
 import os
 import shutil
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
 import pytest

@@ -2,11 +2,8 @@
 from __future__ import annotations
 
 import gzip
-import io
 import json
-import zlib
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

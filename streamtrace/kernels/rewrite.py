@@ -207,7 +207,7 @@ def rewrite_events(buf, starts, ends, ts_ns, dur_ns, flags, i, n, out, o, state,
         # -- locate the fields -------------------------------------------
         ph_s = ph_e = pid_s = pid_e = ts_s = ts_e = id_s = id_e = -1
         cat_s = cat_e = name_s = name_e = -1
-        args_open = args_close = -1
+        args_close = -1
         corr_s = corr_e = ext_s = ext_e = ext2_s = ext2_e = -1
         bad = False
         args_empty = True
@@ -231,7 +231,6 @@ def rewrite_events(buf, starts, ends, ts_ns, dur_ns, flags, i, n, out, o, state,
             j = _skip_ws(buf, j, e)
             vs = j
             if _eq(buf, ks, ke, K_ARGS) and buf[j] == 123:
-                args_open = j
                 j += 1
                 while True:
                     j = _skip_ws(buf, j, e)

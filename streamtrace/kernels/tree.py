@@ -77,13 +77,14 @@ def _check_index(idx, n, what):
 
 def _check_forest(parent, order):
     """Validate ``parent`` (values in [-1, N)) and ``order`` (a permutation of
-    range(N) listing every parent before its children).  O(N)."""
+    range(N) listing every parent before its children).  Returns the inverse
+    permutation of ``order`` (position of every event).  O(N)."""
     n = parent.shape[0]
     if order.shape[0] != n:
         raise ValueError(f"propagate: parent and order lengths differ ({n} != {order.shape[0]})")
     _check_index(parent, n, "propagate: parent")
     if n == 0:
-        return
+        return np.empty(0, dtype=np.int64)
     if int(order.min()) < 0 or int(order.max()) >= n:
         raise ValueError("propagate: order is not a permutation of range(N)")
     pos = np.full(n, -1, dtype=np.int64)
@@ -98,6 +99,7 @@ def _check_forest(parent, order):
             f"propagate: order lists event {i} before (or as) its parent {int(parent[i])}; "
             "order must be topological (parents first) and parent acyclic"
         )
+    return pos
 
 
 # --------------------------------------------------------------------------
@@ -105,14 +107,17 @@ def _check_forest(parent, order):
 # --------------------------------------------------------------------------
 
 @njit(cache=True, nogil=True)
-def _call_tree_sorted(track, start, end, order, clamp):
-    """Stack pass over events sorted by (track, start asc, end desc, index).
+def _call_tree_sorted(track, start, end, clamp):
+    """Stack pass over events already sorted by (track, start asc, end desc,
+    index); works on sorted positions only, so every access is sequential or
+    near the top of the stack.
 
-    The stack holds open events with their effective ends (clamped ends), which
-    never increase from bottom to top.  O(N): every event is pushed once and
-    popped at most once."""
-    n = order.shape[0]
-    parent = np.full(n, -1, dtype=np.int64)
+    Returns the sorted position of each event's parent (-1 for roots) and the
+    depths.  The stack holds open events with their effective (clamped) ends,
+    which never increase from bottom to top.  O(N): every event is pushed once
+    and popped at most once."""
+    n = track.shape[0]
+    ppos = np.full(n, -1, dtype=np.int64)
     depth = np.zeros(n, dtype=np.int32)
     stack = np.empty(n, dtype=np.int64)
     stack_end = np.empty(n, dtype=np.int64)
@@ -120,15 +125,11 @@ def _call_tree_sorted(track, start, end, order, clamp):
     n_clamped = 0
     n_overrun = 0
     limit = np.int64(_I64_MAX) - clamp     # pe > limit: pe + clamp would overflow
-    cur = np.int64(0)
     for k in range(n):
-        i = order[k]
-        t = track[i]
-        if k == 0 or t != cur:
+        if k == 0 or track[k] != track[k - 1]:
             top = 0
-            cur = t
-        s = start[i]
-        e = end[i]
+        s = start[k]
+        e = end[k]
         while top > 0 and stack_end[top - 1] <= s:
             top -= 1
         if top > 0 and e > stack_end[top - 1]:
@@ -142,48 +143,40 @@ def _call_tree_sorted(track, start, end, order, clamp):
                     top -= 1
         if top > 0:
             p = stack[top - 1]
-            parent[i] = p
-            depth[i] = depth[p] + 1
-        stack[top] = i
+            ppos[k] = p
+            depth[k] = depth[p] + 1
+        stack[top] = k
         stack_end[top] = e
         top += 1
-    return parent, depth, n_clamped, n_overrun
+    return ppos, depth, n_clamped, n_overrun
 
 
 @njit(cache=True, nogil=True)
-def _merge_join(l_key, l_corr, l_order, g_key, g_corr, g_order):
-    """Merge join of launches and GPU events, both sorted by (key, corr).
+def _merge_join(l_key, l_corr, g_key, g_corr):
+    """Merge join of launches and GPU events, both given sorted by (key, corr).
 
-    Launches with equal (key, corr) are adjacent and sorted by index, so the
-    first of a group is the lowest index.  O(N + M)."""
-    n = l_order.shape[0]
-    m = g_order.shape[0]
-    launcher = np.full(m, -1, dtype=np.int64)
+    Launches with equal (key, corr) are adjacent and, the sort being stable,
+    in index order: the first of a group has the lowest index.  Returns, for
+    every sorted GPU position, the sorted launch position it matches (-1 for
+    none), and the number of duplicate launches.  O(N + M), sequential."""
+    n = l_key.shape[0]
+    m = g_key.shape[0]
+    match = np.full(m, -1, dtype=np.int64)
     dup = 0
     for a in range(1, n):
-        i = l_order[a]
-        h = l_order[a - 1]
-        if l_corr[i] >= 0 and l_corr[i] == l_corr[h] and l_key[i] == l_key[h]:
+        if l_corr[a] >= 0 and l_corr[a] == l_corr[a - 1] and l_key[a] == l_key[a - 1]:
             dup += 1
     a = 0
     for b in range(m):
-        j = g_order[b]
-        gc = g_corr[j]
+        gc = g_corr[b]
         if gc < 0:
             continue
-        gk = g_key[j]
-        while a < n:
-            i = l_order[a]
-            lk = l_key[i]
-            if lk < gk or (lk == gk and l_corr[i] < gc):
-                a += 1
-            else:
-                break
-        if a < n:
-            i = l_order[a]
-            if l_key[i] == gk and l_corr[i] == gc:
-                launcher[j] = i
-    return launcher, dup
+        gk = g_key[b]
+        while a < n and (l_key[a] < gk or (l_key[a] == gk and l_corr[a] < gc)):
+            a += 1
+        if a < n and l_key[a] == gk and l_corr[a] == gc:
+            match[b] = a
+    return match, dup
 
 
 @njit(cache=True, nogil=True)
@@ -251,7 +244,7 @@ def _merge_runs(s, e, t_s, t_e, runs, r):
             y = mid
             z = lo
             while x < mid and y < hi:
-                if a_s[y] > a_s[x]:
+                if a_s[y] < a_s[x]:
                     b_s[z] = a_s[y]
                     b_e[z] = a_e[y]
                     y += 1
@@ -280,119 +273,158 @@ def _merge_runs(s, e, t_s, t_e, runs, r):
 
 
 @njit(cache=True, nogil=True)
-def _propagate(parent, order, owner, gs, ge, by_start):
+def _sort_group(s, e, lo, hi):
+    """Sort s[lo:hi] (with e) by start: insertion sort for small groups."""
+    k = hi - lo
+    if k <= 1:
+        return
+    if k <= 16:
+        for i in range(lo + 1, hi):
+            a = s[i]
+            b = e[i]
+            j = i - 1
+            while j >= lo and s[j] > a:
+                s[j + 1] = s[j]
+                e[j + 1] = e[j]
+                j -= 1
+            s[j + 1] = a
+            e[j + 1] = b
+        return
+    idx = np.argsort(s[lo:hi])
+    ts = s[lo:hi][idx]
+    te = e[lo:hi][idx]
+    s[lo:hi] = ts
+    e[lo:hi] = te
+
+
+@njit(cache=True, nogil=True)
+def _propagate(parent, order, inv, owner, gs, ge):
+    """count / total / busy; ``inv`` is the inverse permutation of ``order``.
+
+    Work happens on positions (in ``order``, then in preorder) rather than on
+    event ids, so that parents, children and subtrees are near each other in
+    memory whatever the layout of the input arrays."""
     n = parent.shape[0]
     m = owner.shape[0]
+    # order space: position t holds event order[t]; its parent is at pp[t] < t
+    pp = np.empty(n, dtype=np.int64)
+    for t in range(n):
+        p = parent[order[t]]
+        pp[t] = inv[p] if p >= 0 else -1
+    size = np.ones(n, dtype=np.int64)
+    for t in range(n - 1, -1, -1):
+        if pp[t] >= 0:
+            size[pp[t]] += size[t]
+    # preorder position of every order position: subtrees become blocks
+    pre = np.empty(n, dtype=np.int64)
+    nxt = np.empty(n, dtype=np.int64)
+    cursor = 0
+    for t in range(n):
+        p = pp[t]
+        if p >= 0:
+            pre[t] = nxt[p]
+            nxt[p] += size[t]
+        else:
+            pre[t] = cursor
+            cursor += size[t]
+        nxt[t] = pre[t] + 1
+    psize = np.empty(n, dtype=np.int64)
+    ppar = np.empty(n, dtype=np.int64)
+    for t in range(n):
+        q = pre[t]
+        psize[q] = size[t]
+        ppar[q] = pre[pp[t]] if pp[t] >= 0 else -1
+    # GPU events by the preorder position of their owner
     own = np.zeros(n, dtype=np.int64)
-    count = np.zeros(n, dtype=np.int64)
     total = np.zeros(n, dtype=np.int64)
-    busy = np.zeros(n, dtype=np.int64)
+    gq = np.empty(m, dtype=np.int64)
     for j in range(m):
         o = owner[j]
         if o >= 0:
-            own[o] += 1
-            total[o] += ge[j] - gs[j]
-    size = np.ones(n, dtype=np.int64)
-    for v in range(n):
-        count[v] = own[v]
-    # bottom-up: children before parents (order reversed); each event once
-    for k in range(n - 1, -1, -1):
-        v = order[k]
-        p = parent[v]
-        if p >= 0:
-            count[p] += count[v]
-            total[p] += total[v]
-            size[p] += size[v]
-    # preorder positions: every subtree becomes a contiguous block
-    pos = np.empty(n, dtype=np.int64)
-    nxt = np.empty(n, dtype=np.int64)
-    cursor = 0
-    for k in range(n):
-        v = order[k]
-        p = parent[v]
-        if p >= 0:
-            pos[v] = nxt[p]
-            nxt[p] += size[v]
+            q = pre[inv[o]]
+            gq[j] = q
+            own[q] += 1
+            total[q] += ge[j] - gs[j]
         else:
-            pos[v] = cursor
-            cursor += size[v]
-        nxt[v] = pos[v] + 1
-    node_at = np.empty(n, dtype=np.int64)
-    for v in range(n):
-        node_at[pos[v]] = v
-    # GPU events laid out by owner's preorder position, by start within an owner
-    # (counting sort, stable over by_start): v's subtree owns [off[v], off[v] + count[v])
+            gq[j] = -1
+    # count and total: one bottom-up pass, each event once
+    count = own.copy()
+    for q in range(n - 1, -1, -1):
+        p = ppar[q]
+        if p >= 0:
+            count[p] += count[q]
+            total[p] += total[q]
+    # lay GPU intervals out in preorder of their owner (counting sort), then
+    # sort each owner's group by start: v's subtree owns [off[q], off[q] + count[q])
     off = np.empty(n, dtype=np.int64)
     acc = 0
     for q in range(n):
-        v = node_at[q]
-        off[v] = acc
-        acc += own[v]
+        off[q] = acc
+        acc += own[q]
     a_s = np.empty(acc, dtype=np.int64)
     a_e = np.empty(acc, dtype=np.int64)
     fill = off.copy()
-    for t in range(m):
-        j = by_start[t]
-        o = owner[j]
-        if o >= 0:
-            a_s[fill[o]] = gs[j]
-            a_e[fill[o]] = ge[j]
-            fill[o] += 1
-    # union lists bottom-up (reverse preorder).  The canonical union of v's
-    # subtree is stored at a[ustart[v]:ustart[v] + ulen[v]], inside v's block.
+    for j in range(m):
+        q = gq[j]
+        if q >= 0:
+            a_s[fill[q]] = gs[j]
+            a_e[fill[q]] = ge[j]
+            fill[q] += 1
+    for q in range(n):
+        _sort_group(a_s, a_e, off[q], off[q] + own[q])
+    # canonical unions bottom-up (reverse preorder); the union of q's subtree
+    # is kept at a[ustart[q]:ustart[q] + ulen[q]], inside q's block
     ustart = off.copy()
     ulen = np.zeros(n, dtype=np.int64)
+    busy = np.zeros(n, dtype=np.int64)
     b_s = np.empty(acc, dtype=np.int64)
     b_e = np.empty(acc, dtype=np.int64)
     t_s = np.empty(acc, dtype=np.int64)
     t_e = np.empty(acc, dtype=np.int64)
     runs = np.empty(n + 2, dtype=np.int64)
     for q in range(n - 1, -1, -1):
-        v = node_at[q]
-        if count[v] == 0:
+        if count[q] == 0:
             continue
-        # pieces: v's own events (one sorted run), then each child's union
+        # pieces: q's own events (one sorted run), then each child's union
         pieces = 0
         only = -1
-        if own[v] > 0:
+        if own[q] > 0:
             pieces = 1
-        c_pos = q + 1
-        end_pos = q + size[v]
-        while c_pos < end_pos:
-            c = node_at[c_pos]
+        end_q = q + psize[q]
+        c = q + 1
+        while c < end_q:
             if ulen[c] > 0:
                 pieces += 1
                 only = c
-            c_pos += size[c]
+            c += psize[c]
         if pieces == 0:
             continue
-        if pieces == 1 and own[v] == 0:      # a chain: share the child's list
-            ustart[v] = ustart[only]
-            ulen[v] = ulen[only]
-            busy[v] = busy[only]
+        if pieces == 1 and own[q] == 0:      # a chain: share the child's list
+            ustart[q] = ustart[only]
+            ulen[q] = ulen[only]
+            busy[q] = busy[only]
             continue
         if pieces == 1:                       # only own events: union in place
-            w, length = _union_into(a_s, a_e, off[v], off[v] + own[v], a_s, a_e, off[v])
-            ulen[v] = w
-            busy[v] = length
+            w, length = _union_into(a_s, a_e, off[q], off[q] + own[q], a_s, a_e, off[q])
+            ulen[q] = w
+            busy[q] = length
             continue
         # gather the runs into b, coalescing runs that are already in order
         r = 0
         z = 0
         runs[0] = 0
-        if own[v] > 0:
-            for x in range(off[v], off[v] + own[v]):
+        if own[q] > 0:
+            for x in range(off[q], off[q] + own[q]):
                 b_s[z] = a_s[x]
                 b_e[z] = a_e[x]
                 z += 1
             r = 1
             runs[1] = z
-        c_pos = q + 1
-        while c_pos < end_pos:
-            c = node_at[c_pos]
+        c = q + 1
+        while c < end_q:
             if ulen[c] > 0:
                 lo = ustart[c]
-                if r > 0 and a_s[lo] < b_s[z - 1]:
+                if r > 0 and a_s[lo] < b_s[z - 1] - 3:
                     r += 1                    # out of order: a new run
                 elif r == 0:
                     r = 1
@@ -401,15 +433,25 @@ def _propagate(parent, order, owner, gs, ge, by_start):
                     b_e[z] = a_e[x]
                     z += 1
                 runs[r] = z
-            c_pos += size[c]
+            c += psize[c]
         if _merge_runs(b_s, b_e, t_s, t_e, runs, r):
-            w, length = _union_into(t_s, t_e, 0, z, a_s, a_e, off[v])
+            w, length = _union_into(t_s, t_e, 0, z, a_s, a_e, off[q])
         else:
-            w, length = _union_into(b_s, b_e, 0, z, a_s, a_e, off[v])
-        ustart[v] = off[v]
-        ulen[v] = w
-        busy[v] = length
-    return count, total, busy
+            w, length = _union_into(b_s, b_e, 0, z, a_s, a_e, off[q])
+        ustart[q] = off[q]
+        ulen[q] = w
+        busy[q] = length
+    # back to event ids
+    count_out = np.empty(n, dtype=np.int64)
+    total_out = np.empty(n, dtype=np.int64)
+    busy_out = np.empty(n, dtype=np.int64)
+    for t in range(n):
+        v = order[t]
+        q = pre[t]
+        count_out[v] = count[q]
+        total_out[v] = total[q]
+        busy_out[v] = busy[q]
+    return count_out, total_out, busy_out
 
 
 # --------------------------------------------------------------------------
@@ -479,7 +521,13 @@ def build_call_tree(track, start, end, clamp_ns=1000):
     # ~e is -e - 1: end descending without overflow.  lexsort is stable, so
     # equal (track, start, end) keep ascending index.
     order = np.lexsort((~e, s, k)).astype(np.int64, copy=False)
-    parent, depth, n_clamped, n_overrun = _call_tree_sorted(k, s, e, order, np.int64(clamp))
+    ppos, depth_sorted, n_clamped, n_overrun = _call_tree_sorted(
+        k[order], s[order], e[order], np.int64(clamp))
+    parent = np.full(k.shape[0], -1, dtype=np.int64)
+    has = ppos >= 0
+    parent[order[has]] = order[ppos[has]]
+    depth = np.empty(k.shape[0], dtype=np.int32)
+    depth[order] = depth_sorted
     return parent, depth, order, int(n_clamped), int(n_overrun)
 
 
@@ -524,9 +572,12 @@ def link_by_correlation(launch_key, launch_corr, gpu_key, gpu_corr):
     gc = _as_int64(gpu_corr, "link_by_correlation: gpu_corr")
     _same_length((lk, lc), ("launch_key", "launch_corr"), "link_by_correlation")
     _same_length((gk, gc), ("gpu_key", "gpu_corr"), "link_by_correlation")
-    l_order = np.lexsort((lc, lk)).astype(np.int64, copy=False)
-    g_order = np.lexsort((gc, gk)).astype(np.int64, copy=False)
-    launcher, dup = _merge_join(lk, lc, l_order, gk, gc, g_order)
+    l_order = np.lexsort((lc, lk))
+    g_order = np.lexsort((gc, gk))
+    match, dup = _merge_join(lk[l_order], lc[l_order], gk[g_order], gc[g_order])
+    launcher = np.full(gk.shape[0], -1, dtype=np.int64)
+    ok = match >= 0
+    launcher[g_order[ok]] = l_order[match[ok]]
     return launcher, int(dup)
 
 
@@ -559,19 +610,24 @@ def propagate(parent, order, gpu_owner, gpu_start, gpu_end):
     Complexity
     ----------
     ``count`` and ``total``: O(N + M), one pass over ``order`` reversed that
-    visits each event once.  ``busy``: O(M log M) for the stable argsort of
-    GPU starts done here, O(N + M) to lay the GPU events out by the preorder
-    position of their owner (every subtree is then one contiguous block), then
-    canonical interval unions built bottom-up.  A node with a single
-    contributing piece (only one child subtree with GPU work and no own
-    launches: call chains) shares that child's union in O(1); otherwise its
-    own events and its children's unions (S_v intervals, at most the GPU
-    events of its subtree) are merged as r_v sorted runs in O(S_v log r_v),
-    runs already in time order being concatenated for free.  The total is
-    therefore at most O(M · b · log M), with b the largest number of branching
-    nodes on a root-to-leaf path (b <= tree depth d); when the kernels of each
-    subtree start in launch order (one stream) it is O(M · b).  Extra memory:
-    O(N + M) int64.
+    visits each event once (after O(N + M) relabelling of events by position,
+    so that the pass touches memory near its last access).
+
+    ``busy``: O(N + M) to lay the GPU events out by the preorder position of
+    their owner (every subtree is then one contiguous block), plus sorting each
+    launch's own GPU events by start (insertion sort up to 16, else argsort:
+    O(M) for ordinary launches, O(M log M) at worst), then canonical interval
+    unions built bottom-up.  A node whose GPU work comes from a single piece
+    (one child subtree and no launches of its own: call chains) shares that
+    child's union in O(1).  A node with r_v >= 2 pieces (its own launches, and
+    each child subtree with GPU work) merges them as sorted runs in
+    O(S_v log r_v), S_v being the total size of the pieces' unions (at most
+    the number of GPU events in its subtree); runs already in time order are
+    concatenated for free.  Every GPU event is thus copied once per merging
+    ancestor: O(M · b · log M) in total at worst, with b the largest number of
+    merging nodes on a root-to-leaf path (b <= tree depth d), and O(M · b)
+    when the pieces of each node start in launch order (one stream).  Extra
+    memory: O(N + M) int64.
 
     Sums are int64: they overflow only past 2**63 - 1 ns.
 
@@ -589,9 +645,8 @@ def propagate(parent, order, gpu_owner, gpu_start, gpu_end):
     w = _as_int64(gpu_owner, "propagate: gpu_owner")
     gs = _as_int64(gpu_start, "propagate: gpu_start")
     ge = _as_int64(gpu_end, "propagate: gpu_end")
-    _check_forest(p, o)
+    inv = _check_forest(p, o)
     _same_length((w, gs, ge), ("gpu_owner", "gpu_start", "gpu_end"), "propagate")
     _check_index(w, p.shape[0], "propagate: gpu_owner")
     _check_times(gs, ge, "propagate: gpu")
-    by_start = np.argsort(gs, kind="stable").astype(np.int64, copy=False)
-    return _propagate(p, o, w, gs, ge, by_start)
+    return _propagate(p, o, inv, w, gs, ge)
