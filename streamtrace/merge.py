@@ -193,6 +193,25 @@ def plan_time(files, surveys, opt):
     return out_base, shifts, keeps
 
 
+def _append_file(src, dst):
+    """Append file ``src`` to the open binary file ``dst``, in the kernel when the
+    platform allows (``os.copy_file_range``), else through a buffer."""
+    dst.flush()
+    with open(src, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        done = 0
+        if hasattr(os, "copy_file_range"):
+            # a failure part-way raises: the caller's atomic output is then discarded
+            while done < size:
+                n = os.copy_file_range(f.fileno(), dst.fileno(), size - done)
+                if n == 0:
+                    break
+                done += n
+            dst.seek(0, os.SEEK_END)
+            f.seek(done)
+        shutil.copyfileobj(f, dst, 1 << 22)
+
+
 def _piece(data: bytes, compress, level):
     import gzip
     return gzip.compress(data, compresslevel=level, mtime=0) if compress else data
@@ -254,8 +273,7 @@ def merge_files(files: list[TraceFile], output, opt: MergeOptions | None = None,
                 if res["events_out"]:
                     if not first:
                         f.write(_piece(b",", compress, opt.compresslevel))
-                    with open(p.segment, "rb") as seg:
-                        shutil.copyfileobj(seg, f, 1 << 22)
+                    _append_file(p.segment, f)
                     first = False
             trailer = b"]" + b"".join(b"," + dumps_event(k) + b":" + dumps_event(v) for k, v in meta.items()) + b"}\n"
             f.write(_piece(trailer, compress, opt.compresslevel))

@@ -241,7 +241,7 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
                 if status == RW.OUT_FULL:
                     if o == 0:
                         out = np.empty(2 * len(out) + int(ends[i] - starts[i]), np.uint8)
-                    seg.write(out[:o].tobytes())
+                    seg.write(memoryview(out)[:o])
                     o = 0
                 elif status == RW.UNKNOWN_PID:
                     text = b.buf[int(info[0]):int(info[1])]
@@ -255,7 +255,7 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
                     if ev is not None:
                         data = dumps_event(ev)
                         if len(out) - o < len(data) + 1:
-                            seg.write(out[:o].tobytes())
+                            seg.write(memoryview(out)[:o])
                             o = 0
                             if len(out) < len(data) + 1:
                                 out = np.empty(len(data) + OUT_BYTES, np.uint8)
@@ -267,7 +267,7 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
                         state[0] = 1
                     i += 1
             if o:
-                seg.write(out[:o].tobytes())
+                seg.write(memoryview(out)[:o])
         for k, used in enumerate(tables.used[:len(tables.texts)].tolist()):
             if used:
                 ctx.used.add(int(tables.new_a[k]))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .jsoncheck import is_valid_json
+from .jsoncheck import MAX_DEPTH, valid_json_with
 from .rewrite import _eq, _skip_ws, _value_end
 from .scan import skip_string
 
@@ -78,6 +78,7 @@ def extract_columns(buf, starts, ends, ph, pid, tid, cat_h, cat_s, cat_e, name_h
     hashes are 0 and spans -1 when absent.  ``ph`` holds the first byte of the
     phase string (0 when absent).  O(bytes)."""
     n = starts.shape[0]
+    vstack = np.zeros(MAX_DEPTH, np.uint8)
     for i in range(n):
         s = starts[i]
         e = ends[i]
@@ -97,7 +98,7 @@ def extract_columns(buf, starts, ends, ph, pid, tid, cat_h, cat_s, cat_e, name_h
         device[i] = NONE
         rank[i] = NONE
         f = 0
-        if not is_valid_json(buf, s, e):
+        if not valid_json_with(buf, s, e, vstack):
             flags[i] = F_PYTHON
             continue
         j = s + 1

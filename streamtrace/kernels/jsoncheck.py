@@ -18,6 +18,9 @@ for _c in b"0123456789abcdefABCDEF":
 _ESC = np.zeros(256, np.bool_)
 for _c in b'"\\/bfnrtu':
     _ESC[_c] = True
+_PLAIN = np.zeros(256, np.bool_)     # string bytes needing no check: printable ASCII but '"' and '\\'
+for _c in range(32, 128):
+    _PLAIN[_c] = _c != 34 and _c != 92
 _TRUE = np.frombuffer(b"true", np.uint8).copy()
 _FALSE = np.frombuffer(b"false", np.uint8).copy()
 _NULL = np.frombuffer(b"null", np.uint8).copy()
@@ -31,7 +34,7 @@ def _string(buf, j, e):
     j += 1
     while j < e:
         c = buf[j]
-        if c >= 32 and c < 128 and c != 34 and c != 92:   # plain ASCII: the common case
+        if _PLAIN[c]:                     # plain ASCII: the common case
             j += 1
             continue
         if c == 34:
@@ -129,7 +132,13 @@ def is_valid_json(buf, s, e):
     """True when ``buf[s:e]`` (uint8 array) is exactly one valid JSON value,
     optionally surrounded by whitespace.  O(e - s).  Nesting deeper than
     MAX_DEPTH returns False (the caller then uses a full parser)."""
-    stack = np.zeros(MAX_DEPTH, np.uint8)      # 1 object, 2 array
+    return valid_json_with(buf, s, e, np.zeros(MAX_DEPTH, np.uint8))
+
+
+@njit(cache=True)
+def valid_json_with(buf, s, e, stack):
+    """:func:`is_valid_json` with a caller-provided uint8[MAX_DEPTH] scratch stack
+    (saves an allocation per call in hot loops)."""
     depth = 0
     # expect: 0 value, 1 value or ']', 2 key or '}', 3 key, 4 ':', 5 ',' or end
     expect = 0

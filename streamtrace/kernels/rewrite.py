@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .jsoncheck import is_valid_json
+from .jsoncheck import MAX_DEPTH, valid_json_with
 from .scan import skip_string
 
 OK = 0
@@ -196,13 +196,14 @@ def rewrite_events(buf, starts, ends, ts_ns, dur_ns, flags, i, n, out, o, state,
     ``out`` cannot take event ``i``.  Counts written events in ``state[1]``.
     """
     cap = out.shape[0]
-    spans = np.empty((8, 3), np.int64)        # (start, end, what) replacements / insertions
+    spans = np.empty((8, 3), np.int64)
+    vstack = np.zeros(MAX_DEPTH, np.uint8)        # (start, end, what) replacements / insertions
     while i < n:
         s = starts[i]
         e = ends[i]
         if cap - o < (e - s) + 200:
             return i, o, OUT_FULL
-        if not is_valid_json(buf, s, e):
+        if not valid_json_with(buf, s, e, vstack):
             return i, o, NEED_PYTHON             # Python decodes it and reports the error
         # -- locate the fields -------------------------------------------
         ph_s = ph_e = pid_s = pid_e = ts_s = ts_e = id_s = id_e = -1

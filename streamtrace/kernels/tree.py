@@ -424,7 +424,7 @@ def _propagate(parent, order, inv, owner, gs, ge):
         while c < end_q:
             if ulen[c] > 0:
                 lo = ustart[c]
-                if r > 0 and a_s[lo] < b_s[z - 1] - 3:
+                if r > 0 and a_s[lo] < b_s[z - 1]:
                     r += 1                    # out of order: a new run
                 elif r == 0:
                     r = 1
