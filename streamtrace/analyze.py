@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,7 +100,7 @@ class SpillStore(MemoryStore):
         return np.fromfile(path, EVENT_DTYPE) if path is not None else np.zeros(0, EVENT_DTYPE)
 
 
-def ingest(path, store, pats, salvage=False):
+def ingest(path, store, pats, salvage=False, progress=None):
     """Read one trace into ``store``: complete events (``ph == "X"``, ``dur >= 0``) keyed
     ``("gpu", rank, pid)`` for GPU events (Kineto categories in the patterns) and
     ``("cpu", rank, pid, tid)`` for CPU events (``rank`` = ``args.rank`` or -1).
@@ -107,7 +108,7 @@ def ingest(path, store, pats, salvage=False):
     Returns ``(table, comm_rows, reader)``."""
     table = StringTable()
     comm_rows: list = []
-    reader = TraceReader(path, salvage=salvage)
+    reader = TraceReader(path, salvage=salvage, progress=progress)
     kind_of = np.zeros(0, np.int8)       # per string id: 1 GPU cat, 2 skipped cat, 3 gpu annotation
     for b in reader.raw_batches(decode=False):
         cols, rows = columns_from_batch(b, table, path)
@@ -393,7 +394,7 @@ def write_partition(outdir, dataset, rank, columns, schema):
     return path
 
 
-def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions) -> list[dict]:
+def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progress=None) -> list[dict]:
     """Analyse one trace file (any number of ranks inside); write its Parquet
     partitions and return one summary dict per rank."""
     import tempfile
@@ -405,7 +406,7 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions) -> lis
     spill = tempfile.TemporaryDirectory(prefix=".streamtrace-", dir=outdir) if opt.chunked else None
     try:
         store = SpillStore(spill.name, opt.chunk_events) if spill else MemoryStore()
-        table, comm_rows, reader = ingest(path, store, pats, opt.salvage)
+        table, comm_rows, reader = ingest(path, store, pats, opt.salvage, progress)
         meta = reader.metadata
         ranks, device_mode, pmap = rank_plan(store, meta, file_rank)
         kschema, oschema = _schema()
@@ -463,8 +464,49 @@ def _pg_config(meta, rank) -> dict:
     return {str(p.get("pg_name")): p for p in cfg or [] if isinstance(p, dict)}
 
 
-def _job(path, outdir, rank, iteration, opt):
-    return analyze_file(path, outdir, rank, iteration, opt)
+def _job(path, outdir, rank, iteration, opt, idx):
+    from . import parallel
+    shared = parallel.PROGRESS
+    if shared is None:
+        return analyze_file(path, outdir, rank, iteration, opt)
+
+    def report(n):
+        shared[idx] = n
+    return analyze_file(path, outdir, rank, iteration, opt, report)
+
+
+class _Bars:
+    """tqdm progress (file bytes read): one bar per file for up to 16 files, else one
+    bar for all; shown only on a terminal unless ``show`` says otherwise."""
+
+    def __init__(self, paths, show):
+        import multiprocessing as mp
+        self.sizes = [os.path.getsize(p) for p in paths]
+        self.arr = mp.Array("q", len(paths), lock=False)
+        self.bars = []
+        if show:
+            from tqdm import tqdm
+            if len(paths) <= 16:
+                self.bars = [tqdm(total=sz, unit="B", unit_scale=True, position=i, leave=True,
+                                  desc=os.path.basename(p)[-40:], file=sys.stderr)
+                             for i, (p, sz) in enumerate(zip(paths, self.sizes))]
+            else:
+                self.bars = [tqdm(total=sum(self.sizes), unit="B", unit_scale=True, desc=f"{len(paths)} files",
+                                  file=sys.stderr)]
+
+    def tick(self, final=False):
+        if len(self.bars) == 1 and len(self.sizes) > 1:
+            self.bars[0].n = sum(self.sizes) if final else min(sum(self.arr), sum(self.sizes))
+            self.bars[0].refresh()
+            return
+        for b, n, sz in zip(self.bars, self.arr, self.sizes):
+            b.n = sz if final else min(n, sz)
+            b.refresh()
+
+    def close(self):
+        self.tick(final=True)
+        for b in self.bars:
+            b.close()
 
 
 def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> dict:
@@ -499,7 +541,11 @@ def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> dict:
     if not tasks:
         raise StreamtraceError(f"no trace files found in {', '.join(map(str, inputs))}")
     jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(tasks)))
-    results = run_tasks(_job, tasks, jobs)
+    bars = _Bars([t[0] for t in tasks], sys.stderr.isatty() if opt.progress is None else opt.progress)
+    try:
+        results = run_tasks(_job, [t + (i,) for i, t in enumerate(tasks)], jobs, bars.arr, bars.tick)
+    finally:
+        bars.close()
     ranks = sorted((r for res in results for r in res), key=lambda r: r["rank"])
     seen = {}
     for r in ranks:

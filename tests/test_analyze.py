@@ -217,3 +217,39 @@ def test_cli_analyze_and_bad_input(tmp_path):
     r = run_cli("analyze", bad, "-o", tmp_path / "o2")
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "truncated" in r.stderr
     assert not (tmp_path / "o2" / "summary.json").exists()
+
+
+def test_patterns_override(synth, tmp_path):
+    """--patterns: a TOML file replacing the phase patterns changes the classification."""
+    truth, summary, d = synth
+    pat = tmp_path / "p.toml"
+    pat.write_text('[phase]\nforward = ["^no_such_annotation$"]\n')
+    s = analyze([d / "traces" / "iteration_10" / "rank_0000_iter_10.pt.trace.json"], tmp_path / "o",
+                AnalyzeOptions(jobs=1, patterns=str(pat)))
+    k = table(tmp_path / "o", "kernels", 0).to_pydict()
+    assert "forward" not in set(k["phase"]) and "backward" in set(k["phase"])
+    assert s["ranks"][0]["devices"] == summary["ranks"][0]["devices"]      # metrics do not depend on phases
+    bad = tmp_path / "bad.toml"
+    bad.write_text('nonsense_key = ["x"]\n')
+    r = run_cli("analyze", d / "traces", "-o", tmp_path / "o2", "--patterns", bad)
+    assert r.returncode == 1 and "unknown pattern key" in r.stderr
+
+
+def test_traceviz_topology_file(synth, tmp_path):
+    """--topology also takes Megatron-TraceViz's unique_parallel_groups_*.txt."""
+    truth, _, d = synth
+    topo = json.loads((d / "traces" / "streamtrace_topology.json").read_text())
+    lines = ["=" * 80, "MEGATRON PARALLEL CONFIGURATION", "=" * 80, ""]
+    for dim, title in (("tp", "TENSOR PARALLEL (TP) GROUPS"), ("pp", "PIPELINE PARALLEL (PP) GROUPS"),
+                       ("dp", "DATA PARALLEL (DP) GROUPS")):
+        lines += [title, "-" * 50] + [f"Group {i + 1}: {g}" for i, g in enumerate(topo[dim])] + \
+                 [f"Total groups: {len(topo[dim])}", ""]
+    txt = tmp_path / "unique_parallel_groups_20260105_144840.txt"
+    txt.write_text("\n".join(lines))
+    analyze([d / "traces" / "iteration_10" / "rank_0002_iter_10.pt.trace.json"], tmp_path / "o",
+            AnalyzeOptions(jobs=1, topology=str(txt)))
+    k = table(tmp_path / "o", "kernels", 2).to_pydict()
+    for ct in truth.collectives:
+        if 2 in ct.correlation:
+            i = k["correlation"].index(ct.correlation[2])
+            assert k["parallel_dim"][i] == ct.dim
