@@ -41,6 +41,8 @@ class AnalyzeOptions:
     salvage: bool = False
     progress: bool | None = None
     rank_map: str | None = None
+    scheduler: str | None = None  # dask scheduler address (or $STREAMTRACE_SCHEDULER)
+    executor: object = None       # any concurrent.futures.Executor
 
 
 # -- loading: events grouped per track, in memory or spilled to disk -------------------
@@ -511,11 +513,16 @@ class _Bars:
 
 def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> dict:
     """Analyse every trace in ``inputs`` (files, folders, globs) into ``outdir``.
-    Returns the summary written to ``outdir/summary.json``.  Raises
-    :class:`StreamtraceError` on bad input (nothing is left half-written)."""
+
+    Files run as tasks of the batch layer (:mod:`streamtrace.parallel`): a local
+    process pool, a dask scheduler (``opt.scheduler``) or ``opt.executor``.  A file
+    that fails is retried once, then listed under ``"failed"`` with its error while
+    the others finish.  Returns the summary written to ``outdir/summary.json``.
+    Raises :class:`StreamtraceError` on bad input when the only input fails
+    (nothing is left half-written)."""
     from .discover import expand_inputs, identify, load_rank_map
     from .io import atomic_output
-    from .parallel import run_tasks
+    from .parallel import TaskFailure, run_tasks
     opt = opt or AnalyzeOptions()
     t0 = time.time()
     outdir = Path(outdir)
@@ -543,16 +550,21 @@ def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> dict:
     jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(tasks)))
     bars = _Bars([t[0] for t in tasks], sys.stderr.isatty() if opt.progress is None else opt.progress)
     try:
-        results = run_tasks(_job, [t + (i,) for i, t in enumerate(tasks)], jobs, bars.arr, bars.tick)
+        results = run_tasks(_job, [t + (i,) for i, t in enumerate(tasks)], jobs, bars.arr, bars.tick,
+                            executor=opt.executor, scheduler=opt.scheduler, retries=1, keep_going=True)
     finally:
         bars.close()
-    ranks = sorted((r for res in results for r in res), key=lambda r: r["rank"])
+    failed = [{"source": r.args[0], "error": r.error, "attempts": r.attempts}
+              for r in results if isinstance(r, TaskFailure)]
+    if failed and len(failed) == len(results) and len(results) == 1:
+        raise StreamtraceError(failed[0]["error"])
+    ranks = sorted((r for res in results if not isinstance(res, TaskFailure) for r in res), key=lambda r: r["rank"])
     seen = {}
     for r in ranks:
         if r["rank"] in seen:
             raise StreamtraceError(f"rank {r['rank']} appears in two inputs: {seen[r['rank']]} and {r['source']}")
         seen[r["rank"]] = r["source"]
-    summary = {"ranks": ranks, "seconds": round(time.time() - t0, 3), "outdir": str(outdir)}
+    summary = {"ranks": ranks, "failed": failed, "seconds": round(time.time() - t0, 3), "outdir": str(outdir)}
     with atomic_output(outdir / "summary.json", compress=False) as f:
         f.write(json.dumps(summary, indent=1).encode())
     return summary

@@ -65,9 +65,10 @@ def _default_output(inputs):
 @argh.arg("-j", "--jobs", type=int, help="worker processes (default: all cores)")
 @argh.arg("--salvage", help="on a truncated file keep every complete event before the cut")
 @argh.arg("--no-validate", help="skip validating the output")
+@argh.arg("--scheduler", help="dask.distributed scheduler address, e.g. tcp://host:8786 (or $STREAMTRACE_SCHEDULER)")
 def merge(*inputs, input_dir=None, output_file=None, ranks=None, drop_cat=None, steps=None,
           gpu_only=False, window=None, align="global", iteration=None, rank_map=None, jobs=0,
-          salvage=False, no_validate=False):
+          salvage=False, no_validate=False, scheduler=None):
     """Merge per-rank traces into one Perfetto-loadable trace."""
     from .discover import parse_ranks
     from .merge import MergeOptions, merge as do_merge
@@ -82,7 +83,7 @@ def merge(*inputs, input_dir=None, output_file=None, ranks=None, drop_cat=None, 
                        drop_cat=frozenset(c.strip() for c in drop_cat.split(",") if c.strip()) if drop_cat else frozenset(),
                        steps=_parse_steps(steps) if steps else None, gpu_only=gpu_only,
                        window_ms=_parse_window(window) if window else None, align=align,
-                       iteration=iteration, jobs=jobs, salvage=salvage)
+                       iteration=iteration, jobs=jobs, salvage=salvage, scheduler=scheduler)
     results = do_merge(inputs, out, opt, rank_map=rank_map)
     for res in results:
         for w in res["warnings"]:
@@ -120,15 +121,18 @@ def _report_validation(path, quiet=False):
 @argh.arg("--topology", help="topology file: streamtrace JSON or Megatron-TraceViz unique_parallel_groups_*.txt")
 @argh.arg("--rank-map", help="JSON {file: rank} or '<file> <rank>' lines, for files that carry no rank")
 @argh.arg("--salvage", help="on a truncated file keep every complete event before the cut")
+@argh.arg("--scheduler", help="dask.distributed scheduler address, e.g. tcp://host:8786 (or $STREAMTRACE_SCHEDULER)")
 def analyze(*inputs, outdir="streamtrace-analysis", chunked=False, chunk_events=1_000_000, jobs=0,
-            patterns=None, topology=None, rank_map=None, salvage=False):
+            patterns=None, topology=None, rank_map=None, salvage=False, scheduler=None):
     """Classify kernels, build call trees and overlap metrics per rank, as Parquet + JSON."""
     from .analyze import AnalyzeOptions, analyze as do_analyze
     if not inputs:
         raise argh.CommandError("give at least one INPUT")
     opt = AnalyzeOptions(jobs=jobs, chunked=chunked, chunk_events=chunk_events, patterns=patterns,
-                         topology=topology, rank_map=rank_map, salvage=salvage)
+                         topology=topology, rank_map=rank_map, salvage=salvage, scheduler=scheduler)
     s = do_analyze(inputs, outdir, opt)
+    for f in s["failed"]:
+        print(f"error: {f['source']}: {f['error']} (after {f['attempts']} attempts)", file=sys.stderr)
     for r in s["ranks"]:
         for w in r.get("warnings", []):
             print(f"warning: {w}", file=sys.stderr)
@@ -138,6 +142,8 @@ def analyze(*inputs, outdir="streamtrace-analysis", chunked=False, chunk_events=
         print(f"rank {r['rank']}: {devs}")
     print(f"analysed {len(s['ranks'])} ranks in {s['seconds']:.2f} s -> {outdir}/summary.json, "
           f"{outdir}/kernels/, {outdir}/ops/")
+    if s["failed"]:
+        raise _Exit(1)
 
 
 @argh.arg("trace", help="a trace file (.json or .json.gz)")

@@ -57,6 +57,7 @@ class MergeOptions:
     salvage: bool = False
     progress: bool | None = None          # None = only on a terminal
     compresslevel: int = 1
+    scheduler: str | None = None          # dask scheduler address (or $STREAMTRACE_SCHEDULER)
 
     def needs_survey(self):
         return self.align == "first-step" or self.steps is not None or self.window_ms is not None
@@ -229,7 +230,7 @@ def merge_files(files: list[TraceFile], output, opt: MergeOptions | None = None,
     jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(files)))
     survey = opt.needs_survey()
     surveys = run_tasks(_metadata_task, [(tf.path, tf.head, survey, opt.window_ms is not None or opt.steps is not None,
-                                     opt.salvage) for tf in files], jobs)
+                                     opt.salvage) for tf in files], jobs, scheduler=opt.scheduler)
     out_base, shifts, keeps = plan_time(files, surveys, opt)
     output.parent.mkdir(parents=True, exist_ok=True)
     plans = []
@@ -255,7 +256,8 @@ def merge_files(files: list[TraceFile], output, opt: MergeOptions | None = None,
             bar.n = min(total, sum(arr))
             bar.refresh()
     try:
-        results = run_tasks(_run_plan, [(p, i) for i, p in enumerate(plans)], jobs, arr, tick)
+        results = run_tasks(_run_plan, [(p, i) for i, p in enumerate(plans)], jobs, arr, tick,
+                            scheduler=opt.scheduler, retries=1)
         if any(int(res["metadata"].get("baseTimeNanoseconds") or 0) != int(s.metadata.get("baseTimeNanoseconds") or 0)
                for s, res in zip(surveys, results)):
             # the quick trailer peek missed the base time: redo with the real metadata

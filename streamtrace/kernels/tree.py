@@ -24,8 +24,9 @@ agree on random forests.
 Naive attribution (for every kernel, walk up its launcher's ancestors and append
 the kernel to a list per node) costs O(M·d) appends and, with correlation ids
 that collide across K merged ranks, O(K²·M·d): every kernel is linked to the K
-launches sharing its id.  Here linking is keyed by rank and propagation visits
-each CPU event once, so the work is linear in the number of events.
+launches sharing its id.  Here linking is keyed by rank, and ``count`` /
+``total`` take one pass that visits each CPU event once: O(N + M).  ``busy``
+merges interval unions bottom-up; its bound is in :func:`propagate`.
 """
 from __future__ import annotations
 

@@ -1,0 +1,67 @@
+"""The batch layer: local pool, any executor, a real dask LocalCluster, retries."""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+
+import pyarrow.parquet as pq
+import pytest
+
+from streamtrace.analyze import AnalyzeOptions, analyze
+from streamtrace.parallel import TaskFailure, run_tasks
+from streamtrace.synth import SynthSpec, generate_job
+
+from conftest import CPU3D, need_shared
+
+_calls = {}
+
+
+def flaky(x, marker_dir):
+    """Fails on its first call for x == 2 (a marker file remembers across processes)."""
+    m = os.path.join(marker_dir, f"seen{x}")
+    if x == 2 and not os.path.exists(m):
+        open(m, "w").close()
+        raise RuntimeError("transient")
+    if x == 3:
+        raise ValueError("always broken")
+    return x * 10
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_retry_then_report(tmp_path, jobs):
+    res = run_tasks(flaky, [(i, str(tmp_path)) for i in range(5)], jobs, retries=1, keep_going=True)
+    assert res[:3] == [0, 10, 20] and res[4] == 40
+    assert isinstance(res[3], TaskFailure) and res[3].attempts == 2 and "always broken" in res[3].error
+    with pytest.raises(ValueError):
+        run_tasks(flaky, [(3, str(tmp_path))], jobs, retries=1)
+
+
+def test_any_executor(tmp_path):
+    with cf.ThreadPoolExecutor(2) as ex:
+        assert run_tasks(flaky, [(i, str(tmp_path)) for i in (0, 1, 4)], executor=ex) == [0, 10, 40]
+
+
+def _tables(out):
+    got = {}
+    for root, _, files in os.walk(out):
+        for f in files:
+            if f.endswith(".parquet"):
+                got[os.path.relpath(os.path.join(root, f), out)] = pq.read_table(os.path.join(root, f))
+    return got
+
+
+@pytest.mark.slow
+def test_dask_localcluster_equals_local_pool(tmp_path):
+    need_shared()
+    distributed = pytest.importorskip("distributed")
+    generate_job(tmp_path / "demo", SynthSpec(world_size=4, tp=2, pp=1))
+    inputs = [CPU3D, tmp_path / "demo" / "iteration_10"]
+    for i, inp in enumerate(inputs):
+        local = analyze([inp], tmp_path / f"local{i}", AnalyzeOptions(jobs=2))
+        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                      dashboard_address=None) as cluster:
+            remote = analyze([inp], tmp_path / f"dask{i}", AnalyzeOptions(scheduler=cluster.scheduler_address))
+        strip = lambda s: [{k: v for k, v in r.items()} for r in s["ranks"]]  # noqa: E731
+        assert strip(local) == strip(remote) and remote["failed"] == []
+        a, b = _tables(tmp_path / f"local{i}"), _tables(tmp_path / f"dask{i}")
+        assert a.keys() == b.keys() and all(a[k].equals(b[k]) for k in a)
