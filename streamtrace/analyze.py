@@ -42,6 +42,8 @@ class AnalyzeOptions:
     progress: bool | None = None
     rank_map: str | None = None
     scheduler: str | None = None  # dask scheduler address (or $STREAMTRACE_SCHEDULER)
+    split_jobs: int = 1           # >1: parse one big file in byte ranges with this many processes
+    split_threshold: int = 256 << 20   # files at least this big are split when jobs > 1 and one file is given
     executor: object = None       # any concurrent.futures.Executor
 
 
@@ -102,15 +104,16 @@ class SpillStore(MemoryStore):
         return np.fromfile(path, EVENT_DTYPE) if path is not None else np.zeros(0, EVENT_DTYPE)
 
 
-def ingest(path, store, pats, salvage=False, progress=None):
+def ingest(path, store, pats, salvage=False, progress=None, byte_range=None):
     """Read one trace into ``store``: complete events (``ph == "X"``, ``dur >= 0``) keyed
     ``("gpu", rank, pid)`` for GPU events (Kineto categories in the patterns) and
     ``("cpu", rank, pid, tid)`` for CPU events (``rank`` = ``args.rank`` or -1).
+    ``byte_range``: read only that slice of a plain file's events (see :mod:`streamtrace.split`).
 
     Returns ``(table, comm_rows, reader)``."""
     table = StringTable()
     comm_rows: list = []
-    reader = TraceReader(path, salvage=salvage, progress=progress)
+    reader = TraceReader(path, salvage=salvage, progress=progress, byte_range=byte_range)
     kind_of = np.zeros(0, np.int8)       # per string id: 1 GPU cat, 2 skipped cat, 3 gpu annotation
     for b in reader.raw_batches(decode=False):
         cols, rows = columns_from_batch(b, table, path)
@@ -407,9 +410,15 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
         topo = load_topology(opt.topology)
     spill = tempfile.TemporaryDirectory(prefix=".streamtrace-", dir=outdir) if opt.chunked else None
     try:
-        store = SpillStore(spill.name, opt.chunk_events) if spill else MemoryStore()
-        table, comm_rows, reader = ingest(path, store, pats, opt.salvage, progress)
-        meta = reader.metadata
+        if opt.split_jobs > 1:
+            from .split import ingest_parallel
+            store, table, comm_rows, meta, warnings = ingest_parallel(
+                path, outdir, opt.split_jobs, opt.patterns, opt.salvage, spill.name if spill else None,
+                opt.chunk_events)
+        else:
+            store = SpillStore(spill.name, opt.chunk_events) if spill else MemoryStore()
+            table, comm_rows, reader = ingest(path, store, pats, opt.salvage, progress)
+            meta, warnings = reader.metadata, reader.warnings
         ranks, device_mode, pmap = rank_plan(store, meta, file_rank)
         kschema, oschema = _schema()
         out = []
@@ -419,7 +428,7 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
                                              _pg_config(meta, rank), ops.write)
             write_partition(outdir, "kernels", rank, kernels, kschema)
             out.append({"rank": rank, "source": str(path), "iteration": iteration, **summ,
-                        "warnings": reader.warnings})
+                        "warnings": warnings})
         return out
     finally:
         if spill is not None:
@@ -522,7 +531,7 @@ def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> dict:
     (nothing is left half-written)."""
     from .discover import expand_inputs, identify, load_rank_map
     from .io import atomic_output
-    from .parallel import TaskFailure, run_tasks
+    from .parallel import TaskFailure, run_tasks, scheduler_address
     opt = opt or AnalyzeOptions()
     t0 = time.time()
     outdir = Path(outdir)
@@ -548,6 +557,12 @@ def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> dict:
     if not tasks:
         raise StreamtraceError(f"no trace files found in {', '.join(map(str, inputs))}")
     jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(tasks)))
+    want = opt.jobs or os.cpu_count() or 1
+    if len(tasks) == 1 and want > 1 and opt.split_jobs <= 1 and not scheduler_address(opt.scheduler) \
+            and os.path.getsize(tasks[0][0]) >= opt.split_threshold:
+        from dataclasses import replace
+        opt = replace(opt, split_jobs=want)          # one big file: use every core on it
+        tasks = [t[:4] + (opt,) for t in tasks]
     bars = _Bars([t[0] for t in tasks], sys.stderr.isatty() if opt.progress is None else opt.progress)
     try:
         results = run_tasks(_job, [t + (i,) for i, t in enumerate(tasks)], jobs, bars.arr, bars.tick,

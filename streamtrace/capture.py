@@ -88,9 +88,12 @@ def global_rank() -> int:
     """This process's global rank: ``torch.distributed.get_rank()`` when torch is loaded and the
     default process group is initialised, else the ``RANK`` environment variable (set by
     torchrun / Slurm launchers), else 0."""
-    if "torch" in sys.modules:       # torch.distributed cannot be initialised without torch loaded
-        import torch.distributed as dist
-        if dist.is_available() and dist.is_initialized():
+    if sys.modules.get("torch") is not None:   # no process group can exist before torch is loaded
+        try:
+            import torch.distributed as dist
+        except ImportError:
+            dist = None
+        if dist is not None and dist.is_available() and dist.is_initialized():
             return int(dist.get_rank())
     raw = os.environ.get("RANK")
     if raw is None or not raw.strip():
@@ -324,8 +327,8 @@ def _megatron_global_batch_size():
 def dump_topology(out_dir, groups: dict | None = None, world_size: int | None = None,
                   order: str = DEFAULT_ORDER, *, global_batch_size: int | None = None):
     """Gather every rank's parallel groups and have rank 0 write them to ``out_dir``:
-    ``streamtrace_topology.json`` (``{"world_size", "order", "tp", "cp", "ep", "dp", "pp",
-    "replicas"}``, each a sorted, de-duplicated list of rank lists) and Megatron-TraceViz's
+    ``streamtrace_topology.json`` (``{"world_size", "order", "sizes", "tp", "cp", "ep", "dp",
+    "pp", "replicas"}``, each group entry a sorted, de-duplicated list of rank lists) and Megatron-TraceViz's
     ``unique_parallel_groups_<YYYYmmdd_HHMMSS>.txt``.  Both are written atomically.
 
     A collective: call it on every rank, once, after the process groups exist.  Groups come
@@ -337,9 +340,10 @@ def dump_topology(out_dir, groups: dict | None = None, world_size: int | None = 
     single-process job (``world_size`` must then be 1 or None, unless ``groups`` lists every
     group of each dimension).
 
-    Replicas (one per DP index, each holding a full model): from the DP groups when EP = 1;
-    with EP > 1 from the sizes and the rank ``order`` (Megatron's default tp-cp-ep-dp-pp; pass
-    ``"tp-cp-ep-pp-dp"`` for ``--use-tp-pp-dp-mapping``).
+    Replicas (one per DP index, each holding a full model): the ranks linked through TP, CP, EP
+    or PP groups, which is what TraceViz derives from the sizes under the rank order
+    tp-cp-ep-dp-pp, and stays right under other orders.  ``order`` (Megatron's rank order:
+    tp-cp-ep-dp-pp, or tp-cp-ep-pp-dp with ``--use-tp-pp-dp-mapping``) is recorded in the JSON.
 
     Returns the topology dict on every rank.  Inconsistent groups raise ValueError on every
     rank alike (no rank is left waiting); a failure to write on rank 0 is logged, not raised.

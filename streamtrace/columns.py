@@ -11,7 +11,8 @@ field                 dtype    meaning
 ``ph``                uint8    first byte of the phase (``ord("X")`` ...), 0 when absent
 ``cat``, ``name``     int32    ids in the :class:`StringTable` (-1 when absent)
 ``pid``, ``tid``      int64    integer ids; string pids/tids (``"Spans"``) become
-                               ``-(1 + string id)`` (the original text is in the table)
+                               ``STR_ID_BASE + string id`` (-2**62 + id, far below any real
+                               id, negative ones included; the text is in the table)
 ``correlation``       int64    ``args.correlation`` (-1 when absent)
 ``external_id``       int64    ``args["External id"]`` (legacy ``external id``)
 ``flow_id``           int64    ``id`` of flow events
@@ -34,6 +35,16 @@ EVENT_DTYPE = np.dtype([("ts", "i8"), ("dur", "i8"), ("ph", "u1"), ("cat", "i4")
                         ("pid", "i8"), ("tid", "i8"), ("correlation", "i8"), ("external_id", "i8"),
                         ("flow_id", "i8"), ("stream", "i8"), ("device", "i8"), ("rank", "i8"), ("comm", "i4")])
 
+STR_ID_BASE = -(1 << 62)    # string pids/tids are stored as STR_ID_BASE + their string id
+
+
+def is_str_id(v):
+    """Mask (or bool) of pid/tid values that stand for strings."""
+    return (v >= STR_ID_BASE) & (v < STR_ID_BASE + (1 << 40))
+
+
+# an event whose args hold one of these carries collective metadata (kernel and twin agree)
+COMM_TRIGGER_KEYS = ("Collective name", "In msg nelems", "Process Group Name", "Process Group Ranks")
 COMM_KEYS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype",
              "Process Group Name", "Process Group Description", "Process Group Ranks", "In split size",
              "Out split size")
@@ -90,7 +101,7 @@ def _str_key(v, table):
         return v
     if v is None:
         return -1
-    return -(1 + table.id(v if isinstance(v, str) else json.dumps(v)))
+    return STR_ID_BASE + table.id(v if isinstance(v, str) else json.dumps(v))
 
 
 def row_from_dict(ev: dict, ts, dur, flag, table: StringTable, row, comm_rows: list):
@@ -110,11 +121,12 @@ def row_from_dict(ev: dict, ts, dur, flag, table: StringTable, row, comm_rows: l
     args = ev.get("args")
     args = args if isinstance(args, dict) else {}
     row["correlation"] = _int_or(args.get("correlation"))
-    row["external_id"] = _int_or(args.get("External id", args.get("external id")))
+    ext = args.get("External id")
+    row["external_id"] = ext if type(ext) is int and -2 ** 63 <= ext < 2 ** 63 else _int_or(args.get("external id"))
     row["stream"] = _int_or(args.get("stream"))
     row["device"] = _int_or(args.get("device"))
     row["rank"] = _int_or(args.get("rank"))
-    if any(k in args for k in COMM_KEYS):
+    if any(k in args for k in COMM_TRIGGER_KEYS):
         row["comm"] = len(comm_rows)
         comm_rows.append({k: args.get(k) for k in COMM_KEYS})
     else:
@@ -158,7 +170,7 @@ def columns_from_batch(b, table: StringTable, path="?"):
         if len(strs):
             for j in strs.tolist():
                 raw = _string_value(b.buf, int(b.starts[j]), int(b.ends[j]), col)
-                out[col][j] = -(1 + table.id(raw))
+                out[col][j] = STR_ID_BASE + table.id(raw)
     out["correlation"], out["external_id"], out["flow_id"] = corr, ext, flow
     out["stream"], out["device"], out["rank"] = stream, device, rank
     out["comm"] = -1

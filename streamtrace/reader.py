@@ -59,7 +59,7 @@ class _Source:
     of how many uncompressed bytes were produced; reports truncated gzip members
     instead of losing the tail the way ``gzip.GzipFile`` does."""
 
-    def __init__(self, path, block=BLOCK):
+    def __init__(self, path, block=BLOCK, byte_range=None):
         self.path = str(path)
         self.block = block
         try:
@@ -68,6 +68,14 @@ class _Source:
             raise TraceError(path, f"cannot open: {e.strerror or e}") from None
         self.gz = self.f.read(2) == GZIP_MAGIC
         self.f.seek(0)
+        self.range = None
+        if byte_range is not None:
+            # a slice of a plain file's traceEvents array, read as a bare array: "[" slice "]"
+            if self.gz:
+                raise TraceError(path, "byte ranges need an uncompressed file")
+            a, b = byte_range
+            self.f.seek(a)
+            self.range = [b"[", b - a, b"]"]
         self.z = zlib.decompressobj(31) if self.gz else None
         self.compressed_read = 0   # bytes of the file consumed so far (for progress bars)
         self.eof = False
@@ -77,6 +85,18 @@ class _Source:
         """Next block of uncompressed bytes; b"" at the end."""
         if self.eof:
             return b""
+        if self.range is not None:
+            head, left, tail = self.range
+            data = self.f.read(min(self.block, left)) if left > 0 else b""
+            self.compressed_read += len(data)
+            left -= len(data)
+            if left > 0 and data:
+                self.range = [b"", left, tail]
+                return head + data
+            self.range = [b"", 0, b""]          # range done (or the file ended early)
+            out = head + data + tail
+            self.eof = not out
+            return out
         if not self.gz:
             data = self.f.read(self.block)
             if not data:
@@ -154,8 +174,11 @@ class TraceReader:
     :class:`TruncatedTraceError` naming the file and byte offset.
     """
 
-    def __init__(self, path, salvage=False, batch_events=BATCH_EVENTS, block=BLOCK, progress=None):
+    def __init__(self, path, salvage=False, batch_events=BATCH_EVENTS, block=BLOCK, progress=None,
+                 byte_range=None):
         self.path = str(path)
+        self.byte_range = byte_range   # (start, end): read only these bytes of a plain file's events
+        self.events_offset = None      # absolute offset just past traceEvents' '[' once seen
         self.salvage = salvage
         self.batch_events = batch_events
         self.block = block
@@ -199,7 +222,7 @@ class TraceReader:
         self.metadata = {}
         self.head_keys = []
         self.events_read = 0
-        src = _Source(self.path, self.block)
+        src = _Source(self.path, self.block, self.byte_range)
         st = _State(src, self)
         try:
             yield from self._document(st, events, stop_at_events)
@@ -219,6 +242,7 @@ class TraceReader:
             self._fail(st, "empty file")
         if c == 0x5B:  # '[': the bare-array form of the format
             self.has_events = True
+            self.events_offset = st.base + st.pos + 1
             if stop_at_events:
                 return
             st.pos += 1
@@ -254,6 +278,7 @@ class TraceReader:
             st.skip_ws()
             if key == "traceEvents" and st.peek() == 0x5B:
                 seen_events = self.has_events = True
+                self.events_offset = st.base + st.pos + 1
                 if stop_at_events:
                     return
                 st.pos += 1

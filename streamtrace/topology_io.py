@@ -64,8 +64,8 @@ def _check_partition(dim: str, groups: list, world_size: int) -> int:
 
 
 def replicas_by_order(sizes: dict, world_size: int, order: str = DEFAULT_ORDER) -> list:
-    """Model replicas (one per DP coordinate: every rank holding that DP index) assuming the
-    Megatron rank layout ``order``: rank = c0 + s0*(c1 + s1*(c2 + ...)) over the dimensions of
+    """Model replicas as Megatron-TraceViz computes them (one per DP coordinate: every rank holding
+    that DP index) assuming the rank layout ``order``: rank = c0 + s0*(c1 + s1*(c2 + ...)) over the dimensions of
     ``order``, the first varying fastest.  ``sizes`` gives tp/cp/ep/pp; dp is the rest of the world."""
     dims = parse_order(order)
     other = 1
@@ -83,15 +83,27 @@ def replicas_by_order(sizes: dict, world_size: int, order: str = DEFAULT_ORDER) 
     return [[r for r in range(world_size) if (r // stride) % dp == i] for i in range(dp)]
 
 
-def replicas_by_dp_groups(dp_groups: list, world_size: int) -> list:
-    """Model replicas from the DP groups themselves: replica i = every rank that is the i-th
-    (in rank order) of its DP group.  Exact for any rank order when EP = 1."""
-    width = max((len(g) for g in dp_groups), default=1)
-    out = [[] for _ in range(width)]
-    for g in dp_groups:
-        for i, r in enumerate(sorted(g)):
-            out[i].append(r)
-    return [sorted(x) for x in out if x]
+def replicas_from_groups(groups: dict, world_size: int) -> list:
+    """Model replicas from the groups themselves: the sets of ranks linked through TP, CP, EP or PP
+    groups (connected components).  Each holds one full copy of the model; with EP = 1 replica i
+    is every rank with DP index i, whatever the rank order, and with EP > 1 Megatron's expert groups
+    join the DP indices one replica spans.  Sorted by first rank."""
+    parent = list(range(world_size))
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+    for d in ("tp", "cp", "ep", "pp"):
+        for g in groups.get(d) or []:
+            root = find(g[0])
+            for r in g[1:]:
+                parent[find(r)] = root
+    comps: dict = {}
+    for r in range(world_size):
+        comps.setdefault(find(r), []).append(r)
+    return sorted(comps.values())
 
 
 def topology_from_groups(groups: dict, world_size: int, order: str = DEFAULT_ORDER,
@@ -99,37 +111,34 @@ def topology_from_groups(groups: dict, world_size: int, order: str = DEFAULT_ORD
     """streamtrace's topology dict from the groups of each dimension.
 
     ``groups``: ``{"tp": [[0, 1], [2, 3]], "dp": ...}`` (any of tp/cp/ep/dp/pp; missing ones
-    mean size 1, each rank alone).  Returns ``{"world_size", "order", "tp", "cp", "ep", "dp",
-    "pp", "replicas"}``, every entry a sorted, de-duplicated list of sorted rank lists.
+    mean size 1, each rank alone).  Returns ``{"world_size", "order", "sizes", "tp", "cp", "ep",
+    "dp", "pp", "replicas"}``, every group entry a sorted, de-duplicated list of sorted rank lists;
+    ``order`` is recorded as given (validated).
 
-    Replicas (one per DP index, each a full model): with EP = 1 they are read off the DP groups
-    (the i-th rank of every DP group), which is exact for any rank order; with EP > 1 they follow
-    from the sizes and the rank ``order`` (default tp-cp-ep-dp-pp, Megatron's), as Megatron-TraceViz
-    computes them.  ``check``: raise ValueError unless each dimension's groups split the world
-    into equal parts.
+    Replicas (one per DP index, each a full model): :func:`replicas_from_groups`, the ranks linked
+    through TP/CP/EP/PP groups -- the same sets TraceViz derives from the sizes under the rank order
+    tp-cp-ep-dp-pp (:func:`replicas_by_order`), but right for any order.  ``check``: raise
+    ValueError unless each dimension's groups split the world into equal parts.
     """
     world_size = int(world_size)
     if world_size < 1:
         raise ValueError(f"world size must be >= 1, got {world_size}")
     order_dims = parse_order(order)
-    unknown = sorted(set(groups) - set(DIMS) - {"replicas"})
+    unknown = sorted(set(groups) - set(DIMS))
     if unknown:
         raise ValueError(f"unknown parallel dimension(s) {unknown}: expected {', '.join(DIMS)}")
-    out = {"world_size": world_size, "order": "-".join(order_dims)}
-    sizes = {}
+    out = {"world_size": world_size, "order": "-".join(order_dims), "sizes": {}}
     for d in DIMS:
         g = _as_lists(groups.get(d) or [])
         if not g:
             g = [[r] for r in range(world_size)]
-        if check:
-            sizes[d] = _check_partition(d, g, world_size)
-        else:
-            sizes[d] = max(len(x) for x in g)
+        out["sizes"][d] = _check_partition(d, g, world_size) if check else max(len(x) for x in g)
         out[d] = g
-    if sizes["ep"] == 1 and out["dp"]:
-        out["replicas"] = replicas_by_dp_groups(out["dp"], world_size)
-    else:
-        out["replicas"] = replicas_by_order(sizes, world_size, out["order"])
+    if not check:    # ranks outside the world cannot be placed in a replica
+        bad = sorted({r for d in DIMS for x in out[d] for r in x if not 0 <= r < world_size})
+        if bad:
+            raise ValueError(f"ranks {bad[:8]} are outside 0..{world_size - 1}")
+    out["replicas"] = replicas_from_groups(out, world_size)
     return out
 
 

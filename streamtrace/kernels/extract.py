@@ -51,22 +51,34 @@ def fnv1a(buf, s, e):
     return np.int64(h)
 
 
+_U63 = np.uint64(9223372036854775807)
+
+
 @njit(cache=True)
 def _int(buf, s, e):
-    """Integer literal buf[s:e] (optionally negative, up to 18 digits) or NONE."""
+    """Integer literal buf[s:e] when it fits int64, as ``(value, True)``; else
+    ``(NONE, False)`` (fractions, exponents, 20+ digit numbers, other text)."""
     neg = False
     if s < e and buf[s] == 45:
         neg = True
         s += 1
-    if e <= s or e - s > 18:
+    if e <= s or e - s > 19:
         return NONE, False
-    v = np.int64(0)
+    v = np.uint64(0)
     for j in range(s, e):
         c = buf[j]
         if c < 48 or c > 57:
             return NONE, False
-        v = v * 10 + (c - 48)
-    return (-v if neg else v), True
+        v = v * np.uint64(10) + np.uint64(c - 48)     # 19 digits < 2**64: no wrap
+    if not neg:
+        if v > _U63:
+            return NONE, False
+        return np.int64(v), True
+    if v > _U63 + np.uint64(1):
+        return NONE, False
+    if v == _U63 + np.uint64(1):
+        return np.int64(-9223372036854775807) - np.int64(1), True
+    return -np.int64(v), True
 
 
 @njit(cache=True)
@@ -98,6 +110,7 @@ def extract_columns(buf, starts, ends, ph, pid, tid, cat_h, cat_s, cat_e, name_h
         device[i] = NONE
         rank[i] = NONE
         f = 0
+        ext_primary = False
         if not valid_json_with(buf, s, e, vstack):
             flags[i] = F_PYTHON
             continue
@@ -136,8 +149,15 @@ def extract_columns(buf, starts, ends, ph, pid, tid, cat_h, cat_s, cat_e, name_h
                     j = _value_end(buf, j, e)
                     if _eq(buf, aks, ake, K_CORR):
                         corr[i] = _int(buf, avs, j)[0]
-                    elif _eq(buf, aks, ake, K_EXT) or _eq(buf, aks, ake, K_EXT2):
-                        ext[i] = _int(buf, avs, j)[0]
+                    elif _eq(buf, aks, ake, K_EXT):          # "External id" wins over legacy
+                        v, ok = _int(buf, avs, j)
+                        if ok:
+                            ext[i] = v
+                            ext_primary = True
+                    elif _eq(buf, aks, ake, K_EXT2):
+                        v, ok = _int(buf, avs, j)
+                        if ok and not ext_primary:
+                            ext[i] = v
                     elif _eq(buf, aks, ake, K_STREAM):
                         stream[i] = _int(buf, avs, j)[0]
                     elif _eq(buf, aks, ake, K_DEVICE):

@@ -337,3 +337,59 @@ def scan_events(buf, pos, n, starts, ends, ts_ns, dur_ns, flags, sep):
         k += 1
         sep[0] = 1
         pos = i
+
+
+@njit(cache=True, nogil=True)
+def split_points(buf, n, base, every, out, state):
+    """Find event boundaries inside a ``traceEvents`` array, one at least every
+    ``every`` bytes, for splitting a file into byte ranges parsed in parallel.
+
+    ``buf[:n]`` is the next block of the array's content (``base`` = absolute
+    offset of ``buf[0]``); ``state`` (int64[5]) carries across blocks:
+    [0] inside a string, [1] after a backslash, [2] brace/bracket depth relative to
+    the array, [3] absolute offset of the last boundary, [4] 1 once the array's
+    closing ``]`` was seen.
+    Boundaries are absolute offsets just past an event's closing ``}`` (at depth 0),
+    written to ``out``.  Returns ``(count, end)``: ``end`` is the absolute offset of
+    the closing ``]`` when found in this block, else -1.  O(bytes)."""
+    in_str = state[0]
+    esc = state[1]
+    depth = state[2]
+    last = state[3]
+    k = 0
+    i = 0
+    if esc and n > 0:          # a backslash ended the previous block
+        esc = 0
+        i = 1
+    while i < n:
+        c = buf[i]
+        if in_str:
+            while i < n:            # tight loop over string bytes
+                c = buf[i]
+                if c == 92:
+                    if i + 1 >= n:
+                        esc = 1
+                    i += 2
+                elif c == 34:
+                    in_str = 0
+                    i += 1
+                    break
+                else:
+                    i += 1
+            continue
+        if c == 34:
+            in_str = 1
+        elif c == 123 or c == 91:
+            depth += 1
+        elif c == 125 or c == 93:
+            if depth == 0:            # the array's own ']'
+                state[0], state[1], state[2], state[3], state[4] = in_str, esc, depth, last, 1
+                return k, base + i
+            depth -= 1
+            if depth == 0 and c == 125 and base + i + 1 - last >= every and k < out.shape[0]:
+                last = base + i + 1
+                out[k] = last
+                k += 1
+        i += 1
+    state[0], state[1], state[2], state[3] = in_str, esc, depth, last
+    return k, -1

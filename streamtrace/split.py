@@ -1,0 +1,199 @@
+"""One big trace on many cores: split the ``traceEvents`` array into byte ranges
+that start and end on event boundaries, parse the ranges in worker processes,
+and put the results back together in file order.
+
+The boundaries come from one sequential pass of the numba scanner
+:func:`streamtrace.kernels.scan.split_points` (it tracks string/escape state and
+brace depth, so braces inside strings never fool it).  A ``.json.gz`` input is
+first decompressed once to a temporary file beside the output (byte ranges need
+random access).  Keys before and after ``traceEvents`` are still found: the head
+by the normal reader, the tail from the bytes after the array's closing ``]``.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import zlib
+
+import numpy as np
+import orjson
+
+from .errors import TraceError
+from .io import BLOCK, GZIP_MAGIC
+from .kernels import scan as K
+from .reader import TraceReader
+
+SPLIT_THRESHOLD = 256 << 20     # files smaller than this are parsed by one process
+
+
+def plain_copy(path, folder) -> str | None:
+    """Decompress a gzip file to a temporary plain file in ``folder`` and return its
+    path, or None when ``path`` is not gzip.  The caller deletes it."""
+    with open(path, "rb") as f:
+        if f.read(2) != GZIP_MAGIC:
+            return None
+    fd, tmp = tempfile.mkstemp(prefix=".streamtrace-", suffix=".json", dir=folder)
+    z = zlib.decompressobj(31)
+    try:
+        with open(path, "rb") as src, os.fdopen(fd, "wb") as dst:
+            while True:
+                chunk = src.read(BLOCK)
+                if not chunk:
+                    break
+                data = z.decompress(chunk)
+                while z.eof and z.unused_data:
+                    rest = z.unused_data
+                    z = zlib.decompressobj(31)
+                    data += z.decompress(rest)
+                dst.write(data)
+    except zlib.error as e:
+        os.unlink(tmp)
+        raise TraceError(path, f"corrupt gzip data ({e})") from None
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return tmp
+
+
+def split_ranges(path, parts: int):
+    """Byte ranges ``[(start, end), ...]`` of a PLAIN trace's ``traceEvents`` content,
+    about ``parts`` of them, each holding whole events; plus the metadata (keys
+    before and after the array) and the array's end offset.
+
+    Returns ``(ranges, metadata, head_keys)``.  Raises :class:`TraceError` when the
+    file has no ``traceEvents`` array or it is not closed (truncated)."""
+    r = TraceReader(path)
+    head = r.read_head()
+    if not r.has_events or r.events_offset is None:
+        raise TraceError(path, "no traceEvents array")
+    start = r.events_offset
+    size = os.path.getsize(path)
+    every = max(1, (size - start) // max(1, parts))
+    state = np.zeros(5, np.int64)
+    state[3] = start
+    bounds = [start]
+    end = -1
+    out = np.empty(max(4, parts * 2), np.int64)
+    with open(path, "rb") as f:
+        f.seek(start)
+        pos = start
+        while end < 0:
+            data = f.read(BLOCK)
+            if not data:
+                break
+            k, end = K.split_points(np.frombuffer(data, np.uint8), len(data), pos, every, out, state)
+            bounds.extend(out[:k].tolist())
+            pos += len(data)
+        if end < 0:
+            raise TraceError(path, "truncated: traceEvents is not closed", offset=pos)
+        f.seek(end + 1)
+        tail = f.read().strip()
+        if bounds[-1] >= end:
+            bounds.pop()
+        bounds.append(end)
+        ranges = []
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            if a != start:                 # skip the separating comma (and whitespace)
+                f.seek(a)
+                head_bytes = f.read(4096)
+                stripped = head_bytes.lstrip(b" \t\r\n")
+                a += len(head_bytes) - len(stripped) + (1 if stripped.startswith(b",") else 0)
+            ranges.append((a, b))
+    meta = dict(head)
+    if tail.startswith(b","):
+        try:
+            trailer = orjson.loads(b"{" + tail[1:])
+        except orjson.JSONDecodeError:
+            trailer = TraceReader(path).read_metadata()
+        meta.update(trailer)
+    return ranges, meta, list(head)
+
+
+def range_events(path, byte_range, **kw):
+    """A :class:`TraceReader` over one byte range (a bare array of whole events)."""
+    return TraceReader(path, byte_range=byte_range, **kw)
+
+
+def cleanup(tmp):
+    if tmp:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+
+# -- parallel ingest for analyze ----------------------------------------------------
+
+def _ingest_range(path, byte_range, patterns, salvage, spill_dir, chunk_events):
+    """Worker: columns of one byte range into its own store.  Returns
+    ``(keys -> arrays or files, strings, comm_rows, warnings)``."""
+    from .analyze import MemoryStore, SpillStore, ingest
+    from .patterns import Patterns
+    store = SpillStore(spill_dir, chunk_events) if spill_dir else MemoryStore()
+    table, comm_rows, reader = ingest(path, store, Patterns.load(patterns), salvage, byte_range=byte_range)
+    parts = dict(store.files) if spill_dir else {k: store.get(k) for k in store.keys()}
+    return parts, table.strings, comm_rows, reader.warnings
+
+
+class MergedStore:
+    """The stores of several byte ranges seen as one, in file order; string ids and
+    collective-args rows of each range are remapped to the shared table on read."""
+
+    def __init__(self):
+        self.parts = []        # (dict key -> array or path, lut int32, comm offset)
+
+    def add_range(self, parts, lut, comm_offset):
+        self.parts.append((parts, lut, comm_offset))
+
+    def keys(self):
+        return sorted({k for p, _, _ in self.parts for k in p}, key=repr)
+
+    def get(self, key):
+        from .columns import EVENT_DTYPE, STR_ID_BASE, is_str_id
+        out = []
+        for parts, lut, off in self.parts:
+            a = parts.get(key)
+            if a is None:
+                continue
+            a = np.fromfile(a, EVENT_DTYPE) if isinstance(a, (str, os.PathLike)) else a.copy()
+            for col in ("cat", "name"):
+                m = a[col] >= 0
+                a[col][m] = lut[a[col][m]]
+            for col in ("pid", "tid"):
+                m = is_str_id(a[col])
+                a[col][m] = STR_ID_BASE + lut[a[col][m] - STR_ID_BASE]
+            m = a["comm"] >= 0
+            a["comm"][m] += off
+            out.append(a)
+        return np.concatenate(out) if out else np.zeros(0, EVENT_DTYPE)
+
+
+def ingest_parallel(path, tmpdir, jobs, patterns, salvage=False, spill_dir=None, chunk_events=1_000_000):
+    """Parse one big trace with ``jobs`` worker processes (byte ranges in order).
+    Returns ``(store, table, comm_rows, metadata, warnings)`` equivalent to
+    :func:`streamtrace.analyze.ingest` on the whole file."""
+    from .columns import StringTable
+    from .parallel import run_tasks
+    plain = plain_copy(path, tmpdir)
+    try:
+        src = plain or str(path)
+        ranges, meta, _ = split_ranges(src, jobs * 2)
+        tasks = [(src, r, patterns, salvage,
+                  (os.path.join(spill_dir, f"r{i}") if spill_dir else None), chunk_events)
+                 for i, r in enumerate(ranges)]
+        if spill_dir:
+            for t in tasks:
+                os.makedirs(t[4], exist_ok=True)
+        results = run_tasks(_ingest_range, tasks, jobs)
+    finally:
+        cleanup(plain)
+    table = StringTable()
+    comm_rows, warnings = [], []
+    store = MergedStore()
+    for parts, strings, rows, warns in results:
+        lut = np.asarray([table.id(s) for s in strings] or [0], np.int64)
+        store.add_range(parts, lut, len(comm_rows))
+        comm_rows.extend(rows)
+        warnings.extend(warns)
+    return store, table, comm_rows, meta, warnings
