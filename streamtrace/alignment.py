@@ -271,13 +271,7 @@ def read_parquet_columns(path, columns, job=None, part=None, kind=None) -> dict:
         t = pq.read_table(path, columns=cols)
     if kind is not None:
         t = t.filter(pc.equal(t["kind"], kind))
-    out = {}
-    for c in cols:
-        a = t[c]
-        out[c] = a.to_numpy(zero_copy_only=False) if a.type.id != 13 else np.asarray(a.to_pylist(), object)
-    for c in cols:
-        if out[c].dtype.kind == "U" or t.schema.field(c).type == "string":
-            out[c] = np.asarray(out[c], object)
+    out = {c: t[c].to_numpy(zero_copy_only=False) for c in cols}
     if job is not None:
         keep = job.keep_rows(part, out["iteration"])
         out = {c: v[keep] for c, v in out.items()}

@@ -21,13 +21,25 @@ from pathlib import Path
 import numpy as np
 
 from . import classify as C
-from .columns import EVENT_DTYPE, StringTable, columns_from_batch
+from .columns import StringTable, columns_from_batch
 from .errors import StreamtraceError
 from .metrics import COMM, COMPUTE, MEMORY, device_metrics
 from .patterns import Patterns
 from .reader import TraceReader
 
 KINDS = ("compute", "communication", "memory")
+OPS_ROWS = 131072        # rows per Parquet row group of the ops table
+
+# What the analysis keeps per complete event (60 bytes; pid/tid/rank live in the store key).
+STORE_DTYPE = np.dtype([("ts", "i8"), ("dur", "i8"), ("cat", "i4"), ("name", "i4"), ("correlation", "i8"),
+                        ("external_id", "i8"), ("stream", "i8"), ("device", "i8"), ("comm", "i4")])
+
+
+def _slim(part):
+    out = np.empty(len(part), STORE_DTYPE)
+    for f in STORE_DTYPE.names:
+        out[f] = part[f]
+    return out
 
 
 @dataclass
@@ -35,7 +47,7 @@ class AnalyzeOptions:
     """Options of :func:`analyze`."""
     jobs: int = 0                 # 0 = all cores
     chunked: bool = False
-    chunk_events: int = 1_000_000
+    chunk_events: int = 250_000
     patterns: str | None = None
     topology: str | None = None
     salvage: bool = False
@@ -66,7 +78,7 @@ class MemoryStore:
 
     def get(self, key):
         p = self.parts.get(key, [])
-        return p[0] if len(p) == 1 else (np.concatenate(p) if p else np.zeros(0, EVENT_DTYPE))
+        return p[0] if len(p) == 1 else (np.concatenate(p) if p else np.zeros(0, STORE_DTYPE))
 
 
 class SpillStore(MemoryStore):
@@ -101,13 +113,14 @@ class SpillStore(MemoryStore):
 
     def get(self, key):
         path = self.files.get(key)
-        return np.fromfile(path, EVENT_DTYPE) if path is not None else np.zeros(0, EVENT_DTYPE)
+        return np.fromfile(path, STORE_DTYPE) if path is not None else np.zeros(0, STORE_DTYPE)
 
 
 def ingest(path, store, pats, salvage=False, progress=None, byte_range=None):
-    """Read one trace into ``store``: complete events (``ph == "X"``, ``dur >= 0``) keyed
-    ``("gpu", rank, pid)`` for GPU events (Kineto categories in the patterns) and
-    ``("cpu", rank, pid, tid)`` for CPU events (``rank`` = ``args.rank`` or -1).
+    """Read one trace into ``store``: complete events (``ph == "X"``, ``dur >= 0``) as
+    :data:`STORE_DTYPE` rows keyed ``("gpu", rank, pid, tid)`` for GPU events (Kineto
+    categories in the patterns) and ``("cpu", rank, pid, tid)`` for CPU events
+    (``rank`` = ``args.rank`` or -1).
     ``byte_range``: read only that slice of a plain file's events (see :mod:`streamtrace.split`).
 
     Returns ``(table, comm_rows, reader)``."""
@@ -127,7 +140,7 @@ def ingest(path, store, pats, salvage=False, progress=None, byte_range=None):
             cols["comm"][has] += len(comm_rows)
             comm_rows.extend(rows)
         k = np.where(cols["cat"] >= 0, kind_of[np.maximum(cols["cat"], 0)], 0)
-        for sel, fields, tag in ((k == 1, ("rank", "pid"), "gpu"),
+        for sel, fields, tag in ((k == 1, ("rank", "pid", "tid"), "gpu"),
                                  ((k == 0) & (cols["pid"] >= 0), ("rank", "pid", "tid"), "cpu")):
             part = cols[sel]
             if not len(part):
@@ -135,6 +148,7 @@ def ingest(path, store, pats, salvage=False, progress=None, byte_range=None):
             keys = np.stack([part[f] for f in fields], axis=1)
             uk, inv = np.unique(keys, axis=0, return_inverse=True)
             inv = inv.reshape(-1)
+            part = _slim(part)
             if len(uk) == 1:
                 store.add((tag, *map(int, uk[0])), part)
                 continue
@@ -215,15 +229,19 @@ def analyze_rank(store, keys, comm_rows, table, rank, device_mode, pmap, pats, t
     nm = _Names(table, pats)
     names = nm.names
     gkeys = [k for k in keys if k[0] == "gpu"]
-    g = np.concatenate([store.get(k) for k in gkeys]) if gkeys else np.zeros(0, EVENT_DTYPE)
+    gparts = [store.get(k) for k in gkeys]
+    g = np.concatenate(gparts) if gparts else np.zeros(0, STORE_DTYPE)
+    g_pid = np.repeat(np.asarray([k[2] for k in gkeys], np.int64), [len(p) for p in gparts])
+    g_tid = np.repeat(np.asarray([k[3] for k in gkeys], np.int64), [len(p) for p in gparts])
+    del gparts
     g_start, g_end = g["ts"], g["ts"] + g["dur"]
     kind = np.where(nm.memory_cat[g["cat"]], MEMORY, np.where(nm.comm[g["name"]], COMM, COMPUTE)).astype(np.int8)
     if device_mode == "args":
         device = g["device"].copy()
     elif device_mode == "pmap":
-        device = np.asarray([pmap.get(int(p), {}).get("device", p) for p in g["pid"].tolist()], np.int64)
+        device = np.asarray([pmap.get(int(p), {}).get("device", p) for p in g_pid.tolist()], np.int64)
     else:
-        device = g["pid"].copy()
+        device = g_pid
     M = len(g)
     launcher = np.full(M, -1, np.int64)             # row of the launch in this rank's ops table
     t_launch = g_start.copy()
@@ -277,7 +295,7 @@ def analyze_rank(store, keys, comm_rows, table, rank, device_mode, pmap, pats, t
                 if sel.any():
                     win[bucket].append((start[sel], end[sel], None))
         if ops_sink is not None:
-            ops_sink({"pid": c["pid"], "tid": c["tid"], "ts_ns": start, "dur_ns": c["dur"], "name": names[cname],
+            ops_sink({"pid": np.full(n, key[2], np.int64), "tid": np.full(n, key[3], np.int64), "ts_ns": start, "dur_ns": c["dur"], "name": names[cname],
                       "cat": names[c["cat"]], "depth": depth, "parent": np.where(parent >= 0, parent + n_cpu, -1),
                       "correlation": c["correlation"], "external_id": c["external_id"], "kernel_count": count,
                       "kernel_time_ns": total, "gpu_busy_ns": busy})
@@ -322,7 +340,7 @@ def analyze_rank(store, keys, comm_rows, table, rank, device_mode, pmap, pats, t
         for k in coll:
             coll[k][j] = info[k]
     kernels = {
-        "device": device.astype(np.int32), "stream": g["stream"], "tid": g["tid"], "ts_ns": g_start,
+        "device": device.astype(np.int32), "stream": g["stream"], "tid": g_tid, "ts_ns": g_start,
         "dur_ns": g["dur"], "end_ns": g_end, "name": names[g["name"]], "cat": names[g["cat"]],
         "kind": np.asarray(KINDS, object)[kind], "correlation": g["correlation"], "external_id": g["external_id"],
         "launch_op": names[f_launch_op], "launching_op": names[f_launching], "annotation": names[f_annot],
@@ -389,14 +407,9 @@ def _schema():
 def write_partition(outdir, dataset, rank, columns, schema):
     """Write ``outdir/<dataset>/rank=<rank>/part-0.parquet`` (zstd) atomically.
     The ``rank`` column lives in the hive path, as readers expect."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from .io import atomic_output
-    table = pa.Table.from_arrays([pa.array(columns[f.name], type=f.type) for f in schema], schema=schema)
-    path = Path(outdir) / dataset / f"rank={rank}" / "part-0.parquet"
-    with atomic_output(path, compress=False) as f:
-        pq.write_table(table, f, compression="zstd")
-    return path
+    with _OpsWriter(outdir, rank, schema, dataset) as w:
+        w.write(columns)
+    return w.path
 
 
 def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progress=None) -> list[dict]:
@@ -436,10 +449,12 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
 
 
 class _OpsWriter:
-    """Writes ``ops/rank=R/part-0.parquet`` one track (row group) at a time, atomically."""
+    """Writes ``<dataset>/rank=R/part-0.parquet`` one chunk (row group) at a time,
+    atomically.  Arrow buffers come from the system allocator, which hands freed
+    memory back (Arrow's default pools keep it: +40 MB peak RSS on a 54 MB trace)."""
 
-    def __init__(self, outdir, rank, schema):
-        self.path = Path(outdir) / "ops" / f"rank={rank}" / "part-0.parquet"
+    def __init__(self, outdir, rank, schema, dataset="ops"):
+        self.path = Path(outdir) / dataset / f"rank={rank}" / "part-0.parquet"
         self.schema = schema
 
     def __enter__(self):
@@ -447,13 +462,16 @@ class _OpsWriter:
         from .io import atomic_output
         self._cm = atomic_output(self.path, compress=False)
         self._f = self._cm.__enter__()
-        self._w = pq.ParquetWriter(self._f, self.schema, compression="zstd")
+        import pyarrow as pa
+        self._pool = pa.system_memory_pool()
+        self._w = pq.ParquetWriter(self._f, self.schema, compression="zstd", memory_pool=self._pool)
         return self
 
     def write(self, columns):
         import pyarrow as pa
-        self._w.write_table(pa.Table.from_arrays([pa.array(columns[f.name], type=f.type) for f in self.schema],
-                                                 schema=self.schema))
+        self._w.write_table(pa.Table.from_arrays(
+            [pa.array(columns[f.name], type=f.type, memory_pool=self._pool) for f in self.schema],
+            schema=self.schema))
 
     def __exit__(self, et, ev, tb):
         self._w.close()

@@ -23,13 +23,16 @@ Environment variables (read when the functions are called):
                             per rank).  0 means *forever* to ``torch.profiler.schedule``: a new trace
                             every wait+warmup+active steps until the profiler stops.
 
-Errors in a variable raise ValueError naming it.  Writing a trace or the topology never stops
-the training job: an I/O failure is logged (logger ``streamtrace.capture``) and skipped.
+A bad value raises ValueError naming the variable, when the schedule is built (at start-up).
+Writing a trace or the topology never stops the training job: a failure to write is logged
+(logger ``streamtrace.capture``) and skipped.  (``dump_topology`` does raise ValueError, on
+every rank alike, for groups that do not split the ranks consistently.)
 """
 from __future__ import annotations
 
 import datetime as _dt
 import gzip
+import json
 import logging
 import os
 import shutil
@@ -186,6 +189,27 @@ def _umask() -> int:
     return mask
 
 
+def _retitle(file, old: str, new: str, tail: int = 1 << 16) -> bool:
+    """Kineto records the path it wrote to as ``"traceName"`` near the end of the trace: put the
+    final path there instead of the temporary one (the tail is rewritten in place)."""
+    with open(file, "r+b") as f:
+        size = f.seek(0, os.SEEK_END)
+        start = max(0, size - tail)
+        f.seek(start)
+        buf = f.read()
+        key = buf.rfind(b'"traceName"')
+        if key < 0:
+            return False
+        for o, n in ((old.encode(), new.encode()), (json.dumps(old)[1:-1].encode(), json.dumps(new)[1:-1].encode())):
+            at = buf.find(b'"' + o + b'"', key, key + 64 + len(o))
+            if at >= 0:
+                f.seek(start + at + 1)
+                f.write(n + buf[at + 1 + len(o):])
+                f.truncate()
+                return True
+    return False
+
+
 def export_trace(prof, path, compress: bool = True, compresslevel: int = 1) -> Path:
     """Export ``prof``'s trace to ``path`` atomically: Kineto writes a temporary file in the
     target's folder (hidden, ``.tmp`` suffix, so trace discovery skips it), which is gzipped
@@ -199,6 +223,7 @@ def export_trace(prof, path, compress: bool = True, compresslevel: int = 1) -> P
     tmps = [raw]
     try:
         prof.export_chrome_trace(raw)
+        _retitle(raw, raw, str(path))
         if compress:
             fd, gz = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".gz.tmp", dir=path.parent)
             tmps.append(gz)
@@ -332,12 +357,12 @@ def dump_topology(out_dir, groups: dict | None = None, world_size: int | None = 
     ``unique_parallel_groups_<YYYYmmdd_HHMMSS>.txt``.  Both are written atomically.
 
     A collective: call it on every rank, once, after the process groups exist.  Groups come
-    from ``groups`` when given, else from Megatron's ``megatron.core.parallel_state`` when it is
-    importable and initialised (its ``get_*_group`` helpers).  ``groups``: ``{"tp": ProcessGroup | [ranks of this
-    rank's group] | [[every group]], "dp": ...}`` (any of tp/cp/ep/dp/pp; missing dimensions
-    have size 1).  Every rank's groups travel to every rank with
-    ``torch.distributed.all_gather_object``; without an initialised process group this is a
-    single-process job (``world_size`` must then be 1 or None, unless ``groups`` lists every
+    from ``groups`` when given, else from Megatron's ``megatron.core.parallel_state`` when it
+    is importable and initialised (its ``get_*_group`` helpers).  ``groups``: ``{"tp":
+    ProcessGroup | [ranks of this rank's group] | [[every group]], "dp": ...}`` (any of
+    tp/cp/ep/dp/pp; missing dimensions have size 1).  Every rank's groups travel to every rank
+    with ``torch.distributed.all_gather_object``; without an initialised process group this is
+    a single-process job (``world_size`` must then be 1 or None, unless ``groups`` lists every
     group of each dimension).
 
     Replicas (one per DP index, each holding a full model): the ranks linked through TP, CP, EP

@@ -122,7 +122,7 @@ def _report_validation(path, quiet=False):
 @argh.arg("--rank-map", help="JSON {file: rank} or '<file> <rank>' lines, for files that carry no rank")
 @argh.arg("--salvage", help="on a truncated file keep every complete event before the cut")
 @argh.arg("--scheduler", help="dask.distributed scheduler address, e.g. tcp://host:8786 (or $STREAMTRACE_SCHEDULER)")
-def analyze(*inputs, outdir="streamtrace-analysis", chunked=False, chunk_events=1_000_000, jobs=0,
+def analyze(*inputs, outdir="streamtrace-analysis", chunked=False, chunk_events=250_000, jobs=0,
             patterns=None, topology=None, rank_map=None, salvage=False, scheduler=None):
     """Classify kernels, build call trees and overlap metrics per rank, as Parquet + JSON."""
     from .analyze import AnalyzeOptions, analyze as do_analyze
@@ -209,6 +209,32 @@ def topology(*, tp=None, pp=None, cp=None, ep=None, etp=None, order="tp-cp-ep-dp
             print(f"wrote {write}")
 
 
+@argh.arg("dirs", help="analysed folders (the -o of streamtrace analyze), e.g. one per iteration")
+@argh.arg("-o", "--outdir", help="output folder")
+@argh.arg("--iterations", nargs="+", type=int, help="only these iterations (folder iteration_N or ProfilerStep#N)")
+@argh.arg("-j", "--jobs", type=int, help="ranks processed in parallel")
+@argh.arg("--time-alignment", choices=["global", "individual"],
+          help="one time base for all ranks (baseTimeNanoseconds) or each rank from its own start")
+@argh.arg("--clock-sync", choices=["none", "collectives"], help="estimate clock offsets from collective ends")
+@argh.arg("--topology", help="topology file or trace folder (default: the traces' distributedInfo.pg_config)")
+def aggregate(*dirs, outdir="streamtrace-aggregate", iterations=None, jobs=1, time_alignment="global",
+              clock_sync="none", topology=None):
+    """Whole-job tables: per rank x phase x micro-batch, pipeline bubbles, replicas, iterations, collectives."""
+    from .aggregate import AggregateOptions, aggregate as do_aggregate
+    if not dirs:
+        raise argh.CommandError("give at least one analysed folder")
+    m = do_aggregate(dirs, outdir, AggregateOptions(iterations=iterations, jobs=jobs, time_alignment=time_alignment,
+                                                    clock_sync=clock_sync, topology=topology))
+    for w in m["warnings"]:
+        print(f"warning: {w}", file=sys.stderr)
+    c = m["collectives"]
+    print(f"aggregated {len(m['ranks'])} ranks, iteration(s) {', '.join(map(str, m['iterations']))}: "
+          f"{c['instances']:,} collective instances ({c['complete']:,} complete) in {m['seconds']:.2f} s -> {outdir}/")
+    if m["clock_offsets_ns"]:
+        print("estimated clock offsets (us): " + ", ".join(f"rank {r}: {v / 1e3:+,.1f}"
+                                                          for r, v in m["clock_offsets_ns"].items()))
+
+
 _ALIASES = {"--input_dir": "--input-dir", "--output_file": "--output-file"}
 
 
@@ -227,7 +253,7 @@ def main(argv=None):
         return 0
     parser = argparse.ArgumentParser(prog="streamtrace", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="store_true", help="print the version and the ijson backend")
-    argh.add_commands(parser, [merge, analyze, validate, demo, topology],
+    argh.add_commands(parser, [merge, analyze, validate, demo, topology, aggregate],
                       name_mapping_policy=argh.assembling.NameMappingPolicy.BY_NAME_IF_KWONLY)
     try:
         argh.dispatch(parser, argv=argv)

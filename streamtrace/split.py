@@ -144,29 +144,31 @@ class MergedStore:
         self.parts = []        # (dict key -> array or path, lut int32, comm offset)
 
     def add_range(self, parts, lut, comm_offset):
+        from .columns import STR_ID_BASE, is_str_id
+
+        def canon(v):                      # string pids/tids: this range's table -> the shared one
+            return int(STR_ID_BASE + lut[v - STR_ID_BASE]) if is_str_id(v) else v
+        parts = {(k[0], k[1], *map(canon, k[2:])): v for k, v in parts.items()}
         self.parts.append((parts, lut, comm_offset))
 
     def keys(self):
         return sorted({k for p, _, _ in self.parts for k in p}, key=repr)
 
     def get(self, key):
-        from .columns import EVENT_DTYPE, STR_ID_BASE, is_str_id
+        from .analyze import STORE_DTYPE
         out = []
         for parts, lut, off in self.parts:
             a = parts.get(key)
             if a is None:
                 continue
-            a = np.fromfile(a, EVENT_DTYPE) if isinstance(a, (str, os.PathLike)) else a.copy()
+            a = np.fromfile(a, STORE_DTYPE) if isinstance(a, (str, os.PathLike)) else a.copy()
             for col in ("cat", "name"):
                 m = a[col] >= 0
                 a[col][m] = lut[a[col][m]]
-            for col in ("pid", "tid"):
-                m = is_str_id(a[col])
-                a[col][m] = STR_ID_BASE + lut[a[col][m] - STR_ID_BASE]
             m = a["comm"] >= 0
             a["comm"][m] += off
             out.append(a)
-        return np.concatenate(out) if out else np.zeros(0, EVENT_DTYPE)
+        return np.concatenate(out) if out else np.zeros(0, STORE_DTYPE)
 
 
 def ingest_parallel(path, tmpdir, jobs, patterns, salvage=False, spill_dir=None, chunk_events=1_000_000):

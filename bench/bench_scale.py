@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""Scale benchmarks (issue: one huge trace on all cores, many ranks on Dask).
+
+1. The split-point scanner's own throughput (MB/s over an in-memory buffer).
+2. One big trace (default ~1 GB): ``streamtrace analyze -j 1`` vs ``-j 2`` (byte ranges
+   parsed by 2 worker processes) — speed-up, peak RSS.
+3. Many ranks (default 64 x ~100 MB): ``streamtrace analyze`` with the local process pool
+   vs a 2-worker ``distributed.LocalCluster`` (loopback) — throughput (MB/s total),
+   peak RSS per worker, overhead of the Dask path.
+
+Results are appended to ``bench/RESULTS.md`` with the command line.  Inputs are made
+by ``tools/inflate_trace.py`` into the scratch folder (never into the repository).
+
+    python bench/bench_scale.py [--big-mb 1024] [--ranks 64] [--rank-mb 100] [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_merge as BM  # noqa: E402  (shared helpers: inputs, process-tree measurement)
+
+ROOT = BM.ROOT
+SCRATCH = Path(os.environ.get("STREAMTRACE_BENCH_DIR", "/tmp/streamtrace-bench"))
+
+DASK_DRIVER = r'''
+import sys, time, json
+from distributed import LocalCluster
+from streamtrace.analyze import AnalyzeOptions, analyze
+inp, out = sys.argv[1], sys.argv[2]
+with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                  dashboard_address=None) as cluster:
+    t0 = time.perf_counter()
+    s = analyze([inp], out, AnalyzeOptions(scheduler=cluster.scheduler_address))
+    print(json.dumps({"analyze_s": time.perf_counter() - t0, "ranks": len(s["ranks"]), "failed": len(s["failed"])}))
+'''
+
+
+def scanner_throughput(path, log):
+    from streamtrace.kernels import scan as K
+    data = np.fromfile(path, np.uint8, count=512 << 20)
+    out = np.empty(64, np.int64)
+    K.split_points(data[:1000], 1000, 0, 1 << 30, out, np.zeros(5, np.int64))   # JIT warm-up
+    best = 1e9
+    for _ in range(3):
+        st = np.zeros(5, np.int64)
+        st[2] = 0
+        t0 = time.perf_counter()
+        K.split_points(data, len(data), 0, 1 << 30, out, st)
+        best = min(best, time.perf_counter() - t0)
+    mbs = len(data) / 1e6 / best
+    log(f"split_points: {len(data) / 1e6:.0f} MB in {best:.3f} s = {mbs:,.0f} MB/s")
+    return mbs
+
+
+def run(cmd, label, logdir, log):
+    log(f"-- {label}: {' '.join(map(str, cmd))}")
+    r = BM.measure([str(c) for c in cmd], logdir, label)
+    if r["rc"] != 0:
+        log(r["stderr"][-2000:])
+        raise SystemExit(f"{label} failed (exit {r['rc']})")
+    log(f"   {r['wall']:.1f} s, max single-process RSS {r['max_single_rss'] / 2**20:.0f} MB, "
+        f"peak summed RSS {r['peak_sum_rss'] / 2**20:.0f} MB")
+    return r
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--src", default=str(ROOT.parent / "shared/traces/real/v100_ddp_rank1_of2.json.gz"))
+    ap.add_argument("--big-mb", type=float, default=1024)
+    ap.add_argument("--ranks", type=int, default=64)
+    ap.add_argument("--rank-mb", type=float, default=100)
+    ap.add_argument("--quick", action="store_true", help="small sizes, record nothing")
+    ap.add_argument("--skip-dask", action="store_true")
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.big_mb, a.ranks, a.rank_mb = 60, 4, 20
+    SCRATCH.mkdir(parents=True, exist_ok=True)
+    logdir = SCRATCH / "logs_scale"
+    log = lambda m: print(m, flush=True)  # noqa: E731
+    src = Path(a.src)
+    big_dir, big_files, big_bytes, _ = BM.ensure_inputs(SCRATCH, src, 1, a.big_mb, log)
+    big = big_files[0]
+    rows = []
+    mbs = scanner_throughput(big, log)
+    out = SCRATCH / "out_scale"
+    res = {}
+    for jobs in (1, 2):
+        shutil.rmtree(out, ignore_errors=True)
+        res[jobs] = run([sys.executable, "-m", "streamtrace", "analyze", big, "-o", out, "-j", jobs],
+                        f"analyze 1 x {a.big_mb:g}MB -j{jobs}", logdir, log)
+    speedup = res[1]["wall"] / res[2]["wall"]
+    rows.append(("one big trace", f"{big_bytes / 1e6:,.0f} MB", res, speedup))
+    many = None
+    if not a.skip_dask:
+        many_dir, files, many_bytes, _ = BM.ensure_inputs(SCRATCH, src, a.ranks, a.rank_mb, log)
+        shutil.rmtree(out, ignore_errors=True)
+        local = run([sys.executable, "-m", "streamtrace", "analyze", many_dir, "-o", out, "-j", 2],
+                    f"analyze {a.ranks} x {a.rank_mb:g}MB local pool", logdir, log)
+        shutil.rmtree(out, ignore_errors=True)
+        dask = run([sys.executable, "-c", DASK_DRIVER, many_dir, out],
+                   f"analyze {a.ranks} x {a.rank_mb:g}MB dask LocalCluster", logdir, log)
+        inner = json.loads(dask["stdout"].strip().splitlines()[-1])
+        many = (many_bytes, local, dask, inner)
+    shutil.rmtree(out, ignore_errors=True)
+    info = BM.machine_info()
+    lines = [f"\n## Scale: one big trace on all cores, many ranks on Dask\n",
+             f"`python bench/bench_scale.py {' '.join(argv or sys.argv[1:])}` — "
+             f"{dt.datetime.utcnow():%Y-%m-%d %H:%M} UTC, nproc {info['nproc']}, {info['ram_gib']:.1f} GiB, "
+             f"{info['cpu']}; source `{src.name}` inflated with tools/inflate_trace.py.\n",
+             f"- split-point scanner (numba, in memory): **{mbs:,.0f} MB/s** (target >= 1,000 MB/s)",
+             f"- one {big_bytes / 1e6:,.0f} MB trace, `streamtrace analyze`: -j 1 {res[1]['wall']:.1f} s "
+             f"(max RSS {res[1]['max_single_rss'] / 2**20:.0f} MB), -j 2 {res[2]['wall']:.1f} s "
+             f"(max single-process RSS {res[2]['max_single_rss'] / 2**20:.0f} MB, summed {res[2]['peak_sum_rss'] / 2**20:.0f} MB)"
+             f" -> speed-up **{speedup:.2f}x** (target >= 1.7x); other load during the runs: "
+             f"{res[1].get('other_cores', 0):.2f} / {res[2].get('other_cores', 0):.2f} cores"]
+    if many:
+        many_bytes, local, dask, inner = many
+        over = dask["wall"] / local["wall"] - 1
+        lines += [
+            f"- {a.ranks} ranks x {a.rank_mb:g} MB ({many_bytes / 1e9:.2f} GB): local pool (2 workers) "
+            f"{local['wall']:.1f} s = {many_bytes / 1e6 / local['wall']:,.0f} MB/s, max worker RSS "
+            f"{local['max_single_rss'] / 2**20:.0f} MB; dask LocalCluster (2 worker processes, loopback) "
+            f"{dask['wall']:.1f} s wall incl. cluster start-up ({inner['analyze_s']:.1f} s inside analyze) = "
+            f"{many_bytes / 1e6 / inner['analyze_s']:,.0f} MB/s, max worker RSS {dask['max_single_rss'] / 2**20:.0f} MB"
+            f" -> Dask overhead **{(inner['analyze_s'] / local['wall'] - 1) * 100:+.1f} %** inside analyze, "
+            f"{over * 100:+.1f} % including cluster start-up (target within 15 %)"]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if not a.quick:
+        with open(ROOT / "bench" / "RESULTS.md", "a") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()
