@@ -235,7 +235,66 @@ def aggregate(*dirs, outdir="streamtrace-aggregate", iterations=None, jobs=1, ti
                                                           for r, v in m["clock_offsets_ns"].items()))
 
 
+@argh.arg("dirs", help="an aggregate folder (streamtrace aggregate -o), or analysed folders to aggregate first")
+@argh.arg("-o", "--outdir", help="output folder (default: the aggregate folder; streamtrace-report for analysed folders)")
+@argh.arg("--name", help="the run's name (default: from the folder)")
+@argh.arg("--tokens-per-step", type=int, help="tokens per training step, for tokens/s")
+@argh.arg("--global-batch", type=int, help="global batch size (sequences), with --seq-len, for tokens/s")
+@argh.arg("--seq-len", type=int, help="sequence length, with --global-batch")
+@argh.arg("--no-charts", help="skip the PNG/SVG charts")
+@argh.arg("--chart-ranks", help="ranks that get per-rank charts, e.g. 0-3,12 (default: all up to 8, else a selection)")
+@argh.arg("--iterations", nargs="+", type=int, help="(analysed folders) only these iterations")
+@argh.arg("-j", "--jobs", type=int, help="(analysed folders) ranks processed in parallel")
+@argh.arg("--time-alignment", choices=["global", "individual"], help="(analysed folders) time alignment")
+@argh.arg("--clock-sync", choices=["none", "collectives"], help="(analysed folders) clock offsets from collectives")
+@argh.arg("--topology", help="(analysed folders) topology file or trace folder")
+def report(*dirs, outdir=None, name=None, tokens_per_step=None, global_batch=None, seq_len=None, no_charts=False,
+           chart_ranks=None, iterations=None, jobs=1, time_alignment="global", clock_sync="none", topology=None):
+    """Markdown + report.json + charts of where the job's time went (from streamtrace aggregate output)."""
+    from pathlib import Path
+
+    from .discover import parse_ranks
+    from .report import write_report
+    if not dirs:
+        raise argh.CommandError("give an aggregate folder or analysed folders")
+    if len(dirs) == 1 and (Path(dirs[0]) / "aggregate.json").is_file():
+        aggdir = dirs[0]
+    else:
+        from .aggregate import AggregateOptions, aggregate as do_aggregate
+        aggdir = outdir or "streamtrace-report"
+        m = do_aggregate(dirs, aggdir, AggregateOptions(iterations=iterations, jobs=jobs, time_alignment=time_alignment,
+                                                        clock_sync=clock_sync, topology=topology))
+        for w in m["warnings"]:
+            print(f"warning: {w}", file=sys.stderr)
+        print(f"aggregated {len(m['ranks'])} ranks -> {aggdir}/")
+    rep = write_report(aggdir, outdir, name, tokens_per_step, global_batch, seq_len, charts=not no_charts,
+                       chart_ranks=sorted(parse_ranks(chart_ranks)) if chart_ranks else None)
+    tp = rep.get("throughput")
+    if tp and tp["tokens_per_s"]:
+        print(f"throughput: {tp['tokens_per_s']:,.0f} tokens/s over {tp['steps']} profiled step(s)")
+    print(f"report: {rep['files'][0]}, {rep['files'][1]}"
+          + (f", {len(rep['files']) - 2} chart files" if len(rep["files"]) > 2 else ""))
+
+
 _ALIASES = {"--input_dir": "--input-dir", "--output_file": "--output-file"}
+
+
+@argh.arg("run_dir", help="the training run's output folder (traces, topology)")
+@argh.arg("--full", help="merge every event, not only GPU processes")
+@argh.arg("--in-memory", help="analyse in memory instead of --chunked")
+@argh.arg("-j", "--jobs", type=int, help="worker processes (default: all cores)")
+@argh.arg("--max-memory", type=float, help="cap in GB: limits parallel workers (~0.6 GB each)")
+@argh.arg("--strict", help="exit 1 when anything failed (default: always exit 0)")
+@argh.arg("--name", help="run name for the report (default: the folder name)")
+def epilogue(run_dir, *, full=False, in_memory=False, jobs=0, max_memory=None, strict=False, name=None):
+    """After a training job: analyse, merge, aggregate, report and chart every iteration."""
+    from .epilogue import run
+    s = run(run_dir, full=full, chunked=not in_memory, jobs=jobs, max_memory_gb=max_memory, strict=strict,
+            name=name)
+    if s["report"]:
+        print(f"report: {s['report']}")
+    if strict and s["failures"]:
+        raise _Exit(1)
 
 
 class _Exit(Exception):
@@ -253,7 +312,7 @@ def main(argv=None):
         return 0
     parser = argparse.ArgumentParser(prog="streamtrace", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="store_true", help="print the version and the ijson backend")
-    argh.add_commands(parser, [merge, analyze, validate, demo, topology, aggregate],
+    argh.add_commands(parser, [merge, analyze, validate, demo, epilogue, topology, aggregate, report],
                       name_mapping_policy=argh.assembling.NameMappingPolicy.BY_NAME_IF_KWONLY)
     try:
         argh.dispatch(parser, argv=argv)

@@ -16,10 +16,14 @@ class TraceError(StreamtraceError):
 
     def __init__(self, path, message, offset=None, events=None):
         self.path = str(path)
+        self.message = message
         self.offset = offset
         self.events = events
         where = f" at byte {offset:,}" if offset is not None else ""
         super().__init__(f"{self.path}: {message}{where}")
+
+    def __reduce__(self):   # picklable, so it crosses process pools and dask intact
+        return (type(self), (self.path, self.message, self.offset, self.events))
 
 
 class TruncatedTraceError(TraceError):

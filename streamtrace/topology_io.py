@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+from collections import Counter
 from pathlib import Path
 
 from .io import atomic_output
@@ -52,7 +53,7 @@ def _check_partition(dim: str, groups: list, world_size: int) -> int:
     """Groups of one dimension must split ``range(world_size)`` into equal parts; returns the size."""
     seen = [r for g in groups for r in g]
     if sorted(seen) != list(range(world_size)):
-        dup = sorted({r for r in seen if seen.count(r) > 1})
+        dup = sorted(r for r, n in Counter(seen).items() if n > 1)
         miss = sorted(set(range(world_size)) - set(seen))
         extra = sorted(r for r in set(seen) if not 0 <= r < world_size)
         raise ValueError(f"{dim.upper()} groups do not split ranks 0..{world_size - 1} "
@@ -65,8 +66,8 @@ def _check_partition(dim: str, groups: list, world_size: int) -> int:
 
 def replicas_by_order(sizes: dict, world_size: int, order: str = DEFAULT_ORDER) -> list:
     """Model replicas as Megatron-TraceViz computes them (one per DP coordinate: every rank holding
-    that DP index) assuming the rank layout ``order``: rank = c0 + s0*(c1 + s1*(c2 + ...)) over the dimensions of
-    ``order``, the first varying fastest.  ``sizes`` gives tp/cp/ep/pp; dp is the rest of the world."""
+    that DP index) assuming the rank layout ``order``: rank = c0 + s0*(c1 + s1*(c2 + ...)) over the
+    dimensions of ``order``, the first varying fastest.  ``sizes`` gives tp/cp/ep/pp; dp is the rest of the world."""
     dims = parse_order(order)
     other = 1
     for d in ("tp", "cp", "ep", "pp"):

@@ -65,3 +65,21 @@ def test_dask_localcluster_equals_local_pool(tmp_path):
         assert strip(local) == strip(remote) and remote["failed"] == []
         a, b = _tables(tmp_path / f"local{i}"), _tables(tmp_path / f"dask{i}")
         assert a.keys() == b.keys() and all(a[k].equals(b[k]) for k in a)
+
+
+def test_trace_errors_cross_process_boundaries(tmp_path):
+    """A worker's TraceError must arrive whole (it once broke the process pool)."""
+    import pickle
+
+    from streamtrace.errors import TraceError, TruncatedTraceError
+    e = TruncatedTraceError("/x/rank3.json", "truncated: the file ends inside traceEvents", offset=27, events=0)
+    e2 = pickle.loads(pickle.dumps(e))
+    assert type(e2) is TruncatedTraceError and str(e2) == str(e) and e2.path == "/x/rank3.json" and e2.offset == 27
+    bad = tmp_path / "rank_0001.json"
+    bad.write_text('{"traceEvents": [{"ph": "X"')
+    good = tmp_path / "rank_0000.json"
+    good.write_text('{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1, "pid": 1, "tid": 1}]}')
+    s = analyze([good, bad], tmp_path / "out", AnalyzeOptions(jobs=2))
+    assert [r["rank"] for r in s["ranks"]] == [0]
+    assert len(s["failed"]) == 1 and "truncated" in s["failed"][0]["error"] and s["failed"][0]["attempts"] == 2
+    assert isinstance(TraceError("p", "m"), Exception)

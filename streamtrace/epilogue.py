@@ -1,0 +1,230 @@
+"""``streamtrace epilogue RUN_DIR``: everything after a training job, in one call that
+never takes the job down.
+
+Finds every iteration folder and the topology under ``RUN_DIR`` (any layout
+:mod:`streamtrace.discover` knows), then into ``RUN_DIR/streamtrace/``:
+
+* ``iteration_<N>/analysis/``: :func:`streamtrace.analyze.analyze` (``--chunked`` by default);
+* ``iteration_<N>/merged_gpu.json.gz`` (GPU processes only, so Perfetto's UI can load it) or
+  ``merged.json.gz`` with ``full=True``: :func:`streamtrace.merge.merge_files`;
+* ``aggregate/``: :func:`streamtrace.aggregate.aggregate` over all iterations;
+* ``report.md`` + ``report.json`` and ``charts/`` (when those modules are installed);
+* ``epilogue.json``: what ran, what was reused, what failed (and why).
+
+Made for the end of a job or a Slurm epilogue: :func:`run` never raises (each
+failure is logged with the file it concerns and the rest carries on), it is
+idempotent (a stage whose inputs and options have not changed since its last
+successful run is reused), ``jobs`` and ``max_memory_gb`` cap parallelism.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+# peak RSS of one worker analysing in --chunked mode, for the --max-memory cap (GB)
+WORKER_GB = 0.6
+
+
+class _Log:
+    def __init__(self, out=None):
+        self.out = out or sys.stderr
+        self.failures: list = []
+
+    def info(self, msg):
+        print(f"[streamtrace epilogue] {msg}", file=self.out, flush=True)
+
+    def fail(self, stage, what, err):
+        line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        self.failures.append({"stage": stage, "file": str(what), "error": line})
+        self.info(f"FAILED {stage} ({what}): {line}")
+
+
+def _fingerprint(paths, **options) -> str:
+    h = hashlib.sha256()
+    for p in sorted(map(str, paths)):
+        try:
+            st = os.stat(p)
+            h.update(f"{p}|{st.st_size}|{int(st.st_mtime_ns)}\n".encode())
+        except OSError:
+            h.update(f"{p}|missing\n".encode())
+    h.update(json.dumps(options, sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def find_topology(run_dir):
+    """streamtrace's topology JSON, else the newest TraceViz ``unique_parallel_groups_*.txt``,
+    else a ``parallel_topology.json``, searched in ``run_dir`` and one level below."""
+    run_dir = Path(run_dir)
+    for pattern in ("streamtrace_topology.json", "unique_parallel_groups_*.txt", "parallel_topology.json"):
+        hits = sorted(run_dir.glob(pattern)) + sorted(run_dir.glob(f"*/{pattern}"))
+        hits = [h for h in hits if "streamtrace" not in h.parent.name or h.parent == run_dir]
+        if hits:
+            return str(max(hits, key=lambda p: p.stat().st_mtime))
+    return None
+
+
+def find_iterations(run_dir, log):
+    """``{iteration: [TraceFile]}`` for every readable rank trace under ``run_dir``
+    (outputs in ``run_dir/streamtrace`` are skipped); unreadable files are logged."""
+    from .discover import expand_inputs, identify
+    groups: dict = {}
+    try:
+        paths = expand_inputs([run_dir])
+    except Exception as e:   # noqa: BLE001
+        log.fail("discover", run_dir, e)
+        return groups
+    for p in paths:
+        try:
+            tf = identify(p)
+        except Exception as e:   # noqa: BLE001
+            log.fail("discover", p, e)
+            continue
+        if tf is not None:
+            groups.setdefault(tf.iteration, []).append(tf)
+    for it, files in groups.items():
+        seen = {}
+        keep = []
+        for tf in sorted(files, key=lambda t: (t.rank, t.path)):
+            if tf.rank in seen:
+                log.fail("discover", tf.path, f"rank {tf.rank} already given by {seen[tf.rank]}; skipped")
+                continue
+            seen[tf.rank] = tf.path
+            keep.append(tf)
+        groups[it] = keep
+    return groups
+
+
+def _stage(state, key, fingerprint, outputs, fn, log, name, what):
+    """Run ``fn()`` unless ``state[key]`` says it already succeeded with the same
+    fingerprint and ``outputs`` still exist.  Returns ``(result or None, status)``."""
+    prev = state.get(key)
+    if prev and prev.get("fingerprint") == fingerprint and prev.get("ok") and all(Path(o).exists() for o in outputs):
+        log.info(f"{name}: reused ({what})")
+        return prev.get("result"), "reused"
+    t0 = time.time()
+    try:
+        result = fn()
+    except Exception as e:   # noqa: BLE001 - logged, the epilogue carries on
+        log.fail(name, what, e)
+        state[key] = {"fingerprint": fingerprint, "ok": False, "error": str(e).splitlines()[0] if str(e) else ""}
+        if os.environ.get("STREAMTRACE_DEBUG"):
+            traceback.print_exc()
+        return None, "failed"
+    state[key] = {"fingerprint": fingerprint, "ok": True, "result": result, "seconds": round(time.time() - t0, 2)}
+    log.info(f"{name}: done in {time.time() - t0:.1f} s ({what})")
+    return result, "done"
+
+
+def run(run_dir, full=False, chunked=True, jobs=0, max_memory_gb=None, strict=False, name=None,
+        log_file=None) -> dict:
+    """Run the whole post-job pipeline on ``run_dir`` (see the module docstring).
+
+    Returns the summary dict (also in ``RUN_DIR/streamtrace/epilogue.json``):
+    ``{"run_dir", "outdir", "iterations", "ranks", "report", "failures": [...], "stages": {...}}``.
+    Never raises (``KeyboardInterrupt`` aside); with ``strict`` the CLI exits 1 when
+    anything failed."""
+    log = _Log(log_file)
+    t0 = time.time()
+    run_dir = Path(run_dir)
+    out = run_dir / "streamtrace"
+    summary = {"run_dir": str(run_dir), "outdir": str(out), "iterations": [], "ranks": 0, "report": None,
+               "failures": log.failures, "stages": {}}
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        state_path = out / "epilogue.json"
+        try:
+            state = json.loads(state_path.read_text()).get("state", {})
+        except (OSError, ValueError):
+            state = {}
+        jobs = jobs or os.cpu_count() or 1
+        if max_memory_gb:
+            jobs = max(1, min(jobs, int(max_memory_gb / WORKER_GB)))
+        topo = find_topology(run_dir)
+        log.info(f"run {run_dir}: topology {topo or 'not found'}; {jobs} jobs")
+        groups = find_iterations(run_dir, log)
+        if not groups:
+            log.fail("discover", run_dir, "no rank traces found")
+        analysed = []
+        for it in sorted(groups, key=lambda k: (k is None, k or 0)):
+            files = groups[it]
+            paths = [tf.path for tf in files]
+            tag = f"iteration_{it}" if it is not None else "traces"
+            summary["iterations"].append(it)
+            summary["ranks"] = max(summary["ranks"], len(files))
+            adir = out / tag / "analysis"
+
+            def do_analyze(paths=paths, adir=adir):
+                from .analyze import AnalyzeOptions, analyze
+                s = analyze(paths, adir, AnalyzeOptions(jobs=jobs, chunked=chunked, topology=topo, progress=False))
+                for f in s["failed"]:
+                    log.fail("analyze", f["source"], f["error"])
+                return {"ranks": [r["rank"] for r in s["ranks"]], "failed": len(s["failed"])}
+            fp = _fingerprint(paths + ([topo] if topo else []), chunked=chunked, stage="analyze")
+            res, st = _stage(state, f"{tag}/analyze", fp, [adir / "summary.json"], do_analyze, log, "analyze", tag)
+            summary["stages"][f"{tag}/analyze"] = st
+            if res is not None:
+                analysed.append(str(adir))
+            merged = out / tag / ("merged.json.gz" if full else "merged_gpu.json.gz")
+
+            def do_merge(files=files, merged=merged):
+                from .merge import MergeOptions, merge_files
+                todo = list(files)
+                while todo:
+                    try:
+                        r = merge_files(todo, merged, MergeOptions(gpu_only=not full, jobs=jobs, progress=False))
+                        return {"output": str(merged), "ranks": r["ranks"], "events": r["events_out"]}
+                    except Exception as e:   # noqa: BLE001 - drop the file it names, merge the rest
+                        bad = [tf for tf in todo if getattr(e, "path", None) == tf.path]
+                        if not bad:
+                            raise
+                        log.fail("merge", bad[0].path, e)
+                        todo.remove(bad[0])
+                raise RuntimeError("no readable rank trace left to merge")
+            fp = _fingerprint(paths, full=full, stage="merge")
+            _, st = _stage(state, f"{tag}/merge", fp, [merged], do_merge, log, "merge", tag)
+            summary["stages"][f"{tag}/merge"] = st
+        agg = out / "aggregate"
+        report = None
+        if analysed:
+            def do_aggregate():
+                from .aggregate import AggregateOptions, aggregate
+                aggregate(analysed, agg, AggregateOptions(jobs=jobs, topology=topo))
+                return {"outdir": str(agg)}
+            fp = _fingerprint([Path(a) / "summary.json" for a in analysed] + ([topo] if topo else []),
+                              stage="aggregate")
+            res, st = _stage(state, "aggregate", fp, [agg], do_aggregate, log, "aggregate", ", ".join(analysed))
+            summary["stages"]["aggregate"] = st
+            if res is not None:
+                def do_charts():
+                    from .charts import render_all
+                    return {"files": len(render_all(agg, out / "charts"))}
+                _, st = _stage(state, "charts", fp, [out / "charts"], do_charts, log, "charts", agg)
+                summary["stages"]["charts"] = st
+
+                def do_report():
+                    from .report import write_report
+                    paths = write_report(agg, out, name=name or run_dir.name)
+                    return {"files": [str(p) for p in paths]}
+                res, st = _stage(state, "report", fp, [out / "report.md"], do_report, log, "report", agg)
+                summary["stages"]["report"] = st
+                if (out / "report.md").exists():
+                    report = str(out / "report.md")
+        summary["report"] = report
+        summary["seconds"] = round(time.time() - t0, 2)
+        try:
+            from .io import atomic_output
+            with atomic_output(state_path, compress=False) as f:
+                f.write(json.dumps({"summary": summary, "state": state}, indent=1, default=str).encode())
+        except Exception as e:   # noqa: BLE001
+            log.fail("epilogue", state_path, e)
+        status = "OK" if not log.failures else f"{len(log.failures)} problem(s), see {state_path}"
+        log.info(f"{len(summary['iterations'])} iteration(s), {summary['ranks']} ranks, {status}; "
+                 f"report: {report or 'none'}; outputs in {out} ({summary['seconds']:.1f} s)")
+    except Exception as e:   # noqa: BLE001 - the promise: never raise into the caller
+        log.fail("epilogue", run_dir, e)
+    return summary
