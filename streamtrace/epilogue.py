@@ -105,8 +105,11 @@ def _stage(state, key, fingerprint, outputs, fn, log, name, what):
     prev = state.get(key)
     if prev and prev.get("fingerprint") == fingerprint and prev.get("ok") and all(Path(o).exists() for o in outputs):
         log.info(f"{name}: reused ({what})")
+        for f in prev.get("failures", []):      # what that run could not process is still missing
+            log.fail(f["stage"], f["file"], f["error"])
         return prev.get("result"), "reused"
     t0 = time.time()
+    before = len(log.failures)
     try:
         result = fn()
     except Exception as e:   # noqa: BLE001 - logged, the epilogue carries on
@@ -115,7 +118,8 @@ def _stage(state, key, fingerprint, outputs, fn, log, name, what):
         if os.environ.get("STREAMTRACE_DEBUG"):
             traceback.print_exc()
         return None, "failed"
-    state[key] = {"fingerprint": fingerprint, "ok": True, "result": result, "seconds": round(time.time() - t0, 2)}
+    state[key] = {"fingerprint": fingerprint, "ok": True, "result": result, "seconds": round(time.time() - t0, 2),
+                  "failures": list(log.failures[before:])}
     log.info(f"{name}: done in {time.time() - t0:.1f} s ({what})")
     return result, "done"
 
@@ -135,6 +139,9 @@ def run(run_dir, full=False, chunked=True, jobs=0, max_memory_gb=None, strict=Fa
     summary = {"run_dir": str(run_dir), "outdir": str(out), "iterations": [], "ranks": 0, "report": None,
                "failures": log.failures, "stages": {}}
     try:
+        if not run_dir.is_dir():
+            log.fail("epilogue", run_dir, "no such folder")
+            return summary
         out.mkdir(parents=True, exist_ok=True)
         state_path = out / "epilogue.json"
         try:
