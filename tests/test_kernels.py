@@ -187,3 +187,19 @@ def test_typical_events_take_the_byte_path(tmp_path):
     assert got[0]["args"] == {"External id": (3 << 40) + 5, "correlation": (3 << 40) + 9, "stream": 7,
                               "raw correlation": 9, "raw External id": 5, "rank": 3}
     assert got[1]["id"] == (3 << 40) + 9 and got[1]["args"] == {"rank": 3}
+
+
+# -- inherited ancestry facts -------------------------------------------------------------
+
+@FAST
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 15)), max_size=40), st.data())
+def test_ancestry_kernels_match_twins(slices, data):
+    from streamtrace.kernels.ancestry import (nearest_marked, nearest_marked_py, outermost_marked,
+                                              outermost_marked_py)
+    from streamtrace.kernels.tree import build_call_tree
+    s = np.array([a for a, _ in slices], np.int64)
+    e = np.array([a + d for a, d in slices], np.int64)
+    parent, depth, order, _, _ = build_call_tree(np.zeros(len(s), np.int64), s, e)
+    mark = np.array(data.draw(st.lists(st.booleans(), min_size=len(s), max_size=len(s))), bool)
+    assert nearest_marked(parent, order, mark).tolist() == nearest_marked_py(parent, order, mark).tolist()
+    assert outermost_marked(parent, order, mark).tolist() == outermost_marked_py(parent, order, mark).tolist()
