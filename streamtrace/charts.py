@@ -120,7 +120,9 @@ def rank_timeline(data, rank, iteration, stem) -> list:
     ax.set_yticklabels(cats + ["phase x micro-batch"], fontsize=8)
     ax.set_xlim(0, _ms(span))
     ax.set_xlabel(f"time (ms) from {_ms(lo):,.3f} ms on the {data['meta']['time_alignment']} axis")
-    ax.set_title(f"rank {rank}, iteration {iteration}: GPU time line by kernel category", fontsize=10)
+    cpu = bool(w.any()) and all(x == "cpu" for x in rp["source"][w].tolist())
+    what = "CPU time line (no GPU events) by op category" if cpu else "GPU time line by kernel category"
+    ax.set_title(f"rank {rank}, iteration {iteration}: {what}", fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     return save(fig, stem)
 
@@ -297,7 +299,23 @@ def skew_heatmap(data, stem) -> list:
     """Rank x collective instance (time order) heat map of the arrival delay (us); instances binned
     to at most :data:`MAX_COLUMNS` columns (max per bin); blank where the rank is not a member."""
     plt = _plt()
-    c, m = data["collectives"], data["collectives_ranks"]
+    grid, ranks, per, n = skew_grid(data["collectives"], data["collectives_ranks"])
+    fig, ax = plt.subplots(figsize=(14, 1.5 + min(0.16 * len(ranks), 12)))
+    finite = grid[np.isfinite(grid)]
+    vmax = float(np.percentile(finite, 99)) if finite.size else 1.0
+    im = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="magma_r", vmin=0, vmax=max(vmax, 1e-3))
+    _thin_ticks(ax, [str(int(r)) for r in ranks], np.arange(len(ranks)), max_labels=40)
+    ax.set_ylabel("rank")
+    ax.set_xlabel(f"collective instances in time order ({n:,}; {per} per column, max shown)")
+    fig.colorbar(im, ax=ax, label="arrival after the first rank (us)")
+    ax.set_title("collective skew: how late each rank arrives", fontsize=10)
+    return save(fig, stem)
+
+
+def skew_grid(c, m):
+    """``(grid, ranks, per_column, n)``: arrival delay in us, shape (ranks, columns), NaN where the
+    rank has no member in the column; instances in time order, ``per_column`` of them per column
+    (at most :data:`MAX_COLUMNS` columns), the max delay of each rank in each column."""
     order = np.argsort(c["first_start_ns"], kind="stable")
     col_of = np.empty(len(order), np.int64)
     col_of[order] = np.arange(len(order))
@@ -313,17 +331,8 @@ def skew_heatmap(data, stem) -> list:
         best = np.full(grid.size, -np.inf)
         np.maximum.at(best, flat, val)
         grid = np.where(np.isfinite(best), best, np.nan).reshape(len(ranks), ncol)
-    fig, ax = plt.subplots(figsize=(14, 1.5 + min(0.16 * len(ranks), 12)))
-    finite = grid[np.isfinite(grid)]
-    vmax = float(np.percentile(finite, 99)) if finite.size else 1.0
-    im = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="magma_r", vmin=0, vmax=max(vmax, 1e-3))
-    _thin_ticks(ax, [str(int(r)) for r in ranks], np.arange(len(ranks)), max_labels=40)
-    ax.set_ylabel("rank")
     per = int(np.ceil(len(order) / ncol)) if len(order) else 1
-    ax.set_xlabel(f"collective instances in time order ({len(order):,}; {per} per column, max shown)")
-    fig.colorbar(im, ax=ax, label="arrival after the first rank (us)")
-    ax.set_title("collective skew: how late each rank arrives", fontsize=10)
-    return save(fig, stem)
+    return grid, ranks, per, len(order)
 
 
 # -- all of them ----------------------------------------------------------------------------

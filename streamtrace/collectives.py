@@ -85,7 +85,6 @@ def _ranks_of(s: str) -> list:
 def _p2p_dirs(part, corr_needed) -> dict:
     """``{correlation: {"send": "forward"|"backward", "recv": ...}}`` from the Megatron p2p function
     (send_forward, recv_backward, send_forward_recv_backward, ...) above each launch in the ops."""
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
     if not corr_needed or not part.ops_path.is_file():
         return {}
@@ -106,7 +105,6 @@ def _p2p_dirs(part, corr_needed) -> dict:
             j, steps = int(parent[j]), steps + 1
         if found:
             out[int(corr[row])] = found
-    del pc
     return out
 
 

@@ -8,7 +8,7 @@ Finds every iteration folder and the topology under ``RUN_DIR`` (any layout
 * ``iteration_<N>/merged_gpu.json.gz`` (GPU processes only, so Perfetto's UI can load it) or
   ``merged.json.gz`` with ``full=True``: :func:`streamtrace.merge.merge_files`;
 * ``aggregate/``: :func:`streamtrace.aggregate.aggregate` over all iterations;
-* ``report.md`` + ``report.json`` and ``charts/`` (when those modules are installed);
+* ``<run name>.md`` + ``report.json`` and ``charts/``: :func:`streamtrace.report.write_report`;
 * ``epilogue.json``: what ran, what was reused, what failed (and why).
 
 Made for the end of a job or a Slurm epilogue: :func:`run` never raises (each
@@ -207,20 +207,15 @@ def run(run_dir, full=False, chunked=True, jobs=0, max_memory_gb=None, strict=Fa
             res, st = _stage(state, "aggregate", fp, [agg], do_aggregate, log, "aggregate", ", ".join(analysed))
             summary["stages"]["aggregate"] = st
             if res is not None:
-                def do_charts():
-                    from .charts import render_all
-                    return {"files": len(render_all(agg, out / "charts"))}
-                _, st = _stage(state, "charts", fp, [out / "charts"], do_charts, log, "charts", agg)
-                summary["stages"]["charts"] = st
-
                 def do_report():
                     from .report import write_report
-                    paths = write_report(agg, out, name=name or run_dir.name)
-                    return {"files": [str(p) for p in paths]}
-                res, st = _stage(state, "report", fp, [out / "report.md"], do_report, log, "report", agg)
+                    rep = write_report(agg, out, name=name or run_dir.name, charts=True)
+                    return {"report": rep["files"][0], "files": len(rep["files"])}
+                res, st = _stage(state, "report", fp, [out / "report.json", out / "charts"], do_report, log,
+                                 "report + charts", agg)
                 summary["stages"]["report"] = st
-                if (out / "report.md").exists():
-                    report = str(out / "report.md")
+                if res is not None and Path(res["report"]).exists():
+                    report = res["report"]
         summary["report"] = report
         summary["seconds"] = round(time.time() - t0, 2)
         try:
