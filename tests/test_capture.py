@@ -506,6 +506,22 @@ def test_end_to_end_gloo_job(tmp_path):
     summary = json.loads((tmp_path / "A" / "summary.json").read_text())
     assert sorted(x["rank"] for x in summary["ranks"]) == [0, 1, 2, 3] and not summary.get("failed")
 
+    # the epilogue on the job's output: report naming all 4 ranks, charts, a merged trace validate accepts
+    r = run_cli("epilogue", out, "--strict")
+    assert r.returncode == 0, r.stderr
+    st = out / "streamtrace"
+    rep = json.loads((st / "report.json").read_text())
+    md = (st / "run.md").read_text()
+    assert rep["configuration"]["world_size"] == 4
+    assert sorted(x["rank"] for x in rep["ranks"]["per_rank"]) == [0, 1, 2, 3]
+    assert md.startswith("# run") and "## Where the time went, per rank" in md
+    assert list((st / "charts").glob("*.png"))
+    merged_gpu = st / "iteration_2" / "merged_gpu.json.gz"
+    r = run_cli("validate", "--json", merged_gpu)
+    v = json.loads(r.stdout)
+    assert {k: v["problems"][k] for k in ("missing_field", "duplicate_flow", "cross_rank_flow")} == \
+        {"missing_field": 0, "duplicate_flow": 0, "cross_rank_flow": 0}
+
 
 @pytest.mark.slow
 def test_dump_topology_with_real_megatron_parallel_state(tmp_path):
