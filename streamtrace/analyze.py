@@ -116,6 +116,30 @@ class SpillStore(MemoryStore):
         return np.fromfile(path, STORE_DTYPE) if path is not None else np.zeros(0, STORE_DTYPE)
 
 
+def group_rows(keycols) -> dict:
+    """Rows grouped by the tuple of key columns, each group in row order:
+    ``{key tuple: slice or index array}``.  Consecutive rows mostly share a key
+    (one thread's events come in runs), so this works on runs: O(N) plus a
+    dictionary step per run, instead of a sort."""
+    n = len(keycols[0])
+    if n == 0:
+        return {}
+    change = np.zeros(n, bool)
+    change[0] = True
+    for a in keycols:
+        change[1:] |= a[1:] != a[:-1]
+    starts = np.flatnonzero(change)
+    ends = np.append(starts[1:], n)
+    firsts = [a[starts].tolist() for a in keycols]
+    runs: dict = {}
+    for i, (a, b) in enumerate(zip(starts.tolist(), ends.tolist())):
+        runs.setdefault(tuple(int(c[i]) for c in firsts), []).append((a, b))
+    out = {}
+    for key, rr in runs.items():
+        out[key] = slice(*rr[0]) if len(rr) == 1 else np.concatenate([np.arange(a, b) for a, b in rr])
+    return out
+
+
 def ingest(path, store, pats, salvage=False, progress=None, byte_range=None):
     """Read one trace into ``store``: complete events (``ph == "X"``, ``dur >= 0``) as
     :data:`STORE_DTYPE` rows keyed ``("gpu", rank, pid, tid)`` for GPU events (Kineto
@@ -145,17 +169,10 @@ def ingest(path, store, pats, salvage=False, progress=None, byte_range=None):
             part = cols[sel]
             if not len(part):
                 continue
-            keys = np.stack([part[f] for f in fields], axis=1)
-            uk, inv = np.unique(keys, axis=0, return_inverse=True)
-            inv = inv.reshape(-1)
-            part = _slim(part)
-            if len(uk) == 1:
-                store.add((tag, *map(int, uk[0])), part)
-                continue
-            order = np.argsort(inv, kind="stable")
-            bounds = np.searchsorted(inv[order], np.arange(len(uk) + 1))
-            for j in range(len(uk)):
-                store.add((tag, *map(int, uk[j])), part[order[bounds[j]:bounds[j + 1]]])
+            keycols = [part[f] for f in fields]
+            slim = _slim(part)
+            for key, rows in group_rows(keycols).items():
+                store.add((tag, *key), slim[rows])
     store.flush()
     return table, comm_rows, reader
 
