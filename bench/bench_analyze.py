@@ -36,12 +36,14 @@ What runs, each as its own process:
 Each process runs under ``/usr/bin/time -v`` (when present) while a thread polls
 ``/proc`` every 50 ms for the whole process tree.  Peak RSS is the largest of time's
 ``Maximum resident set size``, the polled VmHWM of any process and the polled RSS
-summed over the tree.  Small (real) inputs are run ``--repeat`` times (default 3;
-median wall time, largest RSS).  Before measuring, streamtrace is run once on a tiny
-trace (in memory and ``--chunked``) so that numba's on-disk JIT cache is warm; this
-warm-up is repeated whenever streamtrace's source files changed on disk (others may
-be editing them), since that invalidates the cache.  Inputs are read once before each
-measured run so that every tool reads them from the page cache.
+summed over the tree.  The real traces are run ``--repeat`` times per tool (default 3),
+the inflated ones ``--big-repeat`` times per streamtrace mode (default 2; HTA once):
+median wall time, largest RSS.  Before every measured streamtrace run, streamtrace is
+run on a tiny trace (in memory and ``--chunked``) so that numba's on-disk JIT cache is
+warm: the cache lives next to the package the ``streamtrace`` command imports and is
+invalidated whenever its sources change (others may be editing them, or reinstalling
+the package elsewhere).  Inputs are read once before each measured run so that every
+tool reads them from the page cache.
 
 Reported per input: wall s, CPU s, peak RSS MB (2^20 bytes), MB/s of uncompressed
 input (10^6 bytes), HTA wall / streamtrace wall, HTA RSS / streamtrace RSS,
@@ -112,7 +114,6 @@ def hta_worker(trace_dir, result_path, include_last_step):
         Path(result_path).write_text(json.dumps(out))
 
     t0 = time.perf_counter()
-    import hta  # noqa: F401
     from hta.trace_analysis import TraceAnalysis
     out["hta_version"] = _version_of("holistictraceanalysis") or "?"
     phase("import", t0)
@@ -187,12 +188,35 @@ def machine_info():
     return info
 
 
-def code_id():
-    """Short hash of streamtrace's source files as they are on disk now."""
+def cli_package_dir():
+    """The folder of the ``streamtrace`` package that the ``streamtrace`` command imports
+    (an editable install imports ``ROOT/streamtrace``; a regular ``pip install .`` a copy in
+    site-packages, with its own numba cache)."""
+    exe = shutil.which("streamtrace")
+    py = sys.executable
+    try:
+        with open(exe, "rb") as f:
+            first = f.readline().decode(errors="replace").strip()
+        if first.startswith("#!") and os.path.exists(first[2:].split()[0]):
+            py = first[2:].split()[0]
+    except (OSError, TypeError, IndexError):
+        pass
+    try:
+        out = subprocess.run([py, "-c", "import importlib.util as u; print(u.find_spec('streamtrace').origin)"],
+                             cwd="/", capture_output=True, text=True, timeout=60).stdout.strip()
+        return Path(out).resolve().parent if out else ROOT / "streamtrace"
+    except (OSError, subprocess.SubprocessError):
+        return ROOT / "streamtrace"
+
+
+def code_id(pkg=None):
+    """Short hash of streamtrace's source files as they are on disk now (those of
+    ``pkg``, default the package the ``streamtrace`` command imports)."""
+    pkg = Path(pkg) if pkg else cli_package_dir()
     h = hashlib.sha1()
-    for f in sorted((ROOT / "streamtrace").rglob("*.py")):
+    for f in sorted(pkg.rglob("*.py")):
         try:
-            h.update(str(f.relative_to(ROOT)).encode() + b"\0" + f.read_bytes())
+            h.update(str(Path("streamtrace") / f.relative_to(pkg)).encode() + b"\0" + f.read_bytes())
         except OSError:
             pass
     return h.hexdigest()[:10]
@@ -459,15 +483,18 @@ class Bench:
         self.outdir = self.scratch / "analyze_out"
         self.notes: list[str] = []
         self.inputs: list[dict] = []
-        self.warm_code = None
+        self.pkgs: list = []
         self.codes: dict = {}
         self.nproc = os.cpu_count() or 1
 
     # streamtrace's numba cache is keyed on its source files: warm it for the code on disk
+    # numba's on-disk JIT cache sits next to the package the command imports and is
+    # invalidated when its sources change: warm it before every measured streamtrace run
     def warm_up(self):
-        code = code_id()
-        if code == self.warm_code:
-            return
+        pkg = cli_package_dir()
+        code = code_id(pkg)
+        if str(pkg) not in self.pkgs:
+            self.pkgs.append(str(pkg))
         for extra in ([], ["--chunked"]):
             out = self.outdir / "warmup"
             t0 = time.perf_counter()
@@ -479,12 +506,11 @@ class Bench:
                 self.notes.append(f"warm-up `streamtrace analyze {WARMUP_TRACE.name} {' '.join(extra)}` FAILED "
                                   f"(exit {p.returncode}): {p.stderr.strip().splitlines()[-1:]}")
             self.log(f"warm-up streamtrace analyze {' '.join(extra) or '(in memory)'} on {WARMUP_TRACE.name}: "
-                     f"{dt:.1f} s (code {code})")
+                     f"{dt:.1f} s (code {code} in {pkg})")
             if dt > 20:
-                self.notes.append(f"warm-up (code {code}, {'--chunked' if extra else 'in memory'}): "
+                self.notes.append(f"warm-up (code {code} in {pkg}, {'--chunked' if extra else 'in memory'}): "
                                   f"{dt:.0f} s on the 0.75 MB {WARMUP_TRACE.name}, i.e. numba JIT compilation "
-                                  f"with a cold cache; measured runs below start with a warm cache")
-        self.warm_code = code
+                                  f"with a cold cache; the measured run after it started with a warm cache")
 
     def run_one(self, inp, tool, label, cmd, out=None, timeout=None, max_rss=None, min_avail=None, reps=1):
         tag = inp["tag"]
@@ -794,6 +820,8 @@ def main(argv=None):
     ap.add_argument("--record", action="store_true", help="append to bench/RESULTS.md even with --quick")
     ap.add_argument("--no-record", action="store_true", help="do not append to bench/RESULTS.md")
     ap.add_argument("--repeat", type=int, default=3, help="runs per tool on the real traces (median; default 3)")
+    ap.add_argument("--big-repeat", type=int, default=2,
+                    help="runs per streamtrace mode on the inflated traces (median; default 2; HTA runs once there)")
     ap.add_argument("--no-hta", action="store_true", help="do not run HTA")
     ap.add_argument("--hta-timeout", type=float, default=1200.0, help="kill HTA after this many seconds (default 1200)")
     ap.add_argument("--hta-max-gb", type=float, default=20.0, help="kill HTA when its RSS passes this many GiB (default 20)")
@@ -850,14 +878,14 @@ def main(argv=None):
         inp = b.add_input(f"inflated {args.big_mb:g} MB", path, "big", gen)
         # streamtrace first: HTA may be killed on memory, and it should not have evicted
         # anything from the page cache that streamtrace then reads from disk
-        b.run_streamtrace(inp, chunked=False)
-        b.run_streamtrace(inp, chunked=True)
+        b.run_streamtrace(inp, chunked=False, reps=args.big_repeat)
+        b.run_streamtrace(inp, chunked=True, reps=args.big_repeat)
         if not args.no_hta:
             b.run_hta(inp)
     if args.chunked_mb > 0:
         path, gen = ensure_inflated(scratch, Path(args.src), args.chunked_mb, log)
         inp = b.add_input(f"inflated {args.chunked_mb:g} MB", path, "chunked-big", gen)
-        b.run_streamtrace(inp, chunked=True)
+        b.run_streamtrace(inp, chunked=True, reps=args.big_repeat)
 
     cmdline = shlex.join(["python", os.path.relpath(Path(__file__).resolve(), ROOT)]
                          + (argv if argv is not None else sys.argv[1:]))
@@ -880,14 +908,15 @@ def main(argv=None):
                          "looking for the rank, then assumes rank 0 (a real Kineto trace, indented, would not cost it "
                          "that read)")
     total_min = (_dt.datetime.now().astimezone() - started).total_seconds() / 60
-    md = [f"{SECTION_TITLE}" + (" (quick smoke run)" if args.quick else ""), "",
-          f"### {started:%Y-%m-%d %H:%M %Z}: `{cmdline}`", "",
+    md = [f"{SECTION_TITLE}", "",
+          f"### {started:%Y-%m-%d %H:%M %Z}: `{cmdline}`" + (" (quick smoke run)" if args.quick else ""), "",
           f"- machine: `nproc` = {machine['nproc']} ({machine['cpu']}), {machine['ram_gib']:.1f} GiB RAM "
           f"({machine['avail_gib']:.1f} GiB available at start), Linux {machine['kernel']}, Python {machine['python']}",
           f"- HolisticTraceAnalysis {machine['holistictraceanalysis']} (pandas {machine['pandas']}, numpy "
           f"{machine['numpy']}; HTA's default json parser backend); {machine.get('streamtrace', '?')} (numba "
           f"{machine['numba']}, pyarrow {machine['pyarrow']}, ijson {machine['ijson']}); git {machine.get('git', '?')}; "
-          f"streamtrace source hash (sha1 of streamtrace/**/*.py) {', '.join(sorted(b.codes)) or '?'}",
+          f"streamtrace source hash (sha1 of streamtrace/**/*.py) {', '.join(sorted(b.codes)) or '?'}; the "
+          f"`streamtrace` command imported the package from {', '.join(f'`{x}`' for x in b.pkgs) or '?'}",
           "- commands, per input TRACE: HTA: `TraceAnalysis(trace_dir=D)` (D: a folder holding only TRACE), "
           "`get_temporal_breakdown(visualize=False)`, `get_comm_comp_overlap(visualize=False)`, in one process "
           "(`python bench/bench_analyze.py --hta-worker D RESULT.json`); streamtrace: "
@@ -922,6 +951,13 @@ def main(argv=None):
     except (OSError, TypeError) as e:
         log(f"could not write {raw}: {e}")
     if record:
+        # a further run under this file's last "## analyze vs ..." section adds only its "###" part
+        try:
+            heads = [ln for ln in RESULTS.read_text().splitlines() if ln.startswith("## ")]
+        except OSError:
+            heads = []
+        if heads and heads[-1].strip() == SECTION_TITLE:
+            text = text.split("\n", 2)[2]
         with open(RESULTS, "a") as f:
             f.write("\n" + text)
         log(f"appended to {RESULTS}")
