@@ -80,6 +80,12 @@ class MemoryStore:
         p = self.parts.get(key, [])
         return p[0] if len(p) == 1 else (np.concatenate(p) if p else np.zeros(0, STORE_DTYPE))
 
+    def take(self, key):
+        """:meth:`get`, then forget the key (the analysis reads each key once)."""
+        out = self.get(key)
+        self.parts.pop(key, None)
+        return out
+
 
 class SpillStore(MemoryStore):
     """Event rows grouped by key, appended to one file per key in ``folder`` every
@@ -114,6 +120,9 @@ class SpillStore(MemoryStore):
     def get(self, key):
         path = self.files.get(key)
         return np.fromfile(path, STORE_DTYPE) if path is not None else np.zeros(0, STORE_DTYPE)
+
+    def take(self, key):
+        return self.get(key)
 
 
 def group_rows(keycols) -> dict:
@@ -246,7 +255,7 @@ def analyze_rank(store, keys, comm_rows, table, rank, device_mode, pmap, pats, t
     nm = _Names(table, pats)
     names = nm.names
     gkeys = [k for k in keys if k[0] == "gpu"]
-    gparts = [store.get(k) for k in gkeys]
+    gparts = [store.take(k) for k in gkeys]
     g = np.concatenate(gparts) if gparts else np.zeros(0, STORE_DTYPE)
     g_pid = np.repeat(np.asarray([k[2] for k in gkeys], np.int64), [len(p) for p in gparts])
     g_tid = np.repeat(np.asarray([k[3] for k in gkeys], np.int64), [len(p) for p in gparts])
@@ -269,7 +278,7 @@ def analyze_rank(store, keys, comm_rows, table, rank, device_mode, pmap, pats, t
     n_cpu = n_clamped = n_overrun = n_dup = 0
     gcorr = np.where(g["correlation"] >= 0, g["correlation"], -1)
     for key in (k for k in keys if k[0] == "cpu"):
-        c = store.get(key)
+        c = store.take(key)
         n = len(c)
         start, end = c["ts"], c["ts"] + c["dur"]
         parent, depth, order, ncl, nov = T.build_call_tree(np.zeros(n, np.int64), start, end)

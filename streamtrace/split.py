@@ -170,6 +170,13 @@ class MergedStore:
             out.append(a)
         return np.concatenate(out) if out else np.zeros(0, STORE_DTYPE)
 
+    def take(self, key):
+        """:meth:`get`, then release this key's parts."""
+        out = self.get(key)
+        for parts, _, _ in self.parts:
+            parts.pop(key, None)
+        return out
+
 
 def ingest_parallel(path, tmpdir, jobs, patterns, salvage=False, spill_dir=None, chunk_events=1_000_000):
     """Parse one big trace with ``jobs`` worker processes (byte ranges in order).
