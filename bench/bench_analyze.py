@@ -83,6 +83,9 @@ WARMUP_TRACE = REAL / "a100_resnet_ddp_rank0_of2.json.gz"
 GNU_TIME = "/usr/bin/time"
 HTA_VERSION = "0.5.0"
 
+sys.path.insert(0, str(BENCH))
+from bench_merge import _mb, _meminfo, _tree  # noqa: E402  (shared /proc helpers)
+
 TARGET_SPEEDUP = 6.0          # HTA wall / streamtrace wall
 TARGET_RSS_RATIO = 8.0        # HTA peak RSS / streamtrace peak RSS
 TARGET_RSS_FRACTION = 0.25    # streamtrace (in memory) peak RSS / uncompressed trace size
@@ -135,16 +138,6 @@ def hta_worker(trace_dir, result_path, include_last_step):
 
 
 # -- machine -----------------------------------------------------------------------
-
-def _meminfo():
-    out = {}
-    try:
-        for line in open("/proc/meminfo"):
-            k, v = line.split(":", 1)
-            out[k] = int(v.split()[0]) * 1024
-    except OSError:
-        pass
-    return out
 
 
 def _version_of(dist):
@@ -292,28 +285,6 @@ def hta_folder(scratch: Path, tag: str, trace: Path) -> Path:
 
 
 # -- measuring a process tree ---------------------------------------------------------
-
-def _children(pid):
-    kids = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children") as f:
-                    kids.extend(int(x) for x in f.read().split())
-            except OSError:
-                pass
-    except OSError:
-        pass
-    return kids
-
-
-def _tree(root):
-    out, todo = [], [root]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(_children(p))
-    return out
 
 
 def _status(pid):
@@ -466,9 +437,6 @@ def measure(cmd, logdir: Path, label: str, timeout=None, max_rss=None, min_avail
 
 
 # -- the benchmark ---------------------------------------------------------------------
-
-def _mb(b):
-    return b / 2**20
 
 
 def _fmt_s(s):
