@@ -1,9 +1,11 @@
 """The analysed job as a whole: the ``streamtrace analyze`` folders of all ranks (and iterations), each
 rank's clock, and the time alignment shared by ``aggregate``, ``report`` and the charts.
 
-A *part* is one rank of one analysed folder (``DIR/kernels/rank=R/part-0.parquet`` and
-``DIR/ops/rank=R/part-0.parquet``, listed in ``DIR/summary.json``).  Kernel and op times in the
-Parquet files are the rank's own trace clock (int64 ns).  Alignment maps them to one time axis:
+A *part* is one rank of one iteration of one analysed folder
+(``DIR/kernels/iteration=N/rank=R/part-0.parquet`` and ``DIR/ops/iteration=N/rank=R/part-0.parquet``,
+``N`` = -1 for an unknown iteration; listed in ``DIR/summary.json``; see
+:func:`streamtrace.analyze.partition_path`).  Kernel and op times in the Parquet files are the rank's
+own trace clock (int64 ns).  Alignment maps them to one time axis:
 
 * ``global``: one time base for all ranks, through each trace's ``baseTimeNanoseconds`` (read from
   the source trace's metadata), the same rule as ``streamtrace merge``:
@@ -28,6 +30,8 @@ import numpy as np
 from .errors import StreamtraceError
 
 ALIGNMENTS = ("global", "individual")
+# names as :meth:`Job.read_kernels` returns them: "iteration" is the row's iteration, read from the files'
+# ``step`` column (see :func:`read_parquet_columns`)
 KERNEL_COLUMNS = ("device", "stream", "ts_ns", "dur_ns", "end_ns", "name", "kind", "phase", "microbatch",
                   "iteration", "collective", "msg_bytes", "group_size", "pg_name", "pg_ranks", "parallel_dim",
                   "correlation")
@@ -56,11 +60,13 @@ class Part:
 
     @property
     def kernels_path(self) -> Path:
-        return self.dir / "kernels" / f"rank={self.rank}" / "part-0.parquet"
+        from .analyze import partition_path
+        return partition_path(self.dir, "kernels", self.rank, self.iteration)
 
     @property
     def ops_path(self) -> Path:
-        return self.dir / "ops" / f"rank={self.rank}" / "part-0.parquet"
+        from .analyze import partition_path
+        return partition_path(self.dir, "ops", self.rank, self.iteration)
 
     def align(self, t):
         """Rank-local int64 ns -> aligned int64 ns (``t + shift_ns - clock_offset_ns``)."""
@@ -116,9 +122,10 @@ def _read_source_meta(source: str, rank: int) -> dict:
             "device_name": name, "pg_entries": entries, "world_size": world}
 
 
-def _part_info(dir_, rank, source):
-    k = Path(dir_) / "kernels" / f"rank={rank}" / "part-0.parquet"
-    o = Path(dir_) / "ops" / f"rank={rank}" / "part-0.parquet"
+def _part_info(dir_, rank, iteration, source):
+    from .analyze import partition_path
+    k = partition_path(dir_, "kernels", rank, iteration)
+    o = partition_path(dir_, "ops", rank, iteration)
     lo1, _ = _parquet_min_max(k, "ts_ns")
     _, hi1 = _parquet_min_max(k, "end_ns")
     lo2, _ = _parquet_min_max(o, "ts_ns")
@@ -156,6 +163,9 @@ class Job:
                                        f"first)") from None
             except ValueError as e:
                 raise StreamtraceError(f"{sp}: invalid JSON ({e})") from None
+            if any((d / "kernels").glob("rank=*")):
+                raise StreamtraceError(f"{d}: analysed by an older streamtrace (kernels/rank=R/ without "
+                                       f"iteration=N/); run streamtrace analyze on it again")
             for r in summ.get("ranks") or []:
                 self.parts.append(Part(len(self.parts), d, int(r["rank"]), r.get("iteration"), str(r.get("source", ""))))
         if not self.parts:
@@ -166,7 +176,7 @@ class Job:
             self.parts = [Part(i, p.dir, p.rank, p.iteration, p.source) for i, p in enumerate(keep)]
             if not self.parts:
                 raise StreamtraceError(f"no rank has iteration(s) {sorted(self.iterations)}")
-        infos = run_tasks(_part_info, [(p.dir, p.rank, p.source) for p in self.parts],
+        infos = run_tasks(_part_info, [(p.dir, p.rank, p.iteration, p.source) for p in self.parts],
                           max(1, min(jobs or 1, len(self.parts))))
         for p, info in zip(self.parts, infos):
             for k, v in info.items():
@@ -178,7 +188,7 @@ class Job:
         import pyarrow.parquet as pq
         if not p.kernels_path.is_file():
             return False
-        it = pq.read_table(p.kernels_path, columns=["iteration"]).column(0).to_numpy()
+        it = pq.read_table(p.kernels_path, columns=["step"]).column(0).to_numpy()
         return bool(np.isin(it, list(self.iterations)).any())
 
     def _topology_from_traces(self):
@@ -245,7 +255,8 @@ class Job:
     def read_kernels(self, part, columns=KERNEL_COLUMNS, kind=None) -> dict:
         """The part's kernel columns as numpy arrays (strings as object arrays), filtered by
         ``--iterations`` and optionally by ``kind`` ("compute"/"communication"/"memory"), sorted by
-        start.  ``iteration`` is :meth:`row_iteration`; ``ts_ns``/``end_ns`` stay rank-local."""
+        start.  ``iteration`` is :meth:`row_iteration` of the file's ``step`` column; ``ts_ns``/``end_ns``
+        stay rank-local."""
         return read_parquet_columns(part.kernels_path, columns, self, part, kind)
 
     def meta(self) -> dict:
@@ -259,19 +270,22 @@ class Job:
 
 
 def read_parquet_columns(path, columns, job=None, part=None, kind=None) -> dict:
-    """Columns of one rank's kernels file as numpy arrays, rows filtered (see :meth:`Job.read_kernels`)."""
+    """Columns of one rank's kernels file as numpy arrays, rows filtered (see :meth:`Job.read_kernels`).
+    ``"iteration"`` is read from the file's ``step`` column (``ProfilerStep#N``; the file has no
+    ``iteration`` column: that name is the dataset's partition key)."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
     cols = list(dict.fromkeys(list(columns) + ["ts_ns", "iteration"] + (["kind"] if kind else [])))
+    fcols = ["step" if c == "iteration" else c for c in cols]
     if not Path(path).is_file():
         from .analyze import _schema
         schema = _schema()[0]
-        t = schema.empty_table().select(cols)
+        t = schema.empty_table().select(fcols)
     else:
-        t = pq.read_table(path, columns=cols)
+        t = pq.read_table(path, columns=fcols)
     if kind is not None:
         t = t.filter(pc.equal(t["kind"], kind))
-    out = {c: t[c].to_numpy(zero_copy_only=False) for c in cols}
+    out = {c: t[f].to_numpy(zero_copy_only=False) for c, f in zip(cols, fcols)}
     if job is not None:
         keep = job.keep_rows(part, out["iteration"])
         out = {c: v[keep] for c, v in out.items()}

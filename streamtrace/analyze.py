@@ -5,9 +5,14 @@ Input: one trace, a folder of rank traces, or a merged multi-rank trace
 ``pid = rank + 1``), which is split back into ranks.  Every join key is per rank:
 (rank, correlation) for launch -> GPU links and (rank, pid, tid) for call trees.
 
-Output (``OUTDIR``): ``summary.json``; ``kernels/rank=R/part-0.parquet`` (one row per
-GPU event) and ``ops/rank=R/part-0.parquet`` (one row per CPU event), zstd, schema
-in the README (:data:`KERNEL_SCHEMA`, :data:`OP_SCHEMA`).
+Output (``OUTDIR``): ``summary.json``; ``kernels/iteration=N/rank=R/part-0.parquet`` (one
+row per GPU event) and ``ops/iteration=N/rank=R/part-0.parquet`` (one row per CPU event), zstd,
+schema in the README (:func:`_schema`).  Each table is one hive-partitioned dataset: ``N`` is the
+trace file's iteration (``summary.json``'s ``"iteration"`` of the rank, from the path:
+``iteration_10/``, ``_iter_10``) and ``-1`` when it is unknown (``summary.json`` says null), see
+:func:`partition_path`.  The partition keys are not columns inside the files, so readers of the
+whole dataset (pyarrow, pandas, DuckDB) get ``iteration`` and ``rank`` from the paths with
+no type clash; the kernels' own ``ProfilerStep#N`` number is the ``step`` column.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from .patterns import Patterns
 from .reader import TraceReader
 
 KINDS = ("compute", "communication", "memory")
+UNKNOWN_ITERATION = -1   # the ``iteration=`` partition of a trace whose iteration is unknown
 OPS_ROWS = 131072        # rows per Parquet row group of the ops table
 
 # What the analysis keeps per complete event (60 bytes; pid/tid/rank live in the store key).
@@ -371,7 +377,7 @@ def analyze_rank(store, keys, comm_rows, table, rank, device_mode, pmap, pats, t
         "kind": np.asarray(KINDS, object)[kind], "correlation": g["correlation"], "external_id": g["external_id"],
         "launch_op": names[f_launch_op], "launching_op": names[f_launching], "annotation": names[f_annot],
         "top_annotation": names[f_top], "phase": np.asarray(C.PHASES, object)[ph], "microbatch": micro,
-        "iteration": iteration, **coll}
+        "step": iteration, **coll}
     summary = {"devices": {}, "iterations": {}, "phases": [],
                "call_tree": {"cpu_events": int(n_cpu), "clamped": int(n_clamped), "overruns": int(n_overrun)},
                "links": {"gpu_events": int(M), "linked": int((launcher >= 0).sum()), "duplicate_launch_ids": int(n_dup)}}
@@ -420,7 +426,7 @@ def _schema():
         ("device", i32), ("stream", i64), ("tid", i64), ("ts_ns", i64), ("dur_ns", i64), ("end_ns", i64),
         ("name", s), ("cat", s), ("kind", s), ("correlation", i64), ("external_id", i64),
         ("launch_op", s), ("launching_op", s), ("annotation", s), ("top_annotation", s),
-        ("phase", s), ("microbatch", i64), ("iteration", i64), ("collective", s), ("in_bytes", i64),
+        ("phase", s), ("microbatch", i64), ("step", i64), ("collective", s), ("in_bytes", i64),
         ("out_bytes", i64), ("msg_bytes", i64), ("dtype", s), ("group_size", i64), ("pg_name", s),
         ("pg_desc", s), ("pg_ranks", s), ("parallel_dim", s)])
     ops = pa.schema([
@@ -430,10 +436,23 @@ def _schema():
     return kernels, ops
 
 
-def write_partition(outdir, dataset, rank, columns, schema):
-    """Write ``outdir/<dataset>/rank=<rank>/part-0.parquet`` (zstd) atomically.
-    The ``rank`` column lives in the hive path, as readers expect."""
-    with _OpsWriter(outdir, rank, schema, dataset) as w:
+def partition_path(outdir, dataset, rank, iteration) -> Path:
+    """``outdir/<dataset>/iteration=<N>/rank=<R>/part-0.parquet``: one rank of one trace file.
+
+    ``N`` is the file's iteration (``summary.json``'s ``"iteration"`` for the rank), or
+    :data:`UNKNOWN_ITERATION` (-1) when that is None.  Not hive's null directory
+    ``iteration=__HIVE_DEFAULT_PARTITION__``: pyarrow cannot type a partition key that is null in
+    every file (the usual case for one unnamed trace) and pandas.read_parquet fails on a null key
+    beside non-null ones; -1, like the tables' other unknown integers, reads as an integer
+    everywhere (DuckDB too)."""
+    it = UNKNOWN_ITERATION if iteration is None else int(iteration)
+    return Path(outdir) / dataset / f"iteration={it}" / f"rank={int(rank)}" / "part-0.parquet"
+
+
+def write_partition(outdir, dataset, rank, iteration, columns, schema):
+    """Write :func:`partition_path` (zstd) atomically.  ``iteration`` and ``rank`` live in the
+    hive path only, as readers expect (a file column of the same name would clash with them)."""
+    with _OpsWriter(outdir, rank, iteration, schema, dataset) as w:
         w.write(columns)
     return w.path
 
@@ -462,10 +481,10 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
         kschema, oschema = _schema()
         out = []
         for rank, keys in sorted(ranks.items()):
-            with _OpsWriter(outdir, rank, oschema) as ops:
+            with _OpsWriter(outdir, rank, iteration, oschema) as ops:
                 kernels, summ = analyze_rank(store, keys, comm_rows, table, rank, device_mode, pmap, pats, topo,
                                              _pg_config(meta, rank), ops.write)
-            write_partition(outdir, "kernels", rank, kernels, kschema)
+            write_partition(outdir, "kernels", rank, iteration, kernels, kschema)
             out.append({"rank": rank, "source": str(path), "iteration": iteration, **summ,
                         "warnings": warnings})
         return out
@@ -475,12 +494,12 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
 
 
 class _OpsWriter:
-    """Writes ``<dataset>/rank=R/part-0.parquet`` one chunk (row group) at a time,
-    atomically.  Arrow buffers come from the system allocator, which hands freed
-    memory back (Arrow's default pools keep it: +40 MB peak RSS on a 54 MB trace)."""
+    """Writes ``<dataset>/iteration=N/rank=R/part-0.parquet`` (:func:`partition_path`) one
+    chunk (row group) at a time, atomically.  Arrow buffers come from the system allocator, which
+    hands freed memory back (Arrow's default pools keep it: +40 MB peak RSS on a 54 MB trace)."""
 
-    def __init__(self, outdir, rank, schema, dataset="ops"):
-        self.path = Path(outdir) / dataset / f"rank={rank}" / "part-0.parquet"
+    def __init__(self, outdir, rank, iteration, schema, dataset="ops"):
+        self.path = partition_path(outdir, dataset, rank, iteration)
         self.schema = schema
 
     def __enter__(self):
@@ -600,6 +619,11 @@ def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> dict:
         tasks.append((str(p), str(outdir), rank, it, opt))
     if not tasks:
         raise StreamtraceError(f"no trace files found in {', '.join(map(str, inputs))}")
+    claimed = {}
+    for t in tasks:             # checked before anything is written: one file's partition per (iteration, rank)
+        if (t[3], t[2]) in claimed:
+            raise _conflict(t[2], t[3], claimed[(t[3], t[2])], t[0])
+        claimed[(t[3], t[2])] = t[0]
     jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(tasks)))
     want = opt.jobs or os.cpu_count() or 1
     if len(tasks) == 1 and want > 1 and opt.split_jobs <= 1 and not scheduler_address(opt.scheduler) \
@@ -617,13 +641,35 @@ def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> dict:
               for r in results if isinstance(r, TaskFailure)]
     if failed and len(failed) == len(results) and len(results) == 1:
         raise StreamtraceError(failed[0]["error"])
-    ranks = sorted((r for res in results if not isinstance(res, TaskFailure) for r in res), key=lambda r: r["rank"])
+    ranks = sorted((r for res in results if not isinstance(res, TaskFailure) for r in res),
+                   key=lambda r: (UNKNOWN_ITERATION if r["iteration"] is None else r["iteration"], r["rank"]))
     seen = {}
-    for r in ranks:
-        if r["rank"] in seen:
-            raise StreamtraceError(f"rank {r['rank']} appears in two inputs: {seen[r['rank']]} and {r['source']}")
-        seen[r["rank"]] = r["source"]
+    for r in ranks:             # a merged trace's ranks are known only now
+        key = (r["iteration"], r["rank"])
+        if key in seen:
+            raise _conflict(r["rank"], r["iteration"], seen[key], r["source"])
+        seen[key] = r["source"]
+    _drop_old_layout(outdir)
     summary = {"ranks": ranks, "failed": failed, "seconds": round(time.time() - t0, 3), "outdir": str(outdir)}
     with atomic_output(outdir / "summary.json", compress=False) as f:
         f.write(json.dumps(summary, indent=1).encode())
     return summary
+
+
+def _conflict(rank, iteration, a, b):
+    from .errors import RankConflictError
+    it = f" in iteration {iteration}" if iteration is not None else ""
+    return RankConflictError(f"rank {rank}{it} appears in two inputs: {a} and {b}")
+
+
+def _drop_old_layout(outdir):
+    """Remove the ``kernels/rank=R/`` and ``ops/rank=R/`` partitions an older streamtrace wrote
+    into ``outdir`` (before the ``iteration=N/`` level): beside the new ones, DuckDB refuses the
+    dataset (hive partition mismatch) and pyarrow and pandas read those rows as extra data."""
+    import re
+    import shutil
+    for dataset in ("kernels", "ops"):
+        d = Path(outdir) / dataset
+        for p in sorted(d.glob("rank=*")) if d.is_dir() else []:
+            if p.is_dir() and re.fullmatch(r"rank=-?\d+", p.name):
+                shutil.rmtree(p)

@@ -133,15 +133,17 @@ def analyze(*inputs, outdir="streamtrace-analysis", chunked=False, chunk_events=
     s = do_analyze(inputs, outdir, opt)
     for f in s["failed"]:
         print(f"error: {f['source']}: {f['error']} (after {f['attempts']} attempts)", file=sys.stderr)
+    several = len({r["iteration"] for r in s["ranks"]}) > 1
     for r in s["ranks"]:
         for w in r.get("warnings", []):
             print(f"warning: {w}", file=sys.stderr)
         devs = ", ".join(f"GPU {d}: busy {m['busy_us'] / 1e3:,.1f} ms, comm {m['comm_us'] / 1e3:,.1f} ms, "
                          f"overlap {m['overlap_pct'] if m['overlap_pct'] is not None else '-'} %"
                          for d, m in r["devices"].items()) or "no GPU events"
-        print(f"rank {r['rank']}: {devs}")
+        it = f"iteration {r['iteration']}, " if several else ""
+        print(f"{it}rank {r['rank']}: {devs}")
     print(f"analysed {len(s['ranks'])} ranks in {s['seconds']:.2f} s -> {outdir}/summary.json, "
-          f"{outdir}/kernels/, {outdir}/ops/")
+          f"{outdir}/kernels/, {outdir}/ops/ (iteration=N/rank=R/ partitions)")
     if s["failed"]:
         raise _Exit(1)
 

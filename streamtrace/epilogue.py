@@ -4,7 +4,8 @@ never takes the job down.
 Finds every iteration folder and the topology under ``RUN_DIR`` (any layout
 :mod:`streamtrace.discover` knows), then into ``RUN_DIR/streamtrace/``:
 
-* ``iteration_<N>/analysis/``: :func:`streamtrace.analyze.analyze` (``--chunked`` by default);
+* ``iteration_<N>/analysis/``: :func:`streamtrace.analyze.analyze` (``--chunked`` by default;
+  Parquet in ``kernels/iteration=<N>/rank=<R>/`` and ``ops/iteration=<N>/rank=<R>/``);
 * ``iteration_<N>/merged_gpu.json.gz`` (GPU processes only, so Perfetto's UI can load it) or
   ``merged.json.gz`` with ``full=True``: :func:`streamtrace.merge.merge_files`;
 * ``aggregate/``: :func:`streamtrace.aggregate.aggregate` over all iterations;
@@ -171,7 +172,8 @@ def run(run_dir, full=False, chunked=True, jobs=0, max_memory_gb=None, strict=Fa
                 for f in s["failed"]:
                     log.fail("analyze", f["source"], f["error"])
                 return {"ranks": [r["rank"] for r in s["ranks"]], "failed": len(s["failed"])}
-            fp = _fingerprint(paths + ([topo] if topo else []), chunked=chunked, stage="analyze")
+            fp = _fingerprint(paths + ([topo] if topo else []), chunked=chunked, stage="analyze",
+                              layout="iteration=N/rank=R")     # redo folders of the older rank=R/ layout
             res, st = _stage(state, f"{tag}/analyze", fp, [adir / "summary.json"], do_analyze, log, "analyze", tag)
             summary["stages"][f"{tag}/analyze"] = st
             if res is not None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -22,7 +24,7 @@ KERNEL_COLUMNS = [
     ("dur_ns", pa.int64()), ("end_ns", pa.int64()), ("name", pa.string()), ("cat", pa.string()),
     ("kind", pa.string()), ("correlation", pa.int64()), ("external_id", pa.int64()), ("launch_op", pa.string()),
     ("launching_op", pa.string()), ("annotation", pa.string()), ("top_annotation", pa.string()),
-    ("phase", pa.string()), ("microbatch", pa.int64()), ("iteration", pa.int64()), ("collective", pa.string()),
+    ("phase", pa.string()), ("microbatch", pa.int64()), ("step", pa.int64()), ("collective", pa.string()),
     ("in_bytes", pa.int64()), ("out_bytes", pa.int64()), ("msg_bytes", pa.int64()), ("dtype", pa.string()),
     ("group_size", pa.int64()), ("pg_name", pa.string()), ("pg_desc", pa.string()), ("pg_ranks", pa.string()),
     ("parallel_dim", pa.string())]
@@ -34,7 +36,12 @@ OP_COLUMNS = [
 
 
 def table(outdir, name, rank):
-    return pq.read_table(os.path.join(outdir, name, f"rank={rank}", "part-0.parquet"))
+    """One rank's partition, ``<name>/iteration=N/rank=R/part-0.parquet``, N from summary.json (-1 = null)."""
+    its = [r["iteration"] for r in json.loads((Path(outdir) / "summary.json").read_text())["ranks"]
+           if r["rank"] == rank]
+    assert len(its) == 1, its
+    it = -1 if its[0] is None else its[0]
+    return pq.read_table(os.path.join(outdir, name, f"iteration={it}", f"rank={rank}", "part-0.parquet"))
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +77,8 @@ def test_schema_is_pinned(real_analysis):
     assert [(f.name, f.type) for f in table(out, "kernels", 0).schema] == KERNEL_COLUMNS
     assert [(f.name, f.type) for f in table(out, "ops", 0).schema] == OP_COLUMNS
     dset = ds.dataset(out / "kernels", format="parquet", partitioning="hive")
-    assert "rank" in dset.schema.names and dset.count_rows() == 3774
+    assert {"rank", "iteration"} <= set(dset.schema.names) and dset.count_rows() == 3774
+    assert sorted(os.listdir(out / "kernels")) == ["iteration=-1"]        # no iteration in the file's path
 
 
 def test_resnet_kernels_and_ops(real_analysis):
@@ -140,7 +148,7 @@ def test_synthetic_metrics_and_classification(synth):
                     sel = [i for i in range(len(k["kind"])) if k["kind"][i] == "compute"
                            and lo <= k["ts_ns"][i] and k["end_ns"][i] <= hi]
                     assert sel and all(k["phase"][i] in (phase, "recompute") and k["microbatch"][i] == mb
-                                       and k["iteration"][i] == truth.spec.iteration + s for i in sel)
+                                       and k["step"][i] == truth.spec.iteration + s for i in sel)
 
 
 def test_synthetic_dims_without_topology(synth, tmp_path):
@@ -253,3 +261,126 @@ def test_traceviz_topology_file(synth, tmp_path):
         if 2 in ct.correlation:
             i = k["correlation"].index(ct.correlation[2])
             assert k["parallel_dim"][i] == ct.dim
+
+
+# -- the Parquet datasets: OUTDIR/<table>/iteration=N/rank=R/part-0.parquet -------------------------
+
+@pytest.fixture(scope="module")
+def multi(tmp_path_factory):
+    """One folder with two iterations of the same 4 ranks: iteration_10/ and iteration_20/."""
+    d = tmp_path_factory.mktemp("multi")
+    for it in (10, 20):
+        generate_job(d / "traces", SynthSpec(world_size=4, tp=2, pp=2, iteration=it, seed=it))
+    summary = analyze([d / "traces"], d / "out", AnalyzeOptions(jobs=2))
+    return summary, d
+
+
+def _counts(summary):
+    """{(iteration, rank): (kernels rows, ops rows)} from summary.json's numbers (null iteration -> -1)."""
+    return {(-1 if r["iteration"] is None else r["iteration"], r["rank"]):
+            (r["links"]["gpu_events"], r["call_tree"]["cpu_events"]) for r in summary["ranks"]}
+
+
+def test_partitions_are_iteration_then_rank(multi):
+    summary, d = multi
+    assert [(r["iteration"], r["rank"]) for r in summary["ranks"]] == [(it, r) for it in (10, 20) for r in range(4)]
+    for name in ("kernels", "ops"):
+        got = sorted(p.relative_to(d / "out" / name).as_posix() for p in (d / "out" / name).rglob("*.parquet"))
+        assert got == [f"iteration={it}/rank={r}/part-0.parquet" for it in (10, 20) for r in range(4)]
+    for r in summary["ranks"]:      # same rank, two iterations: each partition holds its own file's events
+        k = pq.read_table(d / "out" / "kernels" / f"iteration={r['iteration']}" / f"rank={r['rank']}"
+                          / "part-0.parquet")
+        assert k.num_rows == r["links"]["gpu_events"] > 0
+        assert r["iteration"] in set(k["step"].to_pylist()) <= {r["iteration"], -1}    # ProfilerStep#N
+        assert "iteration" not in k.schema.names and "rank" not in k.schema.names   # only in the path
+
+
+def test_dataset_read_whole_by_pyarrow_and_pandas(multi):
+    from collections import Counter
+    pd = pytest.importorskip("pandas")
+    summary, d = multi
+    want = _counts(summary)
+    for name, j in (("kernels", 0), ("ops", 1)):
+        t = ds.dataset(d / "out" / name, partitioning="hive").to_table()      # every column: no type clash
+        assert t.schema.field("iteration").type == t.schema.field("rank").type == pa.int32()
+        assert Counter(zip(t["iteration"].to_pylist(), t["rank"].to_pylist())) == {k: v[j] for k, v in want.items()}
+        df = pd.read_parquet(d / "out" / name)
+        assert Counter(zip(df["iteration"].astype("int64"), df["rank"].astype("int64"))) == \
+            {k: v[j] for k, v in want.items()}
+    df = pd.read_parquet(d / "out" / "kernels")
+    assert set(df.loc[df["iteration"].astype("int64") == 20, "step"]) <= {20, -1}
+
+
+def test_dataset_read_whole_by_duckdb(multi):
+    duckdb = pytest.importorskip("duckdb")
+    summary, d = multi
+    rows = duckdb.sql(f"SELECT iteration, rank, count(*) FROM read_parquet('{(d / 'out' / 'kernels').as_posix()}"
+                      f"/*/*/*.parquet', hive_partitioning=true) GROUP BY ALL").fetchall()
+    assert {(i, r): n for i, r, n in rows} == {k: v[0] for k, v in _counts(summary).items()}
+
+
+def test_unknown_iteration_partition(multi, tmp_path):
+    """A trace whose path names no iteration: summary.json says null, its partition is iteration=-1, and
+    the dataset reads as a whole beside iteration=10 (hive's null directory would not, in pandas)."""
+    from collections import Counter
+    pd = pytest.importorskip("pandas")
+    summary, d = multi
+    (tmp_path / "loose").mkdir()
+    shutil.copy(d / "traces" / "iteration_20" / "rank_0001_iter_20.pt.trace.json",
+                tmp_path / "loose" / "trace_rank1.json")          # rank 1 from distributedInfo, no iteration
+    only = analyze([tmp_path / "loose"], tmp_path / "o1", AnalyzeOptions(jobs=1))
+    assert [(r["iteration"], r["rank"]) for r in only["ranks"]] == [(None, 1)]
+    assert os.listdir(tmp_path / "o1" / "kernels") == ["iteration=-1"]
+    t = ds.dataset(tmp_path / "o1" / "kernels", partitioning="hive").to_table(columns=["iteration", "rank"])
+    assert set(zip(t["iteration"].to_pylist(), t["rank"].to_pylist())) == {(-1, 1)}
+    s = analyze([d / "traces" / "iteration_10", tmp_path / "loose"], tmp_path / "o2", AnalyzeOptions(jobs=2))
+    assert [(r["iteration"], r["rank"]) for r in s["ranks"]] == [(None, 1)] + [(10, r) for r in range(4)]
+    want = _counts(s)
+    for name, j in (("kernels", 0), ("ops", 1)):
+        t = ds.dataset(tmp_path / "o2" / name, partitioning="hive").to_table(columns=["iteration", "rank"])
+        assert Counter(zip(t["iteration"].to_pylist(), t["rank"].to_pylist())) == {k: v[j] for k, v in want.items()}
+        df = pd.read_parquet(tmp_path / "o2" / name, columns=["iteration", "rank"])
+        assert Counter(zip(df["iteration"].astype("int64"), df["rank"].astype("int64"))) == \
+            {k: v[j] for k, v in want.items()}
+
+
+def test_same_rank_and_iteration_refused_before_writing(multi, tmp_path):
+    from streamtrace.errors import RankConflictError
+    _, d = multi
+    for sub in ("a", "b"):
+        (tmp_path / sub).mkdir()
+        shutil.copy(d / "traces" / "iteration_20" / "rank_0001_iter_20.pt.trace.json", tmp_path / sub / "rank1.json")
+    with pytest.raises(RankConflictError, match="rank 1 appears in two inputs"):
+        analyze([tmp_path / "a", tmp_path / "b"], tmp_path / "out", AnalyzeOptions(jobs=1))
+    assert not (tmp_path / "out" / "kernels").exists()
+
+
+def test_older_rank_only_layout(multi, tmp_path):
+    """aggregate refuses a folder of the older kernels/rank=R/ layout; analyze into it replaces that layout."""
+    from streamtrace.alignment import Job
+    from streamtrace.errors import StreamtraceError
+    _, d = multi
+    out = tmp_path / "out"
+    for name in ("kernels", "ops"):
+        (out / name / "rank=0").mkdir(parents=True)
+        (out / name / "rank=0" / "part-0.parquet").write_bytes(b"PAR1")
+    (out / "summary.json").write_text(json.dumps({"ranks": [{"rank": 0, "iteration": 10, "source": ""}]}))
+    with pytest.raises(StreamtraceError, match="older streamtrace"):
+        Job([out])
+    analyze([d / "traces" / "iteration_10" / "rank_0000_iter_10.pt.trace.json"], out, AnalyzeOptions(jobs=1))
+    assert os.listdir(out / "kernels") == os.listdir(out / "ops") == ["iteration=10"]
+    assert len(Job([out]).parts) == 1
+
+
+def test_aggregate_reads_every_iteration(multi, tmp_path):
+    from streamtrace.aggregate import AggregateOptions, aggregate
+    from streamtrace.tables import read_table
+    summary, d = multi
+    want = {k: v[0] for k, v in _counts(summary).items()}
+    aggregate([d / "out"], tmp_path / "all", AggregateOptions(jobs=1))
+    rk = read_table(tmp_path / "all" / "ranks.parquet")
+    assert dict(zip(zip(rk["iteration"].tolist(), rk["rank"].tolist()), rk["kernels"].tolist())) == want
+    aggregate([d / "out"], tmp_path / "i20", AggregateOptions(jobs=1, iterations=[20]))
+    rk = read_table(tmp_path / "i20" / "ranks.parquet")
+    assert dict(zip(zip(rk["iteration"].tolist(), rk["rank"].tolist()), rk["kernels"].tolist())) == \
+        {k: v for k, v in want.items() if k[0] == 20}
