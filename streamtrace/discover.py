@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import RankConflictError, StreamtraceError
-from .reader import TraceReader
+from .reader import TraceReader, read_trailer
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 _SKIP_NAME = re.compile(r"(topology|merged|summary|report|\.tmp$)", re.I)
@@ -127,10 +127,12 @@ def identify(path, rank_map=None) -> TraceFile | None:
     if not r.has_events:
         return None
     if "distributedInfo" not in head:
-        # Some writers put distributedInfo after traceEvents: skim the whole file
-        # (events are skipped by the byte scanner, not decoded; a truncated tail is
-        # reported by the pass that reads the events, with --salvage honoured there).
-        head = TraceReader(path, salvage=True).read_metadata()
+        # Some writers put distributedInfo after traceEvents: read the keys there from
+        # the file's tail, or (gzip, unreadable tail) skim the whole file (events are
+        # skipped by the byte scanner, not decoded; a truncated tail is reported by
+        # the pass that reads the events, with --salvage honoured there).
+        tail = read_trailer(path)
+        head = {**head, **tail} if tail is not None else TraceReader(path, salvage=True).read_metadata()
     rank, source = None, None
     di = head.get("distributedInfo")
     if isinstance(di, dict) and isinstance(di.get("rank"), int):

@@ -447,3 +447,44 @@ class _State:
 
     def eof_value_ok(self) -> bool:
         return False
+
+
+def read_trailer(path, tail: int = 1 << 16) -> dict | None:
+    """The top-level keys after ``traceEvents`` of a PLAIN (not gzip) trace, read
+    from its last ``tail`` bytes without reading the events (Kineto writes
+    ``baseTimeNanoseconds``, ``traceName`` and, in some versions, more there).
+
+    The closing ``]`` of ``traceEvents`` is not known from the tail alone (the
+    trailer may hold arrays too), so every ``]`` of the window is tried from the
+    end and the LONGEST text after one that parses as the rest of the document
+    wins.  Returns that dict (``{}`` when the document ends right after the
+    array), or None when nothing parses or the file is gzip / unreadable: the
+    caller then reads the whole file (:meth:`TraceReader.read_metadata`).
+    Never raises for bad input."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(2) == GZIP_MAGIC:
+                return None
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - tail))
+            data = f.read()
+    except OSError:
+        return None
+    best = None
+    pos = len(data)
+    while True:
+        pos = data.rfind(b"]", 0, pos)
+        if pos < 0:
+            break
+        rest = data[pos + 1:].strip()
+        if rest == b"}":
+            best = {}
+        elif rest.startswith(b","):
+            try:
+                out = orjson.loads(b"{" + rest[1:])
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(out, dict):
+                best = out
+    return best

@@ -110,6 +110,64 @@ def test_is_valid_json_matches_json_loads(data):
     assert bool(is_valid_json(arr(data), 0, len(data))) == ref_valid(data)
 
 
+def ref_members(data: bytes, args_key: str = "args"):
+    """Plain-Python twin of event_members: ``(valid, members, args_members)`` from
+    json.loads with the pairs kept in order (None when not a plain object)."""
+    if not ref_valid(data):
+        return False, None, None
+    pairs = json.loads(data.decode("utf-8"), object_pairs_hook=lambda p: ("obj", p))
+    if not (isinstance(pairs, tuple) and pairs[0] == "obj"):
+        return True, None, None
+    top = pairs[1]
+    args = [v for k, v in top if k == args_key]
+    amem = args[0][1] if len(args) == 1 and isinstance(args[0], tuple) and args[0][0] == "obj" else None
+    return True, [k for k, _ in top], None if amem is None else [k for k, _ in amem]
+
+
+event_objects = st.dictionaries(
+    st.sampled_from(["ph", "pid", "ts", "args", "name", "k\u00e9", "\u00e9", "a{", "a\"b"]),
+    json_values | st.dictionaries(st.text(alphabet="abc\"{", max_size=3), json_values, max_size=4),
+    max_size=6)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.one_of(event_objects.map(lambda v: json.dumps(v, ensure_ascii=False).encode()),
+                 event_objects.map(lambda v: json.dumps(v, indent=1).encode()),
+                 st.lists(fragments, max_size=10).map(lambda f: b"{" + b"".join(f) + b"}")),
+       st.data())
+def test_event_members_matches_json_loads(data, draw):
+    from streamtrace.kernels.jsoncheck import (MAX_DEPTH, MEMBERS_CAP, MEMBERS_INVALID, MEMBERS_UNUSUAL,
+                                               event_members)
+    if draw.draw(st.booleans()) and len(data) > 2:             # damage one byte
+        i = draw.draw(st.integers(0, len(data) - 1))
+        data = data[:i] + draw.draw(fragments) + data[i + 1:]
+    buf = arr(b"xx" + data + b"yy")                            # the event is a slice of a bigger buffer
+    mem = np.full((MEMBERS_CAP, 4), -7, np.int64)
+    amem = np.full((MEMBERS_CAP, 4), -7, np.int64)
+    n, na, arow = event_members(buf, 2, 2 + len(data), np.zeros(MAX_DEPTH, np.uint8), mem, amem, arr(b"args"))
+    valid, keys, akeys = ref_members(data)
+    if not valid:
+        assert n == MEMBERS_INVALID
+        return
+    assert n != MEMBERS_INVALID
+    if keys is None or n == MEMBERS_UNUSUAL:
+        # not an object, or an escaped key / a second "args": the fast paths hand those to Python
+        assert n == MEMBERS_UNUSUAL and (keys is None or b"\\" in data or keys.count("args") > 1)
+        return
+    text = lambda a, b: bytes(buf[a:b]).decode("utf-8")      # noqa: E731
+    assert [text(*mem[r, :2]) for r in range(n)] == keys
+    for r in range(n):                                         # each value span is that value's text
+        assert json.loads(text(*mem[r, 2:])) == json.loads(data)[keys[r]] or keys.count(keys[r]) > 1
+    if akeys is None:
+        assert na == -1
+    else:
+        assert keys[arow] == "args" and na == len(akeys)
+        assert [text(*amem[r, :2]) for r in range(na)] == akeys
+        args = json.loads(text(*mem[arow, 2:]))
+        for r in range(na):
+            assert json.loads(text(*amem[r, 2:])) == args[akeys[r]] or akeys.count(akeys[r]) > 1
+
+
 # -- slice nesting -----------------------------------------------------------------------
 
 @FAST

@@ -15,9 +15,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .jsoncheck import MAX_DEPTH, valid_json_with
-from .rewrite import _eq, _skip_ws, _value_end
-from .scan import skip_string
+from .jsoncheck import MAX_DEPTH, MEMBERS_CAP, event_members
+from .rewrite import _eq
 
 # output flag bits
 F_PID_STR = 1      # pid is a string (pid column holds its hash)
@@ -91,6 +90,8 @@ def extract_columns(buf, starts, ends, ph, pid, tid, cat_h, cat_s, cat_e, name_h
     phase string (0 when absent).  O(bytes)."""
     n = starts.shape[0]
     vstack = np.zeros(MAX_DEPTH, np.uint8)
+    mem = np.empty((MEMBERS_CAP, 4), np.int64)
+    amem = np.empty((MEMBERS_CAP, 4), np.int64)
     for i in range(n):
         s = starts[i]
         e = ends[i]
@@ -111,64 +112,36 @@ def extract_columns(buf, starts, ends, ph, pid, tid, cat_h, cat_s, cat_e, name_h
         rank[i] = NONE
         f = 0
         ext_primary = False
-        if not valid_json_with(buf, s, e, vstack):
+        nm, na, arow = event_members(buf, s, e, vstack, mem, amem, K_ARGS)
+        if nm < 0:
             flags[i] = F_PYTHON
             continue
-        j = s + 1
-        while j < e - 1:
-            j = _skip_ws(buf, j, e)
-            c = buf[j]
-            if c == 44:
-                j += 1
+        for r in range(max(na, 0)):
+            aks, ake, avs, j = amem[r, 0], amem[r, 1], amem[r, 2], amem[r, 3]
+            if _eq(buf, aks, ake, K_CORR):
+                corr[i] = _int(buf, avs, j)[0]
+            elif _eq(buf, aks, ake, K_EXT):          # "External id" wins over legacy
+                v, ok = _int(buf, avs, j)
+                if ok:
+                    ext[i] = v
+                    ext_primary = True
+            elif _eq(buf, aks, ake, K_EXT2):
+                v, ok = _int(buf, avs, j)
+                if ok and not ext_primary:
+                    ext[i] = v
+            elif _eq(buf, aks, ake, K_STREAM):
+                stream[i] = _int(buf, avs, j)[0]
+            elif _eq(buf, aks, ake, K_DEVICE):
+                device[i] = _int(buf, avs, j)[0]
+            elif _eq(buf, aks, ake, K_RANK):
+                rank[i] = _int(buf, avs, j)[0]
+            elif _eq(buf, aks, ake, K_COLL) or _eq(buf, aks, ake, K_INMSG) or \
+                    _eq(buf, aks, ake, K_PGNAME) or _eq(buf, aks, ake, K_PGRANKS):
+                f |= F_COMM
+        for r in range(nm):
+            ks, ke, vs, j = mem[r, 0], mem[r, 1], mem[r, 2], mem[r, 3]
+            if ke - ks > 4 or r == arow:
                 continue
-            if c != 34:
-                break
-            ks = j + 1
-            j = skip_string(buf, j, e)
-            ke = j - 1
-            j = _skip_ws(buf, j, e) + 1
-            j = _skip_ws(buf, j, e)
-            vs = j
-            if _eq(buf, ks, ke, K_ARGS) and buf[j] == 123:
-                j += 1
-                while True:
-                    j = _skip_ws(buf, j, e)
-                    c = buf[j]
-                    if c == 44:
-                        j += 1
-                        continue
-                    if c != 34:
-                        j += 1
-                        break
-                    aks = j + 1
-                    j = skip_string(buf, j, e)
-                    ake = j - 1
-                    j = _skip_ws(buf, j, e) + 1
-                    j = _skip_ws(buf, j, e)
-                    avs = j
-                    j = _value_end(buf, j, e)
-                    if _eq(buf, aks, ake, K_CORR):
-                        corr[i] = _int(buf, avs, j)[0]
-                    elif _eq(buf, aks, ake, K_EXT):          # "External id" wins over legacy
-                        v, ok = _int(buf, avs, j)
-                        if ok:
-                            ext[i] = v
-                            ext_primary = True
-                    elif _eq(buf, aks, ake, K_EXT2):
-                        v, ok = _int(buf, avs, j)
-                        if ok and not ext_primary:
-                            ext[i] = v
-                    elif _eq(buf, aks, ake, K_STREAM):
-                        stream[i] = _int(buf, avs, j)[0]
-                    elif _eq(buf, aks, ake, K_DEVICE):
-                        device[i] = _int(buf, avs, j)[0]
-                    elif _eq(buf, aks, ake, K_RANK):
-                        rank[i] = _int(buf, avs, j)[0]
-                    elif _eq(buf, aks, ake, K_COLL) or _eq(buf, aks, ake, K_INMSG) or \
-                            _eq(buf, aks, ake, K_PGNAME) or _eq(buf, aks, ake, K_PGRANKS):
-                        f |= F_COMM
-                continue
-            j = _value_end(buf, j, e)
             if _eq(buf, ks, ke, K_PH):
                 if buf[vs] == 34 and j - vs >= 3:
                     ph[i] = buf[vs + 1]

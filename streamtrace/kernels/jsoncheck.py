@@ -139,17 +139,34 @@ def is_valid_json(buf, s, e):
 def valid_json_with(buf, s, e, stack):
     """:func:`is_valid_json` with a caller-provided uint8[MAX_DEPTH] scratch stack
     (saves an allocation per call in hot loops)."""
+    j = _ws(buf, s, e)
+    j = value_end(buf, j, e, stack)
+    if j < 0:
+        return False
+    return _ws(buf, j, e) == e
+
+
+@njit(cache=True, inline="always")
+def _ws(buf, j, e):
+    while j < e and (buf[j] == 32 or buf[j] == 10 or buf[j] == 13 or buf[j] == 9):
+        j += 1
+    return j
+
+
+@njit(cache=True)
+def value_end(buf, j, e, stack):
+    """``buf[j]`` starts a JSON value (no leading whitespace); return the index
+    just past it when it is valid JSON that ends before ``e``, else -1.
+    ``stack``: uint8[MAX_DEPTH] scratch.  Nesting deeper than MAX_DEPTH gives -1."""
     depth = 0
     # expect: 0 value, 1 value or ']', 2 key or '}', 3 key, 4 ':', 5 ',' or end
     expect = 0
-    j = s
     while True:
-        while j < e and (buf[j] == 32 or buf[j] == 10 or buf[j] == 13 or buf[j] == 9):
-            j += 1
         if expect == 5 and depth == 0:
-            return j == e
+            return j
+        j = _ws(buf, j, e)
         if j >= e:
-            return False
+            return -1
         c = buf[j]
         if expect == 0 or expect == 1:
             if c == 93 and expect == 1:
@@ -159,7 +176,7 @@ def valid_json_with(buf, s, e, stack):
                 continue
             if c == 123 or c == 91:
                 if depth >= MAX_DEPTH:
-                    return False
+                    return -1
                 stack[depth] = 1 if c == 123 else 2
                 depth += 1
                 j += 1
@@ -176,9 +193,9 @@ def valid_json_with(buf, s, e, stack):
             elif c == 110:
                 j = _literal(buf, j, e, _NULL)
             else:
-                return False
+                return -1
             if j < 0:
-                return False
+                return -1
             expect = 5
         elif expect == 2 or expect == 3:
             if c == 125 and expect == 2:
@@ -187,14 +204,14 @@ def valid_json_with(buf, s, e, stack):
                 expect = 5
                 continue
             if c != 34:
-                return False
+                return -1
             j = _string(buf, j, e)
             if j < 0:
-                return False
+                return -1
             expect = 4
         elif expect == 4:
             if c != 58:
-                return False
+                return -1
             j += 1
             expect = 0
         else:  # 5: after a value inside a container
@@ -209,4 +226,149 @@ def valid_json_with(buf, s, e, stack):
                 depth -= 1
                 j += 1
             else:
-                return False
+                return -1
+
+
+MEMBERS_CAP = 64      # members recorded per object by :func:`event_members`
+MEMBERS_INVALID = -1  # not valid JSON (or not one object): decode in Python, which reports it
+MEMBERS_UNUSUAL = -2  # valid shape unknown to the fast path (escaped key, duplicate or too many keys)
+
+
+@njit(cache=True)
+def _key_end(buf, j, e):
+    """``buf[j]`` is '"' of a key: index past its closing quote; -1 invalid;
+    -2 when the key holds an escape (its bytes are not its text)."""
+    q = j + 1
+    while q < e:
+        c = buf[q]
+        if c == 34:
+            return q + 1
+        if c == 92:
+            return -1 if _string(buf, j, e) < 0 else -2
+        if c < 32:
+            return -1
+        if c >= 128:
+            return _string(buf, j, e)   # validates the UTF-8 (no escapes seen so far)
+        q += 1
+    return -1
+
+
+@njit(cache=True)
+def event_members(buf, s, e, stack, mem, amem, args_key):
+    """Validate the event ``buf[s:e]`` (exactly one JSON object, optional
+    surrounding whitespace) and list its members, in one pass over the bytes.
+
+    ``mem``/``amem``: int64[MEMBERS_CAP, 4] filled with rows ``(key_start,
+    key_end, value_start, value_end)`` (byte offsets into ``buf``; key spans
+    without the quotes) for the top-level members, and for the members of the
+    top-level member named ``args_key`` (uint8 array, e.g. ``b"args"``) when its
+    value is an object.  Returns ``(n, na, args_row)``: ``n`` the number of
+    top-level members, or MEMBERS_INVALID (not valid JSON: the caller lets a full
+    parser report it) / MEMBERS_UNUSUAL (valid, but an escaped key, a second
+    ``args_key`` member or more than MEMBERS_CAP members); ``na`` the number of
+    args members (-1 when args is absent or not an object); ``args_row`` the row of
+    ``mem`` holding args (-1 if none).  Accepts exactly what
+    :func:`valid_json_with` accepts for an object; O(e - s).
+    """
+    j = _ws(buf, s, e)
+    if j >= e or buf[j] != 123:
+        return (MEMBERS_UNUSUAL if valid_json_with(buf, s, e, stack) else MEMBERS_INVALID), -1, -1
+    L = args_key.shape[0]
+    n = 0
+    na = -1
+    arow = -1
+    unusual = False                 # valid so far, but not for the fast paths (checked to the end)
+    level = 0                       # 0: top-level object, 1: inside args
+    j = _ws(buf, j + 1, e)
+    if j < e and buf[j] == 125:
+        return (0, -1, -1) if _ws(buf, j + 1, e) == e else (MEMBERS_INVALID, -1, -1)
+    while True:
+        # a key
+        if j >= e or buf[j] != 34:
+            return MEMBERS_INVALID, -1, -1
+        k = _key_end(buf, j, e)
+        if k == -2:
+            unusual = True
+            k = _string(buf, j, e)
+        if k < 0:
+            return MEMBERS_INVALID, -1, -1
+        ks = j + 1
+        ke = k - 1
+        j = _ws(buf, k, e)
+        if j >= e or buf[j] != 58:
+            return MEMBERS_INVALID, -1, -1
+        vs = _ws(buf, j + 1, e)
+        if level == 0 and ke - ks == L and vs < e and not unusual:
+            same = True
+            for q in range(L):
+                if buf[ks + q] != args_key[q]:
+                    same = False
+                    break
+            if same and (arow >= 0 or n >= mem.shape[0]):
+                unusual = True
+            elif same:
+                arow = n
+                mem[n, 0] = ks
+                mem[n, 1] = ke
+                mem[n, 2] = vs
+                if buf[vs] == 123:
+                    na = 0
+                    j = _ws(buf, vs + 1, e)
+                    if j < e and buf[j] == 125:
+                        j += 1
+                        mem[n, 3] = j
+                        n += 1
+                    else:
+                        level = 1
+                        continue          # parse the first args key
+                else:
+                    j = value_end(buf, vs, e, stack)
+                    if j < 0:
+                        return MEMBERS_INVALID, -1, -1
+                    mem[n, 3] = j
+                    n += 1
+                ks = -1                   # member recorded
+        if ks >= 0:
+            j = value_end(buf, vs, e, stack)
+            if j < 0:
+                return MEMBERS_INVALID, -1, -1
+            if unusual:
+                pass
+            elif level == 0 and n >= mem.shape[0]:
+                unusual = True
+            elif level == 0:
+                mem[n, 0] = ks
+                mem[n, 1] = ke
+                mem[n, 2] = vs
+                mem[n, 3] = j
+                n += 1
+            elif na >= amem.shape[0]:
+                unusual = True
+            else:
+                amem[na, 0] = ks
+                amem[na, 1] = ke
+                amem[na, 2] = vs
+                amem[na, 3] = j
+                na += 1
+        # after a value: ',' or '}' (which may close args, then the top level goes on)
+        while True:
+            j = _ws(buf, j, e)
+            if j >= e:
+                return MEMBERS_INVALID, -1, -1
+            c = buf[j]
+            if c == 44:
+                j = _ws(buf, j + 1, e)
+                break
+            if c != 125:
+                return MEMBERS_INVALID, -1, -1
+            j += 1
+            if level == 1:
+                level = 0
+                mem[arow, 3] = j
+                n += 1
+                continue
+            if _ws(buf, j, e) != e:
+                return MEMBERS_INVALID, -1, -1
+            if unusual:
+                return MEMBERS_UNUSUAL, -1, -1
+            return n, na, arow

@@ -17,8 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .jsoncheck import MAX_DEPTH, valid_json_with
-from .scan import skip_string
+from .jsoncheck import MAX_DEPTH, MEMBERS_CAP, event_members
 
 OK = 0
 UNKNOWN_PID = 1
@@ -142,42 +141,6 @@ def _put_us(out, o, ns):
 
 
 @njit(cache=True)
-def _value_end(buf, j, e):
-    """End of the scalar/string/container value starting at j (inside an event)."""
-    c = buf[j]
-    if c == 34:
-        return skip_string(buf, j, e)
-    if c == 123 or c == 91:
-        depth = 0
-        while j < e:
-            c = buf[j]
-            if c == 34:
-                j = skip_string(buf, j, e)
-                continue
-            if c == 123 or c == 91:
-                depth += 1
-            elif c == 125 or c == 93:
-                depth -= 1
-                if depth == 0:
-                    return j + 1
-            j += 1
-        return e
-    while j < e:
-        c = buf[j]
-        if c == 44 or c == 125 or c == 93 or c == 32 or c == 10 or c == 13 or c == 9:
-            return j
-        j += 1
-    return j
-
-
-@njit(cache=True)
-def _skip_ws(buf, j, e):
-    while j < e and (buf[j] == 32 or buf[j] == 10 or buf[j] == 13 or buf[j] == 9):
-        j += 1
-    return j
-
-
-@njit(cache=True)
 def rewrite_events(buf, starts, ends, ts_ns, dur_ns, flags, i, n, out, o, state,
                    pid_text, pid_off, pid_new, pid_kind, pid_used, npids,
                    drop_text, drop_off, ndrop,
@@ -197,90 +160,61 @@ def rewrite_events(buf, starts, ends, ts_ns, dur_ns, flags, i, n, out, o, state,
     """
     cap = out.shape[0]
     spans = np.empty((8, 3), np.int64)
-    vstack = np.zeros(MAX_DEPTH, np.uint8)        # (start, end, what) replacements / insertions
+    vstack = np.zeros(MAX_DEPTH, np.uint8)
+    mem = np.empty((MEMBERS_CAP, 4), np.int64)
+    amem = np.empty((MEMBERS_CAP, 4), np.int64)
     while i < n:
         s = starts[i]
         e = ends[i]
         if cap - o < (e - s) + 200:
             return i, o, OUT_FULL
-        if not valid_json_with(buf, s, e, vstack):
-            return i, o, NEED_PYTHON             # Python decodes it and reports the error
-        # -- locate the fields -------------------------------------------
+        # -- validate and locate the fields in one pass -------------------------
+        nm, na, arow = event_members(buf, s, e, vstack, mem, amem, K_ARGS)
+        if nm < 0:
+            return i, o, NEED_PYTHON             # Python decodes it (and reports invalid JSON)
         ph_s = ph_e = pid_s = pid_e = ts_s = ts_e = id_s = id_e = -1
         cat_s = cat_e = name_s = name_e = -1
         args_close = -1
         corr_s = corr_e = ext_s = ext_e = ext2_s = ext2_e = -1
-        bad = False
-        args_empty = True
-        j = s + 1
-        while j < e - 1:
-            j = _skip_ws(buf, j, e)
-            c = buf[j]
-            if c == 44:
-                j += 1
+        bad = arow >= 0 and na < 0               # args that is not an object
+        args_empty = na <= 0
+        if na >= 0:
+            args_close = mem[arow, 3] - 1
+        for r in range(nm):
+            ks, ke, vs, ve = mem[r, 0], mem[r, 1], mem[r, 2], mem[r, 3]
+            if ke - ks > 4 or r == arow:
                 continue
-            if c == 125:
-                break
-            if c != 34:
-                bad = True
-                break
-            ks = j + 1
-            j = skip_string(buf, j, e)
-            ke = j - 1
-            j = _skip_ws(buf, j, e)
-            j += 1                               # ':'
-            j = _skip_ws(buf, j, e)
-            vs = j
-            if _eq(buf, ks, ke, K_ARGS) and buf[j] == 123:
-                j += 1
-                while True:
-                    j = _skip_ws(buf, j, e)
-                    c = buf[j]
-                    if c == 44:
-                        j += 1
-                        continue
-                    if c == 125:
-                        args_close = j
-                        j += 1
-                        break
-                    if c != 34:
-                        bad = True
-                        break
-                    args_empty = False
-                    aks = j + 1
-                    j = skip_string(buf, j, e)
-                    ake = j - 1
-                    j = _skip_ws(buf, j, e)
-                    j += 1
-                    j = _skip_ws(buf, j, e)
-                    avs = j
-                    j = _value_end(buf, j, e)
-                    if _eq(buf, aks, ake, K_CORR):
-                        corr_s, corr_e = avs, j
-                    elif _eq(buf, aks, ake, K_EXT):
-                        ext_s, ext_e = avs, j
-                    elif _eq(buf, aks, ake, K_EXT2):
-                        ext2_s, ext2_e = avs, j
-                    elif _eq(buf, aks, ake, K_RANK) or _startswith(buf, aks, ake, K_RAW):
-                        bad = True
-                if bad:
-                    break
-                continue
-            j = _value_end(buf, j, e)
             if _eq(buf, ks, ke, K_PH):
-                ph_s, ph_e = vs, j
+                bad |= ph_s >= 0
+                ph_s, ph_e = vs, ve
             elif _eq(buf, ks, ke, K_PID):
-                pid_s, pid_e = vs, j
+                bad |= pid_s >= 0
+                pid_s, pid_e = vs, ve
             elif _eq(buf, ks, ke, K_TS):
-                ts_s, ts_e = vs, j
+                bad |= ts_s >= 0
+                ts_s, ts_e = vs, ve
             elif _eq(buf, ks, ke, K_ID):
-                id_s, id_e = vs, j
+                bad |= id_s >= 0
+                id_s, id_e = vs, ve
             elif _eq(buf, ks, ke, K_CAT):
-                cat_s, cat_e = vs, j
+                bad |= cat_s >= 0
+                cat_s, cat_e = vs, ve
             elif _eq(buf, ks, ke, K_NAME):
-                name_s, name_e = vs, j
-            elif _eq(buf, ks, ke, K_ARGS):
-                bad = True                       # args that is not an object
+                bad |= name_s >= 0
+                name_s, name_e = vs, ve
+        for r in range(max(na, 0)):
+            aks, ake, avs, ave = amem[r, 0], amem[r, 1], amem[r, 2], amem[r, 3]
+            if _eq(buf, aks, ake, K_CORR):
+                bad |= corr_s >= 0
+                corr_s, corr_e = avs, ave
+            elif _eq(buf, aks, ake, K_EXT):
+                bad |= ext_s >= 0
+                ext_s, ext_e = avs, ave
+            elif _eq(buf, aks, ake, K_EXT2):
+                bad |= ext2_s >= 0
+                ext2_s, ext2_e = avs, ave
+            elif _eq(buf, aks, ake, K_RANK) or _startswith(buf, aks, ake, K_RAW):
+                bad = True
         if bad or ph_s < 0 or pid_s < 0 or ph_e - ph_s != 3 or buf[ph_s] != 34:
             return i, o, NEED_PYTHON
         ph = buf[ph_s + 1]
