@@ -486,5 +486,7 @@ def read_trailer(path, tail: int = 1 << 16) -> dict | None:
             except orjson.JSONDecodeError:
                 continue
             if isinstance(out, dict):
+                if "traceEvents" in out:        # went back past the array itself
+                    break
                 best = out
     return best

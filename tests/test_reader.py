@@ -198,3 +198,28 @@ def test_random_documents_any_block_size(tmp_path_factory, doc, block, gz):
             assert f & 2 and got_d == exact_ns(d)
         else:
             assert not f & 2
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(documents())
+def test_read_trailer_is_right_or_gives_up(tmp_path_factory, doc):
+    """The keys after traceEvents from the file's tail: exactly json's, or None
+    (the caller then reads the whole file) -- never a wrong or partial dict."""
+    from streamtrace.reader import read_trailer
+    data, events, before, after = doc
+    p = tmp_path_factory.mktemp("t") / "d.json"
+    p.write_bytes(data)
+    got = read_trailer(p)
+    assert got is None or got == after
+    if not after:
+        assert got == {}
+    p.write_bytes(gzip.compress(data))
+    assert read_trailer(p) is None
+
+
+def test_read_trailer_with_arrays(tmp_path):
+    from streamtrace.reader import read_trailer
+    p = tmp_path / "t.json"
+    p.write_text('{"traceEvents": [{"ph": "X", "args": {"d": [[1], [2]]}}], '
+                 '"deviceProperties": [{"id": 0}], "traceName": "a]b", "baseTimeNanoseconds": 5}')
+    assert read_trailer(p) == {"deviceProperties": [{"id": 0}], "traceName": "a]b", "baseTimeNanoseconds": 5}
