@@ -28,7 +28,7 @@ _NULL = np.frombuffer(b"null", np.uint8).copy()
 MAX_DEPTH = 256
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _string(buf, j, e):
     """buf[j] is '"'; index after the closing quote, or -1 if invalid."""
     j += 1
@@ -87,7 +87,7 @@ def _string(buf, j, e):
     return -1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _number(buf, j, e):
     if j < e and buf[j] == 45:
         j += 1
@@ -234,7 +234,7 @@ MEMBERS_INVALID = -1  # not valid JSON (or not one object): decode in Python, wh
 MEMBERS_UNUSUAL = -2  # valid shape unknown to the fast path (escaped key, duplicate or too many keys)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _key_end(buf, j, e):
     """``buf[j]`` is '"' of a key: index past its closing quote; -1 invalid;
     -2 when the key holds an escape (its bytes are not its text)."""
@@ -329,7 +329,13 @@ def event_members(buf, s, e, stack, mem, amem, args_key):
                     n += 1
                 ks = -1                   # member recorded
         if ks >= 0:
-            j = value_end(buf, vs, e, stack)
+            c = buf[vs] if vs < e else 0
+            if c == 34:                                 # the common scalars without the generic walker
+                j = _string(buf, vs, e)
+            elif c == 45 or 48 <= c <= 57:
+                j = _number(buf, vs, e)
+            else:
+                j = value_end(buf, vs, e, stack)
             if j < 0:
                 return MEMBERS_INVALID, -1, -1
             if unusual:

@@ -77,40 +77,35 @@ def _read_uint(buf, s, e):
     return v
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _put(out, o, src, s, e):
-    for j in range(s, e):
-        out[o] = src[j]
-        o += 1
-    return o
+    out[o:o + (e - s)] = src[s:e]
+    return o + (e - s)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _put_lit(out, o, lit):
-    for j in range(lit.shape[0]):
-        out[o] = lit[j]
-        o += 1
-    return o
+    out[o:o + lit.shape[0]] = lit
+    return o + lit.shape[0]
 
 
 @njit(cache=True)
 def _put_int(out, o, v):
+    """Decimal text of int64 ``v`` at ``out[o:]``; returns the new end (no allocation)."""
     if v < 0:
         out[o] = 45
         o += 1
         v = -v
-    tmp = np.empty(20, np.uint8)
-    k = 0
-    while True:
-        tmp[k] = 48 + v % 10
-        v //= 10
+    k = 1
+    t = v
+    while t >= 10:
+        t //= 10
         k += 1
-        if v == 0:
-            break
-    for j in range(k - 1, -1, -1):
-        out[o] = tmp[j]
-        o += 1
-    return o
+    end = o + k
+    for q in range(end - 1, o - 1, -1):
+        out[q] = 48 + v % 10
+        v //= 10
+    return end
 
 
 @njit(cache=True)
