@@ -4,7 +4,10 @@ Each rank is streamed by :class:`~streamtrace.reader.TraceReader` in a worker
 process that rewrites its events and writes them to its own *segment* file
 (a gzip member when the output is ``.gz``); the segments are then stitched by
 byte copy between a header and a trailer, so peak memory depends on the batch
-size only, never on the input size or the number of ranks.
+size only, never on the input size or the number of ranks.  With several workers,
+a rank trace of at least ``MergeOptions.split_threshold`` bytes is rewritten in
+byte ranges by several of them, one segment per range, with the same output
+(:mod:`streamtrace.mergesplit`).
 
 Rewrites (all documented in the README):
   * processes: every (rank, original pid) becomes a distinct process with pid
@@ -28,19 +31,20 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-import orjson
 
 from . import __version__
+from . import mergesplit as MS
 from .discover import TraceFile, discover
-from .errors import StreamtraceError
+from .errors import StreamtraceError, TraceError
 from .io import atomic_output
 from .parallel import run_tasks
 from .rankmerge import (FLOW_PHASES, GPU_CATS, ID_BITS, PID_STRIDE, PROCESS_META, RankPlan,  # noqa: F401
                         _device_names, _hashable, _host, merge_rank, rewrite_dict, unique_id)
-from .reader import TraceReader
+from .reader import TraceReader, read_trailer
+from .split import SPLIT_THRESHOLD, cleanup
 from .writer import dumps_event
 
 @dataclass
@@ -58,6 +62,8 @@ class MergeOptions:
     progress: bool | None = None          # None = only on a terminal
     compresslevel: int = 1
     scheduler: str | None = None          # dask scheduler address (or $STREAMTRACE_SCHEDULER)
+    split_threshold: int | None = SPLIT_THRESHOLD   # with jobs > 1, rewrite traces this big (bytes,
+                                          # uncompressed) in byte ranges on several workers; None: never
 
     def needs_survey(self):
         return self.align == "first-step" or self.steps is not None or self.window_ms is not None
@@ -72,11 +78,13 @@ class Survey:
     flows: dict
 
 
-def survey_rank(path, want_flows=False, salvage=False) -> Survey:
+def survey_rank(path, want_flows=False, salvage=False, byte_range=None) -> Survey:
     """Read one rank fully (a pre-pass needed by ``--steps``, ``--window`` and
     ``--align first-step``): ProfilerStep windows ``{N: (start_ns, end_ns)}``, the
-    earliest ts, and per flow ``(cat, id) -> (min ts, max ts)`` when ``want_flows``."""
-    r = TraceReader(path, salvage=salvage)
+    earliest ts, and per flow ``(cat, id) -> (min ts, max ts)`` when ``want_flows``.
+    ``byte_range``: survey only that range of a plain file's events (no metadata;
+    see :func:`streamtrace.mergesplit.combine_surveys`)."""
+    r = TraceReader(path, salvage=salvage, byte_range=byte_range)
     first = None
     steps, flows = {}, {}
     for b in r.raw_batches():
@@ -107,55 +115,15 @@ def survey_rank(path, want_flows=False, salvage=False) -> Survey:
 
 # -- orchestration ------------------------------------------------------------
 
-def _run_plan(plan, idx):
-    from . import parallel
-    shared = parallel.PROGRESS
-    if shared is None:
-        return merge_rank(plan, None)
-
-    def report(n):
-        shared[idx] = n
-    return merge_rank(plan, report)
-
-
 def _metadata_task(path, head, survey, want_flows, salvage):
     if survey:
         return survey_rank(path, want_flows, salvage)
     if "baseTimeNanoseconds" in head:
         return Survey(head, None, {}, {})
-    trailer = peek_trailer(path)
+    trailer = read_trailer(path)
     if trailer is not None:
         return Survey({**head, **trailer}, None, {}, {})
     return Survey(TraceReader(path, salvage=True).read_metadata(), None, {}, {})
-
-
-def peek_trailer(path, tail=1 << 16):
-    """The top-level keys after ``traceEvents`` of a plain (not gzip) file, read
-    from its last bytes without reading the events (Kineto writes
-    ``baseTimeNanoseconds`` there).  Returns None when the tail does not parse as
-    the end of the document; the caller then skims the whole file.  A trailer
-    holding arrays can be read only in part, so :func:`merge_files` checks the
-    value against the main pass and redoes the merge if they differ."""
-    try:
-        with open(path, "rb") as f:
-            if f.read(2) == b"\x1f\x8b":
-                return None
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - tail))
-            data = f.read()
-    except OSError:
-        return None
-    rest = data[data.rfind(b"]") + 1:].strip()
-    if rest == b"}":
-        return {}
-    if not rest.startswith(b","):
-        return None
-    try:
-        out = orjson.loads(b"{" + rest[1:])
-    except orjson.JSONDecodeError:
-        return None
-    return out if isinstance(out, dict) else None
 
 
 def plan_time(files, surveys, opt):
@@ -222,30 +190,90 @@ def merge_files(files: list[TraceFile], output, opt: MergeOptions | None = None,
     """Merge the given rank traces (one iteration) into ``output`` (``.json`` or
     ``.json.gz``).  Returns a summary dict (ranks, events in/out, bytes, seconds,
     output).  Raises :class:`StreamtraceError` / :class:`TraceError` on bad input; the
-    output is then not created."""
+    output is then not created.
+
+    With more than one worker, a trace of at least ``opt.split_threshold`` bytes is
+    rewritten in byte ranges by several workers (:mod:`streamtrace.mergesplit`); the
+    output is the same."""
     opt = opt or MergeOptions()
     t_start = time.time()
     output = Path(output)
+    want = opt.jobs or os.cpu_count() or 1
+    splits = {}
+    fallback = False
+    try:
+        big = [i for i, tf in enumerate(files) if want > 1 and opt.split_threshold is not None
+               and MS.size_hint(tf.path, tf.size) >= opt.split_threshold]
+        if big:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            prepared = run_tasks(MS.prepare, [(files[i].path, str(output.parent), want, opt.split_threshold)
+                                              for i in big], min(want, len(big)), scheduler=opt.scheduler)
+            splits = {i: sf for i, sf in zip(big, prepared) if sf is not None}
+        return _merge_files(files, output, opt, splits, t_start)
+    except TraceError as e:
+        # a range that fails to parse: the unsplit merge reports the error exactly
+        if not any(e.path in (sf.path, files[i].path) for i, sf in splits.items()):
+            raise
+        fallback = True
+    finally:
+        for sf in splits.values():
+            cleanup(sf.tmp)
+    if fallback:
+        return merge_files(files, output, replace(opt, split_threshold=None))
+
+
+def _merge_files(files, output, opt, splits, t_start):
     compress = output.name.endswith(".gz")
-    jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(files)))
+    want = opt.jobs or os.cpu_count() or 1
+    jobs = max(1, min(want, len(files) + sum(len(sf.ranges) - 1 for sf in splits.values())))
     survey = opt.needs_survey()
-    surveys = run_tasks(_metadata_task, [(tf.path, tf.head, survey, opt.window_ms is not None or opt.steps is not None,
-                                     opt.salvage) for tf in files], jobs, scheduler=opt.scheduler)
+    want_flows = opt.window_ms is not None or opt.steps is not None
+    tasks, owner = [], []           # metadata / survey tasks; owner: file index of each
+    for i, tf in enumerate(files):
+        if i not in splits:
+            tasks.append((_metadata_task, (tf.path, tf.head, survey, want_flows, opt.salvage)))
+            owner.append(i)
+        elif survey:
+            for r in splits[i].ranges:
+                tasks.append((survey_rank, (splits[i].path, want_flows, False, r)))
+                owner.append(i)
+    done = run_tasks(_call, tasks, jobs, scheduler=opt.scheduler)
+    surveys = []
+    for i, tf in enumerate(files):
+        mine = [s for s, o in zip(done, owner) if o == i]
+        if i not in splits:
+            surveys.append(mine[0])
+        elif survey:
+            surveys.append(MS.combine_surveys(mine, splits[i].meta))
+        else:
+            surveys.append(Survey(MS.survey_meta(tf, splits[i]), None, {}, {}))
     out_base, shifts, keeps = plan_time(files, surveys, opt)
     output.parent.mkdir(parents=True, exist_ok=True)
+    stem = str(output.parent / f".{output.name}.{os.getpid()}.rank")
     plans = []
     for tf, s in zip(files, surveys):
         keep = keeps[tf.rank]
         kept_flows = None
         if keep is not None:
             kept_flows = {k for k, (a, b) in s.flows.items() if a >= keep[0] and b <= keep[1]}
-        plans.append(RankPlan(tf.path, tf.rank, shifts[tf.rank],
-                              str(output.parent / f".{output.name}.{os.getpid()}.rank{tf.rank}.seg"),
+        plans.append(RankPlan(tf.path, tf.rank, shifts[tf.rank], f"{stem}{tf.rank}.seg",
                               compress, opt.compresslevel, frozenset(opt.drop_cat), opt.gpu_only, keep,
                               kept_flows, opt.salvage, _host(s.metadata), _device_names(s.metadata)))
-    total = sum(tf.size for tf in files)
+    # the rewrite: one task per unsplit rank, one per byte range of a split rank
+    tasks, sizes, where = [], [], []         # where: the file index of each task
+    for i, (tf, p) in enumerate(zip(files, plans)):
+        if i not in splits:
+            tasks.append(("rank", p, None, None, None, None))
+            sizes.append(tf.size)
+            where.append(i)
+            continue
+        for k, r in enumerate(splits[i].ranges):
+            tasks.append(("range", p, splits[i].path, r, f"{p.segment}.{k}", None))
+            sizes.append(r[1] - r[0])
+            where.append(i)
+    total = sum(sizes)
     show = sys.stderr.isatty() if opt.progress is None else opt.progress
-    arr = mp.Array("q", len(files), lock=False)
+    arr = mp.Array("q", len(tasks), lock=False)
     bar = None
     if show:
         from tqdm import tqdm
@@ -255,15 +283,38 @@ def merge_files(files: list[TraceFile], output, opt: MergeOptions | None = None,
         if bar is not None:
             bar.n = min(total, sum(arr))
             bar.refresh()
+    temps = [p.segment for p in plans] + [t[4] for t in tasks if t[4]]
     try:
-        results = run_tasks(_run_plan, [(p, i) for i, p in enumerate(plans)], jobs, arr, tick,
-                            scheduler=opt.scheduler, retries=1)
+        res_t = _run_largest_first(tasks, sizes, range(len(tasks)), jobs, arr, tick, opt.scheduler)
+        of = {}                     # file index -> its task indices, in file order
+        for j, i in enumerate(where):
+            of.setdefault(i, []).append(j)
+        results = [None] * len(files)
+        for i in range(len(files)):
+            if i not in splits:
+                results[i] = dict(res_t[of[i][0]], segments=[plans[i].segment])
+        # split ranks: settle the pid slots; redo the ranges whose provisional slots were wrong
+        redo = []
+        for i in splits:
+            _, final, wrong = MS.settle_pids(plans[i].rank, [res_t[j] for j in of[i]])
+            redo += [(of[i][k], final[k]) for k in wrong]
+        if redo:
+            again = _run_largest_first([tasks[j][:5] + (f,) for j, f in redo], [sizes[j] for j, _ in redo],
+                                       [j for j, _ in redo], jobs, arr, tick, opt.scheduler)
+            for (j, _), res in zip(redo, again):
+                res_t[j] = res
+        for i, sf in splits.items():
+            parts = [res_t[j] for j in of[i]]
+            pids, _, wrong = MS.settle_pids(plans[i].rank, parts)
+            if wrong:
+                raise RuntimeError(f"rank {plans[i].rank}: pid slots did not settle")
+            results[i] = MS.finish_rank(plans[i], sf, parts, pids, plans[i].segment)
         if any(int(res["metadata"].get("baseTimeNanoseconds") or 0) != int(s.metadata.get("baseTimeNanoseconds") or 0)
                for s, res in zip(surveys, results)):
             # the quick trailer peek missed the base time: redo with the real metadata
             for tf, res in zip(files, results):
                 tf.head = res["metadata"]
-            return merge_files(files, output, opt)
+            return _merge_files(files, output, opt, splits, t_start)
         if bar is not None:
             bar.n = total
             bar.close()
@@ -271,26 +322,56 @@ def merge_files(files: list[TraceFile], output, opt: MergeOptions | None = None,
         with atomic_output(output, compress=False) as f:
             f.write(_piece(b'{"traceEvents":[', compress, opt.compresslevel))
             first = True
-            for p, res in zip(plans, results):
-                if res["events_out"]:
+            for res in results:
+                if not res["events_out"]:
+                    continue
+                for seg in res["segments"]:
                     if not first:
                         f.write(_piece(b",", compress, opt.compresslevel))
-                    _append_file(p.segment, f)
+                    _append_file(seg, f)
                     first = False
             trailer = b"]" + b"".join(b"," + dumps_event(k) + b":" + dumps_event(v) for k, v in meta.items()) + b"}\n"
             f.write(_piece(trailer, compress, opt.compresslevel))
     finally:
-        for p in plans:
-            try:
-                os.unlink(p.segment)
-            except OSError:
-                pass
+        for t in temps:
+            cleanup(t)
     warnings = [w for r in results for w in r["warnings"]]
     return {"output": str(output), "ranks": [tf.rank for tf in files], "iteration": files[0].iteration,
             "events_in": sum(r["events_in"] for r in results),
             "events_out": sum(r["events_out"] for r in results),
             "bytes_in": sum(r["bytes_in"] for r in results), "bytes_out": output.stat().st_size,
-            "seconds": time.time() - t_start, "jobs": jobs, "warnings": warnings}
+            "seconds": time.time() - t_start, "jobs": jobs, "warnings": warnings,
+            "split": {files[i].rank: len(sf.ranges) for i, sf in splits.items()}, "ranges_redone": len(redo)}
+
+
+def _call(fn, args):
+    return fn(*args)
+
+
+def _run_task(kind, plan, src, byte_range, segment, final, idx):
+    """Worker: one rewrite task (a whole rank, or one byte range of a split rank)."""
+    from . import parallel
+    shared = parallel.PROGRESS
+
+    def report(n):
+        shared[idx] = n
+    progress = report if shared is not None else None
+    if kind == "rank":
+        return merge_rank(plan, progress)
+    return MS.merge_range(plan, src, byte_range, segment, final, progress)
+
+
+def _run_largest_first(tasks, sizes, slots, jobs, arr, tick, scheduler):
+    """Run rewrite tasks, the largest first (better balance); results in task order.
+    ``slots``: each task's slot in the progress array ``arr``."""
+    order = sorted(range(len(tasks)), key=lambda j: -sizes[j])
+    slots = list(slots)
+    res = run_tasks(_run_task, [(*tasks[j], slots[j]) for j in order], jobs, arr, tick,
+                    scheduler=scheduler, retries=1)
+    out = [None] * len(tasks)
+    for j, r in zip(order, res):
+        out[j] = r
+    return out
 
 
 def _merged_metadata(files, results, shifts, out_base, opt, output):

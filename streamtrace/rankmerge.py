@@ -197,15 +197,23 @@ class _PidTables:
 OUT_BYTES = 8 << 20
 
 
-def merge_rank(plan: RankPlan, progress=None) -> dict:
-    """Rewrite one rank's events into ``plan.segment``; returns counts, the process
-    map and the rank's metadata (all small).  Runs in a worker process.
-
-    Events go through the byte kernel :func:`~streamtrace.kernels.rewrite.rewrite_events`;
-    those it hands back (unusual shapes, invalid JSON) are decoded and rewritten by
-    :func:`rewrite_dict`, which raises :class:`TraceError` for invalid input."""
+def open_segment(path, compress, compresslevel):
+    """``(raw, seg)``: the segment file and the stream to write it through (a gzip
+    member when ``compress``; close ``seg`` then ``raw``)."""
     import gzip
-    ctx = _RankCtx(plan)
+    raw = open(path, "wb")
+    seg = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=compresslevel, mtime=0) if compress else raw
+    return raw, seg
+
+
+def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: _RankCtx, seg):
+    """Rewrite every event ``reader`` yields into the binary stream ``seg`` (comma
+    separated, no brackets).  Returns ``(events_in, events_out, first_out, fast)``:
+    ``first_out`` is the earliest shifted non-metadata ts written (ns) or None,
+    ``fast`` the events the byte kernel wrote; ``ctx.used`` gets every merged pid
+    that had an event.  Pids are registered through ``ctx.pids.get`` in file order
+    (the kernel asks once per new pid text), which :mod:`streamtrace.mergesplit`
+    relies on to reproduce the slot assignment of a whole-file pass."""
     tables = _PidTables()
     drops = [c.encode() for c in sorted(plan.drop_cat)]
     drop_text = np.frombuffer(b"".join(drops) or b"\0", np.uint8)
@@ -219,79 +227,97 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
     state = np.zeros(4, np.int64)
     info = np.zeros(2, np.int64)
     n_in = 0
-    reader = TraceReader(plan.path, salvage=plan.salvage, progress=progress)
-    raw = open(plan.segment, "wb")
-    seg = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=plan.compresslevel, mtime=0) \
-        if plan.compress else raw
-    try:
-        for b in reader.raw_batches(decode=False):
-            buf = np.frombuffer(b.buf, np.uint8)
-            starts, ends = b.starts, b.ends
-            n = len(starts)
-            n_in += n
-            i = 0
-            o = 0
-            while i < n:
-                i, o, status = RW.rewrite_events(
-                    buf, starts, ends, b.ts_ns, b.dur_ns, b.flags, i, n, out, o, state,
-                    tables.text, tables.off, tables.new_a, tables.kind_a, tables.used, len(tables.texts),
-                    drop_text, drop_off, len(drops), plan.rank, ctx.shift, ctx.gpu_only, has_window, lo, hi, info)
-                if status == RW.OK:
-                    break
-                if status == RW.OUT_FULL:
-                    if o == 0:
-                        out = np.empty(2 * len(out) + int(ends[i] - starts[i]), np.uint8)
-                    seg.write(memoryview(out)[:o])
-                    o = 0
-                elif status == RW.UNKNOWN_PID:
-                    text = b.buf[int(info[0]):int(info[1])]
-                    pid = _loads(text, plan.path, b.offset)
-                    newpid = ctx.pids.get(pid)
-                    tables.add(text, newpid, ctx.pids.info[newpid]["kind"])
-                else:   # NEED_PYTHON: decode this one event and use the twin
-                    s, e = int(starts[i]), int(ends[i])
-                    ev = _loads(b.buf[s:e], plan.path, b.offset + s - int(starts[0]))
-                    ev = rewrite_dict(ev, int(b.ts_ns[i]), int(b.dur_ns[i]), int(b.flags[i]), ctx)
-                    if ev is not None:
-                        data = dumps_event(ev)
-                        if len(out) - o < len(data) + 1:
-                            seg.write(memoryview(out)[:o])
-                            o = 0
-                            if len(out) < len(data) + 1:
-                                out = np.empty(len(data) + OUT_BYTES, np.uint8)
-                        if state[0]:
-                            out[o] = 44
-                            o += 1
-                        out[o:o + len(data)] = np.frombuffer(data, np.uint8)
-                        o += len(data)
-                        state[0] = 1
-                    i += 1
-            if o:
+    for b in reader.raw_batches(decode=False):
+        buf = np.frombuffer(b.buf, np.uint8)
+        starts, ends = b.starts, b.ends
+        n = len(starts)
+        n_in += n
+        i = 0
+        o = 0
+        while i < n:
+            i, o, status = RW.rewrite_events(
+                buf, starts, ends, b.ts_ns, b.dur_ns, b.flags, i, n, out, o, state,
+                tables.text, tables.off, tables.new_a, tables.kind_a, tables.used, len(tables.texts),
+                drop_text, drop_off, len(drops), plan.rank, ctx.shift, ctx.gpu_only, has_window, lo, hi, info)
+            if status == RW.OK:
+                break
+            if status == RW.OUT_FULL:
+                if o == 0:
+                    out = np.empty(2 * len(out) + int(ends[i] - starts[i]), np.uint8)
                 seg.write(memoryview(out)[:o])
-        for k, used in enumerate(tables.used[:len(tables.texts)].tolist()):
-            if used:
-                ctx.used.add(int(tables.new_a[k]))
-        first_out = ctx.first_out
-        if state[3] and (first_out is None or state[2] < first_out):
-            first_out = int(state[2])
-        n_out = ctx.count + int(state[1])
+                o = 0
+            elif status == RW.UNKNOWN_PID:
+                text = b.buf[int(info[0]):int(info[1])]
+                pid = _loads(text, reader.path, b.offset)
+                newpid = ctx.pids.get(pid)
+                tables.add(text, newpid, ctx.pids.info[newpid]["kind"])
+            else:   # NEED_PYTHON: decode this one event and use the twin
+                s, e = int(starts[i]), int(ends[i])
+                ev = _loads(b.buf[s:e], reader.path, b.offset + s - int(starts[0]))
+                ev = rewrite_dict(ev, int(b.ts_ns[i]), int(b.dur_ns[i]), int(b.flags[i]), ctx)
+                if ev is not None:
+                    data = dumps_event(ev)
+                    if len(out) - o < len(data) + 1:
+                        seg.write(memoryview(out)[:o])
+                        o = 0
+                        if len(out) < len(data) + 1:
+                            out = np.empty(len(data) + OUT_BYTES, np.uint8)
+                    if state[0]:
+                        out[o] = 44
+                        o += 1
+                    out[o:o + len(data)] = np.frombuffer(data, np.uint8)
+                    o += len(data)
+                    state[0] = 1
+                i += 1
+        if o:
+            seg.write(memoryview(out)[:o])
+    for k, used in enumerate(tables.used[:len(tables.texts)].tolist()):
+        if used:
+            ctx.used.add(int(tables.new_a[k]))
+    first_out = ctx.first_out
+    if state[3] and (first_out is None or state[2] < first_out):
+        first_out = int(state[2])
+    return n_in, ctx.count + int(state[1]), first_out, int(state[1])
+
+
+def process_meta_events(pmap: dict, rank: int, host, devices, first_out) -> list:
+    """merge's own process metadata: ``process_name``, ``process_sort_index`` and
+    ``process_labels`` for each merged pid of ``pmap`` (merged pid -> info, sorted),
+    at the rank's earliest output ts ``first_out``."""
+    t0 = fmt_us(first_out or 0)
+    mevs = []
+    for mpid, info_ in pmap.items():
+        label = process_label(info_, host, devices)
+        sort_index = rank * PID_STRIDE + info_["slot"]
+        for name, args in (("process_name", {"name": label}),
+                           ("process_sort_index", {"sort_index": sort_index}),
+                           ("process_labels", {"labels": f"rank {rank}"})):
+            mevs.append({"ph": "M", "name": name, "pid": mpid, "tid": 0,
+                         "ts": orjson.Fragment(t0), "args": dict(args, rank=rank)})
+    return mevs
+
+
+def merge_rank(plan: RankPlan, progress=None) -> dict:
+    """Rewrite one rank's events into ``plan.segment``; returns counts, the process
+    map and the rank's metadata (all small).  Runs in a worker process.
+
+    Events go through the byte kernel :func:`~streamtrace.kernels.rewrite.rewrite_events`
+    (see :func:`rewrite_stream`); those it hands back (unusual shapes, invalid JSON) are
+    decoded and rewritten by its Python twin :func:`rewrite_dict`, which raises
+    :class:`TraceError` for invalid input."""
+    ctx = _RankCtx(plan)
+    reader = TraceReader(plan.path, salvage=plan.salvage, progress=progress)
+    raw, seg = open_segment(plan.segment, plan.compress, plan.compresslevel)
+    try:
+        n_in, n_out, first_out, fast = rewrite_stream(reader, plan, ctx, seg)
         # Our own process metadata, one set per process that had events.
         meta = reader.metadata
         devices = plan.devices or _device_names(meta)
         host = plan.host or _host(meta)
-        t0 = fmt_us(first_out or 0)
-        mevs = []
         pmap = {k: v for k, v in sorted(ctx.pids.info.items()) if k in ctx.used}
-        for mpid, info_ in pmap.items():
-            label = process_label(info_, host, devices)
-            sort_index = plan.rank * PID_STRIDE + info_["slot"]
-            for name, args in (("process_name", {"name": label}),
-                               ("process_sort_index", {"sort_index": sort_index}),
-                               ("process_labels", {"labels": f"rank {plan.rank}"})):
-                mevs.append({"ph": "M", "name": name, "pid": mpid, "tid": 0,
-                             "ts": orjson.Fragment(t0), "args": dict(args, rank=plan.rank)})
+        mevs = process_meta_events(pmap, plan.rank, host, devices, first_out)
         if mevs:
-            if state[0]:
+            if n_out:
                 seg.write(b",")
             seg.write(dumps_events(mevs))
             n_out += len(mevs)
@@ -306,7 +332,7 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
             pass
         raise
     return {"rank": plan.rank, "events_in": n_in, "events_out": n_out, "bytes_in": reader.bytes_read,
-            "events_fast": int(state[1]),
+            "events_fast": fast,
             "process_map": {str(k): v for k, v in pmap.items()},
             "metadata": meta, "warnings": reader.warnings, "truncated": reader.truncated}
 

@@ -1,0 +1,261 @@
+"""One big rank on many cores: ``streamtrace merge --jobs N`` cuts a rank trace of at
+least ``MergeOptions.split_threshold`` bytes into byte ranges on event boundaries
+(:func:`streamtrace.split.split_ranges`) and rewrites the ranges in parallel, each
+into its own segment; the segments are stitched in file order.  The merged output
+is the same, byte for byte, as the unsplit merge of that rank.
+
+Per-rank state of the unsplit pass (see :class:`streamtrace.rankmerge._RankCtx`) and
+how a split rank gets exactly the same:
+
+* time shift, ``--steps`` / ``--window`` keep-window and the flows kept under it,
+  ``--align first-step``: fixed before any rewrite by the survey, which combines per
+  range by min / max (:func:`combine_surveys`), so the ranges share it as is;
+* drop-cat / gpu-only filters, id rewrites, ``args.rank``: per event, no state;
+* the earliest output ts (the ``ts`` of merge's process metadata): min over ranges;
+  event counts: sums; the merged pids that had events: union;
+* the process slots: the only order-dependent state.  A pid's slot depends on how
+  many pids of its kind were registered before it in the file.  Each range worker
+  registers pids exactly as the whole-file pass would (same code:
+  :func:`streamtrace.rankmerge.rewrite_stream`, starting from an empty table, so it
+  reports every pid registration it makes, in order) and assigns slots *provisionally*
+  as if the range began the file.  The parent replays all ranges' registrations in
+  file order through a fresh :class:`~streamtrace.rankmerge._PidMap`: that is the
+  whole-file pass's map, registration being independent of the slots assigned.  A range
+  whose provisional slots differ from it (two CPU pids first seen in another order, say)
+  is rewritten again with the final slots handed in, in the order it registers them.
+  A rank with one CPU process and its string pids in one range (Kineto writes those
+  last) never needs that second run.
+
+The rank's process metadata events, built from the final map, become its last
+segment.  A ``.json.gz`` input is decompressed once to a temporary plain file beside
+the output (byte ranges need random access).  That serial pass takes about a quarter
+of the time of the rewrite it makes parallel, so splitting pays off from two workers
+on.  Files that cannot be split exactly (truncated, a bare event array, a trailer that
+does not parse, no events) are merged unsplit; a
+range that fails to parse makes the whole merge fall back to the unsplit path, which
+reports the error exactly as without ``--jobs``.  Gzip output is written as one gzip
+member per range (its decompressed bytes are the unsplit merge's; the compressed
+bytes of a merge differ from run to run anyway, as each member's header names its
+segment file).
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import orjson
+
+from .io import GZIP_MAGIC
+from .rankmerge import (PID_STRIDE, RankPlan, _classify_pid, _device_names, _hashable, _host, _PidMap, _RankCtx,
+                        open_segment, process_meta_events, rewrite_stream)
+from .reader import TraceReader
+from .split import cleanup, plain_copy, split_ranges
+from .writer import dumps_events
+
+
+@dataclass
+class SplitFile:
+    """A rank trace cut into byte ranges: ``path`` (the plain file the ranges refer to:
+    the input, or ``tmp``, its decompressed copy), ``ranges`` [(start, end)], ``meta``
+    (every top-level key but ``traceEvents``) and ``size`` (plain bytes)."""
+    path: str
+    tmp: str | None
+    ranges: list
+    meta: dict
+    size: int
+
+
+def size_hint(path, size) -> int:
+    """Uncompressed size estimate of a trace: its size, or for gzip the larger of the
+    compressed size and the last member's ISIZE field (the size modulo 4 GiB)."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(2) != GZIP_MAGIC:
+                return size
+            f.seek(-4, os.SEEK_END)
+            return max(size, int.from_bytes(f.read(4), "little"))
+    except OSError:
+        return size
+
+
+def parts_for(size, threshold, jobs) -> int:
+    """How many byte ranges to cut a plain trace of ``size`` bytes into: at least two
+    per worker (for balance), and none larger than the threshold."""
+    return max(2 * jobs, math.ceil(size / max(1, threshold)))
+
+
+def prepare(path, folder, jobs, threshold) -> SplitFile | None:
+    """Task: cut one trace into ranges (decompressing a gzip input to a temporary
+    file in ``folder`` first).  Returns None, and leaves no temporary file, when the
+    trace cannot be split exactly; the caller then merges it unsplit."""
+    tmp = None
+    try:
+        tmp = plain_copy(path, folder)
+        src = tmp or str(path)
+        with open(src, "rb") as f:
+            lead = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+        if not lead.startswith(b"{"):
+            raise ValueError("a bare event array")         # its byte count ends at ']', not at EOF
+        size = os.path.getsize(src)
+        ranges, meta, _ = split_ranges(src, parts_for(size, threshold, jobs))
+        if len(ranges) > 1 and _blank(src, ranges[-2][1], ranges[-1][1]):
+            ranges[-2:] = [(ranges[-2][0], ranges[-1][1])]      # a cut just after the last event
+        if not ranges or "traceEvents" in meta or not _clean_joints(src, ranges):
+            raise ValueError("not splittable")
+        return SplitFile(src, tmp, ranges, meta, size)
+    except Exception:       # noqa: BLE001 - the unsplit path reports any real problem
+        cleanup(tmp)
+        return None
+
+
+def _blank(src, a, b) -> bool:
+    if b - a > 1 << 16:
+        return False
+    with open(src, "rb") as f:
+        f.seek(a)
+        return f.read(b - a).strip(b" \t\r\n") == b""
+
+
+def _clean_joints(src, ranges) -> bool:
+    """True when exactly one comma separates consecutive ranges and the document
+    after the events is a well-formed trailer (what the unsplit reader checks)."""
+    with open(src, "rb") as f:
+        for (_, b), (a, _) in zip(ranges, ranges[1:]):
+            f.seek(b)
+            if f.read(a - b).strip(b" \t\r\n") != b",":
+                return False
+        f.seek(ranges[-1][1] + 1)
+        tail = f.read().strip(b" \t\r\n")
+    if tail == b"}":
+        return True
+    if not tail.startswith(b","):
+        return False
+    try:
+        return isinstance(orjson.loads(b"{" + tail[1:]), dict)
+    except orjson.JSONDecodeError:
+        return False
+
+
+def survey_meta(tf, sf: SplitFile) -> dict:
+    """The metadata the unsplit path's metadata step would give (merge.\\_metadata_task
+    without a survey), computed without reading the events again."""
+    from .reader import read_trailer
+    if "baseTimeNanoseconds" in tf.head:
+        return tf.head
+    if sf.tmp is None:
+        trailer = read_trailer(tf.path)
+        if trailer is not None:
+            return {**tf.head, **trailer}
+    return sf.meta
+
+
+def combine_surveys(parts, meta):
+    """One rank's :class:`~streamtrace.merge.Survey` from its ranges' surveys (all
+    min / max, so the order does not matter) and its metadata."""
+    from .merge import Survey
+    first, steps, flows = None, {}, {}
+    for s in parts:
+        if s.first_ns is not None and (first is None or s.first_ns < first):
+            first = s.first_ns
+        for table, mine in ((steps, s.steps), (flows, s.flows)):
+            for k, (lo, hi) in mine.items():
+                a, b = table.get(k, (lo, hi))
+                table[k] = (min(a, lo), max(b, hi))
+    return Survey(meta, first, steps, flows)
+
+
+class _RangePidMap(_PidMap):
+    """The pid map of one range.  Records every pid it registers, in order
+    (``records``), and gives each the slot in ``final`` (the rank's final merged pids,
+    in this range's registration order) or, without it, a provisional slot counted
+    from the range's start."""
+
+    def __init__(self, rank, final=None):
+        super().__init__(rank)
+        self.final = final
+        self.records = []
+        self.assigned = []
+
+    def get(self, pid):
+        key = _hashable(pid)
+        mp_ = self.map.get(key)
+        if mp_ is not None:
+            return mp_
+        if self.final is None:
+            mp_ = super().get(pid)
+        else:
+            if len(self.records) >= len(self.final):
+                raise RuntimeError(f"rank {self.rank}: a range registered more pids than on its first run")
+            mp_ = self.final[len(self.records)]
+            kind = _classify_pid(pid)
+            self.map[key] = mp_
+            self.info[mp_] = {"rank": self.rank, "pid": pid, "kind": kind,
+                              "device": pid if kind == "gpu" else None, "slot": mp_ - 1 - self.rank * PID_STRIDE}
+        self.records.append(pid)
+        self.assigned.append(mp_)
+        return mp_
+
+
+def merge_range(plan: RankPlan, src, byte_range, segment, final, progress=None) -> dict:
+    """Worker: rewrite the events of ``byte_range`` of the plain trace ``src`` into
+    ``segment`` with the rank's ``plan``; ``final``: the merged pids to give the pids
+    this range registers (None: provisional).  Returns counts, the earliest output
+    ts, the merged pids used and the pid registrations (``records``/``assigned``)."""
+    ctx = _RankCtx(plan)
+    ctx.pids = _RangePidMap(plan.rank, final)
+    reader = TraceReader(src, byte_range=byte_range, progress=progress)
+    raw, seg = open_segment(segment, plan.compress, plan.compresslevel)
+    try:
+        n_in, n_out, first_out, fast = rewrite_stream(reader, plan, ctx, seg)
+        if plan.compress:
+            seg.close()
+        raw.close()
+    except BaseException:
+        raw.close()
+        cleanup(segment)
+        raise
+    if final is not None and ctx.pids.assigned != final:
+        raise RuntimeError(f"rank {plan.rank}: a range registered other pids than on its first run")
+    return {"segment": segment, "events_in": n_in, "events_out": n_out, "events_fast": fast,
+            "first_out": first_out, "used": sorted(ctx.used), "records": ctx.pids.records,
+            "assigned": ctx.pids.assigned}
+
+
+def settle_pids(rank, parts):
+    """Replay the ranges' pid registrations in file order: returns the whole-file
+    pass's :class:`_PidMap`, each range's final merged pids (registration order) and
+    the indices of the ranges whose provisional slots were wrong."""
+    pids = _PidMap(rank)
+    final, wrong = [], []
+    for k, res in enumerate(parts):
+        mps = [pids.get(pid) for pid in res["records"]]
+        final.append(mps)
+        if mps != res["assigned"]:
+            wrong.append(k)
+    return pids, final, wrong
+
+
+def finish_rank(plan: RankPlan, sf: SplitFile, parts, pids: _PidMap, meta_segment) -> dict:
+    """The rank's result, as :func:`~streamtrace.rankmerge.merge_rank` returns it, from
+    its settled ranges; writes merge's process metadata events to ``meta_segment``."""
+    used = set().union(*(p["used"] for p in parts))
+    firsts = [p["first_out"] for p in parts if p["first_out"] is not None]
+    first_out = min(firsts) if firsts else None
+    n_out = sum(p["events_out"] for p in parts)
+    meta = sf.meta
+    pmap = {k: v for k, v in sorted(pids.info.items()) if k in used}
+    mevs = process_meta_events(pmap, plan.rank, plan.host or _host(meta), plan.devices or _device_names(meta),
+                               first_out)
+    segments = [p["segment"] for p in parts if p["events_out"]]
+    if mevs:
+        raw, seg = open_segment(meta_segment, plan.compress, plan.compresslevel)
+        seg.write(dumps_events(mevs))
+        if plan.compress:
+            seg.close()
+        raw.close()
+        segments.append(meta_segment)
+    return {"rank": plan.rank, "events_in": sum(p["events_in"] for p in parts), "events_out": n_out + len(mevs),
+            "bytes_in": sf.size, "events_fast": sum(p["events_fast"] for p in parts),
+            "process_map": {str(k): v for k, v in pmap.items()},
+            "metadata": meta, "warnings": [], "truncated": False, "segments": segments}
