@@ -12,6 +12,8 @@ Results are appended to ``bench/RESULTS.md`` with the command line.  Inputs are 
 by ``tools/inflate_trace.py`` into the scratch folder (never into the repository).
 
     python bench/bench_scale.py [--big-mb 1024] [--ranks 64] [--rank-mb 100] [--quick]
+    python bench/bench_scale.py --scanner-only      # 1. alone (best of 3 on the ~1 GB trace), recorded
+                                                    # with the machine load (`uptime`)
 """
 from __future__ import annotations
 
@@ -46,21 +48,83 @@ with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0
 '''
 
 
-def scanner_throughput(path, log):
+def scanner_throughput(path, log, repeat=3, split_points=None):
+    """MB/s of the split-point scanner over the whole ``traceEvents`` array of ``path``
+    (from just after its ``[`` to its closing ``]``), the file held in memory, so the
+    kernel is measured, not the disk: as one buffer, and in ``streamtrace.io.BLOCK``
+    blocks as :func:`streamtrace.split.split_ranges` feeds it.  Best of ``repeat``
+    per mode.  Returns ``{mode: (MB/s, seconds)}`` plus ``"bytes"`` and ``"boundaries"``."""
+    from streamtrace.io import BLOCK
     from streamtrace.kernels import scan as K
-    data = np.fromfile(path, np.uint8, count=512 << 20)
+    from streamtrace.reader import TraceReader
+    split_points = split_points or K.split_points
+    r = TraceReader(path)
+    r.read_head()
+    start = r.events_offset
+    data = np.fromfile(path, np.uint8)
+    every = max(1, (len(data) - start) // 4)
     out = np.empty(64, np.int64)
-    K.split_points(data[:1000], 1000, 0, 1 << 30, out, np.zeros(5, np.int64))   # JIT warm-up
-    best = 1e9
-    for _ in range(3):
-        st = np.zeros(5, np.int64)
-        st[2] = 0
-        t0 = time.perf_counter()
-        K.split_points(data, len(data), 0, 1 << 30, out, st)
-        best = min(best, time.perf_counter() - t0)
-    mbs = len(data) / 1e6 / best
-    log(f"split_points: {len(data) / 1e6:.0f} MB in {best:.3f} s = {mbs:,.0f} MB/s")
-    return mbs
+    split_points(data[start:start + 1000], 1000, start, every, out, np.zeros(5, np.int64))   # JIT / cache load
+    res = {}
+    for mode, block in (("one buffer", len(data)), (f"{BLOCK >> 20} MiB blocks", BLOCK)):
+        best = 1e9
+        for _ in range(repeat):
+            st = np.zeros(5, np.int64)
+            st[3] = start
+            pos, end, nb = start, -1, 0
+            t0 = time.perf_counter()
+            while end < 0 and pos < len(data):
+                chunk = data[pos:pos + block]
+                k, end = split_points(chunk, len(chunk), pos, every, out, st)
+                nb += k
+                pos += block
+            best = min(best, time.perf_counter() - t0)
+        if end < 0:
+            raise SystemExit(f"{path}: the traceEvents array is not closed")
+        size = end + 1 - start
+        res[mode] = (size / 1e6 / best, best)
+        res["bytes"], res["boundaries"] = size, nb
+        log(f"split_points ({mode}): {size / 1e6:,.0f} MB in {best:.3f} s = {size / 1e6 / best:,.0f} MB/s "
+            f"(best of {repeat}; {nb} boundaries)")
+    return res
+
+
+def _uptime():
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except Exception:  # noqa: BLE001 - informational only
+        return "?"
+
+
+def scanner_only(a, argv, big, log):
+    """``--scanner-only``: the scanner's throughput alone, recorded with the machine load."""
+    import numba
+    if a.wait_idle:
+        BM.wait_idle(a.wait_idle, log)
+    up0, cpu0, busy0 = _uptime(), time.process_time(), BM._busy_seconds()
+    t0 = time.perf_counter()
+    res = scanner_throughput(big, log, a.repeat)
+    wall = time.perf_counter() - t0
+    busy1, cpu1, up1 = BM._busy_seconds(), time.process_time(), _uptime()
+    other = max(0.0, (busy1 - busy0 - (cpu1 - cpu0)) / wall) if busy0 is not None and busy1 is not None else None
+    info = BM.machine_info()
+    modes = [m for m in res if m not in ("bytes", "boundaries")]
+    lines = [f"\n## {dt.datetime.utcnow():%Y-%m-%d %H:%M} UTC: split-point scanner throughput\n",
+             f"`python bench/bench_scale.py {' '.join(argv)}` — nproc {info['nproc']}, {info['cpu']}, "
+             f"Python {info['python']}, numba {numba.__version__}, git {info.get('git', '?')}, "
+             f"streamtrace source hash {BM.code_id()}; input `{big}` ({Path(big).stat().st_size / 1e6:,.0f} MB, "
+             f"inflated from `{Path(a.src).name}` with tools/inflate_trace.py), read into memory first.\n",
+             *[f"- `split_points` over the {res['bytes'] / 1e6:,.0f} MB traceEvents array, {m}: "
+               f"**{res[m][0]:,.0f} MB/s** ({res[m][1]:.3f} s, best of {a.repeat}, one thread) (target >= 1,000 MB/s)"
+               for m in modes],
+             f"- machine load: `uptime` before: `{up0}`; after: `{up1}`"
+             + (f"; other processes used {other:.2f} cores on average during the measurement" if other is not None
+                else "")]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if not a.quick:
+        with open(ROOT / "bench" / "RESULTS.md", "a") as f:
+            f.write(text)
 
 
 def run(cmd, label, logdir, log):
@@ -82,6 +146,11 @@ def main(argv=None):
     ap.add_argument("--rank-mb", type=float, default=100)
     ap.add_argument("--quick", action="store_true", help="small sizes, record nothing")
     ap.add_argument("--skip-dask", action="store_true")
+    ap.add_argument("--scanner-only", action="store_true",
+                    help="measure only the split-point scanner's MB/s on the --big-mb trace and record it")
+    ap.add_argument("--repeat", type=int, default=3, help="scanner runs per mode (best is reported)")
+    ap.add_argument("--wait-idle", type=float, default=300,
+                    help="--scanner-only: wait up to this many seconds for other processes to go quiet")
     a = ap.parse_args(argv)
     if a.quick:
         a.big_mb, a.ranks, a.rank_mb = 60, 4, 20
@@ -91,8 +160,11 @@ def main(argv=None):
     src = Path(a.src)
     big_dir, big_files, big_bytes, _ = BM.ensure_inputs(SCRATCH, src, 1, a.big_mb, log)
     big = big_files[0]
+    if a.scanner_only:
+        return scanner_only(a, argv if argv is not None else sys.argv[1:], big, log)
     rows = []
-    mbs = scanner_throughput(big, log)
+    scan = scanner_throughput(big, log)
+    mbs = scan["one buffer"][0]
     out = SCRATCH / "out_scale"
     res = {}
     for jobs in (1, 2):

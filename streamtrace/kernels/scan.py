@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numba.cpython.unsafe.numbers import trailing_zeros
 
 NEED_MORE = 0
 DONE = 1
@@ -339,7 +340,33 @@ def scan_events(buf, pos, n, starts, ends, ts_ns, dur_ns, flags, sep):
         pos = i
 
 
-@njit(cache=True, nogil=True)
+# -- split_points: 8 bytes at a time (SWAR on uint64 words) --------------------------
+
+_LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
+_HIGH = np.uint64(0x8080808080808080)
+_CASE = np.uint64(0x2020202020202020)     # '[' | 0x20 == '{' and ']' | 0x20 == '}'
+_QUOTES = np.uint64(0x2222222222222222)
+_BSLASHES = np.uint64(0x5C5C5C5C5C5C5C5C)
+_OPENS = np.uint64(0x7B7B7B7B7B7B7B7B)
+_CLOSES = np.uint64(0x7D7D7D7D7D7D7D7D)
+_U0 = np.uint64(0)
+_U1 = np.uint64(1)
+_U3 = np.uint64(3)
+_U7 = np.uint64(7)
+_U8 = np.uint64(8)
+_U16 = np.uint64(16)
+_U32 = np.uint64(32)
+_U56 = np.uint64(56)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _zero_bytes(y):
+    """Bit 7 of every byte of the uint64 ``y`` that is 0, other bits clear (exact:
+    no carry crosses a byte, unlike the shorter ``(y - 0x01..) & ~y & 0x80..``)."""
+    return ~(((y & _LOW7) + _LOW7) | y) & _HIGH
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
 def split_points(buf, n, base, every, out, state):
     """Find event boundaries inside a ``traceEvents`` array, one at least every
     ``every`` bytes, for splitting a file into byte ranges parsed in parallel.
@@ -350,46 +377,85 @@ def split_points(buf, n, base, every, out, state):
     the array, [3] absolute offset of the last boundary, [4] 1 once the array's
     closing ``]`` was seen.
     Boundaries are absolute offsets just past an event's closing ``}`` (at depth 0),
-    written to ``out``.  Returns ``(count, end)``: ``end`` is the absolute offset of
-    the closing ``]`` when found in this block, else -1.  O(bytes)."""
+    written to ``out`` (at most ``len(out)`` per call; later ones are dropped).
+    Returns ``(count, end)``: ``end`` is the absolute offset of the closing ``]``
+    (any close at depth 0) when found in this block, else -1.  O(bytes).
+
+    Works on aligned 8-byte words: per word, bit masks of the quotes, the openers
+    ``{[`` and the closers ``}]`` (exact zero-byte tests), the in-string bytes as
+    the prefix XOR of the quote bits flipped by the carried string state, and only
+    the rare openers/closers outside strings are visited one by one.  A word holding
+    a backslash, the bytes before the first aligned word and the tail go byte by
+    byte (the escaped byte may lie in the next word or the next block).  The
+    result is exactly that of a byte-at-a-time scan, for any bytes and any block
+    sizes (tests/test_scan_split.py checks it against a plain-Python twin)."""
     in_str = state[0]
     esc = state[1]
     depth = state[2]
     last = state[3]
+    cap = out.shape[0]
     k = 0
     i = 0
     if esc and n > 0:          # a backslash ended the previous block
         esc = 0
         i = 1
+    b = np.ascontiguousarray(buf[:n])           # no copy for a C-contiguous buffer
+    words = b[:(n >> 3) << 3].view(np.uint64)
     while i < n:
-        c = buf[i]
-        if in_str:
-            while i < n:            # tight loop over string bytes
-                c = buf[i]
+        if (i & 7) == 0 and i + 8 <= n:
+            w = words[i >> 3]
+            if _zero_bytes(w ^ _BSLASHES) == _U0:
+                q = _zero_bytes(w ^ _QUOTES) >> _U7             # bit 8j: byte j is '"'
+                wc = w | _CASE
+                s = (_zero_bytes(wc ^ _OPENS) | _zero_bytes(wc ^ _CLOSES)) >> _U7
+                p = q ^ (q << _U8)                              # bit 8j: parity of the
+                p ^= p << _U16                                  # quotes in bytes 0..j
+                p ^= p << _U32
+                s &= p ^ (np.uint64(in_str) - _U1)              # in a string: p, else ~p
+                in_str ^= np.int64((p >> _U56) & _U1)
+                while s != _U0:                                 # openers/closers outside strings
+                    j = i + np.int64(trailing_zeros(s) >> _U3)
+                    s &= s - _U1
+                    c = b[j]
+                    if c == 123 or c == 91:
+                        depth += 1
+                    else:
+                        if depth == 0:            # the array's own ']'
+                            state[0], state[1], state[2], state[3], state[4] = 0, 0, depth, last, 1
+                            return k, base + j
+                        depth -= 1
+                        if depth == 0 and c == 125 and base + j + 1 - last >= every and k < cap:
+                            last = base + j + 1
+                            out[k] = last
+                            k += 1
+                i += 8
+                continue
+            lim = i + 8
+        else:
+            lim = min(n, (i | 7) + 1)          # up to the next aligned word
+        while i < lim:                         # byte at a time
+            c = b[i]
+            if in_str:
                 if c == 92:
                     if i + 1 >= n:
                         esc = 1
                     i += 2
-                elif c == 34:
+                    continue
+                if c == 34:
                     in_str = 0
-                    i += 1
-                    break
-                else:
-                    i += 1
-            continue
-        if c == 34:
-            in_str = 1
-        elif c == 123 or c == 91:
-            depth += 1
-        elif c == 125 or c == 93:
-            if depth == 0:            # the array's own ']'
-                state[0], state[1], state[2], state[3], state[4] = in_str, esc, depth, last, 1
-                return k, base + i
-            depth -= 1
-            if depth == 0 and c == 125 and base + i + 1 - last >= every and k < out.shape[0]:
-                last = base + i + 1
-                out[k] = last
-                k += 1
-        i += 1
+            elif c == 34:
+                in_str = 1
+            elif c == 123 or c == 91:
+                depth += 1
+            elif c == 125 or c == 93:
+                if depth == 0:            # the array's own ']'
+                    state[0], state[1], state[2], state[3], state[4] = in_str, esc, depth, last, 1
+                    return k, base + i
+                depth -= 1
+                if depth == 0 and c == 125 and base + i + 1 - last >= every and k < cap:
+                    last = base + i + 1
+                    out[k] = last
+                    k += 1
+            i += 1
     state[0], state[1], state[2], state[3] = in_str, esc, depth, last
     return k, -1
