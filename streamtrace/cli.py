@@ -92,7 +92,8 @@ def merge(*inputs, input_dir=None, output_file=None, ranks=None, drop_cat=None, 
         it = f" iteration {res['iteration']}," if res["iteration"] is not None else ""
         print(f"merged {len(res['ranks'])} ranks,{it} {res['events_in']:,} events in, {res['events_out']:,} out, "
               f"{mb_in:,.1f} MB read, {mb_out:,.1f} MB written in {res['seconds']:.2f} s "
-              f"({mb_in / max(res['seconds'], 1e-9):,.0f} MB/s, {res['jobs']} jobs) -> {res['output']}")
+              f"({mb_in / max(res['seconds'], 1e-9):,.0f} MB/s, {res['jobs']} jobs; per worker process "
+              f"{', '.join(f'{x:,.0f}' for x in res['worker_mb_per_s']) or '-'} MB/s) -> {res['output']}")
         if not no_validate:
             _report_validation(res["output"], quiet=True)
     print("open it at https://ui.perfetto.dev (Open trace file)")

@@ -336,12 +336,18 @@ def _merge_files(files, output, opt, splits, t_start):
         for t in temps:
             cleanup(t)
     warnings = [w for r in results for w in r["warnings"]]
+    busy = {}                                   # worker pid -> [bytes, seconds]
+    for r in res_t:
+        w = busy.setdefault(r["task_stats"][0], [0, 0.0])
+        w[0] += r["task_stats"][1]
+        w[1] += r["task_stats"][2]
     return {"output": str(output), "ranks": [tf.rank for tf in files], "iteration": files[0].iteration,
             "events_in": sum(r["events_in"] for r in results),
             "events_out": sum(r["events_out"] for r in results),
             "bytes_in": sum(r["bytes_in"] for r in results), "bytes_out": output.stat().st_size,
             "seconds": time.time() - t_start, "jobs": jobs, "warnings": warnings,
-            "split": {files[i].rank: len(sf.ranges) for i, sf in splits.items()}, "ranges_redone": len(redo)}
+            "split": {files[i].rank: len(sf.ranges) for i, sf in splits.items()}, "ranges_redone": len(redo),
+            "worker_mb_per_s": [round(b / 1e6 / max(t, 1e-9), 1) for b, t in busy.values()]}
 
 
 def _call(fn, args):
@@ -356,9 +362,15 @@ def _run_task(kind, plan, src, byte_range, segment, final, idx):
     def report(n):
         shared[idx] = n
     progress = report if shared is not None else None
+    t0 = time.perf_counter()
     if kind == "rank":
-        return merge_rank(plan, progress)
-    return MS.merge_range(plan, src, byte_range, segment, final, progress)
+        res = merge_rank(plan, progress)
+    else:
+        res = MS.merge_range(plan, src, byte_range, segment, final, progress)
+    # the worker's own account: bytes in, busy seconds (for "MB/s per worker")
+    res["task_stats"] = (os.getpid(), (byte_range[1] - byte_range[0]) if byte_range else res["bytes_in"],
+                         time.perf_counter() - t0)
+    return res
 
 
 def _run_largest_first(tasks, sizes, slots, jobs, arr, tick, scheduler):
