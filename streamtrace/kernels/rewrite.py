@@ -79,8 +79,10 @@ def _read_uint(buf, s, e):
 
 @njit(cache=True, inline="always")
 def _put(out, o, src, s, e):
-    out[o:o + (e - s)] = src[s:e]
-    return o + (e - s)
+    for j in range(s, e):
+        out[o] = src[j]
+        o += 1
+    return o
 
 
 @njit(cache=True, inline="always")
