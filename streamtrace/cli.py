@@ -116,14 +116,14 @@ def _report_validation(path, quiet=False):
 @argh.arg("inputs", help="trace files, folders of rank traces, globs, or a merged multi-rank trace")
 @argh.arg("-o", "--outdir", help="output folder (summary.json, kernels/, ops/)")
 @argh.arg("--chunked", help="bounded memory: convert in chunks spilled to disk, then analyse from disk")
-@argh.arg("--chunk-events", type=int, help="events per chunk with --chunked")
+@argh.arg("--chunk-events", type=int, help="events held in memory at once: read, sorted and analysed per chunk")
 @argh.arg("-j", "--jobs", type=int, help="files analysed in parallel (default: all cores)")
 @argh.arg("--patterns", help="TOML file overriding the classification patterns")
 @argh.arg("--topology", help="topology file: streamtrace JSON or Megatron-TraceViz unique_parallel_groups_*.txt")
 @argh.arg("--rank-map", help="JSON {file: rank} or '<file> <rank>' lines, for files that carry no rank")
 @argh.arg("--salvage", help="on a truncated file keep every complete event before the cut")
 @argh.arg("--scheduler", help="dask.distributed scheduler address, e.g. tcp://host:8786 (or $STREAMTRACE_SCHEDULER)")
-def analyze(*inputs, outdir="streamtrace-analysis", chunked=False, chunk_events=250_000, jobs=0,
+def analyze(*inputs, outdir="streamtrace-analysis", chunked=False, chunk_events=65_536, jobs=0,
             patterns=None, topology=None, rank_map=None, salvage=False, scheduler=None):
     """Classify kernels, build call trees and overlap metrics per rank, as Parquet + JSON."""
     from .analyze import AnalyzeOptions, analyze as do_analyze

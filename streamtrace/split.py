@@ -127,21 +127,23 @@ def cleanup(tmp):
 
 def _ingest_range(path, byte_range, patterns, salvage, spill_dir, chunk_events):
     """Worker: columns of one byte range into its own store.  Returns
-    ``(keys -> arrays or files, strings, comm_rows, warnings)``."""
-    from .analyze import MemoryStore, SpillStore, ingest
+    ``(key -> [block reference], strings, comm_rows, warnings)`` (compressed blocks, or
+    blocks in spill files, see :meth:`streamtrace.store.MemoryStore.export`)."""
+    from .analyze import ingest
     from .patterns import Patterns
-    store = SpillStore(spill_dir, chunk_events) if spill_dir else MemoryStore()
+    from .store import MemoryStore, SpillStore
+    store = SpillStore(spill_dir, chunk_events) if spill_dir else MemoryStore(chunk_events)
     table, comm_rows, reader = ingest(path, store, Patterns.load(patterns), salvage, byte_range=byte_range)
-    parts = dict(store.files) if spill_dir else {k: store.get(k) for k in store.keys()}
-    return parts, table.strings, comm_rows, reader.warnings
+    return store.export(), table.strings, comm_rows, reader.warnings
 
 
 class MergedStore:
     """The stores of several byte ranges seen as one, in file order; string ids and
     collective-args rows of each range are remapped to the shared table on read."""
 
-    def __init__(self):
-        self.parts = []        # (dict key -> array or path, lut int32, comm offset)
+    def __init__(self, chunk_events=65536):
+        self.chunk_events = chunk_events
+        self.parts = []        # (dict key -> [block reference], lut int64, comm offset)
 
     def add_range(self, parts, lut, comm_offset):
         from .columns import STR_ID_BASE, is_str_id
@@ -154,27 +156,41 @@ class MergedStore:
     def keys(self):
         return sorted({k for p, _, _ in self.parts for k in p}, key=repr)
 
+    def rows(self, key) -> int:
+        return sum(ref[1] for parts, _, _ in self.parts for ref in parts.get(key, ()))
+
+    def blocks(self, key):
+        """The key's rows block by block, ranges in file order, ids remapped."""
+        from .store import load_block
+        for parts, lut, off in self.parts:
+            for ref in parts.get(key, ()):
+                a = load_block(ref)
+                for col in ("cat", "name"):
+                    m = a[col] >= 0
+                    a[col][m] = lut[a[col][m]]
+                m = a["comm"] >= 0
+                a["comm"][m] += off
+                yield a
+
     def get(self, key):
         from .analyze import STORE_DTYPE
-        out = []
-        for parts, lut, off in self.parts:
-            a = parts.get(key)
-            if a is None:
-                continue
-            a = np.fromfile(a, STORE_DTYPE) if isinstance(a, (str, os.PathLike)) else a.copy()
-            for col in ("cat", "name"):
-                m = a[col] >= 0
-                a[col][m] = lut[a[col][m]]
-            m = a["comm"] >= 0
-            a["comm"][m] += off
-            out.append(a)
+        out = list(self.blocks(key))
         return np.concatenate(out) if out else np.zeros(0, STORE_DTYPE)
 
-    def take(self, key):
-        """:meth:`get`, then release this key's parts."""
-        out = self.get(key)
+    def drop(self, key):
+        """Release this key's blocks (and spill files)."""
         for parts, _, _ in self.parts:
-            parts.pop(key, None)
+            for ref in parts.pop(key, ()):
+                if ref[0] == "file":
+                    try:
+                        os.unlink(ref[4])
+                    except OSError:
+                        pass
+
+    def take(self, key):
+        """:meth:`get`, then :meth:`drop`."""
+        out = self.get(key)
+        self.drop(key)
         return out
 
 
@@ -199,7 +215,7 @@ def ingest_parallel(path, tmpdir, jobs, patterns, salvage=False, spill_dir=None,
         cleanup(plain)
     table = StringTable()
     comm_rows, warnings = [], []
-    store = MergedStore()
+    store = MergedStore(chunk_events)
     for parts, strings, rows, warns in results:
         lut = np.asarray([table.id(s) for s in strings] or [0], np.int64)
         store.add_range(parts, lut, len(comm_rows))

@@ -315,3 +315,96 @@ def propagate_ref(parent, order, gpu_owner, gpu_start, gpu_end):
             for lst in lists]
     return (np.array(count, dtype=np.int64), np.array(total, dtype=np.int64),
             np.array(busy, dtype=np.int64))
+
+
+# --------------------------------------------------------------------------
+# one track in time-ordered chunks; strings for Arrow
+# (twins of streamtrace.kernels.treestream)
+# --------------------------------------------------------------------------
+#
+# * tree_stream_ref: the whole track at once, no stack carried between chunks:
+#   the call tree from build_call_tree_ref above (backward scan), count / total /
+#   busy from propagate_ref (ancestor walks), and each launch's context by walking
+#   up its ancestor chain.
+# * gather_strings_ref: bytes.join over Python strings.
+
+__all__ += ["tree_stream_ref", "gather_strings_ref"]
+
+
+def tree_stream_ref(rec, own_rows, g_start, g_end, gpu, clamp_ns=1000):
+    """Twin of :class:`streamtrace.kernels.treestream.TreeStream` fed every record of
+    ``rec`` (REC_DTYPE, any order) and finished: returns ``(results, n_clamped,
+    n_overrun)``, ``results`` a RES_DTYPE array sorted by ``idx``; fills ``gpu`` the same way."""
+    from .treestream import RES_DTYPE
+    rec = rec[np.argsort(rec["idx"], kind="stable")]       # ties in (start, end) go by idx
+    n = len(rec)
+    s = [int(v) for v in rec["s"]]
+    e = [int(v) for v in rec["e"]]
+    parent, depth, _, n_clamped, n_overrun = build_call_tree_ref([0] * n, s, e, clamp_ns)
+    owner = [-1] * len(g_start)
+    for i in range(n):
+        off, cnt = int(rec["own_off"][i]), int(rec["own_cnt"][i])
+        for g in own_rows[off:off + cnt]:
+            owner[int(g)] = i
+    count, total, busy = propagate_ref(parent, list(range(n)) if n == 0 else _topo(parent), owner,
+                                       g_start, g_end)
+    names = [int(v) for v in rec["name"]]
+    flags = [int(v) for v in rec["flags"]]
+    comm = [int(v) for v in rec["comm"]]
+
+    def chain(i):
+        out = []
+        while i >= 0:
+            out.append(i)
+            i = int(parent[i])
+        return out
+    for g, i in enumerate(owner):
+        if i < 0:
+            continue
+        up = chain(i)
+        gpu["t_launch"][g] = s[i]
+        gpu["launch_op"][g] = names[i]
+        gpu["launching"][g] = names[parent[i]] if parent[i] >= 0 else -1
+        ann = [j for j in up if flags[j] & 1]
+        gpu["annot"][g] = names[ann[0]] if ann else -1
+        gpu["top"][g] = names[ann[-1]] if ann else -1
+        dim = [j for j in up if flags[j] & 2]
+        gpu["dim"][g] = names[dim[0]] if dim else -1
+        if gpu["comm_row"][g] < 0:
+            cm = [j for j in up if comm[j] >= 0]
+            gpu["comm_row"][g] = comm[cm[0]] if cm else -1
+    out = np.zeros(n, RES_DTYPE)
+    out["idx"] = rec["idx"]
+    out["parent"] = [int(rec["idx"][p]) if p >= 0 else -1 for p in parent]
+    out["depth"] = depth
+    out["count"], out["total"], out["busy"] = count, total, busy
+    return out, n_clamped, n_overrun
+
+
+def _topo(parent):
+    """Parents before children (by depth)."""
+    depth = []
+    for i in range(len(parent)):
+        d, j = 0, int(parent[i])
+        while j >= 0:
+            d, j = d + 1, int(parent[j])
+        depth.append(d)
+    return sorted(range(len(parent)), key=lambda i: depth[i])
+
+
+def gather_strings_ref(blob, offs, idx):
+    """Twin of :func:`streamtrace.kernels.treestream.gather_strings` (bytes.join)."""
+    k = len(offs) - 1
+    raw = bytes(np.asarray(blob, np.uint8))
+    strings = [raw[int(offs[j]):int(offs[j + 1])] for j in range(k)]
+    parts, out_off, pos = [], [0], 0
+    for j in (int(v) for v in idx):
+        if not -1 <= j < k:
+            raise ValueError(f"gather_strings: an index is not -1 or in [0, {k})")
+        b = strings[j] if j >= 0 else b""
+        parts.append(b)
+        pos += len(b)
+        out_off.append(pos)
+    if pos >= 2 ** 31:
+        raise ValueError("gather_strings: more than 2**31 - 1 bytes in one column chunk")
+    return np.asarray(out_off, np.int32), np.frombuffer(b"".join(parts), np.uint8).copy()

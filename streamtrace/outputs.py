@@ -1,0 +1,165 @@
+"""The Parquet datasets of ``streamtrace analyze``: schema, partition paths, and a writer
+that takes numpy columns in pieces and writes bounded row groups.
+
+String columns are passed as int ids into a :class:`StringPool` (the interned string
+table, or a small list such as the kernel kinds) and handed to Parquet one row group at a
+time as Arrow dictionary arrays: int32 indices plus the row group's distinct strings
+(:func:`streamtrace.kernels.treestream.gather_strings`), which is also how Parquet stores
+them.  No column of Python strings is built, and a row group of 65,536 kernels costs
+256 kB of indices instead of ~17 MB of (long, templated) kernel names.  The files are
+written without Arrow's schema metadata, so every reader (pyarrow, pandas, DuckDB) sees
+the Parquet types: ``string``, ``int32``, ``int64`` -- the schema in the README, as
+before.  Arrays are made with ``pyarrow.Array.from_buffers``, which (unlike
+``pyarrow.array``) does not start Arrow's compute-function registry (~45 MB resident).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+UNKNOWN_ITERATION = -1   # the ``iteration=`` partition of a trace whose iteration is unknown
+ROW_GROUP = 65536        # rows per Parquet row group of the kernels and ops tables
+# Parquet dictionary encoding for the string columns and these few-valued integers only: on
+# the other integer columns (times, ids) its hash tables cost ~70 MB resident for nothing
+LOW_CARDINALITY = ("pid", "tid", "depth", "device", "stream", "microbatch", "step", "group_size")
+
+
+def schemas():
+    """``(kernels, ops)`` pyarrow schemas (the README's tables)."""
+    import pyarrow as pa
+    s, i64, i32 = pa.string(), pa.int64(), pa.int32()
+    kernels = pa.schema([
+        ("device", i32), ("stream", i64), ("tid", i64), ("ts_ns", i64), ("dur_ns", i64), ("end_ns", i64),
+        ("name", s), ("cat", s), ("kind", s), ("correlation", i64), ("external_id", i64),
+        ("launch_op", s), ("launching_op", s), ("annotation", s), ("top_annotation", s),
+        ("phase", s), ("microbatch", i64), ("step", i64), ("collective", s), ("in_bytes", i64),
+        ("out_bytes", i64), ("msg_bytes", i64), ("dtype", s), ("group_size", i64), ("pg_name", s),
+        ("pg_desc", s), ("pg_ranks", s), ("parallel_dim", s)])
+    ops = pa.schema([
+        ("pid", i64), ("tid", i64), ("ts_ns", i64), ("dur_ns", i64), ("name", s), ("cat", s), ("depth", i32),
+        ("parent", i64), ("correlation", i64), ("external_id", i64), ("kernel_count", i64),
+        ("kernel_time_ns", i64), ("gpu_busy_ns", i64)])
+    return kernels, ops
+
+
+def partition_path(outdir, dataset, rank, iteration) -> Path:
+    """``outdir/<dataset>/iteration=<N>/rank=<R>/part-0.parquet``: one rank of one trace file.
+
+    ``N`` is the file's iteration (``summary.json``'s ``"iteration"`` for the rank), or
+    :data:`UNKNOWN_ITERATION` (-1) when that is None.  Not hive's null directory
+    ``iteration=__HIVE_DEFAULT_PARTITION__``: pyarrow cannot type a partition key that is null in
+    every file (the usual case for one unnamed trace) and pandas.read_parquet fails on a null key
+    beside non-null ones; -1, like the tables' other unknown integers, reads as an integer
+    everywhere (DuckDB too)."""
+    it = UNKNOWN_ITERATION if iteration is None else int(iteration)
+    return Path(outdir) / dataset / f"iteration={it}" / f"rank={int(rank)}" / "part-0.parquet"
+
+
+class StringPool:
+    """Strings as one UTF-8 blob plus offsets; :meth:`array` builds ``strings[ids]``
+    (id -1 -> "") as an Arrow string array."""
+
+    def __init__(self, strings):
+        enc = [s.encode("utf-8", "replace") if isinstance(s, str) else str(s).encode("utf-8", "replace")
+               for s in strings]
+        self.blob = np.frombuffer(b"".join(enc), np.uint8)
+        self.offs = np.zeros(len(enc) + 1, np.int64)
+        if enc:
+            np.cumsum([len(b) for b in enc], out=self.offs[1:])
+
+    def array(self, ids):
+        import pyarrow as pa
+        from .kernels.treestream import gather_strings
+        off, data = gather_strings(self.blob, self.offs, ids)
+        return pa.Array.from_buffers(pa.string(), len(ids), [None, pa.py_buffer(off), pa.py_buffer(data)])
+
+    def dictionary_array(self, ids):
+        """``strings[ids]`` as an Arrow ``dictionary<int32, string>`` array whose dictionary
+        holds only the distinct strings used."""
+        import pyarrow as pa
+        used, inv = np.unique(np.asarray(ids, np.int64), return_inverse=True)
+        return pa.DictionaryArray.from_arrays(numeric_array(inv, pa.int32()), self.array(used), safe=False)
+
+
+def numeric_array(values, typ):
+    """A numpy column as an Arrow array of ``typ`` (int32/int64), without pyarrow.array."""
+    import pyarrow as pa
+    v = np.ascontiguousarray(values, np.int32 if typ == pa.int32() else np.int64)
+    return pa.Array.from_buffers(typ, len(v), [None, pa.py_buffer(v)])
+
+
+class PartitionWriter:
+    """Writes ``<dataset>/iteration=N/rank=R/part-0.parquet`` (:func:`partition_path`, zstd)
+    atomically, from numpy columns given in any number of :meth:`write` calls, in row
+    groups of ``rows`` rows.  ``pools``: ``{string column: StringPool}``; those columns
+    are passed as int ids.  Arrow buffers come from the system allocator, which hands
+    freed memory back."""
+
+    def __init__(self, outdir, rank, iteration, schema, dataset, pools, rows=ROW_GROUP):
+        self.path = partition_path(outdir, dataset, rank, iteration)
+        self.schema = schema
+        self.pools = pools
+        self.rows = max(1, int(rows))
+        self.pending: list = []
+        self.npending = 0
+        missing = [f.name for f in schema if f.type == "string" and f.name not in pools]
+        if missing:
+            raise ValueError(f"PartitionWriter: no string pool for {missing}")
+
+    def __enter__(self):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        from .io import atomic_output
+        self._cm = atomic_output(self.path, compress=False)
+        self._f = self._cm.__enter__()
+        self._wschema = pa.schema([(f.name, pa.dictionary(pa.int32(), f.type) if f.name in self.pools else f.type)
+                                   for f in self.schema])
+        dictionary = [f.name for f in self.schema if f.type == "string" or f.name in LOW_CARDINALITY]
+        self._w = pq.ParquetWriter(self._f, self._wschema, compression="zstd", use_dictionary=dictionary,
+                                   store_schema=False, memory_pool=pa.system_memory_pool())
+        return self
+
+    def write(self, columns: dict):
+        """Append rows: ``{column: numpy array}``, every schema column, equal lengths."""
+        n = len(columns[self.schema[0].name])
+        if not n:
+            return
+        self.pending.append(columns)
+        self.npending += n
+        while self.npending >= self.rows:
+            self._emit(self.rows)
+
+    def _emit(self, n):
+        """Write the first ``n`` pending rows as one row group."""
+        import pyarrow as pa
+        take, rest, got = [], [], 0
+        for cols in self.pending:
+            m = len(cols[self.schema[0].name])
+            if got >= n:
+                rest.append(cols)
+            elif got + m <= n:
+                take.append(cols)
+                got += m
+            else:
+                k = n - got
+                take.append({c: v[:k] for c, v in cols.items()})
+                rest.append({c: v[k:] for c, v in cols.items()})
+                got = n
+        self.pending, self.npending = rest, self.npending - got
+        arrays = []
+        for f in self.schema:
+            parts = [c[f.name] for c in take]
+            v = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            arrays.append(self.pools[f.name].dictionary_array(v) if f.name in self.pools
+                          else numeric_array(v, f.type))
+        self._w.write_table(pa.Table.from_arrays(arrays, schema=self._wschema), row_group_size=n)
+
+    def __exit__(self, et, ev, tb):
+        try:
+            if et is None and self.npending:
+                self._emit(self.npending)
+        finally:
+            self.pending = []
+            self._w.close()
+        return self._cm.__exit__(et, ev, tb)

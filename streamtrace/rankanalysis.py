@@ -1,0 +1,438 @@
+"""One rank of ``streamtrace analyze``, in bounded memory.
+
+The rank's GPU events are held as a few compact columns (~70 bytes each); its CPU
+tracks are streamed one at a time, block by block from the store, in three passes:
+
+1. file order: launch -> GPU links by correlation (a launch claims the still-free GPU
+   events of its correlation id; in a track, the lowest index wins), phase / step
+   windows, and one sort record per event (:data:`~streamtrace.kernels.treestream.REC_DTYPE`)
+   into an :class:`~streamtrace.store.ExternalSorter`;
+2. time order (start asc, end desc, index asc): the records, in chunks, through
+   :class:`~streamtrace.kernels.treestream.TreeStream` (call tree, GPU roll-up, launch
+   context with the open-ancestor stack carried across chunks); the per-event results
+   go into a second sorter, by index;
+3. file order again: the ops rows (stored columns + results) to the Parquet writer.
+
+Nothing is held per CPU event beyond one block, so the largest track (millions of
+events on one thread) costs the same memory as a small one.  The results equal
+``build_call_tree`` + ``link_by_correlation`` + ``propagate`` + ``nearest_marked`` on
+the whole track (tests/test_treestream.py; chunked == in-memory in tests/test_analyze.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import classify as C
+from .kernels.treestream import REC_DTYPE, RES_DTYPE, TreeStream
+from .metrics import COMM, COMPUTE, MEMORY, device_metrics
+from .outputs import StringPool
+from .store import ExternalSorter, trim
+
+KINDS = ("compute", "communication", "memory")
+COLL_STR = ("collective", "dtype", "pg_name", "pg_desc", "pg_ranks", "parallel_dim")
+COLL_INT = ("in_bytes", "out_bytes", "msg_bytes", "group_size")
+GPU_CTX = ("launch_op", "launching", "annot", "top", "dim")
+
+
+class Names:
+    """Per-string-id lookups derived from the patterns (computed once per table); every
+    array has one extra entry at the end for id -1."""
+
+    def __init__(self, table, pats):
+        strings = table.strings
+        self.names = np.asarray(strings + [""], dtype=object)        # id -1 -> ""
+        n = len(strings) + 1
+        self.memory_cat = np.zeros(n, bool)
+        self.comm = np.zeros(n, bool)
+        for i, t in enumerate(strings):
+            self.memory_cat[i] = t in pats.memory_cats
+            self.comm[i] = bool(pats.comm.search(t))
+        ph, fb, rc, st, sd = C.name_flags(strings, pats)
+        self.phase = np.append(ph, 0)
+        self.fallback = np.append(fb, 0)
+        self.recompute = np.append(rc, False)
+        self.step = np.append(st, -1)
+        self.stack_dim = np.append(sd, "")
+        self.has_stack_dim = np.asarray([bool(x) for x in self.stack_dim], bool)
+        self.user_annotation = table.ids.get("user_annotation", -2)
+
+
+_CORR_DTYPE = np.dtype([("c", "i8")])
+
+
+def _corr_key(r):
+    return [r["c"]]
+
+
+def _rec_key(r):
+    return [r["s"], -r["e"], r["idx"]]
+
+
+def _res_key(r):
+    return [r["idx"]]
+
+
+def _expand(lo, hi):
+    """Concatenation of ``arange(lo[i], hi[i])`` (and the position i of each element)."""
+    cnt = hi - lo
+    tot = int(cnt.sum())
+    which = np.repeat(np.arange(len(lo)), cnt)
+    first = np.cumsum(cnt) - cnt
+    return lo[which] + (np.arange(tot) - first[which]), which
+
+
+class _Gpu:
+    """The rank's GPU events as compact columns, in store order (``gkeys`` order, each
+    key's rows as added)."""
+
+    def __init__(self, store, gkeys, nm, device_mode, pmap):
+        self.keys = gkeys
+        self.sizes = [store.rows(k) for k in gkeys]
+        M = self.M = sum(self.sizes)
+        self.start, self.end, self.device = (np.empty(M, np.int64) for _ in range(3))
+        self.kind = np.empty(M, np.int8)
+        self.comm_row = np.empty(M, np.int32)
+        corr = np.empty(M, np.int64)
+        comm_names = []
+        pos = 0
+        for key in gkeys:
+            dev = pmap.get(int(key[2]), {}).get("device", key[2]) if device_mode == "pmap" else key[2]
+            for b in store.blocks(key):
+                sl = slice(pos, pos + len(b))
+                self.start[sl] = b["ts"]
+                self.end[sl] = b["ts"] + b["dur"]
+                kind = np.where(nm.memory_cat[b["cat"]], MEMORY, np.where(nm.comm[b["name"]], COMM, COMPUTE))
+                self.kind[sl] = kind
+                self.device[sl] = b["device"] if device_mode == "args" else dev
+                self.comm_row[sl] = np.where(b["comm"] >= 0, b["comm"], -1)
+                corr[sl] = np.where(b["correlation"] >= 0, b["correlation"], -1)
+                comm_names.append(b["name"][kind == COMM])
+                pos += len(b)
+        self.comm_pos = np.flatnonzero(self.kind == COMM)
+        self.comm_name = np.concatenate(comm_names) if comm_names else np.zeros(0, np.int32)
+        rows = np.flatnonzero(corr >= 0)
+        rows = rows[np.argsort(corr[rows], kind="stable")]
+        self.by_corr = rows.astype(np.int32) if M < 2 ** 31 else rows   # GPU rows by correlation id
+        self.corr_sorted = corr[self.by_corr]
+        del corr
+        self.free = np.ones(M, bool)
+        self.ctx = {k: np.full(M, -1, np.int32) for k in GPU_CTX}
+        self.ctx["comm_row"] = self.comm_row
+        self.ctx["t_launch"] = self.start.copy()
+
+    def claim(self, corr, owner):
+        """Links of one block's launches (``corr`` >= 0, ``owner`` = their positions in
+        the block, ascending): every free GPU event with a launch's correlation goes to
+        the first such launch.  Returns ``(owner position, GPU row)`` pairs by owner."""
+        lo = np.searchsorted(self.corr_sorted, corr, "left")
+        hi = np.searchsorted(self.corr_sorted, corr, "right")
+        hit = hi > lo
+        if not hit.any():
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        pos, which = _expand(lo[hit], hi[hit])
+        rows = self.by_corr[pos]
+        own = owner[hit][which]
+        ok = self.free[rows]
+        rows, own = rows[ok], own[ok]
+        _, first = np.unique(rows, return_index=True)          # several launches, one id: the first
+        first.sort()
+        rows, own = rows[first], own[first]
+        self.free[rows] = False
+        return own, rows
+
+
+def analyze_rank(store, keys, comm_rows, table, rank, device_mode, pmap, pats, topo=None, pg_config=None,
+                 ops_writer=None, kernels_out=None, pool=None, block_rows=65536, folder=None):
+    """Analyse one rank whose events sit in ``store`` under ``keys``.
+
+    Its ops rows go to ``ops_writer`` (a :class:`~streamtrace.outputs.PartitionWriter` whose
+    string columns are ids into ``table``); its kernel rows to the writer that
+    ``kernels_out(pools)`` opens (``pools`` from :func:`kernel_pools`, ``pool`` being
+    ``table``'s :class:`~streamtrace.outputs.StringPool`).  ``block_rows``/``folder``: the
+    external sorts' block size and spill folder (None: compressed in memory).  Each key's
+    rows are dropped from the store once analysed.  Returns the rank's summary dict
+    (``devices``, ``iterations``, ``phases``, ``call_tree``, ``links``)."""
+    nm = Names(table, pats)
+    gpu = _Gpu(store, [k for k in keys if k[0] == "gpu"], nm, device_mode, pmap)
+    win = {"step": [], "recompute": [], **{c: [] for c in range(1, len(C.PHASES))},
+           **{("fb", c): [] for c in range(1, len(C.PHASES))}}
+    tot = {"n_cpu": 0, "clamped": 0, "overrun": 0, "dup": 0}
+    for key in (k for k in keys if k[0] == "cpu"):
+        _track(store, key, gpu, nm, win, tot, ops_writer, block_rows, folder)
+        store.drop(key)
+        trim()
+    linked = int(gpu.M - np.count_nonzero(gpu.free))
+    gpu.free = gpu.by_corr = gpu.corr_sorted = None                # linking is done
+    iteration, ph, micro = _phases(gpu, win)
+    del win, gpu.ctx["t_launch"]
+    trim()
+    coll = _collectives(gpu, comm_rows, nm, pats, topo, pg_config or {})
+    if kernels_out is not None:
+        with kernels_out(kernel_pools(pool or StringPool(table.strings), coll["pool"])) as w:
+            _write_kernels(store, gpu, iteration, ph, micro, coll, w)
+    for k in gpu.keys:
+        store.drop(k)
+    M = gpu.M
+    device, g_start, g_end, kind = gpu.device, gpu.start, gpu.end, gpu.kind
+    del gpu, coll
+    trim()
+    summary = {"devices": {}, "iterations": {}, "phases": [],
+               "call_tree": {"cpu_events": int(tot["n_cpu"]), "clamped": int(tot["clamped"]),
+                             "overruns": int(tot["overrun"])},
+               "links": {"gpu_events": int(M), "linked": linked, "duplicate_launch_ids": int(tot["dup"])}}
+    _metrics(summary, device, g_start, g_end, kind, iteration, ph, micro)
+    return summary
+
+
+def _track(store, key, gpu, nm, win, tot, ops_writer, block_rows, folder):
+    """One CPU track: the three passes of the module docstring."""
+    recs = ExternalSorter(REC_DTYPE, _rec_key, block_rows, folder, delta=("s",))
+    corrs = ExternalSorter(_CORR_DTYPE, _corr_key, block_rows, folder, delta=("c",))
+    own_parts = []
+    i0 = n_own = 0
+    for b in store.blocks(key):                                   # 1. file order
+        nb = len(b)
+        start, end, cname = b["ts"], b["ts"] + b["dur"], b["name"]
+        _windows(win, nm, cname, start, end)
+        r = np.zeros(nb, REC_DTYPE)
+        launches = np.flatnonzero(b["correlation"] >= 0)
+        if gpu.M and len(launches):
+            lc = b["correlation"][launches]
+            corrs.add(lc.view(_CORR_DTYPE))
+            own, rows = gpu.claim(lc, launches)
+            if len(rows):
+                cnt = np.bincount(own, minlength=nb)
+                r["own_cnt"] = cnt
+                r["own_off"] = n_own + np.cumsum(cnt) - cnt
+                own_parts.append(rows)
+                n_own += len(rows)
+        r["s"], r["e"], r["idx"], r["name"] = start, end, np.arange(i0, i0 + nb), cname
+        r["comm"] = np.where(b["comm"] >= 0, b["comm"], -1)
+        annot = (b["cat"] == nm.user_annotation) & (nm.step[cname] < 0)
+        r["flags"] = annot.astype(np.uint8) | (nm.has_stack_dim[cname].astype(np.uint8) << 1)
+        recs.add(r)
+        i0 += nb
+    n = i0
+    last = None                     # launches sharing a correlation id with an earlier one
+    for c in corrs.chunks():
+        c = c["c"]
+        tot["dup"] += int(np.count_nonzero(c[1:] == c[:-1])) + int(last is not None and c[0] == last)
+        last = c[-1]
+    own_rows = np.concatenate(own_parts) if own_parts else np.zeros(0, np.int32)
+    del own_parts
+    trim()
+    tree = TreeStream(own_rows, gpu.start, gpu.end, gpu.ctx)     # 2. time order
+    results = ExternalSorter(RES_DTYPE, _res_key, block_rows, folder, delta=("idx",))
+    for chunk in recs.chunks():
+        for a in range(0, len(chunk), block_rows):
+            results.add(tree.feed(chunk[a:a + block_rows]))
+    results.add(tree.finish())
+    tot["clamped"] += tree.n_clamped
+    tot["overrun"] += tree.n_overrun
+    del tree, own_rows, recs
+    trim()
+    if ops_writer is not None:                                    # 3. file order: the ops rows
+        res = _Aligned(results.chunks())
+        base = tot["n_cpu"]
+        for b in store.blocks(key):
+            nb = len(b)
+            rr = res.take(nb)
+            ops_writer.write({
+                "pid": np.full(nb, key[2], np.int64), "tid": np.full(nb, key[3], np.int64), "ts_ns": b["ts"],
+                "dur_ns": b["dur"], "name": b["name"], "cat": b["cat"], "depth": rr["depth"],
+                "parent": np.where(rr["parent"] >= 0, rr["parent"] + base, -1),
+                "correlation": b["correlation"], "external_id": b["external_id"], "kernel_count": rr["count"],
+                "kernel_time_ns": rr["total"], "gpu_busy_ns": rr["busy"]})
+    else:
+        for _ in results.chunks():
+            pass
+    tot["n_cpu"] += n
+
+
+class _Aligned:
+    """Records from an iterator of chunks, taken ``n`` at a time."""
+
+    def __init__(self, it):
+        self.it = iter(it)
+        self.buf = np.zeros(0, RES_DTYPE)
+
+    def take(self, n):
+        parts, got = [], 0
+        while got < n:
+            if not len(self.buf):
+                self.buf = next(self.it)
+                continue
+            k = min(n - got, len(self.buf))
+            parts.append(self.buf[:k])
+            self.buf = self.buf[k:]
+            got += k
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _windows(win, nm, cname, start, end):
+    """Phase / micro-batch / iteration windows of one block (from any thread)."""
+    for sel, bucket, extra in ((nm.step[cname] >= 0, "step", nm.step[cname]),
+                               (nm.recompute[cname], "recompute", None)):
+        if sel.any():
+            win[bucket].append((start[sel], end[sel], None if extra is None else extra[sel]))
+    for code in range(1, len(C.PHASES)):
+        for sel, bucket in ((nm.phase[cname] == code, code), (nm.fallback[cname] == code, ("fb", code))):
+            if sel.any():
+                win[bucket].append((start[sel], end[sel], None))
+
+
+def _cat_windows(parts):
+    """Concatenate window lists and sort by start: (start, end, value)."""
+    if not parts:
+        z = np.zeros(0, np.int64)
+        return z, z, z
+    s = np.concatenate([p[0] for p in parts])
+    e = np.concatenate([p[1] for p in parts])
+    v = np.concatenate([p[2] for p in parts]) if parts[0][2] is not None else np.zeros(len(s), np.int64)
+    o = np.argsort(s, kind="stable")
+    return s[o], e[o], v[o]
+
+
+def _phases(gpu, win, rows=65536):
+    """Step, phase and micro-batch of every GPU event: innermost window containing its
+    launch time (``rows`` GPU events at a time)."""
+    M, t_launch = gpu.M, gpu.ctx["t_launch"]
+    ws, we, wval = _cat_windows(win["step"])
+    phase_w = {}
+    for code in range(1, len(C.PHASES)):
+        ps, pe, _ = _cat_windows(win[code])
+        if len(ps):
+            phase_w[code] = (ps, pe, C.ordinal_within(C.containing(ws, we, ps), ps))
+    fb_w = [(code, *_cat_windows(win[("fb", code)])[:2]) for code in range(1, len(C.PHASES))]
+    rs, re_, _ = _cat_windows(win["recompute"])
+    iteration = np.empty(M, np.int64)
+    ph = np.zeros(M, np.int8)
+    micro = np.full(M, -1, np.int64)
+    for a in range(0, M, rows):
+        t = t_launch[a:a + rows]
+        step_pos = C.containing(ws, we, t)
+        iteration[a:a + rows] = np.where(step_pos >= 0, wval[np.maximum(step_pos, 0)] if len(wval) else -1, -1)
+        p, mi = ph[a:a + rows], micro[a:a + rows]
+        ph_start = np.full(len(t), np.iinfo(np.int64).min)
+        for code, (ps, pe, mb) in phase_w.items():
+            pos = C.containing(ps, pe, t)
+            better = (pos >= 0) & (ps[np.maximum(pos, 0)] >= ph_start)
+            p[better] = code
+            mi[better] = mb[pos[better]] if C.PHASES[code] in ("forward", "backward") else -1
+            ph_start[better] = ps[pos[better]]
+        for code, ps, pe in fb_w:
+            hit = (p == 0) & (C.containing(ps, pe, t) >= 0)
+            p[hit] = code
+        p[(C.containing(rs, re_, t) >= 0) & (p == C.PHASES.index("backward"))] = C.PHASES.index("recompute")
+    return iteration, ph, micro
+
+
+def _collectives(gpu, comm_rows, nm, pats, topo, pg_config):
+    """Collective type, bytes, process group and parallel dimension of the communication
+    kernels only: ``{"pos": rows, column: values}``; string columns as ids into ``"pool"``."""
+    pool, ids = [], {}
+
+    def sid(v):
+        v = v if isinstance(v, str) else str(v)
+        if v not in ids:
+            ids[v] = len(pool)
+            pool.append(v)
+        return ids[v]
+    k = len(gpu.comm_pos)
+    out = {c: np.full(k, -1, np.int64) for c in COLL_INT}
+    out.update({c: np.full(k, -1, np.int32) for c in COLL_STR})
+    dim_at = gpu.ctx["dim"]
+    for i, (j, name) in enumerate(zip(gpu.comm_pos.tolist(), gpu.comm_name.tolist())):
+        row = comm_rows[gpu.comm_row[j]] if gpu.comm_row[j] >= 0 else None
+        info = C.collective_info(row, nm.names[name], pats, pg_config)
+        dim = topo.dim_of(info["pg_ranks"]) if topo is not None else None
+        dim = dim or pats.first(pats.pg_desc, info["pg_desc"])
+        if not dim and dim_at[j] >= 0:
+            dim = nm.stack_dim[dim_at[j]]
+        info["parallel_dim"] = dim or "unknown"
+        info["pg_ranks"] = ",".join(map(str, info["pg_ranks"]))
+        for c in COLL_INT:
+            out[c][i] = info[c]
+        for c in COLL_STR:
+            out[c][i] = sid(info[c])
+    out["pos"] = gpu.comm_pos
+    out["pool"] = StringPool(pool)
+    return out
+
+
+def _write_kernels(store, gpu, iteration, ph, micro, coll, writer):
+    pos = 0
+    ctx = gpu.ctx
+    for key in gpu.keys:
+        for b in store.blocks(key):
+            nb = len(b)
+            sl = slice(pos, pos + nb)
+            cols = {
+                "device": gpu.device[sl].astype(np.int32), "stream": b["stream"], "tid": np.full(nb, key[3], np.int64),
+                "ts_ns": gpu.start[sl], "dur_ns": b["dur"], "end_ns": gpu.end[sl], "name": b["name"],
+                "cat": b["cat"], "kind": gpu.kind[sl], "correlation": b["correlation"],
+                "external_id": b["external_id"], "launch_op": ctx["launch_op"][sl],
+                "launching_op": ctx["launching"][sl], "annotation": ctx["annot"][sl],
+                "top_annotation": ctx["top"][sl], "phase": ph[sl], "microbatch": micro[sl], "step": iteration[sl]}
+            a, z = np.searchsorted(coll["pos"], [pos, pos + nb])
+            at = coll["pos"][a:z] - pos
+            for c in COLL_INT + COLL_STR:
+                v = np.full(nb, -1, coll[c].dtype)
+                v[at] = coll[c][a:z]
+                cols[c] = v
+            writer.write(cols)
+            pos += nb
+
+
+def kernel_pools(table_pool, coll_pool):
+    """``{string column: StringPool}`` of the kernels table."""
+    pools = {c: table_pool for c in ("name", "cat", "launch_op", "launching_op", "annotation", "top_annotation")}
+    pools.update({"kind": StringPool(KINDS), "phase": StringPool(C.PHASES)})
+    pools.update({c: coll_pool for c in COLL_STR})
+    return pools
+
+
+def _groups(key):
+    """Rows grouped by equal ``key``: ``(keys, order, bounds)``, groups in ascending key
+    order, group g = ``order[bounds[g]:bounds[g + 1]]``."""
+    order = np.argsort(key, kind="stable")
+    k = key[order]
+    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(k) else np.zeros(0, np.int64)
+    keys = k[starts].tolist()
+    del k
+    return keys, order, np.append(starts, len(order))
+
+
+def _metrics(summary, device, g_start, g_end, kind, iteration, ph, micro):
+    """Fill per-device, per-iteration and per phase x micro-batch metrics (README definitions)."""
+    devices = np.unique(device)
+    for d in devices.tolist():
+        if len(devices) == 1:
+            s, e, k, it, p, mb = g_start, g_end, kind, iteration, ph, micro
+        else:
+            rows = np.flatnonzero(device == d)
+            s, e, k, it, p, mb = g_start[rows], g_end[rows], kind[rows], iteration[rows], ph[rows], micro[rows]
+            del rows
+        summary["devices"][str(d)] = device_metrics(s, e, k)
+        u_it, u_mb = np.unique(it), np.unique(mb)
+        key = np.searchsorted(u_it, it).astype(np.int64)           # iteration code
+        codes, order, bounds = _groups(key)
+        for c, x, y in zip(codes, bounds[:-1], bounds[1:]):
+            if u_it[c] >= 0:
+                sel = order[x:y]
+                summary["iterations"].setdefault(str(int(u_it[c])), {})[str(d)] = \
+                    device_metrics(s[sel], e[sel], k[sel])
+        del order
+        key *= len(C.PHASES)
+        key += p
+        key *= len(u_mb)
+        key += np.searchsorted(u_mb, mb)                          # (iteration, phase, micro-batch) code
+        codes, order, bounds = _groups(key)
+        del key
+        for c, x, y in zip(codes, bounds[:-1], bounds[1:]):
+            i, m = int(u_it[c // len(u_mb) // len(C.PHASES)]), int(u_mb[c % len(u_mb)])
+            sel = order[x:y]
+            row = {"device": str(d), "iteration": None if i < 0 else i,
+                   "phase": C.PHASES[c // len(u_mb) % len(C.PHASES)], "microbatch": None if m < 0 else m}
+            row.update(device_metrics(s[sel], e[sel], k[sel]))
+            summary["phases"].append(row)
