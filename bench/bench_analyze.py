@@ -60,7 +60,6 @@ import gzip
 import hashlib
 import json
 import os
-import platform
 import re
 import shlex
 import shutil
@@ -85,6 +84,7 @@ HTA_VERSION = "0.5.0"
 
 sys.path.insert(0, str(BENCH))
 from bench_merge import _mb, _meminfo, _tree  # noqa: E402  (shared /proc helpers)
+from bench_merge import machine_info as _merge_machine_info  # noqa: E402
 
 TARGET_SPEEDUP = 6.0          # HTA wall / streamtrace wall
 TARGET_RSS_RATIO = 8.0        # HTA peak RSS / streamtrace peak RSS
@@ -149,35 +149,10 @@ def _version_of(dist):
 
 
 def machine_info():
-    cpu = platform.processor() or ""
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = _meminfo()
-    info = {"nproc": os.cpu_count(), "ram_gib": mem.get("MemTotal", 0) / 2**30,
-            "avail_gib": mem.get("MemAvailable", 0) / 2**30, "cpu": cpu,
-            "python": platform.python_version(), "kernel": platform.release()}
-    try:
-        v = subprocess.run([sys.executable, "-m", "streamtrace", "--version"], cwd=ROOT,
-                           capture_output=True, text=True, timeout=300).stdout.split("\n")
-        info["streamtrace"] = " / ".join(x.strip() for x in v if x.strip())
-    except Exception as e:  # noqa: BLE001
-        info["streamtrace"] = f"? ({e})"
+    """bench_merge's machine record plus the versions of HTA and its stack."""
+    info = _merge_machine_info()
     for dist in ("holistictraceanalysis", "pandas", "numpy", "numba", "pyarrow", "ijson"):
         info[dist] = _version_of(dist) or "not installed"
-    try:
-        info["git"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                     text=True, timeout=30).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True, timeout=30).stdout.strip()
-        if dirty:
-            info["git"] += " (+ uncommitted changes)"
-    except Exception:  # noqa: BLE001
-        pass
     return info
 
 
