@@ -45,3 +45,60 @@ def run_cli(*args, cwd=None):
     """Run ``python -m streamtrace ARGS`` and return the CompletedProcess."""
     return subprocess.run([sys.executable, "-m", "streamtrace", *map(str, args)],
                           capture_output=True, text=True, cwd=cwd)
+
+
+# The Megatron-TraceViz topology text of the issue (TP2 x PP2 x DP2, 8 ranks), written
+# by hand from the issue, not by streamtrace.
+TRACEVIZ_TXT = """\
+================================================================================
+MEGATRON PARALLEL CONFIGURATION
+================================================================================
+Timestamp: 2026-01-05 14:48:40.123456
+TP Size: 2
+PP Size: 2
+CP Size: 1
+EP Size: 1
+World Size: 8
+
+Global Batch Size: 16
+
+STATISTICS
+--------------------------------------------------
+Total Ranks: 8
+Valid Ranks: 8
+Error Ranks: 0
+
+TENSOR PARALLEL (TP) GROUPS
+--------------------------------------------------
+Group 1: [0, 1]
+Group 2: [2, 3]
+Group 3: [4, 5]
+Group 4: [6, 7]
+Total groups: 4
+
+PIPELINE PARALLEL (PP) GROUPS
+--------------------------------------------------
+Group 1: [0, 4]
+Group 2: [1, 5]
+Group 3: [2, 6]
+Group 4: [3, 7]
+Total groups: 4
+
+DATA PARALLEL (DP) GROUPS
+--------------------------------------------------
+Group 1: [0, 2]
+Group 2: [1, 3]
+Group 3: [4, 6]
+Group 4: [5, 7]
+Total groups: 4
+
+FULL MODEL RANK GROUPS (by DP Rank)
+--------------------------------------------------
+Each DP rank contains ONE complete model replica with ALL shards.
+Full model = TP2 x EP1 x PP2 x CP1 = 4 ranks
+--------------------------------------------------
+Group 0: [0, 1, 4, 5]
+Group 1: [2, 3, 6, 7]
+
+Total model replicas (DP): 2
+"""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, load_json, run_cli
+from conftest import ROOT, TRACEVIZ_TXT, load_json, run_cli
 from streamtrace import capture
 from streamtrace.topology import load_topology, parse_traceviz_txt
 from streamtrace.topology_io import (format_traceviz_txt, parse_order, replicas_by_order, topology_from_groups,
@@ -247,61 +247,6 @@ def test_megatron_style_loop(tmp_path):
 
 # ------------------------------------------------------------------ topology writers
 
-ISSUE_EXAMPLE = """\
-================================================================================
-MEGATRON PARALLEL CONFIGURATION
-================================================================================
-Timestamp: 2026-01-05 14:48:40.123456
-TP Size: 2
-PP Size: 2
-CP Size: 1
-EP Size: 1
-World Size: 8
-
-Global Batch Size: 16
-
-STATISTICS
---------------------------------------------------
-Total Ranks: 8
-Valid Ranks: 8
-Error Ranks: 0
-
-TENSOR PARALLEL (TP) GROUPS
---------------------------------------------------
-Group 1: [0, 1]
-Group 2: [2, 3]
-Group 3: [4, 5]
-Group 4: [6, 7]
-Total groups: 4
-
-PIPELINE PARALLEL (PP) GROUPS
---------------------------------------------------
-Group 1: [0, 4]
-Group 2: [1, 5]
-Group 3: [2, 6]
-Group 4: [3, 7]
-Total groups: 4
-
-DATA PARALLEL (DP) GROUPS
---------------------------------------------------
-Group 1: [0, 2]
-Group 2: [1, 3]
-Group 3: [4, 6]
-Group 4: [5, 7]
-Total groups: 4
-
-FULL MODEL RANK GROUPS (by DP Rank)
---------------------------------------------------
-Each DP rank contains ONE complete model replica with ALL shards.
-Full model = TP2 x EP1 x PP2 x CP1 = 4 ranks
---------------------------------------------------
-Group 0: [0, 1, 4, 5]
-Group 1: [2, 3, 6, 7]
-
-Total model replicas (DP): 2
-"""
-
-
 def _groups(parsed: dict) -> dict:
     """The group sections of a parse_traceviz_txt result (it may carry more keys: sizes, replicas)."""
     return {k: v for k, v in parsed.items() if k in ("tp", "cp", "ep", "dp", "pp")}
@@ -331,7 +276,7 @@ def megatron_groups(world, tp=1, cp=1, ep=1, pp=1, order="tp-cp-ep-dp-pp"):
 def test_traceviz_text_is_exactly_the_issue_layout():
     topo = topology_from_groups({k: v for k, v in megatron_groups(8, tp=2, pp=2).items() if k in ("tp", "pp", "dp")}, 8)
     text = format_traceviz_txt(topo, dt.datetime(2026, 1, 5, 14, 48, 40, 123456), global_batch_size=16)
-    assert text == ISSUE_EXAMPLE
+    assert text == TRACEVIZ_TXT
     assert _groups(parse_traceviz_txt(text)) == {d: topo[d] for d in ("tp", "pp", "dp")}
 
 

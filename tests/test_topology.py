@@ -13,60 +13,8 @@ from streamtrace.synth import SynthSpec, build_topology, generate_job
 from streamtrace.topology import (DIMS, from_pg_config, from_sizes, load_topology,
                                   orthogonal_groups, parse_traceviz_txt, topology_from_traceviz, write_topology)
 
-from conftest import CPU3D, run_cli
+from conftest import CPU3D, TRACEVIZ_TXT, run_cli
 
-ISSUE_TXT = """================================================================================
-MEGATRON PARALLEL CONFIGURATION
-================================================================================
-Timestamp: 2026-01-05 14:48:40.123456
-TP Size: 2
-PP Size: 2
-CP Size: 1
-EP Size: 1
-World Size: 8
-
-Global Batch Size: 16
-
-STATISTICS
---------------------------------------------------
-Total Ranks: 8
-Valid Ranks: 8
-Error Ranks: 0
-
-TENSOR PARALLEL (TP) GROUPS
---------------------------------------------------
-Group 1: [0, 1]
-Group 2: [2, 3]
-Group 3: [4, 5]
-Group 4: [6, 7]
-Total groups: 4
-
-PIPELINE PARALLEL (PP) GROUPS
---------------------------------------------------
-Group 1: [0, 4]
-Group 2: [1, 5]
-Group 3: [2, 6]
-Group 4: [3, 7]
-Total groups: 4
-
-DATA PARALLEL (DP) GROUPS
---------------------------------------------------
-Group 1: [0, 2]
-Group 2: [1, 3]
-Group 3: [4, 6]
-Group 4: [5, 7]
-Total groups: 4
-
-FULL MODEL RANK GROUPS (by DP Rank)
---------------------------------------------------
-Each DP rank contains ONE complete model replica with ALL shards.
-Full model = TP2 x EP1 x PP2 x CP1 = 4 ranks
---------------------------------------------------
-Group 0: [0, 1, 4, 5]
-Group 1: [2, 3, 6, 7]
-
-Total model replicas (DP): 2
-"""
 TP = [[0, 1], [2, 3], [4, 5], [6, 7]]
 DP = [[0, 2], [1, 3], [4, 6], [5, 7]]
 PP = [[0, 4], [1, 5], [2, 6], [3, 7]]
@@ -169,16 +117,16 @@ def test_equals_megatron_rank_generator():
 
 
 def test_traceviz_txt_from_the_issue():
-    p = parse_traceviz_txt(ISSUE_TXT)
+    p = parse_traceviz_txt(TRACEVIZ_TXT)
     assert p["tp"] == TP and p["pp"] == PP and p["dp"] == DP
     assert p["replicas"] == [[0, 1, 4, 5], [2, 3, 6, 7]]
     assert p["sizes"]["world"] == 8 and p["global_batch_size"] == 16
-    t = topology_from_traceviz(ISSUE_TXT)
+    t = topology_from_traceviz(TRACEVIZ_TXT)
     assert t.order == "tp-cp-ep-dp-pp" and t.world_size == 8
     assert t.to_json()["tp"] == TP
     # our writer produces the issue's text (but for the timestamp line)
     mine = from_sizes(8, 2, 2).to_traceviz_txt(timestamp="2026-01-05 14:48:40.123456", global_batch_size=16)
-    assert mine.strip() == ISSUE_TXT.strip()
+    assert mine.strip() == TRACEVIZ_TXT.strip()
 
 
 def test_pg_config_of_cpu3d_folder():
