@@ -100,7 +100,7 @@ def orthogonal_groups(sizes: dict, order, token: str) -> list[list[int]]:
     return [g.tolist() for g in np.split(ranks[order_], cuts)]
 
 
-def _components(world: int, group_lists) -> list[list[int]]:
+def connected_components(world: int, group_lists) -> list[list[int]]:
     """Connected components of ranks 0..world-1 joined by the given groups (union-find)."""
     parent = list(range(world))
 
@@ -141,7 +141,7 @@ class Topology:
                 self.groups[d] = [[r] for r in range(self.world_size)]
         self.extra = {k: sorted(sorted(map(int, g)) for g in v) for k, v in (extra or {}).items() if v}
         self.replicas = sorted(sorted(map(int, g)) for g in replicas) if replicas else \
-            _components(self.world_size, [self.groups[d] for d in ("tp", "cp", "ep", "pp")])
+            connected_components(self.world_size, [self.groups[d] for d in ("tp", "cp", "ep", "pp")])
         self.order = order
         self.source = source
         self._by_set = {}

@@ -89,22 +89,8 @@ def replicas_from_groups(groups: dict, world_size: int) -> list:
     groups (connected components).  Each holds one full copy of the model; with EP = 1 replica i
     is every rank with DP index i, whatever the rank order, and with EP > 1 Megatron's expert groups
     join the DP indices one replica spans.  Sorted by first rank."""
-    parent = list(range(world_size))
-
-    def find(x):
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-    for d in ("tp", "cp", "ep", "pp"):
-        for g in groups.get(d) or []:
-            root = find(g[0])
-            for r in g[1:]:
-                parent[find(r)] = root
-    comps: dict = {}
-    for r in range(world_size):
-        comps.setdefault(find(r), []).append(r)
-    return sorted(comps.values())
+    from .topology import connected_components
+    return connected_components(world_size, [groups.get(d) or [] for d in ("tp", "cp", "ep", "pp")])
 
 
 def topology_from_groups(groups: dict, world_size: int, order: str = DEFAULT_ORDER,
