@@ -14,6 +14,7 @@ import numpy as np
 import orjson
 
 from .kernels import rewrite as RW
+from .kernels import scan as K
 from .reader import TraceReader, _loads_one
 from .writer import dumps_event, dumps_events, fmt_us
 
@@ -227,7 +228,7 @@ def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: _RankCtx, seg):
     state = np.zeros(4, np.int64)
     info = np.zeros(2, np.int64)
     n_in = 0
-    for b in reader.raw_batches(decode=False):
+    for b in reader.raw_batches(decode="bounds"):
         buf = np.frombuffer(b.buf, np.uint8)
         starts, ends = b.starts, b.ends
         n = len(starts)
@@ -236,7 +237,7 @@ def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: _RankCtx, seg):
         o = 0
         while i < n:
             i, o, status = RW.rewrite_events(
-                buf, starts, ends, b.ts_ns, b.dur_ns, b.flags, i, n, out, o, state,
+                buf, starts, ends, i, n, out, o, state,
                 tables.text, tables.off, tables.new_a, tables.kind_a, tables.used, len(tables.texts),
                 drop_text, drop_off, len(drops), plan.rank, ctx.shift, ctx.gpu_only, has_window, lo, hi, info)
             if status == RW.OK:
@@ -254,7 +255,7 @@ def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: _RankCtx, seg):
             else:   # NEED_PYTHON: decode this one event and use the twin
                 s, e = int(starts[i]), int(ends[i])
                 ev = _loads(b.buf[s:e], reader.path, b.offset + s - int(starts[0]))
-                ev = rewrite_dict(ev, int(b.ts_ns[i]), int(b.dur_ns[i]), int(b.flags[i]), ctx)
+                ev = rewrite_dict(ev, *event_times(buf, s, e), ctx)
                 if ev is not None:
                     data = dumps_event(ev)
                     if len(out) - o < len(data) + 1:
@@ -278,6 +279,19 @@ def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: _RankCtx, seg):
     if state[3] and (first_out is None or state[2] < first_out):
         first_out = int(state[2])
     return n_in, ctx.count + int(state[1]), first_out, int(state[1])
+
+
+def event_times(buf, s: int, e: int):
+    """``(ts_ns, dur_ns, flags)`` of the one event ``buf[s:e]`` (uint8 array), exactly
+    as :func:`streamtrace.kernels.scan.scan_events` reports them in a batch (int64 ns
+    read from the number text; ``flags``: HAS_TS, HAS_DUR, TS_BAD, DUR_BAD, BIG_INT).
+    For the rare events the byte kernel hands to the Python twin: the batch itself
+    was scanned for byte ranges only."""
+    one = np.zeros(1, np.int64)
+    ts, dur = np.zeros(1, np.int64), np.zeros(1, np.int64)
+    flags = np.zeros(1, np.uint8)
+    K.scan_events(buf, s, e, np.zeros(1, np.int64), one, ts, dur, flags, np.zeros(1, np.int64))
+    return int(ts[0]), int(dur[0]), int(flags[0])
 
 
 def process_meta_events(pmap: dict, rank: int, host, devices, first_out) -> list:

@@ -195,8 +195,13 @@ class TraceReader:
     def raw_batches(self, decode=True):
         """Yield :class:`RawBatch` objects in file order; ``metadata`` is complete
         once the generator is exhausted.  ``decode=False`` skips building dicts
-        (``events`` is None; use ``buf``/``starts``/``ends``)."""
-        return self._parse(events="decode" if decode else "raw", stop_at_events=False)
+        (``events`` is None; use ``buf``/``starts``/``ends``); ``decode="bounds"``
+        also skips reading the times (``ts_ns``/``dur_ns``/``flags`` are None too):
+        only the event byte ranges are found, by the faster
+        :func:`streamtrace.kernels.scan.scan_bounds` (merge's rewrite kernel reads
+        ``ts``/``dur`` itself)."""
+        mode = "bounds" if decode == "bounds" else ("decode" if decode else "raw")
+        return self._parse(events=mode, stop_at_events=False)
 
     def events(self):
         """Yield each event as a dict (``ts``/``dur`` as parsed floats, us)."""
@@ -334,10 +339,17 @@ class TraceReader:
         dur = np.empty(cap, np.int64)
         flags = np.empty(cap, np.uint8)
         sep = np.zeros(1, np.int64)
+        bounds = decode == "bounds"
         while True:
-            k, status, newpos = K.scan_events(st.arr, st.pos, st.n, starts, ends, ts, dur, flags, sep)
+            if bounds:
+                k, status, newpos = K.scan_bounds(st.arr, st.pos, st.n, starts, ends, sep)
+            else:
+                k, status, newpos = K.scan_events(st.arr, st.pos, st.n, starts, ends, ts, dur, flags, sep)
             if k:
-                if decode:
+                if bounds:
+                    yield RawBatch(None, None, None, None, st.base + int(starts[0]), self.events_read,
+                                   st.buf, starts[:k].copy(), ends[:k].copy())
+                elif decode:
                     s0, e1 = int(starts[0]), int(ends[k - 1])
                     off = st.base + s0
                     evs = self._decode(st.buf, s0, e1, starts[:k], ends[:k], flags[:k], off - s0) \

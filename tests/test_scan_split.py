@@ -165,3 +165,62 @@ def test_split_points_real_trace_prefix():
         doc = raw[raw.index(b"[", i) + 1:][:2 << 20]
         for block_sizes in ([1 << 22], [4093, 7, 64, 65536]):
             compare(doc, block_sizes, base=12345, every=1000)
+
+
+# -- scan_bounds: scan_events' byte ranges, a word at a time ---------------------------
+
+def bounds_both(doc: bytes, sizes, cap, sep0, how):
+    """Feed growing windows of ``doc`` (as the reader does: resume at the returned
+    position, more bytes when the window ends inside an event) to scan_bounds and to
+    its twin scan_events; every call must return the same count, status, position,
+    byte ranges and separator state."""
+    a_st, a_en = np.full(cap, -7, np.int64), np.full(cap, -7, np.int64)
+    b_st, b_en = np.full(cap, -7, np.int64), np.full(cap, -7, np.int64)
+    ts, dur, fl = np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.uint8)
+    sa, sb = np.array([sep0], np.int64), np.array([sep0], np.int64)
+    pos, n, calls = 0, 0, 0
+    grow = itertools.cycle(sizes)
+    found = []
+    while True:
+        buf = as_buffer(doc[:n], how) if how != "strided" or n else np.zeros(0, np.uint8)
+        ka, status_a, pa = K.scan_bounds(buf, pos, n, a_st, a_en, sa)
+        kb, status_b, pb = K.scan_events(np.ascontiguousarray(buf), pos, n, b_st, b_en, ts, dur, fl, sb)
+        assert (ka, status_a, pa, sa[0]) == (kb, status_b, pb, sb[0]), (pos, n)
+        assert a_st[:ka].tolist() == b_st[:kb].tolist() and a_en[:ka].tolist() == b_en[:kb].tolist()
+        found += list(zip(a_st[:ka].tolist(), a_en[:ka].tolist()))
+        calls += 1
+        pos = pa
+        if status_a != K.NEED_MORE:
+            return found, status_a
+        if ka < cap:
+            if n >= len(doc):
+                return found, status_a
+            n = min(len(doc), n + next(grow))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(junk | events_doc(), sizes, st.sampled_from([1, 2, 3, 1000]), st.integers(0, 2),
+       st.sampled_from(["plain", "unaligned", "strided", "padded"]))
+def test_scan_bounds_matches_scan_events(doc, block_sizes, cap, sep0, how):
+    bounds_both(doc, block_sizes, cap, sep0, how)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(events_doc(), sizes)
+def test_scan_bounds_finds_every_event(doc, block_sizes):
+    """On a real array: one byte range per event, each exactly that event's JSON."""
+    found, status = bounds_both(doc, block_sizes, 1000, 0, "plain")
+    assert status == K.DONE
+    end = doc.index(b"]", found[-1][1] if found else 0)
+    assert [json.loads(doc[s:e]) for s, e in found] == json.loads(b"[" + doc[:end + 1])
+
+
+def test_scan_bounds_real_traces():
+    """Every real trace: the same event byte ranges as scan_events, in 64 KiB windows."""
+    need_shared()
+    for path in real_traces():
+        data = gzip.open(path).read() if str(path).endswith(".gz") else open(path, "rb").read()
+        i = data.find(b"[", data.find(b'"traceEvents"'))
+        if i < 0 or b'"traceEvents"' not in data:
+            continue
+        bounds_both(data[i + 1:], [1 << 16], 4096, 0, "plain")

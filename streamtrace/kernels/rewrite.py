@@ -18,6 +18,7 @@ import numpy as np
 from numba import njit
 
 from .jsoncheck import MAX_DEPTH, MEMBERS_CAP, event_members
+from .scan import parse_ns
 
 OK = 0
 UNKNOWN_PID = 1
@@ -35,7 +36,8 @@ def _lit(s):
     return np.frombuffer(s.encode(), np.uint8).copy()
 
 
-K_PH, K_PID, K_TS, K_ID, K_CAT, K_NAME, K_ARGS = (_lit(s) for s in ("ph", "pid", "ts", "id", "cat", "name", "args"))
+K_PH, K_PID, K_TS, K_DUR, K_ID, K_CAT, K_NAME, K_ARGS = (_lit(s) for s in (
+    "ph", "pid", "ts", "dur", "id", "cat", "name", "args"))
 K_CORR, K_EXT, K_EXT2, K_RANK = (_lit(s) for s in ("correlation", "External id", "external id", "rank"))
 K_RAW = _lit("raw ")
 M_PNAME, M_PLABELS, M_PSORT = (_lit(s) for s in ("process_name", "process_labels", "process_sort_index"))
@@ -138,12 +140,15 @@ def _put_us(out, o, ns):
 
 
 @njit(cache=True)
-def rewrite_events(buf, starts, ends, ts_ns, dur_ns, flags, i, n, out, o, state,
+def rewrite_events(buf, starts, ends, i, n, out, o, state,
                    pid_text, pid_off, pid_new, pid_kind, pid_used, npids,
                    drop_text, drop_off, ndrop,
                    rank, shift_ns, gpu_only, has_window, lo, hi, info):
     """Rewrite events ``i .. n-1`` of a batch into ``out`` starting at ``o``.
 
+    ``ts``/``dur`` are read from their number text here (exact int64 ns, as
+    :func:`streamtrace.kernels.scan.scan_events` reads them), so the batch needs
+    only byte ranges (:func:`streamtrace.kernels.scan.scan_bounds`).
     ``state``: int64[4]: [0] 1 when a comma must precede the next event written,
     [1] events written, [2] earliest ts written (ns, shifted), [3] 1 once [2] is set.
     ``pid_text``/``pid_off``: concatenated raw JSON texts of known pids (entry k is
@@ -169,7 +174,7 @@ def rewrite_events(buf, starts, ends, ts_ns, dur_ns, flags, i, n, out, o, state,
         nm, na, arow = event_members(buf, s, e, vstack, mem, amem, K_ARGS)
         if nm < 0:
             return i, o, NEED_PYTHON             # Python decodes it (and reports invalid JSON)
-        ph_s = ph_e = pid_s = pid_e = ts_s = ts_e = id_s = id_e = -1
+        ph_s = ph_e = pid_s = pid_e = ts_s = ts_e = dur_s = dur_e = id_s = id_e = -1
         cat_s = cat_e = name_s = name_e = -1
         args_close = -1
         corr_s = corr_e = ext_s = ext_e = ext2_s = ext2_e = -1
@@ -190,6 +195,9 @@ def rewrite_events(buf, starts, ends, ts_ns, dur_ns, flags, i, n, out, o, state,
             elif _eq(buf, ks, ke, K_TS):
                 bad |= ts_s >= 0
                 ts_s, ts_e = vs, ve
+            elif _eq(buf, ks, ke, K_DUR):
+                bad |= dur_s >= 0
+                dur_s, dur_e = vs, ve
             elif _eq(buf, ks, ke, K_ID):
                 bad |= id_s >= 0
                 id_s, id_e = vs, ve
@@ -251,15 +259,23 @@ def rewrite_events(buf, starts, ends, ts_ns, dur_ns, flags, i, n, out, o, state,
         if gpu_only and (is_flow or pid_kind[k] != KIND_GPU):
             i += 1
             continue
-        f = flags[i]
-        ts_ok = (f & 1) != 0 and (f & 4) == 0
-        if ts_s >= 0 and not ts_ok:
-            return i, o, NEED_PYTHON
+        ts_ok = False
+        tsv = np.int64(0)
+        if ts_s >= 0:
+            c0 = buf[ts_s]
+            if c0 == 45 or 48 <= c0 <= 57:
+                ts_ok, tsv, _ = parse_ns(buf, ts_s, ts_e)
+            if not ts_ok:
+                return i, o, NEED_PYTHON
         if has_window and ts_ok and ph != 77:
-            t0 = ts_ns[i]
+            t0 = tsv
             t1 = t0
-            if (f & 2) != 0 and (f & 8) == 0 and dur_ns[i] > 0:
-                t1 = t0 + dur_ns[i]
+            if dur_s >= 0:
+                c0 = buf[dur_s]
+                if c0 == 45 or 48 <= c0 <= 57:
+                    dur_ok, durv, _ = parse_ns(buf, dur_s, dur_e)
+                    if dur_ok and durv > 0:
+                        t1 = t0 + durv
             if t1 < lo or t0 > hi:
                 i += 1
                 continue
@@ -325,7 +341,7 @@ def rewrite_events(buf, starts, ends, ts_ns, dur_ns, flags, i, n, out, o, state,
             if what == 0:
                 o = _put_int(out, o, pid_new[k])
             elif what == 1:
-                o = _put_us(out, o, ts_ns[i] + shift_ns)
+                o = _put_us(out, o, tsv + shift_ns)
             elif what == 2:
                 o = _put_int(out, o, (np.int64(rank) << np.int64(40)) | idv)
             elif what == 3:
@@ -358,7 +374,7 @@ def rewrite_events(buf, starts, ends, ts_ns, dur_ns, flags, i, n, out, o, state,
         state[1] += 1
         pid_used[k] = 1
         if ts_s >= 0 and ph != 77:
-            t_out = ts_ns[i] + shift_ns
+            t_out = tsv + shift_ns
             if state[3] == 0 or t_out < state[2]:
                 state[2] = t_out
                 state[3] = 1
