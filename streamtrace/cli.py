@@ -305,7 +305,21 @@ class _Exit(Exception):
         self.code = code
 
 
+def _skip_numba_blas():
+    """Keep numba from importing SciPy's BLAS bindings in the ``streamtrace`` command's
+    own process.  At the first kernel it loads, numba registers its NumPy
+    implementations and probes ``scipy.linalg.cython_blas`` (for ``np.dot`` and
+    friends inside jitted code) whenever SciPy is installed; that import costs about
+    0.3-0.5 s and 18 MB of RSS per process, and no streamtrace kernel does linear
+    algebra.  Marking ``scipy.linalg`` unimportable makes numba record "no BLAS".
+    Only the command-line process (and the workers it forks) do this: a program that
+    imports streamtrace as a library keeps SciPy as it is."""
+    if "scipy.linalg" not in sys.modules:
+        sys.modules["scipy.linalg"] = None
+
+
 def main(argv=None):
+    _skip_numba_blas()
     argv = sys.argv[1:] if argv is None else argv
     # Megatron's merge script spells these with underscores; accept both.
     argv = [_ALIASES.get(a.split("=", 1)[0], a.split("=", 1)[0]) + (a[a.index("="):] if "=" in a else "")

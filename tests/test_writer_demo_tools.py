@@ -69,3 +69,34 @@ def test_megatron_dropin(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "tools" / "merge_profiler_traces.py"), "-i", str(d),
                         "-o", "x.json.gz"], capture_output=True, text=True)
     assert r.returncode == 0 and gzip.open(tmp_path / "x.json.gz").read(1) == b"{"
+
+
+_PROBE = r'''
+import importlib.util, sys
+cli = sys.argv[1] == "cli"
+if cli:
+    from streamtrace.cli import main
+    rc = main(["validate", sys.argv[2]])
+else:
+    from streamtrace.validate import validate
+    validate(sys.argv[2])
+m = sys.modules.get("scipy.linalg", "absent")
+print("blocked" if m is None else ("loaded" if m != "absent" else "absent"))
+'''
+
+
+def test_command_skips_numba_blas_but_library_does_not(tmp_path):
+    """The ``streamtrace`` command keeps numba from importing SciPy's BLAS (start-up
+    time); a program using streamtrace as a library keeps SciPy importable."""
+    pytest.importorskip("scipy")
+    doc = tmp_path / "t.json"
+    doc.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = {}
+    for mode in ("cli", "library"):
+        p = subprocess.run([sys.executable, "-c", _PROBE, mode, str(doc)], capture_output=True, text=True,
+                           env=env, cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+        out[mode] = p.stdout.split()[-1]
+    assert out["cli"] == "blocked"
+    assert out["library"] == "loaded"        # numba probed SciPy BLAS at its first kernel
