@@ -6,6 +6,7 @@ from decimal import ROUND_HALF_UP, Decimal
 
 import numpy as np
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -166,6 +167,19 @@ def test_event_members_matches_json_loads(data, draw):
         args = json.loads(text(*mem[arow, 2:]))
         for r in range(na):
             assert json.loads(text(*amem[r, 2:])) == args[akeys[r]] or akeys.count(akeys[r]) > 1
+
+
+@pytest.mark.parametrize("key", [b'"\xc3\xa9\\u0072ank"', b'"\xc2\x80\\u001f"', b'"a\\"b"'])
+def test_event_members_escaped_key_after_utf8(key):
+    """A key holding an escape is 'unusual' (its bytes are not its text), also when
+    a multi-byte UTF-8 character comes before the escape (found by hypothesis)."""
+    from streamtrace.kernels.jsoncheck import MAX_DEPTH, MEMBERS_CAP, MEMBERS_UNUSUAL, event_members
+    for data in (b"{" + key + b": 1}", b'{"args": {' + key + b": null}}"):
+        json.loads(data)
+        mem = np.empty((MEMBERS_CAP, 4), np.int64)
+        n, _, _ = event_members(arr(data), 0, len(data), np.zeros(MAX_DEPTH, np.uint8), mem, mem.copy(),
+                                arr(b"args"))
+        assert n == MEMBERS_UNUSUAL, data
 
 
 # -- slice nesting -----------------------------------------------------------------------

@@ -33,6 +33,9 @@ def _string(buf, j, e):
     """buf[j] is '"'; index after the closing quote, or -1 if invalid."""
     j += 1
     while j < e:
+        if j + 4 <= e and _PLAIN[buf[j]] and _PLAIN[buf[j + 1]] and _PLAIN[buf[j + 2]] and _PLAIN[buf[j + 3]]:
+            j += 4
+            continue
         c = buf[j]
         if _PLAIN[c]:                     # plain ASCII: the common case
             j += 1
@@ -241,14 +244,23 @@ def _key_end(buf, j, e):
     q = j + 1
     while q < e:
         c = buf[q]
+        if _PLAIN[c]:
+            q += 1
+            continue
         if c == 34:
             return q + 1
         if c == 92:
             return -1 if _string(buf, j, e) < 0 else -2
         if c < 32:
             return -1
-        if c >= 128:
-            return _string(buf, j, e)   # validates the UTF-8 (no escapes seen so far)
+        if c >= 128:                    # validate the UTF-8 of the whole key, then look for escapes
+            k = _string(buf, j, e)
+            if k < 0:
+                return -1
+            for r in range(q + 1, k - 1):
+                if buf[r] == 92:
+                    return -2
+            return k
         q += 1
     return -1
 
