@@ -215,6 +215,36 @@ def _key_is(buf, s, e, k0, k1, k2):
     return ln == 2 and buf[s] == k0 and buf[s + 1] == k1
 
 
+_OBJECT = 2    # _next_element: an object starts at the returned position
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _next_element(buf, pos, n, sep):
+    """Move from ``pos`` to the next element of the ``traceEvents`` array, across
+    whitespace and one comma (``sep`` as in :func:`scan_events`).  Returns
+    ``(status, pos)``: ``_OBJECT`` with ``pos`` at its ``{``; DONE just past the
+    closing ``]``; NEED_MORE at ``n``; BAD at a missing or doubled comma or an
+    element that is not an object."""
+    while True:
+        pos = skip_ws(buf, pos, n)
+        if pos >= n:
+            return NEED_MORE, pos
+        c = buf[pos]
+        if sep[0] == 1:
+            if c == 93:
+                return DONE, pos + 1
+            if c != 44:
+                return BAD, pos
+            sep[0] = 2
+            pos += 1
+            continue
+        if c == 93 and sep[0] == 0:
+            return DONE, pos + 1
+        if c != 123:
+            return BAD, pos
+        return _OBJECT, pos
+
+
 @njit(cache=True, nogil=True)
 def scan_events(buf, pos, n, starts, ends, ts_ns, dur_ns, flags, sep):
     """Scan elements of a JSON array of objects from ``pos`` (just after ``[`` or
@@ -232,22 +262,9 @@ def scan_events(buf, pos, n, starts, ends, ts_ns, dur_ns, flags, sep):
     cap = starts.shape[0]
     k = 0
     while True:
-        pos = skip_ws(buf, pos, n)
-        if pos >= n:
-            return k, NEED_MORE, pos
-        c = buf[pos]
-        if sep[0] == 1:
-            if c == 93:
-                return k, DONE, pos + 1
-            if c != 44:
-                return k, BAD, pos
-            sep[0] = 2
-            pos += 1
-            continue
-        if c == 93 and sep[0] == 0:
-            return k, DONE, pos + 1
-        if c != 123:
-            return k, BAD, pos
+        status, pos = _next_element(buf, pos, n, sep)
+        if status != _OBJECT:
+            return k, status, pos
         if k >= cap:
             return k, NEED_MORE, pos
         start = pos
@@ -366,6 +383,23 @@ def _zero_bytes(y):
     return ~(((y & _LOW7) + _LOW7) | y) & _HIGH
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _word_structure(w, in_str):
+    """One 8-byte word without a backslash, entered inside a string when ``in_str``
+    is 1: ``(mask, in_str)`` with bit 8j of ``mask`` set when byte j is an opener
+    ``{[`` or a closer ``}]`` outside strings, and the string state after the word.
+    The in-string bytes are the prefix XOR of the quote bits (exact zero-byte tests),
+    flipped by the carried state."""
+    q = _zero_bytes(w ^ _QUOTES) >> _U7                 # bit 8j: byte j is '"'
+    wc = w | _CASE
+    s = (_zero_bytes(wc ^ _OPENS) | _zero_bytes(wc ^ _CLOSES)) >> _U7
+    p = q ^ (q << _U8)                                  # bit 8j: parity of the
+    p ^= p << _U16                                      # quotes in bytes 0..j
+    p ^= p << _U32
+    s &= p ^ (np.uint64(in_str) - _U1)                  # in a string: p, else ~p
+    return s, in_str ^ np.int64((p >> _U56) & _U1)
+
+
 @njit(cache=True, nogil=True, boundscheck=False)
 def split_points(buf, n, base, every, out, state):
     """Find event boundaries inside a ``traceEvents`` array, one at least every
@@ -405,14 +439,7 @@ def split_points(buf, n, base, every, out, state):
         if (i & 7) == 0 and i + 8 <= n:
             w = words[i >> 3]
             if _zero_bytes(w ^ _BSLASHES) == _U0:
-                q = _zero_bytes(w ^ _QUOTES) >> _U7             # bit 8j: byte j is '"'
-                wc = w | _CASE
-                s = (_zero_bytes(wc ^ _OPENS) | _zero_bytes(wc ^ _CLOSES)) >> _U7
-                p = q ^ (q << _U8)                              # bit 8j: parity of the
-                p ^= p << _U16                                  # quotes in bytes 0..j
-                p ^= p << _U32
-                s &= p ^ (np.uint64(in_str) - _U1)              # in a string: p, else ~p
-                in_str ^= np.int64((p >> _U56) & _U1)
+                s, in_str = _word_structure(w, in_str)
                 while s != _U0:                                 # openers/closers outside strings
                     j = i + np.int64(trailing_zeros(s) >> _U3)
                     s &= s - _U1
@@ -476,14 +503,7 @@ def _object_end(b, words, i, n):
         if (i & 7) == 0 and i + 8 <= n:
             w = words[i >> 3]
             if _zero_bytes(w ^ _BSLASHES) == _U0:
-                q = _zero_bytes(w ^ _QUOTES) >> _U7
-                wc = w | _CASE
-                s = (_zero_bytes(wc ^ _OPENS) | _zero_bytes(wc ^ _CLOSES)) >> _U7
-                p = q ^ (q << _U8)
-                p ^= p << _U16
-                p ^= p << _U32
-                s &= p ^ (np.uint64(in_str) - _U1)
-                in_str ^= np.int64((p >> _U56) & _U1)
+                s, in_str = _word_structure(w, in_str)
                 while s != _U0:
                     j = i + np.int64(trailing_zeros(s) >> _U3)
                     s &= s - _U1
@@ -534,22 +554,9 @@ def scan_bounds(buf, pos, n, starts, ends, sep):
     words = b[:(n >> 3) << 3].view(np.uint64)
     k = 0
     while True:
-        pos = skip_ws(b, pos, n)
-        if pos >= n:
-            return k, NEED_MORE, pos
-        c = b[pos]
-        if sep[0] == 1:
-            if c == 93:
-                return k, DONE, pos + 1
-            if c != 44:
-                return k, BAD, pos
-            sep[0] = 2
-            pos += 1
-            continue
-        if c == 93 and sep[0] == 0:
-            return k, DONE, pos + 1
-        if c != 123:
-            return k, BAD, pos
+        status, pos = _next_element(b, pos, n, sep)
+        if status != _OBJECT:
+            return k, status, pos
         if k >= cap:
             return k, NEED_MORE, pos
         end = _object_end(b, words, pos, n)
