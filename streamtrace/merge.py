@@ -37,6 +37,8 @@ from pathlib import Path
 
 from . import __version__
 from . import mergesplit as MS
+from . import parallel
+from . import rankmerge as RM
 from .discover import TraceFile, discover
 from .errors import StreamtraceError, TraceError
 from .io import atomic_output
@@ -285,6 +287,8 @@ def _merge_files(files, output, opt, splits, t_start):
             bar.refresh()
     temps = [p.segment for p in plans] + [t[4] for t in tasks if t[4]]
     try:
+        if tasks and not parallel.scheduler_address(opt.scheduler):
+            RM.warm_kernels(plans[0])        # forked workers inherit the loaded kernels
         res_t = _run_largest_first(tasks, sizes, range(len(tasks)), jobs, arr, tick, opt.scheduler)
         of = {}                     # file index -> its task indices, in file order
         for j, i in enumerate(where):

@@ -351,6 +351,27 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
             "metadata": meta, "warnings": reader.warnings, "truncated": reader.truncated}
 
 
+_WARM_TRACE = (b'{"traceEvents":[{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1.5,"dur":2,'
+               b'"args":{"External id":5,"correlation":9}},{"ph":"f","id":9,"pid":0,"tid":7,"ts":1.5,'
+               b'"cat":"ac2g","name":"ac2g","bp":"e"},{"ph":"X","name":"odd","pid":0,"tid":7,"ts":"1"}]}')
+
+
+def warm_kernels(plan: RankPlan) -> None:
+    """Load merge's numba kernels into this process (from numba's on-disk cache) by
+    rewriting a three-event trace with ``plan``'s options (same argument types, so the
+    same compiled versions).  Called by the parent before it forks its worker pool:
+    the workers inherit the loaded code instead of each spending ~0.5 s of its first
+    task on loading it.  Writes and removes a temporary folder beside ``plan.segment``."""
+    import dataclasses
+    import tempfile
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(plan.segment)),
+                                     prefix=".streamtrace-warm-") as d:
+        src = os.path.join(d, "warm.json")
+        with open(src, "wb") as f:
+            f.write(_WARM_TRACE)
+        merge_rank(dataclasses.replace(plan, path=src, segment=os.path.join(d, "warm.seg"), salvage=False))
+
+
 def _loads(data: bytes, path, offset):
     try:
         return orjson.loads(data)

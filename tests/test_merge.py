@@ -331,3 +331,22 @@ def test_usage_error_exit_2(tmp_path):
 def test_version_names_ijson_backend():
     r = run_cli("--version")
     assert r.returncode == 0 and "yajl2_c" in r.stdout
+
+
+def test_workers_inherit_loaded_kernels(tmp_path):
+    """The parent loads merge's kernels before forking (rankmerge.warm_kernels), with
+    each plan's options, and leaves nothing behind in the output folder."""
+    from streamtrace.rankmerge import RankPlan, merge_rank, warm_kernels
+    src = tmp_path / "rank_0.json"
+    src.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 5, "dur": 2}]}))
+    for compress, keep in ((False, None), (True, (0, 10 ** 12))):
+        plan = RankPlan(str(src), 0, 0, str(tmp_path / "seg"), compress, 1, frozenset({"x"}), False, keep,
+                        set() if keep else None, False)
+        warm_kernels(plan)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["rank_0.json"]
+        assert merge_rank(plan)["events_fast"] == 1
+        os.unlink(tmp_path / "seg")
+    out = tmp_path / "out" / "m.json"
+    out.parent.mkdir()
+    merge([str(src)], out, MergeOptions(jobs=2))
+    assert [p.name for p in out.parent.iterdir()] == ["m.json"] and validate(out)["ok"]
