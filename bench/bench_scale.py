@@ -12,6 +12,7 @@ Results are appended to ``bench/RESULTS.md`` with the command line.  Inputs are 
 by ``tools/inflate_trace.py`` into the scratch folder (never into the repository).
 
     python bench/bench_scale.py [--big-mb 1024] [--ranks 64] [--rank-mb 100] [--quick]
+    python bench/bench_scale.py --many-only         # 3. alone (local pool and Dask, side by side)
     python bench/bench_scale.py --scanner-only      # 1. alone (best of 3 on the ~1 GB trace), recorded
                                                     # with the machine load (`uptime`)
 """
@@ -21,6 +22,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,15 +39,27 @@ SCRATCH = Path(os.environ.get("STREAMTRACE_BENCH_DIR", "/tmp/streamtrace-bench")
 
 DASK_DRIVER = r'''
 import sys, time, json
-from distributed import LocalCluster
+import dask
+from distributed import Client, LocalCluster
+import streamtrace
 from streamtrace.analyze import AnalyzeOptions, analyze
 inp, out = sys.argv[1], sys.argv[2]
+dask.config.set(json.loads(sys.argv[3]) if len(sys.argv) > 3 else {})   # the nannies hand it to the workers
 with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
                   dashboard_address=None) as cluster:
+    with Client(cluster) as c:      # the package the workers import (must be this checkout)
+        mods = sorted(set(c.run(lambda: __import__("streamtrace").__file__).values()))
     t0 = time.perf_counter()
     s = analyze([inp], out, AnalyzeOptions(scheduler=cluster.scheduler_address))
-    print(json.dumps({"analyze_s": time.perf_counter() - t0, "ranks": len(s["ranks"]), "failed": len(s["failed"])}))
+    print(json.dumps({"analyze_s": time.perf_counter() - t0, "ranks": len(s["ranks"]), "failed": len(s["failed"]),
+                      "client_module": streamtrace.__file__, "worker_modules": mods}))
 '''
+# --dask-quiet: the dask runtime's periodic work, slowed down (defaults: 10 ms, 20 ms, 100 ms, 500 ms);
+# the README's "Scale" section recommends these for small worker machines
+DASK_QUIET = {"distributed.worker.profile.enabled": False,          # statistical profiler of the task threads
+              "distributed.admin.tick.interval": "500ms",            # event-loop health check
+              "distributed.worker.memory.monitor-interval": "1s",    # nanny's memory check of each worker
+              "distributed.admin.system-monitor.interval": "2s"}     # CPU/memory/network statistics
 
 
 def scanner_throughput(path, log, repeat=3, split_points=None):
@@ -127,12 +141,25 @@ def scanner_only(a, argv, big, log):
             f.write(text)
 
 
+def _time_field(logdir, label, field):
+    """A number from the GNU time log :func:`bench_merge.measure` wrote for ``label``
+    (e.g. ``"System time (seconds)"``, ``"Minor (reclaiming a frame) page faults"``); None if absent."""
+    slug = re.sub(r"[^A-Za-z0-9]+", "_", label).strip("_")
+    try:
+        m = re.search(re.escape(field) + r": ([\d.]+)", (logdir / f"{slug}.time").read_text())
+    except OSError:
+        return None
+    return float(m.group(1)) if m else None
+
+
 def run(cmd, label, logdir, log):
     log(f"-- {label}: {' '.join(map(str, cmd))}")
     r = BM.measure([str(c) for c in cmd], logdir, label)
     if r["rc"] != 0:
         log(r["stderr"][-2000:])
         raise SystemExit(f"{label} failed (exit {r['rc']})")
+    r["sys_s"] = _time_field(logdir, label, "System time (seconds)")
+    r["minflt"] = _time_field(logdir, label, "Minor (reclaiming a frame) page faults")
     log(f"   {r['wall']:.1f} s, max single-process RSS {r['max_single_rss'] / 2**20:.0f} MB, "
         f"peak summed RSS {r['peak_sum_rss'] / 2**20:.0f} MB")
     return r
@@ -146,11 +173,16 @@ def main(argv=None):
     ap.add_argument("--rank-mb", type=float, default=100)
     ap.add_argument("--quick", action="store_true", help="small sizes, record nothing")
     ap.add_argument("--skip-dask", action="store_true")
+    ap.add_argument("--dask-quiet", action="store_true",
+                    help="also run the Dask part with the quieter dask settings of DASK_QUIET")
+    ap.add_argument("--many-only", action="store_true",
+                    help="run only the many-ranks comparison (local pool, then Dask, same run) and record it")
     ap.add_argument("--scanner-only", action="store_true",
                     help="measure only the split-point scanner's MB/s on the --big-mb trace and record it")
     ap.add_argument("--repeat", type=int, default=3, help="scanner runs per mode (best is reported)")
     ap.add_argument("--wait-idle", type=float, default=300,
-                    help="--scanner-only: wait up to this many seconds for other processes to go quiet")
+                    help="--scanner-only, --many-only: wait up to this many seconds for other processes to go "
+                         "quiet (before each run)")
     a = ap.parse_args(argv)
     if a.quick:
         a.big_mb, a.ranks, a.rank_mb = 60, 4, 20
@@ -162,34 +194,48 @@ def main(argv=None):
     big = big_files[0]
     if a.scanner_only:
         return scanner_only(a, argv if argv is not None else sys.argv[1:], big, log)
-    rows = []
-    scan = scanner_throughput(big, log)
-    mbs = scan["one buffer"][0]
     out = SCRATCH / "out_scale"
     res = {}
-    for jobs in (1, 2):
+    scan = scanner_throughput(big, log) if not a.many_only else None
+    for jobs in (1, 2) if not a.many_only else ():
         shutil.rmtree(out, ignore_errors=True)
         res[jobs] = run([sys.executable, "-m", "streamtrace", "analyze", big, "-o", out, "-j", jobs],
                         f"analyze 1 x {a.big_mb:g}MB -j{jobs}", logdir, log)
-    speedup = res[1]["wall"] / res[2]["wall"]
-    rows.append(("one big trace", f"{big_bytes / 1e6:,.0f} MB", res, speedup))
     many = None
     if not a.skip_dask:
         many_dir, files, many_bytes, _ = BM.ensure_inputs(SCRATCH, src, a.ranks, a.rank_mb, log)
         shutil.rmtree(out, ignore_errors=True)
+        if a.many_only and a.wait_idle:
+            BM.wait_idle(a.wait_idle, log)
         local = run([sys.executable, "-m", "streamtrace", "analyze", many_dir, "-o", out, "-j", 2],
                     f"analyze {a.ranks} x {a.rank_mb:g}MB local pool", logdir, log)
         shutil.rmtree(out, ignore_errors=True)
+        if a.many_only and a.wait_idle:
+            BM.wait_idle(a.wait_idle, log)
         dask = run([sys.executable, "-c", DASK_DRIVER, many_dir, out],
                    f"analyze {a.ranks} x {a.rank_mb:g}MB dask LocalCluster", logdir, log)
-        inner = json.loads(dask["stdout"].strip().splitlines()[-1])
-        many = (many_bytes, local, dask, inner)
+        quiet = None
+        if a.dask_quiet:
+            shutil.rmtree(out, ignore_errors=True)
+            if a.many_only and a.wait_idle:
+                BM.wait_idle(a.wait_idle, log)
+            quiet = run([sys.executable, "-c", DASK_DRIVER, many_dir, out, json.dumps(DASK_QUIET)],
+                        f"analyze {a.ranks} x {a.rank_mb:g}MB dask LocalCluster quiet", logdir, log)
+        pkg = str(ROOT / "streamtrace")
+        for r in (dask, quiet) if quiet else (dask,):
+            r["inner"] = inner = json.loads(r["stdout"].strip().splitlines()[-1])
+            if not all(m.startswith(pkg) for m in [inner["client_module"], *inner["worker_modules"]]):
+                raise SystemExit(f"the Dask run imported streamtrace from {inner}, not from {pkg}")
+        many = (many_bytes, local, dask, quiet)
     shutil.rmtree(out, ignore_errors=True)
     info = BM.machine_info()
     lines = [f"\n## Scale: one big trace on all cores, many ranks on Dask\n",
              f"`python bench/bench_scale.py {' '.join(argv or sys.argv[1:])}` — "
              f"{dt.datetime.utcnow():%Y-%m-%d %H:%M} UTC, nproc {info['nproc']}, {info['ram_gib']:.1f} GiB, "
-             f"{info['cpu']}; source `{src.name}` inflated with tools/inflate_trace.py.\n",
+             f"{info['cpu']}, git {info.get('git', '?')}; source `{src.name}` inflated with tools/inflate_trace.py.\n"]
+    if not a.many_only:
+        mbs, speedup = scan["one buffer"][0], res[1]["wall"] / res[2]["wall"]
+        lines += [
              f"- split-point scanner (numba, in memory): **{mbs:,.0f} MB/s** (target >= 1,000 MB/s)",
              f"- one {big_bytes / 1e6:,.0f} MB trace, `streamtrace analyze`: -j 1 {res[1]['wall']:.1f} s "
              f"(max RSS {res[1]['max_single_rss'] / 2**20:.0f} MB), -j 2 {res[2]['wall']:.1f} s "
@@ -197,8 +243,11 @@ def main(argv=None):
              f" -> speed-up **{speedup:.2f}x** (target >= 1.7x); other load during the runs: "
              f"{res[1].get('other_cores', 0):.2f} / {res[2].get('other_cores', 0):.2f} cores"]
     if many:
-        many_bytes, local, dask, inner = many
+        many_bytes, local, dask, quiet = many
+        inner = dask["inner"]
         over = dask["wall"] / local["wall"] - 1
+        m = re.search(r"analysed \d+ ranks in ([\d.]+) s", local["stdout"])
+        local_in = float(m.group(1)) if m else None      # the CLI's own analyze time (no interpreter start-up)
         lines += [
             f"- {a.ranks} ranks x {a.rank_mb:g} MB ({many_bytes / 1e9:.2f} GB): local pool (2 workers) "
             f"{local['wall']:.1f} s = {many_bytes / 1e6 / local['wall']:,.0f} MB/s, max worker RSS "
@@ -206,7 +255,22 @@ def main(argv=None):
             f"{dask['wall']:.1f} s wall incl. cluster start-up ({inner['analyze_s']:.1f} s inside analyze) = "
             f"{many_bytes / 1e6 / inner['analyze_s']:,.0f} MB/s, max worker RSS {dask['max_single_rss'] / 2**20:.0f} MB"
             f" -> Dask overhead **{(inner['analyze_s'] / local['wall'] - 1) * 100:+.1f} %** inside analyze, "
-            f"{over * 100:+.1f} % including cluster start-up (target within 15 %)"]
+            f"{over * 100:+.1f} % including cluster start-up (target within 15 %)"
+            + (f"; vs the local pool's own analyze time ({local_in:.1f} s, without interpreter start-up): "
+               f"{(inner['analyze_s'] / local_in - 1) * 100:+.1f} %" if local_in else ""),
+            f"- CPU of the whole process tree (user+sys / sys / minor page faults): local pool "
+            f"{local.get('cpu_s', 0):.0f} s / {local.get('sys_s') or 0:.0f} s / {(local.get('minflt') or 0) / 1e6:.1f} M; "
+            f"dask {dask.get('cpu_s', 0):.0f} s / {dask.get('sys_s') or 0:.0f} s / {(dask.get('minflt') or 0) / 1e6:.1f} M "
+            f"(dask includes the cluster start-up); other load during the runs: "
+            f"{local.get('other_cores', 0):.2f} / {dask.get('other_cores', 0):.2f} cores"]
+        if quiet:
+            qi = quiet["inner"]
+            lines += [
+                f"- dask LocalCluster with `DASK_QUIET` settings ({', '.join(f'{k}={v}' for k, v in DASK_QUIET.items())}): "
+                f"{quiet['wall']:.1f} s wall ({qi['analyze_s']:.1f} s inside analyze) -> overhead "
+                f"**{(qi['analyze_s'] / local['wall'] - 1) * 100:+.1f} %** inside analyze; CPU {quiet.get('cpu_s', 0):.0f} s / "
+                f"{quiet.get('sys_s') or 0:.0f} s / {(quiet.get('minflt') or 0) / 1e6:.1f} M; other load "
+                f"{quiet.get('other_cores', 0):.2f} cores"]
     text = "\n".join(lines) + "\n"
     print(text)
     if not a.quick:

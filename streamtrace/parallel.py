@@ -13,6 +13,9 @@
 Results come back in input order.  With ``keep_going`` a failed task is retried
 ``retries`` times and then returned as a :class:`TaskFailure`; without it the first
 failure cancels the rest and is raised.
+
+Every task sent to an executor first runs :func:`tune_malloc` once in its worker
+process (see there: dask's nanny otherwise makes glibc ``mmap`` every array).
 """
 from __future__ import annotations
 
@@ -24,6 +27,14 @@ from dataclasses import dataclass
 
 PROGRESS = None  # set in each worker: the shared progress array
 
+# glibc mallopt(): M_MMAP_THRESHOLD, and the ceiling glibc's own adaptive threshold
+# reaches on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX, 32 MiB)
+M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD = 32 << 20
+# environment variables that make glibc freeze its mmap threshold at 128 KiB
+_FREEZING_ENV = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
+_MALLOC_TUNED = None
+
 
 @dataclass
 class TaskFailure:
@@ -32,6 +43,49 @@ class TaskFailure:
     args: tuple
     error: str
     attempts: int
+
+
+def tune_malloc() -> bool:
+    """Let glibc reuse freed arrays again in a worker started by dask's nanny; once
+    per process, a no-op elsewhere.  Returns True when it changed the setting.
+
+    The nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536`` (config
+    ``distributed.nanny.pre-spawn-environ``).  Setting any of those variables also
+    switches off glibc's adaptive mmap threshold, so every allocation above 128 KiB --
+    each numpy array a task builds -- is a fresh ``mmap`` whose pages the kernel faults
+    in and zeroes, then ``munmap``.  Measured on 126 MB ranks: 3-4x the page faults,
+    0.8 s instead of 0.3 s system CPU per rank, +25-40 % CPU per task.  This restores
+    the threshold glibc's adaptive rule would reach, :data:`MMAP_THRESHOLD` (32 MiB);
+    the trim threshold (memory handed back to the OS) is left as configured.  Costs
+    about 30 MB more peak RSS per worker (126 MB ranks: 336 MB instead of ~300 MB).  An
+    explicit ``MALLOC_MMAP_THRESHOLD_`` is respected."""
+    global _MALLOC_TUNED
+    if _MALLOC_TUNED is not None:
+        return False
+    _MALLOC_TUNED = False
+    env = os.environ
+    if not sys.platform.startswith("linux") or "MALLOC_MMAP_THRESHOLD_" in env \
+            or not any(k in env for k in _FREEZING_ENV):
+        return False
+    try:
+        import ctypes
+        _MALLOC_TUNED = bool(ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    except (OSError, AttributeError):    # not glibc
+        pass
+    return _MALLOC_TUNED
+
+
+class InWorker:
+    """``fn`` as sent to an executor: calls :func:`tune_malloc`, then ``fn(*args)``.
+    Keeps ``fn``'s name (dask names its tasks after it)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.__name__ = getattr(fn, "__name__", "task")
+
+    def __call__(self, *args):
+        tune_malloc()
+        return self.fn(*args)
 
 
 def init_worker(arr):
@@ -120,6 +174,7 @@ def _run_inline(fn, args_list, arr, on_tick, retries, keep_going):
 
 
 def _run_on(ex, fn, args_list, on_tick, retries, keep_going):
+    fn = InWorker(fn)
     futs = {ex.submit(fn, *a): (i, 1) for i, a in enumerate(args_list)}
     results = [None] * len(args_list)
     try:

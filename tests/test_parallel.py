@@ -83,3 +83,32 @@ def test_trace_errors_cross_process_boundaries(tmp_path):
     assert [r["rank"] for r in s["ranks"]] == [0]
     assert len(s["failed"]) == 1 and "truncated" in s["failed"][0]["error"] and s["failed"][0]["attempts"] == 2
     assert isinstance(TraceError("p", "m"), Exception)
+
+
+def _tuned(x):
+    from streamtrace import parallel
+    return x, parallel._MALLOC_TUNED, os.environ.get("MALLOC_TRIM_THRESHOLD_")
+
+
+@pytest.mark.parametrize("env,want", [({"MALLOC_TRIM_THRESHOLD_": "65536"}, "True False"),
+                                      ({"MALLOC_TRIM_THRESHOLD_": "65536", "MALLOC_MMAP_THRESHOLD_": "131072"},
+                                       "False False"),
+                                      ({}, "False False")])
+def test_tune_malloc_only_when_frozen(env, want):
+    """glibc's mmap threshold is restored once per process, only where a MALLOC_* variable froze it."""
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")} | env
+    code = "from streamtrace.parallel import tune_malloc as t; print(t(), t())"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert r.stdout.split() == want.split()
+
+
+@pytest.mark.slow
+def test_dask_workers_tune_malloc():
+    """Tasks on a dask LocalCluster (whose nanny sets MALLOC_TRIM_THRESHOLD_) run with malloc tuned."""
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None) as cluster:
+        res = run_tasks(_tuned, [(1,), (2,)], scheduler=cluster.scheduler_address)
+    assert res == [(1, True, "65536"), (2, True, "65536")]
