@@ -376,7 +376,7 @@ def run_size(scratch, src, ranks, size_mb, args, log, state):
         notes.append(f"{ranks} x {size_mb:g} MB inputs generated in {gen_s:.0f} s")
     tag = f"{ranks}x{size_mb:g}MB"
 
-    def one(label, cmd, out, workers_fn, tool):
+    def one(label, cmd, out, workers_fn, tool, keep=True):
         free = shutil.disk_usage(scratch).free
         if free < in_bytes * 2.5:
             notes.append(f"{label}: skipped, only {free / 1e9:.1f} GB free disk for its output")
@@ -419,8 +419,26 @@ def run_size(scratch, src, ranks, size_mb, args, log, state):
         log(f"[{tag}] {label}: {'ok' if ok else 'FAILED'} {r['wall']:.1f} s, max single RSS "
             f"{_mb(r['max_single_rss']):,.0f} MB, peak summed RSS {_mb(r['peak_sum_rss']):,.0f} MB"
             + (f"; {r['summary']}" if r["summary"] else ""))
-        rows.append(r)
+        if keep:
+            rows.append(r)
         return r
+
+    def median_of(label, cmd, out, workers_fn, tool):
+        """``args.repeat`` runs of one command; the run with the median wall time is the
+        table row, every run is listed in a note (this VM's speed varies by +-20 %
+        from run to run)."""
+        runs = [one(label, cmd, out, workers_fn, tool, keep=False) for _ in range(args.repeat)]
+        runs = [r for r in runs if r is not None]
+        if not runs:
+            return None
+        mid = sorted(runs, key=lambda r: r["wall"])[(len(runs) - 1) // 2]
+        rows.append(mid)
+        if len(runs) > 1:
+            mid["label"] = f"{label} (median of {len(runs)})"
+            notes.append(f"[{tag}] {label}: {len(runs)} runs, wall " + ", ".join(f"{r['wall']:.1f}" for r in runs)
+                         + " s; per worker process " + "; ".join(
+                             ", ".join(f"{x:g}" for x in r["worker_mbps"]) for r in runs) + " MB/s")
+        return mid
 
     def st_workers(jobs):
         def f(r):
@@ -430,8 +448,8 @@ def run_size(scratch, src, ranks, size_mb, args, log, state):
 
     st_out = outdir / f"streamtrace_{tag}.json"
     base = [sys.executable, "-m", "streamtrace", "merge", str(indir), "-o", str(st_out), "--no-validate"]
-    one(f"streamtrace (-j default = {min(nproc, ranks)})", base, st_out, st_workers(0), "streamtrace")
-    one("streamtrace -j 1", base + ["-j", "1"], st_out, st_workers(1), "streamtrace-j1")
+    median_of(f"streamtrace (-j default = {min(nproc, ranks)})", base, st_out, st_workers(0), "streamtrace")
+    median_of("streamtrace -j 1", base + ["-j", "1"], st_out, st_workers(1), "streamtrace-j1")
 
     # Megatron baseline, unless its memory would not fit.
     mg_out = outdir / f"megatron_{tag}.json"
@@ -564,6 +582,8 @@ def main(argv=None):
     ap.add_argument("--megatron-ratio", type=float, default=6.0,
                     help="RAM/input ratio assumed for the Megatron baseline when no earlier run calibrates it (default 6)")
     ap.add_argument("--timeout", type=float, help="kill a measured run after this many seconds")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="runs of each streamtrace command; the median (by wall time) is reported (default 3)")
     ap.add_argument("--wait-idle", type=float, default=300.0,
                     help="before each run wait up to this many seconds for other processes to use < 0.25 cores "
                          "(default 300; 0: do not wait)")
