@@ -287,10 +287,9 @@ def event_times(buf, s: int, e: int):
     read from the number text; ``flags``: HAS_TS, HAS_DUR, TS_BAD, DUR_BAD, BIG_INT).
     For the rare events the byte kernel hands to the Python twin: the batch itself
     was scanned for byte ranges only."""
-    one = np.zeros(1, np.int64)
-    ts, dur = np.zeros(1, np.int64), np.zeros(1, np.int64)
+    start, end, ts, dur = (np.zeros(1, np.int64) for _ in range(4))
     flags = np.zeros(1, np.uint8)
-    K.scan_events(buf, s, e, np.zeros(1, np.int64), one, ts, dur, flags, np.zeros(1, np.int64))
+    K.scan_events(buf, s, e, start, end, ts, dur, flags, np.zeros(1, np.int64))
     return int(ts[0]), int(dur[0]), int(flags[0])
 
 

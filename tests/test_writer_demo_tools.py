@@ -76,7 +76,7 @@ import importlib.util, sys
 cli = sys.argv[1] == "cli"
 if cli:
     from streamtrace.cli import main
-    rc = main(["validate", sys.argv[2]])
+    main(["validate", sys.argv[2]])
 else:
     from streamtrace.validate import validate
     validate(sys.argv[2])

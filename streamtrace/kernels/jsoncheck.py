@@ -253,15 +253,14 @@ def _key_end(buf, j, e):
             return -1 if _string(buf, j, e) < 0 else -2
         if c < 32:
             return -1
-        if c >= 128:                    # validate the UTF-8 of the whole key, then look for escapes
-            k = _string(buf, j, e)
-            if k < 0:
-                return -1
-            for r in range(q + 1, k - 1):
-                if buf[r] == 92:
-                    return -2
-            return k
-        q += 1
+        # c >= 128: validate the UTF-8 of the whole key, then look for escapes
+        k = _string(buf, j, e)
+        if k < 0:
+            return -1
+        for r in range(q + 1, k - 1):
+            if buf[r] == 92:
+                return -2
+        return k
     return -1
 
 

@@ -139,6 +139,21 @@ def _put_us(out, o, ns):
     return o
 
 
+@njit(cache=True, inline="always")
+def _value_ns(buf, s, e):
+    """``(ok, ns)``: the member value ``buf[s:e]`` read as microseconds into exact
+    int64 ns, the way :func:`streamtrace.kernels.scan.scan_events` reads ``ts``/``dur``
+    (a number text that fits); ``ok`` is False for an absent member (``s`` < 0) or
+    any other value."""
+    if s < 0:
+        return False, np.int64(0)
+    c = buf[s]
+    if c != 45 and not (48 <= c <= 57):
+        return False, np.int64(0)
+    ok, v, _ = parse_ns(buf, s, e)
+    return ok, v
+
+
 @njit(cache=True)
 def rewrite_events(buf, starts, ends, i, n, out, o, state,
                    pid_text, pid_off, pid_new, pid_kind, pid_used, npids,
@@ -259,23 +274,15 @@ def rewrite_events(buf, starts, ends, i, n, out, o, state,
         if gpu_only and (is_flow or pid_kind[k] != KIND_GPU):
             i += 1
             continue
-        ts_ok = False
-        tsv = np.int64(0)
-        if ts_s >= 0:
-            c0 = buf[ts_s]
-            if c0 == 45 or 48 <= c0 <= 57:
-                ts_ok, tsv, _ = parse_ns(buf, ts_s, ts_e)
-            if not ts_ok:
-                return i, o, NEED_PYTHON
+        ts_ok, tsv = _value_ns(buf, ts_s, ts_e)
+        if ts_s >= 0 and not ts_ok:
+            return i, o, NEED_PYTHON
         if has_window and ts_ok and ph != 77:
             t0 = tsv
             t1 = t0
-            if dur_s >= 0:
-                c0 = buf[dur_s]
-                if c0 == 45 or 48 <= c0 <= 57:
-                    dur_ok, durv, _ = parse_ns(buf, dur_s, dur_e)
-                    if dur_ok and durv > 0:
-                        t1 = t0 + durv
+            dur_ok, durv = _value_ns(buf, dur_s, dur_e)
+            if dur_ok and durv > 0:
+                t1 = t0 + durv
             if t1 < lo or t0 > hi:
                 i += 1
                 continue
