@@ -24,6 +24,7 @@ from .kernels import scan as K
 from .reader import TraceReader
 
 SPLIT_THRESHOLD = 256 << 20     # files smaller than this are parsed by one process
+RANGES_PER_JOB = 4              # byte ranges per worker process: early start, even finish
 
 
 def plain_copy(path, folder) -> str | None:
@@ -62,6 +63,17 @@ def split_ranges(path, parts: int):
 
     Returns ``(ranges, metadata, head_keys)``.  Raises :class:`TraceError` when the
     file has no ``traceEvents`` array or it is not closed (truncated)."""
+    found = {}
+    ranges = list(iter_ranges(path, parts, found))
+    return ranges, found["metadata"], found["head_keys"]
+
+
+def iter_ranges(path, parts: int, found: dict):
+    """:func:`split_ranges` as a generator: yields each ``(start, end)`` byte range as soon
+    as the scan has passed its end, so its parsing can start while the rest of the file
+    is scanned.  When exhausted, ``found`` holds ``"metadata"`` and ``"head_keys"``.
+    Raises :class:`TraceError` like :func:`split_ranges` (a truncated array: after the
+    ranges before the last one were yielded)."""
     r = TraceReader(path)
     head = r.read_head()
     if not r.has_events or r.events_offset is None:
@@ -71,34 +83,32 @@ def split_ranges(path, parts: int):
     every = max(1, (size - start) // max(1, parts))
     state = np.zeros(5, np.int64)
     state[3] = start
-    bounds = [start]
-    end = -1
     out = np.empty(max(4, parts * 2), np.int64)
     with open(path, "rb") as f:
-        f.seek(start)
-        pos = start
+        def after_comma(a):                # skip the separating comma (and whitespace)
+            f.seek(a)
+            head_bytes = f.read(4096)
+            stripped = head_bytes.lstrip(b" \t\r\n")
+            return a + len(head_bytes) - len(stripped) + (1 if stripped.startswith(b",") else 0)
+
+        prev, end, pos = start, -1, start
         while end < 0:
+            f.seek(pos)
             data = f.read(BLOCK)
             if not data:
                 break
             k, end = K.split_points(np.frombuffer(data, np.uint8), len(data), pos, every, out, state)
-            bounds.extend(out[:k].tolist())
             pos += len(data)
+            for b in out[:k].tolist():
+                if end >= 0 and b >= end:          # the array's end is the last range's end
+                    break
+                yield (prev, b)
+                prev = after_comma(b)
         if end < 0:
             raise TraceError(path, "truncated: traceEvents is not closed", offset=pos)
+        yield (prev, end)
         f.seek(end + 1)
         tail = f.read().strip()
-        if bounds[-1] >= end:
-            bounds.pop()
-        bounds.append(end)
-        ranges = []
-        for a, b in zip(bounds[:-1], bounds[1:]):
-            if a != start:                 # skip the separating comma (and whitespace)
-                f.seek(a)
-                head_bytes = f.read(4096)
-                stripped = head_bytes.lstrip(b" \t\r\n")
-                a += len(head_bytes) - len(stripped) + (1 if stripped.startswith(b",") else 0)
-            ranges.append((a, b))
     meta = dict(head)
     if tail.startswith(b","):
         try:
@@ -106,7 +116,7 @@ def split_ranges(path, parts: int):
         except orjson.JSONDecodeError:
             trailer = TraceReader(path).read_metadata()
         meta.update(trailer)
-    return ranges, meta, list(head)
+    found["metadata"], found["head_keys"] = meta, list(head)
 
 
 def range_events(path, byte_range, **kw):
@@ -195,24 +205,33 @@ class MergedStore:
 
 
 def ingest_parallel(path, tmpdir, jobs, patterns, salvage=False, spill_dir=None, chunk_events=1_000_000):
-    """Parse one big trace with ``jobs`` worker processes (byte ranges in order).
+    """Parse one big trace with ``jobs`` worker processes (byte ranges in order, about
+    :data:`RANGES_PER_JOB` per worker, each handed out as soon as the boundary scan
+    has found its end, so parsing starts while the parent still scans).
     Returns ``(store, table, comm_rows, metadata, warnings)`` equivalent to
     :func:`streamtrace.analyze.ingest` on the whole file."""
     from .columns import StringTable
-    from .parallel import run_tasks
+    from .parallel import pool
     plain = plain_copy(path, tmpdir)
     try:
         src = plain or str(path)
-        ranges, meta, _ = split_ranges(src, jobs * 2)
-        tasks = [(src, r, patterns, salvage,
-                  (os.path.join(spill_dir, f"r{i}") if spill_dir else None), chunk_events)
-                 for i, r in enumerate(ranges)]
-        if spill_dir:
-            for t in tasks:
-                os.makedirs(t[4], exist_ok=True)
-        results = run_tasks(_ingest_range, tasks, jobs)
+        found: dict = {}
+        futures = []
+        with pool(jobs) as ex:
+            try:
+                for i, r in enumerate(iter_ranges(src, jobs * RANGES_PER_JOB, found)):
+                    folder = os.path.join(spill_dir, f"r{i}") if spill_dir else None
+                    if folder:
+                        os.makedirs(folder, exist_ok=True)
+                    futures.append(ex.submit(_ingest_range, src, r, patterns, salvage, folder, chunk_events))
+                results = [f.result() for f in futures]
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                raise
     finally:
         cleanup(plain)
+    meta = found["metadata"]
     table = StringTable()
     comm_rows, warnings = [], []
     store = MergedStore(chunk_events)
