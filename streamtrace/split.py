@@ -91,7 +91,7 @@ def iter_ranges(path, parts: int, found: dict):
             stripped = head_bytes.lstrip(b" \t\r\n")
             return a + len(head_bytes) - len(stripped) + (1 if stripped.startswith(b",") else 0)
 
-        prev, end, pos = start, -1, start
+        prev, end, pos, npoints = start, -1, start, 0
         while end < 0:
             f.seek(pos)
             data = f.read(BLOCK)
@@ -99,14 +99,17 @@ def iter_ranges(path, parts: int, found: dict):
                 break
             k, end = K.split_points(np.frombuffer(data, np.uint8), len(data), pos, every, out, state)
             pos += len(data)
-            for b in out[:k].tolist():
-                if end >= 0 and b >= end:          # the array's end is the last range's end
+            points = out[:k].tolist()
+            npoints += k
+            for i, b in enumerate(points):
+                if end >= 0 and i == k - 1 and b >= end:     # the array's end is the last range's end
                     break
                 yield (prev, b)
                 prev = after_comma(b)
         if end < 0:
             raise TraceError(path, "truncated: traceEvents is not closed", offset=pos)
-        yield (prev, end)
+        if npoints or start < end:                          # an empty array without a cut: no range
+            yield (prev, end)
         f.seek(end + 1)
         tail = f.read().strip()
     meta = dict(head)
