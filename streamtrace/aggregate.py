@@ -98,10 +98,9 @@ def _clipped_length(us, ue, lo, hi) -> int:
 def _steps(part) -> dict:
     """``{step number: (ts_ns, dur_ns)}`` of the part's ``ProfilerStep#N`` ops (rank-local)."""
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-    if not part.ops_path.is_file():
+    t = part.read_ops(["name", "ts_ns", "dur_ns"])
+    if t is None:
         return {}
-    t = pq.read_table(part.ops_path, columns=["name", "ts_ns", "dur_ns"])
     t = t.filter(pc.starts_with(t["name"], "ProfilerStep#"))
     out = {}
     for n, s, d in zip(t["name"].to_pylist(), t["ts_ns"].to_pylist(), t["dur_ns"].to_pylist()):
@@ -157,12 +156,11 @@ def _gpu_part(job, part):
 
 def _cpu_part(job, part):
     """Rows from the CPU ops of a rank without GPU events (see the module docstring)."""
-    import pyarrow.parquet as pq
     from . import classify as C
     from .patterns import Patterns
-    if not part.ops_path.is_file():
+    t = part.read_ops(["name", "cat", "ts_ns", "dur_ns", "parent"])
+    if t is None:
         return [], [], {}, [], {}
-    t = pq.read_table(part.ops_path, columns=["name", "cat", "ts_ns", "dur_ns", "parent"])
     name = t["name"].to_numpy(zero_copy_only=False).astype(str)
     cat = t["cat"].to_numpy(zero_copy_only=False).astype(str)
     ts, dur, parent = (t[c].to_numpy() for c in ("ts_ns", "dur_ns", "parent"))

@@ -65,8 +65,21 @@ class Part:
 
     @property
     def ops_path(self) -> Path:
+        """The first ops file (``part-0.parquet``); :attr:`ops_files` lists them all."""
         from .analyze import partition_path
         return partition_path(self.dir, "ops", self.rank, self.iteration)
+
+    @property
+    def ops_files(self) -> list[Path]:
+        """The rank's ops files in row order (several after ``analyze --jobs N`` of one big trace)."""
+        from .outputs import partition_files
+        return partition_files(self.dir, "ops", self.rank, self.iteration)
+
+    def read_ops(self, columns):
+        """The rank's ops rows (all part files, in order) as a pyarrow Table; None when none exist."""
+        from .outputs import read_partition
+        files = self.ops_files
+        return read_partition(files, columns) if files else None
 
     def align(self, t):
         """Rank-local int64 ns -> aligned int64 ns (``t + shift_ns - clock_offset_ns``)."""
@@ -125,11 +138,11 @@ def _read_source_meta(source: str, rank: int) -> dict:
 def _part_info(dir_, rank, iteration, source):
     from .analyze import partition_path
     k = partition_path(dir_, "kernels", rank, iteration)
-    o = partition_path(dir_, "ops", rank, iteration)
+    from .outputs import partition_files
     lo1, _ = _parquet_min_max(k, "ts_ns")
     _, hi1 = _parquet_min_max(k, "end_ns")
-    lo2, _ = _parquet_min_max(o, "ts_ns")
-    starts = [x for x in (lo1, lo2) if x is not None]
+    ops_lo = [_parquet_min_max(o, "ts_ns")[0] for o in partition_files(dir_, "ops", rank, iteration)]
+    starts = [x for x in [lo1] + ops_lo if x is not None]
     info = _read_source_meta(source, rank)
     info["start_ns"] = min(starts) if starts else 0
     info["end_ns"] = hi1 if hi1 is not None else info["start_ns"]

@@ -27,7 +27,8 @@ import numpy as np
 
 from .columns import StringTable, columns_from_batch
 from .errors import StreamtraceError
-from .outputs import UNKNOWN_ITERATION, PartitionWriter, StringPool, partition_path, schemas  # noqa: F401
+from .outputs import (UNKNOWN_ITERATION, PartitionWriter, StringPool, drop_extra_parts, partition_path,  # noqa: F401
+                      schemas)
 from .patterns import Patterns
 from .rankanalysis import KINDS, analyze_rank  # noqa: F401  (KINDS re-exported)
 from .reader import TraceReader
@@ -187,10 +188,13 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
         for rank, keys in sorted(ranks.items()):
             def kernels_out(pools, rank=rank):
                 return PartitionWriter(outdir, rank, iteration, kschema, "kernels", pools)
-            with PartitionWriter(outdir, rank, iteration, oschema, "ops", ops_pools) as ops:
-                summ = analyze_rank(store, keys, comm_rows, table, rank, device_mode, pmap, pats, topo,
-                                    _pg_config(meta, rank), ops, kernels_out, pool, opt.chunk_events,
-                                    spill.name if spill else None)
+            drop_extra_parts(outdir, "ops", rank, iteration, 1)    # an earlier run's part-1.. files
+
+            def open_ops(part, rank=rank):
+                return PartitionWriter(outdir, rank, iteration, oschema, "ops", ops_pools, part=part)
+            summ = analyze_rank(store, keys, comm_rows, table, rank, device_mode, pmap, pats, topo,
+                                _pg_config(meta, rank), open_ops, kernels_out, pool, opt.chunk_events,
+                                spill.name if spill else None, jobs=opt.split_jobs)
             out.append({"rank": rank, "source": str(path), "iteration": iteration, **summ,
                         "warnings": warnings})
         return out

@@ -85,10 +85,9 @@ def _ranks_of(s: str) -> list:
 def _p2p_dirs(part, corr_needed) -> dict:
     """``{correlation: {"send": "forward"|"backward", "recv": ...}}`` from the Megatron p2p function
     (send_forward, recv_backward, send_forward_recv_backward, ...) above each launch in the ops."""
-    import pyarrow.parquet as pq
-    if not corr_needed or not part.ops_path.is_file():
+    t = part.read_ops(["name", "parent", "correlation"]) if corr_needed else None
+    if t is None:
         return {}
-    t = pq.read_table(part.ops_path, columns=["name", "parent", "correlation"])
     corr = t["correlation"].to_numpy()
     parent = t["parent"].to_numpy()
     names = t["name"]

@@ -43,8 +43,12 @@ def schemas():
     return kernels, ops
 
 
-def partition_path(outdir, dataset, rank, iteration) -> Path:
-    """``outdir/<dataset>/iteration=<N>/rank=<R>/part-0.parquet``: one rank of one trace file.
+def partition_path(outdir, dataset, rank, iteration, part=0) -> Path:
+    """``outdir/<dataset>/iteration=<N>/rank=<R>/part-<part>.parquet``: one rank of one trace file.
+
+    A partition is ``part-0.parquet`` alone, except when one big trace is analysed on several
+    cores (``--jobs N``): its ops then go to up to N files ``part-0`` .. ``part-<N-1>``, rows in
+    that order (:func:`partition_files` lists them).
 
     ``N`` is the file's iteration (``summary.json``'s ``"iteration"`` for the rank), or
     :data:`UNKNOWN_ITERATION` (-1) when that is None.  Not hive's null directory
@@ -53,7 +57,36 @@ def partition_path(outdir, dataset, rank, iteration) -> Path:
     beside non-null ones; -1, like the tables' other unknown integers, reads as an integer
     everywhere (DuckDB too)."""
     it = UNKNOWN_ITERATION if iteration is None else int(iteration)
-    return Path(outdir) / dataset / f"iteration={it}" / f"rank={int(rank)}" / "part-0.parquet"
+    return Path(outdir) / dataset / f"iteration={it}" / f"rank={int(rank)}" / f"part-{int(part)}.parquet"
+
+
+def partition_files(outdir, dataset, rank, iteration) -> list[Path]:
+    """The existing ``part-K.parquet`` files of one partition (:func:`partition_path`), in
+    row order (K ascending); ``[]`` when there are none."""
+    import re
+    d = partition_path(outdir, dataset, rank, iteration).parent
+    found = [(int(m.group(1)), p) for p in (d.iterdir() if d.is_dir() else ())
+             if (m := re.fullmatch(r"part-(\d+)\.parquet", p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def read_partition(files, columns=None):
+    """The rows of a partition's part files (:func:`partition_files`) as one pyarrow Table,
+    in order.  Raises ``FileNotFoundError`` when ``files`` is empty."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    if not files:
+        raise FileNotFoundError("no part files")
+    tables = [pq.read_table(f, columns=columns) for f in files]
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
+
+def drop_extra_parts(outdir, dataset, rank, iteration, keep: int):
+    """Delete the partition's ``part-K.parquet`` files with K >= ``keep`` (left by an earlier
+    run with more parts), so the dataset holds only this run's rows."""
+    for p in partition_files(outdir, dataset, rank, iteration):
+        if int(p.stem.split("-")[1]) >= keep:
+            p.unlink(missing_ok=True)
 
 
 class StringPool:
@@ -90,14 +123,14 @@ def numeric_array(values, typ):
 
 
 class PartitionWriter:
-    """Writes ``<dataset>/iteration=N/rank=R/part-0.parquet`` (:func:`partition_path`, zstd)
+    """Writes ``<dataset>/iteration=N/rank=R/part-<part>.parquet`` (:func:`partition_path`, zstd)
     atomically, from numpy columns given in any number of :meth:`write` calls, in row
     groups of ``rows`` rows.  ``pools``: ``{string column: StringPool}``; those columns
     are passed as int ids.  Arrow buffers come from the system allocator, which hands
     freed memory back."""
 
-    def __init__(self, outdir, rank, iteration, schema, dataset, pools, rows=ROW_GROUP):
-        self.path = partition_path(outdir, dataset, rank, iteration)
+    def __init__(self, outdir, rank, iteration, schema, dataset, pools, rows=ROW_GROUP, part=0):
+        self.path = partition_path(outdir, dataset, rank, iteration, part)
         self.schema = schema
         self.pools = pools
         self.rows = max(1, int(rows))

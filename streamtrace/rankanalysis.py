@@ -142,25 +142,42 @@ class _Gpu:
 
 
 def analyze_rank(store, keys, comm_rows, table, rank, device_mode, pmap, pats, topo=None, pg_config=None,
-                 ops_writer=None, kernels_out=None, pool=None, block_rows=65536, folder=None):
+                 open_ops=None, kernels_out=None, pool=None, block_rows=65536, folder=None, jobs=1):
     """Analyse one rank whose events sit in ``store`` under ``keys``.
 
-    Its ops rows go to ``ops_writer`` (a :class:`~streamtrace.outputs.PartitionWriter` whose
-    string columns are ids into ``table``); its kernel rows to the writer that
+    Its ops rows go to the writer that ``open_ops(part)`` opens (a
+    :class:`~streamtrace.outputs.PartitionWriter` of ``part-<part>.parquet`` whose string
+    columns are ids into ``table``; ``part`` is 0 unless ``jobs`` > 1, see
+    :mod:`streamtrace.trackfork`); its kernel rows to the writer that
     ``kernels_out(pools)`` opens (``pools`` from :func:`kernel_pools`, ``pool`` being
     ``table``'s :class:`~streamtrace.outputs.StringPool`).  ``block_rows``/``folder``: the
-    external sorts' block size and spill folder (None: compressed in memory).  Each key's
-    rows are dropped from the store once analysed.  Returns the rank's summary dict
+    external sorts' block size and spill folder (None: compressed in memory).  ``jobs`` > 1:
+    the CPU tracks are analysed by up to ``jobs`` forked processes (same results).  Each
+    key's rows are dropped from the store once analysed.  Returns the rank's summary dict
     (``devices``, ``iterations``, ``phases``, ``call_tree``, ``links``)."""
+    import contextlib
     nm = Names(table, pats)
     gpu = _Gpu(store, [k for k in keys if k[0] == "gpu"], nm, device_mode, pmap)
     win = {"step": [], "recompute": [], **{c: [] for c in range(1, len(C.PHASES))},
            **{("fb", c): [] for c in range(1, len(C.PHASES))}}
     tot = {"n_cpu": 0, "clamped": 0, "overrun": 0, "dup": 0}
-    for key in (k for k in keys if k[0] == "cpu"):
-        _track(store, key, gpu, nm, win, tot, ops_writer, block_rows, folder)
-        store.drop(key)
+    open_ops = open_ops or (lambda part: contextlib.nullcontext(None))
+    cpu_keys = [k for k in keys if k[0] == "cpu"]
+    if jobs > 1 and len(cpu_keys) > 1:
+        from .trackfork import analyze_tracks
+
+        def track(store, key, gpu, win, tot, ops):
+            _track(store, key, gpu, nm, win, tot, ops, block_rows, folder)
+        analyze_tracks(track, store, cpu_keys, gpu, win, tot, jobs, open_ops)
+        for key in cpu_keys:
+            store.drop(key)
         trim()
+    else:
+        with open_ops(0) as ops_writer:
+            for key in cpu_keys:
+                _track(store, key, gpu, nm, win, tot, ops_writer, block_rows, folder)
+                store.drop(key)
+                trim()
     linked = int(gpu.M - np.count_nonzero(gpu.free))
     gpu.free = gpu.by_corr = gpu.corr_sorted = None                # linking is done
     iteration, ph, micro = _phases(gpu, win)
