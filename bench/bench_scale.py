@@ -141,6 +141,43 @@ def scanner_only(a, argv, big, log):
             f.write(text)
 
 
+def split_only(a, argv, big, big_bytes, logdir, log):
+    """``--split-only``: ``analyze -j 1`` and ``-j 2`` on the one big trace, alternating,
+    ``--split-repeat`` times each; the speed-up is the ratio of the median walls."""
+    import statistics
+    out = SCRATCH / "out_scale"
+    runs = {1: [], 2: []}
+    for i in range(a.split_repeat):
+        for jobs in (1, 2):
+            if a.wait_idle:
+                BM.wait_idle(a.wait_idle, log)
+            shutil.rmtree(out, ignore_errors=True)
+            runs[jobs].append(run([sys.executable, "-m", "streamtrace", "analyze", big, "-o", out, "-j", jobs],
+                                  f"analyze 1 x {a.big_mb:g}MB -j{jobs} run {i + 1}", logdir, log))
+    shutil.rmtree(out, ignore_errors=True)
+    med = {j: statistics.median(r["wall"] for r in runs[j]) for j in runs}
+    info = BM.machine_info()
+    fmt = lambda rs: ", ".join(f"{r['wall']:.1f} s (CPU {r.get('cpu_s', 0):.1f} s, other load "  # noqa: E731
+                               f"{r.get('other_cores', 0):.2f})" for r in rs)
+    lines = [f"\n## {dt.datetime.utcnow():%Y-%m-%d %H:%M} UTC: one big trace on all cores (split speed-up)\n",
+             f"`python bench/bench_scale.py {' '.join(argv)}` — nproc {info['nproc']}, {info['cpu']}, "
+             f"git {info.get('git', '?')}, streamtrace source hash {BM.code_id()}; input `{big}` "
+             f"({big_bytes / 1e6:,.0f} MB, inflated from `{Path(a.src).name}`); `streamtrace analyze TRACE -o OUT -j J`, "
+             f"J = 1 and 2 alternating, {a.split_repeat} runs each; wall of the whole process.\n",
+             f"- -j 1: median **{med[1]:.1f} s** (max RSS {max(r['max_single_rss'] for r in runs[1]) / 2**20:.0f} MB); "
+             f"runs: {fmt(runs[1])}",
+             f"- -j 2: median **{med[2]:.1f} s** (max single-process RSS "
+             f"{max(r['max_single_rss'] for r in runs[2]) / 2**20:.0f} MB, summed "
+             f"{max(r['peak_sum_rss'] for r in runs[2]) / 2**20:.0f} MB); runs: {fmt(runs[2])}",
+             f"- speed-up (ratio of medians): **{med[1] / med[2]:.2f}x** (target >= 1.7x); per pair: "
+             + ", ".join(f"{x['wall'] / y['wall']:.2f}x" for x, y in zip(runs[1], runs[2]))]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if not a.quick:
+        with open(ROOT / "bench" / "RESULTS.md", "a") as f:
+            f.write(text)
+
+
 def _time_field(logdir, label, field):
     """A number from the GNU time log :func:`bench_merge.measure` wrote for ``label``
     (e.g. ``"System time (seconds)"``, ``"Minor (reclaiming a frame) page faults"``); None if absent."""
@@ -179,9 +216,13 @@ def main(argv=None):
                     help="run only the many-ranks comparison (local pool, then Dask, same run) and record it")
     ap.add_argument("--scanner-only", action="store_true",
                     help="measure only the split-point scanner's MB/s on the --big-mb trace and record it")
+    ap.add_argument("--split-only", action="store_true",
+                    help="measure only analyze -j 1 against -j 2 on the --big-mb trace (alternating, "
+                         "--split-repeat runs each, medians) and record it")
+    ap.add_argument("--split-repeat", type=int, default=3, help="--split-only: runs per -j value")
     ap.add_argument("--repeat", type=int, default=3, help="scanner runs per mode (best is reported)")
     ap.add_argument("--wait-idle", type=float, default=300,
-                    help="--scanner-only, --many-only: wait up to this many seconds for other processes to go "
+                    help="--scanner-only, --many-only, --split-only: wait up to this many seconds for other processes to go "
                          "quiet (before each run)")
     a = ap.parse_args(argv)
     if a.quick:
@@ -194,6 +235,8 @@ def main(argv=None):
     big = big_files[0]
     if a.scanner_only:
         return scanner_only(a, argv if argv is not None else sys.argv[1:], big, log)
+    if a.split_only:
+        return split_only(a, argv if argv is not None else sys.argv[1:], big, big_bytes, logdir, log)
     out = SCRATCH / "out_scale"
     res = {}
     scan = scanner_throughput(big, log) if not a.many_only else None

@@ -170,7 +170,8 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
     spill = tempfile.TemporaryDirectory(prefix=".streamtrace-", dir=outdir) if opt.chunked else None
     try:
         if opt.split_jobs > 1:
-            from .split import ingest_parallel
+            from .split import ingest_parallel, warm_analysis
+            warm_analysis(outdir, opt)                   # before forking: the workers inherit the kernels
             store, table, comm_rows, meta, warnings = ingest_parallel(
                 path, outdir, opt.split_jobs, opt.patterns, opt.salvage, spill.name if spill else None,
                 opt.chunk_events)

@@ -207,6 +207,43 @@ class MergedStore:
         return out
 
 
+_WARM_TRACE = (
+    b'{"schemaVersion":1,"distributedInfo":{"rank":0,"world_size":2},"traceEvents":['
+    b'{"ph":"X","cat":"user_annotation","name":"ProfilerStep#1","pid":1,"tid":1,"ts":0,"dur":100},'
+    b'{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":1,"ts":1.5,"dur":20,"args":{"External id":3}},'
+    b'{"ph":"X","cat":"cpu_op","name":"record_param_comms","pid":1,"tid":1,"ts":30,"dur":20,'
+    b'"args":{"Collective name":"allreduce","In msg nelems":4,"Out msg nelems":4,"dtype":"Float",'
+    b'"Group size":2,"Process Group Ranks":"[0, 1]"}},'
+    b'{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":2,"dur":5,'
+    b'"args":{"correlation":9,"External id":3}},'
+    b'{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":31,"dur":5,'
+    b'"args":{"correlation":10}},'
+    b'{"ph":"X","cat":"cpu_op","name":"autograd::engine","pid":1,"tid":2,"ts":40,"dur":20},'
+    b'{"ph":"X","cat":"kernel","name":"gemm","pid":0,"tid":7,"ts":8,"dur":2,'
+    b'"args":{"device":0,"stream":7,"correlation":9,"External id":3}},'
+    b'{"ph":"X","cat":"kernel","name":"ncclDevKernel_AllReduce_Sum_f32_RING_LL","pid":0,"tid":8,"ts":37,"dur":9,'
+    b'"args":{"device":0,"stream":8,"correlation":10,"Collective name":"allreduce","In msg nelems":4,'
+    b'"Out msg nelems":4,"dtype":"Float","Group size":2}},'
+    b'{"ph":"X","cat":"gpu_memcpy","name":"Memcpy HtoD","pid":0,"tid":7,"ts":50,"dur":1,"args":{"device":0}}'
+    b']}')
+
+
+def warm_analysis(folder, opt) -> None:
+    """Load analyze's numba kernels (and pyarrow's Parquet writer) into this process by
+    analysing a small trace with ``opt``'s options in a temporary folder in ``folder``.
+    Called before a big trace is parsed by forked workers and its tracks analysed by
+    forked children (``--jobs N``): they inherit the loaded code instead of each paying
+    the ~0.5-0.7 s of loading it, so the split run loads every kernel once, as the
+    single-process run does."""
+    from dataclasses import replace
+    from .analyze import analyze_file
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".streamtrace-warm-") as d:
+        src = os.path.join(d, "warm.json")
+        with open(src, "wb") as f:
+            f.write(_WARM_TRACE)
+        analyze_file(src, d, 0, None, replace(opt, split_jobs=1))
+
+
 def ingest_parallel(path, tmpdir, jobs, patterns, salvage=False, spill_dir=None, chunk_events=1_000_000):
     """Parse one big trace with ``jobs`` worker processes (byte ranges in order, about
     :data:`RANGES_PER_JOB` per worker, each handed out as soon as the boundary scan
