@@ -236,7 +236,7 @@ def _cpu_part(job, part):
 
 def _part_job(job, index):
     part = job.parts[index]
-    rows = _gpu_part(job, part) if part.kernels_path.is_file() and _nrows(part.kernels_path) else None
+    rows = _gpu_part(job, part) if sum(_nrows(f) for f in part.kernels_files) else None
     if rows is None or not rows[1]:
         rows = _cpu_part(job, part)
     steps = _steps(part)

@@ -64,6 +64,18 @@ class Part:
         return partition_path(self.dir, "kernels", self.rank, self.iteration)
 
     @property
+    def kernels_files(self) -> list[Path]:
+        """The rank's kernels files in row order (two after ``analyze --jobs N`` of one big trace)."""
+        from .outputs import partition_files
+        return partition_files(self.dir, "kernels", self.rank, self.iteration)
+
+    def read_kernels(self, columns):
+        """The rank's kernel rows (all part files, in order) as a pyarrow Table; None when none exist."""
+        from .outputs import read_partition
+        files = self.kernels_files
+        return read_partition(files, columns) if files else None
+
+    @property
     def ops_path(self) -> Path:
         """The first ops file (``part-0.parquet``); :attr:`ops_files` lists them all."""
         from .analyze import partition_path
@@ -136,16 +148,14 @@ def _read_source_meta(source: str, rank: int) -> dict:
 
 
 def _part_info(dir_, rank, iteration, source):
-    from .analyze import partition_path
-    k = partition_path(dir_, "kernels", rank, iteration)
     from .outputs import partition_files
-    lo1, _ = _parquet_min_max(k, "ts_ns")
-    _, hi1 = _parquet_min_max(k, "end_ns")
-    ops_lo = [_parquet_min_max(o, "ts_ns")[0] for o in partition_files(dir_, "ops", rank, iteration)]
-    starts = [x for x in [lo1] + ops_lo if x is not None]
+    kf = partition_files(dir_, "kernels", rank, iteration)
+    of = partition_files(dir_, "ops", rank, iteration)
+    starts = [x for x in [_parquet_min_max(f, "ts_ns")[0] for f in kf + of] if x is not None]
+    ends = [x for x in [_parquet_min_max(f, "end_ns")[1] for f in kf] if x is not None]
     info = _read_source_meta(source, rank)
     info["start_ns"] = min(starts) if starts else 0
-    info["end_ns"] = hi1 if hi1 is not None else info["start_ns"]
+    info["end_ns"] = max(ends) if ends else info["start_ns"]
     return info
 
 
@@ -198,10 +208,9 @@ class Job:
         self._align()
 
     def _has_steps(self, p) -> bool:
-        import pyarrow.parquet as pq
-        if not p.kernels_path.is_file():
+        if not p.kernels_files:
             return False
-        it = pq.read_table(p.kernels_path, columns=["step"]).column(0).to_numpy()
+        it = p.read_kernels(["step"]).column(0).to_numpy()
         return bool(np.isin(it, list(self.iterations)).any())
 
     def _topology_from_traces(self):
@@ -270,7 +279,7 @@ class Job:
         ``--iterations`` and optionally by ``kind`` ("compute"/"communication"/"memory"), sorted by
         start.  ``iteration`` is :meth:`row_iteration` of the file's ``step`` column; ``ts_ns``/``end_ns``
         stay rank-local."""
-        return read_parquet_columns(part.kernels_path, columns, self, part, kind)
+        return read_parquet_columns(part.kernels_files, columns, self, part, kind)
 
     def meta(self) -> dict:
         """JSON-able description of the parts and the alignment."""
@@ -283,19 +292,21 @@ class Job:
 
 
 def read_parquet_columns(path, columns, job=None, part=None, kind=None) -> dict:
-    """Columns of one rank's kernels file as numpy arrays, rows filtered (see :meth:`Job.read_kernels`).
+    """Columns of one rank's kernels file (``path``, or a list of its part files) as numpy
+    arrays, rows filtered (see :meth:`Job.read_kernels`).
     ``"iteration"`` is read from the file's ``step`` column (``ProfilerStep#N``; the file has no
     ``iteration`` column: that name is the dataset's partition key)."""
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
     cols = list(dict.fromkeys(list(columns) + ["ts_ns", "iteration"] + (["kind"] if kind else [])))
     fcols = ["step" if c == "iteration" else c for c in cols]
-    if not Path(path).is_file():
+    files = [Path(p) for p in (path if isinstance(path, (list, tuple)) else [path]) if Path(p).is_file()]
+    if not files:
         from .analyze import _schema
         schema = _schema()[0]
         t = schema.empty_table().select(fcols)
     else:
-        t = pq.read_table(path, columns=fcols)
+        from .outputs import read_partition
+        t = read_partition(files, fcols)
     if kind is not None:
         t = t.filter(pc.equal(t["kind"], kind))
     out = {c: t[f].to_numpy(zero_copy_only=False) for c, f in zip(cols, fcols)}

@@ -187,9 +187,10 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
         ops_pools = {"name": pool, "cat": pool}
         out = []
         for rank, keys in sorted(ranks.items()):
-            def kernels_out(pools, rank=rank):
-                return PartitionWriter(outdir, rank, iteration, kschema, "kernels", pools)
-            drop_extra_parts(outdir, "ops", rank, iteration, 1)    # an earlier run's part-1.. files
+            def kernels_out(pools, part=0, rank=rank):
+                return PartitionWriter(outdir, rank, iteration, kschema, "kernels", pools, part=part)
+            for name in ("kernels", "ops"):                   # an earlier run's part-1.. files
+                drop_extra_parts(outdir, name, rank, iteration, 1)
 
             def open_ops(part, rank=rank):
                 return PartitionWriter(outdir, rank, iteration, oschema, "ops", ops_pools, part=part)

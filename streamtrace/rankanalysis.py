@@ -184,19 +184,32 @@ def analyze_rank(store, keys, comm_rows, table, rank, device_mode, pmap, pats, t
     del win, gpu.ctx["t_launch"]
     trim()
     coll = _collectives(gpu, comm_rows, nm, pats, topo, pg_config or {})
-    if kernels_out is not None:
-        with kernels_out(kernel_pools(pool or StringPool(table.strings), coll["pool"])) as w:
-            _write_kernels(store, gpu, iteration, ph, micro, coll, w)
-    for k in gpu.keys:
-        store.drop(k)
     M = gpu.M
-    device, g_start, g_end, kind = gpu.device, gpu.start, gpu.end, gpu.kind
-    del gpu, coll
-    trim()
     summary = {"devices": {}, "iterations": {}, "phases": [],
                "call_tree": {"cpu_events": int(tot["n_cpu"]), "clamped": int(tot["clamped"]),
                              "overruns": int(tot["overrun"])},
                "links": {"gpu_events": int(M), "linked": linked, "duplicate_launch_ids": int(tot["dup"])}}
+    if kernels_out is not None:
+        pools = kernel_pools(pool or StringPool(table.strings), coll["pool"])
+
+        def write(part, span=None):
+            with kernels_out(pools, part) as w:
+                _write_kernels(store, gpu, iteration, ph, micro, coll, w, span)
+        if jobs > 1 and M >= 2 * block_rows:        # two halves at once, the metrics meanwhile
+            from .trackfork import run_forked
+            h = M // 2
+            run_forked([lambda: write(0, (0, h)), lambda: write(1, (h, M))],
+                       then=lambda: _metrics(summary, gpu.device, gpu.start, gpu.end, gpu.kind, iteration, ph,
+                                             micro))
+            for k in gpu.keys:
+                store.drop(k)
+            return summary
+        write(0)
+    for k in gpu.keys:
+        store.drop(k)
+    device, g_start, g_end, kind = gpu.device, gpu.start, gpu.end, gpu.kind
+    gpu = coll = None                                              # (not del: closures above name them)
+    trim()
     _metrics(summary, device, g_start, g_end, kind, iteration, ph, micro)
     return summary
 
@@ -377,11 +390,19 @@ def _collectives(gpu, comm_rows, nm, pats, topo, pg_config):
     return out
 
 
-def _write_kernels(store, gpu, iteration, ph, micro, coll, writer):
-    pos = 0
+def _write_kernels(store, gpu, iteration, ph, micro, coll, writer, span=None):
+    """The kernels rows (all, or the GPU rows ``span`` = ``(lo, hi)``) to ``writer``."""
+    lo, hi = span or (0, gpu.M)
+    at_block = 0
     ctx = gpu.ctx
     for key in gpu.keys:
         for b in store.blocks(key):
+            a, z = max(lo - at_block, 0), min(hi - at_block, len(b))
+            pos = at_block + a
+            at_block += len(b)
+            if a >= z:
+                continue
+            b = b if (a, z) == (0, len(b)) else b[a:z]
             nb = len(b)
             sl = slice(pos, pos + nb)
             cols = {
@@ -398,7 +419,6 @@ def _write_kernels(store, gpu, iteration, ph, micro, coll, writer):
                 v[at] = coll[c][a:z]
                 cols[c] = v
             writer.write(cols)
-            pos += nb
 
 
 def kernel_pools(table_pool, coll_pool):

@@ -157,3 +157,49 @@ def _child(w, track, store, keys, gpu, win, base, open_ops, g):
             f.write(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
     finally:
         os._exit(0)
+
+
+def run_forked(fns, then=None):
+    """Run ``fns[0]()`` in this process and each of ``fns[1:]`` in a forked child at the same
+    time, then ``then()`` here while the children finish.  A child that fails (any
+    exception, or killed) is run again here, so every function has run once successfully
+    when this returns.  Exceptions of the functions run here propagate (the children are
+    then terminated).  Without ``os.fork`` everything runs here, in order."""
+    if not hasattr(os, "fork"):
+        for f in fns:
+            f()
+        if then is not None:
+            then()
+        return
+    pids = []
+    try:
+        for f in fns[1:]:
+            pid = os.fork()
+            if pid == 0:                                         # the child
+                code = 1
+                try:
+                    signal.signal(signal.SIGTERM, _exit_on_term)
+                    signal.signal(signal.SIGINT, signal.SIG_IGN)
+                    f()
+                    code = 0
+                except BaseException:                            # noqa: BLE001 - the parent runs it again
+                    pass
+                finally:
+                    os._exit(code)
+            pids.append(pid)
+        fns[0]()
+        if then is not None:
+            then()
+        for i, pid in enumerate(pids):
+            _, status = os.waitpid(pid, 0)
+            pids[i] = None
+            if os.waitstatus_to_exitcode(status) != 0:
+                fns[i + 1]()
+    finally:
+        for pid in pids:
+            if pid is not None:
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                    os.waitpid(pid, 0)
+                except OSError:
+                    pass

@@ -132,3 +132,40 @@ def test_merged_synthetic_job(tmp_path, monkeypatch):
     sa, stats = _run_both(tmp_path, merged, monkeypatch)
     assert len(sa["ranks"]) == 4 and len(stats) == 4
     assert all(s["parts"] == 2 and s["redone"] == 0 for s in stats)
+
+
+@pytest.mark.parametrize("child_fails", [False, True])
+def test_kernels_written_in_two_halves(tmp_path, monkeypatch, child_fails):
+    """With -j 2 the kernels rows go to part-0 / part-1 (written at once); a failed child's
+    half is written again by the parent."""
+    parent = os.getpid()
+    real = RA._write_kernels
+
+    def flaky(*a, **k):
+        if child_fails and os.getpid() != parent:
+            raise RuntimeError("child failure")
+        return real(*a, **k)
+    monkeypatch.setattr(RA, "_write_kernels", flaky)
+    src = _trace(tmp_path, False)
+    sa = analyze([src], tmp_path / "serial", AnalyzeOptions(jobs=1, chunk_events=16))
+    sb = analyze([src], tmp_path / "forked", AnalyzeOptions(jobs=2, split_threshold=1, chunk_events=16))
+    _equal_outputs(tmp_path / "serial", tmp_path / "forked", sa, sb)
+    files = partition_files(tmp_path / "forked", "kernels", 0, None)
+    assert [f.name for f in files] == ["part-0.parquet", "part-1.parquet"]
+    assert sorted(os.listdir(files[0].parent)) == ["part-0.parquet", "part-1.parquet"]
+
+
+def test_run_forked_runs_each_function_once_successfully(tmp_path):
+    parent = os.getpid()
+    marks = tmp_path / "m"
+    marks.mkdir()
+
+    def job(i, fail_in_child):
+        def f():
+            if fail_in_child and os.getpid() != parent:
+                os._exit(3)                                  # killed mid-way, say
+            (marks / f"{i}-{'parent' if os.getpid() == parent else 'child'}").write_text("x")
+        return f
+    seen = []
+    TF.run_forked([job(0, False), job(1, False), job(2, True)], then=lambda: seen.append(1))
+    assert sorted(os.listdir(marks)) == ["0-parent", "1-child", "2-parent"] and seen == [1]
