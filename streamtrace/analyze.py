@@ -6,7 +6,9 @@ Input: one trace, a folder of rank traces, or a merged multi-rank trace
 (rank, correlation) for launch -> GPU links and (rank, pid, tid) for call trees.
 
 Output (``OUTDIR``): ``summary.json``; ``kernels/iteration=N/rank=R/part-0.parquet`` (one
-row per GPU event) and ``ops/iteration=N/rank=R/part-0.parquet`` (one row per CPU event), zstd,
+row per GPU event) and ``ops/iteration=N/rank=R/part-0.parquet`` (one row per CPU event), zstd
+(after ``--jobs N`` on one big trace, ``part-0`` .. ``part-K``, rows in that order: see
+:mod:`streamtrace.trackfork`),
 schema in the README (:func:`_schema`).  Each table is one hive-partitioned dataset: ``N`` is the
 trace file's iteration (``summary.json``'s ``"iteration"`` of the rank, from the path:
 ``iteration_10/``, ``_iter_10``) and ``-1`` when it is unknown (``summary.json`` says null), see
