@@ -20,6 +20,12 @@ not have in practice), or when a child fails, the parent analyses that group aga
 itself from the exact serial state.  The result is always what the serial walk gives
 (tests/test_trackfork.py).  Needs ``os.fork`` (Linux, macOS); elsewhere the walk is
 serial.
+
+:func:`run_forked` is the plain form used for the kernels rows: functions run at once,
+one here and the others in forked children, a failed child's function run again here.
+Children end with ``os._exit`` (no ``atexit`` handlers, no temporary folder of the
+parent removed); a child the parent gives up on gets SIGTERM, which it turns into
+``SystemExit`` so that its half-written output file is deleted.
 """
 from __future__ import annotations
 
