@@ -89,7 +89,9 @@ class _Gpu:
         self.keys = gkeys
         self.sizes = [store.rows(k) for k in gkeys]
         M = self.M = sum(self.sizes)
-        self.start, self.end, self.device = (np.empty(M, np.int64) for _ in range(3))
+        self.start, self.end = (np.empty(M, np.int64) for _ in range(2))
+        self.device = None                 # filled by load_devices(), after the CPU tracks
+        self._dev = []
         self.kind = np.empty(M, np.int8)
         self.comm_row = np.empty(M, np.int32)
         corr = np.empty(M, np.int64)
@@ -97,13 +99,13 @@ class _Gpu:
         pos = 0
         for key in gkeys:
             dev = pmap.get(int(key[2]), {}).get("device", key[2]) if device_mode == "pmap" else key[2]
+            self._dev.append(None if device_mode == "args" else dev)
             for b in store.blocks(key):
                 sl = slice(pos, pos + len(b))
                 self.start[sl] = b["ts"]
                 self.end[sl] = b["ts"] + b["dur"]
                 kind = np.where(nm.memory_cat[b["cat"]], MEMORY, np.where(nm.comm[b["name"]], COMM, COMPUTE))
                 self.kind[sl] = kind
-                self.device[sl] = b["device"] if device_mode == "args" else dev
                 self.comm_row[sl] = np.where(b["comm"] >= 0, b["comm"], -1)
                 corr[sl] = np.where(b["correlation"] >= 0, b["correlation"], -1)
                 comm_names.append(b["name"][kind == COMM])
@@ -119,6 +121,29 @@ class _Gpu:
         self.ctx = {k: np.full(M, -1, np.int32) for k in GPU_CTX}
         self.ctx["comm_row"] = self.comm_row
         self.ctx["t_launch"] = self.start.copy()
+        self.linked = None
+
+    def done_linking(self):
+        """Forget what only linking needs (no launch claims GPU rows after this)."""
+        if self.linked is None:
+            self.linked = int(self.M - np.count_nonzero(self.free))
+            self.free = self.by_corr = self.corr_sorted = None
+
+    def load_devices(self, store):
+        """``self.device``: each GPU row's device (int64), from its key or, for a
+        Megatron-style merge, its ``args.device`` in the store (not held during the CPU
+        tracks: the rows' other columns are)."""
+        self.device = np.empty(self.M, np.int64)
+        pos = 0
+        for key, size, dev in zip(self.keys, self.sizes, self._dev):
+            if dev is not None:
+                self.device[pos:pos + size] = dev
+            else:
+                for b in store.blocks(key):
+                    self.device[pos:pos + len(b)] = b["device"]
+                    pos += len(b)
+                continue
+            pos += size
 
     def claim(self, corr, owner):
         """Links of one block's launches (``corr`` >= 0, ``owner`` = their positions in
@@ -158,6 +183,7 @@ def analyze_rank(store, keys, comm_rows, table, rank, device_mode, pmap, pats, t
     import contextlib
     nm = Names(table, pats)
     gpu = _Gpu(store, [k for k in keys if k[0] == "gpu"], nm, device_mode, pmap)
+    trim()                                                         # the columns' temporaries
     win = {"step": [], "recompute": [], **{c: [] for c in range(1, len(C.PHASES))},
            **{("fb", c): [] for c in range(1, len(C.PHASES))}}
     tot = {"n_cpu": 0, "clamped": 0, "overrun": 0, "dup": 0}
@@ -174,15 +200,16 @@ def analyze_rank(store, keys, comm_rows, table, rank, device_mode, pmap, pats, t
         trim()
     else:
         with open_ops(0) as ops_writer:
-            for key in cpu_keys:
-                _track(store, key, gpu, nm, win, tot, ops_writer, block_rows, folder)
+            for i, key in enumerate(cpu_keys):
+                _track(store, key, gpu, nm, win, tot, ops_writer, block_rows, folder, last=i == len(cpu_keys) - 1)
                 store.drop(key)
                 trim()
-    linked = int(gpu.M - np.count_nonzero(gpu.free))
-    gpu.free = gpu.by_corr = gpu.corr_sorted = None                # linking is done
+    gpu.done_linking()
+    linked = gpu.linked
     iteration, ph, micro = _phases(gpu, win)
     del win, gpu.ctx["t_launch"]
     trim()
+    gpu.load_devices(store)
     coll = _collectives(gpu, comm_rows, nm, pats, topo, pg_config or {})
     M = gpu.M
     summary = {"devices": {}, "iterations": {}, "phases": [],
@@ -214,9 +241,10 @@ def analyze_rank(store, keys, comm_rows, table, rank, device_mode, pmap, pats, t
     return summary
 
 
-def _track(store, key, gpu, nm, win, tot, ops_writer, block_rows, folder):
-    """One CPU track: the three passes of the module docstring."""
-    recs = ExternalSorter(REC_DTYPE, _rec_key, block_rows, folder, delta=("s",))
+def _track(store, key, gpu, nm, win, tot, ops_writer, block_rows, folder, last=False):
+    """One CPU track: the three passes of the module docstring.  ``last``: no track
+    comes after this one (the linking columns are dropped after pass 1)."""
+    recs = ExternalSorter(REC_DTYPE, _rec_key, block_rows, folder, delta=("s", "e-s", "idx"))
     corrs = ExternalSorter(_CORR_DTYPE, _corr_key, block_rows, folder, delta=("c",))
     own_parts = []
     i0 = n_own = 0
@@ -243,11 +271,13 @@ def _track(store, key, gpu, nm, win, tot, ops_writer, block_rows, folder):
         recs.add(r)
         i0 += nb
     n = i0
-    last = None                     # launches sharing a correlation id with an earlier one
+    if last:
+        gpu.done_linking()
+    prev = None                     # launches sharing a correlation id with an earlier one
     for c in corrs.chunks():
         c = c["c"]
-        tot["dup"] += int(np.count_nonzero(c[1:] == c[:-1])) + int(last is not None and c[0] == last)
-        last = c[-1]
+        tot["dup"] += int(np.count_nonzero(c[1:] == c[:-1])) + int(prev is not None and c[0] == prev)
+        prev = c[-1]
     own_rows = np.concatenate(own_parts) if own_parts else np.zeros(0, np.int32)
     del own_parts
     trim()

@@ -58,14 +58,23 @@ def _codec():
     return _CODEC
 
 
+def _coded(delta):
+    """``{field: base}`` from a ``delta`` spec: ``"f"`` codes f as differences from its
+    previous value (base None), ``"f-g"`` as f minus field g of the same record (g must come
+    before f in the dtype)."""
+    return dict((d.split("-", 1)[0], d.split("-", 1)[1]) if "-" in d else (d, None) for d in delta)
+
+
 def pack(arr, delta=()) -> bytes:
     """``arr`` (1-d structured array) as compressed bytes: each field's column in turn,
-    the fields in ``delta`` as differences from the previous value (wrapping int64)."""
+    the fields in ``delta`` as differences (wrapping int64): ``"f"`` from the previous
+    value of f, ``"f-g"`` from field g of the same record (e.g. an end from its start)."""
     cols = []
+    coded = _coded(delta)
     for f in arr.dtype.names:
         c = np.ascontiguousarray(arr[f])
-        if f in delta and len(c):
-            c = np.diff(c, prepend=c.dtype.type(0))
+        if f in coded and len(c):
+            c = c - arr[coded[f]] if coded[f] else np.diff(c, prepend=c.dtype.type(0))
         cols.append(c.view(np.uint8))
     raw = np.concatenate(cols) if cols else np.zeros(0, np.uint8)
     return _codec().compress(raw, asbytes=True)
@@ -81,11 +90,17 @@ def unpack(data, dtype, n, delta=()) -> np.ndarray:
     raw = np.frombuffer(_codec().decompress(data, decompressed_size=n * dtype.itemsize,
                                             memory_pool=pa.system_memory_pool()), np.uint8)
     pos = 0
+    coded = _coded(delta)
     for f in dtype.names:
         t = dtype.fields[f][0]
         c = raw[pos:pos + n * t.itemsize].view(t)
         pos += n * t.itemsize
-        out[f] = np.cumsum(c, dtype=t) if f in delta else c
+        if f not in coded:
+            out[f] = c
+        elif coded[f]:
+            np.add(c, out[coded[f]], out=out[f])
+        else:
+            np.cumsum(c, dtype=t, out=out[f])
     return out
 
 
@@ -228,7 +243,7 @@ class ExternalSorter:
     chunks, merging the runs with one decompressed sub-block per run in memory.
     ``delta``: fields coded as differences (those close to sorted)."""
 
-    def __init__(self, dtype, keyfn, block_rows, folder=None, sub_rows=8192, delta=()):
+    def __init__(self, dtype, keyfn, block_rows, folder=None, sub_rows=2048, delta=()):
         self.dtype = np.dtype(dtype)
         self.keyfn = keyfn
         self.block_rows = max(1, int(block_rows))
@@ -251,17 +266,22 @@ class ExternalSorter:
         while self.nbuf >= self.block_rows:
             self._spill_run(self.block_rows)
 
-    def _sorted_buffer(self, limit):
+    def _buffer_order(self, limit):
+        """The first ``limit`` buffered records (taken out of the buffer) and the order
+        that sorts them."""
         recs = self.buf[0] if len(self.buf) == 1 else np.concatenate(self.buf)
         run, rest = recs[:limit], recs[limit:]
         self.buf = [rest.copy()] if len(rest) else []     # not a view that pins ``recs``
         self.nbuf = len(rest)
-        keys = self.keyfn(run)
-        return run[np.lexsort(keys[::-1])]
+        return run, np.lexsort(self.keyfn(run)[::-1])
+
+    def _sorted_buffer(self, limit):
+        run, order = self._buffer_order(limit)
+        return run[order]
 
     def _spill_run(self, limit):
-        run = self._sorted_buffer(limit)
-        self.runs.append([self._put(run[i:i + self.sub_rows]) for i in range(0, len(run), self.sub_rows)])
+        run, order = self._buffer_order(limit)        # gathered sub-block by sub-block: no sorted copy
+        self.runs.append([self._put(run[order[i:i + self.sub_rows]]) for i in range(0, len(run), self.sub_rows)])
 
     def _put(self, sub):
         data = pack(sub, self.delta)
