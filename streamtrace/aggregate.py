@@ -98,7 +98,7 @@ def _clipped_length(us, ue, lo, hi) -> int:
 def _steps(part) -> dict:
     """``{step number: (ts_ns, dur_ns)}`` of the part's ``ProfilerStep#N`` ops (rank-local)."""
     import pyarrow.compute as pc
-    t = part.read_ops(["name", "ts_ns", "dur_ns"])
+    t = part.read("ops", ["name", "ts_ns", "dur_ns"])
     if t is None:
         return {}
     t = t.filter(pc.starts_with(t["name"], "ProfilerStep#"))
@@ -158,7 +158,7 @@ def _cpu_part(job, part):
     """Rows from the CPU ops of a rank without GPU events (see the module docstring)."""
     from . import classify as C
     from .patterns import Patterns
-    t = part.read_ops(["name", "cat", "ts_ns", "dur_ns", "parent"])
+    t = part.read("ops", ["name", "cat", "ts_ns", "dur_ns", "parent"])
     if t is None:
         return [], [], {}, [], {}
     name = t["name"].to_numpy(zero_copy_only=False).astype(str)
@@ -236,7 +236,7 @@ def _cpu_part(job, part):
 
 def _part_job(job, index):
     part = job.parts[index]
-    rows = _gpu_part(job, part) if sum(_nrows(f) for f in part.kernels_files) else None
+    rows = _gpu_part(job, part) if sum(_nrows(f) for f in part.files("kernels")) else None
     if rows is None or not rows[1]:
         rows = _cpu_part(job, part)
     steps = _steps(part)

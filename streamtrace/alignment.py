@@ -2,9 +2,9 @@
 rank's clock, and the time alignment shared by ``aggregate``, ``report`` and the charts.
 
 A *part* is one rank of one iteration of one analysed folder
-(``DIR/kernels/iteration=N/rank=R/part-0.parquet`` and ``DIR/ops/iteration=N/rank=R/part-0.parquet``,
+(``DIR/kernels/iteration=N/rank=R/part-*.parquet`` and ``DIR/ops/iteration=N/rank=R/part-*.parquet``,
 ``N`` = -1 for an unknown iteration; listed in ``DIR/summary.json``; see
-:func:`streamtrace.analyze.partition_path`).  Kernel and op times in the Parquet files are the rank's
+:func:`streamtrace.outputs.partition_path` and :meth:`Part.files`).  Kernel and op times in the Parquet files are the rank's
 own trace clock (int64 ns).  Alignment maps them to one time axis:
 
 * ``global``: one time base for all ranks, through each trace's ``baseTimeNanoseconds`` (read from
@@ -58,39 +58,17 @@ class Part:
     shift_ns: int = 0            # added to the rank's own times by the alignment (before the clock offset)
     clock_offset_ns: int = 0     # estimated clock offset, subtracted after the alignment
 
-    @property
-    def kernels_path(self) -> Path:
-        from .analyze import partition_path
-        return partition_path(self.dir, "kernels", self.rank, self.iteration)
-
-    @property
-    def kernels_files(self) -> list[Path]:
-        """The rank's kernels files in row order (two after ``analyze --jobs N`` of one big trace)."""
+    def files(self, dataset) -> list[Path]:
+        """The rank's ``dataset`` ("kernels" or "ops") files in row order: ``part-0.parquet``, or
+        several after ``analyze --jobs N`` of one big trace."""
         from .outputs import partition_files
-        return partition_files(self.dir, "kernels", self.rank, self.iteration)
+        return partition_files(self.dir, dataset, self.rank, self.iteration)
 
-    def read_kernels(self, columns):
-        """The rank's kernel rows (all part files, in order) as a pyarrow Table; None when none exist."""
+    def read(self, dataset, columns):
+        """The rank's ``dataset`` rows (all part files, in order) as a pyarrow Table; None when
+        there are none."""
         from .outputs import read_partition
-        files = self.kernels_files
-        return read_partition(files, columns) if files else None
-
-    @property
-    def ops_path(self) -> Path:
-        """The first ops file (``part-0.parquet``); :attr:`ops_files` lists them all."""
-        from .analyze import partition_path
-        return partition_path(self.dir, "ops", self.rank, self.iteration)
-
-    @property
-    def ops_files(self) -> list[Path]:
-        """The rank's ops files in row order (several after ``analyze --jobs N`` of one big trace)."""
-        from .outputs import partition_files
-        return partition_files(self.dir, "ops", self.rank, self.iteration)
-
-    def read_ops(self, columns):
-        """The rank's ops rows (all part files, in order) as a pyarrow Table; None when none exist."""
-        from .outputs import read_partition
-        files = self.ops_files
+        files = self.files(dataset)
         return read_partition(files, columns) if files else None
 
     def align(self, t):
@@ -208,9 +186,10 @@ class Job:
         self._align()
 
     def _has_steps(self, p) -> bool:
-        if not p.kernels_files:
+        t = p.read("kernels", ["step"])
+        if t is None:
             return False
-        it = p.read_kernels(["step"]).column(0).to_numpy()
+        it = t.column(0).to_numpy()
         return bool(np.isin(it, list(self.iterations)).any())
 
     def _topology_from_traces(self):
@@ -279,7 +258,7 @@ class Job:
         ``--iterations`` and optionally by ``kind`` ("compute"/"communication"/"memory"), sorted by
         start.  ``iteration`` is :meth:`row_iteration` of the file's ``step`` column; ``ts_ns``/``end_ns``
         stay rank-local."""
-        return read_parquet_columns(part.kernels_files, columns, self, part, kind)
+        return read_parquet_columns(part.files("kernels"), columns, self, part, kind)
 
     def meta(self) -> dict:
         """JSON-able description of the parts and the alignment."""

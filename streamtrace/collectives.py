@@ -85,7 +85,7 @@ def _ranks_of(s: str) -> list:
 def _p2p_dirs(part, corr_needed) -> dict:
     """``{correlation: {"send": "forward"|"backward", "recv": ...}}`` from the Megatron p2p function
     (send_forward, recv_backward, send_forward_recv_backward, ...) above each launch in the ops."""
-    t = part.read_ops(["name", "parent", "correlation"]) if corr_needed else None
+    t = part.read("ops", ["name", "parent", "correlation"]) if corr_needed else None
     if t is None:
         return {}
     corr = t["correlation"].to_numpy()

@@ -47,8 +47,8 @@ def partition_path(outdir, dataset, rank, iteration, part=0) -> Path:
     """``outdir/<dataset>/iteration=<N>/rank=<R>/part-<part>.parquet``: one rank of one trace file.
 
     A partition is ``part-0.parquet`` alone, except when one big trace is analysed on several
-    cores (``--jobs N``): its ops then go to up to N files ``part-0`` .. ``part-<N-1>``, rows in
-    that order (:func:`partition_files` lists them).
+    cores (``--jobs N``): its ops then go to up to N files ``part-0`` .. ``part-<N-1>`` and its
+    kernels to ``part-0`` and ``part-1``, rows in that order (:func:`partition_files` lists them).
 
     ``N`` is the file's iteration (``summary.json``'s ``"iteration"`` for the rank), or
     :data:`UNKNOWN_ITERATION` (-1) when that is None.  Not hive's null directory

@@ -216,28 +216,28 @@ def analyze_rank(store, keys, comm_rows, table, rank, device_mode, pmap, pats, t
                "call_tree": {"cpu_events": int(tot["n_cpu"]), "clamped": int(tot["clamped"]),
                              "overruns": int(tot["overrun"])},
                "links": {"gpu_events": int(M), "linked": linked, "duplicate_launch_ids": int(tot["dup"])}}
+    forked = kernels_out is not None and jobs > 1 and M >= 2 * block_rows
     if kernels_out is not None:
         pools = kernel_pools(pool or StringPool(table.strings), coll["pool"])
 
         def write(part, span=None):
             with kernels_out(pools, part) as w:
                 _write_kernels(store, gpu, iteration, ph, micro, coll, w, span)
-        if jobs > 1 and M >= 2 * block_rows:        # two halves at once, the metrics meanwhile
+        if forked:                                  # two halves at once, the metrics meanwhile
             from .trackfork import run_forked
             h = M // 2
             run_forked([lambda: write(0, (0, h)), lambda: write(1, (h, M))],
                        then=lambda: _metrics(summary, gpu.device, gpu.start, gpu.end, gpu.kind, iteration, ph,
                                              micro))
-            for k in gpu.keys:
-                store.drop(k)
-            return summary
-        write(0)
+        else:
+            write(0)
     for k in gpu.keys:
         store.drop(k)
-    device, g_start, g_end, kind = gpu.device, gpu.start, gpu.end, gpu.kind
-    gpu = coll = None                                              # (not del: closures above name them)
-    trim()
-    _metrics(summary, device, g_start, g_end, kind, iteration, ph, micro)
+    if not forked:
+        device, g_start, g_end, kind = gpu.device, gpu.start, gpu.end, gpu.kind
+        gpu = coll = None                                          # (not del: closures above name them)
+        trim()
+        _metrics(summary, device, g_start, g_end, kind, iteration, ph, micro)
     return summary
 
 

@@ -68,28 +68,23 @@ def track_groups(sizes, parts: int) -> list[tuple[int, int]]:
     return cut(lo_cap)
 
 
-def analyze_tracks(track, store, keys, gpu, win, tot, jobs, open_ops, while_waiting=None):
+def analyze_tracks(track, store, keys, gpu, win, tot, jobs, open_ops):
     """Run ``track(store, key, gpu, win, tot, ops_writer)`` for every CPU track in ``keys``
     with the same results as calling it for each key in order with the ``open_ops(0)``
     writer, using up to ``jobs`` forked processes.
 
     ``gpu``: the rank's ``_Gpu`` with nothing linked yet (``gpu.free`` all True);
     ``win``/``tot``: the window lists and counters the calls extend;
-    ``open_ops(part)``: a context manager giving the ops writer of ``part-<part>.parquet``;
-    ``while_waiting()``: called in the parent while the children work.
+    ``open_ops(part)``: a context manager giving the ops writer of ``part-<part>.parquet``.
     Returns ``{"parts": ops part files written (1 when the walk was serial), "redone":
     groups the parent analysed again (claim overlap or failed child)}``."""
     sizes = [store.rows(k) for k in keys]
     groups = track_groups(sizes, jobs)
     if len(groups) < 2 or not hasattr(os, "fork") or not bool(gpu.free.all()):
-        with open_ops(0) as ops:
-            for key in keys:
-                track(store, key, gpu, win, tot, ops)
-        if while_waiting is not None:
-            while_waiting()
+        _walk(track, store, keys, gpu, win, tot, open_ops, 0)
         return {"parts": 1, "redone": 0}
     bases = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64) + tot["n_cpu"]
-    children = []
+    pids, pipes = [], []
     redone = 0
     try:
         for g, (lo, hi) in enumerate(groups):
@@ -99,22 +94,15 @@ def analyze_tracks(track, store, keys, gpu, win, tot, jobs, open_ops, while_wait
                 os.close(r)
                 _child(w, track, store, keys[lo:hi], gpu, win, int(bases[lo]), open_ops, g)
             os.close(w)
-            children.append([pid, r])
-        if while_waiting is not None:
-            while_waiting()
-        for g, ch in enumerate(children):
-            pid, r = ch
-            with os.fdopen(r, "rb") as f:
-                data = f.read()
-            ch[1] = None
-            os.waitpid(pid, 0)
-            ch[0] = None
+            pids.append(pid)
+            pipes.append(os.fdopen(r, "rb"))
+        for g, (lo, hi) in enumerate(groups):
+            data = pipes[g].read()
+            os.waitpid(pids[g], 0)
+            pids[g] = None
             res = pickle.loads(data) if data else None
-            lo, hi = groups[g]
             if res is None or res.get("error") or not bool(gpu.free[res["rows"]].all()):
-                with open_ops(g) as ops:                   # again, from the exact serial state
-                    for key in keys[lo:hi]:
-                        track(store, key, gpu, win, tot, ops)
+                _walk(track, store, keys[lo:hi], gpu, win, tot, open_ops, g)   # from the exact serial state
                 redone += 1
                 continue
             rows = res["rows"]
@@ -126,32 +114,48 @@ def analyze_tracks(track, store, keys, gpu, win, tot, jobs, open_ops, while_wait
             for k, v in res["tot"].items():
                 tot[k] += v
     finally:
-        for pid, r in children:
-            if r is not None:
-                os.close(r)
-            if pid is not None:
-                try:
-                    os.kill(pid, signal.SIGTERM)
-                    os.waitpid(pid, 0)
-                except OSError:
-                    pass
+        for f in pipes:
+            f.close()
+        _reap(pids)
     return {"parts": len(groups), "redone": redone}
+
+
+def _walk(track, store, keys, gpu, win, tot, open_ops, part):
+    """The serial walk of ``keys``, ops rows to ``part-<part>.parquet``."""
+    with open_ops(part) as ops:
+        for key in keys:
+            track(store, key, gpu, win, tot, ops)
 
 
 def _exit_on_term(signum, frame):
     raise SystemExit(1)
 
 
+def _child_signals():
+    """In a child: SIGTERM (the parent gave up) becomes ``SystemExit``, so that a
+    half-written output file is deleted; Ctrl-C is the parent's to handle."""
+    signal.signal(signal.SIGTERM, _exit_on_term)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _reap(pids):
+    """Terminate and wait for the children still running (None entries: already waited)."""
+    for pid in pids:
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGTERM)
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+
+
 def _child(w, track, store, keys, gpu, win, base, open_ops, g):
     """Analyse ``keys`` as group ``g`` and write the results to pipe ``w``; exits the process."""
     try:
-        signal.signal(signal.SIGTERM, _exit_on_term)     # parent gave up: remove the temporary file
-        signal.signal(signal.SIGINT, signal.SIG_IGN)      # Ctrl-C is the parent's to handle
+        _child_signals()
         my_win = {k: [] for k in win}
         my_tot = {"n_cpu": base, "clamped": 0, "overrun": 0, "dup": 0}
-        with open_ops(g) as ops:
-            for key in keys:
-                track(store, key, gpu, my_win, my_tot, ops)
+        _walk(track, store, keys, gpu, my_win, my_tot, open_ops, g)
         rows = np.flatnonzero(~gpu.free)
         my_tot["n_cpu"] -= base
         payload = {"rows": rows, "ctx": {k: gpu.ctx[k][rows] for k in CTX_KEYS}, "win": my_win,
@@ -184,8 +188,7 @@ def run_forked(fns, then=None):
             if pid == 0:                                         # the child
                 code = 1
                 try:
-                    signal.signal(signal.SIGTERM, _exit_on_term)
-                    signal.signal(signal.SIGINT, signal.SIG_IGN)
+                    _child_signals()
                     f()
                     code = 0
                 except BaseException:                            # noqa: BLE001 - the parent runs it again
@@ -202,10 +205,4 @@ def run_forked(fns, then=None):
             if os.waitstatus_to_exitcode(status) != 0:
                 fns[i + 1]()
     finally:
-        for pid in pids:
-            if pid is not None:
-                try:
-                    os.kill(pid, signal.SIGTERM)
-                    os.waitpid(pid, 0)
-                except OSError:
-                    pass
+        _reap(pids)
