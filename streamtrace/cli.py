@@ -361,5 +361,29 @@ def main(argv=None):
     return 0
 
 
+def command():
+    """Entry point of the ``streamtrace`` command: :func:`main`, then leave the process at
+    once with its exit code (``os._exit`` after flushing stdout and stderr).  Every output
+    is written and closed by then; what the skipped interpreter teardown would do is
+    destroy numba's and llvmlite's compiled code objects and the modules one by one,
+    ~0.3-0.4 s of every run (measured on a 0.05 MB trace: 1.48 -> 1.13 s median of 6).
+    Usage errors (argparse's ``SystemExit``) keep their code; an unexpected exception
+    still ends the normal way, with its traceback."""
+    try:
+        code = main()
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            code = e.code or 0
+        else:
+            print(e.code, file=sys.stderr)
+            code = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):        # a closed pipe: nothing more to say
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    command()
