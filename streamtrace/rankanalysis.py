@@ -189,11 +189,11 @@ def analyze_rank(store, keys, comm_rows, table, rank, device_mode, pmap, pats, t
     tot = {"n_cpu": 0, "clamped": 0, "overrun": 0, "dup": 0}
     open_ops = open_ops or (lambda part: contextlib.nullcontext(None))
     cpu_keys = [k for k in keys if k[0] == "cpu"]
-    if jobs > 1 and len(cpu_keys) > 1:
+    if jobs > 1 and cpu_keys:
         from .trackfork import analyze_tracks
 
-        def track(store, key, gpu, win, tot, ops):
-            _track(store, key, gpu, nm, win, tot, ops, block_rows, folder)
+        def track(store, piece, gpu, win, tot, ops):
+            _track(store, piece[0], gpu, nm, win, tot, ops, block_rows, folder, span=piece[1])
         analyze_tracks(track, store, cpu_keys, gpu, win, tot, jobs, open_ops)
         for key in cpu_keys:
             store.drop(key)
@@ -241,14 +241,35 @@ def analyze_rank(store, keys, comm_rows, table, rank, device_mode, pmap, pats, t
     return summary
 
 
-def _track(store, key, gpu, nm, win, tot, ops_writer, block_rows, folder, last=False):
+def piece_blocks(store, key, span=None):
+    """The key's blocks in order, or only its rows ``[lo, hi)`` when ``span`` is given."""
+    if span is None:
+        yield from store.blocks(key)
+        return
+    lo, hi = span
+    pos = 0
+    for b in store.blocks(key):
+        n = len(b)
+        a, z = max(lo - pos, 0), min(hi - pos, n)
+        if a < z:
+            yield b if (a, z) == (0, n) else b[a:z]
+        pos += n
+        if pos >= hi:
+            break
+
+
+def _track(store, key, gpu, nm, win, tot, ops_writer, block_rows, folder, last=False, span=None):
     """One CPU track: the three passes of the module docstring.  ``last``: no track
-    comes after this one (the linking columns are dropped after pass 1)."""
+    comes after this one (the linking columns are dropped after pass 1).  ``span``: only
+    the track's rows ``[lo, hi)``, a piece that no call tree crosses
+    (:func:`streamtrace.trackfork.plan_pieces`); its launches' distinct correlation ids
+    (sorted int64) are then appended to ``tot["piece_ids"]`` as ``(key, ids)``, for the
+    duplicates between pieces (``tot["dup"]`` counts those within the piece)."""
     recs = ExternalSorter(REC_DTYPE, _rec_key, block_rows, folder, delta=("s", "e-s", "idx"))
     corrs = ExternalSorter(_CORR_DTYPE, _corr_key, block_rows, folder, delta=("c",))
     own_parts = []
     i0 = n_own = 0
-    for b in store.blocks(key):                                   # 1. file order
+    for b in piece_blocks(store, key, span):                      # 1. file order
         nb = len(b)
         start, end, cname = b["ts"], b["ts"] + b["dur"], b["name"]
         _windows(win, nm, cname, start, end)
@@ -274,10 +295,16 @@ def _track(store, key, gpu, nm, win, tot, ops_writer, block_rows, folder, last=F
     if last:
         gpu.done_linking()
     prev = None                     # launches sharing a correlation id with an earlier one
+    ids = None if span is None else []
     for c in corrs.chunks():
         c = c["c"]
-        tot["dup"] += int(np.count_nonzero(c[1:] == c[:-1])) + int(prev is not None and c[0] == prev)
+        again = np.concatenate([[prev is not None and c[0] == prev], c[1:] == c[:-1]])
+        tot["dup"] += int(np.count_nonzero(again))
+        if ids is not None:
+            ids.append(c[~again])
         prev = c[-1]
+    if ids is not None:
+        tot["piece_ids"].append((key, np.concatenate(ids) if ids else np.zeros(0, np.int64)))
     own_rows = np.concatenate(own_parts) if own_parts else np.zeros(0, np.int32)
     del own_parts
     trim()
@@ -294,7 +321,7 @@ def _track(store, key, gpu, nm, win, tot, ops_writer, block_rows, folder, last=F
     if ops_writer is not None:                                    # 3. file order: the ops rows
         res = _Aligned(results.chunks())
         base = tot["n_cpu"]
-        for b in store.blocks(key):
+        for b in piece_blocks(store, key, span):
             nb = len(b)
             rr = res.take(nb)
             ops_writer.write({

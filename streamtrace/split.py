@@ -185,6 +185,19 @@ class MergedStore:
                 a["comm"][m] += off
                 yield a
 
+    def block_spans(self, key):
+        """Per block, in :meth:`blocks` order: ``(rows, first_ts, last_end)`` int64 arrays
+        (see :meth:`streamtrace.store.MemoryStore.block_spans`)."""
+        from .store import _span_arrays
+        return _span_arrays([(ref[1], ref[-2], ref[-1]) for parts, _, _ in self.parts for ref in parts.get(key, ())])
+
+    def block(self, key, j):
+        """Block ``j`` of ``key`` with its ``ts``/``dur`` as stored (string ids NOT remapped:
+        for times only)."""
+        from .store import load_block
+        refs = [ref for parts, _, _ in self.parts for ref in parts.get(key, ())]
+        return load_block(refs[j])
+
     def get(self, key):
         from .analyze import STORE_DTYPE
         out = list(self.blocks(key))

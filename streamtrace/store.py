@@ -109,7 +109,9 @@ def unpack(data, dtype, n, delta=()) -> np.ndarray:
 class MemoryStore:
     """Event rows grouped by key, kept in memory as compressed blocks (the default mode).
 
-    A block reference is ``(rows, data)`` with ``data`` the :func:`pack` bytes."""
+    A block reference is ``(rows, data, first_ts, last_end)``: ``data`` the :func:`pack`
+    bytes, then the block's smallest ``ts`` and largest ``ts + dur`` (int64 ns), so that
+    :meth:`block_spans` answers without decompressing."""
 
     def __init__(self, chunk_events=CHUNK_EVENTS):
         self.chunk_events = max(1, int(chunk_events))
@@ -134,7 +136,7 @@ class MemoryStore:
         self.npending = 0
 
     def _put(self, key, rows):
-        return (len(rows), pack(rows, STORE_DELTA))
+        return (len(rows), pack(rows, STORE_DELTA), *_span(rows))
 
     def _load(self, ref):
         return unpack(ref[1], STORE_DTYPE, ref[0], STORE_DELTA)
@@ -150,6 +152,18 @@ class MemoryStore:
         for ref in self.refs.get(key, ()):
             yield self._load(ref)
         yield from self.pending.get(key, ())
+
+    def block_spans(self, key):
+        """``(rows, first_ts, last_end)`` int64 arrays, one entry per block of ``key`` in
+        :meth:`blocks` order: its row count, smallest ``ts`` and largest ``ts + dur`` (ns)."""
+        spans = [(r[0], r[-2], r[-1]) for r in self.refs.get(key, ())]
+        spans += [(len(p), *_span(p)) for p in self.pending.get(key, ())]
+        return _span_arrays(spans)
+
+    def block(self, key, j):
+        """Block ``j`` of ``key`` (as :meth:`blocks` gives it)."""
+        refs = self.refs.get(key, [])
+        return self._load(refs[j]) if j < len(refs) else self.pending[key][j - len(refs)]
 
     def get(self, key):
         parts = list(self.blocks(key))
@@ -176,7 +190,8 @@ class MemoryStore:
 class SpillStore(MemoryStore):
     """Event rows grouped by key, appended to one file per key in ``folder`` as compressed
     blocks every ``chunk_events`` rows (``--chunked``): memory holds at most one chunk
-    while reading.  A block reference is ``(rows, offset, nbytes)`` in the key's file."""
+    while reading.  A block reference is ``(rows, offset, nbytes, path, first_ts,
+    last_end)``: where the block sits in the key's file, then its time span (ns)."""
 
     def __init__(self, folder, chunk_events):
         super().__init__(chunk_events)
@@ -191,7 +206,7 @@ class SpillStore(MemoryStore):
             f.write(data)
         off = self.sizes.get(key, 0)
         self.sizes[key] = off + len(data)
-        return (len(rows), off, len(data), str(path))
+        return (len(rows), off, len(data), str(path), *_span(rows))
 
     def _load(self, ref):
         return unpack(_read_at(ref[3], ref[1], ref[2]), STORE_DTYPE, ref[0], STORE_DELTA)
@@ -205,6 +220,16 @@ class SpillStore(MemoryStore):
     def export(self) -> dict:
         self.flush()
         return {k: [("file",) + r for r in v] for k, v in self.refs.items()}
+
+
+def _span(rows) -> tuple[int, int]:
+    """``(smallest ts, largest ts + dur)`` of a non-empty block of :data:`STORE_DTYPE` rows."""
+    return int(rows["ts"].min()), int((rows["ts"] + rows["dur"]).max())
+
+
+def _span_arrays(spans):
+    a = np.asarray(spans, np.int64).reshape(-1, 3)
+    return a[:, 0].copy(), a[:, 1].copy(), a[:, 2].copy()
 
 
 def _read_at(path, offset, nbytes) -> bytes:

@@ -68,21 +68,110 @@ def track_groups(sizes, parts: int) -> list[tuple[int, int]]:
     return cut(lo_cap)
 
 
+_I64 = np.iinfo(np.int64)
+
+
+def piece_cuts(ts, end, before_end, after_start) -> np.ndarray:
+    """Positions ``h`` (0 <= h <= n) inside one block of a track (``ts``/``end``: int64 ns,
+    file order) where the track can be cut: every event before ``h`` (and every earlier
+    block, whose largest end is ``before_end``) ends strictly before every event from
+    ``h`` on (and every later block, whose smallest start is ``after_start``) starts.
+    No call tree crosses such a cut: the later events are neither inside an earlier one
+    nor around it, whatever the ties (a zero-length event at a parent's start is inside
+    it, so equal times are not a cut)."""
+    end_before = np.maximum.accumulate(np.concatenate([[before_end], end]))
+    start_after = np.minimum.accumulate(np.concatenate([ts, [after_start]])[::-1])[::-1]
+    return np.flatnonzero(end_before < start_after)
+
+
+def nearest_cut(store, key, target, reach=8):
+    """The valid cut (:func:`piece_cuts`) of track ``key`` nearest to row ``target``,
+    looking in the block holding ``target`` and up to ``reach`` blocks on either side
+    (each one decompressed only when the blocks' spans do not already rule it out), or
+    None.  Uses the store's per-block spans (``block_spans``) for everything else."""
+    rows, first, last = store.block_spans(key)
+    n = int(rows.sum())
+    if n < 2:
+        return None
+    starts = np.concatenate([[0], np.cumsum(rows)])
+    before = np.concatenate([[_I64.min], np.maximum.accumulate(last)])[:-1]    # max end of blocks < j
+    after = np.concatenate([np.minimum.accumulate(first[::-1])[::-1][1:], [_I64.max]])   # min start of blocks > j
+    j0 = int(np.searchsorted(starts, target, "right") - 1)
+    for d in range(reach + 1):                             # blocks by distance from target's
+        found = []
+        for j in sorted({j0 - d, j0 + d}):
+            if not 0 <= j < len(rows) or before[j] >= after[j]:
+                continue                                   # no cut can be inside block j
+            b = store.block(key, j)
+            h = piece_cuts(b["ts"], b["ts"] + b["dur"], before[j], after[j]) + starts[j]
+            found += [int(x) for x in h if 0 < x < n]
+        if found:
+            return min(found, key=lambda x: (abs(x - target), x))
+    return None
+
+
+def plan_pieces(store, keys, jobs) -> list[tuple]:
+    """``[(key, span)]``: the tracks in order, each whole (``span`` None) or cut into pieces
+    (``span`` = ``(lo, hi)`` rows) at the valid cut (:func:`nearest_cut`) nearest to where
+    one of ``jobs`` equal shares of all events ends, when that point lies at least 1/8 of a
+    share inside the track (nearer to its ends, :func:`track_groups` balances as well with
+    the track whole).  With one dominant track (the main thread: ~70 % of the CPU events of
+    the 1 GB benchmark rank) the groups can then be balanced."""
+    sizes = [store.rows(k) for k in keys]
+    total = sum(sizes)
+    margin = max(1.0, total / (8 * jobs))
+    targets = [total * k // jobs for k in range(1, jobs)]
+    pieces, before = [], 0
+    for key, n in zip(keys, sizes):
+        cuts = set()
+        for t in targets:
+            p = t - before
+            if min(p, n - p) >= margin and (h := nearest_cut(store, key, p)) is not None:
+                cuts.add(h)
+        if cuts:
+            b = [0, *sorted(cuts), n]
+            pieces += [(key, (b[i], b[i + 1])) for i in range(len(b) - 1)]
+        else:
+            pieces.append((key, None))
+        before += n
+    return pieces
+
+
+def _piece_duplicates(tot) -> int:
+    """Launches whose correlation id a launch in an earlier piece of the same track had
+    (``tot["piece_ids"]``: ``(key, distinct ids)`` per piece)."""
+    by_key: dict = {}
+    for key, ids in tot.pop("piece_ids", ()):
+        by_key.setdefault(key, []).append(ids)
+    dup = 0
+    for parts in by_key.values():
+        ids = np.sort(np.concatenate(parts))     # (np.unique: ~1 s per million distinct ids in numpy 2.4)
+        dup += int(np.count_nonzero(ids[1:] == ids[:-1]))
+    return dup
+
+
 def analyze_tracks(track, store, keys, gpu, win, tot, jobs, open_ops):
-    """Run ``track(store, key, gpu, win, tot, ops_writer)`` for every CPU track in ``keys``
-    with the same results as calling it for each key in order with the ``open_ops(0)``
-    writer, using up to ``jobs`` forked processes.
+    """Run ``track(store, (key, span), gpu, win, tot, ops_writer)`` for every CPU track in
+    ``keys`` with the same results as calling ``track(store, (key, None), ...)`` for each
+    key in order with the ``open_ops(0)`` writer, using up to ``jobs`` forked processes.
+    ``span`` is None (the whole track) or ``(lo, hi)``: a piece of it (:func:`plan_pieces`);
+    ``track`` must then append the piece's distinct launch correlation ids to
+    ``tot["piece_ids"]`` (see :func:`streamtrace.rankanalysis._track`).
 
     ``gpu``: the rank's ``_Gpu`` with nothing linked yet (``gpu.free`` all True);
     ``win``/``tot``: the window lists and counters the calls extend;
     ``open_ops(part)``: a context manager giving the ops writer of ``part-<part>.parquet``.
     Returns ``{"parts": ops part files written (1 when the walk was serial), "redone":
     groups the parent analysed again (claim overlap or failed child)}``."""
-    sizes = [store.rows(k) for k in keys]
+    serial = jobs < 2 or not keys or not hasattr(os, "fork") or not bool(gpu.free.all())
+    pieces = [(k, None) for k in keys] if serial else plan_pieces(store, keys, jobs)
+    sizes = [store.rows(k) if span is None else span[1] - span[0] for k, span in pieces]
     groups = track_groups(sizes, jobs)
-    if len(groups) < 2 or not hasattr(os, "fork") or not bool(gpu.free.all()):
-        _walk(track, store, keys, gpu, win, tot, open_ops, 0)
-        return {"parts": 1, "redone": 0}
+    if serial or len(groups) < 2:
+        _walk(track, store, [(k, None) for k in keys], gpu, win, tot, open_ops, 0)
+        return {"parts": 1, "redone": 0, "pieces": len(keys)}
+    keys = pieces
+    tot["piece_ids"] = []
     bases = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64) + tot["n_cpu"]
     pids, pipes = [], []
     redone = 0
@@ -117,7 +206,8 @@ def analyze_tracks(track, store, keys, gpu, win, tot, jobs, open_ops):
         for f in pipes:
             f.close()
         _reap(pids)
-    return {"parts": len(groups), "redone": redone}
+    tot["dup"] += _piece_duplicates(tot)
+    return {"parts": len(groups), "redone": redone, "pieces": len(pieces)}
 
 
 def _walk(track, store, keys, gpu, win, tot, open_ops, part):
@@ -154,7 +244,7 @@ def _child(w, track, store, keys, gpu, win, base, open_ops, g):
     try:
         _child_signals()
         my_win = {k: [] for k in win}
-        my_tot = {"n_cpu": base, "clamped": 0, "overrun": 0, "dup": 0}
+        my_tot = {"n_cpu": base, "clamped": 0, "overrun": 0, "dup": 0, "piece_ids": []}
         _walk(track, store, keys, gpu, my_win, my_tot, open_ops, g)
         rows = np.flatnonzero(~gpu.free)
         my_tot["n_cpu"] -= base
