@@ -264,9 +264,11 @@ def test_dominant_track_cut_equals_serial(tmp_path_factory, events, chunk):
     assert stats and stats[0]["pieces"] >= 2
 
 
-def test_dominant_track_is_cut_between_call_trees(tmp_path, monkeypatch):
+@pytest.mark.parametrize("chunked", [False, True])
+def test_dominant_track_is_cut_between_call_trees(tmp_path, monkeypatch, chunked):
     """Six call trees on one thread: the thread is cut in two pieces, each analysed by its
-    own child; duplicates of a correlation id across the pieces are still counted."""
+    own child; duplicates of a correlation id across the pieces are still counted.  Also
+    with ``--chunked`` (the block spans then come from the spill stores' references)."""
     ev, corr = [], 1
     for r in range(6):
         t0 = 5 + r * 1000
@@ -280,7 +282,7 @@ def test_dominant_track_is_cut_between_call_trees(tmp_path, monkeypatch):
     ev.append(_x("optimizer.step", 5, 3, 2))
     src = tmp_path / "one.json"
     src.write_text(json.dumps({"traceEvents": ev}))
-    sa, stats = _run_both(tmp_path, src, monkeypatch, jobs=2)
+    sa, stats = _run_both(tmp_path, src, monkeypatch, jobs=2, chunked=chunked, chunk_events=16)
     assert stats == [{"parts": 2, "redone": 1, "pieces": 3}]     # piece 2's claim of id 3 conflicts
     assert sa["ranks"][0]["links"]["duplicate_launch_ids"] == 1
 
