@@ -83,7 +83,9 @@ def _expand(lo, hi):
 
 class _Gpu:
     """The rank's GPU events as compact columns, in store order (``gkeys`` order, each
-    key's rows as added)."""
+    key's rows as added).  ``ctx``: the launch context the call trees write (see
+    :class:`~streamtrace.kernels.treestream.TreeStream`), name ids as int16 when the
+    string table has at most 2**15 - 1 strings."""
 
     def __init__(self, store, gkeys, nm, device_mode, pmap):
         self.keys = gkeys
@@ -121,7 +123,8 @@ class _Gpu:
         self.corr_sorted = corr[self.by_corr].astype(np.int32 if narrow else np.int64)
         del corr
         self.free = np.ones(M, bool)
-        self.ctx = {k: np.full(M, -1, np.int32) for k in GPU_CTX}
+        names = np.int16 if len(nm.names) <= 2 ** 15 else np.int32    # name ids (and -1)
+        self.ctx = {k: np.full(M, -1, names) for k in GPU_CTX}
         self.ctx["comm_row"] = self.comm_row
         self.ctx["t_launch"] = self.start.copy()
         self.linked = None

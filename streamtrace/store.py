@@ -287,22 +287,39 @@ class ExternalSorter:
 
     def _spill_run(self):
         run, order = self._buffer_order()             # gathered sub-block by sub-block: no sorted copy
-        self.runs.append([self._put(run[order[i:i + self.sub_rows]]) for i in range(0, len(run), self.sub_rows)])
+        subs = [(min(self.sub_rows, len(run) - i), pack(run[order[i:i + self.sub_rows]], self.delta))
+                for i in range(0, len(run), self.sub_rows)]
         self.nbuf = 0
+        self.runs.append(self._put_run(subs))
 
-    def _put(self, sub):
-        data = pack(sub, self.delta)
+    def _put_run(self, subs):
+        """Store one run's compressed sub-blocks ``[(records, bytes)]``; returns their
+        references.  In memory they go into one anonymous memory map per run, outside
+        the malloc heap: thousands of small long-lived pieces there would split the free
+        space that each block's temporary arrays need, and the heap (and the resident
+        memory) would creep up by tens of MB over a big track.  The map is released
+        with the run's last reference."""
         if self.folder is None:
-            return (len(sub), data)
+            import mmap
+            slab = mmap.mmap(-1, max(1, sum(len(d) for _, d in subs)))
+            view = memoryview(slab)
+            refs, at = [], 0
+            for n, d in subs:
+                view[at:at + len(d)] = d
+                refs.append((n, view[at:at + len(d)]))
+                at += len(d)
+            return refs
         if self._file is None:
             fd, name = tempfile.mkstemp(prefix=".sort-", suffix=".bin", dir=self.folder)
             self._file = os.fdopen(fd, "w+b")
             os.unlink(name)                      # lives as long as the open file
         self._file.seek(self._pos)
-        self._file.write(data)
-        ref = (len(sub), self._pos, len(data))
-        self._pos += len(data)
-        return ref
+        refs = []
+        for n, d in subs:
+            self._file.write(d)
+            refs.append((n, self._pos, len(d)))
+            self._pos += len(d)
+        return refs
 
     def _get(self, ref):
         if self.folder is None:
