@@ -258,9 +258,11 @@ def _track(store, key, gpu, nm, win, tot, ops_writer, block_rows, folder, last=F
     corrs = ExternalSorter(_CORR_DTYPE, _corr_key, block_rows, folder, delta=("c",))
     own_parts = []
     i0 = n_own = 0
+    trimmer = _Trimmer(block_rows)
     for b in store.blocks(key):                                   # 1. file order
         r, rows = _link_block(b, i0, n_own, gpu, nm, win, corrs)
         i0 += len(b)
+        trimmer.done(len(b))
         del b                       # before the next block is unpacked
         if len(rows):
             own_parts.append(rows)
@@ -298,6 +300,7 @@ def _track(store, key, gpu, nm, win, tot, ops_writer, block_rows, folder, last=F
                 "cat": b["cat"], "depth": rr["depth"], "parent": np.where(rr["parent"] >= 0, rr["parent"] + base, -1),
                 "correlation": b["correlation"], "external_id": b["external_id"], "kernel_count": rr["count"],
                 "kernel_time_ns": rr["total"], "gpu_busy_ns": rr["busy"]})
+            trimmer.done(len(b))
             del b, rr                   # before the next block is unpacked (the writer copied the rows)
         if hasattr(ops_writer, "shrink"):
             ops_writer.shrink()         # its pending rows only, while the next track is sorted
@@ -332,6 +335,26 @@ def _link_block(b, i0, n_own, gpu, nm, win, corrs):
     annot = (b["cat"] == nm.user_annotation) & (nm.step[cname] < 0)
     r["flags"] = annot.astype(np.uint8) | (nm.has_stack_dim[cname].astype(np.uint8) << 1)
     return r, rows
+
+
+class _Trimmer:
+    """:func:`~streamtrace.store.trim` every ``TRIM_BLOCKS`` blocks' worth of rows of a
+    track's pass.  Each stored block's temporary arrays (of varying sizes) land on
+    different parts of the heap between the pass's long-lived pieces, so without it the
+    resident free heap creeps up by ~20-30 MB over the 1.8 M-event track of the 1.1 GB
+    benchmark trace; trimming after every block instead costs ~8 % of the run time."""
+
+    TRIM_BLOCKS = 4
+
+    def __init__(self, block_rows):
+        self.every = self.TRIM_BLOCKS * max(1, int(block_rows))
+        self.rows = 0
+
+    def done(self, rows):
+        self.rows += rows
+        if self.TRIM_BLOCKS and self.rows >= self.every:
+            self.rows = 0
+            trim()
 
 
 class _Aligned:
