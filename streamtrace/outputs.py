@@ -108,11 +108,22 @@ class StringPool:
         return pa.Array.from_buffers(pa.string(), len(ids), [None, pa.py_buffer(off), pa.py_buffer(data)])
 
     def dictionary_array(self, ids):
-        """``strings[ids]`` as an Arrow ``dictionary<int32, string>`` array whose dictionary
-        holds only the distinct strings used."""
+        """``strings[ids]`` (int ids, -1 -> "") as an Arrow ``dictionary<int32, string>``
+        array whose dictionary holds only the distinct strings used, in id order.  Raises
+        ValueError when an id is not -1 or a string's."""
         import pyarrow as pa
-        used, inv = np.unique(np.asarray(ids, np.int64), return_inverse=True)
-        return pa.DictionaryArray.from_arrays(numeric_array(inv, pa.int32()), self.array(used), safe=False)
+        ids = np.asarray(ids)
+        k = len(self.offs) - 1
+        if len(ids) and (int(ids.min()) < -1 or int(ids.max()) >= k):
+            raise ValueError(f"dictionary_array: an id is not -1 or in [0, {k})")
+        seen = np.zeros(k + 1, bool)              # slot j + 1: id j
+        seen[ids + 1] = True
+        code = np.cumsum(seen, dtype=np.int32)
+        code -= 1
+        inv = code[ids + 1]
+        del code
+        return pa.DictionaryArray.from_arrays(numeric_array(inv, pa.int32()), self.array(np.flatnonzero(seen) - 1),
+                                              safe=False)
 
 
 def numeric_array(values, typ):
@@ -126,16 +137,18 @@ class PartitionWriter:
     """Writes ``<dataset>/iteration=N/rank=R/part-<part>.parquet`` (:func:`partition_path`, zstd)
     atomically, from numpy columns given in any number of :meth:`write` calls, in row
     groups of ``rows`` rows.  ``pools``: ``{string column: StringPool}``; those columns
-    are passed as int ids.  Arrow buffers come from the system allocator, which hands
-    freed memory back."""
+    are passed as int ids.  Rows are copied into one row group's worth of staging
+    columns (int32 for string ids and int32 columns, else int64), so the caller's arrays
+    are not held, and no row group is concatenated from pieces.  Arrow buffers come from
+    the system allocator, which hands freed memory back."""
 
     def __init__(self, outdir, rank, iteration, schema, dataset, pools, rows=ROW_GROUP, part=0):
         self.path = partition_path(outdir, dataset, rank, iteration, part)
         self.schema = schema
         self.pools = pools
         self.rows = max(1, int(rows))
-        self.pending: list = []
         self.npending = 0
+        self._buf = None               # {column: staging array}, None while nothing is pending
         missing = [f.name for f in schema if f.type == "string" and f.name not in pools]
         if missing:
             raise ValueError(f"PartitionWriter: no string pool for {missing}")
@@ -154,45 +167,57 @@ class PartitionWriter:
         return self
 
     def write(self, columns: dict):
-        """Append rows: ``{column: numpy array}``, every schema column, equal lengths."""
-        n = len(columns[self.schema[0].name])
-        if not n:
-            return
-        self.pending.append(columns)
-        self.npending += n
-        while self.npending >= self.rows:
-            self._emit(self.rows)
+        """Append rows: ``{column: numpy array or scalar}``, every schema column, the arrays
+        of equal length (a scalar: that value in every row); at least one array."""
+        n = next(len(v) for v in columns.values() if np.ndim(v))
+        at = 0
+        while at < n:
+            k = min(self.rows - self.npending, n - at)
+            self._reserve(self.npending + k)
+            for f in self.schema:
+                v = columns[f.name]
+                self._buf[f.name][self.npending:self.npending + k] = v[at:at + k] if np.ndim(v) else v
+            self.npending += k
+            at += k
+            if self.npending == self.rows:
+                self._emit()
 
-    def _emit(self, n):
-        """Write the first ``n`` pending rows as one row group."""
+    def _reserve(self, n):
+        """Staging columns for at least ``n`` rows (a full row group), pending rows kept."""
+        if self._buf is not None and len(self._buf[self.schema[0].name]) >= n:
+            return
         import pyarrow as pa
-        take, rest, got = [], [], 0
-        for cols in self.pending:
-            m = len(cols[self.schema[0].name])
-            if got >= n:
-                rest.append(cols)
-            elif got + m <= n:
-                take.append(cols)
-                got += m
-            else:
-                k = n - got
-                take.append({c: v[:k] for c, v in cols.items()})
-                rest.append({c: v[k:] for c, v in cols.items()})
-                got = n
-        self.pending, self.npending = rest, self.npending - got
+        old, self._buf = self._buf, {}
+        for f in self.schema:
+            dt = np.int32 if f.name in self.pools or f.type == pa.int32() else np.int64
+            self._buf[f.name] = np.empty(max(n, self.rows), dt)
+            if old is not None:
+                self._buf[f.name][:self.npending] = old[f.name][:self.npending]
+                old[f.name] = None
+
+    def shrink(self):
+        """Keep only the pending rows (not a whole row group's staging columns) while no
+        rows come for a while; the next :meth:`write` makes room again."""
+        if self._buf is not None:
+            self._buf = {c: v[:self.npending].copy() for c, v in self._buf.items()} if self.npending else None
+
+    def _emit(self):
+        """Write the pending rows as one row group."""
+        import pyarrow as pa
+        n = self.npending
         arrays = []
         for f in self.schema:
-            parts = [c[f.name] for c in take]
-            v = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            v = self._buf[f.name][:n]
             arrays.append(self.pools[f.name].dictionary_array(v) if f.name in self.pools
                           else numeric_array(v, f.type))
         self._w.write_table(pa.Table.from_arrays(arrays, schema=self._wschema), row_group_size=n)
+        self.npending = 0
 
     def __exit__(self, et, ev, tb):
         try:
             if et is None and self.npending:
-                self._emit(self.npending)
+                self._emit()
         finally:
-            self.pending = []
+            self._buf = None
             self._w.close()
         return self._cm.__exit__(et, ev, tb)

@@ -277,50 +277,74 @@ class ExternalSorter:
         self.folder = folder
         self._file = None
         self._pos = 0
-        self.buf: list = []
+        self.buf = None               # the run being filled: one array, reused for every run
         self.nbuf = 0
         self.runs: list = []          # [[sub-block reference]]
         self.count = 0
 
     def add(self, recs):
-        if not len(recs):
-            return
-        self.buf.append(recs)
-        self.nbuf += len(recs)
-        self.count += len(recs)
-        while self.nbuf >= self.block_rows:
-            self._spill_run(self.block_rows)
+        """Append records (copied: ``recs`` is not held)."""
+        n = len(recs)
+        self.count += n
+        at = 0
+        while at < n:
+            k = min(self.block_rows - self.nbuf, n - at)
+            self._room(self.nbuf + k)
+            self.buf[self.nbuf:self.nbuf + k] = recs[at:at + k]
+            self.nbuf += k
+            at += k
+            if self.nbuf == self.block_rows:
+                self._spill_run()
 
-    def _buffer_order(self, limit):
-        """The first ``limit`` buffered records (taken out of the buffer) and the order
-        that sorts them."""
-        recs = self.buf[0] if len(self.buf) == 1 else np.concatenate(self.buf)
-        run, rest = recs[:limit], recs[limit:]
-        self.buf = [rest.copy()] if len(rest) else []     # not a view that pins ``recs``
-        self.nbuf = len(rest)
+    def _room(self, n):
+        """A run buffer of at least ``n`` records (grown geometrically up to ``block_rows``)."""
+        if self.buf is None or len(self.buf) < n:
+            cap = min(self.block_rows, max(n, 1024, 2 * (0 if self.buf is None else len(self.buf))))
+            buf = np.empty(cap, self.dtype)
+            if self.nbuf:
+                buf[:self.nbuf] = self.buf[:self.nbuf]
+            self.buf = buf
+
+    def _buffer_order(self):
+        """The buffered records (a view) and the order that sorts them."""
+        run = self.buf[:self.nbuf]
         return run, np.lexsort(self.keyfn(run)[::-1])
 
-    def _sorted_buffer(self, limit):
-        run, order = self._buffer_order(limit)
-        return run[order]
+    def _spill_run(self):
+        run, order = self._buffer_order()             # gathered sub-block by sub-block: no sorted copy
+        subs = [(min(self.sub_rows, len(run) - i), pack(run[order[i:i + self.sub_rows]], self.delta))
+                for i in range(0, len(run), self.sub_rows)]
+        self.nbuf = 0
+        self.runs.append(self._put_run(subs))
 
-    def _spill_run(self, limit):
-        run, order = self._buffer_order(limit)        # gathered sub-block by sub-block: no sorted copy
-        self.runs.append([self._put(run[order[i:i + self.sub_rows]]) for i in range(0, len(run), self.sub_rows)])
-
-    def _put(self, sub):
-        data = pack(sub, self.delta)
+    def _put_run(self, subs):
+        """Store one run's compressed sub-blocks ``[(records, bytes)]``; returns their
+        references.  In memory they go into one anonymous memory map per run, outside
+        the malloc heap: thousands of small long-lived pieces there would split the free
+        space that each block's temporary arrays need, and the heap (and the resident
+        memory) would creep up by tens of MB over a big track.  The map is released
+        with the run's last reference."""
         if self.folder is None:
-            return (len(sub), data)
+            import mmap
+            slab = mmap.mmap(-1, max(1, sum(len(d) for _, d in subs)))
+            view = memoryview(slab)
+            refs, at = [], 0
+            for n, d in subs:
+                view[at:at + len(d)] = d
+                refs.append((n, view[at:at + len(d)]))
+                at += len(d)
+            return refs
         if self._file is None:
             fd, name = tempfile.mkstemp(prefix=".sort-", suffix=".bin", dir=self.folder)
             self._file = os.fdopen(fd, "w+b")
             os.unlink(name)                      # lives as long as the open file
         self._file.seek(self._pos)
-        self._file.write(data)
-        ref = (len(sub), self._pos, len(data))
-        self._pos += len(data)
-        return ref
+        refs = []
+        for n, d in subs:
+            self._file.write(d)
+            refs.append((n, self._pos, len(d)))
+            self._pos += len(d)
+        return refs
 
     def _get(self, ref):
         if self.folder is None:
@@ -336,12 +360,15 @@ class ExternalSorter:
         try:
             if not self.runs:                     # everything fits in one block: plain sort
                 if self.nbuf:
-                    run = self._sorted_buffer(self.nbuf)
+                    run, order = self._buffer_order()
+                    run = run[order]
+                    self.buf, self.nbuf = None, 0
                     for i in range(0, len(run), self.block_rows):
                         yield run[i:i + self.block_rows]
                 return
             if self.nbuf:
-                self._spill_run(self.nbuf)
+                self._spill_run()
+            self.buf = None
             yield from self._merge()
         finally:
             self.close()
@@ -389,5 +416,5 @@ class ExternalSorter:
             self._file.close()
             self._file = None
         self.runs = []
-        self.buf = []
+        self.buf = None
         self.nbuf = 0

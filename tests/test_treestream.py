@@ -15,8 +15,8 @@ from streamtrace.store import STORE_DTYPE, ExternalSorter, MemoryStore, SpillSto
 GPU_I32 = ("launch_op", "launching", "annot", "top", "dim", "comm_row")
 
 
-def _gpu(m, comm0):
-    g = {k: np.full(m, -7, np.int32) for k in GPU_I32}
+def _gpu(m, comm0, names=np.int32):
+    g = {k: np.full(m, -7, names) for k in GPU_I32}
     g["comm_row"] = np.asarray(comm0, np.int32)
     g["t_launch"] = np.full(m, -7, np.int64)
     return g
@@ -53,12 +53,13 @@ def tracks(draw):
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(tracks(), st.sampled_from([1, 2, 64]))
-def test_tree_stream_matches_twin(case, arena):
+@given(tracks(), st.sampled_from([1, 2, 64]), st.sampled_from([np.int32, np.int16]))
+def test_tree_stream_matches_twin(case, arena, names):
+    """Also with the name columns as int16 (what the analysis uses for small string tables)."""
     rec, rows, gs, ge, comm0, clamp, cuts = case
     order = np.lexsort((rec["idx"], -rec["e"], rec["s"]))
     srt = rec[order]
-    got_gpu, want_gpu = _gpu(len(gs), comm0), _gpu(len(gs), comm0)
+    got_gpu, want_gpu = _gpu(len(gs), comm0, names), _gpu(len(gs), comm0)
     ts = TreeStream(rows, gs, ge, got_gpu, clamp_ns=clamp, arena=arena)
     parts = [ts.feed(srt[a:b]) for a, b in zip([0] + cuts, cuts + [len(srt)])] + [ts.finish()]
     got = np.concatenate(parts)
@@ -67,6 +68,7 @@ def test_tree_stream_matches_twin(case, arena):
     assert got.tolist() == want.tolist()
     assert (ts.n_clamped, ts.n_overrun) == (ncl, nov)
     for k in want_gpu:
+        assert got_gpu[k].dtype == (names if k in GPU_I32[:5] else want_gpu[k].dtype), k
         assert got_gpu[k].tolist() == want_gpu[k].tolist(), k
 
 
@@ -91,6 +93,10 @@ def test_tree_stream_rejects_unsorted_input():
         TreeStream(np.asarray([1]), np.zeros(1, np.int64), np.ones(1, np.int64), _gpu(1, [-1]))
     with pytest.raises(TypeError, match="int32"):
         TreeStream(np.zeros(0, np.int64), np.zeros(2, np.int64), np.ones(2, np.int64), _gpu(1, [-1]))
+    mixed = _gpu(1, [-1], np.int16)
+    mixed["dim"] = mixed["dim"].astype(np.int32)
+    with pytest.raises(TypeError, match="int16"):
+        TreeStream(np.zeros(0, np.int64), np.zeros(1, np.int64), np.ones(1, np.int64), mixed)
 
 
 @settings(max_examples=300, deadline=None)

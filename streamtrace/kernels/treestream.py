@@ -195,8 +195,9 @@ class TreeStream:
     ``own_rows``: GPU row indices grouped by owning launch (a record owns
     ``own_rows[own_off:own_off + own_cnt]``); ``g_start``/``g_end``: GPU intervals (ns);
     ``gpu``: dict of per-GPU-row output arrays written for owned rows: ``t_launch``
-    (int64), ``launch_op``, ``launching``, ``annot``, ``top``, ``dim``, ``comm_row``
-    (int32; ``comm_row`` is only filled where it is negative).  ``clamp_ns`` as for
+    (int64), the name ids ``launch_op``, ``launching``, ``annot``, ``top``, ``dim``
+    (int32, or int16 when every name id fits), ``comm_row`` (int32; only filled where
+    it is negative).  ``clamp_ns`` as for
     :func:`~streamtrace.kernels.tree.build_call_tree`.  ``arena``: initial capacity of
     the interval arena (it grows on demand)."""
 
@@ -210,10 +211,13 @@ class TreeStream:
             raise ValueError("TreeStream: g_start and g_end differ in length, or end < start")
         if len(self.own_rows) and (int(self.own_rows.min()) < 0 or int(self.own_rows.max()) >= m):
             raise ValueError(f"TreeStream: own_rows must be GPU rows in [0, {m})")
+        names = gpu["launch_op"].dtype
         for k in ("launch_op", "launching", "annot", "top", "dim", "comm_row", "t_launch"):
-            want = np.int64 if k == "t_launch" else np.int32
-            if gpu[k].dtype != want or len(gpu[k]) != m or not gpu[k].flags.c_contiguous:
-                raise TypeError(f"TreeStream: gpu[{k!r}] must be a contiguous {np.dtype(want)} array of {m}")
+            want = np.int64 if k == "t_launch" else np.int32 if k == "comm_row" else names
+            if names not in (np.int16, np.int32) or gpu[k].dtype != want or len(gpu[k]) != m \
+                    or not gpu[k].flags.c_contiguous:
+                raise TypeError(f"TreeStream: gpu[{k!r}] must be a contiguous {np.dtype(want)} array of {m}"
+                                " (the five name columns all int32 or all int16)")
         self.clamp = np.int64(clamp_ns)
         if not 0 <= int(clamp_ns) <= _I64_MAX:
             raise ValueError("TreeStream: clamp_ns must be in [0, 2**63)")
