@@ -123,7 +123,7 @@ def _report_validation(path, quiet=False):
 @argh.arg("--rank-map", help="JSON {file: rank} or '<file> <rank>' lines, for files that carry no rank")
 @argh.arg("--salvage", help="on a truncated file keep every complete event before the cut")
 @argh.arg("--scheduler", help="dask.distributed scheduler address, e.g. tcp://host:8786 (or $STREAMTRACE_SCHEDULER)")
-def analyze(*inputs, outdir="streamtrace-analysis", chunked=False, chunk_events=65_536, jobs=0,
+def analyze(*inputs, outdir="streamtrace-analysis", chunked=False, chunk_events=32_768, jobs=0,
             patterns=None, topology=None, rank_map=None, salvage=False, scheduler=None):
     """Classify kernels, build call trees and overlap metrics per rank, as Parquet + JSON."""
     from .analyze import AnalyzeOptions, analyze as do_analyze

@@ -28,7 +28,7 @@ import numpy as np
 STORE_DTYPE = np.dtype([("ts", "i8"), ("dur", "i8"), ("cat", "i4"), ("name", "i4"), ("correlation", "i8"),
                         ("external_id", "i8"), ("stream", "i8"), ("device", "i8"), ("comm", "i4")])
 STORE_DELTA = ("ts", "correlation", "external_id")   # delta-coded columns of stored blocks (~increasing)
-CHUNK_EVENTS = 65536       # default rows per stored block, per sorted run, per analysis step
+CHUNK_EVENTS = 32768       # default rows per stored block, per sorted run, per analysis step
 
 _CODEC = None
 _LIBC = None

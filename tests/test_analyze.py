@@ -402,3 +402,13 @@ def test_aggregate_reads_every_iteration(multi, tmp_path):
     rk = read_table(tmp_path / "i20" / "ranks.parquet")
     assert dict(zip(zip(rk["iteration"].tolist(), rk["rank"].tolist()), rk["kernels"].tolist())) == \
         {k: v for k, v in want.items() if k[0] == 20}
+
+
+def test_cli_chunk_events_default_is_the_library_default():
+    """The command's --chunk-events default (a literal: the CLI module imports no numpy) is
+    streamtrace.store.CHUNK_EVENTS, which the benchmarks' memory numbers were measured with."""
+    import inspect
+
+    from streamtrace import cli
+    from streamtrace.store import CHUNK_EVENTS
+    assert inspect.signature(cli.analyze).parameters["chunk_events"].default == CHUNK_EVENTS
