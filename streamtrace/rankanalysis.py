@@ -252,23 +252,23 @@ def analyze_rank(store, keys, comm_rows, table, rank, device_mode, pmap, pats, t
 
 
 def piece_blocks(store, key, span=None):
-    """The key's blocks in order, or only its rows ``[lo, hi)`` when ``span`` is given."""
+    """The key's blocks in order, or only its rows ``[lo, hi)`` when ``span`` is given
+    (blocks outside it are not read: their row counts come from ``store.block_spans``)."""
     if span is None:
         yield from store.blocks(key)
         return
     lo, hi = span
-    pos = 0
-    for b in store.blocks(key):
-        n = len(b)
-        a, z = max(lo - pos, 0), min(hi - pos, n)
-        piece = b if (a, z) == (0, n) else (b[a:z] if a < z else None)
-        del b                                  # only the consumer holds the block while it works
-        if piece is not None:
-            yield piece
-        del piece
-        pos += n
+    rows = store.block_spans(key)[0]
+    starts = np.concatenate([[0], np.cumsum(rows)])
+    for j in range(max(0, int(np.searchsorted(starts, lo, "right")) - 1), len(rows)):
+        pos, n = int(starts[j]), int(rows[j])
         if pos >= hi:
             break
+        a, z = max(lo - pos, 0), min(hi - pos, n)
+        if a < z:
+            b = store.block(key, j)
+            yield b if (a, z) == (0, n) else b[a:z]
+            del b                              # only the consumer holds the block while it works
 
 
 def _track(store, key, gpu, nm, win, tot, ops_writer, block_rows, folder, last=False, span=None):
@@ -522,16 +522,15 @@ def _row_key(row):
 def _write_kernels(store, gpu, iteration, ph, micro, coll, writer, span=None):
     """The kernels rows (all, or the GPU rows ``span`` = ``(lo, hi)``) to ``writer``."""
     lo, hi = span or (0, gpu.M)
-    at_block = 0
     ctx = gpu.ctx
-    for key in gpu.keys:
-        for b in store.blocks(key):
-            a, z = max(lo - at_block, 0), min(hi - at_block, len(b))
-            pos = at_block + a
-            at_block += len(b)
-            if a >= z:
-                continue
-            b = b if (a, z) == (0, len(b)) else b[a:z]
+    first = 0                                   # the key's first GPU row
+    for key, size in zip(gpu.keys, gpu.sizes):
+        pos = max(lo, first)
+        rows = (pos - first, min(hi, first + size) - first)
+        first += size
+        if rows[0] >= rows[1]:
+            continue
+        for b in piece_blocks(store, key, rows):
             nb = len(b)
             sl = slice(pos, pos + nb)
             cols = {
@@ -549,6 +548,7 @@ def _write_kernels(store, gpu, iteration, ph, micro, coll, writer, span=None):
                 else:
                     cols[c] = -1
             writer.write(cols)
+            pos += nb
             del b, cols                 # before the next block is unpacked (the writer copied the rows)
 
 

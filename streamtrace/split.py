@@ -172,31 +172,36 @@ class MergedStore:
     def rows(self, key) -> int:
         return sum(ref[1] for parts, _, _ in self.parts for ref in parts.get(key, ()))
 
+    def _refs(self, key):
+        """``[(block reference, lut, comm offset)]`` of ``key``, ranges in file order."""
+        return [(ref, lut, off) for parts, lut, off in self.parts for ref in parts.get(key, ())]
+
+    @staticmethod
+    def _load(ref, lut, off):
+        """One block's rows, string ids and collective-args rows remapped."""
+        from .store import load_block
+        a = load_block(ref)
+        for col in ("cat", "name"):
+            m = a[col] >= 0
+            a[col][m] = lut[a[col][m]]
+        m = a["comm"] >= 0
+        a["comm"][m] += off
+        return a
+
     def blocks(self, key):
         """The key's rows block by block, ranges in file order, ids remapped."""
-        from .store import load_block
-        for parts, lut, off in self.parts:
-            for ref in parts.get(key, ()):
-                a = load_block(ref)
-                for col in ("cat", "name"):
-                    m = a[col] >= 0
-                    a[col][m] = lut[a[col][m]]
-                m = a["comm"] >= 0
-                a["comm"][m] += off
-                yield a
+        for ref, lut, off in self._refs(key):
+            yield self._load(ref, lut, off)
 
     def block_spans(self, key):
         """Per block, in :meth:`blocks` order: ``(rows, first_ts, last_end)`` int64 arrays
         (see :meth:`streamtrace.store.MemoryStore.block_spans`)."""
         from .store import _span_arrays
-        return _span_arrays([(ref[1], ref[-2], ref[-1]) for parts, _, _ in self.parts for ref in parts.get(key, ())])
+        return _span_arrays([(ref[1], ref[-2], ref[-1]) for ref, _, _ in self._refs(key)])
 
     def block(self, key, j):
-        """Block ``j`` of ``key`` with its ``ts``/``dur`` as stored (string ids NOT remapped:
-        for times only)."""
-        from .store import load_block
-        refs = [ref for parts, _, _ in self.parts for ref in parts.get(key, ())]
-        return load_block(refs[j])
+        """Block ``j`` of ``key`` (as :meth:`blocks` gives it)."""
+        return self._load(*self._refs(key)[j])
 
     def get(self, key):
         from .analyze import STORE_DTYPE
