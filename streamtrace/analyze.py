@@ -171,13 +171,15 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
         topo = load_topology(opt.topology)
     spill = tempfile.TemporaryDirectory(prefix=".streamtrace-", dir=outdir) if opt.chunked else None
     try:
+        split = None
         if opt.split_jobs > 1:
             from .split import ingest_parallel, warm_analysis
             warm_analysis(outdir, opt)                   # before forking: the workers inherit the kernels
-            store, table, comm_rows, meta, warnings = ingest_parallel(
-                path, outdir, opt.split_jobs, opt.patterns, opt.salvage, spill.name if spill else None,
-                opt.chunk_events)
-        else:
+            split = ingest_parallel(path, outdir, opt.split_jobs, opt.patterns, opt.salvage,
+                                    spill.name if spill else None, opt.chunk_events)
+        if split is not None:
+            store, table, comm_rows, meta, warnings, _ = split
+        else:                                            # one process (also: a file that cannot be split)
             store = SpillStore(spill.name, opt.chunk_events) if spill else MemoryStore(opt.chunk_events)
             table, comm_rows, reader = ingest(path, store, pats, opt.salvage, progress)
             meta, warnings = reader.metadata, reader.warnings

@@ -179,6 +179,8 @@ class TraceReader:
         self.path = str(path)
         self.byte_range = byte_range   # (start, end): read only these bytes of a plain file's events
         self.events_offset = None      # absolute offset just past traceEvents' '[' once seen
+        self.events_end = None         # offset just past traceEvents' closing ']' once read (in a
+                                       # byte range: of the stream "[" + range + "]")
         self.salvage = salvage
         self.batch_events = batch_events
         self.block = block
@@ -359,6 +361,7 @@ class TraceReader:
                 self.events_read += k
             st.pos = newpos
             if status == K.DONE:
+                self.events_end = st.base + newpos
                 return
             if status == K.BAD:
                 self._fail(st, "invalid JSON in traceEvents (expected an event object, ',' or ']')")
@@ -473,13 +476,25 @@ def read_trailer(path, tail: int = 1 << 16) -> dict | None:
     array), or None when nothing parses or the file is gzip / unreadable: the
     caller then reads the whole file (:meth:`TraceReader.read_metadata`).
     Never raises for bad input."""
+    found = find_trailer(path, tail)
+    return None if found is None else found[0]
+
+
+def find_trailer(path, tail: int = 1 << 16, bare: bool = False):
+    """:func:`read_trailer` with the place it was found: ``(trailer dict, offset of
+    the ']' that closes traceEvents)``, or None.  ``bare=True``: the file is the bare
+    array form (``[...]``), whose last ``]`` (nothing but whitespace after it) is the
+    end, with an empty trailer.  A guess from the tail: a caller that relies on the
+    offset must confirm it (the split reader does: its last byte range must parse to
+    exactly that ``]``).  Never raises for bad input."""
     try:
         with open(path, "rb") as f:
             if f.read(2) == GZIP_MAGIC:
                 return None
             f.seek(0, 2)
             size = f.tell()
-            f.seek(max(0, size - tail))
+            base = max(0, size - tail)
+            f.seek(base)
             data = f.read()
     except OSError:
         return None
@@ -490,8 +505,10 @@ def read_trailer(path, tail: int = 1 << 16) -> dict | None:
         if pos < 0:
             break
         rest = data[pos + 1:].strip()
+        if bare:
+            return ({}, base + pos) if not rest else None
         if rest == b"}":
-            best = {}
+            best = ({}, base + pos)
         elif rest.startswith(b","):
             try:
                 out = orjson.loads(b"{" + rest[1:])
@@ -500,5 +517,5 @@ def read_trailer(path, tail: int = 1 << 16) -> dict | None:
             if isinstance(out, dict):
                 if "traceEvents" in out:        # went back past the array itself
                     break
-                best = out
+                best = (out, base + pos)
     return best

@@ -2,18 +2,34 @@
 that start and end on event boundaries, parse the ranges in worker processes,
 and put the results back together in file order.
 
-The boundaries come from one sequential pass of the numba scanner
-:func:`streamtrace.kernels.scan.split_points` (it tracks string/escape state and
-brace depth, so braces inside strings never fool it).  A ``.json.gz`` input is
-first decompressed once to a temporary file beside the output (byte ranges need
-random access).  Keys before and after ``traceEvents`` are still found: the head
-by the normal reader, the tail from the bytes after the array's closing ``]``.
+Two ways to find the boundaries:
+
+* exact: one sequential pass of the numba scanner
+  :func:`streamtrace.kernels.scan.split_points` (it tracks string/escape state and
+  brace depth, so braces inside strings never fool it) -- :func:`split_ranges`,
+  used by ``merge --jobs``;
+* guessed, then proven (:func:`guess_ranges`, used by ``analyze --jobs``): the
+  array's end from the file's tail, and a cut near each equal share where the text
+  looks like ``}, {"ph": ...`` -- no pass over the file.  Each range is then parsed
+  from its start; the first range starts where the head says the array starts, and a
+  range whose parse ends exactly at its own end (the reader's strict parser accepts
+  the appended ``]`` only at array level, outside any string or object) proves that
+  the next range starts on an event boundary too.  One range that does not parse
+  exactly and the guess is thrown away: the ranges are found again by the scanner.
+
+A ``.json.gz`` input is first decompressed once to a temporary file beside the
+output (byte ranges need random access).  Keys before and after ``traceEvents`` are
+still found: the head by the normal reader, the tail from the bytes after the
+array's closing ``]``.
 """
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import tempfile
 import zlib
+from typing import NamedTuple
 
 import numpy as np
 import orjson
@@ -21,10 +37,12 @@ import orjson
 from .errors import TraceError
 from .io import BLOCK, GZIP_MAGIC
 from .kernels import scan as K
-from .reader import TraceReader
+from .reader import TraceReader, find_trailer
 
 SPLIT_THRESHOLD = 256 << 20     # files smaller than this are parsed by one process
 RANGES_PER_JOB = 4              # byte ranges per worker process: early start, even finish
+GUESS_WINDOW = 1 << 20          # bytes searched for a likely event boundary after each equal share
+_LIKELY_CUT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")      # "}, {": end of one event, start of the next
 
 
 def plain_copy(path, folder) -> str | None:
@@ -85,11 +103,8 @@ def iter_ranges(path, parts: int, found: dict):
     state[3] = start
     out = np.empty(max(4, parts * 2), np.int64)
     with open(path, "rb") as f:
-        def after_comma(a):                # skip the separating comma (and whitespace)
-            f.seek(a)
-            head_bytes = f.read(4096)
-            stripped = head_bytes.lstrip(b" \t\r\n")
-            return a + len(head_bytes) - len(stripped) + (1 if stripped.startswith(b",") else 0)
+        def after_comma(a):
+            return _after_comma(f, a)
 
         prev, end, pos, npoints = start, -1, start, 0
         while end < 0:
@@ -122,6 +137,84 @@ def iter_ranges(path, parts: int, found: dict):
     found["metadata"], found["head_keys"] = meta, list(head)
 
 
+def _after_comma(f, a) -> int:
+    """The offset after the whitespace and the one comma that follow offset ``a`` of
+    the open file ``f`` (where the next range starts)."""
+    f.seek(a)
+    head_bytes = f.read(4096)
+    stripped = head_bytes.lstrip(b" \t\r\n")
+    return a + len(head_bytes) - len(stripped) + (1 if stripped.startswith(b",") else 0)
+
+
+def guess_cut(f, lo, hi) -> int | None:
+    """A likely event boundary in ``[lo, hi)`` of the open plain file ``f``: the offset
+    just past the first ``}`` (within :data:`GUESS_WINDOW` bytes of ``lo``) that is
+    followed by ``,`` and an object with a ``"ph"`` key, i.e. what the end of one
+    trace event and the start of the next look like.  None when there is none.  Only
+    a guess (the text may sit inside a string): :func:`ingest_parallel` proves it."""
+    f.seek(lo)
+    data = f.read(max(0, min(GUESS_WINDOW, hi - lo)))
+    arr = np.frombuffer(data, np.uint8)
+    for m in _LIKELY_CUT.finditer(data):
+        s = m.end() - 1
+        status, e = K.skip_value(arr, s, len(data))
+        if status != K.DONE:
+            if status == K.BAD:
+                continue
+            return None                                     # runs past the window
+        try:
+            ev = orjson.loads(data[s:e])
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(ev, dict) and "ph" in ev:
+            return lo + m.start() + 1
+    return None
+
+
+def guess_ranges(path, parts: int):
+    """Likely byte ranges of a PLAIN trace's ``traceEvents`` content without a pass
+    over the file: the array's start from the head, its end from the tail
+    (:func:`streamtrace.reader.find_trailer`), and a :func:`guess_cut` after each of
+    ``parts`` equal shares.  Returns ``(ranges, metadata, head_keys)`` like
+    :func:`split_ranges`, or None when the head or the tail is not what a whole trace
+    has (truncated file, data after the document, no ``traceEvents``).  The ranges are
+    only likely right; :func:`ingest_parallel` shows how they are proven.  Raises
+    :class:`TraceError` when the head cannot be read."""
+    r = TraceReader(path)
+    head = r.read_head()
+    if not r.has_events or r.events_offset is None:
+        return None
+    found = find_trailer(path, bare=not r.head_keys and not head and _is_bare(path))
+    if found is None:
+        return None
+    trailer, end = found
+    start = r.events_offset
+    if end < start:
+        return None
+    every = max(1, (end - start) // max(1, parts))
+    ranges, prev = [], start
+    with open(path, "rb") as f:
+        for k in range(1, parts):
+            lo = max(start + k * every, prev + 1)
+            if lo >= end:
+                break
+            cut = guess_cut(f, lo, end)
+            if cut is None:
+                continue
+            ranges.append((prev, cut))
+            prev = _after_comma(f, cut)
+    ranges.append((prev, end))
+    meta = dict(head)
+    meta.update(trailer)
+    return ranges, meta, list(head)
+
+
+def _is_bare(path) -> bool:
+    """Whether a plain file is the bare-array form (its first non-blank byte is ``[``)."""
+    with open(path, "rb") as f:
+        return f.read(4096).lstrip(b" \t\r\n\xef\xbb\xbf").startswith(b"[")
+
+
 def range_events(path, byte_range, **kw):
     """A :class:`TraceReader` over one byte range (a bare array of whole events)."""
     return TraceReader(path, byte_range=byte_range, **kw)
@@ -138,15 +231,21 @@ def cleanup(tmp):
 
 # -- parallel ingest for analyze ----------------------------------------------------
 
-def _ingest_range(path, byte_range, patterns, salvage, spill_dir, chunk_events):
+def _ingest_range(path, byte_range, patterns, salvage, spill_dir, chunk_events, exact=False):
     """Worker: columns of one byte range into its own store.  Returns
     ``(key -> [block reference], strings, comm_rows, warnings)`` (compressed blocks, or
-    blocks in spill files, see :meth:`streamtrace.store.MemoryStore.export`)."""
+    blocks in spill files, see :meth:`streamtrace.store.MemoryStore.export`).
+    ``exact=True`` (a guessed range): raises :class:`TraceError` unless the range is a
+    whole number of events that the closing ``]`` appended to it ends exactly."""
     from .analyze import ingest
     from .patterns import Patterns
     from .store import MemoryStore, SpillStore
     store = SpillStore(spill_dir, chunk_events) if spill_dir else MemoryStore(chunk_events)
-    table, comm_rows, reader = ingest(path, store, Patterns.load(patterns), salvage, byte_range=byte_range)
+    table, comm_rows, reader = ingest(path, store, Patterns.load(patterns), salvage and not exact,
+                                      byte_range=byte_range)
+    a, b = byte_range
+    if exact and reader.events_end != b - a + 2:           # the stream is "[" + range + "]"
+        raise TraceError(path, "byte range does not end on an event boundary", offset=b)
     return store.export(), table.strings, comm_rows, reader.warnings
 
 
@@ -262,40 +361,96 @@ def warm_analysis(folder, opt) -> None:
         analyze_file(src, d, 0, None, replace(opt, split_jobs=1))
 
 
+class SplitIngest(NamedTuple):
+    """What :func:`ingest_parallel` read: the columns as one store, the shared string
+    table, collective-args rows, top-level metadata, reader warnings, and ``how`` the
+    ranges were found (``"guessed"``: :func:`guess_ranges`, all proven; ``"scanned"``:
+    the guess was wrong somewhere, :func:`iter_ranges`' exact scan)."""
+    store: "MergedStore"
+    table: object
+    comm_rows: list
+    metadata: dict
+    warnings: list
+    how: str
+
+
 def ingest_parallel(path, tmpdir, jobs, patterns, salvage=False, spill_dir=None, chunk_events=1_000_000):
-    """Parse one big trace with ``jobs`` worker processes (byte ranges in order, about
-    :data:`RANGES_PER_JOB` per worker, each handed out as soon as the boundary scan
-    has found its end, so parsing starts while the parent still scans).
-    Returns ``(store, table, comm_rows, metadata, warnings)`` equivalent to
-    :func:`streamtrace.analyze.ingest` on the whole file."""
-    from .columns import StringTable
-    from .parallel import pool
+    """Parse one big trace with ``jobs`` worker processes (byte ranges in file order,
+    about :data:`RANGES_PER_JOB` per worker).  The ranges are first guessed
+    (:func:`guess_ranges`, no pass over the file) and parsed; each one must parse to
+    exactly its end, which proves the next one's start (see the module docstring).  If
+    one does not, that work is dropped and the ranges come from the exact scanner
+    (:func:`iter_ranges`, each handed out as soon as the scan has found its end).
+
+    Returns a :class:`SplitIngest` equivalent to :func:`streamtrace.analyze.ingest` on
+    the whole file, or None when the file cannot be read in byte ranges (truncated,
+    data after the document, a syntax error): the caller then reads it in one process,
+    which reports the error (or, with ``salvage``, keeps what can be kept) exactly as
+    ``--jobs 1`` does."""
     plain = plain_copy(path, tmpdir)
+    parts = jobs * RANGES_PER_JOB
     try:
         src = plain or str(path)
-        found: dict = {}
-        futures = []
-        with pool(jobs) as ex:
-            try:
-                for i, r in enumerate(iter_ranges(src, jobs * RANGES_PER_JOB, found)):
-                    folder = os.path.join(spill_dir, f"r{i}") if spill_dir else None
-                    if folder:
-                        os.makedirs(folder, exist_ok=True)
-                    futures.append(ex.submit(_ingest_range, src, r, patterns, salvage, folder, chunk_events))
-                results = [f.result() for f in futures]
-            except BaseException:
-                for f in futures:
-                    f.cancel()
-                raise
+        try:
+            plan = guess_ranges(src, parts)
+        except TraceError:
+            return None
+        if plan is None:
+            return None
+        ranges, meta, _ = plan
+        how = "guessed"
+        results = _parse_ranges(src, ranges, jobs, patterns, salvage, spill_dir, "g", chunk_events, True)
+        if results is None:
+            how, found = "scanned", {}
+            results = _parse_ranges(src, iter_ranges(src, parts, found), jobs, patterns, salvage,
+                                    spill_dir, "r", chunk_events, False)
+            if results is None:
+                return None
+            meta = found["metadata"]
     finally:
         cleanup(plain)
-    meta = found["metadata"]
+    from .columns import StringTable
     table = StringTable()
     comm_rows, warnings = [], []
     store = MergedStore(chunk_events)
-    for parts, strings, rows, warns in results:
+    for parts_, strings, rows, warns in results:
         lut = np.asarray([table.id(s) for s in strings] or [0], np.int64)
-        store.add_range(parts, lut, len(comm_rows))
+        store.add_range(parts_, lut, len(comm_rows))
         comm_rows.extend(rows)
         warnings.extend(warns)
-    return store, table, comm_rows, meta, warnings
+    return SplitIngest(store, table, comm_rows, meta, warnings, how)
+
+
+def _parse_ranges(src, ranges, jobs, patterns, salvage, spill_dir, tag, chunk_events, exact):
+    """Each byte range of ``ranges`` (an iterable, consumed as it yields) parsed by a
+    pool of ``jobs`` processes; the workers' results in order, or None as soon as one
+    range raises :class:`TraceError` (the others are cancelled, their spill folders
+    ``<spill_dir>/<tag><i>`` removed).  Other exceptions propagate."""
+    from .parallel import pool
+    futures, folders = [], []
+    failed = False
+    results = []
+    try:
+        with pool(jobs) as ex:
+            try:
+                for i, r in enumerate(ranges):
+                    folder = os.path.join(spill_dir, f"{tag}{i}") if spill_dir else None
+                    if folder:
+                        os.makedirs(folder, exist_ok=True)
+                        folders.append(folder)
+                    futures.append(ex.submit(_ingest_range, src, r, patterns, salvage, folder, chunk_events,
+                                             exact))
+                for f in futures:
+                    results.append(f.result())
+            except BaseException:
+                failed = True
+                for f in futures:
+                    f.cancel()
+                raise
+    except TraceError:
+        return None
+    finally:
+        if failed:
+            for folder in folders:
+                shutil.rmtree(folder, ignore_errors=True)
+    return results
