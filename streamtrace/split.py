@@ -399,7 +399,9 @@ def ingest_parallel(path, tmpdir, jobs, patterns, salvage=False, spill_dir=None,
             return None
         ranges, meta, _ = plan
         how = "guessed"
-        results = _parse_ranges(src, ranges, jobs, patterns, salvage, spill_dir, "g", chunk_events, True)
+        results = None
+        if len(ranges) >= jobs:          # else too few likely cuts (events without "ph", > 1 MB events): scan
+            results = _parse_ranges(src, ranges, jobs, patterns, salvage, spill_dir, "g", chunk_events, True)
         if results is None:
             how, found = "scanned", {}
             results = _parse_ranges(src, iter_ranges(src, parts, found), jobs, patterns, salvage,

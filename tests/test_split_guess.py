@@ -128,6 +128,16 @@ def test_right_guess_is_used(tmp_path):
     assert res.how == "guessed" and res.store.rows(("cpu", -1, 1, 1)) == 3000
 
 
+def test_too_few_likely_cuts_are_scanned(tmp_path):
+    """Events without a "ph" key give no likely cut: the scanner finds the ranges."""
+    p = tmp_path / "t.json"
+    evs = [{"name": f"op{i % 7}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5} for i in range(3000)]
+    p.write_text(json.dumps({"traceEvents": evs}))
+    assert len(guess_ranges(p, 8)[0]) == 1
+    res = ingest_parallel(p, tmp_path, 2, None, chunk_events=256)
+    assert res.how == "scanned" and res.store.keys() == []
+
+
 @pytest.mark.parametrize("cut", ["mid_event", "in_string", "in_args", "after_comma"])
 def test_exact_range_check(tmp_path, cut):
     """A byte range that does not end on an event boundary is refused, wherever it ends."""
