@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pyarrow.parquet as pq  # noqa: F401  (pyarrow loaded before forking workers)
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
