@@ -40,7 +40,7 @@ from .kernels import scan as K
 from .reader import TraceReader, find_trailer
 
 SPLIT_THRESHOLD = 256 << 20     # files smaller than this are parsed by one process
-RANGES_PER_JOB = 4              # byte ranges per worker process: early start, even finish
+RANGES_PER_JOB = 4              # byte ranges per worker process: even finish (and, scanned, an early start)
 GUESS_WINDOW = 1 << 20          # bytes searched for a likely event boundary after each equal share
 _LIKELY_CUT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")      # "}, {": end of one event, start of the next
 
