@@ -504,12 +504,12 @@ def find_trailer(path, tail: int = 1 << 16, bare: bool = False):
         pos = data.rfind(b"]", 0, pos)
         if pos < 0:
             break
-        rest = data[pos + 1:].strip()
+        rest = data[pos + 1:].strip(_WS)                 # JSON whitespace only (not \x0b, \x0c)
         if bare:
             return ({}, base + pos) if not rest else None
         if rest == b"}":
             best = ({}, base + pos)
-        elif rest.startswith(b","):
+        elif rest.startswith(b",") and rest[1:].lstrip(_WS).startswith(b'"'):     # not ",}"
             try:
                 out = orjson.loads(b"{" + rest[1:])
             except orjson.JSONDecodeError:

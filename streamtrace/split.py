@@ -42,6 +42,8 @@ from .reader import TraceReader, find_trailer
 SPLIT_THRESHOLD = 256 << 20     # files smaller than this are parsed by one process
 RANGES_PER_JOB = 4              # byte ranges per worker process: even finish (and, scanned, an early start)
 GUESS_WINDOW = 1 << 20          # bytes searched for a likely event boundary after each equal share
+GUESS_TRIES = 256               # places that look like "}, {" tried per share
+GUESS_EVENT_BYTES = 1 << 16     # the object after one must close within this many bytes
 _LIKELY_CUT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")      # "}, {": end of one event, start of the next
 
 
@@ -119,8 +121,11 @@ def iter_ranges(path, parts: int, found: dict):
             for i, b in enumerate(points):
                 if end >= 0 and i == k - 1 and b >= end:     # the array's end is the last range's end
                     break
+                nxt = after_comma(b)
+                if nxt < 0:                                  # a cut just before the array's ']'
+                    continue
                 yield (prev, b)
-                prev = after_comma(b)
+                prev = nxt
         if end < 0:
             raise TraceError(path, "truncated: traceEvents is not closed", offset=pos)
         if npoints or start < end:                          # an empty array without a cut: no range
@@ -134,34 +139,48 @@ def iter_ranges(path, parts: int, found: dict):
         except orjson.JSONDecodeError:
             trailer = TraceReader(path).read_metadata()
         meta.update(trailer)
-    found["metadata"], found["head_keys"] = meta, list(head)
+    found["metadata"], found["head_keys"], found["end"] = meta, list(head), end
 
 
 def _after_comma(f, a) -> int:
     """The offset after the whitespace and the one comma that follow offset ``a`` of
-    the open file ``f`` (where the next range starts)."""
-    f.seek(a)
-    head_bytes = f.read(4096)
-    stripped = head_bytes.lstrip(b" \t\r\n")
-    return a + len(head_bytes) - len(stripped) + (1 if stripped.startswith(b",") else 0)
+    the open file ``f`` (where the next range starts), or -1 when the array's ``]``
+    follows instead.  Raises :class:`TraceError` on anything else (a missing comma
+    between two events)."""
+    pos = a
+    while True:
+        f.seek(pos)
+        chunk = f.read(4096)
+        stripped = chunk.lstrip(b" \t\r\n")
+        pos += len(chunk) - len(stripped)
+        if stripped or not chunk:
+            break
+    if stripped.startswith(b","):
+        return pos + 1
+    if stripped.startswith(b"]"):
+        return -1
+    raise TraceError(f.name, "no comma after an event", offset=pos)
 
 
 def guess_cut(f, lo, hi) -> int | None:
     """A likely event boundary in ``[lo, hi)`` of the open plain file ``f``: the offset
     just past the first ``}`` (within :data:`GUESS_WINDOW` bytes of ``lo``) that is
     followed by ``,`` and an object with a ``"ph"`` key, i.e. what the end of one
-    trace event and the start of the next look like.  None when there is none.  Only
-    a guess (the text may sit inside a string): :func:`ingest_parallel` proves it."""
+    trace event and the start of the next look like.  None when there is none among
+    the first :data:`GUESS_TRIES` places that look like ``}, {`` (an object longer than
+    :data:`GUESS_EVENT_BYTES` is passed over), so the work stays bounded.  Only a guess
+    (the text may sit inside a string or an event's args): :func:`ingest_parallel`
+    proves it."""
     f.seek(lo)
     data = f.read(max(0, min(GUESS_WINDOW, hi - lo)))
     arr = np.frombuffer(data, np.uint8)
-    for m in _LIKELY_CUT.finditer(data):
+    for tries, m in enumerate(_LIKELY_CUT.finditer(data)):
+        if tries >= GUESS_TRIES:                            # bounded work whatever the text
+            return None
         s = m.end() - 1
-        status, e = K.skip_value(arr, s, len(data))
+        status, e = K.skip_value(arr, s, min(len(data), s + GUESS_EVENT_BYTES))
         if status != K.DONE:
-            if status == K.BAD:
-                continue
-            return None                                     # runs past the window
+            continue                                        # not an object, or a long one: the next
         try:
             ev = orjson.loads(data[s:e])
         except orjson.JSONDecodeError:
@@ -201,8 +220,9 @@ def guess_ranges(path, parts: int):
             cut = guess_cut(f, lo, end)
             if cut is None:
                 continue
+            nxt = _after_comma(f, cut)                      # a comma: guess_cut saw one
             ranges.append((prev, cut))
-            prev = _after_comma(f, cut)
+            prev = nxt
     ranges.append((prev, end))
     meta = dict(head)
     meta.update(trailer)
@@ -231,12 +251,14 @@ def cleanup(tmp):
 
 # -- parallel ingest for analyze ----------------------------------------------------
 
-def _ingest_range(path, byte_range, patterns, salvage, spill_dir, chunk_events, exact=False):
+def _ingest_range(path, byte_range, patterns, salvage, spill_dir, chunk_events, exact=False, first=True):
     """Worker: columns of one byte range into its own store.  Returns
     ``(key -> [block reference], strings, comm_rows, warnings)`` (compressed blocks, or
     blocks in spill files, see :meth:`streamtrace.store.MemoryStore.export`).
     ``exact=True`` (a guessed range): raises :class:`TraceError` unless the range is a
-    whole number of events that the closing ``]`` appended to it ends exactly."""
+    whole number of events that the closing ``]`` appended to it ends exactly.
+    ``first=False``: the range follows a comma, so holding no event is an error (a
+    trailing comma in the array) -- :class:`TraceError` too."""
     from .analyze import ingest
     from .patterns import Patterns
     from .store import MemoryStore, SpillStore
@@ -246,6 +268,8 @@ def _ingest_range(path, byte_range, patterns, salvage, spill_dir, chunk_events, 
     a, b = byte_range
     if exact and reader.events_end != b - a + 2:           # the stream is "[" + range + "]"
         raise TraceError(path, "byte range does not end on an event boundary", offset=b)
+    if not first and reader.events_read == 0:
+        raise TraceError(path, "no event after a comma in traceEvents", offset=a)
     return store.export(), table.strings, comm_rows, reader.warnings
 
 
@@ -406,6 +430,11 @@ def ingest_parallel(path, tmpdir, jobs, patterns, salvage=False, spill_dir=None,
             how, found = "scanned", {}
             results = _parse_ranges(src, iter_ranges(src, parts, found), jobs, patterns, salvage,
                                     spill_dir, "r", chunk_events, False)
+            if results is not None and found["end"] != ranges[-1][1]:
+                # the scanner (blind to which bracket closes the array) disagrees with the tail
+                for i in range(len(results) if spill_dir else 0):
+                    shutil.rmtree(os.path.join(spill_dir, f"r{i}"), ignore_errors=True)
+                results = None
             if results is None:
                 return None
             meta = found["metadata"]
@@ -441,7 +470,7 @@ def _parse_ranges(src, ranges, jobs, patterns, salvage, spill_dir, tag, chunk_ev
                         os.makedirs(folder, exist_ok=True)
                         folders.append(folder)
                     futures.append(ex.submit(_ingest_range, src, r, patterns, salvage, folder, chunk_events,
-                                             exact))
+                                             exact, i == 0))
                 for f in futures:
                     results.append(f.result())
             except BaseException:

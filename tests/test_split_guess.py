@@ -183,6 +183,54 @@ def test_unsplittable_files_analyse_like_one_process(tmp_path, case, salvage):
         assert not isinstance(out[0], str)
 
 
+_A = b'{"ph":"X","cat":"kernel","name":"a","pid":0,"tid":7,"ts":1,"dur":1}'
+_B = b'{"ph":"X","cat":"kernel","name":"b","pid":0,"tid":7,"ts":5,"dur":1}'
+_L = b'{"ph":"X","cat":"kernel","name":"' + b"l" * 200 + b'","pid":0,"tid":7,"ts":9,"dur":1}'
+
+
+@pytest.mark.parametrize("data", [
+    b'{"traceEvents":[' + _A + b"," + _B + b"],}",                          # empty trailer after a comma
+    b'{"traceEvents":[' + _A + b"," + _B + b"]}\x0c",                        # \x0c is not JSON whitespace
+    b'{"traceEvents":[' + _A + b"," + _B + b"]\x0b}",
+    b'{"traceEvents":[' + _A + b"," + _B + b"}]}",                           # '}' where ']' closes the array
+    b'{"traceEvents":[' + _A + b"," + _B + b"]]}",
+    b'{"traceEvents":[' + _A + b'],"traceEvents":[' + _B + b"]}",            # a second traceEvents key
+    b'{"traceEvents":[' + _A + b"," + _L + b",]}",                           # trailing comma
+    b'{"traceEvents":[' + _L + b" " + _A + b"]}",                            # missing comma
+], ids=["comma_close", "ff", "vt", "brace_close", "double_close", "two_arrays", "trailing_comma",
+        "missing_comma"])
+def test_malformed_files_analyse_like_one_process(tmp_path, data):
+    """Found in review: files that -j 1 rejects (or reads in full) must not be read
+    differently by -j 2, whether the guess or the scanner handles them."""
+    src = tmp_path / "rank_0.json"
+    src.write_bytes(data)
+    out = []
+    for jobs in (1, 2):
+        try:
+            r = analyze([src], tmp_path / f"o{jobs}", AnalyzeOptions(jobs=jobs, split_threshold=1, progress=False))
+            out.append(({k: v for k, v in r["ranks"][0].items() if k != "seconds"},
+                        read_partition(partition_files(tmp_path / f"o{jobs}", "kernels", 0, None)).to_pylist()))
+        except StreamtraceError as e:
+            out.append(str(e))
+    assert out[0] == out[1]
+
+
+def test_guess_cut_work_is_bounded(tmp_path):
+    """Only the first GUESS_TRIES places that look like '}, {' are tried per share."""
+    from streamtrace import split
+    bad = b'{"x": [' + b"{}, " * (split.GUESS_TRIES + 5) + b"{}]}"
+    p = tmp_path / "t.json"
+    p.write_bytes(_A + b", " + _B + b", " + bad)
+    with open(p, "rb") as f:
+        assert split.guess_cut(f, 0, p.stat().st_size) == len(_A)
+    p.write_bytes(bad + b", " + _B + b", " + _A)              # an event boundary, but past the tries
+    with open(p, "rb") as f:
+        assert split.guess_cut(f, 0, p.stat().st_size) is None
+    p.write_bytes(b'{"x": [' + b"{}, " * (split.GUESS_TRIES - 5) + b"{}]}" + b", " + _B)
+    with open(p, "rb") as f:
+        assert split.guess_cut(f, 0, p.stat().st_size) is not None
+
+
 def test_find_trailer_offsets(tmp_path):
     p = tmp_path / "t.json"
     text = '{"traceEvents": [{"ph": "X"}, {"ph": "i"}], "deviceProperties": [{"id": 0}], "traceName": "a]b"}\n'
@@ -194,3 +242,7 @@ def test_find_trailer_offsets(tmp_path):
     assert find_trailer(p, bare=True) == ({}, 12)
     p.write_text('[{"ph": "X"}] x')
     assert find_trailer(p, bare=True) is None
+    p.write_text('{"traceEvents": [{"ph": "X"}],}')
+    assert find_trailer(p) is None
+    p.write_text('{"traceEvents": [{"ph": "X"}]}\x0c')
+    assert find_trailer(p) is None
