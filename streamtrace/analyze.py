@@ -174,9 +174,10 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
         split = None
         if opt.split_jobs > 1:
             from .split import ingest_parallel, warm_analysis
-            warm_analysis(outdir, opt)                   # before forking: the workers inherit the kernels
+            warm_analysis(outdir, opt, ingest_only=True)  # before forking: the workers inherit the kernels
             split = ingest_parallel(path, outdir, opt.split_jobs, opt.patterns, opt.salvage,
-                                    spill.name if spill else None, opt.chunk_events)
+                                    spill.name if spill else None, opt.chunk_events,
+                                    while_parsing=lambda: warm_analysis(outdir, opt))
         if split is not None:
             store, table, comm_rows, meta, warnings, _ = split
         else:                                            # one process (also: a file that cannot be split)

@@ -369,20 +369,25 @@ _WARM_TRACE = (
     b']}')
 
 
-def warm_analysis(folder, opt) -> None:
+def warm_analysis(folder, opt, ingest_only=False) -> None:
     """Load analyze's numba kernels (and pyarrow's Parquet writer) into this process by
-    analysing a small trace with ``opt``'s options in a temporary folder in ``folder``.
-    Called before a big trace is parsed by forked workers and its tracks analysed by
-    forked children (``--jobs N``): they inherit the loaded code instead of each paying
-    the ~0.5-0.7 s of loading it, so the split run loads every kernel once, as the
-    single-process run does."""
+    analysing a small trace with ``opt``'s options in a temporary folder in ``folder``;
+    ``ingest_only``: only the parse kernels (reading that trace into a store).
+    ``--jobs N`` on one big trace loads the parse kernels before forking the parse
+    workers, and the rest while they parse: the track children, forked later, inherit
+    it all, so the split run loads every kernel once, as the single-process run does."""
     from dataclasses import replace
-    from .analyze import analyze_file
+    from .analyze import analyze_file, ingest
+    from .patterns import Patterns
+    from .store import MemoryStore
     with tempfile.TemporaryDirectory(dir=folder, prefix=".streamtrace-warm-") as d:
         src = os.path.join(d, "warm.json")
         with open(src, "wb") as f:
             f.write(_WARM_TRACE)
-        analyze_file(src, d, 0, None, replace(opt, split_jobs=1))
+        if ingest_only:
+            ingest(src, MemoryStore(opt.chunk_events), Patterns.load(opt.patterns))
+        else:
+            analyze_file(src, d, 0, None, replace(opt, split_jobs=1))
 
 
 class SplitIngest(NamedTuple):
@@ -398,7 +403,8 @@ class SplitIngest(NamedTuple):
     how: str
 
 
-def ingest_parallel(path, tmpdir, jobs, patterns, salvage=False, spill_dir=None, chunk_events=1_000_000):
+def ingest_parallel(path, tmpdir, jobs, patterns, salvage=False, spill_dir=None, chunk_events=1_000_000,
+                    while_parsing=None):
     """Parse one big trace with ``jobs`` worker processes (byte ranges in file order,
     about :data:`RANGES_PER_JOB` per worker).  The ranges are first guessed
     (:func:`guess_ranges`, no pass over the file) and parsed; each one must parse to
@@ -410,9 +416,15 @@ def ingest_parallel(path, tmpdir, jobs, patterns, salvage=False, spill_dir=None,
     the whole file, or None when the file cannot be read in byte ranges (truncated,
     data after the document, a syntax error): the caller then reads it in one process,
     which reports the error (or, with ``salvage``, keeps what can be kept) exactly as
-    ``--jobs 1`` does."""
+    ``--jobs 1`` does.  ``while_parsing()``: called once in this process while the
+    workers parse (after every range was handed out), e.g. to load other code."""
     plain = plain_copy(path, tmpdir)
     parts = jobs * RANGES_PER_JOB
+    pending = [while_parsing] if while_parsing else []
+
+    def submitted():
+        while pending:
+            pending.pop()()
     try:
         src = plain or str(path)
         try:
@@ -425,11 +437,12 @@ def ingest_parallel(path, tmpdir, jobs, patterns, salvage=False, spill_dir=None,
         how = "guessed"
         results = None
         if len(ranges) >= jobs:          # else too few likely cuts (events without "ph", > 1 MB events): scan
-            results = _parse_ranges(src, ranges, jobs, patterns, salvage, spill_dir, "g", chunk_events, True)
+            results = _parse_ranges(src, ranges, jobs, patterns, salvage, spill_dir, "g", chunk_events, True,
+                                    submitted)
         if results is None:
             how, found = "scanned", {}
             results = _parse_ranges(src, iter_ranges(src, parts, found), jobs, patterns, salvage,
-                                    spill_dir, "r", chunk_events, False)
+                                    spill_dir, "r", chunk_events, False, submitted)
             if results is not None and found["end"] != ranges[-1][1]:
                 # the scanner (blind to which bracket closes the array) disagrees with the tail
                 for i in range(len(results) if spill_dir else 0):
@@ -452,11 +465,12 @@ def ingest_parallel(path, tmpdir, jobs, patterns, salvage=False, spill_dir=None,
     return SplitIngest(store, table, comm_rows, meta, warnings, how)
 
 
-def _parse_ranges(src, ranges, jobs, patterns, salvage, spill_dir, tag, chunk_events, exact):
+def _parse_ranges(src, ranges, jobs, patterns, salvage, spill_dir, tag, chunk_events, exact, submitted=None):
     """Each byte range of ``ranges`` (an iterable, consumed as it yields) parsed by a
     pool of ``jobs`` processes; the workers' results in order, or None as soon as one
     range raises :class:`TraceError` (the others are cancelled, their spill folders
-    ``<spill_dir>/<tag><i>`` removed).  Other exceptions propagate."""
+    ``<spill_dir>/<tag><i>`` removed).  ``submitted()`` is called once every range is
+    handed out.  Other exceptions propagate."""
     from .parallel import pool
     futures, folders = [], []
     failed = False
@@ -471,6 +485,8 @@ def _parse_ranges(src, ranges, jobs, patterns, salvage, spill_dir, tag, chunk_ev
                         folders.append(folder)
                     futures.append(ex.submit(_ingest_range, src, r, patterns, salvage, folder, chunk_events,
                                              exact, i == 0))
+                if submitted is not None:
+                    submitted()
                 for f in futures:
                     results.append(f.result())
             except BaseException:
