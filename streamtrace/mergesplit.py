@@ -99,8 +99,8 @@ def prepare(path, folder, jobs, threshold) -> SplitFile | None:
             raise ValueError("a bare event array")         # its byte count ends at ']', not at EOF
         size = os.path.getsize(src)
         ranges, meta, _ = split_ranges(src, parts_for(size, threshold, jobs))
-        if len(ranges) > 1 and _blank(src, ranges[-2][1], ranges[-1][1]):
-            ranges[-2:] = [(ranges[-2][0], ranges[-1][1])]      # a cut just after the last event
+        if len(ranges) > 1 and _blank(src, *ranges[-1]):
+            raise ValueError("a comma after the last event")     # (a cut just before ']' is never made)
         if not ranges or "traceEvents" in meta or not _clean_joints(src, ranges):
             raise ValueError("not splittable")
         return SplitFile(src, tmp, ranges, meta, size)

@@ -190,13 +190,20 @@ def test_errors_as_unsplit(tmp_path, bad):
     assert errs[0] == errs[1]
 
 
-@pytest.mark.parametrize("case", ["truncated", "bare_array", "trailer_garbage", "empty"])
+@pytest.mark.parametrize("case", ["truncated", "bare_array", "trailer_garbage", "empty", "trailing_comma",
+                                  "missing_comma", "brace_close", "double_close", "comma_close", "form_feed"])
 def test_unsplittable_files_merge_unsplit(tmp_path, case):
     body = b",".join(_events(30))
     data = {"truncated": b'{"traceEvents":[' + body[:-20],
             "bare_array": b"[" + body + b"]\n",
             "trailer_garbage": b'{"traceEvents":[' + body + b'],"x":1}}',
-            "empty": b'{"traceEvents":[],"x":1}'}[case]
+            "empty": b'{"traceEvents":[],"x":1}',
+            "trailing_comma": b'{"traceEvents":[' + body + b",]}",
+            "missing_comma": b'{"traceEvents":[' + b" ".join(_events(30)) + b"]}",
+            "brace_close": b'{"traceEvents":[' + body + b"}]}",
+            "double_close": b'{"traceEvents":[' + body + b"]]}",
+            "comma_close": b'{"traceEvents":[' + body + b"],}",
+            "form_feed": b'{"traceEvents":[' + body + b"]}\x0c"}[case]
     src = tmp_path / "rank_0.json"
     src.write_bytes(data)
     out = []
