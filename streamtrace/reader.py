@@ -191,6 +191,7 @@ class TraceReader:
         self.truncated = False
         self.warnings: list = []
         self.has_events = False
+        self.bare_array = False        # the file is the bare-array form "[...]" (no top-level object)
         self.progress = progress   # callable(file bytes consumed so far), called per block
 
     # -- public iteration -------------------------------------------------
@@ -248,7 +249,7 @@ class TraceReader:
         if c == -1:
             self._fail(st, "empty file")
         if c == 0x5B:  # '[': the bare-array form of the format
-            self.has_events = True
+            self.has_events = self.bare_array = True
             self.events_offset = st.base + st.pos + 1
             if stop_at_events:
                 return

@@ -88,12 +88,14 @@ def split_ranges(path, parts: int):
     return ranges, found["metadata"], found["head_keys"]
 
 
-def iter_ranges(path, parts: int, found: dict):
+def iter_ranges(path, parts: int, found: dict, end_at: int | None = None):
     """:func:`split_ranges` as a generator: yields each ``(start, end)`` byte range as soon
     as the scan has passed its end, so its parsing can start while the rest of the file
     is scanned.  When exhausted, ``found`` holds ``"metadata"`` and ``"head_keys"``.
     Raises :class:`TraceError` like :func:`split_ranges` (a truncated array: after the
-    ranges before the last one were yielded)."""
+    ranges before the last one were yielded), and when ``end_at`` is given and the
+    array's ``]`` is not at that offset (the scanner does not tell ``}`` from ``]``, so
+    a ``}`` closing the array, or a second ``]``, would end it elsewhere)."""
     r = TraceReader(path)
     head = r.read_head()
     if not r.has_events or r.events_offset is None:
@@ -105,9 +107,6 @@ def iter_ranges(path, parts: int, found: dict):
     state[3] = start
     out = np.empty(max(4, parts * 2), np.int64)
     with open(path, "rb") as f:
-        def after_comma(a):
-            return _after_comma(f, a)
-
         prev, end, pos, npoints = start, -1, start, 0
         while end < 0:
             f.seek(pos)
@@ -121,13 +120,15 @@ def iter_ranges(path, parts: int, found: dict):
             for i, b in enumerate(points):
                 if end >= 0 and i == k - 1 and b >= end:     # the array's end is the last range's end
                     break
-                nxt = after_comma(b)
+                nxt = _after_comma(f, b)
                 if nxt < 0:                                  # a cut just before the array's ']'
                     continue
                 yield (prev, b)
                 prev = nxt
         if end < 0:
             raise TraceError(path, "truncated: traceEvents is not closed", offset=pos)
+        if end_at is not None and end != end_at:
+            raise TraceError(path, "traceEvents closes where the file's tail says it does not", offset=end)
         if npoints or start < end:                          # an empty array without a cut: no range
             yield (prev, end)
         f.seek(end + 1)
@@ -139,7 +140,7 @@ def iter_ranges(path, parts: int, found: dict):
         except orjson.JSONDecodeError:
             trailer = TraceReader(path).read_metadata()
         meta.update(trailer)
-    found["metadata"], found["head_keys"], found["end"] = meta, list(head), end
+    found["metadata"], found["head_keys"] = meta, list(head)
 
 
 def _after_comma(f, a) -> int:
@@ -203,7 +204,7 @@ def guess_ranges(path, parts: int):
     head = r.read_head()
     if not r.has_events or r.events_offset is None:
         return None
-    found = find_trailer(path, bare=not r.head_keys and not head and _is_bare(path))
+    found = find_trailer(path, bare=r.bare_array)
     if found is None:
         return None
     trailer, end = found
@@ -227,12 +228,6 @@ def guess_ranges(path, parts: int):
     meta = dict(head)
     meta.update(trailer)
     return ranges, meta, list(head)
-
-
-def _is_bare(path) -> bool:
-    """Whether a plain file is the bare-array form (its first non-blank byte is ``[``)."""
-    with open(path, "rb") as f:
-        return f.read(4096).lstrip(b" \t\r\n\xef\xbb\xbf").startswith(b"[")
 
 
 def range_events(path, byte_range, **kw):
@@ -441,13 +436,8 @@ def ingest_parallel(path, tmpdir, jobs, patterns, salvage=False, spill_dir=None,
                                     submitted)
         if results is None:
             how, found = "scanned", {}
-            results = _parse_ranges(src, iter_ranges(src, parts, found), jobs, patterns, salvage,
-                                    spill_dir, "r", chunk_events, False, submitted)
-            if results is not None and found["end"] != ranges[-1][1]:
-                # the scanner (blind to which bracket closes the array) disagrees with the tail
-                for i in range(len(results) if spill_dir else 0):
-                    shutil.rmtree(os.path.join(spill_dir, f"r{i}"), ignore_errors=True)
-                results = None
+            results = _parse_ranges(src, iter_ranges(src, parts, found, end_at=ranges[-1][1]), jobs, patterns,
+                                    salvage, spill_dir, "r", chunk_events, False, submitted)
             if results is None:
                 return None
             meta = found["metadata"]

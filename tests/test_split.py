@@ -13,16 +13,32 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamtrace.analyze import AnalyzeOptions, analyze
+from streamtrace.errors import TraceError
 from streamtrace.kernels import scan as K
 from streamtrace.reader import TraceReader
 from streamtrace.outputs import partition_files, read_partition
-from streamtrace.split import plain_copy, range_events, split_ranges
+from streamtrace.split import guess_ranges, plain_copy, range_events, split_ranges
 
 from conftest import need_shared, real_traces
 
 
 def events_of(reader):
     return [e for b in reader.raw_batches() for e in b.events]
+
+
+def proven(path, ranges):
+    """The events of ``ranges`` if every range parses to exactly its end (the proof
+    ``split.ingest_parallel`` relies on for guessed ranges), else None."""
+    out = []
+    for a, b in ranges:
+        r = range_events(path, (a, b))
+        try:
+            out += events_of(r)
+        except TraceError:
+            return None
+        if r.events_end != b - a + 2:
+            return None
+    return out
 
 
 def split_events(path, parts):
@@ -44,6 +60,12 @@ def test_real_traces_split_equal_single(tmp_path, path):
         assert evs == ref
         assert meta == whole.metadata
         assert all(a < b for a, b in ranges) and len(ranges) <= parts + 1
+        ranges, meta, head_keys = guess_ranges(plain, parts)      # analyze -j: guessed, then proven
+        assert proven(plain, ranges) == ref          # real traces: the guess is right, never wasted
+        assert meta == whole.metadata and head_keys == whole.head_keys
+        assert all(a <= b for a, b in ranges) and len(ranges) <= parts
+        if parts > 1 and len(ref) > 1000:
+            assert len(ranges) > 1
 
 
 tricky = st.text(alphabet=st.sampled_from(list('ab{}[]",:\\é😀 \n')), max_size=10)

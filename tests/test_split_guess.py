@@ -1,6 +1,7 @@
 """Guessed byte ranges (``analyze --jobs``): cut where the text looks like an event
 boundary, then prove each cut by parsing.  Whatever the guess, the result must be
-what the single-process reader gives; a wrong guess must be caught, never used."""
+what the single-process reader gives; a wrong guess must be caught, never used.
+(Real traces: tests/test_split.py checks the guess on each of them.)"""
 from __future__ import annotations
 
 import json
@@ -14,47 +15,11 @@ from streamtrace.errors import StreamtraceError, TraceError
 from streamtrace.outputs import partition_files, read_partition
 from streamtrace.patterns import Patterns
 from streamtrace.reader import TraceReader, find_trailer
-from streamtrace.split import _ingest_range, guess_ranges, ingest_parallel, plain_copy, range_events
+from streamtrace.split import _ingest_range, guess_ranges, ingest_parallel
 from streamtrace.store import MemoryStore
 
-from conftest import need_shared, real_traces
+from test_split import events_of, proven, tricky
 
-
-def events_of(reader):
-    return [e for b in reader.raw_batches() for e in b.events]
-
-
-def proven(path, ranges):
-    """The events of ``ranges`` if every range parses to exactly its end (the proof
-    ``ingest_parallel`` relies on), else None."""
-    out = []
-    for a, b in ranges:
-        r = range_events(path, (a, b))
-        try:
-            out += events_of(r)
-        except TraceError:
-            return None
-        if r.events_end != b - a + 2:
-            return None
-    return out
-
-
-@pytest.mark.parametrize("path", real_traces(), ids=lambda p: p.name)
-def test_real_traces_guess_is_proven_and_equal(tmp_path, path):
-    need_shared()
-    plain = plain_copy(path, tmp_path)
-    whole = TraceReader(plain)
-    ref = events_of(whole)
-    for parts in (1, 3, 8):
-        ranges, meta, head_keys = guess_ranges(plain, parts)
-        assert proven(plain, ranges) == ref          # real traces: the guess is right, never wasted
-        assert meta == whole.metadata and head_keys == whole.head_keys
-        assert all(a <= b for a, b in ranges) and len(ranges) <= parts
-        if parts > 1 and len(ref) > 1000:
-            assert len(ranges) > 1
-
-
-tricky = st.text(alphabet=st.sampled_from(list('ab{}[]",:\\é😀 \n')), max_size=10)
 # args that look like events: lists of objects with a "ph" key, i.e. "}, {"ph": ..." inside an event
 lookalike = st.lists(st.fixed_dictionaries({"ph": tricky}), min_size=1, max_size=4)
 
