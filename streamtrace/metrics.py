@@ -134,8 +134,8 @@ def device_metrics(start_ns, end_ns, kind):
     TypeError
         if ``start_ns`` / ``end_ns`` do not hold integers.
     """
-    s = _iv._as_int64(start_ns, "start_ns")
-    e = _iv._as_int64(end_ns, "end_ns")
+    s = _iv.as_int64(start_ns, "start_ns")
+    e = _iv.as_int64(end_ns, "end_ns")
     k = np.asarray(kind)
     if k.ndim != 1:
         raise ValueError(f"kind must be one-dimensional, got shape {k.shape}")
@@ -160,8 +160,8 @@ def device_metrics(start_ns, end_ns, kind):
         busy = _iv.union_length(s, e)
         cu_s, cu_e = _iv.union(s[k == COMPUTE], e[k == COMPUTE])
         co_s, co_e = _iv.union(s[k == COMM], e[k == COMM])
-        compute = _iv._length(cu_s, cu_e)
-        comm = _iv._length(co_s, co_e)
+        compute = _iv.disjoint_length(cu_s, cu_e)
+        comm = _iv.disjoint_length(co_s, co_e)
         memory = _iv.union_length(s[k == MEMORY], e[k == MEMORY])
         overlap = _iv.intersect_length(co_s, co_e, cu_s, cu_e)
 

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from streamtrace.kernels import scan as K
 from streamtrace.kernels.jsoncheck import is_valid_json
-from streamtrace.kernels.nesting import count_bad_nesting, count_bad_nesting_py, sort_track
+from streamtrace.kernels.nesting import count_bad_nesting, sort_track
+from streamtrace.kernels.reference import count_bad_nesting_py
 from streamtrace.rankmerge import RankPlan, _RankCtx, merge_rank, rewrite_dict
 from streamtrace.writer import fmt_us
 
@@ -266,8 +267,9 @@ def test_typical_events_take_the_byte_path(tmp_path):
 @FAST
 @given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 15)), max_size=40), st.data())
 def test_ancestry_kernels_match_twins(slices, data):
-    from streamtrace.kernels.ancestry import (nearest_marked, nearest_marked_py, outermost_marked,
-                                              outermost_marked_py)
+    from streamtrace.kernels.ancestry import nearest_marked, outermost_marked
+    from streamtrace.kernels.reference import (nearest_marked_py,
+                                               outermost_marked_py)
     from streamtrace.kernels.tree import build_call_tree
     s = np.array([a for a, _ in slices], np.int64)
     e = np.array([a + d for a, d in slices], np.int64)

@@ -1,4 +1,5 @@
-"""Per-node facts inherited down a call tree (numba, with plain-Python twins).
+"""Per-node facts inherited down a call tree (numba; plain-Python twins in
+:mod:`streamtrace.kernels.reference.ancestry`).
 
 ``parent``/``order`` come from :func:`streamtrace.kernels.tree.build_call_tree`
 (``order`` lists parents before children).  Each kernel is one pass over ``order``.
@@ -7,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+__all__ = ["nearest_marked", "outermost_marked"]
 
 
 @njit(cache=True)
@@ -36,27 +39,3 @@ def outermost_marked(parent, order, mark):
         elif mark[i]:
             out[i] = i
     return out
-
-
-def nearest_marked_py(parent, order, mark):
-    """Twin of :func:`nearest_marked`: walk up from every node."""
-    out = []
-    for i in range(len(parent)):
-        j = i
-        while j >= 0 and not mark[j]:
-            j = parent[j]
-        out.append(j)
-    return np.asarray(out, np.int64)
-
-
-def outermost_marked_py(parent, order, mark):
-    """Twin of :func:`outermost_marked`: walk up from every node, keep the last mark."""
-    out = []
-    for i in range(len(parent)):
-        j, best = i, -1
-        while j >= 0:
-            if mark[j]:
-                best = j
-            j = parent[j]
-        out.append(best)
-    return np.asarray(out, np.int64)

@@ -15,8 +15,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .jsoncheck import MAX_DEPTH, MEMBERS_CAP, event_members
-from .rewrite import _eq
+from .jsoncheck import MAX_DEPTH, MEMBERS_CAP, bytes_equal, event_members
+
+__all__ = ["F_PID_STR", "F_TID_STR", "F_COMM", "F_PYTHON", "F_HAS_DUR", "NONE", "FNV_OFFSET", "FNV_PRIME",
+           "fnv1a", "extract_columns"]
 
 # output flag bits
 F_PID_STR = 1      # pid is a string (pid column holds its hash)
@@ -118,35 +120,35 @@ def extract_columns(buf, starts, ends, ph, pid, tid, cat_h, cat_s, cat_e, name_h
             continue
         for r in range(max(na, 0)):
             aks, ake, avs, j = amem[r, 0], amem[r, 1], amem[r, 2], amem[r, 3]
-            if _eq(buf, aks, ake, K_CORR):
+            if bytes_equal(buf, aks, ake, K_CORR):
                 corr[i] = _int(buf, avs, j)[0]
-            elif _eq(buf, aks, ake, K_EXT):          # "External id" wins over legacy
+            elif bytes_equal(buf, aks, ake, K_EXT):          # "External id" wins over legacy
                 v, ok = _int(buf, avs, j)
                 if ok:
                     ext[i] = v
                     ext_primary = True
-            elif _eq(buf, aks, ake, K_EXT2):
+            elif bytes_equal(buf, aks, ake, K_EXT2):
                 v, ok = _int(buf, avs, j)
                 if ok and not ext_primary:
                     ext[i] = v
-            elif _eq(buf, aks, ake, K_STREAM):
+            elif bytes_equal(buf, aks, ake, K_STREAM):
                 stream[i] = _int(buf, avs, j)[0]
-            elif _eq(buf, aks, ake, K_DEVICE):
+            elif bytes_equal(buf, aks, ake, K_DEVICE):
                 device[i] = _int(buf, avs, j)[0]
-            elif _eq(buf, aks, ake, K_RANK):
+            elif bytes_equal(buf, aks, ake, K_RANK):
                 rank[i] = _int(buf, avs, j)[0]
-            elif _eq(buf, aks, ake, K_COLL) or _eq(buf, aks, ake, K_INMSG) or \
-                    _eq(buf, aks, ake, K_PGNAME) or _eq(buf, aks, ake, K_PGRANKS):
+            elif bytes_equal(buf, aks, ake, K_COLL) or bytes_equal(buf, aks, ake, K_INMSG) or \
+                    bytes_equal(buf, aks, ake, K_PGNAME) or bytes_equal(buf, aks, ake, K_PGRANKS):
                 f |= F_COMM
         for r in range(nm):
             ks, ke, vs, j = mem[r, 0], mem[r, 1], mem[r, 2], mem[r, 3]
             if ke - ks > 4 or r == arow:
                 continue
-            if _eq(buf, ks, ke, K_PH):
+            if bytes_equal(buf, ks, ke, K_PH):
                 if buf[vs] == 34 and j - vs >= 3:
                     ph[i] = buf[vs + 1]
-            elif _eq(buf, ks, ke, K_PID) or _eq(buf, ks, ke, K_TID):
-                is_pid = _eq(buf, ks, ke, K_PID)
+            elif bytes_equal(buf, ks, ke, K_PID) or bytes_equal(buf, ks, ke, K_TID):
+                is_pid = bytes_equal(buf, ks, ke, K_PID)
                 if buf[vs] == 34:
                     v = fnv1a(buf, vs + 1, j - 1)
                     f |= F_PID_STR if is_pid else F_TID_STR
@@ -158,16 +160,16 @@ def extract_columns(buf, starts, ends, ph, pid, tid, cat_h, cat_s, cat_e, name_h
                     pid[i] = v
                 else:
                     tid[i] = v
-            elif _eq(buf, ks, ke, K_CAT):
+            elif bytes_equal(buf, ks, ke, K_CAT):
                 if buf[vs] == 34:
                     cat_h[i] = fnv1a(buf, vs + 1, j - 1)
                     cat_s[i] = vs
                     cat_e[i] = j
-            elif _eq(buf, ks, ke, K_NAME):
+            elif bytes_equal(buf, ks, ke, K_NAME):
                 if buf[vs] == 34:
                     name_h[i] = fnv1a(buf, vs + 1, j - 1)
                     name_s[i] = vs
                     name_e[i] = j
-            elif _eq(buf, ks, ke, K_ID):
+            elif bytes_equal(buf, ks, ke, K_ID):
                 flow_id[i] = _int(buf, vs, j)[0]
         flags[i] = f

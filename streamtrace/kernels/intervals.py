@@ -31,6 +31,8 @@ import numpy as np
 from numba import njit
 
 __all__ = [
+    "as_int64",
+    "disjoint_length",
     "union",
     "union_length",
     "intersect",
@@ -44,7 +46,7 @@ __all__ = [
 # input handling
 # --------------------------------------------------------------------------
 
-def _as_int64(x, what):
+def as_int64(x, what):
     """One-dimensional int64 copy/view of ``x``; TypeError for non-integer data."""
     arr = np.asarray(x)
     if arr.ndim != 1:
@@ -59,8 +61,8 @@ def _as_int64(x, what):
 
 
 def _check_pair(start, end, what):
-    s = _as_int64(start, what + " start")
-    e = _as_int64(end, what + " end")
+    s = as_int64(start, what + " start")
+    e = as_int64(end, what + " end")
     if s.shape[0] != e.shape[0]:
         raise ValueError(
             f"{what}: start and end lengths differ ({s.shape[0]} != {e.shape[0]})"
@@ -236,7 +238,8 @@ def _subtract_sorted(a_s, a_e, b_s, b_e):
 
 
 @njit(cache=True, nogil=True)
-def _length(s, e):
+def disjoint_length(s, e):
+    """Total length (int64 ns) of disjoint intervals ``s[i]..e[i]`` (e.g. a :func:`union`)."""
     total = np.int64(0)
     for i in range(s.shape[0]):
         total += e[i] - s[i]
@@ -375,4 +378,4 @@ def subtract_length(a_start, a_end, b_start, b_end):
     """
     a_s, a_e = _check_disjoint_sorted(a_start, a_end, "subtract_length: A")
     b_s, b_e = _check_disjoint_sorted(b_start, b_end, "subtract_length: B")
-    return int(_length(a_s, a_e) - _intersect_length_sorted(a_s, a_e, b_s, b_e))
+    return int(disjoint_length(a_s, a_e) - _intersect_length_sorted(a_s, a_e, b_s, b_e))

@@ -12,6 +12,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+__all__ = ["MAX_DEPTH", "MEMBERS_CAP", "MEMBERS_INVALID", "MEMBERS_UNUSUAL", "is_valid_json",
+           "valid_json_with", "value_end", "event_members", "bytes_equal"]
+
 _HEX = np.zeros(256, np.bool_)
 for _c in b"0123456789abcdefABCDEF":
     _HEX[_c] = True
@@ -389,3 +392,14 @@ def event_members(buf, s, e, stack, mem, amem, args_key):
             if unusual:
                 return MEMBERS_UNUSUAL, -1, -1
             return n, na, arow
+
+
+@njit(cache=True, inline="always")
+def bytes_equal(buf, s, e, lit):
+    """True when ``buf[s:e]`` equals the uint8 array ``lit``."""
+    if e - s != lit.shape[0]:
+        return False
+    for j in range(lit.shape[0]):
+        if buf[s + j] != lit[j]:
+            return False
+    return True

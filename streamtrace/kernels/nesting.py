@@ -1,4 +1,5 @@
-"""Slice-nesting check for one track (numba, with a plain-Python twin).
+"""Slice-nesting check for one track (numba; plain-Python twin in
+:mod:`streamtrace.kernels.reference.nesting`).
 
 Perfetto's JSON importer builds a stack of slices per (pid, tid) track: a slice
 must end inside the slice that encloses its start, or it is cut / dropped.
@@ -7,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+__all__ = ["count_bad_nesting", "sort_track"]
 
 
 @njit(cache=True)
@@ -31,22 +34,6 @@ def count_bad_nesting(start, end):
             continue
         stack[top] = e
         top += 1
-    return bad
-
-
-def count_bad_nesting_py(start, end) -> int:
-    """Plain-Python twin of :func:`count_bad_nesting` (same contract), written as a
-    direct search for the innermost enclosing slice rather than a stack."""
-    kept = []   # (start, end) of accepted slices
-    bad = 0
-    for s, e in zip(list(start), list(end)):
-        parents = [(ps, pe) for ps, pe in kept if ps <= s < pe]
-        if parents:
-            inner = max(parents, key=lambda p: (p[0], -p[1]))
-            if e > inner[1]:
-                bad += 1
-                continue
-        kept.append((s, e))
     return bad
 
 

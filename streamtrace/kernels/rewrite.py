@@ -17,8 +17,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .jsoncheck import MAX_DEPTH, MEMBERS_CAP, event_members
+from .jsoncheck import MAX_DEPTH, MEMBERS_CAP, bytes_equal, event_members
 from .scan import parse_ns
+
+__all__ = ["OK", "UNKNOWN_PID", "NEED_PYTHON", "OUT_FULL", "KIND_CPU", "KIND_GPU", "KIND_OTHER", "ID_LIMIT",
+           "K_RAW", "rewrite_events"]
 
 OK = 0
 UNKNOWN_PID = 1
@@ -43,16 +46,6 @@ K_RAW = _lit("raw ")
 M_PNAME, M_PLABELS, M_PSORT = (_lit(s) for s in ("process_name", "process_labels", "process_sort_index"))
 T_RAWCORR, T_RAWEXT, T_RAWEXT2, T_RANK, T_ARGS = (_lit(s) for s in (
     ',"raw correlation":', ',"raw External id":', ',"raw external id":', '"rank":', ',"args":{'))
-
-
-@njit(cache=True, inline="always")
-def _eq(buf, s, e, lit):
-    if e - s != lit.shape[0]:
-        return False
-    for j in range(lit.shape[0]):
-        if buf[s + j] != lit[j]:
-            return False
-    return True
 
 
 @njit(cache=True, inline="always")
@@ -201,39 +194,39 @@ def rewrite_events(buf, starts, ends, i, n, out, o, state,
             ks, ke, vs, ve = mem[r, 0], mem[r, 1], mem[r, 2], mem[r, 3]
             if ke - ks > 4 or r == arow:
                 continue
-            if _eq(buf, ks, ke, K_PH):
+            if bytes_equal(buf, ks, ke, K_PH):
                 bad |= ph_s >= 0
                 ph_s, ph_e = vs, ve
-            elif _eq(buf, ks, ke, K_PID):
+            elif bytes_equal(buf, ks, ke, K_PID):
                 bad |= pid_s >= 0
                 pid_s, pid_e = vs, ve
-            elif _eq(buf, ks, ke, K_TS):
+            elif bytes_equal(buf, ks, ke, K_TS):
                 bad |= ts_s >= 0
                 ts_s, ts_e = vs, ve
-            elif _eq(buf, ks, ke, K_DUR):
+            elif bytes_equal(buf, ks, ke, K_DUR):
                 bad |= dur_s >= 0
                 dur_s, dur_e = vs, ve
-            elif _eq(buf, ks, ke, K_ID):
+            elif bytes_equal(buf, ks, ke, K_ID):
                 bad |= id_s >= 0
                 id_s, id_e = vs, ve
-            elif _eq(buf, ks, ke, K_CAT):
+            elif bytes_equal(buf, ks, ke, K_CAT):
                 bad |= cat_s >= 0
                 cat_s, cat_e = vs, ve
-            elif _eq(buf, ks, ke, K_NAME):
+            elif bytes_equal(buf, ks, ke, K_NAME):
                 bad |= name_s >= 0
                 name_s, name_e = vs, ve
         for r in range(max(na, 0)):
             aks, ake, avs, ave = amem[r, 0], amem[r, 1], amem[r, 2], amem[r, 3]
-            if _eq(buf, aks, ake, K_CORR):
+            if bytes_equal(buf, aks, ake, K_CORR):
                 bad |= corr_s >= 0
                 corr_s, corr_e = avs, ave
-            elif _eq(buf, aks, ake, K_EXT):
+            elif bytes_equal(buf, aks, ake, K_EXT):
                 bad |= ext_s >= 0
                 ext_s, ext_e = avs, ave
-            elif _eq(buf, aks, ake, K_EXT2):
+            elif bytes_equal(buf, aks, ake, K_EXT2):
                 bad |= ext2_s >= 0
                 ext2_s, ext2_e = avs, ave
-            elif _eq(buf, aks, ake, K_RANK) or _startswith(buf, aks, ake, K_RAW):
+            elif bytes_equal(buf, aks, ake, K_RANK) or _startswith(buf, aks, ake, K_RAW):
                 bad = True
         if bad or ph_s < 0 or pid_s < 0 or ph_e - ph_s != 3 or buf[ph_s] != 34:
             return i, o, NEED_PYTHON
@@ -243,15 +236,15 @@ def rewrite_events(buf, starts, ends, i, n, out, o, state,
         if ndrop > 0 and cat_s >= 0 and buf[cat_s] == 34:
             dropped = False
             for k in range(ndrop):
-                if _eq(buf, cat_s + 1, cat_e - 1, drop_text[drop_off[k]:drop_off[k + 1]]):
+                if bytes_equal(buf, cat_s + 1, cat_e - 1, drop_text[drop_off[k]:drop_off[k + 1]]):
                     dropped = True
                     break
             if dropped:
                 i += 1
                 continue
         if ph == 77 and name_s >= 0 and buf[name_s] == 34 and (
-                _eq(buf, name_s + 1, name_e - 1, M_PNAME) or _eq(buf, name_s + 1, name_e - 1, M_PLABELS)
-                or _eq(buf, name_s + 1, name_e - 1, M_PSORT)):
+                bytes_equal(buf, name_s + 1, name_e - 1, M_PNAME) or bytes_equal(buf, name_s + 1, name_e - 1, M_PLABELS)
+                or bytes_equal(buf, name_s + 1, name_e - 1, M_PSORT)):
             i += 1
             continue
         k = -1

@@ -21,6 +21,9 @@ import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import trailing_zeros
 
+__all__ = ["NEED_MORE", "DONE", "BAD", "HAS_TS", "HAS_DUR", "TS_BAD", "DUR_BAD", "BIG_INT", "skip_ws",
+           "skip_string", "skip_value", "parse_ns", "scan_events", "split_points", "scan_bounds"]
+
 NEED_MORE = 0
 DONE = 1
 BAD = -1

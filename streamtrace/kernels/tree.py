@@ -35,7 +35,8 @@ import operator
 import numpy as np
 from numba import njit
 
-from .intervals import _as_int64
+from .intervals import as_int64
+from .runs import merge_runs, sort_group, union_into
 
 __all__ = [
     "build_call_tree",
@@ -181,124 +182,6 @@ def _merge_join(l_key, l_corr, g_key, g_corr):
 
 
 @njit(cache=True, nogil=True)
-def _union_into(src_s, src_e, lo, hi, dst_s, dst_e, at):
-    """Canonical union of src[lo:hi] (sorted by start) written to dst[at:].
-    Returns (number written, covered length).  dst may alias src if at <= lo."""
-    k = at
-    length = np.int64(0)
-    have = False
-    cs = np.int64(0)
-    ce = np.int64(0)
-    for i in range(lo, hi):
-        a = src_s[i]
-        b = src_e[i]
-        if b <= a:
-            continue
-        if have and a <= ce:
-            if b > ce:
-                ce = b
-        else:
-            if have:
-                dst_s[k] = cs
-                dst_e[k] = ce
-                k += 1
-                length += ce - cs
-            cs = a
-            ce = b
-            have = True
-    if have:
-        dst_s[k] = cs
-        dst_e[k] = ce
-        k += 1
-        length += ce - cs
-    return k - at, length
-
-
-@njit(cache=True, nogil=True)
-def _merge_runs(s, e, t_s, t_e, runs, r):
-    """Stable merge sort by start of s[runs[0]:runs[r]], made of r sorted runs.
-
-    Adjacent runs are merged pairwise until one is left: O(S log r).  Uses
-    t_s/t_e as scratch; returns True when the result ended up in t_s/t_e."""
-    in_t = False
-    while r > 1:
-        if in_t:
-            a_s, a_e, b_s, b_e = t_s, t_e, s, e
-        else:
-            a_s, a_e, b_s, b_e = s, e, t_s, t_e
-        w = 0
-        q = 0
-        while q < r:
-            lo = runs[q]
-            if q + 1 >= r:                   # odd run out: copy
-                hi = runs[q + 1]
-                for x in range(lo, hi):
-                    b_s[x] = a_s[x]
-                    b_e[x] = a_e[x]
-                runs[w] = lo
-                w += 1
-                q += 1
-                continue
-            mid = runs[q + 1]
-            hi = runs[q + 2]
-            x = lo
-            y = mid
-            z = lo
-            while x < mid and y < hi:
-                if a_s[y] < a_s[x]:
-                    b_s[z] = a_s[y]
-                    b_e[z] = a_e[y]
-                    y += 1
-                else:
-                    b_s[z] = a_s[x]
-                    b_e[z] = a_e[x]
-                    x += 1
-                z += 1
-            while x < mid:
-                b_s[z] = a_s[x]
-                b_e[z] = a_e[x]
-                x += 1
-                z += 1
-            while y < hi:
-                b_s[z] = a_s[y]
-                b_e[z] = a_e[y]
-                y += 1
-                z += 1
-            runs[w] = lo
-            w += 1
-            q += 2
-        runs[w] = runs[r]
-        r = w
-        in_t = not in_t
-    return in_t
-
-
-@njit(cache=True, nogil=True)
-def _sort_group(s, e, lo, hi):
-    """Sort s[lo:hi] (with e) by start: insertion sort for small groups."""
-    k = hi - lo
-    if k <= 1:
-        return
-    if k <= 16:
-        for i in range(lo + 1, hi):
-            a = s[i]
-            b = e[i]
-            j = i - 1
-            while j >= lo and s[j] > a:
-                s[j + 1] = s[j]
-                e[j + 1] = e[j]
-                j -= 1
-            s[j + 1] = a
-            e[j + 1] = b
-        return
-    idx = np.argsort(s[lo:hi])
-    ts = s[lo:hi][idx]
-    te = e[lo:hi][idx]
-    s[lo:hi] = ts
-    e[lo:hi] = te
-
-
-@njit(cache=True, nogil=True)
 def _propagate(parent, order, inv, owner, gs, ge):
     """count / total / busy; ``inv`` is the inverse permutation of ``order``.
 
@@ -372,7 +255,7 @@ def _propagate(parent, order, inv, owner, gs, ge):
             a_e[fill[q]] = ge[j]
             fill[q] += 1
     for q in range(n):
-        _sort_group(a_s, a_e, off[q], off[q] + own[q])
+        sort_group(a_s, a_e, off[q], off[q] + own[q])
     # canonical unions bottom-up (reverse preorder); the union of q's subtree
     # is kept at a[ustart[q]:ustart[q] + ulen[q]], inside q's block
     ustart = off.copy()
@@ -406,7 +289,7 @@ def _propagate(parent, order, inv, owner, gs, ge):
             busy[q] = busy[only]
             continue
         if pieces == 1:                       # only own events: union in place
-            w, length = _union_into(a_s, a_e, off[q], off[q] + own[q], a_s, a_e, off[q])
+            w, length = union_into(a_s, a_e, off[q], off[q] + own[q], a_s, a_e, off[q])
             ulen[q] = w
             busy[q] = length
             continue
@@ -435,10 +318,10 @@ def _propagate(parent, order, inv, owner, gs, ge):
                     z += 1
                 runs[r] = z
             c += psize[c]
-        if _merge_runs(b_s, b_e, t_s, t_e, runs, r):
-            w, length = _union_into(t_s, t_e, 0, z, a_s, a_e, off[q])
+        if merge_runs(b_s, b_e, t_s, t_e, runs, r):
+            w, length = union_into(t_s, t_e, 0, z, a_s, a_e, off[q])
         else:
-            w, length = _union_into(b_s, b_e, 0, z, a_s, a_e, off[q])
+            w, length = union_into(b_s, b_e, 0, z, a_s, a_e, off[q])
         ustart[q] = off[q]
         ulen[q] = w
         busy[q] = length
@@ -511,9 +394,9 @@ def build_call_tree(track, start, end, clamp_ns=1000):
     TypeError
         if the arrays do not hold integers or ``clamp_ns`` is not an integer.
     """
-    k = _as_int64(track, "build_call_tree: track")
-    s = _as_int64(start, "build_call_tree: start")
-    e = _as_int64(end, "build_call_tree: end")
+    k = as_int64(track, "build_call_tree: track")
+    s = as_int64(start, "build_call_tree: start")
+    e = as_int64(end, "build_call_tree: end")
     _same_length((k, s, e), ("track", "start", "end"), "build_call_tree")
     _check_times(s, e, "build_call_tree")
     clamp = operator.index(clamp_ns)
@@ -567,10 +450,10 @@ def link_by_correlation(launch_key, launch_corr, gpu_key, gpu_corr):
     TypeError
         if the arrays do not hold integers.
     """
-    lk = _as_int64(launch_key, "link_by_correlation: launch_key")
-    lc = _as_int64(launch_corr, "link_by_correlation: launch_corr")
-    gk = _as_int64(gpu_key, "link_by_correlation: gpu_key")
-    gc = _as_int64(gpu_corr, "link_by_correlation: gpu_corr")
+    lk = as_int64(launch_key, "link_by_correlation: launch_key")
+    lc = as_int64(launch_corr, "link_by_correlation: launch_corr")
+    gk = as_int64(gpu_key, "link_by_correlation: gpu_key")
+    gc = as_int64(gpu_corr, "link_by_correlation: gpu_corr")
     _same_length((lk, lc), ("launch_key", "launch_corr"), "link_by_correlation")
     _same_length((gk, gc), ("gpu_key", "gpu_corr"), "link_by_correlation")
     l_order = np.lexsort((lc, lk))
@@ -641,11 +524,11 @@ def propagate(parent, order, gpu_owner, gpu_start, gpu_end):
     TypeError
         if the arrays do not hold integers.
     """
-    p = _as_int64(parent, "propagate: parent")
-    o = _as_int64(order, "propagate: order")
-    w = _as_int64(gpu_owner, "propagate: gpu_owner")
-    gs = _as_int64(gpu_start, "propagate: gpu_start")
-    ge = _as_int64(gpu_end, "propagate: gpu_end")
+    p = as_int64(parent, "propagate: parent")
+    o = as_int64(order, "propagate: order")
+    w = as_int64(gpu_owner, "propagate: gpu_owner")
+    gs = as_int64(gpu_start, "propagate: gpu_start")
+    ge = as_int64(gpu_end, "propagate: gpu_end")
     inv = _check_forest(p, o)
     _same_length((w, gs, ge), ("gpu_owner", "gpu_start", "gpu_end"), "propagate")
     _check_index(w, p.shape[0], "propagate: gpu_owner")

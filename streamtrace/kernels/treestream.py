@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .tree import _merge_runs, _sort_group, _union_into
+from .runs import merge_runs, sort_group, union_into
 
 __all__ = ["TreeStream", "REC_DTYPE", "RES_DTYPE", "gather_strings"]
 
@@ -77,10 +77,10 @@ def _pop(stk, state, ar_s, ar_e, pc, b_s, b_e, t_s, t_e, runs, res):
                 z += 1
             runs[r] = z
         off = pc[p0, 0]
-        if _merge_runs(b_s, b_e, t_s, t_e, runs, r):
-            w, length = _union_into(t_s, t_e, 0, z, ar_s, ar_e, off)
+        if merge_runs(b_s, b_e, t_s, t_e, runs, r):
+            w, length = union_into(t_s, t_e, 0, z, ar_s, ar_e, off)
         else:
-            w, length = _union_into(b_s, b_e, 0, z, ar_s, ar_e, off)
+            w, length = union_into(b_s, b_e, 0, z, ar_s, ar_e, off)
         pc[p0, 1] = w
         pc[p0, 2] = length
         state[_NPIECES] = p0 + 1
@@ -165,8 +165,8 @@ def _feed(s, e, idx, own_off, name, comm, own_cnt, flags, k0, clamp, final,
                 dim_at[g] = stk[L, _DIM]
                 if comm_row[g] < 0:
                     comm_row[g] = stk[L, _COMM]
-            _sort_group(ar_s, ar_e, lo, lo + cnt)
-            w, length = _union_into(ar_s, ar_e, lo, lo + cnt, ar_s, ar_e, lo)
+            sort_group(ar_s, ar_e, lo, lo + cnt)
+            w, length = union_into(ar_s, ar_e, lo, lo + cnt, ar_s, ar_e, lo)
             if w > 0:
                 q = state[_NPIECES]
                 pc[q, 0] = lo

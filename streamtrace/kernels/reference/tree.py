@@ -1,169 +1,21 @@
-"""Plain-Python twins of the numba kernels, for property tests.
-
-Each function here has the same signature, return types and errors as its numba
-counterpart but uses a deliberately different algorithm, so that the two can be
-checked against each other on random inputs.  Speed is not a goal.
-
-Interval twins (of :mod:`streamtrace.kernels.intervals`):
-
-* union: a coverage-counting event sweep (+1 at each start, -1 at each end;
-  at equal times starts are processed first so touching intervals merge),
-  instead of the sort-and-extend merge of the numba core.
-* intersect / subtract: a sweep over *elementary segments*: every boundary of
-  A and B is collected, and each segment between consecutive boundaries is kept
-  when it lies in both (intersect) or in A but not in B (subtract); membership
-  is looked up with :mod:`bisect`.  The numba cores use two-pointer merges.
+"""Plain-Python twins of :mod:`streamtrace.kernels.tree` (call trees, correlation
+linking, GPU-time propagation) and :mod:`streamtrace.kernels.treestream` (one track in
+time-ordered chunks; strings for Arrow).  Each section below says how its algorithm
+differs from the kernel's.
 """
 from __future__ import annotations
 
-import bisect
+import operator as _operator
 
 import numpy as np
 
-__all__ = [
-    "union",
-    "union_length",
-    "intersect",
-    "intersect_length",
-    "subtract",
-    "subtract_length",
-]
+from ..treestream import RES_DTYPE
+from .intervals import int_list, union_length
 
-_I64_MIN = -(2**63)
 _I64_MAX = 2**63 - 1
 
-
-# --------------------------------------------------------------------------
-# intervals
-# --------------------------------------------------------------------------
-
-def _to_int_list(x, what):
-    arr = np.asarray(x)
-    if arr.ndim != 1:
-        raise ValueError(f"{what} must be one-dimensional, got shape {arr.shape}")
-    if arr.size == 0:
-        return []
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"{what} must hold integers (int64 ns), got dtype {arr.dtype}")
-    out = [int(v) for v in arr.tolist()]
-    for v in out:
-        if not _I64_MIN <= v <= _I64_MAX:
-            raise ValueError(f"{what} has values above the int64 range")
-    return out
-
-
-def _pairs(start, end, what):
-    s = _to_int_list(start, what + " start")
-    e = _to_int_list(end, what + " end")
-    if len(s) != len(e):
-        raise ValueError(f"{what}: start and end lengths differ ({len(s)} != {len(e)})")
-    for i, (a, b) in enumerate(zip(s, e)):
-        if b < a:
-            raise ValueError(f"{what}: end < start at index {i} ({b} < {a})")
-    return list(zip(s, e))
-
-
-def _disjoint_sorted(start, end, what):
-    pairs = _pairs(start, end, what)
-    for i in range(1, len(pairs)):
-        if pairs[i][0] < pairs[i - 1][1]:
-            raise ValueError(
-                f"{what} is not a disjoint sorted interval list: interval {i} starts at "
-                f"{pairs[i][0]} before interval {i - 1} ends at {pairs[i - 1][1]}"
-            )
-    return pairs
-
-
-def _arrays(pairs):
-    s = np.array([p[0] for p in pairs], dtype=np.int64)
-    e = np.array([p[1] for p in pairs], dtype=np.int64)
-    return s, e
-
-
-def _union_pairs(pairs):
-    # (time, order): order 0 = start, 1 = end, so at equal times every start is
-    # seen before any end and coverage never drops to zero between touching ones.
-    events = []
-    for a, b in pairs:
-        if b > a:
-            events.append((a, 0))
-            events.append((b, 1))
-    events.sort()
-    out = []
-    depth = 0
-    opened = 0
-    for t, kind in events:
-        if kind == 0:
-            if depth == 0:
-                opened = t
-            depth += 1
-        else:
-            depth -= 1
-            if depth == 0:
-                out.append((opened, t))
-    return out
-
-
-def _segments(a_pairs, b_pairs, keep):
-    """Elementary-segment sweep; keep(in_a, in_b) decides which segments survive."""
-    a_starts = [p[0] for p in a_pairs]
-    b_starts = [p[0] for p in b_pairs]
-
-    def member(pairs, starts, x):
-        # the interval with the largest start <= x (disjoint sorted, so only it can
-        # contain x; empty intervals never contain anything)
-        k = bisect.bisect_right(starts, x) - 1
-        while k >= 0 and pairs[k][0] == pairs[k][1]:
-            k -= 1
-        return k >= 0 and pairs[k][0] <= x < pairs[k][1]
-
-    points = sorted({p for pr in a_pairs + b_pairs for p in pr})
-    out = []
-    for lo, hi in zip(points, points[1:]):
-        if keep(member(a_pairs, a_starts, lo), member(b_pairs, b_starts, lo)):
-            if out and out[-1][1] == lo:
-                out[-1] = (out[-1][0], hi)
-            else:
-                out.append((lo, hi))
-    return out
-
-
-def union(start, end):
-    """Twin of :func:`streamtrace.kernels.intervals.union` (event sweep)."""
-    return _arrays(_union_pairs(_pairs(start, end, "union")))
-
-
-def union_length(start, end):
-    """Twin of :func:`streamtrace.kernels.intervals.union_length`."""
-    return sum(b - a for a, b in _union_pairs(_pairs(start, end, "union_length")))
-
-
-def intersect(a_start, a_end, b_start, b_end):
-    """Twin of :func:`streamtrace.kernels.intervals.intersect` (segment sweep)."""
-    a = _disjoint_sorted(a_start, a_end, "intersect: A")
-    b = _disjoint_sorted(b_start, b_end, "intersect: B")
-    return _arrays(_segments(a, b, lambda in_a, in_b: in_a and in_b))
-
-
-def intersect_length(a_start, a_end, b_start, b_end):
-    """Twin of :func:`streamtrace.kernels.intervals.intersect_length`."""
-    a = _disjoint_sorted(a_start, a_end, "intersect_length: A")
-    b = _disjoint_sorted(b_start, b_end, "intersect_length: B")
-    return sum(hi - lo for lo, hi in _segments(a, b, lambda in_a, in_b: in_a and in_b))
-
-
-def subtract(a_start, a_end, b_start, b_end):
-    """Twin of :func:`streamtrace.kernels.intervals.subtract` (segment sweep)."""
-    a = _disjoint_sorted(a_start, a_end, "subtract: A")
-    b = _disjoint_sorted(b_start, b_end, "subtract: B")
-    return _arrays(_segments(a, b, lambda in_a, in_b: in_a and not in_b))
-
-
-def subtract_length(a_start, a_end, b_start, b_end):
-    """Twin of :func:`streamtrace.kernels.intervals.subtract_length`."""
-    a = _disjoint_sorted(a_start, a_end, "subtract_length: A")
-    b = _disjoint_sorted(b_start, b_end, "subtract_length: B")
-    return sum(hi - lo for lo, hi in _segments(a, b, lambda in_a, in_b: in_a and not in_b))
+__all__ = ["build_call_tree_ref", "link_by_correlation_ref", "propagate_ref", "tree_stream_ref",
+           "gather_strings_ref"]
 
 
 # --------------------------------------------------------------------------
@@ -183,13 +35,11 @@ def subtract_length(a_start, a_end, b_start, b_end):
 #   count / total / busy are read off the lists, busy with the union_length
 #   twin above.  O(M·d) appends.
 
-import operator as _operator  # noqa: E402  (kept with the section that uses it)
 
-__all__ += ["build_call_tree_ref", "link_by_correlation_ref", "propagate_ref"]
 
 
 def _tree_ints(x, what):
-    return _to_int_list(x, what)
+    return int_list(x, what)
 
 
 def _same_len(lists, names, what):
@@ -317,6 +167,7 @@ def propagate_ref(parent, order, gpu_owner, gpu_start, gpu_end):
             np.array(busy, dtype=np.int64))
 
 
+
 # --------------------------------------------------------------------------
 # one track in time-ordered chunks; strings for Arrow
 # (twins of streamtrace.kernels.treestream)
@@ -328,14 +179,13 @@ def propagate_ref(parent, order, gpu_owner, gpu_start, gpu_end):
 #   up its ancestor chain.
 # * gather_strings_ref: bytes.join over Python strings.
 
-__all__ += ["tree_stream_ref", "gather_strings_ref"]
+
 
 
 def tree_stream_ref(rec, own_rows, g_start, g_end, gpu, clamp_ns=1000):
     """Twin of :class:`streamtrace.kernels.treestream.TreeStream` fed every record of
     ``rec`` (REC_DTYPE, any order) and finished: returns ``(results, n_clamped,
     n_overrun)``, ``results`` a RES_DTYPE array sorted by ``idx``; fills ``gpu`` the same way."""
-    from .treestream import RES_DTYPE
     rec = rec[np.argsort(rec["idx"], kind="stable")]       # ties in (start, end) go by idx
     n = len(rec)
     s = [int(v) for v in rec["s"]]

@@ -1,0 +1,21 @@
+"""Plain-Python twins of the numba kernels, for property tests: one module per kernel
+module.  Each twin has the same signature, return types and errors as its numba
+counterpart but uses a deliberately different algorithm, so that the two can be
+checked against each other on random inputs (tests/kernels/).  Speed is not a goal.
+
+Twins that are also production code stay beside their callers and are listed here:
+:func:`streamtrace.events.columns.columns_from_dicts` (of
+:func:`streamtrace.kernels.extract.extract_columns`), :func:`streamtrace.merge.rank.rewrite_dict`
+(of :func:`streamtrace.kernels.rewrite.rewrite_events`; merge uses it for the events the kernel
+hands back), and ``json.loads`` (of :mod:`streamtrace.kernels.jsoncheck`).
+"""
+from .ancestry import *  # noqa: F401,F403
+from .ancestry import __all__ as _ancestry
+from .intervals import *  # noqa: F401,F403
+from .intervals import __all__ as _intervals
+from .nesting import *  # noqa: F401,F403
+from .nesting import __all__ as _nesting
+from .tree import *  # noqa: F401,F403
+from .tree import __all__ as _tree
+
+__all__ = [*_intervals, *_tree, *_nesting, *_ancestry]
