@@ -1,18 +1,109 @@
-"""streamtrace: stream PyTorch profiler (Kineto) traces of multi-rank training jobs
-in flat memory -- merge them for Perfetto, validate them, analyse them.
+"""streamtrace: stream PyTorch profiler (Kineto) traces of multi-rank training jobs in flat memory --
+merge them for Perfetto, validate them, analyse them, aggregate and report the whole job.
 
-Public API (an epilogue script can call these directly):
-  :class:`TraceReader`, :class:`TraceWriter`, :func:`merge`, :class:`MergeOptions`,
-  :func:`validate`, :func:`discover`.
+The Python API, after a plain ``import streamtrace`` (each name is imported on first use, so
+``import streamtrace`` itself is cheap and loads neither numba nor pyarrow):
+
+* :func:`merge` / :class:`MergeOptions` -- many rank traces -> one Perfetto-loadable trace;
+* :func:`validate` -- check a trace for what Perfetto's importer relies on;
+* :func:`analyze` / :class:`AnalyzeOptions` -- per-rank kernels, call trees, overlap, as Parquet;
+* :func:`aggregate` / :class:`AggregateOptions` -- the whole job's tables;
+* :func:`report` / :class:`ReportOptions` -- Markdown, JSON and charts;
+* :mod:`epilogue` (``streamtrace.epilogue.run(RUN_DIR)``) -- all of it after a training job;
+* :mod:`capture` -- the training side (profiler schedule, trace handler, topology);
+* :class:`TraceReader`, :class:`TraceWriter`, :func:`discover` -- streaming read and write;
+* the errors of :mod:`streamtrace.errors`.
+
+``streamtrace.merge``, ``streamtrace.analyze`` and ``streamtrace.report`` are the packages of those
+stages and can be called as the functions they are named after.  The package's stages, bottom up:
+:mod:`~streamtrace.kernels` (numba), :mod:`~streamtrace.runtime`, :mod:`~streamtrace.trace`,
+:mod:`~streamtrace.events`, :mod:`~streamtrace.topology`, :mod:`~streamtrace.merge` and
+:mod:`~streamtrace.analyze`, :mod:`~streamtrace.job`, :mod:`~streamtrace.report`, then
+:mod:`~streamtrace.epilogue` and :mod:`~streamtrace.cli`; imports only go down.
 """
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+import warnings
+
 __version__ = "0.1.0"
 
-from .errors import StreamtraceError, TraceError, TruncatedTraceError  # noqa: E402
-from .reader import TraceReader  # noqa: E402
-from .writer import TraceWriter  # noqa: E402
-from .discover import discover  # noqa: E402
-from .merge import MergeOptions, merge  # noqa: E402  (the function shadows the module name on purpose)
-from .validate import validate  # noqa: E402
+from .errors import (RankConflictError, StreamtraceError, TopologyError, TraceError,  # noqa: E402
+                     TruncatedTraceError, UnknownRankError, UsageError)
 
-__all__ = ["TraceReader", "TraceWriter", "merge", "MergeOptions", "validate", "discover",
-           "StreamtraceError", "TraceError", "TruncatedTraceError", "__version__"]
+# public name -> (module, attribute; None: the module itself)
+_API = {
+    "TraceReader": ("streamtrace.trace.reader", "TraceReader"),
+    "TraceWriter": ("streamtrace.trace.writer", "TraceWriter"),
+    "discover": ("streamtrace.trace.discover", "discover"),
+    "validate": ("streamtrace.trace.validate", "validate"),
+    "merge": ("streamtrace.merge", None),
+    "MergeOptions": ("streamtrace.merge", "MergeOptions"),
+    "analyze": ("streamtrace.analyze", None),
+    "AnalyzeOptions": ("streamtrace.analyze", "AnalyzeOptions"),
+    "aggregate": ("streamtrace.job", "aggregate"),
+    "AggregateOptions": ("streamtrace.job", "AggregateOptions"),
+    "report": ("streamtrace.report", None),
+    "ReportOptions": ("streamtrace.report", "ReportOptions"),
+    "epilogue": ("streamtrace.epilogue", None),
+    "capture": ("streamtrace.capture", None),
+    "topology": ("streamtrace.topology", None),
+}
+
+__all__ = [*_API, "StreamtraceError", "UsageError", "TraceError", "TruncatedTraceError", "RankConflictError",
+           "UnknownRankError", "TopologyError", "__version__"]
+
+
+def __getattr__(name):
+    try:
+        module, attr = _API[name]
+    except KeyError:
+        raise AttributeError(f"module 'streamtrace' has no attribute {name!r}") from None
+    mod = importlib.import_module(module)
+    value = mod if attr is None else getattr(mod, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_API))
+
+
+# Modules that moved when the package was restructured into stages, importable under their old names for one release
+# (with a DeprecationWarning): the ones the README documented, and their neighbours.
+_MOVED = {
+    "streamtrace.columns": "streamtrace.events.columns",
+    "streamtrace.store": "streamtrace.events.store",
+    "streamtrace.outputs": "streamtrace.events.dataset",
+    "streamtrace.reader": "streamtrace.trace.reader",
+    "streamtrace.writer": "streamtrace.trace.writer",
+    "streamtrace.synth": "streamtrace.trace.synth",
+    "streamtrace.parallel": "streamtrace.runtime.parallel",
+    "streamtrace.patterns": "streamtrace.analyze.patterns",
+    "streamtrace.classify": "streamtrace.analyze.classify",
+    "streamtrace.metrics": "streamtrace.analyze.metrics",
+}
+
+
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``import streamtrace.columns`` gives :mod:`streamtrace.events.columns`, with a warning."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        return importlib.util.spec_from_loader(fullname, self) if fullname in _MOVED else None
+
+    def create_module(self, spec):
+        return None                       # a plain new module, filled below
+
+    def exec_module(self, module):
+        new = _MOVED[module.__name__]
+        warnings.warn(f"{module.__name__} moved to {new}; the old name will be removed in the next release",
+                      DeprecationWarning, stacklevel=2)
+        module.__dict__.update({k: v for k, v in vars(importlib.import_module(new)).items()
+                                if not k.startswith("__")})
+
+
+if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
+    sys.meta_path.append(_MovedModules())

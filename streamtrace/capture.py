@@ -40,7 +40,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .topology_io import DEFAULT_ORDER, DIMS, topology_from_groups, write_topology_files
+from .topology import DEFAULT_ORDER, DIMS, topology_from_groups, write_topology_files
 
 log = logging.getLogger("streamtrace.capture")
 

@@ -2,13 +2,13 @@
 never takes the job down.
 
 Finds every iteration folder and the topology under ``RUN_DIR`` (any layout
-:mod:`streamtrace.discover` knows), then into ``RUN_DIR/streamtrace/``:
+:mod:`streamtrace.trace.discover` knows), then into ``RUN_DIR/streamtrace/``:
 
 * ``iteration_<N>/analysis/``: :func:`streamtrace.analyze.analyze` (``--chunked`` by default;
   Parquet in ``kernels/iteration=<N>/rank=<R>/`` and ``ops/iteration=<N>/rank=<R>/``);
 * ``iteration_<N>/merged_gpu.json.gz`` (GPU processes only, so Perfetto's UI can load it) or
   ``merged.json.gz`` with ``full=True``: :func:`streamtrace.merge.merge_files`;
-* ``aggregate/``: :func:`streamtrace.aggregate.aggregate` over all iterations;
+* ``aggregate/``: :func:`streamtrace.job.aggregate.aggregate` over all iterations;
 * ``<run name>.md`` + ``report.json`` and ``charts/``: :func:`streamtrace.report.write_report`;
 * ``epilogue.json``: what ran, what was reused, what failed (and why).
 
@@ -25,7 +25,15 @@ import os
 import sys
 import time
 import traceback
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+from .analyze import AnalyzeOptions, analyze
+from .job.aggregate import AggregateOptions, aggregate
+from .merge import MergeOptions, merge_files
+from .report.markdown import write_report
+from .runtime.files import atomic_output
+from .trace.discover import expand_inputs, identify
 
 # peak RSS of one worker analysing in --chunked mode, for the --max-memory cap (GB)
 WORKER_GB = 0.6
@@ -72,7 +80,6 @@ def find_topology(run_dir):
 def find_iterations(run_dir, log):
     """``{iteration: [TraceFile]}`` for every readable rank trace under ``run_dir``
     (outputs in ``run_dir/streamtrace`` are skipped); unreadable files are logged."""
-    from .discover import expand_inputs, identify
     groups: dict = {}
     try:
         paths = expand_inputs([run_dir])
@@ -125,14 +132,35 @@ def _stage(state, key, fingerprint, outputs, fn, log, name, what):
     return result, "done"
 
 
-def run(run_dir, full=False, chunked=True, jobs=0, max_memory_gb=None, strict=False, name=None,
-        log_file=None) -> dict:
-    """Run the whole post-job pipeline on ``run_dir`` (see the module docstring).
+@dataclass
+class EpilogueOptions:
+    """Options of :func:`run` (the ``streamtrace epilogue`` flags).
+
+    Attributes:
+        full: merge every event (``merged.json.gz``), not only the GPU processes (``merged_gpu.json.gz``).
+        chunked: analyse with ``--chunked`` (spill files on disk; the default), else in memory.
+        jobs: worker processes; 0 = all cores.
+        max_memory_gb: a cap in GB that limits the workers (:data:`WORKER_GB` each); None: no cap.
+        strict: the CLI exits 1 when anything failed (:func:`run` itself never raises).
+        name: the run's name in the report; None: the run folder's name.
+    """
+    full: bool = False
+    chunked: bool = True
+    jobs: int = 0
+    max_memory_gb: float | None = None
+    strict: bool = False
+    name: str | None = None
+
+
+def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -> dict:
+    """Run the whole post-job pipeline on ``run_dir`` (see the module docstring), with ``opt`` (or
+    its fields given as keywords, e.g. ``run(d, full=True)``).
 
     Returns the summary dict (also in ``RUN_DIR/streamtrace/epilogue.json``):
-    ``{"run_dir", "outdir", "iterations", "ranks", "report", "failures": [...], "stages": {...}}``.
-    Never raises (``KeyboardInterrupt`` aside); with ``strict`` the CLI exits 1 when
-    anything failed."""
+    ``{"run_dir", "outdir", "iterations", "ranks", "report", "failures": [...], "stages": {...},
+    "seconds"}``.  Never raises (``KeyboardInterrupt`` aside); with ``strict`` the CLI exits 1
+    when anything failed."""
+    opt = replace(opt or EpilogueOptions(), **options)
     log = _Log(log_file)
     t0 = time.time()
     run_dir = Path(run_dir)
@@ -149,86 +177,102 @@ def run(run_dir, full=False, chunked=True, jobs=0, max_memory_gb=None, strict=Fa
             state = json.loads(state_path.read_text()).get("state", {})
         except (OSError, ValueError):
             state = {}
-        jobs = jobs or os.cpu_count() or 1
-        if max_memory_gb:
-            jobs = max(1, min(jobs, int(max_memory_gb / WORKER_GB)))
+        jobs = opt.jobs or os.cpu_count() or 1
+        if opt.max_memory_gb:
+            jobs = max(1, min(jobs, int(opt.max_memory_gb / WORKER_GB)))
         topo = find_topology(run_dir)
         log.info(f"run {run_dir}: topology {topo or 'not found'}; {jobs} jobs")
         groups = find_iterations(run_dir, log)
         if not groups:
             log.fail("discover", run_dir, "no rank traces found")
-        analysed = []
-        for it in sorted(groups, key=lambda k: (k is None, k or 0)):
-            files = groups[it]
-            paths = [tf.path for tf in files]
-            tag = f"iteration_{it}" if it is not None else "traces"
-            summary["iterations"].append(it)
-            summary["ranks"] = max(summary["ranks"], len(files))
-            adir = out / tag / "analysis"
-
-            def do_analyze(paths=paths, adir=adir):
-                from .analyze import AnalyzeOptions, analyze
-                s = analyze(paths, adir, AnalyzeOptions(jobs=jobs, chunked=chunked, topology=topo, progress=False))
-                for f in s["failed"]:
-                    log.fail("analyze", f["source"], f["error"])
-                return {"ranks": [r["rank"] for r in s["ranks"]], "failed": len(s["failed"])}
-            fp = _fingerprint(paths + ([topo] if topo else []), chunked=chunked, stage="analyze",
-                              layout="iteration=N/rank=R")     # redo folders of the older rank=R/ layout
-            res, st = _stage(state, f"{tag}/analyze", fp, [adir / "summary.json"], do_analyze, log, "analyze", tag)
-            summary["stages"][f"{tag}/analyze"] = st
-            if res is not None:
-                analysed.append(str(adir))
-            merged = out / tag / ("merged.json.gz" if full else "merged_gpu.json.gz")
-
-            def do_merge(files=files, merged=merged):
-                from .merge import MergeOptions, merge_files
-                todo = list(files)
-                while todo:
-                    try:
-                        r = merge_files(todo, merged, MergeOptions(gpu_only=not full, jobs=jobs, progress=False))
-                        return {"output": str(merged), "ranks": r["ranks"], "events": r["events_out"]}
-                    except Exception as e:   # noqa: BLE001 - drop the file it names, merge the rest
-                        bad = [tf for tf in todo if getattr(e, "path", None) == tf.path]
-                        if not bad:
-                            raise
-                        log.fail("merge", bad[0].path, e)
-                        todo.remove(bad[0])
-                raise RuntimeError("no readable rank trace left to merge")
-            fp = _fingerprint(paths, full=full, stage="merge")
-            _, st = _stage(state, f"{tag}/merge", fp, [merged], do_merge, log, "merge", tag)
-            summary["stages"][f"{tag}/merge"] = st
-        agg = out / "aggregate"
-        report = None
-        if analysed:
-            def do_aggregate():
-                from .aggregate import AggregateOptions, aggregate
-                aggregate(analysed, agg, AggregateOptions(jobs=jobs, topology=topo))
-                return {"outdir": str(agg)}
-            fp = _fingerprint([Path(a) / "summary.json" for a in analysed] + ([topo] if topo else []),
-                              stage="aggregate")
-            res, st = _stage(state, "aggregate", fp, [agg], do_aggregate, log, "aggregate", ", ".join(analysed))
-            summary["stages"]["aggregate"] = st
-            if res is not None:
-                def do_report():
-                    from .report import write_report
-                    rep = write_report(agg, out, name=name or run_dir.name, charts=True)
-                    return {"report": rep["files"][0], "files": len(rep["files"])}
-                res, st = _stage(state, "report", fp, [out / "report.json", out / "charts"], do_report, log,
-                                 "report + charts", agg)
-                summary["stages"]["report"] = st
-                if res is not None and Path(res["report"]).exists():
-                    report = res["report"]
-        summary["report"] = report
+        ctx = _Run(opt, jobs, topo, out, state, log, summary)
+        analysed = [a for it in sorted(groups, key=lambda k: (k is None, k or 0)) if (a := _iteration(ctx, it, groups[it]))]
+        summary["report"] = _job_stages(ctx, analysed, run_dir) if analysed else None
         summary["seconds"] = round(time.time() - t0, 2)
         try:
-            from .io import atomic_output
             with atomic_output(state_path, compress=False) as f:
                 f.write(json.dumps({"summary": summary, "state": state}, indent=1, default=str).encode())
         except Exception as e:   # noqa: BLE001
             log.fail("epilogue", state_path, e)
         status = "OK" if not log.failures else f"{len(log.failures)} problem(s), see {state_path}"
         log.info(f"{len(summary['iterations'])} iteration(s), {summary['ranks']} ranks, {status}; "
-                 f"report: {report or 'none'}; outputs in {out} ({summary['seconds']:.1f} s)")
+                 f"report: {summary['report'] or 'none'}; outputs in {out} ({summary['seconds']:.1f} s)")
     except Exception as e:   # noqa: BLE001 - the promise: never raise into the caller
         log.fail("epilogue", run_dir, e)
     return summary
+
+
+@dataclass
+class _Run:
+    """What the stages of one epilogue run share."""
+    opt: EpilogueOptions
+    jobs: int
+    topo: str | None
+    out: Path
+    state: dict
+    log: _Log
+    summary: dict
+
+
+def _iteration(ctx: _Run, it, files) -> str | None:
+    """Analyse and merge one iteration's rank traces; returns its analysis folder when the
+    analysis succeeded (or was reused)."""
+    opt, log, topo, jobs = ctx.opt, ctx.log, ctx.topo, ctx.jobs
+    paths = [tf.path for tf in files]
+    tag = f"iteration_{it}" if it is not None else "traces"
+    ctx.summary["iterations"].append(it)
+    ctx.summary["ranks"] = max(ctx.summary["ranks"], len(files))
+    adir = ctx.out / tag / "analysis"
+
+    def do_analyze():
+        s = analyze(paths, adir, AnalyzeOptions(jobs=jobs, chunked=opt.chunked, topology=topo, progress=False))
+        for f in s["failed"]:
+            log.fail("analyze", f["source"], f["error"])
+        return {"ranks": [r["rank"] for r in s["ranks"]], "failed": len(s["failed"])}
+    fp = _fingerprint(paths + ([topo] if topo else []), chunked=opt.chunked, stage="analyze",
+                      layout="iteration=N/rank=R")     # redo folders of the older rank=R/ layout
+    res, st = _stage(ctx.state, f"{tag}/analyze", fp, [adir / "summary.json"], do_analyze, log, "analyze", tag)
+    ctx.summary["stages"][f"{tag}/analyze"] = st
+    merged = ctx.out / tag / ("merged.json.gz" if opt.full else "merged_gpu.json.gz")
+
+    def do_merge():
+        todo = list(files)
+        while todo:
+            try:
+                r = merge_files(todo, merged, MergeOptions(gpu_only=not opt.full, jobs=jobs, progress=False))
+                return {"output": str(merged), "ranks": r["ranks"], "events": r["events_out"]}
+            except Exception as e:   # noqa: BLE001 - drop the file it names, merge the rest
+                bad = [tf for tf in todo if getattr(e, "path", None) == tf.path]
+                if not bad:
+                    raise
+                log.fail("merge", bad[0].path, e)
+                todo.remove(bad[0])
+        raise RuntimeError("no readable rank trace left to merge")
+    fp_merge = _fingerprint(paths, full=opt.full, stage="merge")
+    _, st = _stage(ctx.state, f"{tag}/merge", fp_merge, [merged], do_merge, log, "merge", tag)
+    ctx.summary["stages"][f"{tag}/merge"] = st
+    return str(adir) if res is not None else None
+
+
+def _job_stages(ctx: _Run, analysed, run_dir) -> str | None:
+    """Aggregate every analysed iteration, then write the report and charts; returns the
+    report's path (None when it was not written)."""
+    opt, log, topo = ctx.opt, ctx.log, ctx.topo
+    agg = ctx.out / "aggregate"
+
+    def do_aggregate():
+        aggregate(analysed, agg, AggregateOptions(jobs=ctx.jobs, topology=topo))
+        return {"outdir": str(agg)}
+    fp = _fingerprint([Path(a) / "summary.json" for a in analysed] + ([topo] if topo else []), stage="aggregate")
+    res, st = _stage(ctx.state, "aggregate", fp, [agg], do_aggregate, log, "aggregate", ", ".join(analysed))
+    ctx.summary["stages"]["aggregate"] = st
+    if res is None:
+        return None
+
+    def do_report():
+        rep = write_report(agg, ctx.out, name=opt.name or run_dir.name, charts=True)
+        return {"report": rep["files"][0], "files": len(rep["files"])}
+    res, st = _stage(ctx.state, "report", fp, [ctx.out / "report.json", ctx.out / "charts"], do_report, log,
+                     "report + charts", agg)
+    ctx.summary["stages"]["report"] = st
+    return res["report"] if res is not None and Path(res["report"]).exists() else None

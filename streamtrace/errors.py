@@ -1,10 +1,38 @@
-"""Errors raised by streamtrace.  Every one of them carries a one-line message fit
-for a user (the CLI prints it and exits 1); none should surface as a traceback."""
+"""Errors raised by streamtrace, and the exit code of each in the ``streamtrace`` command.
+
+Every one carries a one-line message fit for a user (the CLI prints ``streamtrace: error:
+<message>`` and exits with the error's :attr:`~StreamtraceError.exit_code`); none should surface
+as a traceback.  Code that must react to a kind of problem catches its class, never its text.
+
+=============================  ====  ===================================================
+class                          exit  meaning
+=============================  ====  ===================================================
+:class:`StreamtraceError`      1     a problem with the user's input or options
+:class:`UsageError`            2     the command line itself is wrong (as argparse's)
+:class:`TraceError`            1     a trace file that cannot be read
+:class:`TruncatedTraceError`   1     a trace file that ends before its document does
+:class:`RankConflictError`     1     two inputs claim the same rank in one iteration
+:class:`UnknownRankError`      1     a trace whose rank cannot be told
+:class:`TopologyError`         1     groups or sizes that do not make a parallel topology
+=============================  ====  ===================================================
+"""
 from __future__ import annotations
+
+#: exit codes of the ``streamtrace`` command
+EXIT_OK = 0
+EXIT_INPUT = 1
+EXIT_USAGE = 2
 
 
 class StreamtraceError(Exception):
     """Base class: a problem with the user's input or options (CLI exit code 1)."""
+    exit_code = EXIT_INPUT
+
+
+class UsageError(StreamtraceError):
+    """A command line that cannot be run as given: a missing argument, a malformed value
+    (CLI exit code 2, as argparse's own usage errors)."""
+    exit_code = EXIT_USAGE
 
 
 class TraceError(StreamtraceError):
@@ -32,3 +60,21 @@ class TruncatedTraceError(TraceError):
 
 class RankConflictError(StreamtraceError):
     """Two input files claim the same rank in the same iteration."""
+
+
+class UnknownRankError(StreamtraceError):
+    """A trace carries no rank: no ``distributedInfo.rank``, no rank in its file name, no entry
+    in the rank map.  Attribute ``path``."""
+
+    def __init__(self, path, message=None):
+        self.path = str(path)
+        super().__init__(message or f"{path}: cannot tell its rank (no distributedInfo.rank, no rank in the file "
+                                    f"name); pass --rank-map FILE")
+
+    def __reduce__(self):
+        return (type(self), (self.path, str(self)))
+
+
+class TopologyError(StreamtraceError, ValueError):
+    """Parallel groups, sizes or a rank order that do not make a topology (also a ValueError,
+    which the training-side helpers of :mod:`streamtrace.capture` document)."""

@@ -5,7 +5,7 @@
         --microbatches 2 --layers 2 --seed 0 [--gz]
 
 Writes OUT_DIR/iteration_<N>/rank_<RRRR>_iter_<N>.pt.trace.json[.gz] and
-OUT_DIR/streamtrace_topology.json (see streamtrace.synth). Times given on the command line
+OUT_DIR/streamtrace_topology.json (see streamtrace.trace.synth). Times given on the command line
 are integer nanoseconds.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout without installing
 
-from streamtrace.synth import SynthSpec, generate_job  # noqa: E402
+from streamtrace.trace.synth import SynthSpec, generate_job  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,7 +25,7 @@ it and the others (``traceName``, ``baseTimeNanoseconds`` ...) after it, as Kine
 does.
 
 Memory is bounded by SRC's events plus one chunk: each chunk of a copy is serialised
-once and appended to every rank's file (:class:`streamtrace.writer.TraceWriter`),
+once and appended to every rank's file (:class:`streamtrace.trace.writer.TraceWriter`),
 so the output is never held.
 """
 from __future__ import annotations
@@ -43,8 +43,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from streamtrace.reader import TraceReader  # noqa: E402
-from streamtrace.writer import TraceWriter, dumps_event, dumps_events, fmt_us  # noqa: E402
+from streamtrace.trace.reader import TraceReader  # noqa: E402
+from streamtrace.trace.writer import TraceWriter, dumps_event, dumps_events, fmt_us  # noqa: E402
 
 DEFAULT_SRC = ROOT.parent / "shared" / "traces" / "real" / "v100_ddp_rank1_of2.json.gz"
 CHUNK = 16384

@@ -13,8 +13,8 @@ charts on the demo).  Commands run in a fixed work folder (``--work``, default
 the same in every run.
 
 ``compare`` checks: merged traces byte for byte (decompressed), Parquet files with
-``pyarrow.Table.equals`` (schema included), JSON equal but for timings (``seconds``) and CSV,
-Markdown and TXT files byte for byte; every command's exit code, and its stdout/stderr with the
+``pyarrow.Table.equals`` (schema included), JSON equal but for timings (``seconds``, ``generated``), CSV and
+TXT files byte for byte, Markdown but for timestamps; every command's exit code, and its stdout/stderr with the
 numbers of seconds and MB/s masked.  Chart images are compared by name only (matplotlib writes
 dates into SVG metadata).
 """
@@ -82,7 +82,8 @@ def run(out: Path, work: Path) -> int:
     return 0
 
 
-_TIMING = re.compile(r"\d[\d,]*(\.\d+)?( ?(s|MB/s|ms)\b| seconds)|per worker process [^)]*\)")
+_TIMING = re.compile(r"\d[\d,]*(\.\d+)?( ?(s|MB/s|ms)\b| seconds)|per worker process [^)]*\)|"
+                     r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
 
 
 def _mask(text: str) -> str:
@@ -91,7 +92,7 @@ def _mask(text: str) -> str:
 
 def _drop_timings(v):
     if isinstance(v, dict):
-        return {k: _drop_timings(x) for k, x in v.items() if k != "seconds"}
+        return {k: _drop_timings(x) for k, x in v.items() if k not in ("seconds", "generated")}
     if isinstance(v, list):
         return [_drop_timings(x) for x in v]
     return v
@@ -107,6 +108,8 @@ def _same_file(a: Path, b: Path) -> str | None:
     name = a.name
     if name.endswith((".png", ".svg")):
         return None
+    if name.endswith(".md"):
+        return None if _mask(a.read_text()) == _mask(b.read_text()) else "text differs"
     if name.endswith(".parquet"):
         import pyarrow.parquet as pq
         ta, tb = pq.read_table(a), pq.read_table(b)

@@ -8,7 +8,7 @@ flow ``id``; and in ``args``: ``correlation``, ``External id`` (or legacy
 ``external id``), ``stream``, ``device``, ``rank``.  Events whose ``args`` hold
 collective metadata (``Collective name``, ``In msg nelems``, ``Process Group
 Name``, ...) or that the kernel cannot read are flagged so Python decodes just
-those.  The plain-Python twin is :func:`streamtrace.columns.columns_from_dicts`.
+those.  The plain-Python twin is :func:`streamtrace.events.columns.columns_from_dicts`.
 """
 from __future__ import annotations
 

@@ -1,0 +1,117 @@
+"""One trace file of ``streamtrace analyze`` (:func:`analyze_file`): read it into a store (one
+process, or byte ranges on several: :mod:`streamtrace.events.parallel_ingest`), tell its ranks
+apart (:func:`rank_plan`: a merged multi-rank trace holds several), and analyse each rank into
+its Parquet partitions (:func:`streamtrace.analyze.rank.analyze_rank`)."""
+from __future__ import annotations
+
+import tempfile
+from dataclasses import replace
+
+from ..events.dataset import PartitionWriter, StringPool, drop_extra_parts, schemas
+from ..events.ingest import ingest
+from ..events.parallel_ingest import IngestSettings, ingest_parallel
+from ..events.store import MemoryStore, SpillStore
+from ..runtime.tuning import trim
+from ..runtime.warmup import warm_trace
+from ..topology.sources import load_topology
+from ..trace.metadata import pg_config
+from .options import AnalyzeOptions
+from .patterns import Patterns
+from .rank import RankOutputs, RankSettings, RankSource, analyze_rank
+
+
+def warm_analysis(folder, opt, ingest_only=False) -> None:
+    """Load analyze's numba kernels (and pyarrow's Parquet writer) into this process by
+    analysing the warm-up trace (:mod:`streamtrace.runtime.warmup`) with ``opt``'s options in
+    a temporary folder in ``folder``;
+    ``ingest_only``: only the parse kernels (reading that trace into a store).
+    ``--jobs N`` on one big trace loads the parse kernels before forking the parse
+    workers, and the rest while they parse: the track children, forked later, inherit
+    it all, so the split run loads every kernel once, as the single-process run does."""
+    with warm_trace(folder) as (d, src):
+        if ingest_only:
+            ingest(src, MemoryStore(opt.chunk_events), Patterns.load(opt.patterns).gpu_cats)
+        else:
+            analyze_file(src, d, 0, None, replace(opt, split_jobs=1))
+
+
+def rank_plan(store, metadata, file_rank):
+    """Which rank each stored key belongs to, and how to find a GPU event's device.
+
+    * streamtrace merged traces: rank from ``args.rank``; device and original pid from
+      the recorded process map;
+    * TraceFusion-style traces: rank from ``args.rank``;
+    * Megatron-style merges (GPU and CPU events sharing pids 1..K): rank = pid - 1,
+      device from the kernels' ``args.device``;
+    * otherwise the whole file is ``file_rank``; device = the GPU event's pid.
+    Returns ``({rank: [keys]}, device_mode, pmap)``."""
+    st = metadata.get("streamtrace") if isinstance(metadata.get("streamtrace"), dict) else None
+    pmap = {int(k): v for k, v in (st or {}).get("process_map", {}).items()} if st and st.get("kind") == "merged" \
+        else {}
+    keys = store.keys()
+    ranks: dict = {}
+    if any(k[1] >= 0 for k in keys):
+        for k in keys:
+            ranks.setdefault(k[1] if k[1] >= 0 else file_rank, []).append(k)
+        return ranks, "pmap" if pmap else "pid", pmap
+    gpu_pids = {k[2] for k in keys if k[0] == "gpu"}
+    cpu_pids = {k[2] for k in keys if k[0] == "cpu"}
+    # Megatron's merge gives every event of rank r pid r + 1, so GPU events share
+    # their pid with CPU events; in one rank's own trace GPU pids are device indices
+    # that carry no CPU events (GPU annotations are not stored as CPU events).
+    if len(cpu_pids) > 1 and gpu_pids and gpu_pids <= cpu_pids and min(cpu_pids) >= 1:
+        for k in keys:
+            ranks.setdefault(k[2] - 1, []).append(k)
+        return ranks, "args", {}
+    return {file_rank: keys}, "pmap" if pmap else "pid", pmap
+
+
+def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progress=None) -> list[dict]:
+    """Analyse one trace file (any number of ranks inside) into ``outdir``: its Parquet partitions
+    (``kernels/`` and ``ops/``, :func:`~streamtrace.events.dataset.partition_path`) and one summary
+    dict per rank (``rank``, ``source``, ``iteration``, ``warnings`` and
+    :func:`~streamtrace.analyze.rank.analyze_rank`'s keys).  ``file_rank``: the rank of a file that
+    holds one; ``progress(bytes read)``: called per block.  Raises
+    :class:`~streamtrace.errors.TraceError` for an unreadable file, nothing written for it."""
+    pats = Patterns.load(opt.patterns)
+    topo = load_topology(opt.topology) if opt.topology else None
+    spill = tempfile.TemporaryDirectory(prefix=".streamtrace-", dir=outdir) if opt.chunked else None
+    try:
+        split = None
+        if opt.split_jobs > 1:
+            warm_analysis(outdir, opt, ingest_only=True)  # before forking: the workers inherit the kernels
+            settings = IngestSettings(pats.gpu_cats, opt.salvage, spill.name if spill else None, opt.chunk_events)
+            split = ingest_parallel(path, outdir, opt.split_jobs, settings,
+                                    while_parsing=lambda: warm_analysis(outdir, opt))
+        if split is not None:
+            store, table, comm_rows, meta, warnings = (split.store, split.table, split.comm_rows, split.metadata,
+                                                       split.warnings)
+        else:                                            # one process (also: a file that cannot be split)
+            store = SpillStore(spill.name, opt.chunk_events) if spill else MemoryStore(opt.chunk_events)
+            table, comm_rows, reader = ingest(path, store, pats.gpu_cats, opt.salvage, progress)
+            meta, warnings = reader.metadata, reader.warnings
+            del reader                                   # and its last input block
+        trim()
+        ranks, device_mode, pmap = rank_plan(store, meta, file_rank)
+        kschema, oschema = schemas()
+        pool = StringPool(table.strings)
+        ops_pools = {"name": pool, "cat": pool}
+        out = []
+        for rank, keys in sorted(ranks.items()):
+            def open_kernels(pools, part=0, rank=rank):
+                return PartitionWriter(outdir, rank, iteration, kschema, "kernels", pools, part=part)
+
+            def open_ops(part, rank=rank):
+                return PartitionWriter(outdir, rank, iteration, oschema, "ops", ops_pools, part=part)
+            for name in ("kernels", "ops"):                   # an earlier run's part-1.. files
+                drop_extra_parts(outdir, name, rank, iteration, 1)
+            summ = analyze_rank(RankSource(store, keys, comm_rows, table, rank, device_mode, pmap),
+                                RankSettings(pats, topo, pg_config(meta, rank), opt.chunk_events,
+                                             spill.name if spill else None, opt.split_jobs),
+                                RankOutputs(open_ops, open_kernels, pool))
+            out.append({"rank": rank, "source": str(path), "iteration": iteration, **summ,
+                        "warnings": warnings})
+        return out
+    finally:
+        if spill is not None:
+            spill.cleanup()

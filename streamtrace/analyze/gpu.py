@@ -1,0 +1,141 @@
+"""One rank's GPU events as a few compact columns (~70 bytes each) while its CPU tracks are
+analysed (:class:`GpuEvents`), and the per-string lookups derived from the patterns that every
+pass uses (:class:`Names`)."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import classify as C
+from .metrics import COMM, COMPUTE, MEMORY
+
+#: the kernels table's ``kind`` values, by the class codes of :mod:`streamtrace.analyze.metrics`
+KINDS = ("compute", "communication", "memory")
+#: the launch context a call tree writes for each GPU row it owns (name ids)
+GPU_CTX = ("launch_op", "launching", "annot", "top", "dim")
+
+
+class Names:
+    """Per-string-id lookups derived from the patterns (computed once per table); every
+    array has one extra entry at the end for id -1."""
+
+    def __init__(self, table, pats):
+        strings = table.strings
+        self.names = np.asarray(strings + [""], dtype=object)        # id -1 -> ""
+        n = len(strings) + 1
+        self.memory_cat = np.zeros(n, bool)
+        self.comm = np.zeros(n, bool)
+        for i, t in enumerate(strings):
+            self.memory_cat[i] = t in pats.memory_cats
+            self.comm[i] = bool(pats.comm.search(t))
+        ph, fb, rc, st, sd = C.name_flags(strings, pats)
+        self.phase = np.append(ph, 0)
+        self.fallback = np.append(fb, 0)
+        self.recompute = np.append(rc, False)
+        self.step = np.append(st, -1)
+        self.stack_dim = np.append(sd, "")
+        self.has_stack_dim = np.asarray([bool(x) for x in self.stack_dim], bool)
+        self.user_annotation = table.ids.get("user_annotation", -2)
+
+
+def _expand(lo, hi):
+    """Concatenation of ``arange(lo[i], hi[i])`` (and the position i of each element)."""
+    cnt = hi - lo
+    tot = int(cnt.sum())
+    which = np.repeat(np.arange(len(lo)), cnt)
+    first = np.cumsum(cnt) - cnt
+    return lo[which] + (np.arange(tot) - first[which]), which
+
+
+class GpuEvents:
+    """The rank's GPU events as compact columns, in store order (``gkeys`` order, each
+    key's rows as added).  ``ctx``: the launch context the call trees write (see
+    :class:`~streamtrace.kernels.treestream.TreeStream`), name ids as int16 when the
+    string table has at most 2**15 - 1 strings."""
+
+    def __init__(self, store, gkeys, nm, device_mode, pmap):
+        self.keys = gkeys
+        self.sizes = [store.rows(k) for k in gkeys]
+        M = self.M = sum(self.sizes)
+        self.start, self.end = (np.empty(M, np.int64) for _ in range(2))
+        self.device = None                 # filled by load_devices(), after the CPU tracks
+        self._dev = []
+        self.kind = np.empty(M, np.int8)
+        self.comm_row = np.empty(M, np.int32)
+        corr = np.empty(M, np.int64)
+        comm_names = []
+        pos = 0
+        for key in gkeys:
+            dev = pmap.get(int(key[2]), {}).get("device", key[2]) if device_mode == "pmap" else key[2]
+            self._dev.append(None if device_mode == "args" else dev)
+            for b in store.blocks(key):
+                sl = slice(pos, pos + len(b))
+                self.start[sl] = b["ts"]
+                self.end[sl] = b["ts"] + b["dur"]
+                kind = np.where(nm.memory_cat[b["cat"]], MEMORY, np.where(nm.comm[b["name"]], COMM, COMPUTE))
+                self.kind[sl] = kind
+                self.comm_row[sl] = np.where(b["comm"] >= 0, b["comm"], -1)
+                corr[sl] = np.where(b["correlation"] >= 0, b["correlation"], -1)
+                comm_names.append(b["name"][kind == COMM])
+                pos += len(b)
+        self.comm_pos = np.flatnonzero(self.kind == COMM).astype(np.int32 if M < 2 ** 31 else np.int64)
+        self.comm_name = np.concatenate(comm_names) if comm_names else np.zeros(0, np.int32)
+        rows = np.flatnonzero(corr >= 0)
+        rows = rows[np.argsort(corr[rows], kind="stable")]
+        self.by_corr = rows.astype(np.int32) if M < 2 ** 31 else rows   # GPU rows by correlation id
+        del rows
+        # their ids, int32 when every id is below 2**31 - 1 (claim clips the ids it looks up)
+        narrow = M == 0 or int(corr.max()) < 2 ** 31 - 1
+        self.corr_sorted = corr[self.by_corr].astype(np.int32 if narrow else np.int64)
+        del corr
+        self.free = np.ones(M, bool)
+        names = np.int16 if len(nm.names) <= 2 ** 15 else np.int32    # name ids (and -1)
+        self.ctx = {k: np.full(M, -1, names) for k in GPU_CTX}
+        self.ctx["comm_row"] = self.comm_row
+        self.ctx["t_launch"] = self.start.copy()
+        self.linked = None
+
+    def done_linking(self):
+        """Forget what only linking needs (no launch claims GPU rows after this)."""
+        if self.linked is None:
+            self.linked = int(self.M - np.count_nonzero(self.free))
+            self.free = self.by_corr = self.corr_sorted = None
+
+    def load_devices(self, store):
+        """``self.device``: each GPU row's device (int32 when every device fits, else
+        int64), from its key or, for a Megatron-style merge, its ``args.device`` in the
+        store (not held during the CPU tracks: the rows' other columns are)."""
+        self.device = np.empty(self.M, np.int64)
+        pos = 0
+        for key, size, dev in zip(self.keys, self.sizes, self._dev):
+            if dev is not None:
+                self.device[pos:pos + size] = dev
+            else:
+                for b in store.blocks(key):
+                    self.device[pos:pos + len(b)] = b["device"]
+                    pos += len(b)
+                continue
+            pos += size
+        if self.M and -2 ** 31 <= int(self.device.min()) and int(self.device.max()) < 2 ** 31:
+            self.device = self.device.astype(np.int32)
+
+    def claim(self, corr, owner):
+        """Links of one block's launches (``corr`` >= 0, ``owner`` = their positions in
+        the block, ascending): every free GPU event with a launch's correlation goes to
+        the first such launch.  Returns ``(owner position, GPU row)`` pairs by owner."""
+        if self.corr_sorted.dtype == np.int32:            # an id >= 2**31 - 1 matches no row
+            corr = np.minimum(corr, 2 ** 31 - 1).astype(np.int32)
+        lo = np.searchsorted(self.corr_sorted, corr, "left")
+        hi = np.searchsorted(self.corr_sorted, corr, "right")
+        hit = hi > lo
+        if not hit.any():
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        pos, which = _expand(lo[hit], hi[hit])
+        rows = self.by_corr[pos]
+        own = owner[hit][which]
+        ok = self.free[rows]
+        rows, own = rows[ok], own[ok]
+        _, first = np.unique(rows, return_index=True)          # several launches, one id: the first
+        first.sort()
+        rows, own = rows[first], own[first]
+        self.free[rows] = False
+        return own, rows

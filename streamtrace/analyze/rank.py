@@ -1,0 +1,220 @@
+"""One rank of ``streamtrace analyze`` (:func:`analyze_rank`), in bounded memory: its GPU events
+as compact columns (:mod:`~streamtrace.analyze.gpu`), its CPU tracks one at a time
+(:mod:`~streamtrace.analyze.tracks`, or in forked children: :mod:`~streamtrace.analyze.trackfork`),
+then step/phase/micro-batch (:mod:`~streamtrace.analyze.phases`) and collective columns
+(:mod:`~streamtrace.analyze.comm`) of every GPU event, the kernels rows, and the metrics of the
+README per device, iteration and phase x micro-batch (:mod:`~streamtrace.analyze.metrics`).
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..events.columns import StringTable
+from ..events.dataset import StringPool
+from ..events.store import CHUNK_EVENTS, EventStore
+from ..runtime.fork import run_forked
+from ..runtime.tuning import trim
+from . import classify as C
+from . import tracks
+from .comm import COLL_INT, COLL_STR, collective_columns
+from .gpu import KINDS, GpuEvents, Names
+from .metrics import device_metrics
+from .patterns import Patterns
+from .phases import attribute_phases
+from .trackfork import analyze_tracks
+
+
+@dataclass
+class RankSource:
+    """Where one rank's events are: ``keys`` of ``store`` (``("gpu" | "cpu", rank, pid, tid)``),
+    the collective-args rows and the string table the rows' ids refer to, the rank, and how a
+    GPU event's device is found (``device_mode``: ``"pid"`` its key's pid, ``"pmap"`` through the
+    merged trace's process map ``pmap``, ``"args"`` its ``args.device``;
+    :func:`streamtrace.analyze.file.rank_plan`)."""
+    store: EventStore
+    keys: list
+    comm_rows: list
+    table: StringTable
+    rank: int
+    device_mode: str = "pid"
+    pmap: dict = field(default_factory=dict)
+
+
+@dataclass
+class RankSettings:
+    """How to analyse a rank: classification patterns, the topology (for the parallel dimension
+    of collectives) and the process groups of its trace (``pg_config``, by name), the external
+    sorts' block size and spill folder (None: compressed in memory), and ``jobs`` > 1 to analyse
+    the CPU tracks in up to that many forked processes (same results)."""
+    patterns: Patterns
+    topology: object = None
+    pg_config: dict = field(default_factory=dict)
+    block_rows: int = CHUNK_EVENTS
+    spill_dir: str | None = None
+    jobs: int = 1
+
+
+@dataclass
+class RankOutputs:
+    """Where the rows go: ``open_ops(part)`` opens the ops writer of ``part-<part>.parquet``
+    (string columns as ids into the rank's table; ``part`` is 0 unless ``jobs`` > 1),
+    ``open_kernels(pools, part)`` the kernels writer (``pools`` from :func:`kernel_pools`), and
+    ``pool`` the table's :class:`~streamtrace.events.dataset.StringPool`.  None: not written."""
+    open_ops: Callable | None = None
+    open_kernels: Callable | None = None
+    pool: StringPool | None = None
+
+
+def analyze_rank(src: RankSource, settings: RankSettings, out: RankOutputs | None = None) -> dict:
+    """Analyse one rank whose events sit in ``src.store`` under ``src.keys``; each key's rows are
+    dropped from the store once analysed.  Returns the rank's summary dict (``devices``,
+    ``iterations``, ``phases``, ``call_tree``, ``links``; README, "Outputs")."""
+    out = out or RankOutputs()
+    store, block_rows, jobs = src.store, settings.block_rows, settings.jobs
+    nm = Names(src.table, settings.patterns)
+    gpu = GpuEvents(store, [k for k in src.keys if k[0] == "gpu"], nm, src.device_mode, src.pmap)
+    trim()                                                         # the columns' temporaries
+    ctx = tracks.TrackContext(store, gpu, nm, block_rows=block_rows, spill_dir=settings.spill_dir)
+    _cpu_tracks(ctx, [k for k in src.keys if k[0] == "cpu"], jobs,
+                out.open_ops or (lambda part: contextlib.nullcontext(None)))
+    gpu.done_linking()
+    iteration, ph, micro = attribute_phases(gpu, ctx.windows)
+    tot = ctx.totals
+    ctx = None
+    del gpu.ctx["t_launch"]
+    trim()
+    gpu.load_devices(store)
+    coll = collective_columns(gpu, src.comm_rows, nm, settings.patterns, settings.topology, settings.pg_config)
+    M = gpu.M
+    summary = {"devices": {}, "iterations": {}, "phases": [],
+               "call_tree": {"cpu_events": int(tot.n_cpu), "clamped": int(tot.clamped), "overruns": int(tot.overrun)},
+               "links": {"gpu_events": int(M), "linked": gpu.linked, "duplicate_launch_ids": int(tot.dup)}}
+    forked = out.open_kernels is not None and jobs > 1 and M >= 2 * block_rows
+    if out.open_kernels is not None:
+        pools = kernel_pools(out.pool or StringPool(src.table.strings), coll["pool"])
+
+        def write(part, span=None):
+            with out.open_kernels(pools, part) as w:
+                write_kernels(store, gpu, iteration, ph, micro, coll, w, span)
+        if forked:                                  # two halves at once, the metrics meanwhile
+            h = M // 2
+            run_forked([lambda: write(0, (0, h)), lambda: write(1, (h, M))],
+                       then=lambda: _metrics(summary, gpu.device, gpu.start, gpu.end, gpu.kind, iteration, ph,
+                                             micro))
+        else:
+            write(0)
+    for k in gpu.keys:
+        store.drop(k)
+    if not forked:
+        device, g_start, g_end, kind = gpu.device, gpu.start, gpu.end, gpu.kind
+        gpu = coll = None                                          # (not del: closures above name them)
+        trim()
+        _metrics(summary, device, g_start, g_end, kind, iteration, ph, micro)
+    return summary
+
+
+def _cpu_tracks(ctx, cpu_keys, jobs, open_ops):
+    """Every CPU track of the rank (:func:`~streamtrace.analyze.tracks.analyze_track`), in forked
+    children when ``jobs`` > 1; each track's rows dropped from the store afterwards."""
+    if jobs > 1 and cpu_keys:
+        analyze_tracks(tracks.analyze_track, ctx, cpu_keys, jobs, open_ops)
+        for key in cpu_keys:
+            ctx.store.drop(key)
+        trim()
+        return
+    with open_ops(0) as ops_writer:
+        for i, key in enumerate(cpu_keys):
+            tracks.analyze_track(ctx, key, ops_writer, last=i == len(cpu_keys) - 1)
+            ctx.store.drop(key)
+            trim()
+
+
+def write_kernels(store, gpu, iteration, ph, micro, coll, writer, span=None):
+    """The kernels rows (all, or the GPU rows ``span`` = ``(lo, hi)``) to ``writer``."""
+    lo, hi = span or (0, gpu.M)
+    ctx = gpu.ctx
+    first = 0                                   # the key's first GPU row
+    for key, size in zip(gpu.keys, gpu.sizes):
+        pos = max(lo, first)
+        rows = (pos - first, min(hi, first + size) - first)
+        first += size
+        if rows[0] >= rows[1]:
+            continue
+        for b in tracks.piece_blocks(store, key, rows):
+            nb = len(b)
+            sl = slice(pos, pos + nb)
+            cols = {
+                "device": gpu.device[sl], "stream": b["stream"], "tid": key[3], "ts_ns": gpu.start[sl],
+                "dur_ns": b["dur"], "end_ns": gpu.end[sl], "name": b["name"], "cat": b["cat"], "kind": gpu.kind[sl],
+                "correlation": b["correlation"], "external_id": b["external_id"], "launch_op": ctx["launch_op"][sl],
+                "launching_op": ctx["launching"][sl], "annotation": ctx["annot"][sl],
+                "top_annotation": ctx["top"][sl], "phase": ph[sl], "microbatch": micro[sl], "step": iteration[sl]}
+            a, z = np.searchsorted(coll["pos"], [pos, pos + nb])
+            at = coll["pos"][a:z] - pos
+            for c in COLL_INT + COLL_STR:
+                if z > a:
+                    cols[c] = np.full(nb, -1, coll[c].dtype)
+                    cols[c][at] = coll[c][a:z]
+                else:
+                    cols[c] = -1
+            writer.write(cols)
+            pos += nb
+            del b, cols                 # before the next block is unpacked (the writer copied the rows)
+
+
+def kernel_pools(table_pool, coll_pool):
+    """``{string column: StringPool}`` of the kernels table."""
+    pools = {c: table_pool for c in ("name", "cat", "launch_op", "launching_op", "annotation", "top_annotation")}
+    pools.update({"kind": StringPool(KINDS), "phase": StringPool(C.PHASES)})
+    pools.update({c: coll_pool for c in COLL_STR})
+    return pools
+
+
+def _groups(key):
+    """Rows grouped by equal ``key``: ``(keys, order, bounds)``, groups in ascending key
+    order, group g = ``order[bounds[g]:bounds[g + 1]]``."""
+    order = np.argsort(key, kind="stable")
+    k = key[order]
+    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(k) else np.zeros(0, np.int64)
+    keys = k[starts].tolist()
+    del k
+    return keys, order, np.append(starts, len(order))
+
+
+def _metrics(summary, device, g_start, g_end, kind, iteration, ph, micro):
+    """Fill per-device, per-iteration and per phase x micro-batch metrics (README definitions)."""
+    devices = np.unique(device)
+    for d in devices.tolist():
+        if len(devices) == 1:
+            s, e, k, it, p, mb = g_start, g_end, kind, iteration, ph, micro
+        else:
+            rows = np.flatnonzero(device == d)
+            s, e, k, it, p, mb = g_start[rows], g_end[rows], kind[rows], iteration[rows], ph[rows], micro[rows]
+            del rows
+        summary["devices"][str(d)] = device_metrics(s, e, k)
+        u_it, u_mb = np.unique(it), np.unique(mb)
+        key = np.searchsorted(u_it, it).astype(np.int64)           # iteration code
+        codes, order, bounds = _groups(key)
+        for c, x, y in zip(codes, bounds[:-1], bounds[1:]):
+            if u_it[c] >= 0:
+                sel = order[x:y]
+                summary["iterations"].setdefault(str(int(u_it[c])), {})[str(d)] = \
+                    device_metrics(s[sel], e[sel], k[sel])
+        del order
+        key *= len(C.PHASES)
+        key += p
+        key *= len(u_mb)
+        key += np.searchsorted(u_mb, mb)                          # (iteration, phase, micro-batch) code
+        codes, order, bounds = _groups(key)
+        del key
+        for c, x, y in zip(codes, bounds[:-1], bounds[1:]):
+            i, m = int(u_it[c // len(u_mb) // len(C.PHASES)]), int(u_mb[c % len(u_mb)])
+            sel = order[x:y]
+            row = {"device": str(d), "iteration": None if i < 0 else i,
+                   "phase": C.PHASES[c // len(u_mb) % len(C.PHASES)], "microbatch": None if m < 0 else m}
+            row.update(device_metrics(s[sel], e[sel], k[sel]))
+            summary["phases"].append(row)

@@ -1,0 +1,184 @@
+"""``streamtrace analyze``: classified kernels, call trees and overlap metrics per rank.
+
+Input: one trace, a folder of rank traces, or a merged multi-rank trace
+(streamtrace's own, TraceLens TraceFusion's with ``args.rank``, or Megatron's
+``pid = rank + 1``), which is split back into ranks.  Every join key is per rank:
+(rank, correlation) for launch -> GPU links and (rank, pid, tid) for call trees.
+
+Output (``OUTDIR``): ``summary.json``; ``kernels/iteration=N/rank=R/part-0.parquet`` (one
+row per GPU event) and ``ops/iteration=N/rank=R/part-0.parquet`` (one row per CPU event), zstd
+(after ``--jobs N`` on one big trace, ``part-0`` .. ``part-K``, rows in that order: see
+:mod:`streamtrace.analyze.trackfork`),
+schema in the README (:func:`streamtrace.events.dataset.schemas`).  Each table is one hive-partitioned dataset: ``N`` is the
+trace file's iteration (``summary.json``'s ``"iteration"`` of the rank, from the path:
+``iteration_10/``, ``_iter_10``) and ``-1`` when it is unknown (``summary.json`` says null), see
+:func:`~streamtrace.events.dataset.partition_path`.  The partition keys are not columns inside the files, so readers of the
+whole dataset (pyarrow, pandas, DuckDB) get ``iteration`` and ``rank`` from the paths with
+no type clash; the kernels' own ``ProfilerStep#N`` number is the ``step`` column.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import re
+import shutil
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from tqdm import tqdm
+
+from ..errors import RankConflictError, StreamtraceError, UnknownRankError
+from ..events.dataset import UNKNOWN_ITERATION
+from ..runtime import parallel
+from ..runtime.files import atomic_output
+from ..runtime.parallel import TaskFailure, run_tasks, scheduler_address
+from ..trace.discover import expand_inputs, identify, load_rank_map
+from .file import analyze_file
+from .options import AnalyzeOptions
+
+
+@dataclass
+class AnalyzeTask:
+    """One file of an ``analyze`` run: ``path``, the folder it writes into, the rank it is when
+    the file itself does not say (a merged trace holds several), its ``iteration`` (from the
+    path; None when unknown), the options, and ``slot``: its place in the progress array."""
+    path: str
+    outdir: str
+    rank: int
+    iteration: int | None
+    opt: AnalyzeOptions
+    slot: int = 0
+
+
+def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> dict:
+    """Analyse every trace in ``inputs`` (files, folders, globs) into ``outdir``.
+
+    Files run as tasks of the batch layer (:mod:`streamtrace.runtime.parallel`): a local
+    process pool, a dask scheduler (``opt.scheduler``) or ``opt.executor``.  A file
+    that fails is retried once, then listed under ``"failed"`` with its error while
+    the others finish.  Returns the summary written to ``outdir/summary.json``
+    (README, "Outputs").  Raises :class:`StreamtraceError` on bad input when the only input
+    fails (nothing is left half-written), :class:`~streamtrace.errors.RankConflictError` when
+    two inputs are one rank of one iteration."""
+    opt = opt or AnalyzeOptions()
+    t0 = time.time()
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    tasks = _tasks(inputs, outdir, opt)
+    jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(tasks)))
+    want = opt.jobs or os.cpu_count() or 1
+    if len(tasks) == 1 and want > 1 and opt.split_jobs <= 1 and not scheduler_address(opt.scheduler) \
+            and os.path.getsize(tasks[0].path) >= opt.split_threshold:
+        opt = replace(opt, split_jobs=want)          # one big file: use every core on it
+        tasks = [replace(t, opt=opt) for t in tasks]
+    bars = _Bars([t.path for t in tasks], sys.stderr.isatty() if opt.progress is None else opt.progress)
+    try:
+        results = run_tasks(_run_task, [(t,) for t in tasks], jobs, bars.arr, bars.tick,
+                            executor=opt.executor, scheduler=opt.scheduler, retries=1, keep_going=True)
+    finally:
+        bars.close()
+    failed = [{"source": r.args[0].path, "error": r.error, "attempts": r.attempts}
+              for r in results if isinstance(r, TaskFailure)]
+    if failed and len(failed) == len(results) and len(results) == 1:
+        raise StreamtraceError(failed[0]["error"])
+    ranks = sorted((r for res in results if not isinstance(res, TaskFailure) for r in res),
+                   key=lambda r: (UNKNOWN_ITERATION if r["iteration"] is None else r["iteration"], r["rank"]))
+    seen = {}
+    for r in ranks:             # a merged trace's ranks are known only now
+        key = (r["iteration"], r["rank"])
+        if key in seen:
+            raise _conflict(r["rank"], r["iteration"], seen[key], r["source"])
+        seen[key] = r["source"]
+    _drop_old_layout(outdir)
+    summary = {"ranks": ranks, "failed": failed, "seconds": round(time.time() - t0, 3), "outdir": str(outdir)}
+    with atomic_output(outdir / "summary.json", compress=False) as f:
+        f.write(json.dumps(summary, indent=1).encode())
+    return summary
+
+
+def _tasks(inputs, outdir, opt) -> list[AnalyzeTask]:
+    """One task per trace file among ``inputs``; a lone file with no rank is rank 0.  Raises
+    :class:`RankConflictError` (before anything is written) when two files are one partition."""
+    rmap = load_rank_map(opt.rank_map) if opt.rank_map else None
+    paths = expand_inputs(inputs)
+    tasks = []
+    for p in paths:
+        try:
+            tf = identify(p, rmap)
+        except UnknownRankError:
+            if len(paths) > 1:
+                raise
+            tasks.append(AnalyzeTask(str(p), str(outdir), 0, None, opt))
+            continue
+        if tf is not None:
+            tasks.append(AnalyzeTask(str(p), str(outdir), tf.rank, tf.iteration, opt))
+    if not tasks:
+        raise StreamtraceError(f"no trace files found in {', '.join(map(str, inputs))}")
+    claimed = {}
+    for i, t in enumerate(tasks):      # one file's partition per (iteration, rank)
+        if (t.iteration, t.rank) in claimed:
+            raise _conflict(t.rank, t.iteration, claimed[(t.iteration, t.rank)], t.path)
+        claimed[(t.iteration, t.rank)] = t.path
+        t.slot = i
+    return tasks
+
+
+def _run_task(task: AnalyzeTask) -> list[dict]:
+    """Worker: one file; reports the bytes read into the shared progress array."""
+    shared = parallel.PROGRESS
+
+    def report(n):
+        shared[task.slot] = n
+    return analyze_file(task.path, task.outdir, task.rank, task.iteration, task.opt,
+                        report if shared is not None else None)
+
+
+class _Bars:
+    """tqdm progress (file bytes read): one bar per file for up to 16 files, else one
+    bar for all; shown only on a terminal unless ``show`` says otherwise."""
+
+    def __init__(self, paths, show):
+        self.sizes = [os.path.getsize(p) for p in paths]
+        self.arr = mp.Array("q", len(paths), lock=False)
+        self.bars = []
+        if show:
+            if len(paths) <= 16:
+                self.bars = [tqdm(total=sz, unit="B", unit_scale=True, position=i, leave=True,
+                                  desc=os.path.basename(p)[-40:], file=sys.stderr)
+                             for i, (p, sz) in enumerate(zip(paths, self.sizes))]
+            else:
+                self.bars = [tqdm(total=sum(self.sizes), unit="B", unit_scale=True, desc=f"{len(paths)} files",
+                                  file=sys.stderr)]
+
+    def tick(self, final=False):
+        if len(self.bars) == 1 and len(self.sizes) > 1:
+            self.bars[0].n = sum(self.sizes) if final else min(sum(self.arr), sum(self.sizes))
+            self.bars[0].refresh()
+            return
+        for b, n, sz in zip(self.bars, self.arr, self.sizes):
+            b.n = sz if final else min(n, sz)
+            b.refresh()
+
+    def close(self):
+        self.tick(final=True)
+        for b in self.bars:
+            b.close()
+
+
+def _conflict(rank, iteration, a, b):
+    it = f" in iteration {iteration}" if iteration is not None else ""
+    return RankConflictError(f"rank {rank}{it} appears in two inputs: {a} and {b}")
+
+
+def _drop_old_layout(outdir):
+    """Remove the ``kernels/rank=R/`` and ``ops/rank=R/`` partitions an older streamtrace wrote
+    into ``outdir`` (before the ``iteration=N/`` level): beside the new ones, DuckDB refuses the
+    dataset (hive partition mismatch) and pyarrow and pandas read those rows as extra data."""
+    for dataset in ("kernels", "ops"):
+        d = Path(outdir) / dataset
+        for p in sorted(d.glob("rank=*")) if d.is_dir() else []:
+            if p.is_dir() and re.fullmatch(r"rank=-?\d+", p.name):
+                shutil.rmtree(p)

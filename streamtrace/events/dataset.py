@@ -1,0 +1,287 @@
+"""The Parquet datasets of ``streamtrace analyze``: schema, partition paths, and a writer
+that takes numpy columns in pieces and writes bounded row groups.
+
+String columns are passed as int ids into a :class:`StringPool` (the interned string
+table, or a small list such as the kernel kinds) and handed to Parquet one row group at a
+time as Arrow dictionary arrays: int32 indices plus the row group's distinct strings
+(:func:`streamtrace.kernels.treestream.gather_strings`), which is also how Parquet stores
+them.  No column of Python strings is built, and a row group of 65,536 kernels costs
+256 kB of indices instead of ~17 MB of (long, templated) kernel names.  The files are
+written without Arrow's schema metadata, so every reader (pyarrow, pandas, DuckDB) sees
+the Parquet types: ``string``, ``int32``, ``int64`` -- the schema in the README, as
+before.  Arrays are made with ``pyarrow.Array.from_buffers``, which (unlike
+``pyarrow.array``) does not start Arrow's compute-function registry (~45 MB resident).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+
+from ..kernels.treestream import gather_strings
+from ..runtime.files import atomic_output
+
+UNKNOWN_ITERATION = -1   # the ``iteration=`` partition of a trace whose iteration is unknown
+ROW_GROUP = 65536        # rows per Parquet row group of the kernels and ops tables
+# Parquet dictionary encoding for the string columns and these few-valued integers only: on
+# the other integer columns (times, ids) its hash tables cost ~70 MB resident for nothing
+LOW_CARDINALITY = ("pid", "tid", "depth", "device", "stream", "microbatch", "step", "group_size")
+
+
+def schemas():
+    """``(kernels, ops)`` pyarrow schemas (the README's tables)."""
+    s, i64, i32 = pa.string(), pa.int64(), pa.int32()
+    kernels = pa.schema([
+        ("device", i32), ("stream", i64), ("tid", i64), ("ts_ns", i64), ("dur_ns", i64), ("end_ns", i64),
+        ("name", s), ("cat", s), ("kind", s), ("correlation", i64), ("external_id", i64),
+        ("launch_op", s), ("launching_op", s), ("annotation", s), ("top_annotation", s),
+        ("phase", s), ("microbatch", i64), ("step", i64), ("collective", s), ("in_bytes", i64),
+        ("out_bytes", i64), ("msg_bytes", i64), ("dtype", s), ("group_size", i64), ("pg_name", s),
+        ("pg_desc", s), ("pg_ranks", s), ("parallel_dim", s)])
+    ops = pa.schema([
+        ("pid", i64), ("tid", i64), ("ts_ns", i64), ("dur_ns", i64), ("name", s), ("cat", s), ("depth", i32),
+        ("parent", i64), ("correlation", i64), ("external_id", i64), ("kernel_count", i64),
+        ("kernel_time_ns", i64), ("gpu_busy_ns", i64)])
+    return kernels, ops
+
+
+def partition_path(outdir, dataset, rank, iteration, part=0) -> Path:
+    """``outdir/<dataset>/iteration=<N>/rank=<R>/part-<part>.parquet``: one rank of one trace file.
+
+    A partition is ``part-0.parquet`` alone, except when one big trace is analysed on several
+    cores (``--jobs N``): its ops then go to up to N files ``part-0`` .. ``part-<N-1>`` and its
+    kernels to ``part-0`` and ``part-1``, rows in that order (:func:`partition_files` lists them).
+
+    ``N`` is the file's iteration (``summary.json``'s ``"iteration"`` for the rank), or
+    :data:`UNKNOWN_ITERATION` (-1) when that is None.  Not hive's null directory
+    ``iteration=__HIVE_DEFAULT_PARTITION__``: pyarrow cannot type a partition key that is null in
+    every file (the usual case for one unnamed trace) and pandas.read_parquet fails on a null key
+    beside non-null ones; -1, like the tables' other unknown integers, reads as an integer
+    everywhere (DuckDB too)."""
+    it = UNKNOWN_ITERATION if iteration is None else int(iteration)
+    return Path(outdir) / dataset / f"iteration={it}" / f"rank={int(rank)}" / f"part-{int(part)}.parquet"
+
+
+def partition_files(outdir, dataset, rank, iteration) -> list[Path]:
+    """The existing ``part-K.parquet`` files of one partition (:func:`partition_path`), in
+    row order (K ascending); ``[]`` when there are none."""
+    d = partition_path(outdir, dataset, rank, iteration).parent
+    found = [(int(m.group(1)), p) for p in (d.iterdir() if d.is_dir() else ())
+             if (m := re.fullmatch(r"part-(\d+)\.parquet", p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def read_partition(files, columns=None, dataset=None):
+    """The rows of a partition's part files (:func:`partition_files`) as one pyarrow Table,
+    in order.  With no files: an empty table of ``dataset``'s schema (``"kernels"`` or
+    ``"ops"``), or ``FileNotFoundError`` when ``dataset`` is not given."""
+    if not files:
+        if dataset is None:
+            raise FileNotFoundError("no part files")
+        schema = dict(zip(("kernels", "ops"), schemas()))[dataset]
+        return schema.empty_table() if columns is None else schema.empty_table().select(list(columns))
+    tables = [pq.read_table(f, columns=columns) for f in files]
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
+
+def drop_extra_parts(outdir, dataset, rank, iteration, keep: int):
+    """Delete the partition's ``part-K.parquet`` files with K >= ``keep`` (left by an earlier
+    run with more parts), so the dataset holds only this run's rows."""
+    for p in partition_files(outdir, dataset, rank, iteration):
+        if int(p.stem.split("-")[1]) >= keep:
+            p.unlink(missing_ok=True)
+
+
+class StringPool:
+    """Strings as one UTF-8 blob plus offsets; :meth:`array` builds ``strings[ids]``
+    (id -1 -> "") as an Arrow string array."""
+
+    def __init__(self, strings):
+        enc = [s.encode("utf-8", "replace") if isinstance(s, str) else str(s).encode("utf-8", "replace")
+               for s in strings]
+        self.blob = np.frombuffer(b"".join(enc), np.uint8)
+        self.offs = np.zeros(len(enc) + 1, np.int64)
+        if enc:
+            np.cumsum([len(b) for b in enc], out=self.offs[1:])
+
+    def array(self, ids):
+        off, data = gather_strings(self.blob, self.offs, ids)
+        return pa.Array.from_buffers(pa.string(), len(ids), [None, pa.py_buffer(off), pa.py_buffer(data)])
+
+    def dictionary_array(self, ids):
+        """``strings[ids]`` (int ids, -1 -> "") as an Arrow ``dictionary<int32, string>``
+        array whose dictionary holds only the distinct strings used, in id order.  Raises
+        ValueError when an id is not -1 or a string's."""
+        ids = np.asarray(ids)
+        k = len(self.offs) - 1
+        if len(ids) and (int(ids.min()) < -1 or int(ids.max()) >= k):
+            raise ValueError(f"dictionary_array: an id is not -1 or in [0, {k})")
+        seen = np.zeros(k + 1, bool)              # slot j + 1: id j
+        seen[ids + 1] = True
+        code = np.cumsum(seen, dtype=np.int32)
+        code -= 1
+        inv = code[ids + 1]
+        del code
+        return pa.DictionaryArray.from_arrays(numeric_array(inv, pa.int32()), self.array(np.flatnonzero(seen) - 1),
+                                              safe=False)
+
+
+def numeric_array(values, typ):
+    """A numpy column as an Arrow array of ``typ`` (int32/int64), without pyarrow.array."""
+    v = np.ascontiguousarray(values, np.int32 if typ == pa.int32() else np.int64)
+    return pa.Array.from_buffers(typ, len(v), [None, pa.py_buffer(v)])
+
+
+class PartitionWriter:
+    """Writes ``<dataset>/iteration=N/rank=R/part-<part>.parquet`` (:func:`partition_path`, zstd)
+    atomically, from numpy columns given in any number of :meth:`write` calls, in row
+    groups of ``rows`` rows.  ``pools``: ``{string column: StringPool}``; those columns
+    are passed as int ids.  Rows are copied into one row group's worth of staging
+    columns (int32 for string ids and int32 columns, else int64), so the caller's arrays
+    are not held, and no row group is concatenated from pieces.  Arrow buffers come from
+    the system allocator, which hands freed memory back."""
+
+    def __init__(self, outdir, rank, iteration, schema, dataset, pools, rows=ROW_GROUP, part=0):
+        self.path = partition_path(outdir, dataset, rank, iteration, part)
+        self.schema = schema
+        self.pools = pools
+        self.rows = max(1, int(rows))
+        self.npending = 0
+        self._buf = None               # {column: staging array}, None while nothing is pending
+        missing = [f.name for f in schema if f.type == "string" and f.name not in pools]
+        if missing:
+            raise ValueError(f"PartitionWriter: no string pool for {missing}")
+
+    def __enter__(self):
+        self._cm = atomic_output(self.path, compress=False)
+        self._f = self._cm.__enter__()
+        self._wschema = pa.schema([(f.name, pa.dictionary(pa.int32(), f.type) if f.name in self.pools else f.type)
+                                   for f in self.schema])
+        dictionary = [f.name for f in self.schema if f.type == "string" or f.name in LOW_CARDINALITY]
+        self._w = pq.ParquetWriter(self._f, self._wschema, compression="zstd", use_dictionary=dictionary,
+                                   store_schema=False, memory_pool=pa.system_memory_pool())
+        return self
+
+    def write(self, columns: dict):
+        """Append rows: ``{column: numpy array or scalar}``, every schema column, the arrays
+        of equal length (a scalar: that value in every row); at least one array."""
+        n = next(len(v) for v in columns.values() if np.ndim(v))
+        at = 0
+        while at < n:
+            k = min(self.rows - self.npending, n - at)
+            self._reserve(self.npending + k)
+            for f in self.schema:
+                v = columns[f.name]
+                self._buf[f.name][self.npending:self.npending + k] = v[at:at + k] if np.ndim(v) else v
+            self.npending += k
+            at += k
+            if self.npending == self.rows:
+                self._emit()
+
+    def _reserve(self, n):
+        """Staging columns for at least ``n`` rows (a full row group), pending rows kept."""
+        if self._buf is not None and len(self._buf[self.schema[0].name]) >= n:
+            return
+        old, self._buf = self._buf, {}
+        for f in self.schema:
+            dt = np.int32 if f.name in self.pools or f.type == pa.int32() else np.int64
+            self._buf[f.name] = np.empty(max(n, self.rows), dt)
+            if old is not None:
+                self._buf[f.name][:self.npending] = old[f.name][:self.npending]
+                old[f.name] = None
+
+    def shrink(self):
+        """Keep only the pending rows (not a whole row group's staging columns) while no
+        rows come for a while; the next :meth:`write` makes room again."""
+        if self._buf is not None:
+            self._buf = {c: v[:self.npending].copy() for c, v in self._buf.items()} if self.npending else None
+
+    def _emit(self):
+        """Write the pending rows as one row group."""
+        n = self.npending
+        arrays = []
+        for f in self.schema:
+            v = self._buf[f.name][:n]
+            arrays.append(self.pools[f.name].dictionary_array(v) if f.name in self.pools
+                          else numeric_array(v, f.type))
+        self._w.write_table(pa.Table.from_arrays(arrays, schema=self._wschema), row_group_size=n)
+        self.npending = 0
+
+    def __exit__(self, et, ev, tb):
+        try:
+            if et is None and self.npending:
+                self._emit()
+        finally:
+            self._buf = None
+            self._w.close()
+        return self._cm.__exit__(et, ev, tb)
+
+
+# -- flat tables (aggregate and report outputs) ---------------------------------------
+
+def to_arrow(columns: dict, order=None):
+    """A ``pyarrow.Table`` from ``{name: array}`` in ``order`` (default: dict order).  Object arrays
+    of str become string columns; None stays null."""
+    names = list(order or columns)
+    arrays = []
+    for n in names:
+        v = columns[n]
+        if isinstance(v, np.ndarray) and v.dtype == object:
+            arrays.append(pa.array(v.tolist()))
+        else:
+            arrays.append(pa.array(np.asarray(v)))
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+def write_table(outdir, name: str, columns: dict, order=None, csv: bool = False) -> list:
+    """Write ``outdir/<name>.parquet`` (and ``<name>.csv`` with ``csv``) atomically; returns the paths."""
+    t = to_arrow(columns, order)
+    out = []
+    p = Path(outdir) / f"{name}.parquet"
+    with atomic_output(p, compress=False) as f:
+        pq.write_table(t, f, compression="zstd")
+    out.append(p)
+    if csv:
+        p = Path(outdir) / f"{name}.csv"
+        with atomic_output(p, compress=False) as f:
+            pcsv.write_csv(t, f)
+        out.append(p)
+    return out
+
+
+def read_table(path) -> dict:
+    """A Parquet file as ``{name: numpy array}`` (strings as object arrays)."""
+    t = pq.read_table(path)
+    return {n: t[n].to_numpy(zero_copy_only=False) for n in t.column_names}
+
+
+def column_min_max(path, column) -> tuple[int | None, int | None]:
+    """(min, max) of an int64 column from the row-group statistics (None, None when empty)."""
+    if not Path(path).is_file():
+        return None, None
+    f = pq.ParquetFile(path)
+    md = f.metadata
+    j = f.schema_arrow.get_field_index(column)
+    lo = hi = None
+    for i in range(md.num_row_groups):
+        st = md.row_group(i).column(j).statistics
+        if md.row_group(i).num_rows == 0:
+            continue
+        if st is None or not st.has_min_max:
+            col = f.read_row_group(i, columns=[column]).column(0).to_numpy()
+            if not len(col):
+                continue
+            a, b = int(col.min()), int(col.max())
+        else:
+            a, b = int(st.min), int(st.max)
+        lo, hi = (a if lo is None else min(lo, a)), (b if hi is None else max(hi, b))
+    return lo, hi
+
+
+def num_rows(path) -> int:
+    """Rows of a Parquet file, from its footer."""
+    return pq.ParquetFile(path).metadata.num_rows

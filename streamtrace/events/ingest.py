@@ -1,0 +1,82 @@
+"""Reading one trace into an event store (:func:`ingest`): complete events as
+:data:`~streamtrace.events.store.STORE_DTYPE` rows keyed by ``(kind, rank, pid, tid)``, GPU
+events apart from CPU events, collective-args rows on the side."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..trace.reader import TraceReader
+from .columns import StringTable, columns_from_batch
+from .store import STORE_DTYPE
+
+def slim(part):
+    """Rows of EVENT_DTYPE as STORE_DTYPE (the columns the analysis keeps)."""
+    out = np.empty(len(part), STORE_DTYPE)
+    for f in STORE_DTYPE.names:
+        out[f] = part[f]
+    return out
+
+
+def group_rows(keycols) -> dict:
+    """Rows grouped by the tuple of key columns, each group in row order:
+    ``{key tuple: slice or index array}``.  Consecutive rows mostly share a key
+    (one thread's events come in runs), so this works on runs: O(N) plus a
+    dictionary step per run, instead of a sort."""
+    n = len(keycols[0])
+    if n == 0:
+        return {}
+    change = np.zeros(n, bool)
+    change[0] = True
+    for a in keycols:
+        change[1:] |= a[1:] != a[:-1]
+    starts = np.flatnonzero(change)
+    ends = np.append(starts[1:], n)
+    firsts = [a[starts].tolist() for a in keycols]
+    runs: dict = {}
+    for i, (a, b) in enumerate(zip(starts.tolist(), ends.tolist())):
+        runs.setdefault(tuple(int(c[i]) for c in firsts), []).append((a, b))
+    out = {}
+    for key, rr in runs.items():
+        out[key] = slice(*rr[0]) if len(rr) == 1 else np.concatenate([np.arange(a, b) for a, b in rr])
+    return out
+
+
+def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None):
+    """Read one trace into ``store``: complete events (``ph == "X"``, ``dur >= 0``) as
+    :data:`STORE_DTYPE` rows keyed ``("gpu", rank, pid, tid)`` for GPU events (``cat`` in
+    ``gpu_cats``: Kineto's kernel and memcpy/memset categories, see
+    :class:`~streamtrace.analyze.patterns.Patterns`) and ``("cpu", rank, pid, tid)`` for CPU
+    events (``rank`` = ``args.rank`` or -1; GPU annotations and ``Trace`` spans are not stored).
+    ``byte_range``: read only that slice of a plain file's events (see :mod:`streamtrace.trace.ranges`).
+
+    Returns ``(table, comm_rows, reader)``: the :class:`StringTable` the rows' ``cat``/``name``
+    ids index, the collective-args rows the rows' ``comm`` indexes, and the finished
+    :class:`~streamtrace.trace.reader.TraceReader` (metadata, warnings).  Raises
+    :class:`~streamtrace.errors.TraceError` for unreadable input."""
+    table = StringTable()
+    comm_rows: list = []
+    reader = TraceReader(path, salvage=salvage, progress=progress, byte_range=byte_range)
+    kind_of = np.zeros(0, np.int8)       # per string id: 1 GPU cat, 2 skipped cat, 3 gpu annotation
+    for b in reader.raw_batches(decode=False):
+        cols, rows = columns_from_batch(b, table, path)
+        if len(kind_of) < len(table):
+            kind_of = np.concatenate([kind_of, np.asarray(
+                [1 if t in gpu_cats else 3 if t == "gpu_user_annotation"
+                 else 2 if t == "Trace" else 0 for t in table.strings[len(kind_of):]], np.int8)])
+        cols = cols[(cols["ph"] == ord("X")) & (cols["dur"] >= 0) & (cols["ts"] >= 0)]
+        if rows:
+            has = cols["comm"] >= 0
+            cols["comm"][has] += len(comm_rows)
+            comm_rows.extend(rows)
+        k = np.where(cols["cat"] >= 0, kind_of[np.maximum(cols["cat"], 0)], 0)
+        for sel, fields, tag in ((k == 1, ("rank", "pid", "tid"), "gpu"),
+                                 ((k == 0) & (cols["pid"] >= 0), ("rank", "pid", "tid"), "cpu")):
+            part = cols[sel]
+            if not len(part):
+                continue
+            keycols = [part[f] for f in fields]
+            rows_kept = slim(part)
+            for key, rows in group_rows(keycols).items():
+                store.add((tag, *key), rows_kept[rows])
+    store.flush()
+    return table, comm_rows, reader

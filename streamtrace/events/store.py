@@ -1,0 +1,273 @@
+"""Where ``streamtrace analyze`` keeps event rows between reading and analysing them, in
+bounded memory: rows grouped by key (``("cpu" | "gpu", rank, pid, tid)``), as compressed blocks.
+
+* :data:`STORE_DTYPE` -- what the analysis keeps per complete event (60 bytes; pid, tid
+  and rank live in the store key).
+* :class:`EventStore` -- the protocol every store follows and the analysis relies on.
+* :class:`MemoryStore` (default) and :class:`SpillStore` (``--chunked``: one file per
+  key) -- rows appended as blocks of at most ``chunk_events`` rows (pending rows are
+  compressed, :mod:`streamtrace.events.codec`, whenever ``chunk_events`` of them have
+  accumulated).
+* :class:`MergedStore` -- the stores that the workers of one split trace filled
+  (:mod:`streamtrace.events.parallel_ingest`), seen as one, in file order.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator, Protocol
+
+import numpy as np
+
+from .codec import pack, unpack
+from .columns import STR_ID_BASE, is_str_id
+
+# What the analysis keeps per complete event (60 bytes; pid/tid/rank live in the store key).
+STORE_DTYPE = np.dtype([("ts", "i8"), ("dur", "i8"), ("cat", "i4"), ("name", "i4"), ("correlation", "i8"),
+                        ("external_id", "i8"), ("stream", "i8"), ("device", "i8"), ("comm", "i4")])
+STORE_DELTA = ("ts", "correlation", "external_id")   # delta-coded columns of stored blocks (~increasing)
+CHUNK_EVENTS = 32768       # default rows per stored block, per sorted run, per analysis step
+
+
+class EventStore(Protocol):
+    """Event rows (:data:`STORE_DTYPE`) grouped by key, read back block by block in the order
+    they were added.  :class:`MemoryStore`, :class:`SpillStore` and :class:`MergedStore` follow it."""
+
+    def keys(self) -> list:
+        """Every key, sorted by ``repr``."""
+
+    def rows(self, key) -> int:
+        """Number of rows of ``key``."""
+
+    def blocks(self, key) -> Iterator[np.ndarray]:
+        """The key's rows, block by block, in the order they were added."""
+
+    def block_spans(self, key) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per block of ``key``, in :meth:`blocks` order: ``(rows, first_ts, last_end)`` int64
+        arrays -- its row count, smallest ``ts`` and largest ``ts + dur`` (ns) -- without
+        decompressing any block."""
+
+    def block(self, key, j: int) -> np.ndarray:
+        """Block ``j`` of ``key`` (as :meth:`blocks` gives it)."""
+
+    def get(self, key) -> np.ndarray:
+        """All rows of ``key`` as one array."""
+
+    def drop(self, key) -> None:
+        """Forget a key's rows (the analysis is done with them)."""
+
+    def take(self, key) -> np.ndarray:
+        """:meth:`get`, then :meth:`drop`."""
+
+
+class MemoryStore:
+    """Event rows grouped by key, kept in memory as compressed blocks (the default mode).
+
+    A block reference is ``(rows, data, first_ts, last_end)``: ``data`` the :func:`pack`
+    bytes, then the block's smallest ``ts`` and largest ``ts + dur`` (int64 ns), so that
+    :meth:`block_spans` answers without decompressing."""
+
+    def __init__(self, chunk_events=CHUNK_EVENTS):
+        self.chunk_events = max(1, int(chunk_events))
+        self.pending: dict = {}
+        self.npending = 0
+        self.refs: dict = {}           # key -> [block reference]
+
+    def add(self, key, rows):
+        if len(rows):
+            self.pending.setdefault(key, []).append(rows)
+            self.npending += len(rows)
+            if self.npending >= self.chunk_events:
+                self.flush()
+
+    def flush(self):
+        for key, parts in self.pending.items():
+            rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            refs = self.refs.setdefault(key, [])
+            for i in range(0, len(rows), self.chunk_events):
+                refs.append(self._put(key, rows[i:i + self.chunk_events]))
+        self.pending = {}
+        self.npending = 0
+
+    def _put(self, key, rows):
+        return (len(rows), pack(rows, STORE_DELTA), *_span(rows))
+
+    def _load(self, ref):
+        return unpack(ref[1], STORE_DTYPE, ref[0], STORE_DELTA)
+
+    def keys(self):
+        return sorted(set(self.refs) | set(self.pending), key=repr)
+
+    def rows(self, key) -> int:
+        return sum(r[0] for r in self.refs.get(key, ())) + sum(len(p) for p in self.pending.get(key, ()))
+
+    def blocks(self, key):
+        """The key's rows, block by block, in the order they were added."""
+        for ref in self.refs.get(key, ()):
+            yield self._load(ref)
+        yield from self.pending.get(key, ())
+
+    def block_spans(self, key):
+        """``(rows, first_ts, last_end)`` int64 arrays, one entry per block of ``key`` in
+        :meth:`blocks` order: its row count, smallest ``ts`` and largest ``ts + dur`` (ns)."""
+        spans = [(r[0], r[-2], r[-1]) for r in self.refs.get(key, ())]
+        spans += [(len(p), *_span(p)) for p in self.pending.get(key, ())]
+        return span_arrays(spans)
+
+    def block(self, key, j):
+        """Block ``j`` of ``key`` (as :meth:`blocks` gives it)."""
+        refs = self.refs.get(key, [])
+        return self._load(refs[j]) if j < len(refs) else self.pending[key][j - len(refs)]
+
+    def get(self, key):
+        parts = list(self.blocks(key))
+        return parts[0] if len(parts) == 1 else (np.concatenate(parts) if parts else np.zeros(0, STORE_DTYPE))
+
+    def drop(self, key):
+        """Forget a key's rows (the analysis is done with them)."""
+        self.refs.pop(key, None)
+        self.pending.pop(key, None)
+
+    def take(self, key):
+        """:meth:`get`, then :meth:`drop`."""
+        out = self.get(key)
+        self.drop(key)
+        return out
+
+    def export(self) -> dict:
+        """``{key: [block reference]}`` (picklable), after :meth:`flush`: what a worker of
+        :func:`streamtrace.trace.ranges.ingest_parallel` sends back; :func:`load_block` reads one."""
+        self.flush()
+        return {k: [("mem",) + r for r in v] for k, v in self.refs.items()}
+
+
+class SpillStore(MemoryStore):
+    """Event rows grouped by key, appended to one file per key in ``folder`` as compressed
+    blocks every ``chunk_events`` rows (``--chunked``): memory holds at most one chunk
+    while reading.  A block reference is ``(rows, offset, nbytes, path, first_ts,
+    last_end)``: where the block sits in the key's file, then its time span (ns)."""
+
+    def __init__(self, folder, chunk_events):
+        super().__init__(chunk_events)
+        self.folder = Path(folder)
+        self.files: dict = {}
+        self.sizes: dict = {}
+
+    def _put(self, key, rows):
+        path = self.files.setdefault(key, self.folder / f"{len(self.files)}.bin")
+        data = pack(rows, STORE_DELTA)
+        with open(path, "ab") as f:
+            f.write(data)
+        off = self.sizes.get(key, 0)
+        self.sizes[key] = off + len(data)
+        return (len(rows), off, len(data), str(path), *_span(rows))
+
+    def _load(self, ref):
+        return unpack(_read_at(ref[3], ref[1], ref[2]), STORE_DTYPE, ref[0], STORE_DELTA)
+
+    def drop(self, key):
+        super().drop(key)
+        path = self.files.pop(key, None)
+        if path is not None:
+            Path(path).unlink(missing_ok=True)
+
+    def export(self) -> dict:
+        self.flush()
+        return {k: [("file",) + r for r in v] for k, v in self.refs.items()}
+
+
+def _span(rows) -> tuple[int, int]:
+    """``(smallest ts, largest ts + dur)`` of a non-empty block of :data:`STORE_DTYPE` rows."""
+    return int(rows["ts"].min()), int((rows["ts"] + rows["dur"]).max())
+
+
+def span_arrays(spans):
+    a = np.asarray(spans, np.int64).reshape(-1, 3)
+    return a[:, 0].copy(), a[:, 1].copy(), a[:, 2].copy()
+
+
+def _read_at(path, offset, nbytes) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(nbytes)
+
+
+def load_block(ref) -> np.ndarray:
+    """Rows of an exported block reference (:meth:`MemoryStore.export`)."""
+    if ref[0] == "mem":
+        return unpack(ref[2], STORE_DTYPE, ref[1], STORE_DELTA)
+    return unpack(_read_at(ref[4], ref[2], ref[3]), STORE_DTYPE, ref[1], STORE_DELTA)
+
+
+# -- external sort -----------------------------------------------------------------------
+
+
+class MergedStore:
+    """The stores of several byte ranges seen as one, in file order; string ids and
+    collective-args rows of each range are remapped to the shared table on read."""
+
+    def __init__(self, chunk_events=65536):
+        self.chunk_events = chunk_events
+        self.parts = []        # (dict key -> [block reference], lut int64, comm offset)
+
+    def add_range(self, parts, lut, comm_offset):
+
+        def canon(v):                      # string pids/tids: this range's table -> the shared one
+            return int(STR_ID_BASE + lut[v - STR_ID_BASE]) if is_str_id(v) else v
+        parts = {(k[0], k[1], *map(canon, k[2:])): v for k, v in parts.items()}
+        self.parts.append((parts, lut, comm_offset))
+
+    def keys(self):
+        return sorted({k for p, _, _ in self.parts for k in p}, key=repr)
+
+    def rows(self, key) -> int:
+        return sum(ref[1] for parts, _, _ in self.parts for ref in parts.get(key, ()))
+
+    def _refs(self, key):
+        """``[(block reference, lut, comm offset)]`` of ``key``, ranges in file order."""
+        return [(ref, lut, off) for parts, lut, off in self.parts for ref in parts.get(key, ())]
+
+    @staticmethod
+    def _load(ref, lut, off):
+        """One block's rows, string ids and collective-args rows remapped."""
+        a = load_block(ref)
+        for col in ("cat", "name"):
+            m = a[col] >= 0
+            a[col][m] = lut[a[col][m]]
+        m = a["comm"] >= 0
+        a["comm"][m] += off
+        return a
+
+    def blocks(self, key):
+        """The key's rows block by block, ranges in file order, ids remapped."""
+        for ref, lut, off in self._refs(key):
+            yield self._load(ref, lut, off)
+
+    def block_spans(self, key):
+        """Per block, in :meth:`blocks` order: ``(rows, first_ts, last_end)`` int64 arrays
+        (see :meth:`streamtrace.events.store.MemoryStore.block_spans`)."""
+        return span_arrays([(ref[1], ref[-2], ref[-1]) for ref, _, _ in self._refs(key)])
+
+    def block(self, key, j):
+        """Block ``j`` of ``key`` (as :meth:`blocks` gives it)."""
+        return self._load(*self._refs(key)[j])
+
+    def get(self, key):
+        out = list(self.blocks(key))
+        return np.concatenate(out) if out else np.zeros(0, STORE_DTYPE)
+
+    def drop(self, key):
+        """Release this key's blocks (and spill files)."""
+        for parts, _, _ in self.parts:
+            for ref in parts.pop(key, ()):
+                if ref[0] == "file":
+                    try:
+                        os.unlink(ref[4])
+                    except OSError:
+                        pass
+
+    def take(self, key):
+        """:meth:`get`, then :meth:`drop`."""
+        out = self.get(key)
+        self.drop(key)
+        return out

@@ -1,0 +1,442 @@
+"""``streamtrace aggregate ANALYSED_DIR... -o OUTDIR``: the whole job at once.
+
+From the ``streamtrace analyze`` folders of all ranks (one or more iterations) it writes, into
+``OUTDIR`` (every file atomically; times int64 ns on the aligned axis of
+:mod:`streamtrace.job.alignment`, durations int64 ns):
+
+* ``rank_phase.parquet`` / ``.csv`` — one row per (iteration, rank, device, phase, micro-batch);
+* ``ranks.parquet`` / ``.csv`` — one row per (iteration, rank, device): the whole iteration;
+* ``pipeline.parquet`` / ``.csv`` — one row per (iteration, PP group, stage): pipeline bubble;
+* ``replicas.parquet`` / ``.csv`` — one row per (iteration, model replica);
+* ``iterations.parquet`` / ``.csv`` — one row per iteration;
+* ``timeline.parquet`` — per rank, the union intervals of each kernel category (compute, memory,
+  comm:<dim>) for the charts;
+* ``top_kernels.parquet`` — kernel names by total time over all ranks;
+* ``collectives.parquet``, ``collectives_ranks.parquet``, ``collectives_summary.{parquet,csv}``,
+  ``stragglers.{parquet,csv}`` (see :mod:`streamtrace.job.collectives`);
+* ``aggregate.json`` — inputs, alignment, clock offsets, topology, warnings, file list.
+
+Metrics of a set of GPU events (README definitions, ``shared/traces/README.md``; unions and
+intersections by :mod:`streamtrace.kernels.intervals`): ``wall_ns`` = last end - first start;
+``busy_ns`` = |union of all|; ``compute_ns``, ``comm_ns``, ``memory_ns`` = |union of each class|;
+``overlap_ns`` = |union(comm) ∩ union(compute)|; ``exposed_comm_ns`` = comm - overlap;
+``compute_only_ns`` = compute - overlap; ``idle_ns`` = wall - busy; ``kernel_time_ns`` = sum of
+durations.  A rank_phase row takes the kernels whose launch analyze attributed to that phase and
+micro-batch (their overlap is with each other only), so its numbers equal ``summary.json``'s
+``phases`` entry (there in us).
+
+Ranks without GPU events (CPU-only runs, e.g. gloo) get rows from their CPU ops instead
+(``source`` = ``cpu``): phase windows from the ``forward_step`` / ``backward_step`` / ``optimizer``
+annotations (micro-batch = ordinal within the ProfilerStep), communication = ``c10d::`` /
+``gloo:`` / ``nccl:`` ops, compute = the other CPU ops not inside a communication op, both clipped
+to the window; ``wall_ns`` = the window's duration.
+
+Pipeline bubble (per iteration, PP group, stage): the group's span runs from the first to the last
+forward/backward/recompute compute kernel of any of its stages; ``busy_ns`` = |union of the stage's
+forward/backward/recompute compute|; ``bubble_ns`` = span - busy; ``bubble_fraction`` =
+bubble / span.  ``ideal_bubble_fraction`` = (p - 1) / (m + p - 1) (1F1B, p stages, m micro-batches).
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow.compute as pc
+
+from ..analyze import classify as C
+from ..analyze.patterns import Patterns
+from ..errors import StreamtraceError
+from ..events.dataset import num_rows, write_table
+from ..kernels import intervals as _iv
+from ..runtime.files import atomic_output
+from ..runtime.parallel import run_tasks
+from ..topology.sources import load_topology
+from .alignment import Job
+from .collectives import analyse_collectives, write_collectives
+
+KIND_CODE = {"compute": 0, "communication": 1, "memory": 2}
+FB = ("forward", "backward", "recompute")
+_CPU_COMM = re.compile(r"^(c10d::|gloo:|nccl:|record_param_comms)")
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+METRICS = ("kernels", "wall_ns", "busy_ns", "idle_ns", "compute_ns", "comm_ns", "memory_ns", "overlap_ns",
+           "exposed_comm_ns", "compute_only_ns", "kernel_time_ns")
+
+
+@dataclass
+class AggregateOptions:
+    """Options of :func:`aggregate`."""
+    iterations: list | None = None
+    jobs: int = 1
+    time_alignment: str = "global"
+    clock_sync: str | None = None          # None / "none" / "collectives"
+    topology: str | None = None
+
+
+# -- interval metrics ------------------------------------------------------------------
+
+def interval_metrics(start, end, kind) -> dict:
+    """Metrics (int ns, see the module docstring) of GPU events ``[start, end)`` (int64 arrays,
+    shape (N,)) with class codes ``kind`` (0 compute, 1 communication, 2 memory)."""
+    s, e, k = np.asarray(start, np.int64), np.asarray(end, np.int64), np.asarray(kind)
+    if not len(s):
+        return dict.fromkeys(METRICS, 0) | {"start_ns": None, "end_ns": None}
+    cu = _iv.union(s[k == 0], e[k == 0])
+    co = _iv.union(s[k == 1], e[k == 1])
+    compute, comm = _iv.union_length(*cu), _iv.union_length(*co)
+    overlap = _iv.intersect_length(co[0], co[1], cu[0], cu[1])
+    busy = _iv.union_length(s, e)
+    wall = int(e.max() - s.min())
+    return {"kernels": int(len(s)), "start_ns": int(s.min()), "end_ns": int(e.max()), "wall_ns": wall,
+            "busy_ns": busy, "idle_ns": wall - busy, "compute_ns": compute, "comm_ns": comm,
+            "memory_ns": _iv.union_length(s[k == 2], e[k == 2]), "overlap_ns": overlap,
+            "exposed_comm_ns": comm - overlap, "compute_only_ns": compute - overlap,
+            "kernel_time_ns": int((e - s).sum())}
+
+
+def _clipped_length(us, ue, lo, hi) -> int:
+    """|canonical union (us, ue) ∩ [lo, hi)|."""
+    return _iv.intersect_length(us, ue, np.asarray([lo], np.int64), np.asarray([hi], np.int64))
+
+
+# -- one rank ----------------------------------------------------------------------------
+
+def _steps(part) -> dict:
+    """``{step number: (ts_ns, dur_ns)}`` of the part's ``ProfilerStep#N`` ops (rank-local)."""
+    t = part.read("ops", ["name", "ts_ns", "dur_ns"])
+    if t is None:
+        return {}
+    t = t.filter(pc.starts_with(t["name"], "ProfilerStep#"))
+    out = {}
+    for n, s, d in zip(t["name"].to_pylist(), t["ts_ns"].to_pylist(), t["dur_ns"].to_pylist()):
+        m = _STEP.match(n)
+        if m:
+            out[int(m.group(1))] = (s, d)
+    return out
+
+
+def _gpu_part(job, part):
+    k = job.read_kernels(part, columns=("device", "ts_ns", "end_ns", "kind", "phase", "microbatch", "iteration",
+                                        "name", "parallel_dim"))
+    s, e = part.align(k["ts_ns"]), part.align(k["end_ns"])
+    code = np.asarray([KIND_CODE.get(x, 0) for x in k["kind"]], np.int8)
+    phase_rows, rank_rows, fb, timeline = [], [], {}, []
+    it_dev = sorted(set(zip(k["iteration"].tolist(), k["device"].tolist())))
+    for it, dev in it_dev:
+        m = (k["iteration"] == it) & (k["device"] == dev)
+        rank_rows.append({"iteration": it, "rank": part.rank, "device": dev, "source": "gpu",
+                          **interval_metrics(s[m], e[m], code[m])})
+        keys = sorted(set(zip(k["phase"][m].tolist(), k["microbatch"][m].tolist())),
+                      key=lambda x: (x[1], x[0]))
+        for ph, mb in keys:
+            r = m & (k["phase"] == ph) & (k["microbatch"] == mb)
+            row = {"iteration": it, "rank": part.rank, "device": dev, "phase": ph, "microbatch": mb, "source": "gpu",
+                   **interval_metrics(s[r], e[r], code[r])}
+            c = r & (code == 0)
+            row["compute_start_ns"] = int(s[c].min()) if c.any() else None
+            row["compute_end_ns"] = int(e[c].max()) if c.any() else None
+            phase_rows.append(row)
+        c = m & (code == 0) & np.isin(k["phase"], FB)
+        if c.any():
+            us, ue = _iv.union(s[c], e[c])
+            fb[(it, dev)] = (int(s[c].min()), int(e[c].max()), _iv.union_length(us, ue),
+                             int(len(set(k["microbatch"][c & (k["phase"] == "forward")].tolist()))))
+        cat = np.where(code == 0, "compute", np.where(code == 2, "memory", "comm:" + k["parallel_dim"].astype(str)))
+        for cname in sorted(set(cat[m].tolist())):
+            cm = m & (cat == cname)
+            us, ue = _iv.union(s[cm], e[cm])
+            timeline.append((it, dev, cname, us, ue))
+    top: dict = {}
+    if len(k["name"]):
+        names, inv = np.unique(k["name"].astype(str), return_inverse=True)
+        inv = inv.reshape(-1)
+        tot = np.bincount(inv, weights=(e - s).astype(np.float64), minlength=len(names))
+        cnt = np.bincount(inv, minlength=len(names))
+        first = np.zeros(len(names), np.int64)
+        first[inv[::-1]] = np.arange(len(inv))[::-1]
+        for j, n in enumerate(names.tolist()):
+            top[n] = (k["kind"][first[j]], int(cnt[j]), int(tot[j]))
+    return phase_rows, rank_rows, fb, timeline, top
+
+
+def _cpu_part(job, part):
+    """Rows from the CPU ops of a rank without GPU events (see the module docstring)."""
+    t = part.read("ops", ["name", "cat", "ts_ns", "dur_ns", "parent"])
+    if t is None:
+        return [], [], {}, [], {}
+    name = t["name"].to_numpy(zero_copy_only=False).astype(str)
+    cat = t["cat"].to_numpy(zero_copy_only=False).astype(str)
+    ts, dur, parent = (t[c].to_numpy() for c in ("ts_ns", "dur_ns", "parent"))
+    if not len(ts):
+        return [], [], {}, [], {}
+    pats = Patterns.load()
+    uniq, inv = np.unique(name, return_inverse=True)
+    inv = inv.reshape(-1)
+    ph_code, _, _, step_no, _ = C.name_flags(uniq.tolist(), pats)
+    ph, step = ph_code[inv], step_no[inv]
+    is_comm = np.asarray([bool(_CPU_COMM.search(x)) for x in uniq.tolist()])[inv]
+    in_comm = is_comm.copy()
+    for _ in range(64):            # inside a communication op: propagate down the tree
+        nxt = in_comm | ((parent >= 0) & in_comm[np.maximum(parent, 0)])
+        if (nxt == in_comm).all():
+            break
+        in_comm = nxt
+    s, e = part.align(ts), part.align(ts + dur)
+    comp = (cat == "cpu_op") & ~in_comm
+    cu = _iv.union(s[comp], e[comp])
+    co = _iv.union(s[is_comm], e[is_comm])
+    both = _iv.intersect(co[0], co[1], cu[0], cu[1])
+    allu = _iv.union(np.concatenate([cu[0], co[0]]), np.concatenate([cu[1], co[1]]))
+    ws, we = s[step >= 0], e[step >= 0]
+    wnum = step[step >= 0]
+    o = np.argsort(ws)
+    ws, we, wnum = ws[o], we[o], wnum[o]
+    phase_rows, rank_rows, fb = [], [], {}
+
+    def window_row(lo, hi):
+        compute, comm = _clipped_length(*cu, lo, hi), _clipped_length(*co, lo, hi)
+        overlap, busy = _clipped_length(*both, lo, hi), _clipped_length(*allu, lo, hi)
+        return {"kernels": 0, "start_ns": int(lo), "end_ns": int(hi), "wall_ns": int(hi - lo), "busy_ns": busy,
+                "idle_ns": int(hi - lo) - busy, "compute_ns": compute, "comm_ns": comm, "memory_ns": 0,
+                "overlap_ns": overlap, "exposed_comm_ns": comm - overlap, "compute_only_ns": compute - overlap,
+                "kernel_time_ns": 0}
+    for lo, hi, num in zip(ws.tolist(), we.tolist(), wnum.tolist()):
+        it = int(num)
+        if job.iterations is not None and it not in job.iterations and part.iteration not in job.iterations:
+            continue
+        rank_rows.append({"iteration": it, "rank": part.rank, "device": -1, "source": "cpu", **window_row(lo, hi)})
+        first = last = None
+        busy_fb = []
+        for code in range(1, len(C.PHASES)):
+            sel = np.flatnonzero((ph == code) & (s >= lo) & (e <= hi))
+            sel = sel[np.lexsort((-e[sel], s[sel]))]
+            outer, reach = [], None          # outermost windows only (optimizer > Optimizer.step#...)
+            for j in sel.tolist():
+                if reach is None or s[j] >= reach:
+                    outer.append(j)
+                    reach = e[j]
+            sel = outer
+            for mb, j in enumerate(sel):
+                row = {"iteration": it, "rank": part.rank, "device": -1, "phase": C.PHASES[code],
+                       "microbatch": mb if C.PHASES[code] in ("forward", "backward") else -1, "source": "cpu",
+                       **window_row(s[j], e[j])}
+                row["compute_start_ns"], row["compute_end_ns"] = int(s[j]), int(e[j])
+                phase_rows.append(row)
+                if C.PHASES[code] in FB:
+                    first = s[j] if first is None else min(first, s[j])
+                    last = e[j] if last is None else max(last, e[j])
+                    busy_fb.append((s[j], e[j]))
+        if busy_fb:
+            bs, be = _iv.union(np.asarray([b[0] for b in busy_fb]), np.asarray([b[1] for b in busy_fb]))
+            comp_fb = _iv.intersect(bs, be, cu[0], cu[1])
+            fb[(it, -1)] = (int(first), int(last), _iv.union_length(*comp_fb),
+                            sum(1 for r in phase_rows if r["iteration"] == it and r["phase"] == "forward"))
+    timeline = [(it, -1, name_, us[(us < hi) & (ue > lo)], ue[(us < hi) & (ue > lo)])
+                for it, lo, hi in [(r["iteration"], r["start_ns"], r["end_ns"]) for r in rank_rows]
+                for name_, (us, ue) in (("compute", cu), ("comm:cpu", co))]
+    return phase_rows, rank_rows, fb, timeline, {}
+
+
+def _part_job(job, index):
+    part = job.parts[index]
+    rows = _gpu_part(job, part) if sum(num_rows(f) for f in part.files("kernels")) else None
+    if rows is None or not rows[1]:
+        rows = _cpu_part(job, part)
+    steps = _steps(part)
+    return rows + (steps,)
+
+
+# -- the job -----------------------------------------------------------------------------
+
+def _columns(rows: list, order: list) -> dict:
+    """Row dicts -> column arrays (object arrays where a value is a str or None)."""
+    out = {}
+    for c in order:
+        vals = [r.get(c) for r in rows]
+        if any(v is None or isinstance(v, str) for v in vals):
+            out[c] = np.asarray(vals, object)
+        else:
+            out[c] = np.asarray(vals)
+    return out
+
+
+def _pct(num, den):
+    return None if not den else round(100.0 * num / den, 3)
+
+
+def aggregate(dirs, outdir, opt: AggregateOptions | None = None, log=None) -> dict:
+    """Aggregate analysed folders ``dirs`` into ``outdir`` (see the module docstring).  Returns the
+    ``aggregate.json`` dict.  Raises :class:`StreamtraceError` on bad input."""
+    opt = opt or AggregateOptions()
+    t0 = time.time()
+    outdir = Path(outdir)
+    topo = load_topology(opt.topology) if opt.topology else None
+    job = Job(dirs, opt.time_alignment, topo, opt.iterations, opt.jobs)
+    coll = analyse_collectives(job, opt.clock_sync)
+    topo = job.topology
+    res = run_tasks(_part_job, [(job, p.index) for p in job.parts], max(1, min(opt.jobs or 1, len(job.parts))))
+    phase_rows, rank_rows, fb, tl, top, steps = [], [], {}, [], {}, {}
+    for part, (pr, rr, f, t, tp_, st) in zip(job.parts, res):
+        phase_rows += pr
+        rank_rows += rr
+        fb.update({(part.rank, it, dev): v for (it, dev), v in f.items()})
+        tl += [(part.index, part.rank, *x) for x in t]
+        for n, (kind, cnt, tot) in tp_.items():
+            a = top.setdefault(n, [kind, 0, 0])
+            a[1] += cnt
+            a[2] += tot
+        for num, (_, d) in st.items():
+            steps[(part.rank, job.row_iteration(part, np.asarray([num]))[0])] = d
+    if not rank_rows:
+        raise StreamtraceError(f"{', '.join(map(str, dirs))}: no GPU events and no ProfilerStep windows to aggregate"
+                               + (f" in iteration(s) {sorted(job.iterations)}" if job.iterations else ""))
+    coords = _coords(topo)
+    for r in phase_rows + rank_rows:
+        r.update(coords.get(r["rank"], {}))
+        r["overlap_pct"] = _pct(r["overlap_ns"], r["comm_ns"])
+    for r in rank_rows:
+        r["step_ns"] = steps.get((r["rank"], r["iteration"]))
+    pipe = _pipeline(topo, fb)
+    reps = _replicas(topo, rank_rows, pipe)
+    iters = _iterations(rank_rows, steps)
+    outdir.mkdir(parents=True, exist_ok=True)
+    files = []
+    base = ["iteration", "rank", "device", "source", "replica", "pp_group", "stage"]
+    pcols = base[:4] + ["phase", "microbatch"] + base[4:] + ["start_ns", "end_ns", "compute_start_ns",
+                                                             "compute_end_ns", *METRICS, "overlap_pct"]
+    files += write_table(outdir, "rank_phase", _columns(_sorted(phase_rows), pcols), csv=True)
+    rcols = base + ["start_ns", "end_ns", *METRICS, "overlap_pct", "step_ns"]
+    files += write_table(outdir, "ranks", _columns(_sorted(rank_rows), rcols), csv=True)
+    if pipe:
+        files += write_table(outdir, "pipeline", _columns(pipe, list(pipe[0])), csv=True)
+    if reps:
+        files += write_table(outdir, "replicas", _columns(reps, list(reps[0])), csv=True)
+    files += write_table(outdir, "iterations", _columns(iters, list(iters[0])), csv=True)
+    files += write_table(outdir, "timeline", _timeline_columns(tl))
+    topk = sorted(top.items(), key=lambda x: -x[1][2])
+    files += write_table(outdir, "top_kernels", {"name": np.asarray([n for n, _ in topk], object),
+                                                 "kind": np.asarray([v[0] for _, v in topk], object),
+                                                 "count": np.asarray([v[1] for _, v in topk], np.int64),
+                                                 "total_ns": np.asarray([v[2] for _, v in topk], np.int64)})
+    files += write_collectives(outdir, coll)
+    if coll.stragglers:
+        files += write_table(outdir, "stragglers", _columns(coll.stragglers, list(coll.stragglers[0])), csv=True)
+    meta = {"kind": "streamtrace-aggregate", "version": 1, "inputs": [str(d) for d in dirs],
+            "time_alignment": opt.time_alignment, "clock_sync": opt.clock_sync or "none",
+            "iterations": sorted({r["iteration"] for r in rank_rows}),
+            "ranks": sorted({p.rank for p in job.parts}), "world_size": topo.world_size if topo else None,
+            "devices": sorted({p.device_name for p in job.parts if p.device_name}),
+            "topology": topo.to_json() if topo else None,
+            "clock_offsets_ns": {str(job.parts[i].rank): v for i, v in coll.clock_offsets.items()},
+            "clock_components": {str(job.parts[i].rank): v for i, v in coll.clock_components.items()},
+            "collectives": coll.stats, "collective_summary": coll.summary,
+            "parts": job.meta()["parts"], "warnings": job.warnings,
+            "files": sorted(p.name for p in files) + ["aggregate.json"], "seconds": round(time.time() - t0, 3)}
+    with atomic_output(outdir / "aggregate.json", compress=False) as f:
+        f.write(json.dumps(meta, indent=1, default=_json_default).encode())
+    return meta
+
+
+def _json_default(o):
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    raise TypeError(type(o))
+
+
+def _sorted(rows):
+    return sorted(rows, key=lambda r: (r["iteration"], r["rank"], r["device"],
+                                       r["start_ns"] if r["start_ns"] is not None else -1, r.get("phase", "")))
+
+
+def _coords(topo) -> dict:
+    if topo is None:
+        return {}
+    out = {}
+    for gi, g in enumerate(topo.groups["pp"]):
+        for st, r in enumerate(g):
+            out.setdefault(r, {})["pp_group"] = gi
+            out[r]["stage"] = st
+    for ri, g in enumerate(topo.replicas):
+        for r in g:
+            out.setdefault(r, {})["replica"] = ri
+    return out
+
+
+def _pipeline(topo, fb) -> list:
+    """Bubble per (iteration, PP group, stage) from each stage's forward/backward compute."""
+    if topo is None:
+        return []
+    rows = []
+    iters = sorted({it for (_, it, _) in fb})
+    for it in iters:
+        for gi, g in enumerate(topo.groups["pp"]):
+            stages = [(st, r, v) for st, r in enumerate(g) for (rr, i2, _), v in fb.items() if rr == r and i2 == it]
+            if not stages:
+                continue
+            lo = min(v[0] for _, _, v in stages)
+            hi = max(v[1] for _, _, v in stages)
+            p = len(g)
+            for st, r, (first, last, busy, nmb) in stages:
+                span = hi - lo
+                rows.append({"iteration": it, "pp_group": gi, "stage": st, "rank": r, "stages": p,
+                             "microbatches": nmb, "span_start_ns": lo, "span_end_ns": hi, "span_ns": span,
+                             "first_ns": first, "last_ns": last, "busy_ns": busy, "bubble_ns": span - busy,
+                             "bubble_fraction": (span - busy) / span if span > 0 else None,
+                             "ideal_bubble_fraction": (p - 1) / (nmb + p - 1) if nmb + p - 1 > 0 else None})
+    return rows
+
+
+def _replicas(topo, rank_rows, pipe) -> list:
+    if topo is None:
+        return []
+    rows = []
+    for it in sorted({r["iteration"] for r in rank_rows}):
+        for ri, g in enumerate(topo.replicas):
+            rr = [r for r in rank_rows if r["iteration"] == it and r["rank"] in g]
+            if not rr:
+                continue
+            gs = [gi for gi, pg in enumerate(topo.groups["pp"]) if set(pg) <= set(g)]
+            bub = [p["bubble_fraction"] for p in pipe if p["iteration"] == it and p["rank"] in g
+                   and p["bubble_fraction"] is not None]
+            starts = [r["start_ns"] for r in rr if r["start_ns"] is not None]
+            ends = [r["end_ns"] for r in rr if r["end_ns"] is not None]
+            mean = lambda k: float(np.mean([r[k] for r in rr]))  # noqa: E731
+            rows.append({"iteration": it, "replica": ri, "ranks": ",".join(map(str, g)), "n_ranks": len(rr),
+                         "pp_groups": ",".join(map(str, gs)), "start_ns": min(starts) if starts else None,
+                         "end_ns": max(ends) if ends else None,
+                         "span_ns": (max(ends) - min(starts)) if starts else None,
+                         "compute_ns_mean": mean("compute_ns"), "comm_ns_mean": mean("comm_ns"),
+                         "exposed_comm_ns_mean": mean("exposed_comm_ns"), "idle_ns_mean": mean("idle_ns"),
+                         "bubble_fraction_mean": float(np.mean(bub)) if bub else None})
+    return rows
+
+
+def _iterations(rank_rows, steps) -> list:
+    rows = []
+    for it in sorted({r["iteration"] for r in rank_rows}):
+        rr = [r for r in rank_rows if r["iteration"] == it]
+        st = [d for (rank, i2), d in steps.items() if i2 == it]
+        starts = [r["start_ns"] for r in rr if r["start_ns"] is not None]
+        ends = [r["end_ns"] for r in rr if r["end_ns"] is not None]
+        rows.append({"iteration": it, "ranks": len({r["rank"] for r in rr}),
+                     "start_ns": min(starts) if starts else None, "end_ns": max(ends) if ends else None,
+                     "span_ns": (max(ends) - min(starts)) if starts else None,
+                     "step_ns_median": int(np.median(st)) if st else None, "step_ns_max": max(st) if st else None,
+                     "compute_ns_mean": float(np.mean([r["compute_ns"] for r in rr])),
+                     "comm_ns_mean": float(np.mean([r["comm_ns"] for r in rr])),
+                     "exposed_comm_ns_mean": float(np.mean([r["exposed_comm_ns"] for r in rr]))})
+    return rows
+
+
+def _timeline_columns(tl) -> dict:
+    n = [len(x[5]) for x in tl]
+    rep = lambda j, dt: np.repeat(np.asarray([x[j] for x in tl], dt), n) if tl else np.zeros(0, dt)  # noqa: E731
+    return {"part": rep(0, np.int64), "rank": rep(1, np.int64), "iteration": rep(2, np.int64),
+            "device": rep(3, np.int64), "category": rep(4, object),
+            "start_ns": np.concatenate([x[5] for x in tl]) if tl else np.zeros(0, np.int64),
+            "end_ns": np.concatenate([x[6] for x in tl]) if tl else np.zeros(0, np.int64)}

@@ -1,0 +1,264 @@
+"""The analysed job as a whole: the ``streamtrace analyze`` folders of all ranks (and iterations), each
+rank's clock, and the time alignment shared by ``aggregate``, ``report`` and the charts.
+
+A *part* is one rank of one iteration of one analysed folder
+(``DIR/kernels/iteration=N/rank=R/part-*.parquet`` and ``DIR/ops/iteration=N/rank=R/part-*.parquet``,
+``N`` = -1 for an unknown iteration; listed in ``DIR/summary.json``; see
+:func:`streamtrace.events.dataset.partition_path` and :meth:`Part.files`).  Kernel and op times in the Parquet files are the rank's
+own trace clock (int64 ns).  Alignment maps them to one time axis:
+
+* ``global``: one time base for all ranks, through each trace's ``baseTimeNanoseconds`` (read from
+  the source trace's metadata), the same rule as ``streamtrace merge``:
+  ``t = ts + (base(rank) - min over ranks of base)``; a merged trace already has one clock
+  (shift 0).  Times are then counted from the earliest event of the ranks of the same analysed
+  iteration folder (``origin``).
+* ``individual``: each rank from its own start (its earliest kernel or CPU op is 0), as
+  Megatron-TraceViz's "individual" alignment.
+
+On top of either, per-rank clock offsets (``--clock-sync collectives``,
+:func:`streamtrace.job.collectives.estimate_clock_offsets`) are subtracted: ``t - offset(rank)``.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow.compute as pc
+
+from ..errors import StreamtraceError
+from ..events.dataset import column_min_max, partition_files, read_partition
+from ..runtime.parallel import run_tasks
+from ..topology.sources import from_pg_config, load_topology
+from ..trace.metadata import pg_config_entries
+from ..trace.reader import TraceReader
+
+ALIGNMENTS = ("global", "individual")
+# names as :meth:`Job.read_kernels` returns them: "iteration" is the row's iteration, read from the files'
+# ``step`` column (see :func:`read_parquet_columns`)
+KERNEL_COLUMNS = ("device", "stream", "ts_ns", "dur_ns", "end_ns", "name", "kind", "phase", "microbatch",
+                  "iteration", "collective", "msg_bytes", "group_size", "pg_name", "pg_ranks", "parallel_dim",
+                  "correlation")
+
+
+@dataclass
+class Part:
+    """One rank of one analysed folder.  ``iteration``: the folder's iteration (from the trace path,
+    may be None); ``base_time_ns``: the source trace's ``baseTimeNanoseconds`` (None when unknown);
+    ``merged``: the source is a merged multi-rank trace (its times already share one clock);
+    ``start_ns``: the earliest kernel / CPU op start in the rank's own clock."""
+    index: int
+    dir: Path
+    rank: int
+    iteration: int | None
+    source: str
+    base_time_ns: int | None = None
+    merged: bool = False
+    start_ns: int = 0
+    end_ns: int = 0
+    device_name: str = ""
+    pg_entries: list = field(default_factory=list)
+    world_size: int | None = None
+    shift_ns: int = 0            # added to the rank's own times by the alignment (before the clock offset)
+    clock_offset_ns: int = 0     # estimated clock offset, subtracted after the alignment
+
+    def files(self, dataset) -> list[Path]:
+        """The rank's ``dataset`` ("kernels" or "ops") files in row order: ``part-0.parquet``, or
+        several after ``analyze --jobs N`` of one big trace."""
+        return partition_files(self.dir, dataset, self.rank, self.iteration)
+
+    def read(self, dataset, columns):
+        """The rank's ``dataset`` rows (all part files, in order) as a pyarrow Table; None when
+        there are none."""
+        files = self.files(dataset)
+        return read_partition(files, columns) if files else None
+
+    def align(self, t):
+        """Rank-local int64 ns -> aligned int64 ns (``t + shift_ns - clock_offset_ns``)."""
+        return np.asarray(t, np.int64) + np.int64(self.shift_ns - self.clock_offset_ns)
+
+
+def _read_source_meta(source: str, rank: int) -> dict:
+    """baseTimeNanoseconds, merged flag, GPU name, pg_config of one source trace (a full metadata
+    scan: the base time stands after ``traceEvents``).  Empty dict when the file is gone."""
+    if not source or not os.path.isfile(source):
+        return {}
+    try:
+        meta = TraceReader(source, salvage=True).read_metadata()
+    except StreamtraceError:
+        return {}
+    st = meta.get("streamtrace") if isinstance(meta.get("streamtrace"), dict) else {}
+    merged = st.get("kind") == "merged"
+    base = meta.get("baseTimeNanoseconds")
+    props = meta.get("deviceProperties")
+    if merged:
+        for r in st.get("ranks") or []:
+            if r.get("rank") == rank:
+                props = r.get("deviceProperties") or props
+    name = props[0].get("name", "") if isinstance(props, list) and props and isinstance(props[0], dict) else ""
+    entries, world = pg_config_entries(meta, rank if merged else None)
+    return {"base_time_ns": int(base) if isinstance(base, (int, float)) else None, "merged": merged,
+            "device_name": name, "pg_entries": entries, "world_size": world}
+
+
+def _part_info(dir_, rank, iteration, source):
+    kf = partition_files(dir_, "kernels", rank, iteration)
+    of = partition_files(dir_, "ops", rank, iteration)
+    starts = [x for x in [column_min_max(f, "ts_ns")[0] for f in kf + of] if x is not None]
+    ends = [x for x in [column_min_max(f, "end_ns")[1] for f in kf] if x is not None]
+    info = _read_source_meta(source, rank)
+    info["start_ns"] = min(starts) if starts else 0
+    info["end_ns"] = max(ends) if ends else info["start_ns"]
+    return info
+
+
+class Job:
+    """Every part of the analysed folders, the topology and the time alignment.
+
+    ``parts``: list of :class:`Part`; ``topology``: :class:`~streamtrace.topology.Topology`
+    (given, or from the traces' ``pg_config``, or None); ``alignment``: ``"global"`` or
+    ``"individual"``; ``warnings``: list of str."""
+
+    def __init__(self, dirs, alignment="global", topology=None, iterations=None, jobs=1):
+        if alignment not in ALIGNMENTS:
+            raise StreamtraceError(f"bad --time-alignment {alignment!r}: use global or individual")
+        self.alignment = alignment
+        self.iterations = set(int(i) for i in iterations) if iterations else None
+        self.warnings: list = []
+        self.parts: list = []
+        self.dirs = [Path(d) for d in dirs]
+        if not self.dirs:
+            raise StreamtraceError("give at least one analysed folder (the -o of streamtrace analyze)")
+        for d in self.dirs:
+            sp = d / "summary.json"
+            try:
+                summ = json.loads(sp.read_text())
+            except OSError:
+                raise StreamtraceError(f"{d}: not an analysed folder (no summary.json; run streamtrace analyze "
+                                       f"first)") from None
+            except ValueError as e:
+                raise StreamtraceError(f"{sp}: invalid JSON ({e})") from None
+            if any((d / "kernels").glob("rank=*")):
+                raise StreamtraceError(f"{d}: analysed by an older streamtrace (kernels/rank=R/ without "
+                                       f"iteration=N/); run streamtrace analyze on it again")
+            for r in summ.get("ranks") or []:
+                self.parts.append(Part(len(self.parts), d, int(r["rank"]), r.get("iteration"), str(r.get("source", ""))))
+        if not self.parts:
+            raise StreamtraceError(f"{', '.join(map(str, dirs))}: no ranks in summary.json")
+        if self.iterations is not None:
+            keep = [p for p in self.parts if p.iteration is None or p.iteration in self.iterations
+                    or self._has_steps(p)]
+            self.parts = [Part(i, p.dir, p.rank, p.iteration, p.source) for i, p in enumerate(keep)]
+            if not self.parts:
+                raise StreamtraceError(f"no rank has iteration(s) {sorted(self.iterations)}")
+        infos = run_tasks(_part_info, [(p.dir, p.rank, p.iteration, p.source) for p in self.parts],
+                          max(1, min(jobs or 1, len(self.parts))))
+        for p, info in zip(self.parts, infos):
+            for k, v in info.items():
+                setattr(p, k, v)
+        self.topology = topology if topology is not None else self._topology_from_traces()
+        self._align()
+
+    def _has_steps(self, p) -> bool:
+        t = p.read("kernels", ["step"])
+        if t is None:
+            return False
+        it = t.column(0).to_numpy()
+        return bool(np.isin(it, list(self.iterations)).any())
+
+    def _topology_from_traces(self):
+        entries = [e for p in self.parts for e in p.pg_entries]
+        world = max([p.world_size or 0 for p in self.parts] + [p.rank + 1 for p in self.parts])
+        if entries:
+            try:
+                return from_pg_config(entries, world, source="distributedInfo.pg_config")
+            except StreamtraceError as e:
+                self.warnings.append(str(e))
+        for d in self.dirs:   # a topology file beside the traces (e.g. the generator's or the Megatron patch's)
+            for p in [Path(x.source).parent for x in self.parts[:1]] + [d]:
+                for c in [p, p.parent]:
+                    hits = sorted(c.glob("unique_parallel_groups_*.txt")) + \
+                        [c / n for n in ("streamtrace_topology.json", "parallel_topology.json") if (c / n).is_file()]
+                    if hits:
+                        return load_topology(hits[0])
+        self.warnings.append("no topology (no pg_config in the traces and no topology file): give --topology; "
+                             "pipeline and replica views are skipped")
+        return None
+
+    def _align(self):
+        if self.alignment == "global":
+            known = [p.base_time_ns for p in self.parts if p.base_time_ns is not None and not p.merged]
+            if len(known) < len([p for p in self.parts if not p.merged]):
+                self.warnings.append("some traces have no baseTimeNanoseconds (or are no longer at their path): "
+                                     "their ranks keep their own clock; consider --clock-sync collectives")
+            lo = min(known) if known else 0
+            for p in self.parts:
+                p.shift_ns = 0 if p.merged or p.base_time_ns is None else p.base_time_ns - lo
+            groups: dict = {}
+            for p in self.parts:
+                groups.setdefault((p.dir, p.iteration), []).append(p)
+            for ps in groups.values():
+                origin = min(p.start_ns + p.shift_ns for p in ps)
+                for p in ps:
+                    p.shift_ns -= origin
+        else:
+            for p in self.parts:
+                p.shift_ns = -p.start_ns
+
+    def set_clock_offsets(self, offsets: dict):
+        """Subtract ``offsets[part index]`` (int ns) from every aligned time of that part."""
+        for p in self.parts:
+            p.clock_offset_ns = int(offsets.get(p.index, 0))
+
+    def keep_rows(self, part, iteration):
+        """Boolean mask of the rows to keep under ``--iterations`` (all when none were given): the
+        part's folder iteration or the row's ProfilerStep number is one of them."""
+        iteration = np.asarray(iteration)
+        if self.iterations is None or (part.iteration is not None and part.iteration in self.iterations):
+            return np.ones(len(iteration), bool)
+        return np.isin(iteration, list(self.iterations))
+
+    def row_iteration(self, part, iteration):
+        """Iteration of each row: its ProfilerStep number, else the folder's iteration, else -1."""
+        it = np.asarray(iteration, np.int64).copy()
+        if part.iteration is not None:
+            it[it < 0] = part.iteration
+        return it
+
+    def read_kernels(self, part, columns=KERNEL_COLUMNS, kind=None) -> dict:
+        """The part's kernel columns as numpy arrays (strings as object arrays), filtered by
+        ``--iterations`` and optionally by ``kind`` ("compute"/"communication"/"memory"), sorted by
+        start.  ``iteration`` is :meth:`row_iteration` of the file's ``step`` column; ``ts_ns``/``end_ns``
+        stay rank-local."""
+        return read_parquet_columns(part.files("kernels"), columns, self, part, kind)
+
+    def meta(self) -> dict:
+        """JSON-able description of the parts and the alignment."""
+        return {"alignment": self.alignment,
+                "parts": [{"index": p.index, "dir": str(p.dir), "rank": p.rank, "iteration": p.iteration,
+                           "source": p.source, "base_time_ns": p.base_time_ns, "merged": p.merged,
+                           "start_ns": p.start_ns, "shift_ns": p.shift_ns, "clock_offset_ns": p.clock_offset_ns,
+                           "device_name": p.device_name} for p in self.parts],
+                "warnings": self.warnings}
+
+
+def read_parquet_columns(path, columns, job=None, part=None, kind=None) -> dict:
+    """Columns of one rank's kernels file (``path``, or a list of its part files) as numpy
+    arrays, rows filtered (see :meth:`Job.read_kernels`).
+    ``"iteration"`` is read from the file's ``step`` column (``ProfilerStep#N``; the file has no
+    ``iteration`` column: that name is the dataset's partition key)."""
+    cols = list(dict.fromkeys(list(columns) + ["ts_ns", "iteration"] + (["kind"] if kind else [])))
+    fcols = ["step" if c == "iteration" else c for c in cols]
+    files = [Path(p) for p in (path if isinstance(path, (list, tuple)) else [path]) if Path(p).is_file()]
+    t = read_partition(files, fcols, "kernels")
+    if kind is not None:
+        t = t.filter(pc.equal(t["kind"], kind))
+    out = {c: t[f].to_numpy(zero_copy_only=False) for c, f in zip(cols, fcols)}
+    if job is not None:
+        keep = job.keep_rows(part, out["iteration"])
+        out = {c: v[keep] for c, v in out.items()}
+        out["iteration"] = job.row_iteration(part, out["iteration"])
+    o = np.argsort(out["ts_ns"], kind="stable")
+    return {c: v[o] for c, v in out.items()}

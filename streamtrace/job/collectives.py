@@ -1,0 +1,410 @@
+"""Cross-rank collectives: the same NCCL collective matched across the ranks of its group, with
+skew, straggler, waiter, latency and bandwidth per instance, a summary per collective type and
+parallel dimension, per-rank straggler counts, and clock offsets estimated from collective ends.
+
+Input: the ``communication`` kernels of every rank (``streamtrace analyze`` output, read through
+:class:`streamtrace.job.alignment.Job`).  Times are int64 ns on the job's aligned axis.
+
+**Matching.** A collective kernel of rank r belongs to instance ``(iteration, group, k)`` when it is
+rank r's k-th collective (in start order) on that process group (``pg_ranks``, else ``pg_name``)
+in that iteration: every member of a group issues its collectives in the same order (NCCL requires
+it).  Point-to-point kernels (Send / Recv) match by ``(iteration, src -> dst, k)``: the k-th send
+from src to dst is the k-th receive of dst from src; the peer is the other member of a two-rank
+group, or, in a larger pipeline group, the neighbour stage named by Megatron's p2p function on the
+launch stack (``send_forward`` -> next stage, ``send_backward`` -> previous, ``recv_forward`` <-
+previous, ``recv_backward`` <- next).  Kernels with no process group fall back to order on the
+stream: ``(iteration, stream, collective, k)``.
+
+**Per instance** (``collectives.parquet``): ``start_skew_ns`` = last start - first start (arrival
+spread), ``end_skew_ns`` likewise for ends; ``straggler_rank`` = the last to arrive (latest start),
+``straggler_lag_ns`` = its start - the second latest start; ``waiter_rank`` = the first to arrive,
+which waited longest, ``waiter_wait_ns`` = last start - its start; ``latency_ns`` = min over the
+ranks of the kernel duration (the last arrival does not wait, so its duration is the transfer);
+``algbw_gbps`` = msg_bytes / latency_ns (bytes per ns = GB/s, GB = 1e9 bytes); ``busbw_gbps`` =
+algbw x the bus factor of nccl-tests' PERFORMANCE.md (:func:`bus_factor`).
+
+**Clock sync** (:func:`estimate_clock_offsets`): the members of a collective finish nearly together,
+so rank r's clock offset o_r is estimated from ``end(r) - end(s) = o_r - o_s`` over every matched
+instance: the median difference per rank pair, then weighted least squares over the pairs, 0 at
+the lowest rank of each connected set of ranks.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import StreamtraceError
+from ..events.dataset import write_table
+
+P2P = ("Send", "Recv", "SendRecv")
+_P2P_FN = re.compile(r"(send|recv)_(forward|backward)", re.I)
+INSTANCE_COLUMNS = ("instance", "iteration", "collective", "parallel_dim", "pg_name", "pg_ranks", "group_size",
+                    "n_ranks", "complete", "consistent", "ranks", "src", "dst", "msg_bytes", "phase", "microbatch",
+                    "first_start_ns", "last_start_ns", "first_end_ns", "last_end_ns", "start_skew_ns", "end_skew_ns",
+                    "straggler_rank", "straggler_lag_ns", "waiter_rank", "waiter_wait_ns", "latency_ns",
+                    "max_dur_ns", "kernel_time_ns", "algbw_gbps", "busbw_gbps")
+MEMBER_COLUMNS = ("instance", "part", "rank", "iteration", "collective", "start_ns", "end_ns", "dur_ns",
+                  "arrival_ns", "wait_ns", "correlation", "stream")
+
+
+def bus_factor(collective: str, n: int) -> float:
+    """Bus-bandwidth factor of nccl-tests' ``doc/PERFORMANCE.md`` for ``n`` ranks: AllReduce
+    2(n-1)/n; AllGather, ReduceScatter, AllToAll (n-1)/n; Broadcast, Reduce, Send/Recv 1.
+    NaN for anything else (e.g. Barrier), or n < 1."""
+    if n < 1:
+        return float("nan")
+    if collective == "AllReduce":
+        return 2.0 * (n - 1) / n
+    if collective in ("AllGather", "ReduceScatter", "AllToAll"):
+        return (n - 1) / n
+    if collective in ("Broadcast", "Reduce") or collective in P2P:
+        return 1.0
+    return float("nan")
+
+
+@dataclass
+class CollectiveResult:
+    """``instances`` and ``members``: dicts of equally long numpy columns (:data:`INSTANCE_COLUMNS`,
+    :data:`MEMBER_COLUMNS`); ``summary``: list of dicts per (collective, parallel_dim);
+    ``stragglers``: list of dicts per rank; ``clock_offsets``: ``{part index: ns}`` (empty unless
+    estimated); ``stats``: counts of matched / unmatched kernels."""
+    instances: dict
+    members: dict
+    summary: list
+    stragglers: list
+    clock_offsets: dict = field(default_factory=dict)
+    clock_components: dict = field(default_factory=dict)
+    stats: dict = field(default_factory=dict)
+
+
+# -- matching --------------------------------------------------------------------------
+
+def _ranks_of(s: str) -> list:
+    return [int(x) for x in s.split(",") if x.strip().lstrip("-").isdigit()] if s else []
+
+
+def _p2p_dirs(part, corr_needed) -> dict:
+    """``{correlation: {"send": "forward"|"backward", "recv": ...}}`` from the Megatron p2p function
+    (send_forward, recv_backward, send_forward_recv_backward, ...) above each launch in the ops."""
+    t = part.read("ops", ["name", "parent", "correlation"]) if corr_needed else None
+    if t is None:
+        return {}
+    corr = t["correlation"].to_numpy()
+    parent = t["parent"].to_numpy()
+    names = t["name"]
+    want = np.isin(corr, np.fromiter(corr_needed, np.int64))
+    out = {}
+    cache: dict = {}
+    for row in np.flatnonzero(want).tolist():
+        found, j, steps = {}, int(parent[row]), 0
+        while j >= 0 and steps < 64 and len(found) < 2:
+            if j not in cache:
+                cache[j] = _P2P_FN.findall(names[j].as_py() or "")
+            for verb, d in cache[j]:
+                found.setdefault(verb.lower(), d.lower())
+            j, steps = int(parent[j]), steps + 1
+        if found:
+            out[int(corr[row])] = found
+    return out
+
+
+def _prefixes(job, part, k) -> tuple[list, np.ndarray, np.ndarray]:
+    """Match-key prefix (str) per comm kernel of one part, and for p2p rows src/dst (else -1)."""
+    n = len(k["ts_ns"])
+    src = np.full(n, -1, np.int64)
+    dst = np.full(n, -1, np.int64)
+    pre = [""] * n
+    rank = part.rank
+    topo = job.topology
+    need = []
+    for i in range(n):
+        c = k["collective"][i]
+        if c in P2P:
+            g = _ranks_of(k["pg_ranks"][i])
+            if len(g) > 2 or (not g and topo is not None):
+                need.append(int(k["correlation"][i]))
+    dirs = _p2p_dirs(part, set(need)) if need else {}
+    for i in range(n):
+        c, it, pg = k["collective"][i], int(k["iteration"][i]), k["pg_ranks"][i] or (
+            f"pg:{k['pg_name'][i]}" if k["pg_name"][i] else "")
+        if c in P2P:
+            g = _ranks_of(k["pg_ranks"][i])
+            if not g and topo is not None:
+                g = topo.group_of("pp", rank) or []
+            peer = None
+            if len(g) == 2 and rank in g:
+                peer = g[1] if g[0] == rank else g[0]
+            elif len(g) > 2 and rank in g and c in ("Send", "Recv"):
+                d = dirs.get(int(k["correlation"][i]), {}).get(c.lower())
+                pos = g.index(rank)
+                if d is not None:
+                    nxt, prv = g[(pos + 1) % len(g)], g[pos - 1]
+                    peer = (nxt if d == "forward" else prv) if c == "Send" else (prv if d == "forward" else nxt)
+            if peer is not None and c in ("Send", "Recv"):
+                s, t = (rank, peer) if c == "Send" else (peer, rank)
+                src[i], dst[i] = s, t
+                pre[i] = f"{it}|p2p|{s}>{t}"
+            else:
+                pre[i] = f"{it}|p2p?|{pg}|{c}|{k['stream'][i]}|r{rank}"     # unmatched: stays alone
+        elif pg:
+            pre[i] = f"{it}|{pg}"
+        else:
+            pre[i] = f"{it}|stream:{k['stream'][i]}|{c}"
+    return pre, src, dst
+
+
+def _cumcount(ids: np.ndarray) -> np.ndarray:
+    """0, 1, 2, ... within each value of ``ids`` in array order."""
+    if not len(ids):
+        return np.zeros(0, np.int64)
+    o = np.argsort(ids, kind="stable")
+    s = ids[o]
+    first = np.r_[True, s[1:] != s[:-1]]
+    start = np.maximum.accumulate(np.where(first, np.arange(len(s)), 0))
+    out = np.empty(len(ids), np.int64)
+    out[o] = np.arange(len(s)) - start
+    return out
+
+
+def load_comm(job) -> dict:
+    """Every part's communication kernels with their match keys: columns of equal length
+    (``part``, ``rank``, ``key``, times aligned, ...), sorted by (key, start, rank)."""
+    cols = {c: [] for c in ("part", "rank", "iteration", "start", "end", "dur", "collective", "bytes",
+                            "group_size", "pg_name", "pg_ranks", "dim", "phase", "microbatch", "correlation",
+                            "stream", "src", "dst", "prefix")}
+    for part in job.parts:
+        k = job.read_kernels(part, kind="communication")
+        if not len(k["ts_ns"]):
+            continue
+        pre, src, dst = _prefixes(job, part, k)
+        n = len(pre)
+        cols["part"].append(np.full(n, part.index, np.int64))
+        cols["rank"].append(np.full(n, part.rank, np.int64))
+        cols["iteration"].append(k["iteration"])
+        cols["start"].append(part.align(k["ts_ns"]))
+        cols["end"].append(part.align(k["end_ns"]))
+        cols["dur"].append(k["dur_ns"].astype(np.int64))
+        for a, b in (("collective", "collective"), ("bytes", "msg_bytes"), ("group_size", "group_size"),
+                     ("pg_name", "pg_name"), ("pg_ranks", "pg_ranks"), ("dim", "parallel_dim"), ("phase", "phase"),
+                     ("microbatch", "microbatch"), ("correlation", "correlation"), ("stream", "stream")):
+            cols[a].append(k[b])
+        cols["src"].append(src)
+        cols["dst"].append(dst)
+        cols["prefix"].append(np.asarray(pre, object))
+    if not cols["part"]:
+        return {}
+    c = {k: np.concatenate(v) for k, v in cols.items()}
+    # sequence within (part, prefix) in start order (rows of a part are sorted by start already)
+    uniq, pid = np.unique(c["prefix"].astype(str), return_inverse=True)
+    pid = pid.reshape(-1).astype(np.int64)
+    c["seq"] = _cumcount(pid * (len(job.parts) + 1) + c["part"])
+    key = pid * (1 << 32) + c["seq"]
+    ukey, inst = np.unique(key, return_inverse=True)
+    c["instance"] = inst.reshape(-1).astype(np.int64)
+    o = np.lexsort((c["rank"], c["start"], c["instance"]))
+    return {k: v[o] for k, v in c.items()}
+
+
+def _instances(c: dict) -> tuple[dict, dict]:
+    inst = c["instance"]
+    if not len(inst):
+        return {k: np.zeros(0) for k in INSTANCE_COLUMNS}, {k: np.zeros(0) for k in MEMBER_COLUMNS}
+    first = np.r_[True, inst[1:] != inst[:-1]]
+    starts = np.flatnonzero(first)
+    lasts = np.r_[starts[1:] - 1, len(inst) - 1]
+    n = lasts - starts + 1
+    red = lambda f, a: f.reduceat(a, starts)  # noqa: E731
+    first_start, last_start = c["start"][starts], c["start"][lasts]
+    second_last = np.where(n >= 2, c["start"][np.maximum(lasts - 1, starts)], last_start)
+    lat = red(np.minimum, c["dur"])
+    nbytes = red(np.maximum, c["bytes"])
+    coll = c["collective"][starts].astype(object)
+    is_p2p = np.isin(coll, P2P) & (c["src"][starts] >= 0)
+    coll = np.where(is_p2p, "SendRecv", coll)
+    consistent = (red(np.maximum, c["bytes"]) == red(np.minimum, c["bytes"]))
+    ctype = c["collective"].astype(str)
+    same_type = np.ones(len(starts), bool)
+    for j, (a, b) in enumerate(zip(starts, lasts)):
+        if b > a and not is_p2p[j]:
+            same_type[j] = bool((ctype[a:b + 1] == ctype[a]).all())
+    consistent &= same_type
+    gs = np.where(is_p2p, 2, np.where(c["group_size"][starts] > 0, c["group_size"][starts], n))
+    ranks_str = np.asarray([",".join(map(str, sorted(set(c["rank"][a:b + 1].tolist()))))
+                            for a, b in zip(starts, lasts)], object)
+    low = np.asarray([a + int(np.argmin(c["rank"][a:b + 1])) for a, b in zip(starts, lasts)], np.int64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        algbw = np.where((lat > 0) & (nbytes >= 0), nbytes / np.maximum(lat, 1), np.nan)
+    factor = np.asarray([bus_factor(t, int(g)) for t, g in zip(coll, gs)], float)
+    inst_cols = {
+        "instance": np.arange(len(starts), dtype=np.int64), "iteration": c["iteration"][starts],
+        "collective": coll, "parallel_dim": c["dim"][low].astype(object), "pg_name": c["pg_name"][low].astype(object),
+        "pg_ranks": c["pg_ranks"][low].astype(object), "group_size": gs.astype(np.int64), "n_ranks": n.astype(np.int64),
+        "complete": n == gs, "consistent": consistent, "ranks": ranks_str,
+        "src": np.where(is_p2p, c["src"][starts], -1), "dst": np.where(is_p2p, c["dst"][starts], -1),
+        "msg_bytes": nbytes.astype(np.int64), "phase": c["phase"][low].astype(object),
+        "microbatch": c["microbatch"][low].astype(np.int64),
+        "first_start_ns": first_start, "last_start_ns": last_start,
+        "first_end_ns": red(np.minimum, c["end"]), "last_end_ns": red(np.maximum, c["end"]),
+        "start_skew_ns": last_start - first_start, "end_skew_ns": red(np.maximum, c["end"]) - red(np.minimum, c["end"]),
+        "straggler_rank": np.where(n >= 2, c["rank"][lasts], -1), "straggler_lag_ns": last_start - second_last,
+        "waiter_rank": np.where(n >= 2, c["rank"][starts], -1), "waiter_wait_ns": last_start - first_start,
+        "latency_ns": lat.astype(np.int64), "max_dur_ns": red(np.maximum, c["dur"]).astype(np.int64),
+        "kernel_time_ns": red(np.add, c["dur"]).astype(np.int64),
+        "algbw_gbps": algbw, "busbw_gbps": algbw * factor,
+    }
+    pos = np.repeat(np.arange(len(starts)), n)
+    members = {"instance": c["instance"], "part": c["part"], "rank": c["rank"], "iteration": c["iteration"],
+               "collective": c["collective"].astype(object), "start_ns": c["start"], "end_ns": c["end"],
+               "dur_ns": c["dur"], "arrival_ns": c["start"] - first_start[pos], "wait_ns": last_start[pos] - c["start"],
+               "correlation": c["correlation"], "stream": c["stream"]}
+    return inst_cols, members
+
+
+# -- clock offsets -----------------------------------------------------------------------
+
+def estimate_clock_offsets(members: dict, instances: dict) -> tuple[dict, dict]:
+    """Per-part clock offsets (int ns) from the ends of complete, consistent instances:
+    ``end(a) - end(b) ~ o_a - o_b``; the median per pair of parts, weighted least squares over the
+    pairs, o = 0 at the lowest (rank, part) of each connected set.  Returns ``(offsets,
+    components)``: ``{part: ns}`` and ``{part: index of its connected set}``."""
+    ok = np.flatnonzero(instances["complete"] & instances["consistent"] & (instances["n_ranks"] >= 2))
+    sel = np.isin(members["instance"], ok)
+    inst, part, end, rank = (members[k][sel] for k in ("instance", "part", "end_ns", "rank"))
+    if not len(inst):
+        return {}, {}
+    o = np.lexsort((rank, inst))
+    inst, part, end, rank = inst[o], part[o], end[o], rank[o]
+    first = np.r_[True, inst[1:] != inst[:-1]]
+    ref_idx = np.maximum.accumulate(np.where(first, np.arange(len(inst)), 0))
+    a, b = part[~first], part[ref_idx][~first]
+    d = (end[~first] - end[ref_idx][~first]).astype(np.int64)
+    pairs: dict = {}
+    for x, y, v in zip(a.tolist(), b.tolist(), d.tolist()):
+        pairs.setdefault((x, y), []).append(v)
+    parts = sorted(set(part.tolist()))
+    rank_of = dict(zip(part.tolist(), rank.tolist()))
+    # connected sets
+    parent = {p: p for p in parts}
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+    for x, y in pairs:
+        rx, ry = find(x), find(y)
+        if rx != ry:
+            parent[max(rx, ry)] = min(rx, ry)
+    comps: dict = {}
+    for p in parts:
+        comps.setdefault(find(p), []).append(p)
+    offsets, comp_of = {}, {}
+    for ci, members_ in enumerate(sorted(comps.values(), key=lambda m: min((rank_of[p], p) for p in m))):
+        ref = min(members_, key=lambda p: (rank_of[p], p))
+        idx = {p: i for i, p in enumerate(members_)}
+        rows, rhs, w = [], [], []
+        for (x, y), v in pairs.items():
+            if x in idx:
+                r = np.zeros(len(members_))
+                r[idx[x]], r[idx[y]] = 1.0, -1.0
+                rows.append(r)
+                rhs.append(float(np.median(v)))
+                w.append(np.sqrt(len(v)))
+        r = np.zeros(len(members_))
+        r[idx[ref]] = 1.0
+        rows.append(r * 1e3)
+        rhs.append(0.0)
+        w.append(1e3)
+        A = np.asarray(rows) * np.asarray(w)[:, None]
+        sol = np.linalg.lstsq(A, np.asarray(rhs) * np.asarray(w), rcond=None)[0]
+        for p in members_:
+            offsets[p] = int(round(sol[idx[p]] - sol[idx[ref]]))
+            comp_of[p] = ci
+    return offsets, comp_of
+
+
+# -- summaries ---------------------------------------------------------------------------
+
+def _pct(x, q):
+    return float(np.percentile(x, q)) if len(x) else None
+
+
+def summarize(inst: dict) -> list:
+    """Per (collective, parallel_dim): ``count`` instances (``complete`` of them), ``bytes`` (sum of
+    msg_bytes), ``traffic_share`` (of all bytes), ``time_ns`` (sum of latency), ``kernel_time_ns``
+    (sum over ranks of kernel durations), bus/alg bandwidth distribution over complete instances
+    (GB/s: min, p10, median, mean, p90, max), mean and max start skew."""
+    out = []
+    if not len(inst["instance"]):
+        return out
+    total = float(np.maximum(inst["msg_bytes"], 0).sum()) or 1.0
+    keys = sorted(set(zip(inst["collective"].tolist(), inst["parallel_dim"].tolist())))
+    for coll, dim in keys:
+        m = (inst["collective"] == coll) & (inst["parallel_dim"] == dim)
+        good = m & inst["complete"] & np.isfinite(inst["busbw_gbps"])
+        bw, ab = inst["busbw_gbps"][good], inst["algbw_gbps"][good]
+        by = int(np.maximum(inst["msg_bytes"][m], 0).sum())
+        out.append({"collective": coll, "parallel_dim": dim, "count": int(m.sum()), "complete": int(good.sum()),
+                    "bytes": by, "traffic_share": by / total, "time_ns": int(inst["latency_ns"][m].sum()),
+                    "kernel_time_ns": int(inst["kernel_time_ns"][m].sum()),
+                    "busbw_min": _pct(bw, 0), "busbw_p10": _pct(bw, 10), "busbw_median": _pct(bw, 50),
+                    "busbw_mean": float(bw.mean()) if len(bw) else None, "busbw_p90": _pct(bw, 90),
+                    "busbw_max": _pct(bw, 100), "algbw_median": _pct(ab, 50),
+                    "start_skew_mean_ns": float(inst["start_skew_ns"][m].mean()),
+                    "start_skew_max_ns": int(inst["start_skew_ns"][m].max())})
+    return out
+
+
+def straggler_table(inst: dict, members: dict) -> list:
+    """Per rank, over group collectives (point-to-point transfers are left out: there the receiver
+    posts early by design): how often it was the straggler (``straggler_count``) and the lag it
+    caused (``straggler_lag_ns``, sum of its lead over the next-latest rank), how often it waited
+    longest (``waiter_count``); over all its matched kernels, its total wait (``wait_ns``, sum of
+    last arrival - its arrival)."""
+    ranks = sorted(set(members["rank"].tolist())) if len(members["rank"]) else []
+    multi = (inst["n_ranks"] >= 2) & (inst["collective"] != "SendRecv") if len(inst["instance"]) \
+        else np.zeros(0, bool)
+    out = []
+    for r in ranks:
+        s = multi & (inst["straggler_rank"] == r)
+        w = multi & (inst["waiter_rank"] == r)
+        mm = members["rank"] == r
+        out.append({"rank": int(r), "instances": int(mm.sum()), "straggler_count": int(s.sum()),
+                    "straggler_lag_ns": int(inst["straggler_lag_ns"][s].sum()), "waiter_count": int(w.sum()),
+                    "wait_ns": int(members["wait_ns"][mm].sum())})
+    return out
+
+
+def analyse_collectives(job, clock_sync: str | None = None) -> CollectiveResult:
+    """Match, measure and summarise the collectives of ``job``.  With ``clock_sync="collectives"``
+    the clock offsets are estimated, set on the job (every later aligned time uses them) and the
+    instances measured again on the corrected clocks."""
+    if clock_sync not in (None, "none", "collectives"):
+        raise StreamtraceError(f"bad --clock-sync {clock_sync!r}: use none or collectives")
+    c = load_comm(job)
+    inst, mem = _instances(c) if c else _instances({"instance": np.zeros(0, np.int64)})
+    offsets, comps = {}, {}
+    if clock_sync == "collectives" and c:
+        offsets, comps = estimate_clock_offsets(mem, inst)
+        job.set_clock_offsets(offsets)
+        c = load_comm(job)
+        inst, mem = _instances(c)
+    stats = {"kernels": int(len(mem["instance"])), "instances": int(len(inst["instance"])),
+             "complete": int(inst["complete"].sum()) if len(inst["instance"]) else 0,
+             "inconsistent": int((~inst["consistent"]).sum()) if len(inst["instance"]) else 0,
+             "single_rank": int((inst["n_ranks"] == 1).sum()) if len(inst["instance"]) else 0}
+    return CollectiveResult(inst, mem, summarize(inst), straggler_table(inst, mem), offsets, comps, stats)
+
+
+def write_collectives(outdir, res: CollectiveResult) -> list:
+    """Write ``collectives.parquet`` (instances), ``collectives_ranks.parquet`` (members) and
+    ``collectives_summary.csv`` / ``.parquet`` into ``outdir`` atomically; returns the paths."""
+    paths = write_table(outdir, "collectives", res.instances, INSTANCE_COLUMNS) + \
+        write_table(outdir, "collectives_ranks", res.members, MEMBER_COLUMNS)
+    summ = {k: np.asarray([r[k] for r in res.summary], object if isinstance(res.summary[0][k], str) else None)
+            for k in res.summary[0]} if res.summary else {}
+    if summ:
+        paths += write_table(outdir, "collectives_summary", summ, list(summ), csv=True)
+    return paths

@@ -1,0 +1,50 @@
+"""Options of ``streamtrace merge``."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..trace.ranges import SPLIT_THRESHOLD
+
+
+
+@dataclass
+class MergeOptions:
+    """Options of :func:`streamtrace.merge.merge` (the ``streamtrace merge`` flags).
+
+    Attributes:
+        ranks: keep only these ranks (set of int); None keeps all.
+        drop_cat: drop events whose ``cat`` is one of these (frozenset of str).
+        steps: ``(first, last)`` ProfilerStep numbers, inclusive: keep events overlapping
+            ``ProfilerStep#first`` .. ``ProfilerStep#last`` of each rank; None keeps all.
+        gpu_only: keep only GPU processes (kernels, memcpy/memset, GPU annotations); drops flows.
+        window_ms: ``(start, end)`` in milliseconds from the start of the merged timeline
+            (floats); None keeps all.
+        align: ``"global"`` (one clock through ``baseTimeNanoseconds``) or ``"first-step"``
+            (every rank's first ``ProfilerStep#`` starts together).
+        iteration: merge only this iteration (int); None merges each iteration found.
+        jobs: worker processes; 0 = all cores.
+        salvage: on a truncated file keep every complete event before the cut.
+        progress: show a progress bar; None = only when stderr is a terminal.
+        compresslevel: gzip level of a ``.json.gz`` output (1-9; 1 favours speed).
+        scheduler: dask.distributed scheduler address (or ``$STREAMTRACE_SCHEDULER``); None runs
+            on local processes.
+        split_threshold: with ``jobs`` > 1, a rank trace of at least this many bytes
+            (uncompressed) is rewritten in byte ranges by several workers; None: never.
+    """
+    ranks: set | None = None
+    drop_cat: frozenset = frozenset()
+    steps: tuple | None = None
+    gpu_only: bool = False
+    window_ms: tuple | None = None
+    align: str = "global"
+    iteration: int | None = None
+    jobs: int = 0
+    salvage: bool = False
+    progress: bool | None = None
+    compresslevel: int = 1
+    scheduler: str | None = None
+    split_threshold: int | None = SPLIT_THRESHOLD
+
+    def needs_survey(self) -> bool:
+        """True when merge must read every rank once before rewriting it (time filters, alignment)."""
+        return self.align == "first-step" or self.steps is not None or self.window_ms is not None

@@ -1,0 +1,100 @@
+"""Writing the merged trace: the ranks' segments stitched by byte copy between a header and a
+trailer (:func:`write_merged`), the merged header (:func:`merged_metadata`: enough to split a
+merged trace back into its ranks exactly), and the per-iteration output names."""
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+from pathlib import Path
+
+from .. import __version__
+from ..runtime.files import atomic_output
+from ..trace.metadata import host_name
+from ..trace.writer import dumps_event
+from .pids import ID_BITS, PID_STRIDE
+
+def append_file(src, dst):
+    """Append file ``src`` to the open binary file ``dst``, in the kernel when the
+    platform allows (``os.copy_file_range``), else through a buffer."""
+    dst.flush()
+    with open(src, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        done = 0
+        if hasattr(os, "copy_file_range"):
+            # a failure part-way raises: the caller's atomic output is then discarded
+            while done < size:
+                n = os.copy_file_range(f.fileno(), dst.fileno(), size - done)
+                if n == 0:
+                    break
+                done += n
+            dst.seek(0, os.SEEK_END)
+            f.seek(done)
+        shutil.copyfileobj(f, dst, 1 << 22)
+
+
+def gzip_piece(data: bytes, compress, level):
+    """``data`` as one gzip member when ``compress``, else as is."""
+    return gzip.compress(data, compresslevel=level, mtime=0) if compress else data
+
+
+def merged_metadata(files, results, shifts, out_base, opt, output):
+    """The merged trace's top-level keys after ``traceEvents`` (README, "What merge rewrites"):
+    ``schemaVersion``, ``displayTimeUnit``, ``baseTimeNanoseconds`` (``out_base``, ns), ``traceName``
+    and ``streamtrace`` (ranks with their sources, shifts and metadata; the process map)."""
+    first = results[0]["metadata"]
+    ranks = []
+    pmap = {}
+    for tf, res in zip(files, results):
+        m = res["metadata"]
+        ranks.append({"rank": tf.rank, "source": os.path.abspath(tf.path), "iteration": tf.iteration,
+                      "rank_source": tf.rank_source,
+                      "baseTimeNanoseconds": m.get("baseTimeNanoseconds"), "time_shift_ns": shifts[tf.rank],
+                      "distributedInfo": m.get("distributedInfo"), "deviceProperties": m.get("deviceProperties"),
+                      "host": host_name(m), "events_in": res["events_in"], "events_out": res["events_out"],
+                      "truncated": res["truncated"]})
+        pmap.update(res["process_map"])
+    return {
+        "schemaVersion": first.get("schemaVersion", 1),
+        "displayTimeUnit": first.get("displayTimeUnit", "ms"),
+        "baseTimeNanoseconds": out_base,
+        "traceName": output.name,
+        "streamtrace": {
+            "version": __version__, "kind": "merged", "align": opt.align,
+            "filters": {"ranks": sorted(opt.ranks) if opt.ranks else None, "drop_cat": sorted(opt.drop_cat),
+                        "steps": list(opt.steps) if opt.steps else None, "gpu_only": opt.gpu_only,
+                        "window_ms": list(opt.window_ms) if opt.window_ms else None},
+            "id_transform": f"rank * 2**{ID_BITS} + raw id",
+            "pid_transform": f"1 + rank * {PID_STRIDE} + slot",
+            "ranks": ranks,
+            "process_map": pmap,
+        },
+    }
+
+
+def output_for_iteration(output: Path, iteration) -> Path:
+    """``merged.json.gz`` -> ``merged_iter10.json.gz`` (one output per iteration)."""
+    name = output.name
+    for suf in (".json.gz", ".json"):
+        if name.endswith(suf):
+            return output.with_name(f"{name[:-len(suf)]}_iter{iteration}{suf}")
+    return output.with_name(f"{name}_iter{iteration}")
+
+
+def write_merged(output: Path, results, meta: dict, compress: bool, level: int):
+    """Write the merged trace atomically: ``{"traceEvents":[`` + every result's segments in order,
+    comma separated + ``]`` + ``meta`` + ``}``; each piece a gzip member of its own when
+    ``compress`` (segments were written as members already)."""
+    with atomic_output(output, compress=False) as f:
+        f.write(gzip_piece(b'{"traceEvents":[', compress, level))
+        first = True
+        for res in results:
+            if not res["events_out"]:
+                continue
+            for seg in res["segments"]:
+                if not first:
+                    f.write(gzip_piece(b",", compress, level))
+                append_file(seg, f)
+                first = False
+        trailer = b"]" + b"".join(b"," + dumps_event(k) + b":" + dumps_event(v) for k, v in meta.items()) + b"}\n"
+        f.write(gzip_piece(trailer, compress, level))

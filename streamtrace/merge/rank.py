@@ -1,0 +1,279 @@
+"""Merging one rank: the per-event rewrite of ``streamtrace merge`` (see
+:mod:`streamtrace.merge.run` for what is rewritten and why).
+
+:func:`merge_rank` streams one rank's trace through the numba byte kernel
+:func:`streamtrace.kernels.rewrite.rewrite_events` into a segment file; events the
+kernel hands back are decoded and rewritten by its Python twin :func:`rewrite_dict`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import orjson
+
+from ..kernels import rewrite as RW
+from ..kernels import scan as K
+from ..runtime.warmup import warm_trace
+from ..trace.decode import loads
+from ..trace.metadata import device_names, host_name
+from ..trace.reader import TraceReader
+from ..trace.writer import dumps_event, dumps_events, fmt_us
+from .pids import FLOW_PHASES, PROCESS_META, PidMap, hashable, process_meta_events, unique_id
+
+_ID_ARGS = (("correlation", "raw correlation"), ("External id", "raw External id"),
+            ("external id", "raw external id"))
+
+
+@dataclass
+class RankPlan:
+    """What one worker needs to rewrite one rank (picklable)."""
+    path: str
+    rank: int
+    shift_ns: int
+    segment: str
+    compress: bool
+    compresslevel: int
+    drop_cat: frozenset
+    gpu_only: bool
+    keep: tuple | None            # (lo, hi) rank-local ns, or None
+    kept_flows: set | None        # (cat, id) pairs to keep under a time filter
+    salvage: bool
+    host: str | None = None
+    devices: dict = field(default_factory=dict)
+
+
+class RankContext:
+    """Per-rank rewrite state shared by the byte kernel and its Python twin."""
+
+    def __init__(self, plan: RankPlan):
+        self.rank = plan.rank
+        self.shift = plan.shift_ns
+        self.drop_cat = plan.drop_cat
+        self.gpu_only = plan.gpu_only
+        self.lo, self.hi = plan.keep if plan.keep else (None, None)
+        self.kept_flows = plan.kept_flows
+        self.pids = PidMap(plan.rank)
+        self.used = set()
+        self.first_out = None
+        self.count = 0
+
+
+def rewrite_dict(ev, ts_ns, dur_ns, flag, ctx: RankContext):
+    """The Python definition of merge's per-event rewrite (the twin of
+    :func:`streamtrace.kernels.rewrite.rewrite_events`).  Returns the rewritten
+    event dict, or None when a filter drops it.  ``ts_ns``/``dur_ns``/``flag``: the
+    exact times and scan flags of the event."""
+    if not isinstance(ev, dict):
+        return None
+    ph = ev.get("ph")
+    if ctx.drop_cat and ev.get("cat") in ctx.drop_cat:
+        return None
+    if ph == "M" and ev.get("name") in PROCESS_META:
+        return None
+    newpid = ctx.pids.get(ev.get("pid"))
+    if ctx.gpu_only and (ph in FLOW_PHASES or ctx.pids.info[newpid]["kind"] != "gpu"):
+        return None
+    if flag & 1 and not flag & 4:
+        t = ts_ns
+        if ctx.lo is not None and ph != "M":
+            end = t + dur_ns if (flag & 2 and not flag & 8 and dur_ns > 0) else t
+            if end < ctx.lo or t > ctx.hi:
+                return None
+            if ph in FLOW_PHASES and (ev.get("cat"), hashable(ev.get("id"))) not in ctx.kept_flows:
+                return None
+        t += ctx.shift
+        ev["ts"] = orjson.Fragment(fmt_us(t))
+        if ph != "M" and (ctx.first_out is None or t < ctx.first_out):
+            ctx.first_out = t
+    ev["pid"] = newpid
+    if "id" in ev and ph in FLOW_PHASES:
+        ev["id"] = unique_id(ctx.rank, ev["id"])
+    args = ev.get("args")
+    if not isinstance(args, dict):
+        args = ev["args"] = {} if args is None else {"value": args}
+    for key, rawkey in _ID_ARGS:
+        if key in args:
+            v = args[key]
+            args[rawkey] = v
+            args[key] = unique_id(ctx.rank, v)
+    args["rank"] = ctx.rank
+    ctx.used.add(newpid)
+    ctx.count += 1
+    return ev
+
+
+class _PidTables:
+    """The pid lookup arrays handed to the byte kernel (rebuilt when a new pid appears)."""
+
+    def __init__(self):
+        self.texts = []
+        self.new = []
+        self.kind = []
+        self.used = np.zeros(0, np.uint8)
+        self._build()
+
+    def add(self, text: bytes, newpid: int, kind: str):
+        self.texts.append(text)
+        self.new.append(newpid)
+        self.kind.append({"cpu": RW.KIND_CPU, "gpu": RW.KIND_GPU}.get(kind, RW.KIND_OTHER))
+        used = self.used
+        self._build()
+        self.used[:len(used)] = used
+
+    def _build(self):
+        self.text = np.frombuffer(b"".join(self.texts) or b"\0", np.uint8)
+        self.off = np.zeros(len(self.texts) + 1, np.int64)
+        self.off[1:] = np.cumsum([len(t) for t in self.texts]) if self.texts else []
+        self.new_a = np.asarray(self.new, np.int64) if self.new else np.zeros(1, np.int64)
+        self.kind_a = np.asarray(self.kind, np.int64) if self.kind else np.zeros(1, np.int64)
+        self.used = np.zeros(max(1, len(self.texts)), np.uint8)
+
+
+OUT_BYTES = 8 << 20
+
+
+def open_segment(path, compress, compresslevel):
+    """``(raw, seg)``: the segment file and the stream to write it through (a gzip
+    member when ``compress``; close ``seg`` then ``raw``)."""
+    raw = open(path, "wb")
+    seg = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=compresslevel, mtime=0) if compress else raw
+    return raw, seg
+
+
+def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: RankContext, seg):
+    """Rewrite every event ``reader`` yields into the binary stream ``seg`` (comma
+    separated, no brackets).  Returns ``(events_in, events_out, first_out, fast)``:
+    ``first_out`` is the earliest shifted non-metadata ts written (ns) or None,
+    ``fast`` the events the byte kernel wrote; ``ctx.used`` gets every merged pid
+    that had an event.  Pids are registered through ``ctx.pids.get`` in file order
+    (the kernel asks once per new pid text), which :mod:`streamtrace.merge.ranges`
+    relies on to reproduce the slot assignment of a whole-file pass."""
+    tables = _PidTables()
+    drops = [c.encode() for c in sorted(plan.drop_cat)]
+    drop_text = np.frombuffer(b"".join(drops) or b"\0", np.uint8)
+    drop_off = np.zeros(len(drops) + 1, np.int64)
+    if drops:
+        drop_off[1:] = np.cumsum([len(d) for d in drops])
+    has_window = ctx.lo is not None
+    lo = ctx.lo if has_window else 0
+    hi = ctx.hi if has_window else 0
+    out = np.empty(OUT_BYTES, np.uint8)
+    state = np.zeros(4, np.int64)
+    info = np.zeros(2, np.int64)
+    n_in = 0
+    for b in reader.raw_batches(decode="bounds"):
+        buf = np.frombuffer(b.buf, np.uint8)
+        starts, ends = b.starts, b.ends
+        n = len(starts)
+        n_in += n
+        i = 0
+        o = 0
+        while i < n:
+            i, o, status = RW.rewrite_events(
+                buf, starts, ends, i, n, out, o, state,
+                tables.text, tables.off, tables.new_a, tables.kind_a, tables.used, len(tables.texts),
+                drop_text, drop_off, len(drops), plan.rank, ctx.shift, ctx.gpu_only, has_window, lo, hi, info)
+            if status == RW.OK:
+                break
+            if status == RW.OUT_FULL:
+                if o == 0:
+                    out = np.empty(2 * len(out) + int(ends[i] - starts[i]), np.uint8)
+                seg.write(memoryview(out)[:o])
+                o = 0
+            elif status == RW.UNKNOWN_PID:
+                text = b.buf[int(info[0]):int(info[1])]
+                pid = loads(text, reader.path, b.offset)
+                newpid = ctx.pids.get(pid)
+                tables.add(text, newpid, ctx.pids.info[newpid]["kind"])
+            else:   # NEED_PYTHON: decode this one event and use the twin
+                s, e = int(starts[i]), int(ends[i])
+                ev = loads(b.buf[s:e], reader.path, b.offset + s - int(starts[0]))
+                ev = rewrite_dict(ev, *event_times(buf, s, e), ctx)
+                if ev is not None:
+                    data = dumps_event(ev)
+                    if len(out) - o < len(data) + 1:
+                        seg.write(memoryview(out)[:o])
+                        o = 0
+                        if len(out) < len(data) + 1:
+                            out = np.empty(len(data) + OUT_BYTES, np.uint8)
+                    if state[0]:
+                        out[o] = 44
+                        o += 1
+                    out[o:o + len(data)] = np.frombuffer(data, np.uint8)
+                    o += len(data)
+                    state[0] = 1
+                i += 1
+        if o:
+            seg.write(memoryview(out)[:o])
+    for k, used in enumerate(tables.used[:len(tables.texts)].tolist()):
+        if used:
+            ctx.used.add(int(tables.new_a[k]))
+    first_out = ctx.first_out
+    if state[3] and (first_out is None or state[2] < first_out):
+        first_out = int(state[2])
+    return n_in, ctx.count + int(state[1]), first_out, int(state[1])
+
+
+def event_times(buf, s: int, e: int):
+    """``(ts_ns, dur_ns, flags)`` of the one event ``buf[s:e]`` (uint8 array), exactly
+    as :func:`streamtrace.kernels.scan.scan_events` reports them in a batch (int64 ns
+    read from the number text; ``flags``: HAS_TS, HAS_DUR, TS_BAD, DUR_BAD, BIG_INT).
+    For the rare events the byte kernel hands to the Python twin: the batch itself
+    was scanned for byte ranges only."""
+    start, end, ts, dur = (np.zeros(1, np.int64) for _ in range(4))
+    flags = np.zeros(1, np.uint8)
+    K.scan_events(buf, s, e, start, end, ts, dur, flags, np.zeros(1, np.int64))
+    return int(ts[0]), int(dur[0]), int(flags[0])
+
+
+def merge_rank(plan: RankPlan, progress=None) -> dict:
+    """Rewrite one rank's events into ``plan.segment``; returns counts, the process
+    map and the rank's metadata (all small).  Runs in a worker process.
+
+    Events go through the byte kernel :func:`~streamtrace.kernels.rewrite.rewrite_events`
+    (see :func:`rewrite_stream`); those it hands back (unusual shapes, invalid JSON) are
+    decoded and rewritten by its Python twin :func:`rewrite_dict`, which raises
+    :class:`TraceError` for invalid input."""
+    ctx = RankContext(plan)
+    reader = TraceReader(plan.path, salvage=plan.salvage, progress=progress)
+    raw, seg = open_segment(plan.segment, plan.compress, plan.compresslevel)
+    try:
+        n_in, n_out, first_out, fast = rewrite_stream(reader, plan, ctx, seg)
+        # Our own process metadata, one set per process that had events.
+        meta = reader.metadata
+        devices = plan.devices or device_names(meta)
+        host = plan.host or host_name(meta)
+        pmap = {k: v for k, v in sorted(ctx.pids.info.items()) if k in ctx.used}
+        mevs = process_meta_events(pmap, plan.rank, host, devices, first_out)
+        if mevs:
+            if n_out:
+                seg.write(b",")
+            seg.write(dumps_events(mevs))
+            n_out += len(mevs)
+        if plan.compress:
+            seg.close()
+        raw.close()
+    except BaseException:
+        raw.close()
+        try:
+            os.unlink(plan.segment)
+        except OSError:
+            pass
+        raise
+    return {"rank": plan.rank, "events_in": n_in, "events_out": n_out, "bytes_in": reader.bytes_read,
+            "events_fast": fast,
+            "process_map": {str(k): v for k, v in pmap.items()},
+            "metadata": meta, "warnings": reader.warnings, "truncated": reader.truncated}
+
+
+def warm_kernels(plan: RankPlan) -> None:
+    """Load merge's numba kernels into this process (from numba's on-disk cache) by
+    rewriting the warm-up trace (:mod:`streamtrace.runtime.warmup`) with ``plan``'s options
+    (same argument types, so the same compiled versions).  Called by the parent before it
+    forks its worker pool.  Writes and removes a temporary folder beside ``plan.segment``."""
+    with warm_trace(os.path.dirname(os.path.abspath(plan.segment))) as (d, src):
+        merge_rank(dataclasses.replace(plan, path=src, segment=os.path.join(d, "warm.seg"), salvage=False))

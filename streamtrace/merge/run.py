@@ -1,0 +1,322 @@
+"""``streamtrace merge``: many rank traces -> one Perfetto-loadable trace, in flat memory.
+
+Each rank is streamed by :class:`~streamtrace.trace.reader.TraceReader` in a worker
+process that rewrites its events and writes them to its own *segment* file
+(a gzip member when the output is ``.gz``); the segments are then stitched by
+byte copy between a header and a trailer, so peak memory depends on the batch
+size only, never on the input size or the number of ranks.  With several workers,
+a rank trace of at least ``MergeOptions.split_threshold`` bytes is rewritten in
+byte ranges by several of them, one segment per range, with the same output
+(:mod:`streamtrace.merge.ranges`).
+
+Rewrites (all documented in the README):
+  * processes: every (rank, original pid) becomes a distinct process with pid
+    ``1 + rank * PID_STRIDE + slot`` (slot 0-99: CPU processes, 100 + d: GPU device d,
+    900+: string pids such as ``"Spans"``), named ``Rank 3 · CPU (host h, pid 41523)`` /
+    ``Rank 3 · GPU 3 (NVIDIA H100 80GB HBM3)`` and sorted rank by rank, CPU first;
+    Kineto's own ``process_name``/``process_labels``/``process_sort_index`` events are
+    replaced by these;
+  * ids: flow ``id`` (ac2g, fwdbwd, ...), ``args.correlation`` and ``args["External id"]``
+    become ``rank * 2**40 + id`` (see :func:`~streamtrace.merge.pids.unique_id`), originals kept as
+    ``args["raw correlation"]`` / ``args["raw External id"]`` / ``args["raw id"]``;
+    every event gets ``args.rank``;
+  * time: ts is shifted by ``baseTimeNanoseconds(rank) - min(baseTimeNanoseconds)`` so all
+    ranks share one clock (or, with ``align="first-step"``, so every rank's first
+    ``ProfilerStep#`` starts together), and written as exact decimal microseconds.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from tqdm import tqdm
+
+from ..errors import StreamtraceError, TraceError
+from ..runtime import parallel
+from ..runtime.files import remove_quietly
+from ..runtime.parallel import run_tasks
+from ..trace.discover import TraceFile, discover
+from ..trace.metadata import device_names, host_name
+from ..trace.source import size_hint
+from . import ranges as MS
+from .options import MergeOptions
+from .output import merged_metadata, output_for_iteration, write_merged
+from .rank import RankPlan, merge_rank, warm_kernels
+from .survey import Survey, combine_surveys, metadata_task, plan_time, survey_rank
+
+
+@dataclass
+class RewriteTask:
+    """One worker's rewrite: a whole rank (``byte_range`` None, read from ``plan.path``) or one
+    byte range of a split rank (read from the plain copy ``src`` into ``segment``).  ``final``:
+    the settled merged pids of a range that is rewritten again (see :mod:`streamtrace.merge.ranges`);
+    ``size``: input bytes (largest first; MB/s); ``slot``: its place in the progress array."""
+    plan: RankPlan
+    file_index: int
+    size: int
+    src: str | None = None
+    byte_range: tuple | None = None
+    segment: str | None = None
+    final: list | None = None
+    slot: int = 0
+
+
+@dataclass
+class SurveyTask:
+    """One survey (or metadata) read: a whole rank file, or one byte range of a split rank."""
+    path: str
+    file_index: int
+    head: dict
+    full: bool                  # the full pre-pass (steps, first ts, flows), else metadata only
+    want_flows: bool
+    salvage: bool
+    byte_range: tuple | None = None
+
+
+def merge(inputs, output, opt: MergeOptions | None = None, rank_map=None) -> list[dict]:
+    """Merge the rank traces found in ``inputs`` (files, folders, globs) into
+    ``output``.  Files from several iterations are merged per iteration
+    (``<output>_iter<N>.json[.gz]``) unless ``opt.iteration`` picks one.
+    Returns one summary dict per output written (see :func:`merge_files`).
+    Raises :class:`~streamtrace.errors.StreamtraceError` on bad input; nothing is written then."""
+    opt = opt or MergeOptions()
+    files = discover(inputs, rank_map)
+    if not files:
+        raise StreamtraceError(f"no trace files found in {', '.join(map(str, inputs))}")
+    if opt.ranks:
+        files = [f for f in files if f.rank in opt.ranks]
+        if not files:
+            raise StreamtraceError("--ranks selects none of the ranks found")
+    groups = {}
+    for f in files:
+        groups.setdefault(f.iteration, []).append(f)
+    if opt.iteration is not None:
+        if opt.iteration not in groups:
+            have = ", ".join(str(k) for k in groups if k is not None) or "none"
+            raise StreamtraceError(f"no traces for iteration {opt.iteration} (found: {have})")
+        groups = {opt.iteration: groups[opt.iteration]}
+    output = Path(output)
+    if len(groups) == 1:
+        return [merge_files(next(iter(groups.values())), output, opt)]
+    return [merge_files(g, output_for_iteration(output, it), opt)
+            for it, g in sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))]
+
+
+def merge_files(files: list[TraceFile], output, opt: MergeOptions | None = None) -> dict:
+    """Merge the given rank traces (one iteration) into ``output`` (``.json`` or
+    ``.json.gz``).  Returns a summary dict: ``output``, ``ranks``, ``iteration``, ``events_in``,
+    ``events_out``, ``bytes_in``, ``bytes_out``, ``seconds``, ``jobs``, ``warnings``, ``split``
+    (ranks rewritten in byte ranges: their range count), ``ranges_redone``,
+    ``worker_mb_per_s``.  Raises :class:`StreamtraceError` / :class:`TraceError` on bad input;
+    the output is then not created.
+
+    With more than one worker, a trace of at least ``opt.split_threshold`` bytes is
+    rewritten in byte ranges by several workers (:mod:`streamtrace.merge.ranges`); the
+    output is the same."""
+    opt = opt or MergeOptions()
+    t_start = time.time()
+    output = Path(output)
+    want = opt.jobs or os.cpu_count() or 1
+    splits = {}
+    fallback = False
+    try:
+        big = [i for i, tf in enumerate(files) if want > 1 and opt.split_threshold is not None
+               and size_hint(tf.path, tf.size) >= opt.split_threshold]
+        if big:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            prepared = run_tasks(MS.prepare, [(files[i].path, str(output.parent), want, opt.split_threshold)
+                                              for i in big], min(want, len(big)), scheduler=opt.scheduler)
+            splits = {i: sf for i, sf in zip(big, prepared) if sf is not None}
+        return _merge_files(files, output, opt, splits, t_start)
+    except TraceError as e:
+        # a range that fails to parse: the unsplit merge reports the error exactly
+        if not any(e.path in (sf.path, files[i].path) for i, sf in splits.items()):
+            raise
+        fallback = True
+    finally:
+        for sf in splits.values():
+            remove_quietly(sf.tmp)
+    if fallback:
+        return merge_files(files, output, replace(opt, split_threshold=None))
+
+
+def _merge_files(files, output, opt, splits, t_start):
+    want = opt.jobs or os.cpu_count() or 1
+    jobs = max(1, min(want, len(files) + sum(len(sf.ranges) - 1 for sf in splits.values())))
+    surveys = _surveys(files, splits, opt, jobs)
+    out_base, shifts, keeps = plan_time(files, surveys, opt)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    plans = _plans(files, surveys, shifts, keeps, opt, output)
+    tasks = _rewrite_tasks(files, plans, splits)
+    temps = [p.segment for p in plans] + [t.segment for t in tasks if t.segment]
+    progress = _Progress(tasks, opt.progress)
+    try:
+        if tasks and not parallel.scheduler_address(opt.scheduler):
+            warm_kernels(plans[0])        # forked workers inherit the loaded kernels
+        results, done, redone = _rewrite(tasks, files, plans, splits, jobs, opt, progress)
+        if any(int(res["metadata"].get("baseTimeNanoseconds") or 0) != int(s.metadata.get("baseTimeNanoseconds") or 0)
+               for s, res in zip(surveys, results)):
+            # the quick trailer peek missed the base time: redo with the real metadata
+            for tf, res in zip(files, results):
+                tf.head = res["metadata"]
+            return _merge_files(files, output, opt, splits, t_start)
+        progress.close()
+        meta = merged_metadata(files, results, shifts, out_base, opt, output)
+        write_merged(output, results, meta, output.name.endswith(".gz"), opt.compresslevel)
+    finally:
+        for t in temps:
+            remove_quietly(t)
+    busy = {}                                   # worker pid -> [bytes, seconds]
+    for r in done:
+        w = busy.setdefault(r["task_stats"][0], [0, 0.0])
+        w[0] += r["task_stats"][1]
+        w[1] += r["task_stats"][2]
+    return {"output": str(output), "ranks": [tf.rank for tf in files], "iteration": files[0].iteration,
+            "events_in": sum(r["events_in"] for r in results),
+            "events_out": sum(r["events_out"] for r in results),
+            "bytes_in": sum(r["bytes_in"] for r in results), "bytes_out": output.stat().st_size,
+            "seconds": time.time() - t_start, "jobs": jobs, "warnings": [w for r in results for w in r["warnings"]],
+            "split": {files[i].rank: len(sf.ranges) for i, sf in splits.items()}, "ranges_redone": redone,
+            "worker_mb_per_s": [round(b / 1e6 / max(t, 1e-9), 1) for b, t in busy.values()]}
+
+
+def _surveys(files, splits, opt, jobs) -> list[Survey]:
+    """Each rank's :class:`~streamtrace.merge.survey.Survey` (a split rank: its ranges' surveys
+    combined, or its metadata without reading the events again)."""
+    full = opt.needs_survey()
+    want_flows = opt.window_ms is not None or opt.steps is not None
+    tasks = []
+    for i, tf in enumerate(files):
+        if i not in splits:
+            tasks.append(SurveyTask(tf.path, i, tf.head, full, want_flows, opt.salvage))
+        elif full:
+            tasks += [SurveyTask(splits[i].path, i, {}, True, want_flows, False, r) for r in splits[i].ranges]
+    done = run_tasks(_run_survey, [(t,) for t in tasks], jobs, scheduler=opt.scheduler)
+    surveys = []
+    for i, tf in enumerate(files):
+        mine = [s for s, t in zip(done, tasks) if t.file_index == i]
+        if i not in splits:
+            surveys.append(mine[0])
+        elif full:
+            surveys.append(combine_surveys(mine, splits[i].meta))
+        else:
+            surveys.append(Survey(MS.survey_meta(tf, splits[i]), None, {}, {}))
+    return surveys
+
+
+def _run_survey(task: SurveyTask) -> Survey:
+    if task.byte_range is not None:
+        return survey_rank(task.path, task.want_flows, False, task.byte_range)
+    return metadata_task(task.path, task.head, task.full, task.want_flows, task.salvage)
+
+
+def _plans(files, surveys, shifts, keeps, opt, output) -> list[RankPlan]:
+    """One :class:`~streamtrace.merge.rank.RankPlan` per rank: its shift, keep-window and the
+    flows kept under it, its segment file beside the output."""
+    compress = output.name.endswith(".gz")
+    stem = str(output.parent / f".{output.name}.{os.getpid()}.rank")
+    plans = []
+    for tf, s in zip(files, surveys):
+        keep = keeps[tf.rank]
+        kept_flows = None
+        if keep is not None:
+            kept_flows = {k for k, (a, b) in s.flows.items() if a >= keep[0] and b <= keep[1]}
+        plans.append(RankPlan(tf.path, tf.rank, shifts[tf.rank], f"{stem}{tf.rank}.seg",
+                              compress, opt.compresslevel, frozenset(opt.drop_cat), opt.gpu_only, keep,
+                              kept_flows, opt.salvage, host_name(s.metadata), device_names(s.metadata)))
+    return plans
+
+
+def _rewrite_tasks(files, plans, splits) -> list[RewriteTask]:
+    """One task per unsplit rank, one per byte range of a split rank, in file order."""
+    tasks = []
+    for i, (tf, p) in enumerate(zip(files, plans)):
+        if i not in splits:
+            tasks.append(RewriteTask(p, i, tf.size))
+            continue
+        for k, r in enumerate(splits[i].ranges):
+            tasks.append(RewriteTask(p, i, r[1] - r[0], splits[i].path, r, f"{p.segment}.{k}"))
+    for j, t in enumerate(tasks):
+        t.slot = j
+    return tasks
+
+
+def _rewrite(tasks, files, plans, splits, jobs, opt, progress):
+    """Run the rewrite tasks; settle the pid slots of split ranks (rewriting again the ranges
+    whose provisional slots were wrong).  Returns ``(one result per file, every task's result,
+    ranges redone)``."""
+    done = _run_largest_first(tasks, jobs, progress, opt.scheduler)
+    of = {}                     # file index -> its task indices, in file order
+    for j, t in enumerate(tasks):
+        of.setdefault(t.file_index, []).append(j)
+    results = [None] * len(files)
+    for i in range(len(files)):
+        if i not in splits:
+            results[i] = dict(done[of[i][0]], segments=[plans[i].segment])
+    redo = []
+    for i in splits:
+        _, final, wrong = MS.settle_pids(plans[i].rank, [done[j] for j in of[i]])
+        redo += [replace(tasks[of[i][k]], final=final[k]) for k in wrong]
+    for t, res in zip(redo, _run_largest_first(redo, jobs, progress, opt.scheduler)):
+        done[t.slot] = res
+    for i, sf in splits.items():
+        parts = [done[j] for j in of[i]]
+        pids, _, wrong = MS.settle_pids(plans[i].rank, parts)
+        if wrong:
+            raise RuntimeError(f"rank {plans[i].rank}: pid slots did not settle")
+        results[i] = MS.finish_rank(plans[i], sf, parts, pids, plans[i].segment)
+    return results, done, len(redo)
+
+
+def _run_task(task: RewriteTask) -> dict:
+    """Worker: one rewrite task (a whole rank, or one byte range of a split rank)."""
+    shared = parallel.PROGRESS
+
+    def report(n):
+        shared[task.slot] = n
+    progress = report if shared is not None else None
+    t0 = time.perf_counter()
+    if task.byte_range is None:
+        res = merge_rank(task.plan, progress)
+    else:
+        res = MS.merge_range(task.plan, task.src, task.byte_range, task.segment, task.final, progress)
+    # the worker's own account: bytes in, busy seconds (for "MB/s per worker")
+    res["task_stats"] = (os.getpid(), task.size if task.byte_range else res["bytes_in"], time.perf_counter() - t0)
+    return res
+
+
+def _run_largest_first(tasks, jobs, progress, scheduler) -> list[dict]:
+    """Run rewrite tasks, the largest first (better balance); results in task order."""
+    order = sorted(range(len(tasks)), key=lambda j: -tasks[j].size)
+    res = run_tasks(_run_task, [(tasks[j],) for j in order], jobs, progress.shared, progress.tick,
+                    scheduler=scheduler, retries=1)
+    out = [None] * len(tasks)
+    for j, r in zip(order, res):
+        out[j] = r
+    return out
+
+
+class _Progress:
+    """A tqdm bar of the bytes the rewrite tasks have read (on a terminal unless ``show``
+    says otherwise); workers report through the shared array ``shared``, one slot per task."""
+
+    def __init__(self, tasks, show):
+        self.total = sum(t.size for t in tasks)
+        self.shared = mp.Array("q", len(tasks), lock=False)
+        self.bar = None
+        if sys.stderr.isatty() if show is None else show:
+            self.bar = tqdm(total=self.total, unit="B", unit_scale=True, desc="merge", file=sys.stderr)
+
+    def tick(self):
+        if self.bar is not None:
+            self.bar.n = min(self.total, sum(self.shared))
+            self.bar.refresh()
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.n = self.total
+            self.bar.close()

@@ -1,0 +1,393 @@
+"""Charts of an aggregated job (``streamtrace aggregate`` output), matplotlib with the Agg backend,
+each written as PNG and SVG (atomically):
+
+* ``rank_<R>_timeline``: one rank's GPU time line, a row per kernel category (compute, memory,
+  comm:<dim>) under a row of phase x micro-batch windows (F0, B0, ... labelled where they fit);
+* ``rank_<R>_microbatches``: per micro-batch stacked bars of compute-only / overlap / comm-only time
+  with the wall clock as a line, forward and backward panels;
+* ``ranks_overview``: every rank's compute-only / overlap / comm-only / idle time (stacked bars);
+* ``pp_group_<G>``: the stages of one pipeline group as a Gantt chart of their forward / backward
+  micro-batches (on the aggregate's time alignment: global or individual);
+* ``replica_<K>``: all PP groups of one model replica in one figure;
+* ``collectives_busbw``: bus bandwidth per instance by message size, by collective type and dimension;
+* ``collectives_skew``: heat map rank x collective instance of the arrival delay (start - first start).
+
+Legibility at 64+ ranks and thousands of kernels: intervals closer than one pixel are merged before
+drawing, labels are drawn only where their text fits, tick labels are thinned, the skew heat map
+bins instances into at most :data:`MAX_COLUMNS` columns (max delay per bin).
+"""
+from __future__ import annotations
+
+import json
+import io
+from pathlib import Path
+
+import numpy as np
+
+from ..events.dataset import read_table
+from ..runtime.files import atomic_output
+
+MAX_COLUMNS = 400
+PX_WIDTH = 1400          # drawing width in pixels at DPI (figure 14 in x 100 dpi)
+DPI = 100
+COLORS = {"compute": "#4C72B0", "memory": "#8C8C8C", "comm:TP": "#DD8452", "comm:DP": "#55A868",
+          "comm:PP": "#C44E52", "comm:CP": "#8172B3", "comm:EP": "#937860", "comm:unknown": "#DA8BC3",
+          "comm:cpu": "#DD8452", "forward": "#4C72B0", "backward": "#55A868", "recompute": "#8172B3",
+          "optimizer": "#C44E52", "other": "#BBBBBB", "compute_only": "#4C72B0", "overlap": "#9B59B6",
+          "comm_only": "#DD8452", "idle": "#DDDDDD"}
+PHASE_TAG = {"forward": "F", "backward": "B", "recompute": "R", "optimizer": "Opt", "other": ""}
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def save(fig, path_stem) -> list:
+    """Write ``<stem>.png`` and ``<stem>.svg`` atomically; closes the figure; returns both paths."""
+    plt = _plt()
+    out = []
+    for ext in ("png", "svg"):
+        p = Path(f"{path_stem}.{ext}")
+        buf = io.BytesIO()
+        fig.savefig(buf, format=ext, dpi=DPI, bbox_inches="tight")
+        with atomic_output(p, compress=False) as f:
+            f.write(buf.getvalue())
+        out.append(p)
+    plt.close(fig)
+    return out
+
+
+def merge_close(start, end, gap) -> tuple[np.ndarray, np.ndarray]:
+    """Merge sorted disjoint intervals whose gap is < ``gap`` (int ns): what one pixel cannot separate."""
+    s, e = np.asarray(start, np.int64), np.asarray(end, np.int64)
+    if len(s) < 2:
+        return s, e
+    o = np.argsort(s, kind="stable")
+    s, e = s[o], e[o]
+    reach = np.maximum.accumulate(e)
+    new = np.r_[True, s[1:] - reach[:-1] >= gap]
+    idx = np.flatnonzero(new)
+    return s[idx], np.maximum.reduceat(e, idx)
+
+
+def _ms(x):
+    return np.asarray(x, np.float64) / 1e6
+
+
+def _fits(width_ns, span_ns, text, px=PX_WIDTH * 0.8, char_px=6.5) -> bool:
+    return span_ns > 0 and width_ns / span_ns * px >= len(text) * char_px + 4
+
+
+def _thin_ticks(ax, labels, positions, axis="y", max_labels=40):
+    step = max(1, int(np.ceil(len(labels) / max_labels)))
+    pos, lab = positions[::step], labels[::step]
+    (ax.set_yticks if axis == "y" else ax.set_xticks)(pos)
+    (ax.set_yticklabels if axis == "y" else ax.set_xticklabels)(lab, fontsize=8 if len(lab) <= 20 else 7)
+
+
+# -- per rank ------------------------------------------------------------------------------
+
+def rank_timeline(data, rank, iteration, stem) -> list:
+    """Kernel categories of one rank by wall clock, under its phase x micro-batch windows."""
+    plt = _plt()
+    tl, rp = data["timeline"], data["rank_phase"]
+    m = (tl["rank"] == rank) & (tl["iteration"] == iteration)
+    w = (rp["rank"] == rank) & (rp["iteration"] == iteration)
+    cats = sorted(set(tl["category"][m].tolist()), key=lambda c: (c != "compute", c != "memory", c))
+    lo = min([tl["start_ns"][m].min()] if m.any() else [0])
+    hi = max([tl["end_ns"][m].max()] if m.any() else [1])
+    span = max(int(hi - lo), 1)
+    gap = max(1, span // PX_WIDTH)
+    fig, ax = plt.subplots(figsize=(14, 1.2 + 0.45 * (len(cats) + 1)))
+    for y, c in enumerate(cats):
+        cm = m & (tl["category"] == c)
+        s, e = merge_close(tl["start_ns"][cm], tl["end_ns"][cm], gap)
+        ax.broken_barh(list(zip(_ms(s - lo), _ms(e - s))), (y - 0.35, 0.7), color=COLORS.get(c, "#999999"),
+                       linewidth=0)
+    y = len(cats)
+    for j in np.flatnonzero(w).tolist():
+        ph, mb = rp["phase"][j], int(rp["microbatch"][j])
+        if rp["start_ns"][j] is None or np.isnan(float(rp["start_ns"][j])):
+            continue
+        a, b = int(rp["start_ns"][j]), int(rp["end_ns"][j])
+        ax.broken_barh([(_ms(a - lo), _ms(b - a))], (y - 0.35, 0.7), color=COLORS.get(ph, "#BBBBBB"),
+                       alpha=0.55, linewidth=0.5, edgecolor="white")
+        tag = PHASE_TAG.get(ph, "") + (str(mb) if mb >= 0 else "")
+        if tag and _fits(b - a, span, tag):
+            ax.text(_ms((a + b) // 2 - lo), y, tag, ha="center", va="center", fontsize=7)
+    ax.set_yticks(range(len(cats) + 1))
+    ax.set_yticklabels(cats + ["phase x micro-batch"], fontsize=8)
+    ax.set_xlim(0, _ms(span))
+    ax.set_xlabel(f"time (ms) from {_ms(lo):,.3f} ms on the {data['meta']['time_alignment']} axis")
+    cpu = bool(w.any()) and all(x == "cpu" for x in rp["source"][w].tolist())
+    what = "CPU time line (no GPU events) by op category" if cpu else "GPU time line by kernel category"
+    ax.set_title(f"rank {rank}, iteration {iteration}: {what}", fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    return save(fig, stem)
+
+
+def rank_microbatches(data, rank, iteration, stem) -> list:
+    """Stacked compute-only / overlap / comm-only per micro-batch, wall clock line; fwd and bwd panels."""
+    plt = _plt()
+    rp = data["rank_phase"]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.8), sharey=True)
+    for ax, ph in zip(axes, ("forward", "backward")):
+        sel = np.flatnonzero((rp["rank"] == rank) & (rp["iteration"] == iteration) & (rp["phase"] == ph))
+        sel = sel[np.argsort(rp["microbatch"][sel])]
+        x = rp["microbatch"][sel].astype(int)
+        co, ov = _ms(rp["compute_only_ns"][sel]), _ms(rp["overlap_ns"][sel])
+        cm = _ms(rp["exposed_comm_ns"][sel])
+        ax.bar(x, co, color=COLORS["compute_only"], label="compute only")
+        ax.bar(x, ov, bottom=co, color=COLORS["overlap"], label="overlap")
+        ax.bar(x, cm, bottom=co + ov, color=COLORS["comm_only"], label="comm only (exposed)")
+        ax.plot(x, _ms(rp["wall_ns"][sel]), "k.-", label="wall clock")
+        ax.set_title(f"{ph}", fontsize=10)
+        ax.set_xlabel("micro-batch")
+        if len(x):
+            _thin_ticks(ax, [str(v) for v in x], x, axis="x", max_labels=32)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylabel("ms")
+    h, lab = axes[0].get_legend_handles_labels()
+    fig.legend(h, lab, fontsize=8, ncol=4, loc="lower center", bbox_to_anchor=(0.5, -0.06))
+    fig.suptitle(f"rank {rank}, iteration {iteration}: time per micro-batch", fontsize=10)
+    return save(fig, stem)
+
+
+def ranks_overview(data, iteration, stem) -> list:
+    """Every rank's compute-only / overlap / comm-only / idle time in one iteration."""
+    plt = _plt()
+    rk = data["ranks"]
+    sel = np.flatnonzero(rk["iteration"] == iteration)
+    sel = sel[np.argsort(rk["rank"][sel], kind="stable")]
+    x = np.arange(len(sel))
+    fig, ax = plt.subplots(figsize=(max(8, min(16, 0.22 * len(sel) + 4)), 4))
+    bottom = np.zeros(len(sel))
+    for key, lab in (("compute_only_ns", "compute only"), ("overlap_ns", "overlap"),
+                     ("exposed_comm_ns", "comm only (exposed)"), ("idle_ns", "idle")):
+        v = _ms(rk[key][sel])
+        ax.bar(x, v, bottom=bottom, color=COLORS[key.replace("_ns", "").replace("exposed_comm", "comm_only")],
+               label=lab, width=0.85)
+        bottom += v
+    _thin_ticks(ax, [str(int(r)) for r in rk["rank"][sel]], x, axis="x", max_labels=64)
+    ax.set_xlabel("rank")
+    ax.set_ylabel("ms")
+    ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.18))
+    ax.set_title(f"iteration {iteration}: where each rank's GPU time went", fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    return save(fig, stem)
+
+
+# -- pipeline --------------------------------------------------------------------------------
+
+def _gantt_rows(ax, data, iteration, rows, lo, span):
+    """Draw phase x micro-batch bars for ``rows`` = [(y, rank)] on ``ax``."""
+    rp = data["rank_phase"]
+    fb = np.isin(rp["phase"], ("forward", "backward", "recompute", "optimizer"))
+    for y, rank in rows:
+        sel = np.flatnonzero((rp["rank"] == rank) & (rp["iteration"] == iteration) & fb)
+        for ph in ("forward", "backward", "recompute", "optimizer"):
+            js = [j for j in sel.tolist() if rp["phase"][j] == ph and rp["compute_start_ns"][j] is not None
+                  and not np.isnan(float(rp["compute_start_ns"][j]))]
+            if not js:
+                continue
+            a = np.asarray([int(rp["compute_start_ns"][j]) for j in js])
+            b = np.asarray([int(rp["compute_end_ns"][j]) for j in js])
+            ax.broken_barh(list(zip(_ms(a - lo), _ms(b - a))), (y - 0.4, 0.8), color=COLORS[ph], linewidth=0.3,
+                           edgecolor="white")
+            for j, x0, x1 in zip(js, a, b):
+                mb = int(rp["microbatch"][j])
+                tag = PHASE_TAG[ph] + (str(mb) if mb >= 0 else "")
+                if _fits(x1 - x0, span, tag):
+                    ax.text(_ms((x0 + x1) // 2 - lo), y, tag, ha="center", va="center", fontsize=7, color="white")
+
+
+def _span(data, iteration, ranks):
+    rp = data["rank_phase"]
+    sel = (rp["iteration"] == iteration) & np.isin(rp["rank"], list(ranks))
+    a = [float(v) for v in rp["compute_start_ns"][sel] if v is not None and not np.isnan(float(v))]
+    b = [float(v) for v in rp["compute_end_ns"][sel] if v is not None and not np.isnan(float(v))]
+    return (int(min(a)), int(max(b))) if a else (0, 1)
+
+
+def pp_gantt(data, group_index, iteration, stem) -> list:
+    """Gantt chart of one PP group's stages (forward / backward micro-batches), bubble per stage."""
+    plt = _plt()
+    g = data["meta"]["topology"]["pp"][group_index]
+    lo, hi = _span(data, iteration, g)
+    span = max(hi - lo, 1)
+    fig, ax = plt.subplots(figsize=(14, 1.0 + 0.45 * len(g)))
+    rows = [(len(g) - 1 - s, r) for s, r in enumerate(g)]
+    _gantt_rows(ax, data, iteration, rows, lo, span)
+    pipe = data.get("pipeline") or {}
+    labels = []
+    for s, r in enumerate(g):
+        j = np.flatnonzero((pipe.get("rank", np.zeros(0)) == r) & (pipe.get("iteration", np.zeros(0)) == iteration))
+        bub = f"  bubble {100 * pipe['bubble_fraction'][j[0]]:.1f}%" if len(j) else ""
+        labels.append(f"stage {s} (rank {r}){bub}")
+    _thin_ticks(ax, labels[::-1], np.arange(len(g)), max_labels=40)
+    _phase_legend(ax)
+    ax.set_xlim(0, _ms(span))
+    ax.set_xlabel(f"time (ms), {data['meta']['time_alignment']} alignment")
+    ax.set_title(f"PP group {group_index} (ranks {','.join(map(str, g))}), iteration {iteration}", fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    return save(fig, stem)
+
+
+def replica_view(data, replica_index, iteration, stem) -> list:
+    """All PP groups of one model replica, stitched into one figure (one block of rows per group)."""
+    plt = _plt()
+    topo = data["meta"]["topology"]
+    rep = set(topo["replicas"][replica_index])
+    groups = [(gi, g) for gi, g in enumerate(topo["pp"]) if set(g) <= rep]
+    n = sum(len(g) for _, g in groups)
+    lo, hi = _span(data, iteration, rep)
+    span = max(hi - lo, 1)
+    fig, ax = plt.subplots(figsize=(14, 1.2 + min(0.32 * n, 22)))
+    rows, labels, y = [], [], n - 1
+    for gi, g in groups:
+        for s, r in enumerate(g):
+            rows.append((y, r))
+            labels.append((y, f"PP{gi} s{s} r{r}"))
+            y -= 1
+        ax.axhline(y + 0.5, color="black", linewidth=0.6)
+    _gantt_rows(ax, data, iteration, rows, lo, span)
+    labels.sort()
+    _thin_ticks(ax, [x[1] for x in labels], np.asarray([x[0] for x in labels]), max_labels=48)
+    _phase_legend(ax)
+    ax.set_xlim(0, _ms(span))
+    ax.set_ylim(-0.6, n - 0.4)
+    ax.set_xlabel(f"time (ms), {data['meta']['time_alignment']} alignment")
+    ax.set_title(f"model replica {replica_index}: {len(groups)} PP groups, {n} ranks, iteration {iteration}",
+                 fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    return save(fig, stem)
+
+
+def _phase_legend(ax):
+    from matplotlib.patches import Patch
+    ax.legend(handles=[Patch(color=COLORS[p], label=p) for p in ("forward", "backward", "recompute", "optimizer")],
+              fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+
+
+# -- collectives -----------------------------------------------------------------------------
+
+def busbw_chart(data, stem) -> list:
+    """Bus bandwidth of each complete collective instance by message size (log-log)."""
+    plt = _plt()
+    c = data["collectives"]
+    fig, ax = plt.subplots(figsize=(9, 5))
+    ok = c["complete"] & np.isfinite(c["busbw_gbps"]) & (c["msg_bytes"] > 0)
+    markers = {"TP": "o", "DP": "s", "PP": "^", "CP": "D", "EP": "v"}
+    for coll, dim in sorted(set(zip(c["collective"][ok].tolist(), c["parallel_dim"][ok].tolist()))):
+        m = ok & (c["collective"] == coll) & (c["parallel_dim"] == dim)
+        ax.scatter(c["msg_bytes"][m], c["busbw_gbps"][m], s=14, alpha=0.6, marker=markers.get(dim, "x"),
+                   label=f"{coll} {dim} ({int(m.sum())})")
+    ax.set_xscale("log")
+    if ok.any() and c["busbw_gbps"][ok].min() > 0:
+        ax.set_yscale("log")
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("bus bandwidth (GB/s, GB = 1e9 B)")
+    ax.set_title("collectives: bus bandwidth by type and message size", fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    if ok.any():
+        ax.legend(fontsize=8)
+    return save(fig, stem)
+
+
+def skew_heatmap(data, stem) -> list:
+    """Rank x collective instance (time order) heat map of the arrival delay (us); instances binned
+    to at most :data:`MAX_COLUMNS` columns (max per bin); blank where the rank is not a member."""
+    plt = _plt()
+    grid, ranks, per, n = skew_grid(data["collectives"], data["collectives_ranks"])
+    fig, ax = plt.subplots(figsize=(14, 1.5 + min(0.16 * len(ranks), 12)))
+    finite = grid[np.isfinite(grid)]
+    vmax = float(np.percentile(finite, 99)) if finite.size else 1.0
+    im = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="magma_r", vmin=0, vmax=max(vmax, 1e-3))
+    _thin_ticks(ax, [str(int(r)) for r in ranks], np.arange(len(ranks)), max_labels=40)
+    ax.set_ylabel("rank")
+    ax.set_xlabel(f"collective instances in time order ({n:,}; {per} per column, max shown)")
+    fig.colorbar(im, ax=ax, label="arrival after the first rank (us)")
+    ax.set_title("collective skew: how late each rank arrives", fontsize=10)
+    return save(fig, stem)
+
+
+def skew_grid(c, m):
+    """``(grid, ranks, per_column, n)``: arrival delay in us, shape (ranks, columns), NaN where the
+    rank has no member in the column; instances in time order, ``per_column`` of them per column
+    (at most :data:`MAX_COLUMNS` columns), the max delay of each rank in each column."""
+    order = np.argsort(c["first_start_ns"], kind="stable")
+    col_of = np.empty(len(order), np.int64)
+    col_of[order] = np.arange(len(order))
+    ncol = max(1, min(MAX_COLUMNS, len(order)))
+    bins = (col_of * ncol) // max(1, len(order))
+    ranks = np.unique(m["rank"]) if len(m["rank"]) else np.zeros(0, np.int64)
+    row = np.searchsorted(ranks, m["rank"])
+    grid = np.full((len(ranks), ncol), np.nan)
+    if len(m["rank"]):
+        cb = bins[m["instance"]]
+        val = m["arrival_ns"] / 1e3
+        flat = row * ncol + cb
+        best = np.full(grid.size, -np.inf)
+        np.maximum.at(best, flat, val)
+        grid = np.where(np.isfinite(best), best, np.nan).reshape(len(ranks), ncol)
+    per = int(np.ceil(len(order) / ncol)) if len(order) else 1
+    return grid, ranks, per, len(order)
+
+
+# -- all of them ----------------------------------------------------------------------------
+
+def load(aggdir) -> dict:
+    """The aggregate outputs the charts need, as column dicts (``meta`` = aggregate.json)."""
+    d = Path(aggdir)
+    out = {"meta": json.loads((d / "aggregate.json").read_text())}
+    for n in ("timeline", "rank_phase", "ranks", "pipeline", "collectives", "collectives_ranks"):
+        p = d / f"{n}.parquet"
+        out[n] = read_table(p) if p.is_file() else {}
+    return out
+
+
+def render_all(aggdir, outdir, ranks=None, max_groups=16, max_replicas=8, log=None) -> list:
+    """Render every chart of the module docstring into ``outdir``; ``ranks``: the ranks that get
+    per-rank charts (default: all when <= 8, else each stage of the first PP group plus the rank that
+    was the straggler most often).  Returns the written paths."""
+    data = load(aggdir)
+    out = Path(outdir)
+    meta = data["meta"]
+    iters = meta["iterations"]
+    files = []
+    all_ranks = sorted(set(data["ranks"]["rank"].tolist()))
+    if ranks is None:
+        if len(all_ranks) <= 8:
+            ranks = all_ranks
+        else:
+            topo = meta.get("topology") or {}
+            ranks = list((topo.get("pp") or [[all_ranks[0]]])[0])
+            st = Path(aggdir) / "stragglers.parquet"
+            if st.is_file():
+                s = read_table(st)
+                if len(s["rank"]):
+                    ranks.append(int(s["rank"][np.argmax(s["straggler_lag_ns"])]))
+            ranks = sorted(set(ranks))
+    for it in iters:
+        files += ranks_overview(data, it, out / f"ranks_overview_iter{it}")
+        for r in ranks:
+            if r in all_ranks:
+                files += rank_timeline(data, r, it, out / f"rank_{r}_timeline_iter{it}")
+                files += rank_microbatches(data, r, it, out / f"rank_{r}_microbatches_iter{it}")
+        topo = meta.get("topology")
+        if topo:
+            for gi in range(min(len(topo["pp"]), max_groups)):
+                if set(topo["pp"][gi]) & set(all_ranks):
+                    files += pp_gantt(data, gi, it, out / f"pp_group_{gi}_iter{it}")
+            for ri in range(min(len(topo["replicas"]), max_replicas)):
+                if set(topo["replicas"][ri]) & set(all_ranks):
+                    files += replica_view(data, ri, it, out / f"replica_{ri}_iter{it}")
+    if data["collectives"] and len(data["collectives"].get("instance", [])):
+        files += busbw_chart(data, out / "collectives_busbw")
+        files += skew_heatmap(data, out / "collectives_skew")
+    if log:
+        log(f"wrote {len(files)} chart files to {out}")
+    return files

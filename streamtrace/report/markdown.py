@@ -1,0 +1,284 @@
+"""``streamtrace report``: one Markdown report per run (``<name>.md``) plus ``report.json`` and the
+charts (:mod:`streamtrace.report.charts`), from the tables ``streamtrace aggregate`` wrote.
+
+Every number in the report is read from, or computed in one step from, an aggregate output file,
+named beside each section of ``report.json`` (``"from"``):
+
+* configuration: world size, TP/CP/EP/DP/PP and rank order (topology), GPU names, ranks, iterations;
+* throughput (when ``tokens_per_step``, or ``global_batch`` and ``seq_len``, are given):
+  tokens/s = tokens per step x profiled steps / the sum of their step times, a step's time being
+  the median over ranks of its ``ProfilerStep#N`` duration (``iterations.parquet``:
+  ``step_ns_median``; the GPU span when no step annotation exists) — the profiled steps only;
+* per rank (``ranks.parquet``, each rank's mean over the iterations): compute, comm, overlap,
+  exposed comm, idle, busy and wall time, min / median / max across ranks and which rank;
+* collectives (``collectives_summary.parquet``): count, bytes, time, bus bandwidth distribution
+  per collective type and parallel dimension; traffic share per dimension;
+* stragglers (``stragglers.parquet``): the ranks that were last to arrive most (lag caused);
+* pipeline bubbles (``pipeline.parquet``): per PP group and stage, and the mean per stage;
+* top kernels by total time over all ranks (``top_kernels.parquet``).
+
+Times in ``report.json`` are int ns (``*_ns``) or as stored; the Markdown shows ms.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import StreamtraceError
+from ..runtime.files import atomic_output
+from ..events.dataset import read_table
+from .charts import render_all
+
+RANK_METRICS = ("compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "idle_ns", "busy_ns", "wall_ns")
+
+
+def _read(d, name):
+    p = Path(d) / f"{name}.parquet"
+    return read_table(p) if p.is_file() else {}
+
+
+def _py(v):
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating, float)):
+        return None if np.isnan(v) else float(v)
+    if isinstance(v, np.bool_):
+        return bool(v)
+    return v
+
+
+def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq_len=None, top=15) -> dict:
+    """The report as a dict (the content of ``report.json``).  Raises :class:`StreamtraceError` when
+    ``aggdir`` holds no ``aggregate.json`` or the throughput options are incomplete."""
+    d = Path(aggdir)
+    try:
+        meta = json.loads((d / "aggregate.json").read_text())
+    except OSError:
+        raise StreamtraceError(f"{aggdir}: no aggregate.json (run streamtrace aggregate first)") from None
+    if tokens_per_step is None and (global_batch is None) != (seq_len is None):
+        raise StreamtraceError("give --tokens-per-step, or both --global-batch and --seq-len")
+    topo = meta.get("topology") or {}
+    sizes = topo.get("sizes") or {k: max((len(g) for g in topo.get(k) or []), default=1)
+                                   for k in ("tp", "cp", "ep", "dp", "pp")}
+    rep = {"name": name or _default_name(meta, d), "generated": _dt.datetime.now().isoformat(timespec="seconds"),
+           "aggregate": str(d), "inputs": meta["inputs"],
+           "configuration": {"world_size": meta.get("world_size"), **{k: sizes.get(k) for k in ("tp", "cp", "ep", "dp", "pp")},
+                             "order": topo.get("order"), "devices": meta.get("devices") or [],
+                             "ranks": len(meta["ranks"]), "iterations": meta["iterations"],
+                             "time_alignment": meta["time_alignment"], "clock_sync": meta["clock_sync"],
+                             "from": "aggregate.json"}}
+    it = _read(d, "iterations")
+    tps = tokens_per_step if tokens_per_step is not None else (
+        global_batch * seq_len if global_batch is not None else None)
+    rep["steps"] = [{"iteration": int(i), "step_ns": _py(s) if s is not None and not _isnan(s) else _py(sp)}
+                    for i, s, sp in zip(it["iteration"], it["step_ns_median"], it["span_ns"])]
+    if tps is not None:
+        total = sum(s["step_ns"] for s in rep["steps"] if s["step_ns"])
+        rep["throughput"] = {"tokens_per_step": int(tps), "steps": len(rep["steps"]), "time_ns": int(total),
+                             "tokens_per_s": tps * len(rep["steps"]) / (total / 1e9) if total else None,
+                             "from": "iterations.parquet"}
+    rk = _read(d, "ranks")
+    rep["ranks"] = _rank_stats(rk)
+    cs = _read(d, "collectives_summary")
+    rep["collectives"] = {"instances": meta["collectives"], "by_type": [
+        {k: _py(cs[k][i]) for k in cs} for i in range(len(cs.get("collective", [])))],
+        "from": "collectives_summary.parquet"}
+    traffic: dict = {}
+    for row in rep["collectives"]["by_type"]:
+        t = traffic.setdefault(row["parallel_dim"], {"bytes": 0, "traffic_share": 0.0, "time_ns": 0})
+        t["bytes"] += row["bytes"]
+        t["traffic_share"] += row["traffic_share"]
+        t["time_ns"] += row["time_ns"]
+    rep["traffic"] = {"by_dim": traffic, "from": "collectives_summary.parquet"}
+    st = _read(d, "stragglers")
+    rows = [{k: _py(st[k][i]) for k in st} for i in range(len(st.get("rank", [])))]
+    rows.sort(key=lambda r: (-r["straggler_lag_ns"], r["rank"]))
+    rep["stragglers"] = {"top": rows[:5], "clock_offsets_ns": meta.get("clock_offsets_ns") or {},
+                         "from": "stragglers.parquet"}
+    pipe = _read(d, "pipeline")
+    prow = [{k: _py(pipe[k][i]) for k in ("iteration", "pp_group", "stage", "rank", "span_ns", "busy_ns",
+                                          "bubble_ns", "bubble_fraction", "ideal_bubble_fraction", "microbatches")}
+            for i in range(len(pipe.get("rank", [])))]
+    per_stage = {}
+    for s in sorted({r["stage"] for r in prow}):
+        v = [r["bubble_fraction"] for r in prow if r["stage"] == s and r["bubble_fraction"] is not None]
+        per_stage[str(s)] = float(np.mean(v)) if v else None
+    rep["pipeline"] = {"rows": prow, "mean_bubble_fraction_by_stage": per_stage,
+                       "ideal_bubble_fraction": prow[0]["ideal_bubble_fraction"] if prow else None,
+                       "from": "pipeline.parquet"}
+    tk = _read(d, "top_kernels")
+    total = int(tk["total_ns"].sum()) if len(tk.get("total_ns", [])) else 0
+    rep["top_kernels"] = {"total_ns": total, "rows": [
+        {"name": tk["name"][i], "kind": tk["kind"][i], "count": int(tk["count"][i]), "total_ns": int(tk["total_ns"][i]),
+         "share": int(tk["total_ns"][i]) / total if total else None}
+        for i in range(min(top, len(tk.get("name", []))))], "from": "top_kernels.parquet"}
+    rep["warnings"] = meta.get("warnings", [])
+    return rep
+
+
+def _isnan(v):
+    try:
+        return bool(np.isnan(v))
+    except TypeError:
+        return False
+
+
+def _default_name(meta, d):
+    ins = meta.get("inputs") or []
+    p = Path(ins[0]) if ins else d
+    name = p.resolve().name
+    return name if name not in ("", ".") else d.resolve().name
+
+
+def _rank_stats(rk) -> dict:
+    """Per-rank means over the iterations, then min / median / max across ranks (with the ranks)."""
+    if not len(rk.get("rank", [])):
+        return {"per_rank": [], "stats": {}, "from": "ranks.parquet"}
+    ranks = sorted(set(rk["rank"].tolist()))
+    per = []
+    for r in ranks:
+        m = rk["rank"] == r
+        row = {"rank": int(r), "iterations": int(m.sum())}
+        for k in RANK_METRICS:
+            row[k] = float(np.mean(rk[k][m]))
+        row["overlap_pct"] = 100.0 * row["overlap_ns"] / row["comm_ns"] if row["comm_ns"] else None
+        per.append(row)
+    stats = {}
+    for k in RANK_METRICS + ("overlap_pct",):
+        vals = [(p[k], p["rank"]) for p in per if p[k] is not None]
+        if not vals:
+            continue
+        v = np.asarray([x[0] for x in vals])
+        lo, hi = min(vals), max(vals, key=lambda x: (x[0], -x[1]))
+        stats[k] = {"min": float(v.min()), "median": float(np.median(v)), "max": float(v.max()),
+                    "min_rank": lo[1], "max_rank": hi[1]}
+    return {"per_rank": per, "stats": stats, "from": "ranks.parquet"}
+
+
+# -- Markdown -------------------------------------------------------------------------------
+
+def _ms(ns):
+    return "-" if ns is None else f"{ns / 1e6:,.3f}"
+
+
+def _f(x, nd=1):
+    return "-" if x is None else f"{x:,.{nd}f}"
+
+
+def _table(head, rows):
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def to_markdown(rep: dict, charts=()) -> str:
+    """The report as Markdown (times in ms, bandwidth in GB/s, GB = 1e9 bytes)."""
+    c = rep["configuration"]
+    L = [f"# {rep['name']}", "",
+         f"Generated {rep['generated']} by streamtrace from `{rep['aggregate']}` "
+         f"(time alignment: {c['time_alignment']}, clock sync: {c['clock_sync']}).", "",
+         "## Configuration", "",
+         _table(["world size", "TP", "CP", "EP", "DP", "PP", "rank order", "GPUs", "ranks analysed", "iterations"],
+                [[c["world_size"], c["tp"], c["cp"], c["ep"], c["dp"], c["pp"], c["order"] or "-",
+                  ", ".join(c["devices"]) or "-", c["ranks"], ", ".join(map(str, c["iterations"]))]]), ""]
+    L += ["## Steps and throughput", ""]
+    L += [_table(["iteration", "step time (ms)"], [[s["iteration"], _ms(s["step_ns"])] for s in rep["steps"]]), ""]
+    tp = rep.get("throughput")
+    if tp:
+        L += [f"**{_f(tp['tokens_per_s'], 0)} tokens/s** ({tp['tokens_per_step']:,} tokens per step, {tp['steps']} "
+              f"profiled step(s), {_ms(tp['time_ns'])} ms).", ""]
+    else:
+        L += ["Throughput: give `--tokens-per-step`, or `--global-batch` and `--seq-len`.", ""]
+    st = rep["ranks"]["stats"]
+    L += ["## Where the time went, per rank", "",
+          "Per rank (mean over iterations), across ranks: GPU time in ms (CPU time for ranks without GPU events).", ""]
+    rows = []
+    for k, lab in (("compute_ns", "compute"), ("comm_ns", "communication"), ("overlap_ns", "overlap"),
+                   ("exposed_comm_ns", "exposed communication"), ("idle_ns", "idle"), ("busy_ns", "busy"),
+                   ("wall_ns", "wall clock")):
+        if k in st:
+            s = st[k]
+            rows.append([lab, f"{_ms(s['min'])} (rank {s['min_rank']})", _ms(s["median"]),
+                         f"{_ms(s['max'])} (rank {s['max_rank']})"])
+    if "overlap_pct" in st:
+        s = st["overlap_pct"]
+        rows.append(["overlap % of comm", f"{_f(s['min'])} (rank {s['min_rank']})", _f(s["median"]),
+                     f"{_f(s['max'])} (rank {s['max_rank']})"])
+    L += [_table(["metric", "min", "median", "max"], rows), ""]
+    L += ["## Collectives", ""]
+    ci = rep["collectives"]["instances"]
+    L += [f"{ci.get('instances', 0):,} collective instances matched across ranks ({ci.get('complete', 0):,} with "
+          f"every member, {ci.get('inconsistent', 0):,} inconsistent). Bus bandwidth as nccl-tests defines it.", ""]
+    rows = [[r["collective"], r["parallel_dim"], r["count"], f"{r['bytes'] / 1e9:,.3f}", f"{100 * r['traffic_share']:.1f}",
+             _ms(r["time_ns"]), _f(r["busbw_min"]), _f(r["busbw_median"]), _f(r["busbw_max"]),
+             _f(r["start_skew_mean_ns"] / 1e3 if r["start_skew_mean_ns"] is not None else None)]
+            for r in rep["collectives"]["by_type"]]
+    L += [_table(["collective", "dim", "count", "GB", "traffic %", "time (ms)", "busbw min", "busbw median",
+                  "busbw max", "mean skew (us)"], rows), ""]
+    L += ["Traffic by parallel dimension:", ""]
+    L += [_table(["dim", "GB", "share %", "time (ms)"],
+                 [[k, f"{v['bytes'] / 1e9:,.3f}", f"{100 * v['traffic_share']:.1f}", _ms(v["time_ns"])]
+                  for k, v in sorted(rep["traffic"]["by_dim"].items())]), ""]
+    L += ["## Stragglers", "", "Ranks last to arrive at group collectives (lag = their lead over the next-latest rank):", ""]
+    L += [_table(["rank", "times last", "lag caused (ms)", "times first (waited longest)", "total wait (ms)"],
+                 [[r["rank"], r["straggler_count"], _ms(r["straggler_lag_ns"]), r["waiter_count"], _ms(r["wait_ns"])]
+                  for r in rep["stragglers"]["top"]]), ""]
+    off = rep["stragglers"]["clock_offsets_ns"]
+    if off:
+        L += ["Estimated clock offsets (us): " + ", ".join(f"rank {r}: {v / 1e3:+,.1f}" for r, v in off.items()), ""]
+    L += ["## Pipeline bubbles", ""]
+    pp = rep["pipeline"]
+    if pp["rows"]:
+        L += [f"Ideal 1F1B bubble: {_f(100 * pp['ideal_bubble_fraction'] if pp['ideal_bubble_fraction'] is not None else None)} %. "
+              "Mean bubble per stage: " + ", ".join(f"stage {s}: {_f(100 * v if v is not None else None)} %"
+                                                   for s, v in pp["mean_bubble_fraction_by_stage"].items()), ""]
+        L += [_table(["iteration", "PP group", "stage", "rank", "span (ms)", "busy (ms)", "bubble (ms)", "bubble %"],
+                     [[r["iteration"], r["pp_group"], r["stage"], r["rank"], _ms(r["span_ns"]), _ms(r["busy_ns"]),
+                       _ms(r["bubble_ns"]), _f(100 * r["bubble_fraction"] if r["bubble_fraction"] is not None else None)]
+                      for r in pp["rows"][:64]]), ""]
+        if len(pp["rows"]) > 64:
+            L += [f"({len(pp['rows']) - 64} more rows in pipeline.parquet)", ""]
+    else:
+        L += ["No pipeline groups (no topology or no forward/backward work).", ""]
+    L += ["## Top kernels by time", ""]
+    L += [_table(["kernel", "kind", "count", "total (ms)", "share %"],
+                 [[_short(r["name"]), r["kind"], f"{r['count']:,}", _ms(r["total_ns"]),
+                   _f(100 * r["share"] if r["share"] is not None else None)] for r in rep["top_kernels"]["rows"]]), ""]
+    if charts:
+        L += ["## Charts", ""]
+        L += [f"![{Path(p).stem}]({p})" for p in charts]
+        L += [""]
+    if rep["warnings"]:
+        L += ["## Warnings", ""] + [f"- {w}" for w in rep["warnings"]] + [""]
+    return "\n".join(L)
+
+
+def _short(name, n=90):
+    name = name.replace("|", "\\|")
+    return name if len(name) <= n else name[: n - 3] + "..."
+
+
+def write_report(aggdir, outdir=None, name=None, tokens_per_step=None, global_batch=None, seq_len=None,
+                 charts=True, chart_ranks=None, log=None) -> dict:
+    """Write ``<outdir>/<name>.md``, ``<outdir>/report.json`` and (``charts``) ``<outdir>/charts/``.
+    ``outdir`` defaults to ``aggdir``.  Returns the report dict (with ``files``)."""
+    rep = build_report(aggdir, name, tokens_per_step, global_batch, seq_len)
+    out = Path(outdir or aggdir)
+    files = []
+    if charts:
+        files = render_all(aggdir, out / "charts", ranks=chart_ranks)
+    pngs = [str(Path(p).relative_to(out)) for p in files if str(p).endswith(".png")]
+    rep["charts"] = pngs
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in rep["name"]) or "report"
+    md = out / f"{safe}.md"
+    with atomic_output(md, compress=False) as f:
+        f.write(to_markdown(rep, pngs).encode())
+    with atomic_output(out / "report.json", compress=False) as f:
+        f.write(json.dumps(rep, indent=1, default=_py).encode())
+    rep["files"] = [str(md), str(out / "report.json")] + [str(p) for p in files]
+    if log:
+        log(f"report: {md} and {out / 'report.json'}" + (f", {len(files)} chart files in {out / 'charts'}" if files else ""))
+    return rep

@@ -1,0 +1,169 @@
+"""The batch layer: run one function over many tasks, on any
+``concurrent.futures.Executor``.
+
+* default: a local process pool (fork on Linux) with ``jobs`` workers; workers can
+  report progress through a shared int64 array (one slot per task);
+* ``scheduler="tcp://host:8786"`` (or the ``STREAMTRACE_SCHEDULER`` environment
+  variable): the executor of a ``dask.distributed`` Client (``pip install
+  'streamtrace[dask]'``); workers then read inputs from the shared filesystem and
+  write their outputs there directly, so only small per-task summaries travel
+  back through the scheduler (no progress bars in that mode);
+* or any executor the caller passes (``executor=``).
+
+Results come back in input order.  With ``keep_going`` a failed task is retried
+``retries`` times and then returned as a :class:`TaskFailure`; without it the first
+failure cancels the rest and is raised.
+
+Every task sent to an executor first runs :func:`~streamtrace.runtime.tuning.tune_malloc` once in its worker
+process (see there: dask's nanny otherwise makes glibc ``mmap`` every array).
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing as mp
+import os
+import sys
+from dataclasses import dataclass
+
+from ..errors import StreamtraceError
+from .tuning import tune_malloc
+
+PROGRESS = None  # set in each worker: the shared progress array
+
+
+@dataclass
+class TaskFailure:
+    """A task that failed after its retries: ``args`` (the task's arguments),
+    ``error`` (one line), ``attempts``."""
+    args: tuple
+    error: str
+    attempts: int
+
+
+class InWorker:
+    """``fn`` as sent to an executor: calls :func:`tune_malloc`, then ``fn(*args)``.
+    Keeps ``fn``'s name (dask names its tasks after it)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.__name__ = getattr(fn, "__name__", "task")
+
+    def __call__(self, *args):
+        tune_malloc()
+        return self.fn(*args)
+
+
+def init_worker(arr):
+    global PROGRESS
+    PROGRESS = arr
+
+
+def pool(jobs, arr=None):
+    ctx = mp.get_context("fork") if sys.platform.startswith("linux") else mp.get_context()
+    return cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx,
+                                  initializer=init_worker, initargs=(arr,))
+
+
+def scheduler_address(scheduler=None):
+    """The dask scheduler to use: the argument, else ``$STREAMTRACE_SCHEDULER``, else None."""
+    return scheduler or os.environ.get("STREAMTRACE_SCHEDULER") or None
+
+
+def dask_executor(address):
+    """``(executor, client)`` for a dask.distributed scheduler address.  Raises
+    :class:`~streamtrace.errors.StreamtraceError` when dask is missing or unreachable."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise StreamtraceError("--scheduler needs dask.distributed: pip install 'streamtrace[dask]'") from None
+    try:
+        client = Client(address, timeout=30)
+    except (OSError, TimeoutError) as e:
+        raise StreamtraceError(f"cannot reach the dask scheduler at {address}: {e}") from None
+    return client.get_executor(pure=False), client
+
+
+def _error_line(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {msg[0] if msg else ''}" if not hasattr(e, "path") else (msg[0] if msg else "")
+
+
+def run_tasks(fn, args_list, jobs=1, arr=None, on_tick=None, executor=None, scheduler=None,
+              retries=0, keep_going=False):
+    """Run ``fn(*args)`` for each args tuple and return the results in input order.
+
+    ``jobs`` > 1 uses a local process pool; ``executor`` (any
+    ``concurrent.futures.Executor``) or ``scheduler`` (a dask address) take
+    precedence.  ``arr``: shared progress array handed to local workers;
+    ``on_tick()`` is called about every 0.2 s.  A failed task is retried
+    ``retries`` times; then, with ``keep_going``, returned as :class:`TaskFailure`
+    (the others finish), else its exception is raised and the rest cancelled."""
+    address = scheduler_address(scheduler)
+    client = None
+    if executor is None and address:
+        executor, client = dask_executor(address)
+    try:
+        if executor is None and (jobs <= 1 or len(args_list) <= 1):
+            return run_inline(fn, args_list, arr, on_tick, retries, keep_going)
+        if executor is not None:
+            return _run_on(executor, fn, args_list, on_tick, retries, keep_going)
+        with pool(jobs, arr) as ex:
+            return _run_on(ex, fn, args_list, on_tick, retries, keep_going)
+    finally:
+        if client is not None:
+            client.close()
+
+
+def run_inline(fn, args_list, arr, on_tick, retries, keep_going):
+    """:func:`run_tasks` in this process, one task after the other (same retries and failures)."""
+    out = []
+    try:
+        for a in args_list:
+            if arr is not None:
+                init_worker(arr)
+            for attempt in range(1, retries + 2):
+                try:
+                    out.append(fn(*a))
+                    break
+                except Exception as e:   # noqa: BLE001 - retried, then reported or raised
+                    if attempt <= retries:
+                        continue
+                    if not keep_going:
+                        raise
+                    out.append(TaskFailure(a, _error_line(e), attempt))
+            if on_tick:
+                on_tick()
+    finally:
+        init_worker(None)
+    return out
+
+
+def _run_on(ex, fn, args_list, on_tick, retries, keep_going):
+    fn = InWorker(fn)
+    futs = {ex.submit(fn, *a): (i, 1) for i, a in enumerate(args_list)}
+    results = [None] * len(args_list)
+    try:
+        pending = set(futs)
+        while pending:
+            done, pending = cf.wait(pending, timeout=0.2, return_when=cf.FIRST_COMPLETED)
+            for f in done:
+                i, attempt = futs.pop(f)
+                e = f.exception()
+                if e is None:
+                    results[i] = f.result()
+                elif attempt <= retries:
+                    nf = ex.submit(fn, *args_list[i])
+                    futs[nf] = (i, attempt + 1)
+                    pending.add(nf)
+                elif not keep_going:
+                    raise e
+                else:
+                    results[i] = TaskFailure(args_list[i], _error_line(e), attempt)
+            if on_tick:
+                on_tick()
+    except BaseException:
+        for f in futs:
+            f.cancel()
+        raise
+    return results
+

@@ -1,0 +1,312 @@
+"""The parallel topology model: which ranks form each TP / CP / EP / DP / PP group, and the model
+replicas (:class:`Topology`); Megatron's rank order (:func:`parse_order`, the one parser of it),
+the groups Megatron-LM's ``RankGenerator`` builds from sizes and an order (:func:`from_sizes`,
+``megatron/core/parallel_state.py``), and a topology from the groups of a running job
+(:func:`topology_from_groups`, for :mod:`streamtrace.capture`).
+
+Group lists are ordered as Megatron orders them: every group ascending, groups by their first rank.
+(Megatron's ``generate_masked_orthogonal_rank_groups`` enumerates group and member indices in
+mixed radix with increasing strides, so both enumerations are increasing in the rank.)
+
+A **model replica** is a set of ranks that together hold one full copy of the model: the connected
+components of the TP, CP, EP and PP groups (ranks linked by any of them).  With EP = 1 this is "all
+ranks of one DP index", as TraceViz's ``FULL MODEL RANK GROUPS (by DP Rank)``; with EP > 1 the
+expert-parallel groups join ``ep`` consecutive DP indices (Megatron's expert-data-parallel index).
+Other sources of a topology: :mod:`~streamtrace.topology.sources` (files, traces) and
+:mod:`~streamtrace.topology.traceviz` (Megatron-TraceViz's text).
+"""
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+import numpy as np
+
+from ..errors import StreamtraceError, TopologyError
+
+DIMS = ("tp", "cp", "ep", "dp", "pp")
+DEFAULT_ORDER = "tp-cp-ep-dp-pp"
+
+
+# -- Megatron's rank order ------------------------------------------------------------
+
+def parse_order(order: str, sizes: dict | None = None) -> list[str]:
+    """A Megatron rank order (``"tp-cp-ep-dp-pp"``: the first token varies fastest) as its tokens,
+    with every dimension it omits appended, as Megatron's ``RankGenerator`` does (they must then
+    have size 1 in ``sizes``, when given).  Raises :class:`~streamtrace.errors.TopologyError` for
+    an unknown or repeated token, or a dimension of size > 1 missing from the order."""
+    toks = [t for t in str(order).lower().replace(" ", "").split("-") if t]
+    bad = [t for t in toks if t not in DIMS]
+    if bad or len(set(toks)) != len(toks) or not toks:
+        raise TopologyError(f"bad rank order {order!r}: use the tokens tp, cp, ep, dp, pp once each, e.g. "
+                            f"{DEFAULT_ORDER}")
+    for d in DIMS:
+        if d not in toks:
+            if (sizes or {}).get(d, 1) != 1:
+                raise TopologyError(f"rank order {order!r} omits {d} whose size is {sizes[d]}")
+            toks.append(d)
+    return toks
+
+
+def orthogonal_groups(sizes: dict, order, token: str) -> list[list[int]]:
+    """Rank groups of the dimensions in ``token`` (e.g. ``"dp"``, ``"tp-pp"``) for the sizes
+    ``{"tp": .., "cp": .., "ep": .., "dp": .., "pp": ..}`` laid out in ``order`` (first token
+    varies fastest).
+
+    A rank's coordinate in dimension ``i`` of the order is ``(rank // stride_i) % size_i`` with
+    ``stride_i`` the product of the sizes before it; a group is the set of ranks that agree on
+    every coordinate outside ``token``.  Returns ``world / prod(sizes in token)`` groups, each
+    ascending, ordered by first rank: the same as Megatron's
+    ``RankGenerator(...).get_ranks(token)`` (``megatron/core/parallel_state.py``)."""
+    toks = parse_order(order, sizes) if isinstance(order, str) else list(order)
+    want = [t for t in token.lower().split("-") if t]
+    if any(t not in toks for t in want):
+        raise StreamtraceError(f"bad group token {token!r}")
+    shape = np.asarray([int(sizes.get(t, 1)) for t in toks], np.int64)
+    world = int(np.prod(shape))
+    stride = np.concatenate([[1], np.cumprod(shape)[:-1]])
+    ranks = np.arange(world, dtype=np.int64)
+    own = np.zeros(world, np.int64)            # the part of each rank spelled by the token's coordinates
+    for i, t in enumerate(toks):
+        if t in want:
+            own += (ranks // stride[i]) % shape[i] * stride[i]
+    base = ranks - own                        # equal within a group: its first rank
+    order_ = np.lexsort((ranks, base))
+    b = base[order_]
+    cuts = np.flatnonzero(np.diff(b)) + 1
+    return [g.tolist() for g in np.split(ranks[order_], cuts)]
+
+
+def connected_components(world: int, group_lists) -> list[list[int]]:
+    """Connected components of ranks 0..world-1 joined by the given groups (union-find)."""
+    parent = list(range(world))
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+    for groups in group_lists:
+        for g in groups:
+            g = [r for r in g if 0 <= r < world]
+            for r in g[1:]:
+                a, b = find(g[0]), find(r)
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+    comps: dict = {}
+    for r in range(world):
+        comps.setdefault(find(r), []).append(r)
+    return sorted(comps.values())
+
+
+# -- the topology -------------------------------------------------------------------
+
+class Topology:
+    """Groups per dimension (``groups[d]``: list of ascending rank lists, ``d`` in :data:`DIMS`),
+    ``replicas`` (model replicas, lists of ranks), ``world_size``, ``order`` (a Megatron order
+    string when known) and ``source`` (where it came from).  Missing dimensions are singletons.
+
+    ``dim_of(ranks)`` names the dimension (``"TP"`` ...) of a process group from its ranks."""
+
+    def __init__(self, groups: dict, world_size: int | None = None, replicas=None, order: str | None = None,
+                 source: str = "", extra: dict | None = None):
+        self.groups = {d: sorted(sorted(map(int, g)) for g in (groups.get(d) or [])) for d in DIMS}
+        seen = [r for d in DIMS for g in self.groups[d] for r in g] + [r for g in replicas or [] for r in g]
+        self.world_size = int(world_size) if world_size else (max(seen) + 1 if seen else 0)
+        for d in DIMS:
+            if not self.groups[d]:
+                self.groups[d] = [[r] for r in range(self.world_size)]
+        self.extra = {k: sorted(sorted(map(int, g)) for g in v) for k, v in (extra or {}).items() if v}
+        self.replicas = sorted(sorted(map(int, g)) for g in replicas) if replicas else \
+            connected_components(self.world_size, [self.groups[d] for d in ("tp", "cp", "ep", "pp")])
+        self.order = order
+        self.source = source
+        self._by_set = {}
+        for d in DIMS:
+            for g in self.groups[d]:
+                if len(g) > 1:
+                    self._by_set.setdefault(frozenset(g), d.upper())
+        for g in self.extra.get("dp_cp", []):
+            if len(g) > 1:
+                self._by_set.setdefault(frozenset(g), "DP")
+
+    # sizes: the size of the groups of each dimension (the largest, should they differ)
+    @property
+    def sizes(self) -> dict:
+        return {d: max((len(g) for g in self.groups[d]), default=1) for d in DIMS}
+
+    def dim_of(self, ranks) -> str | None:
+        """Dimension of a process group given its ranks, or None when no group matches."""
+        return self._by_set.get(frozenset(ranks)) if ranks else None
+
+    def group_of(self, dim: str, rank: int) -> list[int] | None:
+        """The ``dim`` group (``"tp"`` ...) that holds ``rank``, or None."""
+        for g in self.groups[dim]:
+            if rank in g:
+                return g
+        return None
+
+    def stage_of(self, rank: int) -> int:
+        """Pipeline stage of ``rank``: its position in its PP group (0 when it has none)."""
+        g = self.group_of("pp", rank)
+        return g.index(rank) if g else 0
+
+    def replica_of(self, rank: int) -> int:
+        """Index of the model replica holding ``rank`` (-1 when none)."""
+        for i, g in enumerate(self.replicas):
+            if rank in g:
+                return i
+        return -1
+
+    def to_json(self) -> dict:
+        """streamtrace's topology JSON (see the module docstring)."""
+        out = {"format": "streamtrace-topology", "version": 1, "world_size": self.world_size,
+               "order": self.order, "sizes": self.sizes}
+        out.update({d: self.groups[d] for d in DIMS})
+        out["replicas"] = self.replicas
+        out.update(self.extra)
+        if self.source:
+            out["source"] = self.source
+        return out
+
+    def summary_line(self) -> str:
+        s = self.sizes
+        return (f"world {self.world_size}: TP{s['tp']} x CP{s['cp']} x EP{s['ep']} x DP{s['dp']} x PP{s['pp']}"
+                f"{', order ' + self.order if self.order else ''}; {len(self.replicas)} model replicas of "
+                f"{len(self.replicas[0]) if self.replicas else 0} ranks; {len(self.groups['pp'])} PP groups")
+
+
+def from_sizes(world_size: int, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1, order: str = DEFAULT_ORDER,
+               etp: int | None = None) -> Topology:
+    """Megatron-LM's groups for these sizes (``initialize_model_parallel``): ``dp = world / (tp*pp*cp)``;
+    TP, CP, DP, PP from the dense ``RankGenerator(tp, ep=1, dp, pp, cp, order)``; EP from the expert
+    ``RankGenerator(etp, ep, world / (etp*ep*pp), pp, cp=1, order)`` with ``etp`` (expert tensor
+    parallel size) defaulting to ``tp``.  Raises :class:`StreamtraceError` on sizes that do not fit."""
+    world_size, tp, pp, cp, ep = (int(x) if x is not None else 1 for x in (world_size, tp, pp, cp, ep))
+    etp = tp if etp is None else int(etp)
+    if min(world_size, tp, pp, cp, ep, etp) < 1:
+        raise StreamtraceError("sizes and --world-size must be positive integers")
+    if world_size % (tp * pp * cp):
+        raise StreamtraceError(f"--world-size {world_size} is not a multiple of TP x PP x CP = {tp * pp * cp}")
+    if world_size % (etp * ep * pp):
+        raise StreamtraceError(f"--world-size {world_size} is not a multiple of expert TP x EP x PP = "
+                               f"{etp * ep * pp}")
+    dp, edp = world_size // (tp * pp * cp), world_size // (etp * ep * pp)
+    dense = {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp}
+    expert = {"tp": etp, "cp": 1, "ep": ep, "dp": edp, "pp": pp}
+    toks = parse_order(order, {**dense, "ep": ep})
+    if not (str(order).lower().endswith("pp") or pp == 1 or edp == dp):
+        raise StreamtraceError(f"--order {order!r}: without pp last, the data-parallel sizes of the dense ({dp}) "
+                               f"and expert ({edp}) layers must be equal (as Megatron requires)")
+    groups = {d: orthogonal_groups(dense, toks, d) for d in ("tp", "cp", "dp", "pp")}
+    groups["ep"] = orthogonal_groups(expert, toks, "ep")
+    extra = {"dp_cp": orthogonal_groups(dense, toks, "dp-cp")} if cp > 1 else {}
+    return Topology(groups, world_size, order="-".join(toks), source="sizes", extra=extra)
+
+
+def infer_order(topo: Topology) -> str | None:
+    """The first Megatron order (the default first, then every permutation of tp, cp, ep, dp, pp)
+    whose generated TP/CP/DP/PP/EP groups equal ``topo``'s, or None."""
+    s = topo.sizes
+    if topo.world_size % max(1, s["tp"] * s["pp"] * s["cp"]):
+        return None
+    cands = [DEFAULT_ORDER] + ["-".join(p) for p in itertools.permutations(DIMS)]
+    for o in cands:
+        try:
+            t = from_sizes(topo.world_size, s["tp"], s["pp"], s["cp"], s["ep"], o)
+        except StreamtraceError:
+            continue
+        if all(t.groups[d] == topo.groups[d] for d in DIMS):
+            return o
+    return None
+
+
+# -- readers -------------------------------------------------------------------------
+
+
+def _normalise(groups) -> list:
+    """Sorted, de-duplicated list of sorted rank tuples."""
+    return sorted({tuple(sorted({int(r) for r in g})) for g in groups if len(g)})
+
+
+def _as_lists(groups) -> list:
+    return [list(g) for g in _normalise(groups)]
+
+
+def _check_partition(dim: str, groups: list, world_size: int) -> int:
+    """Groups of one dimension must split ``range(world_size)`` into equal parts; returns the size."""
+    seen = [r for g in groups for r in g]
+    if sorted(seen) != list(range(world_size)):
+        dup = sorted(r for r, n in Counter(seen).items() if n > 1)
+        miss = sorted(set(range(world_size)) - set(seen))
+        extra = sorted(r for r in set(seen) if not 0 <= r < world_size)
+        raise TopologyError(f"{dim.upper()} groups do not split ranks 0..{world_size - 1} "
+                         f"(ranks in two groups: {dup[:8]}, missing: {miss[:8]}, out of range: {extra[:8]})")
+    sizes = {len(g) for g in groups}
+    if len(sizes) != 1:
+        raise TopologyError(f"{dim.upper()} groups have different sizes {sorted(sizes)}")
+    return sizes.pop()
+
+
+def replicas_by_order(sizes: dict, world_size: int, order: str = DEFAULT_ORDER) -> list:
+    """Model replicas as Megatron-TraceViz computes them (one per DP coordinate: every rank holding
+    that DP index) assuming the rank layout ``order``: rank = c0 + s0*(c1 + s1*(c2 + ...)) over the
+    dimensions of ``order``, the first varying fastest.  ``sizes`` gives tp/cp/ep/pp; dp is the rest of the world."""
+    dims = parse_order(order)
+    other = 1
+    for d in ("tp", "cp", "ep", "pp"):
+        other *= int(sizes.get(d, 1))
+    if other < 1 or world_size % other:
+        raise TopologyError(f"world size {world_size} is not a multiple of tp*cp*ep*pp = {other}")
+    full = dict(sizes, dp=world_size // other)
+    stride = 1
+    for d in dims:
+        if d == "dp":
+            break
+        stride *= int(full.get(d, 1))
+    dp = full["dp"]
+    return [[r for r in range(world_size) if (r // stride) % dp == i] for i in range(dp)]
+
+
+def replicas_from_groups(groups: dict, world_size: int) -> list:
+    """Model replicas from the groups themselves: the sets of ranks linked through TP, CP, EP or PP
+    groups (connected components).  Each holds one full copy of the model; with EP = 1 replica i
+    is every rank with DP index i, whatever the rank order, and with EP > 1 Megatron's expert groups
+    join the DP indices one replica spans.  Sorted by first rank."""
+    return connected_components(world_size, [groups.get(d) or [] for d in ("tp", "cp", "ep", "pp")])
+
+
+def topology_from_groups(groups: dict, world_size: int, order: str = DEFAULT_ORDER,
+                         check: bool = True) -> dict:
+    """streamtrace's topology dict from the groups of each dimension.
+
+    ``groups``: ``{"tp": [[0, 1], [2, 3]], "dp": ...}`` (any of tp/cp/ep/dp/pp; missing ones
+    mean size 1, each rank alone).  Returns ``{"world_size", "order", "sizes", "tp", "cp", "ep",
+    "dp", "pp", "replicas"}``, every group entry a sorted, de-duplicated list of sorted rank lists;
+    ``order`` is recorded as given (validated).
+
+    Replicas (one per DP index, each a full model): :func:`replicas_from_groups`, the ranks linked
+    through TP/CP/EP/PP groups -- the same sets TraceViz derives from the sizes under the rank order
+    tp-cp-ep-dp-pp (:func:`replicas_by_order`), but right for any order.  ``check``: raise
+    ValueError unless each dimension's groups split the world into equal parts.
+    """
+    world_size = int(world_size)
+    if world_size < 1:
+        raise TopologyError(f"world size must be >= 1, got {world_size}")
+    order_dims = parse_order(order)
+    unknown = sorted(set(groups) - set(DIMS))
+    if unknown:
+        raise TopologyError(f"unknown parallel dimension(s) {unknown}: expected {', '.join(DIMS)}")
+    out = {"world_size": world_size, "order": "-".join(order_dims), "sizes": {}}
+    for d in DIMS:
+        g = _as_lists(groups.get(d) or [])
+        if not g:
+            g = [[r] for r in range(world_size)]
+        out["sizes"][d] = _check_partition(d, g, world_size) if check else max(len(x) for x in g)
+        out[d] = g
+    if not check:    # ranks outside the world cannot be placed in a replica
+        bad = sorted({r for d in DIMS for x in out[d] for r in x if not 0 <= r < world_size})
+        if bad:
+            raise TopologyError(f"ranks {bad[:8]} are outside 0..{world_size - 1}")
+    out["replicas"] = replicas_from_groups(out, world_size)
+    return out

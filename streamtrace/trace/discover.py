@@ -1,0 +1,186 @@
+"""Finding rank trace files and telling which rank and iteration each one is.
+
+Layouts recognised (file-name patterns, applied to the name and its folder):
+  Megatron-LM + TraceViz patch  ``iteration_10/rank_0003_iter_10.pt.trace.json``
+  Megatron-LM                   ``torch_profile/rank-3.json.gz``
+  TorchTitan                    ``profile_traces/iteration_10/rank3_trace.json[.gz]``
+  tensorboard_trace_handler     ``<host>_<pid>.<time_ns>.pt.trace.json[.gz]`` (rank from
+                                ``distributedInfo``, the only place it is written)
+The rank comes from ``distributedInfo.rank`` first, then the file name, then a
+``--rank-map`` file.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import RankConflictError, StreamtraceError, UnknownRankError
+from .metadata import read_trailer
+from .reader import TraceReader
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+_SKIP_NAME = re.compile(r"(topology|merged|summary|report|\.tmp$)", re.I)
+_RANK_PATTERNS = [
+    re.compile(r"rank[_-]?(\d+)_iter[_-]?\d+", re.I),     # rank_0003_iter_10
+    re.compile(r"(?:^|[^a-z0-9])rank[_-]?(\d+)", re.I),    # rank-3, rank3_trace, rank_3
+]
+_ITER_PATTERNS = [
+    re.compile(r"(?:^|[^a-z])iter(?:ation)?[_-]?(\d+)", re.I),
+]
+
+
+@dataclass
+class TraceFile:
+    """One rank's trace: ``path``, ``rank`` (int), ``iteration`` (int or None),
+    ``rank_source`` ("distributedInfo", "file name" or "rank map"), and ``head``
+    (the top-level keys that stand before ``traceEvents``; all of them when the
+    file had to be skimmed to find ``distributedInfo``)."""
+    path: str
+    rank: int
+    iteration: int | None
+    rank_source: str
+    head: dict = field(default_factory=dict, repr=False)
+    size: int = 0
+
+
+def expand_inputs(inputs) -> list[str]:
+    """Expand files, directories (searched recursively) and glob patterns into a
+    sorted list of candidate trace files (``*.json``, ``*.json.gz``).
+
+    Raises :class:`StreamtraceError` when an input matches nothing."""
+    out = []
+    for item in inputs:
+        item = str(item)
+        paths = [item] if os.path.exists(item) else sorted(glob.glob(item, recursive=True))
+        if not paths:
+            raise StreamtraceError(f"{item}: no such file, folder or matching pattern")
+        for p in paths:
+            if os.path.isdir(p):
+                for root, dirs, files in os.walk(p):
+                    dirs[:] = sorted(d for d in dirs if d != "streamtrace" and not d.startswith("."))
+                    for f in sorted(files):
+                        if f.endswith(TRACE_SUFFIXES) and not _SKIP_NAME.search(f) and not f.startswith("."):
+                            out.append(os.path.join(root, f))
+            else:
+                out.append(p)
+    seen = set()
+    return [p for p in out if not (p in seen or seen.add(p))]
+
+
+def rank_from_name(path) -> int | None:
+    """Rank written in the file name (``rank_0003_iter_10``, ``rank-3``, ``rank3_trace``)."""
+    name = Path(path).name
+    for pat in _RANK_PATTERNS:
+        m = pat.search(name)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def iteration_from_path(path) -> int | None:
+    """Iteration from the file name (``_iter_10``) or a parent folder (``iteration_10``)."""
+    p = Path(path)
+    for part in [p.name] + [q.name for q in p.parents][:3]:
+        for pat in _ITER_PATTERNS:
+            m = pat.search(part)
+            if m:
+                return int(m.group(1))
+    return None
+
+
+def load_rank_map(path) -> dict:
+    """Read a ``--rank-map`` file: JSON ``{"file name or path": rank}`` or lines
+    ``<file> <rank>``.  Keys are matched against the full path and the file name."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise StreamtraceError(f"{path}: cannot read rank map ({e.strerror})") from None
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError
+        return {str(k): int(v) for k, v in data.items()}
+    except ValueError:
+        out = {}
+        for n, line in enumerate(text.splitlines(), 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            parts = line.rsplit(None, 1)
+            if len(parts) != 2 or not parts[1].lstrip("-").isdigit():
+                raise StreamtraceError(f"{path}:{n}: expected '<file> <rank>'") from None
+            out[parts[0]] = int(parts[1])
+        return out
+
+
+def identify(path, rank_map=None) -> TraceFile | None:
+    """Read the head of ``path`` and work out its rank and iteration.
+
+    Returns None when the file is JSON but not a trace (no ``traceEvents``).
+    Raises :class:`~streamtrace.errors.UnknownRankError` when no rank can be found, and
+    :class:`~streamtrace.errors.TraceError` for unreadable files."""
+    r = TraceReader(path)
+    head = r.read_head()
+    if not r.has_events:
+        return None
+    if "distributedInfo" not in head:
+        # Some writers put distributedInfo after traceEvents: read the keys there from
+        # the file's tail, or (gzip, unreadable tail) skim the whole file (events are
+        # skipped by the byte scanner, not decoded; a truncated tail is reported by
+        # the pass that reads the events, with --salvage honoured there).
+        tail = read_trailer(path)
+        head = {**head, **tail} if tail is not None else TraceReader(path, salvage=True).read_metadata()
+    rank, source = None, None
+    di = head.get("distributedInfo")
+    if isinstance(di, dict) and isinstance(di.get("rank"), int):
+        rank, source = di["rank"], "distributedInfo"
+    if rank is None:
+        rank = rank_from_name(path)
+        source = "file name" if rank is not None else None
+    if rank is None and rank_map:
+        for key in (str(path), os.path.basename(str(path))):
+            if key in rank_map:
+                rank, source = rank_map[key], "rank map"
+                break
+    if rank is None:
+        raise UnknownRankError(path)
+    return TraceFile(str(path), rank, iteration_from_path(path), source, head, os.path.getsize(path))
+
+
+def discover(inputs, rank_map=None) -> list[TraceFile]:
+    """Identify every trace among ``inputs``; files that are not traces are skipped.
+
+    Raises :class:`RankConflictError` naming both files when two claim one rank in
+    the same iteration."""
+    rmap = load_rank_map(rank_map) if isinstance(rank_map, (str, os.PathLike)) else rank_map
+    files = [tf for p in expand_inputs(inputs) if (tf := identify(p, rmap)) is not None]
+    seen = {}
+    for tf in files:
+        key = (tf.iteration, tf.rank)
+        if key in seen:
+            it = f" in iteration {tf.iteration}" if tf.iteration is not None else ""
+            raise RankConflictError(f"rank {tf.rank}{it} is claimed by two files: {seen[key].path} and {tf.path}")
+        seen[key] = tf
+    return sorted(files, key=lambda t: (t.iteration if t.iteration is not None else -1, t.rank))
+
+
+def parse_ranks(spec: str) -> set:
+    """``"0-7,12"`` -> {0..7, 12}.  Raises :class:`StreamtraceError` on bad syntax."""
+    out = set()
+    for part in str(spec).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            if "-" in part:
+                a, b = part.split("-", 1)
+                out.update(range(int(a), int(b) + 1))
+            else:
+                out.add(int(part))
+        except ValueError:
+            raise StreamtraceError(f"bad range list {spec!r}: expected e.g. 0-7,12") from None
+    return out

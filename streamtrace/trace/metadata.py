@@ -1,0 +1,129 @@
+"""Kineto metadata: the top-level keys of a trace besides ``traceEvents``, read in one place.
+
+* :func:`read_trailer` / :func:`find_trailer` -- the keys after ``traceEvents`` (Kineto writes
+  ``baseTimeNanoseconds``, ``traceName`` and, in some versions, ``distributedInfo`` there) read
+  from the file's tail, without the events;
+* accessors of a metadata dict: :func:`host_name`, :func:`device_names`, :func:`pg_config`
+  (process groups of ``distributedInfo.pg_config`` by name), :func:`pg_config_entries` (every
+  entry, for the topology), each also for one rank of a streamtrace-merged trace (whose header
+  keeps every rank's ``distributedInfo`` and ``deviceProperties``).
+"""
+from __future__ import annotations
+
+
+import orjson
+
+from .source import GZIP_MAGIC
+
+_WS = b" \t\r\n"
+
+
+def read_trailer(path, tail: int = 1 << 16) -> dict | None:
+    """The top-level keys after ``traceEvents`` of a PLAIN (not gzip) trace, read
+    from its last ``tail`` bytes without reading the events (Kineto writes
+    ``baseTimeNanoseconds``, ``traceName`` and, in some versions, more there).
+
+    The closing ``]`` of ``traceEvents`` is not known from the tail alone (the
+    trailer may hold arrays too), so every ``]`` of the window is tried from the
+    end and the LONGEST text after one that parses as the rest of the document
+    wins.  Returns that dict (``{}`` when the document ends right after the
+    array), or None when nothing parses or the file is gzip / unreadable: the
+    caller then reads the whole file (:meth:`TraceReader.read_metadata`).
+    Never raises for bad input."""
+    found = find_trailer(path, tail)
+    return None if found is None else found[0]
+
+
+def find_trailer(path, tail: int = 1 << 16, bare: bool = False):
+    """:func:`read_trailer` with the place it was found: ``(trailer dict, offset of
+    the ']' that closes traceEvents)``, or None.  ``bare=True``: the file is the bare
+    array form (``[...]``), whose last ``]`` (nothing but whitespace after it) is the
+    end, with an empty trailer.  A guess from the tail: a caller that relies on the
+    offset must confirm it (the split reader does: its last byte range must parse to
+    exactly that ``]``).  Never raises for bad input."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(2) == GZIP_MAGIC:
+                return None
+            f.seek(0, 2)
+            size = f.tell()
+            base = max(0, size - tail)
+            f.seek(base)
+            data = f.read()
+    except OSError:
+        return None
+    best = None
+    pos = len(data)
+    while True:
+        pos = data.rfind(b"]", 0, pos)
+        if pos < 0:
+            break
+        rest = data[pos + 1:].strip(_WS)                 # JSON whitespace only (not \x0b, \x0c)
+        if bare:
+            return ({}, base + pos) if not rest else None
+        if rest == b"}":
+            best = ({}, base + pos)
+        elif rest.startswith(b",") and rest[1:].lstrip(_WS).startswith(b'"'):     # not ",}"
+            try:
+                out = orjson.loads(b"{" + rest[1:])
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(out, dict):
+                if "traceEvents" in out:        # went back past the array itself
+                    break
+                best = (out, base + pos)
+    return best
+
+
+def host_name(meta):
+    """The host a trace was recorded on (``host_name``/``hostname``, or ``distributedInfo.host_name``), or None."""
+    h = meta.get("host_name") or meta.get("hostname")
+    if h:
+        return h
+    di = meta.get("distributedInfo")
+    return di.get("host_name") if isinstance(di, dict) else None
+
+
+def device_names(meta) -> dict:
+    """``{device id: GPU name}`` from ``deviceProperties``."""
+    out = {}
+    for d in meta.get("deviceProperties") or []:
+        if isinstance(d, dict) and "id" in d:
+            out[d["id"]] = d.get("name")
+    return out
+
+
+def pg_config(meta, rank) -> dict:
+    """Process groups by name from ``distributedInfo.pg_config`` (for a merged trace,
+    from the rank's recorded distributedInfo)."""
+    di = meta.get("distributedInfo")
+    st = meta.get("streamtrace")
+    if isinstance(st, dict):
+        for r in st.get("ranks") or []:
+            if r.get("rank") == rank:
+                di = r.get("distributedInfo")
+    cfg = di.get("pg_config") if isinstance(di, dict) else None
+    if isinstance(cfg, dict):      # some versions write a dict keyed by name
+        cfg = [dict(v, pg_name=k) for k, v in cfg.items() if isinstance(v, dict)]
+    return {str(p.get("pg_name")): p for p in cfg or [] if isinstance(p, dict)}
+
+
+def pg_config_entries(metadata: dict, rank: int | None = None) -> tuple[list, int | None]:
+    """``(entries, world_size)`` from one trace's metadata: the ``distributedInfo.pg_config`` list
+    (``{"pg_name", "pg_desc", "ranks", ...}``; a dict keyed by name is accepted) — for a
+    streamtrace merged trace, every recorded rank's (or only ``rank``'s)."""
+    infos = []
+    st = metadata.get("streamtrace")
+    if isinstance(st, dict) and st.get("kind") == "merged":
+        infos = [r.get("distributedInfo") for r in st.get("ranks") or [] if rank is None or r.get("rank") == rank]
+    infos.append(metadata.get("distributedInfo"))
+    entries, world = [], None
+    for di in infos:
+        if not isinstance(di, dict):
+            continue
+        world = world or (di.get("world_size") if isinstance(di.get("world_size"), int) else None)
+        cfg = di.get("pg_config")
+        if isinstance(cfg, dict):
+            cfg = [dict(v, pg_name=k) for k, v in cfg.items() if isinstance(v, dict)]
+        entries += [e for e in cfg or [] if isinstance(e, dict)]
+    return entries, world

@@ -1,0 +1,360 @@
+"""The streaming trace reader: one pass over a Kineto / Chrome trace-event file,
+never holding the whole document.
+
+How it reads: bytes arrive in blocks (gzip decompressed on the fly, detected by
+magic bytes); numba kernels (:mod:`streamtrace.kernels.scan`) find each event's
+byte range inside ``traceEvents`` and read its ``ts``/``dur`` text exactly into
+int64 nanoseconds; a batch of events is then decoded with one ``orjson`` call.
+Events orjson refuses (integers beyond 64 bits, ``NaN``) are decoded with ijson's
+C backend (yajl2_c), and when that rejects a number too, with ijson's pure-Python
+backend, so such a file is still read in full.  Top-level keys other than
+``traceEvents`` become :attr:`TraceReader.metadata` wherever they stand (Kineto
+writes some before the events and some after).  A bare JSON array of events
+(the other Chrome trace format) is accepted too.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import orjson
+
+from ..errors import TraceError, TruncatedTraceError
+from ..kernels import scan as K
+from .decode import decode_value
+from .source import BLOCK, ByteSource
+
+BATCH_EVENTS = 16384
+_WS = b" \t\r\n"
+
+
+@dataclass
+class RawBatch:
+    """A batch of consecutive events as parsed dicts plus exact times.
+
+    ``events``: list of dicts as in the file (``ts``/``dur`` left as parsed
+    floats in microseconds); ``ts_ns``/``dur_ns``: int64 arrays (ns) read from
+    the number text; ``flags``: uint8 array of ``kernels.scan`` bits (HAS_TS,
+    HAS_DUR, TS_BAD, DUR_BAD, BIG_INT); ``offset``: byte offset (uncompressed) of
+    the first event; ``index``: ordinal of the first event in the file;
+    ``buf``/``starts``/``ends``: the raw bytes window and each event's byte range
+    in it (``events`` is None when the batch was read with ``decode=False``).
+    """
+    events: list
+    ts_ns: np.ndarray
+    dur_ns: np.ndarray
+    flags: np.ndarray
+    offset: int
+    index: int
+    buf: bytes = b""
+    starts: np.ndarray | None = None
+    ends: np.ndarray | None = None
+
+
+class TraceReader:
+    """Stream one trace file.
+
+    Parameters: ``path`` (plain or gzip JSON), ``salvage`` (on a truncated file,
+    keep every complete event before the cut and record a warning instead of
+    raising :class:`TruncatedTraceError`), ``batch_events`` (events per batch).
+
+    Attributes filled while reading: ``metadata`` (every top-level key except
+    ``traceEvents``), ``head_keys`` (the keys that stood before the events),
+    ``events_read``, ``bytes_read`` (uncompressed), ``truncated``, ``warnings``.
+
+    Raises :class:`TraceError` (corrupt gzip, invalid JSON or UTF-8) and
+    :class:`TruncatedTraceError` naming the file and byte offset.
+    """
+
+    def __init__(self, path, salvage=False, batch_events=BATCH_EVENTS, block=BLOCK, progress=None,
+                 byte_range=None):
+        self.path = str(path)
+        self.byte_range = byte_range   # (start, end): read only these bytes of a plain file's events
+        self.events_offset = None      # absolute offset just past traceEvents' '[' once seen
+        self.events_end = None         # offset just past traceEvents' closing ']' once read (in a
+                                       # byte range: of the stream "[" + range + "]")
+        self.salvage = salvage
+        self.batch_events = batch_events
+        self.block = block
+        self.metadata: dict = {}
+        self.head_keys: list = []
+        self.events_read = 0
+        self.bytes_read = 0
+        self.truncated = False
+        self.warnings: list = []
+        self.has_events = False
+        self.bare_array = False        # the file is the bare-array form "[...]" (no top-level object)
+        self.progress = progress   # callable(file bytes consumed so far), called per block
+
+    # -- public iteration -------------------------------------------------
+    def raw_batches(self, decode=True):
+        """Yield :class:`RawBatch` objects in file order; ``metadata`` is complete
+        once the generator is exhausted.  ``decode=False`` skips building dicts
+        (``events`` is None; use ``buf``/``starts``/``ends``); ``decode="bounds"``
+        also skips reading the times (``ts_ns``/``dur_ns``/``flags`` are None too):
+        only the event byte ranges are found, by the faster
+        :func:`streamtrace.kernels.scan.scan_bounds` (merge's rewrite kernel reads
+        ``ts``/``dur`` itself)."""
+        mode = "bounds" if decode == "bounds" else ("decode" if decode else "raw")
+        return self._parse(events=mode, stop_at_events=False)
+
+    def events(self):
+        """Yield each event as a dict (``ts``/``dur`` as parsed floats, us)."""
+        for b in self.raw_batches():
+            yield from b.events
+
+    def read_head(self) -> dict:
+        """Read only the keys before ``traceEvents`` (cheap) and return them."""
+        for _ in self._parse(events=False, stop_at_events=True):
+            pass
+        return dict(self.metadata)
+
+    def read_metadata(self) -> dict:
+        """Read the whole file, skipping events without decoding them, and return
+        all top-level metadata (use when keys after ``traceEvents`` are needed
+        before the events, e.g. ``baseTimeNanoseconds``)."""
+        for _ in self._parse(events=False, stop_at_events=False):
+            pass
+        return dict(self.metadata)
+
+    # -- the parser ----------------------------------------------------------
+    def _parse(self, events: bool, stop_at_events: bool):
+        self.metadata = {}
+        self.head_keys = []
+        self.events_read = 0
+        src = ByteSource(self.path, self.block, self.byte_range)
+        st = _State(src, self)
+        try:
+            yield from self._document(st, events, stop_at_events)
+        except _Salvaged:
+            return
+        finally:
+            self.bytes_read = st.base + st.n
+            src.close()
+
+    def _document(self, st, events, stop_at_events):
+        st.skip_ws()
+        if st.startswith(b"\xef\xbb\xbf"):
+            st.pos += 3
+            st.skip_ws()
+        c = st.peek()
+        if c == -1:
+            self._fail(st, "empty file")
+        if c == 0x5B:  # '[': the bare-array form of the format
+            self.has_events = self.bare_array = True
+            self.events_offset = st.base + st.pos + 1
+            if stop_at_events:
+                return
+            st.pos += 1
+            yield from self._events(st, events)
+            return
+        if c != 0x7B:
+            self._fail(st, "not a JSON object or array (is this a trace file?)")
+        st.pos += 1
+        seen_events = False
+        first = True
+        while True:
+            st.skip_ws()
+            c = st.peek()
+            if c == -1:
+                self._truncated(st, "before the closing '}' of the document")
+            if c == 0x7D:
+                st.pos += 1
+                break
+            if not first:
+                if c != 0x2C:
+                    self._fail(st, "expected ',' or '}' between top-level keys")
+                st.pos += 1
+                st.skip_ws()
+                c = st.peek()
+            first = False
+            if c != 0x22:
+                self._fail(st, "expected a key string")
+            key = self._key(st)
+            st.skip_ws()
+            if st.peek() != 0x3A:
+                self._fail(st, "expected ':' after a key")
+            st.pos += 1
+            st.skip_ws()
+            if key == "traceEvents" and st.peek() == 0x5B:
+                seen_events = self.has_events = True
+                self.events_offset = st.base + st.pos + 1
+                if stop_at_events:
+                    return
+                st.pos += 1
+                yield from self._events(st, events)
+                continue
+            val = self._value(st)
+            self.metadata[key] = val
+            if not seen_events:
+                self.head_keys.append(key)
+        st.skip_ws()
+        if not st.at_end():
+            self._fail(st, "unexpected data after the JSON document")
+
+    def _key(self, st):
+        while True:
+            e = K.skip_string(st.arr, st.pos, st.n)
+            if e >= 0:
+                raw = st.buf[st.pos:e]
+                st.pos = e
+                try:
+                    return json.loads(raw)
+                except ValueError:
+                    self._fail(st, "invalid key string")
+            if not st.more():
+                self._truncated(st, "inside a top-level key")
+
+    def _value(self, st):
+        while True:
+            status, end = K.skip_value(st.arr, st.pos, st.n)
+            if status == K.DONE:
+                break
+            if status == K.BAD:
+                st.pos = end
+                self._fail(st, "invalid JSON value")
+            if not st.more():
+                if st.n > st.pos and st.eof_value_ok():
+                    end = st.n      # a bare number ending the stream
+                    break
+                self._truncated(st, "inside top-level metadata")
+        raw = st.buf[st.pos:end]
+        off = st.base + st.pos
+        st.pos = end
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return decode_value(raw, self.path, off)
+
+    def _events(self, st, decode):
+        cap = self.batch_events
+        starts = np.empty(cap, np.int64)
+        ends = np.empty(cap, np.int64)
+        ts = np.empty(cap, np.int64)
+        dur = np.empty(cap, np.int64)
+        flags = np.empty(cap, np.uint8)
+        sep = np.zeros(1, np.int64)
+        bounds = decode == "bounds"
+        while True:
+            if bounds:
+                k, status, newpos = K.scan_bounds(st.arr, st.pos, st.n, starts, ends, sep)
+            else:
+                k, status, newpos = K.scan_events(st.arr, st.pos, st.n, starts, ends, ts, dur, flags, sep)
+            if k:
+                if bounds:
+                    yield RawBatch(None, None, None, None, st.base + int(starts[0]), self.events_read,
+                                   st.buf, starts[:k].copy(), ends[:k].copy())
+                elif decode:
+                    s0, e1 = int(starts[0]), int(ends[k - 1])
+                    off = st.base + s0
+                    evs = self._decode(st.buf, s0, e1, starts[:k], ends[:k], flags[:k], off - s0) \
+                        if decode == "decode" else None
+                    yield RawBatch(evs, ts[:k].copy(), dur[:k].copy(), flags[:k].copy(), off, self.events_read,
+                                   st.buf, starts[:k].copy(), ends[:k].copy())
+                self.events_read += k
+            st.pos = newpos
+            if status == K.DONE:
+                self.events_end = st.base + newpos
+                return
+            if status == K.BAD:
+                self._fail(st, "invalid JSON in traceEvents (expected an event object, ',' or ']')")
+            if k == cap:
+                continue
+            if not st.more():
+                self._truncated(st, f"inside traceEvents after {self.events_read:,} complete events")
+                return
+
+    def _decode(self, buf, s0, e1, starts, ends, flags, delta):
+        try:
+            evs = orjson.loads(b"[" + buf[s0:e1] + b"]")
+            if flags.any():
+                for i in np.flatnonzero(flags & K.BIG_INT).tolist():
+                    s = int(starts[i])
+                    evs[i] = decode_value(buf[s:int(ends[i])], self.path, s + delta)
+            return evs
+        except orjson.JSONDecodeError:
+            out = []
+            prev = None
+            for s, e in zip(starts.tolist(), ends.tolist()):
+                if prev is not None and buf[prev:s].strip(_WS) != b",":
+                    raise TraceError(self.path, "events are not separated by commas", offset=s + delta)
+                prev = e
+                raw = buf[s:e]
+                try:
+                    out.append(orjson.loads(raw))
+                except orjson.JSONDecodeError:
+                    out.append(decode_value(raw, self.path, s + delta))
+            return out
+
+    def _fail(self, st, msg, pos=None):
+        raise TraceError(self.path, msg, offset=st.base + (st.pos if pos is None else pos),
+                         events=self.events_read)
+
+    def _truncated(self, st, where):
+        msg = f"truncated: the file ends {where}"
+        if st.src.gzip_truncated:
+            msg += " (the .gz stream is cut short)"
+        if self.salvage:
+            self.truncated = True
+            self.warnings.append(f"{self.path}: {msg} at byte {st.base + st.n:,}; "
+                                 f"kept {self.events_read:,} complete events (--salvage)")
+            raise _Salvaged()
+        raise TruncatedTraceError(self.path, msg, offset=st.base + st.n, events=self.events_read)
+
+
+class _Salvaged(Exception):
+    pass
+
+
+class _State:
+    """The sliding byte window: ``buf`` (bytes) holds the unconsumed input from
+    absolute offset ``base``; ``arr`` is its uint8 view for the numba kernels."""
+
+    def __init__(self, src, reader):
+        self.src = src
+        self.reader = reader
+        self.buf = b""
+        self.arr = np.frombuffer(self.buf, np.uint8)
+        self.base = 0
+        self.pos = 0
+        self.n = 0
+
+    def more(self) -> bool:
+        data = self.src.read()
+        if self.reader.progress is not None:
+            self.reader.progress(self.src.compressed_read)
+        if not data:
+            return False
+        keep = self.buf[self.pos:]
+        self.base += self.pos
+        self.buf = keep + data
+        self.arr = np.frombuffer(self.buf, np.uint8)
+        self.pos = 0
+        self.n = len(self.buf)
+        return True
+
+    def peek(self) -> int:
+        while self.pos >= self.n:
+            if not self.more():
+                return -1
+        return self.buf[self.pos]
+
+    def startswith(self, b):
+        while self.n - self.pos < len(b) and self.more():
+            pass
+        return self.buf.startswith(b, self.pos)
+
+    def skip_ws(self):
+        while True:
+            self.pos = int(K.skip_ws(self.arr, self.pos, self.n))
+            if self.pos < self.n or not self.more():
+                return
+
+    def at_end(self) -> bool:
+        return self.peek() == -1
+
+    def eof_value_ok(self) -> bool:
+        return False
+
+

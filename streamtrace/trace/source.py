@@ -1,0 +1,138 @@
+"""The bytes of a trace file: plain or gzip (decided by the magic bytes, not the name), read in
+blocks with exact accounting (:class:`ByteSource`), a byte range of a plain file read as a bare
+array, a gzip file decompressed once to a plain copy (byte ranges need random access), and the
+uncompressed size of a file without reading it."""
+from __future__ import annotations
+
+import os
+import tempfile
+import zlib
+
+from ..errors import TraceError
+
+GZIP_MAGIC = b"\x1f\x8b"
+BLOCK = 8 << 20  # bytes read per block from an input stream
+
+
+def is_gzip(path) -> bool:
+    """True when the file starts with the gzip magic bytes (whatever its name)."""
+    with open(path, "rb") as f:
+        return f.read(2) == GZIP_MAGIC
+
+
+def plain_copy(path, folder) -> str | None:
+    """Decompress a gzip file to a temporary plain file in ``folder`` and return its
+    path, or None when ``path`` is not gzip.  The caller deletes it."""
+    with open(path, "rb") as f:
+        if f.read(2) != GZIP_MAGIC:
+            return None
+    fd, tmp = tempfile.mkstemp(prefix=".streamtrace-", suffix=".json", dir=folder)
+    z = zlib.decompressobj(31)
+    try:
+        with open(path, "rb") as src, os.fdopen(fd, "wb") as dst:
+            while True:
+                chunk = src.read(BLOCK)
+                if not chunk:
+                    break
+                data = z.decompress(chunk)
+                while z.eof and z.unused_data:
+                    rest = z.unused_data
+                    z = zlib.decompressobj(31)
+                    data += z.decompress(rest)
+                dst.write(data)
+    except zlib.error as e:
+        os.unlink(tmp)
+        raise TraceError(path, f"corrupt gzip data ({e})") from None
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return tmp
+
+
+class ByteSource:
+    """Binary input stream (plain or gzip by magic bytes) with exact accounting
+    of how many uncompressed bytes were produced; reports truncated gzip members
+    instead of losing the tail the way ``gzip.GzipFile`` does."""
+
+    def __init__(self, path, block=BLOCK, byte_range=None):
+        self.path = str(path)
+        self.block = block
+        try:
+            self.f = open(path, "rb")
+        except OSError as e:
+            raise TraceError(path, f"cannot open: {e.strerror or e}") from None
+        self.gz = self.f.read(2) == GZIP_MAGIC
+        self.f.seek(0)
+        self.range = None
+        if byte_range is not None:
+            # a slice of a plain file's traceEvents array, read as a bare array: "[" slice "]"
+            if self.gz:
+                raise TraceError(path, "byte ranges need an uncompressed file")
+            a, b = byte_range
+            self.f.seek(a)
+            self.range = [b"[", b - a, b"]"]
+        self.z = zlib.decompressobj(31) if self.gz else None
+        self.compressed_read = 0   # bytes of the file consumed so far (for progress bars)
+        self.eof = False
+        self.gzip_truncated = False
+
+    def read(self) -> bytes:
+        """Next block of uncompressed bytes; b"" at the end."""
+        if self.eof:
+            return b""
+        if self.range is not None:
+            head, left, tail = self.range
+            data = self.f.read(min(self.block, left)) if left > 0 else b""
+            self.compressed_read += len(data)
+            left -= len(data)
+            if left > 0 and data:
+                self.range = [b"", left, tail]
+                return head + data
+            self.range = [b"", 0, b""]          # range done (or the file ended early)
+            out = head + data + tail
+            self.eof = not out
+            return out
+        if not self.gz:
+            data = self.f.read(self.block)
+            if not data:
+                self.eof = True
+            self.compressed_read += len(data)
+            return data
+        out = []
+        produced = 0
+        while produced < max(1, self.block // 2):
+            chunk = self.f.read(max(1, self.block // 4))
+            if not chunk:
+                if not self.z.eof and (self.compressed_read > 0):
+                    self.gzip_truncated = True
+                self.eof = True
+                break
+            self.compressed_read += len(chunk)
+            try:
+                data = self.z.decompress(chunk)
+                while self.z.eof and self.z.unused_data:
+                    rest = self.z.unused_data           # concatenated gzip members
+                    self.z = zlib.decompressobj(31)
+                    data += self.z.decompress(rest)
+            except zlib.error as e:
+                raise TraceError(self.path, f"corrupt gzip data ({e})",
+                                 offset=self.compressed_read) from None
+            out.append(data)
+            produced += len(data)
+        return b"".join(out)
+
+    def close(self):
+        self.f.close()
+
+
+def size_hint(path, size) -> int:
+    """Uncompressed size estimate of a trace: its size, or for gzip the larger of the
+    compressed size and the last member's ISIZE field (the size modulo 4 GiB)."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(2) != GZIP_MAGIC:
+                return size
+            f.seek(-4, os.SEEK_END)
+            return max(size, int.from_bytes(f.read(4), "little"))
+    except OSError:
+        return size

@@ -1,0 +1,137 @@
+"""Shared test fixtures.  Real traces come from ``../shared`` beside the repository
+(read-only); tests that need them skip cleanly when it is absent."""
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+REAL = SHARED / "traces" / "real"
+CPU3D = SHARED / "traces" / "cpu-3d"
+
+
+def real_traces():
+    return sorted(REAL.glob("*.json.gz")) if REAL.is_dir() else []
+
+
+def need_shared():
+    if not REAL.is_dir():
+        pytest.skip("../shared/traces is absent")
+
+
+def load_json(path, decimal=False):
+    """Plain whole-file json load (the independent reference for the reader)."""
+    raw = Path(path).read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    return json.loads(raw, parse_float=Decimal) if decimal else json.loads(raw)
+
+
+def exact_ns(v) -> int:
+    """Microseconds (int, float text as Decimal) -> int ns, rounding half up."""
+    from decimal import ROUND_HALF_UP
+    d = Decimal(v) * 1000 if not isinstance(v, Decimal) else v * 1000
+    return int(d.quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def run_cli(*args, cwd=None):
+    """Run ``python -m streamtrace ARGS`` and return the CompletedProcess."""
+    return subprocess.run([sys.executable, "-m", "streamtrace", *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd)
+
+
+# The Megatron-TraceViz topology text of the issue (TP2 x PP2 x DP2, 8 ranks), written
+# by hand from the issue, not by streamtrace.
+TRACEVIZ_TXT = """\
+================================================================================
+MEGATRON PARALLEL CONFIGURATION
+================================================================================
+Timestamp: 2026-01-05 14:48:40.123456
+TP Size: 2
+PP Size: 2
+CP Size: 1
+EP Size: 1
+World Size: 8
+
+Global Batch Size: 16
+
+STATISTICS
+--------------------------------------------------
+Total Ranks: 8
+Valid Ranks: 8
+Error Ranks: 0
+
+TENSOR PARALLEL (TP) GROUPS
+--------------------------------------------------
+Group 1: [0, 1]
+Group 2: [2, 3]
+Group 3: [4, 5]
+Group 4: [6, 7]
+Total groups: 4
+
+PIPELINE PARALLEL (PP) GROUPS
+--------------------------------------------------
+Group 1: [0, 4]
+Group 2: [1, 5]
+Group 3: [2, 6]
+Group 4: [3, 7]
+Total groups: 4
+
+DATA PARALLEL (DP) GROUPS
+--------------------------------------------------
+Group 1: [0, 2]
+Group 2: [1, 3]
+Group 3: [4, 6]
+Group 4: [5, 7]
+Total groups: 4
+
+FULL MODEL RANK GROUPS (by DP Rank)
+--------------------------------------------------
+Each DP rank contains ONE complete model replica with ALL shards.
+Full model = TP2 x EP1 x PP2 x CP1 = 4 ranks
+--------------------------------------------------
+Group 0: [0, 1, 4, 5]
+Group 1: [2, 3, 6, 7]
+
+Total model replicas (DP): 2
+"""
+
+
+# -- shared by the byte-range tests (tests/unit/trace/test_trace_ranges.py, tests/unit/events/test_parallel_ingest.py)
+
+def events_of(reader):
+    """Every event of a :class:`~streamtrace.trace.reader.TraceReader`, as dicts."""
+    return [e for b in reader.raw_batches() for e in b.events]
+
+
+def proven(path, ranges):
+    """The events of ``ranges`` if every range parses to exactly its end (the proof
+    :func:`streamtrace.events.parallel_ingest.ingest_parallel` relies on for guessed ranges), else None."""
+    from streamtrace.errors import TraceError
+    from streamtrace.trace.ranges import range_events
+    out = []
+    for a, b in ranges:
+        r = range_events(path, (a, b))
+        try:
+            out += events_of(r)
+        except TraceError:
+            return None
+        if r.events_end != b - a + 2:
+            return None
+    return out
+
+
+def _tricky():
+    from hypothesis import strategies as st
+    return st.text(alphabet=st.sampled_from(list('ab{}[]",:\\é😀 \n')), max_size=10)
+
+
+#: hypothesis strings full of what confuses a byte scanner: braces, brackets, quotes, escapes, unicode
+tricky = _tricky()

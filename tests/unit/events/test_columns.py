@@ -1,0 +1,65 @@
+"""The column-extraction kernel against its Python twin (decoded dicts)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from streamtrace.events.columns import EVENT_DTYPE, StringTable, columns_from_batch, columns_from_dicts, is_str_id
+from streamtrace.trace.reader import TraceReader
+
+from support import need_shared, real_traces
+
+
+def resolved(cols, table, comm):
+    """Rows with string ids replaced by their text, comparable across tables."""
+    out = []
+    s = table.strings
+    for r in cols:
+        row = {k: r[k].item() for k in EVENT_DTYPE.names}
+        for k in ("cat", "name"):
+            row[k] = s[row[k]] if row[k] >= 0 else None
+        for k in ("pid", "tid"):
+            if is_str_id(row[k]):
+                row[k] = ("str", s[row[k] - (-(1 << 62))])
+        row["comm"] = comm[row["comm"]] if row["comm"] >= 0 else None
+        out.append(row)
+    return out
+
+
+def check(path):
+    t1, t2 = StringTable(), StringTable()
+    n = 0
+    for b in TraceReader(path, batch_events=997).raw_batches():
+        a, ca = columns_from_batch(b, t1, path)
+        d, cd = columns_from_dicts(b.events, b.ts_ns, b.dur_ns, b.flags, t2)
+        assert resolved(a, t1, ca) == resolved(d, t2, cd)
+        n += len(a)
+    return n
+
+
+@pytest.mark.parametrize("path", real_traces(), ids=lambda p: p.name)
+def test_kernel_equals_twin_on_real_traces(path):
+    need_shared()
+    assert check(path) > 0
+
+
+names = st.text(alphabet=st.sampled_from(list('ab{}[]":,\\é ')), max_size=6)
+ints = st.integers(-2 ** 63, 2 ** 63 - 1) | st.integers(-5, 5)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.fixed_dictionaries(
+    {"ph": st.sampled_from(["X", "i", "s", "M"]), "ts": st.integers(0, 10 ** 12)},
+    optional={"name": names, "cat": names, "pid": ints | names, "tid": ints | names, "id": ints | names,
+              "args": st.dictionaries(st.sampled_from(["correlation", "External id", "external id", "stream",
+                                                       "device", "rank", "Collective name", "In msg nelems",
+                                                       "dtype", "x"]), ints | names | st.none(), max_size=4)}),
+    max_size=10), st.sampled_from([None, 1]))
+def test_kernel_equals_twin_on_random_events(tmp_path_factory, events, indent):
+    p = tmp_path_factory.mktemp("c") / "t.json"
+    p.write_text(json.dumps({"traceEvents": events}, indent=indent))
+    assert check(p) == len(events)
