@@ -30,25 +30,17 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import os
-import platform
 import re
 import shlex
 import shutil
-import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-BENCH = ROOT / "bench"
-INFLATE = ROOT / "tools" / "inflate_trace.py"
+from harness import (BENCH, DEFAULT_SRC, ROOT, append_results, code_id, command_line, default_scratch, ensure_inputs,
+                     fmt_s, log, machine_info, mb, md_head, md_row, measure, meminfo, wait_idle)
+
 MEGATRON = BENCH / "megatron_merge.py"
-RESULTS = BENCH / "RESULTS.md"
-DEFAULT_SRC = ROOT.parent / "shared" / "traces" / "real" / "v100_ddp_rank1_of2.json.gz"
-GNU_TIME = "/usr/bin/time"
 
 TARGET_SPEEDUP = 5.0
 TARGET_RSS_MB = 300.0
@@ -71,336 +63,61 @@ whatever the input size, >= 80 MB/s of input per worker process.
 """
 
 
-# -- machine -------------------------------------------------------------------
+class SizeRun:
+    """Every command measured on one input set (``ranks`` files of ``size_mb`` MB): the table
+    rows in ``rows``, the remarks in ``notes``.  ``state`` carries the Megatron baseline's last
+    successful run from one size to the next (its memory is extrapolated from it)."""
 
-def _meminfo():
-    out = {}
-    try:
-        for line in open("/proc/meminfo"):
-            k, v = line.split(":", 1)
-            out[k] = int(v.split()[0]) * 1024
-    except OSError:
-        pass
-    return out
+    def __init__(self, scratch, src, ranks, size_mb, args, state):
+        self.indir, _, self.in_bytes, gen_s = ensure_inputs(scratch, src, ranks, size_mb, log)
+        self.scratch, self.ranks, self.size_mb, self.args, self.state = scratch, ranks, size_mb, args, state
+        self.outdir = scratch / "out"
+        self.outdir.mkdir(parents=True, exist_ok=True)
+        self.logdir = scratch / "logs"
+        self.nproc = os.cpu_count() or 1
+        self.rows, self.notes = [], []
+        if gen_s is not None:
+            self.notes.append(f"{ranks} x {size_mb:g} MB inputs generated in {gen_s:.0f} s")
+        self.tag = f"{ranks}x{size_mb:g}MB"
 
+    def result(self):
+        return {"tag": self.tag, "ranks": self.ranks, "size_mb": self.size_mb, "in_bytes": self.in_bytes,
+                "rows": self.rows, "notes": self.notes}
 
-def machine_info():
-    cpu = platform.processor() or ""
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = _meminfo()
-    info = {"nproc": os.cpu_count(), "ram_gib": mem.get("MemTotal", 0) / 2**30,
-            "avail_gib": mem.get("MemAvailable", 0) / 2**30, "cpu": cpu,
-            "python": platform.python_version(), "kernel": platform.release()}
-    try:
-        v = subprocess.run([sys.executable, "-m", "streamtrace", "--version"], cwd=ROOT,
-                           capture_output=True, text=True, timeout=120).stdout.split("\n")
-        info["streamtrace"] = " / ".join(x.strip() for x in v if x.strip())
-    except Exception as e:  # noqa: BLE001 - informational only
-        info["streamtrace"] = f"? ({e})"
-    try:
-        import orjson
-        info["orjson"] = orjson.__version__
-    except Exception:  # noqa: BLE001
-        pass
-    try:
-        info["git"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                     text=True, timeout=30).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True, timeout=30).stdout.strip()
-        if dirty:
-            info["git"] += " (+ uncommitted changes)"
-    except Exception:  # noqa: BLE001
-        pass
-    return info
-
-
-def code_id():
-    """Short hash of the streamtrace package's source files as they are on disk now
-    (other people may be editing them while the benchmark runs)."""
-    import hashlib
-    h = hashlib.sha1()
-    for f in sorted((ROOT / "streamtrace").rglob("*.py")):
-        h.update(str(f.relative_to(ROOT)).encode() + b"\0" + f.read_bytes())
-    return h.hexdigest()[:10]
-
-
-# -- inputs --------------------------------------------------------------------
-
-def ensure_inputs(scratch: Path, src: Path, ranks: int, size_mb: float, log):
-    """Generate (or reuse) ``ranks`` files of ``size_mb`` MB; returns (dir, files, bytes)."""
-    d = scratch / f"in_{ranks}x{size_mb:g}mb"
-    st = src.stat()
-    stamp = {"src": str(src.resolve()), "src_size": st.st_size, "src_mtime": int(st.st_mtime),
-             "ranks": ranks, "size_mb": size_mb, "inflate_mtime": int(INFLATE.stat().st_mtime)}
-    stamp_path = d / ".inflate-stamp.json"
-    files = [d / f"rank_{r:04d}.pt.trace.json" for r in range(ranks)]
-    try:
-        if json.loads(stamp_path.read_text()) == stamp and all(f.exists() for f in files):
-            log(f"reusing inputs in {d}")
-            return d, files, sum(f.stat().st_size for f in files), None
-    except (OSError, ValueError):
-        pass
-    if d.exists():
-        shutil.rmtree(d)
-    need = ranks * size_mb * 1e6 * 1.25
-    free = shutil.disk_usage(scratch).free
-    if free < need:
-        raise SystemExit(f"bench: not enough disk in {scratch} for the inputs: need ~{need / 1e9:.1f} GB, "
-                         f"{free / 1e9:.1f} GB free")
-    log(f"generating {ranks} x {size_mb:g} MB into {d} ...")
-    t0 = time.perf_counter()
-    subprocess.run([sys.executable, str(INFLATE), str(src), str(d), "--ranks", str(ranks),
-                    "--size-mb", f"{size_mb:g}"], check=True, cwd=ROOT)
-    gen_s = time.perf_counter() - t0
-    stamp_path.write_text(json.dumps(stamp))
-    return d, files, sum(f.stat().st_size for f in files), gen_s
-
-
-# -- measuring a process tree ----------------------------------------------------
-
-def _children(pid):
-    kids = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children") as f:
-                    kids.extend(int(x) for x in f.read().split())
-            except OSError:
-                pass
-    except OSError:
-        pass
-    return kids
-
-
-def _tree(root):
-    out, todo = [], [root]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(_children(p))
-    return out
-
-
-def _status(pid):
-    """(VmRSS, VmHWM) in bytes, or None when the process is gone."""
-    rss = hwm = 0
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    rss = int(line.split()[1]) * 1024
-                elif line.startswith("VmHWM:"):
-                    hwm = int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return rss, hwm
-
-
-def _pss(pid):
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-class TreePoller(threading.Thread):
-    """Polls the process tree under ``root`` every ``interval`` s (excluding ``root``
-    itself when it is only the ``time`` wrapper)."""
-
-    def __init__(self, root, skip_root, interval=0.05, pss_every=10, pss_limit=1 << 30):
-        super().__init__(daemon=True)
-        self.root, self.skip_root, self.interval = root, skip_root, interval
-        self.pss_every, self.pss_limit = pss_every, pss_limit
-        self.stop = threading.Event()
-        self.peak_sum_rss = 0
-        self.max_hwm = 0
-        self.peak_sum_pss = 0
-        self.pss_samples = 0
-        self.pss_skipped = 0
-        self.max_procs = 0
-        self.samples = 0
-
-    def run(self):
-        tick = 0
-        while not self.stop.is_set():
-            pids = _tree(self.root)
-            if self.skip_root:
-                pids = [p for p in pids if p != self.root]
-            total, stats = 0, []
-            for p in pids:
-                s = _status(p)
-                if s is None or s[0] == 0:
-                    continue
-                stats.append((p, s[0]))
-                total += s[0]
-                self.max_hwm = max(self.max_hwm, s[1])
-            if stats:
-                self.samples += 1
-                self.peak_sum_rss = max(self.peak_sum_rss, total)
-                self.max_procs = max(self.max_procs, len(stats))
-                if tick % self.pss_every == 0:
-                    if all(r < self.pss_limit for _, r in stats):
-                        pss = [_pss(p) for p, _ in stats]
-                        self.peak_sum_pss = max(self.peak_sum_pss, sum(x for x in pss if x))
-                        self.pss_samples += 1
-                    else:
-                        self.pss_skipped += 1
-            tick += 1
-            self.stop.wait(self.interval)
-
-
-def _busy_seconds():
-    """Machine-wide busy CPU-seconds so far (all cores), from /proc/stat."""
-    try:
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:]]
-    except OSError:
-        return None
-    idle = v[3] + (v[4] if len(v) > 4 else 0)
-    return (sum(v[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
-def wait_idle(max_wait, log, threshold=0.25, window=2.0):
-    """Wait (up to ``max_wait`` s) until other processes use < ``threshold`` cores for
-    three ``window``-second windows in a row; returns the last measured load in cores
-    (None if unknown)."""
-    t_end = time.time() + max_wait
-    said = False
-    quiet = 0
-    while True:
-        b0 = _busy_seconds()
-        time.sleep(window)
-        b1 = _busy_seconds()
-        if b0 is None or b1 is None:
-            return None
-        load = (b1 - b0) / window
-        quiet = quiet + 1 if load < threshold else 0
-        if quiet >= 3 or time.time() >= t_end:      # three quiet windows in a row
-            return load
-        if load >= threshold and not said:
-            log(f"waiting for the machine to calm down (other processes use {load:.2f} cores) ...")
-            said = True
-
-
-def _parse_gnu_time(text):
-    out = {}
-    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
-    if m:
-        out["time_maxrss"] = int(m.group(1)) * 1024
-    m = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", text)
-    if m:
-        secs = 0.0
-        for part in m.group(1).split(":"):
-            secs = secs * 60 + float(part)
-        out["time_wall"] = secs
-    m = re.search(r"Percent of CPU this job got: (\d+)%", text)
-    if m:
-        out["cpu_pct"] = int(m.group(1))
-    u = re.search(r"User time \(seconds\): ([\d.]+)", text)
-    s = re.search(r"System time \(seconds\): ([\d.]+)", text)
-    if u and s:
-        out["cpu_s"] = float(u.group(1)) + float(s.group(1))
-    return out
-
-
-def measure(cmd, logdir: Path, label: str, timeout=None):
-    """Run ``cmd`` (list) and measure it; returns a dict."""
-    logdir.mkdir(parents=True, exist_ok=True)
-    slug = re.sub(r"[^A-Za-z0-9]+", "_", label).strip("_")
-    out_log, err_log, time_log = (logdir / f"{slug}.{x}" for x in ("out", "err", "time"))
-    use_time = os.access(GNU_TIME, os.X_OK)
-    full = ([GNU_TIME, "-v", "-o", str(time_log)] if use_time else []) + list(cmd)
-    with open(out_log, "wb") as fo, open(err_log, "wb") as fe:
-        busy0 = _busy_seconds()
-        t0 = time.perf_counter()
-        p = subprocess.Popen(full, stdout=fo, stderr=fe, cwd=ROOT)
-        poll = TreePoller(p.pid, skip_root=use_time)
-        poll.start()
-        timed_out = False
-        try:
-            rc = p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            for pid in reversed(_tree(p.pid)):
-                try:
-                    os.kill(pid, 9)
-                except OSError:
-                    pass
-            rc = p.wait()
-        wall = time.perf_counter() - t0
-        busy1 = _busy_seconds()
-        poll.stop.set()
-        poll.join()
-    res = {"label": label, "cmd": cmd, "rc": rc, "timed_out": timed_out, "wall": wall,
-           "peak_sum_rss": poll.peak_sum_rss, "max_hwm": poll.max_hwm, "peak_sum_pss": poll.peak_sum_pss,
-           "pss_samples": poll.pss_samples, "pss_skipped": poll.pss_skipped, "max_procs": poll.max_procs,
-           "samples": poll.samples, "stdout": out_log.read_text(errors="replace"),
-           "stderr": err_log.read_text(errors="replace")}
-    if use_time and time_log.exists():
-        res.update(_parse_gnu_time(time_log.read_text(errors="replace")))
-    res["max_single_rss"] = max(res.get("time_maxrss", 0), poll.max_hwm)
-    if busy0 is not None and busy1 is not None and "cpu_s" in res:
-        # CPU used on the machine during the run by anything but the measured tree
-        res["other_cores"] = max(0.0, (busy1 - busy0 - res["cpu_s"]) / wall)
-    return res
-
-
-# -- the benchmark ---------------------------------------------------------------
-
-def _mb(b):
-    return b / 2**20
-
-
-def _fmt_s(s):
-    return f"{s:,.1f}" if s < 100 else f"{s:,.0f}"
-
-
-def run_size(scratch, src, ranks, size_mb, args, log, state):
-    indir, files, in_bytes, gen_s = ensure_inputs(scratch, src, ranks, size_mb, log)
-    outdir = scratch / "out"
-    outdir.mkdir(parents=True, exist_ok=True)
-    logdir = scratch / "logs"
-    nproc = os.cpu_count() or 1
-    rows, notes = [], []
-    if gen_s is not None:
-        notes.append(f"{ranks} x {size_mb:g} MB inputs generated in {gen_s:.0f} s")
-    tag = f"{ranks}x{size_mb:g}MB"
-
-    def one(label, cmd, out, workers_fn, tool, keep=True):
-        free = shutil.disk_usage(scratch).free
-        if free < in_bytes * 2.5:
+    def one(self, label, cmd, out, workers_fn, tool, keep=True):
+        """Measure ``cmd`` once (after waiting for a quiet machine); None when the disk is too
+        full for its output."""
+        tag, notes = self.tag, self.notes
+        free = shutil.disk_usage(self.scratch).free
+        if free < self.in_bytes * 2.5:
             notes.append(f"{label}: skipped, only {free / 1e9:.1f} GB free disk for its output")
             log(notes[-1])
             return None
         log(f"[{tag}] {label}: {shlex.join(cmd)}")
-        idle = wait_idle(args.wait_idle, log) if args.wait_idle > 0 else None
+        idle = wait_idle(self.args.wait_idle, log) if self.args.wait_idle > 0 else None
         code = code_id()
-        r = measure(cmd, logdir, f"{tag}_{label}", args.timeout)
-        r["label"] = label
-        r["code"] = code
+        r = measure(cmd, self.logdir, f"{tag}_{label}", self.args.timeout)
+        r.update(label=label, code=code, other_before=idle, tool=tool, in_bytes=self.in_bytes)
         if tool != "megatron" and code_id() != code:
             notes.append(f"[{tag}] {label}: streamtrace's source files changed on disk while it ran")
-        r["other_before"] = idle
         if r.get("other_cores", 0) > 0.15:
             notes.append(f"[{tag}] {label}: other processes used {r['other_cores']:.2f} cores on average during "
-                         f"the run (of {nproc}); its times are inflated by that contention")
+                         f"the run (of {self.nproc}); its times are inflated by that contention")
         out = Path(out)
         r["out_bytes"] = out.stat().st_size if out.exists() else 0
         if out.exists():
             out.unlink()
         r["workers"] = workers_fn(r)
-        r["tool"] = tool
-        r["in_bytes"] = in_bytes
+        self._judge(r, label, tool)
+        log(f"[{tag}] {label}: {'ok' if r['ok'] else 'FAILED'} {r['wall']:.1f} s, max single RSS "
+            f"{mb(r['max_single_rss']):,.0f} MB, peak summed RSS {mb(r['peak_sum_rss']):,.0f} MB"
+            + (f"; {r['summary']}" if r["summary"] else ""))
+        if keep:
+            self.rows.append(r)
+        return r
+
+    def _judge(self, r, label, tool):
+        """``ok``, the failure and warning notes, and the merge's own summary line."""
         ok = r["rc"] == 0 and not r["timed_out"] and r["out_bytes"] > 0
         if tool == "megatron" and "Merge successful" not in r["stdout"]:
             ok = False
@@ -408,87 +125,90 @@ def run_size(scratch, src, ranks, size_mb, args, log, state):
         if not ok:
             why = "timed out" if r["timed_out"] else f"exit {r['rc']}"
             tail = (r["stderr"].strip() or r["stdout"].strip()).splitlines()[-3:]
-            notes.append(f"{label} FAILED ({why}): " + " | ".join(tail))
+            self.notes.append(f"{label} FAILED ({why}): " + " | ".join(tail))
         for line in r["stderr"].splitlines():
             if line.startswith("warning:"):
-                notes.append(f"{label}: {line}")
+                self.notes.append(f"{label}: {line}")
         summary = [ln for ln in r["stdout"].splitlines() if ln.startswith("merged ")]
         r["summary"] = summary[0] if summary else ""
         m = re.search(r"per worker process ([\d., ]+) MB/s", r["summary"])
         r["worker_mbps"] = [float(x.replace(",", "")) for x in m.group(1).split(", ")] if m else []
-        log(f"[{tag}] {label}: {'ok' if ok else 'FAILED'} {r['wall']:.1f} s, max single RSS "
-            f"{_mb(r['max_single_rss']):,.0f} MB, peak summed RSS {_mb(r['peak_sum_rss']):,.0f} MB"
-            + (f"; {r['summary']}" if r["summary"] else ""))
-        if keep:
-            rows.append(r)
-        return r
 
-    def median_of(label, cmd, out, workers_fn, tool):
+    def median_of(self, label, cmd, out, workers_fn, tool):
         """``args.repeat`` runs of one command; the run with the median wall time is the
         table row, every run is listed in a note (this VM's speed varies by +-20 %
         from run to run)."""
-        runs = [one(label, cmd, out, workers_fn, tool, keep=False) for _ in range(args.repeat)]
+        runs = [self.one(label, cmd, out, workers_fn, tool, keep=False) for _ in range(self.args.repeat)]
         runs = [r for r in runs if r is not None]
         if not runs:
             return None
         mid = sorted(runs, key=lambda r: r["wall"])[(len(runs) - 1) // 2]
-        rows.append(mid)
+        self.rows.append(mid)
         if len(runs) > 1:
             mid["label"] = f"{label} (median of {len(runs)})"
-            notes.append(f"[{tag}] {label}: {len(runs)} runs, wall " + ", ".join(f"{r['wall']:.1f}" for r in runs)
-                         + " s; per worker process " + "; ".join(
-                             ", ".join(f"{x:g}" for x in r["worker_mbps"]) for r in runs) + " MB/s")
+            self.notes.append(f"[{self.tag}] {label}: {len(runs)} runs, wall "
+                              + ", ".join(f"{r['wall']:.1f}" for r in runs) + " s; per worker process "
+                              + "; ".join(", ".join(f"{x:g}" for x in r["worker_mbps"]) for r in runs) + " MB/s")
         return mid
 
-    def st_workers(jobs):
+    def st_workers(self, jobs):
         def f(r):
             m = re.search(r"(\d+) jobs\)", r["stdout"])
-            return int(m.group(1)) if m else min(jobs or nproc, ranks)
+            return int(m.group(1)) if m else min(jobs or self.nproc, self.ranks)
         return f
 
-    st_out = outdir / f"streamtrace_{tag}.json"
-    base = [sys.executable, "-m", "streamtrace", "merge", str(indir), "-o", str(st_out), "--no-validate"]
-    median_of(f"streamtrace (-j default = {min(nproc, ranks)})", base, st_out, st_workers(0), "streamtrace")
-    median_of("streamtrace -j 1", base + ["-j", "1"], st_out, st_workers(1), "streamtrace-j1")
+    def streamtrace(self):
+        st_out = self.outdir / f"streamtrace_{self.tag}.json"
+        base = [sys.executable, "-m", "streamtrace", "merge", str(self.indir), "-o", str(st_out), "--no-validate"]
+        self.median_of(f"streamtrace (-j default = {min(self.nproc, self.ranks)})", base, st_out,
+                       self.st_workers(0), "streamtrace")
+        self.median_of("streamtrace -j 1", base + ["-j", "1"], st_out, self.st_workers(1), "streamtrace-j1")
 
-    # Megatron baseline, unless its memory would not fit.
-    mg_out = outdir / f"megatron_{tag}.json"
-    avail = _meminfo().get("MemAvailable", 0)
-    if args.no_megatron:
-        notes.append("Megatron baseline not run (--no-megatron)")
-    else:
+    def megatron(self):
+        """The Megatron baseline, unless its memory, extrapolated, would not fit."""
+        args, state, in_bytes, tag = self.args, self.state, self.in_bytes, self.tag
+        if args.no_megatron:
+            self.notes.append("Megatron baseline not run (--no-megatron)")
+            return
         prev = state.get("megatron")
         if prev:
             est = prev["peak_sum_rss"] * in_bytes / prev["in_bytes"]
-            how = (f"extrapolated from its {_mb(prev['peak_sum_rss']) / 1024:.1f} GiB peak on "
+            how = (f"extrapolated from its {mb(prev['peak_sum_rss']) / 1024:.1f} GiB peak on "
                    f"{prev['in_bytes'] / 1e9:.2f} GB of input")
         else:
             est = in_bytes * args.megatron_ratio
             how = f"assumed {args.megatron_ratio:g} x the input size (no earlier run to extrapolate from)"
-        limit = args.megatron_max_gb * 2**30
+        limit, avail = args.megatron_max_gb * 2**30, meminfo().get("MemAvailable", 0)
         if est > limit or est > avail * 0.95:
             cap = "the --megatron-max-gb limit" if est > limit else "the available RAM"
-            notes.append(f"Megatron baseline SKIPPED at {tag}: it would need ~{est / 2**30:.1f} GiB of RAM "
-                         f"({how}), over {cap} ({min(limit, avail * 0.95) / 2**30:.1f} GiB)")
-            log(notes[-1])
+            self.notes.append(f"Megatron baseline SKIPPED at {tag}: it would need ~{est / 2**30:.1f} GiB of RAM "
+                              f"({how}), over {cap} ({min(limit, avail * 0.95) / 2**30:.1f} GiB)")
+            log(self.notes[-1])
             if prev:
                 # linear time extrapolation, reported as an estimate only
                 state.setdefault("est", {})[tag] = prev["wall"] * in_bytes / prev["in_bytes"]
-        else:
-            r = one("megatron json.load merge", [sys.executable, str(MEGATRON), "-i", str(indir), "-o", str(mg_out)],
-                    mg_out, lambda r: 1, "megatron")
-            if r and r["ok"]:
-                state["megatron"] = r
-                notes.append(f"Megatron baseline peak memory {_mb(r['peak_sum_rss']) / 1024:.1f} GiB = "
-                             f"{r['peak_sum_rss'] / in_bytes:.1f} x its input")
-    return {"tag": tag, "ranks": ranks, "size_mb": size_mb, "in_bytes": in_bytes, "rows": rows, "notes": notes}
+            return
+        mg_out = self.outdir / f"megatron_{tag}.json"
+        r = self.one("megatron json.load merge", [sys.executable, str(MEGATRON), "-i", str(self.indir), "-o",
+                                                  str(mg_out)], mg_out, lambda r: 1, "megatron")
+        if r and r["ok"]:
+            state["megatron"] = r
+            self.notes.append(f"Megatron baseline peak memory {mb(r['peak_sum_rss']) / 1024:.1f} GiB = "
+                              f"{r['peak_sum_rss'] / in_bytes:.1f} x its input")
+
+
+def run_size(scratch, src, ranks, size_mb, args, state):
+    run = SizeRun(scratch, src, ranks, size_mb, args, state)
+    run.streamtrace()
+    run.megatron()
+    return run.result()
 
 
 def table(results):
-    head = ("| input | tool | wall s | CPU s | speed vs json.load merge | MB/s total | workers | MB/s per worker "
-            "(wall) | MB/s per worker (own busy time) | MB per CPU-s | max single-process RSS MB | peak summed RSS MB | peak summed PSS MB | output MB "
-            "| other load, cores |")
-    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    lines = md_head(["input", "tool", "wall s", "CPU s", "speed vs json.load merge", "MB/s total", "workers",
+                     "MB/s per worker (wall)", "MB/s per worker (own busy time)", "MB per CPU-s",
+                     "max single-process RSS MB", "peak summed RSS MB", "peak summed PSS MB", "output MB",
+                     "other load, cores"])
     for res in results:
         mg = next((r for r in res["rows"] if r["tool"] == "megatron" and r["ok"]), None)
         for r in res["rows"]:
@@ -501,18 +221,18 @@ def table(results):
                 ratio = "n/a (baseline skipped)"
             # PSS is sampled only while every process is < 1 GB: a run that grew past
             # that has no peak PSS (its early samples would understate it)
-            pss = f"{_mb(r['peak_sum_pss']):,.0f}" if r["pss_samples"] and not r["pss_skipped"] else "n/a (>1 GB)"
+            pss = f"{mb(r['peak_sum_pss']):,.0f}" if r["pss_samples"] and not r["pss_skipped"] else "n/a (>1 GB)"
             status = "" if r["ok"] else " **FAILED**"
             cpu = r.get("cpu_s")
             cells = [f"{res['ranks']} x {res['in_bytes'] / res['ranks'] / 1e6:,.0f} MB ({res['in_bytes'] / 1e9:.2f} GB)",
-                     f"{r['label']}{status}", _fmt_s(r["wall"]), _fmt_s(cpu) if cpu else "n/a", ratio,
+                     f"{r['label']}{status}", fmt_s(r["wall"]), fmt_s(cpu) if cpu else "n/a", ratio,
                      f"{mbps:,.1f}", str(r["workers"]), f"{mbps / r['workers']:,.1f}",
                      ", ".join(f"{x:,.0f}" for x in r.get("worker_mbps", [])) or "n/a",
                      f"{res['in_bytes'] / 1e6 / cpu:,.1f}" if cpu else "n/a",
-                     f"{_mb(r['max_single_rss']):,.0f}", f"{_mb(r['peak_sum_rss']):,.0f}", pss,
+                     f"{mb(r['max_single_rss']):,.0f}", f"{mb(r['peak_sum_rss']):,.0f}", pss,
                      f"{r['out_bytes'] / 1e6:,.0f}",
                      f"{r['other_cores']:.2f}" if "other_cores" in r else "n/a"]
-            lines.append("| " + " | ".join(cells) + " |")
+            lines.append(md_row(cells))
         if not any(r["tool"] == "megatron" for r in res["rows"]):
             lines.append(f"| {res['ranks']} x {res['size_mb']:g} MB ({res['in_bytes'] / 1e9:.2f} GB) "
                          f"| megatron json.load merge | skipped (see notes) |" + " |" * 12)
@@ -542,14 +262,14 @@ def verdicts(results, state):
         single = max(r["max_single_rss"] for _, r in st_rows)
         summed = max(r["peak_sum_rss"] for _, r in st_rows)
         pss = [r["peak_sum_pss"] for _, r in st_rows if r["pss_samples"] and not r["pss_skipped"]]
-        detail = "; ".join(f"{res['tag']} {r['label']}: single {_mb(r['max_single_rss']):.0f} / summed "
-                           f"{_mb(r['peak_sum_rss']):.0f}" + (f" / PSS {_mb(r['peak_sum_pss']):.0f}" if r["pss_samples"] and not r["pss_skipped"] else "")
+        detail = "; ".join(f"{res['tag']} {r['label']}: single {mb(r['max_single_rss']):.0f} / summed "
+                           f"{mb(r['peak_sum_rss']):.0f}" + (f" / PSS {mb(r['peak_sum_pss']):.0f}" if r["pss_samples"] and not r["pss_skipped"] else "")
                            + " MB" for res, r in st_rows)
-        tree_ok = _mb(max(pss)) <= TARGET_RSS_MB if pss else _mb(summed) <= TARGET_RSS_MB
-        out.append(f"- peak RSS <= {TARGET_RSS_MB:g} MB: per process **{'MET' if _mb(single) <= TARGET_RSS_MB else 'NOT MET'}** "
-                   f"(max {_mb(single):.0f} MB); whole process tree, by PSS (pages the forked workers share with "
+        tree_ok = mb(max(pss)) <= TARGET_RSS_MB if pss else mb(summed) <= TARGET_RSS_MB
+        out.append(f"- peak RSS <= {TARGET_RSS_MB:g} MB: per process **{'MET' if mb(single) <= TARGET_RSS_MB else 'NOT MET'}** "
+                   f"(max {mb(single):.0f} MB); whole process tree, by PSS (pages the forked workers share with "
                    f"the parent counted once) **{'MET' if tree_ok else 'NOT MET'}** ("
-                   + (f"PSS max {_mb(max(pss)):.0f} MB; " if pss else "") + f"plain RSS sum max {_mb(summed):.0f} MB) [{detail}]")
+                   + (f"PSS max {mb(max(pss)):.0f} MB; " if pss else "") + f"plain RSS sum max {mb(summed):.0f} MB) [{detail}]")
         per = [(res, r, res["in_bytes"] / 1e6 / r["wall"] / r["workers"]) for res, r in st_rows]
         own = [x for _, r in st_rows for x in r.get("worker_mbps", [])]
         worst = min(own) if own else min(x for _, _, x in per)
@@ -566,7 +286,7 @@ def verdicts(results, state):
     return "\n".join(out)
 
 
-def main(argv=None):
+def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="250,1000", help="MB per rank, comma-separated (default 250,1000)")
     ap.add_argument("--ranks", type=int, default=4, help="rank files per input set (default 4)")
@@ -574,7 +294,7 @@ def main(argv=None):
     ap.add_argument("--record", action="store_true", help="append to bench/RESULTS.md even with --quick")
     ap.add_argument("--no-record", action="store_true", help="do not append to bench/RESULTS.md")
     ap.add_argument("--src", default=str(DEFAULT_SRC), help="trace to inflate (default: the V100 DDP rank-1 trace)")
-    ap.add_argument("--scratch", default=os.environ.get("STREAMTRACE_BENCH_DIR", "/tmp/streamtrace-bench"),
+    ap.add_argument("--scratch", default=str(default_scratch()),
                     help="scratch folder for inputs/outputs/logs (default $STREAMTRACE_BENCH_DIR or /tmp/streamtrace-bench)")
     ap.add_argument("--no-megatron", action="store_true", help="do not run the Megatron baseline")
     ap.add_argument("--megatron-max-gb", type=float, default=20.0,
@@ -588,29 +308,11 @@ def main(argv=None):
                     help="before each run wait up to this many seconds for other processes to use < 0.25 cores "
                          "(default 300; 0: do not wait)")
     ap.add_argument("--clean", action="store_true", help="delete the generated inputs at the end")
-    args = ap.parse_args(argv)
-    sizes = [20.0] if args.quick else [float(x) for x in args.sizes.split(",") if x.strip()]
-    record = not args.no_record and (args.record or not args.quick)
-    scratch = Path(args.scratch)
-    scratch.mkdir(parents=True, exist_ok=True)
-    src = Path(args.src)
+    return ap.parse_args(argv)
 
-    def log(msg):
-        print(f"bench: {msg}", file=sys.stderr, flush=True)
 
-    machine = machine_info()
-    started = _dt.datetime.now().astimezone()
-    log(f"machine: {machine['nproc']} cores, {machine['ram_gib']:.1f} GiB RAM ({machine['avail_gib']:.1f} available), "
-        f"{machine['cpu']}; scratch {scratch} ({shutil.disk_usage(scratch).free / 1e9:.0f} GB free)")
-    state, results = {}, []
-    for size in sizes:
-        results.append(run_size(scratch, src, args.ranks, size, args, log, state))
-    if args.clean:
-        for size in sizes:
-            shutil.rmtree(scratch / f"in_{args.ranks}x{size:g}mb", ignore_errors=True)
-
-    cmdline = shlex.join(["python", os.path.relpath(Path(__file__).resolve(), ROOT)]
-                         + (argv if argv is not None else sys.argv[1:]))
+def report(results, state, args, argv, machine, started, scratch, src):
+    """The Markdown section: the run's provenance, the table, the verdicts and the notes."""
     notes = [n for res in results for n in res["notes"]]
     codes = {}
     for res in results:
@@ -620,11 +322,11 @@ def main(argv=None):
     if len(codes) > 1:
         notes.append("streamtrace's source changed between runs (others were editing it): "
                      + "; ".join(f"code {c}: {', '.join(v)}" for c, v in codes.items()))
-    md = [f"## {started:%Y-%m-%d %H:%M %Z}: `{cmdline}`" + (" (quick smoke run)" if args.quick else ""), "",
+    md = [f"## {started:%Y-%m-%d %H:%M %Z}: `{command_line(__file__, argv)}`" + (" (quick smoke run)" if args.quick else ""), "",
           f"- machine: {machine['nproc']} cores ({machine['cpu']}), {machine['ram_gib']:.1f} GiB RAM "
           f"({machine['avail_gib']:.1f} GiB available at start), Linux {machine['kernel']}, Python {machine['python']}",
           f"- {machine.get('streamtrace', '?')}; orjson {machine.get('orjson', '?')}; git {machine.get('git', '?')}; "
-          f"streamtrace source hash (sha1 of streamtrace/**/*.py) {', '.join(sorted({r['code'] for res in results for r in res['rows'] if r['tool'] != 'megatron'}))}",
+          f"streamtrace source hash (sha1 of streamtrace/**/*.py) {', '.join(sorted(codes))}",
           f"- inputs: {args.ranks} rank files per size inflated from `{os.path.relpath(src, ROOT.parent) if src.is_absolute() else src}` "
           f"(uncompressed `.json`, read from the page cache: generated just before or reused), outputs `.json` "
           f"to {scratch}/out (deleted after each run); total wall time of the benchmark "
@@ -632,15 +334,30 @@ def main(argv=None):
           table(results), "", "Targets (streamtrace):", verdicts(results, state), ""]
     if notes:
         md += ["Notes:"] + [f"- {n}" for n in notes] + [""]
-    text = "\n".join(md)
+    return "\n".join(md)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    sizes = [20.0] if args.quick else [float(x) for x in args.sizes.split(",") if x.strip()]
+    record = not args.no_record and (args.record or not args.quick)
+    scratch = Path(args.scratch)
+    scratch.mkdir(parents=True, exist_ok=True)
+    src = Path(args.src)
+    machine = machine_info()
+    started = _dt.datetime.now().astimezone()
+    log(f"machine: {machine['nproc']} cores, {machine['ram_gib']:.1f} GiB RAM ({machine['avail_gib']:.1f} available), "
+        f"{machine['cpu']}; scratch {scratch} ({shutil.disk_usage(scratch).free / 1e9:.0f} GB free)")
+    state, results = {}, []
+    for size in sizes:
+        results.append(run_size(scratch, src, args.ranks, size, args, state))
+    if args.clean:
+        for size in sizes:
+            shutil.rmtree(scratch / f"in_{args.ranks}x{size:g}mb", ignore_errors=True)
+    text = report(results, state, args, argv, machine, started, scratch, src)
     print(text)
     if record:
-        new = not RESULTS.exists()
-        with open(RESULTS, "a") as f:
-            if new:
-                f.write(RESULTS_HEADER + "\n")
-            f.write("\n" + text)
-        log(f"appended to {RESULTS}")
+        append_results(text, header=RESULTS_HEADER)
     return 0 if all(r["ok"] for res in results for r in res["rows"]) else 1
 
 

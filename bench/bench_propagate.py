@@ -3,6 +3,7 @@
 
     python bench/bench_propagate.py                  # 8, 16, 32, 64 ranks; appends to bench/RESULTS.md
     python bench/bench_propagate.py --ranks 8,16 --shuffled-ranks '' --no-record
+    python bench/bench_propagate.py --quick          # smoke run: tiny sizes, nothing recorded
 
 A synthetic merged trace is built in memory: every rank has the same number of
 CPU events (default 20k) in realistic nested stacks on 2 threads (forward on
@@ -44,20 +45,18 @@ import argparse
 import datetime as _dt
 import os
 import platform
-import shlex
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+from harness import ROOT, append_results, command_line, git_describe
+
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from streamtrace.kernels.tree import build_call_tree, link_by_correlation, propagate  # noqa: E402
 
-RESULTS = ROOT / "bench" / "RESULTS.md"
 HEADING = "## Call tree, linking, propagation scaling"
 
 US = 1000  # ns
@@ -67,12 +66,109 @@ US = 1000  # ns
 # synthetic merged trace
 # --------------------------------------------------------------------------
 
-class _Rank:
-    """Event lists of one rank, filled by the generator."""
+class _RankGen:
+    """One rank's event lists, filled by a seeded generator of training steps: CPU
+    (``tid``, ``s``, ``e``, ``corr``) and GPU (``g_corr``, ``g_s``, ``g_e``), times in ns."""
 
-    def __init__(self):
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
         self.tid, self.s, self.e, self.corr = [], [], [], []
         self.g_corr, self.g_s, self.g_e = [], [], []
+        self.last_corr = 0
+        self.stream_free = {7: 0, 20: 0}          # compute stream, NCCL stream
+
+    def cpu(self, tid, s, e, c=-1):
+        self.tid.append(tid)
+        self.s.append(s)
+        self.e.append(e)
+        self.corr.append(c)
+
+    def kernel(self, c, launch_end, dur, stream):
+        start = max(launch_end + int(self.rng.integers(2, 8)) * US, self.stream_free[stream])
+        self.stream_free[stream] = start + dur
+        self.g_corr.append(c)
+        self.g_s.append(start)
+        self.g_e.append(start + dur)
+
+    def launch(self, tid, t, name_kernels, stream=7, dur_us=(5, 60)):
+        """A runtime call at t (cudaLaunchKernel / cudaGraphLaunch), 4-8 us."""
+        self.last_corr += 1
+        c = self.last_corr
+        d = int(self.rng.integers(4, 9)) * US
+        self.cpu(tid, t, t + d, c)
+        for _ in range(name_kernels):
+            self.kernel(c, t + d, int(self.rng.integers(*dur_us)) * US, stream)
+        return t + d
+
+    def aten_op(self, tid, t):
+        """aten op > (sub op > launch) | cpu-only; returns end time."""
+        rng = self.rng
+        kind = rng.random()
+        s = t
+        t += int(rng.integers(1, 4)) * US
+        if kind < 0.62:                                   # linear > addmm > launch(es)
+            sub = t
+            t = self.launch(tid, t + 2 * US, 1) + 2 * US
+            if rng.random() < 0.3:                        # e.g. layer_norm: two kernels
+                t = self.launch(tid, t, 1) + 2 * US
+            self.cpu(tid, sub, t)
+            if rng.random() < 0.02:                       # rounding: child ends 300 ns late
+                self.cpu(tid, s, t - 300)
+                return t + int(rng.integers(1, 3)) * US
+            t += 1 * US
+        elif kind < 0.72:                                 # graph replay: 4 kernels
+            t = self.launch(tid, t, 4, dur_us=(3, 20)) + 1 * US
+        elif kind < 0.80:                                 # allreduce > comms > nccl launch
+            sub = t
+            t = self.launch(tid, t + 3 * US, 1, stream=20, dur_us=(80, 400)) + 2 * US
+            self.cpu(tid, sub, t)
+            t += 1 * US
+        else:                                             # view / reshape: no kernel
+            t += int(rng.integers(1, 5)) * US
+        self.cpu(tid, s, t)
+        return t + int(rng.integers(1, 3)) * US
+
+    def module(self, tid, t, n_ops, level=0):
+        """nn.Module > (sub-modules | layers > aten ops)."""
+        s = t
+        t += 2 * US
+        if level < 3 and self.rng.random() < 0.4:
+            for _ in range(int(self.rng.integers(1, 3))):
+                t = self.module(tid, t, n_ops, level + 1)
+        else:
+            for _ in range(int(self.rng.integers(2, 5))):       # layers
+                ls = t
+                t += 1 * US
+                for _ in range(n_ops):
+                    t = self.aten_op(tid, t)
+                self.cpu(tid, ls, t)
+                t += 1 * US
+        self.cpu(tid, s, t)
+        return t + 2 * US
+
+    def step(self, t):
+        """One training step from t: forward, backward, optimizer, sync; returns its end."""
+        rng, cpu = self.rng, self.cpu
+        s = t
+        t += 20 * US
+        fwd_end = t
+        for _ in range(int(rng.integers(20, 40))):        # forward modules, main thread
+            fwd_end = self.module(0, fwd_end, int(rng.integers(2, 6)))
+        bwd = fwd_end + 30 * US
+        for _ in range(int(rng.integers(20, 40))):        # backward on the autograd thread
+            bwd = self.module(1, bwd, int(rng.integers(2, 6)))
+        cpu(1, fwd_end + 20 * US, bwd + 10 * US)          # autograd::engine::evaluate_function
+        # optimizer step ends with a sync: the CPU waits for both streams
+        t = self.launch(0, bwd + 20 * US, 1) + 5 * US
+        sync_end = max(t, max(self.stream_free.values())) + 3 * US
+        cpu(0, t, sync_end)                               # cudaStreamSynchronize
+        t = sync_end + 50 * US
+        cpu(0, s, t)                                      # ProfilerStep#step
+        # a memcpy without launch (e.g. profiler-inserted, or from another thread)
+        self.g_corr.append(-1)
+        self.g_s.append(t - 10 * US)
+        self.g_e.append(t - 5 * US)
+        return t + 100 * US
 
 
 def _make_rank(n_cpu, n_gpu, seed, trim=True):
@@ -81,104 +177,10 @@ def _make_rank(n_cpu, n_gpu, seed, trim=True):
     The generator emits training steps until the CPU and GPU budgets are used;
     the lists are then cut to exactly n_cpu / n_gpu (cutting whole trailing
     events keeps every stack well nested).  Times are ns from 0."""
-    rng = np.random.default_rng(seed)
-    r = _Rank()
-    corr = [0]
-    stream_free = {7: 0, 20: 0}          # compute stream, NCCL stream
-
-    def cpu(tid, s, e, c=-1):
-        r.tid.append(tid)
-        r.s.append(s)
-        r.e.append(e)
-        r.corr.append(c)
-
-    def kernel(c, launch_end, dur, stream):
-        start = max(launch_end + int(rng.integers(2, 8)) * US, stream_free[stream])
-        stream_free[stream] = start + dur
-        r.g_corr.append(c)
-        r.g_s.append(start)
-        r.g_e.append(start + dur)
-
-    def launch(tid, t, name_kernels, stream=7, dur_us=(5, 60)):
-        """A runtime call at t (cudaLaunchKernel / cudaGraphLaunch), 4-8 us."""
-        corr[0] += 1
-        c = corr[0]
-        d = int(rng.integers(4, 9)) * US
-        cpu(tid, t, t + d, c)
-        for _ in range(name_kernels):
-            kernel(c, t + d, int(rng.integers(*dur_us)) * US, stream)
-        return t + d
-
-    def aten_op(tid, t):
-        """aten op > (sub op > launch) | cpu-only; returns end time."""
-        kind = rng.random()
-        s = t
-        t += int(rng.integers(1, 4)) * US
-        if kind < 0.62:                                   # linear > addmm > launch(es)
-            sub = t
-            t = launch(tid, t + 2 * US, 1) + 2 * US
-            if rng.random() < 0.3:                        # e.g. layer_norm: two kernels
-                t = launch(tid, t, 1) + 2 * US
-            cpu(tid, sub, t)
-            if rng.random() < 0.02:                       # rounding: child ends 300 ns late
-                cpu(tid, s, t - 300)
-                return t + int(rng.integers(1, 3)) * US
-            t += 1 * US
-        elif kind < 0.72:                                 # graph replay: 4 kernels
-            t = launch(tid, t, 4, dur_us=(3, 20)) + 1 * US
-        elif kind < 0.80:                                 # allreduce > comms > nccl launch
-            sub = t
-            t = launch(tid, t + 3 * US, 1, stream=20, dur_us=(80, 400)) + 2 * US
-            cpu(tid, sub, t)
-            t += 1 * US
-        else:                                             # view / reshape: no kernel
-            t += int(rng.integers(1, 5)) * US
-        cpu(tid, s, t)
-        return t + int(rng.integers(1, 3)) * US
-
-    def module(tid, t, n_ops, level=0):
-        """nn.Module > (sub-modules | layers > aten ops)."""
-        s = t
-        t += 2 * US
-        if level < 3 and rng.random() < 0.4:
-            for _ in range(int(rng.integers(1, 3))):
-                t = module(tid, t, n_ops, level + 1)
-        else:
-            for _ in range(int(rng.integers(2, 5))):       # layers
-                ls = t
-                t += 1 * US
-                for _ in range(n_ops):
-                    t = aten_op(tid, t)
-                cpu(tid, ls, t)
-                t += 1 * US
-        cpu(tid, s, t)
-        return t + 2 * US
-
+    r = _RankGen(seed)
     t = 0
-    step = 0
     while len(r.s) < n_cpu or len(r.g_s) < n_gpu:
-        step += 1
-        s = t
-        t += 20 * US
-        fwd_end = t
-        for _ in range(int(rng.integers(20, 40))):        # forward modules, main thread
-            fwd_end = module(0, fwd_end, int(rng.integers(2, 6)))
-        bwd = fwd_end + 30 * US
-        for _ in range(int(rng.integers(20, 40))):        # backward on the autograd thread
-            bwd = module(1, bwd, int(rng.integers(2, 6)))
-        cpu(1, fwd_end + 20 * US, bwd + 10 * US)          # autograd::engine::evaluate_function
-        # optimizer step ends with a sync: the CPU waits for both streams
-        t = launch(0, bwd + 20 * US, 1) + 5 * US
-        sync_end = max(t, max(stream_free.values())) + 3 * US
-        cpu(0, t, sync_end)                               # cudaStreamSynchronize
-        t = sync_end + 50 * US
-        cpu(0, s, t)                                      # ProfilerStep#step
-        # a memcpy without launch (e.g. profiler-inserted, or from another thread)
-        r.g_corr.append(-1)
-        r.g_s.append(t - 10 * US)
-        r.g_e.append(t - 5 * US)
-        t += 100 * US
-
+        t = r.step(t)
     cpu_arrays = [np.array(x, dtype=np.int64) for x in (r.tid, r.s, r.e, r.corr)]
     gpu_arrays = [np.array(x, dtype=np.int64) for x in (r.g_corr, r.g_s, r.g_e)]
     if not trim:
@@ -368,7 +370,13 @@ def main(argv=None):
     ap.add_argument("--naive-ranks", default="8,16", help="rank counts for the naive approach ('' for none)")
     ap.add_argument("--naive-timeout", type=float, default=60.0)
     ap.add_argument("--no-record", action="store_true", help="do not append to bench/RESULTS.md")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: 2 and 4 ranks of 2,000 CPU + 800 GPU events, naive at 2 ranks, one run "
+                         "each, nothing recorded")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.ranks, args.shuffled_ranks, args.naive_ranks = "2,4", "4", "2"
+        args.cpu_per_rank, args.gpu_per_rank, args.repeat, args.no_record = 2_000, 800, 1, True
     ranks = [int(x) for x in args.ranks.split(",") if x]
     shuffled = [int(x) for x in args.shuffled_ranks.split(",") if x]
     naive_ranks = {int(x) for x in args.naive_ranks.split(",") if x}
@@ -387,29 +395,23 @@ def main(argv=None):
     for k in shuffled:
         rows.append(run_size(k, "shuffled", args)[0])
 
-    text = report(rows, naive_rows, args)
+    text = report(rows, naive_rows, args, argv)
     print()
     print(text)
     if not args.no_record:
-        new = not RESULTS.exists()
-        with open(RESULTS, "a") as f:
-            if new:
-                f.write("# Benchmark results\n")
-            f.write("\n" + text)
-        print(f"appended to {RESULTS}")
+        append_results(text, header="# Benchmark results")
     return 0
 
 
-def report(rows, naive_rows, args):
-    cmd = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])
+def report(rows, naive_rows, args, argv=None):
     now = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     load = os.getloadavg()
     lines = [
         HEADING,
         "",
-        f"`{cmd}` — {now}, `nproc` = {os.cpu_count()}, {platform.machine()}, "
-        f"Python {platform.python_version()}, numpy {np.__version__}, load average {load[0]:.2f} "
-        "at the end (shared machine).",
+        f"`{command_line(__file__, argv)}` — {now}, `nproc` = {os.cpu_count()}, {platform.machine()}, "
+        f"Python {platform.python_version()}, numpy {np.__version__}, git {git_describe()}, load average "
+        f"{load[0]:.2f} at the end (shared machine).",
         "",
         f"Synthetic merged trace held in memory: per rank {args.cpu_per_rank:,} CPU events on 2 threads "
         f"(nested stacks, up to 8 deep) and {args.gpu_per_rank:,} GPU events (compute stream, overlapping "

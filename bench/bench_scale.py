@@ -21,21 +21,19 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import re
 import shutil
-import subprocess
+import statistics
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_merge as BM  # noqa: E402  (shared helpers: inputs, process-tree measurement)
+from harness import (DEFAULT_SRC, ROOT, append_results, busy_seconds, code_id, command_line, default_scratch,
+                     ensure_inputs, log, machine_info, measure, uptime, wait_idle)
 
-ROOT = BM.ROOT
-SCRATCH = Path(os.environ.get("STREAMTRACE_BENCH_DIR", "/tmp/streamtrace-bench"))
+SCRATCH = default_scratch()
 
 DASK_DRIVER = r'''
 import sys, time, json
@@ -103,30 +101,23 @@ def scanner_throughput(path, log, repeat=3, split_points=None):
     return res
 
 
-def _uptime():
-    try:
-        return subprocess.run(["uptime"], capture_output=True, text=True, timeout=10).stdout.strip()
-    except Exception:  # noqa: BLE001 - informational only
-        return "?"
-
-
-def scanner_only(a, argv, big, log):
+def scanner_only(a, argv, big):
     """``--scanner-only``: the scanner's throughput alone, recorded with the machine load."""
     import numba
     if a.wait_idle:
-        BM.wait_idle(a.wait_idle, log)
-    up0, cpu0, busy0 = _uptime(), time.process_time(), BM._busy_seconds()
+        wait_idle(a.wait_idle, log)
+    up0, cpu0, busy0 = uptime(), time.process_time(), busy_seconds()
     t0 = time.perf_counter()
     res = scanner_throughput(big, log, a.repeat)
     wall = time.perf_counter() - t0
-    busy1, cpu1, up1 = BM._busy_seconds(), time.process_time(), _uptime()
+    busy1, cpu1, up1 = busy_seconds(), time.process_time(), uptime()
     other = max(0.0, (busy1 - busy0 - (cpu1 - cpu0)) / wall) if busy0 is not None and busy1 is not None else None
-    info = BM.machine_info()
+    info = machine_info()
     modes = [m for m in res if m not in ("bytes", "boundaries")]
-    lines = [f"\n## {dt.datetime.utcnow():%Y-%m-%d %H:%M} UTC: split-point scanner throughput\n",
-             f"`python bench/bench_scale.py {' '.join(argv)}` — nproc {info['nproc']}, {info['cpu']}, "
+    lines = [f"## {dt.datetime.utcnow():%Y-%m-%d %H:%M} UTC: split-point scanner throughput\n",
+             f"`{command_line(__file__, argv)}` — nproc {info['nproc']}, {info['cpu']}, "
              f"Python {info['python']}, numba {numba.__version__}, git {info.get('git', '?')}, "
-             f"streamtrace source hash {BM.code_id()}; input `{big}` ({Path(big).stat().st_size / 1e6:,.0f} MB, "
+             f"streamtrace source hash {code_id()}; input `{big}` ({Path(big).stat().st_size / 1e6:,.0f} MB, "
              f"inflated from `{Path(a.src).name}` with tools/inflate_trace.py), read into memory first.\n",
              *[f"- `split_points` over the {res['bytes'] / 1e6:,.0f} MB traceEvents array, {m}: "
                f"**{res[m][0]:,.0f} MB/s** ({res[m][1]:.3f} s, best of {a.repeat}, one thread) (target >= 1,000 MB/s)"
@@ -134,34 +125,29 @@ def scanner_only(a, argv, big, log):
              f"- machine load: `uptime` before: `{up0}`; after: `{up1}`"
              + (f"; other processes used {other:.2f} cores on average during the measurement" if other is not None
                 else "")]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if not a.quick:
-        with open(ROOT / "bench" / "RESULTS.md", "a") as f:
-            f.write(text)
+    finish(lines, a)
 
 
-def split_only(a, argv, big, big_bytes, logdir, log):
+def split_only(a, argv, big, big_bytes, logdir):
     """``--split-only``: ``analyze -j 1`` and ``-j 2`` on the one big trace, alternating,
     ``--split-repeat`` times each; the speed-up is the ratio of the median walls."""
-    import statistics
     out = SCRATCH / "out_scale"
     runs = {1: [], 2: []}
     for i in range(a.split_repeat):
         for jobs in (1, 2):
             if a.wait_idle:
-                BM.wait_idle(a.wait_idle, log)
+                wait_idle(a.wait_idle, log)
             shutil.rmtree(out, ignore_errors=True)
             runs[jobs].append(run([sys.executable, "-m", "streamtrace", "analyze", big, "-o", out, "-j", jobs],
-                                  f"analyze 1 x {a.big_mb:g}MB -j{jobs} run {i + 1}", logdir, log))
+                                  f"analyze 1 x {a.big_mb:g}MB -j{jobs} run {i + 1}", logdir))
     shutil.rmtree(out, ignore_errors=True)
     med = {j: statistics.median(r["wall"] for r in runs[j]) for j in runs}
-    info = BM.machine_info()
+    info = machine_info()
     fmt = lambda rs: ", ".join(f"{r['wall']:.1f} s (CPU {r.get('cpu_s', 0):.1f} s, other load "  # noqa: E731
                                f"{r.get('other_cores', 0):.2f})" for r in rs)
-    lines = [f"\n## {dt.datetime.utcnow():%Y-%m-%d %H:%M} UTC: one big trace on all cores (split speed-up)\n",
-             f"`python bench/bench_scale.py {' '.join(argv)}` — nproc {info['nproc']}, {info['cpu']}, "
-             f"git {info.get('git', '?')}, streamtrace source hash {BM.code_id()}; input `{big}` "
+    lines = [f"## {dt.datetime.utcnow():%Y-%m-%d %H:%M} UTC: one big trace on all cores (split speed-up)\n",
+             f"`{command_line(__file__, argv)}` — nproc {info['nproc']}, {info['cpu']}, "
+             f"git {info.get('git', '?')}, streamtrace source hash {code_id()}; input `{big}` "
              f"({big_bytes / 1e6:,.0f} MB, inflated from `{Path(a.src).name}`); `streamtrace analyze TRACE -o OUT -j J`, "
              f"J = 1 and 2 alternating, {a.split_repeat} runs each; wall of the whole process.\n",
              f"- -j 1: median **{med[1]:.1f} s** (max RSS {max(r['max_single_rss'] for r in runs[1]) / 2**20:.0f} MB); "
@@ -171,40 +157,31 @@ def split_only(a, argv, big, big_bytes, logdir, log):
              f"{max(r['peak_sum_rss'] for r in runs[2]) / 2**20:.0f} MB); runs: {fmt(runs[2])}",
              f"- speed-up (ratio of medians): **{med[1] / med[2]:.2f}x** (target >= 1.7x); per pair: "
              + ", ".join(f"{x['wall'] / y['wall']:.2f}x" for x, y in zip(runs[1], runs[2]))]
+    finish(lines, a)
+
+
+def finish(lines, a):
+    """Print the section and, unless ``--quick``, append it to bench/RESULTS.md."""
     text = "\n".join(lines) + "\n"
     print(text)
     if not a.quick:
-        with open(ROOT / "bench" / "RESULTS.md", "a") as f:
-            f.write(text)
+        append_results(text)
 
 
-def _time_field(logdir, label, field):
-    """A number from the GNU time log :func:`bench_merge.measure` wrote for ``label``
-    (e.g. ``"System time (seconds)"``, ``"Minor (reclaiming a frame) page faults"``); None if absent."""
-    slug = re.sub(r"[^A-Za-z0-9]+", "_", label).strip("_")
-    try:
-        m = re.search(re.escape(field) + r": ([\d.]+)", (logdir / f"{slug}.time").read_text())
-    except OSError:
-        return None
-    return float(m.group(1)) if m else None
-
-
-def run(cmd, label, logdir, log):
+def run(cmd, label, logdir):
     log(f"-- {label}: {' '.join(map(str, cmd))}")
-    r = BM.measure([str(c) for c in cmd], logdir, label)
+    r = measure(cmd, logdir, label)
     if r["rc"] != 0:
         log(r["stderr"][-2000:])
         raise SystemExit(f"{label} failed (exit {r['rc']})")
-    r["sys_s"] = _time_field(logdir, label, "System time (seconds)")
-    r["minflt"] = _time_field(logdir, label, "Minor (reclaiming a frame) page faults")
     log(f"   {r['wall']:.1f} s, max single-process RSS {r['max_single_rss'] / 2**20:.0f} MB, "
         f"peak summed RSS {r['peak_sum_rss'] / 2**20:.0f} MB")
     return r
 
 
-def main(argv=None):
+def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--src", default=str(ROOT.parent / "shared/traces/real/v100_ddp_rank1_of2.json.gz"))
+    ap.add_argument("--src", default=str(DEFAULT_SRC))
     ap.add_argument("--big-mb", type=float, default=1024)
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--rank-mb", type=float, default=100)
@@ -227,98 +204,108 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.quick:
         a.big_mb, a.ranks, a.rank_mb = 60, 4, 20
+    return a
+
+
+def many_ranks(a, src, out, logdir):
+    """The many-ranks comparison: the local pool, then Dask (and Dask with ``DASK_QUIET``);
+    returns ``(input bytes, local run, dask run, quiet run or None)``."""
+    many_dir, _, many_bytes, _ = ensure_inputs(SCRATCH, src, a.ranks, a.rank_mb, log)
+    label = f"analyze {a.ranks} x {a.rank_mb:g}MB"
+    todo = [("local", [sys.executable, "-m", "streamtrace", "analyze", many_dir, "-o", out, "-j", 2],
+             f"{label} local pool"),
+            ("dask", [sys.executable, "-c", DASK_DRIVER, many_dir, out], f"{label} dask LocalCluster")]
+    if a.dask_quiet:
+        todo.append(("quiet", [sys.executable, "-c", DASK_DRIVER, many_dir, out, json.dumps(DASK_QUIET)],
+                     f"{label} dask LocalCluster quiet"))
+    runs = {}
+    for key, cmd, lab in todo:
+        shutil.rmtree(out, ignore_errors=True)
+        if a.many_only and a.wait_idle:
+            wait_idle(a.wait_idle, log)
+        runs[key] = run(cmd, lab, logdir)
+    pkg = str(ROOT / "streamtrace")
+    for key in ("dask", "quiet"):
+        if key in runs:
+            runs[key]["inner"] = inner = json.loads(runs[key]["stdout"].strip().splitlines()[-1])
+            if not all(m.startswith(pkg) for m in [inner["client_module"], *inner["worker_modules"]]):
+                raise SystemExit(f"the Dask run imported streamtrace from {inner}, not from {pkg}")
+    return many_bytes, runs["local"], runs["dask"], runs.get("quiet")
+
+
+def split_lines(scan, res, big_bytes):
+    mbs, speedup = scan["one buffer"][0], res[1]["wall"] / res[2]["wall"]
+    return [
+        f"- split-point scanner (numba, in memory): **{mbs:,.0f} MB/s** (target >= 1,000 MB/s)",
+        f"- one {big_bytes / 1e6:,.0f} MB trace, `streamtrace analyze`: -j 1 {res[1]['wall']:.1f} s "
+        f"(max RSS {res[1]['max_single_rss'] / 2**20:.0f} MB), -j 2 {res[2]['wall']:.1f} s "
+        f"(max single-process RSS {res[2]['max_single_rss'] / 2**20:.0f} MB, summed {res[2]['peak_sum_rss'] / 2**20:.0f} MB)"
+        f" -> speed-up **{speedup:.2f}x** (target >= 1.7x); other load during the runs: "
+        f"{res[1].get('other_cores', 0):.2f} / {res[2].get('other_cores', 0):.2f} cores"]
+
+
+def many_lines(a, many):
+    many_bytes, local, dask, quiet = many
+    inner = dask["inner"]
+    over = dask["wall"] / local["wall"] - 1
+    m = re.search(r"analysed \d+ ranks in ([\d.]+) s", local["stdout"])
+    local_in = float(m.group(1)) if m else None      # the CLI's own analyze time (no interpreter start-up)
+    lines = [
+        f"- {a.ranks} ranks x {a.rank_mb:g} MB ({many_bytes / 1e9:.2f} GB): local pool (2 workers) "
+        f"{local['wall']:.1f} s = {many_bytes / 1e6 / local['wall']:,.0f} MB/s, max worker RSS "
+        f"{local['max_single_rss'] / 2**20:.0f} MB; dask LocalCluster (2 worker processes, loopback) "
+        f"{dask['wall']:.1f} s wall incl. cluster start-up ({inner['analyze_s']:.1f} s inside analyze) = "
+        f"{many_bytes / 1e6 / inner['analyze_s']:,.0f} MB/s, max worker RSS {dask['max_single_rss'] / 2**20:.0f} MB"
+        f" -> Dask overhead **{(inner['analyze_s'] / local['wall'] - 1) * 100:+.1f} %** inside analyze, "
+        f"{over * 100:+.1f} % including cluster start-up (target within 15 %)"
+        + (f"; vs the local pool's own analyze time ({local_in:.1f} s, without interpreter start-up): "
+           f"{(inner['analyze_s'] / local_in - 1) * 100:+.1f} %" if local_in else ""),
+        f"- CPU of the whole process tree (user+sys / sys / minor page faults): local pool "
+        f"{local.get('cpu_s', 0):.0f} s / {local.get('sys_s') or 0:.0f} s / {(local.get('minflt') or 0) / 1e6:.1f} M; "
+        f"dask {dask.get('cpu_s', 0):.0f} s / {dask.get('sys_s') or 0:.0f} s / {(dask.get('minflt') or 0) / 1e6:.1f} M "
+        f"(dask includes the cluster start-up); other load during the runs: "
+        f"{local.get('other_cores', 0):.2f} / {dask.get('other_cores', 0):.2f} cores"]
+    if quiet:
+        qi = quiet["inner"]
+        lines += [
+            f"- dask LocalCluster with `DASK_QUIET` settings ({', '.join(f'{k}={v}' for k, v in DASK_QUIET.items())}): "
+            f"{quiet['wall']:.1f} s wall ({qi['analyze_s']:.1f} s inside analyze) -> overhead "
+            f"**{(qi['analyze_s'] / local['wall'] - 1) * 100:+.1f} %** inside analyze; CPU {quiet.get('cpu_s', 0):.0f} s / "
+            f"{quiet.get('sys_s') or 0:.0f} s / {(quiet.get('minflt') or 0) / 1e6:.1f} M; other load "
+            f"{quiet.get('other_cores', 0):.2f} cores"]
+    return lines
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    argv = argv if argv is not None else sys.argv[1:]
     SCRATCH.mkdir(parents=True, exist_ok=True)
     logdir = SCRATCH / "logs_scale"
-    log = lambda m: print(m, flush=True)  # noqa: E731
     src = Path(a.src)
-    big_dir, big_files, big_bytes, _ = BM.ensure_inputs(SCRATCH, src, 1, a.big_mb, log)
-    big = big_files[0]
+    _, (big,), big_bytes, _ = ensure_inputs(SCRATCH, src, 1, a.big_mb, log)
     if a.scanner_only:
-        return scanner_only(a, argv if argv is not None else sys.argv[1:], big, log)
+        return scanner_only(a, argv, big)
     if a.split_only:
-        return split_only(a, argv if argv is not None else sys.argv[1:], big, big_bytes, logdir, log)
+        return split_only(a, argv, big, big_bytes, logdir)
     out = SCRATCH / "out_scale"
     res = {}
     scan = scanner_throughput(big, log) if not a.many_only else None
     for jobs in (1, 2) if not a.many_only else ():
         shutil.rmtree(out, ignore_errors=True)
         res[jobs] = run([sys.executable, "-m", "streamtrace", "analyze", big, "-o", out, "-j", jobs],
-                        f"analyze 1 x {a.big_mb:g}MB -j{jobs}", logdir, log)
-    many = None
-    if not a.skip_dask:
-        many_dir, files, many_bytes, _ = BM.ensure_inputs(SCRATCH, src, a.ranks, a.rank_mb, log)
-        shutil.rmtree(out, ignore_errors=True)
-        if a.many_only and a.wait_idle:
-            BM.wait_idle(a.wait_idle, log)
-        local = run([sys.executable, "-m", "streamtrace", "analyze", many_dir, "-o", out, "-j", 2],
-                    f"analyze {a.ranks} x {a.rank_mb:g}MB local pool", logdir, log)
-        shutil.rmtree(out, ignore_errors=True)
-        if a.many_only and a.wait_idle:
-            BM.wait_idle(a.wait_idle, log)
-        dask = run([sys.executable, "-c", DASK_DRIVER, many_dir, out],
-                   f"analyze {a.ranks} x {a.rank_mb:g}MB dask LocalCluster", logdir, log)
-        quiet = None
-        if a.dask_quiet:
-            shutil.rmtree(out, ignore_errors=True)
-            if a.many_only and a.wait_idle:
-                BM.wait_idle(a.wait_idle, log)
-            quiet = run([sys.executable, "-c", DASK_DRIVER, many_dir, out, json.dumps(DASK_QUIET)],
-                        f"analyze {a.ranks} x {a.rank_mb:g}MB dask LocalCluster quiet", logdir, log)
-        pkg = str(ROOT / "streamtrace")
-        for r in (dask, quiet) if quiet else (dask,):
-            r["inner"] = inner = json.loads(r["stdout"].strip().splitlines()[-1])
-            if not all(m.startswith(pkg) for m in [inner["client_module"], *inner["worker_modules"]]):
-                raise SystemExit(f"the Dask run imported streamtrace from {inner}, not from {pkg}")
-        many = (many_bytes, local, dask, quiet)
+                        f"analyze 1 x {a.big_mb:g}MB -j{jobs}", logdir)
+    many = many_ranks(a, src, out, logdir) if not a.skip_dask else None
     shutil.rmtree(out, ignore_errors=True)
-    info = BM.machine_info()
-    lines = [f"\n## Scale: one big trace on all cores, many ranks on Dask\n",
-             f"`python bench/bench_scale.py {' '.join(argv or sys.argv[1:])}` — "
+    info = machine_info()
+    lines = ["## Scale: one big trace on all cores, many ranks on Dask\n",
+             f"`{command_line(__file__, argv)}` — "
              f"{dt.datetime.utcnow():%Y-%m-%d %H:%M} UTC, nproc {info['nproc']}, {info['ram_gib']:.1f} GiB, "
              f"{info['cpu']}, git {info.get('git', '?')}; source `{src.name}` inflated with tools/inflate_trace.py.\n"]
     if not a.many_only:
-        mbs, speedup = scan["one buffer"][0], res[1]["wall"] / res[2]["wall"]
-        lines += [
-             f"- split-point scanner (numba, in memory): **{mbs:,.0f} MB/s** (target >= 1,000 MB/s)",
-             f"- one {big_bytes / 1e6:,.0f} MB trace, `streamtrace analyze`: -j 1 {res[1]['wall']:.1f} s "
-             f"(max RSS {res[1]['max_single_rss'] / 2**20:.0f} MB), -j 2 {res[2]['wall']:.1f} s "
-             f"(max single-process RSS {res[2]['max_single_rss'] / 2**20:.0f} MB, summed {res[2]['peak_sum_rss'] / 2**20:.0f} MB)"
-             f" -> speed-up **{speedup:.2f}x** (target >= 1.7x); other load during the runs: "
-             f"{res[1].get('other_cores', 0):.2f} / {res[2].get('other_cores', 0):.2f} cores"]
+        lines += split_lines(scan, res, big_bytes)
     if many:
-        many_bytes, local, dask, quiet = many
-        inner = dask["inner"]
-        over = dask["wall"] / local["wall"] - 1
-        m = re.search(r"analysed \d+ ranks in ([\d.]+) s", local["stdout"])
-        local_in = float(m.group(1)) if m else None      # the CLI's own analyze time (no interpreter start-up)
-        lines += [
-            f"- {a.ranks} ranks x {a.rank_mb:g} MB ({many_bytes / 1e9:.2f} GB): local pool (2 workers) "
-            f"{local['wall']:.1f} s = {many_bytes / 1e6 / local['wall']:,.0f} MB/s, max worker RSS "
-            f"{local['max_single_rss'] / 2**20:.0f} MB; dask LocalCluster (2 worker processes, loopback) "
-            f"{dask['wall']:.1f} s wall incl. cluster start-up ({inner['analyze_s']:.1f} s inside analyze) = "
-            f"{many_bytes / 1e6 / inner['analyze_s']:,.0f} MB/s, max worker RSS {dask['max_single_rss'] / 2**20:.0f} MB"
-            f" -> Dask overhead **{(inner['analyze_s'] / local['wall'] - 1) * 100:+.1f} %** inside analyze, "
-            f"{over * 100:+.1f} % including cluster start-up (target within 15 %)"
-            + (f"; vs the local pool's own analyze time ({local_in:.1f} s, without interpreter start-up): "
-               f"{(inner['analyze_s'] / local_in - 1) * 100:+.1f} %" if local_in else ""),
-            f"- CPU of the whole process tree (user+sys / sys / minor page faults): local pool "
-            f"{local.get('cpu_s', 0):.0f} s / {local.get('sys_s') or 0:.0f} s / {(local.get('minflt') or 0) / 1e6:.1f} M; "
-            f"dask {dask.get('cpu_s', 0):.0f} s / {dask.get('sys_s') or 0:.0f} s / {(dask.get('minflt') or 0) / 1e6:.1f} M "
-            f"(dask includes the cluster start-up); other load during the runs: "
-            f"{local.get('other_cores', 0):.2f} / {dask.get('other_cores', 0):.2f} cores"]
-        if quiet:
-            qi = quiet["inner"]
-            lines += [
-                f"- dask LocalCluster with `DASK_QUIET` settings ({', '.join(f'{k}={v}' for k, v in DASK_QUIET.items())}): "
-                f"{quiet['wall']:.1f} s wall ({qi['analyze_s']:.1f} s inside analyze) -> overhead "
-                f"**{(qi['analyze_s'] / local['wall'] - 1) * 100:+.1f} %** inside analyze; CPU {quiet.get('cpu_s', 0):.0f} s / "
-                f"{quiet.get('sys_s') or 0:.0f} s / {(quiet.get('minflt') or 0) / 1e6:.1f} M; other load "
-                f"{quiet.get('other_cores', 0):.2f} cores"]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if not a.quick:
-        with open(ROOT / "bench" / "RESULTS.md", "a") as f:
-            f.write(text)
+        lines += many_lines(a, many)
+    finish(lines, a)
 
 
 if __name__ == "__main__":
