@@ -13,7 +13,6 @@ _CODEC = None
 def _codec():
     global _CODEC
     if _CODEC is None:
-        import pyarrow as pa
         _CODEC = pa.Codec("zstd", 1)
     return _CODEC
 

@@ -3,6 +3,7 @@ runs of ``block_rows`` records are sorted and stored as compressed sub-blocks (i
 temporary file), then merged (:class:`ExternalSorter`)."""
 from __future__ import annotations
 
+import mmap
 import os
 import tempfile
 
@@ -88,7 +89,6 @@ class ExternalSorter:
         memory) would creep up by tens of MB over a big track.  The map is released
         with the run's last reference."""
         if self.folder is None:
-            import mmap
             slab = mmap.mmap(-1, max(1, sum(len(d) for _, d in subs)))
             view = memoryview(slab)
             refs, at = [], 0

@@ -39,7 +39,7 @@ PHASE_TAG = {"forward": "F", "backward": "B", "recompute": "R", "optimizer": "Op
 
 
 def _plt():
-    import matplotlib
+    import matplotlib            # lazy: heavy (~0.5 s), loaded only when charts are drawn
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
