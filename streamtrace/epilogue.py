@@ -2,7 +2,8 @@
 never takes the job down.
 
 Finds every iteration folder and the topology under ``RUN_DIR`` (any layout
-:mod:`streamtrace.trace.discover` knows), then into ``RUN_DIR/streamtrace/``:
+:mod:`streamtrace.trace.discover` knows; never a merged trace or anything in the output folder),
+then into ``RUN_DIR/streamtrace/`` (or ``EpilogueOptions.outdir``, e.g. for a read-only run folder):
 
 * ``iteration_<N>/analysis/``: :func:`streamtrace.analyze.analyze` (``--chunked`` by default;
   Parquet in ``kernels/iteration=<N>/rank=<R>/`` and ``ops/iteration=<N>/rank=<R>/``);
@@ -32,25 +33,39 @@ from .analyze import AnalyzeOptions, analyze
 from .job.aggregate import AggregateOptions, aggregate
 from .merge import MergeOptions, merge_files
 from .report.markdown import write_report
+from .errors import UnknownRankError, UsageError
 from .runtime.files import atomic_output
 from .trace.discover import expand_inputs, identify
+from .trace.reader import TraceReader
 
 # peak RSS of one worker analysing in --chunked mode, for the --max-memory cap (GB)
 WORKER_GB = 0.6
 
 
 class _Log:
-    def __init__(self, out=None):
+    def __init__(self, out=None, quiet=False):
         self.out = out or sys.stderr
+        self.quiet = quiet
         self.failures: list = []
+        self.notes: list = []
 
     def info(self, msg):
+        if not self.quiet:
+            self.final(msg)
+
+    def final(self, msg):
         print(f"[streamtrace epilogue] {msg}", file=self.out, flush=True)
+
+    def note(self, msg):
+        """Something missing that is not a failure (e.g. no GPU in a CPU-only run): logged, and kept in
+        ``epilogue.json`` → ``notes``."""
+        self.notes.append(msg)
+        self.info(f"note: {msg}")
 
     def fail(self, stage, what, err):
         line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         self.failures.append({"stage": stage, "file": str(what), "error": line})
-        self.info(f"FAILED {stage} ({what}): {line}")
+        self.final(f"FAILED {stage} ({what}): {line}")
 
 
 def _fingerprint(paths, **options) -> str:
@@ -77,22 +92,36 @@ def find_topology(run_dir):
     return None
 
 
-def find_iterations(run_dir, log):
-    """``{iteration: [TraceFile]}`` for every readable rank trace under ``run_dir``
-    (outputs in ``run_dir/streamtrace`` are skipped); unreadable files are logged."""
+def is_merged(head: dict) -> bool:
+    """True for the top-level keys of a trace streamtrace merged (``streamtrace.kind`` "merged")."""
+    st = head.get("streamtrace")
+    return isinstance(st, dict) and st.get("kind") == "merged"
+
+
+def find_iterations(run_dir, log, outdir=None):
+    """``{iteration: [TraceFile]}`` for every readable rank trace under ``run_dir``; never a
+    merged trace (streamtrace's own header), nor anything under ``outdir`` or a ``streamtrace``
+    folder (earlier outputs); unreadable files are logged."""
     groups: dict = {}
     try:
         paths = expand_inputs([run_dir])
     except Exception as e:   # noqa: BLE001
         log.fail("discover", run_dir, e)
         return groups
+    skip = Path(outdir).resolve() if outdir is not None else None
     for p in paths:
+        if skip is not None and Path(p).resolve().is_relative_to(skip):
+            continue
         try:
             tf = identify(p)
+        except UnknownRankError as e:
+            if not _merged_file(p):
+                log.fail("discover", p, e)
+            continue
         except Exception as e:   # noqa: BLE001
             log.fail("discover", p, e)
             continue
-        if tf is not None:
+        if tf is not None and not is_merged(tf.head):
             groups.setdefault(tf.iteration, []).append(tf)
     for it, files in groups.items():
         seen = {}
@@ -105,6 +134,13 @@ def find_iterations(run_dir, log):
             keep.append(tf)
         groups[it] = keep
     return groups
+
+
+def _merged_file(path) -> bool:
+    try:
+        return is_merged(TraceReader(path, salvage=True).read_metadata())
+    except Exception:   # noqa: BLE001 - unreadable: not a merged trace of ours
+        return False
 
 
 def _stage(state, key, fingerprint, outputs, fn, log, name, what):
@@ -123,7 +159,7 @@ def _stage(state, key, fingerprint, outputs, fn, log, name, what):
     except Exception as e:   # noqa: BLE001 - logged, the epilogue carries on
         log.fail(name, what, e)
         state[key] = {"fingerprint": fingerprint, "ok": False, "error": str(e).splitlines()[0] if str(e) else ""}
-        if os.environ.get("STREAMTRACE_DEBUG"):
+        if os.environ.get("STREAMTRACE_DEBUG") or getattr(log, "verbose", False):
             traceback.print_exc()
         return None, "failed"
     state[key] = {"fingerprint": fingerprint, "ok": True, "result": result, "seconds": round(time.time() - t0, 2),
@@ -137,12 +173,25 @@ class EpilogueOptions:
     """Options of :func:`run` (the ``streamtrace epilogue`` flags).
 
     Attributes:
-        full: merge every event (``merged.json.gz``), not only the GPU processes (``merged_gpu.json.gz``).
-        chunked: analyse with ``--chunked`` (spill files on disk; the default), else in memory.
-        jobs: worker processes; 0 = all cores.
-        max_memory_gb: a cap in GB that limits the workers (:data:`WORKER_GB` each); None: no cap.
-        strict: the CLI exits 1 when anything failed (:func:`run` itself never raises).
-        name: the run's name in the report; None: the run folder's name.
+        full: merge every event (``merged.json.gz``), not only the GPU processes (``merged_gpu.json.gz``);
+            bool, default False.
+        chunked: analyse with ``--chunked`` (spill files on disk), else in memory; bool, default True.
+        jobs: worker processes (int); 0 = all cores (default).
+        max_memory_gb: a cap in GB (float) that limits the workers (:data:`WORKER_GB` each); None: no cap.
+        strict: the CLI exits 1 when anything failed (:func:`run` itself never raises); default False.
+        name: the run's name in the report and its Markdown file name (str); None: the run folder's name.
+        outdir: the output folder (str or Path); None: ``RUN_DIR/streamtrace``.  Set it for a read-only
+            run folder.
+        topology: a topology file (str; :func:`streamtrace.topology.sources.load_topology`); None: found
+            under ``RUN_DIR`` (:func:`find_topology`), else the traces' ``distributedInfo.pg_config``.
+        tokens_per_step: tokens per training step (int), for tokens/s in the report; or give
+            ``global_batch`` (sequences) and ``seq_len`` (tokens per sequence).  None: no throughput.
+        global_batch: global batch size in sequences (int), with ``seq_len``; None.
+        seq_len: sequence length in tokens (int), with ``global_batch``; None.
+        charts: render the PNG + SVG charts (bool, default True).
+        chart_ranks: ranks that get per-rank charts (list of int); None: all up to 8, else a selection.
+        quiet: log only failures and the final line (bool, default False).
+        verbose: log tracebacks of failures too (bool, default False; also ``$STREAMTRACE_DEBUG``).
     """
     full: bool = False
     chunked: bool = True
@@ -150,6 +199,23 @@ class EpilogueOptions:
     max_memory_gb: float | None = None
     strict: bool = False
     name: str | None = None
+    outdir: str | None = None
+    topology: str | None = None
+    tokens_per_step: int | None = None
+    global_batch: int | None = None
+    seq_len: int | None = None
+    charts: bool = True
+    chart_ranks: list | None = None
+    quiet: bool = False
+    verbose: bool = False
+
+    def check(self):
+        """:class:`~streamtrace.errors.UsageError` for options that cannot work together (the CLI
+        checks before :func:`run`, which never raises)."""
+        if (self.global_batch is None) != (self.seq_len is None):
+            raise UsageError("give both --global-batch and --seq-len (or --tokens-per-step)")
+        if self.jobs < 0:
+            raise UsageError(f"bad --jobs {self.jobs}: give a number of processes, or 0 for all cores")
 
 
 def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -> dict:
@@ -161,12 +227,13 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
     "seconds"}``.  Never raises (``KeyboardInterrupt`` aside); with ``strict`` the CLI exits 1
     when anything failed."""
     opt = replace(opt or EpilogueOptions(), **options)
-    log = _Log(log_file)
+    log = _Log(log_file, opt.quiet)
+    log.verbose = opt.verbose
     t0 = time.time()
     run_dir = Path(run_dir)
-    out = run_dir / "streamtrace"
+    out = Path(opt.outdir) if opt.outdir else run_dir / "streamtrace"
     summary = {"run_dir": str(run_dir), "outdir": str(out), "iterations": [], "ranks": 0, "report": None,
-               "failures": log.failures, "stages": {}}
+               "failures": log.failures, "notes": log.notes, "stages": {}}
     try:
         if not run_dir.is_dir():
             log.fail("epilogue", run_dir, "no such folder")
@@ -180,9 +247,9 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
         jobs = opt.jobs or os.cpu_count() or 1
         if opt.max_memory_gb:
             jobs = max(1, min(jobs, int(opt.max_memory_gb / WORKER_GB)))
-        topo = find_topology(run_dir)
-        log.info(f"run {run_dir}: topology {topo or 'not found'}; {jobs} jobs")
-        groups = find_iterations(run_dir, log)
+        topo = opt.topology or find_topology(run_dir)
+        log.info(f"run {run_dir}: topology {topo or 'not found (the traces pg_config, if any)'}; {jobs} jobs")
+        groups = find_iterations(run_dir, log, out)
         if not groups:
             log.fail("discover", run_dir, "no rank traces found")
         ctx = _Run(opt, jobs, topo, out, state, log, summary)
@@ -195,7 +262,7 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
         except Exception as e:   # noqa: BLE001
             log.fail("epilogue", state_path, e)
         status = "OK" if not log.failures else f"{len(log.failures)} problem(s), see {state_path}"
-        log.info(f"{len(summary['iterations'])} iteration(s), {summary['ranks']} ranks, {status}; "
+        log.final(f"{len(summary['iterations'])} iteration(s), {summary['ranks']} ranks, {status}; "
                  f"report: {summary['report'] or 'none'}; outputs in {out} ({summary['seconds']:.1f} s)")
     except Exception as e:   # noqa: BLE001 - the promise: never raise into the caller
         log.fail("epilogue", run_dir, e)
@@ -240,7 +307,11 @@ def _iteration(ctx: _Run, it, files) -> str | None:
         while todo:
             try:
                 r = merge_files(todo, merged, MergeOptions(gpu_only=not opt.full, jobs=jobs, progress=False))
-                return {"output": str(merged), "ranks": r["ranks"], "events": r["events_out"]}
+                if r["cpu_only"] and not opt.full:
+                    log.note(f"{tag}: no rank has a GPU process (a CPU-only run): {merged.name} holds the CPU "
+                             f"processes")
+                return {"output": str(merged), "ranks": r["ranks"], "events": r["events_out"],
+                        "cpu_only": r["cpu_only"]}
             except Exception as e:   # noqa: BLE001 - drop the file it names, merge the rest
                 bad = [tf for tf in todo if getattr(e, "path", None) == tf.path]
                 if not bad:
@@ -263,16 +334,23 @@ def _job_stages(ctx: _Run, analysed, run_dir) -> str | None:
     def do_aggregate():
         aggregate(analysed, agg, AggregateOptions(jobs=ctx.jobs, topology=topo))
         return {"outdir": str(agg)}
-    fp = _fingerprint([Path(a) / "summary.json" for a in analysed] + ([topo] if topo else []), stage="aggregate")
+    fp = _fingerprint([Path(a) / "summary.json" for a in analysed] + ([topo] if topo else []), stage="aggregate",
+                      version=2)
     res, st = _stage(ctx.state, "aggregate", fp, [agg], do_aggregate, log, "aggregate", ", ".join(analysed))
     ctx.summary["stages"]["aggregate"] = st
     if res is None:
         return None
 
     def do_report():
-        rep = write_report(agg, ctx.out, name=opt.name or run_dir.name, charts=True)
+        rep = write_report(agg, ctx.out, name=opt.name or run_dir.name, tokens_per_step=opt.tokens_per_step,
+                           global_batch=opt.global_batch, seq_len=opt.seq_len, charts=opt.charts,
+                           chart_ranks=opt.chart_ranks, progress=False)
         return {"report": rep["files"][0], "files": len(rep["files"])}
-    res, st = _stage(ctx.state, "report", fp, [ctx.out / "report.json", ctx.out / "charts"], do_report, log,
-                     "report + charts", agg)
+    fp_report = _fingerprint([agg / "aggregate.json"], name=opt.name or run_dir.name, tokens=opt.tokens_per_step,
+                             batch=opt.global_batch, seq=opt.seq_len, charts=opt.charts, chart_ranks=opt.chart_ranks,
+                             base=fp)
+    res, st = _stage(ctx.state, "report", fp_report, [ctx.out / "report.json"] + ([ctx.out / "charts"] if opt.charts
+                                                                                  else []),
+                     do_report, log, "report + charts", agg)
     ctx.summary["stages"]["report"] = st
     return res["report"] if res is not None and Path(res["report"]).exists() else None

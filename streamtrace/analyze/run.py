@@ -67,7 +67,7 @@ def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> dict:
     t0 = time.time()
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    tasks = _tasks(inputs, outdir, opt)
+    tasks, notices = _tasks(inputs, outdir, opt)
     jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(tasks)))
     want = opt.jobs or os.cpu_count() or 1
     if len(tasks) == 1 and want > 1 and opt.split_jobs <= 1 and not scheduler_address(opt.scheduler) \
@@ -93,18 +93,20 @@ def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> dict:
             raise _conflict(r["rank"], r["iteration"], seen[key], r["source"])
         seen[key] = r["source"]
     _drop_old_layout(outdir)
-    summary = {"ranks": ranks, "failed": failed, "seconds": round(time.time() - t0, 3), "outdir": str(outdir)}
+    summary = {"ranks": ranks, "failed": failed, "notices": notices, "seconds": round(time.time() - t0, 3),
+               "outdir": str(outdir)}
     with atomic_output(outdir / "summary.json", compress=False) as f:
         f.write(json.dumps(summary, indent=1).encode())
     return summary
 
 
-def _tasks(inputs, outdir, opt) -> list[AnalyzeTask]:
-    """One task per trace file among ``inputs``; a lone file with no rank is rank 0.  Raises
-    :class:`RankConflictError` (before anything is written) when two files are one partition."""
+def _tasks(inputs, outdir, opt) -> tuple[list[AnalyzeTask], list[str]]:
+    """One task per trace file among ``inputs``, and the notices to show; a lone file with no rank
+    is rank 0 (a notice says so).  Raises :class:`RankConflictError` (before anything is written)
+    when two files are one partition."""
     rmap = load_rank_map(opt.rank_map) if opt.rank_map else None
     paths = expand_inputs(inputs)
-    tasks = []
+    tasks, notices = [], []
     for p in paths:
         try:
             tf = identify(p, rmap)
@@ -112,6 +114,7 @@ def _tasks(inputs, outdir, opt) -> list[AnalyzeTask]:
             if len(paths) > 1:
                 raise
             tasks.append(AnalyzeTask(str(p), str(outdir), 0, None, opt))
+            notices.append(f"{p}: no rank in the trace or its name (a single-process run?): analysed as rank 0")
             continue
         if tf is not None:
             tasks.append(AnalyzeTask(str(p), str(outdir), tf.rank, tf.iteration, opt))
@@ -123,7 +126,7 @@ def _tasks(inputs, outdir, opt) -> list[AnalyzeTask]:
             raise _conflict(t.rank, t.iteration, claimed[(t.iteration, t.rank)], t.path)
         claimed[(t.iteration, t.rank)] = t.path
         t.slot = i
-    return tasks
+    return tasks, notices
 
 
 def _run_task(task: AnalyzeTask) -> list[dict]:

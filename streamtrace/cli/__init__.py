@@ -1,27 +1,30 @@
-"""The ``streamtrace`` command line: one module per subcommand (:mod:`~streamtrace.cli.merge`,
-:mod:`~streamtrace.cli.analyze`, ...), each only parsing its options (argh) and printing what the
-Python API returns.
+"""streamtrace: merge, validate and analyse PyTorch profiler (Kineto) traces of multi-rank training jobs.
 
-Exit codes (:mod:`streamtrace.errors`): 0 success, 1 user/input error (one line on stderr, no
-traceback), 2 usage error (argparse).
-
-Convention: a subcommand imports the API it calls inside its function, not at the top of its
-module.  Building the parser imports every subcommand module, and the command's process first
-tunes itself (:mod:`streamtrace.runtime.tuning`: numba without SciPy's BLAS, Arrow on the system
-allocator), which must happen before numba and pyarrow are imported; and ``streamtrace topology``
-or ``--help`` need neither.
+Merge every rank onto one Perfetto timeline, analyse kernels, call trees and compute/communication
+overlap into Parquet, and report where a whole job's time went. Start with `streamtrace demo`, or,
+after a training job, `streamtrace epilogue RUN_DIR`; `streamtrace COMMAND --help` shows examples.
 """
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
+import traceback
 
 import argh
 
-from ..errors import StreamtraceError
+from ..errors import EXIT_USAGE, StreamtraceError
 from ..runtime.tuning import leave, skip_numba_blas, use_system_allocator
 from . import aggregate, analyze, demo, epilogue, merge, report, topology, validate
-from .common import ALIASES, Exit, version_text
+from .common import SHORT_FLAGS, Exit, version_text
+
+# Conventions of every subcommand (streamtrace/cli/<name>.py): errors of the user's command line raise
+# streamtrace.errors.UsageError (exit 2, one line), bad input StreamtraceError (exit 1); -q/-v; -j 0 = all cores;
+# lists as 0-7,12; a relative -o is relative to the current folder; examples in the function's EXAMPLES.
+# A subcommand imports the API it calls inside its function, not at the top of its module: building the parser
+# imports every subcommand module, and the process first tunes itself (streamtrace.runtime.tuning: numba without
+# SciPy's BLAS, Arrow on the system allocator) before numba and pyarrow are imported; `topology` and `--help` need
+# neither.
 
 COMMANDS = [merge.merge, analyze.analyze, validate.validate, demo.demo, epilogue.epilogue, topology.topology,
             aggregate.aggregate, report.report]
@@ -32,19 +35,25 @@ def main(argv=None) -> int:
     skip_numba_blas()
     use_system_allocator()
     argv = sys.argv[1:] if argv is None else argv
-    argv = [ALIASES.get(a.split("=", 1)[0], a.split("=", 1)[0]) + (a[a.index("="):] if "=" in a else "")
-            if a.startswith("--") else a for a in argv]
+    if not argv:
+        build_parser().print_usage(sys.stderr)
+        print("streamtrace: error: give a command (streamtrace --help lists them; start with streamtrace demo)",
+              file=sys.stderr)
+        return EXIT_USAGE
     if argv and argv[0] in ("--version", "-V", "version"):
         print(version_text())
         return 0
-    parser = argparse.ArgumentParser(prog="streamtrace", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="store_true", help="print the version and the ijson backend")
-    argh.add_commands(parser, COMMANDS, name_mapping_policy=argh.assembling.NameMappingPolicy.BY_NAME_IF_KWONLY)
+    argv = [merge.ALIASES.get(a.split("=", 1)[0], a.split("=", 1)[0]) + (a[a.index("="):] if "=" in a else "")
+            if a.startswith("--") else a for a in argv]
+    parser = build_parser()
+    verbose = any(a in ("-v", "--verbose") for a in argv)
     try:
         argh.dispatch(parser, argv=argv)
     except Exit as e:
         return e.code
     except StreamtraceError as e:
+        if verbose:
+            traceback.print_exc()
         print(f"streamtrace: error: {e}", file=sys.stderr)
         return e.exit_code
     except BrokenPipeError:       # e.g. piped into `head`
@@ -53,6 +62,40 @@ def main(argv=None) -> int:
         print("streamtrace: interrupted", file=sys.stderr)
         return 130
     return 0
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one plain line on a usage error (and exit 2, as argparse)."""
+
+    def error(self, message):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``streamtrace`` parser: one subparser per function of :data:`COMMANDS` (argh), its
+    examples as the epilog, only the short flags of :data:`~streamtrace.cli.common.SHORT_FLAGS`."""
+    parser = _Parser(prog="streamtrace", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-V", "--version", action="store_true", help="print the version and the ijson backend")
+    subs = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=_Parser)
+    for fn in COMMANDS:
+        doc = inspect.cleandoc(fn.__doc__ or "")
+        sub = subs.add_parser(fn.__name__, help=doc.splitlines()[0] if doc else None, description=doc,
+                              epilog="examples:\n" + fn.EXAMPLES.strip("\n") if getattr(fn, "EXAMPLES", None) else None,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+        argh.set_default_command(sub, fn, name_mapping_policy=argh.assembling.NameMappingPolicy.BY_NAME_IF_KWONLY)
+        _keep_short_flags(sub)
+    return parser
+
+
+def _keep_short_flags(parser):
+    """Remove the short flags argh infers from parameter names (``-s`` for ``--strict``,
+    ``--source`` and ``--seq-len`` alike), keeping those of SHORT_FLAGS (argparse keeps its
+    options in ``_actions`` / ``_option_string_actions``)."""
+    for action in parser._actions:
+        for opt in list(action.option_strings):
+            if len(opt) == 2 and not set(SHORT_FLAGS.get(opt, ())) & set(action.option_strings):
+                action.option_strings.remove(opt)
+                parser._option_string_actions.pop(opt, None)
 
 
 def command():

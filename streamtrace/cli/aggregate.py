@@ -1,32 +1,63 @@
 """``streamtrace aggregate``: the whole job's tables from analysed folders."""
 from __future__ import annotations
 
-import sys
-
 import argh
+
+from .common import Console, need, parse_jobs, parse_list
+
+EXAMPLES = """
+  streamtrace aggregate an15 an16 -o job42-agg -j 8
+  streamtrace aggregate an15 -o agg --time-alignment individual --clock-sync collectives --iterations 15
+  streamtrace aggregate an4 -o agg4 --steps 3 -q
+"""
 
 
 @argh.arg("dirs", help="analysed folders (the -o of streamtrace analyze), e.g. one per iteration")
-@argh.arg("-o", "--outdir", help="output folder")
-@argh.arg("--iterations", nargs="+", type=int, help="only these iterations (folder iteration_N or ProfilerStep#N)")
-@argh.arg("-j", "--jobs", type=int, help="ranks processed in parallel")
+@argh.arg("-o", "--outdir", help="output folder, relative to the current folder (default: streamtrace-aggregate)")
+@argh.arg("--iterations", help="only these iterations (the trace folder's iteration_N, as analyze's iteration=N), "
+          "e.g. 15 or 15-16,20")
+@argh.arg("--steps", help="only these ProfilerStep numbers (ProfilerStep#N), e.g. 14 or 14-15")
+@argh.arg("-j", "--jobs", type=int, help="worker processes (default: 0 = all cores)")
 @argh.arg("--time-alignment", choices=["global", "individual"],
-          help="one time base for all ranks (baseTimeNanoseconds) or each rank from its own start")
-@argh.arg("--clock-sync", choices=["none", "collectives"], help="estimate clock offsets from collective ends")
+          help="global: one time base for all ranks via baseTimeNanoseconds (default); individual: each rank from "
+               "its own start")
+@argh.arg("--clock-sync", choices=["none", "collectives"],
+          help="none (default), or estimate clock offsets from collective ends")
 @argh.arg("--topology", help="topology file or trace folder (default: the traces' distributedInfo.pg_config)")
-def aggregate(*dirs, outdir="streamtrace-aggregate", iterations=None, jobs=1, time_alignment="global",
-              clock_sync="none", topology=None):
+@argh.arg("--force", help="aggregate folders that look like different jobs (different world sizes, ...)")
+@argh.arg("-q", "--quiet", help="print only warnings and errors")
+@argh.arg("-v", "--verbose", help="print more (and tracebacks of errors)")
+def aggregate(*dirs, outdir="streamtrace-aggregate", iterations=None, steps=None, jobs=0, time_alignment="global",
+              clock_sync="none", topology=None, force=False, quiet=False, verbose=False):
     """Whole-job tables: per rank x phase x micro-batch, pipeline bubbles, replicas, iterations, collectives."""
     from ..job import AggregateOptions, aggregate as do_aggregate      # (the CLI's convention: see streamtrace.cli)
-    if not dirs:
-        raise argh.CommandError("give at least one analysed folder")
-    m = do_aggregate(dirs, outdir, AggregateOptions(iterations=iterations, jobs=jobs, time_alignment=time_alignment,
-                                                    clock_sync=clock_sync, topology=topology))
+    con = Console(quiet, verbose)
+    need(dirs, "at least one analysed folder (the -o of streamtrace analyze)")
+    m = do_aggregate(dirs, outdir, AggregateOptions(
+        iterations=parse_list(iterations, "--iterations") if iterations else None,
+        steps=parse_list(steps, "--steps") if steps else None, jobs=parse_jobs(jobs), time_alignment=time_alignment,
+        clock_sync=clock_sync, topology=topology, force=force, progress=con.progress))
     for w in m["warnings"]:
-        print(f"warning: {w}", file=sys.stderr)
+        con.warn(w)
     c = m["collectives"]
-    print(f"aggregated {len(m['ranks'])} ranks, iteration(s) {', '.join(map(str, m['iterations']))}: "
-          f"{c['instances']:,} collective instances ({c['complete']:,} complete) in {m['seconds']:.2f} s -> {outdir}/")
+    matched = "matched across ranks" if len(m["ranks"]) >= 2 else "on one rank, not matched"
+    con.info(f"aggregated {len(m['ranks'])} ranks, {steps_text(m)}: {c['instances']:,} collective instances "
+             f"{matched} ({c['complete']:,} complete) in {m['seconds']:.2f} s -> {outdir}/")
     if m["clock_offsets_ns"]:
-        print("estimated clock offsets (us): " + ", ".join(f"rank {r}: {v / 1e3:+,.1f}"
-                                                          for r, v in m["clock_offsets_ns"].items()))
+        con.info("estimated clock offsets (us): " + ", ".join(f"rank {r}: {v / 1e3:+,.1f}"
+                                                              for r, v in m["clock_offsets_ns"].items()))
+
+
+def steps_text(m) -> str:
+    """``iteration 4 (ProfilerStep#3)``, ``iterations 15, 16 (ProfilerStep#14, #15)``: both numbers
+    where they differ."""
+    its = [i for i in m["iterations"] if i is not None and i >= 0]
+    steps = sorted({s for _, s in m.get("steps", []) if s >= 0})
+    text = (f"iteration{'s' if len(its) > 1 else ''} {', '.join(map(str, its))}" if its
+            else "iteration unknown")
+    if steps and steps != its:
+        text += f" (ProfilerStep#{', #'.join(map(str, steps))})"
+    return text
+
+
+aggregate.EXAMPLES = EXAMPLES

@@ -1,44 +1,93 @@
 """``streamtrace analyze``: classified kernels, call trees and overlap metrics per rank, as Parquet + JSON."""
 from __future__ import annotations
 
+import statistics
 import sys
 
 import argh
 
-from .common import Exit
+from .common import Console, Exit, need, parse_jobs
+
+EXAMPLES = """
+  streamtrace analyze runs/job42/profile_traces/iteration_10 -o job42_iter10
+  streamtrace analyze merged.json.gz -o job42_merged -q
+  streamtrace analyze rank3_trace.json.gz -o r3 --chunked --topology runs/job42/streamtrace_topology.json
+"""
+
+#: up to this many ranks analyze prints one line per rank (more with -v), else one summary line
+RANK_LINES = 8
 
 
 @argh.arg("inputs", help="trace files, folders of rank traces, globs, or a merged multi-rank trace")
-@argh.arg("-o", "--outdir", help="output folder (summary.json, kernels/, ops/)")
+@argh.arg("-o", "--outdir", help="output folder, relative to the current folder (summary.json, kernels/, ops/; "
+          "default: streamtrace-analysis)")
 @argh.arg("--chunked", help="bounded memory: convert in chunks spilled to disk, then analyse from disk")
-@argh.arg("--chunk-events", type=int, help="events held in memory at once: read, sorted and analysed per chunk")
-@argh.arg("-j", "--jobs", type=int, help="files analysed in parallel (default: all cores)")
+@argh.arg("--chunk-events", type=int, help="events held in memory at once: read, sorted and analysed per chunk "
+          "(default: 32768)")
+@argh.arg("-j", "--jobs", type=int, help="worker processes (default: 0 = all cores)")
 @argh.arg("--patterns", help="TOML file overriding the classification patterns")
 @argh.arg("--topology", help="topology file: streamtrace JSON or Megatron-TraceViz unique_parallel_groups_*.txt")
 @argh.arg("--rank-map", help="JSON {file: rank} or '<file> <rank>' lines, for files that carry no rank")
 @argh.arg("--salvage", help="on a truncated file keep every complete event before the cut")
 @argh.arg("--scheduler", help="dask.distributed scheduler address, e.g. tcp://host:8786 (or $STREAMTRACE_SCHEDULER)")
+@argh.arg("-q", "--quiet", help="print only warnings and errors")
+@argh.arg("-v", "--verbose", help="one line per rank whatever their number (and tracebacks of errors)")
 def analyze(*inputs, outdir="streamtrace-analysis", chunked=False, chunk_events=32_768, jobs=0,
-            patterns=None, topology=None, rank_map=None, salvage=False, scheduler=None):
+            patterns=None, topology=None, rank_map=None, salvage=False, scheduler=None, quiet=False, verbose=False):
     """Classify kernels, build call trees and overlap metrics per rank, as Parquet + JSON."""
     from ..analyze import AnalyzeOptions, analyze as do_analyze      # (the CLI's convention: see streamtrace.cli)
-    if not inputs:
-        raise argh.CommandError("give at least one INPUT")
-    opt = AnalyzeOptions(jobs=jobs, chunked=chunked, chunk_events=chunk_events, patterns=patterns,
-                         topology=topology, rank_map=rank_map, salvage=salvage, scheduler=scheduler)
+    con = Console(quiet, verbose)
+    need(inputs, "at least one INPUT (a trace file, a folder of rank traces, a glob or a merged trace)")
+    opt = AnalyzeOptions(jobs=parse_jobs(jobs), chunked=chunked, chunk_events=chunk_events, patterns=patterns,
+                         topology=topology, rank_map=rank_map, salvage=salvage, scheduler=scheduler,
+                         progress=con.progress)
     s = do_analyze(inputs, outdir, opt)
+    for n in s.get("notices", []):
+        con.notice(n)
     for f in s["failed"]:
         print(f"error: {f['source']}: {f['error']} (after {f['attempts']} attempts)", file=sys.stderr)
-    several = len({r["iteration"] for r in s["ranks"]}) > 1
     for r in s["ranks"]:
         for w in r.get("warnings", []):
-            print(f"warning: {w}", file=sys.stderr)
-        devs = ", ".join(f"GPU {d}: busy {m['busy_us'] / 1e3:,.1f} ms, comm {m['comm_us'] / 1e3:,.1f} ms, "
-                         f"overlap {m['overlap_pct'] if m['overlap_pct'] is not None else '-'} %"
-                         for d, m in r["devices"].items()) or "no GPU events"
-        it = f"iteration {r['iteration']}, " if several else ""
-        print(f"{it}rank {r['rank']}: {devs}")
-    print(f"analysed {len(s['ranks'])} ranks in {s['seconds']:.2f} s -> {outdir}/summary.json, "
-          f"{outdir}/kernels/, {outdir}/ops/ (iteration=N/rank=R/ partitions)")
+            con.warn(w)
+    several = len({r["iteration"] for r in s["ranks"]}) > 1
+    lines = [_rank_line(r, several) for r in s["ranks"]]
+    if len(lines) <= RANK_LINES:
+        for line in lines:
+            con.info(line)
+    else:
+        for line in lines:
+            con.detail(line)
+        con.info(_ranks_summary(s["ranks"]) + " (-v: one line per rank)")
+    con.info(f"analysed {len(s['ranks'])} ranks in {s['seconds']:.2f} s -> {outdir}/summary.json, "
+             f"{outdir}/kernels/, {outdir}/ops/ (iteration=N/rank=R/ partitions)")
     if s["failed"]:
         raise Exit(1)
+
+
+def _rank_line(r, several) -> str:
+    devs = ", ".join(f"GPU {d}: busy {m['busy_us'] / 1e3:,.1f} ms, comm {m['comm_us'] / 1e3:,.1f} ms, "
+                     f"overlap {_pct(m['overlap_pct'])} of comm"
+                     for d, m in r["devices"].items()) or "no GPU events (CPU only)"
+    it = f"iteration {r['iteration']}, " if several else ""
+    return f"{it}rank {r['rank']}: {devs}"
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{v:.1f} %"
+
+
+def _ranks_summary(ranks) -> str:
+    """One line for many ranks: busy and overlap as median (min-max) over the GPUs."""
+    devs = [m for r in ranks for m in r["devices"].values()]
+    if not devs:
+        return f"{len(ranks)} ranks, no GPU events (CPU only)"
+    busy = [m["busy_us"] / 1e3 for m in devs]
+    ov = [m["overlap_pct"] for m in devs if m["overlap_pct"] is not None]
+    line = (f"{len(ranks)} ranks, {len(devs)} GPUs: busy median {statistics.median(busy):,.1f} ms "
+            f"(min {min(busy):,.1f}, max {max(busy):,.1f})")
+    if ov:
+        line += f", overlap median {statistics.median(ov):.1f} % of comm (min {min(ov):.1f}, max {max(ov):.1f})"
+    return line
+
+
+analyze.EXAMPLES = EXAMPLES

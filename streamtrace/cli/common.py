@@ -1,13 +1,13 @@
-"""What the subcommands share: the value parsers of their options, the validation printout, the
-exit exception, the version text."""
+"""What the subcommands share: the value parsers of their options (usage errors exit 2), the
+console (``-q``/``-v``), the validation printout, the exit exception, the version text."""
 from __future__ import annotations
 
-import os
+import sys
 
 import ijson
 
 from .. import __version__
-from ..errors import StreamtraceError
+from ..errors import UsageError
 
 def version_text() -> str:
     """``streamtrace --version``: the version and the ijson backend (it should be ``yajl2_c``)."""
@@ -16,34 +16,93 @@ def version_text() -> str:
 
 
 def parse_window(spec) -> tuple:
-    """``"100:250"`` -> ``(100.0, 250.0)`` (ms); :class:`~streamtrace.errors.StreamtraceError` on bad input."""
+    """``"100:250"`` -> ``(100.0, 250.0)`` (ms); :class:`~streamtrace.errors.UsageError` on bad input."""
     try:
         a, b = spec.split(":", 1)
         lo, hi = float(a), float(b)
     except ValueError:
-        raise StreamtraceError(f"bad --window {spec!r}: expected START_MS:END_MS, e.g. 100:250") from None
+        raise UsageError(f"bad --window {spec!r}: expected START_MS:END_MS, e.g. 100:250") from None
     if hi < lo:
-        raise StreamtraceError(f"bad --window {spec!r}: end before start")
+        raise UsageError(f"bad --window {spec!r}: end before start")
     return lo, hi
 
 
+def parse_list(spec, option) -> list:
+    """The tool's one list syntax: ``"0-7,12"`` -> ``[0, 1, ..., 7, 12]`` (sorted, unique ints).
+    :class:`~streamtrace.errors.UsageError` naming ``option`` on bad input."""
+    out = set()
+    for part in str(spec).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            if "-" in part[1:]:
+                a, b = part[0] + part[1:].split("-", 1)[0], part[1:].split("-", 1)[1]
+                lo, hi = int(a), int(b)
+                if hi < lo:
+                    raise ValueError
+                out.update(range(lo, hi + 1))
+            else:
+                out.add(int(part))
+        except ValueError:
+            raise UsageError(f"bad {option} {spec!r}: expected a list such as 0-7,12") from None
+    if not out:
+        raise UsageError(f"bad {option} {spec!r}: expected a list such as 0-7,12")
+    return sorted(out)
+
+
 def parse_steps(spec) -> tuple:
-    """``"12-13"`` -> ``(12, 13)``, ``"12"`` -> ``(12, 12)``; :class:`~streamtrace.errors.StreamtraceError` on bad input."""
-    try:
-        if "-" in spec:
-            a, b = spec.split("-", 1)
-            return int(a), int(b)
-        return int(spec), int(spec)
-    except ValueError:
-        raise StreamtraceError(f"bad --steps {spec!r}: expected N or N-M, e.g. 12-13") from None
+    """merge's ``--steps``: ``"12-13"`` -> ``(12, 13)``, ``"12"`` -> ``(12, 12)`` (a window: one
+    range of the list syntax); :class:`~streamtrace.errors.UsageError` on bad input."""
+    steps = parse_list(spec, "--steps")
+    if steps != list(range(steps[0], steps[-1] + 1)):
+        raise UsageError(f"bad --steps {spec!r}: merge keeps one window, N or N-M, e.g. 12-13")
+    return steps[0], steps[-1]
 
 
-def default_output(inputs) -> str:
-    """merge's default output: ``<folder>_merged.json.gz`` beside a single input folder, else ``merged.json.gz``."""
-    if len(inputs) == 1 and os.path.isdir(inputs[0]):
-        d = os.path.abspath(inputs[0]).rstrip("/")
-        return os.path.join(os.path.dirname(d), os.path.basename(d) + "_merged.json.gz")
-    return "merged.json.gz"
+def parse_jobs(jobs) -> int:
+    """``-j``: 0 = all cores, else that many processes; :class:`~streamtrace.errors.UsageError` when negative."""
+    if jobs < 0:
+        raise UsageError(f"bad --jobs {jobs}: give a number of processes, or 0 for all cores")
+    return jobs
+
+
+def need(values, what):
+    """:class:`~streamtrace.errors.UsageError` ``give {what}`` when ``values`` is empty."""
+    if not values:
+        raise UsageError(f"give {what}")
+
+
+class Console:
+    """What a subcommand prints, under ``-q/--quiet`` (warnings and errors only, no progress
+    bars) and ``-v/--verbose`` (details; tracebacks of unexpected errors).
+
+    ``progress``: the ``progress`` option of the API (False when quiet, None = on a terminal)."""
+
+    def __init__(self, quiet=False, verbose=False):
+        if quiet and verbose:
+            raise UsageError("give -q/--quiet or -v/--verbose, not both")
+        self.quiet, self.verbose = quiet, verbose
+        self.progress = False if quiet else None
+
+    def info(self, msg):
+        """A line of the normal output (stdout), not shown with -q."""
+        if not self.quiet:
+            print(msg, flush=True)
+
+    def detail(self, msg):
+        """A line shown only with -v (stdout)."""
+        if self.verbose:
+            print(msg, flush=True)
+
+    def warn(self, msg):
+        """A warning (stderr), shown even with -q."""
+        print(f"warning: {msg}", file=sys.stderr, flush=True)
+
+    def notice(self, msg):
+        """A notice (stderr), not shown with -q."""
+        if not self.quiet:
+            print(f"notice: {msg}", file=sys.stderr, flush=True)
 
 
 def print_validation(path, quiet=False) -> dict:
@@ -68,5 +127,6 @@ class Exit(Exception):
         self.code = code
 
 
-#: Megatron's merge script spells these with underscores; both are accepted
-ALIASES = {"--input_dir": "--input-dir", "--output_file": "--output-file"}
+#: the short flags of the whole tool, one meaning each (argh's automatic ones are removed)
+SHORT_FLAGS = {"-o": ("--outdir", "--output-file", "--output"), "-j": ("--jobs",), "-q": ("--quiet",),
+               "-v": ("--verbose",), "-i": ("--input-dir",), "-h": ("--help",)}

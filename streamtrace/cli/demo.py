@@ -11,19 +11,19 @@ from pathlib import Path
 
 import argh
 
-from ..errors import StreamtraceError
+from ..errors import StreamtraceError, UsageError
 
 
 def run_demo(folder="streamtrace-demo", world_size=8, tp=2, pp=2, jobs=0, log=print) -> dict:
     """Generate ``folder/traces`` (one trace per rank), merge it into
     ``folder/merged.json.gz`` and validate that file.  Returns a dict with the
     paths, the merge summary and the validation report.  Raises
-    :class:`StreamtraceError` when ``world_size`` is not a multiple of tp x pp."""
+    :class:`~streamtrace.errors.UsageError` when ``world_size`` is not a multiple of tp x pp."""
     from ..merge import MergeOptions, merge      # (the CLI's convention: see streamtrace.cli)
     from ..trace.synth import SynthSpec, generate_job
     from ..trace.validate import validate
     if world_size < tp * pp or world_size % (tp * pp):
-        raise StreamtraceError(f"--world-size must be a multiple of TP x PP = {tp * pp}")
+        raise UsageError(f"bad --world-size {world_size}: a multiple of TP x PP = {tp * pp}")
     folder = Path(folder)
     t0 = time.time()
     spec = SynthSpec(world_size=world_size, tp=tp, pp=pp)
@@ -43,8 +43,20 @@ def run_demo(folder="streamtrace-demo", world_size=8, tp=2, pp=2, jobs=0, log=pr
             "truth": truth}
 
 
-@argh.arg("folder", help="where to write the demo trace set")
-@argh.arg("--world-size", type=int, help="number of ranks")
-def demo(folder="streamtrace-demo", *, world_size=8):
+@argh.arg("folder", nargs="?", help="where to write the demo trace set (default: streamtrace-demo)")
+@argh.arg("--world-size", type=int, help="number of ranks, a multiple of 4 (default: 8)")
+@argh.arg("-j", "--jobs", type=int, help="worker processes (default: 0 = all cores)")
+@argh.arg("-q", "--quiet", help="print only warnings and errors")
+@argh.arg("-v", "--verbose", help="tracebacks of errors")
+def demo(folder="streamtrace-demo", *, world_size=8, jobs=0, quiet=False, verbose=False):
     """Write a small realistic 8-rank trace set, merge it, validate it."""
-    run_demo(folder, world_size=world_size)
+    from .common import Console, parse_jobs
+    con = Console(quiet, verbose)
+    run_demo(folder, world_size=world_size, jobs=parse_jobs(jobs), log=con.info)
+
+
+demo.EXAMPLES = """
+  streamtrace demo
+  streamtrace demo /tmp/demo64 --world-size 64
+  streamtrace analyze streamtrace-demo/traces -o demo-analysis && streamtrace report demo-analysis
+"""

@@ -3,21 +3,51 @@ from __future__ import annotations
 
 import argh
 
-from .common import Exit
+from .common import Console, Exit, parse_jobs, parse_list
+
+EXAMPLES = """
+  streamtrace epilogue /runs/job42/tb
+  streamtrace epilogue /runs/job42/tb -o ~/job42-analysis --tokens-per-step 1048576 -j 4 --max-memory 16
+  streamtrace epilogue /readonly/runs/job42 -o job42 --topology job42_topology.json --chart-ranks 0-3,12 -q
+"""
 
 
 @argh.arg("run_dir", help="the training run's output folder (traces, topology)")
+@argh.arg("-o", "--outdir", help="output folder, relative to the current folder (default: RUN_DIR/streamtrace)")
 @argh.arg("--full", help="merge every event, not only GPU processes")
 @argh.arg("--in-memory", help="analyse in memory instead of --chunked")
-@argh.arg("-j", "--jobs", type=int, help="worker processes (default: all cores)")
+@argh.arg("-j", "--jobs", type=int, help="worker processes (default: 0 = all cores)")
 @argh.arg("--max-memory", type=float, help="cap in GB: limits parallel workers (~0.6 GB each)")
 @argh.arg("--strict", help="exit 1 when anything failed (default: always exit 0)")
-@argh.arg("--name", help="run name for the report (default: the folder name)")
-def epilogue(run_dir, *, full=False, in_memory=False, jobs=0, max_memory=None, strict=False, name=None):
+@argh.arg("--name", help="run name for the report (default: the run folder's name)")
+@argh.arg("--topology", help="topology file (default: found under RUN_DIR, else the traces' pg_config)")
+@argh.arg("--tokens-per-step", type=int, help="tokens per training step, for tokens/s")
+@argh.arg("--global-batch", type=int, help="global batch size (sequences), with --seq-len, for tokens/s")
+@argh.arg("--seq-len", type=int, help="sequence length (tokens), with --global-batch")
+@argh.arg("--no-charts", help="skip the PNG/SVG charts")
+@argh.arg("--chart-ranks", help="ranks that get per-rank charts, e.g. 0-3,12 (default: all up to 8, else a selection)")
+@argh.arg("-q", "--quiet", help="print only the final line, warnings and errors")
+@argh.arg("-v", "--verbose", help="print more (and tracebacks of failures)")
+def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_memory=None, strict=False, name=None,
+             topology=None, tokens_per_step=None, global_batch=None, seq_len=None, no_charts=False,
+             chart_ranks=None, quiet=False, verbose=False):
     """After a training job: analyse, merge, aggregate, report and chart every iteration."""
-    from ..epilogue import run      # (the CLI's convention: see streamtrace.cli)
-    s = run(run_dir, full=full, chunked=not in_memory, jobs=jobs, max_memory_gb=max_memory, strict=strict, name=name)
+    from ..epilogue import EpilogueOptions, run      # (the CLI's convention: see streamtrace.cli)
+    con = Console(quiet, verbose)
+    opt = EpilogueOptions(full=full, chunked=not in_memory, jobs=parse_jobs(jobs), max_memory_gb=max_memory,
+                          strict=strict, name=name, outdir=outdir, topology=topology,
+                          tokens_per_step=tokens_per_step, global_batch=global_batch, seq_len=seq_len,
+                          charts=not no_charts,
+                          chart_ranks=parse_list(chart_ranks, "--chart-ranks") if chart_ranks else None,
+                          quiet=quiet, verbose=verbose)
+    opt.check()
+    s = run(run_dir, opt)
     if s["report"]:
         print(f"report: {s['report']}")
+    elif not quiet:
+        con.info(f"no report; see {s['outdir']}/epilogue.json")
     if strict and s["failures"]:
         raise Exit(1)
+
+
+epilogue.EXAMPLES = EXAMPLES

@@ -1,58 +1,100 @@
 """``streamtrace merge``: many rank traces -> one Perfetto-loadable trace."""
 from __future__ import annotations
 
+import argparse
 import os
-import sys
 
 import argh
 
-from ..trace.discover import parse_ranks
-from .common import default_output, parse_steps, parse_window, print_validation
+from .common import Console, need, parse_jobs, parse_list, parse_steps, parse_window, print_validation
+
+EXAMPLES = """
+  streamtrace merge runs/job42/profile_traces/iteration_10 -o job42_iter10.json.gz
+  streamtrace merge 'runs/job42/torch_profile/rank-*.json.gz' -o merged.json --gpu-only --ranks 0-7
+  streamtrace merge runs/job42/tb --iterations 11 --steps 10-10 -o step10.json.gz
+"""
+
+
+#: Megatron's merge script spells its options with underscores; spelled so, a bare output file name goes beside
+#: the input folder, as in that script (rewritten by streamtrace.cli.main before parsing)
+ALIASES = {"--input_dir": "--legacy-input-dir", "--output_file": "--legacy-output-file"}
+
+
+def default_output(inputs, legacy=False) -> str:
+    """merge's default output: ``<folder>_merged.json.gz`` for a single input folder, else
+    ``merged.json.gz``, in the current folder (``legacy``, Megatron's spelling: beside the folder)."""
+    if len(inputs) == 1 and os.path.isdir(inputs[0]):
+        d = os.path.abspath(inputs[0]).rstrip("/")
+        name = os.path.basename(d) + "_merged.json.gz"
+        return os.path.join(os.path.dirname(d), name) if legacy else name
+    return "merged.json.gz"
 
 
 @argh.arg("inputs", help="trace files, folders (searched recursively) or globs")
-@argh.arg("-i", "--input-dir", dest="input_dir", action="append", help="input folder (also --input_dir, as in Megatron's script)")
+@argh.arg("-i", "--input-dir", dest="input_dir", action="append", help="an input folder (same as giving it as INPUT)")
 @argh.arg("-o", "--output-file", dest="output_file",
-          help="output .json or .json.gz (default: <input folder>_merged.json.gz beside the folder)")
+          help="output .json or .json.gz, relative to the current folder (default: <input folder>_merged.json.gz)")
 @argh.arg("--ranks", help="keep only these ranks, e.g. 0-7,12")
 @argh.arg("--drop-cat", help="drop events of these categories, e.g. python_function,cpu_instant_event")
-@argh.arg("--steps", help="keep only this ProfilerStep window, e.g. 12-13")
-@argh.arg("--gpu-only", help="keep only GPU processes (kernels, memcpy, memset, GPU annotations)")
+@argh.arg("--steps", help="keep only this ProfilerStep window, e.g. 12-13 (ProfilerStep#12 to #13)")
+@argh.arg("--gpu-only", help="keep only GPU processes (kernels, memcpy, memset, GPU annotations); "
+          "a CPU-only run keeps its CPU processes, with a warning")
 @argh.arg("--window", help="keep START_MS:END_MS from the start of the merged timeline")
-@argh.arg("--align", choices=["global", "first-step"], help="one clock via baseTimeNanoseconds, or align each rank's first ProfilerStep")
-@argh.arg("--iteration", type=int, help="merge only this iteration (default: each iteration folder into its own output)")
+@argh.arg("--align", choices=["global", "first-step"],
+          help="global: one clock via baseTimeNanoseconds (default); first-step: align each rank's first ProfilerStep")
+@argh.arg("--iterations", help="merge only these iterations (the trace folder's iteration_N), e.g. 10 or 10-12 "
+          "(default: each iteration into its own output)")
 @argh.arg("--rank-map", help="JSON {file: rank} or '<file> <rank>' lines, for files that carry no rank")
-@argh.arg("-j", "--jobs", type=int, help="worker processes (default: all cores)")
+@argh.arg("-j", "--jobs", type=int, help="worker processes (default: 0 = all cores)")
 @argh.arg("--salvage", help="on a truncated file keep every complete event before the cut")
 @argh.arg("--no-validate", help="skip validating the output")
 @argh.arg("--scheduler", help="dask.distributed scheduler address, e.g. tcp://host:8786 (or $STREAMTRACE_SCHEDULER)")
+@argh.arg("--legacy-input-dir", action="append", help=argparse.SUPPRESS)      # --input_dir (see ALIASES)
+@argh.arg("--legacy-output-file", help=argparse.SUPPRESS)                    # --output_file
+@argh.arg("--iteration", dest="legacy_iteration", type=int, help=argparse.SUPPRESS)     # 0.1's --iteration N
+@argh.arg("-q", "--quiet", help="print only warnings and errors")
+@argh.arg("-v", "--verbose", help="print more (and tracebacks of errors)")
 def merge(*inputs, input_dir=None, output_file=None, ranks=None, drop_cat=None, steps=None,
-          gpu_only=False, window=None, align="global", iteration=None, rank_map=None, jobs=0,
-          salvage=False, no_validate=False, scheduler=None):
-    """Merge per-rank traces into one Perfetto-loadable trace."""
+          gpu_only=False, window=None, align="global", iterations=None, rank_map=None, jobs=0,
+          salvage=False, no_validate=False, scheduler=None, legacy_input_dir=None, legacy_output_file=None,
+          legacy_iteration=None, quiet=False, verbose=False):
+    """Merge per-rank traces into one Perfetto-loadable trace.
+
+    Megatron's merge script's spelling (--input_dir DIR --output_file NAME) is accepted and, as in
+    that script, a bare NAME goes beside DIR."""
     from ..merge import MergeOptions, merge as do_merge      # (the CLI's convention: see streamtrace.cli)
-    inputs = list(inputs) + list(input_dir or [])
-    if not inputs:
-        raise argh.CommandError("give at least one INPUT (or -i DIR)")
-    out = output_file or default_output(inputs)
-    if output_file and os.path.dirname(output_file) == "" and len(inputs) == 1 and os.path.isdir(inputs[0]):
-        # as Megatron's script: a bare file name goes beside the input folder
+    con = Console(quiet, verbose)
+    legacy = bool(legacy_input_dir or legacy_output_file)
+    inputs = list(inputs) + list(input_dir or []) + list(legacy_input_dir or [])
+    need(inputs, "at least one INPUT (a trace file, a folder of rank traces or a glob)")
+    output_file = output_file or legacy_output_file
+    out = output_file or default_output(inputs, legacy)
+    if legacy and output_file and os.path.dirname(output_file) == "" and len(inputs) == 1 and os.path.isdir(inputs[0]):
         out = os.path.join(os.path.dirname(os.path.abspath(inputs[0]).rstrip("/")), output_file)
-    opt = MergeOptions(ranks=parse_ranks(ranks) if ranks else None,
+    its = parse_list(iterations, "--iterations") if iterations else None
+    if legacy_iteration is not None:
+        its = [legacy_iteration]
+    opt = MergeOptions(ranks=set(parse_list(ranks, "--ranks")) if ranks else None,
                        drop_cat=frozenset(c.strip() for c in drop_cat.split(",") if c.strip()) if drop_cat else frozenset(),
                        steps=parse_steps(steps) if steps else None, gpu_only=gpu_only,
                        window_ms=parse_window(window) if window else None, align=align,
-                       iteration=iteration, jobs=jobs, salvage=salvage, scheduler=scheduler)
+                       iterations=its, jobs=parse_jobs(jobs), salvage=salvage, scheduler=scheduler,
+                       progress=con.progress)
     results = do_merge(inputs, out, opt, rank_map=rank_map)
     for res in results:
+        for n in res.get("notices", []):
+            con.notice(n)
         for w in res["warnings"]:
-            print(f"warning: {w}", file=sys.stderr)
+            con.warn(w)
         mb_in, mb_out = res["bytes_in"] / 1e6, res["bytes_out"] / 1e6
         it = f" iteration {res['iteration']}," if res["iteration"] is not None else ""
-        print(f"merged {len(res['ranks'])} ranks,{it} {res['events_in']:,} events in, {res['events_out']:,} out, "
-              f"{mb_in:,.1f} MB read, {mb_out:,.1f} MB written in {res['seconds']:.2f} s "
-              f"({mb_in / max(res['seconds'], 1e-9):,.0f} MB/s, {res['jobs']} jobs; per worker process "
-              f"{', '.join(f'{x:,.0f}' for x in res['worker_mb_per_s']) or '-'} MB/s) -> {res['output']}")
+        con.info(f"merged {len(res['ranks'])} ranks,{it} {res['events_in']:,} events in, {res['events_out']:,} out, "
+                 f"{mb_in:,.1f} MB read, {mb_out:,.1f} MB written in {res['seconds']:.2f} s -> {res['output']}")
+        con.detail(f"  {mb_in / max(res['seconds'], 1e-9):,.0f} MB/s, {res['jobs']} jobs; per worker process "
+                   f"{', '.join(f'{x:,.0f}' for x in res['worker_mb_per_s']) or '-'} MB/s")
         if not no_validate:
             print_validation(res["output"], quiet=True)
-    print("open it at https://ui.perfetto.dev (Open trace file)")
+    con.info("open it at https://ui.perfetto.dev (Open trace file)")
+
+
+merge.EXAMPLES = EXAMPLES

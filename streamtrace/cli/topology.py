@@ -5,44 +5,60 @@ import json
 
 import argh
 
+from .common import Console
+
+EXAMPLES = """
+  streamtrace topology --tp 2 --pp 2 --world-size 8
+  streamtrace topology --from runs/job42/iteration_10 --json
+  streamtrace topology --tp 2 --pp 2 --world-size 8 --write unique_parallel_groups_x.txt
+"""
+
 
 @argh.arg("--tp", type=int, help="tensor-parallel size")
 @argh.arg("--pp", type=int, help="pipeline-parallel size")
 @argh.arg("--cp", type=int, help="context-parallel size")
 @argh.arg("--ep", type=int, help="expert-parallel size")
 @argh.arg("--etp", type=int, help="expert tensor-parallel size (default: --tp)")
-@argh.arg("--order", help="Megatron rank order, first varies fastest (default tp-cp-ep-dp-pp)")
+@argh.arg("--order", help="Megatron rank order, first varies fastest (default: tp-cp-ep-dp-pp)")
 @argh.arg("--world-size", type=int, help="number of ranks (dp = world / (tp*pp*cp))")
 @argh.arg("--from", dest="source", help="TraceViz unique_parallel_groups_*.txt, a trace folder (distributedInfo.pg_config) "
           "or a topology JSON")
 @argh.arg("--json", dest="as_json", help="print streamtrace's topology JSON")
 @argh.arg("--write", help="write the topology to FILE (.txt: TraceViz layout; else JSON)")
+@argh.arg("-q", "--quiet", help="print nothing but errors (with --write)")
+@argh.arg("-v", "--verbose", help="every group, not only the first 8 (and tracebacks of errors)")
 def topology(*, tp=None, pp=None, cp=None, ep=None, etp=None, order="tp-cp-ep-dp-pp", world_size=None, source=None,
-             as_json=False, write=None):
+             as_json=False, write=None, quiet=False, verbose=False):
     """Parallel groups (TP/CP/EP/DP/PP) and model replicas, from sizes + rank order (as Megatron-LM's
     RankGenerator), a TraceViz file, a trace folder's pg_config, or a topology JSON."""
     from ..topology import from_sizes, write_topology      # (the CLI's convention: see streamtrace.cli)
+    from ..errors import UsageError
     from ..topology.sources import load_topology
+    con = Console(quiet, verbose)
     if source:
         if any(v is not None for v in (tp, pp, cp, ep, etp, world_size)):
-            raise argh.CommandError("give either --from FILE or the sizes (--tp/--pp/... --world-size), not both")
+            raise UsageError("give either --from FILE or the sizes (--tp/--pp/... --world-size), not both")
         topo = load_topology(source)
     else:
         if world_size is None:
-            raise argh.CommandError("give --world-size N (with --tp/--pp/--cp/--ep), or --from FILE")
+            raise UsageError("give --world-size N (with --tp/--pp/--cp/--ep), or --from FILE")
         topo = from_sizes(world_size, tp or 1, pp or 1, cp or 1, ep or 1, order, etp)
     if write:
         write_topology(topo, write)
     if as_json:
         print(json.dumps(topo.to_json(), indent=1))
     else:
-        print(topo.summary_line())
+        show = None if verbose else 8
+        con.info(topo.summary_line())
         for d in ("tp", "cp", "ep", "dp", "pp"):
             if topo.sizes[d] > 1:
                 g = topo.groups[d]
-                more = f" ... ({len(g)} groups)" if len(g) > 8 else ""
-                print(f"  {d.upper()} groups: {' '.join(str(x).replace(' ', '') for x in g[:8])}{more}")
-        print(f"  replicas: {' '.join(str(g).replace(' ', '') for g in topo.replicas[:8])}"
-              f"{' ...' if len(topo.replicas) > 8 else ''}")
+                more = f" ... ({len(g)} groups)" if show and len(g) > show else ""
+                con.info(f"  {d.upper()} groups: {' '.join(str(x).replace(' ', '') for x in g[:show])}{more}")
+        con.info(f"  replicas: {' '.join(str(g).replace(' ', '') for g in topo.replicas[:show])}"
+                 f"{' ...' if show and len(topo.replicas) > show else ''}")
         if write:
-            print(f"wrote {write}")
+            con.info(f"wrote {write}")
+
+
+topology.EXAMPLES = EXAMPLES

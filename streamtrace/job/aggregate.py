@@ -4,11 +4,11 @@ From the ``streamtrace analyze`` folders of all ranks (one or more iterations) i
 ``OUTDIR`` (every file atomically; times int64 ns on the aligned axis of
 :mod:`streamtrace.job.alignment`, durations int64 ns):
 
-* ``rank_phase.parquet`` / ``.csv`` — one row per (iteration, rank, device, phase, micro-batch);
-* ``ranks.parquet`` / ``.csv`` — one row per (iteration, rank, device): the whole iteration;
-* ``pipeline.parquet`` / ``.csv`` — one row per (iteration, PP group, stage): pipeline bubble;
-* ``replicas.parquet`` / ``.csv`` — one row per (iteration, model replica);
-* ``iterations.parquet`` / ``.csv`` — one row per iteration;
+* ``rank_phase.parquet`` / ``.csv`` — one row per (iteration, step, rank, device, phase, micro-batch);
+* ``ranks.parquet`` / ``.csv`` — one row per (iteration, step, rank, device): the whole step;
+* ``pipeline.parquet`` / ``.csv`` — one row per (iteration, step, PP group, stage): pipeline bubble;
+* ``replicas.parquet`` / ``.csv`` — one row per (iteration, step, model replica);
+* ``iterations.parquet`` / ``.csv`` — one row per (iteration, step);
 * ``timeline.parquet`` — per rank, the union intervals of each kernel category (compute, memory,
   comm:<dim>) for the charts;
 * ``top_kernels.parquet`` — kernel names by total time over all ranks;
@@ -21,7 +21,13 @@ intersections by :mod:`streamtrace.kernels.intervals`): ``wall_ns`` = last end -
 ``busy_ns`` = |union of all|; ``compute_ns``, ``comm_ns``, ``memory_ns`` = |union of each class|;
 ``overlap_ns`` = |union(comm) ∩ union(compute)|; ``exposed_comm_ns`` = comm - overlap;
 ``compute_only_ns`` = compute - overlap; ``idle_ns`` = wall - busy; ``kernel_time_ns`` = sum of
-durations.  A rank_phase row takes the kernels whose launch analyze attributed to that phase and
+durations; ``overlap_pct`` = 100 x overlap / comm (percent of communication time).
+
+``iteration`` is the trace file's iteration (``iteration_4/``, analyze's ``iteration=4``
+partition; -1 unknown) and ``step`` the ``ProfilerStep#N`` number (-1: outside any step); the
+Megatron patch's ``iteration_4/`` holds ``ProfilerStep#3``: iteration 4, step 3.  Column names
+carry their unit: ``_ns`` int64 nanoseconds, ``_pct`` percent (0-100), ``_bytes``, ``_gbps``
+(GB/s, GB = 1e9 bytes); other numbers are counts or indices.  A rank_phase row takes the kernels whose launch analyze attributed to that phase and
 micro-batch (their overlap is with each other only), so its numbers equal ``summary.json``'s
 ``phases`` entry (there in us).
 
@@ -33,12 +39,14 @@ to the window; ``wall_ns`` = the window's duration.
 
 Pipeline bubble (per iteration, PP group, stage): the group's span runs from the first to the last
 forward/backward/recompute compute kernel of any of its stages; ``busy_ns`` = |union of the stage's
-forward/backward/recompute compute|; ``bubble_ns`` = span - busy; ``bubble_fraction`` =
-bubble / span.  ``ideal_bubble_fraction`` = (p - 1) / (m + p - 1) (1F1B, p stages, m micro-batches).
+forward/backward/recompute compute|; ``bubble_ns`` = span - busy; ``bubble_pct`` =
+100 x bubble / span (``bubble_pct``).  ``ideal_bubble_pct`` = 100 x (p - 1) / (m + p - 1) (1F1B, p stages,
+m micro-batches).
 """
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -54,6 +62,7 @@ from ..events.dataset import num_rows, write_table
 from ..kernels import intervals as _iv
 from ..runtime.files import atomic_output
 from ..runtime.parallel import run_tasks
+from ..runtime.progress import progress_bar
 from ..topology.sources import load_topology
 from .alignment import Job
 from .collectives import analyse_collectives, write_collectives
@@ -68,12 +77,32 @@ METRICS = ("kernels", "wall_ns", "busy_ns", "idle_ns", "compute_ns", "comm_ns", 
 
 @dataclass
 class AggregateOptions:
-    """Options of :func:`aggregate`."""
+    """Options of :func:`aggregate` (the ``streamtrace aggregate`` flags).
+
+    Attributes:
+        iterations: only these iterations (list of int: the trace file's iteration, as analyze's
+            ``iteration=N`` partitions); None (default): all.
+        steps: only the kernels of these ProfilerStep numbers (list of int, ``ProfilerStep#N``);
+            None (default): all.
+        jobs: worker processes (int); 0 (default) = all cores.
+        time_alignment: ``"global"`` (default; one clock through ``baseTimeNanoseconds``) or
+            ``"individual"`` (each rank from its own start); see :mod:`streamtrace.job.alignment`.
+        clock_sync: ``None``/``"none"`` (default) or ``"collectives"`` (estimate each rank's clock
+            offset, ns, from matched collective ends and subtract it).
+        topology: a topology file or trace folder (str); None (default): the traces'
+            ``distributedInfo.pg_config``, else a topology file beside the traces.
+        force: aggregate folders that look like different jobs (different world sizes, one rank
+            of one iteration twice, start times more than a day apart); default False: refuse.
+        progress: a progress bar over the ranks (bool); None (default): only on a terminal.
+    """
     iterations: list | None = None
-    jobs: int = 1
+    steps: list | None = None
+    jobs: int = 0
     time_alignment: str = "global"
-    clock_sync: str | None = None          # None / "none" / "collectives"
+    clock_sync: str | None = None
     topology: str | None = None
+    force: bool = False
+    progress: bool | None = None
 
 
 # -- interval metrics ------------------------------------------------------------------
@@ -120,20 +149,21 @@ def _steps(part) -> dict:
 
 def _gpu_part(job, part):
     k = job.read_kernels(part, columns=("device", "ts_ns", "end_ns", "kind", "phase", "microbatch", "iteration",
-                                        "name", "parallel_dim"))
+                                        "step", "name", "parallel_dim"))
     s, e = part.align(k["ts_ns"]), part.align(k["end_ns"])
     code = np.asarray([KIND_CODE.get(x, 0) for x in k["kind"]], np.int8)
     phase_rows, rank_rows, fb, timeline = [], [], {}, []
-    it_dev = sorted(set(zip(k["iteration"].tolist(), k["device"].tolist())))
-    for it, dev in it_dev:
-        m = (k["iteration"] == it) & (k["device"] == dev)
-        rank_rows.append({"iteration": it, "rank": part.rank, "device": dev, "source": "gpu",
+    it_dev = sorted(set(zip(k["iteration"].tolist(), k["step"].tolist(), k["device"].tolist())))
+    for it, st, dev in it_dev:
+        m = (k["step"] == st) & (k["device"] == dev)         # one part: one iteration
+        rank_rows.append({"iteration": it, "step": st, "rank": part.rank, "device": dev, "source": "gpu",
                           **interval_metrics(s[m], e[m], code[m])})
         keys = sorted(set(zip(k["phase"][m].tolist(), k["microbatch"][m].tolist())),
                       key=lambda x: (x[1], x[0]))
         for ph, mb in keys:
             r = m & (k["phase"] == ph) & (k["microbatch"] == mb)
-            row = {"iteration": it, "rank": part.rank, "device": dev, "phase": ph, "microbatch": mb, "source": "gpu",
+            row = {"iteration": it, "step": st, "rank": part.rank, "device": dev, "phase": ph, "microbatch": mb,
+                   "source": "gpu",
                    **interval_metrics(s[r], e[r], code[r])}
             c = r & (code == 0)
             row["compute_start_ns"] = int(s[c].min()) if c.any() else None
@@ -142,13 +172,13 @@ def _gpu_part(job, part):
         c = m & (code == 0) & np.isin(k["phase"], FB)
         if c.any():
             us, ue = _iv.union(s[c], e[c])
-            fb[(it, dev)] = (int(s[c].min()), int(e[c].max()), _iv.union_length(us, ue),
+            fb[(it, st, dev)] = (int(s[c].min()), int(e[c].max()), _iv.union_length(us, ue),
                              int(len(set(k["microbatch"][c & (k["phase"] == "forward")].tolist()))))
         cat = np.where(code == 0, "compute", np.where(code == 2, "memory", "comm:" + k["parallel_dim"].astype(str)))
         for cname in sorted(set(cat[m].tolist())):
             cm = m & (cat == cname)
             us, ue = _iv.union(s[cm], e[cm])
-            timeline.append((it, dev, cname, us, ue))
+            timeline.append((it, st, dev, cname, us, ue))
     top: dict = {}
     if len(k["name"]):
         names, inv = np.unique(k["name"].astype(str), return_inverse=True)
@@ -203,11 +233,13 @@ def _cpu_part(job, part):
                 "idle_ns": int(hi - lo) - busy, "compute_ns": compute, "comm_ns": comm, "memory_ns": 0,
                 "overlap_ns": overlap, "exposed_comm_ns": comm - overlap, "compute_only_ns": compute - overlap,
                 "kernel_time_ns": 0}
+    it = job.iteration_of(part)
     for lo, hi, num in zip(ws.tolist(), we.tolist(), wnum.tolist()):
-        it = int(num)
-        if job.iterations is not None and it not in job.iterations and part.iteration not in job.iterations:
+        st = int(num)
+        if job.steps is not None and st not in job.steps:
             continue
-        rank_rows.append({"iteration": it, "rank": part.rank, "device": -1, "source": "cpu", **window_row(lo, hi)})
+        rank_rows.append({"iteration": it, "step": st, "rank": part.rank, "device": -1, "source": "cpu",
+                          **window_row(lo, hi)})
         first = last = None
         busy_fb = []
         for code in range(1, len(C.PHASES)):
@@ -220,7 +252,7 @@ def _cpu_part(job, part):
                     reach = e[j]
             sel = outer
             for mb, j in enumerate(sel):
-                row = {"iteration": it, "rank": part.rank, "device": -1, "phase": C.PHASES[code],
+                row = {"iteration": it, "step": st, "rank": part.rank, "device": -1, "phase": C.PHASES[code],
                        "microbatch": mb if C.PHASES[code] in ("forward", "backward") else -1, "source": "cpu",
                        **window_row(s[j], e[j])}
                 row["compute_start_ns"], row["compute_end_ns"] = int(s[j]), int(e[j])
@@ -232,10 +264,10 @@ def _cpu_part(job, part):
         if busy_fb:
             bs, be = _iv.union(np.asarray([b[0] for b in busy_fb]), np.asarray([b[1] for b in busy_fb]))
             comp_fb = _iv.intersect(bs, be, cu[0], cu[1])
-            fb[(it, -1)] = (int(first), int(last), _iv.union_length(*comp_fb),
-                            sum(1 for r in phase_rows if r["iteration"] == it and r["phase"] == "forward"))
-    timeline = [(it, -1, name_, us[(us < hi) & (ue > lo)], ue[(us < hi) & (ue > lo)])
-                for it, lo, hi in [(r["iteration"], r["start_ns"], r["end_ns"]) for r in rank_rows]
+            fb[(it, st, -1)] = (int(first), int(last), _iv.union_length(*comp_fb),
+                                sum(1 for r in phase_rows if r["step"] == st and r["phase"] == "forward"))
+    timeline = [(it, st, -1, name_, us[(us < hi) & (ue > lo)], ue[(us < hi) & (ue > lo)])
+                for st, lo, hi in [(r["step"], r["start_ns"], r["end_ns"]) for r in rank_rows]
                 for name_, (us, ue) in (("compute", cu), ("comm:cpu", co))]
     return phase_rows, rank_rows, fb, timeline, {}
 
@@ -274,38 +306,40 @@ def aggregate(dirs, outdir, opt: AggregateOptions | None = None, log=None) -> di
     t0 = time.time()
     outdir = Path(outdir)
     topo = load_topology(opt.topology) if opt.topology else None
-    job = Job(dirs, opt.time_alignment, topo, opt.iterations, opt.jobs)
+    job = Job(dirs, opt.time_alignment, topo, opt.iterations, opt.jobs, opt.steps, opt.force)
     coll = analyse_collectives(job, opt.clock_sync)
     topo = job.topology
-    res = run_tasks(_part_job, [(job, p.index) for p in job.parts], max(1, min(opt.jobs or 1, len(job.parts))))
+    with progress_bar(len(job.parts), "aggregate", "rank", opt.progress) as bar:
+        res = run_tasks(_part_job, [(job, p.index) for p in job.parts],
+                        max(1, min(opt.jobs or os.cpu_count() or 1, len(job.parts))), on_done=bar.update)
     phase_rows, rank_rows, fb, tl, top, steps = [], [], {}, [], {}, {}
     for part, (pr, rr, f, t, tp_, st) in zip(job.parts, res):
         phase_rows += pr
         rank_rows += rr
-        fb.update({(part.rank, it, dev): v for (it, dev), v in f.items()})
+        fb.update({(part.rank, it, stp, dev): v for (it, stp, dev), v in f.items()})
         tl += [(part.index, part.rank, *x) for x in t]
         for n, (kind, cnt, tot) in tp_.items():
             a = top.setdefault(n, [kind, 0, 0])
             a[1] += cnt
             a[2] += tot
         for num, (_, d) in st.items():
-            steps[(part.rank, job.row_iteration(part, np.asarray([num]))[0])] = d
+            steps[(part.rank, job.iteration_of(part), num)] = d
     if not rank_rows:
         raise StreamtraceError(f"{', '.join(map(str, dirs))}: no GPU events and no ProfilerStep windows to aggregate"
-                               + (f" in iteration(s) {sorted(job.iterations)}" if job.iterations else ""))
+                               + (f" in step(s) {sorted(job.steps)}" if job.steps else ""))
     coords = _coords(topo)
     for r in phase_rows + rank_rows:
         r.update(coords.get(r["rank"], {}))
         r["overlap_pct"] = _pct(r["overlap_ns"], r["comm_ns"])
     for r in rank_rows:
-        r["step_ns"] = steps.get((r["rank"], r["iteration"]))
+        r["step_ns"] = steps.get((r["rank"], r["iteration"], r["step"]))
     pipe = _pipeline(topo, fb)
     reps = _replicas(topo, rank_rows, pipe)
     iters = _iterations(rank_rows, steps)
     outdir.mkdir(parents=True, exist_ok=True)
     files = []
-    base = ["iteration", "rank", "device", "source", "replica", "pp_group", "stage"]
-    pcols = base[:4] + ["phase", "microbatch"] + base[4:] + ["start_ns", "end_ns", "compute_start_ns",
+    base = ["iteration", "step", "rank", "device", "source", "replica", "pp_group", "stage"]
+    pcols = base[:5] + ["phase", "microbatch"] + base[5:] + ["start_ns", "end_ns", "compute_start_ns",
                                                              "compute_end_ns", *METRICS, "overlap_pct"]
     files += write_table(outdir, "rank_phase", _columns(_sorted(phase_rows), pcols), csv=True)
     rcols = base + ["start_ns", "end_ns", *METRICS, "overlap_pct", "step_ns"]
@@ -327,7 +361,9 @@ def aggregate(dirs, outdir, opt: AggregateOptions | None = None, log=None) -> di
     meta = {"kind": "streamtrace-aggregate", "version": 1, "inputs": [str(d) for d in dirs],
             "time_alignment": opt.time_alignment, "clock_sync": opt.clock_sync or "none",
             "iterations": sorted({r["iteration"] for r in rank_rows}),
-            "ranks": sorted({p.rank for p in job.parts}), "world_size": topo.world_size if topo else None,
+            "steps": sorted({(r["iteration"], r["step"]) for r in rank_rows}),
+            "ranks": sorted({p.rank for p in job.parts}), **_world(topo, job),
+            "sources": sorted({r["source"] for r in rank_rows}), "job_name": job.name(),
             "devices": sorted({p.device_name for p in job.parts if p.device_name}),
             "topology": topo.to_json() if topo else None,
             "clock_offsets_ns": {str(job.parts[i].rank): v for i, v in coll.clock_offsets.items()},
@@ -340,6 +376,16 @@ def aggregate(dirs, outdir, opt: AggregateOptions | None = None, log=None) -> di
     return meta
 
 
+def _world(topo, job) -> dict:
+    """``world_size`` and where it comes from: the topology, else the traces' ``distributedInfo``."""
+    worlds = [p.world_size for p in job.parts if p.world_size]
+    if topo is not None:
+        return {"world_size": topo.world_size, "world_size_from": f"topology ({topo.source or 'file'})"}
+    if worlds:
+        return {"world_size": max(worlds), "world_size_from": "distributedInfo.world_size"}
+    return {"world_size": None, "world_size_from": None}
+
+
 def _json_default(o):
     if isinstance(o, np.integer):
         return int(o)
@@ -349,7 +395,7 @@ def _json_default(o):
 
 
 def _sorted(rows):
-    return sorted(rows, key=lambda r: (r["iteration"], r["rank"], r["device"],
+    return sorted(rows, key=lambda r: (r["iteration"], r["step"], r["rank"], r["device"],
                                        r["start_ns"] if r["start_ns"] is not None else -1, r.get("phase", "")))
 
 
@@ -372,10 +418,10 @@ def _pipeline(topo, fb) -> list:
     if topo is None:
         return []
     rows = []
-    iters = sorted({it for (_, it, _) in fb})
-    for it in iters:
+    for it, step in sorted({(it, stp) for (_, it, stp, _) in fb}):
         for gi, g in enumerate(topo.groups["pp"]):
-            stages = [(st, r, v) for st, r in enumerate(g) for (rr, i2, _), v in fb.items() if rr == r and i2 == it]
+            stages = [(st, r, v) for st, r in enumerate(g) for (rr, i2, s2, _), v in fb.items()
+                      if rr == r and (i2, s2) == (it, step)]
             if not stages:
                 continue
             lo = min(v[0] for _, _, v in stages)
@@ -383,11 +429,11 @@ def _pipeline(topo, fb) -> list:
             p = len(g)
             for st, r, (first, last, busy, nmb) in stages:
                 span = hi - lo
-                rows.append({"iteration": it, "pp_group": gi, "stage": st, "rank": r, "stages": p,
+                rows.append({"iteration": it, "step": step, "pp_group": gi, "stage": st, "rank": r, "stages": p,
                              "microbatches": nmb, "span_start_ns": lo, "span_end_ns": hi, "span_ns": span,
                              "first_ns": first, "last_ns": last, "busy_ns": busy, "bubble_ns": span - busy,
-                             "bubble_fraction": (span - busy) / span if span > 0 else None,
-                             "ideal_bubble_fraction": (p - 1) / (nmb + p - 1) if nmb + p - 1 > 0 else None})
+                             "bubble_pct": 100 * (span - busy) / span if span > 0 else None,
+                             "ideal_bubble_pct": 100 * (p - 1) / (nmb + p - 1) if nmb + p - 1 > 0 else None})
     return rows
 
 
@@ -395,35 +441,35 @@ def _replicas(topo, rank_rows, pipe) -> list:
     if topo is None:
         return []
     rows = []
-    for it in sorted({r["iteration"] for r in rank_rows}):
+    for it, step in sorted({(r["iteration"], r["step"]) for r in rank_rows}):
         for ri, g in enumerate(topo.replicas):
-            rr = [r for r in rank_rows if r["iteration"] == it and r["rank"] in g]
+            rr = [r for r in rank_rows if (r["iteration"], r["step"]) == (it, step) and r["rank"] in g]
             if not rr:
                 continue
             gs = [gi for gi, pg in enumerate(topo.groups["pp"]) if set(pg) <= set(g)]
-            bub = [p["bubble_fraction"] for p in pipe if p["iteration"] == it and p["rank"] in g
-                   and p["bubble_fraction"] is not None]
+            bub = [p["bubble_pct"] for p in pipe if (p["iteration"], p["step"]) == (it, step) and p["rank"] in g
+                   and p["bubble_pct"] is not None]
             starts = [r["start_ns"] for r in rr if r["start_ns"] is not None]
             ends = [r["end_ns"] for r in rr if r["end_ns"] is not None]
             mean = lambda k: float(np.mean([r[k] for r in rr]))  # noqa: E731
-            rows.append({"iteration": it, "replica": ri, "ranks": ",".join(map(str, g)), "n_ranks": len(rr),
+            rows.append({"iteration": it, "step": step, "replica": ri, "ranks": ",".join(map(str, g)), "n_ranks": len(rr),
                          "pp_groups": ",".join(map(str, gs)), "start_ns": min(starts) if starts else None,
                          "end_ns": max(ends) if ends else None,
                          "span_ns": (max(ends) - min(starts)) if starts else None,
                          "compute_ns_mean": mean("compute_ns"), "comm_ns_mean": mean("comm_ns"),
                          "exposed_comm_ns_mean": mean("exposed_comm_ns"), "idle_ns_mean": mean("idle_ns"),
-                         "bubble_fraction_mean": float(np.mean(bub)) if bub else None})
+                         "bubble_pct_mean": float(np.mean(bub)) if bub else None})
     return rows
 
 
 def _iterations(rank_rows, steps) -> list:
     rows = []
-    for it in sorted({r["iteration"] for r in rank_rows}):
-        rr = [r for r in rank_rows if r["iteration"] == it]
-        st = [d for (rank, i2), d in steps.items() if i2 == it]
+    for it, step in sorted({(r["iteration"], r["step"]) for r in rank_rows}):
+        rr = [r for r in rank_rows if (r["iteration"], r["step"]) == (it, step)]
+        st = [d for (rank, i2, s2), d in steps.items() if (i2, s2) == (it, step)]
         starts = [r["start_ns"] for r in rr if r["start_ns"] is not None]
         ends = [r["end_ns"] for r in rr if r["end_ns"] is not None]
-        rows.append({"iteration": it, "ranks": len({r["rank"] for r in rr}),
+        rows.append({"iteration": it, "step": step, "ranks": len({r["rank"] for r in rr}),
                      "start_ns": min(starts) if starts else None, "end_ns": max(ends) if ends else None,
                      "span_ns": (max(ends) - min(starts)) if starts else None,
                      "step_ns_median": int(np.median(st)) if st else None, "step_ns_max": max(st) if st else None,
@@ -434,9 +480,9 @@ def _iterations(rank_rows, steps) -> list:
 
 
 def _timeline_columns(tl) -> dict:
-    n = [len(x[5]) for x in tl]
+    n = [len(x[6]) for x in tl]
     rep = lambda j, dt: np.repeat(np.asarray([x[j] for x in tl], dt), n) if tl else np.zeros(0, dt)  # noqa: E731
     return {"part": rep(0, np.int64), "rank": rep(1, np.int64), "iteration": rep(2, np.int64),
-            "device": rep(3, np.int64), "category": rep(4, object),
-            "start_ns": np.concatenate([x[5] for x in tl]) if tl else np.zeros(0, np.int64),
-            "end_ns": np.concatenate([x[6] for x in tl]) if tl else np.zeros(0, np.int64)}
+            "step": rep(3, np.int64), "device": rep(4, np.int64), "category": rep(5, object),
+            "start_ns": np.concatenate([x[6] for x in tl]) if tl else np.zeros(0, np.int64),
+            "end_ns": np.concatenate([x[7] for x in tl]) if tl else np.zeros(0, np.int64)}

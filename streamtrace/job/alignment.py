@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,10 +37,18 @@ from ..trace.metadata import pg_config_entries
 from ..trace.reader import TraceReader
 
 ALIGNMENTS = ("global", "individual")
-# names as :meth:`Job.read_kernels` returns them: "iteration" is the row's iteration, read from the files'
-# ``step`` column (see :func:`read_parquet_columns`)
+#: folder names that say nothing about the job (skipped by :meth:`Job.name`)
+GENERIC_DIRS = {"tb", "tensorboard", "profile_traces", "profile_trace", "torch_profile", "torch_profiler", "traces",
+                "trace", "profiler", "profiles", "profile", "logs", "log", "outputs", "output", "runs"}
+_ITER_DIR = re.compile(r"iteration[_-]?\d+|iter[_-]?\d+|step[_-]?\d+")
+#: traces of one job start within this many ns of each other (one day)
+SAME_JOB_NS = 86_400 * 10**9
+#: the iteration of a part whose trace path names none (analyze's ``iteration=-1`` partitions)
+UNKNOWN_ITERATION = -1
+# names as :meth:`Job.read_kernels` returns them: "iteration" is the part's (the trace file's) iteration, "step"
+# the row's ProfilerStep number (see :func:`read_parquet_columns`)
 KERNEL_COLUMNS = ("device", "stream", "ts_ns", "dur_ns", "end_ns", "name", "kind", "phase", "microbatch",
-                  "iteration", "collective", "msg_bytes", "group_size", "pg_name", "pg_ranks", "parallel_dim",
+                  "iteration", "step", "collective", "msg_bytes", "group_size", "pg_name", "pg_ranks", "parallel_dim",
                   "correlation")
 
 
@@ -119,13 +128,20 @@ class Job:
 
     ``parts``: list of :class:`Part`; ``topology``: :class:`~streamtrace.topology.Topology`
     (given, or from the traces' ``pg_config``, or None); ``alignment``: ``"global"`` or
-    ``"individual"``; ``warnings``: list of str."""
+    ``"individual"``; ``warnings``: list of str.
 
-    def __init__(self, dirs, alignment="global", topology=None, iterations=None, jobs=1):
+    **Iteration and step.**  A part's ``iteration`` is its trace file's (``iteration_4/`` or
+    ``_iter_4`` in the path, as analyze's ``iteration=4`` partition; -1 unknown); a kernel's
+    ``step`` is the ``N`` of the ``ProfilerStep#N`` around its launch (-1 none).  With the Megatron
+    patch ``iteration_4/`` holds ``ProfilerStep#3``: iteration 4, step 3.  ``iterations`` selects
+    parts by their iteration, ``steps`` rows by their step."""
+
+    def __init__(self, dirs, alignment="global", topology=None, iterations=None, jobs=0, steps=None, force=False):
         if alignment not in ALIGNMENTS:
             raise StreamtraceError(f"bad --time-alignment {alignment!r}: use global or individual")
         self.alignment = alignment
         self.iterations = set(int(i) for i in iterations) if iterations else None
+        self.steps = set(int(i) for i in steps) if steps else None
         self.warnings: list = []
         self.parts: list = []
         self.dirs = [Path(d) for d in dirs]
@@ -148,25 +164,62 @@ class Job:
         if not self.parts:
             raise StreamtraceError(f"{', '.join(map(str, dirs))}: no ranks in summary.json")
         if self.iterations is not None:
-            keep = [p for p in self.parts if p.iteration is None or p.iteration in self.iterations
-                    or self._has_steps(p)]
+            have = sorted({p.iteration for p in self.parts if p.iteration is not None})
+            keep = [p for p in self.parts if p.iteration in self.iterations]
             self.parts = [Part(i, p.dir, p.rank, p.iteration, p.source) for i, p in enumerate(keep)]
             if not self.parts:
-                raise StreamtraceError(f"no rank has iteration(s) {sorted(self.iterations)}")
+                raise StreamtraceError(f"no analysed rank has iteration(s) {_list(self.iterations)}: the folders hold "
+                                       f"iteration(s) {_list(have) or 'unknown (no iteration in the trace paths)'} "
+                                       f"(--steps selects by ProfilerStep number)")
         infos = run_tasks(_part_info, [(p.dir, p.rank, p.iteration, p.source) for p in self.parts],
-                          max(1, min(jobs or 1, len(self.parts))))
+                          max(1, min(jobs or os.cpu_count() or 1, len(self.parts))))
         for p, info in zip(self.parts, infos):
             for k, v in info.items():
                 setattr(p, k, v)
+        problem = self.different_jobs()
+        if problem and not force:
+            raise StreamtraceError(f"{_list(map(str, self.dirs))}: these look like different jobs ({problem}); "
+                                   f"aggregate one job at a time, or give --force")
+        if problem:
+            self.warnings.append(f"aggregated although these look like different jobs ({problem})")
         self.topology = topology if topology is not None else self._topology_from_traces()
         self._align()
 
-    def _has_steps(self, p) -> bool:
-        t = p.read("kernels", ["step"])
-        if t is None:
-            return False
-        it = t.column(0).to_numpy()
-        return bool(np.isin(it, list(self.iterations)).any())
+    def name(self) -> str:
+        """The job's name: the folder that holds its traces (the common folder of the parts' sources,
+        above ``iteration_N/`` and generic names such as ``tb``, ``profile_traces``,
+        ``torch_profile``); else the first analysed folder's name."""
+        parents = [Path(p.source).resolve().parent for p in self.parts if p.source]
+        if parents:
+            d = Path(os.path.commonpath([str(x) for x in parents]))
+            while d.name and (_ITER_DIR.fullmatch(d.name) or d.name.lower() in GENERIC_DIRS):
+                d = d.parent
+            if d.name:
+                return d.name
+        return self.dirs[0].resolve().name
+
+    def different_jobs(self) -> str | None:
+        """Why the parts cannot be one job, or None: different world sizes in ``distributedInfo``,
+        one rank of one iteration in two folders, or trace start times (``baseTimeNanoseconds``)
+        more than :data:`SAME_JOB_NS` apart."""
+        worlds: dict = {}
+        for p in self.parts:
+            if p.world_size:
+                worlds.setdefault(p.world_size, set()).add(str(p.dir))
+        if len(worlds) > 1:
+            return "world size " + " vs ".join(f"{w} ({_list(d)})" for w, d in sorted(worlds.items()))
+        seen: dict = {}
+        for p in self.parts:
+            key = (p.rank, p.iteration)
+            if key in seen and seen[key] != p.dir:
+                it = f" of iteration {p.iteration}" if p.iteration is not None else ""
+                return f"rank {p.rank}{it} is in both {seen[key]} and {p.dir}"
+            seen[key] = p.dir
+        bases = [(p.base_time_ns, p.dir) for p in self.parts if p.base_time_ns and not p.merged]
+        if bases and max(bases)[0] - min(bases)[0] > SAME_JOB_NS:
+            days = (max(bases)[0] - min(bases)[0]) / 86_400e9
+            return f"traces started {days:,.1f} days apart ({min(bases)[1]}, {max(bases)[1]})"
+        return None
 
     def _topology_from_traces(self):
         entries = [e for p in self.parts for e in p.pg_entries]
@@ -212,26 +265,24 @@ class Job:
         for p in self.parts:
             p.clock_offset_ns = int(offsets.get(p.index, 0))
 
-    def keep_rows(self, part, iteration):
-        """Boolean mask of the rows to keep under ``--iterations`` (all when none were given): the
-        part's folder iteration or the row's ProfilerStep number is one of them."""
-        iteration = np.asarray(iteration)
-        if self.iterations is None or (part.iteration is not None and part.iteration in self.iterations):
-            return np.ones(len(iteration), bool)
-        return np.isin(iteration, list(self.iterations))
+    def keep_rows(self, step):
+        """Boolean mask of the rows to keep under ``steps`` (all when none were given): the row's
+        ProfilerStep number (``step``, int64 array) is one of them."""
+        step = np.asarray(step)
+        if self.steps is None:
+            return np.ones(len(step), bool)
+        return np.isin(step, list(self.steps))
 
-    def row_iteration(self, part, iteration):
-        """Iteration of each row: its ProfilerStep number, else the folder's iteration, else -1."""
-        it = np.asarray(iteration, np.int64).copy()
-        if part.iteration is not None:
-            it[it < 0] = part.iteration
-        return it
+    @staticmethod
+    def iteration_of(part) -> int:
+        """The part's iteration (its trace file's), :data:`UNKNOWN_ITERATION` when unknown."""
+        return UNKNOWN_ITERATION if part.iteration is None else int(part.iteration)
 
     def read_kernels(self, part, columns=KERNEL_COLUMNS, kind=None) -> dict:
         """The part's kernel columns as numpy arrays (strings as object arrays), filtered by
-        ``--iterations`` and optionally by ``kind`` ("compute"/"communication"/"memory"), sorted by
-        start.  ``iteration`` is :meth:`row_iteration` of the file's ``step`` column; ``ts_ns``/``end_ns``
-        stay rank-local."""
+        ``steps`` and optionally by ``kind`` ("compute"/"communication"/"memory"), sorted by
+        start.  ``iteration`` is the part's (:meth:`iteration_of`), ``step`` the file's ``step``
+        column; ``ts_ns``/``end_ns`` stay rank-local."""
         return read_parquet_columns(part.files("kernels"), columns, self, part, kind)
 
     def meta(self) -> dict:
@@ -246,19 +297,26 @@ class Job:
 
 def read_parquet_columns(path, columns, job=None, part=None, kind=None) -> dict:
     """Columns of one rank's kernels file (``path``, or a list of its part files) as numpy
-    arrays, rows filtered (see :meth:`Job.read_kernels`).
-    ``"iteration"`` is read from the file's ``step`` column (``ProfilerStep#N``; the file has no
-    ``iteration`` column: that name is the dataset's partition key)."""
-    cols = list(dict.fromkeys(list(columns) + ["ts_ns", "iteration"] + (["kind"] if kind else [])))
-    fcols = ["step" if c == "iteration" else c for c in cols]
+    arrays, rows filtered (see :meth:`Job.read_kernels`).  ``"iteration"`` is the part's
+    iteration (the file has no ``iteration`` column: that name is the dataset's partition key;
+    :data:`UNKNOWN_ITERATION` without a part), ``"step"`` the file's ``step`` column
+    (``ProfilerStep#N``, -1 none)."""
+    cols = list(dict.fromkeys(list(columns) + ["ts_ns", "step"] + (["kind"] if kind else [])))
+    fcols = [c for c in cols if c != "iteration"]
     files = [Path(p) for p in (path if isinstance(path, (list, tuple)) else [path]) if Path(p).is_file()]
     t = read_partition(files, fcols, "kernels")
     if kind is not None:
         t = t.filter(pc.equal(t["kind"], kind))
-    out = {c: t[f].to_numpy(zero_copy_only=False) for c, f in zip(cols, fcols)}
+    out = {c: t[c].to_numpy(zero_copy_only=False) for c in fcols}
     if job is not None:
-        keep = job.keep_rows(part, out["iteration"])
+        keep = job.keep_rows(out["step"])
         out = {c: v[keep] for c, v in out.items()}
-        out["iteration"] = job.row_iteration(part, out["iteration"])
+    if "iteration" in cols:
+        out["iteration"] = np.full(len(out["ts_ns"]), Job.iteration_of(part) if part is not None
+                                   else UNKNOWN_ITERATION, np.int64)
     o = np.argsort(out["ts_ns"], kind="stable")
     return {c: v[o] for c, v in out.items()}
+
+
+def _list(xs) -> str:
+    return ", ".join(map(str, sorted(xs)))

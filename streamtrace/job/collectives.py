@@ -5,9 +5,9 @@ parallel dimension, per-rank straggler counts, and clock offsets estimated from 
 Input: the ``communication`` kernels of every rank (``streamtrace analyze`` output, read through
 :class:`streamtrace.job.alignment.Job`).  Times are int64 ns on the job's aligned axis.
 
-**Matching.** A collective kernel of rank r belongs to instance ``(iteration, group, k)`` when it is
-rank r's k-th collective (in start order) on that process group (``pg_ranks``, else ``pg_name``)
-in that iteration: every member of a group issues its collectives in the same order (NCCL requires
+**Matching.** A collective kernel of rank r belongs to instance ``(iteration, step, group, k)`` when
+it is rank r's k-th collective (in start order) on that process group (``pg_ranks``, else
+``pg_name``) in that ProfilerStep of that iteration (see :class:`streamtrace.job.alignment.Job`): every member of a group issues its collectives in the same order (NCCL requires
 it).  Point-to-point kernels (Send / Recv) match by ``(iteration, src -> dst, k)``: the k-th send
 from src to dst is the k-th receive of dst from src; the peer is the other member of a two-rank
 group, or, in a larger pipeline group, the neighbour stage named by Megatron's p2p function on the
@@ -40,12 +40,12 @@ from ..events.dataset import write_table
 
 P2P = ("Send", "Recv", "SendRecv")
 _P2P_FN = re.compile(r"(send|recv)_(forward|backward)", re.I)
-INSTANCE_COLUMNS = ("instance", "iteration", "collective", "parallel_dim", "pg_name", "pg_ranks", "group_size",
+INSTANCE_COLUMNS = ("instance", "iteration", "step", "collective", "parallel_dim", "pg_name", "pg_ranks", "group_size",
                     "n_ranks", "complete", "consistent", "ranks", "src", "dst", "msg_bytes", "phase", "microbatch",
                     "first_start_ns", "last_start_ns", "first_end_ns", "last_end_ns", "start_skew_ns", "end_skew_ns",
                     "straggler_rank", "straggler_lag_ns", "waiter_rank", "waiter_wait_ns", "latency_ns",
                     "max_dur_ns", "kernel_time_ns", "algbw_gbps", "busbw_gbps")
-MEMBER_COLUMNS = ("instance", "part", "rank", "iteration", "collective", "start_ns", "end_ns", "dur_ns",
+MEMBER_COLUMNS = ("instance", "part", "rank", "iteration", "step", "collective", "start_ns", "end_ns", "dur_ns",
                   "arrival_ns", "wait_ns", "correlation", "stream")
 
 
@@ -127,7 +127,7 @@ def _prefixes(job, part, k) -> tuple[list, np.ndarray, np.ndarray]:
                 need.append(int(k["correlation"][i]))
     dirs = _p2p_dirs(part, set(need)) if need else {}
     for i in range(n):
-        c, it, pg = k["collective"][i], int(k["iteration"][i]), k["pg_ranks"][i] or (
+        c, it, pg = k["collective"][i], f"{int(k['iteration'][i])}:{int(k['step'][i])}", k["pg_ranks"][i] or (
             f"pg:{k['pg_name'][i]}" if k["pg_name"][i] else "")
         if c in P2P:
             g = _ranks_of(k["pg_ranks"][i])
@@ -171,7 +171,7 @@ def _cumcount(ids: np.ndarray) -> np.ndarray:
 def load_comm(job) -> dict:
     """Every part's communication kernels with their match keys: columns of equal length
     (``part``, ``rank``, ``key``, times aligned, ...), sorted by (key, start, rank)."""
-    cols = {c: [] for c in ("part", "rank", "iteration", "start", "end", "dur", "collective", "bytes",
+    cols = {c: [] for c in ("part", "rank", "iteration", "step", "start", "end", "dur", "collective", "bytes",
                             "group_size", "pg_name", "pg_ranks", "dim", "phase", "microbatch", "correlation",
                             "stream", "src", "dst", "prefix")}
     for part in job.parts:
@@ -183,6 +183,7 @@ def load_comm(job) -> dict:
         cols["part"].append(np.full(n, part.index, np.int64))
         cols["rank"].append(np.full(n, part.rank, np.int64))
         cols["iteration"].append(k["iteration"])
+        cols["step"].append(k["step"])
         cols["start"].append(part.align(k["ts_ns"]))
         cols["end"].append(part.align(k["end_ns"]))
         cols["dur"].append(k["dur_ns"].astype(np.int64))
@@ -239,6 +240,7 @@ def _instances(c: dict) -> tuple[dict, dict]:
     factor = np.asarray([bus_factor(t, int(g)) for t, g in zip(coll, gs)], float)
     inst_cols = {
         "instance": np.arange(len(starts), dtype=np.int64), "iteration": c["iteration"][starts],
+        "step": c["step"][starts],
         "collective": coll, "parallel_dim": c["dim"][low].astype(object), "pg_name": c["pg_name"][low].astype(object),
         "pg_ranks": c["pg_ranks"][low].astype(object), "group_size": gs.astype(np.int64), "n_ranks": n.astype(np.int64),
         "complete": n == gs, "consistent": consistent, "ranks": ranks_str,
@@ -256,6 +258,7 @@ def _instances(c: dict) -> tuple[dict, dict]:
     }
     pos = np.repeat(np.arange(len(starts)), n)
     members = {"instance": c["instance"], "part": c["part"], "rank": c["rank"], "iteration": c["iteration"],
+               "step": c["step"],
                "collective": c["collective"].astype(object), "start_ns": c["start"], "end_ns": c["end"],
                "dur_ns": c["dur"], "arrival_ns": c["start"] - first_start[pos], "wait_ns": last_start[pos] - c["start"],
                "correlation": c["correlation"], "stream": c["stream"]}
@@ -333,9 +336,10 @@ def _pct(x, q):
 
 def summarize(inst: dict) -> list:
     """Per (collective, parallel_dim): ``count`` instances (``complete`` of them), ``bytes`` (sum of
-    msg_bytes), ``traffic_share`` (of all bytes), ``time_ns`` (sum of latency), ``kernel_time_ns``
+    msg_bytes), ``traffic_pct`` (percent of all bytes), ``time_ns`` (sum of latency), ``kernel_time_ns``
     (sum over ranks of kernel durations), bus/alg bandwidth distribution over complete instances
-    (GB/s: min, p10, median, mean, p90, max), mean and max start skew."""
+    (``busbw_gbps_min``, ``_p10``, ``_median``, ``_mean``, ``_p90``, ``_max``, ``algbw_gbps_median``;
+    GB/s), mean and max start skew (ns)."""
     out = []
     if not len(inst["instance"]):
         return out
@@ -347,11 +351,11 @@ def summarize(inst: dict) -> list:
         bw, ab = inst["busbw_gbps"][good], inst["algbw_gbps"][good]
         by = int(np.maximum(inst["msg_bytes"][m], 0).sum())
         out.append({"collective": coll, "parallel_dim": dim, "count": int(m.sum()), "complete": int(good.sum()),
-                    "bytes": by, "traffic_share": by / total, "time_ns": int(inst["latency_ns"][m].sum()),
+                    "bytes": by, "traffic_pct": 100 * by / total, "time_ns": int(inst["latency_ns"][m].sum()),
                     "kernel_time_ns": int(inst["kernel_time_ns"][m].sum()),
-                    "busbw_min": _pct(bw, 0), "busbw_p10": _pct(bw, 10), "busbw_median": _pct(bw, 50),
-                    "busbw_mean": float(bw.mean()) if len(bw) else None, "busbw_p90": _pct(bw, 90),
-                    "busbw_max": _pct(bw, 100), "algbw_median": _pct(ab, 50),
+                    "busbw_gbps_min": _pct(bw, 0), "busbw_gbps_p10": _pct(bw, 10), "busbw_gbps_median": _pct(bw, 50),
+                    "busbw_gbps_mean": float(bw.mean()) if len(bw) else None, "busbw_gbps_p90": _pct(bw, 90),
+                    "busbw_gbps_max": _pct(bw, 100), "algbw_gbps_median": _pct(ab, 50),
                     "start_skew_mean_ns": float(inst["start_skew_ns"][m].mean()),
                     "start_skew_max_ns": int(inst["start_skew_ns"][m].max())})
     return out

@@ -21,7 +21,9 @@ class MergeOptions:
             (floats); None keeps all.
         align: ``"global"`` (one clock through ``baseTimeNanoseconds``) or ``"first-step"``
             (every rank's first ``ProfilerStep#`` starts together).
-        iteration: merge only this iteration (int); None merges each iteration found.
+        iterations: merge only these iterations (list of int: the trace folder's ``iteration_N``);
+            None merges each iteration found, each into its own output.
+        iteration: deprecated (0.1 spelling of ``iterations=[N]``); None.
         jobs: worker processes; 0 = all cores.
         salvage: on a truncated file keep every complete event before the cut.
         progress: show a progress bar; None = only when stderr is a terminal.
@@ -37,6 +39,7 @@ class MergeOptions:
     gpu_only: bool = False
     window_ms: tuple | None = None
     align: str = "global"
+    iterations: list | None = None
     iteration: int | None = None
     jobs: int = 0
     salvage: bool = False
@@ -44,6 +47,10 @@ class MergeOptions:
     compresslevel: int = 1
     scheduler: str | None = None
     split_threshold: int | None = SPLIT_THRESHOLD
+
+    def __post_init__(self):
+        if self.iteration is not None and self.iterations is None:
+            self.iterations = [self.iteration]
 
     def needs_survey(self) -> bool:
         """True when merge must read every rank once before rewriting it (time filters, alignment)."""

@@ -39,7 +39,7 @@ from ..errors import StreamtraceError, TraceError
 from ..runtime import parallel
 from ..runtime.files import remove_quietly
 from ..runtime.parallel import run_tasks
-from ..trace.discover import TraceFile, discover
+from ..trace.discover import LONE_FILE, TraceFile, discover
 from ..trace.metadata import device_names, host_name
 from ..trace.source import size_hint
 from . import ranges as MS
@@ -80,8 +80,9 @@ class SurveyTask:
 def merge(inputs, output, opt: MergeOptions | None = None, rank_map=None) -> list[dict]:
     """Merge the rank traces found in ``inputs`` (files, folders, globs) into
     ``output``.  Files from several iterations are merged per iteration
-    (``<output>_iter<N>.json[.gz]``) unless ``opt.iteration`` picks one.
-    Returns one summary dict per output written (see :func:`merge_files`).
+    (``<output>_iter<N>.json[.gz]``) unless ``opt.iterations`` picks one.
+    Returns one summary dict per output written (see :func:`merge_files`); a lone input with no
+    rank is merged as rank 0, with a ``notices`` entry in the first.
     Raises :class:`~streamtrace.errors.StreamtraceError` on bad input; nothing is written then."""
     opt = opt or MergeOptions()
     files = discover(inputs, rank_map)
@@ -94,16 +95,23 @@ def merge(inputs, output, opt: MergeOptions | None = None, rank_map=None) -> lis
     groups = {}
     for f in files:
         groups.setdefault(f.iteration, []).append(f)
-    if opt.iteration is not None:
-        if opt.iteration not in groups:
-            have = ", ".join(str(k) for k in groups if k is not None) or "none"
-            raise StreamtraceError(f"no traces for iteration {opt.iteration} (found: {have})")
-        groups = {opt.iteration: groups[opt.iteration]}
+    if opt.iterations is not None:
+        missing = sorted(set(opt.iterations) - set(groups))
+        if missing:
+            have = ", ".join(str(k) for k in sorted(k for k in groups if k is not None)) or "none"
+            raise StreamtraceError(f"no traces for iteration(s) {', '.join(map(str, missing))} (found: {have})")
+        groups = {it: groups[it] for it in opt.iterations}
     output = Path(output)
     if len(groups) == 1:
-        return [merge_files(next(iter(groups.values())), output, opt)]
-    return [merge_files(g, output_for_iteration(output, it), opt)
-            for it, g in sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))]
+        results = [merge_files(next(iter(groups.values())), output, opt)]
+    else:
+        results = [merge_files(g, output_for_iteration(output, it), opt)
+                   for it, g in sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))]
+    lone = [f.path for f in files if f.rank_source == LONE_FILE]
+    if lone:
+        results[0]["notices"] = [f"{lone[0]}: no rank in the trace or its name (a single-process run?): merged as "
+                                 f"rank 0"]
+    return results
 
 
 def merge_files(files: list[TraceFile], output, opt: MergeOptions | None = None) -> dict:
@@ -111,7 +119,8 @@ def merge_files(files: list[TraceFile], output, opt: MergeOptions | None = None)
     ``.json.gz``).  Returns a summary dict: ``output``, ``ranks``, ``iteration``, ``events_in``,
     ``events_out``, ``bytes_in``, ``bytes_out``, ``seconds``, ``jobs``, ``warnings``, ``split``
     (ranks rewritten in byte ranges: their range count), ``ranges_redone``,
-    ``worker_mb_per_s``.  Raises :class:`StreamtraceError` / :class:`TraceError` on bad input;
+    ``worker_mb_per_s``, ``cpu_only`` (no rank has a GPU process; with ``gpu_only`` the CPU
+    processes are merged instead, with a warning).  Raises :class:`StreamtraceError` / :class:`TraceError` on bad input;
     the output is then not created.
 
     With more than one worker, a trace of at least ``opt.split_threshold`` bytes is
@@ -164,6 +173,13 @@ def _merge_files(files, output, opt, splits, t_start):
             for tf, res in zip(files, results):
                 tf.head = res["metadata"]
             return _merge_files(files, output, opt, splits, t_start)
+        if opt.gpu_only and not any(v.get("kind") == "gpu" for r in results for v in r["process_map"].values()):
+            progress.close()
+            res = _merge_files(files, output, replace(opt, gpu_only=False), splits, t_start)
+            res["warnings"].insert(0, "no rank has a GPU process (a CPU-only run): --gpu-only merged the CPU "
+                                      "processes instead")
+            res["cpu_only"] = True
+            return res
         progress.close()
         meta = merged_metadata(files, results, shifts, out_base, opt, output)
         write_merged(output, results, meta, output.name.endswith(".gz"), opt.compresslevel)
@@ -181,7 +197,8 @@ def _merge_files(files, output, opt, splits, t_start):
             "bytes_in": sum(r["bytes_in"] for r in results), "bytes_out": output.stat().st_size,
             "seconds": time.time() - t_start, "jobs": jobs, "warnings": [w for r in results for w in r["warnings"]],
             "split": {files[i].rank: len(sf.ranges) for i, sf in splits.items()}, "ranges_redone": redone,
-            "worker_mb_per_s": [round(b / 1e6 / max(t, 1e-9), 1) for b, t in busy.values()]}
+            "worker_mb_per_s": [round(b / 1e6 / max(t, 1e-9), 1) for b, t in busy.values()],
+            "cpu_only": not any(v.get("kind") == "gpu" for r in results for v in r["process_map"].values())}
 
 
 def _surveys(files, splits, opt, jobs) -> list[Survey]:

@@ -1,7 +1,11 @@
 """Charts of an aggregated job (``streamtrace aggregate`` output), matplotlib with the Agg backend,
 each written as PNG and SVG (atomically):
 
-* ``rank_<R>_timeline``: one rank's GPU time line, a row per kernel category (compute, memory,
+Per-step charts are named ``..._iter<N>`` (``N`` the trace file's iteration, as analyze's
+``iteration=N``; ``_iter<N>_step<S>`` when the iteration holds several ProfilerSteps) and titled
+``iteration N (ProfilerStep#S)``; a CPU-only run's charts say CPU time.
+
+* ``rank_<R>_timeline``: one rank's GPU (or CPU) time line, a row per kernel category (compute, memory,
   comm:<dim>) under a row of phase x micro-batch windows (F0, B0, ... labelled where they fit);
 * ``rank_<R>_microbatches``: per micro-batch stacked bars of compute-only / overlap / comm-only time
   with the wall clock as a line, forward and backward panels;
@@ -26,6 +30,7 @@ import numpy as np
 
 from ..events.dataset import read_table
 from ..runtime.files import atomic_output
+from ..runtime.progress import progress_bar
 
 MAX_COLUMNS = 400
 PX_WIDTH = 1400          # drawing width in pixels at DPI (figure 14 in x 100 dpi)
@@ -35,6 +40,31 @@ COLORS = {"compute": "#4C72B0", "memory": "#8C8C8C", "comm:TP": "#DD8452", "comm
           "comm:cpu": "#DD8452", "forward": "#4C72B0", "backward": "#55A868", "recompute": "#8172B3",
           "optimizer": "#C44E52", "other": "#BBBBBB", "compute_only": "#4C72B0", "overlap": "#9B59B6",
           "comm_only": "#DD8452", "idle": "#DDDDDD"}
+def _at(tbl, at) -> np.ndarray:
+    """Rows of column dict ``tbl`` at ``at`` = (iteration, step)."""
+    it, st = at
+    if not len(tbl.get("iteration", [])):
+        return np.zeros(0, bool)
+    return (tbl["iteration"] == it) & (tbl["step"] == st)
+
+
+def label(at) -> str:
+    """``(4, 3)`` -> ``"iteration 4 (ProfilerStep#3)"``; an unknown part is left out."""
+    it, st = at
+    if it < 0:
+        return f"ProfilerStep#{st}" if st >= 0 else "unknown step"
+    return f"iteration {it}" + (f" (ProfilerStep#{st})" if st >= 0 else "")
+
+
+def stem_suffix(at, steps_in_iteration: int) -> str:
+    """Chart file suffix: ``iter4`` (its only step), ``iter4_step3`` (one of several), ``step3``
+    (iteration unknown)."""
+    it, st = at
+    if it < 0:
+        return f"step{st}" if st >= 0 else "nostep"
+    return f"iter{it}" if steps_in_iteration == 1 else f"iter{it}_step{st}"
+
+
 PHASE_TAG = {"forward": "F", "backward": "B", "recompute": "R", "optimizer": "Opt", "other": ""}
 
 
@@ -90,12 +120,12 @@ def _thin_ticks(ax, labels, positions, axis="y", max_labels=40):
 
 # -- per rank ------------------------------------------------------------------------------
 
-def rank_timeline(data, rank, iteration, stem) -> list:
+def rank_timeline(data, rank, at, stem) -> list:
     """Kernel categories of one rank by wall clock, under its phase x micro-batch windows."""
     plt = _plt()
     tl, rp = data["timeline"], data["rank_phase"]
-    m = (tl["rank"] == rank) & (tl["iteration"] == iteration)
-    w = (rp["rank"] == rank) & (rp["iteration"] == iteration)
+    m = (tl["rank"] == rank) & _at(tl, at)
+    w = (rp["rank"] == rank) & _at(rp, at)
     cats = sorted(set(tl["category"][m].tolist()), key=lambda c: (c != "compute", c != "memory", c))
     lo = min([tl["start_ns"][m].min()] if m.any() else [0])
     hi = max([tl["end_ns"][m].max()] if m.any() else [1])
@@ -124,18 +154,18 @@ def rank_timeline(data, rank, iteration, stem) -> list:
     ax.set_xlabel(f"time (ms) from {_ms(lo):,.3f} ms on the {data['meta']['time_alignment']} axis")
     cpu = bool(w.any()) and all(x == "cpu" for x in rp["source"][w].tolist())
     what = "CPU time line (no GPU events) by op category" if cpu else "GPU time line by kernel category"
-    ax.set_title(f"rank {rank}, iteration {iteration}: {what}", fontsize=10)
+    ax.set_title(f"rank {rank}, {label(at)}: {what}", fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     return save(fig, stem)
 
 
-def rank_microbatches(data, rank, iteration, stem) -> list:
+def rank_microbatches(data, rank, at, stem) -> list:
     """Stacked compute-only / overlap / comm-only per micro-batch, wall clock line; fwd and bwd panels."""
     plt = _plt()
     rp = data["rank_phase"]
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.8), sharey=True)
     for ax, ph in zip(axes, ("forward", "backward")):
-        sel = np.flatnonzero((rp["rank"] == rank) & (rp["iteration"] == iteration) & (rp["phase"] == ph))
+        sel = np.flatnonzero((rp["rank"] == rank) & _at(rp, at) & (rp["phase"] == ph))
         sel = sel[np.argsort(rp["microbatch"][sel])]
         x = rp["microbatch"][sel].astype(int)
         co, ov = _ms(rp["compute_only_ns"][sel]), _ms(rp["overlap_ns"][sel])
@@ -152,16 +182,17 @@ def rank_microbatches(data, rank, iteration, stem) -> list:
     axes[0].set_ylabel("ms")
     h, lab = axes[0].get_legend_handles_labels()
     fig.legend(h, lab, fontsize=8, ncol=4, loc="lower center", bbox_to_anchor=(0.5, -0.06))
-    fig.suptitle(f"rank {rank}, iteration {iteration}: time per micro-batch", fontsize=10)
+    fig.suptitle(f"rank {rank}, {label(at)}: time per micro-batch", fontsize=10)
     return save(fig, stem)
 
 
-def ranks_overview(data, iteration, stem) -> list:
-    """Every rank's compute-only / overlap / comm-only / idle time in one iteration."""
+def ranks_overview(data, at, stem) -> list:
+    """Every rank's compute-only / overlap / comm-only / idle time in one step (``at``)."""
     plt = _plt()
     rk = data["ranks"]
-    sel = np.flatnonzero(rk["iteration"] == iteration)
+    sel = np.flatnonzero(_at(rk, at))
     sel = sel[np.argsort(rk["rank"][sel], kind="stable")]
+    unit = "CPU" if len(sel) and (rk["source"][sel] == "cpu").all() else "GPU"
     x = np.arange(len(sel))
     fig, ax = plt.subplots(figsize=(max(8, min(16, 0.22 * len(sel) + 4)), 4))
     bottom = np.zeros(len(sel))
@@ -175,19 +206,19 @@ def ranks_overview(data, iteration, stem) -> list:
     ax.set_xlabel("rank")
     ax.set_ylabel("ms")
     ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.18))
-    ax.set_title(f"iteration {iteration}: where each rank's GPU time went", fontsize=10)
+    ax.set_title(f"{label(at)}: where each rank's {unit} time went", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     return save(fig, stem)
 
 
 # -- pipeline --------------------------------------------------------------------------------
 
-def _gantt_rows(ax, data, iteration, rows, lo, span):
+def _gantt_rows(ax, data, at, rows, lo, span):
     """Draw phase x micro-batch bars for ``rows`` = [(y, rank)] on ``ax``."""
     rp = data["rank_phase"]
     fb = np.isin(rp["phase"], ("forward", "backward", "recompute", "optimizer"))
     for y, rank in rows:
-        sel = np.flatnonzero((rp["rank"] == rank) & (rp["iteration"] == iteration) & fb)
+        sel = np.flatnonzero((rp["rank"] == rank) & _at(rp, at) & fb)
         for ph in ("forward", "backward", "recompute", "optimizer"):
             js = [j for j in sel.tolist() if rp["phase"][j] == ph and rp["compute_start_ns"][j] is not None
                   and not np.isnan(float(rp["compute_start_ns"][j]))]
@@ -204,46 +235,46 @@ def _gantt_rows(ax, data, iteration, rows, lo, span):
                     ax.text(_ms((x0 + x1) // 2 - lo), y, tag, ha="center", va="center", fontsize=7, color="white")
 
 
-def _span(data, iteration, ranks):
+def _span(data, at, ranks):
     rp = data["rank_phase"]
-    sel = (rp["iteration"] == iteration) & np.isin(rp["rank"], list(ranks))
+    sel = _at(rp, at) & np.isin(rp["rank"], list(ranks))
     a = [float(v) for v in rp["compute_start_ns"][sel] if v is not None and not np.isnan(float(v))]
     b = [float(v) for v in rp["compute_end_ns"][sel] if v is not None and not np.isnan(float(v))]
     return (int(min(a)), int(max(b))) if a else (0, 1)
 
 
-def pp_gantt(data, group_index, iteration, stem) -> list:
+def pp_gantt(data, group_index, at, stem) -> list:
     """Gantt chart of one PP group's stages (forward / backward micro-batches), bubble per stage."""
     plt = _plt()
     g = data["meta"]["topology"]["pp"][group_index]
-    lo, hi = _span(data, iteration, g)
+    lo, hi = _span(data, at, g)
     span = max(hi - lo, 1)
     fig, ax = plt.subplots(figsize=(14, 1.0 + 0.45 * len(g)))
     rows = [(len(g) - 1 - s, r) for s, r in enumerate(g)]
-    _gantt_rows(ax, data, iteration, rows, lo, span)
+    _gantt_rows(ax, data, at, rows, lo, span)
     pipe = data.get("pipeline") or {}
     labels = []
     for s, r in enumerate(g):
-        j = np.flatnonzero((pipe.get("rank", np.zeros(0)) == r) & (pipe.get("iteration", np.zeros(0)) == iteration))
-        bub = f"  bubble {100 * pipe['bubble_fraction'][j[0]]:.1f}%" if len(j) else ""
+        j = np.flatnonzero((pipe.get("rank", np.zeros(0)) == r) & _at(pipe, at))
+        bub = f"  bubble {pipe['bubble_pct'][j[0]]:.1f}%" if len(j) else ""
         labels.append(f"stage {s} (rank {r}){bub}")
     _thin_ticks(ax, labels[::-1], np.arange(len(g)), max_labels=40)
     _phase_legend(ax)
     ax.set_xlim(0, _ms(span))
     ax.set_xlabel(f"time (ms), {data['meta']['time_alignment']} alignment")
-    ax.set_title(f"PP group {group_index} (ranks {','.join(map(str, g))}), iteration {iteration}", fontsize=10)
+    ax.set_title(f"PP group {group_index} (ranks {','.join(map(str, g))}), {label(at)}", fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     return save(fig, stem)
 
 
-def replica_view(data, replica_index, iteration, stem) -> list:
+def replica_view(data, replica_index, at, stem) -> list:
     """All PP groups of one model replica, stitched into one figure (one block of rows per group)."""
     plt = _plt()
     topo = data["meta"]["topology"]
     rep = set(topo["replicas"][replica_index])
     groups = [(gi, g) for gi, g in enumerate(topo["pp"]) if set(g) <= rep]
     n = sum(len(g) for _, g in groups)
-    lo, hi = _span(data, iteration, rep)
+    lo, hi = _span(data, at, rep)
     span = max(hi - lo, 1)
     fig, ax = plt.subplots(figsize=(14, 1.2 + min(0.32 * n, 22)))
     rows, labels, y = [], [], n - 1
@@ -253,14 +284,14 @@ def replica_view(data, replica_index, iteration, stem) -> list:
             labels.append((y, f"PP{gi} s{s} r{r}"))
             y -= 1
         ax.axhline(y + 0.5, color="black", linewidth=0.6)
-    _gantt_rows(ax, data, iteration, rows, lo, span)
+    _gantt_rows(ax, data, at, rows, lo, span)
     labels.sort()
     _thin_ticks(ax, [x[1] for x in labels], np.asarray([x[0] for x in labels]), max_labels=48)
     _phase_legend(ax)
     ax.set_xlim(0, _ms(span))
     ax.set_ylim(-0.6, n - 0.4)
     ax.set_xlabel(f"time (ms), {data['meta']['time_alignment']} alignment")
-    ax.set_title(f"model replica {replica_index}: {len(groups)} PP groups, {n} ranks, iteration {iteration}",
+    ax.set_title(f"model replica {replica_index}: {len(groups)} PP groups, {n} ranks, {label(at)}",
                  fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     return save(fig, stem)
@@ -349,14 +380,17 @@ def load(aggdir) -> dict:
     return out
 
 
-def render_all(aggdir, outdir, ranks=None, max_groups=16, max_replicas=8, log=None) -> list:
+def render_all(aggdir, outdir, ranks=None, max_groups=16, max_replicas=8, log=None, progress=None) -> list:
     """Render every chart of the module docstring into ``outdir``; ``ranks``: the ranks that get
     per-rank charts (default: all when <= 8, else each stage of the first PP group plus the rank that
-    was the straggler most often).  Returns the written paths."""
+    was the straggler most often); ``progress``: a bar over the charts (None: on a terminal).
+    Returns the written paths."""
     data = load(aggdir)
     out = Path(outdir)
     meta = data["meta"]
-    iters = meta["iterations"]
+    rk = data["ranks"]
+    keys = sorted(set(zip(rk["iteration"].tolist(), rk["step"].tolist()))) if len(rk.get("rank", [])) else []
+    per_it = {it: sum(1 for i, _ in keys if i == it) for it, _ in keys}
     files = []
     all_ranks = sorted(set(data["ranks"]["rank"].tolist()))
     if ranks is None:
@@ -371,23 +405,29 @@ def render_all(aggdir, outdir, ranks=None, max_groups=16, max_replicas=8, log=No
                 if len(s["rank"]):
                     ranks.append(int(s["rank"][np.argmax(s["straggler_lag_ns"])]))
             ranks = sorted(set(ranks))
-    for it in iters:
-        files += ranks_overview(data, it, out / f"ranks_overview_iter{it}")
+    jobs = []                      # (chart function, args, stem), drawn under one progress bar
+    topo = meta.get("topology")
+    for at in keys:
+        sfx = stem_suffix(at, per_it[at[0]])
+        jobs.append((ranks_overview, (data, at), f"ranks_overview_{sfx}"))
         for r in ranks:
             if r in all_ranks:
-                files += rank_timeline(data, r, it, out / f"rank_{r}_timeline_iter{it}")
-                files += rank_microbatches(data, r, it, out / f"rank_{r}_microbatches_iter{it}")
-        topo = meta.get("topology")
+                jobs.append((rank_timeline, (data, r, at), f"rank_{r}_timeline_{sfx}"))
+                jobs.append((rank_microbatches, (data, r, at), f"rank_{r}_microbatches_{sfx}"))
         if topo:
             for gi in range(min(len(topo["pp"]), max_groups)):
                 if set(topo["pp"][gi]) & set(all_ranks):
-                    files += pp_gantt(data, gi, it, out / f"pp_group_{gi}_iter{it}")
+                    jobs.append((pp_gantt, (data, gi, at), f"pp_group_{gi}_{sfx}"))
             for ri in range(min(len(topo["replicas"]), max_replicas)):
                 if set(topo["replicas"][ri]) & set(all_ranks):
-                    files += replica_view(data, ri, it, out / f"replica_{ri}_iter{it}")
+                    jobs.append((replica_view, (data, ri, at), f"replica_{ri}_{sfx}"))
     if data["collectives"] and len(data["collectives"].get("instance", [])):
-        files += busbw_chart(data, out / "collectives_busbw")
-        files += skew_heatmap(data, out / "collectives_skew")
+        jobs.append((busbw_chart, (data,), "collectives_busbw"))
+        jobs.append((skew_heatmap, (data,), "collectives_skew"))
+    with progress_bar(len(jobs), "charts", "chart", progress) as bar:
+        for fn, args, stem in jobs:
+            files += fn(*args, out / stem)
+            bar.update()
     if log:
         log(f"wrote {len(files)} chart files to {out}")
     return files

@@ -32,6 +32,7 @@ from ..runtime.files import atomic_output
 from ..events.dataset import read_table
 from .charts import render_all
 
+DIMS = ("tp", "cp", "ep", "dp", "pp")
 RANK_METRICS = ("compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "idle_ns", "busy_ns", "wall_ns")
 
 
@@ -61,20 +62,25 @@ def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq
     if tokens_per_step is None and (global_batch is None) != (seq_len is None):
         raise StreamtraceError("give --tokens-per-step, or both --global-batch and --seq-len")
     topo = meta.get("topology") or {}
-    sizes = topo.get("sizes") or {k: max((len(g) for g in topo.get(k) or []), default=1)
-                                   for k in ("tp", "cp", "ep", "dp", "pp")}
-    rep = {"name": name or _default_name(meta, d), "generated": _dt.datetime.now().isoformat(timespec="seconds"),
+    sizes = (topo.get("sizes") or {k: max((len(g) for g in topo.get(k) or []), default=1) for k in DIMS}) if topo \
+        else dict.fromkeys(DIMS)          # unknown without a topology, not 1
+    cpu_only = meta.get("sources") == ["cpu"]
+    rep = {"name": name or meta.get("job_name") or _default_name(meta, d),
+           "generated": _dt.datetime.now().isoformat(timespec="seconds"),
            "aggregate": str(d), "inputs": meta["inputs"],
-           "configuration": {"world_size": meta.get("world_size"), **{k: sizes.get(k) for k in ("tp", "cp", "ep", "dp", "pp")},
+           "configuration": {"world_size": meta.get("world_size"), "world_size_from": meta.get("world_size_from"),
+                             **{k: sizes.get(k) for k in DIMS}, "topology_from": topo.get("source") if topo else None,
                              "order": topo.get("order"), "devices": meta.get("devices") or [],
                              "ranks": len(meta["ranks"]), "iterations": meta["iterations"],
+                             "cpu_only": cpu_only,
                              "time_alignment": meta["time_alignment"], "clock_sync": meta["clock_sync"],
                              "from": "aggregate.json"}}
     it = _read(d, "iterations")
     tps = tokens_per_step if tokens_per_step is not None else (
         global_batch * seq_len if global_batch is not None else None)
-    rep["steps"] = [{"iteration": int(i), "step_ns": _py(s) if s is not None and not _isnan(s) else _py(sp)}
-                    for i, s, sp in zip(it["iteration"], it["step_ns_median"], it["span_ns"])]
+    steps = it.get("step", np.full(len(it.get("iteration", [])), -1))
+    rep["steps"] = [{"iteration": int(i), "step": int(n), "step_ns": _py(s) if s is not None and not _isnan(s) else _py(sp)}
+                    for i, n, s, sp in zip(it["iteration"], steps, it["step_ns_median"], it["span_ns"])]
     if tps is not None:
         total = sum(s["step_ns"] for s in rep["steps"] if s["step_ns"])
         rep["throughput"] = {"tokens_per_step": int(tps), "steps": len(rep["steps"]), "time_ns": int(total),
@@ -88,9 +94,9 @@ def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq
         "from": "collectives_summary.parquet"}
     traffic: dict = {}
     for row in rep["collectives"]["by_type"]:
-        t = traffic.setdefault(row["parallel_dim"], {"bytes": 0, "traffic_share": 0.0, "time_ns": 0})
+        t = traffic.setdefault(row["parallel_dim"], {"bytes": 0, "traffic_pct": 0.0, "time_ns": 0})
         t["bytes"] += row["bytes"]
-        t["traffic_share"] += row["traffic_share"]
+        t["traffic_pct"] += row["traffic_pct"]
         t["time_ns"] += row["time_ns"]
     rep["traffic"] = {"by_dim": traffic, "from": "collectives_summary.parquet"}
     st = _read(d, "stragglers")
@@ -99,24 +105,48 @@ def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq
     rep["stragglers"] = {"top": rows[:5], "clock_offsets_ns": meta.get("clock_offsets_ns") or {},
                          "from": "stragglers.parquet"}
     pipe = _read(d, "pipeline")
-    prow = [{k: _py(pipe[k][i]) for k in ("iteration", "pp_group", "stage", "rank", "span_ns", "busy_ns",
-                                          "bubble_ns", "bubble_fraction", "ideal_bubble_fraction", "microbatches")}
+    prow = [{k: _py(pipe[k][i]) for k in ("iteration", "step", "pp_group", "stage", "rank", "span_ns", "busy_ns",
+                                          "bubble_ns", "bubble_pct", "ideal_bubble_pct", "microbatches")}
             for i in range(len(pipe.get("rank", [])))]
     per_stage = {}
     for s in sorted({r["stage"] for r in prow}):
-        v = [r["bubble_fraction"] for r in prow if r["stage"] == s and r["bubble_fraction"] is not None]
+        v = [r["bubble_pct"] for r in prow if r["stage"] == s and r["bubble_pct"] is not None]
         per_stage[str(s)] = float(np.mean(v)) if v else None
-    rep["pipeline"] = {"rows": prow, "mean_bubble_fraction_by_stage": per_stage,
-                       "ideal_bubble_fraction": prow[0]["ideal_bubble_fraction"] if prow else None,
+    rep["pipeline"] = {"rows": prow, "mean_bubble_pct_by_stage": per_stage,
+                       "ideal_bubble_pct": prow[0]["ideal_bubble_pct"] if prow else None,
                        "from": "pipeline.parquet"}
     tk = _read(d, "top_kernels")
     total = int(tk["total_ns"].sum()) if len(tk.get("total_ns", [])) else 0
     rep["top_kernels"] = {"total_ns": total, "rows": [
         {"name": tk["name"][i], "kind": tk["kind"][i], "count": int(tk["count"][i]), "total_ns": int(tk["total_ns"][i]),
-         "share": int(tk["total_ns"][i]) / total if total else None}
+         "share_pct": 100 * int(tk["total_ns"][i]) / total if total else None}
         for i in range(min(top, len(tk.get("name", []))))], "from": "top_kernels.parquet"}
+    rep["missing"] = _missing(rep, meta, cpu_only)
     rep["warnings"] = meta.get("warnings", [])
     return rep
+
+
+def _missing(rep, meta, cpu_only) -> dict:
+    """Why a section of the report is empty: ``{section: reason}``."""
+    out = {}
+    nranks = len(meta["ranks"])
+    if rep["configuration"]["tp"] is None:
+        out["configuration"] = ("no topology (no pg_config naming TP/DP/PP groups in the traces and no topology file): "
+                                "parallel sizes unknown; give --topology")
+    if not rep["collectives"]["by_type"]:
+        out["collectives"] = ("no GPU communication kernels: a CPU-only run (gloo); its c10d::/gloo: ops count as "
+                              "communication in the per-rank table" if cpu_only else
+                              "no communication kernels in the traces")
+    if not rep["stragglers"]["top"] or not any(r["straggler_count"] or r["waiter_count"] for r in rep["stragglers"]["top"]):
+        out["stragglers"] = (out.get("collectives") or
+                             ("one rank: stragglers need collectives matched across at least 2 ranks" if nranks < 2
+                              else "no group collective was matched across 2 or more ranks"))
+    if not rep["pipeline"]["rows"]:
+        out["pipeline"] = ("no topology: give --topology" if rep["configuration"]["tp"] is None
+                           else "no pipeline parallelism (PP = 1) or no forward/backward work")
+    if not rep["top_kernels"]["rows"]:
+        out["top_kernels"] = "no GPU kernels: a CPU-only run" if cpu_only else "no GPU kernels in the traces"
+    return out
 
 
 def _isnan(v):
@@ -124,6 +154,18 @@ def _isnan(v):
         return bool(np.isnan(v))
     except TypeError:
         return False
+
+
+def short_names(names, n=90) -> list:
+    """Kernel names cut to about ``n`` characters, keeping their start and end (template arguments
+    often differ only at the end), never so that two different names print alike (those stay whole)."""
+    def cut(x):
+        return x if len(x) <= n else x[: n - 31] + "…" + x[-30:]
+    short = [cut(x) for x in names]
+    seen: dict = {}
+    for full, sh in zip(names, short):
+        seen.setdefault(sh, set()).add(full)
+    return [sh if len(seen[sh]) == 1 else full for full, sh in zip(names, short)]
 
 
 def _default_name(meta, d):
@@ -174,18 +216,35 @@ def _table(head, rows):
     return "\n".join(out)
 
 
+def _size(v):
+    return "?" if v is None else v
+
+
+def _missing_line(rep, section):
+    why = rep.get("missing", {}).get(section)
+    return [f"*Nothing to show: {why}.*", ""] if why else []
+
+
 def to_markdown(rep: dict, charts=()) -> str:
     """The report as Markdown (times in ms, bandwidth in GB/s, GB = 1e9 bytes)."""
     c = rep["configuration"]
+    unit = "CPU" if c.get("cpu_only") else "GPU"
     L = [f"# {rep['name']}", "",
          f"Generated {rep['generated']} by streamtrace from `{rep['aggregate']}` "
          f"(time alignment: {c['time_alignment']}, clock sync: {c['clock_sync']}).", "",
          "## Configuration", "",
          _table(["world size", "TP", "CP", "EP", "DP", "PP", "rank order", "GPUs", "ranks analysed", "iterations"],
-                [[c["world_size"], c["tp"], c["cp"], c["ep"], c["dp"], c["pp"], c["order"] or "-",
-                  ", ".join(c["devices"]) or "-", c["ranks"], ", ".join(map(str, c["iterations"]))]]), ""]
+                [[_size(c["world_size"]), *(_size(c[k]) for k in DIMS), c["order"] or "-",
+                  ", ".join(c["devices"]) or ("none (CPU only)" if c.get("cpu_only") else "-"), c["ranks"],
+                  ", ".join(map(str, c["iterations"]))]]), ""]
+    if c.get("world_size_from"):
+        L += [f"World size from {c['world_size_from']}."
+              + (f" Parallel groups from {c['topology_from']}." if c.get("topology_from") else ""), ""]
+    L += _missing_line(rep, "configuration")
     L += ["## Steps and throughput", ""]
-    L += [_table(["iteration", "step time (ms)"], [[s["iteration"], _ms(s["step_ns"])] for s in rep["steps"]]), ""]
+    L += [_table(["iteration", "step (ProfilerStep#)", "step time (ms)"],
+                 [[s["iteration"] if s["iteration"] >= 0 else "?", s["step"] if s["step"] >= 0 else "-",
+                   _ms(s["step_ns"])] for s in rep["steps"]]), ""]
     tp = rep.get("throughput")
     if tp:
         L += [f"**{_f(tp['tokens_per_s'], 0)} tokens/s** ({tp['tokens_per_step']:,} tokens per step, {tp['steps']} "
@@ -194,7 +253,9 @@ def to_markdown(rep: dict, charts=()) -> str:
         L += ["Throughput: give `--tokens-per-step`, or `--global-batch` and `--seq-len`.", ""]
     st = rep["ranks"]["stats"]
     L += ["## Where the time went, per rank", "",
-          "Per rank (mean over iterations), across ranks: GPU time in ms (CPU time for ranks without GPU events).", ""]
+          f"Per rank (mean over steps), across ranks: {unit} time in ms"
+          + (" (a CPU-only run: compute = CPU ops, communication = c10d::/gloo: ops)." if unit == "CPU" else
+             " (CPU time for ranks without GPU events)."), ""]
     rows = []
     for k, lab in (("compute_ns", "compute"), ("comm_ns", "communication"), ("overlap_ns", "overlap"),
                    ("exposed_comm_ns", "exposed communication"), ("idle_ns", "idle"), ("busy_ns", "busy"),
@@ -205,48 +266,30 @@ def to_markdown(rep: dict, charts=()) -> str:
                          f"{_ms(s['max'])} (rank {s['max_rank']})"])
     if "overlap_pct" in st:
         s = st["overlap_pct"]
-        rows.append(["overlap % of comm", f"{_f(s['min'])} (rank {s['min_rank']})", _f(s["median"]),
+        rows.append(["overlap, % of communication time", f"{_f(s['min'])} (rank {s['min_rank']})", _f(s["median"]),
                      f"{_f(s['max'])} (rank {s['max_rank']})"])
     L += [_table(["metric", "min", "median", "max"], rows), ""]
-    L += ["## Collectives", ""]
-    ci = rep["collectives"]["instances"]
-    L += [f"{ci.get('instances', 0):,} collective instances matched across ranks ({ci.get('complete', 0):,} with "
-          f"every member, {ci.get('inconsistent', 0):,} inconsistent). Bus bandwidth as nccl-tests defines it.", ""]
-    rows = [[r["collective"], r["parallel_dim"], r["count"], f"{r['bytes'] / 1e9:,.3f}", f"{100 * r['traffic_share']:.1f}",
-             _ms(r["time_ns"]), _f(r["busbw_min"]), _f(r["busbw_median"]), _f(r["busbw_max"]),
-             _f(r["start_skew_mean_ns"] / 1e3 if r["start_skew_mean_ns"] is not None else None)]
-            for r in rep["collectives"]["by_type"]]
-    L += [_table(["collective", "dim", "count", "GB", "traffic %", "time (ms)", "busbw min", "busbw median",
-                  "busbw max", "mean skew (us)"], rows), ""]
-    L += ["Traffic by parallel dimension:", ""]
-    L += [_table(["dim", "GB", "share %", "time (ms)"],
-                 [[k, f"{v['bytes'] / 1e9:,.3f}", f"{100 * v['traffic_share']:.1f}", _ms(v["time_ns"])]
-                  for k, v in sorted(rep["traffic"]["by_dim"].items())]), ""]
-    L += ["## Stragglers", "", "Ranks last to arrive at group collectives (lag = their lead over the next-latest rank):", ""]
-    L += [_table(["rank", "times last", "lag caused (ms)", "times first (waited longest)", "total wait (ms)"],
-                 [[r["rank"], r["straggler_count"], _ms(r["straggler_lag_ns"]), r["waiter_count"], _ms(r["wait_ns"])]
-                  for r in rep["stragglers"]["top"]]), ""]
+    L += _collectives_md(rep)
+    L += ["## Stragglers", ""]
+    if "stragglers" in rep.get("missing", {}):
+        L += _missing_line(rep, "stragglers")
+    else:
+        L += ["Ranks last to arrive at group collectives (lag = their lead over the next-latest rank):", ""]
+        L += [_table(["rank", "times last", "lag caused (ms)", "times first (waited longest)", "total wait (ms)"],
+                     [[r["rank"], r["straggler_count"], _ms(r["straggler_lag_ns"]), r["waiter_count"], _ms(r["wait_ns"])]
+                      for r in rep["stragglers"]["top"]]), ""]
     off = rep["stragglers"]["clock_offsets_ns"]
     if off:
         L += ["Estimated clock offsets (us): " + ", ".join(f"rank {r}: {v / 1e3:+,.1f}" for r, v in off.items()), ""]
-    L += ["## Pipeline bubbles", ""]
-    pp = rep["pipeline"]
-    if pp["rows"]:
-        L += [f"Ideal 1F1B bubble: {_f(100 * pp['ideal_bubble_fraction'] if pp['ideal_bubble_fraction'] is not None else None)} %. "
-              "Mean bubble per stage: " + ", ".join(f"stage {s}: {_f(100 * v if v is not None else None)} %"
-                                                   for s, v in pp["mean_bubble_fraction_by_stage"].items()), ""]
-        L += [_table(["iteration", "PP group", "stage", "rank", "span (ms)", "busy (ms)", "bubble (ms)", "bubble %"],
-                     [[r["iteration"], r["pp_group"], r["stage"], r["rank"], _ms(r["span_ns"]), _ms(r["busy_ns"]),
-                       _ms(r["bubble_ns"]), _f(100 * r["bubble_fraction"] if r["bubble_fraction"] is not None else None)]
-                      for r in pp["rows"][:64]]), ""]
-        if len(pp["rows"]) > 64:
-            L += [f"({len(pp['rows']) - 64} more rows in pipeline.parquet)", ""]
-    else:
-        L += ["No pipeline groups (no topology or no forward/backward work).", ""]
+    L += _pipeline_md(rep)
     L += ["## Top kernels by time", ""]
-    L += [_table(["kernel", "kind", "count", "total (ms)", "share %"],
-                 [[_short(r["name"]), r["kind"], f"{r['count']:,}", _ms(r["total_ns"]),
-                   _f(100 * r["share"] if r["share"] is not None else None)] for r in rep["top_kernels"]["rows"]]), ""]
+    if rep["top_kernels"]["rows"]:
+        names = short_names([r["name"] for r in rep["top_kernels"]["rows"]])
+        L += [_table(["kernel", "kind", "count", "total (ms)", "% of kernel time"],
+                     [[n.replace("|", "\\|"), r["kind"], f"{r['count']:,}", _ms(r["total_ns"]), _f(r["share_pct"])]
+                      for n, r in zip(names, rep["top_kernels"]["rows"])]), ""]
+    else:
+        L += _missing_line(rep, "top_kernels")
     if charts:
         L += ["## Charts", ""]
         L += [f"![{Path(p).stem}]({p})" for p in charts]
@@ -256,20 +299,56 @@ def to_markdown(rep: dict, charts=()) -> str:
     return "\n".join(L)
 
 
-def _short(name, n=90):
-    name = name.replace("|", "\\|")
-    return name if len(name) <= n else name[: n - 3] + "..."
+def _collectives_md(rep) -> list:
+    L = ["## Collectives", ""]
+    if "collectives" in rep.get("missing", {}):
+        return L + _missing_line(rep, "collectives")
+    ci = rep["collectives"]["instances"]
+    if rep["configuration"]["ranks"] >= 2:
+        L += [f"{ci.get('instances', 0):,} collective instances matched across ranks ({ci.get('complete', 0):,} with "
+              f"every member, {ci.get('inconsistent', 0):,} inconsistent). Bus bandwidth as nccl-tests defines it.", ""]
+    else:
+        L += [f"{ci.get('instances', 0):,} collective instances of one rank (nothing to match them with: analyse "
+              f"the other ranks too). Bus bandwidth as nccl-tests defines it.", ""]
+    rows = [[r["collective"], r["parallel_dim"] or "-", r["count"], f"{r['bytes'] / 1e9:,.3f}",
+             f"{r['traffic_pct']:.1f}", _ms(r["time_ns"]), _f(r["busbw_gbps_min"]), _f(r["busbw_gbps_median"]),
+             _f(r["busbw_gbps_max"]), _f(r["start_skew_mean_ns"] / 1e3 if r["start_skew_mean_ns"] is not None else None)]
+            for r in rep["collectives"]["by_type"]]
+    L += [_table(["collective", "dim", "count", "GB", "traffic %", "time (ms)", "busbw min (GB/s)",
+                  "busbw median (GB/s)", "busbw max (GB/s)", "mean skew (us)"], rows), ""]
+    L += ["Traffic by parallel dimension:", ""]
+    L += [_table(["dim", "GB", "traffic %", "time (ms)"],
+                 [[k or "-", f"{v['bytes'] / 1e9:,.3f}", f"{v['traffic_pct']:.1f}", _ms(v["time_ns"])]
+                  for k, v in sorted(rep["traffic"]["by_dim"].items())]), ""]
+    return L
+
+
+def _pipeline_md(rep) -> list:
+    L = ["## Pipeline bubbles", ""]
+    pp = rep["pipeline"]
+    if not pp["rows"]:
+        return L + _missing_line(rep, "pipeline")
+    L += [f"Ideal 1F1B bubble: {_f(pp['ideal_bubble_pct'])} % of the span. "
+          "Mean bubble per stage: " + ", ".join(f"stage {s}: {_f(v)} %" for s, v in pp["mean_bubble_pct_by_stage"].items()),
+          ""]
+    L += [_table(["iteration", "step", "PP group", "stage", "rank", "span (ms)", "busy (ms)", "bubble (ms)", "bubble %"],
+                 [[r["iteration"], r["step"], r["pp_group"], r["stage"], r["rank"], _ms(r["span_ns"]), _ms(r["busy_ns"]),
+                   _ms(r["bubble_ns"]), _f(r["bubble_pct"])] for r in pp["rows"][:64]]), ""]
+    if len(pp["rows"]) > 64:
+        L += [f"({len(pp['rows']) - 64} more rows in pipeline.parquet)", ""]
+    return L
 
 
 def write_report(aggdir, outdir=None, name=None, tokens_per_step=None, global_batch=None, seq_len=None,
-                 charts=True, chart_ranks=None, log=None) -> dict:
+                 charts=True, chart_ranks=None, log=None, progress=None) -> dict:
     """Write ``<outdir>/<name>.md``, ``<outdir>/report.json`` and (``charts``) ``<outdir>/charts/``.
-    ``outdir`` defaults to ``aggdir``.  Returns the report dict (with ``files``)."""
+    ``outdir`` defaults to ``aggdir``; ``name`` to the job's (the folder of its traces).
+    ``progress``: a bar over the charts (None: on a terminal).  Returns the report dict (with ``files``)."""
     rep = build_report(aggdir, name, tokens_per_step, global_batch, seq_len)
     out = Path(outdir or aggdir)
     files = []
     if charts:
-        files = render_all(aggdir, out / "charts", ranks=chart_ranks)
+        files = render_all(aggdir, out / "charts", ranks=chart_ranks, progress=progress)
     pngs = [str(Path(p).relative_to(out)) for p in files if str(p).endswith(".png")]
     rep["charts"] = pngs
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in rep["name"]) or "report"

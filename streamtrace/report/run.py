@@ -14,14 +14,16 @@ class ReportOptions:
     """Options of :func:`report` (the ``streamtrace report`` flags).
 
     Attributes:
-        name: the run's name in the report and the Markdown file's name; None: from the folder.
-        tokens_per_step: tokens per training step, for tokens/s (int); or give ``global_batch``
-            (sequences) and ``seq_len`` (tokens per sequence).
-        global_batch: global batch size in sequences, with ``seq_len``.
-        seq_len: sequence length in tokens, with ``global_batch``.
-        charts: render the PNG + SVG charts into ``charts/``.
-        chart_ranks: ranks that get per-rank charts (sorted list of int); None: all up to 8,
-            else the first PP group's stages and the top straggler.
+        name: the run's name in the report and the Markdown file's name (str); None (default): the
+            job's, the folder that holds its traces (above ``iteration_N/``, ``tb/``, ...).
+        tokens_per_step: tokens per training step (int), for tokens/s; or give ``global_batch``
+            (sequences) and ``seq_len`` (tokens per sequence).  None (default): no throughput.
+        global_batch: global batch size in sequences (int), with ``seq_len``; None.
+        seq_len: sequence length in tokens (int), with ``global_batch``; None.
+        charts: render the PNG + SVG charts into ``charts/`` (bool, default True).
+        chart_ranks: ranks that get per-rank charts (sorted list of int); None (default): all up
+            to 8, else the first PP group's stages and the top straggler.
+        progress: a progress bar over the charts (bool); None (default): only on a terminal.
     """
     name: str | None = None
     tokens_per_step: int | None = None
@@ -29,6 +31,7 @@ class ReportOptions:
     seq_len: int | None = None
     charts: bool = True
     chart_ranks: list | None = None
+    progress: bool | None = None
 
 
 def report(dirs, outdir=None, opt: ReportOptions | None = None, aggregate_opt: AggregateOptions | None = None,
@@ -48,6 +51,6 @@ def report(dirs, outdir=None, opt: ReportOptions | None = None, aggregate_opt: A
         aggdir = outdir or "streamtrace-report"
         agg = aggregate(dirs, aggdir, aggregate_opt or AggregateOptions())
     rep = write_report(aggdir, outdir, opt.name, opt.tokens_per_step, opt.global_batch, opt.seq_len,
-                       charts=opt.charts, chart_ranks=opt.chart_ranks, log=log)
+                       charts=opt.charts, chart_ranks=opt.chart_ranks, log=log, progress=opt.progress)
     rep["aggregated"] = agg
     return rep

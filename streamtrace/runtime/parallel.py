@@ -89,7 +89,7 @@ def _error_line(e: BaseException) -> str:
 
 
 def run_tasks(fn, args_list, jobs=1, arr=None, on_tick=None, executor=None, scheduler=None,
-              retries=0, keep_going=False):
+              retries=0, keep_going=False, on_done=None):
     """Run ``fn(*args)`` for each args tuple and return the results in input order.
 
     ``jobs`` > 1 uses a local process pool; ``executor`` (any
@@ -97,24 +97,25 @@ def run_tasks(fn, args_list, jobs=1, arr=None, on_tick=None, executor=None, sche
     precedence.  ``arr``: shared progress array handed to local workers;
     ``on_tick()`` is called about every 0.2 s.  A failed task is retried
     ``retries`` times; then, with ``keep_going``, returned as :class:`TaskFailure`
-    (the others finish), else its exception is raised and the rest cancelled."""
+    (the others finish), else its exception is raised and the rest cancelled.  ``on_done()`` is
+    called once per finished task (e.g. a progress bar's ``update``)."""
     address = scheduler_address(scheduler)
     client = None
     if executor is None and address:
         executor, client = dask_executor(address)
     try:
         if executor is None and (jobs <= 1 or len(args_list) <= 1):
-            return run_inline(fn, args_list, arr, on_tick, retries, keep_going)
+            return run_inline(fn, args_list, arr, on_tick, retries, keep_going, on_done)
         if executor is not None:
-            return _run_on(executor, fn, args_list, on_tick, retries, keep_going)
+            return _run_on(executor, fn, args_list, on_tick, retries, keep_going, on_done)
         with pool(jobs, arr) as ex:
-            return _run_on(ex, fn, args_list, on_tick, retries, keep_going)
+            return _run_on(ex, fn, args_list, on_tick, retries, keep_going, on_done)
     finally:
         if client is not None:
             client.close()
 
 
-def run_inline(fn, args_list, arr, on_tick, retries, keep_going):
+def run_inline(fn, args_list, arr, on_tick, retries, keep_going, on_done=None):
     """:func:`run_tasks` in this process, one task after the other (same retries and failures)."""
     out = []
     try:
@@ -131,6 +132,8 @@ def run_inline(fn, args_list, arr, on_tick, retries, keep_going):
                     if not keep_going:
                         raise
                     out.append(TaskFailure(a, _error_line(e), attempt))
+            if on_done:
+                on_done()
             if on_tick:
                 on_tick()
     finally:
@@ -138,7 +141,7 @@ def run_inline(fn, args_list, arr, on_tick, retries, keep_going):
     return out
 
 
-def _run_on(ex, fn, args_list, on_tick, retries, keep_going):
+def _run_on(ex, fn, args_list, on_tick, retries, keep_going, on_done=None):
     fn = InWorker(fn)
     futs = {ex.submit(fn, *a): (i, 1) for i, a in enumerate(args_list)}
     results = [None] * len(args_list)
@@ -151,6 +154,8 @@ def _run_on(ex, fn, args_list, on_tick, retries, keep_going):
                 e = f.exception()
                 if e is None:
                     results[i] = f.result()
+                    if on_done:
+                        on_done()
                 elif attempt <= retries:
                     nf = ex.submit(fn, *args_list[i])
                     futs[nf] = (i, attempt + 1)
@@ -159,6 +164,8 @@ def _run_on(ex, fn, args_list, on_tick, retries, keep_going):
                     raise e
                 else:
                     results[i] = TaskFailure(args_list[i], _error_line(e), attempt)
+                    if on_done:
+                        on_done()
             if on_tick:
                 on_tick()
     except BaseException:

@@ -36,7 +36,8 @@ _ITER_PATTERNS = [
 @dataclass
 class TraceFile:
     """One rank's trace: ``path``, ``rank`` (int), ``iteration`` (int or None),
-    ``rank_source`` ("distributedInfo", "file name" or "rank map"), and ``head``
+    ``rank_source`` ("distributedInfo", "file name", "rank map", or "lone file" for the one
+    input of a run that carries no rank: rank 0), and ``head``
     (the top-level keys that stand before ``traceEvents``; all of them when the
     file had to be skimmed to find ``distributedInfo``)."""
     path: str
@@ -117,10 +118,14 @@ def load_rank_map(path) -> dict:
         return out
 
 
-def identify(path, rank_map=None) -> TraceFile | None:
+LONE_FILE = "lone file"
+
+
+def identify(path, rank_map=None, default_rank=None) -> TraceFile | None:
     """Read the head of ``path`` and work out its rank and iteration.
 
-    Returns None when the file is JSON but not a trace (no ``traceEvents``).
+    Returns None when the file is JSON but not a trace (no ``traceEvents``).  A file with no rank
+    gets ``default_rank`` when one is given (``rank_source`` :data:`LONE_FILE`).
     Raises :class:`~streamtrace.errors.UnknownRankError` when no rank can be found, and
     :class:`~streamtrace.errors.TraceError` for unreadable files."""
     r = TraceReader(path)
@@ -146,18 +151,25 @@ def identify(path, rank_map=None) -> TraceFile | None:
             if key in rank_map:
                 rank, source = rank_map[key], "rank map"
                 break
+    if rank is None and default_rank is not None:
+        rank, source = default_rank, LONE_FILE
     if rank is None:
         raise UnknownRankError(path)
     return TraceFile(str(path), rank, iteration_from_path(path), source, head, os.path.getsize(path))
 
 
 def discover(inputs, rank_map=None) -> list[TraceFile]:
-    """Identify every trace among ``inputs``; files that are not traces are skipped.
+    """Identify every trace among ``inputs``; files that are not traces are skipped.  A single
+    input file with no rank information is rank 0 (``rank_source`` :data:`LONE_FILE`), as a
+    single-GPU run's trace.
 
     Raises :class:`RankConflictError` naming both files when two claim one rank in
-    the same iteration."""
+    the same iteration, :class:`~streamtrace.errors.UnknownRankError` when one of several files
+    carries no rank."""
     rmap = load_rank_map(rank_map) if isinstance(rank_map, (str, os.PathLike)) else rank_map
-    files = [tf for p in expand_inputs(inputs) if (tf := identify(p, rmap)) is not None]
+    paths = expand_inputs(inputs)
+    lone = 0 if len(paths) == 1 else None
+    files = [tf for p in paths if (tf := identify(p, rmap, lone)) is not None]
     seen = {}
     for tf in files:
         key = (tf.iteration, tf.rank)
