@@ -10,6 +10,7 @@ The Python API, after a plain ``import streamtrace`` (each name is imported on f
 * :func:`aggregate` / :class:`AggregateOptions` -- the whole job's tables;
 * :func:`report` / :class:`ReportOptions` -- Markdown, JSON and charts;
 * :mod:`epilogue` (``streamtrace.epilogue.run(RUN_DIR)``) -- all of it after a training job;
+* :func:`load` -- an output folder (analysis, aggregate, epilogue run) as pyarrow / pandas / polars tables;
 * :mod:`capture` -- the training side (profiler schedule, trace handler, topology);
 * :class:`TraceReader`, :class:`TraceWriter`, :func:`discover` -- streaming read and write;
 * the errors of :mod:`streamtrace.errors`.
@@ -29,7 +30,7 @@ import importlib.util
 import sys
 import warnings
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from .errors import (RankConflictError, StreamtraceError, TopologyError, TraceError,  # noqa: E402
                      TruncatedTraceError, UnknownRankError, UsageError)
@@ -51,6 +52,7 @@ _API = {
     "epilogue": ("streamtrace.epilogue", None),
     "capture": ("streamtrace.capture", None),
     "topology": ("streamtrace.topology", None),
+    "load": ("streamtrace.events.load", "load"),
 }
 
 __all__ = [*_API, "StreamtraceError", "UsageError", "TraceError", "TruncatedTraceError", "RankConflictError",

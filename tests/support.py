@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 from decimal import Decimal
@@ -42,9 +43,10 @@ def exact_ns(v) -> int:
 
 
 def run_cli(*args, cwd=None):
-    """Run ``python -m streamtrace ARGS`` and return the CompletedProcess."""
+    """Run ``python -m streamtrace ARGS`` (this checkout's, whatever ``cwd``) and return the CompletedProcess."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     return subprocess.run([sys.executable, "-m", "streamtrace", *map(str, args)],
-                          capture_output=True, text=True, cwd=cwd)
+                          capture_output=True, text=True, cwd=cwd, env=env)
 
 
 # The Megatron-TraceViz topology text of the issue (TP2 x PP2 x DP2, 8 ranks), written

@@ -237,8 +237,18 @@ def to_arrow(columns: dict, order=None):
     return pa.Table.from_arrays(arrays, names=names)
 
 
+def csv_table(t):
+    """``t`` with its float columns at 6 significant digits, for CSV (the Parquet file keeps them whole)."""
+    for i, f in enumerate(t.schema):
+        if pa.types.is_floating(f.type):
+            v = [None if x is None else float(f"{x:.6g}") for x in t.column(i).to_pylist()]
+            t = t.set_column(i, f.name, pa.array(v, pa.float64()))
+    return t
+
+
 def write_table(outdir, name: str, columns: dict, order=None, csv: bool = False) -> list:
-    """Write ``outdir/<name>.parquet`` (and ``<name>.csv`` with ``csv``) atomically; returns the paths."""
+    """Write ``outdir/<name>.parquet`` (and ``<name>.csv`` with ``csv``, floats at 6 significant
+    digits: :func:`csv_table`) atomically; returns the paths."""
     t = to_arrow(columns, order)
     out = []
     p = Path(outdir) / f"{name}.parquet"
@@ -248,7 +258,7 @@ def write_table(outdir, name: str, columns: dict, order=None, csv: bool = False)
     if csv:
         p = Path(outdir) / f"{name}.csv"
         with atomic_output(p, compress=False) as f:
-            pcsv.write_csv(t, f)
+            pcsv.write_csv(csv_table(t), f)
         out.append(p)
     return out
 

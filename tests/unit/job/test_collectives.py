@@ -99,7 +99,7 @@ def test_summary_and_stragglers_from_truth(skewed):
     assert set(got) == set(want)
     for k, w in want.items():
         assert {x: got[k][x] for x in w} == w
-    assert sum(s["traffic_share"] for s in res.summary) == pytest.approx(1.0)
+    assert sum(s["traffic_pct"] for s in res.summary) == pytest.approx(100.0)
     # stragglers: counted from the truth on the global axis
     count = {r: 0 for r in range(8)}
     for c in truth.collectives:

@@ -1,0 +1,142 @@
+"""The command line's conventions (issue 17): exit codes and one-line messages, --help with examples,
+one short flag per meaning, -q/-v on every subcommand, one -j default, one list syntax."""
+from __future__ import annotations
+
+import argparse
+import re
+
+import pytest
+
+from support import run_cli
+from streamtrace.cli import COMMANDS, build_parser
+from streamtrace.cli.common import parse_list
+from streamtrace.errors import UsageError
+
+
+def _subparsers():
+    p = build_parser()
+    (act,) = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+    return act.choices
+
+
+def test_bare_command_exits_2_with_usage():
+    r = run_cli()
+    assert r.returncode == 2
+    assert r.stderr.startswith("usage: streamtrace") and "streamtrace demo" in r.stderr
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["merge"], "give at least one INPUT"),
+    (["merge", "x.json", "--ranks", "abc"], "bad --ranks 'abc'"),
+    (["merge", "x.json", "--window", "5"], "bad --window '5'"),
+    (["merge", "x.json", "--steps", "3,7"], "one window"),
+    (["merge", "x.json", "-j", "-1"], "bad --jobs -1"),
+    (["merge", "x.json", "-w", "1:2"], "unrecognized arguments: -w"),
+    (["analyze"], "give at least one INPUT"),
+    (["aggregate"], "give at least one analysed folder"),
+    (["aggregate", "a", "--iterations", "x"], "bad --iterations 'x'"),
+    (["report", "a", "--global-batch", "16"], "--seq-len"),
+    (["topology"], "give --world-size N"),
+    (["epilogue", "r", "--seq-len", "10"], "--global-batch"),
+    (["demo", "d", "--world-size", "6"], "bad --world-size 6"),
+])
+def test_usage_errors_exit_2_with_one_plain_line(args, needle):
+    r = run_cli(*args)
+    assert r.returncode == 2, (args, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], r.stderr
+    assert "Error:" not in r.stderr and "Traceback" not in r.stderr      # no class names (CommandError:)
+
+
+def test_input_errors_exit_1(tmp_path):
+    r = run_cli("merge", tmp_path / "nothing-here", "-o", tmp_path / "o.json")
+    assert r.returncode == 1 and "no such file" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli("aggregate", tmp_path, "-o", tmp_path / "o")
+    assert r.returncode == 1 and "summary.json" in r.stderr
+
+
+def test_verbose_shows_the_traceback(tmp_path):
+    r = run_cli("aggregate", tmp_path, "-o", tmp_path / "o", "-v")
+    assert r.returncode == 1 and "Traceback" in r.stderr
+
+
+@pytest.mark.parametrize("name", [f.__name__ for f in COMMANDS])
+def test_help_has_examples_and_no_noise(name):
+    r = run_cli(name, "--help")
+    assert r.returncode == 0
+    out = r.stdout
+    examples = out.split("examples:", 1)[1] if "examples:" in out else ""
+    assert len(re.findall(rf"^  streamtrace {name}\b", examples, re.M)) >= 2, out
+    assert "(default: -)" not in out and "(default: None)" not in out
+    flat = " ".join(out.split())
+    for opt in re.split(r"\s(?=-{1,2}[a-z])", flat):
+        assert opt.count("(default:") <= 1, opt
+    assert re.search(r"-q, --quiet", out) and re.search(r"-v, --verbose", out)
+
+
+def test_top_level_help_speaks_to_users():
+    r = run_cli("--help")
+    assert r.returncode == 0
+    assert ":mod:" not in r.stdout and "argh" not in r.stdout and "Python API" not in r.stdout
+    assert "streamtrace epilogue RUN_DIR" in r.stdout and "examples" in r.stdout
+    for f in COMMANDS:
+        assert f.__name__ in r.stdout
+
+
+def test_one_short_flag_per_meaning_and_one_jobs_default():
+    meaning: dict = {}
+    for name, sub in _subparsers().items():
+        for a in sub._actions:
+            shorts = [o for o in a.option_strings if len(o) == 2]
+            longs = [o for o in a.option_strings if o.startswith("--")]
+            for s in shorts:
+                meaning.setdefault(s, set()).add(a.dest if s != "-o" else "output")
+            if "--jobs" in longs:
+                assert a.default == 0, name            # 0 = all cores, everywhere
+            if set(longs) & {"--ranks", "--iterations", "--steps", "--chart-ranks"}:
+                assert a.nargs is None, (name, longs)  # one value in the list syntax, not nargs="+"
+    for s, dests in meaning.items():
+        assert len(dests) == 1, (s, dests)
+    assert set(meaning) <= {"-h", "-o", "-j", "-q", "-v", "-i"}
+
+
+def test_every_subcommand_has_quiet_verbose_and_jobs_where_it_works():
+    for name, sub in _subparsers().items():
+        opts = {o for a in sub._actions for o in a.option_strings}
+        assert {"-q", "--quiet", "-v", "--verbose"} <= opts, name
+
+
+def test_list_syntax():
+    assert parse_list("0-3,7", "--ranks") == [0, 1, 2, 3, 7]
+    assert parse_list("12", "--steps") == [12]
+    assert parse_list("5,5,1", "--x") == [1, 5]
+    for bad in ("abc", "3-1", "", "1-2-3"):
+        with pytest.raises(UsageError):
+            parse_list(bad, "--ranks")
+
+
+def test_progress_bar_only_on_a_terminal_or_when_asked():
+    from streamtrace.runtime.progress import progress_bar
+    assert progress_bar(3, "x", show=False).disable
+    assert not progress_bar(3, "x", show=True).disable
+    assert progress_bar(3, "x").disable          # pytest's stderr is no terminal
+
+
+def test_analyze_prints_one_summary_line_for_many_ranks(monkeypatch, capsys):
+    """64 ranks: one line (min/median/max), not 64; -v: one line per rank; -q: nothing."""
+    import streamtrace.analyze as A
+    from streamtrace.cli import main
+    ranks = [{"rank": r, "iteration": 10, "warnings": [],
+              "devices": {str(r % 8): {"busy_us": 1000.0 * (r + 1), "comm_us": 500.0, "overlap_pct": 10.0 + r}}}
+             for r in range(64)]
+    monkeypatch.setattr(A, "analyze", lambda inputs, outdir, opt: {"ranks": ranks, "failed": [], "seconds": 1.0})
+    assert main(["analyze", "x", "-o", "y"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2, out
+    assert "64 ranks, 64 GPUs: busy median 32.5 ms (min 1.0, max 64.0)" in out[0]
+    assert "overlap median 41.5 % of comm (min 10.0, max 73.0)" in out[0]
+    assert main(["analyze", "x", "-o", "y", "-v"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert sum(line.startswith("rank ") for line in out) == 64
+    assert main(["analyze", "x", "-o", "y", "-q"]) == 0
+    assert capsys.readouterr().out == ""
