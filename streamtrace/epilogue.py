@@ -179,7 +179,8 @@ class EpilogueOptions:
         jobs: worker processes (int); 0 = all cores (default).
         max_memory_gb: a cap in GB (float) that limits the workers (:data:`WORKER_GB` each); None: no cap.
         strict: the CLI exits 1 when anything failed (:func:`run` itself never raises); default False.
-        name: the run's name in the report and its Markdown file name (str); None: the run folder's name.
+        name: the run's name in the report and its Markdown file name (str); None: the job's, the folder
+            that holds its traces (``/runs/job42`` for ``/runs/job42/tb/iteration_11/...``).
         outdir: the output folder (str or Path); None: ``RUN_DIR/streamtrace``.  Set it for a read-only
             run folder.
         topology: a topology file (str; :func:`streamtrace.topology.sources.load_topology`); None: found
@@ -253,7 +254,8 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
         if not groups:
             log.fail("discover", run_dir, "no rank traces found")
         ctx = _Run(opt, jobs, topo, out, state, log, summary)
-        analysed = [a for it in sorted(groups, key=lambda k: (k is None, k or 0)) if (a := _iteration(ctx, it, groups[it]))]
+        analysed = [a for it in sorted(groups, key=lambda k: (k is None, k or 0))
+                    if (a := _iteration(ctx, it, groups[it]))]
         summary["report"] = _job_stages(ctx, analysed, run_dir) if analysed else None
         summary["seconds"] = round(time.time() - t0, 2)
         try:
@@ -342,11 +344,11 @@ def _job_stages(ctx: _Run, analysed, run_dir) -> str | None:
         return None
 
     def do_report():
-        rep = write_report(agg, ctx.out, name=opt.name or run_dir.name, tokens_per_step=opt.tokens_per_step,
+        rep = write_report(agg, ctx.out, name=opt.name, tokens_per_step=opt.tokens_per_step,
                            global_batch=opt.global_batch, seq_len=opt.seq_len, charts=opt.charts,
                            chart_ranks=opt.chart_ranks, progress=False)
         return {"report": rep["files"][0], "files": len(rep["files"])}
-    fp_report = _fingerprint([agg / "aggregate.json"], name=opt.name or run_dir.name, tokens=opt.tokens_per_step,
+    fp_report = _fingerprint([agg / "aggregate.json"], name=opt.name, tokens=opt.tokens_per_step,
                              batch=opt.global_batch, seq=opt.seq_len, charts=opt.charts, chart_ranks=opt.chart_ranks,
                              base=fp)
     res, st = _stage(ctx.state, "report", fp_report, [ctx.out / "report.json"] + ([ctx.out / "charts"] if opt.charts

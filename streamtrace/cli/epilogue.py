@@ -19,7 +19,8 @@ EXAMPLES = """
 @argh.arg("-j", "--jobs", type=int, help="worker processes (default: 0 = all cores)")
 @argh.arg("--max-memory", type=float, help="cap in GB: limits parallel workers (~0.6 GB each)")
 @argh.arg("--strict", help="exit 1 when anything failed (default: always exit 0)")
-@argh.arg("--name", help="run name for the report (default: the run folder's name)")
+@argh.arg("--name", help="run name for the report (default: the folder of the job's traces, above iteration_N/, "
+          "tb/, ...)")
 @argh.arg("--topology", help="topology file (default: found under RUN_DIR, else the traces' pg_config)")
 @argh.arg("--tokens-per-step", type=int, help="tokens per training step, for tokens/s")
 @argh.arg("--global-batch", type=int, help="global batch size (sequences), with --seq-len, for tokens/s")

@@ -75,7 +75,7 @@ def merge(*inputs, input_dir=None, output_file=None, ranks=None, drop_cat=None, 
     if legacy_iteration is not None:
         its = [legacy_iteration]
     opt = MergeOptions(ranks=set(parse_list(ranks, "--ranks")) if ranks else None,
-                       drop_cat=frozenset(c.strip() for c in drop_cat.split(",") if c.strip()) if drop_cat else frozenset(),
+                       drop_cat=frozenset(c.strip() for c in (drop_cat or "").split(",") if c.strip()),
                        steps=parse_steps(steps) if steps else None, gpu_only=gpu_only,
                        window_ms=parse_window(window) if window else None, align=align,
                        iterations=its, jobs=parse_jobs(jobs), salvage=salvage, scheduler=scheduler,

@@ -25,7 +25,8 @@ EXAMPLES = """
 @argh.arg("--iterations", help="(analysed folders) only these iterations, e.g. 15-16")
 @argh.arg("--steps", help="(analysed folders) only these ProfilerStep numbers, e.g. 14")
 @argh.arg("-j", "--jobs", type=int, help="(analysed folders) worker processes (default: 0 = all cores)")
-@argh.arg("--time-alignment", choices=["global", "individual"], help="(analysed folders) time alignment (default: global)")
+@argh.arg("--time-alignment", choices=["global", "individual"],
+          help="(analysed folders) time alignment (default: global)")
 @argh.arg("--clock-sync", choices=["none", "collectives"],
           help="(analysed folders) clock offsets from collectives (default: none)")
 @argh.arg("--topology", help="(analysed folders) topology file or trace folder")

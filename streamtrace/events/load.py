@@ -150,7 +150,8 @@ class EpilogueRun(Outputs):
 
     @property
     def analyses(self) -> dict:
-        return {p.parent.name: Analysis(p) for p in sorted(self.path.glob("*/analysis")) if (p / "summary.json").is_file()}
+        return {p.parent.name: Analysis(p) for p in sorted(self.path.glob("*/analysis"))
+                if (p / "summary.json").is_file()}
 
     @property
     def aggregate(self):

@@ -27,8 +27,9 @@ durations; ``overlap_pct`` = 100 x overlap / comm (percent of communication time
 partition; -1 unknown) and ``step`` the ``ProfilerStep#N`` number (-1: outside any step); the
 Megatron patch's ``iteration_4/`` holds ``ProfilerStep#3``: iteration 4, step 3.  Column names
 carry their unit: ``_ns`` int64 nanoseconds, ``_pct`` percent (0-100), ``_bytes``, ``_gbps``
-(GB/s, GB = 1e9 bytes); other numbers are counts or indices.  A rank_phase row takes the kernels whose launch analyze attributed to that phase and
-micro-batch (their overlap is with each other only), so its numbers equal ``summary.json``'s
+(GB/s, GB = 1e9 bytes); other numbers are counts or indices.
+
+A rank_phase row takes the kernels whose launch analyze attributed to that phase and micro-batch (their overlap is with each other only), so its numbers equal ``summary.json``'s
 ``phases`` entry (there in us).
 
 Ranks without GPU events (CPU-only runs, e.g. gloo) get rows from their CPU ops instead
@@ -361,7 +362,7 @@ def aggregate(dirs, outdir, opt: AggregateOptions | None = None, log=None) -> di
     meta = {"kind": "streamtrace-aggregate", "version": 1, "inputs": [str(d) for d in dirs],
             "time_alignment": opt.time_alignment, "clock_sync": opt.clock_sync or "none",
             "iterations": sorted({r["iteration"] for r in rank_rows}),
-            "steps": sorted({(r["iteration"], r["step"]) for r in rank_rows}),
+            "steps": [list(k) for k in sorted({(r["iteration"], r["step"]) for r in rank_rows})],
             "ranks": sorted({p.rank for p in job.parts}), **_world(topo, job),
             "sources": sorted({r["source"] for r in rank_rows}), "job_name": job.name(),
             "devices": sorted({p.device_name for p in job.parts if p.device_name}),

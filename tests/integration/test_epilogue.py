@@ -46,3 +46,63 @@ def test_epilogue_never_raises_and_exit_codes(tmp_path):
     assert r.returncode == 0 and "FAILED" in r.stderr and "rank_0007" in r.stderr
     r = run_cli("epilogue", d, "-j", "1", "--strict")
     assert r.returncode == 1
+
+
+def test_epilogue_does_what_report_does_into_its_own_folder(tmp_path):
+    """A read-only run folder, -o elsewhere, throughput, topology, chart ranks (issue 17, item 7); a later
+    run never takes merge's or its own outputs for rank traces (item 1)."""
+    import os
+    import stat
+
+    from streamtrace.merge import MergeOptions, merge
+    d = tmp_path / "job42" / "tb"
+    generate_job(d, SynthSpec(world_size=4, tp=2, pp=2, microbatches=1))
+    topo = d / "streamtrace_topology.json"
+    # a merged trace of the run put into the run folder, under a name that says nothing
+    merge([d / "iteration_10"], d / "iteration_10" / "everything.json", MergeOptions(jobs=1))
+    for p in [d, *d.rglob("*")]:
+        os.chmod(p, os.stat(p).st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    try:
+        out = tmp_path / "out"
+        r = run_cli("epilogue", d, "-o", out, "-j", "1", "--tokens-per-step", "4096", "--topology", topo,
+                    "--chart-ranks", "0", "-q")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == f"report: {out / 'job42.md'}"        # -q: the one final line; the job's name
+        assert "FAILED" not in r.stderr
+        rep = json.loads((out / "report.json").read_text())
+        assert rep["throughput"]["tokens_per_step"] == 4096 and rep["throughput"]["tokens_per_s"] > 0
+        charts = {p.name for p in (out / "charts").glob("rank_*.png")}
+        assert charts and all(c.startswith("rank_0_") for c in charts)
+        s = json.loads((out / "epilogue.json").read_text())["summary"]
+        assert s["ranks"] == 4 and not s["failures"]
+        # once more: the merged trace and the outputs (here inside no "streamtrace" folder) are not rank traces
+        s2 = run(d, outdir=out, jobs=1, topology=str(topo))
+        assert s2["ranks"] == 4 and not s2["failures"], s2["failures"]
+        assert s2["stages"]["iteration_10/analyze"] == "reused"
+    finally:
+        for p in [d, *d.rglob("*")]:
+            os.chmod(p, os.stat(p).st_mode | stat.S_IWUSR)
+
+
+def test_epilogue_inside_the_run_folder_skips_its_outputs(tmp_path):
+    d = tmp_path / "run"
+    generate_job(d, SynthSpec(world_size=4, tp=2, pp=2, microbatches=1))
+    out = d / "analysis-out"
+    s = run(d, outdir=out, jobs=1, charts=False)
+    assert not s["failures"] and s["ranks"] == 4
+    s2 = run(d, outdir=out, jobs=1, charts=False)
+    assert not s2["failures"] and s2["ranks"] == 4 and s2["iterations"] == [10]
+
+
+def test_epilogue_of_a_cpu_only_run_says_so(tmp_path):
+    import shutil
+
+    from support import REAL, need_shared
+    need_shared()
+    d = tmp_path / "gloo"
+    (d / "iteration_551").mkdir(parents=True)
+    shutil.copy(REAL / "cpu_only_gloo_rank34_of300.json.gz", d / "iteration_551" / "rank_0034_iter_551.json.gz")
+    s = run(d, jobs=1, charts=False)
+    assert any("CPU-only" in n for n in s["notes"]), s
+    merged = d / "streamtrace" / "iteration_551" / "merged_gpu.json.gz"
+    assert validate(merged)["events"] > 0

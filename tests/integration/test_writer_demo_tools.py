@@ -52,7 +52,7 @@ def test_demo_command(tmp_path):
     assert len(doc["streamtrace"]["ranks"]) == 8
     names = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
     assert any(n.startswith("Rank 7 · GPU") for n in names) and any(n.startswith("Rank 0 · CPU") for n in names)
-    assert run_cli("demo", tmp_path / "e", "--world-size", "6").returncode == 1
+    assert run_cli("demo", tmp_path / "e", "--world-size", "6").returncode == 2       # a usage error
 
 
 def test_megatron_dropin(tmp_path):
