@@ -1,0 +1,113 @@
+"""``streamtrace.load``: output folders as tables, checked against pandas, pyarrow, DuckDB and polars
+reading the same files as the README shows (the interop examples as tests)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as pds
+import pytest
+
+import streamtrace
+from streamtrace.analyze import AnalyzeOptions, analyze
+from streamtrace.errors import StreamtraceError
+from streamtrace.events.load import Outputs, register
+from streamtrace.job import AggregateOptions, aggregate
+from streamtrace.trace.synth import SynthSpec, generate_job
+
+
+@pytest.fixture(scope="module")
+def outs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("load")
+    generate_job(tmp / "traces", SynthSpec(world_size=4, tp=2, pp=2, microbatches=2))
+    analyze([tmp / "traces"], tmp / "job42_iter10", AnalyzeOptions(jobs=1))
+    aggregate([tmp / "job42_iter10"], tmp / "job42-agg", AggregateOptions(jobs=1))
+    return tmp
+
+
+def test_analysis_folder(outs):
+    a = streamtrace.load(outs / "job42_iter10")
+    assert a.kind == "analysis" and a.tables() == ["kernels", "ops"]
+    assert a.summary == json.loads((outs / "job42_iter10" / "summary.json").read_text())
+    k = a.kernels
+    assert isinstance(k, pa.Table) and k.schema.field("rank").type == pa.int64()
+    ref = pd.read_parquet(outs / "job42_iter10" / "kernels")                 # the README's pandas line
+    assert k.num_rows == len(ref)
+    assert k["dur_ns"].to_numpy().sum() == ref["dur_ns"].sum()
+    got = a.to_pandas("kernels").groupby("rank").dur_ns.sum()
+    assert got.to_dict() == ref.assign(rank=ref["rank"].astype(int)).groupby("rank").dur_ns.sum().to_dict()
+    assert set(a.kernels["iteration"].to_pylist()) == {10}
+    # ops keep analyze's row order: parent indexes the rank's rows
+    ops = a.to_pandas("ops")
+    for rank, g in ops.groupby("rank"):
+        g = g.reset_index(drop=True)
+        kids = g[g.parent >= 0]
+        assert (g.depth[kids.parent.to_numpy()].to_numpy() == kids.depth.to_numpy() - 1).all()
+
+
+def test_readme_interop_examples_run(outs):
+    import duckdb
+    import polars as pl
+    d = outs / "job42_iter10"
+    k = pd.read_parquet(d / "kernels")
+    by = k[k.kind == "communication"].groupby(["parallel_dim", "collective"]).dur_ns.sum()
+    assert by.sum() == k[k.kind == "communication"].dur_ns.sum() > 0
+    q = duckdb.sql(f"""SELECT iteration, rank, phase, microbatch, sum(dur_ns)/1e6 AS ms
+                      FROM read_parquet('{d}/kernels/*/*/*.parquet', hive_partitioning=true)
+                      GROUP BY ALL ORDER BY ALL""").df()
+    assert q.ms.sum() == pytest.approx(k.dur_ns.sum() / 1e6)
+    t = pds.dataset(d / "kernels", partitioning="hive").to_table()
+    assert t.num_rows == len(k)
+    p = pl.read_parquet(f"{d}/kernels/**/*.parquet", hive_partitioning=True)
+    assert p.height == len(k) and p["dur_ns"].sum() == k.dur_ns.sum()
+    assert streamtrace.load(d).to_polars("kernels").height == len(k)
+
+
+def test_aggregate_folder(outs):
+    g = streamtrace.load(outs / "job42-agg")
+    assert g.kind == "aggregate" and {"ranks", "rank_phase", "collectives", "pipeline"} <= set(g.tables())
+    ranks = g.to_pandas("ranks")
+    ref = pd.read_parquet(outs / "job42-agg" / "ranks.parquet")
+    pd.testing.assert_frame_equal(ranks, ref)
+    assert g.summary["kind"] == "streamtrace-aggregate" and g.report is None
+    with pytest.raises(StreamtraceError, match="no table 'kernels'"):
+        g.table("kernels")
+    with pytest.raises(AttributeError):
+        g.kernels
+
+
+def test_epilogue_run_folder(tmp_path):
+    from streamtrace.epilogue import run
+    d = tmp_path / "tb"
+    generate_job(d, SynthSpec(world_size=4, tp=2, pp=2, microbatches=1))
+    s = run(d, jobs=1, charts=False)
+    assert not s["failures"]
+    e = streamtrace.load(d / "streamtrace")
+    assert e.kind == "epilogue" and list(e.analyses) == ["iteration_10"]
+    assert e.kernels.num_rows == e.analyses["iteration_10"].kernels.num_rows > 0
+    assert e.ranks.num_rows == e.aggregate.ranks.num_rows == 4
+    assert e.summary["summary"]["ranks"] == 4
+
+
+def test_not_an_output_folder_and_new_kinds(tmp_path):
+    with pytest.raises(StreamtraceError, match="not a streamtrace output folder"):
+        streamtrace.load(tmp_path)
+
+    class Diff(Outputs):
+        kind, marker = "diff", "diff.json"
+
+        def tables(self):
+            return ["changes"]
+
+        def _read(self, name):
+            return pa.table({"x": np.arange(3)})
+    (tmp_path / "diff.json").write_text("{}")
+    register(Diff)
+    try:
+        out = streamtrace.load(tmp_path)
+        assert out.kind == "diff" and out.changes.num_rows == 3
+    finally:
+        from streamtrace.events import load as L
+        L.KINDS[:] = [k for k in L.KINDS if k[1] is not Diff]
