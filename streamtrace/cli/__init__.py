@@ -83,17 +83,18 @@ def build_parser() -> argparse.ArgumentParser:
                               epilog="examples:\n" + fn.EXAMPLES.strip("\n") if getattr(fn, "EXAMPLES", None) else None,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
         argh.set_default_command(sub, fn, name_mapping_policy=argh.assembling.NameMappingPolicy.BY_NAME_IF_KWONLY)
-        _keep_short_flags(sub)
+        _keep_short_flags(sub, getattr(fn, "HIDDEN_NAMES", ()))
     return parser
 
 
-def _keep_short_flags(parser):
+def _keep_short_flags(parser, hidden=()):
     """Remove the short flags argh infers from parameter names (``-s`` for ``--strict``,
-    ``--source`` and ``--seq-len`` alike), keeping those of SHORT_FLAGS (argparse keeps its
-    options in ``_actions`` / ``_option_string_actions``)."""
+    ``--source`` and ``--seq-len`` alike), keeping those of SHORT_FLAGS, and the long names it
+    infers from a parameter spelled otherwise on the command line (``hidden``, e.g. ``--source``
+    of ``--from``).  argparse keeps its options in ``_actions`` / ``_option_string_actions``."""
     for action in parser._actions:
         for opt in list(action.option_strings):
-            if len(opt) == 2 and not set(SHORT_FLAGS.get(opt, ())) & set(action.option_strings):
+            if opt in hidden or len(opt) == 2 and not set(SHORT_FLAGS.get(opt, ())) & set(action.option_strings):
                 action.option_strings.remove(opt)
                 parser._option_string_actions.pop(opt, None)
 

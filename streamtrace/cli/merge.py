@@ -98,3 +98,4 @@ def merge(*inputs, input_dir=None, output_file=None, ranks=None, drop_cat=None, 
 
 
 merge.EXAMPLES = EXAMPLES
+merge.HIDDEN_NAMES = ("--legacy-iteration",)

@@ -62,3 +62,4 @@ def topology(*, tp=None, pp=None, cp=None, ep=None, etp=None, order="tp-cp-ep-dp
 
 
 topology.EXAMPLES = EXAMPLES
+topology.HIDDEN_NAMES = ("--source", "--as-json")      # the parameters of --from and --json

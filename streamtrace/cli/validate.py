@@ -32,3 +32,4 @@ def validate(trace, *, as_json=False, quiet=False, verbose=False):
 
 
 validate.EXAMPLES = EXAMPLES
+validate.HIDDEN_NAMES = ("--as-json",)

@@ -94,7 +94,8 @@ class AggregateOptions:
             ``distributedInfo.pg_config``, else a topology file beside the traces.
         force: aggregate folders that look like different jobs (different world sizes, one rank
             of one iteration twice, start times more than a day apart); default False: refuse.
-        progress: a progress bar over the ranks (bool); None (default): only on a terminal.
+        progress: progress bars over the ranks (reading the traces' metadata, then the tables; bool);
+            None (default): only on a terminal.
     """
     iterations: list | None = None
     steps: list | None = None
@@ -307,7 +308,7 @@ def aggregate(dirs, outdir, opt: AggregateOptions | None = None, log=None) -> di
     t0 = time.time()
     outdir = Path(outdir)
     topo = load_topology(opt.topology) if opt.topology else None
-    job = Job(dirs, opt.time_alignment, topo, opt.iterations, opt.jobs, opt.steps, opt.force)
+    job = Job(dirs, opt.time_alignment, topo, opt.iterations, opt.jobs, opt.steps, opt.force, opt.progress)
     coll = analyse_collectives(job, opt.clock_sync)
     topo = job.topology
     with progress_bar(len(job.parts), "aggregate", "rank", opt.progress) as bar:

@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 from ..errors import StreamtraceError
 from ..events.dataset import column_min_max, partition_files, read_partition
 from ..runtime.parallel import run_tasks
+from ..runtime.progress import progress_bar
 from ..topology.sources import from_pg_config, load_topology
 from ..trace.metadata import pg_config_entries
 from ..trace.reader import TraceReader
@@ -136,7 +137,8 @@ class Job:
     patch ``iteration_4/`` holds ``ProfilerStep#3``: iteration 4, step 3.  ``iterations`` selects
     parts by their iteration, ``steps`` rows by their step."""
 
-    def __init__(self, dirs, alignment="global", topology=None, iterations=None, jobs=0, steps=None, force=False):
+    def __init__(self, dirs, alignment="global", topology=None, iterations=None, jobs=0, steps=None, force=False,
+                 progress=None):
         if alignment not in ALIGNMENTS:
             raise StreamtraceError(f"bad --time-alignment {alignment!r}: use global or individual")
         self.alignment = alignment
@@ -171,8 +173,9 @@ class Job:
                 raise StreamtraceError(f"no analysed rank has iteration(s) {_list(self.iterations)}: the folders hold "
                                        f"iteration(s) {_list(have) or 'unknown (no iteration in the trace paths)'} "
                                        f"(--steps selects by ProfilerStep number)")
-        infos = run_tasks(_part_info, [(p.dir, p.rank, p.iteration, p.source) for p in self.parts],
-                          max(1, min(jobs or os.cpu_count() or 1, len(self.parts))))
+        with progress_bar(len(self.parts), "read traces' metadata", "rank", progress) as bar:
+            infos = run_tasks(_part_info, [(p.dir, p.rank, p.iteration, p.source) for p in self.parts],
+                              max(1, min(jobs or os.cpu_count() or 1, len(self.parts))), on_done=bar.update)
         for p, info in zip(self.parts, infos):
             for k, v in info.items():
                 setattr(p, k, v)
