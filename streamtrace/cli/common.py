@@ -105,18 +105,23 @@ class Console:
             print(f"notice: {msg}", file=sys.stderr, flush=True)
 
 
+def validation_line(rep) -> str:
+    """One line for a validate report: ``validate PATH: OK|PROBLEMS: N events, T tracks, F flows``, then
+    every non-zero problem and notice."""
+    bad = ", ".join(f"{k} {v:,}" for k, v in rep["problems"].items() if v)
+    notes = ", ".join(f"{k} {v:,} (notice)" for k, v in rep["notices"].items() if v)
+    status = "OK" if rep["ok"] else "PROBLEMS"
+    return (f"validate {rep['path']}: {status}: {rep['events']:,} events, {rep['tracks']:,} tracks, "
+            f"{rep['flows']:,} flows" + "".join(f"; {x}" for x in (bad, notes) if x))
+
+
 def print_validation(path, quiet=False) -> dict:
-    """Validate ``path`` and print the result (only the problems when ``quiet``); returns the report."""
+    """Validate ``path`` and print its one-line result (:func:`validation_line`; nothing when
+    ``quiet`` and the trace has no problem); returns the report."""
     from ..trace.validate import validate      # (the CLI's convention: see streamtrace.cli)
     rep = validate(path)
-    bad = {k: v for k, v in rep["problems"].items() if v}
-    if bad or not quiet:
-        status = "OK" if rep["ok"] else "PROBLEMS"
-        print(f"validate {path}: {status}: {rep['events']:,} events, {rep['tracks']:,} tracks, {rep['flows']:,} flows")
-        for k, v in rep["problems"].items():
-            print(f"  {k}: {v}")
-        for k, v in rep["notices"].items():
-            print(f"  {k}: {v} (notice)")
+    if not (quiet and rep["ok"]):
+        print(validation_line(rep), flush=True)
     return rep
 
 

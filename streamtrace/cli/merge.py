@@ -6,7 +6,7 @@ import os
 
 import argh
 
-from .common import Console, need, parse_jobs, parse_list, parse_steps, parse_window, print_validation
+from .common import Console, Exit, need, parse_jobs, parse_list, parse_steps, parse_window
 
 EXAMPLES = """
   streamtrace merge runs/job42/profile_traces/iteration_10 -o job42_iter10.json.gz
@@ -47,7 +47,7 @@ def default_output(inputs, legacy=False) -> str:
 @argh.arg("--rank-map", help="JSON {file: rank} or '<file> <rank>' lines, for files that carry no rank")
 @argh.arg("-j", "--jobs", type=int, help="worker processes (default: 0 = all cores)")
 @argh.arg("--salvage", help="on a truncated file keep every complete event before the cut")
-@argh.arg("--no-validate", help="skip validating the output")
+@argh.arg("--no-validate", help="skip checking the inputs and the output (exit 1 when merge added a problem)")
 @argh.arg("--scheduler", help="dask.distributed scheduler address, e.g. tcp://host:8786 (or $STREAMTRACE_SCHEDULER)")
 @argh.arg("--legacy-input-dir", action="append", help=argparse.SUPPRESS)      # --input_dir (see ALIASES)
 @argh.arg("--legacy-output-file", help=argparse.SUPPRESS)                    # --output_file
@@ -63,6 +63,7 @@ def merge(*inputs, input_dir=None, output_file=None, ranks=None, drop_cat=None, 
     Megatron's merge script's spelling (--input_dir DIR --output_file NAME) is accepted and, as in
     that script, a bare NAME goes beside DIR."""
     from ..merge import MergeOptions, merge as do_merge      # (the CLI's convention: see streamtrace.cli)
+    from ..merge.check import validation_summary
     con = Console(quiet, verbose)
     legacy = bool(legacy_input_dir or legacy_output_file)
     inputs = list(inputs) + list(input_dir or []) + list(legacy_input_dir or [])
@@ -79,8 +80,9 @@ def merge(*inputs, input_dir=None, output_file=None, ranks=None, drop_cat=None, 
                        steps=parse_steps(steps) if steps else None, gpu_only=gpu_only,
                        window_ms=parse_window(window) if window else None, align=align,
                        iterations=its, jobs=parse_jobs(jobs), salvage=salvage, scheduler=scheduler,
-                       progress=con.progress)
+                       progress=con.progress, validate=not no_validate)
     results = do_merge(inputs, out, opt, rank_map=rank_map)
+    added = False
     for res in results:
         for n in res.get("notices", []):
             con.notice(n)
@@ -92,9 +94,13 @@ def merge(*inputs, input_dir=None, output_file=None, ranks=None, drop_cat=None, 
                  f"{mb_in:,.1f} MB read, {mb_out:,.1f} MB written in {res['seconds']:.2f} s -> {res['output']}")
         con.detail(f"  {mb_in / max(res['seconds'], 1e-9):,.0f} MB/s, {res['jobs']} jobs; per worker process "
                    f"{', '.join(f'{x:,.0f}' for x in res['worker_mb_per_s']) or '-'} MB/s")
-        if not no_validate:
-            print_validation(res["output"], quiet=True)
+        if res["validation"] is not None:
+            ok = res["validation"]["ok"]
+            (con.info if ok else print)(validation_summary(res["validation"]))
+            added |= not ok
     con.info("open it at https://ui.perfetto.dev (Open trace file)")
+    if added:
+        raise Exit(1)
 
 
 merge.EXAMPLES = EXAMPLES

@@ -2,32 +2,43 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import argh
 
+from ..errors import StreamtraceError
 from .common import Console, Exit, print_validation
 
 EXAMPLES = """
   streamtrace validate job42_iter10.json.gz
+  streamtrace validate merged_iter*.json.gz
   streamtrace validate --json job42_iter10.json.gz > problems.json
   streamtrace validate -q merged.json && echo valid
 """
 
 
-@argh.arg("trace", help="a trace file (.json or .json.gz)")
-@argh.arg("--json", dest="as_json", help="print the report as JSON")
-@argh.arg("-q", "--quiet", help="print only the problems (nothing when the trace is valid)")
+@argh.arg("traces", nargs="+", help="trace files (.json or .json.gz)")
+@argh.arg("--json", dest="as_json", help="print the reports as JSON (a list when several files are given)")
+@argh.arg("-q", "--quiet", help="print only the problems (nothing when every trace is valid)")
 @argh.arg("-v", "--verbose", help="tracebacks of errors")
-def validate(trace, *, as_json=False, quiet=False, verbose=False):
-    """Check a trace for what Perfetto's JSON importer relies on; exit 1 on a problem."""
+def validate(*traces, as_json=False, quiet=False, verbose=False):
+    """Check traces for what Perfetto's JSON importer relies on, one result line each; exit 1 when
+    any has a problem or cannot be read."""
+    from ..trace.validate import validate as do_validate      # (the CLI's convention: see streamtrace.cli)
     Console(quiet, verbose)
+    reps = []
+    failed = False
+    for t in traces:
+        try:
+            reps.append(do_validate(t) if as_json else print_validation(t, quiet=quiet))
+        except StreamtraceError as e:
+            if len(traces) == 1:
+                raise
+            print(f"streamtrace: error: {e}", file=sys.stderr)    # the other files are still checked
+            failed = True
     if as_json:
-        from ..trace.validate import validate as do_validate      # (the CLI's convention: see streamtrace.cli)
-        rep = do_validate(trace)
-        print(json.dumps(rep, indent=1))
-    else:
-        rep = print_validation(trace, quiet=quiet)
-    if not rep["ok"]:
+        print(json.dumps(reps[0] if len(traces) == 1 else reps, indent=1))
+    if failed or not all(r["ok"] for r in reps):
         raise Exit(1)
 
 

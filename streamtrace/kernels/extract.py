@@ -18,7 +18,7 @@ from numba import njit
 from .jsoncheck import MAX_DEPTH, MEMBERS_CAP, bytes_equal, event_members
 
 __all__ = ["F_PID_STR", "F_TID_STR", "F_COMM", "F_PYTHON", "F_HAS_DUR", "NONE", "FNV_OFFSET", "FNV_PRIME",
-           "fnv1a", "extract_columns"]
+           "fnv1a", "int_literal", "extract_columns"]
 
 # output flag bits
 F_PID_STR = 1      # pid is a string (pid column holds its hash)
@@ -80,6 +80,9 @@ def _int(buf, s, e):
     if v == _U63 + np.uint64(1):
         return np.int64(-9223372036854775807) - np.int64(1), True
     return -np.int64(v), True
+
+
+int_literal = _int        # public name: ``(value, ok)`` of an int64 integer literal buf[s:e]
 
 
 @njit(cache=True)

@@ -151,8 +151,9 @@ def _value_ns(buf, s, e):
 def rewrite_events(buf, starts, ends, i, n, out, o, state,
                    pid_text, pid_off, pid_new, pid_kind, pid_used, npids,
                    drop_text, drop_off, ndrop,
-                   rank, shift_ns, gpu_only, has_window, lo, hi, info):
-    """Rewrite events ``i .. n-1`` of a batch into ``out`` starting at ``o``.
+                   rank, shift_ns, gpu_only, has_window, lo, hi, info, kept):
+    """Rewrite events ``i .. n-1`` of a batch into ``out`` starting at ``o``; ``kept[j]`` (uint8,
+    length >= n) is set to 1 for each event j written (left as it is for the others).
 
     ``ts``/``dur`` are read from their number text here (exact int64 ns, as
     :func:`streamtrace.kernels.scan.scan_events` reads them), so the batch needs
@@ -372,6 +373,7 @@ def rewrite_events(buf, starts, ends, i, n, out, o, state,
         o = _put(out, o, buf, pos, e)
         state[0] = 1
         state[1] += 1
+        kept[i] = 1
         pid_used[k] = 1
         if ts_s >= 0 and ph != 77:
             t_out = tsv + shift_ns

@@ -32,6 +32,8 @@ class MergeOptions:
             on local processes.
         split_threshold: with ``jobs`` > 1, a rank trace of at least this many bytes
             (uncompressed) is rewritten in byte ranges by several workers; None: never.
+        validate: check the inputs and the output while rewriting (:mod:`streamtrace.merge.check`):
+            the result's ``validation`` tells the problems the inputs had and those merge added.
     """
     ranks: set | None = None
     drop_cat: frozenset = frozenset()
@@ -47,6 +49,7 @@ class MergeOptions:
     compresslevel: int = 1
     scheduler: str | None = None
     split_threshold: int | None = SPLIT_THRESHOLD
+    validate: bool = True
 
     def __post_init__(self):
         if self.iteration is not None and self.iterations is None:

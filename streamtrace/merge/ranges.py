@@ -50,6 +50,7 @@ from ..trace.metadata import device_names, host_name, read_trailer
 from ..trace.ranges import blank_range, clean_joints, split_ranges
 from ..trace.reader import TraceReader
 from ..trace.source import plain_copy
+from ..trace.validate import Checker
 from ..trace.writer import dumps_events
 from .pids import PID_STRIDE, PidMap, classify_pid, hashable, process_meta_events
 from .rank import RankContext, RankPlan, open_segment, rewrite_stream
@@ -149,19 +150,24 @@ def merge_range(plan: RankPlan, src, byte_range, segment, final, progress=None) 
     ctx = RankContext(plan)
     ctx.pids = RangePidMap(plan.rank, final)
     reader = TraceReader(src, byte_range=byte_range, progress=progress)
+    check = Checker(log=segment + ".val") if plan.validate else None
     raw, seg = open_segment(segment, plan.compress, plan.compresslevel)
     try:
-        n_in, n_out, first_out, fast = rewrite_stream(reader, plan, ctx, seg)
+        n_in, n_out, first_out, fast = rewrite_stream(reader, plan, ctx, seg, check)
         if plan.compress:
             seg.close()
         raw.close()
+        validation = {"parts": check.counters(), "exact": ctx.exact} if check is not None else None
     except BaseException:
         raw.close()
         remove_quietly(segment)
+        if check is not None:
+            check.close()
+            remove_quietly(check.log)
         raise
     if final is not None and ctx.pids.assigned != final:
         raise RuntimeError(f"rank {plan.rank}: a range registered other pids than on its first run")
-    return {"segment": segment, "events_in": n_in, "events_out": n_out, "events_fast": fast,
+    return {"segment": segment, "events_in": n_in, "events_out": n_out, "events_fast": fast, "validation": validation,
             "first_out": first_out, "used": sorted(ctx.used), "records": ctx.pids.records,
             "assigned": ctx.pids.assigned}
 

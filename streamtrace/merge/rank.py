@@ -21,7 +21,9 @@ from ..runtime.warmup import warm_trace
 from ..trace.decode import loads
 from ..trace.metadata import device_names, host_name
 from ..trace.reader import TraceReader
+from ..trace.validate import Checker, ValidateOptions
 from ..trace.writer import dumps_event, dumps_events, fmt_us
+from .check import account_batch, rank_validation
 from .pids import FLOW_PHASES, PROCESS_META, PidMap, hashable, process_meta_events, unique_id
 
 _ID_ARGS = (("correlation", "raw correlation"), ("External id", "raw External id"),
@@ -44,6 +46,7 @@ class RankPlan:
     salvage: bool
     host: str | None = None
     devices: dict = field(default_factory=dict)
+    validate: bool = True         # check input and output while rewriting (:mod:`streamtrace.merge.check`)
 
 
 class RankContext:
@@ -60,6 +63,7 @@ class RankContext:
         self.used = set()
         self.first_out = None
         self.count = 0
+        self.exact = True         # the output's check can be derived from the input's (see merge.check)
 
 
 def rewrite_dict(ev, ts_ns, dur_ns, flag, ctx: RankContext):
@@ -144,9 +148,11 @@ def open_segment(path, compress, compresslevel):
     return raw, seg
 
 
-def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: RankContext, seg):
+def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: RankContext, seg, check: Checker | None = None):
     """Rewrite every event ``reader`` yields into the binary stream ``seg`` (comma
-    separated, no brackets).  Returns ``(events_in, events_out, first_out, fast)``:
+    separated, no brackets); with ``check``, every batch's events are also recorded in it, as
+    read and as written (:func:`streamtrace.merge.check.account_batch`).
+    Returns ``(events_in, events_out, first_out, fast)``:
     ``first_out`` is the earliest shifted non-metadata ts written (ns) or None,
     ``fast`` the events the byte kernel wrote; ``ctx.used`` gets every merged pid
     that had an event.  Pids are registered through ``ctx.pids.get`` in file order
@@ -172,11 +178,13 @@ def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: RankContext, seg):
         n_in += n
         i = 0
         o = 0
+        kept = np.zeros(n, np.uint8)
+        fields = check.read(b.buf, starts, ends, b.offset, reader.path) if check is not None else None
         while i < n:
             i, o, status = RW.rewrite_events(
                 buf, starts, ends, i, n, out, o, state,
                 tables.text, tables.off, tables.new_a, tables.kind_a, tables.used, len(tables.texts),
-                drop_text, drop_off, len(drops), plan.rank, ctx.shift, ctx.gpu_only, has_window, lo, hi, info)
+                drop_text, drop_off, len(drops), plan.rank, ctx.shift, ctx.gpu_only, has_window, lo, hi, info, kept)
             if status == RW.OK:
                 break
             if status == RW.OUT_FULL:
@@ -194,6 +202,7 @@ def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: RankContext, seg):
                 ev = loads(b.buf[s:e], reader.path, b.offset + s - int(starts[0]))
                 ev = rewrite_dict(ev, *event_times(buf, s, e), ctx)
                 if ev is not None:
+                    kept[i] = 1
                     data = dumps_event(ev)
                     if len(out) - o < len(data) + 1:
                         seg.write(memoryview(out)[:o])
@@ -209,6 +218,8 @@ def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: RankContext, seg):
                 i += 1
         if o:
             seg.write(memoryview(out)[:o])
+        if check is not None:
+            ctx.exact &= account_batch(check, fields, kept, plan.rank)
     for k, used in enumerate(tables.used[:len(tables.texts)].tolist()):
         if used:
             ctx.used.add(int(tables.new_a[k]))
@@ -240,9 +251,10 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
     :class:`TraceError` for invalid input."""
     ctx = RankContext(plan)
     reader = TraceReader(plan.path, salvage=plan.salvage, progress=progress)
+    check = Checker(ValidateOptions(spill_dir=os.path.dirname(os.path.abspath(plan.segment)))) if plan.validate else None
     raw, seg = open_segment(plan.segment, plan.compress, plan.compresslevel)
     try:
-        n_in, n_out, first_out, fast = rewrite_stream(reader, plan, ctx, seg)
+        n_in, n_out, first_out, fast = rewrite_stream(reader, plan, ctx, seg, check)
         # Our own process metadata, one set per process that had events.
         meta = reader.metadata
         devices = plan.devices or device_names(meta)
@@ -257,6 +269,7 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
         if plan.compress:
             seg.close()
         raw.close()
+        validation = rank_validation(check.reports(), n_out, ctx.exact) if check is not None else None
     except BaseException:
         raw.close()
         try:
@@ -264,8 +277,11 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
         except OSError:
             pass
         raise
+    finally:
+        if check is not None:
+            check.close()
     return {"rank": plan.rank, "events_in": n_in, "events_out": n_out, "bytes_in": reader.bytes_read,
-            "events_fast": fast,
+            "events_fast": fast, "validation": validation,
             "process_map": {str(k): v for k, v in pmap.items()},
             "metadata": meta, "warnings": reader.warnings, "truncated": reader.truncated}
 

@@ -43,6 +43,7 @@ from ..trace.discover import LONE_FILE, TraceFile, discover
 from ..trace.metadata import device_names, host_name
 from ..trace.source import size_hint
 from . import ranges as MS
+from .check import merged_validation, split_validation
 from .options import MergeOptions
 from .output import merged_metadata, output_for_iteration, write_merged
 from .rank import RankPlan, merge_rank, warm_kernels
@@ -120,7 +121,9 @@ def merge_files(files: list[TraceFile], output, opt: MergeOptions | None = None)
     ``events_out``, ``bytes_in``, ``bytes_out``, ``seconds``, ``jobs``, ``warnings``, ``split``
     (ranks rewritten in byte ranges: their range count), ``ranges_redone``,
     ``worker_mb_per_s``, ``cpu_only`` (no rank has a GPU process; with ``gpu_only`` the CPU
-    processes are merged instead, with a warning).  Raises :class:`StreamtraceError` / :class:`TraceError` on bad input;
+    processes are merged instead, with a warning), ``validation``
+    (:func:`streamtrace.merge.check.merged_validation`; None when ``opt.validate`` is off).
+    Raises :class:`StreamtraceError` / :class:`TraceError` on bad input;
     the output is then not created.
 
     With more than one worker, a trace of at least ``opt.split_threshold`` bytes is
@@ -183,6 +186,7 @@ def _merge_files(files, output, opt, splits, t_start):
         progress.close()
         meta = merged_metadata(files, results, shifts, out_base, opt, output)
         write_merged(output, results, meta, output.name.endswith(".gz"), opt.compresslevel)
+        validation = merged_validation(results, output) if opt.validate else None
     finally:
         for t in temps:
             remove_quietly(t)
@@ -198,7 +202,8 @@ def _merge_files(files, output, opt, splits, t_start):
             "seconds": time.time() - t_start, "jobs": jobs, "warnings": [w for r in results for w in r["warnings"]],
             "split": {files[i].rank: len(sf.ranges) for i, sf in splits.items()}, "ranges_redone": redone,
             "worker_mb_per_s": [round(b / 1e6 / max(t, 1e-9), 1) for b, t in busy.values()],
-            "cpu_only": not any(v.get("kind") == "gpu" for r in results for v in r["process_map"].values())}
+            "cpu_only": not any(v.get("kind") == "gpu" for r in results for v in r["process_map"].values()),
+            "validation": validation}
 
 
 def _surveys(files, splits, opt, jobs) -> list[Survey]:
@@ -244,7 +249,8 @@ def _plans(files, surveys, shifts, keeps, opt, output) -> list[RankPlan]:
             kept_flows = {k for k, (a, b) in s.flows.items() if a >= keep[0] and b <= keep[1]}
         plans.append(RankPlan(tf.path, tf.rank, shifts[tf.rank], f"{stem}{tf.rank}.seg",
                               compress, opt.compresslevel, frozenset(opt.drop_cat), opt.gpu_only, keep,
-                              kept_flows, opt.salvage, host_name(s.metadata), device_names(s.metadata)))
+                              kept_flows, opt.salvage, host_name(s.metadata), device_names(s.metadata),
+                              validate=opt.validate))
     return plans
 
 
@@ -286,6 +292,12 @@ def _rewrite(tasks, files, plans, splits, jobs, opt, progress):
         if wrong:
             raise RuntimeError(f"rank {plans[i].rank}: pid slots did not settle")
         results[i] = MS.finish_rank(plans[i], sf, parts, pids, plans[i].segment)
+    if opt.validate and splits:      # a split rank's check: its ranges' records sorted together
+        idx = list(splits)
+        vals = run_tasks(split_validation, [([done[j]["validation"] for j in of[i]], os.path.dirname(plans[i].segment),
+                                             results[i]["events_out"]) for i in idx], jobs, scheduler=opt.scheduler)
+        for i, v in zip(idx, vals):
+            results[i]["validation"] = v
     return results, done, len(redo)
 
 

@@ -1,96 +1,397 @@
-"""``streamtrace validate``: check what Perfetto's JSON importer relies on, in one
-streaming pass.
+"""``streamtrace validate``: check what Perfetto's JSON importer relies on, in one streaming,
+columnar pass in flat memory.
 
-Problems counted (any makes the check fail): the document is not valid JSON
-(reported as an error), events missing ``ph``/``ts``/``pid``/``tid``, ``X`` events
-with a missing or negative ``dur``, a flow ``(cat, id)`` with more than one ``s``
-or ``f`` end (ids colliding, as in a naive multi-rank merge: Perfetto then binds
-arrows to the wrong events), flows joining events of two ranks (``args.rank``),
-and ``X`` slices that overlap their enclosing slice on the same (pid, tid) track
-without nesting in it.  Notices (reported, not failing): flow ends without a
-partner. ``X`` events with a missing or negative
-``dur``, flow ``s``/``f`` ends without their partner (matched by ``(cat, id)``),
-flows joining events of two ranks (``args.rank``), and ``X`` slices that overlap
-their enclosing slice on the same (pid, tid) track without nesting in it.
+Problems counted (any makes the check fail): events missing ``ph``/``ts``/``pid``/``tid``
+(``missing_field``), ``X`` events with a missing or negative ``dur`` (``negative_dur``), a flow
+``(cat, id)`` with more than one ``s`` or ``f`` end (``duplicate_flow``: ids colliding, as in a naive
+multi-rank merge: Perfetto then binds arrows to the wrong events), flows joining events of two ranks
+(``cross_rank_flow``, by ``args.rank``), and ``X`` slices that overlap their enclosing slice on the
+same (pid, tid) track without nesting in it (``bad_nesting``).  Notices (reported, not failing):
+flow ends without a partner (``unmatched_flow``; Kineto writes lone ``f`` ends itself).  Invalid
+JSON is an error (:class:`~streamtrace.errors.TraceError`), as for every reader.
+
+How: the byte scanner finds each event (:class:`~streamtrace.trace.reader.TraceReader`, bounds
+only); :func:`streamtrace.kernels.validate.event_fields` reads the fields of a batch from the bytes
+(checking each event's JSON strictly); the rare events it cannot read are decoded here
+(:func:`fields_of_event`).  Every ``X`` slice becomes a record (track, start, end) and every flow
+end a record (key, file order, rank), int64 only; each kind goes through an external sort
+(:class:`~streamtrace.events.sort.ExternalSorter`, runs spilled to ``spill_dir``) and is checked
+in order by :func:`~streamtrace.kernels.validate.nesting_chunk` /
+:func:`~streamtrace.kernels.validate.flow_chunk`.  Memory: one batch plus one sort run per kind.
 """
 from __future__ import annotations
 
-import numpy as np
+import math
+import struct
+import tempfile
+from dataclasses import dataclass
 
-from ..kernels.nesting import count_bad_nesting, sort_track
-from .reader import TraceReader
+import numpy as np
+import orjson
+
+from ..events.codec import pack, unpack
+from ..events.sort import ExternalSorter
+from ..kernels import scan as K
+from ..kernels import validate as KV
+from .decode import decode_value, loads
+from .reader import BATCH_EVENTS, TraceReader
 
 PROBLEMS = ("missing_field", "negative_dur", "duplicate_flow", "cross_rank_flow", "bad_nesting")
 # Reported but not failing: Kineto itself writes lone ``f`` ends for runtime calls
 # that launched nothing, and Perfetto ignores them.
 NOTICES = ("unmatched_flow",)
 
+NEST_DTYPE = np.dtype([("tkind", "i8"), ("pid", "i8"), ("tid", "i8"), ("start", "i8"), ("end", "i8"),
+                       ("view", "i8")])
+FLOW_DTYPE = np.dtype([("kinds", "i8"), ("cat", "i8"), ("id", "i8"), ("seq", "i8"), ("ph", "i8"),
+                       ("rankk", "i8"), ("rank", "i8"), ("view", "i8")])
+SORT_ROWS = 1 << 16          # records per sorted run (one run per kind in memory at a time)
+NAN = 6                      # kind of a NaN: unequal to everything, itself included (a fresh value each time)
 
-class _Track:
-    __slots__ = ("s", "e")
 
-    def __init__(self):
-        self.s = []
-        self.e = []
+@dataclass
+class ValidateOptions:
+    """Options of :func:`validate`.
+
+    Attributes:
+        salvage: on a truncated file, check every complete event before the cut (with a warning).
+        spill_dir: folder for the sorted runs of large traces (default: the system's temporary
+            folder); a trace whose records fit one run writes nothing.
+        sort_rows: records per sorted run (memory: ~50-64 bytes each, one run per kind at a time).
+    """
+    salvage: bool = False
+    spill_dir: str | None = None
+    sort_rows: int = SORT_ROWS
 
 
-def validate(path, salvage=False) -> dict:
-    """Validate one trace file.
+def validate(path, salvage=False, opt: ValidateOptions | None = None) -> dict:
+    """Validate one trace file (plain or gzip JSON).
 
-    Returns ``{"path", "events", "problems": {name: count}, "notices": {name: count},
-    "ok": bool, "tracks", "flows", "warnings"}``.  Raises :class:`~streamtrace.errors.TraceError` when the file is
-    not readable JSON (truncated, corrupt gzip, invalid UTF-8)."""
-    problems = dict.fromkeys(PROBLEMS, 0)
-    tracks = {}
-    flows = {}     # (cat, id) -> [n_start, n_finish, rank or None, cross]
-    r = TraceReader(path, salvage=salvage)
-    n = 0
-    for b in r.raw_batches():
-        flags = b.flags.tolist()
-        ts, dur = b.ts_ns.tolist(), b.dur_ns.tolist()
-        for i, ev in enumerate(b.events):
-            n += 1
-            if not isinstance(ev, dict):
-                problems["missing_field"] += 1
+    Returns ``{"path", "events", "problems": {name: count}, "notices": {name: count}, "ok": bool,
+    "tracks", "flows", "warnings"}`` (``tracks``: (pid, tid) tracks holding a checked ``X`` slice;
+    ``flows``: distinct flow ``(cat, id)`` keys).  Raises :class:`~streamtrace.errors.TraceError`
+    when the file is not readable JSON (truncated, corrupt gzip, invalid UTF-8 or JSON)."""
+    opt = opt or ValidateOptions(salvage=salvage)
+    reader = TraceReader(path, salvage=opt.salvage)
+    with Checker(opt) as chk:
+        for b in reader.raw_batches(decode="bounds"):
+            chk.add(b.buf, b.starts, b.ends, b.offset, reader.path)
+        rep = chk.report()
+    return {"path": str(path), "events": rep["events"], "problems": rep["problems"], "notices": rep["notices"],
+            "ok": rep["ok"], "tracks": rep["tracks"], "flows": rep["flows"], "warnings": reader.warnings}
+
+
+class Checker:
+    """The validate checks over batches of event bytes (use as a context manager, or :meth:`close`).
+
+    :meth:`add` reads a batch's fields and records it in the view ``V_IN``; :meth:`account` records
+    fields already read, in the views its ``view`` says (``streamtrace merge`` counts its input in
+    ``V_IN`` and its output in ``V_OUT`` from one read).  :meth:`report` sorts and checks.
+
+    With ``log`` (a file path) the records are appended to that file instead of being sorted:
+    the checker of one byte range of a trace, whose records :func:`replay` sorts together with
+    those of the other ranges (:meth:`counters` gives the rest of its state)."""
+
+    def __init__(self, opt: ValidateOptions | None = None, log: str | None = None):
+        opt = opt or ValidateOptions()
+        folder = opt.spill_dir or tempfile.gettempdir()
+        self.nest = ExternalSorter(NEST_DTYPE, _nest_key, opt.sort_rows, folder=folder, delta=("start", "end"))
+        self.flows = ExternalSorter(FLOW_DTYPE, _flow_key, opt.sort_rows, folder=folder, delta=("seq",))
+        self.fields = np.empty((BATCH_EVENTS, KV.NF), np.int64)
+        self.events = [0, 0]
+        self.missing = [0, 0]
+        self.negdur = [0, 0]
+        self.seq = 0
+        self.log = log
+        self._log = open(log, "wb") if log else None
+
+    def counters(self) -> dict:
+        """The counts a :func:`replay` of this checker's log needs (closes the log)."""
+        if self._log is not None:
+            self._log.close()
+        return {"log": self.log, "events": self.events, "missing": self.missing, "negdur": self.negdur,
+                "seq": self.seq}
+
+    def _put(self, which: int, rec):
+        """Sort records (``which``: 0 X slices, 1 flow ends), or append them to the log."""
+        if self._log is None:
+            (self.nest if which == 0 else self.flows).add(rec)
+            return
+        data = pack(rec, ("start", "end") if which == 0 else ("seq",))
+        self._log.write(np.array([which, len(rec), len(data)], np.int64).tobytes())
+        self._log.write(data)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        if self._log is not None:
+            self._log.close()
+        self.nest.close()
+        self.flows.close()
+
+    def read(self, buf: bytes, starts, ends, offset: int, path) -> np.ndarray:
+        """The fields (int64[n, NF], see :mod:`streamtrace.kernels.validate`) of the events
+        ``buf[starts[i]:ends[i]]``; ``offset``: file offset of ``buf[starts[0]]`` (for errors).
+        Raises :class:`~streamtrace.errors.TraceError` for an event that is not valid JSON."""
+        n = len(starts)
+        if len(self.fields) < n:
+            self.fields = np.empty((n, KV.NF), np.int64)
+        f = self.fields[:n]
+        arr = np.frombuffer(buf, np.uint8)
+        KV.event_fields(arr, starts, ends, f)
+        for i in np.flatnonzero(f[:, KV.C_PY]).tolist():
+            s, e = int(starts[i]), int(ends[i])
+            f[i] = fields_of_event(arr, buf, s, e, path, offset + s - int(starts[0]))
+        return f
+
+    def add(self, buf: bytes, starts, ends, offset: int, path):
+        """Read and record one batch (view ``V_IN``)."""
+        self.account(self.read(buf, starts, ends, offset, path), KV.V_IN)
+
+    def account(self, f: np.ndarray, view, out_fields: np.ndarray | None = None):
+        """Record events with fields ``f``: ``view`` (int, or int64 array per event) holds V_IN and/or
+        V_OUT bits.  ``out_fields`` (same shape), when given, are what the V_OUT view sees (merge's
+        rewritten events) and the records' track and flow keys and times come from them; the caller
+        guarantees that on the events of both views the V_IN keys are a one-to-one relabelling of
+        the V_OUT keys and the V_IN times a constant shift of the V_OUT times."""
+        n = len(f)
+        view = np.broadcast_to(np.asarray(view, np.int64), (n,))
+        x_view = np.zeros(n, np.int64)
+        fl_view = np.zeros(n, np.int64)
+        for v, g in ((0, f), (1, f if out_fields is None else out_fields)):
+            mine = (view >> v) & 1 == 1
+            if not mine.any():
                 continue
-            ph = ev.get("ph")
-            if ph is None or "pid" not in ev or "tid" not in ev or not flags[i] & 1 or flags[i] & 4:
-                problems["missing_field"] += 1
-                continue
-            if ph == "X":
-                if not flags[i] & 2 or flags[i] & 8 or dur[i] < 0:
-                    problems["negative_dur"] += 1
-                    continue
-                key = (_h(ev["pid"]), _h(ev["tid"]))
-                t = tracks.get(key)
-                if t is None:
-                    t = tracks[key] = _Track()
-                t.s.append(ts[i])
-                t.e.append(ts[i] + dur[i])
-            elif ph in ("s", "f"):
-                k = (ev.get("cat"), _h(ev.get("id")))
-                args = ev.get("args")
-                rank = args.get("rank") if isinstance(args, dict) else None
-                rec = flows.get(k)
-                if rec is None:
-                    rec = flows[k] = [0, 0, rank, False]
-                rec[0 if ph == "s" else 1] += 1
-                if rank is not None and rec[2] is not None and rank != rec[2]:
-                    rec[3] = True
-    notices = dict.fromkeys(NOTICES, 0)
-    for rec in flows.values():
-        if rec[0] == 0 or rec[1] == 0:
-            notices["unmatched_flow"] += 1
-        if rec[0] > 1 or rec[1] > 1:
-            problems["duplicate_flow"] += 1
-        if rec[3]:
-            problems["cross_rank_flow"] += 1
-    for t in tracks.values():
-        s, e = sort_track(np.asarray(t.s, np.int64), np.asarray(t.e, np.int64))
-        problems["bad_nesting"] += int(count_bad_nesting(s, e))
-    return {"path": str(path), "events": n, "problems": problems, "notices": notices, "ok": not any(problems.values()),
-            "tracks": len(tracks), "flows": len(flows), "warnings": r.warnings}
+            (missing, negdur), x_ok, flow = _classify(g)
+            self.events[v] += int(np.count_nonzero(mine))
+            self.missing[v] += int(np.count_nonzero(missing & mine))
+            self.negdur[v] += int(np.count_nonzero(negdur & mine))
+            x_view |= (x_ok & mine).astype(np.int64) << v
+            fl_view |= (flow & mine).astype(np.int64) << v
+        seq = self.seq + np.arange(n, dtype=np.int64)
+        self.seq += n
+        self._records(f if out_fields is None else out_fields, seq, x_view, fl_view)
+
+    def _records(self, f, seq, x_view, fl_view):
+        rows = np.flatnonzero(x_view)
+        if len(rows):
+            g = f[rows]
+            rec = np.empty(len(rows), NEST_DTYPE)
+            rec["tkind"] = g[:, KV.C_PIDK] * 8 + g[:, KV.C_TIDK]
+            rec["pid"] = g[:, KV.C_PIDV]
+            rec["tid"] = g[:, KV.C_TIDV]
+            rec["start"] = g[:, KV.C_TS]
+            rec["end"] = g[:, KV.C_TS] + g[:, KV.C_DUR]
+            rec["view"] = x_view[rows]
+            self._put(0, rec)
+        rows = np.flatnonzero(fl_view)
+        if len(rows):
+            g = f[rows]
+            rec = np.empty(len(rows), FLOW_DTYPE)
+            rec["kinds"] = g[:, KV.C_CATK] * 8 + g[:, KV.C_IDK]
+            rec["cat"] = g[:, KV.C_CATV]
+            rec["id"] = g[:, KV.C_IDV]
+            rec["seq"] = seq[rows]
+            rec["ph"] = g[:, KV.C_PH]
+            rec["rankk"] = g[:, KV.C_RANKK]
+            rec["rank"] = g[:, KV.C_RANKV]
+            rec["view"] = fl_view[rows]
+            self._put(1, rec)
+
+    def report(self, v: int = 0) -> dict:
+        """Sort and check the records; ``{"events", "problems", "notices", "ok", "tracks", "flows"}``
+        of view ``v`` (0: V_IN, 1: V_OUT) — :meth:`reports` gives both."""
+        return self.reports()[v]
+
+    def reports(self) -> list[dict]:
+        """Both views' reports (see :meth:`report`); the records are consumed."""
+        nest = _run_nesting(self.nest)
+        flows = _run_flows(self.flows)
+        out = []
+        for v in range(2):
+            problems = {"missing_field": self.missing[v], "negative_dur": self.negdur[v],
+                        "duplicate_flow": int(flows[v, 2]), "cross_rank_flow": int(flows[v, 3]),
+                        "bad_nesting": int(nest[v][0])}
+            out.append({"events": self.events[v], "problems": problems,
+                        "notices": {"unmatched_flow": int(flows[v, 1])}, "ok": not any(problems.values()),
+                        "tracks": int(nest[v][1]), "flows": int(flows[v, 0])})
+        return out
 
 
-def _h(v):
-    return v if isinstance(v, (int, str, float)) or v is None else repr(v)
+def replay(parts: list, opt: ValidateOptions | None = None) -> Checker:
+    """A checker holding the records of several byte ranges of one trace, in file order:
+    ``parts`` are the ranges' :meth:`Checker.counters` (their logs are read, not removed).
+    Call :meth:`Checker.reports` on it."""
+    chk = Checker(opt)
+    for p in parts:
+        for v in range(2):
+            chk.events[v] += p["events"][v]
+            chk.missing[v] += p["missing"][v]
+            chk.negdur[v] += p["negdur"][v]
+        with open(p["log"], "rb") as f:
+            while True:
+                head = f.read(24)
+                if not head:
+                    break
+                which, n, size = np.frombuffer(head, np.int64).tolist()
+                if which == 0:
+                    chk.nest.add(unpack(f.read(size), NEST_DTYPE, n, ("start", "end")))
+                else:
+                    rec = unpack(f.read(size), FLOW_DTYPE, n, ("seq",))
+                    rec["seq"] += chk.seq
+                    chk.flows.add(rec)
+        chk.seq += p["seq"]
+    return chk
+
+
+def _classify(f):
+    """``((missing, negative_dur), x_ok, flow)`` boolean masks of fields ``f`` (the checks'
+    order: a missing field first, then an X event's duration)."""
+    ph = f[:, KV.C_PH]
+    tfl = f[:, KV.C_TFLAGS]
+    missing = ((ph == KV.PH_NONE) | (f[:, KV.C_PIDK] == KV.ABSENT) | (f[:, KV.C_TIDK] == KV.ABSENT)
+               | ((tfl & K.HAS_TS) == 0) | ((tfl & K.TS_BAD) != 0))
+    x = ~missing & (ph == KV.PH_X)
+    negdur = x & (((tfl & K.HAS_DUR) == 0) | ((tfl & K.DUR_BAD) != 0) | (f[:, KV.C_DUR] < 0))
+    flow = ~missing & ((ph == KV.PH_S) | (ph == KV.PH_F))
+    return (missing, negdur), x & ~negdur, flow
+
+
+def _nest_key(r):
+    return [r["tkind"], r["pid"], r["tid"], r["start"], -r["end"]]
+
+
+def _flow_key(r):
+    return [r["kinds"], r["cat"], r["id"], r["seq"]]
+
+
+def _col(c, name):
+    return np.ascontiguousarray(c[name])
+
+
+def _run_nesting(sorter) -> list:
+    """``[(bad, tracks) per view]`` from the sorted X records."""
+    state = np.zeros(12, np.int64)
+    stacks = np.empty((2, 1024), np.int64)
+    for c in sorter.chunks():
+        cols = [_col(c, k) for k in ("tkind", "pid", "tid", "start", "end", "view")]
+        at = 0
+        while at < len(c):
+            at += KV.nesting_chunk(*(a[at:] for a in cols), state, stacks)
+            if at < len(c):
+                grown = np.empty((2, 2 * stacks.shape[1]), np.int64)
+                grown[:, :stacks.shape[1]] = stacks
+                stacks = grown
+    return [(state[6], state[8]), (state[7], state[9])]
+
+
+def _run_flows(sorter) -> np.ndarray:
+    """int64[2, 4] per view: flow keys, unmatched, duplicate, cross-rank (see flow_chunk)."""
+    state = np.zeros(16, np.int64)
+    counts = np.zeros((2, 4), np.int64)
+    for c in sorter.chunks():
+        KV.flow_chunk(*(_col(c, k) for k in ("kinds", "cat", "id", "ph", "rankk", "rank", "view")), state, counts)
+    KV.flow_close(state, counts)
+    return counts
+
+
+# -- the events the kernel leaves to Python -------------------------------------------
+
+def fields_of_event(arr, buf: bytes, s: int, e: int, path, offset: int) -> np.ndarray:
+    """The fields of the event ``buf[s:e]`` decoded in Python (``arr``: ``buf`` as uint8), as
+    :func:`streamtrace.kernels.validate.event_fields` would read them; the plain-Python twin of
+    that kernel.  ts/dur and their flags are read by the byte scanner, exactly as for a batch.
+    Raises :class:`~streamtrace.errors.TraceError` for invalid JSON (at file ``offset``)."""
+    one = [np.zeros(1, np.int64) for _ in range(4)]
+    flags = np.zeros(1, np.uint8)
+    K.scan_events(arr, s, e, one[0], one[1], one[2], one[3], flags, np.zeros(1, np.int64))
+    raw = buf[s:e]
+    ev = decode_value(raw, path, offset) if flags[0] & K.BIG_INT else loads(raw, path, offset)
+    return fields_from_dict(ev, int(one[2][0]), int(one[3][0]), int(flags[0]))
+
+
+def fields_from_dict(ev: dict, ts: int, dur: int, flags: int) -> np.ndarray:
+    """Fields (int64[NF]) of a decoded event; ``ts``/``dur`` int64 ns and the scanner's
+    ``flags`` (HAS_TS, HAS_DUR, TS_BAD, DUR_BAD)."""
+    row = np.zeros(KV.NF, np.int64)
+    ph = ev.get("ph")
+    row[KV.C_PH] = (KV.PH_NONE if ph is None else KV.PH_X if ph == "X" else KV.PH_S if ph == "s"
+                    else KV.PH_F if ph == "f" else KV.PH_OTHER)
+    for key, ck, cv in (("pid", KV.C_PIDK, KV.C_PIDV), ("tid", KV.C_TIDK, KV.C_TIDV),
+                        ("cat", KV.C_CATK, KV.C_CATV), ("id", KV.C_IDK, KV.C_IDV)):
+        if key in ev:
+            row[ck], row[cv] = key_of(ev[key])
+    args = ev.get("args")
+    if isinstance(args, dict) and "rank" in args:
+        row[KV.C_RANKK], row[KV.C_RANKV] = rank_of(args["rank"])
+    row[KV.C_TS], row[KV.C_DUR] = ts, dur
+    row[KV.C_TFLAGS] = flags & (K.HAS_TS | K.HAS_DUR | K.TS_BAD | K.DUR_BAD)
+    return row
+
+
+def fnv1a_text(data: bytes) -> int:
+    """64-bit FNV-1a of ``data`` as int64 (the kernels' string hash,
+    :func:`streamtrace.kernels.extract.fnv1a`)."""
+    h = 14695981039346656037
+    for c in data:
+        h = ((h ^ c) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return h - (1 << 64) if h >= 1 << 63 else h
+
+
+_NAN_SEQ = [0]
+
+
+def key_of(v) -> tuple:
+    """Canonical ``(kind, value)`` of a pid, tid, cat or flow id as the checks compare them:
+    Python equality of the value, containers by their ``repr`` text (as a string)."""
+    if v is None:
+        return KV.NULL, 0
+    if isinstance(v, bool):
+        return KV.INT, int(v)
+    if isinstance(v, int):
+        return (KV.INT, v) if -(1 << 63) <= v < (1 << 63) else (KV.OTHER, fnv1a_text(b"i%d" % v))
+    if isinstance(v, float):
+        if math.isnan(v):
+            _NAN_SEQ[0] += 1
+            return NAN, _NAN_SEQ[0]
+        if v.is_integer():
+            return key_of(int(v))
+        return KV.FLOAT, struct.unpack("<q", struct.pack("<d", v))[0]
+    if isinstance(v, str):
+        return KV.STR, fnv1a_text(v.encode("utf-8", "surrogatepass"))
+    return key_of(repr(v))
+
+
+def rank_of(v) -> tuple:
+    """Canonical ``(kind, value)`` of ``args.rank``: equal pairs for Python-equal values (containers
+    by their content: integral floats as ints, dict keys sorted; anything holding a NaN is unequal
+    to everything)."""
+    if isinstance(v, (list, dict)):
+        try:
+            text = orjson.dumps(_plain(v), option=orjson.OPT_SORT_KEYS)
+        except _Unequal:
+            return key_of(math.nan)
+        return KV.OTHER, fnv1a_text(b"c" + text)
+    return key_of(v)
+
+
+class _Unequal(Exception):
+    pass
+
+
+def _plain(v):
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, float):
+        if math.isnan(v):
+            raise _Unequal
+        return int(v) if v.is_integer() else v
+    if isinstance(v, bool):
+        return int(v)
+    return v

@@ -1,0 +1,303 @@
+"""Numba kernels of ``streamtrace validate``: the fields each check needs, read from raw event
+bytes (:func:`event_fields`), and the two checks that need events in order, run over sorted
+chunks with their state carried from chunk to chunk (:func:`nesting_chunk`, :func:`flow_chunk`).
+
+Plain-Python twins: :mod:`streamtrace.kernels.reference.validate`.
+
+**Canonical values.**  The checks compare ``pid``, ``tid``, ``cat``, flow ``id`` and ``args.rank``
+as Python compares the decoded values (``1 == 1.0 == true``), so each is reduced to a
+``(kind, value)`` pair of int64: ``ABSENT`` (no such member), ``NULL``, ``INT`` (integers that fit
+int64, booleans as 0/1, integral floats), ``STR`` (64-bit FNV-1a hash of the UTF-8 text), ``FLOAT``
+(other finite or infinite floats: the float64 bits), ``OTHER`` (anything else: a 64-bit hash of a
+canonical text, computed in Python).  This kernel reads integer literals, ``true``/``false``/``null``
+and strings without a backslash; every other value, and any event whose shape the member walk
+does not know (escaped keys, a repeated member the checks read, more than 64 members, invalid
+JSON), is marked ``PY`` for Python to decode (:mod:`streamtrace.trace.validate`).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .extract import fnv1a, int_literal
+from .jsoncheck import MAX_DEPTH, MEMBERS_CAP, bytes_equal, event_members
+from .scan import DUR_BAD, HAS_DUR, HAS_TS, TS_BAD, parse_ns
+
+__all__ = ["ABSENT", "NULL", "INT", "STR", "FLOAT", "OTHER", "PH_NONE", "PH_X", "PH_S", "PH_F", "PH_OTHER",
+           "NF", "C_PH", "C_PIDK", "C_PIDV", "C_TIDK", "C_TIDV", "C_TS", "C_DUR", "C_TFLAGS", "C_CATK", "C_CATV",
+           "C_IDK", "C_IDV", "C_RANKK", "C_RANKV", "C_PY", "event_fields", "nesting_chunk", "flow_chunk", "flow_close",
+           "V_IN", "V_OUT"]
+
+# value kinds
+ABSENT, NULL, INT, STR, FLOAT, OTHER = 0, 1, 2, 3, 4, 5
+# ph codes: PH_NONE = absent or null (a missing field)
+PH_NONE, PH_X, PH_S, PH_F, PH_OTHER = 0, 1, 2, 3, 4
+
+# columns of event_fields' output (int64[n, NF])
+(C_PH, C_PIDK, C_PIDV, C_TIDK, C_TIDV, C_TS, C_DUR, C_TFLAGS, C_CATK, C_CATV, C_IDK, C_IDV, C_RANKK, C_RANKV,
+ C_PY) = range(15)
+NF = 15
+
+# view bits of a record (nesting_chunk / flow_chunk): which report counts it
+V_IN = 1       # the trace as read (streamtrace validate; merge: its input)
+V_OUT = 2      # merge: the event as written to the output
+
+
+def _lit(s):
+    return np.frombuffer(s.encode(), np.uint8).copy()
+
+
+K_PH, K_PID, K_TID, K_TS, K_DUR, K_CAT, K_ID, K_ARGS, K_RANK = (_lit(s) for s in (
+    "ph", "pid", "tid", "ts", "dur", "cat", "id", "args", "rank"))
+_TRUE = _lit("true")
+_FALSE = _lit("false")
+_NULL = _lit("null")
+
+
+@njit(cache=True, inline="always")
+def _value(buf, vs, ve, out, i, ck, cv):
+    """Canonical (kind, value) of the JSON value buf[vs:ve] into out[i, ck], out[i, cv];
+    False when Python must decode it."""
+    c = buf[vs]
+    if c == 34:
+        for j in range(vs + 1, ve - 1):
+            if buf[j] == 92:
+                return False
+        out[i, ck] = STR
+        out[i, cv] = fnv1a(buf, vs + 1, ve - 1)
+        return True
+    if c == 45 or 48 <= c <= 57:
+        v, ok = int_literal(buf, vs, ve)
+        if not ok:
+            return False
+        out[i, ck] = INT
+        out[i, cv] = v
+        return True
+    if bytes_equal(buf, vs, ve, _TRUE):
+        out[i, ck] = INT
+        out[i, cv] = 1
+        return True
+    if bytes_equal(buf, vs, ve, _FALSE):
+        out[i, ck] = INT
+        out[i, cv] = 0
+        return True
+    if bytes_equal(buf, vs, ve, _NULL):
+        out[i, ck] = NULL
+        out[i, cv] = 0
+        return True
+    return False
+
+
+@njit(cache=True, inline="always")
+def _time(buf, vs, ve, out, i, has, bad, col):
+    """ts/dur as :func:`streamtrace.kernels.scan.scan_events` reads them (a number text read
+    exactly into int64 ns, else the BAD bit)."""
+    f = out[i, C_TFLAGS] | has
+    c = buf[vs]
+    if c == 45 or 48 <= c <= 57:
+        ok, v, _ = parse_ns(buf, vs, ve)
+        if ok:
+            out[i, col] = v
+        else:
+            f |= bad
+    else:
+        f |= bad
+    out[i, C_TFLAGS] = f
+
+
+@njit(cache=True)
+def event_fields(buf, starts, ends, out):
+    """Fill ``out`` (int64[n, NF], n >= len(starts)) with the fields of each event ``buf[starts[i]:
+    ends[i]]`` (uint8 bytes): ``C_PH`` (PH_* code), ``(C_PIDK, C_PIDV)``, ``(C_TIDK, C_TIDV)``,
+    ``(C_CATK, C_CATV)``, ``(C_IDK, C_IDV)`` and ``(C_RANKK, C_RANKV)`` (args.rank; ABSENT when args
+    is absent or not an object) as canonical (kind, value) pairs; ``C_TS``/``C_DUR`` (int64 ns) and
+    ``C_TFLAGS`` (HAS_TS, HAS_DUR, TS_BAD, DUR_BAD of :mod:`streamtrace.kernels.scan`); ``C_PY`` 1 when
+    Python must decode the event instead (the other columns are then undefined).  The event's JSON
+    is checked strictly (:func:`streamtrace.kernels.jsoncheck.event_members`); invalid JSON is
+    left to Python (C_PY), whose decoder reports it.  O(bytes)."""
+    n = starts.shape[0]
+    vstack = np.zeros(MAX_DEPTH, np.uint8)
+    mem = np.empty((MEMBERS_CAP, 4), np.int64)
+    amem = np.empty((MEMBERS_CAP, 4), np.int64)
+    for i in range(n):
+        for c in range(NF):
+            out[i, c] = 0
+        nm, na, arow = event_members(buf, starts[i], ends[i], vstack, mem, amem, K_ARGS)
+        if nm < 0:
+            out[i, C_PY] = 1
+            continue
+        seen = 0
+        py = False
+        ph = PH_NONE
+        for r in range(nm):
+            ks, ke, vs, ve = mem[r, 0], mem[r, 1], mem[r, 2], mem[r, 3]
+            L = ke - ks
+            if L > 4 or r == arow:
+                continue
+            if L == 2:
+                if bytes_equal(buf, ks, ke, K_PH):
+                    bit = 1
+                    if buf[vs] == 34:
+                        if ve - vs == 3 and buf[vs + 1] == 88:
+                            ph = PH_X
+                        elif ve - vs == 3 and buf[vs + 1] == 115:
+                            ph = PH_S
+                        elif ve - vs == 3 and buf[vs + 1] == 102:
+                            ph = PH_F
+                        else:
+                            ph = PH_OTHER
+                            for j in range(vs + 1, ve - 1):
+                                py |= buf[j] == 92          # an escape may spell "X"
+                    elif bytes_equal(buf, vs, ve, _NULL):
+                        ph = PH_NONE
+                    else:
+                        ph = PH_OTHER
+                elif bytes_equal(buf, ks, ke, K_TS):
+                    bit = 2
+                    _time(buf, vs, ve, out, i, HAS_TS, TS_BAD, C_TS)
+                elif bytes_equal(buf, ks, ke, K_ID):
+                    bit = 4
+                    py |= not _value(buf, vs, ve, out, i, C_IDK, C_IDV)
+                else:
+                    continue
+            elif L == 3:
+                if bytes_equal(buf, ks, ke, K_PID):
+                    bit = 8
+                    py |= not _value(buf, vs, ve, out, i, C_PIDK, C_PIDV)
+                elif bytes_equal(buf, ks, ke, K_TID):
+                    bit = 16
+                    py |= not _value(buf, vs, ve, out, i, C_TIDK, C_TIDV)
+                elif bytes_equal(buf, ks, ke, K_DUR):
+                    bit = 32
+                    _time(buf, vs, ve, out, i, HAS_DUR, DUR_BAD, C_DUR)
+                elif bytes_equal(buf, ks, ke, K_CAT):
+                    bit = 64
+                    py |= not _value(buf, vs, ve, out, i, C_CATK, C_CATV)
+                else:
+                    continue
+            else:
+                continue
+            py |= (seen & bit) != 0            # a repeated member: Python's decoder says which wins
+            seen |= bit
+        for r in range(max(na, 0)):
+            if bytes_equal(buf, amem[r, 0], amem[r, 1], K_RANK):
+                if out[i, C_RANKK] != ABSENT:          # a second "rank"
+                    py = True
+                elif not _value(buf, amem[r, 2], amem[r, 3], out, i, C_RANKK, C_RANKV):
+                    py = True
+        out[i, C_PH] = ph
+        if py:
+            out[i, C_PY] = 1
+
+
+@njit(cache=True)
+def nesting_chunk(tkind, pidv, tidv, start, end, view, state, stacks):
+    """The slice-nesting check over one chunk of X events sorted by track ``(tkind, pidv, tidv)``,
+    then ``start`` ascending, then ``end`` descending (int64 arrays, ns), with the state carried
+    from the previous chunk.  Each record counts in the views of its ``view`` bits (V_IN, V_OUT):
+    one stack per view, as :func:`streamtrace.kernels.nesting.count_bad_nesting` builds for one
+    track (a slice starting inside the top of the stack must end no later than it, else it is
+    counted bad and not pushed).
+
+    ``state``: int64[12]: [0] 1 once a track was seen, [1..3] the current track, [4] depth of the
+    V_IN stack, [5] of the V_OUT stack, [6] bad V_IN, [7] bad V_OUT, [8] tracks V_IN, [9] tracks
+    V_OUT (running totals), [10], [11] 1 once the current track had a V_IN / V_OUT record.
+    ``stacks``: int64[2, cap] (ends of the open slices per view).  Returns the number of records
+    consumed: less than ``len(start)`` when a stack is full (grow ``stacks`` and call again on the
+    rest).  O(n) amortised."""
+    n = start.shape[0]
+    cap = stacks.shape[1]
+    for i in range(n):
+        if state[0] == 0 or tkind[i] != state[1] or pidv[i] != state[2] or tidv[i] != state[3]:
+            state[0] = 1
+            state[1] = tkind[i]
+            state[2] = pidv[i]
+            state[3] = tidv[i]
+            state[4] = 0
+            state[5] = 0
+            state[10] = 0
+            state[11] = 0
+        s = start[i]
+        e = end[i]
+        for v in range(2):
+            if not view[i] & (1 << v):
+                continue
+            if state[10 + v] == 0:
+                state[10 + v] = 1
+                state[8 + v] += 1
+            top = state[4 + v]
+            while top > 0 and stacks[v, top - 1] <= s:
+                top -= 1
+            if top > 0 and e > stacks[v, top - 1]:
+                state[6 + v] += 1
+            else:
+                if top >= cap:
+                    state[4 + v] = top
+                    return i
+                stacks[v, top] = e
+                top += 1
+            state[4 + v] = top
+    return n
+
+
+@njit(cache=True)
+def flow_chunk(kinds, catv, idv, ph, rankk, rankv, view, state, counts):
+    """Flow ends grouped by key ``(kinds, catv, idv)`` (sorted by key, then file order), with the
+    state of the key in progress carried from the previous chunk.  Per key and view (V_IN, V_OUT):
+    the ``s`` and ``f`` ends (``ph``: PH_S / PH_F) and whether any end's ``args.rank`` ``(rankk,
+    rankv)`` (ABSENT or NULL: none) differs from the rank of the key's first end of that view,
+    when that one has a rank (Python equality of the canonical pairs).
+
+    ``state``: int64[16]: [0] 1 once a key was seen, [1..3] the key, then per view v at
+    4 + 6*v: s ends, f ends, 1 when the view had an end, first rank kind, first rank value, cross.
+    ``counts``: int64[2, 4] running totals per view: keys, unmatched keys (no ``s`` or no ``f``),
+    duplicate keys (more than one ``s`` or ``f``), cross-rank keys.  After the last chunk, close the
+    last key with :func:`flow_close`.  Returns ``len(kinds)``.  O(n)."""
+    n = kinds.shape[0]
+    for i in range(n):
+        if state[0] == 0 or kinds[i] != state[1] or catv[i] != state[2] or idv[i] != state[3]:
+            if state[0] != 0:
+                flow_close(state, counts)
+            state[0] = 1
+            state[1] = kinds[i]
+            state[2] = catv[i]
+            state[3] = idv[i]
+            for q in range(4, 16):
+                state[q] = 0
+        for v in range(2):
+            if not view[i] & (1 << v):
+                continue
+            b = 4 + 6 * v
+            if ph[i] == PH_S:
+                state[b] += 1
+            else:
+                state[b + 1] += 1
+            rk = rankk[i]
+            if state[b + 2] == 0:
+                state[b + 2] = 1
+                state[b + 3] = rk
+                state[b + 4] = rankv[i]
+            elif rk != ABSENT and rk != NULL and state[b + 3] != ABSENT and state[b + 3] != NULL and \
+                    (rk != state[b + 3] or rankv[i] != state[b + 4]):
+                state[b + 5] = 1
+    return n
+
+
+@njit(cache=True)
+def flow_close(state, counts):
+    """Add the key in progress of :func:`flow_chunk`'s ``state`` to ``counts`` and forget it
+    (call once after the last chunk)."""
+    if state[0] == 0:
+        return
+    for v in range(2):
+        b = 4 + 6 * v
+        if state[b + 2] == 0:
+            continue
+        counts[v, 0] += 1
+        if state[b] == 0 or state[b + 1] == 0:
+            counts[v, 1] += 1
+        if state[b] > 1 or state[b + 1] > 1:
+            counts[v, 2] += 1
+        if state[b + 5]:
+            counts[v, 3] += 1
+    state[0] = 0
