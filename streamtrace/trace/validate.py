@@ -46,7 +46,7 @@ NEST_DTYPE = np.dtype([("tkind", "i8"), ("pid", "i8"), ("tid", "i8"), ("start", 
 FLOW_DTYPE = np.dtype([("kinds", "i8"), ("cat", "i8"), ("id", "i8"), ("seq", "i8"), ("ph", "i8"),
                        ("rankk", "i8"), ("rank", "i8"), ("view", "i8")])
 SORT_ROWS = 1 << 16          # records per sorted run (one run per kind in memory at a time)
-NAN = 6                      # kind of a NaN: unequal to everything, itself included (a fresh value each time)
+NAN = 6                      # kind of a NaN
 
 
 @dataclass
@@ -346,8 +346,9 @@ _NAN_SEQ = [0]
 
 
 def key_of(v) -> tuple:
-    """Canonical ``(kind, value)`` of a pid, tid, cat or flow id as the checks compare them:
-    Python equality of the value, containers by their ``repr`` text (as a string)."""
+    """Canonical ``(kind, value)`` of a pid, tid, cat or flow id as the checks compare them, as
+    dict keys: Python equality of the value, containers by their ``repr`` text (as a string).  A
+    NaN is one key (the decoder gives every ``NaN`` the same object, which a dict finds again)."""
     if v is None:
         return KV.NULL, 0
     if isinstance(v, bool):
@@ -356,8 +357,7 @@ def key_of(v) -> tuple:
         return (KV.INT, v) if -(1 << 63) <= v < (1 << 63) else (KV.OTHER, fnv1a_text(b"i%d" % v))
     if isinstance(v, float):
         if math.isnan(v):
-            _NAN_SEQ[0] += 1
-            return NAN, _NAN_SEQ[0]
+            return NAN, 0
         if v.is_integer():
             return key_of(int(v))
         return KV.FLOAT, struct.unpack("<q", struct.pack("<d", v))[0]
@@ -367,20 +367,16 @@ def key_of(v) -> tuple:
 
 
 def rank_of(v) -> tuple:
-    """Canonical ``(kind, value)`` of ``args.rank``: equal pairs for Python-equal values (containers
-    by their content: integral floats as ints, dict keys sorted; anything holding a NaN is unequal
-    to everything)."""
+    """Canonical ``(kind, value)`` of ``args.rank``: equal pairs for values that ``!=`` finds equal
+    (containers by their content: integral floats as ints, dict keys sorted).  A NaN is unequal to
+    everything (a fresh value each time); inside a container it equals itself (the decoder gives
+    every NaN one object, which container comparison finds identical)."""
     if isinstance(v, (list, dict)):
-        try:
-            text = orjson.dumps(_plain(v), option=orjson.OPT_SORT_KEYS)
-        except _Unequal:
-            return key_of(math.nan)
-        return KV.OTHER, fnv1a_text(b"c" + text)
+        return KV.OTHER, fnv1a_text(b"c" + orjson.dumps(_plain(v), option=orjson.OPT_SORT_KEYS))
+    if isinstance(v, float) and math.isnan(v):
+        _NAN_SEQ[0] += 1
+        return NAN, _NAN_SEQ[0]
     return key_of(v)
-
-
-class _Unequal(Exception):
-    pass
 
 
 def _plain(v):
@@ -390,7 +386,7 @@ def _plain(v):
         return {k: _plain(x) for k, x in v.items()}
     if isinstance(v, float):
         if math.isnan(v):
-            raise _Unequal
+            return "\0nan"
         return int(v) if v.is_integer() else v
     if isinstance(v, bool):
         return int(v)

@@ -7,7 +7,9 @@ Twins that are also production code stay beside their callers and are listed her
 :func:`streamtrace.events.columns.columns_from_dicts` (of
 :func:`streamtrace.kernels.extract.extract_columns`), :func:`streamtrace.merge.rank.rewrite_dict`
 (of :func:`streamtrace.kernels.rewrite.rewrite_events`; merge uses it for the events the kernel
-hands back), and ``json.loads`` (of :mod:`streamtrace.kernels.jsoncheck`).
+hands back), :func:`streamtrace.trace.validate.fields_from_dict` (of
+:func:`streamtrace.kernels.validate.event_fields`; validate uses it for the events the kernel
+leaves to Python), and ``json.loads`` (of :mod:`streamtrace.kernels.jsoncheck`).
 """
 from .ancestry import *  # noqa: F401,F403
 from .ancestry import __all__ as _ancestry
@@ -17,5 +19,7 @@ from .nesting import *  # noqa: F401,F403
 from .nesting import __all__ as _nesting
 from .tree import *  # noqa: F401,F403
 from .tree import __all__ as _tree
+from .validate import *  # noqa: F401,F403
+from .validate import __all__ as _validate
 
-__all__ = [*_intervals, *_tree, *_nesting, *_ancestry]
+__all__ = [*_intervals, *_tree, *_nesting, *_ancestry, *_validate]
