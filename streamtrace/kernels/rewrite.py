@@ -19,6 +19,7 @@ from numba import njit
 
 from .jsoncheck import MAX_DEPTH, MEMBERS_CAP, bytes_equal, event_members
 from .scan import parse_ns
+from .validate import member_fields
 
 __all__ = ["OK", "UNKNOWN_PID", "NEED_PYTHON", "OUT_FULL", "KIND_CPU", "KIND_GPU", "KIND_OTHER", "ID_LIMIT",
            "K_RAW", "rewrite_events"]
@@ -151,9 +152,11 @@ def _value_ns(buf, s, e):
 def rewrite_events(buf, starts, ends, i, n, out, o, state,
                    pid_text, pid_off, pid_new, pid_kind, pid_used, npids,
                    drop_text, drop_off, ndrop,
-                   rank, shift_ns, gpu_only, has_window, lo, hi, info, kept):
+                   rank, shift_ns, gpu_only, has_window, lo, hi, info, kept, fields):
     """Rewrite events ``i .. n-1`` of a batch into ``out`` starting at ``o``; ``kept[j]`` (uint8,
-    length >= n) is set to 1 for each event j written (left as it is for the others).
+    length >= n) is set to 1 for each event j written (left as it is for the others); when
+    ``fields`` has rows (int64[n, NF]), row j gets event j's validate fields
+    (:func:`streamtrace.kernels.validate.member_fields`, read from the same member walk).
 
     ``ts``/``dur`` are read from their number text here (exact int64 ns, as
     :func:`streamtrace.kernels.scan.scan_events` reads them), so the batch needs
@@ -170,6 +173,7 @@ def rewrite_events(buf, starts, ends, i, n, out, o, state,
     ``out`` cannot take event ``i``.  Counts written events in ``state[1]``.
     """
     cap = out.shape[0]
+    want_fields = fields.shape[0] > 0
     spans = np.empty((8, 3), np.int64)
     vstack = np.zeros(MAX_DEPTH, np.uint8)
     mem = np.empty((MEMBERS_CAP, 4), np.int64)
@@ -181,6 +185,8 @@ def rewrite_events(buf, starts, ends, i, n, out, o, state,
             return i, o, OUT_FULL
         # -- validate and locate the fields in one pass -------------------------
         nm, na, arow = event_members(buf, s, e, vstack, mem, amem, K_ARGS)
+        if want_fields:
+            member_fields(buf, nm, na, arow, mem, amem, fields, i)
         if nm < 0:
             return i, o, NEED_PYTHON             # Python decodes it (and reports invalid JSON)
         ph_s = ph_e = pid_s = pid_e = ts_s = ts_e = dur_s = dur_e = id_s = id_e = -1

@@ -25,7 +25,7 @@ from .scan import DUR_BAD, HAS_DUR, HAS_TS, TS_BAD, parse_ns
 
 __all__ = ["ABSENT", "NULL", "INT", "STR", "FLOAT", "OTHER", "PH_NONE", "PH_X", "PH_S", "PH_F", "PH_OTHER",
            "NF", "C_PH", "C_PIDK", "C_PIDV", "C_TIDK", "C_TIDV", "C_TS", "C_DUR", "C_TFLAGS", "C_CATK", "C_CATV",
-           "C_IDK", "C_IDV", "C_RANKK", "C_RANKV", "C_PY", "event_fields", "nesting_chunk", "flow_chunk", "flow_close",
+           "C_IDK", "C_IDV", "C_RANKK", "C_RANKV", "C_PY", "event_fields", "member_fields", "nesting_chunk", "flow_chunk", "flow_close",
            "V_IN", "V_OUT"]
 
 # value kinds
@@ -120,74 +120,83 @@ def event_fields(buf, starts, ends, out):
     mem = np.empty((MEMBERS_CAP, 4), np.int64)
     amem = np.empty((MEMBERS_CAP, 4), np.int64)
     for i in range(n):
-        for c in range(NF):
-            out[i, c] = 0
         nm, na, arow = event_members(buf, starts[i], ends[i], vstack, mem, amem, K_ARGS)
-        if nm < 0:
-            out[i, C_PY] = 1
+        member_fields(buf, nm, na, arow, mem, amem, out, i)
+
+
+@njit(cache=True)
+def member_fields(buf, nm, na, arow, mem, amem, out, i):
+    """Row ``i`` of :func:`event_fields`' ``out`` from the result of
+    :func:`streamtrace.kernels.jsoncheck.event_members` for that event (``nm``, ``na``, ``arow``,
+    ``mem``, ``amem``; members of ``args``): for kernels that walk the members anyway (merge's
+    rewrite)."""
+    for c in range(NF):
+        out[i, c] = 0
+    if nm < 0:
+        out[i, C_PY] = 1
+        return
+    seen = 0
+    py = False
+    ph = PH_NONE
+    for r in range(nm):
+        ks, ke, vs, ve = mem[r, 0], mem[r, 1], mem[r, 2], mem[r, 3]
+        L = ke - ks
+        if L > 4 or r == arow:
             continue
-        seen = 0
-        py = False
-        ph = PH_NONE
-        for r in range(nm):
-            ks, ke, vs, ve = mem[r, 0], mem[r, 1], mem[r, 2], mem[r, 3]
-            L = ke - ks
-            if L > 4 or r == arow:
-                continue
-            if L == 2:
-                if bytes_equal(buf, ks, ke, K_PH):
-                    bit = 1
-                    if buf[vs] == 34:
-                        if ve - vs == 3 and buf[vs + 1] == 88:
-                            ph = PH_X
-                        elif ve - vs == 3 and buf[vs + 1] == 115:
-                            ph = PH_S
-                        elif ve - vs == 3 and buf[vs + 1] == 102:
-                            ph = PH_F
-                        else:
-                            ph = PH_OTHER
-                            for j in range(vs + 1, ve - 1):
-                                py |= buf[j] == 92          # an escape may spell "X"
-                    elif bytes_equal(buf, vs, ve, _NULL):
-                        ph = PH_NONE
+        if L == 2:
+            if bytes_equal(buf, ks, ke, K_PH):
+                bit = 1
+                if buf[vs] == 34:
+                    if ve - vs == 3 and buf[vs + 1] == 88:
+                        ph = PH_X
+                    elif ve - vs == 3 and buf[vs + 1] == 115:
+                        ph = PH_S
+                    elif ve - vs == 3 and buf[vs + 1] == 102:
+                        ph = PH_F
                     else:
                         ph = PH_OTHER
-                elif bytes_equal(buf, ks, ke, K_TS):
-                    bit = 2
-                    _time(buf, vs, ve, out, i, HAS_TS, TS_BAD, C_TS)
-                elif bytes_equal(buf, ks, ke, K_ID):
-                    bit = 4
-                    py |= not _value(buf, vs, ve, out, i, C_IDK, C_IDV)
+                        for j in range(vs + 1, ve - 1):
+                            py |= buf[j] == 92          # an escape may spell "X"
+                elif bytes_equal(buf, vs, ve, _NULL):
+                    ph = PH_NONE
                 else:
-                    continue
-            elif L == 3:
-                if bytes_equal(buf, ks, ke, K_PID):
-                    bit = 8
-                    py |= not _value(buf, vs, ve, out, i, C_PIDK, C_PIDV)
-                elif bytes_equal(buf, ks, ke, K_TID):
-                    bit = 16
-                    py |= not _value(buf, vs, ve, out, i, C_TIDK, C_TIDV)
-                elif bytes_equal(buf, ks, ke, K_DUR):
-                    bit = 32
-                    _time(buf, vs, ve, out, i, HAS_DUR, DUR_BAD, C_DUR)
-                elif bytes_equal(buf, ks, ke, K_CAT):
-                    bit = 64
-                    py |= not _value(buf, vs, ve, out, i, C_CATK, C_CATV)
-                else:
-                    continue
+                    ph = PH_OTHER
+            elif bytes_equal(buf, ks, ke, K_TS):
+                bit = 2
+                _time(buf, vs, ve, out, i, HAS_TS, TS_BAD, C_TS)
+            elif bytes_equal(buf, ks, ke, K_ID):
+                bit = 4
+                py |= not _value(buf, vs, ve, out, i, C_IDK, C_IDV)
             else:
                 continue
-            py |= (seen & bit) != 0            # a repeated member: Python's decoder says which wins
-            seen |= bit
-        for r in range(max(na, 0)):
-            if bytes_equal(buf, amem[r, 0], amem[r, 1], K_RANK):
-                if out[i, C_RANKK] != ABSENT:          # a second "rank"
-                    py = True
-                elif not _value(buf, amem[r, 2], amem[r, 3], out, i, C_RANKK, C_RANKV):
-                    py = True
-        out[i, C_PH] = ph
-        if py:
-            out[i, C_PY] = 1
+        elif L == 3:
+            if bytes_equal(buf, ks, ke, K_PID):
+                bit = 8
+                py |= not _value(buf, vs, ve, out, i, C_PIDK, C_PIDV)
+            elif bytes_equal(buf, ks, ke, K_TID):
+                bit = 16
+                py |= not _value(buf, vs, ve, out, i, C_TIDK, C_TIDV)
+            elif bytes_equal(buf, ks, ke, K_DUR):
+                bit = 32
+                _time(buf, vs, ve, out, i, HAS_DUR, DUR_BAD, C_DUR)
+            elif bytes_equal(buf, ks, ke, K_CAT):
+                bit = 64
+                py |= not _value(buf, vs, ve, out, i, C_CATK, C_CATV)
+            else:
+                continue
+        else:
+            continue
+        py |= (seen & bit) != 0            # a repeated member: Python's decoder says which wins
+        seen |= bit
+    for r in range(max(na, 0)):
+        if bytes_equal(buf, amem[r, 0], amem[r, 1], K_RANK):
+            if out[i, C_RANKK] != ABSENT:          # a second "rank"
+                py = True
+            elif not _value(buf, amem[r, 2], amem[r, 3], out, i, C_RANKK, C_RANKV):
+                py = True
+    out[i, C_PH] = ph
+    if py:
+        out[i, C_PY] = 1
 
 
 @njit(cache=True)
@@ -244,9 +253,10 @@ def nesting_chunk(tkind, pidv, tidv, start, end, view, state, stacks):
 def flow_chunk(kinds, catv, idv, ph, rankk, rankv, view, state, counts):
     """Flow ends grouped by key ``(kinds, catv, idv)`` (sorted by key, then file order), with the
     state of the key in progress carried from the previous chunk.  Per key and view (V_IN, V_OUT):
-    the ``s`` and ``f`` ends (``ph``: PH_S / PH_F) and whether any end's ``args.rank`` ``(rankk,
-    rankv)`` (ABSENT or NULL: none) differs from the rank of the key's first end of that view,
-    when that one has a rank (Python equality of the canonical pairs).
+    the ``s`` and ``f`` ends (``ph``: PH_S / PH_F); in V_IN only, whether any end's ``args.rank``
+    ``(rankk, rankv)`` (ABSENT or NULL: none) differs from the rank of the key's first end, when that
+    one has a rank (Python equality of the canonical pairs).  (V_OUT is merge's output of one rank,
+    whose every event has that rank.)
 
     ``state``: int64[16]: [0] 1 once a key was seen, [1..3] the key, then per view v at
     4 + 6*v: s ends, f ends, 1 when the view had an end, first rank kind, first rank value, cross.
@@ -273,6 +283,9 @@ def flow_chunk(kinds, catv, idv, ph, rankk, rankv, view, state, counts):
             else:
                 state[b + 1] += 1
             rk = rankk[i]
+            if v == 1:
+                state[b + 2] = 1
+                continue
             if state[b + 2] == 0:
                 state[b + 2] = 1
                 state[b + 3] = rk

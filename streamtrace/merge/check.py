@@ -27,21 +27,17 @@ from ..trace.validate import PROBLEMS, ValidateOptions, replay, validate
 ID_LIMIT = 1 << 40
 
 
-def account_batch(check, f: np.ndarray, kept: np.ndarray, rank: int) -> bool:
+def account_batch(check, f: np.ndarray, kept: np.ndarray) -> bool:
     """Record one batch in ``check``: every event (fields ``f``, int64[n, NF]) in ``V_IN``, the
     events the rewrite wrote (``kept``: uint8[n]) in ``V_OUT`` as merge writes them.  Returns
     False when the output's view cannot be derived exactly (a kept flow end whose id is not an
     integer in [0, 2**40))."""
-    out = f.copy()
-    absent = out[:, KV.C_PIDK] == KV.ABSENT
-    out[absent, KV.C_PIDK] = KV.NULL
-    out[absent, KV.C_PIDV] = 0
-    out[:, KV.C_RANKK] = KV.INT
-    out[:, KV.C_RANKV] = rank
     keep = kept.astype(bool)
-    check.account(f, np.where(keep, KV.V_IN | KV.V_OUT, KV.V_IN), out)
+    check.account(f, np.where(keep, KV.V_IN | KV.V_OUT, KV.V_IN), out_pid=True)
     ph = f[:, KV.C_PH]
     flow = keep & ((ph == KV.PH_S) | (ph == KV.PH_F))
+    if not flow.any():
+        return True
     ok = (f[:, KV.C_IDK] == KV.INT) & (f[:, KV.C_IDV] >= 0) & (f[:, KV.C_IDV] < ID_LIMIT)
     return not bool((flow & ~ok).any())
 

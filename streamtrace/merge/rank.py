@@ -17,6 +17,7 @@ import orjson
 
 from ..kernels import rewrite as RW
 from ..kernels import scan as K
+from ..kernels import validate as KV
 from ..runtime.warmup import warm_trace
 from ..trace.decode import loads
 from ..trace.metadata import device_names, host_name
@@ -138,6 +139,7 @@ class _PidTables:
 
 
 OUT_BYTES = 8 << 20
+_NO_FIELDS = np.zeros((0, KV.NF), np.int64)     # rewrite_events without the validate fields
 
 
 def open_segment(path, compress, compresslevel):
@@ -179,12 +181,12 @@ def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: RankContext, seg, c
         i = 0
         o = 0
         kept = np.zeros(n, np.uint8)
-        fields = check.read(b.buf, starts, ends, b.offset, reader.path) if check is not None else None
+        fields = check.buffer(n) if check is not None else _NO_FIELDS
         while i < n:
             i, o, status = RW.rewrite_events(
                 buf, starts, ends, i, n, out, o, state,
                 tables.text, tables.off, tables.new_a, tables.kind_a, tables.used, len(tables.texts),
-                drop_text, drop_off, len(drops), plan.rank, ctx.shift, ctx.gpu_only, has_window, lo, hi, info, kept)
+                drop_text, drop_off, len(drops), plan.rank, ctx.shift, ctx.gpu_only, has_window, lo, hi, info, kept, fields)
             if status == RW.OK:
                 break
             if status == RW.OUT_FULL:
@@ -219,7 +221,8 @@ def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: RankContext, seg, c
         if o:
             seg.write(memoryview(out)[:o])
         if check is not None:
-            ctx.exact &= account_batch(check, fields, kept, plan.rank)
+            check.finish_read(fields, b.buf, starts, ends, b.offset, reader.path)
+            ctx.exact &= account_batch(check, fields, kept)
     for k, used in enumerate(tables.used[:len(tables.texts)].tolist()):
         if used:
             ctx.used.add(int(tables.new_a[k]))

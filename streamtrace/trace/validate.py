@@ -46,6 +46,7 @@ NEST_DTYPE = np.dtype([("tkind", "i8"), ("pid", "i8"), ("tid", "i8"), ("start", 
 FLOW_DTYPE = np.dtype([("kinds", "i8"), ("cat", "i8"), ("id", "i8"), ("seq", "i8"), ("ph", "i8"),
                        ("rankk", "i8"), ("rank", "i8"), ("view", "i8")])
 SORT_ROWS = 1 << 16          # records per sorted run (one run per kind in memory at a time)
+SUB_BLOCKS = 8               # compressed sub-blocks per run (the merge of the runs holds one per run)
 NAN = 6                      # kind of a NaN
 
 
@@ -95,8 +96,10 @@ class Checker:
     def __init__(self, opt: ValidateOptions | None = None, log: str | None = None):
         opt = opt or ValidateOptions()
         folder = opt.spill_dir or tempfile.gettempdir()
-        self.nest = ExternalSorter(NEST_DTYPE, _nest_key, opt.sort_rows, folder=folder, delta=("start", "end"))
-        self.flows = ExternalSorter(FLOW_DTYPE, _flow_key, opt.sort_rows, folder=folder, delta=("seq",))
+        sub = max(1024, opt.sort_rows // SUB_BLOCKS)
+        self.nest = ExternalSorter(NEST_DTYPE, _nest_key, opt.sort_rows, folder=folder, sub_rows=sub,
+                                   delta=("start", "end"))
+        self.flows = ExternalSorter(FLOW_DTYPE, _flow_key, opt.sort_rows, folder=folder, sub_rows=sub, delta=("seq",))
         self.fields = np.empty((BATCH_EVENTS, KV.NF), np.int64)
         self.events = [0, 0]
         self.missing = [0, 0]
@@ -137,68 +140,89 @@ class Checker:
         """The fields (int64[n, NF], see :mod:`streamtrace.kernels.validate`) of the events
         ``buf[starts[i]:ends[i]]``; ``offset``: file offset of ``buf[starts[0]]`` (for errors).
         Raises :class:`~streamtrace.errors.TraceError` for an event that is not valid JSON."""
-        n = len(starts)
+        f = self.buffer(len(starts))
+        KV.event_fields(np.frombuffer(buf, np.uint8), starts, ends, f)
+        return self.finish_read(f, buf, starts, ends, offset, path)
+
+    def buffer(self, n: int) -> np.ndarray:
+        """A reused int64[n, NF] array for a batch's fields."""
         if len(self.fields) < n:
             self.fields = np.empty((n, KV.NF), np.int64)
-        f = self.fields[:n]
-        arr = np.frombuffer(buf, np.uint8)
-        KV.event_fields(arr, starts, ends, f)
-        for i in np.flatnonzero(f[:, KV.C_PY]).tolist():
-            s, e = int(starts[i]), int(ends[i])
-            f[i] = fields_of_event(arr, buf, s, e, path, offset + s - int(starts[0]))
+        return self.fields[:n]
+
+    def finish_read(self, f: np.ndarray, buf: bytes, starts, ends, offset: int, path) -> np.ndarray:
+        """Fill the rows of ``f`` that the kernel left to Python (``C_PY``) by decoding those
+        events (see :meth:`read`); returns ``f``."""
+        rows = np.flatnonzero(f[:, KV.C_PY])
+        if len(rows):
+            arr = np.frombuffer(buf, np.uint8)
+            for i in rows.tolist():
+                s, e = int(starts[i]), int(ends[i])
+                f[i] = fields_of_event(arr, buf, s, e, path, offset + s - int(starts[0]))
         return f
 
     def add(self, buf: bytes, starts, ends, offset: int, path):
         """Read and record one batch (view ``V_IN``)."""
         self.account(self.read(buf, starts, ends, offset, path), KV.V_IN)
 
-    def account(self, f: np.ndarray, view, out_fields: np.ndarray | None = None):
-        """Record events with fields ``f``: ``view`` (int, or int64 array per event) holds V_IN and/or
-        V_OUT bits.  ``out_fields`` (same shape), when given, are what the V_OUT view sees (merge's
-        rewritten events) and the records' track and flow keys and times come from them; the caller
-        guarantees that on the events of both views the V_IN keys are a one-to-one relabelling of
-        the V_OUT keys and the V_IN times a constant shift of the V_OUT times."""
+    def account(self, f: np.ndarray, view, out_pid: bool = False):
+        """Record events with fields ``f`` (int64[n, NF]) in the views of ``view`` (int, or an int64
+        array per event, of V_IN / V_OUT bits).  ``out_pid``: in the V_OUT view every event has a
+        pid, a missing one being ``null`` (merge's output: :mod:`streamtrace.merge.check`); the V_OUT
+        view otherwise sees the same fields, and its flow ends' ranks are not compared (one rank's
+        output: merge writes that rank on every event)."""
         n = len(f)
         view = np.broadcast_to(np.asarray(view, np.int64), (n,))
+        keys = f
+        if out_pid and (f[:, KV.C_PIDK] == KV.ABSENT).any():
+            keys = f.copy()
+            absent = keys[:, KV.C_PIDK] == KV.ABSENT
+            keys[absent, KV.C_PIDK] = KV.NULL
+            keys[absent, KV.C_PIDV] = 0
         x_view = np.zeros(n, np.int64)
         fl_view = np.zeros(n, np.int64)
-        for v, g in ((0, f), (1, f if out_fields is None else out_fields)):
+        cls_in = _classify(f)
+        for v, cls in ((0, cls_in), (1, cls_in if keys is f else _classify(keys))):
+            (missing, negdur), x_ok, flow = cls
             mine = (view >> v) & 1 == 1
-            if not mine.any():
-                continue
-            (missing, negdur), x_ok, flow = _classify(g)
-            self.events[v] += int(np.count_nonzero(mine))
-            self.missing[v] += int(np.count_nonzero(missing & mine))
-            self.negdur[v] += int(np.count_nonzero(negdur & mine))
-            x_view |= (x_ok & mine).astype(np.int64) << v
-            fl_view |= (flow & mine).astype(np.int64) << v
+            every = bool(mine.all())
+            if not every:
+                if not mine.any():
+                    continue
+                missing, negdur, x_ok, flow = missing & mine, negdur & mine, x_ok & mine, flow & mine
+            self.events[v] += n if every else int(np.count_nonzero(mine))
+            self.missing[v] += int(np.count_nonzero(missing))
+            self.negdur[v] += int(np.count_nonzero(negdur))
+            x_view |= x_ok.astype(np.int64) << v
+            fl_view |= flow.astype(np.int64) << v
         seq = self.seq + np.arange(n, dtype=np.int64)
         self.seq += n
-        self._records(f if out_fields is None else out_fields, seq, x_view, fl_view)
+        self._records(keys, f, seq, x_view, fl_view)
 
-    def _records(self, f, seq, x_view, fl_view):
+    def _records(self, keys, f, seq, x_view, fl_view):
+        """Append the X-slice and flow-end records of a batch (keys and times from ``keys``, ranks
+        from ``f``)."""
         rows = np.flatnonzero(x_view)
         if len(rows):
-            g = f[rows]
             rec = np.empty(len(rows), NEST_DTYPE)
-            rec["tkind"] = g[:, KV.C_PIDK] * 8 + g[:, KV.C_TIDK]
-            rec["pid"] = g[:, KV.C_PIDV]
-            rec["tid"] = g[:, KV.C_TIDV]
-            rec["start"] = g[:, KV.C_TS]
-            rec["end"] = g[:, KV.C_TS] + g[:, KV.C_DUR]
+            rec["tkind"] = keys[rows, KV.C_PIDK] * 8 + keys[rows, KV.C_TIDK]
+            rec["pid"] = keys[rows, KV.C_PIDV]
+            rec["tid"] = keys[rows, KV.C_TIDV]
+            ts = keys[rows, KV.C_TS]
+            rec["start"] = ts
+            rec["end"] = ts + keys[rows, KV.C_DUR]
             rec["view"] = x_view[rows]
             self._put(0, rec)
         rows = np.flatnonzero(fl_view)
         if len(rows):
-            g = f[rows]
             rec = np.empty(len(rows), FLOW_DTYPE)
-            rec["kinds"] = g[:, KV.C_CATK] * 8 + g[:, KV.C_IDK]
-            rec["cat"] = g[:, KV.C_CATV]
-            rec["id"] = g[:, KV.C_IDV]
+            rec["kinds"] = keys[rows, KV.C_CATK] * 8 + keys[rows, KV.C_IDK]
+            rec["cat"] = keys[rows, KV.C_CATV]
+            rec["id"] = keys[rows, KV.C_IDV]
             rec["seq"] = seq[rows]
-            rec["ph"] = g[:, KV.C_PH]
-            rec["rankk"] = g[:, KV.C_RANKK]
-            rec["rank"] = g[:, KV.C_RANKV]
+            rec["ph"] = keys[rows, KV.C_PH]
+            rec["rankk"] = f[rows, KV.C_RANKK]
+            rec["rank"] = f[rows, KV.C_RANKV]
             rec["view"] = fl_view[rows]
             self._put(1, rec)
 

@@ -31,8 +31,8 @@ def nesting_py(tkind, pidv, tidv, start, end, view) -> list:
 
 def flows_py(kinds, catv, idv, ph, rankk, rankv, view) -> list:
     """``[[keys, unmatched, duplicate, cross-rank] for view V_IN, V_OUT]`` of flow-end records in
-    file order (``ph``: 2 = s, 3 = f): per key, the ends counted and each end's rank compared with
-    the key's first end's, as the original dict-based validate did."""
+    file order (``ph``: 2 = s, 3 = f): per key, the ends counted and (in V_IN) each end's rank
+    compared with the key's first end's, as the original dict-based validate did."""
     out = []
     for v in range(2):
         recs = {}
@@ -42,7 +42,7 @@ def flows_py(kinds, catv, idv, ph, rankk, rankv, view) -> list:
             rank = None if rk in _NO_RANK else (rk, rv)
             rec = recs.setdefault((k, c, i), [0, 0, rank, False])
             rec[0 if p == 2 else 1] += 1
-            if rank is not None and rec[2] is not None and rank != rec[2]:
+            if v == 0 and rank is not None and rec[2] is not None and rank != rec[2]:
                 rec[3] = True
         out.append([len(recs), sum(1 for r in recs.values() if r[0] == 0 or r[1] == 0),
                     sum(1 for r in recs.values() if r[0] > 1 or r[1] > 1), sum(1 for r in recs.values() if r[3])])

@@ -128,3 +128,17 @@ def test_generated_ranks(ranks, opts):
         ref_in, ref_out = check(out, sorted(Path(d).iterdir()), val, exact=val["exact"])
         for k, v in val["added"].items():
             assert v >= max(0, ref_out["problems"][k] - ref_in["problems"][k])
+
+
+def test_input_ranks_compared_apart_from_the_output(tmp_path):
+    # a rank file whose flows already join two args.rank values: the input's cross_rank_flow; the
+    # output gets args.rank = the file's rank on every event, so it has none
+    d = tmp_path / "in"
+    d.mkdir()
+    write_rank(d / "rank0_trace.json", 0, [
+        {"ph": "s", "id": 1, "cat": "c", "pid": 1, "tid": 1, "ts": 1, "args": {"rank": 5}},
+        {"ph": "f", "id": 1, "cat": "c", "pid": 1, "tid": 1, "ts": 2, "args": {"rank": 6}}])
+    out = tmp_path / "m.json"
+    val = merge([d], out, MergeOptions(jobs=1))[0]["validation"]
+    check(out, sorted(d.iterdir()), val, exact=True)
+    assert val["input"]["problems"]["cross_rank_flow"] == 1 and val["output"]["problems"]["cross_rank_flow"] == 0
