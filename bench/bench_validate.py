@@ -27,17 +27,16 @@ import argparse
 import datetime as _dt
 import os
 import re
-import shlex
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-from bench_merge import (DEFAULT_SRC, MEGATRON, RESULTS, code_id, ensure_inputs, machine_info,  # noqa: E402
-                         measure, wait_idle)
+from harness import (BENCH, DEFAULT_SRC, ROOT, append_results, code_id, command_line, default_scratch,
+                     ensure_inputs, machine_info, measure, uptime, wait_idle)
+
+MEGATRON = BENCH / "megatron_merge.py"
 
 TARGET_MERGE_SPEEDUP = 8.0
 TARGET_RSS_MB = 250.0
@@ -158,7 +157,7 @@ def main(argv=None):
     ap.add_argument("--size-mb", type=float, default=280.0, help="MB per rank of the merge input (2 ranks)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--wait-idle", type=float, default=60.0, help="wait up to this many s for a quiet machine per run")
-    ap.add_argument("--scratch", default=os.environ.get("STREAMTRACE_BENCH_DIR", "/tmp/streamtrace-bench"))
+    ap.add_argument("--scratch", default=str(default_scratch()))
     ap.add_argument("--src", default=str(DEFAULT_SRC))
     ap.add_argument("--no-megatron", action="store_true")
     ap.add_argument("--no-reference", action="store_true", help="skip the previous per-event validate")
@@ -205,19 +204,15 @@ def main(argv=None):
     if args.quick and not args.record:
         return
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    cmdline = "python bench/bench_validate.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     mi = machine_info()
-    section = [f"\n## {stamp}: `{cmdline.strip()}`\n",
+    section = [f"## {stamp}: validation (`{command_line(__file__, argv)}`)\n",
                f"- machine: {mi['nproc']} cores ({mi['cpu']}), {mi['ram_gib']:.1f} GiB RAM ({mi['avail_gib']:.1f} GiB "
                f"available at start), Python {mi['python']}; {mi.get('streamtrace', '?')}; orjson {mi.get('orjson', '?')}; "
-               f"git {mi.get('git', '?')}",
-               f"- streamtrace source hash (sha1 of streamtrace/**/*.py): {code_id()}",
+               f"git {mi.get('git', '?')}; streamtrace source hash {code_id()}; {uptime()}",
                f"- inputs: 2 and 4 ranks of {args.size_mb:g} MB inflated from `{src.name}`; merged files made with "
                f"`--no-validate`; total benchmark time {(time.time() - t_start) / 60:.0f} min\n",
                text, "", "Targets (issue 16):", *vs, "", "Notes:", *[f"- {n}" for n in run.notes]]
-    with open(RESULTS, "a") as f:
-        f.write("\n".join(section) + "\n")
-    log(f"appended to {RESULTS}")
+    append_results("\n".join(section) + "\n")
 
 
 if __name__ == "__main__":

@@ -16,12 +16,11 @@ from ..errors import StreamtraceError, UsageError
 
 def run_demo(folder="streamtrace-demo", world_size=8, tp=2, pp=2, jobs=0, log=print) -> dict:
     """Generate ``folder/traces`` (one trace per rank), merge it into
-    ``folder/merged.json.gz`` and validate that file.  Returns a dict with the
-    paths, the merge summary and the validation report.  Raises
+    ``folder/merged.json.gz``, validated while merging.  Returns a dict with the
+    paths, the merge summary and the output's validation report.  Raises
     :class:`~streamtrace.errors.UsageError` when ``world_size`` is not a multiple of tp x pp."""
     from ..merge import MergeOptions, merge      # (the CLI's convention: see streamtrace.cli)
     from ..trace.synth import SynthSpec, generate_job
-    from ..trace.validate import validate
     if world_size < tp * pp or world_size % (tp * pp):
         raise UsageError(f"bad --world-size {world_size}: a multiple of TP x PP = {tp * pp}")
     folder = Path(folder)
@@ -33,7 +32,7 @@ def run_demo(folder="streamtrace-demo", world_size=8, tp=2, pp=2, jobs=0, log=pr
     res = merge([folder / "traces"], out, MergeOptions(jobs=jobs))[0]
     log(f"merged {len(res['ranks'])} ranks: {res['events_in']:,} events in, {res['events_out']:,} out "
         f"-> {out} ({res['bytes_out'] / 1e6:.2f} MB)")
-    rep = validate(out)
+    rep = dict(res["validation"]["output"], path=str(out))
     status = "valid" if rep["ok"] else "PROBLEMS: " + ", ".join(f"{k}={v}" for k, v in rep["problems"].items() if v)
     log(f"validate: {status} ({rep['events']:,} events, {rep['tracks']} tracks, {rep['flows']:,} flows)")
     log(f"done in {time.time() - t0:.1f} s. Open {out.resolve()} at https://ui.perfetto.dev (Open trace file)")

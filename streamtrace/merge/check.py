@@ -25,6 +25,7 @@ from ..runtime.files import remove_quietly
 from ..trace.validate import PROBLEMS, ValidateOptions, replay, validate
 
 ID_LIMIT = 1 << 40
+LOG_SUFFIX = ".val"     # a byte range's validation records: beside its segment, until its rank is checked
 
 
 def account_batch(check, f: np.ndarray, kept: np.ndarray) -> bool:

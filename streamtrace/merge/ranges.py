@@ -52,6 +52,7 @@ from ..trace.reader import TraceReader
 from ..trace.source import plain_copy
 from ..trace.validate import Checker
 from ..trace.writer import dumps_events
+from .check import LOG_SUFFIX
 from .pids import PID_STRIDE, PidMap, classify_pid, hashable, process_meta_events
 from .rank import RankContext, RankPlan, open_segment, rewrite_stream
 
@@ -150,7 +151,7 @@ def merge_range(plan: RankPlan, src, byte_range, segment, final, progress=None) 
     ctx = RankContext(plan)
     ctx.pids = RangePidMap(plan.rank, final)
     reader = TraceReader(src, byte_range=byte_range, progress=progress)
-    check = Checker(log=segment + ".val") if plan.validate else None
+    check = Checker(log=segment + LOG_SUFFIX) if plan.validate else None
     raw, seg = open_segment(segment, plan.compress, plan.compresslevel)
     try:
         n_in, n_out, first_out, fast = rewrite_stream(reader, plan, ctx, seg, check)

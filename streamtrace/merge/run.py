@@ -43,7 +43,7 @@ from ..trace.discover import LONE_FILE, TraceFile, discover
 from ..trace.metadata import device_names, host_name
 from ..trace.source import size_hint
 from . import ranges as MS
-from .check import merged_validation, split_validation
+from .check import LOG_SUFFIX, merged_validation, split_validation
 from .options import MergeOptions
 from .output import merged_metadata, output_for_iteration, write_merged
 from .rank import RankPlan, merge_rank, warm_kernels
@@ -164,7 +164,7 @@ def _merge_files(files, output, opt, splits, t_start):
     output.parent.mkdir(parents=True, exist_ok=True)
     plans = _plans(files, surveys, shifts, keeps, opt, output)
     tasks = _rewrite_tasks(files, plans, splits)
-    temps = [p.segment for p in plans] + [t.segment for t in tasks if t.segment]
+    temps = [p.segment for p in plans] + [s for t in tasks if t.segment for s in (t.segment, t.segment + LOG_SUFFIX)]
     progress = _Progress(tasks, opt.progress)
     try:
         if tasks and not parallel.scheduler_address(opt.scheduler):
