@@ -19,7 +19,7 @@ from numba import njit
 
 from .jsoncheck import MAX_DEPTH, MEMBERS_CAP, bytes_equal, event_members
 from .scan import parse_ns
-from .validate import member_fields
+from .validate import member_fields, span_fields
 
 __all__ = ["OK", "UNKNOWN_PID", "NEED_PYTHON", "OUT_FULL", "KIND_CPU", "KIND_GPU", "KIND_OTHER", "ID_LIMIT",
            "K_RAW", "rewrite_events"]
@@ -40,8 +40,8 @@ def _lit(s):
     return np.frombuffer(s.encode(), np.uint8).copy()
 
 
-K_PH, K_PID, K_TS, K_DUR, K_ID, K_CAT, K_NAME, K_ARGS = (_lit(s) for s in (
-    "ph", "pid", "ts", "dur", "id", "cat", "name", "args"))
+K_PH, K_PID, K_TID, K_TS, K_DUR, K_ID, K_CAT, K_NAME, K_ARGS = (_lit(s) for s in (
+    "ph", "pid", "tid", "ts", "dur", "id", "cat", "name", "args"))
 K_CORR, K_EXT, K_EXT2, K_RANK = (_lit(s) for s in ("correlation", "External id", "external id", "rank"))
 K_RAW = _lit("raw ")
 M_PNAME, M_PLABELS, M_PSORT = (_lit(s) for s in ("process_name", "process_labels", "process_sort_index"))
@@ -75,10 +75,10 @@ def _read_uint(buf, s, e):
 
 @njit(cache=True, inline="always")
 def _put(out, o, src, s, e):
-    for j in range(s, e):
-        out[o] = src[j]
-        o += 1
-    return o
+    n = e - s
+    if n > 0:
+        out[o:o + n] = src[s:e]       # (a slice copy: about twice a byte loop's speed)
+    return o + max(n, 0)
 
 
 @njit(cache=True, inline="always")
@@ -185,10 +185,12 @@ def rewrite_events(buf, starts, ends, i, n, out, o, state,
             return i, o, OUT_FULL
         # -- validate and locate the fields in one pass -------------------------
         nm, na, arow = event_members(buf, s, e, vstack, mem, amem, K_ARGS)
-        if want_fields:
-            member_fields(buf, nm, na, arow, mem, amem, fields, i)
         if nm < 0:
+            if want_fields:
+                member_fields(buf, nm, na, arow, mem, amem, fields, i)
             return i, o, NEED_PYTHON             # Python decodes it (and reports invalid JSON)
+        tid_s = tid_e = -1
+        tid_dup = False
         ph_s = ph_e = pid_s = pid_e = ts_s = ts_e = dur_s = dur_e = id_s = id_e = -1
         cat_s = cat_e = name_s = name_e = -1
         args_close = -1
@@ -207,6 +209,9 @@ def rewrite_events(buf, starts, ends, i, n, out, o, state,
             elif bytes_equal(buf, ks, ke, K_PID):
                 bad |= pid_s >= 0
                 pid_s, pid_e = vs, ve
+            elif bytes_equal(buf, ks, ke, K_TID):
+                tid_dup |= tid_s >= 0
+                tid_s, tid_e = vs, ve
             elif bytes_equal(buf, ks, ke, K_TS):
                 bad |= ts_s >= 0
                 ts_s, ts_e = vs, ve
@@ -236,7 +241,12 @@ def rewrite_events(buf, starts, ends, i, n, out, o, state,
             elif bytes_equal(buf, aks, ake, K_RANK) or _startswith(buf, aks, ake, K_RAW):
                 bad = True
         if bad or ph_s < 0 or pid_s < 0 or ph_e - ph_s != 3 or buf[ph_s] != 34:
+            if want_fields:
+                member_fields(buf, nm, na, arow, mem, amem, fields, i)
             return i, o, NEED_PYTHON
+        if want_fields and (tid_dup or not span_fields(buf, fields, i, ph_s, pid_s, pid_e, tid_s, tid_e, ts_s, ts_e,
+                                                       dur_s, dur_e, cat_s, cat_e, id_s, id_e)):
+            member_fields(buf, nm, na, arow, mem, amem, fields, i)
         ph = buf[ph_s + 1]
         is_flow = ph == 115 or ph == 102 or ph == 116      # s f t
         # -- filters ---------------------------------------------------------

@@ -25,7 +25,7 @@ from .scan import DUR_BAD, HAS_DUR, HAS_TS, TS_BAD, parse_ns
 
 __all__ = ["ABSENT", "NULL", "INT", "STR", "FLOAT", "OTHER", "PH_NONE", "PH_X", "PH_S", "PH_F", "PH_OTHER",
            "NF", "C_PH", "C_PIDK", "C_PIDV", "C_TIDK", "C_TIDV", "C_TS", "C_DUR", "C_TFLAGS", "C_CATK", "C_CATV",
-           "C_IDK", "C_IDV", "C_RANKK", "C_RANKV", "C_PY", "event_fields", "member_fields", "nesting_chunk", "flow_chunk", "flow_close",
+           "C_IDK", "C_IDV", "C_RANKK", "C_RANKV", "C_PY", "event_fields", "member_fields", "span_fields", "nesting_chunk", "flow_chunk", "flow_close",
            "V_IN", "V_OUT"]
 
 # value kinds
@@ -197,6 +197,35 @@ def member_fields(buf, nm, na, arow, mem, amem, out, i):
     out[i, C_PH] = ph
     if py:
         out[i, C_PY] = 1
+
+
+@njit(cache=True)
+def span_fields(buf, out, i, ph_s, pid_s, pid_e, tid_s, tid_e, ts_s, ts_e, dur_s, dur_e, cat_s, cat_e, id_s, id_e):
+    """Row ``i`` of :func:`event_fields`' ``out`` from member value spans a caller already found
+    (merge's rewrite; -1 for an absent member), for an event with no repeated member of these,
+    a ``ph`` of one character at ``buf[ph_s]`` (its quote) and no ``args.rank``.  Returns False
+    when a value needs :func:`member_fields` (or Python) instead."""
+    out[i, C_PY] = 0
+    c = buf[ph_s + 1]
+    out[i, C_PH] = PH_X if c == 88 else PH_S if c == 115 else PH_F if c == 102 else PH_OTHER
+    out[i, C_TFLAGS] = 0
+    out[i, C_TS] = 0
+    out[i, C_DUR] = 0
+    out[i, C_RANKK] = ABSENT
+    out[i, C_RANKV] = 0
+    if ts_s >= 0:
+        _time(buf, ts_s, ts_e, out, i, HAS_TS, TS_BAD, C_TS)
+    if dur_s >= 0:
+        _time(buf, dur_s, dur_e, out, i, HAS_DUR, DUR_BAD, C_DUR)
+    ok = True
+    for s, e, ck, cv in ((pid_s, pid_e, C_PIDK, C_PIDV), (tid_s, tid_e, C_TIDK, C_TIDV),
+                         (cat_s, cat_e, C_CATK, C_CATV), (id_s, id_e, C_IDK, C_IDV)):
+        if s < 0:
+            out[i, ck] = ABSENT
+            out[i, cv] = 0
+        elif not _value(buf, s, e, out, i, ck, cv):
+            ok = False
+    return ok
 
 
 @njit(cache=True)
