@@ -31,7 +31,9 @@ class MergeOptions:
         scheduler: dask.distributed scheduler address (or ``$STREAMTRACE_SCHEDULER``); None runs
             on local processes.
         split_threshold: with ``jobs`` > 1, a rank trace of at least this many bytes
-            (uncompressed) is rewritten in byte ranges by several workers; None: never.
+            (uncompressed) is rewritten in byte ranges by several workers when that balances
+            the work (:func:`streamtrace.merge.run.split_pays`); None: never.
+        split_always: cut every rank of at least ``split_threshold`` bytes, balanced or not.
         validate: check the inputs and the output while rewriting (:mod:`streamtrace.merge.check`):
             the result's ``validation`` tells the problems the inputs had and those merge added.
     """
@@ -49,6 +51,7 @@ class MergeOptions:
     compresslevel: int = 1
     scheduler: str | None = None
     split_threshold: int | None = SPLIT_THRESHOLD
+    split_always: bool = False
     validate: bool = True
 
     def __post_init__(self):

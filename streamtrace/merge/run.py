@@ -127,8 +127,8 @@ def merge_files(files: list[TraceFile], output, opt: MergeOptions | None = None)
     the output is then not created.
 
     With more than one worker, a trace of at least ``opt.split_threshold`` bytes is
-    rewritten in byte ranges by several workers (:mod:`streamtrace.merge.ranges`); the
-    output is the same."""
+    rewritten in byte ranges by several workers (:mod:`streamtrace.merge.ranges`) when that
+    balances the work (:func:`split_pays`); the output is the same."""
     opt = opt or MergeOptions()
     t_start = time.time()
     output = Path(output)
@@ -136,8 +136,9 @@ def merge_files(files: list[TraceFile], output, opt: MergeOptions | None = None)
     splits = {}
     fallback = False
     try:
-        big = [i for i, tf in enumerate(files) if want > 1 and opt.split_threshold is not None
-               and size_hint(tf.path, tf.size) >= opt.split_threshold]
+        sizes = [size_hint(tf.path, tf.size) for tf in files]
+        big = [i for i, n in enumerate(sizes) if want > 1 and opt.split_threshold is not None
+               and n >= opt.split_threshold] if opt.split_always or split_pays(sizes, want) else []
         if big:
             output.parent.mkdir(parents=True, exist_ok=True)
             prepared = run_tasks(MS.prepare, [(files[i].path, str(output.parent), want, opt.split_threshold)
@@ -154,6 +155,18 @@ def merge_files(files: list[TraceFile], output, opt: MergeOptions | None = None)
             remove_quietly(sf.tmp)
     if fallback:
         return merge_files(files, output, replace(opt, split_threshold=None))
+
+
+def split_pays(sizes: list, jobs: int, slack: float = 1.1) -> bool:
+    """True when cutting big ranks into byte ranges can shorten the merge: the ranks as whole
+    tasks, the largest first on the least loaded of ``jobs`` workers, would keep one worker
+    busy more than ``slack`` times an even share (sum / jobs).  Cutting costs a pass over each
+    cut rank to find event boundaries and its validation records sorted again: equal ranks, at
+    least as many as the workers, are merged whole."""
+    loads = [0] * max(1, jobs)
+    for n in sorted(sizes, reverse=True):
+        loads[loads.index(min(loads))] += n
+    return max(loads) > slack * sum(sizes) / len(loads)
 
 
 def _merge_files(files, output, opt, splits, t_start):

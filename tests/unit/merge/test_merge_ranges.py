@@ -33,7 +33,8 @@ def same_merge(tmp, inputs, ext=".json", threshold=1, rank_map=None, **opt):
     """Merge unsplit (jobs=1) and split (jobs=2, ``threshold``); assert identical
     output and summary counts; return the split summary."""
     a = merge(inputs, tmp / "a" / f"m{ext}", MergeOptions(jobs=1, **opt), rank_map=rank_map)
-    b = merge(inputs, tmp / "b" / f"m{ext}", MergeOptions(jobs=2, split_threshold=threshold, **opt), rank_map=rank_map)
+    b = merge(inputs, tmp / "b" / f"m{ext}", MergeOptions(jobs=2, split_threshold=threshold, split_always=True, **opt),
+              rank_map=rank_map)
     assert len(a) == len(b)
     for ra, rb in zip(a, b):
         assert _bytes(ra["output"]) == _bytes(rb["output"])
@@ -57,16 +58,29 @@ def test_real_trace_split_equals_unsplit(tmp_path, path):
 
 
 def test_real_ranks_some_split(tmp_path):
-    """Several ranks, of which only the big ones are split, stitched in rank order."""
+    """Several ranks, of which only the big ones are split, stitched in rank order (54 + 35 +
+    2.6 MB on 2 workers: whole, one worker would do 54 MB of an even share of 46: cutting pays)."""
     need_shared()
-    names = ["a100_resnet_ddp_rank0_of2.json.gz", "v100_ddp_rank1_of2.json.gz", "a100_rank3_of8.json.gz",
-             "cpu_only_gloo_rank34_of300.json.gz"]
+    names = ["v100_ddp_rank1_of2.json.gz", "a100_rank3_of8.json.gz", "cpu_only_gloo_rank34_of300.json.gz"]
     d = tmp_path / "in"
     d.mkdir()
     for n in names:
         (d / n).symlink_to(next(p for p in real_traces() if p.name == n))
     res = same_merge(tmp_path, [d], ".json.gz", threshold=10 << 20, drop_cat=frozenset({"python_function"}))
     assert set(res["split"]) == {1, 3}
+    res = merge([d], tmp_path / "auto.json", MergeOptions(jobs=2, split_threshold=10 << 20))[0]
+    assert set(res["split"]) == {1, 3}          # it pays here without split_always too
+
+
+def test_equal_ranks_are_not_split(tmp_path):
+    """As many equal ranks as workers: each is one task (cutting would not shorten the merge)."""
+    from streamtrace.merge.run import split_pays
+    assert not split_pays([296, 296], 2) and split_pays([296, 296, 296], 2) and split_pays([1000], 2)
+    assert not split_pays([54, 35, 10, 2.6], 2) and split_pays([54, 35, 2.6], 2) and not split_pays([5], 1)
+    from streamtrace.trace.synth import SynthSpec, generate_job
+    generate_job(tmp_path / "in", SynthSpec(world_size=4, tp=2, pp=2))      # 4 ranks of about one size
+    res = merge([tmp_path / "in"], tmp_path / "m.json", MergeOptions(jobs=2, split_threshold=1))[0]
+    assert res["split"] == {} and res["validation"]["ok"]
 
 
 # -- (b) the synthetic demo set, many small ranges -----------------------------------------
