@@ -181,9 +181,10 @@ def main(argv=None):
     run = Runner(args, log)
     out = scratch / "out-validate.json"
     st = [sys.executable, "-m", "streamtrace"]
-    run.run("streamtrace merge (default: validating, -j 2)", st + ["merge", str(d2), "-o", str(out)], size2, out)
-    run.run("streamtrace merge --no-validate (-j 2)", st + ["merge", str(d2), "-o", str(out), "--no-validate"], size2, out)
-    run.run("streamtrace merge -j 1", st + ["merge", str(d2), "-o", str(out), "-j", "1"], size2, out)
+    mg = st + ["merge", "-v", str(d2), "-o", str(out)]        # -v: the per-worker MB/s line
+    run.run("streamtrace merge (default: validating, -j 2)", mg, size2, out)
+    run.run("streamtrace merge --no-validate (-j 2)", mg + ["--no-validate"], size2, out)
+    run.run("streamtrace merge -j 1", mg + ["-j", "1"], size2, out)
     run.run(f"streamtrace validate ({m1.stat().st_size / MB:,.0f} MB merged)", st + ["validate", str(m1)],
             m1.stat().st_size)
     run.run(f"streamtrace validate ({m2.stat().st_size / MB:,.0f} MB merged, twice the size)", st + ["validate", str(m2)],
