@@ -122,3 +122,47 @@ def test_flow_chunk_matches_twin(recs, cuts):
     KV.flow_close(state, counts)
     want = flows_py(*(a.tolist() for a in (kinds, cat, fid, ph, rankk, rankv, view)))
     assert counts.tolist() == want
+
+
+# -- the rewrite kernel's own fields (span_fields / member_fields) vs the twin -----------------
+
+rw_ids = st.integers(-3, 2 ** 41) | st.text(alphabet="ab1", max_size=3) | st.sampled_from([1.0, None, True, 2 ** 70])
+rw_events = st.fixed_dictionaries(
+    {"ph": st.sampled_from(["X", "s", "f", "M", "i"])},
+    optional={"pid": st.sampled_from([0, 3, 41523, "Spans", "", 1.0, None]), "tid": st.integers(-2, 9) | st.just("t"),
+              "name": st.sampled_from(["aten::mm", "process_name", 'a"{b']), "cat": st.sampled_from(["kernel", "ac2g", 1]),
+              "id": rw_ids, "dur": st.integers(-5, 10 ** 6) | st.just(2.5),
+              "args": st.dictionaries(st.sampled_from(["correlation", "rank", "x"]), rw_ids, max_size=3)})
+
+
+@FAST
+@given(st.lists(st.tuples(rw_events, st.integers(0, 10 ** 13) | st.none()), min_size=1, max_size=8), st.booleans())
+def test_rewrite_fields_match_twin(tmp_path_factory, evs, indent):
+    """merge's rewrite reads validate's fields in its own member walk (span_fields, member_fields,
+    Python for the rest): every input row equals fields_from_dict of the decoded event."""
+    import streamtrace.merge.rank as MR
+    from streamtrace.merge.rank import RankPlan, merge_rank
+    from streamtrace.trace.reader import TraceReader
+    from streamtrace.trace.writer import fmt_us
+    d = tmp_path_factory.mktemp("rwf")
+    docs = []
+    for ev, ts in evs:
+        body = json.dumps(ev, indent=1 if indent else None)
+        docs.append(body if ts is None else body[:-1].rstrip() + f', "ts": {fmt_us(ts).decode()}' + "}")
+    src = d / "src.json"
+    src.write_text('{"traceEvents": [' + ",".join(docs) + "]}")
+    seen = []
+    real = MR.account_batch
+
+    def spy(check, f, kept):
+        seen.append(f.copy())
+        return real(check, f, kept)
+    MR.account_batch = spy
+    try:
+        merge_rank(RankPlan(str(src), 1, 0, str(d / "seg"), False, 1, frozenset(), False, None, None, False))
+    finally:
+        MR.account_batch = real
+    want = [fields_from_dict(ev, int(b.ts_ns[i]), int(b.dur_ns[i]), int(b.flags[i]))
+            for b in TraceReader(src).raw_batches() for i, ev in enumerate(b.events)]
+    got = np.concatenate(seen)
+    assert got.tolist() == [w.tolist() for w in want]
