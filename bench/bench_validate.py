@@ -95,7 +95,7 @@ class Runner:
                               + " s; CPU " + ", ".join(f"{r.get('cpu_s', 0):.2f}" for r in runs) + " s; max RSS "
                               + ", ".join(f"{r['max_single_rss'] / MIB:.0f}" for r in runs) + " MB"
                               + (("; per worker " + "; ".join(", ".join(f"{x:g}" for x in worker_mbps(r["stdout"]))
-                                                               for r in runs) + " MB/s") if "merge" in label else ""))
+                                                               for r in runs) + " MB/s") if label.startswith("streamtrace merge") else ""))
         self.rows.append(row)
         return row
 
@@ -106,7 +106,7 @@ def table(rows, base_wall, base_cpu) -> str:
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         ratio = ""
-        if base_wall and "merge" in r["label"] and "megatron" not in r["label"]:
+        if base_wall and r["label"].startswith("streamtrace merge"):
             ratio = f"{base_wall / r['wall_median']:.1f}x / {base_cpu / r['cpu_median']:.1f}x"
         pss = r.get("peak_sum_pss")
         lines.append(f"| {r['label']} | {r['size'] / MB:,.0f} | {r['wall_median']:.2f} | {r['cpu_median']:.2f} | "
