@@ -1,5 +1,5 @@
 """Where ``streamtrace analyze`` keeps event rows between reading and analysing them, in
-bounded memory: rows grouped by key (``("cpu" | "gpu", rank, pid, tid)``), as compressed blocks.
+bounded memory: rows grouped by key (``("cpu" | "gpu" | "gpuanno", rank, pid, tid)``), as compressed blocks.
 
 * :data:`STORE_DTYPE` -- what the analysis keeps per complete event (60 bytes; pid, tid
   and rank live in the store key).

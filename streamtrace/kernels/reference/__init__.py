@@ -17,5 +17,7 @@ from .nesting import *  # noqa: F401,F403
 from .nesting import __all__ as _nesting
 from .tree import *  # noqa: F401,F403
 from .tree import __all__ as _tree
+from .windows import *  # noqa: F401,F403
+from .windows import __all__ as _windows
 
-__all__ = [*_intervals, *_tree, *_nesting, *_ancestry]
+__all__ = [*_intervals, *_tree, *_nesting, *_ancestry, *_windows]
