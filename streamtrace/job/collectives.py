@@ -68,7 +68,7 @@ def bus_factor(collective: str, n: int) -> float:
 class CollectiveResult:
     """``instances`` and ``members``: dicts of equally long numpy columns (:data:`INSTANCE_COLUMNS`,
     :data:`MEMBER_COLUMNS`); ``summary``: list of dicts per (collective, parallel_dim);
-    ``stragglers``: list of dicts per rank; ``clock_offsets``: ``{part index: ns}`` (empty unless
+    ``stragglers``: list of dicts per collective kind and rank (:func:`straggler_table`); ``clock_offsets``: ``{part index: ns}`` (empty unless
     estimated); ``stats``: counts of matched / unmatched kernels."""
     instances: dict
     members: dict
@@ -361,23 +361,41 @@ def summarize(inst: dict) -> list:
     return out
 
 
+def is_group(inst: dict) -> np.ndarray:
+    """Mask of the group collectives among ``inst`` (everything but point-to-point: Send, Recv,
+    SendRecv, matched or not)."""
+    return ~np.isin(np.asarray(inst["collective"], object), P2P) if len(inst["instance"]) else np.zeros(0, bool)
+
+
 def straggler_table(inst: dict, members: dict) -> list:
-    """Per rank, over group collectives (point-to-point transfers are left out: there the receiver
-    posts early by design): how often it was the straggler (``straggler_count``) and the lag it
-    caused (``straggler_lag_ns``, sum of its lead over the next-latest rank), how often it waited
-    longest (``waiter_count``); over all its matched kernels, its total wait (``wait_ns``, sum of
-    last arrival - its arrival)."""
-    ranks = sorted(set(members["rank"].tolist())) if len(members["rank"]) else []
-    multi = (inst["n_ranks"] >= 2) & (inst["collective"] != "SendRecv") if len(inst["instance"]) \
-        else np.zeros(0, bool)
+    """Per collective kind (``collective``, ``parallel_dim``) and rank, over the group collectives
+    only (point-to-point transfers have their own table, :mod:`streamtrace.job.p2p`: there the
+    receiver posts early by design): the rank's matched kernels of that kind (``instances``), how
+    often it was the straggler (``straggler_count``) and the lag it caused (``straggler_lag_ns``,
+    sum of its lead over the next-latest rank), how often it waited longest (``waiter_count``),
+    and its total wait (``wait_ns``, sum of last arrival - its arrival).  Rows by kind, then rank."""
+    if not len(inst["instance"]):
+        return []
+    group = is_group(inst)
+    multi = group & (inst["n_ranks"] >= 2)
+    pairs = list(zip(inst["collective"].tolist(), inst["parallel_dim"].tolist()))
+    kinds = sorted(set(pairs))
+    code = {k: i for i, k in enumerate(kinds)}
+    kind = np.asarray([code[x] for x in pairs], np.int64)
+    m_inst = members["instance"]
+    m_kind, m_group = kind[m_inst], group[m_inst]
     out = []
-    for r in ranks:
-        s = multi & (inst["straggler_rank"] == r)
-        w = multi & (inst["waiter_rank"] == r)
-        mm = members["rank"] == r
-        out.append({"rank": int(r), "instances": int(mm.sum()), "straggler_count": int(s.sum()),
-                    "straggler_lag_ns": int(inst["straggler_lag_ns"][s].sum()), "waiter_count": int(w.sum()),
-                    "wait_ns": int(members["wait_ns"][mm].sum())})
+    for k in sorted(set(kind[group].tolist())):
+        coll, dim = kinds[k]
+        of_kind = multi & (kind == k)
+        mine = m_group & (m_kind == k)
+        for r in sorted(set(members["rank"][mine].tolist())):
+            s = of_kind & (inst["straggler_rank"] == r)
+            w = of_kind & (inst["waiter_rank"] == r)
+            mm = mine & (members["rank"] == r)
+            out.append({"collective": coll, "parallel_dim": dim, "rank": int(r), "instances": int(mm.sum()),
+                        "straggler_count": int(s.sum()), "straggler_lag_ns": int(inst["straggler_lag_ns"][s].sum()),
+                        "waiter_count": int(w.sum()), "wait_ns": int(members["wait_ns"][mm].sum())})
     return out
 
 
