@@ -23,10 +23,11 @@ ranks of the kernel duration (the last arrival does not wait, so its duration is
 ``algbw_gbps`` = msg_bytes / latency_ns (bytes per ns = GB/s, GB = 1e9 bytes); ``busbw_gbps`` =
 algbw x the bus factor of nccl-tests' PERFORMANCE.md (:func:`bus_factor`).
 
-**Clock sync** (:func:`estimate_clock_offsets`): the members of a collective finish nearly together,
-so rank r's clock offset o_r is estimated from ``end(r) - end(s) = o_r - o_s`` over every matched
-instance: the median difference per rank pair, then weighted least squares over the pairs, 0 at
-the lowest rank of each connected set of ranks.
+**Clock sync** (:func:`estimate_clock_offsets`, :mod:`streamtrace.trace.clocks`, shared with
+``merge --align collectives``): the members of a collective finish nearly together, so rank r's
+clock offset o_r is estimated from ``end(r) - end(s) = o_r - o_s`` over every matched instance: the
+median difference per rank pair, then weighted least squares over the pairs, 0 at the lowest rank
+of each connected set of ranks.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ import numpy as np
 
 from ..errors import StreamtraceError
 from ..events.dataset import write_table
+from ..trace.clocks import estimate_clock_offsets
 
 P2P = ("Send", "Recv", "SendRecv")
 _P2P_FN = re.compile(r"(send|recv)_(forward|backward)", re.I)
@@ -263,69 +265,6 @@ def _instances(c: dict) -> tuple[dict, dict]:
                "dur_ns": c["dur"], "arrival_ns": c["start"] - first_start[pos], "wait_ns": last_start[pos] - c["start"],
                "correlation": c["correlation"], "stream": c["stream"]}
     return inst_cols, members
-
-
-# -- clock offsets -----------------------------------------------------------------------
-
-def estimate_clock_offsets(members: dict, instances: dict) -> tuple[dict, dict]:
-    """Per-part clock offsets (int ns) from the ends of complete, consistent instances:
-    ``end(a) - end(b) ~ o_a - o_b``; the median per pair of parts, weighted least squares over the
-    pairs, o = 0 at the lowest (rank, part) of each connected set.  Returns ``(offsets,
-    components)``: ``{part: ns}`` and ``{part: index of its connected set}``."""
-    ok = np.flatnonzero(instances["complete"] & instances["consistent"] & (instances["n_ranks"] >= 2))
-    sel = np.isin(members["instance"], ok)
-    inst, part, end, rank = (members[k][sel] for k in ("instance", "part", "end_ns", "rank"))
-    if not len(inst):
-        return {}, {}
-    o = np.lexsort((rank, inst))
-    inst, part, end, rank = inst[o], part[o], end[o], rank[o]
-    first = np.r_[True, inst[1:] != inst[:-1]]
-    ref_idx = np.maximum.accumulate(np.where(first, np.arange(len(inst)), 0))
-    a, b = part[~first], part[ref_idx][~first]
-    d = (end[~first] - end[ref_idx][~first]).astype(np.int64)
-    pairs: dict = {}
-    for x, y, v in zip(a.tolist(), b.tolist(), d.tolist()):
-        pairs.setdefault((x, y), []).append(v)
-    parts = sorted(set(part.tolist()))
-    rank_of = dict(zip(part.tolist(), rank.tolist()))
-    # connected sets
-    parent = {p: p for p in parts}
-
-    def find(x):
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-    for x, y in pairs:
-        rx, ry = find(x), find(y)
-        if rx != ry:
-            parent[max(rx, ry)] = min(rx, ry)
-    comps: dict = {}
-    for p in parts:
-        comps.setdefault(find(p), []).append(p)
-    offsets, comp_of = {}, {}
-    for ci, members_ in enumerate(sorted(comps.values(), key=lambda m: min((rank_of[p], p) for p in m))):
-        ref = min(members_, key=lambda p: (rank_of[p], p))
-        idx = {p: i for i, p in enumerate(members_)}
-        rows, rhs, w = [], [], []
-        for (x, y), v in pairs.items():
-            if x in idx:
-                r = np.zeros(len(members_))
-                r[idx[x]], r[idx[y]] = 1.0, -1.0
-                rows.append(r)
-                rhs.append(float(np.median(v)))
-                w.append(np.sqrt(len(v)))
-        r = np.zeros(len(members_))
-        r[idx[ref]] = 1.0
-        rows.append(r * 1e3)
-        rhs.append(0.0)
-        w.append(1e3)
-        A = np.asarray(rows) * np.asarray(w)[:, None]
-        sol = np.linalg.lstsq(A, np.asarray(rhs) * np.asarray(w), rcond=None)[0]
-        for p in members_:
-            offsets[p] = int(round(sol[idx[p]] - sol[idx[ref]]))
-            comp_of[p] = ci
-    return offsets, comp_of
 
 
 # -- summaries ---------------------------------------------------------------------------
