@@ -27,7 +27,8 @@ algbw x the bus factor of nccl-tests' PERFORMANCE.md (:func:`bus_factor`).
 ``merge --align collectives``): the members of a collective finish nearly together, so rank r's
 clock offset o_r is estimated from ``end(r) - end(s) = o_r - o_s`` over every matched instance: the
 median difference per rank pair, then weighted least squares over the pairs, 0 at the lowest rank
-of each connected set of ranks.
+of each connected set of ranks; point-to-point transfers only join the sets the group collectives
+leave apart (pipeline stages).
 """
 from __future__ import annotations
 
@@ -348,7 +349,7 @@ def analyse_collectives(job, clock_sync: str | None = None) -> CollectiveResult:
     inst, mem = _instances(c) if c else _instances({"instance": np.zeros(0, np.int64)})
     offsets, comps = {}, {}
     if clock_sync == "collectives" and c:
-        offsets, comps = estimate_clock_offsets(mem, inst)
+        offsets, comps = estimate_clock_offsets(mem, {**inst, "bridge": ~is_group(inst)})   # p2p: bridges only
         job.set_clock_offsets(offsets)
         c = load_comm(job)
         inst, mem = _instances(c)

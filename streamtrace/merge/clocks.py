@@ -52,8 +52,8 @@ class CollectiveLog:
         self._g, self._s = {}, {}
 
     def add(self, name, ts, dur, args, stream) -> None:
-        """Record one GPU kernel (``args``: its collective args, a dict or None) unless it is not a
-        collective or is point-to-point."""
+        """Record one GPU kernel (``args``: its collective args, a dict or None) unless its name is
+        not NCCL's / RCCL's; a send or receive under the group name ``send:<group>`` / ``recv:<group>``."""
         args = args or {}
         coll = args.get("Collective name")
         if not _COMM.search(name or ""):

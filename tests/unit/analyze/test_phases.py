@@ -148,3 +148,39 @@ def test_gpu_annotation_is_the_shortest_overlapping_one_on_its_stream(tmp_path):
     got = dict(zip(k["name"], zip(k["gpu_annotation"], k["annotation"])))
     assert got == {"k_outer": ("gpu_outer", "cpu_outer"), "k_straddle": ("gpu_inner", "cpu_outer"),
                    "k_none": ("", "cpu_outer"), "k_stream9": ("other_stream", "cpu_outer")}
+
+
+@pytest.mark.parametrize("trace", ["a100_resnet_ddp_rank0_of2", "h100_qwen_inference", "v100_float_ns_rank0"])
+def test_real_traces_gpu_annotation_and_attribution_by_plain_json(trace, tmp_path):
+    """On real traces: every GPU event's gpu_annotation is the shortest gpu_user_annotation
+    overlapping it on its (pid, tid) (ties: latest start, then last in file), and attributed_by is
+    ``launch`` exactly when a CPU event carries its correlation id -- both worked out here from a
+    plain json.load."""
+    from support import REAL, exact_ns, load_json, need_shared
+    need_shared()
+    src = REAL / f"{trace}.json.gz"
+    ev = [e for e in load_json(src, decimal=True)["traceEvents"] if e.get("ph") == "X" and "dur" in e]
+    gpu_cats = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
+    annos: dict = {}
+    for i, e in enumerate(ev):
+        if e.get("cat") == "gpu_user_annotation":
+            annos.setdefault((e["pid"], e["tid"]), []).append((exact_ns(e["ts"]), exact_ns(e["ts"]) + exact_ns(e["dur"]),
+                                                              i, e["name"]))
+    cpu_corr = {(e.get("args") or {}).get("correlation") for e in ev if e.get("cat") not in gpu_cats
+                and e.get("cat") != "gpu_user_annotation"}
+    want = []
+    for e in ev:
+        if e.get("cat") not in gpu_cats or exact_ns(e["dur"]) < 0:
+            continue
+        s, d = exact_ns(e["ts"]), exact_ns(e["dur"])
+        hits = [(b - a, -a, -i, n) for a, b, i, n in annos.get((e["pid"], e["tid"]), [])
+                if a < b and (a <= s < b if d == 0 else (a < s + d and s < b))]
+        c = (e.get("args") or {}).get("correlation")
+        want.append((s, d, e["name"], min(hits)[3] if hits else "",
+                     "launch" if c is not None and c in cpu_corr else "gpu_start"))
+    out = tmp_path / "an"
+    analyze([src], out, AnalyzeOptions(jobs=1))
+    k = kernels(out)
+    got = list(zip(k["ts_ns"], k["dur_ns"], k["name"], k["gpu_annotation"], k["attributed_by"]))
+    assert sorted(got) == sorted(want)
+    assert sum(1 for w in want if w[3]) > 0
