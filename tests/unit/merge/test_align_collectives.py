@@ -149,3 +149,31 @@ def test_recsys_pair_estimated_but_unreliable(tmp_path):
     assert min(r["clock_residual_ns"]["p95"] for r in st["ranks"]) > 1_000_000
     assert not st["clock_sync"]["applied"] and [r["time_shift_ns"] for r in st["ranks"]] == [0, 0]
     assert any("unreliable" in w for w in res["warnings"])
+
+
+def test_match_realigns_a_trace_that_starts_later():
+    """Rank 1's trace misses the group's first three collectives (its profiler started later): matched
+    by signature, its k-th kernel is the group's (k + 3)-th; an instance whose members disagree on the
+    signature is inconsistent."""
+    from streamtrace.merge.clocks import CollectiveLog, match
+
+    sizes = [64, 128, 256, 64, 64, 512, 128, 1024, 64, 256]
+    logs = {}
+    for rank, first in ((0, 0), (1, 3)):
+        log = CollectiveLog()
+        for k in range(first, len(sizes)):
+            n = 999 if (rank, k) == (1, 7) else sizes[k]               # one disagreeing member
+            log.add("ncclDevKernel_AllReduce", 1000 * k + rank, 10, {"Collective name": "allreduce",
+                    "In msg nelems": n, "Process Group Ranks": "[0, 1]"}, 7)
+        logs[rank] = log
+    members, inst = match(logs, {0: 0, 1: 0})
+    end = {(int(r), int(e)) for r, e in zip(members["rank"], members["end_ns"])}
+    by_inst = {}
+    for i, r, e in zip(members["instance"].tolist(), members["rank"].tolist(), members["end_ns"].tolist()):
+        by_inst.setdefault(i, {})[r] = e
+    pairs = sorted(tuple(sorted(v.values())) for v in by_inst.values() if len(v) == 2)
+    assert pairs == [(1000 * k + 10, 1000 * k + 11) for k in range(3, 10)]
+    assert len(end) == 17
+    bad = [i for i, v in by_inst.items() if len(v) == 2 and v[0] == 7010]
+    assert inst["consistent"].tolist().count(False) == 1 and not inst["consistent"][bad[0]]
+    assert inst["complete"].sum() == 7
