@@ -23,7 +23,10 @@ the estimate recorded in the header and warned about) for a rank linked to the o
 :data:`MIN_INSTANCES` instances, for a rank whose collective ends still disagree after alignment by
 more than :data:`MAX_RESIDUAL_NS` (95th percentile of its residuals: the matching or the premise
 failed), and for every rank when all ranks were recorded on one host (one clock: the estimate would
-only be the collectives' own end spread).
+only be the collectives' own end spread).  Sets of ranks that no usable collective links (the
+pipeline stages when the PP group has more than two ranks: its Send/Recv kernels name the whole group,
+not the peer) are each aligned within themselves (0 at their lowest rank) and keep the global clock
+relative to each other, with a warning.
 """
 from __future__ import annotations
 
@@ -181,6 +184,16 @@ def match(logs: dict, shifts: dict) -> tuple[dict, dict]:
     return members, {"complete": n >= size, "consistent": consistent, "n_ranks": n, "bridge": is_bridge}
 
 
+def _applied_sets(ranks: dict) -> list:
+    """The connected sets (``component``) with two or more ranks whose offset is applied, each as a
+    sorted list of ranks, ordered by lowest rank."""
+    sets: dict = {}
+    for r, v in ranks.items():
+        if v["applied"]:
+            sets.setdefault(v["component"], []).append(r)
+    return sorted((sorted(s) for s in sets.values() if len(s) > 1), key=min)
+
+
 def plan_clock_sync(files, surveys, shifts: dict) -> tuple[dict, dict, list]:
     """Per-rank shifts corrected by the collectives' clock offsets (module docstring).  ``files``
     and ``surveys`` in the same order (each survey with its ``collectives`` log), ``shifts``: merge's
@@ -211,6 +224,12 @@ def plan_clock_sync(files, surveys, shifts: dict) -> tuple[dict, dict, list]:
             warnings.append(f"--align collectives: rank {r}: collective ends still disagree by {res['p95'] / 1e3:,.1f} "
                             f"us (95th percentile) after alignment (> {MAX_RESIDUAL_NS / 1e3:g} us): the estimate is "
                             f"unreliable and not applied, merge's global shift is kept")
+    sets = _applied_sets(ranks)
+    if len(sets) > 1:
+        warnings.append(f"--align collectives: the ranks fall into {len(sets)} sets that no usable collective links "
+                        f"(lowest ranks {', '.join(str(min(s)) for s in sets)}; pipeline stages when the PP group "
+                        f"has more than two ranks: point-to-point joins only two-rank groups): each set is aligned "
+                        f"within itself, the sets keep merge's global clock relative to each other")
     if one_host:
         warnings.append(f"--align collectives: every rank was recorded on host {hosts.pop()!r} (one clock): the "
                         f"estimated offsets are recorded in the header but not applied")

@@ -177,3 +177,22 @@ def test_match_realigns_a_trace_that_starts_later():
     bad = [i for i, v in by_inst.items() if len(v) == 2 and v[0] == 7010]
     assert inst["consistent"].tolist().count(False) == 1 and not inst["consistent"][bad[0]]
     assert inst["complete"].sum() == 7
+
+
+def test_four_pipeline_stages_aligned_within_each_stage(tmp_path):
+    """PP = 4: the Send/Recv kernels name the 4-rank pipeline group, not the peer, so nothing links
+    the stages: each stage is aligned to its lowest rank (offsets = the truth relative to it), the
+    stages keep the global clock between them, and merge says so."""
+    skew = 29_000
+    truth = generate_job(tmp_path / "traces", SynthSpec(world_size=8, tp=2, pp=4, clock_skew_ns=skew))
+    res = merge([tmp_path / "traces"], tmp_path / "m.json", MergeOptions(align="collectives", jobs=1))[0]
+    st = load_json(tmp_path / "m.json")["streamtrace"]
+    assert st["clock_sync"]["applied"]
+    stage_of = {r: r // 2 for r in range(8)}                        # tp=2: ranks 2s, 2s+1 form stage s
+    assert st["clock_sync"]["references"] == {str(s): 2 * s for s in range(4)}
+    for r in st["ranks"]:
+        t, t_ref = truth.ranks[r["rank"]], truth.ranks[2 * stage_of[r["rank"]]]
+        want = (t.base_time_ns + t.clock_offset_ns) - (t_ref.base_time_ns + t_ref.clock_offset_ns)
+        assert abs(r["clock_offset_ns"] - want) <= 5_000, r
+        assert r["clock_applied"]
+    assert any("4 sets" in w and "lowest ranks 0, 2, 4, 6" in w for w in res["warnings"])
