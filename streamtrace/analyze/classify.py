@@ -67,6 +67,8 @@ def parse_ranks(v):
 
 
 def dtype_bytes(v) -> int:
+    """Bytes per element of a Kineto ``dtype`` arg (``"BFloat16"``, ``"c10::Half"``, ``"torch.float32"``,
+    case-insensitive); 0 when unknown or not a string."""
     if not isinstance(v, str):
         return 0
     return DTYPE_BYTES.get(v.lower().replace("c10::", "").replace("torch.", ""), 0)

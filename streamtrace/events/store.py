@@ -182,6 +182,7 @@ def _span(rows) -> tuple[int, int]:
 
 
 def span_arrays(spans):
+    """``(rows, first_ts, last_end)`` int64 arrays (times in ns) from one such tuple per block."""
     a = np.asarray(spans, np.int64).reshape(-1, 3)
     return a[:, 0].copy(), a[:, 1].copy(), a[:, 2].copy()
 
