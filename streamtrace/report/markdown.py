@@ -287,7 +287,7 @@ def to_markdown(rep: dict, charts=()) -> str:
     off = rep["stragglers"]["clock_offsets_ns"]
     if off:
         L += ["Estimated clock offsets (us): " + ", ".join(f"rank {r}: {v / 1e3:+,.1f}" for r, v in off.items()), ""]
-    L += p2p_markdown(rep["p2p"], _table, _ms)
+    L += p2p_markdown(rep["p2p"], _table, _ms, rep["configuration"]["ranks"])
     L += _pipeline_md(rep)
     L += ["## Top kernels by time", ""]
     if rep["top_kernels"]["rows"]:

@@ -31,9 +31,12 @@ def p2p_section(aggdir, top=8) -> dict:
             "from": "p2p.parquet"}
 
 
-def p2p_markdown(sec: dict, table, ms) -> list:
-    """The section's Markdown lines; ``table(head, rows)`` and ``ms(ns)`` format as the report does."""
+def p2p_markdown(sec: dict, table, ms, ranks: int = 2) -> list:
+    """The section's Markdown lines; ``table(head, rows)`` and ``ms(ns)`` format as the report does;
+    ``ranks``: how many ranks the job's folders hold (one rank: nothing could be matched)."""
     L = ["## Point-to-point (pipeline)", ""]
+    if ranks < 2:
+        return L + ["One rank: a Send/Recv is matched with its peer's only when the other ranks are analysed too.", ""]
     if not sec["by_stage_pair"]:
         return L + ["No point-to-point transfers matched across ranks.", ""]
     L += ["Send/Recv transfers matched sender to receiver, kept apart from the group collectives. Whoever posts "
