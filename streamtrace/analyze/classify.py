@@ -53,35 +53,6 @@ def windows(start, end, mask):
     return start[idx], end[idx], idx
 
 
-def containing(ws, we, t):
-    """For each query time ``t``, the position (in the sorted windows) of the
-    innermost window containing it (latest start with end > t), or -1."""
-    out = np.full(len(t), -1, np.int64)
-    if len(ws) == 0 or len(t) == 0:
-        return out
-    pos = np.searchsorted(ws, t, side="right") - 1
-    for back in range(8):               # windows rarely nest deeper than this
-        p = pos - back
-        ok = (out < 0) & (p >= 0)
-        pp = np.where(ok, p, 0)
-        hit = ok & (we[pp] > t) & (ws[pp] <= t)
-        out[hit] = p[hit]
-        if not (out < 0).any():
-            break
-    return out
-
-
-def ordinal_within(ws_idx_steps, wstart):
-    """Micro-batch index of each window: its ordinal among windows of the same
-    phase inside the same ProfilerStep (``ws_idx_steps``: step position or -1)."""
-    mb = np.zeros(len(wstart), np.int64)
-    seen = {}
-    for k, s in enumerate(ws_idx_steps.tolist()):
-        mb[k] = seen.get(s, 0)
-        seen[s] = mb[k] + 1
-    return mb
-
-
 def parse_ranks(v):
     """``Process Group Ranks`` as a list of ints (it is a string like ``"[0, 1]"``)."""
     if isinstance(v, list):
@@ -96,6 +67,8 @@ def parse_ranks(v):
 
 
 def dtype_bytes(v) -> int:
+    """Bytes per element of a Kineto ``dtype`` arg (``"BFloat16"``, ``"c10::Half"``, ``"torch.float32"``,
+    case-insensitive); 0 when unknown or not a string."""
     if not isinstance(v, str):
         return 0
     return DTYPE_BYTES.get(v.lower().replace("c10::", "").replace("torch.", ""), 0)

@@ -1,11 +1,17 @@
 """Collective type, bytes, process group and parallel dimension of one rank's communication
 kernels (:func:`collective_columns`), from their collective-args rows, the process-group config
-of the trace, the topology and the launching stack."""
+of the trace, the topology and the launching stack.
+
+The parallel dimension, first answer wins: the process group's description when it is one of
+Megatron-LM's exact names (:func:`streamtrace.topology.dim_of_desc`: ``EXPERT_DATA_PARALLEL_GROUP``
+is EDP even when its ranks equal a DP group's); the topology's group with the same ranks (dense
+dimensions before expert ones); the ``pg_desc`` patterns; the launching stack (``stack_dim``)."""
 from __future__ import annotations
 
 import numpy as np
 
 from ..events.dataset import StringPool
+from ..topology.model import dim_of_desc
 from . import classify as C
 
 #: string and integer columns of the kernels table that describe a collective
@@ -35,7 +41,8 @@ def collective_columns(gpu, comm_rows, nm, pats, topo, pg_config) -> dict:
         v = index.get(key)
         if v is None:
             info = C.collective_info(row, nm.names[name], pats, pg_config)
-            dim = topo.dim_of(info["pg_ranks"]) if topo is not None else None
+            dim = dim_of_desc(info["pg_desc"])                       # Megatron's own name: exact
+            dim = dim or (topo.dim_of(info["pg_ranks"]) if topo is not None else None)
             dim = dim or pats.first(pats.pg_desc, info["pg_desc"])
             if not dim and d >= 0:
                 dim = nm.stack_dim[d]

@@ -91,13 +91,16 @@ class GpuEvents:
         names = np.int16 if len(nm.names) <= 2 ** 15 else np.int32    # name ids (and -1)
         self.ctx = {k: np.full(M, -1, names) for k in GPU_CTX}
         self.ctx["comm_row"] = self.comm_row
-        self.ctx["t_launch"] = self.start.copy()
+        self.ctx["t_launch"] = self.start.copy()        # a kernel no launch claims: its GPU start
         self.linked = None
+        self.launched = None
 
     def done_linking(self):
-        """Forget what only linking needs (no launch claims GPU rows after this)."""
+        """Forget what only linking needs (no launch claims GPU rows after this); keep which
+        rows a launch claimed (``launched``, bool)."""
         if self.linked is None:
-            self.linked = int(self.M - np.count_nonzero(self.free))
+            self.launched = ~self.free
+            self.linked = int(np.count_nonzero(self.launched))
             self.free = self.by_corr = self.corr_sorted = None
 
     def load_devices(self, store):

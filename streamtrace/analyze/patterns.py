@@ -49,11 +49,15 @@ DEFAULTS = {
     },
     "recompute": ["recompute", "^custom_forward$", "CheckpointFunction", "checkpoint"],
     "step": ["^ProfilerStep#(\\d+)$"],
-    # parallel dimension of a communication kernel from its process-group description
+    # parallel dimension of a communication kernel from its process-group description, after
+    # Megatron-LM's exact names (streamtrace.topology.MEGATRON_GROUP_DIM) and the topology's rank
+    # sets; first match wins, so the expert data / tensor groups come before EP and TP
     "pg_desc": {
+        "EDP": ["EXPERT_DATA", "(^|_)EDP(_|$)"],
+        "ETP": ["EXPERT_TENSOR_PARALLEL", "(^|_)ETP(_|$)"],
+        "EP": ["EXPERT", "(^|_)EP(_|$)"],
         "TP": ["TENSOR", "(^|_)TP(_|$)"],
         "CP": ["CONTEXT", "(^|_)CP(_|$)"],
-        "EP": ["EXPERT", "(^|_)EP(_|$)"],
         "PP": ["PIPELINE", "(^|_)PP(_|$)"],
         "DP": ["DATA_PARALLEL", "(^|_)DP(_|$)", "DATA"],
     },

@@ -2,14 +2,21 @@
 (``ProfilerStep#N``, Megatron's ``forward_step``/``backward_step``, ``## forward ##``,
 ``Optimizer.step#...``, recompute windows; :mod:`streamtrace.analyze.patterns`): windows are
 collected per block while the tracks are walked (:func:`add_windows`), then every GPU event takes
-the innermost window around its launch time (:func:`attribute_phases`)."""
+the innermost window around its launch time (:func:`attribute_phases`); and the GPU-side
+annotation of every GPU event (:func:`gpu_annotations`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..kernels.windows import WindowIndex, shortest_overlapping
 from . import classify as C
+
+
+#: the kernels table's ``attributed_by`` values, by code: where a GPU event's step, phase and
+#: micro-batch come from (its launch's CPU time, or its own GPU start when no launch claims it)
+ATTRIBUTED_BY = ("gpu_start", "launch")
 
 
 @dataclass
@@ -56,38 +63,105 @@ def _cat_windows(parts):
     return s[o], e[o], v[o]
 
 
+def outer_ordinals(ws, we, step_pos):
+    """Micro-batch index of each window of one phase (``ws``/``we`` int64 ns, sorted by start;
+    ``step_pos`` int64: the position of the ProfilerStep window holding its start, -1 none): the
+    ordinal of its *outermost* window among the outermost windows of that phase in the same step.
+    A window is outermost when it starts at or after the end of the last outermost one before it
+    (the rule of :func:`streamtrace.job.aggregate`'s CPU rows); a window inside it (Megatron's
+    ``## forward ##`` inside ``forward_step``) takes its number.  int64 array of ``len(ws)``."""
+    n = len(ws)
+    out = np.zeros(n, np.int64)
+    if not n:
+        return out
+    o = np.lexsort((-we, ws))                    # start asc, end desc: an outer window before its inner ones
+    s, e = ws[o].tolist(), we[o].tolist()
+    outer_of = np.empty(n, np.int64)
+    reach, cur = None, -1
+    for k in range(n):
+        if reach is None or s[k] >= reach:
+            cur, reach = k, e[k]
+        outer_of[k] = cur
+    is_outer = outer_of == np.arange(n)
+    steps = np.asarray(step_pos, np.int64)[o]
+    seen: dict = {}
+    ordinal = np.zeros(n, np.int64)
+    for k in np.flatnonzero(is_outer).tolist():
+        st = int(steps[k])
+        ordinal[k] = seen.get(st, 0)
+        seen[st] = ordinal[k] + 1
+    out[o] = ordinal[outer_of]
+    return out
+
+
 def attribute_phases(gpu, win, rows=65536):
-    """Step, phase and micro-batch of every GPU event: innermost window containing its
-    launch time (``rows`` GPU events at a time).  Returns ``(iteration, phase,
-    micro-batch)``: int32 (int64 when a step number needs it), int8, int32; -1 / 0 / -1
-    when unknown."""
+    """Step, phase and micro-batch of every GPU event, from the exact innermost window
+    (:mod:`streamtrace.kernels.windows`: latest start, then shortest) containing its launch time
+    ``gpu.ctx["t_launch"]`` (int64 ns; the GPU start for a kernel whose launch is not in the
+    trace), ``rows`` GPU events at a time:
+
+    * step: ``N`` of the innermost ``ProfilerStep#N`` window;
+    * phase: of the phase windows of every code, the innermost (latest start; on equal starts
+      the later code of :data:`~streamtrace.analyze.classify.PHASES`); where none contains the
+      launch, a fallback window's phase (``phase_fallback``); ``backward`` inside a recompute
+      window becomes ``recompute``;
+    * micro-batch (forward / backward only): the number of the phase window's outermost window
+      of that phase within its step (:func:`outer_ordinals`).
+
+    Returns ``(iteration, phase, micro-batch)``: int32 (int64 when a step number needs it),
+    int8, int32; -1 / 0 / -1 when unknown."""
     M, t_launch = gpu.M, gpu.ctx["t_launch"]
     ws, we, wval = _cat_windows(win.step)
+    steps = WindowIndex(ws, we)
     phase_w = {}
     for code in range(1, len(C.PHASES)):
         ps, pe, _ = _cat_windows(win.phase[code])
         if len(ps):
-            phase_w[code] = (ps, pe, C.ordinal_within(C.containing(ws, we, ps), ps))
-    fb_w = [(code, *_cat_windows(win.fallback[code])[:2]) for code in range(1, len(C.PHASES))]
-    rs, re_, _ = _cat_windows(win.recompute)
+            phase_w[code] = (WindowIndex(ps, pe), ps, outer_ordinals(ps, pe, steps.innermost(ps)))
+    fb_w = [(code, WindowIndex(*_cat_windows(win.fallback[code])[:2])) for code in range(1, len(C.PHASES))]
+    recompute = WindowIndex(*_cat_windows(win.recompute)[:2])
     narrow = not len(wval) or (-2 ** 31 <= int(wval.min()) and int(wval.max()) < 2 ** 31)
     iteration = np.empty(M, np.int32 if narrow else np.int64)
     ph = np.zeros(M, np.int8)
     micro = np.full(M, -1, np.int32)              # ordinals within a step
+    backward, recomp = C.PHASES.index("backward"), C.PHASES.index("recompute")
     for a in range(0, M, rows):
         t = t_launch[a:a + rows]
-        step_pos = C.containing(ws, we, t)
+        step_pos = steps.innermost(t)
         iteration[a:a + rows] = np.where(step_pos >= 0, wval[np.maximum(step_pos, 0)] if len(wval) else -1, -1)
         p, mi = ph[a:a + rows], micro[a:a + rows]
         ph_start = np.full(len(t), np.iinfo(np.int64).min)
-        for code, (ps, pe, mb) in phase_w.items():
-            pos = C.containing(ps, pe, t)
+        for code, (index, ps, mb) in phase_w.items():
+            pos = index.innermost(t)
             better = (pos >= 0) & (ps[np.maximum(pos, 0)] >= ph_start)
             p[better] = code
             mi[better] = mb[pos[better]] if C.PHASES[code] in ("forward", "backward") else -1
             ph_start[better] = ps[pos[better]]
-        for code, ps, pe in fb_w:
-            hit = (p == 0) & (C.containing(ps, pe, t) >= 0)
+        for code, index in fb_w:
+            hit = (p == 0) & (index.innermost(t) >= 0)
             p[hit] = code
-        p[(C.containing(rs, re_, t) >= 0) & (p == C.PHASES.index("backward"))] = C.PHASES.index("recompute")
+        p[(recompute.innermost(t) >= 0) & (p == backward)] = recomp
     return iteration, ph, micro
+
+
+def gpu_annotations(store, gpu, anno_keys, dtype=np.int32):
+    """The GPU-side annotation of every GPU event: of the ``gpu_user_annotation`` events on the
+    same GPU track (``("gpuanno", rank, pid, tid)`` beside the event's ``("gpu", rank, pid, tid)``:
+    the same device and stream) that overlap the event, the shortest (ties: the latest start,
+    then the last in file order; :func:`streamtrace.kernels.windows.shortest_overlapping`), as
+    HolisticTraceAnalysis labels kernels.  Returns name ids (``dtype``, -1 none) in ``gpu``'s
+    row order; the annotation keys' rows are dropped from ``store``."""
+    out = np.full(gpu.M, -1, dtype)
+    by_track = {k[1:]: k for k in anno_keys}
+    first = 0
+    for key, size in zip(gpu.keys, gpu.sizes):
+        ak = by_track.get(key[1:])
+        if ak is not None and size:
+            a = store.get(ak)
+            pos = shortest_overlapping(a["ts"], a["ts"] + a["dur"], gpu.start[first:first + size],
+                                       gpu.end[first:first + size])
+            out[first:first + size] = np.where(pos >= 0, a["name"][np.maximum(pos, 0)], -1)
+        first += size
+    for k in anno_keys:
+        store.drop(k)
+    return out

@@ -24,7 +24,7 @@ from .comm import COLL_INT, COLL_STR, collective_columns
 from .gpu import KINDS, GpuEvents, Names
 from .metrics import device_metrics
 from .patterns import Patterns
-from .phases import attribute_phases
+from .phases import ATTRIBUTED_BY, attribute_phases, gpu_annotations
 from .trackfork import analyze_tracks
 
 
@@ -83,6 +83,8 @@ def analyze_rank(src: RankSource, settings: RankSettings, out: RankOutputs | Non
                 out.open_ops or (lambda part: contextlib.nullcontext(None)))
     gpu.done_linking()
     iteration, ph, micro = attribute_phases(gpu, ctx.windows)
+    gpu.ctx["gpu_annot"] = gpu_annotations(store, gpu, [k for k in src.keys if k[0] == "gpuanno"],
+                                           gpu.ctx["annot"].dtype)
     tot = ctx.totals
     ctx = None
     del gpu.ctx["t_launch"]
@@ -152,7 +154,8 @@ def write_kernels(store, gpu, iteration, ph, micro, coll, writer, span=None):
                 "dur_ns": b["dur"], "end_ns": gpu.end[sl], "name": b["name"], "cat": b["cat"], "kind": gpu.kind[sl],
                 "correlation": b["correlation"], "external_id": b["external_id"], "launch_op": ctx["launch_op"][sl],
                 "launching_op": ctx["launching"][sl], "annotation": ctx["annot"][sl],
-                "top_annotation": ctx["top"][sl], "phase": ph[sl], "microbatch": micro[sl], "step": iteration[sl]}
+                "top_annotation": ctx["top"][sl], "gpu_annotation": ctx["gpu_annot"][sl], "phase": ph[sl],
+                "microbatch": micro[sl], "step": iteration[sl], "attributed_by": gpu.launched[sl]}
             a, z = np.searchsorted(coll["pos"], [pos, pos + nb])
             at = coll["pos"][a:z] - pos
             for c in COLL_INT + COLL_STR:
@@ -168,8 +171,9 @@ def write_kernels(store, gpu, iteration, ph, micro, coll, writer, span=None):
 
 def kernel_pools(table_pool, coll_pool):
     """``{string column: StringPool}`` of the kernels table."""
-    pools = {c: table_pool for c in ("name", "cat", "launch_op", "launching_op", "annotation", "top_annotation")}
-    pools.update({"kind": StringPool(KINDS), "phase": StringPool(C.PHASES)})
+    pools = {c: table_pool for c in ("name", "cat", "launch_op", "launching_op", "annotation", "top_annotation",
+                                     "gpu_annotation")}
+    pools.update({"kind": StringPool(KINDS), "phase": StringPool(C.PHASES), "attributed_by": StringPool(ATTRIBUTED_BY)})
     pools.update({c: coll_pool for c in COLL_STR})
     return pools
 

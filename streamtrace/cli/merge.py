@@ -40,8 +40,10 @@ def default_output(inputs, legacy=False) -> str:
 @argh.arg("--gpu-only", help="keep only GPU processes (kernels, memcpy, memset, GPU annotations); "
           "a CPU-only run keeps its CPU processes, with a warning")
 @argh.arg("--window", help="keep START_MS:END_MS from the start of the merged timeline")
-@argh.arg("--align", choices=["global", "first-step"],
-          help="global: one clock via baseTimeNanoseconds (default); first-step: align each rank's first ProfilerStep")
+@argh.arg("--align", choices=["global", "first-step", "collectives"],
+          help="global: one clock via baseTimeNanoseconds (default); first-step: align each rank's first "
+               "ProfilerStep; collectives: the global clock corrected by offsets estimated from the ends of "
+               "matched collectives")
 @argh.arg("--iterations", help="merge only these iterations (the trace folder's iteration_N), e.g. 10 or 10-12 "
           "(default: each iteration into its own output)")
 @argh.arg("--rank-map", help="JSON {file: rank} or '<file> <rank>' lines, for files that carry no rank")

@@ -50,9 +50,10 @@ def topology(*, tp=None, pp=None, cp=None, ep=None, etp=None, order="tp-cp-ep-dp
     else:
         show = None if verbose else 8
         con.info(topo.summary_line())
-        for d in ("tp", "cp", "ep", "dp", "pp"):
-            if topo.sizes[d] > 1:
-                g = topo.groups[d]
+        expert = [k for k in ("etp", "edp") if topo.has_experts() and k in topo.extra]
+        for d in ("tp", "cp", "ep", "dp", "pp", *expert):
+            g = topo.groups[d] if d in topo.groups else topo.extra[d]
+            if max(len(x) for x in g) > 1:
                 more = f" ... ({len(g)} groups)" if show and len(g) > show else ""
                 con.info(f"  {d.upper()} groups: {' '.join(str(x).replace(' ', '') for x in g[:show])}{more}")
         con.info(f"  replicas: {' '.join(str(g).replace(' ', '') for g in topo.replicas[:show])}"

@@ -38,8 +38,8 @@ def schemas():
     kernels = pa.schema([
         ("device", i32), ("stream", i64), ("tid", i64), ("ts_ns", i64), ("dur_ns", i64), ("end_ns", i64),
         ("name", s), ("cat", s), ("kind", s), ("correlation", i64), ("external_id", i64),
-        ("launch_op", s), ("launching_op", s), ("annotation", s), ("top_annotation", s),
-        ("phase", s), ("microbatch", i64), ("step", i64), ("collective", s), ("in_bytes", i64),
+        ("launch_op", s), ("launching_op", s), ("annotation", s), ("top_annotation", s), ("gpu_annotation", s),
+        ("phase", s), ("microbatch", i64), ("step", i64), ("attributed_by", s), ("collective", s), ("in_bytes", i64),
         ("out_bytes", i64), ("msg_bytes", i64), ("dtype", s), ("group_size", i64), ("pg_name", s),
         ("pg_desc", s), ("pg_ranks", s), ("parallel_dim", s)])
     ops = pa.schema([

@@ -45,8 +45,9 @@ def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None)
     """Read one trace into ``store``: complete events (``ph == "X"``, ``dur >= 0``) as
     :data:`STORE_DTYPE` rows keyed ``("gpu", rank, pid, tid)`` for GPU events (``cat`` in
     ``gpu_cats``: Kineto's kernel and memcpy/memset categories, see
-    :class:`~streamtrace.analyze.patterns.Patterns`) and ``("cpu", rank, pid, tid)`` for CPU
-    events (``rank`` = ``args.rank`` or -1; GPU annotations and ``Trace`` spans are not stored).
+    :class:`~streamtrace.analyze.patterns.Patterns`), ``("gpuanno", rank, pid, tid)`` for GPU-side
+    annotations (``gpu_user_annotation``: a GPU device's pid and a stream's tid) and ``("cpu", rank,
+    pid, tid)`` for CPU events (``rank`` = ``args.rank`` or -1; ``Trace`` spans are not stored).
     ``byte_range``: read only that slice of a plain file's events (see :mod:`streamtrace.trace.ranges`).
 
     Returns ``(table, comm_rows, reader)``: the :class:`StringTable` the rows' ``cat``/``name``
@@ -69,7 +70,7 @@ def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None)
             cols["comm"][has] += len(comm_rows)
             comm_rows.extend(rows)
         k = np.where(cols["cat"] >= 0, kind_of[np.maximum(cols["cat"], 0)], 0)
-        for sel, fields, tag in ((k == 1, ("rank", "pid", "tid"), "gpu"),
+        for sel, fields, tag in ((k == 1, ("rank", "pid", "tid"), "gpu"), (k == 3, ("rank", "pid", "tid"), "gpuanno"),
                                  ((k == 0) & (cols["pid"] >= 0), ("rank", "pid", "tid"), "cpu")):
             part = cols[sel]
             if not len(part):

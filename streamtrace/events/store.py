@@ -1,5 +1,5 @@
 """Where ``streamtrace analyze`` keeps event rows between reading and analysing them, in
-bounded memory: rows grouped by key (``("cpu" | "gpu", rank, pid, tid)``), as compressed blocks.
+bounded memory: rows grouped by key (``("cpu" | "gpu" | "gpuanno", rank, pid, tid)``), as compressed blocks.
 
 * :data:`STORE_DTYPE` -- what the analysis keeps per complete event (60 bytes; pid, tid
   and rank live in the store key).
@@ -182,6 +182,7 @@ def _span(rows) -> tuple[int, int]:
 
 
 def span_arrays(spans):
+    """``(rows, first_ts, last_end)`` int64 arrays (times in ns) from one such tuple per block."""
     a = np.asarray(spans, np.int64).reshape(-1, 3)
     return a[:, 0].copy(), a[:, 1].copy(), a[:, 2].copy()
 

@@ -13,7 +13,8 @@ From the ``streamtrace analyze`` folders of all ranks (one or more iterations) i
   comm:<dim>) for the charts;
 * ``top_kernels.parquet`` — kernel names by total time over all ranks;
 * ``collectives.parquet``, ``collectives_ranks.parquet``, ``collectives_summary.{parquet,csv}``,
-  ``stragglers.{parquet,csv}`` (see :mod:`streamtrace.job.collectives`);
+  ``stragglers.{parquet,csv}`` (see :mod:`streamtrace.job.collectives`), ``p2p.{parquet,csv}``
+  (point-to-point transfers per rank pair, :mod:`streamtrace.job.p2p`);
 * ``aggregate.json`` — inputs, alignment, clock offsets, topology, warnings, file list.
 
 Metrics of a set of GPU events (README definitions, ``shared/traces/README.md``; unions and
@@ -67,6 +68,7 @@ from ..runtime.progress import progress_bar
 from ..topology.sources import load_topology
 from .alignment import Job
 from .collectives import analyse_collectives, write_collectives
+from .p2p import p2p_table, write_p2p
 
 KIND_CODE = {"compute": 0, "communication": 1, "memory": 2}
 FB = ("forward", "backward", "recompute")
@@ -360,6 +362,7 @@ def aggregate(dirs, outdir, opt: AggregateOptions | None = None, log=None) -> di
     files += write_collectives(outdir, coll)
     if coll.stragglers:
         files += write_table(outdir, "stragglers", _columns(coll.stragglers, list(coll.stragglers[0])), csv=True)
+    files += write_p2p(outdir, p2p_table(coll.instances, coll.members, topo))
     meta = {"kind": "streamtrace-aggregate", "version": 1, "inputs": [str(d) for d in dirs],
             "time_alignment": opt.time_alignment, "clock_sync": opt.clock_sync or "none",
             "iterations": sorted({r["iteration"] for r in rank_rows}),

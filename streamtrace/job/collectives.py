@@ -23,10 +23,12 @@ ranks of the kernel duration (the last arrival does not wait, so its duration is
 ``algbw_gbps`` = msg_bytes / latency_ns (bytes per ns = GB/s, GB = 1e9 bytes); ``busbw_gbps`` =
 algbw x the bus factor of nccl-tests' PERFORMANCE.md (:func:`bus_factor`).
 
-**Clock sync** (:func:`estimate_clock_offsets`): the members of a collective finish nearly together,
-so rank r's clock offset o_r is estimated from ``end(r) - end(s) = o_r - o_s`` over every matched
-instance: the median difference per rank pair, then weighted least squares over the pairs, 0 at
-the lowest rank of each connected set of ranks.
+**Clock sync** (:func:`estimate_clock_offsets`, :mod:`streamtrace.trace.clocks`, shared with
+``merge --align collectives``): the members of a collective finish nearly together, so rank r's
+clock offset o_r is estimated from ``end(r) - end(s) = o_r - o_s`` over every matched instance: the
+median difference per rank pair, then weighted least squares over the pairs, 0 at the lowest rank
+of each connected set of ranks; point-to-point transfers only join the sets the group collectives
+leave apart (pipeline stages).
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ import numpy as np
 
 from ..errors import StreamtraceError
 from ..events.dataset import write_table
+from ..trace.clocks import estimate_clock_offsets
 
 P2P = ("Send", "Recv", "SendRecv")
 _P2P_FN = re.compile(r"(send|recv)_(forward|backward)", re.I)
@@ -68,7 +71,7 @@ def bus_factor(collective: str, n: int) -> float:
 class CollectiveResult:
     """``instances`` and ``members``: dicts of equally long numpy columns (:data:`INSTANCE_COLUMNS`,
     :data:`MEMBER_COLUMNS`); ``summary``: list of dicts per (collective, parallel_dim);
-    ``stragglers``: list of dicts per rank; ``clock_offsets``: ``{part index: ns}`` (empty unless
+    ``stragglers``: list of dicts per collective kind and rank (:func:`straggler_table`); ``clock_offsets``: ``{part index: ns}`` (empty unless
     estimated); ``stats``: counts of matched / unmatched kernels."""
     instances: dict
     members: dict
@@ -265,69 +268,6 @@ def _instances(c: dict) -> tuple[dict, dict]:
     return inst_cols, members
 
 
-# -- clock offsets -----------------------------------------------------------------------
-
-def estimate_clock_offsets(members: dict, instances: dict) -> tuple[dict, dict]:
-    """Per-part clock offsets (int ns) from the ends of complete, consistent instances:
-    ``end(a) - end(b) ~ o_a - o_b``; the median per pair of parts, weighted least squares over the
-    pairs, o = 0 at the lowest (rank, part) of each connected set.  Returns ``(offsets,
-    components)``: ``{part: ns}`` and ``{part: index of its connected set}``."""
-    ok = np.flatnonzero(instances["complete"] & instances["consistent"] & (instances["n_ranks"] >= 2))
-    sel = np.isin(members["instance"], ok)
-    inst, part, end, rank = (members[k][sel] for k in ("instance", "part", "end_ns", "rank"))
-    if not len(inst):
-        return {}, {}
-    o = np.lexsort((rank, inst))
-    inst, part, end, rank = inst[o], part[o], end[o], rank[o]
-    first = np.r_[True, inst[1:] != inst[:-1]]
-    ref_idx = np.maximum.accumulate(np.where(first, np.arange(len(inst)), 0))
-    a, b = part[~first], part[ref_idx][~first]
-    d = (end[~first] - end[ref_idx][~first]).astype(np.int64)
-    pairs: dict = {}
-    for x, y, v in zip(a.tolist(), b.tolist(), d.tolist()):
-        pairs.setdefault((x, y), []).append(v)
-    parts = sorted(set(part.tolist()))
-    rank_of = dict(zip(part.tolist(), rank.tolist()))
-    # connected sets
-    parent = {p: p for p in parts}
-
-    def find(x):
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-    for x, y in pairs:
-        rx, ry = find(x), find(y)
-        if rx != ry:
-            parent[max(rx, ry)] = min(rx, ry)
-    comps: dict = {}
-    for p in parts:
-        comps.setdefault(find(p), []).append(p)
-    offsets, comp_of = {}, {}
-    for ci, members_ in enumerate(sorted(comps.values(), key=lambda m: min((rank_of[p], p) for p in m))):
-        ref = min(members_, key=lambda p: (rank_of[p], p))
-        idx = {p: i for i, p in enumerate(members_)}
-        rows, rhs, w = [], [], []
-        for (x, y), v in pairs.items():
-            if x in idx:
-                r = np.zeros(len(members_))
-                r[idx[x]], r[idx[y]] = 1.0, -1.0
-                rows.append(r)
-                rhs.append(float(np.median(v)))
-                w.append(np.sqrt(len(v)))
-        r = np.zeros(len(members_))
-        r[idx[ref]] = 1.0
-        rows.append(r * 1e3)
-        rhs.append(0.0)
-        w.append(1e3)
-        A = np.asarray(rows) * np.asarray(w)[:, None]
-        sol = np.linalg.lstsq(A, np.asarray(rhs) * np.asarray(w), rcond=None)[0]
-        for p in members_:
-            offsets[p] = int(round(sol[idx[p]] - sol[idx[ref]]))
-            comp_of[p] = ci
-    return offsets, comp_of
-
-
 # -- summaries ---------------------------------------------------------------------------
 
 def _pct(x, q):
@@ -361,23 +301,41 @@ def summarize(inst: dict) -> list:
     return out
 
 
+def is_group(inst: dict) -> np.ndarray:
+    """Mask of the group collectives among ``inst`` (everything but point-to-point: Send, Recv,
+    SendRecv, matched or not)."""
+    return ~np.isin(np.asarray(inst["collective"], object), P2P) if len(inst["instance"]) else np.zeros(0, bool)
+
+
 def straggler_table(inst: dict, members: dict) -> list:
-    """Per rank, over group collectives (point-to-point transfers are left out: there the receiver
-    posts early by design): how often it was the straggler (``straggler_count``) and the lag it
-    caused (``straggler_lag_ns``, sum of its lead over the next-latest rank), how often it waited
-    longest (``waiter_count``); over all its matched kernels, its total wait (``wait_ns``, sum of
-    last arrival - its arrival)."""
-    ranks = sorted(set(members["rank"].tolist())) if len(members["rank"]) else []
-    multi = (inst["n_ranks"] >= 2) & (inst["collective"] != "SendRecv") if len(inst["instance"]) \
-        else np.zeros(0, bool)
+    """Per collective kind (``collective``, ``parallel_dim``) and rank, over the group collectives
+    only (point-to-point transfers have their own table, :mod:`streamtrace.job.p2p`: there the
+    receiver posts early by design): the rank's matched kernels of that kind (``instances``), how
+    often it was the straggler (``straggler_count``) and the lag it caused (``straggler_lag_ns``,
+    sum of its lead over the next-latest rank), how often it waited longest (``waiter_count``),
+    and its total wait (``wait_ns``, sum of last arrival - its arrival).  Rows by kind, then rank."""
+    if not len(inst["instance"]):
+        return []
+    group = is_group(inst)
+    multi = group & (inst["n_ranks"] >= 2)
+    pairs = list(zip(inst["collective"].tolist(), inst["parallel_dim"].tolist()))
+    kinds = sorted(set(pairs))
+    code = {k: i for i, k in enumerate(kinds)}
+    kind = np.asarray([code[x] for x in pairs], np.int64)
+    m_inst = members["instance"]
+    m_kind, m_group = kind[m_inst], group[m_inst]
     out = []
-    for r in ranks:
-        s = multi & (inst["straggler_rank"] == r)
-        w = multi & (inst["waiter_rank"] == r)
-        mm = members["rank"] == r
-        out.append({"rank": int(r), "instances": int(mm.sum()), "straggler_count": int(s.sum()),
-                    "straggler_lag_ns": int(inst["straggler_lag_ns"][s].sum()), "waiter_count": int(w.sum()),
-                    "wait_ns": int(members["wait_ns"][mm].sum())})
+    for k in sorted(set(kind[group].tolist())):
+        coll, dim = kinds[k]
+        of_kind = multi & (kind == k)
+        mine = m_group & (m_kind == k)
+        for r in sorted(set(members["rank"][mine].tolist())):
+            s = of_kind & (inst["straggler_rank"] == r)
+            w = of_kind & (inst["waiter_rank"] == r)
+            mm = mine & (members["rank"] == r)
+            out.append({"collective": coll, "parallel_dim": dim, "rank": int(r), "instances": int(mm.sum()),
+                        "straggler_count": int(s.sum()), "straggler_lag_ns": int(inst["straggler_lag_ns"][s].sum()),
+                        "waiter_count": int(w.sum()), "wait_ns": int(members["wait_ns"][mm].sum())})
     return out
 
 
@@ -391,7 +349,7 @@ def analyse_collectives(job, clock_sync: str | None = None) -> CollectiveResult:
     inst, mem = _instances(c) if c else _instances({"instance": np.zeros(0, np.int64)})
     offsets, comps = {}, {}
     if clock_sync == "collectives" and c:
-        offsets, comps = estimate_clock_offsets(mem, inst)
+        offsets, comps = estimate_clock_offsets(mem, {**inst, "bridge": ~is_group(inst)})   # p2p: bridges only
         job.set_clock_offsets(offsets)
         c = load_comm(job)
         inst, mem = _instances(c)

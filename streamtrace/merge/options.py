@@ -19,8 +19,10 @@ class MergeOptions:
         gpu_only: keep only GPU processes (kernels, memcpy/memset, GPU annotations); drops flows.
         window_ms: ``(start, end)`` in milliseconds from the start of the merged timeline
             (floats); None keeps all.
-        align: ``"global"`` (one clock through ``baseTimeNanoseconds``) or ``"first-step"``
-            (every rank's first ``ProfilerStep#`` starts together).
+        align: ``"global"`` (one clock through ``baseTimeNanoseconds``), ``"first-step"``
+            (every rank's first ``ProfilerStep#`` starts together) or ``"collectives"`` (the global
+            clock corrected by each rank's offset estimated from the ends of its collectives:
+            :mod:`streamtrace.merge.clocks`).
         iterations: merge only these iterations (list of int: the trace folder's ``iteration_N``);
             None merges each iteration found, each into its own output.
         iteration: deprecated (0.1 spelling of ``iterations=[N]``); None.
@@ -60,4 +62,4 @@ class MergeOptions:
 
     def needs_survey(self) -> bool:
         """True when merge must read every rank once before rewriting it (time filters, alignment)."""
-        return self.align == "first-step" or self.steps is not None or self.window_ms is not None
+        return self.align in ("first-step", "collectives") or self.steps is not None or self.window_ms is not None

@@ -38,10 +38,13 @@ def gzip_piece(data: bytes, compress, level):
     return gzip.compress(data, compresslevel=level, mtime=0) if compress else data
 
 
-def merged_metadata(files, results, shifts, out_base, opt, output):
+def merged_metadata(files, results, shifts, out_base, opt, output, clock=None):
     """The merged trace's top-level keys after ``traceEvents`` (README, "What merge rewrites"):
     ``schemaVersion``, ``displayTimeUnit``, ``baseTimeNanoseconds`` (``out_base``, ns), ``traceName``
-    and ``streamtrace`` (ranks with their sources, shifts and metadata; the process map)."""
+    and ``streamtrace`` (ranks with their sources, shifts and metadata; the process map).
+    ``clock`` (``--align collectives``, :func:`streamtrace.merge.clocks.plan_clock_sync`): each
+    rank's ``clock_offset_ns``, ``clock_residual_ns``, ``clock_instances``, ``clock_applied``, and
+    ``streamtrace.clock_sync`` (method, applied, one_host, reference rank per component)."""
     first = results[0]["metadata"]
     ranks = []
     pmap = {}
@@ -53,8 +56,13 @@ def merged_metadata(files, results, shifts, out_base, opt, output):
                       "distributedInfo": m.get("distributedInfo"), "deviceProperties": m.get("deviceProperties"),
                       "host": host_name(m), "events_in": res["events_in"], "events_out": res["events_out"],
                       "truncated": res["truncated"]})
+        if clock is not None:
+            c = clock["ranks"][tf.rank]
+            ranks[-1].update({"clock_offset_ns": c["offset_ns"], "clock_residual_ns": c["residual_ns"],
+                              "clock_instances": c["instances"], "clock_component": c["component"],
+                              "clock_applied": c["applied"]})
         pmap.update(res["process_map"])
-    return {
+    out = {
         "schemaVersion": first.get("schemaVersion", 1),
         "displayTimeUnit": first.get("displayTimeUnit", "ms"),
         "baseTimeNanoseconds": out_base,
@@ -70,6 +78,9 @@ def merged_metadata(files, results, shifts, out_base, opt, output):
             "process_map": pmap,
         },
     }
+    if clock is not None:
+        out["streamtrace"]["clock_sync"] = {k: clock[k] for k in ("method", "applied", "one_host", "references")}
+    return out
 
 
 def output_for_iteration(output: Path, iteration) -> Path:

@@ -22,7 +22,9 @@ Rewrites (all documented in the README):
     every event gets ``args.rank``;
   * time: ts is shifted by ``baseTimeNanoseconds(rank) - min(baseTimeNanoseconds)`` so all
     ranks share one clock (or, with ``align="first-step"``, so every rank's first
-    ``ProfilerStep#`` starts together), and written as exact decimal microseconds.
+    ``ProfilerStep#`` starts together; with ``align="collectives"``, less each rank's clock
+    offset estimated from its collectives, :mod:`streamtrace.merge.clocks`), and written as
+    exact decimal microseconds.
 """
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ from .check import LOG_SUFFIX, merged_validation, split_validation
 from .options import MergeOptions
 from .output import merged_metadata, output_for_iteration, write_merged
 from .rank import RankPlan, merge_rank, warm_kernels
+from .clocks import plan_clock_sync
 from .survey import Survey, combine_surveys, metadata_task, plan_time, survey_rank
 
 
@@ -76,6 +79,7 @@ class SurveyTask:
     want_flows: bool
     salvage: bool
     byte_range: tuple | None = None
+    want_collectives: bool = False
 
 
 def merge(inputs, output, opt: MergeOptions | None = None, rank_map=None) -> list[dict]:
@@ -174,6 +178,9 @@ def _merge_files(files, output, opt, splits, t_start):
     jobs = max(1, min(want, len(files) + sum(len(sf.ranges) - 1 for sf in splits.values())))
     surveys = _surveys(files, splits, opt, jobs)
     out_base, shifts, keeps = plan_time(files, surveys, opt)
+    clock, clock_warnings = None, []
+    if opt.align == "collectives":
+        shifts, clock, clock_warnings = plan_clock_sync(files, surveys, shifts)
     output.parent.mkdir(parents=True, exist_ok=True)
     plans = _plans(files, surveys, shifts, keeps, opt, output)
     tasks = _rewrite_tasks(files, plans, splits)
@@ -197,7 +204,7 @@ def _merge_files(files, output, opt, splits, t_start):
             res["cpu_only"] = True
             return res
         progress.close()
-        meta = merged_metadata(files, results, shifts, out_base, opt, output)
+        meta = merged_metadata(files, results, shifts, out_base, opt, output, clock)
         write_merged(output, results, meta, output.name.endswith(".gz"), opt.compresslevel)
         validation = merged_validation(results, output) if opt.validate else None
     finally:
@@ -212,7 +219,8 @@ def _merge_files(files, output, opt, splits, t_start):
             "events_in": sum(r["events_in"] for r in results),
             "events_out": sum(r["events_out"] for r in results),
             "bytes_in": sum(r["bytes_in"] for r in results), "bytes_out": output.stat().st_size,
-            "seconds": time.time() - t_start, "jobs": jobs, "warnings": [w for r in results for w in r["warnings"]],
+            "seconds": time.time() - t_start, "jobs": jobs,
+            "warnings": clock_warnings + [w for r in results for w in r["warnings"]],
             "split": {files[i].rank: len(sf.ranges) for i, sf in splits.items()}, "ranges_redone": redone,
             "worker_mb_per_s": [round(b / 1e6 / max(t, 1e-9), 1) for b, t in busy.values()],
             "cpu_only": not any(v.get("kind") == "gpu" for r in results for v in r["process_map"].values()),
@@ -224,12 +232,13 @@ def _surveys(files, splits, opt, jobs) -> list[Survey]:
     combined, or its metadata without reading the events again)."""
     full = opt.needs_survey()
     want_flows = opt.window_ms is not None or opt.steps is not None
+    coll = opt.align == "collectives"
     tasks = []
     for i, tf in enumerate(files):
         if i not in splits:
-            tasks.append(SurveyTask(tf.path, i, tf.head, full, want_flows, opt.salvage))
+            tasks.append(SurveyTask(tf.path, i, tf.head, full, want_flows, opt.salvage, want_collectives=coll))
         elif full:
-            tasks += [SurveyTask(splits[i].path, i, {}, True, want_flows, False, r) for r in splits[i].ranges]
+            tasks += [SurveyTask(splits[i].path, i, {}, True, want_flows, False, r, coll) for r in splits[i].ranges]
     done = run_tasks(_run_survey, [(t,) for t in tasks], jobs, scheduler=opt.scheduler)
     surveys = []
     for i, tf in enumerate(files):
@@ -245,8 +254,8 @@ def _surveys(files, splits, opt, jobs) -> list[Survey]:
 
 def _run_survey(task: SurveyTask) -> Survey:
     if task.byte_range is not None:
-        return survey_rank(task.path, task.want_flows, False, task.byte_range)
-    return metadata_task(task.path, task.head, task.full, task.want_flows, task.salvage)
+        return survey_rank(task.path, task.want_flows, False, task.byte_range, task.want_collectives)
+    return metadata_task(task.path, task.head, task.full, task.want_flows, task.salvage, task.want_collectives)
 
 
 def _plans(files, surveys, shifts, keeps, opt, output) -> list[RankPlan]:

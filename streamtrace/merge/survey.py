@@ -1,33 +1,45 @@
 """The pre-pass of ``streamtrace merge`` over each rank (:func:`survey_rank`, needed by
-``--steps``, ``--window`` and ``--align first-step``) or just its metadata (:func:`metadata_task`),
-and the per-rank time shifts and keep-windows computed from them (:func:`plan_time`)."""
+``--steps``, ``--window``, ``--align first-step`` and ``--align collectives``) or just its metadata
+(:func:`metadata_task`), and the per-rank time shifts and keep-windows computed from them
+(:func:`plan_time`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..errors import StreamtraceError
+from ..events.columns import StringTable, columns_from_batch
 from ..trace.metadata import read_trailer
 from ..trace.reader import TraceReader
+from .clocks import KERNEL_CATS, CollectiveLog
 from .pids import FLOW_PHASES, GPU_CATS, hashable
 
 @dataclass
 class Survey:
-    """A full pre-pass over one rank: metadata, time extent and ProfilerStep windows (ns)."""
+    """A full pre-pass over one rank: metadata, time extent and ProfilerStep windows (ns), flows,
+    and (``--align collectives``) its collective kernels."""
     metadata: dict
     first_ns: int | None
     steps: dict
     flows: dict
+    collectives: CollectiveLog | None = None
 
 
-def survey_rank(path, want_flows=False, salvage=False, byte_range=None) -> Survey:
-    """Read one rank fully (a pre-pass needed by ``--steps``, ``--window`` and
-    ``--align first-step``): ProfilerStep windows ``{N: (start_ns, end_ns)}``, the
-    earliest ts, and per flow ``(cat, id) -> (min ts, max ts)`` when ``want_flows``.
+def survey_rank(path, want_flows=False, salvage=False, byte_range=None, want_collectives=False) -> Survey:
+    """Read one rank fully (a pre-pass needed by ``--steps``, ``--window``, ``--align first-step``
+    and ``--align collectives``): ProfilerStep windows ``{N: (start_ns, end_ns)}``, the
+    earliest ts, per flow ``(cat, id) -> (min ts, max ts)`` when ``want_flows``, the collective
+    kernels (:class:`~streamtrace.merge.clocks.CollectiveLog`) when ``want_collectives``.
     ``byte_range``: survey only that range of a plain file's events (no metadata;
-    see :func:`combine_surveys`)."""
+    see :func:`combine_surveys`).  Without flows, collectives are read from the columns of the
+    numba extractor (:func:`survey_columns`), not from decoded events."""
+    if want_collectives and not want_flows:
+        return survey_columns(path, salvage, byte_range)
     r = TraceReader(path, salvage=salvage, byte_range=byte_range)
     first = None
     steps, flows = {}, {}
+    log = CollectiveLog() if want_collectives else None
     for b in r.raw_batches():
         ts, dur, flags = b.ts_ns.tolist(), b.dur_ns.tolist(), b.flags.tolist()
         for i, ev in enumerate(b.events):
@@ -50,14 +62,65 @@ def survey_rank(path, want_flows=False, salvage=False, byte_range=None) -> Surve
                 k = (ev.get("cat"), hashable(ev.get("id")))
                 lo, hi = flows.get(k, (t, t))
                 flows[k] = (min(lo, t), max(hi, t))
-    return Survey(r.metadata, first, steps, flows)
+            elif log is not None and ph == "X" and ev.get("cat") in KERNEL_CATS and isinstance(name, str) \
+                    and flags[i] & 2 and not flags[i] & 8:
+                args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+                log.add(name, t, dur[i], args, args.get("stream", -1))
+    return Survey(r.metadata, first, steps, flows, log)
 
 
-def metadata_task(path, head, survey, want_flows, salvage) -> Survey:
+def survey_columns(path, salvage=False, byte_range=None) -> Survey:
+    """:func:`survey_rank` without flows, collectives included, from the numba extractor's columns
+    (:func:`streamtrace.events.columns.columns_from_batch`: only events with collective args are
+    decoded)."""
+    r = TraceReader(path, salvage=salvage, byte_range=byte_range)
+    table = StringTable()
+    step_no, is_comm, is_kernel, is_gpu = (np.zeros(0, t) for t in (np.int64, bool, bool, bool))
+    first, steps, log = None, {}, CollectiveLog()
+    for b in r.raw_batches(decode=False):
+        cols, rows = columns_from_batch(b, table, path)
+        if len(step_no) < len(table):                  # per string id, for the strings new in this batch
+            new = table.strings[len(step_no):]
+            step_no = np.append(step_no, [_step_number(x) for x in new])
+            is_comm = np.append(is_comm, [("nccl" in x.lower() or "rccl" in x.lower()) for x in new])
+            is_kernel = np.append(is_kernel, [x in KERNEL_CATS for x in new])
+            is_gpu = np.append(is_gpu, [x in GPU_CATS for x in new])
+        has = (b.flags & 1) != 0
+        ts, dur, ph = b.ts_ns, b.dur_ns, cols["ph"]
+        timed = has & (ph != ord("M"))
+        if timed.any():
+            t0 = int(ts[timed].min())
+            first = t0 if first is None else min(first, t0)
+        x = has & (ph == ord("X")) & (cols["name"] >= 0)
+        name, cat = np.maximum(cols["name"], 0), cols["cat"]
+        cat_ok = cat >= 0
+        gpu_cat = cat_ok & is_gpu[np.maximum(cat, 0)]
+        for i in np.flatnonzero(x & (step_no[name] >= 0) & ~gpu_cat).tolist():
+            n, t = int(step_no[name[i]]), int(ts[i])
+            lo, hi = steps.get(n, (t, t + int(dur[i])))
+            steps[n] = (min(lo, t), max(hi, t + int(dur[i])))
+        for i in np.flatnonzero(x & (cols["dur"] >= 0) & is_comm[name] & cat_ok & is_kernel[np.maximum(cat, 0)]).tolist():
+            c = int(cols["comm"][i])
+            log.add(table.strings[name[i]], int(ts[i]), int(dur[i]), rows[c] if c >= 0 else None,
+                    int(cols["stream"][i]))
+    return Survey(r.metadata, first, steps, {}, log)
+
+
+def _step_number(name) -> int:
+    """N of a ``ProfilerStep#N`` name (as :func:`survey_rank` reads it), else -1."""
+    if not name.startswith("ProfilerStep#"):
+        return -1
+    try:
+        return int(name[13:])
+    except ValueError:
+        return -1
+
+
+def metadata_task(path, head, survey, want_flows, salvage, want_collectives=False) -> Survey:
     """One rank's :class:`Survey` (``survey``: the full pre-pass) or only its metadata, read as
     cheaply as possible: the head when it has the base time, else the tail, else the whole file."""
     if survey:
-        return survey_rank(path, want_flows, salvage)
+        return survey_rank(path, want_flows, salvage, want_collectives=want_collectives)
     if "baseTimeNanoseconds" in head:
         return Survey(head, None, {}, {})
     trailer = read_trailer(path)
@@ -103,9 +166,10 @@ def plan_time(files, surveys, opt):
 
 
 def combine_surveys(parts, meta):
-    """One rank's :class:`~streamtrace.merge.Survey` from its ranges' surveys (all
-    min / max, so the order does not matter) and its metadata."""
+    """One rank's :class:`~streamtrace.merge.Survey` from its ranges' surveys (``parts`` in file
+    order: the collectives are concatenated; the rest are min / max) and its metadata."""
     first, steps, flows = None, {}, {}
+    log = CollectiveLog() if any(s.collectives is not None for s in parts) else None
     for s in parts:
         if s.first_ns is not None and (first is None or s.first_ns < first):
             first = s.first_ns
@@ -113,4 +177,6 @@ def combine_surveys(parts, meta):
             for k, (lo, hi) in mine.items():
                 a, b = table.get(k, (lo, hi))
                 table[k] = (min(a, lo), max(b, hi))
-    return Survey(meta, first, steps, flows)
+        if log is not None and s.collectives is not None:
+            log.extend(s.collectives)                    # ranges in file order
+    return Survey(meta, first, steps, flows, log)

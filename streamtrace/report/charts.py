@@ -14,11 +14,13 @@ Per-step charts are named ``..._iter<N>`` (``N`` the trace file's iteration, as 
   micro-batches (on the aggregate's time alignment: global or individual);
 * ``replica_<K>``: all PP groups of one model replica in one figure;
 * ``collectives_busbw``: bus bandwidth per instance by message size, by collective type and dimension;
-* ``collectives_skew``: heat map rank x collective instance of the arrival delay (start - first start).
+* ``collectives_skew_<collective>_<dim>``: one heat map per group-collective kind, each on its own
+  colour scale: rank x instance of the arrival delay (start - first start); point-to-point left out;
+* ``p2p_stage_pairs``: point-to-point waiting (receiver, sender) and transfer time per pipeline stage pair.
 
 Legibility at 64+ ranks and thousands of kernels: intervals closer than one pixel are merged before
-drawing, labels are drawn only where their text fits, tick labels are thinned, the skew heat map
-bins instances into at most :data:`MAX_COLUMNS` columns (max delay per bin).
+drawing, labels are drawn only where their text fits, tick labels are thinned, the skew heat maps
+bin instances into at most :data:`MAX_COLUMNS` columns (max delay per bin).
 """
 from __future__ import annotations
 
@@ -328,20 +330,66 @@ def busbw_chart(data, stem) -> list:
     return save(fig, stem)
 
 
-def skew_heatmap(data, stem) -> list:
-    """Rank x collective instance (time order) heat map of the arrival delay (us); instances binned
-    to at most :data:`MAX_COLUMNS` columns (max per bin); blank where the rank is not a member."""
+P2P_KINDS = ("Send", "Recv", "SendRecv")
+
+
+def kind_grids(c, m) -> dict:
+    """``{(collective, dim): skew_grid(...)}`` for each group-collective kind of the instances ``c``
+    (``collectives.parquet`` columns) and members ``m`` (``collectives_ranks.parquet``): only that
+    kind's instances with two or more ranks; point-to-point kinds (Send, Recv, SendRecv) left out."""
+    out = {}
+    kinds = sorted({(a, b) for a, b in zip(c["collective"].tolist(), c["parallel_dim"].tolist())
+                    if a not in P2P_KINDS})
+    for coll, dim in kinds:
+        sel = np.flatnonzero((c["collective"] == coll) & (c["parallel_dim"] == dim) & (c["n_ranks"] >= 2))
+        if not len(sel):
+            continue
+        renum = np.full(len(c["collective"]), -1, np.int64)
+        renum[sel] = np.arange(len(sel))
+        keep = renum[m["instance"]] >= 0
+        sub_m = {"instance": renum[m["instance"][keep]], "rank": m["rank"][keep], "arrival_ns": m["arrival_ns"][keep]}
+        out[(coll, dim)] = skew_grid({"first_start_ns": c["first_start_ns"][sel]}, sub_m)
+    return out
+
+
+def skew_heatmap(grid_info, kind, stem) -> list:
+    """One group-collective kind's heat map (``grid_info`` from :func:`kind_grids`), on its own colour
+    scale (0 to the 99th percentile of its delays): rank x instance (time order) of the arrival delay
+    (us), instances binned to at most :data:`MAX_COLUMNS` columns (max per bin), blank where the rank
+    is not a member."""
     plt = _plt()
-    grid, ranks, per, n = skew_grid(data["collectives"], data["collectives_ranks"])
+    grid, ranks, per, n = grid_info
     fig, ax = plt.subplots(figsize=(14, 1.5 + min(0.16 * len(ranks), 12)))
     finite = grid[np.isfinite(grid)]
     vmax = float(np.percentile(finite, 99)) if finite.size else 1.0
     im = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="magma_r", vmin=0, vmax=max(vmax, 1e-3))
     _thin_ticks(ax, [str(int(r)) for r in ranks], np.arange(len(ranks)), max_labels=40)
     ax.set_ylabel("rank")
-    ax.set_xlabel(f"collective instances in time order ({n:,}; {per} per column, max shown)")
+    ax.set_xlabel(f"{kind} instances in time order ({n:,}; {per} per column, max shown)")
     fig.colorbar(im, ax=ax, label="arrival after the first rank (us)")
-    ax.set_title("collective skew: how late each rank arrives", fontsize=10)
+    ax.set_title(f"{kind} skew: how late each rank arrives", fontsize=10)
+    return save(fig, stem)
+
+
+def p2p_chart(rows, stem) -> list:
+    """Point-to-point waiting per pipeline stage pair (``p2p.parquet`` summed per (src_stage,
+    dst_stage)): the receiver's wait for the sender and the sender's for the receiver, and the
+    transfer time, in ms."""
+    plt = _plt()
+    labels = [f"{a}->{b}" if a >= 0 else "?" for a, b in zip(rows["src_stage"], rows["dst_stage"])]
+    x = np.arange(len(labels))
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(labels) + 3), 4.5))
+    for k, (col, lab, color) in enumerate((("recv_wait_ns", "receiver waited", COLORS["comm:PP"]),
+                                           ("send_wait_ns", "sender waited", COLORS["comm:TP"]),
+                                           ("time_ns", "transfer", COLORS["comm:DP"]))):
+        ax.bar(x + (k - 1) * 0.27, _ms(rows[col]), width=0.27, label=lab, color=color)
+    ax.set_xticks(x)
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_xlabel("pipeline stage pair (sender -> receiver)")
+    ax.set_ylabel("ms (sum over transfers and iterations)")
+    ax.set_title("point-to-point: waiting per stage pair", fontsize=10)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
     return save(fig, stem)
 
 
@@ -368,13 +416,22 @@ def skew_grid(c, m):
     return grid, ranks, per, len(order)
 
 
+def _stage_pairs(p) -> dict:
+    """``p2p.parquet`` columns summed per (src_stage, dst_stage), as columns sorted by stages."""
+    keys = sorted(set(zip(p["src_stage"].tolist(), p["dst_stage"].tolist())))
+    out = {"src_stage": np.asarray([k[0] for k in keys]), "dst_stage": np.asarray([k[1] for k in keys])}
+    for col in ("recv_wait_ns", "send_wait_ns", "time_ns"):
+        out[col] = np.asarray([int(p[col][(p["src_stage"] == a) & (p["dst_stage"] == b)].sum()) for a, b in keys])
+    return out
+
+
 # -- all of them ----------------------------------------------------------------------------
 
 def load(aggdir) -> dict:
     """The aggregate outputs the charts need, as column dicts (``meta`` = aggregate.json)."""
     d = Path(aggdir)
     out = {"meta": json.loads((d / "aggregate.json").read_text())}
-    for n in ("timeline", "rank_phase", "ranks", "pipeline", "collectives", "collectives_ranks"):
+    for n in ("timeline", "rank_phase", "ranks", "pipeline", "collectives", "collectives_ranks", "p2p"):
         p = d / f"{n}.parquet"
         out[n] = read_table(p) if p.is_file() else {}
     return out
@@ -402,8 +459,11 @@ def render_all(aggdir, outdir, ranks=None, max_groups=16, max_replicas=8, log=No
             st = Path(aggdir) / "stragglers.parquet"
             if st.is_file():
                 s = read_table(st)
-                if len(s["rank"]):
-                    ranks.append(int(s["rank"][np.argmax(s["straggler_lag_ns"])]))
+                lag: dict = {}                  # rows per collective kind and rank: the rank's total
+                for r, v in zip(s["rank"].tolist(), s["straggler_lag_ns"].tolist()):
+                    lag[r] = lag.get(r, 0) + v
+                if lag:
+                    ranks.append(int(max(lag, key=lag.get)))
             ranks = sorted(set(ranks))
     jobs = []                      # (chart function, args, stem), drawn under one progress bar
     topo = meta.get("topology")
@@ -423,7 +483,11 @@ def render_all(aggdir, outdir, ranks=None, max_groups=16, max_replicas=8, log=No
                     jobs.append((replica_view, (data, ri, at), f"replica_{ri}_{sfx}"))
     if data["collectives"] and len(data["collectives"].get("instance", [])):
         jobs.append((busbw_chart, (data,), "collectives_busbw"))
-        jobs.append((skew_heatmap, (data,), "collectives_skew"))
+        for (coll, dim), grid in kind_grids(data["collectives"], data["collectives_ranks"]).items():
+            safe = "".join(ch if ch.isalnum() else "_" for ch in f"{coll}_{dim}")
+            jobs.append((skew_heatmap, (grid, f"{coll} {dim}"), f"collectives_skew_{safe}"))
+    if data["p2p"] and len(data["p2p"].get("src", [])):
+        jobs.append((p2p_chart, (_stage_pairs(data["p2p"]),), "p2p_stage_pairs"))
     with progress_bar(len(jobs), "charts", "chart", progress) as bar:
         for fn, args, stem in jobs:
             files += fn(*args, out / stem)

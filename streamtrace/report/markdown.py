@@ -13,7 +13,9 @@ named beside each section of ``report.json`` (``"from"``):
   exposed comm, idle, busy and wall time, min / median / max across ranks and which rank;
 * collectives (``collectives_summary.parquet``): count, bytes, time, bus bandwidth distribution
   per collective type and parallel dimension; traffic share per dimension;
-* stragglers (``stragglers.parquet``): the ranks that were last to arrive most (lag caused);
+* stragglers (``stragglers.parquet``): per group-collective kind, the ranks that were last to arrive
+  most (lag caused);
+* point-to-point (``p2p.parquet``, :mod:`streamtrace.report.p2p`): waiting per pipeline stage pair;
 * pipeline bubbles (``pipeline.parquet``): per PP group and stage, and the mean per stage;
 * top kernels by total time over all ranks (``top_kernels.parquet``).
 
@@ -31,6 +33,7 @@ from ..errors import StreamtraceError
 from ..runtime.files import atomic_output
 from ..events.dataset import read_table
 from .charts import render_all
+from .p2p import p2p_markdown, p2p_section
 
 DIMS = ("tp", "cp", "ep", "dp", "pp")
 RANK_METRICS = ("compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "idle_ns", "busy_ns", "wall_ns")
@@ -101,9 +104,10 @@ def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq
     rep["traffic"] = {"by_dim": traffic, "from": "collectives_summary.parquet"}
     st = _read(d, "stragglers")
     rows = [{k: _py(st[k][i]) for k in st} for i in range(len(st.get("rank", [])))]
-    rows.sort(key=lambda r: (-r["straggler_lag_ns"], r["rank"]))
+    rows.sort(key=lambda r: (-r["straggler_lag_ns"], r["rank"], r["collective"], r["parallel_dim"]))
     rep["stragglers"] = {"top": rows[:5], "clock_offsets_ns": meta.get("clock_offsets_ns") or {},
                          "from": "stragglers.parquet"}
+    rep["p2p"] = p2p_section(d)
     pipe = _read(d, "pipeline")
     prow = [{k: _py(pipe[k][i]) for k in ("iteration", "step", "pp_group", "stage", "rank", "span_ns", "busy_ns",
                                           "bubble_ns", "bubble_pct", "ideal_bubble_pct", "microbatches")}
@@ -274,13 +278,16 @@ def to_markdown(rep: dict, charts=()) -> str:
     if "stragglers" in rep.get("missing", {}):
         L += _missing_line(rep, "stragglers")
     else:
-        L += ["Ranks last to arrive at group collectives (lag = their lead over the next-latest rank):", ""]
-        L += [_table(["rank", "times last", "lag caused (ms)", "times first (waited longest)", "total wait (ms)"],
-                     [[r["rank"], r["straggler_count"], _ms(r["straggler_lag_ns"]), r["waiter_count"], _ms(r["wait_ns"])]
-                      for r in rep["stragglers"]["top"]]), ""]
+        L += ["Ranks last to arrive at group collectives, per collective kind (lag = their lead over the "
+              "next-latest rank; wait = over that kind's collectives; point-to-point is in its own section):", ""]
+        L += [_table(["rank", "collective", "dim", "times last", "lag caused (ms)", "times first (waited longest)",
+                      "wait (ms)"],
+                     [[r["rank"], r["collective"], r["parallel_dim"], r["straggler_count"], _ms(r["straggler_lag_ns"]),
+                       r["waiter_count"], _ms(r["wait_ns"])] for r in rep["stragglers"]["top"]]), ""]
     off = rep["stragglers"]["clock_offsets_ns"]
     if off:
         L += ["Estimated clock offsets (us): " + ", ".join(f"rank {r}: {v / 1e3:+,.1f}" for r, v in off.items()), ""]
+    L += p2p_markdown(rep["p2p"], _table, _ms, rep["configuration"]["ranks"])
     L += _pipeline_md(rep)
     L += ["## Top kernels by time", ""]
     if rep["top_kernels"]["rows"]:

@@ -1,5 +1,5 @@
-"""The parallel topology of a job: which ranks form each TP / CP / EP / DP / PP group, and the
-model replicas.
+"""The parallel topology of a job: which ranks form each TP / CP / EP / DP / PP group, the expert
+groups (ETP, EDP, ...) Megatron builds beside them, and the model replicas.
 
 Sources (all give a :class:`Topology`, whose JSON form is streamtrace's own topology file):
 sizes and a rank order (:func:`from_sizes`: the groups of Megatron-LM's ``RankGenerator``),
@@ -10,10 +10,10 @@ Written by :func:`write_topology` and :func:`write_topology_files`.  This packag
 numpy only (no numba, no pyarrow): :mod:`streamtrace.capture` uses them inside training processes.
 """
 from .files import TOPOLOGY_JSON, write_topology, write_topology_files
-from .model import (DEFAULT_ORDER, DIMS, Topology, connected_components, from_sizes, infer_order, orthogonal_groups,
-                    parse_order, topology_from_groups)
+from .model import (DEFAULT_ORDER, DIMS, EXPERT_GROUPS, EXTRA_KEYS, Topology, connected_components, dim_of_desc,
+                    from_sizes, infer_order, orthogonal_groups, parse_order, topology_from_groups)
 from .traceviz import format_traceviz_txt, parse_traceviz_txt, topology_from_traceviz
 
-__all__ = ["Topology", "DIMS", "DEFAULT_ORDER", "TOPOLOGY_JSON", "parse_order", "orthogonal_groups",
+__all__ = ["Topology", "DIMS", "DEFAULT_ORDER", "EXPERT_GROUPS", "EXTRA_KEYS", "dim_of_desc", "TOPOLOGY_JSON", "parse_order", "orthogonal_groups",
            "connected_components", "from_sizes", "infer_order", "topology_from_groups", "parse_traceviz_txt", "topology_from_traceviz",
            "format_traceviz_txt", "write_topology", "write_topology_files"]

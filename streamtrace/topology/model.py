@@ -8,6 +8,16 @@ Group lists are ordered as Megatron orders them: every group ascending, groups b
 (Megatron's ``generate_masked_orthogonal_rank_groups`` enumerates group and member indices in
 mixed radix with increasing strides, so both enumerations are increasing in the rank.)
 
+Expert groups (Megatron's expert ``RankGenerator``, ``--etp`` defaulting to ``--tp``) sit beside the five
+dimensions, in ``Topology.extra`` and the JSON under their own keys (:data:`EXPERT_GROUPS`): ``etp``
+(expert tensor parallel, ``EXPERT_TENSOR_PARALLEL_GROUP``), ``edp`` (expert data parallel,
+``EXPERT_DATA_PARALLEL_GROUP``: MoE gradient reduction), ``etp_ep``
+(``EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP``: token dispatch with the all-gather dispatcher) and
+``etp_ep_pp`` (``EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP``).  :meth:`Topology.dim_of` names a
+process group ``ETP`` / ``EDP`` / ``EP`` by them only when no dense group has the same ranks (with
+``etp = 1`` and ``ep = tp`` the EP groups *are* the TP groups): a Megatron group description
+(:func:`dim_of_desc`) is the exact answer and wins over rank sets.
+
 A **model replica** is a set of ranks that together hold one full copy of the model: the connected
 components of the TP, CP, EP and PP groups (ranks linked by any of them).  With EP = 1 this is "all
 ranks of one DP index", as TraceViz's ``FULL MODEL RANK GROUPS (by DP Rank)``; with EP > 1 the
@@ -26,6 +36,31 @@ from ..errors import StreamtraceError, TopologyError
 
 DIMS = ("tp", "cp", "ep", "dp", "pp")
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
+#: expert groups: key -> (the expert RankGenerator's token, the dimension :meth:`Topology.dim_of` names them)
+EXPERT_GROUPS = {"etp": ("tp", "ETP"), "edp": ("dp", "EDP"), "etp_ep": ("tp-ep", "EP"), "etp_ep_pp": ("tp-ep-pp", None)}
+#: group lists a topology may hold beside the five dimensions (JSON keys; ``dp_cp``: DP x CP)
+EXTRA_KEYS = ("dp_cp",) + tuple(EXPERT_GROUPS)
+#: Megatron-LM's process-group descriptions (``group_desc`` in ``megatron/core/parallel_state.py``, seen
+#: as ``pg_desc`` in traces) that name exactly one parallel dimension; combined groups (MODEL_PARALLEL,
+#: TENSOR_AND_DATA_PARALLEL, ...) and EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP name none
+MEGATRON_GROUP_DIM = {
+    "TENSOR_MODEL_PARALLEL_GROUP": "TP", "CONTEXT_PARALLEL_GROUP": "CP", "PIPELINE_MODEL_PARALLEL_GROUP": "PP",
+    "DATA_PARALLEL_GROUP": "DP", "DATA_PARALLEL_GROUP_WITH_CP": "DP", "DATA_PARALLEL_GROUP_WITH_CP_AG": "DP",
+    "INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP": "DP", "EXPERT_MODEL_PARALLEL_GROUP": "EP",
+    "EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP": "EP", "EXPERT_TENSOR_PARALLEL_GROUP": "ETP",
+    "EXPERT_DATA_PARALLEL_GROUP": "EDP"}
+
+
+def dim_of_desc(desc) -> str | None:
+    """The dimension (``"TP"``, ``"EDP"``, ...) a Megatron-LM process-group description names
+    exactly (:data:`MEGATRON_GROUP_DIM`; the hierarchical parts of a distributed-optimizer group,
+    ``HIERARCHICAL_<desc>_L<k>``, and the ``_GLOO`` twins as their group), else None."""
+    d = str(desc or "")
+    if d.startswith("HIERARCHICAL_"):
+        d = d[len("HIERARCHICAL_"):].rsplit("_L", 1)[0]
+    if d.endswith("_GLOO"):
+        d = d[:-len("_GLOO")]
+    return MEGATRON_GROUP_DIM.get(d)
 
 
 # -- Megatron's rank order ------------------------------------------------------------
@@ -129,6 +164,10 @@ class Topology:
         for g in self.extra.get("dp_cp", []):
             if len(g) > 1:
                 self._by_set.setdefault(frozenset(g), "DP")
+        for key, (_, name) in EXPERT_GROUPS.items():      # after the dense ones: equal rank sets stay dense
+            for g in self.extra.get(key, []) if name else []:
+                if len(g) > 1:
+                    self._by_set.setdefault(frozenset(g), name)
 
     # sizes: the size of the groups of each dimension (the largest, should they differ)
     @property
@@ -136,7 +175,8 @@ class Topology:
         return {d: max((len(g) for g in self.groups[d]), default=1) for d in DIMS}
 
     def dim_of(self, ranks) -> str | None:
-        """Dimension of a process group given its ranks, or None when no group matches."""
+        """Dimension of a process group given its ranks (``"TP"`` ... ``"PP"``, then ``"EDP"``,
+        ``"ETP"``, ``"EP"`` for expert groups no dense group equals), or None when no group matches."""
         return self._by_set.get(frozenset(ranks)) if ranks else None
 
     def group_of(self, dim: str, rank: int) -> list[int] | None:
@@ -169,19 +209,35 @@ class Topology:
             out["source"] = self.source
         return out
 
+    @property
+    def expert_sizes(self) -> dict:
+        """``{"etp": n, "edp": n}``: the size of the expert groups the topology holds (none: ``{}``)."""
+        return {k: max(len(g) for g in self.extra[k]) for k in ("etp", "edp") if self.extra.get(k)}
+
+    def has_experts(self) -> bool:
+        """True when the expert groups differ from the dense ones (EP > 1, or ETP != TP)."""
+        es = self.expert_sizes
+        return self.sizes["ep"] > 1 or es.get("etp", self.sizes["tp"]) != self.sizes["tp"]
+
     def summary_line(self) -> str:
-        s = self.sizes
+        s, es = self.sizes, self.expert_sizes
+        experts = f"; experts ETP{es.get('etp', s['tp'])} x EP{s['ep']} x EDP{es['edp']}" \
+            if self.has_experts() and "edp" in es else ""
         return (f"world {self.world_size}: TP{s['tp']} x CP{s['cp']} x EP{s['ep']} x DP{s['dp']} x PP{s['pp']}"
-                f"{', order ' + self.order if self.order else ''}; {len(self.replicas)} model replicas of "
+                f"{', order ' + self.order if self.order else ''}{experts}; {len(self.replicas)} model replicas of "
                 f"{len(self.replicas[0]) if self.replicas else 0} ranks; {len(self.groups['pp'])} PP groups")
 
 
 def from_sizes(world_size: int, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1, order: str = DEFAULT_ORDER,
                etp: int | None = None) -> Topology:
     """Megatron-LM's groups for these sizes (``initialize_model_parallel``): ``dp = world / (tp*pp*cp)``;
-    TP, CP, DP, PP from the dense ``RankGenerator(tp, ep=1, dp, pp, cp, order)``; EP from the expert
-    ``RankGenerator(etp, ep, world / (etp*ep*pp), pp, cp=1, order)`` with ``etp`` (expert tensor
-    parallel size) defaulting to ``tp``.  Raises :class:`StreamtraceError` on sizes that do not fit."""
+    TP, CP, DP, PP from the dense ``RankGenerator(tp, ep=1, dp, pp, cp, order)``; EP and the expert
+    groups (``extra``: etp, edp, etp_ep, etp_ep_pp; :data:`EXPERT_GROUPS`) from the expert
+    ``RankGenerator(etp, ep, edp = world / (etp*ep*pp), pp, cp=1, order)``, ``etp`` (expert tensor
+    parallel size) defaulting to ``tp``.  Raises :class:`StreamtraceError` where Megatron refuses:
+    sizes that do not fit, an order missing a dimension of size > 1 of either generator, an order not
+    ending in ``pp`` (tested on the order as given, as Megatron does) whose dense and expert data-parallel
+    sizes differ (pp > 1), dense and expert PP groups that differ."""
     world_size, tp, pp, cp, ep = (int(x) if x is not None else 1 for x in (world_size, tp, pp, cp, ep))
     etp = tp if etp is None else int(etp)
     if min(world_size, tp, pp, cp, ep, etp) < 1:
@@ -195,28 +251,37 @@ def from_sizes(world_size: int, tp: int = 1, pp: int = 1, cp: int = 1, ep: int =
     dense = {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp}
     expert = {"tp": etp, "cp": 1, "ep": ep, "dp": edp, "pp": pp}
     toks = parse_order(order, {**dense, "ep": ep})
-    if not (str(order).lower().endswith("pp") or pp == 1 or edp == dp):
+    etoks = parse_order(order, expert)        # Megatron checks each generator's sizes against the order
+    if not (str(order).endswith("pp") or pp == 1 or edp == dp):      # Megatron tests the order as given
         raise StreamtraceError(f"--order {order!r}: without pp last, the data-parallel sizes of the dense ({dp}) "
                                f"and expert ({edp}) layers must be equal (as Megatron requires)")
     groups = {d: orthogonal_groups(dense, toks, d) for d in ("tp", "cp", "dp", "pp")}
-    groups["ep"] = orthogonal_groups(expert, toks, "ep")
+    if orthogonal_groups(expert, etoks, "pp") != groups["pp"]:
+        raise StreamtraceError(f"--order {order!r}: the expert layers' PP groups would differ from the dense ones "
+                               f"(Megatron refuses this order for these sizes)")
+    groups["ep"] = orthogonal_groups(expert, etoks, "ep")
     extra = {"dp_cp": orthogonal_groups(dense, toks, "dp-cp")} if cp > 1 else {}
+    for key, (tok, _) in EXPERT_GROUPS.items():
+        extra[key] = orthogonal_groups(expert, etoks, tok)
     return Topology(groups, world_size, order="-".join(toks), source="sizes", extra=extra)
 
 
 def infer_order(topo: Topology) -> str | None:
     """The first Megatron order (the default first, then every permutation of tp, cp, ep, dp, pp)
-    whose generated TP/CP/DP/PP/EP groups equal ``topo``'s, or None."""
+    whose generated TP/CP/DP/PP/EP groups (and expert groups, those ``topo`` has; expert TP size from
+    its ``etp`` groups) equal ``topo``'s, or None."""
     s = topo.sizes
     if topo.world_size % max(1, s["tp"] * s["pp"] * s["cp"]):
         return None
+    etp = max((len(g) for g in topo.extra.get("etp", [])), default=None)
     cands = [DEFAULT_ORDER] + ["-".join(p) for p in itertools.permutations(DIMS)]
     for o in cands:
         try:
-            t = from_sizes(topo.world_size, s["tp"], s["pp"], s["cp"], s["ep"], o)
+            t = from_sizes(topo.world_size, s["tp"], s["pp"], s["cp"], s["ep"], o, etp)
         except StreamtraceError:
             continue
-        if all(t.groups[d] == topo.groups[d] for d in DIMS):
+        if all(t.groups[d] == topo.groups[d] for d in DIMS) and \
+                all(t.extra[k] == topo.extra[k] for k in EXPERT_GROUPS if k in topo.extra):
             return o
     return None
 

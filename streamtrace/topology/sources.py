@@ -12,11 +12,9 @@ from ..errors import StreamtraceError
 from ..trace.discover import expand_inputs
 from ..trace.metadata import pg_config_entries
 from ..trace.reader import TraceReader
-from .model import DIMS, Topology, infer_order
+from .model import DIMS, EXTRA_KEYS, Topology, infer_order
 from .traceviz import topology_from_traceviz
 
-# process-group descriptions (distributedInfo.pg_config[].pg_desc) naming exactly one dimension:
-# Megatron-LM's names, short *_GROUP names, and TorchTitan's DeviceMesh names (mesh_<dim>)
 # process-group descriptions (distributedInfo.pg_config[].pg_desc) naming exactly one dimension:
 # Megatron-LM's names, short *_GROUP names, and TorchTitan's DeviceMesh names (mesh_<dim>)
 _PG_DESC_DIM = [
@@ -26,6 +24,10 @@ _PG_DESC_DIM = [
     ("ep", re.compile(r"^(EXPERT_MODEL_PARALLEL|EXPERT_PARALLEL|EP)(_GROUPS?)?$|^mesh_ep$", re.I)),
     ("dp", re.compile(r"^(DATA_PARALLEL|DP)(_GROUPS?)?$|^mesh_dp(_shard)?$", re.I)),
     ("dp_cp", re.compile(r"^DATA_PARALLEL_GROUP_WITH_CP$|^mesh_dp_shard_cp$", re.I)),
+    ("etp", re.compile(r"^(EXPERT_TENSOR_PARALLEL_GROUP|ETP_GROUP)$", re.I)),
+    ("edp", re.compile(r"^(EXPERT_DATA_PARALLEL_GROUP|EDP_GROUP)$", re.I)),
+    ("etp_ep", re.compile(r"^EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP$", re.I)),
+    ("etp_ep_pp", re.compile(r"^EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP$", re.I)),
 ]
 
 
@@ -55,7 +57,7 @@ def from_pg_config(entries, world_size: int | None = None, source: str = "pg_con
     seen = [r for gs in groups.values() for g in gs for r in g]
     world = max(int(world_size or 0), max(seen) + 1)
     t = Topology({d: [list(g) for g in groups.get(d, ())] for d in DIMS}, world, source=source,
-                 extra={"dp_cp": [list(g) for g in groups.get("dp_cp", ())]})
+                 extra={k: [list(g) for g in groups.get(k, ())] for k in EXTRA_KEYS})
     t.order = infer_order(t)
     return t
 
@@ -103,7 +105,7 @@ def from_json(data: dict, source: str) -> Topology:
     if not any(groups.values()):
         raise StreamtraceError(f"{source}: not a topology JSON (no tp/dp/pp group lists)")
     world = data.get("world_size")
-    extra = {"dp_cp": data.get("dp_cp")} if isinstance(data.get("dp_cp"), list) else {}
+    extra = {k: data.get(k) for k in EXTRA_KEYS if isinstance(data.get(k), list)}
     t = Topology(groups, world if isinstance(world, int) else None, replicas=data.get("replicas") or None,
                  order=data.get("order") if isinstance(data.get("order"), str) else None, source=source,
                  extra=extra)

@@ -1,8 +1,9 @@
 """Megatron-TraceViz's ``unique_parallel_groups_<timestamp>.txt``, read
 (:func:`parse_traceviz_txt`, :func:`topology_from_traceviz`) and written
 (:func:`format_traceviz_txt`) in one place.  TraceViz's sections, in the order it writes them;
-CP is not in TraceViz's layout and is added after EP only when CP > 1, so the groups survive a
-round trip."""
+CP is not in TraceViz's layout and is added after EP only when CP > 1, and the expert groups
+Megatron builds (``EXPERT TENSOR PARALLEL (ETP)``, ``EXPERT DATA PARALLEL (EDP)``) after those when
+the topology has experts (EP > 1 or ETP != TP), so the groups survive a round trip."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -11,7 +12,8 @@ import re
 from ..errors import StreamtraceError
 from .model import DIMS, Topology, infer_order
 
-_TXT_SECTION = re.compile(r"^(TENSOR|CONTEXT|EXPERT|DATA|PIPELINE) PARALLEL \((TP|CP|EP|DP|PP)\) GROUPS", re.M)
+_TXT_SECTION = re.compile(r"^(TENSOR|CONTEXT|EXPERT|DATA|PIPELINE|EXPERT TENSOR|EXPERT DATA) PARALLEL "
+                          r"\((TP|CP|EP|DP|PP|ETP|EDP)\) GROUPS", re.M)
 
 
 _TXT_GROUP = re.compile(r"^Group \d+: \[([\d,\s]*)\]", re.M)
@@ -20,7 +22,7 @@ _TXT_GROUP = re.compile(r"^Group \d+: \[([\d,\s]*)\]", re.M)
 _TXT_REPLICAS = re.compile(r"^FULL MODEL RANK GROUPS", re.M)
 
 
-_TXT_SIZE = re.compile(r"^(TP|PP|CP|EP|DP|World) Size:\s*(\d+)", re.M)
+_TXT_SIZE = re.compile(r"^(TP|PP|CP|EP|DP|ETP|EDP|World) Size:\s*(\d+)", re.M)
 
 
 _TXT_GBS = re.compile(r"^Global Batch Size:\s*(\d+)", re.M)
@@ -55,7 +57,8 @@ def topology_from_traceviz(text: str, source: str = "traceviz") -> Topology:
     if not any(d in p for d in DIMS):
         raise StreamtraceError(f"{source}: not a topology file (no '... PARALLEL (TP) GROUPS' sections)")
     world = p.get("sizes", {}).get("world")
-    t = Topology({d: p.get(d) for d in DIMS}, world, replicas=p.get("replicas") or None, source=source)
+    t = Topology({d: p.get(d) for d in DIMS}, world, replicas=p.get("replicas") or None, source=source,
+                 extra={k: p[k] for k in ("etp", "edp") if p.get(k)})
     t.order = infer_order(t)
     return t
 
@@ -68,7 +71,8 @@ _DASH = "-" * 50
 
 _SECTIONS = (("tp", "TENSOR PARALLEL (TP) GROUPS"), ("pp", "PIPELINE PARALLEL (PP) GROUPS"),
              ("dp", "DATA PARALLEL (DP) GROUPS"), ("ep", "EXPERT PARALLEL (EP) GROUPS"),
-             ("cp", "CONTEXT PARALLEL (CP) GROUPS"))
+             ("cp", "CONTEXT PARALLEL (CP) GROUPS"), ("etp", "EXPERT TENSOR PARALLEL (ETP) GROUPS"),
+             ("edp", "EXPERT DATA PARALLEL (EDP) GROUPS"))
 
 
 TRACEVIZ_PREFIX = "unique_parallel_groups_"
@@ -83,9 +87,10 @@ def format_traceviz_txt(topo: dict, timestamp=None, global_batch_size=None,
                         valid_ranks=None, error_ranks: int = 0) -> str:
     """The text of Megatron-TraceViz's ``unique_parallel_groups_<timestamp>.txt`` for ``topo``
     (a dict from :func:`topology_from_groups`), in TraceViz's layout: configuration, statistics,
-    TP / PP / DP groups, EP groups when EP > 1 (and CP groups when CP > 1, an addition), then the
-    full-model replicas.  ``timestamp``: a datetime (default now); ``global_batch_size``: written
-    as given (``unknown`` when None)."""
+    TP / PP / DP groups, EP groups when EP > 1 (and CP groups when CP > 1, an addition; ETP and EDP
+    groups when the topology has experts, EP > 1 or an expert TP size other than TP, additions too),
+    then the full-model replicas.  ``timestamp``: a datetime (default now); ``global_batch_size``:
+    written as given (``unknown`` when None)."""
     ts = timestamp or _dt.datetime.now()
     ws = int(topo["world_size"])
     s = group_sizes(topo)
@@ -96,8 +101,10 @@ def format_traceviz_txt(topo: dict, timestamp=None, global_batch_size=None,
              f"TP Size: {s['tp']}", f"PP Size: {s['pp']}", f"CP Size: {s['cp']}", f"EP Size: {s['ep']}",
              f"World Size: {ws}", "", f"Global Batch Size: {gbs}", "",
              "STATISTICS", _DASH, f"Total Ranks: {ws}", f"Valid Ranks: {valid}", f"Error Ranks: {error_ranks}", ""]
+    etp = max((len(g) for g in topo.get("etp") or []), default=s["tp"])
+    experts = bool(topo.get("edp")) and (s["ep"] > 1 or etp != s["tp"])
     for dim, title in _SECTIONS:
-        if dim in ("ep", "cp") and s[dim] <= 1:
+        if dim in ("ep", "cp") and s[dim] <= 1 or dim in ("etp", "edp") and not experts:
             continue
         groups = topo.get(dim) or []
         lines += [title, _DASH]

@@ -21,5 +21,7 @@ from .tree import *  # noqa: F401,F403
 from .tree import __all__ as _tree
 from .validate import *  # noqa: F401,F403
 from .validate import __all__ as _validate
+from .windows import *  # noqa: F401,F403
+from .windows import __all__ as _windows
 
-__all__ = [*_intervals, *_tree, *_nesting, *_ancestry, *_validate]
+__all__ = [*_intervals, *_tree, *_nesting, *_ancestry, *_validate, *_windows]

@@ -24,7 +24,8 @@ KERNEL_COLUMNS = [
     ("dur_ns", pa.int64()), ("end_ns", pa.int64()), ("name", pa.string()), ("cat", pa.string()),
     ("kind", pa.string()), ("correlation", pa.int64()), ("external_id", pa.int64()), ("launch_op", pa.string()),
     ("launching_op", pa.string()), ("annotation", pa.string()), ("top_annotation", pa.string()),
-    ("phase", pa.string()), ("microbatch", pa.int64()), ("step", pa.int64()), ("collective", pa.string()),
+    ("gpu_annotation", pa.string()), ("phase", pa.string()), ("microbatch", pa.int64()), ("step", pa.int64()),
+    ("attributed_by", pa.string()), ("collective", pa.string()),
     ("in_bytes", pa.int64()), ("out_bytes", pa.int64()), ("msg_bytes", pa.int64()), ("dtype", pa.string()),
     ("group_size", pa.int64()), ("pg_name", pa.string()), ("pg_desc", pa.string()), ("pg_ranks", pa.string()),
     ("parallel_dim", pa.string())]

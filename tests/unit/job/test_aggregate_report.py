@@ -231,6 +231,19 @@ def test_report_numbers_come_from_the_tables(job, tmp_path):
     assert got["top_kernels"]["total_ns"] == top["total_ns"].sum()
     st = read_table(tmp / "out" / "stragglers.parquet")
     assert got["stragglers"]["top"][0]["straggler_lag_ns"] == st["straggler_lag_ns"].max()
+    top0 = got["stragglers"]["top"][0]
+    assert f"| {top0['rank']} | {top0['collective']} | {top0['parallel_dim']} | {top0['straggler_count']} |" in md
+    assert not set(st["collective"].tolist()) & {"Send", "Recv", "SendRecv"}
+    # point-to-point: its own section, = p2p.parquet summed per stage pair, and the truth's transfers
+    p2p = read_table(tmp / "out" / "p2p.parquet")
+    sec = got["p2p"]["by_stage_pair"]
+    assert {(r["src_stage"], r["dst_stage"]) for r in sec} == {(0, 1), (1, 0)}
+    for r in sec:
+        m = (p2p["src_stage"] == r["src_stage"]) & (p2p["dst_stage"] == r["dst_stage"])
+        assert (r["count"], r["recv_wait_ns"]) == (p2p["count"][m].sum(), p2p["recv_wait_ns"][m].sum())
+        assert f"| {r['src_stage']} -> {r['dst_stage']} | {r['direction']} |" in md
+    assert sum(r["count"] for r in sec) == sum(1 for c in truth.collectives if c.type == "sendrecv")
+    assert "## Point-to-point (pipeline)" in md
     assert rep["files"][0].endswith(f"{tmp.name}.md")
 
 

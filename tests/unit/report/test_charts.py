@@ -9,7 +9,8 @@ import pytest
 
 from streamtrace.job import AggregateOptions, aggregate
 from streamtrace.analyze import AnalyzeOptions, analyze
-from streamtrace.report.charts import MAX_COLUMNS, PX_WIDTH, _fits, merge_close, render_all, skew_grid
+from streamtrace.events.dataset import read_table
+from streamtrace.report.charts import MAX_COLUMNS, PX_WIDTH, _fits, kind_grids, merge_close, render_all, skew_grid
 from streamtrace.trace.synth import SynthSpec, generate_job
 
 
@@ -26,7 +27,8 @@ def test_every_chart_renders_from_the_demo(demo):
     files = render_all(demo / "agg", demo / "charts", ranks=[0, 5])
     names = sorted(p.name for p in files)
     want = ["ranks_overview_iter10", "rank_0_timeline_iter10", "rank_0_microbatches_iter10", "rank_5_timeline_iter10",
-            "rank_5_microbatches_iter10", "collectives_busbw", "collectives_skew"] + \
+            "rank_5_microbatches_iter10", "collectives_busbw", "collectives_skew_AllGather_DP",
+            "collectives_skew_AllReduce_TP", "collectives_skew_ReduceScatter_DP", "p2p_stage_pairs"] + \
         [f"pp_group_{g}_iter10" for g in range(4)] + [f"replica_{r}_iter10" for r in range(2)]
     assert names == sorted(f"{w}.{ext}" for w in want for ext in ("png", "svg"))
     import matplotlib.image as mpimg
@@ -75,3 +77,21 @@ def test_skew_grid_bins_many_instances():
     assert grid.shape == (ranks, MAX_COLUMNS) and count == n and per == int(np.ceil(n / MAX_COLUMNS))
     assert np.nanmax(grid) == 7.0 and np.nanmin(grid) == 0.0
     assert rk.tolist() == list(range(ranks))
+
+
+def test_one_heat_map_per_collective_kind_without_p2p(demo):
+    """Each group-collective kind gets its own grid, whose values are exactly the arrival delays
+    (us) of that kind's members; no p2p instance is in any of them, so millisecond pipeline waits
+    do not set the colour scale of the microsecond TP/DP skews."""
+    c = read_table(demo / "agg" / "collectives.parquet")
+    m = read_table(demo / "agg" / "collectives_ranks.parquet")
+    grids = kind_grids(c, m)
+    assert set(grids) == {("AllReduce", "TP"), ("AllGather", "DP"), ("ReduceScatter", "DP")}
+    for (coll, dim), (grid, ranks, per, n) in grids.items():
+        sel = (c["collective"] == coll) & (c["parallel_dim"] == dim)
+        assert n == int(sel.sum())
+        mine = np.isin(m["instance"], np.flatnonzero(sel))
+        assert np.nanmax(grid) == pytest.approx(m["arrival_ns"][mine].max() / 1e3)
+        assert sorted(ranks.tolist()) == sorted(set(m["rank"][mine].tolist()))
+    p2p = np.isin(m["instance"], np.flatnonzero(c["collective"] == "SendRecv"))
+    assert m["arrival_ns"][p2p].max() > max(np.nanmax(g[0]) for g in grids.values()) * 1e3

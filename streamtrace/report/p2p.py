@@ -1,0 +1,53 @@
+"""The report's point-to-point section: pipeline Send / Recv apart from the group collectives,
+from ``p2p.parquet`` (:mod:`streamtrace.job.p2p`): waiting and transfer time per pipeline stage
+pair, and the rank pairs whose receiver waited longest."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..events.dataset import read_table
+
+SUMS = ("count", "bytes", "time_ns", "recv_wait_ns", "send_wait_ns")
+
+
+def p2p_section(aggdir, top=8) -> dict:
+    """``{"by_stage_pair": [...], "top_pairs": [...], "from": "p2p.parquet"}`` (int ns; empty lists
+    without point-to-point transfers)."""
+    path = Path(aggdir) / "p2p.parquet"
+    t = read_table(path) if path.is_file() else {}
+    rows = [{k: (v.item() if hasattr(v, "item") else v) for k, v in zip(t, vals)}
+            for vals in zip(*t.values())] if t else []
+    by: dict = {}
+    for r in rows:
+        a = by.setdefault((r["src_stage"], r["dst_stage"]), {"src_stage": r["src_stage"], "dst_stage": r["dst_stage"],
+                                                            "direction": r["direction"], "pairs": 0,
+                                                            **dict.fromkeys(SUMS, 0)})
+        a["pairs"] += 1
+        for k in SUMS:
+            a[k] += r[k]
+    keep = ("src", "dst", "src_stage", "dst_stage", "direction", *SUMS)
+    ranked = sorted(rows, key=lambda r: (-r["recv_wait_ns"], r["src"], r["dst"]))[:top]
+    return {"by_stage_pair": [by[k] for k in sorted(by)], "top_pairs": [{k: r[k] for k in keep} for r in ranked],
+            "from": "p2p.parquet"}
+
+
+def p2p_markdown(sec: dict, table, ms, ranks: int = 2) -> list:
+    """The section's Markdown lines; ``table(head, rows)`` and ``ms(ns)`` format as the report does;
+    ``ranks``: how many ranks the job's folders hold (one rank: nothing could be matched)."""
+    L = ["## Point-to-point (pipeline)", ""]
+    if ranks < 2:
+        return L + ["One rank: a Send/Recv is matched with its peer's only when the other ranks are analysed too.", ""]
+    if not sec["by_stage_pair"]:
+        return L + ["No point-to-point transfers matched across ranks.", ""]
+    L += ["Send/Recv transfers matched sender to receiver, kept apart from the group collectives. Whoever posts "
+          "first waits: the receiver for the sender's data (receiver waited), or the sender for a late receiver.", ""]
+    L += [table(["stages", "direction", "rank pairs", "transfers", "GB", "transfer (ms)", "receiver waited (ms)",
+                 "sender waited (ms)"],
+                [[f"{r['src_stage']} -> {r['dst_stage']}", r["direction"] or "-", r["pairs"], r["count"],
+                  f"{r['bytes'] / 1e9:,.3f}", ms(r["time_ns"]), ms(r["recv_wait_ns"]), ms(r["send_wait_ns"])]
+                 for r in sec["by_stage_pair"]]), ""]
+    L += ["Rank pairs whose receiver waited longest:", ""]
+    L += [table(["sender -> receiver", "stages", "transfers", "receiver waited (ms)", "sender waited (ms)"],
+                [[f"{r['src']} -> {r['dst']}", f"{r['src_stage']} -> {r['dst_stage']}", r["count"],
+                  ms(r["recv_wait_ns"]), ms(r["send_wait_ns"])] for r in sec["top_pairs"]]), ""]
+    return L
