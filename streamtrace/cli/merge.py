@@ -6,7 +6,8 @@ import os
 
 import argh
 
-from .common import Console, need, parse_jobs, parse_list, parse_steps, parse_window, print_validation
+from .common import (Console, need, parse_jobs, parse_list, parse_steps, parse_window, prepare_kernels,
+                     print_validation)
 
 EXAMPLES = """
   streamtrace merge runs/job42/profile_traces/iteration_10 -o job42_iter10.json.gz
@@ -80,6 +81,7 @@ def merge(*inputs, input_dir=None, output_file=None, ranks=None, drop_cat=None, 
                        window_ms=parse_window(window) if window else None, align=align,
                        iterations=its, jobs=parse_jobs(jobs), salvage=salvage, scheduler=scheduler,
                        progress=con.progress)
+    prepare_kernels("merge", con, opt.jobs)
     results = do_merge(inputs, out, opt, rank_map=rank_map)
     for res in results:
         for n in res.get("notices", []):

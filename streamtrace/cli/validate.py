@@ -5,7 +5,7 @@ import json
 
 import argh
 
-from .common import Console, Exit, print_validation
+from .common import Console, Exit, prepare_kernels, print_validation
 
 EXAMPLES = """
   streamtrace validate job42_iter10.json.gz
@@ -20,7 +20,7 @@ EXAMPLES = """
 @argh.arg("-v", "--verbose", help="tracebacks of errors")
 def validate(trace, *, as_json=False, quiet=False, verbose=False):
     """Check a trace for what Perfetto's JSON importer relies on; exit 1 on a problem."""
-    Console(quiet, verbose)
+    prepare_kernels("validate", Console(quiet or as_json, verbose))
     if as_json:
         from ..trace.validate import validate as do_validate      # (the CLI's convention: see streamtrace.cli)
         rep = do_validate(trace)

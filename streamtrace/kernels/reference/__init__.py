@@ -15,7 +15,9 @@ from .intervals import *  # noqa: F401,F403
 from .intervals import __all__ as _intervals
 from .nesting import *  # noqa: F401,F403
 from .nesting import __all__ as _nesting
+from .runs import *  # noqa: F401,F403
+from .runs import __all__ as _runs
 from .tree import *  # noqa: F401,F403
 from .tree import __all__ as _tree
 
-__all__ = [*_intervals, *_tree, *_nesting, *_ancestry]
+__all__ = [*_intervals, *_tree, *_nesting, *_ancestry, *_runs]
