@@ -28,6 +28,7 @@ during the runs is printed beside them.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -142,6 +143,48 @@ def warmup_breakdown(exe, pkg, tmp, env) -> list:
     return lines
 
 
+_COUNT = r"""
+import collections, json, sys, time
+from numba.core import event
+rec = event.RecordingListener()
+event.register("numba:compile", rec)
+cmd, tiny = sys.argv[1], sys.argv[2]
+if cmd == "demo":
+    from streamtrace.cli.demo import run_demo
+    run_demo("demo-out", jobs=1, log=lambda *a: None)
+else:
+    from streamtrace.analyze import AnalyzeOptions, analyze
+    analyze([tiny], "analyze-out", AnalyzeOptions(jobs=1))
+funcs = [getattr(e.data["dispatcher"], "py_func", None) for _, e in rec.buffer if e.is_start]
+kern = collections.Counter(f.__qualname__ for f in funcs if f is not None and f.__module__.startswith("streamtrace.kernels"))
+print(json.dumps({"cpu": time.process_time(), "compiles": len(funcs), "kernels": len(kern),
+                  "specialisations": sum(kern.values()), "repeated": {k: v for k, v in kern.items() if v > 1}}))
+"""
+
+
+def count_compiles(trees, tmp) -> list:
+    """For each source tree (a checkout's root): ``demo`` and an ``analyze`` of the tiny trace in
+    one process, serially (``-j 1``, no compiling ahead), on an empty ``NUMBA_CACHE_DIR``: the
+    process's CPU seconds and numba's compiles (all, and the kernels' specialisations)."""
+    lines = md_head(["source tree", "command", "CPU s", "numba compiles", "kernels", "kernel specialisations",
+                     "compiled more than once"])
+    for tree in trees:
+        for cmd in ("demo", "analyze"):
+            work = Path(tempfile.mkdtemp(dir=tmp))
+            env = {**os.environ, "NUMBA_CACHE_DIR": str(work / "cache"), "PYTHONPATH": str(tree)}
+            p = subprocess.run([sys.executable, "-c", _COUNT, cmd, str(tmp / "tiny.json")], cwd=work, env=env,
+                               capture_output=True, text=True)
+            if p.returncode != 0:
+                raise SystemExit(f"counting compiles of {cmd} in {tree} failed:\n{p.stderr}")
+            r = json.loads(p.stdout.splitlines()[-1])
+            rep = ", ".join(f"{k} x{v}" for k, v in sorted(r["repeated"].items())) or "-"
+            lines.append(md_row([f"`{tree}`", cmd, f"{r['cpu']:.1f}", str(r["compiles"]), str(r["kernels"]),
+                                 str(r["specialisations"]), rep]))
+            log(lines[-1])
+            shutil.rmtree(work, ignore_errors=True)
+    return lines
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--src", default=str(ROOT), help="what to pip install (default: this checkout)")
@@ -152,10 +195,23 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--commands", default="demo,analyze", help="demo, analyze (comma separated)")
     ap.add_argument("--record", action="store_true", help="append the results to bench/RESULTS.md")
+    ap.add_argument("--count-compiles", nargs="+", metavar="TREE", default=None,
+                    help="instead: count numba's compiles of demo and analyze (serial, one process, empty cache) "
+                         "with the code of these source trees, e.g. a checkout of main and this one")
     args = ap.parse_args(argv)
 
     tmp = Path(tempfile.mkdtemp(prefix="st-first-run-"))
     venv = Path(args.venv) if args.venv else tmp / "venv"
+    if args.count_compiles:
+        (tmp / "tiny.json").write_text(TINY_TRACE)
+        text = [f"### {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC: numba compiles of a first run, serial",
+                "", f"`{command_line(__file__, argv)}` — load avg {os.getloadavg()[0]:.1f}", ""]
+        text += count_compiles([Path(t).resolve() for t in args.count_compiles], tmp)
+        print("\n".join(text))
+        if args.record:
+            append_results("\n".join(text))
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
     try:
         if not args.reuse:
             build_venv(venv, Path(args.src), args.system_site_packages)
