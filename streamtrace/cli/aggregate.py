@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argh
 
-from .common import Console, need, parse_jobs, parse_list
+from .common import Console, need, parse_jobs, parse_list, prepare_kernels
 
 EXAMPLES = """
   streamtrace aggregate an15 an16 -o job42-agg -j 8
@@ -33,6 +33,7 @@ def aggregate(*dirs, outdir="streamtrace-aggregate", iterations=None, steps=None
     from ..job import AggregateOptions, aggregate as do_aggregate      # (the CLI's convention: see streamtrace.cli)
     con = Console(quiet, verbose)
     need(dirs, "at least one analysed folder (the -o of streamtrace analyze)")
+    prepare_kernels("aggregate", con, parse_jobs(jobs))
     m = do_aggregate(dirs, outdir, AggregateOptions(
         iterations=parse_list(iterations, "--iterations") if iterations else None,
         steps=parse_list(steps, "--steps") if steps else None, jobs=parse_jobs(jobs), time_alignment=time_alignment,

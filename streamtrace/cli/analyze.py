@@ -6,7 +6,7 @@ import sys
 
 import argh
 
-from .common import Console, Exit, need, parse_jobs
+from .common import Console, Exit, need, parse_jobs, prepare_kernels
 
 EXAMPLES = """
   streamtrace analyze runs/job42/profile_traces/iteration_10 -o job42_iter10
@@ -41,6 +41,7 @@ def analyze(*inputs, outdir="streamtrace-analysis", chunked=False, chunk_events=
     opt = AnalyzeOptions(jobs=parse_jobs(jobs), chunked=chunked, chunk_events=chunk_events, patterns=patterns,
                          topology=topology, rank_map=rank_map, salvage=salvage, scheduler=scheduler,
                          progress=con.progress)
+    prepare_kernels("analyze", con, opt.jobs)
     s = do_analyze(inputs, outdir, opt)
     for n in s.get("notices", []):
         con.notice(n)

@@ -115,6 +115,21 @@ def validation_line(rep) -> str:
             f"{rep['flows']:,} flows" + "".join(f"; {x}" for x in (bad, notes) if x))
 
 
+def prepare_kernels(command, con, jobs=0) -> None:
+    """Have numba's cache hold the kernels ``command`` (a key of
+    :data:`streamtrace.runtime.compile.COMMANDS`) uses before it runs: on a fresh install they are
+    compiled in ``jobs`` parallel processes (0: all cores, at most 4), after one notice line
+    "compiling kernels, first run only" (not shown with -q).  Never raises: whatever is not
+    compiled here is compiled on first use, as without it."""
+    try:
+        from ..runtime.compile import prepare     # (the CLI's convention: see streamtrace.cli)
+        res = prepare(command, jobs=jobs or None, notice=con.notice)
+        if res["compiled"]:
+            con.detail(f"compiled {len(res['compiled'])} kernels in {res['seconds']:.1f} s")
+    except Exception:                             # warm-up never fails a command
+        pass
+
+
 def print_validation(path, quiet=False) -> dict:
     """Validate ``path`` and print its one-line result (:func:`validation_line`; nothing when
     ``quiet`` and the trace has no problem); returns the report."""

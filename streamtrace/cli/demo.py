@@ -49,8 +49,9 @@ def run_demo(folder="streamtrace-demo", world_size=8, tp=2, pp=2, jobs=0, log=pr
 @argh.arg("-v", "--verbose", help="tracebacks of errors")
 def demo(folder="streamtrace-demo", *, world_size=8, jobs=0, quiet=False, verbose=False):
     """Write a small realistic 8-rank trace set, merge it, validate it."""
-    from .common import Console, parse_jobs
+    from .common import Console, parse_jobs, prepare_kernels
     con = Console(quiet, verbose)
+    prepare_kernels("demo", con, parse_jobs(jobs))
     run_demo(folder, world_size=world_size, jobs=parse_jobs(jobs), log=con.info)
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argh
 
-from .common import Console, Exit, parse_jobs, parse_list
+from .common import Console, Exit, parse_jobs, parse_list, prepare_kernels
 
 EXAMPLES = """
   streamtrace epilogue /runs/job42/tb
@@ -42,6 +42,7 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
                           chart_ranks=parse_list(chart_ranks, "--chart-ranks") if chart_ranks else None,
                           quiet=quiet, verbose=verbose)
     opt.check()
+    prepare_kernels("epilogue", con, opt.jobs)
     s = run(run_dir, opt)
     if s["report"]:
         print(f"report: {s['report']}")

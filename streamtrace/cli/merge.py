@@ -6,7 +6,7 @@ import os
 
 import argh
 
-from .common import Console, Exit, need, parse_jobs, parse_list, parse_steps, parse_window
+from .common import Console, Exit, need, parse_jobs, prepare_kernels, parse_list, parse_steps, parse_window
 
 EXAMPLES = """
   streamtrace merge runs/job42/profile_traces/iteration_10 -o job42_iter10.json.gz
@@ -83,6 +83,7 @@ def merge(*inputs, input_dir=None, output_file=None, ranks=None, drop_cat=None, 
                        window_ms=parse_window(window) if window else None, align=align,
                        iterations=its, jobs=parse_jobs(jobs), salvage=salvage, scheduler=scheduler,
                        progress=con.progress, validate=not no_validate)
+    prepare_kernels("merge", con, opt.jobs)
     results = do_merge(inputs, out, opt, rank_map=rank_map)
     added = False
     for res in results:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argh
 
 from .aggregate import steps_text
-from .common import Console, need, parse_jobs, parse_list
+from .common import Console, need, parse_jobs, parse_list, prepare_kernels
 
 EXAMPLES = """
   streamtrace report job42-agg --tokens-per-step 1048576
@@ -44,6 +44,7 @@ def report(*dirs, outdir=None, name=None, tokens_per_step=None, global_batch=Non
     need(dirs, "an aggregate folder or analysed folders")
     if (global_batch is None) != (seq_len is None):
         raise UsageError("give both --global-batch and --seq-len (or --tokens-per-step)")
+    prepare_kernels("report", con, parse_jobs(jobs))
     opt = ReportOptions(name, tokens_per_step, global_batch, seq_len, charts=not no_charts,
                         chart_ranks=parse_list(chart_ranks, "--chart-ranks") if chart_ranks else None,
                         progress=con.progress)

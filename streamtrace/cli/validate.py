@@ -7,7 +7,7 @@ import sys
 import argh
 
 from ..errors import StreamtraceError
-from .common import Console, Exit, print_validation
+from .common import Console, Exit, prepare_kernels, print_validation
 
 EXAMPLES = """
   streamtrace validate job42_iter10.json.gz
@@ -25,7 +25,7 @@ def validate(*traces, as_json=False, quiet=False, verbose=False):
     """Check traces for what Perfetto's JSON importer relies on, one result line each; exit 1 when
     any has a problem or cannot be read."""
     from ..trace.validate import validate as do_validate      # (the CLI's convention: see streamtrace.cli)
-    Console(quiet, verbose)
+    prepare_kernels("validate", Console(quiet or as_json, verbose))
     reps = []
     failed = False
     for t in traces:

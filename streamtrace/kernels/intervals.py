@@ -171,7 +171,7 @@ def _intersect_sorted(a_s, a_e, b_s, b_e):
     m = b_s.shape[0]
     out_s = np.empty(n + m, dtype=np.int64)
     out_e = np.empty(n + m, dtype=np.int64)
-    k = 0
+    k = np.int64(0)               # typed: a literal 0 would compile _emit twice
     i = 0
     j = 0
     while i < n and j < m:
@@ -213,7 +213,7 @@ def _subtract_sorted(a_s, a_e, b_s, b_e):
     m = b_s.shape[0]
     out_s = np.empty(n + m, dtype=np.int64)
     out_e = np.empty(n + m, dtype=np.int64)
-    k = 0
+    k = np.int64(0)               # typed: a literal 0 would compile _emit twice
     j = 0
     for i in range(n):
         cur = a_s[i]

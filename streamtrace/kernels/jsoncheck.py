@@ -32,6 +32,17 @@ MAX_DEPTH = 256
 
 
 @njit(cache=True, inline="always")
+def _plain_end(buf, j, e):
+    """First index >= j (or e) whose byte is not plain printable ASCII (see _PLAIN):
+    the inlined fast path of a string; only strings that hold something else (the
+    closing quote excepted) call the full checkers, which are compiled once as
+    functions instead of being copied into every caller."""
+    while j < e and _PLAIN[buf[j]]:
+        j += 1
+    return j
+
+
+@njit(cache=True)
 def _string(buf, j, e):
     """buf[j] is '"'; index after the closing quote, or -1 if invalid."""
     j += 1
@@ -93,7 +104,7 @@ def _string(buf, j, e):
     return -1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _number(buf, j, e):
     if j < e and buf[j] == 45:
         j += 1
@@ -240,7 +251,7 @@ MEMBERS_INVALID = -1  # not valid JSON (or not one object): decode in Python, wh
 MEMBERS_UNUSUAL = -2  # valid shape unknown to the fast path (escaped key, duplicate or too many keys)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _key_end(buf, j, e):
     """``buf[j]`` is '"' of a key: index past its closing quote; -1 invalid;
     -2 when the key holds an escape (its bytes are not its text)."""
@@ -300,7 +311,8 @@ def event_members(buf, s, e, stack, mem, amem, args_key):
         # a key
         if j >= e or buf[j] != 34:
             return MEMBERS_INVALID, -1, -1
-        k = _key_end(buf, j, e)
+        k = _plain_end(buf, j + 1, e)
+        k = k + 1 if k < e and buf[k] == 34 else _key_end(buf, j, e)
         if k == -2:
             unusual = True
             k = _string(buf, j, e)
@@ -345,7 +357,8 @@ def event_members(buf, s, e, stack, mem, amem, args_key):
         if ks >= 0:
             c = buf[vs] if vs < e else 0
             if c == 34:                                 # the common scalars without the generic walker
-                j = _string(buf, vs, e)
+                j = _plain_end(buf, vs + 1, e)
+                j = j + 1 if j < e and buf[j] == 34 else _string(buf, vs, e)
             elif c == 45 or 48 <= c <= 57:
                 j = _number(buf, vs, e)
             else:
@@ -394,7 +407,7 @@ def event_members(buf, s, e, stack, mem, amem, args_key):
             return n, na, arow
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def bytes_equal(buf, s, e, lit):
     """True when ``buf[s:e]`` equals the uint8 array ``lit``."""
     if e - s != lit.shape[0]:

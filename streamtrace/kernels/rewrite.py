@@ -49,7 +49,7 @@ T_RAWCORR, T_RAWEXT, T_RAWEXT2, T_RANK, T_ARGS = (_lit(s) for s in (
     ',"raw correlation":', ',"raw External id":', ',"raw external id":', '"rank":', ',"args":{'))
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _startswith(buf, s, e, lit):
     if e - s < lit.shape[0]:
         return False
@@ -83,7 +83,8 @@ def _put(out, o, src, s, e):
 
 @njit(cache=True, inline="always")
 def _put_lit(out, o, lit):
-    out[o:o + lit.shape[0]] = lit
+    for j in range(lit.shape[0]):      # a loop, not a slice assignment (whose error path
+        out[o + j] = lit[j]            # costs numba ~1 s of string formatting to compile)
     return o + lit.shape[0]
 
 
@@ -189,12 +190,14 @@ def rewrite_events(buf, starts, ends, i, n, out, o, state,
             if want_fields:
                 member_fields(buf, nm, na, arow, mem, amem, fields, i)
             return i, o, NEED_PYTHON             # Python decodes it (and reports invalid JSON)
-        tid_s = tid_e = -1
+        tid_s = tid_e = np.int64(-1)
         tid_dup = False
-        ph_s = ph_e = pid_s = pid_e = ts_s = ts_e = dur_s = dur_e = id_s = id_e = -1
-        cat_s = cat_e = name_s = name_e = -1
-        args_close = -1
-        corr_s = corr_e = ext_s = ext_e = ext2_s = ext2_e = -1
+        # typed -1: literal ones would make numba compile _value_ns / _read_uint once
+        # more for Literal[int](-1) arguments
+        ph_s = ph_e = pid_s = pid_e = ts_s = ts_e = dur_s = dur_e = id_s = id_e = np.int64(-1)
+        cat_s = cat_e = name_s = name_e = np.int64(-1)
+        args_close = np.int64(-1)
+        corr_s = corr_e = ext_s = ext_e = ext2_s = ext2_e = np.int64(-1)
         bad = arow >= 0 and na < 0               # args that is not an object
         args_empty = na <= 0
         if na >= 0:

@@ -210,12 +210,14 @@ def parse_ns(buf, pos, n):
 
 
 @njit(cache=True, nogil=True)
-def _key_is(buf, s, e, k0, k1, k2):
-    # compare the key bytes buf[s:e] (without quotes) with up to 3 ascii chars
+def _ts_or_dur(buf, s, e):
+    """1 when the key bytes ``buf[s:e]`` (without quotes) are ``ts``, 2 for ``dur``, else 0."""
     ln = e - s
-    if k2 != 0:
-        return ln == 3 and buf[s] == k0 and buf[s + 1] == k1 and buf[s + 2] == k2
-    return ln == 2 and buf[s] == k0 and buf[s + 1] == k1
+    if ln == 2 and buf[s] == 116 and buf[s + 1] == 115:
+        return 1
+    if ln == 3 and buf[s] == 100 and buf[s + 1] == 117 and buf[s + 2] == 114:
+        return 2
+    return 0
 
 
 _OBJECT = 2    # _next_element: an object starts at the returned position
@@ -277,8 +279,8 @@ def scan_events(buf, pos, n, starts, ends, ts_ns, dur_ns, flags, sep):
         tsv = np.int64(0)
         durv = np.int64(0)
         want = 0              # 1: next value is ts, 2: next value is dur
-        key_s = -1
-        key_e = -1
+        key_s = np.int64(-1)      # typed: a literal -1 here would make numba compile a
+        key_e = np.int64(-1)      # callee once more for Literal[int](-1) arguments
         complete = False
         run = 0
         while i < n:
@@ -300,10 +302,7 @@ def scan_events(buf, pos, n, starts, ends, ts_ns, dur_ns, flags, sep):
                 continue
             if c == 58:           # ':' -- the string just before was a key
                 if depth == 1 and key_s >= 0:
-                    if _key_is(buf, key_s, key_e, 116, 115, 0):
-                        want = 1
-                    elif _key_is(buf, key_s, key_e, 100, 117, 114):
-                        want = 2
+                    want = _ts_or_dur(buf, key_s, key_e)
                 key_s = -1
                 i += 1
                 if want != 0:
@@ -501,7 +500,7 @@ def _object_end(b, words, i, n):
     (quote parity by prefix XOR, only openers/closers outside strings visited);
     other bytes one at a time."""
     depth = 0
-    in_str = 0
+    in_str = np.int64(0)          # typed: _word_structure is compiled for int64 only
     while i < n:
         if (i & 7) == 0 and i + 8 <= n:
             w = words[i >> 3]
@@ -557,7 +556,7 @@ def scan_bounds(buf, pos, n, starts, ends, sep):
     words = b[:(n >> 3) << 3].view(np.uint64)
     k = 0
     while True:
-        status, pos = _next_element(b, pos, n, sep)
+        status, pos = _next_element(buf, pos, n, sep)     # buf: scan_events' specialisation
         if status != _OBJECT:
             return k, status, pos
         if k >= cap:

@@ -294,8 +294,8 @@ def _propagate(parent, order, inv, owner, gs, ge):
             busy[q] = length
             continue
         # gather the runs into b, coalescing runs that are already in order
-        r = 0
-        z = 0
+        r = np.int64(0)                       # typed: literal 0s would compile merge_runs /
+        z = np.int64(0)                       # union_into once more for Literal[int](0)
         runs[0] = 0
         if own[q] > 0:
             for x in range(off[q], off[q] + own[q]):
@@ -319,9 +319,9 @@ def _propagate(parent, order, inv, owner, gs, ge):
                 runs[r] = z
             c += psize[c]
         if merge_runs(b_s, b_e, t_s, t_e, runs, r):
-            w, length = union_into(t_s, t_e, 0, z, a_s, a_e, off[q])
+            w, length = union_into(t_s, t_e, np.int64(0), z, a_s, a_e, off[q])
         else:
-            w, length = union_into(b_s, b_e, 0, z, a_s, a_e, off[q])
+            w, length = union_into(b_s, b_e, np.int64(0), z, a_s, a_e, off[q])
         ustart[q] = off[q]
         ulen[q] = w
         busy[q] = length

@@ -62,8 +62,8 @@ def _pop(stk, state, ar_s, ar_e, pc, b_s, b_e, t_s, t_e, runs, res):
     if npc - p0 == 1:                         # one piece: already a union, it stays in place
         busy = pc[p0, 2]
     elif npc - p0 > 1:
-        z = 0
-        r = 0
+        z = np.int64(0)                       # typed: literal 0s would compile merge_runs /
+        r = np.int64(0)                       # union_into once more for Literal[int](0)
         runs[0] = 0
         for q in range(p0, npc):              # gather, coalescing pieces already in order
             lo = pc[q, 0]
@@ -78,9 +78,9 @@ def _pop(stk, state, ar_s, ar_e, pc, b_s, b_e, t_s, t_e, runs, res):
             runs[r] = z
         off = pc[p0, 0]
         if merge_runs(b_s, b_e, t_s, t_e, runs, r):
-            w, length = union_into(t_s, t_e, 0, z, ar_s, ar_e, off)
+            w, length = union_into(t_s, t_e, np.int64(0), z, ar_s, ar_e, off)
         else:
-            w, length = union_into(b_s, b_e, 0, z, ar_s, ar_e, off)
+            w, length = union_into(b_s, b_e, np.int64(0), z, ar_s, ar_e, off)
         pc[p0, 1] = w
         pc[p0, 2] = length
         state[_NPIECES] = p0 + 1

@@ -17,6 +17,8 @@ from .intervals import *  # noqa: F401,F403
 from .intervals import __all__ as _intervals
 from .nesting import *  # noqa: F401,F403
 from .nesting import __all__ as _nesting
+from .runs import *  # noqa: F401,F403
+from .runs import __all__ as _runs
 from .tree import *  # noqa: F401,F403
 from .tree import __all__ as _tree
 from .validate import *  # noqa: F401,F403
@@ -24,4 +26,4 @@ from .validate import __all__ as _validate
 from .windows import *  # noqa: F401,F403
 from .windows import __all__ as _windows
 
-__all__ = [*_intervals, *_tree, *_nesting, *_ancestry, *_validate, *_windows]
+__all__ = [*_intervals, *_tree, *_nesting, *_ancestry, *_validate, *_windows, *_runs]

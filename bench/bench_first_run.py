@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""First run vs warm run of ``streamtrace`` in a fresh virtual environment.
+
+    python bench/bench_first_run.py --record                  # venv from this checkout, 3 rounds
+    python bench/bench_first_run.py --venv /tmp/venv-x --reuse --rounds 5
+    python bench/bench_first_run.py --system-site-packages    # no network: dependencies from this Python
+
+Builds ``--venv`` with ``python -m venv`` and ``pip install SRC`` (pip's configured index;
+``--system-site-packages`` when the network is unavailable: the dependencies then come from
+the Python running this script, streamtrace itself is still installed into the venv), then for
+every round and every command:
+
+  1. deletes numba's cache of the installed package (``*.nbi``/``*.nbc`` in
+     ``site-packages/streamtrace/**/__pycache__``): the state right after ``pip install``,
+     when every kernel is compiled on first use;
+  2. runs the command (the first run), then the same command again (the warm run).
+
+Commands: ``streamtrace demo`` (8 synthetic ranks: merge + validate) and ``streamtrace analyze``
+of a 327-byte trace.  Each run is timed from outside: wall seconds, and the CPU seconds (user +
+system) of the command and every process it waited for (its compiling and worker processes).
+``NUMBA_CACHE_DIR`` is removed from the environment (the cache must be the installed package's).
+The table gives the median of the rounds and first - warm; the target is first - warm <= 10 s
+(wall).  Then ``streamtrace warmup -v`` on an empty cache: what every kernel costs to compile
+(CPU seconds in its compiling process), the largest first.  The CPU seconds are the better
+measure on a shared machine, since other processes stretch the wall times; the load average
+during the runs is printed beside them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from harness import ROOT, append_results, command_line, log, machine_info, md_head, md_row
+
+TARGET_S = 10.0
+
+TINY_TRACE = (
+    '{"traceEvents":[{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":1,"ts":1,"dur":20},'
+    '{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":2,"dur":5,'
+    '"args":{"correlation":9}},{"ph":"X","cat":"kernel","name":"gemm","pid":0,"tid":7,"ts":10,"dur":8,'
+    '"args":{"correlation":9,"stream":7,"device":0}}]}\n')
+
+
+def build_venv(venv: Path, src: Path, system_site: bool) -> float:
+    """A fresh venv at ``venv`` with ``src`` pip-installed; returns pip's wall seconds."""
+    if venv.exists():
+        shutil.rmtree(venv)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)] + (["--system-site-packages"] if system_site else []),
+                   check=True)
+    t = time.perf_counter()
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(src)], check=True)
+    log(f"pip install {src}: {time.perf_counter() - t:.0f} s")
+    return time.perf_counter() - t
+
+
+def package_dir(venv: Path) -> Path:
+    out = subprocess.run([str(venv / "bin" / "python"), "-c",
+                          "import os, streamtrace; print(os.path.dirname(streamtrace.__file__))"],
+                         check=True, capture_output=True, text=True, cwd="/").stdout.strip()
+    return Path(out)
+
+
+def clear_numba_cache(pkg: Path) -> int:
+    n = 0
+    for f in pkg.rglob("__pycache__/*"):
+        if f.suffix in (".nbi", ".nbc"):
+            f.unlink()
+            n += 1
+    return n
+
+
+def timed(argv, cwd, env):
+    """(wall s, CPU s of the process and what it waited for, stderr + stdout text, exit code)."""
+    t = time.perf_counter()
+    with tempfile.TemporaryFile() as out:
+        p = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        _, status, ru = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t
+        code = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+    return wall, ru.ru_utime + ru.ru_stime, text, code
+
+
+def run_rounds(cmds, pkg, tmp, env, rounds):
+    """``{command: {"first", "warm", "first_cpu", "warm_cpu": [s per round], "notice": count, "load": [...]}}``."""
+    rows = {c: {"first": [], "warm": [], "first_cpu": [], "warm_cpu": [], "notice": 0, "load": []} for c in cmds}
+    for r in range(rounds):
+        for c, row in rows.items():
+            clear_numba_cache(pkg)
+            for kind in ("first", "warm"):
+                work = tmp / f"run-{c}-{r}-{kind}"
+                work.mkdir()
+                row["load"].append(os.getloadavg()[0])
+                wall, cpu, out, code = timed(cmds[c], work, env)
+                if code != 0:
+                    raise SystemExit(f"{' '.join(cmds[c])} exited {code}:\n{out}")
+                row[kind].append(wall)
+                row[kind + "_cpu"].append(cpu)
+                if kind == "first":
+                    row["notice"] += "first run only" in out
+                shutil.rmtree(work)
+            log(f"round {r + 1}: {c} first {row['first'][-1]:.1f} s ({row['first_cpu'][-1]:.1f} s CPU), "
+                f"warm {row['warm'][-1]:.1f} s ({row['warm_cpu'][-1]:.1f} s CPU)")
+    return rows
+
+
+def table(rows, rounds) -> list:
+    med = statistics.median
+    lines = md_head(["command", "first run wall s", "warm run wall s", "first - warm wall s", "first CPU s",
+                     "warm CPU s", "first - warm CPU s", "notice on stderr", "load avg", "target (<= 10 s)"])
+    for c, row in rows.items():
+        d = med([a - b for a, b in zip(row["first"], row["warm"])])
+        dc = med([a - b for a, b in zip(row["first_cpu"], row["warm_cpu"])])
+        lines.append(md_row([f"`streamtrace {c}`", f"{med(row['first']):.1f}", f"{med(row['warm']):.1f}",
+                             f"**{d:.1f}**", f"{med(row['first_cpu']):.1f}", f"{med(row['warm_cpu']):.1f}",
+                             f"{dc:.1f}", f"{row['notice']}/{rounds}", f"{med(row['load']):.1f}",
+                             "met" if d <= TARGET_S else "NOT met"]))
+    return lines
+
+
+def warmup_breakdown(exe, pkg, tmp, env) -> list:
+    """``streamtrace warmup -v`` on an empty cache: one line with its wall/CPU, then the kernels'
+    compile CPU seconds, largest first."""
+    clear_numba_cache(pkg)
+    wall, cpu, out, code = timed([exe, "warmup", "-v"], tmp, env)
+    if code != 0:
+        raise SystemExit(f"streamtrace warmup exited {code}:\n{out}")
+    units = sorted(((float(s), n) for n, s in re.findall(r"^\s+(\S+): ([\d.]+) s CPU$", out, re.M)), reverse=True)
+    lines = [f"`streamtrace warmup -v` on an empty cache: {wall:.1f} s wall, {cpu:.1f} s CPU (all processes), "
+             f"{len(units)} kernels, {sum(s for s, _ in units):.1f} s CPU in the compiling processes, "
+             f"load avg {os.getloadavg()[0]:.1f}. CPU s to compile each (its callees already cached):", ""]
+    lines.append(", ".join(f"{n} {s:.2f}" for s, n in units))
+    return lines
+
+
+_COUNT = r"""
+import collections, json, sys, time
+from numba.core import event
+rec = event.RecordingListener()
+event.register("numba:compile", rec)
+cmd, tiny = sys.argv[1], sys.argv[2]
+if cmd == "demo":
+    from streamtrace.cli.demo import run_demo
+    run_demo("demo-out", jobs=1, log=lambda *a: None)
+else:
+    from streamtrace.analyze import AnalyzeOptions, analyze
+    analyze([tiny], "analyze-out", AnalyzeOptions(jobs=1))
+funcs = [getattr(e.data["dispatcher"], "py_func", None) for _, e in rec.buffer if e.is_start]
+kern = collections.Counter(f.__qualname__ for f in funcs if f is not None and f.__module__.startswith("streamtrace.kernels"))
+print(json.dumps({"cpu": time.process_time(), "compiles": len(funcs), "kernels": len(kern),
+                  "specialisations": sum(kern.values()), "repeated": {k: v for k, v in kern.items() if v > 1}}))
+"""
+
+
+def count_compiles(trees, tmp) -> list:
+    """For each source tree (a checkout's root): ``demo`` and an ``analyze`` of the tiny trace in
+    one process, serially (``-j 1``, no compiling ahead), on an empty ``NUMBA_CACHE_DIR``: the
+    process's CPU seconds and numba's compiles (all, and the kernels' specialisations)."""
+    lines = md_head(["source tree", "command", "CPU s", "numba compiles", "kernels", "kernel specialisations",
+                     "compiled more than once"])
+    for tree in trees:
+        for cmd in ("demo", "analyze"):
+            work = Path(tempfile.mkdtemp(dir=tmp))
+            env = {**os.environ, "NUMBA_CACHE_DIR": str(work / "cache"), "PYTHONPATH": str(tree)}
+            p = subprocess.run([sys.executable, "-c", _COUNT, cmd, str(tmp / "tiny.json")], cwd=work, env=env,
+                               capture_output=True, text=True)
+            if p.returncode != 0:
+                raise SystemExit(f"counting compiles of {cmd} in {tree} failed:\n{p.stderr}")
+            r = json.loads(p.stdout.splitlines()[-1])
+            rep = ", ".join(f"{k} x{v}" for k, v in sorted(r["repeated"].items())) or "-"
+            lines.append(md_row([f"`{tree}`", cmd, f"{r['cpu']:.1f}", str(r["compiles"]), str(r["kernels"]),
+                                 str(r["specialisations"]), rep]))
+            log(lines[-1])
+            shutil.rmtree(work, ignore_errors=True)
+    return lines
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--src", default=str(ROOT), help="what to pip install (default: this checkout)")
+    ap.add_argument("--venv", default=None, help="venv folder (default: a temporary one, removed at the end)")
+    ap.add_argument("--reuse", action="store_true", help="use --venv as it is (already installed)")
+    ap.add_argument("--system-site-packages", action="store_true",
+                    help="venv sees this Python's packages (no network: the dependencies come from there)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--commands", default="demo,analyze", help="demo, analyze (comma separated)")
+    ap.add_argument("--record", action="store_true", help="append the results to bench/RESULTS.md")
+    ap.add_argument("--count-compiles", nargs="+", metavar="TREE", default=None,
+                    help="instead: count numba's compiles of demo and analyze (serial, one process, empty cache) "
+                         "with the code of these source trees, e.g. a checkout of main and this one")
+    args = ap.parse_args(argv)
+
+    tmp = Path(tempfile.mkdtemp(prefix="st-first-run-"))
+    venv = Path(args.venv) if args.venv else tmp / "venv"
+    if args.count_compiles:
+        (tmp / "tiny.json").write_text(TINY_TRACE)
+        text = [f"### {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC: numba compiles of a first run, serial",
+                "", f"`{command_line(__file__, argv)}` — load avg {os.getloadavg()[0]:.1f}", ""]
+        text += count_compiles([Path(t).resolve() for t in args.count_compiles], tmp)
+        print("\n".join(text))
+        if args.record:
+            append_results("\n".join(text))
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    try:
+        if not args.reuse:
+            build_venv(venv, Path(args.src), args.system_site_packages)
+        pkg = package_dir(venv)
+        exe = str(venv / "bin" / "streamtrace")
+        env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "PYTHONPATH")}
+        (tmp / "tiny.json").write_text(TINY_TRACE)
+        every = {"demo": [exe, "demo", "demo-out"],
+                 "analyze": [exe, "analyze", str(tmp / "tiny.json"), "-o", "analyze-out"]}
+        cmds = {c: every[c] for c in args.commands.split(",")}
+        rows = run_rounds(cmds, pkg, tmp, env, args.rounds)
+        info = machine_info(("numba", "llvmlite"))
+        venv_kind = "--system-site-packages" if args.system_site_packages else "own site-packages"
+        text = [f"## {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC: first run vs warm run in a fresh venv", "",
+                f"`{command_line(__file__, argv)}` — nproc {info['nproc']}, {info['cpu']}, Python {info['python']}, "
+                f"numba {info['numba']}, llvmlite {info['llvmlite']}, git {info['git']}; venv: `python -m venv` "
+                f"({venv_kind}) + `pip install {args.src}`, numba cache of the installed package deleted before each "
+                f"round; median of {args.rounds} rounds; CPU = user + sys of the command and every process it "
+                "waited for.", ""]
+        text += table(rows, args.rounds) + [""]
+        text += warmup_breakdown(exe, pkg, tmp, env) + [""]
+        print("\n".join(text))
+        if args.record:
+            append_results("\n".join(text))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,322 @@
+"""Compile the numba kernels a command uses before their first call, in parallel processes.
+
+numba compiles a kernel on its first call and keeps the machine code in its on-disk cache
+(``__pycache__`` beside the kernels, or ``$NUMBA_CACHE_DIR``), so only the first run of a fresh
+install pays for it (bench/bench_first_run.py; bench/RESULTS.md has the numbers).
+:func:`prepare` cuts that on a machine with more than one core: it lists the kernels a command
+calls (:data:`COMMANDS`) with the one signature each is called with (:data:`UNITS`), keeps those
+already in the cache, and has ``jobs`` forked processes compile the others into the cache,
+callees before their callers (a caller cannot be typed before its callees), the longest chain
+first.  The command then loads every kernel from the cache on its first call, as a warm run does.
+``streamtrace warmup`` runs it for every unit (container images, shared installs).
+
+:func:`prepare` never fails the command: a unit that does not compile here is left to the
+command's own first call, which reports the error.  It does nothing when numba's caching is off,
+the JIT is disabled or the cache folder cannot be written (then every process compiles for
+itself, as without it).  It calls ``notice`` once when it has something to compile.
+
+This module names private kernel functions (callees compiled on their own so that their callers
+load them from the cache); it imports none.  A signature here that no longer matches what a caller
+passes costs a second compile on the first call, never a wrong result: tests/unit/runtime checks
+that a command compiles nothing after ``prepare``.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+
+from numba.core import types as T
+
+__all__ = ["UNITS", "COMMANDS", "prepare", "pending", "cache_folder", "cache_writable"]
+
+# -- signatures ------------------------------------------------------------------------
+
+_RO = T.Array(T.uint8, 1, "C", readonly=True)    # trace bytes (np.frombuffer of bytes)
+_U8 = T.Array(T.uint8, 1, "C")
+_I16 = T.Array(T.int16, 1, "C")
+_I32 = T.Array(T.int32, 1, "C")
+_I64 = T.Array(T.int64, 1, "C")
+_I64_2D = T.Array(T.int64, 2, "C")
+_i = T.int64
+_b = T.boolean
+
+
+def _feed_sig(names):
+    return ((_I64, _I64, _I64, _I64, _I32, _I32, _I32, _U8, _i, _i, _b, _I32, _I64, _I64, _I64)
+            + (names,) * 5 + (_I32, _I64_2D, _I64, _I64, _I64, _I64_2D) + (_I64,) * 5 + (_I64_2D,))
+
+
+#: unit name -> (module, function, signature, callees compiled first, rough CPU seconds
+#: to compile it once its callees are cached).  Only kernels with a cached callee need
+#: their callees listed; a callee missing here is compiled with its caller.
+UNITS = {
+    "scan._is_ws": ("scan", "_is_ws", (T.uint8,), (), 0.15),
+    "scan.skip_ws": ("scan", "skip_ws", (_RO, _i, _i), ("scan._is_ws",), 0.3),
+    "scan.skip_string": ("scan", "skip_string", (_RO, _i, _i), (), 0.15),
+    "scan.skip_value": ("scan", "skip_value", (_RO, _i, _i), ("scan.skip_string", "scan._is_ws"), 0.4),
+    "scan.parse_ns": ("scan", "parse_ns", (_RO, _i, _i), (), 0.8),
+    "scan._ts_or_dur": ("scan", "_ts_or_dur", (_RO, _i, _i), (), 0.15),
+    "scan.scan_events": ("scan", "scan_events", (_RO, _i, _i, _I64, _I64, _I64, _I64, _U8, _I64),
+                         ("scan.skip_ws", "scan.skip_string", "scan.parse_ns", "scan._ts_or_dur"), 0.9),
+    "scan.scan_bounds": ("scan", "scan_bounds", (_RO, _i, _i, _I64, _I64, _I64), ("scan.skip_ws",), 0.9),
+    "scan.split_points": ("scan", "split_points", (_RO, _i, _i, _i, _I64, _I64), (), 1.0),
+    "jsoncheck._string": ("jsoncheck", "_string", (_RO, _i, _i), (), 0.6),
+    "jsoncheck._number": ("jsoncheck", "_number", (_RO, _i, _i), (), 0.4),
+    "jsoncheck._literal": ("jsoncheck", "_literal", (_RO, _i, _i, _RO), (), 0.15),
+    "jsoncheck._key_end": ("jsoncheck", "_key_end", (_RO, _i, _i), ("jsoncheck._string",), 0.3),
+    "jsoncheck.bytes_equal": ("jsoncheck", "bytes_equal", (_RO, _i, _i, _RO), (), 0.15),
+    "jsoncheck.value_end": ("jsoncheck", "value_end", (_RO, _i, _i, _U8),
+                            ("jsoncheck._string", "jsoncheck._number", "jsoncheck._literal"), 0.6),
+    "jsoncheck.valid_json_with": ("jsoncheck", "valid_json_with", (_RO, _i, _i, _U8), ("jsoncheck.value_end",), 0.3),
+    "jsoncheck.event_members": ("jsoncheck", "event_members", (_RO, _i, _i, _U8, _I64_2D, _I64_2D, _RO),
+                                ("jsoncheck.valid_json_with", "jsoncheck._key_end"), 2.1),
+    "rewrite._startswith": ("rewrite", "_startswith", (_RO, _i, _i, _RO), (), 0.15),
+    "rewrite._read_uint": ("rewrite", "_read_uint", (_RO, _i, _i), (), 0.2),
+    "rewrite._put_int": ("rewrite", "_put_int", (_U8, _i, _i), (), 0.2),
+    "rewrite._put_us": ("rewrite", "_put_us", (_U8, _i, _i), ("rewrite._put_int",), 0.25),
+    "rewrite.rewrite_events": ("rewrite", "rewrite_events",
+                               (_RO, _I64, _I64, _i, _i, _U8, _i, _I64, _RO, _I64, _I64, _I64, _U8, _i,
+                                _RO, _I64, _i, _i, _i, _b, _b, _i, _i, _I64),
+                               ("jsoncheck.event_members", "scan.parse_ns", "rewrite._read_uint",
+                                "rewrite._put_us", "jsoncheck.bytes_equal", "rewrite._startswith"), 4.5),
+    "extract._int": ("extract", "_int", (_RO, _i, _i), (), 0.2),
+    "extract.extract_columns": ("extract", "extract_columns", (_RO, _I64, _I64, _U8) + (_I64,) * 14 + (_U8,),
+                                ("jsoncheck.event_members", "extract._int", "jsoncheck.bytes_equal"), 1.6),
+    "nesting.count_bad_nesting": ("nesting", "count_bad_nesting", (_I64, _I64), (), 0.3),
+    "runs.union_into": ("runs", "union_into", (_I64, _I64, _i, _i, _I64, _I64, _i), (), 0.3),
+    "runs.merge_runs": ("runs", "merge_runs", (_I64,) * 5 + (_i,), (), 0.6),
+    "runs.sort_group": ("runs", "sort_group", (_I64, _I64, _i, _i), ("runs.merge_runs",), 0.5),
+    "treestream._pop": ("treestream", "_pop", (_I64_2D, _I64, _I64, _I64, _I64_2D) + (_I64,) * 5 + (_I64_2D,),
+                        ("runs.union_into", "runs.merge_runs"), 1.0),
+    "treestream._feed": ("treestream", "_feed", _feed_sig(_I16),
+                         ("treestream._pop", "runs.sort_group", "runs.union_into"), 1.5),
+    # name ids as int32: a trace with more than 2**15 distinct names
+    "treestream._feed/int32": ("treestream", "_feed", _feed_sig(_I32),
+                               ("treestream._pop", "runs.sort_group", "runs.union_into"), 1.5),
+    "treestream._gather_strings": ("treestream", "_gather_strings", (_RO, _I64, _I64, _I64, _U8), (), 0.2),
+    "intervals._union_sorted": ("intervals", "_union_sorted", (_I64, _I64), (), 0.3),
+    "intervals._union_length_sorted": ("intervals", "_union_length_sorted", (_I64, _I64), (), 0.2),
+    "intervals._intersect_length_sorted": ("intervals", "_intersect_length_sorted", (_I64,) * 4, (), 0.2),
+    "intervals.disjoint_length": ("intervals", "disjoint_length", (_I64, _I64), (), 0.15),
+    "intervals._intersect_sorted": ("intervals", "_intersect_sorted", (_I64,) * 4, (), 0.4),
+    "intervals._subtract_sorted": ("intervals", "_subtract_sorted", (_I64,) * 4, (), 0.4),
+}
+
+_READ = ("scan.scan_events", "scan.skip_value", "scan.skip_string", "scan.skip_ws")
+_INTERVALS = ("intervals._union_sorted", "intervals._union_length_sorted", "intervals._intersect_length_sorted")
+_MERGE = _READ + ("scan.scan_bounds", "rewrite.rewrite_events", "nesting.count_bad_nesting")
+_ANALYZE = _READ + ("extract.extract_columns", "treestream._feed", "treestream._gather_strings",
+                    "intervals.disjoint_length") + _INTERVALS
+
+#: command -> the units it calls (what a cold run of it compiled, measured)
+COMMANDS = {
+    "merge": _MERGE,                       # merge validates its output
+    "validate": _READ + ("nesting.count_bad_nesting",),
+    "demo": _MERGE,
+    "analyze": _ANALYZE,
+    "aggregate": _READ + _INTERVALS,
+    "report": _READ + _INTERVALS,
+    "epilogue": tuple(dict.fromkeys(_MERGE + _ANALYZE)),
+    "all": tuple(UNITS),                   # `streamtrace warmup`: every unit
+}
+
+
+# -- cache state -----------------------------------------------------------------------
+
+def _dispatcher(name):
+    import importlib
+    mod, fn = UNITS[name][:2]
+    return getattr(importlib.import_module(f"..kernels.{mod}", __package__), fn)
+
+
+def _closure(names):
+    """``names`` and every unit they depend on, callees first."""
+    out = {}
+
+    def visit(n):
+        if n not in out:
+            for d in UNITS[n][3]:
+                visit(d)
+            out[n] = None
+    for n in names:
+        visit(n)
+    return list(out)
+
+
+def _cached(disp, sig):
+    """True when numba's on-disk cache holds ``disp`` compiled for ``sig`` (or it is
+    already loaded here).  Reads the cache index only."""
+    if tuple(sig) in disp.overloads:
+        return True
+    cache = disp._cache
+    index = cache._cache_file._load_index()
+    return cache._index_key(tuple(sig), disp.targetctx.codegen()) in index
+
+
+def _caching_on(disp):
+    return hasattr(disp, "_cache") and hasattr(disp._cache, "_cache_file")
+
+
+def cache_folder():
+    """The folder numba keeps the kernels' cache in (str), or None when it caches nothing here
+    (JIT disabled, caching off)."""
+    try:
+        disp = _dispatcher("scan._is_ws")
+        return disp._cache._cache_path if _caching_on(disp) else None
+    except Exception:              # numba's internals changed
+        return None
+
+
+def cache_writable() -> bool:
+    """True when numba caches the kernels (JIT on, ``cache=True``) in a folder this process can
+    write: else compiling in other processes would be lost, and :func:`prepare` does nothing."""
+    folder = cache_folder()
+    if folder is None:
+        return False
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+        return True
+    except Exception:              # read-only install, numba's internals changed, ...
+        return False
+
+
+def pending(*commands):
+    """The units of ``commands`` (keys of :data:`COMMANDS`, or unit names) not in
+    numba's cache yet, callees first.  Empty when caching is off or the JIT disabled."""
+    names = []
+    for c in commands:
+        names.extend(COMMANDS.get(c, (c,)))
+    out = []
+    for n in _closure(names):
+        disp = _dispatcher(n)
+        if not _caching_on(disp):
+            return []
+        try:
+            if _cached(disp, UNITS[n][2]):
+                continue
+        except Exception:          # numba's cache internals changed: treat as not cached
+            pass
+        out.append(n)
+    return out
+
+
+# -- compiling -------------------------------------------------------------------------
+
+def _compile(name):
+    """Worker: compile one unit (its callees load from the cache) into the cache."""
+    t = time.process_time()
+    try:
+        _dispatcher(name).compile(UNITS[name][2])
+        return name, time.process_time() - t, None
+    except Exception as exc:       # left to the command's own first call
+        return name, time.process_time() - t, f"{type(exc).__name__}: {exc}"
+
+
+def _critical(todo):
+    """Each unit's longest chain of dependent compile costs (itself included), for
+    starting the units on the longest path first."""
+    users = {n: [m for m in todo if n in UNITS[m][3]] for n in todo}
+    memo = {}
+
+    def chain(n):
+        if n not in memo:
+            memo[n] = UNITS[n][4] + max((chain(m) for m in users[n]), default=0.0)
+        return memo[n]
+    return {n: chain(n) for n in todo}
+
+
+def _stderr(msg):
+    print(f"streamtrace: {msg}", file=sys.stderr, flush=True)
+
+
+def _jobs(jobs, n):
+    if jobs is None or jobs <= 0:
+        try:
+            jobs = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            jobs = os.cpu_count() or 1
+        jobs = min(jobs, 4)
+    return max(1, min(jobs, n))
+
+
+def prepare(*commands, jobs=None, notice=_stderr) -> dict:
+    """Compile the units ``commands`` (keys of :data:`COMMANDS`, or unit names) call that
+    numba's cache lacks, in ``jobs`` processes (None or 0: the usable cores, at most 4), so
+    that the commands only load them.  ``notice(text)`` is called once, before compiling, when
+    there is anything to compile (default: one line on stderr; None: silent); the text starts
+    with "compiling kernels, first run only".  Returns ``{"compiled": [units], "failed": {unit:
+    error}, "seconds": wall s, "cpu": {unit: CPU s of its compile}, "skipped": reason or
+    None}``; never raises."""
+    t0 = time.perf_counter()
+    res = {"compiled": [], "failed": {}, "seconds": 0.0, "cpu": {}, "skipped": None}
+    try:
+        todo = pending(*commands)
+        if todo and not cache_writable():
+            res["skipped"] = "numba's cache folder is not writable: each command compiles what it uses"
+            todo = []
+    except Exception as exc:       # an unknown unit name, numba's internals changed, ...
+        res["failed"]["pending"] = f"{type(exc).__name__}: {exc}"
+        return res
+    if not todo:
+        return res
+    jobs = _jobs(jobs, len(todo))
+    if notice:
+        est = sum(UNITS[n][4] for n in todo) / jobs
+        notice(f"compiling kernels, first run only ({len(todo)} kernels, ~{est + 1:.0f} s)")
+    try:
+        if jobs == 1 or not hasattr(os, "fork"):
+            for n in todo:
+                _record(res, *_compile(n))
+        else:
+            _parallel(todo, jobs, res)
+    except Exception as exc:       # the pool broke: whatever is left compiles on first call
+        res["failed"]["pool"] = f"{type(exc).__name__}: {exc}"
+    res["seconds"] = time.perf_counter() - t0
+    return res
+
+
+def _record(res, name, cpu, err):
+    res["cpu"][name] = round(cpu, 2)
+    if err is None:
+        res["compiled"].append(name)
+    else:
+        res["failed"][name] = err
+
+
+def _parallel(todo, jobs, res):
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    # compile something trivial here first: the forked workers inherit numba's target
+    # and LLVM set-up instead of each paying for it
+    _dispatcher("scan._is_ws").compile(UNITS["scan._is_ws"][2])
+    prio = _critical(todo)
+    waiting = {n: {d for d in UNITS[n][3] if d in todo} for n in todo if n != "scan._is_ws"}
+    if "scan._is_ws" in todo:
+        res["compiled"].append("scan._is_ws")
+    done = {"scan._is_ws"}
+    for deps in waiting.values():
+        deps -= done
+    with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("fork")) as pool:
+        running = {}
+        while waiting or running:
+            ready = sorted((n for n, d in waiting.items() if not d), key=lambda n: -prio[n])
+            for n in ready[:max(0, jobs - len(running))]:
+                del waiting[n]
+                running[pool.submit(_compile, n)] = n
+            if not running:            # a dependency failed: compile the rest here, in order
+                for n in _closure(list(waiting)):
+                    if n in waiting:
+                        _record(res, *_compile(n))
+                return
+            finished, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
+            for fut in finished:
+                n = running.pop(fut)
+                name, cpu, err = fut.result()
+                _record(res, name, cpu, err)
+                if err is None:
+                    for deps in waiting.values():
+                        deps.discard(n)

@@ -1,0 +1,113 @@
+"""Compiling the kernels ahead (streamtrace.runtime.compile, `streamtrace warmup`): after prepare() a
+command compiles nothing more; warm-up never fails a command, also when numba cannot cache."""
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from streamtrace.runtime import compile as C
+
+from support import ROOT
+
+
+def test_units_name_kernels_with_their_arity():
+    """Every unit is a cached numba dispatcher whose Python function takes as many parameters as
+    its signature has types; every command's units are units; callees are listed before use."""
+    for name, (mod, fn, sig, deps, cost) in C.UNITS.items():
+        disp = C._dispatcher(name)
+        assert len(inspect.signature(disp.py_func).parameters) == len(sig), name
+        assert disp.targetoptions.get("cache") is not False and cost > 0
+        assert all(d in C.UNITS for d in deps), name
+    for command, units in C.COMMANDS.items():
+        assert set(units) <= set(C.UNITS), command
+    order = C._closure(["treestream._feed", "rewrite.rewrite_events"])
+    assert order.index("runs.merge_runs") < order.index("runs.sort_group") < order.index("treestream._feed")
+    assert order.index("jsoncheck.event_members") < order.index("rewrite.rewrite_events")
+
+
+def test_prepare_never_raises(monkeypatch):
+    def broken(*commands):
+        raise RuntimeError("numba internals changed")
+    monkeypatch.setattr(C, "pending", broken)
+    notes = []
+    res = C.prepare("analyze", notice=notes.append)
+    assert res["compiled"] == [] and "RuntimeError" in res["failed"]["pending"] and notes == []
+
+
+def test_unwritable_cache_is_skipped(monkeypatch):
+    """numba's cache folder read-only: prepare compiles nothing (it would be lost), says nothing."""
+    monkeypatch.setattr(C, "pending", lambda *commands: ["scan._is_ws"])
+
+    def read_only(*a, **k):
+        raise PermissionError(30, "Read-only file system")
+    monkeypatch.setattr(C.tempfile, "TemporaryFile", read_only)
+    assert not C.cache_writable()
+    notes = []
+    res = C.prepare("demo", notice=notes.append)
+    assert res["compiled"] == [] and res["failed"] == {} and "not writable" in res["skipped"] and notes == []
+
+
+def test_jit_disabled_warmup_says_so():
+    env = {**os.environ, "NUMBA_DISABLE_JIT": "1", "PYTHONPATH": str(ROOT)}
+    p = subprocess.run([sys.executable, "-m", "streamtrace", "warmup"], capture_output=True, text=True, env=env)
+    assert p.returncode == 0 and "caches nothing" in p.stderr and "Traceback" not in p.stderr
+
+
+_AFTER_PREPARE = textwrap.dedent("""
+    import json, sys
+    from numba.core import event
+    from streamtrace.runtime.compile import prepare
+    from streamtrace.merge import MergeOptions, merge
+    from streamtrace.analyze import AnalyzeOptions, analyze
+    from streamtrace.trace.synth import SynthSpec, generate_job
+    notes = []
+    first = prepare("merge", "analyze", jobs=2, notice=notes.append)
+    again = prepare("merge", "analyze", jobs=2, notice=notes.append)
+    generate_job("traces", SynthSpec(world_size=4, tp=2, pp=2))
+    rec = event.RecordingListener()
+    event.register("numba:compile", rec)
+    merge(["traces"], "merged.json", MergeOptions(jobs=1))
+    analyze(["traces"], "analysis", AnalyzeOptions(jobs=1))
+    funcs = [getattr(e.data["dispatcher"], "py_func", None) for _, e in rec.buffer if e.is_start]
+    compiled = sorted({f.__qualname__ for f in funcs if f is not None and f.__module__.startswith("streamtrace.kernels")})
+    print(json.dumps({"notes": notes, "first": first, "again": again, "compiled": compiled}))
+""")
+
+
+def test_after_prepare_merge_and_analyze_compile_nothing(tmp_path):
+    """A fresh numba cache: prepare compiles the units of merge and analyze (one notice), a
+    second prepare finds them cached, and then a real merge and analyze compile no kernel."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    p = subprocess.run([sys.executable, "-c", _AFTER_PREPARE], capture_output=True, text=True, env=env,
+                       cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.splitlines()[-1])
+    assert len(out["notes"]) == 1 and out["notes"][0].startswith("compiling kernels, first run only")
+    assert out["first"]["failed"] == {} and "rewrite.rewrite_events" in out["first"]["compiled"]
+    assert out["again"]["compiled"] == []
+    assert out["compiled"] == []
+
+
+def test_notice_once_and_quiet(tmp_path):
+    """The CLI: one notice line on the first run, none on the next, none under -q."""
+    trace = tmp_path / "t.json"
+    trace.write_text('{"traceEvents":[{"ph":"X","name":"a","pid":1,"tid":1,"ts":1,"dur":2}]}')
+    quiet = _cli_with_cache(tmp_path / "cache-q", "validate", trace, "-q")
+    first = _cli_with_cache(tmp_path / "cache", "validate", trace)
+    second = _cli_with_cache(tmp_path / "cache", "validate", trace)
+    assert [r.returncode for r in (quiet, first, second)] == [0, 0, 0], quiet.stderr + first.stderr
+    assert quiet.stderr == ""
+    assert first.stderr.count("compiling kernels, first run only") == 1
+    assert "compiling kernels" not in second.stderr
+
+
+def _cli_with_cache(cache, *args):
+    env = {**os.environ, "NUMBA_CACHE_DIR": cache, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "streamtrace", *map(str, args)], capture_output=True, text=True,
+                          env=env)
