@@ -78,10 +78,20 @@ UNITS = {
     "rewrite._put_us": ("rewrite", "_put_us", (_U8, _i, _i), ("rewrite._put_int",), 0.25),
     "rewrite.rewrite_events": ("rewrite", "rewrite_events",
                                (_RO, _I64, _I64, _i, _i, _U8, _i, _I64, _RO, _I64, _I64, _I64, _U8, _i,
-                                _RO, _I64, _i, _i, _i, _b, _b, _i, _i, _I64),
+                                _RO, _I64, _i, _i, _i, _b, _b, _i, _i, _I64, _U8, _I64_2D),
                                ("jsoncheck.event_members", "scan.parse_ns", "rewrite._read_uint",
-                                "rewrite._put_us", "jsoncheck.bytes_equal", "rewrite._startswith"), 4.5),
+                                "rewrite._put_us", "jsoncheck.bytes_equal", "rewrite._startswith",
+                                "validate.member_fields", "validate.span_fields"), 4.5),
     "extract._int": ("extract", "_int", (_RO, _i, _i), (), 0.2),
+    "validate.member_fields": ("validate", "member_fields", (_RO, _i, _i, _i, _I64_2D, _I64_2D, _I64_2D, _i),
+                         ("extract._int", "scan.parse_ns"), 1.0),
+    "validate.span_fields": ("validate", "span_fields", (_RO, _I64_2D) + (_i,) * 14,
+                             ("extract._int", "scan.parse_ns"), 0.6),
+    "validate.event_fields": ("validate", "event_fields", (_RO, _I64, _I64, _I64_2D),
+                              ("jsoncheck.event_members", "validate.member_fields"), 1.0),
+    "validate.nesting_chunk": ("validate", "nesting_chunk", (_I64,) * 7 + (_I64_2D,), (), 0.5),
+    "validate.flow_chunk": ("validate", "flow_chunk", (_I64,) * 8 + (_I64_2D,), (), 0.5),
+    "validate.flow_close": ("validate", "flow_close", (_I64, _I64_2D), (), 0.2),
     "extract.extract_columns": ("extract", "extract_columns", (_RO, _I64, _I64, _U8) + (_I64,) * 14 + (_U8,),
                                 ("jsoncheck.event_members", "extract._int", "jsoncheck.bytes_equal"), 1.6),
     "nesting.count_bad_nesting": ("nesting", "count_bad_nesting", (_I64, _I64), (), 0.3),
@@ -96,6 +106,11 @@ UNITS = {
     "treestream._feed/int32": ("treestream", "_feed", _feed_sig(_I32),
                                ("treestream._pop", "runs.sort_group", "runs.union_into"), 1.5),
     "treestream._gather_strings": ("treestream", "_gather_strings", (_RO, _I64, _I64, _I64, _U8), (), 0.2),
+    "windows._in_key_order": ("windows", "_in_key_order", (_I64, _I64), (), 0.2),
+    "windows._is_sorted": ("windows", "_is_sorted", (_I64,), (), 0.15),
+    "windows._sweep": ("windows", "_sweep", (_I64,) * 5, (), 0.5),
+    "windows._find": ("windows", "_find", (_I64, _i), (), 0.2),
+    "windows._paint": ("windows", "_paint", (_I64,) * 7, ("windows._find",), 0.5),
     "intervals._union_sorted": ("intervals", "_union_sorted", (_I64, _I64), (), 0.3),
     "intervals._union_length_sorted": ("intervals", "_union_length_sorted", (_I64, _I64), (), 0.2),
     "intervals._intersect_length_sorted": ("intervals", "_intersect_length_sorted", (_I64,) * 4, (), 0.2),
@@ -104,16 +119,18 @@ UNITS = {
     "intervals._subtract_sorted": ("intervals", "_subtract_sorted", (_I64,) * 4, (), 0.4),
 }
 
+_WINDOWS = ("windows._in_key_order", "windows._is_sorted", "windows._sweep", "windows._paint")
 _READ = ("scan.scan_events", "scan.skip_value", "scan.skip_string", "scan.skip_ws")
 _INTERVALS = ("intervals._union_sorted", "intervals._union_length_sorted", "intervals._intersect_length_sorted")
-_MERGE = _READ + ("scan.scan_bounds", "rewrite.rewrite_events", "nesting.count_bad_nesting")
+_VALIDATE = ("validate.event_fields", "validate.nesting_chunk", "validate.flow_chunk", "validate.flow_close")
+_MERGE = _READ + ("scan.scan_bounds", "rewrite.rewrite_events") + _VALIDATE
 _ANALYZE = _READ + ("extract.extract_columns", "treestream._feed", "treestream._gather_strings",
-                    "intervals.disjoint_length") + _INTERVALS
+                    "intervals.disjoint_length") + _INTERVALS + _WINDOWS
 
 #: command -> the units it calls (what a cold run of it compiled, measured)
 COMMANDS = {
     "merge": _MERGE,                       # merge validates its output
-    "validate": _READ + ("nesting.count_bad_nesting",),
+    "validate": _READ + _VALIDATE,
     "demo": _MERGE,
     "analyze": _ANALYZE,
     "aggregate": _READ + _INTERVALS,
