@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """``streamtrace diff`` of two analysed 64-rank synthetic jobs: seconds, CPU and memory.
 
-    python bench/bench_diff.py                   # 64 ranks, -j 1 and -j 2, 3 runs each; appends to bench/RESULTS.md
+    python bench/bench_diff.py                   # 64 ranks, default -j, 3 runs; appends to bench/RESULTS.md
     python bench/bench_diff.py --ranks 16 --repeat 1 --no-record
     python bench/bench_diff.py --quick           # smoke run: 8 ranks, one run, nothing recorded
 
@@ -92,7 +92,7 @@ def main(argv=None):
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--microbatches", type=int, default=4)
-    ap.add_argument("--jobs", default="1,2", help="-j values of diff, e.g. 1,2")
+    ap.add_argument("--jobs", default="0", help="-j values of diff, e.g. 0,1,2 (0: the default, all cores)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-record", action="store_true")
     ap.add_argument("--quick", action="store_true", help="8 ranks, one run, nothing recorded")

@@ -57,6 +57,9 @@ KERNEL_COLUMNS = ["name", "kind", "dur_ns", "ts_ns", "end_ns", "device", "step",
 DIMENSIONS = ("kind", "phase", "phase_microbatch", "collective", "parallel_dim", "collective_dim")
 RANK_METRICS = ("step_ns", "busy_ns", "idle_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "kernel_time_ns")
 _GROUP = re.compile(r"\(anonymous namespace\)")
+#: below this much analysed Parquet (bytes, both sides) diff reads the ranks in one process: on 64 ranks
+#: (2 x 3.5 MB) one process took 2.4 CPU-s, two workers 3.3 (bench/bench_diff.py)
+INLINE_BYTES = 64 << 20
 
 
 def short_name(name: str) -> str:
@@ -212,8 +215,7 @@ def compare(base, test, outdir, opt: DiffOptions | None = None) -> DiffTables:
     t = open_side("test", test, outdir, opt, ts_)
     pairs, notices = pair_ranks(b, t, opt)
     tasks = [(p, side.steps, opt.name_key) for side in (b, t) for p in side.parts]
-    jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(tasks)))
-    res = run_tasks(part_partial, tasks, jobs)
+    res = _run_parts(tasks, opt.jobs)
     rb, rt = res[:len(b.parts)], res[len(b.parts):]
     for side, rs in ((b, rb), (t, rt)):
         n = sum(len(r["cells"]) for r in rs)
@@ -243,6 +245,23 @@ def compare(base, test, outdir, opt: DiffOptions | None = None) -> DiffTables:
             "changes": {"kernels": _counts(kernels), "ops": _counts(ops)}, "notices": notices,
             "seconds": round(time.time() - t0, 3)}
     return DiffTables(kernels, ops, groups, ranks, meta)
+
+
+def _parts_chunk(tasks) -> list:
+    return [part_partial(*t) for t in tasks]
+
+
+def _run_parts(tasks, jobs) -> list:
+    """:func:`part_partial` of every task, in order: in this process when the Parquet read is under
+    :data:`INLINE_BYTES` (a pool costs more than it saves there), else in ``jobs`` workers (0: all
+    cores), in chunks of several parts (one round trip each)."""
+    size = sum(os.path.getsize(f) for p, _, _ in tasks for ds in ("kernels", "ops") for f in p.files(ds))
+    jobs = 1 if size < INLINE_BYTES else max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
+    if jobs == 1:
+        return _parts_chunk(tasks)
+    n = max(1, -(-len(tasks) // (4 * jobs)))
+    chunks = [(tasks[i:i + n],) for i in range(0, len(tasks), n)]
+    return [r for rs in run_tasks(_parts_chunk, chunks, jobs) for r in rs]
 
 
 def _side(results, name, keys) -> pa.Table:

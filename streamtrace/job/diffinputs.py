@@ -34,16 +34,19 @@ class DiffOptions:
     Attributes:
         ranks: ranks compared on both sides (list of int), or ``"all"`` (every rank of each
             side, unpaired); None (default): the ranks both sides have.
-        base_ranks, test_ranks: two lists of equal length paired in order (list of int); None.
+        base_ranks: base ranks paired in order with ``test_ranks`` (list of int, same length); None.
+        test_ranks: test ranks paired in order with ``base_ranks`` (list of int); None.
         steps: ProfilerStep numbers kept on both sides (list of int); None (default): all.
-        base_steps, test_steps: the steps of each side apart (list of int); None.
+        base_steps: ProfilerStep numbers of the base side (list of int); None: all.
+        test_steps: ProfilerStep numbers of the test side (list of int); None: all.
         name_key: ``"full"`` (default): names as the trace has them; ``"short"``: kernel and op
             names without template arguments, argument lists and return type
             (:func:`streamtrace.job.diff.short_name`), so instantiations of one kernel compare as one.
         top: rows in each list of ``diff.md`` (int, default 10).
         labels: names of the two sides in ``diff.md`` (tuple of two str; default ("base", "test")).
         charts: draw ``charts/diff_top_deltas.{png,svg}`` (bool, default True).
-        jobs: worker processes reading the ranks (int); 0 (default) = all cores.
+        jobs: worker processes reading the ranks (int); 0 (default) = all cores.  Used when the
+            analysed Parquet of both sides exceeds 64 MB; below, one process is faster.
         analyze: options for sides given as traces (:class:`~streamtrace.analyze.AnalyzeOptions`);
             None: the defaults with ``jobs``.
         progress: progress bars (bool); None (default): only on a terminal.

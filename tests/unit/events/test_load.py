@@ -72,10 +72,23 @@ def test_aggregate_folder(outs):
     ref = pd.read_parquet(outs / "job42-agg" / "ranks.parquet")
     pd.testing.assert_frame_equal(ranks, ref)
     assert g.summary["kind"] == "streamtrace-aggregate" and g.report is None
+    assert {"kernel_stats", "op_stats", "launch_stats", "idle_breakdown"} <= set(g.tables())
+    idle = g.to_pandas("idle_breakdown").query("stream == -1").groupby("rank")[["host_wait_ns", "other_ns"]].sum()
+    assert list(idle.index) == [0, 1, 2, 3]                             # the README's line
     with pytest.raises(StreamtraceError, match="no table 'kernels'"):
         g.table("kernels")
     with pytest.raises(AttributeError):
         g.kernels
+
+
+def test_diff_folder(outs):
+    d = streamtrace.diff(outs / "job42_iter10", outs / "job42_iter10", outs / "diff-41-42",
+                         streamtrace.DiffOptions(jobs=1, steps=[10]))
+    again = streamtrace.load(outs / "diff-41-42")
+    assert d.kind == again.kind == "diff" and again.tables() == ["kernels", "ops", "groups", "ranks"]
+    assert again.summary["kind"] == "streamtrace-diff"
+    assert len(again.to_pandas("kernels").query("change == 'added'")) == 0     # the README's line
+    pd.testing.assert_frame_equal(again.to_pandas("ops"), pd.read_parquet(outs / "diff-41-42" / "ops.parquet"))
 
 
 def test_epilogue_run_folder(tmp_path):

@@ -36,7 +36,7 @@ def runs(tmp_path_factory):
 
 def _run(runs, test, name, **kw):
     return streamtrace.diff(runs / "an_base", runs / test, runs / f"d_{name}",
-                            streamtrace.DiffOptions(jobs=1, charts=kw.pop("charts", False), **kw))
+                            streamtrace.DiffOptions(**{"jobs": 1, "charts": False, **kw}))
 
 
 def _trace_totals(folder, name):
@@ -160,3 +160,12 @@ def test_cli_on_traces_analyses_them_and_load_opens_the_result(runs, tmp_path):
 ])
 def test_short_name(name, short):
     assert short_name(name) == short
+
+
+def test_worker_pool_gives_the_same_tables(runs, monkeypatch):
+    import streamtrace.job.diff as jd
+    one = _run(runs, "an_strag", "inline")
+    monkeypatch.setattr(jd, "INLINE_BYTES", 0)
+    two = _run(runs, "an_strag", "pool", jobs=2)
+    for name in ("kernels", "ops", "groups", "ranks"):
+        assert one.table(name).equals(two.table(name)), name
