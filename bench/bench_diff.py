@@ -103,7 +103,8 @@ def main(argv=None):
     info = machine_info()
     rows = run(args)
     text = "\n".join([
-        HEADING, "", f"### {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC: `{command_line(__file__, argv)}`", "",
+        HEADING, "",
+        f"### {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC: `{command_line(__file__, argv)}`", "",
         f"- machine: {info['nproc']} cores ({info['cpu']}), {info['ram_gib']:.1f} GiB RAM, Python {info['python']}; "
         f"git {info['git']}",
         f"- two synthetic jobs of {args.ranks} ranks (TP2 x PP2 x DP{args.ranks // 4}), {args.steps} ProfilerSteps, "

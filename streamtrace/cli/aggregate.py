@@ -31,7 +31,8 @@ EXAMPLES = """
 @argh.arg("-q", "--quiet", help="print only warnings and errors")
 @argh.arg("-v", "--verbose", help="print more (and tracebacks of errors)")
 def aggregate(*dirs, outdir="streamtrace-aggregate", iterations=None, steps=None, jobs=0, time_alignment="global",
-              clock_sync="none", topology=None, consecutive_kernel_delay_us=30.0, force=False, quiet=False, verbose=False):
+              clock_sync="none", topology=None, consecutive_kernel_delay_us=30.0, force=False, quiet=False,
+              verbose=False):
     """Whole-job tables: per rank x phase x micro-batch, pipeline bubbles, replicas, iterations, collectives."""
     from ..job import AggregateOptions, aggregate as do_aggregate      # (the CLI's convention: see streamtrace.cli)
     con = Console(quiet, verbose)

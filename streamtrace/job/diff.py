@@ -118,7 +118,8 @@ def part_partial(part, steps, name_key) -> dict:
     dur = kk["dur_ns"]
     kt = pa.table({"name": names, "kind": kk["kind"], "count": pa.array(np.ones(kk.num_rows, np.int64)),
                    "total_ns": dur}).group_by(["name", "kind"]).aggregate([("count", "sum"), ("total_ns", "sum")])
-    out = {"cells": cells, "whole": whole, "present": present, "kernels": kt.rename_columns(["name", "kind", "count", "total_ns"]),
+    out = {"cells": cells, "whole": whole, "present": present,
+           "kernels": kt.rename_columns(["name", "kind", "count", "total_ns"]),
            "groups": _groups(kk), "ops": _ops(ops, rows, cells, whole, name_key),
            "metrics": _metrics(kk, win, cells, whole)}
     return out
@@ -238,7 +239,8 @@ def compare(base, test, outdir, opt: DiffOptions | None = None) -> DiffTables:
     ops = ops.sort_by([("delta_self_ns", "descending"), ("name", "ascending"), ("cat", "ascending")])
     order = {d: i for i, d in enumerate(DIMENSIONS)}
     groups = groups.append_column("_o", pa.array([order[d] for d in groups["dimension"].to_pylist()], pa.int64()))
-    groups = groups.sort_by([("_o", "ascending"), ("delta_ns", "descending"), ("value", "ascending")]).drop_columns("_o")
+    groups = groups.sort_by([("_o", "ascending"), ("delta_ns", "descending"), ("value", "ascending")])
+    groups = groups.drop_columns("_o")
     meta = {"kind": "streamtrace-diff", "version": 1, "labels": list(opt.labels), "name_key": opt.name_key,
             "base": _side_meta(b, rb), "test": _side_meta(t, rt),
             "pairs": [list(p) for p in pairs], "summary": _summary(rb, rt, nb, nt),

@@ -217,7 +217,8 @@ def pair_ranks(base: Side, test: Side, opt: DiffOptions) -> tuple[list, list]:
 def _need(ranks, have, side):
     missing = sorted(set(ranks) - set(have))
     if missing:
-        raise StreamtraceError(f"{side.given}: no rank {list_text(missing)} on the {side.label} side (it has {list_text(have)})")
+        raise StreamtraceError(f"{side.given}: no rank {list_text(missing)} on the {side.label} side "
+                               f"(it has {list_text(have)})")
 
 
 def list_text(xs) -> str:

@@ -185,7 +185,8 @@ def _added_md(k, o, names, lb, lt, top) -> list:
 
 def _ranks_md(ranks, lb, lt, top) -> list:
     r = ranks.to_pylist()
-    L = ["## Ranks", "", f"Per rank pair, sorted by the change in compute time ({len(r)} pair(s); all in ranks.parquet).",
+    L = ["## Ranks", "",
+         f"Per rank pair, sorted by the change in compute time ({len(r)} pair(s); all in ranks.parquet).",
          ""]
     sel = r[:top] + r[max(top, len(r) - 3):]          # the largest increases, then the largest decreases
     head = [f"{lb} rank", f"{lt} rank", "rank-steps", "delta step (ms)", "delta compute (ms)", "delta comm (ms)",

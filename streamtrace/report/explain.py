@@ -46,9 +46,11 @@ def build_explain(aggdir, top=15) -> dict:
     out = {"kernels": None, "ops": None, "launches": None, "idle": None}
     ks = _table(aggdir, "kernel_stats")
     if ks is not None and ks.num_rows:
-        g = ks.group_by(["name", "kind"]).aggregate([("count", "sum"), ("total_ns", "sum"), ("p50_ns", "approximate_median"),
-                                                     ("p95_ns", "max"), ("max_ns", "max"), ("std_ns", "max")])
-        g = g.rename_columns(["name", "kind", "count", "total_ns", "p50_ns_median", "p95_ns_max", "max_ns", "std_ns_max"])
+        g = ks.group_by(["name", "kind"]).aggregate([("count", "sum"), ("total_ns", "sum"),
+                                                     ("p50_ns", "approximate_median"), ("p95_ns", "max"),
+                                                     ("max_ns", "max"), ("std_ns", "max")])
+        g = g.rename_columns(["name", "kind", "count", "total_ns", "p50_ns_median", "p95_ns_max", "max_ns",
+                              "std_ns_max"])
         g = g.sort_by([("total_ns", "descending"), ("name", "ascending")])
         total = pc.sum(g["total_ns"]).as_py() or 0
         rows = _rows(g, top)
@@ -87,8 +89,8 @@ def _idle_summary(ib, top) -> dict:
     tot = {c: sum(r[c] for r in rows) for c in cols}
     st = ib.filter(pc.not_equal(ib["stream"], -1))
     sg = st.group_by(["rank", "device", "stream"]).aggregate([(c, "sum") for c in cols])
-    sg = sg.rename_columns(["rank", "device", "stream", *cols]).sort_by([("idle_ns", "descending"), ("rank", "ascending"),
-                                                                         ("stream", "ascending")])
+    sg = sg.rename_columns(["rank", "device", "stream", *cols])
+    sg = sg.sort_by([("idle_ns", "descending"), ("rank", "ascending"), ("stream", "ascending")])
     return {"devices": rows, "total": tot, "streams": _rows(sg, top), "from": "idle_breakdown.parquet"}
 
 
@@ -121,7 +123,8 @@ def explain_markdown(ex: dict | None, idle_chart_png=None, shorten=lambda names:
     if k:
         names = shorten([r["name"] for r in k["rows"]])
         L += ["## Kernel statistics", "", f"Top kernels by total time over {k['cells']} rank-step(s) "
-              f"(kernel_stats.parquet has every rank and step): p50 is the (approximate) median over rank-steps of each one's "
+              f"(kernel_stats.parquet has every rank and step): p50 is the (approximate) median over rank-steps "
+              "of each one's "
               f"median, p95 and max the largest over rank-steps; durations in us.", ""]
         L += _tab(["kernel", "kind", "count", "total (ms)", "% of kernel time", "mean (us)", "p50 (us)", "p95 (us)",
                    "max (us)"],

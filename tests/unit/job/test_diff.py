@@ -154,7 +154,8 @@ def test_cli_on_traces_analyses_them_and_load_opens_the_result(runs, tmp_path):
 
 @pytest.mark.parametrize("name, short", [
     ("void at::native::foo<float, 4>(int, float*)", "at::native::foo"),
-    ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"),
+    ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+     "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"),
     ("void at::native::(anonymous namespace)::k<int>(int)", "at::native::(anonymous namespace)::k"),
     ("aten::mm", "aten::mm"), ("a -> b", "a -> b"), ("<lambda>", "<lambda>"),
 ])

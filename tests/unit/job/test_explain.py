@@ -38,8 +38,8 @@ def _hand():
 
 
 def _arrays(ev, step=None):
-    ts = np.array([e[0] for e in ev]); end = np.array([e[1] for e in ev])
-    linked = np.array([e[2] is not None for e in ev]); lts = np.array([e[2] or 0 for e in ev])
+    ts, end = np.array([e[0] for e in ev]), np.array([e[1] for e in ev])
+    linked, lts = np.array([e[2] is not None for e in ev]), np.array([e[2] or 0 for e in ev])
     st = np.zeros(len(ev), np.int64) if step is None else np.asarray(step)
     return np.zeros(len(ev), np.int64), np.full(len(ev), 7), ts, end, st, linked, lts
 
@@ -99,14 +99,16 @@ def test_random_streams_match_the_definition():
     rng = np.random.default_rng(7)
     for _ in range(30):
         n = int(rng.integers(1, 60))
-        ts = np.sort(rng.integers(0, 2000, n)); end = ts + rng.integers(0, 80, n)
+        ts = np.sort(rng.integers(0, 2000, n))
+        end = ts + rng.integers(0, 80, n)
         dev, stream, step = rng.integers(0, 2, n), rng.integers(7, 10, n), rng.integers(0, 3, n)
-        linked = rng.random(n) < 0.7; lts = ts - rng.integers(-40, 100, n)
+        linked = rng.random(n) < 0.7
+        lts = ts - rng.integers(-40, 100, n)
         b = breakdown(dev, stream, ts, end, step, linked, lts, threshold_ns=T)
         got = {(d, s, st): [h, k, o, ov, c] for d, s, st, h, k, o, ov, c in zip(
             *(b[x].tolist() for x in ("device", "stream", "step", "host_wait_ns", "kernel_wait_ns", "other_ns",
                                       "overlapped_kernels", "kernels")))}
-        ref = _reference([(int(d), int(s), int(st), int(a), int(e), int(l) if k else None) for d, s, st, a, e, l, k
+        ref = _reference([(int(d), int(s), int(st), int(a), int(e), int(lt) if k else None) for d, s, st, a, e, lt, k
                           in zip(dev, stream, step, ts, end, lts, linked)], T)
         assert got == ref
 
