@@ -12,7 +12,7 @@ measurement) into the scratch folder (``$STREAMTRACE_BENCH_DIR`` or ``/tmp/strea
 reused while the spec is the same).  Then ``python -m streamtrace diff BASE TEST -o OUT --no-charts
 -q -j J`` runs ``--repeat`` times per ``-j`` under the harness's ``measure`` (wall and CPU seconds,
 peak RSS of one process and of the process tree); medians are reported, with diff's own
-``seconds`` (diff.json: the comparison without interpreter start-up and imports).  The diff reads
+``seconds`` and ``cpu_seconds`` (diff.json: the comparison without interpreter start-up and imports).  The diff reads
 only the analysed Parquet, never the traces.
 """
 from __future__ import annotations
@@ -74,14 +74,14 @@ def run(args) -> list:
             first = pq.read_table(out / "kernels.parquet", columns=["name"])["name"][0].as_py()
             if "gemm" not in first or "_tn_" not in first:
                 raise SystemExit(f"the slower forward GEMM is not first: {first}")
-            res.append((r, meta["seconds"], first))
+            res.append((r, meta["seconds"], meta["cpu_seconds"]))
             log(f"-j {j} run {i + 1}: {r['wall']:.2f} s wall, {r.get('cpu_s', float('nan')):.2f} s CPU, "
-                f"diff {meta['seconds']:.2f} s")
+                f"diff {meta['seconds']:.2f} s ({meta['cpu_seconds']:.2f} CPU-s)")
         med = lambda f: statistics.median(f(x) for x in res)  # noqa: E731
         m = meta
         rows.append(md_row([str(args.ranks), f"{m['base']['cells']} / {m['test']['cells']}", str(j),
                             fmt_s(med(lambda x: x[0]["wall"]), 2), fmt_s(med(lambda x: x[0].get("cpu_s", 0)), 2),
-                            fmt_s(med(lambda x: x[1]), 2), f"{mb(med(lambda x: x[0]['max_single_rss'])):,.0f}",
+                            fmt_s(med(lambda x: x[1]), 2), fmt_s(med(lambda x: x[2]), 2), f"{mb(med(lambda x: x[0]['max_single_rss'])):,.0f}",
                             f"{mb(med(lambda x: x[0]['peak_rss'])):,.0f}",
                             f"{med(lambda x: x[0].get('other_cores', 0)):.2f}", str(len(res))]))
     return rows
@@ -110,8 +110,9 @@ def main(argv=None):
         f"- two synthetic jobs of {args.ranks} ranks (TP2 x PP2 x DP{args.ranks // 4}), {args.steps} ProfilerSteps, "
         f"{args.microbatches} micro-batches; test = forward GEMM 20 % slower; analysed beforehand (not measured)",
         "- command: `python -m streamtrace diff an_base an_slow -o OUT --no-charts -q -j J`; medians of the runs; "
-        "`diff s` = diff.json's seconds (the comparison itself, without start-up and imports); RSS in MB of 2^20 bytes",
-        "", *md_head(["ranks", "rank-steps base / test", "-j", "wall s", "CPU s", "diff s", "max RSS one process MB",
+        "`diff s` / `diff CPU s` = diff.json's `seconds` / `cpu_seconds` (the comparison in the main process, "
+        "without start-up and imports; not the workers'); RSS in MB of 2^20 bytes",
+        "", *md_head(["ranks", "rank-steps base / test", "-j", "wall s", "CPU s", "diff s", "diff CPU s", "max RSS one process MB",
                       "peak RSS tree MB", "other load, cores", "runs"]), *rows, ""])
     print(text)
     if not args.no_record:

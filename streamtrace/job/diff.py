@@ -209,7 +209,7 @@ def compare(base, test, outdir, opt: DiffOptions | None = None) -> DiffTables:
     :class:`~streamtrace.errors.StreamtraceError` on bad input."""
     opt = opt or DiffOptions()
     opt.check()
-    t0 = time.time()
+    t0, c0 = time.time(), time.process_time()
     bs = opt.steps if opt.steps is not None else opt.base_steps
     ts_ = opt.steps if opt.steps is not None else opt.test_steps
     b = open_side("base", base, outdir, opt, bs)
@@ -245,7 +245,7 @@ def compare(base, test, outdir, opt: DiffOptions | None = None) -> DiffTables:
             "base": _side_meta(b, rb), "test": _side_meta(t, rt),
             "pairs": [list(p) for p in pairs], "summary": _summary(rb, rt, nb, nt),
             "changes": {"kernels": _counts(kernels), "ops": _counts(ops)}, "notices": notices,
-            "seconds": round(time.time() - t0, 3)}
+            "seconds": round(time.time() - t0, 3), "cpu_seconds": round(time.process_time() - c0, 3)}
     return DiffTables(kernels, ops, groups, ranks, meta)
 
 

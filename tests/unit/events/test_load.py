@@ -89,6 +89,10 @@ def test_diff_folder(outs):
     assert again.summary["kind"] == "streamtrace-diff"
     assert len(again.to_pandas("kernels").query("change == 'added'")) == 0     # the README's line
     pd.testing.assert_frame_equal(again.to_pandas("ops"), pd.read_parquet(outs / "diff-41-42" / "ops.parquet"))
+    via_agg = streamtrace.diff(outs / "job42-agg", outs / "job42_iter10", outs / "diff-agg",   # an aggregate: its inputs
+                               streamtrace.DiffOptions(jobs=1, charts=False))
+    assert via_agg.summary["base"]["dirs"] == [str(outs / "job42_iter10")]
+    assert set(via_agg.to_pandas("kernels")["change"]) == {"unchanged"}
 
 
 def test_epilogue_run_folder(tmp_path):
