@@ -81,7 +81,8 @@ def run(args) -> list:
         m = meta
         rows.append(md_row([str(args.ranks), f"{m['base']['cells']} / {m['test']['cells']}", str(j),
                             fmt_s(med(lambda x: x[0]["wall"]), 2), fmt_s(med(lambda x: x[0].get("cpu_s", 0)), 2),
-                            fmt_s(med(lambda x: x[1]), 2), fmt_s(med(lambda x: x[2]), 2), f"{mb(med(lambda x: x[0]['max_single_rss'])):,.0f}",
+                            fmt_s(med(lambda x: x[1]), 2), fmt_s(med(lambda x: x[2]), 2),
+                            f"{mb(med(lambda x: x[0]['max_single_rss'])):,.0f}",
                             f"{mb(med(lambda x: x[0]['peak_rss'])):,.0f}",
                             f"{med(lambda x: x[0].get('other_cores', 0)):.2f}", str(len(res))]))
     return rows
@@ -112,8 +113,8 @@ def main(argv=None):
         "- command: `python -m streamtrace diff an_base an_slow -o OUT --no-charts -q -j J`; medians of the runs; "
         "`diff s` / `diff CPU s` = diff.json's `seconds` / `cpu_seconds` (the comparison in the main process, "
         "without start-up and imports; not the workers'); RSS in MB of 2^20 bytes",
-        "", *md_head(["ranks", "rank-steps base / test", "-j", "wall s", "CPU s", "diff s", "diff CPU s", "max RSS one process MB",
-                      "peak RSS tree MB", "other load, cores", "runs"]), *rows, ""])
+        "", *md_head(["ranks", "rank-steps base / test", "-j", "wall s", "CPU s", "diff s", "diff CPU s",
+                      "max RSS one process MB", "peak RSS tree MB", "other load, cores", "runs"]), *rows, ""])
     print(text)
     if not args.no_record:
         append_results(text, continues=HEADING)
