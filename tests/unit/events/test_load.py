@@ -112,19 +112,21 @@ def test_not_an_output_folder_and_new_kinds(tmp_path):
     with pytest.raises(StreamtraceError, match="not a streamtrace output folder"):
         streamtrace.load(tmp_path)
 
-    class Diff(Outputs):
-        kind, marker = "diff", "diff.json"
+    class Example(Outputs):
+        kind, marker = "example", "example.json"
 
         def tables(self):
             return ["changes"]
 
         def _read(self, name):
             return pa.table({"x": np.arange(3)})
-    (tmp_path / "diff.json").write_text("{}")
-    register(Diff)
+    (tmp_path / "example.json").write_text("{}")
+    from streamtrace.events import load as L
+    saved = list(L.KINDS)
+    register(Example)
     try:
         out = streamtrace.load(tmp_path)
-        assert out.kind == "diff" and out.changes.num_rows == 3
+        assert out.kind == "example" and out.changes.num_rows == 3
     finally:
-        from streamtrace.events import load as L
-        L.KINDS[:] = [k for k in L.KINDS if k[1] is not Diff]
+        L.KINDS[:] = saved
+    assert [c.kind for _, c in L.KINDS] == ["diff", "epilogue", "aggregate", "analysis", "report"]
