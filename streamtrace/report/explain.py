@@ -134,12 +134,15 @@ def explain_markdown(ex: dict | None, idle_chart_png=None, shorten=lambda names:
     o = ex.get("ops")
     if o:
         names = shorten([r["name"] for r in o["rows"]])
+        gpu = any(r["kernels"] for r in o["rows"])          # a CPU-only run launches nothing: no such columns
         L += ["## CPU ops by self time", "", f"Summed over {o['cells']} rank-step(s). Self time = duration minus the "
               "direct children's (PyTorch's self CPU time); inclusive time counts an op nested in one of the same "
-              "name once; GPU time = the kernels the op launched (op_stats.parquet).", ""]
-        L += _tab(["op", "cat", "count", "self (ms)", "inclusive (ms)", "kernels launched", "GPU time (ms)"],
-                  [[n, r["cat"], f"{r['count']:,}", _ms(r["self_ns"]), _ms(r["inclusive_ns"]), f"{r['kernels']:,}",
-                    _ms(r["kernel_time_ns"])] for n, r in zip(names, o["rows"])]) + [""]
+              "name once" + ("; GPU time = the kernels the op launched" if gpu else "") + " (op_stats.parquet).", ""]
+        head = ["op", "cat", "count", "self (ms)", "inclusive (ms)"] + (["kernels launched", "GPU time (ms)"] if gpu
+                                                                        else [])
+        L += _tab(head, [[n, r["cat"], f"{r['count']:,}", _ms(r["self_ns"]), _ms(r["inclusive_ns"])]
+                         + ([f"{r['kernels']:,}", _ms(r["kernel_time_ns"])] if gpu else [])
+                         for n, r in zip(names, o["rows"])]) + [""]
     la = ex.get("launches")
     if la:
         L += ["## Kernel launches", "", f"{la['linked']:,} of {la['kernels']:,} GPU events joined to their launch "
