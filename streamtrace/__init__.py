@@ -10,7 +10,8 @@ The Python API, after a plain ``import streamtrace`` (each name is imported on f
 * :func:`aggregate` / :class:`AggregateOptions` -- the whole job's tables;
 * :func:`report` / :class:`ReportOptions` -- Markdown, JSON and charts;
 * :mod:`epilogue` (``streamtrace.epilogue.run(RUN_DIR)``) -- all of it after a training job;
-* :func:`load` -- an output folder (analysis, aggregate, epilogue run) as pyarrow / pandas / polars tables;
+* :func:`diff` / :class:`DiffOptions` -- what changed between two runs (kernels, CPU ops, groups, ranks);
+* :func:`load` -- an output folder (analysis, aggregate, epilogue run, diff) as pyarrow / pandas / polars tables;
 * :mod:`capture` -- the training side (profiler schedule, trace handler, topology);
 * :class:`TraceReader`, :class:`TraceWriter`, :func:`discover` -- streaming read and write;
 * the errors of :mod:`streamtrace.errors`.
@@ -53,6 +54,8 @@ _API = {
     "capture": ("streamtrace.capture", None),
     "topology": ("streamtrace.topology", None),
     "load": ("streamtrace.events.load", "load"),
+    "diff": ("streamtrace.report.diff", "diff"),
+    "DiffOptions": ("streamtrace.job.diffinputs", "DiffOptions"),
 }
 
 __all__ = [*_API, "StreamtraceError", "UsageError", "TraceError", "TruncatedTraceError", "RankConflictError",

@@ -15,7 +15,7 @@ import argh
 
 from ..errors import EXIT_USAGE, StreamtraceError
 from ..runtime.tuning import leave, skip_numba_blas, use_system_allocator
-from . import aggregate, analyze, demo, epilogue, merge, report, topology, validate, warmup
+from . import aggregate, analyze, demo, diff, epilogue, merge, report, topology, validate, warmup
 from .common import SHORT_FLAGS, Exit, version_text
 
 # Conventions of every subcommand (streamtrace/cli/<name>.py): errors of the user's command line raise
@@ -27,7 +27,7 @@ from .common import SHORT_FLAGS, Exit, version_text
 # neither.
 
 COMMANDS = [merge.merge, analyze.analyze, validate.validate, demo.demo, epilogue.epilogue, topology.topology,
-            aggregate.aggregate, report.report, warmup.warmup]
+            aggregate.aggregate, report.report, diff.diff, warmup.warmup]
 
 
 def main(argv=None) -> int:

@@ -24,11 +24,15 @@ EXAMPLES = """
 @argh.arg("--clock-sync", choices=["none", "collectives"],
           help="none (default), or estimate clock offsets from collective ends")
 @argh.arg("--topology", help="topology file or trace folder (default: the traces' distributedInfo.pg_config)")
+@argh.arg("--consecutive-kernel-delay-us", type=float,
+          help="idle breakdown: a gap on a GPU stream shorter than this (us), not caused by a late launch, is kernel "
+               "wait, a longer one other (HolisticTraceAnalysis' consecutive_kernel_delay; default 30)")
 @argh.arg("--force", help="aggregate folders that look like different jobs (different world sizes, ...)")
 @argh.arg("-q", "--quiet", help="print only warnings and errors")
 @argh.arg("-v", "--verbose", help="print more (and tracebacks of errors)")
 def aggregate(*dirs, outdir="streamtrace-aggregate", iterations=None, steps=None, jobs=0, time_alignment="global",
-              clock_sync="none", topology=None, force=False, quiet=False, verbose=False):
+              clock_sync="none", topology=None, consecutive_kernel_delay_us=30.0, force=False, quiet=False,
+              verbose=False):
     """Whole-job tables: per rank x phase x micro-batch, pipeline bubbles, replicas, iterations, collectives."""
     from ..job import AggregateOptions, aggregate as do_aggregate      # (the CLI's convention: see streamtrace.cli)
     con = Console(quiet, verbose)
@@ -37,7 +41,8 @@ def aggregate(*dirs, outdir="streamtrace-aggregate", iterations=None, steps=None
     m = do_aggregate(dirs, outdir, AggregateOptions(
         iterations=parse_list(iterations, "--iterations") if iterations else None,
         steps=parse_list(steps, "--steps") if steps else None, jobs=parse_jobs(jobs), time_alignment=time_alignment,
-        clock_sync=clock_sync, topology=topology, force=force, progress=con.progress))
+        clock_sync=clock_sync, topology=topology, force=force, progress=con.progress,
+        consecutive_kernel_delay_ns=kernel_delay_ns(consecutive_kernel_delay_us)))
     for w in m["warnings"]:
         con.warn(w)
     c = m["collectives"]
@@ -47,6 +52,14 @@ def aggregate(*dirs, outdir="streamtrace-aggregate", iterations=None, steps=None
     if m["clock_offsets_ns"]:
         con.info("estimated clock offsets (us): " + ", ".join(f"rank {r}: {v / 1e3:+,.1f}"
                                                               for r, v in m["clock_offsets_ns"].items()))
+
+
+def kernel_delay_ns(us) -> int:
+    """``--consecutive-kernel-delay-us`` as int ns; a negative value is a usage error."""
+    from ..errors import UsageError
+    if us is None or us < 0:
+        raise UsageError(f"bad --consecutive-kernel-delay-us {us}: a number of microseconds >= 0, e.g. 30")
+    return int(round(us * 1000))
 
 
 def steps_text(m) -> str:

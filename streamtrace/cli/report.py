@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argh
 
-from .aggregate import steps_text
+from .aggregate import kernel_delay_ns, steps_text
 from .common import Console, need, parse_jobs, parse_list, prepare_kernels
 
 EXAMPLES = """
@@ -30,12 +30,14 @@ EXAMPLES = """
 @argh.arg("--clock-sync", choices=["none", "collectives"],
           help="(analysed folders) clock offsets from collectives (default: none)")
 @argh.arg("--topology", help="(analysed folders) topology file or trace folder")
+@argh.arg("--consecutive-kernel-delay-us", type=float,
+          help="(analysed folders) idle breakdown: kernel-wait threshold in us (default 30, HTA's)")
 @argh.arg("--force", help="(analysed folders) aggregate folders that look like different jobs")
 @argh.arg("-q", "--quiet", help="print only the report's path, warnings and errors")
 @argh.arg("-v", "--verbose", help="print more (and tracebacks of errors)")
 def report(*dirs, outdir=None, name=None, tokens_per_step=None, global_batch=None, seq_len=None, no_charts=False,
            chart_ranks=None, iterations=None, steps=None, jobs=0, time_alignment="global", clock_sync="none",
-           topology=None, force=False, quiet=False, verbose=False):
+           topology=None, consecutive_kernel_delay_us=30.0, force=False, quiet=False, verbose=False):
     """Markdown + report.json + charts of where the job's time went (from streamtrace aggregate output)."""
     from ..errors import UsageError
     from ..job import AggregateOptions            # (the CLI's convention: see streamtrace.cli)
@@ -51,7 +53,8 @@ def report(*dirs, outdir=None, name=None, tokens_per_step=None, global_batch=Non
     rep = write(list(dirs), outdir, opt, AggregateOptions(
         iterations=parse_list(iterations, "--iterations") if iterations else None,
         steps=parse_list(steps, "--steps") if steps else None, jobs=parse_jobs(jobs),
-        time_alignment=time_alignment, clock_sync=clock_sync, topology=topology, force=force, progress=con.progress))
+        time_alignment=time_alignment, clock_sync=clock_sync, topology=topology, force=force, progress=con.progress,
+        consecutive_kernel_delay_ns=kernel_delay_ns(consecutive_kernel_delay_us)))
     m = rep["aggregated"]
     if m is not None:
         for w in m["warnings"]:

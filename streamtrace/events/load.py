@@ -9,6 +9,7 @@ kind           marker              tables
 ``aggregate``  ``aggregate.json``  ``ranks``, ``rank_phase``, ``pipeline``, ``collectives``, ...
 ``analysis``   ``summary.json``    ``kernels``, ``ops`` (hive partitions ``iteration=N/rank=R``)
 ``report``     ``report.json``     none: ``summary`` is the report
+``diff``       ``diff.json``       ``kernels``, ``ops``, ``groups``, ``ranks`` (``streamtrace diff``)
 =============  ==================  ============================================================
 
 Every kind gives ``summary`` (its JSON, a dict), ``tables()`` (names), ``table(name)`` (a
@@ -169,9 +170,22 @@ class EpilogueRun(Outputs):
         return self.aggregate.table(name)
 
 
+class Diff(Outputs):
+    """``streamtrace diff -o DIR``: ``kernels``, ``ops``, ``groups``, ``ranks`` (one row per name,
+    group or rank pair; README "streamtrace diff"); ``summary`` is ``diff.json``.  Analyses
+    diff made of traces (``analysis-base``, ``analysis-test``) open with ``load(DIR / name)``."""
+    kind, marker = "diff", "diff.json"
+
+    def tables(self):
+        return [n for n in ("kernels", "ops", "groups", "ranks") if (self.path / f"{n}.parquet").is_file()]
+
+    def _read(self, name):
+        return pq.read_table(self.path / f"{name}.parquet")
+
+
 #: folder kinds in the order they are tried: (marker file, class); see :func:`register`
-KINDS: list = [("epilogue.json", EpilogueRun), ("aggregate.json", Aggregate), ("summary.json", Analysis),
-               ("report.json", Report)]
+KINDS: list = [("diff.json", Diff), ("epilogue.json", EpilogueRun), ("aggregate.json", Aggregate),
+               ("summary.json", Analysis), ("report.json", Report)]
 
 
 def register(cls, first=True):
@@ -185,7 +199,7 @@ def register(cls, first=True):
 def load(path) -> Outputs:
     """The streamtrace output folder ``path`` as tables (see the module docstring): an analysis
     (``analyze -o``), an aggregate (``aggregate -o``, ``report`` of analysed folders), an epilogue
-    run folder, a report.  Raises :class:`~streamtrace.errors.StreamtraceError` when ``path`` is
+    run folder, a report, a diff (``diff -o``).  Raises :class:`~streamtrace.errors.StreamtraceError` when ``path`` is
     none of these."""
     p = Path(path)
     for marker, cls in KINDS:

@@ -69,6 +69,7 @@ from ..topology.sources import load_topology
 from .alignment import Job
 from .collectives import analyse_collectives, write_collectives
 from .p2p import p2p_table, write_p2p
+from .explain import part_tables, write_tables as write_explain
 
 KIND_CODE = {"compute": 0, "communication": 1, "memory": 2}
 FB = ("forward", "backward", "recompute")
@@ -98,6 +99,9 @@ class AggregateOptions:
             of one iteration twice, start times more than a day apart); default False: refuse.
         progress: progress bars over the ranks (reading the traces' metadata, then the tables; bool);
             None (default): only on a terminal.
+        consecutive_kernel_delay_ns: the idle breakdown's threshold (int ns): a gap on a GPU stream
+            shorter than this, not caused by a late launch, is kernel wait, a longer one other
+            (HolisticTraceAnalysis' ``consecutive_kernel_delay``, effectively 30 us); default 30,000.
     """
     iterations: list | None = None
     steps: list | None = None
@@ -107,6 +111,7 @@ class AggregateOptions:
     topology: str | None = None
     force: bool = False
     progress: bool | None = None
+    consecutive_kernel_delay_ns: int = 30_000
 
 
 # -- interval metrics ------------------------------------------------------------------
@@ -276,13 +281,13 @@ def _cpu_part(job, part):
     return phase_rows, rank_rows, fb, timeline, {}
 
 
-def _part_job(job, index):
+def _part_job(job, index, kernel_delay_ns=30_000):
     part = job.parts[index]
     rows = _gpu_part(job, part) if sum(num_rows(f) for f in part.files("kernels")) else None
     if rows is None or not rows[1]:
         rows = _cpu_part(job, part)
     steps = _steps(part)
-    return rows + (steps,)
+    return rows + (steps, part_tables(job, part, kernel_delay_ns))
 
 
 # -- the job -----------------------------------------------------------------------------
@@ -314,10 +319,10 @@ def aggregate(dirs, outdir, opt: AggregateOptions | None = None, log=None) -> di
     coll = analyse_collectives(job, opt.clock_sync)
     topo = job.topology
     with progress_bar(len(job.parts), "aggregate", "rank", opt.progress) as bar:
-        res = run_tasks(_part_job, [(job, p.index) for p in job.parts],
+        res = run_tasks(_part_job, [(job, p.index, opt.consecutive_kernel_delay_ns) for p in job.parts],
                         max(1, min(opt.jobs or os.cpu_count() or 1, len(job.parts))), on_done=bar.update)
     phase_rows, rank_rows, fb, tl, top, steps = [], [], {}, [], {}, {}
-    for part, (pr, rr, f, t, tp_, st) in zip(job.parts, res):
+    for part, (pr, rr, f, t, tp_, st, _) in zip(job.parts, res):
         phase_rows += pr
         rank_rows += rr
         fb.update({(part.rank, it, stp, dev): v for (it, stp, dev), v in f.items()})
@@ -360,11 +365,13 @@ def aggregate(dirs, outdir, opt: AggregateOptions | None = None, log=None) -> di
                                                  "count": np.asarray([v[1] for _, v in topk], np.int64),
                                                  "total_ns": np.asarray([v[2] for _, v in topk], np.int64)})
     files += write_collectives(outdir, coll)
+    files += write_explain(outdir, [r[-1] for r in res])
     if coll.stragglers:
         files += write_table(outdir, "stragglers", _columns(coll.stragglers, list(coll.stragglers[0])), csv=True)
     files += write_p2p(outdir, p2p_table(coll.instances, coll.members, topo))
     meta = {"kind": "streamtrace-aggregate", "version": 1, "inputs": [str(d) for d in dirs],
             "time_alignment": opt.time_alignment, "clock_sync": opt.clock_sync or "none",
+            "consecutive_kernel_delay_ns": opt.consecutive_kernel_delay_ns,
             "iterations": sorted({r["iteration"] for r in rank_rows}),
             "steps": [list(k) for k in sorted({(r["iteration"], r["step"]) for r in rank_rows})],
             "ranks": sorted({p.rank for p in job.parts}), **_world(topo, job),

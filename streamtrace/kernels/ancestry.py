@@ -2,14 +2,15 @@
 :mod:`streamtrace.kernels.reference.ancestry`).
 
 ``parent``/``order`` come from :func:`streamtrace.kernels.tree.build_call_tree`
-(``order`` lists parents before children).  Each kernel is one pass over ``order``.
+(``order`` lists parents before children).  Each kernel is one pass over ``order``,
+except :func:`same_name_ancestor`, which walks up from every node.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-__all__ = ["nearest_marked", "outermost_marked"]
+__all__ = ["nearest_marked", "outermost_marked", "same_name_ancestor"]
 
 
 @njit(cache=True)
@@ -38,4 +39,24 @@ def outermost_marked(parent, order, mark):
             out[i] = out[p]
         elif mark[i]:
             out[i] = i
+    return out
+
+
+@njit(cache=True)
+def same_name_ancestor(parent, code):
+    """For each node, True when one of its proper ancestors has the same ``code`` (int[N],
+    e.g. the op name's index in a dictionary): a ``aten::linear`` inside ``aten::linear``,
+    a Python frame inside the same frame.  ``parent``: int64[N], -1 for roots, any row order.
+    O(N x depth); a walk stops after N steps, so a (malformed) cycle cannot hang it."""
+    n = parent.shape[0]
+    out = np.zeros(n, np.bool_)
+    for i in range(n):
+        j = parent[i]
+        steps = 0
+        while j >= 0 and steps < n:
+            if code[j] == code[i]:
+                out[i] = True
+                break
+            j = parent[j]
+            steps += 1
     return out

@@ -32,6 +32,7 @@ import numpy as np
 from ..errors import StreamtraceError
 from ..runtime.files import atomic_output
 from ..events.dataset import read_table
+from .explain import build_explain, explain_markdown, idle_chart
 from .charts import render_all
 from .p2p import p2p_markdown, p2p_section
 
@@ -125,6 +126,7 @@ def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq
         {"name": tk["name"][i], "kind": tk["kind"][i], "count": int(tk["count"][i]), "total_ns": int(tk["total_ns"][i]),
          "share_pct": 100 * int(tk["total_ns"][i]) / total if total else None}
         for i in range(min(top, len(tk.get("name", []))))], "from": "top_kernels.parquet"}
+    rep["explain"] = build_explain(d, top)
     rep["missing"] = _missing(rep, meta, cpu_only)
     rep["warnings"] = meta.get("warnings", [])
     return rep
@@ -297,6 +299,9 @@ def to_markdown(rep: dict, charts=()) -> str:
                       for n, r in zip(names, rep["top_kernels"]["rows"])]), ""]
     else:
         L += _missing_line(rep, "top_kernels")
+    idle_png = next((p for p in charts if Path(p).stem == "idle_breakdown"), None)
+    L += explain_markdown(rep.get("explain"), idle_png, short_names)
+    charts = [p for p in charts if p != idle_png]
     if charts:
         L += ["## Charts", ""]
         L += [f"![{Path(p).stem}]({p})" for p in charts]
@@ -356,6 +361,7 @@ def write_report(aggdir, outdir=None, name=None, tokens_per_step=None, global_ba
     files = []
     if charts:
         files = render_all(aggdir, out / "charts", ranks=chart_ranks, progress=progress)
+        files += idle_chart(rep.get("explain"), out / "charts" / "idle_breakdown")
     pngs = [str(Path(p).relative_to(out)) for p in files if str(p).endswith(".png")]
     rep["charts"] = pngs
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in rep["name"]) or "report"

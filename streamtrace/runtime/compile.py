@@ -111,6 +111,8 @@ UNITS = {
     "windows._sweep": ("windows", "_sweep", (_I64,) * 5, (), 0.5),
     "windows._find": ("windows", "_find", (_I64, _i), (), 0.2),
     "windows._paint": ("windows", "_paint", (_I64,) * 7, ("windows._find",), 0.5),
+    "gaps.running_end_before": ("gaps", "running_end_before", (T.Array(T.boolean, 1, "C"), _I64), (), 0.4),
+    "ancestry.same_name_ancestor": ("ancestry", "same_name_ancestor", (_I64, _I64), (), 0.3),
     "intervals._union_sorted": ("intervals", "_union_sorted", (_I64, _I64), (), 0.3),
     "intervals._union_length_sorted": ("intervals", "_union_length_sorted", (_I64, _I64), (), 0.2),
     "intervals._intersect_length_sorted": ("intervals", "_intersect_length_sorted", (_I64,) * 4, (), 0.2),
@@ -120,6 +122,7 @@ UNITS = {
 }
 
 _WINDOWS = ("windows._in_key_order", "windows._is_sorted", "windows._sweep", "windows._paint")
+_STATS = ("gaps.running_end_before", "ancestry.same_name_ancestor")    # aggregate's statistics
 _READ = ("scan.scan_events", "scan.skip_value", "scan.skip_string", "scan.skip_ws")
 _INTERVALS = ("intervals._union_sorted", "intervals._union_length_sorted", "intervals._intersect_length_sorted")
 _VALIDATE = ("validate.event_fields", "validate.nesting_chunk", "validate.flow_chunk", "validate.flow_close")
@@ -133,9 +136,9 @@ COMMANDS = {
     "validate": _READ + _VALIDATE,
     "demo": _MERGE,
     "analyze": _ANALYZE,
-    "aggregate": _READ + _INTERVALS,
-    "report": _READ + _INTERVALS,
-    "epilogue": tuple(dict.fromkeys(_MERGE + _ANALYZE)),
+    "aggregate": _READ + _INTERVALS + _STATS,
+    "report": _READ + _INTERVALS + _STATS,
+    "epilogue": tuple(dict.fromkeys(_MERGE + _ANALYZE + _INTERVALS + _STATS)),
     "all": tuple(UNITS),                   # `streamtrace warmup`: every unit
 }
 

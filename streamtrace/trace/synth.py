@@ -1,9 +1,8 @@
 """Deterministic synthetic Kineto traces of a Megatron-LM style 3D-parallel training job.
 
-``generate_job(out_dir, SynthSpec(...))`` writes one PyTorch-profiler (Kineto, Chrome-trace JSON)
-file per rank, ``out_dir/iteration_<N>/rank_<RRRR>_iter_<N>.pt.trace.json[.gz]``, and
-``out_dir/streamtrace_topology.json``, and returns a :class:`JobTruth` with every interval it
-placed, so analyses can be checked against exact answers. Same spec -> same bytes.
+``generate_job(out_dir, SynthSpec(...))`` writes one Kineto trace per rank (``out_dir/iteration_<N>/rank_<RRRR>_iter_<N>.pt.trace.json[.gz]``)
+and ``out_dir/streamtrace_topology.json``, and returns a :class:`JobTruth` with every interval it placed, so analyses
+can be checked against exact answers. Same spec -> same bytes.
 
 Units and clocks: every time here is an ``int`` number of **nanoseconds** (int64 in numpy). In the
 files ``ts``/``dur`` are **microseconds** with exactly three decimals (``f"{ns // 1000}.{ns % 1000:03d}"``):
@@ -12,17 +11,17 @@ exact ns in the text, which float parsing loses. The simulation runs on one true
 (a monotonic-clock value, ~9.8e12 us) and ``baseTimeNanoseconds = base_time_ns + r*clock_skew_ns``.
 All truth times are rank-local, i.e. exactly what that rank's file says.
 
-Model: ProfilerStep#i > memset > Megatron 1F1B schedule of ``forward_step``/``backward_step`` per
-micro-batch (``recv_forward``, ``send_forward``, ``recv_backward``, ``send_backward``,
-``send_forward_recv_backward``, ``send_backward_recv_forward``) > ``finalize_model_grads`` >
-``start_grad_sync`` (DP reduce-scatters) > ``optimizer`` (memcpy DtoH + host sync, Adam, DP
-all-gathers); backward CPU ops run on an autograd thread. Streams: 7 compute, 20 TP, 21 DP, 22 PP
-send, 23 PP recv. A kernel starts at max(stream free, launch + LAUNCH_LAT_NS, awaited events); a
-NCCL kernel also waits for the compute stream as of its launch, and ends on every member at
-max(member starts) + transfer time + a skew in [0, END_SKEW_NS]. Overlap is exact by construction:
-forward TP all-reduces block compute, backward TP all-reduces overlap the wgrad GEMM, PP sends
-overlap later compute, DP collectives overlap grad-scaling and Adam kernels. The straggler's first
-compute kernel of each forward/backward step runs ``straggler_delay_ns`` longer: peers wait for it.
+Model: ProfilerStep#i > memset > Megatron 1F1B schedule of ``forward_step``/``backward_step`` per micro-batch
+(``recv_forward``, ``send_forward``, ``recv_backward``, ``send_backward``, ``send_forward_recv_backward``,
+``send_backward_recv_forward``) > ``finalize_model_grads`` > ``start_grad_sync`` (DP reduce-scatters) > ``optimizer``
+(memcpy DtoH + host sync, Adam, DP all-gathers); backward CPU ops run on an autograd thread. Streams: 7 compute,
+20 TP, 21 DP, 22 PP send, 23 PP recv. A kernel starts at max(stream free, launch + LAUNCH_LAT_NS, awaited events); a
+NCCL kernel also waits for the compute stream as of its launch, and ends on every member at max(member starts) +
+transfer time + a skew in [0, END_SKEW_NS]. Overlap is exact by construction: forward TP all-reduces block compute,
+backward TP all-reduces overlap the wgrad GEMM, PP sends overlap later compute, DP collectives overlap grad-scaling and
+Adam kernels. Injected changes (for diffs): the straggler's first compute kernel of each forward/backward step runs
+``straggler_delay_ns`` longer (peers wait for it); ``kernel_scale`` stretches kernels by key (``(("fprop", 1.2),)``);
+``extra_allreduces`` adds blocking DP all-reduces of one layer's parameters at the end of every step.
 """
 from __future__ import annotations
 
@@ -82,9 +81,8 @@ _K = {  # kernel key -> (name, grid, block)
     "norm": (_MTA.format("TensorListMetadata<1>", "LpNormFunctor<float, (at::native::(anonymous namespace)::NormType)1, float, float>, float*, int", _AN), [320, 1, 1], [512, 1, 1]),
     "adam": (_MTA.format("FusedOptimizerTensorListMetadata<4>", "FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, double*, double, double, double, double, double, bool, float*, float*", _AN), [320, 1, 1], [512, 1, 1]),
 }
-_DEVICE_PROPS = {"name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85_029_158_912, "computeMajor": 9, "computeMinor": 0, "maxThreadsPerBlock": 1024,
-                 "maxThreadsPerMultiprocessor": 2048, "regsPerBlock": 65536, "warpSize": 32, "sharedMemPerBlock": 49152, "numSms": 132,
-                 "regsPerMultiprocessor": 65536, "sharedMemPerBlockOptin": 232_448, "sharedMemPerMultiprocessor": 233_472}
+_DEVICE_PROPS = {"name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85_029_158_912, "computeMajor": 9, "computeMinor": 0, "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048,
+                 "regsPerBlock": 65536, "warpSize": 32, "sharedMemPerBlock": 49152, "numSms": 132, "regsPerMultiprocessor": 65536, "sharedMemPerBlockOptin": 232_448, "sharedMemPerMultiprocessor": 233_472}
 
 
 @dataclass(frozen=True)
@@ -105,6 +103,8 @@ class SynthSpec:
     clock_skew_ns: int = 0              # rank r's clock runs r*clock_skew_ns ahead of rank 0's
     straggler_rank: int | None = None
     straggler_delay_ns: int = 0
+    kernel_scale: tuple = ()            # ((kernel key of _K, factor), ...): those kernels run factor x longer
+    extra_allreduces: int = 0           # blocking DP all-reduces added at the end of every step (dp > 1)
 
     @property
     def dp(self) -> int:
@@ -284,7 +284,7 @@ class _Rank:
         if self.straggle and cat == "kernel":
             dur, self.straggle = dur + self.spec.straggler_delay_ns, False
         start = max(self.sq[S_COMP], ts + LAUNCH_LAT_NS, self.comp_wait)
-        end = start + dur
+        end = start + int(dur * dict(self.spec.kernel_scale).get(key, 1))
         args = {"External id": self.stack[tid][-1], "queued": 0, "device": self.dev, "context": 1, "stream": S_COMP, "correlation": corr}
         name = key
         if cat == "kernel":
@@ -501,6 +501,8 @@ class _Rank:
                             ags.append((yield from self.comm(m, "allgather", "DP", P // sp.dp, P, f"params L{b}")))
                     for e in ags:   # the next forward needs the gathered parameters
                         self.wait(m, e)
+                for _ in range(sp.extra_allreduces if sp.dp > 1 else 0):
+                    self.wait(m, (yield from self.comm(m, "allreduce", "DP", P, P, "extra")))
             self.win["steps"].append((ts + self.off, self.cur[m] + self.off))
         self.closing()
 

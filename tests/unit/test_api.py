@@ -16,6 +16,7 @@ def test_plain_import_gives_every_entry_point():
 import streamtrace, types
 assert callable(streamtrace.merge) and callable(streamtrace.analyze) and callable(streamtrace.report)
 assert callable(streamtrace.aggregate) and callable(streamtrace.validate) and callable(streamtrace.load)
+assert callable(streamtrace.diff) and streamtrace.DiffOptions().name_key == "full"
 assert callable(streamtrace.epilogue.run) and isinstance(streamtrace.epilogue, types.ModuleType)
 import streamtrace.merge as m, streamtrace.analyze as a
 assert isinstance(m, types.ModuleType) and hasattr(m, "MergeOptions") and hasattr(a, "AnalyzeOptions")
@@ -30,7 +31,7 @@ def _options():
     import streamtrace
     from streamtrace.epilogue import EpilogueOptions
     return [streamtrace.MergeOptions, streamtrace.AnalyzeOptions, streamtrace.AggregateOptions,
-            streamtrace.ReportOptions, EpilogueOptions]
+            streamtrace.ReportOptions, streamtrace.DiffOptions, EpilogueOptions]
 
 
 @pytest.mark.parametrize("cls", _options(), ids=lambda c: c.__name__)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["nearest_marked_py", "outermost_marked_py"]
+__all__ = ["nearest_marked_py", "outermost_marked_py", "same_name_ancestor_py"]
 
 
 def nearest_marked_py(parent, order, mark):
@@ -28,3 +28,21 @@ def outermost_marked_py(parent, order, mark):
             j = parent[j]
         out.append(best)
     return np.asarray(out, np.int64)
+
+
+def same_name_ancestor_py(parent, code):
+    """Twin of :func:`same_name_ancestor`: a depth-first walk from every root carrying the
+    multiset of codes on the path from the root (nodes unreachable from a root: False)."""
+    n = len(parent)
+    children = [[] for _ in range(n)]
+    roots = []
+    for i in range(n):
+        (children[int(parent[i])] if parent[i] >= 0 else roots).append(i)
+    out = np.zeros(n, bool)
+    for r in roots:
+        stack = [(r, ())]
+        while stack:
+            i, path = stack.pop()
+            out[i] = code[i] in path
+            stack += [(c, path + (code[i],)) for c in children[i]]
+    return out

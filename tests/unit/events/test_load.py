@@ -72,10 +72,27 @@ def test_aggregate_folder(outs):
     ref = pd.read_parquet(outs / "job42-agg" / "ranks.parquet")
     pd.testing.assert_frame_equal(ranks, ref)
     assert g.summary["kind"] == "streamtrace-aggregate" and g.report is None
+    assert {"kernel_stats", "op_stats", "launch_stats", "idle_breakdown"} <= set(g.tables())
+    idle = g.to_pandas("idle_breakdown").query("stream == -1").groupby("rank")[["host_wait_ns", "other_ns"]].sum()
+    assert list(idle.index) == [0, 1, 2, 3]                             # the README's line
     with pytest.raises(StreamtraceError, match="no table 'kernels'"):
         g.table("kernels")
     with pytest.raises(AttributeError):
         g.kernels
+
+
+def test_diff_folder(outs):
+    d = streamtrace.diff(outs / "job42_iter10", outs / "job42_iter10", outs / "diff-41-42",
+                         streamtrace.DiffOptions(jobs=1, steps=[10]))
+    again = streamtrace.load(outs / "diff-41-42")
+    assert d.kind == again.kind == "diff" and again.tables() == ["kernels", "ops", "groups", "ranks"]
+    assert again.summary["kind"] == "streamtrace-diff"
+    assert len(again.to_pandas("kernels").query("change == 'added'")) == 0     # the README's line
+    pd.testing.assert_frame_equal(again.to_pandas("ops"), pd.read_parquet(outs / "diff-41-42" / "ops.parquet"))
+    via_agg = streamtrace.diff(outs / "job42-agg", outs / "job42_iter10", outs / "diff-agg",   # an aggregate: its inputs
+                               streamtrace.DiffOptions(jobs=1, charts=False))
+    assert via_agg.summary["base"]["dirs"] == [str(outs / "job42_iter10")]
+    assert set(via_agg.to_pandas("kernels")["change"]) == {"unchanged"}
 
 
 def test_epilogue_run_folder(tmp_path):
@@ -95,19 +112,21 @@ def test_not_an_output_folder_and_new_kinds(tmp_path):
     with pytest.raises(StreamtraceError, match="not a streamtrace output folder"):
         streamtrace.load(tmp_path)
 
-    class Diff(Outputs):
-        kind, marker = "diff", "diff.json"
+    class Example(Outputs):
+        kind, marker = "example", "example.json"
 
         def tables(self):
             return ["changes"]
 
         def _read(self, name):
             return pa.table({"x": np.arange(3)})
-    (tmp_path / "diff.json").write_text("{}")
-    register(Diff)
+    (tmp_path / "example.json").write_text("{}")
+    from streamtrace.events import load as L
+    saved = list(L.KINDS)
+    register(Example)
     try:
         out = streamtrace.load(tmp_path)
-        assert out.kind == "diff" and out.changes.num_rows == 3
+        assert out.kind == "example" and out.changes.num_rows == 3
     finally:
-        from streamtrace.events import load as L
-        L.KINDS[:] = [k for k in L.KINDS if k[1] is not Diff]
+        L.KINDS[:] = saved
+    assert [c.kind for _, c in L.KINDS] == ["diff", "epilogue", "aggregate", "analysis", "report"]

@@ -1,0 +1,216 @@
+"""The report's explaining sections, from aggregate's ``kernel_stats``, ``op_stats``,
+``launch_stats`` and ``idle_breakdown`` tables (:mod:`streamtrace.job.explain`; never the traces):
+top kernels with their duration statistics, top CPU ops by self time, kernel launch delay and
+overhead, and the GPU idle-time breakdown (HolisticTraceAnalysis'
+``BreakdownAnalysis.get_idle_time_breakdown`` rule, :mod:`streamtrace.job.idle`) with its chart
+``charts/idle_breakdown.{png,svg}``.
+
+:func:`build_explain` gives the ``explain`` part of ``report.json`` (times int/float ns),
+:func:`explain_markdown` its Markdown lines (ms / us), :func:`idle_chart` the chart.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .charts import save
+
+IDLE_COLORS = {"host_wait_ns": "#C44E52", "kernel_wait_ns": "#DD8452", "other_ns": "#8C8C8C"}
+IDLE_LABELS = {"host_wait_ns": "host wait (launch late)", "kernel_wait_ns": "kernel wait (< threshold)",
+               "other_ns": "other"}
+
+
+def _table(d, name) -> pa.Table | None:
+    p = Path(d) / f"{name}.parquet"
+    return pq.read_table(p) if p.is_file() else None
+
+
+def _rows(t: pa.Table, n=None) -> list:
+    rows = t.to_pylist() if n is None else t.slice(0, n).to_pylist()
+    return [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()} for r in rows]
+
+
+def _cells(t: pa.Table) -> int:
+    """Number of distinct (iteration, step, rank) cells of a stats table."""
+    return t.select(["iteration", "step", "rank"]).group_by(["iteration", "step", "rank"]).aggregate([]).num_rows
+
+
+def build_explain(aggdir, top=15) -> dict:
+    """The ``explain`` section of ``report.json`` for the aggregate folder ``aggdir``: ``kernels``,
+    ``ops``, ``launches``, ``idle`` (each None when aggregate wrote no such table).  Kernel and op
+    rows are summed over every (iteration, step, rank) cell; ``per_cell`` divides by the cells."""
+    out = {"kernels": None, "ops": None, "launches": None, "idle": None}
+    ks = _table(aggdir, "kernel_stats")
+    if ks is not None and ks.num_rows:
+        g = ks.group_by(["name", "kind"]).aggregate([("count", "sum"), ("total_ns", "sum"),
+                                                     ("p50_ns", "approximate_median"), ("p95_ns", "max"),
+                                                     ("max_ns", "max"), ("std_ns", "max")])
+        g = g.rename_columns(["name", "kind", "count", "total_ns", "p50_ns_median", "p95_ns_max", "max_ns",
+                              "std_ns_max"])
+        g = g.sort_by([("total_ns", "descending"), ("name", "ascending")])
+        total = pc.sum(g["total_ns"]).as_py() or 0
+        rows = _rows(g, top)
+        for r in rows:
+            r["mean_ns"] = r["total_ns"] / r["count"] if r["count"] else None
+            r["share_pct"] = 100.0 * r["total_ns"] / total if total else None
+        out["kernels"] = {"cells": _cells(ks), "total_ns": total, "rows": rows, "from": "kernel_stats.parquet"}
+    os_ = _table(aggdir, "op_stats")
+    if os_ is not None and os_.num_rows:
+        cols = ["count", "inclusive_ns", "self_ns", "kernels", "kernel_time_ns"]
+        g = os_.group_by(["name", "cat"]).aggregate([(c, "sum") for c in cols]).rename_columns(["name", "cat", *cols])
+        g = g.sort_by([("self_ns", "descending"), ("name", "ascending")])
+        out["ops"] = {"cells": _cells(os_), "rows": _rows(g, top), "from": "op_stats.parquet"}
+    ls = _table(aggdir, "launch_stats")
+    if ls is not None and ls.num_rows:
+        a = ls.filter(pc.equal(ls["kind"], "all"))
+        a = a.sort_by([("launch_delay_p95_ns", "descending"), ("rank", "ascending"), ("step", "ascending")])
+        lb = pc.sum(a["launch_bound_count"]).as_py() or 0
+        linked = pc.sum(a["linked"]).as_py() or 0
+        out["launches"] = {"rows": _rows(a, top), "kernels": pc.sum(a["kernels"]).as_py(), "linked": linked,
+                           "launch_bound_count": lb, "launch_bound_pct": 100.0 * lb / linked if linked else None,
+                           "from": "launch_stats.parquet"}
+    ib = _table(aggdir, "idle_breakdown")
+    if ib is not None and ib.num_rows:
+        out["idle"] = _idle_summary(ib, top)
+    return out
+
+
+def _idle_summary(ib, top) -> dict:
+    """Per (rank, device) over every step (stream -1 rows), and the top streams by idle time."""
+    cols = ["idle_ns", "host_wait_ns", "kernel_wait_ns", "other_ns", "span_ns", "busy_ns"]
+    dev = ib.filter(pc.equal(ib["stream"], -1))
+    g = dev.group_by(["rank", "device"]).aggregate([(c, "sum") for c in cols] + [("step", "count")])
+    g = g.rename_columns(["rank", "device", *cols, "steps"]).sort_by([("rank", "ascending"), ("device", "ascending")])
+    rows = _rows(g)
+    tot = {c: sum(r[c] for r in rows) for c in cols}
+    st = ib.filter(pc.not_equal(ib["stream"], -1))
+    sg = st.group_by(["rank", "device", "stream"]).aggregate([(c, "sum") for c in cols])
+    sg = sg.rename_columns(["rank", "device", "stream", *cols])
+    sg = sg.sort_by([("idle_ns", "descending"), ("rank", "ascending"), ("stream", "ascending")])
+    return {"devices": rows, "total": tot, "streams": _rows(sg, top), "from": "idle_breakdown.parquet"}
+
+
+# -- Markdown ---------------------------------------------------------------------------------
+
+def _ms(ns):
+    return "-" if ns is None else f"{ns / 1e6:,.3f}"
+
+
+def _us(ns):
+    return "-" if ns is None else f"{ns / 1e3:,.1f}"
+
+
+def _pct(part, whole):
+    return "-" if not whole else f"{100.0 * part / whole:.1f}"
+
+
+def _tab(head, rows):
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    return out + ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
+
+
+def explain_markdown(ex: dict | None, idle_chart_png=None, shorten=lambda names: list(names)) -> list:
+    """Markdown lines of :func:`build_explain`'s dict (empty for None: an older report); ``shorten``
+    maps a list of kernel/op names to the names shown (the report's ``short_names``)."""
+    if not ex:
+        return []
+    L = []
+    k = ex.get("kernels")
+    if k:
+        names = shorten([r["name"] for r in k["rows"]])
+        L += ["## Kernel statistics", "", f"Top kernels by total time over {k['cells']} rank-step(s) "
+              f"(kernel_stats.parquet has every rank and step): p50 is the (approximate) median over rank-steps "
+              "of each one's "
+              f"median, p95 and max the largest over rank-steps; durations in us.", ""]
+        L += _tab(["kernel", "kind", "count", "total (ms)", "% of kernel time", "mean (us)", "p50 (us)", "p95 (us)",
+                   "max (us)"],
+                  [[n, r["kind"], f"{r['count']:,}", _ms(r["total_ns"]), f"{r['share_pct']:.1f}", _us(r["mean_ns"]),
+                    _us(r["p50_ns_median"]), _us(r["p95_ns_max"]), _us(r["max_ns"])] for n, r in zip(names, k["rows"])])
+        L += [""]
+    o = ex.get("ops")
+    if o:
+        names = shorten([r["name"] for r in o["rows"]])
+        gpu = any(r["kernels"] for r in o["rows"])          # a CPU-only run launches nothing: no such columns
+        L += ["## CPU ops by self time", "", f"Summed over {o['cells']} rank-step(s). Self time = duration minus the "
+              "direct children's (PyTorch's self CPU time); inclusive time counts an op nested in one of the same "
+              "name once" + ("; GPU time = the kernels the op launched" if gpu else "") + " (op_stats.parquet).", ""]
+        head = ["op", "cat", "count", "self (ms)", "inclusive (ms)"] + (["kernels launched", "GPU time (ms)"] if gpu
+                                                                        else [])
+        L += _tab(head, [[n, r["cat"], f"{r['count']:,}", _ms(r["self_ns"]), _ms(r["inclusive_ns"])]
+                         + ([f"{r['kernels']:,}", _ms(r["kernel_time_ns"])] if gpu else [])
+                         for n, r in zip(names, o["rows"])]) + [""]
+    la = ex.get("launches")
+    if la:
+        L += ["## Kernel launches", "", f"{la['linked']:,} of {la['kernels']:,} GPU events joined to their launch "
+              f"call; {la['launch_bound_count']:,} ({_pct(la['launch_bound_count'], la['linked'])} %) are "
+              "launch-bound (shorter than their launch call). Launch delay = GPU start - launch end (a large delay: "
+              "the GPU was busy, work queued; HTA's CudaKernelAnalysis); overhead = the launch call's duration. "
+              "Rank-steps with the largest p95 delay (launch_stats.parquet), in us:", ""]
+        L += _tab(["iteration", "step", "rank", "linked", "delay p50", "delay p95", "delay max", "overhead p50",
+                   "overhead p95", "launch-bound %"],
+                  [[r["iteration"], r["step"], r["rank"], f"{r['linked']:,}", _us(r["launch_delay_p50_ns"]),
+                    _us(r["launch_delay_p95_ns"]), _us(r["launch_delay_max_ns"]), _us(r["launch_overhead_p50_ns"]),
+                    _us(r["launch_overhead_p95_ns"]),
+                    "-" if r["launch_bound_pct"] is None else f"{r['launch_bound_pct']:.1f}"] for r in la["rows"]])
+        L += [""]
+    L += _idle_md(ex.get("idle"), idle_chart_png)
+    return L
+
+
+def _idle_md(idle, png) -> list:
+    if not idle:
+        return []
+    t = idle["total"]
+    L = ["## GPU idle-time breakdown", "",
+         "Idle gaps on each GPU, split by HolisticTraceAnalysis' rule (`get_idle_time_breakdown`): **host wait** "
+         "when the next kernel's launch started after the previous work ended (the CPU was late), else **kernel "
+         "wait** when the gap is shorter than the threshold (`--consecutive-kernel-delay-us`, 30 us), else "
+         f"**other**. All devices: idle {_ms(t['idle_ns'])} ms = host wait {_pct(t['host_wait_ns'], t['idle_ns'])} % "
+         f"+ kernel wait {_pct(t['kernel_wait_ns'], t['idle_ns'])} % + other {_pct(t['other_ns'], t['idle_ns'])} % "
+         "(idle_breakdown.parquet: per rank, device, stream and step).", ""]
+    L += _tab(["rank", "device", "steps", "span (ms)", "busy (ms)", "idle (ms)", "host wait (ms)", "kernel wait (ms)",
+               "other (ms)", "host wait %"],
+              [[r["rank"], r["device"], r["steps"], _ms(r["span_ns"]), _ms(r["busy_ns"]), _ms(r["idle_ns"]),
+                _ms(r["host_wait_ns"]), _ms(r["kernel_wait_ns"]), _ms(r["other_ns"]),
+                _pct(r["host_wait_ns"], r["idle_ns"])] for r in idle["devices"][:64]])
+    if len(idle["devices"]) > 64:
+        L += [f"| ... {len(idle['devices']) - 64} more | | | | | | | | | |"]
+    L += ["", "Streams with the most idle time:", ""]
+    L += _tab(["rank", "device", "stream", "idle (ms)", "host wait (ms)", "kernel wait (ms)", "other (ms)"],
+              [[r["rank"], r["device"], r["stream"], _ms(r["idle_ns"]), _ms(r["host_wait_ns"]),
+                _ms(r["kernel_wait_ns"]), _ms(r["other_ns"])] for r in idle["streams"]])
+    L += [""] + ([f"![idle_breakdown]({png})", ""] if png else [])
+    return L
+
+
+# -- chart ------------------------------------------------------------------------------------
+
+def idle_chart(ex: dict | None, stem) -> list:
+    """``<stem>.png`` / ``.svg``: per rank and device, idle time (ms, summed over the steps) stacked
+    as host wait, kernel wait, other.  [] without idle rows.  Returns the paths."""
+    idle = (ex or {}).get("idle")
+    if not idle or not idle["devices"]:
+        return []
+    import matplotlib            # lazy: heavy (~0.5 s), loaded only when the chart is drawn
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = idle["devices"]
+    multi = len({r["device"] for r in rows}) > 1 and len({r["rank"] for r in rows}) < len(rows)
+    labels = [f"rank {r['rank']}" + (f" dev {r['device']}" if multi else "") for r in rows]
+    fig, ax = plt.subplots(figsize=(10, 0.22 * len(rows) + 1.8))
+    y = np.arange(len(rows))[::-1]
+    left = np.zeros(len(rows))
+    for c, color in IDLE_COLORS.items():
+        v = np.asarray([r[c] / 1e6 for r in rows])
+        ax.barh(y, v, left=left, color=color, label=IDLE_LABELS[c], height=0.8)
+        left += v
+    step = max(1, len(rows) // 40)
+    ax.set_yticks(y[::step], labels[::step], fontsize=7)
+    ax.set_xlabel("GPU idle time (ms, summed over the profiled steps)")
+    ax.set_title("GPU idle-time breakdown per rank")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.9 / fig.get_figheight()), ncol=3)
+    return save(fig, stem)
