@@ -33,7 +33,7 @@ _OWNER = None
 # .<base>.<pid>-<host>.<rest>: the last such tag in a hidden name (base may hold dots), and
 # <rest> one of the kinds streamtrace makes (or any, for its own ".streamtrace-*" names)
 _TAGGED = re.compile(r"^\.(?P<base>.*)\.(?P<pid>\d+)-(?P<host>[A-Za-z0-9]+)\.(?P<rest>[^.]+(?:\.[^.]+)*)$")
-_KINDS = re.compile(r"staging|old|rank\d+\.seg(?:\.\d+)?|\w+\.(?:tmp|probe)")
+_KINDS = re.compile(r"staging|old|rank\d+\.seg(?:\.\d+)?(?:\.val)?|\w+\.(?:tmp|probe)")
 _OUTPUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EACCES, errno.EPERM,
                   errno.EISDIR, errno.ENOTDIR, errno.EEXIST, errno.ENOTEMPTY, errno.EBUSY, errno.EXDEV)
 

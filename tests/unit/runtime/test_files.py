@@ -126,7 +126,8 @@ def test_clean_stale_removes_only_what_a_dead_process_of_this_host_left(tmp_path
     names = {f".m.json.{dead}-{host}.rank0.seg": "gone", f".m.json.{live}-{host}.rank0.seg": "kept",
              f".m.json.{dead}-otherhost.rank0.seg": "kept", f".streamtrace-warm.{dead}-{host}.abc": "gone",
              f".an.{dead}-{host}.staging": "gone", ".m.json.123.rank0.seg": "kept", ".hidden": "kept",
-             f".m.json.{dead}-{host}.k2j_9.tmp": "gone", f".config.{dead}-{host}.bak": "kept",
+             f".m.json.{dead}-{host}.k2j_9.tmp": "gone", f".m.json.{dead}-{host}.rank3.seg.1.val": "gone",
+             f".config.{dead}-{host}.bak": "kept",
              f".{F.owner().split('-')[0]}x": "kept"}
     for n in names:
         if n.endswith((".staging", ".abc")):
