@@ -32,9 +32,9 @@ from pathlib import Path
 from .analyze import AnalyzeOptions, analyze
 from .job.aggregate import AggregateOptions, aggregate
 from .merge import MergeOptions, merge_files
-from .report.markdown import write_report
 from .errors import UnknownRankError, UsageError
-from .runtime.files import atomic_output
+from .report.run import ReportOptions, report
+from .runtime.files import atomic_output, clean_stale
 from .trace.discover import expand_inputs, identify
 from .trace.reader import TraceReader
 
@@ -101,10 +101,14 @@ def is_merged(head: dict) -> bool:
 def find_iterations(run_dir, log, outdir=None):
     """``{iteration: [TraceFile]}`` for every readable rank trace under ``run_dir``; never a
     merged trace (streamtrace's own header), nor anything under ``outdir`` or a ``streamtrace``
-    folder (earlier outputs); unreadable files are logged."""
+    folder (earlier outputs); unreadable files and folders, and rank files without a
+    ``traceEvents`` array, are logged as failures."""
     groups: dict = {}
+
+    def skipped(path, msg):
+        log.fail("discover", path, msg)
     try:
-        paths = expand_inputs([run_dir])
+        paths = expand_inputs([run_dir], skipped)
     except Exception as e:   # noqa: BLE001
         log.fail("discover", run_dir, e)
         return groups
@@ -113,7 +117,7 @@ def find_iterations(run_dir, log, outdir=None):
         if skip is not None and Path(p).resolve().is_relative_to(skip):
             continue
         try:
-            tf = identify(p)
+            tf = identify(p, warn=skipped)
         except UnknownRankError as e:
             if not _merged_file(p):
                 log.fail("discover", p, e)
@@ -240,6 +244,7 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
             log.fail("epilogue", run_dir, "no such folder")
             return summary
         out.mkdir(parents=True, exist_ok=True)
+        clean_stale(out)                         # what a killed earlier run left in it
         state_path = out / "epilogue.json"
         try:
             state = json.loads(state_path.read_text()).get("state", {})
@@ -312,6 +317,8 @@ def _iteration(ctx: _Run, it, files) -> str | None:
                 if r["cpu_only"] and not opt.full:
                     log.note(f"{tag}: no rank has a GPU process (a CPU-only run): {merged.name} holds the CPU "
                              f"processes")
+                for w in r["warnings"]:
+                    log.final(f"warning: {w}")
                 return {"output": str(merged), "ranks": r["ranks"], "events": r["events_out"],
                         "cpu_only": r["cpu_only"]}
             except Exception as e:   # noqa: BLE001 - drop the file it names, merge the rest
@@ -344,9 +351,9 @@ def _job_stages(ctx: _Run, analysed, run_dir) -> str | None:
         return None
 
     def do_report():
-        rep = write_report(agg, ctx.out, name=opt.name, tokens_per_step=opt.tokens_per_step,
-                           global_batch=opt.global_batch, seq_len=opt.seq_len, charts=opt.charts,
-                           chart_ranks=opt.chart_ranks, progress=False)
+        rep = report([agg], ctx.out, ReportOptions(name=opt.name, tokens_per_step=opt.tokens_per_step,
+                                                   global_batch=opt.global_batch, seq_len=opt.seq_len,
+                                                   charts=opt.charts, chart_ranks=opt.chart_ranks, progress=False))
         return {"report": rep["files"][0], "files": len(rep["files"])}
     fp_report = _fingerprint([agg / "aggregate.json"], name=opt.name, tokens=opt.tokens_per_step,
                              batch=opt.global_batch, seq=opt.seq_len, charts=opt.charts, chart_ranks=opt.chart_ranks,

@@ -14,6 +14,10 @@ class                          exit  meaning
 :class:`RankConflictError`     1     two inputs claim the same rank in one iteration
 :class:`UnknownRankError`      1     a trace whose rank cannot be told
 :class:`TopologyError`         1     groups or sizes that do not make a parallel topology
+:class:`OutputError`           1     an output path that cannot be written (read-only, full
+                                     disk, a folder where a file is wanted, one of the inputs)
+:class:`DataError`             1     a file streamtrace wrote earlier (``summary.json``, a
+                                     Parquet table, ``aggregate.json``) that is damaged or missing
 =============================  ====  ===================================================
 """
 from __future__ import annotations
@@ -78,3 +82,31 @@ class UnknownRankError(StreamtraceError):
 class TopologyError(StreamtraceError, ValueError):
     """Parallel groups, sizes or a rank order that do not make a topology (also a ValueError,
     which the training-side helpers of :mod:`streamtrace.capture` document)."""
+
+
+class OutputError(StreamtraceError):
+    """An output path that cannot be written: a read-only folder or file system, a full disk, a
+    folder where a file is wanted (or the reverse), a path under a plain file, one of the
+    command's own inputs.  Attributes ``path`` (the output the user named) and ``message``."""
+
+    def __init__(self, path, message):
+        self.path = str(path)
+        self.message = message
+        super().__init__(f"{self.path}: {message}")
+
+    def __reduce__(self):
+        return (type(self), (self.path, self.message))
+
+
+class DataError(StreamtraceError):
+    """A file an earlier streamtrace command wrote and this one reads (``summary.json``,
+    ``aggregate.json``, a Parquet part or table) that is damaged, missing or of another shape.
+    Attributes ``path`` (that file) and ``message``."""
+
+    def __init__(self, path, message):
+        self.path = str(path)
+        self.message = message
+        super().__init__(f"{self.path}: {message}")
+
+    def __reduce__(self):
+        return (type(self), (self.path, self.message))

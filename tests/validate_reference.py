@@ -50,6 +50,8 @@ def validate_py(path, salvage=False) -> dict:
                 rec[0 if ph == "s" else 1] += 1
                 if rank is not None and rec[2] is not None and rank != rec[2]:
                     rec[3] = True
+    if not r.has_events:            # {}, "traceEvents": null, an object, a number (issue 19)
+        problems = {"no_trace_events": 1, **problems}
     notices = dict.fromkeys(NOTICES, 0)
     for rec in flows.values():
         if rec[0] == 0 or rec[1] == 0:

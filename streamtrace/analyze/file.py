@@ -11,6 +11,7 @@ from ..events.dataset import PartitionWriter, StringPool, drop_extra_parts, sche
 from ..events.ingest import ingest
 from ..events.parallel_ingest import IngestSettings, ingest_parallel
 from ..events.store import MemoryStore, SpillStore
+from ..runtime.files import owner
 from ..runtime.tuning import trim
 from ..runtime.warmup import warm_trace
 from ..topology.sources import load_topology
@@ -57,9 +58,12 @@ def rank_plan(store, metadata, file_rank):
     gpu_pids = {k[2] for k in keys if k[0] == "gpu"}
     cpu_pids = {k[2] for k in keys if k[0] == "cpu"}
     # Megatron's merge gives every event of rank r pid r + 1, so GPU events share
-    # their pid with CPU events; in one rank's own trace GPU pids are device indices
-    # that carry no CPU events (GPU annotations are not stored as CPU events).
-    if len(cpu_pids) > 1 and gpu_pids and gpu_pids <= cpu_pids and min(cpu_pids) >= 1:
+    # their pid with CPU events, and the pids are 1..K; in one rank's own trace GPU pids are
+    # device indices that carry no CPU events (GPU annotations are not stored as CPU events)
+    # beside the process's own pid, a large number -- a stray CPU event on a device's pid
+    # does not make it a merge.
+    if len(cpu_pids) > 1 and gpu_pids and gpu_pids <= cpu_pids and min(cpu_pids) >= 1 \
+            and max(cpu_pids) <= 2 * len(cpu_pids):
         for k in keys:
             ranks.setdefault(k[2] - 1, []).append(k)
         return ranks, "args", {}
@@ -75,7 +79,7 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
     :class:`~streamtrace.errors.TraceError` for an unreadable file, nothing written for it."""
     pats = Patterns.load(opt.patterns)
     topo = load_topology(opt.topology) if opt.topology else None
-    spill = tempfile.TemporaryDirectory(prefix=".streamtrace-", dir=outdir) if opt.chunked else None
+    spill = tempfile.TemporaryDirectory(prefix=f".streamtrace-spill.{owner()}.", dir=outdir) if opt.chunked else None
     try:
         split = None
         if opt.split_jobs > 1:
@@ -86,11 +90,15 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
         if split is not None:
             store, table, comm_rows, meta, warnings = (split.store, split.table, split.comm_rows, split.metadata,
                                                        split.warnings)
+            unusable = split.unusable_times
         else:                                            # one process (also: a file that cannot be split)
             store = SpillStore(spill.name, opt.chunk_events) if spill else MemoryStore(opt.chunk_events)
             table, comm_rows, reader = ingest(path, store, pats.gpu_cats, opt.salvage, progress)
-            meta, warnings = reader.metadata, reader.warnings
+            meta, warnings, unusable = reader.metadata, reader.warnings, reader.unusable_times
             del reader                                   # and its last input block
+        if unusable:
+            warnings = warnings + [f"{path}: {unusable:,} complete event(s) dropped: ts or dur missing, negative, "
+                                   f"not a number or beyond int64 nanoseconds"]
         trim()
         ranks, device_mode, pmap = rank_plan(store, meta, file_rank)
         kschema, oschema = schemas()

@@ -21,19 +21,16 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
-import re
-import shutil
 import sys
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from tqdm import tqdm
 
 from ..errors import RankConflictError, StreamtraceError, UnknownRankError
 from ..events.dataset import UNKNOWN_ITERATION
 from ..runtime import parallel
-from ..runtime.files import atomic_output
+from ..runtime.files import atomic_output, output_folder
 from ..runtime.parallel import TaskFailure, run_tasks, scheduler_address
 from ..trace.discover import expand_inputs, identify, load_rank_map
 from .file import analyze_file
@@ -58,16 +55,37 @@ def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> dict:
 
     Files run as tasks of the batch layer (:mod:`streamtrace.runtime.parallel`): a local
     process pool, a dask scheduler (``opt.scheduler``) or ``opt.executor``.  A file
-    that fails is retried once, then listed under ``"failed"`` with its error while
-    the others finish.  Returns the summary written to ``outdir/summary.json``
-    (README, "Outputs").  Raises :class:`StreamtraceError` on bad input when the only input
-    fails (nothing is left half-written), :class:`~streamtrace.errors.RankConflictError` when
-    two inputs are one rank of one iteration."""
+    that fails for a reason other than its content is retried once; a file that cannot be
+    read is listed under ``"failed"`` with its error while the others finish.
+
+    ``outdir`` is one unit (:func:`~streamtrace.runtime.files.output_folder`): everything is
+    written into a staging folder beside it, workers included, which replaces ``outdir`` at
+    the end; an interrupted or failed run leaves ``outdir`` as it was.  Returns the summary
+    written to ``outdir/summary.json`` (README, "Outputs"; ``"warnings"``: folders and files
+    skipped while looking for the traces).  Raises :class:`StreamtraceError` on bad input when
+    the only input fails, :class:`~streamtrace.errors.RankConflictError` when two inputs are
+    one rank of one iteration, :class:`~streamtrace.errors.OutputError` when ``outdir``
+    cannot be written (checked before any work where possible)."""
     opt = opt or AnalyzeOptions()
     t0 = time.time()
-    outdir = Path(outdir)
-    outdir.mkdir(parents=True, exist_ok=True)
-    tasks, notices = _tasks(inputs, outdir, opt)
+    skipped = []
+    tasks, notices = _tasks(inputs, opt, skipped)
+    with output_folder(outdir, owned=_owned, inputs=[t.path for t in tasks]) as stage:
+        tasks = [replace(t, outdir=str(stage)) for t in tasks]
+        summary = _analyze_tasks(tasks, opt)
+        summary.update(notices=notices, seconds=round(time.time() - t0, 3), outdir=str(outdir), warnings=skipped)
+        with atomic_output(stage / "summary.json", compress=False) as f:
+            f.write(json.dumps(summary, indent=1).encode())
+    return summary
+
+
+def _owned(name) -> bool:
+    """The top-level entries of an analysis folder (old spill folders included)."""
+    return name in ("summary.json", "kernels", "ops") or name.startswith(".streamtrace-")
+
+
+def _analyze_tasks(tasks, opt) -> dict:
+    """Run the tasks (their ``outdir``: the staging folder); ``{"ranks", "failed"}``."""
     jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(tasks)))
     want = opt.jobs or os.cpu_count() or 1
     if len(tasks) == 1 and want > 1 and opt.split_jobs <= 1 and not scheduler_address(opt.scheduler) \
@@ -92,34 +110,34 @@ def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> dict:
         if key in seen:
             raise _conflict(r["rank"], r["iteration"], seen[key], r["source"])
         seen[key] = r["source"]
-    _drop_old_layout(outdir)
-    summary = {"ranks": ranks, "failed": failed, "notices": notices, "seconds": round(time.time() - t0, 3),
-               "outdir": str(outdir)}
-    with atomic_output(outdir / "summary.json", compress=False) as f:
-        f.write(json.dumps(summary, indent=1).encode())
-    return summary
+    return {"ranks": ranks, "failed": failed}
 
 
-def _tasks(inputs, outdir, opt) -> tuple[list[AnalyzeTask], list[str]]:
-    """One task per trace file among ``inputs``, and the notices to show; a lone file with no rank
-    is rank 0 (a notice says so).  Raises :class:`RankConflictError` (before anything is written)
+def _tasks(inputs, opt, skipped: list) -> tuple[list[AnalyzeTask], list[str]]:
+    """One task per trace file among ``inputs`` (``outdir`` still to be set), and the notices to
+    show; a lone file with no rank is rank 0 (a notice says so); what is skipped is appended to
+    ``skipped`` (one line each).  Raises :class:`RankConflictError` (before anything is written)
     when two files are one partition."""
     rmap = load_rank_map(opt.rank_map) if opt.rank_map else None
-    paths = expand_inputs(inputs)
+
+    def warn(path, msg):
+        skipped.append(f"{path}: {msg}")
+    paths = expand_inputs(inputs, warn)
     tasks, notices = [], []
     for p in paths:
         try:
-            tf = identify(p, rmap)
+            tf = identify(p, rmap, warn=warn)
         except UnknownRankError:
             if len(paths) > 1:
                 raise
-            tasks.append(AnalyzeTask(str(p), str(outdir), 0, None, opt))
+            tasks.append(AnalyzeTask(str(p), "", 0, None, opt))
             notices.append(f"{p}: no rank in the trace or its name (a single-process run?): analysed as rank 0")
             continue
         if tf is not None:
-            tasks.append(AnalyzeTask(str(p), str(outdir), tf.rank, tf.iteration, opt))
+            tasks.append(AnalyzeTask(str(p), "", tf.rank, tf.iteration, opt))
     if not tasks:
-        raise StreamtraceError(f"no trace files found in {', '.join(map(str, inputs))}")
+        why = f" ({skipped[0]})" if skipped else ""
+        raise StreamtraceError(f"no trace files found in {', '.join(map(str, inputs))}{why}")
     claimed = {}
     for i, t in enumerate(tasks):      # one file's partition per (iteration, rank)
         if (t.iteration, t.rank) in claimed:
@@ -174,14 +192,3 @@ class _Bars:
 def _conflict(rank, iteration, a, b):
     it = f" in iteration {iteration}" if iteration is not None else ""
     return RankConflictError(f"rank {rank}{it} appears in two inputs: {a} and {b}")
-
-
-def _drop_old_layout(outdir):
-    """Remove the ``kernels/rank=R/`` and ``ops/rank=R/`` partitions an older streamtrace wrote
-    into ``outdir`` (before the ``iteration=N/`` level): beside the new ones, DuckDB refuses the
-    dataset (hive partition mismatch) and pyarrow and pandas read those rows as extra data."""
-    for dataset in ("kernels", "ops"):
-        d = Path(outdir) / dataset
-        for p in sorted(d.glob("rank=*")) if d.is_dir() else []:
-            if p.is_dir() and re.fullmatch(r"rank=-?\d+", p.name):
-                shutil.rmtree(p)

@@ -192,13 +192,14 @@ def analyze_tracks(track, ctx: TrackContext, keys, jobs, open_ops):
     bases = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64) + ctx.totals.n_cpu
     pids, pipes = [], []
     redone = 0
+    parent = os.getpid()
     try:
         for g, (lo, hi) in enumerate(groups):
             r, w = os.pipe()
             pid = os.fork()
             if pid == 0:                                     # the child: never returns
                 os.close(r)
-                _child(w, track, ctx, pieces[lo:hi], int(bases[lo]), open_ops, g)
+                _child(w, track, ctx, pieces[lo:hi], int(bases[lo]), open_ops, g, parent)
             os.close(w)
             pids.append(pid)
             pipes.append(os.fdopen(r, "rb"))
@@ -231,10 +232,11 @@ def _walk(track, ctx, pieces, open_ops, part):
             track(ctx, key, ops, span=span)
 
 
-def _child(w, track, ctx, pieces, base, open_ops, g):
-    """Analyse ``pieces`` as group ``g`` and write the results to pipe ``w``; exits the process."""
+def _child(w, track, ctx, pieces, base, open_ops, g, parent):
+    """Analyse ``pieces`` as group ``g`` and write the results to pipe ``w``; exits the process
+    (and dies with ``parent``, the analysing process)."""
     try:
-        child_signals()
+        child_signals(parent)
         mine = replace(ctx, windows=Windows(), totals=TrackTotals(n_cpu=base, piece_ids=[]))
         _walk(track, mine, pieces, open_ops, g)
         rows = np.flatnonzero(~ctx.gpu.free)

@@ -14,6 +14,7 @@ import traceback
 import argh
 
 from ..errors import EXIT_USAGE, StreamtraceError
+from ..runtime.lifecycle import Terminated, exit_on_sigterm
 from ..runtime.tuning import leave, skip_numba_blas, use_system_allocator
 from . import aggregate, analyze, demo, diff, epilogue, merge, report, topology, validate, warmup
 from .common import SHORT_FLAGS, Exit, version_text
@@ -21,6 +22,9 @@ from .common import SHORT_FLAGS, Exit, version_text
 # Conventions of every subcommand (streamtrace/cli/<name>.py): errors of the user's command line raise
 # streamtrace.errors.UsageError (exit 2, one line), bad input StreamtraceError (exit 1); -q/-v; -j 0 = all cores;
 # lists as 0-7,12; a relative -o is relative to the current folder; examples in the function's EXAMPLES.
+# Exit codes: 0 success, 1 bad input or an output that cannot be written (one line naming the path; -v adds the
+# traceback), 2 usage error, 130 Ctrl-C, 143 SIGTERM (both after removing what the run had half-written:
+# streamtrace.runtime.lifecycle).
 # A subcommand imports the API it calls inside its function, not at the top of its module: building the parser
 # imports every subcommand module, and the process first tunes itself (streamtrace.runtime.tuning: numba without
 # SciPy's BLAS, Arrow on the system allocator) before numba and pyarrow are imported; `topology` and `--help` need
@@ -34,6 +38,7 @@ def main(argv=None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     skip_numba_blas()
     use_system_allocator()
+    exit_on_sigterm()
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
         build_parser().print_usage(sys.stderr)
@@ -58,6 +63,9 @@ def main(argv=None) -> int:
         return e.exit_code
     except BrokenPipeError:       # e.g. piped into `head`
         return 0
+    except Terminated:
+        print("streamtrace: terminated (SIGTERM)", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("streamtrace: interrupted", file=sys.stderr)
         return 130

@@ -45,8 +45,12 @@ def analyze(*inputs, outdir="streamtrace-analysis", chunked=False, chunk_events=
     s = do_analyze(inputs, outdir, opt)
     for n in s.get("notices", []):
         con.notice(n)
+    for w in s.get("warnings", []):
+        con.warn(w)
     for f in s["failed"]:
-        print(f"error: {f['source']}: {f['error']} (after {f['attempts']} attempts)", file=sys.stderr)
+        msg = f["error"] if f["error"].startswith(f["source"]) else f"{f['source']}: {f['error']}"
+        tries = f" (after {f['attempts']} attempts)" if f["attempts"] > 1 else ""
+        print(f"error: {msg}{tries}", file=sys.stderr)
     for r in s["ranks"]:
         for w in r.get("warnings", []):
             con.warn(w)

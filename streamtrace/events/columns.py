@@ -6,8 +6,9 @@ reader's raw batches by the numba kernel :func:`~streamtrace.kernels.extract.ext
 ====================  =======  ===========================================================
 field                 dtype    meaning
 ====================  =======  ===========================================================
-``ts``                int64    start, ns (exact, from the text; -1 when absent)
-``dur``               int64    duration, ns (-1 when absent)
+``ts``                int64    start, ns (exact, from the text, also of a number written as a
+                               JSON string; -1 when absent or unusable)
+``dur``               int64    duration, ns (-1 when absent or unusable)
 ``ph``                uint8    first byte of the phase (``ord("X")`` ...), 0 when absent
 ``cat``, ``name``     int32    ids in the :class:`StringTable` (-1 when absent)
 ``pid``, ``tid``      int64    integer ids; string pids/tids (``"Spans"``) become
@@ -30,7 +31,7 @@ import numpy as np
 import orjson
 
 from ..kernels import extract as X
-from ..trace.decode import loads
+from ..trace.decode import loads, text_ns
 
 EVENT_DTYPE = np.dtype([("ts", "i8"), ("dur", "i8"), ("ph", "u1"), ("cat", "i4"), ("name", "i4"),
                         ("pid", "i8"), ("tid", "i8"), ("correlation", "i8"), ("external_id", "i8"),
@@ -110,8 +111,8 @@ def row_from_dict(ev: dict, ts, dur, flag, table: StringTable, row, comm_rows: l
     if not isinstance(ev, dict):
         ev = {}
     ph = ev.get("ph")
-    row["ts"] = ts if flag & 1 and not flag & 4 else -1
-    row["dur"] = dur if flag & 2 and not flag & 8 else -1
+    row["ts"] = _time(ts, flag, 1, 4, ev.get("ts"))
+    row["dur"] = _time(dur, flag, 2, 8, ev.get("dur"))
     row["ph"] = ord(ph[0]) if isinstance(ph, str) and ph and ord(ph[0]) < 256 else 0
     cat, name = ev.get("cat"), ev.get("name")
     row["cat"] = table.id(cat) if isinstance(cat, str) else -1
@@ -132,6 +133,15 @@ def row_from_dict(ev: dict, ts, dur, flag, table: StringTable, row, comm_rows: l
         comm_rows.append({k: args.get(k) for k in COMM_KEYS})
     else:
         row["comm"] = -1
+
+
+def _time(ns, flag, has, bad, value) -> int:
+    """An event's ts or dur (int ns): the scanner's value, else a number written as a string
+    (:func:`~streamtrace.trace.decode.text_ns`), else -1."""
+    if flag & has and not flag & bad:
+        return ns
+    v = text_ns(value) if flag & bad else None
+    return -1 if v is None else v
 
 
 def columns_from_dicts(events, ts_ns, dur_ns, flags, table: StringTable):
@@ -176,6 +186,13 @@ def columns_from_batch(b, table: StringTable, path="?"):
     out["stream"], out["device"], out["rank"] = stream, device, rank
     out["comm"] = -1
     comm_rows = []
+    for j in np.flatnonzero(b.flags & 12).tolist():         # TS_BAD | DUR_BAD: a number in a string?
+        raw = b.buf[int(b.starts[j]):int(b.ends[j])]
+        ev = loads(raw, path, b.offset + int(b.starts[j]) - int(b.starts[0]))
+        if isinstance(ev, dict):
+            f = int(b.flags[j])
+            out["ts"][j] = _time(int(b.ts_ns[j]), f, 1, 4, ev.get("ts"))
+            out["dur"][j] = _time(int(b.dur_ns[j]), f, 2, 8, ev.get("dur"))
     slow = np.flatnonzero(flags & (X.F_COMM | X.F_PYTHON))
     if len(slow):
         for j in slow.tolist():

@@ -11,6 +11,10 @@ written without Arrow's schema metadata, so every reader (pyarrow, pandas, DuckD
 the Parquet types: ``string``, ``int32``, ``int64`` -- the schema in the README, as
 before.  Arrays are made with ``pyarrow.Array.from_buffers``, which (unlike
 ``pyarrow.array``) does not start Arrow's compute-function registry (~45 MB resident).
+
+This module is also the one Parquet *reader* of everything after ``analyze``: a file that is not
+readable Parquet, or lacks a column it should have, is a :class:`~streamtrace.errors.DataError`
+naming the file (never an Arrow traceback).
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
+from ..errors import DataError
 from ..kernels.treestream import gather_strings
 from ..runtime.files import atomic_output
 
@@ -75,17 +80,52 @@ def partition_files(outdir, dataset, rank, iteration) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def _why(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def parquet_file(path, columns=()) -> pq.ParquetFile:
+    """Open the Parquet file ``path`` and check it has ``columns``.  Raises
+    :class:`~streamtrace.errors.DataError` naming it when it is missing, not readable Parquet
+    (garbage, empty, cut short) or lacks a column."""
+    try:
+        f = pq.ParquetFile(path)
+    except FileNotFoundError:
+        raise DataError(path, "missing") from None
+    except (OSError, pa.ArrowException, ValueError) as e:
+        raise DataError(path, f"not a readable Parquet file ({_why(e)})") from None
+    missing = [c for c in columns if c not in f.schema_arrow.names]
+    if missing:
+        raise DataError(path, f"has no column {', '.join(map(repr, missing))} (damaged, or not written by streamtrace)")
+    return f
+
+
+def _read(path, columns=None) -> pa.Table:
+    f = parquet_file(path, columns or ())
+    try:
+        return f.read(columns=list(columns) if columns is not None else None)
+    except (OSError, pa.ArrowException, ValueError) as e:
+        raise DataError(path, f"not a readable Parquet file ({_why(e)})") from None
+
+
 def read_partition(files, columns=None, dataset=None):
     """The rows of a partition's part files (:func:`partition_files`) as one pyarrow Table,
     in order.  With no files: an empty table of ``dataset``'s schema (``"kernels"`` or
-    ``"ops"``), or ``FileNotFoundError`` when ``dataset`` is not given."""
+    ``"ops"``), or ``FileNotFoundError`` when ``dataset`` is not given.  ``columns`` None:
+    all of ``dataset``'s columns (every one of them must be there).  Raises
+    :class:`~streamtrace.errors.DataError` for a part file that is damaged or of another schema."""
+    schema = dict(zip(("kernels", "ops"), schemas())).get(dataset)
     if not files:
         if dataset is None:
             raise FileNotFoundError("no part files")
-        schema = dict(zip(("kernels", "ops"), schemas()))[dataset]
         return schema.empty_table() if columns is None else schema.empty_table().select(list(columns))
-    tables = [pq.read_table(f, columns=columns) for f in files]
-    return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    want = list(columns) if columns is not None else (schema.names if schema is not None else None)
+    tables = [_read(f, want) for f in files]
+    try:
+        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    except (pa.ArrowException, ValueError) as e:
+        raise DataError(files[0], f"its part files do not share one schema ({_why(e)})") from None
 
 
 def drop_extra_parts(outdir, dataset, rank, iteration, keep: int):
@@ -263,17 +303,31 @@ def write_table(outdir, name: str, columns: dict, order=None, csv: bool = False)
     return out
 
 
-def read_table(path) -> dict:
-    """A Parquet file as ``{name: numpy array}`` (strings as object arrays)."""
-    t = pq.read_table(path)
-    return {n: t[n].to_numpy(zero_copy_only=False) for n in t.column_names}
+class Columns(dict):
+    """``{name: numpy array}`` of one table file; a column it lacks is a
+    :class:`~streamtrace.errors.DataError` naming the file (``.get`` still gives the default)."""
+
+    def __init__(self, path, columns):
+        super().__init__(columns)
+        self.path = str(path)
+
+    def __missing__(self, key):
+        raise DataError(self.path, f"has no column {key!r} (damaged, or not written by streamtrace)")
+
+
+def read_table(path) -> Columns:
+    """A Parquet file as ``{name: numpy array}`` (strings as object arrays): a :class:`Columns`.
+    Raises :class:`~streamtrace.errors.DataError` when it is missing or not readable Parquet."""
+    t = _read(path)
+    return Columns(path, {n: t[n].to_numpy(zero_copy_only=False) for n in t.column_names})
 
 
 def column_min_max(path, column) -> tuple[int | None, int | None]:
-    """(min, max) of an int64 column from the row-group statistics (None, None when empty)."""
+    """(min, max) of an int64 column from the row-group statistics (None, None when empty).
+    Raises :class:`~streamtrace.errors.DataError` for a damaged file or one without ``column``."""
     if not Path(path).is_file():
         return None, None
-    f = pq.ParquetFile(path)
+    f = parquet_file(path, (column,))
     md = f.metadata
     j = f.schema_arrow.get_field_index(column)
     lo = hi = None
@@ -282,7 +336,10 @@ def column_min_max(path, column) -> tuple[int | None, int | None]:
         if md.row_group(i).num_rows == 0:
             continue
         if st is None or not st.has_min_max:
-            col = f.read_row_group(i, columns=[column]).column(0).to_numpy()
+            try:
+                col = f.read_row_group(i, columns=[column]).column(0).to_numpy()
+            except (OSError, pa.ArrowException, ValueError) as e:
+                raise DataError(path, f"not a readable Parquet file ({_why(e)})") from None
             if not len(col):
                 continue
             a, b = int(col.min()), int(col.max())
@@ -293,5 +350,5 @@ def column_min_max(path, column) -> tuple[int | None, int | None]:
 
 
 def num_rows(path) -> int:
-    """Rows of a Parquet file, from its footer."""
-    return pq.ParquetFile(path).metadata.num_rows
+    """Rows of a Parquet file, from its footer (:class:`~streamtrace.errors.DataError` when damaged)."""
+    return parquet_file(path).metadata.num_rows

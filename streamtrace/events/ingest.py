@@ -50,21 +50,29 @@ def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None)
     pid, tid)`` for CPU events (``rank`` = ``args.rank`` or -1; ``Trace`` spans are not stored).
     ``byte_range``: read only that slice of a plain file's events (see :mod:`streamtrace.trace.ranges`).
 
+    Complete events without a usable time (``ts`` or ``dur`` missing, negative, not a number,
+    beyond int64 ns; a number written as a string is read) are not stored: they are counted in
+    ``reader.unusable_times``.
+
     Returns ``(table, comm_rows, reader)``: the :class:`StringTable` the rows' ``cat``/``name``
     ids index, the collective-args rows the rows' ``comm`` indexes, and the finished
-    :class:`~streamtrace.trace.reader.TraceReader` (metadata, warnings).  Raises
-    :class:`~streamtrace.errors.TraceError` for unreadable input."""
+    :class:`~streamtrace.trace.reader.TraceReader` (metadata, warnings, ``unusable_times``).
+    Raises :class:`~streamtrace.errors.TraceError` for unreadable input."""
     table = StringTable()
     comm_rows: list = []
     reader = TraceReader(path, salvage=salvage, progress=progress, byte_range=byte_range)
     kind_of = np.zeros(0, np.int8)       # per string id: 1 GPU cat, 2 skipped cat, 3 gpu annotation
+    reader.unusable_times = 0
     for b in reader.raw_batches(decode=False):
         cols, rows = columns_from_batch(b, table, path)
         if len(kind_of) < len(table):
             kind_of = np.concatenate([kind_of, np.asarray(
                 [1 if t in gpu_cats else 3 if t == "gpu_user_annotation"
                  else 2 if t == "Trace" else 0 for t in table.strings[len(kind_of):]], np.int8)])
-        cols = cols[(cols["ph"] == ord("X")) & (cols["dur"] >= 0) & (cols["ts"] >= 0)]
+        complete = cols["ph"] == ord("X")
+        timed = (cols["dur"] >= 0) & (cols["ts"] >= 0)
+        reader.unusable_times += int((complete & ~timed).sum())
+        cols = cols[complete & timed]
         if rows:
             has = cols["comm"] >= 0
             cols["comm"][has] += len(comm_rows)

@@ -49,11 +49,13 @@ class RangeTask:
 class RangeResult:
     """What a worker sends back: ``blocks`` (``{key: [block reference]}``, see
     :meth:`~streamtrace.events.store.MemoryStore.export`), its string table's ``strings``, its
-    collective-args rows and the reader's warnings."""
+    collective-args rows, the reader's warnings and the complete events dropped for their time
+    (``reader.unusable_times``, see :func:`~streamtrace.events.ingest.ingest`)."""
     blocks: dict
     strings: list
     comm_rows: list
     warnings: list
+    unusable_times: int = 0
 
 
 @dataclass
@@ -69,6 +71,7 @@ class SplitIngest:
     metadata: dict
     warnings: list
     how: str
+    unusable_times: int = 0      # complete events dropped for their time, summed over the ranges
 
 
 def ingest_range(task: RangeTask) -> RangeResult:
@@ -85,7 +88,7 @@ def ingest_range(task: RangeTask) -> RangeResult:
         raise TraceError(task.path, "byte range does not end on an event boundary", offset=b)
     if not task.first and reader.events_read == 0:
         raise TraceError(task.path, "no event after a comma in traceEvents", offset=a)
-    return RangeResult(store.export(), table.strings, comm_rows, reader.warnings)
+    return RangeResult(store.export(), table.strings, comm_rows, reader.warnings, reader.unusable_times)
 
 
 def ingest_parallel(path, tmpdir, jobs: int, settings: IngestSettings, while_parsing=None) -> SplitIngest | None:
@@ -141,7 +144,7 @@ def ingest_parallel(path, tmpdir, jobs: int, settings: IngestSettings, while_par
         store.add_range(res.blocks, lut, len(comm_rows))
         comm_rows.extend(res.comm_rows)
         warnings.extend(res.warnings)
-    return SplitIngest(store, table, comm_rows, meta, warnings, how)
+    return SplitIngest(store, table, comm_rows, meta, warnings, how, sum(r.unusable_times for r in results))
 
 
 def _parse_ranges(src, ranges, jobs, settings, tag, exact, submitted=None):

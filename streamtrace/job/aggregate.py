@@ -59,10 +59,10 @@ import pyarrow.compute as pc
 
 from ..analyze import classify as C
 from ..analyze.patterns import Patterns
-from ..errors import StreamtraceError
-from ..events.dataset import num_rows, write_table
+from ..errors import DataError, StreamtraceError
+from ..events.dataset import num_rows, read_table, write_table
 from ..kernels import intervals as _iv
-from ..runtime.files import atomic_output
+from ..runtime.files import atomic_output, output_folder
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
 from ..topology.sources import load_topology
@@ -308,9 +308,32 @@ def _pct(num, den):
     return None if not den else round(100.0 * num / den, 3)
 
 
+TABLES = ("rank_phase", "ranks", "pipeline", "replicas", "iterations", "timeline", "top_kernels", "collectives",
+          "collectives_ranks", "collectives_summary", "stragglers")
+
+
+def owned(name: str) -> bool:
+    """The top-level entries of an aggregate folder: its tables, ``aggregate.json``, and the
+    report ``streamtrace report`` writes beside them (``report.json``, ``charts/``, ``*.md``)."""
+    stem, _, ext = name.rpartition(".")
+    return name in ("aggregate.json", "report.json", "charts") or name.endswith(".md") \
+        or (stem in TABLES and ext in ("parquet", "csv"))
+
+
 def aggregate(dirs, outdir, opt: AggregateOptions | None = None, log=None) -> dict:
     """Aggregate analysed folders ``dirs`` into ``outdir`` (see the module docstring).  Returns the
-    ``aggregate.json`` dict.  Raises :class:`StreamtraceError` on bad input."""
+    ``aggregate.json`` dict.  ``outdir`` is one unit (written into a staging folder that
+    replaces it at the end, :func:`~streamtrace.runtime.files.output_folder`).  Raises
+    :class:`StreamtraceError` on bad input (:class:`~streamtrace.errors.DataError` naming a
+    damaged file of an analysed folder), :class:`~streamtrace.errors.OutputError` when
+    ``outdir`` cannot be written."""
+    with output_folder(outdir, owned=owned, inputs=dirs) as stage:
+        return aggregate_into(dirs, stage, opt)
+
+
+def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
+    """:func:`aggregate`, writing straight into the existing folder ``outdir`` (a staging
+    folder: ``report`` aggregates and reports into one unit)."""
     opt = opt or AggregateOptions()
     t0 = time.time()
     outdir = Path(outdir)
@@ -345,7 +368,6 @@ def aggregate(dirs, outdir, opt: AggregateOptions | None = None, log=None) -> di
     pipe = _pipeline(topo, fb)
     reps = _replicas(topo, rank_rows, pipe)
     iters = _iterations(rank_rows, steps)
-    outdir.mkdir(parents=True, exist_ok=True)
     files = []
     base = ["iteration", "step", "rank", "device", "source", "replica", "pp_group", "stage"]
     pcols = base[:5] + ["phase", "microbatch"] + base[5:] + ["start_ns", "end_ns", "compute_start_ns",
@@ -498,3 +520,43 @@ def _timeline_columns(tl) -> dict:
             "step": rep(3, np.int64), "device": rep(4, np.int64), "category": rep(5, object),
             "start_ns": np.concatenate([x[6] for x in tl]) if tl else np.zeros(0, np.int64),
             "end_ns": np.concatenate([x[7] for x in tl]) if tl else np.zeros(0, np.int64)}
+
+
+# -- reading an aggregate folder back (report, charts) -------------------------------------------
+
+_META_TYPES = {"inputs": list, "time_alignment": str, "clock_sync": str, "iterations": list, "ranks": list,
+               "collectives": dict, "files": list}
+
+
+def read_meta(aggdir) -> dict:
+    """``aggdir/aggregate.json``, checked: an object with the keys (and types) the report reads,
+    and every table it lists present.  Raises :class:`StreamtraceError` when it is missing
+    (not an aggregate folder), :class:`~streamtrace.errors.DataError` naming the file that is
+    damaged or missing."""
+    p = Path(aggdir) / "aggregate.json"
+    if not p.is_file():
+        raise StreamtraceError(f"{aggdir}: no aggregate.json (run streamtrace aggregate first)")
+    try:
+        meta = json.loads(p.read_bytes())
+    except OSError as e:
+        raise DataError(p, f"cannot read it ({e.strerror or e})") from None
+    except ValueError as e:
+        raise DataError(p, f"invalid JSON ({e})") from None
+    if not isinstance(meta, dict):
+        raise DataError(p, "not streamtrace aggregate's aggregate.json (expected an object)")
+    for k, t in _META_TYPES.items():
+        if not isinstance(meta.get(k), t):
+            raise DataError(p, f"not streamtrace aggregate's aggregate.json ({k!r} missing or not a {t.__name__})")
+    for name in meta["files"]:
+        if isinstance(name, str) and name != "aggregate.json" and not (Path(aggdir) / name).is_file():
+            raise DataError(Path(aggdir) / name, "missing (aggregate.json lists it); run streamtrace aggregate again")
+    return meta
+
+
+def read_aggregate_table(aggdir, name) -> dict:
+    """Table ``name`` of an aggregate folder as :func:`~streamtrace.events.dataset.read_table`
+    columns (a missing column is a :class:`~streamtrace.errors.DataError` naming the file);
+    ``{}`` for a table the aggregate did not write (pipeline, replicas, stragglers without a
+    topology or straggler)."""
+    p = Path(aggdir) / f"{name}.parquet"
+    return read_table(p) if p.is_file() else {}

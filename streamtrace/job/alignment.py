@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 
-from ..errors import StreamtraceError
+from ..errors import DataError, StreamtraceError
 from ..events.dataset import column_min_max, partition_files, read_partition
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
@@ -88,6 +88,40 @@ class Part:
     def align(self, t):
         """Rank-local int64 ns -> aligned int64 ns (``t + shift_ns - clock_offset_ns``)."""
         return np.asarray(t, np.int64) + np.int64(self.shift_ns - self.clock_offset_ns)
+
+
+def read_summary(d) -> dict:
+    """``d/summary.json`` of an analysed folder, checked: an object whose ``"ranks"`` is a list of
+    objects with an int ``"rank"``, an int or null ``"iteration"`` and a string ``"source"``.
+    Raises :class:`~streamtrace.errors.StreamtraceError` when it is missing,
+    :class:`~streamtrace.errors.DataError` naming it when it is damaged or of another shape."""
+    sp = Path(d) / "summary.json"
+    if not sp.is_file():
+        raise StreamtraceError(f"{d}: not an analysed folder (no summary.json; run streamtrace analyze first)")
+    try:
+        summ = json.loads(sp.read_bytes())
+    except OSError as e:
+        raise DataError(sp, f"cannot read it ({e.strerror or e})") from None
+    except ValueError as e:
+        raise DataError(sp, f"invalid JSON ({e})") from None
+    if not isinstance(summ, dict) or not isinstance(summ.get("ranks"), list):
+        raise DataError(sp, 'not an analysis summary (expected an object with a "ranks" list)')
+    for i, r in enumerate(summ["ranks"]):
+        ok = isinstance(r, dict) and type(r.get("rank")) is int and r["rank"] >= 0 \
+            and (r.get("iteration") is None or type(r["iteration"]) is int) \
+            and isinstance(r.get("source", ""), str)
+        if not ok:
+            raise DataError(sp, f'ranks[{i}] is not {{"rank": int >= 0, "iteration": int or null, "source": str}}')
+    return summ
+
+
+def _event_counts(r: dict) -> tuple:
+    """(GPU events, CPU events) of one rank of ``summary.json`` (0 when not recorded)."""
+    def count(section, key):
+        v = r.get(section)
+        v = v.get(key) if isinstance(v, dict) else 0
+        return v if type(v) is int else 0
+    return count("links", "gpu_events"), count("call_tree", "cpu_events")
 
 
 def _read_source_meta(source: str, rank: int) -> dict:
@@ -149,22 +183,23 @@ class Job:
         self.dirs = [Path(d) for d in dirs]
         if not self.dirs:
             raise StreamtraceError("give at least one analysed folder (the -o of streamtrace analyze)")
+        counts = []
         for d in self.dirs:
-            sp = d / "summary.json"
-            try:
-                summ = json.loads(sp.read_text())
-            except OSError:
-                raise StreamtraceError(f"{d}: not an analysed folder (no summary.json; run streamtrace analyze "
-                                       f"first)") from None
-            except ValueError as e:
-                raise StreamtraceError(f"{sp}: invalid JSON ({e})") from None
+            summ = read_summary(d)
             if any((d / "kernels").glob("rank=*")):
                 raise StreamtraceError(f"{d}: analysed by an older streamtrace (kernels/rank=R/ without "
                                        f"iteration=N/); run streamtrace analyze on it again")
-            for r in summ.get("ranks") or []:
-                self.parts.append(Part(len(self.parts), d, int(r["rank"]), r.get("iteration"), str(r.get("source", ""))))
+            failed = summ.get("failed")
+            if isinstance(failed, list) and failed:
+                first = failed[0].get("source") if isinstance(failed[0], dict) else None
+                self.warnings.append(f"{d}: analyze could not read {len(failed)} file(s) (summary.json \"failed\""
+                                     f"{f', e.g. {first}' if first else ''}); their ranks are missing")
+            for r in summ["ranks"]:
+                self.parts.append(Part(len(self.parts), d, r["rank"], r.get("iteration"), str(r.get("source", ""))))
+                counts.append(_event_counts(r))
         if not self.parts:
             raise StreamtraceError(f"{', '.join(map(str, dirs))}: no ranks in summary.json")
+        self._missing_partitions(counts)
         if self.iterations is not None:
             have = sorted({p.iteration for p in self.parts if p.iteration is not None})
             keep = [p for p in self.parts if p.iteration in self.iterations]
@@ -223,6 +258,18 @@ class Job:
             days = (max(bases)[0] - min(bases)[0]) / 86_400e9
             return f"traces started {days:,.1f} days apart ({min(bases)[1]}, {max(bases)[1]})"
         return None
+
+    def _missing_partitions(self, counts):
+        """A warning per analysed folder and table whose partitions are missing for ranks that
+        ``summary.json`` says had events (``counts``: (GPU events, CPU events) per part)."""
+        for d in self.dirs:
+            for dataset, k in (("kernels", 0), ("ops", 1)):
+                gone = [p for p, c in zip(self.parts, counts) if p.dir == d and c[k] and not p.files(dataset)]
+                if gone:
+                    where = ", ".join(f"iteration={-1 if p.iteration is None else p.iteration}/rank={p.rank}"
+                                      for p in gone)
+                    self.warnings.append(f"{d / dataset}: summary.json lists events of ranks whose partitions are "
+                                         f"missing ({where}); their {dataset} rows are left out")
 
     def _topology_from_traces(self):
         entries = [e for p in self.parts for e in p.pg_entries]

@@ -5,9 +5,7 @@ merge's own process metadata events; flow ids, correlations and external ids bec
 ``rank * 2**ID_BITS + id`` (:func:`unique_id`)."""
 from __future__ import annotations
 
-import orjson
-
-from ..trace.writer import fmt_us
+from ..trace.writer import dumps_event, us_fragment
 
 PID_STRIDE = 1000
 
@@ -38,7 +36,7 @@ def unique_id(rank: int, raw):
 
 
 def hashable(v):
-    return v if isinstance(v, (int, str, float)) or v is None else orjson.dumps(v)
+    return v if isinstance(v, (int, str, float)) or v is None else dumps_event(v)
 
 
 def classify_pid(pid):
@@ -93,7 +91,7 @@ def process_meta_events(pmap: dict, rank: int, host, devices, first_out) -> list
     """merge's own process metadata: ``process_name``, ``process_sort_index`` and
     ``process_labels`` for each merged pid of ``pmap`` (merged pid -> info, sorted),
     at the rank's earliest output ts ``first_out``."""
-    t0 = fmt_us(first_out or 0)
+    t0 = us_fragment(first_out or 0)
     mevs = []
     for mpid, info_ in pmap.items():
         label = process_label(info_, host, devices)
@@ -102,5 +100,5 @@ def process_meta_events(pmap: dict, rank: int, host, devices, first_out) -> list
                            ("process_sort_index", {"sort_index": sort_index}),
                            ("process_labels", {"labels": f"rank {rank}"})):
             mevs.append({"ph": "M", "name": name, "pid": mpid, "tid": 0,
-                         "ts": orjson.Fragment(t0), "args": dict(args, rank=rank)})
+                         "ts": t0, "args": dict(args, rank=rank)})
     return mevs

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 
 from ..runtime.files import remove_quietly
+from ..trace.decode import bad_ts_warning
 from ..trace.metadata import device_names, host_name, read_trailer
 from ..trace.ranges import blank_range, clean_joints, split_ranges
 from ..trace.reader import TraceReader
@@ -170,7 +171,7 @@ def merge_range(plan: RankPlan, src, byte_range, segment, final, progress=None) 
         raise RuntimeError(f"rank {plan.rank}: a range registered other pids than on its first run")
     return {"segment": segment, "events_in": n_in, "events_out": n_out, "events_fast": fast, "validation": validation,
             "first_out": first_out, "used": sorted(ctx.used), "records": ctx.pids.records,
-            "assigned": ctx.pids.assigned}
+            "assigned": ctx.pids.assigned, "bad_ts": ctx.bad_ts}
 
 
 def settle_pids(rank, parts):
@@ -206,7 +207,9 @@ def finish_rank(plan: RankPlan, sf: SplitFile, parts, pids: PidMap, meta_segment
             seg.close()
         raw.close()
         segments.append(meta_segment)
+    bad_ts = sum(p["bad_ts"] for p in parts)
     return {"rank": plan.rank, "events_in": sum(p["events_in"] for p in parts), "events_out": n_out + len(mevs),
             "bytes_in": sf.size, "events_fast": sum(p["events_fast"] for p in parts),
             "process_map": {str(k): v for k, v in pmap.items()},
-            "metadata": meta, "warnings": [], "truncated": False, "segments": segments}
+            "metadata": meta, "warnings": [bad_ts_warning(plan.path, bad_ts)] if bad_ts else [],
+            "truncated": False, "segments": segments}

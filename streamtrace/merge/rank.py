@@ -13,17 +13,16 @@ import os
 from dataclasses import dataclass, field
 
 import numpy as np
-import orjson
 
 from ..kernels import rewrite as RW
 from ..kernels import scan as K
 from ..kernels import validate as KV
 from ..runtime.warmup import warm_trace
-from ..trace.decode import loads
+from ..trace.decode import bad_ts_warning, loads, text_ns
 from ..trace.metadata import device_names, host_name
 from ..trace.reader import TraceReader
 from ..trace.validate import Checker, ValidateOptions
-from ..trace.writer import dumps_event, dumps_events, fmt_us
+from ..trace.writer import dumps_event, dumps_events, us_fragment
 from .check import account_batch, rank_validation
 from .pids import FLOW_PHASES, PROCESS_META, PidMap, hashable, process_meta_events, unique_id
 
@@ -65,13 +64,17 @@ class RankContext:
         self.first_out = None
         self.count = 0
         self.exact = True         # the output's check can be derived from the input's (see merge.check)
+        self.bad_ts = 0             # events dropped: a ts that is not a usable number
 
 
 def rewrite_dict(ev, ts_ns, dur_ns, flag, ctx: RankContext):
     """The Python definition of merge's per-event rewrite (the twin of
     :func:`streamtrace.kernels.rewrite.rewrite_events`).  Returns the rewritten
     event dict, or None when a filter drops it.  ``ts_ns``/``dur_ns``/``flag``: the
-    exact times and scan flags of the event."""
+    exact times and scan flags of the event.  A ``ts`` that the scanner could not read is
+    taken from a JSON string holding a number (:func:`~streamtrace.trace.decode.text_ns`) and
+    shifted like any other; otherwise (null, not numeric, beyond int64 ns) the event is
+    dropped and counted in ``ctx.bad_ts``: never copied unshifted."""
     if not isinstance(ev, dict):
         return None
     ph = ev.get("ph")
@@ -82,8 +85,13 @@ def rewrite_dict(ev, ts_ns, dur_ns, flag, ctx: RankContext):
     newpid = ctx.pids.get(ev.get("pid"))
     if ctx.gpu_only and (ph in FLOW_PHASES or ctx.pids.info[newpid]["kind"] != "gpu"):
         return None
-    if flag & 1 and not flag & 4:
-        t = ts_ns
+    if flag & 1:
+        t = ts_ns if not flag & 4 else text_ns(ev.get("ts"))
+        if t is None:
+            ctx.bad_ts += 1
+            return None
+        if flag & 4:
+            ctx.exact = False     # a ts read from a string: the input's check says nothing of the output's
         if ctx.lo is not None and ph != "M":
             end = t + dur_ns if (flag & 2 and not flag & 8 and dur_ns > 0) else t
             if end < ctx.lo or t > ctx.hi:
@@ -91,7 +99,7 @@ def rewrite_dict(ev, ts_ns, dur_ns, flag, ctx: RankContext):
             if ph in FLOW_PHASES and (ev.get("cat"), hashable(ev.get("id"))) not in ctx.kept_flows:
                 return None
         t += ctx.shift
-        ev["ts"] = orjson.Fragment(fmt_us(t))
+        ev["ts"] = us_fragment(t)
         if ph != "M" and (ctx.first_out is None or t < ctx.first_out):
             ctx.first_out = t
     ev["pid"] = newpid
@@ -283,10 +291,11 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
     finally:
         if check is not None:
             check.close()
+    warnings = reader.warnings + ([bad_ts_warning(plan.path, ctx.bad_ts)] if ctx.bad_ts else [])
     return {"rank": plan.rank, "events_in": n_in, "events_out": n_out, "bytes_in": reader.bytes_read,
             "events_fast": fast, "validation": validation,
             "process_map": {str(k): v for k, v in pmap.items()},
-            "metadata": meta, "warnings": reader.warnings, "truncated": reader.truncated}
+            "metadata": meta, "warnings": warnings, "truncated": reader.truncated}
 
 
 def warm_kernels(plan: RankPlan) -> None:

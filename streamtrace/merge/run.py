@@ -28,18 +28,18 @@ Rewrites (all documented in the README):
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import sys
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from tqdm import tqdm
 
 from ..errors import StreamtraceError, TraceError
 from ..runtime import parallel
-from ..runtime.files import remove_quietly
+from ..runtime.files import check_output_file, remove_quietly, temp_name, writing
 from ..runtime.parallel import run_tasks
 from ..trace.discover import LONE_FILE, TraceFile, discover
 from ..trace.metadata import device_names, host_name
@@ -87,12 +87,20 @@ def merge(inputs, output, opt: MergeOptions | None = None, rank_map=None) -> lis
     ``output``.  Files from several iterations are merged per iteration
     (``<output>_iter<N>.json[.gz]``) unless ``opt.iterations`` picks one.
     Returns one summary dict per output written (see :func:`merge_files`); a lone input with no
-    rank is merged as rank 0, with a ``notices`` entry in the first.
-    Raises :class:`~streamtrace.errors.StreamtraceError` on bad input; nothing is written then."""
+    rank is merged as rank 0, with a ``notices`` entry in the first; the first one's
+    ``warnings`` start with what was skipped while looking for the traces (unreadable
+    folders, files without a ``traceEvents`` array).
+    Raises :class:`~streamtrace.errors.StreamtraceError` on bad input and
+    :class:`~streamtrace.errors.OutputError` for an output that cannot be written (checked
+    before any work where possible: a folder, a read-only folder, one of the inputs);
+    nothing is written then."""
     opt = opt or MergeOptions()
-    files = discover(inputs, rank_map)
+    output = check_output_file(output)
+    skipped = []
+    files = discover(inputs, rank_map, warn=lambda p, msg: skipped.append(f"{p}: {msg}"))
     if not files:
-        raise StreamtraceError(f"no trace files found in {', '.join(map(str, inputs))}")
+        why = f" ({skipped[0]}{f'; and {len(skipped) - 1} more' if len(skipped) > 1 else ''})" if skipped else ""
+        raise StreamtraceError(f"no trace files found in {', '.join(map(str, inputs))}{why}")
     if opt.ranks:
         files = [f for f in files if f.rank in opt.ranks]
         if not files:
@@ -106,12 +114,13 @@ def merge(inputs, output, opt: MergeOptions | None = None, rank_map=None) -> lis
             have = ", ".join(str(k) for k in sorted(k for k in groups if k is not None)) or "none"
             raise StreamtraceError(f"no traces for iteration(s) {', '.join(map(str, missing))} (found: {have})")
         groups = {it: groups[it] for it in opt.iterations}
-    output = Path(output)
-    if len(groups) == 1:
-        results = [merge_files(next(iter(groups.values())), output, opt)]
-    else:
-        results = [merge_files(g, output_for_iteration(output, it), opt)
-                   for it, g in sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))]
+    order = sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))
+    todo = [(g, output) for g in groups.values()] if len(groups) == 1 else \
+        [(g, output_for_iteration(output, it)) for it, g in order]
+    for g, out in todo:
+        check_output_file(out, inputs=[tf.path for tf in files])
+    results = [merge_files(g, out, opt) for g, out in todo]
+    results[0]["warnings"][:0] = skipped
     lone = [f.path for f in files if f.rank_source == LONE_FILE]
     if lone:
         results[0]["notices"] = [f"{lone[0]}: no rank in the trace or its name (a single-process run?): merged as "
@@ -128,37 +137,46 @@ def merge_files(files: list[TraceFile], output, opt: MergeOptions | None = None)
     processes are merged instead, with a warning), ``validation``
     (:func:`streamtrace.merge.check.merged_validation`; None when ``opt.validate`` is off).
     Raises :class:`StreamtraceError` / :class:`TraceError` on bad input;
-    the output is then not created.
+    the output is then not created (an unexpected failure on one rank is a
+    :class:`TraceError` naming its file); :class:`~streamtrace.errors.OutputError` when the
+    output cannot be written.
 
     With more than one worker, a trace of at least ``opt.split_threshold`` bytes is
     rewritten in byte ranges by several workers (:mod:`streamtrace.merge.ranges`) when that
     balances the work (:func:`split_pays`); the output is the same."""
     opt = opt or MergeOptions()
     t_start = time.time()
-    output = Path(output)
+    output = check_output_file(output, inputs=[tf.path for tf in files])
     want = opt.jobs or os.cpu_count() or 1
     splits = {}
     fallback = False
-    try:
-        sizes = [size_hint(tf.path, tf.size) for tf in files]
-        big = [i for i, n in enumerate(sizes) if want > 1 and opt.split_threshold is not None
-               and n >= opt.split_threshold] if opt.split_always or split_pays(sizes, want) else []
-        if big:
-            output.parent.mkdir(parents=True, exist_ok=True)
-            prepared = run_tasks(MS.prepare, [(files[i].path, str(output.parent), want, opt.split_threshold)
-                                              for i in big], min(want, len(big)), scheduler=opt.scheduler)
-            splits = {i: sf for i, sf in zip(big, prepared) if sf is not None}
-        return _merge_files(files, output, opt, splits, t_start)
-    except TraceError as e:
-        # a range that fails to parse: the unsplit merge reports the error exactly
-        if not any(e.path in (sf.path, files[i].path) for i, sf in splits.items()):
-            raise
-        fallback = True
-    finally:
-        for sf in splits.values():
-            remove_quietly(sf.tmp)
-    if fallback:
-        return merge_files(files, output, replace(opt, split_threshold=None))
+    with writing(output):
+        try:
+            return _merge_split(files, output, opt, splits, t_start, want)
+        except TraceError as e:
+            # a range that fails to parse: the unsplit merge reports the error exactly
+            if not any(e.path in (sf.path, files[i].path) for i, sf in splits.items()):
+                raise
+            fallback = True
+        finally:
+            for sf in splits.values():
+                remove_quietly(sf.tmp)
+        if fallback:
+            return merge_files(files, output, replace(opt, split_threshold=None))
+
+
+def _merge_split(files, output, opt, splits, t_start, want):
+    """:func:`merge_files` after cutting the big ranks into byte ranges when that balances the
+    work (``splits`` is filled in place, for the caller to remove their temporary copies)."""
+    sizes = [size_hint(tf.path, tf.size) for tf in files]
+    big = [i for i, n in enumerate(sizes) if want > 1 and opt.split_threshold is not None
+           and n >= opt.split_threshold] if opt.split_always or split_pays(sizes, want) else []
+    if big:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        prepared = run_tasks(MS.prepare, [(files[i].path, str(output.parent), want, opt.split_threshold)
+                                          for i in big], min(want, len(big)), scheduler=opt.scheduler)
+        splits.update({i: sf for i, sf in zip(big, prepared) if sf is not None})
+    return _merge_files(files, output, opt, splits, t_start)
 
 
 def split_pays(sizes: list, jobs: int, slack: float = 1.1) -> bool:
@@ -253,16 +271,30 @@ def _surveys(files, splits, opt, jobs) -> list[Survey]:
 
 
 def _run_survey(task: SurveyTask) -> Survey:
-    if task.byte_range is not None:
-        return survey_rank(task.path, task.want_flows, False, task.byte_range, task.want_collectives)
-    return metadata_task(task.path, task.head, task.full, task.want_flows, task.salvage, task.want_collectives)
+    with naming_file(task.path):
+        if task.byte_range is not None:
+            return survey_rank(task.path, task.want_flows, False, task.byte_range, task.want_collectives)
+        return metadata_task(task.path, task.head, task.full, task.want_flows, task.salvage, task.want_collectives)
+
+
+@contextlib.contextmanager
+def naming_file(path):
+    """An unexpected error while reading rank file ``path`` becomes a :class:`TraceError` naming
+    it (so that a caller can merge the other ranks); input and output errors pass as they are."""
+    try:
+        yield
+    except (StreamtraceError, OSError, MemoryError):
+        raise
+    except Exception as e:      # noqa: BLE001 - name the rank file
+        line = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise TraceError(path, f"cannot merge this file ({type(e).__name__}: {line})") from e
 
 
 def _plans(files, surveys, shifts, keeps, opt, output) -> list[RankPlan]:
     """One :class:`~streamtrace.merge.rank.RankPlan` per rank: its shift, keep-window and the
     flows kept under it, its segment file beside the output."""
     compress = output.name.endswith(".gz")
-    stem = str(output.parent / f".{output.name}.{os.getpid()}.rank")
+    stem = str(output.parent / temp_name(output.name, "rank"))
     plans = []
     for tf, s in zip(files, surveys):
         keep = keeps[tf.rank]
@@ -331,10 +363,11 @@ def _run_task(task: RewriteTask) -> dict:
         shared[task.slot] = n
     progress = report if shared is not None else None
     t0 = time.perf_counter()
-    if task.byte_range is None:
-        res = merge_rank(task.plan, progress)
-    else:
-        res = MS.merge_range(task.plan, task.src, task.byte_range, task.segment, task.final, progress)
+    with naming_file(task.plan.path):
+        if task.byte_range is None:
+            res = merge_rank(task.plan, progress)
+        else:
+            res = MS.merge_range(task.plan, task.src, task.byte_range, task.segment, task.final, progress)
     # the worker's own account: bytes in, busy seconds (for "MB/s per worker")
     res["task_stats"] = (os.getpid(), task.size if task.byte_range else res["bytes_in"], time.perf_counter() - t0)
     return res

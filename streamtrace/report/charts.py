@@ -24,13 +24,12 @@ bin instances into at most :data:`MAX_COLUMNS` columns (max delay per bin).
 """
 from __future__ import annotations
 
-import json
 import io
 from pathlib import Path
 
 import numpy as np
 
-from ..events.dataset import read_table
+from ..job.aggregate import read_aggregate_table, read_meta
 from ..runtime.files import atomic_output
 from ..runtime.progress import progress_bar
 
@@ -428,12 +427,11 @@ def _stage_pairs(p) -> dict:
 # -- all of them ----------------------------------------------------------------------------
 
 def load(aggdir) -> dict:
-    """The aggregate outputs the charts need, as column dicts (``meta`` = aggregate.json)."""
-    d = Path(aggdir)
-    out = {"meta": json.loads((d / "aggregate.json").read_text())}
+    """The aggregate outputs the charts need, as column dicts (``meta`` = aggregate.json).
+    Raises :class:`~streamtrace.errors.DataError` naming a damaged or missing file."""
+    out = {"meta": read_meta(aggdir)}
     for n in ("timeline", "rank_phase", "ranks", "pipeline", "collectives", "collectives_ranks", "p2p"):
-        p = d / f"{n}.parquet"
-        out[n] = read_table(p) if p.is_file() else {}
+        out[n] = read_aggregate_table(aggdir, n)
     return out
 
 
@@ -456,9 +454,8 @@ def render_all(aggdir, outdir, ranks=None, max_groups=16, max_replicas=8, log=No
         else:
             topo = meta.get("topology") or {}
             ranks = list((topo.get("pp") or [[all_ranks[0]]])[0])
-            st = Path(aggdir) / "stragglers.parquet"
-            if st.is_file():
-                s = read_table(st)
+            s = read_aggregate_table(aggdir, "stragglers")
+            if s:
                 lag: dict = {}                  # rows per collective kind and rank: the rank's total
                 for r, v in zip(s["rank"].tolist(), s["straggler_lag_ns"].tolist()):
                     lag[r] = lag.get(r, 0) + v

@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import StreamtraceError
+from ..job.aggregate import read_aggregate_table, read_meta
 from ..runtime.files import atomic_output
-from ..events.dataset import read_table
 from .explain import build_explain, explain_markdown, idle_chart
 from .charts import render_all
 from .p2p import p2p_markdown, p2p_section
@@ -40,9 +40,7 @@ DIMS = ("tp", "cp", "ep", "dp", "pp")
 RANK_METRICS = ("compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "idle_ns", "busy_ns", "wall_ns")
 
 
-def _read(d, name):
-    p = Path(d) / f"{name}.parquet"
-    return read_table(p) if p.is_file() else {}
+_read = read_aggregate_table
 
 
 def _py(v):
@@ -55,23 +53,23 @@ def _py(v):
     return v
 
 
-def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq_len=None, top=15) -> dict:
-    """The report as a dict (the content of ``report.json``).  Raises :class:`StreamtraceError` when
-    ``aggdir`` holds no ``aggregate.json`` or the throughput options are incomplete."""
+def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq_len=None, top=15,
+                 shown=None) -> dict:
+    """The report as a dict (the content of ``report.json``; ``shown``: the aggregate folder's
+    path to record, default ``aggdir``).  Raises :class:`StreamtraceError` when ``aggdir`` holds
+    no ``aggregate.json`` or the throughput options are incomplete, and
+    :class:`~streamtrace.errors.DataError` naming a damaged or missing file of ``aggdir``."""
     d = Path(aggdir)
-    try:
-        meta = json.loads((d / "aggregate.json").read_text())
-    except OSError:
-        raise StreamtraceError(f"{aggdir}: no aggregate.json (run streamtrace aggregate first)") from None
+    meta = read_meta(d)
     if tokens_per_step is None and (global_batch is None) != (seq_len is None):
         raise StreamtraceError("give --tokens-per-step, or both --global-batch and --seq-len")
     topo = meta.get("topology") or {}
     sizes = (topo.get("sizes") or {k: max((len(g) for g in topo.get(k) or []), default=1) for k in DIMS}) if topo \
         else dict.fromkeys(DIMS)          # unknown without a topology, not 1
     cpu_only = meta.get("sources") == ["cpu"]
-    rep = {"name": name or meta.get("job_name") or _default_name(meta, d),
+    rep = {"name": name or meta.get("job_name") or _default_name(meta, Path(shown or d)),
            "generated": _dt.datetime.now().isoformat(timespec="seconds"),
-           "aggregate": str(d), "inputs": meta["inputs"],
+           "aggregate": str(shown or d), "inputs": meta["inputs"],
            "configuration": {"world_size": meta.get("world_size"), "world_size_from": meta.get("world_size_from"),
                              **{k: sizes.get(k) for k in DIMS}, "topology_from": topo.get("source") if topo else None,
                              "order": topo.get("order"), "devices": meta.get("devices") or [],
@@ -352,11 +350,14 @@ def _pipeline_md(rep) -> list:
 
 
 def write_report(aggdir, outdir=None, name=None, tokens_per_step=None, global_batch=None, seq_len=None,
-                 charts=True, chart_ranks=None, log=None, progress=None) -> dict:
-    """Write ``<outdir>/<name>.md``, ``<outdir>/report.json`` and (``charts``) ``<outdir>/charts/``.
-    ``outdir`` defaults to ``aggdir``; ``name`` to the job's (the folder of its traces).
-    ``progress``: a bar over the charts (None: on a terminal).  Returns the report dict (with ``files``)."""
-    rep = build_report(aggdir, name, tokens_per_step, global_batch, seq_len)
+                 charts=True, chart_ranks=None, log=None, progress=None, final=None, shown=None) -> dict:
+    """Write ``<outdir>/<name>.md``, ``<outdir>/report.json`` and (``charts``) ``<outdir>/charts/``
+    into the existing folder ``outdir`` (default ``aggdir``): the files one by one, see
+    :func:`streamtrace.report.run.report` for the report as one unit.  ``name`` defaults to the
+    job's (the folder of its traces); ``progress``: a bar over the charts (None: on a terminal);
+    ``final``: the path ``outdir`` will have (a staging folder's), for the paths returned and
+    printed; ``shown``: the aggregate folder's path to record.  Returns the report dict (with ``files``)."""
+    rep = build_report(aggdir, name, tokens_per_step, global_batch, seq_len, shown=shown)
     out = Path(outdir or aggdir)
     files = []
     if charts:
@@ -370,7 +371,9 @@ def write_report(aggdir, outdir=None, name=None, tokens_per_step=None, global_ba
         f.write(to_markdown(rep, pngs).encode())
     with atomic_output(out / "report.json", compress=False) as f:
         f.write(json.dumps(rep, indent=1, default=_py).encode())
-    rep["files"] = [str(md), str(out / "report.json")] + [str(p) for p in files]
+    fin = Path(final or out)
+    rep["files"] = [str(fin / md.name), str(fin / "report.json")] + [str(fin / Path(p).relative_to(out)) for p in files]
     if log:
-        log(f"report: {md} and {out / 'report.json'}" + (f", {len(files)} chart files in {out / 'charts'}" if files else ""))
+        log(f"report: {rep['files'][0]} and {rep['files'][1]}"
+            + (f", {len(files)} chart files in {fin / 'charts'}" if files else ""))
     return rep

@@ -2,10 +2,12 @@
 the report (:func:`streamtrace.report.markdown.write_report`)."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..job.aggregate import AggregateOptions, aggregate
+from ..job.aggregate import AggregateOptions, aggregate_into, owned
+from ..runtime.files import output_folder
 from .markdown import write_report
 
 
@@ -41,16 +43,45 @@ def report(dirs, outdir=None, opt: ReportOptions | None = None, aggregate_opt: A
     ``streamtrace-report``, with ``aggregate_opt``).  The report goes into ``outdir`` (default:
     the aggregate folder).  Returns the report dict, its ``files`` first the Markdown, then
     ``report.json``, then the charts; ``aggregated``: aggregate's result when it ran.
-    Raises :class:`~streamtrace.errors.StreamtraceError` on bad input."""
+
+    The report is one unit (:func:`~streamtrace.runtime.files.output_folder`): into a folder of
+    its own, that folder is replaced at the end (with the aggregate it made, if any); into the
+    aggregate folder, or a folder holding it (the epilogue's), the folder is replaced by a copy
+    (hard links) of everything but the earlier report, plus the new one.  An interrupted or
+    failed run leaves the folder as it was.
+    Raises :class:`~streamtrace.errors.StreamtraceError` on bad input
+    (:class:`~streamtrace.errors.DataError` naming a damaged file),
+    :class:`~streamtrace.errors.OutputError` when the output cannot be written."""
     opt = opt or ReportOptions()
     dirs = [str(d) for d in ([dirs] if isinstance(dirs, (str, Path)) else dirs)]
-    agg = None
+    kw = dict(name=opt.name, tokens_per_step=opt.tokens_per_step, global_batch=opt.global_batch,
+              seq_len=opt.seq_len, charts=opt.charts, chart_ranks=opt.chart_ranks, log=log,
+              progress=opt.progress)
     if len(dirs) == 1 and (Path(dirs[0]) / "aggregate.json").is_file():
-        aggdir = dirs[0]
-    else:
-        aggdir = outdir or "streamtrace-report"
-        agg = aggregate(dirs, aggdir, aggregate_opt or AggregateOptions())
-    rep = write_report(aggdir, outdir, opt.name, opt.tokens_per_step, opt.global_batch, opt.seq_len,
-                       charts=opt.charts, chart_ranks=opt.chart_ranks, log=log, progress=opt.progress)
+        aggdir = Path(dirs[0])
+        out = Path(outdir or aggdir)
+        if _holds(out, aggdir):               # add the report to a folder it does not own
+            with output_folder(out, carry=_not_report) as stage:
+                rep = write_report(aggdir, stage, final=out, **kw)
+        else:
+            with output_folder(out, owned=owned, inputs=[aggdir]) as stage:
+                rep = write_report(aggdir, stage, final=out, **kw)
+        rep["aggregated"] = None
+        return rep
+    out = Path(outdir or "streamtrace-report")
+    with output_folder(out, owned=owned, inputs=dirs) as stage:
+        agg = aggregate_into(dirs, stage, aggregate_opt or AggregateOptions())
+        rep = write_report(stage, stage, final=out, shown=out, **kw)
     rep["aggregated"] = agg
     return rep
+
+
+def _holds(folder: Path, inner: Path) -> bool:
+    """``inner`` is ``folder`` or inside it."""
+    a, b = os.path.realpath(folder), os.path.realpath(inner)
+    return a == b or b.startswith(a.rstrip(os.sep) + os.sep)
+
+
+def _not_report(name: str) -> bool:
+    """What a report keeps of the folder it writes into: all but an earlier report."""
+    return name not in ("report.json", "charts") and not name.endswith(".md")

@@ -7,15 +7,19 @@ from __future__ import annotations
 import os
 import signal
 
+from .lifecycle import die_with_parent
+
 def _exit_on_term(signum, frame):
     raise SystemExit(1)
 
 
-def child_signals():
+def child_signals(parent_pid=None):
     """In a child: SIGTERM (the parent gave up) becomes ``SystemExit``, so that a
-    half-written output file is deleted; Ctrl-C is the parent's to handle."""
+    half-written output file is deleted; Ctrl-C is the parent's to handle; the child dies
+    with its parent ``parent_pid`` (:func:`~streamtrace.runtime.lifecycle.die_with_parent`)."""
     signal.signal(signal.SIGTERM, _exit_on_term)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent(parent_pid)
 
 
 def reap(pids):
@@ -42,13 +46,14 @@ def run_forked(fns, then=None):
             then()
         return
     pids = []
+    parent = os.getpid()
     try:
         for f in fns[1:]:
             pid = os.fork()
             if pid == 0:                                         # the child
                 code = 1
                 try:
-                    child_signals()
+                    child_signals(parent)
                     f()
                     code = 0
                 except BaseException:                            # noqa: BLE001 - the parent runs it again

@@ -12,7 +12,13 @@
 
 Results come back in input order.  With ``keep_going`` a failed task is retried
 ``retries`` times and then returned as a :class:`TaskFailure`; without it the first
-failure cancels the rest and is raised.
+failure cancels the rest and is raised.  Errors that would fail again the same way are
+not retried: a :class:`~streamtrace.errors.StreamtraceError` (bad input) and an ``OSError``
+(a full disk, a read-only folder); an :class:`~streamtrace.errors.OutputError` or an
+``OSError`` is raised even with ``keep_going`` (no other task can succeed either).
+
+Local workers die with the command's process (:func:`~streamtrace.runtime.lifecycle.die_with_parent`)
+and are stopped at once when it leaves the pool on an exception (Ctrl-C, SIGTERM, an error).
 
 Every task sent to an executor first runs :func:`~streamtrace.runtime.tuning.tune_malloc` once in its worker
 process (see there: dask's nanny otherwise makes glibc ``mmap`` every array).
@@ -25,7 +31,8 @@ import os
 import sys
 from dataclasses import dataclass
 
-from ..errors import StreamtraceError
+from ..errors import OutputError, StreamtraceError
+from .lifecycle import die_with_parent, worker_signals
 from .tuning import tune_malloc
 
 PROGRESS = None  # set in each worker: the shared progress array
@@ -58,10 +65,44 @@ def init_worker(arr):
     PROGRESS = arr
 
 
-def pool(jobs, arr=None):
+def _start_worker(arr, parent):
+    """Initializer of a local pool worker: its signals, death with ``parent``, progress array."""
+    worker_signals()
+    die_with_parent(parent)
+    init_worker(arr)
+
+
+class Pool(cf.ProcessPoolExecutor):
+    """A local process pool whose workers die with the command's process, and which, left on
+    an exception (Ctrl-C, SIGTERM, a failed task), kills its workers instead of waiting for
+    the tasks they are running."""
+
+    def __exit__(self, et, ev, tb):
+        if et is not None:
+            self.stop_workers()
+        return super().__exit__(et, ev, tb)
+
+    def stop_workers(self):
+        """Cancel what has not started and kill the worker processes now."""
+        self.shutdown(wait=False, cancel_futures=True)
+        procs = list((getattr(self, "_processes", None) or {}).values())
+        for p in procs:
+            try:
+                p.kill()
+            except (OSError, AttributeError, ValueError):
+                pass
+        for p in procs:
+            try:
+                p.join(5)
+            except (OSError, AssertionError, ValueError):
+                pass
+
+
+def pool(jobs, arr=None) -> Pool:
+    """A local :class:`Pool` of ``jobs`` workers (forked on Linux); ``arr``: the shared
+    progress array the workers see as :data:`PROGRESS`."""
     ctx = mp.get_context("fork") if sys.platform.startswith("linux") else mp.get_context()
-    return cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx,
-                                  initializer=init_worker, initargs=(arr,))
+    return Pool(max_workers=jobs, mp_context=ctx, initializer=_start_worker, initargs=(arr, os.getpid()))
 
 
 def scheduler_address(scheduler=None):
@@ -81,6 +122,16 @@ def dask_executor(address):
     except (OSError, TimeoutError) as e:
         raise StreamtraceError(f"cannot reach the dask scheduler at {address}: {e}") from None
     return client.get_executor(pure=False), client
+
+
+def _retryable(e: BaseException) -> bool:
+    """False for errors that would come back the same: bad input, a full or read-only disk."""
+    return not isinstance(e, (StreamtraceError, OSError))
+
+
+def _fatal(e: BaseException) -> bool:
+    """True for errors no other task can escape (an output that cannot be written)."""
+    return isinstance(e, (OutputError, OSError))
 
 
 def _error_line(e: BaseException) -> str:
@@ -127,11 +178,12 @@ def run_inline(fn, args_list, arr, on_tick, retries, keep_going, on_done=None):
                     out.append(fn(*a))
                     break
                 except Exception as e:   # noqa: BLE001 - retried, then reported or raised
-                    if attempt <= retries:
+                    if attempt <= retries and _retryable(e):
                         continue
-                    if not keep_going:
+                    if not keep_going or _fatal(e):
                         raise
                     out.append(TaskFailure(a, _error_line(e), attempt))
+                    break
             if on_done:
                 on_done()
             if on_tick:
@@ -156,11 +208,11 @@ def _run_on(ex, fn, args_list, on_tick, retries, keep_going, on_done=None):
                     results[i] = f.result()
                     if on_done:
                         on_done()
-                elif attempt <= retries:
+                elif attempt <= retries and _retryable(e):
                     nf = ex.submit(fn, *args_list[i])
                     futs[nf] = (i, attempt + 1)
                     pending.add(nf)
-                elif not keep_going:
+                elif not keep_going or _fatal(e):
                     raise e
                 else:
                     results[i] = TaskFailure(args_list[i], _error_line(e), attempt)

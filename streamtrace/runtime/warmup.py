@@ -10,6 +10,8 @@ import contextlib
 import os
 import tempfile
 
+from .files import owner
+
 WARM_TRACE = (
     b'{"schemaVersion":1,"distributedInfo":{"rank":0,"world_size":2},"traceEvents":['
     b'{"ph":"X","cat":"user_annotation","name":"ProfilerStep#1","pid":1,"tid":1,"ts":0,"dur":100},'
@@ -36,8 +38,9 @@ WARM_TRACE = (
 @contextlib.contextmanager
 def warm_trace(folder):
     """Yield ``(tmpdir, path)``: :data:`WARM_TRACE` written to ``tmpdir/warm.json``, ``tmpdir``
-    a temporary folder inside ``folder`` (removed afterwards)."""
-    with tempfile.TemporaryDirectory(dir=folder, prefix=".streamtrace-warm-") as d:
+    a temporary folder inside ``folder`` (removed afterwards; named with its owner, see
+    :func:`streamtrace.runtime.files.clean_stale`)."""
+    with tempfile.TemporaryDirectory(dir=folder, prefix=f".streamtrace-warm.{owner()}.") as d:
         path = os.path.join(d, "warm.json")
         with open(path, "wb") as f:
             f.write(WARM_TRACE)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import json
+import re
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 import ijson
 import orjson
@@ -49,3 +51,30 @@ def python_backend():
     if _PY_BACKEND is None:
         _PY_BACKEND = ijson.get_backend("python")
     return _PY_BACKEND
+
+
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def text_ns(value) -> int | None:
+    """A ``ts`` written as a JSON string holding a number of microseconds
+    (``"4458676417669.918"``) as int64 nanoseconds, rounded half away from zero as the byte
+    scanner rounds numbers (:func:`streamtrace.kernels.scan.parse_ns`); None when ``value`` is
+    not such a string or the time does not fit int64 ns."""
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    if not _NUMBER.fullmatch(text):
+        return None
+    try:
+        ns = int((Decimal(text) * 1000).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+    except (InvalidOperation, ValueError, OverflowError):
+        return None
+    return ns if _INT64[0] <= ns <= _INT64[1] else None
+
+
+def bad_ts_warning(path, n: int) -> str:
+    """The warning for ``n`` events dropped because their ``ts`` is unusable."""
+    return (f"{path}: {n:,} event(s) dropped: their ts is not a number of microseconds that fits int64 "
+            f"nanoseconds (null, a non-numeric string, beyond +-9.2e15 us)")

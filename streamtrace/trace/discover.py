@@ -48,11 +48,13 @@ class TraceFile:
     size: int = 0
 
 
-def expand_inputs(inputs) -> list[str]:
+def expand_inputs(inputs, warn=None) -> list[str]:
     """Expand files, directories (searched recursively) and glob patterns into a
     sorted list of candidate trace files (``*.json``, ``*.json.gz``).
 
-    Raises :class:`StreamtraceError` when an input matches nothing."""
+    A folder below an input folder that cannot be read is skipped and reported to
+    ``warn(path, message)`` (None: skipped silently).  Raises :class:`StreamtraceError` when an
+    input matches nothing, or is a folder that cannot be read."""
     out = []
     for item in inputs:
         item = str(item)
@@ -61,7 +63,15 @@ def expand_inputs(inputs) -> list[str]:
             raise StreamtraceError(f"{item}: no such file, folder or matching pattern")
         for p in paths:
             if os.path.isdir(p):
-                for root, dirs, files in os.walk(p):
+                try:
+                    os.scandir(p).close()
+                except OSError as e:
+                    raise StreamtraceError(f"{p}: cannot read the folder ({e.strerror or e})") from None
+
+                def unreadable(e, top=p):
+                    if warn is not None and e.filename != top:
+                        warn(e.filename, f"cannot read the folder ({e.strerror or e}); the traces in it are skipped")
+                for root, dirs, files in os.walk(p, onerror=unreadable):
                     dirs[:] = sorted(d for d in dirs if d != "streamtrace" and not d.startswith("."))
                     for f in sorted(files):
                         if f.endswith(TRACE_SUFFIXES) and not _SKIP_NAME.search(f) and not f.startswith("."):
@@ -121,16 +131,35 @@ def load_rank_map(path) -> dict:
 LONE_FILE = "lone file"
 
 
-def identify(path, rank_map=None, default_rank=None) -> TraceFile | None:
+def no_events_reason(path, reader) -> str | None:
+    """Why a JSON file without a ``traceEvents`` array is worth a word, or None for a file that
+    is plainly not a trace (a config file beside the traces): its ``traceEvents`` is there but
+    is not an array, or its name is a rank trace's."""
+    if "traceEvents" in reader.metadata:
+        v = reader.metadata["traceEvents"]
+        kind = "null" if v is None else {dict: "an object", str: "a string", bool: "a boolean",
+                                          list: "an array"}.get(type(v), "a number")
+        return f"traceEvents is {kind}, not an array of events; the file is skipped"
+    name = Path(path).name
+    if rank_from_name(path) is not None or ".pt.trace." in name or "trace" in name.lower():
+        return "no traceEvents array (an empty or unfinished trace?); the file is skipped"
+    return None
+
+
+def identify(path, rank_map=None, default_rank=None, warn=None) -> TraceFile | None:
     """Read the head of ``path`` and work out its rank and iteration.
 
-    Returns None when the file is JSON but not a trace (no ``traceEvents``).  A file with no rank
-    gets ``default_rank`` when one is given (``rank_source`` :data:`LONE_FILE`).
+    Returns None when the file is JSON but not a trace (no ``traceEvents`` array); when it
+    looks like one all the same (:func:`no_events_reason`), ``warn(path, message)`` is told.
+    A file with no rank gets ``default_rank`` when one is given (``rank_source`` :data:`LONE_FILE`).
     Raises :class:`~streamtrace.errors.UnknownRankError` when no rank can be found, and
     :class:`~streamtrace.errors.TraceError` for unreadable files."""
     r = TraceReader(path)
     head = r.read_head()
     if not r.has_events:
+        reason = no_events_reason(path, r)
+        if reason and warn is not None:
+            warn(str(path), reason)
         return None
     if "distributedInfo" not in head:
         # Some writers put distributedInfo after traceEvents: read the keys there from
@@ -158,8 +187,9 @@ def identify(path, rank_map=None, default_rank=None) -> TraceFile | None:
     return TraceFile(str(path), rank, iteration_from_path(path), source, head, os.path.getsize(path))
 
 
-def discover(inputs, rank_map=None) -> list[TraceFile]:
-    """Identify every trace among ``inputs``; files that are not traces are skipped.  A single
+def discover(inputs, rank_map=None, warn=None) -> list[TraceFile]:
+    """Identify every trace among ``inputs``; files that are not traces are skipped (those that
+    look like one, and unreadable folders, are reported to ``warn(path, message)``).  A single
     input file with no rank information is rank 0 (``rank_source`` :data:`LONE_FILE`), as a
     single-GPU run's trace.
 
@@ -167,9 +197,9 @@ def discover(inputs, rank_map=None) -> list[TraceFile]:
     the same iteration, :class:`~streamtrace.errors.UnknownRankError` when one of several files
     carries no rank."""
     rmap = load_rank_map(rank_map) if isinstance(rank_map, (str, os.PathLike)) else rank_map
-    paths = expand_inputs(inputs)
+    paths = expand_inputs(inputs, warn)
     lone = 0 if len(paths) == 1 else None
-    files = [tf for p in paths if (tf := identify(p, rmap, lone)) is not None]
+    files = [tf for p in paths if (tf := identify(p, rmap, lone, warn)) is not None]
     seen = {}
     for tf in files:
         key = (tf.iteration, tf.rank)

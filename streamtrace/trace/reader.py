@@ -24,8 +24,12 @@ from ..errors import TraceError, TruncatedTraceError
 from ..kernels import scan as K
 from .decode import decode_value
 from .source import BLOCK, ByteSource
+from .writer import JsonText, encode_json, nesting_depth
 
 BATCH_EVENTS = 16384
+# a top-level value nested deeper than this is kept as its JSON text (a writer.JsonText): it
+# crosses process boundaries (pickle recurses) and is written back as it was
+MAX_NESTING = 200
 _WS = b" \t\r\n"
 
 
@@ -60,8 +64,10 @@ class TraceReader:
     raising :class:`TruncatedTraceError`), ``batch_events`` (events per batch).
 
     Attributes filled while reading: ``metadata`` (every top-level key except
-    ``traceEvents``), ``head_keys`` (the keys that stood before the events),
-    ``events_read``, ``bytes_read`` (uncompressed), ``truncated``, ``warnings``.
+    ``traceEvents``; a value nested deeper than :data:`MAX_NESTING` levels is kept as its
+    JSON text, a :class:`~streamtrace.trace.writer.JsonText`), ``head_keys`` (the keys that stood before the events),
+    ``events_read``, ``bytes_read`` (uncompressed), ``truncated``, ``warnings``;
+    ``has_events``: the document has a ``traceEvents`` array (or is a bare array).
 
     Raises :class:`TraceError` (corrupt gzip, invalid JSON or UTF-8) and
     :class:`TruncatedTraceError` naming the file and byte offset.
@@ -83,6 +89,7 @@ class TraceReader:
         self.bytes_read = 0
         self.truncated = False
         self.warnings: list = []
+        self.unusable_times = 0        # complete events a consumer dropped for their time (events.ingest)
         self.has_events = False
         self.bare_array = False        # the file is the bare-array form "[...]" (no top-level object)
         self.progress = progress   # callable(file bytes consumed so far), called per block
@@ -168,6 +175,9 @@ class TraceReader:
                 st.pos += 1
                 st.skip_ws()
                 c = st.peek()
+                if c == -1:
+                    self._truncated(st, "after a ',' between top-level keys"
+                                    + (" (every event of traceEvents is complete)" if seen_events else ""))
             first = False
             if c != 0x22:
                 self._fail(st, "expected a key string")
@@ -223,9 +233,12 @@ class TraceReader:
         off = st.base + st.pos
         st.pos = end
         try:
-            return orjson.loads(raw)
+            val = orjson.loads(raw)
         except orjson.JSONDecodeError:
-            return decode_value(raw, self.path, off)
+            val = decode_value(raw, self.path, off)
+        if raw.count(b"[") + raw.count(b"{") > MAX_NESTING and nesting_depth(val) > MAX_NESTING:
+            return JsonText(encode_json(val))
+        return val
 
     def _events(self, st, decode):
         cap = self.batch_events

@@ -9,6 +9,7 @@ import tempfile
 import zlib
 
 from ..errors import TraceError
+from ..runtime.files import owner
 
 GZIP_MAGIC = b"\x1f\x8b"
 BLOCK = 8 << 20  # bytes read per block from an input stream
@@ -26,7 +27,7 @@ def plain_copy(path, folder) -> str | None:
     with open(path, "rb") as f:
         if f.read(2) != GZIP_MAGIC:
             return None
-    fd, tmp = tempfile.mkstemp(prefix=".streamtrace-", suffix=".json", dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=f".streamtrace-plain.{owner()}.", suffix=".json", dir=folder)
     z = zlib.decompressobj(31)
     try:
         with open(path, "rb") as src, os.fdopen(fd, "wb") as dst:

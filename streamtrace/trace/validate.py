@@ -1,9 +1,10 @@
 """``streamtrace validate``: check what Perfetto's JSON importer relies on, in one streaming,
 columnar pass in flat memory.
 
-Problems counted (any makes the check fail): events missing ``ph``/``ts``/``pid``/``tid``
-(``missing_field``), ``X`` events with a missing or negative ``dur`` (``negative_dur``), a flow
-``(cat, id)`` with more than one ``s`` or ``f`` end (``duplicate_flow``: ids colliding, as in a naive
+Problems counted (any makes the check fail): no ``traceEvents`` array (``no_trace_events``:
+``{}``, ``"traceEvents": null``, an object or a number; Perfetto shows nothing; :func:`validate`
+only), events missing ``ph``/``ts``/``pid``/``tid`` (``missing_field``), ``X`` events with a
+missing or negative ``dur`` (``negative_dur``), a flow ``(cat, id)`` with more than one ``s`` or ``f`` end (``duplicate_flow``: ids colliding, as in a naive
 multi-rank merge: Perfetto then binds arrows to the wrong events), flows joining events of two ranks
 (``cross_rank_flow``, by ``args.rank``), and ``X`` slices that overlap their enclosing slice on the
 same (pid, tid) track without nesting in it (``bad_nesting``).  Notices (reported, not failing):
@@ -78,8 +79,11 @@ def validate(path, salvage=False, opt: ValidateOptions | None = None) -> dict:
         for b in reader.raw_batches(decode="bounds"):
             chk.add(b.buf, b.starts, b.ends, b.offset, reader.path)
         rep = chk.report()
-    return {"path": str(path), "events": rep["events"], "problems": rep["problems"], "notices": rep["notices"],
-            "ok": rep["ok"], "tracks": rep["tracks"], "flows": rep["flows"], "warnings": reader.warnings}
+    problems, ok = rep["problems"], rep["ok"]
+    if not reader.has_events:           # {}, "traceEvents": null, an object, a number: Perfetto shows nothing
+        problems, ok = {"no_trace_events": 1, **problems}, False
+    return {"path": str(path), "events": rep["events"], "problems": problems, "notices": rep["notices"],
+            "ok": ok, "tracks": rep["tracks"], "flows": rep["flows"], "warnings": reader.warnings}
 
 
 class Checker:

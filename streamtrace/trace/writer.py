@@ -1,10 +1,18 @@
 """The streaming trace writer: Chrome trace-event JSON written event by event as
 ``{"traceEvents": [...], <metadata>}``, plain or gzip (by the output name),
 atomically (see :func:`streamtrace.runtime.files.atomic_output`).  The document is valid
-JSON whatever number of events is written, zero included."""
+JSON whatever number of events is written, zero included.
+
+Serialising one event (:func:`dumps_event`) is orjson's, with an exact fallback for what orjson
+refuses: integers beyond 64 bits, NaN, strings holding a lone surrogate (``"\\udc80"``, written
+as that escape: the output stays valid UTF-8), values nested deeper than orjson's 254 levels
+(:func:`encode_json` has no depth limit: no recursion).  A value can be kept as its JSON text,
+:class:`JsonText` (exact decimal times; metadata nested too deep to pickle)."""
 from __future__ import annotations
 
 import json
+import math
+import re
 
 import orjson
 
@@ -24,21 +32,47 @@ def fmt_us(ns: int) -> bytes:
     return (b"%d.%03d" % (q, r)).rstrip(b"0")
 
 
-def us_fragment(ns: int):
-    """An ``orjson.Fragment`` holding :func:`fmt_us` text, to put in an event dict."""
-    return orjson.Fragment(fmt_us(ns))
+class JsonText:
+    """A JSON value kept as its text (``bytes``, valid compact JSON): written as is by
+    :func:`dumps_event` and :func:`encode_json`.  Small to pickle whatever its nesting."""
+    __slots__ = ("text",)
+
+    def __init__(self, text: bytes):
+        self.text = text
+
+    def __reduce__(self):
+        return (JsonText, (self.text,))
+
+    def __eq__(self, other):
+        return isinstance(other, JsonText) and other.text == self.text
+
+    def __hash__(self):
+        return hash(self.text)
+
+    def __repr__(self):
+        return f"JsonText({self.text[:40]!r}{'...' if len(self.text) > 40 else ''})"
+
+
+def us_fragment(ns: int) -> JsonText:
+    """:func:`fmt_us` text as a :class:`JsonText`, to put in an event dict."""
+    return JsonText(fmt_us(ns))
+
+
+def _as_fragment(o):
+    if isinstance(o, JsonText):
+        return orjson.Fragment(o.text)
+    raise TypeError(type(o).__name__)
 
 
 def dumps_event(ev) -> bytes:
     """Serialise one event (or any JSON value) compactly.
 
-    orjson is used when it can; values it refuses (integers beyond 64 bits,
-    ``NaN``) go through the standard library, so nothing read is lost."""
+    orjson is used when it can; values it refuses (integers beyond 64 bits, ``NaN``, lone
+    surrogates, deep nesting) go through :func:`encode_json`, so nothing read is lost."""
     try:
-        return orjson.dumps(ev)
+        return orjson.dumps(ev, default=_as_fragment)
     except (orjson.JSONEncodeError, TypeError):
-        return json.dumps(_plain(ev), separators=(",", ":"), ensure_ascii=False,
-                          allow_nan=True).encode("utf-8", "surrogatepass")
+        return encode_json(ev)
 
 
 def dumps_events(events) -> bytes:
@@ -46,22 +80,95 @@ def dumps_events(events) -> bytes:
     if not events:
         return b""
     try:
-        return orjson.dumps(events)[1:-1]
+        return orjson.dumps(events, default=_as_fragment)[1:-1]
     except (orjson.JSONEncodeError, TypeError):
         return b",".join(dumps_event(e) for e in events)
 
 
-def _plain(v):
-    """Replace orjson Fragments by numbers the stdlib can write (used on the rare
-    fallback path only)."""
-    if isinstance(v, orjson.Fragment):
-        txt = v.contents.decode() if isinstance(v.contents, bytes) else v.contents
-        return json.loads(txt)
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_plain(x) for x in v]
-    return v
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_END = object()
+
+
+def _string(s: str) -> str:
+    text = json.dumps(s, ensure_ascii=False)
+    return _LONE_SURROGATE.sub(lambda m: "\\u%04x" % ord(m.group()), text)
+
+
+def _scalar(v) -> str:
+    if isinstance(v, str):
+        return _string(v)
+    if v is None:
+        return "null"
+    if v is True or v is False:
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return int.__repr__(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "NaN"
+        if math.isinf(v):
+            return "Infinity" if v > 0 else "-Infinity"
+        return float.__repr__(v)
+    if isinstance(v, JsonText):
+        return v.text.decode("utf-8")
+    raise TypeError(f"cannot write a {type(v).__name__} as JSON")
+
+
+def _key(k) -> str:
+    return _string(k) if isinstance(k, str) else _string(_scalar(k).strip('"'))
+
+
+def encode_json(value) -> bytes:
+    """``value`` (dicts, lists, str, int, float, bool, None, :class:`JsonText`) as compact JSON
+    text, without recursion (any nesting depth).  Integers are exact whatever their size; NaN
+    and infinities are written as JavaScript does (``NaN``, ``Infinity``, as Python's json);
+    a lone surrogate in a string is written as its ``\\uXXXX`` escape, other text as UTF-8."""
+    parts: list = []
+    stack: list = []                 # [iterator, is_dict, items written]
+    v = value
+    while True:
+        if isinstance(v, dict):
+            parts.append("{")
+            stack.append([iter(v.items()), True, 0])
+        elif isinstance(v, (list, tuple)):
+            parts.append("[")
+            stack.append([iter(v), False, 0])
+        else:
+            parts.append(_scalar(v))
+        while stack:
+            top = stack[-1]
+            nxt = next(top[0], _END)
+            if nxt is _END:
+                parts.append("}" if top[1] else "]")
+                stack.pop()
+                continue
+            if top[2]:
+                parts.append(",")
+            top[2] += 1
+            if top[1]:
+                parts.append(_key(nxt[0]) + ":")
+                v = nxt[1]
+            else:
+                v = nxt
+            break
+        else:
+            return "".join(parts).encode("utf-8")
+
+
+def nesting_depth(value) -> int:
+    """How deep ``value``'s lists and dicts nest (0 for a scalar), without recursion."""
+    deepest, todo = 0, [(value, 0)]
+    while todo:
+        v, d = todo.pop()
+        if isinstance(v, dict):
+            todo.extend((x, d + 1) for x in v.values())
+        elif isinstance(v, (list, tuple)):
+            todo.extend((x, d + 1) for x in v)
+        else:
+            deepest = max(deepest, d)
+            continue
+        deepest = max(deepest, d + 1)
+    return deepest
 
 
 class TraceWriter:

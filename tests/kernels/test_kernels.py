@@ -15,7 +15,7 @@ from streamtrace.kernels.jsoncheck import is_valid_json
 from streamtrace.kernels.nesting import count_bad_nesting, sort_track
 from streamtrace.kernels.reference import count_bad_nesting_py
 from streamtrace.merge.rank import RankContext, RankPlan, merge_rank, rewrite_dict
-from streamtrace.trace.writer import fmt_us
+from streamtrace.trace.writer import dumps_event, fmt_us
 
 FAST = settings(max_examples=200, deadline=None)
 
@@ -237,7 +237,7 @@ def test_rewrite_kernel_matches_twin(tmp_path_factory, evs, rank, shift, gpu_onl
         for i, ev in enumerate(b.events):
             r = rewrite_dict(ev, int(b.ts_ns[i]), int(b.dur_ns[i]), int(b.flags[i]), ctx)
             if r is not None:
-                want.append(orjson.loads(orjson.dumps(r)))
+                want.append(orjson.loads(dumps_event(r)))
     assert got[:len(got) - 3 * len(res["process_map"])] == want
 
 

@@ -180,6 +180,34 @@ def test_wrong_slot_guess_is_redone(tmp_path):
     assert {v["pid"]: v["slot"] for v in pmap.values()} == {5010: 0, 6020: 1, 7030: 2, "Traces": 900, "Spans": 901, 0: 100}
 
 
+def test_odd_values_split_equal_unsplit(tmp_path):
+    """Events that go through the exact JSON fallback (a lone surrogate in a key, args nested
+    10,000 deep, a 2**70 id), times merge reads from a string or drops (``"12.5"``, ``1e26``,
+    null), and a top-level value nested 10,000 deep (pickled between processes as its text):
+    the split merge writes the unsplit merge's bytes, and both keep every event they can."""
+    deep = b"[" * 10_000 + b"]" * 10_000
+    evs = [b'{"ph":"X","name":"plain%d","ts":%d,"dur":1,"pid":1,"tid":1}' % (i, i) for i in range(40)]
+    evs[5] = b'{"ph":"X","name":"surrogate","ts":5,"dur":1,"pid":1,"tid":1,"args":{"\\udc80":1}}'
+    evs[12] = b'{"ph":"X","name":"deep","ts":12,"dur":1,"pid":1,"tid":1,"args":{"d":' + deep + b'}}'
+    evs[20] = (b'{"ph":"X","name":"string_ts","ts":"20.5","dur":1,"pid":1,"tid":1,'
+               b'"args":{"External id":1180591620717411303424}}')
+    evs[27] = b'{"ph":"X","name":"huge_ts","ts":1e26,"dur":1,"pid":1,"tid":1}'
+    evs[33] = b'{"ph":"X","name":"null_ts","ts":null,"dur":1,"pid":1,"tid":1}'
+    src = tmp_path / "rank_0.json"
+    src.write_bytes(b'{"deep":' + deep + b',"traceEvents":[' + b",".join(evs) + b'],"baseTimeNanoseconds":1000}')
+    res = same_merge(tmp_path, [src], threshold=1)
+    assert res["events_in"] == 40 and any("2 event(s) dropped" in w for w in res["warnings"])
+    kept = {e.get("name"): e for e in _merged_events(tmp_path / "a" / "m.json")}
+    assert {"surrogate", "deep", "string_ts"} <= set(kept) and not {"huge_ts", "null_ts"} & set(kept)
+    assert kept["string_ts"]["ts"] == 20.5 and kept["surrogate"]["args"]["\udc80"] == 1
+
+
+def _merged_events(path):
+    """ijson's pure-Python backend: no recursion limit, and lone surrogates as Python keeps them."""
+    import ijson
+    return list(ijson.get_backend("python").items(_bytes(path), "traceEvents.item", use_float=True))
+
+
 # -- errors and files that are not split ---------------------------------------------------------
 
 def _events(n):

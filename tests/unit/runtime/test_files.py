@@ -1,0 +1,232 @@
+"""Output files and folders as units, owner-named temporaries and their clean-up, output errors,
+workers that die with their parent (streamtrace.runtime.files, streamtrace.runtime.lifecycle)."""
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from streamtrace.errors import OutputError, StreamtraceError
+from streamtrace.runtime import files as F
+from streamtrace.runtime.parallel import run_tasks
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited (and was reaped)."""
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def _host():
+    return F.owner().split("-", 1)[1]
+
+
+def _tree(d: Path) -> dict:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def _old_analysis(d: Path):
+    (d / "kernels").mkdir(parents=True)
+    (d / "kernels" / "part-0.parquet").write_bytes(b"old kernels")
+    (d / "summary.json").write_text('{"old": true}')
+
+
+def _owned(name):
+    return name in ("summary.json", "kernels", "ops")
+
+
+def test_output_folder_replaces_the_folder_as_a_whole(tmp_path):
+    out = tmp_path / "an"
+    _old_analysis(out)
+    with F.output_folder(out, owned=_owned) as stage:
+        assert stage.parent == tmp_path and stage.name.startswith(".an.") and not list(stage.iterdir())
+        (stage / "ops").mkdir()
+        (stage / "ops" / "x").write_bytes(b"new")
+        (stage / "summary.json").write_text("{}")
+        assert _tree(out) == {"kernels/part-0.parquet": b"old kernels", "summary.json": b'{"old": true}'}
+    assert _tree(out) == {"ops/x": b"new", "summary.json": b"{}"}         # nothing of the old one is left
+    assert sorted(os.listdir(tmp_path)) == ["an"]
+
+
+@pytest.mark.parametrize("exchange", [True, False])
+@pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
+def test_output_folder_leaves_the_old_folder_on_any_exception(tmp_path, monkeypatch, exchange, error):
+    if not exchange:
+        monkeypatch.setattr(F, "exchange", lambda a, b: False)
+    out = tmp_path / "an"
+    _old_analysis(out)
+    before = _tree(out)
+    with pytest.raises(error):
+        with F.output_folder(out, owned=_owned) as stage:
+            (stage / "summary.json").write_text("{}")
+            raise error()
+    assert _tree(out) == before and sorted(os.listdir(tmp_path)) == ["an"]
+    with F.output_folder(out, owned=_owned) as stage:           # and without the atomic exchange too
+        (stage / "summary.json").write_text("new")
+    assert _tree(out) == {"summary.json": b"new"} and sorted(os.listdir(tmp_path)) == ["an"]
+
+
+def test_an_output_oserror_names_the_folder(tmp_path):
+    out = tmp_path / "an"
+    with pytest.raises(OutputError) as e:
+        with F.output_folder(out) as stage:
+            raise OSError(errno.ENOSPC, "No space left on device", str(stage / "kernels" / "part-0.parquet"))
+    assert e.value.path == str(out) and "No space left on device" in str(e.value) and not out.exists()
+
+
+@pytest.mark.parametrize("case", ["file", "under_file", "foreign", "holds_input", "cwd"])
+def test_output_folder_refuses_before_any_work(tmp_path, monkeypatch, case):
+    out = tmp_path / "out"
+    inputs = ()
+    if case == "file":
+        out.write_text("precious")
+    elif case == "under_file":
+        (tmp_path / "f").write_text("x")
+        out = tmp_path / "f" / "out"
+    elif case == "foreign":
+        _old_analysis(out)
+        (out / "notes.txt").write_text("mine")
+    elif case == "holds_input":
+        (out / "traces").mkdir(parents=True)
+        inputs = [out / "traces" / "rank_0.json"]
+    else:
+        out.mkdir()
+        monkeypatch.chdir(out)
+    ran = []
+    with pytest.raises(OutputError) as e:
+        with F.output_folder(out, owned=_owned, inputs=inputs):
+            ran.append(1)
+    assert not ran and str(out) in str(e.value)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_carry_keeps_the_rest_as_hard_links(tmp_path):
+    agg = tmp_path / "agg"
+    agg.mkdir()
+    (agg / "ranks.parquet").write_bytes(b"table")
+    (agg / "report.json").write_text("old report")
+    (agg / "charts").mkdir()
+    (agg / "charts" / "a.png").write_bytes(b"old chart")
+    with F.output_folder(agg, carry=lambda n: n not in ("report.json", "charts")) as stage:
+        assert sorted(os.listdir(stage)) == ["ranks.parquet"]
+        assert os.stat(stage / "ranks.parquet").st_ino == os.stat(agg / "ranks.parquet").st_ino
+        (stage / "report.json").write_text("new report")
+    assert _tree(agg) == {"ranks.parquet": b"table", "report.json": b"new report"}
+
+
+def test_clean_stale_removes_only_what_a_dead_process_of_this_host_left(tmp_path):
+    dead, live = _dead_pid(), os.getppid()
+    host = _host()
+    names = {f".m.json.{dead}-{host}.rank0.seg": "gone", f".m.json.{live}-{host}.rank0.seg": "kept",
+             f".m.json.{dead}-otherhost.rank0.seg": "kept", f".streamtrace-warm.{dead}-{host}.abc": "gone",
+             f".an.{dead}-{host}.staging": "gone", ".m.json.123.rank0.seg": "kept", ".hidden": "kept",
+             f".m.json.{dead}-{host}.k2j_9.tmp": "gone", f".m.json.{dead}-{host}.rank3.seg.1.val": "gone",
+             f".config.{dead}-{host}.bak": "kept",
+             f".{F.owner().split('-')[0]}x": "kept"}
+    for n in names:
+        if n.endswith((".staging", ".abc")):
+            (tmp_path / n).mkdir()
+            (tmp_path / n / "f").write_text("x")
+        else:
+            (tmp_path / n).write_text("x")
+    removed = F.clean_stale(tmp_path)
+    assert sorted(removed) == sorted(n for n, v in names.items() if v == "gone")
+    assert sorted(os.listdir(tmp_path)) == sorted(n for n, v in names.items() if v == "kept")
+
+
+def test_clean_stale_puts_back_an_old_folder_cut_between_two_renames(tmp_path):
+    dead = _dead_pid()
+    old = tmp_path / f".an.{dead}-{_host()}.old"
+    _old_analysis(old)
+    before = _tree(old)
+    F.clean_stale(tmp_path)
+    assert _tree(tmp_path / "an") == before and sorted(os.listdir(tmp_path)) == ["an"]
+
+
+@pytest.mark.parametrize("case", ["folder", "under_file", "input"])
+def test_check_output_file(tmp_path, case):
+    inputs = ()
+    out = tmp_path / "m.json"
+    if case == "folder":
+        out.mkdir()
+    elif case == "under_file":
+        (tmp_path / "f").write_text("x")
+        out = tmp_path / "f" / "m.json"
+    else:
+        (tmp_path / "in").mkdir()
+        (tmp_path / "in" / "r.json").write_text("{}")
+        out = tmp_path / "in" / ".." / "in" / "r.json"
+        inputs = [tmp_path / "in" / "r.json"]
+    with pytest.raises(OutputError):
+        F.check_output_file(out, inputs)
+
+
+def test_output_error_tells_input_from_output(tmp_path):
+    e = F.output_error(tmp_path / "out", OSError(errno.EACCES, "Permission denied", "/elsewhere/in.json"))
+    assert type(e) is StreamtraceError and "/elsewhere/in.json" in str(e)
+    e = F.output_error(tmp_path / "out", OSError(errno.ENOSPC, "No space left on device", "/elsewhere/x"))
+    assert isinstance(e, OutputError) and e.path == str(tmp_path / "out")
+    e = F.output_error(tmp_path / "out", OSError(errno.EACCES, "Permission denied", str(tmp_path / "out" / "a")))
+    assert isinstance(e, OutputError)
+
+
+def _boom(x):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_an_oserror_in_a_task_stops_the_run(jobs):
+    """A full disk is nothing another task can escape: raised even with keep_going, not retried."""
+    with pytest.raises(OSError):
+        run_tasks(_boom, [(i,) for i in range(3)], jobs, retries=1, keep_going=True)
+
+
+_ORPHAN = """
+import os, sys, time
+from streamtrace.runtime.lifecycle import die_with_parent
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:                                   # the middle process
+    middle = os.getpid()
+    kid = os.fork()
+    if kid == 0:                               # the worker (not holding the test's pipes)
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        if {die}:
+            die_with_parent(middle)
+        time.sleep(30)
+        os._exit(0)
+    os.write(w, str(kid).encode())
+    os._exit(0)                                # dies at once: the worker is an orphan
+os.waitpid(pid, 0)
+print(os.read(r, 32).decode())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_worker_dies_with_its_parent():
+    def orphan_alive_after(die, seconds):
+        """Whether the orphaned worker is still alive ``seconds`` after its parent died."""
+        out = subprocess.run([sys.executable, "-c", _ORPHAN.format(die=die)], capture_output=True, text=True,
+                             check=True).stdout
+        kid = int(out)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{kid}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                        return False
+            except OSError:
+                return False
+            time.sleep(0.05)
+        os.kill(kid, 9)
+        return True
+    assert not orphan_alive_after(True, 5)
+    assert orphan_alive_after(False, 0.5)          # the control: without it the worker lives on
