@@ -1,7 +1,8 @@
 """``streamtrace diff BASE TEST -o OUTDIR`` as a function, :func:`diff`: the comparison's tables
 (:mod:`streamtrace.job.diff`), ``diff.md`` (what changed, in ms per rank-step), the chart
 ``charts/diff_top_deltas.{png,svg}`` and ``diff.json`` (written last: a folder with ``diff.json``
-is complete).  ``streamtrace.load(OUTDIR)`` opens the result.
+is complete).  The folder is one unit (written beside it and swapped in at the end, as analyze's
+and aggregate's are).  ``streamtrace.load(OUTDIR)`` opens the result.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 from ..events.load import load
 from ..job.diff import DIMENSIONS, compare, write_tables
 from ..job.diffinputs import DiffOptions, list_text
-from ..runtime.files import atomic_output
+from ..runtime.files import atomic_output, output_folder
 from .charts import save
 from .markdown import short_names
 
@@ -35,24 +36,39 @@ def diff(base, test, outdir=None, opt: DiffOptions | None = None, log=None):
     :class:`~streamtrace.errors.StreamtraceError` on bad input."""
     opt = opt or DiffOptions()
     out = Path(outdir or "streamtrace-diff")
-    tabs = compare(base, test, out, opt)
-    out.mkdir(parents=True, exist_ok=True)
-    files = [str(p) for p in write_tables(out, tabs)]
-    meta = dict(tabs.meta)
-    meta["generated"] = _dt.datetime.now().isoformat(timespec="seconds")
-    charts = top_deltas_chart(tabs.kernels, out / "charts" / "diff_top_deltas", meta["labels"]) if opt.charts else []
-    md = out / "diff.md"
-    with atomic_output(md, compress=False) as f:
-        f.write(to_markdown(tabs, meta, opt.top, [str(Path(p).relative_to(out)) for p in charts
-                                                  if str(p).endswith(".png")]).encode())
-    meta["files"] = sorted([Path(p).name for p in files] + ["diff.md", "diff.json"]
-                           + [str(Path(p).relative_to(out)) for p in charts])
-    meta["outdir"] = str(out)
-    with atomic_output(out / "diff.json", compress=False) as f:
-        f.write(json.dumps(meta, indent=1, default=_json).encode())
+    with output_folder(out, owned=_owned, inputs=[base, test]) as stage:
+        tabs = compare(base, test, stage, opt)
+        _where(tabs.meta, stage, out)
+        files = [str(p) for p in write_tables(stage, tabs)]
+        meta = dict(tabs.meta)
+        meta["generated"] = _dt.datetime.now().isoformat(timespec="seconds")
+        charts = (top_deltas_chart(tabs.kernels, stage / "charts" / "diff_top_deltas", meta["labels"])
+                  if opt.charts else [])
+        charts = [str(Path(p).relative_to(stage)) for p in charts]
+        with atomic_output(stage / "diff.md", compress=False) as f:
+            f.write(to_markdown(tabs, meta, opt.top, [p for p in charts if p.endswith(".png")]).encode())
+        meta["files"] = sorted([Path(p).name for p in files] + ["diff.md", "diff.json"] + charts)
+        meta["outdir"] = str(out)
+        with atomic_output(stage / "diff.json", compress=False) as f:
+            f.write(json.dumps(meta, indent=1, default=_json).encode())
     if log:
-        log(f"diff: {md}, {len(files) // 2} tables" + (f", {len(charts)} chart files" if charts else ""))
+        log(f"diff: {out / 'diff.md'}, {len(files) // 2} tables" + (f", {len(charts)} chart files" if charts else ""))
     return load(out)
+
+
+def _owned(name: str) -> bool:
+    """What an earlier ``diff`` wrote at the top of its folder (replaced as a whole)."""
+    return (name in ("diff.md", "diff.json", "charts") or name.startswith("analysis-")
+            or name.rsplit(".", 1)[-1] in ("parquet", "csv"))
+
+
+def _where(meta: dict, stage: Path, out: Path) -> None:
+    """Name the folders traces were analysed into as they will be after the swap (``out``), not
+    as they are while written (the staging folder)."""
+    for side in ("base", "test"):
+        m = meta.get(side, {})
+        m["dirs"] = [str(out / Path(d).relative_to(stage)) if Path(d).is_relative_to(stage) else d
+                     for d in m.get("dirs", [])]
 
 
 def _json(o):

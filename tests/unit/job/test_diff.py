@@ -170,3 +170,22 @@ def test_worker_pool_gives_the_same_tables(runs, monkeypatch):
     two = _run(runs, "an_strag", "pool", jobs=2)
     for name in ("kernels", "ops", "groups", "ranks"):
         assert one.table(name).equals(two.table(name)), name
+
+
+def test_output_folder_is_one_unit(runs, tmp_path):
+    """A diff that fails half-way leaves an earlier diff in OUTDIR whole; a folder holding files
+    diff did not write is refused before any work; ``dirs`` name the folder after the swap."""
+    out = tmp_path / "unit"
+    d = streamtrace.diff(runs / "tr_base", runs / "tr_slow", out,
+                         streamtrace.DiffOptions(jobs=1, charts=False, ranks=[0]))
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert d.summary["base"]["dirs"] == [str(out / "analysis-base")]
+    with pytest.raises(StreamtraceError, match="no rank 9"):
+        streamtrace.diff(runs / "an_base", runs / "an_copy", out, streamtrace.DiffOptions(jobs=1, ranks=[9]))
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["unit"]          # no staging folder left
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "notes.txt").write_text("mine")
+    p = run_cli("diff", runs / "an_base", runs / "an_copy", "-o", tmp_path / "foreign", "--no-charts", "-j", "1")
+    assert p.returncode == 1 and "foreign" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert (tmp_path / "foreign" / "notes.txt").read_text() == "mine"
