@@ -177,7 +177,8 @@ def load_comm(job) -> dict:
     cols = {c: [] for c in ("part", "rank", "iteration", "step", "start", "end", "dur", "collective", "bytes",
                             "group_size", "pg_name", "pg_ranks", "dim", "phase", "microbatch", "correlation",
                             "stream", "src", "dst", "prefix")}
-    for part in job.parts:
+    pids: dict = {}          # match-key prefix -> id: an int64 per row, not a str (or a U-array row of
+    for part in job.parts:   # the longest prefix: 1 KB for a 64-rank group's) per row
         k = job.read_kernels(part, kind="communication")
         if not len(k["ts_ns"]):
             continue
@@ -196,13 +197,15 @@ def load_comm(job) -> dict:
             cols[a].append(k[b])
         cols["src"].append(src)
         cols["dst"].append(dst)
-        cols["prefix"].append(np.asarray(pre, object))
+        cols["prefix"].append(np.fromiter((pids.setdefault(x, len(pids)) for x in pre), np.int64, len(pre)))
     if not cols["part"]:
         return {}
     c = {k: np.concatenate(v) for k, v in cols.items()}
     # sequence within (part, prefix) in start order (rows of a part are sorted by start already)
-    uniq, pid = np.unique(c["prefix"].astype(str), return_inverse=True)
-    pid = pid.reshape(-1).astype(np.int64)
+    rank_of = np.empty(len(pids), np.int64)            # ids renumbered in sorted prefix order (as np.unique)
+    rank_of[[pids[x] for x in sorted(pids)]] = np.arange(len(pids))
+    pid = rank_of[c["prefix"]]
+    del c["prefix"]
     c["seq"] = _cumcount(pid * (len(job.parts) + 1) + c["part"])
     key = pid * (1 << 32) + c["seq"]
     ukey, inst = np.unique(key, return_inverse=True)
