@@ -279,7 +279,7 @@ def ranks_overview(data, at):
         ax.set_xlabel("rank")
         what = f"where each rank's {unit} time went"
     ax.set_ylabel("ms")
-    fig.subplots_adjust(bottom=0.28)
+    fig.subplots_adjust(bottom=0.24)
     h, lab = ax.get_legend_handles_labels()
     fig.legend(h, lab, fontsize=8, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 0.0))
     ax.set_title(f"{label(at)}: {what}", fontsize=10)
@@ -304,13 +304,17 @@ def _sorted_distribution(ax, rk, sel):
                  colors=[COLORS[k.replace("_ns", "").replace("exposed_comm", "comm_only")] for k, _ in OVERVIEW_PARTS])
     top = np.sum(parts, axis=0)
     n = min(NAMED_OUTLIERS, len(order) // 2)
-    for j in list(range(n)) + list(range(len(order) - n, len(order))):
-        ax.annotate(f"r{int(rk['rank'][order[j]])}", (x[j], top[j]), fontsize=6, rotation=90, ha="center",
-                    va="bottom", xytext=(0, 2), textcoords="offset points")
+    lost_ms = _ms(lost[np.argsort(lost, kind="stable")])
+    for js, where, what in ((range(n), 0.01, "least"), (range(len(order) - 1, len(order) - 1 - n, -1), 0.99, "most")):
+        js = list(js)
+        ax.plot(x[js], top[js], "kv", markersize=4)
+        names = ", ".join(f"r{int(rk['rank'][order[j]])} ({lost_ms[j]:,.2f})" for j in js)
+        ax.text(where, 0.97, f"{what} lost (ms): {names}", transform=ax.transAxes, fontsize=7, va="top",
+                ha="left" if where < 0.5 else "right", bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0})
     ax.axvline(len(order) // 2, color="black", linewidth=0.6, linestyle=":")
     ax.set_xlim(-0.5, len(order) - 0.5)
-    ax.set_ylim(0, float(top.max()) * 1.15)
-    ax.set_xlabel(f"ranks, sorted (dotted: median; the {n} with least and most time lost are named)")
+    ax.set_ylim(0, float(top.max()) * 1.25)
+    ax.set_xlabel(f"ranks, sorted (dotted: median; triangles: the {n} with least and most time lost, named above)")
 # -- pipeline --------------------------------------------------------------------------------
 
 def _gantt_rows(ax, data, at, rows, lo, span):
