@@ -213,3 +213,12 @@ def test_overview_of_many_ranks_is_a_sorted_distribution_with_outliers_named():
     order = ranks[np.argsort(lost, kind="stable")]
     assert least == order[:5].tolist() and most == order[::-1][:5].tolist() and most[0] == 17
     C._plt().close(fig)
+
+
+def test_chart_format_option():
+    from streamtrace.cli.common import parse_formats
+    from streamtrace.errors import UsageError
+    assert parse_formats("png") == ("png",) and parse_formats("SVG, png") == ("svg", "png")
+    for bad in ("jpg", "", "png,pdf"):
+        with pytest.raises(UsageError):
+            parse_formats(bad)
