@@ -193,7 +193,8 @@ class EpilogueOptions:
             ``global_batch`` (sequences) and ``seq_len`` (tokens per sequence).  None: no throughput.
         global_batch: global batch size in sequences (int), with ``seq_len``; None.
         seq_len: sequence length in tokens (int), with ``global_batch``; None.
-        charts: render the PNG + SVG charts (bool, default True).
+        charts: render the charts (bool, default True).
+        chart_formats: their file formats, ``png`` and/or ``svg`` (tuple, default ``("png",)``).
         chart_ranks: ranks that get per-rank charts (list of int); None: all up to 8, else a selection.
         quiet: log only failures and the final line (bool, default False).
         verbose: log tracebacks of failures too (bool, default False; also ``$STREAMTRACE_DEBUG``).
@@ -210,6 +211,7 @@ class EpilogueOptions:
     global_batch: int | None = None
     seq_len: int | None = None
     charts: bool = True
+    chart_formats: tuple = ("png",)
     chart_ranks: list | None = None
     quiet: bool = False
     verbose: bool = False
@@ -353,11 +355,12 @@ def _job_stages(ctx: _Run, analysed, run_dir) -> str | None:
     def do_report():
         rep = report([agg], ctx.out, ReportOptions(name=opt.name, tokens_per_step=opt.tokens_per_step,
                                                    global_batch=opt.global_batch, seq_len=opt.seq_len,
-                                                   charts=opt.charts, chart_ranks=opt.chart_ranks, progress=False))
+                                                   charts=opt.charts, chart_ranks=opt.chart_ranks, progress=False,
+                                                   chart_formats=opt.chart_formats, jobs=ctx.jobs))
         return {"report": rep["files"][0], "files": len(rep["files"])}
     fp_report = _fingerprint([agg / "aggregate.json"], name=opt.name, tokens=opt.tokens_per_step,
                              batch=opt.global_batch, seq=opt.seq_len, charts=opt.charts, chart_ranks=opt.chart_ranks,
-                             base=fp)
+                             formats=list(opt.chart_formats), base=fp)
     res, st = _stage(ctx.state, "report", fp_report, [ctx.out / "report.json"] + ([ctx.out / "charts"] if opt.charts
                                                                                   else []),
                      do_report, log, "report + charts", agg)

@@ -67,6 +67,15 @@ def parse_jobs(jobs) -> int:
     return jobs
 
 
+def parse_formats(text) -> tuple:
+    """``--chart-format png,svg`` -> ``("png", "svg")``; :class:`~streamtrace.errors.UsageError` for
+    anything but png and svg."""
+    out = tuple(dict.fromkeys(x.strip().lower() for x in str(text).split(",") if x.strip()))
+    if not out or any(x not in ("png", "svg") for x in out):
+        raise UsageError(f"bad --chart-format {text!r}: png, svg or png,svg")
+    return out
+
+
 def need(values, what):
     """:class:`~streamtrace.errors.UsageError` ``give {what}`` when ``values`` is empty."""
     if not values:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argh
 
-from .common import Console, Exit, parse_jobs, parse_list, prepare_kernels
+from .common import Console, Exit, parse_formats, parse_jobs, parse_list, prepare_kernels
 
 EXAMPLES = """
   streamtrace epilogue /runs/job42/tb
@@ -25,20 +25,21 @@ EXAMPLES = """
 @argh.arg("--tokens-per-step", type=int, help="tokens per training step, for tokens/s")
 @argh.arg("--global-batch", type=int, help="global batch size (sequences), with --seq-len, for tokens/s")
 @argh.arg("--seq-len", type=int, help="sequence length (tokens), with --global-batch")
-@argh.arg("--no-charts", help="skip the PNG/SVG charts")
+@argh.arg("--no-charts", help="skip the charts")
+@argh.arg("--chart-format", help="chart files: png (default), svg, or png,svg")
 @argh.arg("--chart-ranks", help="ranks that get per-rank charts, e.g. 0-3,12 (default: all up to 8, else a selection)")
 @argh.arg("-q", "--quiet", help="print only the final line, warnings and errors")
 @argh.arg("-v", "--verbose", help="print more (and tracebacks of failures)")
 def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_memory=None, strict=False, name=None,
              topology=None, tokens_per_step=None, global_batch=None, seq_len=None, no_charts=False,
-             chart_ranks=None, quiet=False, verbose=False):
+             chart_format="png", chart_ranks=None, quiet=False, verbose=False):
     """After a training job: analyse, merge, aggregate, report and chart every iteration."""
     from ..epilogue import EpilogueOptions, run      # (the CLI's convention: see streamtrace.cli)
     con = Console(quiet, verbose)
     opt = EpilogueOptions(full=full, chunked=not in_memory, jobs=parse_jobs(jobs), max_memory_gb=max_memory,
                           strict=strict, name=name, outdir=outdir, topology=topology,
                           tokens_per_step=tokens_per_step, global_batch=global_batch, seq_len=seq_len,
-                          charts=not no_charts,
+                          charts=not no_charts, chart_formats=parse_formats(chart_format),
                           chart_ranks=parse_list(chart_ranks, "--chart-ranks") if chart_ranks else None,
                           quiet=quiet, verbose=verbose)
     opt.check()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argh
 
 from .aggregate import kernel_delay_ns, steps_text
-from .common import Console, need, parse_jobs, parse_list, prepare_kernels
+from .common import Console, need, parse_formats, parse_jobs, parse_list, prepare_kernels
 
 EXAMPLES = """
   streamtrace report job42-agg --tokens-per-step 1048576
@@ -20,11 +20,13 @@ EXAMPLES = """
 @argh.arg("--tokens-per-step", type=int, help="tokens per training step, for tokens/s")
 @argh.arg("--global-batch", type=int, help="global batch size (sequences), with --seq-len, for tokens/s")
 @argh.arg("--seq-len", type=int, help="sequence length (tokens), with --global-batch")
-@argh.arg("--no-charts", help="skip the PNG/SVG charts")
+@argh.arg("--no-charts", help="skip the charts")
+@argh.arg("--chart-format", help="chart files: png (default), svg, or png,svg")
 @argh.arg("--chart-ranks", help="ranks that get per-rank charts, e.g. 0-3,12 (default: all up to 8, else a selection)")
 @argh.arg("--iterations", help="(analysed folders) only these iterations, e.g. 15-16")
 @argh.arg("--steps", help="(analysed folders) only these ProfilerStep numbers, e.g. 14")
-@argh.arg("-j", "--jobs", type=int, help="(analysed folders) worker processes (default: 0 = all cores)")
+@argh.arg("-j", "--jobs", type=int, help="worker processes drawing charts (and aggregating analysed folders); "
+          "default: 0 = all cores")
 @argh.arg("--time-alignment", choices=["global", "individual"],
           help="(analysed folders) time alignment (default: global)")
 @argh.arg("--clock-sync", choices=["none", "collectives"],
@@ -36,7 +38,7 @@ EXAMPLES = """
 @argh.arg("-q", "--quiet", help="print only the report's path, warnings and errors")
 @argh.arg("-v", "--verbose", help="print more (and tracebacks of errors)")
 def report(*dirs, outdir=None, name=None, tokens_per_step=None, global_batch=None, seq_len=None, no_charts=False,
-           chart_ranks=None, iterations=None, steps=None, jobs=0, time_alignment="global", clock_sync="none",
+           chart_format="png", chart_ranks=None, iterations=None, steps=None, jobs=0, time_alignment="global", clock_sync="none",
            topology=None, consecutive_kernel_delay_us=30.0, force=False, quiet=False, verbose=False):
     """Markdown + report.json + charts of where the job's time went (from streamtrace aggregate output)."""
     from ..errors import UsageError
@@ -49,7 +51,7 @@ def report(*dirs, outdir=None, name=None, tokens_per_step=None, global_batch=Non
     prepare_kernels("report", con, parse_jobs(jobs))
     opt = ReportOptions(name, tokens_per_step, global_batch, seq_len, charts=not no_charts,
                         chart_ranks=parse_list(chart_ranks, "--chart-ranks") if chart_ranks else None,
-                        progress=con.progress)
+                        progress=con.progress, chart_formats=parse_formats(chart_format), jobs=parse_jobs(jobs))
     rep = write(list(dirs), outdir, opt, AggregateOptions(
         iterations=parse_list(iterations, "--iterations") if iterations else None,
         steps=parse_list(steps, "--steps") if steps else None, jobs=parse_jobs(jobs),

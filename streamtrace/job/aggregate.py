@@ -47,6 +47,7 @@ m micro-batches).
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -281,6 +282,16 @@ def _cpu_part(job, part):
     return phase_rows, rank_rows, fb, timeline, {}
 
 
+def part_view(job, index):
+    """A copy of ``job`` that carries only part ``index`` (``parts`` a one-entry dict, no topology):
+    what a worker needs, cheap to send (a task holding the whole job would cost O(ranks) to pickle,
+    O(ranks^2) for all of them)."""
+    view = copy.copy(job)
+    view.parts = {index: job.parts[index]}
+    view.topology, view.warnings, view.dirs = None, [], []
+    return view
+
+
 def _part_job(job, index, kernel_delay_ns=30_000):
     part = job.parts[index]
     rows = _gpu_part(job, part) if sum(num_rows(f) for f in part.files("kernels")) else None
@@ -342,7 +353,7 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
     coll = analyse_collectives(job, opt.clock_sync)
     topo = job.topology
     with progress_bar(len(job.parts), "aggregate", "rank", opt.progress) as bar:
-        res = run_tasks(_part_job, [(job, p.index, opt.consecutive_kernel_delay_ns) for p in job.parts],
+        res = run_tasks(_part_job, [(part_view(job, p.index), p.index, opt.consecutive_kernel_delay_ns) for p in job.parts],
                         max(1, min(opt.jobs or os.cpu_count() or 1, len(job.parts))), on_done=bar.update)
     phase_rows, rank_rows, fb, tl, top, steps = [], [], {}, [], {}, {}
     for part, (pr, rr, f, t, tp_, st, _) in zip(job.parts, res):
@@ -452,10 +463,12 @@ def _pipeline(topo, fb) -> list:
     if topo is None:
         return []
     rows = []
+    by_rank: dict = {}                    # (rank, iteration, step) -> [values]: linear in ranks
+    for (rr, i2, s2, _), v in fb.items():
+        by_rank.setdefault((rr, i2, s2), []).append(v)
     for it, step in sorted({(it, stp) for (_, it, stp, _) in fb}):
         for gi, g in enumerate(topo.groups["pp"]):
-            stages = [(st, r, v) for st, r in enumerate(g) for (rr, i2, s2, _), v in fb.items()
-                      if rr == r and (i2, s2) == (it, step)]
+            stages = [(st, r, v) for st, r in enumerate(g) for v in by_rank.get((r, it, step), [])]
             if not stages:
                 continue
             lo = min(v[0] for _, _, v in stages)
@@ -475,14 +488,25 @@ def _replicas(topo, rank_rows, pipe) -> list:
     if topo is None:
         return []
     rows = []
+    rep_of = {r: ri for ri, g in enumerate(topo.replicas) for r in g}     # one pass each: linear in ranks
+    rows_of: dict = {}
+    for r in rank_rows:
+        rows_of.setdefault((r["iteration"], r["step"], rep_of.get(r["rank"])), []).append(r)
+    bub_of: dict = {}
+    for p in pipe:
+        if p["bubble_pct"] is not None:
+            bub_of.setdefault((p["iteration"], p["step"], rep_of.get(p["rank"])), []).append(p["bubble_pct"])
+    groups_of: dict = {}
+    for gi, pg in enumerate(topo.groups["pp"]):
+        if pg and all(rep_of.get(r) == rep_of.get(pg[0]) for r in pg):
+            groups_of.setdefault(rep_of.get(pg[0]), []).append(gi)
     for it, step in sorted({(r["iteration"], r["step"]) for r in rank_rows}):
         for ri, g in enumerate(topo.replicas):
-            rr = [r for r in rank_rows if (r["iteration"], r["step"]) == (it, step) and r["rank"] in g]
+            rr = rows_of.get((it, step, ri), [])
             if not rr:
                 continue
-            gs = [gi for gi, pg in enumerate(topo.groups["pp"]) if set(pg) <= set(g)]
-            bub = [p["bubble_pct"] for p in pipe if (p["iteration"], p["step"]) == (it, step) and p["rank"] in g
-                   and p["bubble_pct"] is not None]
+            gs = groups_of.get(ri, [])
+            bub = bub_of.get((it, step, ri), [])
             starts = [r["start_ns"] for r in rr if r["start_ns"] is not None]
             ends = [r["end_ns"] for r in rr if r["end_ns"] is not None]
             mean = lambda k: float(np.mean([r[k] for r in rr]))  # noqa: E731

@@ -357,7 +357,7 @@ def read_parquet_columns(path, columns, job=None, part=None, kind=None) -> dict:
     t = read_partition(files, fcols, "kernels")
     if kind is not None:
         t = t.filter(pc.equal(t["kind"], kind))
-    out = {c: t[c].to_numpy(zero_copy_only=False) for c in fcols}
+    out = {c: column_numpy(t[c]) for c in fcols}
     if job is not None:
         keep = job.keep_rows(out["step"])
         out = {c: v[keep] for c, v in out.items()}
@@ -366,6 +366,19 @@ def read_parquet_columns(path, columns, job=None, part=None, kind=None) -> dict:
                                    else UNKNOWN_ITERATION, np.int64)
     o = np.argsort(out["ts_ns"], kind="stable")
     return {c: v[o] for c, v in out.items()}
+
+
+def column_numpy(col):
+    """A pyarrow column as numpy; a string column as an object array whose equal values are one
+    Python str (through its dictionary): 8 bytes per row instead of a str object per row, which
+    for a job's repeated kernel names, kinds and group names is most of the memory."""
+    import pyarrow as pa
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        d = pc.dictionary_encode(col).combine_chunks()
+        values = np.asarray(d.dictionary.to_pylist() + [None], object)
+        idx = d.indices.fill_null(len(d.dictionary)).to_numpy(zero_copy_only=False)
+        return values[idx] if len(idx) else np.zeros(0, object)
+    return col.to_numpy(zero_copy_only=False)
 
 
 def _list(xs) -> str:

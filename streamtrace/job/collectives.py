@@ -42,6 +42,8 @@ from ..events.dataset import write_table
 from ..trace.clocks import estimate_clock_offsets
 
 P2P = ("Send", "Recv", "SendRecv")
+COMM_COLUMNS = ("ts_ns", "end_ns", "dur_ns", "iteration", "step", "collective", "msg_bytes", "group_size", "pg_name",
+                "pg_ranks", "parallel_dim", "phase", "microbatch", "correlation", "stream")
 _P2P_FN = re.compile(r"(send|recv)_(forward|backward)", re.I)
 INSTANCE_COLUMNS = ("instance", "iteration", "step", "collective", "parallel_dim", "pg_name", "pg_ranks", "group_size",
                     "n_ranks", "complete", "consistent", "ranks", "src", "dst", "msg_bytes", "phase", "microbatch",
@@ -177,8 +179,9 @@ def load_comm(job) -> dict:
     cols = {c: [] for c in ("part", "rank", "iteration", "step", "start", "end", "dur", "collective", "bytes",
                             "group_size", "pg_name", "pg_ranks", "dim", "phase", "microbatch", "correlation",
                             "stream", "src", "dst", "prefix")}
-    for part in job.parts:
-        k = job.read_kernels(part, kind="communication")
+    pids: dict = {}          # match-key prefix -> id: an int64 per row, not a str (or a U-array row of
+    for part in job.parts:   # the longest prefix: 1 KB for a 64-rank group's) per row
+        k = job.read_kernels(part, COMM_COLUMNS, kind="communication")
         if not len(k["ts_ns"]):
             continue
         pre, src, dst = _prefixes(job, part, k)
@@ -196,19 +199,25 @@ def load_comm(job) -> dict:
             cols[a].append(k[b])
         cols["src"].append(src)
         cols["dst"].append(dst)
-        cols["prefix"].append(np.asarray(pre, object))
+        cols["prefix"].append(np.fromiter((pids.setdefault(x, len(pids)) for x in pre), np.int64, len(pre)))
     if not cols["part"]:
         return {}
-    c = {k: np.concatenate(v) for k, v in cols.items()}
+    c = {}
+    for name in list(cols):              # one column at a time: the parts' arrays freed as they are joined
+        c[name] = np.concatenate(cols.pop(name))
     # sequence within (part, prefix) in start order (rows of a part are sorted by start already)
-    uniq, pid = np.unique(c["prefix"].astype(str), return_inverse=True)
-    pid = pid.reshape(-1).astype(np.int64)
+    rank_of = np.empty(len(pids), np.int64)            # ids renumbered in sorted prefix order (as np.unique)
+    rank_of[[pids[x] for x in sorted(pids)]] = np.arange(len(pids))
+    pid = rank_of[c["prefix"]]
+    del c["prefix"]
     c["seq"] = _cumcount(pid * (len(job.parts) + 1) + c["part"])
     key = pid * (1 << 32) + c["seq"]
     ukey, inst = np.unique(key, return_inverse=True)
     c["instance"] = inst.reshape(-1).astype(np.int64)
     o = np.lexsort((c["rank"], c["start"], c["instance"]))
-    return {k: v[o] for k, v in c.items()}
+    for name in list(c):                 # reordered in place, one column at a time (peak: one more column)
+        c[name] = c[name][o]
+    return c
 
 
 def _instances(c: dict) -> tuple[dict, dict]:
@@ -325,17 +334,28 @@ def straggler_table(inst: dict, members: dict) -> list:
     m_inst = members["instance"]
     m_kind, m_group = kind[m_inst], group[m_inst]
     out = []
-    for k in sorted(set(kind[group].tolist())):
+    for k in sorted(set(kind[group].tolist())):          # per kind: bincounts over ranks, linear in rows
         coll, dim = kinds[k]
         of_kind = multi & (kind == k)
         mine = m_group & (m_kind == k)
-        for r in sorted(set(members["rank"][mine].tolist())):
-            s = of_kind & (inst["straggler_rank"] == r)
-            w = of_kind & (inst["waiter_rank"] == r)
-            mm = mine & (members["rank"] == r)
-            out.append({"collective": coll, "parallel_dim": dim, "rank": int(r), "instances": int(mm.sum()),
-                        "straggler_count": int(s.sum()), "straggler_lag_ns": int(inst["straggler_lag_ns"][s].sum()),
-                        "waiter_count": int(w.sum()), "wait_ns": int(members["wait_ns"][mm].sum())})
+        ranks = np.unique(members["rank"][mine]).astype(np.int64)
+        if not len(ranks):
+            continue
+        size = int(ranks.max()) + 1
+
+        def per_rank(idx, weights=None):
+            return np.bincount(np.asarray(idx, np.int64), weights=weights, minlength=size)
+        m_rank = members["rank"][mine]
+        n_inst = per_rank(m_rank)
+        wait = per_rank(m_rank, members["wait_ns"][mine].astype(np.float64))
+        s_rank, w_rank = inst["straggler_rank"][of_kind], inst["waiter_rank"][of_kind]
+        s_cnt = per_rank(s_rank[s_rank >= 0])
+        s_lag = per_rank(s_rank[s_rank >= 0], inst["straggler_lag_ns"][of_kind][s_rank >= 0].astype(np.float64))
+        w_cnt = per_rank(w_rank[w_rank >= 0])
+        for r in ranks.tolist():
+            out.append({"collective": coll, "parallel_dim": dim, "rank": int(r), "instances": int(n_inst[r]),
+                        "straggler_count": int(s_cnt[r]), "straggler_lag_ns": int(round(s_lag[r])),
+                        "waiter_count": int(w_cnt[r]), "wait_ns": int(round(wait[r]))})
     return out
 
 

@@ -44,7 +44,7 @@ class DiffOptions:
             (:func:`streamtrace.job.diff.short_name`), so instantiations of one kernel compare as one.
         top: rows in each list of ``diff.md`` (int, default 10).
         labels: names of the two sides in ``diff.md`` (tuple of two str; default ("base", "test")).
-        charts: draw ``charts/diff_top_deltas.{png,svg}`` (bool, default True).
+        charts: draw ``charts/diff_top_deltas.png`` (bool, default True).
         jobs: worker processes reading the ranks (int); 0 (default) = all cores.  Used when the
             analysed Parquet of both sides exceeds 64 MB; below, one process is faster.
         analyze: options for sides given as traces (:class:`~streamtrace.analyze.AnalyzeOptions`);

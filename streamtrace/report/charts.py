@@ -29,9 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..job.aggregate import read_aggregate_table, read_meta
 from ..runtime.files import atomic_output
-from ..runtime.progress import progress_bar
 
 MAX_COLUMNS = 400
 PX_WIDTH = 1400          # drawing width in pixels at DPI (figure 14 in x 100 dpi)
@@ -41,8 +39,8 @@ COLORS = {"compute": "#4C72B0", "memory": "#8C8C8C", "comm:TP": "#DD8452", "comm
           "comm:cpu": "#DD8452", "forward": "#4C72B0", "backward": "#55A868", "recompute": "#8172B3",
           "optimizer": "#C44E52", "other": "#BBBBBB", "compute_only": "#4C72B0", "overlap": "#9B59B6",
           "comm_only": "#DD8452", "idle": "#DDDDDD"}
-def _at(tbl, at) -> np.ndarray:
-    """Rows of column dict ``tbl`` at ``at`` = (iteration, step)."""
+def rows_at(tbl, at) -> np.ndarray:
+    """Mask of the rows of column dict ``tbl`` at ``at`` = (iteration, step) (bool, shape (rows,))."""
     it, st = at
     if not len(tbl.get("iteration", [])):
         return np.zeros(0, bool)
@@ -76,19 +74,79 @@ def _plt():
     return plt
 
 
-def save(fig, path_stem) -> list:
-    """Write ``<stem>.png`` and ``<stem>.svg`` atomically; closes the figure; returns both paths."""
+FORMATS = ("png", "svg")
+
+
+def save(fig, path_stem, formats=("png",)) -> list:
+    """Write ``<stem>.<ext>`` for each of ``formats`` (``"png"``, ``"svg"``) atomically, cropped to
+    what is drawn plus 0.1 in (as matplotlib's ``bbox_inches="tight"``); closes the figure; returns
+    the paths.  The figure is drawn once on the Agg canvas and the PNG is that pixel buffer, cropped;
+    when something drawn lies off the canvas, the canvas is first grown by that much (axes keep
+    their size) and drawn again.  The SVG is one more draw with the measured box.  Raises
+    ValueError for another format."""
+    from matplotlib.transforms import Bbox
     plt = _plt()
+    bad = [f for f in formats if f not in FORMATS]
+    if bad:
+        raise ValueError(f"chart format {bad[0]!r}: use png or svg")
+    fig.set_dpi(DPI)
+    fig.canvas.draw()
+    tight = fig.get_tightbbox(fig.canvas.get_renderer())        # inches
+    if not _on_canvas(fig, tight):
+        _grow(fig, tight)
+        fig.canvas.draw()
+        tight = fig.get_tightbbox(fig.canvas.get_renderer())
+    box = tight.padded(0.1)
     out = []
-    for ext in ("png", "svg"):
-        p = Path(f"{path_stem}.{ext}")
+    for ext in formats:
         buf = io.BytesIO()
-        fig.savefig(buf, format=ext, dpi=DPI, bbox_inches="tight")
+        if ext == "png" and _on_canvas(fig, tight):
+            _crop_png(fig, box, buf)
+        else:
+            fig.savefig(buf, format=ext, dpi=DPI, bbox_inches=Bbox(box.get_points()))
+        p = Path(f"{path_stem}.{ext}")
         with atomic_output(p, compress=False) as f:
             f.write(buf.getvalue())
         out.append(p)
     plt.close(fig)
     return out
+
+
+def _on_canvas(fig, box, slack=0.02) -> bool:
+    w, h = fig.get_size_inches()
+    return box.x0 >= -slack and box.y0 >= -slack and box.x1 <= w + slack and box.y1 <= h + slack
+
+
+def _grow(fig, box):
+    """Enlarge ``fig`` by what ``box`` (inches) overhangs on each side; axes keep their size in inches."""
+    w, h = fig.get_size_inches()
+    left, bottom = max(0.0, -box.x0) + 0.05, max(0.0, -box.y0) + 0.05
+    big_w, big_h = w + left + max(0.0, box.x1 - w) + 0.05, h + bottom + max(0.0, box.y1 - h) + 0.05
+    for ax in fig.axes:
+        p = ax.get_position()
+        ax.set_position([(p.x0 * w + left) / big_w, (p.y0 * h + bottom) / big_h, p.width * w / big_w,
+                         p.height * h / big_h])
+    fig.set_size_inches(big_w, big_h)
+
+
+def margins(fig, left=None, bottom=None, right=None, top=None):
+    """``subplots_adjust`` with margins in inches (None: matplotlib's), so short and narrow figures
+    keep their labels on the canvas."""
+    w, h = fig.get_size_inches()
+    fig.subplots_adjust(left=None if left is None else left / w, bottom=None if bottom is None else bottom / h,
+                        right=None if right is None else 1 - right / w, top=None if top is None else 1 - top / h)
+
+
+def _crop_png(fig, box, buf):
+    """The drawn Agg canvas cropped to ``box`` (inches, origin bottom left; clipped to the canvas)
+    as PNG into ``buf``."""
+    from PIL import Image
+    rgba = np.asarray(fig.canvas.buffer_rgba())
+    hpx = rgba.shape[0]
+    x0, x1 = int(np.floor(box.x0 * DPI)), int(np.ceil(box.x1 * DPI))
+    y0, y1 = hpx - int(np.ceil(box.y1 * DPI)), hpx - int(np.floor(box.y0 * DPI))
+    img = Image.fromarray(np.ascontiguousarray(rgba[max(y0, 0):y1, max(x0, 0):x1]))
+    img.save(buf, format="png", dpi=(DPI, DPI))
 
 
 def merge_close(start, end, gap) -> tuple[np.ndarray, np.ndarray]:
@@ -121,18 +179,21 @@ def _thin_ticks(ax, labels, positions, axis="y", max_labels=40):
 
 # -- per rank ------------------------------------------------------------------------------
 
-def rank_timeline(data, rank, at, stem) -> list:
+def rank_timeline(data, rank, at):
     """Kernel categories of one rank by wall clock, under its phase x micro-batch windows."""
     plt = _plt()
     tl, rp = data["timeline"], data["rank_phase"]
-    m = (tl["rank"] == rank) & _at(tl, at)
-    w = (rp["rank"] == rank) & _at(rp, at)
+    m = (tl["rank"] == rank) & rows_at(tl, at)
+    w = (rp["rank"] == rank) & rows_at(rp, at)
+    if not m.any() and not w.any():
+        return None
     cats = sorted(set(tl["category"][m].tolist()), key=lambda c: (c != "compute", c != "memory", c))
     lo = min([tl["start_ns"][m].min()] if m.any() else [0])
     hi = max([tl["end_ns"][m].max()] if m.any() else [1])
     span = max(int(hi - lo), 1)
     gap = max(1, span // PX_WIDTH)
     fig, ax = plt.subplots(figsize=(14, 1.2 + 0.45 * (len(cats) + 1)))
+    margins(fig, left=1.4, bottom=0.55, right=0.3, top=0.35)
     for y, c in enumerate(cats):
         cm = m & (tl["category"] == c)
         s, e = merge_close(tl["start_ns"][cm], tl["end_ns"][cm], gap)
@@ -157,16 +218,19 @@ def rank_timeline(data, rank, at, stem) -> list:
     what = "CPU time line (no GPU events) by op category" if cpu else "GPU time line by kernel category"
     ax.set_title(f"rank {rank}, {label(at)}: {what}", fontsize=10)
     ax.grid(axis="x", alpha=0.3)
-    return save(fig, stem)
+    return fig
 
 
-def rank_microbatches(data, rank, at, stem) -> list:
+def rank_microbatches(data, rank, at):
     """Stacked compute-only / overlap / comm-only per micro-batch, wall clock line; fwd and bwd panels."""
     plt = _plt()
     rp = data["rank_phase"]
+    fb = (rp["rank"] == rank) & rows_at(rp, at) & np.isin(rp["phase"], ("forward", "backward"))
+    if not fb.any() or not (rp["wall_ns"][fb] > 0).any():
+        return None
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.8), sharey=True)
     for ax, ph in zip(axes, ("forward", "backward")):
-        sel = np.flatnonzero((rp["rank"] == rank) & _at(rp, at) & (rp["phase"] == ph))
+        sel = np.flatnonzero(fb & (rp["phase"] == ph))
         sel = sel[np.argsort(rp["microbatch"][sel])]
         x = rp["microbatch"][sel].astype(int)
         co, ov = _ms(rp["compute_only_ns"][sel]), _ms(rp["overlap_ns"][sel])
@@ -182,36 +246,75 @@ def rank_microbatches(data, rank, at, stem) -> list:
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_ylabel("ms")
     h, lab = axes[0].get_legend_handles_labels()
-    fig.legend(h, lab, fontsize=8, ncol=4, loc="lower center", bbox_to_anchor=(0.5, -0.06))
+    fig.subplots_adjust(bottom=0.24)
+    fig.legend(h, lab, fontsize=8, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 0.0))
     fig.suptitle(f"rank {rank}, {label(at)}: time per micro-batch", fontsize=10)
-    return save(fig, stem)
+    return fig
 
 
-def ranks_overview(data, at, stem) -> list:
-    """Every rank's compute-only / overlap / comm-only / idle time in one step (``at``)."""
+def ranks_overview(data, at):
+    """Every rank's compute-only / overlap / comm-only / idle time in one step (``at``): one stacked
+    bar per rank up to :data:`MAX_BARS` ranks, else :func:`_sorted_distribution`.  None when every
+    value is 0."""
     plt = _plt()
     rk = data["ranks"]
-    sel = np.flatnonzero(_at(rk, at))
+    sel = np.flatnonzero(rows_at(rk, at))
     sel = sel[np.argsort(rk["rank"][sel], kind="stable")]
+    if not len(sel) or not any((rk[k][sel] > 0).any() for k in ("compute_only_ns", "overlap_ns", "exposed_comm_ns")):
+        return None
     unit = "CPU" if len(sel) and (rk["source"][sel] == "cpu").all() else "GPU"
-    x = np.arange(len(sel))
-    fig, ax = plt.subplots(figsize=(max(8, min(16, 0.22 * len(sel) + 4)), 4))
-    bottom = np.zeros(len(sel))
-    for key, lab in (("compute_only_ns", "compute only"), ("overlap_ns", "overlap"),
-                     ("exposed_comm_ns", "comm only (exposed)"), ("idle_ns", "idle")):
-        v = _ms(rk[key][sel])
-        ax.bar(x, v, bottom=bottom, color=COLORS[key.replace("_ns", "").replace("exposed_comm", "comm_only")],
-               label=lab, width=0.85)
-        bottom += v
-    _thin_ticks(ax, [str(int(r)) for r in rk["rank"][sel]], x, axis="x", max_labels=64)
-    ax.set_xlabel("rank")
+    fig, ax = plt.subplots(figsize=(max(8, min(16, 0.22 * min(len(sel), MAX_BARS) + 4)), 4.4))
+    if len(sel) > MAX_BARS:
+        _sorted_distribution(ax, rk, sel)
+        what = f"{len(sel):,} ranks sorted by time not computing (exposed comm + idle)"
+    else:
+        x = np.arange(len(sel))
+        bottom = np.zeros(len(sel))
+        for key, lab in OVERVIEW_PARTS:
+            v = _ms(rk[key][sel])
+            ax.bar(x, v, bottom=bottom, color=COLORS[key.replace("_ns", "").replace("exposed_comm", "comm_only")],
+                   label=lab, width=0.85)
+            bottom += v
+        _thin_ticks(ax, [str(int(r)) for r in rk["rank"][sel]], x, axis="x", max_labels=64)
+        ax.set_xlabel("rank")
+        what = f"where each rank's {unit} time went"
     ax.set_ylabel("ms")
-    ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.18))
-    ax.set_title(f"{label(at)}: where each rank's {unit} time went", fontsize=10)
+    fig.subplots_adjust(bottom=0.24)
+    h, lab = ax.get_legend_handles_labels()
+    fig.legend(h, lab, fontsize=8, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 0.0))
+    ax.set_title(f"{label(at)}: {what}", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
-    return save(fig, stem)
+    return fig
 
 
+MAX_BARS = 64                # ranks_overview: above this many ranks, a sorted distribution instead of bars
+NAMED_OUTLIERS = 5           # ... with this many ranks named at each end
+OVERVIEW_PARTS = (("compute_only_ns", "compute only"), ("overlap_ns", "overlap"),
+                  ("exposed_comm_ns", "comm only (exposed)"), ("idle_ns", "idle"))
+
+
+def _sorted_distribution(ax, rk, sel):
+    """Stacked areas of :data:`OVERVIEW_PARTS` over the rows ``sel`` sorted by exposed comm + idle
+    (ascending), the :data:`NAMED_OUTLIERS` ranks at each end named, the median marked."""
+    lost = rk["exposed_comm_ns"][sel] + rk["idle_ns"][sel]
+    order = sel[np.argsort(lost, kind="stable")]
+    x = np.arange(len(order))
+    parts = [_ms(rk[k][order]) for k, _ in OVERVIEW_PARTS]
+    ax.stackplot(x, *parts, labels=[lab for _, lab in OVERVIEW_PARTS], linewidth=0,
+                 colors=[COLORS[k.replace("_ns", "").replace("exposed_comm", "comm_only")] for k, _ in OVERVIEW_PARTS])
+    top = np.sum(parts, axis=0)
+    n = min(NAMED_OUTLIERS, len(order) // 2)
+    lost_ms = _ms(lost[np.argsort(lost, kind="stable")])
+    for js, where, what in ((range(n), 0.01, "least"), (range(len(order) - 1, len(order) - 1 - n, -1), 0.99, "most")):
+        js = list(js)
+        ax.plot(x[js], top[js], "kv", markersize=4)
+        names = ", ".join(f"r{int(rk['rank'][order[j]])} ({lost_ms[j]:,.2f})" for j in js)
+        ax.text(where, 0.97, f"{what} lost (ms): {names}", transform=ax.transAxes, fontsize=7, va="top",
+                ha="left" if where < 0.5 else "right", bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0})
+    ax.axvline(len(order) // 2, color="black", linewidth=0.6, linestyle=":")
+    ax.set_xlim(-0.5, len(order) - 0.5)
+    ax.set_ylim(0, float(top.max()) * 1.25)
+    ax.set_xlabel(f"ranks, sorted (dotted: median; triangles: the {n} with least and most time lost, named above)")
 # -- pipeline --------------------------------------------------------------------------------
 
 def _gantt_rows(ax, data, at, rows, lo, span):
@@ -219,7 +322,7 @@ def _gantt_rows(ax, data, at, rows, lo, span):
     rp = data["rank_phase"]
     fb = np.isin(rp["phase"], ("forward", "backward", "recompute", "optimizer"))
     for y, rank in rows:
-        sel = np.flatnonzero((rp["rank"] == rank) & _at(rp, at) & fb)
+        sel = np.flatnonzero((rp["rank"] == rank) & rows_at(rp, at) & fb)
         for ph in ("forward", "backward", "recompute", "optimizer"):
             js = [j for j in sel.tolist() if rp["phase"][j] == ph and rp["compute_start_ns"][j] is not None
                   and not np.isnan(float(rp["compute_start_ns"][j]))]
@@ -236,27 +339,41 @@ def _gantt_rows(ax, data, at, rows, lo, span):
                     ax.text(_ms((x0 + x1) // 2 - lo), y, tag, ha="center", va="center", fontsize=7, color="white")
 
 
+def has_windows(data, at, ranks) -> bool:
+    """Whether any of ``ranks`` has a forward/backward/recompute/optimizer window with compute in
+    step ``at`` (what the Gantt charts draw)."""
+    rp = data["rank_phase"]
+    if not len(rp.get("rank", [])):
+        return False
+    sel = rows_at(rp, at) & np.isin(rp["rank"], list(ranks)) & np.isin(rp["phase"], ("forward", "backward", "recompute",
+                                                                                  "optimizer"))
+    return any(v is not None and not np.isnan(float(v)) for v in rp["compute_start_ns"][sel])
+
+
 def _span(data, at, ranks):
     rp = data["rank_phase"]
-    sel = _at(rp, at) & np.isin(rp["rank"], list(ranks))
+    sel = rows_at(rp, at) & np.isin(rp["rank"], list(ranks))
     a = [float(v) for v in rp["compute_start_ns"][sel] if v is not None and not np.isnan(float(v))]
     b = [float(v) for v in rp["compute_end_ns"][sel] if v is not None and not np.isnan(float(v))]
     return (int(min(a)), int(max(b))) if a else (0, 1)
 
 
-def pp_gantt(data, group_index, at, stem) -> list:
+def pp_gantt(data, group_index, at):
     """Gantt chart of one PP group's stages (forward / backward micro-batches), bubble per stage."""
     plt = _plt()
     g = data["meta"]["topology"]["pp"][group_index]
+    if not has_windows(data, at, g):
+        return None
     lo, hi = _span(data, at, g)
     span = max(hi - lo, 1)
     fig, ax = plt.subplots(figsize=(14, 1.0 + 0.45 * len(g)))
+    margins(fig, left=2.2, bottom=0.55, right=1.3, top=0.35)
     rows = [(len(g) - 1 - s, r) for s, r in enumerate(g)]
     _gantt_rows(ax, data, at, rows, lo, span)
     pipe = data.get("pipeline") or {}
     labels = []
     for s, r in enumerate(g):
-        j = np.flatnonzero((pipe.get("rank", np.zeros(0)) == r) & _at(pipe, at))
+        j = np.flatnonzero((pipe.get("rank", np.zeros(0)) == r) & rows_at(pipe, at))
         bub = f"  bubble {pipe['bubble_pct'][j[0]]:.1f}%" if len(j) else ""
         labels.append(f"stage {s} (rank {r}){bub}")
     _thin_ticks(ax, labels[::-1], np.arange(len(g)), max_labels=40)
@@ -265,19 +382,22 @@ def pp_gantt(data, group_index, at, stem) -> list:
     ax.set_xlabel(f"time (ms), {data['meta']['time_alignment']} alignment")
     ax.set_title(f"PP group {group_index} (ranks {','.join(map(str, g))}), {label(at)}", fontsize=10)
     ax.grid(axis="x", alpha=0.3)
-    return save(fig, stem)
+    return fig
 
 
-def replica_view(data, replica_index, at, stem) -> list:
+def replica_view(data, replica_index, at):
     """All PP groups of one model replica, stitched into one figure (one block of rows per group)."""
     plt = _plt()
     topo = data["meta"]["topology"]
     rep = set(topo["replicas"][replica_index])
     groups = [(gi, g) for gi, g in enumerate(topo["pp"]) if set(g) <= rep]
     n = sum(len(g) for _, g in groups)
+    if not has_windows(data, at, rep):
+        return None
     lo, hi = _span(data, at, rep)
     span = max(hi - lo, 1)
     fig, ax = plt.subplots(figsize=(14, 1.2 + min(0.32 * n, 22)))
+    margins(fig, left=1.2, bottom=0.55, right=1.3, top=0.35)
     rows, labels, y = [], [], n - 1
     for gi, g in groups:
         for s, r in enumerate(g):
@@ -295,7 +415,7 @@ def replica_view(data, replica_index, at, stem) -> list:
     ax.set_title(f"model replica {replica_index}: {len(groups)} PP groups, {n} ranks, {label(at)}",
                  fontsize=10)
     ax.grid(axis="x", alpha=0.3)
-    return save(fig, stem)
+    return fig
 
 
 def _phase_legend(ax):
@@ -306,27 +426,40 @@ def _phase_legend(ax):
 
 # -- collectives -----------------------------------------------------------------------------
 
-def busbw_chart(data, stem) -> list:
+def busbw_chart(data):
     """Bus bandwidth of each complete collective instance by message size (log-log)."""
     plt = _plt()
     c = data["collectives"]
+    ok = c["complete"] & np.isfinite(c["busbw_gbps"]) & (c["msg_bytes"] > 0) & (c["n_ranks"] >= 2)
+    if not ok.any():
+        return None                 # one-rank "instances" measure no bandwidth between ranks
     fig, ax = plt.subplots(figsize=(9, 5))
-    ok = c["complete"] & np.isfinite(c["busbw_gbps"]) & (c["msg_bytes"] > 0)
     markers = {"TP": "o", "DP": "s", "PP": "^", "CP": "D", "EP": "v"}
     for coll, dim in sorted(set(zip(c["collective"][ok].tolist(), c["parallel_dim"][ok].tolist()))):
         m = ok & (c["collective"] == coll) & (c["parallel_dim"] == dim)
         ax.scatter(c["msg_bytes"][m], c["busbw_gbps"][m], s=14, alpha=0.6, marker=markers.get(dim, "x"),
                    label=f"{coll} {dim} ({int(m.sum())})")
     ax.set_xscale("log")
-    if ok.any() and c["busbw_gbps"][ok].min() > 0:
+    if c["busbw_gbps"][ok].min() > 0:
         ax.set_yscale("log")
+    _plain_log_ticks(ax)
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel("bus bandwidth (GB/s, GB = 1e9 B)")
     ax.set_title("collectives: bus bandwidth by type and message size", fontsize=10)
     ax.grid(alpha=0.3, which="both")
     if ok.any():
         ax.legend(fontsize=8)
-    return save(fig, stem)
+    return fig
+
+
+def _plain_log_ticks(ax):
+    """Tick labels as plain numbers (``1e+06``, ``0.5``) instead of mathtext powers of ten, which
+    cost a third of this chart's drawing time."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+    for axis in (ax.xaxis, ax.yaxis):
+        if axis.get_scale() == "log":
+            axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            axis.set_minor_formatter(NullFormatter())
 
 
 P2P_KINDS = ("Send", "Recv", "SendRecv")
@@ -351,15 +484,18 @@ def kind_grids(c, m) -> dict:
     return out
 
 
-def skew_heatmap(grid_info, kind, stem) -> list:
+def skew_heatmap(grid_info, kind):
     """One group-collective kind's heat map (``grid_info`` from :func:`kind_grids`), on its own colour
     scale (0 to the 99th percentile of its delays): rank x instance (time order) of the arrival delay
     (us), instances binned to at most :data:`MAX_COLUMNS` columns (max per bin), blank where the rank
     is not a member."""
     plt = _plt()
     grid, ranks, per, n = grid_info
-    fig, ax = plt.subplots(figsize=(14, 1.5 + min(0.16 * len(ranks), 12)))
     finite = grid[np.isfinite(grid)]
+    if not finite.size or finite.max() <= 0:
+        return None                 # every rank arrived together: nothing to see
+    fig, ax = plt.subplots(figsize=(14, 1.5 + min(0.16 * len(ranks), 12)))
+    margins(fig, left=0.8, bottom=0.55, top=0.35)
     vmax = float(np.percentile(finite, 99)) if finite.size else 1.0
     im = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="magma_r", vmin=0, vmax=max(vmax, 1e-3))
     _thin_ticks(ax, [str(int(r)) for r in ranks], np.arange(len(ranks)), max_labels=40)
@@ -367,14 +503,17 @@ def skew_heatmap(grid_info, kind, stem) -> list:
     ax.set_xlabel(f"{kind} instances in time order ({n:,}; {per} per column, max shown)")
     fig.colorbar(im, ax=ax, label="arrival after the first rank (us)")
     ax.set_title(f"{kind} skew: how late each rank arrives", fontsize=10)
-    return save(fig, stem)
+    return fig
 
 
-def p2p_chart(rows, stem) -> list:
+def p2p_chart(rows):
     """Point-to-point waiting per pipeline stage pair (``p2p.parquet`` summed per (src_stage,
     dst_stage)): the receiver's wait for the sender and the sender's for the receiver, and the
     transfer time, in ms."""
     plt = _plt()
+    if not len(rows["src_stage"]) or not any((np.asarray(rows[k]) > 0).any()
+                                             for k in ("recv_wait_ns", "send_wait_ns", "time_ns")):
+        return None
     labels = [f"{a}->{b}" if a >= 0 else "?" for a, b in zip(rows["src_stage"], rows["dst_stage"])]
     x = np.arange(len(labels))
     fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(labels) + 3), 4.5))
@@ -389,7 +528,7 @@ def p2p_chart(rows, stem) -> list:
     ax.set_title("point-to-point: waiting per stage pair", fontsize=10)
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
-    return save(fig, stem)
+    return fig
 
 
 def skew_grid(c, m):
@@ -415,80 +554,10 @@ def skew_grid(c, m):
     return grid, ranks, per, len(order)
 
 
-def _stage_pairs(p) -> dict:
+def stage_pairs(p) -> dict:
     """``p2p.parquet`` columns summed per (src_stage, dst_stage), as columns sorted by stages."""
     keys = sorted(set(zip(p["src_stage"].tolist(), p["dst_stage"].tolist())))
     out = {"src_stage": np.asarray([k[0] for k in keys]), "dst_stage": np.asarray([k[1] for k in keys])}
     for col in ("recv_wait_ns", "send_wait_ns", "time_ns"):
         out[col] = np.asarray([int(p[col][(p["src_stage"] == a) & (p["dst_stage"] == b)].sum()) for a, b in keys])
     return out
-
-
-# -- all of them ----------------------------------------------------------------------------
-
-def load(aggdir) -> dict:
-    """The aggregate outputs the charts need, as column dicts (``meta`` = aggregate.json).
-    Raises :class:`~streamtrace.errors.DataError` naming a damaged or missing file."""
-    out = {"meta": read_meta(aggdir)}
-    for n in ("timeline", "rank_phase", "ranks", "pipeline", "collectives", "collectives_ranks", "p2p"):
-        out[n] = read_aggregate_table(aggdir, n)
-    return out
-
-
-def render_all(aggdir, outdir, ranks=None, max_groups=16, max_replicas=8, log=None, progress=None) -> list:
-    """Render every chart of the module docstring into ``outdir``; ``ranks``: the ranks that get
-    per-rank charts (default: all when <= 8, else each stage of the first PP group plus the rank that
-    was the straggler most often); ``progress``: a bar over the charts (None: on a terminal).
-    Returns the written paths."""
-    data = load(aggdir)
-    out = Path(outdir)
-    meta = data["meta"]
-    rk = data["ranks"]
-    keys = sorted(set(zip(rk["iteration"].tolist(), rk["step"].tolist()))) if len(rk.get("rank", [])) else []
-    per_it = {it: sum(1 for i, _ in keys if i == it) for it, _ in keys}
-    files = []
-    all_ranks = sorted(set(data["ranks"]["rank"].tolist()))
-    if ranks is None:
-        if len(all_ranks) <= 8:
-            ranks = all_ranks
-        else:
-            topo = meta.get("topology") or {}
-            ranks = list((topo.get("pp") or [[all_ranks[0]]])[0])
-            s = read_aggregate_table(aggdir, "stragglers")
-            if s:
-                lag: dict = {}                  # rows per collective kind and rank: the rank's total
-                for r, v in zip(s["rank"].tolist(), s["straggler_lag_ns"].tolist()):
-                    lag[r] = lag.get(r, 0) + v
-                if lag:
-                    ranks.append(int(max(lag, key=lag.get)))
-            ranks = sorted(set(ranks))
-    jobs = []                      # (chart function, args, stem), drawn under one progress bar
-    topo = meta.get("topology")
-    for at in keys:
-        sfx = stem_suffix(at, per_it[at[0]])
-        jobs.append((ranks_overview, (data, at), f"ranks_overview_{sfx}"))
-        for r in ranks:
-            if r in all_ranks:
-                jobs.append((rank_timeline, (data, r, at), f"rank_{r}_timeline_{sfx}"))
-                jobs.append((rank_microbatches, (data, r, at), f"rank_{r}_microbatches_{sfx}"))
-        if topo:
-            for gi in range(min(len(topo["pp"]), max_groups)):
-                if set(topo["pp"][gi]) & set(all_ranks):
-                    jobs.append((pp_gantt, (data, gi, at), f"pp_group_{gi}_{sfx}"))
-            for ri in range(min(len(topo["replicas"]), max_replicas)):
-                if set(topo["replicas"][ri]) & set(all_ranks):
-                    jobs.append((replica_view, (data, ri, at), f"replica_{ri}_{sfx}"))
-    if data["collectives"] and len(data["collectives"].get("instance", [])):
-        jobs.append((busbw_chart, (data,), "collectives_busbw"))
-        for (coll, dim), grid in kind_grids(data["collectives"], data["collectives_ranks"]).items():
-            safe = "".join(ch if ch.isalnum() else "_" for ch in f"{coll}_{dim}")
-            jobs.append((skew_heatmap, (grid, f"{coll} {dim}"), f"collectives_skew_{safe}"))
-    if data["p2p"] and len(data["p2p"].get("src", [])):
-        jobs.append((p2p_chart, (_stage_pairs(data["p2p"]),), "p2p_stage_pairs"))
-    with progress_bar(len(jobs), "charts", "chart", progress) as bar:
-        for fn, args, stem in jobs:
-            files += fn(*args, out / stem)
-            bar.update()
-    if log:
-        log(f"wrote {len(files)} chart files to {out}")
-    return files

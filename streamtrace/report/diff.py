@@ -1,6 +1,6 @@
 """``streamtrace diff BASE TEST -o OUTDIR`` as a function, :func:`diff`: the comparison's tables
 (:mod:`streamtrace.job.diff`), ``diff.md`` (what changed, in ms per rank-step), the chart
-``charts/diff_top_deltas.{png,svg}`` and ``diff.json`` (written last: a folder with ``diff.json``
+``charts/diff_top_deltas.png`` and ``diff.json`` (written last: a folder with ``diff.json``
 is complete).  The folder is one unit (written beside it and swapped in at the end, as analyze's
 and aggregate's are).  ``streamtrace.load(OUTDIR)`` opens the result.
 """
@@ -29,7 +29,7 @@ def diff(base, test, outdir=None, opt: DiffOptions | None = None, log=None):
     """Compare run ``base`` with run ``test`` (analysed folders, aggregate or epilogue outputs, or
     traces, which are analysed into ``outdir/analysis-base|test``) and write ``outdir`` (default
     ``streamtrace-diff``): ``kernels``, ``ops``, ``groups``, ``ranks`` (``.parquet`` + ``.csv``),
-    ``diff.md``, ``charts/diff_top_deltas.{png,svg}`` (``opt.charts``), ``diff.json``.  Returns
+    ``diff.md``, ``charts/diff_top_deltas.png`` (``opt.charts``), ``diff.json``.  Returns
     the folder as :func:`streamtrace.load` opens it (``.summary`` is ``diff.json``, ``.kernels``
     ... pyarrow Tables, ``.to_pandas(name)``).  ``log``: a function taking one line, or None.
     Raises :class:`~streamtrace.errors.UsageError` on contradicting options and

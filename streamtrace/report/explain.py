@@ -3,7 +3,7 @@
 top kernels with their duration statistics, top CPU ops by self time, kernel launch delay and
 overhead, and the GPU idle-time breakdown (HolisticTraceAnalysis'
 ``BreakdownAnalysis.get_idle_time_breakdown`` rule, :mod:`streamtrace.job.idle`) with its chart
-``charts/idle_breakdown.{png,svg}``.
+``charts/idle_breakdown.png (SVG with the chart format option)``.
 
 :func:`build_explain` gives the ``explain`` part of ``report.json`` (times int/float ns),
 :func:`explain_markdown` its Markdown lines (ms / us), :func:`idle_chart` the chart.
@@ -189,7 +189,7 @@ def _idle_md(idle, png) -> list:
 
 # -- chart ------------------------------------------------------------------------------------
 
-def idle_chart(ex: dict | None, stem) -> list:
+def idle_chart(ex: dict | None, stem, formats=("png",)) -> list:
     """``<stem>.png`` / ``.svg``: per rank and device, idle time (ms, summed over the steps) stacked
     as host wait, kernel wait, other.  [] without idle rows.  Returns the paths."""
     idle = (ex or {}).get("idle")
@@ -213,4 +213,4 @@ def idle_chart(ex: dict | None, stem) -> list:
     ax.set_xlabel("GPU idle time (ms, summed over the profiled steps)")
     ax.set_title("GPU idle-time breakdown per rank")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.9 / fig.get_figheight()), ncol=3)
-    return save(fig, stem)
+    return save(fig, stem, formats)

@@ -33,7 +33,7 @@ from ..errors import StreamtraceError
 from ..job.aggregate import read_aggregate_table, read_meta
 from ..runtime.files import atomic_output
 from .explain import build_explain, explain_markdown, idle_chart
-from .charts import render_all
+from .render import ChartOptions, render_all
 from .p2p import p2p_markdown, p2p_section
 
 DIMS = ("tp", "cp", "ep", "dp", "pp")
@@ -350,20 +350,25 @@ def _pipeline_md(rep) -> list:
 
 
 def write_report(aggdir, outdir=None, name=None, tokens_per_step=None, global_batch=None, seq_len=None,
-                 charts=True, chart_ranks=None, log=None, progress=None, final=None, shown=None) -> dict:
+                 charts=True, chart_ranks=None, log=None, progress=None, final=None, shown=None,
+                 chart_formats=("png",), jobs=0) -> dict:
     """Write ``<outdir>/<name>.md``, ``<outdir>/report.json`` and (``charts``) ``<outdir>/charts/``
     into the existing folder ``outdir`` (default ``aggdir``): the files one by one, see
     :func:`streamtrace.report.run.report` for the report as one unit.  ``name`` defaults to the
     job's (the folder of its traces); ``progress``: a bar over the charts (None: on a terminal);
     ``final``: the path ``outdir`` will have (a staging folder's), for the paths returned and
-    printed; ``shown``: the aggregate folder's path to record.  Returns the report dict (with ``files``)."""
+    printed; ``shown``: the aggregate folder's path to record; ``chart_formats``: ``png`` and/or
+    ``svg``; ``jobs``: processes drawing charts (0 = all cores).  The Markdown shows the PNGs (the
+    SVGs when only those were written).  Returns the report dict (with ``files``)."""
     rep = build_report(aggdir, name, tokens_per_step, global_batch, seq_len, shown=shown)
     out = Path(outdir or aggdir)
     files = []
     if charts:
-        files = render_all(aggdir, out / "charts", ranks=chart_ranks, progress=progress)
-        files += idle_chart(rep.get("explain"), out / "charts" / "idle_breakdown")
-    pngs = [str(Path(p).relative_to(out)) for p in files if str(p).endswith(".png")]
+        files = render_all(aggdir, out / "charts", opt=ChartOptions(formats=tuple(chart_formats), jobs=jobs,
+                                                                    ranks=chart_ranks, progress=progress))
+        files += idle_chart(rep.get("explain"), out / "charts" / "idle_breakdown", tuple(chart_formats))
+    shown = ".png" if "png" in chart_formats else ".svg"
+    pngs = [str(Path(p).relative_to(out)) for p in files if str(p).endswith(shown)]
     rep["charts"] = pngs
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in rep["name"]) or "report"
     md = out / f"{safe}.md"

@@ -22,7 +22,9 @@ class ReportOptions:
             (sequences) and ``seq_len`` (tokens per sequence).  None (default): no throughput.
         global_batch: global batch size in sequences (int), with ``seq_len``; None.
         seq_len: sequence length in tokens (int), with ``global_batch``; None.
-        charts: render the PNG + SVG charts into ``charts/`` (bool, default True).
+        charts: render the charts into ``charts/`` (bool, default True).
+        chart_formats: their file formats, ``png`` and/or ``svg`` (tuple, default ``("png",)``).
+        jobs: processes drawing the charts (int); 0 (default) = all cores.
         chart_ranks: ranks that get per-rank charts (sorted list of int); None (default): all up
             to 8, else the first PP group's stages and the top straggler.
         progress: a progress bar over the charts (bool); None (default): only on a terminal.
@@ -32,6 +34,8 @@ class ReportOptions:
     global_batch: int | None = None
     seq_len: int | None = None
     charts: bool = True
+    chart_formats: tuple = ("png",)
+    jobs: int = 0
     chart_ranks: list | None = None
     progress: bool | None = None
 
@@ -56,7 +60,7 @@ def report(dirs, outdir=None, opt: ReportOptions | None = None, aggregate_opt: A
     dirs = [str(d) for d in ([dirs] if isinstance(dirs, (str, Path)) else dirs)]
     kw = dict(name=opt.name, tokens_per_step=opt.tokens_per_step, global_batch=opt.global_batch,
               seq_len=opt.seq_len, charts=opt.charts, chart_ranks=opt.chart_ranks, log=log,
-              progress=opt.progress)
+              progress=opt.progress, chart_formats=opt.chart_formats, jobs=opt.jobs)
     if len(dirs) == 1 and (Path(dirs[0]) / "aggregate.json").is_file():
         aggdir = Path(dirs[0])
         out = Path(outdir or aggdir)

@@ -1,5 +1,7 @@
-"""Charts: every chart renders (PNG and SVG) from the demo trace set, and the helpers that keep them
-legible at 64+ ranks and thousands of kernels behave."""
+"""Charts: every chart with content renders from the demo trace set (PNG by default, SVG on
+request, the same files from 1 or 2 worker processes), charts without content are not written,
+alike pictures become one chart, the large-rank overview stays legible, and the helpers that keep
+charts legible at 64+ ranks and thousands of kernels behave."""
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
@@ -10,7 +12,8 @@ import pytest
 from streamtrace.job import AggregateOptions, aggregate
 from streamtrace.analyze import AnalyzeOptions, analyze
 from streamtrace.events.dataset import read_table
-from streamtrace.report.charts import MAX_COLUMNS, PX_WIDTH, _fits, kind_grids, merge_close, render_all, skew_grid
+from streamtrace.report.charts import MAX_COLUMNS, PX_WIDTH, _fits, kind_grids, merge_close, skew_grid
+from streamtrace.report.render import ChartOptions, render_all
 from streamtrace.trace.synth import SynthSpec, generate_job
 
 
@@ -23,23 +26,46 @@ def demo(tmp_path_factory):
     return tmp
 
 
-def test_every_chart_renders_from_the_demo(demo):
-    files = render_all(demo / "agg", demo / "charts", ranks=[0, 5])
+def _not_blank(p):
+    import matplotlib.image as mpimg
+    img = mpimg.imread(p)
+    assert img.ndim == 3 and img.shape[0] > 150 and img.shape[1] > 400, p
+    assert img[..., :3].std() > 0.05, p          # not a blank canvas
+
+
+def test_every_chart_renders_from_the_demo_png_by_default(demo):
+    files = render_all(demo / "agg", demo / "charts", opt=ChartOptions(ranks=[0, 5], jobs=1))
     names = sorted(p.name for p in files)
+    # rank 5 is on stage 1 as rank 4 is: its pictures are rank 4's -> one chart per stage; the four
+    # PP groups (two replicas) draw the same picture -> one each (see test_alike_* for the rule)
     want = ["ranks_overview_iter10", "rank_0_timeline_iter10", "rank_0_microbatches_iter10", "rank_5_timeline_iter10",
             "rank_5_microbatches_iter10", "collectives_busbw", "collectives_skew_AllGather_DP",
-            "collectives_skew_AllReduce_TP", "collectives_skew_ReduceScatter_DP", "p2p_stage_pairs"] + \
-        [f"pp_group_{g}_iter10" for g in range(4)] + [f"replica_{r}_iter10" for r in range(2)]
-    assert names == sorted(f"{w}.{ext}" for w in want for ext in ("png", "svg"))
-    import matplotlib.image as mpimg
+            "collectives_skew_AllReduce_TP", "collectives_skew_ReduceScatter_DP", "p2p_stage_pairs",
+            "pp_group_0_iter10", "replica_0_iter10"]
+    assert names == sorted(f"{w}.png" for w in want)
     for p in files:
         assert p.stat().st_size > 5_000, p
-        if p.suffix == ".png":
-            img = mpimg.imread(p)
-            assert img.ndim == 3 and img.shape[0] > 150 and img.shape[1] > 400
-            assert img[..., :3].std() > 0.05          # not a blank canvas
-        else:
-            assert ET.parse(p).getroot().tag.endswith("svg")
+        _not_blank(p)
+
+
+def test_svg_on_request_and_stale_files_removed(demo):
+    out = demo / "svg"
+    render_all(demo / "agg", out, opt=ChartOptions(ranks=[0], jobs=1))
+    files = render_all(demo / "agg", out, opt=ChartOptions(ranks=[0], jobs=1, formats=("svg",)))
+    assert files and all(p.suffix == ".svg" for p in files)
+    assert sorted(out.iterdir()) == sorted(files)          # the PNGs of the run before are gone
+    for p in files:
+        assert ET.parse(p).getroot().tag.endswith("svg")
+    with pytest.raises(ValueError):
+        render_all(demo / "agg", out, opt=ChartOptions(formats=("jpg",)))
+
+
+def test_parallel_rendering_writes_the_same_files(demo):
+    one = render_all(demo / "agg", demo / "j1", opt=ChartOptions(jobs=1))
+    two = render_all(demo / "agg", demo / "j2", opt=ChartOptions(jobs=2))
+    assert [p.name for p in one] == [p.name for p in two]
+    for a, b in zip(one, two):
+        assert a.read_bytes() == b.read_bytes(), a.name
 
 
 def test_merge_close_hand_checked():
@@ -95,3 +121,104 @@ def test_one_heat_map_per_collective_kind_without_p2p(demo):
         assert sorted(ranks.tolist()) == sorted(set(m["rank"][mine].tolist()))
     p2p = np.isin(m["instance"], np.flatnonzero(c["collective"] == "SendRecv"))
     assert m["arrival_ns"][p2p].max() > max(np.nanmax(g[0]) for g in grids.values()) * 1e3
+
+
+def test_no_chart_without_content(tmp_path):
+    """One rank alone: its collectives are "matched" on that rank only, so there is no bandwidth
+    between ranks and no arrival skew to show: no collectives chart; what is written has content."""
+    generate_job(tmp_path / "traces", SynthSpec(world_size=4, tp=2, pp=2))
+    one = sorted((tmp_path / "traces").rglob("rank_0000_*.json"))
+    analyze(one, tmp_path / "an", AnalyzeOptions(jobs=1))
+    aggregate([tmp_path / "an"], tmp_path / "agg", AggregateOptions(jobs=1))
+    c = read_table(tmp_path / "agg" / "collectives.parquet")
+    assert len(c["instance"]) and (c["n_ranks"] == 1).all()
+    files = render_all(tmp_path / "agg", tmp_path / "charts", opt=ChartOptions(jobs=1))
+    names = {p.name for p in files}
+    assert "ranks_overview_iter10.png" in names and "rank_0_timeline_iter10.png" in names
+    assert not [n for n in names if n.startswith(("collectives_", "p2p_"))]
+    for p in files:
+        _not_blank(p)
+
+
+def test_empty_inputs_give_no_figure():
+    from streamtrace.report import charts as C
+    ranks = np.arange(4)
+    assert C.skew_heatmap((np.zeros((4, 10)), ranks, 1, 10), "AllReduce TP") is None     # all arrived together
+    assert C.skew_heatmap((np.full((4, 10), np.nan), ranks, 1, 10), "AllReduce TP") is None
+    zeros = {k: np.zeros(2, np.int64) for k in ("recv_wait_ns", "send_wait_ns", "time_ns")}
+    assert C.p2p_chart({"src_stage": np.asarray([0, 1]), "dst_stage": np.asarray([1, 0]), **zeros}) is None
+    coll = {"complete": np.asarray([True]), "busbw_gbps": np.asarray([50.0]), "msg_bytes": np.asarray([1 << 20]),
+            "n_ranks": np.asarray([1]), "collective": np.asarray(["AllReduce"], object),
+            "parallel_dim": np.asarray(["TP"], object)}
+    assert C.busbw_chart({"collectives": coll}) is None                                   # one-rank "instance"
+
+
+def test_alike_is_five_percent_of_the_axis():
+    from streamtrace.report.render import ALIKE_FRACTION, alike
+    assert ALIKE_FRACTION == 0.05
+    a = (("x",), np.asarray([0.0, 0.5, 1.0]))
+    assert alike(a, (("x",), np.asarray([0.049, 0.5, 0.96])))
+    assert not alike(a, (("x",), np.asarray([0.05, 0.5, 1.0])))          # 5 % of the axis is worth seeing
+    assert not alike(a, (("y",), np.asarray([0.0, 0.5, 1.0])))           # other bars or rows
+    assert not alike(a, (("x",), np.asarray([0.0, 0.5])))
+
+
+def test_alike_steps_get_one_chart_and_a_different_one_its_own(tmp_path):
+    """Two ProfilerSteps whose overview bars differ by 2 % (step 11 := step 10 x 1.02) draw one
+    chart naming the second step; x 2 (a difference anyone sees) gives the second its own."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from streamtrace.report.render import load, plan
+    generate_job(tmp_path / "traces", SynthSpec(world_size=4, tp=2, pp=2, steps=2))
+    analyze([tmp_path / "traces"], tmp_path / "an", AnalyzeOptions(jobs=1))
+    aggregate([tmp_path / "an"], tmp_path / "agg", AggregateOptions(jobs=1))
+    path = tmp_path / "agg" / "ranks.parquet"
+    orig = pq.read_table(path)
+    step = orig["step"].to_numpy()
+    assert sorted(set(step.tolist())) == [10, 11]
+
+    def overview_stems(factor):
+        t = orig
+        for k in ("compute_only_ns", "overlap_ns", "exposed_comm_ns", "idle_ns"):
+            col = t[k].to_numpy()
+            new = col.copy()
+            new[step == 11] = (col[step == 10] * factor).astype(np.int64)
+            t = t.set_column(t.schema.get_field_index(k), k, pa.array(new))
+        pq.write_table(t, path)
+        return [(x.stem, x.also) for x in plan(load(tmp_path / "agg"), tmp_path / "agg", ChartOptions())
+                if x.fn == "ranks_overview"]
+
+    assert overview_stems(1.02) == [("ranks_overview_iter10_step10", ["iteration 10 (ProfilerStep#11)"])]
+    assert [s for s, _ in overview_stems(2.0)] == ["ranks_overview_iter10_step10", "ranks_overview_iter10_step11"]
+
+
+def test_overview_of_many_ranks_is_a_sorted_distribution_with_outliers_named():
+    """300 ranks: no bar per rank but stacked areas over the ranks sorted by time lost (exposed comm
+    + idle), the five ranks that lost least and most named."""
+    from streamtrace.report import charts as C
+    rng = np.random.default_rng(1)
+    n = 300
+    ranks = rng.permutation(n)
+    cols = {"compute_only_ns": rng.integers(5_000_000, 6_000_000, n), "overlap_ns": rng.integers(0, 100_000, n),
+            "exposed_comm_ns": rng.integers(100_000, 1_000_000, n), "idle_ns": rng.integers(0, 200_000, n)}
+    cols["idle_ns"][ranks == 17] = 9_000_000                      # the straggler everyone waits for... or waits
+    data = {"ranks": {"rank": ranks, "iteration": np.full(n, 4), "step": np.full(n, 3),
+                      "source": np.asarray(["gpu"] * n, object), **cols}}
+    fig = C.ranks_overview(data, (4, 3))
+    ax = fig.axes[0]
+    assert len(ax.patches) == 0                                    # no bars
+    import re
+    least, most = ([int(x) for x in re.findall(r"r(\d+) \(", t.get_text())] for t in ax.texts)
+    lost = cols["exposed_comm_ns"] + cols["idle_ns"]
+    order = ranks[np.argsort(lost, kind="stable")]
+    assert least == order[:5].tolist() and most == order[::-1][:5].tolist() and most[0] == 17
+    C._plt().close(fig)
+
+
+def test_chart_format_option():
+    from streamtrace.cli.common import parse_formats
+    from streamtrace.errors import UsageError
+    assert parse_formats("png") == ("png",) and parse_formats("SVG, png") == ("svg", "png")
+    for bad in ("jpg", "", "png,pdf"):
+        with pytest.raises(UsageError):
+            parse_formats(bad)

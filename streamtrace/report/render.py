@@ -1,0 +1,264 @@
+"""Which charts of :mod:`streamtrace.report.charts` to draw, and drawing them (in parallel).
+
+* **No chart without content**: a chart function returns None when it would draw nothing worth a
+  look (no rows, every value 0, an all-zero heat map, bandwidth of one-rank "instances"); no file is
+  written for it, and chart files of an earlier run in the folder that this run did not write are
+  removed.
+* **Alike pictures, one chart**: the charts drawn once per step (``ranks_overview``,
+  ``rank_<R>_timeline``, ``rank_<R>_microbatches``, ``pp_group_<G>``, ``replica_<K>``) and, for the
+  per-rank, per-PP-group and per-replica ones, once per rank / group / replica, are drawn once for
+  each set of pictures with no difference worth seeing: in (step, rank or group) order, a picture
+  alike an earlier drawn one of the same kind gets no chart of its own; the drawn chart's title
+  names the steps / ranks / groups it stands for.  **Worth
+  seeing**: the drawn rows/bars differ (another rank of a group, phase, micro-batch or kernel
+  category), or some drawn quantity differs by at least :data:`ALIKE_FRACTION` (5 %) of its axis:
+  a bar height or stacked segment relative to the tallest bar, a window's start or end (from the
+  first window's start) relative to the longest span.  5 % is about 60 px of a 1,200 px axis: a
+  smaller difference has to be measured on the picture, it is not seen.
+* **Parallel**: ``jobs`` worker processes (fork; 0 = all cores) draw the charts; the files are the
+  same as with one (each chart is drawn from the same data by the same function, in its own
+  figure).
+* **Formats**: PNG (default), SVG, or both (:class:`ChartOptions`).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..job.aggregate import read_aggregate_table, read_meta
+from ..runtime.parallel import run_tasks
+from ..runtime.progress import progress_bar
+from . import charts as C
+
+ALIKE_FRACTION = 0.05
+WHAT = {"rank_timeline": "rank", "rank_microbatches": "rank", "pp_gantt": "PP group", "replica_view": "replica"}
+
+
+@dataclass
+class ChartOptions:
+    """Options of :func:`render_all`.
+
+    Attributes:
+        formats: file formats, a tuple of ``"png"`` and/or ``"svg"`` (default ``("png",)``).
+        jobs: worker processes drawing charts (int); 0 (default) = all cores; 1 = this process.
+        ranks: ranks that get per-rank charts (list of int); None (default): all when <= 8, else
+            each stage of the first PP group plus the rank that was the straggler most often.
+        max_groups: PP groups drawn (first N, default 16); max_replicas: replicas drawn (default 8).
+        progress: a bar over the charts (bool); None (default): only on a terminal.
+    """
+    formats: tuple = ("png",)
+    jobs: int = 0
+    ranks: list | None = None
+    max_groups: int = 16
+    max_replicas: int = 8
+    progress: bool | None = None
+
+
+@dataclass
+class ChartTask:
+    """One chart: ``fn`` (a name in :mod:`~streamtrace.report.charts`), its ``args`` (after the
+    data, for the per-step and collective charts), the file ``stem`` and ``also``: the labels of
+    the alike steps it stands for."""
+    fn: str
+    args: tuple
+    stem: str
+    data_arg: bool = True
+    also: list = field(default_factory=list)
+
+
+def load(aggdir) -> dict:
+    """The aggregate outputs the charts need, as column dicts (``meta`` = aggregate.json).
+    Raises :class:`~streamtrace.errors.DataError` naming a damaged or missing file."""
+    out = {"meta": read_meta(aggdir)}
+    for n in ("timeline", "rank_phase", "ranks", "pipeline", "collectives", "collectives_ranks", "p2p"):
+        out[n] = read_aggregate_table(aggdir, n)
+    return out
+
+
+# -- alike steps --------------------------------------------------------------------------------
+
+def _windows(rp, sel, a, b, rows=None):
+    """(shape, values) of the windows ``rp[a]..rp[b]`` of rows ``sel``, from the first start,
+    relative to the longest span; ``rows``: the ranks in chart-row order (the shape names the row,
+    not the rank)."""
+    ok = [j for j in sel.tolist() if rp[a][j] is not None and not np.isnan(float(rp[a][j]))]
+    row = {r: i for i, r in enumerate(rows or [])}
+    shape = tuple((row.get(int(rp["rank"][j]), 0), str(rp["phase"][j]), int(rp["microbatch"][j])) for j in ok)
+    if not ok:
+        return shape, np.zeros(0)
+    s = np.asarray([float(rp[a][j]) for j in ok])
+    e = np.asarray([float(rp[b][j]) for j in ok])
+    return shape, np.r_[s - s.min(), e - s.min()]
+
+
+def _bars(vals):
+    """Stacked bar values (rows x segments) -> the segments' cumulative tops."""
+    v = np.cumsum(np.asarray(vals, np.float64), axis=1) if len(vals) else np.zeros((0, 1))
+    return v.reshape(-1)
+
+
+def picture(data, fn, args, at):
+    """What chart ``fn`` with ``args`` draws for step ``at``, as ``(shape, values)``: ``shape``
+    the drawn rows/bars (hashable), ``values`` each drawn quantity in its axis' unit (float64 ns:
+    bar tops, or window ends from the first start; the largest value is the axis' extent)."""
+    rp, rk = data["rank_phase"], data["ranks"]
+    if fn == "ranks_overview":
+        sel = np.flatnonzero(C.rows_at(rk, at)) if len(rk.get("rank", [])) else np.zeros(0, np.int64)
+        sel = sel[np.argsort(rk["rank"][sel], kind="stable")] if len(sel) else sel
+        return (tuple(rk["rank"][sel].tolist()),
+                _bars(np.stack([rk[k][sel] for k, _ in C.OVERVIEW_PARTS], 1) if len(sel) else []))
+    if not len(rp.get("rank", [])):
+        return (), np.zeros(0)
+    if fn in ("rank_timeline", "rank_microbatches"):
+        ranks = [args[0]]
+    elif fn == "pp_gantt":
+        ranks = data["meta"]["topology"]["pp"][args[0]]
+    else:
+        ranks = data["meta"]["topology"]["replicas"][args[0]]
+    sel = np.flatnonzero(C.rows_at(rp, at) & np.isin(rp["rank"], list(ranks)))
+    if fn == "rank_microbatches":
+        sel = sel[np.isin(rp["phase"][sel], ("forward", "backward"))]
+        shape = tuple((str(rp["phase"][j]), int(rp["microbatch"][j])) for j in sel.tolist())
+        cols = ("compute_only_ns", "overlap_ns", "exposed_comm_ns")
+        return shape, np.r_[_bars(np.stack([rp[k][sel] for k in cols], 1) if len(sel) else []),
+                            rp["wall_ns"][sel].astype(np.float64)]
+    if fn == "rank_timeline":
+        tl = data["timeline"]
+        cats = tuple(sorted(set(tl["category"][(tl["rank"] == args[0]) & C.rows_at(tl, at)].tolist())))
+        shape, vals = _windows(rp, sel, "start_ns", "end_ns")
+        return (cats, shape), vals
+    sel = sel[np.isin(rp["phase"][sel], ("forward", "backward", "recompute", "optimizer"))]
+    return _windows(rp, sel, "compute_start_ns", "compute_end_ns", list(ranks))
+
+
+def alike(p, q, fraction=ALIKE_FRACTION) -> bool:
+    """Whether pictures ``p`` and ``q`` (from :func:`picture`) show no difference worth seeing:
+    the same shape and every value within ``fraction`` of the larger axis extent (the largest
+    value of either)."""
+    if p[0] != q[0] or p[1].shape != q[1].shape:
+        return False
+    if not p[1].size:
+        return True
+    extent = max(float(np.abs(p[1]).max()), float(np.abs(q[1]).max()), 1e-12)
+    return float(np.abs(p[1] - q[1]).max()) < fraction * extent
+
+
+# -- the plan ---------------------------------------------------------------------------------
+
+def chart_ranks(data, aggdir, ranks=None) -> list:
+    """The ranks that get per-rank charts (see :class:`ChartOptions`)."""
+    all_ranks = sorted(set(data["ranks"]["rank"].tolist())) if len(data["ranks"].get("rank", [])) else []
+    if ranks is not None:
+        return [r for r in ranks if r in set(all_ranks)]
+    if len(all_ranks) <= 8:
+        return all_ranks
+    topo = data["meta"].get("topology") or {}
+    out = list((topo.get("pp") or [[all_ranks[0]]])[0])
+    s = read_aggregate_table(aggdir, "stragglers")
+    if s:
+        lag: dict = {}                  # rows per collective kind and rank: the rank's total
+        for r, v in zip(s["rank"].tolist(), s["straggler_lag_ns"].tolist()):
+            lag[r] = lag.get(r, 0) + v
+        if lag:
+            out.append(int(max(lag, key=lag.get)))
+    return sorted(set(out))
+
+
+def _per_step_charts(data, ranks, opt) -> list:
+    """``(fn, args, stem prefix)`` of the charts drawn once per step."""
+    topo = data["meta"].get("topology")
+    present = set(data["ranks"]["rank"].tolist()) if len(data["ranks"].get("rank", [])) else set()
+    out = [("ranks_overview", (), "ranks_overview")]
+    for r in ranks:
+        out += [("rank_timeline", (r,), f"rank_{r}_timeline"), ("rank_microbatches", (r,), f"rank_{r}_microbatches")]
+    if topo:
+        out += [("pp_gantt", (gi,), f"pp_group_{gi}") for gi in range(min(len(topo["pp"]), opt.max_groups))
+                if set(topo["pp"][gi]) & present]
+        out += [("replica_view", (ri,), f"replica_{ri}") for ri in range(min(len(topo["replicas"]), opt.max_replicas))
+                if set(topo["replicas"][ri]) & present]
+    return out
+
+
+def plan(data, aggdir, opt: ChartOptions) -> list:
+    """Every :class:`ChartTask` to draw, alike pictures merged (see the module docstring)."""
+    rk = data["ranks"]
+    keys = sorted(set(zip(rk["iteration"].tolist(), rk["step"].tolist()))) if len(rk.get("rank", [])) else []
+    per_it = {it: sum(1 for i, _ in keys if i == it) for it, _ in keys}
+    tasks, drawn = [], {}             # drawn: chart kind -> [(picture, task)]
+    charts = _per_step_charts(data, chart_ranks(data, aggdir, opt.ranks), opt)
+    for at in keys:
+        for fn, args, prefix in charts:
+            p = picture(data, fn, args, at)
+            twin = next((t for q, t in drawn.get(fn, []) if alike(q, p)), None)
+            if twin is not None:
+                what = [f"{WHAT[fn]} {args[0]}"] if args and twin.args[0] != args[0] else []
+                twin.also.append(", ".join(what + ([C.label(at)] if twin.args[-1] != at else [])))
+                continue
+            t = ChartTask(fn, args + (at,), f"{prefix}_{C.stem_suffix(at, per_it[at[0]])}")
+            drawn.setdefault(fn, []).append((p, t))
+            tasks.append(t)
+    if data["collectives"] and len(data["collectives"].get("instance", [])):
+        tasks.append(ChartTask("busbw_chart", (), "collectives_busbw"))
+        for (coll, dim), grid in C.kind_grids(data["collectives"], data["collectives_ranks"]).items():
+            safe = "".join(ch if ch.isalnum() else "_" for ch in f"{coll}_{dim}")
+            tasks.append(ChartTask("skew_heatmap", (grid, f"{coll} {dim}"), f"collectives_skew_{safe}", False))
+    if data["p2p"] and len(data["p2p"].get("src", [])):
+        tasks.append(ChartTask("p2p_chart", (C.stage_pairs(data["p2p"]),), "p2p_stage_pairs", False))
+    return tasks
+
+
+# -- drawing ------------------------------------------------------------------------------------
+
+_RUN: dict = {}         # the data, tasks, folder and formats of the render in progress (inherited by forked workers)
+
+
+def draw(i) -> list:
+    """Draw task ``i`` of the render in progress and save it; returns the written paths ([] when
+    the chart has no content)."""
+    t = _RUN["tasks"][i]
+    fn = getattr(C, t.fn)
+    fig = fn(_RUN["data"], *t.args) if t.data_arg else fn(*t.args)
+    if fig is None:
+        return []
+    if t.also:
+        note = f"  (alike: {', '.join(t.also)})"
+        if fig.get_suptitle():
+            fig.suptitle(fig.get_suptitle() + note, fontsize=10)
+        else:
+            fig.axes[0].set_title(fig.axes[0].get_title() + note, fontsize=10)
+    return C.save(fig, Path(_RUN["out"]) / t.stem, _RUN["formats"])
+
+
+def render_all(aggdir, outdir, ranks=None, max_groups=16, max_replicas=8, log=None, progress=None,
+               opt: ChartOptions | None = None) -> list:
+    """Render every chart of :mod:`~streamtrace.report.charts` that has content into ``outdir``
+    (``opt``, or the keyword arguments, see :class:`ChartOptions`) and remove the chart files an
+    earlier run left there.  Returns the written paths in plan order.  Raises ValueError for an
+    unknown format."""
+    opt = opt or ChartOptions(ranks=ranks, max_groups=max_groups, max_replicas=max_replicas, progress=progress)
+    bad = [f for f in opt.formats if f not in C.FORMATS]
+    if bad or not opt.formats:
+        raise ValueError(f"chart format {bad[0] if bad else ''!r}: use png or svg")
+    data = load(aggdir)
+    out = Path(outdir)
+    out.mkdir(parents=True, exist_ok=True)
+    tasks = plan(data, aggdir, opt)
+    C._plt()                               # import matplotlib once, before the workers fork
+    _RUN.update(data=data, tasks=tasks, out=str(out), formats=tuple(opt.formats))
+    jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(tasks)))
+    try:
+        with progress_bar(len(tasks), "charts", "chart", opt.progress) as bar:
+            res = run_tasks(draw, [(i,) for i in range(len(tasks))], jobs, on_done=bar.update)
+    finally:
+        _RUN.clear()
+    files = [Path(p) for r in res for p in r]
+    keep = {p.name for p in files}
+    for old in list(out.glob("*.png")) + list(out.glob("*.svg")):
+        if old.name not in keep:
+            old.unlink()
+    if log:
+        log(f"wrote {len(files)} chart files to {out}")
+    return files
