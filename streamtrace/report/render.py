@@ -9,7 +9,8 @@
   per-rank, per-PP-group and per-replica ones, once per rank / group / replica, are drawn once for
   each set of pictures with no difference worth seeing: in (step, rank or group) order, a picture
   alike an earlier drawn one of the same kind gets no chart of its own; the drawn chart's title
-  names the steps / ranks / groups it stands for.  **Worth
+  names the steps / ranks / groups it stands for.  Ranks asked for by name (``ranks``,
+  ``--chart-ranks``) each get their charts; only their alike steps are merged.  **Worth
   seeing**: the drawn rows/bars differ (another rank of a group, phase, micro-batch or kernel
   category), or some drawn quantity differs by at least :data:`ALIKE_FRACTION` (5 %) of its axis:
   a bar height or stacked segment relative to the tallest bar, a window's start or end (from the
@@ -182,6 +183,9 @@ def _per_step_charts(data, ranks, opt) -> list:
     return out
 
 
+RANK_CHARTS = ("rank_timeline", "rank_microbatches")
+
+
 def plan(data, aggdir, opt: ChartOptions) -> list:
     """Every :class:`ChartTask` to draw, alike pictures merged (see the module docstring)."""
     rk = data["ranks"]
@@ -192,7 +196,9 @@ def plan(data, aggdir, opt: ChartOptions) -> list:
     for at in keys:
         for fn, args, prefix in charts:
             p = picture(data, fn, args, at)
-            twin = next((t for q, t in drawn.get(fn, []) if alike(q, p)), None)
+            own = opt.ranks is not None and fn in RANK_CHARTS       # ranks asked for: each its own
+            twin = next((t for q, t in drawn.get(fn, []) if (not own or t.args[0] == args[0]) and alike(q, p)),
+                        None)
             if twin is not None:
                 what = [f"{WHAT[fn]} {args[0]}"] if args and twin.args[0] != args[0] else []
                 twin.also.append(", ".join(what + ([C.label(at)] if twin.args[-1] != at else [])))

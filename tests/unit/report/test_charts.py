@@ -48,6 +48,15 @@ def test_every_chart_renders_from_the_demo_png_by_default(demo):
         _not_blank(p)
 
 
+def test_ranks_asked_for_each_get_their_chart(demo):
+    """Ranks 0 and 1 (one TP group) draw alike pictures: by default one chart stands for both;
+    asked for by name, each gets its own."""
+    asked = {p.name for p in render_all(demo / "agg", demo / "asked", opt=ChartOptions(ranks=[0, 1], jobs=1))}
+    assert {"rank_0_timeline_iter10.png", "rank_1_timeline_iter10.png", "rank_1_microbatches_iter10.png"} <= asked
+    default = {p.name for p in render_all(demo / "agg", demo / "default", opt=ChartOptions(jobs=1))}
+    assert "rank_0_timeline_iter10.png" in default and "rank_1_timeline_iter10.png" not in default
+
+
 def test_svg_on_request_and_stale_files_removed(demo):
     out = demo / "svg"
     render_all(demo / "agg", out, opt=ChartOptions(ranks=[0], jobs=1))
