@@ -55,7 +55,7 @@ def test_filters(tmp_path, opts):
     generate_job(tmp_path / "demo", SynthSpec(world_size=4, tp=2, pp=2))
     out = tmp_path / "m.json.gz"
     val = merge([tmp_path / "demo"], out, MergeOptions(jobs=1, **opts))[0]["validation"]
-    check(out, sorted((tmp_path / "demo").rglob("*.json")), val)
+    check(out, sorted((tmp_path / "demo").rglob("*.pt.trace.json")), val)
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
