@@ -255,6 +255,12 @@ def nesting_chunk(tkind, pidv, tidv, start, end, view, state, stacks):
             state[5] = 0
             state[10] = 0
             state[11] = 0
+        full = False                    # a stack this record may push on is full: grow it
+        for v in range(2):              # before anything of the record is counted
+            if view[i] & (1 << v) and state[4 + v] >= cap:
+                full = True
+        if full:
+            return i
         s = start[i]
         e = end[i]
         for v in range(2):
@@ -269,9 +275,6 @@ def nesting_chunk(tkind, pidv, tidv, start, end, view, state, stacks):
             if top > 0 and e > stacks[v, top - 1]:
                 state[6 + v] += 1
             else:
-                if top >= cap:
-                    state[4 + v] = top
-                    return i
                 stacks[v, top] = e
                 top += 1
             state[4 + v] = top

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from streamtrace.kernels import scan as K
@@ -85,6 +85,8 @@ slices = st.lists(st.tuples(st.integers(0, 2), st.integers(0, 1), st.integers(-3
 
 @FAST
 @given(slices, st.lists(st.integers(0, 80), max_size=6), st.integers(1, 4))
+# a record in both views meeting a full stack in the second: nothing of it may count before the stacks grow
+@example(recs=[(2, 0, 0, 0, 2, 1), (2, 0, 0, 0, 3, 2), (2, 0, 0, 1, 2, 3)], cuts=[], cap=1)
 def test_nesting_chunk_matches_twin(recs, cuts, cap):
     r = np.array(recs, np.int64).reshape(-1, 6)
     tkind, pid, tid, start, end, view = r[:, 0], r[:, 1], r[:, 2], r[:, 3], r[:, 3] + r[:, 4], r[:, 5]
