@@ -182,9 +182,14 @@ def parse_ns(buf, pos, n):
         if not edig:
             return False, np.int64(0), i
         exp += -e if eneg else e
-    if round_up and mant < _INT64_MAX:
-        mant += 1
     p = 3 + exp - frac          # ns = mant * 10**p
+    # digits past the mantissa decide the rounding only when the mantissa ends at the ns digit;
+    # when it holds finer digits, the first of those decides (rounding twice would be wrong:
+    # 92233720368548.33745 us is 92233720368548337 ns, not ...338)
+    if round_up and p == 0 and mant < _INT64_MAX:
+        mant += 1
+    if dropped and p > 0:       # a digit did not fit at or above the ns digit: beyond int64 ns
+        return False, np.int64(0), i
     if mant == 0:
         return True, np.int64(0), i
     if p >= 0:

@@ -41,6 +41,9 @@ numbers = st.one_of(
     st.tuples(st.integers(0, 999), st.integers(0, 999), st.integers(-3, 9)).map(lambda t: f"{t[0]}.{t[1]}E+{t[2]}"
                                                                                  .replace("+-", "-")),
     st.just("9223372036854775.807"), st.just("9223372036854775.808"), st.just("1712195495519689.047"),
+    # more digits than the int64 mantissa holds, the first dropped one >= 5 (rounded once, not twice)
+    st.just("92233720368548.3374500"), st.just("-92233720368548.33745"),
+    st.tuples(st.integers(10 ** 13, 10 ** 15), st.integers(0, 10 ** 12)).map(lambda t: f"{t[0]}.{str(t[1]).zfill(12)}"),
 )
 
 
