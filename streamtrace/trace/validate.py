@@ -19,10 +19,20 @@ end a record (key, file order, rank), int64 only; each kind goes through an exte
 (:class:`~streamtrace.events.sort.ExternalSorter`, runs spilled to ``spill_dir``) and is checked
 in order by :func:`~streamtrace.kernels.validate.nesting_chunk` /
 :func:`~streamtrace.kernels.validate.flow_chunk`.  Memory: one batch plus one sort run per kind.
+
+With ``jobs`` > 1, a plain or gzip trace of at least ``split_threshold`` bytes is read by worker
+processes in byte ranges (:func:`~streamtrace.trace.ranges.guess_ranges`, as ``analyze --jobs``
+cuts one big file): each worker appends its range's records to a log, and this process feeds the
+logs, in file order and as they arrive, into the one external sort (:func:`replay`), so the
+nesting and flow checks across range boundaries are exactly those of one pass.  A file that
+cannot be cut that way (a bare array, a truncated or odd tail, too few likely cuts) or a range
+that does not parse exactly is read by one process, which reports any error as ``jobs=1`` does.
 """
 from __future__ import annotations
 
 import math
+import os
+import shutil
 import struct
 import tempfile
 from dataclasses import dataclass
@@ -30,12 +40,17 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 
+from ..errors import TraceError
 from ..events.codec import pack, unpack
 from ..events.sort import ExternalSorter
 from ..kernels import scan as K
 from ..kernels import validate as KV
+from ..runtime.files import remove_quietly
+from ..runtime.parallel import InWorker, pool
 from .decode import decode_value, loads
+from .ranges import RANGES_PER_JOB, SPLIT_THRESHOLD, clean_joints, guess_ranges
 from .reader import BATCH_EVENTS, TraceReader
+from .source import plain_copy, size_hint
 
 PROBLEMS = ("missing_field", "negative_dur", "duplicate_flow", "cross_rank_flow", "bad_nesting")
 # Reported but not failing: Kineto itself writes lone ``f`` ends for runtime calls
@@ -60,10 +75,15 @@ class ValidateOptions:
         spill_dir: folder for the sorted runs of large traces (default: the system's temporary
             folder); a trace whose records fit one run writes nothing.
         sort_rows: records per sorted run (memory: ~50-64 bytes each, one run per kind at a time).
+        jobs: worker processes reading byte ranges of one big trace (0: all cores; 1: this
+            process only).  The report is the same whatever ``jobs``.
+        split_threshold: traces of fewer (uncompressed) bytes are read by this process alone.
     """
     salvage: bool = False
     spill_dir: str | None = None
     sort_rows: int = SORT_ROWS
+    jobs: int = 1
+    split_threshold: int = SPLIT_THRESHOLD
 
 
 def validate(path, salvage=False, opt: ValidateOptions | None = None) -> dict:
@@ -74,6 +94,11 @@ def validate(path, salvage=False, opt: ValidateOptions | None = None) -> dict:
     ``flows``: distinct flow ``(cat, id)`` keys).  Raises :class:`~streamtrace.errors.TraceError`
     when the file is not readable JSON (truncated, corrupt gzip, invalid UTF-8 or JSON)."""
     opt = opt or ValidateOptions(salvage=salvage)
+    jobs = opt.jobs or os.cpu_count() or 1
+    if jobs > 1 and not opt.salvage and size_hint(path, os.path.getsize(path)) >= opt.split_threshold:
+        rep = validate_split(path, opt, jobs)
+        if rep is not None:
+            return rep
     reader = TraceReader(path, salvage=opt.salvage)
     with Checker(opt) as chk:
         for b in reader.raw_batches(decode="bounds"):
@@ -250,30 +275,146 @@ class Checker:
         return out
 
 
-def replay(parts: list, opt: ValidateOptions | None = None) -> Checker:
+def replay(parts, opt: ValidateOptions | None = None) -> Checker:
     """A checker holding the records of several byte ranges of one trace, in file order:
-    ``parts`` are the ranges' :meth:`Checker.counters` (their logs are read, not removed).
-    Call :meth:`Checker.reports` on it."""
+    ``parts`` (any iterable, consumed once) are the ranges' :meth:`Checker.counters` (their logs
+    are read, not removed).  Call :meth:`Checker.reports` on it."""
     chk = Checker(opt)
-    for p in parts:
-        for v in range(2):
-            chk.events[v] += p["events"][v]
-            chk.missing[v] += p["missing"][v]
-            chk.negdur[v] += p["negdur"][v]
-        with open(p["log"], "rb") as f:
-            while True:
-                head = f.read(24)
-                if not head:
-                    break
-                which, n, size = np.frombuffer(head, np.int64).tolist()
-                if which == 0:
-                    chk.nest.add(unpack(f.read(size), NEST_DTYPE, n, ("start", "end")))
-                else:
-                    rec = unpack(f.read(size), FLOW_DTYPE, n, ("seq",))
-                    rec["seq"] += chk.seq
-                    chk.flows.add(rec)
-        chk.seq += p["seq"]
+    try:
+        for p in parts:
+            for v in range(2):
+                chk.events[v] += p["events"][v]
+                chk.missing[v] += p["missing"][v]
+                chk.negdur[v] += p["negdur"][v]
+            _replay_log(chk, p["log"])
+            chk.seq += p["seq"]
+    except BaseException:
+        chk.close()
+        raise
     return chk
+
+
+def _replay_log(chk: Checker, log: str):
+    """Add the records of one range's log to ``chk`` (flow ends' file order shifted by the
+    events of the ranges before it)."""
+    with open(log, "rb") as f:
+        while True:
+            head = f.read(24)
+            if not head:
+                break
+            which, n, size = np.frombuffer(head, np.int64).tolist()
+            if which == 0:
+                chk.nest.add(unpack(f.read(size), NEST_DTYPE, n, ("start", "end")))
+            else:
+                rec = unpack(f.read(size), FLOW_DTYPE, n, ("seq",))
+                rec["seq"] += chk.seq
+                chk.flows.add(rec)
+
+
+@dataclass(frozen=True)
+class RangeTask:
+    """One worker's share of :func:`validate_split`: bytes ``byte_range`` of the plain trace
+    ``path`` (whole events: proven by the parse, see :func:`check_range`), its records' ``log``
+    file, ``index`` (file order) and ``first`` (the range starts the array)."""
+    path: str
+    byte_range: tuple
+    log: str
+    index: int
+    first: bool
+
+
+def check_range(task: RangeTask) -> dict:
+    """Worker: read one byte range and append its records to ``task.log``; returns
+    ``{"parts": Checker.counters(), "warnings"}``.  Raises :class:`TraceError` when the range is
+    not whole events that the ``]`` appended to it closes exactly, or a range after a comma holds
+    no event (the log is then removed)."""
+    distinct_nans(task.byte_range[0])
+    reader = TraceReader(task.path, byte_range=task.byte_range)
+    chk = Checker(log=task.log)
+    try:
+        for b in reader.raw_batches(decode="bounds"):
+            chk.add(b.buf, b.starts, b.ends, b.offset, reader.path)
+        parts = chk.counters()
+        a, b = task.byte_range
+        if reader.events_end != b - a + 2:                     # the stream is "[" + range + "]"
+            raise TraceError(task.path, "byte range does not end on an event boundary", offset=b)
+        if not task.first and reader.events_read == 0:
+            raise TraceError(task.path, "no event after a comma in traceEvents", offset=a)
+    except BaseException:
+        chk.close()
+        remove_quietly(task.log)
+        raise
+    return {"parts": parts, "warnings": reader.warnings}
+
+
+def split_plan(src, parts: int) -> list | None:
+    """Byte ranges ``[(start, end)]`` of the plain trace ``src`` for :func:`validate_split`
+    (:func:`~streamtrace.trace.ranges.guess_ranges`, about ``parts`` of them), or None when it is
+    not worth or not safe to cut: a bare array, no whole-trace head or tail, fewer than two
+    ranges, a ``traceEvents`` key besides the array, anything but one comma between ranges."""
+    with open(src, "rb") as f:
+        lead = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    if not lead.startswith(b"{"):
+        return None
+    try:
+        plan = guess_ranges(src, parts)
+    except TraceError:
+        return None
+    if plan is None:
+        return None
+    ranges, meta, _ = plan
+    if len(ranges) < 2 or "traceEvents" in meta or not clean_joints(src, ranges):
+        return None
+    return ranges
+
+
+def validate_split(path, opt: ValidateOptions, jobs: int) -> dict | None:
+    """:func:`validate` with ``jobs`` worker processes over byte ranges of one trace (a gzip input
+    is decompressed to a temporary file first).  Returns the report, or None when the trace is
+    not cut (:func:`split_plan`) or a range does not parse (the caller reads it in one process)."""
+    folder = opt.spill_dir or tempfile.gettempdir()
+    plain = plain_copy(path, folder)
+    logs = None
+    try:
+        src = plain or str(path)
+        ranges = split_plan(src, jobs * RANGES_PER_JOB)
+        if ranges is None:
+            return None
+        logs = tempfile.mkdtemp(prefix=".streamtrace-validate-", dir=folder)
+        tasks = [RangeTask(src, r, os.path.join(logs, f"{i}.log"), i, i == 0) for i, r in enumerate(ranges)]
+        try:
+            rep, warnings = _run_ranges(tasks, opt, jobs)
+        except TraceError:
+            return None
+    finally:
+        remove_quietly(plain)
+        if logs:
+            shutil.rmtree(logs, ignore_errors=True)
+    return {"path": str(path), "events": rep["events"], "problems": rep["problems"], "notices": rep["notices"],
+            "ok": rep["ok"], "tracks": rep["tracks"], "flows": rep["flows"], "warnings": warnings}
+
+
+def _run_ranges(tasks, opt: ValidateOptions, jobs: int):
+    """The ranges' records sorted and checked here while the workers read (each range's log is
+    replayed, then removed, as soon as it and those before it are done).  Returns ``(report,
+    warnings)``; raises what a worker raised (the rest cancelled)."""
+    warnings = []
+    with pool(min(jobs, len(tasks))) as ex:
+        futures = [ex.submit(InWorker(check_range), t) for t in tasks]
+        try:
+            def parts():
+                for t, fut in zip(tasks, futures):
+                    res = fut.result()
+                    warnings.extend(res["warnings"])
+                    yield res["parts"]
+                    remove_quietly(t.log)
+            with replay(parts(), ValidateOptions(spill_dir=opt.spill_dir, sort_rows=opt.sort_rows)) as chk:
+                rep = chk.report()
+        except BaseException:
+            for fut in futures:
+                fut.cancel()
+            raise
+    return rep, warnings
 
 
 def _classify(f):
@@ -371,6 +512,13 @@ def fnv1a_text(data: bytes) -> int:
 
 
 _NAN_SEQ = [0]
+
+
+def distinct_nans(start: int):
+    """Call in a worker that reads the byte range starting at file offset ``start``: the NaN
+    ranks it reads (each a fresh value, see :func:`rank_of`) then differ from those of every
+    other range of the file, as they do in one pass (each NaN takes 3 bytes or more)."""
+    _NAN_SEQ[0] = (start + 1) << 2
 
 
 def key_of(v) -> tuple:
