@@ -47,6 +47,7 @@ from ..kernels import scan as K
 from ..kernels import validate as KV
 from ..runtime.files import remove_quietly
 from ..runtime.parallel import InWorker, pool
+from ..runtime.warmup import warm_trace
 from .decode import decode_value, loads
 from .ranges import RANGES_PER_JOB, SPLIT_THRESHOLD, clean_joints, guess_ranges
 from .reader import BATCH_EVENTS, TraceReader
@@ -275,76 +276,97 @@ class Checker:
         return out
 
 
-def replay(parts, opt: ValidateOptions | None = None) -> Checker:
+def replay(parts: list, opt: ValidateOptions | None = None) -> Checker:
     """A checker holding the records of several byte ranges of one trace, in file order:
-    ``parts`` (any iterable, consumed once) are the ranges' :meth:`Checker.counters` (their logs
-    are read, not removed).  Call :meth:`Checker.reports` on it."""
+    ``parts`` are the ranges' :meth:`Checker.counters` (their logs are read, not removed).
+    Call :meth:`Checker.reports` on it."""
     chk = Checker(opt)
-    try:
-        for p in parts:
-            for v in range(2):
-                chk.events[v] += p["events"][v]
-                chk.missing[v] += p["missing"][v]
-                chk.negdur[v] += p["negdur"][v]
-            _replay_log(chk, p["log"])
-            chk.seq += p["seq"]
-    except BaseException:
-        chk.close()
-        raise
+    for p in parts:
+        for v in range(2):
+            chk.events[v] += p["events"][v]
+            chk.missing[v] += p["missing"][v]
+            chk.negdur[v] += p["negdur"][v]
+        with open(p["log"], "rb") as f:
+            while True:
+                head = f.read(24)
+                if not head:
+                    break
+                which, n, size = np.frombuffer(head, np.int64).tolist()
+                if which == 0:
+                    chk.nest.add(unpack(f.read(size), NEST_DTYPE, n, ("start", "end")))
+                else:
+                    rec = unpack(f.read(size), FLOW_DTYPE, n, ("seq",))
+                    rec["seq"] += chk.seq
+                    chk.flows.add(rec)
+        chk.seq += p["seq"]
     return chk
-
-
-def _replay_log(chk: Checker, log: str):
-    """Add the records of one range's log to ``chk`` (flow ends' file order shifted by the
-    events of the ranges before it)."""
-    with open(log, "rb") as f:
-        while True:
-            head = f.read(24)
-            if not head:
-                break
-            which, n, size = np.frombuffer(head, np.int64).tolist()
-            if which == 0:
-                chk.nest.add(unpack(f.read(size), NEST_DTYPE, n, ("start", "end")))
-            else:
-                rec = unpack(f.read(size), FLOW_DTYPE, n, ("seq",))
-                rec["seq"] += chk.seq
-                chk.flows.add(rec)
 
 
 @dataclass(frozen=True)
 class RangeTask:
     """One worker's share of :func:`validate_split`: bytes ``byte_range`` of the plain trace
     ``path`` (whole events: proven by the parse, see :func:`check_range`), its records' ``log``
-    file, ``index`` (file order) and ``first`` (the range starts the array)."""
+    file, ``index`` (file order), ``first`` (the range starts the array) and the options of its
+    sort (``spill_dir``, ``sort_rows``)."""
     path: str
     byte_range: tuple
     log: str
     index: int
     first: bool
+    opt: ValidateOptions
+
+
+SEQ_STRIDE = 1 << 40     # flow ends of range k are numbered from k * SEQ_STRIDE: file order across ranges
 
 
 def check_range(task: RangeTask) -> dict:
-    """Worker: read one byte range and append its records to ``task.log``; returns
-    ``{"parts": Checker.counters(), "warnings"}``.  Raises :class:`TraceError` when the range is
-    not whole events that the ``]`` appended to it closes exactly, or a range after a comma holds
-    no event (the log is then removed)."""
+    """Worker: read one byte range, sort its records and write the sorted runs to ``task.log``
+    (:func:`write_runs`); returns ``{"events", "missing", "negdur", "warnings"}``.  Raises
+    :class:`TraceError` when the range is not whole events that the ``]`` appended to it closes
+    exactly, or a range after a comma holds no event (the log is then removed)."""
     distinct_nans(task.byte_range[0])
     reader = TraceReader(task.path, byte_range=task.byte_range)
-    chk = Checker(log=task.log)
+    chk = Checker(task.opt)
+    chk.seq = task.index * SEQ_STRIDE
     try:
         for b in reader.raw_batches(decode="bounds"):
             chk.add(b.buf, b.starts, b.ends, b.offset, reader.path)
-        parts = chk.counters()
         a, b = task.byte_range
         if reader.events_end != b - a + 2:                     # the stream is "[" + range + "]"
             raise TraceError(task.path, "byte range does not end on an event boundary", offset=b)
         if not task.first and reader.events_read == 0:
             raise TraceError(task.path, "no event after a comma in traceEvents", offset=a)
+        write_runs(task.log, chk)
     except BaseException:
-        chk.close()
         remove_quietly(task.log)
         raise
-    return {"parts": parts, "warnings": reader.warnings}
+    finally:
+        chk.close()
+    return {"events": chk.events, "missing": chk.missing, "negdur": chk.negdur, "warnings": reader.warnings}
+
+
+def write_runs(log: str, chk: Checker):
+    """Write ``chk``'s records, as sorted runs, to the file ``log``: per run int64 ``[kind (0 X
+    slices, 1 flow ends), sub-blocks]``, int64 ``[records, bytes]`` per sub-block, the bytes."""
+    with open(log, "wb") as f:
+        for which, sorter in enumerate((chk.nest, chk.flows)):
+            for run in sorter.export_runs():
+                head = [which, len(run)] + [x for n, d in run for x in (n, len(d))]
+                f.write(np.array(head, np.int64).tobytes())
+                for _, d in run:
+                    f.write(d)
+
+
+def read_runs(log: str, chk: Checker):
+    """Add the sorted runs of a :func:`write_runs` file to ``chk``'s sorters, one run at a time."""
+    with open(log, "rb") as f:
+        while True:
+            head = f.read(16)
+            if not head:
+                break
+            which, k = np.frombuffer(head, np.int64).tolist()
+            sizes = np.frombuffer(f.read(16 * k), np.int64).reshape(k, 2).tolist()
+            (chk.nest if which == 0 else chk.flows).add_runs([[(n, f.read(size)) for n, size in sizes]])
 
 
 def split_plan(src, parts: int) -> list | None:
@@ -380,8 +402,11 @@ def validate_split(path, opt: ValidateOptions, jobs: int) -> dict | None:
         ranges = split_plan(src, jobs * RANGES_PER_JOB)
         if ranges is None:
             return None
+        with warm_trace(folder) as (_, warm):     # load every kernel here: the forked workers inherit it
+            validate(warm)
         logs = tempfile.mkdtemp(prefix=".streamtrace-validate-", dir=folder)
-        tasks = [RangeTask(src, r, os.path.join(logs, f"{i}.log"), i, i == 0) for i, r in enumerate(ranges)]
+        sort = ValidateOptions(spill_dir=opt.spill_dir, sort_rows=opt.sort_rows)
+        tasks = [RangeTask(src, r, os.path.join(logs, f"{i}.log"), i, i == 0, sort) for i, r in enumerate(ranges)]
         try:
             rep, warnings = _run_ranges(tasks, opt, jobs)
         except TraceError:
@@ -395,25 +420,27 @@ def validate_split(path, opt: ValidateOptions, jobs: int) -> dict | None:
 
 
 def _run_ranges(tasks, opt: ValidateOptions, jobs: int):
-    """The ranges' records sorted and checked here while the workers read (each range's log is
-    replayed, then removed, as soon as it and those before it are done).  Returns ``(report,
-    warnings)``; raises what a worker raised (the rest cancelled)."""
+    """The ranges' sorted runs merged and checked here; each range's runs are taken (and its log
+    removed) as soon as it and those before it are done, while the workers read on.  Returns
+    ``(report, warnings)``; raises what a worker raised (the rest cancelled)."""
     warnings = []
-    with pool(min(jobs, len(tasks))) as ex:
+    with pool(min(jobs, len(tasks))) as ex, Checker(tasks[0].opt) as chk:
         futures = [ex.submit(InWorker(check_range), t) for t in tasks]
         try:
-            def parts():
-                for t, fut in zip(tasks, futures):
-                    res = fut.result()
-                    warnings.extend(res["warnings"])
-                    yield res["parts"]
-                    remove_quietly(t.log)
-            with replay(parts(), ValidateOptions(spill_dir=opt.spill_dir, sort_rows=opt.sort_rows)) as chk:
-                rep = chk.report()
+            for t, fut in zip(tasks, futures):
+                res = fut.result()
+                for v in range(2):
+                    chk.events[v] += res["events"][v]
+                    chk.missing[v] += res["missing"][v]
+                    chk.negdur[v] += res["negdur"][v]
+                warnings.extend(res["warnings"])
+                read_runs(t.log, chk)
+                remove_quietly(t.log)
         except BaseException:
             for fut in futures:
                 fut.cancel()
             raise
+        rep = chk.report()
     return rep, warnings
 
 
