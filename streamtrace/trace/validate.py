@@ -327,6 +327,7 @@ def check_range(task: RangeTask) -> dict:
     distinct_nans(task.byte_range[0])
     reader = TraceReader(task.path, byte_range=task.byte_range)
     chk = Checker(task.opt)
+    chk.nest.folder = chk.flows.folder = None     # runs kept in memory (ranges are <= split_threshold bytes)
     chk.seq = task.index * SEQ_STRIDE
     try:
         for b in reader.raw_batches(decode="bounds"):
@@ -399,7 +400,8 @@ def validate_split(path, opt: ValidateOptions, jobs: int) -> dict | None:
     logs = None
     try:
         src = plain or str(path)
-        ranges = split_plan(src, jobs * RANGES_PER_JOB)
+        parts = max(jobs * RANGES_PER_JOB, -(-os.path.getsize(src) // SPLIT_THRESHOLD))     # ranges <= 256 MB
+        ranges = split_plan(src, parts)
         if ranges is None:
             return None
         with warm_trace(folder) as (_, warm):     # load every kernel here: the forked workers inherit it
