@@ -164,6 +164,9 @@ def main(argv=None):
     ap.add_argument("--no-reference", action="store_true", help="skip the previous per-event validate")
     ap.add_argument("--quick", action="store_true", help="2 x 30 MB, one run each, nothing recorded")
     ap.add_argument("--record", action="store_true", help="record even with --quick")
+    ap.add_argument("--merged", nargs=2, metavar=("SMALL", "TWICE"),
+                    help="with --validate-only: these two merged files (the second ~twice the first) instead of "
+                         "generating the inputs and merging them")
     ap.add_argument("--validate-only", action="store_true",
                     help="only streamtrace validate, with its default -j (all cores) and with -j 1")
     args = ap.parse_args(argv)
@@ -177,10 +180,14 @@ def main(argv=None):
         print(f"[{time.time() - t_start:6.0f}s] {msg}", flush=True)
 
     src = Path(args.src)
-    d2, files2, size2, _ = ensure_inputs(scratch, src, 2, args.size_mb, log)
-    d4, _, size4, _ = ensure_inputs(scratch, src, 4, args.size_mb, log)
-    m1 = merged_file(scratch, d2, f"merged_2x{args.size_mb:g}mb.json", log)
-    m2 = merged_file(scratch, d4, f"merged_4x{args.size_mb:g}mb.json", log)
+    if args.validate_only and args.merged:
+        m1, m2 = (Path(m) for m in args.merged)
+        d2 = size2 = None
+    else:
+        d2, files2, size2, _ = ensure_inputs(scratch, src, 2, args.size_mb, log)
+        d4, _, size4, _ = ensure_inputs(scratch, src, 4, args.size_mb, log)
+        m1 = merged_file(scratch, d2, f"merged_2x{args.size_mb:g}mb.json", log)
+        m2 = merged_file(scratch, d4, f"merged_4x{args.size_mb:g}mb.json", log)
     run = Runner(args, log)
     out = scratch / "out-validate.json"
     st = [sys.executable, "-m", "streamtrace"]
@@ -217,8 +224,9 @@ def main(argv=None):
                f"- machine: {mi['nproc']} cores ({mi['cpu']}), {mi['ram_gib']:.1f} GiB RAM ({mi['avail_gib']:.1f} GiB "
                f"available at start), Python {mi['python']}; {mi.get('streamtrace', '?')}; orjson {mi.get('orjson', '?')}; "
                f"git {mi.get('git', '?')}; streamtrace source hash {code_id()}; {uptime()}",
-               f"- inputs: 2 and 4 ranks of {args.size_mb:g} MB inflated from `{src.name}`; merged files made with "
-               f"`--no-validate`; total benchmark time {(time.time() - t_start) / 60:.0f} min\n",
+               (f"- inputs: the merged files {m1} and {m2} (given with --merged)" if args.merged else
+                f"- inputs: 2 and 4 ranks of {args.size_mb:g} MB inflated from `{src.name}`; merged files made with "
+                f"`--no-validate`") + f"; total benchmark time {(time.time() - t_start) / 60:.0f} min\n",
                text, "", "Targets (issue 16):", *vs, "", "Notes:", *[f"- {n}" for n in run.notes]]
     append_results("\n".join(section) + "\n")
 
