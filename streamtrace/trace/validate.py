@@ -22,9 +22,10 @@ in order by :func:`~streamtrace.kernels.validate.nesting_chunk` /
 
 With ``jobs`` > 1, a plain or gzip trace of at least ``split_threshold`` bytes is read by worker
 processes in byte ranges (:func:`~streamtrace.trace.ranges.guess_ranges`, as ``analyze --jobs``
-cuts one big file): each worker appends its range's records to a log, and this process feeds the
-logs, in file order and as they arrive, into the one external sort (:func:`replay`), so the
-nesting and flow checks across range boundaries are exactly those of one pass.  A file that
+cuts one big file, ranges of at most 256 MB): each worker sorts its range's records into sorted
+runs (flow ends numbered from ``range * 2**40``, which keeps file order across ranges) and this
+process merges the runs of every range in the one external sort, so the nesting and flow checks
+across range boundaries are exactly those of one pass.  A file that
 cannot be cut that way (a bare array, a truncated or odd tail, too few likely cuts) or a range
 that does not parse exactly is read by one process, which reports any error as ``jobs=1`` does.
 """
