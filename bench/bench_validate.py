@@ -16,7 +16,8 @@ row is the run with the median wall time, every run is listed):
   * ``streamtrace merge DIR -o OUT.json`` (default: validating, all cores), the same with ``-j 1``
     (MB/s per worker process, part 6) and with ``--no-validate`` (what validating costs);
   * ``python bench/megatron_merge.py -i DIR -o OUT.json`` once (the json.load merge);
-  * ``streamtrace validate MERGED`` on the ~700 MB and the ~1.4 GB merged file;
+  * ``streamtrace validate MERGED`` on the ~700 MB and the ~1.4 GB merged file (default: all cores;
+    ``--validate-only``: only these, each also with ``-j 1``);
   * the previous per-event validate (``tests/validate_reference.py``) once on the ~700 MB file.
 
 Appends a section with the command line to ``bench/RESULTS.md`` (not for ``--quick``).
@@ -120,18 +121,18 @@ def verdicts(rows) -> list:
     by = {r["label"]: r for r in rows}
     out = []
     meg = by.get("megatron json.load merge")
-    dm = by["streamtrace merge (default: validating, -j 2)"]
-    if meg:
+    dm = by.get("streamtrace merge (default: validating, -j 2)")
+    if meg and dm:
         rw, rc = meg["wall_median"] / dm["wall_median"], meg["cpu_median"] / dm["cpu_median"]
         out.append(f"- default merge >= {TARGET_MERGE_SPEEDUP:g}x faster than the json.load merge: "
                    f"**{'MET' if rw >= TARGET_MERGE_SPEEDUP else 'NOT MET'}** by wall time ({rw:.1f}x; by CPU time "
                    f"{rc:.1f}x)")
-    pss = dm.get("peak_sum_pss")
-    single = dm["rss_median"] / MIB
-    out.append(f"- default merge peak RSS <= {TARGET_RSS_MB:g} MB: per process **{'MET' if single <= TARGET_RSS_MB else 'NOT MET'}**"
+    pss = dm.get("peak_sum_pss") if dm else None
+    single = dm["rss_median"] / MIB if dm else 0
+    dm and out.append(f"- default merge peak RSS <= {TARGET_RSS_MB:g} MB: per process **{'MET' if single <= TARGET_RSS_MB else 'NOT MET'}**"
                f" ({single:.0f} MB); whole tree by PSS {'**MET**' if pss and pss / MIB <= TARGET_RSS_MB else '**NOT MET**'}"
                f" ({(pss or 0) / MIB:.0f} MB; plain RSS sum {dm['peak_sum_rss'] / MIB:.0f} MB)")
-    v1 = [r for r in rows if r["label"].startswith("streamtrace validate")]
+    v1 = [r for r in rows if r["label"].startswith("streamtrace validate") and "-j 1" not in r["label"]]
     for r in v1:
         mbps_w, mbps_c = r["size"] / MB / r["wall_median"], r["size"] / MB / r["cpu_median"]
         out.append(f"- {r['label']} >= {TARGET_VALIDATE_MBPS:g} MB/s: **{'MET' if mbps_w >= TARGET_VALIDATE_MBPS else 'NOT MET'}**"
@@ -163,6 +164,11 @@ def main(argv=None):
     ap.add_argument("--no-reference", action="store_true", help="skip the previous per-event validate")
     ap.add_argument("--quick", action="store_true", help="2 x 30 MB, one run each, nothing recorded")
     ap.add_argument("--record", action="store_true", help="record even with --quick")
+    ap.add_argument("--merged", nargs=2, metavar=("SMALL", "TWICE"),
+                    help="with --validate-only: these two merged files (the second ~twice the first) instead of "
+                         "generating the inputs and merging them")
+    ap.add_argument("--validate-only", action="store_true",
+                    help="only streamtrace validate, with its default -j (all cores) and with -j 1")
     args = ap.parse_args(argv)
     if args.quick:
         args.size_mb, args.repeat, args.wait_idle = 30.0, 1, 0.0
@@ -174,21 +180,29 @@ def main(argv=None):
         print(f"[{time.time() - t_start:6.0f}s] {msg}", flush=True)
 
     src = Path(args.src)
-    d2, files2, size2, _ = ensure_inputs(scratch, src, 2, args.size_mb, log)
-    d4, _, size4, _ = ensure_inputs(scratch, src, 4, args.size_mb, log)
-    m1 = merged_file(scratch, d2, f"merged_2x{args.size_mb:g}mb.json", log)
-    m2 = merged_file(scratch, d4, f"merged_4x{args.size_mb:g}mb.json", log)
+    if args.validate_only and args.merged:
+        m1, m2 = (Path(m) for m in args.merged)
+        d2 = size2 = None
+    else:
+        d2, files2, size2, _ = ensure_inputs(scratch, src, 2, args.size_mb, log)
+        d4, _, size4, _ = ensure_inputs(scratch, src, 4, args.size_mb, log)
+        m1 = merged_file(scratch, d2, f"merged_2x{args.size_mb:g}mb.json", log)
+        m2 = merged_file(scratch, d4, f"merged_4x{args.size_mb:g}mb.json", log)
     run = Runner(args, log)
     out = scratch / "out-validate.json"
     st = [sys.executable, "-m", "streamtrace"]
     mg = st + ["merge", "-v", str(d2), "-o", str(out)]        # -v: the per-worker MB/s line
-    run.run("streamtrace merge (default: validating, -j 2)", mg, size2, out)
-    run.run("streamtrace merge --no-validate (-j 2)", mg + ["--no-validate"], size2, out)
-    run.run("streamtrace merge -j 1", mg + ["-j", "1"], size2, out)
-    run.run(f"streamtrace validate ({m1.stat().st_size / MB:,.0f} MB merged)", st + ["validate", str(m1)],
-            m1.stat().st_size)
-    run.run(f"streamtrace validate ({m2.stat().st_size / MB:,.0f} MB merged, twice the size)", st + ["validate", str(m2)],
-            m2.stat().st_size)
+    if not args.validate_only:
+        run.run("streamtrace merge (default: validating, -j 2)", mg, size2, out)
+        run.run("streamtrace merge --no-validate (-j 2)", mg + ["--no-validate"], size2, out)
+        run.run("streamtrace merge -j 1", mg + ["-j", "1"], size2, out)
+    for m, what in ((m1, "merged"), (m2, "merged, twice the size")):
+        size = m.stat().st_size
+        run.run(f"streamtrace validate ({size / MB:,.0f} MB {what})", st + ["validate", str(m)], size)
+        if args.validate_only:
+            run.run(f"streamtrace validate -j 1 ({size / MB:,.0f} MB {what})", st + ["validate", "-j", "1", str(m)], size)
+    if args.validate_only:
+        args.no_megatron = args.no_reference = True
     base_wall = base_cpu = None
     if not args.no_megatron:
         meg = run.run("megatron json.load merge", [sys.executable, str(MEGATRON), "-i", str(d2), "-o", str(out)],
@@ -210,8 +224,9 @@ def main(argv=None):
                f"- machine: {mi['nproc']} cores ({mi['cpu']}), {mi['ram_gib']:.1f} GiB RAM ({mi['avail_gib']:.1f} GiB "
                f"available at start), Python {mi['python']}; {mi.get('streamtrace', '?')}; orjson {mi.get('orjson', '?')}; "
                f"git {mi.get('git', '?')}; streamtrace source hash {code_id()}; {uptime()}",
-               f"- inputs: 2 and 4 ranks of {args.size_mb:g} MB inflated from `{src.name}`; merged files made with "
-               f"`--no-validate`; total benchmark time {(time.time() - t_start) / 60:.0f} min\n",
+               (f"- inputs: the merged files {m1} and {m2} (given with --merged)" if args.merged else
+                f"- inputs: 2 and 4 ranks of {args.size_mb:g} MB inflated from `{src.name}`; merged files made with "
+                f"`--no-validate`") + f"; total benchmark time {(time.time() - t_start) / 60:.0f} min\n",
                text, "", "Targets (issue 16):", *vs, "", "Notes:", *[f"- {n}" for n in run.notes]]
     append_results("\n".join(section) + "\n")
 

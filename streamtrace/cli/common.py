@@ -139,11 +139,12 @@ def prepare_kernels(command, con, jobs=0) -> None:
         pass
 
 
-def print_validation(path, quiet=False) -> dict:
-    """Validate ``path`` and print its one-line result (:func:`validation_line`; nothing when
-    ``quiet`` and the trace has no problem); returns the report."""
+def print_validation(path, quiet=False, opt=None) -> dict:
+    """Validate ``path`` (``opt``: a :class:`~streamtrace.trace.validate.ValidateOptions`) and print
+    its one-line result (:func:`validation_line`; nothing when ``quiet`` and the trace has no
+    problem); returns the report."""
     from ..trace.validate import validate      # (the CLI's convention: see streamtrace.cli)
-    rep = validate(path)
+    rep = validate(path, opt=opt)
     if not (quiet and rep["ok"]):
         print(validation_line(rep), flush=True)
     return rep

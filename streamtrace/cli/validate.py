@@ -7,30 +7,34 @@ import sys
 import argh
 
 from ..errors import StreamtraceError
-from .common import Console, Exit, prepare_kernels, print_validation
+from .common import Console, Exit, parse_jobs, prepare_kernels, print_validation
 
 EXAMPLES = """
   streamtrace validate job42_iter10.json.gz
   streamtrace validate merged_iter*.json.gz
   streamtrace validate --json job42_iter10.json.gz > problems.json
   streamtrace validate -q merged.json && echo valid
+  streamtrace validate -j 1 big_merged.json            # one process (default: all cores on a big file)
 """
 
 
 @argh.arg("traces", nargs="+", help="trace files (.json or .json.gz)")
 @argh.arg("--json", dest="as_json", help="print the reports as JSON (a list when several files are given)")
+@argh.arg("-j", "--jobs", type=int, help="worker processes reading byte ranges of a trace of 256 MB or more "
+          "(default: 0 = all cores); the result is the same")
 @argh.arg("-q", "--quiet", help="print only the problems (nothing when every trace is valid)")
 @argh.arg("-v", "--verbose", help="tracebacks of errors")
-def validate(*traces, as_json=False, quiet=False, verbose=False):
+def validate(*traces, as_json=False, jobs=0, quiet=False, verbose=False):
     """Check traces for what Perfetto's JSON importer relies on, one result line each; exit 1 when
     any has a problem or cannot be read."""
-    from ..trace.validate import validate as do_validate      # (the CLI's convention: see streamtrace.cli)
+    from ..trace.validate import ValidateOptions, validate as do_validate   # (the CLI's convention: see streamtrace.cli)
     prepare_kernels("validate", Console(quiet or as_json, verbose))
+    opt = ValidateOptions(jobs=parse_jobs(jobs))
     reps = []
     failed = False
     for t in traces:
         try:
-            reps.append(do_validate(t) if as_json else print_validation(t, quiet=quiet))
+            reps.append(do_validate(t, opt=opt) if as_json else print_validation(t, quiet=quiet, opt=opt))
         except StreamtraceError as e:
             if len(traces) == 1:
                 raise

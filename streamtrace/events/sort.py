@@ -109,13 +109,30 @@ class ExternalSorter:
             self._pos += len(d)
         return refs
 
-    def _get(self, ref):
+    def export_runs(self):
+        """The records as sorted runs, each ``[(records, compressed bytes)]`` (sub-blocks of
+        :func:`~streamtrace.events.codec.pack` with this sorter's ``delta``), for another
+        sorter's :meth:`add_runs`; the sorter is emptied."""
+        if self.nbuf:
+            self._spill_run()
+        runs = [[(ref[0], bytes(self._raw(ref))) for ref in run] for run in self.runs]
+        self.close()
+        return runs
+
+    def add_runs(self, runs):
+        """Take sorted runs from :meth:`export_runs` of a sorter with the same dtype, key and delta."""
+        for subs in runs:
+            self.count += sum(n for n, _ in subs)
+            self.runs.append(self._put_run(subs))
+
+    def _raw(self, ref):
         if self.folder is None:
-            data = ref[1]
-        else:
-            self._file.seek(ref[1])
-            data = self._file.read(ref[2])
-        return unpack(data, self.dtype, ref[0], self.delta)
+            return ref[1]
+        self._file.seek(ref[1])
+        return self._file.read(ref[2])
+
+    def _get(self, ref):
+        return unpack(self._raw(ref), self.dtype, ref[0], self.delta)
 
     def chunks(self):
         """The records in key order, in chunks (each run's sub-blocks are released as

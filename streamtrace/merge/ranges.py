@@ -51,7 +51,7 @@ from ..trace.metadata import device_names, host_name, read_trailer
 from ..trace.ranges import blank_range, clean_joints, split_ranges
 from ..trace.reader import TraceReader
 from ..trace.source import plain_copy
-from ..trace.validate import Checker
+from ..trace.validate import Checker, distinct_nans
 from ..trace.writer import dumps_events
 from .check import LOG_SUFFIX
 from .pids import PID_STRIDE, PidMap, classify_pid, hashable, process_meta_events
@@ -151,6 +151,7 @@ def merge_range(plan: RankPlan, src, byte_range, segment, final, progress=None) 
     ts, the merged pids used and the pid registrations (``records``/``assigned``)."""
     ctx = RankContext(plan)
     ctx.pids = RangePidMap(plan.rank, final)
+    distinct_nans(byte_range[0])
     reader = TraceReader(src, byte_range=byte_range, progress=progress)
     check = Checker(log=segment + LOG_SUFFIX) if plan.validate else None
     raw, seg = open_segment(segment, plan.compress, plan.compresslevel)

@@ -79,10 +79,14 @@ def skip_numba_blas():
     friends inside jitted code) whenever SciPy is installed; that import costs about
     0.3-0.5 s and 18 MB of RSS per process, and no streamtrace kernel does linear
     algebra.  Marking ``scipy.linalg`` unimportable makes numba record "no BLAS".
+    The same first load imports ``numba.core.typing.cffi_utils``, which builds a cffi
+    parser (pycparser's lexer: ~0.1 CPU-s, ~0.3 s wall measured) whenever cffi is
+    installed; no kernel calls cffi functions, so ``cffi`` is marked unimportable too.
     Only the command-line process (and the workers it forks) do this: a program that
-    imports streamtrace as a library keeps SciPy as it is."""
-    if "scipy.linalg" not in sys.modules:
-        sys.modules["scipy.linalg"] = None
+    imports streamtrace as a library keeps SciPy and cffi as they are."""
+    for name in ("scipy.linalg", "cffi"):
+        if name not in sys.modules:
+            sys.modules[name] = None
 
 
 def use_system_allocator():

@@ -19,10 +19,21 @@ end a record (key, file order, rank), int64 only; each kind goes through an exte
 (:class:`~streamtrace.events.sort.ExternalSorter`, runs spilled to ``spill_dir``) and is checked
 in order by :func:`~streamtrace.kernels.validate.nesting_chunk` /
 :func:`~streamtrace.kernels.validate.flow_chunk`.  Memory: one batch plus one sort run per kind.
+
+With ``jobs`` > 1, a plain or gzip trace of at least ``split_threshold`` bytes is read by worker
+processes in byte ranges (:func:`~streamtrace.trace.ranges.guess_ranges`, as ``analyze --jobs``
+cuts one big file, ranges of at most 256 MB): each worker sorts its range's records into sorted
+runs (flow ends numbered from ``range * 2**40``, which keeps file order across ranges) and this
+process merges the runs of every range in the one external sort, so the nesting and flow checks
+across range boundaries are exactly those of one pass.  A file that
+cannot be cut that way (a bare array, a truncated or odd tail, too few likely cuts) or a range
+that does not parse exactly is read by one process, which reports any error as ``jobs=1`` does.
 """
 from __future__ import annotations
 
 import math
+import os
+import shutil
 import struct
 import tempfile
 from dataclasses import dataclass
@@ -30,12 +41,18 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 
+from ..errors import TraceError
 from ..events.codec import pack, unpack
 from ..events.sort import ExternalSorter
 from ..kernels import scan as K
 from ..kernels import validate as KV
+from ..runtime.files import remove_quietly
+from ..runtime.parallel import InWorker, pool
+from ..runtime.warmup import warm_trace
 from .decode import decode_value, loads
+from .ranges import RANGES_PER_JOB, SPLIT_THRESHOLD, clean_joints, guess_ranges
 from .reader import BATCH_EVENTS, TraceReader
+from .source import plain_copy, size_hint
 
 PROBLEMS = ("missing_field", "negative_dur", "duplicate_flow", "cross_rank_flow", "bad_nesting")
 # Reported but not failing: Kineto itself writes lone ``f`` ends for runtime calls
@@ -60,10 +77,15 @@ class ValidateOptions:
         spill_dir: folder for the sorted runs of large traces (default: the system's temporary
             folder); a trace whose records fit one run writes nothing.
         sort_rows: records per sorted run (memory: ~50-64 bytes each, one run per kind at a time).
+        jobs: worker processes reading byte ranges of one big trace (0: all cores; 1: this
+            process only).  The report is the same whatever ``jobs``.
+        split_threshold: traces of fewer (uncompressed) bytes are read by this process alone.
     """
     salvage: bool = False
     spill_dir: str | None = None
     sort_rows: int = SORT_ROWS
+    jobs: int = 1
+    split_threshold: int = SPLIT_THRESHOLD
 
 
 def validate(path, salvage=False, opt: ValidateOptions | None = None) -> dict:
@@ -74,6 +96,11 @@ def validate(path, salvage=False, opt: ValidateOptions | None = None) -> dict:
     ``flows``: distinct flow ``(cat, id)`` keys).  Raises :class:`~streamtrace.errors.TraceError`
     when the file is not readable JSON (truncated, corrupt gzip, invalid UTF-8 or JSON)."""
     opt = opt or ValidateOptions(salvage=salvage)
+    jobs = opt.jobs or os.cpu_count() or 1
+    if jobs > 1 and not opt.salvage and size_hint(path, os.path.getsize(path)) >= opt.split_threshold:
+        rep = validate_split(path, opt, jobs)
+        if rep is not None:
+            return rep
     reader = TraceReader(path, salvage=opt.salvage)
     with Checker(opt) as chk:
         for b in reader.raw_batches(decode="bounds"):
@@ -276,6 +303,150 @@ def replay(parts: list, opt: ValidateOptions | None = None) -> Checker:
     return chk
 
 
+@dataclass(frozen=True)
+class RangeTask:
+    """One worker's share of :func:`validate_split`: bytes ``byte_range`` of the plain trace
+    ``path`` (whole events: proven by the parse, see :func:`check_range`), its records' ``log``
+    file, ``index`` (file order), ``first`` (the range starts the array) and the options of its
+    sort (``spill_dir``, ``sort_rows``)."""
+    path: str
+    byte_range: tuple
+    log: str
+    index: int
+    first: bool
+    opt: ValidateOptions
+
+
+SEQ_STRIDE = 1 << 40     # flow ends of range k are numbered from k * SEQ_STRIDE: file order across ranges
+
+
+def check_range(task: RangeTask) -> dict:
+    """Worker: read one byte range, sort its records and write the sorted runs to ``task.log``
+    (:func:`write_runs`); returns ``{"events", "missing", "negdur", "warnings"}``.  Raises
+    :class:`TraceError` when the range is not whole events that the ``]`` appended to it closes
+    exactly, or a range after a comma holds no event (the log is then removed)."""
+    distinct_nans(task.byte_range[0])
+    reader = TraceReader(task.path, byte_range=task.byte_range)
+    chk = Checker(task.opt)
+    chk.nest.folder = chk.flows.folder = None     # runs kept in memory (ranges are <= split_threshold bytes)
+    chk.seq = task.index * SEQ_STRIDE
+    try:
+        for b in reader.raw_batches(decode="bounds"):
+            chk.add(b.buf, b.starts, b.ends, b.offset, reader.path)
+        a, b = task.byte_range
+        if reader.events_end != b - a + 2:                     # the stream is "[" + range + "]"
+            raise TraceError(task.path, "byte range does not end on an event boundary", offset=b)
+        if not task.first and reader.events_read == 0:
+            raise TraceError(task.path, "no event after a comma in traceEvents", offset=a)
+        write_runs(task.log, chk)
+    except BaseException:
+        remove_quietly(task.log)
+        raise
+    finally:
+        chk.close()
+    return {"events": chk.events, "missing": chk.missing, "negdur": chk.negdur, "warnings": reader.warnings}
+
+
+def write_runs(log: str, chk: Checker):
+    """Write ``chk``'s records, as sorted runs, to the file ``log``: per run int64 ``[kind (0 X
+    slices, 1 flow ends), sub-blocks]``, int64 ``[records, bytes]`` per sub-block, the bytes."""
+    with open(log, "wb") as f:
+        for which, sorter in enumerate((chk.nest, chk.flows)):
+            for run in sorter.export_runs():
+                head = [which, len(run)] + [x for n, d in run for x in (n, len(d))]
+                f.write(np.array(head, np.int64).tobytes())
+                for _, d in run:
+                    f.write(d)
+
+
+def read_runs(log: str, chk: Checker):
+    """Add the sorted runs of a :func:`write_runs` file to ``chk``'s sorters, one run at a time."""
+    with open(log, "rb") as f:
+        while True:
+            head = f.read(16)
+            if not head:
+                break
+            which, k = np.frombuffer(head, np.int64).tolist()
+            sizes = np.frombuffer(f.read(16 * k), np.int64).reshape(k, 2).tolist()
+            (chk.nest if which == 0 else chk.flows).add_runs([[(n, f.read(size)) for n, size in sizes]])
+
+
+def split_plan(src, parts: int) -> list | None:
+    """Byte ranges ``[(start, end)]`` of the plain trace ``src`` for :func:`validate_split`
+    (:func:`~streamtrace.trace.ranges.guess_ranges`, about ``parts`` of them), or None when it is
+    not worth or not safe to cut: a bare array, no whole-trace head or tail, fewer than two
+    ranges, a ``traceEvents`` key besides the array, anything but one comma between ranges."""
+    with open(src, "rb") as f:
+        lead = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    if not lead.startswith(b"{"):
+        return None
+    try:
+        plan = guess_ranges(src, parts)
+    except TraceError:
+        return None
+    if plan is None:
+        return None
+    ranges, meta, _ = plan
+    if len(ranges) < 2 or "traceEvents" in meta or not clean_joints(src, ranges):
+        return None
+    return ranges
+
+
+def validate_split(path, opt: ValidateOptions, jobs: int) -> dict | None:
+    """:func:`validate` with ``jobs`` worker processes over byte ranges of one trace (a gzip input
+    is decompressed to a temporary file first).  Returns the report, or None when the trace is
+    not cut (:func:`split_plan`) or a range does not parse (the caller reads it in one process)."""
+    folder = opt.spill_dir or tempfile.gettempdir()
+    plain = plain_copy(path, folder)
+    logs = None
+    try:
+        src = plain or str(path)
+        parts = max(jobs * RANGES_PER_JOB, -(-os.path.getsize(src) // SPLIT_THRESHOLD))     # ranges <= 256 MB
+        ranges = split_plan(src, parts)
+        if ranges is None:
+            return None
+        with warm_trace(folder) as (_, warm):     # load every kernel here: the forked workers inherit it
+            validate(warm)
+        logs = tempfile.mkdtemp(prefix=".streamtrace-validate-", dir=folder)
+        sort = ValidateOptions(spill_dir=opt.spill_dir, sort_rows=opt.sort_rows)
+        tasks = [RangeTask(src, r, os.path.join(logs, f"{i}.log"), i, i == 0, sort) for i, r in enumerate(ranges)]
+        try:
+            rep, warnings = _run_ranges(tasks, opt, jobs)
+        except TraceError:
+            return None
+    finally:
+        remove_quietly(plain)
+        if logs:
+            shutil.rmtree(logs, ignore_errors=True)
+    return {"path": str(path), "events": rep["events"], "problems": rep["problems"], "notices": rep["notices"],
+            "ok": rep["ok"], "tracks": rep["tracks"], "flows": rep["flows"], "warnings": warnings}
+
+
+def _run_ranges(tasks, opt: ValidateOptions, jobs: int):
+    """The ranges' sorted runs merged and checked here; each range's runs are taken (and its log
+    removed) as soon as it and those before it are done, while the workers read on.  Returns
+    ``(report, warnings)``; raises what a worker raised (the rest cancelled)."""
+    warnings = []
+    with pool(min(jobs, len(tasks))) as ex, Checker(tasks[0].opt) as chk:
+        futures = [ex.submit(InWorker(check_range), t) for t in tasks]
+        try:
+            for t, fut in zip(tasks, futures):
+                res = fut.result()
+                for v in range(2):
+                    chk.events[v] += res["events"][v]
+                    chk.missing[v] += res["missing"][v]
+                    chk.negdur[v] += res["negdur"][v]
+                warnings.extend(res["warnings"])
+                read_runs(t.log, chk)
+                remove_quietly(t.log)
+        except BaseException:
+            for fut in futures:
+                fut.cancel()
+            raise
+        rep = chk.report()
+    return rep, warnings
+
+
 def _classify(f):
     """``((missing, negative_dur), x_ok, flow)`` boolean masks of fields ``f`` (the checks'
     order: a missing field first, then an X event's duration)."""
@@ -371,6 +542,13 @@ def fnv1a_text(data: bytes) -> int:
 
 
 _NAN_SEQ = [0]
+
+
+def distinct_nans(start: int):
+    """Call in a worker that reads the byte range starting at file offset ``start``: the NaN
+    ranks it reads (each a fresh value, see :func:`rank_of`) then differ from those of every
+    other range of the file, as they do in one pass (each NaN takes 3 bytes or more)."""
+    _NAN_SEQ[0] = (start + 1) << 2
 
 
 def key_of(v) -> tuple:
