@@ -70,7 +70,7 @@ from ..topology.sources import load_topology
 from .alignment import Job
 from .collectives import analyse_collectives, write_collectives
 from .p2p import p2p_table, write_p2p
-from .explain import part_tables, write_tables as write_explain
+from .explain import TABLES as EXPLAIN_TABLES, part_tables, write_tables as write_explain
 
 KIND_CODE = {"compute": 0, "communication": 1, "memory": 2}
 FB = ("forward", "backward", "recompute")
@@ -320,7 +320,7 @@ def _pct(num, den):
 
 
 TABLES = ("rank_phase", "ranks", "pipeline", "replicas", "iterations", "timeline", "top_kernels", "collectives",
-          "collectives_ranks", "collectives_summary", "stragglers")
+          "collectives_ranks", "collectives_summary", "stragglers", "p2p", *EXPLAIN_TABLES)
 
 
 def owned(name: str) -> bool:

@@ -138,6 +138,10 @@ def test_outputs_files_and_jobs(job, tmp_path):
               "collectives_summary.csv", "stragglers.csv", "aggregate.json"):
         assert (tmp / "out" / f).is_file(), f
     m2 = aggregate([tmp / "an"], tmp_path / "j2", AggregateOptions(jobs=2))
+    # every file aggregate writes is its own: running it again into the same folder replaces it
+    first = sorted(p.name for p in (tmp_path / "j2").iterdir())
+    aggregate([tmp / "an"], tmp_path / "j2", AggregateOptions(jobs=1))
+    assert sorted(p.name for p in (tmp_path / "j2").iterdir()) == first
     for f in ("rank_phase.parquet", "pipeline.parquet", "collectives.parquet", "timeline.parquet"):
         a, b = read_table(tmp / "out" / f), read_table(tmp_path / "j2" / f)
         assert a.keys() == b.keys()
