@@ -84,29 +84,26 @@ class TopologyError(StreamtraceError, ValueError):
     which the training-side helpers of :mod:`streamtrace.capture` document)."""
 
 
-class OutputError(StreamtraceError):
+class PathError(StreamtraceError):
+    """An error about one file or folder: attributes ``path`` and ``message``; the text is
+    ``"<path>: <message>"``; picklable (it crosses from worker processes)."""
+
+    def __init__(self, path, message):
+        self.path = str(path)
+        self.message = message
+        super().__init__(f"{self.path}: {message}")
+
+    def __reduce__(self):
+        return (type(self), (self.path, self.message))
+
+
+class OutputError(PathError):
     """An output path that cannot be written: a read-only folder or file system, a full disk, a
     folder where a file is wanted (or the reverse), a path under a plain file, one of the
     command's own inputs.  Attributes ``path`` (the output the user named) and ``message``."""
 
-    def __init__(self, path, message):
-        self.path = str(path)
-        self.message = message
-        super().__init__(f"{self.path}: {message}")
 
-    def __reduce__(self):
-        return (type(self), (self.path, self.message))
-
-
-class DataError(StreamtraceError):
+class DataError(PathError):
     """A file an earlier streamtrace command wrote and this one reads (``summary.json``,
     ``aggregate.json``, a Parquet part or table) that is damaged, missing or of another shape.
     Attributes ``path`` (that file) and ``message``."""
-
-    def __init__(self, path, message):
-        self.path = str(path)
-        self.message = message
-        super().__init__(f"{self.path}: {message}")
-
-    def __reduce__(self):
-        return (type(self), (self.path, self.message))

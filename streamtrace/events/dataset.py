@@ -18,6 +18,7 @@ naming the file (never an Arrow traceback).
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -313,6 +314,18 @@ class Columns(dict):
 
     def __missing__(self, key):
         raise DataError(self.path, f"has no column {key!r} (damaged, or not written by streamtrace)")
+
+
+def read_json(path):
+    """The JSON document of a file an earlier command wrote (``summary.json``, ``aggregate.json``).
+    Raises :class:`~streamtrace.errors.DataError` naming ``path`` when it cannot be read or is
+    not valid JSON."""
+    try:
+        return json.loads(Path(path).read_bytes())
+    except OSError as e:
+        raise DataError(path, f"cannot read it ({e.strerror or e})") from None
+    except ValueError as e:
+        raise DataError(path, f"invalid JSON ({e})") from None
 
 
 def read_table(path) -> Columns:

@@ -61,7 +61,7 @@ import pyarrow.compute as pc
 from ..analyze import classify as C
 from ..analyze.patterns import Patterns
 from ..errors import DataError, StreamtraceError
-from ..events.dataset import num_rows, read_table, write_table
+from ..events.dataset import read_json, num_rows, read_table, write_table
 from ..kernels import intervals as _iv
 from ..runtime.files import atomic_output, output_folder
 from ..runtime.parallel import run_tasks
@@ -560,12 +560,7 @@ def read_meta(aggdir) -> dict:
     p = Path(aggdir) / "aggregate.json"
     if not p.is_file():
         raise StreamtraceError(f"{aggdir}: no aggregate.json (run streamtrace aggregate first)")
-    try:
-        meta = json.loads(p.read_bytes())
-    except OSError as e:
-        raise DataError(p, f"cannot read it ({e.strerror or e})") from None
-    except ValueError as e:
-        raise DataError(p, f"invalid JSON ({e})") from None
+    meta = read_json(p)
     if not isinstance(meta, dict):
         raise DataError(p, "not streamtrace aggregate's aggregate.json (expected an object)")
     for k, t in _META_TYPES.items():

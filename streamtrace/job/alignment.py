@@ -20,7 +20,6 @@ On top of either, per-rank clock offsets (``--clock-sync collectives``,
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from ..errors import DataError, StreamtraceError
-from ..events.dataset import column_min_max, partition_files, read_partition
+from ..events.dataset import read_json, column_min_max, partition_files, read_partition
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
 from ..topology.sources import from_pg_config, load_topology
@@ -98,12 +97,7 @@ def read_summary(d) -> dict:
     sp = Path(d) / "summary.json"
     if not sp.is_file():
         raise StreamtraceError(f"{d}: not an analysed folder (no summary.json; run streamtrace analyze first)")
-    try:
-        summ = json.loads(sp.read_bytes())
-    except OSError as e:
-        raise DataError(sp, f"cannot read it ({e.strerror or e})") from None
-    except ValueError as e:
-        raise DataError(sp, f"invalid JSON ({e})") from None
+    summ = read_json(sp)
     if not isinstance(summ, dict) or not isinstance(summ.get("ranks"), list):
         raise DataError(sp, 'not an analysis summary (expected an object with a "ranks" list)')
     for i, r in enumerate(summ["ranks"]):
