@@ -15,7 +15,7 @@ from ..runtime.files import owner
 from ..runtime.tuning import trim
 from ..runtime.warmup import warm_trace
 from ..topology.sources import load_topology
-from ..trace.metadata import pg_config
+from ..trace.metadata import pg_config, trace_facts
 from .options import AnalyzeOptions
 from .patterns import Patterns
 from .rank import RankOutputs, RankSettings, RankSource, analyze_rank
@@ -118,7 +118,7 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
                                              spill.name if spill else None, opt.split_jobs),
                                 RankOutputs(open_ops, open_kernels, pool))
             out.append({"rank": rank, "source": str(path), "iteration": iteration, **summ,
-                        "warnings": warnings})
+                        "trace_metadata": trace_facts(meta, rank), "warnings": warnings})
         return out
     finally:
         if spill is not None:

@@ -15,7 +15,7 @@ import argh
 
 from ..errors import EXIT_USAGE, StreamtraceError
 from ..runtime.lifecycle import Terminated, exit_on_sigterm
-from ..runtime.tuning import leave, skip_numba_blas, use_system_allocator
+from ..runtime.tuning import leave, skip_numba_blas, skip_pandas, use_system_allocator
 from . import aggregate, analyze, demo, diff, epilogue, merge, report, topology, validate, warmup
 from .common import SHORT_FLAGS, Exit, version_text
 
@@ -111,7 +111,9 @@ def command():
     """Entry point of the ``streamtrace`` command: :func:`main`, then leave the process at once
     with its exit code (:func:`streamtrace.runtime.tuning.leave`).  Usage errors (argparse's
     ``SystemExit``) keep their code; an unexpected exception still ends the normal way, with
-    its traceback."""
+    its traceback.  The command's process never imports pandas
+    (:func:`~streamtrace.runtime.tuning.skip_pandas`)."""
+    skip_pandas()
     try:
         code = main()
     except SystemExit as e:

@@ -44,11 +44,13 @@ def report(*dirs, outdir=None, name=None, tokens_per_step=None, global_batch=Non
     from ..errors import UsageError
     from ..job import AggregateOptions            # (the CLI's convention: see streamtrace.cli)
     from ..report import ReportOptions, report as write
+    from ..report.run import aggregates
     con = Console(quiet, verbose)
     need(dirs, "an aggregate folder or analysed folders")
     if (global_batch is None) != (seq_len is None):
         raise UsageError("give both --global-batch and --seq-len (or --tokens-per-step)")
-    prepare_kernels("report", con, parse_jobs(jobs))
+    if aggregates(dirs):                          # an aggregate folder needs no kernel
+        prepare_kernels("report", con, parse_jobs(jobs))
     opt = ReportOptions(name, tokens_per_step, global_batch, seq_len, charts=not no_charts,
                         chart_ranks=parse_list(chart_ranks, "--chart-ranks") if chart_ranks else None,
                         progress=con.progress, chart_formats=parse_formats(chart_format), jobs=parse_jobs(jobs))

@@ -28,7 +28,6 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
 from ..errors import DataError
-from ..kernels.treestream import gather_strings
 from ..runtime.files import atomic_output
 
 UNKNOWN_ITERATION = -1   # the ``iteration=`` partition of a trace whose iteration is unknown
@@ -150,6 +149,7 @@ class StringPool:
             np.cumsum([len(b) for b in enc], out=self.offs[1:])
 
     def array(self, ids):
+        from ..kernels.treestream import gather_strings     # numba: loaded by writers only, not by readers
         off, data = gather_strings(self.blob, self.offs, ids)
         return pa.Array.from_buffers(pa.string(), len(ids), [None, pa.py_buffer(off), pa.py_buffer(data)])
 

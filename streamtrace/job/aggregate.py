@@ -52,7 +52,6 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -60,8 +59,8 @@ import pyarrow.compute as pc
 
 from ..analyze import classify as C
 from ..analyze.patterns import Patterns
-from ..errors import DataError, StreamtraceError
-from ..events.dataset import read_json, num_rows, read_table, write_table
+from ..errors import StreamtraceError
+from ..events.dataset import num_rows, write_table
 from ..kernels import intervals as _iv
 from ..runtime.files import atomic_output, output_folder
 from ..runtime.parallel import run_tasks
@@ -70,7 +69,9 @@ from ..topology.sources import load_topology
 from .alignment import Job
 from .collectives import analyse_collectives, write_collectives
 from .p2p import p2p_table, write_p2p
-from .explain import TABLES as EXPLAIN_TABLES, part_tables, write_tables as write_explain
+from .explain import part_tables, write_tables as write_explain
+from .folder import TABLES, owned, read_aggregate_table, read_meta  # noqa: F401 (re-exported)
+from .options import AggregateOptions
 
 KIND_CODE = {"compute": 0, "communication": 1, "memory": 2}
 FB = ("forward", "backward", "recompute")
@@ -78,41 +79,6 @@ _CPU_COMM = re.compile(r"^(c10d::|gloo:|nccl:|record_param_comms)")
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 METRICS = ("kernels", "wall_ns", "busy_ns", "idle_ns", "compute_ns", "comm_ns", "memory_ns", "overlap_ns",
            "exposed_comm_ns", "compute_only_ns", "kernel_time_ns")
-
-
-@dataclass
-class AggregateOptions:
-    """Options of :func:`aggregate` (the ``streamtrace aggregate`` flags).
-
-    Attributes:
-        iterations: only these iterations (list of int: the trace file's iteration, as analyze's
-            ``iteration=N`` partitions); None (default): all.
-        steps: only the kernels of these ProfilerStep numbers (list of int, ``ProfilerStep#N``);
-            None (default): all.
-        jobs: worker processes (int); 0 (default) = all cores.
-        time_alignment: ``"global"`` (default; one clock through ``baseTimeNanoseconds``) or
-            ``"individual"`` (each rank from its own start); see :mod:`streamtrace.job.alignment`.
-        clock_sync: ``None``/``"none"`` (default) or ``"collectives"`` (estimate each rank's clock
-            offset, ns, from matched collective ends and subtract it).
-        topology: a topology file or trace folder (str); None (default): the traces'
-            ``distributedInfo.pg_config``, else a topology file beside the traces.
-        force: aggregate folders that look like different jobs (different world sizes, one rank
-            of one iteration twice, start times more than a day apart); default False: refuse.
-        progress: progress bars over the ranks (reading the traces' metadata, then the tables; bool);
-            None (default): only on a terminal.
-        consecutive_kernel_delay_ns: the idle breakdown's threshold (int ns): a gap on a GPU stream
-            shorter than this, not caused by a late launch, is kernel wait, a longer one other
-            (HolisticTraceAnalysis' ``consecutive_kernel_delay``, effectively 30 us); default 30,000.
-    """
-    iterations: list | None = None
-    steps: list | None = None
-    jobs: int = 0
-    time_alignment: str = "global"
-    clock_sync: str | None = None
-    topology: str | None = None
-    force: bool = False
-    progress: bool | None = None
-    consecutive_kernel_delay_ns: int = 30_000
 
 
 # -- interval metrics ------------------------------------------------------------------
@@ -317,18 +283,6 @@ def _columns(rows: list, order: list) -> dict:
 
 def _pct(num, den):
     return None if not den else round(100.0 * num / den, 3)
-
-
-TABLES = ("rank_phase", "ranks", "pipeline", "replicas", "iterations", "timeline", "top_kernels", "collectives",
-          "collectives_ranks", "collectives_summary", "stragglers", "p2p", *EXPLAIN_TABLES)
-
-
-def owned(name: str) -> bool:
-    """The top-level entries of an aggregate folder: its tables, ``aggregate.json``, and the
-    report ``streamtrace report`` writes beside them (``report.json``, ``charts/``, ``*.md``)."""
-    stem, _, ext = name.rpartition(".")
-    return name in ("aggregate.json", "report.json", "charts") or name.endswith(".md") \
-        or (stem in TABLES and ext in ("parquet", "csv"))
 
 
 def aggregate(dirs, outdir, opt: AggregateOptions | None = None, log=None) -> dict:
@@ -544,38 +498,3 @@ def _timeline_columns(tl) -> dict:
             "step": rep(3, np.int64), "device": rep(4, np.int64), "category": rep(5, object),
             "start_ns": np.concatenate([x[6] for x in tl]) if tl else np.zeros(0, np.int64),
             "end_ns": np.concatenate([x[7] for x in tl]) if tl else np.zeros(0, np.int64)}
-
-
-# -- reading an aggregate folder back (report, charts) -------------------------------------------
-
-_META_TYPES = {"inputs": list, "time_alignment": str, "clock_sync": str, "iterations": list, "ranks": list,
-               "collectives": dict, "files": list}
-
-
-def read_meta(aggdir) -> dict:
-    """``aggdir/aggregate.json``, checked: an object with the keys (and types) the report reads,
-    and every table it lists present.  Raises :class:`StreamtraceError` when it is missing
-    (not an aggregate folder), :class:`~streamtrace.errors.DataError` naming the file that is
-    damaged or missing."""
-    p = Path(aggdir) / "aggregate.json"
-    if not p.is_file():
-        raise StreamtraceError(f"{aggdir}: no aggregate.json (run streamtrace aggregate first)")
-    meta = read_json(p)
-    if not isinstance(meta, dict):
-        raise DataError(p, "not streamtrace aggregate's aggregate.json (expected an object)")
-    for k, t in _META_TYPES.items():
-        if not isinstance(meta.get(k), t):
-            raise DataError(p, f"not streamtrace aggregate's aggregate.json ({k!r} missing or not a {t.__name__})")
-    for name in meta["files"]:
-        if isinstance(name, str) and name != "aggregate.json" and not (Path(aggdir) / name).is_file():
-            raise DataError(Path(aggdir) / name, "missing (aggregate.json lists it); run streamtrace aggregate again")
-    return meta
-
-
-def read_aggregate_table(aggdir, name) -> dict:
-    """Table ``name`` of an aggregate folder as :func:`~streamtrace.events.dataset.read_table`
-    columns (a missing column is a :class:`~streamtrace.errors.DataError` naming the file);
-    ``{}`` for a table the aggregate did not write (pipeline, replicas, stragglers without a
-    topology or straggler)."""
-    p = Path(aggdir) / f"{name}.parquet"
-    return read_table(p) if p.is_file() else {}

@@ -33,7 +33,7 @@ from ..events.dataset import read_json, column_min_max, partition_files, read_pa
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
 from ..topology.sources import from_pg_config, load_topology
-from ..trace.metadata import pg_config_entries
+from ..trace.metadata import trace_facts
 from ..trace.reader import TraceReader
 
 ALIGNMENTS = ("global", "individual")
@@ -119,34 +119,24 @@ def _event_counts(r: dict) -> tuple:
 
 
 def _read_source_meta(source: str, rank: int) -> dict:
-    """baseTimeNanoseconds, merged flag, GPU name, pg_config of one source trace (a full metadata
-    scan: the base time stands after ``traceEvents``).  Empty dict when the file is gone."""
+    """:func:`~streamtrace.trace.metadata.trace_facts` of one source trace, read again (a full
+    metadata scan: the base time stands after ``traceEvents``), for folders analysed before
+    ``summary.json`` kept them.  Empty dict when the file is gone or unreadable."""
     if not source or not os.path.isfile(source):
         return {}
     try:
         meta = TraceReader(source, salvage=True).read_metadata()
     except StreamtraceError:
         return {}
-    st = meta.get("streamtrace") if isinstance(meta.get("streamtrace"), dict) else {}
-    merged = st.get("kind") == "merged"
-    base = meta.get("baseTimeNanoseconds")
-    props = meta.get("deviceProperties")
-    if merged:
-        for r in st.get("ranks") or []:
-            if r.get("rank") == rank:
-                props = r.get("deviceProperties") or props
-    name = props[0].get("name", "") if isinstance(props, list) and props and isinstance(props[0], dict) else ""
-    entries, world = pg_config_entries(meta, rank if merged else None)
-    return {"base_time_ns": int(base) if isinstance(base, (int, float)) else None, "merged": merged,
-            "device_name": name, "pg_entries": entries, "world_size": world}
+    return trace_facts(meta, rank)
 
 
-def _part_info(dir_, rank, iteration, source):
+def _part_info(dir_, rank, iteration, source, facts=None):
     kf = partition_files(dir_, "kernels", rank, iteration)
     of = partition_files(dir_, "ops", rank, iteration)
     starts = [x for x in [column_min_max(f, "ts_ns")[0] for f in kf + of] if x is not None]
     ends = [x for x in [column_min_max(f, "end_ns")[1] for f in kf] if x is not None]
-    info = _read_source_meta(source, rank)
+    info = dict(facts) if isinstance(facts, dict) else _read_source_meta(source, rank)
     info["start_ns"] = min(starts) if starts else 0
     info["end_ns"] = max(ends) if ends else info["start_ns"]
     return info
@@ -177,7 +167,7 @@ class Job:
         self.dirs = [Path(d) for d in dirs]
         if not self.dirs:
             raise StreamtraceError("give at least one analysed folder (the -o of streamtrace analyze)")
-        counts = []
+        counts, facts = [], {}
         for d in self.dirs:
             summ = read_summary(d)
             if any((d / "kernels").glob("rank=*")):
@@ -191,6 +181,7 @@ class Job:
             for r in summ["ranks"]:
                 self.parts.append(Part(len(self.parts), d, r["rank"], r.get("iteration"), str(r.get("source", ""))))
                 counts.append(_event_counts(r))
+                facts[(str(d), r["rank"], r.get("iteration"))] = r.get("trace_metadata")
         if not self.parts:
             raise StreamtraceError(f"{', '.join(map(str, dirs))}: no ranks in summary.json")
         self._missing_partitions(counts)
@@ -203,7 +194,8 @@ class Job:
                                        f"iteration(s) {_list(have) or 'unknown (no iteration in the trace paths)'} "
                                        f"(--steps selects by ProfilerStep number)")
         with progress_bar(len(self.parts), "read traces' metadata", "rank", progress) as bar:
-            infos = run_tasks(_part_info, [(p.dir, p.rank, p.iteration, p.source) for p in self.parts],
+            infos = run_tasks(_part_info, [(p.dir, p.rank, p.iteration, p.source,
+                                            facts.get((str(p.dir), p.rank, p.iteration))) for p in self.parts],
                               max(1, min(jobs or os.cpu_count() or 1, len(self.parts))), on_done=bar.update)
         for p, info in zip(self.parts, infos):
             for k, v in info.items():

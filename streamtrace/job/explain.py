@@ -13,8 +13,8 @@ import pyarrow as pa
 from ..events.dataset import schemas, write_table
 from . import idle as _idle
 from . import stats as _stats
+from .folder import EXPLAIN_TABLES as TABLES
 
-TABLES = ("kernel_stats", "op_stats", "launch_stats", "idle_breakdown")
 KERNEL_COLUMNS = ["device", "stream", "ts_ns", "dur_ns", "end_ns", "name", "kind", "collective", "correlation",
                   "launch_op", "step"]
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import StreamtraceError
-from ..job.aggregate import read_aggregate_table, read_meta
+from ..job.folder import read_aggregate_table, read_meta
 from ..runtime.files import atomic_output
 from .explain import build_explain, explain_markdown, idle_chart
 from .render import ChartOptions, render_all

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..job.aggregate import read_aggregate_table, read_meta
+from ..job.folder import read_aggregate_table, read_meta
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
 from . import charts as C

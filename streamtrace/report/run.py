@@ -6,7 +6,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..job.aggregate import AggregateOptions, aggregate_into, owned
+from ..job.folder import owned
+from ..job.options import AggregateOptions
 from ..runtime.files import output_folder
 from .markdown import write_report
 
@@ -61,7 +62,7 @@ def report(dirs, outdir=None, opt: ReportOptions | None = None, aggregate_opt: A
     kw = dict(name=opt.name, tokens_per_step=opt.tokens_per_step, global_batch=opt.global_batch,
               seq_len=opt.seq_len, charts=opt.charts, chart_ranks=opt.chart_ranks, log=log,
               progress=opt.progress, chart_formats=opt.chart_formats, jobs=opt.jobs)
-    if len(dirs) == 1 and (Path(dirs[0]) / "aggregate.json").is_file():
+    if not aggregates(dirs):
         aggdir = Path(dirs[0])
         out = Path(outdir or aggdir)
         if _holds(out, aggdir):               # add the report to a folder it does not own
@@ -73,11 +74,19 @@ def report(dirs, outdir=None, opt: ReportOptions | None = None, aggregate_opt: A
         rep["aggregated"] = None
         return rep
     out = Path(outdir or "streamtrace-report")
+    from ..job.aggregate import aggregate_into     # (numba kernels: only when it aggregates)
     with output_folder(out, owned=owned, inputs=dirs) as stage:
         agg = aggregate_into(dirs, stage, aggregate_opt or AggregateOptions())
         rep = write_report(stage, stage, final=out, shown=out, **kw)
     rep["aggregated"] = agg
     return rep
+
+
+def aggregates(dirs) -> bool:
+    """Whether :func:`report` of ``dirs`` (folders, str or Path) aggregates them first: unless
+    they are one aggregate folder (holding ``aggregate.json``)."""
+    dirs = [dirs] if isinstance(dirs, (str, Path)) else list(dirs)
+    return not (len(dirs) == 1 and (Path(dirs[0]) / "aggregate.json").is_file())
 
 
 def _holds(folder: Path, inner: Path) -> bool:

@@ -3,8 +3,8 @@ runs in, and why.
 
 * :func:`trim` -- hand freed heap memory back to the OS between phases (glibc ``malloc_trim``);
 * :func:`tune_malloc` -- undo the frozen mmap threshold dask's nanny leaves in its workers;
-* :func:`skip_numba_blas`, :func:`use_system_allocator` -- two start-up settings of the
-  ``streamtrace`` command's own process (not of a program importing streamtrace);
+* :func:`skip_numba_blas`, :func:`use_system_allocator`, :func:`skip_pandas` -- start-up settings
+  of the ``streamtrace`` command's own process (not of a program importing streamtrace);
 * :func:`leave` -- end the command's process at once, after flushing its output.
 
 Each says what it saves, measured.  All are no-ops where they do not apply (not Linux, not glibc).
@@ -78,13 +78,45 @@ def skip_numba_blas():
     implementations and probes ``scipy.linalg.cython_blas`` (for ``np.dot`` and
     friends inside jitted code) whenever SciPy is installed; that import costs about
     0.3-0.5 s and 18 MB of RSS per process, and no streamtrace kernel does linear
-    algebra.  Marking ``scipy.linalg`` unimportable makes numba record "no BLAS".
+    algebra.  Marking ``scipy.linalg`` unimportable makes numba record "no BLAS"; numba's
+    import also imports ``scipy`` itself only to check its version (~0.12 s), so ``scipy`` is
+    marked unimportable as well.
     The same first load imports ``numba.core.typing.cffi_utils``, which builds a cffi
     parser (pycparser's lexer: ~0.1 CPU-s, ~0.3 s wall measured) whenever cffi is
     installed; no kernel calls cffi functions, so ``cffi`` is marked unimportable too.
     Only the command-line process (and the workers it forks) do this: a program that
     imports streamtrace as a library keeps SciPy and cffi as they are."""
-    for name in ("scipy.linalg", "cffi"):
+    _unimportable("scipy", "scipy.linalg", "cffi")
+
+
+def skip_pandas():
+    """Keep pyarrow from importing pandas in the ``streamtrace`` command's own process.
+    pyarrow imports pandas, when it is installed, at its first conversion of anything (reading
+    a Parquet file, ``pa.array``, any ``pyarrow.compute`` call: it checks whether the argument
+    is a pandas object): ~0.25 s of every ``aggregate`` and ``report`` (measured: 0.23 s of
+    the demo's 1.46 s aggregate).  No command uses pandas, so a finder first on
+    ``sys.meta_path`` answers "not installed" for it (a ``None`` entry in ``sys.modules``, as
+    for SciPy, is not enough: pyarrow's compiled import reads ``sys.modules`` directly).
+    Called by :func:`~streamtrace.cli.command` only -- not by :func:`~streamtrace.cli.main`,
+    which tests and programs call in a process that may use pandas afterwards."""
+    if "pandas" not in sys.modules and NoPandas not in sys.meta_path:
+        sys.meta_path.insert(0, NoPandas)
+
+
+class NoPandas:
+    """A ``sys.meta_path`` finder for which pandas is not installed (:func:`skip_pandas`)."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError("pandas is not used by the streamtrace command", name=name)
+        return None
+
+
+def _unimportable(*names):
+    """Make ``import name`` raise ImportError for each of ``names`` not imported yet (a
+    ``None`` entry in ``sys.modules``, Python's documented way)."""
+    for name in names:
         if name not in sys.modules:
             sys.modules[name] = None
 

@@ -6,7 +6,9 @@
 * accessors of a metadata dict: :func:`host_name`, :func:`device_names`, :func:`pg_config`
   (process groups of ``distributedInfo.pg_config`` by name), :func:`pg_config_entries` (every
   entry, for the topology), each also for one rank of a streamtrace-merged trace (whose header
-  keeps every rank's ``distributedInfo`` and ``deviceProperties``).
+  keeps every rank's ``distributedInfo`` and ``deviceProperties``);
+* :func:`trace_facts` -- what a later stage needs of one rank's metadata, kept by ``analyze``
+  in ``summary.json`` so that ``aggregate`` need not read the trace again.
 """
 from __future__ import annotations
 
@@ -127,3 +129,24 @@ def pg_config_entries(metadata: dict, rank: int | None = None) -> tuple[list, in
             cfg = [dict(v, pg_name=k) for k, v in cfg.items() if isinstance(v, dict)]
         entries += [e for e in cfg or [] if isinstance(e, dict)]
     return entries, world
+
+
+def trace_facts(metadata: dict, rank: int) -> dict:
+    """What ``aggregate`` needs of rank ``rank``'s trace metadata, JSON-able:
+    ``base_time_ns`` (``baseTimeNanoseconds``: int ns, or None), ``merged`` (a streamtrace-merged
+    trace), ``device_name`` (the first ``deviceProperties`` entry's ``name``, for a merged trace
+    the rank's own, "" when absent), ``pg_entries`` and ``world_size`` (:func:`pg_config_entries`,
+    for a merged trace the rank's only).  ``analyze`` stores it per rank in ``summary.json``
+    (``"trace_metadata"``); for older folders ``aggregate`` reads the trace's metadata again."""
+    st = metadata.get("streamtrace") if isinstance(metadata.get("streamtrace"), dict) else {}
+    merged = st.get("kind") == "merged"
+    base = metadata.get("baseTimeNanoseconds")
+    props = metadata.get("deviceProperties")
+    if merged:
+        for r in st.get("ranks") or []:
+            if isinstance(r, dict) and r.get("rank") == rank:
+                props = r.get("deviceProperties") or props
+    name = props[0].get("name", "") if isinstance(props, list) and props and isinstance(props[0], dict) else ""
+    entries, world = pg_config_entries(metadata, rank if merged else None)
+    return {"base_time_ns": int(base) if isinstance(base, (int, float)) else None, "merged": merged,
+            "device_name": name if isinstance(name, str) else str(name), "pg_entries": entries, "world_size": world}

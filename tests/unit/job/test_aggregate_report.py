@@ -278,3 +278,31 @@ def test_merged_trace_gives_the_same_global_timeline(job, tmp_path):
         assert a[k].tolist() == b[k].tolist(), k
     ca, cb = read_table(tmp / "out" / "collectives.parquet"), read_table(tmp_path / "out" / "collectives.parquet")
     assert ca["start_skew_ns"].tolist() == cb["start_skew_ns"].tolist()
+
+
+def test_trace_metadata_comes_from_the_summary(job, tmp_path):
+    """analyze keeps each rank's base time, device and process groups in summary.json, so aggregate
+    gives the same alignment without the traces (moved away) and, for a folder analysed before
+    summary.json kept them, still reads them from the traces."""
+    truth, tmp, meta = job
+    summ = load_json(tmp / "an" / "summary.json")
+    for r in summ["ranks"]:
+        facts = r["trace_metadata"]
+        assert facts["base_time_ns"] == truth.spec.base_time_ns + r["rank"] * truth.spec.clock_skew_ns
+        assert facts["world_size"] == 8 and facts["device_name"]
+        assert all(r["rank"] in e["ranks"] for e in facts["pg_entries"])
+    import shutil
+    an = tmp_path / "an"
+    shutil.copytree(tmp / "an", an)
+    for r in summ["ranks"]:                  # the sources gone: the summary alone
+        r["source"] = str(tmp_path / "gone" / f"rank{r['rank']}.json")
+    (an / "summary.json").write_text(json.dumps(summ))
+    m = aggregate([an], tmp_path / "agg", AggregateOptions(jobs=1))
+    key = lambda ps: [(p["rank"], p["base_time_ns"], p["shift_ns"], p["device_name"]) for p in ps]  # noqa: E731
+    assert key(m["parts"]) == key(meta["parts"])
+    old = load_json(tmp / "an" / "summary.json")
+    for r in old["ranks"]:                   # an older summary: read from the traces again
+        del r["trace_metadata"]
+    (an / "summary.json").write_text(json.dumps(old))
+    m = aggregate([an], tmp_path / "agg_old", AggregateOptions(jobs=1))
+    assert key(m["parts"]) == key(meta["parts"])

@@ -111,3 +111,4 @@ def _cli_with_cache(cache, *args):
     env = {**os.environ, "NUMBA_CACHE_DIR": cache, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "streamtrace", *map(str, args)], capture_output=True, text=True,
                           env=env)
+

@@ -1,0 +1,60 @@
+"""An aggregate folder (``streamtrace aggregate``'s output), as every later stage sees it: the
+names of its tables (:data:`TABLES`, :func:`owned`), ``aggregate.json`` read back and checked
+(:func:`read_meta`), one table read back (:func:`read_aggregate_table`).  Light on purpose:
+``report`` and the charts import this module, not the aggregation (no numba kernels to load).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import DataError, StreamtraceError
+from ..events.dataset import read_json, read_table
+
+EXPLAIN_TABLES = ("kernel_stats", "op_stats", "launch_stats", "idle_breakdown")
+"""The explaining tables (:mod:`streamtrace.job.explain`)."""
+
+TABLES = ("rank_phase", "ranks", "pipeline", "replicas", "iterations", "timeline", "top_kernels", "collectives",
+          "collectives_ranks", "collectives_summary", "stragglers", "p2p", *EXPLAIN_TABLES)
+"""The tables ``aggregate`` writes (each ``NAME.parquet``, some also ``NAME.csv``)."""
+
+
+def owned(name: str) -> bool:
+    """The top-level entries of an aggregate folder: its tables, ``aggregate.json``, and the
+    report ``streamtrace report`` writes beside them (``report.json``, ``charts/``, ``*.md``)."""
+    stem, _, ext = name.rpartition(".")
+    return name in ("aggregate.json", "report.json", "charts") or name.endswith(".md") \
+        or (stem in TABLES and ext in ("parquet", "csv"))
+
+
+
+_META_TYPES = {"inputs": list, "time_alignment": str, "clock_sync": str, "iterations": list, "ranks": list,
+               "collectives": dict, "files": list}
+
+
+def read_meta(aggdir) -> dict:
+    """``aggdir/aggregate.json``, checked: an object with the keys (and types) the report reads,
+    and every table it lists present.  Raises :class:`StreamtraceError` when it is missing
+    (not an aggregate folder), :class:`~streamtrace.errors.DataError` naming the file that is
+    damaged or missing."""
+    p = Path(aggdir) / "aggregate.json"
+    if not p.is_file():
+        raise StreamtraceError(f"{aggdir}: no aggregate.json (run streamtrace aggregate first)")
+    meta = read_json(p)
+    if not isinstance(meta, dict):
+        raise DataError(p, "not streamtrace aggregate's aggregate.json (expected an object)")
+    for k, t in _META_TYPES.items():
+        if not isinstance(meta.get(k), t):
+            raise DataError(p, f"not streamtrace aggregate's aggregate.json ({k!r} missing or not a {t.__name__})")
+    for name in meta["files"]:
+        if isinstance(name, str) and name != "aggregate.json" and not (Path(aggdir) / name).is_file():
+            raise DataError(Path(aggdir) / name, "missing (aggregate.json lists it); run streamtrace aggregate again")
+    return meta
+
+
+def read_aggregate_table(aggdir, name) -> dict:
+    """Table ``name`` of an aggregate folder as :func:`~streamtrace.events.dataset.read_table`
+    columns (a missing column is a :class:`~streamtrace.errors.DataError` naming the file);
+    ``{}`` for a table the aggregate did not write (pipeline, replicas, stragglers without a
+    topology or straggler)."""
+    p = Path(aggdir) / f"{name}.parquet"
+    return read_table(p) if p.is_file() else {}

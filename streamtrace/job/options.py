@@ -1,0 +1,40 @@
+"""Options of :func:`streamtrace.job.aggregate.aggregate` (a light module: the command line and
+``report`` build them without importing the aggregation)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class AggregateOptions:
+    """Options of :func:`aggregate` (the ``streamtrace aggregate`` flags).
+
+    Attributes:
+        iterations: only these iterations (list of int: the trace file's iteration, as analyze's
+            ``iteration=N`` partitions); None (default): all.
+        steps: only the kernels of these ProfilerStep numbers (list of int, ``ProfilerStep#N``);
+            None (default): all.
+        jobs: worker processes (int); 0 (default) = all cores.
+        time_alignment: ``"global"`` (default; one clock through ``baseTimeNanoseconds``) or
+            ``"individual"`` (each rank from its own start); see :mod:`streamtrace.job.alignment`.
+        clock_sync: ``None``/``"none"`` (default) or ``"collectives"`` (estimate each rank's clock
+            offset, ns, from matched collective ends and subtract it).
+        topology: a topology file or trace folder (str); None (default): the traces'
+            ``distributedInfo.pg_config``, else a topology file beside the traces.
+        force: aggregate folders that look like different jobs (different world sizes, one rank
+            of one iteration twice, start times more than a day apart); default False: refuse.
+        progress: progress bars over the ranks (reading the traces' metadata, then the tables; bool);
+            None (default): only on a terminal.
+        consecutive_kernel_delay_ns: the idle breakdown's threshold (int ns): a gap on a GPU stream
+            shorter than this, not caused by a late launch, is kernel wait, a longer one other
+            (HolisticTraceAnalysis' ``consecutive_kernel_delay``, effectively 30 us); default 30,000.
+    """
+    iterations: list | None = None
+    steps: list | None = None
+    jobs: int = 0
+    time_alignment: str = "global"
+    clock_sync: str | None = None
+    topology: str | None = None
+    force: bool = False
+    progress: bool | None = None
+    consecutive_kernel_delay_ns: int = 30_000
