@@ -1,9 +1,11 @@
 """What the subcommands share: the value parsers of their options (usage errors exit 2), the
-console (``-q``/``-v``), the validation printout, the exit exception, the version text."""
+console (``-q``/``-v``), the validation printout, the exit exception, the version text, and the
+report options of ``report`` and ``epilogue``."""
 from __future__ import annotations
 
 import sys
 
+import argh
 import ijson
 
 from .. import __version__
@@ -160,3 +162,22 @@ class Exit(Exception):
 #: the short flags of the whole tool, one meaning each (argh's automatic ones are removed)
 SHORT_FLAGS = {"-o": ("--outdir", "--output-file", "--output"), "-j": ("--jobs",), "-q": ("--quiet",),
                "-v": ("--verbose",), "-i": ("--input-dir",), "-h": ("--help",)}
+
+
+REPORT_ARGS = (
+    (("--tokens-per-step",), dict(type=int, help="tokens per training step, for tokens/s")),
+    (("--global-batch",), dict(type=int, help="global batch size (sequences), with --seq-len, for tokens/s")),
+    (("--seq-len",), dict(type=int, help="sequence length (tokens), with --global-batch")),
+    (("--no-charts",), dict(help="skip the charts")),
+    (("--chart-format",), dict(help="chart files: png (default), svg, or png,svg")),
+    (("--chart-ranks",), dict(help="ranks that get per-rank charts, e.g. 0-3,12 (default: all up to 8, else a "
+                                   "selection)")),
+)
+"""The report's options, the same on ``report`` and ``epilogue`` (:func:`report_args`)."""
+
+
+def report_args(fn):
+    """Decorator: the :data:`REPORT_ARGS` options on the subcommand ``fn`` (argh), in that order."""
+    for names, kw in reversed(REPORT_ARGS):
+        fn = argh.arg(*names, **kw)(fn)
+    return fn

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argh
 
-from .common import Console, Exit, parse_formats, parse_jobs, parse_list, prepare_kernels
+from .common import Console, Exit, parse_formats, parse_jobs, parse_list, prepare_kernels, report_args
 
 EXAMPLES = """
   streamtrace epilogue /runs/job42/tb
@@ -22,12 +22,7 @@ EXAMPLES = """
 @argh.arg("--name", help="run name for the report (default: the folder of the job's traces, above iteration_N/, "
           "tb/, ...)")
 @argh.arg("--topology", help="topology file (default: found under RUN_DIR, else the traces' pg_config)")
-@argh.arg("--tokens-per-step", type=int, help="tokens per training step, for tokens/s")
-@argh.arg("--global-batch", type=int, help="global batch size (sequences), with --seq-len, for tokens/s")
-@argh.arg("--seq-len", type=int, help="sequence length (tokens), with --global-batch")
-@argh.arg("--no-charts", help="skip the charts")
-@argh.arg("--chart-format", help="chart files: png (default), svg, or png,svg")
-@argh.arg("--chart-ranks", help="ranks that get per-rank charts, e.g. 0-3,12 (default: all up to 8, else a selection)")
+@report_args
 @argh.arg("-q", "--quiet", help="print only the final line, warnings and errors")
 @argh.arg("-v", "--verbose", help="print more (and tracebacks of failures)")
 def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_memory=None, strict=False, name=None,

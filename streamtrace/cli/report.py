@@ -4,7 +4,7 @@ from __future__ import annotations
 import argh
 
 from .aggregate import kernel_delay_ns, steps_text
-from .common import Console, need, parse_formats, parse_jobs, parse_list, prepare_kernels
+from .common import Console, need, parse_formats, parse_jobs, parse_list, prepare_kernels, report_args
 
 EXAMPLES = """
   streamtrace report job42-agg --tokens-per-step 1048576
@@ -17,12 +17,7 @@ EXAMPLES = """
 @argh.arg("-o", "--outdir", help="output folder, relative to the current folder (default: the aggregate folder; "
           "streamtrace-report for analysed folders)")
 @argh.arg("--name", help="the run's name and the Markdown file's (default: the folder of the job's traces)")
-@argh.arg("--tokens-per-step", type=int, help="tokens per training step, for tokens/s")
-@argh.arg("--global-batch", type=int, help="global batch size (sequences), with --seq-len, for tokens/s")
-@argh.arg("--seq-len", type=int, help="sequence length (tokens), with --global-batch")
-@argh.arg("--no-charts", help="skip the charts")
-@argh.arg("--chart-format", help="chart files: png (default), svg, or png,svg")
-@argh.arg("--chart-ranks", help="ranks that get per-rank charts, e.g. 0-3,12 (default: all up to 8, else a selection)")
+@report_args
 @argh.arg("--iterations", help="(analysed folders) only these iterations, e.g. 15-16")
 @argh.arg("--steps", help="(analysed folders) only these ProfilerStep numbers, e.g. 14")
 @argh.arg("-j", "--jobs", type=int, help="worker processes drawing charts (and aggregating analysed folders); "

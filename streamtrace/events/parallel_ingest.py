@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import TraceError
 from ..runtime.files import remove_quietly
 from ..runtime.parallel import pool
-from ..trace.ranges import RANGES_PER_JOB, guess_ranges, iter_ranges
+from ..trace.ranges import RANGES_PER_JOB, iter_ranges, likely_ranges, prove_range
 from ..trace.source import plain_copy
 from .columns import StringTable
 from .ingest import ingest
@@ -83,11 +83,7 @@ def ingest_range(task: RangeTask) -> RangeResult:
     store = SpillStore(task.folder, s.chunk_events) if task.folder else MemoryStore(s.chunk_events)
     table, comm_rows, reader = ingest(task.path, store, s.gpu_cats, s.salvage and not task.exact,
                                       byte_range=task.byte_range)
-    a, b = task.byte_range
-    if task.exact and reader.events_end != b - a + 2:           # the stream is "[" + range + "]"
-        raise TraceError(task.path, "byte range does not end on an event boundary", offset=b)
-    if not task.first and reader.events_read == 0:
-        raise TraceError(task.path, "no event after a comma in traceEvents", offset=a)
+    prove_range(reader, task.path, task.byte_range, task.first, task.exact)
     return RangeResult(store.export(), table.strings, comm_rows, reader.warnings, reader.unusable_times)
 
 
@@ -116,13 +112,10 @@ def ingest_parallel(path, tmpdir, jobs: int, settings: IngestSettings, while_par
             pending.pop()()
     try:
         src = plain or str(path)
-        try:
-            plan = guess_ranges(src, parts)
-        except TraceError:
-            return None
+        plan = likely_ranges(src, parts)
         if plan is None:
             return None
-        ranges, meta, _ = plan
+        ranges, meta = plan
         how = "guessed"
         results = None
         if len(ranges) >= jobs:          # else too few likely cuts (events without "ph", > 1 MB events): scan

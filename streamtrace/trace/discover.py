@@ -208,21 +208,3 @@ def discover(inputs, rank_map=None, warn=None) -> list[TraceFile]:
             raise RankConflictError(f"rank {tf.rank}{it} is claimed by two files: {seen[key].path} and {tf.path}")
         seen[key] = tf
     return sorted(files, key=lambda t: (t.iteration if t.iteration is not None else -1, t.rank))
-
-
-def parse_ranks(spec: str) -> set:
-    """``"0-7,12"`` -> {0..7, 12}.  Raises :class:`StreamtraceError` on bad syntax."""
-    out = set()
-    for part in str(spec).split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            if "-" in part:
-                a, b = part.split("-", 1)
-                out.update(range(int(a), int(b) + 1))
-            else:
-                out.add(int(part))
-        except ValueError:
-            raise StreamtraceError(f"bad range list {spec!r}: expected e.g. 0-7,12") from None
-    return out

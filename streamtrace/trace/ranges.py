@@ -158,6 +158,30 @@ def guess_cut(f, lo, hi) -> int | None:
     return None
 
 
+def prove_range(reader, path, byte_range, first: bool, exact: bool = True):
+    """After ``reader`` (a :class:`~streamtrace.trace.reader.TraceReader` over ``byte_range`` of
+    ``path``, which it reads as ``"[" + range + "]"``) read its range: raise :class:`TraceError`
+    when ``exact`` and the range is not whole events that the appended ``]`` closes exactly (a
+    guessed cut inside an event), or when a range after the first holds no event (a comma with
+    nothing after it)."""
+    a, b = byte_range
+    if exact and reader.events_end != b - a + 2:
+        raise TraceError(path, "byte range does not end on an event boundary", offset=b)
+    if not first and reader.events_read == 0:
+        raise TraceError(path, "no event after a comma in traceEvents", offset=a)
+
+
+def likely_ranges(path, parts: int) -> tuple | None:
+    """:func:`guess_ranges` as its two callers (``analyze --jobs``, ``validate --jobs``) want it:
+    ``(ranges, metadata)``, or None also when the head cannot be read (the caller then reads the
+    file in one process, which reports the error)."""
+    try:
+        plan = guess_ranges(path, parts)
+    except TraceError:
+        return None
+    return None if plan is None else plan[:2]
+
+
 def guess_ranges(path, parts: int):
     """Likely byte ranges of a PLAIN trace's ``traceEvents`` content without a pass
     over the file: the array's start from the head, its end from the tail

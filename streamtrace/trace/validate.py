@@ -50,7 +50,7 @@ from ..runtime.files import remove_quietly
 from ..runtime.parallel import InWorker, pool
 from ..runtime.warmup import warm_trace
 from .decode import decode_value, loads
-from .ranges import RANGES_PER_JOB, SPLIT_THRESHOLD, clean_joints, guess_ranges
+from .ranges import RANGES_PER_JOB, SPLIT_THRESHOLD, clean_joints, likely_ranges, prove_range
 from .reader import BATCH_EVENTS, TraceReader
 from .source import plain_copy, size_hint
 
@@ -333,11 +333,7 @@ def check_range(task: RangeTask) -> dict:
     try:
         for b in reader.raw_batches(decode="bounds"):
             chk.add(b.buf, b.starts, b.ends, b.offset, reader.path)
-        a, b = task.byte_range
-        if reader.events_end != b - a + 2:                     # the stream is "[" + range + "]"
-            raise TraceError(task.path, "byte range does not end on an event boundary", offset=b)
-        if not task.first and reader.events_read == 0:
-            raise TraceError(task.path, "no event after a comma in traceEvents", offset=a)
+        prove_range(reader, task.path, task.byte_range, task.first)
         write_runs(task.log, chk)
     except BaseException:
         remove_quietly(task.log)
@@ -380,13 +376,10 @@ def split_plan(src, parts: int) -> list | None:
         lead = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
     if not lead.startswith(b"{"):
         return None
-    try:
-        plan = guess_ranges(src, parts)
-    except TraceError:
-        return None
+    plan = likely_ranges(src, parts)
     if plan is None:
         return None
-    ranges, meta, _ = plan
+    ranges, meta = plan
     if len(ranges) < 2 or "traceEvents" in meta or not clean_joints(src, ranges):
         return None
     return ranges

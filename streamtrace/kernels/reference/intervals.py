@@ -43,7 +43,9 @@ def int_list(x, what):
     return out
 
 
-def _pairs(start, end, what):
+def bounds(start, end, what):
+    """``start`` and ``end`` (int64 ns, shape (N,)) as two lists of int, checked: same length,
+    ``end >= start`` everywhere.  Raises ValueError / TypeError naming ``what``."""
     s = int_list(start, what + " start")
     e = int_list(end, what + " end")
     if len(s) != len(e):
@@ -51,7 +53,11 @@ def _pairs(start, end, what):
     for i, (a, b) in enumerate(zip(s, e)):
         if b < a:
             raise ValueError(f"{what}: end < start at index {i} ({b} < {a})")
-    return list(zip(s, e))
+    return s, e
+
+
+def _pairs(start, end, what):
+    return list(zip(*bounds(start, end, what)))
 
 
 def _disjoint_sorted(start, end, what):

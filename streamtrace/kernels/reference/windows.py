@@ -10,26 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .intervals import int_list
+from .intervals import bounds, int_list
 
 __all__ = ["innermost_window_ref", "shortest_overlapping_ref"]
-
-
-def _pairs(start, end, what):
-    s = int_list(start, what + " start")
-    e = int_list(end, what + " end")
-    if len(s) != len(e):
-        raise ValueError(f"{what}: start and end lengths differ ({len(s)} != {len(e)})")
-    for i, (a, b) in enumerate(zip(s, e)):
-        if b < a:
-            raise ValueError(f"{what}: end < start at index {i} ({b} < {a})")
-    return s, e
 
 
 def innermost_window_ref(start, end, t):
     """Twin of :func:`streamtrace.kernels.windows.innermost` (brute force): int64 array of
     ``len(t)``, the input position of each query's innermost window or -1.  Same errors."""
-    s, e = _pairs(start, end, "windows")
+    s, e = bounds(start, end, "windows")
     out = []
     for x in int_list(t, "query times"):
         best, best_key = -1, None
@@ -44,8 +33,8 @@ def innermost_window_ref(start, end, t):
 
 def shortest_overlapping_ref(start, end, q_start, q_end):
     """Twin of :func:`streamtrace.kernels.windows.shortest_overlapping` (brute force)."""
-    s, e = _pairs(start, end, "windows")
-    qs, qe = _pairs(q_start, q_end, "queries")
+    s, e = bounds(start, end, "windows")
+    qs, qe = bounds(q_start, q_end, "queries")
     out = []
     for x, y in zip(qs, qe):
         best, best_key = -1, None
