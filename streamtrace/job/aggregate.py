@@ -160,13 +160,17 @@ def _gpu_part(job, part):
             timeline.append((it, st, dev, cname, us, ue))
     top: dict = {}
     if len(k["name"]):
-        names, inv = np.unique(k["name"].astype(str), return_inverse=True)
-        inv = inv.reshape(-1)
+        code_of: dict = {}       # np.unique of the names as str, without a <U(longest name) copy (44 MB a rank)
+        inv = np.fromiter((code_of.setdefault(str(x), len(code_of)) for x in k["name"]), np.int64, len(k["name"]))
+        names = sorted(code_of)
+        rank = np.empty(len(names), np.int64)
+        rank[[code_of[n] for n in names]] = np.arange(len(names))
+        inv = rank[inv]
         tot = np.bincount(inv, weights=(e - s).astype(np.float64), minlength=len(names))
         cnt = np.bincount(inv, minlength=len(names))
         first = np.zeros(len(names), np.int64)
         first[inv[::-1]] = np.arange(len(inv))[::-1]
-        for j, n in enumerate(names.tolist()):
+        for j, n in enumerate(names):
             top[n] = (k["kind"][first[j]], int(cnt[j]), int(tot[j]))
     return phase_rows, rank_rows, fb, timeline, top
 

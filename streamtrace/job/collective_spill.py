@@ -48,6 +48,7 @@ from .collectives import (COMM_COLUMNS, INSTANCE_COLUMNS, MEMBER_COLUMNS, Collec
 from .options import BUCKET_ROWS
 from .p2p import TRANSFER_COLUMNS, p2p_transfers
 
+_HELD = 131_072                   # rows held before they go to their bucket files
 _INTS = ("part", "rank", "iteration", "step", "start", "end", "dur", "bytes", "group_size", "microbatch", "correlation",
          "stream", "src", "dst", "pid", "seq")
 _STRS = ("collective", "pg_name", "pg_ranks", "dim", "phase")
@@ -120,17 +121,18 @@ def _bucket(job, folder: Path, bucket_rows: int) -> _Plan | None:
     with contextlib.ExitStack() as stack:
         writers = [stack.enter_context(pq.ParquetWriter(p, _SPILL, compression="zstd")) for p in plan.buckets]
         pending: list = [[] for _ in range(nb)]
+        held = 0                                       # rows in pending: at most _HELD + one part's
         for g in range(src.metadata.num_row_groups):
             t = src.read_row_group(g)
             b = bucket_of[t["pid"].to_numpy()]
             for j in np.unique(b).tolist():
                 pending[j].append(t.filter(pa.array(b == j)))
-                if sum(x.num_rows for x in pending[j]) >= 65_536:
-                    writers[j].write_table(pa.concat_tables(pending[j]))
-                    pending[j] = []
-        for j in range(nb):
-            if pending[j]:
-                writers[j].write_table(pa.concat_tables(pending[j]))
+            held += t.num_rows
+            if held >= _HELD or g == src.metadata.num_row_groups - 1:
+                for j in range(nb):
+                    if pending[j]:
+                        writers[j].write_table(pa.concat_tables(pending[j]))
+                pending, held = [[] for _ in range(nb)], 0
     (folder / "parts.parquet").unlink()
     return plan
 
