@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import StreamtraceError
-from ..events.dataset import to_arrow, write_table
+from ..events.dataset import shared_strings, to_arrow, write_table
 from ..runtime.files import atomic_output
 from ..trace.clocks import estimate_clock_offsets
 from .collectives import (COMM_COLUMNS, INSTANCE_COLUMNS, MEMBER_COLUMNS, CollectiveResult, Stragglers, Summary,
@@ -137,21 +137,12 @@ def _bucket(job, folder: Path, bucket_rows: int) -> _Plan | None:
     return plan
 
 
-def _objects(col) -> np.ndarray:
-    """A string column read as dictionaries -> an object array sharing one str per distinct value."""
-    parts = []
-    for ch in col.chunks:
-        values = np.append(ch.dictionary.to_numpy(zero_copy_only=False).astype(object), None)
-        parts.append(values[ch.indices.fill_null(len(ch.dictionary)).to_numpy()])
-    return np.concatenate(parts) if parts else np.zeros(0, object)
-
-
 def _load(job, plan: _Plan, path) -> dict:
     """One bucket's rows as :func:`~streamtrace.job.collectives.load_comm` columns on the job's
     current clocks, sorted by (instance, start, rank)."""
     t = pq.read_table(path, read_dictionary=list(_STRS))
     c = {n: t[n].to_numpy() for n in _INTS}
-    c.update({n: _objects(t[n]) for n in _STRS})
+    c.update({n: shared_strings(t[n]) for n in _STRS})
     del t
     shift = np.zeros(max(plan.spilled_offset) + 1, np.int64)
     for i, off in plan.spilled_offset.items():       # aligned time on the clocks now: + old - new offset
