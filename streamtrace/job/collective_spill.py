@@ -114,7 +114,8 @@ def _bucket(job, folder: Path, bucket_rows: int) -> _Plan | None:
     plan.base = np.empty(len(pids), np.int64)
     plan.base[srt] = np.cumsum(inst[srt]) - inst[srt]
     bucket_of = np.empty(len(pids), np.int64)         # by the rows before the prefix, in bucket_rows units
-    _, bucket_of[srt] = np.unique((np.cumsum(rows[srt]) - rows[srt]) // max(1, int(bucket_rows)), return_inverse=True)
+    _, dense = np.unique((np.cumsum(rows[srt]) - rows[srt]) // max(1, int(bucket_rows)), return_inverse=True)
+    bucket_of[srt] = dense.reshape(-1)
     nb = int(bucket_of.max()) + 1
     plan.buckets = [folder / f"bucket-{b:05d}.parquet" for b in range(nb)]
     src = pq.ParquetFile(folder / "parts.parquet")
@@ -196,8 +197,7 @@ def _write_buckets(job, plan: _Plan, outdir: Path) -> tuple[list, dict]:
     return paths, acc
 
 
-def collectives_to(job, outdir, clock_sync: str | None = None, bucket_rows: int = BUCKET_ROWS) -> tuple[CollectiveResult,
-                                                                                                          list]:
+def collectives_to(job, outdir, clock_sync: str | None = None, bucket_rows: int = BUCKET_ROWS) -> tuple:
     """:func:`~streamtrace.job.collectives.analyse_collectives` and
     :func:`~streamtrace.job.collectives.write_collectives` in bounded memory (module docstring):
     writes ``collectives.parquet``, ``collectives_ranks.parquet`` and ``collectives_summary.{parquet,
@@ -222,7 +222,8 @@ def collectives_to(job, outdir, clock_sync: str | None = None, bucket_rows: int 
         shutil.rmtree(folder, ignore_errors=True)
     summary = acc["summary"].rows()
     tr = {c: np.concatenate([t[c] for t in acc["transfers"]]) for c in TRANSFER_COLUMNS}
-    return CollectiveResult({}, {}, summary, acc["stragglers"].rows(), offsets, comps, acc["stats"], tr), paths + _write_summary(outdir, summary)
+    res = CollectiveResult({}, {}, summary, acc["stragglers"].rows(), offsets, comps, acc["stats"], tr)
+    return res, paths + _write_summary(outdir, summary)
 
 
 def _write_summary(outdir, summary: list) -> list:
