@@ -328,11 +328,35 @@ def read_json(path):
         raise DataError(path, f"invalid JSON ({e})") from None
 
 
-def read_table(path) -> Columns:
-    """A Parquet file as ``{name: numpy array}`` (strings as object arrays): a :class:`Columns`.
-    Raises :class:`~streamtrace.errors.DataError` when it is missing or not readable Parquet."""
-    t = _read(path)
-    return Columns(path, {n: t[n].to_numpy(zero_copy_only=False) for n in t.column_names})
+def read_table(path, columns=None, where=None) -> Columns:
+    """A Parquet file as ``{name: numpy array}`` (strings as object arrays sharing one ``str`` per
+    distinct value: :func:`shared_strings`): a :class:`Columns`.  ``columns``: only these (list of
+    str; default all); ``where``: ``{column: values}`` keeps only the rows whose value is one of
+    ``values`` (pyarrow filters: row groups whose statistics exclude them are not read).  Raises
+    :class:`~streamtrace.errors.DataError` when it is missing, not readable Parquet or lacks a column."""
+    if where:
+        parquet_file(path, list(columns or ()) + list(where))
+        try:
+            t = pq.read_table(path, columns=list(columns) if columns is not None else None,
+                              filters=[(c, "in", list(v)) for c, v in where.items()])
+        except (OSError, pa.ArrowException, ValueError) as e:
+            raise DataError(path, f"not a readable Parquet file ({_why(e)})") from None
+    else:
+        t = _read(path, columns)
+    return Columns(path, {n: shared_strings(t[n]) if pa.types.is_string(t[n].type) else
+                          t[n].to_numpy(zero_copy_only=False) for n in t.column_names})
+
+
+def shared_strings(col) -> np.ndarray:
+    """A string column (``pyarrow`` ChunkedArray, plain or dictionary) -> an object array of ``str``
+    (None for null) with one ``str`` object per distinct value: 8 bytes a row, not ~60."""
+    if not pa.types.is_dictionary(col.type):
+        col = col.dictionary_encode()
+    parts = []
+    for ch in col.chunks:
+        values = np.append(ch.dictionary.to_numpy(zero_copy_only=False).astype(object), None)
+        parts.append(values[ch.indices.fill_null(len(ch.dictionary)).to_numpy()])
+    return np.concatenate(parts) if parts else np.zeros(0, object)
 
 
 def column_min_max(path, column) -> tuple[int | None, int | None]:

@@ -51,6 +51,8 @@ import copy
 import json
 import os
 import re
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -67,8 +69,9 @@ from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
 from ..topology.sources import load_topology
 from .alignment import Job
-from .collectives import analyse_collectives, write_collectives
-from .p2p import p2p_table, write_p2p
+from .collective_spill import collectives_to
+from .p2p import p2p_rows, write_p2p
+from .timeline import join as join_timeline, write_part as write_timeline_part
 from .explain import part_tables, write_tables as write_explain
 from .folder import TABLES, owned, read_aggregate_table, read_meta  # noqa: F401 (re-exported)
 from .options import AggregateOptions
@@ -157,13 +160,17 @@ def _gpu_part(job, part):
             timeline.append((it, st, dev, cname, us, ue))
     top: dict = {}
     if len(k["name"]):
-        names, inv = np.unique(k["name"].astype(str), return_inverse=True)
-        inv = inv.reshape(-1)
+        code_of: dict = {}       # np.unique of the names as str, without a <U(longest name) copy (44 MB a rank)
+        inv = np.fromiter((code_of.setdefault(str(x), len(code_of)) for x in k["name"]), np.int64, len(k["name"]))
+        names = sorted(code_of)
+        rank = np.empty(len(names), np.int64)
+        rank[[code_of[n] for n in names]] = np.arange(len(names))
+        inv = rank[inv]
         tot = np.bincount(inv, weights=(e - s).astype(np.float64), minlength=len(names))
         cnt = np.bincount(inv, minlength=len(names))
         first = np.zeros(len(names), np.int64)
         first[inv[::-1]] = np.arange(len(inv))[::-1]
-        for j, n in enumerate(names.tolist()):
+        for j, n in enumerate(names):
             top[n] = (k["kind"][first[j]], int(cnt[j]), int(tot[j]))
     return phase_rows, rank_rows, fb, timeline, top
 
@@ -258,13 +265,17 @@ def part_view(job, index):
     return view
 
 
-def _part_job(job, index, kernel_delay_ns=30_000):
+def _part_job(job, index, kernel_delay_ns=30_000, spill=None):
+    """One part's rows; with ``spill`` (a folder) its timeline rows go to a file there
+    (:func:`~streamtrace.job.timeline.write_part`, returned in their place) so the parent never
+    holds every part's timeline."""
     part = job.parts[index]
     rows = _gpu_part(job, part) if sum(num_rows(f) for f in part.files("kernels")) else None
     if rows is None or not rows[1]:
         rows = _cpu_part(job, part)
     steps = _steps(part)
-    return rows + (steps, part_tables(job, part, kernel_delay_ns))
+    tl = rows[3] if spill is None else write_timeline_part(spill, index, part.rank, rows[3])
+    return rows[:3] + (tl,) + rows[4:] + (steps, part_tables(job, part, kernel_delay_ns))
 
 
 # -- the job -----------------------------------------------------------------------------
@@ -304,17 +315,22 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
     outdir = Path(outdir)
     topo = load_topology(opt.topology) if opt.topology else None
     job = Job(dirs, opt.time_alignment, topo, opt.iterations, opt.jobs, opt.steps, opt.force, opt.progress)
-    coll = analyse_collectives(job, opt.clock_sync)
-    topo = job.topology
-    with progress_bar(len(job.parts), "aggregate", "rank", opt.progress) as bar:
-        res = run_tasks(_part_job, [(part_view(job, p.index), p.index, opt.consecutive_kernel_delay_ns) for p in job.parts],
-                        max(1, min(opt.jobs or os.cpu_count() or 1, len(job.parts))), on_done=bar.update)
-    phase_rows, rank_rows, fb, tl, top, steps = [], [], {}, [], {}, {}
-    for part, (pr, rr, f, t, tp_, st, _) in zip(job.parts, res):
+    spill = Path(tempfile.mkdtemp(prefix=".timeline-spill.", dir=outdir))
+    try:
+        coll, files = collectives_to(job, outdir, opt.clock_sync, opt.collective_bucket_rows)
+        topo = job.topology
+        with progress_bar(len(job.parts), "aggregate", "rank", opt.progress) as bar:
+            res = run_tasks(_part_job, [(part_view(job, p.index), p.index, opt.consecutive_kernel_delay_ns, spill)
+                                        for p in job.parts],
+                            max(1, min(opt.jobs or os.cpu_count() or 1, len(job.parts))), on_done=bar.update)
+        files += join_timeline(outdir, [r[3] for r in res])
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
+    phase_rows, rank_rows, fb, top, steps = [], [], {}, {}, {}
+    for part, (pr, rr, f, _, tp_, st, _) in zip(job.parts, res):
         phase_rows += pr
         rank_rows += rr
         fb.update({(part.rank, it, stp, dev): v for (it, stp, dev), v in f.items()})
-        tl += [(part.index, part.rank, *x) for x in t]
         for n, (kind, cnt, tot) in tp_.items():
             a = top.setdefault(n, [kind, 0, 0])
             a[1] += cnt
@@ -333,7 +349,6 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
     pipe = _pipeline(topo, fb)
     reps = _replicas(topo, rank_rows, pipe)
     iters = _iterations(rank_rows, steps)
-    files = []
     base = ["iteration", "step", "rank", "device", "source", "replica", "pp_group", "stage"]
     pcols = base[:5] + ["phase", "microbatch"] + base[5:] + ["start_ns", "end_ns", "compute_start_ns",
                                                              "compute_end_ns", *METRICS, "overlap_pct"]
@@ -345,17 +360,15 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
     if reps:
         files += write_table(outdir, "replicas", _columns(reps, list(reps[0])), csv=True)
     files += write_table(outdir, "iterations", _columns(iters, list(iters[0])), csv=True)
-    files += write_table(outdir, "timeline", _timeline_columns(tl))
     topk = sorted(top.items(), key=lambda x: -x[1][2])
     files += write_table(outdir, "top_kernels", {"name": np.asarray([n for n, _ in topk], object),
                                                  "kind": np.asarray([v[0] for _, v in topk], object),
                                                  "count": np.asarray([v[1] for _, v in topk], np.int64),
                                                  "total_ns": np.asarray([v[2] for _, v in topk], np.int64)})
-    files += write_collectives(outdir, coll)
     files += write_explain(outdir, [r[-1] for r in res])
     if coll.stragglers:
         files += write_table(outdir, "stragglers", _columns(coll.stragglers, list(coll.stragglers[0])), csv=True)
-    files += write_p2p(outdir, p2p_table(coll.instances, coll.members, topo))
+    files += write_p2p(outdir, p2p_rows(coll.transfers, topo))
     meta = {"kind": "streamtrace-aggregate", "version": 1, "inputs": [str(d) for d in dirs],
             "time_alignment": opt.time_alignment, "clock_sync": opt.clock_sync or "none",
             "consecutive_kernel_delay_ns": opt.consecutive_kernel_delay_ns,
@@ -489,12 +502,3 @@ def _iterations(rank_rows, steps) -> list:
                      "comm_ns_mean": float(np.mean([r["comm_ns"] for r in rr])),
                      "exposed_comm_ns_mean": float(np.mean([r["exposed_comm_ns"] for r in rr]))})
     return rows
-
-
-def _timeline_columns(tl) -> dict:
-    n = [len(x[6]) for x in tl]
-    rep = lambda j, dt: np.repeat(np.asarray([x[j] for x in tl], dt), n) if tl else np.zeros(0, dt)  # noqa: E731
-    return {"part": rep(0, np.int64), "rank": rep(1, np.int64), "iteration": rep(2, np.int64),
-            "step": rep(3, np.int64), "device": rep(4, np.int64), "category": rep(5, object),
-            "start_ns": np.concatenate([x[6] for x in tl]) if tl else np.zeros(0, np.int64),
-            "end_ns": np.concatenate([x[7] for x in tl]) if tl else np.zeros(0, np.int64)}

@@ -74,7 +74,9 @@ class CollectiveResult:
     """``instances`` and ``members``: dicts of equally long numpy columns (:data:`INSTANCE_COLUMNS`,
     :data:`MEMBER_COLUMNS`); ``summary``: list of dicts per (collective, parallel_dim);
     ``stragglers``: list of dicts per collective kind and rank (:func:`straggler_table`); ``clock_offsets``: ``{part index: ns}`` (empty unless
-    estimated); ``stats``: counts of matched / unmatched kernels."""
+    estimated); ``stats``: counts of matched / unmatched kernels; ``transfers``: the p2p transfers
+    (:func:`streamtrace.job.p2p.p2p_transfers`; set by the bucketed path, whose ``instances`` and
+    ``members`` stay empty: they are in its output files)."""
     instances: dict
     members: dict
     summary: list
@@ -82,6 +84,7 @@ class CollectiveResult:
     clock_offsets: dict = field(default_factory=dict)
     clock_components: dict = field(default_factory=dict)
     stats: dict = field(default_factory=dict)
+    transfers: dict = field(default_factory=dict)
 
 
 # -- matching --------------------------------------------------------------------------
@@ -115,8 +118,10 @@ def _p2p_dirs(part, corr_needed) -> dict:
     return out
 
 
-def _prefixes(job, part, k) -> tuple[list, np.ndarray, np.ndarray]:
-    """Match-key prefix (str) per comm kernel of one part, and for p2p rows src/dst (else -1)."""
+def match_prefixes(job, part, k) -> tuple[list, np.ndarray, np.ndarray]:
+    """Match-key prefix (str) per comm kernel of one part (``k``: :meth:`Job.read_kernels` columns
+    :data:`COMM_COLUMNS`, sorted by start), and for p2p rows src/dst (int64 arrays, else -1).  Matching
+    only ever combines rows with the same prefix; an instance is (prefix, k-th row of each part)."""
     n = len(k["ts_ns"])
     src = np.full(n, -1, np.int64)
     dst = np.full(n, -1, np.int64)
@@ -160,7 +165,7 @@ def _prefixes(job, part, k) -> tuple[list, np.ndarray, np.ndarray]:
     return pre, src, dst
 
 
-def _cumcount(ids: np.ndarray) -> np.ndarray:
+def cumcount(ids: np.ndarray) -> np.ndarray:
     """0, 1, 2, ... within each value of ``ids`` in array order."""
     if not len(ids):
         return np.zeros(0, np.int64)
@@ -184,7 +189,7 @@ def load_comm(job) -> dict:
         k = job.read_kernels(part, COMM_COLUMNS, kind="communication")
         if not len(k["ts_ns"]):
             continue
-        pre, src, dst = _prefixes(job, part, k)
+        pre, src, dst = match_prefixes(job, part, k)
         n = len(pre)
         cols["part"].append(np.full(n, part.index, np.int64))
         cols["rank"].append(np.full(n, part.rank, np.int64))
@@ -210,7 +215,7 @@ def load_comm(job) -> dict:
     rank_of[[pids[x] for x in sorted(pids)]] = np.arange(len(pids))
     pid = rank_of[c["prefix"]]
     del c["prefix"]
-    c["seq"] = _cumcount(pid * (len(job.parts) + 1) + c["part"])
+    c["seq"] = cumcount(pid * (len(job.parts) + 1) + c["part"])
     key = pid * (1 << 32) + c["seq"]
     ukey, inst = np.unique(key, return_inverse=True)
     c["instance"] = inst.reshape(-1).astype(np.int64)
@@ -220,7 +225,10 @@ def load_comm(job) -> dict:
     return c
 
 
-def _instances(c: dict) -> tuple[dict, dict]:
+def instance_tables(c: dict) -> tuple[dict, dict]:
+    """Instance and member columns (:data:`INSTANCE_COLUMNS`, :data:`MEMBER_COLUMNS`) of the matched
+    rows ``c`` (:func:`load_comm`'s columns, sorted by (instance, start, rank)); instance ids are
+    ``c["instance"]`` (dense and ascending: the whole job's, or one contiguous range of them)."""
     inst = c["instance"]
     if not len(inst):
         return {k: np.zeros(0) for k in INSTANCE_COLUMNS}, {k: np.zeros(0) for k in MEMBER_COLUMNS}
@@ -251,7 +259,7 @@ def _instances(c: dict) -> tuple[dict, dict]:
         algbw = np.where((lat > 0) & (nbytes >= 0), nbytes / np.maximum(lat, 1), np.nan)
     factor = np.asarray([bus_factor(t, int(g)) for t, g in zip(coll, gs)], float)
     inst_cols = {
-        "instance": np.arange(len(starts), dtype=np.int64), "iteration": c["iteration"][starts],
+        "instance": c["instance"][starts].astype(np.int64), "iteration": c["iteration"][starts],
         "step": c["step"][starts],
         "collective": coll, "parallel_dim": c["dim"][low].astype(object), "pg_name": c["pg_name"][low].astype(object),
         "pg_ranks": c["pg_ranks"][low].astype(object), "group_size": gs.astype(np.int64), "n_ranks": n.astype(np.int64),
@@ -283,31 +291,57 @@ def _pct(x, q):
     return float(np.percentile(x, q)) if len(x) else None
 
 
+class Summary:
+    """:func:`summarize` over instance tables given one piece at a time (:meth:`add`, in instance
+    order): per kind int sums, and the per-instance values the distributions need (start skew,
+    int64; bus and alg bandwidth of complete instances, float64: 24 bytes per instance), so the
+    rows equal :func:`summarize` of the whole table."""
+
+    def __init__(self):
+        self.total = 0
+        self.kinds: dict = {}
+
+    def add(self, inst: dict):
+        if not len(inst["instance"]):
+            return
+        self.total += int(np.maximum(inst["msg_bytes"], 0).sum())
+        for coll, dim in set(zip(inst["collective"].tolist(), inst["parallel_dim"].tolist())):
+            m = (inst["collective"] == coll) & (inst["parallel_dim"] == dim)
+            good = m & inst["complete"] & np.isfinite(inst["busbw_gbps"])
+            a = self.kinds.setdefault((coll, dim), {"count": 0, "bytes": 0, "time": 0, "ktime": 0, "bw": [], "ab": [],
+                                                    "skew": []})
+            a["count"] += int(m.sum())
+            a["bytes"] += int(np.maximum(inst["msg_bytes"][m], 0).sum())
+            a["time"] += int(inst["latency_ns"][m].sum())
+            a["ktime"] += int(inst["kernel_time_ns"][m].sum())
+            a["bw"].append(inst["busbw_gbps"][good])
+            a["ab"].append(inst["algbw_gbps"][good])
+            a["skew"].append(inst["start_skew_ns"][m])
+
+    def rows(self) -> list:
+        total = float(self.total) or 1.0
+        out = []
+        for (coll, dim), a in sorted(self.kinds.items()):
+            bw, ab, skew = np.concatenate(a["bw"]), np.concatenate(a["ab"]), np.concatenate(a["skew"])
+            out.append({"collective": coll, "parallel_dim": dim, "count": a["count"], "complete": int(len(bw)),
+                        "bytes": a["bytes"], "traffic_pct": 100 * a["bytes"] / total, "time_ns": a["time"],
+                        "kernel_time_ns": a["ktime"],
+                        "busbw_gbps_min": _pct(bw, 0), "busbw_gbps_p10": _pct(bw, 10), "busbw_gbps_median": _pct(bw, 50),
+                        "busbw_gbps_mean": float(bw.mean()) if len(bw) else None, "busbw_gbps_p90": _pct(bw, 90),
+                        "busbw_gbps_max": _pct(bw, 100), "algbw_gbps_median": _pct(ab, 50),
+                        "start_skew_mean_ns": float(skew.mean()), "start_skew_max_ns": int(skew.max())})
+        return out
+
+
 def summarize(inst: dict) -> list:
     """Per (collective, parallel_dim): ``count`` instances (``complete`` of them), ``bytes`` (sum of
     msg_bytes), ``traffic_pct`` (percent of all bytes), ``time_ns`` (sum of latency), ``kernel_time_ns``
     (sum over ranks of kernel durations), bus/alg bandwidth distribution over complete instances
     (``busbw_gbps_min``, ``_p10``, ``_median``, ``_mean``, ``_p90``, ``_max``, ``algbw_gbps_median``;
-    GB/s), mean and max start skew (ns)."""
-    out = []
-    if not len(inst["instance"]):
-        return out
-    total = float(np.maximum(inst["msg_bytes"], 0).sum()) or 1.0
-    keys = sorted(set(zip(inst["collective"].tolist(), inst["parallel_dim"].tolist())))
-    for coll, dim in keys:
-        m = (inst["collective"] == coll) & (inst["parallel_dim"] == dim)
-        good = m & inst["complete"] & np.isfinite(inst["busbw_gbps"])
-        bw, ab = inst["busbw_gbps"][good], inst["algbw_gbps"][good]
-        by = int(np.maximum(inst["msg_bytes"][m], 0).sum())
-        out.append({"collective": coll, "parallel_dim": dim, "count": int(m.sum()), "complete": int(good.sum()),
-                    "bytes": by, "traffic_pct": 100 * by / total, "time_ns": int(inst["latency_ns"][m].sum()),
-                    "kernel_time_ns": int(inst["kernel_time_ns"][m].sum()),
-                    "busbw_gbps_min": _pct(bw, 0), "busbw_gbps_p10": _pct(bw, 10), "busbw_gbps_median": _pct(bw, 50),
-                    "busbw_gbps_mean": float(bw.mean()) if len(bw) else None, "busbw_gbps_p90": _pct(bw, 90),
-                    "busbw_gbps_max": _pct(bw, 100), "algbw_gbps_median": _pct(ab, 50),
-                    "start_skew_mean_ns": float(inst["start_skew_ns"][m].mean()),
-                    "start_skew_max_ns": int(inst["start_skew_ns"][m].max())})
-    return out
+    GB/s), mean and max start skew (ns).  Rows sorted by (collective, parallel_dim)."""
+    acc = Summary()
+    acc.add(inst)
+    return acc.rows()
 
 
 def is_group(inst: dict) -> np.ndarray:
@@ -316,47 +350,73 @@ def is_group(inst: dict) -> np.ndarray:
     return ~np.isin(np.asarray(inst["collective"], object), P2P) if len(inst["instance"]) else np.zeros(0, bool)
 
 
+def _grown(a: np.ndarray, size: int) -> np.ndarray:
+    return a if len(a) >= size else np.concatenate([a, np.zeros(size - len(a), a.dtype)])
+
+
+class Stragglers:
+    """:func:`straggler_table` over instance and member tables given one piece at a time
+    (:meth:`add`; a piece's members belong to its instances): per kind, per-rank counts and sums
+    (int64 / float64 arrays of length max rank + 1), so the rows equal the whole table's."""
+
+    def __init__(self):
+        self.kinds: dict = {}
+
+    def add(self, inst: dict, members: dict):
+        if not len(inst["instance"]):
+            return
+        group = is_group(inst)
+        multi = group & (inst["n_ranks"] >= 2)
+        pairs = list(zip(inst["collective"].tolist(), inst["parallel_dim"].tolist()))
+        kinds = sorted(set(pairs))
+        code = {k: i for i, k in enumerate(kinds)}
+        kind = np.asarray([code[x] for x in pairs], np.int64)
+        pos = np.searchsorted(inst["instance"], members["instance"])      # member -> its instance's row
+        m_kind, m_group = kind[pos], group[pos]
+        for k in sorted(set(kind[group].tolist())):          # per kind: bincounts over ranks, linear in rows
+            of_kind = multi & (kind == k)
+            mine = m_group & (m_kind == k)
+            m_rank = members["rank"][mine].astype(np.int64)
+            if not len(m_rank):
+                continue
+            s_rank, w_rank = inst["straggler_rank"][of_kind], inst["waiter_rank"][of_kind]
+            lag = inst["straggler_lag_ns"][of_kind][s_rank >= 0].astype(np.float64)
+            s_rank, w_rank = s_rank[s_rank >= 0].astype(np.int64), w_rank[w_rank >= 0].astype(np.int64)
+            size = int(max(m_rank.max(), s_rank.max(initial=-1), w_rank.max(initial=-1))) + 1
+            a = self.kinds.setdefault(kinds[k], {"seen": np.zeros(0, bool), "n": np.zeros(0, np.int64),
+                                                 "wait": np.zeros(0), "s_cnt": np.zeros(0, np.int64),
+                                                 "s_lag": np.zeros(0), "w_cnt": np.zeros(0, np.int64)})
+            size = max(size, len(a["n"]))
+            for name in a:
+                a[name] = _grown(a[name], size)
+            a["seen"][m_rank] = True
+            a["n"] += np.bincount(m_rank, minlength=size)
+            a["wait"] += np.bincount(m_rank, weights=members["wait_ns"][mine].astype(np.float64), minlength=size)
+            a["s_cnt"] += np.bincount(s_rank, minlength=size)
+            a["s_lag"] += np.bincount(s_rank, weights=lag, minlength=size)
+            a["w_cnt"] += np.bincount(w_rank, minlength=size)
+
+    def rows(self) -> list:
+        out = []
+        for (coll, dim), a in sorted(self.kinds.items()):
+            for r in np.flatnonzero(a["seen"]).tolist():
+                out.append({"collective": coll, "parallel_dim": dim, "rank": int(r), "instances": int(a["n"][r]),
+                            "straggler_count": int(a["s_cnt"][r]), "straggler_lag_ns": int(round(a["s_lag"][r])),
+                            "waiter_count": int(a["w_cnt"][r]), "wait_ns": int(round(a["wait"][r]))})
+        return out
+
+
 def straggler_table(inst: dict, members: dict) -> list:
     """Per collective kind (``collective``, ``parallel_dim``) and rank, over the group collectives
     only (point-to-point transfers have their own table, :mod:`streamtrace.job.p2p`: there the
     receiver posts early by design): the rank's matched kernels of that kind (``instances``), how
     often it was the straggler (``straggler_count``) and the lag it caused (``straggler_lag_ns``,
     sum of its lead over the next-latest rank), how often it waited longest (``waiter_count``),
-    and its total wait (``wait_ns``, sum of last arrival - its arrival).  Rows by kind, then rank."""
-    if not len(inst["instance"]):
-        return []
-    group = is_group(inst)
-    multi = group & (inst["n_ranks"] >= 2)
-    pairs = list(zip(inst["collective"].tolist(), inst["parallel_dim"].tolist()))
-    kinds = sorted(set(pairs))
-    code = {k: i for i, k in enumerate(kinds)}
-    kind = np.asarray([code[x] for x in pairs], np.int64)
-    m_inst = members["instance"]
-    m_kind, m_group = kind[m_inst], group[m_inst]
-    out = []
-    for k in sorted(set(kind[group].tolist())):          # per kind: bincounts over ranks, linear in rows
-        coll, dim = kinds[k]
-        of_kind = multi & (kind == k)
-        mine = m_group & (m_kind == k)
-        ranks = np.unique(members["rank"][mine]).astype(np.int64)
-        if not len(ranks):
-            continue
-        size = int(ranks.max()) + 1
-
-        def per_rank(idx, weights=None):
-            return np.bincount(np.asarray(idx, np.int64), weights=weights, minlength=size)
-        m_rank = members["rank"][mine]
-        n_inst = per_rank(m_rank)
-        wait = per_rank(m_rank, members["wait_ns"][mine].astype(np.float64))
-        s_rank, w_rank = inst["straggler_rank"][of_kind], inst["waiter_rank"][of_kind]
-        s_cnt = per_rank(s_rank[s_rank >= 0])
-        s_lag = per_rank(s_rank[s_rank >= 0], inst["straggler_lag_ns"][of_kind][s_rank >= 0].astype(np.float64))
-        w_cnt = per_rank(w_rank[w_rank >= 0])
-        for r in ranks.tolist():
-            out.append({"collective": coll, "parallel_dim": dim, "rank": int(r), "instances": int(n_inst[r]),
-                        "straggler_count": int(s_cnt[r]), "straggler_lag_ns": int(round(s_lag[r])),
-                        "waiter_count": int(w_cnt[r]), "wait_ns": int(round(wait[r]))})
-    return out
+    and its total wait (``wait_ns``, sum of last arrival - its arrival; sums of int ns in float64,
+    exact below 2^53 ns).  Rows by kind, then rank."""
+    acc = Stragglers()
+    acc.add(inst, members)
+    return acc.rows()
 
 
 def analyse_collectives(job, clock_sync: str | None = None) -> CollectiveResult:
@@ -366,13 +426,13 @@ def analyse_collectives(job, clock_sync: str | None = None) -> CollectiveResult:
     if clock_sync not in (None, "none", "collectives"):
         raise StreamtraceError(f"bad --clock-sync {clock_sync!r}: use none or collectives")
     c = load_comm(job)
-    inst, mem = _instances(c) if c else _instances({"instance": np.zeros(0, np.int64)})
+    inst, mem = instance_tables(c) if c else instance_tables({"instance": np.zeros(0, np.int64)})
     offsets, comps = {}, {}
     if clock_sync == "collectives" and c:
         offsets, comps = estimate_clock_offsets(mem, {**inst, "bridge": ~is_group(inst)})   # p2p: bridges only
         job.set_clock_offsets(offsets)
         c = load_comm(job)
-        inst, mem = _instances(c)
+        inst, mem = instance_tables(c)
     stats = {"kernels": int(len(mem["instance"])), "instances": int(len(inst["instance"])),
              "complete": int(inst["complete"].sum()) if len(inst["instance"]) else 0,
              "inconsistent": int((~inst["consistent"]).sum()) if len(inst["instance"]) else 0,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+BUCKET_ROWS = 65_536       # communication kernels matched at a time (streamtrace.job.collective_spill)
+
 
 @dataclass
 class AggregateOptions:
@@ -28,6 +30,8 @@ class AggregateOptions:
         consecutive_kernel_delay_ns: the idle breakdown's threshold (int ns): a gap on a GPU stream
             shorter than this, not caused by a late launch, is kernel wait, a longer one other
             (HolisticTraceAnalysis' ``consecutive_kernel_delay``, effectively 30 us); default 30,000.
+        collective_bucket_rows: communication kernels matched at a time (int >= 1; memory ~0.5 KB a
+            row, :mod:`streamtrace.job.collective_spill`); default :data:`BUCKET_ROWS` (65,536).
     """
     iterations: list | None = None
     steps: list | None = None
@@ -38,3 +42,4 @@ class AggregateOptions:
     force: bool = False
     progress: bool | None = None
     consecutive_kernel_delay_ns: int = 30_000
+    collective_bucket_rows: int = BUCKET_ROWS

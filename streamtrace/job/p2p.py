@@ -24,54 +24,68 @@ P2P_COLUMNS = ("src", "dst", "src_stage", "dst_stage", "direction", "pp_group", 
                "recv_wait_ns", "send_wait_ns", "start_skew_mean_ns", "start_skew_max_ns", "busbw_gbps_median")
 
 
-def _starts_of(inst, members):
-    """Per matched p2p instance (``collective == "SendRecv"`` with src/dst): its index, the
-    sender's and the receiver's kernel start (NaN-free int64; -1 when a side is missing)."""
+TRANSFER_COLUMNS = ("src", "dst", "latency_ns", "msg_bytes", "send_start_ns", "recv_start_ns")
+
+
+def p2p_transfers(inst: dict, members: dict) -> dict:
+    """Per matched p2p instance (``collective == "SendRecv"`` with src/dst, both sides present), in
+    instance order: :data:`TRANSFER_COLUMNS` (int64: ranks, ns, bytes), the sender's and the
+    receiver's kernel start.  ``members`` belong to ``inst``'s instances (a piece of the job's
+    tables will do: the transfers of the pieces, concatenated in order, are the whole job's)."""
     if not len(inst["instance"]):
-        z = np.zeros(0, np.int64)
-        return z, z, z
+        return {c: np.zeros(0, np.int64) for c in TRANSFER_COLUMNS}
     sel = np.flatnonzero((inst["collective"] == "SendRecv") & (inst["src"] >= 0))
     send = np.full(len(sel), -1, np.int64)
     recv = np.full(len(sel), -1, np.int64)
     has_s, has_r = np.zeros(len(sel), bool), np.zeros(len(sel), bool)
     pos = np.full(len(inst["instance"]), -1, np.int64)
     pos[sel] = np.arange(len(sel))
-    at = pos[members["instance"]]
-    for j, r, t in zip(at.tolist(), members["rank"].tolist(), members["start_ns"].tolist()):
-        if j < 0:
-            continue
-        i = sel[j]
-        if r == inst["src"][i] and not has_s[j]:
-            send[j], has_s[j] = t, True
-        elif r == inst["dst"][i] and not has_r[j]:
-            recv[j], has_r[j] = t, True
-    both = has_s & has_r
-    return sel[both], send[both], recv[both]
+    at = pos[np.searchsorted(inst["instance"], members["instance"])]
+    for j in np.flatnonzero(at >= 0).tolist():
+        k = at[j]
+        i, r, t = sel[k], members["rank"][j], members["start_ns"][j]
+        if r == inst["src"][i] and not has_s[k]:
+            send[k], has_s[k] = t, True
+        elif r == inst["dst"][i] and not has_r[k]:
+            recv[k], has_r[k] = t, True
+    idx = sel[has_s & has_r]
+    return {"src": inst["src"][idx].astype(np.int64), "dst": inst["dst"][idx].astype(np.int64),
+            "latency_ns": inst["latency_ns"][idx].astype(np.int64), "msg_bytes": inst["msg_bytes"][idx].astype(np.int64),
+            "send_start_ns": send[has_s & has_r], "recv_start_ns": recv[has_s & has_r]}
 
 
-def p2p_table(inst: dict, members: dict, topology=None) -> list:
-    """Rows per (src, dst) rank pair (module docstring), sorted by src, dst."""
-    idx, send, recv = _starts_of(inst, members)
-    if not len(idx):
+def p2p_rows(tr: dict, topology=None) -> list:
+    """Rows per (src, dst) rank pair (module docstring), sorted by src, dst, from
+    :func:`p2p_transfers` columns."""
+    if not len(tr["src"]):
         return []
-    src, dst = inst["src"][idx].astype(np.int64), inst["dst"][idx].astype(np.int64)
-    lat, nbytes = inst["latency_ns"][idx], np.maximum(inst["msg_bytes"][idx], 0)
+    o = np.lexsort((tr["dst"], tr["src"]))                 # stable: instance order within a pair
+    src, dst = tr["src"][o], tr["dst"][o]
+    lat, nbytes = tr["latency_ns"][o], np.maximum(tr["msg_bytes"][o], 0)
+    diff_all = tr["send_start_ns"][o] - tr["recv_start_ns"][o]
+    cut = np.flatnonzero(np.r_[True, (src[1:] != src[:-1]) | (dst[1:] != dst[:-1]), True])
     out = []
-    for s, d in sorted(set(zip(src.tolist(), dst.tolist()))):
-        m = (src == s) & (dst == d)
-        diff = send[m] - recv[m]
+    for a, b in zip(cut[:-1].tolist(), cut[1:].tolist()):
+        s, d = int(src[a]), int(dst[a])
+        diff = diff_all[a:b]
         with np.errstate(divide="ignore", invalid="ignore"):
-            bw = np.where(lat[m] > 0, nbytes[m] / np.maximum(lat[m], 1), np.nan)
+            bw = np.where(lat[a:b] > 0, nbytes[a:b] / np.maximum(lat[a:b], 1), np.nan)
         bw = bw[np.isfinite(bw)]
         ss, ds = _stage(topology, s), _stage(topology, d)
         out.append({"src": s, "dst": d, "src_stage": ss, "dst_stage": ds,
                     "direction": "" if ss < 0 or ds < 0 or ss == ds else ("forward" if ds > ss else "backward"),
-                    "pp_group": _pp_group(topology, s), "count": int(m.sum()), "bytes": int(nbytes[m].sum()),
-                    "time_ns": int(lat[m].sum()), "recv_wait_ns": int(np.maximum(diff, 0).sum()),
+                    "pp_group": _pp_group(topology, s), "count": int(b - a), "bytes": int(nbytes[a:b].sum()),
+                    "time_ns": int(lat[a:b].sum()), "recv_wait_ns": int(np.maximum(diff, 0).sum()),
                     "send_wait_ns": int(np.maximum(-diff, 0).sum()), "start_skew_mean_ns": float(np.abs(diff).mean()),
                     "start_skew_max_ns": int(np.abs(diff).max()),
                     "busbw_gbps_median": float(np.median(bw)) if len(bw) else None})
     return out
+
+
+def p2p_table(inst: dict, members: dict, topology=None) -> list:
+    """Rows per (src, dst) rank pair (module docstring), sorted by src, dst:
+    :func:`p2p_rows` of :func:`p2p_transfers`."""
+    return p2p_rows(p2p_transfers(inst, members), topology)
 
 
 def stage_pairs(rows: list) -> list:
