@@ -70,12 +70,25 @@ class ChartTask:
     also: list = field(default_factory=list)
 
 
-def load(aggdir) -> dict:
-    """The aggregate outputs the charts need, as column dicts (``meta`` = aggregate.json).
+COLLECTIVE_COLUMNS = ["instance", "collective", "parallel_dim", "complete", "busbw_gbps", "msg_bytes", "n_ranks",
+                      "first_start_ns"]
+"""The columns of ``collectives.parquet`` the charts read."""
+MEMBER_COLUMNS = ["instance", "rank", "arrival_ns"]
+"""The columns of ``collectives_ranks.parquet`` the charts read (24 bytes a member kernel)."""
+
+
+def load(aggdir, ranks=None) -> dict:
+    """The aggregate outputs the charts need, as column dicts (``meta`` = aggregate.json): only
+    the columns of :data:`COLLECTIVE_COLUMNS` / :data:`MEMBER_COLUMNS`, and ``timeline`` rows only
+    of the ranks that get per-rank charts (:func:`chart_ranks` with ``ranks``), so that the
+    report of a 1,024-rank job holds 24 bytes per collective kernel and no other rank's timeline.
     Raises :class:`~streamtrace.errors.DataError` naming a damaged or missing file."""
     out = {"meta": read_meta(aggdir)}
-    for n in ("timeline", "rank_phase", "ranks", "pipeline", "collectives", "collectives_ranks", "p2p"):
+    for n in ("rank_phase", "ranks", "pipeline", "p2p"):
         out[n] = read_aggregate_table(aggdir, n)
+    out["collectives"] = read_aggregate_table(aggdir, "collectives", COLLECTIVE_COLUMNS)
+    out["collectives_ranks"] = read_aggregate_table(aggdir, "collectives_ranks", MEMBER_COLUMNS)
+    out["timeline"] = read_aggregate_table(aggdir, "timeline", where={"rank": chart_ranks(out, aggdir, ranks) or [-1]})
     return out
 
 
@@ -248,7 +261,7 @@ def render_all(aggdir, outdir, ranks=None, max_groups=16, max_replicas=8, log=No
     bad = [f for f in opt.formats if f not in C.FORMATS]
     if bad or not opt.formats:
         raise ValueError(f"chart format {bad[0] if bad else ''!r}: use png or svg")
-    data = load(aggdir)
+    data = load(aggdir, opt.ranks)
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     tasks = plan(data, aggdir, opt)

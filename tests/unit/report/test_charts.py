@@ -13,7 +13,7 @@ from streamtrace.job import AggregateOptions, aggregate
 from streamtrace.analyze import AnalyzeOptions, analyze
 from streamtrace.events.dataset import read_table
 from streamtrace.report.charts import MAX_COLUMNS, PX_WIDTH, _fits, kind_grids, merge_close, skew_grid
-from streamtrace.report.render import ChartOptions, render_all
+from streamtrace.report.render import COLLECTIVE_COLUMNS, MEMBER_COLUMNS, ChartOptions, load, render_all
 from streamtrace.trace.synth import SynthSpec, generate_job
 
 
@@ -55,6 +55,22 @@ def test_ranks_asked_for_each_get_their_chart(demo):
     assert {"rank_0_timeline_iter10.png", "rank_1_timeline_iter10.png", "rank_1_microbatches_iter10.png"} <= asked
     default = {p.name for p in render_all(demo / "agg", demo / "default", opt=ChartOptions(jobs=1))}
     assert "rank_0_timeline_iter10.png" in default and "rank_1_timeline_iter10.png" not in default
+
+
+def test_charts_read_only_the_charted_ranks_timeline_and_few_collective_columns(demo):
+    """What keeps the report of a 1,024-rank job bounded: the timeline rows of the charted ranks
+    only (checked against the whole table), the collective columns the charts use."""
+    whole = read_table(demo / "agg" / "timeline.parquet")
+    data = load(demo / "agg", ranks=[0, 5])
+    tl = data["timeline"]
+    assert sorted(set(tl["rank"].tolist())) == [0, 5]
+    keep = np.isin(whole["rank"], [0, 5])
+    assert len(tl["rank"]) == int(keep.sum()) > 0
+    assert sorted(zip(tl["rank"].tolist(), tl["start_ns"].tolist())) == \
+        sorted(zip(whole["rank"][keep].tolist(), whole["start_ns"][keep].tolist()))
+    assert sorted(data["collectives"]) == sorted(COLLECTIVE_COLUMNS)
+    assert sorted(data["collectives_ranks"]) == sorted(MEMBER_COLUMNS)
+    assert len(data["collectives_ranks"]["rank"]) == len(read_table(demo / "agg" / "collectives_ranks.parquet")["rank"])
 
 
 def test_svg_on_request_and_stale_files_removed(demo):
