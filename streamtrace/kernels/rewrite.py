@@ -79,7 +79,12 @@ def _read_uint(buf, s, e):
 def _copy(typingctx, dst, o, src, s, n):
     """``dst[o:o + n] = src[s:s + n]`` as one ``memcpy`` (no bounds checks, no overlap: the
     caller guarantees both): a numba slice assignment costs about 70 ns of view building and
-    broadcast checks per call, and merge copies ~7 short spans per event."""
+    broadcast checks per call, and merge copies ~7 short spans per event.  Contiguous uint8
+    arrays only (a typing error otherwise)."""
+    for a in (dst, src):
+        if not (isinstance(a, types.Array) and a.dtype == types.uint8 and a.ndim == 1 and a.layout == "C"):
+            return None
+
     def codegen(context, builder, sig, args):
         d, do, sa, so, cnt = args
         dst_a = context.make_array(sig.args[0])(context, builder, d)
