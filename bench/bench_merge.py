@@ -159,7 +159,7 @@ class SizeRun:
 
     def streamtrace(self):
         st_out = self.outdir / f"streamtrace_{self.tag}.json"
-        base = [sys.executable, "-m", "streamtrace", "merge", str(self.indir), "-o", str(st_out), "--no-validate"]
+        base = [sys.executable, "-m", "streamtrace", "merge", str(self.indir), "-o", str(st_out), "--no-validate", "-v"]
         self.median_of(f"streamtrace (-j default = {min(self.nproc, self.ranks)})", base, st_out,
                        self.st_workers(0), "streamtrace")
         self.median_of("streamtrace -j 1", base + ["-j", "1"], st_out, self.st_workers(1), "streamtrace-j1")
