@@ -131,7 +131,7 @@ class SizeRun:
                 self.notes.append(f"{label}: {line}")
         summary = [ln for ln in r["stdout"].splitlines() if ln.startswith("merged ")]
         r["summary"] = summary[0] if summary else ""
-        m = re.search(r"per worker process ([\d., ]+) MB/s", r["summary"])
+        m = re.search(r"per worker process ([\d., ]+) MB/s", r["stdout"])     # merge -v's second line
         r["worker_mbps"] = [float(x.replace(",", "")) for x in m.group(1).split(", ")] if m else []
 
     def median_of(self, label, cmd, out, workers_fn, tool):
