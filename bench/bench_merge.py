@@ -131,7 +131,7 @@ class SizeRun:
                 self.notes.append(f"{label}: {line}")
         summary = [ln for ln in r["stdout"].splitlines() if ln.startswith("merged ")]
         r["summary"] = summary[0] if summary else ""
-        m = re.search(r"per worker process ([\d., ]+) MB/s", r["summary"])
+        m = re.search(r"per worker process ([\d., ]+) MB/s", r["stdout"])     # merge -v's second line
         r["worker_mbps"] = [float(x.replace(",", "")) for x in m.group(1).split(", ")] if m else []
 
     def median_of(self, label, cmd, out, workers_fn, tool):
@@ -159,7 +159,7 @@ class SizeRun:
 
     def streamtrace(self):
         st_out = self.outdir / f"streamtrace_{self.tag}.json"
-        base = [sys.executable, "-m", "streamtrace", "merge", str(self.indir), "-o", str(st_out), "--no-validate"]
+        base = [sys.executable, "-m", "streamtrace", "merge", str(self.indir), "-o", str(st_out), "--no-validate", "-v"]
         self.median_of(f"streamtrace (-j default = {min(self.nproc, self.ranks)})", base, st_out,
                        self.st_workers(0), "streamtrace")
         self.median_of("streamtrace -j 1", base + ["-j", "1"], st_out, self.st_workers(1), "streamtrace-j1")

@@ -278,3 +278,22 @@ def test_ancestry_kernels_match_twins(slices, data):
     mark = np.array(data.draw(st.lists(st.booleans(), min_size=len(s), max_size=len(s))), bool)
     assert nearest_marked(parent, order, mark).tolist() == nearest_marked_py(parent, order, mark).tolist()
     assert outermost_marked(parent, order, mark).tolist() == outermost_marked_py(parent, order, mark).tolist()
+
+
+_EDGES = [0, 1, 9, 10, 99, 100, 101, 999, 1000, 10**18 - 1, 10**18, 2**63 - 1, -1, -10, -99, -100, -(2**63)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=20) | st.just(_EDGES))
+def test_put_int_and_put_us_match_python(values):
+    """The rewrite kernel's integer and microsecond writers (two digits per division, at an
+    offset, in a buffer holding other bytes) against Python's str / the writer's fmt_us."""
+    from streamtrace.kernels.rewrite import _put_int, _put_us
+    out = np.full(64, 0x7E, np.uint8)
+    for v in values:
+        end = _put_int(out, 3, v)
+        assert bytes(out[3:end]) == str(v).encode() and out[end] == 0x7E
+        if v > -(2**63):
+            end = _put_us(out, 3, v)
+            assert bytes(out[3:end]) == fmt_us(v)
+        out[:] = 0x7E
