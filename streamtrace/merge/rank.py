@@ -154,7 +154,7 @@ def open_segment(path, compress, compresslevel):
     """``(raw, seg)``: the segment file and the stream to write it through (a gzip
     member when ``compress``; close ``seg`` then ``raw``)."""
     raw = open(path, "wb")
-    seg = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=compresslevel, mtime=0) if compress else raw
+    seg = gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=compresslevel, mtime=0) if compress else raw
     return raw, seg
 
 

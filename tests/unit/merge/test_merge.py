@@ -154,6 +154,28 @@ def test_one_rank_merge_equals_source(tmp_path):
         assert b == a
 
 
+def test_gzip_output_is_reproducible(tmp_path):
+    """The same inputs merged twice into a .json.gz give the same bytes (no file name, no time in
+    any gzip member header), with 1 and 2 worker processes."""
+    from streamtrace.trace.synth import SynthSpec, generate_job
+    generate_job(tmp_path / "job", SynthSpec(world_size=4, tp=2, pp=2, microbatches=2))
+    outs = []
+    for k, jobs in enumerate((1, 2, 2)):
+        (tmp_path / f"o{k}").mkdir()
+        merge([tmp_path / "job"], tmp_path / f"o{k}" / "m.json.gz", MergeOptions(jobs=jobs))
+        outs.append((tmp_path / f"o{k}" / "m.json.gz").read_bytes())
+    assert outs[0] == outs[1] == outs[2]
+    assert json.loads(gzip.decompress(outs[0]))["traceEvents"]
+    import zlib
+    rest, members = outs[0], 0
+    while rest:                                     # every member: no FNAME flag, mtime 0 (RFC 1952)
+        assert rest[:2] == b"\x1f\x8b" and not rest[3] & 0x08 and rest[4:8] == b"\0\0\0\0", members
+        d = zlib.decompressobj(31)
+        d.decompress(rest)
+        rest, members = d.unused_data, members + 1
+    assert members >= 1
+
+
 def test_time_alignment_global_and_first_step(tmp_path):
     need_shared()
     # two ranks of one job with different base times: one clock via baseTimeNanoseconds
