@@ -558,6 +558,14 @@ def replay(gen, replies):
             return
 
 
+def check_spec(spec: SynthSpec) -> dict:
+    """The spec's topology (:func:`build_topology`); ValueError for a spec no job can have."""
+    topo = build_topology(spec)
+    if min(spec.steps, spec.microbatches, spec.layers) < 1 or spec.straggler_delay_ns < 0 or not 0 <= (spec.straggler_rank or 0) < spec.world_size:
+        raise ValueError(f"steps, microbatches, layers must be >= 1, straggler_delay_ns >= 0, straggler_rank a rank: {spec}")
+    return topo
+
+
 def generate_job(out_dir, spec: SynthSpec | None = None) -> JobTruth:
     """Write a synthetic multi-rank Kineto trace set into ``out_dir`` and return its truth.
 
@@ -566,9 +574,7 @@ def generate_job(out_dir, spec: SynthSpec | None = None) -> JobTruth:
     rank's local clock (= file ``ts`` * 1000, exactly).
     """
     spec = spec or SynthSpec()
-    topo = build_topology(spec)
-    if min(spec.steps, spec.microbatches, spec.layers) < 1 or spec.straggler_delay_ns < 0 or not 0 <= (spec.straggler_rank or 0) < spec.world_size:
-        raise ValueError(f"steps, microbatches, layers must be >= 1, straggler_delay_ns >= 0, straggler_rank a rank: {spec}")
+    topo = check_spec(spec)
     out = Path(out_dir)
     (out / f"iteration_{spec.iteration}").mkdir(parents=True, exist_ok=True)
     (out / "streamtrace_topology.json").write_text(json.dumps(topo) + "\n")
