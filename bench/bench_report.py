@@ -7,9 +7,10 @@ default: both formats, one process) for comparison.  Target: aggregate + report 
 
 ``--scale``: the project's generator (``streamtrace.trace.synth``), TP4 x PP4, at ``--ranks``
 (default 128,512,1024), ``--config small`` (the generator's defaults: ~125 GPU events per rank)
-and/or ``big`` (``--big-layers`` layers x 16 micro-batches: >= 20,000 GPU events per rank);
-generated at run time into the scratch folder (not timed), analysed (``-j 0``, not part of the
-targets), then ``aggregate``, ``report`` and ``epilogue`` (``--epilogue-ranks``, default 256,1024)
+and/or ``big`` (``--big-layers`` layers x 16 micro-batches: >= 20,000 GPU events per rank, written by
+``synth_scale.generate_job_scaled`` as ``.json.gz``: ~3 MB per rank); generated at run time into the
+scratch folder unless already there (not timed), analysed (``-j 0``, measured, not part of the
+targets), then ``aggregate``, ``aggregate -j 1``, ``report`` and ``epilogue`` (``--epilogue-ranks``, default 256,1024)
 measured: wall, CPU, peak RSS of the process tree.  Targets: peak RSS <= 600 MB at 1,024 ranks;
 time for 4x the ranks <= 4.5x.
 
@@ -24,6 +25,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from harness import (ROOT, append_results, command_line, default_scratch, fmt_s, git_describe, log, mb, md_head,
@@ -39,15 +41,23 @@ def st(*args):
     return [PY, "-m", "streamtrace", *map(str, args)]
 
 
-def generate(folder: Path, ranks: int, config: str, big_layers: int):
-    """Write the synthetic job (not measured); returns the traces folder."""
-    if (folder / "traces" / "streamtrace_topology.json").is_file():
-        return folder / "traces"
+def generate(folder: Path, ranks: int, config: str, big_layers: int, jobs: int = 2):
+    """Write the synthetic job (not measured; kept when its topology file is there); returns the traces
+    folder. ``big``: ``generate_job_scaled`` (DP replicas share one program, ``.json.gz`` files, ``jobs``
+    processes: 1,024 ranks x 20,000 GPU events in ~5 CPU-min); ``small``: ``generate_job``."""
+    traces = folder / "traces"
+    if (traces / "streamtrace_topology.json").is_file():
+        return traces
     spec = f"SynthSpec(world_size={ranks}, tp=4, pp=4" + \
-        (f", microbatches=16, layers={big_layers}" if config == "big" else "") + ")"
-    subprocess.run([PY, "-c", f"from streamtrace.trace.synth import SynthSpec, generate_job; "
-                              f"generate_job({str(folder / 'traces')!r}, {spec})"], check=True, cwd=ROOT)
-    return folder / "traces"
+        (f", microbatches=16, layers={big_layers}, compress=True" if config == "big" else "") + ")"
+    call = (f"generate_job_scaled({str(traces)!r}, {spec}, jobs={jobs})" if config == "big" else
+            f"generate_job({str(traces)!r}, {spec})")
+    t = time.perf_counter()
+    subprocess.run([PY, "-c", "from streamtrace.trace.synth import SynthSpec, generate_job; "
+                              "from streamtrace.trace.synth_scale import generate_job_scaled; " + call],
+                   check=True, cwd=ROOT)
+    log(f"generated {ranks} ranks in {time.perf_counter() - t:.0f} s")
+    return traces
 
 
 def median_run(cmd, logdir, label, repeat, wait=0):
@@ -119,11 +129,18 @@ def scale(scratch: Path, args) -> list:
             d = scratch / f"{config}_{n}"
             log(f"{config} {n} ranks: generating")
             traces = generate(d, n, config, args.big_layers)
-            if not (d / "an" / "summary.json").is_file():
-                subprocess.run(st("analyze", traces, "-o", d / "an", "-q"), check=True, cwd=ROOT)
+            pre = []
+            if not (d / "an" / "summary.json").is_file():   # not a target, but measured (it must finish)
+                log(f"{config} {n} ranks: analyze")
+                pre.append(("analyze -j 0 (no target)", median_run(st("analyze", traces, "-o", d / "an", "-q", "-j", "0"),
+                                                                  logs, f"{config}_{n}_analyze", 1, args.wait)))
             summ = json.loads((d / "an" / "summary.json").read_text())
             ev = max(sum(v["gpu_events"] for v in r["devices"].values()) for r in summ["ranks"])
+            for name, r in pre:
+                lines.append(md_row([config, str(n), f"{ev:,}", name, fmt_s(r["wall"], 2), fmt_s(r["cpu_s"], 2),
+                                     *_mem(r), f"{r['other']:.1f}", str(r["n"])]))
             stages = [("aggregate", st("aggregate", d / "an", "-o", d / "agg", "-q")),
+                      ("aggregate -j 1", st("aggregate", d / "an", "-o", d / "agg1", "-q", "-j", "1")),
                       ("report", st("report", d / "agg", "-o", d / "rep", "-q"))]
             if n in [int(x) for x in args.epilogue_ranks.split(",") if x]:
                 stages.append(("epilogue", st("epilogue", traces, "-o", d / "epi", "-q")))

@@ -39,7 +39,8 @@ from typing import NamedTuple
 import numpy as np
 import orjson
 
-ORDER = "tp-cp-ep-dp-pp"
+from .synth_groups import ORDER, PG_DESC, build_topology, process_groups  # noqa: F401 (ORDER: re-exported)
+
 MONO0_NS = 9_812_345_678_000_000   # rank 0's monotonic clock at true time 0 (ns); > 2**53, so float64 loses ns
 END_SKEW_NS = 2_000                # max spread of one collective's end across its ranks (true ns)
 LAUNCH_LAT_NS = 4_000              # min delay from launch call start to kernel start (ns)
@@ -50,7 +51,6 @@ GEMM_FLOP_PER_NS, ATTN_FLOP_PER_NS, HBM_BYTES_PER_NS = 600_000, 400_000, 2_500
 LINKS = {"TP": (9_000, 180), "DP": (14_000, 90), "PP": (7_000, 45)}   # per dim: latency (ns), bandwidth (bytes/ns)
 _ESIZE = {"BFloat16": 2, "Float": 4}
 _CBID = {"cudaLaunchKernel": 211, "cudaMemcpyAsync": 41, "cudaMemsetAsync": 51, "cudaEventRecord": 135, "cudaStreamWaitEvent": 147, "cudaStreamSynchronize": 131}
-_PG_DESC = {"DP": "DATA_PARALLEL_GROUP", "TP": "TENSOR_MODEL_PARALLEL_GROUP", "PP": "PIPELINE_MODEL_PARALLEL_GROUP"}
 _C10D = {"allreduce": ("c10d::allreduce_", "nccl:all_reduce"), "reduce_scatter": ("c10d::_reduce_scatter_base_", "nccl:_reduce_scatter_base"),
          "allgather": ("c10d::_allgather_base_", "nccl:_all_gather_base"), "send": ("c10d::send", "nccl:send"), "recv": ("c10d::recv_", "nccl:recv")}
 _NCCL_KARGS = {"registers per thread": 96, "shared memory": 87_568, "blocks per SM": 0.121212,
@@ -172,36 +172,19 @@ class JobTruth:
     collectives: list
 
 
-def build_topology(spec: SynthSpec) -> dict:
-    """Megatron groups for order tp-cp-ep-dp-pp (cp = ep = 1); ``replicas`` = ranks per DP replica."""
-    tp, pp, ws = spec.tp, spec.pp, spec.world_size
-    if min(tp, pp, ws) < 1 or ws % (tp * pp):
-        raise ValueError(f"world_size {ws} is not a multiple of tp*pp = {tp * pp}")
-    co = [(r % tp, (r // tp) % spec.dp, r // (tp * spec.dp)) for r in range(ws)]
-
-    def groups(*dims):   # ranks sharing the coordinates ``dims`` (tp=0, dp=1, pp=2)
-        d: dict = {}
-        for r in range(ws):
-            d.setdefault(tuple(co[r][i] for i in dims), []).append(r)
-        return sorted(d.values())
-    one = [[r] for r in range(ws)]
-    return {"tp": groups(1, 2), "cp": one, "ep": one, "dp": groups(0, 2), "pp": groups(0, 1),
-            "replicas": groups(1), "world_size": ws, "order": ORDER}
-
-
-class _Rank:
+class RankProgram:
     """One rank's program: ``run()`` yields lists of posts (NCCL kernel arrivals, true ns) and is sent
     back their end times. ``sink`` receives the bytes of each event (None: simulate only)."""
 
     def __init__(self, spec: SynthSpec, pgs: list, rank: int, sink=None):
-        self.spec, self.rank, self.sink, self.sep = spec, rank, sink, b"\n  "
+        self.spec, self.rank, self.rank_arg, self.sink, self.sep = spec, rank, rank, sink, b"\n  "   # rank_arg: as written
         self.stride, self.stage = spec.tp * spec.dp, rank // (spec.tp * spec.dp)
         self.first, self.last = self.stage == 0, self.stage == spec.pp - 1
         self.dev, self.pid, self.main, self.auto = rank % GPUS_PER_NODE, 40000 + 7 * rank, 40000 + 7 * rank, 40003 + 7 * rank
         self.off = MONO0_NS + rank * spec.clock_skew_ns
         rng = random.Random(f"streamtrace/{spec.seed}/{rank}")   # random() is reproducible across Python versions
         self.rand = lambda lo, hi: lo + int(rng.random() * (hi - lo + 1))   # uniform int in [lo, hi]
-        self.pg = {d: next(p for p in pgs[1:] if p[1] == desc and rank in p[2]) for d, desc in _PG_DESC.items()}
+        self.pg = {d: next(p for p in pgs[1:] if p[1] == desc and rank in p[2]) for d, desc in PG_DESC.items()}
         self.t0 = self.rand(0, 40_000)
         self.cur = {self.main: self.t0 + 150_000, self.auto: 0}          # CPU thread cursors
         self.stack: dict = {self.main: [], self.auto: []}                # open CPU ops' External ids
@@ -322,7 +305,7 @@ class _Rank:
         self.seq[key] = self.seq.get(key, 0) + 1
         cargs = {"Collective name": kind, "In msg nelems": n_in, "Out msg nelems": n_out, "Group size": len(pg_ranks),
                  "dtype": dtype, "In split size": "[]", "Out split size": "[]", "Process Group Name": pg_name,
-                 "Process Group Description": pg_desc, "Process Group Ranks": str(pg_ranks), "Rank": self.rank}
+                 "Process Group Description": pg_desc, "Process Group Ranks": str(pg_ranks), "Rank": self.rank_arg}
         with self.op(_C10D[kind][0], tid), self.op("record_param_comms", tid, args=cargs), self.op(_C10D[kind][1], tid, cat="user_annotation"):
             self._runtime(tid, "cudaEventRecord")
             self._runtime(tid, "cudaStreamWaitEvent")
@@ -517,13 +500,14 @@ class _Rank:
                          w["forward", "gpu"], w["backward", "gpu"], self.n_events)
 
 
-def _simulate(spec: SynthSpec, pgs: list):
-    """Run all rank programs together. A collective instance, matched by (group, sequence number), ends once
-    all members arrived: at max(arrivals) + ring transfer + per-rank skew. Returns (collectives, replies)."""
-    gens = [_Rank(spec, pgs, r).run() for r in range(spec.world_size)]
+def simulate(spec: SynthSpec, pgs: list, ranks=None, truth=True):
+    """Run the programs of ``ranks`` (default: all) together. A collective instance, matched by (group, sequence
+    number), ends once all its members among ``ranks`` arrived: at max(arrivals) + ring transfer + per-rank skew.
+    Returns (collectives: list of CollectiveTruth, [] unless ``truth``; replies: rank -> list of reply lists, ns)."""
+    gens = {r: RankProgram(spec, pgs, r).run() for r in (range(spec.world_size) if ranks is None else ranks)}
     rng = random.Random(f"streamtrace/{spec.seed}/collectives")
-    pending, resolved, waiting, colls, replies = {}, {}, {}, [], [[] for _ in gens]
-    todo = deque((r, None) for r in range(spec.world_size))
+    pending, resolved, waiting, colls, replies = {}, {}, {}, [], {r: [] for r in gens}
+    todo = deque((r, None) for r in gens)
     while todo:
         r, val = todo.popleft()
         try:
@@ -534,7 +518,7 @@ def _simulate(spec: SynthSpec, pgs: list):
         for p in waiting[r]:
             got = pending.setdefault(p.key, {})
             got[p.rank] = p
-            if len(got) < len(p.members):
+            if len(got) < sum(q in gens for q in p.members):
                 continue
             del pending[p.key]
             t, n = p.truth, len(p.truth["pg_ranks"])
@@ -542,8 +526,9 @@ def _simulate(spec: SynthSpec, pgs: list):
             lat, bw = LINKS[t["dim"]]
             t_end = max(q.start for q in got.values()) + lat + t["nbytes"] * num // (den * bw)
             ends = resolved[p.key] = {q: t_end + int(rng.random() * (END_SKEW_NS + 1)) for q in sorted(got)}
-            colls.append(CollectiveTruth(index=len(colls), start_ns={q: got[q].start for q in sorted(got)}, end_ns=ends,
-                                         correlation={q: got[q].corr for q in sorted(got)}, **t))
+            if truth:
+                colls.append(CollectiveTruth(index=len(colls), start_ns={q: got[q].start for q in sorted(got)}, end_ns=ends,
+                                             correlation={q: got[q].corr for q in sorted(got)}, **t))
             woken += sorted(got)
         for w in dict.fromkeys(woken):
             if w in waiting and all(q.key in resolved for q in waiting[w]):
@@ -554,6 +539,33 @@ def _simulate(spec: SynthSpec, pgs: list):
     return colls, replies
 
 
+def trace_frame(spec: SynthSpec, pgs: list, r: int):
+    """Rank ``r``'s file: (path relative to the job folder, bytes before its events, bytes after them)."""
+    rel = f"iteration_{spec.iteration}/rank_{r:04d}_iter_{spec.iteration}.pt.trace.json" + ".gz" * spec.compress
+    dist = {"backend": "nccl", "rank": r, "world_size": spec.world_size, "pg_count": len(pgs), "nccl_version": "2.21.5",
+            "pg_config": [{"pg_name": nm, "pg_desc": d, "backend_config": "cuda:nccl", "pg_size": len(g), "ranks": g} for nm, d, g in pgs if r in g]}
+    head = (b'{\n  "schemaVersion": 1,\n  "deviceProperties": [\n    ' + b",\n    ".join(orjson.dumps({"id": i} | _DEVICE_PROPS) for i in range(min(GPUS_PER_NODE, spec.world_size)))
+            + b'\n  ],\n  "distributedInfo": ' + orjson.dumps(dist) + b',\n  "traceEvents": [')
+    return rel, head, b'\n  ],\n  "traceName": %s,\n  "displayTimeUnit": "ms",\n  "baseTimeNanoseconds": %d\n}\n' % (orjson.dumps(rel), spec.base_time_ns + r * spec.clock_skew_ns)
+
+
+def replay(gen, replies):
+    """Run a rank program's generator ``gen`` to its end, sending it ``replies`` (the last one ends it)."""
+    for val in [None] + replies:
+        try:
+            gen.send(val)
+        except StopIteration:
+            return
+
+
+def check_spec(spec: SynthSpec) -> dict:
+    """The spec's topology (:func:`build_topology`); ValueError for a spec no job can have."""
+    topo = build_topology(spec)
+    if min(spec.steps, spec.microbatches, spec.layers) < 1 or spec.straggler_delay_ns < 0 or not 0 <= (spec.straggler_rank or 0) < spec.world_size:
+        raise ValueError(f"steps, microbatches, layers must be >= 1, straggler_delay_ns >= 0, straggler_rank a rank: {spec}")
+    return topo
+
+
 def generate_job(out_dir, spec: SynthSpec | None = None) -> JobTruth:
     """Write a synthetic multi-rank Kineto trace set into ``out_dir`` and return its truth.
 
@@ -562,36 +574,22 @@ def generate_job(out_dir, spec: SynthSpec | None = None) -> JobTruth:
     rank's local clock (= file ``ts`` * 1000, exactly).
     """
     spec = spec or SynthSpec()
-    topo = build_topology(spec)
-    if min(spec.steps, spec.microbatches, spec.layers) < 1 or spec.straggler_delay_ns < 0 or not 0 <= (spec.straggler_rank or 0) < spec.world_size:
-        raise ValueError(f"steps, microbatches, layers must be >= 1, straggler_delay_ns >= 0, straggler_rank a rank: {spec}")
-    out, ws = Path(out_dir), spec.world_size
+    topo = check_spec(spec)
+    out = Path(out_dir)
     (out / f"iteration_{spec.iteration}").mkdir(parents=True, exist_ok=True)
     (out / "streamtrace_topology.json").write_text(json.dumps(topo) + "\n")
-    # process groups (pg_name, pg_desc, ranks) in Megatron's creation order: default, all DP, all TP, all PP groups
-    pgs = [(str(i), d, g) for i, (d, g) in enumerate([("default_pg", list(range(ws)))] + [(_PG_DESC[k], g) for k in _PG_DESC for g in topo[k.lower()]])]
-    colls, replies = _simulate(spec, pgs)
+    pgs = process_groups(spec, topo)
+    colls, replies = simulate(spec, pgs)
     ranks = []
-    for r in range(ws):   # replay each rank with its recorded replies, streaming its events to disk
-        rel = f"iteration_{spec.iteration}/rank_{r:04d}_iter_{spec.iteration}.pt.trace.json" + ".gz" * spec.compress
-        dist = {"backend": "nccl", "rank": r, "world_size": ws, "pg_count": len(pgs), "nccl_version": "2.21.5",
-                "pg_config": [{"pg_name": nm, "pg_desc": d, "backend_config": "cuda:nccl", "pg_size": len(g), "ranks": g}
-                              for nm, d, g in pgs if r in g]}
+    for r in range(spec.world_size):   # replay each rank with its recorded replies, streaming its events to disk
+        rel, head, tail = trace_frame(spec, pgs, r)
         with open(out / rel, "wb") as raw:
             gz = gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0) if spec.compress else None
             fh = io.BufferedWriter(gz, 1 << 20) if gz else raw
-            fh.write(b'{\n  "schemaVersion": 1,\n  "deviceProperties": [\n    '
-                     + b",\n    ".join(orjson.dumps({"id": i} | _DEVICE_PROPS) for i in range(min(GPUS_PER_NODE, ws)))
-                     + b'\n  ],\n  "distributedInfo": ' + orjson.dumps(dist) + b',\n  "traceEvents": [')
-            prog = _Rank(spec, pgs, r, fh.write)
-            gen = prog.run()
-            for val in [None] + replies[r]:   # the last send runs the program to its end
-                try:
-                    gen.send(val)
-                except StopIteration:
-                    break
-            fh.write(b'\n  ],\n  "traceName": %s,\n  "displayTimeUnit": "ms",\n  "baseTimeNanoseconds": %d\n}\n'
-                     % (orjson.dumps(rel), spec.base_time_ns + r * spec.clock_skew_ns))
+            fh.write(head)
+            prog = RankProgram(spec, pgs, r, fh.write)
+            replay(prog.run(), replies[r])
+            fh.write(tail)
             fh.close()   # flushes; for .gz also writes the gzip trailer (raw stays open until the with ends)
         ranks.append(prog.truth(out / rel))
     for c in colls:   # true clock -> each rank's local clock
