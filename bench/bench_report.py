@@ -145,6 +145,8 @@ def scale(scratch: Path, args) -> list:
             if n in [int(x) for x in args.epilogue_ranks.split(",") if x]:
                 stages.append(("epilogue", st("epilogue", traces, "-o", d / "epi", "-q")))
             for name, cmd in stages:
+                if name in args.skip.split(","):
+                    continue
                 if name == "epilogue":
                     shutil.rmtree(d / "epi", ignore_errors=True)
                 log(f"{config} {n} ranks: {name}")
@@ -177,6 +179,7 @@ def main(argv=None):
     ap.add_argument("--config", default="small", help="small, big or small,big")
     ap.add_argument("--big-layers", type=int, default=48, help="layers of the big config (16 micro-batches)")
     ap.add_argument("--repeat", type=int, default=5, help="runs per demo command (median)")
+    ap.add_argument("--skip", default="", help="scale stages not to run, e.g. 'aggregate -j 1'")
     ap.add_argument("--scale-repeat", type=int, default=1, help="runs per scale command (median)")
     ap.add_argument("--wait", type=float, default=30, help="wait up to this many s for a quiet machine per run")
     ap.add_argument("--keep", action="store_true", help="keep the generated inputs")

@@ -193,10 +193,12 @@ class Job:
                 raise StreamtraceError(f"no analysed rank has iteration(s) {_list(self.iterations)}: the folders hold "
                                        f"iteration(s) {_list(have) or 'unknown (no iteration in the trace paths)'} "
                                        f"(--steps selects by ProfilerStep number)")
+        tasks = [(p.dir, p.rank, p.iteration, p.source, facts.get((str(p.dir), p.rank, p.iteration)))
+                 for p in self.parts]
+        rereads = sum(1 for t in tasks if not isinstance(t[-1], dict))    # else only Parquet footers: no workers
         with progress_bar(len(self.parts), "read traces' metadata", "rank", progress) as bar:
-            infos = run_tasks(_part_info, [(p.dir, p.rank, p.iteration, p.source,
-                                            facts.get((str(p.dir), p.rank, p.iteration))) for p in self.parts],
-                              max(1, min(jobs or os.cpu_count() or 1, len(self.parts))), on_done=bar.update)
+            infos = run_tasks(_part_info, tasks, max(1, min(jobs or os.cpu_count() or 1, rereads)),
+                              on_done=bar.update)
         for p, info in zip(self.parts, infos):
             for k, v in info.items():
                 setattr(p, k, v)
