@@ -109,6 +109,19 @@ def _read(path, columns=None) -> pa.Table:
         raise DataError(path, f"not a readable Parquet file ({_why(e)})") from None
 
 
+def iter_table(path, columns, batch_rows: int = 1 << 20):
+    """The numeric ``columns`` of the Parquet file ``path`` as ``{name: numpy array}`` batches of
+    at most ``batch_rows`` rows, in file order: a reader that holds one batch, not the table.
+    Raises :class:`~streamtrace.errors.DataError` naming the file (missing, damaged, a column
+    absent)."""
+    f = parquet_file(path, columns)
+    try:
+        for b in f.iter_batches(batch_size=batch_rows, columns=list(columns)):
+            yield {n: b.column(n).to_numpy(zero_copy_only=False) for n in columns}
+    except (OSError, pa.ArrowException, ValueError) as e:
+        raise DataError(path, f"not a readable Parquet file ({_why(e)})") from None
+
+
 def read_partition(files, columns=None, dataset=None):
     """The rows of a partition's part files (:func:`partition_files`) as one pyarrow Table,
     in order.  With no files: an empty table of ``dataset``'s schema (``"kernels"`` or

@@ -468,20 +468,63 @@ P2P_KINDS = ("Send", "Recv", "SendRecv")
 def kind_grids(c, m) -> dict:
     """``{(collective, dim): skew_grid(...)}`` for each group-collective kind of the instances ``c``
     (``collectives.parquet`` columns) and members ``m`` (``collectives_ranks.parquet``): only that
-    kind's instances with two or more ranks; point-to-point kinds (Send, Recv, SendRecv) left out."""
-    out = {}
-    kinds = sorted({(a, b) for a, b in zip(c["collective"].tolist(), c["parallel_dim"].tolist())
-                    if a not in P2P_KINDS})
-    for coll, dim in kinds:
-        sel = np.flatnonzero((c["collective"] == coll) & (c["parallel_dim"] == dim) & (c["n_ranks"] >= 2))
-        if not len(sel):
-            continue
-        renum = np.full(len(c["collective"]), -1, np.int64)
-        renum[sel] = np.arange(len(sel))
-        keep = renum[m["instance"]] >= 0
-        sub_m = {"instance": renum[m["instance"][keep]], "rank": m["rank"][keep], "arrival_ns": m["arrival_ns"][keep]}
-        out[(coll, dim)] = skew_grid({"first_start_ns": c["first_start_ns"][sel]}, sub_m)
-    return out
+    kind's instances with two or more ranks; point-to-point kinds (Send, Recv, SendRecv) left out.
+    The members may also come in batches: :class:`SkewGrids`."""
+    grids = SkewGrids(c)
+    grids.add(m)
+    return grids.grids()
+
+
+class SkewGrids:
+    """:func:`kind_grids` over members given in batches (:meth:`add`, e.g. the row groups of a
+    1,024-rank job's ``collectives_ranks.parquet``, millions of rows): per kind one (rank x column)
+    array of running maxima, so memory is the batch plus ~8 bytes per instance, not the members.
+    :meth:`grids` gives what :func:`skew_grid` gives for each kind's members at once."""
+
+    def __init__(self, c):
+        pairs = list(zip(c["collective"].tolist(), c["parallel_dim"].tolist()))
+        self.kinds = sorted({p for p in pairs if p[0] not in P2P_KINDS})
+        code = {k: i for i, k in enumerate(self.kinds)}
+        self.kind = np.asarray([code.get(p, -1) for p in pairs], np.int16) if pairs else np.zeros(0, np.int16)
+        self.kind[np.asarray(c["n_ranks"]) < 2] = -1
+        self.bins = np.zeros(len(self.kind), np.int64)          # the instance's column in its kind's grid
+        self.shape, self.best = {}, {}
+        for k in range(len(self.kinds)):
+            sel = np.flatnonzero(self.kind == k)
+            if not len(sel):
+                continue
+            order = np.argsort(np.asarray(c["first_start_ns"])[sel], kind="stable")
+            col_of = np.empty(len(sel), np.int64)
+            col_of[order] = np.arange(len(sel))
+            ncol = max(1, min(MAX_COLUMNS, len(sel)))
+            self.bins[sel] = (col_of * ncol) // len(sel)
+            self.shape[k] = (ncol, len(sel))
+            self.best[k] = np.full((0, ncol), -np.inf)
+
+    def add(self, m):
+        """Members ``m`` (columns ``instance``, ``rank``, ``arrival_ns``), any subset of rows."""
+        inst = np.asarray(m["instance"], np.int64)
+        if not len(inst):
+            return
+        kind = self.kind[inst]
+        for k in np.unique(kind[kind >= 0]).tolist():
+            rows = np.flatnonzero(kind == k)
+            rank = np.asarray(m["rank"], np.int64)[rows]
+            best = self.best[k]
+            if rank.max() >= len(best):
+                best = self.best[k] = np.vstack([best, np.full((int(rank.max()) + 1 - len(best), best.shape[1]),
+                                                               -np.inf)])
+            np.maximum.at(best, (rank, self.bins[inst[rows]]), np.asarray(m["arrival_ns"])[rows] / 1e3)
+
+    def grids(self) -> dict:
+        """``{(collective, dim): (grid, ranks, per_column, n)}`` as :func:`skew_grid`."""
+        out = {}
+        for k, (ncol, n) in self.shape.items():
+            best = self.best[k]
+            ranks = np.flatnonzero(np.isfinite(best).any(axis=1)).astype(np.int64)
+            grid = best[ranks]
+            out[self.kinds[k]] = (np.where(np.isfinite(grid), grid, np.nan), ranks, int(np.ceil(n / ncol)), n)
+        return out
 
 
 def skew_heatmap(grid_info, kind):

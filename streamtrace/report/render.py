@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..events.dataset import iter_table
 from ..job.folder import read_aggregate_table, read_meta
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
@@ -74,22 +75,34 @@ COLLECTIVE_COLUMNS = ["instance", "collective", "parallel_dim", "complete", "bus
                       "first_start_ns"]
 """The columns of ``collectives.parquet`` the charts read."""
 MEMBER_COLUMNS = ["instance", "rank", "arrival_ns"]
-"""The columns of ``collectives_ranks.parquet`` the charts read (24 bytes a member kernel)."""
+"""The columns of ``collectives_ranks.parquet`` the heat maps read, a batch at a time."""
 
 
 def load(aggdir, ranks=None) -> dict:
     """The aggregate outputs the charts need, as column dicts (``meta`` = aggregate.json): only
-    the columns of :data:`COLLECTIVE_COLUMNS` / :data:`MEMBER_COLUMNS`, and ``timeline`` rows only
-    of the ranks that get per-rank charts (:func:`chart_ranks` with ``ranks``), so that the
-    report of a 1,024-rank job holds 24 bytes per collective kernel and no other rank's timeline.
+    the columns of :data:`COLLECTIVE_COLUMNS`, and ``timeline`` rows only of the ranks that get
+    per-rank charts (:func:`chart_ranks` with ``ranks``); the collective members are read in
+    batches by :func:`plan` (:func:`skew_grids`), so that the report of a 1,024-rank job holds no
+    table of every collective kernel and no other rank's timeline.
     Raises :class:`~streamtrace.errors.DataError` naming a damaged or missing file."""
     out = {"meta": read_meta(aggdir)}
     for n in ("rank_phase", "ranks", "pipeline", "p2p"):
         out[n] = read_aggregate_table(aggdir, n)
     out["collectives"] = read_aggregate_table(aggdir, "collectives", COLLECTIVE_COLUMNS)
-    out["collectives_ranks"] = read_aggregate_table(aggdir, "collectives_ranks", MEMBER_COLUMNS)
     out["timeline"] = read_aggregate_table(aggdir, "timeline", where={"rank": chart_ranks(out, aggdir, ranks) or [-1]})
     return out
+
+
+def skew_grids(aggdir, c) -> dict:
+    """:func:`~streamtrace.report.charts.kind_grids` of the instances ``c`` with the members of
+    ``aggdir/collectives_ranks.parquet`` read a batch at a time (:class:`~streamtrace.report.charts.SkewGrids`).
+    Raises :class:`~streamtrace.errors.DataError` naming a damaged file."""
+    grids = C.SkewGrids(c)
+    path = Path(aggdir) / "collectives_ranks.parquet"
+    if path.is_file():
+        for batch in iter_table(path, MEMBER_COLUMNS):
+            grids.add(batch)
+    return grids.grids()
 
 
 # -- alike steps --------------------------------------------------------------------------------
@@ -221,7 +234,7 @@ def plan(data, aggdir, opt: ChartOptions) -> list:
             tasks.append(t)
     if data["collectives"] and len(data["collectives"].get("instance", [])):
         tasks.append(ChartTask("busbw_chart", (), "collectives_busbw"))
-        for (coll, dim), grid in C.kind_grids(data["collectives"], data["collectives_ranks"]).items():
+        for (coll, dim), grid in skew_grids(aggdir, data["collectives"]).items():
             safe = "".join(ch if ch.isalnum() else "_" for ch in f"{coll}_{dim}")
             tasks.append(ChartTask("skew_heatmap", (grid, f"{coll} {dim}"), f"collectives_skew_{safe}", False))
     if data["p2p"] and len(data["p2p"].get("src", [])):

@@ -12,8 +12,8 @@ import pytest
 from streamtrace.job import AggregateOptions, aggregate
 from streamtrace.analyze import AnalyzeOptions, analyze
 from streamtrace.events.dataset import read_table
-from streamtrace.report.charts import MAX_COLUMNS, PX_WIDTH, _fits, kind_grids, merge_close, skew_grid
-from streamtrace.report.render import COLLECTIVE_COLUMNS, MEMBER_COLUMNS, ChartOptions, load, render_all
+from streamtrace.report.charts import MAX_COLUMNS, PX_WIDTH, SkewGrids, _fits, kind_grids, merge_close, skew_grid
+from streamtrace.report.render import COLLECTIVE_COLUMNS, ChartOptions, load, render_all
 from streamtrace.trace.synth import SynthSpec, generate_job
 
 
@@ -69,8 +69,7 @@ def test_charts_read_only_the_charted_ranks_timeline_and_few_collective_columns(
     assert sorted(zip(tl["rank"].tolist(), tl["start_ns"].tolist())) == \
         sorted(zip(whole["rank"][keep].tolist(), whole["start_ns"][keep].tolist()))
     assert sorted(data["collectives"]) == sorted(COLLECTIVE_COLUMNS)
-    assert sorted(data["collectives_ranks"]) == sorted(MEMBER_COLUMNS)
-    assert len(data["collectives_ranks"]["rank"]) == len(read_table(demo / "agg" / "collectives_ranks.parquet")["rank"])
+    assert "collectives_ranks" not in data          # read in batches by the heat maps (skew_grids)
 
 
 def test_svg_on_request_and_stale_files_removed(demo):
@@ -247,3 +246,33 @@ def test_chart_format_option():
     for bad in ("jpg", "", "png,pdf"):
         with pytest.raises(UsageError):
             parse_formats(bad)
+
+
+def test_skew_grids_from_batches_equal_each_kinds_grid_at_once(demo):
+    """The heat maps' grids built from members in batches of any size (as the report reads a
+    1,024-rank job's members) equal :func:`skew_grid` of each kind's instances and members at once."""
+    c = read_table(demo / "agg" / "collectives.parquet")
+    m = read_table(demo / "agg" / "collectives_ranks.parquet")
+    want = {}
+    for coll, dim in sorted(set(zip(c["collective"].tolist(), c["parallel_dim"].tolist()))):
+        sel = np.flatnonzero((c["collective"] == coll) & (c["parallel_dim"] == dim) & (c["n_ranks"] >= 2))
+        if coll in ("Send", "Recv", "SendRecv") or not len(sel):
+            continue
+        renum = {int(i): j for j, i in enumerate(sel.tolist())}
+        keep = np.asarray([int(i) in renum for i in m["instance"]])
+        sub = {"instance": np.asarray([renum[int(i)] for i in m["instance"][keep]], np.int64),
+               "rank": m["rank"][keep], "arrival_ns": m["arrival_ns"][keep]}
+        want[(coll, dim)] = skew_grid({"first_start_ns": c["first_start_ns"][sel]}, sub)
+    assert want
+    n = len(m["rank"])
+    perm = np.random.default_rng(7).permutation(n)
+    for batch in (1, 7, n):
+        g = SkewGrids(c)
+        for a in range(0, n, batch):
+            rows = perm[a:a + batch]
+            g.add({k: m[k][rows] for k in ("instance", "rank", "arrival_ns")})
+        got = g.grids()
+        assert sorted(got) == sorted(want)
+        for k, (grid, ranks, per, cnt) in want.items():
+            assert np.array_equal(got[k][1], ranks) and got[k][2:] == (per, cnt)
+            assert np.array_equal(got[k][0], grid, equal_nan=True)
