@@ -34,6 +34,7 @@ from ..job.folder import read_aggregate_table, read_meta
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
 from . import charts as C
+from .skew import SkewGrids
 
 ALIKE_FRACTION = 0.05
 WHAT = {"rank_timeline": "rank", "rank_microbatches": "rank", "pp_gantt": "PP group", "replica_view": "replica"}
@@ -94,10 +95,10 @@ def load(aggdir, ranks=None) -> dict:
 
 
 def skew_grids(aggdir, c) -> dict:
-    """:func:`~streamtrace.report.charts.kind_grids` of the instances ``c`` with the members of
-    ``aggdir/collectives_ranks.parquet`` read a batch at a time (:class:`~streamtrace.report.charts.SkewGrids`).
+    """:func:`~streamtrace.report.skew.kind_grids` of the instances ``c`` with the members of
+    ``aggdir/collectives_ranks.parquet`` read a batch at a time (:class:`~streamtrace.report.skew.SkewGrids`).
     Raises :class:`~streamtrace.errors.DataError` naming a damaged file."""
-    grids = C.SkewGrids(c)
+    grids = SkewGrids(c)
     path = Path(aggdir) / "collectives_ranks.parquet"
     if path.is_file():
         for batch in iter_table(path, MEMBER_COLUMNS):

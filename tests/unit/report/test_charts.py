@@ -12,7 +12,8 @@ import pytest
 from streamtrace.job import AggregateOptions, aggregate
 from streamtrace.analyze import AnalyzeOptions, analyze
 from streamtrace.events.dataset import read_table
-from streamtrace.report.charts import MAX_COLUMNS, PX_WIDTH, SkewGrids, _fits, kind_grids, merge_close, skew_grid
+from streamtrace.report.charts import PX_WIDTH, _fits, merge_close
+from streamtrace.report.skew import MAX_COLUMNS, SkewGrids, kind_grids, skew_grid
 from streamtrace.report.render import COLLECTIVE_COLUMNS, ChartOptions, load, render_all
 from streamtrace.trace.synth import SynthSpec, generate_job
 

@@ -1,0 +1,98 @@
+"""The arrival-delay grids of the collective skew heat maps (drawn by
+:func:`streamtrace.report.charts.skew_heatmap`): per group-collective kind, rank x instance (in
+time order, binned to at most :data:`MAX_COLUMNS` columns, the max delay per bin), from the
+``collectives.parquet`` instances and ``collectives_ranks.parquet`` members, whole or in batches.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+MAX_COLUMNS = 400
+"""At most this many instance columns per heat map."""
+
+P2P_KINDS = ("Send", "Recv", "SendRecv")
+
+
+def kind_grids(c, m) -> dict:
+    """``{(collective, dim): skew_grid(...)}`` for each group-collective kind of the instances ``c``
+    (``collectives.parquet`` columns) and members ``m`` (``collectives_ranks.parquet``): only that
+    kind's instances with two or more ranks; point-to-point kinds (Send, Recv, SendRecv) left out.
+    The members may also come in batches: :class:`SkewGrids`."""
+    grids = SkewGrids(c)
+    grids.add(m)
+    return grids.grids()
+
+
+class SkewGrids:
+    """:func:`kind_grids` over members given in batches (:meth:`add`, e.g. the row groups of a
+    1,024-rank job's ``collectives_ranks.parquet``, millions of rows): per kind one (rank x column)
+    array of running maxima, so memory is the batch plus ~8 bytes per instance, not the members.
+    :meth:`grids` gives what :func:`skew_grid` gives for each kind's members at once."""
+
+    def __init__(self, c):
+        pairs = list(zip(c["collective"].tolist(), c["parallel_dim"].tolist()))
+        self.kinds = sorted({p for p in pairs if p[0] not in P2P_KINDS})
+        code = {k: i for i, k in enumerate(self.kinds)}
+        self.kind = np.asarray([code.get(p, -1) for p in pairs], np.int16) if pairs else np.zeros(0, np.int16)
+        self.kind[np.asarray(c["n_ranks"]) < 2] = -1
+        self.bins = np.zeros(len(self.kind), np.int64)          # the instance's column in its kind's grid
+        self.shape, self.best = {}, {}
+        for k in range(len(self.kinds)):
+            sel = np.flatnonzero(self.kind == k)
+            if not len(sel):
+                continue
+            order = np.argsort(np.asarray(c["first_start_ns"])[sel], kind="stable")
+            col_of = np.empty(len(sel), np.int64)
+            col_of[order] = np.arange(len(sel))
+            ncol = max(1, min(MAX_COLUMNS, len(sel)))
+            self.bins[sel] = (col_of * ncol) // len(sel)
+            self.shape[k] = (ncol, len(sel))
+            self.best[k] = np.full((0, ncol), -np.inf)
+
+    def add(self, m):
+        """Members ``m`` (columns ``instance``, ``rank``, ``arrival_ns``), any subset of rows."""
+        inst = np.asarray(m["instance"], np.int64)
+        if not len(inst):
+            return
+        kind = self.kind[inst]
+        for k in np.unique(kind[kind >= 0]).tolist():
+            rows = np.flatnonzero(kind == k)
+            rank = np.asarray(m["rank"], np.int64)[rows]
+            best = self.best[k]
+            if rank.max() >= len(best):
+                best = self.best[k] = np.vstack([best, np.full((int(rank.max()) + 1 - len(best), best.shape[1]),
+                                                               -np.inf)])
+            np.maximum.at(best, (rank, self.bins[inst[rows]]), np.asarray(m["arrival_ns"])[rows] / 1e3)
+
+    def grids(self) -> dict:
+        """``{(collective, dim): (grid, ranks, per_column, n)}`` as :func:`skew_grid`."""
+        out = {}
+        for k, (ncol, n) in self.shape.items():
+            best = self.best[k]
+            ranks = np.flatnonzero(np.isfinite(best).any(axis=1)).astype(np.int64)
+            grid = best[ranks]
+            out[self.kinds[k]] = (np.where(np.isfinite(grid), grid, np.nan), ranks, int(np.ceil(n / ncol)), n)
+        return out
+
+
+def skew_grid(c, m):
+    """``(grid, ranks, per_column, n)``: arrival delay in us, shape (ranks, columns), NaN where the
+    rank has no member in the column; instances in time order, ``per_column`` of them per column
+    (at most :data:`MAX_COLUMNS` columns), the max delay of each rank in each column."""
+    order = np.argsort(c["first_start_ns"], kind="stable")
+    col_of = np.empty(len(order), np.int64)
+    col_of[order] = np.arange(len(order))
+    ncol = max(1, min(MAX_COLUMNS, len(order)))
+    bins = (col_of * ncol) // max(1, len(order))
+    ranks = np.unique(m["rank"]) if len(m["rank"]) else np.zeros(0, np.int64)
+    row = np.searchsorted(ranks, m["rank"])
+    grid = np.full((len(ranks), ncol), np.nan)
+    if len(m["rank"]):
+        cb = bins[m["instance"]]
+        val = m["arrival_ns"] / 1e3
+        flat = row * ncol + cb
+        best = np.full(grid.size, -np.inf)
+        np.maximum.at(best, flat, val)
+        grid = np.where(np.isfinite(best), best, np.nan).reshape(len(ranks), ncol)
+    per = int(np.ceil(len(order) / ncol)) if len(order) else 1
+    return grid, ranks, per, len(order)
