@@ -20,6 +20,7 @@ successful run is reused), ``jobs`` and ``max_memory_gb`` cap parallelism.
 """
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -35,6 +36,7 @@ from .merge import MergeOptions, merge_files
 from .errors import UnknownRankError, UsageError
 from .report.run import ReportOptions, report
 from .runtime.files import atomic_output, clean_stale
+from .runtime.tuning import trim
 from .trace.discover import expand_inputs, identify
 from .trace.reader import TraceReader
 
@@ -161,15 +163,25 @@ def _stage(state, key, fingerprint, outputs, fn, log, name, what):
     try:
         result = fn()
     except Exception as e:   # noqa: BLE001 - logged, the epilogue carries on
+        _release()
         log.fail(name, what, e)
         state[key] = {"fingerprint": fingerprint, "ok": False, "error": str(e).splitlines()[0] if str(e) else ""}
         if os.environ.get("STREAMTRACE_DEBUG") or getattr(log, "verbose", False):
             traceback.print_exc()
         return None, "failed"
+    _release()
     state[key] = {"fingerprint": fingerprint, "ok": True, "result": result, "seconds": round(time.time() - t0, 2),
                   "failures": list(log.failures[before:])}
     log.info(f"{name}: done in {time.time() - t0:.1f} s ({what})")
     return result, "done"
+
+
+def _release():
+    """Between stages: collect the stage's garbage and hand the freed heap back to the OS
+    (:func:`~streamtrace.runtime.tuning.trim`), so that the next stage (aggregate after analyze of
+    1,024 ranks) does not start on top of the last one's peak."""
+    gc.collect()
+    trim()
 
 
 @dataclass
