@@ -329,6 +329,16 @@ class Columns(dict):
         raise DataError(self.path, f"has no column {key!r} (damaged, or not written by streamtrace)")
 
 
+def json_default(o):
+    """``json.dumps(..., default=json_default)``: numpy integers and floats (the values the tables'
+    columns hold) as Python ``int`` / ``float``; anything else raises TypeError, as json does."""
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    raise TypeError(type(o))
+
+
 def read_json(path):
     """The JSON document of a file an earlier command wrote (``summary.json``, ``aggregate.json``).
     Raises :class:`~streamtrace.errors.DataError` naming ``path`` when it cannot be read or is

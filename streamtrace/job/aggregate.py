@@ -62,7 +62,7 @@ import pyarrow.compute as pc
 from ..analyze import classify as C
 from ..analyze.patterns import Patterns
 from ..errors import StreamtraceError
-from ..events.dataset import num_rows, write_table
+from ..events.dataset import json_default, num_rows, write_table
 from ..kernels import intervals as _iv
 from ..runtime.files import atomic_output, output_folder
 from ..runtime.parallel import run_tasks
@@ -384,7 +384,7 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
             "parts": job.meta()["parts"], "warnings": job.warnings,
             "files": sorted(p.name for p in files) + ["aggregate.json"], "seconds": round(time.time() - t0, 3)}
     with atomic_output(outdir / "aggregate.json", compress=False) as f:
-        f.write(json.dumps(meta, indent=1, default=_json_default).encode())
+        f.write(json.dumps(meta, indent=1, default=json_default).encode())
     return meta
 
 
@@ -396,14 +396,6 @@ def _world(topo, job) -> dict:
     if worlds:
         return {"world_size": max(worlds), "world_size_from": "distributedInfo.world_size"}
     return {"world_size": None, "world_size_from": None}
-
-
-def _json_default(o):
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    raise TypeError(type(o))
 
 
 def _sorted(rows):

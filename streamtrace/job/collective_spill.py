@@ -48,6 +48,8 @@ from .collectives import (COMM_COLUMNS, INSTANCE_COLUMNS, MEMBER_COLUMNS, Collec
 from .options import BUCKET_ROWS
 from .p2p import TRANSFER_COLUMNS, p2p_transfers
 
+STATS = ("kernels", "instances", "complete", "inconsistent", "single_rank")
+"""The counts of ``aggregate.json``'s ``collectives``."""
 _HELD = 131_072                   # rows held before they go to their bucket files
 _INTS = ("part", "rank", "iteration", "step", "start", "end", "dur", "bytes", "group_size", "microbatch", "correlation",
          "stream", "src", "dst", "pid", "seq")
@@ -176,7 +178,7 @@ def _write_buckets(job, plan: _Plan, outdir: Path) -> tuple[list, dict]:
     """Pass 3: every bucket measured and appended to the two tables; returns the paths and the
     accumulated ``summary``, ``stragglers``, ``transfers``, ``stats``."""
     acc = {"summary": Summary(), "stragglers": Stragglers(), "transfers": [],
-           "stats": dict.fromkeys(("kernels", "instances", "complete", "inconsistent", "single_rank"), 0)}
+           "stats": dict.fromkeys(STATS, 0)}
     paths = [outdir / "collectives.parquet", outdir / "collectives_ranks.parquet"]
     with atomic_output(paths[0], compress=False) as fi, atomic_output(paths[1], compress=False) as fm, \
             pq.ParquetWriter(fi, INSTANCE_SCHEMA, compression="zstd") as wi, \
@@ -235,8 +237,7 @@ def _write_summary(outdir, summary: list) -> list:
 def _empty(outdir) -> tuple[CollectiveResult, list]:
     """No comm kernels: the in-memory path's empty tables."""
     inst, mem = instance_tables({"instance": np.zeros(0, np.int64)})
-    res = CollectiveResult({}, {}, [], [], {}, {}, dict.fromkeys(("kernels", "instances", "complete", "inconsistent",
-                                                                  "single_rank"), 0),
+    res = CollectiveResult({}, {}, [], [], {}, {}, dict.fromkeys(STATS, 0),
                            {c: np.zeros(0, np.int64) for c in TRANSFER_COLUMNS})
     return res, write_table(outdir, "collectives", inst, INSTANCE_COLUMNS) + \
         write_table(outdir, "collectives_ranks", mem, MEMBER_COLUMNS)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..events.dataset import json_default
 from ..events.load import load
 from ..job.diff import DIMENSIONS, compare, write_tables
 from ..job.diffinputs import DiffOptions, list_text
@@ -50,7 +51,7 @@ def diff(base, test, outdir=None, opt: DiffOptions | None = None, log=None):
         meta["files"] = sorted([Path(p).name for p in files] + ["diff.md", "diff.json"] + charts)
         meta["outdir"] = str(out)
         with atomic_output(stage / "diff.json", compress=False) as f:
-            f.write(json.dumps(meta, indent=1, default=_json).encode())
+            f.write(json.dumps(meta, indent=1, default=json_default).encode())
     if log:
         log(f"diff: {out / 'diff.md'}, {len(files) // 2} tables" + (f", {len(charts)} chart files" if charts else ""))
     return load(out)
@@ -69,14 +70,6 @@ def _where(meta: dict, stage: Path, out: Path) -> None:
         m = meta.get(side, {})
         m["dirs"] = [str(out / Path(d).relative_to(stage)) if Path(d).is_relative_to(stage) else d
                      for d in m.get("dirs", [])]
-
-
-def _json(o):
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    raise TypeError(type(o))
 
 
 # -- Markdown -----------------------------------------------------------------------------------
