@@ -36,6 +36,7 @@ from .merge import MergeOptions, merge_files
 from .errors import UnknownRankError, UsageError
 from .report.run import ReportOptions, report
 from .runtime.files import atomic_output, clean_stale
+from .runtime.fork import call_in_child
 from .runtime.tuning import trim
 from .trace.discover import expand_inputs, identify
 from .trace.reader import TraceReader
@@ -45,29 +46,57 @@ WORKER_GB = 0.6
 
 
 class _Log:
-    def __init__(self, out=None, quiet=False):
+    """The epilogue's log: lines on ``out`` (stderr), failures and notes kept for ``epilogue.json``.
+    In a stage's child process (:func:`~streamtrace.runtime.fork.call_in_child`) every entry is
+    relayed to the parent's log (:meth:`relay_to`, :meth:`replay`) instead."""
+
+    def __init__(self, out=None, quiet=False, verbose=False):
         self.out = out or sys.stderr
         self.quiet = quiet
+        self.verbose = verbose
         self.failures: list = []
         self.notes: list = []
+        self.send = None
+
+    def relay_to(self, send):
+        """In a stage's child process: pass every entry to ``send`` (to the parent's :meth:`replay`)."""
+        self.send = send
+
+    def replay(self, entry):
+        """An entry a stage's child process relayed: ``(method name, argument)``."""
+        method, arg = entry
+        {"final": self.final, "note": self.note, "failure": self.failure}[method](arg)
 
     def info(self, msg):
         if not self.quiet:
             self.final(msg)
 
     def final(self, msg):
+        if self.send is not None:
+            self.send(("final", msg))
+            return
         print(f"[streamtrace epilogue] {msg}", file=self.out, flush=True)
 
     def note(self, msg):
         """Something missing that is not a failure (e.g. no GPU in a CPU-only run): logged, and kept in
         ``epilogue.json`` → ``notes``."""
+        if self.send is not None:
+            self.send(("note", msg))
+            return
         self.notes.append(msg)
         self.info(f"note: {msg}")
 
     def fail(self, stage, what, err):
         line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        self.failures.append({"stage": stage, "file": str(what), "error": line})
-        self.final(f"FAILED {stage} ({what}): {line}")
+        self.failure({"stage": stage, "file": str(what), "error": line})
+
+    def failure(self, entry: dict):
+        """Keep and log one failure ``{"stage", "file", "error"}``."""
+        if self.send is not None:
+            self.send(("failure", entry))
+            return
+        self.failures.append(entry)
+        self.final(f"FAILED {entry['stage']} ({entry['file']}): {entry['error']}")
 
 
 def _fingerprint(paths, **options) -> str:
@@ -149,25 +178,28 @@ def _merged_file(path) -> bool:
         return False
 
 
-def _stage(state, key, fingerprint, outputs, fn, log, name, what):
-    """Run ``fn()`` unless ``state[key]`` says it already succeeded with the same
-    fingerprint and ``outputs`` still exist.  Returns ``(result or None, status)``."""
+def _stage(ctx, key, fingerprint, outputs, fn, name, what):
+    """Run ``fn()`` unless ``ctx.state[key]`` says it already succeeded with the same
+    fingerprint and ``outputs`` still exist; in a child process with ``ctx.opt.isolate``
+    (:func:`~streamtrace.runtime.fork.call_in_child`: the stage's memory is the system's again
+    when it ends).  Returns ``(result or None, status)``."""
+    state, log = ctx.state, ctx.log
     prev = state.get(key)
     if prev and prev.get("fingerprint") == fingerprint and prev.get("ok") and all(Path(o).exists() for o in outputs):
         log.info(f"{name}: reused ({what})")
         for f in prev.get("failures", []):      # what that run could not process is still missing
-            log.fail(f["stage"], f["file"], f["error"])
+            log.failure(f)
         return prev.get("result"), "reused"
     t0 = time.time()
     before = len(log.failures)
     try:
-        result = fn()
+        result = call_in_child(fn, log.relay_to, log.replay) if ctx.opt.isolate else fn()
     except Exception as e:   # noqa: BLE001 - logged, the epilogue carries on
         _release()
         log.fail(name, what, e)
         state[key] = {"fingerprint": fingerprint, "ok": False, "error": str(e).splitlines()[0] if str(e) else ""}
-        if os.environ.get("STREAMTRACE_DEBUG") or getattr(log, "verbose", False):
-            traceback.print_exc()
+        if os.environ.get("STREAMTRACE_DEBUG") or log.verbose:
+            print(getattr(e, "details", "") or traceback.format_exc(), file=sys.stderr, end="")
         return None, "failed"
     _release()
     state[key] = {"fingerprint": fingerprint, "ok": True, "result": result, "seconds": round(time.time() - t0, 2),
@@ -210,6 +242,11 @@ class EpilogueOptions:
         chart_ranks: ranks that get per-rank charts (list of int); None: all up to 8, else a selection.
         quiet: log only failures and the final line (bool, default False).
         verbose: log tracebacks of failures too (bool, default False; also ``$STREAMTRACE_DEBUG``).
+        isolate: run each stage (analyze, merge, aggregate, report) in its own child process
+            (bool, default True), so that its memory is returned when it ends and no stage starts on
+            top of the last one's (1,024 ranks: the analysis summaries alone are ~70 MB of Python
+            objects), and a stage killed by the system is one failure, not the end of the
+            epilogue.  False: all in this process (e.g. under a debugger).
     """
     full: bool = False
     chunked: bool = True
@@ -227,6 +264,7 @@ class EpilogueOptions:
     chart_ranks: list | None = None
     quiet: bool = False
     verbose: bool = False
+    isolate: bool = True
 
     def check(self):
         """:class:`~streamtrace.errors.UsageError` for options that cannot work together (the CLI
@@ -246,8 +284,7 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
     "seconds"}``.  Never raises (``KeyboardInterrupt`` aside); with ``strict`` the CLI exits 1
     when anything failed."""
     opt = replace(opt or EpilogueOptions(), **options)
-    log = _Log(log_file, opt.quiet)
-    log.verbose = opt.verbose
+    log = _Log(log_file, opt.quiet, opt.verbose)
     t0 = time.time()
     run_dir = Path(run_dir)
     out = Path(opt.outdir) if opt.outdir else run_dir / "streamtrace"
@@ -319,7 +356,7 @@ def _iteration(ctx: _Run, it, files) -> str | None:
         return {"ranks": [r["rank"] for r in s["ranks"]], "failed": len(s["failed"])}
     fp = _fingerprint(paths + ([topo] if topo else []), chunked=opt.chunked, stage="analyze",
                       layout="iteration=N/rank=R")     # redo folders of the older rank=R/ layout
-    res, st = _stage(ctx.state, f"{tag}/analyze", fp, [adir / "summary.json"], do_analyze, log, "analyze", tag)
+    res, st = _stage(ctx, f"{tag}/analyze", fp, [adir / "summary.json"], do_analyze, "analyze", tag)
     ctx.summary["stages"][f"{tag}/analyze"] = st
     merged = ctx.out / tag / ("merged.json.gz" if opt.full else "merged_gpu.json.gz")
 
@@ -343,7 +380,7 @@ def _iteration(ctx: _Run, it, files) -> str | None:
                 todo.remove(bad[0])
         raise RuntimeError("no readable rank trace left to merge")
     fp_merge = _fingerprint(paths, full=opt.full, stage="merge")
-    _, st = _stage(ctx.state, f"{tag}/merge", fp_merge, [merged], do_merge, log, "merge", tag)
+    _, st = _stage(ctx, f"{tag}/merge", fp_merge, [merged], do_merge, "merge", tag)
     ctx.summary["stages"][f"{tag}/merge"] = st
     return str(adir) if res is not None else None
 
@@ -359,7 +396,7 @@ def _job_stages(ctx: _Run, analysed, run_dir) -> str | None:
         return {"outdir": str(agg)}
     fp = _fingerprint([Path(a) / "summary.json" for a in analysed] + ([topo] if topo else []), stage="aggregate",
                       version=2)
-    res, st = _stage(ctx.state, "aggregate", fp, [agg], do_aggregate, log, "aggregate", ", ".join(analysed))
+    res, st = _stage(ctx, "aggregate", fp, [agg], do_aggregate, "aggregate", ", ".join(analysed))
     ctx.summary["stages"]["aggregate"] = st
     if res is None:
         return None
@@ -373,8 +410,7 @@ def _job_stages(ctx: _Run, analysed, run_dir) -> str | None:
     fp_report = _fingerprint([agg / "aggregate.json"], name=opt.name, tokens=opt.tokens_per_step,
                              batch=opt.global_batch, seq=opt.seq_len, charts=opt.charts, chart_ranks=opt.chart_ranks,
                              formats=list(opt.chart_formats), base=fp)
-    res, st = _stage(ctx.state, "report", fp_report, [ctx.out / "report.json"] + ([ctx.out / "charts"] if opt.charts
-                                                                                  else []),
-                     do_report, log, "report + charts", agg)
+    outputs = [ctx.out / "report.json"] + ([ctx.out / "charts"] if opt.charts else [])
+    res, st = _stage(ctx, "report", fp_report, outputs, do_report, "report + charts", agg)
     ctx.summary["stages"]["report"] = st
     return res["report"] if res is not None and Path(res["report"]).exists() else None

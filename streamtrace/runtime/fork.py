@@ -1,13 +1,30 @@
 """Forked children for work on data the parent already holds (copy-on-write): run functions at
-once in children, reap them, and the signal handling a child needs.  Used by
-:mod:`streamtrace.analyze.trackfork`.  Needs ``os.fork`` (Linux, macOS); elsewhere
-:func:`run_forked` runs everything in order in this process."""
+once in children, reap them, and the signal handling a child needs (:func:`run_forked`, used by
+:mod:`streamtrace.analyze.trackfork`); one call in a child whose memory is returned to the system
+when it ends (:func:`call_in_child`, used by :mod:`streamtrace.epilogue` for each stage).  Needs
+``os.fork`` (Linux, macOS); elsewhere both run everything in this process."""
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
 
 from .lifecycle import die_with_parent
+
+
+class ChildError(RuntimeError):
+    """:func:`call_in_child`'s function raised, or its process died: the message is the child's
+    exception message (or how the process ended); ``kind`` the exception's class name (None when
+    the process died), ``details`` the child's traceback text."""
+
+    def __init__(self, message: str, kind: str | None = None, details: str = ""):
+        super().__init__(message)
+        self.kind = kind
+        self.details = details
 
 def _exit_on_term(signum, frame):
     raise SystemExit(1)
@@ -71,3 +88,85 @@ def run_forked(fns, then=None):
                 fns[i + 1]()
     finally:
         reap(pids)
+
+
+def call_in_child(fn: Callable[[], Any], setup: Callable[[Callable], None] | None = None,
+                  on_message: Callable[[Any], None] | None = None) -> Any:
+    """``fn()`` run in a forked child process; returns its result (pickled back to this process).
+
+    Made for a stage that builds large transient state (e.g. the epilogue's analyze of 1,024
+    ranks): whatever the child allocates is returned to the system when it exits, so the next
+    stage does not start on top of it.  The child sees this process's data (copy-on-write).
+    ``setup(send)`` runs first in the child: ``send(message)`` passes a picklable message to
+    ``on_message(message)``, called here at once (e.g. log lines).  Signals as in this process
+    (Ctrl-C and SIGTERM reach the child, which cleans up as this process would); the child dies
+    with this process.
+
+    Raises :class:`ChildError` when ``fn`` raised an ``Exception`` (its message, class name and
+    traceback) or the child ended without a result (killed, e.g. by the kernel's out-of-memory
+    killer); ``KeyboardInterrupt`` when the child was interrupted.  Without ``os.fork``: ``fn()``
+    here, its messages passed on directly."""
+    if not hasattr(os, "fork"):
+        if setup is not None:
+            setup(on_message or (lambda message: None))
+        return fn()
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child_main, args=(fn, setup, send, os.getpid()), daemon=False)
+    proc.start()
+    send.close()
+    answered = False
+    try:
+        while True:
+            try:
+                kind, payload = recv.recv()
+            except EOFError:
+                break
+            if kind == "message":
+                if on_message is not None:
+                    on_message(payload)
+                continue
+            answered = True
+            if kind == "result":
+                return payload
+            if kind == "interrupted":
+                raise KeyboardInterrupt()
+            raise ChildError(*payload)
+        answered = True
+        proc.join()
+        raise ChildError(_ended(proc.exitcode))
+    finally:
+        recv.close()
+        if not answered and proc.is_alive():   # this process was interrupted: stop the child
+            proc.terminate()
+        proc.join()
+
+
+def _ended(code) -> str:
+    """How a child that sent no result ended (its exit code, negative: the signal's number)."""
+    if code is not None and code < 0:
+        name = signal.Signals(-code).name
+        why = ": out of memory?" if -code == signal.SIGKILL else ""
+        return f"the stage's process was killed by {name}{why}"
+    return f"the stage's process ended with exit code {code} and no result"
+
+
+def _child_main(fn, setup, send, parent_pid):
+    """The child of :func:`call_in_child`: run ``fn``, send back its result or its failure."""
+    die_with_parent(parent_pid)
+
+    def message(payload):
+        send.send(("message", payload))
+    try:
+        if setup is not None:
+            setup(message)
+        result = fn()
+    except Exception as e:   # noqa: BLE001 - sent to the parent, which raises it
+        send.send(("error", (str(e), type(e).__name__, traceback.format_exc())))
+    except KeyboardInterrupt:
+        send.send(("interrupted", None))
+    else:
+        send.send(("result", result))
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()

@@ -106,3 +106,40 @@ def test_epilogue_of_a_cpu_only_run_says_so(tmp_path):
     assert any("CPU-only" in n for n in s["notes"]), s
     merged = d / "streamtrace" / "iteration_551" / "merged_gpu.json.gz"
     assert validate(merged)["events"] > 0
+
+
+def test_epilogue_stages_run_in_their_own_processes_and_a_killed_stage_is_one_failure(tmp_path, monkeypatch):
+    """Each stage runs in a child process (its memory is freed when it ends): a stage the system kills
+    (here aggregate, as the out-of-memory killer would) is logged as that stage's failure and the
+    epilogue ends normally; the analyze and merge failures the children logged reach epilogue.json."""
+    import io
+    import os
+    import signal
+
+    import streamtrace.epilogue as epilogue
+    d = make_run(tmp_path)
+    real = epilogue.analyze
+    mark = tmp_path / "analyze.pid"
+
+    def analyze(*a, **k):
+        mark.write_text(str(os.getpid()))                # the parent sees files, not the child's memory
+        return real(*a, **k)
+
+    def aggregate(*a, **k):
+        os.kill(os.getpid(), signal.SIGKILL)
+    monkeypatch.setattr(epilogue, "analyze", analyze)
+    monkeypatch.setattr(epilogue, "aggregate", aggregate)
+    log = io.StringIO()
+    s = run(d, jobs=1, log_file=log)
+    assert int(mark.read_text()) != os.getpid()
+    agg = [f for f in s["failures"] if f["stage"] == "aggregate"]
+    assert len(agg) == 1 and "SIGKILL" in agg[0]["error"]
+    assert any("rank_0007" in f["file"] and f["stage"] == "analyze" for f in s["failures"])   # relayed from the child
+    assert s["report"] is None and s["stages"]["aggregate"] == "failed"
+    assert "FAILED aggregate" in log.getvalue() and "analyze: done" in log.getvalue()
+    state = json.loads((d / "streamtrace" / "epilogue.json").read_text())
+    assert state["state"]["iteration_10/analyze"]["failures"]           # kept for a later run that reuses it
+    # in-process (isolate=False): the same stage functions run in this process
+    monkeypatch.setattr(epilogue, "aggregate", lambda *a, **k: None)
+    run(d, jobs=1, isolate=False, outdir=tmp_path / "inproc", log_file=io.StringIO())
+    assert int(mark.read_text()) == os.getpid()
