@@ -66,7 +66,8 @@ def stem_suffix(at, steps_in_iteration: int) -> str:
 PHASE_TAG = {"forward": "F", "backward": "B", "recompute": "R", "optimizer": "Opt", "other": ""}
 
 
-def _plt():
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (imported on first call: ~0.5 s)."""
     import matplotlib            # lazy: heavy (~0.5 s), loaded only when charts are drawn
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -84,7 +85,7 @@ def save(fig, path_stem, formats=("png",)) -> list:
     their size) and drawn again.  The SVG is one more draw with the measured box.  Raises
     ValueError for another format."""
     from matplotlib.transforms import Bbox
-    plt = _plt()
+    plt = pyplot()
     bad = [f for f in formats if f not in FORMATS]
     if bad:
         raise ValueError(f"chart format {bad[0]!r}: use png or svg")
@@ -180,7 +181,7 @@ def _thin_ticks(ax, labels, positions, axis="y", max_labels=40):
 
 def rank_timeline(data, rank, at):
     """Kernel categories of one rank by wall clock, under its phase x micro-batch windows."""
-    plt = _plt()
+    plt = pyplot()
     tl, rp = data["timeline"], data["rank_phase"]
     m = (tl["rank"] == rank) & rows_at(tl, at)
     w = (rp["rank"] == rank) & rows_at(rp, at)
@@ -222,7 +223,7 @@ def rank_timeline(data, rank, at):
 
 def rank_microbatches(data, rank, at):
     """Stacked compute-only / overlap / comm-only per micro-batch, wall clock line; fwd and bwd panels."""
-    plt = _plt()
+    plt = pyplot()
     rp = data["rank_phase"]
     fb = (rp["rank"] == rank) & rows_at(rp, at) & np.isin(rp["phase"], ("forward", "backward"))
     if not fb.any() or not (rp["wall_ns"][fb] > 0).any():
@@ -255,7 +256,7 @@ def ranks_overview(data, at):
     """Every rank's compute-only / overlap / comm-only / idle time in one step (``at``): one stacked
     bar per rank up to :data:`MAX_BARS` ranks, else :func:`_sorted_distribution`.  None when every
     value is 0."""
-    plt = _plt()
+    plt = pyplot()
     rk = data["ranks"]
     sel = np.flatnonzero(rows_at(rk, at))
     sel = sel[np.argsort(rk["rank"][sel], kind="stable")]
@@ -359,7 +360,7 @@ def _span(data, at, ranks):
 
 def pp_gantt(data, group_index, at):
     """Gantt chart of one PP group's stages (forward / backward micro-batches), bubble per stage."""
-    plt = _plt()
+    plt = pyplot()
     g = data["meta"]["topology"]["pp"][group_index]
     if not has_windows(data, at, g):
         return None
@@ -386,7 +387,7 @@ def pp_gantt(data, group_index, at):
 
 def replica_view(data, replica_index, at):
     """All PP groups of one model replica, stitched into one figure (one block of rows per group)."""
-    plt = _plt()
+    plt = pyplot()
     topo = data["meta"]["topology"]
     rep = set(topo["replicas"][replica_index])
     groups = [(gi, g) for gi, g in enumerate(topo["pp"]) if set(g) <= rep]
@@ -427,7 +428,7 @@ def _phase_legend(ax):
 
 def busbw_chart(data):
     """Bus bandwidth of each complete collective instance by message size (log-log)."""
-    plt = _plt()
+    plt = pyplot()
     c = data["collectives"]
     ok = c["complete"] & np.isfinite(c["busbw_gbps"]) & (c["msg_bytes"] > 0) & (c["n_ranks"] >= 2)
     if not ok.any():
@@ -466,7 +467,7 @@ def skew_heatmap(grid_info, kind):
     scale (0 to the 99th percentile of its delays): rank x instance (time order) of the arrival delay
     (us), instances binned to at most :data:`~streamtrace.report.skew.MAX_COLUMNS` columns (max per bin), blank where the rank
     is not a member."""
-    plt = _plt()
+    plt = pyplot()
     grid, ranks, per, n = grid_info
     finite = grid[np.isfinite(grid)]
     if not finite.size or finite.max() <= 0:
@@ -487,7 +488,7 @@ def p2p_chart(rows):
     """Point-to-point waiting per pipeline stage pair (``p2p.parquet`` summed per (src_stage,
     dst_stage)): the receiver's wait for the sender and the sender's for the receiver, and the
     transfer time, in ms."""
-    plt = _plt()
+    plt = pyplot()
     if not len(rows["src_stage"]) or not any((np.asarray(rows[k]) > 0).any()
                                              for k in ("recv_wait_ns", "send_wait_ns", "time_ns")):
         return None

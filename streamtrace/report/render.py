@@ -82,7 +82,7 @@ MEMBER_COLUMNS = ["instance", "rank", "arrival_ns"]
 def load(aggdir, ranks=None) -> dict:
     """The aggregate outputs the charts need, as column dicts (``meta`` = aggregate.json): only
     the columns of :data:`COLLECTIVE_COLUMNS`, and ``timeline`` rows only of the ranks that get
-    per-rank charts (:func:`chart_ranks` with ``ranks``); the collective members are read in
+    per-rank charts (:func:`chart_ranks` with ``ranks``, kept as ``chart_ranks``); the collective members are read in
     batches by :func:`plan` (:func:`skew_grids`), so that the report of a 1,024-rank job holds no
     table of every collective kernel and no other rank's timeline.
     Raises :class:`~streamtrace.errors.DataError` naming a damaged or missing file."""
@@ -90,7 +90,8 @@ def load(aggdir, ranks=None) -> dict:
     for n in ("rank_phase", "ranks", "pipeline", "p2p"):
         out[n] = read_aggregate_table(aggdir, n)
     out["collectives"] = read_aggregate_table(aggdir, "collectives", COLLECTIVE_COLUMNS)
-    out["timeline"] = read_aggregate_table(aggdir, "timeline", where={"rank": chart_ranks(out, aggdir, ranks) or [-1]})
+    out["chart_ranks"] = chart_ranks(out, aggdir, ranks)
+    out["timeline"] = read_aggregate_table(aggdir, "timeline", where={"rank": out["chart_ranks"] or [-1]})
     return out
 
 
@@ -219,7 +220,7 @@ def plan(data, aggdir, opt: ChartOptions) -> list:
     keys = sorted(set(zip(rk["iteration"].tolist(), rk["step"].tolist()))) if len(rk.get("rank", [])) else []
     per_it = {it: sum(1 for i, _ in keys if i == it) for it, _ in keys}
     tasks, drawn = [], {}             # drawn: chart kind -> [(picture, task)]
-    charts = _per_step_charts(data, chart_ranks(data, aggdir, opt.ranks), opt)
+    charts = _per_step_charts(data, data["chart_ranks"], opt)
     for at in keys:
         for fn, args, prefix in charts:
             p = picture(data, fn, args, at)
@@ -279,7 +280,7 @@ def render_all(aggdir, outdir, ranks=None, max_groups=16, max_replicas=8, log=No
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     tasks = plan(data, aggdir, opt)
-    C._plt()                               # import matplotlib once, before the workers fork
+    C.pyplot()                               # import matplotlib once, before the workers fork
     _RUN.update(data=data, tasks=tasks, out=str(out), formats=tuple(opt.formats))
     jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(tasks)))
     try:

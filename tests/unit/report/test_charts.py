@@ -237,7 +237,7 @@ def test_overview_of_many_ranks_is_a_sorted_distribution_with_outliers_named():
     lost = cols["exposed_comm_ns"] + cols["idle_ns"]
     order = ranks[np.argsort(lost, kind="stable")]
     assert least == order[:5].tolist() and most == order[::-1][:5].tolist() and most[0] == 17
-    C._plt().close(fig)
+    C.pyplot().close(fig)
 
 
 def test_chart_format_option():
