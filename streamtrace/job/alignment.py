@@ -57,7 +57,9 @@ class Part:
     """One rank of one analysed folder.  ``iteration``: the folder's iteration (from the trace path,
     may be None); ``base_time_ns``: the source trace's ``baseTimeNanoseconds`` (None when unknown);
     ``merged``: the source is a merged multi-rank trace (its times already share one clock);
-    ``start_ns``: the earliest kernel / CPU op start in the rank's own clock."""
+    ``start_ns``: the earliest kernel / CPU op start in the rank's own clock; ``pg_entries``: the
+    process groups the rank's trace lists (``distributedInfo.pg_config``), emptied once the job's
+    topology is known."""
     index: int
     dir: Path
     rank: int
@@ -209,6 +211,8 @@ class Job:
         if problem:
             self.warnings.append(f"aggregated although these look like different jobs ({problem})")
         self.topology = topology if topology is not None else self._topology_from_traces()
+        for p in self.parts:          # each rank's copy of its groups (~5 KB a rank at 1,024 ranks): no longer needed
+            p.pg_entries = []
         self._align()
 
     def name(self) -> str:
