@@ -13,6 +13,7 @@ from ..runtime.files import owner
 
 GZIP_MAGIC = b"\x1f\x8b"
 BLOCK = 8 << 20  # bytes read per block from an input stream
+FIRST_BLOCK = 64 << 10  # the first block: the keys before traceEvents need no more; doubled per read up to BLOCK
 
 
 def is_gzip(path) -> bool:
@@ -53,11 +54,14 @@ def plain_copy(path, folder) -> str | None:
 class ByteSource:
     """Binary input stream (plain or gzip by magic bytes) with exact accounting
     of how many uncompressed bytes were produced; reports truncated gzip members
-    instead of losing the tail the way ``gzip.GzipFile`` does."""
+    instead of losing the tail the way ``gzip.GzipFile`` does.  Blocks start at
+    :data:`FIRST_BLOCK` bytes and double up to ``block``, so that reading only a trace's
+    head (:func:`streamtrace.trace.discover.identify`) decompresses ~64 KB, not 8 MB."""
 
     def __init__(self, path, block=BLOCK, byte_range=None):
         self.path = str(path)
         self.block = block
+        self.next_block = min(block, FIRST_BLOCK)
         try:
             self.f = open(path, "rb")
         except OSError as e:
@@ -93,16 +97,17 @@ class ByteSource:
             out = head + data + tail
             self.eof = not out
             return out
+        block, self.next_block = self.next_block, min(self.block, 2 * self.next_block)
         if not self.gz:
-            data = self.f.read(self.block)
+            data = self.f.read(block)
             if not data:
                 self.eof = True
             self.compressed_read += len(data)
             return data
         out = []
         produced = 0
-        while produced < max(1, self.block // 2):
-            chunk = self.f.read(max(1, self.block // 4))
+        while produced < max(1, block // 2):
+            chunk = self.f.read(max(1, block // 4))
             if not chunk:
                 if not self.z.eof and (self.compressed_read > 0):
                     self.gzip_truncated = True
