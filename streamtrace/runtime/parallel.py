@@ -26,6 +26,7 @@ process (see there: dask's nanny otherwise makes glibc ``mmap`` every array).
 from __future__ import annotations
 
 import concurrent.futures as cf
+import gc
 import multiprocessing as mp
 import os
 import sys
@@ -78,9 +79,12 @@ class Pool(cf.ProcessPoolExecutor):
     the tasks they are running."""
 
     def __exit__(self, et, ev, tb):
-        if et is not None:
-            self.stop_workers()
-        return super().__exit__(et, ev, tb)
+        try:
+            if et is not None:
+                self.stop_workers()
+            return super().__exit__(et, ev, tb)
+        finally:
+            gc.unfreeze()
 
     def stop_workers(self):
         """Cancel what has not started and kill the worker processes now."""
@@ -102,6 +106,7 @@ def pool(jobs, arr=None) -> Pool:
     """A local :class:`Pool` of ``jobs`` workers (forked on Linux); ``arr``: the shared
     progress array the workers see as :data:`PROGRESS`."""
     ctx = mp.get_context("fork") if sys.platform.startswith("linux") else mp.get_context()
+    gc.freeze()      # the forked workers' collections leave the parent's objects (and their pages) alone
     return Pool(max_workers=jobs, mp_context=ctx, initializer=_start_worker, initargs=(arr, os.getpid()))
 
 
