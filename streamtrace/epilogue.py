@@ -17,6 +17,11 @@ Made for the end of a job or a Slurm epilogue: :func:`run` never raises (each
 failure is logged with the file it concerns and the rest carries on), it is
 idempotent (a stage whose inputs and options have not changed since its last
 successful run is reused), ``jobs`` and ``max_memory_gb`` cap parallelism.
+
+Discovery and each stage run in a child process of their own
+(:func:`~streamtrace.runtime.fork.call_in_child`) that imports the stage's modules itself: the
+epilogue's own process holds only the log and the list of files (~20 MB at 1,024 ranks), so
+a stage never starts on top of another's memory and the system gets every stage's memory back.
 """
 from __future__ import annotations
 
@@ -30,16 +35,14 @@ import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .analyze import AnalyzeOptions, analyze
-from .job.aggregate import AggregateOptions, aggregate
-from .merge import MergeOptions, merge_files
 from .errors import UnknownRankError, UsageError
-from .report.run import ReportOptions, report
 from .runtime.files import atomic_output, clean_stale
 from .runtime.fork import call_in_child
 from .runtime.tuning import trim
-from .trace.discover import expand_inputs, identify
-from .trace.reader import TraceReader
+
+# The stages' modules (analyze, merge, job, report, trace) are imported inside the functions that
+# run in the stages' child processes: importing them here would put ~130 MB (numba, pyarrow) in
+# the epilogue's own process, under every stage.
 
 # peak RSS of one worker analysing in --chunked mode, for the --max-memory cap (GB)
 WORKER_GB = 0.6
@@ -134,6 +137,7 @@ def find_iterations(run_dir, log, outdir=None):
     merged trace (streamtrace's own header), nor anything under ``outdir`` or a ``streamtrace``
     folder (earlier outputs); unreadable files and folders, and rank files without a
     ``traceEvents`` array, are logged as failures."""
+    from .trace.discover import expand_inputs, identify
     groups: dict = {}
 
     def skipped(path, msg):
@@ -171,7 +175,21 @@ def find_iterations(run_dir, log, outdir=None):
     return groups
 
 
+def _discover(opt, run_dir, log, outdir) -> dict:
+    """:func:`find_iterations` as ``{iteration: [path]}`` (rank order), run in a child process
+    with ``opt.isolate`` (reading 1,024 trace heads loads the byte scanner and ~40 MB of
+    metadata that the epilogue's process does not need)."""
+    def paths():
+        return {it: [tf.path for tf in files] for it, files in find_iterations(run_dir, log, outdir).items()}
+    try:
+        return call_in_child(paths, log.relay_to, log.replay) if opt.isolate else paths()
+    except Exception as e:   # noqa: BLE001 - its process died: logged, nothing to do
+        log.fail("discover", run_dir, e)
+        return {}
+
+
 def _merged_file(path) -> bool:
+    from .trace.reader import TraceReader
     try:
         return is_merged(TraceReader(path, salvage=True).read_metadata())
     except Exception:   # noqa: BLE001 - unreadable: not a merged trace of ours
@@ -306,7 +324,7 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
             jobs = max(1, min(jobs, int(opt.max_memory_gb / WORKER_GB)))
         topo = opt.topology or find_topology(run_dir)
         log.info(f"run {run_dir}: topology {topo or 'not found (the traces pg_config, if any)'}; {jobs} jobs")
-        groups = find_iterations(run_dir, log, out)
+        groups = _discover(opt, run_dir, log, out)
         if not groups:
             log.fail("discover", run_dir, "no rank traces found")
         ctx = _Run(opt, jobs, topo, out, state, log, summary)
@@ -339,17 +357,17 @@ class _Run:
     summary: dict
 
 
-def _iteration(ctx: _Run, it, files) -> str | None:
-    """Analyse and merge one iteration's rank traces; returns its analysis folder when the
-    analysis succeeded (or was reused)."""
+def _iteration(ctx: _Run, it, paths) -> str | None:
+    """Analyse and merge one iteration's rank traces (``paths``); returns its analysis folder when
+    the analysis succeeded (or was reused)."""
     opt, log, topo, jobs = ctx.opt, ctx.log, ctx.topo, ctx.jobs
-    paths = [tf.path for tf in files]
     tag = f"iteration_{it}" if it is not None else "traces"
     ctx.summary["iterations"].append(it)
-    ctx.summary["ranks"] = max(ctx.summary["ranks"], len(files))
+    ctx.summary["ranks"] = max(ctx.summary["ranks"], len(paths))
     adir = ctx.out / tag / "analysis"
 
     def do_analyze():
+        from .analyze import AnalyzeOptions, analyze
         s = analyze(paths, adir, AnalyzeOptions(jobs=jobs, chunked=opt.chunked, topology=topo, progress=False))
         for f in s["failed"]:
             log.fail("analyze", f["source"], f["error"])
@@ -359,30 +377,44 @@ def _iteration(ctx: _Run, it, files) -> str | None:
     res, st = _stage(ctx, f"{tag}/analyze", fp, [adir / "summary.json"], do_analyze, "analyze", tag)
     ctx.summary["stages"][f"{tag}/analyze"] = st
     merged = ctx.out / tag / ("merged.json.gz" if opt.full else "merged_gpu.json.gz")
-
-    def do_merge():
-        todo = list(files)
-        while todo:
-            try:
-                r = merge_files(todo, merged, MergeOptions(gpu_only=not opt.full, jobs=jobs, progress=False))
-                if r["cpu_only"] and not opt.full:
-                    log.note(f"{tag}: no rank has a GPU process (a CPU-only run): {merged.name} holds the CPU "
-                             f"processes")
-                for w in r["warnings"]:
-                    log.final(f"warning: {w}")
-                return {"output": str(merged), "ranks": r["ranks"], "events": r["events_out"],
-                        "cpu_only": r["cpu_only"]}
-            except Exception as e:   # noqa: BLE001 - drop the file it names, merge the rest
-                bad = [tf for tf in todo if getattr(e, "path", None) == tf.path]
-                if not bad:
-                    raise
-                log.fail("merge", bad[0].path, e)
-                todo.remove(bad[0])
-        raise RuntimeError("no readable rank trace left to merge")
     fp_merge = _fingerprint(paths, full=opt.full, stage="merge")
-    _, st = _stage(ctx, f"{tag}/merge", fp_merge, [merged], do_merge, "merge", tag)
+    _, st = _stage(ctx, f"{tag}/merge", fp_merge, [merged], lambda: _merge(ctx, tag, paths, merged), "merge", tag)
     ctx.summary["stages"][f"{tag}/merge"] = st
     return str(adir) if res is not None else None
+
+
+def _merge(ctx: _Run, tag, paths, merged) -> dict:
+    """The merge stage of one iteration: its rank traces into ``merged``; a rank merge cannot
+    read is logged with its file and the others are merged.  Returns the stage's result."""
+    from .merge import MergeOptions, merge_files
+    from .trace.discover import identify
+    opt, log = ctx.opt, ctx.log
+    todo = []
+    for p in paths:                  # their heads, read again here (~1 ms a file) rather than kept
+        try:
+            tf = identify(p)
+        except Exception as e:   # noqa: BLE001 - changed since discovery: this rank is left out
+            log.fail("merge", p, e)
+            continue
+        if tf is not None:
+            todo.append(tf)
+    while todo:
+        try:
+            r = merge_files(todo, merged, MergeOptions(gpu_only=not opt.full, jobs=ctx.jobs, progress=False))
+            if r["cpu_only"] and not opt.full:
+                log.note(f"{tag}: no rank has a GPU process (a CPU-only run): {merged.name} holds the CPU "
+                         f"processes")
+            for w in r["warnings"]:
+                log.final(f"warning: {w}")
+            return {"output": str(merged), "ranks": r["ranks"], "events": r["events_out"],
+                    "cpu_only": r["cpu_only"]}
+        except Exception as e:   # noqa: BLE001 - drop the file it names, merge the rest
+            bad = [tf for tf in todo if getattr(e, "path", None) == tf.path]
+            if not bad:
+                raise
+            log.fail("merge", bad[0].path, e)
+            todo.remove(bad[0])
+    raise RuntimeError("no readable rank trace left to merge")
 
 
 def _job_stages(ctx: _Run, analysed, run_dir) -> str | None:
@@ -392,6 +424,7 @@ def _job_stages(ctx: _Run, analysed, run_dir) -> str | None:
     agg = ctx.out / "aggregate"
 
     def do_aggregate():
+        from .job.aggregate import AggregateOptions, aggregate
         aggregate(analysed, agg, AggregateOptions(jobs=ctx.jobs, topology=topo))
         return {"outdir": str(agg)}
     fp = _fingerprint([Path(a) / "summary.json" for a in analysed] + ([topo] if topo else []), stage="aggregate",
@@ -402,6 +435,7 @@ def _job_stages(ctx: _Run, analysed, run_dir) -> str | None:
         return None
 
     def do_report():
+        from .report.run import ReportOptions, report
         rep = report([agg], ctx.out, ReportOptions(name=opt.name, tokens_per_step=opt.tokens_per_step,
                                                    global_batch=opt.global_batch, seq_len=opt.seq_len,
                                                    charts=opt.charts, chart_ranks=opt.chart_ranks, progress=False,

@@ -30,6 +30,7 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
              chart_format="png", chart_ranks=None, quiet=False, verbose=False):
     """After a training job: analyse, merge, aggregate, report and chart every iteration."""
     from ..epilogue import EpilogueOptions, run      # (the CLI's convention: see streamtrace.cli)
+    from ..runtime.fork import call_in_child
     con = Console(quiet, verbose)
     opt = EpilogueOptions(full=full, chunked=not in_memory, jobs=parse_jobs(jobs), max_memory_gb=max_memory,
                           strict=strict, name=name, outdir=outdir, topology=topology,
@@ -38,7 +39,10 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
                           chart_ranks=parse_list(chart_ranks, "--chart-ranks") if chart_ranks else None,
                           quiet=quiet, verbose=verbose)
     opt.check()
-    prepare_kernels("epilogue", con, opt.jobs)
+    if opt.isolate:      # numba and the kernels stay out of this process: each stage's process loads its own
+        call_in_child(lambda: prepare_kernels("epilogue", con, opt.jobs))
+    else:
+        prepare_kernels("epilogue", con, opt.jobs)
     s = run(run_dir, opt)
     if s["report"]:
         print(f"report: {s['report']}")

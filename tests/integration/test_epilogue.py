@@ -116,9 +116,13 @@ def test_epilogue_stages_run_in_their_own_processes_and_a_killed_stage_is_one_fa
     import os
     import signal
 
-    import streamtrace.epilogue as epilogue
+    import sys
+
+    import streamtrace.analyze
+    import streamtrace.job.aggregate
+    analysis, aggregation = sys.modules["streamtrace.analyze"], sys.modules["streamtrace.job.aggregate"]
     d = make_run(tmp_path)
-    real = epilogue.analyze
+    real = analysis.analyze
     mark = tmp_path / "analyze.pid"
 
     def analyze(*a, **k):
@@ -127,8 +131,8 @@ def test_epilogue_stages_run_in_their_own_processes_and_a_killed_stage_is_one_fa
 
     def aggregate(*a, **k):
         os.kill(os.getpid(), signal.SIGKILL)
-    monkeypatch.setattr(epilogue, "analyze", analyze)
-    monkeypatch.setattr(epilogue, "aggregate", aggregate)
+    monkeypatch.setattr(analysis, "analyze", analyze)           # the stages import them in their process
+    monkeypatch.setattr(aggregation, "aggregate", aggregate)
     log = io.StringIO()
     s = run(d, jobs=1, log_file=log)
     assert int(mark.read_text()) != os.getpid()
@@ -140,6 +144,21 @@ def test_epilogue_stages_run_in_their_own_processes_and_a_killed_stage_is_one_fa
     state = json.loads((d / "streamtrace" / "epilogue.json").read_text())
     assert state["state"]["iteration_10/analyze"]["failures"]           # kept for a later run that reuses it
     # in-process (isolate=False): the same stage functions run in this process
-    monkeypatch.setattr(epilogue, "aggregate", lambda *a, **k: None)
+    monkeypatch.setattr(aggregation, "aggregate", lambda *a, **k: None)
     run(d, jobs=1, isolate=False, outdir=tmp_path / "inproc", log_file=io.StringIO())
     assert int(mark.read_text()) == os.getpid()
+
+
+def test_epilogue_process_never_loads_the_stages(tmp_path):
+    """The epilogue's own process imports neither numba nor pyarrow: discovery and every stage run
+    (and import what they need) in child processes, so no stage starts on top of that memory."""
+    import subprocess
+    import sys
+
+    d = tmp_path / "tb"
+    generate_job(d, SynthSpec(world_size=2, tp=2, pp=1))
+    code = ("import sys, streamtrace.epilogue as e; s = e.run(sys.argv[1], jobs=1, charts=False); "
+            "print(bool(s['report']), sorted(m for m in ('numba', 'pyarrow', 'matplotlib') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "[]"]
