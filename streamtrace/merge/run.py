@@ -206,8 +206,8 @@ def _merge_files(files, output, opt, splits, t_start):
     temps = [p.segment for p in plans] + [s for t in tasks if t.segment for s in (t.segment, t.segment + LOG_SUFFIX)]
     progress = _Progress(tasks, opt.progress)
     try:
-        if tasks and not parallel.scheduler_address(opt.scheduler):
-            warm_kernels(plans[0])        # forked workers inherit the loaded kernels
+        if jobs > 1 and len(tasks) > 1 and not parallel.scheduler_address(opt.scheduler):
+            warm_kernels(plans[0])        # forked workers inherit the loaded kernels (one process: loaded on use)
         trim()                            # and only the heap this process uses (see _run_task)
         results, done, redone = _rewrite(tasks, files, plans, splits, jobs, opt, progress)
         if any(int(res["metadata"].get("baseTimeNanoseconds") or 0) != int(s.metadata.get("baseTimeNanoseconds") or 0)
