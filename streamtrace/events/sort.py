@@ -9,7 +9,7 @@ import tempfile
 
 import numpy as np
 
-from .codec import pack, unpack
+from .codec import pack_columns, unpack
 
 def _le(keys, cut):
     """Mask of records whose key (``keys``: arrays, primary first) is <= ``cut`` (scalars)."""
@@ -30,14 +30,16 @@ class ExternalSorter:
     kept as compressed sub-blocks of ``sub_rows`` records (in memory, or in a temporary
     file in ``folder``).  :meth:`chunks` then yields the records in key order, in
     chunks, merging the runs with one decompressed sub-block per run in memory.
-    ``delta``: fields coded as differences (those close to sorted)."""
+    ``delta``: fields coded as differences (those close to sorted); ``codec``: the
+    sub-blocks' compression (:data:`~streamtrace.events.codec.CODECS`)."""
 
-    def __init__(self, dtype, keyfn, block_rows, folder=None, sub_rows=2048, delta=()):
+    def __init__(self, dtype, keyfn, block_rows, folder=None, sub_rows=2048, delta=(), codec="zstd"):
         self.dtype = np.dtype(dtype)
         self.keyfn = keyfn
         self.block_rows = max(1, int(block_rows))
         self.sub_rows = max(1, min(int(sub_rows), self.block_rows))
         self.delta = tuple(delta)
+        self.codec = codec
         self.folder = folder
         self._file = None
         self._pos = 0
@@ -75,9 +77,12 @@ class ExternalSorter:
         return run, np.lexsort(self.keyfn(run)[::-1])
 
     def _spill_run(self):
-        run, order = self._buffer_order()             # gathered sub-block by sub-block: no sorted copy
-        subs = [(min(self.sub_rows, len(run) - i), pack(run[order[i:i + self.sub_rows]], self.delta))
-                for i in range(0, len(run), self.sub_rows)]
+        run, order = self._buffer_order()             # gathered sub-block by sub-block: no sorted copy,
+        names = self.dtype.names                      # column by column (see codec.pack_columns)
+        subs = []
+        for i in range(0, len(run), self.sub_rows):
+            o = order[i:i + self.sub_rows]
+            subs.append((len(o), pack_columns({f: run[f][o] for f in names}, self.delta, self.codec)))
         self.nbuf = 0
         self.runs.append(self._put_run(subs))
 
@@ -111,7 +116,7 @@ class ExternalSorter:
 
     def export_runs(self):
         """The records as sorted runs, each ``[(records, compressed bytes)]`` (sub-blocks of
-        :func:`~streamtrace.events.codec.pack` with this sorter's ``delta``), for another
+        :func:`~streamtrace.events.codec.pack` with this sorter's ``delta`` and ``codec``), for another
         sorter's :meth:`add_runs`; the sorter is emptied."""
         if self.nbuf:
             self._spill_run()
@@ -120,7 +125,7 @@ class ExternalSorter:
         return runs
 
     def add_runs(self, runs):
-        """Take sorted runs from :meth:`export_runs` of a sorter with the same dtype, key and delta."""
+        """Take sorted runs from :meth:`export_runs` of a sorter with the same dtype, key, delta and codec."""
         for subs in runs:
             self.count += sum(n for n, _ in subs)
             self.runs.append(self._put_run(subs))
@@ -132,7 +137,7 @@ class ExternalSorter:
         return self._file.read(ref[2])
 
     def _get(self, ref):
-        return unpack(self._raw(ref), self.dtype, ref[0], self.delta)
+        return unpack(self._raw(ref), self.dtype, ref[0], self.delta, self.codec)
 
     def chunks(self):
         """The records in key order, in chunks (each run's sub-blocks are released as

@@ -26,6 +26,7 @@ from .scan import DUR_BAD, HAS_DUR, HAS_TS, TS_BAD, parse_ns
 __all__ = ["ABSENT", "NULL", "INT", "STR", "FLOAT", "OTHER", "PH_NONE", "PH_X", "PH_S", "PH_F", "PH_OTHER",
            "NF", "C_PH", "C_PIDK", "C_PIDV", "C_TIDK", "C_TIDV", "C_TS", "C_DUR", "C_TFLAGS", "C_CATK", "C_CATV",
            "C_IDK", "C_IDV", "C_RANKK", "C_RANKV", "C_PY", "event_fields", "member_fields", "span_fields", "nesting_chunk", "flow_chunk", "flow_close",
+           "batch_records", "NEST_COLS", "FLOW_COLS",
            "V_IN", "V_OUT"]
 
 # value kinds
@@ -226,6 +227,73 @@ def span_fields(buf, out, i, ph_s, pid_s, pid_e, tid_s, tid_e, ts_s, ts_e, dur_s
         elif not _value(buf, s, e, out, i, ck, cv):
             ok = False
     return ok
+
+
+NEST_COLS = 6       # batch_records' X-slice rows: tkind, pid, tid, start, end, view
+FLOW_COLS = 8       # its flow-end rows: kinds, cat, id, seq, ph, rankk, rank, view
+
+
+@njit(cache=True)
+def batch_records(f, view, out_pid, seq0, nest, flows, counts):
+    """The records of one batch of events for the order-dependent checks, and its counts, in one
+    pass over the fields ``f`` (int64[n, NF], :func:`event_fields`).
+
+    ``view``: int64[n], each event's view bits (V_IN, V_OUT); ``out_pid``: in the V_OUT view an
+    absent ``pid`` counts as ``null`` (merge writes a merged pid on every event).  Per view an event
+    is a *missing field* (``ph`` absent or null, ``pid`` or ``tid`` absent, ``ts`` absent or not a
+    number), else an ``X`` event with a ``dur`` absent, not a number or negative (*negative dur*),
+    else an ``X`` slice (a row of ``nest``: track kind ``pid kind * 8 + tid kind``, pid and tid
+    values, start ``ts``, end ``ts + dur`` in ns, its views) or an ``s``/``f`` flow end (a row of
+    ``flows``: key kind ``cat kind * 8 + id kind`` with an absent kind read as NULL, cat and id
+    values, ``seq0 + i`` (file order), ph, ``args.rank`` kind and value, its views).  Rows are in
+    file order; ``nest``: int64[>= n, NEST_COLS], ``flows``: int64[>= n, FLOW_COLS].  ``counts``:
+    int64[2, 3] per view: events, missing field, negative dur (added to).  Returns ``(X rows, flow
+    rows)``.  O(n).  Twin: :func:`streamtrace.kernels.reference.validate.batch_records_py`."""
+    nn = 0
+    nf = 0
+    for i in range(f.shape[0]):
+        ph = f[i, C_PH]
+        tfl = f[i, C_TFLAGS]
+        pidk = f[i, C_PIDK]
+        pidv = f[i, C_PIDV]
+        other = ph == PH_NONE or f[i, C_TIDK] == ABSENT or (tfl & HAS_TS) == 0 or (tfl & TS_BAD) != 0
+        xv = 0
+        fv = 0
+        for v in range(2):
+            if not (view[i] >> v) & 1:
+                continue
+            counts[v, 0] += 1
+            if other or (pidk == ABSENT and not (v == 1 and out_pid)):
+                counts[v, 1] += 1
+            elif ph == PH_X:
+                if (tfl & HAS_DUR) == 0 or (tfl & DUR_BAD) != 0 or f[i, C_DUR] < 0:
+                    counts[v, 2] += 1
+                else:
+                    xv |= 1 << v
+            elif ph == PH_S or ph == PH_F:
+                fv |= 1 << v
+        if pidk == ABSENT and out_pid:
+            pidk = NULL
+            pidv = 0
+        if xv:
+            nest[nn, 0] = pidk * 8 + f[i, C_TIDK]
+            nest[nn, 1] = pidv
+            nest[nn, 2] = f[i, C_TIDV]
+            nest[nn, 3] = f[i, C_TS]
+            nest[nn, 4] = f[i, C_TS] + f[i, C_DUR]
+            nest[nn, 5] = xv
+            nn += 1
+        if fv:
+            flows[nf, 0] = max(f[i, C_CATK], NULL) * 8 + max(f[i, C_IDK], NULL)
+            flows[nf, 1] = f[i, C_CATV]
+            flows[nf, 2] = f[i, C_IDV]
+            flows[nf, 3] = seq0 + i
+            flows[nf, 4] = ph
+            flows[nf, 5] = f[i, C_RANKK]
+            flows[nf, 6] = f[i, C_RANKV]
+            flows[nf, 7] = fv
+            nf += 1
+    return nn, nf
 
 
 @njit(cache=True)

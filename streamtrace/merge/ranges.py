@@ -55,7 +55,7 @@ from ..trace.validate import Checker, distinct_nans
 from ..trace.writer import dumps_events
 from .check import LOG_SUFFIX
 from .pids import PID_STRIDE, PidMap, classify_pid, hashable, process_meta_events
-from .rank import RankContext, RankPlan, open_segment, rewrite_stream
+from .rank import READ_BLOCK, RankContext, RankPlan, open_segment, rewrite_stream
 
 
 @dataclass
@@ -152,7 +152,7 @@ def merge_range(plan: RankPlan, src, byte_range, segment, final, progress=None) 
     ctx = RankContext(plan)
     ctx.pids = RangePidMap(plan.rank, final)
     distinct_nans(byte_range[0])
-    reader = TraceReader(src, byte_range=byte_range, progress=progress)
+    reader = TraceReader(src, byte_range=byte_range, block=READ_BLOCK, progress=progress)
     check = Checker(log=segment + LOG_SUFFIX) if plan.validate else None
     raw, seg = open_segment(segment, plan.compress, plan.compresslevel)
     try:

@@ -41,6 +41,7 @@ from ..errors import StreamtraceError, TraceError
 from ..runtime import parallel
 from ..runtime.files import check_output_file, remove_quietly, temp_name, writing
 from ..runtime.parallel import run_tasks
+from ..runtime.tuning import trim
 from ..trace.discover import LONE_FILE, TraceFile, discover
 from ..trace.metadata import device_names, host_name
 from ..trace.source import size_hint
@@ -205,8 +206,9 @@ def _merge_files(files, output, opt, splits, t_start):
     temps = [p.segment for p in plans] + [s for t in tasks if t.segment for s in (t.segment, t.segment + LOG_SUFFIX)]
     progress = _Progress(tasks, opt.progress)
     try:
-        if tasks and not parallel.scheduler_address(opt.scheduler):
-            warm_kernels(plans[0])        # forked workers inherit the loaded kernels
+        if jobs > 1 and len(tasks) > 1 and not parallel.scheduler_address(opt.scheduler):
+            warm_kernels(plans[0])        # forked workers inherit the loaded kernels (one process: loaded on use)
+        trim()                            # and only the heap this process uses (see _run_task)
         results, done, redone = _rewrite(tasks, files, plans, splits, jobs, opt, progress)
         if any(int(res["metadata"].get("baseTimeNanoseconds") or 0) != int(s.metadata.get("baseTimeNanoseconds") or 0)
                for s, res in zip(surveys, results)):
@@ -370,6 +372,7 @@ def _run_task(task: RewriteTask) -> dict:
             res = MS.merge_range(task.plan, task.src, task.byte_range, task.segment, task.final, progress)
     # the worker's own account: bytes in, busy seconds (for "MB/s per worker")
     res["task_stats"] = (os.getpid(), task.size if task.byte_range else res["bytes_in"], time.perf_counter() - t0)
+    trim()      # the rewrite's freed buffers back to the OS: a worker's next rank starts from its base again
     return res
 
 

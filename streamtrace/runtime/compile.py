@@ -92,6 +92,7 @@ UNITS = {
     "validate.nesting_chunk": ("validate", "nesting_chunk", (_I64,) * 7 + (_I64_2D,), (), 0.5),
     "validate.flow_chunk": ("validate", "flow_chunk", (_I64,) * 8 + (_I64_2D,), (), 0.5),
     "validate.flow_close": ("validate", "flow_close", (_I64, _I64_2D), (), 0.2),
+    "validate.batch_records": ("validate", "batch_records", (_I64_2D, _I64, _b, _i, _I64_2D, _I64_2D, _I64_2D), (), 0.4),
     "extract.extract_columns": ("extract", "extract_columns", (_RO, _I64, _I64, _U8) + (_I64,) * 14 + (_U8,),
                                 ("jsoncheck.event_members", "extract._int", "jsoncheck.bytes_equal"), 1.6),
     "nesting.count_bad_nesting": ("nesting", "count_bad_nesting", (_I64, _I64), (), 0.3),
@@ -125,7 +126,8 @@ _WINDOWS = ("windows._in_key_order", "windows._is_sorted", "windows._sweep", "wi
 _STATS = ("gaps.running_end_before", "ancestry.same_name_ancestor")    # aggregate's statistics
 _READ = ("scan.scan_events", "scan.skip_value", "scan.skip_string", "scan.skip_ws")
 _INTERVALS = ("intervals._union_sorted", "intervals._union_length_sorted", "intervals._intersect_length_sorted")
-_VALIDATE = ("validate.event_fields", "validate.nesting_chunk", "validate.flow_chunk", "validate.flow_close")
+_VALIDATE = ("validate.event_fields", "validate.nesting_chunk", "validate.flow_chunk", "validate.flow_close",
+             "validate.batch_records")
 _MERGE = _READ + ("scan.scan_bounds", "rewrite.rewrite_events") + _VALIDATE
 _ANALYZE = _READ + ("extract.extract_columns", "treestream._feed", "treestream._gather_strings",
                     "intervals.disjoint_length") + _INTERVALS + _WINDOWS

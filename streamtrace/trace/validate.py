@@ -65,6 +65,9 @@ FLOW_DTYPE = np.dtype([("kinds", "i8"), ("cat", "i8"), ("id", "i8"), ("seq", "i8
                        ("rankk", "i8"), ("rank", "i8"), ("view", "i8")])
 SORT_ROWS = 1 << 16          # records per sorted run (one run per kind in memory at a time)
 SUB_BLOCKS = 8               # compressed sub-blocks per run (the merge of the runs holds one per run)
+# the records' compression (runs, range logs): LZ4, not the stores' zstd -- they live for one check,
+# and packing and unpacking them was ~0.17 of the ~0.6 CPU-s the check adds to merging one 296 MB rank
+CODEC = "lz4"
 NAN = 6                      # kind of a NaN
 
 
@@ -129,9 +132,12 @@ class Checker:
         folder = opt.spill_dir or tempfile.gettempdir()
         sub = max(1024, opt.sort_rows // SUB_BLOCKS)
         self.nest = ExternalSorter(NEST_DTYPE, _nest_key, opt.sort_rows, folder=folder, sub_rows=sub,
-                                   delta=("start", "end"))
-        self.flows = ExternalSorter(FLOW_DTYPE, _flow_key, opt.sort_rows, folder=folder, sub_rows=sub, delta=("seq",))
+                                   delta=("start", "end"), codec=CODEC)
+        self.flows = ExternalSorter(FLOW_DTYPE, _flow_key, opt.sort_rows, folder=folder, sub_rows=sub, delta=("seq",),
+                                    codec=CODEC)
         self.fields = np.empty((BATCH_EVENTS, KV.NF), np.int64)
+        self._nest = np.empty((0, KV.NEST_COLS), np.int64)
+        self._flows = np.empty((0, KV.FLOW_COLS), np.int64)
         self.events = [0, 0]
         self.missing = [0, 0]
         self.negdur = [0, 0]
@@ -151,7 +157,7 @@ class Checker:
         if self._log is None:
             (self.nest if which == 0 else self.flows).add(rec)
             return
-        data = pack(rec, ("start", "end") if which == 0 else ("seq",))
+        data = pack(rec, ("start", "end") if which == 0 else ("seq",), CODEC)
         self._log.write(np.array([which, len(rec), len(data)], np.int64).tobytes())
         self._log.write(data)
 
@@ -203,59 +209,23 @@ class Checker:
         view otherwise sees the same fields, and its flow ends' ranks are not compared (one rank's
         output: merge writes that rank on every event)."""
         n = len(f)
-        view = np.broadcast_to(np.asarray(view, np.int64), (n,))
-        keys = f
-        if out_pid and (f[:, KV.C_PIDK] == KV.ABSENT).any():
-            keys = f.copy()
-            absent = keys[:, KV.C_PIDK] == KV.ABSENT
-            keys[absent, KV.C_PIDK] = KV.NULL
-            keys[absent, KV.C_PIDV] = 0
-        x_view = np.zeros(n, np.int64)
-        fl_view = np.zeros(n, np.int64)
-        cls_in = _classify(f)
-        for v, cls in ((0, cls_in), (1, cls_in if keys is f else _classify(keys))):
-            (missing, negdur), x_ok, flow = cls
-            mine = (view >> v) & 1 == 1
-            every = bool(mine.all())
-            if not every:
-                if not mine.any():
-                    continue
-                missing, negdur, x_ok, flow = missing & mine, negdur & mine, x_ok & mine, flow & mine
-            self.events[v] += n if every else int(np.count_nonzero(mine))
-            self.missing[v] += int(np.count_nonzero(missing))
-            self.negdur[v] += int(np.count_nonzero(negdur))
-            x_view |= x_ok.astype(np.int64) << v
-            fl_view |= flow.astype(np.int64) << v
-        seq = self.seq + np.arange(n, dtype=np.int64)
+        views = np.empty(n, np.int64)         # writable and contiguous: the kernel's one compiled signature
+        views[:] = view
+        if len(self._nest) < n:                    # the batch's records (reused: the sorters copy them)
+            self._nest = np.empty((n, KV.NEST_COLS), np.int64)
+            self._flows = np.empty((n, KV.FLOW_COLS), np.int64)
+        counts = np.zeros((2, 3), np.int64)
+        nn, nf = KV.batch_records(np.ascontiguousarray(f), views, bool(out_pid), self.seq, self._nest, self._flows,
+                                  counts)
         self.seq += n
-        self._records(keys, f, seq, x_view, fl_view)
-
-    def _records(self, keys, f, seq, x_view, fl_view):
-        """Append the X-slice and flow-end records of a batch (keys and times from ``keys``, ranks
-        from ``f``)."""
-        rows = np.flatnonzero(x_view)
-        if len(rows):
-            rec = np.empty(len(rows), NEST_DTYPE)
-            rec["tkind"] = keys[rows, KV.C_PIDK] * 8 + keys[rows, KV.C_TIDK]
-            rec["pid"] = keys[rows, KV.C_PIDV]
-            rec["tid"] = keys[rows, KV.C_TIDV]
-            ts = keys[rows, KV.C_TS]
-            rec["start"] = ts
-            rec["end"] = ts + keys[rows, KV.C_DUR]
-            rec["view"] = x_view[rows]
-            self._put(0, rec)
-        rows = np.flatnonzero(fl_view)
-        if len(rows):
-            rec = np.empty(len(rows), FLOW_DTYPE)
-            rec["kinds"] = keys[rows, KV.C_CATK] * 8 + keys[rows, KV.C_IDK]
-            rec["cat"] = keys[rows, KV.C_CATV]
-            rec["id"] = keys[rows, KV.C_IDV]
-            rec["seq"] = seq[rows]
-            rec["ph"] = keys[rows, KV.C_PH]
-            rec["rankk"] = f[rows, KV.C_RANKK]
-            rec["rank"] = f[rows, KV.C_RANKV]
-            rec["view"] = fl_view[rows]
-            self._put(1, rec)
+        for v in range(2):
+            self.events[v] += int(counts[v, 0])
+            self.missing[v] += int(counts[v, 1])
+            self.negdur[v] += int(counts[v, 2])
+        if nn:
+            self._put(0, self._nest[:nn].view(NEST_DTYPE).reshape(nn))
+        if nf:
+            self._put(1, self._flows[:nf].view(FLOW_DTYPE).reshape(nf))
 
     def report(self, v: int = 0) -> dict:
         """Sort and check the records; ``{"events", "problems", "notices", "ok", "tracks", "flows"}``
@@ -294,9 +264,9 @@ def replay(parts: list, opt: ValidateOptions | None = None) -> Checker:
                     break
                 which, n, size = np.frombuffer(head, np.int64).tolist()
                 if which == 0:
-                    chk.nest.add(unpack(f.read(size), NEST_DTYPE, n, ("start", "end")))
+                    chk.nest.add(unpack(f.read(size), NEST_DTYPE, n, ("start", "end"), CODEC))
                 else:
-                    rec = unpack(f.read(size), FLOW_DTYPE, n, ("seq",))
+                    rec = unpack(f.read(size), FLOW_DTYPE, n, ("seq",), CODEC)
                     rec["seq"] += chk.seq
                     chk.flows.add(rec)
         chk.seq += p["seq"]
@@ -438,19 +408,6 @@ def _run_ranges(tasks, opt: ValidateOptions, jobs: int):
             raise
         rep = chk.report()
     return rep, warnings
-
-
-def _classify(f):
-    """``((missing, negative_dur), x_ok, flow)`` boolean masks of fields ``f`` (the checks'
-    order: a missing field first, then an X event's duration)."""
-    ph = f[:, KV.C_PH]
-    tfl = f[:, KV.C_TFLAGS]
-    missing = ((ph == KV.PH_NONE) | (f[:, KV.C_PIDK] == KV.ABSENT) | (f[:, KV.C_TIDK] == KV.ABSENT)
-               | ((tfl & K.HAS_TS) == 0) | ((tfl & K.TS_BAD) != 0))
-    x = ~missing & (ph == KV.PH_X)
-    negdur = x & (((tfl & K.HAS_DUR) == 0) | ((tfl & K.DUR_BAD) != 0) | (f[:, KV.C_DUR] < 0))
-    flow = ~missing & ((ph == KV.PH_S) | (ph == KV.PH_F))
-    return (missing, negdur), x & ~negdur, flow
 
 
 def _nest_key(r):

@@ -6,9 +6,51 @@ from __future__ import annotations
 
 from .nesting import count_bad_nesting_py
 
-__all__ = ["nesting_py", "flows_py"]
+__all__ = ["nesting_py", "flows_py", "batch_records_py"]
 
 _NO_RANK = (0, 1)     # ABSENT, NULL kinds
+# the field columns and codes of streamtrace.kernels.validate (a twin imports no kernel module)
+_PH, _PIDK, _PIDV, _TIDK, _TIDV, _TS, _DUR, _TFLAGS, _CATK, _CATV, _IDK, _IDV, _RANKK, _RANKV = range(14)
+_ABSENT, _NULL = 0, 1
+_PH_NONE, _PH_X, _PH_S, _PH_F = 0, 1, 2, 3
+_HAS_TS, _HAS_DUR, _TS_BAD, _DUR_BAD = 1, 2, 4, 8
+
+
+def batch_records_py(fields, views, out_pid: bool, seq0: int):
+    """``(x_rows, flow_rows, counts)`` of :func:`streamtrace.kernels.validate.batch_records` for
+    rows of fields (sequences of ints) and view bits: each view of each event classified on its
+    own, as the checks define it (a missing field first, then an X event's duration), with the
+    pid the view sees (merge's output: null for an absent one); then one record per event holding
+    the views it counts in.  ``counts``: ``[[events, missing, negative dur] per view]``."""
+    counts = [[0, 0, 0], [0, 0, 0]]
+    xs, fls = [], []
+    for i, (r, w) in enumerate(zip(fields, views)):
+        xv = fv = 0
+        for v in (0, 1):
+            if not w >> v & 1:
+                continue
+            pidk = _NULL if (v == 1 and out_pid and r[_PIDK] == _ABSENT) else r[_PIDK]
+            counts[v][0] += 1
+            has_ts = bool(r[_TFLAGS] & _HAS_TS) and not r[_TFLAGS] & _TS_BAD
+            if r[_PH] == _PH_NONE or pidk == _ABSENT or r[_TIDK] == _ABSENT or not has_ts:
+                counts[v][1] += 1
+                continue
+            if r[_PH] == _PH_X:
+                has_dur = bool(r[_TFLAGS] & _HAS_DUR) and not r[_TFLAGS] & _DUR_BAD
+                if not has_dur or r[_DUR] < 0:
+                    counts[v][2] += 1
+                else:
+                    xv += 1 << v
+            elif r[_PH] in (_PH_S, _PH_F):
+                fv += 1 << v
+        pid = (_NULL, 0) if (out_pid and r[_PIDK] == _ABSENT) else (r[_PIDK], r[_PIDV])
+        if xv:
+            end = (r[_TS] + r[_DUR] + 2**63) % 2**64 - 2**63          # int64 arithmetic wraps
+            xs.append([pid[0] * 8 + r[_TIDK], pid[1], r[_TIDV], r[_TS], end, xv])
+        if fv:
+            key = (_NULL if r[_CATK] == _ABSENT else r[_CATK]) * 8 + (_NULL if r[_IDK] == _ABSENT else r[_IDK])
+            fls.append([key, r[_CATV], r[_IDV], seq0 + i, r[_PH], r[_RANKK], r[_RANKV], fv])
+    return xs, fls, counts
 
 
 def nesting_py(tkind, pidv, tidv, start, end, view) -> list:

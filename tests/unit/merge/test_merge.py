@@ -374,3 +374,22 @@ def test_workers_inherit_loaded_kernels(tmp_path):
     out.parent.mkdir()
     merge([str(src)], out, MergeOptions(jobs=2))
     assert [p.name for p in out.parent.iterdir()] == ["m.json"] and validate(out)["ok"]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_events_larger_than_the_read_block_and_output_buffer(tmp_path, jobs):
+    """An event bigger than merge's read block and output buffer (several MB of args: a huge
+    stack) is rewritten whole, as a small one is; the events around it too."""
+    from streamtrace.merge.rank import OUT_BYTES, READ_BLOCK
+    big = "x" * (2 * max(OUT_BYTES, READ_BLOCK) + 12345)
+    evs = [{"ph": "X", "name": f"k{i}", "ts": 1000 + 10 * i, "dur": 5, "pid": 7, "tid": 1,
+            "args": {"correlation": i, **({"stack": big} if i in (3, 4) else {})}} for i in range(9)]
+    for r in range(2):
+        (tmp_path / f"rank{r}_trace.json").write_text(json.dumps({"traceEvents": evs,
+                                                                  "distributedInfo": {"rank": r}}))
+    out = tmp_path / "merged.json"
+    res = merge([tmp_path / "rank0_trace.json", tmp_path / "rank1_trace.json"], out, MergeOptions(jobs=jobs))[0]
+    assert res["validation"]["ok"]
+    got = [e for e in load_json(out)["traceEvents"] if e["ph"] == "X"]
+    assert [(e["args"]["rank"], e["name"], e["args"]["raw correlation"], len(e["args"].get("stack", "")))
+            for e in got] == [(r, f"k{i}", i, len(big) if i in (3, 4) else 0) for r in range(2) for i in range(9)]

@@ -125,3 +125,18 @@ def test_cli_several_files(tmp_path):
     r = run_cli("validate", "--json", good, bad)
     reps = json.loads(r.stdout)
     assert r.returncode == 1 and [x["ok"] for x in reps] == [True, False]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_absent_cat_and_id_key_a_flow_as_null(tmp_path, jobs):
+    """A flow end without ``cat`` (or ``id``) and one with ``"cat": null`` (``"id": null``) have one
+    key, as ``ev.get("cat")`` sees them: two ``s`` ends of it are a duplicate (hypothesis found the
+    kernel's fields keeping absent and null apart)."""
+    evs = [{"ph": "s", "ts": 0, "pid": 0, "tid": 0, "id": 4.0}, {"ph": "s", "cat": None, "ts": 1, "pid": 0, "tid": 0, "id": 4},
+           {"ph": "f", "cat": "k", "ts": 2, "pid": 0, "tid": 0}, {"ph": "f", "cat": "k", "id": None, "ts": 3, "pid": 0, "tid": 0},
+           {"ph": "s", "cat": "k", "ts": 4, "pid": 0, "tid": 0, "id": 5}, {"ph": "f", "cat": "k", "ts": 5, "pid": 0, "tid": 0, "id": 5}]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": evs}))
+    rep = validate(p, opt=ValidateOptions(jobs=jobs, split_threshold=1))
+    assert rep["problems"]["duplicate_flow"] == 2 and rep["flows"] == 3 and rep["notices"]["unmatched_flow"] == 2
+    assert {k: rep[k] for k in ("problems", "notices", "flows")} == {k: validate_py(p)[k] for k in ("problems", "notices", "flows")}
