@@ -182,7 +182,7 @@ def _discover(opt, run_dir, log, outdir) -> dict:
     def paths():
         return {it: [tf.path for tf in files] for it, files in find_iterations(run_dir, log, outdir).items()}
     try:
-        return call_in_child(paths, log.relay_to, log.replay) if opt.isolate else paths()
+        return _in_stage_process(opt, log, paths)
     except Exception as e:   # noqa: BLE001 - its process died: logged, nothing to do
         log.fail("discover", run_dir, e)
         return {}
@@ -211,19 +211,29 @@ def _stage(ctx, key, fingerprint, outputs, fn, name, what):
     t0 = time.time()
     before = len(log.failures)
     try:
-        result = call_in_child(fn, log.relay_to, log.replay) if ctx.opt.isolate else fn()
+        result = _in_stage_process(ctx.opt, log, fn)
     except Exception as e:   # noqa: BLE001 - logged, the epilogue carries on
-        _release()
         log.fail(name, what, e)
         state[key] = {"fingerprint": fingerprint, "ok": False, "error": str(e).splitlines()[0] if str(e) else ""}
         if os.environ.get("STREAMTRACE_DEBUG") or log.verbose:
             print(getattr(e, "details", "") or traceback.format_exc(), file=sys.stderr, end="")
         return None, "failed"
-    _release()
     state[key] = {"fingerprint": fingerprint, "ok": True, "result": result, "seconds": round(time.time() - t0, 2),
                   "failures": list(log.failures[before:])}
     log.info(f"{name}: done in {time.time() - t0:.1f} s ({what})")
     return result, "done"
+
+
+def _in_stage_process(opt, log, fn):
+    """``fn()`` in a child process of its own with ``opt.isolate`` (its log entries relayed to
+    ``log``; :func:`~streamtrace.runtime.fork.call_in_child`), else here, followed by
+    :func:`_release`."""
+    if opt.isolate:
+        return call_in_child(fn, log.relay_to, log.replay)
+    try:
+        return fn()
+    finally:
+        _release()
 
 
 def _release():

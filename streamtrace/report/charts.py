@@ -463,10 +463,11 @@ def _plain_log_ticks(ax):
 
 
 def skew_heatmap(grid_info, kind):
-    """One group-collective kind's heat map (``grid_info`` from :func:`kind_grids`), on its own colour
-    scale (0 to the 99th percentile of its delays): rank x instance (time order) of the arrival delay
-    (us), instances binned to at most :data:`~streamtrace.report.skew.MAX_COLUMNS` columns (max per bin), blank where the rank
-    is not a member."""
+    """One group-collective kind's heat map (``grid_info`` from
+    :func:`~streamtrace.report.skew.kind_grids`), on its own colour scale (0 to the 99th percentile of
+    its delays): rank x instance (time order) of the arrival delay (us), instances binned to at most
+    :data:`~streamtrace.report.skew.MAX_COLUMNS` columns (max per bin), blank where the rank is not a
+    member."""
     plt = pyplot()
     grid, ranks, per, n = grid_info
     finite = grid[np.isfinite(grid)]
