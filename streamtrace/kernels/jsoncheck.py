@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit
 
 __all__ = ["MAX_DEPTH", "MEMBERS_CAP", "MEMBERS_INVALID", "MEMBERS_UNUSUAL", "is_valid_json",
-           "valid_json_with", "value_end", "event_members", "bytes_equal"]
+           "valid_json_with", "value_end", "object_members", "event_members", "bytes_equal"]
 
 _HEX = np.zeros(256, np.bool_)
 for _c in b"0123456789abcdefABCDEF":
@@ -279,25 +279,20 @@ def _key_end(buf, j, e):
 
 
 @njit(cache=True)
-def event_members(buf, s, e, stack, mem, amem, args_key):
-    """Validate the event ``buf[s:e]`` (exactly one JSON object, optional
-    surrounding whitespace) and list its members, in one pass over the bytes.
-
-    ``mem``/``amem``: int64[MEMBERS_CAP, 4] filled with rows ``(key_start,
-    key_end, value_start, value_end)`` (byte offsets into ``buf``; key spans
-    without the quotes) for the top-level members, and for the members of the
-    top-level member named ``args_key`` (uint8 array, e.g. ``b"args"``) when its
-    value is an object.  Returns ``(n, na, args_row)``: ``n`` the number of
-    top-level members, or MEMBERS_INVALID (not valid JSON: the caller lets a full
-    parser report it) / MEMBERS_UNUSUAL (valid, but an escaped key, a second
-    ``args_key`` member or more than MEMBERS_CAP members); ``na`` the number of
-    args members (-1 when args is absent or not an object); ``args_row`` the row of
-    ``mem`` holding args (-1 if none).  Accepts exactly what
-    :func:`valid_json_with` accepts for an object; O(e - s).
-    """
+def object_members(buf, s, e, stack, mem, amem, args_key, whole):
+    """:func:`event_members`, and where the object ends.  ``whole`` True: ``buf[s:e]``
+    must be exactly one JSON object with optional surrounding whitespace, as for
+    :func:`event_members`.  ``whole`` False: ``buf[s]`` is the ``{`` of an object that
+    ends somewhere before ``e`` (what follows it is not looked at), for a caller that
+    finds each event's end and its members in one pass (merge's
+    :func:`streamtrace.kernels.rewrite.scan_rewrite`); an object that runs past ``e``
+    counts as MEMBERS_INVALID.  Returns ``(n, na, args_row, end)``, ``end`` just past
+    the object's ``}`` (``e`` when ``whole``; -1 with MEMBERS_INVALID)."""
     j = _ws(buf, s, e)
     if j >= e or buf[j] != 123:
-        return (MEMBERS_UNUSUAL if valid_json_with(buf, s, e, stack) else MEMBERS_INVALID), -1, -1
+        if not whole:
+            return MEMBERS_INVALID, -1, -1, -1
+        return (MEMBERS_UNUSUAL if valid_json_with(buf, s, e, stack) else MEMBERS_INVALID), -1, -1, e
     L = args_key.shape[0]
     n = 0
     na = -1
@@ -306,23 +301,25 @@ def event_members(buf, s, e, stack, mem, amem, args_key):
     level = 0                       # 0: top-level object, 1: inside args
     j = _ws(buf, j + 1, e)
     if j < e and buf[j] == 125:
-        return (0, -1, -1) if _ws(buf, j + 1, e) == e else (MEMBERS_INVALID, -1, -1)
+        if not whole:
+            return 0, -1, -1, j + 1
+        return (0, -1, -1, e) if _ws(buf, j + 1, e) == e else (MEMBERS_INVALID, -1, -1, -1)
     while True:
         # a key
         if j >= e or buf[j] != 34:
-            return MEMBERS_INVALID, -1, -1
+            return MEMBERS_INVALID, -1, -1, -1
         k = _plain_end(buf, j + 1, e)
         k = k + 1 if k < e and buf[k] == 34 else _key_end(buf, j, e)
         if k == -2:
             unusual = True
             k = _string(buf, j, e)
         if k < 0:
-            return MEMBERS_INVALID, -1, -1
+            return MEMBERS_INVALID, -1, -1, -1
         ks = j + 1
         ke = k - 1
         j = _ws(buf, k, e)
         if j >= e or buf[j] != 58:
-            return MEMBERS_INVALID, -1, -1
+            return MEMBERS_INVALID, -1, -1, -1
         vs = _ws(buf, j + 1, e)
         if level == 0 and ke - ks == L and vs < e and not unusual:
             same = True
@@ -350,7 +347,7 @@ def event_members(buf, s, e, stack, mem, amem, args_key):
                 else:
                     j = value_end(buf, vs, e, stack)
                     if j < 0:
-                        return MEMBERS_INVALID, -1, -1
+                        return MEMBERS_INVALID, -1, -1, -1
                     mem[n, 3] = j
                     n += 1
                 ks = -1                   # member recorded
@@ -364,7 +361,7 @@ def event_members(buf, s, e, stack, mem, amem, args_key):
             else:
                 j = value_end(buf, vs, e, stack)
             if j < 0:
-                return MEMBERS_INVALID, -1, -1
+                return MEMBERS_INVALID, -1, -1, -1
             if unusual:
                 pass
             elif level == 0 and n >= mem.shape[0]:
@@ -387,24 +384,47 @@ def event_members(buf, s, e, stack, mem, amem, args_key):
         while True:
             j = _ws(buf, j, e)
             if j >= e:
-                return MEMBERS_INVALID, -1, -1
+                return MEMBERS_INVALID, -1, -1, -1
             c = buf[j]
             if c == 44:
                 j = _ws(buf, j + 1, e)
                 break
             if c != 125:
-                return MEMBERS_INVALID, -1, -1
+                return MEMBERS_INVALID, -1, -1, -1
             j += 1
             if level == 1:
                 level = 0
                 mem[arow, 3] = j
                 n += 1
                 continue
-            if _ws(buf, j, e) != e:
-                return MEMBERS_INVALID, -1, -1
+            if whole:
+                if _ws(buf, j, e) != e:
+                    return MEMBERS_INVALID, -1, -1, -1
+                j = e
             if unusual:
-                return MEMBERS_UNUSUAL, -1, -1
-            return n, na, arow
+                return MEMBERS_UNUSUAL, -1, -1, j
+            return n, na, arow, j
+
+
+@njit(cache=True)
+def event_members(buf, s, e, stack, mem, amem, args_key):
+    """Validate the event ``buf[s:e]`` (exactly one JSON object, optional
+    surrounding whitespace) and list its members, in one pass over the bytes.
+
+    ``mem``/``amem``: int64[MEMBERS_CAP, 4] filled with rows ``(key_start,
+    key_end, value_start, value_end)`` (byte offsets into ``buf``; key spans
+    without the quotes) for the top-level members, and for the members of the
+    top-level member named ``args_key`` (uint8 array, e.g. ``b"args"``) when its
+    value is an object.  Returns ``(n, na, args_row)``: ``n`` the number of
+    top-level members, or MEMBERS_INVALID (not valid JSON: the caller lets a full
+    parser report it) / MEMBERS_UNUSUAL (valid, but an escaped key, a second
+    ``args_key`` member or more than MEMBERS_CAP members); ``na`` the number of
+    args members (-1 when args is absent or not an object); ``args_row`` the row of
+    ``mem`` holding args (-1 if none).  Accepts exactly what
+    :func:`valid_json_with` accepts for an object; O(e - s).
+    """
+    n, na, arow, _ = object_members(buf, s, e, stack, mem, amem, args_key, True)
+    return n, na, arow
 
 
 @njit(cache=True)

@@ -1,8 +1,8 @@
 """Numba kernel that rewrites merge events *as bytes*, without decoding them.
 
-For each event (a byte range found by :func:`streamtrace.kernels.scan.scan_events`)
-it locates the top-level ``ph``/``pid``/``ts``/``id``/``cat``/``name``/``args`` values
-and, inside ``args``, ``correlation`` / ``External id`` / ``external id``; then it
+For each event of the ``traceEvents`` array (found as it goes, the way
+:func:`streamtrace.kernels.scan.scan_bounds` finds them) it locates the top-level
+``ph``/``pid``/``ts``/``id``/``cat``/``name``/``args`` values and, inside ``args``, ``correlation`` / ``External id`` / ``external id``; then it
 copies the event to ``out`` with the merge rewrites applied (see
 :mod:`streamtrace.merge`): the pid replaced by the merged pid, ``ts`` shifted and
 written as exact decimal microseconds, flow ids and correlations made unique
@@ -19,12 +19,12 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .jsoncheck import MAX_DEPTH, MEMBERS_CAP, bytes_equal, event_members
-from .scan import parse_ns
+from .jsoncheck import MAX_DEPTH, MEMBERS_CAP, MEMBERS_INVALID, bytes_equal, event_members, object_members
+from .scan import DONE, NEED_MORE, OBJECT, next_element, parse_ns, skip_value
 from .validate import member_fields, span_fields
 
 __all__ = ["OK", "UNKNOWN_PID", "NEED_PYTHON", "OUT_FULL", "KIND_CPU", "KIND_GPU", "KIND_OTHER", "ID_LIMIT",
-           "K_RAW", "rewrite_events"]
+           "K_RAW", "scan_rewrite"]
 
 OK = 0
 UNKNOWN_PID = 1
@@ -187,46 +187,85 @@ def _value_ns(buf, s, e):
 
 
 @njit(cache=True)
-def rewrite_events(buf, starts, ends, i, n, out, o, state,
-                   pid_text, pid_off, pid_new, pid_kind, pid_used, npids,
-                   drop_text, drop_off, ndrop,
-                   rank, shift_ns, gpu_only, has_window, lo, hi, info, kept, fields):
-    """Rewrite events ``i .. n-1`` of a batch into ``out`` starting at ``o``; ``kept[j]`` (uint8,
-    length >= n) is set to 1 for each event j written (left as it is for the others); when
-    ``fields`` has rows (int64[n, NF]), row j gets event j's validate fields
+def scan_rewrite(buf, cur, starts, ends, sep, out, state,
+                 pid_text, pid_off, pid_new, pid_kind, pid_used, npids,
+                 drop_text, drop_off, ndrop,
+                 rank, shift_ns, gpu_only, has_window, lo, hi, info, kept, fields):
+    """Find the events of the ``traceEvents`` array in the byte window ``buf`` and rewrite
+    each one into ``out`` as it is found: :func:`streamtrace.kernels.scan.scan_bounds` and
+    the rewrite in one pass over the bytes (the member walk that locates an event's fields
+    also finds where it ends).
+
+    ``cur`` (int64[5]) is the cursor, read and updated: [0] the byte position where
+    scanning resumes, [1] the bytes in ``buf``, [2] ``k``, the events found in this batch
+    (their byte ranges in ``starts``/``ends``, as scan_bounds fills them; at most
+    ``len(starts)``), [3] ``i``, the next event of the batch to rewrite (events ``i ..
+    k-1`` were found but not yet rewritten: they are rewritten first), [4] the bytes used
+    in ``out``.  ``sep``: the separator state of :func:`~streamtrace.kernels.scan.scan_events`.
+    ``kept[j]`` (uint8, length >= len(starts)) is set to 1 for each event j written; when
+    ``fields`` has rows (int64[len(starts), NF]), row j gets event j's validate fields
     (:func:`streamtrace.kernels.validate.member_fields`, read from the same member walk).
 
-    ``ts``/``dur`` are read from their number text here (exact int64 ns, as
-    :func:`streamtrace.kernels.scan.scan_events` reads them), so the batch needs
-    only byte ranges (:func:`streamtrace.kernels.scan.scan_bounds`).
+    ``ts``/``dur`` are read from their number text (exact int64 ns, as
+    :func:`streamtrace.kernels.scan.scan_events` reads them).
     ``state``: int64[4]: [0] 1 when a comma must precede the next event written,
     [1] events written, [2] earliest ts written (ns, shifted), [3] 1 once [2] is set.
     ``pid_text``/``pid_off``: concatenated raw JSON texts of known pids (entry k is
     ``pid_text[pid_off[k]:pid_off[k+1]]``), ``pid_new``/``pid_kind`` their merged pid
-    and kind (KIND_CPU/GPU/OTHER); ``pid_used[k]`` is set to 1 when pid k gets an event.  ``drop_text``/``drop_off``: categories to drop
-    (raw string contents).  ``lo``/``hi``: keep window in rank-local ns.
+    and kind (KIND_CPU/GPU/OTHER); ``pid_used[k]`` is set to 1 when pid k gets an event.
+    ``drop_text``/``drop_off``: categories to drop (raw string contents).  ``lo``/``hi``:
+    keep window in rank-local ns.
 
-    Returns ``(i, o, status)``: OK when all events are done; UNKNOWN_PID with
-    ``info[0:2]`` = the pid's byte span; NEED_PYTHON for event ``i``; OUT_FULL when
-    ``out`` cannot take event ``i``.  Counts written events in ``state[1]``.
+    Returns ``(status, scan_status)``.  ``status`` OK: the batch ends, ``scan_status`` as
+    scan_bounds returns it (NEED_MORE at the window's end or with ``len(starts)`` events
+    found, DONE past the closing ``]``, BAD at a syntax error; ``cur[0]`` = that
+    position).  Otherwise event ``i`` = ``cur[3]`` needs the caller: UNKNOWN_PID with
+    ``info[0:2]`` = the pid's byte span (register it, call again); NEED_PYTHON (rewrite
+    it with the Python twin, set ``cur[3]`` = i + 1, call again); OUT_FULL (``out`` cannot
+    take it: empty ``out``, call again).  Counts written events in ``state[1]``.
+    Twins: scan_bounds (the byte ranges, property-tested) and
+    :func:`streamtrace.merge.rank.rewrite_dict` (the rewrite, property-tested).
     """
     cap = out.shape[0]
+    bcap = starts.shape[0]
+    at, nbytes, found_n, i, o = cur[0], cur[1], cur[2], cur[3], cur[4]
     want_fields = fields.shape[0] > 0
     spans = np.empty((8, 3), np.int64)
     vstack = np.zeros(MAX_DEPTH, np.uint8)
     mem = np.empty((MEMBERS_CAP, 4), np.int64)
     amem = np.empty((MEMBERS_CAP, 4), np.int64)
-    while i < n:
-        s = starts[i]
-        e = ends[i]
+    while True:
+        if i < found_n:                        # found before the caller stepped in: walk it again
+            s = starts[i]
+            e = ends[i]
+            nm, na, arow = event_members(buf, s, e, vstack, mem, amem, K_ARGS)
+        else:
+            found, at = next_element(buf, at, nbytes, sep)
+            if found != OBJECT or found_n >= bcap:
+                cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+                return OK, (found if found != OBJECT else NEED_MORE)
+            s = at
+            # -- find its end, validate it and locate the fields in one pass --------
+            nm, na, arow, e = object_members(buf, s, nbytes, vstack, mem, amem, K_ARGS, False)
+            if nm == MEMBERS_INVALID:    # invalid, or cut by the window's end
+                done, e = skip_value(buf, s, nbytes)
+                if done != DONE:
+                    cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+                    return OK, NEED_MORE
+                nm, na, arow = event_members(buf, s, e, vstack, mem, amem, K_ARGS)
+            starts[found_n] = s
+            ends[found_n] = e
+            found_n += 1
+            sep[0] = 1
+            at = e
         if cap - o < (e - s) + 200:
-            return i, o, OUT_FULL
-        # -- validate and locate the fields in one pass -------------------------
-        nm, na, arow = event_members(buf, s, e, vstack, mem, amem, K_ARGS)
+            cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+            return OUT_FULL, NEED_MORE
         if nm < 0:
             if want_fields:
                 member_fields(buf, nm, na, arow, mem, amem, fields, i)
-            return i, o, NEED_PYTHON             # Python decodes it (and reports invalid JSON)
+            cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+            return NEED_PYTHON, NEED_MORE        # Python decodes it (and reports invalid JSON)
         tid_s = tid_e = np.int64(-1)
         tid_dup = False
         # typed -1: literal ones would make numba compile _value_ns / _read_uint once
@@ -283,7 +322,8 @@ def rewrite_events(buf, starts, ends, i, n, out, o, state,
         if bad or ph_s < 0 or pid_s < 0 or ph_e - ph_s != 3 or buf[ph_s] != 34:
             if want_fields:
                 member_fields(buf, nm, na, arow, mem, amem, fields, i)
-            return i, o, NEED_PYTHON
+            cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+            return NEED_PYTHON, NEED_MORE
         if want_fields and (tid_dup or not span_fields(buf, fields, i, ph_s, pid_s, pid_e, tid_s, tid_e, ts_s, ts_e,
                                                        dur_s, dur_e, cat_s, cat_e, id_s, id_e)):
             member_fields(buf, nm, na, arow, mem, amem, fields, i)
@@ -320,13 +360,15 @@ def rewrite_events(buf, starts, ends, i, n, out, o, state,
         if k < 0:
             info[0] = pid_s
             info[1] = pid_e
-            return i, o, UNKNOWN_PID
+            cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+            return UNKNOWN_PID, NEED_MORE
         if gpu_only and (is_flow or pid_kind[k] != KIND_GPU):
             i += 1
             continue
         ts_ok, tsv = _value_ns(buf, ts_s, ts_e)
         if ts_s >= 0 and not ts_ok:
-            return i, o, NEED_PYTHON
+            cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+            return NEED_PYTHON, NEED_MORE
         if has_window and ts_ok and ph != 77:
             t0 = tsv
             t1 = t0
@@ -337,25 +379,30 @@ def rewrite_events(buf, starts, ends, i, n, out, o, state,
                 i += 1
                 continue
             if is_flow:
-                return i, o, NEED_PYTHON
+                cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+                return NEED_PYTHON, NEED_MORE
         idv = np.int64(-1)
         if is_flow and id_s >= 0:
             idv = _read_uint(buf, id_s, id_e)
             if idv < 0 or idv >= ID_LIMIT:
-                return i, o, NEED_PYTHON
+                cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+                return NEED_PYTHON, NEED_MORE
         corr = ext = ext2 = np.int64(-1)
         if corr_s >= 0:
             corr = _read_uint(buf, corr_s, corr_e)
             if corr < 0 or corr >= ID_LIMIT:
-                return i, o, NEED_PYTHON
+                cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+                return NEED_PYTHON, NEED_MORE
         if ext_s >= 0:
             ext = _read_uint(buf, ext_s, ext_e)
             if ext < 0 or ext >= ID_LIMIT:
-                return i, o, NEED_PYTHON
+                cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+                return NEED_PYTHON, NEED_MORE
         if ext2_s >= 0:
             ext2 = _read_uint(buf, ext2_s, ext2_e)
             if ext2 < 0 or ext2 >= ID_LIMIT:
-                return i, o, NEED_PYTHON
+                cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+                return NEED_PYTHON, NEED_MORE
         # -- emit ------------------------------------------------------------
         ns = 0
         spans[ns, 0], spans[ns, 1], spans[ns, 2] = pid_s, pid_e, 0
@@ -437,4 +484,3 @@ def rewrite_events(buf, starts, ends, i, n, out, o, state,
                 state[2] = t_out
                 state[3] = 1
         i += 1
-    return i, o, OK

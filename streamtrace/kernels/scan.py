@@ -21,8 +21,8 @@ import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import trailing_zeros
 
-__all__ = ["NEED_MORE", "DONE", "BAD", "HAS_TS", "HAS_DUR", "TS_BAD", "DUR_BAD", "BIG_INT", "skip_ws",
-           "skip_string", "skip_value", "parse_ns", "scan_events", "split_points", "scan_bounds"]
+__all__ = ["NEED_MORE", "DONE", "BAD", "HAS_TS", "HAS_DUR", "TS_BAD", "DUR_BAD", "BIG_INT", "OBJECT", "skip_ws",
+           "skip_string", "skip_value", "parse_ns", "next_element", "scan_events", "split_points", "scan_bounds"]
 
 NEED_MORE = 0
 DONE = 1
@@ -225,14 +225,14 @@ def _ts_or_dur(buf, s, e):
     return 0
 
 
-_OBJECT = 2    # _next_element: an object starts at the returned position
+OBJECT = 2    # next_element: an object starts at the returned position
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _next_element(buf, pos, n, sep):
+def next_element(buf, pos, n, sep):
     """Move from ``pos`` to the next element of the ``traceEvents`` array, across
     whitespace and one comma (``sep`` as in :func:`scan_events`).  Returns
-    ``(status, pos)``: ``_OBJECT`` with ``pos`` at its ``{``; DONE just past the
+    ``(status, pos)``: ``OBJECT`` with ``pos`` at its ``{``; DONE just past the
     closing ``]``; NEED_MORE at ``n``; BAD at a missing or doubled comma or an
     element that is not an object."""
     while True:
@@ -252,7 +252,7 @@ def _next_element(buf, pos, n, sep):
             return DONE, pos + 1
         if c != 123:
             return BAD, pos
-        return _OBJECT, pos
+        return OBJECT, pos
 
 
 @njit(cache=True, nogil=True)
@@ -272,8 +272,8 @@ def scan_events(buf, pos, n, starts, ends, ts_ns, dur_ns, flags, sep):
     cap = starts.shape[0]
     k = 0
     while True:
-        status, pos = _next_element(buf, pos, n, sep)
-        if status != _OBJECT:
+        status, pos = next_element(buf, pos, n, sep)
+        if status != OBJECT:
             return k, status, pos
         if k >= cap:
             return k, NEED_MORE, pos
@@ -561,8 +561,8 @@ def scan_bounds(buf, pos, n, starts, ends, sep):
     words = b[:(n >> 3) << 3].view(np.uint64)
     k = 0
     while True:
-        status, pos = _next_element(buf, pos, n, sep)     # buf: scan_events' specialisation
-        if status != _OBJECT:
+        status, pos = next_element(buf, pos, n, sep)     # buf: scan_events' specialisation
+        if status != OBJECT:
             return k, status, pos
         if k >= cap:
             return k, NEED_MORE, pos

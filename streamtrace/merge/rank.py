@@ -2,7 +2,7 @@
 :mod:`streamtrace.merge.run` for what is rewritten and why).
 
 :func:`merge_rank` streams one rank's trace through the numba byte kernel
-:func:`streamtrace.kernels.rewrite.rewrite_events` into a segment file; events the
+:func:`streamtrace.kernels.rewrite.scan_rewrite` into a segment file; events the
 kernel hands back are decoded and rewritten by its Python twin :func:`rewrite_dict`.
 """
 from __future__ import annotations
@@ -69,7 +69,7 @@ class RankContext:
 
 def rewrite_dict(ev, ts_ns, dur_ns, flag, ctx: RankContext):
     """The Python definition of merge's per-event rewrite (the twin of
-    :func:`streamtrace.kernels.rewrite.rewrite_events`).  Returns the rewritten
+    :func:`streamtrace.kernels.rewrite.scan_rewrite`).  Returns the rewritten
     event dict, or None when a filter drops it.  ``ts_ns``/``dur_ns``/``flag``: the
     exact times and scan flags of the event.  A ``ts`` that the scanner could not read is
     taken from a JSON string holding a number (:func:`~streamtrace.trace.decode.text_ns`) and
@@ -153,7 +153,7 @@ class _PidTables:
 # kernels), at the same CPU time (bench/RESULTS.md, 2026-11-24 "merge memory").
 READ_BLOCK = 2 << 20
 OUT_BYTES = 2 << 20
-_NO_FIELDS = np.zeros((0, KV.NF), np.int64)     # rewrite_events without the validate fields
+_NO_FIELDS = np.zeros((0, KV.NF), np.int64)     # scan_rewrite without the validate fields
 
 
 def open_segment(path, compress, compresslevel):
@@ -162,6 +162,85 @@ def open_segment(path, compress, compresslevel):
     raw = open(path, "wb")
     seg = gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=compresslevel, mtime=0) if compress else raw
     return raw, seg
+
+
+class _ByteRewrite:
+    """One rank's rewrite through :func:`streamtrace.kernels.rewrite.scan_rewrite`: the
+    kernel's arrays and options, and :meth:`scan`, which the reader calls in place of
+    scan_bounds (:meth:`TraceReader.raw_batches`) so that each event is rewritten as it is
+    found.  ``kept``/``fields`` describe the events of the batch the reader yields next."""
+
+    def __init__(self, reader: TraceReader, plan: RankPlan, ctx: RankContext, seg, check: Checker | None):
+        self.reader, self.ctx, self.seg = reader, ctx, seg
+        self.tables = _PidTables()
+        drops = [c.encode() for c in sorted(plan.drop_cat)]
+        self.drop_text = np.frombuffer(b"".join(drops) or b"\0", np.uint8)
+        self.drop_off = np.zeros(len(drops) + 1, np.int64)
+        if drops:
+            self.drop_off[1:] = np.cumsum([len(d) for d in drops])
+        self.has_window = ctx.lo is not None
+        self.lo = ctx.lo if self.has_window else 0
+        self.hi = ctx.hi if self.has_window else 0
+        self.out = np.empty(OUT_BYTES, np.uint8)
+        self.state = np.zeros(4, np.int64)
+        self.info = np.zeros(2, np.int64)
+        self.cur = np.zeros(5, np.int64)
+        self.kept = np.zeros(reader.batch_events, np.uint8)
+        self.fields = check.buffer(reader.batch_events) if check is not None else _NO_FIELDS
+
+    def scan(self, window, pos, n, starts, ends, sep, base):
+        """Find and rewrite the events of ``window`` from ``pos`` (the reader's scan hook;
+        returns scan_bounds' ``(count, status, pos)``)."""
+        cur, t = self.cur, self.tables
+        cur[:] = (pos, n, 0, 0, 0)
+        self.kept[:] = 0
+        while True:
+            status, scanned = RW.scan_rewrite(
+                window, cur, starts, ends, sep, self.out, self.state,
+                t.text, t.off, t.new_a, t.kind_a, t.used, len(t.texts),
+                self.drop_text, self.drop_off, len(self.drop_off) - 1, self.ctx.rank, self.ctx.shift,
+                self.ctx.gpu_only, self.has_window, self.lo, self.hi, self.info, self.kept, self.fields)
+            if status == RW.OK:
+                break
+            i = int(cur[3])
+            if status == RW.OUT_FULL:
+                if cur[4] == 0:
+                    self.out = np.empty(2 * len(self.out) + int(ends[i] - starts[i]), np.uint8)
+                self._flush()
+            elif status == RW.UNKNOWN_PID:
+                text = window[int(self.info[0]):int(self.info[1])].tobytes()
+                newpid = self.ctx.pids.get(loads(text, self.reader.path, base + int(self.info[0])))
+                t.add(text, newpid, self.ctx.pids.info[newpid]["kind"])
+            else:   # NEED_PYTHON: decode this one event and use the twin
+                self._python(window, int(starts[i]), int(ends[i]), base, i)
+                cur[3] = i + 1
+        self._flush()
+        return int(cur[2]), scanned, int(cur[0])
+
+    def _python(self, window, s: int, e: int, base: int, i: int):
+        """Event ``window[s:e]`` (``i`` in its batch) through the Python twin."""
+        ev = loads(window[s:e].tobytes(), self.reader.path, base + s)
+        ev = rewrite_dict(ev, *event_times(window, s, e), self.ctx)
+        if ev is None:
+            return
+        self.kept[i] = 1
+        data = dumps_event(ev)
+        if len(self.out) - int(self.cur[4]) < len(data) + 1:
+            self._flush()
+            if len(self.out) < len(data) + 1:
+                self.out = np.empty(len(data) + OUT_BYTES, np.uint8)
+        o = int(self.cur[4])
+        if self.state[0]:
+            self.out[o] = 44
+            o += 1
+        self.out[o:o + len(data)] = np.frombuffer(data, np.uint8)
+        self.cur[4] = o + len(data)
+        self.state[0] = 1
+
+    def _flush(self):
+        if self.cur[4]:
+            self.seg.write(memoryview(self.out)[:int(self.cur[4])])
+            self.cur[4] = 0
 
 
 def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: RankContext, seg, check: Checker | None = None):
@@ -174,72 +253,18 @@ def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: RankContext, seg, c
     that had an event.  Pids are registered through ``ctx.pids.get`` in file order
     (the kernel asks once per new pid text), which :mod:`streamtrace.merge.ranges`
     relies on to reproduce the slot assignment of a whole-file pass."""
-    tables = _PidTables()
-    drops = [c.encode() for c in sorted(plan.drop_cat)]
-    drop_text = np.frombuffer(b"".join(drops) or b"\0", np.uint8)
-    drop_off = np.zeros(len(drops) + 1, np.int64)
-    if drops:
-        drop_off[1:] = np.cumsum([len(d) for d in drops])
-    has_window = ctx.lo is not None
-    lo = ctx.lo if has_window else 0
-    hi = ctx.hi if has_window else 0
-    out = np.empty(OUT_BYTES, np.uint8)
-    state = np.zeros(4, np.int64)
-    info = np.zeros(2, np.int64)
+    rw = _ByteRewrite(reader, plan, ctx, seg, check)
     n_in = 0
-    for b in reader.raw_batches(decode="bounds"):
-        buf = np.frombuffer(b.buf, np.uint8)
-        starts, ends = b.starts, b.ends
-        n = len(starts)
+    for b in reader.raw_batches(decode="bounds", scan=rw.scan):
+        n = len(b.starts)
         n_in += n
-        i = 0
-        o = 0
-        kept = np.zeros(n, np.uint8)
-        fields = check.buffer(n) if check is not None else _NO_FIELDS
-        while i < n:
-            i, o, status = RW.rewrite_events(
-                buf, starts, ends, i, n, out, o, state,
-                tables.text, tables.off, tables.new_a, tables.kind_a, tables.used, len(tables.texts),
-                drop_text, drop_off, len(drops), plan.rank, ctx.shift, ctx.gpu_only, has_window, lo, hi, info, kept, fields)
-            if status == RW.OK:
-                break
-            if status == RW.OUT_FULL:
-                if o == 0:
-                    out = np.empty(2 * len(out) + int(ends[i] - starts[i]), np.uint8)
-                seg.write(memoryview(out)[:o])
-                o = 0
-            elif status == RW.UNKNOWN_PID:
-                text = b.buf[int(info[0]):int(info[1])]
-                pid = loads(text, reader.path, b.offset)
-                newpid = ctx.pids.get(pid)
-                tables.add(text, newpid, ctx.pids.info[newpid]["kind"])
-            else:   # NEED_PYTHON: decode this one event and use the twin
-                s, e = int(starts[i]), int(ends[i])
-                ev = loads(b.buf[s:e], reader.path, b.offset + s - int(starts[0]))
-                ev = rewrite_dict(ev, *event_times(buf, s, e), ctx)
-                if ev is not None:
-                    kept[i] = 1
-                    data = dumps_event(ev)
-                    if len(out) - o < len(data) + 1:
-                        seg.write(memoryview(out)[:o])
-                        o = 0
-                        if len(out) < len(data) + 1:
-                            out = np.empty(len(data) + OUT_BYTES, np.uint8)
-                    if state[0]:
-                        out[o] = 44
-                        o += 1
-                    out[o:o + len(data)] = np.frombuffer(data, np.uint8)
-                    o += len(data)
-                    state[0] = 1
-                i += 1
-        if o:
-            seg.write(memoryview(out)[:o])
         if check is not None:
-            check.finish_read(fields, b.buf, starts, ends, b.offset, reader.path)
-            ctx.exact &= account_batch(check, fields, kept)
-    for k, used in enumerate(tables.used[:len(tables.texts)].tolist()):
+            fields = check.finish_read(rw.fields[:n], b.buf, b.starts, b.ends, b.offset, reader.path)
+            ctx.exact &= account_batch(check, fields, rw.kept[:n])
+    t, state = rw.tables, rw.state
+    for k, used in enumerate(t.used[:len(t.texts)].tolist()):
         if used:
-            ctx.used.add(int(tables.new_a[k]))
+            ctx.used.add(int(t.new_a[k]))
     first_out = ctx.first_out
     if state[3] and (first_out is None or state[2] < first_out):
         first_out = int(state[2])
@@ -262,7 +287,7 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
     """Rewrite one rank's events into ``plan.segment``; returns counts, the process
     map and the rank's metadata (all small).  Runs in a worker process.
 
-    Events go through the byte kernel :func:`~streamtrace.kernels.rewrite.rewrite_events`
+    Events go through the byte kernel :func:`~streamtrace.kernels.rewrite.scan_rewrite`
     (see :func:`rewrite_stream`); those it hands back (unusual shapes, invalid JSON) are
     decoded and rewritten by its Python twin :func:`rewrite_dict`, which raises
     :class:`TraceError` for invalid input."""

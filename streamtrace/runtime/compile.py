@@ -70,18 +70,21 @@ UNITS = {
     "jsoncheck.value_end": ("jsoncheck", "value_end", (_RO, _i, _i, _U8),
                             ("jsoncheck._string", "jsoncheck._number", "jsoncheck._literal"), 0.6),
     "jsoncheck.valid_json_with": ("jsoncheck", "valid_json_with", (_RO, _i, _i, _U8), ("jsoncheck.value_end",), 0.3),
+    "jsoncheck.object_members": ("jsoncheck", "object_members", (_RO, _i, _i, _U8, _I64_2D, _I64_2D, _RO, _b),
+                                 ("jsoncheck.valid_json_with", "jsoncheck._key_end"), 2.1),
     "jsoncheck.event_members": ("jsoncheck", "event_members", (_RO, _i, _i, _U8, _I64_2D, _I64_2D, _RO),
-                                ("jsoncheck.valid_json_with", "jsoncheck._key_end"), 2.1),
+                                ("jsoncheck.object_members",), 0.2),
     "rewrite._startswith": ("rewrite", "_startswith", (_RO, _i, _i, _RO), (), 0.15),
     "rewrite._read_uint": ("rewrite", "_read_uint", (_RO, _i, _i), (), 0.2),
     "rewrite._put_int": ("rewrite", "_put_int", (_U8, _i, _i), (), 0.2),
     "rewrite._put_us": ("rewrite", "_put_us", (_U8, _i, _i), ("rewrite._put_int",), 0.25),
-    "rewrite.rewrite_events": ("rewrite", "rewrite_events",
-                               (_RO, _I64, _I64, _i, _i, _U8, _i, _I64, _RO, _I64, _I64, _I64, _U8, _i,
-                                _RO, _I64, _i, _i, _i, _b, _b, _i, _i, _I64, _U8, _I64_2D),
-                               ("jsoncheck.event_members", "scan.parse_ns", "rewrite._read_uint",
-                                "rewrite._put_us", "jsoncheck.bytes_equal", "rewrite._startswith",
-                                "validate.member_fields", "validate.span_fields"), 4.5),
+    "rewrite.scan_rewrite": ("rewrite", "scan_rewrite",
+                             (_RO, _I64, _I64, _I64, _I64, _U8, _I64, _RO, _I64, _I64, _I64, _U8, _i,
+                              _RO, _I64, _i, _i, _i, _b, _b, _i, _i, _I64, _U8, _I64_2D),
+                             ("jsoncheck.object_members", "jsoncheck.event_members", "scan.parse_ns",
+                              "scan.skip_value", "scan.skip_ws", "rewrite._read_uint", "rewrite._put_us",
+                              "jsoncheck.bytes_equal", "rewrite._startswith", "validate.member_fields",
+                              "validate.span_fields"), 4.5),
     "extract._int": ("extract", "_int", (_RO, _i, _i), (), 0.2),
     "validate.member_fields": ("validate", "member_fields", (_RO, _i, _i, _i, _I64_2D, _I64_2D, _I64_2D, _i),
                          ("extract._int", "scan.parse_ns"), 1.0),
@@ -128,7 +131,7 @@ _READ = ("scan.scan_events", "scan.skip_value", "scan.skip_string", "scan.skip_w
 _INTERVALS = ("intervals._union_sorted", "intervals._union_length_sorted", "intervals._intersect_length_sorted")
 _VALIDATE = ("validate.event_fields", "validate.nesting_chunk", "validate.flow_chunk", "validate.flow_close",
              "validate.batch_records")
-_MERGE = _READ + ("scan.scan_bounds", "rewrite.rewrite_events") + _VALIDATE
+_MERGE = _READ + ("scan.scan_bounds", "rewrite.scan_rewrite") + _VALIDATE
 _ANALYZE = _READ + ("extract.extract_columns", "treestream._feed", "treestream._gather_strings",
                     "intervals.disjoint_length") + _INTERVALS + _WINDOWS
 

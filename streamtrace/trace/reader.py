@@ -95,16 +95,25 @@ class TraceReader:
         self.progress = progress   # callable(file bytes consumed so far), called per block
 
     # -- public iteration -------------------------------------------------
-    def raw_batches(self, decode=True):
+    def raw_batches(self, decode=True, scan=None):
         """Yield :class:`RawBatch` objects in file order; ``metadata`` is complete
         once the generator is exhausted.  ``decode=False`` skips building dicts
         (``events`` is None; use ``buf``/``starts``/``ends``); ``decode="bounds"``
         also skips reading the times (``ts_ns``/``dur_ns``/``flags`` are None too):
         only the event byte ranges are found, by the faster
-        :func:`streamtrace.kernels.scan.scan_bounds` (merge's rewrite kernel reads
-        ``ts``/``dur`` itself)."""
+        :func:`streamtrace.kernels.scan.scan_bounds`.
+
+        ``scan`` (with ``decode="bounds"`` only): a callable the reader calls instead of
+        scan_bounds, as ``scan(window, pos, n, starts, ends, sep, base)`` -- scan_bounds'
+        arguments (``window``: the uint8 view of the bytes in memory) plus ``base``, the
+        window's offset in the file -- returning what scan_bounds returns.  For a
+        consumer that works on each event as it finds it, in the same pass (merge's
+        rewrite, :func:`streamtrace.kernels.rewrite.scan_rewrite`); each call's events
+        are then yielded as one batch."""
+        if scan is not None and decode != "bounds":
+            raise ValueError("scan= needs decode='bounds'")
         mode = "bounds" if decode == "bounds" else ("decode" if decode else "raw")
-        return self._parse(events=mode, stop_at_events=False)
+        return self._parse(events=mode, stop_at_events=False, scan=scan)
 
     def events(self):
         """Yield each event as a dict (``ts``/``dur`` as parsed floats, us)."""
@@ -126,21 +135,21 @@ class TraceReader:
         return dict(self.metadata)
 
     # -- the parser ----------------------------------------------------------
-    def _parse(self, events: bool, stop_at_events: bool):
+    def _parse(self, events: bool, stop_at_events: bool, scan=None):
         self.metadata = {}
         self.head_keys = []
         self.events_read = 0
         src = ByteSource(self.path, self.block, self.byte_range)
         st = _State(src, self)
         try:
-            yield from self._document(st, events, stop_at_events)
+            yield from self._document(st, events, stop_at_events, scan)
         except _Salvaged:
             return
         finally:
             self.bytes_read = st.base + st.n
             src.close()
 
-    def _document(self, st, events, stop_at_events):
+    def _document(self, st, events, stop_at_events, scan):
         st.skip_ws()
         if st.startswith(b"\xef\xbb\xbf"):
             st.pos += 3
@@ -154,7 +163,7 @@ class TraceReader:
             if stop_at_events:
                 return
             st.pos += 1
-            yield from self._events(st, events)
+            yield from self._events(st, events, scan)
             return
         if c != 0x7B:
             self._fail(st, "not a JSON object or array (is this a trace file?)")
@@ -193,7 +202,7 @@ class TraceReader:
                 if stop_at_events:
                     return
                 st.pos += 1
-                yield from self._events(st, events)
+                yield from self._events(st, events, scan)
                 continue
             val = self._value(st)
             self.metadata[key] = val
@@ -240,7 +249,7 @@ class TraceReader:
             return JsonText(encode_json(val))
         return val
 
-    def _events(self, st, decode):
+    def _events(self, st, decode, scan):
         cap = self.batch_events
         starts = np.empty(cap, np.int64)
         ends = np.empty(cap, np.int64)
@@ -250,7 +259,9 @@ class TraceReader:
         sep = np.zeros(1, np.int64)
         bounds = decode == "bounds"
         while True:
-            if bounds:
+            if scan is not None:
+                k, status, newpos = scan(st.arr, st.pos, st.n, starts, ends, sep, st.base)
+            elif bounds:
                 k, status, newpos = K.scan_bounds(st.arr, st.pos, st.n, starts, ends, sep)
             else:
                 k, status, newpos = K.scan_events(st.arr, st.pos, st.n, starts, ends, ts, dur, flags, sep)

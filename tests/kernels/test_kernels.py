@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 from decimal import ROUND_HALF_UP, Decimal
+from unittest import mock
 
 import numpy as np
 import orjson
@@ -14,6 +15,7 @@ from streamtrace.kernels import scan as K
 from streamtrace.kernels.jsoncheck import is_valid_json
 from streamtrace.kernels.nesting import count_bad_nesting, sort_track
 from streamtrace.kernels.reference import count_bad_nesting_py
+from streamtrace.merge import rank as rank_module
 from streamtrace.merge.rank import RankContext, RankPlan, merge_rank, rewrite_dict
 from streamtrace.trace.writer import dumps_event, fmt_us
 
@@ -185,6 +187,30 @@ def test_event_members_escaped_key_after_utf8(key):
         assert n == MEMBERS_UNUSUAL, data
 
 
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(event_objects.map(lambda v: json.dumps(v, ensure_ascii=False).encode()),
+                 event_objects.map(lambda v: json.dumps(v, indent=1).encode()),
+                 st.lists(fragments, max_size=10).map(lambda f: b"{" + b"".join(f) + b"}")),
+       st.lists(fragments, max_size=4).map(b"".join), st.data())
+def test_object_members_finds_the_end(data, after, draw):
+    """``whole=False`` (merge's scan_rewrite): an object that starts at ``s`` and is
+    followed by anything gets the members ``event_members`` gives it alone, and its end;
+    an object cut short is MEMBERS_INVALID."""
+    from streamtrace.kernels.jsoncheck import MAX_DEPTH, MEMBERS_CAP, MEMBERS_INVALID, event_members, object_members
+    args = (np.zeros(MAX_DEPTH, np.uint8), np.full((MEMBERS_CAP, 4), -7, np.int64),
+            np.full((MEMBERS_CAP, 4), -7, np.int64), arr(b"args"))
+    buf = arr(b"xx" + data + after)
+    whole = event_members(arr(b"xx" + data), 2, 2 + len(data), *args)
+    mem, amem = args[1].copy(), args[2].copy()
+    n, na, arow, end = object_members(buf, 2, len(buf), *args, False)
+    if whole[0] == MEMBERS_INVALID:
+        return
+    assert (n, na, arow, end) == (*whole, 2 + len(data))
+    assert (args[1][:max(n, 0)] == mem[:max(n, 0)]).all() and (args[2][:max(na, 0)] == amem[:max(na, 0)]).all()
+    cut = draw.draw(st.integers(3, 1 + len(data)))
+    assert object_members(buf, 2, cut, *args, False)[0] == MEMBERS_INVALID
+
+
 # -- slice nesting -----------------------------------------------------------------------
 
 @FAST
@@ -218,8 +244,10 @@ events = st.fixed_dictionaries(
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(events, st.integers(0, 10 ** 13)), min_size=1, max_size=8),
        st.integers(0, 7), st.integers(-10 ** 9, 10 ** 9), st.booleans(), st.booleans(),
-       st.sampled_from([None, (0, 5 * 10 ** 12)]), st.booleans())
-def test_rewrite_kernel_matches_twin(tmp_path_factory, evs, rank, shift, gpu_only, drop, keep, indent):
+       st.sampled_from([None, (0, 5 * 10 ** 12)]), st.booleans(), st.sampled_from([1, 61, 1 << 21]))
+def test_rewrite_kernel_matches_twin(tmp_path_factory, evs, rank, shift, gpu_only, drop, keep, indent, block):
+    """merge's byte rewrite (read in blocks of ``block`` bytes: events cut by the reader's
+    window) against the Python twin on each decoded event."""
     d = tmp_path_factory.mktemp("rw")
     docs = []
     for ev, ts in evs:
@@ -230,7 +258,8 @@ def test_rewrite_kernel_matches_twin(tmp_path_factory, evs, rank, shift, gpu_onl
     drop_cat = frozenset({"python_function"}) if drop else frozenset()
     plan = RankPlan(str(src), rank, shift, str(d / "seg"), False, 1, drop_cat, gpu_only, keep,
                     set() if keep else None, False)
-    res = merge_rank(plan)
+    with mock.patch.object(rank_module, "READ_BLOCK", block):
+        res = merge_rank(plan)
     got = orjson.loads(b"[" + (d / "seg").read_bytes() + b"]")
     # the twin, event by event on decoded dicts
     from streamtrace.trace.reader import TraceReader

@@ -224,3 +224,115 @@ def test_scan_bounds_real_traces():
         if i < 0 or b'"traceEvents"' not in data:
             continue
         bounds_both(data[i + 1:], [1 << 16], 4096, 0, "plain")
+
+
+# -- scan_rewrite: scan_bounds' byte ranges, found while rewriting -----------------------
+
+pid_event = st.fixed_dictionaries({"ph": st.sampled_from(["X", "i", "s"]), "pid": st.sampled_from([0, 7, "x"]),
+                                   "tid": st.integers(0, 3), "ts": st.integers(0, 10 ** 12), "name": text,
+                                   "args": st.dictionaries(st.sampled_from(["correlation", "a"]),
+                                                           st.integers(0, 99) | text, max_size=2)})
+
+
+@st.composite
+def rewrite_doc(draw):
+    """A ``traceEvents`` array's content with events merge rewrites itself (a pid, a ts)."""
+    evs = draw(st.lists(pid_event | event, max_size=12))
+    arr = json.dumps(evs, indent=draw(st.sampled_from([None, 1]))).encode()
+    return arr[1:] + b',"z": 1}'
+
+
+class Pids:
+    """scan_rewrite's pid arrays for the pid texts registered so far (merged pid 100 + k)."""
+
+    def __init__(self):
+        self.texts = []
+        self.build()
+
+    def build(self):
+        self.text = np.frombuffer(b"".join(self.texts) or b"\0", np.uint8)
+        self.off = np.concatenate([[0], np.cumsum([len(t) for t in self.texts])]).astype(np.int64)
+        self.new = np.arange(100, 100 + max(1, len(self.texts)), dtype=np.int64)
+        self.kind = np.zeros(max(1, len(self.texts)), np.int64)
+        self.used = np.zeros(max(1, len(self.texts)), np.uint8)
+
+
+def rewrite_windows(doc: bytes, sizes, cap, sep0, how, out_bytes):
+    """Feed growing windows of ``doc`` to scan_rewrite (stepping in where it asks: a new pid,
+    an event for Python, a full ``out``) and to scan_bounds; every call must return the same
+    count, status, position, byte ranges and separator state.  Returns the bytes written and
+    the (start, end) of the events handed to Python."""
+    from streamtrace.kernels import rewrite as RW
+    from streamtrace.kernels import validate as KV
+    a_st, a_en = np.full(cap, -7, np.int64), np.full(cap, -7, np.int64)
+    b_st, b_en = np.full(cap, -7, np.int64), np.full(cap, -7, np.int64)
+    sa, sb = np.array([sep0], np.int64), np.array([sep0], np.int64)
+    pids, cur, state, info = Pids(), np.zeros(5, np.int64), np.zeros(4, np.int64), np.zeros(2, np.int64)
+    out, written, to_python = np.empty(out_bytes, np.uint8), bytearray(), []
+    empty = np.zeros(1, np.uint8)
+    pos, n = 0, 0
+    grow = itertools.cycle(sizes)
+    while True:
+        buf = as_buffer(doc[:n], how)
+        cur[:] = (pos, n, 0, 0, 0)
+        kept, fields = np.zeros(cap, np.uint8), np.zeros((cap, KV.NF), np.int64)
+        while True:
+            status, scanned = RW.scan_rewrite(buf, cur, a_st, a_en, sa, out, state, pids.text, pids.off, pids.new,
+                                              pids.kind, pids.used, len(pids.texts), empty, np.zeros(1, np.int64), 0,
+                                              3, 0, False, False, 0, 0, info, kept, fields)
+            if status == RW.OK:
+                break
+            i = int(cur[3])
+            assert 0 <= i < cur[2] <= cap
+            if status == RW.OUT_FULL:
+                written += out[:cur[4]].tobytes()
+                if cur[4] == 0:
+                    out = np.empty(2 * len(out) + int(a_en[i] - a_st[i]), np.uint8)
+                cur[4] = 0
+            elif status == RW.UNKNOWN_PID:
+                pids.texts.append(buf[info[0]:info[1]].tobytes())
+                pids.build()
+            else:
+                to_python.append((int(a_st[i]), int(a_en[i])))
+                cur[3] = i + 1
+        written += out[:cur[4]].tobytes()
+        kb, status_b, pb = K.scan_bounds(buf, pos, n, b_st, b_en, sb)
+        assert (int(cur[2]), scanned, int(cur[0]), sa[0]) == (kb, status_b, pb, sb[0]), (pos, n)
+        assert a_st[:kb].tolist() == b_st[:kb].tolist() and a_en[:kb].tolist() == b_en[:kb].tolist()
+        assert cur[3] == cur[2] and not kept[kb:].any()
+        pos = pb
+        if status_b != K.NEED_MORE or (kb < cap and n >= len(doc)):
+            return bytes(written), to_python, status_b
+        if kb < cap:
+            n = min(len(doc), n + next(grow))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(junk | events_doc() | rewrite_doc(), sizes, st.sampled_from([1, 2, 3, 1000]), st.integers(0, 2),
+       st.sampled_from(["plain", "unaligned", "padded"]), st.sampled_from([1, 64, 1 << 16]))
+def test_scan_rewrite_finds_what_scan_bounds_finds(doc, block_sizes, cap, sep0, how, out_bytes):
+    """Whatever the bytes, windows, batch size and output room: the events scan_rewrite
+    finds are scan_bounds' (a property-tested twin of scan_events), and what it writes
+    does not depend on where the windows end."""
+    got = rewrite_windows(doc, block_sizes, cap, sep0, how, out_bytes)
+    assert got == rewrite_windows(doc, [len(doc) + 1], 1000, sep0, "plain", 1 << 16)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rewrite_doc(), sizes)
+def test_scan_rewrite_writes_each_event_once(doc, block_sizes):
+    """On a real array: each event is written once, as JSON, in order, unless it is handed to
+    Python (those are events of the array too); every event with an integer pid, a ph and
+    plain args is written by the kernel."""
+    written, to_python, status = rewrite_windows(doc, block_sizes, 3, 0, "plain", 64)
+    assert status == K.DONE
+    evs = json.loads(b"[" + doc[:doc.rindex(b"]") + 1])
+    bounds, _ = bounds_both(doc, [len(doc)], 1000, 0, "plain")
+    assert set(to_python) <= set(bounds)
+    py = {bounds.index(b) for b in to_python}
+    got = json.loads(b"[" + written + b"]")
+    assert [g["name"] for g in got] == [e["name"] for j, e in enumerate(evs) if j not in py]
+    assert all(g["args"]["rank"] == 3 and g["pid"] >= 100 for g in got)
+    assert not any(isinstance(evs[j].get("pid"), int) and evs[j]["ph"] == "X"
+                   and all(isinstance(v, int) or k != "correlation" for k, v in evs[j]["args"].items())
+                   for j in py)

@@ -6,7 +6,7 @@ checked against each other on random inputs (tests/kernels/).  Speed is not a go
 Twins that are also production code stay beside their callers and are listed here:
 :func:`streamtrace.events.columns.columns_from_dicts` (of
 :func:`streamtrace.kernels.extract.extract_columns`), :func:`streamtrace.merge.rank.rewrite_dict`
-(of :func:`streamtrace.kernels.rewrite.rewrite_events`; merge uses it for the events the kernel
+(of :func:`streamtrace.kernels.rewrite.scan_rewrite`; merge uses it for the events the kernel
 hands back), :func:`streamtrace.trace.validate.fields_from_dict` (of
 :func:`streamtrace.kernels.validate.event_fields`; validate uses it for the events the kernel
 leaves to Python), and ``json.loads`` (of :mod:`streamtrace.kernels.jsoncheck`).

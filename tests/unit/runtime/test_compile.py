@@ -26,9 +26,9 @@ def test_units_name_kernels_with_their_arity():
         assert all(d in C.UNITS for d in deps), name
     for command, units in C.COMMANDS.items():
         assert set(units) <= set(C.UNITS), command
-    order = C._closure(["treestream._feed", "rewrite.rewrite_events"])
+    order = C._closure(["treestream._feed", "rewrite.scan_rewrite"])
     assert order.index("runs.merge_runs") < order.index("runs.sort_group") < order.index("treestream._feed")
-    assert order.index("jsoncheck.event_members") < order.index("rewrite.rewrite_events")
+    assert order.index("jsoncheck.event_members") < order.index("rewrite.scan_rewrite")
 
 
 def test_prepare_never_raises(monkeypatch):
@@ -89,7 +89,7 @@ def test_after_prepare_merge_and_analyze_compile_nothing(tmp_path):
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.splitlines()[-1])
     assert len(out["notes"]) == 1 and out["notes"][0].startswith("compiling kernels, first run only")
-    assert out["first"]["failed"] == {} and "rewrite.rewrite_events" in out["first"]["compiled"]
+    assert out["first"]["failed"] == {} and "rewrite.scan_rewrite" in out["first"]["compiled"]
     assert out["again"]["compiled"] == []
     assert out["compiled"] == []
 
