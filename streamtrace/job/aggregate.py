@@ -64,6 +64,7 @@ from ..analyze.patterns import Patterns
 from ..errors import StreamtraceError
 from ..events.dataset import json_default, num_rows, write_table
 from ..kernels import intervals as _iv
+from ..runtime.compile import TASKS, load as load_kernels
 from ..runtime.files import atomic_output, output_folder
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
@@ -319,10 +320,12 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
     try:
         coll, files = collectives_to(job, outdir, opt.clock_sync, opt.collective_bucket_rows)
         topo = job.topology
+        jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(job.parts)))
+        if jobs > 1:      # loaded before the fork, the workers share the kernels and numba's set-up
+            load_kernels(*TASKS["aggregate"])
         with progress_bar(len(job.parts), "aggregate", "rank", opt.progress) as bar:
             res = run_tasks(_part_job, [(part_view(job, p.index), p.index, opt.consecutive_kernel_delay_ns, spill)
-                                        for p in job.parts],
-                            max(1, min(opt.jobs or os.cpu_count() or 1, len(job.parts))), on_done=bar.update)
+                                        for p in job.parts], jobs, on_done=bar.update)
         files += join_timeline(outdir, [r[3] for r in res])
     finally:
         shutil.rmtree(spill, ignore_errors=True)

@@ -9,6 +9,7 @@ already in the cache, and has ``jobs`` forked processes compile the others into 
 callees before their callers (a caller cannot be typed before its callees), the longest chain
 first.  The command then loads every kernel from the cache on its first call, as a warm run does.
 ``streamtrace warmup`` runs it for every unit (container images, shared installs).
+:func:`load` brings units into this process before it forks workers that call them (:data:`TASKS`).
 
 :func:`prepare` never fails the command: a unit that does not compile here is left to the
 command's own first call, which reports the error.  It does nothing when numba's caching is off,
@@ -29,7 +30,7 @@ import time
 
 from numba.core import types as T
 
-__all__ = ["UNITS", "COMMANDS", "prepare", "pending", "cache_folder", "cache_writable"]
+__all__ = ["UNITS", "COMMANDS", "TASKS", "prepare", "load", "pending", "cache_folder", "cache_writable"]
 
 # -- signatures ------------------------------------------------------------------------
 
@@ -145,6 +146,12 @@ COMMANDS = {
     "report": _READ + _INTERVALS + _STATS,
     "epilogue": tuple(dict.fromkeys(_MERGE + _ANALYZE + _INTERVALS + _STATS)),
     "all": tuple(UNITS),                   # `streamtrace warmup`: every unit
+}
+
+#: command -> the units its forked per-task workers call (:func:`load` brings them into the parent
+#: before the fork, so that the workers share them)
+TASKS = {
+    "aggregate": _INTERVALS + _STATS,      # job.aggregate's per-rank task
 }
 
 
@@ -302,6 +309,32 @@ def prepare(*commands, jobs=None, notice=_stderr) -> dict:
         res["failed"]["pool"] = f"{type(exc).__name__}: {exc}"
     res["seconds"] = time.perf_counter() - t0
     return res
+
+
+def load(*names) -> list:
+    """Load the units ``names`` (keys of :data:`UNITS`, with their callees) into this process from
+    numba's cache (a unit the cache lacks is compiled here).  For a parent about to fork workers
+    that call them: numba sets up its CPU target (~70 modules) and links each kernel on the first
+    call in every process; done once in the parent, the forked workers share that memory
+    copy-on-write instead of each building its own.  Measured (``aggregate -j 2``, 256 ranks of
+    20,339 GPU events, the units of ``TASKS["aggregate"]``): +3 MB private in the parent, -19 MB
+    private in each worker, ~0.2 CPU-s once instead of per worker.  Returns the units now loaded;
+    never raises (a unit that fails is left to its first call, which reports the error)."""
+    out = []
+    try:
+        todo = _closure(names)
+    except KeyError:               # an unknown unit name
+        return out
+    for n in todo:
+        try:
+            disp = _dispatcher(n)
+            sig = tuple(UNITS[n][2])
+            if sig not in disp.overloads:
+                disp.compile(sig)
+            out.append(n)
+        except Exception:          # numba's internals changed, the JIT disabled, a compile error, ...
+            pass
+    return out
 
 
 def _record(res, name, cpu, err):

@@ -3,6 +3,10 @@ micro-batch windows, pipeline bubbles), analyze's own summary.json, and the real
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -14,7 +18,7 @@ from streamtrace.kernels import reference as R
 from streamtrace.trace.synth import SynthSpec, generate_job
 from streamtrace.events.dataset import read_table
 
-from support import CPU3D, exact_ns, load_json, run_cli
+from support import CPU3D, ROOT, exact_ns, load_json, run_cli
 
 M = 3   # micro-batches
 
@@ -155,6 +159,44 @@ def test_outputs_files_and_jobs(job, tmp_path):
         aggregate([tmp / "an"], tmp_path / "x", AggregateOptions(iterations=[99]))
     with pytest.raises(StreamtraceError):
         aggregate([tmp_path], tmp_path / "y")
+
+
+_WORKERS_LOAD = textwrap.dedent("""
+    import importlib, json, os, sys
+    from numba.core.registry import CPUDispatcher
+    from streamtrace.job import AggregateOptions, aggregate
+    agg = importlib.import_module("streamtrace.job.aggregate")
+
+    def loaded():
+        return {(m.__name__, k, sig) for m in list(sys.modules.values())
+                if getattr(m, "__name__", "").startswith("streamtrace.kernels")
+                for k, v in list(vars(m).items()) if isinstance(v, CPUDispatcher) for sig in v.overloads}
+
+    task = agg._part_job
+
+    def spy(*args):
+        before = loaded()
+        out = task(*args)
+        with open(os.path.join(sys.argv[2], f"{os.getpid()}-{args[1]}.json"), "w") as f:
+            json.dump([f"{m}.{k}" for m, k, _ in loaded() - before], f)
+        return out
+    agg._part_job = spy
+    aggregate([sys.argv[1]], os.path.join(sys.argv[2], "out"), AggregateOptions(jobs=2))
+    print(os.getpid())
+""")
+
+
+def test_workers_share_the_parents_kernels(job, tmp_path):
+    """aggregate -j 2 loads its per-rank tasks' kernels (runtime.compile.TASKS) in the parent
+    before forking the workers: a fresh process's workers then load no kernel of their own."""
+    truth, tmp, meta = job
+    p = subprocess.run([sys.executable, "-c", _WORKERS_LOAD, str(tmp / "an"), str(tmp_path)], capture_output=True,
+                       text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 0, p.stderr
+    parent = p.stdout.split()[-1]
+    reports = sorted(tmp_path.glob("*.json"))
+    assert len(reports) == 8 and not any(r.name.startswith(parent + "-") for r in reports)
+    assert {k for r in reports for k in json.loads(r.read_text())} == set()
 
 
 def test_cli_aggregate(job, tmp_path):

@@ -112,3 +112,19 @@ def _cli_with_cache(cache, *args):
     return subprocess.run([sys.executable, "-m", "streamtrace", *map(str, args)], capture_output=True, text=True,
                           env=env)
 
+
+
+def test_load_brings_units_here_and_never_raises(monkeypatch):
+    """load() leaves each unit (and its callees) compiled for its signature in this process;
+    an unknown name or a broken numba loads nothing and raises nothing."""
+    got = C.load("intervals._union_length_sorted", "scan.skip_value")
+    assert set(got) == {"intervals._union_length_sorted", "scan.skip_value", "scan.skip_string", "scan._is_ws"}
+    for n in got:
+        assert tuple(C.UNITS[n][2]) in C._dispatcher(n).overloads, n
+    assert C.load("no.such_unit") == []
+    assert all(set(units) <= set(C.UNITS) for units in C.TASKS.values())
+
+    def broken(name):
+        raise RuntimeError("numba internals changed")
+    monkeypatch.setattr(C, "_dispatcher", broken)
+    assert C.load("scan.skip_value") == []

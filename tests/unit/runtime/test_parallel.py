@@ -113,3 +113,15 @@ def test_dask_workers_tune_malloc():
                                   dashboard_address=None) as cluster:
         res = run_tasks(_tuned, [(1,), (2,)], scheduler=cluster.scheduler_address)
     assert res == [(1, True, "65536"), (2, True, "65536")]
+
+
+def test_pool_trims_the_parent_before_forking(monkeypatch):
+    """A local pool hands the parent's freed heap back (runtime.tuning.trim) before its workers
+    exist, so that no worker starts on top of pages the parent no longer uses."""
+    import multiprocessing as mp
+
+    from streamtrace.runtime import parallel
+    seen = []
+    monkeypatch.setattr(parallel, "trim", lambda: seen.append(len(mp.active_children())))
+    assert run_tasks(flaky, [(0, "."), (1, ".")], jobs=2) == [0, 10]
+    assert seen == [0]
