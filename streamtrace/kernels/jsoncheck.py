@@ -423,7 +423,9 @@ def event_members(buf, s, e, stack, mem, amem, args_key):
     ``mem`` holding args (-1 if none).  Accepts exactly what
     :func:`valid_json_with` accepts for an object; O(e - s).
     """
-    n, na, arow, _ = object_members(buf, s, e, stack, mem, amem, args_key, True)
+    # np.bool_: a typed flag, not a literal True (numba would compile object_members once more
+    # for a Literal[bool] argument instead of loading the cached version)
+    n, na, arow, _ = object_members(buf, s, e, stack, mem, amem, args_key, np.bool_(True))
     return n, na, arow
 
 

@@ -19,7 +19,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .jsoncheck import MAX_DEPTH, MEMBERS_CAP, MEMBERS_INVALID, bytes_equal, event_members, object_members
+from .jsoncheck import MAX_DEPTH, MEMBERS_CAP, MEMBERS_INVALID, bytes_equal, object_members
 from .scan import DONE, NEED_MORE, OBJECT, next_element, parse_ns, skip_value
 from .validate import member_fields, span_fields
 
@@ -234,11 +234,13 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
     vstack = np.zeros(MAX_DEPTH, np.uint8)
     mem = np.empty((MEMBERS_CAP, 4), np.int64)
     amem = np.empty((MEMBERS_CAP, 4), np.int64)
+    whole = np.bool_(True)         # typed flags, not literals: one compiled object_members for all callers
+    open_end = np.bool_(False)
     while True:
         if i < found_n:                        # found before the caller stepped in: walk it again
             s = starts[i]
             e = ends[i]
-            nm, na, arow = event_members(buf, s, e, vstack, mem, amem, K_ARGS)
+            nm, na, arow, _ = object_members(buf, s, e, vstack, mem, amem, K_ARGS, whole)
         else:
             found, at = next_element(buf, at, nbytes, sep)
             if found != OBJECT or found_n >= bcap:
@@ -246,13 +248,13 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
                 return OK, (found if found != OBJECT else NEED_MORE)
             s = at
             # -- find its end, validate it and locate the fields in one pass --------
-            nm, na, arow, e = object_members(buf, s, nbytes, vstack, mem, amem, K_ARGS, False)
+            nm, na, arow, e = object_members(buf, s, nbytes, vstack, mem, amem, K_ARGS, open_end)
             if nm == MEMBERS_INVALID:    # invalid, or cut by the window's end
                 done, e = skip_value(buf, s, nbytes)
                 if done != DONE:
                     cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
                     return OK, NEED_MORE
-                nm, na, arow = event_members(buf, s, e, vstack, mem, amem, K_ARGS)
+                nm, na, arow, _ = object_members(buf, s, e, vstack, mem, amem, K_ARGS, whole)
             starts[found_n] = s
             ends[found_n] = e
             found_n += 1

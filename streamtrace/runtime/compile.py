@@ -82,7 +82,7 @@ UNITS = {
     "rewrite.scan_rewrite": ("rewrite", "scan_rewrite",
                              (_RO, _I64, _I64, _I64, _I64, _U8, _I64, _RO, _I64, _I64, _I64, _U8, _i,
                               _RO, _I64, _i, _i, _i, _b, _b, _i, _i, _I64, _U8, _I64_2D),
-                             ("jsoncheck.object_members", "jsoncheck.event_members", "scan.parse_ns",
+                             ("jsoncheck.object_members", "scan.parse_ns",
                               "scan.skip_value", "scan.skip_ws", "rewrite._read_uint", "rewrite._put_us",
                               "jsoncheck.bytes_equal", "rewrite._startswith", "validate.member_fields",
                               "validate.span_fields"), 4.5),

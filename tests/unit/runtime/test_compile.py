@@ -28,7 +28,7 @@ def test_units_name_kernels_with_their_arity():
         assert set(units) <= set(C.UNITS), command
     order = C._closure(["treestream._feed", "rewrite.scan_rewrite"])
     assert order.index("runs.merge_runs") < order.index("runs.sort_group") < order.index("treestream._feed")
-    assert order.index("jsoncheck.event_members") < order.index("rewrite.scan_rewrite")
+    assert order.index("jsoncheck.object_members") < order.index("rewrite.scan_rewrite")
 
 
 def test_prepare_never_raises(monkeypatch):
