@@ -552,8 +552,9 @@ def scan_bounds(buf, pos, n, starts, ends, sep):
     offsets of each ``{...}`` element of the ``traceEvents`` array), with the same
     ``sep`` state, return value ``(count, status, pos)`` and errors (a missing or
     doubled comma, an element that is not an object).  For callers that locate
-    ``ts``/``dur`` themselves (merge's rewrite kernel reads them from the member
-    spans it finds anyway).  The events' own bytes are skipped a word at a time
+    ``ts``/``dur`` themselves (validate reads them from the member spans it finds
+    anyway; merge's :func:`streamtrace.kernels.rewrite.scan_rewrite` finds the same
+    byte ranges in its own member walk).  The events' own bytes are skipped a word at a time
     (see :func:`_object_end`), so this runs at a few times :func:`scan_events`'
     speed.  Twin: :func:`scan_events`' starts/ends (property-tested)."""
     cap = starts.shape[0]
