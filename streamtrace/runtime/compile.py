@@ -132,14 +132,14 @@ _READ = ("scan.scan_events", "scan.skip_value", "scan.skip_string", "scan.skip_w
 _INTERVALS = ("intervals._union_sorted", "intervals._union_length_sorted", "intervals._intersect_length_sorted")
 _VALIDATE = ("validate.event_fields", "validate.nesting_chunk", "validate.flow_chunk", "validate.flow_close",
              "validate.batch_records")
-_MERGE = _READ + ("scan.scan_bounds", "rewrite.scan_rewrite") + _VALIDATE
+_MERGE = _READ + ("rewrite.scan_rewrite",) + _VALIDATE
 _ANALYZE = _READ + ("extract.extract_columns", "treestream._feed", "treestream._gather_strings",
                     "intervals.disjoint_length") + _INTERVALS + _WINDOWS
 
 #: command -> the units it calls (what a cold run of it compiled, measured)
 COMMANDS = {
     "merge": _MERGE,                       # merge validates its output
-    "validate": _READ + _VALIDATE,
+    "validate": _READ + ("scan.scan_bounds",) + _VALIDATE,
     "demo": _MERGE,
     "analyze": _ANALYZE,
     "aggregate": _READ + _INTERVALS + _STATS,

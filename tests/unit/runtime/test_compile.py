@@ -65,24 +65,26 @@ _AFTER_PREPARE = textwrap.dedent("""
     from streamtrace.runtime.compile import prepare
     from streamtrace.merge import MergeOptions, merge
     from streamtrace.analyze import AnalyzeOptions, analyze
+    from streamtrace.trace.validate import validate
     from streamtrace.trace.synth import SynthSpec, generate_job
     notes = []
-    first = prepare("merge", "analyze", jobs=2, notice=notes.append)
-    again = prepare("merge", "analyze", jobs=2, notice=notes.append)
+    first = prepare("merge", "analyze", "validate", jobs=2, notice=notes.append)
+    again = prepare("merge", "analyze", "validate", jobs=2, notice=notes.append)
     generate_job("traces", SynthSpec(world_size=4, tp=2, pp=2))
     rec = event.RecordingListener()
     event.register("numba:compile", rec)
     merge(["traces"], "merged.json", MergeOptions(jobs=1))
     analyze(["traces"], "analysis", AnalyzeOptions(jobs=1))
+    validate("merged.json")
     funcs = [getattr(e.data["dispatcher"], "py_func", None) for _, e in rec.buffer if e.is_start]
     compiled = sorted({f.__qualname__ for f in funcs if f is not None and f.__module__.startswith("streamtrace.kernels")})
     print(json.dumps({"notes": notes, "first": first, "again": again, "compiled": compiled}))
 """)
 
 
-def test_after_prepare_merge_and_analyze_compile_nothing(tmp_path):
-    """A fresh numba cache: prepare compiles the units of merge and analyze (one notice), a
-    second prepare finds them cached, and then a real merge and analyze compile no kernel."""
+def test_after_prepare_merge_analyze_and_validate_compile_nothing(tmp_path):
+    """A fresh numba cache: prepare compiles the units of merge, analyze and validate (one notice),
+    a second prepare finds them cached, and then a real merge, analyze and validate compile no kernel."""
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
     p = subprocess.run([sys.executable, "-c", _AFTER_PREPARE], capture_output=True, text=True, env=env,
                        cwd=tmp_path)
