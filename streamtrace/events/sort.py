@@ -3,13 +3,17 @@ runs of ``block_rows`` records are sorted and stored as compressed sub-blocks (i
 temporary file), then merged (:class:`ExternalSorter`)."""
 from __future__ import annotations
 
+import heapq
 import mmap
 import os
 import tempfile
 
 import numpy as np
 
-from .codec import pack_columns, unpack
+from .codec import pack, pack_columns, unpack
+
+GATHER_ROWS = 8192     # records a run's spill gathers into sorted order at a time (then packed by sub-block)
+
 
 def _le(keys, cut):
     """Mask of records whose key (``keys``: arrays, primary first) is <= ``cut`` (scalars)."""
@@ -21,6 +25,12 @@ def _le(keys, cut):
     return lt | eq
 
 
+def _concat(parts):
+    """``np.concatenate`` of contiguous 1-d structured arrays of one dtype, as bytes (numpy's own
+    promotes the structured dtype in Python on every call: ~10 us)."""
+    return np.concatenate([p.view(np.uint8) for p in parts]).view(parts[0].dtype)
+
+
 class ExternalSorter:
     """Sort records (a structured ``dtype``) by ``keyfn(records) -> [key arrays, primary
     first]``; records with equal keys come out next to each other in no particular order
@@ -29,15 +39,26 @@ class ExternalSorter:
     :meth:`add` buffers records; every ``block_rows`` of them are sorted into a run,
     kept as compressed sub-blocks of ``sub_rows`` records (in memory, or in a temporary
     file in ``folder``).  :meth:`chunks` then yields the records in key order, in
-    chunks, merging the runs with one decompressed sub-block per run in memory.
-    ``delta``: fields coded as differences (those close to sorted); ``codec``: the
-    sub-blocks' compression (:data:`~streamtrace.events.codec.CODECS`)."""
+    chunks, merging the runs.  ``delta``: fields coded as differences (those close to
+    sorted); ``codec``: the sub-blocks' compression (:data:`~streamtrace.events.codec.CODECS`).
 
-    def __init__(self, dtype, keyfn, block_rows, folder=None, sub_rows=2048, delta=(), codec="zstd"):
+    The merge's memory: by default one decompressed sub-block per run, so it grows with
+    the number of runs (the input).  With ``merge_rows`` it is bounded whatever the
+    input: each run is read in windows of ``max(1, merge_rows // (runs * sub_rows))``
+    sub-blocks, and when there are more than ``merge_rows // sub_rows`` runs (at least
+    2) the oldest are first merged into longer runs, stored as the others (a multi-pass
+    merge, as in Knuth, TAOCP vol. 3, 5.4), until that many are left.  The windows then
+    hold at most ``max(merge_rows, 2 * sub_rows)`` records, and each chunk
+    :meth:`chunks` yields at most as many."""
+
+    def __init__(self, dtype, keyfn, block_rows, folder=None, sub_rows=2048, delta=(), codec="zstd",
+                 merge_rows=None):
         self.dtype = np.dtype(dtype)
         self.keyfn = keyfn
         self.block_rows = max(1, int(block_rows))
         self.sub_rows = max(1, min(int(sub_rows), self.block_rows))
+        self.merge_rows = None if merge_rows is None else max(1, int(merge_rows))
+        self.passes = 0               # runs merged into a longer run before the final merge (for tests)
         self.delta = tuple(delta)
         self.codec = codec
         self.folder = folder
@@ -77,12 +98,16 @@ class ExternalSorter:
         return run, np.lexsort(self.keyfn(run)[::-1])
 
     def _spill_run(self):
-        run, order = self._buffer_order()             # gathered sub-block by sub-block: no sorted copy,
-        names = self.dtype.names                      # column by column (see codec.pack_columns)
+        run, order = self._buffer_order()             # gathered a few thousand records at a time: no sorted
+        names = self.dtype.names                      # copy, column by column (see codec.pack_columns)
         subs = []
-        for i in range(0, len(run), self.sub_rows):
-            o = order[i:i + self.sub_rows]
-            subs.append((len(o), pack_columns({f: run[f][o] for f in names}, self.delta, self.codec)))
+        step = self.sub_rows * max(1, GATHER_ROWS // self.sub_rows)
+        for g in range(0, len(run), step):
+            o = order[g:g + step]
+            cols = {f: run[f][o] for f in names}
+            for i in range(0, len(o), self.sub_rows):
+                sub = {f: c[i:i + self.sub_rows] for f, c in cols.items()}
+                subs.append((len(sub[names[0]]), pack_columns(sub, self.delta, self.codec)))
         self.nbuf = 0
         self.runs.append(self._put_run(subs))
 
@@ -146,7 +171,7 @@ class ExternalSorter:
             if not self.runs:                     # everything fits in one block: plain sort
                 if self.nbuf:
                     run, order = self._buffer_order()
-                    run = run[order]
+                    run = np.take(run, order)
                     self.buf, self.nbuf = None, 0
                     for i in range(0, len(run), self.block_rows):
                         yield run[i:i + self.block_rows]
@@ -161,37 +186,90 @@ class ExternalSorter:
     def _merge(self):
         runs = [list(reversed(r)) for r in self.runs]     # pop() gives the next sub-block
         self.runs = []
-        bufs = [self._get(r.pop()) for r in runs]
-        first = [self._key(b, 0) for b in bufs]
-        while True:
-            live = [i for i, b in enumerate(bufs) if b is not None]
-            if not live:
-                return
-            pending = [i for i in live if runs[i]]
-            # every record <= the smallest tail of a run with more to come is final
-            cut = min(self._key(bufs[i], -1) for i in pending) if pending else None
-            pieces = []
-            for i in live:
+        if self.merge_rows is not None:
+            fan_in = max(2, self.merge_rows // self.sub_rows)
+            while len(runs) > fan_in:
+                group = runs[:min(fan_in, len(runs) - fan_in + 1)]
+                runs = runs[len(group):] + [list(reversed(self._merge_into_run(group)))]
+                self.passes += len(group)
+        yield from self._merge_runs(runs)
+
+    def _merge_into_run(self, runs):
+        """Merge ``runs`` (reversed sub-block references) into one stored run; returns its references.
+        On disk the sub-blocks are written as they come; in memory they are gathered first."""
+        refs, packed, rest = [], [], None
+        for chunk in self._merge_runs(runs):
+            block = chunk if rest is None else _concat((rest, chunk))
+            whole = len(block) - len(block) % self.sub_rows
+            for i in range(0, whole, self.sub_rows):
+                packed.append((self.sub_rows, pack(block[i:i + self.sub_rows], self.delta, self.codec)))
+            rest = block[whole:] if whole < len(block) else None
+            if self.folder is not None and packed:
+                refs += self._put_run(packed)
+                packed = []
+        if rest is not None:
+            packed.append((len(rest), pack(rest, self.delta, self.codec)))
+        return refs + self._put_run(packed) if packed else refs
+
+    def _window(self, run, per):
+        """The next ``per`` sub-blocks of ``run`` (reversed references) decompressed, or None at its end."""
+        if not run:
+            return None
+        parts = [self._get(run.pop()) for _ in range(min(per, len(run)))]
+        return parts[0] if len(parts) == 1 else _concat(parts)
+
+    def _merge_runs(self, runs):
+        """Yield the records of ``runs`` (lists of reversed sub-block references) in key order.
+        Every round yields what is <= the smallest last key of the windows of runs with more to
+        come (``cut``): nothing later can sort before it.  Two heaps keep a round's work to the
+        runs it takes from: the windows by first key, the runs with more to come by last key."""
+        per = 1 if self.merge_rows is None else max(1, self.merge_rows // (max(1, len(runs)) * self.sub_rows))
+        k = len(runs)
+        bufs, first, last, version = [None] * k, [None] * k, [None] * k, [0] * k
+        ready, lasts = [], []          # (first key, run) of every window; (last key, version, run)
+
+        def load(i):
+            b = bufs[i] = self._window(runs[i], per)
+            if b is not None:
+                version[i] += 1
+                first[i], last[i] = self._ends(b)
+                heapq.heappush(ready, (first[i], i))
+                if runs[i]:
+                    heapq.heappush(lasts, (last[i], version[i], i))
+
+        for i in range(k):
+            load(i)
+        while ready:
+            while lasts and lasts[0][1] != version[lasts[0][2]]:    # that window is gone
+                heapq.heappop(lasts)
+            cut = lasts[0][0] if lasts else None
+            pieces, ends, cut_into, used = [], [], [], []
+            while ready and (cut is None or ready[0][0] <= cut):
+                i = heapq.heappop(ready)[1]
                 b = bufs[i]
-                if cut is None or self._key(b, -1) <= cut:
-                    take = len(b)
-                elif first[i] > cut:
-                    take = 0
-                else:
-                    take = int(np.count_nonzero(_le(self.keyfn(b), cut)))   # a prefix: b is sorted
-                if not take:
-                    continue
-                pieces.append(b[:take])
+                take = len(b) if cut is None or last[i] <= cut else int(np.count_nonzero(_le(self.keyfn(b), cut)))
+                pieces.append(b[:take])                  # a prefix: b is sorted
+                ends.append(last[i] if take == len(b) else self._key(b[:take], -1))
                 if take < len(b):
                     bufs[i] = b[take:]
+                    cut_into.append(i)
                 else:
-                    bufs[i] = self._get(runs[i].pop()) if runs[i] else None
-                if bufs[i] is not None:
-                    first[i] = self._key(bufs[i], 0)
-            out = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
-            if len(pieces) > 1:
-                out = out[np.lexsort(self.keyfn(out)[::-1])]
+                    used.append(i)
+            for i in cut_into:
+                first[i] = self._key(bufs[i], 0)
+                heapq.heappush(ready, (first[i], i))
+            for i in used:
+                load(i)
+            out = pieces[0] if len(pieces) == 1 else _concat(pieces)
+            # the pieces came by first key: already in order unless one overlaps the next
+            if any(ends[j] > self._key(pieces[j + 1], 0) for j in range(len(pieces) - 1)):
+                out = np.take(out, np.lexsort(self.keyfn(out)[::-1]))     # (out[order]: 10x slower)
             yield out
+
+    def _ends(self, b):
+        """The keys (tuples of ints) of the first and the last record of ``b`` (one ``keyfn`` call)."""
+        keys = self.keyfn(np.take(b, [0, len(b) - 1]))
+        return tuple(int(k[0]) for k in keys), tuple(int(k[1]) for k in keys)
 
     def _key(self, b, i):
         return tuple(int(k[0]) for k in self.keyfn(b[i:i + 1] if i >= 0 else b[i:]))

@@ -18,7 +18,8 @@ only); :func:`streamtrace.kernels.validate.event_fields` reads the fields of a b
 end a record (key, file order, rank), int64 only; each kind goes through an external sort
 (:class:`~streamtrace.events.sort.ExternalSorter`, runs spilled to ``spill_dir``) and is checked
 in order by :func:`~streamtrace.kernels.validate.nesting_chunk` /
-:func:`~streamtrace.kernels.validate.flow_chunk`.  Memory: one batch plus one sort run per kind.
+:func:`~streamtrace.kernels.validate.flow_chunk`.  Memory: one batch plus one sort run per kind;
+the merge of the runs holds ``sort_rows`` records (a multi-pass merge past 64 runs).
 
 With ``jobs`` > 1, a plain or gzip trace of at least ``split_threshold`` bytes is read by worker
 processes in byte ranges (:func:`~streamtrace.trace.ranges.guess_ranges`, as ``analyze --jobs``
@@ -64,7 +65,8 @@ NEST_DTYPE = np.dtype([("tkind", "i8"), ("pid", "i8"), ("tid", "i8"), ("start", 
 FLOW_DTYPE = np.dtype([("kinds", "i8"), ("cat", "i8"), ("id", "i8"), ("seq", "i8"), ("ph", "i8"),
                        ("rankk", "i8"), ("rank", "i8"), ("view", "i8")])
 SORT_ROWS = 1 << 16          # records per sorted run (one run per kind in memory at a time)
-SUB_BLOCKS = 8               # compressed sub-blocks per run (the merge of the runs holds one per run)
+SUB_BLOCKS = 64              # compressed sub-blocks per run: the merge reads each run in windows of whole
+                             # sub-blocks, SORT_ROWS records in all whatever the number of runs
 # the records' compression (runs, range logs): LZ4, not the stores' zstd -- they live for one check,
 # and packing and unpacking them was ~0.17 of the ~0.6 CPU-s the check adds to merging one 296 MB rank
 CODEC = "lz4"
@@ -79,7 +81,8 @@ class ValidateOptions:
         salvage: on a truncated file, check every complete event before the cut (with a warning).
         spill_dir: folder for the sorted runs of large traces (default: the system's temporary
             folder); a trace whose records fit one run writes nothing.
-        sort_rows: records per sorted run (memory: ~50-64 bytes each, one run per kind at a time).
+        sort_rows: records per sorted run (memory: ~50-64 bytes each, one run per kind at a time);
+            the merge of the runs holds as many records, decompressed, whatever the trace's size.
         jobs: worker processes reading byte ranges of one big trace (0: all cores; 1: this
             process only).  The report is the same whatever ``jobs``.
         split_threshold: traces of fewer (uncompressed) bytes are read by this process alone.
@@ -130,11 +133,11 @@ class Checker:
     def __init__(self, opt: ValidateOptions | None = None, log: str | None = None):
         opt = opt or ValidateOptions()
         folder = opt.spill_dir or tempfile.gettempdir()
-        sub = max(1024, opt.sort_rows // SUB_BLOCKS)
+        sub = max(1, opt.sort_rows // SUB_BLOCKS)
         self.nest = ExternalSorter(NEST_DTYPE, _nest_key, opt.sort_rows, folder=folder, sub_rows=sub,
-                                   delta=("start", "end"), codec=CODEC)
+                                   delta=("start", "end"), codec=CODEC, merge_rows=opt.sort_rows)
         self.flows = ExternalSorter(FLOW_DTYPE, _flow_key, opt.sort_rows, folder=folder, sub_rows=sub, delta=("seq",),
-                                    codec=CODEC)
+                                    codec=CODEC, merge_rows=opt.sort_rows)
         self.fields = np.empty((BATCH_EVENTS, KV.NF), np.int64)
         self._nest = np.empty((0, KV.NEST_COLS), np.int64)
         self._flows = np.empty((0, KV.FLOW_COLS), np.int64)

@@ -162,23 +162,48 @@ def test_stores_keep_order_by_key(tmp_path, spill):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.integers(0, 20), st.integers(0, 5)), max_size=200), st.integers(1, 50),
-       st.integers(1, 20), st.lists(st.integers(1, 30), max_size=10), st.booleans(), st.sampled_from(CODECS))
-def test_external_sorter_sorts(tmp_path, keys, block, sub, adds, on_disk, codec):
+       st.integers(1, 20), st.lists(st.integers(1, 30), max_size=10), st.booleans(), st.sampled_from(CODECS),
+       st.one_of(st.none(), st.integers(1, 60)))
+def test_external_sorter_sorts(tmp_path, keys, block, sub, adds, on_disk, codec, merge_rows):
     dt = np.dtype([("a", "i8"), ("b", "i4"), ("i", "i8")])
     recs = np.zeros(len(keys), dt)
     recs["a"] = [k[0] for k in keys]
     recs["b"] = [k[1] for k in keys]
     recs["i"] = np.arange(len(keys))
     so = ExternalSorter(dt, lambda r: [r["a"], -r["b"].astype(np.int64), r["i"]], block,
-                        folder=tmp_path if on_disk else None, sub_rows=sub, delta=("i",), codec=codec)
+                        folder=tmp_path if on_disk else None, sub_rows=sub, delta=("i",), codec=codec,
+                        merge_rows=merge_rows)
     pos = 0
     for n in adds + [len(recs)]:
         so.add(recs[pos:pos + n])
         pos += n
+    runs = -(-len(recs) // so.block_rows)
     got = list(so.chunks())
     out = np.concatenate(got) if got else np.zeros(0, dt)
     want = recs[np.lexsort((recs["i"], -recs["b"], recs["a"]))]
     assert out.tobytes() == want.tobytes()
+    if merge_rows is not None and runs > 1:
+        # the merge's bound: chunks of at most max(merge_rows, 2 sub-blocks) records; more runs
+        # than that bound holds sub-blocks are first merged into longer ones
+        assert max(len(c) for c in got) <= max(merge_rows, 2 * so.sub_rows)
+        fan_in = max(2, merge_rows // so.sub_rows)
+        assert (so.passes > 0) == (runs > fan_in)
+        assert so.passes <= 2 * runs
+
+
+@pytest.mark.parametrize("on_disk", [False, True])
+def test_external_sorter_bounded_merge_hand_checked(tmp_path, on_disk):
+    """12 runs of 4 records, sub-blocks of 2, merge_rows 8: at most 4 runs merged at once (the
+    first 9 into longer runs, in three passes), windows of one sub-block; the output is sorted."""
+    dt = np.dtype([("k", "i8")])
+    vals = np.arange(48)[::-1] % 13
+    so = ExternalSorter(dt, lambda r: [r["k"]], 4, folder=tmp_path if on_disk else None, sub_rows=2, merge_rows=8)
+    so.add(vals.astype(np.int64).view(dt))
+    assert len(so.runs) == 12
+    got = list(so.chunks())
+    assert np.concatenate(got)["k"].tolist() == sorted(vals.tolist())
+    assert max(len(c) for c in got) <= 8
+    assert so.passes == 4 + 4 + 3    # 12 runs -> 9 (4 merged), 9 -> 6 (4), 6 -> 4 (3)
 
 
 @settings(max_examples=80, deadline=None)
