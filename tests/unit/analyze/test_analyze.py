@@ -17,7 +17,7 @@ from streamtrace.merge import MergeOptions, merge
 from streamtrace.trace.synth import SynthSpec, generate_job
 
 from support import CPU3D, REAL, SHARED, need_shared, real_traces, run_cli
-from test_metrics_reference import FLOAT64_REFERENCE_KEYS, _close, _float64_metrics
+from metrics_reference import FLOAT64_REFERENCE_KEYS, close_enough, float64_metrics
 
 KERNEL_COLUMNS = [
     ("device", pa.int32()), ("stream", pa.int64()), ("tid", pa.int64()), ("ts_ns", pa.int64()),
@@ -65,11 +65,11 @@ def test_summary_matches_reference(real_analysis, trace):
     assert sorted(got) == sorted(ref["devices"])
     for dev, want in ref["devices"].items():
         for key, v in want.items():
-            if _close(got[dev][key], v):
+            if close_enough(got[dev][key], v):
                 continue
             # the reference was computed in float64 for this trace (see test_metrics_reference)
             assert key in FLOAT64_REFERENCE_KEYS.get(trace, ()), (dev, key, got[dev][key], v)
-            assert _close(_float64_metrics(REAL / trace, dev)[key], v)
+            assert close_enough(float64_metrics(REAL / trace, dev)[key], v)
 
 
 def test_schema_is_pinned(real_analysis):
