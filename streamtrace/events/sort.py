@@ -42,14 +42,16 @@ class ExternalSorter:
     chunks, merging the runs.  ``delta``: fields coded as differences (those close to
     sorted); ``codec``: the sub-blocks' compression (:data:`~streamtrace.events.codec.CODECS`).
 
-    The merge's memory: by default one decompressed sub-block per run, so it grows with
+    The merge's memory: one decompressed sub-block per run, so by default it grows with
     the number of runs (the input).  With ``merge_rows`` it is bounded whatever the
-    input: each run is read in windows of ``max(1, merge_rows // (runs * sub_rows))``
-    sub-blocks, and when there are more than ``merge_rows // sub_rows`` runs (at least
-    2) the oldest are first merged into longer runs, stored as the others (a multi-pass
-    merge, as in Knuth, TAOCP vol. 3, 5.4), until that many are left.  The windows then
-    hold at most ``max(merge_rows, 2 * sub_rows)`` records, and each chunk
-    :meth:`chunks` yields at most as many."""
+    input: when there are more than ``merge_rows // sub_rows`` runs (at least 2) the
+    oldest are first merged into longer runs, stored as the others (a multi-pass merge,
+    as in Knuth, TAOCP vol. 3, 5.4), until that many are left.  The sub-blocks in memory
+    then hold at most ``max(merge_rows, 2 * sub_rows)`` records, and each chunk
+    :meth:`chunks` yields at most as many.  (Windows of several sub-blocks per run when
+    there are few runs gave fewer, larger rounds, and the copies of a round -- the pieces'
+    concatenation, its sort when they overlap, the consumer's columns -- made the peak
+    ~3x the windows: +12 MB for a two-run pass of a 2.8 GB trace's flows.)"""
 
     def __init__(self, dtype, keyfn, block_rows, folder=None, sub_rows=2048, delta=(), codec="zstd",
                  merge_rows=None):
@@ -211,25 +213,21 @@ class ExternalSorter:
             packed.append((len(rest), pack(rest, self.delta, self.codec)))
         return refs + self._put_run(packed) if packed else refs
 
-    def _window(self, run, per):
-        """The next ``per`` sub-blocks of ``run`` (reversed references) decompressed, or None at its end."""
-        if not run:
-            return None
-        parts = [self._get(run.pop()) for _ in range(min(per, len(run)))]
-        return parts[0] if len(parts) == 1 else _concat(parts)
+    def _window(self, run):
+        """The next sub-block of ``run`` (reversed references) decompressed, or None at its end."""
+        return self._get(run.pop()) if run else None
 
     def _merge_runs(self, runs):
         """Yield the records of ``runs`` (lists of reversed sub-block references) in key order.
         Every round yields what is <= the smallest last key of the windows of runs with more to
         come (``cut``): nothing later can sort before it.  Two heaps keep a round's work to the
         runs it takes from: the windows by first key, the runs with more to come by last key."""
-        per = 1 if self.merge_rows is None else max(1, self.merge_rows // (max(1, len(runs)) * self.sub_rows))
         k = len(runs)
         bufs, first, last, version = [None] * k, [None] * k, [None] * k, [0] * k
         ready, lasts = [], []          # (first key, run) of every window; (last key, version, run)
 
         def load(i):
-            b = bufs[i] = self._window(runs[i], per)
+            b = bufs[i] = self._window(runs[i])
             if b is not None:
                 version[i] += 1
                 first[i], last[i] = self._ends(b)

@@ -65,8 +65,8 @@ NEST_DTYPE = np.dtype([("tkind", "i8"), ("pid", "i8"), ("tid", "i8"), ("start", 
 FLOW_DTYPE = np.dtype([("kinds", "i8"), ("cat", "i8"), ("id", "i8"), ("seq", "i8"), ("ph", "i8"),
                        ("rankk", "i8"), ("rank", "i8"), ("view", "i8")])
 SORT_ROWS = 1 << 16          # records per sorted run (one run per kind in memory at a time)
-SUB_BLOCKS = 64              # compressed sub-blocks per run: the merge reads each run in windows of whole
-                             # sub-blocks, SORT_ROWS records in all whatever the number of runs
+SUB_BLOCKS = 64              # compressed sub-blocks per run: the merge holds one per run, at most 64 runs
+                             # (SORT_ROWS records in all) whatever the number of runs
 # the records' compression (runs, range logs): LZ4, not the stores' zstd -- they live for one check,
 # and packing and unpacking them was ~0.17 of the ~0.6 CPU-s the check adds to merging one 296 MB rank
 CODEC = "lz4"
