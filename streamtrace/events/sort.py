@@ -31,6 +31,22 @@ def _concat(parts):
     return np.concatenate([p.view(np.uint8) for p in parts]).view(parts[0].dtype)
 
 
+class StoredRun:
+    """One sorted run of :class:`ExternalSorter`: its compressed sub-blocks, int64 ``meta``
+    rows ``[records, offset, bytes]`` (a few bytes each: a Python tuple per sub-block made
+    validate's parent grow by ~0.6 MB per GB of trace), into ``slab`` (a memory map) or, when
+    ``slab`` is None, the sorter's temporary file.  ``len()``: the sub-blocks not read yet."""
+    __slots__ = ("meta", "slab", "at")
+
+    def __init__(self, meta, slab=None):
+        self.meta = meta
+        self.slab = slab
+        self.at = 0
+
+    def __len__(self):
+        return len(self.meta) - self.at
+
+
 class ExternalSorter:
     """Sort records (a structured ``dtype``) by ``keyfn(records) -> [key arrays, primary
     first]``; records with equal keys come out next to each other in no particular order
@@ -48,10 +64,9 @@ class ExternalSorter:
     oldest are first merged into longer runs, stored as the others (a multi-pass merge,
     as in Knuth, TAOCP vol. 3, 5.4), until that many are left.  The sub-blocks in memory
     then hold at most ``max(merge_rows, 2 * sub_rows)`` records, and each chunk
-    :meth:`chunks` yields at most as many.  (Windows of several sub-blocks per run when
-    there are few runs gave fewer, larger rounds, and the copies of a round -- the pieces'
-    concatenation, its sort when they overlap, the consumer's columns -- made the peak
-    ~3x the windows: +12 MB for a two-run pass of a 2.8 GB trace's flows.)"""
+    :meth:`chunks` yields at most as many.  (One sub-block per run even when runs are few:
+    a round's copies -- the pieces' concatenation, their sort when they overlap, the
+    consumer's columns -- take ~3x what it yields, and larger windows make larger rounds.)"""
 
     def __init__(self, dtype, keyfn, block_rows, folder=None, sub_rows=2048, delta=(), codec="zstd",
                  merge_rows=None):
@@ -68,7 +83,7 @@ class ExternalSorter:
         self._pos = 0
         self.buf = None               # the run being filled: one array, reused for every run
         self.nbuf = 0
-        self.runs: list = []          # [[sub-block reference]]
+        self.runs: list = []          # [StoredRun]
         self.count = 0
 
     def add(self, recs):
@@ -114,32 +129,35 @@ class ExternalSorter:
         self.runs.append(self._put_run(subs))
 
     def _put_run(self, subs):
-        """Store one run's compressed sub-blocks ``[(records, bytes)]``; returns their
-        references.  In memory they go into one anonymous memory map per run, outside
-        the malloc heap: thousands of small long-lived pieces there would split the free
-        space that each block's temporary arrays need, and the heap (and the resident
-        memory) would creep up by tens of MB over a big track.  The map is released
-        with the run's last reference."""
+        """Store one run's compressed sub-blocks ``[(records, bytes)]`` as a :class:`StoredRun`.
+        In memory they go into one anonymous memory map per run, outside the malloc heap:
+        thousands of small long-lived pieces there would split the free space that each
+        block's temporary arrays need, and the heap (and the resident memory) would creep
+        up by tens of MB over a big track.  The map is released when the run is read out."""
         if self.folder is None:
-            slab = mmap.mmap(-1, max(1, sum(len(d) for _, d in subs)))
-            view = memoryview(slab)
-            refs, at = [], 0
-            for n, d in subs:
-                view[at:at + len(d)] = d
-                refs.append((n, view[at:at + len(d)]))
+            slab = memoryview(mmap.mmap(-1, max(1, sum(len(d) for _, d in subs))))
+            meta, at = np.empty((len(subs), 3), np.int64), 0
+            for j, (n, d) in enumerate(subs):
+                slab[at:at + len(d)] = d
+                meta[j] = n, at, len(d)
                 at += len(d)
-            return refs
+            return StoredRun(meta, slab)
+        return StoredRun(self._write(subs))
+
+    def _write(self, subs):
+        """Append sub-blocks ``[(records, bytes)]`` to the temporary file; their int64 ``[records,
+        offset, bytes]`` rows."""
         if self._file is None:
             fd, name = tempfile.mkstemp(prefix=".sort-", suffix=".bin", dir=self.folder)
             self._file = os.fdopen(fd, "w+b")
             os.unlink(name)                      # lives as long as the open file
         self._file.seek(self._pos)
-        refs = []
-        for n, d in subs:
+        meta = np.empty((len(subs), 3), np.int64)
+        for j, (n, d) in enumerate(subs):
             self._file.write(d)
-            refs.append((n, self._pos, len(d)))
+            meta[j] = n, self._pos, len(d)
             self._pos += len(d)
-        return refs
+        return meta
 
     def export_runs(self):
         """The records as sorted runs, each ``[(records, compressed bytes)]`` (sub-blocks of
@@ -147,7 +165,13 @@ class ExternalSorter:
         sorter's :meth:`add_runs`; the sorter is emptied."""
         if self.nbuf:
             self._spill_run()
-        runs = [[(ref[0], bytes(self._raw(ref))) for ref in run] for run in self.runs]
+        runs = []
+        for run in self.runs:
+            subs = []
+            while run:
+                n, raw = self._next_raw(run)
+                subs.append((n, bytes(raw)))
+            runs.append(subs)
         self.close()
         return runs
 
@@ -157,14 +181,25 @@ class ExternalSorter:
             self.count += sum(n for n, _ in subs)
             self.runs.append(self._put_run(subs))
 
-    def _raw(self, ref):
-        if self.folder is None:
-            return ref[1]
-        self._file.seek(ref[1])
-        return self._file.read(ref[2])
+    def _next_raw(self, run):
+        """``(records, compressed bytes)`` of the next sub-block of ``run``; the run's memory
+        map is released with its last one."""
+        n, at, size = run.meta[run.at].tolist()
+        run.at += 1
+        if run.slab is None:
+            self._file.seek(at)
+            return n, self._file.read(size)
+        raw = run.slab[at:at + size]
+        if not run:
+            run.slab = None
+        return n, raw
 
-    def _get(self, ref):
-        return unpack(self._raw(ref), self.dtype, ref[0], self.delta, self.codec)
+    def _window(self, run):
+        """The next sub-block of ``run`` decompressed, or None at its end."""
+        if not run:
+            return None
+        n, raw = self._next_raw(run)
+        return unpack(raw, self.dtype, n, self.delta, self.codec)
 
     def chunks(self):
         """The records in key order, in chunks (each run's sub-blocks are released as
@@ -186,20 +221,19 @@ class ExternalSorter:
             self.close()
 
     def _merge(self):
-        runs = [list(reversed(r)) for r in self.runs]     # pop() gives the next sub-block
-        self.runs = []
+        runs, self.runs = self.runs, []
         if self.merge_rows is not None:
             fan_in = max(2, self.merge_rows // self.sub_rows)
             while len(runs) > fan_in:
                 group = runs[:min(fan_in, len(runs) - fan_in + 1)]
-                runs = runs[len(group):] + [list(reversed(self._merge_into_run(group)))]
+                runs = runs[len(group):] + [self._merge_into_run(group)]
                 self.passes += len(group)
         yield from self._merge_runs(runs)
 
     def _merge_into_run(self, runs):
-        """Merge ``runs`` (reversed sub-block references) into one stored run; returns its references.
-        On disk the sub-blocks are written as they come; in memory they are gathered first."""
-        refs, packed, rest = [], [], None
+        """Merge ``runs`` into one :class:`StoredRun`.  On disk the sub-blocks are written as they
+        come; in memory they are gathered first."""
+        metas, packed, rest = [], [], None
         for chunk in self._merge_runs(runs):
             block = chunk if rest is None else _concat((rest, chunk))
             whole = len(block) - len(block) % self.sub_rows
@@ -207,18 +241,18 @@ class ExternalSorter:
                 packed.append((self.sub_rows, pack(block[i:i + self.sub_rows], self.delta, self.codec)))
             rest = block[whole:] if whole < len(block) else None
             if self.folder is not None and packed:
-                refs += self._put_run(packed)
+                metas.append(self._write(packed))
                 packed = []
         if rest is not None:
             packed.append((len(rest), pack(rest, self.delta, self.codec)))
-        return refs + self._put_run(packed) if packed else refs
-
-    def _window(self, run):
-        """The next sub-block of ``run`` (reversed references) decompressed, or None at its end."""
-        return self._get(run.pop()) if run else None
+        if self.folder is None:
+            return self._put_run(packed)
+        if packed:
+            metas.append(self._write(packed))
+        return StoredRun(np.concatenate(metas) if metas else np.empty((0, 3), np.int64))
 
     def _merge_runs(self, runs):
-        """Yield the records of ``runs`` (lists of reversed sub-block references) in key order.
+        """Yield the records of ``runs`` (:class:`StoredRun`) in key order.
         Every round yields what is <= the smallest last key of the windows of runs with more to
         come (``cut``): nothing later can sort before it.  Two heaps keep a round's work to the
         runs it takes from: the windows by first key, the runs with more to come by last key."""
