@@ -21,6 +21,7 @@ from ..runtime.warmup import warm_trace
 from ..trace.decode import bad_ts_warning, loads, text_ns
 from ..trace.metadata import device_names, host_name
 from ..trace.reader import TraceReader
+from ..trace.source import LEAN_BLOCK
 from ..trace.validate import Checker, ValidateOptions
 from ..trace.writer import dumps_event, dumps_events, us_fragment
 from .check import account_batch, rank_validation
@@ -151,7 +152,7 @@ class _PidTables:
 # OUT_BYTES buffer.  2 MiB each instead of the reader's default 8 MiB: 34 MB less resident
 # memory per rewriting process (one 296 MB rank: +22 instead of +54 MB over the loaded
 # kernels), at the same CPU time (bench/RESULTS.md, 2026-11-24 "merge memory").
-READ_BLOCK = 2 << 20
+READ_BLOCK = LEAN_BLOCK
 OUT_BYTES = 2 << 20
 _NO_FIELDS = np.zeros((0, KV.NF), np.int64)     # scan_rewrite without the validate fields
 

@@ -13,6 +13,8 @@ from ..runtime.files import owner
 
 GZIP_MAGIC = b"\x1f\x8b"
 BLOCK = 8 << 20  # bytes read per block from an input stream
+LEAN_BLOCK = 2 << 20  # the same for passes that hold little else (merge's rewrite, validate): ~30 MB less
+                      # resident memory per process at the same CPU time (bench/RESULTS.md)
 FIRST_BLOCK = 64 << 10  # the first block: the keys before traceEvents need no more; doubled per read up to BLOCK
 
 
@@ -24,30 +26,23 @@ def is_gzip(path) -> bool:
 
 def plain_copy(path, folder) -> str | None:
     """Decompress a gzip file to a temporary plain file in ``folder`` and return its
-    path, or None when ``path`` is not gzip.  The caller deletes it."""
+    path, or None when ``path`` is not gzip.  The caller deletes it.  Raises
+    :class:`~streamtrace.errors.TraceError` for corrupt gzip data; a truncated gzip gives the
+    bytes before the cut (the parse of the copy reports the truncation)."""
     with open(path, "rb") as f:
         if f.read(2) != GZIP_MAGIC:
             return None
     fd, tmp = tempfile.mkstemp(prefix=f".streamtrace-plain.{owner()}.", suffix=".json", dir=folder)
-    z = zlib.decompressobj(31)
+    src = ByteSource(path, block=LEAN_BLOCK)     # bounded blocks: 8 MB read whole were ~90 MB of JSON
     try:
-        with open(path, "rb") as src, os.fdopen(fd, "wb") as dst:
-            while True:
-                chunk = src.read(BLOCK)
-                if not chunk:
-                    break
-                data = z.decompress(chunk)
-                while z.eof and z.unused_data:
-                    rest = z.unused_data
-                    z = zlib.decompressobj(31)
-                    data += z.decompress(rest)
+        with os.fdopen(fd, "wb") as dst:
+            while data := src.read():
                 dst.write(data)
-    except zlib.error as e:
-        os.unlink(tmp)
-        raise TraceError(path, f"corrupt gzip data ({e})") from None
     except BaseException:
         os.unlink(tmp)
         raise
+    finally:
+        src.close()
     return tmp
 
 
@@ -77,6 +72,7 @@ class ByteSource:
             self.f.seek(a)
             self.range = [b"[", b - a, b"]"]
         self.z = zlib.decompressobj(31) if self.gz else None
+        self.pending = b""         # compressed bytes read but not decompressed yet
         self.compressed_read = 0   # bytes of the file consumed so far (for progress bars)
         self.eof = False
         self.gzip_truncated = False
@@ -106,23 +102,26 @@ class ByteSource:
             return data
         out = []
         produced = 0
-        while produced < max(1, block // 2):
-            chunk = self.f.read(max(1, block // 4))
-            if not chunk:
-                if not self.z.eof and (self.compressed_read > 0):
-                    self.gzip_truncated = True
-                self.eof = True
-                break
-            self.compressed_read += len(chunk)
+        while produced < block:                 # decompressed output bounded by max_length: a
+            if not self.pending:                # block of highly compressed JSON is ``block`` bytes,
+                self.pending = self.f.read(max(1, block // 4))    # not 10-20x the bytes read
+                if not self.pending:
+                    if not self.z.eof and self.compressed_read > 0:
+                        self.gzip_truncated = True
+                    self.eof = True
+                    break
+                self.compressed_read += len(self.pending)
             try:
-                data = self.z.decompress(chunk)
-                while self.z.eof and self.z.unused_data:
-                    rest = self.z.unused_data           # concatenated gzip members
-                    self.z = zlib.decompressobj(31)
-                    data += self.z.decompress(rest)
+                data = self.z.decompress(self.pending, block - produced)
             except zlib.error as e:
                 raise TraceError(self.path, f"corrupt gzip data ({e})",
                                  offset=self.compressed_read) from None
+            if self.z.eof:
+                self.pending = self.z.unused_data
+                if self.pending:                    # concatenated gzip members
+                    self.z = zlib.decompressobj(31)
+            else:
+                self.pending = self.z.unconsumed_tail
             out.append(data)
             produced += len(data)
         return b"".join(out)

@@ -53,6 +53,7 @@ from ..runtime.warmup import warm_trace
 from .decode import decode_value, loads
 from .ranges import RANGES_PER_JOB, SPLIT_THRESHOLD, clean_joints, likely_ranges, prove_range
 from .reader import BATCH_EVENTS, TraceReader
+from .source import LEAN_BLOCK
 from .source import plain_copy, size_hint
 
 PROBLEMS = ("missing_field", "negative_dur", "duplicate_flow", "cross_rank_flow", "bad_nesting")
@@ -107,7 +108,7 @@ def validate(path, salvage=False, opt: ValidateOptions | None = None) -> dict:
         rep = validate_split(path, opt, jobs)
         if rep is not None:
             return rep
-    reader = TraceReader(path, salvage=opt.salvage)
+    reader = TraceReader(path, salvage=opt.salvage, block=LEAN_BLOCK)
     with Checker(opt) as chk:
         for b in reader.raw_batches(decode="bounds"):
             chk.add(b.buf, b.starts, b.ends, b.offset, reader.path)
@@ -299,7 +300,7 @@ def check_range(task: RangeTask) -> dict:
     :class:`TraceError` when the range is not whole events that the ``]`` appended to it closes
     exactly, or a range after a comma holds no event (the log is then removed)."""
     distinct_nans(task.byte_range[0])
-    reader = TraceReader(task.path, byte_range=task.byte_range)
+    reader = TraceReader(task.path, byte_range=task.byte_range, block=LEAN_BLOCK)
     chk = Checker(task.opt)
     chk.nest.folder = chk.flows.folder = None     # runs kept in memory (ranges are <= split_threshold bytes)
     chk.seq = task.index * SEQ_STRIDE

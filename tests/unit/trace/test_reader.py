@@ -245,3 +245,30 @@ def test_blocks_start_small_and_grow_to_the_block_size(tmp_path, gz):
     assert sizes[0] <= 2 * FIRST_BLOCK                   # gzip: decompressed from FIRST_BLOCK / 4 reads
     assert max(sizes) >= (1 << 20) // 2 and max(sizes) <= 2 * (1 << 20)
     assert len(sizes) < 2 + (len(raw) >> 19)             # not stuck at the small size
+
+
+@pytest.mark.parametrize("members", [1, 3])
+def test_gzip_blocks_bounded_when_highly_compressed(tmp_path, members):
+    """JSON compresses 10-20x: a gzip block holds at most ``block`` decompressed bytes, whatever
+    the compressed bytes read (they were decompressed whole: 20+ MB more resident for a gzipped
+    rank), across concatenated members; a cut member is still reported as truncated."""
+    from streamtrace.trace.source import ByteSource
+    raw = b"".join(b'{"ph":"X","name":"op","ts":%d,"dur":3,"pid":1,"tid":2},' % i for i in range(200_000))
+    part = -(-len(raw) // members)
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(b"".join(gzip.compress(raw[i:i + part]) for i in range(0, len(raw), part)))
+    assert len(raw) > 20 * path.stat().st_size           # the case that matters: high ratio
+    block = 256 << 10
+    src = ByteSource(path, block=block)
+    sizes, out = [], []
+    while data := src.read():
+        sizes.append(len(data))
+        out.append(data)
+    assert b"".join(out) == raw and not src.gzip_truncated
+    assert max(sizes) <= block and len(sizes) >= len(raw) // block
+    path.write_bytes(path.read_bytes()[:-20])
+    src = ByteSource(path, block=block)
+    got = b""
+    while data := src.read():
+        got += data
+    assert src.gzip_truncated and raw.startswith(got) and len(got) > len(raw) // 2
