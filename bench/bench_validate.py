@@ -5,6 +5,7 @@ twice that size, against the per-event validate it replaced.
 
     python bench/bench_validate.py                  # 2 ranks x 280 MB; merged files of ~700 MB and ~1.4 GB
     python bench/bench_validate.py --quick          # 2 x 30 MB, nothing recorded
+    python bench/bench_validate.py --larger 8 16    # also ~2.8 GB and ~5.7 GB merged files
 
 Inputs (``tools/inflate_trace.py``, from ``--src``) and the merged files (``streamtrace merge
 --no-validate``) are generated into ``--scratch`` (default ``$STREAMTRACE_BENCH_DIR`` or
@@ -141,10 +142,12 @@ def verdicts(rows) -> list:
                    f"**{'MET' if r['rss_median'] / MIB <= TARGET_RSS_MB else 'NOT MET'}** ({r['rss_median'] / MIB:.0f} MB)")
     if len(v1) >= 2:
         peaks = [r["rss_median"] / MIB for r in v1]
-        grow = max(peaks[1:]) - peaks[0]
-        out.append(f"- the same peak at twice the size (and more): " + ", ".join(
-                   f"{p:.1f} MB at {r['size'] / MB:,.0f} MB" for p, r in zip(peaks, v1))
-                   + f" ({grow:+.1f} MB): **{'MET' if grow <= FLAT_MB else 'NOT MET'}** (within {FLAT_MB:g} MB)")
+        grow = peaks[1] - peaks[0]
+        more = "".join(f"; {r['size'] / v1[0]['size']:.0f}x the size: {p:.1f} MB ({p - peaks[0]:+.1f})"
+                       for p, r in zip(peaks[2:], v1[2:]))
+        out.append(f"- the same peak at twice the size: {peaks[0]:.1f} MB at {v1[0]['size'] / MB:,.0f} MB, {peaks[1]:.1f} MB "
+                   f"at {v1[1]['size'] / MB:,.0f} MB ({grow:+.1f} MB): **{'MET' if grow <= FLAT_MB else 'NOT MET'}** "
+                   f"(within {FLAT_MB:g} MB){more}")
     j1 = by.get("streamtrace merge -j 1")
     if j1:
         w = worker_mbps(j1["stdout"])
@@ -169,9 +172,9 @@ def main(argv=None):
     ap.add_argument("--merged", nargs=2, metavar=("SMALL", "TWICE"),
                     help="with --validate-only: these two merged files (the second ~twice the first) instead of "
                          "generating the inputs and merging them")
-    ap.add_argument("--four-times", action="store_true",
-                    help="also validate a merged file of 8 ranks (~four times the first): past the 64 sorted runs "
-                         "one merge pass of validate's external sort takes")
+    ap.add_argument("--larger", type=int, nargs="*", default=[], metavar="RANKS",
+                    help="also validate merged files of these many ranks (e.g. 8 16: ~4x and ~8x the first), "
+                         "past the 64 sorted runs one merge pass of validate's external sort takes")
     ap.add_argument("--validate-only", action="store_true",
                     help="only streamtrace validate, with its default -j (all cores) and with -j 1")
     args = ap.parse_args(argv)
@@ -193,9 +196,11 @@ def main(argv=None):
         d4, _, size4, _ = ensure_inputs(scratch, src, 4, args.size_mb, log)
         m1 = merged_file(scratch, d2, f"merged_2x{args.size_mb:g}mb.json", log)
         m2 = merged_file(scratch, d4, f"merged_4x{args.size_mb:g}mb.json", log)
-        if args.four_times:
-            d8, _, _, _ = ensure_inputs(scratch, src, 8, args.size_mb, log)
-            m4 = merged_file(scratch, d8, f"merged_8x{args.size_mb:g}mb.json", log)
+        larger = []
+        for ranks in args.larger:
+            d, _, _, _ = ensure_inputs(scratch, src, ranks, args.size_mb, log)
+            larger.append((merged_file(scratch, d, f"merged_{ranks}x{args.size_mb:g}mb.json", log),
+                           f"merged, {ranks // 2} times the size"))
     run = Runner(args, log)
     out = scratch / "out-validate.json"
     st = [sys.executable, "-m", "streamtrace"]
@@ -205,8 +210,8 @@ def main(argv=None):
         run.run("streamtrace merge --no-validate (-j 2)", mg + ["--no-validate"], size2, out)
         run.run("streamtrace merge -j 1", mg + ["-j", "1"], size2, out)
     sizes = [(m1, "merged"), (m2, "merged, twice the size")]
-    if args.four_times and not args.merged:
-        sizes.append((m4, "merged, four times the size"))
+    if not args.merged:
+        sizes += larger
     for m, what in sizes:
         size = m.stat().st_size
         run.run(f"streamtrace validate ({size / MB:,.0f} MB {what})", st + ["validate", str(m)], size)
