@@ -195,8 +195,8 @@ def main(argv=None):
                     help="with --validate-only: these two merged files (the second ~twice the first) instead of "
                          "generating the inputs and merging them")
     ap.add_argument("--larger", type=int, nargs="*", default=[], metavar="RANKS",
-                    help="also validate merged files of these many ranks (e.g. 8 16: ~4x and ~8x the first), "
-                         "past the 64 sorted runs one merge pass of validate's external sort takes")
+                    help="also validate merged files of these many ranks (e.g. 8 16: ~4x and ~8x the first): "
+                         "more sorted runs than validate's external sort merges in one pass")
     ap.add_argument("--validate-only", action="store_true",
                     help="only streamtrace validate, with its default -j (all cores) and with -j 1")
     args = ap.parse_args(argv)
@@ -210,6 +210,7 @@ def main(argv=None):
         print(f"[{time.time() - t_start:6.0f}s] {msg}", flush=True)
 
     src = Path(args.src)
+    larger = []                           # (merged file, label) of --larger
     if args.validate_only and args.merged:
         m1, m2 = (Path(m) for m in args.merged)
         d2 = size2 = None
@@ -218,7 +219,6 @@ def main(argv=None):
         d4, _, size4, _ = ensure_inputs(scratch, src, 4, args.size_mb, log)
         m1 = merged_file(scratch, d2, f"merged_2x{args.size_mb:g}mb.json", log)
         m2 = merged_file(scratch, d4, f"merged_4x{args.size_mb:g}mb.json", log)
-        larger = []
         for ranks in args.larger:
             d, _, _, _ = ensure_inputs(scratch, src, ranks, args.size_mb, log)
             larger.append((merged_file(scratch, d, f"merged_{ranks}x{args.size_mb:g}mb.json", log),
@@ -232,9 +232,7 @@ def main(argv=None):
         run.run("streamtrace merge --no-validate (-j 2)", mg + ["--no-validate"], size2, out)
         run.run("streamtrace merge -j 1", mg + ["-j", "1"], size2, out)
     sizes = [(m1, "merged"), (m2, "merged, twice the size")]
-    if not args.merged:
-        sizes += larger
-    for m, what in sizes:
+    for m, what in sizes + larger:
         size = m.stat().st_size
         run.run(f"streamtrace validate ({size / MB:,.0f} MB {what})", st + ["validate", str(m)], size)
         if args.validate_only:

@@ -53,8 +53,7 @@ from ..runtime.warmup import warm_trace
 from .decode import decode_value, loads
 from .ranges import RANGES_PER_JOB, SPLIT_THRESHOLD, clean_joints, likely_ranges, prove_range
 from .reader import BATCH_EVENTS, TraceReader
-from .source import LEAN_BLOCK
-from .source import plain_copy, size_hint
+from .source import LEAN_BLOCK, plain_copy, size_hint
 
 PROBLEMS = ("missing_field", "negative_dur", "duplicate_flow", "cross_rank_flow", "bad_nesting")
 # Reported but not failing: Kineto itself writes lone ``f`` ends for runtime calls
