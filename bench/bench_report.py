@@ -5,7 +5,7 @@
 times (medians), with ``report --no-charts`` and ``report --chart-format png,svg -j 1`` (the old
 default: both formats, one process) for comparison.  Target: aggregate + report <= 3 s (wall).
 
-``--scale``: the project's generator (``streamtrace.trace.synth``), TP4 x PP4, at ``--ranks``
+``--scale``: the project's generator (``streamtrace.synth.job``), TP4 x PP4, at ``--ranks``
 (default 128,512,1024), ``--config small`` (the generator's defaults: ~125 GPU events per rank)
 and/or ``big`` (``--big-layers`` layers x 16 micro-batches: >= 20,000 GPU events per rank, written by
 ``synth_scale.generate_job_scaled`` as ``.json.gz``: ~3 MB per rank); generated at run time into the
@@ -53,8 +53,8 @@ def generate(folder: Path, ranks: int, config: str, big_layers: int, jobs: int =
     call = (f"generate_job_scaled({str(traces)!r}, {spec}, jobs={jobs})" if config == "big" else
             f"generate_job({str(traces)!r}, {spec})")
     t = time.perf_counter()
-    subprocess.run([PY, "-c", "from streamtrace.trace.synth import SynthSpec, generate_job; "
-                              "from streamtrace.trace.synth_scale import generate_job_scaled; " + call],
+    subprocess.run([PY, "-c", "from streamtrace.synth.job import SynthSpec, generate_job; "
+                              "from streamtrace.synth.scale import generate_job_scaled; " + call],
                    check=True, cwd=ROOT)
     log(f"generated {ranks} ranks in {time.perf_counter() - t:.0f} s")
     return traces
@@ -95,7 +95,7 @@ MEM_COLS = ["peak RSS MB (tree sum)", "peak PSS MB (tree)", "largest process MB"
 def demo(scratch: Path, args) -> list:
     d = scratch / "demo"
     if not (d / "an" / "summary.json").is_file():
-        subprocess.run([PY, "-c", "from streamtrace.trace.synth import generate_job; "
+        subprocess.run([PY, "-c", "from streamtrace.synth.job import generate_job; "
                                   f"generate_job({str(d / 'traces')!r})"], check=True, cwd=ROOT)
         subprocess.run(st("analyze", d / "traces", "-o", d / "an", "-q"), check=True, cwd=ROOT)
     subprocess.run(st("aggregate", d / "an", "-o", d / "agg", "-q"), check=True, cwd=ROOT)     # warm

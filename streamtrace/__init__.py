@@ -14,7 +14,7 @@ The Python API, after a plain ``import streamtrace`` (each name is imported on f
 * :func:`load` -- an output folder (analysis, aggregate, epilogue run, diff) as pyarrow / pandas / polars tables;
 * :mod:`capture` -- the training side (profiler schedule, trace handler, topology);
 * :class:`TraceReader`, :class:`TraceWriter`, :func:`discover` -- streaming read and write;
-* the errors of :mod:`streamtrace.errors`.
+* the errors of :mod:`streamtrace.runtime.errors`.
 
 ``streamtrace.merge``, ``streamtrace.analyze`` and ``streamtrace.report`` are the packages of those
 stages and can be called as the functions they are named after.  The package's stages, bottom up:
@@ -26,22 +26,19 @@ stages and can be called as the functions they are named after.  The package's s
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.util
-import sys
-import warnings
 
 __version__ = "0.2.0"
 
-from .errors import (RankConflictError, StreamtraceError, TopologyError, TraceError,  # noqa: E402
-                     TruncatedTraceError, UnknownRankError, UsageError)
+from .runtime.errors import (DataError, OutputError, RankConflictError, StreamtraceError,  # noqa: E402
+                             TopologyError, TraceError, TruncatedTraceError, UnknownRankError, UsageError)
 
 # public name -> (module, attribute; None: the module itself)
 _API = {
     "TraceReader": ("streamtrace.trace.reader", "TraceReader"),
     "TraceWriter": ("streamtrace.trace.writer", "TraceWriter"),
     "discover": ("streamtrace.trace.discover", "discover"),
-    "validate": ("streamtrace.trace.validate", "validate"),
+    "validate": ("streamtrace.validate", None),
+    "ValidateOptions": ("streamtrace.validate", "ValidateOptions"),
     "merge": ("streamtrace.merge", None),
     "MergeOptions": ("streamtrace.merge", "MergeOptions"),
     "analyze": ("streamtrace.analyze", None),
@@ -51,15 +48,15 @@ _API = {
     "report": ("streamtrace.report", None),
     "ReportOptions": ("streamtrace.report", "ReportOptions"),
     "epilogue": ("streamtrace.epilogue", None),
-    "capture": ("streamtrace.capture", None),
+    "capture": ("streamtrace.topology.capture", None),
     "topology": ("streamtrace.topology", None),
     "load": ("streamtrace.events.load", "load"),
-    "diff": ("streamtrace.report.diff", "diff"),
-    "DiffOptions": ("streamtrace.job.diffinputs", "DiffOptions"),
+    "diff": ("streamtrace.report.diff", None),
+    "DiffOptions": ("streamtrace.report.diff", "DiffOptions"),
 }
 
 __all__ = [*_API, "StreamtraceError", "UsageError", "TraceError", "TruncatedTraceError", "RankConflictError",
-           "UnknownRankError", "TopologyError", "__version__"]
+           "UnknownRankError", "TopologyError", "DataError", "OutputError", "__version__"]
 
 
 def __getattr__(name):
@@ -75,40 +72,3 @@ def __getattr__(name):
 
 def __dir__():
     return sorted(set(globals()) | set(_API))
-
-
-# Modules that moved when the package was restructured into stages, importable under their old names for one release
-# (with a DeprecationWarning): the ones the README documented, and their neighbours.
-_MOVED = {
-    "streamtrace.columns": "streamtrace.events.columns",
-    "streamtrace.store": "streamtrace.events.store",
-    "streamtrace.outputs": "streamtrace.events.dataset",
-    "streamtrace.reader": "streamtrace.trace.reader",
-    "streamtrace.writer": "streamtrace.trace.writer",
-    "streamtrace.synth": "streamtrace.trace.synth",
-    "streamtrace.parallel": "streamtrace.runtime.parallel",
-    "streamtrace.patterns": "streamtrace.analyze.patterns",
-    "streamtrace.classify": "streamtrace.analyze.classify",
-    "streamtrace.metrics": "streamtrace.analyze.metrics",
-}
-
-
-class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """``import streamtrace.columns`` gives :mod:`streamtrace.events.columns`, with a warning."""
-
-    def find_spec(self, fullname, path=None, target=None):
-        return importlib.util.spec_from_loader(fullname, self) if fullname in _MOVED else None
-
-    def create_module(self, spec):
-        return None                       # a plain new module, filled below
-
-    def exec_module(self, module):
-        new = _MOVED[module.__name__]
-        warnings.warn(f"{module.__name__} moved to {new}; the old name will be removed in the next release",
-                      DeprecationWarning, stacklevel=2)
-        module.__dict__.update({k: v for k, v in vars(importlib.import_module(new)).items()
-                                if not k.startswith("__")})
-
-
-if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
-    sys.meta_path.append(_MovedModules())

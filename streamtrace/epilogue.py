@@ -35,7 +35,7 @@ import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .errors import UnknownRankError, UsageError
+from .runtime.errors import UnknownRankError, UsageError
 from .runtime.files import atomic_output, clean_stale
 from .runtime.fork import call_in_child
 from .runtime.tuning import trim
@@ -295,7 +295,7 @@ class EpilogueOptions:
     isolate: bool = True
 
     def check(self):
-        """:class:`~streamtrace.errors.UsageError` for options that cannot work together (the CLI
+        """:class:`~streamtrace.runtime.errors.UsageError` for options that cannot work together (the CLI
         checks before :func:`run`, which never raises)."""
         if (self.global_batch is None) != (self.seq_len is None):
             raise UsageError("give both --global-batch and --seq-len (or --tokens-per-step)")

@@ -3,7 +3,7 @@ CLI in a subprocess under hostile conditions and look at what it left behind.
 
 The cases are generated at test time from the real traces in ``../shared/traces/`` (skipped
 cleanly when absent; nothing from there is copied into the repository) and from
-:mod:`streamtrace.trace.synth`; the only things used from the package are the CLI, its files and
+:mod:`streamtrace.synth.job`; the only things used from the package are the CLI, its files and
 the generator.  Hostile conditions, as root (skipped when unavailable):
 
 * read-only / unreadable folders: ``chmod`` + running the CLI with ``setpriv --bounding-set
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from streamtrace.trace.synth import SynthSpec, generate_job
+from streamtrace.synth.job import SynthSpec, generate_job
 
 from support import CPU3D, REAL, ROOT
 

@@ -116,7 +116,7 @@ def events_of(reader):
 def proven(path, ranges):
     """The events of ``ranges`` if every range parses to exactly its end (the proof
     :func:`streamtrace.events.parallel_ingest.ingest_parallel` relies on for guessed ranges), else None."""
-    from streamtrace.errors import TraceError
+    from streamtrace.runtime.errors import TraceError
     from streamtrace.trace.ranges import range_events
     out = []
     for a, b in ranges:

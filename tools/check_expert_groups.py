@@ -109,7 +109,7 @@ class FakeDist:
 
 
 def streamtrace_groups(topo_mod, world, tp, pp, cp, ep, etp, order):
-    from streamtrace.errors import StreamtraceError
+    from streamtrace.runtime.errors import StreamtraceError
     try:
         t = topo_mod.from_sizes(world, tp=tp, pp=pp, cp=cp, ep=ep, order=order, etp=etp)
     except StreamtraceError as e:

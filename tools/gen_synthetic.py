@@ -5,8 +5,8 @@
         --microbatches 2 --layers 2 --seed 0 [--gz] [--scaled -j 2]
 
 Writes OUT_DIR/iteration_<N>/rank_<RRRR>_iter_<N>.pt.trace.json[.gz] and
-OUT_DIR/streamtrace_topology.json (see streamtrace.trace.synth). Times given on the command line
-are integer nanoseconds. ``--scaled``: streamtrace.trace.synth_scale (DP replicas share one program:
+OUT_DIR/streamtrace_topology.json (see streamtrace.synth.job). Times given on the command line
+are integer nanoseconds. ``--scaled``: streamtrace.synth.scale (DP replicas share one program:
 1,024 ranks x 20,000 GPU events in ~5 CPU-min; no straggler), ``-j`` processes.
 """
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout without installing
 
-from streamtrace.trace.synth import SynthSpec, generate_job  # noqa: E402
-from streamtrace.trace.synth_scale import generate_job_scaled  # noqa: E402
+from streamtrace.synth.job import SynthSpec, generate_job  # noqa: E402
+from streamtrace.synth.scale import generate_job_scaled  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,7 @@ import re
 import sys
 from copy import deepcopy
 
-from ..errors import StreamtraceError
+from ..runtime.errors import StreamtraceError
 
 DEFAULTS = {
     # GPU events: Kineto categories (legacy names after the slash)

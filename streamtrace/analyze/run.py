@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 
 from tqdm import tqdm
 
-from ..errors import RankConflictError, StreamtraceError, UnknownRankError
+from ..runtime.errors import RankConflictError, StreamtraceError, UnknownRankError
 from ..events.dataset import UNKNOWN_ITERATION
 from ..runtime import parallel
 from ..runtime.files import atomic_output, output_folder
@@ -63,8 +63,8 @@ def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> dict:
     the end; an interrupted or failed run leaves ``outdir`` as it was.  Returns the summary
     written to ``outdir/summary.json`` (README, "Outputs"; ``"warnings"``: folders and files
     skipped while looking for the traces).  Raises :class:`StreamtraceError` on bad input when
-    the only input fails, :class:`~streamtrace.errors.RankConflictError` when two inputs are
-    one rank of one iteration, :class:`~streamtrace.errors.OutputError` when ``outdir``
+    the only input fails, :class:`~streamtrace.runtime.errors.RankConflictError` when two inputs are
+    one rank of one iteration, :class:`~streamtrace.runtime.errors.OutputError` when ``outdir``
     cannot be written (checked before any work where possible)."""
     opt = opt or AnalyzeOptions()
     t0 = time.time()

@@ -13,14 +13,14 @@ import traceback
 
 import argh
 
-from ..errors import EXIT_USAGE, StreamtraceError
+from ..runtime.errors import EXIT_USAGE, StreamtraceError
 from ..runtime.lifecycle import Terminated, exit_on_sigterm
 from ..runtime.tuning import leave, skip_numba_blas, skip_pandas, use_system_allocator
 from . import aggregate, analyze, demo, diff, epilogue, merge, report, topology, validate, warmup
 from .common import SHORT_FLAGS, Exit, version_text
 
 # Conventions of every subcommand (streamtrace/cli/<name>.py): errors of the user's command line raise
-# streamtrace.errors.UsageError (exit 2, one line), bad input StreamtraceError (exit 1); -q/-v; -j 0 = all cores;
+# streamtrace.runtime.errors.UsageError (exit 2, one line), bad input StreamtraceError (exit 1); -q/-v; -j 0 = all cores;
 # lists as 0-7,12; a relative -o is relative to the current folder; examples in the function's EXAMPLES.
 # Exit codes: 0 success, 1 bad input or an output that cannot be written (one line naming the path; -v adds the
 # traceback), 2 usage error, 130 Ctrl-C, 143 SIGTERM (both after removing what the run had half-written:

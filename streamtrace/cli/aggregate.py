@@ -56,7 +56,7 @@ def aggregate(*dirs, outdir="streamtrace-aggregate", iterations=None, steps=None
 
 def kernel_delay_ns(us) -> int:
     """``--consecutive-kernel-delay-us`` as int ns; a negative value is a usage error."""
-    from ..errors import UsageError
+    from ..runtime.errors import UsageError
     if us is None or us < 0:
         raise UsageError(f"bad --consecutive-kernel-delay-us {us}: a number of microseconds >= 0, e.g. 30")
     return int(round(us * 1000))

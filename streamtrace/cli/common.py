@@ -9,7 +9,7 @@ import argh
 import ijson
 
 from .. import __version__
-from ..errors import UsageError
+from ..runtime.errors import UsageError
 
 def version_text() -> str:
     """``streamtrace --version``: the version and the ijson backend (it should be ``yajl2_c``)."""
@@ -18,7 +18,7 @@ def version_text() -> str:
 
 
 def parse_window(spec) -> tuple:
-    """``"100:250"`` -> ``(100.0, 250.0)`` (ms); :class:`~streamtrace.errors.UsageError` on bad input."""
+    """``"100:250"`` -> ``(100.0, 250.0)`` (ms); :class:`~streamtrace.runtime.errors.UsageError` on bad input."""
     try:
         a, b = spec.split(":", 1)
         lo, hi = float(a), float(b)
@@ -31,7 +31,7 @@ def parse_window(spec) -> tuple:
 
 def parse_list(spec, option) -> list:
     """The tool's one list syntax: ``"0-7,12"`` -> ``[0, 1, ..., 7, 12]`` (sorted, unique ints).
-    :class:`~streamtrace.errors.UsageError` naming ``option`` on bad input."""
+    :class:`~streamtrace.runtime.errors.UsageError` naming ``option`` on bad input."""
     out = set()
     for part in str(spec).split(","):
         part = part.strip()
@@ -55,7 +55,7 @@ def parse_list(spec, option) -> list:
 
 def parse_steps(spec) -> tuple:
     """merge's ``--steps``: ``"12-13"`` -> ``(12, 13)``, ``"12"`` -> ``(12, 12)`` (a window: one
-    range of the list syntax); :class:`~streamtrace.errors.UsageError` on bad input."""
+    range of the list syntax); :class:`~streamtrace.runtime.errors.UsageError` on bad input."""
     steps = parse_list(spec, "--steps")
     if steps != list(range(steps[0], steps[-1] + 1)):
         raise UsageError(f"bad --steps {spec!r}: merge keeps one window, N or N-M, e.g. 12-13")
@@ -63,14 +63,14 @@ def parse_steps(spec) -> tuple:
 
 
 def parse_jobs(jobs) -> int:
-    """``-j``: 0 = all cores, else that many processes; :class:`~streamtrace.errors.UsageError` when negative."""
+    """``-j``: 0 = all cores, else that many processes; :class:`~streamtrace.runtime.errors.UsageError` when negative."""
     if jobs < 0:
         raise UsageError(f"bad --jobs {jobs}: give a number of processes, or 0 for all cores")
     return jobs
 
 
 def parse_formats(text) -> tuple:
-    """``--chart-format png,svg`` -> ``("png", "svg")``; :class:`~streamtrace.errors.UsageError` for
+    """``--chart-format png,svg`` -> ``("png", "svg")``; :class:`~streamtrace.runtime.errors.UsageError` for
     anything but png and svg."""
     out = tuple(dict.fromkeys(x.strip().lower() for x in str(text).split(",") if x.strip()))
     if not out or any(x not in ("png", "svg") for x in out):
@@ -79,7 +79,7 @@ def parse_formats(text) -> tuple:
 
 
 def need(values, what):
-    """:class:`~streamtrace.errors.UsageError` ``give {what}`` when ``values`` is empty."""
+    """:class:`~streamtrace.runtime.errors.UsageError` ``give {what}`` when ``values`` is empty."""
     if not values:
         raise UsageError(f"give {what}")
 
@@ -142,10 +142,10 @@ def prepare_kernels(command, con, jobs=0) -> None:
 
 
 def print_validation(path, quiet=False, opt=None) -> dict:
-    """Validate ``path`` (``opt``: a :class:`~streamtrace.trace.validate.ValidateOptions`) and print
+    """Validate ``path`` (``opt``: a :class:`~streamtrace.validate.check.ValidateOptions`) and print
     its one-line result (:func:`validation_line`; nothing when ``quiet`` and the trace has no
     problem); returns the report."""
-    from ..trace.validate import validate      # (the CLI's convention: see streamtrace.cli)
+    from ..validate.check import validate      # (the CLI's convention: see streamtrace.cli)
     rep = validate(path, opt=opt)
     if not (quiet and rep["ok"]):
         print(validation_line(rep), flush=True)

@@ -1,7 +1,7 @@
 """``streamtrace demo``: the built-in end-to-end example.
 
 Writes a small realistic 8-rank (TP2 x DP2 x PP2) Megatron-style trace set with
-the synthetic generator (:mod:`streamtrace.trace.synth`), merges it, validates the
+the synthetic generator (:mod:`streamtrace.synth.job`), merges it, validates the
 result and prints where everything is.
 """
 from __future__ import annotations
@@ -11,16 +11,16 @@ from pathlib import Path
 
 import argh
 
-from ..errors import StreamtraceError, UsageError
+from ..runtime.errors import StreamtraceError, UsageError
 
 
 def run_demo(folder="streamtrace-demo", world_size=8, tp=2, pp=2, jobs=0, log=print) -> dict:
     """Generate ``folder/traces`` (one trace per rank), merge it into
     ``folder/merged.json.gz``, validated while merging.  Returns a dict with the
     paths, the merge summary and the output's validation report.  Raises
-    :class:`~streamtrace.errors.UsageError` when ``world_size`` is not a multiple of tp x pp."""
+    :class:`~streamtrace.runtime.errors.UsageError` when ``world_size`` is not a multiple of tp x pp."""
     from ..merge import MergeOptions, merge      # (the CLI's convention: see streamtrace.cli)
-    from ..trace.synth import SynthSpec, generate_job
+    from ..synth.job import SynthSpec, generate_job
     if world_size < tp * pp or world_size % (tp * pp):
         raise UsageError(f"bad --world-size {world_size}: a multiple of TP x PP = {tp * pp}")
     folder = Path(folder)

@@ -36,9 +36,8 @@ def diff(base, test, *, outdir="streamtrace-diff", ranks=None, base_ranks=None, 
          base_steps=None, test_steps=None, labels="base,test", name_key="full", top=10, no_charts=False, jobs=0,
          quiet=False, verbose=False):
     """Compare two runs: per kernel, CPU op, kernel class/phase/collective/dimension and rank, per rank-step."""
-    from ..errors import UsageError
-    from ..job.diffinputs import DiffOptions           # (the CLI's convention: see streamtrace.cli)
-    from ..report.diff import diff as do_diff
+    from ..runtime.errors import UsageError
+    from ..report.diff import DiffOptions, diff as do_diff    # (the CLI's convention: see streamtrace.cli)
     con = Console(quiet, verbose)
     lab = tuple(x.strip() for x in str(labels).split(","))
     if len(lab) != 2 or not all(lab):

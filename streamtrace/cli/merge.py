@@ -65,7 +65,7 @@ def merge(*inputs, input_dir=None, output_file=None, ranks=None, drop_cat=None, 
     Megatron's merge script's spelling (--input_dir DIR --output_file NAME) is accepted and, as in
     that script, a bare NAME goes beside DIR."""
     from ..merge import MergeOptions, merge as do_merge      # (the CLI's convention: see streamtrace.cli)
-    from ..merge.check import validation_summary
+    from ..validate.merged import validation_summary
     con = Console(quiet, verbose)
     legacy = bool(legacy_input_dir or legacy_output_file)
     inputs = list(inputs) + list(input_dir or []) + list(legacy_input_dir or [])

@@ -36,7 +36,7 @@ def report(*dirs, outdir=None, name=None, tokens_per_step=None, global_batch=Non
            chart_format="png", chart_ranks=None, iterations=None, steps=None, jobs=0, time_alignment="global", clock_sync="none",
            topology=None, consecutive_kernel_delay_us=30.0, force=False, quiet=False, verbose=False):
     """Markdown + report.json + charts of where the job's time went (from streamtrace aggregate output)."""
-    from ..errors import UsageError
+    from ..runtime.errors import UsageError
     from ..job import AggregateOptions            # (the CLI's convention: see streamtrace.cli)
     from ..report import ReportOptions, report as write
     from ..report.run import aggregates

@@ -32,7 +32,7 @@ def topology(*, tp=None, pp=None, cp=None, ep=None, etp=None, order="tp-cp-ep-dp
     """Parallel groups (TP/CP/EP/DP/PP) and model replicas, from sizes + rank order (as Megatron-LM's
     RankGenerator), a TraceViz file, a trace folder's pg_config, or a topology JSON."""
     from ..topology import from_sizes, write_topology      # (the CLI's convention: see streamtrace.cli)
-    from ..errors import UsageError
+    from ..runtime.errors import UsageError
     from ..topology.sources import load_topology
     con = Console(quiet, verbose)
     if source:

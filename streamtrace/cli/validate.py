@@ -6,7 +6,7 @@ import sys
 
 import argh
 
-from ..errors import StreamtraceError
+from ..runtime.errors import StreamtraceError
 from .common import Console, Exit, parse_jobs, prepare_kernels, print_validation
 
 EXAMPLES = """
@@ -27,7 +27,7 @@ EXAMPLES = """
 def validate(*traces, as_json=False, jobs=0, quiet=False, verbose=False):
     """Check traces for what Perfetto's JSON importer relies on, one result line each; exit 1 when
     any has a problem or cannot be read."""
-    from ..trace.validate import ValidateOptions, validate as do_validate   # (the CLI's convention: see streamtrace.cli)
+    from ..validate.check import ValidateOptions, validate as do_validate   # (the CLI's convention: see streamtrace.cli)
     prepare_kernels("validate", Console(quiet or as_json, verbose))
     opt = ValidateOptions(jobs=parse_jobs(jobs))
     reps = []

@@ -8,5 +8,5 @@ store (:mod:`~streamtrace.events.ingest`, or with several processes:
 external sort (:mod:`~streamtrace.events.sort`), and the Parquet datasets and tables every later
 stage writes and reads (:mod:`~streamtrace.events.dataset`).  Imports only
 :mod:`streamtrace.trace`, :mod:`streamtrace.kernels`, :mod:`streamtrace.runtime` and
-:mod:`streamtrace.errors`.
+:mod:`streamtrace.runtime.errors`.
 """

@@ -13,7 +13,7 @@ before.  Arrays are made with ``pyarrow.Array.from_buffers``, which (unlike
 ``pyarrow.array``) does not start Arrow's compute-function registry (~45 MB resident).
 
 This module is also the one Parquet *reader* of everything after ``analyze``: a file that is not
-readable Parquet, or lacks a column it should have, is a :class:`~streamtrace.errors.DataError`
+readable Parquet, or lacks a column it should have, is a :class:`~streamtrace.runtime.errors.DataError`
 naming the file (never an Arrow traceback).
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
-from ..errors import DataError
+from ..runtime.errors import DataError
 from ..runtime.files import atomic_output
 
 UNKNOWN_ITERATION = -1   # the ``iteration=`` partition of a trace whose iteration is unknown
@@ -87,7 +87,7 @@ def _why(e: BaseException) -> str:
 
 def parquet_file(path, columns=()) -> pq.ParquetFile:
     """Open the Parquet file ``path`` and check it has ``columns``.  Raises
-    :class:`~streamtrace.errors.DataError` naming it when it is missing, not readable Parquet
+    :class:`~streamtrace.runtime.errors.DataError` naming it when it is missing, not readable Parquet
     (garbage, empty, cut short) or lacks a column."""
     try:
         f = pq.ParquetFile(path)
@@ -112,7 +112,7 @@ def _read(path, columns=None) -> pa.Table:
 def iter_table(path, columns, batch_rows: int = 1 << 20):
     """The numeric ``columns`` of the Parquet file ``path`` as ``{name: numpy array}`` batches of
     at most ``batch_rows`` rows, in file order: a reader that holds one batch, not the table.
-    Raises :class:`~streamtrace.errors.DataError` naming the file (missing, damaged, a column
+    Raises :class:`~streamtrace.runtime.errors.DataError` naming the file (missing, damaged, a column
     absent)."""
     f = parquet_file(path, columns)
     try:
@@ -127,7 +127,7 @@ def read_partition(files, columns=None, dataset=None):
     in order.  With no files: an empty table of ``dataset``'s schema (``"kernels"`` or
     ``"ops"``), or ``FileNotFoundError`` when ``dataset`` is not given.  ``columns`` None:
     all of ``dataset``'s columns (every one of them must be there).  Raises
-    :class:`~streamtrace.errors.DataError` for a part file that is damaged or of another schema."""
+    :class:`~streamtrace.runtime.errors.DataError` for a part file that is damaged or of another schema."""
     schema = dict(zip(("kernels", "ops"), schemas())).get(dataset)
     if not files:
         if dataset is None:
@@ -319,7 +319,7 @@ def write_table(outdir, name: str, columns: dict, order=None, csv: bool = False)
 
 class Columns(dict):
     """``{name: numpy array}`` of one table file; a column it lacks is a
-    :class:`~streamtrace.errors.DataError` naming the file (``.get`` still gives the default)."""
+    :class:`~streamtrace.runtime.errors.DataError` naming the file (``.get`` still gives the default)."""
 
     def __init__(self, path, columns):
         super().__init__(columns)
@@ -341,7 +341,7 @@ def json_default(o):
 
 def read_json(path):
     """The JSON document of a file an earlier command wrote (``summary.json``, ``aggregate.json``).
-    Raises :class:`~streamtrace.errors.DataError` naming ``path`` when it cannot be read or is
+    Raises :class:`~streamtrace.runtime.errors.DataError` naming ``path`` when it cannot be read or is
     not valid JSON."""
     try:
         return json.loads(Path(path).read_bytes())
@@ -356,7 +356,7 @@ def read_table(path, columns=None, where=None) -> Columns:
     distinct value: :func:`shared_strings`): a :class:`Columns`.  ``columns``: only these (list of
     str; default all); ``where``: ``{column: values}`` keeps only the rows whose value is one of
     ``values`` (pyarrow filters: row groups whose statistics exclude them are not read).  Raises
-    :class:`~streamtrace.errors.DataError` when it is missing, not readable Parquet or lacks a column."""
+    :class:`~streamtrace.runtime.errors.DataError` when it is missing, not readable Parquet or lacks a column."""
     if where:
         parquet_file(path, list(columns or ()) + list(where))
         try:
@@ -384,7 +384,7 @@ def shared_strings(col) -> np.ndarray:
 
 def column_min_max(path, column) -> tuple[int | None, int | None]:
     """(min, max) of an int64 column from the row-group statistics (None, None when empty).
-    Raises :class:`~streamtrace.errors.DataError` for a damaged file or one without ``column``."""
+    Raises :class:`~streamtrace.runtime.errors.DataError` for a damaged file or one without ``column``."""
     if not Path(path).is_file():
         return None, None
     f = parquet_file(path, (column,))
@@ -410,5 +410,5 @@ def column_min_max(path, column) -> tuple[int | None, int | None]:
 
 
 def num_rows(path) -> int:
-    """Rows of a Parquet file, from its footer (:class:`~streamtrace.errors.DataError` when damaged)."""
+    """Rows of a Parquet file, from its footer (:class:`~streamtrace.runtime.errors.DataError` when damaged)."""
     return parquet_file(path).metadata.num_rows

@@ -57,7 +57,7 @@ def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None)
     Returns ``(table, comm_rows, reader)``: the :class:`StringTable` the rows' ``cat``/``name``
     ids index, the collective-args rows the rows' ``comm`` indexes, and the finished
     :class:`~streamtrace.trace.reader.TraceReader` (metadata, warnings, ``unusable_times``).
-    Raises :class:`~streamtrace.errors.TraceError` for unreadable input."""
+    Raises :class:`~streamtrace.runtime.errors.TraceError` for unreadable input."""
     table = StringTable()
     comm_rows: list = []
     reader = TraceReader(path, salvage=salvage, progress=progress, byte_range=byte_range)

@@ -27,7 +27,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import StreamtraceError
+from ..runtime.errors import StreamtraceError
 from .dataset import partition_files, read_partition
 
 _KEY = re.compile(r"(iteration|rank)=(-?\d+)")
@@ -199,7 +199,7 @@ def register(cls, first=True):
 def load(path) -> Outputs:
     """The streamtrace output folder ``path`` as tables (see the module docstring): an analysis
     (``analyze -o``), an aggregate (``aggregate -o``, ``report`` of analysed folders), an epilogue
-    run folder, a report, a diff (``diff -o``).  Raises :class:`~streamtrace.errors.StreamtraceError` when ``path`` is
+    run folder, a report, a diff (``diff -o``).  Raises :class:`~streamtrace.runtime.errors.StreamtraceError` when ``path`` is
     none of these."""
     p = Path(path)
     for marker, cls in KINDS:

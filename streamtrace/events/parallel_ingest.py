@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import TraceError
+from ..runtime.errors import TraceError
 from ..runtime.files import remove_quietly
 from ..runtime.parallel import pool
 from ..trace.ranges import RANGES_PER_JOB, iter_ranges, likely_ranges, prove_range

@@ -61,7 +61,7 @@ import pyarrow.compute as pc
 
 from ..analyze import classify as C
 from ..analyze.patterns import Patterns
-from ..errors import StreamtraceError
+from ..runtime.errors import StreamtraceError
 from ..events.dataset import json_default, num_rows, write_table
 from ..kernels import intervals as _iv
 from ..runtime.compile import TASKS, load as load_kernels
@@ -301,8 +301,8 @@ def aggregate(dirs, outdir, opt: AggregateOptions | None = None, log=None) -> di
     """Aggregate analysed folders ``dirs`` into ``outdir`` (see the module docstring).  Returns the
     ``aggregate.json`` dict.  ``outdir`` is one unit (written into a staging folder that
     replaces it at the end, :func:`~streamtrace.runtime.files.output_folder`).  Raises
-    :class:`StreamtraceError` on bad input (:class:`~streamtrace.errors.DataError` naming a
-    damaged file of an analysed folder), :class:`~streamtrace.errors.OutputError` when
+    :class:`StreamtraceError` on bad input (:class:`~streamtrace.runtime.errors.DataError` naming a
+    damaged file of an analysed folder), :class:`~streamtrace.runtime.errors.OutputError` when
     ``outdir`` cannot be written."""
     with output_folder(outdir, owned=owned, inputs=dirs) as stage:
         return aggregate_into(dirs, stage, opt)

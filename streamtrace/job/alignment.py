@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 
-from ..errors import DataError, StreamtraceError
+from ..runtime.errors import DataError, StreamtraceError
 from ..events.dataset import read_json, column_min_max, partition_files, read_partition
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
@@ -94,8 +94,8 @@ class Part:
 def read_summary(d) -> dict:
     """``d/summary.json`` of an analysed folder, checked: an object whose ``"ranks"`` is a list of
     objects with an int ``"rank"``, an int or null ``"iteration"`` and a string ``"source"``.
-    Raises :class:`~streamtrace.errors.StreamtraceError` when it is missing,
-    :class:`~streamtrace.errors.DataError` naming it when it is damaged or of another shape."""
+    Raises :class:`~streamtrace.runtime.errors.StreamtraceError` when it is missing,
+    :class:`~streamtrace.runtime.errors.DataError` naming it when it is damaged or of another shape."""
     sp = Path(d) / "summary.json"
     if not sp.is_file():
         raise StreamtraceError(f"{d}: not an analysed folder (no summary.json; run streamtrace analyze first)")

@@ -23,7 +23,7 @@ row.  Memory: one part's rows (pass 1), one bucket's rows and tables (pass 3, ~0
 plus per instance 24 bytes for the summary's distributions and per p2p transfer 48 bytes.  With
 ``clock_sync="collectives"`` pass 3 runs twice: the first collects, per member of a usable
 instance, its instance, part, rank and end (24 bytes) and per instance 4 flags/counts for
-:func:`~streamtrace.trace.clocks.estimate_clock_offsets`, then the aligned times of the spilled
+:func:`~streamtrace.events.clocks.estimate_clock_offsets`, then the aligned times of the spilled
 rows are corrected by the estimated offsets (a constant per part: nothing is read again).
 
 The spill folder (a temporary folder inside ``outdir``) is removed on success and on error.
@@ -39,10 +39,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import StreamtraceError
+from ..runtime.errors import StreamtraceError
 from ..events.dataset import shared_strings, to_arrow, write_table
 from ..runtime.files import atomic_output
-from ..trace.clocks import estimate_clock_offsets
+from ..events.clocks import estimate_clock_offsets
 from .collectives import (COMM_COLUMNS, INSTANCE_COLUMNS, MEMBER_COLUMNS, CollectiveResult, Stragglers, Summary,
                           cumcount, instance_tables, is_group, match_prefixes)
 from .options import BUCKET_ROWS

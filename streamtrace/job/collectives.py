@@ -23,7 +23,7 @@ ranks of the kernel duration (the last arrival does not wait, so its duration is
 ``algbw_gbps`` = msg_bytes / latency_ns (bytes per ns = GB/s, GB = 1e9 bytes); ``busbw_gbps`` =
 algbw x the bus factor of nccl-tests' PERFORMANCE.md (:func:`bus_factor`).
 
-**Clock sync** (:func:`estimate_clock_offsets`, :mod:`streamtrace.trace.clocks`, shared with
+**Clock sync** (:func:`estimate_clock_offsets`, :mod:`streamtrace.events.clocks`, shared with
 ``merge --align collectives``): the members of a collective finish nearly together, so rank r's
 clock offset o_r is estimated from ``end(r) - end(s) = o_r - o_s`` over every matched instance: the
 median difference per rank pair, then weighted least squares over the pairs, 0 at the lowest rank
@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import StreamtraceError
+from ..runtime.errors import StreamtraceError
 from ..events.dataset import write_table
-from ..trace.clocks import estimate_clock_offsets
+from ..events.clocks import estimate_clock_offsets
 
 P2P = ("Send", "Recv", "SendRecv")
 COMM_COLUMNS = ("ts_ns", "end_ns", "dur_ns", "iteration", "step", "collective", "msg_bytes", "group_size", "pg_name",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import DataError, StreamtraceError
+from ..runtime.errors import DataError, StreamtraceError
 from ..events.dataset import read_json, read_table
 
 EXPLAIN_TABLES = ("kernel_stats", "op_stats", "launch_stats", "idle_breakdown")
@@ -34,7 +34,7 @@ _META_TYPES = {"inputs": list, "time_alignment": str, "clock_sync": str, "iterat
 def read_meta(aggdir) -> dict:
     """``aggdir/aggregate.json``, checked: an object with the keys (and types) the report reads,
     and every table it lists present.  Raises :class:`StreamtraceError` when it is missing
-    (not an aggregate folder), :class:`~streamtrace.errors.DataError` naming the file that is
+    (not an aggregate folder), :class:`~streamtrace.runtime.errors.DataError` naming the file that is
     damaged or missing."""
     p = Path(aggdir) / "aggregate.json"
     if not p.is_file():
@@ -53,7 +53,7 @@ def read_meta(aggdir) -> dict:
 
 def read_aggregate_table(aggdir, name, columns=None, where=None) -> dict:
     """Table ``name`` of an aggregate folder as :func:`~streamtrace.events.dataset.read_table`
-    columns (a missing column is a :class:`~streamtrace.errors.DataError` naming the file);
+    columns (a missing column is a :class:`~streamtrace.runtime.errors.DataError` naming the file);
     ``{}`` for a table the aggregate did not write (pipeline, replicas, stragglers without a
     topology or straggler).  ``columns`` / ``where`` (``{column: values}``): only those columns /
     rows, e.g. ``collectives_ranks`` with ``["instance", "rank", "arrival_ns"]`` (24 bytes a

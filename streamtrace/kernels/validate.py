@@ -12,7 +12,7 @@ int64, booleans as 0/1, integral floats), ``STR`` (64-bit FNV-1a hash of the UTF
 canonical text, computed in Python).  This kernel reads integer literals, ``true``/``false``/``null``
 and strings without a backslash; every other value, and any event whose shape the member walk
 does not know (escaped keys, a repeated member the checks read, more than 64 members, invalid
-JSON), is marked ``PY`` for Python to decode (:mod:`streamtrace.trace.validate`).
+JSON), is marked ``PY`` for Python to decode (:mod:`streamtrace.validate.check`).
 """
 from __future__ import annotations
 

@@ -14,9 +14,9 @@ smallest |d| on ties; d = 0 when the signatures say nothing).  An instance whose
 the signature is not used.  Point-to-point transfers in a two-rank group (Megatron's pipeline
 groups with two stages) are matched sender to receiver the same way and serve only as *bridges*:
 they join sets of ranks that share no group collective (pipeline stages) and are not used inside a
-set (:mod:`streamtrace.trace.clocks`, step 4).
+set (:mod:`streamtrace.events.clocks`, step 4).
 
-**Estimated** with :func:`streamtrace.trace.clocks.fit_clock_offsets` (the estimator of ``aggregate
+**Estimated** with :func:`streamtrace.events.clocks.fit_clock_offsets` (the estimator of ``aggregate
 --clock-sync collectives``) on the ranks' times after merge's global shift (``baseTimeNanoseconds``),
 and subtracted from each rank's shift (:func:`plan_clock_sync`).  Not applied (the global shift kept;
 the estimate recorded in the header and warned about) for a rank linked to the others by fewer than
@@ -34,7 +34,7 @@ import re
 
 import numpy as np
 
-from ..trace.clocks import fit_clock_offsets
+from ..events.clocks import fit_clock_offsets
 from ..trace.metadata import host_name
 
 MIN_INSTANCES = 8                   # instances linking a rank to the others before its offset is applied
@@ -147,7 +147,7 @@ def _by_group(logs: dict, shifts: dict) -> dict:
 def match(logs: dict, shifts: dict) -> tuple[dict, dict]:
     """Instances across ranks from ``logs`` (``{rank: CollectiveLog}``) on the global axis (rank-local
     time + ``shifts[rank]``).  Returns ``(members, instances)`` in the form
-    :func:`~streamtrace.trace.clocks.fit_clock_offsets` takes (``part`` = ``rank``); an instance is
+    :func:`~streamtrace.events.clocks.fit_clock_offsets` takes (``part`` = ``rank``); an instance is
     complete when it has as many members as its group has ranks (``Process Group Ranks``, else the
     ranks seen in the group); point-to-point instances are ``bridge`` instances."""
     m_inst, m_rank, m_end, m_sig, starts, sizes, bridge = [], [], [], [], [], [], []

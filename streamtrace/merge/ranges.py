@@ -51,9 +51,9 @@ from ..trace.metadata import device_names, host_name, read_trailer
 from ..trace.ranges import blank_range, clean_joints, split_ranges
 from ..trace.reader import TraceReader
 from ..trace.source import plain_copy
-from ..trace.validate import Checker, distinct_nans
+from ..validate.check import Checker, distinct_nans
 from ..trace.writer import dumps_events
-from .check import LOG_SUFFIX
+from ..validate.merged import LOG_SUFFIX
 from .pids import PID_STRIDE, PidMap, classify_pid, hashable, process_meta_events
 from .rank import READ_BLOCK, RankContext, RankPlan, open_segment, rewrite_stream
 

@@ -22,9 +22,9 @@ from ..trace.decode import bad_ts_warning, loads, text_ns
 from ..trace.metadata import device_names, host_name
 from ..trace.reader import TraceReader
 from ..trace.source import LEAN_BLOCK
-from ..trace.validate import Checker, ValidateOptions
+from ..validate.check import Checker, ValidateOptions
 from ..trace.writer import dumps_event, dumps_events, us_fragment
-from .check import account_batch, rank_validation
+from ..validate.merged import account_batch, rank_validation
 from .pids import FLOW_PHASES, PROCESS_META, PidMap, hashable, process_meta_events, unique_id
 
 _ID_ARGS = (("correlation", "raw correlation"), ("External id", "raw External id"),
@@ -47,7 +47,7 @@ class RankPlan:
     salvage: bool
     host: str | None = None
     devices: dict = field(default_factory=dict)
-    validate: bool = True         # check input and output while rewriting (:mod:`streamtrace.merge.check`)
+    validate: bool = True         # check input and output while rewriting (:mod:`streamtrace.validate.merged`)
 
 
 class RankContext:
@@ -247,7 +247,7 @@ class _ByteRewrite:
 def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: RankContext, seg, check: Checker | None = None):
     """Rewrite every event ``reader`` yields into the binary stream ``seg`` (comma
     separated, no brackets); with ``check``, every batch's events are also recorded in it, as
-    read and as written (:func:`streamtrace.merge.check.account_batch`).
+    read and as written (:func:`streamtrace.validate.merged.account_batch`).
     Returns ``(events_in, events_out, first_out, fast)``:
     ``first_out`` is the earliest shifted non-metadata ts written (ns) or None,
     ``fast`` the events the byte kernel wrote; ``ctx.used`` gets every merged pid

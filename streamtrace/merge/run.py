@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 
 from tqdm import tqdm
 
-from ..errors import StreamtraceError, TraceError
+from ..runtime.errors import StreamtraceError, TraceError
 from ..runtime import parallel
 from ..runtime.files import check_output_file, remove_quietly, temp_name, writing
 from ..runtime.parallel import run_tasks
@@ -46,7 +46,7 @@ from ..trace.discover import LONE_FILE, TraceFile, discover
 from ..trace.metadata import device_names, host_name
 from ..trace.source import size_hint
 from . import ranges as MS
-from .check import LOG_SUFFIX, merged_validation, split_validation
+from ..validate.merged import LOG_SUFFIX, merged_validation, split_validation
 from .options import MergeOptions
 from .output import merged_metadata, output_for_iteration, write_merged
 from .rank import RankPlan, merge_rank, warm_kernels
@@ -91,8 +91,8 @@ def merge(inputs, output, opt: MergeOptions | None = None, rank_map=None) -> lis
     rank is merged as rank 0, with a ``notices`` entry in the first; the first one's
     ``warnings`` start with what was skipped while looking for the traces (unreadable
     folders, files without a ``traceEvents`` array).
-    Raises :class:`~streamtrace.errors.StreamtraceError` on bad input and
-    :class:`~streamtrace.errors.OutputError` for an output that cannot be written (checked
+    Raises :class:`~streamtrace.runtime.errors.StreamtraceError` on bad input and
+    :class:`~streamtrace.runtime.errors.OutputError` for an output that cannot be written (checked
     before any work where possible: a folder, a read-only folder, one of the inputs);
     nothing is written then."""
     opt = opt or MergeOptions()
@@ -136,10 +136,10 @@ def merge_files(files: list[TraceFile], output, opt: MergeOptions | None = None)
     (ranks rewritten in byte ranges: their range count), ``ranges_redone``,
     ``worker_mb_per_s``, ``cpu_only`` (no rank has a GPU process; with ``gpu_only`` the CPU
     processes are merged instead, with a warning), ``validation``
-    (:func:`streamtrace.merge.check.merged_validation`; None when ``opt.validate`` is off).
+    (:func:`streamtrace.validate.merged.merged_validation`; None when ``opt.validate`` is off).
     Raises :class:`StreamtraceError` / :class:`TraceError` on bad input;
     the output is then not created (an unexpected failure on one rank is a
-    :class:`TraceError` naming its file); :class:`~streamtrace.errors.OutputError` when the
+    :class:`TraceError` naming its file); :class:`~streamtrace.runtime.errors.OutputError` when the
     output cannot be written.
 
     With more than one worker, a trace of at least ``opt.split_threshold`` bytes is

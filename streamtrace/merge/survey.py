@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import StreamtraceError
+from ..runtime.errors import StreamtraceError
 from ..events.columns import StringTable, columns_from_batch
 from ..trace.metadata import read_trailer
 from ..trace.reader import TraceReader

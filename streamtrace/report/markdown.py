@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import StreamtraceError
+from ..runtime.errors import StreamtraceError
 from ..job.folder import read_aggregate_table, read_meta
 from ..runtime.files import atomic_output
 from .explain import build_explain, explain_markdown, idle_chart
@@ -58,7 +58,7 @@ def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq
     """The report as a dict (the content of ``report.json``; ``shown``: the aggregate folder's
     path to record, default ``aggdir``).  Raises :class:`StreamtraceError` when ``aggdir`` holds
     no ``aggregate.json`` or the throughput options are incomplete, and
-    :class:`~streamtrace.errors.DataError` naming a damaged or missing file of ``aggdir``."""
+    :class:`~streamtrace.runtime.errors.DataError` naming a damaged or missing file of ``aggdir``."""
     d = Path(aggdir)
     meta = read_meta(d)
     if tokens_per_step is None and (global_batch is None) != (seq_len is None):

@@ -85,7 +85,7 @@ def load(aggdir, ranks=None) -> dict:
     per-rank charts (:func:`chart_ranks` with ``ranks``, kept as ``chart_ranks``); the collective members are read in
     batches by :func:`plan` (:func:`skew_grids`), so that the report of a 1,024-rank job holds no
     table of every collective kernel and no other rank's timeline.
-    Raises :class:`~streamtrace.errors.DataError` naming a damaged or missing file."""
+    Raises :class:`~streamtrace.runtime.errors.DataError` naming a damaged or missing file."""
     out = {"meta": read_meta(aggdir)}
     for n in ("rank_phase", "ranks", "pipeline", "p2p"):
         out[n] = read_aggregate_table(aggdir, n)
@@ -98,7 +98,7 @@ def load(aggdir, ranks=None) -> dict:
 def skew_grids(aggdir, c) -> dict:
     """:func:`~streamtrace.report.skew.kind_grids` of the instances ``c`` with the members of
     ``aggdir/collectives_ranks.parquet`` read a batch at a time (:class:`~streamtrace.report.skew.SkewGrids`).
-    Raises :class:`~streamtrace.errors.DataError` naming a damaged file."""
+    Raises :class:`~streamtrace.runtime.errors.DataError` naming a damaged file."""
     grids = SkewGrids(c)
     path = Path(aggdir) / "collectives_ranks.parquet"
     if path.is_file():

@@ -54,9 +54,9 @@ def report(dirs, outdir=None, opt: ReportOptions | None = None, aggregate_opt: A
     aggregate folder, or a folder holding it (the epilogue's), the folder is replaced by a copy
     (hard links) of everything but the earlier report, plus the new one.  An interrupted or
     failed run leaves the folder as it was.
-    Raises :class:`~streamtrace.errors.StreamtraceError` on bad input
-    (:class:`~streamtrace.errors.DataError` naming a damaged file),
-    :class:`~streamtrace.errors.OutputError` when the output cannot be written."""
+    Raises :class:`~streamtrace.runtime.errors.StreamtraceError` on bad input
+    (:class:`~streamtrace.runtime.errors.DataError` naming a damaged file),
+    :class:`~streamtrace.runtime.errors.OutputError` when the output cannot be written."""
     opt = opt or ReportOptions()
     dirs = [str(d) for d in ([dirs] if isinstance(dirs, (str, Path)) else dirs)]
     kw = dict(name=opt.name, tokens_per_step=opt.tokens_per_step, global_batch=opt.global_batch,

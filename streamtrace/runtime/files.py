@@ -12,7 +12,7 @@
   is gone (SIGKILL, power loss) at the next run, and leave a running one's alone.
 * **Output paths are checked before the work** (:func:`check_output_file`, the start of
   :func:`output_folder`), and an ``OSError`` while writing becomes one
-  :class:`~streamtrace.errors.OutputError` line naming the output (:func:`output_error`).
+  :class:`~streamtrace.runtime.errors.OutputError` line naming the output (:func:`output_error`).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ import socket
 import tempfile
 from pathlib import Path
 
-from ..errors import OutputError, StreamtraceError
+from .errors import OutputError, StreamtraceError
 
 _OWNER = None
 # .<base>.<pid>-<host>.<rest>: the last such tag in a hidden name (base may hold dots), and

@@ -13,8 +13,8 @@
 Results come back in input order.  With ``keep_going`` a failed task is retried
 ``retries`` times and then returned as a :class:`TaskFailure`; without it the first
 failure cancels the rest and is raised.  Errors that would fail again the same way are
-not retried: a :class:`~streamtrace.errors.StreamtraceError` (bad input) and an ``OSError``
-(a full disk, a read-only folder); an :class:`~streamtrace.errors.OutputError` or an
+not retried: a :class:`~streamtrace.runtime.errors.StreamtraceError` (bad input) and an ``OSError``
+(a full disk, a read-only folder); an :class:`~streamtrace.runtime.errors.OutputError` or an
 ``OSError`` is raised even with ``keep_going`` (no other task can succeed either).
 
 Local workers die with the command's process (:func:`~streamtrace.runtime.lifecycle.die_with_parent`)
@@ -32,7 +32,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from ..errors import OutputError, StreamtraceError
+from .errors import OutputError, StreamtraceError
 from .lifecycle import die_with_parent, worker_signals
 from .tuning import trim, tune_malloc
 
@@ -125,7 +125,7 @@ def scheduler_address(scheduler=None):
 
 def dask_executor(address):
     """``(executor, client)`` for a dask.distributed scheduler address.  Raises
-    :class:`~streamtrace.errors.StreamtraceError` when dask is missing or unreachable."""
+    :class:`~streamtrace.runtime.errors.StreamtraceError` when dask is missing or unreachable."""
     try:
         from distributed import Client
     except ImportError:

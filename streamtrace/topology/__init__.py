@@ -7,7 +7,7 @@ Megatron-TraceViz's ``unique_parallel_groups_*.txt`` (:mod:`~streamtrace.topolog
 traces' ``distributedInfo.pg_config``, or a topology JSON
 (:func:`streamtrace.topology.sources.load_topology`, which reads traces: import it from there).
 Written by :func:`write_topology` and :func:`write_topology_files`.  This package's own names need
-numpy only (no numba, no pyarrow): :mod:`streamtrace.capture` uses them inside training processes.
+numpy only (no numba, no pyarrow): :mod:`streamtrace.topology.capture` uses them inside training processes.
 """
 from .files import TOPOLOGY_JSON, write_topology, write_topology_files
 from .model import (DEFAULT_ORDER, DIMS, EXPERT_GROUPS, EXTRA_KEYS, Topology, connected_components, dim_of_desc,

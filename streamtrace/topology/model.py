@@ -2,7 +2,7 @@
 replicas (:class:`Topology`); Megatron's rank order (:func:`parse_order`, the one parser of it),
 the groups Megatron-LM's ``RankGenerator`` builds from sizes and an order (:func:`from_sizes`,
 ``megatron/core/parallel_state.py``), and a topology from the groups of a running job
-(:func:`topology_from_groups`, for :mod:`streamtrace.capture`).
+(:func:`topology_from_groups`, for :mod:`streamtrace.topology.capture`).
 
 Group lists are ordered as Megatron orders them: every group ascending, groups by their first rank.
 (Megatron's ``generate_masked_orthogonal_rank_groups`` enumerates group and member indices in
@@ -32,7 +32,7 @@ from collections import Counter
 
 import numpy as np
 
-from ..errors import StreamtraceError, TopologyError
+from ..runtime.errors import StreamtraceError, TopologyError
 
 DIMS = ("tp", "cp", "ep", "dp", "pp")
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
@@ -68,7 +68,7 @@ def dim_of_desc(desc) -> str | None:
 def parse_order(order: str, sizes: dict | None = None) -> list[str]:
     """A Megatron rank order (``"tp-cp-ep-dp-pp"``: the first token varies fastest) as its tokens,
     with every dimension it omits appended, as Megatron's ``RankGenerator`` does (they must then
-    have size 1 in ``sizes``, when given).  Raises :class:`~streamtrace.errors.TopologyError` for
+    have size 1 in ``sizes``, when given).  Raises :class:`~streamtrace.runtime.errors.TopologyError` for
     an unknown or repeated token, or a dimension of size > 1 missing from the order."""
     toks = [t for t in str(order).lower().replace(" ", "").split("-") if t]
     bad = [t for t in toks if t not in DIMS]

@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from ..errors import StreamtraceError
+from ..runtime.errors import StreamtraceError
 from ..trace.discover import expand_inputs
 from ..trace.metadata import pg_config_entries
 from ..trace.reader import TraceReader

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as _dt
 import re
 
-from ..errors import StreamtraceError
+from ..runtime.errors import StreamtraceError
 from .model import DIMS, Topology, infer_order
 
 _TXT_SECTION = re.compile(r"^(TENSOR|CONTEXT|EXPERT|DATA|PIPELINE|EXPERT TENSOR|EXPERT DATA) PARALLEL "

@@ -11,7 +11,7 @@ from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 import ijson
 import orjson
 
-from ..errors import TraceError
+from ..runtime.errors import TraceError
 
 
 def loads(data: bytes, path, offset):

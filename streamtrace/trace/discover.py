@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import RankConflictError, StreamtraceError, UnknownRankError
+from ..runtime.errors import RankConflictError, StreamtraceError, UnknownRankError
 from .metadata import read_trailer
 from .reader import TraceReader
 
@@ -152,8 +152,8 @@ def identify(path, rank_map=None, default_rank=None, warn=None) -> TraceFile | N
     Returns None when the file is JSON but not a trace (no ``traceEvents`` array); when it
     looks like one all the same (:func:`no_events_reason`), ``warn(path, message)`` is told.
     A file with no rank gets ``default_rank`` when one is given (``rank_source`` :data:`LONE_FILE`).
-    Raises :class:`~streamtrace.errors.UnknownRankError` when no rank can be found, and
-    :class:`~streamtrace.errors.TraceError` for unreadable files."""
+    Raises :class:`~streamtrace.runtime.errors.UnknownRankError` when no rank can be found, and
+    :class:`~streamtrace.runtime.errors.TraceError` for unreadable files."""
     r = TraceReader(path)
     head = r.read_head()
     if not r.has_events:
@@ -194,7 +194,7 @@ def discover(inputs, rank_map=None, warn=None) -> list[TraceFile]:
     single-GPU run's trace.
 
     Raises :class:`RankConflictError` naming both files when two claim one rank in
-    the same iteration, :class:`~streamtrace.errors.UnknownRankError` when one of several files
+    the same iteration, :class:`~streamtrace.runtime.errors.UnknownRankError` when one of several files
     carries no rank."""
     rmap = load_rank_map(rank_map) if isinstance(rank_map, (str, os.PathLike)) else rank_map
     paths = expand_inputs(inputs, warn)

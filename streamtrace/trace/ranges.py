@@ -29,7 +29,7 @@ import re
 import numpy as np
 import orjson
 
-from ..errors import TraceError
+from ..runtime.errors import TraceError
 from ..kernels import scan as K
 from .metadata import find_trailer
 from .reader import TraceReader

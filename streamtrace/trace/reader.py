@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 
-from ..errors import TraceError, TruncatedTraceError
+from ..runtime.errors import TraceError, TruncatedTraceError
 from ..kernels import scan as K
 from .decode import decode_value
 from .source import BLOCK, ByteSource

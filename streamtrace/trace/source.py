@@ -8,7 +8,7 @@ import os
 import tempfile
 import zlib
 
-from ..errors import TraceError
+from ..runtime.errors import TraceError
 from ..runtime.files import owner
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -27,7 +27,7 @@ def is_gzip(path) -> bool:
 def plain_copy(path, folder) -> str | None:
     """Decompress a gzip file to a temporary plain file in ``folder`` and return its
     path, or None when ``path`` is not gzip.  The caller deletes it.  Raises
-    :class:`~streamtrace.errors.TraceError` for corrupt gzip data; a truncated gzip gives the
+    :class:`~streamtrace.runtime.errors.TraceError` for corrupt gzip data; a truncated gzip gives the
     bytes before the cut (the parse of the copy reports the truncation)."""
     with open(path, "rb") as f:
         if f.read(2) != GZIP_MAGIC:

@@ -1,4 +1,4 @@
-"""A real (tiny) distributed training job profiled with :mod:`streamtrace.capture`, for the
+"""A real (tiny) distributed training job profiled with :mod:`streamtrace.topology.capture`, for the
 end-to-end test in ``tests/test_capture.py``.
 
     python tests/e2e_job.py OUT_DIR [--world-size 4] [--tp 2] [--steps 5] [--groups-json FILE]
@@ -144,7 +144,7 @@ def main(argv=None) -> int:
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(free_port())
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    import streamtrace.capture  # noqa: F401  (loaded once here; forked children share it)
+    import streamtrace.topology.capture  # noqa: F401  (loaded once here; forked children share it)
     # fork: the children share the parent's loaded torch instead of importing it 4 times (spawn)
     mp.start_processes(worker, args=(a.world_size, a.tp, a.out, a.steps, a.groups_json, a.megatron),
                        nprocs=a.world_size, join=True, start_method=a.start_method)

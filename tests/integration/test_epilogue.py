@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 
 from streamtrace.epilogue import run
-from streamtrace.trace.synth import SynthSpec, generate_job
-from streamtrace.trace.validate import validate
+from streamtrace.synth.job import SynthSpec, generate_job
+from streamtrace.validate.check import validate
 
 from support import run_cli
 

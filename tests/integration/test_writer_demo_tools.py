@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from streamtrace import TraceWriter
-from streamtrace.trace.validate import validate
+from streamtrace.validate.check import validate
 
 from support import CPU3D, ROOT, load_json, need_shared, run_cli
 
@@ -78,7 +78,7 @@ if cli:
     from streamtrace.cli import main
     main(["validate", sys.argv[2]])
 else:
-    from streamtrace.trace.validate import validate
+    from streamtrace.validate.check import validate
     validate(sys.argv[2])
 m = sys.modules.get("scipy.linalg", "absent")
 print("blocked" if m is None else ("loaded" if m != "absent" else "absent"))

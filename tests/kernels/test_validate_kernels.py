@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from streamtrace.kernels import scan as K
 from streamtrace.kernels import validate as KV
 from streamtrace.kernels.reference import batch_records_py, flows_py, nesting_py
-from streamtrace.trace.validate import fields_from_dict
+from streamtrace.validate.check import fields_from_dict
 
 FAST = settings(max_examples=300, deadline=None)
 

@@ -7,7 +7,7 @@ Twins that are also production code stay beside their callers and are listed her
 :func:`streamtrace.events.columns.columns_from_dicts` (of
 :func:`streamtrace.kernels.extract.extract_columns`), :func:`streamtrace.merge.rank.rewrite_dict`
 (of :func:`streamtrace.kernels.rewrite.scan_rewrite`; merge uses it for the events the kernel
-hands back), :func:`streamtrace.trace.validate.fields_from_dict` (of
+hands back), :func:`streamtrace.validate.check.fields_from_dict` (of
 :func:`streamtrace.kernels.validate.event_fields`; validate uses it for the events the kernel
 leaves to Python), and ``json.loads`` (of :mod:`streamtrace.kernels.jsoncheck`).
 """

@@ -1,7 +1,7 @@
 """Plain-Python twins of :mod:`streamtrace.kernels.validate`'s order-dependent kernels: the whole
 set of records at once, grouped in dicts, instead of sorted chunks with carried state.  (The twin
 of :func:`~streamtrace.kernels.validate.event_fields` is production code:
-:func:`streamtrace.trace.validate.fields_from_dict`.)"""
+:func:`streamtrace.validate.check.fields_from_dict`.)"""
 from __future__ import annotations
 
 from .nesting import count_bad_nesting_py

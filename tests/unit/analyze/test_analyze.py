@@ -14,7 +14,7 @@ import pytest
 
 from streamtrace.analyze import AnalyzeOptions, analyze
 from streamtrace.merge import MergeOptions, merge
-from streamtrace.trace.synth import SynthSpec, generate_job
+from streamtrace.synth.job import SynthSpec, generate_job
 
 from support import CPU3D, REAL, SHARED, need_shared, real_traces, run_cli
 from metrics_reference import FLOAT64_REFERENCE_KEYS, close_enough, float64_metrics
@@ -364,7 +364,7 @@ def test_unknown_iteration_partition(multi, tmp_path):
 
 
 def test_same_rank_and_iteration_refused_before_writing(multi, tmp_path):
-    from streamtrace.errors import RankConflictError
+    from streamtrace.runtime.errors import RankConflictError
     _, d = multi
     for sub in ("a", "b"):
         (tmp_path / sub).mkdir()
@@ -377,7 +377,7 @@ def test_same_rank_and_iteration_refused_before_writing(multi, tmp_path):
 def test_older_rank_only_layout(multi, tmp_path):
     """aggregate refuses a folder of the older kernels/rank=R/ layout; analyze into it replaces that layout."""
     from streamtrace.job.alignment import Job
-    from streamtrace.errors import StreamtraceError
+    from streamtrace.runtime.errors import StreamtraceError
     _, d = multi
     out = tmp_path / "out"
     for name in ("kernels", "ops"):

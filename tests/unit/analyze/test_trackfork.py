@@ -127,7 +127,7 @@ def test_fewer_parts_than_an_earlier_run_leave_no_stale_file(tmp_path, monkeypat
 
 def test_merged_synthetic_job(tmp_path, monkeypatch):
     """Several ranks (main + autograd threads each) in one merged trace, with NCCL kernels."""
-    from streamtrace.trace.synth import SynthSpec, generate_job
+    from streamtrace.synth.job import SynthSpec, generate_job
     generate_job(tmp_path / "job", SynthSpec(world_size=4, tp=2, pp=2, microbatches=2, layers=2))
     merged = tmp_path / "merged.json"
     merge([str(tmp_path / "job")], str(merged))

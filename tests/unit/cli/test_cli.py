@@ -10,7 +10,7 @@ import pytest
 from support import run_cli
 from streamtrace.cli import COMMANDS, build_parser
 from streamtrace.cli.common import parse_list
-from streamtrace.errors import UsageError
+from streamtrace.runtime.errors import UsageError
 
 
 def _subparsers():

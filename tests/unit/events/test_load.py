@@ -12,10 +12,10 @@ import pytest
 
 import streamtrace
 from streamtrace.analyze import AnalyzeOptions, analyze
-from streamtrace.errors import StreamtraceError
+from streamtrace.runtime.errors import StreamtraceError
 from streamtrace.events.load import Outputs, register
 from streamtrace.job import AggregateOptions, aggregate
-from streamtrace.trace.synth import SynthSpec, generate_job
+from streamtrace.synth.job import SynthSpec, generate_job
 
 
 @pytest.fixture(scope="module")

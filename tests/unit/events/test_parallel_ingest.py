@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from streamtrace.analyze import AnalyzeOptions, analyze
 from streamtrace.events.ingest import ingest
-from streamtrace.errors import StreamtraceError, TraceError
+from streamtrace.runtime.errors import StreamtraceError, TraceError
 from streamtrace.events.dataset import partition_files, read_partition
 from streamtrace.analyze.patterns import Patterns
 from streamtrace.events.parallel_ingest import IngestSettings, RangeTask, ingest_parallel, ingest_range

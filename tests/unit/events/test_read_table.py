@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from streamtrace.errors import DataError
+from streamtrace.runtime.errors import DataError
 from streamtrace.events.dataset import read_table, shared_strings
 
 

@@ -13,9 +13,9 @@ import pytest
 
 from streamtrace.job import AggregateOptions, aggregate
 from streamtrace.analyze import AnalyzeOptions, analyze
-from streamtrace.errors import StreamtraceError
+from streamtrace.runtime.errors import StreamtraceError
 from streamtrace.kernels import reference as R
-from streamtrace.trace.synth import SynthSpec, generate_job
+from streamtrace.synth.job import SynthSpec, generate_job
 from streamtrace.events.dataset import read_table
 
 from support import CPU3D, ROOT, exact_ns, load_json, run_cli

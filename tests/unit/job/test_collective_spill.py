@@ -8,14 +8,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from streamtrace.analyze import AnalyzeOptions, analyze
-from streamtrace.errors import StreamtraceError
+from streamtrace.runtime.errors import StreamtraceError
 from streamtrace.job import collective_spill
 from streamtrace.job.aggregate import AggregateOptions, aggregate
 from streamtrace.job.alignment import Job
 from streamtrace.job.collective_spill import collectives_to
 from streamtrace.job.collectives import analyse_collectives, write_collectives
 from streamtrace.job.p2p import p2p_rows, p2p_table
-from streamtrace.trace.synth import SynthSpec, generate_job
+from streamtrace.synth.job import SynthSpec, generate_job
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ import pytest
 from streamtrace.job.alignment import Job
 from streamtrace.analyze import AnalyzeOptions, analyze
 from streamtrace.job.collectives import analyse_collectives, bus_factor, write_collectives
-from streamtrace.errors import StreamtraceError
-from streamtrace.trace.synth import END_SKEW_NS, SynthSpec, generate_job
+from streamtrace.runtime.errors import StreamtraceError
+from streamtrace.synth.job import END_SKEW_NS, SynthSpec, generate_job
 
 from support import CPU3D
 

@@ -17,7 +17,7 @@ import streamtrace
 from streamtrace.analyze import AnalyzeOptions, analyze
 from streamtrace.job import AggregateOptions, aggregate
 from streamtrace.job.idle import breakdown
-from streamtrace.trace.synth import SynthSpec, generate_job
+from streamtrace.synth.job import SynthSpec, generate_job
 
 from support import REAL, need_shared, run_cli
 

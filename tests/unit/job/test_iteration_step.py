@@ -12,11 +12,11 @@ import pytest
 
 from support import load_json, run_cli
 from streamtrace.analyze import AnalyzeOptions, analyze
-from streamtrace.errors import StreamtraceError
+from streamtrace.runtime.errors import StreamtraceError
 from streamtrace.events.dataset import read_table
 from streamtrace.job import AggregateOptions, aggregate
 from streamtrace.report import write_report
-from streamtrace.trace.synth import SynthSpec, generate_job
+from streamtrace.synth.job import SynthSpec, generate_job
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from streamtrace.merge import MergeOptions, merge
-from streamtrace.trace.synth import END_SKEW_NS, SynthSpec, generate_job
+from streamtrace.synth.job import END_SKEW_NS, SynthSpec, generate_job
 
 from kineto import KinetoDoc
 from support import CPU3D, REAL, exact_ns, load_json, need_shared

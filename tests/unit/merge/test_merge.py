@@ -12,7 +12,7 @@ import pytest
 
 from streamtrace.trace.discover import iteration_from_path, rank_from_name
 from streamtrace.merge import ID_BITS, PROCESS_META, MergeOptions, merge
-from streamtrace.trace.validate import validate
+from streamtrace.validate.check import validate
 
 from support import CPU3D, REAL, exact_ns, load_json, need_shared, run_cli
 
@@ -157,7 +157,7 @@ def test_one_rank_merge_equals_source(tmp_path):
 def test_gzip_output_is_reproducible(tmp_path):
     """The same inputs merged twice into a .json.gz give the same bytes (no file name, no time in
     any gzip member header), with 1 and 2 worker processes."""
-    from streamtrace.trace.synth import SynthSpec, generate_job
+    from streamtrace.synth.job import SynthSpec, generate_job
     generate_job(tmp_path / "job", SynthSpec(world_size=4, tp=2, pp=2, microbatches=2))
     outs = []
     for k, jobs in enumerate((1, 2, 2)):

@@ -6,9 +6,9 @@ import shutil
 import pytest
 
 from support import REAL, load_json, need_shared, run_cli
-from streamtrace.errors import UnknownRankError
+from streamtrace.runtime.errors import UnknownRankError
 from streamtrace.merge import MergeOptions, merge
-from streamtrace.trace.synth import SynthSpec, generate_job
+from streamtrace.synth.job import SynthSpec, generate_job
 
 
 @pytest.fixture(scope="module")

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from streamtrace.errors import TraceError
+from streamtrace.runtime.errors import TraceError
 from streamtrace.merge import MergeOptions, merge
 from streamtrace.runtime.parallel import run_inline
-from streamtrace.trace.synth import SynthSpec, generate_job
-from streamtrace.trace.validate import validate
+from streamtrace.synth.job import SynthSpec, generate_job
+from streamtrace.validate.check import validate
 
 from support import need_shared, real_traces
 
@@ -77,7 +77,7 @@ def test_equal_ranks_are_not_split(tmp_path):
     from streamtrace.merge.run import split_pays
     assert not split_pays([296, 296], 2) and split_pays([296, 296, 296], 2) and split_pays([1000], 2)
     assert not split_pays([54, 35, 10, 2.6], 2) and split_pays([54, 35, 2.6], 2) and not split_pays([5], 1)
-    from streamtrace.trace.synth import SynthSpec, generate_job
+    from streamtrace.synth.job import SynthSpec, generate_job
     generate_job(tmp_path / "in", SynthSpec(world_size=4, tp=2, pp=2))      # 4 ranks of about one size
     res = merge([tmp_path / "in"], tmp_path / "m.json", MergeOptions(jobs=2, split_threshold=1))[0]
     assert res["split"] == {} and res["validation"]["ok"]

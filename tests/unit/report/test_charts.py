@@ -15,7 +15,7 @@ from streamtrace.events.dataset import read_table
 from streamtrace.report.charts import PX_WIDTH, _fits, merge_close
 from streamtrace.report.skew import MAX_COLUMNS, SkewGrids, kind_grids, skew_grid
 from streamtrace.report.render import COLLECTIVE_COLUMNS, ChartOptions, load, render_all
-from streamtrace.trace.synth import SynthSpec, generate_job
+from streamtrace.synth.job import SynthSpec, generate_job
 
 
 @pytest.fixture(scope="module")
@@ -242,7 +242,7 @@ def test_overview_of_many_ranks_is_a_sorted_distribution_with_outliers_named():
 
 def test_chart_format_option():
     from streamtrace.cli.common import parse_formats
-    from streamtrace.errors import UsageError
+    from streamtrace.runtime.errors import UsageError
     assert parse_formats("png") == ("png",) and parse_formats("SVG, png") == ("svg", "png")
     for bad in ("jpg", "", "png,pdf"):
         with pytest.raises(UsageError):

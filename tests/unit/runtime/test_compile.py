@@ -65,8 +65,8 @@ _AFTER_PREPARE = textwrap.dedent("""
     from streamtrace.runtime.compile import prepare
     from streamtrace.merge import MergeOptions, merge
     from streamtrace.analyze import AnalyzeOptions, analyze
-    from streamtrace.trace.validate import validate
-    from streamtrace.trace.synth import SynthSpec, generate_job
+    from streamtrace.validate.check import validate
+    from streamtrace.synth.job import SynthSpec, generate_job
     notes = []
     first = prepare("merge", "analyze", "validate", jobs=2, notice=notes.append)
     again = prepare("merge", "analyze", "validate", jobs=2, notice=notes.append)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from streamtrace.errors import OutputError, StreamtraceError
+from streamtrace.runtime.errors import OutputError, StreamtraceError
 from streamtrace.runtime import files as F
 from streamtrace.runtime.parallel import run_tasks
 

@@ -9,7 +9,7 @@ import pytest
 
 from streamtrace.analyze import AnalyzeOptions, analyze
 from streamtrace.runtime.parallel import TaskFailure, run_tasks
-from streamtrace.trace.synth import SynthSpec, generate_job
+from streamtrace.synth.job import SynthSpec, generate_job
 
 from support import CPU3D, need_shared
 
@@ -71,7 +71,7 @@ def test_trace_errors_cross_process_boundaries(tmp_path):
     """A worker's TraceError must arrive whole (it once broke the process pool)."""
     import pickle
 
-    from streamtrace.errors import TraceError, TruncatedTraceError
+    from streamtrace.runtime.errors import TraceError, TruncatedTraceError
     e = TruncatedTraceError("/x/rank3.json", "truncated: the file ends inside traceEvents", offset=27, events=0)
     e2 = pickle.loads(pickle.dumps(e))
     assert type(e2) is TruncatedTraceError and str(e2) == str(e) and e2.path == "/x/rank3.json" and e2.offset == 27

@@ -8,8 +8,8 @@ import warnings
 
 import pytest
 
-from streamtrace.errors import StreamtraceError
-from streamtrace.trace.synth import SynthSpec, build_topology, generate_job
+from streamtrace.runtime.errors import StreamtraceError
+from streamtrace.synth.job import SynthSpec, build_topology, generate_job
 from streamtrace.topology import (DIMS, format_traceviz_txt, from_sizes, orthogonal_groups, parse_traceviz_txt,
                                   topology_from_traceviz, write_topology)
 from streamtrace.topology.sources import from_pg_config, load_topology

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamtrace.errors import TraceError, TruncatedTraceError
+from streamtrace.runtime.errors import TraceError, TruncatedTraceError
 from streamtrace.trace.reader import TraceReader
 
 from support import exact_ns, load_json, need_shared, real_traces

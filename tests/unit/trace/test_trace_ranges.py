@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamtrace.analyze import AnalyzeOptions, analyze
-from streamtrace.errors import TraceError
+from streamtrace.runtime.errors import TraceError
 from streamtrace.kernels import scan as K
 from streamtrace.trace.reader import TraceReader
 from streamtrace.events.dataset import partition_files, read_partition

@@ -22,14 +22,14 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..analyze import AnalyzeOptions, analyze
-from ..errors import StreamtraceError, UsageError
-from ..events.dataset import partition_files
+from ...analyze import AnalyzeOptions, analyze
+from ...runtime.errors import StreamtraceError, UsageError
+from ...events.dataset import partition_files
 
 
 @dataclass
 class DiffOptions:
-    """Options of :func:`streamtrace.diff` (the ``streamtrace diff`` flags).
+    """Options of :func:`streamtrace.report.diff` (the ``streamtrace diff`` flags).
 
     Attributes:
         ranks: ranks compared on both sides (list of int), or ``"all"`` (every rank of each
@@ -41,7 +41,7 @@ class DiffOptions:
         test_steps: ProfilerStep numbers of the test side (list of int); None: all.
         name_key: ``"full"`` (default): names as the trace has them; ``"short"``: kernel and op
             names without template arguments, argument lists and return type
-            (:func:`streamtrace.job.diff.short_name`), so instantiations of one kernel compare as one.
+            (:func:`streamtrace.report.diff.compare.short_name`), so instantiations of one kernel compare as one.
         top: rows in each list of ``diff.md`` (int, default 10).
         labels: names of the two sides in ``diff.md`` (tuple of two str; default ("base", "test")).
         charts: draw ``charts/diff_top_deltas.png`` (bool, default True).
@@ -66,7 +66,7 @@ class DiffOptions:
     progress: bool | None = None
 
     def check(self):
-        """Raise :class:`~streamtrace.errors.UsageError` for options that contradict each other."""
+        """Raise :class:`~streamtrace.runtime.errors.UsageError` for options that contradict each other."""
         if self.ranks is not None and (self.base_ranks is not None or self.test_ranks is not None):
             raise UsageError("give --rank, or --base-rank and --test-rank, not both")
         if (self.base_ranks is None) != (self.test_ranks is None):

@@ -1,4 +1,4 @@
-"""Tests of streamtrace.trace.synth_scale: with dp = 1 it writes generate_job's bytes; with dp > 1 each file
+"""Tests of streamtrace.synth.scale: with dp = 1 it writes generate_job's bytes; with dp > 1 each file
 is what the rank's own program writes (no markers left), the files pass test_synth's checks of the format
 (read with plain json), and every collective is aligned across the files that hold it."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ from collections import defaultdict
 import pytest
 import test_synth as base   # its checks of one job's files, run here on scaled jobs
 
-from streamtrace.trace.synth import END_SKEW_NS, SynthSpec, check_spec, generate_job, process_groups, replay, simulate
-from streamtrace.trace.synth_scale import ClassProgram, generate_job_scaled, representative
+from streamtrace.synth.job import END_SKEW_NS, SynthSpec, check_spec, generate_job, process_groups, replay, simulate
+from streamtrace.synth.scale import ClassProgram, generate_job_scaled, representative
 
 SCALED = SynthSpec(steps=2, microbatches=3, layers=1, seed=4, extra_allreduces=1)               # TP2 x DP2 x PP2
 WIDE = SynthSpec(world_size=16, tp=2, pp=2, microbatches=3, layers=1, seed=2, compress=True)    # dp = 4

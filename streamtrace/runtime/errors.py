@@ -81,7 +81,7 @@ class UnknownRankError(StreamtraceError):
 
 class TopologyError(StreamtraceError, ValueError):
     """Parallel groups, sizes or a rank order that do not make a topology (also a ValueError,
-    which the training-side helpers of :mod:`streamtrace.capture` document)."""
+    which the training-side helpers of :mod:`streamtrace.topology.capture` document)."""
 
 
 class PathError(StreamtraceError):

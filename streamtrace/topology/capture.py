@@ -25,7 +25,7 @@ Environment variables (read when the functions are called):
 
 A bad value raises ValueError naming the variable, when the schedule is built (at start-up).
 Writing a trace or the topology never stops the training job: a failure to write is logged
-(logger ``streamtrace.capture``) and skipped.  (``dump_topology`` does raise ValueError, on
+(logger ``streamtrace.topology.capture``) and skipped.  (``dump_topology`` does raise ValueError, on
 every rank alike, for groups that do not split the ranks consistently.)
 """
 from __future__ import annotations
@@ -40,9 +40,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .topology import DEFAULT_ORDER, DIMS, topology_from_groups, write_topology_files
+from . import DEFAULT_ORDER, DIMS, topology_from_groups, write_topology_files
 
-log = logging.getLogger("streamtrace.capture")
+log = logging.getLogger("streamtrace.topology.capture")
 
 ENV_ALLRANKS = "PROFILE_ALLRANKS"
 ENV_WAIT = "PROFILER_WAIT_STEPS"

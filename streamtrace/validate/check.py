@@ -9,7 +9,7 @@ multi-rank merge: Perfetto then binds arrows to the wrong events), flows joining
 (``cross_rank_flow``, by ``args.rank``), and ``X`` slices that overlap their enclosing slice on the
 same (pid, tid) track without nesting in it (``bad_nesting``).  Notices (reported, not failing):
 flow ends without a partner (``unmatched_flow``; Kineto writes lone ``f`` ends itself).  Invalid
-JSON is an error (:class:`~streamtrace.errors.TraceError`), as for every reader.
+JSON is an error (:class:`~streamtrace.runtime.errors.TraceError`), as for every reader.
 
 How: the byte scanner finds each event (:class:`~streamtrace.trace.reader.TraceReader`, bounds
 only); :func:`streamtrace.kernels.validate.event_fields` reads the fields of a batch from the bytes
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 
-from ..errors import TraceError
+from ..runtime.errors import TraceError
 from ..events.codec import pack, unpack
 from ..events.sort import ExternalSorter
 from ..kernels import scan as K
@@ -50,10 +50,10 @@ from ..kernels import validate as KV
 from ..runtime.files import remove_quietly
 from ..runtime.parallel import InWorker, pool
 from ..runtime.warmup import warm_trace
-from .decode import decode_value, loads
-from .ranges import RANGES_PER_JOB, SPLIT_THRESHOLD, clean_joints, likely_ranges, prove_range
-from .reader import BATCH_EVENTS, TraceReader
-from .source import LEAN_BLOCK, plain_copy, size_hint
+from ..trace.decode import decode_value, loads
+from ..trace.ranges import RANGES_PER_JOB, SPLIT_THRESHOLD, clean_joints, likely_ranges, prove_range
+from ..trace.reader import BATCH_EVENTS, TraceReader
+from ..trace.source import LEAN_BLOCK, plain_copy, size_hint
 
 PROBLEMS = ("missing_field", "negative_dur", "duplicate_flow", "cross_rank_flow", "bad_nesting")
 # Reported but not failing: Kineto itself writes lone ``f`` ends for runtime calls
@@ -99,7 +99,7 @@ def validate(path, salvage=False, opt: ValidateOptions | None = None) -> dict:
 
     Returns ``{"path", "events", "problems": {name: count}, "notices": {name: count}, "ok": bool,
     "tracks", "flows", "warnings"}`` (``tracks``: (pid, tid) tracks holding a checked ``X`` slice;
-    ``flows``: distinct flow ``(cat, id)`` keys).  Raises :class:`~streamtrace.errors.TraceError`
+    ``flows``: distinct flow ``(cat, id)`` keys).  Raises :class:`~streamtrace.runtime.errors.TraceError`
     when the file is not readable JSON (truncated, corrupt gzip, invalid UTF-8 or JSON)."""
     opt = opt or ValidateOptions(salvage=salvage)
     jobs = opt.jobs or os.cpu_count() or 1
@@ -179,7 +179,7 @@ class Checker:
     def read(self, buf: bytes, starts, ends, offset: int, path) -> np.ndarray:
         """The fields (int64[n, NF], see :mod:`streamtrace.kernels.validate`) of the events
         ``buf[starts[i]:ends[i]]``; ``offset``: file offset of ``buf[starts[0]]`` (for errors).
-        Raises :class:`~streamtrace.errors.TraceError` for an event that is not valid JSON."""
+        Raises :class:`~streamtrace.runtime.errors.TraceError` for an event that is not valid JSON."""
         f = self.buffer(len(starts))
         KV.event_fields(np.frombuffer(buf, np.uint8), starts, ends, f)
         return self.finish_read(f, buf, starts, ends, offset, path)
@@ -208,7 +208,7 @@ class Checker:
     def account(self, f: np.ndarray, view, out_pid: bool = False):
         """Record events with fields ``f`` (int64[n, NF]) in the views of ``view`` (int, or an int64
         array per event, of V_IN / V_OUT bits).  ``out_pid``: in the V_OUT view every event has a
-        pid, a missing one being ``null`` (merge's output: :mod:`streamtrace.merge.check`); the V_OUT
+        pid, a missing one being ``null`` (merge's output: :mod:`streamtrace.validate.merged`); the V_OUT
         view otherwise sees the same fields, and its flow ends' ranks are not compared (one rank's
         output: merge writes that rank on every event)."""
         n = len(f)
@@ -457,7 +457,7 @@ def fields_of_event(arr, buf: bytes, s: int, e: int, path, offset: int) -> np.nd
     """The fields of the event ``buf[s:e]`` decoded in Python (``arr``: ``buf`` as uint8), as
     :func:`streamtrace.kernels.validate.event_fields` would read them; the plain-Python twin of
     that kernel.  ts/dur and their flags are read by the byte scanner, exactly as for a batch.
-    Raises :class:`~streamtrace.errors.TraceError` for invalid JSON (at file ``offset``)."""
+    Raises :class:`~streamtrace.runtime.errors.TraceError` for invalid JSON (at file ``offset``)."""
     one = [np.zeros(1, np.int64) for _ in range(4)]
     flags = np.zeros(1, np.uint8)
     K.scan_events(arr, s, e, one[0], one[1], one[2], one[3], flags, np.zeros(1, np.int64))

@@ -11,9 +11,9 @@ import pytest
 
 import streamtrace
 from streamtrace.analyze import AnalyzeOptions, analyze
-from streamtrace.errors import StreamtraceError, UsageError
-from streamtrace.job.diff import short_name
-from streamtrace.trace.synth import _K, SynthSpec, generate_job
+from streamtrace.runtime.errors import StreamtraceError, UsageError
+from streamtrace.report.diff.compare import short_name
+from streamtrace.synth.job import _K, SynthSpec, generate_job
 
 from support import load_json, run_cli
 
@@ -164,7 +164,7 @@ def test_short_name(name, short):
 
 
 def test_worker_pool_gives_the_same_tables(runs, monkeypatch):
-    import streamtrace.job.diff as jd
+    import streamtrace.report.diff.compare as jd
     one = _run(runs, "an_strag", "inline")
     monkeypatch.setattr(jd, "INLINE_BYTES", 0)
     two = _run(runs, "an_strag", "pool", jobs=2)

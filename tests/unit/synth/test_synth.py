@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamtrace.trace.synth import END_SKEW_NS, SynthSpec, generate_job
+from streamtrace.synth.job import END_SKEW_NS, SynthSpec, generate_job
 
 ROOT = Path(__file__).resolve().parents[3]
 REAL_TOPO = ROOT.parent / "shared" / "traces" / "cpu-3d" / "parallel_topology.json"

@@ -1,6 +1,6 @@
 """Synthetic jobs of 1,000+ ranks in minutes: :func:`generate_job_scaled`.
 
-:func:`~streamtrace.trace.synth.generate_job` runs every rank's program (its random draws seeded by its
+:func:`~streamtrace.synth.job.generate_job` runs every rank's program (its random draws seeded by its
 rank) and keeps every collective's truth; at 1,024 ranks x 20,000 GPU events that is ~15 CPU-min and
 tens of GB. Here the ranks of one (tp, pp) position in every DP replica (a *class*) run the same program:
 its random draws are seeded by the class's representative, the rank of DP replica 0. Then
@@ -18,7 +18,7 @@ its random draws are seeded by the class's representative, the rank of DP replic
 What differs from ``generate_job``: the random draws (so the bytes) when dp > 1; with dp = 1 the events are
 the same bytes (gzip members may differ: other level). No collective truth (``JobTruth.collectives`` is
 empty); a straggler (``straggler_rank``) would break the symmetry and is refused (ValueError). Times are int
-ns as in :mod:`~streamtrace.trace.synth`.
+ns as in :mod:`~streamtrace.synth.job`.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ import re
 from pathlib import Path
 
 from ..runtime.parallel import run_tasks
-from .synth import (GPUS_PER_NODE, MONO0_NS, DeviceTruth, JobTruth, RankProgram, SynthSpec, check_spec,
+from .job import (GPUS_PER_NODE, MONO0_NS, DeviceTruth, JobTruth, RankProgram, SynthSpec, check_spec,
                     process_groups, replay, simulate, trace_frame)
 
 _SLOT = re.compile(rb'"\xc2\xa7([A-Z])\xc2\xa7"|\xc2\xa7([A-Z])\xc2\xa7')   # a marker alone in a string, or in a text
@@ -151,7 +151,7 @@ def write_class(out: Path, spec: SynthSpec, pgs: list, rep: int, replies: list, 
 
 
 def generate_job_scaled(out_dir, spec: SynthSpec, jobs: int = 1, compresslevel: int = 1) -> JobTruth:
-    """Write the job of ``spec`` as :func:`~streamtrace.trace.synth.generate_job` does (same files, layout and
+    """Write the job of ``spec`` as :func:`~streamtrace.synth.job.generate_job` does (same files, layout and
     topology), DP replicas sharing one program (module docstring); ``jobs`` processes. Returns a JobTruth
     with every rank (int64 ns, rank-local) and no collectives. ValueError: a bad spec, or a straggler."""
     topo = check_spec(spec)

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import streamtrace.trace.validate as V
+import streamtrace.validate.check as V
 from streamtrace.merge import MergeOptions, merge
-from streamtrace.trace.validate import ValidateOptions, split_plan, validate, validate_split
+from streamtrace.validate.check import ValidateOptions, split_plan, validate, validate_split
 from support import CPU3D, REAL, need_shared, real_traces, run_cli
 from validate_reference import validate_py
 

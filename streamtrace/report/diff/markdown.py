@@ -1,5 +1,5 @@
 """``streamtrace diff BASE TEST -o OUTDIR`` as a function, :func:`diff`: the comparison's tables
-(:mod:`streamtrace.job.diff`), ``diff.md`` (what changed, in ms per rank-step), the chart
+(:mod:`streamtrace.report.diff.compare`), ``diff.md`` (what changed, in ms per rank-step), the chart
 ``charts/diff_top_deltas.png`` and ``diff.json`` (written last: a folder with ``diff.json``
 is complete).  The folder is one unit (written beside it and swapped in at the end, as analyze's
 and aggregate's are).  ``streamtrace.load(OUTDIR)`` opens the result.
@@ -12,13 +12,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..events.dataset import json_default
-from ..events.load import load
-from ..job.diff import DIMENSIONS, compare, write_tables
-from ..job.diffinputs import DiffOptions, list_text
-from ..runtime.files import atomic_output, output_folder
-from .charts import save
-from .markdown import short_names
+from ...events.dataset import json_default
+from ...events.load import load
+from .compare import DIMENSIONS, compare, write_tables
+from .inputs import DiffOptions, list_text
+from ...runtime.files import atomic_output, output_folder
+from ..charts import save
+from ..markdown import short_names
 
 KIND_COLORS = {"compute": "#4C72B0", "communication": "#DD8452", "memory": "#8C8C8C"}
 METRIC_LABELS = {"step_ns": "step time (ProfilerStep)", "busy_ns": "GPU busy", "idle_ns": "GPU idle",
@@ -33,8 +33,8 @@ def diff(base, test, outdir=None, opt: DiffOptions | None = None, log=None):
     ``diff.md``, ``charts/diff_top_deltas.png`` (``opt.charts``), ``diff.json``.  Returns
     the folder as :func:`streamtrace.load` opens it (``.summary`` is ``diff.json``, ``.kernels``
     ... pyarrow Tables, ``.to_pandas(name)``).  ``log``: a function taking one line, or None.
-    Raises :class:`~streamtrace.errors.UsageError` on contradicting options and
-    :class:`~streamtrace.errors.StreamtraceError` on bad input."""
+    Raises :class:`~streamtrace.runtime.errors.UsageError` on contradicting options and
+    :class:`~streamtrace.runtime.errors.StreamtraceError` on bad input."""
     opt = opt or DiffOptions()
     out = Path(outdir or "streamtrace-diff")
     with output_folder(out, owned=_owned, inputs=[base, test]) as stage:
@@ -106,7 +106,7 @@ def _side_line(meta, side, label) -> str:
 
 
 def to_markdown(tabs, meta, top=10, charts=()) -> str:
-    """``diff.md``: the comparison of :class:`~streamtrace.job.diff.DiffTables` ``tabs`` (times in ms
+    """``diff.md``: the comparison of :class:`~streamtrace.report.diff.compare.DiffTables` ``tabs`` (times in ms
     per rank-step)."""
     lb, lt = meta["labels"]
     L = [f"# streamtrace diff: {lb} vs {lt}", "",

@@ -1,4 +1,4 @@
-"""streamtrace.capture (profiler schedule from the environment, trace handler, topology dump),
+"""streamtrace.topology.capture (profiler schedule from the environment, trace handler, topology dump),
 streamtrace.topology_io (topology JSON and Megatron-TraceViz text writers) and, marked slow, a
 real 4-process gloo job profiled with them (tests/integration/e2e_job.py) whose output goes through
 merge, validate and analyze."""
@@ -177,7 +177,7 @@ def test_handler_step_vs_stop_and_iteration_callable(tmp_path, monkeypatch):
 def test_handler_failure_is_logged_not_raised(tmp_path, caplog):
     h = capture.trace_handler(tmp_path, rank=1)
     p = FakeProfiler(h, last=0, fail=True)
-    with caplog.at_level(logging.ERROR, logger="streamtrace.capture"):
+    with caplog.at_level(logging.ERROR, logger="streamtrace.topology.capture"):
         p.step()
     assert p.result is None and "No space left" in caplog.text and "rank_0001_iter_0" in caplog.text
     assert _files(tmp_path) == []                                  # temporary files removed
@@ -327,7 +327,7 @@ def test_replicas_agree_with_topology_module(world, kw):
 
 
 def test_topology_matches_synth_demo():
-    from streamtrace.trace.synth import SynthSpec, build_topology
+    from streamtrace.synth.job import SynthSpec, build_topology
     spec = SynthSpec(world_size=8, tp=2, pp=2)
     demo = build_topology(spec)
     mine = topology_from_groups({d: demo[d] for d in ("tp", "dp", "pp")}, 8)
@@ -364,7 +364,7 @@ def test_dump_topology_single_process(tmp_path, caplog):
     # unwritable folder: logged, not raised
     blocker = tmp_path / "file"
     blocker.write_text("")
-    with caplog.at_level(logging.ERROR, logger="streamtrace.capture"):
+    with caplog.at_level(logging.ERROR, logger="streamtrace.topology.capture"):
         assert capture.dump_topology(blocker / "sub", groups={"tp": [0]})["tp"] == [[0]]
     assert "could not write the topology" in caplog.text
 

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamtrace.merge import MergeOptions, merge
-from streamtrace.trace.synth import SynthSpec, generate_job
-from streamtrace.trace.validate import ValidateOptions, validate
+from streamtrace.synth.job import SynthSpec, generate_job
+from streamtrace.validate.check import ValidateOptions, validate
 from support import CPU3D, REAL, need_shared, real_traces, run_cli
 from validate_reference import validate_py
 

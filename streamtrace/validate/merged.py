@@ -1,8 +1,8 @@
 """Merge's validation, done while rewriting instead of in a second pass over the output.
 
 Each rewrite worker reads the fields the checks need from every input event's bytes
-(:meth:`streamtrace.trace.validate.Checker.read`) and records each event twice in one
-:class:`~streamtrace.trace.validate.Checker`: as read (view ``V_IN``: the input's own problems,
+(:meth:`streamtrace.validate.check.Checker.read`) and records each event twice in one
+:class:`~streamtrace.validate.check.Checker`: as read (view ``V_IN``: the input's own problems,
 the report ``streamtrace validate RANK_FILE`` gives) and, if the rewrite kept it, as written
 (view ``V_OUT``).  The output's view follows from what merge rewrites: every event gets a pid
 (a merged one: an input without ``pid`` gets the merged pid of ``null``) and ``args.rank`` = its
@@ -22,7 +22,7 @@ import numpy as np
 
 from ..kernels import validate as KV
 from ..runtime.files import remove_quietly
-from ..trace.validate import PROBLEMS, ValidateOptions, replay, validate
+from .check import PROBLEMS, ValidateOptions, replay, validate
 
 ID_LIMIT = 1 << 40
 LOG_SUFFIX = ".val"     # a byte range's validation records: beside its segment, until its rank is checked

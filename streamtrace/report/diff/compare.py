@@ -1,5 +1,5 @@
 """``streamtrace diff BASE TEST``: what changed between two runs, from their analysed Parquet
-(:mod:`streamtrace.job.diffinputs` resolves the sides and pairs the ranks).
+(:mod:`streamtrace.report.diff.inputs` resolves the sides and pairs the ranks).
 
 Every number is a **mean per rank-step**: a *cell* is one (iteration, rank, step) of a side -- a
 ProfilerStep of one rank in one trace file -- and a side's value for a name is its sum over the
@@ -44,13 +44,13 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
-from ..errors import StreamtraceError
-from ..events.dataset import csv_table, read_partition
-from ..runtime.files import atomic_output
-from ..runtime.parallel import run_tasks
-from .aggregate import KIND_CODE, interval_metrics
-from .diffinputs import DiffOptions, list_text, open_side, pair_ranks
-from .stats import OPS_COLUMNS, op_rows
+from ...runtime.errors import StreamtraceError
+from ...events.dataset import csv_table, read_partition
+from ...runtime.files import atomic_output
+from ...runtime.parallel import run_tasks
+from ...job.aggregate import KIND_CODE, interval_metrics
+from .inputs import DiffOptions, list_text, open_side, pair_ranks
+from ...job.stats import OPS_COLUMNS, op_rows
 
 KERNEL_COLUMNS = ["name", "kind", "dur_ns", "ts_ns", "end_ns", "device", "step", "phase", "microbatch", "collective",
                   "parallel_dim"]
@@ -204,9 +204,9 @@ class DiffTables:
 
 def compare(base, test, outdir, opt: DiffOptions | None = None) -> DiffTables:
     """Compare ``base`` with ``test`` (paths: analysed folders, aggregate or epilogue folders,
-    traces; see :mod:`streamtrace.job.diffinputs`); traces are analysed into ``outdir``.
-    Raises :class:`~streamtrace.errors.UsageError` on contradicting options,
-    :class:`~streamtrace.errors.StreamtraceError` on bad input."""
+    traces; see :mod:`streamtrace.report.diff.inputs`); traces are analysed into ``outdir``.
+    Raises :class:`~streamtrace.runtime.errors.UsageError` on contradicting options,
+    :class:`~streamtrace.runtime.errors.StreamtraceError` on bad input."""
     opt = opt or DiffOptions()
     opt.check()
     t0, c0 = time.time(), time.process_time()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streamtrace.trace.clocks import estimate_clock_offsets, fit_clock_offsets
+from streamtrace.events.clocks import estimate_clock_offsets, fit_clock_offsets
 
 
 def make(groups, offsets, noise=0, seed=0, bridge=()):

@@ -39,7 +39,7 @@ from typing import NamedTuple
 import numpy as np
 import orjson
 
-from .synth_groups import ORDER, PG_DESC, build_topology, process_groups  # noqa: F401 (ORDER: re-exported)
+from .groups import ORDER, PG_DESC, build_topology, process_groups  # noqa: F401 (ORDER: re-exported)
 
 MONO0_NS = 9_812_345_678_000_000   # rank 0's monotonic clock at true time 0 (ns); > 2**53, so float64 loses ns
 END_SKEW_NS = 2_000                # max spread of one collective's end across its ranks (true ns)

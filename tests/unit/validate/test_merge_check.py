@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamtrace.merge import MergeOptions, merge
-from streamtrace.trace.synth import SynthSpec, generate_job
+from streamtrace.synth.job import SynthSpec, generate_job
 from support import CPU3D, REAL, need_shared, run_cli
 from validate_reference import validate_py
 
