@@ -1,6 +1,8 @@
-"""Collective type, bytes, process group and parallel dimension of one rank's communication
-kernels (:func:`collective_columns`), from their collective-args rows, the process-group config
-of the trace, the topology and the launching stack.
+"""Collective type, bytes, process group, sequence number and parallel dimension of one rank's
+communication kernels (:func:`collective_columns`): each kernel's facts from its own args, the
+communication ops its launch ran under and the trace's process-group config
+(:func:`streamtrace.analyze.collective_facts.collective_facts`), its dimension from those, the
+topology and the launching stack.
 
 The parallel dimension, first answer wins: the process group's description when it is one of
 Megatron-LM's exact names (:func:`streamtrace.topology.dim_of_desc`: ``EXPERT_DATA_PARALLEL_GROUP``
@@ -12,16 +14,20 @@ import numpy as np
 
 from ..events.dataset import StringPool
 from ..topology.model import dim_of_desc
-from . import classify as C
+from .collective_facts import OpIndex, collective_facts
 
 #: string and integer columns of the kernels table that describe a collective
-COLL_STR = ("collective", "dtype", "pg_name", "pg_desc", "pg_ranks", "parallel_dim")
-COLL_INT = ("in_bytes", "out_bytes", "msg_bytes", "group_size")
+COLL_STR = ("collective", "dtype", "pg_name", "pg_desc", "pg_ranks", "parallel_dim", "bytes_source", "in_splits",
+            "out_splits")
+COLL_INT = ("in_bytes", "out_bytes", "msg_bytes", "group_size", "seq")
 
 
-def collective_columns(gpu, comm_rows, nm, pats, topo, pg_config) -> dict:
-    """Collective type, bytes, process group and parallel dimension of the communication
-    kernels only: ``{"pos": rows, column: values}``; string columns as ids into ``"pool"``."""
+def collective_columns(gpu, comm_rows, nm, pats, topo, pg_config, world_size=-1) -> dict:
+    """The :data:`COLL_INT` / :data:`COLL_STR` columns of the communication kernels only:
+    ``{"pos": their GPU rows, column: values}``, int columns int64 (-1 unknown), string columns
+    int32 ids into ``"pool"``.  ``gpu.comm_row``: each GPU row's own args row, ``gpu.ctx["comm_row"]``:
+    the innermost communication op its launch ran under (-1: none); ``world_size``: the job's
+    (-1 unknown)."""
     pool, ids = [], {}
 
     def sid(v):
@@ -32,22 +38,26 @@ def collective_columns(gpu, comm_rows, nm, pats, topo, pg_config) -> dict:
         return ids[v]
     k = len(gpu.comm_pos)
     dim_at = gpu.ctx["dim"]
+    ops_at = gpu.ctx["comm_row"]
     index, found = {}, []                  # kernels with equal inputs share one result
+    opx = None
     which = np.empty(k, np.int64)
-    for i, (name, r, d) in enumerate(zip(gpu.comm_name.tolist(), gpu.comm_row[gpu.comm_pos].tolist(),
-                                         dim_at[gpu.comm_pos].tolist())):
-        row = comm_rows[r] if r >= 0 else None
-        key = (name, d, _row_key(row))
+    for i, (name, r, o, d) in enumerate(zip(gpu.comm_name.tolist(), gpu.comm_row[gpu.comm_pos].tolist(),
+                                            ops_at[gpu.comm_pos].tolist(), dim_at[gpu.comm_pos].tolist())):
+        if o >= 0 and opx is None:
+            opx = OpIndex(comm_rows)
+        ops = opx.enclosing(o) if o >= 0 else []
+        key = (name, d, _row_key(comm_rows[r]) if r >= 0 else None, tuple(_row_key(comm_rows[j]) for j in ops))
         v = index.get(key)
         if v is None:
-            info = C.collective_info(row, nm.names[name], pats, pg_config)
-            dim = dim_of_desc(info["pg_desc"])                       # Megatron's own name: exact
-            dim = dim or (topo.dim_of(info["pg_ranks"]) if topo is not None else None)
-            dim = dim or pats.first(pats.pg_desc, info["pg_desc"])
+            f = collective_facts(nm.names[name], comm_rows[r] if r >= 0 else None, [comm_rows[j] for j in ops],
+                                 pats, pg_config, world_size)
+            dim = dim_of_desc(f.pg_desc)                       # Megatron's own name: exact
+            dim = dim or (topo.dim_of(f.pg_ranks) if topo is not None else None)
+            dim = dim or pats.first(pats.pg_desc, f.pg_desc)
             if not dim and d >= 0:
                 dim = nm.stack_dim[d]
-            info["parallel_dim"] = dim or "unknown"
-            info["pg_ranks"] = ",".join(map(str, info["pg_ranks"]))
+            info = vars(f) | {"parallel_dim": dim or "unknown", "pg_ranks": ",".join(map(str, f.pg_ranks))}
             v = index[key] = len(found)
             found.append([info[c] for c in COLL_INT] + [sid(info[c]) for c in COLL_STR])   # strings in order
         which[i] = v
@@ -60,10 +70,11 @@ def collective_columns(gpu, comm_rows, nm, pats, topo, pg_config) -> dict:
 
 
 def _row_key(row):
-    """A hashable stand-in for a collective-args row (its values in key order)."""
+    """A hashable stand-in for a collective-args row without its position (its values in key
+    order): two instances of one collective with equal args share their facts."""
     if row is None:
         return None
-    key = tuple(row.values())
+    key = tuple(v for k, v in row.items() if not k.startswith("@"))
     try:
         hash(key)
     except TypeError:                     # a list value: compare by text

@@ -113,12 +113,13 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
                 return PartitionWriter(outdir, rank, iteration, oschema, "ops", ops_pools, part=part)
             for name in ("kernels", "ops"):                   # an earlier run's part-1.. files
                 drop_extra_parts(outdir, name, rank, iteration, 1)
+            facts = trace_facts(meta, rank)
             summ = analyze_rank(RankSource(store, keys, comm_rows, table, rank, device_mode, pmap),
-                                RankSettings(pats, topo, pg_config(meta, rank), opt.chunk_events,
-                                             spill.name if spill else None, opt.split_jobs),
+                                RankSettings(pats, topo, pg_config(meta, rank), facts["world_size"] or -1,
+                                             opt.chunk_events, spill.name if spill else None, opt.split_jobs),
                                 RankOutputs(open_ops, open_kernels, pool))
             out.append({"rank": rank, "source": str(path), "iteration": iteration, **summ,
-                        "trace_metadata": trace_facts(meta, rank), "warnings": warnings})
+                        "trace_metadata": facts, "warnings": warnings})
         return out
     finally:
         if spill is not None:

@@ -48,7 +48,8 @@ def _expand(lo, hi):
 
 class GpuEvents:
     """The rank's GPU events as compact columns, in store order (``gkeys`` order, each
-    key's rows as added).  ``ctx``: the launch context the call trees write (see
+    key's rows as added).  ``comm_row``: each row's own collective-args row (-1: none).
+    ``ctx``: the launch context the call trees write (see
     :class:`~streamtrace.kernels.treestream.TreeStream`), name ids as int16 when the
     string table has at most 2**15 - 1 strings."""
 
@@ -90,7 +91,9 @@ class GpuEvents:
         self.free = np.ones(M, bool)
         names = np.int16 if len(nm.names) <= 2 ** 15 else np.int32    # name ids (and -1)
         self.ctx = {k: np.full(M, -1, names) for k in GPU_CTX}
-        self.ctx["comm_row"] = self.comm_row
+        # the innermost communication op (collective-args row) each launch ran under; the GPU
+        # row's own args stay in comm_row (collective_facts reads both)
+        self.ctx["comm_row"] = np.full(M, -1, np.int32)
         self.ctx["t_launch"] = self.start.copy()        # a kernel no launch claims: its GPU start
         self.linked = None
         self.launched = None

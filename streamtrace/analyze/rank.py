@@ -47,12 +47,14 @@ class RankSource:
 @dataclass
 class RankSettings:
     """How to analyse a rank: classification patterns, the topology (for the parallel dimension
-    of collectives) and the process groups of its trace (``pg_config``, by name), the external
+    of collectives) and the process groups of its trace (``pg_config``, by name) and the job's
+    ``world_size`` (-1 unknown; the default group of a trace without process groups), the external
     sorts' block size and spill folder (None: compressed in memory), and ``jobs`` > 1 to analyse
     the CPU tracks in up to that many forked processes (same results)."""
     patterns: Patterns
     topology: object = None
     pg_config: dict = field(default_factory=dict)
+    world_size: int = -1
     block_rows: int = CHUNK_EVENTS
     spill_dir: str | None = None
     jobs: int = 1
@@ -90,7 +92,8 @@ def analyze_rank(src: RankSource, settings: RankSettings, out: RankOutputs | Non
     del gpu.ctx["t_launch"]
     trim()
     gpu.load_devices(store)
-    coll = collective_columns(gpu, src.comm_rows, nm, settings.patterns, settings.topology, settings.pg_config)
+    coll = collective_columns(gpu, src.comm_rows, nm, settings.patterns, settings.topology, settings.pg_config,
+                              settings.world_size)
     M = gpu.M
     summary = {"devices": {}, "iterations": {}, "phases": [],
                "call_tree": {"cpu_events": int(tot.n_cpu), "clamped": int(tot.clamped), "overruns": int(tot.overrun)},

@@ -22,10 +22,19 @@ field                 dtype    meaning
 ``rank``              int64    ``args.rank`` (merged traces), else -1
 ``comm``              int32    row in the batch's collective-args table, else -1
 ====================  =======  ===========================================================
+
+A collective-args row (``comm_rows[k]``, a dict) is kept for an event whose args carry
+collective metadata (``COMM_TRIGGER_KEYS``: NCCL kernels and ``record_param_comms`` of newer
+PyTorch) and for every CPU op named like a communication call (``COMM_OP_NAME``:
+``record_param_comms``, ``nccl:*``, ``gloo:*``, ``c10d::*``) whatever its args.  It holds the
+``COMM_KEYS`` (None when absent) and those of ``COMM_SHAPE_KEYS`` the event has; a named op's
+row also has ``"@op"`` (its name), ``"@pid"``, ``"@tid"`` (as written), ``"@ts"``, ``"@end"``
+(int ns), so :mod:`streamtrace.analyze.collective_facts` can find the ops enclosing one another.
 """
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import orjson
@@ -50,6 +59,10 @@ COMM_TRIGGER_KEYS = ("Collective name", "In msg nelems", "Process Group Name", "
 COMM_KEYS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype",
              "Process Group Name", "Process Group Description", "Process Group Ranks", "In split size",
              "Out split size")
+# kept when present: the recorded shapes of older PyTorch, NCCL's sequence number and p2p peers
+COMM_SHAPE_KEYS = ("Input Dims", "Input type", "Concrete Inputs", "Seq", "Src Rank", "Dst Rank")
+# the CPU ops around a collective whose args are kept whatever they carry
+COMM_OP_NAME = re.compile(r"^(record_param_comms$|nccl:|gloo:|c10d::)")
 
 
 class StringTable:
@@ -59,6 +72,16 @@ class StringTable:
         self.strings: list[str] = []
         self.ids: dict[str, int] = {}
         self._by_hash: dict[int, int] = {}
+        self._comm_op = np.zeros(0, bool)
+
+    def comm_op(self, ids) -> np.ndarray:
+        """Bool mask of the name ids ``ids`` (int array, -1 = none) that are communication ops
+        (:data:`COMM_OP_NAME`)."""
+        if len(self._comm_op) < len(self.strings):
+            new = [bool(COMM_OP_NAME.match(t)) for t in self.strings[len(self._comm_op):]]
+            self._comm_op = np.concatenate([self._comm_op, np.asarray(new, bool)])
+        ids = np.asarray(ids)
+        return (ids >= 0) & np.append(self._comm_op, False)[np.where(ids >= 0, ids, len(self._comm_op))]
 
     def id(self, text: str) -> int:
         i = self.ids.get(text)
@@ -128,11 +151,23 @@ def row_from_dict(ev: dict, ts, dur, flag, table: StringTable, row, comm_rows: l
     row["stream"] = _int_or(args.get("stream"))
     row["device"] = _int_or(args.get("device"))
     row["rank"] = _int_or(args.get("rank"))
-    if any(k in args for k in COMM_TRIGGER_KEYS):
+    op = isinstance(name, str) and bool(COMM_OP_NAME.match(name))
+    if op or any(k in args for k in COMM_TRIGGER_KEYS):
         row["comm"] = len(comm_rows)
-        comm_rows.append({k: args.get(k) for k in COMM_KEYS})
+        comm_rows.append(comm_row(args, ev, int(row["ts"]), int(row["dur"]) if op else None))
     else:
         row["comm"] = -1
+
+
+def comm_row(args: dict, ev: dict, ts: int, dur: int | None) -> dict:
+    """One collective-args row (module docstring) of an event with ``args``; ``dur`` None: not a
+    named communication op (no position keys)."""
+    out = {k: args.get(k) for k in COMM_KEYS}
+    out.update({k: args[k] for k in COMM_SHAPE_KEYS if k in args})
+    if dur is not None:
+        out.update({"@op": ev.get("name"), "@pid": ev.get("pid"), "@tid": ev.get("tid"), "@ts": ts,
+                    "@end": ts + max(dur, 0) if ts >= 0 else -1})
+    return out
 
 
 def _time(ns, flag, has, bad, value) -> int:
@@ -193,7 +228,7 @@ def columns_from_batch(b, table: StringTable, path="?"):
             f = int(b.flags[j])
             out["ts"][j] = _time(int(b.ts_ns[j]), f, 1, 4, ev.get("ts"))
             out["dur"][j] = _time(int(b.dur_ns[j]), f, 2, 8, ev.get("dur"))
-    slow = np.flatnonzero(flags & (X.F_COMM | X.F_PYTHON))
+    slow = np.flatnonzero((flags & (X.F_COMM | X.F_PYTHON) != 0) | table.comm_op(out["name"]))
     if len(slow):
         for j in slow.tolist():
             raw = b.buf[int(b.starts[j]):int(b.ends[j])]

@@ -46,7 +46,8 @@ def schemas():
         ("launch_op", s), ("launching_op", s), ("annotation", s), ("top_annotation", s), ("gpu_annotation", s),
         ("phase", s), ("microbatch", i64), ("step", i64), ("attributed_by", s), ("collective", s), ("in_bytes", i64),
         ("out_bytes", i64), ("msg_bytes", i64), ("dtype", s), ("group_size", i64), ("pg_name", s),
-        ("pg_desc", s), ("pg_ranks", s), ("parallel_dim", s)])
+        ("pg_desc", s), ("pg_ranks", s), ("parallel_dim", s), ("seq", i64), ("bytes_source", s), ("in_splits", s),
+        ("out_splits", s)])
     ops = pa.schema([
         ("pid", i64), ("tid", i64), ("ts_ns", i64), ("dur_ns", i64), ("name", s), ("cat", s), ("depth", i32),
         ("parent", i64), ("correlation", i64), ("external_id", i64), ("kernel_count", i64),

@@ -28,7 +28,8 @@ KERNEL_COLUMNS = [
     ("attributed_by", pa.string()), ("collective", pa.string()),
     ("in_bytes", pa.int64()), ("out_bytes", pa.int64()), ("msg_bytes", pa.int64()), ("dtype", pa.string()),
     ("group_size", pa.int64()), ("pg_name", pa.string()), ("pg_desc", pa.string()), ("pg_ranks", pa.string()),
-    ("parallel_dim", pa.string())]
+    ("parallel_dim", pa.string()), ("seq", pa.int64()), ("bytes_source", pa.string()), ("in_splits", pa.string()),
+    ("out_splits", pa.string())]
 OP_COLUMNS = [
     ("pid", pa.int64()), ("tid", pa.int64()), ("ts_ns", pa.int64()), ("dur_ns", pa.int64()), ("name", pa.string()),
     ("cat", pa.string()), ("depth", pa.int32()), ("parent", pa.int64()), ("correlation", pa.int64()),
