@@ -211,11 +211,18 @@ def _first(readings, attr):
     return None
 
 
+def op_type(text: str, pats) -> str:
+    """Collective type of an op or annotation name (``nccl:all_reduce``, ``gloo:send``,
+    ``c10d::recv_``: also tried without the ``prefix:`` and trailing ``_``); "" when none."""
+    text = text or ""
+    return pats.collective_type(text) or pats.collective_type(text.rsplit(":", 1)[-1].strip("_")) or ""
+
+
 def _type(kernel_name, own: Reading | None, ops: list, pats) -> str:
-    k = pats.collective_type((own.coll if own else None) or "") or pats.collective_type(kernel_name) or ""
+    k = pats.collective_type((own.coll if own else None) or "") or op_type(kernel_name, pats)
     op = ""
     for _, r in ops:
-        op = pats.collective_type(r.coll or "") or ""
+        op = op_type(r.coll, pats)
         if op:
             break
     alltoall = any(_ALLTOALL.search(r.coll or "") for _, r in ops)

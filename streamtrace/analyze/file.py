@@ -7,11 +7,13 @@ from __future__ import annotations
 import tempfile
 from dataclasses import replace
 
-from ..events.dataset import PartitionWriter, StringPool, drop_extra_parts, schemas
+import pyarrow.parquet as pq
+
+from ..events.dataset import PartitionWriter, StringPool, drop_extra_parts, partition_path, schemas
 from ..events.ingest import ingest
 from ..events.parallel_ingest import IngestSettings, ingest_parallel
 from ..events.store import MemoryStore, SpillStore
-from ..runtime.files import owner
+from ..runtime.files import atomic_output, owner
 from ..runtime.tuning import trim
 from ..runtime.warmup import warm_trace
 from ..topology.sources import load_topology
@@ -111,13 +113,18 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
 
             def open_ops(part, rank=rank):
                 return PartitionWriter(outdir, rank, iteration, oschema, "ops", ops_pools, part=part)
+            def write_cpu_collectives(t, rank=rank):
+                if t.num_rows:
+                    path = partition_path(outdir, "cpu_collectives", rank, iteration)
+                    with atomic_output(path, compress=False) as f:
+                        pq.write_table(t, f, compression="zstd")
             for name in ("kernels", "ops"):                   # an earlier run's part-1.. files
                 drop_extra_parts(outdir, name, rank, iteration, 1)
             facts = trace_facts(meta, rank)
             summ = analyze_rank(RankSource(store, keys, comm_rows, table, rank, device_mode, pmap),
                                 RankSettings(pats, topo, pg_config(meta, rank), facts["world_size"] or -1,
                                              opt.chunk_events, spill.name if spill else None, opt.split_jobs),
-                                RankOutputs(open_ops, open_kernels, pool))
+                                RankOutputs(open_ops, open_kernels, pool, write_cpu_collectives))
             out.append({"rank": rank, "source": str(path), "iteration": iteration, **summ,
                         "trace_metadata": facts, "warnings": warnings})
         return out

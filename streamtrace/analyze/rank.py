@@ -20,6 +20,7 @@ from ..runtime.fork import run_forked
 from ..runtime.tuning import trim
 from . import classify as C
 from . import tracks
+from .cpu_collectives import cpu_collective_rows
 from .comm import COLL_INT, COLL_STR, collective_columns
 from .gpu import KINDS, GpuEvents, Names
 from .metrics import device_metrics
@@ -64,11 +65,14 @@ class RankSettings:
 class RankOutputs:
     """Where the rows go: ``open_ops(part)`` opens the ops writer of ``part-<part>.parquet``
     (string columns as ids into the rank's table; ``part`` is 0 unless ``jobs`` > 1),
-    ``open_kernels(pools, part)`` the kernels writer (``pools`` from :func:`kernel_pools`), and
-    ``pool`` the table's :class:`~streamtrace.events.dataset.StringPool`.  None: not written."""
+    ``open_kernels(pools, part)`` the kernels writer (``pools`` from :func:`kernel_pools`),
+    ``pool`` the table's :class:`~streamtrace.events.dataset.StringPool`, and
+    ``write_cpu_collectives(table)`` writes a rank's ``cpu_collectives`` rows (a rank without GPU
+    events: :mod:`~streamtrace.analyze.cpu_collectives`).  None: not written."""
     open_ops: Callable | None = None
     open_kernels: Callable | None = None
     pool: StringPool | None = None
+    write_cpu_collectives: Callable | None = None
 
 
 def analyze_rank(src: RankSource, settings: RankSettings, out: RankOutputs | None = None) -> dict:
@@ -84,6 +88,10 @@ def analyze_rank(src: RankSource, settings: RankSettings, out: RankOutputs | Non
     _cpu_tracks(ctx, [k for k in src.keys if k[0] == "cpu"], jobs,
                 out.open_ops or (lambda part: contextlib.nullcontext(None)))
     gpu.done_linking()
+    if out.write_cpu_collectives is not None and gpu.M == 0:
+        out.write_cpu_collectives(cpu_collective_rows(
+            src.comm_rows, sorted({k[2] for k in src.keys if k[0] == "cpu"}), settings.patterns, settings.pg_config,
+            settings.world_size, ctx.windows.step, settings.topology))
     iteration, ph, micro = attribute_phases(gpu, ctx.windows)
     gpu.ctx["gpu_annot"] = gpu_annotations(store, gpu, [k for k in src.keys if k[0] == "gpuanno"],
                                            gpu.ctx["annot"].dtype)

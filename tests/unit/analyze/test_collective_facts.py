@@ -208,3 +208,26 @@ def test_megatron_tp2_allreduces(tmp_path_factory):
         assert list(zip(mine["collective"], mine["in_bytes"], mine["out_bytes"])) == want
         assert set(mine["bytes_source"]) == {"kernel_args"}
         assert set(mine["group_size"]) == {2} and set(mine["pg_name"]) == {"13"}
+
+
+def test_cpu_only_gloo_rows(tmp_path):
+    # cpu-3d: no GPU events; one cpu_collectives row per gloo:* annotation, bytes from its shapes
+    folder = SHARED / "traces" / "cpu-3d"
+    if not folder.is_dir():
+        pytest.skip("../shared/traces/cpu-3d is absent")
+    analyze([str(folder)], tmp_path / "a", AnalyzeOptions(jobs=1))
+    got = ds.dataset(tmp_path / "a" / "cpu_collectives", format="parquet", partitioning="hive").to_table()
+    got = got.to_pandas()
+    kinds = {"gloo:all_reduce": "AllReduce", "gloo:all_gather": "AllGather", "gloo:send": "Send",
+             "gloo:recv": "Recv"}
+    for f in sorted((folder / "iteration_4").glob("*.json")):
+        raw = json.loads(f.read_text())
+        rank = raw["distributedInfo"]["rank"]
+        want = sorted((e["ts"], e["name"], kinds[e["name"]],
+                       prod(e["args"]["Input Dims"][0]) * DTYPE[e["args"]["Input type"][0]])
+                      for e in raw["traceEvents"] if e.get("cat") == "user_annotation"
+                      and e["name"].startswith("gloo:"))
+        mine = got[got["rank"] == rank].sort_values("ts_ns")
+        assert list(zip(mine["name"], mine["collective"], mine["in_bytes"])) == [w[1:] for w in want]
+        assert set(mine["bytes_source"]) == {"annotation_dims"} and set(mine["kind"]) == {"communication"}
+        assert len(mine) == 9
