@@ -26,8 +26,10 @@ The other fields are taken from the first of those sources that has them: collec
 kernel's ``Collective name``, else its name; a ``SendRecv`` kernel launched under an all-to-all op
 -- ``c10d::alltoall_base_``, ``nccl:all_to_all``, ``all_to_allv``, a record_param_comms named so --
 is ``AllToAll``, real point-to-point stays ``Send``/``Recv``/``SendRecv``), group size and process
-group (args, then the trace's ``pg_config`` by name; with no process group anywhere in the trace
-and no ``pg_config``, the default group: every rank of ``world_size``), split sizes (bytes per
+group (args, then the trace's ``pg_config`` by name; with no process group named anywhere and no
+``pg_config`` in the trace -- PyTorch before 2.1 --, the default group, every rank of
+``world_size``, with ``pg_desc`` :data:`INFERRED_DEFAULT`: an inference, right for the jobs that
+use one group, wrong for a job whose old traces hide its subgroups), split sizes (bytes per
 group member in group-rank order; an all-to-all with empty split lists is split evenly; ``""``
 when unknown or not an all-to-all) and the sequence number (-1 unknown).
 
@@ -43,6 +45,8 @@ import re
 from dataclasses import dataclass, field
 
 SOURCES = ("kernel_args", "record_param_comms", "annotation_dims", "unknown")
+#: ``pg_desc`` of a collective given the default group for want of any process group in the trace
+INFERRED_DEFAULT = "inferred:default_pg"
 
 #: bytes per element: c10 ``ScalarType`` names (kernel / record_param_comms ``dtype``), the C++
 #: names Kineto writes in ``Input type`` (``float``, ``c10::Half``, ``long int``...) and torch's
@@ -282,7 +286,7 @@ def collective_facts(kernel_name: str, own: dict | None, ops: list, pats, pg_con
     gs = _first(readings, "group_size")
     gs = gs if gs is not None else (len(f.pg_ranks) if f.pg_ranks else -1)
     if gs < 0 and not f.pg_name and not pg_config and world_size > 0:     # the default group
-        gs, f.pg_ranks = world_size, list(range(world_size))
+        gs, f.pg_ranks, f.pg_desc = world_size, list(range(world_size)), INFERRED_DEFAULT
     f.group_size = gs
     seq = _first(readings, "seq")
     f.seq = seq if seq is not None else -1

@@ -39,7 +39,9 @@ from typing import NamedTuple
 import numpy as np
 import orjson
 
+from .comm_formats import FORMATS, alltoall_splits, comm_args
 from .groups import ORDER, PG_DESC, build_topology, process_groups  # noqa: F401 (ORDER: re-exported)
+from .kernel_names import KERNELS as _K
 
 MONO0_NS = 9_812_345_678_000_000   # rank 0's monotonic clock at true time 0 (ns); > 2**53, so float64 loses ns
 END_SKEW_NS = 2_000                # max spread of one collective's end across its ranks (true ns)
@@ -52,35 +54,10 @@ LINKS = {"TP": (9_000, 180), "DP": (14_000, 90), "PP": (7_000, 45)}   # per dim:
 _ESIZE = {"BFloat16": 2, "Float": 4}
 _CBID = {"cudaLaunchKernel": 211, "cudaMemcpyAsync": 41, "cudaMemsetAsync": 51, "cudaEventRecord": 135, "cudaStreamWaitEvent": 147, "cudaStreamSynchronize": 131}
 _C10D = {"allreduce": ("c10d::allreduce_", "nccl:all_reduce"), "reduce_scatter": ("c10d::_reduce_scatter_base_", "nccl:_reduce_scatter_base"),
-         "allgather": ("c10d::_allgather_base_", "nccl:_all_gather_base"), "send": ("c10d::send", "nccl:send"), "recv": ("c10d::recv_", "nccl:recv")}
+         "allgather": ("c10d::_allgather_base_", "nccl:_all_gather_base"), "send": ("c10d::send", "nccl:send"), "recv": ("c10d::recv_", "nccl:recv"),
+         "alltoall": ("c10d::alltoall_base_", "nccl:all_to_all")}
 _NCCL_KARGS = {"registers per thread": 96, "shared memory": 87_568, "blocks per SM": 0.121212,
                "warps per SM": 1.939394, "grid": [16, 1, 1], "block": [512, 1, 1], "est. achieved occupancy %": 0}
-_AN = "at::native::(anonymous namespace)::"
-_EW = "void at::native::vectorized_elementwise_kernel<4, at::native::{0}, std::array<char*, {1}ul> >(int, at::native::{0}, std::array<char*, {1}ul>)"
-_RED = "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::{0}, unsigned int, float, 4> >(at::native::ReduceOp<float, at::native::{0}, unsigned int, float, 4>)"
-_MTA = "void {2}multi_tensor_apply_kernel<{2}{0}, {2}{1}>({2}{0}, {2}{1})"
-_GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_%s_n_tilesize128x256x64_warpgroupsize2x1x1_execute_segment_k_off_kernel__5x_cublas"
-_FLASH = "void pytorch_flash::flash_%s_kernel<Flash_%s_kernel_traits<%s, cutlass::bfloat16_t, Flash_kernel_traits<%s, cutlass::bfloat16_t> >, %s>(pytorch_flash::Flash_%s_params)"
-_GELU = "(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::{lambda()#4}::operator()() const::{lambda(c10::BFloat16"
-_K = {  # kernel key -> (name, grid, block)
-    "fprop": (_GEMM % "tn", [132, 1, 1], [384, 1, 1]),
-    "dgrad": (_GEMM % "nn", [132, 1, 1], [384, 1, 1]),
-    "wgrad": (_GEMM % "nt", [132, 1, 1], [384, 1, 1]),
-    "ln": (f"void {_AN}vectorized_layer_norm_kernel<c10::BFloat16, float>(int, float, c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16 const*, float*, float*, c10::BFloat16*)", [2048, 1, 1], [128, 1, 1]),
-    "ln_bwd": (f"void {_AN}layer_norm_grad_input_kernel_vectorized<c10::BFloat16, float>(c10::BFloat16 const*, c10::BFloat16 const*, float const*, float const*, c10::BFloat16 const*, c10::BFloat16*, int)", [2048, 1, 1], [128, 1, 1]),
-    "flash": (_FLASH % ("fwd", "fwd", "128, 128, 64, 4, false, false", "128, 128, 64, 4", "false, true, false, false, true, true, false, false", "fwd"), [16, 16, 1], [128, 1, 1]),
-    "flash_bwd": (_FLASH % ("bwd_dq_dk_dv_loop_seqk_parallel", "bwd", "128, 64, 128, 8, 2, 4, 2, false, false", "128, 64, 128, 8", "true, false, false, false, false, true, false", "bwd"), [32, 1, 16], [256, 1, 1]),
-    "add": (_EW.format("CUDAFunctor_add<c10::BFloat16>", 3), [8192, 1, 1], [128, 1, 1]),
-    "gelu": (_EW.format(f"GeluCUDAKernelImpl{_GELU})#1}}", 2), [16384, 1, 1], [128, 1, 1]),
-    "gelu_bwd": (_EW.format(f"GeluBackwardCUDAKernelImpl{_GELU}, c10::BFloat16)#1}}", 3), [16384, 1, 1], [128, 1, 1]),
-    "emb": (f"void {_AN}indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>(at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>, at::cuda::detail::TensorInfo<c10::BFloat16 const, unsigned int>, at::cuda::detail::TensorInfo<long const, unsigned int>, int, int, unsigned int, unsigned int, long)", [4096, 1, 1], [128, 1, 1]),
-    "emb_bwd": (f"void {_AN}embedding_backward_feature_kernel<c10::BFloat16, float, long>(long const*, c10::BFloat16 const*, c10::BFloat16*, int, long, int, int)", [128, 1, 1], [32, 32, 1]),
-    "max": (_RED.format("MaxOps<float>"), [2048, 1, 1], [32, 16, 1]),
-    "sum": (_RED.format("func_wrapper_t<float, at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>"), [2048, 1, 1], [32, 16, 1]),
-    "mul": (_EW.format("AUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> >", 2), [65536, 1, 1], [128, 1, 1]),
-    "norm": (_MTA.format("TensorListMetadata<1>", "LpNormFunctor<float, (at::native::(anonymous namespace)::NormType)1, float, float>, float*, int", _AN), [320, 1, 1], [512, 1, 1]),
-    "adam": (_MTA.format("FusedOptimizerTensorListMetadata<4>", "FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>, double*, double, double, double, double, double, bool, float*, float*", _AN), [320, 1, 1], [512, 1, 1]),
-}
 _DEVICE_PROPS = {"name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85_029_158_912, "computeMajor": 9, "computeMinor": 0, "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048,
                  "regsPerBlock": 65536, "warpSize": 32, "sharedMemPerBlock": 49152, "numSms": 132, "regsPerMultiprocessor": 65536, "sharedMemPerBlockOptin": 232_448, "sharedMemPerMultiprocessor": 233_472}
 
@@ -105,6 +82,8 @@ class SynthSpec:
     straggler_delay_ns: int = 0
     kernel_scale: tuple = ()            # ((kernel key of _K, factor), ...): those kernels run factor x longer
     extra_allreduces: int = 0           # blocking DP all-reduces added at the end of every step (dp > 1)
+    comm_format: str = "kernel_args"    # where a collective's facts are written: synth.comm_formats.FORMATS
+    alltoalls: int = 0                  # blocking DP all-to-alls (uneven splits) at the end of every step (dp > 1)
 
     @property
     def dp(self) -> int:
@@ -136,6 +115,7 @@ class CollectiveTruth:
     pg_name: str         # its process group ("Process Group Name")
     pg_ranks: tuple
     nbytes: int          # max(In msg nelems, Out msg nelems) * element size
+    bytes: dict          # rank -> (In msg nelems, Out msg nelems) * element size (an all-to-all's differ by rank)
     dtype: str           # "BFloat16" | "Float"
     step: int            # ProfilerStep index in the files
     label: str           # what it is, e.g. "bwd L1 qkv dgrad mb0"
@@ -175,6 +155,8 @@ class JobTruth:
 class RankProgram:
     """One rank's program: ``run()`` yields lists of posts (NCCL kernel arrivals, true ns) and is sent
     back their end times. ``sink`` receives the bytes of each event (None: simulate only)."""
+
+    UNEVEN_ALLTOALL = True    # all-to-all split sizes differ by member (synth.comm_formats.alltoall_splits)
 
     def __init__(self, spec: SynthSpec, pgs: list, rank: int, sink=None):
         self.spec, self.rank, self.rank_arg, self.sink, self.sep = spec, rank, rank, sink, b"\n  "   # rank_arg: as written
@@ -303,24 +285,28 @@ class RankProgram:
         key = ("p2p",) + members if p2p else (pg_name,)
         stream = {"send": S_SEND, "recv": S_RECV}.get(kind, S_TP if dim == "TP" else S_DP)
         self.seq[key] = self.seq.get(key, 0) + 1
-        cargs = {"Collective name": kind, "In msg nelems": n_in, "Out msg nelems": n_out, "Group size": len(pg_ranks),
-                 "dtype": dtype, "In split size": "[]", "Out split size": "[]", "Process Group Name": pg_name,
+        if kind == "alltoall":
+            splits = alltoall_splits(len(pg_ranks), list(pg_ranks).index(self.rank), n_in, self.UNEVEN_ALLTOALL)
+            n_in, n_out = sum(splits[0]), sum(splits[1])
+        cargs = {"Collective name": "all_to_allv" if kind == "alltoall" else kind, "In msg nelems": n_in, "Out msg nelems": n_out,
+                 "Group size": len(pg_ranks), "dtype": dtype, "In split size": str(splits[0]) if kind == "alltoall" else "[]",
+                 "Out split size": str(splits[1]) if kind == "alltoall" else "[]", "Process Group Name": pg_name,
                  "Process Group Description": pg_desc, "Process Group Ranks": str(pg_ranks), "Rank": self.rank_arg}
-        with self.op(_C10D[kind][0], tid), self.op("record_param_comms", tid, args=cargs), self.op(_C10D[kind][1], tid, cat="user_annotation"):
+        ca = comm_args(self.spec.comm_format, kind, cargs, dtype, self.seq[key])
+        with self.op(_C10D[kind][0], tid, args=ca.c10d), self.op("record_param_comms", tid, args=ca.record_param_comms), \
+                self.op(_C10D[kind][1], tid, cat="user_annotation", args=ca.annotation):
             self._runtime(tid, "cudaEventRecord")
             self._runtime(tid, "cudaStreamWaitEvent")
             ts, corr = self._runtime(tid, "cudaLaunchKernel")
             self._flow("s", corr, "ac2g", self.pid, tid, ts)
             ext = self.stack[tid][-1]
-        t = {"BFloat16": "bf16", "Float": "f32"}[dtype]
-        kname = {"allreduce": f"AllReduce_Sum_{t}_RING_LL", "allgather": "AllGather_RING_LL", "reduce_scatter": f"ReduceScatter_Sum_{t}_RING_LL"}.get(kind, "SendRecv")
         return SimpleNamespace(
             key=key + (self.seq[key],), rank=self.rank, start=max(self.sq[stream], ts + LAUNCH_LAT_NS, self.sq[S_COMP]),
-            corr=corr, stream=stream, kname=f"ncclDevKernel_{kname}(ncclDevKernelArgsStorage<4096ul>)", members=members,
+            corr=corr, stream=stream, kname=ca.kernel_name, members=members,
             args={"External id": ext, "queued": 0, "device": self.dev, "context": 1, "stream": stream, "correlation": corr}
-            | _NCCL_KARGS | cargs,
+            | _NCCL_KARGS | ca.kernel,
             truth=dict(type="sendrecv" if p2p else kind, dim=dim, ranks=members, pg_name=pg_name, pg_ranks=tuple(pg_ranks),
-                       nbytes=max(n_in, n_out) * _ESIZE[dtype], dtype=dtype, step=self.step, label=label))
+                       nbytes=max(n_in, n_out) * _ESIZE[dtype], bytes=(n_in * _ESIZE[dtype], n_out * _ESIZE[dtype]), dtype=dtype, step=self.step, label=label))
 
     def comm(self, tid, kind, dim, n_in, n_out, label, dtype="BFloat16"):
         """Generator: one collective on its own; returns its end on this rank (true ns)."""
@@ -484,8 +470,9 @@ class RankProgram:
                             ags.append((yield from self.comm(m, "allgather", "DP", P // sp.dp, P, f"params L{b}")))
                     for e in ags:   # the next forward needs the gathered parameters
                         self.wait(m, e)
-                for _ in range(sp.extra_allreduces if sp.dp > 1 else 0):
-                    self.wait(m, (yield from self.comm(m, "allreduce", "DP", P, P, "extra")))
+                for i in range(sp.extra_allreduces + sp.alltoalls if sp.dp > 1 else 0):
+                    kind, n = ("allreduce", P) if i < sp.extra_allreduces else ("alltoall", SEQ * HIDDEN // 8)
+                    self.wait(m, (yield from self.comm(m, kind, "DP", n, n, "extra" if kind == "allreduce" else f"alltoall {i}")))
             self.win["steps"].append((ts + self.off, self.cur[m] + self.off))
         self.closing()
 
@@ -528,7 +515,8 @@ def simulate(spec: SynthSpec, pgs: list, ranks=None, truth=True):
             ends = resolved[p.key] = {q: t_end + int(rng.random() * (END_SKEW_NS + 1)) for q in sorted(got)}
             if truth:
                 colls.append(CollectiveTruth(index=len(colls), start_ns={q: got[q].start for q in sorted(got)}, end_ns=ends,
-                                             correlation={q: got[q].corr for q in sorted(got)}, **t))
+                                             correlation={q: got[q].corr for q in sorted(got)},
+                                             **t | {"bytes": {q: got[q].truth["bytes"] for q in sorted(got)}}))
             woken += sorted(got)
         for w in dict.fromkeys(woken):
             if w in waiting and all(q.key in resolved for q in waiting[w]):
@@ -563,6 +551,8 @@ def check_spec(spec: SynthSpec) -> dict:
     topo = build_topology(spec)
     if min(spec.steps, spec.microbatches, spec.layers) < 1 or spec.straggler_delay_ns < 0 or not 0 <= (spec.straggler_rank or 0) < spec.world_size:
         raise ValueError(f"steps, microbatches, layers must be >= 1, straggler_delay_ns >= 0, straggler_rank a rank: {spec}")
+    if spec.comm_format not in FORMATS or spec.alltoalls < 0:
+        raise ValueError(f"comm_format must be one of {', '.join(FORMATS)} and alltoalls >= 0: {spec}")
     return topo
 
 

@@ -64,6 +64,8 @@ class ClassProgram(RankProgram):
     """Rank ``rank``'s program with the random draws (so the timing) of ``rep``; ``rank=None``: markers
     instead of the rank's own values (see the module docstring)."""
 
+    UNEVEN_ALLTOALL = False   # one template serves every DP replica: its all-to-all splits must not depend on the rank
+
     def __init__(self, spec: SynthSpec, pgs: list, rank, rep: int, sink=None):
         super().__init__(spec, pgs, rep, sink)
         cursor = self.cur[self.main]

@@ -107,6 +107,7 @@ def test_alltoall_old_kernel_names_under_c10d_op():
                          None, [ann, rpc, c10d], PATS, {}, world_size=8)
     assert (f.collective, f.in_bytes, f.out_bytes, f.msg_bytes) == ("AllToAll", 3392 * 4, 768 * 4, 3392 * 4)
     assert (f.group_size, f.pg_ranks, f.bytes_source, f.in_splits) == (8, list(range(8)), "record_param_comms", "")
+    assert f.pg_desc == "inferred:default_pg"          # no process group anywhere in the trace
 
 
 def test_point_to_point_stays_apart():
@@ -191,7 +192,7 @@ def test_dlrm_every_collective(dlrm):
         got = dlrm[dlrm["rank"] == rank].sort_values("ts_ns")
         assert list(zip(got["collective"], got["in_bytes"], got["out_bytes"])) == want, rank
         assert set(got["group_size"]) == {8}
-        assert set(got["pg_ranks"]) == {"0,1,2,3,4,5,6,7"}
+        assert set(got["pg_ranks"]) == {"0,1,2,3,4,5,6,7"} and set(got["pg_desc"]) == {"inferred:default_pg"}
         assert set(got["bytes_source"]) == {"record_param_comms", "annotation_dims"}
         assert set(got["seq"]) == {-1}
         assert (got["msg_bytes"] == got[["in_bytes", "out_bytes"]].max(axis=1)).all()

@@ -14,6 +14,8 @@ from streamtrace.synth.scale import ClassProgram, generate_job_scaled, represent
 
 SCALED = SynthSpec(steps=2, microbatches=3, layers=1, seed=4, extra_allreduces=1)               # TP2 x DP2 x PP2
 WIDE = SynthSpec(world_size=16, tp=2, pp=2, microbatches=3, layers=1, seed=2, compress=True)    # dp = 4
+# the newest format (Seq on the kernels) with DP all-to-alls (even splits: one template per class)
+WIDE_A2A = SynthSpec(world_size=16, tp=2, pp=2, microbatches=2, layers=1, seed=3, alltoalls=2, comm_format="kernel_args_seq")
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +30,15 @@ def wide(tmp_path_factory):
     return truth, {rt.rank: base.read(rt.path)[0] for rt in truth.ranks}, 0.0
 
 
+@pytest.fixture(scope="module")
+def wide_a2a(tmp_path_factory):
+    truth = generate_job_scaled(tmp_path_factory.mktemp("wide_a2a"), WIDE_A2A)
+    return truth, {rt.rank: base.read(rt.path)[0] for rt in truth.ranks}, 0.0
+
+
 @pytest.mark.parametrize("spec", [SynthSpec(world_size=4, tp=2, pp=2, microbatches=3, layers=2),
+                                  SynthSpec(world_size=4, tp=2, pp=2, layers=1, comm_format="record_param_comms"),
+                                  SynthSpec(world_size=4, tp=2, pp=2, layers=1, comm_format="annotation_dims"),
                                   SynthSpec(world_size=8, tp=4, pp=2, microbatches=2, layers=1, seed=9, clock_skew_ns=777)])
 def test_one_replica_is_generate_job(tmp_path, spec):
     a, b = generate_job(tmp_path / "a", spec), generate_job_scaled(tmp_path / "b", spec, jobs=2)
@@ -63,7 +73,7 @@ def test_each_file_is_its_ranks_program(wide):
         assert "\u00a7" not in base.read(rt.path)[1]   # no marker left
 
 
-@pytest.mark.parametrize("fx", ["scaled", "wide"])
+@pytest.mark.parametrize("fx", ["scaled", "wide", "wide_a2a"])
 def test_files_pass_the_format_checks(request, fx):
     job = request.getfixturevalue(fx)
     checks = [base.test_timestamps_are_microseconds_with_three_decimals, base.test_flows_are_paired,
@@ -76,7 +86,7 @@ def test_files_pass_the_format_checks(request, fx):
         check(job)
 
 
-@pytest.mark.parametrize("fx", ["scaled", "wide"])
+@pytest.mark.parametrize("fx", ["scaled", "wide", "wide_a2a"])
 def test_collectives_are_aligned_across_files(request, fx):
     """The k-th kernel of a process group on each member is one instance: it ends after every member arrived,
     the ends are within END_SKEW_NS, and every member of the group holds as many (read from the files)."""
