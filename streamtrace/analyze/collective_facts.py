@@ -313,8 +313,9 @@ class OpIndex:
     """The named communication ops of a collective-args table (rows with ``"@op"``), by thread
     and start, to find the ops enclosing one (:meth:`enclosing`)."""
 
-    #: how many earlier ops of the thread are looked at (communication ops nest a few deep)
-    LOOK_BACK = 32
+    #: how many earlier ops of the thread are looked at (communication ops nest a few deep; the
+    #: ops of earlier calls in between are closed)
+    LOOK_BACK = 16
 
     def __init__(self, comm_rows: list):
         self.rows = comm_rows
@@ -325,21 +326,17 @@ class OpIndex:
         self.threads = {}
         for k, v in by.items():
             v.sort()
-            self.threads[k] = ([x[0] for x in v], [x[2] for x in v])
+            self.threads[k] = ([x[0] for x in v], [-x[1] for x in v], [x[2] for x in v])
 
     def enclosing(self, r0: int) -> list:
         """Row ``r0`` (an op's) and the op rows on its thread that contain it, innermost first."""
         row = self.rows[r0]
         if "@op" not in row:
             return [r0]
-        starts, idx = self.threads.get((repr(row.get("@pid")), repr(row.get("@tid"))), ([], []))
+        starts, ends, idx = self.threads.get((repr(row.get("@pid")), repr(row.get("@tid"))), ([], [], []))
         ts, end = row["@ts"], row["@end"]
         hi = bisect.bisect_right(starts, ts)
-        out = []
-        for j in range(hi - 1, max(-1, hi - 1 - self.LOOK_BACK), -1):
-            i = idx[j]
-            r = self.rows[i]
-            if i != r0 and r["@ts"] <= ts and r["@end"] >= end:
-                out.append(i)
-        out.sort(key=lambda i: (-self.rows[i]["@ts"], self.rows[i]["@end"]))
-        return [r0] + out
+        out = [(-starts[j], ends[j], idx[j]) for j in range(hi - 1, max(-1, hi - 1 - self.LOOK_BACK), -1)
+               if ends[j] >= end and idx[j] != r0]
+        out.sort()
+        return [r0] + [x[2] for x in out]

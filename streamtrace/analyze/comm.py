@@ -11,6 +11,7 @@ dimensions before expert ones); the ``pg_desc`` patterns; the launching stack (`
 from __future__ import annotations
 
 import numpy as np
+import orjson
 
 from ..events.dataset import StringPool
 from ..topology.model import dim_of_desc
@@ -70,13 +71,8 @@ def collective_columns(gpu, comm_rows, nm, pats, topo, pg_config, world_size=-1)
 
 
 def _row_key(row):
-    """A hashable stand-in for a collective-args row without its position (its values in key
-    order): two instances of one collective with equal args share their facts."""
+    """A hashable stand-in for a collective-args row without its position (its keys and values as
+    JSON bytes): two instances of one collective with equal args share their facts."""
     if row is None:
         return None
-    key = tuple(v for k, v in row.items() if not k.startswith("@"))
-    try:
-        hash(key)
-    except TypeError:                     # a list value: compare by text
-        return repr(key)
-    return key
+    return orjson.dumps({k: v for k, v in row.items() if k[0] != "@"})

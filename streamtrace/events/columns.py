@@ -228,12 +228,19 @@ def columns_from_batch(b, table: StringTable, path="?"):
             f = int(b.flags[j])
             out["ts"][j] = _time(int(b.ts_ns[j]), f, 1, 4, ev.get("ts"))
             out["dur"][j] = _time(int(b.dur_ns[j]), f, 2, 8, ev.get("dur"))
-    slow = np.flatnonzero((flags & (X.F_COMM | X.F_PYTHON) != 0) | table.comm_op(out["name"]))
-    if len(slow):
-        for j in slow.tolist():
-            raw = b.buf[int(b.starts[j]):int(b.ends[j])]
-            ev = loads(raw, path, b.offset + int(b.starts[j]) - int(b.starts[0]))
+    slow = (flags & (X.F_COMM | X.F_PYTHON)) != 0
+    op = table.comm_op(out["name"]) & ~slow        # columns right already: only the args row is missing
+    for j in np.flatnonzero(slow | op).tolist():   # in file order, as the twin numbers the rows
+        raw = b.buf[int(b.starts[j]):int(b.ends[j])]
+        ev = loads(raw, path, b.offset + int(b.starts[j]) - int(b.starts[0]))
+        if slow[j]:
             row_from_dict(ev, int(b.ts_ns[j]), int(b.dur_ns[j]), int(b.flags[j]), table, out[j], comm_rows)
+        else:
+            ev = ev if isinstance(ev, dict) else {}
+            args = ev.get("args")
+            out["comm"][j] = len(comm_rows)
+            comm_rows.append(comm_row(args if isinstance(args, dict) else {}, ev, int(out["ts"][j]),
+                                      int(out["dur"][j])))
     return out, comm_rows
 
 

@@ -54,10 +54,12 @@ ints = st.integers(-2 ** 63, 2 ** 63 - 1) | st.integers(-5, 5)
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.fixed_dictionaries(
     {"ph": st.sampled_from(["X", "i", "s", "M"]), "ts": st.integers(0, 10 ** 12)},
-    optional={"name": names, "cat": names, "pid": ints | names, "tid": ints | names, "id": ints | names,
+    optional={"name": names | st.sampled_from(["record_param_comms", "nccl:all_to_all", "c10d::allreduce_", "gloo:"]),
+              "cat": names, "pid": ints | names, "tid": ints | names, "id": ints | names,
               "args": st.dictionaries(st.sampled_from(["correlation", "External id", "external id", "stream",
                                                        "device", "rank", "Collective name", "In msg nelems",
-                                                       "dtype", "x"]), ints | names | st.none(), max_size=4)}),
+                                                       "dtype", "x", "Input Dims", "Seq"]),
+                                                       ints | names | st.none(), max_size=4)}),
     max_size=10), st.sampled_from([None, 1]))
 def test_kernel_equals_twin_on_random_events(tmp_path_factory, events, indent):
     p = tmp_path_factory.mktemp("c") / "t.json"
