@@ -1,20 +1,21 @@
 """The facts of one collective (type, bytes in and out, dtype, group, split sizes, NCCL sequence
 number), found in ONE place, in this order, with where the bytes came from (``bytes_source``):
 
-1. ``kernel_args``: the NCCL kernel's own args.  Newer PyTorch (2.1+) has the profiler copy the
+1. ``kernel_args``: the NCCL kernel's own args.  Newer PyTorch (2.x) has the profiler copy the
    collective's ``ParamCommsDebugInfo`` (``torch/csrc/distributed/c10d/ParamCommsUtils.hpp``,
    written by ``saveNcclMeta`` in ``torch/csrc/profiler/util.cpp``) onto the GPU kernel:
    ``Collective name``, ``In msg nelems``, ``Out msg nelems``, ``dtype`` (a c10 ``ScalarType``
    name: ``Float``, ``BFloat16``...), ``Group size``, ``In split size`` / ``Out split size``
    (element counts per group member, as text ``"[a, b]"``), ``Process Group Name`` /
-   ``Description`` / ``Ranks``, and from PyTorch 2.4 on ``Seq`` (the process group's sequence
-   number, HolisticTraceAnalysis's ``seq_num``), ``Src Rank`` / ``Dst Rank`` for p2p.
+   ``Description`` / ``Ranks``, and in the newest ``Seq`` (the process group's sequence
+   number, HolisticTraceAnalysis's ``seq_num``), ``Src Rank`` / ``Dst Rank`` for p2p
+   (``a100_resnet_ddp_rank0_of2``, ``megatron_tp2_v100x2``: the keys without ``Seq``).
 2. ``record_param_comms``: the CPU op ``RECORD_PARAM_COMMS`` opens around every c10d call.  In
-   the PyTorch versions before the kernel carried them it holds the same keys as 1 (from 1.13/2.0:
-   ``In msg nelems``...); older still, only the recorded inputs of the macro's parameter list
+   the PyTorch versions before the kernel carried them it holds the same keys as 1
+   (``v100_float_ns_rank0``); older still, only the recorded inputs of the macro's parameter list
    ``(input tensors, seq, process group, rank, collective name, in splits, out splits)``:
    ``Input Dims[0]`` x ``Input type[0]`` is the input tensor, ``Concrete Inputs[1]`` the sequence
-   number when ``record_shapes`` wrote concrete values.
+   number when ``record_shapes`` wrote concrete values (``param_dlrm_v100x8``: the input tensor).
 3. ``annotation_dims``: the recorded shapes (``Input Dims`` x ``Input type``, record_shapes) of
    the ``nccl:*`` / ``gloo:*`` ``user_annotation`` ProcessGroupNCCL/Gloo opens around the call
    (``[[4, 2048, 4096]]`` of ``c10::Half``: one input tensor), then of the enclosing ``c10d::*``
@@ -27,7 +28,7 @@ kernel's ``Collective name``, else its name; a ``SendRecv`` kernel launched unde
 -- ``c10d::alltoall_base_``, ``nccl:all_to_all``, ``all_to_allv``, a record_param_comms named so --
 is ``AllToAll``, real point-to-point stays ``Send``/``Recv``/``SendRecv``), group size and process
 group (args, then the trace's ``pg_config`` by name; with no process group named anywhere and no
-``pg_config`` in the trace -- PyTorch before 2.1 --, the default group, every rank of
+``pg_config`` in the trace (older PyTorch), the default group, every rank of
 ``world_size``, with ``pg_desc`` :data:`INFERRED_DEFAULT`: an inference, right for the jobs that
 use one group, wrong for a job whose old traces hide its subgroups), split sizes (bytes per
 group member in group-rank order; an all-to-all with empty split lists is split evenly; ``""``

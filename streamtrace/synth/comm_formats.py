@@ -4,15 +4,15 @@ and the split sizes of its all-to-alls.
 =====================  ===========================================================================
 format                 what the trace carries (what the real traces of that era carry)
 =====================  ===========================================================================
-``kernel_args``        the NCCL metadata on the kernel and on ``record_param_comms`` (PyTorch
-                       2.1-2.3; the default, the generator's original output byte for byte)
-``kernel_args_seq``    the same plus ``Seq``, the process group's sequence number (PyTorch 2.4+)
+``kernel_args``        the NCCL metadata on the kernel and on ``record_param_comms`` (newer
+                       PyTorch 2.x; the default, the generator's original output byte for byte)
+``kernel_args_seq``    the same plus ``Seq``, the process group's sequence number (the newest)
 ``record_param_comms`` the metadata on ``record_param_comms`` only, none on the kernel, old kernel
-                       names ``ncclKernel_<Coll>_RING_LL_Sum_<t>(ncclDevComm*, ...)`` (PyTorch 2.0)
+                       names ``ncclKernel_<Coll>_RING_LL_Sum_<t>(ncclDevComm*, ...)`` (``v100_float_ns_rank0``)
 ``annotation_dims``    no metadata anywhere: the recorded shapes only (``Input Dims`` x ``Input
                        type``) on the ``nccl:*`` annotation and the ``c10d::*`` op, a
                        ``record_param_comms`` whose only input is a TensorList, old kernel names
-                       (PyTorch 1.13 and earlier, ``param_dlrm_v100x8``)
+                       (older PyTorch, ``param_dlrm_v100x8``)
 =====================  ===========================================================================
 
 All-to-all (``SynthSpec.alltoalls``): ``c10d::alltoall_base_`` > ``record_param_comms`` >

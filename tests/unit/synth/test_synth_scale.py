@@ -15,7 +15,8 @@ from streamtrace.synth.scale import ClassProgram, generate_job_scaled, represent
 SCALED = SynthSpec(steps=2, microbatches=3, layers=1, seed=4, extra_allreduces=1)               # TP2 x DP2 x PP2
 WIDE = SynthSpec(world_size=16, tp=2, pp=2, microbatches=3, layers=1, seed=2, compress=True)    # dp = 4
 # the newest format (Seq on the kernels) with DP all-to-alls (even splits: one template per class)
-WIDE_A2A = SynthSpec(world_size=16, tp=2, pp=2, microbatches=2, layers=1, seed=3, alltoalls=2, comm_format="kernel_args_seq")
+WIDE_A2A = SynthSpec(world_size=16, tp=2, pp=2, microbatches=2, layers=1, seed=3, alltoalls=2,
+                     comm_format="kernel_args_seq")
 
 
 @pytest.fixture(scope="module")
