@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections import Counter
 from pathlib import Path
 
 import pyarrow.dataset as ds
@@ -157,14 +158,15 @@ def expected_collectives(path):
             continue
         ln = launches[a["correlation"]]
         around = {o["name"]: o for o in ops if o["tid"] == ln["tid"] and o["ts"] <= ln["ts"] <= o["ts"] + o["dur"]}
-        if "nccl:all_to_all" in around:
+        if "c10d::alltoall_base_" in around:      # the op says what this rank sends and receives
             rpc, base = around["record_param_comms"]["args"], around["c10d::alltoall_base_"]["args"]
             out.append(("AllToAll", prod(rpc["Input Dims"][0]) * DTYPE[rpc["Input type"][0]],
                         prod(base["Input Dims"][0]) * DTYPE[base["Input type"][0]]))
         else:
-            ann = around["nccl:all_reduce"]["args"]
+            (name,) = [n for n in around if n.startswith("nccl:")]
+            ann = around[name]["args"]
             b = prod(ann["Input Dims"][0]) * DTYPE[ann["Input type"][0]]
-            out.append(("AllReduce", b, b))
+            out.append(({"nccl:all_reduce": "AllReduce", "nccl:all_to_all": "AllToAll"}[name], b, b))
     return out
 
 
@@ -232,3 +234,18 @@ def test_cpu_only_gloo_rows(tmp_path):
         assert list(zip(mine["name"], mine["collective"], mine["in_bytes"])) == [w[1:] for w in want]
         assert set(mine["bytes_source"]) == {"annotation_dims"} and set(mine["kind"]) == {"communication"}
         assert len(mine) == 9
+
+
+def test_annotation_only_era_real_rank(tmp_path_factory):
+    # a100_rank3_of8: no args on kernels or record_param_comms, sizes on nccl:* only, 42 all-to-alls
+    path = SHARED / "traces" / "real" / "a100_rank3_of8.json.gz"
+    if not path.is_file():
+        pytest.skip("../shared/traces/real is absent")
+    out = tmp_path_factory.mktemp("facts") / "a"
+    analyze([str(path)], out, AnalyzeOptions(jobs=1))
+    got = ds.dataset(out / "kernels", format="parquet", partitioning="hive").to_table().to_pandas()
+    got = got[got["kind"] == "communication"].sort_values("ts_ns")
+    want = expected_collectives(path)
+    assert Counter(k for k, _, _ in want) == {"AllReduce": 18, "AllToAll": 42}
+    assert list(zip(got["collective"], got["in_bytes"], got["out_bytes"])) == want
+    assert set(got["bytes_source"]) == {"annotation_dims"} and set(got["group_size"]) == {8}
