@@ -45,6 +45,8 @@ import bisect
 import re
 from dataclasses import dataclass, field
 
+import orjson
+
 SOURCES = ("kernel_args", "record_param_comms", "annotation_dims", "unknown")
 #: ``pg_desc`` of a collective given the default group for want of any process group in the trace
 INFERRED_DEFAULT = "inferred:default_pg"
@@ -104,6 +106,13 @@ def _int(v) -> int | None:
     return None
 
 
+def arg(row: dict, key: str):
+    """An args value of a collective-args row; the shape args ingest keeps as JSON text
+    (:mod:`streamtrace.events.columns`) decoded."""
+    v = row.get(key)
+    return orjson.loads(v) if isinstance(v, (bytes, bytearray)) else v
+
+
 def nelems(dims) -> int | None:
     """Elements of one recorded ``Input Dims`` entry: a tensor's shape (``[4, 2048]``: 8192; ``[]``
     of a scalar tensor or a non-tensor: None) or a TensorList's shapes (``[[16, 128], [4]]``: summed)."""
@@ -151,7 +160,7 @@ def read_args(row: dict) -> Reading:
 
 def _shape(row, i):
     """(elements, dtype text) of recorded input ``i`` of an op (None, None when not a tensor)."""
-    dims, types = row.get("Input Dims"), row.get("Input type")
+    dims, types = arg(row, "Input Dims"), arg(row, "Input type")
     if not isinstance(dims, list) or i >= len(dims):
         return None, None
     t = types[i] if isinstance(types, list) and i < len(types) and isinstance(types[i], str) else None
@@ -163,7 +172,7 @@ def read_record_param_comms_shapes(row: dict) -> Reading:
     """Source 2 of the oldest era: the macro's recorded inputs (module docstring)."""
     n, t = _shape(row, 0)
     r = Reading(in_n=n, dtype=t)
-    types, conc = row.get("Input type"), row.get("Concrete Inputs")
+    types, conc = arg(row, "Input type"), arg(row, "Concrete Inputs")
     if isinstance(conc, list) and isinstance(types, list) and len(types) >= 7 and len(conc) > 1 \
             and types[1] == "Scalar":
         r.seq = _int(conc[1])
@@ -182,7 +191,7 @@ def read_op_shapes(row: dict) -> Reading:
         out_n, out_t = _shape(row, 0)
         in_n, in_t = _shape(row, 1)
         return Reading(coll=name, in_n=in_n, out_n=out_n, dtype=in_t or out_t)
-    dims = row.get("Input Dims")
+    dims = arg(row, "Input Dims")
     for i in range(len(dims) if isinstance(dims, list) else 0):
         n, t = _shape(row, i)
         if n is not None:

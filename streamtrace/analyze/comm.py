@@ -75,4 +75,4 @@ def _row_key(row):
     JSON bytes): two instances of one collective with equal args share their facts."""
     if row is None:
         return None
-    return orjson.dumps({k: v for k, v in row.items() if k[0] != "@"})
+    return orjson.dumps({k: v for k, v in row.items() if k[0] != "@"}, default=bytes.decode)

@@ -27,9 +27,12 @@ A collective-args row (``comm_rows[k]``, a dict) is kept for an event whose args
 collective metadata (``COMM_TRIGGER_KEYS``: NCCL kernels and ``record_param_comms`` of newer
 PyTorch) and for every CPU op named like a communication call (``COMM_OP_NAME``:
 ``record_param_comms``, ``nccl:*``, ``gloo:*``, ``c10d::*``) whatever its args.  It holds the
-``COMM_KEYS`` (None when absent) and those of ``COMM_SHAPE_KEYS`` the event has; a named op's
-row also has ``"@op"`` (its name), ``"@pid"``, ``"@tid"`` (as written), ``"@ts"``, ``"@end"``
-(int ns), so :mod:`streamtrace.analyze.collective_facts` can find the ops enclosing one another.
+``COMM_KEYS`` (None when absent; a named op's: only those it has) and those of
+``COMM_SHAPE_KEYS`` the event has (``Input Dims``, ``Input type``, ``Concrete Inputs`` as their
+JSON text, bytes); a named op without any of those keys gets no row unless its name says something
+(``gloo:*``, an all-to-all: :func:`keep_op`).  A named op's row also has ``"@op"`` (its name), ``"@pid"``,
+``"@tid"`` (as written), ``"@ts"``, ``"@end"`` (int ns), so
+:mod:`streamtrace.analyze.collective_facts` can find the ops enclosing one another.
 """
 from __future__ import annotations
 
@@ -63,6 +66,17 @@ COMM_KEYS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size",
 COMM_SHAPE_KEYS = ("Input Dims", "Input type", "Concrete Inputs", "Seq", "Src Rank", "Dst Rank")
 # the CPU ops around a collective whose args are kept whatever they carry
 COMM_OP_NAME = re.compile(r"^(record_param_comms$|nccl:|gloo:|c10d::)")
+# ...of those, the ones kept even without such args: their name alone says something
+_NAME_TELLS = re.compile(r"^gloo:|all_?to_?all", re.I)
+# shape args kept as their JSON text (bytes: a fraction of the lists' memory)
+_AS_JSON = ("Input Dims", "Input type", "Concrete Inputs")
+
+
+def keep_op(name: str, args: dict) -> bool:
+    """Whether a communication op (``COMM_OP_NAME``) gets a collective-args row: it has one of the
+    ``COMM_KEYS`` / ``COMM_SHAPE_KEYS`` or its name tells (``gloo:*``, an all-to-all)."""
+    return any(k in args for k in COMM_KEYS) or any(k in args for k in COMM_SHAPE_KEYS) \
+        or bool(_NAME_TELLS.search(name))
 
 
 class StringTable:
@@ -151,7 +165,7 @@ def row_from_dict(ev: dict, ts, dur, flag, table: StringTable, row, comm_rows: l
     row["stream"] = _int_or(args.get("stream"))
     row["device"] = _int_or(args.get("device"))
     row["rank"] = _int_or(args.get("rank"))
-    op = isinstance(name, str) and bool(COMM_OP_NAME.match(name))
+    op = isinstance(name, str) and bool(COMM_OP_NAME.match(name)) and keep_op(name, args)
     if op or any(k in args for k in COMM_TRIGGER_KEYS):
         row["comm"] = len(comm_rows)
         comm_rows.append(comm_row(args, ev, int(row["ts"]), int(row["dur"]) if op else None))
@@ -159,11 +173,23 @@ def row_from_dict(ev: dict, ts, dur, flag, table: StringTable, row, comm_rows: l
         row["comm"] = -1
 
 
+def _json_bytes(v) -> bytes:
+    """``v`` as JSON text (numbers orjson cannot write, Decimal or beyond 64 bits, as the stdlib does)."""
+    try:
+        return orjson.dumps(v)
+    except TypeError:
+        return json.dumps(v, default=str).encode()
+
+
 def comm_row(args: dict, ev: dict, ts: int, dur: int | None) -> dict:
     """One collective-args row (module docstring) of an event with ``args``; ``dur`` None: not a
-    named communication op (no position keys)."""
-    out = {k: args.get(k) for k in COMM_KEYS}
-    out.update({k: args[k] for k in COMM_SHAPE_KEYS if k in args})
+    named communication op (no position keys).  A named op's row holds only the keys it has (most
+    have none: a few hundred bytes each), a kernel's every ``COMM_KEYS`` key (None when absent)."""
+    if dur is None:
+        out = {k: args.get(k) for k in COMM_KEYS}
+    else:
+        out = {k: args[k] for k in COMM_KEYS if k in args}
+    out.update({k: _json_bytes(args[k]) if k in _AS_JSON else args[k] for k in COMM_SHAPE_KEYS if k in args})
     if dur is not None:
         out.update({"@op": ev.get("name"), "@pid": ev.get("pid"), "@tid": ev.get("tid"), "@ts": ts,
                     "@end": ts + max(dur, 0) if ts >= 0 else -1})
@@ -237,10 +263,10 @@ def columns_from_batch(b, table: StringTable, path="?"):
             row_from_dict(ev, int(b.ts_ns[j]), int(b.dur_ns[j]), int(b.flags[j]), table, out[j], comm_rows)
         else:
             ev = ev if isinstance(ev, dict) else {}
-            args = ev.get("args")
-            out["comm"][j] = len(comm_rows)
-            comm_rows.append(comm_row(args if isinstance(args, dict) else {}, ev, int(out["ts"][j]),
-                                      int(out["dur"][j])))
+            args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+            if keep_op(table.strings[out["name"][j]], args):
+                out["comm"][j] = len(comm_rows)
+                comm_rows.append(comm_row(args, ev, int(out["ts"][j]), int(out["dur"][j])))
     return out, comm_rows
 
 
