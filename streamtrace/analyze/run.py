@@ -14,7 +14,10 @@ trace file's iteration (``summary.json``'s ``"iteration"`` of the rank, from the
 ``iteration_10/``, ``_iter_10``) and ``-1`` when it is unknown (``summary.json`` says null), see
 :func:`~streamtrace.events.dataset.partition_path`.  The partition keys are not columns inside the files, so readers of the
 whole dataset (pyarrow, pandas, DuckDB) get ``iteration`` and ``rank`` from the paths with
-no type clash; the kernels' own ``ProfilerStep#N`` number is the ``step`` column.
+no type clash; the kernels' own ``ProfilerStep#N`` number is the ``step`` column.  A rank without GPU
+events (a CPU-only, gloo job) also gets ``cpu_collectives/iteration=N/rank=R/part-0.parquet``, one row
+per collective (:mod:`streamtrace.analyze.cpu_collectives`); a collective's facts:
+:mod:`streamtrace.analyze.collective_facts` (docs/collectives.md).
 """
 from __future__ import annotations
 
