@@ -56,6 +56,24 @@ def _windows(rp) -> dict:
     return out
 
 
+def stage_bubbles(rp, mask, ranks) -> dict:
+    """``{rank: bubble %}`` of one PP group's ``ranks`` (its stages) over the ``rank_phase`` rows
+    ``mask`` (bool; one step): the module docstring's bubble, for the Gantt charts' labels; None
+    for a rank without windows."""
+    win: dict = {}
+    sel = mask & np.isin(rp["rank"], list(ranks)) & np.isin(rp["phase"], PHASES)
+    for j in np.flatnonzero(sel).tolist():
+        s, e = rp["start_ns"][j], rp["end_ns"][j]
+        if s is not None and e is not None and not np.isnan(float(s)) and not np.isnan(float(e)):
+            win.setdefault(int(rp["rank"][j]), []).append((int(s), int(e)))
+    every = [w for v in win.values() for w in v]
+    if not every:
+        return {}
+    span = max(w[1] for w in every) - min(w[0] for w in every)
+    return {r: (100.0 * (span - _union([w[0] for w in win[r]], [w[1] for w in win[r]])) / span
+                if r in win and span > 0 else None) for r in ranks}
+
+
 def pipeline_section(aggdir, pp_size) -> dict:
     """The ``pipeline`` part of ``report.json``: ``rows`` (``pipeline.parquet``'s columns of
     :data:`ROW_KEYS`, plus ``microbatch_ns`` = in micro-batches, ``outside_ns`` = the bubble and
