@@ -218,7 +218,7 @@ def rank_timeline(data, rank, at):
     ax.set_yticks(range(len(cats) + 1))
     ax.set_yticklabels(cats + ["phase x micro-batch"], fontsize=8)
     ax.set_xlim(0, _ms(span, div))
-    ax.set_xlabel(f"time ({unit}) from {fmt_time(lo, 6)} on the {data['meta']['time_alignment']} axis")
+    ax.set_xlabel(f"time ({unit}) from {fmt_time(lo, 4)} on the {data['meta']['time_alignment']} axis")
     cpu = bool(w.any()) and all(x == "cpu" for x in rp["source"][w].tolist())
     what = "CPU time line (no GPU events) by op category" if cpu else "GPU time line by kernel category"
     ax.set_title(f"rank {rank}, {label(at)}: {what}", fontsize=10)
