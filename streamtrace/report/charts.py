@@ -503,7 +503,7 @@ def p2p_chart(rows):
     if not len(rows["src_stage"]) or not any((np.asarray(rows[k]) > 0).any()
                                              for k in ("recv_wait_ns", "send_wait_ns", "time_ns")):
         return None
-    labels = [f"{a}->{b}" if a >= 0 else "?" for a, b in zip(rows["src_stage"], rows["dst_stage"])]
+    labels = [f"{a}->{b}" if a >= 0 else "-" for a, b in zip(rows["src_stage"], rows["dst_stage"])]
     x = np.arange(len(labels))
     fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(labels) + 3), 4.5))
     div, unit = time_scale(*(rows[k] for k in ("recv_wait_ns", "send_wait_ns", "time_ns")))
