@@ -182,7 +182,7 @@ def _rank_stats(rk) -> dict:
         v = np.asarray([x[0] for x in vals])
         lo, hi = min(vals), max(vals, key=lambda x: (x[0], -x[1]))
         stats[k] = {"min": float(v.min()), "median": float(np.median(v)), "max": float(v.max()),
-                    "min_rank": lo[1], "max_rank": hi[1]}
+                    "min_rank": lo[1], "max_rank": hi[1], "ranks": len(vals)}
     return {"per_rank": per, "stats": stats, "from": "ranks.parquet"}
 
 
@@ -203,8 +203,10 @@ def _missing_line(rep, section):
     return [f"*Nothing to show: {why}.*", ""] if why else []
 
 
-def _ranked(v, rank):
-    return f"{v} (rank {rank})"
+def _ranked(v, rank, stats):
+    """A min/max cell with its rank; ``(all ranks)`` when every rank has the same value."""
+    same = stats["min"] == stats["max"] and stats.get("ranks", 1) > 1
+    return f"{v} (all ranks)" if same else f"{v} (rank {rank})"
 
 
 def to_markdown(rep: dict, charts=()) -> str:
@@ -242,12 +244,12 @@ def to_markdown(rep: dict, charts=()) -> str:
                    ("wall_ns", "wall clock")):
         if k in st:
             s = st[k]
-            rows.append([lab, _ranked(_ms(s["min"]), s["min_rank"]), _ms(s["median"]),
-                         _ranked(_ms(s["max"]), s["max_rank"])])
+            rows.append([lab, _ranked(_ms(s["min"]), s["min_rank"], s), _ms(s["median"]),
+                         _ranked(_ms(s["max"]), s["max_rank"], s)])
     if "overlap_pct" in st:
         s = st["overlap_pct"]
-        rows.append(["overlap, % of communication time", _ranked(_f(s["min"]), s["min_rank"]), _f(s["median"]),
-                     _ranked(_f(s["max"]), s["max_rank"])])
+        rows.append(["overlap, % of communication time", _ranked(_f(s["min"]), s["min_rank"], s), _f(s["median"]),
+                     _ranked(_f(s["max"]), s["max_rank"], s)])
     L += [_table(["metric", "min", "median", "max"], rows), ""]
     L += _collectives_md(rep)
     L += ["## Stragglers", ""]
