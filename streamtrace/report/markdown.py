@@ -301,17 +301,25 @@ def _collectives_md(rep) -> list:
         L += [f"{ci.get('instances', 0):,} collective instances of one rank (nothing to match them with: analyse "
               f"the other ranks too). Bus bandwidth as nccl-tests defines it.", ""]
     skew = [r["start_skew_mean_ns"] for r in rep["collectives"]["by_type"]]
-    rows = [[r["collective"], r["parallel_dim"] or "-", fmt_count(r["count"]), fmt_bytes(r["bytes"]),
-             _f(r["traffic_pct"]), _ms(r["time_ns"]), fmt_gbps(r["busbw_gbps_min"]), fmt_gbps(r["busbw_gbps_median"]),
+    rows = [[r["collective"], r["parallel_dim"] or "-", fmt_count(r["count"]), _coll_bytes(r["bytes"]),
+             _f(r["traffic_pct"]) if r["bytes"] else "-", _ms(r["time_ns"]), fmt_gbps(r["busbw_gbps_min"]), fmt_gbps(r["busbw_gbps_median"]),
              fmt_gbps(r["busbw_gbps_max"]), _ms(k)]
             for r, k in zip(rep["collectives"]["by_type"], skew)]
     L += [_table(["collective", "dim", "count", "bytes", "traffic %", "time", "busbw min", "busbw median",
                   "busbw max", "mean skew"], rows), ""]
     L += ["Traffic by parallel dimension:", ""]
     L += [_table(["dim", "bytes", "traffic %", "time"],
-                 [[k or "-", fmt_bytes(v["bytes"]), _f(v["traffic_pct"]), _ms(v["time_ns"])]
+                 [[k or "-", _coll_bytes(v["bytes"]), _f(v["traffic_pct"]) if v["bytes"] else "-", _ms(v["time_ns"])]
                   for k, v in sorted(rep["traffic"]["by_dim"].items())]), ""]
+    if any(not r["bytes"] for r in rep["collectives"]["by_type"]):
+        L += ["Bytes `unknown`: the traces give no message size for those collectives' kernels (older PyTorch "
+              "versions wrote none on the NCCL kernel); their bus bandwidth is unknown too.", ""]
     return L
+
+
+def _coll_bytes(n) -> str:
+    """A collective's bytes; ``unknown`` for 0 (no message size in the trace, not an empty message)."""
+    return fmt_bytes(n) if n else "unknown"
 
 
 def write_report(aggdir, outdir=None, name=None, tokens_per_step=None, global_batch=None, seq_len=None,
