@@ -45,12 +45,19 @@ def p2p_markdown(sec: dict, table, ms, ranks: int = 2) -> list:
           "first waits: the receiver for the sender's data (receiver waited), or the sender for a late receiver.", ""]
     L += [table(["stages", "direction", "rank pairs", "transfers", "bytes", "transfer", "receiver waited",
                  "sender waited"],
-                [[f"{r['src_stage']} -> {r['dst_stage']}", r["direction"] or "-", fmt_count(r["pairs"]),
+                [[_stages(r), r["direction"] or "-", fmt_count(r["pairs"]),
                   fmt_count(r["count"]), fmt_bytes(r["bytes"]), ms(r["time_ns"]), ms(r["recv_wait_ns"]),
                   ms(r["send_wait_ns"])]
                  for r in sec["by_stage_pair"]]), ""]
     L += ["Rank pairs whose receiver waited longest:", ""]
     L += [table(["sender -> receiver", "stages", "transfers", "receiver waited", "sender waited"],
-                [[f"{r['src']} -> {r['dst']}", f"{r['src_stage']} -> {r['dst_stage']}", fmt_count(r["count"]),
+                [[f"{r['src']} -> {r['dst']}", _stages(r), fmt_count(r["count"]),
                   ms(r["recv_wait_ns"]), ms(r["send_wait_ns"])] for r in sec["top_pairs"]]), ""]
     return L
+
+
+def _stages(r) -> str:
+    """``0 -> 1``; an unknown stage (-1: no PP group holds the rank) as ``-``, as every table."""
+    def one(s):
+        return "-" if s is None or s < 0 else f"{s}"
+    return f"{one(r['src_stage'])} -> {one(r['dst_stage'])}"
