@@ -73,6 +73,11 @@ def test_tp2_allreduce_bytes_in_units_that_fit(runs):
     assert shown_bytes(total).endswith(" KB")
     for name in ("megatron", "dlrm", "cpu3d"):
         assert "0.000" not in runs[name]["md"], name
+    # DLRM's old kernels carry no message size: a collective that ran is never "0" bytes
+    kernels = [e for t in _raw(DLRM) for e in t["traceEvents"] if e.get("cat") == "kernel" and "nccl" in e["name"]]
+    assert kernels and not any("In msg nelems" in e.get("args", {}) for e in kernels)
+    for coll in ("AllReduce",):
+        assert _row(runs["dlrm"]["md"], coll)[3] != "0"
 
 
 def test_every_time_cell_fits_its_unit_and_counts_have_separators(runs):
@@ -100,6 +105,9 @@ def test_no_iteration_folder_and_unknown_topology_said_once(runs):
         assert "-1" not in cells and "?" not in cells, name               # one convention: "-"
         assert "iteration -1" not in md
     md = runs["cpu3d"]["md"]                                              # a topology: the sizes, no such note
+    # CPU-only: no GPU kernels at all in the raw traces, so no overlap on any rank: said once, not "rank 0"
+    assert not any(e.get("cat") == "kernel" for t in _raw(CPU3D / "iteration_4") for e in t["traceEvents"])
+    assert _row(md, "overlap") == ["overlap", "0 (all ranks)", "0", "0 (all ranks)"]
     assert "| 8 | 2 | 1 | 1 | 2 | 2 |" in md and "no iteration folder" not in md
 
 
