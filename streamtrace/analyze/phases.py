@@ -144,6 +144,44 @@ def attribute_phases(gpu, win, rows=65536):
     return iteration, ph, micro
 
 
+INFERRED_FORWARD = "work of the step launched before its first autograd (backward) op"
+"""How :func:`infer_forward` names its rule (``summary.json``: ``phases_inferred``)."""
+
+
+def infer_forward(gpu, win, ph, rows=65536) -> dict:
+    """The forward phase of a rank whose traces carry no forward annotation (a Megatron-LM run
+    without the patch's ``forward_step``; only the autograd engine's backward ops and the
+    optimizer are named): in each ``ProfilerStep#`` window that holds a backward window
+    (``backward_step`` / ``## backward ##``, or the fallback ``autograd::engine::evaluate_function``),
+    a GPU event of no phase (``ph`` == 0) launched at or after the step's start and before the
+    step's first backward window starts becomes ``forward`` (``ph`` is changed in place; the
+    micro-batch stays -1: one forward window per step, no number).  Nothing changes when any
+    forward window exists, or no backward one.  ``gpu.ctx["t_launch"]``: int64 ns, as
+    :func:`attribute_phases`.
+
+    The rule is the user's reading of a step: the forward pass is what runs before the backward
+    pass starts (PyTorch runs a step's autograd ops only after ``loss.backward()``); data loading
+    and anything else unannotated before it count as forward too.  Returns ``{}``, or
+    ``{"forward": {"gpu_events": n, "rule": INFERRED_FORWARD}}`` (summary.json's ``phases_inferred``)."""
+    fwd, bwd = C.PHASES.index("forward"), C.PHASES.index("backward")
+    if win.phase[fwd] or not (win.phase[bwd] or win.fallback[bwd]) or not win.step:
+        return {}
+    ws, we, _ = _cat_windows(win.step)
+    bs = np.sort(np.concatenate([_cat_windows(win.phase[bwd])[0], _cat_windows(win.fallback[bwd])[0]]))
+    at = np.searchsorted(bs, ws)                         # the first backward start at or after each step start
+    first = np.where(at < len(bs), bs[np.minimum(at, len(bs) - 1)] if len(bs) else 0, np.iinfo(np.int64).min)
+    first = np.where(first < we, first, np.iinfo(np.int64).min)     # none inside the step: nothing inferred
+    steps = WindowIndex(ws, we)
+    t_launch, n = gpu.ctx["t_launch"], 0
+    for a in range(0, gpu.M, rows):
+        t = t_launch[a:a + rows]
+        pos = steps.innermost(t)
+        hit = (ph[a:a + rows] == 0) & (pos >= 0) & (t < first[np.maximum(pos, 0)]) & (t >= ws[np.maximum(pos, 0)])
+        ph[a:a + rows][hit] = fwd
+        n += int(hit.sum())
+    return {"forward": {"gpu_events": n, "rule": INFERRED_FORWARD}} if n else {}
+
+
 def gpu_annotations(store, gpu, anno_keys, dtype=np.int32):
     """The GPU-side annotation of every GPU event: of the ``gpu_user_annotation`` events on the
     same GPU track (``("gpuanno", rank, pid, tid)`` beside the event's ``("gpu", rank, pid, tid)``:

@@ -25,7 +25,7 @@ from .comm import COLL_INT, COLL_STR, collective_columns
 from .gpu import KINDS, GpuEvents, Names
 from .metrics import device_metrics
 from .patterns import Patterns
-from .phases import ATTRIBUTED_BY, attribute_phases, gpu_annotations
+from .phases import ATTRIBUTED_BY, attribute_phases, gpu_annotations, infer_forward
 from .trackfork import analyze_tracks
 
 
@@ -93,6 +93,7 @@ def analyze_rank(src: RankSource, settings: RankSettings, out: RankOutputs | Non
             src.comm_rows, sorted({k[2] for k in src.keys if k[0] == "cpu"}), settings.patterns, settings.pg_config,
             settings.world_size, ctx.windows.step, settings.topology))
     iteration, ph, micro = attribute_phases(gpu, ctx.windows)
+    inferred = infer_forward(gpu, ctx.windows, ph)          # no forward annotation: before the first backward op
     gpu.ctx["gpu_annot"] = gpu_annotations(store, gpu, [k for k in src.keys if k[0] == "gpuanno"],
                                            gpu.ctx["annot"].dtype)
     tot = ctx.totals
@@ -106,6 +107,8 @@ def analyze_rank(src: RankSource, settings: RankSettings, out: RankOutputs | Non
     summary = {"devices": {}, "iterations": {}, "phases": [],
                "call_tree": {"cpu_events": int(tot.n_cpu), "clamped": int(tot.clamped), "overruns": int(tot.overrun)},
                "links": {"gpu_events": int(M), "linked": gpu.linked, "duplicate_launch_ids": int(tot.dup)}}
+    if inferred:
+        summary["phases_inferred"] = inferred
     forked = out.open_kernels is not None and jobs > 1 and M >= 2 * block_rows
     if out.open_kernels is not None:
         pools = kernel_pools(out.pool or StringPool(src.table.strings), coll["pool"])

@@ -70,7 +70,8 @@ def analyze(*inputs, outdir="streamtrace-analysis", chunked=False, chunk_events=
 
 
 def _rank_line(r, several) -> str:
-    devs = ", ".join(f"GPU {d}: busy {m['busy_us'] / 1e3:,.1f} ms, comm {m['comm_us'] / 1e3:,.1f} ms, "
+    from ..report.units import fmt_time          # the report's units: 269 us, not "0.3 ms"
+    devs = ", ".join(f"GPU {d}: busy {fmt_time(m['busy_us'] * 1e3)}, comm {fmt_time(m['comm_us'] * 1e3)}, "
                      f"overlap {_pct(m['overlap_pct'])} of comm"
                      for d, m in r["devices"].items()) or "no GPU events (CPU only)"
     it = f"iteration {r['iteration']}, " if several else ""

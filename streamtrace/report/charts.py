@@ -30,6 +30,9 @@ from pathlib import Path
 import numpy as np
 
 from ..runtime.files import atomic_output
+from .axes import bytes_axis, count_ticks, log_ticks, patch_legend, time_scale
+from .pipeline import stage_bubbles
+from .units import fmt_time
 
 PX_WIDTH = 1400          # drawing width in pixels at DPI (figure 14 in x 100 dpi)
 DPI = 100
@@ -162,8 +165,9 @@ def merge_close(start, end, gap) -> tuple[np.ndarray, np.ndarray]:
     return s[idx], np.maximum.reduceat(e, idx)
 
 
-def _ms(x):
-    return np.asarray(x, np.float64) / 1e6
+def _ms(x, div=1e6):
+    """Times (ns) in the chart's unit (``div`` ns each; default ms)."""
+    return np.asarray(x, np.float64) / div
 
 
 def _fits(width_ns, span_ns, text, px=PX_WIDTH * 0.8, char_px=6.5) -> bool:
@@ -192,12 +196,13 @@ def rank_timeline(data, rank, at):
     hi = max([tl["end_ns"][m].max()] if m.any() else [1])
     span = max(int(hi - lo), 1)
     gap = max(1, span // PX_WIDTH)
+    div, unit = time_scale([span])
     fig, ax = plt.subplots(figsize=(14, 1.2 + 0.45 * (len(cats) + 1)))
     margins(fig, left=1.4, bottom=0.55, right=0.3, top=0.35)
     for y, c in enumerate(cats):
         cm = m & (tl["category"] == c)
         s, e = merge_close(tl["start_ns"][cm], tl["end_ns"][cm], gap)
-        ax.broken_barh(list(zip(_ms(s - lo), _ms(e - s))), (y - 0.35, 0.7), color=COLORS.get(c, "#999999"),
+        ax.broken_barh(list(zip(_ms(s - lo, div), _ms(e - s, div))), (y - 0.35, 0.7), color=COLORS.get(c, "#999999"),
                        linewidth=0)
     y = len(cats)
     for j in np.flatnonzero(w).tolist():
@@ -205,15 +210,15 @@ def rank_timeline(data, rank, at):
         if rp["start_ns"][j] is None or np.isnan(float(rp["start_ns"][j])):
             continue
         a, b = int(rp["start_ns"][j]), int(rp["end_ns"][j])
-        ax.broken_barh([(_ms(a - lo), _ms(b - a))], (y - 0.35, 0.7), color=COLORS.get(ph, "#BBBBBB"),
+        ax.broken_barh([(_ms(a - lo, div), _ms(b - a, div))], (y - 0.35, 0.7), color=COLORS.get(ph, "#BBBBBB"),
                        alpha=0.55, linewidth=0.5, edgecolor="white")
         tag = PHASE_TAG.get(ph, "") + (str(mb) if mb >= 0 else "")
         if tag and _fits(b - a, span, tag):
-            ax.text(_ms((a + b) // 2 - lo), y, tag, ha="center", va="center", fontsize=7)
+            ax.text(_ms((a + b) // 2 - lo, div), y, tag, ha="center", va="center", fontsize=7)
     ax.set_yticks(range(len(cats) + 1))
     ax.set_yticklabels(cats + ["phase x micro-batch"], fontsize=8)
-    ax.set_xlim(0, _ms(span))
-    ax.set_xlabel(f"time (ms) from {_ms(lo):,.3f} ms on the {data['meta']['time_alignment']} axis")
+    ax.set_xlim(0, _ms(span, div))
+    ax.set_xlabel(f"time ({unit}) from {fmt_time(lo, 4)} on the {data['meta']['time_alignment']} axis")
     cpu = bool(w.any()) and all(x == "cpu" for x in rp["source"][w].tolist())
     what = "CPU time line (no GPU events) by op category" if cpu else "GPU time line by kernel category"
     ax.set_title(f"rank {rank}, {label(at)}: {what}", fontsize=10)
@@ -222,32 +227,38 @@ def rank_timeline(data, rank, at):
 
 
 def rank_microbatches(data, rank, at):
-    """Stacked compute-only / overlap / comm-only per micro-batch, wall clock line; fwd and bwd panels."""
+    """Stacked compute-only / overlap / comm-only per micro-batch, wall clock line: a forward and a
+    backward panel, each only when that phase has windows.  A window without a micro-batch number
+    (a step annotated without micro-batches, or an inferred forward) is labelled ``step``."""
     plt = pyplot()
     rp = data["rank_phase"]
     fb = (rp["rank"] == rank) & rows_at(rp, at) & np.isin(rp["phase"], ("forward", "backward"))
     if not fb.any() or not (rp["wall_ns"][fb] > 0).any():
         return None
-    fig, axes = plt.subplots(1, 2, figsize=(12, 3.8), sharey=True)
-    for ax, ph in zip(axes, ("forward", "backward")):
+    phases = [ph for ph in ("forward", "backward") if (fb & (rp["phase"] == ph)).any()]
+    div, unit = time_scale(rp["wall_ns"][fb], rp["busy_ns"][fb])
+    fig, axes = plt.subplots(1, len(phases), figsize=(6 * len(phases), 3.8), sharey=True, squeeze=False)
+    for ax, ph in zip(axes[0], phases):
         sel = np.flatnonzero(fb & (rp["phase"] == ph))
-        sel = sel[np.argsort(rp["microbatch"][sel])]
-        x = rp["microbatch"][sel].astype(int)
-        co, ov = _ms(rp["compute_only_ns"][sel]), _ms(rp["overlap_ns"][sel])
-        cm = _ms(rp["exposed_comm_ns"][sel])
-        ax.bar(x, co, color=COLORS["compute_only"], label="compute only")
-        ax.bar(x, ov, bottom=co, color=COLORS["overlap"], label="overlap")
-        ax.bar(x, cm, bottom=co + ov, color=COLORS["comm_only"], label="comm only (exposed)")
-        ax.plot(x, _ms(rp["wall_ns"][sel]), "k.-", label="wall clock")
+        sel = sel[np.argsort(rp["microbatch"][sel], kind="stable")]
+        mb = rp["microbatch"][sel].astype(int)
+        x = np.arange(len(sel))
+        co, ov = _ms(rp["compute_only_ns"][sel], div), _ms(rp["overlap_ns"][sel], div)
+        cm = _ms(rp["exposed_comm_ns"][sel], div)
+        ax.bar(x, co, color=COLORS["compute_only"])
+        ax.bar(x, ov, bottom=co, color=COLORS["overlap"])
+        ax.bar(x, cm, bottom=co + ov, color=COLORS["comm_only"])
+        ax.plot(x, _ms(rp["wall_ns"][sel], div), "k.-")
         ax.set_title(f"{ph}", fontsize=10)
         ax.set_xlabel("micro-batch")
-        if len(x):
-            _thin_ticks(ax, [str(v) for v in x], x, axis="x", max_labels=32)
+        _thin_ticks(ax, [str(v) if v >= 0 else "step" for v in mb], x, axis="x", max_labels=32)
+        ax.set_xlim(-0.6, len(x) - 0.4)
         ax.grid(axis="y", alpha=0.3)
-    axes[0].set_ylabel("ms")
-    h, lab = axes[0].get_legend_handles_labels()
+    axes[0][0].set_ylabel(unit)
     fig.subplots_adjust(bottom=0.24)
-    fig.legend(h, lab, fontsize=8, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 0.0))
+    patch_legend(fig, [("compute only", COLORS["compute_only"]), ("overlap", COLORS["overlap"]),
+                       ("comm only (exposed)", COLORS["comm_only"])], lines=[("wall clock", ".", "black")],
+                 fontsize=8, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 0.0))
     fig.suptitle(f"rank {rank}, {label(at)}: time per micro-batch", fontsize=10)
     return fig
 
@@ -264,21 +275,22 @@ def ranks_overview(data, at):
         return None
     unit = "CPU" if len(sel) and (rk["source"][sel] == "cpu").all() else "GPU"
     fig, ax = plt.subplots(figsize=(max(8, min(16, 0.22 * min(len(sel), MAX_BARS) + 4)), 4.4))
+    div, tunit = time_scale(sum(rk[k][sel].astype(np.float64) for k, _ in OVERVIEW_PARTS))
     if len(sel) > MAX_BARS:
-        _sorted_distribution(ax, rk, sel)
+        _sorted_distribution(ax, rk, sel, div, tunit)
         what = f"{len(sel):,} ranks sorted by time not computing (exposed comm + idle)"
     else:
         x = np.arange(len(sel))
         bottom = np.zeros(len(sel))
         for key, lab in OVERVIEW_PARTS:
-            v = _ms(rk[key][sel])
+            v = _ms(rk[key][sel], div)
             ax.bar(x, v, bottom=bottom, color=COLORS[key.replace("_ns", "").replace("exposed_comm", "comm_only")],
                    label=lab, width=0.85)
             bottom += v
         _thin_ticks(ax, [str(int(r)) for r in rk["rank"][sel]], x, axis="x", max_labels=64)
         ax.set_xlabel("rank")
         what = f"where each rank's {unit} time went"
-    ax.set_ylabel("ms")
+    ax.set_ylabel(tunit)
     fig.subplots_adjust(bottom=0.24)
     h, lab = ax.get_legend_handles_labels()
     fig.legend(h, lab, fontsize=8, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 0.0))
@@ -293,23 +305,23 @@ OVERVIEW_PARTS = (("compute_only_ns", "compute only"), ("overlap_ns", "overlap")
                   ("exposed_comm_ns", "comm only (exposed)"), ("idle_ns", "idle"))
 
 
-def _sorted_distribution(ax, rk, sel):
+def _sorted_distribution(ax, rk, sel, div=1e6, unit="ms"):
     """Stacked areas of :data:`OVERVIEW_PARTS` over the rows ``sel`` sorted by exposed comm + idle
     (ascending), the :data:`NAMED_OUTLIERS` ranks at each end named, the median marked."""
     lost = rk["exposed_comm_ns"][sel] + rk["idle_ns"][sel]
     order = sel[np.argsort(lost, kind="stable")]
     x = np.arange(len(order))
-    parts = [_ms(rk[k][order]) for k, _ in OVERVIEW_PARTS]
+    parts = [_ms(rk[k][order], div) for k, _ in OVERVIEW_PARTS]
     ax.stackplot(x, *parts, labels=[lab for _, lab in OVERVIEW_PARTS], linewidth=0,
                  colors=[COLORS[k.replace("_ns", "").replace("exposed_comm", "comm_only")] for k, _ in OVERVIEW_PARTS])
     top = np.sum(parts, axis=0)
     n = min(NAMED_OUTLIERS, len(order) // 2)
-    lost_ms = _ms(lost[np.argsort(lost, kind="stable")])
+    lost_ms = _ms(lost[np.argsort(lost, kind="stable")], div)
     for js, where, what in ((range(n), 0.01, "least"), (range(len(order) - 1, len(order) - 1 - n, -1), 0.99, "most")):
         js = list(js)
         ax.plot(x[js], top[js], "kv", markersize=4)
         names = ", ".join(f"r{int(rk['rank'][order[j]])} ({lost_ms[j]:,.2f})" for j in js)
-        ax.text(where, 0.97, f"{what} lost (ms): {names}", transform=ax.transAxes, fontsize=7, va="top",
+        ax.text(where, 0.97, f"{what} lost ({unit}): {names}", transform=ax.transAxes, fontsize=7, va="top",
                 ha="left" if where < 0.5 else "right", bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0})
     ax.axvline(len(order) // 2, color="black", linewidth=0.6, linestyle=":")
     ax.set_xlim(-0.5, len(order) - 0.5)
@@ -317,7 +329,7 @@ def _sorted_distribution(ax, rk, sel):
     ax.set_xlabel(f"ranks, sorted (dotted: median; triangles: the {n} with least and most time lost, named above)")
 # -- pipeline --------------------------------------------------------------------------------
 
-def _gantt_rows(ax, data, at, rows, lo, span):
+def _gantt_rows(ax, data, at, rows, lo, span, div=1e6):
     """Draw phase x micro-batch bars for ``rows`` = [(y, rank)] on ``ax``."""
     rp = data["rank_phase"]
     fb = np.isin(rp["phase"], ("forward", "backward", "recompute", "optimizer"))
@@ -330,13 +342,13 @@ def _gantt_rows(ax, data, at, rows, lo, span):
                 continue
             a = np.asarray([int(rp["compute_start_ns"][j]) for j in js])
             b = np.asarray([int(rp["compute_end_ns"][j]) for j in js])
-            ax.broken_barh(list(zip(_ms(a - lo), _ms(b - a))), (y - 0.4, 0.8), color=COLORS[ph], linewidth=0.3,
+            ax.broken_barh(list(zip(_ms(a - lo, div), _ms(b - a, div))), (y - 0.4, 0.8), color=COLORS[ph], linewidth=0.3,
                            edgecolor="white")
             for j, x0, x1 in zip(js, a, b):
                 mb = int(rp["microbatch"][j])
                 tag = PHASE_TAG[ph] + (str(mb) if mb >= 0 else "")
                 if _fits(x1 - x0, span, tag):
-                    ax.text(_ms((x0 + x1) // 2 - lo), y, tag, ha="center", va="center", fontsize=7, color="white")
+                    ax.text(_ms((x0 + x1) // 2 - lo, div), y, tag, ha="center", va="center", fontsize=7, color="white")
 
 
 def has_windows(data, at, ranks) -> bool:
@@ -369,17 +381,17 @@ def pp_gantt(data, group_index, at):
     fig, ax = plt.subplots(figsize=(14, 1.0 + 0.45 * len(g)))
     margins(fig, left=2.2, bottom=0.55, right=1.3, top=0.35)
     rows = [(len(g) - 1 - s, r) for s, r in enumerate(g)]
-    _gantt_rows(ax, data, at, rows, lo, span)
-    pipe = data.get("pipeline") or {}
+    div, unit = time_scale([span])
+    _gantt_rows(ax, data, at, rows, lo, span, div)
+    bubbles = stage_bubbles(data["rank_phase"], rows_at(data["rank_phase"], at), g)   # as the report's table
     labels = []
     for s, r in enumerate(g):
-        j = np.flatnonzero((pipe.get("rank", np.zeros(0)) == r) & rows_at(pipe, at))
-        bub = f"  bubble {pipe['bubble_pct'][j[0]]:.1f}%" if len(j) else ""
+        bub = f"  bubble {bubbles[r]:.1f}%" if bubbles.get(r) is not None else ""
         labels.append(f"stage {s} (rank {r}){bub}")
     _thin_ticks(ax, labels[::-1], np.arange(len(g)), max_labels=40)
     _phase_legend(ax)
-    ax.set_xlim(0, _ms(span))
-    ax.set_xlabel(f"time (ms), {data['meta']['time_alignment']} alignment")
+    ax.set_xlim(0, _ms(span, div))
+    ax.set_xlabel(f"time ({unit}), {data['meta']['time_alignment']} alignment")
     ax.set_title(f"PP group {group_index} (ranks {','.join(map(str, g))}), {label(at)}", fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     return fig
@@ -405,13 +417,14 @@ def replica_view(data, replica_index, at):
             labels.append((y, f"PP{gi} s{s} r{r}"))
             y -= 1
         ax.axhline(y + 0.5, color="black", linewidth=0.6)
-    _gantt_rows(ax, data, at, rows, lo, span)
+    div, unit = time_scale([span])
+    _gantt_rows(ax, data, at, rows, lo, span, div)
     labels.sort()
     _thin_ticks(ax, [x[1] for x in labels], np.asarray([x[0] for x in labels]), max_labels=48)
     _phase_legend(ax)
-    ax.set_xlim(0, _ms(span))
+    ax.set_xlim(0, _ms(span, div))
     ax.set_ylim(-0.6, n - 0.4)
-    ax.set_xlabel(f"time (ms), {data['meta']['time_alignment']} alignment")
+    ax.set_xlabel(f"time ({unit}), {data['meta']['time_alignment']} alignment")
     ax.set_title(f"model replica {replica_index}: {len(groups)} PP groups, {n} ranks, {label(at)}",
                  fontsize=10)
     ax.grid(axis="x", alpha=0.3)
@@ -442,24 +455,17 @@ def busbw_chart(data):
     ax.set_xscale("log")
     if c["busbw_gbps"][ok].min() > 0:
         ax.set_yscale("log")
-    _plain_log_ticks(ax)
-    ax.set_xlabel("message size (bytes)")
+    ax.autoscale_view()
+    bytes_axis(ax.xaxis)
+    if ax.get_yscale() == "log":
+        log_ticks(ax.yaxis)
+    ax.set_xlabel("message size (KB, MB, GB = powers of 1,000 bytes)")
     ax.set_ylabel("bus bandwidth (GB/s, GB = 1e9 B)")
     ax.set_title("collectives: bus bandwidth by type and message size", fontsize=10)
     ax.grid(alpha=0.3, which="both")
     if ok.any():
         ax.legend(fontsize=8)
     return fig
-
-
-def _plain_log_ticks(ax):
-    """Tick labels as plain numbers (``1e+06``, ``0.5``) instead of mathtext powers of ten, which
-    cost a third of this chart's drawing time."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-    for axis in (ax.xaxis, ax.yaxis):
-        if axis.get_scale() == "log":
-            axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-            axis.set_minor_formatter(NullFormatter())
 
 
 def skew_heatmap(grid_info, kind):
@@ -473,14 +479,18 @@ def skew_heatmap(grid_info, kind):
     finite = grid[np.isfinite(grid)]
     if not finite.size or finite.max() <= 0:
         return None                 # every rank arrived together: nothing to see
-    fig, ax = plt.subplots(figsize=(14, 1.5 + min(0.16 * len(ranks), 12)))
+    fig, ax = plt.subplots(figsize=(14, max(3.0, 1.5 + min(0.16 * len(ranks), 12))))   # room for the colour bar's label
     margins(fig, left=0.8, bottom=0.55, top=0.35)
     vmax = float(np.percentile(finite, 99)) if finite.size else 1.0
-    im = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="magma_r", vmin=0, vmax=max(vmax, 1e-3))
+    div, unit = time_scale([max(vmax, 1e-3) * 1e3])                    # the grid is in us
+    im = ax.imshow(grid * (1e3 / div), aspect="auto", interpolation="nearest", cmap="magma_r", vmin=0,
+                   vmax=max(vmax, 1e-3) * 1e3 / div)
     _thin_ticks(ax, [str(int(r)) for r in ranks], np.arange(len(ranks)), max_labels=40)
+    count_ticks(ax.xaxis, grid.shape[1], per=per)
     ax.set_ylabel("rank")
-    ax.set_xlabel(f"{kind} instances in time order ({n:,}; {per} per column, max shown)")
-    fig.colorbar(im, ax=ax, label="arrival after the first rank (us)")
+    ax.set_xlabel(f"{kind} instance (0 = first, time order; {n:,} in all" + (f", {per:,} per column, max shown)"
+                                                                            if per > 1 else ")"))
+    fig.colorbar(im, ax=ax).set_label(f"arrival after the first rank ({unit})", fontsize=9)
     ax.set_title(f"{kind} skew: how late each rank arrives", fontsize=10)
     return fig
 
@@ -493,17 +503,18 @@ def p2p_chart(rows):
     if not len(rows["src_stage"]) or not any((np.asarray(rows[k]) > 0).any()
                                              for k in ("recv_wait_ns", "send_wait_ns", "time_ns")):
         return None
-    labels = [f"{a}->{b}" if a >= 0 else "?" for a, b in zip(rows["src_stage"], rows["dst_stage"])]
+    labels = [f"{a}->{b}" if a >= 0 else "-" for a, b in zip(rows["src_stage"], rows["dst_stage"])]
     x = np.arange(len(labels))
     fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(labels) + 3), 4.5))
+    div, unit = time_scale(*(rows[k] for k in ("recv_wait_ns", "send_wait_ns", "time_ns")))
     for k, (col, lab, color) in enumerate((("recv_wait_ns", "receiver waited", COLORS["comm:PP"]),
                                            ("send_wait_ns", "sender waited", COLORS["comm:TP"]),
                                            ("time_ns", "transfer", COLORS["comm:DP"]))):
-        ax.bar(x + (k - 1) * 0.27, _ms(rows[col]), width=0.27, label=lab, color=color)
+        ax.bar(x + (k - 1) * 0.27, _ms(rows[col], div), width=0.27, label=lab, color=color)
     ax.set_xticks(x)
     ax.set_xticklabels(labels, fontsize=8)
     ax.set_xlabel("pipeline stage pair (sender -> receiver)")
-    ax.set_ylabel("ms (sum over transfers and iterations)")
+    ax.set_ylabel(f"{unit} (sum over transfers and iterations)")
     ax.set_title("point-to-point: waiting per stage pair", fontsize=10)
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .charts import save
+from .units import fmt_count, fmt_time, time_axis
 
 IDLE_COLORS = {"host_wait_ns": "#C44E52", "kernel_wait_ns": "#DD8452", "other_ns": "#8C8C8C"}
 IDLE_LABELS = {"host_wait_ns": "host wait (launch late)", "kernel_wait_ns": "kernel wait (< threshold)",
@@ -34,9 +35,26 @@ def _rows(t: pa.Table, n=None) -> list:
     return [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()} for r in rows]
 
 
-def _cells(t: pa.Table) -> int:
-    """Number of distinct (iteration, step, rank) cells of a stats table."""
-    return t.select(["iteration", "step", "rank"]).group_by(["iteration", "step", "rank"]).aggregate([]).num_rows
+def _cells(t: pa.Table) -> dict:
+    """The rank-steps a stats table sums over: ``cells`` = distinct (iteration, step, rank) with
+    a step (step >= 0), ``ranks`` and ``steps`` among them, and ``outside_ranks`` = the ranks
+    with rows outside any ``ProfilerStep#`` (step -1: not a step of their own)."""
+    g = t.select(["iteration", "step", "rank"]).group_by(["iteration", "step", "rank"]).aggregate([]).to_pylist()
+    inside = [r for r in g if r["step"] is not None and r["step"] >= 0]
+    return {"cells": len(inside), "ranks": len({r["rank"] for r in inside}),
+            "steps": len({(r["iteration"], r["step"]) for r in inside}),
+            "outside_ranks": len({r["rank"] for r in g if r["step"] is None or r["step"] < 0})}
+
+
+def cells_text(c: dict) -> str:
+    """``8 rank-steps (1 step x 8 ranks)``, plus what lies outside any step."""
+    n = c["cells"]
+    text = f"{n:,} rank-step{'s' if n != 1 else ''} ({c['steps']:,} step{'s' if c['steps'] != 1 else ''} x " \
+           f"{c['ranks']:,} rank{'s' if c['ranks'] != 1 else ''})" if n else "no step"
+    if c["outside_ranks"]:
+        text += f", plus the time of {c['outside_ranks']:,} rank{'s' if c['outside_ranks'] != 1 else ''} " \
+                "outside any ProfilerStep"
+    return text
 
 
 def build_explain(aggdir, top=15) -> dict:
@@ -57,13 +75,13 @@ def build_explain(aggdir, top=15) -> dict:
         for r in rows:
             r["mean_ns"] = r["total_ns"] / r["count"] if r["count"] else None
             r["share_pct"] = 100.0 * r["total_ns"] / total if total else None
-        out["kernels"] = {"cells": _cells(ks), "total_ns": total, "rows": rows, "from": "kernel_stats.parquet"}
+        out["kernels"] = {**_cells(ks), "total_ns": total, "rows": rows, "from": "kernel_stats.parquet"}
     os_ = _table(aggdir, "op_stats")
     if os_ is not None and os_.num_rows:
         cols = ["count", "inclusive_ns", "self_ns", "kernels", "kernel_time_ns"]
         g = os_.group_by(["name", "cat"]).aggregate([(c, "sum") for c in cols]).rename_columns(["name", "cat", *cols])
         g = g.sort_by([("self_ns", "descending"), ("name", "ascending")])
-        out["ops"] = {"cells": _cells(os_), "rows": _rows(g, top), "from": "op_stats.parquet"}
+        out["ops"] = {**_cells(os_), "rows": _rows(g, top), "from": "op_stats.parquet"}
     ls = _table(aggdir, "launch_stats")
     if ls is not None and ls.num_rows:
         a = ls.filter(pc.equal(ls["kind"], "all"))
@@ -96,12 +114,7 @@ def _idle_summary(ib, top) -> dict:
 
 # -- Markdown ---------------------------------------------------------------------------------
 
-def _ms(ns):
-    return "-" if ns is None else f"{ns / 1e6:,.3f}"
-
-
-def _us(ns):
-    return "-" if ns is None else f"{ns / 1e3:,.1f}"
+_ms = _us = fmt_time           # each value in the unit that fits it (report/units.py)
 
 
 def _pct(part, whole):
@@ -122,12 +135,10 @@ def explain_markdown(ex: dict | None, idle_chart_png=None, shorten=lambda names:
     k = ex.get("kernels")
     if k:
         names = shorten([r["name"] for r in k["rows"]])
-        L += ["## Kernel statistics", "", f"Top kernels by total time over {k['cells']} rank-step(s) "
-              f"(kernel_stats.parquet has every rank and step): p50 is the (approximate) median over rank-steps "
-              "of each one's "
-              f"median, p95 and max the largest over rank-steps; durations in us.", ""]
-        L += _tab(["kernel", "kind", "count", "total (ms)", "% of kernel time", "mean (us)", "p50 (us)", "p95 (us)",
-                   "max (us)"],
+        L += ["## Kernel statistics", "", f"Top kernels by total time over {cells_text(k)} "
+              f"(kernel_stats.parquet has every rank and step). p50 is the (approximate) median over rank-steps "
+              "of each one's median, p95 and max the largest over rank-steps.", ""]
+        L += _tab(["kernel", "kind", "count", "total", "% of kernel time", "mean", "p50", "p95", "max"],
                   [[n, r["kind"], f"{r['count']:,}", _ms(r["total_ns"]), f"{r['share_pct']:.1f}", _us(r["mean_ns"]),
                     _us(r["p50_ns_median"]), _us(r["p95_ns_max"]), _us(r["max_ns"])] for n, r in zip(names, k["rows"])])
         L += [""]
@@ -135,10 +146,10 @@ def explain_markdown(ex: dict | None, idle_chart_png=None, shorten=lambda names:
     if o:
         names = shorten([r["name"] for r in o["rows"]])
         gpu = any(r["kernels"] for r in o["rows"])          # a CPU-only run launches nothing: no such columns
-        L += ["## CPU ops by self time", "", f"Summed over {o['cells']} rank-step(s). Self time = duration minus the "
+        L += ["## CPU ops by self time", "", f"Summed over {cells_text(o)}. Self time = duration minus the "
               "direct children's (PyTorch's self CPU time); inclusive time counts an op nested in one of the same "
               "name once" + ("; GPU time = the kernels the op launched" if gpu else "") + " (op_stats.parquet).", ""]
-        head = ["op", "cat", "count", "self (ms)", "inclusive (ms)"] + (["kernels launched", "GPU time (ms)"] if gpu
+        head = ["op", "cat", "count", "self", "inclusive"] + (["kernels launched", "GPU time"] if gpu
                                                                         else [])
         L += _tab(head, [[n, r["cat"], f"{r['count']:,}", _ms(r["self_ns"]), _ms(r["inclusive_ns"])]
                          + ([f"{r['kernels']:,}", _ms(r["kernel_time_ns"])] if gpu else [])
@@ -149,10 +160,11 @@ def explain_markdown(ex: dict | None, idle_chart_png=None, shorten=lambda names:
               f"call; {la['launch_bound_count']:,} ({_pct(la['launch_bound_count'], la['linked'])} %) are "
               "launch-bound (shorter than their launch call). Launch delay = GPU start - launch end (a large delay: "
               "the GPU was busy, work queued; HTA's CudaKernelAnalysis); overhead = the launch call's duration. "
-              "Rank-steps with the largest p95 delay (launch_stats.parquet), in us:", ""]
-        L += _tab(["iteration", "step", "rank", "linked", "delay p50", "delay p95", "delay max", "overhead p50",
+              "Rank-steps with the largest p95 delay (launch_stats.parquet):", ""]
+        known = any(r["iteration"] is not None and r["iteration"] >= 0 for r in la["rows"])
+        L += _tab((["iteration"] if known else []) + ["step", "rank", "linked", "delay p50", "delay p95", "delay max", "overhead p50",
                    "overhead p95", "launch-bound %"],
-                  [[r["iteration"], r["step"], r["rank"], f"{r['linked']:,}", _us(r["launch_delay_p50_ns"]),
+                  [([r["iteration"]] if known else []) + [r["step"], r["rank"], f"{r['linked']:,}", _us(r["launch_delay_p50_ns"]),
                     _us(r["launch_delay_p95_ns"]), _us(r["launch_delay_max_ns"]), _us(r["launch_overhead_p50_ns"]),
                     _us(r["launch_overhead_p95_ns"]),
                     "-" if r["launch_bound_pct"] is None else f"{r['launch_bound_pct']:.1f}"] for r in la["rows"]])
@@ -169,18 +181,17 @@ def _idle_md(idle, png) -> list:
          "Idle gaps on each GPU, split by HolisticTraceAnalysis' rule (`get_idle_time_breakdown`): **host wait** "
          "when the next kernel's launch started after the previous work ended (the CPU was late), else **kernel "
          "wait** when the gap is shorter than the threshold (`--consecutive-kernel-delay-us`, 30 us), else "
-         f"**other**. All devices: idle {_ms(t['idle_ns'])} ms = host wait {_pct(t['host_wait_ns'], t['idle_ns'])} % "
+         f"**other**. All devices: idle {_ms(t['idle_ns'])} = host wait {_pct(t['host_wait_ns'], t['idle_ns'])} % "
          f"+ kernel wait {_pct(t['kernel_wait_ns'], t['idle_ns'])} % + other {_pct(t['other_ns'], t['idle_ns'])} % "
          "(idle_breakdown.parquet: per rank, device, stream and step).", ""]
-    L += _tab(["rank", "device", "steps", "span (ms)", "busy (ms)", "idle (ms)", "host wait (ms)", "kernel wait (ms)",
-               "other (ms)", "host wait %"],
+    L += _tab(["rank", "device", "steps", "span", "busy", "idle", "host wait", "kernel wait", "other", "host wait %"],
               [[r["rank"], r["device"], r["steps"], _ms(r["span_ns"]), _ms(r["busy_ns"]), _ms(r["idle_ns"]),
                 _ms(r["host_wait_ns"]), _ms(r["kernel_wait_ns"]), _ms(r["other_ns"]),
                 _pct(r["host_wait_ns"], r["idle_ns"])] for r in idle["devices"][:64]])
     if len(idle["devices"]) > 64:
-        L += [f"| ... {len(idle['devices']) - 64} more | | | | | | | | | |"]
+        L += [f"| ... {len(idle['devices']) - 64:,} more | | | | | | | | | |"]
     L += ["", "Streams with the most idle time:", ""]
-    L += _tab(["rank", "device", "stream", "idle (ms)", "host wait (ms)", "kernel wait (ms)", "other (ms)"],
+    L += _tab(["rank", "device", "stream", "idle", "host wait", "kernel wait", "other"],
               [[r["rank"], r["device"], r["stream"], _ms(r["idle_ns"]), _ms(r["host_wait_ns"]),
                 _ms(r["kernel_wait_ns"]), _ms(r["other_ns"])] for r in idle["streams"]])
     L += [""] + ([f"![idle_breakdown]({png})", ""] if png else [])
@@ -204,13 +215,14 @@ def idle_chart(ex: dict | None, stem, formats=("png",)) -> list:
     fig, ax = plt.subplots(figsize=(10, 0.22 * len(rows) + 1.8))
     y = np.arange(len(rows))[::-1]
     left = np.zeros(len(rows))
+    div, unit = time_axis(max(r["idle_ns"] for r in rows))
     for c, color in IDLE_COLORS.items():
-        v = np.asarray([r[c] / 1e6 for r in rows])
+        v = np.asarray([r[c] / div for r in rows])
         ax.barh(y, v, left=left, color=color, label=IDLE_LABELS[c], height=0.8)
         left += v
     step = max(1, len(rows) // 40)
     ax.set_yticks(y[::step], labels[::step], fontsize=7)
-    ax.set_xlabel("GPU idle time (ms, summed over the profiled steps)")
+    ax.set_xlabel(f"GPU idle time ({unit}, summed over the profiled steps)")
     ax.set_title("GPU idle-time breakdown per rank")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.9 / fig.get_figheight()), ncol=3)
     return save(fig, stem, formats)

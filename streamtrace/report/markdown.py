@@ -34,7 +34,10 @@ from ..job.folder import read_aggregate_table, read_meta
 from ..runtime.files import atomic_output
 from .explain import build_explain, explain_markdown, idle_chart
 from .render import ChartOptions, render_all
+from .config import configuration_md, inferred_phases, iteration_cell
 from .p2p import p2p_markdown, p2p_section
+from .pipeline import pipeline_markdown, pipeline_section
+from .units import fmt_bytes, fmt_count, fmt_gbps, fmt_pct, fmt_time, short_names
 
 DIMS = ("tp", "cp", "ep", "dp", "pp")
 RANK_METRICS = ("compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "idle_ns", "busy_ns", "wall_ns")
@@ -74,7 +77,7 @@ def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq
                              **{k: sizes.get(k) for k in DIMS}, "topology_from": topo.get("source") if topo else None,
                              "order": topo.get("order"), "devices": meta.get("devices") or [],
                              "ranks": len(meta["ranks"]), "iterations": meta["iterations"],
-                             "cpu_only": cpu_only,
+                             "cpu_only": cpu_only, "phases_inferred": inferred_phases(meta["inputs"]),
                              "time_alignment": meta["time_alignment"], "clock_sync": meta["clock_sync"],
                              "from": "aggregate.json"}}
     it = _read(d, "iterations")
@@ -107,17 +110,7 @@ def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq
     rep["stragglers"] = {"top": rows[:5], "clock_offsets_ns": meta.get("clock_offsets_ns") or {},
                          "from": "stragglers.parquet"}
     rep["p2p"] = p2p_section(d)
-    pipe = _read(d, "pipeline")
-    prow = [{k: _py(pipe[k][i]) for k in ("iteration", "step", "pp_group", "stage", "rank", "span_ns", "busy_ns",
-                                          "bubble_ns", "bubble_pct", "ideal_bubble_pct", "microbatches")}
-            for i in range(len(pipe.get("rank", [])))]
-    per_stage = {}
-    for s in sorted({r["stage"] for r in prow}):
-        v = [r["bubble_pct"] for r in prow if r["stage"] == s and r["bubble_pct"] is not None]
-        per_stage[str(s)] = float(np.mean(v)) if v else None
-    rep["pipeline"] = {"rows": prow, "mean_bubble_pct_by_stage": per_stage,
-                       "ideal_bubble_pct": prow[0]["ideal_bubble_pct"] if prow else None,
-                       "from": "pipeline.parquet"}
+    rep["pipeline"] = pipeline_section(d, sizes.get("pp"))
     tk = _read(d, "top_kernels")
     total = int(tk["total_ns"].sum()) if len(tk.get("total_ns", [])) else 0
     rep["top_kernels"] = {"total_ns": total, "rows": [
@@ -145,9 +138,10 @@ def _missing(rep, meta, cpu_only) -> dict:
         out["stragglers"] = (out.get("collectives") or
                              ("one rank: stragglers need collectives matched across at least 2 ranks" if nranks < 2
                               else "no group collective was matched across 2 or more ranks"))
-    if not rep["pipeline"]["rows"]:
-        out["pipeline"] = ("no topology: give --topology" if rep["configuration"]["tp"] is None
-                           else "no pipeline parallelism (PP = 1) or no forward/backward work")
+    if not rep["pipeline"]["shown"]:
+        pp = rep["configuration"]["pp"]
+        out["pipeline"] = ("pipeline-parallel size not named in the trace: give --topology" if pp is None else
+                           "no pipeline parallelism (PP = 1): no bubble" if pp == 1 else "no forward/backward work")
     if not rep["top_kernels"]["rows"]:
         out["top_kernels"] = "no GPU kernels: a CPU-only run" if cpu_only else "no GPU kernels in the traces"
     return out
@@ -158,18 +152,6 @@ def _isnan(v):
         return bool(np.isnan(v))
     except TypeError:
         return False
-
-
-def short_names(names, n=90) -> list:
-    """Kernel names cut to about ``n`` characters, keeping their start and end (template arguments
-    often differ only at the end), never so that two different names print alike (those stay whole)."""
-    def cut(x):
-        return x if len(x) <= n else x[: n - 31] + "…" + x[-30:]
-    short = [cut(x) for x in names]
-    seen: dict = {}
-    for full, sh in zip(names, short):
-        seen.setdefault(sh, set()).add(full)
-    return [sh if len(seen[sh]) == 1 else full for full, sh in zip(names, short)]
 
 
 def _default_name(meta, d):
@@ -200,28 +182,20 @@ def _rank_stats(rk) -> dict:
         v = np.asarray([x[0] for x in vals])
         lo, hi = min(vals), max(vals, key=lambda x: (x[0], -x[1]))
         stats[k] = {"min": float(v.min()), "median": float(np.median(v)), "max": float(v.max()),
-                    "min_rank": lo[1], "max_rank": hi[1]}
+                    "min_rank": lo[1], "max_rank": hi[1], "ranks": len(vals)}
     return {"per_rank": per, "stats": stats, "from": "ranks.parquet"}
 
 
 # -- Markdown -------------------------------------------------------------------------------
 
-def _ms(ns):
-    return "-" if ns is None else f"{ns / 1e6:,.3f}"
-
-
-def _f(x, nd=1):
-    return "-" if x is None else f"{x:,.{nd}f}"
+_ms = fmt_time          # every time in the report in the unit that fits it (report/units.py)
+_f = fmt_pct
 
 
 def _table(head, rows):
     out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
     return "\n".join(out)
-
-
-def _size(v):
-    return "?" if v is None else v
 
 
 def _missing_line(rep, section):
@@ -229,35 +203,39 @@ def _missing_line(rep, section):
     return [f"*Nothing to show: {why}.*", ""] if why else []
 
 
+def _ranked(v, rank, stats):
+    """A min/max cell with its rank; ``(all ranks)`` when every rank has the same value."""
+    same = stats["min"] == stats["max"] and stats.get("ranks", 1) > 1
+    return f"{v} (all ranks)" if same else f"{v} (rank {rank})"
+
+
 def to_markdown(rep: dict, charts=()) -> str:
-    """The report as Markdown (times in ms, bandwidth in GB/s, GB = 1e9 bytes)."""
+    """The report as Markdown: times, bytes and bandwidths each in the unit that fits it
+    (:mod:`streamtrace.report.units`; KB/MB/GB = 1e3/1e6/1e9 bytes), counts with thousands
+    separators, unknown cells ``-`` (:mod:`streamtrace.report.config`)."""
     c = rep["configuration"]
     unit = "CPU" if c.get("cpu_only") else "GPU"
     L = [f"# {rep['name']}", "",
          f"Generated {rep['generated']} by streamtrace from `{rep['aggregate']}` "
-         f"(time alignment: {c['time_alignment']}, clock sync: {c['clock_sync']}).", "",
-         "## Configuration", "",
-         _table(["world size", "TP", "CP", "EP", "DP", "PP", "rank order", "GPUs", "ranks analysed", "iterations"],
-                [[_size(c["world_size"]), *(_size(c[k]) for k in DIMS), c["order"] or "-",
-                  ", ".join(c["devices"]) or ("none (CPU only)" if c.get("cpu_only") else "-"), c["ranks"],
-                  ", ".join(map(str, c["iterations"]))]]), ""]
-    if c.get("world_size_from"):
-        L += [f"World size from {c['world_size_from']}."
-              + (f" Parallel groups from {c['topology_from']}." if c.get("topology_from") else ""), ""]
-    L += _missing_line(rep, "configuration")
+         f"(time alignment: {c['time_alignment']}, clock sync: {c['clock_sync']}). Times, sizes and bandwidths are "
+         "shown in the unit that fits each value (us, ms, s; B, KB, MB, GB = powers of 1,000); report.json and the "
+         "Parquet tables hold the exact values (ns, bytes).", ""]
+    L += configuration_md(c, _table)
     L += ["## Steps and throughput", ""]
-    L += [_table(["iteration", "step (ProfilerStep#)", "step time (ms)"],
-                 [[s["iteration"] if s["iteration"] >= 0 else "?", s["step"] if s["step"] >= 0 else "-",
-                   _ms(s["step_ns"])] for s in rep["steps"]]), ""]
+    known_it = any(s["iteration"] >= 0 for s in rep["steps"])
+    L += [_table((["iteration"] if known_it else []) + ["step (ProfilerStep#)", "step time"],
+                 [([iteration_cell(s["iteration"])] if known_it else []) + [s["step"] if s["step"] >= 0 else "-",
+                                                                             _ms(s["step_ns"], 4)]
+                  for s in rep["steps"]]), ""]
     tp = rep.get("throughput")
     if tp:
-        L += [f"**{_f(tp['tokens_per_s'], 0)} tokens/s** ({tp['tokens_per_step']:,} tokens per step, {tp['steps']} "
-              f"profiled step(s), {_ms(tp['time_ns'])} ms).", ""]
+        L += [f"**{_f(tp['tokens_per_s'], 0)} tokens/s** ({tp['tokens_per_step']:,} tokens per step, {tp['steps']:,} "
+              f"profiled step(s), {_ms(tp['time_ns'], 4)}).", ""]
     else:
         L += ["Throughput: give `--tokens-per-step`, or `--global-batch` and `--seq-len`.", ""]
     st = rep["ranks"]["stats"]
     L += ["## Where the time went, per rank", "",
-          f"Per rank (mean over steps), across ranks: {unit} time in ms"
+          f"Per rank (mean over steps), across ranks: {unit} time"
           + (" (a CPU-only run: compute = CPU ops, communication = c10d::/gloo: ops)." if unit == "CPU" else
              " (CPU time for ranks without GPU events)."), ""]
     rows = []
@@ -266,12 +244,12 @@ def to_markdown(rep: dict, charts=()) -> str:
                    ("wall_ns", "wall clock")):
         if k in st:
             s = st[k]
-            rows.append([lab, f"{_ms(s['min'])} (rank {s['min_rank']})", _ms(s["median"]),
-                         f"{_ms(s['max'])} (rank {s['max_rank']})"])
+            rows.append([lab, _ranked(_ms(s["min"]), s["min_rank"], s), _ms(s["median"]),
+                         _ranked(_ms(s["max"]), s["max_rank"], s)])
     if "overlap_pct" in st:
         s = st["overlap_pct"]
-        rows.append(["overlap, % of communication time", f"{_f(s['min'])} (rank {s['min_rank']})", _f(s["median"]),
-                     f"{_f(s['max'])} (rank {s['max_rank']})"])
+        rows.append(["overlap, % of communication time", _ranked(_f(s["min"]), s["min_rank"], s), _f(s["median"]),
+                     _ranked(_f(s["max"]), s["max_rank"], s)])
     L += [_table(["metric", "min", "median", "max"], rows), ""]
     L += _collectives_md(rep)
     L += ["## Stragglers", ""]
@@ -280,20 +258,22 @@ def to_markdown(rep: dict, charts=()) -> str:
     else:
         L += ["Ranks last to arrive at group collectives, per collective kind (lag = their lead over the "
               "next-latest rank; wait = over that kind's collectives; point-to-point is in its own section):", ""]
-        L += [_table(["rank", "collective", "dim", "times last", "lag caused (ms)", "times first (waited longest)",
-                      "wait (ms)"],
-                     [[r["rank"], r["collective"], r["parallel_dim"], r["straggler_count"], _ms(r["straggler_lag_ns"]),
-                       r["waiter_count"], _ms(r["wait_ns"])] for r in rep["stragglers"]["top"]]), ""]
+        L += [_table(["rank", "collective", "dim", "times last", "lag caused", "times first (waited longest)",
+                      "wait"],
+                     [[r["rank"], r["collective"], r["parallel_dim"], fmt_count(r["straggler_count"]),
+                       _ms(r["straggler_lag_ns"]), fmt_count(r["waiter_count"]), _ms(r["wait_ns"])]
+                      for r in rep["stragglers"]["top"]]), ""]
     off = rep["stragglers"]["clock_offsets_ns"]
     if off:
-        L += ["Estimated clock offsets (us): " + ", ".join(f"rank {r}: {v / 1e3:+,.1f}" for r, v in off.items()), ""]
+        L += ["Estimated clock offsets: " + ", ".join(f"rank {r}: {fmt_time(v, sign=True)}" for r, v in off.items()),
+              ""]
     L += p2p_markdown(rep["p2p"], _table, _ms, rep["configuration"]["ranks"])
-    L += _pipeline_md(rep)
+    L += pipeline_markdown(rep["pipeline"], _table, iteration_cell)
     L += ["## Top kernels by time", ""]
     if rep["top_kernels"]["rows"]:
         names = short_names([r["name"] for r in rep["top_kernels"]["rows"]])
-        L += [_table(["kernel", "kind", "count", "total (ms)", "% of kernel time"],
-                     [[n.replace("|", "\\|"), r["kind"], f"{r['count']:,}", _ms(r["total_ns"]), _f(r["share_pct"])]
+        L += [_table(["kernel", "kind", "count", "total", "% of kernel time"],
+                     [[n, r["kind"], fmt_count(r["count"]), _ms(r["total_ns"]), _f(r["share_pct"])]
                       for n, r in zip(names, rep["top_kernels"]["rows"])]), ""]
     else:
         L += _missing_line(rep, "top_kernels")
@@ -320,33 +300,26 @@ def _collectives_md(rep) -> list:
     else:
         L += [f"{ci.get('instances', 0):,} collective instances of one rank (nothing to match them with: analyse "
               f"the other ranks too). Bus bandwidth as nccl-tests defines it.", ""]
-    rows = [[r["collective"], r["parallel_dim"] or "-", r["count"], f"{r['bytes'] / 1e9:,.3f}",
-             f"{r['traffic_pct']:.1f}", _ms(r["time_ns"]), _f(r["busbw_gbps_min"]), _f(r["busbw_gbps_median"]),
-             _f(r["busbw_gbps_max"]), _f(r["start_skew_mean_ns"] / 1e3 if r["start_skew_mean_ns"] is not None else None)]
-            for r in rep["collectives"]["by_type"]]
-    L += [_table(["collective", "dim", "count", "GB", "traffic %", "time (ms)", "busbw min (GB/s)",
-                  "busbw median (GB/s)", "busbw max (GB/s)", "mean skew (us)"], rows), ""]
+    skew = [r["start_skew_mean_ns"] for r in rep["collectives"]["by_type"]]
+    rows = [[r["collective"], r["parallel_dim"] or "-", fmt_count(r["count"]), _coll_bytes(r["bytes"]),
+             _f(r["traffic_pct"]) if r["bytes"] else "-", _ms(r["time_ns"]), fmt_gbps(r["busbw_gbps_min"]), fmt_gbps(r["busbw_gbps_median"]),
+             fmt_gbps(r["busbw_gbps_max"]), _ms(k)]
+            for r, k in zip(rep["collectives"]["by_type"], skew)]
+    L += [_table(["collective", "dim", "count", "bytes", "traffic %", "time", "busbw min", "busbw median",
+                  "busbw max", "mean skew"], rows), ""]
     L += ["Traffic by parallel dimension:", ""]
-    L += [_table(["dim", "GB", "traffic %", "time (ms)"],
-                 [[k or "-", f"{v['bytes'] / 1e9:,.3f}", f"{v['traffic_pct']:.1f}", _ms(v["time_ns"])]
+    L += [_table(["dim", "bytes", "traffic %", "time"],
+                 [[k or "-", _coll_bytes(v["bytes"]), _f(v["traffic_pct"]) if v["bytes"] else "-", _ms(v["time_ns"])]
                   for k, v in sorted(rep["traffic"]["by_dim"].items())]), ""]
+    if any(not r["bytes"] for r in rep["collectives"]["by_type"]):
+        L += ["Bytes `unknown`: the traces give no message size for those collectives' kernels (older PyTorch "
+              "versions wrote none on the NCCL kernel); their bus bandwidth is unknown too.", ""]
     return L
 
 
-def _pipeline_md(rep) -> list:
-    L = ["## Pipeline bubbles", ""]
-    pp = rep["pipeline"]
-    if not pp["rows"]:
-        return L + _missing_line(rep, "pipeline")
-    L += [f"Ideal 1F1B bubble: {_f(pp['ideal_bubble_pct'])} % of the span. "
-          "Mean bubble per stage: " + ", ".join(f"stage {s}: {_f(v)} %" for s, v in pp["mean_bubble_pct_by_stage"].items()),
-          ""]
-    L += [_table(["iteration", "step", "PP group", "stage", "rank", "span (ms)", "busy (ms)", "bubble (ms)", "bubble %"],
-                 [[r["iteration"], r["step"], r["pp_group"], r["stage"], r["rank"], _ms(r["span_ns"]), _ms(r["busy_ns"]),
-                   _ms(r["bubble_ns"]), _f(r["bubble_pct"])] for r in pp["rows"][:64]]), ""]
-    if len(pp["rows"]) > 64:
-        L += [f"({len(pp['rows']) - 64} more rows in pipeline.parquet)", ""]
-    return L
+def _coll_bytes(n) -> str:
+    """A collective's bytes; ``unknown`` for 0 (no message size in the trace, not an empty message)."""
+    return fmt_bytes(n) if n else "unknown"
 
 
 def write_report(aggdir, outdir=None, name=None, tokens_per_step=None, global_batch=None, seq_len=None,

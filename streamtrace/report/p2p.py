@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..events.dataset import read_table
+from .units import fmt_bytes, fmt_count
 
 SUMS = ("count", "bytes", "time_ns", "recv_wait_ns", "send_wait_ns")
 
@@ -32,7 +33,8 @@ def p2p_section(aggdir, top=8) -> dict:
 
 
 def p2p_markdown(sec: dict, table, ms, ranks: int = 2) -> list:
-    """The section's Markdown lines; ``table(head, rows)`` and ``ms(ns)`` format as the report does;
+    """The section's Markdown lines; ``table(head, rows)`` and ``ms(ns)`` (a time in the unit that
+    fits it) format as the report does;
     ``ranks``: how many ranks the job's folders hold (one rank: nothing could be matched)."""
     L = ["## Point-to-point (pipeline)", ""]
     if ranks < 2:
@@ -41,13 +43,21 @@ def p2p_markdown(sec: dict, table, ms, ranks: int = 2) -> list:
         return L + ["No point-to-point transfers matched across ranks.", ""]
     L += ["Send/Recv transfers matched sender to receiver, kept apart from the group collectives. Whoever posts "
           "first waits: the receiver for the sender's data (receiver waited), or the sender for a late receiver.", ""]
-    L += [table(["stages", "direction", "rank pairs", "transfers", "GB", "transfer (ms)", "receiver waited (ms)",
-                 "sender waited (ms)"],
-                [[f"{r['src_stage']} -> {r['dst_stage']}", r["direction"] or "-", r["pairs"], r["count"],
-                  f"{r['bytes'] / 1e9:,.3f}", ms(r["time_ns"]), ms(r["recv_wait_ns"]), ms(r["send_wait_ns"])]
+    L += [table(["stages", "direction", "rank pairs", "transfers", "bytes", "transfer", "receiver waited",
+                 "sender waited"],
+                [[_stages(r), r["direction"] or "-", fmt_count(r["pairs"]),
+                  fmt_count(r["count"]), fmt_bytes(r["bytes"]), ms(r["time_ns"]), ms(r["recv_wait_ns"]),
+                  ms(r["send_wait_ns"])]
                  for r in sec["by_stage_pair"]]), ""]
     L += ["Rank pairs whose receiver waited longest:", ""]
-    L += [table(["sender -> receiver", "stages", "transfers", "receiver waited (ms)", "sender waited (ms)"],
-                [[f"{r['src']} -> {r['dst']}", f"{r['src_stage']} -> {r['dst_stage']}", r["count"],
+    L += [table(["sender -> receiver", "stages", "transfers", "receiver waited", "sender waited"],
+                [[f"{r['src']} -> {r['dst']}", _stages(r), fmt_count(r["count"]),
                   ms(r["recv_wait_ns"]), ms(r["send_wait_ns"])] for r in sec["top_pairs"]]), ""]
     return L
+
+
+def _stages(r) -> str:
+    """``0 -> 1``; an unknown stage (-1: no PP group holds the rank) as ``-``, as every table."""
+    def one(s):
+        return "-" if s is None or s < 0 else f"{s}"
+    return f"{one(r['src_stage'])} -> {one(r['dst_stage'])}"

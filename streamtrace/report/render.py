@@ -203,7 +203,7 @@ def _per_step_charts(data, ranks, opt) -> list:
     out = [("ranks_overview", (), "ranks_overview")]
     for r in ranks:
         out += [("rank_timeline", (r,), f"rank_{r}_timeline"), ("rank_microbatches", (r,), f"rank_{r}_microbatches")]
-    if topo:
+    if topo and any(len(g) > 1 for g in topo["pp"]):      # PP = 1: no pipeline, no Gantt of "stages"
         out += [("pp_gantt", (gi,), f"pp_group_{gi}") for gi in range(min(len(topo["pp"]), opt.max_groups))
                 if set(topo["pp"][gi]) & present]
         out += [("replica_view", (ri,), f"replica_{ri}") for ri in range(min(len(topo["replicas"]), opt.max_replicas))

@@ -1,5 +1,5 @@
 """``streamtrace diff BASE TEST -o OUTDIR`` as a function, :func:`diff`: the comparison's tables
-(:mod:`streamtrace.report.diff.compare`), ``diff.md`` (what changed, in ms per rank-step), the chart
+(:mod:`streamtrace.report.diff.compare`), ``diff.md`` (what changed per rank-step, times in the unit that fits), the chart
 ``charts/diff_top_deltas.png`` and ``diff.json`` (written last: a folder with ``diff.json``
 is complete).  The folder is one unit (written beside it and swapped in at the end, as analyze's
 and aggregate's are).  ``streamtrace.load(OUTDIR)`` opens the result.
@@ -14,11 +14,11 @@ import numpy as np
 
 from ...events.dataset import json_default
 from ...events.load import load
-from .compare import DIMENSIONS, compare, write_tables
-from .inputs import DiffOptions, list_text
 from ...runtime.files import atomic_output, output_folder
 from ..charts import save
-from ..markdown import short_names
+from ..units import fmt_time, short_names, time_axis
+from .compare import DIMENSIONS, compare, write_tables
+from .inputs import DiffOptions, list_text
 
 KIND_COLORS = {"compute": "#4C72B0", "communication": "#DD8452", "memory": "#8C8C8C"}
 METRIC_LABELS = {"step_ns": "step time (ProfilerStep)", "busy_ns": "GPU busy", "idle_ns": "GPU idle",
@@ -75,9 +75,8 @@ def _where(meta: dict, stage: Path, out: Path) -> None:
 # -- Markdown -----------------------------------------------------------------------------------
 
 def _ms(ns, sign=False):
-    if ns is None or (isinstance(ns, float) and np.isnan(ns)):
-        return "-"
-    return f"{ns / 1e6:+,.3f}" if sign else f"{ns / 1e6:,.3f}"
+    """A time (ns) in the unit that fits it (report/units.py); ``sign``: a difference."""
+    return fmt_time(ns, sign=sign)
 
 
 def _pct(x):
@@ -106,12 +105,12 @@ def _side_line(meta, side, label) -> str:
 
 
 def to_markdown(tabs, meta, top=10, charts=()) -> str:
-    """``diff.md``: the comparison of :class:`~streamtrace.report.diff.compare.DiffTables` ``tabs`` (times in ms
-    per rank-step)."""
+    """``diff.md``: the comparison of :class:`~streamtrace.report.diff.compare.DiffTables` ``tabs`` (times per
+    rank-step, each in the unit that fits it)."""
     lb, lt = meta["labels"]
     L = [f"# streamtrace diff: {lb} vs {lt}", "",
          f"Generated {meta.get('generated', '')} by streamtrace. Every number is a mean per rank-step (one "
-         f"ProfilerStep of one rank); times in ms.", "", _side_line(meta, "base", lb), _side_line(meta, "test", lt)]
+         f"ProfilerStep of one rank); times in the unit that fits each value (us, ms, s).", "", _side_line(meta, "base", lb), _side_line(meta, "test", lt)]
     pairs = meta["pairs"]
     same = all(a == b for a, b in pairs)
     L += [f"- ranks compared: {list_text([a for a, _ in pairs if a is not None])}" if same else
@@ -119,13 +118,13 @@ def to_markdown(tabs, meta, top=10, charts=()) -> str:
                                                     for a, b in pairs[:32]) + (" ..." if len(pairs) > 32 else ""), ""]
     L += [f"*Notice: {n}*" for n in meta["notices"]] + ([""] if meta["notices"] else [])
     L += ["## Per rank-step", "",
-          _table(["metric", f"{lb} (ms)", f"{lt} (ms)", "delta (ms)", "delta %"],
+          _table(["metric", f"{lb}", f"{lt}", "delta", "delta %"],
                  [[METRIC_LABELS[k], _ms(v["base"]), _ms(v["test"]), _ms(v["delta"], True), _pct(v["delta_pct"])]
                   for k, v in meta["summary"].items()]), ""]
     L += _groups_md(tabs.groups, lb, lt)
     k = tabs.kernels.to_pylist()
     names = dict(zip([r["name"] for r in k], short_names([r["name"] for r in k])))
-    head = ["kernel", "kind", "change", f"{lb} count", f"{lt} count", f"{lb} (ms)", f"{lt} (ms)", "delta (ms)",
+    head = ["kernel", "kind", "change", f"{lb} count", f"{lt} count", f"{lb}", f"{lt}", "delta",
             "delta %"]
 
     def krow(r):
@@ -155,7 +154,7 @@ def _groups_md(groups, lb, lt) -> list:
         sel = sorted([r for r in g if r["dimension"] == d], key=lambda r: (-abs(r["delta_ns"]), r["value"]))[:8]
         rows += [[d, _esc(r["value"]), _cnt(r["base_count"]), _cnt(r["test_count"]), _ms(r["base_total_ns"]),
                   _ms(r["test_total_ns"]), _ms(r["delta_ns"], True), _pct(r["delta_pct"])] for r in sel]
-    head = ["dimension", "value", f"{lb} count", f"{lt} count", f"{lb} (ms)", f"{lt} (ms)", "delta (ms)", "delta %"]
+    head = ["dimension", "value", f"{lb} count", f"{lt} count", f"{lb}", f"{lt}", "delta", "delta %"]
     return L + ([_table(head, rows), ""] if rows else ["*No kernels.*", ""])
 
 
@@ -168,8 +167,8 @@ def _ops_md(ops, lb, lt, top) -> list:
     if not sel:
         return L + ["*No change in CPU self time.*", ""]
     names = dict(zip([r["name"] for r in sel], short_names([r["name"] for r in sel])))
-    head = ["op", "cat", "change", f"{lb} count", f"{lt} count", f"{lb} self (ms)", f"{lt} self (ms)",
-            "delta self (ms)", f"{lb} inclusive (ms)", f"{lt} inclusive (ms)"]
+    head = ["op", "cat", "change", f"{lb} count", f"{lt} count", f"{lb} self", f"{lt} self",
+            "delta self", f"{lb} inclusive", f"{lt} inclusive"]
     return L + [_table(head, [[_esc(names[r["name"]]), r["cat"], r["change"], _cnt(r["base_count"]),
                                _cnt(r["test_count"]), _ms(r["base_self_ns"]), _ms(r["test_self_ns"]),
                                _ms(r["delta_self_ns"], True), _ms(r["base_total_ns"]), _ms(r["test_total_ns"])]
@@ -188,7 +187,7 @@ def _added_md(k, o, names, lb, lt, top) -> list:
                       _ms(r["base_total_ns"] or r["test_total_ns"])] for r in sel[:top]]
             if len(sel) > top:
                 rows.append([what, ch, f"... {len(sel) - top} more", "", ""])
-    return L + ([_table(["", "change", "name", "count", "time (ms)"], rows), ""] if rows else
+    return L + ([_table(["", "change", "name", "count", "time"], rows), ""] if rows else
                 ["*Nothing added or deleted.*", ""])
 
 
@@ -198,8 +197,8 @@ def _ranks_md(ranks, lb, lt, top) -> list:
          f"Per rank pair, sorted by the change in compute time ({len(r)} pair(s); all in ranks.parquet).",
          ""]
     sel = r[:top] + r[max(top, len(r) - 3):]          # the largest increases, then the largest decreases
-    head = [f"{lb} rank", f"{lt} rank", "rank-steps", "delta step (ms)", "delta compute (ms)", "delta comm (ms)",
-            "delta exposed comm (ms)", "delta idle (ms)", "delta busy (ms)"]
+    head = [f"{lb} rank", f"{lt} rank", "rank-steps", "delta step", "delta compute", "delta comm",
+            "delta exposed comm", "delta idle", "delta busy"]
     return L + [_table(head, [[x["base_rank"] if x["base_rank"] is not None else "-",
                                x["test_rank"] if x["test_rank"] is not None else "-",
                                f"{x['base_steps']} / {x['test_steps']}", _ms(x["delta_step_ns"], True),
@@ -226,7 +225,7 @@ def _definitions() -> list:
 
 def top_deltas_chart(kernels, stem, labels=("base", "test"), n=10) -> list:
     """``<stem>.png`` / ``.svg``: the ``n`` largest increases and decreases of kernel time
-    (``delta_ns``, ms per rank-step), coloured by kind, added/deleted hatched.  [] when nothing
+    (``delta_ns``, per rank-step, in the unit that fits), coloured by kind, added/deleted hatched.  [] when nothing
     changed.  Returns the paths."""
     k = kernels.to_pylist()
     up = [r for r in k if r["delta_ns"] > 0][:n]
@@ -241,12 +240,13 @@ def top_deltas_chart(kernels, stem, labels=("base", "test"), n=10) -> list:
     names = short_names([r["name"] for r in rows], 70)
     fig, ax = plt.subplots(figsize=(12, 0.35 * len(rows) + 1.6))
     y = np.arange(len(rows))[::-1]
+    div, unit = time_axis(max(abs(r["delta_ns"]) for r in rows))
     for yi, r in zip(y, rows):
-        ax.barh(yi, r["delta_ns"] / 1e6, color=KIND_COLORS.get(r["kind"], "#BBBBBB"),
+        ax.barh(yi, r["delta_ns"] / div, color=KIND_COLORS.get(r["kind"], "#BBBBBB"),
                 hatch="//" if r["change"] in ("added", "deleted") else None, edgecolor="black", linewidth=0.4)
     ax.set_yticks(y, names, fontsize=7)
     ax.axvline(0, color="black", linewidth=0.6)
-    ax.set_xlabel(f"kernel time change, {labels[1]} - {labels[0]} (ms per rank-step)")
+    ax.set_xlabel(f"kernel time change, {labels[1]} - {labels[0]} ({unit} per rank-step)")
     ax.set_title("Largest kernel time changes")
     ax.legend(handles=[Patch(color=c, label=kd) for kd, c in KIND_COLORS.items()]
               + [Patch(facecolor="white", edgecolor="black", hatch="//", label="added / deleted")],

@@ -255,7 +255,11 @@ def test_patterns_override(synth, tmp_path):
     s = analyze([d / "traces" / "iteration_10" / "rank_0000_iter_10.pt.trace.json"], tmp_path / "o",
                 AnalyzeOptions(jobs=1, patterns=str(pat)))
     k = table(tmp_path / "o", "kernels", 0).to_pydict()
-    assert "forward" not in set(k["phase"]) and "backward" in set(k["phase"])
+    assert "backward" in set(k["phase"])
+    # no forward pattern left: the forward phase is only the inferred one (before each step's first backward)
+    n_fwd = sum(1 for p in k["phase"] if p == "forward")
+    assert s["ranks"][0]["phases_inferred"]["forward"]["gpu_events"] == n_fwd
+    assert "phases_inferred" not in summary["ranks"][0]                  # annotated: nothing inferred
     assert s["ranks"][0]["devices"] == summary["ranks"][0]["devices"]      # metrics do not depend on phases
     bad = tmp_path / "bad.toml"
     bad.write_text('nonsense_key = ["x"]\n')

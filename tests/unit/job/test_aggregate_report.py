@@ -18,7 +18,7 @@ from streamtrace.kernels import reference as R
 from streamtrace.synth.job import SynthSpec, generate_job
 from streamtrace.events.dataset import read_table
 
-from support import CPU3D, ROOT, exact_ns, load_json, run_cli
+from support import CPU3D, ROOT, exact_ns, load_json, run_cli, shown_time
 
 M = 3   # micro-batches
 
@@ -257,7 +257,8 @@ def test_report_numbers_come_from_the_tables(job, tmp_path):
         s = got["ranks"]["stats"][k]
         assert (s["min"], s["median"], s["max"]) == (rk[k].min(), np.median(rk[k]), rk[k].max())
         assert rk[k][rk["rank"] == s["max_rank"]][0] == rk[k].max()
-    assert f"{np.median(rk['compute_ns']) / 1e6:,.3f}" in md
+    assert f"| compute | {shown_time(rk['compute_ns'].min())} (rank " in md     # report/units.py's format
+    assert f"{shown_time(np.median(rk['compute_ns']))} |" in md
     # collectives = collectives_summary.parquet, and its medians = collectives.parquet
     cs = read_table(tmp / "out" / "collectives_summary.parquet")
     inst = read_table(tmp / "out" / "collectives.parquet")
@@ -266,7 +267,7 @@ def test_report_numbers_come_from_the_tables(job, tmp_path):
         m = (inst["collective"] == row["collective"]) & (inst["parallel_dim"] == row["parallel_dim"]) & inst["complete"]
         assert row["busbw_gbps_median"] == pytest.approx(np.median(inst["busbw_gbps"][m]))
         assert row["bytes"] == inst["msg_bytes"][m].sum() and row["count"] == m.sum()
-        assert f"| {row['collective']} | {row['parallel_dim']} | {row['count']} |" in md
+        assert f"| {row['collective']} | {row['parallel_dim']} | {row['count']:,} |" in md
     assert sum(v["traffic_pct"] for v in got["traffic"]["by_dim"].values()) == pytest.approx(100.0)
     # pipeline and top kernels = their tables
     pipe = read_table(tmp / "out" / "pipeline.parquet")

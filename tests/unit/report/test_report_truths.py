@@ -34,7 +34,8 @@ def test_world_size_from_distributed_info_and_unknown_sizes(real, tmp_path):
     assert c["world_size"] == 8 and c["world_size_from"] == "distributedInfo.world_size"
     assert all(c[k] is None for k in ("tp", "cp", "ep", "dp", "pp"))        # unknown, not 1
     md = open(rep["files"][0]).read()
-    assert "| 8 | ? | ? | ? | ? | ? |" in md and "None" not in md.split("## Steps")[0]
+    assert "| 8 | 1 |" in md and "not named in the trace" in md and "None" not in md.split("## Steps")[0]
+    assert "?" not in md.split("## Steps")[0]                  # said, not "?" per dimension
     assert "give --topology" in md
     # one rank: nothing was matched across ranks, and the report does not say so
     assert rep["collectives"]["instances"]["instances"] > 0
@@ -48,7 +49,7 @@ def test_cpu_only_run_says_cpu_time_and_why_sections_are_empty(real, tmp_path):
     c = rep["configuration"]
     assert c["cpu_only"] and c["world_size"] == 300
     md = open(rep["files"][0]).read()
-    assert "CPU time in ms" in md and "GPU time" not in md
+    assert "CPU time (a CPU-only run" in md and "GPU time" not in md
     for section in ("collectives", "stragglers", "top_kernels"):
         assert "CPU-only" in rep["missing"][section], section
     assert md.count("*Nothing to show:") >= 3

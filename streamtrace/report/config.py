@@ -1,0 +1,92 @@
+"""The report's configuration section and its conventions for what is unknown, one for every
+table: an iteration that no ``iteration_N/`` folder (or ``_iter_N`` name) gives is shown as
+``-`` and said once as "no iteration folder" (never ``-1`` or ``?``); parallel sizes that no
+topology names are not printed as ``?``: the section says what is known (the world size and
+where it comes from) and that the layout is "not named in the trace".
+
+It also says which ranks had their forward phase inferred (analyze's fallback for traces
+without forward annotations, :func:`streamtrace.analyze.phases.infer_forward`), read from the
+analysed folders' ``summary.json`` (``phases_inferred`` per rank).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+DIMS = ("tp", "cp", "ep", "dp", "pp")
+NO_ITERATION = "no iteration folder"
+
+
+def iteration_cell(i) -> str:
+    """An iteration number as a table cell: ``-`` when unknown (None or negative)."""
+    return "-" if i is None or int(i) < 0 else f"{int(i)}"
+
+
+def iterations_text(iterations) -> str:
+    """The configuration's iterations: ``4, 5``; ``no iteration folder`` for unknown ones."""
+    known = [str(int(i)) for i in iterations if i is not None and int(i) >= 0]
+    unknown = len(known) < len(list(iterations))
+    return ", ".join(known + ([NO_ITERATION] if unknown else [])) or NO_ITERATION
+
+
+def rank_list(ranks) -> str:
+    """Sorted ranks as ranges: ``0-3, 6``."""
+    rs = sorted(set(int(r) for r in ranks))
+    out, i = [], 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        out.append(f"{rs[i]}" if i == j else f"{rs[i]}-{rs[j]}")
+        i = j + 1
+    return ", ".join(out)
+
+
+def inferred_phases(inputs) -> dict:
+    """``{phase: [ranks]}`` of the ranks whose ``phase`` was inferred by analyze (the analysed
+    folders ``inputs``' ``summary.json``, ``ranks[*].phases_inferred``); {} when none (or the
+    folders are gone)."""
+    out: dict = {}
+    for d in inputs or []:
+        p = Path(d) / "summary.json"
+        try:
+            summ = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        for r in summ.get("ranks") or []:
+            for ph in (r.get("phases_inferred") or {}):
+                out.setdefault(ph, set()).add(int(r.get("rank", 0)))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def configuration_md(c: dict, table) -> list:
+    """Markdown lines of the configuration (``report.json``'s ``configuration``); ``table(head,
+    rows)`` formats a table."""
+    gpus = ", ".join(c["devices"]) or ("none (CPU only)" if c.get("cpu_only") else "-")
+    world = "-" if c["world_size"] is None else f"{c['world_size']:,}"
+    its = iterations_text(c["iterations"])
+    L = ["## Configuration", ""]
+    if c.get("tp") is None:
+        L += [table(["world size", "ranks analysed", "GPUs", "iterations"], [[world, f"{c['ranks']:,}", gpus, its]]), ""]
+        known = (f"World size {world} from {c['world_size_from']}. " if c.get("world_size_from") else
+                 "World size not named in the trace (ranks analysed shown). ")
+        L += [known + "Parallel layout (TP, CP, EP, DP, PP): not named in the trace (no `pg_config` group description "
+              "such as TENSOR_MODEL_PARALLEL_GROUP, no topology file beside the traces); give `--topology FILE` to "
+              "name it. Sections that need it (pipeline bubbles, replicas, each collective's parallel dimension) "
+              "are left out or say `unknown`.", ""]
+    else:
+        L += [table(["world size", "TP", "CP", "EP", "DP", "PP", "rank order", "GPUs", "ranks analysed", "iterations"],
+                    [[world, *(f"{c[k]:,}" for k in DIMS), c["order"] or "-", gpus, f"{c['ranks']:,}", its]]), ""]
+        src = [f"World size from {c['world_size_from']}." if c.get("world_size_from") else "",
+               f"Parallel groups from {c['topology_from']}." if c.get("topology_from") else "",
+               "PP = 1: no pipeline section." if c.get("pp") == 1 else ""]
+        if any(src):
+            L += [" ".join(x for x in src if x), ""]
+    if its == NO_ITERATION:
+        L += ["The trace paths name no iteration (no `iteration_N/` folder): steps are named by their "
+              "`ProfilerStep#` number, and iteration cells show `-`.", ""]
+    for ph, ranks in (c.get("phases_inferred") or {}).items():
+        L += [f"The {ph} phase is **inferred** on rank(s) {rank_list(ranks)}: the traces have no {ph} annotation "
+              "(`forward_step`, `## forward ##`), so each step's work launched before its first autograd (backward) "
+              "op counts as forward, one window per step (no micro-batch number).", ""]
+    return L
