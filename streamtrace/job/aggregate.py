@@ -70,6 +70,7 @@ from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
 from ..topology.sources import load_topology
 from .alignment import Job
+from ..events.collmatch import mismatch_warning
 from .collective_spill import collectives_to
 from .p2p import p2p_rows, write_p2p
 from .timeline import join as join_timeline, write_part as write_timeline_part
@@ -315,7 +316,8 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
     t0 = time.time()
     outdir = Path(outdir)
     topo = load_topology(opt.topology) if opt.topology else None
-    job = Job(dirs, opt.time_alignment, topo, opt.iterations, opt.jobs, opt.steps, opt.force, opt.progress)
+    job = Job(dirs, opt.time_alignment, topo, opt.iterations, opt.jobs, opt.steps, opt.force, opt.progress,
+              opt.clock_sync)
     spill = Path(tempfile.mkdtemp(prefix=".timeline-spill.", dir=outdir))
     try:
         coll, files = collectives_to(job, outdir, opt.clock_sync, opt.collective_bucket_rows)
@@ -384,7 +386,8 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
             "clock_offsets_ns": {str(job.parts[i].rank): v for i, v in coll.clock_offsets.items()},
             "clock_components": {str(job.parts[i].rank): v for i, v in coll.clock_components.items()},
             "collectives": coll.stats, "collective_summary": coll.summary,
-            "parts": job.meta()["parts"], "warnings": job.warnings,
+            "parts": job.meta()["parts"], "warnings": job.warnings + mismatch_warning(
+                [dict(zip(coll.mismatches, row)) for row in zip(*coll.mismatches.values())], "collectives"),
             "files": sorted(p.name for p in files) + ["aggregate.json"], "seconds": round(time.time() - t0, 3)}
     with atomic_output(outdir / "aggregate.json", compress=False) as f:
         f.write(json.dumps(meta, indent=1, default=json_default).encode())
