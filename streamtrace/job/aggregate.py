@@ -72,6 +72,7 @@ from ..topology.sources import load_topology
 from .alignment import Job
 from ..events.collmatch import mismatch_warning
 from .collective_spill import collectives_to
+from .groups import write_groups
 from .p2p import p2p_rows, write_p2p
 from .timeline import join as join_timeline, write_part as write_timeline_part
 from .explain import part_tables, write_tables as write_explain
@@ -321,6 +322,8 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
     spill = Path(tempfile.mkdtemp(prefix=".timeline-spill.", dir=outdir))
     try:
         coll, files = collectives_to(job, outdir, opt.clock_sync, opt.collective_bucket_rows)
+        group_files, layout = write_groups(outdir, sorted({p.rank for p in job.parts}))
+        files += group_files
         topo = job.topology
         jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(job.parts)))
         if jobs > 1:      # loaded before the fork, the workers share the kernels and numba's set-up
@@ -385,7 +388,7 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
             "topology": topo.to_json() if topo else None,
             "clock_offsets_ns": {str(job.parts[i].rank): v for i, v in coll.clock_offsets.items()},
             "clock_components": {str(job.parts[i].rank): v for i, v in coll.clock_components.items()},
-            "collectives": coll.stats, "collective_summary": coll.summary,
+            "collectives": coll.stats, "collective_summary": coll.summary, "inferred_layout": layout,
             "parts": job.meta()["parts"], "warnings": job.warnings + mismatch_warning(
                 [dict(zip(coll.mismatches, row)) for row in zip(*coll.mismatches.values())], "collectives"),
             "files": sorted(p.name for p in files) + ["aggregate.json"], "seconds": round(time.time() - t0, 3)}

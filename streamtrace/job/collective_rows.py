@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from ..events.collmatch import is_all_to_all
 
 OPTIONAL = {"seq": -1, "in_splits": "", "out_splits": "", "bytes_source": ""}
+UNKNOWN_DIMS = ("", "unknown", None)
 MISMATCH_COLUMNS = ("group", "iteration", "step", "rank", "count", "most", "shift", "matched_by")
 
 
@@ -99,3 +100,23 @@ def mismatch_rows(mismatches, prefixes: list, part_rank: dict, matched_by: dict)
                      ("count", m.count), ("most", m.most), ("shift", m.shift), ("matched_by", matched_by[m.group])):
             rows[c].append(v)
     return {c: np.asarray(v, object if c in ("group", "matched_by") else np.int64) for c, v in rows.items()}
+
+
+def fill_dims(dims, pg_ranks, topology) -> np.ndarray:
+    """The kernels' parallel dimensions (object array), those the analyze stage left unknown named
+    by ``topology`` (the job's: ``--topology FILE``, or the traces' ``pg_config``) from the
+    process group's ranks (:meth:`~streamtrace.topology.Topology.dim_of`, the rule the analyze
+    stage applies when it is given the topology), so a topology given to ``report`` / ``aggregate``
+    names the same dimension as one given to ``analyze`` / ``epilogue``; unchanged without one."""
+    dims = np.asarray(dims, object)
+    if topology is None or not len(dims):
+        return dims
+    out = dims.copy()
+    cache: dict = {}
+    for i in np.flatnonzero([d in UNKNOWN_DIMS for d in dims.tolist()]).tolist():
+        g = pg_ranks[i]
+        if g not in cache:
+            ranks = [int(x) for x in str(g or "").replace("[", "").replace("]", "").split(",") if x.strip()]
+            cache[g] = topology.dim_of(ranks) or "unknown"
+        out[i] = cache[g]
+    return out

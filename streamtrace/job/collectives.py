@@ -48,7 +48,7 @@ from ..runtime.errors import StreamtraceError
 from ..events.dataset import write_table
 from ..events.clocks import estimate_clock_offsets
 from ..events.collmatch import group_key, is_all_to_all, match_ordinals, signature
-from .collective_rows import MISMATCH_COLUMNS, member_bytes, mismatch_rows, read_comm, splits_agree
+from .collective_rows import MISMATCH_COLUMNS, fill_dims, member_bytes, mismatch_rows, read_comm, splits_agree
 
 P2P = ("Send", "Recv", "SendRecv")
 COMM_COLUMNS = ("ts_ns", "end_ns", "dur_ns", "iteration", "step", "collective", "msg_bytes", "group_size", "pg_name",
@@ -210,6 +210,7 @@ def comm_rows(job, part, pids: dict, sigs: dict) -> dict | None:
                  ("microbatch", "microbatch"), ("correlation", "correlation"), ("stream", "stream"),
                  ("in_splits", "in_splits"), ("out_splits", "out_splits")):
         out[a] = k[b]
+    out["dim"] = fill_dims(k["parallel_dim"], k["pg_ranks"], job.topology)
     out.update(src=src, dst=dst, send=send, recv=recv,
                nseq=np.where(p2p, -1, np.asarray(k["seq"], np.int64)),
                prefix=np.fromiter((pids.setdefault(x, len(pids)) for x in pre), np.int64, n),

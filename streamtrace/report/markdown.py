@@ -35,6 +35,7 @@ from ..runtime.files import atomic_output
 from .explain import build_explain, explain_markdown, idle_chart
 from .render import ChartOptions, render_all
 from .p2p import p2p_markdown, p2p_section
+from .groups import groups_markdown, groups_section
 
 DIMS = ("tp", "cp", "ep", "dp", "pp")
 RANK_METRICS = ("compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "idle_ns", "busy_ns", "wall_ns")
@@ -107,6 +108,7 @@ def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq
     rep["stragglers"] = {"top": rows[:5], "clock_offsets_ns": meta.get("clock_offsets_ns") or {},
                          "from": "stragglers.parquet"}
     rep["p2p"] = p2p_section(d)
+    rep["process_groups"] = groups_section(d, meta)
     pipe = _read(d, "pipeline")
     prow = [{k: _py(pipe[k][i]) for k in ("iteration", "step", "pp_group", "stage", "rank", "span_ns", "busy_ns",
                                           "bubble_ns", "bubble_pct", "ideal_bubble_pct", "microbatches")}
@@ -287,6 +289,7 @@ def to_markdown(rep: dict, charts=()) -> str:
     off = rep["stragglers"]["clock_offsets_ns"]
     if off:
         L += ["Estimated clock offsets (us): " + ", ".join(f"rank {r}: {v / 1e3:+,.1f}" for r, v in off.items()), ""]
+    L += groups_markdown(rep["process_groups"], _table, bool(c.get("topology_from")), c["ranks"])
     L += p2p_markdown(rep["p2p"], _table, _ms, rep["configuration"]["ranks"])
     L += _pipeline_md(rep)
     L += ["## Top kernels by time", ""]

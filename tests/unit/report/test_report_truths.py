@@ -77,7 +77,7 @@ UNITS = ("_ns", "_pct", "_bytes", "_gbps", "_gbps_min", "_gbps_p10", "_gbps_medi
 COUNTS = {"iteration", "step", "rank", "device", "replica", "pp_group", "stage", "microbatch", "kernels", "ranks",
           "n_ranks", "stages", "microbatches", "instances", "count", "complete", "straggler_count", "waiter_count",
           "bytes", "group_size", "part", "instance", "src", "dst", "straggler_rank", "waiter_rank", "correlation",
-          "stream", "consistent",
+          "stream", "consistent", "most", "shift",
           # counts of aggregate's kernel_stats, op_stats, launch_stats, idle_breakdown
           "nested_count", "self_clamped", "linked", "unlinked", "graph_kernels", "early_start_count",
           "launch_delay_outliers", "launch_overhead_outliers", "launch_bound_count", "host_wait_gaps",
