@@ -390,11 +390,22 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
             "clock_components": {str(job.parts[i].rank): v for i, v in coll.clock_components.items()},
             "collectives": coll.stats, "collective_summary": coll.summary, "inferred_layout": layout,
             "parts": job.meta()["parts"], "warnings": job.warnings + mismatch_warning(
-                [dict(zip(coll.mismatches, row)) for row in zip(*coll.mismatches.values())], "collectives"),
+                [dict(zip(coll.mismatches, row)) for row in zip(*coll.mismatches.values())], "collectives")
+            + _clock_warning(opt, coll, job),
             "files": sorted(p.name for p in files) + ["aggregate.json"], "seconds": round(time.time() - t0, 3)}
     with atomic_output(outdir / "aggregate.json", compress=False) as f:
         f.write(json.dumps(meta, indent=1, default=json_default).encode())
     return meta
+
+
+def _clock_warning(opt, coll, job) -> list:
+    """One line when ``--clock-sync collectives`` found nothing to estimate from (as merge's
+    ``--align collectives`` says it)."""
+    if opt.clock_sync != "collectives" or coll.clock_offsets or len({p.rank for p in job.parts}) < 2:
+        return []
+    return ["--clock-sync collectives: no collective kernel (NCCL/RCCL) is matched across ranks (a CPU-only or "
+            "gloo job: its collectives are matched, but their ends are not tied together): no clock offset is "
+            "estimated"]
 
 
 def _world(topo, job) -> dict:

@@ -19,6 +19,8 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from ..events.collmatch import is_all_to_all
+from ..events.dataset import num_rows
+from .gloo import gloo_comm
 
 OPTIONAL = {"seq": -1, "in_splits": "", "out_splits": "", "bytes_source": ""}
 UNKNOWN_DIMS = ("", "unknown", None)
@@ -28,8 +30,11 @@ MISMATCH_COLUMNS = ("group", "iteration", "step", "rank", "count", "most", "shif
 def read_comm(job, part, columns) -> dict:
     """``job.read_kernels(part, columns + in_bytes/out_bytes + the optional columns the part's
     files have, kind="communication")``; an optional column the files lack is filled with its
-    default (:data:`OPTIONAL`), as are ``in_bytes`` / ``out_bytes`` (-1)."""
+    default (:data:`OPTIONAL`), as are ``in_bytes`` / ``out_bytes`` (-1).  A rank with no kernel
+    at all (CPU only): its gloo collectives from its CPU ops (:func:`~streamtrace.job.gloo.gloo_comm`)."""
     files = part.files("kernels")
+    if not sum(num_rows(f) for f in files):          # a CPU-only rank: its gloo collectives
+        return gloo_comm(job, part, columns)
     have = set(pq.read_schema(files[0]).names) if files else set()
     extra = [c for c in ("in_bytes", "out_bytes", *OPTIONAL) if c in have]
     k = job.read_kernels(part, list(dict.fromkeys(list(columns) + extra)), kind="communication")

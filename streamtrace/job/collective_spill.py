@@ -46,7 +46,7 @@ from ..events.clocks import estimate_clock_offsets
 from ..events.collmatch import Mismatch, match_ordinals
 from .collective_rows import MISMATCH_COLUMNS, mismatch_rows
 from .collectives import (INSTANCE_COLUMNS, MEMBER_COLUMNS, CollectiveResult, Stragglers, Summary, comm_rows,
-                          cumcount, instance_tables, is_group, match_stats)
+                          clock_instances, cumcount, instance_tables, is_group, match_stats)
 from .options import BUCKET_ROWS
 from .p2p import TRANSFER_COLUMNS, p2p_transfers
 
@@ -54,12 +54,12 @@ STATS = ("kernels", "instances", "complete", "inconsistent", "single_rank", "mat
 """The counts of ``aggregate.json``'s ``collectives``."""
 _HELD = 131_072                   # rows held before they go to their bucket files
 _INTS = ("part", "rank", "iteration", "step", "start", "end", "dur", "bytes", "group_size", "microbatch", "correlation",
-         "stream", "src", "dst", "pid", "seq", "nseq", "sig", "send", "recv")
+         "stream", "src", "dst", "pid", "seq", "nseq", "sig", "send", "recv", "cpu")
 _STRS = ("collective", "pg_name", "pg_ranks", "dim", "phase", "in_splits", "out_splits")
 _SPILL = pa.schema([(n, pa.int64()) for n in _INTS] + [(n, pa.string()) for n in _STRS])
 _FLOATS = ("algbw_gbps", "busbw_gbps")
 _BOOLS = ("complete", "consistent")
-_TEXT = ("collective", "parallel_dim", "pg_name", "pg_ranks", "ranks", "phase", "matched_by")
+_TEXT = ("collective", "parallel_dim", "pg_name", "pg_ranks", "ranks", "phase", "matched_by", "source")
 INSTANCE_SCHEMA = pa.schema([(n, pa.float64() if n in _FLOATS else pa.bool_() if n in _BOOLS
                               else pa.string() if n in _TEXT else pa.int64()) for n in INSTANCE_COLUMNS])
 MEMBER_SCHEMA = pa.schema([(n, pa.string() if n == "collective" else pa.int64()) for n in MEMBER_COLUMNS])
@@ -235,11 +235,12 @@ def _clock_inputs(job, plan: _Plan) -> tuple[dict, dict]:
     inst = {k: [] for k in ("complete", "consistent", "n_ranks", "bridge")}
     for path in plan.buckets:
         i, m = instance_tables(_load(job, plan, path))
-        ok = i["complete"] & i["consistent"] & (i["n_ranks"] >= 2)
+        f = clock_instances(i)
+        ok = f["complete"] & f["consistent"] & (i["n_ranks"] >= 2)
         keep = ok[np.searchsorted(i["instance"], m["instance"])]
         for k, dt in (("instance", np.int64), ("part", np.int32), ("rank", np.int32), ("end_ns", np.int64)):
             mem[k].append(m[k][keep].astype(dt))
-        for k, v in (("complete", i["complete"]), ("consistent", i["consistent"]),
+        for k, v in (("complete", f["complete"]), ("consistent", f["consistent"]),
                      ("n_ranks", i["n_ranks"].astype(np.int32)), ("bridge", ~is_group(i))):
             inst[k].append(v)
     return ({k: np.concatenate(v) for k, v in mem.items()}, {k: np.concatenate(v) for k, v in inst.items()})

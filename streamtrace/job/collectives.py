@@ -25,7 +25,8 @@ spread), ``end_skew_ns`` likewise for ends; ``straggler_rank`` = the last to arr
 ``straggler_lag_ns`` = its start - the second latest start; ``waiter_rank`` = the first to arrive,
 which waited longest, ``waiter_wait_ns`` = last start - its start; ``latency_ns`` = min over the
 ranks of the kernel duration (the last arrival does not wait, so its duration is the transfer);
-``msg_bytes`` = the largest member's message (all-to-all: the largest of what a member sends
+``source``: "kernels", or "cpu ops" for a CPU-only (gloo) rank's collectives
+(:mod:`streamtrace.job.gloo`: matched, not used for clock offsets).  ``msg_bytes`` = the largest member's message (all-to-all: the largest of what a member sends
 or receives, :func:`streamtrace.job.collective_rows.member_bytes`; the members' own in
 ``collectives_ranks``' ``send_bytes`` / ``recv_bytes``); ``algbw_gbps`` = msg_bytes / latency_ns (bytes per ns = GB/s, GB = 1e9 bytes); ``busbw_gbps`` =
 algbw x the bus factor of nccl-tests' PERFORMANCE.md (:func:`bus_factor`).
@@ -55,7 +56,7 @@ COMM_COLUMNS = ("ts_ns", "end_ns", "dur_ns", "iteration", "step", "collective", 
                 "pg_ranks", "parallel_dim", "phase", "microbatch", "correlation", "stream")
 _P2P_FN = re.compile(r"(send|recv)_(forward|backward)", re.I)
 INSTANCE_COLUMNS = ("instance", "iteration", "step", "collective", "parallel_dim", "pg_name", "pg_ranks", "group_size",
-                    "n_ranks", "complete", "consistent", "matched_by", "ranks", "src", "dst", "msg_bytes", "phase", "microbatch",
+                    "n_ranks", "complete", "consistent", "matched_by", "source", "ranks", "src", "dst", "msg_bytes", "phase", "microbatch",
                     "first_start_ns", "last_start_ns", "first_end_ns", "last_end_ns", "start_skew_ns", "end_skew_ns",
                     "straggler_rank", "straggler_lag_ns", "waiter_rank", "waiter_wait_ns", "latency_ns",
                     "max_dur_ns", "kernel_time_ns", "algbw_gbps", "busbw_gbps")
@@ -211,6 +212,7 @@ def comm_rows(job, part, pids: dict, sigs: dict) -> dict | None:
                  ("in_splits", "in_splits"), ("out_splits", "out_splits")):
         out[a] = k[b]
     out["dim"] = fill_dims(k["parallel_dim"], k["pg_ranks"], job.topology)
+    out["cpu"] = np.full(n, int(bool(k.get("from_cpu_ops", False))), np.int64)
     out.update(src=src, dst=dst, send=send, recv=recv,
                nseq=np.where(p2p, -1, np.asarray(k["seq"], np.int64)),
                prefix=np.fromiter((pids.setdefault(x, len(pids)) for x in pre), np.int64, n),
@@ -303,6 +305,7 @@ def instance_tables(c: dict) -> tuple[dict, dict]:
         "collective": coll, "parallel_dim": c["dim"][low].astype(object), "pg_name": c["pg_name"][low].astype(object),
         "pg_ranks": c["pg_ranks"][low].astype(object), "group_size": gs.astype(np.int64), "n_ranks": n.astype(np.int64),
         "complete": n == gs, "consistent": consistent, "matched_by": c["by"][starts].astype(object),
+        "source": np.where(red(np.maximum, c["cpu"]) > 0, "cpu ops", "kernels").astype(object),
         "ranks": ranks_str,
         "src": np.where(is_p2p, c["src"][starts], -1), "dst": np.where(is_p2p, c["dst"][starts], -1),
         "msg_bytes": nbytes.astype(np.int64), "phase": c["phase"][low].astype(object),
@@ -471,7 +474,7 @@ def analyse_collectives(job, clock_sync: str | None = None) -> CollectiveResult:
     inst, mem = instance_tables(c) if c else instance_tables({"instance": np.zeros(0, np.int64)})
     offsets, comps = {}, {}
     if clock_sync == "collectives" and c:
-        offsets, comps = estimate_clock_offsets(mem, {**inst, "bridge": ~is_group(inst)})   # p2p: bridges only
+        offsets, comps = estimate_clock_offsets(mem, clock_instances(inst))
         job.set_clock_offsets(offsets)
         c = load_comm(job)
         c.pop("_mismatches")
@@ -483,6 +486,16 @@ def analyse_collectives(job, clock_sync: str | None = None) -> CollectiveResult:
              **match_stats(inst, bad)}
     return CollectiveResult(inst, mem, summarize(inst), straggler_table(inst, mem), offsets, comps, stats,
                             mismatches=bad)
+
+
+def clock_instances(inst: dict) -> dict:
+    """The instance flags :func:`~streamtrace.events.clocks.estimate_clock_offsets` reads: point-to-
+    point transfers are bridges only; instances matched from CPU ops (gloo) are not used (their
+    members do not end together: each rank's gloo thread returns when it is done), marked
+    inconsistent for the estimate only."""
+    cpu = np.asarray(inst.get("source", np.zeros(0, object)), object) == "cpu ops"
+    return {"complete": inst["complete"], "consistent": np.asarray(inst["consistent"], bool) & ~cpu,
+            "n_ranks": inst["n_ranks"], "bridge": ~is_group(inst)}
 
 
 def match_stats(inst: dict, bad: dict) -> dict:

@@ -3,8 +3,10 @@
 
 **Table** (:func:`process_groups`, from ``collectives.parquet``, group collectives only: point-to-
 point transfers are in ``p2p``), one row per group: ``group`` (the ranks, comma-separated),
-``ranks_from`` ("process group": the ``Process Group Ranks`` the kernels carry; "members seen": the
-ranks whose kernels were matched into its instances, when the trace names no group), ``pg_name``
+``ranks_from`` ("process group": the ``Process Group Ranks`` the kernels carry; "topology": a gloo
+collective's group, from the dimension around the call and the job's topology,
+:mod:`streamtrace.job.gloo`; "members seen": the ranks whose kernels were matched into its
+instances, when the trace names no group), ``pg_name``
 (NCCL's process-group name, "" unknown), ``group_size`` (ranks), ``parallel_dim`` (the dimensions
 its collectives were given, "unknown" without names or topology), ``instances`` (its collectives),
 ``kinds`` (e.g. ``AllReduce 13, AllToAll 5``), ``bytes`` (sum of the instances' known ``msg_bytes``;
@@ -32,7 +34,7 @@ COLUMNS = ("group", "ranks_from", "pg_name", "group_size", "parallel_dim", "inst
            "kernel_time_ns")
 _P2P = ("Send", "Recv", "SendRecv")
 _READ = ("collective", "pg_ranks", "pg_name", "ranks", "group_size", "msg_bytes", "latency_ns", "kernel_time_ns",
-         "parallel_dim", "src")
+         "parallel_dim", "src", "source")
 
 
 def process_groups(aggdir, singles: bool = False) -> dict:
@@ -53,14 +55,16 @@ def process_groups(aggdir, singles: bool = False) -> dict:
     named = pc.not_equal(pc.fill_null(t["pg_ranks"], ""), "")
     t = t.append_column("group", pc.if_else(named, t["pg_ranks"], t["ranks"]))
     t = t.append_column("named", named)
+    t = t.append_column("topo", pc.and_(named, pc.equal(t["source"], "cpu ops")))
     t = t.append_column("bytes", pc.max_element_wise(t["msg_bytes"], 0))
     g = t.group_by(["group", "collective"]).aggregate(
         [("collective", "count"), ("bytes", "sum"), ("msg_bytes", "max"), ("latency_ns", "sum"), ("kernel_time_ns", "sum"),
-         ("named", "any"), ("pg_name", "max"), ("parallel_dim", "distinct")]).to_pylist()
+         ("named", "any"), ("topo", "any"), ("pg_name", "max"), ("parallel_dim", "distinct")]).to_pylist()
     rows: dict = {}
     for r in g:
         a = rows.setdefault(r["group"], {"kinds": [], "collectives": 0, "bytes": 0, "time_ns": 0, "kernel_time_ns": 0,
-                                         "named": False, "pg_name": "", "dims": set(), "sized": False})
+                                         "named": False, "topo": False, "pg_name": "", "dims": set(),
+                                         "sized": False})
         a["sized"] |= (r["msg_bytes_max"] or -1) >= 0
         a["kinds"].append((r["collective"], r["collective_count"]))
         a["collectives"] += r["collective_count"]
@@ -68,6 +72,7 @@ def process_groups(aggdir, singles: bool = False) -> dict:
         a["time_ns"] += r["latency_ns_sum"] or 0
         a["kernel_time_ns"] += r["kernel_time_ns_sum"] or 0
         a["named"] |= bool(r["named_any"])
+        a["topo"] |= bool(r["topo_any"])
         a["pg_name"] = max(a["pg_name"], r["pg_name_max"] or "")
         a["dims"] |= {d for d in r["parallel_dim_distinct"] if d}
     rows = {k: v for k, v in rows.items() if singles or len([x for x in k.split(",") if x.strip()]) >= 2}
@@ -76,7 +81,8 @@ def process_groups(aggdir, singles: bool = False) -> dict:
     for k in order:
         a = rows[k]
         dims = sorted(a["dims"] - {"unknown"}) or ["unknown"]
-        for c, v in (("group", k), ("ranks_from", "process group" if a["named"] else "members seen"),
+        for c, v in (("group", k), ("ranks_from", "topology" if a["topo"] else "process group" if a["named"]
+                                       else "members seen"),
                      ("pg_name", a["pg_name"]), ("group_size", len([x for x in k.split(",") if x.strip()])),
                      ("parallel_dim", ", ".join(dims)), ("instances", a["collectives"]),
                      ("kinds", ", ".join(f"{n} {c}" for n, c in sorted(a["kinds"]))), ("bytes", a["bytes"] if a["sized"] else -1),
