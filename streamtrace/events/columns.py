@@ -49,7 +49,7 @@ def is_str_id(v):
 COMM_TRIGGER_KEYS = ("Collective name", "In msg nelems", "Process Group Name", "Process Group Ranks")
 COMM_KEYS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype",
              "Process Group Name", "Process Group Description", "Process Group Ranks", "In split size",
-             "Out split size", "Seq")
+             "Out split size")
 
 
 class StringTable:

@@ -181,6 +181,30 @@ def test_match_realigns_a_trace_that_starts_later():
     assert inst["complete"].sum() == 7
 
 
+def test_match_by_sequence_number_and_the_gap_reported():
+    """Kernels carrying NCCL's sequence number (``Seq``): rank 1 lacks seq 4 (same signature
+    everywhere, so order could not tell): seq 5..9 still meet rank 0's, and rank 1 is reported
+    (8 of 9 collectives on ranks:0,1) in the mismatches, as aggregate's matcher reports it."""
+    from streamtrace.merge.clocks import CollectiveLog, match
+
+    logs = {}
+    for rank in (0, 1):
+        log = CollectiveLog()
+        for k in range(1, 10):
+            if (rank, k) != (1, 4):
+                log.add("ncclDevKernel_AllReduce", 1000 * k + rank, 10, {"Collective name": "allreduce",
+                        "In msg nelems": 64, "Process Group Ranks": "[0, 1]", "Seq": k}, 7)
+        logs[rank] = log
+    members, inst = match(logs, {0: 0, 1: 0})
+    by_inst = {}
+    for i, r, e in zip(members["instance"].tolist(), members["rank"].tolist(), members["end_ns"].tolist()):
+        by_inst.setdefault(i, {})[r] = e
+    pairs = sorted(tuple(sorted(v.values())) for v in by_inst.values() if len(v) == 2)
+    assert pairs == [(1000 * k + 10, 1000 * k + 11) for k in range(1, 10) if k != 4]
+    assert [(m.part, m.count, m.most) for m in inst["mismatches"]] == [(1, 8, 9)]
+    assert inst["group_names"] == ["ranks:0,1"]
+
+
 def test_four_pipeline_stages_aligned_within_each_stage(tmp_path):
     """PP = 4: the Send/Recv kernels name the 4-rank pipeline group, not the peer, so nothing links
     the stages: each stage is aligned to its lowest rank (offsets = the truth relative to it), the
