@@ -107,9 +107,10 @@ def inferred_layout(groups: dict, ranks: list) -> dict | None:
                     f"model-parallel group of the whole world) needs a topology"}
 
 
-def write_groups(outdir, ranks: list) -> tuple[list, dict | None]:
-    """Write ``process_groups.parquet`` / ``.csv`` into ``outdir`` (after ``collectives.parquet``);
-    returns the paths and :func:`inferred_layout`."""
+def write_groups(outdir, ranks: list, paths: list) -> dict | None:
+    """Write ``process_groups.parquet`` / ``.csv`` into ``outdir`` (after ``collectives.parquet``),
+    their paths appended to ``paths``; returns :func:`inferred_layout`."""
     groups = process_groups(outdir)
-    paths = write_table(outdir, "process_groups", groups, COLUMNS, csv=True) if len(groups["group"]) else []
-    return paths, inferred_layout(process_groups(outdir, singles=True), ranks)
+    if len(groups["group"]):
+        paths += write_table(outdir, "process_groups", groups, COLUMNS, csv=True)
+    return inferred_layout(process_groups(outdir, singles=True), ranks)
