@@ -147,7 +147,7 @@ def match_prefixes(job, part, k) -> tuple[list, np.ndarray, np.ndarray]:
             g = _ranks_of(k["pg_ranks"][i])
             if len(g) > 2 or (not g and topo is not None):
                 need.append(int(k["correlation"][i]))
-    dirs = _p2p_dirs(part, set(need)) if need else {}
+    dirs = {**(_p2p_dirs(part, set(need)) if need else {}), **k.get("p2p_dirs", {})}
     for i in range(n):
         c, it = k["collective"][i], f"{int(k['iteration'][i])}:{int(k['step'][i])}"
         pg = group_key(k["pg_ranks"][i], k["pg_name"][i], k["stream"][i])

@@ -6,8 +6,8 @@ kernels table holds no communication row.
 ``torch.distributed`` records when it is called) paired with the k-th ``gloo:<op>`` annotation of
 the same kind (what the gloo backend records around the work itself: on a worker thread for the
 asynchronous collectives, inline for send / recv): the k-th call's work is the k-th run of that kind
-(the work is queued in call order).  Times: the ``gloo:`` run's (int64 ns, rank-local); without it
-the call's.  ``collective`` from the op's name (:class:`~streamtrace.analyze.patterns.Patterns`'
+(the work is queued in call order).  Times: the ``gloo:`` run's (int64 ns, rank-local); a call
+with no run (an NCCL rank that recorded no kernel) gives no row.  ``collective`` from the op's name (:class:`~streamtrace.analyze.patterns.Patterns`'
 ``collective``); ``msg_bytes`` -1 (the ops table keeps no shapes); ``stream`` -1; ``step`` the
 enclosing ``ProfilerStep#N`` (-1 none).
 
@@ -17,7 +17,8 @@ TP) and, with the job's topology, that dimension's group holding the rank (``pg_
 with no dimension stays in one unnamed group (the stream, -1, :func:`~streamtrace.events.collmatch.group_key`),
 matched by order.
 A send or receive is given the rank's PP group (its peer when the group has two ranks) and its
-direction through the Megatron function around it (``send_forward`` ...), as for NCCL p2p kernels.
+direction through the Megatron function around it (``send_forward`` ...: ``p2p_dirs``, by the row's
+``correlation``, -2 - its op row: never an op's -1), as for NCCL p2p kernels.
 """
 from __future__ import annotations
 
@@ -84,22 +85,25 @@ def gloo_comm(job, part, columns) -> dict:
     columns (``columns`` plus ``in_bytes`` / ``out_bytes`` / ``seq`` / splits at their unknown
     values), rows by start, filtered by the job's steps; empty columns when it has none."""
     t = part.read("ops", ["name", "ts_ns", "dur_ns", "parent"])
-    rows = []
+    rows, dirs = [], {}
     if t is not None and t.num_rows:
         names = t["name"].to_pylist()
         ts, dur, parent = (t[c].to_numpy() for c in ("ts_ns", "dur_ns", "parent"))
         topo = job.topology
         for call, run in _pairs(names):
+            if run < 0:                   # no gloo: run (an NCCL rank without kernels): not a gloo call
+                continue
             up = _ancestors(call, parent, names)
             coll = _PATTERNS.first(_PATTERNS.collective, _CALL.match(names[call]).group(1)) or "Unknown"
             p2p = coll in ("Send", "Recv")
             dim = "PP" if p2p else _dim(up)
             group = topo.group_of(dim.lower(), part.rank) if topo is not None and dim != "unknown" else None
-            at = run if run >= 0 else call
-            rows.append({"ts_ns": int(ts[at]), "dur_ns": int(dur[at]), "collective": coll, "parallel_dim": dim,
+            if p2p:
+                dirs[-2 - call] = _direction(up)
+            rows.append({"ts_ns": int(ts[run]), "dur_ns": int(dur[run]), "collective": coll, "parallel_dim": dim,
                          "pg_ranks": ",".join(map(str, group)) if group else "",
                          "pg_name": "", "group_size": len(group) if group else -1,
-                         "step": _step(up), "phase": _phase(up), "correlation": -1 - call})
+                         "step": _step(up), "phase": _phase(up), "correlation": -2 - call})
     n = len(rows)
     out = {}
     for c in dict.fromkeys(list(columns) + ["in_bytes", "out_bytes", "seq", "in_splits", "out_splits",
@@ -116,9 +120,20 @@ def gloo_comm(job, part, columns) -> dict:
     out["iteration"] = np.full(n, job.iteration_of(part), np.int64)
     out["microbatch"] = np.full(n, -1, np.int64)
     out["from_cpu_ops"] = True
+    out["p2p_dirs"] = dirs
     keep = job.keep_rows(out["step"])
     o = np.flatnonzero(keep)[np.argsort(out["ts_ns"][keep], kind="stable")]
     return {c: (v[o] if isinstance(v, np.ndarray) else v) for c, v in out.items()}
+
+
+def _direction(names) -> dict:
+    """``{"send": "forward"|"backward", "recv": ...}`` from Megatron's p2p functions among ``names``
+    (``send_forward``, ``recv_backward``, ``send_forward_recv_backward`` ...)."""
+    found: dict = {}
+    for n in names:
+        for verb, d in re.findall(r"(send|recv)_(forward|backward)", n or "", re.I):
+            found.setdefault(verb.lower(), d.lower())
+    return found
 
 
 def _phase(names) -> str:
