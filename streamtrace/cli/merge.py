@@ -95,6 +95,9 @@ def merge(*inputs, input_dir=None, output_file=None, ranks=None, drop_cat=None, 
         it = f" iteration {res['iteration']}," if res["iteration"] is not None else ""
         con.info(f"merged {len(res['ranks'])} ranks,{it} {res['events_in']:,} events in, {res['events_out']:,} out, "
                  f"{mb_in:,.1f} MB read, {mb_out:,.1f} MB written in {res['seconds']:.2f} s -> {res['output']}")
+        if res.get("clock_offsets_ns"):
+            con.info("clock offsets applied (us, subtracted): " + ", ".join(
+                f"rank {r}: {v / 1e3:+,.1f}" for r, v in sorted(res["clock_offsets_ns"].items())))
         con.detail(f"  {mb_in / max(res['seconds'], 1e-9):,.0f} MB/s, {res['jobs']} jobs; per worker process "
                    f"{', '.join(f'{x:,.0f}' for x in res['worker_mb_per_s']) or '-'} MB/s")
         if res["validation"] is not None:

@@ -70,7 +70,9 @@ from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
 from ..topology.sources import load_topology
 from .alignment import Job
+from ..events.collmatch import mismatch_warning
 from .collective_spill import collectives_to
+from .groups import write_groups
 from .p2p import p2p_rows, write_p2p
 from .timeline import join as join_timeline, write_part as write_timeline_part
 from .explain import part_tables, write_tables as write_explain
@@ -315,10 +317,12 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
     t0 = time.time()
     outdir = Path(outdir)
     topo = load_topology(opt.topology) if opt.topology else None
-    job = Job(dirs, opt.time_alignment, topo, opt.iterations, opt.jobs, opt.steps, opt.force, opt.progress)
+    job = Job(dirs, opt.time_alignment, topo, opt.iterations, opt.jobs, opt.steps, opt.force, opt.progress,
+              opt.clock_sync)
     spill = Path(tempfile.mkdtemp(prefix=".timeline-spill.", dir=outdir))
     try:
         coll, files = collectives_to(job, outdir, opt.clock_sync, opt.collective_bucket_rows)
+        layout = write_groups(outdir, sorted({p.rank for p in job.parts}), files)
         topo = job.topology
         jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(job.parts)))
         if jobs > 1:      # loaded before the fork, the workers share the kernels and numba's set-up
@@ -383,12 +387,24 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
             "topology": topo.to_json() if topo else None,
             "clock_offsets_ns": {str(job.parts[i].rank): v for i, v in coll.clock_offsets.items()},
             "clock_components": {str(job.parts[i].rank): v for i, v in coll.clock_components.items()},
-            "collectives": coll.stats, "collective_summary": coll.summary,
-            "parts": job.meta()["parts"], "warnings": job.warnings,
+            "collectives": coll.stats, "collective_summary": coll.summary, "inferred_layout": layout,
+            "parts": job.meta()["parts"], "warnings": job.warnings + _collective_warnings(opt, coll, job),
             "files": sorted(p.name for p in files) + ["aggregate.json"], "seconds": round(time.time() - t0, 3)}
     with atomic_output(outdir / "aggregate.json", compress=False) as f:
         f.write(json.dumps(meta, indent=1, default=json_default).encode())
     return meta
+
+
+def _collective_warnings(opt, coll, job) -> list:
+    """The ranks that missed or added a collective (one line), and one line when ``--clock-sync
+    collectives`` found nothing to estimate from (as merge's ``--align collectives`` says it)."""
+    out = mismatch_warning([dict(zip(coll.mismatches, row)) for row in zip(*coll.mismatches.values())],
+                           "collectives")
+    if opt.clock_sync != "collectives" or coll.clock_offsets or len({p.rank for p in job.parts}) < 2:
+        return out
+    return out + ["--clock-sync collectives: no collective kernel (NCCL/RCCL) is matched across ranks (a CPU-only or "
+            "gloo job: its collectives are matched, but their ends are not tied together): no clock offset is "
+            "estimated"]
 
 
 def _world(topo, job) -> dict:

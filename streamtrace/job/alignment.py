@@ -158,10 +158,11 @@ class Job:
     parts by their iteration, ``steps`` rows by their step."""
 
     def __init__(self, dirs, alignment="global", topology=None, iterations=None, jobs=0, steps=None, force=False,
-                 progress=None):
+                 progress=None, clock_sync=None):
         if alignment not in ALIGNMENTS:
             raise StreamtraceError(f"bad --time-alignment {alignment!r}: use global or individual")
         self.alignment = alignment
+        self.clock_sync = clock_sync          # "collectives": offsets will be estimated (no advice to)
         self.iterations = set(int(i) for i in iterations) if iterations else None
         self.steps = set(int(i) for i in steps) if steps else None
         self.warnings: list = []
@@ -287,7 +288,10 @@ class Job:
             known = [p.base_time_ns for p in self.parts if p.base_time_ns is not None and not p.merged]
             if len(known) < len([p for p in self.parts if not p.merged]):
                 self.warnings.append("some traces have no baseTimeNanoseconds (or are no longer at their path): "
-                                     "their ranks keep their own clock; consider --clock-sync collectives")
+                                     "their ranks keep their own clock" + (
+                                         "; their offsets are estimated from the collectives"
+                                         if self.clock_sync == "collectives" else
+                                         "; consider --clock-sync collectives"))
             lo = min(known) if known else 0
             for p in self.parts:
                 p.shift_ns = 0 if p.merged or p.base_time_ns is None else p.base_time_ns - lo

@@ -43,24 +43,23 @@ from ..runtime.errors import StreamtraceError
 from ..events.dataset import shared_strings, to_arrow, write_table
 from ..runtime.files import atomic_output
 from ..events.clocks import estimate_clock_offsets
-from .collectives import (COMM_COLUMNS, INSTANCE_COLUMNS, MEMBER_COLUMNS, CollectiveResult, Stragglers, Summary,
-                          cumcount, instance_tables, is_group, match_prefixes)
+from ..events.collmatch import Mismatch, match_ordinals
+from .collective_rows import MISMATCH_COLUMNS, mismatch_rows
+from .collectives import (INSTANCE_COLUMNS, MEMBER_COLUMNS, CollectiveResult, Stragglers, Summary, comm_rows,
+                          clock_instances, cumcount, instance_tables, is_group, match_stats)
 from .options import BUCKET_ROWS
 from .p2p import TRANSFER_COLUMNS, p2p_transfers
 
-STATS = ("kernels", "instances", "complete", "inconsistent", "single_rank")
+STATS = ("kernels", "instances", "complete", "inconsistent", "single_rank", "matched_by_seq", "matched_by_order")
 """The counts of ``aggregate.json``'s ``collectives``."""
 _HELD = 131_072                   # rows held before they go to their bucket files
 _INTS = ("part", "rank", "iteration", "step", "start", "end", "dur", "bytes", "group_size", "microbatch", "correlation",
-         "stream", "src", "dst", "pid", "seq")
-_STRS = ("collective", "pg_name", "pg_ranks", "dim", "phase")
+         "stream", "src", "dst", "pid", "seq", "nseq", "sig", "send", "recv", "cpu")
+_STRS = ("collective", "pg_name", "pg_ranks", "dim", "phase", "in_splits", "out_splits")
 _SPILL = pa.schema([(n, pa.int64()) for n in _INTS] + [(n, pa.string()) for n in _STRS])
-_KERNEL = {"bytes": "msg_bytes", "dim": "parallel_dim", "collective": "collective", "group_size": "group_size",
-           "pg_name": "pg_name", "pg_ranks": "pg_ranks", "phase": "phase", "microbatch": "microbatch",
-           "correlation": "correlation", "stream": "stream", "iteration": "iteration", "step": "step"}
 _FLOATS = ("algbw_gbps", "busbw_gbps")
 _BOOLS = ("complete", "consistent")
-_TEXT = ("collective", "parallel_dim", "pg_name", "pg_ranks", "ranks", "phase")
+_TEXT = ("collective", "parallel_dim", "pg_name", "pg_ranks", "ranks", "phase", "matched_by", "source")
 INSTANCE_SCHEMA = pa.schema([(n, pa.float64() if n in _FLOATS else pa.bool_() if n in _BOOLS
                               else pa.string() if n in _TEXT else pa.int64()) for n in INSTANCE_COLUMNS])
 MEMBER_SCHEMA = pa.schema([(n, pa.string() if n == "collective" else pa.int64()) for n in MEMBER_COLUMNS])
@@ -68,7 +67,10 @@ MEMBER_SCHEMA = pa.schema([(n, pa.string() if n == "collective" else pa.int64())
 
 class _Plan:
     """What pass 1 and 2 leave: the bucket files in output order, the instance id base per prefix
-    id (int64 array), each part's clock offset when its rows were spilled, the row count."""
+    id (int64 array), each part's clock offset when its rows were spilled, the row count, and the
+    match (:func:`~streamtrace.events.collmatch.match_ordinals` per prefix): ``by_seq`` (bool per
+    prefix id), ``min_seq`` (int64 per prefix id), ``delta`` (``{(prefix id, part): ordinal - order}``
+    for the prefixes re-aligned by signature), ``mismatches`` and ``matched_by`` (``{prefix id: str}``)."""
 
     def __init__(self, folder: Path):
         self.folder = folder
@@ -76,42 +78,104 @@ class _Plan:
         self.base = np.zeros(0, np.int64)
         self.spilled_offset: dict = {}
         self.rows = 0
+        self.by_seq = np.zeros(0, bool)
+        self.min_seq = np.zeros(0, np.int64)
+        self.delta: dict = {}
+        self.mismatches: list = []
+        self.matched_by: dict = {}
 
 
-def _spill_parts(job, plan: _Plan) -> tuple[dict, np.ndarray, np.ndarray]:
-    """Pass 1: every part's comm kernels to ``parts.parquet`` (a row group per part).  Returns the
-    prefix ids ``{prefix: id}``, rows and instances per id (int64 arrays)."""
+class _Counts:
+    """Pass 1's per-prefix tallies: rows, rows per (prefix, part), whether every row has a sequence
+    number, its least and greatest."""
+
+    def __init__(self):
+        self.rows = np.zeros(0, np.int64)
+        self.all_seq = np.zeros(0, bool)
+        self.lo = np.zeros(0, np.int64)
+        self.hi = np.zeros(0, np.int64)
+        self.per_part: dict = {}
+
+    def add(self, pid, part: int, nseq, size: int):
+        grow = size - len(self.rows)
+        if grow > 0:
+            self.rows = np.r_[self.rows, np.zeros(grow, np.int64)]
+            self.all_seq = np.r_[self.all_seq, np.ones(grow, bool)]
+            self.lo = np.r_[self.lo, np.full(grow, np.iinfo(np.int64).max, np.int64)]
+            self.hi = np.r_[self.hi, np.full(grow, -1, np.int64)]
+        self.rows += np.bincount(pid, minlength=size)
+        np.logical_and.at(self.all_seq, pid, nseq >= 0)
+        np.minimum.at(self.lo, pid, nseq)
+        np.maximum.at(self.hi, pid, nseq)
+        u, n = np.unique(pid, return_counts=True)
+        for g, c in zip(u.tolist(), n.tolist()):
+            self.per_part[(g, part)] = c
+
+
+def _spill_parts(job, plan: _Plan) -> tuple[dict, _Counts]:
+    """Pass 1: every part's comm kernels (:func:`~streamtrace.job.collectives.comm_rows`) to
+    ``parts.parquet`` (a row group per part), ``seq`` = the row's position in its prefix (start
+    order).  Returns the prefix ids ``{prefix: id}`` and the tallies."""
     pids: dict = {}
-    rows, inst = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    sigs: dict = {}
+    counts = _Counts()
     with pq.ParquetWriter(plan.folder / "parts.parquet", _SPILL, compression="zstd") as w:
         for part in job.parts:
-            k = job.read_kernels(part, COMM_COLUMNS, kind="communication")
-            n = len(k["ts_ns"])
-            if not n:
+            rows = comm_rows(job, part, pids, sigs)
+            if rows is None:
                 continue
-            pre, src, dst = match_prefixes(job, part, k)
-            pid = np.fromiter((pids.setdefault(x, len(pids)) for x in pre), np.int64, n)
-            seq = cumcount(pid)                        # rows of a part are sorted by start
-            rows = np.concatenate([rows, np.zeros(len(pids) - len(rows), np.int64)])
-            inst = np.concatenate([inst, np.zeros(len(pids) - len(inst), np.int64)])
-            rows += np.bincount(pid, minlength=len(pids))
-            np.maximum.at(inst, pid, seq + 1)
-            cols = {"part": np.full(n, part.index, np.int64), "rank": np.full(n, part.rank, np.int64),
-                    "start": part.align(k["ts_ns"]), "end": part.align(k["end_ns"]),
-                    "dur": k["dur_ns"].astype(np.int64), "src": src, "dst": dst, "pid": pid, "seq": seq,
-                    **{a: k[b] for a, b in _KERNEL.items()}}
-            w.write_table(to_arrow(cols, _SPILL.names).cast(_SPILL))
+            pid = rows.pop("prefix")
+            rows.update(pid=pid, seq=cumcount(pid))          # rows of a part are sorted by start
+            counts.add(pid, part.index, rows["nseq"], len(pids))
+            w.write_table(to_arrow(rows, _SPILL.names).cast(_SPILL))
             plan.spilled_offset[part.index] = part.clock_offset_ns
-            plan.rows += n
-    return pids, rows, inst
+            plan.rows += len(pid)
+    return pids, counts
+
+
+def _match(plan: _Plan, counts: _Counts) -> np.ndarray:
+    """The matcher on the spilled rows: prefixes matched by sequence number, by order with equal
+    counts (ordinal = position), and those re-aligned by signature
+    (:func:`~streamtrace.events.collmatch.match_ordinals` on their rows only, read back from
+    ``parts.parquet``).  Fills ``plan``'s match fields; returns the instances per prefix id."""
+    n = len(counts.rows)
+    plan.by_seq = counts.all_seq.copy()
+    plan.min_seq = np.where(plan.by_seq, counts.lo, 0)
+    inst = np.where(plan.by_seq, counts.hi - counts.lo + 1, 0)
+    per: dict = {}
+    for (g, p), c in counts.per_part.items():
+        per.setdefault(g, {})[p] = c
+    realign = []
+    for g in range(n):
+        most = max(per[g].values())
+        if plan.by_seq[g]:
+            plan.mismatches += [Mismatch(g, p, c, most, 0) for p, c in sorted(per[g].items()) if c != most]
+        elif len(set(per[g].values())) == 1:
+            inst[g] = most
+        else:
+            realign.append(g)
+    plan.matched_by = {g: "seq" if plan.by_seq[g] else "order" for g in range(n)}
+    if realign:
+        t = pq.read_table(plan.folder / "parts.parquet", columns=["pid", "part", "nseq", "sig", "seq"],
+                          filters=[("pid", "in", realign)])
+        pid, part, seq = t["pid"].to_numpy(), t["part"].to_numpy(), t["seq"].to_numpy()
+        m = match_ordinals(part, pid, t["nseq"].to_numpy(), t["sig"].to_numpy())
+        first = np.r_[True, (pid[1:] != pid[:-1]) | (part[1:] != part[:-1])] if len(pid) else np.zeros(0, bool)
+        for i in np.flatnonzero(first).tolist():
+            plan.delta[(int(pid[i]), int(part[i]))] = int(m.ordinal[i] - seq[i])
+        np.maximum.at(inst, pid, m.ordinal + 1)
+        plan.mismatches += m.mismatches
+    return inst
 
 
 def _bucket(job, folder: Path, bucket_rows: int) -> _Plan | None:
     """Passes 1 and 2 (module docstring) into ``folder``; None when the job has no comm kernels."""
     plan = _Plan(folder)
-    pids, rows, inst = _spill_parts(job, plan)
+    pids, counts = _spill_parts(job, plan)
     if not plan.rows:
         return None
+    inst, rows = _match(plan, counts), counts.rows
+    plan.prefixes = sorted(pids, key=pids.get)                      # by id
     srt = np.asarray([pids[x] for x in sorted(pids)], np.int64)     # sorted position -> prefix id
     plan.base = np.empty(len(pids), np.int64)
     plan.base[srt] = np.cumsum(inst[srt]) - inst[srt]
@@ -152,7 +216,14 @@ def _load(job, plan: _Plan, path) -> dict:
         shift[i] = off - job.parts[i].clock_offset_ns
     c["start"] = c["start"] + shift[c["part"]]
     c["end"] = c["end"] + shift[c["part"]]
-    c["instance"] = plan.base[c.pop("pid")] + c["seq"]
+    pid = c.pop("pid")
+    seq = np.where(plan.by_seq[pid], c["nseq"] - plan.min_seq[pid], c["seq"])
+    if plan.delta:
+        seq = seq + np.fromiter((plan.delta.get(k, 0) for k in zip(pid.tolist(), c["part"].tolist())), np.int64,
+                                len(pid))
+    c["seq"] = seq
+    c["by"] = np.where(plan.by_seq[pid], "seq", "order").astype(object)
+    c["instance"] = plan.base[pid] + seq
     o = np.lexsort((c["rank"], c["start"], c["instance"]))
     return {n: v[o] for n, v in c.items()}
 
@@ -164,11 +235,12 @@ def _clock_inputs(job, plan: _Plan) -> tuple[dict, dict]:
     inst = {k: [] for k in ("complete", "consistent", "n_ranks", "bridge")}
     for path in plan.buckets:
         i, m = instance_tables(_load(job, plan, path))
-        ok = i["complete"] & i["consistent"] & (i["n_ranks"] >= 2)
+        f = clock_instances(i)
+        ok = f["complete"] & f["consistent"] & (i["n_ranks"] >= 2)
         keep = ok[np.searchsorted(i["instance"], m["instance"])]
         for k, dt in (("instance", np.int64), ("part", np.int32), ("rank", np.int32), ("end_ns", np.int64)):
             mem[k].append(m[k][keep].astype(dt))
-        for k, v in (("complete", i["complete"]), ("consistent", i["consistent"]),
+        for k, v in (("complete", f["complete"]), ("consistent", f["consistent"]),
                      ("n_ranks", i["n_ranks"].astype(np.int32)), ("bridge", ~is_group(i))):
             inst[k].append(v)
     return ({k: np.concatenate(v) for k, v in mem.items()}, {k: np.concatenate(v) for k, v in inst.items()})
@@ -196,6 +268,8 @@ def _write_buckets(job, plan: _Plan, outdir: Path) -> tuple[list, dict]:
             st["complete"] += int(inst["complete"].sum())
             st["inconsistent"] += int((~inst["consistent"]).sum())
             st["single_rank"] += int((inst["n_ranks"] == 1).sum())
+            st["matched_by_seq"] += int((inst["matched_by"] == "seq").sum())
+            st["matched_by_order"] += int((inst["matched_by"] == "order").sum())
     return paths, acc
 
 
@@ -224,7 +298,12 @@ def collectives_to(job, outdir, clock_sync: str | None = None, bucket_rows: int 
         shutil.rmtree(folder, ignore_errors=True)
     summary = acc["summary"].rows()
     tr = {c: np.concatenate([t[c] for t in acc["transfers"]]) for c in TRANSFER_COLUMNS}
-    res = CollectiveResult({}, {}, summary, acc["stragglers"].rows(), offsets, comps, acc["stats"], tr)
+    bad = mismatch_rows(sorted(plan.mismatches, key=lambda m: (plan.prefixes[m.group], m.part)), plan.prefixes,
+                        {p.index: p.rank for p in job.parts}, plan.matched_by)
+    stats = {**acc["stats"], **{k: v for k, v in match_stats({}, bad).items() if k.startswith("mismatch")}}
+    res = CollectiveResult({}, {}, summary, acc["stragglers"].rows(), offsets, comps, stats, tr, bad)
+    if len(bad["rank"]):
+        paths += write_table(outdir, "collectives_mismatch", bad, MISMATCH_COLUMNS, csv=True)
     return res, paths + _write_summary(outdir, summary)
 
 
@@ -237,7 +316,8 @@ def _write_summary(outdir, summary: list) -> list:
 def _empty(outdir) -> tuple[CollectiveResult, list]:
     """No comm kernels: the in-memory path's empty tables."""
     inst, mem = instance_tables({"instance": np.zeros(0, np.int64)})
-    res = CollectiveResult({}, {}, [], [], {}, {}, dict.fromkeys(STATS, 0),
-                           {c: np.zeros(0, np.int64) for c in TRANSFER_COLUMNS})
+    bad = mismatch_rows([], [], {}, {})
+    res = CollectiveResult({}, {}, [], [], {}, {}, {**dict.fromkeys(STATS, 0), "mismatched": 0, "mismatched_ranks": []},
+                           {c: np.zeros(0, np.int64) for c in TRANSFER_COLUMNS}, bad)
     return res, write_table(outdir, "collectives", inst, INSTANCE_COLUMNS) + \
         write_table(outdir, "collectives_ranks", mem, MEMBER_COLUMNS)

@@ -5,22 +5,30 @@ parallel dimension, per-rank straggler counts, and clock offsets estimated from 
 Input: the ``communication`` kernels of every rank (``streamtrace analyze`` output, read through
 :class:`streamtrace.job.alignment.Job`).  Times are int64 ns on the job's aligned axis.
 
-**Matching.** A collective kernel of rank r belongs to instance ``(iteration, step, group, k)`` when
-it is rank r's k-th collective (in start order) on that process group (``pg_ranks``, else
-``pg_name``) in that ProfilerStep of that iteration (see :class:`streamtrace.job.alignment.Job`): every member of a group issues its collectives in the same order (NCCL requires
-it).  Point-to-point kernels (Send / Recv) match by ``(iteration, src -> dst, k)``: the k-th send
+**Matching** (:func:`streamtrace.events.collmatch.match_ordinals`, the matcher ``merge --align
+collectives`` uses too): a collective kernel of rank r belongs to instance ``(iteration, step, group,
+k)`` when it is the k-th collective on that process group (:func:`~streamtrace.events.collmatch.group_key`:
+``pg_ranks``, else ``pg_name``, else the stream) in that ProfilerStep of that iteration (see
+:class:`streamtrace.job.alignment.Job`): k is NCCL's sequence number where every kernel of the
+group carries it (``matched_by`` "seq"), else the kernel's position in start order (every member
+of a group issues its collectives in the same order, NCCL requires it; ``matched_by`` "order").  A
+rank that missed or added a collective is reported (``CollectiveResult.mismatches``), not silently
+shifted.  Point-to-point kernels (Send / Recv) match by ``(iteration, src -> dst, k)``: the k-th send
 from src to dst is the k-th receive of dst from src; the peer is the other member of a two-rank
 group, or, in a larger pipeline group, the neighbour stage named by Megatron's p2p function on the
 launch stack (``send_forward`` -> next stage, ``send_backward`` -> previous, ``recv_forward`` <-
 previous, ``recv_backward`` <- next).  Kernels with no process group fall back to order on the
-stream: ``(iteration, stream, collective, k)``.
+stream: ``(iteration, stream, k)``.
 
 **Per instance** (``collectives.parquet``): ``start_skew_ns`` = last start - first start (arrival
 spread), ``end_skew_ns`` likewise for ends; ``straggler_rank`` = the last to arrive (latest start),
 ``straggler_lag_ns`` = its start - the second latest start; ``waiter_rank`` = the first to arrive,
 which waited longest, ``waiter_wait_ns`` = last start - its start; ``latency_ns`` = min over the
 ranks of the kernel duration (the last arrival does not wait, so its duration is the transfer);
-``algbw_gbps`` = msg_bytes / latency_ns (bytes per ns = GB/s, GB = 1e9 bytes); ``busbw_gbps`` =
+``source``: "kernels", or "cpu ops" for a CPU-only (gloo) rank's collectives
+(:mod:`streamtrace.job.gloo`: matched, not used for clock offsets).  ``msg_bytes`` = the largest member's message (all-to-all: the largest of what a member sends
+or receives, :func:`streamtrace.job.collective_rows.member_bytes`; the members' own in
+``collectives_ranks``' ``send_bytes`` / ``recv_bytes``); ``algbw_gbps`` = msg_bytes / latency_ns (bytes per ns = GB/s, GB = 1e9 bytes); ``busbw_gbps`` =
 algbw x the bus factor of nccl-tests' PERFORMANCE.md (:func:`bus_factor`).
 
 **Clock sync** (:func:`estimate_clock_offsets`, :mod:`streamtrace.events.clocks`, shared with
@@ -40,18 +48,20 @@ import numpy as np
 from ..runtime.errors import StreamtraceError
 from ..events.dataset import write_table
 from ..events.clocks import estimate_clock_offsets
+from ..events.collmatch import group_key, is_all_to_all, match_ordinals, signature
+from .collective_rows import MISMATCH_COLUMNS, fill_dims, member_bytes, mismatch_rows, read_comm, splits_agree
 
 P2P = ("Send", "Recv", "SendRecv")
 COMM_COLUMNS = ("ts_ns", "end_ns", "dur_ns", "iteration", "step", "collective", "msg_bytes", "group_size", "pg_name",
                 "pg_ranks", "parallel_dim", "phase", "microbatch", "correlation", "stream")
 _P2P_FN = re.compile(r"(send|recv)_(forward|backward)", re.I)
 INSTANCE_COLUMNS = ("instance", "iteration", "step", "collective", "parallel_dim", "pg_name", "pg_ranks", "group_size",
-                    "n_ranks", "complete", "consistent", "ranks", "src", "dst", "msg_bytes", "phase", "microbatch",
+                    "n_ranks", "complete", "consistent", "matched_by", "source", "ranks", "src", "dst", "msg_bytes", "phase", "microbatch",
                     "first_start_ns", "last_start_ns", "first_end_ns", "last_end_ns", "start_skew_ns", "end_skew_ns",
                     "straggler_rank", "straggler_lag_ns", "waiter_rank", "waiter_wait_ns", "latency_ns",
                     "max_dur_ns", "kernel_time_ns", "algbw_gbps", "busbw_gbps")
 MEMBER_COLUMNS = ("instance", "part", "rank", "iteration", "step", "collective", "start_ns", "end_ns", "dur_ns",
-                  "arrival_ns", "wait_ns", "correlation", "stream")
+                  "arrival_ns", "wait_ns", "correlation", "stream", "send_bytes", "recv_bytes")
 
 
 def bus_factor(collective: str, n: int) -> float:
@@ -74,7 +84,8 @@ class CollectiveResult:
     """``instances`` and ``members``: dicts of equally long numpy columns (:data:`INSTANCE_COLUMNS`,
     :data:`MEMBER_COLUMNS`); ``summary``: list of dicts per (collective, parallel_dim);
     ``stragglers``: list of dicts per collective kind and rank (:func:`straggler_table`); ``clock_offsets``: ``{part index: ns}`` (empty unless
-    estimated); ``stats``: counts of matched / unmatched kernels; ``transfers``: the p2p transfers
+    estimated); ``stats``: counts of matched / unmatched kernels; ``mismatches``: the ranks that missed or added a collective
+    (:data:`~streamtrace.job.collective_rows.MISMATCH_COLUMNS`); ``transfers``: the p2p transfers
     (:func:`streamtrace.job.p2p.p2p_transfers`; set by the bucketed path, whose ``instances`` and
     ``members`` stay empty: they are in its output files)."""
     instances: dict
@@ -85,6 +96,7 @@ class CollectiveResult:
     clock_components: dict = field(default_factory=dict)
     stats: dict = field(default_factory=dict)
     transfers: dict = field(default_factory=dict)
+    mismatches: dict = field(default_factory=dict)
 
 
 # -- matching --------------------------------------------------------------------------
@@ -135,10 +147,10 @@ def match_prefixes(job, part, k) -> tuple[list, np.ndarray, np.ndarray]:
             g = _ranks_of(k["pg_ranks"][i])
             if len(g) > 2 or (not g and topo is not None):
                 need.append(int(k["correlation"][i]))
-    dirs = _p2p_dirs(part, set(need)) if need else {}
+    dirs = {**(_p2p_dirs(part, set(need)) if need else {}), **k.get("p2p_dirs", {})}
     for i in range(n):
-        c, it, pg = k["collective"][i], f"{int(k['iteration'][i])}:{int(k['step'][i])}", k["pg_ranks"][i] or (
-            f"pg:{k['pg_name'][i]}" if k["pg_name"][i] else "")
+        c, it = k["collective"][i], f"{int(k['iteration'][i])}:{int(k['step'][i])}"
+        pg = group_key(k["pg_ranks"][i], k["pg_name"][i], k["stream"][i])
         if c in P2P:
             g = _ranks_of(k["pg_ranks"][i])
             if not g and topo is not None:
@@ -158,10 +170,8 @@ def match_prefixes(job, part, k) -> tuple[list, np.ndarray, np.ndarray]:
                 pre[i] = f"{it}|p2p|{s}>{t}"
             else:
                 pre[i] = f"{it}|p2p?|{pg}|{c}|{k['stream'][i]}|r{rank}"     # unmatched: stays alone
-        elif pg:
-            pre[i] = f"{it}|{pg}"
         else:
-            pre[i] = f"{it}|stream:{k['stream'][i]}|{c}"
+            pre[i] = f"{it}|{pg}"
     return pre, src, dst
 
 
@@ -178,50 +188,79 @@ def cumcount(ids: np.ndarray) -> np.ndarray:
     return out
 
 
+def comm_rows(job, part, pids: dict, sigs: dict) -> dict | None:
+    """One part's communication kernels as match rows: columns ``part``, ``rank``, ``iteration``,
+    ``step``, ``start`` / ``end`` (aligned int64 ns), ``dur``, ..., ``src`` / ``dst``, ``prefix``
+    (int64 id in ``pids``, first-seen order), ``nseq`` (NCCL's sequence number for group
+    collectives, -1 unknown or point-to-point), ``sig`` (id in ``sigs`` of
+    :func:`~streamtrace.events.collmatch.signature`), ``send`` / ``recv`` (bytes,
+    :func:`~streamtrace.job.collective_rows.member_bytes`), ``in_splits`` / ``out_splits``; rows in
+    start order.  None when the part has none."""
+    k = read_comm(job, part, COMM_COLUMNS)
+    n = len(k["ts_ns"])
+    if not n:
+        return None
+    pre, src, dst = match_prefixes(job, part, k)
+    send, recv = member_bytes(k)
+    p2p = np.isin(k["collective"].astype(object), P2P)
+    out = {"part": np.full(n, part.index, np.int64), "rank": np.full(n, part.rank, np.int64),
+           "iteration": k["iteration"], "step": k["step"], "start": part.align(k["ts_ns"]),
+           "end": part.align(k["end_ns"]), "dur": k["dur_ns"].astype(np.int64)}
+    for a, b in (("collective", "collective"), ("bytes", "msg_bytes"), ("group_size", "group_size"),
+                 ("pg_name", "pg_name"), ("pg_ranks", "pg_ranks"), ("dim", "parallel_dim"), ("phase", "phase"),
+                 ("microbatch", "microbatch"), ("correlation", "correlation"), ("stream", "stream"),
+                 ("in_splits", "in_splits"), ("out_splits", "out_splits")):
+        out[a] = k[b]
+    out["dim"] = fill_dims(k["parallel_dim"], k["pg_ranks"], job.topology)
+    out["cpu"] = np.full(n, int(bool(k.get("from_cpu_ops", False))), np.int64)
+    out.update(src=src, dst=dst, send=send, recv=recv,
+               nseq=np.where(p2p, -1, np.asarray(k["seq"], np.int64)),
+               prefix=np.fromiter((pids.setdefault(x, len(pids)) for x in pre), np.int64, n),
+               sig=np.fromiter((sigs.setdefault(signature(c, b), len(sigs))
+                                for c, b in zip(k["collective"].tolist(), k["msg_bytes"].tolist())), np.int64, n))
+    return out
+
+
+def sorted_prefix_ids(pids: dict) -> tuple[np.ndarray, list]:
+    """Prefix ids (first-seen) -> ids in sorted prefix order (as np.unique), and the prefixes in
+    that order."""
+    names = sorted(pids)
+    rank_of = np.empty(len(pids), np.int64)
+    rank_of[[pids[x] for x in names]] = np.arange(len(pids))
+    return rank_of, names
+
+
 def load_comm(job) -> dict:
-    """Every part's communication kernels with their match keys: columns of equal length
-    (``part``, ``rank``, ``key``, times aligned, ...), sorted by (key, start, rank)."""
-    cols = {c: [] for c in ("part", "rank", "iteration", "step", "start", "end", "dur", "collective", "bytes",
-                            "group_size", "pg_name", "pg_ranks", "dim", "phase", "microbatch", "correlation",
-                            "stream", "src", "dst", "prefix")}
+    """Every part's communication kernels with their match keys (:func:`comm_rows`' columns, times
+    aligned), matched (:func:`~streamtrace.events.collmatch.match_ordinals`): ``instance``,
+    ``seq`` (the ordinal within the prefix), ``by`` ("seq" / "order" per row), sorted by
+    (instance, start, rank); ``mismatches`` under the key ``"_mismatches"`` (table columns)."""
     pids: dict = {}          # match-key prefix -> id: an int64 per row, not a str (or a U-array row of
-    for part in job.parts:   # the longest prefix: 1 KB for a 64-rank group's) per row
-        k = job.read_kernels(part, COMM_COLUMNS, kind="communication")
-        if not len(k["ts_ns"]):
-            continue
-        pre, src, dst = match_prefixes(job, part, k)
-        n = len(pre)
-        cols["part"].append(np.full(n, part.index, np.int64))
-        cols["rank"].append(np.full(n, part.rank, np.int64))
-        cols["iteration"].append(k["iteration"])
-        cols["step"].append(k["step"])
-        cols["start"].append(part.align(k["ts_ns"]))
-        cols["end"].append(part.align(k["end_ns"]))
-        cols["dur"].append(k["dur_ns"].astype(np.int64))
-        for a, b in (("collective", "collective"), ("bytes", "msg_bytes"), ("group_size", "group_size"),
-                     ("pg_name", "pg_name"), ("pg_ranks", "pg_ranks"), ("dim", "parallel_dim"), ("phase", "phase"),
-                     ("microbatch", "microbatch"), ("correlation", "correlation"), ("stream", "stream")):
-            cols[a].append(k[b])
-        cols["src"].append(src)
-        cols["dst"].append(dst)
-        cols["prefix"].append(np.fromiter((pids.setdefault(x, len(pids)) for x in pre), np.int64, len(pre)))
-    if not cols["part"]:
+    sigs: dict = {}          # the longest prefix: 1 KB for a 64-rank group's) per row
+    cols: dict = {}
+    for part in job.parts:
+        rows = comm_rows(job, part, pids, sigs)
+        if rows is not None:
+            for name, v in rows.items():
+                cols.setdefault(name, []).append(v)
+    if not cols:
         return {}
     c = {}
     for name in list(cols):              # one column at a time: the parts' arrays freed as they are joined
         c[name] = np.concatenate(cols.pop(name))
-    # sequence within (part, prefix) in start order (rows of a part are sorted by start already)
-    rank_of = np.empty(len(pids), np.int64)            # ids renumbered in sorted prefix order (as np.unique)
-    rank_of[[pids[x] for x in sorted(pids)]] = np.arange(len(pids))
-    pid = rank_of[c["prefix"]]
-    del c["prefix"]
-    c["seq"] = cumcount(pid * (len(job.parts) + 1) + c["part"])
+    rank_of, names = sorted_prefix_ids(pids)
+    pid = rank_of[c.pop("prefix")]
+    m = match_ordinals(c["part"], pid, c.pop("nseq"), c.pop("sig"))
+    c["seq"] = m.ordinal
+    c["by"] = np.asarray([m.matched_by[g] for g in range(len(names))], object)[pid] if len(pid) else \
+        np.zeros(0, object)
     key = pid * (1 << 32) + c["seq"]
     ukey, inst = np.unique(key, return_inverse=True)
     c["instance"] = inst.reshape(-1).astype(np.int64)
     o = np.lexsort((c["rank"], c["start"], c["instance"]))
     for name in list(c):                 # reordered in place, one column at a time (peak: one more column)
         c[name] = c[name][o]
+    c["_mismatches"] = mismatch_rows(m.mismatches, names, {p.index: p.rank for p in job.parts}, m.matched_by)
     return c
 
 
@@ -240,17 +279,19 @@ def instance_tables(c: dict) -> tuple[dict, dict]:
     first_start, last_start = c["start"][starts], c["start"][lasts]
     second_last = np.where(n >= 2, c["start"][np.maximum(lasts - 1, starts)], last_start)
     lat = red(np.minimum, c["dur"])
-    nbytes = red(np.maximum, c["bytes"])
     coll = c["collective"][starts].astype(object)
+    a2a = np.fromiter((is_all_to_all(x) for x in coll), bool, len(coll))
+    nbytes = np.where(a2a, red(np.maximum, np.maximum(c["send"], c["recv"])), red(np.maximum, c["bytes"]))
     is_p2p = np.isin(coll, P2P) & (c["src"][starts] >= 0)
     coll = np.where(is_p2p, "SendRecv", coll)
-    consistent = (red(np.maximum, c["bytes"]) == red(np.minimum, c["bytes"]))
+    consistent = a2a | (red(np.maximum, c["bytes"]) == red(np.minimum, c["bytes"]))
     ctype = c["collective"].astype(str)
-    same_type = np.ones(len(starts), bool)
     for j, (a, b) in enumerate(zip(starts, lasts)):
         if b > a and not is_p2p[j]:
-            same_type[j] = bool((ctype[a:b + 1] == ctype[a]).all())
-    consistent &= same_type
+            consistent[j] &= bool((ctype[a:b + 1] == ctype[a]).all())
+        if b > a and a2a[j]:
+            consistent[j] &= splits_agree(c["rank"][a:b + 1].tolist(), c["pg_ranks"][a],
+                                          c["in_splits"][a:b + 1].tolist(), c["out_splits"][a:b + 1].tolist())
     gs = np.where(is_p2p, 2, np.where(c["group_size"][starts] > 0, c["group_size"][starts], n))
     ranks_str = np.asarray([",".join(map(str, sorted(set(c["rank"][a:b + 1].tolist()))))
                             for a, b in zip(starts, lasts)], object)
@@ -263,7 +304,9 @@ def instance_tables(c: dict) -> tuple[dict, dict]:
         "step": c["step"][starts],
         "collective": coll, "parallel_dim": c["dim"][low].astype(object), "pg_name": c["pg_name"][low].astype(object),
         "pg_ranks": c["pg_ranks"][low].astype(object), "group_size": gs.astype(np.int64), "n_ranks": n.astype(np.int64),
-        "complete": n == gs, "consistent": consistent, "ranks": ranks_str,
+        "complete": n == gs, "consistent": consistent, "matched_by": c["by"][starts].astype(object),
+        "source": np.where(red(np.maximum, c["cpu"]) > 0, "cpu ops", "kernels").astype(object),
+        "ranks": ranks_str,
         "src": np.where(is_p2p, c["src"][starts], -1), "dst": np.where(is_p2p, c["dst"][starts], -1),
         "msg_bytes": nbytes.astype(np.int64), "phase": c["phase"][low].astype(object),
         "microbatch": c["microbatch"][low].astype(np.int64),
@@ -281,7 +324,8 @@ def instance_tables(c: dict) -> tuple[dict, dict]:
                "step": c["step"],
                "collective": c["collective"].astype(object), "start_ns": c["start"], "end_ns": c["end"],
                "dur_ns": c["dur"], "arrival_ns": c["start"] - first_start[pos], "wait_ns": last_start[pos] - c["start"],
-               "correlation": c["correlation"], "stream": c["stream"]}
+               "correlation": c["correlation"], "stream": c["stream"], "send_bytes": c["send"],
+               "recv_bytes": c["recv"]}
     return inst_cols, members
 
 
@@ -426,18 +470,41 @@ def analyse_collectives(job, clock_sync: str | None = None) -> CollectiveResult:
     if clock_sync not in (None, "none", "collectives"):
         raise StreamtraceError(f"bad --clock-sync {clock_sync!r}: use none or collectives")
     c = load_comm(job)
+    bad = c.pop("_mismatches", None) or mismatch_rows([], [], {}, {})
     inst, mem = instance_tables(c) if c else instance_tables({"instance": np.zeros(0, np.int64)})
     offsets, comps = {}, {}
     if clock_sync == "collectives" and c:
-        offsets, comps = estimate_clock_offsets(mem, {**inst, "bridge": ~is_group(inst)})   # p2p: bridges only
+        offsets, comps = estimate_clock_offsets(mem, clock_instances(inst))
         job.set_clock_offsets(offsets)
         c = load_comm(job)
+        c.pop("_mismatches")
         inst, mem = instance_tables(c)
     stats = {"kernels": int(len(mem["instance"])), "instances": int(len(inst["instance"])),
              "complete": int(inst["complete"].sum()) if len(inst["instance"]) else 0,
              "inconsistent": int((~inst["consistent"]).sum()) if len(inst["instance"]) else 0,
-             "single_rank": int((inst["n_ranks"] == 1).sum()) if len(inst["instance"]) else 0}
-    return CollectiveResult(inst, mem, summarize(inst), straggler_table(inst, mem), offsets, comps, stats)
+             "single_rank": int((inst["n_ranks"] == 1).sum()) if len(inst["instance"]) else 0,
+             **match_stats(inst, bad)}
+    return CollectiveResult(inst, mem, summarize(inst), straggler_table(inst, mem), offsets, comps, stats,
+                            mismatches=bad)
+
+
+def clock_instances(inst: dict) -> dict:
+    """The instance flags :func:`~streamtrace.events.clocks.estimate_clock_offsets` reads: point-to-
+    point transfers are bridges only; instances matched from CPU ops (gloo) are not used (their
+    members do not end together: each rank's gloo thread returns when it is done), marked
+    inconsistent for the estimate only."""
+    cpu = np.asarray(inst.get("source", np.zeros(0, object)), object) == "cpu ops"
+    return {"complete": inst["complete"], "consistent": np.asarray(inst["consistent"], bool) & ~cpu,
+            "n_ranks": inst["n_ranks"], "bridge": ~is_group(inst)}
+
+
+def match_stats(inst: dict, bad: dict) -> dict:
+    """``matched_by_seq`` / ``matched_by_order`` (instances) and ``mismatched`` (rank-group pairs
+    whose count differs from the group's most), ``mismatched_ranks`` (sorted ranks) for
+    ``aggregate.json``'s ``collectives``."""
+    by = np.asarray(inst.get("matched_by", np.zeros(0, object)), object)
+    return {"matched_by_seq": int((by == "seq").sum()), "matched_by_order": int((by == "order").sum()),
+            "mismatched": int(len(bad["rank"])), "mismatched_ranks": sorted({int(r) for r in bad["rank"]})}
 
 
 def write_collectives(outdir, res: CollectiveResult) -> list:
@@ -445,6 +512,8 @@ def write_collectives(outdir, res: CollectiveResult) -> list:
     ``collectives_summary.csv`` / ``.parquet`` into ``outdir`` atomically; returns the paths."""
     paths = write_table(outdir, "collectives", res.instances, INSTANCE_COLUMNS) + \
         write_table(outdir, "collectives_ranks", res.members, MEMBER_COLUMNS)
+    if res.mismatches and len(res.mismatches["rank"]):
+        paths += write_table(outdir, "collectives_mismatch", res.mismatches, MISMATCH_COLUMNS, csv=True)
     summ = {k: np.asarray([r[k] for r in res.summary], object if isinstance(res.summary[0][k], str) else None)
             for k in res.summary[0]} if res.summary else {}
     if summ:

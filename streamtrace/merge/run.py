@@ -241,6 +241,7 @@ def _merge_files(files, output, opt, splits, t_start):
             "bytes_in": sum(r["bytes_in"] for r in results), "bytes_out": output.stat().st_size,
             "seconds": time.time() - t_start, "jobs": jobs,
             "warnings": clock_warnings + [w for r in results for w in r["warnings"]],
+            "clock_offsets_ns": {r: v["offset_ns"] for r, v in clock["ranks"].items() if v["applied"]} if clock else {},
             "split": {files[i].rank: len(sf.ranges) for i, sf in splits.items()}, "ranges_redone": redone,
             "worker_mb_per_s": [round(b / 1e6 / max(t, 1e-9), 1) for b, t in busy.values()],
             "cpu_only": not any(v.get("kind") == "gpu" for r in results for v in r["process_map"].values()),

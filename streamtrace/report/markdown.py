@@ -36,6 +36,7 @@ from .explain import build_explain, explain_markdown, idle_chart
 from .render import ChartOptions, render_all
 from .config import configuration_md, inferred_phases, iteration_cell
 from .p2p import p2p_markdown, p2p_section
+from .groups import groups_markdown, groups_section
 from .pipeline import pipeline_markdown, pipeline_section
 from .units import fmt_bytes, fmt_count, fmt_gbps, fmt_pct, fmt_time, short_names
 
@@ -110,6 +111,7 @@ def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq
     rep["stragglers"] = {"top": rows[:5], "clock_offsets_ns": meta.get("clock_offsets_ns") or {},
                          "from": "stragglers.parquet"}
     rep["p2p"] = p2p_section(d)
+    rep["process_groups"] = groups_section(d, meta)
     rep["pipeline"] = pipeline_section(d, sizes.get("pp"))
     tk = _read(d, "top_kernels")
     total = int(tk["total_ns"].sum()) if len(tk.get("total_ns", [])) else 0
@@ -267,6 +269,7 @@ def to_markdown(rep: dict, charts=()) -> str:
     if off:
         L += ["Estimated clock offsets: " + ", ".join(f"rank {r}: {fmt_time(v, sign=True)}" for r, v in off.items()),
               ""]
+    L += groups_markdown(rep["process_groups"], _table, bool(c.get("topology_from")), c["ranks"])
     L += p2p_markdown(rep["p2p"], _table, _ms, rep["configuration"]["ranks"])
     L += pipeline_markdown(rep["pipeline"], _table, iteration_cell)
     L += ["## Top kernels by time", ""]

@@ -13,7 +13,6 @@ from streamtrace.job.collectives import analyse_collectives, bus_factor, write_c
 from streamtrace.runtime.errors import StreamtraceError
 from streamtrace.synth.job import END_SKEW_NS, SynthSpec, generate_job
 
-from support import CPU3D
 
 TYPE = {"allreduce": "AllReduce", "allgather": "AllGather", "reduce_scatter": "ReduceScatter", "sendrecv": "SendRecv"}
 # nccl-tests PERFORMANCE.md, written out by hand for the test
@@ -207,16 +206,6 @@ def test_outputs_and_individual_alignment(skewed, tmp_path):
         assert (m["start_ns"][sel] >= 0).all()
     with pytest.raises(StreamtraceError):
         analyse_collectives(job, clock_sync="ntp")
-
-
-def test_cpu3d_has_no_gpu_collectives(tmp_path):
-    if not CPU3D.is_dir():
-        pytest.skip("../shared/traces/cpu-3d is absent")
-    analyze([CPU3D / "iteration_4"], tmp_path / "an", AnalyzeOptions(jobs=1))
-    job = Job([tmp_path / "an"])
-    res = analyse_collectives(job)
-    assert res.stats["instances"] == 0 and res.summary == []
-    assert job.topology.groups["pp"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
 
 
 def test_p2p_table_from_truth(tmp_path):
