@@ -80,12 +80,14 @@ def latest_times(n, src, dst, w, deadline):
 def trace_back(pred, src, end):
     """The edges of the longest path ending at node ``end``, first to last (int64[k]), following
     ``pred`` (from :func:`longest_path`) and ``src``.  O(k)."""
-    out = np.empty(pred.shape[0], np.int64)
     k = 0
     v = end
-    while v >= 0 and pred[v] >= 0 and k < out.shape[0]:
-        e = pred[v]
-        out[k] = e
+    while v >= 0 and pred[v] >= 0 and k < pred.shape[0]:
         k += 1
-        v = src[e]
-    return out[:k][::-1].copy()
+        v = src[pred[v]]
+    out = np.empty(k, np.int64)
+    v = end
+    for i in range(k - 1, -1, -1):
+        out[i] = pred[v]
+        v = src[pred[v]]
+    return out
