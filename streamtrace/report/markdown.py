@@ -32,6 +32,8 @@ import numpy as np
 from ..errors import StreamtraceError
 from ..job.folder import read_aggregate_table, read_meta
 from ..runtime.files import atomic_output
+from .critical_chart import critical_chart
+from .critical_path import critical_markdown, critical_section
 from .explain import build_explain, explain_markdown, idle_chart
 from .render import ChartOptions, render_all
 from .p2p import p2p_markdown, p2p_section
@@ -125,6 +127,7 @@ def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq
          "share_pct": 100 * int(tk["total_ns"][i]) / total if total else None}
         for i in range(min(top, len(tk.get("name", []))))], "from": "top_kernels.parquet"}
     rep["explain"] = build_explain(d, top)
+    rep["critical_path"] = critical_section(d, lambda x: short_names([x], 60)[0])
     rep["missing"] = _missing(rep, meta, cpu_only)
     rep["warnings"] = meta.get("warnings", [])
     return rep
@@ -235,8 +238,10 @@ def to_markdown(rep: dict, charts=()) -> str:
     unit = "CPU" if c.get("cpu_only") else "GPU"
     L = [f"# {rep['name']}", "",
          f"Generated {rep['generated']} by streamtrace from `{rep['aggregate']}` "
-         f"(time alignment: {c['time_alignment']}, clock sync: {c['clock_sync']}).", "",
-         "## Configuration", "",
+         f"(time alignment: {c['time_alignment']}, clock sync: {c['clock_sync']}).", ""]
+    cp_png = next((p for p in charts if Path(p).stem == "critical_path"), None)
+    L += critical_markdown(rep.get("critical_path"), _table, _ms, short_names, cp_png)
+    L += ["## Configuration", "",
          _table(["world size", "TP", "CP", "EP", "DP", "PP", "rank order", "GPUs", "ranks analysed", "iterations"],
                 [[_size(c["world_size"]), *(_size(c[k]) for k in DIMS), c["order"] or "-",
                   ", ".join(c["devices"]) or ("none (CPU only)" if c.get("cpu_only") else "-"), c["ranks"],
@@ -299,7 +304,7 @@ def to_markdown(rep: dict, charts=()) -> str:
         L += _missing_line(rep, "top_kernels")
     idle_png = next((p for p in charts if Path(p).stem == "idle_breakdown"), None)
     L += explain_markdown(rep.get("explain"), idle_png, short_names)
-    charts = [p for p in charts if p != idle_png]
+    charts = [p for p in charts if p not in (idle_png, cp_png)]
     if charts:
         L += ["## Charts", ""]
         L += [f"![{Path(p).stem}]({p})" for p in charts]
@@ -367,6 +372,7 @@ def write_report(aggdir, outdir=None, name=None, tokens_per_step=None, global_ba
         files = render_all(aggdir, out / "charts", opt=ChartOptions(formats=tuple(chart_formats), jobs=jobs,
                                                                     ranks=chart_ranks, progress=progress))
         files += idle_chart(rep.get("explain"), out / "charts" / "idle_breakdown", tuple(chart_formats))
+        files += critical_chart(aggdir, out / "charts" / "critical_path", tuple(chart_formats))
     shown = ".png" if "png" in chart_formats else ".svg"
     pngs = [str(Path(p).relative_to(out)) for p in files if str(p).endswith(shown)]
     rep["charts"] = pngs
