@@ -20,8 +20,8 @@ its own time) gives each anchor the longest path reaching it; the **critical pat
 reaching the latest step end (the last rank's), expanded back into the local segments it crosses.
 The backward pass (:func:`streamtrace.kernels.critical.latest_times`, every rank's step end due by
 the path's end) gives each anchor its latest time; an edge's slack is latest(dst) - earliest(src)
-- weight.  A rank's ``slack_ns`` is the largest slack of its stretches of local work (the most
-that one stretch could grow without lengthening the step; 0 on the path).
+- weight.  A rank's slack is the largest slack of its stretches of local work (the most that one
+stretch could grow without lengthening the step); a rank whose smallest is 0 is on the path.
 
 ``critical_path.parquet``: one row per segment, in path order: ``iteration``, ``step``, ``order``,
 ``rank``, ``lane`` (``thread <tid>`` or ``device <d> stream <s>``), ``start_ns``, ``end_ns``,
@@ -30,7 +30,9 @@ that one stretch could grow without lengthening the step; 0 on the path).
 ``critical_path_summary.parquet``: per (iteration, step) rows of ``what`` = ``total`` (``ns`` the
 path's length, ``span_ns`` the step's span: last rank's end - first rank's start), ``category``,
 ``rank``, ``kernel``, ``cpu_op`` (the share of the path, top 10 names), ``slack`` (one row per
-rank: ``ns`` its slack, ``on_path``), with ``key``, ``rank``, ``ns``, ``pct`` (of the path).
+rank: ``ns`` its slack, the largest over its stretches of work, ``min_ns`` the smallest, 0 when
+the path crosses the rank's work, ``on_path``: the path spends time on the rank), with ``key``,
+``rank``, ``ns``, ``pct`` (of the path; -1 / False where a column does not apply).
 """
 from __future__ import annotations
 
@@ -45,7 +47,8 @@ from .critical_local import A_, CATEGORIES, E_, S_, T_
 
 SEGMENT_COLUMNS = ("iteration", "step", "order", "rank", "lane", "start_ns", "end_ns", "dur_ns", "weight_ns",
                    "category", "name")
-SUMMARY_COLUMNS = ("iteration", "step", "what", "key", "rank", "ns", "pct", "on_path", "span_ns", "path_ns")
+SUMMARY_COLUMNS = ("iteration", "step", "what", "key", "rank", "ns", "min_ns", "pct", "on_path", "span_ns",
+                   "path_ns")
 LOCAL, WAIT, TRANSFER = 0, 1, 2
 TOP = 10
 
@@ -248,7 +251,7 @@ def _summary(it, st, g, segs, dist, late, pos, keep, rank_of) -> list:
     t = np.asarray(g.t, np.int64)
     kind = np.asarray(g.kind)
     span = int(t[kind == T_].max() - t[kind == S_].min()) if (kind == S_).any() else 0
-    base = {"iteration": it, "step": st, "span_ns": span, "path_ns": path_ns, "rank": -1, "on_path": False}
+    base = {"iteration": it, "step": st, "span_ns": span, "path_ns": path_ns, "rank": -1, "on_path": False, "min_ns": -1}
     rows = [base | {"what": "total", "key": "", "ns": path_ns, "pct": 100.0}]
     pct = lambda x: round(100.0 * x / path_ns, 3) if path_ns else 0.0  # noqa: E731
 
@@ -281,5 +284,6 @@ def _summary(it, st, g, segs, dist, late, pos, keep, rank_of) -> list:
         sl = slack[part == p]
         r = rank_of[p]
         rows.append(base | {"what": "slack", "key": str(r), "rank": r, "ns": int(max(sl.max(), 0)) if len(sl) else 0,
-                            "pct": pct(on_path.get(r, 0)), "on_path": r in on_path})
+                            "min_ns": int(max(sl.min(), 0)) if len(sl) else 0, "pct": pct(on_path.get(r, 0)),
+                            "on_path": r in on_path})
     return rows
