@@ -306,9 +306,8 @@ def part_paths(job, part, spill) -> dict:
         dropped += bad
         nodes, kinds, krow = anc
         anchors.append({"step": np.full(len(nodes), step, np.int64), "node": base + pos[nodes], "kind": kinds,
-                        "t_ns": t[nodes], "correlation": np.where(krow >= 0, k["correlation"][np.maximum(krow, 0)], -1),
-                        "stream": np.where(krow >= 0, k["stream"][np.maximum(krow, 0)], -1),
-                        "name": np.where(krow >= 0, k["name"][np.maximum(krow, 0)], "").astype(object)})
+                        "t_ns": t[nodes], "correlation": _take(k["correlation"], krow, -1),
+                        "stream": _take(k["stream"], krow, -1), "name": _take(k["name"], krow, "").astype(object)})
         edges.append({"step": np.full(len(o), step, np.int64), "src": base + o, "dst": base + s, "w_ns": w})
         src, dst, ww, cat, lane, name = (c[marked] for c in cols)
         segs.append({"step": np.full(len(marked), step, np.int64), "src": base + pos[src], "dst": base + pos[dst],
@@ -322,6 +321,13 @@ def part_paths(job, part, spill) -> dict:
     pq.write_table(pa.table({c: pa.array(v, SEGMENT_SCHEMA.field(c).type) for c, v in cat(segs).items()}),
                    path, compression="zstd")
     return {"anchors": cat(anchors), "edges": cat(edges), "segments": str(path), "dropped": dropped}
+
+
+def _take(col, rows, default):
+    """``col[rows]`` with ``default`` where a row is -1."""
+    if not len(col):
+        return np.full(len(rows), default, object if isinstance(default, str) else np.int64)
+    return np.where(rows >= 0, col[np.maximum(rows, 0)], default)
 
 
 def _np(col):
