@@ -6,7 +6,7 @@ visits (:mod:`streamtrace.report.critical_chart`).
 The sentences are built from the tables only: (1) the step's length, the ranks the path visits
 and the category holding most of it; (2) the longest single piece of the path (a segment, or a
 run of consecutive segments of one rank and category), what it is and its share of the step;
-(3) the ranks' slack: who is on the path, how much later the others could be.
+(3) the rank holding most of the path and how much later the other ranks could be (their slack).
 """
 from __future__ import annotations
 
@@ -91,15 +91,17 @@ def _sentences(total, cats, ranks, slack, runs, short) -> list:
           f"{top[2]:.0f} % of it is {PHRASE.get(top[0], top[0])}.")
     big = max(runs, key=lambda r: r[2]) if runs else None
     s2 = (f"The longest piece: {_piece(big, path, short)}." if big else "The path has no segments.")
-    off = [s for s in slack if not s[2]]
-    on = [s[0] for s in slack if s[2]]
-    if off:
-        most = ", ".join(f"rank {r} {ns / 1e6:,.2f} ms" for r, ns, _ in off[:3])
-        s3 = (f"Nothing off the path shortens the step: the other ranks could be that much later ({most}"
-              f"{', ...' if len(off) > 3 else ''}) and still wait for rank"
-              f"{'s' if len(on) > 1 else ''} {', '.join(map(str, on[:6]))}.")
+    dom = ranks[0] if ranks else (None, 0, 0.0)
+    others = [x for x in slack if x[0] != dom[0]][:3]
+    if dom[0] is None:
+        s3 = "No rank holds the path."
+    elif not others:
+        s3 = f"Rank {dom[0]} is the only rank of the step: its own work is the whole path."
     else:
-        s3 = "Every rank is on the path at some point: shortening any of them shortens the step."
+        most = ", ".join(f"rank {r}: {ns / 1e6:,.2f} ms" for r, ns, _ in others)
+        s3 = (f"Rank {dom[0]} holds {dom[2]:.0f} % of the path; the other ranks have slack ({most}"
+              f"{', ...' if len(slack) > 4 else ''}): making them faster buys nothing until rank {dom[0]}'s part "
+              "shrinks.")
     return [s1, s2, s3]
 
 

@@ -127,7 +127,7 @@ def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq
          "share_pct": 100 * int(tk["total_ns"][i]) / total if total else None}
         for i in range(min(top, len(tk.get("name", []))))], "from": "top_kernels.parquet"}
     rep["explain"] = build_explain(d, top)
-    rep["critical_path"] = critical_section(d, lambda x: short_names([x], 60)[0])
+    rep["critical_path"] = critical_section(d, lambda x: short_names([x], 80)[0])
     rep["missing"] = _missing(rep, meta, cpu_only)
     rep["warnings"] = meta.get("warnings", [])
     return rep
