@@ -56,9 +56,9 @@ ANCHOR_COLUMNS = ("step", "node", "kind", "t_ns", "correlation", "stream", "name
 EDGE_COLUMNS = ("step", "src", "dst", "w_ns")
 SEGMENT_SCHEMA = pa.schema([("step", pa.int64()), ("src", pa.int64()), ("dst", pa.int64()), ("t0", pa.int64()),
                             ("t1", pa.int64()), ("w", pa.int64()), ("cat", pa.int8()), ("lane", pa.string()),
-                            ("name", pa.string())])
+                            ("name", pa.string()), ("ref", pa.int64())])
 KERNEL_COLUMNS = ["device", "stream", "ts_ns", "end_ns", "name", "kind", "correlation", "step"]
-OPS_COLUMNS = ["tid", "ts_ns", "dur_ns", "name", "cat", "depth", "parent", "correlation"]
+OPS_COLUMNS = ["tid", "ts_ns", "dur_ns", "name", "cat", "depth", "parent", "correlation", "external_id"]
 
 
 class _Graph:
@@ -75,19 +75,22 @@ class _Graph:
         self.cls.append(np.broadcast_to(np.asarray(cls, np.int8), len(t)))
         return base + np.arange(len(t), dtype=np.int64)
 
-    def edges(self, src, dst, w, cat, lane, name):
-        """``lane``, ``name``: object arrays (or scalars) naming each edge's thread/stream and event."""
+    def edges(self, src, dst, w, cat, lane, name, ref=-1):
+        """``lane``, ``name``: object arrays (or scalars) naming each edge's thread/stream and event;
+        ``ref``: the event's id in the trace (int64: the GPU event's ``correlation`` for GPU
+        categories, the CPU op's ``External id`` for CPU ones; -1 none)."""
         n = len(src)
         if n:
             b = lambda x: np.broadcast_to(np.asarray(x, object), n)  # noqa: E731
             self.e.append((np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(w, np.int64),
-                           np.broadcast_to(np.asarray(cat, np.int8), n), b(lane), b(name)))
+                           np.broadcast_to(np.asarray(cat, np.int8), n), b(lane), b(name),
+                           np.broadcast_to(np.asarray(ref, np.int64), n)))
 
     def arrays(self):
         t = np.concatenate(self.t) if self.t else np.zeros(0, np.int64)
         self.order = np.lexsort((np.arange(len(t)), np.concatenate(self.cls) if self.cls else t, t))
-        cols = [np.concatenate([e[i] for e in self.e]) if self.e else np.zeros(0, object if i >= 4 else np.int64)
-                for i in range(6)]
+        cols = [np.concatenate([e[i] for e in self.e]) if self.e else
+                np.zeros(0, object if i in (4, 5) else np.int64) for i in range(7)]
         return t, cols
 
 
@@ -135,7 +138,8 @@ def _cpu(g: _Graph, ops, rows, main_tid):
         name = np.where(inner >= 0, ops["name"][np.maximum(inner, 0)], "")
         gap = (inner < 0) | ops["is_step"][np.maximum(inner, 0)]
         cat = np.where(gap, C["host_gap"], C["cpu_op"]).astype(np.int8)
-        g.edges(ids[:-1], ids[1:], np.diff(t), cat[:-1], f"thread {tid}", name[:-1])
+        ext = np.where(inner >= 0, ops["external_id"][np.maximum(inner, 0)], -1)
+        g.edges(ids[:-1], ids[1:], np.diff(t), cat[:-1], f"thread {tid}", name[:-1], ext[:-1])
         if main is None:
             main = (t, ids)
         else:                                                       # join the step's thread
@@ -158,8 +162,9 @@ def _gpu(g: _Graph, k, rows, launch_node, launch_t, first, s0):
     lane = np.asarray([f"device {d} stream {s}" for d, s in zip(dev.tolist(), stream.tolist())], object)
     name = k["name"][rows]
     body = ~comm
+    corr = k["correlation"][rows]
     g.edges(sn[body], en[body], (te - ts)[body], np.where(kind[body] == "memory", C["memcpy"], C["compute_kernel"]),
-            lane[body], name[body])
+            lane[body], name[body], corr[body])
     same = np.r_[False, (dev[1:] == dev[:-1]) & (stream[1:] == stream[:-1])]
     prev = np.where(same, np.arange(n) - 1, -1)
     # the latest end on another stream of the device before each start
@@ -179,9 +184,9 @@ def _gpu(g: _Graph, k, rows, launch_node, launch_t, first, s0):
                          (2, np.where(x >= 0, en[np.maximum(x, 0)], -1), C["kernel_gap"])):
         m = srcs >= 0
         w = np.where(bind[m] == c, ts[m] - cand_t[c][m], 0)
-        g.edges(srcs[m], sn[m], w, np.where(bind[m] == c, cat, C["wait"]), lane[m], name[m])
+        g.edges(srcs[m], sn[m], w, np.where(bind[m] == c, cat, C["wait"]), lane[m], name[m], corr[m])
     m = ~has
-    g.edges(np.full(int(m.sum()), first), sn[m], ts[m] - s0, C["kernel_gap"], lane[m], name[m])
+    g.edges(np.full(int(m.sum()), first), sn[m], ts[m] - s0, C["kernel_gap"], lane[m], name[m], corr[m])
     return sn, en, comm
 
 
@@ -198,16 +203,16 @@ def _syncs(g: _Graph, ops, rows, end_node, kend, kend_node):
         j = np.searchsorted(se, hi, "right") - 1
         if j >= 0 and se[j] >= lo and end_node[i] >= 0:
             g.edges([sn[j]], [end_node[i]], [hi - se[j]], C["sync"], f"thread {int(ops['tid'][r])}",
-                    str(ops["name"][r]))
+                    str(ops["name"][r]), int(ops["external_id"][r]))
             linked[i] = True
     return linked
 
 
 def _zero_linked_syncs(cols, linked_names_nodes):
     """Weigh 0 (``wait``) the CPU chain edges that end at a linked sync call's end node."""
-    src, dst, w, cat = cols[:4]
+    dst, cat = cols[1], cols[3]
     m = np.isin(dst, linked_names_nodes) & (cat != C["sync"])
-    w[m] = 0
+    cols[2][m] = 0
     cat = cat.copy()
     cat[m] = C["wait"]
     cols[3] = cat
@@ -309,10 +314,10 @@ def part_paths(job, part, spill) -> dict:
                         "t_ns": t[nodes], "correlation": _take(k["correlation"], krow, -1),
                         "stream": _take(k["stream"], krow, -1), "name": _take(k["name"], krow, "").astype(object)})
         edges.append({"step": np.full(len(o), step, np.int64), "src": base + o, "dst": base + s, "w_ns": w})
-        src, dst, ww, cat, lane, name = (c[marked] for c in cols)
+        src, dst, ww, cat, lane, name, ref = (c[marked] for c in cols)
         segs.append({"step": np.full(len(marked), step, np.int64), "src": base + pos[src], "dst": base + pos[dst],
                      "t0": t[src], "t1": t[dst], "w": ww, "cat": cat.astype(np.int8), "lane": lane.astype(str),
-                     "name": name.astype(str)})
+                     "name": name.astype(str), "ref": ref})
         base += len(t)
     if not anchors:
         return empty

@@ -26,7 +26,9 @@ stretch could grow without lengthening the step); a rank whose smallest is 0 is 
 ``critical_path.parquet``: one row per segment, in path order: ``iteration``, ``step``, ``order``,
 ``rank``, ``lane`` (``thread <tid>`` or ``device <d> stream <s>``), ``start_ns``, ``end_ns``,
 ``dur_ns``, ``weight_ns`` (the time the path counts: ``dur_ns`` but for a ``wait``),
-``category`` (:data:`~streamtrace.job.critical_local.CATEGORIES`), ``name``.
+``category`` (:data:`~streamtrace.job.critical_local.CATEGORIES`), ``name``, and the event's id in
+its rank's trace: ``correlation`` (GPU categories: the GPU event, whose launch shares it) or
+``external_id`` (CPU categories: the innermost CPU op's ``External id``), -1 none.
 ``critical_path_summary.parquet``: per (iteration, step) rows of ``what`` = ``total`` (``ns`` the
 path's length, ``span_ns`` the step's span: last rank's end - first rank's start), ``category``,
 ``rank``, ``kernel``, ``cpu_op`` (the share of the path, top 10 names), ``slack`` (one row per
@@ -46,7 +48,8 @@ from ..kernels.critical import NEG, POS, latest_times, longest_path, trace_back
 from .critical_local import A_, CATEGORIES, E_, S_, T_
 
 SEGMENT_COLUMNS = ("iteration", "step", "order", "rank", "lane", "start_ns", "end_ns", "dur_ns", "weight_ns",
-                   "category", "name")
+                   "category", "name", "correlation", "external_id")
+GPU_CATEGORIES = ("launch_delay", "compute_kernel", "comm_transfer", "memcpy", "kernel_gap")
 SUMMARY_COLUMNS = ("iteration", "step", "what", "key", "rank", "ns", "min_ns", "pct", "on_path", "span_ns",
                    "path_ns")
 LOCAL, WAIT, TRANSFER = 0, 1, 2
@@ -71,6 +74,7 @@ class _StepGraph:
 
     def __init__(self):
         self.t, self.kind, self.part, self.local, self.name, self.stream = [], [], [], [], [], []
+        self.corr = []
         self.src, self.dst, self.w, self.etype = [], [], [], []
 
     def add_part(self, p, a, e):
@@ -81,6 +85,7 @@ class _StepGraph:
         self.local += a["node"].tolist()
         self.name += list(a["name"])
         self.stream += a["stream"].tolist()
+        self.corr += a["correlation"].tolist()
         o = np.argsort(a["node"])
         gid = lambda x: base + o[np.searchsorted(a["node"][o], x)]  # noqa: E731
         self.src += gid(e["src"]).tolist()
@@ -109,6 +114,7 @@ class _StepGraph:
             self.local.append(-1)
             self.name.append(self.name[arrivals[keys[0]]])
             self.stream.append(-1)
+            self.corr.append(-1)
             for k in keys:
                 self._edge(arrivals[k], b, 0, WAIT)
                 self._edge(b, ends[k], self.t[ends[k]] - last, TRANSFER)
@@ -182,7 +188,7 @@ def _segments(g: _StepGraph, path, spills: dict, rank_of: dict) -> list:
             while x != g.local[u] and x in by_dst:
                 j = by_dst[x]
                 chain.append((rank_of[p], s["lane"][j], s["t0"][j], s["t1"][j], s["w"][j], CATEGORIES[s["cat"][j]],
-                              s["name"][j]))
+                              s["name"][j], s["ref"][j]))
                 x = s["src"][j]
             rows += chain[::-1]
         else:
@@ -190,7 +196,8 @@ def _segments(g: _StepGraph, path, spills: dict, rank_of: dict) -> list:
             p = g.part[end]
             lane = f"stream {g.stream[end]}"
             cat = "comm_transfer" if typ == TRANSFER else "wait"
-            rows.append((rank_of[p], lane, g.t[u], g.t[v], g.w[e] if typ == TRANSFER else 0, cat, g.name[end]))
+            rows.append((rank_of[p], lane, g.t[u], g.t[v], g.w[e] if typ == TRANSFER else 0, cat, g.name[end],
+                         g.corr[end]))
     return [r for r in rows if r[3] > r[2] or r[4] != 0]
 
 
@@ -229,7 +236,7 @@ def critical_paths(job, results: list, outdir) -> list:
         seg_rows += [(it, st, k) + s for k, s in enumerate(segs)]
         summ_rows += _summary(it, st, g, segs, dist, late, pos, keep, rank_of)
     files = []
-    cols = list(zip(*seg_rows)) if seg_rows else [[] for _ in range(10)]
+    cols = list(zip(*seg_rows)) if seg_rows else [[] for _ in range(11)]
     seg = {"iteration": np.asarray(cols[0], np.int64), "step": np.asarray(cols[1], np.int64),
            "order": np.asarray(cols[2], np.int64), "rank": np.asarray(cols[3], np.int64),
            "lane": np.asarray(cols[4], object), "start_ns": np.asarray(cols[5], np.int64),
@@ -237,6 +244,8 @@ def critical_paths(job, results: list, outdir) -> list:
     seg["dur_ns"] = seg["end_ns"] - seg["start_ns"]
     seg |= {"weight_ns": np.asarray(cols[7], np.int64), "category": np.asarray(cols[8], object),
             "name": np.asarray(cols[9], object)}
+    ref, gpu = np.asarray(cols[10], np.int64), np.isin(seg["category"], GPU_CATEGORIES)
+    seg["correlation"], seg["external_id"] = np.where(gpu, ref, -1), np.where(gpu, -1, ref)
     files += write_table(outdir, "critical_path", seg, list(SEGMENT_COLUMNS))
     summ = {c: np.asarray([r[c] for r in summ_rows], object if c in ("what", "key") else
                           (bool if c == "on_path" else np.int64 if c != "pct" else np.float64))
