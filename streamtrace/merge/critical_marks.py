@@ -11,7 +11,8 @@ An event is on the path when (ids as merge writes them: ``rank * 2**40 + id``,
 kernel (same correlation), or a CPU op whose ``args["External id"]`` and name are a segment's
 (``cpu_op``, ``sync``).  Host gaps and waits are no event: the arrows jump over them.
 
-The trace is copied event by event, byte for byte except the ``args`` of the marked events (the
+A trace marked before (by another aggregate) loses the old marks and arrows first.  The trace is
+copied event by event, byte for byte except the ``args`` of the marked events (the
 member is inserted into the event's text: times keep their digits); the top-level keys after the
 events are written back in their order.  O(events) time, memory O(path segments).
 """
@@ -31,6 +32,8 @@ from .pids import GPU_CATS, unique_id
 CATEGORY = "critical_path"
 FLOW_BASE = 1 << 60            # flow ids above every merged id (rank * 2**40 + id, rank < 2**20)
 _ARGS = re.compile(rb'"args"\s*:\s*\{\s*')
+_OLD_MARK = re.compile(rb'"critical_path"\s*:\s*-?\d+\s*,?\s*')       # a mark of an earlier run (always first)
+_OLD_FLOW = b'"cat":"critical_path"'
 
 
 def path_ids(aggdir, iteration=None) -> tuple[dict, dict, dict]:
@@ -93,6 +96,10 @@ def mark_critical_path(trace, aggdir, output=None, iteration=None) -> dict:
             parts = []
             for k, (s, e) in enumerate(zip(b.starts.tolist(), b.ends.tolist())):
                 raw = bytes(b.buf[s:e])
+                if b'"critical_path"' in raw:                # marked before: the old marks and flows go
+                    if _OLD_FLOW in raw.replace(b" ", b""):
+                        continue
+                    raw = _OLD_MARK.sub(b"", raw, count=1)
                 order = None
                 if any(x in raw for x in keys):
                     ev = orjson.loads(raw)
