@@ -63,7 +63,8 @@ def hta_path(trace: Path, step: int, tmp: Path) -> dict:
         raise SystemExit("HTA's critical path failed")
     b = cp.get_critical_path_breakdown()
     by = {k: int(round(v * 1000)) for k, v in b.groupby("type")["duration"].sum().items()}   # us -> ns
-    return {"length_ns": int(round(b["duration"].sum() * 1000)), "by_kind_ns": by, "version": version("HolisticTraceAnalysis")}
+    return {"length_ns": int(round(b["duration"].sum() * 1000)), "by_kind_ns": by,
+            "version": version("HolisticTraceAnalysis")}
 
 
 def streamtrace_path(trace: Path, step: int, tmp: Path) -> dict:

@@ -260,7 +260,8 @@ def _summary(it, st, g, segs, dist, late, pos, keep, rank_of) -> list:
     t = np.asarray(g.t, np.int64)
     kind = np.asarray(g.kind)
     span = int(t[kind == T_].max() - t[kind == S_].min()) if (kind == S_).any() else 0
-    base = {"iteration": it, "step": st, "span_ns": span, "path_ns": path_ns, "rank": -1, "on_path": False, "min_ns": -1}
+    base = {"iteration": it, "step": st, "span_ns": span, "path_ns": path_ns, "rank": -1, "on_path": False,
+            "min_ns": -1}
     rows = [base | {"what": "total", "key": "", "ns": path_ns, "pct": 100.0}]
     pct = lambda x: round(100.0 * x / path_ns, 3) if path_ns else 0.0  # noqa: E731
 

@@ -45,7 +45,8 @@ def parse_fault(text: str) -> Fault:
 
 
 def bad(spec) -> bool:
-    """Does a fault of ``spec`` (a SynthSpec) name an unknown kind, a rank outside the job, a factor < 1 or a delay < 0?"""
+    """Does a fault of ``spec`` (a SynthSpec) name an unknown kind, a rank outside the job, a
+    factor < 1 or a delay < 0?"""
     return any(f.kind not in KINDS or not 0 <= f.rank < spec.world_size or f.factor < 1 or f.delay_ns < 0
                for f in spec.faults)
 

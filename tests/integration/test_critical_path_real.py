@@ -30,8 +30,8 @@ def _step_span(path) -> int:
     step = [e for e in ev if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("ph") == "X"
             and e.get("cat") != "gpu_user_annotation"][0]
     lo, hi = exact_ns(step["ts"]), exact_ns(step["ts"]) + exact_ns(step["dur"])
-    corr = {e["args"]["correlation"] for e in ev if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})
-            and lo <= exact_ns(e["ts"]) < hi}
+    corr = {e["args"]["correlation"] for e in ev if e.get("cat") == "cuda_runtime"
+            and "correlation" in e.get("args", {}) and lo <= exact_ns(e["ts"]) < hi}
     ends = [exact_ns(e["ts"]) + exact_ns(e["dur"]) for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
             and e.get("args", {}).get("correlation") in corr]
     return max([hi] + ends) - lo
