@@ -71,7 +71,7 @@ from ..runtime.progress import progress_bar
 from ..topology.sources import load_topology
 from .alignment import Job
 from .collective_spill import collectives_to
-from .critical_local import part_paths
+from .critical_local import part_paths, part_reads
 from .critical_path import critical_paths
 from .p2p import p2p_rows, write_p2p
 from .timeline import join as join_timeline, write_part as write_timeline_part
@@ -278,8 +278,9 @@ def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=Non
         rows = _cpu_part(job, part)
     steps = _steps(part)
     tl = rows[3] if spill is None else write_timeline_part(spill, index, part.rank, rows[3])
-    cp = part_paths(job, part, critical_spill) if critical_spill is not None else None
-    return rows[:3] + (tl,) + rows[4:] + (steps, part_tables(job, part, kernel_delay_ns), cp)
+    tables = part_reads(part) if critical_spill is not None else None       # read once for both
+    cp = part_paths(job, part, critical_spill, tables) if critical_spill is not None else None
+    return rows[:3] + (tl,) + rows[4:] + (steps, part_tables(job, part, kernel_delay_ns, tables), cp)
 
 
 # -- the job -----------------------------------------------------------------------------

@@ -29,7 +29,7 @@ the communication events, sinks their arrivals and the rank's step end (the late
 CPU end and its last GPU end).  One longest-path pass (:func:`streamtrace.kernels.critical.longest_path`,
 each source at its own time) gives every sink its longest path and the source it starts from;
 each sink becomes one job-level edge ``origin -> sink`` weighted by that path.  The segments of
-those paths (a tree: every node has one chosen in-edge) are written to a file of the part and only
+those paths (a tree: every node has one chosen in-edge) are written to a file of the part (Arrow IPC) and only
 read back for the ranks the job's path visits.
 """
 from __future__ import annotations
@@ -39,9 +39,13 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.compute as pc
+import pyarrow.feather as feather
 
 from ..kernels.critical import NEG, longest_path, trace_back
+from .alignment import column_numpy
+from .explain import KERNEL_COLUMNS as EXPLAIN_KERNELS
+from .stats import OPS_COLUMNS as STATS_OPS
 
 CATEGORIES = ("cpu_op", "launch_delay", "compute_kernel", "comm_transfer", "memcpy", "kernel_gap", "sync", "host_gap",
               "wait")
@@ -97,7 +101,7 @@ class _Graph:
 def _steps(ops) -> list:
     """``[(step number, tid, start, end)]`` of the ``ProfilerStep#N`` ops (aligned ns)."""
     out = []
-    for i in np.flatnonzero([bool(STEP.match(str(n))) for n in ops["name"]]).tolist():
+    for i in np.flatnonzero(ops["is_step"]).tolist():
         out.append((int(STEP.match(str(ops["name"][i])).group(1)), int(ops["tid"][i]), int(ops["ts_ns"][i]),
                     int(ops["ts_ns"][i] + ops["dur_ns"][i])))
     return out
@@ -284,23 +288,34 @@ def reduce_step(t, cols, anchors, order):
     return pos, red, keep[marked], int((~ok).sum())
 
 
-def part_paths(job, part, spill) -> dict:
+def part_reads(part) -> dict:
+    """The part's ``{"kernels", "ops"}`` pyarrow tables (None where it has none) with the columns
+    :func:`part_paths` and :func:`streamtrace.job.explain.part_tables` use: read once for both."""
+    kc = list(dict.fromkeys(KERNEL_COLUMNS + EXPLAIN_KERNELS))
+    oc = list(dict.fromkeys(OPS_COLUMNS + STATS_OPS))
+    return {"kernels": part.read("kernels", kc), "ops": part.read("ops", oc)}
+
+
+def part_paths(job, part, spill, tables=None) -> dict:
     """One part's anchors and reduced edges for every step (aligned ns), the segments of its local
-    paths written to ``spill/critical-<index>.parquet``.  Returns ``{"anchors": {column: array},
-    "edges": {column: array}, "segments": path or None, "dropped": int}``."""
-    ops_t = part.read("ops", OPS_COLUMNS)
-    k_t = part.read("kernels", KERNEL_COLUMNS)
+    paths written to ``spill/critical-<index>.arrow``; ``tables``: :func:`part_reads` (None: read
+    here).  Returns ``{"anchors": {column: array}, "edges": {column: array}, "segments": path or
+    None, "dropped": int}``."""
+    tables = tables or {"kernels": part.read("kernels", KERNEL_COLUMNS), "ops": part.read("ops", OPS_COLUMNS)}
+    ops_t, k_t = tables["ops"], tables["kernels"]
     empty = {"anchors": {c: np.zeros(0, np.int64) for c in ANCHOR_COLUMNS},
              "edges": {c: np.zeros(0, np.int64) for c in EDGE_COLUMNS}, "segments": None, "dropped": 0}
     if ops_t is None or not ops_t.num_rows:
         return empty
-    ops = {c: _np(ops_t[c]) for c in OPS_COLUMNS}
-    k = {c: _np(k_t[c]) for c in KERNEL_COLUMNS} if k_t is not None else \
+    ops = {c: column_numpy(ops_t[c]) for c in OPS_COLUMNS}
+    k = {c: column_numpy(k_t[c]) for c in KERNEL_COLUMNS} if k_t is not None else \
         {c: np.zeros(0, object if c in ("name", "kind") else np.int64) for c in KERNEL_COLUMNS}
     ops["ts_ns"] = part.align(ops["ts_ns"])
-    uniq, inv = np.unique(ops["name"].astype(str), return_inverse=True)
-    ops["is_step"] = np.asarray([bool(STEP.match(x)) for x in uniq.tolist()], bool)[inv.reshape(-1)]
-    ops["is_sync"] = np.asarray([bool(SYNC_CALLS.match(x)) for x in uniq.tolist()], bool)[inv.reshape(-1)]
+    enc = pc.dictionary_encode(ops_t["name"]).combine_chunks()        # name flags per distinct name
+    uniq = [x or "" for x in enc.dictionary.to_pylist()]
+    inv = enc.indices.fill_null(0).to_numpy(zero_copy_only=False)
+    ops["is_step"] = np.asarray([bool(STEP.match(x)) for x in uniq] or [False], bool)[inv]
+    ops["is_sync"] = np.asarray([bool(SYNC_CALLS.match(x)) for x in uniq] or [False], bool)[inv]
     k["ts_ns"], k["end_ns"] = part.align(k["ts_ns"]), part.align(k["end_ns"])
     anchors, edges, segs, dropped, base = [], [], [], 0, 0
     for step, tid, s0, s1 in _steps(ops):
@@ -322,9 +337,9 @@ def part_paths(job, part, spill) -> dict:
     if not anchors:
         return empty
     cat = lambda xs: {c: np.concatenate([x[c] for x in xs]) for c in xs[0]}  # noqa: E731
-    path = Path(spill) / f"critical-{part.index:06d}.parquet"
-    pq.write_table(pa.table({c: pa.array(v, SEGMENT_SCHEMA.field(c).type) for c, v in cat(segs).items()}),
-                   path, compression="zstd")
+    path = Path(spill) / f"critical-{part.index:06d}.arrow"          # Arrow IPC: a temporary, fast to write
+    feather.write_feather(pa.table({c: pa.array(v, SEGMENT_SCHEMA.field(c).type) for c, v in cat(segs).items()}),
+                          path, compression="uncompressed")
     return {"anchors": cat(anchors), "edges": cat(edges), "segments": str(path), "dropped": dropped}
 
 
@@ -334,7 +349,3 @@ def _take(col, rows, default):
         return np.full(len(rows), default, object if isinstance(default, str) else np.int64)
     return np.where(rows >= 0, col[np.maximum(rows, 0)], default)
 
-
-def _np(col):
-    arr = col.to_numpy(zero_copy_only=False) if hasattr(col, "to_numpy") else np.asarray(col)
-    return arr.astype(object) if arr.dtype.kind in "OUS" else arr

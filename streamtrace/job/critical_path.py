@@ -41,6 +41,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pyarrow.feather as feather
 import pyarrow.parquet as pq
 
 from ..events.dataset import write_table
@@ -181,7 +182,7 @@ def _segments(g: _StepGraph, path, spills: dict, rank_of: dict) -> list:
         if typ == LOCAL:
             p = g.part[u]
             if p not in cache:
-                s = pq.read_table(spills[p]).to_pydict()
+                s = feather.read_table(spills[p]).to_pydict()
                 cache[p] = {d: j for j, d in enumerate(s["dst"])}, s
             by_dst, s = cache[p]
             chain, x = [], g.local[v]
