@@ -64,3 +64,21 @@ def test_cli_and_errors(job, tmp_path):
     assert validate(tmp_path / "m.json.gz")["ok"]
     with pytest.raises(StreamtraceError):
         mark_critical_path(job / "merged.json", tmp_path, tmp_path / "x.json")
+
+
+def test_epilogue_marks_its_merged_trace(tmp_path):
+    from streamtrace.epilogue import run
+    d = tmp_path / "tb"
+    generate_job(d, SynthSpec(world_size=4, tp=2, pp=1, layers=1, microbatches=1))
+    s = run(d, jobs=1)
+    assert s["stages"]["critical path marks"] == "done"
+    merged = d / "streamtrace" / "iteration_10" / "merged_gpu.json.gz"
+    assert validate(merged)["ok"]
+    ev = load_json(merged)["traceEvents"]
+    segs = pq.read_table(d / "streamtrace" / "aggregate" / "critical_path.parquet").to_pylist()
+    want = {(s["rank"] << 40) | s["correlation"] for s in segs if s["category"] in ("compute_kernel", "comm_transfer")}
+    got = {e["args"]["correlation"] for e in ev if "critical_path" in (e.get("args") or {}) and e["cat"] == "kernel"}
+    assert want == got and want
+    first = load_json(merged)
+    run(d, jobs=1)                                   # marking again leaves the same file
+    assert load_json(merged) == first
