@@ -9,7 +9,8 @@ then into ``RUN_DIR/streamtrace/`` (or ``EpilogueOptions.outdir``, e.g. for a re
   Parquet in ``kernels/iteration=<N>/rank=<R>/`` and ``ops/iteration=<N>/rank=<R>/``);
 * ``iteration_<N>/merged_gpu.json.gz`` (GPU processes only, so Perfetto's UI can load it) or
   ``merged.json.gz`` with ``full=True``: :func:`streamtrace.merge.merge_files`;
-* ``aggregate/``: :func:`streamtrace.job.aggregate.aggregate` over all iterations;
+* ``aggregate/``: :func:`streamtrace.job.aggregate.aggregate` over all iterations; its critical path
+  then marked in each merged trace (:mod:`streamtrace.merge.critical_marks`);
 * ``<run name>.md`` + ``report.json`` and ``charts/``: :func:`streamtrace.report.write_report`;
 * ``epilogue.json``: what ran, what was reused, what failed (and why).
 
@@ -427,6 +428,21 @@ def _merge(ctx: _Run, tag, paths, merged) -> dict:
     raise RuntimeError("no readable rank trace left to merge")
 
 
+def _mark_stage(ctx: _Run, agg):
+    """The critical path of ``agg`` marked in every iteration's merged trace
+    (:func:`streamtrace.merge.critical_marks.mark_critical_path`; marking again gives the same file)."""
+    merged = sorted(p for p in ctx.out.glob("*/merged*.json.gz") if (agg / "critical_path.parquet").is_file())
+
+    def do_mark():
+        from .merge.critical_marks import mark_critical_path
+        it = lambda m: int(m.parent.name.split("_")[1]) if m.parent.name.startswith("iteration_") else None  # noqa: E731
+        return {"marked": sum(mark_critical_path(m, agg, iteration=it(m))["marked"] for m in merged)}
+    if merged:
+        fp = _fingerprint([agg / "critical_path.parquet"] + merged, stage="critical path marks")
+        _, st = _stage(ctx, "critical path marks", fp, merged, do_mark, "critical path marks", agg)
+        ctx.summary["stages"]["critical path marks"] = st
+
+
 def _job_stages(ctx: _Run, analysed, run_dir) -> str | None:
     """Aggregate every analysed iteration, then write the report and charts; returns the
     report's path (None when it was not written)."""
@@ -443,6 +459,7 @@ def _job_stages(ctx: _Run, analysed, run_dir) -> str | None:
     ctx.summary["stages"]["aggregate"] = st
     if res is None:
         return None
+    _mark_stage(ctx, agg)
 
     def do_report():
         from .report.run import ReportOptions, report

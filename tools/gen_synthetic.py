@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout without installing
 
 from streamtrace.synth.comm_formats import FORMATS  # noqa: E402
+from streamtrace.synth.faults import parse_fault  # noqa: E402
 from streamtrace.synth.job import SynthSpec, generate_job  # noqa: E402
 from streamtrace.synth.scale import generate_job_scaled  # noqa: E402
 
@@ -46,13 +47,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="where collectives' facts are written: kernel args (default), + Seq, record_param_comms "
                          "only, recorded shapes only")
     ap.add_argument("--alltoalls", type=int, default=0, help="DP all-to-alls per step (uneven splits)")
+    ap.add_argument("--fault", action="append", default=[], type=parse_fault,
+                    help="inject a fault with a known effect: slow_gemm:RANK:FACTOR, cpu_stall:RANK:NS or "
+                         "slow_send:RANK:NS (repeatable; streamtrace.synth.faults)")
     ap.add_argument("--scaled", action="store_true", help="DP replicas share one program (fast at 1,000+ ranks)")
     ap.add_argument("-j", "--jobs", type=int, default=1, help="processes (with --scaled)")
     a = ap.parse_args(argv)
     spec = SynthSpec(world_size=a.world_size, tp=a.tp, pp=a.pp, iteration=a.iteration, steps=a.steps,
                      microbatches=a.microbatches, layers=a.layers, seed=a.seed, compress=a.gz,
                      clock_skew_ns=a.clock_skew_ns, straggler_rank=a.straggler_rank,
-                     straggler_delay_ns=a.straggler_delay_ns, comm_format=a.comm_format, alltoalls=a.alltoalls)
+                     straggler_delay_ns=a.straggler_delay_ns, comm_format=a.comm_format, alltoalls=a.alltoalls,
+                     faults=tuple(a.fault))
     t = time.perf_counter()
     try:
         truth = generate_job_scaled(a.out_dir, spec, a.jobs) if a.scaled else generate_job(a.out_dir, spec)

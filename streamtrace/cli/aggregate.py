@@ -27,12 +27,13 @@ EXAMPLES = """
 @argh.arg("--consecutive-kernel-delay-us", type=float,
           help="idle breakdown: a gap on a GPU stream shorter than this (us), not caused by a late launch, is kernel "
                "wait, a longer one other (HolisticTraceAnalysis' consecutive_kernel_delay; default 30)")
+@argh.arg("--no-critical-path", help="do not write critical_path.parquet / critical_path_summary.parquet")
 @argh.arg("--force", help="aggregate folders that look like different jobs (different world sizes, ...)")
 @argh.arg("-q", "--quiet", help="print only warnings and errors")
 @argh.arg("-v", "--verbose", help="print more (and tracebacks of errors)")
 def aggregate(*dirs, outdir="streamtrace-aggregate", iterations=None, steps=None, jobs=0, time_alignment="global",
-              clock_sync="none", topology=None, consecutive_kernel_delay_us=30.0, force=False, quiet=False,
-              verbose=False):
+              clock_sync="none", topology=None, consecutive_kernel_delay_us=30.0, no_critical_path=False, force=False,
+              quiet=False, verbose=False):
     """Whole-job tables: per rank x phase x micro-batch, pipeline bubbles, replicas, iterations, collectives."""
     from ..job import AggregateOptions, aggregate as do_aggregate      # (the CLI's convention: see streamtrace.cli)
     con = Console(quiet, verbose)
@@ -42,7 +43,7 @@ def aggregate(*dirs, outdir="streamtrace-aggregate", iterations=None, steps=None
         iterations=parse_list(iterations, "--iterations") if iterations else None,
         steps=parse_list(steps, "--steps") if steps else None, jobs=parse_jobs(jobs), time_alignment=time_alignment,
         clock_sync=clock_sync, topology=topology, force=force, progress=con.progress,
-        consecutive_kernel_delay_ns=kernel_delay_ns(consecutive_kernel_delay_us)))
+        consecutive_kernel_delay_ns=kernel_delay_ns(consecutive_kernel_delay_us), critical_path=not no_critical_path))
     for w in m["warnings"]:
         con.warn(w)
     c = m["collectives"]

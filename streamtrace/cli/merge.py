@@ -54,12 +54,14 @@ def default_output(inputs, legacy=False) -> str:
 @argh.arg("--legacy-input-dir", action="append", help=argparse.SUPPRESS)      # --input_dir (see ALIASES)
 @argh.arg("--legacy-output-file", help=argparse.SUPPRESS)                    # --output_file
 @argh.arg("--iteration", dest="legacy_iteration", type=int, help=argparse.SUPPRESS)     # 0.1's --iteration N
+@argh.arg("--critical-path", help="an aggregate folder of the same traces: mark its critical path in the output "
+          "(args.critical_path on the path's events, flow arrows of category critical_path)")
 @argh.arg("-q", "--quiet", help="print only warnings and errors")
 @argh.arg("-v", "--verbose", help="print more (and tracebacks of errors)")
 def merge(*inputs, input_dir=None, output_file=None, ranks=None, drop_cat=None, steps=None,
           gpu_only=False, window=None, align="global", iterations=None, rank_map=None, jobs=0,
           salvage=False, no_validate=False, scheduler=None, legacy_input_dir=None, legacy_output_file=None,
-          legacy_iteration=None, quiet=False, verbose=False):
+          legacy_iteration=None, critical_path=None, quiet=False, verbose=False):
     """Merge per-rank traces into one Perfetto-loadable trace.
 
     Megatron's merge script's spelling (--input_dir DIR --output_file NAME) is accepted and, as in
@@ -104,6 +106,11 @@ def merge(*inputs, input_dir=None, output_file=None, ranks=None, drop_cat=None, 
             ok = res["validation"]["ok"]
             (con.info if ok else print)(validation_summary(res["validation"]))
             added |= not ok
+        if critical_path:
+            from ..merge.critical_marks import mark_critical_path      # (the CLI's convention, as above)
+            m = mark_critical_path(res["output"], critical_path, iteration=res["iteration"])
+            con.info(f"critical path of {critical_path}: {m['marked']:,} events marked, {m['flows']:,} flow arrows "
+                     f"-> {m['output']}")
     con.info("open it at https://ui.perfetto.dev (Open trace file)")
     if added:
         raise Exit(1)

@@ -72,6 +72,8 @@ from ..topology.sources import load_topology
 from .alignment import Job
 from ..events.collmatch import mismatch_warning
 from .collective_spill import collectives_to
+from .critical_local import part_paths, part_reads
+from .critical_path import critical_paths
 from .groups import write_groups
 from .p2p import p2p_rows, write_p2p
 from .timeline import join as join_timeline, write_part as write_timeline_part
@@ -268,7 +270,7 @@ def part_view(job, index):
     return view
 
 
-def _part_job(job, index, kernel_delay_ns=30_000, spill=None):
+def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=None):
     """One part's rows; with ``spill`` (a folder) its timeline rows go to a file there
     (:func:`~streamtrace.job.timeline.write_part`, returned in their place) so the parent never
     holds every part's timeline."""
@@ -278,7 +280,9 @@ def _part_job(job, index, kernel_delay_ns=30_000, spill=None):
         rows = _cpu_part(job, part)
     steps = _steps(part)
     tl = rows[3] if spill is None else write_timeline_part(spill, index, part.rank, rows[3])
-    return rows[:3] + (tl,) + rows[4:] + (steps, part_tables(job, part, kernel_delay_ns))
+    tables = part_reads(part) if critical_spill is not None else None       # read once for both
+    cp = part_paths(job, part, critical_spill, tables) if critical_spill is not None else None
+    return rows[:3] + (tl,) + rows[4:] + (steps, part_tables(job, part, kernel_delay_ns, tables), cp)
 
 
 # -- the job -----------------------------------------------------------------------------
@@ -320,6 +324,7 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
     job = Job(dirs, opt.time_alignment, topo, opt.iterations, opt.jobs, opt.steps, opt.force, opt.progress,
               opt.clock_sync)
     spill = Path(tempfile.mkdtemp(prefix=".timeline-spill.", dir=outdir))
+    cp_spill = Path(tempfile.mkdtemp(prefix=".critical-spill.", dir=outdir)) if opt.critical_path else None
     try:
         coll, files = collectives_to(job, outdir, opt.clock_sync, opt.collective_bucket_rows)
         layout = write_groups(outdir, sorted({p.rank for p in job.parts}), files)
@@ -328,13 +333,17 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
         if jobs > 1:      # loaded before the fork, the workers share the kernels and numba's set-up
             load_kernels(*TASKS["aggregate"])
         with progress_bar(len(job.parts), "aggregate", "rank", opt.progress) as bar:
-            res = run_tasks(_part_job, [(part_view(job, p.index), p.index, opt.consecutive_kernel_delay_ns, spill)
-                                        for p in job.parts], jobs, on_done=bar.update)
+            res = run_tasks(_part_job, [(part_view(job, p.index), p.index, opt.consecutive_kernel_delay_ns, spill,
+                                         cp_spill) for p in job.parts], jobs, on_done=bar.update)
         files += join_timeline(outdir, [r[3] for r in res])
+        if cp_spill is not None:
+            files += critical_paths(job, [r[7] for r in res], outdir)
     finally:
         shutil.rmtree(spill, ignore_errors=True)
+        if cp_spill is not None:
+            shutil.rmtree(cp_spill, ignore_errors=True)
     phase_rows, rank_rows, fb, top, steps = [], [], {}, {}, {}
-    for part, (pr, rr, f, _, tp_, st, _) in zip(job.parts, res):
+    for part, (pr, rr, f, _, tp_, st, *_) in zip(job.parts, res):
         phase_rows += pr
         rank_rows += rr
         fb.update({(part.rank, it, stp, dev): v for (it, stp, dev), v in f.items()})
@@ -372,7 +381,7 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
                                                  "kind": np.asarray([v[0] for _, v in topk], object),
                                                  "count": np.asarray([v[1] for _, v in topk], np.int64),
                                                  "total_ns": np.asarray([v[2] for _, v in topk], np.int64)})
-    files += write_explain(outdir, [r[-1] for r in res])
+    files += write_explain(outdir, [r[6] for r in res])
     if coll.stragglers:
         files += write_table(outdir, "stragglers", _columns(coll.stragglers, list(coll.stragglers[0])), csv=True)
     files += write_p2p(outdir, p2p_rows(coll.transfers, topo))

@@ -19,13 +19,14 @@ KERNEL_COLUMNS = ["device", "stream", "ts_ns", "dur_ns", "end_ns", "name", "kind
                   "launch_op", "step"]
 
 
-def part_tables(job, part, threshold_ns=_idle.DEFAULT_THRESHOLD_NS) -> dict:
+def part_tables(job, part, threshold_ns=_idle.DEFAULT_THRESHOLD_NS, tables=None) -> dict:
     """``{table: {column: numpy array}}`` of one part (a rank of one analysed iteration) of
     ``job`` (:class:`~streamtrace.job.alignment.Job`); ``threshold_ns``: the kernel-wait threshold
-    of the idle breakdown (int ns)."""
+    of the idle breakdown (int ns); ``tables``: the part's ``{"kernels", "ops"}`` pyarrow tables
+    already read with at least these columns (None: read here)."""
     it, rank = job.iteration_of(part), part.rank
-    k = part.read("kernels", KERNEL_COLUMNS)
-    ops = part.read("ops", _stats.OPS_COLUMNS)
+    k, ops = (part.read("kernels", KERNEL_COLUMNS), part.read("ops", _stats.OPS_COLUMNS)) if tables is None else \
+        (_cols(tables["kernels"], KERNEL_COLUMNS), _cols(tables["ops"], _stats.OPS_COLUMNS))
     if ops is None:
         ops = schemas()[1].empty_table().select(_stats.OPS_COLUMNS)
     out = {}
@@ -42,6 +43,10 @@ def part_tables(job, part, threshold_ns=_idle.DEFAULT_THRESHOLD_NS) -> dict:
     if ops.num_rows:
         out["op_stats"] = _keyed(it, rank, _stats.op_stats(ops, keep=job.keep_rows))
     return out
+
+
+def _cols(t, columns):
+    return None if t is None else t.select(columns)
 
 
 def _rows(rows) -> dict:

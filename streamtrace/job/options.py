@@ -32,6 +32,8 @@ class AggregateOptions:
             (HolisticTraceAnalysis' ``consecutive_kernel_delay``, effectively 30 us); default 30,000.
         collective_bucket_rows: communication kernels matched at a time (int >= 1; memory ~0.5 KB a
             row, :mod:`streamtrace.job.collective_spill`); default :data:`BUCKET_ROWS` (65,536).
+        critical_path: write ``critical_path.parquet`` and ``critical_path_summary.parquet``
+            (:mod:`streamtrace.job.critical_path`); default True.
     """
     iterations: list | None = None
     steps: list | None = None
@@ -43,3 +45,4 @@ class AggregateOptions:
     progress: bool | None = None
     consecutive_kernel_delay_ns: int = 30_000
     collective_bucket_rows: int = BUCKET_ROWS
+    critical_path: bool = True

@@ -32,6 +32,8 @@ import numpy as np
 from ..runtime.errors import StreamtraceError
 from ..job.folder import read_aggregate_table, read_meta
 from ..runtime.files import atomic_output
+from .critical_chart import critical_chart
+from .critical_path import critical_markdown, critical_section
 from .explain import build_explain, explain_markdown, idle_chart
 from .render import ChartOptions, render_all
 from .config import configuration_md, inferred_phases, iteration_cell
@@ -120,6 +122,7 @@ def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq
          "share_pct": 100 * int(tk["total_ns"][i]) / total if total else None}
         for i in range(min(top, len(tk.get("name", []))))], "from": "top_kernels.parquet"}
     rep["explain"] = build_explain(d, top)
+    rep["critical_path"] = critical_section(d, lambda x: short_names([x], 80)[0])
     rep["missing"] = _missing(rep, meta, cpu_only)
     rep["warnings"] = meta.get("warnings", [])
     return rep
@@ -222,6 +225,8 @@ def to_markdown(rep: dict, charts=()) -> str:
          f"(time alignment: {c['time_alignment']}, clock sync: {c['clock_sync']}). Times, sizes and bandwidths are "
          "shown in the unit that fits each value (us, ms, s; B, KB, MB, GB = powers of 1,000); report.json and the "
          "Parquet tables hold the exact values (ns, bytes).", ""]
+    cp_png = next((p for p in charts if Path(p).stem == "critical_path"), None)
+    L += critical_markdown(rep.get("critical_path"), _table, short_names, cp_png)
     L += configuration_md(c, _table)
     L += ["## Steps and throughput", ""]
     known_it = any(s["iteration"] >= 0 for s in rep["steps"])
@@ -282,7 +287,7 @@ def to_markdown(rep: dict, charts=()) -> str:
         L += _missing_line(rep, "top_kernels")
     idle_png = next((p for p in charts if Path(p).stem == "idle_breakdown"), None)
     L += explain_markdown(rep.get("explain"), idle_png, short_names)
-    charts = [p for p in charts if p != idle_png]
+    charts = [p for p in charts if p not in (idle_png, cp_png)]
     if charts:
         L += ["## Charts", ""]
         L += [f"![{Path(p).stem}]({p})" for p in charts]
@@ -343,6 +348,7 @@ def write_report(aggdir, outdir=None, name=None, tokens_per_step=None, global_ba
         files = render_all(aggdir, out / "charts", opt=ChartOptions(formats=tuple(chart_formats), jobs=jobs,
                                                                     ranks=chart_ranks, progress=progress))
         files += idle_chart(rep.get("explain"), out / "charts" / "idle_breakdown", tuple(chart_formats))
+        files += critical_chart(aggdir, out / "charts" / "critical_path", tuple(chart_formats))
     shown = ".png" if "png" in chart_formats else ".svg"
     pngs = [str(Path(p).relative_to(out)) for p in files if str(p).endswith(shown)]
     rep["charts"] = pngs

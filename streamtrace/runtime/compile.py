@@ -118,6 +118,9 @@ UNITS = {
     "windows._paint": ("windows", "_paint", (_I64,) * 7, ("windows._find",), 0.5),
     "gaps.running_end_before": ("gaps", "running_end_before", (T.Array(T.boolean, 1, "C"), _I64), (), 0.4),
     "ancestry.same_name_ancestor": ("ancestry", "same_name_ancestor", (_I64, _I64), (), 0.3),
+    "critical.longest_path": ("critical", "longest_path", (_i, _I64, _I64, _I64, _I64), (), 0.6),
+    "critical.latest_times": ("critical", "latest_times", (_i, _I64, _I64, _I64, _I64), (), 0.4),
+    "critical.trace_back": ("critical", "trace_back", (_I64, _I64, _i), (), 0.2),
     "intervals._union_sorted": ("intervals", "_union_sorted", (_I64, _I64), (), 0.3),
     "intervals._union_length_sorted": ("intervals", "_union_length_sorted", (_I64, _I64), (), 0.2),
     "intervals._intersect_length_sorted": ("intervals", "_intersect_length_sorted", (_I64,) * 4, (), 0.2),
@@ -127,7 +130,8 @@ UNITS = {
 }
 
 _WINDOWS = ("windows._in_key_order", "windows._is_sorted", "windows._sweep", "windows._paint")
-_STATS = ("gaps.running_end_before", "ancestry.same_name_ancestor")    # aggregate's statistics
+_STATS = ("gaps.running_end_before", "ancestry.same_name_ancestor",    # aggregate's statistics
+          "critical.longest_path", "critical.latest_times", "critical.trace_back")   # and critical path
 _READ = ("scan.scan_events", "scan.skip_value", "scan.skip_string", "scan.skip_ws")
 _INTERVALS = ("intervals._union_sorted", "intervals._union_length_sorted", "intervals._intersect_length_sorted")
 _VALIDATE = ("validate.event_fields", "validate.nesting_chunk", "validate.flow_chunk", "validate.flow_close",

@@ -39,6 +39,7 @@ from typing import NamedTuple
 import numpy as np
 import orjson
 
+from . import faults as F
 from .comm_formats import FORMATS, alltoall_splits, comm_args
 from .groups import ORDER, PG_DESC, build_topology, process_groups  # noqa: F401 (ORDER: re-exported)
 from .kernel_names import KERNELS as _K
@@ -84,6 +85,7 @@ class SynthSpec:
     extra_allreduces: int = 0           # blocking DP all-reduces added at the end of every step (dp > 1)
     comm_format: str = "kernel_args"    # where a collective's facts are written: synth.comm_formats.FORMATS
     alltoalls: int = 0                  # blocking DP all-to-alls (uneven splits) at the end of every step (dp > 1)
+    faults: tuple = ()                  # synth.faults.Fault, ...: injected faults with a known effect
 
     @property
     def dp(self) -> int:
@@ -249,7 +251,7 @@ class RankProgram:
         if self.straggle and cat == "kernel":
             dur, self.straggle = dur + self.spec.straggler_delay_ns, False
         start = max(self.sq[S_COMP], ts + LAUNCH_LAT_NS, self.comp_wait)
-        end = start + int(dur * dict(self.spec.kernel_scale).get(key, 1))
+        end = start + int(dur * dict(self.spec.kernel_scale).get(key, 1) * F.kernel_factor(self.spec.faults, self.rank, key))
         args = {"External id": self.stack[tid][-1], "queued": 0, "device": self.dev, "context": 1, "stream": S_COMP, "correlation": corr}
         name = key
         if cat == "kernel":
@@ -444,7 +446,7 @@ class RankProgram:
         for k in range(sp.steps):
             self.step = k
             with self.op(f"ProfilerStep#{sp.iteration + k}", m, cat=ua, gap=(5_000, 20_000)) as ts:
-                with self.op("aten::zero_", m):
+                with F.stall(self, m), self.op("aten::zero_", m):     # after an injected data-loader stall, if any
                     self.gpu(m, "Memset (Device)", self.cost(nbytes=P * sp.layers * 2), "gpu_memset", "cudaMemsetAsync",
                              {"bytes": P * sp.layers * 2, "memory bandwidth (GB/s)": 2500.0})
                 yield from self.schedule()
@@ -511,7 +513,7 @@ def simulate(spec: SynthSpec, pgs: list, ranks=None, truth=True):
             t, n = p.truth, len(p.truth["pg_ranks"])
             num, den = {"allreduce": (2 * n - 2, n), "reduce_scatter": (n - 1, n), "allgather": (n - 1, n)}.get(t["type"], (1, 1))
             lat, bw = LINKS[t["dim"]]
-            t_end = max(q.start for q in got.values()) + lat + t["nbytes"] * num // (den * bw)
+            t_end = max(q.start for q in got.values()) + lat + t["nbytes"] * num // (den * bw) + F.send_delay_ns(spec, t)
             ends = resolved[p.key] = {q: t_end + int(rng.random() * (END_SKEW_NS + 1)) for q in sorted(got)}
             if truth:
                 colls.append(CollectiveTruth(index=len(colls), start_ns={q: got[q].start for q in sorted(got)}, end_ns=ends,
@@ -549,8 +551,8 @@ def replay(gen, replies):
 def check_spec(spec: SynthSpec) -> dict:
     """The spec's topology (:func:`build_topology`); ValueError for a spec no job can have."""
     topo = build_topology(spec)
-    if min(spec.steps, spec.microbatches, spec.layers) < 1 or spec.straggler_delay_ns < 0 or not 0 <= (spec.straggler_rank or 0) < spec.world_size:
-        raise ValueError(f"steps, microbatches, layers must be >= 1, straggler_delay_ns >= 0, straggler_rank a rank: {spec}")
+    if min(spec.steps, spec.microbatches, spec.layers) < 1 or spec.straggler_delay_ns < 0 or not 0 <= (spec.straggler_rank or 0) < spec.world_size or F.bad(spec):
+        raise ValueError(f"steps, microbatches, layers must be >= 1, straggler_delay_ns >= 0, straggler_rank a rank, faults valid: {spec}")
     if spec.comm_format not in FORMATS or spec.alltoalls < 0:
         raise ValueError(f"comm_format must be one of {', '.join(FORMATS)} and alltoalls >= 0: {spec}")
     return topo

@@ -13,6 +13,8 @@ leaves to Python), and ``json.loads`` (of :mod:`streamtrace.kernels.jsoncheck`).
 """
 from .ancestry import *  # noqa: F401,F403
 from .ancestry import __all__ as _ancestry
+from .critical import *  # noqa: F401,F403
+from .critical import __all__ as _critical
 from .gaps import *  # noqa: F401,F403
 from .gaps import __all__ as _gaps
 from .intervals import *  # noqa: F401,F403
@@ -28,4 +30,4 @@ from .validate import __all__ as _validate
 from .windows import *  # noqa: F401,F403
 from .windows import __all__ as _windows
 
-__all__ = [*_intervals, *_tree, *_nesting, *_ancestry, *_validate, *_windows, *_runs, *_gaps]
+__all__ = [*_intervals, *_tree, *_nesting, *_ancestry, *_validate, *_windows, *_runs, *_gaps, *_critical]

@@ -1,0 +1,351 @@
+"""One rank's part of the critical path (:mod:`streamtrace.job.critical_path`), run in aggregate's
+per-rank worker from the rank's Parquet rows (``ops`` and ``kernels``; no trace is read).
+
+**The graph of one step on one rank** (HolisticTraceAnalysis' model, ``hta/analyzers/
+critical_path_analysis.py``; where it differs, see docs/critical-path.md).  Nodes are instants
+(int64 ns, aligned), edges say "cannot happen before", weighted by the time the edge stands for:
+
+* **CPU**: every op of the step window (``ProfilerStep#N`` on its thread; ops of every thread
+  starting inside it) contributes its start and its end; on each thread consecutive instants are
+  chained, the edge weighted by the time between them and named after the innermost op open
+  there (``cpu_op``; ``host_gap`` when none but the step is open).  A thread other than the
+  step's joins the step's thread at the latest instant before its first op (``host_gap``).
+* **launch -> kernel**: the runtime call (same ``correlation``) start -> the GPU event start
+  (``launch_delay``); **stream order**: the previous GPU event's end on the stream -> the start
+  (``kernel_gap``); **cross-stream wait**: the latest end on another stream of the device before
+  the start (Kineto does not link ``cudaStreamWaitEvent`` to its ``cudaEventRecord`` in the
+  columns analyze keeps, so the wait is inferred).  Of these the latest to happen is the one the
+  event waited for: its edge carries the time up to the start, the others weigh 0 (as HTA adds
+  either the launch delay or the kernel-kernel delay, never both, by queue length).
+* **GPU event** start -> end (``compute_kernel``, ``memcpy`` for memory kinds).  A communication
+  event is cut instead: its start is an *arrival* and its end an *end* anchor, joined across
+  ranks by the job level.
+* **GPU -> CPU sync**: ``cudaStreamSynchronize`` / ``cudaDeviceSynchronize`` /
+  ``cudaEventSynchronize`` / a synchronous ``cudaMemcpy``: the latest GPU end inside the call
+  -> the call's end (``sync``), the call's own time then weighs 0 (the CPU waited).
+
+**The reduction** (so that the job level is small): sources are the step's start and the ends of
+the communication events, sinks their arrivals and the rank's step end (the later of the step's
+CPU end and its last GPU end).  One longest-path pass (:func:`streamtrace.kernels.critical.longest_path`,
+each source at its own time) gives every sink its longest path and the source it starts from;
+each sink becomes one job-level edge ``origin -> sink`` weighted by that path.  The segments of
+those paths (a tree: every node has one chosen in-edge) are written to a file of the part (Arrow IPC) and only
+read back for the ranks the job's path visits.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.feather as feather
+
+from ..kernels.critical import NEG, longest_path, trace_back
+from .alignment import column_numpy
+from .explain import KERNEL_COLUMNS as EXPLAIN_KERNELS
+from .stats import OPS_COLUMNS as STATS_OPS
+
+CATEGORIES = ("cpu_op", "launch_delay", "compute_kernel", "comm_transfer", "memcpy", "kernel_gap", "sync", "host_gap",
+              "wait")
+"""Segment categories (``wait``: a zero-weight edge, the time something waited; never on a
+consistent path)."""
+C = {c: i for i, c in enumerate(CATEGORIES)}
+SYNC_CALLS = re.compile(r"^(cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|cudaMemcpy|"
+                        r"hipStreamSynchronize|hipDeviceSynchronize|hipEventSynchronize|hipMemcpy)$")
+STEP = re.compile(r"^ProfilerStep#(\d+)$")
+S_, A_, E_, T_ = 0, 1, 2, 3          # anchor kinds: step start, arrival, end, step end
+ANCHOR_COLUMNS = ("step", "node", "kind", "t_ns", "correlation", "stream", "name")
+EDGE_COLUMNS = ("step", "src", "dst", "w_ns")
+SEGMENT_SCHEMA = pa.schema([("step", pa.int64()), ("src", pa.int64()), ("dst", pa.int64()), ("t0", pa.int64()),
+                            ("t1", pa.int64()), ("w", pa.int64()), ("cat", pa.int8()), ("lane", pa.string()),
+                            ("name", pa.string()), ("ref", pa.int64())])
+KERNEL_COLUMNS = ["device", "stream", "ts_ns", "end_ns", "name", "kind", "correlation", "step"]
+OPS_COLUMNS = ["tid", "ts_ns", "dur_ns", "name", "cat", "depth", "parent", "correlation", "external_id"]
+
+
+class _Graph:
+    """Growing node and edge arrays of one step (node ids in creation order)."""
+
+    def __init__(self):
+        self.t, self.cls, self.e = [], [], []
+
+    def nodes(self, t, cls=1) -> np.ndarray:
+        """New nodes at times ``t``; ``cls`` orders nodes of equal time (a GPU end 0, a CPU instant
+        1, a GPU start 2, the step end 3; then creation order), so that every edge runs forward."""
+        base = sum(len(x) for x in self.t)
+        self.t.append(np.asarray(t, np.int64))
+        self.cls.append(np.broadcast_to(np.asarray(cls, np.int8), len(t)))
+        return base + np.arange(len(t), dtype=np.int64)
+
+    def edges(self, src, dst, w, cat, lane, name, ref=-1):
+        """``lane``, ``name``: object arrays (or scalars) naming each edge's thread/stream and event;
+        ``ref``: the event's id in the trace (int64: the GPU event's ``correlation`` for GPU
+        categories, the CPU op's ``External id`` for CPU ones; -1 none)."""
+        n = len(src)
+        if n:
+            b = lambda x: np.broadcast_to(np.asarray(x, object), n)  # noqa: E731
+            self.e.append((np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(w, np.int64),
+                           np.broadcast_to(np.asarray(cat, np.int8), n), b(lane), b(name),
+                           np.broadcast_to(np.asarray(ref, np.int64), n)))
+
+    def arrays(self):
+        t = np.concatenate(self.t) if self.t else np.zeros(0, np.int64)
+        self.order = np.lexsort((np.arange(len(t)), np.concatenate(self.cls) if self.cls else t, t))
+        cols = [np.concatenate([e[i] for e in self.e]) if self.e else
+                np.zeros(0, object if i in (4, 5) else np.int64) for i in range(7)]
+        return t, cols
+
+
+def _steps(ops) -> list:
+    """``[(step number, tid, start, end)]`` of the ``ProfilerStep#N`` ops (aligned ns)."""
+    out = []
+    for i in np.flatnonzero(ops["is_step"]).tolist():
+        out.append((int(STEP.match(str(ops["name"][i])).group(1)), int(ops["tid"][i]), int(ops["ts_ns"][i]),
+                    int(ops["ts_ns"][i] + ops["dur_ns"][i])))
+    return out
+
+
+def _cpu(g: _Graph, ops, rows, main_tid):
+    """The CPU chains of the op rows ``rows`` (window of one step).  Returns ``(start node, end
+    node)`` int64 arrays indexed like ``rows``, the step thread's first node and all its nodes'
+    (times, ids) for joining the other threads."""
+    start_node = np.full(len(rows), -1, np.int64)
+    end_node = np.full(len(rows), -1, np.int64)
+    tids = ops["tid"][rows]
+    order_t = [main_tid] + sorted(set(tids.tolist()) - {main_tid})
+    main = None
+    for tid in order_t:
+        sel = rows[tids == tid]
+        if not len(sel):
+            continue
+        ts, te = ops["ts_ns"][sel], ops["ts_ns"][sel] + ops["dur_ns"][sel]
+        n = len(sel)
+        depth = np.tile(ops["depth"][sel].astype(np.int64), 2)
+        t = np.concatenate([ts, te])
+        is_start = np.r_[np.ones(n, bool), np.zeros(n, bool)]
+        op = np.r_[sel, sel]
+        key2 = np.where(is_start, depth, -depth)
+        o = np.lexsort((key2, is_start, t))
+        t, is_start, op = t[o], is_start[o], op[o]
+        ids = g.nodes(t)
+        k = np.searchsorted(rows, op)
+        start_node[k[is_start]] = ids[is_start]
+        end_node[k[~is_start]] = ids[~is_start]
+        par = ops["parent"][op]
+        inner = np.where(is_start, op, par)                         # innermost op open after each instant
+        ok = (inner >= 0) & (inner < len(ops["tid"]))
+        inner = np.where(ok, inner, -1)
+        ok &= ops["tid"][np.maximum(inner, 0)] == tid
+        inner = np.where(ok, inner, -1)
+        name = np.where(inner >= 0, ops["name"][np.maximum(inner, 0)], "")
+        gap = (inner < 0) | ops["is_step"][np.maximum(inner, 0)]
+        cat = np.where(gap, C["host_gap"], C["cpu_op"]).astype(np.int8)
+        ext = np.where(inner >= 0, ops["external_id"][np.maximum(inner, 0)], -1)
+        g.edges(ids[:-1], ids[1:], np.diff(t), cat[:-1], f"thread {tid}", name[:-1], ext[:-1])
+        if main is None:
+            main = (t, ids)
+        else:                                                       # join the step's thread
+            j = np.searchsorted(main[0], t[0], "right") - 1
+            if j >= 0:
+                g.edges([main[1][j]], [ids[0]], [t[0] - main[0][j]], C["host_gap"], f"thread {tid}", "thread start")
+    return start_node, end_node, main
+
+
+def _gpu(g: _Graph, k, rows, launch_node, launch_t, first, s0):
+    """Nodes and edges of the GPU events ``rows`` (one step).  Returns (start node, end node, is
+    communication) per row, in ``rows``' order (sorted by device, stream, start)."""
+    dev, stream, ts, te = (k[c][rows] for c in ("device", "stream", "ts_ns", "end_ns"))
+    kind = k["kind"][rows]
+    comm = kind == "communication"
+    n = len(rows)
+    both = g.nodes(np.stack([ts, te], axis=1).reshape(-1), np.tile(np.asarray([2, 0], np.int8), n))
+    sn, en = both[0::2], both[1::2]
+    en = np.where(te == ts, sn, en)                 # a zero-length event is one instant
+    lane = np.asarray([f"device {d} stream {s}" for d, s in zip(dev.tolist(), stream.tolist())], object)
+    name = k["name"][rows]
+    body = ~comm
+    corr = k["correlation"][rows]
+    g.edges(sn[body], en[body], (te - ts)[body], np.where(kind[body] == "memory", C["memcpy"], C["compute_kernel"]),
+            lane[body], name[body], corr[body])
+    same = np.r_[False, (dev[1:] == dev[:-1]) & (stream[1:] == stream[:-1])]
+    prev = np.where(same, np.arange(n) - 1, -1)
+    # the latest end on another stream of the device before each start
+    x = np.full(n, -1, np.int64)
+    for d in np.unique(dev).tolist():
+        on = np.flatnonzero(dev == d)
+        oe = on[np.argsort(te[on], kind="stable")]
+        j = np.searchsorted(te[oe], ts[on], "right") - 1
+        cand = np.where(j >= 0, oe[np.maximum(j, 0)], -1)
+        x[on] = np.where((cand >= 0) & (stream[np.maximum(cand, 0)] != stream[on]), cand, -1)
+    cand_t = np.stack([np.where(launch_node >= 0, launch_t, NEG), np.where(prev >= 0, te[np.maximum(prev, 0)], NEG),
+                       np.where(x >= 0, te[np.maximum(x, 0)], NEG)])
+    bind = np.argmax(cand_t, axis=0)
+    has = cand_t.max(axis=0) > NEG
+    for c, srcs, cat in ((0, launch_node, C["launch_delay"]), (1, np.where(prev >= 0, en[np.maximum(prev, 0)], -1),
+                                                              C["kernel_gap"]),
+                         (2, np.where(x >= 0, en[np.maximum(x, 0)], -1), C["kernel_gap"])):
+        m = srcs >= 0
+        w = np.where(bind[m] == c, ts[m] - cand_t[c][m], 0)
+        g.edges(srcs[m], sn[m], w, np.where(bind[m] == c, cat, C["wait"]), lane[m], name[m], corr[m])
+    m = ~has
+    g.edges(np.full(int(m.sum()), first), sn[m], ts[m] - s0, C["kernel_gap"], lane[m], name[m], corr[m])
+    return sn, en, comm
+
+
+def _syncs(g: _Graph, ops, rows, end_node, kend, kend_node):
+    """GPU -> CPU edges of the sync calls among ``rows``; returns the rows' mask of linked calls."""
+    linked = np.zeros(len(rows), bool)
+    if not len(kend):
+        return linked
+    o = np.argsort(kend, kind="stable")
+    se, sn = kend[o], kend_node[o]
+    for i in np.flatnonzero(ops["is_sync"][rows]).tolist():
+        r = rows[i]
+        lo, hi = ops["ts_ns"][r], ops["ts_ns"][r] + ops["dur_ns"][r]
+        j = np.searchsorted(se, hi, "right") - 1
+        if j >= 0 and se[j] >= lo and end_node[i] >= 0:
+            g.edges([sn[j]], [end_node[i]], [hi - se[j]], C["sync"], f"thread {int(ops['tid'][r])}",
+                    str(ops["name"][r]), int(ops["external_id"][r]))
+            linked[i] = True
+    return linked
+
+
+def _zero_linked_syncs(cols, linked_names_nodes):
+    """Weigh 0 (``wait``) the CPU chain edges that end at a linked sync call's end node."""
+    dst, cat = cols[1], cols[3]
+    m = np.isin(dst, linked_names_nodes) & (cat != C["sync"])
+    cols[2][m] = 0
+    cat = cat.copy()
+    cat[m] = C["wait"]
+    cols[3] = cat
+
+
+def step_graph(ops, k, step, main_tid, s0, s1):
+    """The graph of one step (module docstring): ``(t, cols, anchors)`` with node times ``t``
+    (int64[n], creation order), edge columns ``[src, dst, w, cat, lane, name]``, the anchors'
+    ``(node ids, kinds, kernel rows)`` and the nodes in topological order."""
+    g = _Graph()
+    rows = np.flatnonzero((ops["ts_ns"] >= s0) & (ops["ts_ns"] < s1))
+    start_node, end_node, main = _cpu(g, ops, rows, main_tid)
+    first = int(main[1][0])
+    krows = np.flatnonzero(k["step"] == step)
+    krows = krows[np.lexsort((k["ts_ns"][krows], k["stream"][krows], k["device"][krows]))]
+    rt = rows[ops["correlation"][rows] > 0]                        # runtime calls: launches
+    rt = rt[np.argsort(ops["correlation"][rt], kind="stable")]
+    launch_node = np.full(len(krows), -1, np.int64)
+    launch_t = np.zeros(len(krows), np.int64)
+    if len(rt):
+        j = np.minimum(np.searchsorted(ops["correlation"][rt], k["correlation"][krows]), len(rt) - 1)
+        hit = ops["correlation"][rt][j] == k["correlation"][krows]
+        launch_node[hit] = start_node[np.searchsorted(rows, rt[j[hit]])]
+        launch_t[hit] = ops["ts_ns"][rt[j[hit]]]
+    sn, en, comm = _gpu(g, k, krows, launch_node, launch_t, first, s0)
+    kend = k["end_ns"][krows]
+    linked = _syncs(g, ops, rows, end_node, kend, en)
+    # the rank's step end: the later of the step thread's last instant and every GPU end
+    t_end = int(max([s1, int(main[0][-1])] + ([int(kend.max())] if len(kend) else [])))
+    tn = g.nodes([t_end], 3)
+    tails = np.r_[[main[1][-1]], en]                                # the latest of these ends the step
+    tail_t = np.r_[[main[0][-1]], kend]
+    b = int(np.argmax(tail_t))
+    w = np.zeros(len(tails), np.int64)
+    w[b] = t_end - tail_t[b]
+    cat = np.full(len(tails), C["wait"], np.int8)
+    cat[b] = C["host_gap"] if b == 0 else C["kernel_gap"]
+    g.edges(tails, np.full(len(tails), tn[0]), w, cat, "step end", "step end")
+    t, cols = g.arrays()
+    order = g.order
+    _zero_linked_syncs(cols, end_node[linked])
+    anchors = (np.r_[[first], sn[comm], en[comm], tn],
+               np.r_[[S_], np.full(int(comm.sum()), A_), np.full(int(comm.sum()), E_), [T_]],
+               np.r_[[-1], krows[comm], krows[comm], [-1]])
+    return t, cols, anchors, order
+
+
+def reduce_step(t, cols, anchors, order):
+    """The longest local paths of one step's graph (module docstring).  Returns ``(pos, edges,
+    marked)``: ``pos`` the topological position of each node, the reduced edges
+    ``(origin node, sink node, weight)`` and the indices of the edges on those paths."""
+    src, dst, w = cols[:3]
+    pos = np.empty(len(t), np.int64)
+    pos[order] = np.arange(len(t))
+    ok = pos[src] < pos[dst]                                      # an edge against time is dropped
+    keep = np.flatnonzero(ok)
+    ps, pd, pw = pos[src[keep]], pos[dst[keep]], w[keep]
+    nodes, kinds, _ = anchors
+    init = np.full(len(t), NEG, np.int64)
+    srcs = pos[nodes[(kinds == S_) | (kinds == E_)]]
+    init[srcs] = t[order][srcs]
+    dist, pred, origin = longest_path(len(t), ps, pd, pw, init)
+    sinks = pos[nodes[(kinds == A_) | (kinds == T_)]]
+    reached = dist[sinks] > NEG
+    sinks = sinks[reached]
+    red = (origin[sinks], sinks, dist[sinks] - init[origin[sinks]])
+    marked = [trace_back(pred, ps, int(s)) for s in sinks.tolist()]
+    marked = np.unique(np.concatenate(marked)) if marked else np.zeros(0, np.int64)
+    return pos, red, keep[marked], int((~ok).sum())
+
+
+def part_reads(part) -> dict:
+    """The part's ``{"kernels", "ops"}`` pyarrow tables (None where it has none) with the columns
+    :func:`part_paths` and :func:`streamtrace.job.explain.part_tables` use: read once for both."""
+    kc = list(dict.fromkeys(KERNEL_COLUMNS + EXPLAIN_KERNELS))
+    oc = list(dict.fromkeys(OPS_COLUMNS + STATS_OPS))
+    return {"kernels": part.read("kernels", kc), "ops": part.read("ops", oc)}
+
+
+def part_paths(job, part, spill, tables=None) -> dict:
+    """One part's anchors and reduced edges for every step (aligned ns), the segments of its local
+    paths written to ``spill/critical-<index>.arrow``; ``tables``: :func:`part_reads` (None: read
+    here).  Returns ``{"anchors": {column: array}, "edges": {column: array}, "segments": path or
+    None, "dropped": int}``."""
+    tables = tables or {"kernels": part.read("kernels", KERNEL_COLUMNS), "ops": part.read("ops", OPS_COLUMNS)}
+    ops_t, k_t = tables["ops"], tables["kernels"]
+    empty = {"anchors": {c: np.zeros(0, np.int64) for c in ANCHOR_COLUMNS},
+             "edges": {c: np.zeros(0, np.int64) for c in EDGE_COLUMNS}, "segments": None, "dropped": 0}
+    if ops_t is None or not ops_t.num_rows:
+        return empty
+    ops = {c: column_numpy(ops_t[c]) for c in OPS_COLUMNS}
+    k = {c: column_numpy(k_t[c]) for c in KERNEL_COLUMNS} if k_t is not None else \
+        {c: np.zeros(0, object if c in ("name", "kind") else np.int64) for c in KERNEL_COLUMNS}
+    ops["ts_ns"] = part.align(ops["ts_ns"])
+    enc = pc.dictionary_encode(ops_t["name"]).combine_chunks()        # name flags per distinct name
+    uniq = [x or "" for x in enc.dictionary.to_pylist()]
+    inv = enc.indices.fill_null(0).to_numpy(zero_copy_only=False)
+    ops["is_step"] = np.asarray([bool(STEP.match(x)) for x in uniq] or [False], bool)[inv]
+    ops["is_sync"] = np.asarray([bool(SYNC_CALLS.match(x)) for x in uniq] or [False], bool)[inv]
+    k["ts_ns"], k["end_ns"] = part.align(k["ts_ns"]), part.align(k["end_ns"])
+    anchors, edges, segs, dropped, base = [], [], [], 0, 0
+    for step, tid, s0, s1 in _steps(ops):
+        if job.steps is not None and step not in job.steps:
+            continue
+        t, cols, anc, order = step_graph(ops, k, step, tid, s0, s1)
+        pos, (o, s, w), marked, bad = reduce_step(t, cols, anc, order)
+        dropped += bad
+        nodes, kinds, krow = anc
+        anchors.append({"step": np.full(len(nodes), step, np.int64), "node": base + pos[nodes], "kind": kinds,
+                        "t_ns": t[nodes], "correlation": _take(k["correlation"], krow, -1),
+                        "stream": _take(k["stream"], krow, -1), "name": _take(k["name"], krow, "").astype(object)})
+        edges.append({"step": np.full(len(o), step, np.int64), "src": base + o, "dst": base + s, "w_ns": w})
+        src, dst, ww, cat, lane, name, ref = (c[marked] for c in cols)
+        segs.append({"step": np.full(len(marked), step, np.int64), "src": base + pos[src], "dst": base + pos[dst],
+                     "t0": t[src], "t1": t[dst], "w": ww, "cat": cat.astype(np.int8), "lane": lane.astype(str),
+                     "name": name.astype(str), "ref": ref})
+        base += len(t)
+    if not anchors:
+        return empty
+    cat = lambda xs: {c: np.concatenate([x[c] for x in xs]) for c in xs[0]}  # noqa: E731
+    path = Path(spill) / f"critical-{part.index:06d}.arrow"          # Arrow IPC: a temporary, fast to write
+    feather.write_feather(pa.table({c: pa.array(v, SEGMENT_SCHEMA.field(c).type) for c, v in cat(segs).items()}),
+                          path, compression="uncompressed")
+    return {"anchors": cat(anchors), "edges": cat(edges), "segments": str(path), "dropped": dropped}
+
+
+def _take(col, rows, default):
+    """``col[rows]`` with ``default`` where a row is -1."""
+    if not len(col):
+        return np.full(len(rows), default, object if isinstance(default, str) else np.int64)
+    return np.where(rows >= 0, col[np.maximum(rows, 0)], default)
+

@@ -1,0 +1,75 @@
+"""Plain-Python twin of :mod:`streamtrace.kernels.critical`: repeated relaxation of every edge
+until nothing changes (Bellman-Ford order, no use of the topological numbering), and a
+recursive walk for the latest times."""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["longest_path_py", "latest_times_py", "trace_back_py"]
+
+NEG, POS = -(2 ** 62), 2 ** 62
+
+
+def _check(n, src, dst):
+    for u, v in zip(src.tolist(), dst.tolist()):
+        if u >= v or u < 0 or v >= n:
+            raise ValueError("edge not in topological order (src >= dst) or node out of range")
+
+
+def longest_path_py(n, src, dst, w, init):
+    """Twin of :func:`~streamtrace.kernels.critical.longest_path`: relax every edge, in index
+    order, until no value changes; then each node's chosen in-edge is the largest
+    ``(value, source node, -edge index)``, kept only when its value beats ``init``."""
+    _check(n, src, dst)
+    src, dst, w = src.tolist(), dst.tolist(), w.tolist()
+    dist = [int(x) for x in init]
+    changed = True
+    while changed:
+        changed = False
+        for e, (u, v) in enumerate(zip(src, dst)):
+            if dist[u] > NEG and dist[u] + w[e] > dist[v]:
+                dist[v] = dist[u] + w[e]
+                changed = True
+    pred = []
+    for v in range(n):
+        cands = [(dist[u] + w[e], u, -e) for e, (u, x) in enumerate(zip(src, dst)) if x == v and dist[u] > NEG]
+        top = max(cands) if cands else None
+        pred.append(-top[2] if top is not None and top[0] > int(init[v]) else -1)
+    origin = []
+    for v in range(n):
+        x = v
+        while pred[x] >= 0:
+            x = src[pred[x]]
+        origin.append(x)
+    return np.asarray(dist, np.int64), np.asarray(pred, np.int64), np.asarray(origin, np.int64)
+
+
+def latest_times_py(n, src, dst, w, deadline):
+    """Twin of :func:`~streamtrace.kernels.critical.latest_times` (memoised recursion over the
+    out-edges)."""
+    _check(n, src, dst)
+    out = {}
+    for e, u in enumerate(src.tolist()):
+        out.setdefault(u, []).append(e)
+    memo = {}
+
+    def late(u):
+        if u not in memo:
+            vals = [int(deadline[u])]
+            for e in out.get(u, []):
+                lv = late(int(dst[e]))
+                if lv < POS:
+                    vals.append(lv - int(w[e]))
+            memo[u] = min(vals)
+        return memo[u]
+    return np.asarray([late(u) for u in range(n)], np.int64)
+
+
+def trace_back_py(pred, src, end):
+    """Twin of :func:`~streamtrace.kernels.critical.trace_back`."""
+    edges = []
+    v = end
+    while v >= 0 and pred[v] >= 0:
+        edges.append(int(pred[v]))
+        v = int(src[pred[v]])
+    return np.asarray(edges[::-1], np.int64)

@@ -1,0 +1,107 @@
+"""Property tests of the longest-path / latest-time kernels (:mod:`streamtrace.kernels.critical`)
+against their plain-Python twins and against a brute force that enumerates every path of small
+random DAGs, plus hand-checked cases."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from streamtrace.kernels.critical import NEG, POS, latest_times, longest_path, trace_back
+from streamtrace.kernels.reference import latest_times_py, longest_path_py, trace_back_py
+
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def dags(draw):
+    """Up to 9 nodes, edges u < v in any order (repeats allowed), weights with ties, zeros and
+    negatives; a few sources with an init value, a few sinks with a deadline."""
+    n = draw(st.integers(0, 9))
+    pairs = [(u, v) for u in range(n) for v in range(u + 1, n)]
+    edges = draw(st.lists(st.sampled_from(pairs), max_size=20)) if pairs else []
+    w = draw(st.lists(st.sampled_from([0, 0, 1, 2, 5, -3, 10]), min_size=len(edges), max_size=len(edges)))
+    init = draw(st.lists(st.sampled_from([NEG, NEG, 0, 3, 7]), min_size=n, max_size=n))
+    dl = draw(st.lists(st.sampled_from([POS, POS, 20, 9]), min_size=n, max_size=n))
+    a = lambda x: np.asarray(x, np.int64).reshape(-1)  # noqa: E731
+    return n, a([u for u, _ in edges]), a([v for _, v in edges]), a(w), a(init), a(dl)
+
+
+def _paths(n, src, dst):
+    """Every path (list of edge indices) of the graph, by enumeration."""
+    out_edges = {u: [e for e in range(len(src)) if src[e] == u] for u in range(n)}
+    out = []
+
+    def walk(path, v):
+        out.append(list(path))
+        for e in out_edges[v]:
+            walk(path + [e], int(dst[e]))
+    for v in range(n):
+        walk([], v)
+    return out
+
+
+@SETTINGS
+@given(dags())
+def test_longest_path_matches_twin_and_brute_force(g):
+    n, src, dst, w, init, dl = g
+    dist, pred, origin = longest_path(n, src, dst, w, init)
+    d2, p2, o2 = longest_path_py(n, src, dst, w, init)
+    assert dist.tolist() == d2.tolist() and pred.tolist() == p2.tolist() and origin.tolist() == o2.tolist()
+    want = [int(x) for x in init]
+    for path in _paths(n, src, dst):
+        if not path:
+            continue
+        s0 = int(src[path[0]])
+        if init[s0] <= NEG:
+            continue
+        v = int(dst[path[-1]])
+        want[v] = max(want[v], int(init[s0]) + sum(int(w[e]) for e in path))
+    assert dist.tolist() == want
+    for v in range(n):                 # the chosen path is a real path of that length
+        edges = trace_back(pred, src, v)
+        assert edges.tolist() == trace_back_py(pred, src, v).tolist()
+        start = int(src[edges[0]]) if len(edges) else v
+        assert start == origin[v]
+        if dist[v] > NEG:
+            assert int(init[start]) + int(w[edges].sum()) == dist[v]
+
+
+@SETTINGS
+@given(dags())
+def test_latest_times_matches_twin_and_brute_force(g):
+    n, src, dst, w, init, dl = g
+    late = latest_times(n, src, dst, w, dl)
+    assert late.tolist() == latest_times_py(n, src, dst, w, dl).tolist()
+    want = [int(x) for x in dl]
+    for path in _paths(n, src, dst):
+        if path and dl[int(dst[path[-1]])] < POS:
+            u = int(src[path[0]])
+            want[u] = min(want[u], int(dl[int(dst[path[-1]])]) - sum(int(w[e]) for e in path))
+    assert late.tolist() == want
+
+
+def test_by_hand_slack():
+    # 0 -> 1 (5), 1 -> 3 (5); 0 -> 2 (2), 2 -> 3 (1): path 0-1-3 of 10; node 2 has slack 7
+    src, dst, w = (np.asarray(x, np.int64) for x in ([0, 1, 0, 2], [1, 3, 2, 3], [5, 5, 2, 1]))
+    init = np.asarray([0, NEG, NEG, NEG], np.int64)
+    dist, pred, origin = longest_path(4, src, dst, w, init)
+    assert dist.tolist() == [0, 5, 2, 10] and trace_back(pred, src, 3).tolist() == [0, 1]
+    late = latest_times(4, src, dst, w, np.asarray([POS, POS, POS, 10], np.int64))
+    assert (late - dist).tolist() == [0, 0, 7, 0]
+    # ties: equal values -> the edge from the later node
+    src, dst, w = (np.asarray(x, np.int64) for x in ([0, 1], [2, 2], [4, 2]))
+    dist, pred, _ = longest_path(3, src, dst, w, np.asarray([0, 2, NEG], np.int64))
+    assert dist[2] == 4 and pred[2] == 1
+    with pytest.raises(ValueError):
+        longest_path(2, np.asarray([1], np.int64), np.asarray([0], np.int64), np.asarray([1], np.int64),
+                     np.zeros(2, np.int64))
+    e = np.zeros(0, np.int64)
+    assert len(longest_path(0, e, e, e, e)[0]) == 0 and len(latest_times(0, e, e, e, e)) == 0
+
+
+def test_brute_force_helper_counts_paths():
+    # a diamond has 4 one-edge/two-edge paths + 4 empty ones
+    src, dst = np.asarray([0, 0, 1, 2], np.int64), np.asarray([1, 2, 3, 3], np.int64)
+    assert len(_paths(4, src, dst)) == 4 + 4 + 2

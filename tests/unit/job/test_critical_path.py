@@ -1,0 +1,131 @@
+"""The critical path across ranks (``critical_path.parquet``, ``critical_path_summary.parquet``)
+against faults injected into the synthetic job with a known effect.  Expected values come from the
+generated trace files read with ``json`` (the injected op, the GEMM kernels, every rank's step
+window and last GPU end), never from streamtrace."""
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+
+from streamtrace.analyze import AnalyzeOptions, analyze
+from streamtrace.job import AggregateOptions, aggregate
+from streamtrace.synth.job import SynthSpec, generate_job
+from streamtrace.synth.faults import LOADER, Fault
+
+from support import exact_ns, load_json
+
+STALL_NS = 5_000_000
+
+
+def _run(tmp, spec):
+    truth = generate_job(tmp / "traces", spec)
+    analyze([tmp / "traces"], tmp / "an", AnalyzeOptions(jobs=1))
+    aggregate([tmp / "an"], tmp / "out", AggregateOptions(jobs=1))
+    segs = pq.read_table(tmp / "out" / "critical_path.parquet").to_pylist()
+    summ = pq.read_table(tmp / "out" / "critical_path_summary.parquet").to_pylist()
+    events = {r.rank: load_json(r.path)["traceEvents"] for r in truth.ranks}
+    return truth, segs, summ, events
+
+
+def _span(events) -> int:
+    """The step's span from the raw files: the last rank's end (its ProfilerStep end or last GPU end,
+    whichever is later) - the first rank's ProfilerStep start (one clock: no skew in these specs)."""
+    starts, ends = [], []
+    for ev in events.values():
+        step = [e for e in ev if e.get("name", "").startswith("ProfilerStep#")][0]
+        gpu = [exact_ns(e["ts"]) + exact_ns(e["dur"]) for e in ev if e.get("cat") in ("kernel", "gpu_memcpy",
+                                                                                       "gpu_memset")]
+        starts.append(exact_ns(step["ts"]))
+        ends.append(max([exact_ns(step["ts"]) + exact_ns(step["dur"])] + gpu))
+    return max(ends) - min(starts)
+
+
+def _slack(summ) -> dict:
+    return {r["rank"]: r["ns"] for r in summ if r["what"] == "slack"}
+
+
+def _contiguous(segs):
+    for a, b in zip(segs, segs[1:]):
+        assert b["start_ns"] == a["end_ns"], (a, b)
+
+
+@pytest.fixture(scope="module")
+def stall(tmp_path_factory):
+    return _run(tmp_path_factory.mktemp("stall"), SynthSpec(world_size=4, tp=2, pp=1, layers=1, microbatches=2,
+                                                             faults=(Fault("cpu_stall", 1, delay_ns=STALL_NS),)))
+
+
+def test_cpu_stall_is_on_the_path_and_is_everyone_elses_slack(stall):
+    truth, segs, summ, events = stall
+    loader = [e for e in events[1] if e.get("name") == LOADER]
+    assert len(loader) == 1
+    want = exact_ns(loader[0]["dur"])                       # the injected stall as the file holds it
+    assert STALL_NS <= want <= STALL_NS + 2_000
+    hit = [s for s in segs if s["name"] == LOADER]
+    assert [(s["rank"], s["category"]) for s in hit] == [(1, "cpu_op")]
+    assert sum(s["weight_ns"] for s in hit) == want
+    _contiguous(segs)
+    path = sum(s["weight_ns"] for s in segs)
+    assert abs(path - _span(events)) <= 0.01 * _span(events)
+    slack = _slack(summ)
+    # the three other ranks waited for rank 1 at their first collective: exactly the stall, to
+    # within the generator's jitter (launch and op gaps of a few us, collective end skew <= 2 us)
+    for r in (0, 2, 3):
+        assert abs(slack[r] - want) <= 0.02 * want, (r, slack[r])
+    assert slack[1] < 0.02 * want
+    top = [r for r in summ if r["what"] == "cpu_op"][0]
+    assert top["key"] == LOADER and top["ns"] == want
+
+
+@pytest.fixture(scope="module")
+def gemm(tmp_path_factory):
+    return _run(tmp_path_factory.mktemp("gemm"), SynthSpec(world_size=4, tp=2, pp=1, layers=1, microbatches=2,
+                                                           faults=(Fault("slow_gemm", 1, factor=3.0),)))
+
+
+def test_slow_gemm_rank_holds_the_path(gemm):
+    truth, segs, summ, events = gemm
+    gemms = [e for e in events[1] if e.get("cat") == "kernel" and "gemm" in e["name"]]
+    extra = sum(exact_ns(e["dur"]) for e in gemms) * 2 // 3          # 3x: two thirds are injected
+    _contiguous(segs)
+    path = sum(s["weight_ns"] for s in segs)
+    assert abs(path - _span(events)) <= 0.01 * _span(events)
+    on_1 = sum(s["weight_ns"] for s in segs if s["rank"] == 1 and s["category"] == "compute_kernel"
+               and "gemm" in s["name"])
+    assert on_1 >= 0.8 * sum(exact_ns(e["dur"]) for e in gemms)      # rank 1's GEMMs are on the path
+    # the other data-parallel replica (ranks 2, 3) waits for rank 1's replica at the gradient
+    # reduce-scatter: its slack is the injected GEMM time, to within the jitter
+    slack = _slack(summ)
+    for r in (2, 3):
+        assert abs(slack[r] - extra) <= 0.02 * extra, (r, slack[r], extra)
+    by_rank = {r["rank"]: r["pct"] for r in summ if r["what"] == "rank"}
+    assert max(by_rank, key=by_rank.get) == 1
+
+
+def test_slow_send_stage_is_on_the_path(tmp_path):
+    delay = 3_000_000
+    truth, segs, summ, events = _run(tmp_path, SynthSpec(world_size=4, tp=2, pp=2, layers=1, microbatches=2,
+                                                         faults=(Fault("slow_send", 0, delay_ns=delay),)))
+    _contiguous(segs)
+    path = sum(s["weight_ns"] for s in segs)
+    assert abs(path - _span(events)) <= 0.01 * _span(events)
+    # stage 0 (ranks 0, 1) sends to stage 1 (ranks 2, 3): a receive the path waits on takes the delay
+    slow = [s for s in segs if s["category"] == "comm_transfer" and "SendRecv" in s["name"] and s["rank"] in (2, 3)
+            and s["weight_ns"] >= delay]
+    assert slow
+    sends = [e for e in events[0] if e.get("cat") == "kernel" and "SendRecv" in e["name"]
+             and e["args"]["Collective name"] == "send"]
+    assert max(exact_ns(e["dur"]) for e in sends) >= delay          # the fault is in the file
+
+
+def test_no_fault_path_sums_to_span_and_load_sees_it(tmp_path):
+    import streamtrace
+    truth, segs, summ, events = _run(tmp_path, SynthSpec(world_size=4, tp=2, pp=2, layers=1, microbatches=2))
+    _contiguous(segs)
+    assert abs(sum(s["weight_ns"] for s in segs) - _span(events)) <= 0.01 * _span(events)
+    out = streamtrace.load(tmp_path / "out")
+    assert {"critical_path", "critical_path_summary"} <= set(out.tables())
+    assert out.critical_path.num_rows == len(segs)
+    cats = {r["key"] for r in summ if r["what"] == "category"}
+    assert cats <= {"cpu_op", "launch_delay", "compute_kernel", "comm_transfer", "memcpy", "kernel_gap", "sync",
+                    "host_gap", "wait"}

@@ -1,0 +1,84 @@
+"""``merge --critical-path AGGDIR`` (:mod:`streamtrace.merge.critical_marks`): the path's events are
+marked and linked by flows of their own category in the merged trace, which still validates.  The
+expected events are found in the merged file with ``json`` (the injected stall, the path's
+correlations), not by the code under test."""
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+
+from streamtrace.analyze import AnalyzeOptions, analyze
+from streamtrace.runtime.errors import StreamtraceError
+from streamtrace.job import AggregateOptions, aggregate
+from streamtrace.merge import MergeOptions, merge
+from streamtrace.merge.critical_marks import CATEGORY, mark_critical_path
+from streamtrace.synth.job import SynthSpec, generate_job
+from streamtrace.synth.faults import LOADER, Fault
+from streamtrace.validate.check import validate
+
+from support import load_json, run_cli
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("marks")
+    generate_job(tmp / "traces", SynthSpec(world_size=4, tp=2, pp=1, layers=1, microbatches=1,
+                                           faults=(Fault("cpu_stall", 2, delay_ns=3_000_000),)))
+    analyze([tmp / "traces"], tmp / "an", AnalyzeOptions(jobs=1))
+    aggregate([tmp / "an"], tmp / "agg", AggregateOptions(jobs=1))
+    merge([tmp / "traces"], tmp / "merged.json", MergeOptions(jobs=1))
+    return tmp
+
+
+def test_marked_trace_validates_and_holds_the_path(job, tmp_path):
+    before = load_json(job / "merged.json")
+    res = mark_critical_path(job / "merged.json", job / "agg", tmp_path / "marked.json")
+    rep = validate(tmp_path / "marked.json")
+    assert rep["ok"], rep["problems"]
+    doc = load_json(tmp_path / "marked.json")
+    ev = doc["traceEvents"]
+    marked = [e for e in ev if "critical_path" in (e.get("args") or {})]
+    assert len(marked) == res["marked"] > 0
+    stall = [e for e in marked if e["name"] == LOADER]
+    assert len(stall) == 1 and stall[0]["args"]["rank"] == 2
+    # every GPU segment of the path is a marked event with its merged correlation (rank * 2**40 + id)
+    segs = pq.read_table(job / "agg" / "critical_path.parquet").to_pylist()
+    want = {(s["rank"] << 40) | s["correlation"] for s in segs
+            if s["category"] in ("compute_kernel", "memcpy", "comm_transfer")}
+    got = {e["args"]["correlation"] for e in marked if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")}
+    assert want == got
+    flows = [e for e in ev if e.get("cat") == CATEGORY]
+    assert len(flows) == 2 * res["flows"] == 2 * (len(marked) - 1)
+    assert {e["ph"] for e in flows} == {"s", "f"}
+    # nothing else changed: the same events (less the marks and flows) and the same top-level keys
+    strip = lambda e: {k: ({a: b for a, b in v.items() if a != "critical_path"} if k == "args" else v)  # noqa: E731
+                       for k, v in e.items() if not (k == "args" and v == {"critical_path": v.get("critical_path")})}
+    assert [strip(e) for e in ev if e.get("cat") != CATEGORY] == [strip(e) for e in before["traceEvents"]]
+    assert {k for k in doc if k != "traceEvents"} == {k for k in before if k != "traceEvents"}
+
+
+def test_cli_and_errors(job, tmp_path):
+    r = run_cli("merge", job / "traces", "-o", tmp_path / "m.json.gz", "--critical-path", job / "agg", "-j", "1")
+    assert r.returncode == 0, r.stderr
+    assert "events marked" in r.stdout + r.stderr
+    assert validate(tmp_path / "m.json.gz")["ok"]
+    with pytest.raises(StreamtraceError):
+        mark_critical_path(job / "merged.json", tmp_path, tmp_path / "x.json")
+
+
+def test_epilogue_marks_its_merged_trace(tmp_path):
+    from streamtrace.epilogue import run
+    d = tmp_path / "tb"
+    generate_job(d, SynthSpec(world_size=4, tp=2, pp=1, layers=1, microbatches=1))
+    s = run(d, jobs=1)
+    assert s["stages"]["critical path marks"] == "done"
+    merged = d / "streamtrace" / "iteration_10" / "merged_gpu.json.gz"
+    assert validate(merged)["ok"]
+    ev = load_json(merged)["traceEvents"]
+    segs = pq.read_table(d / "streamtrace" / "aggregate" / "critical_path.parquet").to_pylist()
+    want = {(s["rank"] << 40) | s["correlation"] for s in segs if s["category"] in ("compute_kernel", "comm_transfer")}
+    got = {e["args"]["correlation"] for e in ev if "critical_path" in (e.get("args") or {}) and e["cat"] == "kernel"}
+    assert want == got and want
+    first = load_json(merged)
+    run(d, jobs=1)                                   # marking again leaves the same file
+    assert load_json(merged) == first
