@@ -265,6 +265,10 @@ class EpilogueOptions:
             ``global_batch`` (sequences) and ``seq_len`` (tokens per sequence).  None: no throughput.
         global_batch: global batch size in sequences (int), with ``seq_len``; None.
         seq_len: sequence length in tokens (int), with ``global_batch``; None.
+        torchtitan_config: the job's TorchTitan TOML (str): tokens per step, model and mesh (the
+            topology when none is found or given); None.
+        peak_tflops, flops_per_token, nic_gbps: the report's Efficiency overrides
+            (:class:`~streamtrace.report.efficiency.EfficiencyOptions`); None.
         charts: render the charts (bool, default True).
         chart_formats: their file formats, ``png`` and/or ``svg`` (tuple, default ``("png",)``).
         chart_ranks: ranks that get per-rank charts (list of int); None: all up to 8, else a selection.
@@ -287,6 +291,10 @@ class EpilogueOptions:
     tokens_per_step: int | None = None
     global_batch: int | None = None
     seq_len: int | None = None
+    torchtitan_config: str | None = None
+    peak_tflops: float | None = None
+    flops_per_token: float | None = None
+    nic_gbps: float | None = None
     charts: bool = True
     chart_formats: tuple = ("png",)
     chart_ranks: list | None = None
@@ -435,25 +443,28 @@ def _job_stages(ctx: _Run, analysed, run_dir) -> str | None:
 
     def do_aggregate():
         from .job.aggregate import AggregateOptions, aggregate
-        aggregate(analysed, agg, AggregateOptions(jobs=ctx.jobs, topology=topo))
+        aggregate(analysed, agg, AggregateOptions(jobs=ctx.jobs, topology=topo,
+                                                  torchtitan_config=opt.torchtitan_config))
         return {"outdir": str(agg)}
-    fp = _fingerprint([Path(a) / "summary.json" for a in analysed] + ([topo] if topo else []), stage="aggregate",
-                      version=2)
+    fp = _fingerprint([Path(a) / "summary.json" for a in analysed] + ([topo] if topo else [])
+                      + ([opt.torchtitan_config] if opt.torchtitan_config else []), stage="aggregate", version=2)
     res, st = _stage(ctx, "aggregate", fp, [agg], do_aggregate, "aggregate", ", ".join(analysed))
     ctx.summary["stages"]["aggregate"] = st
     if res is None:
         return None
 
     def do_report():
-        from .report.run import ReportOptions, report
+        from .report.run import EfficiencyOptions, ReportOptions, report
+        eff = EfficiencyOptions(None, opt.peak_tflops, opt.flops_per_token, opt.nic_gbps)   # config: via aggregate
         rep = report([agg], ctx.out, ReportOptions(name=opt.name, tokens_per_step=opt.tokens_per_step,
                                                    global_batch=opt.global_batch, seq_len=opt.seq_len,
                                                    charts=opt.charts, chart_ranks=opt.chart_ranks, progress=False,
-                                                   chart_formats=opt.chart_formats, jobs=ctx.jobs))
+                                                   chart_formats=opt.chart_formats, jobs=ctx.jobs, efficiency=eff))
         return {"report": rep["files"][0], "files": len(rep["files"])}
     fp_report = _fingerprint([agg / "aggregate.json"], name=opt.name, tokens=opt.tokens_per_step,
                              batch=opt.global_batch, seq=opt.seq_len, charts=opt.charts, chart_ranks=opt.chart_ranks,
-                             formats=list(opt.chart_formats), base=fp)
+                             formats=list(opt.chart_formats), base=fp, peak=opt.peak_tflops,
+                             fpt=opt.flops_per_token, nic=opt.nic_gbps)
     outputs = [ctx.out / "report.json"] + ([ctx.out / "charts"] if opt.charts else [])
     res, st = _stage(ctx, "report", fp_report, outputs, do_report, "report + charts", agg)
     ctx.summary["stages"]["report"] = st

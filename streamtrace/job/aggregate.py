@@ -54,6 +54,7 @@ import re
 import shutil
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +70,7 @@ from ..runtime.files import atomic_output, output_folder
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
 from ..topology.sources import load_topology
+from ..topology.trainconfig import config_topology, from_torchtitan_toml
 from .alignment import Job
 from .collective_spill import collectives_to
 from .p2p import p2p_rows, write_p2p
@@ -315,6 +317,9 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
     t0 = time.time()
     outdir = Path(outdir)
     topo = load_topology(opt.topology) if opt.topology else None
+    tcfg = from_torchtitan_toml(opt.torchtitan_config) if opt.torchtitan_config else None
+    if tcfg is not None and topo is None:
+        topo = partial(config_topology, tcfg)
     job = Job(dirs, opt.time_alignment, topo, opt.iterations, opt.jobs, opt.steps, opt.force, opt.progress)
     spill = Path(tempfile.mkdtemp(prefix=".timeline-spill.", dir=outdir))
     try:
@@ -381,6 +386,7 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
             "sources": sorted({r["source"] for r in rank_rows}), "job_name": job.name(),
             "devices": sorted({p.device_name for p in job.parts if p.device_name}),
             "topology": topo.to_json() if topo else None,
+            "train_config": tcfg.resolve(_world(topo, job)["world_size"]).to_json() if tcfg else None,
             "clock_offsets_ns": {str(job.parts[i].rank): v for i, v in coll.clock_offsets.items()},
             "clock_components": {str(job.parts[i].rank): v for i, v in coll.clock_components.items()},
             "collectives": coll.stats, "collective_summary": coll.summary,

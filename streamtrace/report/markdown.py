@@ -32,6 +32,7 @@ import numpy as np
 from ..errors import StreamtraceError
 from ..job.folder import read_aggregate_table, read_meta
 from ..runtime.files import atomic_output
+from .efficiency import efficiency_markdown, efficiency_section
 from .explain import build_explain, explain_markdown, idle_chart
 from .render import ChartOptions, render_all
 from .p2p import p2p_markdown, p2p_section
@@ -54,7 +55,7 @@ def _py(v):
 
 
 def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq_len=None, top=15,
-                 shown=None) -> dict:
+                 shown=None, efficiency=None) -> dict:
     """The report as a dict (the content of ``report.json``; ``shown``: the aggregate folder's
     path to record, default ``aggdir``).  Raises :class:`StreamtraceError` when ``aggdir`` holds
     no ``aggregate.json`` or the throughput options are incomplete, and
@@ -83,6 +84,8 @@ def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq
     steps = it.get("step", np.full(len(it.get("iteration", [])), -1))
     rep["steps"] = [{"iteration": int(i), "step": int(n), "step_ns": _py(s) if s is not None and not _isnan(s) else _py(sp)}
                     for i, n, s, sp in zip(it["iteration"], steps, it["step_ns_median"], it["span_ns"])]
+    rep["efficiency"] = efficiency_section(meta, rep["steps"], efficiency, tokens_per_step, global_batch, seq_len)
+    tps = tps if tps is not None else rep["efficiency"]["inputs"]["tokens_per_step"]
     if tps is not None:
         total = sum(s["step_ns"] for s in rep["steps"] if s["step_ns"])
         rep["throughput"] = {"tokens_per_step": int(tps), "steps": len(rep["steps"]), "time_ns": int(total),
@@ -254,7 +257,9 @@ def to_markdown(rep: dict, charts=()) -> str:
         L += [f"**{_f(tp['tokens_per_s'], 0)} tokens/s** ({tp['tokens_per_step']:,} tokens per step, {tp['steps']} "
               f"profiled step(s), {_ms(tp['time_ns'])} ms).", ""]
     else:
-        L += ["Throughput: give `--tokens-per-step`, or `--global-batch` and `--seq-len`.", ""]
+        L += ["Throughput: give `--tokens-per-step`, or `--global-batch` and `--seq-len`, or `--torchtitan-config`.",
+              ""]
+    L += efficiency_markdown(rep.get("efficiency"))
     st = rep["ranks"]["stats"]
     L += ["## Where the time went, per rank", "",
           f"Per rank (mean over steps), across ranks: {unit} time in ms"
@@ -351,7 +356,7 @@ def _pipeline_md(rep) -> list:
 
 def write_report(aggdir, outdir=None, name=None, tokens_per_step=None, global_batch=None, seq_len=None,
                  charts=True, chart_ranks=None, log=None, progress=None, final=None, shown=None,
-                 chart_formats=("png",), jobs=0) -> dict:
+                 chart_formats=("png",), jobs=0, efficiency=None) -> dict:
     """Write ``<outdir>/<name>.md``, ``<outdir>/report.json`` and (``charts``) ``<outdir>/charts/``
     into the existing folder ``outdir`` (default ``aggdir``): the files one by one, see
     :func:`streamtrace.report.run.report` for the report as one unit.  ``name`` defaults to the
@@ -360,7 +365,7 @@ def write_report(aggdir, outdir=None, name=None, tokens_per_step=None, global_ba
     printed; ``shown``: the aggregate folder's path to record; ``chart_formats``: ``png`` and/or
     ``svg``; ``jobs``: processes drawing charts (0 = all cores).  The Markdown shows the PNGs (the
     SVGs when only those were written).  Returns the report dict (with ``files``)."""
-    rep = build_report(aggdir, name, tokens_per_step, global_batch, seq_len, shown=shown)
+    rep = build_report(aggdir, name, tokens_per_step, global_batch, seq_len, shown=shown, efficiency=efficiency)
     out = Path(outdir or aggdir)
     files = []
     if charts:
