@@ -168,8 +168,8 @@ def efficiency_markdown(sec: dict | None) -> list:
     L += [f"**{_n(o['tokens_per_s'], 0)} tokens/s, {_n(o['samples_per_s'], 2)} samples/s, "
           f"{_n(o['model_tflops_per_gpu'])} model TFLOP/s per GPU, MFU {_n(o['mfu_pct'])} %** (mean step).", ""]
     L += [_table(["iteration", "step", "step time (ms)", "tokens/s", "samples/s", "model TFLOP/s per GPU", "MFU %"],
-                 [[r["iteration"], r["step"] if r["step"] >= 0 else "-", _n(r["step_ns"] / 1e6 if r["step_ns"] else None, 2),
-                   _n(r["tokens_per_s"], 0), _n(r["samples_per_s"], 2), _n(r["model_tflops_per_gpu"]),
+                 [[r["iteration"] if r["iteration"] >= 0 else "?", r["step"] if r["step"] >= 0 else "-",
+                   _n(r["step_ns"] / 1e6 if r["step_ns"] else None, 2), _n(r["tokens_per_s"], 0), _n(r["samples_per_s"], 2), _n(r["model_tflops_per_gpu"]),
                    _n(r["mfu_pct"])] for r in sec["steps"]]), ""]
     fpt = inp["flops_per_token"]
     L += ["Where each number came from:", "",
