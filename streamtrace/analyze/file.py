@@ -17,6 +17,7 @@ from ..runtime.warmup import warm_trace
 from ..topology.sources import load_topology
 from ..trace.metadata import pg_config, trace_facts
 from .options import AnalyzeOptions
+from .opperf import write_op_perf
 from .patterns import Patterns
 from .rank import RankOutputs, RankSettings, RankSource, analyze_rank
 
@@ -119,6 +120,8 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
                                 RankOutputs(open_ops, open_kernels, pool))
             out.append({"rank": rank, "source": str(path), "iteration": iteration, **summ,
                         "trace_metadata": trace_facts(meta, rank), "warnings": warnings})
+        if opt.op_perf:                                  # per-op FLOPs/bytes: a pass of its own over the file
+            write_op_perf(path, outdir, sorted(ranks), iteration)
         return out
     finally:
         if spill is not None:
