@@ -386,12 +386,13 @@ def _iteration(ctx: _Run, it, paths) -> str | None:
 
     def do_analyze():
         from .analyze import AnalyzeOptions, analyze
-        s = analyze(paths, adir, AnalyzeOptions(jobs=jobs, chunked=opt.chunked, topology=topo, progress=False))
+        s = analyze(paths, adir, AnalyzeOptions(jobs=jobs, chunked=opt.chunked, topology=topo, progress=False,
+                                                op_perf=True))
         for f in s["failed"]:
             log.fail("analyze", f["source"], f["error"])
         return {"ranks": [r["rank"] for r in s["ranks"]], "failed": len(s["failed"])}
     fp = _fingerprint(paths + ([topo] if topo else []), chunked=opt.chunked, stage="analyze",
-                      layout="iteration=N/rank=R")     # redo folders of the older rank=R/ layout
+                      layout="iteration=N/rank=R", op_perf=1)   # redo folders of older layouts / without op_perf
     res, st = _stage(ctx, f"{tag}/analyze", fp, [adir / "summary.json"], do_analyze, "analyze", tag)
     ctx.summary["stages"][f"{tag}/analyze"] = st
     merged = ctx.out / tag / ("merged.json.gz" if opt.full else "merged_gpu.json.gz")

@@ -73,6 +73,7 @@ from ..topology.sources import load_topology
 from ..topology.trainconfig import config_topology, from_torchtitan_toml
 from .alignment import Job
 from .collective_spill import collectives_to
+from .opperf import write_op_perf
 from .p2p import p2p_rows, write_p2p
 from .timeline import join as join_timeline, write_part as write_timeline_part
 from .explain import part_tables, write_tables as write_explain
@@ -377,6 +378,7 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
     if coll.stragglers:
         files += write_table(outdir, "stragglers", _columns(coll.stragglers, list(coll.stragglers[0])), csv=True)
     files += write_p2p(outdir, p2p_rows(coll.transfers, topo))
+    files += write_op_perf(outdir, job.parts)
     meta = {"kind": "streamtrace-aggregate", "version": 1, "inputs": [str(d) for d in dirs],
             "time_alignment": opt.time_alignment, "clock_sync": opt.clock_sync or "none",
             "consecutive_kernel_delay_ns": opt.consecutive_kernel_delay_ns,

@@ -14,7 +14,7 @@ EXPLAIN_TABLES = ("kernel_stats", "op_stats", "launch_stats", "idle_breakdown")
 """The explaining tables (:mod:`streamtrace.job.explain`)."""
 
 TABLES = ("rank_phase", "ranks", "pipeline", "replicas", "iterations", "timeline", "top_kernels", "collectives",
-          "collectives_ranks", "collectives_summary", "stragglers", "p2p", *EXPLAIN_TABLES)
+          "collectives_ranks", "collectives_summary", "stragglers", "p2p", "op_perf", *EXPLAIN_TABLES)
 """The tables ``aggregate`` writes (each ``NAME.parquet``, some also ``NAME.csv``)."""
 
 

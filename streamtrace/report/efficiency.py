@@ -23,10 +23,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..topology.hardware import dtype_key, gpu_spec
 from ..topology.trainconfig import (TrainConfig, from_megatron_args, from_torchtitan_toml,
                                     train_config_from_json)
+from ..job.folder import read_aggregate_table
 from .flops import flops_per_token
+from .links import link_section
 
 
 @dataclass
@@ -40,11 +44,14 @@ class EfficiencyOptions:
         flops_per_token: model FLOPs per token, forward + backward (float), instead of the formula; None.
         nic_gbps: network bandwidth per GPU, GB/s (float), for collectives that span hosts; None: the
             platform's default (:mod:`streamtrace.topology.hardware`).
+        gpus_per_node: ranks per host when the trace file names give no host (int, default 8;
+            :mod:`streamtrace.report.links`).
     """
     torchtitan_config: str | None = None
     peak_tflops: float | None = None
     flops_per_token: float | None = None
     nic_gbps: float | None = None
+    gpus_per_node: int = 8
 
 
 def job_config(meta: dict, opt: EfficiencyOptions) -> TrainConfig | None:
@@ -109,12 +116,14 @@ def _peak(meta, cfg, opt) -> tuple:
 
 
 def efficiency_section(meta: dict, steps: list, opt: EfficiencyOptions | None = None, tokens_per_step=None,
-                       global_batch=None, seq_len=None) -> dict:
+                       global_batch=None, seq_len=None, aggdir=None, top: int = 10) -> dict:
     """The section as a dict: ``config`` (the job's config, JSON), ``inputs`` (tokens and sequences
     per step, FLOPs per token, peak, GPUs, each with ``*_from``), ``steps`` (per step of ``steps``,
     the report's ``[{"iteration", "step", "step_ns"}]``: ``tokens_per_s``, ``samples_per_s``,
     ``model_tflops_per_gpu``, ``mfu_pct``; None where an input is unknown) and ``overall`` (the
-    same over all steps' summed time).  Raises :class:`StreamtraceError` on a bad config."""
+    same over all steps' summed time); with ``aggdir``: ``ops`` (the ``top`` GEMM / attention rows of
+    ``op_perf.parquet`` losing the most time against their roofline bound) and ``links``
+    (:func:`~streamtrace.report.links.link_section`).  Raises :class:`StreamtraceError` on a bad config."""
     opt = opt or EfficiencyOptions()
     cfg = job_config(meta, opt)
     tokens, seqs, tokens_from = _tokens(cfg, tokens_per_step, global_batch, seq_len)
@@ -129,8 +138,30 @@ def efficiency_section(meta: dict, steps: list, opt: EfficiencyOptions | None = 
             for s in steps]
     total = sum(s["step_ns"] or 0 for s in steps)
     overall = _rates(total / len(steps) if steps and total else None, inputs)
-    return {"config": cfg.to_json() if cfg else None, "inputs": inputs, "steps": rows, "overall": overall,
-            "from": "iterations.parquet, aggregate.json"}
+    devices = meta.get("devices") or []
+    spec = gpu_spec(devices[0]) if devices else None
+    sec = {"config": cfg.to_json() if cfg else None, "inputs": inputs, "steps": rows, "overall": overall,
+           "gpu": spec.name if spec else None, "from": "iterations.parquet, aggregate.json"}
+    if aggdir is not None:
+        sec["ops"] = top_ops(aggdir, top)
+        sec["links"] = link_section(aggdir, meta, spec, opt.nic_gbps, opt.gpus_per_node)
+    return sec
+
+
+def top_ops(aggdir, top: int = 10) -> list:
+    """The ``top`` rows of ``op_perf.parquet`` with FLOPs (GEMMs, attention), by ``lost_ns``
+    (the table's order); ``[]`` without the table (analysed without ``--op-perf``)."""
+    t = read_aggregate_table(aggdir, "op_perf")
+    rows = [{k: _py(t[k][i]) for k in t} for i in range(len(t.get("name", []))) if t["flops"][i] > 0]
+    return rows[:top]
+
+
+def _py(v):
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating, float)):
+        return None if np.isnan(v) else float(v)
+    return v
 
 
 def _rates(step_ns, inp) -> dict:
@@ -165,12 +196,11 @@ def efficiency_markdown(sec: dict | None) -> list:
               f"seq len {c['seq_len'] or '?'}; local batch {c['local_batch'] or '?'}; "
               f"global batch {c['global_batch'] or 'local x DP'}.", ""]
     o = sec["overall"]
-    L += [f"**{_n(o['tokens_per_s'], 0)} tokens/s, {_n(o['samples_per_s'], 2)} samples/s, "
-          f"{_n(o['model_tflops_per_gpu'])} model TFLOP/s per GPU, MFU {_n(o['mfu_pct'])} %** (mean step).", ""]
-    L += [_table(["iteration", "step", "step time (ms)", "tokens/s", "samples/s", "model TFLOP/s per GPU", "MFU %"],
-                 [[r["iteration"] if r["iteration"] >= 0 else "?", r["step"] if r["step"] >= 0 else "-",
-                   _n(r["step_ns"] / 1e6 if r["step_ns"] else None, 2), _n(r["tokens_per_s"], 0), _n(r["samples_per_s"], 2), _n(r["model_tflops_per_gpu"]),
-                   _n(r["mfu_pct"])] for r in sec["steps"]]), ""]
+    if o["tokens_per_s"] is None:
+        L += ["No throughput or MFU: give `--torchtitan-config` (or a Megatron run with the patch), or "
+              "`--tokens-per-step` / `--global-batch` and `--seq-len`.", ""]
+    else:
+        L += _throughput_md(sec)
     fpt = inp["flops_per_token"]
     L += ["Where each number came from:", "",
           f"- tokens per step: {_n(inp['tokens_per_step'], 0)} ({inp['tokens_per_step_from'] or 'not given'})",
@@ -181,7 +211,8 @@ def efficiency_markdown(sec: dict | None) -> list:
     if both:
         L += [f"- the two conventions: TorchTitan {both['torchtitan'] / 1e9:,.3f} GFLOP/token, Megatron-LM "
               f"{both['megatron'] / 1e9:,.3f} (docs/efficiency.md says where they differ)"]
-    return L + [""]
+    L += [""] + _ops_md(sec.get("ops"), sec.get("gpu")) + _links_md(sec.get("links"))
+    return L
 
 
 def _table(head, rows) -> str:
@@ -189,3 +220,50 @@ def _table(head, rows) -> str:
     out += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
     return "\n".join(out)
 
+
+
+def _ops_md(ops, gpu) -> list:
+    if ops is None:
+        return []
+    L = ["### GEMMs and attention against the roofline", ""]
+    if not ops:
+        return L + ["No per-op FLOPs: analyse with `--op-perf` (the epilogue does) from traces recorded with "
+                    "`record_shapes=True`.", ""]
+    L += [f"The ops losing the most GPU time against their roofline bound on the {gpu or 'unknown GPU'} "
+          f"(`op_perf.parquet`; bound = max(FLOPs / peak, bytes / memory bandwidth)):", ""]
+    L += [_table(["op", "dtype", "input shapes", "calls", "GPU time (ms)", "TFLOP/s", "GB/s", "FLOP/byte", "bound",
+                  "% of bound", "lost (ms)"],
+                 [[r["name"], r["dtype"] or "-", f"`{r['input_dims']}`", f"{r['count']:,}",
+                   _n(r["gpu_busy_ns"] / 1e6, 3), _n(r["achieved_tflops"]), _n(r["achieved_gbps"], 0),
+                   _n(r["intensity"]), r["bound"] or "-", _n(r["pct_of_bound"]),
+                   _n(r["lost_ns"] / 1e6 if r["lost_ns"] is not None else None, 3)] for r in ops]), ""]
+    return L
+
+
+def _links_md(lk) -> list:
+    if not lk or not lk["rows"]:
+        return []
+    L = ["### Collectives against their links", "",
+         f"Bus bandwidth (median) as a % of the link's peak per direction; hosts from {lk['hosts_from']}; "
+         f"network {_n(lk['nic_gbps'])} GB/s per GPU ({lk['nic_from'] or 'unknown'}).", ""]
+    L += [_table(["collective", "dim", "scope", "count", "GB", "busbw median (GB/s)", "link", "link peak (GB/s)",
+                  "% of link"],
+                 [[r["collective"], r["parallel_dim"] or "-", r["scope"], f"{r['count']:,}", f"{r['bytes'] / 1e9:,.3f}",
+                   _n(r["busbw_gbps_median"]), r["link"], _n(r["link_gbps"]), _n(r["pct_of_link"])]
+                  for r in lk["rows"]]), ""]
+    tr = lk["traffic"]
+    L += [f"Traffic: {tr['intra']['bytes'] / 1e9:,.3f} GB inside nodes ({_n(tr['intra']['pct'])} %), "
+          f"{tr['inter']['bytes'] / 1e9:,.3f} GB across nodes ({_n(tr['inter']['pct'])} %).", ""]
+    return L
+
+
+def _throughput_md(sec) -> list:
+    o = sec["overall"]
+    L = [f"**{_n(o['tokens_per_s'], 0)} tokens/s, {_n(o['samples_per_s'], 2)} samples/s, "
+          f"{_n(o['model_tflops_per_gpu'])} model TFLOP/s per GPU, MFU {_n(o['mfu_pct'])} %** (mean step).", ""]
+    L += [_table(["iteration", "step", "step time (ms)", "tokens/s", "samples/s", "model TFLOP/s per GPU", "MFU %"],
+                 [[r["iteration"] if r["iteration"] >= 0 else "?", r["step"] if r["step"] >= 0 else "-",
+                   _n(r["step_ns"] / 1e6 if r["step_ns"] else None, 2), _n(r["tokens_per_s"], 0),
+                   _n(r["samples_per_s"], 2), _n(r["model_tflops_per_gpu"]), _n(r["mfu_pct"])] for r in sec["steps"]]),
+          ""]
+    return L

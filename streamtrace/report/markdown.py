@@ -32,6 +32,7 @@ import numpy as np
 from ..errors import StreamtraceError
 from ..job.folder import read_aggregate_table, read_meta
 from ..runtime.files import atomic_output
+from .effcharts import efficiency_charts
 from .efficiency import efficiency_markdown, efficiency_section
 from .explain import build_explain, explain_markdown, idle_chart
 from .render import ChartOptions, render_all
@@ -84,7 +85,7 @@ def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq
     steps = it.get("step", np.full(len(it.get("iteration", [])), -1))
     rep["steps"] = [{"iteration": int(i), "step": int(n), "step_ns": _py(s) if s is not None and not _isnan(s) else _py(sp)}
                     for i, n, s, sp in zip(it["iteration"], steps, it["step_ns_median"], it["span_ns"])]
-    rep["efficiency"] = efficiency_section(meta, rep["steps"], efficiency, tokens_per_step, global_batch, seq_len)
+    rep["efficiency"] = efficiency_section(meta, rep["steps"], efficiency, tokens_per_step, global_batch, seq_len, d)
     tps = tps if tps is not None else rep["efficiency"]["inputs"]["tokens_per_step"]
     if tps is not None:
         total = sum(s["step_ns"] for s in rep["steps"] if s["step_ns"])
@@ -372,6 +373,8 @@ def write_report(aggdir, outdir=None, name=None, tokens_per_step=None, global_ba
         files = render_all(aggdir, out / "charts", opt=ChartOptions(formats=tuple(chart_formats), jobs=jobs,
                                                                     ranks=chart_ranks, progress=progress))
         files += idle_chart(rep.get("explain"), out / "charts" / "idle_breakdown", tuple(chart_formats))
+        files += efficiency_charts(rep.get("efficiency"), aggdir, out / "charts", read_meta(aggdir),
+                                   tuple(chart_formats))
     shown = ".png" if "png" in chart_formats else ".svg"
     pngs = [str(Path(p).relative_to(out)) for p in files if str(p).endswith(shown)]
     rep["charts"] = pngs

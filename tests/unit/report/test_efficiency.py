@@ -99,3 +99,55 @@ def test_megatron_arguments_from_the_topology_file(a100, tmp_path):
     l, h, s, V = 24, 2048, 2048, 51200
     assert inp["flops_per_token"] == pytest.approx(72 * l * h * h * (1 + s / (6 * h) + V / (12 * l * h)))
     assert rep["throughput"]["tokens_per_step"] == 64 * 2048
+
+
+def test_links_ops_and_charts_on_real_jobs(tmp_path):
+    """A real 2-rank TP job (V100 PCIe, both ranks on host 9c44bd29b3f0 by their file names): every
+    all-reduce is intra-node, its median bus bandwidth against the PCIe 3.0 x16 link (16 GB/s); and
+    the H100 trace's costed ops summed per distinct op into op_perf.parquet, with the roofline chart."""
+    need_shared()
+    analyze([REAL.parent / "real-multi" / "megatron_tp2_v100x2"], tmp_path / "an", AnalyzeOptions(jobs=1))
+    r = run_cli("report", tmp_path / "an", "-o", tmp_path / "rep", "-j", "1", "-q")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads((tmp_path / "rep" / "report.json").read_text())
+    links = rep["efficiency"]["links"]
+    t = pq.read_table(tmp_path / "rep" / "collectives.parquet").to_pydict()
+    bw = sorted(b for b, m in zip(t["busbw_gbps"], t["msg_bytes"]) if m > 0)
+    median = (bw[(len(bw) - 1) // 2] + bw[len(bw) // 2]) / 2
+    (row,) = links["rows"]
+    assert row["scope"] == "intra" and row["collective"] == "AllReduce" and row["count"] == len(t["collective"])
+    assert row["link_gbps"] == 16 and row["pct_of_link"] == pytest.approx(100 * median / 16)
+    assert links["traffic"]["intra"]["bytes"] == sum(m for m in t["msg_bytes"] if m > 0)
+    assert "host names in the trace file names" in links["hosts_from"]
+    assert (tmp_path / "rep" / "charts" / "busbw_vs_size.png").is_file()
+
+    analyze([REAL / "h100_qwen_inference.json.gz"], tmp_path / "q", AnalyzeOptions(jobs=1, op_perf=True))
+    write = run_cli("report", tmp_path / "q", "-o", tmp_path / "qrep", "-j", "1", "-q")
+    assert write.returncode == 0, write.stderr
+    (part,) = (tmp_path / "q" / "op_perf").glob("iteration=*/rank=*/part-0.parquet")
+    per_op = pq.read_table(part).to_pylist()
+    job = pq.read_table(tmp_path / "qrep" / "op_perf.parquet").to_pylist()
+    assert sum(r["count"] for r in job) == len(per_op)
+    for j in job[:5]:
+        same = [r for r in per_op if (r["name"], r["input_dims"]) == (j["name"], j["input_dims"])]
+        assert j["flops"] == sum(r["flops"] for r in same) and j["gpu_busy_ns"] == sum(r["gpu_busy_ns"] for r in same)
+        assert j["lost_ns"] == pytest.approx(sum(r["lost_ns"] for r in same))
+    lost = [j["lost_ns"] for j in job]
+    assert lost == sorted(lost, reverse=True)
+    qrep = json.loads((tmp_path / "qrep" / "report.json").read_text())
+    assert qrep["efficiency"]["ops"][0]["name"] == next(j["name"] for j in job if j["flops"] > 0)
+    assert (tmp_path / "qrep" / "charts" / "roofline.png").is_file()
+    md = next((tmp_path / "qrep").glob("*.md")).read_text()
+    assert "### GEMMs and attention against the roofline" in md
+
+
+def test_hosts_packed_by_gpus_per_node():
+    from streamtrace.report.links import spans_hosts
+    meta = {"parts": [{"rank": r, "source": f"/x/rank_{r:04d}_iter_4.pt.trace.json"} for r in range(16)]}
+    spans, how = spans_hosts(meta, 8)
+    assert "packed 8 to a host" in how
+    assert not spans("0,1,2,3,4,5,6,7", "") and spans("7,8", "") and spans("", "0,15")
+    named = {"parts": [{"rank": 0, "source": "/t/nodeA_11.1.pt.trace.json.gz"},
+                       {"rank": 1, "source": "/t/nodeB_12.2.pt.trace.json.gz"}]}
+    spans, how = spans_hosts(named, 8)
+    assert spans("0,1", "") and "host names" in how
