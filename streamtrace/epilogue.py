@@ -267,7 +267,7 @@ class EpilogueOptions:
         seq_len: sequence length in tokens (int), with ``global_batch``; None.
         torchtitan_config: the job's TorchTitan TOML (str): tokens per step, model and mesh (the
             topology when none is found or given); None.
-        peak_tflops, flops_per_token, nic_gbps: the report's Efficiency overrides
+        peak_tflops, flops_per_token, nic_gbps, gpus_per_node: the report's Efficiency overrides
             (:class:`~streamtrace.report.efficiency.EfficiencyOptions`); None.
         charts: render the charts (bool, default True).
         chart_formats: their file formats, ``png`` and/or ``svg`` (tuple, default ``("png",)``).
@@ -295,6 +295,7 @@ class EpilogueOptions:
     peak_tflops: float | None = None
     flops_per_token: float | None = None
     nic_gbps: float | None = None
+    gpus_per_node: int = 8
     charts: bool = True
     chart_formats: tuple = ("png",)
     chart_ranks: list | None = None
@@ -456,7 +457,8 @@ def _job_stages(ctx: _Run, analysed, run_dir) -> str | None:
 
     def do_report():
         from .report.run import EfficiencyOptions, ReportOptions, report
-        eff = EfficiencyOptions(None, opt.peak_tflops, opt.flops_per_token, opt.nic_gbps)   # config: via aggregate
+        eff = EfficiencyOptions(None, opt.peak_tflops, opt.flops_per_token, opt.nic_gbps,   # config: via aggregate
+                                opt.gpus_per_node)
         rep = report([agg], ctx.out, ReportOptions(name=opt.name, tokens_per_step=opt.tokens_per_step,
                                                    global_batch=opt.global_batch, seq_len=opt.seq_len,
                                                    charts=opt.charts, chart_ranks=opt.chart_ranks, progress=False,
@@ -465,7 +467,7 @@ def _job_stages(ctx: _Run, analysed, run_dir) -> str | None:
     fp_report = _fingerprint([agg / "aggregate.json"], name=opt.name, tokens=opt.tokens_per_step,
                              batch=opt.global_batch, seq=opt.seq_len, charts=opt.charts, chart_ranks=opt.chart_ranks,
                              formats=list(opt.chart_formats), base=fp, peak=opt.peak_tflops,
-                             fpt=opt.flops_per_token, nic=opt.nic_gbps)
+                             fpt=opt.flops_per_token, nic=opt.nic_gbps, gpn=opt.gpus_per_node)
     outputs = [ctx.out / "report.json"] + ([ctx.out / "charts"] if opt.charts else [])
     res, st = _stage(ctx, "report", fp_report, outputs, do_report, "report + charts", agg)
     ctx.summary["stages"]["report"] = st

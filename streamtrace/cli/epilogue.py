@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argh
 
-from .common import Console, Exit, parse_formats, parse_jobs, parse_list, prepare_kernels, report_args
+from .common import Console, Exit, check_efficiency_flags, parse_formats, parse_jobs, parse_list, prepare_kernels, report_args
 
 EXAMPLES = """
   streamtrace epilogue /runs/job42/tb
@@ -28,7 +28,7 @@ EXAMPLES = """
 @argh.arg("-v", "--verbose", help="print more (and tracebacks of failures)")
 def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_memory=None, strict=False, name=None,
              topology=None, tokens_per_step=None, global_batch=None, seq_len=None, torchtitan_config=None,
-             peak_tflops=None, flops_per_token=None, nic_gbps=None, no_charts=False,
+             peak_tflops=None, flops_per_token=None, nic_gbps=None, gpus_per_node=8, no_charts=False,
              chart_format="png", chart_ranks=None, quiet=False, verbose=False):
     """After a training job: analyse, merge, aggregate, report and chart every iteration."""
     from ..epilogue import EpilogueOptions, run      # (the CLI's convention: see streamtrace.cli)
@@ -38,10 +38,11 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
                           strict=strict, name=name, outdir=outdir, topology=topology,
                           tokens_per_step=tokens_per_step, global_batch=global_batch, seq_len=seq_len,
                           torchtitan_config=torchtitan_config, peak_tflops=peak_tflops,
-                          flops_per_token=flops_per_token, nic_gbps=nic_gbps,
+                          flops_per_token=flops_per_token, nic_gbps=nic_gbps, gpus_per_node=gpus_per_node,
                           charts=not no_charts, chart_formats=parse_formats(chart_format),
                           chart_ranks=parse_list(chart_ranks, "--chart-ranks") if chart_ranks else None,
                           quiet=quiet, verbose=verbose)
+    check_efficiency_flags(peak_tflops, flops_per_token, nic_gbps, gpus_per_node)
     opt.check()
     if opt.isolate:      # numba and the kernels stay out of this process: each stage's process loads its own
         call_in_child(lambda: prepare_kernels("epilogue", con, opt.jobs))

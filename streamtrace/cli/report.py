@@ -4,7 +4,7 @@ from __future__ import annotations
 import argh
 
 from .aggregate import kernel_delay_ns, steps_text
-from .common import Console, need, parse_formats, parse_jobs, parse_list, prepare_kernels, report_args
+from .common import Console, check_efficiency_flags, need, parse_formats, parse_jobs, parse_list, prepare_kernels, report_args
 
 EXAMPLES = """
   streamtrace report job42-agg --tokens-per-step 1048576
@@ -33,7 +33,8 @@ EXAMPLES = """
 @argh.arg("-q", "--quiet", help="print only the report's path, warnings and errors")
 @argh.arg("-v", "--verbose", help="print more (and tracebacks of errors)")
 def report(*dirs, outdir=None, name=None, tokens_per_step=None, global_batch=None, seq_len=None,
-           torchtitan_config=None, peak_tflops=None, flops_per_token=None, nic_gbps=None, no_charts=False,
+           torchtitan_config=None, peak_tflops=None, flops_per_token=None, nic_gbps=None, gpus_per_node=8,
+           no_charts=False,
            chart_format="png", chart_ranks=None, iterations=None, steps=None, jobs=0, time_alignment="global", clock_sync="none",
            topology=None, consecutive_kernel_delay_us=30.0, force=False, quiet=False, verbose=False):
     """Markdown + report.json + charts of where the job's time went (from streamtrace aggregate output)."""
@@ -46,12 +47,14 @@ def report(*dirs, outdir=None, name=None, tokens_per_step=None, global_batch=Non
     need(dirs, "an aggregate folder or analysed folders")
     if (global_batch is None) != (seq_len is None):
         raise UsageError("give both --global-batch and --seq-len (or --tokens-per-step)")
+    check_efficiency_flags(peak_tflops, flops_per_token, nic_gbps, gpus_per_node)
     if aggregates(dirs):                          # an aggregate folder needs no kernel
         prepare_kernels("report", con, parse_jobs(jobs))
     opt = ReportOptions(name, tokens_per_step, global_batch, seq_len, charts=not no_charts,
                         chart_ranks=parse_list(chart_ranks, "--chart-ranks") if chart_ranks else None,
                         progress=con.progress, chart_formats=parse_formats(chart_format), jobs=parse_jobs(jobs),
-                        efficiency=EfficiencyOptions(torchtitan_config, peak_tflops, flops_per_token, nic_gbps))
+                        efficiency=EfficiencyOptions(torchtitan_config, peak_tflops, flops_per_token, nic_gbps,
+                                                     gpus_per_node))
     rep = write(list(dirs), outdir, opt, AggregateOptions(
         iterations=parse_list(iterations, "--iterations") if iterations else None,
         steps=parse_list(steps, "--steps") if steps else None, jobs=parse_jobs(jobs),
