@@ -7,6 +7,8 @@ FLOPs count a multiply-add as 2 and follow PyTorch's own ``torch.utils.flop_coun
 
 * ``mm``  (m x k) @ (k x n): 2 m k n; ``addmm``: the same (the bias add is not counted);
 * ``bmm`` / ``baddbmm`` (b x m x k) @ (b x k x n): 2 b m k n;
+* grouped GEMMs (MoE experts, ``_grouped_mm``): tokens (m_total x k) against g expert matrices
+  (g x k x n), each token row meeting its own group's: 2 m_total k n (3-D x 3-D inputs: as ``bmm``);
 * ``matmul`` / ``linear``: 2 x (the output's elements) x k (the composite ops: their ``mm`` /
   ``addmm`` / ``bmm`` children carry the same count, :mod:`~streamtrace.analyze.opperf` keeps only
   the innermost costed op of a nest);
@@ -29,7 +31,7 @@ import math
 from ..topology.hardware import dtype_bytes, dtype_key
 
 GEMMS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear",
-         "aten::_scaled_mm"}
+         "aten::_scaled_mm", "aten::_grouped_mm", "aten::_scaled_grouped_mm"}
 ATTN_FWD_BHSD = {"aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
                  "aten::_scaled_dot_product_cudnn_attention", "aten::_scaled_dot_product_flash_attention_for_cpu"}
 ATTN_BWD_BHSD = {n + "_backward" for n in ATTN_FWD_BHSD}
@@ -67,6 +69,11 @@ def _gemm(name, ts):
     if len(ts) < 2:
         return None
     a, b = ts[0][0], ts[1][0]
+    if name in ("aten::_grouped_mm", "aten::_scaled_grouped_mm") and len(a) == 2 and len(b) == 3:
+        if a[1] != b[1]:                        # tokens[m_total, k] x experts[g, k, n]: each row
+            return None                         # meets one group's weights
+        out = a[0] * b[2]
+        return 2 * out * a[1], out, a[1]
     if name == "aten::linear":                  # x[..., k] @ w[n, k]^T
         if len(b) != 2 or a[-1] != b[1]:
             return None

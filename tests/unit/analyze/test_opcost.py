@@ -116,3 +116,6 @@ def test_bytes_by_hand():
     assert op_cost("aten::add", [[4, 4], [4, 4], []], ["float", "float", "Scalar"]) == (0, 3 * 16 * 4, "fp32")
     assert op_cost("aten::mm", [[8, 16], [15, 4]], ["float", "float"]) is None                 # shapes disagree
     assert op_cost("aten::softmax", [[8]], ["float"]) is None
+    # grouped GEMM of MoE experts: 96 routed token rows (k 32) over 4 experts' 32 x 64 weights
+    f, b, _ = op_cost("aten::_grouped_mm", [[96, 32], [4, 32, 64], [4]], ["c10::BFloat16", "c10::BFloat16", "int"])
+    assert f == 2 * 96 * 32 * 64 and b == (96 * 32 + 4 * 32 * 64 + 96 * 64) * 2 + 4 * 4
