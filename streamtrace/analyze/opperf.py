@@ -22,10 +22,12 @@ Output: ``op_perf/iteration=N/rank=R/part-0.parquet`` beside ``kernels/`` and ``
 from __future__ import annotations
 
 import io
+import re
 
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..events.dataset import partition_files, partition_path, read_partition
@@ -54,9 +56,11 @@ def costed_ops(path) -> tuple[dict, dict]:
         if not hits:
             continue
         idx = np.unique(np.searchsorted(ends, np.asarray(hits, np.int64), side="right"))
-        idx = idx[idx < len(starts)]
+        idx = [i for i in idx[idx < len(starts)].tolist() if _costed_name(buf, int(starts[i]), int(ends[i]))]
+        if not idx:
+            continue
         evs = orjson.loads(b"[" + b",".join(bytes(buf[int(starts[i]):int(ends[i])]) for i in idx) + b"]")
-        for i, e in zip(idx.tolist(), evs):
+        for i, e in zip(idx, evs):
             name = e.get("name")
             if name not in COSTED or e.get("ph") != "X":
                 continue
@@ -71,6 +75,17 @@ def costed_ops(path) -> tuple[dict, dict]:
                          ("flops", c[0]), ("bytes", c[1]), ("rank", a.get("rank", -1))):
                 rows[k].append(v)
     return _innermost(rows), reader.metadata
+
+
+_NAME = re.compile(rb'"name"\s*:\s*"([^"\\]*)"')
+_COSTED_BYTES = {n.encode() for n in COSTED}
+
+
+def _costed_name(buf, start: int, end: int) -> bool:
+    """Whether the event in ``buf[start:end]`` is named like a costed op (read without decoding it;
+    an escaped name is decoded to be sure)."""
+    m = _NAME.search(buf, start, end)
+    return m is None or m.group(1) in _COSTED_BYTES
 
 
 def _innermost(rows: dict) -> dict:
@@ -106,6 +121,10 @@ def _ops_gpu_time(outdir, rank, iteration) -> dict:
     """``{(pid, tid, ts_ns, name): (kernel_count, kernel_time_ns, gpu_busy_ns)}`` of the rank's ops."""
     t = read_partition(partition_files(outdir, "ops", rank, iteration),
                        ["pid", "tid", "ts_ns", "name", "kernel_count", "kernel_time_ns", "gpu_busy_ns"], "ops")
+    names = t.column("name")
+    if names.num_chunks and pa.types.is_dictionary(names.type):
+        names = names.cast(pa.string())
+    t = t.filter(pc.is_in(names, value_set=pa.array(sorted(COSTED))))          # the costed ops' rows only
     cols = [t.column(c).to_pylist() for c in t.column_names]
     return {(p, d, s, n): (k, kt, gb) for p, d, s, n, k, kt, gb in zip(*cols)}
 

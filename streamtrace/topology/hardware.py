@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 #: canonical data-type names (Kineto's ``Input type`` spellings map onto them, see :func:`dtype_key`)
 DTYPES = ("fp8", "bf16", "fp16", "tf32", "fp32", "fp64")
@@ -89,6 +90,7 @@ def gpu_spec(device_name: str | None) -> GpuSpec | None:
     return None
 
 
+@lru_cache(maxsize=256)
 def dtype_key(name: str | None) -> str | None:
     """A :data:`DTYPES` key from a dtype's spelling (Kineto ``Input type``: ``"c10::BFloat16"``,
     ``"float"``, ``"c10::Half"``; config: ``"bfloat16"``, ``"bf16"``, ``"fp8"``), None if unknown."""
@@ -100,6 +102,7 @@ def dtype_key(name: str | None) -> str | None:
     return None
 
 
+@lru_cache(maxsize=256)
 def dtype_bytes(name: str | None) -> int | None:
     """Bytes per element of a Kineto ``Input type`` (``c10::BFloat16`` 2, ``float`` 4, ``long int`` 8,
     ``bool`` / ``unsigned char`` / fp8 1), None when unknown."""
