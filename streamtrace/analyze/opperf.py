@@ -17,7 +17,9 @@ bytes / bandwidth), the fastest the op can run; ``lost_ns`` = ``gpu_busy_ns`` - 
 (>= 0), the time lost against that bound; ``achieved_tflops`` / ``achieved_gbps`` over
 ``gpu_busy_ns``; ``pct_of_bound`` = 100 x ``bound_ns`` / ``gpu_busy_ns``.
 
-Output: ``op_perf/iteration=N/rank=R/part-0.parquet`` beside ``kernels/`` and ``ops/``.
+Output: ``op_perf/iteration=N/rank=R/part-0.parquet`` beside ``kernels/`` and ``ops/``, and
+``kernel_perf/``: each GPU event's share of its op's FLOPs and bytes (:func:`kernel_costs`), joining
+``kernels`` on ``correlation``.
 """
 from __future__ import annotations
 
@@ -175,13 +177,42 @@ def write_op_perf(path, outdir, ranks, iteration) -> list:
             k: pa.array(roof.get(k, [None] * len(mine)), pa.string() if k == "bound" else pa.float64())
             for k in ("intensity", "bound", "bound_ns", "lost_ns", "achieved_tflops", "achieved_gbps",
                       "pct_of_bound")}})
-        buf = io.BytesIO()
-        pq.write_table(table, buf, compression="zstd")
-        p = partition_path(outdir, "op_perf", rank, iteration)
-        with atomic_output(p, compress=False) as f:
-            f.write(buf.getvalue())
-        files.append(p)
+        files.append(_write(table, outdir, "op_perf", rank, iteration))
+        files.append(_write(kernel_costs(outdir, rank, iteration, cols), outdir, "kernel_perf", rank, iteration))
     return files
+
+
+def _write(table, outdir, dataset, rank, iteration):
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    p = partition_path(outdir, dataset, rank, iteration)
+    with atomic_output(p, compress=False) as f:
+        f.write(buf.getvalue())
+    return p
+
+
+def kernel_costs(outdir, rank, iteration, ops: dict):
+    """``kernel_perf``: the FLOPs and bytes of each costed op given to the GPU events it launched
+    itself (the rank's kernels whose ``external_id`` is the op's), split in proportion to their
+    durations; a table of ``correlation``, ``external_id``, ``op``, ``flops``, ``bytes`` (float64)
+    that joins the ``kernels`` table on ``correlation``.  Kernels an op launched through an inner,
+    uncosted op (another external id) get none: the op's own row in ``op_perf`` has the total."""
+    t = read_partition(partition_files(outdir, "kernels", rank, iteration), ["correlation", "external_id", "dur_ns"],
+                       "kernels")
+    ext = np.asarray([e if isinstance(e, int) else -1 for e in ops["external_id"]], np.int64)
+    k_ext = t.column("external_id").to_numpy(zero_copy_only=False).astype(np.int64)
+    k_dur = t.column("dur_ns").to_numpy(zero_copy_only=False).astype(np.float64)
+    keep = np.flatnonzero(np.isin(k_ext, ext[ext >= 0]))
+    order = np.argsort(ext, kind="stable")
+    at = order[np.searchsorted(ext[order], k_ext[keep])]          # the op of each kept kernel
+    total = np.zeros(len(ext))
+    np.add.at(total, at, k_dur[keep])
+    share = np.divide(k_dur[keep], total[at], out=np.full(len(keep), 1.0), where=total[at] > 0)
+    flops, nbytes = np.asarray(ops["flops"], np.float64), np.asarray(ops["bytes"], np.float64)
+    return pa.table({"correlation": t.column("correlation").take(pa.array(keep)),
+                     "external_id": pa.array(k_ext[keep]), "op": pa.array([ops["name"][i] for i in at.tolist()],
+                                                                            pa.string()),
+                     "flops": pa.array(flops[at] * share), "bytes": pa.array(nbytes[at] * share)})
 
 
 _TYPES = {"name": pa.string(), "dtype": pa.string(), "input_dims": pa.string()}

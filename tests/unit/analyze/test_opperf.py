@@ -22,12 +22,34 @@ def _ns(v) -> int:
 
 
 @pytest.fixture(scope="module")
-def out(tmp_path_factory):
+def analysed(tmp_path_factory):
     need_shared()
     d = tmp_path_factory.mktemp("opperf") / "an"
     analyze([REAL / TRACE], d, AnalyzeOptions(jobs=1, op_perf=True))
-    (f,) = list((d / "op_perf").glob("iteration=*/rank=*/part-0.parquet"))
+    return d
+
+
+@pytest.fixture(scope="module")
+def out(analysed):
+    (f,) = list((analysed / "op_perf").glob("iteration=*/rank=*/part-0.parquet"))
     return pq.read_table(f).to_pylist()
+
+
+def test_kernel_perf_gives_each_op_its_kernels(analysed, out):
+    (f,) = list((analysed / "kernel_perf").glob("iteration=*/rank=*/part-0.parquet"))
+    kp = pq.read_table(f).to_pylist()
+    ev = json.loads(gzip.open(REAL / TRACE).read())["traceEvents"]
+    gpu = [e for e in ev if e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")]
+    checked = 0
+    for r in [r for r in out if r["name"] in ("aten::mm", "aten::addmm")][:40]:
+        mine = {e["args"]["correlation"] for e in gpu if e["args"].get("External id") == r["external_id"]}
+        rows = [k for k in kp if k["external_id"] == r["external_id"]]
+        assert {k["correlation"] for k in rows} == mine
+        if mine:
+            assert sum(k["flops"] for k in rows) == pytest.approx(r["flops"])
+            assert sum(k["bytes"] for k in rows) == pytest.approx(r["bytes"])
+            checked += 1
+    assert checked >= 20
 
 
 def test_gemm_kernel_time_flops_and_roofline(out):
