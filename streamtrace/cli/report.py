@@ -8,6 +8,7 @@ from .common import Console, check_efficiency_flags, need, parse_formats, parse_
 
 EXAMPLES = """
   streamtrace report job42-agg --tokens-per-step 1048576
+  streamtrace report job42-agg --torchtitan-config llama3_8b.toml --nic-gbps 50
   streamtrace report an15 an16 -o job42-report --clock-sync collectives --name job42 --chart-ranks 0-3,12
   streamtrace report job42-agg --global-batch 512 --seq-len 2048 --no-charts -q
 """

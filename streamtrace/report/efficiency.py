@@ -108,7 +108,7 @@ def _peak(meta, cfg, opt) -> tuple:
     if spec is None:
         return None, f"unknown (GPU {devices[0] if devices else 'not named in the traces'} not in the table: " \
                      f"give --peak-tflops)"
-    dt = dtype_key(cfg.dtype if cfg else None) or "bf16"
+    dt = dtype_key(cfg.dtype if cfg else None) or ("bf16" if spec.peak("bf16") else "fp16")
     p = spec.peak(dt)
     if p is None:
         return None, f"unknown ({spec.name} has no {dt} peak in the table: give --peak-tflops)"

@@ -21,7 +21,8 @@ in GB/s (a 400 Gb/s NIC is 50 GB/s).  Sources:
 * MI300X / MI325X: AMD Instinct MI300X / MI325X datasheets: BF16 1,307.4, FP8 2,614.9, FP32
   163.4 TFLOP/s; 5.3 / 6 TB/s; Infinity Fabric 7 links x 64 GB/s per direction (448 GB/s).
 * MI250X: AMD Instinct MI250X datasheet: BF16 383, FP32 (matrix) 95.7 TFLOP/s, 3.2 TB/s.
-* V100 SXM2: NVIDIA V100 datasheet: FP16 tensor 125, FP32 15.7 TFLOP/s, 900 GB/s, NVLink 300 GB/s.
+* V100 SXM2 / PCIe: NVIDIA V100 datasheet: FP16 tensor 125 / 112, FP32 15.7 / 14 TFLOP/s (no BF16),
+  900 GB/s; NVLink 300 GB/s (SXM2), PCIe 3.0 x16 ~16 GB/s per direction (PCIe).
 """
 from __future__ import annotations
 
@@ -46,8 +47,9 @@ class GpuSpec:
     source: str
 
     def peak(self, dtype: str) -> float | None:
-        """Dense peak TFLOP/s for ``dtype`` (a :data:`DTYPES` key; fp16 falls back on bf16)."""
-        return self.peak_tflops.get(dtype) or (self.peak_tflops.get("bf16") if dtype == "fp16" else None)
+        """Dense peak TFLOP/s for ``dtype`` (a :data:`DTYPES` key), None when the GPU has no such math
+        (V100: no bf16)."""
+        return self.peak_tflops.get(dtype)
 
     def ridge(self, dtype: str) -> float | None:
         """The roofline's ridge point, FLOP per byte: peak FLOP/s / memory bytes/s."""
@@ -55,8 +57,8 @@ class GpuSpec:
         return p * 1e12 / (self.mem_gbps * 1e9) if p else None
 
 
-def _s(name, bf16, fp8, tf32, fp32, fp64, mem, link, nic, source):
-    peaks = {"bf16": bf16, "fp16": bf16, "fp8": fp8, "tf32": tf32, "fp32": fp32, "fp64": fp64}
+def _s(name, bf16, fp8, tf32, fp32, fp64, mem, link, nic, source, fp16_only=False):
+    peaks = {"bf16": 0 if fp16_only else bf16, "fp16": bf16, "fp8": fp8, "tf32": tf32, "fp32": fp32, "fp64": fp64}
     return GpuSpec(name, {k: v for k, v in peaks.items() if v}, mem, link, nic, source)
 
 
@@ -70,8 +72,9 @@ GPUS = [
     (r"A100.*40GB|A100-SXM4-40|A100-PCIE-40", _s("A100 40GB", 312, 0, 156, 19.5, 19.5, 1555, 300, 25,
                                                 "NVIDIA A100 datasheet")),
     (r"A100", _s("A100 80GB", 312, 0, 156, 19.5, 19.5, 2039, 300, 25, "NVIDIA A100 datasheet")),
-    (r"V100.*PCI", _s("V100 PCIe", 112, 0, 0, 14, 7, 900, 16, 12.5, "NVIDIA V100 datasheet (PCIe 3.0 x16 link)")),
-    (r"V100", _s("V100", 125, 0, 0, 15.7, 7.8, 900, 150, 12.5, "NVIDIA V100 datasheet")),
+    (r"V100.*PCI", _s("V100 PCIe", 112, 0, 0, 14, 7, 900, 16, 12.5, "NVIDIA V100 datasheet (PCIe 3.0 x16 link)",
+                            fp16_only=True)),
+    (r"V100", _s("V100", 125, 0, 0, 15.7, 7.8, 900, 150, 12.5, "NVIDIA V100 datasheet", fp16_only=True)),
     (r"MI325", _s("MI325X", 1307.4, 2614.9, 653.7, 163.4, 81.7, 6000, 448, 50, "AMD Instinct MI325X datasheet")),
     (r"MI300X|MI300", _s("MI300X", 1307.4, 2614.9, 653.7, 163.4, 81.7, 5300, 448, 50,
                          "AMD Instinct MI300X datasheet")),

@@ -7,7 +7,8 @@ parallel degrees, the model's shape (:class:`TrainConfig`), read from a TorchTit
 TorchTitan's fields (``torchtitan/config/job_config.py``; the TOML sections):
 ``[model] name, flavor``; ``[training] local_batch_size`` (``batch_size`` before 2025),
 ``global_batch_size`` (-1 or absent: ``local_batch_size`` x DP, no gradient accumulation),
-``seq_len``, ``mixed_precision_param``; ``[parallelism] data_parallel_replicate_degree``,
+``seq_len``, ``mixed_precision_param`` (also read from ``[parallelism]``); ``[parallelism]
+data_parallel_replicate_degree``,
 ``data_parallel_shard_degree`` (-1: what the world size leaves), ``tensor_parallel_degree``,
 ``pipeline_parallel_degree``, ``context_parallel_degree``, ``expert_parallel_degree``,
 ``expert_tensor_parallel_degree`` (older files keep some of these in ``[training]`` or
@@ -203,7 +204,7 @@ def from_torchtitan_toml(path) -> TrainConfig:
     return TrainConfig(source=str(path), model_name=" ".join(str(x) for x in (name, flavor) if x) or None,
                        model=KNOWN_MODELS.get((name, flavor)), seq_len=train.get("seq_len"), local_batch=local,
                        global_batch=gb if gb and gb > 0 else None, degrees=degrees,
-                       dtype=train.get("mixed_precision_param"))
+                       dtype=_pick(doc, "mixed_precision_param", ("training", "parallelism")))
 
 
 #: Megatron-LM argument names (``megatron/training/arguments.py``) recorded by dump_topology
