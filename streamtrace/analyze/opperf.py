@@ -39,15 +39,19 @@ from ..trace.reader import TraceReader
 from .opcost import COSTED, op_cost
 
 _KEY = b'"Input Dims"'
+PROBE_EVENTS = 65536     # events read before concluding that a trace has no recorded shapes
 COLUMNS = ("pid", "tid", "ts_ns", "dur_ns", "name", "external_id", "dtype", "input_dims", "flops", "bytes")
 
 
 def costed_ops(path) -> tuple[dict, dict]:
     """The costed CPU ops of the trace ``path``, innermost of each nest only: ``({column: list}``
-    with :data:`COLUMNS` and ``rank`` (``args.rank``, -1 when absent), ``metadata)``.  Raises
+    with :data:`COLUMNS` and ``rank`` (``args.rank``, -1 when absent), ``metadata)``.  A trace whose
+    first :data:`PROBE_EVENTS` events hold no ``"Input Dims"`` (profiled without
+    ``record_shapes``) is not read further: no rows (and the metadata read so far).  Raises
     :class:`~streamtrace.errors.TraceError` for an unreadable trace."""
     rows = {c: [] for c in COLUMNS + ("rank",)}
     reader = TraceReader(path)
+    shapes = False
     for b in reader.raw_batches(decode=False):
         buf, starts, ends = b.buf, b.starts, b.ends
         s0, e1 = int(starts[0]), int(ends[-1])
@@ -55,6 +59,9 @@ def costed_ops(path) -> tuple[dict, dict]:
         while pos >= 0:
             hits.append(pos)
             pos = buf.find(_KEY, pos + 1, e1)
+        shapes = shapes or bool(hits)
+        if not shapes and b.index + len(starts) >= PROBE_EVENTS:
+            break                       # recorded without record_shapes: no need to read on
         if not hits:
             continue
         idx = np.unique(np.searchsorted(ends, np.asarray(hits, np.int64), side="right"))
@@ -155,8 +162,11 @@ def roofline(flops, nbytes, busy_ns, spec, dtype) -> dict:
 def write_op_perf(path, outdir, ranks, iteration) -> list:
     """Cost the ops of the trace ``path`` and write each rank's ``op_perf`` partition (the ranks
     ``ranks`` the file was analysed into; an op without ``args.rank`` belongs to the only one, or
-    is skipped when the file holds several).  Returns the files written."""
+    is skipped when the file holds several); nothing when the trace has no costed op.  Returns the
+    files written."""
     rows, meta = costed_ops(path)
+    if not rows["name"]:
+        return []
     props = meta.get("deviceProperties") or []
     spec = gpu_spec(props[0].get("name")) if props and isinstance(props[0], dict) else None
     files = []

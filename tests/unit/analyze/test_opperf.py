@@ -80,3 +80,14 @@ def test_attention_is_counted_once(out):
     assert "aten::_flash_attention_forward" in names
     assert not names & {"aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention",
                         "aten::linear", "aten::matmul"}
+
+
+def test_no_recorded_shapes_no_op_perf(tmp_path):
+    """A trace profiled without record_shapes (no "Input Dims": checked here with a plain read)
+    gets no op_perf/ or kernel_perf/, and is not read past the probe."""
+    need_shared()
+    src = REAL / "a100_resnet_ddp_rank0_of2.json.gz"
+    assert b'"Input Dims"' not in gzip.open(src).read()
+    analyze([src], tmp_path / "an", AnalyzeOptions(jobs=1, op_perf=True))
+    assert (tmp_path / "an" / "kernels").is_dir()
+    assert not (tmp_path / "an" / "op_perf").exists() and not (tmp_path / "an" / "kernel_perf").exists()
