@@ -14,7 +14,7 @@ import numpy as np
 from ..job.folder import read_aggregate_table
 from ..topology.hardware import gpu_spec
 from .charts import pyplot, save
-from .links import spans_hosts
+from .links import inter_node
 
 
 def efficiency_charts(sec: dict | None, aggdir, folder, meta: dict, formats=("png",), top: int = 40) -> list:
@@ -71,8 +71,7 @@ def _busbw(aggdir, stem, links, meta, spec, formats) -> list:
     kinds = sorted(set(t["collective"][ok].tolist()))
     if not kinds:
         return []
-    spans, _ = spans_hosts(meta, (links or {}).get("gpus_per_node", 8))
-    inter = np.asarray([spans(t["pg_ranks"][i], t["ranks"][i]) for i in range(len(ok))], bool)
+    inter, _ = inter_node(t["pg_ranks"], t["ranks"], meta, (links or {}).get("gpus_per_node", 8))
     plt = pyplot()
     fig, axes = plt.subplots(len(kinds), 1, figsize=(8, 2.6 * len(kinds) + 0.6), squeeze=False)
     nic = (links or {}).get("nic_gbps")

@@ -55,37 +55,51 @@ def spans_hosts(meta: dict, gpus_per_node: int = 8):
     return fn, how
 
 
+def inter_node(pg_ranks, ranks, meta: dict, gpus_per_node: int = 8) -> tuple[np.ndarray, str]:
+    """``(bool array, how)``: per collective (its ``pg_ranks`` and ``ranks`` columns), whether its
+    group spans hosts (:func:`spans_hosts`, worked out once per distinct pair of strings)."""
+    spans, how = spans_hosts(meta, gpus_per_node)
+    cache: dict = {}
+    out = np.zeros(len(pg_ranks), bool)
+    for i, key in enumerate(zip(pg_ranks, ranks)):
+        v = cache.get(key)
+        if v is None:
+            v = cache[key] = spans(*key)
+        out[i] = v
+    return out, how
+
+
 def link_section(aggdir, meta: dict, spec, nic_gbps: float | None, gpus_per_node: int = 8) -> dict:
     """The section as a dict: ``rows`` (per collective, dim, scope: ``count``, ``bytes``,
     ``busbw_gbps_median``, ``link``, ``link_gbps``, ``pct_of_link``), ``traffic`` (bytes and % intra
-    / inter), ``hosts_from``, ``nic_gbps`` and ``nic_from``.  ``spec``: the GPU's :class:`~streamtrace.topology.hardware.GpuSpec` or None."""
+    / inter), ``hosts_from``, ``nic_gbps`` and ``nic_from``.  ``spec``: the GPU's
+    :class:`~streamtrace.topology.hardware.GpuSpec` or None."""
     t = read_aggregate_table(aggdir, "collectives", ["collective", "parallel_dim", "pg_ranks", "ranks",
                                                      "msg_bytes", "busbw_gbps"])
-    inter, how = spans_hosts(meta, gpus_per_node)
+    n = len(t.get("collective", []))
+    inter, how = inter_node(t["pg_ranks"], t["ranks"], meta, gpus_per_node) if n else (np.zeros(0, bool), "")
     nic = nic_gbps or (spec.nic_gbps if spec else None)
-    groups: dict = defaultdict(lambda: {"count": 0, "bytes": 0, "busbw": []})
-    traffic = {"intra": 0, "inter": 0}
-    for i in range(len(t.get("collective", []))):
-        scope = "inter" if inter(t["pg_ranks"][i], t["ranks"][i]) else "intra"
-        g = groups[(t["collective"][i], t["parallel_dim"][i] or "", scope)]
-        g["count"] += 1
-        size, bw = int(t["msg_bytes"][i]), float(t["busbw_gbps"][i])
-        if size > 0:
-            g["bytes"] += size
-            traffic[scope] += size
-        if size > 0 and not np.isnan(bw):
-            g["busbw"].append(bw)
+    size = np.asarray(t["msg_bytes"], np.int64) if n else np.zeros(0, np.int64)
+    bw = np.asarray(t["busbw_gbps"], float) if n else np.zeros(0)
+    known = size > 0
+    groups: dict = defaultdict(list)                   # (collective, dim, scope) -> row numbers
+    for i, key in enumerate(zip(t.get("collective", []), t.get("parallel_dim", []), inter.tolist())):
+        groups[key].append(i)
     rows = []
-    for (coll, dim, scope), g in sorted(groups.items()):
-        peak = (spec.link_gbps if spec else None) if scope == "intra" else nic
-        med = float(np.median(g["busbw"])) if g["busbw"] else None
-        rows.append({"collective": coll, "parallel_dim": dim, "scope": scope, "count": g["count"],
-                     "bytes": g["bytes"], "busbw_gbps_median": med,
-                     "link": ("NVLink / Infinity Fabric" if scope == "intra" else "network"), "link_gbps": peak,
+    for (coll, dim, is_inter), idx in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or "", kv[0][2])):
+        idx = np.asarray(idx)
+        scope = "inter" if is_inter else "intra"
+        peak = nic if is_inter else (spec.link_gbps if spec else None)
+        ok = idx[known[idx] & ~np.isnan(bw[idx])]
+        med = float(np.median(bw[ok])) if len(ok) else None
+        rows.append({"collective": coll, "parallel_dim": dim or "", "scope": scope, "count": len(idx),
+                     "bytes": int(size[idx][known[idx]].sum()), "busbw_gbps_median": med,
+                     "link": "network" if is_inter else "NVLink / Infinity Fabric", "link_gbps": peak,
                      "pct_of_link": 100 * med / peak if med is not None and peak else None})
+    traffic = {"intra": int(size[known & ~inter].sum()), "inter": int(size[known & inter].sum())}
     total = traffic["intra"] + traffic["inter"]
     return {"rows": rows, "traffic": {k: {"bytes": v, "pct": 100 * v / total if total else None}
                                       for k, v in traffic.items()},
-            "hosts_from": how, "gpus_per_node": gpus_per_node, "nic_gbps": nic, "nic_from": "--nic-gbps" if nic_gbps else
-            (f"{spec.name} platform default" if spec else None),
+            "hosts_from": how, "gpus_per_node": gpus_per_node, "nic_gbps": nic,
+            "nic_from": "--nic-gbps" if nic_gbps else (f"{spec.name} platform default" if spec else None),
             "from": "collectives.parquet, aggregate.json"}
