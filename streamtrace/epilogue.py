@@ -266,6 +266,10 @@ class EpilogueOptions:
             ``global_batch`` (sequences) and ``seq_len`` (tokens per sequence).  None: no throughput.
         global_batch: global batch size in sequences (int), with ``seq_len``; None.
         seq_len: sequence length in tokens (int), with ``global_batch``; None.
+        torchtitan_config: the job's TorchTitan TOML (str): tokens per step, model and mesh (the
+            topology when none is found or given); None.
+        peak_tflops, flops_per_token, nic_gbps, gpus_per_node: the report's Efficiency overrides
+            (:class:`~streamtrace.report.efficiency.EfficiencyOptions`); None.
         charts: render the charts (bool, default True).
         chart_formats: their file formats, ``png`` and/or ``svg`` (tuple, default ``("png",)``).
         chart_ranks: ranks that get per-rank charts (list of int); None: all up to 8, else a selection.
@@ -288,6 +292,11 @@ class EpilogueOptions:
     tokens_per_step: int | None = None
     global_batch: int | None = None
     seq_len: int | None = None
+    torchtitan_config: str | None = None
+    peak_tflops: float | None = None
+    flops_per_token: float | None = None
+    nic_gbps: float | None = None
+    gpus_per_node: int = 8
     charts: bool = True
     chart_formats: tuple = ("png",)
     chart_ranks: list | None = None
@@ -379,12 +388,13 @@ def _iteration(ctx: _Run, it, paths) -> str | None:
 
     def do_analyze():
         from .analyze import AnalyzeOptions, analyze
-        s = analyze(paths, adir, AnalyzeOptions(jobs=jobs, chunked=opt.chunked, topology=topo, progress=False))
+        s = analyze(paths, adir, AnalyzeOptions(jobs=jobs, chunked=opt.chunked, topology=topo, progress=False,
+                                                op_perf=True))
         for f in s["failed"]:
             log.fail("analyze", f["source"], f["error"])
         return {"ranks": [r["rank"] for r in s["ranks"]], "failed": len(s["failed"])}
     fp = _fingerprint(paths + ([topo] if topo else []), chunked=opt.chunked, stage="analyze",
-                      layout="iteration=N/rank=R")     # redo folders of the older rank=R/ layout
+                      layout="iteration=N/rank=R", op_perf=1)   # redo folders of older layouts / without op_perf
     res, st = _stage(ctx, f"{tag}/analyze", fp, [adir / "summary.json"], do_analyze, "analyze", tag)
     ctx.summary["stages"][f"{tag}/analyze"] = st
     merged = ctx.out / tag / ("merged.json.gz" if opt.full else "merged_gpu.json.gz")
@@ -451,10 +461,11 @@ def _job_stages(ctx: _Run, analysed, run_dir) -> str | None:
 
     def do_aggregate():
         from .job.aggregate import AggregateOptions, aggregate
-        aggregate(analysed, agg, AggregateOptions(jobs=ctx.jobs, topology=topo))
+        aggregate(analysed, agg, AggregateOptions(jobs=ctx.jobs, topology=topo,
+                                                  torchtitan_config=opt.torchtitan_config))
         return {"outdir": str(agg)}
-    fp = _fingerprint([Path(a) / "summary.json" for a in analysed] + ([topo] if topo else []), stage="aggregate",
-                      version=2)
+    fp = _fingerprint([Path(a) / "summary.json" for a in analysed] + ([topo] if topo else [])
+                      + ([opt.torchtitan_config] if opt.torchtitan_config else []), stage="aggregate", version=2)
     res, st = _stage(ctx, "aggregate", fp, [agg], do_aggregate, "aggregate", ", ".join(analysed))
     ctx.summary["stages"]["aggregate"] = st
     if res is None:
@@ -462,15 +473,18 @@ def _job_stages(ctx: _Run, analysed, run_dir) -> str | None:
     _mark_stage(ctx, agg)
 
     def do_report():
-        from .report.run import ReportOptions, report
+        from .report.run import EfficiencyOptions, ReportOptions, report
+        eff = EfficiencyOptions(None, opt.peak_tflops, opt.flops_per_token, opt.nic_gbps,   # config: via aggregate
+                                opt.gpus_per_node)
         rep = report([agg], ctx.out, ReportOptions(name=opt.name, tokens_per_step=opt.tokens_per_step,
                                                    global_batch=opt.global_batch, seq_len=opt.seq_len,
                                                    charts=opt.charts, chart_ranks=opt.chart_ranks, progress=False,
-                                                   chart_formats=opt.chart_formats, jobs=ctx.jobs))
+                                                   chart_formats=opt.chart_formats, jobs=ctx.jobs, efficiency=eff))
         return {"report": rep["files"][0], "files": len(rep["files"])}
     fp_report = _fingerprint([agg / "aggregate.json"], name=opt.name, tokens=opt.tokens_per_step,
                              batch=opt.global_batch, seq=opt.seq_len, charts=opt.charts, chart_ranks=opt.chart_ranks,
-                             formats=list(opt.chart_formats), base=fp)
+                             formats=list(opt.chart_formats), base=fp, peak=opt.peak_tflops,
+                             fpt=opt.flops_per_token, nic=opt.nic_gbps, gpn=opt.gpus_per_node)
     outputs = [ctx.out / "report.json"] + ([ctx.out / "charts"] if opt.charts else [])
     res, st = _stage(ctx, "report", fp_report, outputs, do_report, "report + charts", agg)
     ctx.summary["stages"]["report"] = st

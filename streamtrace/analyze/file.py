@@ -19,6 +19,7 @@ from ..runtime.warmup import warm_trace
 from ..topology.sources import load_topology
 from ..trace.metadata import pg_config, trace_facts
 from .options import AnalyzeOptions
+from .opperf import write_op_perf
 from .patterns import Patterns
 from .rank import RankOutputs, RankSettings, RankSource, analyze_rank
 
@@ -127,6 +128,8 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
                                 RankOutputs(open_ops, open_kernels, pool, write_cpu_collectives))
             out.append({"rank": rank, "source": str(path), "iteration": iteration, **summ,
                         "trace_metadata": facts, "warnings": warnings})
+        if opt.op_perf:                                  # per-op FLOPs/bytes: a pass of its own over the file
+            write_op_perf(path, outdir, sorted(ranks), iteration)
         return out
     finally:
         if spill is not None:

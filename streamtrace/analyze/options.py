@@ -31,6 +31,8 @@ class AnalyzeOptions:
         split_threshold: bytes from which one file given alone is split (256 MiB).
         executor: any ``concurrent.futures.Executor`` to run the files on (e.g. a dask
             client's ``get_executor()``); None: a local process pool.
+        op_perf: also write ``op_perf/`` (per-op FLOPs, bytes and roofline from the recorded shapes,
+            :mod:`streamtrace.analyze.opperf`; one more pass over each file); default False.
     """
     jobs: int = 0
     chunked: bool = False
@@ -44,3 +46,4 @@ class AnalyzeOptions:
     split_jobs: int = 1
     split_threshold: int = SPLIT_THRESHOLD
     executor: object = None
+    op_perf: bool = False

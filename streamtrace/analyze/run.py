@@ -84,7 +84,7 @@ def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> dict:
 
 def _owned(name) -> bool:
     """The top-level entries of an analysis folder (old spill folders included)."""
-    return name in ("summary.json", "kernels", "ops") or name.startswith(".streamtrace-")
+    return name in ("summary.json", "kernels", "ops", "op_perf", "kernel_perf") or name.startswith(".streamtrace-")
 
 
 def _analyze_tasks(tasks, opt) -> dict:

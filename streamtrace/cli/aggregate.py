@@ -24,6 +24,8 @@ EXAMPLES = """
 @argh.arg("--clock-sync", choices=["none", "collectives"],
           help="none (default), or estimate clock offsets from collective ends")
 @argh.arg("--topology", help="topology file or trace folder (default: the traces' distributedInfo.pg_config)")
+@argh.arg("--torchtitan-config", help="the job's TorchTitan TOML: its mesh is the topology (unless --topology), its "
+          "batch, sequence length and model go into aggregate.json")
 @argh.arg("--consecutive-kernel-delay-us", type=float,
           help="idle breakdown: a gap on a GPU stream shorter than this (us), not caused by a late launch, is kernel "
                "wait, a longer one other (HolisticTraceAnalysis' consecutive_kernel_delay; default 30)")
@@ -32,8 +34,8 @@ EXAMPLES = """
 @argh.arg("-q", "--quiet", help="print only warnings and errors")
 @argh.arg("-v", "--verbose", help="print more (and tracebacks of errors)")
 def aggregate(*dirs, outdir="streamtrace-aggregate", iterations=None, steps=None, jobs=0, time_alignment="global",
-              clock_sync="none", topology=None, consecutive_kernel_delay_us=30.0, no_critical_path=False, force=False,
-              quiet=False, verbose=False):
+              clock_sync="none", topology=None, torchtitan_config=None, consecutive_kernel_delay_us=30.0,
+              no_critical_path=False, force=False, quiet=False, verbose=False):
     """Whole-job tables: per rank x phase x micro-batch, pipeline bubbles, replicas, iterations, collectives."""
     from ..job import AggregateOptions, aggregate as do_aggregate      # (the CLI's convention: see streamtrace.cli)
     con = Console(quiet, verbose)
@@ -42,8 +44,9 @@ def aggregate(*dirs, outdir="streamtrace-aggregate", iterations=None, steps=None
     m = do_aggregate(dirs, outdir, AggregateOptions(
         iterations=parse_list(iterations, "--iterations") if iterations else None,
         steps=parse_list(steps, "--steps") if steps else None, jobs=parse_jobs(jobs), time_alignment=time_alignment,
-        clock_sync=clock_sync, topology=topology, force=force, progress=con.progress,
-        consecutive_kernel_delay_ns=kernel_delay_ns(consecutive_kernel_delay_us), critical_path=not no_critical_path))
+        clock_sync=clock_sync, topology=topology, torchtitan_config=torchtitan_config, force=force,
+        progress=con.progress, consecutive_kernel_delay_ns=kernel_delay_ns(consecutive_kernel_delay_us),
+        critical_path=not no_critical_path))
     for w in m["warnings"]:
         con.warn(w)
     c = m["collectives"]

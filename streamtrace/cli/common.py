@@ -168,12 +168,30 @@ REPORT_ARGS = (
     (("--tokens-per-step",), dict(type=int, help="tokens per training step, for tokens/s")),
     (("--global-batch",), dict(type=int, help="global batch size (sequences), with --seq-len, for tokens/s")),
     (("--seq-len",), dict(type=int, help="sequence length (tokens), with --global-batch")),
+    (("--torchtitan-config",), dict(help="the job's TorchTitan TOML: tokens per step, model, parallel mesh")),
+    (("--peak-tflops",), dict(type=float, help="dense peak TFLOP/s of one GPU, for MFU (default: the datasheet's "
+                                               "for the traces' GPU)")),
+    (("--flops-per-token",), dict(type=float, help="model FLOPs per token, forward + backward (default: from the "
+                                                   "config's model)")),
+    (("--nic-gbps",), dict(type=float, help="network GB/s per GPU for collectives across hosts (default: the "
+                                            "platform's)")),
+    (("--gpus-per-node",), dict(type=int, help="ranks per host when the trace file names give no host (default 8)")),
     (("--no-charts",), dict(help="skip the charts")),
     (("--chart-format",), dict(help="chart files: png (default), svg, or png,svg")),
     (("--chart-ranks",), dict(help="ranks that get per-rank charts, e.g. 0-3,12 (default: all up to 8, else a "
                                    "selection)")),
 )
 """The report's options, the same on ``report`` and ``epilogue`` (:func:`report_args`)."""
+
+
+def check_efficiency_flags(peak_tflops, flops_per_token, nic_gbps, gpus_per_node):
+    """:class:`~streamtrace.runtime.errors.UsageError` for a non-positive ``--peak-tflops``,
+    ``--flops-per-token``, ``--nic-gbps`` or ``--gpus-per-node``."""
+    from ..runtime.errors import UsageError
+    for flag, v in (("--peak-tflops", peak_tflops), ("--flops-per-token", flops_per_token),
+                    ("--nic-gbps", nic_gbps), ("--gpus-per-node", gpus_per_node)):
+        if v is not None and v <= 0:
+            raise UsageError(f"bad {flag} {v}: give a positive number")
 
 
 def report_args(fn):

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import argh
 
-from .common import Console, Exit, parse_formats, parse_jobs, parse_list, prepare_kernels, report_args
+from .common import Console, Exit, check_efficiency_flags, parse_formats, parse_jobs, parse_list, prepare_kernels, report_args
 
 EXAMPLES = """
   streamtrace epilogue /runs/job42/tb
   streamtrace epilogue /runs/job42/tb -o ~/job42-analysis --tokens-per-step 1048576 -j 4 --max-memory 16
+  streamtrace epilogue /runs/job42 --torchtitan-config llama3_8b.toml
   streamtrace epilogue /readonly/runs/job42 -o job42 --topology job42_topology.json --chart-ranks 0-3,12 -q
 """
 
@@ -26,7 +27,8 @@ EXAMPLES = """
 @argh.arg("-q", "--quiet", help="print only the final line, warnings and errors")
 @argh.arg("-v", "--verbose", help="print more (and tracebacks of failures)")
 def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_memory=None, strict=False, name=None,
-             topology=None, tokens_per_step=None, global_batch=None, seq_len=None, no_charts=False,
+             topology=None, tokens_per_step=None, global_batch=None, seq_len=None, torchtitan_config=None,
+             peak_tflops=None, flops_per_token=None, nic_gbps=None, gpus_per_node=8, no_charts=False,
              chart_format="png", chart_ranks=None, quiet=False, verbose=False):
     """After a training job: analyse, merge, aggregate, report and chart every iteration."""
     from ..epilogue import EpilogueOptions, run      # (the CLI's convention: see streamtrace.cli)
@@ -35,9 +37,12 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
     opt = EpilogueOptions(full=full, chunked=not in_memory, jobs=parse_jobs(jobs), max_memory_gb=max_memory,
                           strict=strict, name=name, outdir=outdir, topology=topology,
                           tokens_per_step=tokens_per_step, global_batch=global_batch, seq_len=seq_len,
+                          torchtitan_config=torchtitan_config, peak_tflops=peak_tflops,
+                          flops_per_token=flops_per_token, nic_gbps=nic_gbps, gpus_per_node=gpus_per_node,
                           charts=not no_charts, chart_formats=parse_formats(chart_format),
                           chart_ranks=parse_list(chart_ranks, "--chart-ranks") if chart_ranks else None,
                           quiet=quiet, verbose=verbose)
+    check_efficiency_flags(peak_tflops, flops_per_token, nic_gbps, gpus_per_node)
     opt.check()
     if opt.isolate:      # numba and the kernels stay out of this process: each stage's process loads its own
         call_in_child(lambda: prepare_kernels("epilogue", con, opt.jobs))

@@ -54,6 +54,7 @@ import re
 import shutil
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -69,12 +70,14 @@ from ..runtime.files import atomic_output, output_folder
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
 from ..topology.sources import load_topology
+from ..topology.trainconfig import config_topology, from_torchtitan_toml
 from .alignment import Job
 from ..events.collmatch import mismatch_warning
 from .collective_spill import collectives_to
 from .critical_local import part_paths, part_reads
 from .critical_path import critical_paths
 from .groups import write_groups
+from .opperf import write_op_perf
 from .p2p import p2p_rows, write_p2p
 from .timeline import join as join_timeline, write_part as write_timeline_part
 from .explain import part_tables, write_tables as write_explain
@@ -321,6 +324,9 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
     t0 = time.time()
     outdir = Path(outdir)
     topo = load_topology(opt.topology) if opt.topology else None
+    tcfg = from_torchtitan_toml(opt.torchtitan_config) if opt.torchtitan_config else None
+    if tcfg is not None and topo is None:
+        topo = partial(config_topology, tcfg)
     job = Job(dirs, opt.time_alignment, topo, opt.iterations, opt.jobs, opt.steps, opt.force, opt.progress,
               opt.clock_sync)
     spill = Path(tempfile.mkdtemp(prefix=".timeline-spill.", dir=outdir))
@@ -385,6 +391,7 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
     if coll.stragglers:
         files += write_table(outdir, "stragglers", _columns(coll.stragglers, list(coll.stragglers[0])), csv=True)
     files += write_p2p(outdir, p2p_rows(coll.transfers, topo))
+    files += write_op_perf(outdir, job.parts)
     meta = {"kind": "streamtrace-aggregate", "version": 1, "inputs": [str(d) for d in dirs],
             "time_alignment": opt.time_alignment, "clock_sync": opt.clock_sync or "none",
             "consecutive_kernel_delay_ns": opt.consecutive_kernel_delay_ns,
@@ -394,6 +401,7 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
             "sources": sorted({r["source"] for r in rank_rows}), "job_name": job.name(),
             "devices": sorted({p.device_name for p in job.parts if p.device_name}),
             "topology": topo.to_json() if topo else None,
+            "train_config": tcfg.resolve(_world(topo, job)["world_size"]).to_json() if tcfg else None,
             "clock_offsets_ns": {str(job.parts[i].rank): v for i, v in coll.clock_offsets.items()},
             "clock_components": {str(job.parts[i].rank): v for i, v in coll.clock_components.items()},
             "collectives": coll.stats, "collective_summary": coll.summary, "inferred_layout": layout,

@@ -211,6 +211,8 @@ class Job:
                                    f"aggregate one job at a time, or give --force")
         if problem:
             self.warnings.append(f"aggregated although these look like different jobs ({problem})")
+        if callable(topology):        # a topology of the world size (a TorchTitan config's mesh)
+            topology = topology(max([p.world_size or 0 for p in self.parts] + [p.rank + 1 for p in self.parts]))
         self.topology = topology if topology is not None else self._topology_from_traces()
         for p in self.parts:          # each rank's copy of its groups (~5 KB a rank at 1,024 ranks): no longer needed
             p.pg_entries = []

@@ -15,7 +15,7 @@ EXPLAIN_TABLES = ("kernel_stats", "op_stats", "launch_stats", "idle_breakdown")
 
 TABLES = ("rank_phase", "ranks", "pipeline", "replicas", "iterations", "timeline", "top_kernels", "collectives",
           "collectives_ranks", "collectives_summary", "stragglers", "p2p", "process_groups", "collectives_mismatch",
-          *EXPLAIN_TABLES, "critical_path", "critical_path_summary")
+          "op_perf", *EXPLAIN_TABLES, "critical_path", "critical_path_summary")
 """The tables ``aggregate`` writes (each ``NAME.parquet``, some also ``NAME.csv``)."""
 
 

@@ -23,6 +23,9 @@ class AggregateOptions:
             offset, ns, from matched collective ends and subtract it).
         topology: a topology file or trace folder (str); None (default): the traces'
             ``distributedInfo.pg_config``, else a topology file beside the traces.
+        torchtitan_config: a TorchTitan TOML config file of the job (str): its device mesh is the
+            topology unless ``topology`` is given, and its batch, sequence length and model go into
+            ``aggregate.json`` (``"train_config"``, :mod:`streamtrace.topology.trainconfig`); None (default).
         force: aggregate folders that look like different jobs (different world sizes, one rank
             of one iteration twice, start times more than a day apart); default False: refuse.
         progress: progress bars over the ranks (reading the traces' metadata, then the tables; bool);
@@ -41,6 +44,7 @@ class AggregateOptions:
     time_alignment: str = "global"
     clock_sync: str | None = None
     topology: str | None = None
+    torchtitan_config: str | None = None
     force: bool = False
     progress: bool | None = None
     consecutive_kernel_delay_ns: int = 30_000

@@ -34,6 +34,8 @@ from ..job.folder import read_aggregate_table, read_meta
 from ..runtime.files import atomic_output
 from .critical_chart import critical_chart
 from .critical_path import critical_markdown, critical_section
+from .effcharts import efficiency_charts
+from .efficiency import efficiency_markdown, efficiency_section
 from .explain import build_explain, explain_markdown, idle_chart
 from .render import ChartOptions, render_all
 from .config import configuration_md, inferred_phases, iteration_cell
@@ -60,7 +62,7 @@ def _py(v):
 
 
 def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq_len=None, top=15,
-                 shown=None) -> dict:
+                 shown=None, efficiency=None) -> dict:
     """The report as a dict (the content of ``report.json``; ``shown``: the aggregate folder's
     path to record, default ``aggdir``).  Raises :class:`StreamtraceError` when ``aggdir`` holds
     no ``aggregate.json`` or the throughput options are incomplete, and
@@ -89,6 +91,8 @@ def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq
     steps = it.get("step", np.full(len(it.get("iteration", [])), -1))
     rep["steps"] = [{"iteration": int(i), "step": int(n), "step_ns": _py(s) if s is not None and not _isnan(s) else _py(sp)}
                     for i, n, s, sp in zip(it["iteration"], steps, it["step_ns_median"], it["span_ns"])]
+    rep["efficiency"] = efficiency_section(meta, rep["steps"], efficiency, tokens_per_step, global_batch, seq_len, d)
+    tps = tps if tps is not None else rep["efficiency"]["inputs"]["tokens_per_step"]
     if tps is not None:
         total = sum(s["step_ns"] for s in rep["steps"] if s["step_ns"])
         rep["throughput"] = {"tokens_per_step": int(tps), "steps": len(rep["steps"]), "time_ns": int(total),
@@ -239,7 +243,9 @@ def to_markdown(rep: dict, charts=()) -> str:
         L += [f"**{_f(tp['tokens_per_s'], 0)} tokens/s** ({tp['tokens_per_step']:,} tokens per step, {tp['steps']:,} "
               f"profiled step(s), {_ms(tp['time_ns'], 4)}).", ""]
     else:
-        L += ["Throughput: give `--tokens-per-step`, or `--global-batch` and `--seq-len`.", ""]
+        L += ["Throughput: give `--tokens-per-step`, or `--global-batch` and `--seq-len`, or `--torchtitan-config`.",
+              ""]
+    L += efficiency_markdown(rep.get("efficiency"))
     st = rep["ranks"]["stats"]
     L += ["## Where the time went, per rank", "",
           f"Per rank (mean over steps), across ranks: {unit} time"
@@ -332,7 +338,7 @@ def _coll_bytes(n) -> str:
 
 def write_report(aggdir, outdir=None, name=None, tokens_per_step=None, global_batch=None, seq_len=None,
                  charts=True, chart_ranks=None, log=None, progress=None, final=None, shown=None,
-                 chart_formats=("png",), jobs=0) -> dict:
+                 chart_formats=("png",), jobs=0, efficiency=None) -> dict:
     """Write ``<outdir>/<name>.md``, ``<outdir>/report.json`` and (``charts``) ``<outdir>/charts/``
     into the existing folder ``outdir`` (default ``aggdir``): the files one by one, see
     :func:`streamtrace.report.run.report` for the report as one unit.  ``name`` defaults to the
@@ -341,7 +347,7 @@ def write_report(aggdir, outdir=None, name=None, tokens_per_step=None, global_ba
     printed; ``shown``: the aggregate folder's path to record; ``chart_formats``: ``png`` and/or
     ``svg``; ``jobs``: processes drawing charts (0 = all cores).  The Markdown shows the PNGs (the
     SVGs when only those were written).  Returns the report dict (with ``files``)."""
-    rep = build_report(aggdir, name, tokens_per_step, global_batch, seq_len, shown=shown)
+    rep = build_report(aggdir, name, tokens_per_step, global_batch, seq_len, shown=shown, efficiency=efficiency)
     out = Path(outdir or aggdir)
     files = []
     if charts:
@@ -349,6 +355,8 @@ def write_report(aggdir, outdir=None, name=None, tokens_per_step=None, global_ba
                                                                     ranks=chart_ranks, progress=progress))
         files += idle_chart(rep.get("explain"), out / "charts" / "idle_breakdown", tuple(chart_formats))
         files += critical_chart(aggdir, out / "charts" / "critical_path", tuple(chart_formats))
+        files += efficiency_charts(rep.get("efficiency"), aggdir, out / "charts", read_meta(aggdir),
+                                   tuple(chart_formats))
     shown = ".png" if "png" in chart_formats else ".svg"
     pngs = [str(Path(p).relative_to(out)) for p in files if str(p).endswith(shown)]
     rep["charts"] = pngs

@@ -9,6 +9,7 @@ from pathlib import Path
 from ..job.folder import owned
 from ..job.options import AggregateOptions
 from ..runtime.files import output_folder
+from .efficiency import EfficiencyOptions
 from .markdown import write_report
 
 
@@ -29,6 +30,8 @@ class ReportOptions:
         chart_ranks: ranks that get per-rank charts (sorted list of int); None (default): all up
             to 8, else the first PP group's stages and the top straggler.
         progress: a progress bar over the charts (bool); None (default): only on a terminal.
+        efficiency: the Efficiency section's inputs (:class:`~streamtrace.report.efficiency.EfficiencyOptions`:
+            ``--torchtitan-config``, ``--peak-tflops``, ``--flops-per-token``, ``--nic-gbps``); None: defaults.
     """
     name: str | None = None
     tokens_per_step: int | None = None
@@ -39,6 +42,7 @@ class ReportOptions:
     jobs: int = 0
     chart_ranks: list | None = None
     progress: bool | None = None
+    efficiency: EfficiencyOptions | None = None
 
 
 def report(dirs, outdir=None, opt: ReportOptions | None = None, aggregate_opt: AggregateOptions | None = None,
@@ -61,7 +65,7 @@ def report(dirs, outdir=None, opt: ReportOptions | None = None, aggregate_opt: A
     dirs = [str(d) for d in ([dirs] if isinstance(dirs, (str, Path)) else dirs)]
     kw = dict(name=opt.name, tokens_per_step=opt.tokens_per_step, global_batch=opt.global_batch,
               seq_len=opt.seq_len, charts=opt.charts, chart_ranks=opt.chart_ranks, log=log,
-              progress=opt.progress, chart_formats=opt.chart_formats, jobs=opt.jobs)
+              progress=opt.progress, chart_formats=opt.chart_formats, jobs=opt.jobs, efficiency=opt.efficiency)
     if not aggregates(dirs):
         aggdir = Path(dirs[0])
         out = Path(outdir or aggdir)

@@ -41,6 +41,7 @@ import tempfile
 from pathlib import Path
 
 from . import DEFAULT_ORDER, DIMS, topology_from_groups, write_topology_files
+from .trainconfig import megatron_args_dict
 
 log = logging.getLogger("streamtrace.topology.capture")
 
@@ -349,8 +350,19 @@ def _megatron_global_batch_size():
         return None
 
 
+def _megatron_training_args():
+    """The training arguments efficiency needs (:data:`~streamtrace.topology.trainconfig.MEGATRON_ARGS`:
+    batch, sequence, model shape, MoE, parallel sizes, precision) of the running Megatron-LM, or None."""
+    try:
+        from megatron.training.global_vars import get_args
+        return megatron_args_dict(get_args()) or None
+    except Exception:
+        return None
+
+
 def dump_topology(out_dir, groups: dict | None = None, world_size: int | None = None,
-                  order: str = DEFAULT_ORDER, *, global_batch_size: int | None = None):
+                  order: str = DEFAULT_ORDER, *, global_batch_size: int | None = None,
+                  training: dict | None = None):
     """Gather every rank's parallel groups and have rank 0 write them to ``out_dir``:
     ``streamtrace_topology.json`` (``{"world_size", "order", "sizes", "tp", "cp", "ep", "dp",
     "pp", "replicas"}``, each group entry a sorted, de-duplicated list of rank lists) and Megatron-TraceViz's
@@ -369,6 +381,10 @@ def dump_topology(out_dir, groups: dict | None = None, world_size: int | None = 
     or PP groups, which is what TraceViz derives from the sizes under the rank order
     tp-cp-ep-dp-pp, and stays right under other orders.  ``order`` (Megatron's rank order:
     tp-cp-ep-dp-pp, or tp-cp-ep-pp-dp with ``--use-tp-pp-dp-mapping``) is recorded in the JSON.
+
+    ``training``: the job's training arguments to record under ``"training"`` in the JSON (a dict
+    of :data:`~streamtrace.topology.trainconfig.MEGATRON_ARGS`, read by the report's Efficiency
+    section); default: Megatron-LM's own arguments when it is the source.
 
     Returns the topology dict on every rank.  Inconsistent groups raise ValueError on every
     rank alike (no rank is left waiting); a failure to write on rank 0 is logged, not raised.
@@ -412,6 +428,9 @@ def dump_topology(out_dir, groups: dict | None = None, world_size: int | None = 
     for e in errors:
         log.warning("streamtrace: topology: %s", e)
     topo = topology_from_groups(merged, ws, order, check=not errors)
+    training = training if training is not None else (_megatron_training_args() if source == "megatron" else None)
+    if training:
+        topo["training"] = training
     if rank == 0:
         gbs = global_batch_size if global_batch_size is not None else (
             _megatron_global_batch_size() if source == "megatron" else None)

@@ -156,6 +156,7 @@ class Topology:
             connected_components(self.world_size, [self.groups[d] for d in ("tp", "cp", "ep", "pp")])
         self.order = order
         self.source = source
+        self.training = None      # Megatron-LM's training arguments when recorded (streamtrace.topology.capture)
         self._by_set = {}
         for d in DIMS:
             for g in self.groups[d]:
@@ -207,6 +208,8 @@ class Topology:
         out.update(self.extra)
         if self.source:
             out["source"] = self.source
+        if self.training:
+            out["training"] = self.training
         return out
 
     @property

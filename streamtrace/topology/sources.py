@@ -111,6 +111,8 @@ def from_json(data: dict, source: str) -> Topology:
                  extra=extra)
     if t.order is None:
         t.order = infer_order(t)
+    if isinstance(data.get("training"), dict):
+        t.training = data["training"]
     return t
 
 

@@ -1,0 +1,228 @@
+"""``op_perf``: per-op FLOPs, bytes and roofline of one analysed rank (``analyze --op-perf``).
+
+One more pass over the trace file (:func:`costed_ops`) finds the CPU ops whose recorded shapes
+(``record_shapes=True``: ``Input Dims``, ``Input type``) :func:`~streamtrace.analyze.opcost.op_cost`
+can cost; only the events holding ``"Input Dims"`` are decoded.  Of a nest of costed ops on one
+thread (``aten::linear`` > ``aten::addmm``; ``aten::scaled_dot_product_attention`` >
+``aten::_scaled_dot_product_flash_attention`` > ``aten::_flash_attention_forward``) only the
+innermost is kept, so FLOPs are counted once (:func:`_innermost`).  Each kept op joins its row of the rank's ``ops``
+table on ``(pid, tid, ts_ns, name)`` for the GPU time of the kernels it launched
+(``kernel_count``, ``kernel_time_ns`` and ``gpu_busy_ns``: the union of its subtree's kernels).
+
+Against the GPU of the trace (``deviceProperties``, :func:`streamtrace.topology.hardware.gpu_spec`)
+each op gets the roofline (Williams, Waterman & Patterson, CACM 2009): ``intensity`` = FLOPs /
+bytes; ``bound`` = ``"compute"`` when the intensity reaches the GPU's ridge point (peak FLOP/s /
+memory bandwidth, for the op's dtype), else ``"memory"``; ``bound_ns`` = max(FLOPs / peak,
+bytes / bandwidth), the fastest the op can run; ``lost_ns`` = ``gpu_busy_ns`` - ``bound_ns``
+(>= 0), the time lost against that bound; ``achieved_tflops`` / ``achieved_gbps`` over
+``gpu_busy_ns``; ``pct_of_bound`` = 100 x ``bound_ns`` / ``gpu_busy_ns``.
+
+Output: ``op_perf/iteration=N/rank=R/part-0.parquet`` beside ``kernels/`` and ``ops/``, and
+``kernel_perf/``: each GPU event's share of its op's FLOPs and bytes (:func:`kernel_costs`), joining
+``kernels`` on ``correlation``.
+"""
+from __future__ import annotations
+
+import io
+import re
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..events.dataset import partition_files, partition_path, read_partition
+from ..runtime.files import atomic_output
+from ..topology.hardware import gpu_spec
+from ..trace.reader import TraceReader
+from .opcost import COSTED, op_cost
+
+_KEY = b'"Input Dims"'
+PROBE_EVENTS = 65536     # events read before concluding that a trace has no recorded shapes
+COLUMNS = ("pid", "tid", "ts_ns", "dur_ns", "name", "external_id", "dtype", "input_dims", "flops", "bytes")
+
+
+def costed_ops(path) -> tuple[dict, dict]:
+    """The costed CPU ops of the trace ``path``, innermost of each nest only: ``({column: list}``
+    with :data:`COLUMNS` and ``rank`` (``args.rank``, -1 when absent), ``metadata)``.  A trace whose
+    first :data:`PROBE_EVENTS` events hold no ``"Input Dims"`` (profiled without
+    ``record_shapes``) is not read further: no rows (and the metadata read so far).  Raises
+    :class:`~streamtrace.runtime.errors.TraceError` for an unreadable trace."""
+    rows = {c: [] for c in COLUMNS + ("rank",)}
+    reader = TraceReader(path)
+    shapes = False
+    for b in reader.raw_batches(decode=False):
+        buf, starts, ends = b.buf, b.starts, b.ends
+        s0, e1 = int(starts[0]), int(ends[-1])
+        hits, pos = [], buf.find(_KEY, s0, e1)
+        while pos >= 0:
+            hits.append(pos)
+            pos = buf.find(_KEY, pos + 1, e1)
+        shapes = shapes or bool(hits)
+        if not shapes and b.index + len(starts) >= PROBE_EVENTS:
+            break                       # recorded without record_shapes: no need to read on
+        if not hits:
+            continue
+        idx = np.unique(np.searchsorted(ends, np.asarray(hits, np.int64), side="right"))
+        idx = [i for i in idx[idx < len(starts)].tolist() if _costed_name(buf, int(starts[i]), int(ends[i]))]
+        if not idx:
+            continue
+        evs = orjson.loads(b"[" + b",".join(bytes(buf[int(starts[i]):int(ends[i])]) for i in idx) + b"]")
+        for i, e in zip(idx, evs):
+            name = e.get("name")
+            if name not in COSTED or e.get("ph") != "X":
+                continue
+            a = e.get("args") or {}
+            c = op_cost(name, a.get("Input Dims"), a.get("Input type"))
+            if c is None:
+                continue
+            pid, tid = e.get("pid"), e.get("tid")
+            for k, v in (("pid", pid if isinstance(pid, int) else -1), ("tid", tid if isinstance(tid, int) else -1), ("ts_ns", int(b.ts_ns[i])),
+                         ("dur_ns", int(b.dur_ns[i])), ("name", name), ("external_id", a.get("External id", -1)),
+                         ("dtype", c[2]), ("input_dims", orjson.dumps(a.get("Input Dims")).decode()),
+                         ("flops", c[0]), ("bytes", c[1]), ("rank", a.get("rank", -1))):
+                rows[k].append(v)
+    return _innermost(rows), reader.metadata
+
+
+_NAME = re.compile(rb'"name"\s*:\s*"([^"\\]*)"')
+_COSTED_BYTES = {n.encode() for n in COSTED}
+
+
+def _costed_name(buf, start: int, end: int) -> bool:
+    """Whether the event in ``buf[start:end]`` is named like a costed op (read without decoding it;
+    an escaped name is decoded to be sure)."""
+    m = _NAME.search(buf, start, end)
+    return m is None or m.group(1) in _COSTED_BYTES
+
+
+def _innermost(rows: dict) -> dict:
+    """Keep each nest's innermost costed op (same pid and tid): an op with FLOPs is dropped when it
+    encloses another op with FLOPs (``linear`` > ``addmm``); a bytes-only op (elementwise,
+    normalisation) when it encloses any costed op, or lies inside an op with FLOPs (the ``copy_``
+    inside an ``addmm``: its kernels are the GEMM's)."""
+    n = len(rows["name"])
+    if not n:
+        return rows
+    pid, tid = np.asarray(rows["pid"], np.int64), np.asarray(rows["tid"], np.int64)
+    ts, dur = np.asarray(rows["ts_ns"], np.int64), np.asarray(rows["dur_ns"], np.int64)
+    has_flops = np.asarray(rows["flops"], np.int64) > 0
+    order = np.lexsort((-dur, ts, tid, pid))
+    drop = np.zeros(n, bool)
+    stack: list = []
+    for i in order.tolist():
+        while stack and (pid[stack[-1]] != pid[i] or tid[stack[-1]] != tid[i]
+                         or ts[stack[-1]] + dur[stack[-1]] <= ts[i]):
+            stack.pop()
+        if has_flops[i]:
+            drop[[a for a in stack if has_flops[a]]] = True
+        elif any(has_flops[a] for a in stack):
+            drop[i] = True
+        else:
+            drop[stack] = True
+        stack.append(i)
+    keep = np.flatnonzero(~drop).tolist()
+    return {k: [v[i] for i in keep] for k, v in rows.items()}
+
+
+def _ops_gpu_time(outdir, rank, iteration) -> dict:
+    """``{(pid, tid, ts_ns, name): (kernel_count, kernel_time_ns, gpu_busy_ns)}`` of the rank's ops."""
+    t = read_partition(partition_files(outdir, "ops", rank, iteration),
+                       ["pid", "tid", "ts_ns", "name", "kernel_count", "kernel_time_ns", "gpu_busy_ns"], "ops")
+    names = t.column("name")
+    if names.num_chunks and pa.types.is_dictionary(names.type):
+        names = names.cast(pa.string())
+    t = t.filter(pc.is_in(names, value_set=pa.array(sorted(COSTED))))          # the costed ops' rows only
+    cols = [t.column(c).to_pylist() for c in t.column_names]
+    return {(p, d, s, n): (k, kt, gb) for p, d, s, n, k, kt, gb in zip(*cols)}
+
+
+def roofline(flops, nbytes, busy_ns, spec, dtype) -> dict:
+    """The roofline columns of one op (module docstring); None values without a GPU spec or GPU
+    time.  ``spec``: a :class:`~streamtrace.topology.hardware.GpuSpec` or None."""
+    out = dict.fromkeys(("intensity", "bound", "bound_ns", "lost_ns", "achieved_tflops", "achieved_gbps",
+                         "pct_of_bound"))
+    out["intensity"] = flops / nbytes if nbytes else None
+    if busy_ns:
+        out["achieved_tflops"] = flops / busy_ns / 1e3
+        out["achieved_gbps"] = nbytes / busy_ns
+    peak = spec.peak(dtype or "fp32") if spec else None
+    if not peak:
+        return out
+    ridge = spec.ridge(dtype or "fp32")
+    out["bound"] = "compute" if out["intensity"] is not None and out["intensity"] >= ridge else "memory"
+    out["bound_ns"] = max(flops / (peak * 1e3), nbytes / spec.mem_gbps)
+    if busy_ns:
+        out["lost_ns"] = max(busy_ns - out["bound_ns"], 0.0)
+        out["pct_of_bound"] = 100.0 * out["bound_ns"] / busy_ns
+    return out
+
+
+def write_op_perf(path, outdir, ranks, iteration) -> list:
+    """Cost the ops of the trace ``path`` and write each rank's ``op_perf`` partition (the ranks
+    ``ranks`` the file was analysed into; an op without ``args.rank`` belongs to the only one, or
+    is skipped when the file holds several); nothing when the trace has no costed op.  Returns the
+    files written."""
+    rows, meta = costed_ops(path)
+    if not rows["name"]:
+        return []
+    props = meta.get("deviceProperties") or []
+    spec = gpu_spec(props[0].get("name")) if props and isinstance(props[0], dict) else None
+    files = []
+    for rank in ranks:
+        mine = [i for i, r in enumerate(rows["rank"]) if r == rank or (r == -1 and len(ranks) == 1)]
+        gpu = _ops_gpu_time(outdir, rank, iteration)
+        cols = {c: [rows[c][i] for i in mine] for c in COLUMNS}
+        extra = {k: [] for k in ("kernel_count", "kernel_time_ns", "gpu_busy_ns")}
+        roof: dict = {}
+        for j, i in enumerate(mine):
+            k, kt, gb = gpu.get((rows["pid"][i], rows["tid"][i], rows["ts_ns"][i], rows["name"][i]), (0, 0, 0))
+            for key, v in zip(extra, (k, kt, gb)):
+                extra[key].append(v)
+            for key, v in roofline(rows["flops"][i], rows["bytes"][i], gb, spec, rows["dtype"][i]).items():
+                roof.setdefault(key, []).append(v)
+        table = pa.table({**{c: pa.array(v, _TYPES.get(c, pa.int64())) for c, v in cols.items()}, **{
+            k: pa.array(v, pa.int64()) for k, v in extra.items()}, **{
+            k: pa.array(roof.get(k, [None] * len(mine)), pa.string() if k == "bound" else pa.float64())
+            for k in ("intensity", "bound", "bound_ns", "lost_ns", "achieved_tflops", "achieved_gbps",
+                      "pct_of_bound")}})
+        files.append(_write(table, outdir, "op_perf", rank, iteration))
+        files.append(_write(kernel_costs(outdir, rank, iteration, cols), outdir, "kernel_perf", rank, iteration))
+    return files
+
+
+def _write(table, outdir, dataset, rank, iteration):
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    p = partition_path(outdir, dataset, rank, iteration)
+    with atomic_output(p, compress=False) as f:
+        f.write(buf.getvalue())
+    return p
+
+
+def kernel_costs(outdir, rank, iteration, ops: dict):
+    """``kernel_perf``: the FLOPs and bytes of each costed op given to the GPU events it launched
+    itself (the rank's kernels whose ``external_id`` is the op's), split in proportion to their
+    durations; a table of ``correlation``, ``external_id``, ``op``, ``flops``, ``bytes`` (float64)
+    that joins the ``kernels`` table on ``correlation``.  Kernels an op launched through an inner,
+    uncosted op (another external id) get none: the op's own row in ``op_perf`` has the total."""
+    t = read_partition(partition_files(outdir, "kernels", rank, iteration), ["correlation", "external_id", "dur_ns"],
+                       "kernels")
+    ext = np.asarray([e if isinstance(e, int) else -1 for e in ops["external_id"]], np.int64)
+    k_ext = t.column("external_id").to_numpy(zero_copy_only=False).astype(np.int64)
+    k_dur = t.column("dur_ns").to_numpy(zero_copy_only=False).astype(np.float64)
+    keep = np.flatnonzero(np.isin(k_ext, ext[ext >= 0]))
+    order = np.argsort(ext, kind="stable")
+    at = order[np.searchsorted(ext[order], k_ext[keep])]          # the op of each kept kernel
+    total = np.zeros(len(ext))
+    np.add.at(total, at, k_dur[keep])
+    share = np.divide(k_dur[keep], total[at], out=np.full(len(keep), 1.0), where=total[at] > 0)
+    flops, nbytes = np.asarray(ops["flops"], np.float64), np.asarray(ops["bytes"], np.float64)
+    return pa.table({"correlation": t.column("correlation").take(pa.array(keep)),
+                     "external_id": pa.array(k_ext[keep]), "op": pa.array([ops["name"][i] for i in at.tolist()],
+                                                                            pa.string()),
+                     "flops": pa.array(flops[at] * share), "bytes": pa.array(nbytes[at] * share)})
+
+
+_TYPES = {"name": pa.string(), "dtype": pa.string(), "input_dims": pa.string()}

@@ -1,0 +1,269 @@
+"""The report's "Efficiency" section: tokens/s, samples/s, achieved model TFLOP/s per GPU and MFU
+per profiled step, each input with where it came from (:func:`efficiency_section`,
+:func:`efficiency_markdown`).
+
+Inputs, the first that gives a value winning:
+
+* tokens per step: ``--tokens-per-step``; ``--global-batch`` x ``--seq-len``; the job's config
+  (``--torchtitan-config`` on report, else the one aggregate recorded in ``aggregate.json``
+  ``"train_config"``, else the Megatron-LM training arguments recorded in the topology file,
+  ``"training"``): global batch, else local batch x DP degree, times the sequence length;
+* model FLOPs per token: ``--flops-per-token``; else the config's model shape through
+  :func:`streamtrace.report.flops.flops_per_token`, TorchTitan's formula for a TorchTitan config
+  and Megatron-LM's for Megatron arguments (the other one is recorded beside it);
+* the GPU's dense peak: ``--peak-tflops``; else :func:`streamtrace.topology.hardware.gpu_spec` of
+  the traces' ``deviceProperties`` name, for the config's precision (bf16 when it names none);
+* GPUs: the job's world size (``aggregate.json``).
+
+A step's time is the report's (``iterations.parquet``: the median over ranks of its
+``ProfilerStep#N``), so tokens/s = tokens per step / step time, MFU = tokens/s x FLOPs per token
+/ (GPUs x peak), as TorchTitan's and Megatron-LM's loggers compute it over their own step times.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..topology.hardware import dtype_key, gpu_spec
+from ..topology.trainconfig import (TrainConfig, from_megatron_args, from_torchtitan_toml,
+                                    train_config_from_json)
+from ..job.folder import read_aggregate_table
+from .flops import flops_per_token
+from .links import link_section
+
+
+@dataclass
+class EfficiencyOptions:
+    """Options of the Efficiency section (``streamtrace report`` / ``epilogue`` flags).
+
+    Attributes:
+        torchtitan_config: the job's TorchTitan TOML file (str); None: the config aggregate recorded,
+            else Megatron arguments in the topology, else none.
+        peak_tflops: dense peak TFLOP/s of one GPU (float), instead of the datasheet table's; None.
+        flops_per_token: model FLOPs per token, forward + backward (float), instead of the formula; None.
+        nic_gbps: network bandwidth per GPU, GB/s (float), for collectives that span hosts; None: the
+            platform's default (:mod:`streamtrace.topology.hardware`).
+        gpus_per_node: ranks per host when the trace file names give no host (int, default 8;
+            :mod:`streamtrace.report.links`).
+    """
+    torchtitan_config: str | None = None
+    peak_tflops: float | None = None
+    flops_per_token: float | None = None
+    nic_gbps: float | None = None
+    gpus_per_node: int = 8
+
+
+def job_config(meta: dict, opt: EfficiencyOptions) -> TrainConfig | None:
+    """The job's :class:`TrainConfig` (see the module docstring for the order), resolved for the
+    job's world size; None when nothing gives one.  Raises :class:`StreamtraceError` for an
+    unreadable config file or degrees that do not fit the world size."""
+    world = meta.get("world_size")
+    if opt.torchtitan_config:
+        return from_torchtitan_toml(opt.torchtitan_config).resolve(world)
+    if meta.get("train_config"):
+        return train_config_from_json(meta["train_config"])
+    training = (meta.get("topology") or {}).get("training")
+    if training:
+        return from_megatron_args(training, "Megatron-LM arguments in the topology file").resolve(world)
+    return None
+
+
+def _tokens(cfg, tokens_per_step, global_batch, seq_len) -> tuple:
+    """``(tokens per step, sequences per step, source)``."""
+    if tokens_per_step is not None:
+        seqs = global_batch or (tokens_per_step // cfg.seq_len if cfg and cfg.seq_len else None)
+        return int(tokens_per_step), seqs, "--tokens-per-step"
+    if global_batch is not None and seq_len is not None:
+        return global_batch * seq_len, global_batch, "--global-batch x --seq-len"
+    if cfg is None or cfg.tokens_per_step() is None:
+        return None, None, None
+    if cfg.global_batch:
+        how = f"global batch {cfg.global_batch} x seq len {cfg.seq_len}"
+    else:
+        how = f"local batch {cfg.local_batch} x DP {cfg.dp} x seq len {cfg.seq_len}"
+    return cfg.tokens_per_step(), cfg.sequences_per_step(), f"{cfg.source}: {how}"
+
+
+def _flops(cfg, opt, seq_len) -> tuple:
+    """``(FLOPs per token, source, {convention: value})``."""
+    if opt.flops_per_token:
+        return float(opt.flops_per_token), "--flops-per-token", {}
+    s = seq_len or (cfg.seq_len if cfg else None)
+    if cfg is None or cfg.model is None or not s:
+        why = "no model shape" if cfg is None or cfg.model is None else "no sequence length"
+        return None, f"unknown ({why}: give --flops-per-token, or a config naming a known model)", {}
+    conv = "megatron" if cfg.source.startswith("Megatron") else "torchtitan"
+    both = {c: flops_per_token(cfg.model, s, c) for c in ("torchtitan", "megatron")}
+    label = "TorchTitan's 6N + 12LHQT" if conv == "torchtitan" else "Megatron-LM's num_floating_point_operations"
+    return both[conv], f"{label} for {cfg.model_name or cfg.model.name}, seq len {s} ({cfg.source})", both
+
+
+def _peak(meta, cfg, opt) -> tuple:
+    """``(peak TFLOP/s per GPU, source)``."""
+    if opt.peak_tflops:
+        return float(opt.peak_tflops), "--peak-tflops"
+    devices = meta.get("devices") or []
+    spec = gpu_spec(devices[0]) if devices else None
+    if spec is None:
+        return None, f"unknown (GPU {devices[0] if devices else 'not named in the traces'} not in the table: " \
+                     f"give --peak-tflops)"
+    dt = dtype_key(cfg.dtype if cfg else None) or ("bf16" if spec.peak("bf16") else "fp16")
+    p = spec.peak(dt)
+    if p is None:
+        return None, f"unknown ({spec.name} has no {dt} peak in the table: give --peak-tflops)"
+    return p, f"{spec.source}: {spec.name} dense {dt}"
+
+
+def efficiency_section(meta: dict, steps: list, opt: EfficiencyOptions | None = None, tokens_per_step=None,
+                       global_batch=None, seq_len=None, aggdir=None, top: int = 10) -> dict:
+    """The section as a dict: ``config`` (the job's config, JSON), ``inputs`` (tokens and sequences
+    per step, FLOPs per token, peak, GPUs, each with ``*_from``), ``steps`` (per step of ``steps``,
+    the report's ``[{"iteration", "step", "step_ns"}]``: ``tokens_per_s``, ``samples_per_s``,
+    ``model_tflops_per_gpu``, ``mfu_pct``; None where an input is unknown) and ``overall`` (the
+    same over all steps' summed time); with ``aggdir``: ``ops`` (the ``top`` GEMM / attention rows of
+    ``op_perf.parquet`` losing the most time against their roofline bound) and ``links``
+    (:func:`~streamtrace.report.links.link_section`).  Raises :class:`StreamtraceError` on a bad config."""
+    opt = opt or EfficiencyOptions()
+    cfg = job_config(meta, opt)
+    tokens, seqs, tokens_from = _tokens(cfg, tokens_per_step, global_batch, seq_len)
+    fpt, fpt_from, both = _flops(cfg, opt, seq_len)
+    peak, peak_from = _peak(meta, cfg, opt)
+    gpus = meta.get("world_size")
+    inputs = {"tokens_per_step": tokens, "tokens_per_step_from": tokens_from, "sequences_per_step": seqs,
+              "flops_per_token": fpt, "flops_per_token_from": fpt_from, "flops_per_token_by_convention": both,
+              "peak_tflops": peak, "peak_from": peak_from, "gpus": gpus,
+              "gpus_from": meta.get("world_size_from") or "aggregate.json"}
+    rows = [dict(iteration=s["iteration"], step=s["step"], step_ns=s["step_ns"], **_rates(s["step_ns"], inputs))
+            for s in steps]
+    total = sum(s["step_ns"] or 0 for s in steps)
+    overall = _rates(total / len(steps) if steps and total else None, inputs)
+    devices = meta.get("devices") or []
+    spec = gpu_spec(devices[0]) if devices else None
+    sec = {"config": cfg.to_json() if cfg else None, "inputs": inputs, "steps": rows, "overall": overall,
+           "gpu": spec.name if spec else None, "from": "iterations.parquet, aggregate.json"}
+    if aggdir is not None:
+        sec["ops"] = top_ops(aggdir, top)
+        sec["links"] = link_section(aggdir, meta, spec, opt.nic_gbps, opt.gpus_per_node)
+    return sec
+
+
+def top_ops(aggdir, top: int = 10) -> list:
+    """The ``top`` rows of ``op_perf.parquet`` with FLOPs (GEMMs, attention), by ``lost_ns``
+    (the table's order); ``[]`` without the table (analysed without ``--op-perf``)."""
+    t = read_aggregate_table(aggdir, "op_perf")
+    rows = [{k: _py(t[k][i]) for k in t} for i in range(len(t.get("name", []))) if t["flops"][i] > 0]
+    return rows[:top]
+
+
+def _py(v):
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating, float)):
+        return None if np.isnan(v) else float(v)
+    return v
+
+
+def _rates(step_ns, inp) -> dict:
+    out = dict.fromkeys(("tokens_per_s", "samples_per_s", "model_tflops_per_gpu", "mfu_pct"))
+    if not step_ns:
+        return out
+    sec = step_ns / 1e9
+    if inp["tokens_per_step"]:
+        out["tokens_per_s"] = inp["tokens_per_step"] / sec
+    if inp["sequences_per_step"]:
+        out["samples_per_s"] = inp["sequences_per_step"] / sec
+    if out["tokens_per_s"] and inp["flops_per_token"] and inp["gpus"]:
+        out["model_tflops_per_gpu"] = out["tokens_per_s"] * inp["flops_per_token"] / inp["gpus"] / 1e12
+        if inp["peak_tflops"]:
+            out["mfu_pct"] = 100.0 * out["model_tflops_per_gpu"] / inp["peak_tflops"]
+    return out
+
+
+def _n(v, nd=1):
+    return "-" if v is None else f"{v:,.{nd}f}"
+
+
+def efficiency_markdown(sec: dict | None) -> list:
+    """The section's Markdown lines (none without a section)."""
+    if not sec:
+        return []
+    inp, L = sec["inputs"], ["## Efficiency", ""]
+    if sec["config"]:
+        c = sec["config"]
+        deg = ", ".join(f"{k} {c['degrees'][k]}" for k in list(c["mesh_order"]) + ["ep", "etp"] if k in c["degrees"])
+        L += [f"Job config `{c['source']}`: model {c['model_name'] or 'unnamed'}; mesh ({deg}); "
+              f"seq len {c['seq_len'] or '?'}; local batch {c['local_batch'] or '?'}; "
+              f"global batch {c['global_batch'] or 'local x DP'}.", ""]
+    o = sec["overall"]
+    if o["tokens_per_s"] is None:
+        L += ["No throughput or MFU: give `--torchtitan-config` (or a Megatron run with the patch), or "
+              "`--tokens-per-step` / `--global-batch` and `--seq-len`.", ""]
+    else:
+        L += _throughput_md(sec)
+    fpt = inp["flops_per_token"]
+    L += ["Where each number came from:", "",
+          f"- tokens per step: {_n(inp['tokens_per_step'], 0)} ({inp['tokens_per_step_from'] or 'not given'})",
+          f"- model FLOPs per token: {_n(fpt / 1e9 if fpt else None, 2)} GFLOP ({inp['flops_per_token_from']})",
+          f"- peak per GPU: {_n(inp['peak_tflops'])} TFLOP/s ({inp['peak_from']})",
+          f"- GPUs: {inp['gpus'] or '?'} ({inp['gpus_from']})"]
+    both = inp["flops_per_token_by_convention"]
+    if both:
+        L += [f"- the two conventions: TorchTitan {both['torchtitan'] / 1e9:,.3f} GFLOP/token, Megatron-LM "
+              f"{both['megatron'] / 1e9:,.3f} (docs/efficiency.md says where they differ)"]
+    L += [""] + _ops_md(sec.get("ops"), sec.get("gpu")) + _links_md(sec.get("links"))
+    return L
+
+
+def _table(head, rows) -> str:
+    out = ["| " + " | ".join(map(str, head)) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
+    return "\n".join(out)
+
+
+
+def _ops_md(ops, gpu) -> list:
+    if ops is None:
+        return []
+    L = ["### GEMMs and attention against the roofline", ""]
+    if not ops:
+        return L + ["No per-op FLOPs: analyse with `--op-perf` (the epilogue does) from traces recorded with "
+                    "`record_shapes=True`.", ""]
+    L += [f"The ops losing the most GPU time against their roofline bound on the {gpu or 'unknown GPU'} "
+          f"(`op_perf.parquet`; bound = max(FLOPs / peak, bytes / memory bandwidth)):", ""]
+    L += [_table(["op", "dtype", "input shapes", "calls", "GPU time (ms)", "TFLOP/s", "GB/s", "FLOP/byte", "bound",
+                  "% of bound", "lost (ms)"],
+                 [[r["name"], r["dtype"] or "-", f"`{r['input_dims']}`", f"{r['count']:,}",
+                   _n(r["gpu_busy_ns"] / 1e6, 3), _n(r["achieved_tflops"]), _n(r["achieved_gbps"], 0),
+                   _n(r["intensity"]), r["bound"] or "-", _n(r["pct_of_bound"]),
+                   _n(r["lost_ns"] / 1e6 if r["lost_ns"] is not None else None, 3)] for r in ops]), ""]
+    return L
+
+
+def _links_md(lk) -> list:
+    if not lk or not lk["rows"]:
+        return []
+    L = ["### Collectives against their links", "",
+         f"Bus bandwidth (median) as a % of the link's peak per direction; hosts from {lk['hosts_from']}; "
+         f"network {_n(lk['nic_gbps'])} GB/s per GPU ({lk['nic_from'] or 'unknown'}).", ""]
+    L += [_table(["collective", "dim", "scope", "count", "GB", "busbw median (GB/s)", "link", "link peak (GB/s)",
+                  "% of link"],
+                 [[r["collective"], r["parallel_dim"] or "-", r["scope"], f"{r['count']:,}", f"{r['bytes'] / 1e9:,.3f}",
+                   _n(r["busbw_gbps_median"]), r["link"], _n(r["link_gbps"]), _n(r["pct_of_link"])]
+                  for r in lk["rows"]]), ""]
+    tr = lk["traffic"]
+    L += [f"Traffic: {tr['intra']['bytes'] / 1e9:,.3f} GB inside nodes ({_n(tr['intra']['pct'])} %), "
+          f"{tr['inter']['bytes'] / 1e9:,.3f} GB across nodes ({_n(tr['inter']['pct'])} %).", ""]
+    return L
+
+
+def _throughput_md(sec) -> list:
+    o = sec["overall"]
+    L = [f"**{_n(o['tokens_per_s'], 0)} tokens/s, {_n(o['samples_per_s'], 2)} samples/s, "
+          f"{_n(o['model_tflops_per_gpu'])} model TFLOP/s per GPU, MFU {_n(o['mfu_pct'])} %** (mean step).", ""]
+    L += [_table(["iteration", "step", "step time (ms)", "tokens/s", "samples/s", "model TFLOP/s per GPU", "MFU %"],
+                 [[r["iteration"] if r["iteration"] >= 0 else "?", r["step"] if r["step"] >= 0 else "-",
+                   _n(r["step_ns"] / 1e6 if r["step_ns"] else None, 2), _n(r["tokens_per_s"], 0),
+                   _n(r["samples_per_s"], 2), _n(r["model_tflops_per_gpu"]), _n(r["mfu_pct"])] for r in sec["steps"]]),
+          ""]
+    return L

@@ -1,0 +1,105 @@
+"""Collectives against their links (:func:`link_section`): each collective kind x parallel
+dimension x scope (``intra``: every member of its process group on one host, ``inter``: spanning
+hosts) with its median bus bandwidth (``collectives.parquet``'s ``busbw_gbps``, nccl-tests'
+definition) as a percentage of the link's peak, and the traffic split intra / inter node.
+
+The peak of a link (:mod:`streamtrace.topology.hardware`): inside a node the GPU's NVLink /
+Infinity Fabric bandwidth per direction; across hosts the network per GPU, ``--nic-gbps`` or the
+platform's default.  A rank's host comes from its trace file's name when the PyTorch profiler's
+``tensorboard_trace_handler`` wrote it (``<host>_<pid>.<ns>.pt.trace.json``, the worker name
+being ``socket.gethostname()`` and the pid); otherwise ranks are packed ``gpus_per_node`` to a
+host in rank order (torchrun's and Slurm's default block placement): an assumption the section
+states.  Message sizes and bus bandwidth are read as the tables hold them; a collective whose
+size is unknown (``msg_bytes`` <= 0) has no bandwidth and counts in no traffic.
+"""
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from ..job.folder import read_aggregate_table
+
+_WORKER = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d+\.pt\.trace\.json(\.gz)?$")
+
+
+def rank_hosts(parts: list, gpus_per_node: int) -> tuple[dict, str]:
+    """``({rank: host}, how)`` from ``aggregate.json``'s ``parts`` (module docstring)."""
+    named = {}
+    for p in parts:
+        m = _WORKER.match(Path(str(p.get("source") or "")).name)
+        if m:
+            named[int(p["rank"])] = m.group("host")
+    if parts and len(named) == len({int(p["rank"]) for p in parts}):
+        return named, "host names in the trace file names"
+    return {}, f"ranks packed {gpus_per_node} to a host in rank order (no host names in the trace file names)"
+
+
+def _members(text) -> list:
+    return [int(x) for x in re.findall(r"\d+", str(text or ""))]
+
+
+def spans_hosts(meta: dict, gpus_per_node: int = 8):
+    """``(fn, how)``: ``fn(pg_ranks, ranks)`` is True when a collective's process group (its
+    ``pg_ranks`` text, else the ranks seen in it) spans more than one host (module docstring)."""
+    hosts, how = rank_hosts(meta.get("parts") or [], gpus_per_node)
+
+    def host(r):
+        return hosts.get(r, f"node{r // gpus_per_node}") if hosts else r // gpus_per_node
+
+    def fn(pg_ranks, ranks) -> bool:
+        members = _members(pg_ranks) or _members(ranks)
+        return len({host(r) for r in members}) > 1
+    return fn, how
+
+
+def inter_node(pg_ranks, ranks, meta: dict, gpus_per_node: int = 8) -> tuple[np.ndarray, str]:
+    """``(bool array, how)``: per collective (its ``pg_ranks`` and ``ranks`` columns), whether its
+    group spans hosts (:func:`spans_hosts`, worked out once per distinct pair of strings)."""
+    spans, how = spans_hosts(meta, gpus_per_node)
+    cache: dict = {}
+    out = np.zeros(len(pg_ranks), bool)
+    for i, key in enumerate(zip(pg_ranks, ranks)):
+        v = cache.get(key)
+        if v is None:
+            v = cache[key] = spans(*key)
+        out[i] = v
+    return out, how
+
+
+def link_section(aggdir, meta: dict, spec, nic_gbps: float | None, gpus_per_node: int = 8) -> dict:
+    """The section as a dict: ``rows`` (per collective, dim, scope: ``count``, ``bytes``,
+    ``busbw_gbps_median``, ``link``, ``link_gbps``, ``pct_of_link``), ``traffic`` (bytes and % intra
+    / inter), ``hosts_from``, ``nic_gbps`` and ``nic_from``.  ``spec``: the GPU's
+    :class:`~streamtrace.topology.hardware.GpuSpec` or None."""
+    t = read_aggregate_table(aggdir, "collectives", ["collective", "parallel_dim", "pg_ranks", "ranks",
+                                                     "msg_bytes", "busbw_gbps"])
+    n = len(t.get("collective", []))
+    inter, how = inter_node(t["pg_ranks"], t["ranks"], meta, gpus_per_node) if n else (np.zeros(0, bool), "")
+    nic = nic_gbps or (spec.nic_gbps if spec else None)
+    size = np.asarray(t["msg_bytes"], np.int64) if n else np.zeros(0, np.int64)
+    bw = np.asarray(t["busbw_gbps"], float) if n else np.zeros(0)
+    known = size > 0
+    groups: dict = defaultdict(list)                   # (collective, dim, scope) -> row numbers
+    for i, key in enumerate(zip(t.get("collective", []), t.get("parallel_dim", []), inter.tolist())):
+        groups[key].append(i)
+    rows = []
+    for (coll, dim, is_inter), idx in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or "", kv[0][2])):
+        idx = np.asarray(idx)
+        scope = "inter" if is_inter else "intra"
+        peak = nic if is_inter else (spec.link_gbps if spec else None)
+        ok = idx[known[idx] & ~np.isnan(bw[idx])]
+        med = float(np.median(bw[ok])) if len(ok) else None
+        rows.append({"collective": coll, "parallel_dim": dim or "", "scope": scope, "count": len(idx),
+                     "bytes": int(size[idx][known[idx]].sum()), "busbw_gbps_median": med,
+                     "link": "network" if is_inter else "NVLink / Infinity Fabric", "link_gbps": peak,
+                     "pct_of_link": 100 * med / peak if med is not None and peak else None})
+    traffic = {"intra": int(size[known & ~inter].sum()), "inter": int(size[known & inter].sum())}
+    total = traffic["intra"] + traffic["inter"]
+    return {"rows": rows, "traffic": {k: {"bytes": v, "pct": 100 * v / total if total else None}
+                                      for k, v in traffic.items()},
+            "hosts_from": how, "gpus_per_node": gpus_per_node, "nic_gbps": nic,
+            "nic_from": "--nic-gbps" if nic_gbps else (f"{spec.name} platform default" if spec else None),
+            "from": "collectives.parquet, aggregate.json"}

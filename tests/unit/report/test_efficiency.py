@@ -1,0 +1,153 @@
+"""The report's Efficiency section (issue 31) on real traces: tokens/s, samples/s and MFU per step
+from the job's config (TorchTitan TOML through ``epilogue``, Megatron-LM arguments through the
+topology file) or flags, each number with its source.  Expected values are computed here from
+``iterations.parquet`` (read with pyarrow) and the formulas worked by hand."""
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from support import REAL, need_shared, run_cli
+from streamtrace import capture
+from streamtrace.analyze import AnalyzeOptions, analyze
+from streamtrace.job import AggregateOptions, aggregate
+from streamtrace.report import write_report
+from streamtrace.report.efficiency import EfficiencyOptions
+
+CFG = """
+[model]
+name = "llama3"
+flavor = "8B"
+[training]
+local_batch_size = 2
+seq_len = 8192
+[parallelism]
+data_parallel_shard_degree = -1
+tensor_parallel_degree = 2
+pipeline_parallel_degree = 2
+"""
+# Llama 3 8B by hand (see test_flops.py): 6 N + 12 L H Q T at seq len 8192
+_LAYER = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
+FPT_8B = 6 * (32 * _LAYER + 4096 + 4096 * 128256) + 12 * 32 * 32 * 128 * 8192
+
+
+def _step_ns(aggdir) -> dict:
+    t = pq.read_table(aggdir / "iterations.parquet").to_pydict()
+    return {(i, s): ns for i, s, ns in zip(t["iteration"], t["step"], t["step_ns_median"])}
+
+
+def test_epilogue_with_a_torchtitan_config(tmp_path):
+    need_shared()
+    cfg = tmp_path / "llama3_8b.toml"
+    cfg.write_text(CFG)
+    r = run_cli("epilogue", REAL.parent / "cpu-3d", "-o", tmp_path / "out", "--torchtitan-config", cfg,
+                "--peak-tflops", "100", "-j", "1", "--no-charts", "-q")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads((tmp_path / "out" / "report.json").read_text())
+    eff = rep["efficiency"]
+    steps = _step_ns(tmp_path / "out" / "aggregate")
+    tokens = 2 * 8192 * 2                          # local batch x seq len x DP (8 / (tp 2 x pp 2))
+    assert eff["inputs"]["tokens_per_step"] == tokens and eff["inputs"]["gpus"] == 8
+    assert str(cfg) in eff["inputs"]["tokens_per_step_from"] and eff["inputs"]["peak_from"] == "--peak-tflops"
+    assert eff["inputs"]["flops_per_token"] == FPT_8B
+    for row in eff["steps"]:
+        sec = steps[(row["iteration"], row["step"])] / 1e9
+        assert row["tokens_per_s"] == pytest.approx(tokens / sec)
+        assert row["samples_per_s"] == pytest.approx(4 / sec)
+        assert row["mfu_pct"] == pytest.approx(100 * tokens / sec * FPT_8B / (8 * 100e12))
+    md = (tmp_path / "out" / "cpu-3d.md").read_text()
+    assert md.index("## Steps and throughput") < md.index("## Efficiency") < md.index("## Where the time went")
+    assert "Where each number came from" in md and "--peak-tflops" in md
+    meta = json.loads((tmp_path / "out" / "aggregate" / "aggregate.json").read_text())
+    assert meta["train_config"]["tokens_per_step"] == tokens
+
+
+@pytest.fixture(scope="module")
+def a100(tmp_path_factory):
+    need_shared()
+    d = tmp_path_factory.mktemp("eff") / "an"
+    analyze([REAL / "a100_rank3_of8.json.gz"], d, AnalyzeOptions(jobs=1))
+    return d
+
+
+def test_flags_and_the_datasheet_peak(a100, tmp_path):
+    aggregate([a100], tmp_path / "agg", AggregateOptions(jobs=1))
+    rep = write_report(tmp_path / "agg", charts=False, global_batch=8, seq_len=1024,
+                       efficiency=EfficiencyOptions(flops_per_token=1e9))
+    inp = rep["efficiency"]["inputs"]
+    assert inp["peak_tflops"] == 312 and "A100 datasheet" in inp["peak_from"]     # NVIDIA A100-PG509-200
+    assert inp["tokens_per_step_from"] == "--global-batch x --seq-len"
+    steps = _step_ns(tmp_path / "agg")
+    for row in rep["efficiency"]["steps"]:
+        sec = steps[(row["iteration"], row["step"])] / 1e9
+        assert row["mfu_pct"] == pytest.approx(100 * 8192 / sec * 1e9 / (8 * 312e12))
+
+
+def test_megatron_arguments_from_the_topology_file(a100, tmp_path):
+    args = {"global_batch_size": 64, "micro_batch_size": 1, "seq_length": 2048, "num_layers": 24,
+            "hidden_size": 2048, "ffn_hidden_size": 8192, "num_attention_heads": 16, "padded_vocab_size": 51200,
+            "tensor_model_parallel_size": 8, "bf16": True}
+    capture.dump_topology(tmp_path, groups={"tp": [list(range(8))]}, world_size=8, training=args)
+    aggregate([a100], tmp_path / "agg", AggregateOptions(jobs=1, topology=str(tmp_path / "streamtrace_topology.json")))
+    rep = write_report(tmp_path / "agg", charts=False)
+    inp = rep["efficiency"]["inputs"]
+    assert inp["tokens_per_step"] == 64 * 2048 and inp["sequences_per_step"] == 64
+    assert "Megatron-LM" in inp["flops_per_token_from"]
+    # Narayanan et al. eq. 3 per token (no GQA, f = 4h, no GLU): 72 l h^2 (1 + s/6h + V/12lh)
+    l, h, s, V = 24, 2048, 2048, 51200
+    assert inp["flops_per_token"] == pytest.approx(72 * l * h * h * (1 + s / (6 * h) + V / (12 * l * h)))
+    assert rep["throughput"]["tokens_per_step"] == 64 * 2048
+
+
+def test_links_ops_and_charts_on_real_jobs(tmp_path):
+    """A real 2-rank TP job (V100 PCIe, both ranks on host 9c44bd29b3f0 by their file names): every
+    all-reduce is intra-node, its median bus bandwidth against the PCIe 3.0 x16 link (16 GB/s); and
+    the H100 trace's costed ops summed per distinct op into op_perf.parquet, with the roofline chart."""
+    need_shared()
+    analyze([REAL.parent / "real-multi" / "megatron_tp2_v100x2"], tmp_path / "an", AnalyzeOptions(jobs=1))
+    r = run_cli("report", tmp_path / "an", "-o", tmp_path / "rep", "-j", "1", "-q")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads((tmp_path / "rep" / "report.json").read_text())
+    links = rep["efficiency"]["links"]
+    t = pq.read_table(tmp_path / "rep" / "collectives.parquet").to_pydict()
+    bw = sorted(b for b, m in zip(t["busbw_gbps"], t["msg_bytes"]) if m > 0)
+    median = (bw[(len(bw) - 1) // 2] + bw[len(bw) // 2]) / 2
+    (row,) = links["rows"]
+    assert row["scope"] == "intra" and row["collective"] == "AllReduce" and row["count"] == len(t["collective"])
+    assert row["link_gbps"] == 16 and row["pct_of_link"] == pytest.approx(100 * median / 16)
+    assert links["traffic"]["intra"]["bytes"] == sum(m for m in t["msg_bytes"] if m > 0)
+    assert "host names in the trace file names" in links["hosts_from"]
+    assert (tmp_path / "rep" / "charts" / "busbw_vs_size.png").is_file()
+
+    analyze([REAL / "h100_qwen_inference.json.gz"], tmp_path / "q", AnalyzeOptions(jobs=1, op_perf=True))
+    write = run_cli("report", tmp_path / "q", "-o", tmp_path / "qrep", "-j", "1", "-q")
+    assert write.returncode == 0, write.stderr
+    (part,) = (tmp_path / "q" / "op_perf").glob("iteration=*/rank=*/part-0.parquet")
+    per_op = pq.read_table(part).to_pylist()
+    job = pq.read_table(tmp_path / "qrep" / "op_perf.parquet").to_pylist()
+    assert sum(r["count"] for r in job) == len(per_op)
+    for j in job[:5]:
+        same = [r for r in per_op if (r["name"], r["input_dims"]) == (j["name"], j["input_dims"])]
+        assert j["flops"] == sum(r["flops"] for r in same) and j["gpu_busy_ns"] == sum(r["gpu_busy_ns"] for r in same)
+        assert j["lost_ns"] == pytest.approx(sum(r["lost_ns"] for r in same))
+    lost = [j["lost_ns"] for j in job]
+    assert lost == sorted(lost, reverse=True)
+    qrep = json.loads((tmp_path / "qrep" / "report.json").read_text())
+    assert qrep["efficiency"]["ops"][0]["name"] == next(j["name"] for j in job if j["flops"] > 0)
+    assert (tmp_path / "qrep" / "charts" / "roofline.png").is_file()
+    md = next((tmp_path / "qrep").glob("*.md")).read_text()
+    assert "### GEMMs and attention against the roofline" in md
+
+
+def test_hosts_packed_by_gpus_per_node():
+    from streamtrace.report.links import spans_hosts
+    meta = {"parts": [{"rank": r, "source": f"/x/rank_{r:04d}_iter_4.pt.trace.json"} for r in range(16)]}
+    spans, how = spans_hosts(meta, 8)
+    assert "packed 8 to a host" in how
+    assert not spans("0,1,2,3,4,5,6,7", "") and spans("7,8", "") and spans("", "0,15")
+    named = {"parts": [{"rank": 0, "source": "/t/nodeA_11.1.pt.trace.json.gz"},
+                       {"rank": 1, "source": "/t/nodeB_12.2.pt.trace.json.gz"}]}
+    spans, how = spans_hosts(named, 8)
+    assert spans("0,1", "") and "host names" in how
