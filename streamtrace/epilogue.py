@@ -137,7 +137,7 @@ def find_iterations(run_dir, log, outdir=None):
     merged trace (streamtrace's own header), nor anything under ``outdir`` or a ``streamtrace``
     folder (earlier outputs); unreadable files and folders, and rank files without a
     ``traceEvents`` array, are logged as failures."""
-    from .trace.discover import expand_inputs, identify
+    from .trace.discover import NSYS_EXPORT, expand_inputs, identify
     groups: dict = {}
 
     def skipped(path, msg):
@@ -166,6 +166,9 @@ def find_iterations(run_dir, log, outdir=None):
         seen = {}
         keep = []
         for tf in sorted(files, key=lambda t: (t.rank, t.path)):
+            if tf.rank_source == NSYS_EXPORT:      # an export's ranks are its processes': told when read
+                keep.append(tf)
+                continue
             if tf.rank in seen:
                 log.fail("discover", tf.path, f"rank {tf.rank} already given by {seen[tf.rank]}; skipped")
                 continue

@@ -232,6 +232,8 @@ def discover(inputs, rank_map=None, warn=None) -> list[TraceFile]:
     seen = {}
     for tf in files:
         key = (tf.iteration, tf.rank)
+        if tf.rank_source == NSYS_EXPORT:          # an export's ranks are its processes': told when read
+            continue
         if key in seen:
             it = f" in iteration {tf.iteration}" if tf.iteration is not None else ""
             raise RankConflictError(f"rank {tf.rank}{it} is claimed by two files: {seen[key].path} and {tf.path}")
