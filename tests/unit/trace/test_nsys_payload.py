@@ -62,7 +62,7 @@ def build(path, blobs=True):
         c.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 0, ?, ?, 3)",
                       [(1500, 2000, g, 7), (4000, 4500, g, 8)])
         c.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?, 7, ?, ?, ?, ?)",
-                      [(5000, 9000, dev, 7, g & ~0xFFFFFF, 1, 1), (8000, 12000, dev, 8, g & ~0xFFFFFF, 2, 2)])
+                      [(5000, 9000, dev, 7, g & ~0xFFFFFF, 1, 1), (9500, 12000, dev, 8, g & ~0xFFFFFF, 2, 2)])
     c.commit()
     c.close()
 
@@ -115,3 +115,32 @@ def test_without_blobs_bytes_are_unknown_and_ranks_by_pid(tmp_path):
     assert all(r["nsys"]["collective_bytes"].startswith("unknown") for r in s["ranks"])
     k = pq.read_table(tmp_path / "a" / "kernels").to_pandas()
     assert set(k[k["kind"].astype(str) == "communication"]["msg_bytes"]) == {-1}
+
+
+def test_merge_of_export_opens_with_ranks_and_gpus_named(tmp_path):
+    import gzip
+    import json
+
+    from support import run_cli
+    build(tmp_path / "node.sqlite")
+    r = run_cli("merge", tmp_path / "node.sqlite", "-o", tmp_path / "m.json.gz", "-q")
+    assert r.returncode == 0, r.stderr
+    doc = json.load(gzip.open(tmp_path / "m.json.gz"))
+    names = sorted(e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name")
+    assert names == ["Rank 0 · CPU (host 1, pid 300)", "Rank 0 · GPU 0", "Rank 1 · CPU (host 1, pid 200)",
+                     "Rank 1 · GPU 1"]
+    x = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert len(x) == 2 * (2 + 2 + 2)          # per process: 2 kernels, 2 runtime calls, 2 NVTX ranges
+    v = run_cli("validate", tmp_path / "m.json.gz")
+    assert v.returncode == 0, v.stdout + v.stderr
+
+
+def test_epilogue_on_a_folder_of_exports(tmp_path):
+    from support import run_cli
+    run = tmp_path / "run"
+    run.mkdir()
+    build(run / "node0.sqlite")
+    r = run_cli("epilogue", run, "-q")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (run / "streamtrace" / "report.json").is_file()
+    assert (run / "streamtrace" / "aggregate" / "aggregate.json").is_file()
