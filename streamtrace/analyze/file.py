@@ -79,7 +79,7 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
     :func:`~streamtrace.analyze.rank.analyze_rank`'s keys).  ``file_rank``: the rank of a file that
     holds one; ``progress(bytes read)``: called per block.  Raises
     :class:`~streamtrace.errors.TraceError` for an unreadable file, nothing written for it."""
-    pats = Patterns.load(opt.patterns)
+    pats = Patterns.load(opt.patterns).with_step(opt.step_pattern)
     topo = load_topology(opt.topology) if opt.topology else None
     spill = tempfile.TemporaryDirectory(prefix=f".streamtrace-spill.{owner()}.", dir=outdir) if opt.chunked else None
     try:

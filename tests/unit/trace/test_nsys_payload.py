@@ -28,7 +28,7 @@ def _gtid(pid, tid):
     return (1 << 48) | (pid << 24) | tid
 
 
-def build(path, blobs=True):
+def build(path, blobs=True, step=False):
     """Two processes (pids 200, 300) whose NCCL ranks (1, 0) are the reverse of pid order; each
     launches an AllReduce kernel (correlationId 7 in both: ids repeat across processes) inside its
     ``ncclAllReduce`` range and a compute kernel (correlationId 8)."""
@@ -59,6 +59,8 @@ def build(path, blobs=True):
         red = struct.pack("<QQiI", COMM_ID, 1 << 20, 0, 0) if blobs else None
         c.execute("INSERT INTO NVTX_EVENTS VALUES (100, 200, 59, 'ncclCommInitRank', ?, NULL, 1, NULL, ?)", (g, init))
         c.execute("INSERT INTO NVTX_EVENTS VALUES (1000, 3000, 59, 'ncclAllReduce', ?, NULL, 1, NULL, ?)", (g, red))
+        if step:
+            c.execute("INSERT INTO NVTX_EVENTS VALUES (900, 5000, 59, 'train_step_5', ?, NULL, 0, NULL, NULL)", (g,))
         c.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 0, ?, ?, 3)",
                       [(1500, 2000, g, 7), (4000, 4500, g, 8)])
         c.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?, 7, ?, ?, ?, ?)",
@@ -144,3 +146,13 @@ def test_epilogue_on_a_folder_of_exports(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert (run / "streamtrace" / "report.json").is_file()
     assert (run / "streamtrace" / "aggregate" / "aggregate.json").is_file()
+
+
+def test_step_pattern_marks_steps_from_nvtx(tmp_path):
+    build(tmp_path / "node.sqlite", step=True)
+    opt = AnalyzeOptions(jobs=1, progress=False, step_pattern=r"^train_step_(\d+)$")
+    analyze([str(tmp_path / "node.sqlite")], str(tmp_path / "a"), opt)
+    k = pq.read_table(tmp_path / "a" / "kernels").to_pandas()
+    assert sorted(k["step"].tolist()) == [5, 5, 5, 5]          # both launches of both ranks are inside it
+    analyze([str(tmp_path / "node.sqlite")], str(tmp_path / "b"), AnalyzeOptions(jobs=1, progress=False))
+    assert set(pq.read_table(tmp_path / "b" / "kernels").to_pandas()["step"]) == {-1}
