@@ -12,7 +12,6 @@ import numpy as np
 
 from ..trace.nsys import KINDS, NsysExport
 from .columns import StringTable
-from .ingest import group_rows
 from .store import STORE_DTYPE
 
 #: a process's correlation ids are offset by its place in its rank << this, when one rank holds
@@ -74,7 +73,7 @@ def ingest_nsys(path, store, rank_map=None, base_rank=0, progress=None) -> NsysI
             rows["external_id"] = -1
             rows["stream"], rows["device"], rows["comm"] = b["stream"], b["device"], b["comm"]
             cols = (rank, b["device"], b["stream"]) if gpu else (rank, b["proc"] & 0xFFFFFF, b["tid"])
-            for key, sel in group_rows(cols).items():
+            for key, sel in key_groups(cols):
                 store.add(("gpu" if gpu else "cpu", *key), rows[sel])
             done += len(b)
             if progress is not None:
@@ -82,6 +81,26 @@ def ingest_nsys(path, store, rank_map=None, base_rank=0, progress=None) -> NsysI
     store.flush()
     out.unusable = ex.unusable
     return out
+
+
+def key_groups(cols):
+    """``(key tuple, row indices)`` of each distinct tuple of the int64 key columns ``cols``, rows
+    in their order: one stable sort (an export's CPU rows, in start order, alternate between
+    threads, so runs of one key are short)."""
+    n = len(cols[0])
+    if not n:
+        return []
+    order = np.lexsort(cols[::-1])
+    ks = [c[order] for c in cols]
+    change = np.zeros(n, bool)
+    change[0] = True
+    for k in ks:
+        change[1:] |= k[1:] != k[:-1]
+    starts = np.flatnonzero(change)
+    ends = np.append(starts[1:], n)
+    firsts = [k[starts].tolist() for k in ks]
+    return [(tuple(int(f[i]) for f in firsts), order[a:b]) for i, (a, b) in enumerate(zip(starts.tolist(),
+                                                                                       ends.tolist()))]
 
 
 class _Names:

@@ -43,6 +43,14 @@ NO_PAYLOAD = ("unknown: the export holds no NCCL NVTX payload data (export with 
               "--include-blobs=true`, and profile with NVTX tracing on)")
 
 
+def _short_text() -> str:
+    """SQL for an NVTX range's inline ``text`` without what PyTorch's ``emit_nvtx`` appends to the
+    op name (``aten::add, seq = 12, op_id = 34, sizes = [...]`` -> ``aten::add``): the numbers differ
+    on every call, so the names would grow with the capture instead of with the model."""
+    cut = "CASE WHEN instr(text, ', seq = ') > 0 THEN instr(text, ', seq = ') ELSE instr(text, ', op_id = ') END"
+    return f"CASE WHEN ({cut}) > 0 THEN substr(text, 1, ({cut}) - 1) ELSE text END"
+
+
 class NsysExport:
     """One export, read-only.  ``rank_map``: ``{"<pid>" or "<file>:<pid>": rank}``; ``base_rank``:
     the first rank given to processes ranked by order.  Attributes: ``version`` (the schema
@@ -110,18 +118,23 @@ class NsysExport:
             if t not in self.tables:
                 continue
             c = self.tables[t]
+            fields, cols = ["ts", "dur"], ["start", "coalesce([end] - start, -1)"]
+            consts = {"kind": kind}
             if kind == KERNEL:
-                name = next((col(self.tables, t, n) for n in ("demangledName", "shortName", "mangledName") if n in c),
-                            "-1")
-            elif kind == MEMCPY:
-                name = col(self.tables, t, "copyKind")
+                name = next((n for n in ("demangledName", "shortName", "mangledName") if n in c), None)
             else:
-                name = str(self.local_id("Memset"))
-            sql = (f"SELECT start, coalesce([end] - start, -1), {kind}, {name}, "
-                   f"{col(self.tables, t, 'globalPid', '{c} >> ' + str(PID_BITS))}, -1, "
-                   f"{col(self.tables, t, 'deviceId')}, {col(self.tables, t, 'streamId')}, "
-                   f"{col(self.tables, t, 'correlationId')}, -1 FROM [{t}] ORDER BY start")
-            streams.append(table_batches(self.conn, sql, self._memcpy_names if kind == MEMCPY else None, self.batch))
+                name = "copyKind" if kind == MEMCPY and "copyKind" in c else None
+            if kind == MEMSET:
+                consts["name"] = self.local_id("Memset")
+            for f, n, expr in (("name", name, None), ("proc", "globalPid", "{c} >> " + str(PID_BITS)),
+                               ("device", "deviceId", None), ("stream", "streamId", None),
+                               ("correlation", "correlationId", None)):
+                if n is not None and n in c:
+                    fields.append(f)
+                    cols.append(col(self.tables, t, n, expr))
+            sql = f"SELECT {', '.join(cols)} FROM [{t}] ORDER BY start"
+            streams.append(table_batches(self.conn, sql, fields, consts,
+                                         self._memcpy_names if kind == MEMCPY else None, self.batch))
         return self._usable(merge_sorted(streams))
 
     def cpu_batches(self):
@@ -130,18 +143,24 @@ class NsysExport:
         if RUNTIME_T in self.tables:
             t = RUNTIME_T
             sql = (f"SELECT start, coalesce([end] - start, -1), {RUNTIME} + ({col(self.tables, t, 'eventClass')} = 1), "
-                   f"{col(self.tables, t, 'nameId')}, {col(self.tables, t, 'globalTid', '{c} >> ' + str(PID_BITS))}, "
-                   f"{col(self.tables, t, 'globalTid', '{c} % 16777216')}, -1, -1, "
-                   f"{col(self.tables, t, 'correlationId')}, -1 FROM [{t}] ORDER BY start")
-            streams.append(self._runtime_names(table_batches(self.conn, sql, None, self.batch)))
+                   f"{col(self.tables, t, 'nameId')}, {col(self.tables, t, 'globalTid')}, "
+                   f"{col(self.tables, t, 'correlationId')} FROM [{t}] ORDER BY start")
+            streams.append(self._runtime_names(table_batches(
+                self.conn, sql, ["ts", "dur", "kind", "name", "gtid", "correlation"], batch=self.batch)))
         if NVTX_T in self.tables and "eventType" in self.tables[NVTX_T]:
             t, c = NVTX_T, self.tables[NVTX_T]
-            extra = ", ".join(f"[{n}]" if n in c else "NULL" for n in ("text", "domainId", "binaryData", "jsonText"))
-            sql = (f"SELECT start, coalesce([end] - start, -1), {NVTX}, {col(self.tables, t, 'textId')}, "
-                   f"{col(self.tables, t, 'globalTid', '{c} >> ' + str(PID_BITS))}, "
-                   f"{col(self.tables, t, 'globalTid', '{c} % 16777216')}, -1, -1, -1, -1, {extra} "
+            has = [n for n in ("binaryData", "jsonText") if n in c]
+            paid = (f"domainId = {int(self.nccl_domain)} AND ({' OR '.join(f'[{n}] IS NOT NULL' for n in has)})"
+                    if self.nccl_domain is not None and has and "domainId" in c else "0")
+            text = f"CASE WHEN {'textId IS NULL' if 'textId' in c else '1'} THEN {_short_text()} END" \
+                if "text" in c else "NULL"
+            blobs = ", ".join(f"CASE WHEN {paid} THEN [{n}] END" if n in c else "NULL"
+                              for n in ("binaryData", "jsonText"))
+            sql = (f"SELECT start, coalesce([end] - start, -1), {col(self.tables, t, 'textId')}, "
+                   f"{col(self.tables, t, 'globalTid')}, CASE WHEN {paid} THEN -2 ELSE -1 END, {text}, {blobs} "
                    f"FROM [{t}] WHERE eventType IN {RANGE_TYPES} ORDER BY start")
-            streams.append(table_batches(self.conn, sql, self._nvtx_fix, self.batch, extra=4))
+            streams.append(table_batches(self.conn, sql, ["ts", "dur", "name", "gtid", "comm"], {"kind": NVTX},
+                                         self._nvtx_fix, self.batch, extra=3))
         return self._usable(merge_sorted(streams))
 
     def _usable(self, batches):
@@ -172,21 +191,20 @@ class NsysExport:
             a["name"] = lut[np.searchsorted(ids, a["name"])]
             yield a
 
-    def _nvtx_fix(self, a, rows):
-        """Inline NVTX text as local names; NCCL payloads as collective-args rows."""
+    def _nvtx_fix(self, a, x):
+        """Inline NVTX text as local names; NCCL payloads (rows marked ``comm`` -2) as
+        collective-args rows."""
         inline = np.flatnonzero(a["name"] < 0)
-        for j in inline.tolist():
-            text = rows[j][10]
-            a["name"][j] = self.local_id(text if isinstance(text, str) else "")
-        if self.nccl_domain is None:
-            return a
-        for j, r in enumerate(rows):
-            if r[11] == self.nccl_domain and (r[12] is not None or r[13] is not None):
-                name = self.names([int(a["name"][j])])[int(a["name"][j])]
-                p = P.decode(name, r[12], r[13], self.schemas)
-                if p:
-                    a["comm"][j] = len(self.comm_rows)
-                    self.comm_rows.append(P.comm_args(name, p, self.nranks))
+        if len(inline):
+            a["name"][inline] = [self.local_id(t if isinstance(t, str) else "") for t in x["x0"][inline].tolist()]
+        for j in np.flatnonzero(a["comm"] == -2).tolist():
+            nid = int(a["name"][j])
+            name = self.names([nid])[nid]
+            p = P.decode(name, x["x1"][j], x["x2"][j], self.schemas)
+            a["comm"][j] = -1
+            if p:
+                a["comm"][j] = len(self.comm_rows)
+                self.comm_rows.append(P.comm_args(name, p, self.nranks))
         return a
 
     # -- NCCL domain, ranks

@@ -15,6 +15,7 @@ ROW_DTYPE = np.dtype([("ts", "i8"), ("dur", "i8"), ("kind", "u1"), ("name", "i8"
 KINDS = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "user_annotation")
 KERNEL, MEMCPY, MEMSET, RUNTIME, DRIVER, NVTX = range(len(KINDS))
 BATCH = 65536
+PID_BITS = 24       # globalTid >> 24: the process (see processes.py)
 
 
 def col(tables, table, name, expr=None, default="-1"):
@@ -26,19 +27,34 @@ def col(tables, table, name, expr=None, default="-1"):
     return f"coalesce({e}, -1)"
 
 
-def table_batches(conn, sql, fix=None, batch=BATCH, extra=0):
-    """Run ``sql`` (its first 10 columns: :data:`ROW_DTYPE`'s, in order; then ``extra`` more) and
-    yield :data:`ROW_DTYPE` arrays of up to ``batch`` rows; ``fix(array, rows)`` may rewrite a
-    batch with the fetched tuples at hand (the extra columns)."""
+def table_batches(conn, sql, fields, consts=None, fix=None, batch=BATCH, extra=0):
+    """Run ``sql`` and yield :data:`ROW_DTYPE` arrays of up to ``batch`` rows.  Its columns are
+    ``fields`` (names of :data:`ROW_DTYPE`, or ``"gtid"``: a ``globalTid`` split into ``proc`` and
+    ``tid``), int64, then ``extra`` more (any values); the fields it does not select take
+    ``consts[name]`` or -1.  ``fix(array, extras)`` may rewrite a batch with the extra columns at
+    hand (a structured array, fields ``x0``.., objects).  Fewer columns, fewer Python objects: the
+    constants are not selected."""
     cur = conn.execute(sql)
-    n = len(ROW_DTYPE.names)
+    wide = np.dtype([(f, "i8") for f in fields] + [(f"x{i}", "O") for i in range(extra)])
+    consts = consts or {}
     while True:
         rows = cur.fetchmany(batch)
         if not rows:
             return
-        a = np.array([r[:n] for r in rows] if extra else rows, dtype=ROW_DTYPE)
+        w = np.array(rows, dtype=wide)
+        del rows
+        a = np.empty(len(w), ROW_DTYPE)
+        for f in ROW_DTYPE.names:
+            if f in fields:
+                a[f] = w[f]
+            else:
+                a[f] = consts.get(f, -1)
+        if "gtid" in fields:
+            g = w["gtid"]
+            a["proc"] = np.where(g >= 0, g >> PID_BITS, -1)
+            a["tid"] = np.where(g >= 0, g & 0xFFFFFF, -1)
         if fix is not None:
-            a = fix(a, rows)
+            a = fix(a, w)
         yield a
 
 
