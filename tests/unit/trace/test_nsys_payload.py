@@ -156,3 +156,12 @@ def test_step_pattern_marks_steps_from_nvtx(tmp_path):
     assert sorted(k["step"].tolist()) == [5, 5, 5, 5]          # both launches of both ranks are inside it
     analyze([str(tmp_path / "node.sqlite")], str(tmp_path / "b"), AnalyzeOptions(jobs=1, progress=False))
     assert set(pq.read_table(tmp_path / "b" / "kernels").to_pandas()["step"]) == {-1}
+
+
+def test_rank_map_by_pid(tmp_path):
+    build(tmp_path / "node.sqlite", blobs=False)
+    (tmp_path / "ranks.txt").write_text("200 1\n300 0\n")
+    s = analyze([str(tmp_path / "node.sqlite")], str(tmp_path / "a"),
+                AnalyzeOptions(jobs=1, progress=False, rank_map=str(tmp_path / "ranks.txt")))
+    assert [(r["rank"], r["nsys"]["processes"]) for r in s["ranks"]] == \
+        [(0, [{"pid": 300, "host": 1, "rank_source": "rank map"}]), (1, [{"pid": 200, "host": 1, "rank_source": "rank map"}])]
