@@ -75,6 +75,7 @@ class NsysExport:
         self.gpus = gpu_names(self.conn, self.tables)
         self.strings = Strings(self.conn, self.tables)
         self.local: dict[str, int] = {}          # reader-local names (memcpy kinds, inline NVTX text)
+        self.local_text: list[str] = []          # their texts, local id i at [-2 - i]
         self.comm_rows: list = []
         self.warnings: list = []
         self.nccl_domain = self._domain("NCCL")
@@ -97,15 +98,14 @@ class NsysExport:
         i = self.local.get(text)
         if i is None:
             i = self.local[text] = -2 - len(self.local)
+            self.local_text.append(text)
         return i
 
     def names(self, ids) -> dict[int, str]:
         """``{id: text}`` for name ids of the batches (``StringIds`` ids and local ones)."""
         ids = [int(i) for i in ids]
         out = self.strings.get([i for i in ids if i >= 0])
-        if any(i < -1 for i in ids):
-            back = {v: k for k, v in self.local.items()}
-            out.update({i: back.get(i, "") for i in ids if i < -1})
+        out.update({i: self.local_text[-2 - i] for i in ids if i < -1})
         if -1 in ids:
             out[-1] = ""
         return out
