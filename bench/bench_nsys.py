@@ -49,7 +49,8 @@ def agree(analysis, pandas_out) -> bool:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size-mb", type=float, default=1024)
-    ap.add_argument("--jobs", default="1,0", help="analyze -j values to measure (0: all cores)")
+    ap.add_argument("--jobs", default="1,1c,0", help="analyze -j values to measure (0: all cores; a trailing c: "
+                    "with --chunked)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-record", action="store_true")
     a = ap.parse_args(argv)
@@ -65,13 +66,15 @@ def main(argv=None):
     r = measure([sys.executable, str(ROOT / "bench" / "nsys_pandas_metrics.py"), str(src)], logs, "pandas")
     pandas_out = r["stdout"]
     rows.append(("sqlite3 + pandas (GPU tables only)", r))
-    for j in a.jobs.split(","):
-        out = scratch / f"nsys-analysis-j{j}"
+    for v in a.jobs.split(","):
+        j, chunked = v.rstrip("c"), v.endswith("c")
+        out = scratch / f"nsys-analysis-{v}"
         read_through(src)
-        r = measure([sys.executable, "-m", "streamtrace", "analyze", str(src), "-o", str(out), "-q", "-j", j],
-                    logs, f"analyze -j {j}")
+        flags = ["-j", j] + (["--chunked"] if chunked else [])
+        r = measure([sys.executable, "-m", "streamtrace", "analyze", str(src), "-o", str(out), "-q", *flags],
+                    logs, f"analyze {' '.join(flags)}")
         ok &= r["rc"] == 0 and agree(out, pandas_out)
-        rows.append((f"streamtrace analyze -j {j} (GPU + CPU tables, Parquet, call trees)", r))
+        rows.append((f"streamtrace analyze {' '.join(flags)} (GPU + CPU tables, Parquet, call trees)", r))
     table = md_head(["command", "wall (s)", "CPU (s)", "MB/s", "peak RSS (MB)", "other cores busy"])
     for label, r in rows:
         table.append(md_row([label, fmt_s(r["wall"]), fmt_s(r.get("cpu_s", 0)), f"{size / 1e6 / r['wall']:,.1f}",

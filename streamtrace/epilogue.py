@@ -389,6 +389,8 @@ def _iteration(ctx: _Run, it, paths) -> str | None:
                       layout="iteration=N/rank=R")     # redo folders of the older rank=R/ layout
     res, st = _stage(ctx, f"{tag}/analyze", fp, [adir / "summary.json"], do_analyze, "analyze", tag)
     ctx.summary["stages"][f"{tag}/analyze"] = st
+    if res is not None:              # an Nsight Systems export holds several ranks
+        ctx.summary["ranks"] = max(ctx.summary["ranks"], len(res.get("ranks", ())))
     merged = ctx.out / tag / ("merged.json.gz" if opt.full else "merged_gpu.json.gz")
     fp_merge = _fingerprint(paths, full=opt.full, stage="merge")
     _, st = _stage(ctx, f"{tag}/merge", fp_merge, [merged], lambda: _merge(ctx, tag, paths, merged), "merge", tag)

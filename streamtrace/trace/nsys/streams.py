@@ -60,7 +60,7 @@ def table_batches(conn, sql, fields, consts=None, fix=None, batch=BATCH, extra=0
 
 def merge_sorted(streams):
     """Merge iterators of :data:`ROW_DTYPE` batches, each in ``ts`` order, into one stream of
-    batches in ``ts`` order (ties: the earlier stream first).  Holds one batch per stream."""
+    batches in ``ts`` order, each stream's rows in their own order.  Holds one batch per stream."""
     its = [iter(s) for s in streams]
     heads = [next(it, None) for it in its]
     while True:
