@@ -14,7 +14,7 @@ ROW_DTYPE = np.dtype([("ts", "i8"), ("dur", "i8"), ("kind", "u1"), ("name", "i8"
 #: row kinds and the Kineto category each becomes
 KINDS = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "user_annotation")
 KERNEL, MEMCPY, MEMSET, RUNTIME, DRIVER, NVTX = range(len(KINDS))
-BATCH = 65536
+BATCH = 16384       # rows per fetch: ~30 MB of Python tuples and arrays in flight, not ~80
 PID_BITS = 24       # globalTid >> 24: the process (see processes.py)
 
 
