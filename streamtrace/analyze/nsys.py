@@ -10,7 +10,8 @@ from ..trace.discover import load_rank_map
 def read_export(path, store, file_rank, opt, progress=None) -> NsysIngest:
     """Read the export ``path`` into ``store``; processes ranked by order start at ``file_rank``;
     ``opt.rank_map`` (a ``--rank-map`` file) may name ranks by pid (``"<pid> <rank>"`` lines or
-    ``"<file>:<pid>"`` keys).  ``progress`` gets rows read, not bytes: an export has no byte order."""
+    ``"<file>:<pid>"`` keys).  ``progress`` (bytes read, for the progress bars) is not called: an
+    export is read table by table, in no byte order; the bar shows the file done at the end."""
     rmap = load_rank_map(opt.rank_map) if opt.rank_map else None
     return ingest_nsys(path, store, rmap, file_rank)
 
