@@ -18,10 +18,15 @@ GPU_SLOT, CPU_SLOT = 100, 0
 def merge_exports(files, output, opt, rank_map=None) -> dict:
     """Write the exports ``files`` (:class:`~streamtrace.trace.discover.TraceFile` s) into ``output``;
     each export's processes ranked as ``analyze`` ranks them (the first file's from 0, the next
-    after them).  ``opt.gpu_only``: GPU rows only.  Returns merge's summary dict (the keys of
+    after them).  ``opt.gpu_only``: GPU rows only; ``opt.ranks``: only those ranks; the time filters
+    and alignments of Kineto traces are not applied (a warning says so).  Returns merge's summary dict (the keys of
     :func:`~streamtrace.merge.run.merge_files`; ``validation`` None, ``streamtrace validate`` checks
     the output).  Raises :class:`~streamtrace.errors.TraceError` for an unreadable export."""
     t0 = time.time()
+    unapplied = [f for f, off in (("--align " + str(opt.align), opt.align != "global"), ("--steps", opt.steps),
+                                  ("--window-ms", opt.window_ms), ("--drop-cat", opt.drop_cat)) if off]
+    warnings = [f"Nsight Systems exports: {', '.join(unapplied)} not applied (they are for Kineto traces)"] \
+        if unapplied else []
     exports, base = [], 0
     for tf in files:
         ex = NsysExport(tf.path, rank_map, base)
@@ -31,11 +36,11 @@ def merge_exports(files, output, opt, rank_map=None) -> dict:
     origin = min(starts) if starts else 0
     meta = {"displayTimeUnit": "ms", "baseTimeNanoseconds": origin,
             "streamtrace": {"kind": "merged", "source": "nsys", "inputs": [tf.path for tf in files]}}
-    ranks, warnings, n_out, n_in, gpu_seen = set(), [], 0, 0, False
+    ranks, n_out, n_in, gpu_seen = set(), 0, 0, False
     with TraceWriter(output, metadata=meta) as w:
         for ex in exports:
             shift = (ex.session_start_ns - origin) if ex.session_start_ns is not None else 0
-            rank_of = {p.key: p for p in ex.processes}
+            rank_of = {p.key: p for p in ex.processes if opt.ranks is None or p.rank in opt.ranks}
             default = None if ex.gpu_by_pid or not ex.processes else ex.processes[0].key
             seen: dict = {}
             for gpu, batches in ((True, ex.gpu_batches()), (False, ex.cpu_batches())):

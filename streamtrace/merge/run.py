@@ -104,7 +104,7 @@ def merge(inputs, output, opt: MergeOptions | None = None, rank_map=None) -> lis
         why = f" ({skipped[0]}{f'; and {len(skipped) - 1} more' if len(skipped) > 1 else ''})" if skipped else ""
         raise StreamtraceError(f"no trace files found in {', '.join(map(str, inputs))}{why}")
     if opt.ranks:
-        files = [f for f in files if f.rank in opt.ranks]
+        files = [f for f in files if f.rank in opt.ranks or f.rank_source == NSYS_EXPORT]   # an export: per process
         if not files:
             raise StreamtraceError("--ranks selects none of the ranks found")
     groups = {}

@@ -165,3 +165,15 @@ def test_rank_map_by_pid(tmp_path):
                 AnalyzeOptions(jobs=1, progress=False, rank_map=str(tmp_path / "ranks.txt")))
     assert [(r["rank"], r["nsys"]["processes"]) for r in s["ranks"]] == \
         [(0, [{"pid": 300, "host": 1, "rank_source": "rank map"}]), (1, [{"pid": 200, "host": 1, "rank_source": "rank map"}])]
+
+
+def test_merge_of_export_keeps_the_ranks_asked(tmp_path):
+    import gzip
+    import json
+
+    from support import run_cli
+    build(tmp_path / "node.sqlite")
+    r = run_cli("merge", tmp_path / "node.sqlite", "-o", tmp_path / "m.json.gz", "-q", "--ranks", "1")
+    assert r.returncode == 0, r.stderr
+    doc = json.load(gzip.open(tmp_path / "m.json.gz"))
+    assert {e["args"]["rank"] for e in doc["traceEvents"] if e["ph"] == "X"} == {1}
