@@ -20,6 +20,7 @@ Times are int64 ns from the export, unchanged (ns since the session start,
 from __future__ import annotations
 
 import re
+import sqlite3
 
 import numpy as np
 
@@ -164,13 +165,18 @@ class NsysExport:
         return self._usable(merge_sorted(streams))
 
     def _usable(self, batches):
-        for b in batches:
-            ok = (b["ts"] >= 0) & (b["dur"] >= 0)
-            if not ok.all():
-                self.unusable += int(np.count_nonzero(~ok))
-                b = b[ok]
-            if len(b):
-                yield b
+        """The rows with a usable start and duration (the others counted in ``unusable``); an
+        SQLite error while reading (a file cut short) becomes a :class:`TraceError`."""
+        try:
+            for b in batches:
+                ok = (b["ts"] >= 0) & (b["dur"] >= 0)
+                if not ok.all():
+                    self.unusable += int(np.count_nonzero(~ok))
+                    b = b[ok]
+                if len(b):
+                    yield b
+        except sqlite3.DatabaseError as e:
+            raise TraceError(self.path, f"cannot read the SQLite database ({e})") from None
 
     def _memcpy_names(self, a, rows):
         kinds = a["name"].copy()
