@@ -138,7 +138,7 @@ def find_iterations(run_dir, log, outdir=None):
     merged trace (streamtrace's own header), nor anything under ``outdir`` or a ``streamtrace``
     folder (earlier outputs); unreadable files and folders, and rank files without a
     ``traceEvents`` array, are logged as failures."""
-    from .trace.discover import expand_inputs, identify
+    from .trace.discover import NSYS_EXPORT, expand_inputs, identify
     groups: dict = {}
 
     def skipped(path, msg):
@@ -167,6 +167,9 @@ def find_iterations(run_dir, log, outdir=None):
         seen = {}
         keep = []
         for tf in sorted(files, key=lambda t: (t.rank, t.path)):
+            if tf.rank_source == NSYS_EXPORT:      # an export's ranks are its processes': told when read
+                keep.append(tf)
+                continue
             if tf.rank in seen:
                 log.fail("discover", tf.path, f"rank {tf.rank} already given by {seen[tf.rank]}; skipped")
                 continue
@@ -397,6 +400,8 @@ def _iteration(ctx: _Run, it, paths) -> str | None:
                       layout="iteration=N/rank=R", op_perf=1)   # redo folders of older layouts / without op_perf
     res, st = _stage(ctx, f"{tag}/analyze", fp, [adir / "summary.json"], do_analyze, "analyze", tag)
     ctx.summary["stages"][f"{tag}/analyze"] = st
+    if res is not None:              # an Nsight Systems export holds several ranks
+        ctx.summary["ranks"] = max(ctx.summary["ranks"], len(res.get("ranks", ())))
     merged = ctx.out / tag / ("merged.json.gz" if opt.full else "merged_gpu.json.gz")
     fp_merge = _fingerprint(paths, full=opt.full, stage="merge")
     _, st = _stage(ctx, f"{tag}/merge", fp_merge, [merged], lambda: _merge(ctx, tag, paths, merged), "merge", tag)

@@ -18,6 +18,8 @@ from ..runtime.tuning import trim
 from ..runtime.warmup import warm_trace
 from ..topology.sources import load_topology
 from ..trace.metadata import pg_config, trace_facts
+from ..trace.nsys import is_sqlite
+from . import nsys as N
 from .options import AnalyzeOptions
 from .opperf import write_op_perf
 from .patterns import Patterns
@@ -80,21 +82,25 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
     :func:`~streamtrace.analyze.rank.analyze_rank`'s keys).  ``file_rank``: the rank of a file that
     holds one; ``progress(bytes read)``: called per block.  Raises
     :class:`~streamtrace.runtime.errors.TraceError` for an unreadable file, nothing written for it."""
-    pats = Patterns.load(opt.patterns)
+    pats = Patterns.load(opt.patterns).with_step(opt.step_pattern)
     topo = load_topology(opt.topology) if opt.topology else None
     spill = tempfile.TemporaryDirectory(prefix=f".streamtrace-spill.{owner()}.", dir=outdir) if opt.chunked else None
     try:
-        split = None
-        if opt.split_jobs > 1:
+        split = nsys = None
+        if is_sqlite(path):                              # an Nsight Systems export: read by content
+            store = SpillStore(spill.name, opt.chunk_events) if spill else MemoryStore(opt.chunk_events)
+            nsys = N.read_export(path, store, file_rank, opt, progress)
+            table, comm_rows, meta, warnings, unusable = nsys.table, nsys.comm_rows, {}, N.warnings_of(nsys), 0
+        elif opt.split_jobs > 1:
             warm_analysis(outdir, opt, ingest_only=True)  # before forking: the workers inherit the kernels
             settings = IngestSettings(pats.gpu_cats, opt.salvage, spill.name if spill else None, opt.chunk_events)
             split = ingest_parallel(path, outdir, opt.split_jobs, settings,
                                     while_parsing=lambda: warm_analysis(outdir, opt))
-        if split is not None:
+        if nsys is None and split is not None:
             store, table, comm_rows, meta, warnings = (split.store, split.table, split.comm_rows, split.metadata,
                                                        split.warnings)
             unusable = split.unusable_times
-        else:                                            # one process (also: a file that cannot be split)
+        elif nsys is None:                               # one process (also: a file that cannot be split)
             store = SpillStore(spill.name, opt.chunk_events) if spill else MemoryStore(opt.chunk_events)
             table, comm_rows, reader = ingest(path, store, pats.gpu_cats, opt.salvage, progress)
             meta, warnings, unusable = reader.metadata, reader.warnings, reader.unusable_times
@@ -126,9 +132,13 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
                                 RankSettings(pats, topo, pg_config(meta, rank), facts["world_size"] or -1,
                                              opt.chunk_events, spill.name if spill else None, opt.split_jobs),
                                 RankOutputs(open_ops, open_kernels, pool, write_cpu_collectives))
+            if nsys is not None:
+                facts = N.rank_facts(nsys, rank, [int(d) for d in summ["devices"]])
             out.append({"rank": rank, "source": str(path), "iteration": iteration, **summ,
-                        "trace_metadata": facts, "warnings": warnings})
-        if opt.op_perf:                                  # per-op FLOPs/bytes: a pass of its own over the file
+                        "trace_metadata": facts, "warnings": warnings if nsys is None or len(out) == 0 else []})
+            if nsys is not None:
+                out[-1]["nsys"] = N.export_facts(nsys, rank)
+        if opt.op_perf and nsys is None:                 # per-op FLOPs/bytes: a pass of its own over the file
             write_op_perf(path, outdir, sorted(ranks), iteration)
         return out
     finally:

@@ -29,6 +29,9 @@ class AnalyzeOptions:
         split_jobs: > 1: parse one big file in byte ranges with this many processes (set by
             :func:`~streamtrace.analyze.analyze` itself; 1 otherwise).
         split_threshold: bytes from which one file given alone is split (256 MiB).
+        step_pattern: a regular expression naming the annotation (Kineto ``user_annotation`` or NVTX
+            range) that marks a training step, its first group the step number; None:
+            ``ProfilerStep#N``.
         executor: any ``concurrent.futures.Executor`` to run the files on (e.g. a dask
             client's ``get_executor()``); None: a local process pool.
         op_perf: also write ``op_perf/`` (per-op FLOPs, bytes and roofline from the recorded shapes,
@@ -47,3 +50,4 @@ class AnalyzeOptions:
     split_threshold: int = SPLIT_THRESHOLD
     executor: object = None
     op_perf: bool = False
+    step_pattern: str | None = None

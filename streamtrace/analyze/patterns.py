@@ -119,6 +119,23 @@ class Patterns:
         except re.error as e:
             raise StreamtraceError(f"bad pattern: {e}") from None
 
+    def with_step(self, pattern: str | None) -> "Patterns":
+        """These patterns with ``pattern`` (a regular expression whose first group is the step
+        number, e.g. ``^train_step_(\\d+)$`` for an NVTX range) as the step marker instead of
+        ``ProfilerStep#N``; None: unchanged.  Raises :class:`StreamtraceError` for a bad
+        expression or one without a group."""
+        if not pattern:
+            return self
+        try:
+            rx = re.compile(pattern)
+        except re.error as e:
+            raise StreamtraceError(f"--step-pattern {pattern!r}: {e}") from None
+        if rx.groups < 1:
+            raise StreamtraceError(f"--step-pattern {pattern!r}: needs a group for the step number, e.g. (\\d+)")
+        spec = deepcopy(self.spec)
+        spec["step"] = [pattern]
+        return Patterns(spec)
+
     def collective_type(self, text: str):
         for k, rx in self.collective:
             if text and rx.search(text):

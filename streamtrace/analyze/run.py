@@ -35,7 +35,8 @@ from ..events.dataset import UNKNOWN_ITERATION
 from ..runtime import parallel
 from ..runtime.files import atomic_output, output_folder
 from ..runtime.parallel import TaskFailure, run_tasks, scheduler_address
-from ..trace.discover import expand_inputs, identify, load_rank_map
+from ..trace.discover import NSYS_EXPORT, expand_inputs, identify, load_rank_map
+from ..trace.nsys import count_gpu_processes
 from .file import analyze_file
 from .options import AnalyzeOptions
 
@@ -127,6 +128,7 @@ def _tasks(inputs, opt, skipped: list) -> tuple[list[AnalyzeTask], list[str]]:
         skipped.append(f"{path}: {msg}")
     paths = expand_inputs(inputs, warn)
     tasks, notices = [], []
+    nsys_base = 0                      # several exports: each one's processes after the previous one's
     for p in paths:
         try:
             tf = identify(p, rmap, warn=warn)
@@ -136,7 +138,10 @@ def _tasks(inputs, opt, skipped: list) -> tuple[list[AnalyzeTask], list[str]]:
             tasks.append(AnalyzeTask(str(p), "", 0, None, opt))
             notices.append(f"{p}: no rank in the trace or its name (a single-process run?): analysed as rank 0")
             continue
-        if tf is not None:
+        if tf is not None and tf.rank_source == NSYS_EXPORT:
+            tasks.append(AnalyzeTask(str(p), "", nsys_base, tf.iteration, opt))
+            nsys_base += count_gpu_processes(p) if len(paths) > 1 else 0
+        elif tf is not None:
             tasks.append(AnalyzeTask(str(p), "", tf.rank, tf.iteration, opt))
     if not tasks:
         why = f" ({skipped[0]})" if skipped else ""

@@ -28,6 +28,8 @@ RANK_LINES = 8
 @argh.arg("--patterns", help="TOML file overriding the classification patterns")
 @argh.arg("--topology", help="topology file: streamtrace JSON or Megatron-TraceViz unique_parallel_groups_*.txt")
 @argh.arg("--rank-map", help="JSON {file: rank} or '<file> <rank>' lines, for files that carry no rank")
+@argh.arg("--step-pattern", help="regular expression of the annotation or NVTX range that marks a training step, "
+          "its first group the step number (default: ^ProfilerStep#(\\d+)$)")
 @argh.arg("--salvage", help="on a truncated file keep every complete event before the cut")
 @argh.arg("--scheduler", help="dask.distributed scheduler address, e.g. tcp://host:8786 (or $STREAMTRACE_SCHEDULER)")
 @argh.arg("--op-perf", help="also op_perf/: per-op FLOPs, bytes and roofline from the recorded shapes "
@@ -36,14 +38,14 @@ RANK_LINES = 8
 @argh.arg("-v", "--verbose", help="one line per rank whatever their number (and tracebacks of errors)")
 def analyze(*inputs, outdir="streamtrace-analysis", chunked=False, chunk_events=32_768, jobs=0,
             patterns=None, topology=None, rank_map=None, salvage=False, scheduler=None, op_perf=False, quiet=False,
-            verbose=False):
+            verbose=False, step_pattern=None):
     """Classify kernels, build call trees and overlap metrics per rank, as Parquet + JSON."""
     from ..analyze import AnalyzeOptions, analyze as do_analyze      # (the CLI's convention: see streamtrace.cli)
     con = Console(quiet, verbose)
     need(inputs, "at least one INPUT (a trace file, a folder of rank traces, a glob or a merged trace)")
     opt = AnalyzeOptions(jobs=parse_jobs(jobs), chunked=chunked, chunk_events=chunk_events, patterns=patterns,
                          topology=topology, rank_map=rank_map, salvage=salvage, scheduler=scheduler,
-                         progress=con.progress, op_perf=op_perf)
+                         progress=con.progress, op_perf=op_perf, step_pattern=step_pattern)
     prepare_kernels("analyze", con, opt.jobs)
     s = do_analyze(inputs, outdir, opt)
     for n in s.get("notices", []):

@@ -42,11 +42,12 @@ from ..runtime import parallel
 from ..runtime.files import check_output_file, remove_quietly, temp_name, writing
 from ..runtime.parallel import run_tasks
 from ..runtime.tuning import trim
-from ..trace.discover import LONE_FILE, TraceFile, discover
+from ..trace.discover import LONE_FILE, NSYS_EXPORT, TraceFile, discover
 from ..trace.metadata import device_names, host_name
 from ..trace.source import size_hint
 from . import ranges as MS
 from ..validate.merged import LOG_SUFFIX, merged_validation, split_validation
+from .nsys import merge_exports
 from .options import MergeOptions
 from .output import merged_metadata, output_for_iteration, write_merged
 from .rank import RankPlan, merge_rank, warm_kernels
@@ -103,7 +104,7 @@ def merge(inputs, output, opt: MergeOptions | None = None, rank_map=None) -> lis
         why = f" ({skipped[0]}{f'; and {len(skipped) - 1} more' if len(skipped) > 1 else ''})" if skipped else ""
         raise StreamtraceError(f"no trace files found in {', '.join(map(str, inputs))}{why}")
     if opt.ranks:
-        files = [f for f in files if f.rank in opt.ranks]
+        files = [f for f in files if f.rank in opt.ranks or f.rank_source == NSYS_EXPORT]   # an export: per process
         if not files:
             raise StreamtraceError("--ranks selects none of the ranks found")
     groups = {}
@@ -148,6 +149,12 @@ def merge_files(files: list[TraceFile], output, opt: MergeOptions | None = None)
     opt = opt or MergeOptions()
     t_start = time.time()
     output = check_output_file(output, inputs=[tf.path for tf in files])
+    nsys = [tf for tf in files if tf.rank_source == NSYS_EXPORT]
+    if nsys and len(nsys) < len(files):
+        raise StreamtraceError(f"{nsys[0].path}: Nsight Systems exports and Kineto traces cannot be merged together")
+    if nsys:
+        with writing(output):
+            return merge_exports(nsys, output, opt)
     want = opt.jobs or os.cpu_count() or 1
     splits = {}
     fallback = False

@@ -20,9 +20,11 @@ from pathlib import Path
 
 from ..runtime.errors import RankConflictError, StreamtraceError, UnknownRankError
 from .metadata import read_trailer
+from .nsys import is_nsys_report, is_sqlite, report_hint
+from .nsys.db import open_export, table_columns
 from .reader import TraceReader
 
-TRACE_SUFFIXES = (".json", ".json.gz")
+TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite")   # .sqlite: Nsight Systems exports (told by content)
 _SKIP_NAME = re.compile(r"(topology|merged|summary|report|\.tmp$)", re.I)
 _RANK_PATTERNS = [
     re.compile(r"rank[_-]?(\d+)_iter[_-]?\d+", re.I),     # rank_0003_iter_10
@@ -154,6 +156,10 @@ def identify(path, rank_map=None, default_rank=None, warn=None) -> TraceFile | N
     A file with no rank gets ``default_rank`` when one is given (``rank_source`` :data:`LONE_FILE`).
     Raises :class:`~streamtrace.runtime.errors.UnknownRankError` when no rank can be found, and
     :class:`~streamtrace.runtime.errors.TraceError` for unreadable files."""
+    if is_nsys_report(path):
+        raise StreamtraceError(report_hint(path))
+    if is_sqlite(path):
+        return _identify_export(path, rank_map, default_rank, warn)
     r = TraceReader(path)
     head = r.read_head()
     if not r.has_events:
@@ -187,6 +193,29 @@ def identify(path, rank_map=None, default_rank=None, warn=None) -> TraceFile | N
     return TraceFile(str(path), rank, iteration_from_path(path), source, head, os.path.getsize(path))
 
 
+NSYS_EXPORT = "nsys export"
+NSYS_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+               "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")
+
+
+def _identify_export(path, rank_map, default_rank, warn) -> TraceFile | None:
+    """An SQLite file: an Nsight Systems export (its ranks are its processes', told when it is
+    read: ``rank`` here is the first rank its processes ranked by order take), or None (with a
+    word to ``warn``) for another database."""
+    conn = open_export(path)
+    try:
+        tables = table_columns(conn)
+    finally:
+        conn.close()
+    if not any(t in tables for t in NSYS_TABLES):
+        if warn is not None:
+            warn(str(path), "an SQLite database without Nsight Systems tables; the file is skipped")
+        return None
+    rank = rank_map.get(str(path), rank_map.get(os.path.basename(str(path)))) if rank_map else None
+    rank = rank if rank is not None else (default_rank or 0)
+    return TraceFile(str(path), int(rank), iteration_from_path(path), NSYS_EXPORT, {}, os.path.getsize(path))
+
+
 def discover(inputs, rank_map=None, warn=None) -> list[TraceFile]:
     """Identify every trace among ``inputs``; files that are not traces are skipped (those that
     look like one, and unreadable folders, are reported to ``warn(path, message)``).  A single
@@ -203,6 +232,8 @@ def discover(inputs, rank_map=None, warn=None) -> list[TraceFile]:
     seen = {}
     for tf in files:
         key = (tf.iteration, tf.rank)
+        if tf.rank_source == NSYS_EXPORT:          # an export's ranks are its processes': told when read
+            continue
         if key in seen:
             it = f" in iteration {tf.iteration}" if tf.iteration is not None else ""
             raise RankConflictError(f"rank {tf.rank}{it} is claimed by two files: {seen[key].path} and {tf.path}")

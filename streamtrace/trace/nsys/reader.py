@@ -1,0 +1,257 @@
+"""The reader of an Nsight Systems SQLite export (:class:`NsysExport`): its processes and their
+ranks, and its GPU activity (kernels, memcpy, memset) and CPU activity (CUDA runtime and driver
+calls, NVTX ranges) as start-ordered :data:`~streamtrace.trace.nsys.streams.ROW_DTYPE` batches,
+names as ids resolved on demand (:meth:`NsysExport.names`).
+
+What maps to what (the Kineto trace's terms, as the rest of streamtrace reads them):
+
+* ``CUPTI_ACTIVITY_KIND_KERNEL`` -> category ``kernel``, name ``demangledName`` (else ``shortName``);
+  ``..._MEMCPY`` -> ``gpu_memcpy`` named ``Memcpy HtoD`` etc. by ``copyKind``; ``..._MEMSET`` ->
+  ``gpu_memset`` ``Memset``; device ``deviceId``, stream ``streamId``, the process ``globalPid``.
+* ``CUPTI_ACTIVITY_KIND_RUNTIME`` -> ``cuda_runtime`` (``eventClass`` 0) or ``cuda_driver`` (1:
+  ``cuLaunchKernelEx`` ...), name without its ``_v7000``-style version suffix, on thread
+  ``globalTid``; its ``correlationId`` links it to the GPU rows of the same process.
+* ``NVTX_EVENTS`` push/pop and start/end ranges (``eventType`` 59, 60, 70, 71) -> ``user_annotation``
+  on the thread that opened them, text from ``text`` or ``textId``; marks are left out.  NCCL's
+  ranges carry their decoded payload as a collective-args row (:mod:`~streamtrace.trace.nsys.payload`).
+
+Times are int64 ns from the export, unchanged (ns since the session start,
+``TARGET_INFO_SESSION_START_TIME.utcEpochNs``)."""
+from __future__ import annotations
+
+import re
+import sqlite3
+
+import numpy as np
+
+from ...runtime.errors import TraceError
+from . import payload as P
+from .db import export_meta, gpu_names, open_export, session_start_ns, Strings, table_columns
+from .processes import gpu_process_keys, plan_processes, PID_BITS
+from .streams import (BATCH, DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, ROW_DTYPE, col, merge_sorted,
+                      table_batches)
+
+KERNEL_T, MEMCPY_T, MEMSET_T = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"
+RUNTIME_T, NVTX_T = "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"
+#: ``copyKind`` (CUPTI's CUpti_ActivityMemcpyKind) -> direction, for the memcpy names
+COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH",
+              10: "PtoP"}
+#: NVTX_EVENTS.eventType of ranges: push/pop, start/end (and their NVTXT twins), ENUM_NSYS_EVENT_TYPE
+RANGE_TYPES = (59, 60, 70, 71)
+DOMAIN_CREATE = 75
+_VERSION_SUFFIX = re.compile(r"_v\d+$")
+NO_PAYLOAD = ("unknown: the export holds no NCCL NVTX payload data (export with `nsys export --type sqlite "
+              "--include-blobs=true`, and profile with NVTX tracing on)")
+
+
+def _short_text() -> str:
+    """SQL for an NVTX range's inline ``text`` without what PyTorch's ``emit_nvtx`` appends to the
+    op name (``aten::add, seq = 12, op_id = 34, sizes = [...]`` -> ``aten::add``): the numbers differ
+    on every call, so the names would grow with the capture instead of with the model."""
+    cut = "CASE WHEN instr(text, ', seq = ') > 0 THEN instr(text, ', seq = ') ELSE instr(text, ', op_id = ') END"
+    return f"CASE WHEN ({cut}) > 0 THEN substr(text, 1, ({cut}) - 1) ELSE text END"
+
+
+class NsysExport:
+    """One export, read-only.  ``rank_map``: ``{"<pid>" or "<file>:<pid>": rank}``; ``base_rank``:
+    the first rank given to processes ranked by order.  Attributes: ``version`` (the schema
+    version string, or None when the export does not say), ``tables``, ``processes``
+    (:class:`~streamtrace.trace.nsys.processes.Process`, by rank), ``notices``, ``warnings``,
+    ``comm_rows`` (filled while :meth:`cpu_batches` runs), ``collective_bytes`` (``"from NCCL NVTX
+    payloads"`` or the reason they are unknown).  Raises :class:`~streamtrace.runtime.errors.TraceError`
+    for a file that is not a readable SQLite database or holds no activity table."""
+
+    def __init__(self, path, rank_map=None, base_rank=0, batch=BATCH):
+        self.path = str(path)
+        self.conn = open_export(path)
+        self.tables = table_columns(self.conn)
+        self.batch = batch
+        if not any(t in self.tables for t in (KERNEL_T, MEMCPY_T, MEMSET_T, RUNTIME_T, NVTX_T)):
+            raise TraceError(path, "an SQLite database without Nsight Systems activity tables "
+                                   "(CUPTI_ACTIVITY_KIND_*, NVTX_EVENTS)")
+        meta = export_meta(self.conn, self.tables)
+        self.version = meta.get("EXPORT_SCHEMA_VERSION")
+        self.product = meta.get("EXPORT_PRODUCT_VERSION")
+        self.session_start_ns = session_start_ns(self.conn, self.tables)
+        self.gpus = gpu_names(self.conn, self.tables)
+        self.strings = Strings(self.conn, self.tables)
+        self.local: dict[str, int] = {}          # reader-local names (memcpy kinds, inline NVTX text)
+        self.local_text: list[str] = []          # their texts, local id i at [-2 - i]
+        self.comm_rows: list = []
+        self.warnings: list = []
+        self.nccl_domain = self._domain("NCCL")
+        self.schemas = P.load_schemas(self.conn, self.tables, self.nccl_domain)
+        self.nranks: dict = {}                   # communicator id -> its size
+        keys, by_pid = gpu_process_keys(self.conn, self.tables)
+        self.gpu_by_pid = by_pid
+        nccl = self._nccl_ranks()
+        self.processes, self.notices = plan_processes(self.path, keys, nccl, rank_map, base_rank)
+        self.rank_of = {p.key: p.rank for p in self.processes}
+        if not by_pid and len(keys) > 1:
+            self.warnings.append(f"{self.path}: the GPU tables carry no process (globalPid): every GPU event is "
+                                 f"given to rank {self.processes[0].rank}")
+        self.collective_bytes = "from NCCL NVTX payloads" if nccl or self._has_payloads() else NO_PAYLOAD
+        self.unusable = 0                        # rows without a usable start/end, left out
+
+    # -- names
+    def local_id(self, text: str) -> int:
+        """A reader-local name id (< -1) for ``text``."""
+        i = self.local.get(text)
+        if i is None:
+            i = self.local[text] = -2 - len(self.local)
+            self.local_text.append(text)
+        return i
+
+    def names(self, ids) -> dict[int, str]:
+        """``{id: text}`` for name ids of the batches (``StringIds`` ids and local ones)."""
+        ids = [int(i) for i in ids]
+        out = self.strings.get([i for i in ids if i >= 0])
+        out.update({i: self.local_text[-2 - i] for i in ids if i < -1})
+        if -1 in ids:
+            out[-1] = ""
+        return out
+
+    # -- the streams
+    def gpu_batches(self):
+        """Kernels, memcpy and memset rows of every process, in start order (:data:`ROW_DTYPE`)."""
+        streams = []
+        for t, kind in ((KERNEL_T, KERNEL), (MEMCPY_T, MEMCPY), (MEMSET_T, MEMSET)):
+            if t not in self.tables:
+                continue
+            c = self.tables[t]
+            fields, cols = ["ts", "dur"], ["start", "coalesce([end] - start, -1)"]
+            consts = {"kind": kind}
+            if kind == KERNEL:
+                name = next((n for n in ("demangledName", "shortName", "mangledName") if n in c), None)
+            else:
+                name = "copyKind" if kind == MEMCPY and "copyKind" in c else None
+            if kind == MEMSET:
+                consts["name"] = self.local_id("Memset")
+            for f, n, expr in (("name", name, None), ("proc", "globalPid", "{c} >> " + str(PID_BITS)),
+                               ("device", "deviceId", None), ("stream", "streamId", None),
+                               ("correlation", "correlationId", None)):
+                if n is not None and n in c:
+                    fields.append(f)
+                    cols.append(col(self.tables, t, n, expr))
+            sql = f"SELECT {', '.join(cols)} FROM [{t}] ORDER BY start"
+            streams.append(table_batches(self.conn, sql, fields, consts,
+                                         self._memcpy_names if kind == MEMCPY else None, self.batch))
+        return self._usable(merge_sorted(streams))
+
+    def cpu_batches(self):
+        """CUDA runtime/driver calls and NVTX ranges of every process, in start order."""
+        streams = []
+        if RUNTIME_T in self.tables:
+            t = RUNTIME_T
+            sql = (f"SELECT start, coalesce([end] - start, -1), {RUNTIME} + ({col(self.tables, t, 'eventClass')} = 1), "
+                   f"{col(self.tables, t, 'nameId')}, {col(self.tables, t, 'globalTid')}, "
+                   f"{col(self.tables, t, 'correlationId')} FROM [{t}] ORDER BY start")
+            streams.append(self._runtime_names(table_batches(
+                self.conn, sql, ["ts", "dur", "kind", "name", "gtid", "correlation"], batch=self.batch)))
+        if NVTX_T in self.tables and "eventType" in self.tables[NVTX_T]:
+            t, c = NVTX_T, self.tables[NVTX_T]
+            has = [n for n in ("binaryData", "jsonText") if n in c]
+            paid = (f"domainId = {int(self.nccl_domain)} AND ({' OR '.join(f'[{n}] IS NOT NULL' for n in has)})"
+                    if self.nccl_domain is not None and has and "domainId" in c else "0")
+            text = f"CASE WHEN {'textId IS NULL' if 'textId' in c else '1'} THEN {_short_text()} END" \
+                if "text" in c else "NULL"
+            blobs = ", ".join(f"CASE WHEN {paid} THEN [{n}] END" if n in c else "NULL"
+                              for n in ("binaryData", "jsonText"))
+            sql = (f"SELECT start, coalesce([end] - start, -1), {col(self.tables, t, 'textId')}, "
+                   f"{col(self.tables, t, 'globalTid')}, CASE WHEN {paid} THEN -2 ELSE -1 END, {text}, {blobs} "
+                   f"FROM [{t}] WHERE eventType IN {RANGE_TYPES} ORDER BY start")
+            streams.append(table_batches(self.conn, sql, ["ts", "dur", "name", "gtid", "comm"], {"kind": NVTX},
+                                         self._nvtx_fix, self.batch, extra=3))
+        return self._usable(merge_sorted(streams))
+
+    def _usable(self, batches):
+        """The rows with a usable start and duration (the others counted in ``unusable``); an
+        SQLite error while reading (a file cut short) becomes a :class:`TraceError`."""
+        try:
+            for b in batches:
+                ok = (b["ts"] >= 0) & (b["dur"] >= 0)
+                if not ok.all():
+                    self.unusable += int(np.count_nonzero(~ok))
+                    b = b[ok]
+                if len(b):
+                    yield b
+        except sqlite3.DatabaseError as e:
+            raise TraceError(self.path, f"cannot read the SQLite database ({e})") from None
+
+    def _memcpy_names(self, a, rows):
+        kinds = a["name"].copy()
+        for k in np.unique(kinds).tolist():
+            a["name"][kinds == k] = self.local_id(f"Memcpy {COPY_KINDS.get(k, 'other')}")
+        return a
+
+    def _runtime_names(self, batches):
+        """Runtime names without the version suffix (``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel``),
+        as Kineto and ``nsys stats`` show them: those names become local ids."""
+        fixed: dict = {}
+        for a in batches:
+            ids = np.unique(a["name"])
+            new = [i for i in ids.tolist() if i not in fixed]
+            for i, text in self.names(new).items():
+                fixed[i] = self.local_id(_VERSION_SUFFIX.sub("", text)) if _VERSION_SUFFIX.search(text) else i
+            lut = np.asarray([fixed[i] for i in ids.tolist()], np.int64)
+            a["name"] = lut[np.searchsorted(ids, a["name"])]
+            yield a
+
+    def _nvtx_fix(self, a, x):
+        """Inline NVTX text as local names; NCCL payloads (rows marked ``comm`` -2) as
+        collective-args rows."""
+        inline = np.flatnonzero(a["name"] < 0)
+        if len(inline):
+            a["name"][inline] = [self.local_id(t if isinstance(t, str) else "") for t in x["x0"][inline].tolist()]
+        for j in np.flatnonzero(a["comm"] == -2).tolist():
+            nid = int(a["name"][j])
+            name = self.names([nid])[nid]
+            p = P.decode(name, x["x1"][j], x["x2"][j], self.schemas)
+            a["comm"][j] = -1
+            if p:
+                a["comm"][j] = len(self.comm_rows)
+                self.comm_rows.append(P.comm_args(name, p, self.nranks))
+        return a
+
+    # -- NCCL domain, ranks
+    def _domain(self, name):
+        t = NVTX_T
+        if t not in self.tables or not {"eventType", "domainId", "text"} <= self.tables[t]:
+            return None
+        row = self.conn.execute(f"SELECT domainId FROM [{t}] WHERE eventType = {DOMAIN_CREATE} AND text = ? LIMIT 1",
+                                (name,)).fetchone()
+        return row[0] if row else None
+
+    def _has_payloads(self) -> bool:
+        c = self.tables.get(NVTX_T, set())
+        if self.nccl_domain is None or not ({"binaryData", "jsonText"} & c):
+            return False
+        cond = " OR ".join(f"[{n}] IS NOT NULL" for n in ("binaryData", "jsonText") if n in c)
+        return self.conn.execute(f"SELECT 1 FROM [{NVTX_T}] WHERE domainId = ? AND ({cond}) LIMIT 1",
+                                 (self.nccl_domain,)).fetchone() is not None
+
+    def _nccl_ranks(self) -> dict:
+        """process key -> (rank, number of ranks) from ``ncclCommInitRank`` payloads (the largest
+        communicator of each process); fills ``self.nranks``."""
+        if not self._has_payloads():
+            return {}
+        c = self.tables[NVTX_T]
+        cols = ", ".join(f"[{n}]" if n in c else "NULL" for n in ("binaryData", "jsonText", "text"))
+        q = (f"SELECT globalTid >> {PID_BITS}, {col(self.tables, NVTX_T, 'textId')}, {cols} FROM [{NVTX_T}] "
+             f"WHERE domainId = ? AND eventType IN {RANGE_TYPES}")
+        out: dict = {}
+        for proc, tid, blob, js, text in self.conn.execute(q, (self.nccl_domain,)):
+            name = text if isinstance(text, str) else self.names([tid])[tid] if tid >= 0 else ""
+            if not name.startswith("ncclCommInitRank"):
+                continue
+            p = P.decode(name, blob, js, self.schemas) or {}
+            rank, n, comm = p.get(P.RANK), p.get(P.NRANKS), p.get(P.COMM)
+            if isinstance(comm, int) and isinstance(n, int):
+                self.nranks[comm] = n
+            if isinstance(rank, int) and isinstance(n, int) and proc is not None:
+                if proc not in out or n > out[proc][1]:
+                    out[proc] = (rank, n)
+        return out
+
+    def close(self):
+        self.conn.close()

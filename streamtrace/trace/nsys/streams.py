@@ -1,0 +1,86 @@
+"""Rows of an export's activity tables as numpy batches in start order: each table read with
+``ORDER BY start`` and ``fetchmany`` (:func:`table_batches`), several tables merged into one
+start-ordered stream (:func:`merge_sorted`).  Memory: one batch per table at a time."""
+from __future__ import annotations
+
+import numpy as np
+
+#: one activity row: ``ts``/``dur`` int64 ns (dur -1: no usable end), ``kind`` (:data:`KINDS` index),
+#: ``name`` (a ``StringIds`` id, or a reader-local id < -1; -1 none), ``proc`` (``globalTid >> 24``),
+#: ``tid`` (OS thread id; -1 for GPU rows), ``device``/``stream`` (-1 for CPU rows), ``correlation``
+#: (``correlationId``, -1 none), ``comm`` (collective-args row, -1 none)
+ROW_DTYPE = np.dtype([("ts", "i8"), ("dur", "i8"), ("kind", "u1"), ("name", "i8"), ("proc", "i8"), ("tid", "i8"),
+                      ("device", "i8"), ("stream", "i8"), ("correlation", "i8"), ("comm", "i4")])
+#: row kinds and the Kineto category each becomes
+KINDS = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver", "user_annotation")
+KERNEL, MEMCPY, MEMSET, RUNTIME, DRIVER, NVTX = range(len(KINDS))
+BATCH = 16384       # rows per fetch: ~30 MB of Python tuples and arrays in flight, not ~80
+PID_BITS = 24       # globalTid >> 24: the process (see processes.py)
+
+
+def col(tables, table, name, expr=None, default="-1"):
+    """SQL for column ``name`` of ``table`` (``expr`` with ``{c}`` for it), or ``default`` when the
+    export's table has no such column; NULL becomes -1."""
+    if name not in tables.get(table, ()):
+        return default
+    e = (expr or "{c}").format(c=f"[{name}]")
+    return f"coalesce({e}, -1)"
+
+
+def table_batches(conn, sql, fields, consts=None, fix=None, batch=BATCH, extra=0):
+    """Run ``sql`` and yield :data:`ROW_DTYPE` arrays of up to ``batch`` rows.  Its columns are
+    ``fields`` (names of :data:`ROW_DTYPE`, or ``"gtid"``: a ``globalTid`` split into ``proc`` and
+    ``tid``), int64, then ``extra`` more (any values); the fields it does not select take
+    ``consts[name]`` or -1.  ``fix(array, extras)`` may rewrite a batch with the extra columns at
+    hand (a structured array, fields ``x0``.., objects).  Fewer columns, fewer Python objects: the
+    constants are not selected."""
+    cur = conn.execute(sql)
+    wide = np.dtype([(f, "i8") for f in fields] + [(f"x{i}", "O") for i in range(extra)])
+    consts = consts or {}
+    while True:
+        rows = cur.fetchmany(batch)
+        if not rows:
+            return
+        w = np.array(rows, dtype=wide)
+        del rows
+        a = np.empty(len(w), ROW_DTYPE)
+        for f in ROW_DTYPE.names:
+            if f in fields:
+                a[f] = w[f]
+            else:
+                a[f] = consts.get(f, -1)
+        if "gtid" in fields:
+            g = w["gtid"]
+            a["proc"] = np.where(g >= 0, g >> PID_BITS, -1)
+            a["tid"] = np.where(g >= 0, g & 0xFFFFFF, -1)
+        if fix is not None:
+            a = fix(a, w)
+        yield a
+
+
+def merge_sorted(streams):
+    """Merge iterators of :data:`ROW_DTYPE` batches, each in ``ts`` order, into one stream of
+    batches in ``ts`` order, each stream's rows in their own order.  Holds one batch per stream."""
+    its = [iter(s) for s in streams]
+    heads = [next(it, None) for it in its]
+    while True:
+        live = [i for i, h in enumerate(heads) if h is not None]
+        if not live:
+            return
+        if len(live) == 1:
+            i = live[0]
+            yield heads[i]
+            yield from its[i]
+            return
+        bound = min(int(heads[i]["ts"][-1]) for i in live)
+        parts = []
+        for i in live:
+            h = heads[i]
+            k = int(np.searchsorted(h["ts"], bound, "right"))
+            if k:
+                parts.append(h[:k])
+            heads[i] = h[k:] if k < len(h) else next(its[i], None)
+            while heads[i] is not None and not len(heads[i]):
+                heads[i] = next(its[i], None)
+        out = np.concatenate(parts)
+        yield out[np.argsort(out["ts"], kind="stable")]
