@@ -16,8 +16,11 @@ The Python API, after a plain ``import streamtrace`` (each name is imported on f
 * :class:`TraceReader`, :class:`TraceWriter`, :func:`discover` -- streaming read and write;
 * the errors of :mod:`streamtrace.runtime.errors`.
 
-``streamtrace.merge``, ``streamtrace.analyze`` and ``streamtrace.report`` are the packages of those
-stages and can be called as the functions they are named after.  The package's stages, bottom up:
+Every stage is a plain function taking its options dataclass: ``streamtrace.merge``,
+``streamtrace.validate``, ``streamtrace.analyze``, ``streamtrace.aggregate``, ``streamtrace.report`` and
+``streamtrace.diff`` stay those functions after their packages are imported (``from streamtrace.merge import
+MergeOptions`` reads the package; ``importlib.import_module("streamtrace.merge")`` gives it).  The package's
+stages, bottom up:
 :mod:`~streamtrace.kernels` (numba), :mod:`~streamtrace.runtime`, :mod:`~streamtrace.trace`,
 :mod:`~streamtrace.events`, :mod:`~streamtrace.topology`, :mod:`~streamtrace.merge` and
 :mod:`~streamtrace.analyze`, :mod:`~streamtrace.job`, :mod:`~streamtrace.report`, then
@@ -26,6 +29,8 @@ stages and can be called as the functions they are named after.  The package's s
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 
 __version__ = "0.2.0"
 
@@ -37,21 +42,22 @@ _API = {
     "TraceReader": ("streamtrace.trace.reader", "TraceReader"),
     "TraceWriter": ("streamtrace.trace.writer", "TraceWriter"),
     "discover": ("streamtrace.trace.discover", "discover"),
-    "validate": ("streamtrace.validate", None),
+    "validate": ("streamtrace.validate", "validate"),
     "ValidateOptions": ("streamtrace.validate", "ValidateOptions"),
-    "merge": ("streamtrace.merge", None),
+    "merge": ("streamtrace.merge", "merge"),
     "MergeOptions": ("streamtrace.merge", "MergeOptions"),
-    "analyze": ("streamtrace.analyze", None),
+    "analyze": ("streamtrace.analyze", "analyze"),
     "AnalyzeOptions": ("streamtrace.analyze", "AnalyzeOptions"),
     "aggregate": ("streamtrace.job", "aggregate"),
     "AggregateOptions": ("streamtrace.job", "AggregateOptions"),
-    "report": ("streamtrace.report", None),
+    "report": ("streamtrace.report", "report"),
     "ReportOptions": ("streamtrace.report", "ReportOptions"),
     "epilogue": ("streamtrace.epilogue", None),
+    "EpilogueOptions": ("streamtrace.epilogue", "EpilogueOptions"),
     "capture": ("streamtrace.topology.capture", None),
     "topology": ("streamtrace.topology", None),
     "load": ("streamtrace.events.load", "load"),
-    "diff": ("streamtrace.report.diff", None),
+    "diff": ("streamtrace.report.diff", "diff"),
     "DiffOptions": ("streamtrace.report.diff", "DiffOptions"),
 }
 
@@ -72,3 +78,22 @@ def __getattr__(name):
 
 def __dir__():
     return sorted(set(globals()) | set(_API))
+
+
+#: the stages whose function has the name of a package (imported, a package becomes its parent's attribute)
+_FUNCTIONS = {name for name, (module, attr) in _API.items() if attr == name}
+
+
+class _Package(types.ModuleType):
+    """This package's module type: Python's import system sets a package's attribute to each
+    submodule it imports (``streamtrace.merge`` = the package ``streamtrace/merge/``); here a stage's
+    name stays its function (:data:`_FUNCTIONS`), read through :func:`__getattr__`."""
+
+    def __setattr__(self, name, value):
+        if name in _FUNCTIONS and isinstance(value, types.ModuleType):
+            self.__dict__.pop(name, None)
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

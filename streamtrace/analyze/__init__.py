@@ -1,7 +1,7 @@
 """Stage 3b, ``streamtrace analyze``: classified kernels, call trees and overlap metrics per rank,
 as Parquet + JSON.
 
-:func:`analyze` (also callable as ``streamtrace.analyze(...)``) runs the files of a job as tasks
+:func:`analyze` (``streamtrace.analyze(...)``) runs the files of a job as tasks
 (:mod:`~streamtrace.analyze.run`); one file (:mod:`~streamtrace.analyze.file`) holds one or more
 ranks, each analysed in bounded memory (:mod:`~streamtrace.analyze.rank`): GPU events as compact
 columns (:mod:`~streamtrace.analyze.gpu`), CPU tracks one at a time
@@ -10,20 +10,7 @@ step/phase/micro-batch (:mod:`~streamtrace.analyze.phases`, rules in
 :mod:`~streamtrace.analyze.classify` and :mod:`~streamtrace.analyze.patterns`), collectives
 (:mod:`~streamtrace.analyze.comm`) and the metrics (:mod:`~streamtrace.analyze.metrics`).
 """
-import sys
-import types
-
 from .options import AnalyzeOptions
 from .run import analyze
 
 __all__ = ["analyze", "AnalyzeOptions"]
-
-
-class _AnalyzeModule(types.ModuleType):
-    """``streamtrace.analyze`` is this package and, called, :func:`analyze`."""
-
-    def __call__(self, *args, **kwargs):
-        return analyze(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _AnalyzeModule

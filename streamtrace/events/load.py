@@ -87,7 +87,12 @@ class Outputs:
         return self._cache[name]
 
     def to_pandas(self, name):
-        """Table ``name`` as a pandas DataFrame (pandas must be installed)."""
+        """Table ``name`` as a pandas DataFrame.  Raises :class:`~streamtrace.runtime.errors.StreamtraceError`
+        (one line naming the package) when pandas is not installed: it is not a dependency of streamtrace."""
+        try:
+            import pandas  # noqa: F401 - optional: only for this call (pyarrow's to_pandas needs it)
+        except ImportError:
+            raise StreamtraceError("pandas is not installed (pip install pandas)") from None
         return self.table(name).to_pandas()
 
     def to_polars(self, name):

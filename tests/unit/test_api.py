@@ -18,8 +18,13 @@ assert callable(streamtrace.merge) and callable(streamtrace.analyze) and callabl
 assert callable(streamtrace.aggregate) and callable(streamtrace.validate) and callable(streamtrace.load)
 assert callable(streamtrace.diff) and streamtrace.DiffOptions().name_key == "full"
 assert callable(streamtrace.epilogue.run) and isinstance(streamtrace.epilogue, types.ModuleType)
-import streamtrace.merge as m, streamtrace.analyze as a
+import importlib, streamtrace.merge.run, streamtrace.report.diff     # importing the packages keeps the functions
+assert all(isinstance(getattr(streamtrace, n), types.FunctionType)
+           for n in ("merge", "validate", "analyze", "aggregate", "report", "diff", "load"))
+m, a = importlib.import_module("streamtrace.merge"), importlib.import_module("streamtrace.analyze")
 assert isinstance(m, types.ModuleType) and hasattr(m, "MergeOptions") and hasattr(a, "AnalyzeOptions")
+from streamtrace import merge, EpilogueOptions, ValidateOptions, DataError, OutputError
+assert merge is streamtrace.merge and EpilogueOptions().jobs == 0
 print(streamtrace.__version__)
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
@@ -31,7 +36,7 @@ def _options():
     import streamtrace
     from streamtrace.epilogue import EpilogueOptions
     return [streamtrace.MergeOptions, streamtrace.AnalyzeOptions, streamtrace.AggregateOptions,
-            streamtrace.ReportOptions, streamtrace.DiffOptions, EpilogueOptions]
+            streamtrace.ReportOptions, streamtrace.DiffOptions, streamtrace.ValidateOptions, EpilogueOptions]
 
 
 @pytest.mark.parametrize("cls", _options(), ids=lambda c: c.__name__)
@@ -44,3 +49,29 @@ def test_every_option_field_is_documented(cls):
 def test_changelog_names_the_version():
     text = (ROOT / "CHANGELOG.md").read_text()
     assert "## 0.2.0" in text
+
+
+def test_to_pandas_without_pandas_is_one_line(tmp_path):
+    """pandas is not a dependency: ``load(...).to_pandas()`` without it says which package to install."""
+    code = f"""
+from streamtrace.runtime.tuning import skip_pandas
+skip_pandas()                                      # as if pandas were not installed
+import pyarrow as pa, pyarrow.parquet as pq, json, pathlib, streamtrace
+d = pathlib.Path({str(tmp_path)!r})
+(d / "diff.json").write_text(json.dumps({{"kind": "streamtrace-diff"}}))
+pq.write_table(pa.table({{"name": ["k"], "delta_ns": [1]}}), d / "kernels.parquet")
+out = streamtrace.load(d)
+assert out.kernels.num_rows == 1
+try:
+    out.to_pandas("kernels")
+except streamtrace.StreamtraceError as e:
+    print(e)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "pandas is not installed (pip install pandas)"
+
+
+def test_py_typed_is_shipped():
+    assert (ROOT / "streamtrace" / "py.typed").exists()
+    assert "py.typed" in (ROOT / "pyproject.toml").read_text()

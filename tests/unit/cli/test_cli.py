@@ -124,8 +124,10 @@ def test_progress_bar_only_on_a_terminal_or_when_asked():
 
 def test_analyze_prints_one_summary_line_for_many_ranks(monkeypatch, capsys):
     """64 ranks: one line (min/median/max), not 64; -v: one line per rank; -q: nothing."""
-    import streamtrace.analyze as A
+    import importlib
+
     from streamtrace.cli import main
+    A = importlib.import_module("streamtrace.analyze")      # the package (streamtrace.analyze is the function)
     ranks = [{"rank": r, "iteration": 10, "warnings": [],
               "devices": {str(r % 8): {"busy_us": 1000.0 * (r + 1), "comm_us": 500.0, "overlap_pct": 10.0 + r}}}
              for r in range(64)]
