@@ -397,6 +397,7 @@ def _merge(ctx: _Run, tag, paths, merged) -> dict:
     """The merge stage of one iteration: its rank traces into ``merged``; a rank merge cannot
     read is logged with its file and the others are merged.  Returns the stage's result."""
     from .merge import MergeOptions, merge_files
+    from .merge.run import CPU_ONLY_WARNING
     from .trace.discover import identify
     opt, log = ctx.opt, ctx.log
     todo = []
@@ -415,7 +416,8 @@ def _merge(ctx: _Run, tag, paths, merged) -> dict:
                 log.note(f"{tag}: no rank has a GPU process (a CPU-only run): {merged.name} holds the CPU "
                          f"processes")
             for w in r["warnings"]:
-                log.final(f"warning: {w}")
+                if w != CPU_ONLY_WARNING:            # said once, as the note above
+                    log.final(f"warning: {w}")
             return {"output": str(merged), "ranks": r["ranks"], "events": r["events_out"],
                     "cpu_only": r["cpu_only"]}
         except Exception as e:   # noqa: BLE001 - drop the file it names, merge the rest
