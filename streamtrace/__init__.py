@@ -16,10 +16,10 @@ The Python API, after a plain ``import streamtrace`` (each name is imported on f
 * :class:`TraceReader`, :class:`TraceWriter`, :func:`discover` -- streaming read and write;
 * the errors of :mod:`streamtrace.runtime.errors`.
 
-Every stage is a plain function taking its options dataclass: ``streamtrace.merge``,
-``streamtrace.validate``, ``streamtrace.analyze``, ``streamtrace.aggregate``, ``streamtrace.report`` and
-``streamtrace.diff`` stay those functions after their packages are imported (``from streamtrace.merge import
-MergeOptions`` reads the package; ``importlib.import_module("streamtrace.merge")`` gives it).  The package's
+Every stage is a plain function taking its options dataclass.  ``streamtrace.merge``,
+``streamtrace.validate``, ``streamtrace.analyze``, ``streamtrace.report`` and ``streamtrace.diff`` are the
+stages' packages, callable as their functions (:class:`streamtrace.runtime.stage.StagePackage`), so that
+``import streamtrace.merge.run as m`` and ``from streamtrace.merge import MergeOptions`` work as usual.  The package's
 stages, bottom up:
 :mod:`~streamtrace.kernels` (numba), :mod:`~streamtrace.runtime`, :mod:`~streamtrace.trace`,
 :mod:`~streamtrace.events`, :mod:`~streamtrace.topology`, :mod:`~streamtrace.merge` and
@@ -29,8 +29,6 @@ stages, bottom up:
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 
 __version__ = "0.2.0"
 
@@ -42,26 +40,25 @@ _API = {
     "TraceReader": ("streamtrace.trace.reader", "TraceReader"),
     "TraceWriter": ("streamtrace.trace.writer", "TraceWriter"),
     "discover": ("streamtrace.trace.discover", "discover"),
-    "validate": ("streamtrace.validate", "validate"),
+    "validate": ("streamtrace.validate", None),
     "ValidateOptions": ("streamtrace.validate", "ValidateOptions"),
-    "merge": ("streamtrace.merge", "merge"),
+    "merge": ("streamtrace.merge", None),
     "MergeOptions": ("streamtrace.merge", "MergeOptions"),
-    "analyze": ("streamtrace.analyze", "analyze"),
+    "analyze": ("streamtrace.analyze", None),
     "AnalyzeOptions": ("streamtrace.analyze", "AnalyzeOptions"),
     "aggregate": ("streamtrace.job", "aggregate"),
     "AggregateOptions": ("streamtrace.job", "AggregateOptions"),
-    "report": ("streamtrace.report", "report"),
+    "report": ("streamtrace.report", None),
     "ReportOptions": ("streamtrace.report", "ReportOptions"),
     "epilogue": ("streamtrace.epilogue", None),
     "EpilogueOptions": ("streamtrace.epilogue", "EpilogueOptions"),
     "capture": ("streamtrace.topology.capture", None),
     "topology": ("streamtrace.topology", None),
-    "load": ("streamtrace.events.load", "load"),
-    "diff": ("streamtrace.report.diff", "diff"),
+    "diff": ("streamtrace.report.diff", None),
     "DiffOptions": ("streamtrace.report.diff", "DiffOptions"),
 }
 
-__all__ = [*_API, "StreamtraceError", "UsageError", "TraceError", "TruncatedTraceError", "RankConflictError",
+__all__ = [*_API, "load", "StreamtraceError", "UsageError", "TraceError", "TruncatedTraceError", "RankConflictError",
            "UnknownRankError", "TopologyError", "DataError", "OutputError", "__version__"]
 
 
@@ -80,20 +77,33 @@ def __dir__():
     return sorted(set(globals()) | set(_API))
 
 
-#: the stages whose function has the name of a package (imported, a package becomes its parent's attribute)
-_FUNCTIONS = {name for name, (module, attr) in _API.items() if attr == name}
+#: the modules that implement a kind of output folder (streamtrace.events.load.OutputKind), one per stage
+_KINDS = ("streamtrace.analyze.outputs", "streamtrace.job.folder", "streamtrace.report.outputs",
+          "streamtrace.report.diff.outputs", "streamtrace.epilogue")
 
 
-class _Package(types.ModuleType):
-    """This package's module type: Python's import system sets a package's attribute to each
-    submodule it imports (``streamtrace.merge`` = the package ``streamtrace/merge/``); here a stage's
-    name stays its function (:data:`_FUNCTIONS`), read through :func:`__getattr__`."""
+def load(path):
+    """Open the streamtrace output folder ``path`` as tables: an analysis (``analyze -o``), an aggregate,
+    an epilogue's output, a report, a diff (:mod:`streamtrace.events.load`; each kind implemented by
+    its stage, registered here first).
 
-    def __setattr__(self, name, value):
-        if name in _FUNCTIONS and isinstance(value, types.ModuleType):
-            self.__dict__.pop(name, None)
-            return
-        super().__setattr__(name, value)
+    Parameters
+    ----------
+    path : str or Path
+        The folder.
 
+    Returns
+    -------
+    streamtrace.events.load.Outputs
+        Its kind's reader: ``summary`` (dict), ``tables()``, ``table(name)`` (pyarrow), ``to_pandas(name)``,
+        ``to_polars(name)``.
 
-sys.modules[__name__].__class__ = _Package
+    Raises
+    ------
+    StreamtraceError
+        When ``path`` is none of these folders, or its marker file cannot be read.
+    """
+    for module in _KINDS:
+        importlib.import_module(module)
+    from .events.load import load as load_folder
+    return load_folder(path)

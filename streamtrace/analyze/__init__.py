@@ -9,8 +9,10 @@ columns (:mod:`~streamtrace.analyze.gpu`), CPU tracks one at a time
 step/phase/micro-batch (:mod:`~streamtrace.analyze.phases`, rules in
 :mod:`~streamtrace.analyze.classify` and :mod:`~streamtrace.analyze.patterns`), collectives
 (:mod:`~streamtrace.analyze.comm`) and the metrics (:mod:`~streamtrace.analyze.metrics`).
-"""
-from .options import AnalyzeOptions
-from .run import analyze
 
-__all__ = ["analyze", "AnalyzeOptions"]
+The names are imported on first use (:mod:`streamtrace.runtime.stage`), so that :mod:`~streamtrace.analyze.outputs` (how
+``streamtrace.load`` reads an analysis folder) loads neither numba nor the analysis.
+"""
+from ..runtime.stage import stage_package
+
+stage_package(__name__, lazy={"analyze": "run", "AnalyzeOptions": "options"})      # called, the package is its function

@@ -28,6 +28,7 @@ def run_demo(folder="streamtrace-demo", world_size=8, tp=2, pp=2, jobs=0, log=pr
     stage of the epilogue failed."""
     from ..epilogue import EpilogueOptions, run  # (the CLI's convention: see streamtrace.cli)
     from ..merge import MergeOptions, merge
+    from ..report.options import ReportOptions
     from ..synth.job import SynthSpec, generate_job
     if world_size < tp * pp or world_size % (tp * pp):
         raise UsageError(f"bad --world-size {world_size}: a multiple of TP x PP = {tp * pp}")
@@ -47,7 +48,7 @@ def run_demo(folder="streamtrace-demo", world_size=8, tp=2, pp=2, jobs=0, log=pr
         raise StreamtraceError(f"the demo's merged trace did not validate: {status}")
     summary = None
     if epilogue:
-        summary = run(folder, EpilogueOptions(jobs=jobs, name="demo", quiet=True))
+        summary = run(folder, EpilogueOptions(jobs=jobs, quiet=True, report=ReportOptions(name="demo")))
         if summary["failures"]:
             f = summary["failures"][0]
             raise StreamtraceError(f"the demo's epilogue failed: {f['stage']} ({f['file']}): {f['error']} "

@@ -14,7 +14,7 @@ class AggregateOptions:
     Attributes:
         iterations: only these iterations (list of int: the trace file's iteration, as analyze's
             ``iteration=N`` partitions); None (default): all.
-        steps: only the kernels of these ProfilerStep numbers (list of int, ``ProfilerStep#N``);
+        steps: only the kernels of these ProfilerStep numbers (tuple of int, ``ProfilerStep#N``; a list is made a tuple);
             None (default): all.
         jobs: worker processes (int); 0 (default) = all cores.
         time_alignment: ``"global"`` (default; one clock through ``baseTimeNanoseconds``) or
@@ -34,7 +34,7 @@ class AggregateOptions:
             row, :mod:`streamtrace.job.collective_spill`); default :data:`BUCKET_ROWS` (65,536).
     """
     iterations: list | None = None
-    steps: list | None = None
+    steps: tuple | None = None
     jobs: int = 0
     time_alignment: str = "global"
     clock_sync: str | None = None
@@ -43,3 +43,7 @@ class AggregateOptions:
     progress: bool | None = None
     consecutive_kernel_delay_ns: int = 30_000
     collective_bucket_rows: int = BUCKET_ROWS
+
+    def __post_init__(self):
+        if self.steps is not None:            # one spelling: steps are a tuple in every options class
+            self.steps = tuple(self.steps)

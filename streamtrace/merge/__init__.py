@@ -7,6 +7,7 @@ rank (:mod:`~streamtrace.merge.rank`, its pid and id rules in :mod:`~streamtrace
 big rank rewritten in byte ranges (:mod:`~streamtrace.merge.ranges`), the orchestration
 (:mod:`~streamtrace.merge.run`) and the stitched output (:mod:`~streamtrace.merge.output`).
 """
+from ..runtime.stage import stage_package
 from .options import MergeOptions
 from .pids import ID_BITS, PID_STRIDE, PROCESS_META, unique_id
 from .rank import rewrite_dict
@@ -14,3 +15,6 @@ from .run import merge, merge_files
 
 __all__ = ["merge", "merge_files", "MergeOptions", "rewrite_dict", "unique_id", "ID_BITS", "PID_STRIDE",
            "PROCESS_META"]
+
+
+stage_package(__name__)      # called, the package is its function

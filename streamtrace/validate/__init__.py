@@ -7,6 +7,10 @@ merge's check, done while rewriting, from the same records.  Imports only the st
 :mod:`streamtrace.kernels`, :mod:`streamtrace.runtime`, :mod:`streamtrace.trace` and
 :mod:`streamtrace.events` (the record codec and the external sort).
 """
+from ..runtime.stage import stage_package
 from .check import PROBLEMS, ValidateOptions, validate
 
 __all__ = ["validate", "ValidateOptions", "PROBLEMS"]
+
+
+stage_package(__name__)      # called, the package is its function

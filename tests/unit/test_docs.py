@@ -1,4 +1,4 @@
-"""The documentation holds together: every relative link of README.md and docs/*.md names a file
+"""The documentation holds together: every relative link of README.md, CONTRIBUTING.md and docs/*.md names a file
 that exists (and a heading of it, for ``page.md#anchor``), mkdocs.yml's navigation lists every page,
 the README stays a front door (<= 200 lines), and its Python blocks are Python.  (The README's notebook
 block and analyze's "Query the outputs" block are run in tests/unit/events/test_load.py.)"""
@@ -11,7 +11,7 @@ import pytest
 
 from support import ROOT, code_blocks
 
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 
 

@@ -145,4 +145,23 @@ def test_not_an_output_folder_and_new_kinds(tmp_path):
         assert out.kind == "example" and out.changes.num_rows == 3
     finally:
         L.KINDS[:] = saved
-    assert [c.kind for _, c in L.KINDS] == ["diff", "epilogue", "aggregate", "analysis", "report"]
+    assert [c.kind for c in L.KINDS] == ["diff", "epilogue", "aggregate", "analysis", "report"]
+
+
+def test_one_protocol_per_kind_of_folder(tmp_path):
+    """Every kind is implemented once, in its stage, and says which files it owns: what the stage writes
+    (and what its output folder may replace) is what load reads."""
+    from streamtrace.events.load import KINDS, OutputKind
+    with pytest.raises(StreamtraceError):
+        streamtrace.load(tmp_path)                 # registers every stage's kind
+    where = {c.kind: c.__module__ for c in KINDS}
+    assert where == {"diff": "streamtrace.report.diff.outputs", "epilogue": "streamtrace.epilogue",
+                     "aggregate": "streamtrace.job.folder", "analysis": "streamtrace.analyze.outputs",
+                     "report": "streamtrace.report.outputs"}
+    for c in KINDS:
+        assert isinstance(c, OutputKind) or issubclass(c, Outputs)
+        assert c.owns(c.marker), c.kind
+    A = {c.kind: c for c in KINDS}
+    assert A["analysis"].owns("kernels") and not A["analysis"].owns("notes.txt")
+    assert A["aggregate"].owns("ranks.parquet") and A["aggregate"].owns("report.json")
+    assert A["diff"].owns("analysis-base") and A["epilogue"].owns("iteration_10")
