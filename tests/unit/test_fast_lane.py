@@ -1,10 +1,10 @@
-"""The fast lane's list of slow tests (tests/conftest.py SLOW) names test files and functions that exist,
+"""The fast lane's list of slow tests (tests/slow_tests.py) names test files and functions that exist,
 so that a renamed test does not silently come back into ``-m "not slow"`` nor a stale name stay."""
 from __future__ import annotations
 
 import ast
 
-from conftest import SLOW
+from slow_tests import SLOW
 from support import ROOT
 
 
