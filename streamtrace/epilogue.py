@@ -453,8 +453,8 @@ def _job_stages(ctx: _Run, analysed, run_dir) -> str | None:
         rep = report([agg], ctx.out, replace(ropt, progress=False, jobs=ctx.jobs))
         return {"report": rep["files"][0], "files": len(rep["files"])}
     fp_report = _fingerprint([agg / "aggregate.json"], name=ropt.name, tokens=ropt.tokens_per_step,
-                             batch=ropt.global_batch, seq=ropt.seq_len, charts=ropt.charts, chart_ranks=ropt.chart_ranks,
-                             formats=list(ropt.chart_formats), base=fp)
+                             batch=ropt.global_batch, seq=ropt.seq_len, charts=ropt.charts,
+                             chart_ranks=ropt.chart_ranks, formats=list(ropt.chart_formats), base=fp)
     outputs = [ctx.out / "report.json"] + ([ctx.out / "charts"] if ropt.charts else [])
     res, st = _stage(ctx, "report", fp_report, outputs, do_report, "report + charts", agg)
     ctx.summary["stages"]["report"] = st

@@ -14,8 +14,8 @@ class AggregateOptions:
     Attributes:
         iterations: only these iterations (list of int: the trace file's iteration, as analyze's
             ``iteration=N`` partitions); None (default): all.
-        steps: only the kernels of these ProfilerStep numbers (tuple of int, ``ProfilerStep#N``; a list is made a tuple);
-            None (default): all.
+        steps: only the kernels of these ProfilerStep numbers (tuple of int, ``ProfilerStep#N``; a list is
+            made a tuple); None (default): all.
         jobs: worker processes (int); 0 (default) = all cores.
         time_alignment: ``"global"`` (default; one clock through ``baseTimeNanoseconds``) or
             ``"individual"`` (each rank from its own start); see :mod:`streamtrace.job.alignment`.

@@ -3,8 +3,8 @@
 (``streamtrace.report(...)``) aggregates analysed folders first when needed (:mod:`~streamtrace.report.run`);
 its options :class:`ReportOptions` (:mod:`~streamtrace.report.options`).
 
-The names are imported on first use (:mod:`streamtrace.runtime.stage`), so that ``streamtrace.report.options`` (what the epilogue
-and the command line need) does not load the report itself.
+The names are imported on first use (:mod:`streamtrace.runtime.stage`), so that
+``streamtrace.report.options`` (what the epilogue and the command line need) does not load the report itself.
 """
 from ..runtime.stage import stage_package
 

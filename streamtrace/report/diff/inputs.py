@@ -39,7 +39,8 @@ class DiffOptions:
         base_ranks: base ranks paired in order with ``test_ranks`` (list of int, same length); None.
         test_ranks: test ranks paired in order with ``base_ranks`` (list of int); None.
         steps: ProfilerStep numbers kept on both sides (tuple of int; a list is made a tuple); None (default): all.
-        base_steps: ProfilerStep numbers of the base side (tuple of int, paired in order with ``test_steps``); None: all.
+        base_steps: ProfilerStep numbers of the base side (tuple of int, paired in order with ``test_steps``);
+            None: all.
         test_steps: ProfilerStep numbers of the test side (tuple of int); None: all.
         name_key: ``"full"`` (default): names as the trace has them; ``"short"``: kernel and op
             names without template arguments, argument lists and return type
