@@ -16,8 +16,11 @@ The Python API, after a plain ``import streamtrace`` (each name is imported on f
 * :class:`TraceReader`, :class:`TraceWriter`, :func:`discover` -- streaming read and write;
 * the errors of :mod:`streamtrace.runtime.errors`.
 
-``streamtrace.merge``, ``streamtrace.analyze`` and ``streamtrace.report`` are the packages of those
-stages and can be called as the functions they are named after.  The package's stages, bottom up:
+Every stage is a plain function taking its options dataclass.  ``streamtrace.merge``,
+``streamtrace.validate``, ``streamtrace.analyze``, ``streamtrace.report`` and ``streamtrace.diff`` are the
+stages' packages, callable as their functions (:class:`streamtrace.runtime.stage.StagePackage`), so that
+``import streamtrace.merge.run as m`` and ``from streamtrace.merge import MergeOptions`` work as usual.  The package's
+stages, bottom up:
 :mod:`~streamtrace.kernels` (numba), :mod:`~streamtrace.runtime`, :mod:`~streamtrace.trace`,
 :mod:`~streamtrace.events`, :mod:`~streamtrace.topology`, :mod:`~streamtrace.merge` and
 :mod:`~streamtrace.analyze`, :mod:`~streamtrace.job`, :mod:`~streamtrace.report`, then
@@ -48,14 +51,14 @@ _API = {
     "report": ("streamtrace.report", None),
     "ReportOptions": ("streamtrace.report", "ReportOptions"),
     "epilogue": ("streamtrace.epilogue", None),
+    "EpilogueOptions": ("streamtrace.epilogue", "EpilogueOptions"),
     "capture": ("streamtrace.topology.capture", None),
     "topology": ("streamtrace.topology", None),
-    "load": ("streamtrace.events.load", "load"),
     "diff": ("streamtrace.report.diff", None),
     "DiffOptions": ("streamtrace.report.diff", "DiffOptions"),
 }
 
-__all__ = [*_API, "StreamtraceError", "UsageError", "TraceError", "TruncatedTraceError", "RankConflictError",
+__all__ = [*_API, "load", "StreamtraceError", "UsageError", "TraceError", "TruncatedTraceError", "RankConflictError",
            "UnknownRankError", "TopologyError", "DataError", "OutputError", "__version__"]
 
 
@@ -72,3 +75,35 @@ def __getattr__(name):
 
 def __dir__():
     return sorted(set(globals()) | set(_API))
+
+
+#: the modules that implement a kind of output folder (streamtrace.events.load.OutputKind), one per stage
+_KINDS = ("streamtrace.analyze.outputs", "streamtrace.job.folder", "streamtrace.report.outputs",
+          "streamtrace.report.diff.outputs", "streamtrace.epilogue")
+
+
+def load(path):
+    """Open the streamtrace output folder ``path`` as tables: an analysis (``analyze -o``), an aggregate,
+    an epilogue's output, a report, a diff (:mod:`streamtrace.events.load`; each kind implemented by
+    its stage, registered here first).
+
+    Parameters
+    ----------
+    path : str or Path
+        The folder.
+
+    Returns
+    -------
+    streamtrace.events.load.Outputs
+        Its kind's reader: ``summary`` (dict), ``tables()``, ``table(name)`` (pyarrow), ``to_pandas(name)``,
+        ``to_polars(name)``.
+
+    Raises
+    ------
+    StreamtraceError
+        When ``path`` is none of these folders, or its marker file cannot be read.
+    """
+    for module in _KINDS:
+        importlib.import_module(module)
+    from .events.load import load as load_folder
+    return load_folder(path)

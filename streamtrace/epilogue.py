@@ -33,9 +33,11 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from .events.load import Outputs, register
+from .report.options import ReportOptions
 from .runtime.errors import UnknownRankError, UsageError
 from .runtime.files import atomic_output, clean_stale
 from .runtime.fork import call_in_child
@@ -259,25 +261,17 @@ class EpilogueOptions:
         jobs: worker processes (int); 0 = all cores (default).
         max_memory_gb: a cap in GB (float) that limits the workers (:data:`WORKER_GB` each); None: no cap.
         strict: the CLI exits 1 when anything failed (:func:`run` itself never raises); default False.
-        name: the run's name in the report and its Markdown file name (str); None: the job's, the folder
-            that holds its traces (``/runs/job42`` for ``/runs/job42/tb/iteration_11/...``).
         outdir: the output folder (str or Path); None: ``RUN_DIR/streamtrace``.  Set it for a read-only
             run folder.
         topology: a topology file (str; :func:`streamtrace.topology.sources.load_topology`); None: found
             under ``RUN_DIR`` (:func:`find_topology`), else the traces' ``distributedInfo.pg_config``.
-        tokens_per_step: tokens per training step (int), for tokens/s in the report; or give
-            ``global_batch`` (sequences) and ``seq_len`` (tokens per sequence).  None: no throughput.
-        global_batch: global batch size in sequences (int), with ``seq_len``; None.
-        seq_len: sequence length in tokens (int), with ``global_batch``; None.
         torchtitan_config: the job's TorchTitan TOML (str): tokens per step, model and mesh (the
             topology when none is found or given); None.
-        peak_tflops, flops_per_token, nic_gbps, gpus_per_node: the report's Efficiency overrides
-            (:class:`~streamtrace.report.efficiency.EfficiencyOptions`); None.
-        charts: render the charts (bool, default True).
-        chart_formats: their file formats, ``png`` and/or ``svg`` (tuple, default ``("png",)``).
-        chart_ranks: ranks that get per-rank charts (list of int); None: all up to 8, else a selection.
         quiet: log only failures and the final line (bool, default False).
         verbose: log tracebacks of failures too (bool, default False; also ``$STREAMTRACE_DEBUG``).
+        report: the report's options (:class:`~streamtrace.report.options.ReportOptions`: name, tokens per
+            step or global batch and sequence length, charts, their formats and ranks); its ``jobs`` and
+            ``progress`` are the epilogue's.  Default: ``ReportOptions()``.
         isolate: run each stage (analyze, merge, aggregate, report) in its own child process
             (bool, default True), so that its memory is returned when it ends and no stage starts on
             top of the last one's (1,024 ranks: the analysis summaries alone are ~70 MB of Python
@@ -289,42 +283,43 @@ class EpilogueOptions:
     jobs: int = 0
     max_memory_gb: float | None = None
     strict: bool = False
-    name: str | None = None
     outdir: str | None = None
     topology: str | None = None
-    tokens_per_step: int | None = None
-    global_batch: int | None = None
-    seq_len: int | None = None
     torchtitan_config: str | None = None
-    peak_tflops: float | None = None
-    flops_per_token: float | None = None
-    nic_gbps: float | None = None
-    gpus_per_node: int = 8
-    charts: bool = True
-    chart_formats: tuple = ("png",)
-    chart_ranks: list | None = None
     quiet: bool = False
     verbose: bool = False
+    report: ReportOptions = field(default_factory=ReportOptions)
     isolate: bool = True
 
     def check(self):
         """:class:`~streamtrace.runtime.errors.UsageError` for options that cannot work together (the CLI
         checks before :func:`run`, which never raises)."""
-        if (self.global_batch is None) != (self.seq_len is None):
+        if (self.report.global_batch is None) != (self.report.seq_len is None):
             raise UsageError("give both --global-batch and --seq-len (or --tokens-per-step)")
         if self.jobs < 0:
             raise UsageError(f"bad --jobs {self.jobs}: give a number of processes, or 0 for all cores")
 
 
+def with_options(opt: EpilogueOptions, **options) -> EpilogueOptions:
+    """``opt`` with the fields given as keywords changed: the epilogue's own, or its report's
+    (``with_options(opt, full=True, charts=False)`` sets ``opt.report.charts``).  Raises ``TypeError``
+    for a name that is neither."""
+    own = {f.name for f in fields(EpilogueOptions)}
+    rep = {k: options.pop(k) for k in list(options) if k not in own and k in {f.name for f in fields(ReportOptions)}}
+    opt = replace(opt, **options)
+    return replace(opt, report=replace(opt.report, **rep)) if rep else opt
+
+
 def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -> dict:
     """Run the whole post-job pipeline on ``run_dir`` (see the module docstring), with ``opt`` (or
-    its fields given as keywords, e.g. ``run(d, full=True)``).
+    its fields, or its report's, given as keywords: ``run(d, full=True, charts=False)``;
+    :func:`with_options`).
 
     Returns the summary dict (also in ``RUN_DIR/streamtrace/epilogue.json``):
     ``{"run_dir", "outdir", "iterations", "ranks", "report", "failures": [...], "stages": {...},
     "seconds"}``.  Never raises (``KeyboardInterrupt`` aside); with ``strict`` the CLI exits 1
     when anything failed."""
-    opt = replace(opt or EpilogueOptions(), **options)
+    opt = with_options(opt or EpilogueOptions(), **options)
     log = _Log(log_file, opt.quiet, opt.verbose)
     t0 = time.time()
     run_dir = Path(run_dir)
@@ -413,6 +408,7 @@ def _merge(ctx: _Run, tag, paths, merged) -> dict:
     """The merge stage of one iteration: its rank traces into ``merged``; a rank merge cannot
     read is logged with its file and the others are merged.  Returns the stage's result."""
     from .merge import MergeOptions, merge_files
+    from .merge.run import CPU_ONLY_WARNING
     from .trace.discover import identify
     opt, log = ctx.opt, ctx.log
     todo = []
@@ -431,7 +427,8 @@ def _merge(ctx: _Run, tag, paths, merged) -> dict:
                 log.note(f"{tag}: no rank has a GPU process (a CPU-only run): {merged.name} holds the CPU "
                          f"processes")
             for w in r["warnings"]:
-                log.final(f"warning: {w}")
+                if w != CPU_ONLY_WARNING:            # said once, as the note above
+                    log.final(f"warning: {w}")
             return {"output": str(merged), "ranks": r["ranks"], "events": r["events_out"],
                     "cpu_only": r["cpu_only"]}
         except Exception as e:   # noqa: BLE001 - drop the file it names, merge the rest
@@ -462,6 +459,7 @@ def _job_stages(ctx: _Run, analysed, run_dir) -> str | None:
     """Aggregate every analysed iteration, then write the report and charts; returns the
     report's path (None when it was not written)."""
     opt, log, topo = ctx.opt, ctx.log, ctx.topo
+    ropt = opt.report
     agg = ctx.out / "aggregate"
 
     def do_aggregate():
@@ -478,19 +476,55 @@ def _job_stages(ctx: _Run, analysed, run_dir) -> str | None:
     _mark_stage(ctx, agg)
 
     def do_report():
-        from .report.run import EfficiencyOptions, ReportOptions, report
-        eff = EfficiencyOptions(None, opt.peak_tflops, opt.flops_per_token, opt.nic_gbps,   # config: via aggregate
-                                opt.gpus_per_node)
-        rep = report([agg], ctx.out, ReportOptions(name=opt.name, tokens_per_step=opt.tokens_per_step,
-                                                   global_batch=opt.global_batch, seq_len=opt.seq_len,
-                                                   charts=opt.charts, chart_ranks=opt.chart_ranks, progress=False,
-                                                   chart_formats=opt.chart_formats, jobs=ctx.jobs, efficiency=eff))
+        from .report.run import report
+        rep = report([agg], ctx.out, replace(ropt, progress=False, jobs=ctx.jobs))
         return {"report": rep["files"][0], "files": len(rep["files"])}
-    fp_report = _fingerprint([agg / "aggregate.json"], name=opt.name, tokens=opt.tokens_per_step,
-                             batch=opt.global_batch, seq=opt.seq_len, charts=opt.charts, chart_ranks=opt.chart_ranks,
-                             formats=list(opt.chart_formats), base=fp, peak=opt.peak_tflops,
-                             fpt=opt.flops_per_token, nic=opt.nic_gbps, gpn=opt.gpus_per_node)
-    outputs = [ctx.out / "report.json"] + ([ctx.out / "charts"] if opt.charts else [])
+    eff = ropt.efficiency
+    fp_report = _fingerprint([agg / "aggregate.json"], name=ropt.name, tokens=ropt.tokens_per_step,
+                             batch=ropt.global_batch, seq=ropt.seq_len, charts=ropt.charts,
+                             chart_ranks=ropt.chart_ranks, formats=list(ropt.chart_formats), base=fp,
+                             efficiency=None if eff is None else [eff.peak_tflops, eff.flops_per_token, eff.nic_gbps,
+                                                                  eff.gpus_per_node])
+    outputs = [ctx.out / "report.json"] + ([ctx.out / "charts"] if ropt.charts else [])
     res, st = _stage(ctx, "report", fp_report, outputs, do_report, "report + charts", agg)
     ctx.summary["stages"]["report"] = st
     return res["report"] if res is not None and Path(res["report"]).exists() else None
+
+
+@register
+class EpilogueRun(Outputs):
+    """The epilogue's output folder (``RUN_DIR/streamtrace`` or its ``-o``) as a kind of output folder
+    (:class:`~streamtrace.events.load.OutputKind`): the aggregate's tables, and ``kernels``/``ops`` of
+    every analysed iteration together.  ``analyses``: ``{folder name: Analysis}``; ``aggregate``: the
+    :class:`~streamtrace.job.folder.Aggregate` (None when it was not written)."""
+    kind, marker, precedence = "epilogue", "epilogue.json", 1
+
+    @classmethod
+    def owns(cls, name: str) -> bool:
+        """What the epilogue writes at the top of its folder: ``epilogue.json``, ``aggregate/``, the report
+        (``report.json``, ``charts/``, ``*.md``) and one folder per iteration (``iteration_<N>/``, ``traces/``)."""
+        return (name in (cls.marker, "aggregate", "report.json", "charts", "traces") or name.endswith(".md")
+                or name.startswith("iteration_"))
+
+    @property
+    def analyses(self) -> dict:
+        from .analyze.outputs import Analysis       # (pyarrow: only when the folder is read)
+        return {p.parent.name: Analysis(p) for p in sorted(self.path.glob("*/analysis"))
+                if (p / Analysis.marker).is_file()}
+
+    @property
+    def aggregate(self):
+        from .job.folder import Aggregate
+        p = self.path / "aggregate"
+        return Aggregate(p) if (p / Aggregate.marker).is_file() else None
+
+    def tables(self):
+        agg = self.aggregate
+        own = [n for n in ("kernels", "ops") if any(n in a.tables() for a in self.analyses.values())]
+        return own + (agg.tables() if agg is not None else [])
+
+    def _read(self, name):
+        import pyarrow as pa
+        if name in ("kernels", "ops"):
+            return pa.concat_tables([a.table(name) for a in self.analyses.values() if name in a.tables()])
+        return self.aggregate.table(name)

@@ -165,3 +165,19 @@ def shown_bytes(n) -> str:
     v = n / f
     d = 2 if v < 10 else 1 if v < 100 else 0
     return f"{v:,.{d}f} {unit}"
+
+
+def code_blocks(path, lang="python") -> list:
+    """The fenced code blocks of language ``lang`` in the Markdown file ``path`` (relative to the
+    repository root), as text, in order: the documentation's examples, to run as tests."""
+    blocks, cur, fence = [], None, None
+    for line in (ROOT / path).read_text().splitlines():
+        if cur is None and line.startswith("```"):
+            fence, cur = line[3:].strip(), []
+        elif cur is not None and line.startswith("```"):
+            if fence == lang:
+                blocks.append("\n".join(cur) + "\n")
+            cur = None
+        elif cur is not None:
+            cur.append(line)
+    return blocks

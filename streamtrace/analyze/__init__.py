@@ -1,7 +1,7 @@
 """Stage 3b, ``streamtrace analyze``: classified kernels, call trees and overlap metrics per rank,
 as Parquet + JSON.
 
-:func:`analyze` (also callable as ``streamtrace.analyze(...)``) runs the files of a job as tasks
+:func:`analyze` (``streamtrace.analyze(...)``) runs the files of a job as tasks
 (:mod:`~streamtrace.analyze.run`); one file (:mod:`~streamtrace.analyze.file`) holds one or more
 ranks, each analysed in bounded memory (:mod:`~streamtrace.analyze.rank`): GPU events as compact
 columns (:mod:`~streamtrace.analyze.gpu`), CPU tracks one at a time
@@ -9,21 +9,10 @@ columns (:mod:`~streamtrace.analyze.gpu`), CPU tracks one at a time
 step/phase/micro-batch (:mod:`~streamtrace.analyze.phases`, rules in
 :mod:`~streamtrace.analyze.classify` and :mod:`~streamtrace.analyze.patterns`), collectives
 (:mod:`~streamtrace.analyze.comm`) and the metrics (:mod:`~streamtrace.analyze.metrics`).
+
+The names are imported on first use (:mod:`streamtrace.runtime.stage`), so that :mod:`~streamtrace.analyze.outputs` (how
+``streamtrace.load`` reads an analysis folder) loads neither numba nor the analysis.
 """
-import sys
-import types
+from ..runtime.stage import stage_package
 
-from .options import AnalyzeOptions
-from .run import analyze
-
-__all__ = ["analyze", "AnalyzeOptions"]
-
-
-class _AnalyzeModule(types.ModuleType):
-    """``streamtrace.analyze`` is this package and, called, :func:`analyze`."""
-
-    def __call__(self, *args, **kwargs):
-        return analyze(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _AnalyzeModule
+stage_package(__name__, lazy={"analyze": "run", "AnalyzeOptions": "options"})      # called, the package is its function

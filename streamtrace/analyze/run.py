@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from ..runtime.errors import RankConflictError, StreamtraceError, UnknownRankError
 from ..events.dataset import UNKNOWN_ITERATION
+from .outputs import Analysis
 from ..runtime import parallel
 from ..runtime.files import atomic_output, output_folder
 from ..runtime.parallel import TaskFailure, run_tasks, scheduler_address
@@ -74,18 +75,13 @@ def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> dict:
     t0 = time.time()
     skipped = []
     tasks, notices = _tasks(inputs, opt, skipped)
-    with output_folder(outdir, owned=_owned, inputs=[t.path for t in tasks]) as stage:
+    with output_folder(outdir, owned=Analysis.owns, inputs=[t.path for t in tasks]) as stage:
         tasks = [replace(t, outdir=str(stage)) for t in tasks]
         summary = _analyze_tasks(tasks, opt)
         summary.update(notices=notices, seconds=round(time.time() - t0, 3), outdir=str(outdir), warnings=skipped)
         with atomic_output(stage / "summary.json", compress=False) as f:
             f.write(json.dumps(summary, indent=1).encode())
     return summary
-
-
-def _owned(name) -> bool:
-    """The top-level entries of an analysis folder (old spill folders included)."""
-    return name in ("summary.json", "kernels", "ops", "op_perf", "kernel_perf") or name.startswith(".streamtrace-")
 
 
 def _analyze_tasks(tasks, opt) -> dict:

@@ -7,7 +7,9 @@ after a training job, `streamtrace epilogue RUN_DIR`; `streamtrace COMMAND --hel
 from __future__ import annotations
 
 import argparse
+import difflib
 import inspect
+import re
 import sys
 import traceback
 
@@ -48,9 +50,8 @@ def main(argv=None) -> int:
     if argv and argv[0] in ("--version", "-V", "version"):
         print(version_text())
         return 0
-    argv = [merge.ALIASES.get(a.split("=", 1)[0], a.split("=", 1)[0]) + (a[a.index("="):] if "=" in a else "")
-            if a.startswith("--") else a for a in argv]
     parser = build_parser()
+    argv = spell_options(parser, argv)
     verbose = any(a in ("-v", "--verbose") for a in argv)
     try:
         argh.dispatch(parser, argv=argv)
@@ -73,10 +74,41 @@ def main(argv=None) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with one plain line on a usage error (and exit 2, as argparse)."""
+    """argparse with one plain line on a usage error (and exit 2, as argparse): an unknown option
+    gets the closest known ones ("did you mean") and points to its subcommand's ``--help``."""
+
+    command = None          # the subcommand's parser, when main found one in the command line
 
     def error(self, message):
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        prog = self.command.prog if self.command is not None and self.prog == "streamtrace" else self.prog
+        if message.startswith("unrecognized arguments:"):
+            known = [o for a in (self.command or self)._actions for o in a.option_strings
+                     if a.help != argparse.SUPPRESS]
+            close = [m for w in message.split(":", 1)[1].split() if w.startswith("-")
+                     for m in difflib.get_close_matches(w.split("=", 1)[0], known, n=2, cutoff=0.6)]
+            if close:
+                message += f" (did you mean {' or '.join(dict.fromkeys(close))}?)"
+        self.exit(EXIT_USAGE, f"{prog}: error: {message} (see {prog} --help)\n")
+
+
+def spell_options(parser, argv) -> list:
+    """The command line ``argv`` with every option as the subcommand knows it: Megatron's spellings of
+    merge (:data:`~streamtrace.cli.merge.ALIASES`), and ``--snake_case`` for a known ``--snake-case``
+    (``--gpu_only``, ``--world_size``).  Notes the subcommand's parser on ``parser`` for its errors."""
+    subs = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    sub = next((subs.choices[a] for a in argv if subs is not None and a in subs.choices), None)
+    parser.command = sub
+    known = {o for a in sub._actions for o in a.option_strings} if sub is not None else set()
+    out = []
+    for a in argv:
+        if a.startswith("--"):
+            name, eq, value = a.partition("=")
+            name = merge.ALIASES.get(name, name)
+            if name not in known and name.replace("_", "-") in known:
+                name = name.replace("_", "-")
+            a = name + eq + value
+        out.append(a)
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,12 +119,21 @@ def build_parser() -> argparse.ArgumentParser:
     subs = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=_Parser)
     for fn in COMMANDS:
         doc = inspect.cleandoc(fn.__doc__ or "")
-        sub = subs.add_parser(fn.__name__, help=doc.splitlines()[0] if doc else None, description=doc,
+        sub = subs.add_parser(fn.__name__, help=first_sentence(doc), description=doc,
                               epilog="examples:\n" + fn.EXAMPLES.strip("\n") if getattr(fn, "EXAMPLES", None) else None,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
         argh.set_default_command(sub, fn, name_mapping_policy=argh.assembling.NameMappingPolicy.BY_NAME_IF_KWONLY)
         _keep_short_flags(sub, getattr(fn, "HIDDEN_NAMES", ()))
     return parser
+
+
+def first_sentence(doc) -> str | None:
+    """The first sentence of a docstring's first paragraph, whole (the top-level ``--help`` lists it)."""
+    para = " ".join(inspect.cleandoc(doc or "").split("\n\n")[0].split())
+    if not para:
+        return None
+    end = re.search(r"(?<!e\.g)(?<!i\.e)\.\s", para)            # not after e.g. / i.e.
+    return para if end is None else para[:end.start() + 1]
 
 
 def _keep_short_flags(parser, hidden=()):

@@ -1,8 +1,9 @@
 """``streamtrace demo``: the built-in end-to-end example.
 
 Writes a small realistic 8-rank (TP2 x DP2 x PP2) Megatron-style trace set with
-the synthetic generator (:mod:`streamtrace.synth.job`), merges it, validates the
-result and prints where everything is.
+the synthetic generator (:mod:`streamtrace.synth.job`), merges it (validated while
+written), runs the whole epilogue on it (analysis Parquet, aggregate, report, charts)
+and prints where the report and the merged trace are.
 """
 from __future__ import annotations
 
@@ -14,12 +15,20 @@ import argh
 from ..runtime.errors import StreamtraceError, UsageError
 
 
-def run_demo(folder="streamtrace-demo", world_size=8, tp=2, pp=2, jobs=0, log=print) -> dict:
-    """Generate ``folder/traces`` (one trace per rank), merge it into
-    ``folder/merged.json.gz``, validated while merging.  Returns a dict with the
-    paths, the merge summary and the output's validation report.  Raises
-    :class:`~streamtrace.runtime.errors.UsageError` when ``world_size`` is not a multiple of tp x pp."""
-    from ..merge import MergeOptions, merge      # (the CLI's convention: see streamtrace.cli)
+def run_demo(folder="streamtrace-demo", world_size=8, tp=2, pp=2, jobs=0, log=print, epilogue=True) -> dict:
+    """Generate ``folder/traces`` (one trace per rank), merge it into ``folder/merged.json.gz``,
+    validated while merging, then (``epilogue``) run :func:`streamtrace.epilogue.run` on ``folder``:
+    ``folder/streamtrace/`` gets the analysis, the aggregate, the report and its charts.
+
+    Returns a dict: ``traces``, ``merged`` (paths), ``merge`` (the merge summary), ``validate``
+    (the output's validation report), ``truth`` (the generator's), ``report`` (the report's path,
+    None without ``epilogue``) and ``epilogue`` (its summary dict).  Raises
+    :class:`~streamtrace.runtime.errors.UsageError` when ``world_size`` is not a multiple of tp x pp,
+    :class:`~streamtrace.runtime.errors.StreamtraceError` when the merged trace does not validate or a
+    stage of the epilogue failed."""
+    from ..epilogue import EpilogueOptions, run  # (the CLI's convention: see streamtrace.cli)
+    from ..merge import MergeOptions, merge
+    from ..report.options import ReportOptions
     from ..synth.job import SynthSpec, generate_job
     if world_size < tp * pp or world_size % (tp * pp):
         raise UsageError(f"bad --world-size {world_size}: a multiple of TP x PP = {tp * pp}")
@@ -35,11 +44,21 @@ def run_demo(folder="streamtrace-demo", world_size=8, tp=2, pp=2, jobs=0, log=pr
     rep = dict(res["validation"]["output"], path=str(out))
     status = "valid" if rep["ok"] else "PROBLEMS: " + ", ".join(f"{k}={v}" for k, v in rep["problems"].items() if v)
     log(f"validate: {status} ({rep['events']:,} events, {rep['tracks']} tracks, {rep['flows']:,} flows)")
-    log(f"done in {time.time() - t0:.1f} s. Open {out.resolve()} at https://ui.perfetto.dev (Open trace file)")
     if not rep["ok"]:
         raise StreamtraceError(f"the demo's merged trace did not validate: {status}")
+    summary = None
+    if epilogue:
+        summary = run(folder, EpilogueOptions(jobs=jobs, quiet=True, report=ReportOptions(name="demo")))
+        if summary["failures"]:
+            f = summary["failures"][0]
+            raise StreamtraceError(f"the demo's epilogue failed: {f['stage']} ({f['file']}): {f['error']} "
+                                   f"(see {summary['outdir']}/epilogue.json)")
+        log(f"epilogue: analysis, aggregate, report and charts in {summary['outdir']}")
+        log(f"report: {Path(summary['report']).resolve()}")
+    log(f"merged trace: {out.resolve()} (open it at https://ui.perfetto.dev, Open trace file)")
+    log(f"done in {time.time() - t0:.1f} s")
     return {"traces": str(folder / "traces"), "merged": str(out), "merge": res, "validate": rep,
-            "truth": truth}
+            "truth": truth, "report": summary and summary["report"], "epilogue": summary}
 
 
 @argh.arg("folder", nargs="?", help="where to write the demo trace set (default: streamtrace-demo)")
@@ -48,7 +67,7 @@ def run_demo(folder="streamtrace-demo", world_size=8, tp=2, pp=2, jobs=0, log=pr
 @argh.arg("-q", "--quiet", help="print only warnings and errors")
 @argh.arg("-v", "--verbose", help="tracebacks of errors")
 def demo(folder="streamtrace-demo", *, world_size=8, jobs=0, quiet=False, verbose=False):
-    """Write a small realistic 8-rank trace set, merge it, validate it."""
+    """Write a small realistic 8-rank job's traces and run the whole epilogue on them."""
     from .common import Console, parse_jobs, prepare_kernels
     con = Console(quiet, verbose)
     prepare_kernels("demo", con, parse_jobs(jobs))
@@ -58,5 +77,5 @@ def demo(folder="streamtrace-demo", *, world_size=8, jobs=0, quiet=False, verbos
 demo.EXAMPLES = """
   streamtrace demo
   streamtrace demo /tmp/demo64 --world-size 64
-  streamtrace analyze streamtrace-demo/traces -o demo-analysis && streamtrace report demo-analysis
+  streamtrace report streamtrace-demo/streamtrace/aggregate --tokens-per-step 65536 -o demo-report
 """

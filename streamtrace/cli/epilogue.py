@@ -34,14 +34,15 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
     from ..epilogue import EpilogueOptions, run      # (the CLI's convention: see streamtrace.cli)
     from ..runtime.fork import call_in_child
     con = Console(quiet, verbose)
+    from ..report.options import EfficiencyOptions, ReportOptions
+    eff = EfficiencyOptions(None, peak_tflops, flops_per_token, nic_gbps, gpus_per_node)   # the config: via aggregate
+    rep = ReportOptions(name=name, tokens_per_step=tokens_per_step, global_batch=global_batch, seq_len=seq_len,
+                        charts=not no_charts, chart_formats=parse_formats(chart_format),
+                        chart_ranks=parse_list(chart_ranks, "--chart-ranks") if chart_ranks else None,
+                        efficiency=eff)
     opt = EpilogueOptions(full=full, chunked=not in_memory, jobs=parse_jobs(jobs), max_memory_gb=max_memory,
-                          strict=strict, name=name, outdir=outdir, topology=topology,
-                          tokens_per_step=tokens_per_step, global_batch=global_batch, seq_len=seq_len,
-                          torchtitan_config=torchtitan_config, peak_tflops=peak_tflops,
-                          flops_per_token=flops_per_token, nic_gbps=nic_gbps, gpus_per_node=gpus_per_node,
-                          charts=not no_charts, chart_formats=parse_formats(chart_format),
-                          chart_ranks=parse_list(chart_ranks, "--chart-ranks") if chart_ranks else None,
-                          quiet=quiet, verbose=verbose)
+                          strict=strict, outdir=outdir, topology=topology, torchtitan_config=torchtitan_config,
+                          quiet=quiet, verbose=verbose, report=rep)
     check_efficiency_flags(peak_tflops, flops_per_token, nic_gbps, gpus_per_node)
     opt.check()
     if opt.isolate:      # numba and the kernels stay out of this process: each stage's process loads its own

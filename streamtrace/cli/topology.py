@@ -32,7 +32,7 @@ def topology(*, tp=None, pp=None, cp=None, ep=None, etp=None, order="tp-cp-ep-dp
     """Parallel groups (TP/CP/EP/DP/PP) and model replicas, from sizes + rank order (as Megatron-LM's
     RankGenerator), a TraceViz file, a trace folder's pg_config, or a topology JSON."""
     from ..topology import from_sizes, write_topology      # (the CLI's convention: see streamtrace.cli)
-    from ..runtime.errors import UsageError
+    from ..runtime.errors import StreamtraceError, UsageError
     from ..topology.sources import load_topology
     con = Console(quiet, verbose)
     if source:
@@ -42,7 +42,10 @@ def topology(*, tp=None, pp=None, cp=None, ep=None, etp=None, order="tp-cp-ep-dp
     else:
         if world_size is None:
             raise UsageError("give --world-size N (with --tp/--pp/--cp/--ep), or --from FILE")
-        topo = from_sizes(world_size, tp or 1, pp or 1, cp or 1, ep or 1, order, etp)
+        try:
+            topo = from_sizes(world_size, tp or 1, pp or 1, cp or 1, ep or 1, order, etp)
+        except StreamtraceError as e:        # sizes from the command line that do not fit: a usage error
+            raise UsageError(str(e)) from None
     if write:
         write_topology(topo, write)
     if as_json:

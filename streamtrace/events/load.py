@@ -1,34 +1,38 @@
-"""``streamtrace.load(FOLDER)``: an output folder of streamtrace as tables, for a notebook.
+"""``streamtrace.load(FOLDER)``: an output folder of streamtrace as tables, for a notebook; and the one
+protocol every kind of output folder implements (:class:`OutputKind`).
 
-Which kind of folder it is is told by the file that marks it (:data:`KINDS`, first match):
+A kind of folder is one :class:`Outputs` subclass, written once, in the stage that writes such folders:
+its ``kind``, its ``marker`` (the file that marks such a folder, written last), ``owns(name)`` (the
+top-level entries the stage writes there: what :func:`~streamtrace.runtime.files.output_folder` may
+replace), ``tables()`` and how one is read.  The stages register their kinds (:func:`register`):
 
-=============  ==================  ============================================================
-kind           marker              tables
-=============  ==================  ============================================================
-``epilogue``   ``epilogue.json``   the run's aggregate tables, ``kernels``/``ops`` of every iteration
-``aggregate``  ``aggregate.json``  ``ranks``, ``rank_phase``, ``pipeline``, ``collectives``, ...
-``analysis``   ``summary.json``    ``kernels``, ``ops`` (hive partitions ``iteration=N/rank=R``)
-``report``     ``report.json``     none: ``summary`` is the report
-``diff``       ``diff.json``       ``kernels``, ``ops``, ``groups``, ``ranks`` (``streamtrace diff``)
-=============  ==================  ============================================================
+=============  ==================  ===========================================  =============================
+kind           marker              tables                                       implemented in
+=============  ==================  ===========================================  =============================
+``diff``       ``diff.json``       ``kernels``, ``ops``, ``groups``, ``ranks``  :mod:`streamtrace.report.diff.outputs`
+``epilogue``   ``epilogue.json``   the aggregate's, ``kernels``/``ops`` of all  :mod:`streamtrace.epilogue`
+``aggregate``  ``aggregate.json``  ``ranks``, ``rank_phase``, ``pipeline``, ..  :mod:`streamtrace.job.folder`
+``analysis``   ``summary.json``    ``kernels``, ``ops`` (``iteration=N/rank=R``)  :mod:`streamtrace.analyze.outputs`
+``report``     ``report.json``     none: ``summary`` is the report              :mod:`streamtrace.report.outputs`
+=============  ==================  ===========================================  =============================
 
-Every kind gives ``summary`` (its JSON, a dict), ``tables()`` (names), ``table(name)`` (a
-``pyarrow.Table``; also as an attribute: ``out.kernels``), ``to_pandas(name)``, ``to_polars(name)``
-(polars when installed).  An analysis' ``kernels`` and ``ops`` carry ``iteration`` and ``rank``
-as int64 columns (the partition keys) and keep the rows in analyze's order, so ``ops.parent``
-indexes the rank's ops rows.  A new kind of folder registers with :func:`register`.
+A folder holding several markers is the kind of lowest ``precedence`` (the order above: an epilogue's
+folder holds its report's ``report.json`` too).  Every kind gives ``summary`` (its JSON, a dict),
+``tables()`` (names), ``table(name)`` (a ``pyarrow.Table``; also as an attribute: ``out.kernels``),
+``to_pandas(name)``, ``to_polars(name)`` (a one-line error naming the package when it is not installed).
+:func:`load` finds the kind among those registered; ``streamtrace.load`` registers every stage's first.
 """
 from __future__ import annotations
 
 import json
 import re
 from pathlib import Path
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import ClassVar, Protocol, runtime_checkable
 
 from ..runtime.errors import StreamtraceError
-from .dataset import partition_files, read_partition
+
+# pyarrow and the datasets are imported where tables are read: the stages import this module for
+# their kind of folder (the epilogue's process among them, which stays free of pyarrow)
 
 _KEY = re.compile(r"(iteration|rank)=(-?\d+)")
 
@@ -37,6 +41,8 @@ def read_dataset(outdir, dataset, columns=None) -> pa.Table:
     """Every partition of ``outdir/<dataset>/`` (``"kernels"`` or ``"ops"``) as one Table, partitions
     in (iteration, rank) order, each partition's part files in order, with ``iteration`` and
     ``rank`` int64 columns appended.  An empty table of the dataset's schema when there is none."""
+    import pyarrow as pa
+    from .dataset import partition_files, read_partition
     root = Path(outdir) / dataset
     keys = []
     for d in root.glob("iteration=*/rank=*"):
@@ -56,11 +62,36 @@ def read_dataset(outdir, dataset, columns=None) -> pa.Table:
     return pa.concat_tables(parts)
 
 
+@runtime_checkable
+class OutputKind(Protocol):
+    """What every kind of output folder says about itself (see the module docstring): implemented once
+    per kind, by an :class:`Outputs` subclass in the stage that writes such folders."""
+    kind: ClassVar[str]           # "analysis", "aggregate", ...
+    marker: ClassVar[str]         # the file that marks such a folder (its summary, written last)
+    precedence: ClassVar[int]     # tried in increasing order (a folder may hold several markers)
+
+    @classmethod
+    def owns(cls, name: str) -> bool:
+        """Whether the top-level entry ``name`` of such a folder is one its stage writes."""
+
+    def tables(self) -> list[str]:
+        """The names of the tables this folder holds."""
+
+    def table(self, name: str) -> pa.Table:
+        """Table ``name``, read."""
+
+
 class Outputs:
-    """One output folder (see the module docstring).  ``path``: the folder; ``kind``; ``summary``:
-    its JSON marker file as a dict."""
-    kind = ""
-    marker = ""
+    """One output folder (see the module docstring), the base of every kind's implementation.
+    ``path``: the folder; ``kind``; ``summary``: its JSON marker file as a dict."""
+    kind: ClassVar[str] = ""
+    marker: ClassVar[str] = ""
+    precedence: ClassVar[int] = 100
+
+    @classmethod
+    def owns(cls, name: str) -> bool:
+        """Whether the top-level entry ``name`` is one this kind's stage writes (default: its marker)."""
+        return name == cls.marker
 
     def __init__(self, path):
         self.path = Path(path)
@@ -87,7 +118,12 @@ class Outputs:
         return self._cache[name]
 
     def to_pandas(self, name):
-        """Table ``name`` as a pandas DataFrame (pandas must be installed)."""
+        """Table ``name`` as a pandas DataFrame.  Raises :class:`~streamtrace.runtime.errors.StreamtraceError`
+        (one line naming the package) when pandas is not installed: it is not a dependency of streamtrace."""
+        try:
+            import pandas  # noqa: F401 - optional: only for this call (pyarrow's to_pandas needs it)
+        except ImportError:
+            raise StreamtraceError("pandas is not installed (pip install pandas)") from None
         return self.table(name).to_pandas()
 
     def to_polars(self, name):
@@ -110,100 +146,37 @@ class Outputs:
         return f"<streamtrace {self.kind} {self.path}: {', '.join(self.tables()) or 'no tables'}>"
 
 
-class Analysis(Outputs):
-    """``streamtrace analyze -o DIR``: ``kernels`` and ``ops`` (with ``iteration``, ``rank``)."""
-    kind, marker = "analysis", "summary.json"
-
-    def tables(self):
-        return [n for n in ("kernels", "ops") if (self.path / n).is_dir()]
-
-    def _read(self, name):
-        return read_dataset(self.path, name)
+#: the registered kinds (:func:`register`), in the order they are tried
+KINDS: list = []
 
 
-class Aggregate(Outputs):
-    """``streamtrace aggregate -o DIR``: every ``*.parquet`` table by its name; ``report``: the
-    ``report.json`` written there (None when there is none)."""
-    kind, marker = "aggregate", "aggregate.json"
-
-    def tables(self):
-        return sorted(p.stem for p in self.path.glob("*.parquet"))
-
-    def _read(self, name):
-        return pq.read_table(self.path / f"{name}.parquet")
-
-    @property
-    def report(self):
-        p = self.path / "report.json"
-        return json.loads(p.read_text()) if p.is_file() else None
+def register(cls, first=None):
+    """Register a kind of output folder: ``cls``, an :class:`Outputs` subclass implementing
+    :class:`OutputKind`; it replaces a kind of the same name.  ``first``: True tries it before every
+    other, False after; None (default) by its ``precedence``.  Returns ``cls`` (a class decorator)."""
+    if not isinstance(cls, type) or not issubclass(cls, Outputs) or not cls.kind or not cls.marker:
+        raise TypeError(f"{cls!r}: not a kind of output folder (an Outputs subclass with kind and marker)")
+    KINDS[:] = [k for k in KINDS if k.kind != cls.kind]
+    if first is None:
+        KINDS.append(cls)
+        KINDS.sort(key=lambda k: k.precedence)
+    else:
+        KINDS.insert(0 if first else len(KINDS), cls)
+    return cls
 
 
-class Report(Outputs):
-    """``streamtrace report -o DIR`` (without the aggregate tables): ``summary`` is ``report.json``."""
-    kind, marker = "report", "report.json"
-
-
-class EpilogueRun(Outputs):
-    """``streamtrace epilogue`` output (``RUN_DIR/streamtrace`` or its ``-o``): the aggregate's tables,
-    and ``kernels``/``ops`` of every analysed iteration together.  ``analyses``: ``{folder name:
-    Analysis}``; ``aggregate``: the :class:`Aggregate` (None when it was not written)."""
-    kind, marker = "epilogue", "epilogue.json"
-
-    @property
-    def analyses(self) -> dict:
-        return {p.parent.name: Analysis(p) for p in sorted(self.path.glob("*/analysis"))
-                if (p / "summary.json").is_file()}
-
-    @property
-    def aggregate(self):
-        p = self.path / "aggregate"
-        return Aggregate(p) if (p / "aggregate.json").is_file() else None
-
-    def tables(self):
-        agg = self.aggregate
-        own = [n for n in ("kernels", "ops") if any(n in a.tables() for a in self.analyses.values())]
-        return own + (agg.tables() if agg is not None else [])
-
-    def _read(self, name):
-        if name in ("kernels", "ops"):
-            return pa.concat_tables([a.table(name) for a in self.analyses.values() if name in a.tables()])
-        return self.aggregate.table(name)
-
-
-class Diff(Outputs):
-    """``streamtrace diff -o DIR``: ``kernels``, ``ops``, ``groups``, ``ranks`` (one row per name,
-    group or rank pair; README "streamtrace diff"); ``summary`` is ``diff.json``.  Analyses
-    diff made of traces (``analysis-base``, ``analysis-test``) open with ``load(DIR / name)``."""
-    kind, marker = "diff", "diff.json"
-
-    def tables(self):
-        return [n for n in ("kernels", "ops", "groups", "ranks") if (self.path / f"{n}.parquet").is_file()]
-
-    def _read(self, name):
-        return pq.read_table(self.path / f"{name}.parquet")
-
-
-#: folder kinds in the order they are tried: (marker file, class); see :func:`register`
-KINDS: list = [("diff.json", Diff), ("epilogue.json", EpilogueRun), ("aggregate.json", Aggregate),
-               ("summary.json", Analysis), ("report.json", Report)]
-
-
-def register(cls, first=True):
-    """Add a folder kind: ``cls`` an :class:`Outputs` subclass with its ``kind`` and ``marker``
-    (the file that marks such a folder); tried before the others when ``first``."""
-    entry = (cls.marker, cls)
-    KINDS[:] = [k for k in KINDS if k[1].kind != cls.kind]
-    KINDS.insert(0, entry) if first else KINDS.append(entry)
+def kind_of(path):
+    """The registered kind (class) of the output folder ``path``, or None."""
+    p = Path(path)
+    return next((cls for cls in KINDS if (p / cls.marker).is_file()), None)
 
 
 def load(path) -> Outputs:
-    """The streamtrace output folder ``path`` as tables (see the module docstring): an analysis
-    (``analyze -o``), an aggregate (``aggregate -o``, ``report`` of analysed folders), an epilogue
-    run folder, a report, a diff (``diff -o``).  Raises :class:`~streamtrace.runtime.errors.StreamtraceError` when ``path`` is
-    none of these."""
-    p = Path(path)
-    for marker, cls in KINDS:
-        if (p / marker).is_file():
-            return cls(p)
-    raise StreamtraceError(f"{path}: not a streamtrace output folder (none of "
-                           f"{', '.join(m for m, _ in KINDS)} in it)")
+    """The streamtrace output folder ``path`` as tables (see the module docstring), of the kinds
+    registered so far (``streamtrace.load`` registers every stage's).  Raises
+    :class:`~streamtrace.runtime.errors.StreamtraceError` when ``path`` is none of these."""
+    cls = kind_of(path)
+    if cls is None:
+        raise StreamtraceError(f"{path}: not a streamtrace output folder (none of "
+                               f"{', '.join(k.marker for k in KINDS)} in it)")
+    return cls(path)

@@ -1,14 +1,17 @@
 """An aggregate folder (``streamtrace aggregate``'s output), as every later stage sees it: the
-names of its tables (:data:`TABLES`, :func:`owned`), ``aggregate.json`` read back and checked
+names of its tables (:data:`TABLES`), the folder as a kind of output folder (:class:`Aggregate`, its
+entries :func:`owned`), ``aggregate.json`` read back and checked
 (:func:`read_meta`), one table read back (:func:`read_aggregate_table`).  Light on purpose:
 ``report`` and the charts import this module, not the aggregation (no numba kernels to load).
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ..runtime.errors import DataError, StreamtraceError
 from ..events.dataset import read_json, read_table
+from ..events.load import Outputs, register
 
 EXPLAIN_TABLES = ("kernel_stats", "op_stats", "launch_stats", "idle_breakdown")
 """The explaining tables (:mod:`streamtrace.job.explain`)."""
@@ -19,12 +22,36 @@ TABLES = ("rank_phase", "ranks", "pipeline", "replicas", "iterations", "timeline
 """The tables ``aggregate`` writes (each ``NAME.parquet``, some also ``NAME.csv``)."""
 
 
-def owned(name: str) -> bool:
-    """The top-level entries of an aggregate folder: its tables, ``aggregate.json``, and the
-    report ``streamtrace report`` writes beside them (``report.json``, ``charts/``, ``*.md``)."""
-    stem, _, ext = name.rpartition(".")
-    return name in ("aggregate.json", "report.json", "charts") or name.endswith(".md") \
-        or (stem in TABLES and ext in ("parquet", "csv"))
+@register
+class Aggregate(Outputs):
+    """``streamtrace aggregate -o DIR`` as a kind of output folder
+    (:class:`~streamtrace.events.load.OutputKind`): every ``*.parquet`` table by its name; ``summary`` is
+    ``aggregate.json``; ``report``: the ``report.json`` written there (None when there is none)."""
+    kind, marker, precedence = "aggregate", "aggregate.json", 2
+
+    @classmethod
+    def owns(cls, name: str) -> bool:
+        """The top-level entries of an aggregate folder: its tables, ``aggregate.json``, and the
+        report ``streamtrace report`` writes beside them (``report.json``, ``charts/``, ``*.md``)."""
+        stem, _, ext = name.rpartition(".")
+        return name in (cls.marker, "report.json", "charts") or name.endswith(".md") \
+            or (stem in TABLES and ext in ("parquet", "csv"))
+
+    def tables(self):
+        return sorted(p.stem for p in self.path.glob("*.parquet"))
+
+    def _read(self, name):
+        import pyarrow.parquet as pq
+        return pq.read_table(self.path / f"{name}.parquet")
+
+    @property
+    def report(self):
+        p = self.path / "report.json"
+        return json.loads(p.read_text()) if p.is_file() else None
+
+
+owned = Aggregate.owns
+"""The top-level entries of an aggregate folder (:meth:`Aggregate.owns`)."""
 
 
 

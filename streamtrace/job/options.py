@@ -14,8 +14,8 @@ class AggregateOptions:
     Attributes:
         iterations: only these iterations (list of int: the trace file's iteration, as analyze's
             ``iteration=N`` partitions); None (default): all.
-        steps: only the kernels of these ProfilerStep numbers (list of int, ``ProfilerStep#N``);
-            None (default): all.
+        steps: only the kernels of these ProfilerStep numbers (tuple of int, ``ProfilerStep#N``; a list is
+            made a tuple); None (default): all.
         jobs: worker processes (int); 0 (default) = all cores.
         time_alignment: ``"global"`` (default; one clock through ``baseTimeNanoseconds``) or
             ``"individual"`` (each rank from its own start); see :mod:`streamtrace.job.alignment`.
@@ -39,7 +39,7 @@ class AggregateOptions:
             (:mod:`streamtrace.job.critical_path`); default True.
     """
     iterations: list | None = None
-    steps: list | None = None
+    steps: tuple | None = None
     jobs: int = 0
     time_alignment: str = "global"
     clock_sync: str | None = None
@@ -50,3 +50,7 @@ class AggregateOptions:
     consecutive_kernel_delay_ns: int = 30_000
     collective_bucket_rows: int = BUCKET_ROWS
     critical_path: bool = True
+
+    def __post_init__(self):
+        if self.steps is not None:            # one spelling: steps are a tuple in every options class
+            self.steps = tuple(self.steps)

@@ -25,7 +25,6 @@ class MergeOptions:
             :mod:`streamtrace.merge.clocks`).
         iterations: merge only these iterations (list of int: the trace folder's ``iteration_N``);
             None merges each iteration found, each into its own output.
-        iteration: deprecated (0.1 spelling of ``iterations=[N]``); None.
         jobs: worker processes; 0 = all cores.
         salvage: on a truncated file keep every complete event before the cut.
         progress: show a progress bar; None = only when stderr is a terminal.
@@ -46,7 +45,6 @@ class MergeOptions:
     window_ms: tuple | None = None
     align: str = "global"
     iterations: list | None = None
-    iteration: int | None = None
     jobs: int = 0
     salvage: bool = False
     progress: bool | None = None
@@ -57,8 +55,8 @@ class MergeOptions:
     validate: bool = True
 
     def __post_init__(self):
-        if self.iteration is not None and self.iterations is None:
-            self.iterations = [self.iteration]
+        if self.steps is not None:
+            self.steps = tuple(self.steps)
 
     def needs_survey(self) -> bool:
         """True when merge must read every rank once before rewriting it (time filters, alignment)."""

@@ -83,6 +83,9 @@ class SurveyTask:
     byte_range: tuple | None = None
     want_collectives: bool = False
 
+#: merge's warning when ``gpu_only`` found no GPU process (callers that say it otherwise leave it out)
+CPU_ONLY_WARNING = "no rank has a GPU process (a CPU-only run): --gpu-only merged the CPU processes instead"
+
 
 def merge(inputs, output, opt: MergeOptions | None = None, rank_map=None) -> list[dict]:
     """Merge the rank traces found in ``inputs`` (files, folders, globs) into
@@ -226,8 +229,7 @@ def _merge_files(files, output, opt, splits, t_start):
         if opt.gpu_only and not any(v.get("kind") == "gpu" for r in results for v in r["process_map"].values()):
             progress.close()
             res = _merge_files(files, output, replace(opt, gpu_only=False), splits, t_start)
-            res["warnings"].insert(0, "no rank has a GPU process (a CPU-only run): --gpu-only merged the CPU "
-                                      "processes instead")
+            res["warnings"].insert(0, CPU_ONLY_WARNING)
             res["cpu_only"] = True
             return res
         progress.close()

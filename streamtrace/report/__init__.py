@@ -1,22 +1,12 @@
 """Stage 5, the report: Markdown + ``report.json`` (:mod:`~streamtrace.report.markdown`) and charts
-(:mod:`~streamtrace.report.charts`, matplotlib) of an aggregated job; :func:`report` (also callable
-as ``streamtrace.report(...)``) aggregates analysed folders first when needed
-(:mod:`~streamtrace.report.run`).
+(:mod:`~streamtrace.report.charts`, matplotlib) of an aggregated job; :func:`report`
+(``streamtrace.report(...)``) aggregates analysed folders first when needed (:mod:`~streamtrace.report.run`);
+its options :class:`ReportOptions` (:mod:`~streamtrace.report.options`).
+
+The names are imported on first use (:mod:`streamtrace.runtime.stage`), so that
+``streamtrace.report.options`` (what the epilogue and the command line need) does not load the report itself.
 """
-import sys
-import types
+from ..runtime.stage import stage_package
 
-from .markdown import build_report, write_report
-from .run import ReportOptions, report
-
-__all__ = ["report", "ReportOptions", "write_report", "build_report"]
-
-
-class _ReportModule(types.ModuleType):
-    """``streamtrace.report`` is this package and, called, :func:`report`."""
-
-    def __call__(self, *args, **kwargs):
-        return report(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _ReportModule
+stage_package(__name__, lazy={"report": "run", "ReportOptions": "options",          # called: report(...)
+                              "write_report": "markdown", "build_report": "markdown"})

@@ -21,7 +21,6 @@ A step's time is the report's (``iterations.parquet``: the median over ranks of 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,29 +28,9 @@ from ..topology.hardware import dtype_key, gpu_spec
 from ..topology.trainconfig import (TrainConfig, from_megatron_args, from_torchtitan_toml,
                                     train_config_from_json)
 from ..job.folder import read_aggregate_table
+from .options import EfficiencyOptions
 from .flops import flops_per_token
 from .links import link_section
-
-
-@dataclass
-class EfficiencyOptions:
-    """Options of the Efficiency section (``streamtrace report`` / ``epilogue`` flags).
-
-    Attributes:
-        torchtitan_config: the job's TorchTitan TOML file (str); None: the config aggregate recorded,
-            else Megatron arguments in the topology, else none.
-        peak_tflops: dense peak TFLOP/s of one GPU (float), instead of the datasheet table's; None.
-        flops_per_token: model FLOPs per token, forward + backward (float), instead of the formula; None.
-        nic_gbps: network bandwidth per GPU, GB/s (float), for collectives that span hosts; None: the
-            platform's default (:mod:`streamtrace.topology.hardware`).
-        gpus_per_node: ranks per host when the trace file names give no host (int, default 8;
-            :mod:`streamtrace.report.links`).
-    """
-    torchtitan_config: str | None = None
-    peak_tflops: float | None = None
-    flops_per_token: float | None = None
-    nic_gbps: float | None = None
-    gpus_per_node: int = 8
 
 
 def job_config(meta: dict, opt: EfficiencyOptions) -> TrainConfig | None:

@@ -351,7 +351,7 @@ def write_report(aggdir, outdir=None, name=None, tokens_per_step=None, global_ba
     out = Path(outdir or aggdir)
     files = []
     if charts:
-        files = render_all(aggdir, out / "charts", opt=ChartOptions(formats=tuple(chart_formats), jobs=jobs,
+        files = render_all(aggdir, out / "charts", opt=ChartOptions(chart_formats=tuple(chart_formats), jobs=jobs,
                                                                     ranks=chart_ranks, progress=progress))
         files += idle_chart(rep.get("explain"), out / "charts" / "idle_breakdown", tuple(chart_formats))
         files += critical_chart(aggdir, out / "charts" / "critical_path", tuple(chart_formats))

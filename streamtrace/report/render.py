@@ -45,14 +45,15 @@ class ChartOptions:
     """Options of :func:`render_all`.
 
     Attributes:
-        formats: file formats, a tuple of ``"png"`` and/or ``"svg"`` (default ``("png",)``).
+        chart_formats: file formats, a tuple of ``"png"`` and/or ``"svg"`` (default ``("png",)``; the
+            spelling of :class:`~streamtrace.report.options.ReportOptions`).
         jobs: worker processes drawing charts (int); 0 (default) = all cores; 1 = this process.
         ranks: ranks that get per-rank charts (list of int); None (default): all when <= 8, else
             each stage of the first PP group plus the rank that was the straggler most often.
         max_groups: PP groups drawn (first N, default 16); max_replicas: replicas drawn (default 8).
         progress: a bar over the charts (bool); None (default): only on a terminal.
     """
-    formats: tuple = ("png",)
+    chart_formats: tuple = ("png",)
     jobs: int = 0
     ranks: list | None = None
     max_groups: int = 16
@@ -273,15 +274,15 @@ def render_all(aggdir, outdir, ranks=None, max_groups=16, max_replicas=8, log=No
     earlier run left there.  Returns the written paths in plan order.  Raises ValueError for an
     unknown format."""
     opt = opt or ChartOptions(ranks=ranks, max_groups=max_groups, max_replicas=max_replicas, progress=progress)
-    bad = [f for f in opt.formats if f not in C.FORMATS]
-    if bad or not opt.formats:
+    bad = [f for f in opt.chart_formats if f not in C.FORMATS]
+    if bad or not opt.chart_formats:
         raise ValueError(f"chart format {bad[0] if bad else ''!r}: use png or svg")
     data = load(aggdir, opt.ranks)
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     tasks = plan(data, aggdir, opt)
     C.pyplot()                               # import matplotlib once, before the workers fork
-    _RUN.update(data=data, tasks=tasks, out=str(out), formats=tuple(opt.formats))
+    _RUN.update(data=data, tasks=tasks, out=str(out), formats=tuple(opt.chart_formats))
     jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(tasks)))
     try:
         with progress_bar(len(tasks), "charts", "chart", opt.progress) as bar:

@@ -3,7 +3,6 @@ the report (:func:`streamtrace.report.markdown.write_report`)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..job.folder import owned
@@ -11,38 +10,9 @@ from ..job.options import AggregateOptions
 from ..runtime.files import output_folder
 from .efficiency import EfficiencyOptions
 from .markdown import write_report
+from .options import ReportOptions
 
-
-@dataclass
-class ReportOptions:
-    """Options of :func:`report` (the ``streamtrace report`` flags).
-
-    Attributes:
-        name: the run's name in the report and the Markdown file's name (str); None (default): the
-            job's, the folder that holds its traces (above ``iteration_N/``, ``tb/``, ...).
-        tokens_per_step: tokens per training step (int), for tokens/s; or give ``global_batch``
-            (sequences) and ``seq_len`` (tokens per sequence).  None (default): no throughput.
-        global_batch: global batch size in sequences (int), with ``seq_len``; None.
-        seq_len: sequence length in tokens (int), with ``global_batch``; None.
-        charts: render the charts into ``charts/`` (bool, default True).
-        chart_formats: their file formats, ``png`` and/or ``svg`` (tuple, default ``("png",)``).
-        jobs: processes drawing the charts (int); 0 (default) = all cores.
-        chart_ranks: ranks that get per-rank charts (sorted list of int); None (default): all up
-            to 8, else the first PP group's stages and the top straggler.
-        progress: a progress bar over the charts (bool); None (default): only on a terminal.
-        efficiency: the Efficiency section's inputs (:class:`~streamtrace.report.efficiency.EfficiencyOptions`:
-            ``--torchtitan-config``, ``--peak-tflops``, ``--flops-per-token``, ``--nic-gbps``); None: defaults.
-    """
-    name: str | None = None
-    tokens_per_step: int | None = None
-    global_batch: int | None = None
-    seq_len: int | None = None
-    charts: bool = True
-    chart_formats: tuple = ("png",)
-    jobs: int = 0
-    chart_ranks: list | None = None
-    progress: bool | None = None
-    efficiency: EfficiencyOptions | None = None
+__all__ = ["report", "ReportOptions", "EfficiencyOptions"]
 
 
 def report(dirs, outdir=None, opt: ReportOptions | None = None, aggregate_opt: AggregateOptions | None = None,

@@ -144,7 +144,7 @@ _ANALYZE = _READ + ("extract.extract_columns", "treestream._feed", "treestream._
 COMMANDS = {
     "merge": _MERGE,                       # merge validates its output
     "validate": _READ + ("scan.scan_bounds",) + _VALIDATE,
-    "demo": _MERGE,
+    "demo": tuple(dict.fromkeys(_MERGE + _ANALYZE + _INTERVALS + _STATS)),   # the epilogue on the demo job
     "analyze": _ANALYZE,
     "aggregate": _READ + _INTERVALS + _STATS,
     "report": _READ + _INTERVALS + _STATS,

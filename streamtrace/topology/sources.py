@@ -93,7 +93,8 @@ def from_trace_folder(folder) -> Topology:
             if c.is_file():
                 return load_topology(c)
     raise StreamtraceError(f"{folder}: no topology: the traces carry no distributedInfo.pg_config naming TP/DP/PP "
-                           f"groups and there is no topology file; give --tp/--pp/... or --topology FILE")
+                           f"groups and there is no topology file beside them; give one (streamtrace topology "
+                           f"--tp N --pp N --world-size N --write FILE writes one)")
 
 
 def from_json(data: dict, source: str) -> Topology:

@@ -52,6 +52,15 @@ def test_demo_command(tmp_path):
     assert len(doc["streamtrace"]["ranks"]) == 8
     names = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
     assert any(n.startswith("Rank 7 · GPU") for n in names) and any(n.startswith("Rank 0 · CPU") for n in names)
+    # the whole epilogue ran on the demo job: analysis Parquet, aggregate, report and charts, and the report is named
+    out = tmp_path / "d" / "streamtrace"
+    report = out / "demo.md"
+    assert f"report: {report.resolve()}" in r.stdout
+    assert "## " in report.read_text() and json.loads((out / "report.json").read_text())
+    assert sorted(p.name for p in (out / "iteration_10" / "analysis" / "kernels" / "iteration=10").iterdir()) == \
+        [f"rank={r}" for r in range(8)]
+    assert (out / "aggregate" / "ranks.parquet").exists() and any((out / "charts").glob("*.png"))
+    assert json.loads((out / "epilogue.json").read_text())["summary"]["failures"] == []
     assert run_cli("demo", tmp_path / "e", "--world-size", "6").returncode == 2       # a usage error
 
 

@@ -18,8 +18,14 @@ assert callable(streamtrace.merge) and callable(streamtrace.analyze) and callabl
 assert callable(streamtrace.aggregate) and callable(streamtrace.validate) and callable(streamtrace.load)
 assert callable(streamtrace.diff) and streamtrace.DiffOptions().name_key == "full"
 assert callable(streamtrace.epilogue.run) and isinstance(streamtrace.epilogue, types.ModuleType)
-import streamtrace.merge as m, streamtrace.analyze as a
-assert isinstance(m, types.ModuleType) and hasattr(m, "MergeOptions") and hasattr(a, "AnalyzeOptions")
+import importlib, streamtrace.merge.run, streamtrace.report.diff.compare as C   # imports as usual
+assert all(isinstance(getattr(streamtrace, n), types.ModuleType) and callable(getattr(streamtrace, n))
+           for n in ("merge", "validate", "analyze", "report", "diff"))      # the stages' packages, callable
+assert streamtrace.diff.__class__ is streamtrace.merge.__class__            # one class for all (runtime.stage)
+m, a = streamtrace.merge, streamtrace.analyze
+assert hasattr(m, "MergeOptions") and hasattr(a, "AnalyzeOptions") and hasattr(C, "compare")
+from streamtrace import merge, EpilogueOptions, ValidateOptions, DataError, OutputError
+assert merge is streamtrace.merge and EpilogueOptions().jobs == 0 and callable(streamtrace.load)
 print(streamtrace.__version__)
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
@@ -31,7 +37,7 @@ def _options():
     import streamtrace
     from streamtrace.epilogue import EpilogueOptions
     return [streamtrace.MergeOptions, streamtrace.AnalyzeOptions, streamtrace.AggregateOptions,
-            streamtrace.ReportOptions, streamtrace.DiffOptions, EpilogueOptions]
+            streamtrace.ReportOptions, streamtrace.DiffOptions, streamtrace.ValidateOptions, EpilogueOptions]
 
 
 @pytest.mark.parametrize("cls", _options(), ids=lambda c: c.__name__)
@@ -44,3 +50,53 @@ def test_every_option_field_is_documented(cls):
 def test_changelog_names_the_version():
     text = (ROOT / "CHANGELOG.md").read_text()
     assert "## 0.2.0" in text
+
+
+def test_to_pandas_without_pandas_is_one_line(tmp_path):
+    """pandas is not a dependency: ``load(...).to_pandas()`` without it says which package to install."""
+    code = f"""
+from streamtrace.runtime.tuning import skip_pandas
+skip_pandas()                                      # as if pandas were not installed
+import pyarrow as pa, pyarrow.parquet as pq, json, pathlib, streamtrace
+d = pathlib.Path({str(tmp_path)!r})
+(d / "diff.json").write_text(json.dumps({{"kind": "streamtrace-diff"}}))
+pq.write_table(pa.table({{"name": ["k"], "delta_ns": [1]}}), d / "kernels.parquet")
+out = streamtrace.load(d)
+assert out.kernels.num_rows == 1
+try:
+    out.to_pandas("kernels")
+except streamtrace.StreamtraceError as e:
+    print(e)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "pandas is not installed (pip install pandas)"
+
+
+def test_py_typed_is_shipped():
+    assert (ROOT / "streamtrace" / "py.typed").exists()
+    assert "py.typed" in (ROOT / "pyproject.toml").read_text()
+
+
+def test_epilogue_options_are_composed_of_the_report_s():
+    """EpilogueOptions holds a ReportOptions, not copies of its fields (``jobs`` is the epilogue's own:
+    the report gets the epilogue's); keywords of the report still work with ``run``."""
+    from streamtrace.epilogue import EpilogueOptions, with_options
+    from streamtrace.report.options import ReportOptions
+    own = {f.name for f in dataclasses.fields(EpilogueOptions)}
+    assert own & {f.name for f in dataclasses.fields(ReportOptions)} == {"jobs"}
+    opt = with_options(EpilogueOptions(), full=True, charts=False, tokens_per_step=4096, jobs=3)
+    assert opt.full and opt.jobs == 3 and opt.report == ReportOptions(charts=False, tokens_per_step=4096)
+    with pytest.raises(TypeError):
+        with_options(EpilogueOptions(), no_such_option=1)
+
+
+def test_one_spelling_per_concept():
+    import streamtrace
+    from streamtrace.report.render import ChartOptions
+    assert streamtrace.AggregateOptions(steps=[3, 4]).steps == (3, 4)
+    assert streamtrace.DiffOptions(base_steps=[4, 2], test_steps=[1, 3]).base_steps == (4, 2)     # pairs keep order
+    assert streamtrace.MergeOptions(steps=[12, 13]).steps == (12, 13)
+    names = {f.name for cls in (streamtrace.MergeOptions, ChartOptions, streamtrace.ReportOptions)
+             for f in dataclasses.fields(cls)}
+    assert "iteration" not in names and "formats" not in names and "chart_formats" in names

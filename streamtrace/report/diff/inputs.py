@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...analyze import AnalyzeOptions, analyze
+from ...analyze.outputs import Analysis
+from ...job.folder import Aggregate
 from ...runtime.errors import StreamtraceError, UsageError
 from ...events.dataset import partition_files
 
@@ -36,9 +38,10 @@ class DiffOptions:
             side, unpaired); None (default): the ranks both sides have.
         base_ranks: base ranks paired in order with ``test_ranks`` (list of int, same length); None.
         test_ranks: test ranks paired in order with ``base_ranks`` (list of int); None.
-        steps: ProfilerStep numbers kept on both sides (list of int); None (default): all.
-        base_steps: ProfilerStep numbers of the base side (list of int); None: all.
-        test_steps: ProfilerStep numbers of the test side (list of int); None: all.
+        steps: ProfilerStep numbers kept on both sides (tuple of int; a list is made a tuple); None (default): all.
+        base_steps: ProfilerStep numbers of the base side (tuple of int, paired in order with ``test_steps``);
+            None: all.
+        test_steps: ProfilerStep numbers of the test side (tuple of int); None: all.
         name_key: ``"full"`` (default): names as the trace has them; ``"short"``: kernel and op
             names without template arguments, argument lists and return type
             (:func:`streamtrace.report.diff.compare.short_name`), so instantiations of one kernel compare as one.
@@ -54,9 +57,9 @@ class DiffOptions:
     ranks: list | str | None = None
     base_ranks: list | None = None
     test_ranks: list | None = None
-    steps: list | None = None
-    base_steps: list | None = None
-    test_steps: list | None = None
+    steps: tuple | None = None
+    base_steps: tuple | None = None
+    test_steps: tuple | None = None
     name_key: str = "full"
     top: int = 10
     labels: tuple = ("base", "test")
@@ -64,6 +67,11 @@ class DiffOptions:
     jobs: int = 0
     analyze: object = None
     progress: bool | None = None
+
+    def __post_init__(self):
+        for name in ("steps", "base_steps", "test_steps"):     # one spelling: steps are a tuple everywhere
+            if getattr(self, name) is not None:
+                setattr(self, name, tuple(getattr(self, name)))
 
     def check(self):
         """Raise :class:`~streamtrace.runtime.errors.UsageError` for options that contradict each other."""
@@ -122,20 +130,20 @@ def analysed_dirs(path) -> list | None:
     p = Path(path)
     if not p.is_dir():
         return None
-    if (p / "summary.json").is_file():
+    if (p / Analysis.marker).is_file():
         return [p]
-    if (p / "aggregate.json").is_file():
+    if (p / Aggregate.marker).is_file():
         try:
-            ins = json.loads((p / "aggregate.json").read_text()).get("inputs") or []
+            ins = json.loads((p / Aggregate.marker).read_text()).get("inputs") or []
         except ValueError as e:
-            raise StreamtraceError(f"{p / 'aggregate.json'}: invalid JSON ({e})") from None
-        dirs = [Path(d) for d in ins if (Path(d) / "summary.json").is_file()]
+            raise StreamtraceError(f"{p / Aggregate.marker}: invalid JSON ({e})") from None
+        dirs = [Path(d) for d in ins if (Path(d) / Analysis.marker).is_file()]
         if not dirs:
             raise StreamtraceError(f"{p}: the analysed folders this aggregate was made from are gone "
                                    f"({', '.join(ins) or 'none listed'}); give them instead")
         return dirs
-    found = sorted(q.parent for q in p.glob("*/analysis/summary.json"))
-    if found or (p / "epilogue.json").is_file():
+    found = sorted(q.parent for q in p.glob(f"*/analysis/{Analysis.marker}"))
+    if found or (p / "epilogue.json").is_file():      # (the epilogue's kind is above this stage)
         if not found:
             raise StreamtraceError(f"{p}: an epilogue output without analysed iterations")
         return found

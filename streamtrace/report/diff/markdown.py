@@ -13,7 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from ...events.dataset import json_default
-from ...events.load import load
+from .compare import DIMENSIONS, compare, write_tables
+from .inputs import DiffOptions, list_text
+from .outputs import Diff
 from ...runtime.files import atomic_output, output_folder
 from ..charts import save
 from ..units import fmt_time, short_names, time_axis
@@ -37,7 +39,7 @@ def diff(base, test, outdir=None, opt: DiffOptions | None = None, log=None):
     :class:`~streamtrace.runtime.errors.StreamtraceError` on bad input."""
     opt = opt or DiffOptions()
     out = Path(outdir or "streamtrace-diff")
-    with output_folder(out, owned=_owned, inputs=[base, test]) as stage:
+    with output_folder(out, owned=Diff.owns, inputs=[base, test]) as stage:
         tabs = compare(base, test, stage, opt)
         _where(tabs.meta, stage, out)
         files = [str(p) for p in write_tables(stage, tabs)]
@@ -54,13 +56,7 @@ def diff(base, test, outdir=None, opt: DiffOptions | None = None, log=None):
             f.write(json.dumps(meta, indent=1, default=json_default).encode())
     if log:
         log(f"diff: {out / 'diff.md'}, {len(files) // 2} tables" + (f", {len(charts)} chart files" if charts else ""))
-    return load(out)
-
-
-def _owned(name: str) -> bool:
-    """What an earlier ``diff`` wrote at the top of its folder (replaced as a whole)."""
-    return (name in ("diff.md", "diff.json", "charts") or name.startswith("analysis-")
-            or name.rsplit(".", 1)[-1] in ("parquet", "csv"))
+    return Diff(out)
 
 
 def _where(meta: dict, stage: Path, out: Path) -> None:

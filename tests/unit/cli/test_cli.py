@@ -124,8 +124,10 @@ def test_progress_bar_only_on_a_terminal_or_when_asked():
 
 def test_analyze_prints_one_summary_line_for_many_ranks(monkeypatch, capsys):
     """64 ranks: one line (min/median/max), not 64; -v: one line per rank; -q: nothing."""
-    import streamtrace.analyze as A
+    import importlib
+
     from streamtrace.cli import main
+    A = importlib.import_module("streamtrace.analyze")      # the package (streamtrace.analyze is the function)
     ranks = [{"rank": r, "iteration": 10, "warnings": [],
               "devices": {str(r % 8): {"busy_us": 1000.0 * (r + 1), "comm_us": 500.0, "overlap_pct": 10.0 + r}}}
              for r in range(64)]
@@ -140,3 +142,50 @@ def test_analyze_prints_one_summary_line_for_many_ranks(monkeypatch, capsys):
     assert sum(line.startswith("rank ") for line in out) == 64
     assert main(["analyze", "x", "-o", "y", "-q"]) == 0
     assert capsys.readouterr().out == ""
+
+
+def _usage_error(argv, capsys):
+    """``main(argv)`` as the command runs it: a usage error's exit code and its stderr."""
+    from streamtrace.cli import main
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    return e.value.code, capsys.readouterr().err
+
+
+def test_option_typo_gets_did_you_mean_and_the_subcommand_help(capsys):
+    code, err = _usage_error(["merge", "x.json", "--gpu-onyl"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "--gpu-onyl" in err and "did you mean --gpu-only?" in err and "see streamtrace merge --help" in err
+    code, err = _usage_error(["analyze", "x.json", "--chuncked"], capsys)
+    assert code == 2 and "did you mean --chunked" in err and "streamtrace analyze --help" in err
+    code, err = _usage_error(["report", "x", "--zzzzzz"], capsys)      # nothing close: no guess
+    assert code == 2 and "did you mean" not in err and "streamtrace report --help" in err
+
+
+def test_snake_case_options_are_accepted_like_input_dir(tmp_path):
+    """``--gpu_only`` is ``--gpu-only``, as Megatron's ``--input_dir`` is accepted."""
+    from streamtrace.cli import build_parser, spell_options
+    p = build_parser()
+    assert spell_options(p, ["merge", "a", "--gpu_only", "--drop_cat=x"]) == ["merge", "a", "--gpu-only",
+                                                                              "--drop-cat=x"]
+    assert spell_options(p, ["merge", "--input_dir", "d"]) == ["merge", "--legacy-input-dir", "d"]
+    assert spell_options(p, ["topology", "--world_size", "8"]) == ["topology", "--world-size", "8"]
+    assert spell_options(p, ["demo", "x_y"]) == ["demo", "x_y"]                    # values are left alone
+
+
+def test_top_level_help_keeps_whole_sentences():
+    text = build_parser().format_help()
+    helps = {name: " ".join(sub.description.split()) for name, sub in _subparsers().items()}
+    flat = " ".join(text.split())
+    for name, desc in helps.items():
+        first = re.split(r"(?<!e\.g)(?<!i\.e)\.\s", desc)[0].rstrip(".") + "."
+        assert first in flat, (name, first)
+
+
+def test_topology_sizes_that_do_not_fit_are_a_usage_error(capsys, tmp_path):
+    from streamtrace.cli import main
+    assert main(["topology", "--tp", "3", "--world-size", "8"]) == 2
+    assert "not a multiple" in capsys.readouterr().err
+    assert main(["topology", "--from", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "--topology FILE" not in err and "streamtrace topology --tp" in err

@@ -1,5 +1,5 @@
 """``streamtrace.load``: output folders as tables, checked against pandas, pyarrow, DuckDB and polars
-reading the same files as the README shows (the interop examples as tests)."""
+reading the same files as the README and docs/analyze.md show (their examples run as tests)."""
 from __future__ import annotations
 
 import json
@@ -16,13 +16,14 @@ from streamtrace.runtime.errors import StreamtraceError
 from streamtrace.events.load import Outputs, register
 from streamtrace.job import AggregateOptions, aggregate
 from streamtrace.synth.job import SynthSpec, generate_job
+from support import code_blocks
 
 
 @pytest.fixture(scope="module")
 def outs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("load")
-    generate_job(tmp / "traces", SynthSpec(world_size=4, tp=2, pp=2, microbatches=2))
-    analyze([tmp / "traces"], tmp / "job42_iter10", AnalyzeOptions(jobs=1))
+    generate_job(tmp / "runs" / "job42", SynthSpec(world_size=4, tp=2, pp=2, microbatches=2))
+    analyze([tmp / "runs" / "job42"], tmp / "job42_iter10", AnalyzeOptions(jobs=1))
     aggregate([tmp / "job42_iter10"], tmp / "job42-agg", AggregateOptions(jobs=1))
     return tmp
 
@@ -33,7 +34,7 @@ def test_analysis_folder(outs):
     assert a.summary == json.loads((outs / "job42_iter10" / "summary.json").read_text())
     k = a.kernels
     assert isinstance(k, pa.Table) and k.schema.field("rank").type == pa.int64()
-    ref = pd.read_parquet(outs / "job42_iter10" / "kernels")                 # the README's pandas line
+    ref = pd.read_parquet(outs / "job42_iter10" / "kernels")                 # docs/analyze.md's pandas line
     assert k.num_rows == len(ref)
     assert k["dur_ns"].to_numpy().sum() == ref["dur_ns"].sum()
     got = a.to_pandas("kernels").groupby("rank").dur_ns.sum()
@@ -45,6 +46,21 @@ def test_analysis_folder(outs):
         g = g.reset_index(drop=True)
         kids = g[g.parent >= 0]
         assert (g.depth[kids.parent.to_numpy()].to_numpy() == kids.depth.to_numpy() - 1).all()
+
+
+def test_documented_blocks_run(outs, tmp_path, monkeypatch):
+    """The README's notebook block and docs/analyze.md's "Query the outputs" block, run as written
+    in a folder holding the job's traces as ``runs/job42``."""
+    (tmp_path / "runs").symlink_to(outs / "runs")
+    monkeypatch.chdir(tmp_path)
+    readme = [b for b in code_blocks("README.md") if "streamtrace.load(" in b]
+    query = [b for b in code_blocks("docs/analyze.md") if "duckdb.sql" in b]
+    assert len(readme) == len(query) == 1
+    for block in readme + query:
+        scope = {}
+        exec(compile(block, "<docs>", "exec"), scope)
+    ref = pd.read_parquet(outs / "job42_iter10" / "kernels")
+    assert len(scope["k"]) == len(ref) and scope["k"].dur_ns.sum() == ref.dur_ns.sum()
 
 
 def test_readme_interop_examples_run(outs):
@@ -74,7 +90,7 @@ def test_aggregate_folder(outs):
     assert g.summary["kind"] == "streamtrace-aggregate" and g.report is None
     assert {"kernel_stats", "op_stats", "launch_stats", "idle_breakdown"} <= set(g.tables())
     idle = g.to_pandas("idle_breakdown").query("stream == -1").groupby("rank")[["host_wait_ns", "other_ns"]].sum()
-    assert list(idle.index) == [0, 1, 2, 3]                             # the README's line
+    assert list(idle.index) == [0, 1, 2, 3]                             # docs/api.md's line
     with pytest.raises(StreamtraceError, match="no table 'kernels'"):
         g.table("kernels")
     with pytest.raises(AttributeError):
@@ -87,7 +103,7 @@ def test_diff_folder(outs):
     again = streamtrace.load(outs / "diff-41-42")
     assert d.kind == again.kind == "diff" and again.tables() == ["kernels", "ops", "groups", "ranks"]
     assert again.summary["kind"] == "streamtrace-diff"
-    assert len(again.to_pandas("kernels").query("change == 'added'")) == 0     # the README's line
+    assert len(again.to_pandas("kernels").query("change == 'added'")) == 0     # docs/api.md's line
     pd.testing.assert_frame_equal(again.to_pandas("ops"), pd.read_parquet(outs / "diff-41-42" / "ops.parquet"))
     via_agg = streamtrace.diff(outs / "job42-agg", outs / "job42_iter10", outs / "diff-agg",   # an aggregate: its inputs
                                streamtrace.DiffOptions(jobs=1, charts=False))
@@ -129,4 +145,23 @@ def test_not_an_output_folder_and_new_kinds(tmp_path):
         assert out.kind == "example" and out.changes.num_rows == 3
     finally:
         L.KINDS[:] = saved
-    assert [c.kind for _, c in L.KINDS] == ["diff", "epilogue", "aggregate", "analysis", "report"]
+    assert [c.kind for c in L.KINDS] == ["diff", "epilogue", "aggregate", "analysis", "report"]
+
+
+def test_one_protocol_per_kind_of_folder(tmp_path):
+    """Every kind is implemented once, in its stage, and says which files it owns: what the stage writes
+    (and what its output folder may replace) is what load reads."""
+    from streamtrace.events.load import KINDS, OutputKind
+    with pytest.raises(StreamtraceError):
+        streamtrace.load(tmp_path)                 # registers every stage's kind
+    where = {c.kind: c.__module__ for c in KINDS}
+    assert where == {"diff": "streamtrace.report.diff.outputs", "epilogue": "streamtrace.epilogue",
+                     "aggregate": "streamtrace.job.folder", "analysis": "streamtrace.analyze.outputs",
+                     "report": "streamtrace.report.outputs"}
+    for c in KINDS:
+        assert isinstance(c, OutputKind) or issubclass(c, Outputs)
+        assert c.owns(c.marker), c.kind
+    A = {c.kind: c for c in KINDS}
+    assert A["analysis"].owns("kernels") and not A["analysis"].owns("notes.txt")
+    assert A["aggregate"].owns("ranks.parquet") and A["aggregate"].owns("report.json")
+    assert A["diff"].owns("analysis-base") and A["epilogue"].owns("iteration_10")

@@ -261,7 +261,7 @@ def test_iterations(tmp_path):
     out = tmp_path / "m.json"
     res = merge([tmp_path / "run"], out, MergeOptions(jobs=1))
     assert [Path(r["output"]).name for r in res] == ["m_iter4.json", "m_iter5.json"]
-    res = merge([tmp_path / "run"], out, MergeOptions(jobs=1, iteration=5))
+    res = merge([tmp_path / "run"], out, MergeOptions(jobs=1, iterations=[5]))
     assert len(res) == 1 and res[0]["output"] == str(out) and res[0]["iteration"] == 5
 
 

@@ -76,13 +76,13 @@ def test_charts_read_only_the_charted_ranks_timeline_and_few_collective_columns(
 def test_svg_on_request_and_stale_files_removed(demo):
     out = demo / "svg"
     render_all(demo / "agg", out, opt=ChartOptions(ranks=[0], jobs=1))
-    files = render_all(demo / "agg", out, opt=ChartOptions(ranks=[0], jobs=1, formats=("svg",)))
+    files = render_all(demo / "agg", out, opt=ChartOptions(ranks=[0], jobs=1, chart_formats=("svg",)))
     assert files and all(p.suffix == ".svg" for p in files)
     assert sorted(out.iterdir()) == sorted(files)          # the PNGs of the run before are gone
     for p in files:
         assert ET.parse(p).getroot().tag.endswith("svg")
     with pytest.raises(ValueError):
-        render_all(demo / "agg", out, opt=ChartOptions(formats=("jpg",)))
+        render_all(demo / "agg", out, opt=ChartOptions(chart_formats=("jpg",)))
 
 
 def test_parallel_rendering_writes_the_same_files(demo):

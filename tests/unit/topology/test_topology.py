@@ -204,7 +204,7 @@ def test_cli(tmp_path):
     r = run_cli("topology", "--from", tmp_path / "t.txt")
     assert r.returncode == 0 and "PP groups" in r.stdout
     r = run_cli("topology", "--tp", 3, "--world-size", 8)
-    assert r.returncode == 1 and "not a multiple" in r.stderr
+    assert r.returncode == 2 and "not a multiple" in r.stderr          # sizes that do not fit: a usage error
     if CPU3D.is_dir():
         r = run_cli("topology", "--from", CPU3D, "--json")
         assert r.returncode == 0 and json.loads(r.stdout)["dp"] == DP

@@ -1,0 +1,29 @@
+"""The diff folder (``streamtrace diff -o DIR``) as a kind of output folder
+(:class:`~streamtrace.events.load.OutputKind`)."""
+from __future__ import annotations
+
+from ...events.load import Outputs, register
+
+TABLES = ("kernels", "ops", "groups", "ranks")
+"""The tables diff writes (each ``NAME.parquet`` and ``NAME.csv``)."""
+
+
+@register
+class Diff(Outputs):
+    """``streamtrace diff -o DIR``: ``kernels``, ``ops``, ``groups``, ``ranks`` (one row per name,
+    group or rank pair; docs/diff.md); ``summary`` is ``diff.json``.  Analyses diff made of traces
+    (``analysis-base``, ``analysis-test``) open with ``load(DIR / name)``."""
+    kind, marker, precedence = "diff", "diff.json", 0
+
+    @classmethod
+    def owns(cls, name: str) -> bool:
+        """What an earlier ``diff`` wrote at the top of its folder (replaced as a whole)."""
+        return (name in ("diff.md", cls.marker, "charts") or name.startswith("analysis-")
+                or name.rsplit(".", 1)[-1] in ("parquet", "csv"))
+
+    def tables(self):
+        return [n for n in TABLES if (self.path / f"{n}.parquet").is_file()]
+
+    def _read(self, name):
+        import pyarrow.parquet as pq
+        return pq.read_table(self.path / f"{name}.parquet")

@@ -1,0 +1,71 @@
+"""The documentation holds together: every relative link of README.md, CONTRIBUTING.md and docs/*.md names a file
+that exists (and a heading of it, for ``page.md#anchor``), mkdocs.yml's navigation lists every page,
+the README stays a front door (<= 200 lines), and its Python blocks are Python.  (The README's notebook
+block and analyze's "Query the outputs" block are run in tests/unit/events/test_load.py.)"""
+from __future__ import annotations
+
+import ast
+import re
+
+import pytest
+
+from support import ROOT, code_blocks
+
+PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def anchors(path) -> set:
+    """The anchors of a Markdown file's headings as mkdocs and GitHub spell them: lower case,
+    punctuation dropped, spaces to hyphens (fenced code skipped)."""
+    out, fence = set(), False
+    for line in path.read_text().splitlines():
+        if line.startswith("```"):
+            fence = not fence
+        elif not fence and line.startswith("#"):
+            text = line.lstrip("#").strip().lower()
+            out.add(re.sub(r"\s", "-", re.sub(r"[^\w\s-]", "", text)))
+    return out
+
+
+def links(path):
+    text = re.sub(r"(?ms)^```.*?^```", "", path.read_text())      # not the examples' brackets
+    return [t for t in LINK.findall(text) if not re.match(r"^[a-z][a-z0-9+.-]*:", t)]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(page):
+    bad = []
+    for target in links(page):
+        file, _, anchor = target.partition("#")
+        dest = (page.parent / file).resolve() if file else page
+        if not dest.exists():
+            bad.append(f"{target}: no such file")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            bad.append(f"{target}: no heading #{anchor} in {dest.name}")
+    assert not bad, f"{page.name}: " + "; ".join(bad)
+
+
+def test_mkdocs_nav_lists_every_page():
+    text = (ROOT / "mkdocs.yml").read_text()
+    nav = set(re.findall(r":\s*([\w.-]+\.md)\s*$", text, re.M))
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")}
+    assert nav == pages, f"in nav only: {nav - pages}; pages not in nav: {pages - nav}"
+
+
+def test_readme_is_a_front_door():
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 200
+
+
+def test_readme_python_blocks_parse():
+    blocks = code_blocks("README.md")
+    assert len(blocks) >= 2
+    for b in blocks:
+        ast.parse(b)
+
+
+def test_readme_setup_commands_are_ci_s():
+    """CI (.ci/run) runs the README's two set-up commands; they must be the same text."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    cmds = [line.split("#")[0].strip() for line in code_blocks("README.md", "bash")[0].splitlines() if line.strip()]
+    assert cmds and all(c in ci for c in cmds)
