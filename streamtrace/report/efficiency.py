@@ -21,7 +21,6 @@ A step's time is the report's (``iterations.parquet``: the median over ranks of 
 """
 from __future__ import annotations
 
-
 import numpy as np
 
 from ..topology.hardware import dtype_key, gpu_spec
