@@ -11,6 +11,7 @@ The Python API, after a plain ``import streamtrace`` (each name is imported on f
 * :func:`report` / :class:`ReportOptions` -- Markdown, JSON and charts;
 * :mod:`epilogue` (``streamtrace.epilogue.run(RUN_DIR)``) -- all of it after a training job;
 * :func:`diff` / :class:`DiffOptions` -- what changed between two runs (kernels, CPU ops, groups, ranks);
+* :func:`open` -- rank traces analysed and aggregated into a cache (reused when unchanged), loaded;
 * :func:`load` -- an output folder (analysis, aggregate, epilogue run, diff) as pyarrow / pandas / polars tables;
 * :mod:`capture` -- the training side (profiler schedule, trace handler, topology);
 * :class:`TraceReader`, :class:`TraceWriter`, :func:`discover` -- streaming read and write;
@@ -52,6 +53,7 @@ _API = {
     "ReportOptions": ("streamtrace.report", "ReportOptions"),
     "epilogue": ("streamtrace.epilogue", None),
     "EpilogueOptions": ("streamtrace.epilogue", "EpilogueOptions"),
+    "open": ("streamtrace.epilogue", "open_job"),
     "capture": ("streamtrace.topology.capture", None),
     "topology": ("streamtrace.topology", None),
     "diff": ("streamtrace.report.diff", None),

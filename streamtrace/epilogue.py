@@ -38,9 +38,10 @@ from pathlib import Path
 
 from .events.load import Outputs, register
 from .report.options import ReportOptions
-from .runtime.errors import UnknownRankError, UsageError
+from .runtime.errors import StreamtraceError, UnknownRankError, UsageError
 from .runtime.files import atomic_output, clean_stale
 from .runtime.fork import call_in_child
+from .runtime.stagelog import StageLog
 from .runtime.tuning import trim
 
 # The stages' modules (analyze, merge, job, report, trace) are imported inside the functions that
@@ -49,60 +50,6 @@ from .runtime.tuning import trim
 
 # peak RSS of one worker analysing in --chunked mode, for the --max-memory cap (GB)
 WORKER_GB = 0.6
-
-
-class _Log:
-    """The epilogue's log: lines on ``out`` (stderr), failures and notes kept for ``epilogue.json``.
-    In a stage's child process (:func:`~streamtrace.runtime.fork.call_in_child`) every entry is
-    relayed to the parent's log (:meth:`relay_to`, :meth:`replay`) instead."""
-
-    def __init__(self, out=None, quiet=False, verbose=False):
-        self.out = out or sys.stderr
-        self.quiet = quiet
-        self.verbose = verbose
-        self.failures: list = []
-        self.notes: list = []
-        self.send = None
-
-    def relay_to(self, send):
-        """In a stage's child process: pass every entry to ``send`` (to the parent's :meth:`replay`)."""
-        self.send = send
-
-    def replay(self, entry):
-        """An entry a stage's child process relayed: ``(method name, argument)``."""
-        method, arg = entry
-        {"final": self.final, "note": self.note, "failure": self.failure}[method](arg)
-
-    def info(self, msg):
-        if not self.quiet:
-            self.final(msg)
-
-    def final(self, msg):
-        if self.send is not None:
-            self.send(("final", msg))
-            return
-        print(f"[streamtrace epilogue] {msg}", file=self.out, flush=True)
-
-    def note(self, msg):
-        """Something missing that is not a failure (e.g. no GPU in a CPU-only run): logged, and kept in
-        ``epilogue.json`` → ``notes``."""
-        if self.send is not None:
-            self.send(("note", msg))
-            return
-        self.notes.append(msg)
-        self.info(f"note: {msg}")
-
-    def fail(self, stage, what, err):
-        line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        self.failure({"stage": stage, "file": str(what), "error": line})
-
-    def failure(self, entry: dict):
-        """Keep and log one failure ``{"stage", "file", "error"}``."""
-        if self.send is not None:
-            self.send(("failure", entry))
-            return
-        self.failures.append(entry)
-        self.final(f"FAILED {entry['stage']} ({entry['file']}): {entry['error']}")
 
 
 def _fingerprint(paths, **options) -> str:
@@ -136,7 +83,8 @@ def is_merged(head: dict) -> bool:
 
 
 def find_iterations(run_dir, log, outdir=None):
-    """``{iteration: [TraceFile]}`` for every readable rank trace under ``run_dir``; never a
+    """``{iteration: [TraceFile]}`` for every readable rank trace under ``run_dir`` (a folder, or a
+    list of files, folders and globs); never a
     merged trace (streamtrace's own header), nor anything under ``outdir`` or a ``streamtrace``
     folder (earlier outputs); unreadable files and folders, and rank files without a
     ``traceEvents`` array, are logged as failures."""
@@ -146,7 +94,7 @@ def find_iterations(run_dir, log, outdir=None):
     def skipped(path, msg):
         log.fail("discover", path, msg)
     try:
-        paths = expand_inputs([run_dir], skipped)
+        paths = expand_inputs([run_dir] if isinstance(run_dir, (str, os.PathLike)) else run_dir, skipped)
     except Exception as e:   # noqa: BLE001
         log.fail("discover", run_dir, e)
         return groups
@@ -320,7 +268,7 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
     "seconds"}``.  Never raises (``KeyboardInterrupt`` aside); with ``strict`` the CLI exits 1
     when anything failed."""
     opt = with_options(opt or EpilogueOptions(), **options)
-    log = _Log(log_file, opt.quiet, opt.verbose)
+    log = StageLog(log_file, opt.quiet, opt.verbose)
     t0 = time.time()
     run_dir = Path(run_dir)
     out = Path(opt.outdir) if opt.outdir else run_dir / "streamtrace"
@@ -333,13 +281,7 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
         out.mkdir(parents=True, exist_ok=True)
         clean_stale(out)                         # what a killed earlier run left in it
         state_path = out / "epilogue.json"
-        try:
-            state = json.loads(state_path.read_text()).get("state", {})
-        except (OSError, ValueError):
-            state = {}
-        jobs = opt.jobs or os.cpu_count() or 1
-        if opt.max_memory_gb:
-            jobs = max(1, min(jobs, int(opt.max_memory_gb / WORKER_GB)))
+        state, jobs = _read_state(state_path), _jobs(opt)
         topo = opt.topology or find_topology(run_dir)
         log.info(f"run {run_dir}: topology {topo or 'not found (the traces pg_config, if any)'}; {jobs} jobs")
         groups = _discover(opt, run_dir, log, out)
@@ -363,6 +305,83 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
     return summary
 
 
+def _read_state(path) -> dict:
+    """The stages' state kept in the JSON file ``path`` (``{"state": ...}``); ``{}`` when unreadable."""
+    try:
+        return json.loads(Path(path).read_text()).get("state", {})
+    except (OSError, ValueError):
+        return {}
+
+
+def _jobs(opt: EpilogueOptions) -> int:
+    """The worker processes: ``opt.jobs`` (0: every core), within ``opt.max_memory_gb``."""
+    jobs = opt.jobs or os.cpu_count() or 1
+    return max(1, min(jobs, int(opt.max_memory_gb / WORKER_GB))) if opt.max_memory_gb else jobs
+
+
+def open_job(traces, cache=None, **options):
+    """Analyse and aggregate the rank traces ``traces`` for a notebook (``streamtrace.open``), reusing
+    what is unchanged, and return the job's tables.
+
+    Each iteration is analysed into ``cache/iteration_<N>/analysis`` and all of them aggregated into
+    ``cache/aggregate``, by the epilogue's stages (:func:`run`): a stage whose inputs (path, size,
+    mtime of every trace and the topology) and options are those of its last successful run is
+    reused, not run again; its state is kept in ``cache/open.json``.
+
+    Parameters
+    ----------
+    traces : str, Path or list of them
+        Trace files, folders (searched recursively) and glob patterns, as :func:`streamtrace.analyze`
+        takes them; merged traces and earlier outputs are skipped.
+    cache : str or Path, optional
+        The cache folder.  Default: ``.streamtrace-cache`` in the folder given (or, for files and
+        globs, the folder holding them all), where ``analyze`` and ``epilogue`` do not look for traces.
+    **options
+        Fields of :class:`EpilogueOptions` (``jobs``, ``chunked``, ``topology``, ``torchtitan_config``,
+        ``quiet`` (default True here), ``isolate`` (default False here), ...).
+
+    Returns
+    -------
+    streamtrace.job.folder.Aggregate
+        ``streamtrace.load(cache/"aggregate")``: the aggregate's tables; ``.summary`` its
+        ``aggregate.json``.
+
+    Raises
+    ------
+    StreamtraceError
+        When no trace matches ``traces`` or no rank trace could be analysed (the first failure's
+        message); a rank that fails while others succeed is logged on stderr and left out.
+    UsageError
+        For options that cannot work together; ``TypeError`` for a name that is no option.
+    """
+    from .job.folder import Aggregate
+    from .trace.discover import expand_inputs
+    opt = with_options(EpilogueOptions(quiet=True, isolate=False), **options)
+    opt.check()
+    inputs = [traces] if isinstance(traces, (str, os.PathLike)) else list(traces)
+    first = Path(inputs[0]) if inputs else None
+    base = first if first is not None and first.is_dir() else \
+        Path(os.path.commonpath([str(Path(p).resolve().parent) for p in expand_inputs(inputs)]))
+    out = Path(cache) if cache is not None else base / ".streamtrace-cache"
+    log = StageLog(quiet=opt.quiet, verbose=opt.verbose, name="open")
+    out.mkdir(parents=True, exist_ok=True)
+    clean_stale(out)
+    state_path = out / "open.json"
+    topo = opt.topology or find_topology(base)
+    ctx = _Run(opt, _jobs(opt), topo, out, _read_state(state_path), log,
+               {"iterations": [], "ranks": 0, "stages": {}})
+    groups = {it: [tf.path for tf in files] for it, files in find_iterations(inputs, log, out).items()}
+    analysed = [a for it in sorted(groups, key=lambda k: (k is None, k or 0))
+                if (a := _analyze_stage(ctx, it, groups[it]))]
+    agg = _aggregate_stage(ctx, analysed)[0] if analysed else None
+    with atomic_output(state_path, compress=False) as f:
+        f.write(json.dumps({"summary": ctx.summary, "state": ctx.state}, indent=1, default=str).encode())
+    if agg is None:
+        why = log.failures[0]["error"] if log.failures else "no rank traces found"
+        raise StreamtraceError(f"{', '.join(map(str, inputs))}: nothing to open ({why})")
+    return Aggregate(agg)
+
+
 @dataclass
 class _Run:
     """What the stages of one epilogue run share."""
@@ -371,13 +390,25 @@ class _Run:
     topo: str | None
     out: Path
     state: dict
-    log: _Log
+    log: StageLog
     summary: dict
 
 
 def _iteration(ctx: _Run, it, paths) -> str | None:
     """Analyse and merge one iteration's rank traces (``paths``); returns its analysis folder when
     the analysis succeeded (or was reused)."""
+    tag = f"iteration_{it}" if it is not None else "traces"
+    adir = _analyze_stage(ctx, it, paths)
+    merged = ctx.out / tag / ("merged.json.gz" if ctx.opt.full else "merged_gpu.json.gz")
+    fp_merge = _fingerprint(paths, full=ctx.opt.full, stage="merge")
+    _, st = _stage(ctx, f"{tag}/merge", fp_merge, [merged], lambda: _merge(ctx, tag, paths, merged), "merge", tag)
+    ctx.summary["stages"][f"{tag}/merge"] = st
+    return adir
+
+
+def _analyze_stage(ctx: _Run, it, paths) -> str | None:
+    """The analyze stage of one iteration (reused when its traces and options are unchanged); returns
+    its analysis folder, None when the analysis failed."""
     opt, log, topo, jobs = ctx.opt, ctx.log, ctx.topo, ctx.jobs
     tag = f"iteration_{it}" if it is not None else "traces"
     ctx.summary["iterations"].append(it)
@@ -397,10 +428,6 @@ def _iteration(ctx: _Run, it, paths) -> str | None:
     ctx.summary["stages"][f"{tag}/analyze"] = st
     if res is not None:              # an Nsight Systems export holds several ranks
         ctx.summary["ranks"] = max(ctx.summary["ranks"], len(res.get("ranks", ())))
-    merged = ctx.out / tag / ("merged.json.gz" if opt.full else "merged_gpu.json.gz")
-    fp_merge = _fingerprint(paths, full=opt.full, stage="merge")
-    _, st = _stage(ctx, f"{tag}/merge", fp_merge, [merged], lambda: _merge(ctx, tag, paths, merged), "merge", tag)
-    ctx.summary["stages"][f"{tag}/merge"] = st
     return str(adir) if res is not None else None
 
 
@@ -455,11 +482,10 @@ def _mark_stage(ctx: _Run, agg):
         ctx.summary["stages"]["critical path marks"] = st
 
 
-def _job_stages(ctx: _Run, analysed, run_dir) -> str | None:
-    """Aggregate every analysed iteration, then write the report and charts; returns the
-    report's path (None when it was not written)."""
-    opt, log, topo = ctx.opt, ctx.log, ctx.topo
-    ropt = opt.report
+def _aggregate_stage(ctx: _Run, analysed) -> tuple:
+    """Aggregate every analysed iteration into ``ctx.out/aggregate`` (reused when unchanged); returns
+    ``(the aggregate folder or None when it failed, the stage's fingerprint)``."""
+    opt, topo = ctx.opt, ctx.topo
     agg = ctx.out / "aggregate"
 
     def do_aggregate():
@@ -471,7 +497,15 @@ def _job_stages(ctx: _Run, analysed, run_dir) -> str | None:
                       + ([opt.torchtitan_config] if opt.torchtitan_config else []), stage="aggregate", version=2)
     res, st = _stage(ctx, "aggregate", fp, [agg], do_aggregate, "aggregate", ", ".join(analysed))
     ctx.summary["stages"]["aggregate"] = st
-    if res is None:
+    return (agg if res is not None else None), fp
+
+
+def _job_stages(ctx: _Run, analysed, run_dir) -> str | None:
+    """Aggregate every analysed iteration, then write the report and charts; returns the
+    report's path (None when it was not written)."""
+    ropt = ctx.opt.report
+    agg, fp = _aggregate_stage(ctx, analysed)
+    if agg is None:
         return None
     _mark_stage(ctx, agg)
 
