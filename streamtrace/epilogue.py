@@ -259,14 +259,33 @@ def with_options(opt: EpilogueOptions, **options) -> EpilogueOptions:
 
 
 def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -> dict:
-    """Run the whole post-job pipeline on ``run_dir`` (see the module docstring), with ``opt`` (or
-    its fields, or its report's, given as keywords: ``run(d, full=True, charts=False)``;
-    :func:`with_options`).
+    """Run the whole post-job pipeline on ``run_dir`` (see the module docstring).
 
-    Returns the summary dict (also in ``RUN_DIR/streamtrace/epilogue.json``):
-    ``{"run_dir", "outdir", "iterations", "ranks", "report", "failures": [...], "stages": {...},
-    "seconds"}``.  Never raises (``KeyboardInterrupt`` aside); with ``strict`` the CLI exits 1
-    when anything failed."""
+    Parameters
+    ----------
+    run_dir : str or Path
+        The training job's folder (its iteration folders and topology, any layout discovery knows).
+    opt : EpilogueOptions, optional
+        The options (default ``EpilogueOptions()``).
+    log_file : file, optional
+        Where log lines go (default stderr).
+    **options
+        Fields of ``opt``, or of its report's, changed: ``run(d, full=True, charts=False)``
+        (:func:`with_options`).
+
+    Returns
+    -------
+    dict
+        The summary (also in ``OUTDIR/epilogue.json``): ``{"run_dir", "outdir", "iterations", "ranks",
+        "report", "failures": [...], "notes", "stages": {...}, "seconds"}``; the output folder itself:
+        ``streamtrace.load(summary["outdir"])``.
+
+    Raises
+    ------
+    Nothing
+        Every failure is logged and kept in ``failures`` (``KeyboardInterrupt`` aside); with ``strict``
+        the CLI exits 1 when anything failed.  ``TypeError`` for a keyword that is no option.
+    """
     opt = with_options(opt or EpilogueOptions(), **options)
     log = StageLog(log_file, opt.quiet, opt.verbose)
     t0 = time.time()

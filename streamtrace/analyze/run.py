@@ -55,7 +55,7 @@ class AnalyzeTask:
     slot: int = 0
 
 
-def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> dict:
+def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> Analysis:
     """Analyse every trace in ``inputs`` (files, folders, globs) into ``outdir``.
 
     Files run as tasks of the batch layer (:mod:`streamtrace.runtime.parallel`): a local
@@ -65,12 +65,34 @@ def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> dict:
 
     ``outdir`` is one unit (:func:`~streamtrace.runtime.files.output_folder`): everything is
     written into a staging folder beside it, workers included, which replaces ``outdir`` at
-    the end; an interrupted or failed run leaves ``outdir`` as it was.  Returns the summary
-    written to ``outdir/summary.json`` (README, "Outputs"; ``"warnings"``: folders and files
-    skipped while looking for the traces).  Raises :class:`StreamtraceError` on bad input when
-    the only input fails, :class:`~streamtrace.runtime.errors.RankConflictError` when two inputs are
-    one rank of one iteration, :class:`~streamtrace.runtime.errors.OutputError` when ``outdir``
-    cannot be written (checked before any work where possible)."""
+    the end; an interrupted or failed run leaves ``outdir`` as it was.
+
+    Parameters
+    ----------
+    inputs : list of str or Path
+        Trace files (Kineto JSON, Nsight Systems ``.sqlite``), folders (searched recursively), globs.
+    outdir : str or Path
+        The analysis folder (``kernels/`` and ``ops/`` Parquet, ``iteration=N/rank=R``; docs/analyze.md).
+    opt : AnalyzeOptions, optional
+        The options (default ``AnalyzeOptions()``).
+
+    Returns
+    -------
+    streamtrace.analyze.outputs.Analysis
+        The folder as ``streamtrace.load(outdir)`` returns it (tables ``kernels``, ``ops``, ...).  Its
+        ``summary`` is the dict written to ``outdir/summary.json`` (``ranks``, ``failed``: the files
+        that could not be read, with their error; ``warnings``: folders and files skipped while
+        looking for the traces), also read through the object: ``res["ranks"]``, ``res.get(...)``.
+
+    Raises
+    ------
+    StreamtraceError
+        On bad input when the only input fails.
+    RankConflictError
+        When two inputs are one rank of one iteration.
+    OutputError
+        When ``outdir`` cannot be written (checked before any work where possible).
+    """
     opt = opt or AnalyzeOptions()
     t0 = time.time()
     skipped = []
@@ -81,7 +103,7 @@ def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> dict:
         summary.update(notices=notices, seconds=round(time.time() - t0, 3), outdir=str(outdir), warnings=skipped)
         with atomic_output(stage / "summary.json", compress=False) as f:
             f.write(json.dumps(summary, indent=1).encode())
-    return summary
+    return Analysis.of(outdir, summary)
 
 
 def _analyze_tasks(tasks, opt) -> dict:

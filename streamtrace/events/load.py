@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar, Protocol, runtime_checkable
 
@@ -81,9 +82,16 @@ class OutputKind(Protocol):
         """Table ``name``, read."""
 
 
-class Outputs:
+class Outputs(Mapping):
     """One output folder (see the module docstring), the base of every kind's implementation.
-    ``path``: the folder; ``kind``; ``summary``: its JSON marker file as a dict."""
+    ``path``: the folder; ``kind``; ``summary``: its JSON marker file as a dict.
+
+    Also what the stage that writes such a folder returns (``streamtrace.analyze`` an ``Analysis``,
+    ``aggregate`` an ``Aggregate``, ``report`` a ``Report``, ``diff`` a ``Diff``; :meth:`of`), with
+    ``summary`` the dict the stage returned before it returned this object.  For the callers of that
+    dict, the object is also a read-only mapping over ``summary``: ``result["ranks"]``,
+    ``result.get(...)``, ``"ranks" in result``, ``keys()``/``items()``, ``len``, ``==`` a dict compare
+    ``summary`` (``dict(result)`` or ``result.summary`` for the dict itself, e.g. for ``json.dumps``)."""
     kind: ClassVar[str] = ""
     marker: ClassVar[str] = ""
     precedence: ClassVar[int] = 100
@@ -100,6 +108,23 @@ class Outputs:
         except (OSError, ValueError) as e:
             raise StreamtraceError(f"{self.path / self.marker}: cannot read it ({e})") from None
         self._cache: dict = {}
+
+    @classmethod
+    def of(cls, path, summary: dict):
+        """The folder ``path`` a stage has just written, with ``summary`` the dict the stage made (not
+        read back from the marker file: it may hold more, e.g. ``report``'s ``files``)."""
+        self = cls.__new__(cls)
+        self.path, self.summary, self._cache = Path(path), summary, {}
+        return self
+
+    def __getitem__(self, key):
+        return self.summary[key]
+
+    def __iter__(self):
+        return iter(self.summary)
+
+    def __len__(self):
+        return len(self.summary)
 
     def tables(self) -> list[str]:
         """The names of the tables this folder holds."""

@@ -81,7 +81,7 @@ from .opperf import write_op_perf
 from .p2p import p2p_rows, write_p2p
 from .timeline import join as join_timeline, write_part as write_timeline_part
 from .explain import part_tables, write_tables as write_explain
-from .folder import TABLES, owned, read_aggregate_table, read_meta  # noqa: F401 (re-exported)
+from .folder import TABLES, Aggregate, owned, read_aggregate_table, read_meta  # noqa: F401 (re-exported)
 from .options import AggregateOptions
 
 KIND_CODE = {"compute": 0, "communication": 1, "memory": 2}
@@ -306,15 +306,40 @@ def _pct(num, den):
     return None if not den else round(100.0 * num / den, 3)
 
 
-def aggregate(dirs, outdir, opt: AggregateOptions | None = None, log=None) -> dict:
-    """Aggregate analysed folders ``dirs`` into ``outdir`` (see the module docstring).  Returns the
-    ``aggregate.json`` dict.  ``outdir`` is one unit (written into a staging folder that
-    replaces it at the end, :func:`~streamtrace.runtime.files.output_folder`).  Raises
-    :class:`StreamtraceError` on bad input (:class:`~streamtrace.runtime.errors.DataError` naming a
-    damaged file of an analysed folder), :class:`~streamtrace.runtime.errors.OutputError` when
-    ``outdir`` cannot be written."""
+def aggregate(dirs, outdir, opt: AggregateOptions | None = None, log=None) -> Aggregate:
+    """Aggregate analysed folders ``dirs`` into ``outdir`` (see the module docstring).  ``outdir`` is
+    one unit (written into a staging folder that replaces it at the end,
+    :func:`~streamtrace.runtime.files.output_folder`).
+
+    Parameters
+    ----------
+    dirs : list of str or Path
+        Analysis folders (``streamtrace analyze -o``), one or more iterations of one job.
+    outdir : str or Path
+        The aggregate folder (its tables: :data:`~streamtrace.job.folder.TABLES`, docs/aggregate.md).
+    opt : AggregateOptions, optional
+        The options (default ``AggregateOptions()``).
+    log : callable, optional
+        Unused; kept for existing callers.
+
+    Returns
+    -------
+    streamtrace.job.folder.Aggregate
+        The folder as ``streamtrace.load(outdir)`` returns it (its tables as pyarrow, pandas,
+        polars).  Its ``summary`` is the ``aggregate.json`` dict, also read through the object:
+        ``res["ranks"]``, ``res.get("warnings")``.
+
+    Raises
+    ------
+    StreamtraceError
+        On bad input (:class:`~streamtrace.runtime.errors.DataError` naming a damaged file of an
+        analysed folder).
+    OutputError
+        When ``outdir`` cannot be written.
+    """
     with output_folder(outdir, owned=owned, inputs=dirs) as stage:
-        return aggregate_into(dirs, stage, opt)
+        meta = aggregate_into(dirs, stage, opt)
+    return Aggregate.of(outdir, meta)
 
 
 def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:

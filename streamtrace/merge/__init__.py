@@ -11,9 +11,10 @@ from ..runtime.stage import stage_package
 from .options import MergeOptions
 from .pids import ID_BITS, PID_STRIDE, PROCESS_META, unique_id
 from .rank import rewrite_dict
+from .result import MergeResult
 from .run import merge, merge_files
 
-__all__ = ["merge", "merge_files", "MergeOptions", "rewrite_dict", "unique_id", "ID_BITS", "PID_STRIDE",
+__all__ = ["merge", "merge_files", "MergeOptions", "MergeResult", "rewrite_dict", "unique_id", "ID_BITS", "PID_STRIDE",
            "PROCESS_META"]
 
 

@@ -53,6 +53,7 @@ from .output import merged_metadata, output_for_iteration, write_merged
 from .rank import RankPlan, merge_rank, warm_kernels
 from .clocks import plan_clock_sync
 from .survey import Survey, combine_surveys, metadata_task, plan_time, survey_rank
+from .result import MergeResult
 
 
 @dataclass
@@ -87,18 +88,41 @@ class SurveyTask:
 CPU_ONLY_WARNING = "no rank has a GPU process (a CPU-only run): --gpu-only merged the CPU processes instead"
 
 
-def merge(inputs, output, opt: MergeOptions | None = None, rank_map=None) -> list[dict]:
+def merge(inputs, output, opt: MergeOptions | None = None, rank_map=None) -> list[MergeResult]:
     """Merge the rank traces found in ``inputs`` (files, folders, globs) into
     ``output``.  Files from several iterations are merged per iteration
     (``<output>_iter<N>.json[.gz]``) unless ``opt.iterations`` picks one.
-    Returns one summary dict per output written (see :func:`merge_files`); a lone input with no
-    rank is merged as rank 0, with a ``notices`` entry in the first; the first one's
-    ``warnings`` start with what was skipped while looking for the traces (unreadable
-    folders, files without a ``traceEvents`` array).
-    Raises :class:`~streamtrace.runtime.errors.StreamtraceError` on bad input and
-    :class:`~streamtrace.runtime.errors.OutputError` for an output that cannot be written (checked
-    before any work where possible: a folder, a read-only folder, one of the inputs);
-    nothing is written then."""
+    A lone input with no rank is merged as rank 0.
+
+    Parameters
+    ----------
+    inputs : list of str or Path
+        Rank trace files, folders (searched recursively) and glob patterns.
+    output : str or Path
+        The merged trace (``.json`` or ``.json.gz``); per iteration ``<output>_iter<N>.json[.gz]``.
+    opt : MergeOptions, optional
+        The options (default ``MergeOptions()``).
+    rank_map : str or Path, optional
+        A JSON file ``{file name: rank}`` for traces whose rank is in neither the trace nor its name.
+
+    Returns
+    -------
+    list of MergeResult
+        One per trace written (:class:`~streamtrace.merge.result.MergeResult`; its ``summary`` is the
+        dict :func:`merge_files` describes, also read through it: ``res["events_out"]``).  The first
+        one's ``warnings`` start with what was skipped while looking for the traces (unreadable
+        folders, files without a ``traceEvents`` array); a lone input adds a ``notices`` entry.
+
+    Raises
+    ------
+    StreamtraceError
+        On bad input (no traces, ``ranks``/``iterations`` selecting none).
+    TraceError
+        A rank trace that is not readable JSON (its path and byte offset).
+    OutputError
+        An output that cannot be written (checked before any work where possible: a folder, a
+        read-only folder, one of the inputs); nothing is written then.
+    """
     opt = opt or MergeOptions()
     output = check_output_file(output)
     skipped = []
@@ -124,7 +148,7 @@ def merge(inputs, output, opt: MergeOptions | None = None, rank_map=None) -> lis
         [(g, output_for_iteration(output, it)) for it, g in order]
     for g, out in todo:
         check_output_file(out, inputs=[tf.path for tf in files])
-    results = [merge_files(g, out, opt) for g, out in todo]
+    results = [merge_files(g, out, opt) for g, out in todo]   # MergeResult, one per output
     results[0]["warnings"][:0] = skipped
     lone = [f.path for f in files if f.rank_source == LONE_FILE]
     if lone:
@@ -133,9 +157,10 @@ def merge(inputs, output, opt: MergeOptions | None = None, rank_map=None) -> lis
     return results
 
 
-def merge_files(files: list[TraceFile], output, opt: MergeOptions | None = None) -> dict:
+def merge_files(files: list[TraceFile], output, opt: MergeOptions | None = None) -> MergeResult:
     """Merge the given rank traces (one iteration) into ``output`` (``.json`` or
-    ``.json.gz``).  Returns a summary dict: ``output``, ``ranks``, ``iteration``, ``events_in``,
+    ``.json.gz``).  Returns a :class:`~streamtrace.merge.result.MergeResult`, whose ``summary``
+    (also readable through it as a mapping) holds: ``output``, ``ranks``, ``iteration``, ``events_in``,
     ``events_out``, ``bytes_in``, ``bytes_out``, ``seconds``, ``jobs``, ``warnings``, ``split``
     (ranks rewritten in byte ranges: their range count), ``ranges_redone``,
     ``worker_mb_per_s``, ``cpu_only`` (no rank has a GPU process; with ``gpu_only`` the CPU
@@ -149,6 +174,11 @@ def merge_files(files: list[TraceFile], output, opt: MergeOptions | None = None)
     With more than one worker, a trace of at least ``opt.split_threshold`` bytes is
     rewritten in byte ranges by several workers (:mod:`streamtrace.merge.ranges`) when that
     balances the work (:func:`split_pays`); the output is the same."""
+    return MergeResult.of(_merge_iteration(files, output, opt))
+
+
+def _merge_iteration(files: list[TraceFile], output, opt: MergeOptions | None = None) -> dict:
+    """:func:`merge_files`, its summary as a dict."""
     opt = opt or MergeOptions()
     t_start = time.time()
     output = check_output_file(output, inputs=[tf.path for tf in files])
@@ -173,7 +203,7 @@ def merge_files(files: list[TraceFile], output, opt: MergeOptions | None = None)
             for sf in splits.values():
                 remove_quietly(sf.tmp)
         if fallback:
-            return merge_files(files, output, replace(opt, split_threshold=None))
+            return _merge_iteration(files, output, replace(opt, split_threshold=None))
 
 
 def _merge_split(files, output, opt, splits, t_start, want):

@@ -11,26 +11,53 @@ from ..runtime.files import output_folder
 from .efficiency import EfficiencyOptions
 from .markdown import write_report
 from .options import ReportOptions
+from .outputs import Report
 
 __all__ = ["report", "ReportOptions", "EfficiencyOptions"]
 
 
 def report(dirs, outdir=None, opt: ReportOptions | None = None, aggregate_opt: AggregateOptions | None = None,
-           log=None) -> dict:
+           log=None) -> Report:
     """Write the report of an aggregate folder (``dirs`` = one folder holding ``aggregate.json``), or
     of analysed folders, which are aggregated first (into ``outdir``, default
     ``streamtrace-report``, with ``aggregate_opt``).  The report goes into ``outdir`` (default:
-    the aggregate folder).  Returns the report dict, its ``files`` first the Markdown, then
-    ``report.json``, then the charts; ``aggregated``: aggregate's result when it ran.
+    the aggregate folder).
 
     The report is one unit (:func:`~streamtrace.runtime.files.output_folder`): into a folder of
     its own, that folder is replaced at the end (with the aggregate it made, if any); into the
     aggregate folder, or a folder holding it (the epilogue's), the folder is replaced by a copy
     (hard links) of everything but the earlier report, plus the new one.  An interrupted or
     failed run leaves the folder as it was.
-    Raises :class:`~streamtrace.runtime.errors.StreamtraceError` on bad input
-    (:class:`~streamtrace.runtime.errors.DataError` naming a damaged file),
-    :class:`~streamtrace.runtime.errors.OutputError` when the output cannot be written."""
+
+    Parameters
+    ----------
+    dirs : str, Path or list of them
+        One aggregate folder, or analysis folders (aggregated first).
+    outdir : str or Path, optional
+        Where the report goes (see above).
+    opt : ReportOptions, optional
+        The report's options (default ``ReportOptions()``).
+    aggregate_opt : AggregateOptions, optional
+        The options of the aggregation, when ``dirs`` are analysis folders.
+    log : callable, optional
+        A function taking one line of progress, or None.
+
+    Returns
+    -------
+    streamtrace.report.outputs.Report
+        The report folder (:class:`~streamtrace.events.load.OutputKind`; ``streamtrace.load(outdir)``
+        gives the aggregate's tables when the folder holds them).  Its ``summary`` is the report
+        dict, also read through the object: ``rep["files"]`` (first the Markdown, then
+        ``report.json``, then the charts), ``rep["aggregated"]`` (aggregate's ``aggregate.json``
+        dict when it ran, else None).
+
+    Raises
+    ------
+    StreamtraceError
+        On bad input (:class:`~streamtrace.runtime.errors.DataError` naming a damaged file).
+    OutputError
+        When the output cannot be written.
+    """
     opt = opt or ReportOptions()
     dirs = [str(d) for d in ([dirs] if isinstance(dirs, (str, Path)) else dirs)]
     kw = dict(name=opt.name, tokens_per_step=opt.tokens_per_step, global_batch=opt.global_batch,
@@ -46,14 +73,14 @@ def report(dirs, outdir=None, opt: ReportOptions | None = None, aggregate_opt: A
             with output_folder(out, owned=owned, inputs=[aggdir]) as stage:
                 rep = write_report(aggdir, stage, final=out, **kw)
         rep["aggregated"] = None
-        return rep
+        return Report.of(out, rep)
     out = Path(outdir or "streamtrace-report")
     from ..job.aggregate import aggregate_into     # (numba kernels: only when it aggregates)
     with output_folder(out, owned=owned, inputs=dirs) as stage:
         agg = aggregate_into(dirs, stage, aggregate_opt or AggregateOptions())
         rep = write_report(stage, stage, final=out, shown=out, **kw)
     rep["aggregated"] = agg
-    return rep
+    return Report.of(out, rep)
 
 
 def aggregates(dirs) -> bool:

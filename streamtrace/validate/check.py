@@ -95,12 +95,31 @@ class ValidateOptions:
 
 
 def validate(path, salvage=False, opt: ValidateOptions | None = None) -> dict:
-    """Validate one trace file (plain or gzip JSON).
+    """Validate one trace file (plain or gzip JSON) for what Perfetto's importer relies on.
 
-    Returns ``{"path", "events", "problems": {name: count}, "notices": {name: count}, "ok": bool,
-    "tracks", "flows", "warnings"}`` (``tracks``: (pid, tid) tracks holding a checked ``X`` slice;
-    ``flows``: distinct flow ``(cat, id)`` keys).  Raises :class:`~streamtrace.runtime.errors.TraceError`
-    when the file is not readable JSON (truncated, corrupt gzip, invalid UTF-8 or JSON)."""
+    Parameters
+    ----------
+    path : str or Path
+        The trace.
+    salvage : bool, optional
+        Read a truncated file up to its last complete event (default False); ``opt.salvage`` when
+        ``opt`` is given.
+    opt : ValidateOptions, optional
+        The options (default ``ValidateOptions(salvage=salvage)``).
+
+    Returns
+    -------
+    dict
+        ``{"path", "events", "problems": {name: count}, "notices": {name: count}, "ok": bool,
+        "tracks", "flows", "warnings"}`` (``tracks``: (pid, tid) tracks holding a checked ``X`` slice;
+        ``flows``: distinct flow ``(cat, id)`` keys; the problems' names: :data:`PROBLEMS`).
+        Validate writes nothing, so its result is a plain dict, not an output folder.
+
+    Raises
+    ------
+    TraceError
+        When the file is not readable JSON (truncated, corrupt gzip, invalid UTF-8 or JSON).
+    """
     opt = opt or ValidateOptions(salvage=salvage)
     jobs = opt.jobs or os.cpu_count() or 1
     if jobs > 1 and not opt.salvage and size_hint(path, os.path.getsize(path)) >= opt.split_threshold:

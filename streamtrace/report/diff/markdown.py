@@ -29,14 +29,37 @@ METRIC_LABELS = {"step_ns": "step time (ProfilerStep)", "busy_ns": "GPU busy", "
 
 
 def diff(base, test, outdir=None, opt: DiffOptions | None = None, log=None):
-    """Compare run ``base`` with run ``test`` (analysed folders, aggregate or epilogue outputs, or
-    traces, which are analysed into ``outdir/analysis-base|test``) and write ``outdir`` (default
-    ``streamtrace-diff``): ``kernels``, ``ops``, ``groups``, ``ranks`` (``.parquet`` + ``.csv``),
-    ``diff.md``, ``charts/diff_top_deltas.png`` (``opt.charts``), ``diff.json``.  Returns
-    the folder as :func:`streamtrace.load` opens it (``.summary`` is ``diff.json``, ``.kernels``
-    ... pyarrow Tables, ``.to_pandas(name)``).  ``log``: a function taking one line, or None.
-    Raises :class:`~streamtrace.runtime.errors.UsageError` on contradicting options and
-    :class:`~streamtrace.runtime.errors.StreamtraceError` on bad input."""
+    """Compare run ``base`` with run ``test`` and write ``outdir``: ``kernels``, ``ops``, ``groups``,
+    ``ranks`` (``.parquet`` + ``.csv``), ``diff.md``, ``charts/diff_top_deltas.png`` (``opt.charts``),
+    ``diff.json``.
+
+    Parameters
+    ----------
+    base, test : str or Path
+        Each an analysed folder, an aggregate or epilogue output, or traces (a path or glob), which are
+        analysed into ``outdir/analysis-base|test`` first.
+    outdir : str or Path, optional
+        The diff folder (default ``streamtrace-diff``).
+    opt : DiffOptions, optional
+        The options (default ``DiffOptions()``).
+    log : callable, optional
+        A function taking one line of progress, or None.
+
+    Returns
+    -------
+    streamtrace.report.diff.outputs.Diff
+        The folder as :func:`streamtrace.load` opens it (``.summary`` is ``diff.json``, ``.kernels``
+        ... pyarrow Tables, ``.to_pandas(name)``).
+
+    Raises
+    ------
+    UsageError
+        On contradicting options.
+    StreamtraceError
+        On bad input (nothing to compare, no rank analysed).
+    OutputError
+        When ``outdir`` cannot be written.
+    """
     opt = opt or DiffOptions()
     out = Path(outdir or "streamtrace-diff")
     with output_folder(out, owned=Diff.owns, inputs=[base, test]) as stage:
