@@ -57,7 +57,7 @@ def run_demo(folder="streamtrace-demo", world_size=8, tp=2, pp=2, jobs=0, log=pr
         log(f"report: {Path(summary['report']).resolve()}")
     log(f"merged trace: {out.resolve()} (open it at https://ui.perfetto.dev, Open trace file)")
     log(f"done in {time.time() - t0:.1f} s")
-    return {"traces": str(folder / "traces"), "merged": str(out), "merge": res, "validate": rep,
+    return {"traces": str(folder / "traces"), "merged": str(out), "merge": res.summary, "validate": rep,
             "truth": truth, "report": summary and summary["report"], "epilogue": summary}
 
 
