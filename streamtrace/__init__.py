@@ -17,7 +17,10 @@ The Python API, after a plain ``import streamtrace`` (each name is imported on f
 * :class:`TraceReader`, :class:`TraceWriter`, :func:`discover` -- streaming read and write;
 * the errors of :mod:`streamtrace.runtime.errors`.
 
-Every stage is a plain function taking its options dataclass.  ``streamtrace.merge``,
+Every stage is a plain function taking its options dataclass; a stage that writes an output folder
+returns it as :func:`load` does (``analyze`` an ``Analysis``, ``aggregate`` an ``Aggregate``, ``report`` a
+``Report``, ``diff`` a ``Diff``; ``merge`` a list of ``MergeResult``), each also a read-only mapping over
+``.summary``, the dict these functions returned before (docs/api.md).  ``streamtrace.merge``,
 ``streamtrace.validate``, ``streamtrace.analyze``, ``streamtrace.report`` and ``streamtrace.diff`` are the
 stages' packages, callable as their functions (:class:`streamtrace.runtime.stage.StagePackage`), so that
 ``import streamtrace.merge.run as m`` and ``from streamtrace.merge import MergeOptions`` work as usual.  The package's
