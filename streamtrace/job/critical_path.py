@@ -8,8 +8,10 @@ then a small graph per (iteration, step) whose nodes are those anchors (times on
 aligned axis, clock offsets of ``--clock-sync collectives`` included):
 
 * every rank's reduced edges ``origin -> sink`` (weight: the local path's length);
-* every matched collective instance (``collectives_ranks.parquet``, point-to-point transfers
-  included): a barrier node at the last member's arrival, an edge of weight 0 from each member's
+* every matched collective instance (``collectives_ranks.parquet``, written by aggregate before
+  its workers run: NCCL kernels matched by sequence number or order, all-to-alls included, gloo
+  collectives and send / recv from the CPU ops; keyed by ``(part, correlation, stream)``,
+  point-to-point transfers included): a barrier node at the last member's arrival, an edge of weight 0 from each member's
   arrival to it (a member cannot finish before the last one arrives: a receive not before its
   send started) and from it to each member's end, weighted by that member's transfer time
   (end - last arrival);
@@ -75,6 +77,7 @@ class _StepGraph:
 
     def __init__(self):
         self.t, self.kind, self.part, self.local, self.name, self.stream = [], [], [], [], [], []
+        self.lane = []
         self.corr = []
         self.src, self.dst, self.w, self.etype = [], [], [], []
 
@@ -85,6 +88,7 @@ class _StepGraph:
         self.part += [p] * len(a["t_ns"])
         self.local += a["node"].tolist()
         self.name += list(a["name"])
+        self.lane += list(a["lane"])
         self.stream += a["stream"].tolist()
         self.corr += a["correlation"].tolist()
         o = np.argsort(a["node"])
@@ -114,6 +118,7 @@ class _StepGraph:
             self.part.append(-1)
             self.local.append(-1)
             self.name.append(self.name[arrivals[keys[0]]])
+            self.lane.append("")
             self.stream.append(-1)
             self.corr.append(-1)
             for k in keys:
@@ -195,7 +200,7 @@ def _segments(g: _StepGraph, path, spills: dict, rank_of: dict) -> list:
         else:
             end = v if typ == TRANSFER else u
             p = g.part[end]
-            lane = f"stream {g.stream[end]}"
+            lane = g.lane[end]
             cat = "comm_transfer" if typ == TRANSFER else "wait"
             rows.append((rank_of[p], lane, g.t[u], g.t[v], g.w[e] if typ == TRANSFER else 0, cat, g.name[end],
                          g.corr[end]))
