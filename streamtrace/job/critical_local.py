@@ -13,8 +13,13 @@ critical_path_analysis.py``; where it differs, see docs/critical-path.md).  Node
 * **launch -> kernel**: the runtime call (same ``correlation``) start -> the GPU event start
   (``launch_delay``); **stream order**: the previous GPU event's end on the stream -> the start
   (``kernel_gap``); **cross-stream wait**: the latest end on another stream of the device before
-  the start (Kineto does not link ``cudaStreamWaitEvent`` to its ``cudaEventRecord`` in the
-  columns analyze keeps, so the wait is inferred).  Of these the latest to happen is the one the
+  the start, only for the first event launched on its stream after a ``cudaStreamWaitEvent``
+  call of the rank (between the previous launch on that stream and its own: the wait is enqueued
+  on the stream and holds its next event; a trace with no wait calls at all: every event).  The
+  event recorded is not known: the traces here carry ``cudaStreamWaitEvent`` and
+  ``cudaEventRecord`` with a correlation id only, their flow events (``ac2g``) end nowhere, and
+  none has newer Kineto's ``cuda_sync`` GPU events (``wait_on_cuda_event_record_corr_id``), which
+  analyze does not keep (docs/critical-path.md).  Of these the latest to happen is the one the
   event waited for: its edge carries the time up to the start, the others weigh 0 (as HTA adds
   either the launch delay or the kernel-kernel delay, never both, by queue length).
 * **GPU event** start -> end (``compute_kernel``, ``memcpy`` for memory kinds).  A communication
@@ -63,6 +68,7 @@ consistent path)."""
 C = {c: i for i, c in enumerate(CATEGORIES)}
 SYNC_CALLS = re.compile(r"^(cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|cudaMemcpy|"
                         r"hipStreamSynchronize|hipDeviceSynchronize|hipEventSynchronize|hipMemcpy)$")
+WAIT_CALLS = ("cudaStreamWaitEvent", "hipStreamWaitEvent")
 STEP = re.compile(r"^ProfilerStep#(\d+)$")
 S_, A_, E_, T_ = 0, 1, 2, 3          # anchor kinds: step start, arrival, end, step end
 ANCHOR_COLUMNS = ("step", "node", "kind", "t_ns", "correlation", "stream", "name", "lane")
@@ -181,9 +187,11 @@ def _outside(op, is_start, cut) -> np.ndarray:
     return np.cumsum(d)[:-1] <= 0
 
 
-def _gpu(g: _Graph, k, rows, launch_node, launch_t, first, s0):
-    """Nodes and edges of the GPU events ``rows`` (one step).  Returns (start node, end node, is
-    communication) per row, in ``rows``' order (sorted by device, stream, start)."""
+def _gpu(g: _Graph, k, rows, launch_node, launch_t, first, s0, waits=None):
+    """Nodes and edges of the GPU events ``rows`` (one step).  ``waits``: the sorted start times
+    of the rank's stream-wait calls in the step (None: the trace records none, every event may
+    wait).  Returns (start node, end node, is communication) per row, in ``rows``' order (sorted
+    by device, stream, start)."""
     dev, stream, ts, te = (k[c][rows] for c in ("device", "stream", "ts_ns", "end_ns"))
     kind = k["kind"][rows]
     comm = kind == "communication"
@@ -207,6 +215,10 @@ def _gpu(g: _Graph, k, rows, launch_node, launch_t, first, s0):
         j = np.searchsorted(te[oe], ts[on], "right") - 1
         cand = np.where(j >= 0, oe[np.maximum(j, 0)], -1)
         x[on] = np.where((cand >= 0) & (stream[np.maximum(cand, 0)] != stream[on]), cand, -1)
+    if waits is not None:       # only the first event launched on its stream after a wait call waits
+        lo = np.where(prev >= 0, launch_t[np.maximum(prev, 0)], s0)
+        after = np.searchsorted(waits, launch_t, "left") - np.searchsorted(waits, lo, "right") > 0
+        x = np.where(after | (launch_node < 0), x, -1)
     cand_t = np.stack([np.where(launch_node >= 0, launch_t, NEG), np.where(prev >= 0, te[np.maximum(prev, 0)], NEG),
                        np.where(x >= 0, te[np.maximum(x, 0)], NEG)])
     bind = np.argmax(cand_t, axis=0)
@@ -274,7 +286,8 @@ def step_graph(ops, k, step, main_tid, s0, s1, calls=None):
         hit = ops["correlation"][rt][j] == k["correlation"][krows]
         launch_node[hit] = start_node[np.searchsorted(rows, rt[j[hit]])]
         launch_t[hit] = ops["ts_ns"][rt[j[hit]]]
-    sn, en, comm = _gpu(g, k, krows, launch_node, launch_t, first, s0)
+    waits = np.sort(ops["ts_ns"][rows[ops["is_wait"][rows]]]) if ops["any_wait"] else None
+    sn, en, comm = _gpu(g, k, krows, launch_node, launch_t, first, s0, waits)
     kend = k["end_ns"][krows]
     linked = _syncs(g, ops, rows, end_node, kend, en)
     cpu_a, cpu_e = _cpu_comm(g, ops, rows, runs, start_node, end_node, lanes)
@@ -385,6 +398,8 @@ def part_paths(job, part, spill, tables=None) -> dict:
     inv = enc.indices.fill_null(0).to_numpy(zero_copy_only=False)
     ops["is_step"] = np.asarray([bool(STEP.match(x)) for x in uniq] or [False], bool)[inv]
     ops["is_sync"] = np.asarray([bool(SYNC_CALLS.match(x)) for x in uniq] or [False], bool)[inv]
+    ops["is_wait"] = np.asarray([x in WAIT_CALLS for x in uniq] or [False], bool)[inv]
+    ops["any_wait"] = bool(ops["is_wait"].any())
     k["ts_ns"], k["end_ns"] = part.align(k["ts_ns"]), part.align(k["end_ns"])
     calls = None
     if has_runs(uniq):                                                 # a CPU-only (gloo) rank's collectives
