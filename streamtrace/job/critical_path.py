@@ -101,35 +101,44 @@ class _StepGraph:
 
     def add_collectives(self, arrivals: dict, ends: dict, members: dict):
         """``arrivals``/``ends``: ``{(part, correlation, stream): node}``; ``members``: see
-        :func:`_members`."""
+        :func:`_members`.  Edges appended in one batch (unmatched transfers first, then each
+        instance's waits and transfers), as lists: a per-edge call cost ~0.1 s at 1,024 ranks."""
         by_inst: dict = {}
+        t = self.t
+        src, dst, w, typ = [], [], [], []
         for key, a in arrivals.items():
-            i = members.get(key)
-            if i is None or key not in ends:
-                if key in ends:                            # unmatched: its own transfer
-                    self._edge(a, ends[key], self.t[ends[key]] - self.t[a], TRANSFER)
+            e = ends.get(key)
+            if e is None:
                 continue
-            by_inst.setdefault(i, []).append(key)
-        for keys in by_inst.values():
-            last = max(self.t[arrivals[k]] for k in keys)
-            b = len(self.t)
-            self.t.append(last)
+            i = members.get(key)
+            if i is None:                                  # unmatched: its own transfer
+                src.append(a)
+                dst.append(e)
+                w.append(int(t[e] - t[a]))
+                typ.append(TRANSFER)
+            else:
+                by_inst.setdefault(i, []).append((a, e))
+        for pairs in by_inst.values():
+            last = max(t[a] for a, _ in pairs)
+            b = len(t)
+            t.append(last)
             self.kind.append(-1)
             self.part.append(-1)
             self.local.append(-1)
-            self.name.append(self.name[arrivals[keys[0]]])
+            self.name.append(self.name[pairs[0][0]])
             self.lane.append("")
             self.stream.append(-1)
             self.corr.append(-1)
-            for k in keys:
-                self._edge(arrivals[k], b, 0, WAIT)
-                self._edge(b, ends[k], self.t[ends[k]] - last, TRANSFER)
+            for a, e in pairs:
+                src += (a, b)
+                dst += (b, e)
+                w += (0, int(t[e] - last))
+                typ += (WAIT, TRANSFER)
+        self.src += src
+        self.dst += dst
+        self.w += w
+        self.etype += typ
 
-    def _edge(self, u, v, w, typ):
-        self.src.append(u)
-        self.dst.append(v)
-        self.w.append(int(w))
-        self.etype.append(typ)
 
 
 def _order(g: _StepGraph, barrier_of_end: dict) -> np.ndarray:
@@ -219,7 +228,11 @@ def critical_paths(job, results: list, outdir) -> list:
         if not r:
             continue
         a, e = r["anchors"], r["edges"]
-        for st in np.unique(a["step"]).tolist():
+        own = set(a["step"].tolist())
+        for st in sorted(own):
+            if len(own) == 1:                              # the common case: no copies
+                steps.setdefault((job.iteration_of(p), st), []).append((p.index, a, e))
+                continue
             ma, me = a["step"] == st, e["step"] == st
             steps.setdefault((job.iteration_of(p), st), []).append(
                 (p.index, {c: v[ma] for c, v in a.items()}, {c: v[me] for c, v in e.items()}))
