@@ -63,8 +63,9 @@ def _step(names) -> int:
     return -1
 
 
-def _pairs(names) -> list:
-    """(call row, run row or -1) per ``c10d::`` call, the k-th call of a kind with the k-th run."""
+def call_runs(names) -> list:
+    """``[(call row, run row or -1)]`` per ``c10d::`` call among ``names`` (the part's op names, by
+    row): the k-th call of a kind with the k-th ``gloo:`` run of that kind (module docstring)."""
     calls, runs = {}, {}
     for i, n in enumerate(names):
         m = _CALL.match(n)
@@ -80,6 +81,11 @@ def _pairs(names) -> list:
     return out
 
 
+def has_runs(names) -> bool:
+    """Whether any of ``names`` (e.g. a column's distinct values) is a ``gloo:<op>`` run."""
+    return any(_RUN.match(n or "") for n in names)
+
+
 def gloo_comm(job, part, columns) -> dict:
     """The part's gloo collectives as :meth:`~streamtrace.job.alignment.Job.read_kernels`-like
     columns (``columns`` plus ``in_bytes`` / ``out_bytes`` / ``seq`` / splits at their unknown
@@ -90,7 +96,7 @@ def gloo_comm(job, part, columns) -> dict:
         names = t["name"].to_pylist()
         ts, dur, parent = (t[c].to_numpy() for c in ("ts_ns", "dur_ns", "parent"))
         topo = job.topology
-        for call, run in _pairs(names):
+        for call, run in call_runs(names):
             if run < 0:                   # no gloo: run (an NCCL rank without kernels): not a gloo call
                 continue
             up = _ancestors(call, parent, names)
