@@ -39,11 +39,9 @@ annotations (micro-batch = ordinal within the ProfilerStep), communication = ``c
 ``gloo:`` / ``nccl:`` ops, compute = the other CPU ops not inside a communication op, both clipped
 to the window; ``wall_ns`` = the window's duration.
 
-Pipeline bubble (per iteration, PP group, stage): the group's span runs from the first to the last
-forward/backward/recompute compute kernel of any of its stages; ``busy_ns`` = |union of the stage's
-forward/backward/recompute compute|; ``bubble_ns`` = span - busy; ``bubble_pct`` =
-100 x bubble / span (``bubble_pct``).  ``ideal_bubble_pct`` = 100 x (p - 1) / (m + p - 1) (1F1B, p stages,
-m micro-batches).
+Pipeline bubble (per iteration, PP group, stage; ``pipeline.parquet``, and each replica's mean in
+``replicas.parquet``): the group's span minus the stage's forward/backward/recompute windows, the
+one definition of :mod:`streamtrace.job.pipeline`.
 """
 from __future__ import annotations
 
@@ -74,6 +72,7 @@ from ..events.collmatch import mismatch_warning
 from .collective_spill import collectives_to
 from .groups import write_groups
 from .p2p import p2p_rows, write_p2p
+from .pipeline import pipeline_rows, replica_rows
 from .timeline import join as join_timeline, write_part as write_timeline_part
 from .explain import part_tables, write_tables as write_explain
 from .folder import TABLES, owned, read_aggregate_table, read_meta  # noqa: F401 (re-exported)
@@ -353,8 +352,8 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
         r["overlap_pct"] = _pct(r["overlap_ns"], r["comm_ns"])
     for r in rank_rows:
         r["step_ns"] = steps.get((r["rank"], r["iteration"], r["step"]))
-    pipe = _pipeline(topo, fb)
-    reps = _replicas(topo, rank_rows, pipe)
+    pipe = pipeline_rows(topo, phase_rows, fb)
+    reps = replica_rows(topo, rank_rows, pipe)
     iters = _iterations(rank_rows, steps)
     base = ["iteration", "step", "rank", "device", "source", "replica", "pp_group", "stage"]
     pcols = base[:5] + ["phase", "microbatch"] + base[5:] + ["start_ns", "end_ns", "compute_start_ns",
@@ -434,68 +433,6 @@ def _coords(topo) -> dict:
         for r in g:
             out.setdefault(r, {})["replica"] = ri
     return out
-
-
-def _pipeline(topo, fb) -> list:
-    """Bubble per (iteration, PP group, stage) from each stage's forward/backward compute."""
-    if topo is None:
-        return []
-    rows = []
-    by_rank: dict = {}                    # (rank, iteration, step) -> [values]: linear in ranks
-    for (rr, i2, s2, _), v in fb.items():
-        by_rank.setdefault((rr, i2, s2), []).append(v)
-    for it, step in sorted({(it, stp) for (_, it, stp, _) in fb}):
-        for gi, g in enumerate(topo.groups["pp"]):
-            stages = [(st, r, v) for st, r in enumerate(g) for v in by_rank.get((r, it, step), [])]
-            if not stages:
-                continue
-            lo = min(v[0] for _, _, v in stages)
-            hi = max(v[1] for _, _, v in stages)
-            p = len(g)
-            for st, r, (first, last, busy, nmb) in stages:
-                span = hi - lo
-                rows.append({"iteration": it, "step": step, "pp_group": gi, "stage": st, "rank": r, "stages": p,
-                             "microbatches": nmb, "span_start_ns": lo, "span_end_ns": hi, "span_ns": span,
-                             "first_ns": first, "last_ns": last, "busy_ns": busy, "bubble_ns": span - busy,
-                             "bubble_pct": 100 * (span - busy) / span if span > 0 else None,
-                             "ideal_bubble_pct": 100 * (p - 1) / (nmb + p - 1) if nmb + p - 1 > 0 else None})
-    return rows
-
-
-def _replicas(topo, rank_rows, pipe) -> list:
-    if topo is None:
-        return []
-    rows = []
-    rep_of = {r: ri for ri, g in enumerate(topo.replicas) for r in g}     # one pass each: linear in ranks
-    rows_of: dict = {}
-    for r in rank_rows:
-        rows_of.setdefault((r["iteration"], r["step"], rep_of.get(r["rank"])), []).append(r)
-    bub_of: dict = {}
-    for p in pipe:
-        if p["bubble_pct"] is not None:
-            bub_of.setdefault((p["iteration"], p["step"], rep_of.get(p["rank"])), []).append(p["bubble_pct"])
-    groups_of: dict = {}
-    for gi, pg in enumerate(topo.groups["pp"]):
-        if pg and all(rep_of.get(r) == rep_of.get(pg[0]) for r in pg):
-            groups_of.setdefault(rep_of.get(pg[0]), []).append(gi)
-    for it, step in sorted({(r["iteration"], r["step"]) for r in rank_rows}):
-        for ri, g in enumerate(topo.replicas):
-            rr = rows_of.get((it, step, ri), [])
-            if not rr:
-                continue
-            gs = groups_of.get(ri, [])
-            bub = bub_of.get((it, step, ri), [])
-            starts = [r["start_ns"] for r in rr if r["start_ns"] is not None]
-            ends = [r["end_ns"] for r in rr if r["end_ns"] is not None]
-            mean = lambda k: float(np.mean([r[k] for r in rr]))  # noqa: E731
-            rows.append({"iteration": it, "step": step, "replica": ri, "ranks": ",".join(map(str, g)), "n_ranks": len(rr),
-                         "pp_groups": ",".join(map(str, gs)), "start_ns": min(starts) if starts else None,
-                         "end_ns": max(ends) if ends else None,
-                         "span_ns": (max(ends) - min(starts)) if starts else None,
-                         "compute_ns_mean": mean("compute_ns"), "comm_ns_mean": mean("comm_ns"),
-                         "exposed_comm_ns_mean": mean("exposed_comm_ns"), "idle_ns_mean": mean("idle_ns"),
-                         "bubble_pct_mean": float(np.mean(bub)) if bub else None})
-    return rows
 
 
 def _iterations(rank_rows, steps) -> list:
