@@ -69,6 +69,7 @@ from ..runtime.progress import progress_bar
 from ..topology.sources import load_topology
 from .alignment import Job
 from ..events.collmatch import mismatch_warning
+from .collective_rows import RankDims, fill_dims
 from .collective_spill import collectives_to
 from .groups import write_groups
 from .p2p import p2p_rows, write_p2p
@@ -130,9 +131,12 @@ def _steps(part) -> dict:
 
 def _gpu_part(job, part):
     k = job.read_kernels(part, columns=("device", "ts_ns", "end_ns", "kind", "phase", "microbatch", "iteration",
-                                        "step", "name", "parallel_dim"))
+                                        "step", "name", "parallel_dim", "pg_ranks"))
     s, e = part.align(k["ts_ns"]), part.align(k["end_ns"])
     code = np.asarray([KIND_CODE.get(x, 0) for x in k["kind"]], np.int8)
+    dim = np.asarray(k["parallel_dim"], object).copy()
+    comm = code == 1                    # the collectives' dimension: a topology names what analyze did not
+    dim[comm] = fill_dims(dim[comm], np.asarray(k["pg_ranks"], object)[comm], getattr(job, "rank_dims", None))
     phase_rows, rank_rows, fb, timeline = [], [], {}, []
     it_dev = sorted(set(zip(k["iteration"].tolist(), k["step"].tolist(), k["device"].tolist())))
     for it, st, dev in it_dev:
@@ -155,7 +159,7 @@ def _gpu_part(job, part):
             us, ue = _iv.union(s[c], e[c])
             fb[(it, st, dev)] = (int(s[c].min()), int(e[c].max()), _iv.union_length(us, ue),
                              int(len(set(k["microbatch"][c & (k["phase"] == "forward")].tolist()))))
-        cat = np.where(code == 0, "compute", np.where(code == 2, "memory", "comm:" + k["parallel_dim"].astype(str)))
+        cat = np.where(code == 0, "compute", np.where(code == 2, "memory", "comm:" + dim.astype(str)))
         for cname in sorted(set(cat[m].tolist())):
             cm = m & (cat == cname)
             us, ue = _iv.union(s[cm], e[cm])
@@ -258,11 +262,13 @@ def _cpu_part(job, part):
 
 
 def part_view(job, index):
-    """A copy of ``job`` that carries only part ``index`` (``parts`` a one-entry dict, no topology):
+    """A copy of ``job`` that carries only part ``index`` (``parts`` a one-entry dict, no topology but
+    its rank's groups, ``rank_dims``: :class:`~streamtrace.job.collective_rows.RankDims`):
     what a worker needs, cheap to send (a task holding the whole job would cost O(ranks) to pickle,
     O(ranks^2) for all of them)."""
     view = copy.copy(job)
     view.parts = {index: job.parts[index]}
+    view.rank_dims = RankDims(job.topology, job.parts[index].rank) if job.topology is not None else None
     view.topology, view.warnings, view.dirs = None, [], []
     return view
 
