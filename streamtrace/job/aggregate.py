@@ -338,17 +338,7 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
         files += join_timeline(outdir, [r[3] for r in res])
     finally:
         shutil.rmtree(spill, ignore_errors=True)
-    phase_rows, rank_rows, fb, top, steps = [], [], {}, {}, {}
-    for part, (pr, rr, f, _, tp_, st, _) in zip(job.parts, res):
-        phase_rows += pr
-        rank_rows += rr
-        fb.update({(part.rank, it, stp, dev): v for (it, stp, dev), v in f.items()})
-        for n, (kind, cnt, tot) in tp_.items():
-            a = top.setdefault(n, [kind, 0, 0])
-            a[1] += cnt
-            a[2] += tot
-        for num, (_, d) in st.items():
-            steps[(part.rank, job.iteration_of(part), num)] = d
+    phase_rows, rank_rows, fb, top, steps = _gather(job, res)
     if not rank_rows:
         raise StreamtraceError(f"{', '.join(map(str, dirs))}: no GPU events and no ProfilerStep windows to aggregate"
                                + (f" in step(s) {sorted(job.steps)}" if job.steps else ""))
@@ -398,6 +388,24 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
     with atomic_output(outdir / "aggregate.json", compress=False) as f:
         f.write(json.dumps(meta, indent=1, default=json_default).encode())
     return meta
+
+
+def _gather(job, res) -> tuple:
+    """The parts' results (:func:`_part_job`, in part order) joined: phase rows, rank rows, the
+    forward/backward compute per (rank, iteration, step, device), top kernels ``{name: [kind,
+    count, total_ns]}`` and step durations per (rank, iteration, step)."""
+    phase_rows, rank_rows, fb, top, steps = [], [], {}, {}, {}
+    for part, (pr, rr, f, _, tp_, st, _) in zip(job.parts, res):
+        phase_rows += pr
+        rank_rows += rr
+        fb.update({(part.rank, it, stp, dev): v for (it, stp, dev), v in f.items()})
+        for n, (kind, cnt, tot) in tp_.items():
+            a = top.setdefault(n, [kind, 0, 0])
+            a[1] += cnt
+            a[2] += tot
+        for num, (_, d) in st.items():
+            steps[(part.rank, job.iteration_of(part), num)] = d
+    return phase_rows, rank_rows, fb, top, steps
 
 
 def _collective_warnings(opt, coll, job) -> list:
