@@ -177,3 +177,14 @@ def test_merge_and_aggregate_estimate_the_same_offsets(runs, name):
     merged = {str(r["rank"]): r["clock_offset_ns"] for r in st["ranks"]}
     assert agg == merged
     assert any(v != 0 for v in agg.values())                        # something was estimated
+
+
+def test_no_topology_said_as_it_is(runs):
+    """Megatron's traces have a pg_config (19 groups, pg_desc "undefined"), DLRM's none: the warning
+    says which, not "no pg_config" for both (raw JSON: distributedInfo)."""
+    for name, src in SETS.items():
+        with gzip.open(next(Path(src).glob("*.json.gz"))) as fh:
+            has = bool(json.load(fh)["distributedInfo"].get("pg_config"))
+        w = json.loads((runs[name]["dir"] / "agg" / "aggregate.json").read_text())["warnings"]
+        line = next(x for x in w if x.startswith("no topology"))
+        assert ("pg_config names no parallel dimension" in line) == has and ("no pg_config in" in line) != has
