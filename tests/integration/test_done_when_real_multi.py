@@ -188,3 +188,18 @@ def test_no_topology_said_as_it_is(runs):
         w = json.loads((runs[name]["dir"] / "agg" / "aggregate.json").read_text())["warnings"]
         line = next(x for x in w if x.startswith("no topology"))
         assert ("pg_config names no parallel dimension" in line) == has and ("no pg_config in" in line) != has
+
+
+def test_epilogue_of_the_dlrm_job(tmp_path):
+    """The epilogue (analyze, merge, aggregate, report in one) shows the same collectives."""
+    if not MULTI.is_dir():
+        pytest.skip("../shared/traces/real-multi is absent")
+    want, _ = expected(SETS["dlrm"])
+    r = run_cli("epilogue", SETS["dlrm"], "-o", tmp_path / "e", "-j", "2", "-q")
+    assert r.returncode == 0, r.stderr
+    md = next((tmp_path / "e").glob("*.md")).read_text()
+    rows = {row[0]: row for row in _table(md, "collective")}
+    for kind in ("AllToAll", "AllReduce"):
+        mine = [w for w in want if w["collective"] == kind]
+        assert rows[kind][2] == str(len(mine)) and rows[kind][3] == shown_bytes(sum(w["msg_bytes"] for w in mine))
+    assert "0.000" not in md
