@@ -281,7 +281,8 @@ class Job:
                         [c / n for n in ("streamtrace_topology.json", "parallel_topology.json") if (c / n).is_file()]
                     if hits:
                         return load_topology(hits[0])
-        self.warnings.append("no topology (no pg_config in the traces and no topology file): give --topology; "
+        why = "its pg_config names no parallel dimension" if entries else "no pg_config in the traces"
+        self.warnings.append(f"no topology ({why} and no topology file): give --topology; "
                              "pipeline and replica views are skipped")
         return None
 

@@ -188,12 +188,12 @@ def test_pipeline_bubble_of_the_gloo_3d_job_leaves_receive_waits_out(runs):
         for stage, r in enumerate(g):
             inside = _union(ws[r])
             got = rows[r]
-            assert abs(got["microbatch_ns"] - inside) <= 2_000 and abs(got["window_span_ns"] - (hi - lo)) <= 2_000
-            assert abs(got["outside_ns"] - (hi - lo - inside)) <= 4_000
+            assert abs(got["microbatch_ns"] - inside) <= 2_000 and abs(got["span_ns"] - (hi - lo)) <= 2_000
+            assert abs(got["bubble_ns"] - (hi - lo - inside)) <= 4_000
             line = next(line for line in md.splitlines()
                         if line.startswith(f"| 4 | 3 | {gi} | {stage} | {r} |"))
             assert f"| {shown_time(inside)} |" in line, line
-            assert got["outside_pct"] < 50                         # not the 97 % of "not computing"
+            assert got["bubble_pct"] < 50                         # not the 97 % of "not computing"
 
 
 def test_forward_inferred_without_forward_annotations(runs):
