@@ -318,6 +318,7 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
     out = Path(opt.outdir) if opt.outdir else run_dir / "streamtrace"
     summary = {"run_dir": str(run_dir), "outdir": str(out), "iterations": [], "ranks": 0, "report": None,
                "failures": log.failures, "notes": log.notes, "stages": {}}
+    new_folders = _new_folders(out)
     try:
         if not run_dir.is_dir():
             log.fail("epilogue", run_dir, "no such folder")
@@ -352,7 +353,36 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
                  f"report: {summary['report'] or 'none'}; outputs in {out} ({summary['seconds']:.1f} s)")
     except Exception as e:   # noqa: BLE001 - the promise: never raise into the caller
         log.fail("epilogue", run_dir, e)
+    except KeyboardInterrupt:      # Ctrl-C, SIGTERM: the stages removed their staging folders
+        _remove_empty(out, new_folders)
+        raise
     return summary
+
+
+def _new_folders(out: Path):
+    """What :func:`_remove_empty` may remove after an interruption: ``out`` when it does not
+    exist yet, and (by name) the folders it does not hold yet."""
+    try:
+        return None if not out.is_dir() else {p.name for p in out.iterdir()}
+    except OSError:
+        return set()
+
+
+def _remove_empty(out: Path, before):
+    """After an interruption: remove the empty folders this run made in ``out`` (its iteration
+    folders, whose stage was cut before it wrote anything), and ``out`` itself when this run made
+    it and it is empty.  ``before``: :func:`_new_folders`."""
+    try:
+        for p in out.iterdir():
+            if (before is None or p.name not in before) and p.is_dir() and not p.is_symlink():
+                try:
+                    p.rmdir()
+                except OSError:
+                    pass
+        if before is None:
+            out.rmdir()
+    except OSError:
+        pass
 
 
 @dataclass

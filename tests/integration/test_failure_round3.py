@@ -1,0 +1,94 @@
+"""Failure behaviour, round three (issue 33): Ctrl-C and SIGTERM end the epilogue in any stage;
+the epilogue finds the job among odd files, never deletes what it did not write, reads its paths
+right.  Helpers: tests/hostile.py; fixtures: tests/integration/conftest.py."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from hostile import cli, descendants, hidden_entries, kill_pids, snapshot, synth, tree_digest
+
+from support import ROOT
+
+
+def _epilogue_signalled(args, watch, sig, match, timeout=200):
+    """Start ``streamtrace epilogue ARGS`` in a process group of its own and send ``sig`` to the
+    whole group (a terminal's Ctrl-C, a scheduler's stop) once a new path under ``watch`` matches
+    the regex ``match``.  Returns (exit code or None when it hung, stderr, seconds after the
+    signal, fired)."""
+    before = snapshot(watch)
+    argv = [sys.executable, "-m", "streamtrace", "epilogue", *map(str, args)]
+    with tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, text=True, cwd=ROOT,
+                             start_new_session=True)
+        fired, t0, t_sig = False, time.monotonic(), None
+        try:
+            while p.poll() is None and time.monotonic() - t0 < timeout:
+                if any(re.search(match, k) for k in snapshot(watch) if k not in before):
+                    os.killpg(p.pid, sig)
+                    fired, t_sig = True, time.monotonic()
+                    break
+                time.sleep(0.002)
+            try:
+                p.wait(timeout=60)
+                code = p.returncode
+            except subprocess.TimeoutExpired:
+                code = None
+        finally:
+            if p.poll() is None:
+                kill_pids(descendants(p.pid) + [p.pid])
+                p.wait()
+        err.seek(0)
+        return code, err.read(), (time.monotonic() - t_sig) if fired else None, fired
+
+
+@pytest.fixture(scope="module")
+def epilogue_done(tmp_path_factory):
+    """An 8-rank synthetic job and its complete epilogue output (no charts)."""
+    base = tmp_path_factory.mktemp("epi")
+    synth(base / "job", world_size=8, tp=2, pp=2, steps=3, layers=4, microbatches=2)
+    r = cli("epilogue", base / "job", "-o", base / "out", "-j", "2", "--no-charts")
+    assert r.returncode == 0 and (base / "out" / "aggregate" / "aggregate.json").exists(), r
+    return base
+
+
+# ================================================================= 9: Ctrl-C never hangs
+
+@pytest.mark.parametrize("stage,match", [("analyze", r"\.analysis\.[^/]*staging/.*\.parquet$"),
+                                         ("aggregate", r"/\.aggregate\.[^/]*staging")])
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_epilogue_interrupted_in_a_stage_ends_cleanly(epilogue_done, tmp_path, stage, match, sig):
+    """Ctrl-C / SIGTERM to the epilogue's process group during its analyze or aggregate stage
+    (their pool workers busy): it ends within seconds with 130 / 143, one line, no traceback
+    of any thread, no staging folder, and the earlier outputs exactly as they were."""
+    job, out = tmp_path / "job", tmp_path / "out"
+    shutil.copytree(epilogue_done / "job", job)
+    shutil.copytree(epilogue_done / "out", out)
+    for f in sorted((job / "iteration_10").glob("rank_*"))[:1 if stage == "analyze" else 0]:
+        os.utime(f)                      # analyze has new input: it runs again
+    if stage == "aggregate":             # the analysis is reused, the aggregate redone
+        state = json.loads((out / "epilogue.json").read_text())
+        state["state"]["aggregate"]["fingerprint"] = "stale"
+        (out / "epilogue.json").write_text(json.dumps(state))
+    old = {k: v for k, v in tree_digest(out).items()      # (the copy's new paths: analyze and merge redone)
+           if stage == "analyze" or not k.startswith("iteration_") and k != "epilogue.json"}
+    code, err, after, fired = _epilogue_signalled([job, "-o", out, "-j", "2", "--no-charts"], out,
+                                                  getattr(signal, sig), match)
+    assert fired, f"the {stage} stage was not caught at work\n{err[-2000:]}"
+    assert code is not None, f"hung after {sig} in {stage}\n{err[-2000:]}"
+    assert code == {"SIGINT": 130, "SIGTERM": 143}[sig], err[-2000:]
+    assert after < 30, f"{after:.1f} s to end after {sig}"
+    assert "Traceback" not in err and "Exception ignored" not in err and "Error" not in err, err[-3000:]
+    assert hidden_entries(out) == [], f"left behind after {sig} in {stage}"
+    now = tree_digest(out)
+    assert {k: now.get(k) for k in old} == old, "the earlier outputs changed"
