@@ -132,11 +132,13 @@ def is_merged(head: dict) -> bool:
     return isinstance(st, dict) and st.get("kind") == "merged"
 
 
-def find_iterations(run_dir, log, outdir=None):
-    """``{iteration: [TraceFile]}`` for every readable rank trace under ``run_dir``; never a
-    merged trace (streamtrace's own header), nor anything under ``outdir`` or a ``streamtrace``
-    folder (earlier outputs); unreadable files and folders, and rank files without a
-    ``traceEvents`` array, are logged as failures."""
+def find_iterations(run_dir, log, outdir=None, topology=None, odd_files=None):
+    """``{iteration: [TraceFile]}`` for every readable rank trace under ``run_dir`` that belongs
+    to the job (:func:`streamtrace.topology.members.split_job`: the world size of ``topology``, a
+    topology file, else the one most files state); never a merged trace (streamtrace's own
+    header), nor anything under ``outdir`` or a ``streamtrace`` folder (earlier outputs);
+    unreadable files and folders, rank files without a ``traceEvents`` array and another job's
+    files are logged as failures (the last also appended to ``odd_files`` as "path: reason")."""
     from .trace.discover import expand_inputs, identify
     groups: dict = {}
 
@@ -162,6 +164,7 @@ def find_iterations(run_dir, log, outdir=None):
             continue
         if tf is not None and not is_merged(tf.head):
             groups.setdefault(tf.iteration, []).append(tf)
+    groups = _the_job(groups, topology, log, odd_files)
     for it, files in groups.items():
         seen = {}
         keep = []
@@ -175,17 +178,39 @@ def find_iterations(run_dir, log, outdir=None):
     return groups
 
 
-def _discover(opt, run_dir, log, outdir) -> dict:
-    """:func:`find_iterations` as ``{iteration: [path]}`` (rank order), run in a child process
-    with ``opt.isolate`` (reading 1,024 trace heads loads the byte scanner and ~40 MB of
-    metadata that the epilogue's process does not need)."""
+def _the_job(groups, topology, log, skipped) -> dict:
+    """``groups`` without the files of another job (:func:`~streamtrace.topology.members.split_job`),
+    each logged as a failure of discovery and appended to ``skipped``."""
+    from .topology.members import split_job
+    from .topology.sources import load_topology
+    world = None
+    if topology:
+        try:
+            world = load_topology(topology).world_size or None
+        except Exception:   # noqa: BLE001 - analyze reports the topology file's problem
+            world = None
+    keep, odd = split_job([tf for files in groups.values() for tf in files], world)
+    for tf, why in odd:
+        log.fail("discover", tf.path, why)
+        if skipped is not None:
+            skipped.append(f"{tf.path}: {why}")
+    kept = {id(tf) for tf in keep}
+    return {it: k for it, files in groups.items() if (k := [tf for tf in files if id(tf) in kept])}
+
+
+def _discover(opt, run_dir, log, outdir, topology=None) -> tuple[dict, list]:
+    """:func:`find_iterations` as ``({iteration: [path]}`` (rank order), ``[skipped file: reason]``),
+    run in a child process with ``opt.isolate`` (reading 1,024 trace heads loads the byte scanner
+    and ~40 MB of metadata that the epilogue's process does not need)."""
     def paths():
-        return {it: [tf.path for tf in files] for it, files in find_iterations(run_dir, log, outdir).items()}
+        skipped = []
+        groups = find_iterations(run_dir, log, outdir, topology, skipped)
+        return {it: [tf.path for tf in files] for it, files in groups.items()}, skipped
     try:
         return _in_stage_process(opt, log, paths)
     except Exception as e:   # noqa: BLE001 - its process died: logged, nothing to do
         log.fail("discover", run_dir, e)
-        return {}
+        return {}, []
 
 
 def _merged_file(path) -> bool:
@@ -335,9 +360,10 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
             jobs = max(1, min(jobs, int(opt.max_memory_gb / WORKER_GB)))
         topo = opt.topology or find_topology(run_dir)
         log.info(f"run {run_dir}: topology {topo or 'not found (the traces pg_config, if any)'}; {jobs} jobs")
-        groups = _discover(opt, run_dir, log, out)
+        groups, skipped = _discover(opt, run_dir, log, out, topo)
         if not groups:
             log.fail("discover", run_dir, "no rank traces found")
+        summary["skipped"] = skipped
         ctx = _Run(opt, jobs, topo, out, state, log, summary)
         analysed = [a for it in sorted(groups, key=lambda k: (k is None, k or 0))
                     if (a := _iteration(ctx, it, groups[it]))]
@@ -457,18 +483,31 @@ def _merge(ctx: _Run, tag, paths, merged) -> dict:
     raise RuntimeError("no readable rank trace left to merge")
 
 
+def _add_warnings(meta_path: Path, lines):
+    """Add ``lines`` to the ``warnings`` of an ``aggregate.json`` (the report shows them), rewritten
+    atomically."""
+    meta = json.loads(meta_path.read_text())
+    meta["warnings"] = list(meta.get("warnings") or []) + list(lines)
+    with atomic_output(meta_path, compress=False) as f:
+        f.write(json.dumps(meta, indent=1, default=str).encode())
+
+
 def _job_stages(ctx: _Run, analysed, run_dir) -> str | None:
     """Aggregate every analysed iteration, then write the report and charts; returns the
     report's path (None when it was not written)."""
     opt, log, topo = ctx.opt, ctx.log, ctx.topo
     agg = ctx.out / "aggregate"
 
+    skipped = ctx.summary.get("skipped") or []
+
     def do_aggregate():
         from .job.aggregate import AggregateOptions, aggregate
         aggregate(analysed, agg, AggregateOptions(jobs=ctx.jobs, topology=topo))
+        if skipped:
+            _add_warnings(agg / "aggregate.json", [f"not this job's, skipped by the epilogue: {s}" for s in skipped])
         return {"outdir": str(agg)}
     fp = _fingerprint([Path(a) / "summary.json" for a in analysed] + ([topo] if topo else []), stage="aggregate",
-                      version=2)
+                      version=2, skipped=skipped)
     res, st = _stage(ctx, "aggregate", fp, [agg], do_aggregate, "aggregate", ", ".join(analysed))
     ctx.summary["stages"]["aggregate"] = st
     if res is None:

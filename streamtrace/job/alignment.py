@@ -235,9 +235,11 @@ class Job:
         worlds: dict = {}
         for p in self.parts:
             if p.world_size:
-                worlds.setdefault(p.world_size, set()).add(str(p.dir))
-        if len(worlds) > 1:
-            return "world size " + " vs ".join(f"{w} ({_list(d)})" for w, d in sorted(worlds.items()))
+                worlds.setdefault(p.world_size, {}).setdefault(str(p.dir), set()).add(p.rank)
+        if len(worlds) > 1:     # which folders and ranks state which world size (issue 33)
+            return "world size " + " vs ".join(
+                f"{w} ({'; '.join(f'{_ranks(r)} in {d}' for d, r in sorted(by_dir.items()))})"
+                for w, by_dir in sorted(worlds.items()))
         seen: dict = {}
         for p in self.parts:
             key = (p.rank, p.iteration)
@@ -371,6 +373,18 @@ def column_numpy(col):
         idx = d.indices.fill_null(len(d.dictionary)).to_numpy(zero_copy_only=False)
         return values[idx] if len(idx) else np.zeros(0, object)
     return col.to_numpy(zero_copy_only=False)
+
+
+def _ranks(ranks) -> str:
+    """``rank 3`` / ``ranks 0-7, 12`` (runs of consecutive ranks as ranges)."""
+    rs, runs = sorted(ranks), []
+    for r in rs:
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    text = ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
+    return f"rank {text}" if len(rs) == 1 else f"ranks {text}"
 
 
 def _list(xs) -> str:

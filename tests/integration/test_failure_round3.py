@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from hostile import cli, descendants, hidden_entries, kill_pids, snapshot, synth, tree_digest
+from hostile import (assert_one_line_error, cli, cpu3d, descendants, hidden_entries, kill_pids, need_cpu3d, need_real, real,
+                     snapshot, synth, tree_digest)
 
 from support import ROOT
 
@@ -92,3 +93,67 @@ def test_epilogue_interrupted_in_a_stage_ends_cleanly(epilogue_done, tmp_path, s
     assert hidden_entries(out) == [], f"left behind after {sig} in {stage}"
     now = tree_digest(out)
     assert {k: now.get(k) for k in old} == old, "the earlier outputs changed"
+
+
+# ================================================================= 1: one odd file never costs the report
+
+def _stale_rank_run(tmp_path):
+    """The real cpu-3d job (8 ranks, TP2 x DP2 x PP2, world size 8 in every file) with two files of
+    other jobs in its iteration folder: a rank of a real 300-rank job (cpu_only_gloo_rank34_of300)
+    and rank 2 of an elastic restart at world size 4 (a cpu-3d file with its world size changed).
+    Returns (run folder, the two odd files)."""
+    need_cpu3d()
+    need_real()
+    run = tmp_path / "run"
+    it = cpu3d(run, ranks=range(8))
+    other = real("cpu_only_gloo_rank34_of300.json.gz", it / "stale_rank_0034.json")
+    doc = json.loads((it / "rank_0002_iter_4.pt.trace.json").read_text())
+    doc["distributedInfo"]["world_size"] = 4
+    restart = it / "restart_rank_0002.json"
+    restart.write_text(json.dumps(doc))
+    return run, [other, restart]
+
+
+def test_epilogue_finds_the_job_among_other_jobs_files(tmp_path):
+    """A run folder holding another job's rank files: the epilogue reports the job (8 ranks, as the
+    files that state world size 8 say), lists each odd file in epilogue.json failures and the
+    report, and exits 0 (1 with --strict)."""
+    run, odd = _stale_rank_run(tmp_path)
+    r = cli("epilogue", run, "-j", "1", "--no-charts")
+    assert r.returncode == 0, r
+    out = run / "streamtrace"
+    summary = json.loads((out / "epilogue.json").read_text())["summary"]
+    assert summary["report"] and Path(summary["report"]).is_file(), r
+    assert summary["ranks"] == 8, summary
+    failed = {Path(f["file"]).name: f["error"] for f in summary["failures"]}
+    for f in odd:
+        assert f.name in failed and "world size" in failed[f.name], failed
+    report = Path(summary["report"]).read_text()
+    for f in odd:
+        assert f.name in report, f"the report does not name the skipped {f.name}"
+    ranks = json.loads((out / "aggregate" / "aggregate.json").read_text())["ranks"]
+    assert ranks == list(range(8))
+    r = cli("epilogue", run, "-j", "1", "--no-charts", "--strict")
+    assert r.returncode == 1, r
+
+
+def test_aggregate_of_mixed_folders_names_the_ranks_that_disagree(tmp_path):
+    """aggregate keeps refusing two analyses of different jobs (one line, exit 1), naming the
+    folders, the ranks and what they disagree on; --force aggregates them."""
+    need_cpu3d()
+    a, b = tmp_path / "a", tmp_path / "b"
+    it = cpu3d(tmp_path / "job", ranks=(0, 1))
+    doc = json.loads((it / "rank_0001_iter_4.pt.trace.json").read_text())
+    doc["distributedInfo"]["world_size"] = 4
+    other = tmp_path / "other" / "rank_0003.json"
+    other.parent.mkdir()
+    doc["distributedInfo"]["rank"] = 3
+    other.write_text(json.dumps(doc))
+    assert cli("analyze", it, "-o", a, "-j", "1").returncode == 0
+    assert cli("analyze", other, "-o", b, "-j", "1").returncode == 0
+    r = cli("aggregate", a, b, "-o", tmp_path / "agg")
+    assert_one_line_error(r, a, b)
+    assert re.search(r"world size .*\b8 \(ranks 0-1 in [^)]*/a\)", r.last_err), r.last_err
+    assert re.search(r"world size .*\b4 \(rank 3 in [^)]*/b\)", r.last_err), r.last_err
+    r = cli("aggregate", a, b, "-o", tmp_path / "agg", "--force")
+    assert r.returncode == 0, r

@@ -1,0 +1,51 @@
+"""Which rank files of a run folder belong to the job: the epilogue's answer to a stale file from
+an earlier run, a file copied in, or an elastic restart at another size (issue 33).
+
+The job's world size is the topology's when one is given, else the one most rank files state
+(``distributedInfo.world_size``); a file that states another world size, or whose rank lies
+outside the job's world, is not the job's.  The files' heads only (the keys before
+``traceEvents``, :class:`~streamtrace.trace.discover.TraceFile`): nothing is read again."""
+from __future__ import annotations
+
+from collections import Counter
+
+
+def stated_world(head: dict) -> int | None:
+    """The ``distributedInfo.world_size`` a trace's head states (a positive int), else None."""
+    di = head.get("distributedInfo") if isinstance(head, dict) else None
+    w = di.get("world_size") if isinstance(di, dict) else None
+    return w if isinstance(w, int) and not isinstance(w, bool) and w > 0 else None
+
+
+def job_world(files, topology_world: int | None = None) -> tuple[int | None, str]:
+    """``(world size, where it comes from)`` of the job the rank files ``files`` (TraceFile) form:
+    ``topology_world`` (the topology file's) when given, else the world size most files state
+    (a tie: the larger world), else ``(None, "")`` when no file states one."""
+    if topology_world:
+        return int(topology_world), "the topology file"
+    counts = Counter(w for f in files if (w := stated_world(f.head)) is not None)
+    if not counts:
+        return None, ""
+    world, n = max(counts.items(), key=lambda kv: (kv[1], kv[0]))
+    return world, f"{n} of {sum(counts.values())} rank files"
+
+
+def split_job(files, topology_world: int | None = None) -> tuple[list, list]:
+    """``(the job's files, [(file, reason)])``: the files of ``files`` (TraceFile, any number of
+    iterations) that do not belong to the job :func:`job_world` finds, each with a one-line
+    reason ("world size 16, the job's is 8 (from 7 of 8 rank files)", "rank 9 is outside the
+    job's world size 8 (...)").  Files without a stated world size are kept."""
+    world, source = job_world(files, topology_world)
+    if world is None:
+        return list(files), []
+    keep, skipped = [], []
+    for f in files:
+        w = stated_world(f.head)
+        if w is not None and w != world:
+            skipped.append((f, f"another job's rank file? world size {w}, the job's is {world} (from {source}); "
+                               f"skipped"))
+        elif f.rank >= world:
+            skipped.append((f, f"rank {f.rank} is outside the job's world size {world} (from {source}); skipped"))
+        else:
+            keep.append(f)
+    return keep, skipped

@@ -1,0 +1,30 @@
+"""Which rank files form the job (streamtrace.topology.members, issue 33)."""
+from __future__ import annotations
+
+from streamtrace.topology.members import job_world, split_job
+from streamtrace.trace.discover import TraceFile
+
+
+def _tf(rank, world=None, name=None):
+    head = {"distributedInfo": {"rank": rank, "world_size": world}} if world is not None else {}
+    return TraceFile(name or f"r{rank}_{world}.json", rank, 1, "distributedInfo", head)
+
+
+def test_the_majority_world_size_is_the_job_and_the_others_are_skipped():
+    files = [_tf(r, 4) for r in range(4)] + [_tf(1, 2), _tf(9, 16), _tf(2)]
+    assert job_world(files) == (4, "4 of 6 rank files")
+    keep, odd = split_job(files)
+    assert [f.path for f in keep] == ["r0_4.json", "r1_4.json", "r2_4.json", "r3_4.json", "r2_None.json"]
+    assert [(f.path, "world size" in why) for f, why in odd] == [("r1_2.json", True), ("r9_16.json", True)]
+
+
+def test_the_topology_world_size_wins_and_a_rank_outside_it_is_skipped():
+    files = [_tf(r, 2) for r in range(2)] + [_tf(0), _tf(5)]
+    keep, odd = split_job(files, topology_world=4)
+    assert [f.path for f, _ in odd] == ["r0_2.json", "r1_2.json", "r5_None.json"]
+    assert "outside the job's world size 4" in odd[-1][1]
+
+
+def test_no_stated_world_size_keeps_everything():
+    files = [_tf(0), _tf(7), _tf(1, True)]        # a boolean is no world size
+    assert split_job(files) == (files, [])
