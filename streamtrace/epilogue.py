@@ -35,8 +35,8 @@ import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .runtime.errors import UnknownRankError, UsageError
-from .runtime.files import atomic_output, clean_stale
+from .runtime.errors import OutputError, StreamtraceError, UnknownRankError, UsageError
+from .runtime.files import atomic_output, check_output_folder, clean_stale
 from .runtime.fork import call_in_child
 from .runtime.tuning import trim
 
@@ -328,6 +328,47 @@ class EpilogueOptions:
             raise UsageError(f"bad --jobs {self.jobs}: give a number of processes, or 0 for all cores")
 
 
+def outdir_of(run_dir, opt: EpilogueOptions) -> Path:
+    """The epilogue's output folder: ``opt.outdir``, else ``RUN_DIR/streamtrace``."""
+    return Path(opt.outdir) if opt.outdir else Path(run_dir) / "streamtrace"
+
+
+def check_paths(run_dir, opt: EpilogueOptions) -> None:
+    """Before any work: ``run_dir`` is a readable folder, and the output folder
+    (:func:`outdir_of`) holds nothing but an earlier epilogue's outputs of the same run folder
+    (its ``epilogue.json``, ``iteration_*/``, ``aggregate/``, report and charts), does not hold
+    ``run_dir``, and is not the current folder.  Raises :class:`StreamtraceError` (the run
+    folder) or :class:`OutputError` (the output folder), one line naming the path."""
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        raise StreamtraceError(f"{run_dir}: no such run folder")
+    if not run_dir.is_dir():
+        raise StreamtraceError(f"{run_dir}: not a folder; give the training run's output folder")
+    if not os.access(run_dir, os.R_OK | os.X_OK):
+        raise StreamtraceError(f"{run_dir}: cannot read the run folder (permission denied)")
+    out = outdir_of(run_dir, opt)
+    prev = _earlier_run(out)
+    if prev.get("run_dir") and Path(prev["run_dir"]).resolve() != run_dir.resolve():
+        raise OutputError(out, f"holds the epilogue outputs of another run folder ({prev['run_dir']}), which this "
+                               f"run would replace; give another folder")
+    mine = {"epilogue.json", "aggregate", "report.json", "charts", "traces"}
+    if prev.get("report"):
+        mine.add(Path(prev["report"]).name)
+
+    def owned(name):
+        return name in mine or name.startswith("iteration_")
+    check_output_folder(out, owned, inputs=[run_dir])
+
+
+def _earlier_run(out: Path) -> dict:
+    """The ``summary`` of the ``epilogue.json`` in ``out`` ({} when none or unreadable)."""
+    try:
+        s = json.loads((out / "epilogue.json").read_text()).get("summary")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return s if isinstance(s, dict) else {}
+
+
 def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -> dict:
     """Run the whole post-job pipeline on ``run_dir`` (see the module docstring), with ``opt`` (or
     its fields given as keywords, e.g. ``run(d, full=True)``).
@@ -340,13 +381,15 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
     log = _Log(log_file, opt.quiet, opt.verbose)
     t0 = time.time()
     run_dir = Path(run_dir)
-    out = Path(opt.outdir) if opt.outdir else run_dir / "streamtrace"
+    out = outdir_of(run_dir, opt)
     summary = {"run_dir": str(run_dir), "outdir": str(out), "iterations": [], "ranks": 0, "report": None,
                "failures": log.failures, "notes": log.notes, "stages": {}}
     new_folders = _new_folders(out)
     try:
-        if not run_dir.is_dir():
-            log.fail("epilogue", run_dir, "no such folder")
+        try:
+            check_paths(run_dir, opt)
+        except StreamtraceError as e:
+            log.fail("epilogue", getattr(e, "path", run_dir), getattr(e, "message", e))
             return summary
         out.mkdir(parents=True, exist_ok=True)
         clean_stale(out)                         # what a killed earlier run left in it

@@ -29,7 +29,7 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
              topology=None, tokens_per_step=None, global_batch=None, seq_len=None, no_charts=False,
              chart_format="png", chart_ranks=None, quiet=False, verbose=False):
     """After a training job: analyse, merge, aggregate, report and chart every iteration."""
-    from ..epilogue import EpilogueOptions, run      # (the CLI's convention: see streamtrace.cli)
+    from ..epilogue import EpilogueOptions, check_paths, run      # (the CLI's convention: see streamtrace.cli)
     from ..runtime.fork import call_in_child
     con = Console(quiet, verbose)
     opt = EpilogueOptions(full=full, chunked=not in_memory, jobs=parse_jobs(jobs), max_memory_gb=max_memory,
@@ -39,6 +39,7 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
                           chart_ranks=parse_list(chart_ranks, "--chart-ranks") if chart_ranks else None,
                           quiet=quiet, verbose=verbose)
     opt.check()
+    check_paths(run_dir, opt)     # a run folder that is not there, an output folder not the epilogue's: exit 1
     if opt.isolate:      # numba and the kernels stay out of this process: each stage's process loads its own
         call_in_child(lambda: prepare_kernels("epilogue", con, opt.jobs))
     else:

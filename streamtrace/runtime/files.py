@@ -294,6 +294,13 @@ def output_folder(outdir, owned=None, carry=None, inputs=()):
         raise
 
 
+def check_output_folder(outdir, owned=None, inputs=()):
+    """:func:`output_folder`'s checks of ``outdir`` alone, for a command that writes a folder of
+    output folders (the epilogue): raises :class:`OutputError` as :func:`output_folder` does."""
+    outdir = Path(os.path.realpath(outdir) if os.path.islink(outdir) else os.path.abspath(outdir))
+    _check_replaceable(outdir, owned, inputs)
+
+
 def _check_replaceable(outdir: Path, owned, inputs):
     """:func:`output_folder`'s checks of an output folder before any work."""
     if os.path.lexists(outdir) and not outdir.is_dir():

@@ -2,8 +2,9 @@
 an earlier run, a file copied in, or an elastic restart at another size (issue 33).
 
 The job's world size is the topology's when one is given, else the one most rank files state
-(``distributedInfo.world_size``); a file that states another world size, or whose rank lies
-outside the job's world, is not the job's.  The files' heads only (the keys before
+(``distributedInfo.world_size``); a file that states another world size is not the job's.  A
+file that states none is kept (its rank, from its name, may still be wrong: analyze and
+aggregate say so).  The files' heads only (the keys before
 ``traceEvents``, :class:`~streamtrace.trace.discover.TraceFile`): nothing is read again."""
 from __future__ import annotations
 
@@ -33,8 +34,8 @@ def job_world(files, topology_world: int | None = None) -> tuple[int | None, str
 def split_job(files, topology_world: int | None = None) -> tuple[list, list]:
     """``(the job's files, [(file, reason)])``: the files of ``files`` (TraceFile, any number of
     iterations) that do not belong to the job :func:`job_world` finds, each with a one-line
-    reason ("world size 16, the job's is 8 (from 7 of 8 rank files)", "rank 9 is outside the
-    job's world size 8 (...)").  Files without a stated world size are kept."""
+    reason ("... world size 16, the job's is 8 (from 7 of 8 rank files) ...").  Files without a
+    stated world size are kept."""
     world, source = job_world(files, topology_world)
     if world is None:
         return list(files), []
@@ -44,8 +45,6 @@ def split_job(files, topology_world: int | None = None) -> tuple[list, list]:
         if w is not None and w != world:
             skipped.append((f, f"another job's rank file? world size {w}, the job's is {world} (from {source}); "
                                f"skipped"))
-        elif f.rank >= world:
-            skipped.append((f, f"rank {f.rank} is outside the job's world size {world} (from {source}); skipped"))
         else:
             keep.append(f)
     return keep, skipped

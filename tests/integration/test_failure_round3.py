@@ -21,6 +21,8 @@ from hostile import (assert_one_line_error, cli, cpu3d, descendants, hidden_entr
 
 from support import ROOT
 
+HERE = {**os.environ, "PYTHONPATH": str(ROOT)}      # this checkout's package from any current folder
+
 
 def _epilogue_signalled(args, watch, sig, match, timeout=200):
     """Start ``streamtrace epilogue ARGS`` in a process group of its own and send ``sig`` to the
@@ -157,3 +159,66 @@ def test_aggregate_of_mixed_folders_names_the_ranks_that_disagree(tmp_path):
     assert re.search(r"world size .*\b4 \(rank 3 in [^)]*/b\)", r.last_err), r.last_err
     r = cli("aggregate", a, b, "-o", tmp_path / "agg", "--force")
     assert r.returncode == 0, r
+
+
+# ================================================================= 10, 11: the epilogue's output folder and paths
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    """A 4-rank synthetic run folder (TP2 x DP2)."""
+    base = tmp_path_factory.mktemp("smallrun")
+    synth(base / "run", world_size=4, tp=2, pp=1)
+    return base / "run"
+
+
+def test_epilogue_never_deletes_files_it_did_not_write(small_run, tmp_path):
+    """-o a folder holding the user's files: refused in one line naming the folder and a file
+    (as analyze refuses), exit 1, the files untouched."""
+    d = tmp_path / "mine"
+    d.mkdir()
+    (d / "notes.md").write_text("my notes\n")
+    (d / "README.md").write_text("read me\n")
+    r = cli("epilogue", small_run, "-o", d, "-j", "1", "--no-charts")
+    assert_one_line_error(r, d)
+    assert re.search(r"notes\.md|README\.md", r.last_err), r.last_err
+    assert sorted(p.name for p in d.iterdir()) == ["README.md", "notes.md"]
+    assert (d / "notes.md").read_text() == "my notes\n" and (d / "README.md").read_text() == "read me\n"
+
+
+def test_epilogue_never_replaces_another_runs_report(small_run, tmp_path):
+    """A second job's epilogue into the first's output folder is refused in one line naming the
+    folder and the first run folder; the first report stays; the same run again is fine."""
+    out = tmp_path / "out"
+    r = cli("epilogue", small_run, "-o", out, "-j", "1", "--no-charts")
+    assert r.returncode == 0, r
+    before = tree_digest(out)
+    other = synth(tmp_path / "other", world_size=2, tp=2, pp=1).parent
+    r = cli("epilogue", other, "-o", out, "-j", "1", "--no-charts")
+    assert_one_line_error(r, out)
+    assert str(small_run) in r.last_err, r.last_err
+    assert tree_digest(out) == before
+    r = cli("epilogue", small_run, "-o", out, "-j", "1", "--no-charts")
+    assert r.returncode == 0, r
+
+
+@pytest.mark.parametrize("where", ["parent", "run"])
+def test_epilogue_o_dot_is_refused_in_one_line(small_run, tmp_path, where):
+    """``epilogue RUN -o .`` from the folder above RUN or from RUN itself: the output folder would
+    hold the run folder (and be replaced as a whole by the report): one line, exit 1, nothing
+    written (no epilogue.json in the current folder)."""
+    run = tmp_path / "p" / "run"
+    shutil.copytree(small_run, run)
+    cwd = run.parent if where == "parent" else run
+    before = snapshot(cwd)
+    r = cli("epilogue", run, "-o", ".", "-j", "1", "--no-charts", cwd=cwd, env=HERE)
+    assert_one_line_error(r)
+    assert "no rank traces" not in r.stderr
+    assert snapshot(cwd) == before
+
+
+def test_epilogue_of_a_missing_run_folder_is_an_error(tmp_path):
+    """``epilogue /no/such``: one line naming it, exit 1, no file written anywhere."""
+    missing = tmp_path / "no" / "such"
+    r = cli("epilogue", missing, "-j", "1", cwd=tmp_path, env=HERE)
+    assert_one_line_error(r, missing)
+    assert list(tmp_path.iterdir()) == []

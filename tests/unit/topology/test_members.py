@@ -18,11 +18,12 @@ def test_the_majority_world_size_is_the_job_and_the_others_are_skipped():
     assert [(f.path, "world size" in why) for f, why in odd] == [("r1_2.json", True), ("r9_16.json", True)]
 
 
-def test_the_topology_world_size_wins_and_a_rank_outside_it_is_skipped():
-    files = [_tf(r, 2) for r in range(2)] + [_tf(0), _tf(5)]
+def test_the_topology_world_size_wins():
+    files = [_tf(r, 2) for r in range(2)] + [_tf(0), _tf(5), _tf(3, 4)]
     keep, odd = split_job(files, topology_world=4)
-    assert [f.path for f, _ in odd] == ["r0_2.json", "r1_2.json", "r5_None.json"]
-    assert "outside the job's world size 4" in odd[-1][1]
+    assert [f.path for f, _ in odd] == ["r0_2.json", "r1_2.json"]
+    assert [f.path for f in keep] == ["r0_None.json", "r5_None.json", "r3_4.json"]
+    assert "the job's is 4 (from the topology file)" in odd[0][1]
 
 
 def test_no_stated_world_size_keeps_everything():
