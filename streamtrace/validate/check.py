@@ -47,7 +47,7 @@ from ..events.codec import pack, unpack
 from ..events.sort import ExternalSorter
 from ..kernels import scan as K
 from ..kernels import validate as KV
-from ..runtime.files import remove_quietly
+from ..runtime.files import input_file_problem, remove_quietly
 from ..runtime.parallel import InWorker, pool
 from ..runtime.warmup import warm_trace
 from ..trace.decode import decode_value, loads
@@ -102,6 +102,9 @@ def validate(path, salvage=False, opt: ValidateOptions | None = None) -> dict:
     ``flows``: distinct flow ``(cat, id)`` keys).  Raises :class:`~streamtrace.runtime.errors.TraceError`
     when the file is not readable JSON (truncated, corrupt gzip, invalid UTF-8 or JSON)."""
     opt = opt or ValidateOptions(salvage=salvage)
+    problem = input_file_problem(path)
+    if problem is not None:                # one line naming the path, before its size is asked
+        raise TraceError(path, problem)
     jobs = opt.jobs or os.cpu_count() or 1
     if jobs > 1 and not opt.salvage and size_hint(path, os.path.getsize(path)) >= opt.split_threshold:
         rep = validate_split(path, opt, jobs)

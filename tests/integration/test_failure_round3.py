@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from hostile import (assert_one_line_error, cli, cpu3d, descendants, hidden_entries, kill_pids, need_cpu3d, need_real, real,
-                     snapshot, synth, tree_digest)
+from hostile import (assert_one_line_error, cli, cpu3d, descendants, hidden_entries, kill_pids, need_cpu3d, need_real,
+                     real, snapshot, synth, tree_digest, unprivileged)
 
 from support import ROOT
 
@@ -222,3 +222,49 @@ def test_epilogue_of_a_missing_run_folder_is_an_error(tmp_path):
     r = cli("epilogue", missing, "-j", "1", cwd=tmp_path, env=HERE)
     assert_one_line_error(r, missing)
     assert list(tmp_path.iterdir()) == []
+
+
+# ================================================================= 2: every command, every bad path kind
+
+def _bad_path(tmp_path, kind, restore_modes):
+    """A path of one hostile kind: missing, a folder where a file is expected, a FIFO, a file or
+    folder without permission (the CLI then runs without root's DAC capabilities)."""
+    p = tmp_path / f"bad_{kind}"
+    if kind == "fifo":
+        os.mkfifo(p)
+    elif kind == "folder":
+        p.mkdir()
+    elif kind.startswith("noperm"):
+        if kind == "noperm_file":
+            p.write_text('{"traceEvents": []}')
+        else:
+            p.mkdir()
+        restore_modes.append(p)
+        os.chmod(p, 0)
+    return p
+
+
+_COMMANDS = {
+    "validate": lambda p, t: ["validate", p],
+    "merge": lambda p, t: ["merge", p, "-o", t / "m.json"],
+    "analyze": lambda p, t: ["analyze", p, "-o", t / "an"],
+    "aggregate": lambda p, t: ["aggregate", p, "-o", t / "ag"],
+    "report": lambda p, t: ["report", p, "-o", t / "rep"],
+    "diff": lambda p, t: ["diff", p, p],
+    "topology": lambda p, t: ["topology", "--from", p],
+    "epilogue": lambda p, t: ["epilogue", p, "-o", t / "ep"],
+}
+
+
+@pytest.mark.parametrize("kind", ["missing", "folder", "fifo", "noperm_file", "noperm_folder"])
+@pytest.mark.parametrize("command", sorted(_COMMANDS))
+def test_every_command_every_bad_path_is_one_line(tmp_path, restore_modes, command, kind):
+    """Every command given a bad input path: one line naming it, exit 1, within seconds (a FIFO
+    is never opened, so never waited on). A folder where a folder is expected is no bad path."""
+    if kind == "folder" and command in ("aggregate", "report", "epilogue", "merge", "analyze", "diff", "topology"):
+        pytest.skip("a folder is a valid input of this command")
+    pre = unprivileged() if kind.startswith("noperm") else ()
+    p = _bad_path(tmp_path, kind, restore_modes)
+    r = cli(*_COMMANDS[command](p, tmp_path), prefix=pre, timeout=60)
+    assert r.returncode is not None and r.returncode != -9, f"hung on a {kind}"
+    assert_one_line_error(r, p)
