@@ -42,7 +42,7 @@ from ..runtime import parallel
 from ..runtime.files import check_output_file, remove_quietly, temp_name, writing
 from ..runtime.parallel import run_tasks
 from ..runtime.tuning import trim
-from ..trace.discover import LONE_FILE, TraceFile, discover
+from ..trace.discover import LONE_FILE, TraceFile, discover, nothing_found
 from ..trace.metadata import device_names, host_name
 from ..trace.source import size_hint
 from . import ranges as MS
@@ -100,8 +100,7 @@ def merge(inputs, output, opt: MergeOptions | None = None, rank_map=None) -> lis
     skipped = []
     files = discover(inputs, rank_map, warn=lambda p, msg: skipped.append(f"{p}: {msg}"))
     if not files:
-        why = f" ({skipped[0]}{f'; and {len(skipped) - 1} more' if len(skipped) > 1 else ''})" if skipped else ""
-        raise StreamtraceError(f"no trace files found in {', '.join(map(str, inputs))}{why}")
+        raise nothing_found(inputs, skipped)
     if opt.ranks:
         files = [f for f in files if f.rank in opt.ranks]
         if not files:

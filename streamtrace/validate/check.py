@@ -51,6 +51,7 @@ from ..runtime.files import input_file_problem, remove_quietly
 from ..runtime.parallel import InWorker, pool
 from ..runtime.warmup import warm_trace
 from ..trace.decode import decode_value, loads
+from ..trace.discover import no_events_text
 from ..trace.ranges import RANGES_PER_JOB, SPLIT_THRESHOLD, clean_joints, likely_ranges, prove_range
 from ..trace.reader import BATCH_EVENTS, TraceReader
 from ..trace.source import LEAN_BLOCK, plain_copy, size_hint
@@ -100,7 +101,10 @@ def validate(path, salvage=False, opt: ValidateOptions | None = None) -> dict:
     Returns ``{"path", "events", "problems": {name: count}, "notices": {name: count}, "ok": bool,
     "tracks", "flows", "warnings"}`` (``tracks``: (pid, tid) tracks holding a checked ``X`` slice;
     ``flows``: distinct flow ``(cat, id)`` keys).  Raises :class:`~streamtrace.runtime.errors.TraceError`
-    when the file is not readable JSON (truncated, corrupt gzip, invalid UTF-8 or JSON)."""
+    when the file is not readable JSON (truncated, corrupt gzip, invalid UTF-8 or JSON), is not a
+    trace (``traceEvents`` null, an object, a number) or ``{}``, naming what it holds
+    (:func:`~streamtrace.trace.discover.no_events_text`).  ``"traceEvents": []`` is a report of 0
+    events (:func:`require_events` makes it an error, as the CLI does)."""
     opt = opt or ValidateOptions(salvage=salvage)
     problem = input_file_problem(path)
     if problem is not None:                # one line naming the path, before its size is asked
@@ -116,10 +120,19 @@ def validate(path, salvage=False, opt: ValidateOptions | None = None) -> dict:
             chk.add(b.buf, b.starts, b.ends, b.offset, reader.path)
         rep = chk.report()
     problems, ok = rep["problems"], rep["ok"]
-    if not reader.has_events:           # {}, "traceEvents": null, an object, a number: Perfetto shows nothing
-        problems, ok = {"no_trace_events": 1, **problems}, False
+    if not reader.has_events:          # {}, "traceEvents": null, an object, a number: not a trace (issue 33)
+        raise TraceError(path, no_events_text(reader))
     return {"path": str(path), "events": rep["events"], "problems": problems, "notices": rep["notices"],
             "ok": ok, "tracks": rep["tracks"], "flows": rep["flows"], "warnings": reader.warnings}
+
+
+def require_events(rep: dict) -> dict:
+    """``rep`` (a :func:`validate` report) when its trace holds events; raises
+    :class:`~streamtrace.runtime.errors.TraceError` "an empty trace: traceEvents holds no events"
+    naming the file otherwise (``validate``'s CLI: an empty trace is no usable trace, issue 33)."""
+    if not rep["events"]:
+        raise TraceError(rep["path"], "an empty trace: traceEvents holds no events")
+    return rep
 
 
 class Checker:

@@ -21,6 +21,8 @@ from hostile import (assert_one_line_error, cli, cpu3d, descendants, hidden_entr
 
 from support import ROOT
 
+CPU3D_IT = ROOT.parent / "shared" / "traces" / "cpu-3d" / "iteration_4"
+
 HERE = {**os.environ, "PYTHONPATH": str(ROOT)}      # this checkout's package from any current folder
 
 
@@ -268,3 +270,34 @@ def test_every_command_every_bad_path_is_one_line(tmp_path, restore_modes, comma
     r = cli(*_COMMANDS[command](p, tmp_path), prefix=pre, timeout=60)
     assert r.returncode is not None and r.returncode != -9, f"hung on a {kind}"
     assert_one_line_error(r, p)
+
+
+# ================================================================= 3, 12: not a trace, an empty trace
+
+_NO_EVENTS = {"null": ("null", r"not a trace: traceEvents is null"),
+              "object": ('{"ph": "X", "name": "k"}', r"not a trace: traceEvents is an object"),
+              "number": ("42", r"not a trace: traceEvents is a number"),
+              "empty_array": ("[]", r"empty trace: traceEvents holds no events"),
+              "empty_object": (None, r"empty trace: \{\}")}
+
+
+@pytest.mark.parametrize("command", ["validate", "merge", "analyze"])
+@pytest.mark.parametrize("how", sorted(_NO_EVENTS))
+def test_not_a_trace_or_an_empty_one_is_said_in_one_line(tmp_path, command, how):
+    """A real rank trace (cpu-3d rank 0) whose traceEvents is null, an object, a number or [],
+    or the document {}: validate, merge and analyze say what the file holds in one line, exit 1
+    (never "OK", never "CPU only", never "no trace files found")."""
+    need_cpu3d()
+    doc = json.loads((CPU3D_IT / "rank_0000_iter_4.pt.trace.json").read_text())
+    text, said = _NO_EVENTS[how]
+    f = tmp_path / "rank_0000_iter_4.pt.trace.json"
+    if text is None:
+        f.write_text("{}")
+    else:
+        doc["traceEvents"] = "@EV@"
+        f.write_text(json.dumps(doc).replace('"@EV@"', text))
+    args = {"validate": [f], "merge": [f, "-o", tmp_path / "m.json"], "analyze": [f, "-o", tmp_path / "an"]}[command]
+    r = cli(command, *args, "-j", "1") if command != "validate" else cli(command, *args)
+    assert_one_line_error(r, f)
+    assert re.search(said, r.last_err), r.last_err
+    assert "no trace files found" not in r.last_err
