@@ -415,9 +415,11 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
         try:
             with atomic_output(state_path, compress=False) as f:
                 f.write(json.dumps({"summary": summary, "state": state}, indent=1, default=str).encode())
-        except Exception as e:   # noqa: BLE001
+            written = True
+        except Exception as e:   # noqa: BLE001 - a full disk: said in the final line
             log.fail("epilogue", state_path, e)
-        status = "OK" if not log.failures else f"{len(log.failures)} problem(s), see {state_path}"
+            written = False
+        status = "OK" if not log.failures else _problems(log.failures, state_path, written)
         log.final(f"{len(summary['iterations'])} iteration(s), {summary['ranks']} ranks, {status}; "
                  f"report: {summary['report'] or 'none'}; outputs in {out} ({summary['seconds']:.1f} s)")
     except Exception as e:   # noqa: BLE001 - the promise: never raise into the caller
@@ -426,6 +428,16 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
         _remove_empty(out, new_folders)
         raise
     return summary
+
+
+def _problems(failures, state_path, written) -> str:
+    """The final line's account of ``failures``: how many, the first one's stage, file and error
+    (a full disk names the stage and the path it could not write), and where the rest are:
+    ``epilogue.json``, or that it could not be written either."""
+    f = failures[0]
+    first = f"{f['stage']} ({f['file']}): {f['error']}"
+    where = f"see {state_path}" if written else f"{state_path} could not be written"
+    return f"{len(failures)} problem(s), the first: {first}; {where}"
 
 
 def _new_folders(out: Path):

@@ -1,6 +1,8 @@
 """``streamtrace epilogue``: everything after a training job, in one call."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import argh
 
 from .common import Console, Exit, parse_formats, parse_jobs, parse_list, prepare_kernels, report_args
@@ -48,7 +50,8 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
     if s["report"]:
         print(f"report: {s['report']}")
     elif not quiet:
-        con.info(f"no report; see {s['outdir']}/epilogue.json")
+        state = Path(s["outdir"]) / "epilogue.json"
+        con.info(f"no report; see {state}" if state.is_file() else "no report")
     if strict and s["failures"]:
         raise Exit(1)
 

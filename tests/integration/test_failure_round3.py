@@ -301,3 +301,27 @@ def test_not_a_trace_or_an_empty_one_is_said_in_one_line(tmp_path, command, how)
     assert_one_line_error(r, f)
     assert re.search(said, r.last_err), r.last_err
     assert "no trace files found" not in r.last_err
+
+
+# ================================================================= 5: a full disk during the epilogue
+
+@pytest.mark.parametrize("free", [60_000, 0])
+def test_epilogue_full_disk_names_the_stage_and_the_path(small_run, small_fs, free):
+    """The epilogue's output on a full disk: epilogue.json (when it can still be written) and
+    the final line name the stage and the path that could not be written; with no byte left,
+    the final line says epilogue.json could not be written either."""
+    small_fs.fill(free)
+    out = small_fs.path / "out"
+    r = cli("epilogue", small_run, "-o", out, "-j", "1", "--no-charts")
+    assert "Traceback" not in r.stderr, r
+    assert r.returncode == 0, r
+    final = [ln for ln in r.err_lines if "iteration(s)" in ln]
+    assert final, r
+    assert re.search(r"the first: (analyze|merge|aggregate|report|epilogue|discover) .*No space left", final[-1]), final
+    assert str(out) in final[-1].split("the first:")[1], final
+    state = out / "epilogue.json"
+    if state.is_file():
+        failures = json.loads(state.read_text())["summary"]["failures"]
+        assert failures and all(f["stage"] and str(out) in f["error"] + f["file"] for f in failures), failures
+    else:
+        assert "epilogue.json could not be written" in final[-1], final
