@@ -325,3 +325,24 @@ def test_epilogue_full_disk_names_the_stage_and_the_path(small_run, small_fs, fr
         assert failures and all(f["stage"] and str(out) in f["error"] + f["file"] for f in failures), failures
     else:
         assert "epilogue.json could not be written" in final[-1], final
+
+
+# ================================================================= 6: merging a merged trace
+
+def test_merging_a_merged_trace_is_refused_not_folded(tmp_path):
+    """streamtrace's own merged trace of real cpu-3d ranks given to merge again, alone or beside
+    a rank file: one line naming it and saying what it is, exit 1, nothing written (it used to be
+    folded into rank 0)."""
+    it = cpu3d(tmp_path / "run", ranks=(0, 1))
+    merged = tmp_path / "m" / "merged.json"
+    merged.parent.mkdir()
+    assert cli("merge", it, "-o", merged, "-j", "1", "--no-validate").returncode == 0
+    ranks = {e.get("args", {}).get("rank") for e in json.loads(merged.read_text())["traceEvents"]
+             if isinstance(e.get("args"), dict)}
+    assert {0, 1} <= ranks                 # (the merged trace holds both ranks)
+    for inputs in ([merged], [merged, it / "rank_0000_iter_4.pt.trace.json"]):
+        out = tmp_path / "again.json"
+        r = cli("merge", *inputs, "-o", out, "-j", "1", "--no-validate")
+        assert_one_line_error(r, merged)
+        assert "already a merged trace" in r.last_err, r.last_err
+        assert not out.exists()
