@@ -118,6 +118,7 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
                                              spill.name if spill else None, opt.split_jobs),
                                 RankOutputs(open_ops, open_kernels, pool))
             out.append({"rank": rank, "source": str(path), "iteration": iteration, **summ,
+                        "dropped_for_time": unusable,     # the file's (issue 33): counted, said in warnings
                         "trace_metadata": trace_facts(meta, rank), "warnings": warnings})
         return out
     finally:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from hostile import (assert_one_line_error, cli, cpu3d, descendants, hidden_entries, kill_pids, need_cpu3d, need_real,
-                     real, snapshot, synth, tree_digest, unprivileged)
+from hostile import (assert_one_line_error, cli, cpu3d, descendants, first_event, hidden_entries, inject, kill_pids,
+                     marked_kernel, need_cpu3d, need_real, real, snapshot, synth, tree_digest, unprivileged)
 
 from support import ROOT
 
@@ -346,3 +346,48 @@ def test_merging_a_merged_trace_is_refused_not_folded(tmp_path):
         assert_one_line_error(r, merged)
         assert "already a merged trace" in r.last_err, r.last_err
         assert not out.exists()
+
+
+# ================================================================= 4: odd ts / dur, one rule, counted
+
+def _usable_us(v):
+    """A plain-Python reading of the one rule: a number (not a boolean) or a numeric string, in
+    microseconds, whose nanoseconds fit int64; None otherwise."""
+    if isinstance(v, bool) or v is None:
+        return None
+    try:
+        x = float(v) if isinstance(v, (int, float, str)) else None
+    except ValueError:
+        return None
+    return x if x is not None and abs(x * 1000) < 2 ** 63 else None
+
+
+def test_odd_ts_one_rule_counted_by_merge_and_analyze(tmp_path):
+    """A real trace with kernels whose ts is a numeric string, null, a boolean or beyond int64 ns
+    (and one with a numeric-string dur): merge and analyze keep the numeric strings, drop the
+    others, say so on stderr and count the same drops in summary.json and the merge header; the
+    analysis holds as many GPU events as a plain JSON parse under that rule."""
+    f = real("a100_resnet_ddp_rank0_of2.json.gz", tmp_path / "rank_0000.json")
+    ts = first_event(f, lambda e: e.get("cat") == "kernel" and e.get("ph") == "X")["ts"]
+    for name, t, d in (("str", f'"{ts}"', None), ("null", "null", None), ("bool", "true", None),
+                       ("big", "1e30", None), ("durstr", repr(ts), '"5.5"')):
+        inject(f, marked_kernel(f, t, d, name=f"ODD_{name}"))
+    events = json.loads(f.read_text())["traceEvents"]
+    gpu = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    expected = sum(1 for e in gpu if _usable_us(e.get("ts")) is not None and (_usable_us(e.get("dur")) or -1) >= 0)
+    r = cli("analyze", f, "-o", tmp_path / "an", "-j", "1")
+    assert r.returncode == 0 and re.search(r"3 complete event\(s\) dropped", r.stderr), r
+    rank = json.loads((tmp_path / "an" / "summary.json").read_text())["ranks"][0]
+    assert rank["dropped_for_time"] == 3
+    import pyarrow.dataset as ds
+    table = ds.dataset(tmp_path / "an" / "kernels", format="parquet").to_table(columns=["name"])
+    names = table.column("name").to_pylist()
+    assert len(names) == expected
+    assert sorted(n for n in names if n.startswith("ODD_")) == ["ODD_durstr", "ODD_str"]
+    out = tmp_path / "m.json"
+    r = cli("merge", f, "-o", out, "-j", "1", "--no-validate")
+    assert r.returncode == 0 and re.search(r"3 event\(s\) dropped", r.stderr), r
+    header = json.loads(out.read_text())
+    assert header["streamtrace"]["ranks"][0]["dropped_bad_ts"] == 3
+    assert sorted(e["name"] for e in header["traceEvents"] if str(e.get("name")).startswith("ODD_")) == \
+        ["ODD_durstr", "ODD_str"]
