@@ -189,13 +189,29 @@ def _the_job(groups, topology, log, skipped) -> dict:
             world = load_topology(topology).world_size or None
         except Exception:   # noqa: BLE001 - analyze reports the topology file's problem
             world = None
-    keep, odd = split_job([tf for files in groups.values() for tf in files], world)
+    files = [tf for files in groups.values() for tf in files]
+    keep, odd = split_job(files, world, _base_times(files))
     for tf, why in odd:
         log.fail("discover", tf.path, why)
         if skipped is not None:
             skipped.append(f"{tf.path}: {why}")
     kept = {id(tf) for tf in keep}
     return {it: k for it, files in groups.items() if (k := [tf for tf in files if id(tf) in kept])}
+
+
+def _base_times(files) -> dict:
+    """path -> ``baseTimeNanoseconds`` (int) of the rank files whose head or (plain files) tail
+    gives it cheaply; gzipped files whose head lacks it are left out (their whole file would be
+    read)."""
+    from .trace.metadata import read_trailer
+    out = {}
+    for tf in files:
+        v = tf.head.get("baseTimeNanoseconds")
+        if v is None:
+            v = (read_trailer(tf.path) or {}).get("baseTimeNanoseconds")
+        if isinstance(v, int) and not isinstance(v, bool):
+            out[tf.path] = v
+    return out
 
 
 def _discover(opt, run_dir, log, outdir, topology=None) -> tuple[dict, list]:

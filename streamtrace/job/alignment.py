@@ -32,6 +32,7 @@ from ..runtime.errors import DataError, StreamtraceError
 from ..events.dataset import read_json, column_min_max, partition_files, read_partition
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
+from ..topology.members import SAME_JOB_NS as MEMBERS_SAME_JOB_NS
 from ..topology.sources import from_pg_config, load_topology
 from ..trace.metadata import trace_facts
 from ..trace.reader import TraceReader
@@ -42,7 +43,7 @@ GENERIC_DIRS = {"tb", "tensorboard", "profile_traces", "profile_trace", "torch_p
                 "trace", "profiler", "profiles", "profile", "logs", "log", "outputs", "output", "runs"}
 _ITER_DIR = re.compile(r"iteration[_-]?\d+|iter[_-]?\d+|step[_-]?\d+")
 #: traces of one job start within this many ns of each other (one day)
-SAME_JOB_NS = 86_400 * 10**9
+SAME_JOB_NS = MEMBERS_SAME_JOB_NS     # (one value for the epilogue's job finder and aggregate)
 #: the iteration of a part whose trace path names none (analyze's ``iteration=-1`` partitions)
 UNKNOWN_ITERATION = -1
 # names as :meth:`Job.read_kernels` returns them: "iteration" is the part's (the trace file's) iteration, "step"

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+SAME_JOB_NS = 86_400 * 10**9
+"""Rank traces of one job start within this of each other (``baseTimeNanoseconds``, ns: a day);
+``aggregate`` refuses folders whose traces started further apart."""
+
 
 def stated_world(head: dict) -> int | None:
     """The ``distributedInfo.world_size`` a trace's head states (a positive int), else None."""
@@ -31,20 +35,39 @@ def job_world(files, topology_world: int | None = None) -> tuple[int | None, str
     return world, f"{n} of {sum(counts.values())} rank files"
 
 
-def split_job(files, topology_world: int | None = None) -> tuple[list, list]:
+def started_apart(files, base_times: dict) -> list:
+    """``[(file, reason)]`` for the files of ``files`` whose start (``base_times[path]``, int ns
+    ``baseTimeNanoseconds``; files without one are kept) lies more than half of
+    :data:`SAME_JOB_NS` from the median start of the files: the files kept then all start within
+    :data:`SAME_JOB_NS`, as ``aggregate`` asks of one job."""
+    known = sorted(base_times[f.path] for f in files if base_times.get(f.path) is not None)
+    if not known:
+        return []
+    median = known[len(known) // 2]
+    out = []
+    for f in files:
+        t = base_times.get(f.path)
+        if t is not None and abs(t - median) > SAME_JOB_NS // 2:
+            out.append((f, f"another job's rank file? it started {abs(t - median) / 86_400e9:,.1f} days apart from "
+                           f"the job's other rank files (baseTimeNanoseconds); skipped"))
+    return out
+
+
+def split_job(files, topology_world: int | None = None, base_times: dict | None = None) -> tuple[list, list]:
     """``(the job's files, [(file, reason)])``: the files of ``files`` (TraceFile, any number of
     iterations) that do not belong to the job :func:`job_world` finds, each with a one-line
     reason ("... world size 16, the job's is 8 (from 7 of 8 rank files) ...").  Files without a
-    stated world size are kept."""
+    stated world size are kept.  With ``base_times`` (path -> ``baseTimeNanoseconds``), the files
+    kept must also have started together (:func:`started_apart`)."""
     world, source = job_world(files, topology_world)
-    if world is None:
-        return list(files), []
     keep, skipped = [], []
     for f in files:
         w = stated_world(f.head)
-        if w is not None and w != world:
+        if world is not None and w is not None and w != world:
             skipped.append((f, f"another job's rank file? world size {w}, the job's is {world} (from {source}); "
                                f"skipped"))
         else:
             keep.append(f)
-    return keep, skipped
+    apart = started_apart(keep, base_times or {})
+    odd = {id(f) for f, _ in apart}
+    return [f for f in keep if id(f) not in odd], skipped + apart

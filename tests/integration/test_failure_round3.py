@@ -79,12 +79,13 @@ def test_epilogue_interrupted_in_a_stage_ends_cleanly(epilogue_done, tmp_path, s
     job, out = tmp_path / "job", tmp_path / "out"
     shutil.copytree(epilogue_done / "job", job)
     shutil.copytree(epilogue_done / "out", out)
+    state = json.loads((out / "epilogue.json").read_text())
+    state["summary"]["run_dir"] = str(job)          # the outputs of this (copied) run folder
     for f in sorted((job / "iteration_10").glob("rank_*"))[:1 if stage == "analyze" else 0]:
         os.utime(f)                      # analyze has new input: it runs again
-    if stage == "aggregate":             # the analysis is reused, the aggregate redone
-        state = json.loads((out / "epilogue.json").read_text())
+    if stage == "aggregate":             # the aggregate is redone
         state["state"]["aggregate"]["fingerprint"] = "stale"
-        (out / "epilogue.json").write_text(json.dumps(state))
+    (out / "epilogue.json").write_text(json.dumps(state))
     old = {k: v for k, v in tree_digest(out).items()      # (the copy's new paths: analyze and merge redone)
            if stage == "analyze" or not k.startswith("iteration_") and k != "epilogue.json"}
     code, err, after, fired = _epilogue_signalled([job, "-o", out, "-j", "2", "--no-charts"], out,
@@ -103,9 +104,10 @@ def test_epilogue_interrupted_in_a_stage_ends_cleanly(epilogue_done, tmp_path, s
 
 def _stale_rank_run(tmp_path):
     """The real cpu-3d job (8 ranks, TP2 x DP2 x PP2, world size 8 in every file) with two files of
-    other jobs in its iteration folder: a rank of a real 300-rank job (cpu_only_gloo_rank34_of300)
-    and rank 2 of an elastic restart at world size 4 (a cpu-3d file with its world size changed).
-    Returns (run folder, the two odd files)."""
+    other jobs in its iteration folder: a rank of a real 300-rank job (cpu_only_gloo_rank34_of300),
+    rank 2 of an elastic restart at world size 4 (a cpu-3d file with its world size changed) and
+    rank 5 of a run a month earlier (its baseTimeNanoseconds moved).  Returns (run folder, the
+    three odd files)."""
     need_cpu3d()
     need_real()
     run = tmp_path / "run"
@@ -115,7 +117,11 @@ def _stale_rank_run(tmp_path):
     doc["distributedInfo"]["world_size"] = 4
     restart = it / "restart_rank_0002.json"
     restart.write_text(json.dumps(doc))
-    return run, [other, restart]
+    doc = json.loads((it / "rank_0005_iter_4.pt.trace.json").read_text())
+    doc["baseTimeNanoseconds"] -= 30 * 86_400 * 10**9          # the same job's shape, a month earlier
+    old = it / "earlier_rank_0005.json"
+    old.write_text(json.dumps(doc))
+    return run, [other, restart, old]
 
 
 def test_epilogue_finds_the_job_among_other_jobs_files(tmp_path):
@@ -131,7 +137,7 @@ def test_epilogue_finds_the_job_among_other_jobs_files(tmp_path):
     assert summary["ranks"] == 8, summary
     failed = {Path(f["file"]).name: f["error"] for f in summary["failures"]}
     for f in odd:
-        assert f.name in failed and "world size" in failed[f.name], failed
+        assert f.name in failed and re.search(r"world size|days apart", failed[f.name]), failed
     report = Path(summary["report"]).read_text()
     for f in odd:
         assert f.name in report, f"the report does not name the skipped {f.name}"

@@ -29,3 +29,13 @@ def test_the_topology_world_size_wins():
 def test_no_stated_world_size_keeps_everything():
     files = [_tf(0), _tf(7), _tf(1, True)]        # a boolean is no world size
     assert split_job(files) == (files, [])
+
+
+def test_a_file_that_started_days_apart_is_skipped():
+    day = 86_400 * 10**9
+    files = [_tf(r, 4) for r in range(4)] + [_tf(3, 4, name="old_r3.json")]
+    times = {f.path: 10 * day + i for i, f in enumerate(files)}
+    times["old_r3.json"] = 10 * day - 30 * day
+    keep, odd = split_job(files, base_times=times)
+    assert [f.path for f, _ in odd] == ["old_r3.json"] and "30.0 days apart" in odd[0][1]
+    assert len(keep) == 4
