@@ -181,7 +181,7 @@ def find_iterations(run_dir, log, outdir=None, topology=None, odd_files=None):
 def _the_job(groups, topology, log, skipped) -> dict:
     """``groups`` without the files of another job (:func:`~streamtrace.topology.members.split_job`),
     each logged as a failure of discovery and appended to ``skipped``."""
-    from .topology.members import split_job
+    from .topology.members import base_times, split_job
     from .topology.sources import load_topology
     world = None
     if topology:
@@ -190,28 +190,13 @@ def _the_job(groups, topology, log, skipped) -> dict:
         except Exception:   # noqa: BLE001 - analyze reports the topology file's problem
             world = None
     files = [tf for files in groups.values() for tf in files]
-    keep, odd = split_job(files, world, _base_times(files))
+    keep, odd = split_job(files, world, base_times(files))
     for tf, why in odd:
         log.fail("discover", tf.path, why)
         if skipped is not None:
             skipped.append(f"{tf.path}: {why}")
     kept = {id(tf) for tf in keep}
     return {it: k for it, files in groups.items() if (k := [tf for tf in files if id(tf) in kept])}
-
-
-def _base_times(files) -> dict:
-    """path -> ``baseTimeNanoseconds`` (int) of the rank files whose head or (plain files) tail
-    gives it cheaply; gzipped files whose head lacks it are left out (their whole file would be
-    read)."""
-    from .trace.metadata import read_trailer
-    out = {}
-    for tf in files:
-        v = tf.head.get("baseTimeNanoseconds")
-        if v is None:
-            v = (read_trailer(tf.path) or {}).get("baseTimeNanoseconds")
-        if isinstance(v, int) and not isinstance(v, bool):
-            out[tf.path] = v
-    return out
 
 
 def _discover(opt, run_dir, log, outdir, topology=None) -> tuple[dict, list]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ..trace.metadata import read_trailer
+
 SAME_JOB_NS = 86_400 * 10**9
 """Rank traces of one job start within this of each other (``baseTimeNanoseconds``, ns: a day);
 ``aggregate`` refuses folders whose traces started further apart."""
@@ -33,6 +35,20 @@ def job_world(files, topology_world: int | None = None) -> tuple[int | None, str
         return None, ""
     world, n = max(counts.items(), key=lambda kv: (kv[1], kv[0]))
     return world, f"{n} of {sum(counts.values())} rank files"
+
+
+def base_times(files) -> dict:
+    """path -> ``baseTimeNanoseconds`` (int ns) of the rank files ``files`` (TraceFile) whose head,
+    or (plain files) last 64 KB, give it; gzipped files whose head lacks it are left out (their
+    whole file would have to be read)."""
+    out = {}
+    for f in files:
+        v = f.head.get("baseTimeNanoseconds")
+        if v is None:
+            v = (read_trailer(f.path) or {}).get("baseTimeNanoseconds")
+        if isinstance(v, int) and not isinstance(v, bool):
+            out[f.path] = v
+    return out
 
 
 def started_apart(files, base_times: dict) -> list:
