@@ -1,9 +1,9 @@
 """``streamtrace validate``: check what Perfetto's JSON importer relies on, in one streaming,
 columnar pass in flat memory.
 
-Problems counted (any makes the check fail): no ``traceEvents`` array (``no_trace_events``:
-``{}``, ``"traceEvents": null``, an object or a number; Perfetto shows nothing; :func:`validate`
-only), events missing ``ph``/``ts``/``pid``/``tid`` (``missing_field``), ``X`` events with a
+Not a trace (``"traceEvents"`` null, an object or a number) and ``{}`` are errors naming what the
+file holds (:class:`~streamtrace.runtime.errors.TraceError`, issue 33).  Problems counted (any
+makes the check fail): events missing ``ph``/``ts``/``pid``/``tid`` (``missing_field``), ``X`` events with a
 missing or negative ``dur`` (``negative_dur``), a flow ``(cat, id)`` with more than one ``s`` or ``f`` end (``duplicate_flow``: ids colliding, as in a naive
 multi-rank merge: Perfetto then binds arrows to the wrong events), flows joining events of two ranks
 (``cross_rank_flow``, by ``args.rank``), and ``X`` slices that overlap their enclosing slice on the
