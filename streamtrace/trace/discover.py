@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..runtime.errors import RankConflictError, StreamtraceError, UnknownRankError
+from ..runtime.errors import RankConflictError, StreamtraceError, TraceError, UnknownRankError
 from .metadata import read_trailer
 from .reader import TraceReader
 
@@ -150,12 +150,14 @@ SKIPPED = "; the file is skipped"
 
 def nothing_found(inputs, skipped) -> StreamtraceError:
     """The error of merge and analyze when ``inputs`` hold no trace: one input file's own problem
-    ("x.json: not a trace: traceEvents is null, ...", "x.json: an empty trace: ...") when it is
-    the only thing skipped, else "no trace files found in ..." with the first skipped file's
+    (a :class:`~streamtrace.runtime.errors.TraceError`: "x.json: not a trace: traceEvents is null,
+    ...", "x.json: an empty trace: ...") when it is the only thing skipped, else "no trace files found in ..." with the first skipped file's
     reason (``skipped``: "path: reason" lines)."""
     names = [str(i) for i in inputs]
     if len(skipped) == 1 and len(names) == 1 and os.path.isfile(names[0]):
-        return StreamtraceError(skipped[0].removesuffix(SKIPPED))
+        line = skipped[0].removesuffix(SKIPPED)
+        prefix = f"{names[0]}: "
+        return TraceError(names[0], line[len(prefix):]) if line.startswith(prefix) else StreamtraceError(line)
     why = f" ({skipped[0]}{f'; and {len(skipped) - 1} more' if len(skipped) > 1 else ''})" if skipped else ""
     return StreamtraceError(f"no trace files found in {', '.join(names)}{why}")
 
