@@ -135,6 +135,7 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
             if nsys is not None:
                 facts = N.rank_facts(nsys, rank, [int(d) for d in summ["devices"]])
             out.append({"rank": rank, "source": str(path), "iteration": iteration, **summ,
+                        "dropped_for_time": unusable,     # the file's (issue 33): counted, said in warnings
                         "trace_metadata": facts, "warnings": warnings if nsys is None or len(out) == 0 else []})
             if nsys is not None:
                 out[-1]["nsys"] = N.export_facts(nsys, rank)
