@@ -12,16 +12,22 @@ critical_path_analysis.py``; where it differs, see docs/critical-path.md).  Node
   step's joins the step's thread at the latest instant before its first op (``host_gap``).
 * **launch -> kernel**: the runtime call (same ``correlation``) start -> the GPU event start
   (``launch_delay``); **stream order**: the previous GPU event's end on the stream -> the start
-  (``kernel_gap``); **cross-stream wait**: the latest end on another stream of the device before
-  the start, only for the first event launched on its stream after a ``cudaStreamWaitEvent``
-  call of the rank (between the previous launch on that stream and its own: the wait is enqueued
-  on the stream and holds its next event; a trace with no wait calls at all: every event).  The
-  event recorded is not known: the traces here carry ``cudaStreamWaitEvent`` and
-  ``cudaEventRecord`` with a correlation id only, their flow events (``ac2g``) end nowhere, and
-  none has newer Kineto's ``cuda_sync`` GPU events (``wait_on_cuda_event_record_corr_id``), which
-  analyze does not keep (docs/critical-path.md).  Of these the latest to happen is the one the
-  event waited for: its edge carries the time up to the start, the others weigh 0 (as HTA adds
-  either the launch delay or the kernel-kernel delay, never both, by queue length).
+  (``kernel_gap``); **cross-stream wait**, read where the trace links it: newer Kineto writes a
+  ``cuda_sync`` ``Stream Wait Event`` on the waiting stream with the ``cudaEventRecord``'s
+  correlation id (``wait_on_cuda_event_record_corr_id``) and its stream (``wait_on_stream``),
+  kept by analyze in ``cuda_sync/`` (:mod:`streamtrace.analyze.cuda_sync`); the edge runs from the
+  last event on the recording stream launched before the record (the largest correlation id below
+  the record's: ids are given in call order) to the first event on the waiting stream starting at
+  or after the sync event (:func:`_linked`), and a rank with such links gets no other cross-stream
+  edge.  A trace without links (every real trace here: their ``cudaStreamWaitEvent`` /
+  ``cudaEventRecord`` carry a correlation id only and their ``ac2g`` flows end nowhere) gets the
+  inference (:func:`_inferred`): the latest end on another stream of the device before the start,
+  only for the first event launched on its stream after a ``cudaStreamWaitEvent`` call of the rank
+  (between the previous launch on that stream and its own: the wait is enqueued on the stream and
+  holds its next event; a trace with no wait calls at all: every event).  Of these the latest to
+  happen is the one the event waited for: its edge carries the time up to the start, the others
+  weigh 0 (as HTA adds either the launch delay or the kernel-kernel delay, never both, by queue
+  length).
 * **GPU event** start -> end (``compute_kernel``, ``memcpy`` for memory kinds).  A communication
   event is cut instead: its start is an *arrival* and its end an *end* anchor, joined across
   ranks by the job level.
