@@ -77,10 +77,14 @@ def rank_plan(store, metadata, file_rank):
 
 
 def _write_cuda_sync(t, outdir, rank, iteration) -> None:
-    """``cuda_sync/`` of one rank (:mod:`streamtrace.analyze.cuda_sync`), written only when it has rows."""
+    """``cuda_sync/`` of one rank (:mod:`streamtrace.analyze.cuda_sync`), written only when it has rows
+    (an earlier run's file is removed otherwise)."""
+    path = partition_path(outdir, "cuda_sync", rank, iteration)
     if t.num_rows:
-        with atomic_output(partition_path(outdir, "cuda_sync", rank, iteration), compress=False) as f:
+        with atomic_output(path, compress=False) as f:
             pq.write_table(t, f, compression="zstd")
+    else:
+        path.unlink(missing_ok=True)
 
 
 def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progress=None) -> list[dict]:

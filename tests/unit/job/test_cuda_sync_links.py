@@ -106,3 +106,15 @@ def test_cuda_sync_rows_are_kept_apart_and_change_no_other_table(runs):
     assert read(linked, "cuda_sync") == [{"device": 0, "stream": 8, "ts_ns": (T0 + 12) * 1000, "dur_ns": 1000,
                                           "name": "Stream Wait Event", "correlation": 4, "wait_on_stream": 7,
                                           "record_correlation": 2}]
+
+
+def test_the_analysis_folder_owns_cuda_sync(tmp_path):
+    # analyze replaces its output folder as a whole: a second run into it must accept cuda_sync/,
+    # and streamtrace.load reads it like the other datasets (one row: the event written above)
+    import streamtrace
+    src = tmp_path / "rank0.json"
+    src.write_text(json.dumps({"schemaVersion": 1, "traceEvents": _events(True)}))
+    for _ in range(2):
+        analyze([src], tmp_path / "an", AnalyzeOptions(jobs=1, progress=False))
+    t = streamtrace.load(tmp_path / "an").cuda_sync
+    assert t.column("record_correlation").to_pylist() == [2] and t.column("rank").to_pylist() == [0]
