@@ -12,16 +12,22 @@ critical_path_analysis.py``; where it differs, see docs/critical-path.md).  Node
   step's joins the step's thread at the latest instant before its first op (``host_gap``).
 * **launch -> kernel**: the runtime call (same ``correlation``) start -> the GPU event start
   (``launch_delay``); **stream order**: the previous GPU event's end on the stream -> the start
-  (``kernel_gap``); **cross-stream wait**: the latest end on another stream of the device before
-  the start, only for the first event launched on its stream after a ``cudaStreamWaitEvent``
-  call of the rank (between the previous launch on that stream and its own: the wait is enqueued
-  on the stream and holds its next event; a trace with no wait calls at all: every event).  The
-  event recorded is not known: the traces here carry ``cudaStreamWaitEvent`` and
-  ``cudaEventRecord`` with a correlation id only, their flow events (``ac2g``) end nowhere, and
-  none has newer Kineto's ``cuda_sync`` GPU events (``wait_on_cuda_event_record_corr_id``), which
-  analyze does not keep (docs/critical-path.md).  Of these the latest to happen is the one the
-  event waited for: its edge carries the time up to the start, the others weigh 0 (as HTA adds
-  either the launch delay or the kernel-kernel delay, never both, by queue length).
+  (``kernel_gap``); **cross-stream wait**, read where the trace links it: newer Kineto writes a
+  ``cuda_sync`` ``Stream Wait Event`` on the waiting stream with the ``cudaEventRecord``'s
+  correlation id (``wait_on_cuda_event_record_corr_id``) and its stream (``wait_on_stream``),
+  kept by analyze in ``cuda_sync/`` (:mod:`streamtrace.analyze.cuda_sync`); the edge runs from the
+  last event on the recording stream launched before the record (the largest correlation id below
+  the record's: ids are given in call order) to the first event on the waiting stream starting at
+  or after the sync event (:func:`_linked`), and a rank with such links gets no other cross-stream
+  edge.  A trace without links (every real trace here: their ``cudaStreamWaitEvent`` /
+  ``cudaEventRecord`` carry a correlation id only and their ``ac2g`` flows end nowhere) gets the
+  inference (:func:`_inferred`): the latest end on another stream of the device before the start,
+  only for the first event launched on its stream after a ``cudaStreamWaitEvent`` call of the rank
+  (between the previous launch on that stream and its own: the wait is enqueued on the stream and
+  holds its next event; a trace with no wait calls at all: every event).  Of these the latest to
+  happen is the one the event waited for: its edge carries the time up to the start, the others
+  weigh 0 (as HTA adds either the launch delay or the kernel-kernel delay, never both, by queue
+  length).
 * **GPU event** start -> end (``compute_kernel``, ``memcpy`` for memory kinds).  A communication
   event is cut instead: its start is an *arrival* and its end an *end* anchor, joined across
   ranks by the job level.
@@ -69,6 +75,7 @@ C = {c: i for i, c in enumerate(CATEGORIES)}
 SYNC_CALLS = re.compile(r"^(cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|cudaMemcpy|"
                         r"hipStreamSynchronize|hipDeviceSynchronize|hipEventSynchronize|hipMemcpy)$")
 WAIT_CALLS = ("cudaStreamWaitEvent", "hipStreamWaitEvent")
+CUDA_SYNC_CAT = "cuda_sync"    # newer Kineto's GPU sync events: read from ``cuda_sync/``, not as CPU ops
 STEP = re.compile(r"^ProfilerStep#(\d+)$")
 S_, A_, E_, T_ = 0, 1, 2, 3          # anchor kinds: step start, arrival, end, step end
 ANCHOR_COLUMNS = ("step", "node", "kind", "t_ns", "correlation", "stream", "name", "lane")
@@ -77,6 +84,9 @@ SEGMENT_SCHEMA = pa.schema([("step", pa.int64()), ("src", pa.int64()), ("dst", p
                             ("t1", pa.int64()), ("w", pa.int64()), ("cat", pa.int8()), ("lane", pa.string()),
                             ("name", pa.string()), ("ref", pa.int64())])
 KERNEL_COLUMNS = ["device", "stream", "ts_ns", "end_ns", "name", "kind", "correlation", "step"]
+SYNC_COLUMNS = ["device", "stream", "ts_ns", "name", "wait_on_stream", "record_correlation"]
+LINK_COLUMNS = ("device", "stream", "ts_ns", "record_correlation", "wait_on_stream")
+"""An explicit link (``cuda_sync`` row): device, waiting stream, sync time, record's correlation, recording stream."""
 OPS_COLUMNS = ["tid", "ts_ns", "dur_ns", "name", "cat", "depth", "parent", "correlation", "external_id"]
 
 
@@ -187,10 +197,11 @@ def _outside(op, is_start, cut) -> np.ndarray:
     return np.cumsum(d)[:-1] <= 0
 
 
-def _gpu(g: _Graph, k, rows, launch_node, launch_t, first, s0, waits=None):
+def _gpu(g: _Graph, k, rows, launch_node, launch_t, first, s0, waits=None, links=None):
     """Nodes and edges of the GPU events ``rows`` (one step).  ``waits``: the sorted start times
     of the rank's stream-wait calls in the step (None: the trace records none, every event may
-    wait).  Returns (start node, end node, is communication) per row, in ``rows``' order (sorted
+    wait); ``links``: the rank's explicit cross-stream links (:data:`LINK_COLUMNS` arrays, aligned
+    ns; None: the trace has none, the waits are inferred).  Returns (start node, end node, is communication) per row, in ``rows``' order (sorted
     by device, stream, start)."""
     dev, stream, ts, te = (k[c][rows] for c in ("device", "stream", "ts_ns", "end_ns"))
     kind = k["kind"][rows]
@@ -207,18 +218,10 @@ def _gpu(g: _Graph, k, rows, launch_node, launch_t, first, s0, waits=None):
             lane[body], name[body], corr[body])
     same = np.r_[False, (dev[1:] == dev[:-1]) & (stream[1:] == stream[:-1])]
     prev = np.where(same, np.arange(n) - 1, -1)
-    # the latest end on another stream of the device before each start
-    x = np.full(n, -1, np.int64)
-    for d in np.unique(dev).tolist():
-        on = np.flatnonzero(dev == d)
-        oe = on[np.argsort(te[on], kind="stable")]
-        j = np.searchsorted(te[oe], ts[on], "right") - 1
-        cand = np.where(j >= 0, oe[np.maximum(j, 0)], -1)
-        x[on] = np.where((cand >= 0) & (stream[np.maximum(cand, 0)] != stream[on]), cand, -1)
-    if waits is not None:       # only the first event launched on its stream after a wait call waits
-        lo = np.where(prev >= 0, launch_t[np.maximum(prev, 0)], s0)
-        after = np.searchsorted(waits, launch_t, "left") - np.searchsorted(waits, lo, "right") > 0
-        x = np.where(after | (launch_node < 0), x, -1)
+    if links is not None:       # Kineto's explicit links: only they make an event wait on another stream
+        x = _linked(dev, stream, ts, te, corr, links)
+    else:
+        x = _inferred(dev, stream, ts, te, prev, launch_node, launch_t, s0, waits)
     cand_t = np.stack([np.where(launch_node >= 0, launch_t, NEG), np.where(prev >= 0, te[np.maximum(prev, 0)], NEG),
                        np.where(x >= 0, te[np.maximum(x, 0)], NEG)])
     bind = np.argmax(cand_t, axis=0)
@@ -232,6 +235,57 @@ def _gpu(g: _Graph, k, rows, launch_node, launch_t, first, s0, waits=None):
     m = ~has
     g.edges(np.full(int(m.sum()), first), sn[m], ts[m] - s0, C["kernel_gap"], lane[m], name[m], corr[m])
     return sn, en, comm
+
+
+def _inferred(dev, stream, ts, te, prev, launch_node, launch_t, s0, waits):
+    """Cross-stream waits where the trace does not link them (module docstring): per event (sorted
+    by device, stream, start) the row of the latest end on another stream of the device before its
+    start, -1 none; with ``waits`` (the stream-wait calls' start times) only for the first event
+    launched on its stream after such a call."""
+    n = len(ts)
+    x = np.full(n, -1, np.int64)
+    for d in np.unique(dev).tolist():
+        on = np.flatnonzero(dev == d)
+        oe = on[np.argsort(te[on], kind="stable")]
+        j = np.searchsorted(te[oe], ts[on], "right") - 1
+        cand = np.where(j >= 0, oe[np.maximum(j, 0)], -1)
+        x[on] = np.where((cand >= 0) & (stream[np.maximum(cand, 0)] != stream[on]), cand, -1)
+    if waits is not None:       # only the first event launched on its stream after a wait call waits
+        lo = np.where(prev >= 0, launch_t[np.maximum(prev, 0)], s0)
+        after = np.searchsorted(waits, launch_t, "left") - np.searchsorted(waits, lo, "right") > 0
+        x = np.where(after | (launch_node < 0), x, -1)
+    return x
+
+
+def _linked(dev, stream, ts, te, corr, links):
+    """Cross-stream waits as Kineto links them (``cuda_sync`` events, :mod:`streamtrace.analyze.cuda_sync`):
+    per event (sorted by device, stream, start) the row of the event it waits for, -1 none.  A link
+    ``(device, waiting stream, sync time, record correlation, recording stream)`` makes the first
+    event on the waiting stream starting at or after the sync time wait for the last event on the
+    recording stream launched before the ``cudaEventRecord`` (correlation ids are given in call
+    order on the rank: the largest correlation below the record's).  A link whose source ends after
+    its destination starts is dropped (the clocks disagree; no edge against time); of several links
+    into one event the latest-ending source is kept."""
+    n = len(ts)
+    x = np.full(n, -1, np.int64)
+    lane = {}
+    if n:
+        cut = np.flatnonzero(np.r_[True, (dev[1:] != dev[:-1]) | (stream[1:] != stream[:-1]), True])
+        lane = {(int(dev[a]), int(stream[a])): (int(a), int(b)) for a, b in zip(cut[:-1], cut[1:])}
+    for d, s_wait, t_sync, rec, s_rec in zip(*(links[c].tolist() for c in LINK_COLUMNS)):
+        if (d, s_wait) not in lane or (d, s_rec) not in lane:
+            continue
+        a, b = lane[(d, s_wait)]
+        j = a + int(np.searchsorted(ts[a:b], t_sync, "left"))
+        a2, b2 = lane[(d, s_rec)]
+        c = corr[a2:b2]
+        before = np.flatnonzero((c >= 0) & (c < rec))
+        if j >= b or not len(before):
+            continue
+        i = a2 + int(before[np.argmax(c[before])])
+        if te[i] <= ts[j] and (x[j] < 0 or te[i] > te[x[j]]):
+            x[j] = i
+    return x
 
 
 def _syncs(g: _Graph, ops, rows, end_node, kend, kend_node):
@@ -262,14 +316,16 @@ def _zero_linked_syncs(cols, linked_names_nodes):
     cols[3] = cat
 
 
-def step_graph(ops, k, step, main_tid, s0, s1, calls=None):
+def step_graph(ops, k, step, main_tid, s0, s1, calls=None, links=None):
     """The graph of one step (module docstring): ``(t, cols, anchors, order)`` with node times ``t``
     (int64[n], creation order), edge columns ``[src, dst, w, cat, lane, name, ref]``, the anchors'
     ``(node ids, kinds, correlation, stream, name, lane)`` and the nodes in topological order.
     ``calls``: int64[m, 2] ``(c10d call row, gloo run row)`` of the part's CPU collectives
-    (:func:`streamtrace.job.gloo.call_runs`), None for none."""
+    (:func:`streamtrace.job.gloo.call_runs`), None for none; ``links``: :func:`sync_links` (None:
+    the waits are inferred)."""
     g = _Graph()
-    rows = np.flatnonzero((ops["ts_ns"] >= s0) & (ops["ts_ns"] < s1))
+    rows = (ops["ts_ns"] >= s0) & (ops["ts_ns"] < s1)
+    rows = np.flatnonzero(rows & ~ops["is_gpu_sync"] if "is_gpu_sync" in ops else rows)
     runs = calls[np.isin(calls[:, 1], rows) & np.isin(calls[:, 0], rows)] if calls is not None and len(calls) else \
         np.zeros((0, 2), np.int64)
     start_node, end_node, lanes = _cpu(g, ops, rows, main_tid, runs[:, 1])
@@ -287,7 +343,7 @@ def step_graph(ops, k, step, main_tid, s0, s1, calls=None):
         launch_node[hit] = start_node[np.searchsorted(rows, rt[j[hit]])]
         launch_t[hit] = ops["ts_ns"][rt[j[hit]]]
     waits = np.sort(ops["ts_ns"][rows[ops["is_wait"][rows]]]) if ops["any_wait"] else None
-    sn, en, comm = _gpu(g, k, krows, launch_node, launch_t, first, s0, waits)
+    sn, en, comm = _gpu(g, k, krows, launch_node, launch_t, first, s0, waits, links)
     kend = k["end_ns"][krows]
     linked = _syncs(g, ops, rows, end_node, kend, en)
     cpu_a, cpu_e = _cpu_comm(g, ops, rows, runs, start_node, end_node, lanes)
@@ -371,11 +427,30 @@ def reduce_step(t, cols, anchors, order):
 
 
 def part_reads(part) -> dict:
-    """The part's ``{"kernels", "ops"}`` pyarrow tables (None where it has none) with the columns
-    :func:`part_paths` and :func:`streamtrace.job.explain.part_tables` use: read once for both."""
+    """The part's ``{"kernels", "ops", "cuda_sync"}`` pyarrow tables (None where it has none) with the
+    columns :func:`part_paths` and :func:`streamtrace.job.explain.part_tables` use: read once for both."""
     kc = list(dict.fromkeys(KERNEL_COLUMNS + EXPLAIN_KERNELS))
     oc = list(dict.fromkeys(OPS_COLUMNS + STATS_OPS))
-    return {"kernels": part.read("kernels", kc), "ops": part.read("ops", oc)}
+    return {"kernels": part.read("kernels", kc), "ops": part.read("ops", oc),
+            "cuda_sync": part.read("cuda_sync", SYNC_COLUMNS)}
+
+
+def sync_links(part, table) -> dict | None:
+    """The part's explicit cross-stream links from its ``cuda_sync`` rows (pyarrow table or None,
+    :mod:`streamtrace.analyze.cuda_sync`): the ``Stream Wait Event`` rows (any row but ``Event Sync``
+    with a waiting stream, a recording stream and a record correlation id), as
+    :data:`LINK_COLUMNS` arrays with ``ts_ns`` aligned.  None when there are none: the trace's waits
+    are then inferred."""
+    if table is None or not table.num_rows:
+        return None
+    c = {x: column_numpy(table[x]) for x in SYNC_COLUMNS}
+    ok = (c["stream"] >= 0) & (c["wait_on_stream"] >= 0) & (c["record_correlation"] >= 0) & \
+        (c["name"].astype(str) != "Event Sync")
+    if not ok.any():
+        return None
+    out = {x: np.asarray(c[x][ok], np.int64) for x in LINK_COLUMNS}
+    out["ts_ns"] = part.align(out["ts_ns"])
+    return out
 
 
 def part_paths(job, part, spill, tables=None) -> dict:
@@ -383,7 +458,8 @@ def part_paths(job, part, spill, tables=None) -> dict:
     paths written to ``spill/critical-<index>.arrow``; ``tables``: :func:`part_reads` (None: read
     here).  Returns ``{"anchors": {column: array}, "edges": {column: array}, "segments": path or
     None, "dropped": int}``."""
-    tables = tables or {"kernels": part.read("kernels", KERNEL_COLUMNS), "ops": part.read("ops", OPS_COLUMNS)}
+    tables = tables or {"kernels": part.read("kernels", KERNEL_COLUMNS), "ops": part.read("ops", OPS_COLUMNS),
+                        "cuda_sync": part.read("cuda_sync", SYNC_COLUMNS)}
     ops_t, k_t = tables["ops"], tables["kernels"]
     empty = {"anchors": {c: np.zeros(0, np.int64) for c in ANCHOR_COLUMNS},
              "edges": {c: np.zeros(0, np.int64) for c in EDGE_COLUMNS}, "segments": None, "dropped": 0}
@@ -400,7 +476,9 @@ def part_paths(job, part, spill, tables=None) -> dict:
     ops["is_sync"] = np.asarray([bool(SYNC_CALLS.match(x)) for x in uniq] or [False], bool)[inv]
     ops["is_wait"] = np.asarray([x in WAIT_CALLS for x in uniq] or [False], bool)[inv]
     ops["any_wait"] = bool(ops["is_wait"].any())
+    ops["is_gpu_sync"] = np.asarray(ops["cat"] == CUDA_SYNC_CAT, bool)  # GPU events the ops table holds too
     k["ts_ns"], k["end_ns"] = part.align(k["ts_ns"]), part.align(k["end_ns"])
+    links = sync_links(part, tables.get("cuda_sync"))
     calls = None
     if has_runs(uniq):                                                 # a CPU-only (gloo) rank's collectives
         calls = np.asarray([cr for cr in call_runs([x or "" for x in ops["name"].tolist()]) if cr[1] >= 0],
@@ -409,7 +487,7 @@ def part_paths(job, part, spill, tables=None) -> dict:
     for step, tid, s0, s1 in _steps(ops):
         if job.steps is not None and step not in job.steps:
             continue
-        t, cols, anc, order = step_graph(ops, k, step, tid, s0, s1, calls)
+        t, cols, anc, order = step_graph(ops, k, step, tid, s0, s1, calls, links)
         pos, (o, s, w), marked, bad = reduce_step(t, cols, anc, order)
         dropped += bad
         nodes, kinds, corr, stream, name, lane = anc
