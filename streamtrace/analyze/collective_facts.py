@@ -281,7 +281,9 @@ def collective_facts(kernel_name: str, own: dict | None, ops: list, pats, pg_con
     ops_r = []
     for row in ops:
         name = row.get("@op") or ""
-        if name == "record_param_comms":
+        # a row of no op with the NCCL keys: an Nsight export's NCCL range, its payload decoded as
+        # record_param_comms args (streamtrace.trace.nsys.payload.comm_args)
+        if name == "record_param_comms" or (not name and "Collective name" in row):
             ops_r.append(("record_param_comms", read_args(row)))
             ops_r.append(("record_param_comms", read_record_param_comms_shapes(row)))
         else:
