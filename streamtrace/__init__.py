@@ -56,7 +56,7 @@ _API = {
     "ReportOptions": ("streamtrace.report", "ReportOptions"),
     "epilogue": ("streamtrace.epilogue", None),
     "EpilogueOptions": ("streamtrace.epilogue", "EpilogueOptions"),
-    "open": ("streamtrace.epilogue", "open_job"),
+    "open": ("streamtrace.epilogue.notebook", "open_job"),
     "capture": ("streamtrace.topology.capture", None),
     "topology": ("streamtrace.topology", None),
     "diff": ("streamtrace.report.diff", None),

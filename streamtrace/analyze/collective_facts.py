@@ -10,6 +10,12 @@ number), found in ONE place, in this order, with where the bytes came from (``by
    ``Description`` / ``Ranks``, and in the newest ``Seq`` (the process group's sequence
    number, HolisticTraceAnalysis's ``seq_num``), ``Src Rank`` / ``Dst Rank`` for p2p
    (``a100_resnet_ddp_rank0_of2``, ``megatron_tp2_v100x2``: the keys without ``Seq``).
+   ``nvtx_payload``: in an Nsight Systems export, the payload NCCL attaches to its own NVTX range
+   around the call (``ncclAllReduce``...; NVIDIA/nccl ``src/include/nvtx_payload_schemas.h``:
+   communicator id, message size in bytes), which the nsys reader
+   (:func:`streamtrace.trace.nsys.payload.comm_args`) writes as a row of the same keys (size as
+   ``uint8`` elements, the communicator id as the process group name) marked
+   ``"@source": "nvtx_payload"``; NCCL's own count, so it ranks with the kernel's args.
 2. ``record_param_comms``: the CPU op ``RECORD_PARAM_COMMS`` opens around every c10d call.  In
    the PyTorch versions before the kernel carried them it holds the same keys as 1
    (``v100_float_ns_rank0``); older still, only the recorded inputs of the macro's parameter list
@@ -47,7 +53,9 @@ from dataclasses import dataclass, field
 
 import orjson
 
-SOURCES = ("kernel_args", "record_param_comms", "annotation_dims", "unknown")
+SOURCES = ("kernel_args", "nvtx_payload", "record_param_comms", "annotation_dims", "unknown")
+#: the mark (key ``"@source"``) the nsys reader puts on a collective-args row decoded from NCCL's NVTX payload
+NVTX_PAYLOAD = "nvtx_payload"
 #: ``pg_desc`` of a collective given the default group for want of any process group in the trace
 INFERRED_DEFAULT = "inferred:default_pg"
 
@@ -281,7 +289,9 @@ def collective_facts(kernel_name: str, own: dict | None, ops: list, pats, pg_con
     ops_r = []
     for row in ops:
         name = row.get("@op") or ""
-        if name == "record_param_comms":
+        if row.get("@source") == NVTX_PAYLOAD:
+            ops_r.append((NVTX_PAYLOAD, read_args(row)))
+        elif name == "record_param_comms":
             ops_r.append(("record_param_comms", read_args(row)))
             ops_r.append(("record_param_comms", read_record_param_comms_shapes(row)))
         else:

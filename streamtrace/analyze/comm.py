@@ -43,12 +43,14 @@ def collective_columns(gpu, comm_rows, nm, pats, topo, pg_config, world_size=-1)
     index, found = {}, []                  # kernels with equal inputs share one result
     opx = None
     which = np.empty(k, np.int64)
+    seq_at = np.full(k, -1, np.int64)       # a kernel's own Seq: not in the cache key
     for i, (name, r, o, d) in enumerate(zip(gpu.comm_name.tolist(), gpu.comm_row[gpu.comm_pos].tolist(),
                                             ops_at[gpu.comm_pos].tolist(), dim_at[gpu.comm_pos].tolist())):
         if o >= 0 and opx is None:
             opx = OpIndex(comm_rows)
         ops = opx.enclosing(o) if o >= 0 else []
         key = (name, d, _row_key(comm_rows[r]) if r >= 0 else None, tuple(_row_key(comm_rows[j]) for j in ops))
+        seq_at[i] = own_seq(comm_rows[r] if r >= 0 else None, [comm_rows[j] for j in ops])
         v = index.get(key)
         if v is None:
             f = collective_facts(nm.names[name], comm_rows[r] if r >= 0 else None, [comm_rows[j] for j in ops],
@@ -64,15 +66,28 @@ def collective_columns(gpu, comm_rows, nm, pats, topo, pg_config, world_size=-1)
         which[i] = v
     table = np.asarray(found, np.int64).reshape(len(found), len(COLL_INT) + len(COLL_STR))
     out = {c: table[which, n] for n, c in enumerate(COLL_INT)}
+    out["seq"] = np.where(seq_at >= 0, seq_at, out["seq"])
     out.update({c: table[which, len(COLL_INT) + n].astype(np.int32) for n, c in enumerate(COLL_STR)})
     out["pos"] = gpu.comm_pos
     out["pool"] = StringPool(pool)
     return out
 
 
+def own_seq(own: dict | None, ops: list) -> int:
+    """NCCL's sequence number written as ``Seq`` (int >= 0) on the kernel's own args row ``own``,
+    else on the innermost ``record_param_comms`` of ``ops`` (innermost first), the order in which
+    :func:`~streamtrace.analyze.collective_facts.collective_facts` reads it; -1 when none carries
+    it.  Kept out of :func:`_row_key`: a per-call number would make every row's key unique."""
+    for row in [own] + [o for o in ops if o.get("@op") == "record_param_comms"]:
+        v = row.get("Seq") if row else None
+        if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+            return v
+    return -1
+
+
 def _row_key(row):
-    """A hashable stand-in for a collective-args row without its position (its keys and values as
-    JSON bytes): two instances of one collective with equal args share their facts."""
+    """A hashable stand-in for a collective-args row without its position and its ``Seq`` (its other
+    keys and values as JSON bytes): two calls of one collective with equal args share their facts."""
     if row is None:
         return None
-    return orjson.dumps({k: v for k, v in row.items() if k[0] != "@"}, default=bytes.decode)
+    return orjson.dumps({k: v for k, v in row.items() if k[0] != "@" and k != "Seq"}, default=bytes.decode)

@@ -23,6 +23,7 @@ from . import nsys as N
 from .options import AnalyzeOptions
 from .opperf import write_op_perf
 from .patterns import Patterns
+from .cuda_sync import sync_table
 from .rank import RankOutputs, RankSettings, RankSource, analyze_rank
 
 
@@ -75,6 +76,17 @@ def rank_plan(store, metadata, file_rank):
     return {file_rank: keys}, "pmap" if pmap else "pid", pmap
 
 
+def _write_cuda_sync(t, outdir, rank, iteration) -> None:
+    """``cuda_sync/`` of one rank (:mod:`streamtrace.analyze.cuda_sync`), written only when it has rows
+    (an earlier run's file is removed otherwise)."""
+    path = partition_path(outdir, "cuda_sync", rank, iteration)
+    if t.num_rows:
+        with atomic_output(path, compress=False) as f:
+            pq.write_table(t, f, compression="zstd")
+    else:
+        path.unlink(missing_ok=True)
+
+
 def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progress=None) -> list[dict]:
     """Analyse one trace file (any number of ranks inside) into ``outdir``: its Parquet partitions
     (``kernels/`` and ``ops/``, :func:`~streamtrace.events.dataset.partition_path`) and one summary
@@ -125,6 +137,9 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
                     path = partition_path(outdir, "cpu_collectives", rank, iteration)
                     with atomic_output(path, compress=False) as f:
                         pq.write_table(t, f, compression="zstd")
+            if nsys is None:                                  # newer Kineto's cuda_sync events, if any
+                _write_cuda_sync(sync_table(store, keys, comm_rows, table.strings, device_mode, pmap), outdir, rank,
+                                 iteration)
             for name in ("kernels", "ops"):                   # an earlier run's part-1.. files
                 drop_extra_parts(outdir, name, rank, iteration, 1)
             facts = trace_facts(meta, rank)
@@ -135,6 +150,7 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
             if nsys is not None:
                 facts = N.rank_facts(nsys, rank, [int(d) for d in summ["devices"]])
             out.append({"rank": rank, "source": str(path), "iteration": iteration, **summ,
+                        "dropped_for_time": unusable,     # the file's (issue 33): counted, said in warnings
                         "trace_metadata": facts, "warnings": warnings if nsys is None or len(out) == 0 else []})
             if nsys is not None:
                 out[-1]["nsys"] = N.export_facts(nsys, rank)

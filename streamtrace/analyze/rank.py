@@ -203,6 +203,15 @@ def _groups(key):
     return keys, order, np.append(starts, len(order))
 
 
+def _group_metrics(s, e, k, sel):
+    """:func:`device_metrics` of the rows ``sel`` of ``s``, ``e``, ``k``; a group of every row is
+    measured on the arrays themselves (no copy: ~17 bytes a row less at the peak), the metrics
+    being independent of the rows' order."""
+    if len(sel) == len(s):
+        return device_metrics(s, e, k)
+    return device_metrics(s[sel], e[sel], k[sel])
+
+
 def _metrics(summary, device, g_start, g_end, kind, iteration, ph, micro):
     """Fill per-device, per-iteration and per phase x micro-batch metrics (README definitions)."""
     devices = np.unique(device)
@@ -219,9 +228,8 @@ def _metrics(summary, device, g_start, g_end, kind, iteration, ph, micro):
         codes, order, bounds = _groups(key)
         for c, x, y in zip(codes, bounds[:-1], bounds[1:]):
             if u_it[c] >= 0:
-                sel = order[x:y]
                 summary["iterations"].setdefault(str(int(u_it[c])), {})[str(d)] = \
-                    device_metrics(s[sel], e[sel], k[sel])
+                    _group_metrics(s, e, k, order[x:y])
         del order
         key *= len(C.PHASES)
         key += p
@@ -231,8 +239,7 @@ def _metrics(summary, device, g_start, g_end, kind, iteration, ph, micro):
         del key
         for c, x, y in zip(codes, bounds[:-1], bounds[1:]):
             i, m = int(u_it[c // len(u_mb) // len(C.PHASES)]), int(u_mb[c % len(u_mb)])
-            sel = order[x:y]
             row = {"device": str(d), "iteration": None if i < 0 else i,
                    "phase": C.PHASES[c // len(u_mb) % len(C.PHASES)], "microbatch": None if m < 0 else m}
-            row.update(device_metrics(s[sel], e[sel], k[sel]))
+            row.update(_group_metrics(s, e, k, order[x:y]))
             summary["phases"].append(row)

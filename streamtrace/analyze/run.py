@@ -36,7 +36,7 @@ from .outputs import Analysis
 from ..runtime import parallel
 from ..runtime.files import atomic_output, output_folder
 from ..runtime.parallel import TaskFailure, run_tasks, scheduler_address
-from ..trace.discover import NSYS_EXPORT, expand_inputs, identify, load_rank_map
+from ..trace.discover import NSYS_EXPORT, expand_inputs, identify, load_rank_map, nothing_found
 from ..trace.nsys import count_gpu_processes
 from .file import analyze_file
 from .options import AnalyzeOptions
@@ -162,8 +162,7 @@ def _tasks(inputs, opt, skipped: list) -> tuple[list[AnalyzeTask], list[str]]:
         elif tf is not None:
             tasks.append(AnalyzeTask(str(p), "", tf.rank, tf.iteration, opt))
     if not tasks:
-        why = f" ({skipped[0]})" if skipped else ""
-        raise StreamtraceError(f"no trace files found in {', '.join(map(str, inputs))}{why}")
+        raise nothing_found(inputs, skipped)
     claimed = {}
     for i, t in enumerate(tasks):      # one file's partition per (iteration, rank)
         if (t.iteration, t.rank) in claimed:

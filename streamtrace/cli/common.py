@@ -145,8 +145,8 @@ def print_validation(path, quiet=False, opt=None) -> dict:
     """Validate ``path`` (``opt``: a :class:`~streamtrace.validate.check.ValidateOptions`) and print
     its one-line result (:func:`validation_line`; nothing when ``quiet`` and the trace has no
     problem); returns the report."""
-    from ..validate.check import validate      # (the CLI's convention: see streamtrace.cli)
-    rep = validate(path, opt=opt)
+    from ..validate.check import require_events, validate      # (the CLI's convention: see streamtrace.cli)
+    rep = require_events(validate(path, opt=opt))
     if not (quiet and rep["ok"]):
         print(validation_line(rep), flush=True)
     return rep

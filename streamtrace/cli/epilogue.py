@@ -1,6 +1,8 @@
 """``streamtrace epilogue``: everything after a training job, in one call."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import argh
 
 from .common import Console, Exit, check_efficiency_flags, parse_formats, parse_jobs, parse_list, prepare_kernels, report_args
@@ -31,7 +33,7 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
              peak_tflops=None, flops_per_token=None, nic_gbps=None, gpus_per_node=8, no_charts=False,
              chart_format="png", chart_ranks=None, quiet=False, verbose=False):
     """After a training job: analyse, merge, aggregate, report and chart every iteration."""
-    from ..epilogue import EpilogueOptions, run      # (the CLI's convention: see streamtrace.cli)
+    from ..epilogue import EpilogueOptions, check_paths, run      # (the CLI's convention: see streamtrace.cli)
     from ..runtime.fork import call_in_child
     con = Console(quiet, verbose)
     from ..report.options import EfficiencyOptions, ReportOptions
@@ -45,6 +47,7 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
                           quiet=quiet, verbose=verbose, report=rep)
     check_efficiency_flags(peak_tflops, flops_per_token, nic_gbps, gpus_per_node)
     opt.check()
+    check_paths(run_dir, opt)     # a run folder that is not there, an output folder not the epilogue's: exit 1
     if opt.isolate:      # numba and the kernels stay out of this process: each stage's process loads its own
         call_in_child(lambda: prepare_kernels("epilogue", con, opt.jobs))
     else:
@@ -53,7 +56,8 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
     if s["report"]:
         print(f"report: {s['report']}")
     elif not quiet:
-        con.info(f"no report; see {s['outdir']}/epilogue.json")
+        state = Path(s["outdir"]) / "epilogue.json"
+        con.info(f"no report; see {state}" if state.is_file() else "no report")
     if strict and s["failures"]:
         raise Exit(1)
 

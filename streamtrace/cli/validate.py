@@ -27,14 +27,18 @@ EXAMPLES = """
 def validate(*traces, as_json=False, jobs=0, quiet=False, verbose=False):
     """Check traces for what Perfetto's JSON importer relies on, one result line each; exit 1 when
     any has a problem or cannot be read."""
-    from ..validate.check import ValidateOptions, validate as do_validate   # (the CLI's convention: see streamtrace.cli)
+    from ..validate.check import ValidateOptions, require_events, validate as do_validate   # (the CLI's convention)
+    from ..runtime.files import input_file_problem
+    if len(traces) == 1 and (why := input_file_problem(traces[0])):     # before compiling anything
+        raise StreamtraceError(f"{traces[0]}: {why}")
     prepare_kernels("validate", Console(quiet or as_json, verbose))
     opt = ValidateOptions(jobs=parse_jobs(jobs))
     reps = []
     failed = False
     for t in traces:
         try:
-            reps.append(do_validate(t, opt=opt) if as_json else print_validation(t, quiet=quiet, opt=opt))
+            reps.append(require_events(do_validate(t, opt=opt)) if as_json
+                        else print_validation(t, quiet=quiet, opt=opt))
         except StreamtraceError as e:
             if len(traces) == 1:
                 raise

@@ -5,9 +5,28 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..trace.decode import loads
 from ..trace.reader import TraceReader
 from .columns import StringTable, columns_from_batch
 from .store import STORE_DTYPE
+
+#: newer Kineto's GPU synchronisation events (``ph: X`` on the waiting stream; CUPTI's
+#: synchronization activity), stored apart as ``("gpusync", ...)`` rows
+CUDA_SYNC_CAT = "cuda_sync"
+#: their args kept, in a collective-args row under these keys (-1 when absent)
+CUDA_SYNC_ARGS = ("wait_on_stream", "wait_on_cuda_event_record_corr_id")
+
+
+def _sync_args(b, j, path) -> dict:
+    """The :data:`CUDA_SYNC_ARGS` of the batch's event ``j`` (decoded from its text: a few per step)."""
+    ev = loads(b.buf[int(b.starts[j]):int(b.ends[j])], path, b.offset + int(b.starts[j]) - int(b.starts[0]))
+    args = ev.get("args") if isinstance(ev, dict) and isinstance(ev.get("args"), dict) else {}
+    out = {}
+    for key in CUDA_SYNC_ARGS:
+        v = args.get(key)
+        out["@" + key] = v if type(v) is int and -2 ** 63 <= v < 2 ** 63 else -1
+    return out
+
 
 def slim(part):
     """Rows of EVENT_DTYPE as STORE_DTYPE (the columns the analysis keeps)."""
@@ -47,7 +66,11 @@ def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None)
     ``gpu_cats``: Kineto's kernel and memcpy/memset categories, see
     :class:`~streamtrace.analyze.patterns.Patterns`), ``("gpuanno", rank, pid, tid)`` for GPU-side
     annotations (``gpu_user_annotation``: a GPU device's pid and a stream's tid) and ``("cpu", rank,
-    pid, tid)`` for CPU events (``rank`` = ``args.rank`` or -1; ``Trace`` spans are not stored).
+    pid, tid)`` for CPU events (``rank`` = ``args.rank`` or -1; ``Trace`` spans are not stored), and
+    ``("gpusync", rank, pid, tid)`` for newer Kineto's ``cuda_sync`` events (pid: the device, tid: the
+    waiting stream; stored as CPU events too, as before they were told apart, so that the ops
+    table keeps its rows), each with a collective-args row holding ``"@wait_on_stream"`` and
+    ``"@wait_on_cuda_event_record_corr_id"`` (:data:`CUDA_SYNC_ARGS`, -1 when absent).
     ``byte_range``: read only that slice of a plain file's events (see :mod:`streamtrace.trace.ranges`).
 
     Complete events without a usable time (``ts`` or ``dur`` missing, negative, not a number,
@@ -61,17 +84,22 @@ def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None)
     table = StringTable()
     comm_rows: list = []
     reader = TraceReader(path, salvage=salvage, progress=progress, byte_range=byte_range)
-    kind_of = np.zeros(0, np.int8)       # per string id: 1 GPU cat, 2 skipped cat, 3 gpu annotation
+    kind_of = np.zeros(0, np.int8)       # per string id: 1 GPU cat, 2 skipped cat, 3 gpu annotation, 4 cuda_sync
     reader.unusable_times = 0
     for b in reader.raw_batches(decode=False):
         cols, rows = columns_from_batch(b, table, path)
         if len(kind_of) < len(table):
             kind_of = np.concatenate([kind_of, np.asarray(
                 [1 if t in gpu_cats else 3 if t == "gpu_user_annotation"
-                 else 2 if t == "Trace" else 0 for t in table.strings[len(kind_of):]], np.int8)])
+                 else 4 if t == CUDA_SYNC_CAT else 2 if t == "Trace" else 0
+                 for t in table.strings[len(kind_of):]], np.int8)])
         complete = cols["ph"] == ord("X")
         timed = (cols["dur"] >= 0) & (cols["ts"] >= 0)
         reader.unusable_times += int((complete & ~timed).sum())
+        is_sync = complete & timed & (cols["cat"] >= 0) & (kind_of[np.maximum(cols["cat"], 0)] == 4)
+        for j in np.flatnonzero(is_sync).tolist():          # their args: a row each (after the batch's own)
+            cols["comm"][j] = len(rows)
+            rows.append(_sync_args(b, j, path))
         cols = cols[complete & timed]
         if rows:
             has = cols["comm"] >= 0
@@ -79,7 +107,8 @@ def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None)
             comm_rows.extend(rows)
         k = np.where(cols["cat"] >= 0, kind_of[np.maximum(cols["cat"], 0)], 0)
         for sel, fields, tag in ((k == 1, ("rank", "pid", "tid"), "gpu"), (k == 3, ("rank", "pid", "tid"), "gpuanno"),
-                                 ((k == 0) & (cols["pid"] >= 0), ("rank", "pid", "tid"), "cpu")):
+                                 (k == 4, ("rank", "pid", "tid"), "gpusync"),
+                                 (((k == 0) | (k == 4)) & (cols["pid"] >= 0), ("rank", "pid", "tid"), "cpu")):
             part = cols[sel]
             if not len(part):
                 continue

@@ -39,11 +39,9 @@ annotations (micro-batch = ordinal within the ProfilerStep), communication = ``c
 ``gloo:`` / ``nccl:`` ops, compute = the other CPU ops not inside a communication op, both clipped
 to the window; ``wall_ns`` = the window's duration.
 
-Pipeline bubble (per iteration, PP group, stage): the group's span runs from the first to the last
-forward/backward/recompute compute kernel of any of its stages; ``busy_ns`` = |union of the stage's
-forward/backward/recompute compute|; ``bubble_ns`` = span - busy; ``bubble_pct`` =
-100 x bubble / span (``bubble_pct``).  ``ideal_bubble_pct`` = 100 x (p - 1) / (m + p - 1) (1F1B, p stages,
-m micro-batches).
+Pipeline bubble (per iteration, PP group, stage; ``pipeline.parquet``, and each replica's mean in
+``replicas.parquet``): the group's span minus the stage's forward/backward/recompute windows, the
+one definition of :mod:`streamtrace.job.pipeline`.
 """
 from __future__ import annotations
 
@@ -73,12 +71,14 @@ from ..topology.sources import load_topology
 from ..topology.trainconfig import config_topology, from_torchtitan_toml
 from .alignment import Job
 from ..events.collmatch import mismatch_warning
+from .collective_rows import RankDims, fill_dims
 from .collective_spill import collectives_to
 from .critical_local import part_paths, part_reads
 from .critical_path import critical_paths
 from .groups import write_groups
 from .opperf import write_op_perf
 from .p2p import p2p_rows, write_p2p
+from .pipeline import pipeline_rows, replica_rows
 from .timeline import join as join_timeline, write_part as write_timeline_part
 from .explain import part_tables, write_tables as write_explain
 from .folder import TABLES, Aggregate, owned, read_aggregate_table, read_meta  # noqa: F401 (re-exported)
@@ -136,9 +136,12 @@ def _steps(part) -> dict:
 
 def _gpu_part(job, part):
     k = job.read_kernels(part, columns=("device", "ts_ns", "end_ns", "kind", "phase", "microbatch", "iteration",
-                                        "step", "name", "parallel_dim"))
+                                        "step", "name", "parallel_dim", "pg_ranks"))
     s, e = part.align(k["ts_ns"]), part.align(k["end_ns"])
     code = np.asarray([KIND_CODE.get(x, 0) for x in k["kind"]], np.int8)
+    dim = np.asarray(k["parallel_dim"], object).copy()
+    comm = code == 1                    # the collectives' dimension: a topology names what analyze did not
+    dim[comm] = fill_dims(dim[comm], np.asarray(k["pg_ranks"], object)[comm], getattr(job, "rank_dims", None))
     phase_rows, rank_rows, fb, timeline = [], [], {}, []
     it_dev = sorted(set(zip(k["iteration"].tolist(), k["step"].tolist(), k["device"].tolist())))
     for it, st, dev in it_dev:
@@ -161,7 +164,7 @@ def _gpu_part(job, part):
             us, ue = _iv.union(s[c], e[c])
             fb[(it, st, dev)] = (int(s[c].min()), int(e[c].max()), _iv.union_length(us, ue),
                              int(len(set(k["microbatch"][c & (k["phase"] == "forward")].tolist()))))
-        cat = np.where(code == 0, "compute", np.where(code == 2, "memory", "comm:" + k["parallel_dim"].astype(str)))
+        cat = np.where(code == 0, "compute", np.where(code == 2, "memory", "comm:" + dim.astype(str)))
         for cname in sorted(set(cat[m].tolist())):
             cm = m & (cat == cname)
             us, ue = _iv.union(s[cm], e[cm])
@@ -264,11 +267,13 @@ def _cpu_part(job, part):
 
 
 def part_view(job, index):
-    """A copy of ``job`` that carries only part ``index`` (``parts`` a one-entry dict, no topology):
+    """A copy of ``job`` that carries only part ``index`` (``parts`` a one-entry dict, no topology but
+    its rank's groups, ``rank_dims``: :class:`~streamtrace.job.collective_rows.RankDims`):
     what a worker needs, cheap to send (a task holding the whole job would cost O(ranks) to pickle,
     O(ranks^2) for all of them)."""
     view = copy.copy(job)
     view.parts = {index: job.parts[index]}
+    view.rank_dims = RankDims(job.topology, job.parts[index].rank) if job.topology is not None else None
     view.topology, view.warnings, view.dirs = None, [], []
     return view
 
@@ -373,17 +378,7 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
         shutil.rmtree(spill, ignore_errors=True)
         if cp_spill is not None:
             shutil.rmtree(cp_spill, ignore_errors=True)
-    phase_rows, rank_rows, fb, top, steps = [], [], {}, {}, {}
-    for part, (pr, rr, f, _, tp_, st, *_) in zip(job.parts, res):
-        phase_rows += pr
-        rank_rows += rr
-        fb.update({(part.rank, it, stp, dev): v for (it, stp, dev), v in f.items()})
-        for n, (kind, cnt, tot) in tp_.items():
-            a = top.setdefault(n, [kind, 0, 0])
-            a[1] += cnt
-            a[2] += tot
-        for num, (_, d) in st.items():
-            steps[(part.rank, job.iteration_of(part), num)] = d
+    phase_rows, rank_rows, fb, top, steps = _gather(job, res)
     if not rank_rows:
         raise StreamtraceError(f"{', '.join(map(str, dirs))}: no GPU events and no ProfilerStep windows to aggregate"
                                + (f" in step(s) {sorted(job.steps)}" if job.steps else ""))
@@ -393,8 +388,8 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
         r["overlap_pct"] = _pct(r["overlap_ns"], r["comm_ns"])
     for r in rank_rows:
         r["step_ns"] = steps.get((r["rank"], r["iteration"], r["step"]))
-    pipe = _pipeline(topo, fb)
-    reps = _replicas(topo, rank_rows, pipe)
+    pipe = pipeline_rows(topo, phase_rows, fb)
+    reps = replica_rows(topo, rank_rows, pipe)
     iters = _iterations(rank_rows, steps)
     base = ["iteration", "step", "rank", "device", "source", "replica", "pp_group", "stage"]
     pcols = base[:5] + ["phase", "microbatch"] + base[5:] + ["start_ns", "end_ns", "compute_start_ns",
@@ -437,6 +432,24 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
     return meta
 
 
+def _gather(job, res) -> tuple:
+    """The parts' results (:func:`_part_job`, in part order) joined: phase rows, rank rows, the
+    forward/backward compute per (rank, iteration, step, device), top kernels ``{name: [kind,
+    count, total_ns]}`` and step durations per (rank, iteration, step)."""
+    phase_rows, rank_rows, fb, top, steps = [], [], {}, {}, {}
+    for part, (pr, rr, f, _, tp_, st, *_) in zip(job.parts, res):
+        phase_rows += pr
+        rank_rows += rr
+        fb.update({(part.rank, it, stp, dev): v for (it, stp, dev), v in f.items()})
+        for n, (kind, cnt, tot) in tp_.items():
+            a = top.setdefault(n, [kind, 0, 0])
+            a[1] += cnt
+            a[2] += tot
+        for num, (_, d) in st.items():
+            steps[(part.rank, job.iteration_of(part), num)] = d
+    return phase_rows, rank_rows, fb, top, steps
+
+
 def _collective_warnings(opt, coll, job) -> list:
     """The ranks that missed or added a collective (one line), and one line when ``--clock-sync
     collectives`` found nothing to estimate from (as merge's ``--align collectives`` says it)."""
@@ -476,68 +489,6 @@ def _coords(topo) -> dict:
         for r in g:
             out.setdefault(r, {})["replica"] = ri
     return out
-
-
-def _pipeline(topo, fb) -> list:
-    """Bubble per (iteration, PP group, stage) from each stage's forward/backward compute."""
-    if topo is None:
-        return []
-    rows = []
-    by_rank: dict = {}                    # (rank, iteration, step) -> [values]: linear in ranks
-    for (rr, i2, s2, _), v in fb.items():
-        by_rank.setdefault((rr, i2, s2), []).append(v)
-    for it, step in sorted({(it, stp) for (_, it, stp, _) in fb}):
-        for gi, g in enumerate(topo.groups["pp"]):
-            stages = [(st, r, v) for st, r in enumerate(g) for v in by_rank.get((r, it, step), [])]
-            if not stages:
-                continue
-            lo = min(v[0] for _, _, v in stages)
-            hi = max(v[1] for _, _, v in stages)
-            p = len(g)
-            for st, r, (first, last, busy, nmb) in stages:
-                span = hi - lo
-                rows.append({"iteration": it, "step": step, "pp_group": gi, "stage": st, "rank": r, "stages": p,
-                             "microbatches": nmb, "span_start_ns": lo, "span_end_ns": hi, "span_ns": span,
-                             "first_ns": first, "last_ns": last, "busy_ns": busy, "bubble_ns": span - busy,
-                             "bubble_pct": 100 * (span - busy) / span if span > 0 else None,
-                             "ideal_bubble_pct": 100 * (p - 1) / (nmb + p - 1) if nmb + p - 1 > 0 else None})
-    return rows
-
-
-def _replicas(topo, rank_rows, pipe) -> list:
-    if topo is None:
-        return []
-    rows = []
-    rep_of = {r: ri for ri, g in enumerate(topo.replicas) for r in g}     # one pass each: linear in ranks
-    rows_of: dict = {}
-    for r in rank_rows:
-        rows_of.setdefault((r["iteration"], r["step"], rep_of.get(r["rank"])), []).append(r)
-    bub_of: dict = {}
-    for p in pipe:
-        if p["bubble_pct"] is not None:
-            bub_of.setdefault((p["iteration"], p["step"], rep_of.get(p["rank"])), []).append(p["bubble_pct"])
-    groups_of: dict = {}
-    for gi, pg in enumerate(topo.groups["pp"]):
-        if pg and all(rep_of.get(r) == rep_of.get(pg[0]) for r in pg):
-            groups_of.setdefault(rep_of.get(pg[0]), []).append(gi)
-    for it, step in sorted({(r["iteration"], r["step"]) for r in rank_rows}):
-        for ri, g in enumerate(topo.replicas):
-            rr = rows_of.get((it, step, ri), [])
-            if not rr:
-                continue
-            gs = groups_of.get(ri, [])
-            bub = bub_of.get((it, step, ri), [])
-            starts = [r["start_ns"] for r in rr if r["start_ns"] is not None]
-            ends = [r["end_ns"] for r in rr if r["end_ns"] is not None]
-            mean = lambda k: float(np.mean([r[k] for r in rr]))  # noqa: E731
-            rows.append({"iteration": it, "step": step, "replica": ri, "ranks": ",".join(map(str, g)), "n_ranks": len(rr),
-                         "pp_groups": ",".join(map(str, gs)), "start_ns": min(starts) if starts else None,
-                         "end_ns": max(ends) if ends else None,
-                         "span_ns": (max(ends) - min(starts)) if starts else None,
-                         "compute_ns_mean": mean("compute_ns"), "comm_ns_mean": mean("comm_ns"),
-                         "exposed_comm_ns_mean": mean("exposed_comm_ns"), "idle_ns_mean": mean("idle_ns"),
-                         "bubble_pct_mean": float(np.mean(bub)) if bub else None})
-    return rows
 
 
 def _iterations(rank_rows, steps) -> list:

@@ -32,6 +32,7 @@ from ..runtime.errors import DataError, StreamtraceError
 from ..events.dataset import read_json, column_min_max, partition_files, read_partition
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
+from ..topology.members import SAME_JOB_NS as MEMBERS_SAME_JOB_NS
 from ..topology.sources import from_pg_config, load_topology
 from ..trace.metadata import trace_facts
 from ..trace.reader import TraceReader
@@ -42,7 +43,7 @@ GENERIC_DIRS = {"tb", "tensorboard", "profile_traces", "profile_trace", "torch_p
                 "trace", "profiler", "profiles", "profile", "logs", "log", "outputs", "output", "runs"}
 _ITER_DIR = re.compile(r"iteration[_-]?\d+|iter[_-]?\d+|step[_-]?\d+")
 #: traces of one job start within this many ns of each other (one day)
-SAME_JOB_NS = 86_400 * 10**9
+SAME_JOB_NS = MEMBERS_SAME_JOB_NS     # (one value for the epilogue's job finder and aggregate)
 #: the iteration of a part whose trace path names none (analyze's ``iteration=-1`` partitions)
 UNKNOWN_ITERATION = -1
 # names as :meth:`Job.read_kernels` returns them: "iteration" is the part's (the trace file's) iteration, "step"
@@ -238,9 +239,11 @@ class Job:
         worlds: dict = {}
         for p in self.parts:
             if p.world_size:
-                worlds.setdefault(p.world_size, set()).add(str(p.dir))
-        if len(worlds) > 1:
-            return "world size " + " vs ".join(f"{w} ({_list(d)})" for w, d in sorted(worlds.items()))
+                worlds.setdefault(p.world_size, {}).setdefault(str(p.dir), set()).add(p.rank)
+        if len(worlds) > 1:     # which folders and ranks state which world size (issue 33)
+            return "world size " + " vs ".join(
+                f"{w} ({'; '.join(f'{_ranks(r)} in {d}' for d, r in sorted(by_dir.items()))})"
+                for w, by_dir in sorted(worlds.items()))
         seen: dict = {}
         for p in self.parts:
             key = (p.rank, p.iteration)
@@ -281,7 +284,8 @@ class Job:
                         [c / n for n in ("streamtrace_topology.json", "parallel_topology.json") if (c / n).is_file()]
                     if hits:
                         return load_topology(hits[0])
-        self.warnings.append("no topology (no pg_config in the traces and no topology file): give --topology; "
+        why = "its pg_config names no parallel dimension" if entries else "no pg_config in the traces"
+        self.warnings.append(f"no topology ({why} and no topology file): give --topology; "
                              "pipeline and replica views are skipped")
         return None
 
@@ -377,6 +381,18 @@ def column_numpy(col):
         idx = d.indices.fill_null(len(d.dictionary)).to_numpy(zero_copy_only=False)
         return values[idx] if len(idx) else np.zeros(0, object)
     return col.to_numpy(zero_copy_only=False)
+
+
+def _ranks(ranks) -> str:
+    """``rank 3`` / ``ranks 0-7, 12`` (runs of consecutive ranks as ranges)."""
+    rs, runs = sorted(ranks), []
+    for r in rs:
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    text = ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
+    return f"rank {text}" if len(rs) == 1 else f"ranks {text}"
 
 
 def _list(xs) -> str:

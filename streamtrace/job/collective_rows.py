@@ -125,3 +125,20 @@ def fill_dims(dims, pg_ranks, topology) -> np.ndarray:
             cache[g] = topology.dim_of(ranks) or "unknown"
         out[i] = cache[g]
     return out
+
+
+class RankDims:
+    """The part of a topology one rank's collectives need, cheap to send to a worker: its groups'
+    dimensions (``dim_of(ranks)``, as :meth:`~streamtrace.topology.Topology.dim_of` answers it for
+    the groups that hold the rank; None for another set), for :func:`fill_dims`."""
+
+    def __init__(self, topology, rank: int):
+        self.by_set = {}
+        for d in topology.groups:
+            g = topology.group_of(d, rank)
+            if g:
+                self.by_set.setdefault(frozenset(g), topology.dim_of(g))
+
+    def dim_of(self, ranks) -> str | None:
+        """The dimension of the group of ``ranks`` (ints) holding this rank, else None."""
+        return self.by_set.get(frozenset(ranks)) if ranks else None

@@ -12,14 +12,33 @@ critical_path_analysis.py``; where it differs, see docs/critical-path.md).  Node
   step's joins the step's thread at the latest instant before its first op (``host_gap``).
 * **launch -> kernel**: the runtime call (same ``correlation``) start -> the GPU event start
   (``launch_delay``); **stream order**: the previous GPU event's end on the stream -> the start
-  (``kernel_gap``); **cross-stream wait**: the latest end on another stream of the device before
-  the start (Kineto does not link ``cudaStreamWaitEvent`` to its ``cudaEventRecord`` in the
-  columns analyze keeps, so the wait is inferred).  Of these the latest to happen is the one the
-  event waited for: its edge carries the time up to the start, the others weigh 0 (as HTA adds
-  either the launch delay or the kernel-kernel delay, never both, by queue length).
+  (``kernel_gap``); **cross-stream wait**, read where the trace links it: newer Kineto writes a
+  ``cuda_sync`` ``Stream Wait Event`` on the waiting stream with the ``cudaEventRecord``'s
+  correlation id (``wait_on_cuda_event_record_corr_id``) and its stream (``wait_on_stream``),
+  kept by analyze in ``cuda_sync/`` (:mod:`streamtrace.analyze.cuda_sync`); the edge runs from the
+  last event on the recording stream launched before the record (the largest correlation id below
+  the record's: ids are given in call order) to the first event on the waiting stream starting at
+  or after the sync event (:func:`_linked`), and a rank with such links gets no other cross-stream
+  edge.  A trace without links (every real trace here: their ``cudaStreamWaitEvent`` /
+  ``cudaEventRecord`` carry a correlation id only and their ``ac2g`` flows end nowhere) gets the
+  inference (:func:`_inferred`): the latest end on another stream of the device before the start,
+  only for the first event launched on its stream after a ``cudaStreamWaitEvent`` call of the rank
+  (between the previous launch on that stream and its own: the wait is enqueued on the stream and
+  holds its next event; a trace with no wait calls at all: every event).  Of these the latest to
+  happen is the one the event waited for: its edge carries the time up to the start, the others
+  weigh 0 (as HTA adds either the launch delay or the kernel-kernel delay, never both, by queue
+  length).
 * **GPU event** start -> end (``compute_kernel``, ``memcpy`` for memory kinds).  A communication
   event is cut instead: its start is an *arrival* and its end an *end* anchor, joined across
   ranks by the job level.
+* **CPU collectives** (a gloo rank: each ``c10d::`` call paired with its ``gloo:<op>`` run as
+  :func:`streamtrace.job.gloo.call_runs` pairs them, the rows :mod:`streamtrace.job.gloo` matches
+  across ranks): the run is cut like a communication kernel (its start an *arrival*, its end an
+  *end* anchor, ``correlation`` -2 - the call's op row, ``stream`` -1, as in
+  ``collectives_ranks.parquet``).  A run on a worker thread (gloo's asynchronous collectives)
+  cannot start before its call (``host_gap`` edge named ``queue gloo:<op>``; that thread is not
+  joined to the step's thread otherwise), and the calling thread's first instant at or after the
+  run's end waits for it (``sync``); a run inline (send / recv) continues its own thread.
 * **GPU -> CPU sync**: ``cudaStreamSynchronize`` / ``cudaDeviceSynchronize`` /
   ``cudaEventSynchronize`` / a synchronous ``cudaMemcpy``: the latest GPU end inside the call
   -> the call's end (``sync``), the call's own time then weighs 0 (the CPU waited).
@@ -45,6 +64,7 @@ import pyarrow.feather as feather
 from ..kernels.critical import NEG, longest_path, trace_back
 from .alignment import column_numpy
 from .explain import KERNEL_COLUMNS as EXPLAIN_KERNELS
+from .gloo import call_runs, has_runs
 from .stats import OPS_COLUMNS as STATS_OPS
 
 CATEGORIES = ("cpu_op", "launch_delay", "compute_kernel", "comm_transfer", "memcpy", "kernel_gap", "sync", "host_gap",
@@ -54,14 +74,19 @@ consistent path)."""
 C = {c: i for i, c in enumerate(CATEGORIES)}
 SYNC_CALLS = re.compile(r"^(cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|cudaMemcpy|"
                         r"hipStreamSynchronize|hipDeviceSynchronize|hipEventSynchronize|hipMemcpy)$")
+WAIT_CALLS = ("cudaStreamWaitEvent", "hipStreamWaitEvent")
+CUDA_SYNC_CAT = "cuda_sync"    # newer Kineto's GPU sync events: read from ``cuda_sync/``, not as CPU ops
 STEP = re.compile(r"^ProfilerStep#(\d+)$")
 S_, A_, E_, T_ = 0, 1, 2, 3          # anchor kinds: step start, arrival, end, step end
-ANCHOR_COLUMNS = ("step", "node", "kind", "t_ns", "correlation", "stream", "name")
+ANCHOR_COLUMNS = ("step", "node", "kind", "t_ns", "correlation", "stream", "name", "lane")
 EDGE_COLUMNS = ("step", "src", "dst", "w_ns")
 SEGMENT_SCHEMA = pa.schema([("step", pa.int64()), ("src", pa.int64()), ("dst", pa.int64()), ("t0", pa.int64()),
                             ("t1", pa.int64()), ("w", pa.int64()), ("cat", pa.int8()), ("lane", pa.string()),
                             ("name", pa.string()), ("ref", pa.int64())])
 KERNEL_COLUMNS = ["device", "stream", "ts_ns", "end_ns", "name", "kind", "correlation", "step"]
+SYNC_COLUMNS = ["device", "stream", "ts_ns", "name", "wait_on_stream", "record_correlation"]
+LINK_COLUMNS = ("device", "stream", "ts_ns", "record_correlation", "wait_on_stream")
+"""An explicit link (``cuda_sync`` row): device, waiting stream, sync time, record's correlation, recording stream."""
 OPS_COLUMNS = ["tid", "ts_ns", "dur_ns", "name", "cat", "depth", "parent", "correlation", "external_id"]
 
 
@@ -107,10 +132,13 @@ def _steps(ops) -> list:
     return out
 
 
-def _cpu(g: _Graph, ops, rows, main_tid):
-    """The CPU chains of the op rows ``rows`` (window of one step).  Returns ``(start node, end
-    node)`` int64 arrays indexed like ``rows``, the step thread's first node and all its nodes'
-    (times, ids) for joining the other threads."""
+def _cpu(g: _Graph, ops, rows, main_tid, cut=None):
+    """The CPU chains of the op rows ``rows`` (window of one step); the chain edges inside the ops
+    ``cut`` (op rows: CPU collectives' runs, joined across ranks instead) are left out.  Returns
+    ``(start node, end node)`` int64 arrays indexed like ``rows`` and ``{tid: (times, node ids)}``
+    of every thread's chain (the step thread's first)."""
+    cut = np.zeros(0, np.int64) if cut is None else cut
+    lanes = {}
     start_node = np.full(len(rows), -1, np.int64)
     end_node = np.full(len(rows), -1, np.int64)
     tids = ops["tid"][rows]
@@ -143,19 +171,38 @@ def _cpu(g: _Graph, ops, rows, main_tid):
         gap = (inner < 0) | ops["is_step"][np.maximum(inner, 0)]
         cat = np.where(gap, C["host_gap"], C["cpu_op"]).astype(np.int8)
         ext = np.where(inner >= 0, ops["external_id"][np.maximum(inner, 0)], -1)
-        g.edges(ids[:-1], ids[1:], np.diff(t), cat[:-1], f"thread {tid}", name[:-1], ext[:-1])
+        keep = _outside(op, is_start, cut)
+        g.edges(ids[:-1][keep], ids[1:][keep], np.diff(t)[keep], cat[:-1][keep], f"thread {tid}", name[:-1][keep],
+                ext[:-1][keep])
+        lanes[tid] = (t, ids)
         if main is None:
             main = (t, ids)
-        else:                                                       # join the step's thread
-            j = np.searchsorted(main[0], t[0], "right") - 1
+        elif not (is_start[0] and np.isin(op[0], cut)):            # join the step's thread (a CPU
+            j = np.searchsorted(main[0], t[0], "right") - 1         # collective's run: its call instead)
             if j >= 0:
                 g.edges([main[1][j]], [ids[0]], [t[0] - main[0][j]], C["host_gap"], f"thread {tid}", "thread start")
-    return start_node, end_node, main
+    return start_node, end_node, lanes
 
 
-def _gpu(g: _Graph, k, rows, launch_node, launch_t, first, s0):
-    """Nodes and edges of the GPU events ``rows`` (one step).  Returns (start node, end node, is
-    communication) per row, in ``rows``' order (sorted by device, stream, start)."""
+def _outside(op, is_start, cut) -> np.ndarray:
+    """Mask of a thread's chain edges (between consecutive instants ``op``/``is_start``, sorted)
+    that lie outside every op of ``cut``: an edge from a cut op's start up to its end is inside."""
+    n = len(op) - 1
+    if n <= 0 or not len(cut):
+        return np.ones(max(n, 0), bool)
+    d = np.zeros(n + 1, np.int64)
+    hit = np.isin(op, cut)
+    np.add.at(d, np.flatnonzero(hit & is_start), 1)
+    np.add.at(d, np.flatnonzero(hit & ~is_start), -1)
+    return np.cumsum(d)[:-1] <= 0
+
+
+def _gpu(g: _Graph, k, rows, launch_node, launch_t, first, s0, waits=None, links=None):
+    """Nodes and edges of the GPU events ``rows`` (one step).  ``waits``: the sorted start times
+    of the rank's stream-wait calls in the step (None: the trace records none, every event may
+    wait); ``links``: the rank's explicit cross-stream links (:data:`LINK_COLUMNS` arrays, aligned
+    ns; None: the trace has none, the waits are inferred).  Returns (start node, end node, is communication) per row, in ``rows``' order (sorted
+    by device, stream, start)."""
     dev, stream, ts, te = (k[c][rows] for c in ("device", "stream", "ts_ns", "end_ns"))
     kind = k["kind"][rows]
     comm = kind == "communication"
@@ -171,14 +218,10 @@ def _gpu(g: _Graph, k, rows, launch_node, launch_t, first, s0):
             lane[body], name[body], corr[body])
     same = np.r_[False, (dev[1:] == dev[:-1]) & (stream[1:] == stream[:-1])]
     prev = np.where(same, np.arange(n) - 1, -1)
-    # the latest end on another stream of the device before each start
-    x = np.full(n, -1, np.int64)
-    for d in np.unique(dev).tolist():
-        on = np.flatnonzero(dev == d)
-        oe = on[np.argsort(te[on], kind="stable")]
-        j = np.searchsorted(te[oe], ts[on], "right") - 1
-        cand = np.where(j >= 0, oe[np.maximum(j, 0)], -1)
-        x[on] = np.where((cand >= 0) & (stream[np.maximum(cand, 0)] != stream[on]), cand, -1)
+    if links is not None:       # Kineto's explicit links: only they make an event wait on another stream
+        x = _linked(dev, stream, ts, te, corr, links)
+    else:
+        x = _inferred(dev, stream, ts, te, prev, launch_node, launch_t, s0, waits)
     cand_t = np.stack([np.where(launch_node >= 0, launch_t, NEG), np.where(prev >= 0, te[np.maximum(prev, 0)], NEG),
                        np.where(x >= 0, te[np.maximum(x, 0)], NEG)])
     bind = np.argmax(cand_t, axis=0)
@@ -192,6 +235,57 @@ def _gpu(g: _Graph, k, rows, launch_node, launch_t, first, s0):
     m = ~has
     g.edges(np.full(int(m.sum()), first), sn[m], ts[m] - s0, C["kernel_gap"], lane[m], name[m], corr[m])
     return sn, en, comm
+
+
+def _inferred(dev, stream, ts, te, prev, launch_node, launch_t, s0, waits):
+    """Cross-stream waits where the trace does not link them (module docstring): per event (sorted
+    by device, stream, start) the row of the latest end on another stream of the device before its
+    start, -1 none; with ``waits`` (the stream-wait calls' start times) only for the first event
+    launched on its stream after such a call."""
+    n = len(ts)
+    x = np.full(n, -1, np.int64)
+    for d in np.unique(dev).tolist():
+        on = np.flatnonzero(dev == d)
+        oe = on[np.argsort(te[on], kind="stable")]
+        j = np.searchsorted(te[oe], ts[on], "right") - 1
+        cand = np.where(j >= 0, oe[np.maximum(j, 0)], -1)
+        x[on] = np.where((cand >= 0) & (stream[np.maximum(cand, 0)] != stream[on]), cand, -1)
+    if waits is not None:       # only the first event launched on its stream after a wait call waits
+        lo = np.where(prev >= 0, launch_t[np.maximum(prev, 0)], s0)
+        after = np.searchsorted(waits, launch_t, "left") - np.searchsorted(waits, lo, "right") > 0
+        x = np.where(after | (launch_node < 0), x, -1)
+    return x
+
+
+def _linked(dev, stream, ts, te, corr, links):
+    """Cross-stream waits as Kineto links them (``cuda_sync`` events, :mod:`streamtrace.analyze.cuda_sync`):
+    per event (sorted by device, stream, start) the row of the event it waits for, -1 none.  A link
+    ``(device, waiting stream, sync time, record correlation, recording stream)`` makes the first
+    event on the waiting stream starting at or after the sync time wait for the last event on the
+    recording stream launched before the ``cudaEventRecord`` (correlation ids are given in call
+    order on the rank: the largest correlation below the record's).  A link whose source ends after
+    its destination starts is dropped (the clocks disagree; no edge against time); of several links
+    into one event the latest-ending source is kept."""
+    n = len(ts)
+    x = np.full(n, -1, np.int64)
+    lane = {}
+    if n:
+        cut = np.flatnonzero(np.r_[True, (dev[1:] != dev[:-1]) | (stream[1:] != stream[:-1]), True])
+        lane = {(int(dev[a]), int(stream[a])): (int(a), int(b)) for a, b in zip(cut[:-1], cut[1:])}
+    for d, s_wait, t_sync, rec, s_rec in zip(*(links[c].tolist() for c in LINK_COLUMNS)):
+        if (d, s_wait) not in lane or (d, s_rec) not in lane:
+            continue
+        a, b = lane[(d, s_wait)]
+        j = a + int(np.searchsorted(ts[a:b], t_sync, "left"))
+        a2, b2 = lane[(d, s_rec)]
+        c = corr[a2:b2]
+        before = np.flatnonzero((c >= 0) & (c < rec))
+        if j >= b or not len(before):
+            continue
+        i = a2 + int(before[np.argmax(c[before])])
+        if te[i] <= ts[j] and (x[j] < 0 or te[i] > te[x[j]]):
+            x[j] = i
+    return x
 
 
 def _syncs(g: _Graph, ops, rows, end_node, kend, kend_node):
@@ -222,13 +316,20 @@ def _zero_linked_syncs(cols, linked_names_nodes):
     cols[3] = cat
 
 
-def step_graph(ops, k, step, main_tid, s0, s1):
-    """The graph of one step (module docstring): ``(t, cols, anchors)`` with node times ``t``
-    (int64[n], creation order), edge columns ``[src, dst, w, cat, lane, name]``, the anchors'
-    ``(node ids, kinds, kernel rows)`` and the nodes in topological order."""
+def step_graph(ops, k, step, main_tid, s0, s1, calls=None, links=None):
+    """The graph of one step (module docstring): ``(t, cols, anchors, order)`` with node times ``t``
+    (int64[n], creation order), edge columns ``[src, dst, w, cat, lane, name, ref]``, the anchors'
+    ``(node ids, kinds, correlation, stream, name, lane)`` and the nodes in topological order.
+    ``calls``: int64[m, 2] ``(c10d call row, gloo run row)`` of the part's CPU collectives
+    (:func:`streamtrace.job.gloo.call_runs`), None for none; ``links``: :func:`sync_links` (None:
+    the waits are inferred)."""
     g = _Graph()
-    rows = np.flatnonzero((ops["ts_ns"] >= s0) & (ops["ts_ns"] < s1))
-    start_node, end_node, main = _cpu(g, ops, rows, main_tid)
+    rows = (ops["ts_ns"] >= s0) & (ops["ts_ns"] < s1)
+    rows = np.flatnonzero(rows & ~ops["is_gpu_sync"] if "is_gpu_sync" in ops else rows)
+    runs = calls[np.isin(calls[:, 1], rows) & np.isin(calls[:, 0], rows)] if calls is not None and len(calls) else \
+        np.zeros((0, 2), np.int64)
+    start_node, end_node, lanes = _cpu(g, ops, rows, main_tid, runs[:, 1])
+    main = next(iter(lanes.values()))
     first = int(main[1][0])
     krows = np.flatnonzero(k["step"] == step)
     krows = krows[np.lexsort((k["ts_ns"][krows], k["stream"][krows], k["device"][krows]))]
@@ -241,9 +342,11 @@ def step_graph(ops, k, step, main_tid, s0, s1):
         hit = ops["correlation"][rt][j] == k["correlation"][krows]
         launch_node[hit] = start_node[np.searchsorted(rows, rt[j[hit]])]
         launch_t[hit] = ops["ts_ns"][rt[j[hit]]]
-    sn, en, comm = _gpu(g, k, krows, launch_node, launch_t, first, s0)
+    waits = np.sort(ops["ts_ns"][rows[ops["is_wait"][rows]]]) if ops["any_wait"] else None
+    sn, en, comm = _gpu(g, k, krows, launch_node, launch_t, first, s0, waits, links)
     kend = k["end_ns"][krows]
     linked = _syncs(g, ops, rows, end_node, kend, en)
+    cpu_a, cpu_e = _cpu_comm(g, ops, rows, runs, start_node, end_node, lanes)
     # the rank's step end: the later of the step thread's last instant and every GPU end
     t_end = int(max([s1, int(main[0][-1])] + ([int(kend.max())] if len(kend) else [])))
     tn = g.nodes([t_end], 3)
@@ -258,10 +361,45 @@ def step_graph(ops, k, step, main_tid, s0, s1):
     t, cols = g.arrays()
     order = g.order
     _zero_linked_syncs(cols, end_node[linked])
-    anchors = (np.r_[[first], sn[comm], en[comm], tn],
-               np.r_[[S_], np.full(int(comm.sum()), A_), np.full(int(comm.sum()), E_), [T_]],
-               np.r_[[-1], krows[comm], krows[comm], [-1]])
+    nc, nr = int(comm.sum()), len(runs)
+    kc = krows[comm]
+    gcorr, gstream = k["correlation"][kc], k["stream"][kc]
+    glane = np.asarray([f"device {d} stream {x}" for d, x in zip(k["device"][kc].tolist(), gstream.tolist())], object)
+    rcorr, rname = -2 - runs[:, 0], ops["name"][runs[:, 1]].astype(object)
+    rlane = np.asarray([f"thread {x}" for x in ops["tid"][runs[:, 1]].tolist()], object)
+    none = np.full(1, -1, np.int64)
+    anchors = (np.r_[[first], sn[comm], cpu_a, en[comm], cpu_e, tn],
+               np.r_[[S_], np.full(nc + nr, A_), np.full(nc + nr, E_), [T_]],
+               np.r_[none, gcorr, rcorr, gcorr, rcorr, none], np.r_[none, gstream, np.full(nr, -1), gstream,
+                                                                   np.full(nr, -1), none],
+               np.r_[[""], k["name"][kc].astype(object), rname, k["name"][kc].astype(object), rname, [""]].astype(object),
+               np.r_[[""], glane, rlane, glane, rlane, [""]].astype(object))
     return t, cols, anchors, order
+
+
+def _cpu_comm(g: _Graph, ops, rows, runs, start_node, end_node, lanes):
+    """The CPU collectives' runs ``runs`` (``(call row, run row)``, their bodies already cut from
+    the chains): returns their (arrival, end) node ids.  A run on a thread other than its call's
+    (gloo's asynchronous collectives run on a worker thread) cannot start before the call
+    (``host_gap`` edge call start -> run start, named ``queue <run>``) and the calling thread's first
+    instant at or after the run's end waits for it (``sync`` edge, as a GPU -> CPU sync)."""
+    at = lambda r: np.searchsorted(rows, r)  # noqa: E731
+    a, e = start_node[at(runs[:, 1])], end_node[at(runs[:, 1])]
+    for (call, run), u, v in zip(runs.tolist(), a.tolist(), e.tolist()):
+        tc, tr = int(ops["tid"][call]), int(ops["tid"][run])
+        if tc == tr or tc not in lanes:
+            continue
+        c0, r0 = int(ops["ts_ns"][call]), int(ops["ts_ns"][run])
+        r1 = r0 + int(ops["dur_ns"][run])
+        if r0 >= c0:
+            g.edges([start_node[at(call)]], [u], [r0 - c0], C["host_gap"], f"thread {tr}", f"queue {ops['name'][run]}",
+                    int(ops["external_id"][call]))
+        t, ids = lanes[tc]
+        j = int(np.searchsorted(t, r1, "left"))
+        if j < len(t):
+            g.edges([v], [ids[j]], [int(t[j]) - r1], C["sync"], f"thread {tc}", str(ops["name"][run]),
+                    int(ops["external_id"][call]))
+    return a, e
 
 
 def reduce_step(t, cols, anchors, order):
@@ -274,7 +412,7 @@ def reduce_step(t, cols, anchors, order):
     ok = pos[src] < pos[dst]                                      # an edge against time is dropped
     keep = np.flatnonzero(ok)
     ps, pd, pw = pos[src[keep]], pos[dst[keep]], w[keep]
-    nodes, kinds, _ = anchors
+    nodes, kinds = anchors[:2]
     init = np.full(len(t), NEG, np.int64)
     srcs = pos[nodes[(kinds == S_) | (kinds == E_)]]
     init[srcs] = t[order][srcs]
@@ -289,11 +427,30 @@ def reduce_step(t, cols, anchors, order):
 
 
 def part_reads(part) -> dict:
-    """The part's ``{"kernels", "ops"}`` pyarrow tables (None where it has none) with the columns
-    :func:`part_paths` and :func:`streamtrace.job.explain.part_tables` use: read once for both."""
+    """The part's ``{"kernels", "ops", "cuda_sync"}`` pyarrow tables (None where it has none) with the
+    columns :func:`part_paths` and :func:`streamtrace.job.explain.part_tables` use: read once for both."""
     kc = list(dict.fromkeys(KERNEL_COLUMNS + EXPLAIN_KERNELS))
     oc = list(dict.fromkeys(OPS_COLUMNS + STATS_OPS))
-    return {"kernels": part.read("kernels", kc), "ops": part.read("ops", oc)}
+    return {"kernels": part.read("kernels", kc), "ops": part.read("ops", oc),
+            "cuda_sync": part.read("cuda_sync", SYNC_COLUMNS)}
+
+
+def sync_links(part, table) -> dict | None:
+    """The part's explicit cross-stream links from its ``cuda_sync`` rows (pyarrow table or None,
+    :mod:`streamtrace.analyze.cuda_sync`): the ``Stream Wait Event`` rows (any row but ``Event Sync``
+    with a waiting stream, a recording stream and a record correlation id), as
+    :data:`LINK_COLUMNS` arrays with ``ts_ns`` aligned.  None when there are none: the trace's waits
+    are then inferred."""
+    if table is None or not table.num_rows:
+        return None
+    c = {x: column_numpy(table[x]) for x in SYNC_COLUMNS}
+    ok = (c["stream"] >= 0) & (c["wait_on_stream"] >= 0) & (c["record_correlation"] >= 0) & \
+        (c["name"].astype(str) != "Event Sync")
+    if not ok.any():
+        return None
+    out = {x: np.asarray(c[x][ok], np.int64) for x in LINK_COLUMNS}
+    out["ts_ns"] = part.align(out["ts_ns"])
+    return out
 
 
 def part_paths(job, part, spill, tables=None) -> dict:
@@ -301,7 +458,8 @@ def part_paths(job, part, spill, tables=None) -> dict:
     paths written to ``spill/critical-<index>.arrow``; ``tables``: :func:`part_reads` (None: read
     here).  Returns ``{"anchors": {column: array}, "edges": {column: array}, "segments": path or
     None, "dropped": int}``."""
-    tables = tables or {"kernels": part.read("kernels", KERNEL_COLUMNS), "ops": part.read("ops", OPS_COLUMNS)}
+    tables = tables or {"kernels": part.read("kernels", KERNEL_COLUMNS), "ops": part.read("ops", OPS_COLUMNS),
+                        "cuda_sync": part.read("cuda_sync", SYNC_COLUMNS)}
     ops_t, k_t = tables["ops"], tables["kernels"]
     empty = {"anchors": {c: np.zeros(0, np.int64) for c in ANCHOR_COLUMNS},
              "edges": {c: np.zeros(0, np.int64) for c in EDGE_COLUMNS}, "segments": None, "dropped": 0}
@@ -316,18 +474,25 @@ def part_paths(job, part, spill, tables=None) -> dict:
     inv = enc.indices.fill_null(0).to_numpy(zero_copy_only=False)
     ops["is_step"] = np.asarray([bool(STEP.match(x)) for x in uniq] or [False], bool)[inv]
     ops["is_sync"] = np.asarray([bool(SYNC_CALLS.match(x)) for x in uniq] or [False], bool)[inv]
+    ops["is_wait"] = np.asarray([x in WAIT_CALLS for x in uniq] or [False], bool)[inv]
+    ops["any_wait"] = bool(ops["is_wait"].any())
+    ops["is_gpu_sync"] = np.asarray(ops["cat"] == CUDA_SYNC_CAT, bool)  # GPU events the ops table holds too
     k["ts_ns"], k["end_ns"] = part.align(k["ts_ns"]), part.align(k["end_ns"])
+    links = sync_links(part, tables.get("cuda_sync"))
+    calls = None
+    if has_runs(uniq):                                                 # a CPU-only (gloo) rank's collectives
+        calls = np.asarray([cr for cr in call_runs([x or "" for x in ops["name"].tolist()]) if cr[1] >= 0],
+                           np.int64).reshape(-1, 2)
     anchors, edges, segs, dropped, base = [], [], [], 0, 0
     for step, tid, s0, s1 in _steps(ops):
         if job.steps is not None and step not in job.steps:
             continue
-        t, cols, anc, order = step_graph(ops, k, step, tid, s0, s1)
+        t, cols, anc, order = step_graph(ops, k, step, tid, s0, s1, calls, links)
         pos, (o, s, w), marked, bad = reduce_step(t, cols, anc, order)
         dropped += bad
-        nodes, kinds, krow = anc
+        nodes, kinds, corr, stream, name, lane = anc
         anchors.append({"step": np.full(len(nodes), step, np.int64), "node": base + pos[nodes], "kind": kinds,
-                        "t_ns": t[nodes], "correlation": _take(k["correlation"], krow, -1),
-                        "stream": _take(k["stream"], krow, -1), "name": _take(k["name"], krow, "").astype(object)})
+                        "t_ns": t[nodes], "correlation": corr, "stream": stream, "name": name, "lane": lane})
         edges.append({"step": np.full(len(o), step, np.int64), "src": base + o, "dst": base + s, "w_ns": w})
         src, dst, ww, cat, lane, name, ref = (c[marked] for c in cols)
         segs.append({"step": np.full(len(marked), step, np.int64), "src": base + pos[src], "dst": base + pos[dst],
@@ -341,11 +506,4 @@ def part_paths(job, part, spill, tables=None) -> dict:
     feather.write_feather(pa.table({c: pa.array(v, SEGMENT_SCHEMA.field(c).type) for c, v in cat(segs).items()}),
                           path, compression="uncompressed")
     return {"anchors": cat(anchors), "edges": cat(edges), "segments": str(path), "dropped": dropped}
-
-
-def _take(col, rows, default):
-    """``col[rows]`` with ``default`` where a row is -1."""
-    if not len(col):
-        return np.full(len(rows), default, object if isinstance(default, str) else np.int64)
-    return np.where(rows >= 0, col[np.maximum(rows, 0)], default)
 

@@ -1,15 +1,17 @@
-"""The collectives of a CPU-only (gloo) rank as communication rows, from its CPU ops, so they are
-matched across ranks like NCCL kernels (:mod:`streamtrace.job.collectives`): used for a rank whose
-kernels table holds no communication row.
+"""The collectives of a CPU-only (gloo) rank as communication rows, so they are matched across
+ranks like NCCL kernels (:mod:`streamtrace.job.collectives`): used for a rank whose kernels table
+holds no communication row.
 
-**Rows.** Each ``c10d::<op>`` call (``allreduce_``, ``allgather_``, ``send``, ``recv_``, ...: what
-``torch.distributed`` records when it is called) paired with the k-th ``gloo:<op>`` annotation of
-the same kind (what the gloo backend records around the work itself: on a worker thread for the
-asynchronous collectives, inline for send / recv): the k-th call's work is the k-th run of that kind
-(the work is queued in call order).  Times: the ``gloo:`` run's (int64 ns, rank-local); a call
-with no run (an NCCL rank that recorded no kernel) gives no row.  ``collective`` from the op's name (:class:`~streamtrace.analyze.patterns.Patterns`'
-``collective``); ``msg_bytes`` -1 (the ops table keeps no shapes); ``stream`` -1; ``step`` the
-enclosing ``ProfilerStep#N`` (-1 none).
+**Rows and facts.** One per row of analyze's ``cpu_collectives`` table (one per ``gloo:*`` run:
+:mod:`streamtrace.analyze.cpu_collectives`, where a gloo collective's type, bytes, dtype and their
+source are read, by :func:`~streamtrace.analyze.collective_facts.collective_facts` as for kernels;
+times: the run's, int64 ns, rank-local).  Nothing here reads a collective's facts again.  Each run
+is paired with the ``c10d::<op>`` call that issued it (``allreduce_``, ``allgather_``, ``send``,
+``recv_``, ...: what ``torch.distributed`` records when called), the k-th call of a kind with the
+k-th ``gloo:`` run of that kind (the work is queued in call order: on a worker thread for the
+asynchronous collectives, inline for send / recv), found in the ops table by the run's start and
+name; the call's stack gives what the run's thread does not know: the dimension, the step (else
+analyze's), the phase.  ``stream`` -1.
 
 **Groups** (gloo records none): the parallel dimension from the names around the call (Megatron's
 functions: ``Patterns.stack_dim``, then ``Patterns.pg_desc`` on the names, e.g. ``tp_all_reduce`` ->
@@ -63,8 +65,9 @@ def _step(names) -> int:
     return -1
 
 
-def _pairs(names) -> list:
-    """(call row, run row or -1) per ``c10d::`` call, the k-th call of a kind with the k-th run."""
+def call_runs(names) -> list:
+    """``[(call row, run row or -1)]`` per ``c10d::`` call among ``names`` (the part's op names, by
+    row): the k-th call of a kind with the k-th ``gloo:`` run of that kind (module docstring)."""
     calls, runs = {}, {}
     for i, n in enumerate(names):
         m = _CALL.match(n)
@@ -80,39 +83,69 @@ def _pairs(names) -> list:
     return out
 
 
+def has_runs(names) -> bool:
+    """Whether any of ``names`` (e.g. a column's distinct values) is a ``gloo:<op>`` run."""
+    return any(_RUN.match(n or "") for n in names)
+
+
+#: the facts taken as analyze wrote them (``cpu_collectives``), with the value of a missing one
+FACTS = {"collective": "Unknown", "in_bytes": -1, "out_bytes": -1, "msg_bytes": -1, "seq": -1, "dtype": "",
+         "in_splits": "", "out_splits": "", "bytes_source": "", "pg_name": "", "pg_ranks": "", "group_size": -1}
+_STR = ("collective", "parallel_dim", "pg_ranks", "pg_name", "phase", "dtype", "in_splits", "out_splits",
+        "bytes_source")
+
+
+def _calls_by_run(t) -> tuple[dict, int]:
+    """``{(gloo: run's ts_ns, its name): (call row, ancestor names)}`` from the part's ops table
+    ``t``, and its number of rows."""
+    if t is None or not t.num_rows:
+        return {}, 0
+    names = t["name"].to_pylist()
+    ts, parent = t["ts_ns"].to_numpy(), t["parent"].to_numpy()
+    return {(int(ts[run]), names[run]): (call, _ancestors(call, parent, names))
+            for call, run in call_runs(names) if run >= 0}, len(names)
+
+
+def _row(f: dict, call, up, topo, rank, dirs, corr) -> dict:
+    """One analyze ``cpu_collectives`` row ``f`` with what the calling stack and topology add."""
+    row = {c: f.get(c, d) if f.get(c) is not None else d for c, d in FACTS.items()}
+    p2p = row["collective"] in ("Send", "Recv")
+    dim = "PP" if p2p else _dim(up) if call is not None else f.get("parallel_dim") or "unknown"
+    group = topo.group_of(dim.lower(), rank) if topo is not None and dim not in ("unknown", "") else None
+    if group:
+        row.update(pg_ranks=",".join(map(str, group)), group_size=len(group))
+    if p2p and call is not None:
+        dirs[corr] = _direction(up)
+    row.update(ts_ns=int(f["ts_ns"]), dur_ns=int(f["dur_ns"]), parallel_dim=dim, correlation=corr,
+               step=_step(up) if call is not None and _step(up) >= 0 else int(f["step"]),
+               phase=_phase(up) if call is not None else "")
+    return row
+
+
 def gloo_comm(job, part, columns) -> dict:
     """The part's gloo collectives as :meth:`~streamtrace.job.alignment.Job.read_kernels`-like
-    columns (``columns`` plus ``in_bytes`` / ``out_bytes`` / ``seq`` / splits at their unknown
-    values), rows by start, filtered by the job's steps; empty columns when it has none."""
-    t = part.read("ops", ["name", "ts_ns", "dur_ns", "parent"])
+    columns (``columns`` plus the optional collective columns), rows by start, filtered by the job's
+    steps; empty columns when it has none.  A collective's facts (type, bytes, dtype, their source,
+    times: the ``gloo:`` run's) are analyze's ``cpu_collectives`` row as written
+    (:mod:`streamtrace.analyze.cpu_collectives`, the one place that reads them); this adds the
+    parallel dimension, step and phase from the ``c10d::`` call's stack, its group from the topology
+    and a send / receive's direction (module docstring).  A folder analysed before analyze wrote
+    ``cpu_collectives`` gives none."""
+    facts = part.read("cpu_collectives", None)
     rows, dirs = [], {}
-    if t is not None and t.num_rows:
-        names = t["name"].to_pylist()
-        ts, dur, parent = (t[c].to_numpy() for c in ("ts_ns", "dur_ns", "parent"))
-        topo = job.topology
-        for call, run in _pairs(names):
-            if run < 0:                   # no gloo: run (an NCCL rank without kernels): not a gloo call
-                continue
-            up = _ancestors(call, parent, names)
-            coll = _PATTERNS.first(_PATTERNS.collective, _CALL.match(names[call]).group(1)) or "Unknown"
-            p2p = coll in ("Send", "Recv")
-            dim = "PP" if p2p else _dim(up)
-            group = topo.group_of(dim.lower(), part.rank) if topo is not None and dim != "unknown" else None
-            if p2p:
-                dirs[-2 - call] = _direction(up)
-            rows.append({"ts_ns": int(ts[run]), "dur_ns": int(dur[run]), "collective": coll, "parallel_dim": dim,
-                         "pg_ranks": ",".join(map(str, group)) if group else "",
-                         "pg_name": "", "group_size": len(group) if group else -1,
-                         "step": _step(up), "phase": _phase(up), "correlation": -2 - call})
+    if facts is not None and facts.num_rows:
+        by_run, n_ops = _calls_by_run(part.read("ops", ["name", "ts_ns", "dur_ns", "parent"]))
+        for i, f in enumerate(facts.to_pylist()):
+            call, up = by_run.get((int(f["ts_ns"]), f["name"]), (None, []))
+            corr = -2 - (call if call is not None else n_ops + i)       # never an op's -1, unique
+            rows.append(_row(f, call, up, job.topology, part.rank, dirs, corr))
     n = len(rows)
     out = {}
-    for c in dict.fromkeys(list(columns) + ["in_bytes", "out_bytes", "seq", "in_splits", "out_splits",
-                                            "bytes_source"]):
-        if c in ("collective", "parallel_dim", "pg_ranks", "pg_name", "phase"):
-            out[c] = np.asarray([r[c] for r in rows], object)
-        elif c in ("in_splits", "out_splits", "bytes_source"):
-            out[c] = np.full(n, "", object)
-        elif c in ("ts_ns", "dur_ns", "group_size", "step", "correlation"):
+    for c in dict.fromkeys(list(columns) + list(FACTS) + ["ts_ns", "dur_ns", "parallel_dim", "step", "phase",
+                                                          "correlation"]):
+        if c in _STR:
+            out[c] = np.asarray([r.get(c, "") for r in rows], object)
+        elif rows and c in rows[0]:
             out[c] = np.asarray([r[c] for r in rows], np.int64)
         else:
             out[c] = np.full(n, -1, np.int64)

@@ -55,7 +55,7 @@ def merged_metadata(files, results, shifts, out_base, opt, output, clock=None):
                       "baseTimeNanoseconds": m.get("baseTimeNanoseconds"), "time_shift_ns": shifts[tf.rank],
                       "distributedInfo": m.get("distributedInfo"), "deviceProperties": m.get("deviceProperties"),
                       "host": host_name(m), "events_in": res["events_in"], "events_out": res["events_out"],
-                      "truncated": res["truncated"]})
+                      "dropped_bad_ts": res.get("dropped_bad_ts", 0), "truncated": res["truncated"]})
         if clock is not None:
             c = clock["ranks"][tf.rank]
             ranks[-1].update({"clock_offset_ns": c["offset_ns"], "clock_residual_ns": c["residual_ns"],

@@ -210,7 +210,7 @@ def finish_rank(plan: RankPlan, sf: SplitFile, parts, pids: PidMap, meta_segment
         segments.append(meta_segment)
     bad_ts = sum(p["bad_ts"] for p in parts)
     return {"rank": plan.rank, "events_in": sum(p["events_in"] for p in parts), "events_out": n_out + len(mevs),
-            "bytes_in": sf.size, "events_fast": sum(p["events_fast"] for p in parts),
+            "bytes_in": sf.size, "events_fast": sum(p["events_fast"] for p in parts), "dropped_bad_ts": bad_ts,
             "process_map": {str(k): v for k, v in pmap.items()},
             "metadata": meta, "warnings": [bad_ts_warning(plan.path, bad_ts)] if bad_ts else [],
             "truncated": False, "segments": segments}

@@ -325,7 +325,7 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
             check.close()
     warnings = reader.warnings + ([bad_ts_warning(plan.path, ctx.bad_ts)] if ctx.bad_ts else [])
     return {"rank": plan.rank, "events_in": n_in, "events_out": n_out, "bytes_in": reader.bytes_read,
-            "events_fast": fast, "validation": validation,
+            "events_fast": fast, "dropped_bad_ts": ctx.bad_ts, "validation": validation,
             "process_map": {str(k): v for k, v in pmap.items()},
             "metadata": meta, "warnings": warnings, "truncated": reader.truncated}
 

@@ -37,12 +37,12 @@ from dataclasses import dataclass, replace
 
 from tqdm import tqdm
 
-from ..runtime.errors import StreamtraceError, TraceError
+from ..runtime.errors import StreamtraceError, TraceError, UnknownRankError
 from ..runtime import parallel
 from ..runtime.files import check_output_file, remove_quietly, temp_name, writing
 from ..runtime.parallel import run_tasks
 from ..runtime.tuning import trim
-from ..trace.discover import LONE_FILE, NSYS_EXPORT, TraceFile, discover
+from ..trace.discover import LONE_FILE, NSYS_EXPORT, TraceFile, discover, nothing_found
 from ..trace.metadata import device_names, host_name
 from ..trace.source import size_hint
 from . import ranges as MS
@@ -126,10 +126,14 @@ def merge(inputs, output, opt: MergeOptions | None = None, rank_map=None) -> lis
     opt = opt or MergeOptions()
     output = check_output_file(output)
     skipped = []
-    files = discover(inputs, rank_map, warn=lambda p, msg: skipped.append(f"{p}: {msg}"))
+    try:
+        files = discover(inputs, rank_map, warn=lambda p, msg: skipped.append(f"{p}: {msg}"))
+    except UnknownRankError as e:      # a merged trace beside rank files carries no rank: say what it is
+        _refuse_merged([TraceFile(e.path, -1, None, "", _metadata(e.path))])
+        raise
     if not files:
-        why = f" ({skipped[0]}{f'; and {len(skipped) - 1} more' if len(skipped) > 1 else ''})" if skipped else ""
-        raise StreamtraceError(f"no trace files found in {', '.join(map(str, inputs))}{why}")
+        raise nothing_found(inputs, skipped)
+    _refuse_merged(files)
     if opt.ranks:
         files = [f for f in files if f.rank in opt.ranks or f.rank_source == NSYS_EXPORT]   # an export: per process
         if not files:
@@ -447,3 +451,25 @@ class _Progress:
         if self.bar is not None:
             self.bar.n = self.total
             self.bar.close()
+
+
+def _metadata(path) -> dict:
+    """Every top-level key of ``path`` but its events ({} when it cannot be read)."""
+    from ..trace.reader import TraceReader
+    try:
+        return TraceReader(path, salvage=True).read_metadata()
+    except StreamtraceError:
+        return {}
+
+
+def _refuse_merged(files):
+    """Raise :class:`StreamtraceError` naming the first of ``files`` that streamtrace merged
+    already (its ``streamtrace.kind`` header): merged again, all its ranks would be folded into the
+    one rank the file is given (issue 33)."""
+    for tf in files:
+        st = tf.head.get("streamtrace")
+        if isinstance(st, dict) and st.get("kind") == "merged":
+            n = len(st.get("ranks") or [])
+            raise StreamtraceError(f"{tf.path}: already a merged trace ({n} ranks, written by streamtrace merge); "
+                                   f"merged again its ranks would be folded into one: merge the rank files it "
+                                   f"came from, or analyze it (analyze splits it into its ranks)")

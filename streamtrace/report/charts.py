@@ -383,7 +383,7 @@ def pp_gantt(data, group_index, at):
     rows = [(len(g) - 1 - s, r) for s, r in enumerate(g)]
     div, unit = time_scale([span])
     _gantt_rows(ax, data, at, rows, lo, span, div)
-    bubbles = stage_bubbles(data["rank_phase"], rows_at(data["rank_phase"], at), g)   # as the report's table
+    bubbles = stage_bubbles(data.get("pipeline") or {}, at[0], at[1], g)     # pipeline.parquet, as the table
     labels = []
     for s, r in enumerate(g):
         bub = f"  bubble {bubbles[r]:.1f}%" if bubbles.get(r) is not None else ""

@@ -30,6 +30,7 @@ from ..job.folder import read_aggregate_table
 from .options import EfficiencyOptions
 from .flops import flops_per_token
 from .links import link_section
+from .units import fmt_bytes, fmt_count, fmt_gbps, fmt_pct, fmt_time
 
 
 def job_config(meta: dict, opt: EfficiencyOptions) -> TrainConfig | None:
@@ -84,8 +85,8 @@ def _peak(meta, cfg, opt) -> tuple:
     devices = meta.get("devices") or []
     spec = gpu_spec(devices[0]) if devices else None
     if spec is None:
-        return None, f"unknown (GPU {devices[0] if devices else 'not named in the traces'} not in the table: " \
-                     f"give --peak-tflops)"
+        what = f"GPU {devices[0]} not in the table" if devices else "the traces name no GPU"
+        return None, f"unknown ({what}: give --peak-tflops)"
     dt = dtype_key(cfg.dtype if cfg else None) or ("bf16" if spec.peak("bf16") else "fp16")
     p = spec.peak(dt)
     if p is None:
@@ -159,7 +160,13 @@ def _rates(step_ns, inp) -> dict:
 
 
 def _n(v, nd=1):
-    return "-" if v is None else f"{v:,.{nd}f}"
+    """A plain number (FLOP rates, tokens/s: no unit of :mod:`.units` fits them) with ``nd``
+    decimals, more where a non-zero value would print as zero (``0.004``, never ``0.0``)."""
+    if v is None:
+        return "-"
+    while v and nd < 6 and abs(v) < 10 ** -nd:
+        nd += 1
+    return f"{v:,.{nd}f}"
 
 
 def efficiency_markdown(sec: dict | None) -> list:
@@ -179,16 +186,18 @@ def efficiency_markdown(sec: dict | None) -> list:
               "`--tokens-per-step` / `--global-batch` and `--seq-len`.", ""]
     else:
         L += _throughput_md(sec)
-    fpt = inp["flops_per_token"]
+    fpt, peak = inp["flops_per_token"], inp["peak_tflops"]
     L += ["Where each number came from:", "",
-          f"- tokens per step: {_n(inp['tokens_per_step'], 0)} ({inp['tokens_per_step_from'] or 'not given'})",
-          f"- model FLOPs per token: {_n(fpt / 1e9 if fpt else None, 2)} GFLOP ({inp['flops_per_token_from']})",
-          f"- peak per GPU: {_n(inp['peak_tflops'])} TFLOP/s ({inp['peak_from']})",
-          f"- GPUs: {inp['gpus'] or '?'} ({inp['gpus_from']})"]
+          "- tokens per step: " + (f"{fmt_count(inp['tokens_per_step'])} ({inp['tokens_per_step_from']})"
+                                    if inp["tokens_per_step"] else "not given"),
+          "- model FLOPs per token: " + (f"{_n(fpt / 1e9, 2)} GFLOP ({inp['flops_per_token_from']})" if fpt
+                                         else inp["flops_per_token_from"]),
+          "- peak per GPU: " + (f"{_n(peak)} TFLOP/s ({inp['peak_from']})" if peak else inp["peak_from"]),
+          f"- GPUs: {fmt_count(inp['gpus']) if inp['gpus'] else 'unknown'} ({inp['gpus_from']})"]
     both = inp["flops_per_token_by_convention"]
     if both:
-        L += [f"- the two conventions: TorchTitan {both['torchtitan'] / 1e9:,.3f} GFLOP/token, Megatron-LM "
-              f"{both['megatron'] / 1e9:,.3f} (docs/efficiency.md says where they differ)"]
+        L += [f"- the two conventions: TorchTitan {_n(both['torchtitan'] / 1e9, 2)} GFLOP/token, Megatron-LM "
+              f"{_n(both['megatron'] / 1e9, 2)} (docs/efficiency.md says where they differ)"]
     L += [""] + _ops_md(sec.get("ops"), sec.get("gpu")) + _links_md(sec.get("links"))
     return L
 
@@ -197,7 +206,6 @@ def _table(head, rows) -> str:
     out = ["| " + " | ".join(map(str, head)) + " |", "|" + "---|" * len(head)]
     out += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
     return "\n".join(out)
-
 
 
 def _ops_md(ops, gpu) -> list:
@@ -209,12 +217,12 @@ def _ops_md(ops, gpu) -> list:
                     "`record_shapes=True`.", ""]
     L += [f"The ops losing the most GPU time against their roofline bound on the {gpu or 'unknown GPU'} "
           f"(`op_perf.parquet`; bound = max(FLOPs / peak, bytes / memory bandwidth)):", ""]
-    L += [_table(["op", "dtype", "input shapes", "calls", "GPU time (ms)", "TFLOP/s", "GB/s", "FLOP/byte", "bound",
-                  "% of bound", "lost (ms)"],
-                 [[r["name"], r["dtype"] or "-", f"`{r['input_dims']}`", f"{r['count']:,}",
-                   _n(r["gpu_busy_ns"] / 1e6, 3), _n(r["achieved_tflops"]), _n(r["achieved_gbps"], 0),
-                   _n(r["intensity"]), r["bound"] or "-", _n(r["pct_of_bound"]),
-                   _n(r["lost_ns"] / 1e6 if r["lost_ns"] is not None else None, 3)] for r in ops]), ""]
+    L += [_table(["op", "dtype", "input shapes", "calls", "GPU time", "TFLOP/s", "memory bandwidth", "FLOP/byte",
+                  "bound", "% of bound", "lost"],
+                 [[r["name"], r["dtype"] or "-", f"`{r['input_dims']}`", fmt_count(r["count"]),
+                   fmt_time(r["gpu_busy_ns"]), _n(r["achieved_tflops"]), fmt_gbps(r["achieved_gbps"]),
+                   _n(r["intensity"]), r["bound"] or "-", fmt_pct(r["pct_of_bound"]), fmt_time(r["lost_ns"])]
+                  for r in ops]), ""]
     return L
 
 
@@ -223,25 +231,28 @@ def _links_md(lk) -> list:
         return []
     L = ["### Collectives against their links", "",
          f"Bus bandwidth (median) as a % of the link's peak per direction; hosts from {lk['hosts_from']}; "
-         f"network {_n(lk['nic_gbps'])} GB/s per GPU ({lk['nic_from'] or 'unknown'}).", ""]
-    L += [_table(["collective", "dim", "scope", "count", "GB", "busbw median (GB/s)", "link", "link peak (GB/s)",
-                  "% of link"],
-                 [[r["collective"], r["parallel_dim"] or "-", r["scope"], f"{r['count']:,}", f"{r['bytes'] / 1e9:,.3f}",
-                   _n(r["busbw_gbps_median"]), r["link"], _n(r["link_gbps"]), _n(r["pct_of_link"])]
+         f"network {fmt_gbps(lk['nic_gbps'])} per GPU ({lk['nic_from'] or 'unknown'}).", ""]
+    L += [_table(["collective", "dim", "scope", "count", "bytes", "busbw median", "link", "link peak", "% of link"],
+                 [[r["collective"], r["parallel_dim"] or "-", r["scope"], fmt_count(r["count"]),
+                   fmt_bytes(r["bytes"]) if r["bytes"] > 0 else "unknown", fmt_gbps(r["busbw_gbps_median"]),
+                   r["link"], fmt_gbps(r["link_gbps"]), fmt_pct(r["pct_of_link"])]
                   for r in lk["rows"]]), ""]
     tr = lk["traffic"]
-    L += [f"Traffic: {tr['intra']['bytes'] / 1e9:,.3f} GB inside nodes ({_n(tr['intra']['pct'])} %), "
-          f"{tr['inter']['bytes'] / 1e9:,.3f} GB across nodes ({_n(tr['inter']['pct'])} %).", ""]
+    if tr["intra"]["bytes"] + tr["inter"]["bytes"] > 0:
+        L += [f"Traffic: {fmt_bytes(tr['intra']['bytes'])} inside nodes ({fmt_pct(tr['intra']['pct'])} %), "
+              f"{fmt_bytes(tr['inter']['bytes'])} across nodes ({fmt_pct(tr['inter']['pct'])} %).", ""]
+    else:
+        L += ["Traffic: unknown (no message size on these collectives; bytes `unknown` above).", ""]
     return L
 
 
 def _throughput_md(sec) -> list:
     o = sec["overall"]
     L = [f"**{_n(o['tokens_per_s'], 0)} tokens/s, {_n(o['samples_per_s'], 2)} samples/s, "
-          f"{_n(o['model_tflops_per_gpu'])} model TFLOP/s per GPU, MFU {_n(o['mfu_pct'])} %** (mean step).", ""]
-    L += [_table(["iteration", "step", "step time (ms)", "tokens/s", "samples/s", "model TFLOP/s per GPU", "MFU %"],
-                 [[r["iteration"] if r["iteration"] >= 0 else "?", r["step"] if r["step"] >= 0 else "-",
-                   _n(r["step_ns"] / 1e6 if r["step_ns"] else None, 2), _n(r["tokens_per_s"], 0),
-                   _n(r["samples_per_s"], 2), _n(r["model_tflops_per_gpu"]), _n(r["mfu_pct"])] for r in sec["steps"]]),
+          f"{_n(o['model_tflops_per_gpu'])} model TFLOP/s per GPU, MFU {fmt_pct(o['mfu_pct'])} %** (mean step).", ""]
+    L += [_table(["iteration", "step", "step time", "tokens/s", "samples/s", "model TFLOP/s per GPU", "MFU %"],
+                 [[r["iteration"] if r["iteration"] >= 0 else "-", r["step"] if r["step"] >= 0 else "-",
+                   fmt_time(r["step_ns"]), _n(r["tokens_per_s"], 0), _n(r["samples_per_s"], 2),
+                   _n(r["model_tflops_per_gpu"]), fmt_pct(r["mfu_pct"])] for r in sec["steps"]]),
           ""]
     return L

@@ -33,7 +33,7 @@ def groups_markdown(sec: dict, table, topology_known: bool, ranks: int = 2) -> l
           "name, else the ranks seen taking part); time = sum over its collectives of the transfer "
           "(the shortest member's kernel).", ""]
     L += [table(["group (ranks)", "size", "ranks from", "name", "dim", "collectives", "kinds", "bytes", "time"],
-                [[r["group"], r["group_size"], r["ranks_from"], r["pg_name"] or "-", r["parallel_dim"],
+                [[r["group"], fmt_count(r["group_size"]), r["ranks_from"], r["pg_name"] or "-", r["parallel_dim"],
                   fmt_count(r["instances"]), r["kinds"], fmt_bytes(r["bytes"] if r["bytes"] >= 0 else None),
                   fmt_time(r["time_ns"])]
                  for r in sec["rows"]]), ""]

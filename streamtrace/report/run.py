@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..job.folder import owned
 from ..job.options import AggregateOptions
+from ..runtime.errors import StreamtraceError
 from ..runtime.files import output_folder
 from .efficiency import EfficiencyOptions
 from .markdown import write_report
@@ -87,7 +88,10 @@ def aggregates(dirs) -> bool:
     """Whether :func:`report` of ``dirs`` (folders, str or Path) aggregates them first: unless
     they are one aggregate folder (holding ``aggregate.json``)."""
     dirs = [dirs] if isinstance(dirs, (str, Path)) else list(dirs)
-    return not (len(dirs) == 1 and (Path(dirs[0]) / "aggregate.json").is_file())
+    try:
+        return not (len(dirs) == 1 and (Path(dirs[0]) / "aggregate.json").is_file())
+    except OSError as e:                   # a folder that cannot be read: one line naming it
+        raise StreamtraceError(f"{dirs[0]}: cannot read the folder ({e.strerror or e})") from None
 
 
 def _holds(folder: Path, inner: Path) -> bool:

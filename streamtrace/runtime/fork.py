@@ -13,7 +13,10 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from .lifecycle import die_with_parent
+from .lifecycle import die_with_parent, stop_once
+
+# seconds a stage's process is given to clean up and end once told to stop, before SIGKILL
+STOP_GRACE = 20.0
 
 
 class ChildError(RuntimeError):
@@ -138,8 +141,18 @@ def call_in_child(fn: Callable[[], Any], setup: Callable[[Callable], None] | Non
     finally:
         recv.close()
         if not answered and proc.is_alive():   # this process was interrupted: stop the child
-            proc.terminate()
+            _stop(proc)
         proc.join()
+
+
+def _stop(proc):
+    """Ask the child to stop (SIGTERM: it removes what it half-wrote; one that already got the
+    Ctrl-C ignores it, :func:`~streamtrace.runtime.lifecycle.stop_once`), give it
+    :data:`STOP_GRACE` seconds, then SIGKILL it (its pool workers die with it)."""
+    proc.terminate()
+    proc.join(STOP_GRACE)
+    if proc.is_alive():
+        proc.kill()
 
 
 def _ended(code) -> str:
@@ -152,8 +165,12 @@ def _ended(code) -> str:
 
 
 def _child_main(fn, setup, send, parent_pid):
-    """The child of :func:`call_in_child`: run ``fn``, send back its result or its failure."""
+    """The child of :func:`call_in_child`: run ``fn``, send back its result or its failure, and
+    leave with ``os._exit``: multiprocessing's own exit would join the child's children and
+    threads (a process pool's manager thread) after an interruption, which could wait forever."""
+    stop_once()
     die_with_parent(parent_pid)
+    code = 1
 
     def message(payload):
         send.send(("message", payload))
@@ -167,6 +184,10 @@ def _child_main(fn, setup, send, parent_pid):
         send.send(("interrupted", None))
     else:
         send.send(("result", result))
+        code = 0
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)

@@ -41,6 +41,28 @@ def exit_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, _raise_terminated)
 
 
+def _ignore(signum, frame):
+    """A Python-level "ignore": ``SIG_IGN`` set while the other signal is already pending makes
+    Python print "Signal 15 ignored due to race condition" on stderr."""
+
+
+def _raise_once(signum, frame):
+    signal.signal(signal.SIGINT, _ignore)      # the clean-up the first one starts runs to its end
+    signal.signal(signal.SIGTERM, _ignore)
+    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def stop_once() -> None:
+    """In a stage's child process (:func:`~streamtrace.runtime.fork.call_in_child`): the first
+    SIGINT or SIGTERM raises ``KeyboardInterrupt`` / :class:`Terminated`, the next ones are
+    ignored.  Ctrl-C reaches the whole process group and the parent then asks the child to stop
+    (SIGTERM): the child's clean-up (staging folders, workers) must not be cut by that second
+    signal."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _raise_once)
+        signal.signal(signal.SIGTERM, _raise_once)
+
+
 def die_with_parent(parent_pid: int | None = None) -> None:
     """Ask the kernel to SIGKILL this process when the thread that forked it exits (Linux
     ``PR_SET_PDEATHSIG``; nothing elsewhere), and exit at once if ``parent_pid`` is already

@@ -87,9 +87,12 @@ class Pool(cf.ProcessPoolExecutor):
             gc.unfreeze()
 
     def stop_workers(self):
-        """Cancel what has not started and kill the worker processes now."""
-        self.shutdown(wait=False, cancel_futures=True)
+        """Cancel what has not started and kill the worker processes now.  The processes are
+        taken before ``shutdown``, which forgets them (``_processes = None``): killed after it,
+        none was, and the command's process then joined workers still waiting on their queue
+        (issue 33: Ctrl-C hung the epilogue's analyze and aggregate stages)."""
         procs = list((getattr(self, "_processes", None) or {}).values())
+        self.shutdown(wait=False, cancel_futures=True)
         for p in procs:
             try:
                 p.kill()
@@ -234,8 +237,9 @@ def _run_on(ex, fn, args_list, on_tick, retries, keep_going, on_done=None):
             if on_tick:
                 on_tick()
     except BaseException:
-        for f in futs:
-            f.cancel()
+        if not isinstance(ex, Pool):   # a Pool cancels its own (Pool.stop_workers): futures cancelled
+            for f in futs:             # here as well made its manager thread fail on them (InvalidStateError)
+                f.cancel()
         raise
     return results
 

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from ..runtime.errors import StreamtraceError
+from ..runtime.files import input_file_problem
 from ..trace.discover import expand_inputs
 from ..trace.metadata import pg_config_entries
 from ..trace.reader import TraceReader
@@ -123,6 +124,9 @@ def load_topology(path) -> Topology:
     p = Path(path)
     if p.is_dir():
         return from_trace_folder(p)
+    problem = input_file_problem(p)
+    if problem is not None:                # (a FIFO would be waited on)
+        raise StreamtraceError(f"{path}: cannot read topology ({problem})")
     try:
         text = p.read_text()
     except OSError as e:

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..runtime.errors import RankConflictError, StreamtraceError, UnknownRankError
+from ..runtime.errors import RankConflictError, StreamtraceError, TraceError, UnknownRankError
 from .metadata import read_trailer
 from .nsys import is_nsys_report, is_sqlite, report_hint
 from .nsys.db import open_export, table_columns
@@ -137,15 +137,48 @@ def no_events_reason(path, reader) -> str | None:
     """Why a JSON file without a ``traceEvents`` array is worth a word, or None for a file that
     is plainly not a trace (a config file beside the traces): its ``traceEvents`` is there but
     is not an array, or its name is a rank trace's."""
+    what = no_events_text(reader)
+    if "traceEvents" in reader.metadata or reader.has_events:
+        return what + SKIPPED
+    name = Path(path).name
+    if not reader.metadata or rank_from_name(path) is not None or ".pt.trace." in name or "trace" in name.lower():
+        return what + SKIPPED
+    return None
+
+
+SKIPPED = "; the file is skipped"
+"""How :func:`no_events_reason` ends (what merge and analyze of that file alone leave out)."""
+
+
+def nothing_found(inputs, skipped) -> StreamtraceError:
+    """The error of merge and analyze when ``inputs`` hold no trace: one input file's own problem
+    (a :class:`~streamtrace.runtime.errors.TraceError`: "x.json: not a trace: traceEvents is null,
+    ...", "x.json: an empty trace: ...") when it is the only thing skipped, else "no trace files found in ..." with the first skipped file's
+    reason (``skipped``: "path: reason" lines)."""
+    names = [str(i) for i in inputs]
+    if len(skipped) == 1 and len(names) == 1 and os.path.isfile(names[0]):
+        line = skipped[0].removesuffix(SKIPPED)
+        prefix = f"{names[0]}: "
+        return TraceError(names[0], line[len(prefix):]) if line.startswith(prefix) else StreamtraceError(line)
+    why = f" ({skipped[0]}{f'; and {len(skipped) - 1} more' if len(skipped) > 1 else ''})" if skipped else ""
+    return StreamtraceError(f"no trace files found in {', '.join(names)}{why}")
+
+
+def no_events_text(reader) -> str:
+    """What a file whose head :class:`~streamtrace.trace.reader.TraceReader` read holds instead of
+    events, in words: "not a trace: traceEvents is null, not an array of events", "an empty
+    trace: traceEvents holds no events", "an empty trace: {} (no traceEvents)", "no traceEvents
+    array (an unfinished trace?)" (issue 33)."""
+    if reader.has_events:
+        return "an empty trace: traceEvents holds no events"
     if "traceEvents" in reader.metadata:
         v = reader.metadata["traceEvents"]
         kind = "null" if v is None else {dict: "an object", str: "a string", bool: "a boolean",
                                           list: "an array"}.get(type(v), "a number")
-        return f"traceEvents is {kind}, not an array of events; the file is skipped"
-    name = Path(path).name
-    if rank_from_name(path) is not None or ".pt.trace." in name or "trace" in name.lower():
-        return "no traceEvents array (an empty or unfinished trace?); the file is skipped"
-    return None
+        return f"not a trace: traceEvents is {kind}, not an array of events"
+    if not reader.metadata:
+        return "an empty trace: {} (no traceEvents, no events)"
+    return "no traceEvents array, no events (an unfinished trace?)"
 
 
 def identify(path, rank_map=None, default_rank=None, warn=None) -> TraceFile | None:
@@ -162,7 +195,7 @@ def identify(path, rank_map=None, default_rank=None, warn=None) -> TraceFile | N
         return _identify_export(path, rank_map, default_rank, warn)
     r = TraceReader(path)
     head = r.read_head()
-    if not r.has_events:
+    if not r.has_events or r.events_empty:
         reason = no_events_reason(path, r)
         if reason and warn is not None:
             warn(str(path), reason)

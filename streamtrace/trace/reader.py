@@ -67,7 +67,8 @@ class TraceReader:
     ``traceEvents``; a value nested deeper than :data:`MAX_NESTING` levels is kept as its
     JSON text, a :class:`~streamtrace.trace.writer.JsonText`), ``head_keys`` (the keys that stood before the events),
     ``events_read``, ``bytes_read`` (uncompressed), ``truncated``, ``warnings``;
-    ``has_events``: the document has a ``traceEvents`` array (or is a bare array).
+    ``has_events``: the document has a ``traceEvents`` array (or is a bare array);
+    ``events_empty``: after :meth:`read_head`, whether that array is ``[]`` (None: not known).
 
     Raises :class:`TraceError` (corrupt gzip, invalid JSON or UTF-8) and
     :class:`TruncatedTraceError` naming the file and byte offset.
@@ -91,6 +92,7 @@ class TraceReader:
         self.warnings: list = []
         self.unusable_times = 0        # complete events a consumer dropped for their time (events.ingest)
         self.has_events = False
+        self.events_empty = None       # read_head: traceEvents is [] (True), holds something (False)
         self.bare_array = False        # the file is the bare-array form "[...]" (no top-level object)
         self.progress = progress   # callable(file bytes consumed so far), called per block
 
@@ -200,6 +202,9 @@ class TraceReader:
                 seen_events = self.has_events = True
                 self.events_offset = st.base + st.pos + 1
                 if stop_at_events:
+                    st.pos += 1               # one look past '[': an empty trace is said as such (issue 33)
+                    st.skip_ws()
+                    self.events_empty = st.peek() == 0x5D
                     return
                 st.pos += 1
                 yield from self._events(st, events, scan)

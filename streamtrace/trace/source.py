@@ -9,7 +9,7 @@ import tempfile
 import zlib
 
 from ..runtime.errors import TraceError
-from ..runtime.files import owner
+from ..runtime.files import input_file_problem, owner
 
 GZIP_MAGIC = b"\x1f\x8b"
 BLOCK = 8 << 20  # bytes read per block from an input stream
@@ -57,6 +57,9 @@ class ByteSource:
         self.path = str(path)
         self.block = block
         self.next_block = min(block, FIRST_BLOCK)
+        problem = input_file_problem(path)
+        if problem is not None:
+            raise TraceError(path, problem)
         try:
             self.f = open(path, "rb")
         except OSError as e:

@@ -1,9 +1,9 @@
 """``streamtrace validate``: check what Perfetto's JSON importer relies on, in one streaming,
 columnar pass in flat memory.
 
-Problems counted (any makes the check fail): no ``traceEvents`` array (``no_trace_events``:
-``{}``, ``"traceEvents": null``, an object or a number; Perfetto shows nothing; :func:`validate`
-only), events missing ``ph``/``ts``/``pid``/``tid`` (``missing_field``), ``X`` events with a
+Not a trace (``"traceEvents"`` null, an object or a number) and ``{}`` are errors naming what the
+file holds (:class:`~streamtrace.runtime.errors.TraceError`, issue 33).  Problems counted (any
+makes the check fail): events missing ``ph``/``ts``/``pid``/``tid`` (``missing_field``), ``X`` events with a
 missing or negative ``dur`` (``negative_dur``), a flow ``(cat, id)`` with more than one ``s`` or ``f`` end (``duplicate_flow``: ids colliding, as in a naive
 multi-rank merge: Perfetto then binds arrows to the wrong events), flows joining events of two ranks
 (``cross_rank_flow``, by ``args.rank``), and ``X`` slices that overlap their enclosing slice on the
@@ -47,10 +47,11 @@ from ..events.codec import pack, unpack
 from ..events.sort import ExternalSorter
 from ..kernels import scan as K
 from ..kernels import validate as KV
-from ..runtime.files import remove_quietly
+from ..runtime.files import input_file_problem, remove_quietly
 from ..runtime.parallel import InWorker, pool
 from ..runtime.warmup import warm_trace
 from ..trace.decode import decode_value, loads
+from ..trace.discover import no_events_text
 from ..trace.ranges import RANGES_PER_JOB, SPLIT_THRESHOLD, clean_joints, likely_ranges, prove_range
 from ..trace.reader import BATCH_EVENTS, TraceReader
 from ..trace.source import LEAN_BLOCK, plain_copy, size_hint
@@ -113,14 +114,20 @@ def validate(path, salvage=False, opt: ValidateOptions | None = None) -> dict:
         ``{"path", "events", "problems": {name: count}, "notices": {name: count}, "ok": bool,
         "tracks", "flows", "warnings"}`` (``tracks``: (pid, tid) tracks holding a checked ``X`` slice;
         ``flows``: distinct flow ``(cat, id)`` keys; the problems' names: :data:`PROBLEMS`).
-        Validate writes nothing, so its result is a plain dict, not an output folder.
+        ``"traceEvents": []`` is a report of 0 events (:func:`require_events` makes it an error, as
+        the CLI does).  Validate writes nothing, so its result is a plain dict, not an output folder.
 
     Raises
     ------
     TraceError
-        When the file is not readable JSON (truncated, corrupt gzip, invalid UTF-8 or JSON).
+        When the file is not readable JSON (truncated, corrupt gzip, invalid UTF-8 or JSON), is not a
+        trace (``traceEvents`` null, an object, a number) or is ``{}``, naming what it holds
+        (:func:`~streamtrace.trace.discover.no_events_text`).
     """
     opt = opt or ValidateOptions(salvage=salvage)
+    problem = input_file_problem(path)
+    if problem is not None:                # one line naming the path, before its size is asked
+        raise TraceError(path, problem)
     jobs = opt.jobs or os.cpu_count() or 1
     if jobs > 1 and not opt.salvage and size_hint(path, os.path.getsize(path)) >= opt.split_threshold:
         rep = validate_split(path, opt, jobs)
@@ -132,10 +139,19 @@ def validate(path, salvage=False, opt: ValidateOptions | None = None) -> dict:
             chk.add(b.buf, b.starts, b.ends, b.offset, reader.path)
         rep = chk.report()
     problems, ok = rep["problems"], rep["ok"]
-    if not reader.has_events:           # {}, "traceEvents": null, an object, a number: Perfetto shows nothing
-        problems, ok = {"no_trace_events": 1, **problems}, False
+    if not reader.has_events:          # {}, "traceEvents": null, an object, a number: not a trace (issue 33)
+        raise TraceError(path, no_events_text(reader))
     return {"path": str(path), "events": rep["events"], "problems": problems, "notices": rep["notices"],
             "ok": ok, "tracks": rep["tracks"], "flows": rep["flows"], "warnings": reader.warnings}
+
+
+def require_events(rep: dict) -> dict:
+    """``rep`` (a :func:`validate` report) when its trace holds events; raises
+    :class:`~streamtrace.runtime.errors.TraceError` "an empty trace: traceEvents holds no events"
+    naming the file otherwise (``validate``'s CLI: an empty trace is no usable trace, issue 33)."""
+    if not rep["events"]:
+        raise TraceError(rep["path"], "an empty trace: traceEvents holds no events")
+    return rep
 
 
 class Checker:

@@ -1,7 +1,10 @@
 """The critical path on real multi-rank jobs (``../shared/traces/real-multi``, ``../shared/traces/cpu-3d``):
-the path is contiguous, it sums to the step span of the rank it ends on (computed here from the raw
-trace with ``json``: the ``ProfilerStep#N`` start to the later of its end and the last GPU end of the
-kernels launched inside it), and its story, read by hand from the traces, is in each test's comment."""
+the path is contiguous, it sums to the step span it covers (computed here from the raw traces with
+``json``: the ``ProfilerStep#N`` start of the rank it begins on to the step end of the rank it ends
+on, a step's end the later of its ``ProfilerStep`` end and the last GPU end of the kernels launched
+inside it; the ranks of one job share a clock, their raw ``ts`` are compared as they are), it crosses
+ranks where a matched collective made a rank wait, and its story, read by hand from the traces, is in
+each test's comment."""
 from __future__ import annotations
 
 import pyarrow.parquet as pq
@@ -26,7 +29,13 @@ def _run(src, tmp, **opt):
 
 def _step_span(path) -> int:
     """ProfilerStep start -> max(its end, last end of the GPU events whose runtime call lies in it)."""
-    ev = load_json(path)["traceEvents"]
+    lo, hi = _step_bounds(path)
+    return hi - lo
+
+
+def _step_bounds(path) -> tuple:
+    """(ProfilerStep start, max(its end, last end of the GPU events launched inside it)), raw int ns."""
+    ev = load_json(path, decimal=True)["traceEvents"]
     step = [e for e in ev if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("ph") == "X"
             and e.get("cat") != "gpu_user_annotation"][0]
     lo, hi = exact_ns(step["ts"]), exact_ns(step["ts"]) + exact_ns(step["dur"])
@@ -34,7 +43,14 @@ def _step_span(path) -> int:
             and "correlation" in e.get("args", {}) and lo <= exact_ns(e["ts"]) < hi}
     ends = [exact_ns(e["ts"]) + exact_ns(e["dur"]) for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
             and e.get("args", {}).get("correlation") in corr]
-    return max([hi] + ends) - lo
+    return lo, max([hi] + ends)
+
+
+def _events(path, name) -> list:
+    """``(start, end)`` raw int ns of the complete events called ``name`` (prefix), by start."""
+    ev = load_json(path, decimal=True)["traceEvents"]
+    return sorted((exact_ns(e["ts"]), exact_ns(e["ts"]) + exact_ns(e["dur"])) for e in ev
+                  if e.get("ph") == "X" and str(e.get("name", "")).startswith(name))
 
 
 def _check_shape(segs):
@@ -70,32 +86,72 @@ def test_megatron_tp2(tmp_path):
 
 
 def test_dlrm_v100x8(tmp_path):
-    # Story: DLRM on 8 V100s, one step. Its NCCL kernels carry no collective args (older
-    # Kineto), so the all-to-alls are not matched across ranks and each counts as its rank's own
-    # transfer: the path is the last rank's own step (rank 4 here), whose longest pieces are the
-    # data loader, "## backward ##" and a ~4.9 ms SendRecv all-to-all kernel.
+    # Story (read in the eight traces): DLRM on 8 V100s, one step. Its all-to-alls are matched
+    # across the 8 ranks (by order: the older Kineto records no collective args). Rank 7 comes to
+    # the first all-to-all last: its data loader and its launches keep it on the CPU until ~7.6 ms
+    # after the first rank started its SendRecv kernel, and every rank's first all-to-all ends only
+    # after rank 7's kernel starts. From there the path is on rank 4, the last rank to end its step:
+    # its pageable memcpys with a cudaStreamSynchronize each, "## backward ##" on the CPU (~5 ms),
+    # the Adagrad step. So the path begins at rank 7's ProfilerStep start, crosses to rank 4 in the
+    # first all-to-all and ends at rank 4's step end.
     segs, summ = _run(MULTI / "param_dlrm_v100x8", tmp_path)
     total = _check_shape(segs)
-    ranks = {s["rank"] for s in segs}
-    assert len(ranks) == 1
-    r = ranks.pop()
-    src = [p for p in (MULTI / "param_dlrm_v100x8").glob("*.json.gz") if p.name.startswith(f"worker{r}_")][0]
-    assert abs(total - _step_span(src)) <= 0.01 * total
-    kern = max((s for s in segs if s["category"] in ("compute_kernel", "comm_transfer", "memcpy")),
-               key=lambda s: s["weight_ns"])
-    assert "SendRecv" in kern["name"]
+    src = {int(p.name[len("worker"):].split("_")[0]): p for p in (MULTI / "param_dlrm_v100x8").glob("*.json.gz")}
+    bounds = {r: _step_bounds(p) for r, p in src.items()}
+    first, last = segs[0]["rank"], segs[-1]["rank"]
+    assert last == max(bounds, key=lambda r: bounds[r][1])        # the last rank to end its step
+    assert abs(total - (bounds[last][1] - bounds[first][0])) <= 0.01 * total
+    # the first SendRecv kernel of the step on each rank: rank 7 starts it last
+    a2a = {r: [k for k in _events(p, "ncclKernel_SendRecv") if k[0] >= bounds[r][0]][0] for r, p in src.items()}
+    late = max(a2a, key=lambda r: a2a[r][0])
+    assert late == first == 7 and last == 4
+    assert [s["rank"] for s in segs] == sorted((s["rank"] for s in segs), key=lambda r: r != first)  # 7 then 4
+    cross = [s for s in segs if s["category"] == "comm_transfer" and s["rank"] == last][0]
+    # the crossing: rank 4's first all-to-all from rank 7's arrival to rank 4's kernel end
+    assert cross["start_ns"] - segs[0]["start_ns"] == a2a[late][0] - bounds[first][0]
+    assert cross["end_ns"] - segs[0]["start_ns"] == a2a[last][1] - bounds[first][0]
+    assert "SendRecv" in cross["name"]
+    slack = {r["rank"]: r for r in summ if r["what"] == "slack"}
+    assert slack[7]["min_ns"] == 0 and slack[4]["min_ns"] == 0
+    assert all(slack[r]["min_ns"] > 0 for r in slack if r not in (4, 7))
 
 
 def test_cpu_3d(tmp_path):
-    # Story: a CPU-only (gloo) 8-rank TP2 x PP2 x DP2 run. Without GPU kernels there are no
-    # collective anchors to join ranks (the CPU c10d ops are not matched), so the path is the
-    # last-ending rank's main thread: its whole ProfilerStep, mostly inside communication ops
-    # (the loss all-gather, start_grad_sync, recv_backward).
+    # Story (read in the eight traces): a CPU-only (gloo) 8-rank TP2 x DP2 x PP2 run (rank = tp +
+    # 2 dp + 4 pp). Its c10d calls are matched across ranks (gloo collectives from the CPU ops), so
+    # the path follows the pipeline: rank 0 (stage 0) computes its first micro-batch and queues a TP
+    # all-reduce, which rank 1 finishes; rank 1's send_forward feeds rank 5's recv (stage 1); rank 5
+    # and rank 4 all-reduce (TP), rank 4 runs forward and backward, sends the gradient back to
+    # rank 0 (recv_backward on rank 0 ends right after rank 4's send starts); rank 0 runs its
+    # backward, its two DP gradient all-reduces (each queued ~2-5 ms on gloo's worker threads), and
+    # comes last (55.2 ms into the job) to the loss all-gather, which spans all 8 ranks; gloo's
+    # all-gather then runs 7-21 ms more on the members, rank 2's ending last (~20.7 ms after rank 0
+    # arrived), and rank 2 is the last rank to end its step. So the path begins at rank 0's step
+    # start and ends at rank 2's step end, through the gloo transfers.
     segs, summ = _run(CPU3D, tmp_path)
     total = _check_shape(segs)
-    ranks = {s["rank"] for s in segs}
-    assert len(ranks) == 1
-    r = ranks.pop()
-    src = sorted((CPU3D / "iteration_4").glob("*.json"))[r]
-    assert total == _step_span(src)
-    assert {s["category"] for s in segs} <= {"cpu_op", "host_gap"}
+    src = sorted((CPU3D / "iteration_4").glob("*.json"))
+    bounds = [_step_bounds(p) for p in src]
+    first, last = segs[0]["rank"], segs[-1]["rank"]
+    assert (first, last) == (0, 2)
+    assert last == max(range(8), key=lambda r: bounds[r][1])        # the last rank to end its step
+    assert total == bounds[last][1] - bounds[first][0]
+    assert {0, 1, 2, 4, 5} <= {s["rank"] for s in segs}
+    # pipeline: a transfer on rank 5 runs from rank 1's k-th gloo:send start to rank 5's k-th
+    # gloo:recv end (send_forward 1 -> 5: the k-th send of the step pairs with the k-th receive)
+    t0 = bounds[first][0]
+    rel = lambda x: x - t0  # noqa: E731
+    recv5 = [s for s in segs if s["category"] == "comm_transfer" and s["rank"] == 5]
+    sends1 = [e for e in _events(src[1], "gloo:send") if e[0] >= bounds[1][0]]
+    recvs5 = [e for e in _events(src[5], "gloo:recv") if e[0] >= bounds[5][0]]
+    assert any((s["start_ns"] - segs[0]["start_ns"], s["end_ns"] - segs[0]["start_ns"]) in
+               {(rel(a[0]), rel(b[1])) for a, b in zip(sends1, recvs5)} for s in recv5)
+    # the loss all-gather (every rank): rank 0 arrives last, rank 2's all-gather ends last
+    ag_runs = [_events(src[r], "gloo:all_gather")[-1] for r in range(8)]
+    g0, g2 = ag_runs[0], ag_runs[2]
+    assert g0[0] == max(a[0] for a in ag_runs) and g2[1] == max(a[1] for a in ag_runs)
+    ag = [s for s in segs if s["category"] == "comm_transfer"][-1]
+    assert (ag["rank"], ag["name"]) == (2, "gloo:all_gather")
+    assert (ag["start_ns"] - segs[0]["start_ns"], ag["end_ns"] - segs[0]["start_ns"]) == (rel(g0[0]), rel(g2[1]))
+    cat = _share(summ, "category")
+    assert cat["comm_transfer"] > 30 and set(cat) <= {"cpu_op", "host_gap", "comm_transfer", "sync"}

@@ -62,3 +62,21 @@ def test_open_takes_files_and_a_cache_folder(tmp_path):
 def test_open_without_traces_is_one_line(tmp_path):
     with pytest.raises(streamtrace.StreamtraceError, match="no such file"):
         streamtrace.open(tmp_path / "nothing-here")
+
+
+def test_open_skips_another_jobs_file_as_the_epilogue_does(tmp_path):
+    """A rank file of another job (a restart at world size 2) among a 4-rank job's: left out of the
+    aggregate and named in its warnings (issue 33's discovery, shared with the epilogue)."""
+    d = tmp_path / "tb"
+    generate_job(d, SynthSpec(world_size=4, tp=2, pp=1, compress=True))
+    src = sorted(d.rglob("rank_0002_*.trace.json.gz"))[0]
+    with gzip.open(src, "rt") as f:
+        doc = json.load(f)
+    doc["distributedInfo"]["world_size"] = 2
+    odd = src.parent / "restart_rank_0002.trace.json"
+    odd.write_text(json.dumps(doc))
+    job = streamtrace.open(d, jobs=1)
+    ranks = job.to_pandas("ranks")["rank"]
+    assert sorted(ranks) == sorted(_ranks_in(src.parent) - {None}) and len(ranks) == 4   # each rank once
+    warnings = json.loads((job.path / "aggregate.json").read_text()).get("warnings") or []
+    assert any(odd.name in w and "world size" in w for w in warnings), warnings

@@ -16,7 +16,7 @@ def test_plain_import_gives_every_entry_point():
 import streamtrace, types
 assert callable(streamtrace.merge) and callable(streamtrace.analyze) and callable(streamtrace.report)
 assert callable(streamtrace.aggregate) and callable(streamtrace.validate) and callable(streamtrace.load)
-assert callable(streamtrace.open) and streamtrace.open.__module__ == "streamtrace.epilogue"
+assert callable(streamtrace.open) and streamtrace.open.__module__ == "streamtrace.epilogue.notebook"
 assert callable(streamtrace.diff) and streamtrace.DiffOptions().name_key == "full"
 assert callable(streamtrace.epilogue.run) and isinstance(streamtrace.epilogue, types.ModuleType)
 import importlib, streamtrace.merge.run, streamtrace.report.diff.compare as C   # imports as usual

@@ -9,6 +9,9 @@ examples" of the Exporter documentation; the fixtures in ``../shared/traces/nsys
 the exporter, so any of them may be missing; every reader here tolerates that."""
 from __future__ import annotations
 
+import os
+import stat
+
 import sqlite3
 from pathlib import Path
 from urllib.parse import quote
@@ -25,8 +28,11 @@ REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 
 def is_sqlite(path) -> bool:
     """True when ``path`` starts with the SQLite header (whatever its name); False for an
-    unreadable or shorter file."""
+    unreadable or shorter file, and for anything that is not a regular file (opening a FIFO would
+    wait for a writer: the input checks name it)."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
         with open(path, "rb") as f:
             return f.read(16) == SQLITE_MAGIC
     except OSError:

@@ -113,9 +113,11 @@ def comm_args(range_name: str, p: dict, nranks: dict) -> dict:
     :func:`streamtrace.analyze.classify.collective_info` reads them) of one decoded NCCL payload:
     message bytes as ``In/Out msg nelems`` of ``uint8``, the communicator id (hex) as the process
     group name, its size from ``nranks`` (communicator id -> ``No. of ranks`` of its
-    ``ncclCommInitRank``)."""
+    ``ncclCommInitRank``), marked ``"@source": "nvtx_payload"`` (the ``bytes_source`` it gives,
+    :mod:`streamtrace.analyze.collective_facts`)."""
     comm = p.get(COMM)
-    row = {"Collective name": range_name[4:] if range_name.startswith("nccl") else range_name}
+    row = {"@source": "nvtx_payload",
+           "Collective name": range_name[4:] if range_name.startswith("nccl") else range_name}
     if isinstance(p.get(SIZE), int):
         row.update({"In msg nelems": p[SIZE], "Out msg nelems": p[SIZE], "dtype": "uint8"})
     if isinstance(comm, int):

@@ -39,17 +39,18 @@ COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 
 #: NVTX_EVENTS.eventType of ranges: push/pop, start/end (and their NVTXT twins), ENUM_NSYS_EVENT_TYPE
 RANGE_TYPES = (59, 60, 70, 71)
 DOMAIN_CREATE = 75
+TEXTS_T = "streamtrace_nvtx_texts"      # the temporary table of distinct inline NVTX texts
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 NO_PAYLOAD = ("unknown: the export holds no NCCL NVTX payload data (export with `nsys export --type sqlite "
               "--include-blobs=true`, and profile with NVTX tracing on)")
 
 
-def _short_text() -> str:
+def _short_text(text="text") -> str:
     """SQL for an NVTX range's inline ``text`` without what PyTorch's ``emit_nvtx`` appends to the
     op name (``aten::add, seq = 12, op_id = 34, sizes = [...]`` -> ``aten::add``): the numbers differ
     on every call, so the names would grow with the capture instead of with the model."""
-    cut = "CASE WHEN instr(text, ', seq = ') > 0 THEN instr(text, ', seq = ') ELSE instr(text, ', op_id = ') END"
-    return f"CASE WHEN ({cut}) > 0 THEN substr(text, 1, ({cut}) - 1) ELSE text END"
+    cut = f"CASE WHEN instr({text}, ', seq = ') > 0 THEN instr({text}, ', seq = ') ELSE instr({text}, ', op_id = ') END"
+    return f"CASE WHEN ({cut}) > 0 THEN substr({text}, 1, ({cut}) - 1) ELSE {text} END"
 
 
 class NsysExport:
@@ -77,6 +78,7 @@ class NsysExport:
         self.strings = Strings(self.conn, self.tables)
         self.local: dict[str, int] = {}          # reader-local names (memcpy kinds, inline NVTX text)
         self.local_text: list[str] = []          # their texts, local id i at [-2 - i]
+        self.text_ids: dict[int, int] = {}       # row of the temporary NVTX text table -> local id
         self.comm_rows: list = []
         self.warnings: list = []
         self.nccl_domain = self._domain("NCCL")
@@ -149,19 +151,8 @@ class NsysExport:
             streams.append(self._runtime_names(table_batches(
                 self.conn, sql, ["ts", "dur", "kind", "name", "gtid", "correlation"], batch=self.batch)))
         if NVTX_T in self.tables and "eventType" in self.tables[NVTX_T]:
-            t, c = NVTX_T, self.tables[NVTX_T]
-            has = [n for n in ("binaryData", "jsonText") if n in c]
-            paid = (f"domainId = {int(self.nccl_domain)} AND ({' OR '.join(f'[{n}] IS NOT NULL' for n in has)})"
-                    if self.nccl_domain is not None and has and "domainId" in c else "0")
-            text = f"CASE WHEN {'textId IS NULL' if 'textId' in c else '1'} THEN {_short_text()} END" \
-                if "text" in c else "NULL"
-            blobs = ", ".join(f"CASE WHEN {paid} THEN [{n}] END" if n in c else "NULL"
-                              for n in ("binaryData", "jsonText"))
-            sql = (f"SELECT start, coalesce([end] - start, -1), {col(self.tables, t, 'textId')}, "
-                   f"{col(self.tables, t, 'globalTid')}, CASE WHEN {paid} THEN -2 ELSE -1 END, {text}, {blobs} "
-                   f"FROM [{t}] WHERE eventType IN {RANGE_TYPES} ORDER BY start")
-            streams.append(table_batches(self.conn, sql, ["ts", "dur", "name", "gtid", "comm"], {"kind": NVTX},
-                                         self._nvtx_fix, self.batch, extra=3))
+            streams.append(table_batches(self.conn, self._nvtx_sql(), ["ts", "dur", "name", "gtid", "comm"],
+                                         {"kind": NVTX}, self._nvtx_fix, self.batch))
         return self._usable(merge_sorted(streams))
 
     def _usable(self, batches):
@@ -197,20 +188,62 @@ class NsysExport:
             a["name"] = lut[np.searchsorted(ids, a["name"])]
             yield a
 
-    def _nvtx_fix(self, a, x):
-        """Inline NVTX text as local names; NCCL payloads (rows marked ``comm`` -2) as
-        collective-args rows."""
-        inline = np.flatnonzero(a["name"] < 0)
+    def _nvtx_sql(self) -> str:
+        """The NVTX ranges' query: all int columns.  An inline ``text`` comes as ``-2 - k``, ``k`` its
+        row in a temporary table of the distinct (shortened) texts (0: none), so that each text
+        reaches Python once (cut by :func:`_short_text`), not once a row; a row with an NCCL payload has ``comm`` = ``-2 - rowid``
+        (its payload read by rowid, :meth:`_nvtx_fix`)."""
+        t, c = NVTX_T, self.tables[NVTX_T]
+        has = [n for n in ("binaryData", "jsonText") if n in c]
+        paid = (f"n.domainId = {int(self.nccl_domain)} AND ({' OR '.join(f'n.[{h}] IS NOT NULL' for h in has)})"
+                if self.nccl_domain is not None and has and "domainId" in c else "0")
+        inline = "n.textId IS NULL" if "textId" in c else "1"
+        name = "-2" if "text" not in c else "-2 - coalesce(x.id, 0)"
+        join = ""
+        if "text" in c:
+            self.conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS {TEXTS_T} (id INTEGER PRIMARY KEY, raw TEXT UNIQUE)")
+            self.conn.execute(f"INSERT OR IGNORE INTO temp.{TEXTS_T} (raw) SELECT text FROM [{t}] WHERE "
+                              f"{inline.replace('n.', '')} AND text IS NOT NULL AND eventType IN {RANGE_TYPES}")
+            join = f"LEFT JOIN temp.{TEXTS_T} x ON {inline} AND x.raw = n.text"
+        name = f"CASE WHEN {inline} THEN {name} ELSE n.textId END" if "textId" in c else name
+        return (f"SELECT n.start, coalesce(n.[end] - n.start, -1), {name}, "
+                f"{col(self.tables, t, 'globalTid', 'n.{c}')}, "
+                f"CASE WHEN {paid} THEN -2 - n.rowid ELSE -1 END FROM [{t}] n {join} "
+                f"WHERE n.eventType IN {RANGE_TYPES} ORDER BY n.start")
+
+    def _nvtx_fix(self, a, _):
+        """Inline NVTX texts as local names (first seen, first numbered); NCCL payloads (rows whose
+        ``comm`` is ``-2 - rowid``) as collective-args rows."""
+        inline = np.flatnonzero(a["name"] < -1)
         if len(inline):
-            a["name"][inline] = [self.local_id(t if isinstance(t, str) else "") for t in x["x0"][inline].tolist()]
-        for j in np.flatnonzero(a["comm"] == -2).tolist():
-            nid = int(a["name"][j])
-            name = self.names([nid])[nid]
-            p = P.decode(name, x["x1"][j], x["x2"][j], self.schemas)
-            a["comm"][j] = -1
-            if p:
-                a["comm"][j] = len(self.comm_rows)
-                self.comm_rows.append(P.comm_args(name, p, self.nranks))
+            k = -2 - a["name"][inline]
+            u, first = np.unique(k, return_index=True)
+            u = u[np.argsort(first)].tolist()
+            new = [i for i in u if i not in self.text_ids]
+            if new:
+                texts = dict(self.conn.execute(f"SELECT id, {_short_text('raw')} FROM temp.{TEXTS_T} WHERE id IN "
+                                               f"({','.join(map(str, new))})").fetchall()) if new != [0] else {}
+                for i in new:
+                    t = texts.get(i)
+                    self.text_ids[i] = self.local_id(t if isinstance(t, str) else "")
+            lut_k = np.asarray(u, np.int64)
+            o = np.argsort(lut_k)
+            lut_v = np.asarray([self.text_ids[i] for i in u], np.int64)[o]
+            a["name"][inline] = lut_v[np.searchsorted(lut_k[o], k)]
+        paid = np.flatnonzero(a["comm"] < -1)
+        if len(paid):
+            rowids = (-2 - a["comm"][paid]).tolist()
+            cols = ", ".join(f"[{n}]" if n in self.tables[NVTX_T] else "NULL" for n in ("binaryData", "jsonText"))
+            blobs = {r: (b, j) for r, b, j in self.conn.execute(
+                f"SELECT rowid, {cols} FROM [{NVTX_T}] WHERE rowid IN ({','.join(map(str, rowids))})")}
+            for j, r in zip(paid.tolist(), rowids):
+                nid = int(a["name"][j])
+                name = self.names([nid])[nid]
+                p = P.decode(name, *blobs.get(r, (None, None)), self.schemas)
+                a["comm"][j] = -1
+                if p:
+                    a["comm"][j] = len(self.comm_rows)
+                    self.comm_rows.append(P.comm_args(name, p, self.nranks))
         return a
 
     # -- NCCL domain, ranks

@@ -3,6 +3,8 @@
 start-ordered stream (:func:`merge_sorted`).  Memory: one batch per table at a time."""
 from __future__ import annotations
 
+from itertools import chain
+
 import numpy as np
 
 #: one activity row: ``ts``/``dur`` int64 ns (dur -1: no usable end), ``kind`` (:data:`KINDS` index),
@@ -33,7 +35,8 @@ def table_batches(conn, sql, fields, consts=None, fix=None, batch=BATCH, extra=0
     ``tid``), int64, then ``extra`` more (any values); the fields it does not select take
     ``consts[name]`` or -1.  ``fix(array, extras)`` may rewrite a batch with the extra columns at
     hand (a structured array, fields ``x0``.., objects).  Fewer columns, fewer Python objects: the
-    constants are not selected."""
+    constants are not selected.  Rows of ints only (no ``extra``) go into numpy through
+    ``np.fromiter`` over the flattened tuples (~115 ns a row of 6 against ~195 for ``np.array``)."""
     cur = conn.execute(sql)
     wide = np.dtype([(f, "i8") for f in fields] + [(f"x{i}", "O") for i in range(extra)])
     consts = consts or {}
@@ -41,7 +44,10 @@ def table_batches(conn, sql, fields, consts=None, fix=None, batch=BATCH, extra=0
         rows = cur.fetchmany(batch)
         if not rows:
             return
-        w = np.array(rows, dtype=wide)
+        if extra:
+            w = np.array(rows, dtype=wide)
+        else:                                    # n x k int64, seen as n records of k int64 fields
+            w = np.fromiter(chain.from_iterable(rows), np.int64, count=len(rows) * len(fields)).view(wide)
         del rows
         a = np.empty(len(w), ROW_DTYPE)
         for f in ROW_DTYPE.names:

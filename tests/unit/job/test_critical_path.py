@@ -129,3 +129,39 @@ def test_no_fault_path_sums_to_span_and_load_sees_it(tmp_path):
     cats = {r["key"] for r in summ if r["what"] == "category"}
     assert cats <= {"cpu_op", "launch_delay", "compute_kernel", "comm_transfer", "memcpy", "kernel_gap", "sync",
                     "host_gap", "wait"}
+
+
+def _one_step(wait_at):
+    """A step (0-100 ns) on thread 1: kernel A on stream 7 (20-60) launched at 10, kernel B on
+    stream 8 (61-70) launched at 14; a cudaStreamWaitEvent call at ``wait_at`` (None: none)."""
+    import numpy as np
+    from streamtrace.job.critical_local import step_graph
+    rows = [("ProfilerStep#1", 0, 100, 0, -1, 0), ("cudaLaunchKernel", 10, 2, 1, 0, 1),
+            ("cudaLaunchKernel", 14, 2, 1, 0, 2)]
+    if wait_at is not None:
+        rows.append(("cudaStreamWaitEvent", wait_at, 1, 1, 0, 0))
+    rows.sort(key=lambda r: r[1])
+    ops = {"tid": np.ones(len(rows), np.int64), "name": np.asarray([r[0] for r in rows], object),
+           "ts_ns": np.asarray([r[1] for r in rows], np.int64), "dur_ns": np.asarray([r[2] for r in rows], np.int64),
+           "depth": np.asarray([r[3] for r in rows], np.int64), "parent": np.asarray([r[4] for r in rows], np.int64),
+           "correlation": np.asarray([r[5] for r in rows], np.int64), "cat": np.full(len(rows), "", object)}
+    ops["external_id"] = np.arange(len(rows), dtype=np.int64)
+    ops["is_step"] = ops["name"] == "ProfilerStep#1"
+    ops["is_sync"] = np.zeros(len(rows), bool)
+    ops["is_wait"] = ops["name"] == "cudaStreamWaitEvent"
+    ops["any_wait"] = bool(ops["is_wait"].any())
+    k = {"device": np.zeros(2, np.int64), "stream": np.asarray([7, 8]), "ts_ns": np.asarray([20, 61]),
+         "end_ns": np.asarray([60, 70]), "name": np.asarray(["A", "B"], object),
+         "kind": np.asarray(["kernel", "kernel"], object), "correlation": np.asarray([1, 2]), "step": np.ones(2, np.int64)}
+    t, cols, _, _ = step_graph(ops, k, 1, 1, 0, 100)
+    src, dst, w, cat, lane, name, ref = cols
+    into_b = (name == "B") & (t[dst] == 61) & (w > 0)
+    return {(int(t[s]), int(w_)) for s, w_ in zip(src[into_b], w[into_b])}
+
+
+def test_cross_stream_wait_only_after_a_wait_call():
+    # B starts 1 ns after A ends on the other stream, 47 ns after its launch: it waited for A only
+    # when a cudaStreamWaitEvent was called between its stream's previous launch and its own
+    assert _one_step(13) == {(60, 1)}                 # wait call before B's launch: A -> B
+    assert _one_step(17) == {(14, 47)}                # wait call after it: B waited for its launch
+    assert _one_step(None) == {(60, 1)}               # no wait call recorded at all: inferred

@@ -76,3 +76,26 @@ def test_send_recv_matched_and_receive_wait_reported(cpu3d):
         assert got[k][0] == want[k][0]
         assert abs(got[k][1] - want[k][1]) <= 2 * want[k][0]     # ns rounding of the us times
     assert sum(w for _, w in got.values()) > 0
+
+
+def test_gloo_facts_are_analyzes_rows(cpu3d, tmp_path):
+    """A gloo collective's bytes are those analyze's ``cpu_collectives`` read from its ``gloo:*`` run
+    (``Input Dims`` x ``Input type``, plain json here): aggregate reads them, it does not derive
+    them again; without that table (an analysis folder of before) a CPU-only rank gives no rows."""
+    import shutil
+    from math import prod
+    raw, topo, tmp, m = cpu3d
+    inst = pq.read_table(tmp / "ag" / "collectives.parquet").to_pydict()
+    size = {"float": 4, "c10::Half": 2, "long int": 8, "int": 4}
+    for r, (_, ev) in raw.items():
+        want = Counter(prod(e["args"]["Input Dims"][0]) * size[e["args"]["Input type"][0]]
+                       for e in _ops(ev, "gloo:all_reduce"))
+        got = Counter(b for c, ranks, b in zip(inst["collective"], inst["ranks"], inst["msg_bytes"])
+                      if c == "AllReduce" and str(r) in ranks.split(","))
+        assert got == want and all(b > 0 for b in got)
+    assert all(b > 0 for b in inst["msg_bytes"])
+    shutil.copytree(tmp / "an", tmp_path / "an")
+    shutil.rmtree(tmp_path / "an" / "cpu_collectives")
+    m2 = aggregate([tmp_path / "an"], tmp_path / "ag", AggregateOptions(jobs=1))
+    assert not (tmp_path / "ag" / "collectives.parquet").exists() or \
+        pq.read_table(tmp_path / "ag" / "collectives.parquet").num_rows == 0, m2

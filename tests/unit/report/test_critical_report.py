@@ -32,7 +32,7 @@ def test_section_is_first_and_tells_the_fault(report):
     assert story.count(". ") >= 2
     assert "rank 3's CPU spends 8.00 ms in `" + LOADER[:40] in story
     assert "Rank 3 holds" in story and "until rank 3's part shrinks" in story
-    assert "| step | span | critical path |" in md
+    assert "| step | span | critical path | path by category |" in md   # the report's units: "16.5 ms" in the cells
     sec = rep["critical_path"]["steps"][0]
     assert sec["cpu_op"][0] == LOADER
     assert any(r == 3 for r, _, _ in sec["ranks"])

@@ -151,3 +151,29 @@ def test_hosts_packed_by_gpus_per_node():
                        {"rank": 1, "source": "/t/nodeB_12.2.pt.trace.json.gz"}]}
     spans, how = spans_hosts(named, 8)
     assert spans("0,1", "") and "host names" in how
+
+
+def test_links_and_traffic_in_the_reports_units():
+    """Small messages print in the unit that fits them (13 all-reduces of 6,144 fp32 elements:
+    319,488 B = 319 KB), a size nobody recorded as ``unknown``, never ``0.000``; counts with
+    separators; the traffic line likewise."""
+    from streamtrace.report.efficiency import efficiency_markdown
+    inputs = {"tokens_per_step": None, "tokens_per_step_from": None, "sequences_per_step": None,
+              "flops_per_token": None, "flops_per_token_from": "unknown (no model shape)",
+              "flops_per_token_by_convention": {}, "peak_tflops": None, "peak_from": "unknown (no GPU)",
+              "gpus": 2, "gpus_from": "test"}
+    rows = [{"collective": "AllReduce", "parallel_dim": "TP", "scope": "intra", "count": 13, "bytes": 13 * 6144 * 4,
+             "busbw_gbps_median": 1.08, "link": "NVLink / Infinity Fabric", "link_gbps": 16.0, "pct_of_link": 6.75},
+            {"collective": "SendRecv", "parallel_dim": "PP", "scope": "inter", "count": 1234, "bytes": 0,
+             "busbw_gbps_median": None, "link": "network", "link_gbps": None, "pct_of_link": None}]
+    traffic = {"intra": {"bytes": 13 * 6144 * 4, "pct": 100.0}, "inter": {"bytes": 0, "pct": 0.0}}
+    links = {"rows": rows, "traffic": traffic,
+             "hosts_from": "test", "nic_gbps": 12.5, "nic_from": "test"}
+    sec = {"config": None, "inputs": inputs, "steps": [], "gpu": None, "ops": [], "links": links,
+           "overall": dict.fromkeys(("tokens_per_s", "samples_per_s", "model_tflops_per_gpu", "mfu_pct"))}
+    md = "\n".join(efficiency_markdown(sec))
+    assert "| AllReduce | TP | intra | 13 | 319 KB | 1.08 GB/s | NVLink / Infinity Fabric | 16.0 GB/s | 6.8 |" in md
+    assert "| SendRecv | PP | inter | 1,234 | unknown | - | network | - | - |" in md
+    assert "Traffic: 319 KB inside nodes (100.0 %), 0 across nodes (0.0 %)." in md
+    assert "network 12.5 GB/s per GPU" in md and "0.000" not in md
+    assert "- model FLOPs per token: unknown (no model shape)" in md and "- GFLOP" not in md

@@ -115,7 +115,8 @@ ev = st.fixed_dictionaries(
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.lists(ev, max_size=25), min_size=1, max_size=3), st.sampled_from([{}, {"drop_cat": frozenset({"k"})}]))
+# (ranks of no events: an empty rank file is skipped with a warning, issue 33; alone it is an error)
+@given(st.lists(st.lists(ev, min_size=1, max_size=25), min_size=1, max_size=3), st.sampled_from([{}, {"drop_cat": frozenset({"k"})}]))
 def test_generated_ranks(ranks, opts):
     with tempfile.TemporaryDirectory() as t:
         d = os.path.join(t, "in")

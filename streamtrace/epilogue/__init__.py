@@ -36,13 +36,14 @@ import traceback
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from .events.load import Outputs, register
-from .report.options import ReportOptions
-from .runtime.errors import StreamtraceError, UnknownRankError, UsageError
-from .runtime.files import atomic_output, clean_stale
-from .runtime.fork import call_in_child
-from .runtime.stagelog import StageLog
-from .runtime.tuning import trim
+from ..events.load import Outputs, register
+from ..report.options import ReportOptions
+from ..runtime.errors import StreamtraceError, UsageError
+from ..runtime.files import atomic_output, clean_stale
+from ..runtime.fork import call_in_child
+from ..runtime.stagelog import StageLog
+from ..runtime.tuning import trim
+from .discovery import check_paths, find_iterations, find_topology, outdir_of
 
 # The stages' modules (analyze, merge, job, report, trace) are imported inside the functions that
 # run in the stages' child processes: importing them here would put ~130 MB (numba, pyarrow) in
@@ -64,90 +65,19 @@ def _fingerprint(paths, **options) -> str:
     return h.hexdigest()
 
 
-def find_topology(run_dir):
-    """streamtrace's topology JSON, else the newest TraceViz ``unique_parallel_groups_*.txt``,
-    else a ``parallel_topology.json``, searched in ``run_dir`` and one level below."""
-    run_dir = Path(run_dir)
-    for pattern in ("streamtrace_topology.json", "unique_parallel_groups_*.txt", "parallel_topology.json"):
-        hits = sorted(run_dir.glob(pattern)) + sorted(run_dir.glob(f"*/{pattern}"))
-        hits = [h for h in hits if "streamtrace" not in h.parent.name or h.parent == run_dir]
-        if hits:
-            return str(max(hits, key=lambda p: p.stat().st_mtime))
-    return None
-
-
-def is_merged(head: dict) -> bool:
-    """True for the top-level keys of a trace streamtrace merged (``streamtrace.kind`` "merged")."""
-    st = head.get("streamtrace")
-    return isinstance(st, dict) and st.get("kind") == "merged"
-
-
-def find_iterations(run_dir, log, outdir=None):
-    """``{iteration: [TraceFile]}`` for every readable rank trace under ``run_dir`` (a folder, or a
-    list of files, folders and globs); never a
-    merged trace (streamtrace's own header), nor anything under ``outdir`` or a ``streamtrace``
-    folder (earlier outputs); unreadable files and folders, and rank files without a
-    ``traceEvents`` array, are logged as failures."""
-    from .trace.discover import NSYS_EXPORT, expand_inputs, identify
-    groups: dict = {}
-
-    def skipped(path, msg):
-        log.fail("discover", path, msg)
-    try:
-        paths = expand_inputs([run_dir] if isinstance(run_dir, (str, os.PathLike)) else run_dir, skipped)
-    except Exception as e:   # noqa: BLE001
-        log.fail("discover", run_dir, e)
-        return groups
-    skip = Path(outdir).resolve() if outdir is not None else None
-    for p in paths:
-        if skip is not None and Path(p).resolve().is_relative_to(skip):
-            continue
-        try:
-            tf = identify(p, warn=skipped)
-        except UnknownRankError as e:
-            if not _merged_file(p):
-                log.fail("discover", p, e)
-            continue
-        except Exception as e:   # noqa: BLE001
-            log.fail("discover", p, e)
-            continue
-        if tf is not None and not is_merged(tf.head):
-            groups.setdefault(tf.iteration, []).append(tf)
-    for it, files in groups.items():
-        seen = {}
-        keep = []
-        for tf in sorted(files, key=lambda t: (t.rank, t.path)):
-            if tf.rank_source == NSYS_EXPORT:      # an export's ranks are its processes': told when read
-                keep.append(tf)
-                continue
-            if tf.rank in seen:
-                log.fail("discover", tf.path, f"rank {tf.rank} already given by {seen[tf.rank]}; skipped")
-                continue
-            seen[tf.rank] = tf.path
-            keep.append(tf)
-        groups[it] = keep
-    return groups
-
-
-def _discover(opt, run_dir, log, outdir) -> dict:
-    """:func:`find_iterations` as ``{iteration: [path]}`` (rank order), run in a child process
-    with ``opt.isolate`` (reading 1,024 trace heads loads the byte scanner and ~40 MB of
-    metadata that the epilogue's process does not need)."""
+def _discover(opt, run_dir, log, outdir, topology=None) -> tuple[dict, list]:
+    """:func:`find_iterations` as ``({iteration: [path]}`` (rank order), ``[skipped file: reason]``),
+    run in a child process with ``opt.isolate`` (reading 1,024 trace heads loads the byte scanner
+    and ~40 MB of metadata that the epilogue's process does not need)."""
     def paths():
-        return {it: [tf.path for tf in files] for it, files in find_iterations(run_dir, log, outdir).items()}
+        skipped = []
+        groups = find_iterations(run_dir, log, outdir, topology, skipped)
+        return {it: [tf.path for tf in files] for it, files in groups.items()}, skipped
     try:
         return _in_stage_process(opt, log, paths)
     except Exception as e:   # noqa: BLE001 - its process died: logged, nothing to do
         log.fail("discover", run_dir, e)
-        return {}
-
-
-def _merged_file(path) -> bool:
-    from .trace.reader import TraceReader
-    try:
-        return is_merged(TraceReader(path, salvage=True).read_metadata())
-    except Exception:   # noqa: BLE001 - unreadable: not a merged trace of ours
-        return False
+        return {}, []
 
 
 def _stage(ctx, key, fingerprint, outputs, fn, name, what):
@@ -290,23 +220,27 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
     log = StageLog(log_file, opt.quiet, opt.verbose)
     t0 = time.time()
     run_dir = Path(run_dir)
-    out = Path(opt.outdir) if opt.outdir else run_dir / "streamtrace"
+    out = outdir_of(run_dir, opt)
     summary = {"run_dir": str(run_dir), "outdir": str(out), "iterations": [], "ranks": 0, "report": None,
                "failures": log.failures, "notes": log.notes, "stages": {}}
+    new_folders = _new_folders(out)
     try:
-        if not run_dir.is_dir():
-            log.fail("epilogue", run_dir, "no such folder")
+        try:
+            check_paths(run_dir, opt)
+        except StreamtraceError as e:
+            log.fail("epilogue", getattr(e, "path", run_dir), getattr(e, "message", e))
             return summary
         out.mkdir(parents=True, exist_ok=True)
         clean_stale(out)                         # what a killed earlier run left in it
         state_path = out / "epilogue.json"
-        state, jobs = _read_state(state_path), _jobs(opt)
+        state, jobs = read_state(state_path), worker_count(opt)
         topo = opt.topology or find_topology(run_dir)
         log.info(f"run {run_dir}: topology {topo or 'not found (the traces pg_config, if any)'}; {jobs} jobs")
-        groups = _discover(opt, run_dir, log, out)
+        groups, skipped = _discover(opt, run_dir, log, out, topo)
         if not groups:
             log.fail("discover", run_dir, "no rank traces found")
-        ctx = _Run(opt, jobs, topo, out, state, log, summary)
+        summary["skipped"] = skipped
+        ctx = StageRun(opt, jobs, topo, out, state, log, summary)
         analysed = [a for it in sorted(groups, key=lambda k: (k is None, k or 0))
                     if (a := _iteration(ctx, it, groups[it]))]
         summary["report"] = _job_stages(ctx, analysed, run_dir) if analysed else None
@@ -314,17 +248,22 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
         try:
             with atomic_output(state_path, compress=False) as f:
                 f.write(json.dumps({"summary": summary, "state": state}, indent=1, default=str).encode())
-        except Exception as e:   # noqa: BLE001
+            written = True
+        except Exception as e:   # noqa: BLE001 - a full disk: said in the final line
             log.fail("epilogue", state_path, e)
-        status = "OK" if not log.failures else f"{len(log.failures)} problem(s), see {state_path}"
+            written = False
+        status = "OK" if not log.failures else _problems(log.failures, state_path, written)
         log.final(f"{len(summary['iterations'])} iteration(s), {summary['ranks']} ranks, {status}; "
                  f"report: {summary['report'] or 'none'}; outputs in {out} ({summary['seconds']:.1f} s)")
     except Exception as e:   # noqa: BLE001 - the promise: never raise into the caller
         log.fail("epilogue", run_dir, e)
+    except KeyboardInterrupt:      # Ctrl-C, SIGTERM: the stages removed their staging folders
+        _remove_empty(out, new_folders)
+        raise
     return summary
 
 
-def _read_state(path) -> dict:
+def read_state(path) -> dict:
     """The stages' state kept in the JSON file ``path`` (``{"state": ...}``); ``{}`` when unreadable."""
     try:
         return json.loads(Path(path).read_text()).get("state", {})
@@ -332,77 +271,50 @@ def _read_state(path) -> dict:
         return {}
 
 
-def _jobs(opt: EpilogueOptions) -> int:
+def worker_count(opt: EpilogueOptions) -> int:
     """The worker processes: ``opt.jobs`` (0: every core), within ``opt.max_memory_gb``."""
     jobs = opt.jobs or os.cpu_count() or 1
     return max(1, min(jobs, int(opt.max_memory_gb / WORKER_GB))) if opt.max_memory_gb else jobs
 
 
-def open_job(traces, cache=None, **options):
-    """Analyse and aggregate the rank traces ``traces`` for a notebook (``streamtrace.open``), reusing
-    what is unchanged, and return the job's tables.
+def _problems(failures, state_path, written) -> str:
+    """The final line's account of ``failures``: how many, the first one's stage, file and error
+    (a full disk names the stage and the path it could not write), and where the rest are:
+    ``epilogue.json``, or that it could not be written either."""
+    f = failures[0]
+    first = f"{f['stage']} ({f['file']}): {f['error']}"
+    where = f"see {state_path}" if written else f"{state_path} could not be written"
+    return f"{len(failures)} problem(s), the first: {first}; {where}"
 
-    Each iteration is analysed into ``cache/iteration_<N>/analysis`` and all of them aggregated into
-    ``cache/aggregate``, by the epilogue's stages (:func:`run`): a stage whose inputs (path, size,
-    mtime of every trace and the topology) and options are those of its last successful run is
-    reused, not run again; its state is kept in ``cache/open.json``.
 
-    Parameters
-    ----------
-    traces : str, Path or list of them
-        Trace files, folders (searched recursively) and glob patterns, as :func:`streamtrace.analyze`
-        takes them; merged traces and earlier outputs are skipped.
-    cache : str or Path, optional
-        The cache folder.  Default: ``.streamtrace-cache`` in the folder given (or, for files and
-        globs, the folder holding them all), where ``analyze`` and ``epilogue`` do not look for traces.
-    **options
-        Fields of :class:`EpilogueOptions` (``jobs``, ``chunked``, ``topology``, ``torchtitan_config``,
-        ``quiet`` (default True here), ``isolate`` (default False here), ...).
+def _new_folders(out: Path):
+    """What :func:`_remove_empty` may remove after an interruption: ``out`` when it does not
+    exist yet, and (by name) the folders it does not hold yet."""
+    try:
+        return None if not out.is_dir() else {p.name for p in out.iterdir()}
+    except OSError:
+        return set()
 
-    Returns
-    -------
-    streamtrace.job.folder.Aggregate
-        ``streamtrace.load(cache/"aggregate")``: the aggregate's tables; ``.summary`` its
-        ``aggregate.json``.
 
-    Raises
-    ------
-    StreamtraceError
-        When no trace matches ``traces`` or no rank trace could be analysed (the first failure's
-        message); a rank that fails while others succeed is logged on stderr and left out.
-    UsageError
-        For options that cannot work together; ``TypeError`` for a name that is no option.
-    """
-    from .job.folder import Aggregate
-    from .trace.discover import expand_inputs
-    opt = with_options(EpilogueOptions(quiet=True, isolate=False), **options)
-    opt.check()
-    inputs = [traces] if isinstance(traces, (str, os.PathLike)) else list(traces)
-    first = Path(inputs[0]) if inputs else None
-    base = first if first is not None and first.is_dir() else \
-        Path(os.path.commonpath([str(Path(p).resolve().parent) for p in expand_inputs(inputs)]))
-    out = Path(cache) if cache is not None else base / ".streamtrace-cache"
-    log = StageLog(quiet=opt.quiet, verbose=opt.verbose, name="open")
-    out.mkdir(parents=True, exist_ok=True)
-    clean_stale(out)
-    state_path = out / "open.json"
-    topo = opt.topology or find_topology(base)
-    ctx = _Run(opt, _jobs(opt), topo, out, _read_state(state_path), log,
-               {"iterations": [], "ranks": 0, "stages": {}})
-    groups = {it: [tf.path for tf in files] for it, files in find_iterations(inputs, log, out).items()}
-    analysed = [a for it in sorted(groups, key=lambda k: (k is None, k or 0))
-                if (a := _analyze_stage(ctx, it, groups[it]))]
-    agg = _aggregate_stage(ctx, analysed)[0] if analysed else None
-    with atomic_output(state_path, compress=False) as f:
-        f.write(json.dumps({"summary": ctx.summary, "state": ctx.state}, indent=1, default=str).encode())
-    if agg is None:
-        why = log.failures[0]["error"] if log.failures else "no rank traces found"
-        raise StreamtraceError(f"{', '.join(map(str, inputs))}: nothing to open ({why})")
-    return Aggregate(agg)
+def _remove_empty(out: Path, before):
+    """After an interruption: remove the empty folders this run made in ``out`` (its iteration
+    folders, whose stage was cut before it wrote anything), and ``out`` itself when this run made
+    it and it is empty.  ``before``: :func:`_new_folders`."""
+    try:
+        for p in out.iterdir():
+            if (before is None or p.name not in before) and p.is_dir() and not p.is_symlink():
+                try:
+                    p.rmdir()
+                except OSError:
+                    pass
+        if before is None:
+            out.rmdir()
+    except OSError:
+        pass
 
 
 @dataclass
-class _Run:
+class StageRun:
     """What the stages of one epilogue run share."""
     opt: EpilogueOptions
     jobs: int
@@ -413,11 +325,11 @@ class _Run:
     summary: dict
 
 
-def _iteration(ctx: _Run, it, paths) -> str | None:
+def _iteration(ctx: StageRun, it, paths) -> str | None:
     """Analyse and merge one iteration's rank traces (``paths``); returns its analysis folder when
     the analysis succeeded (or was reused)."""
     tag = f"iteration_{it}" if it is not None else "traces"
-    adir = _analyze_stage(ctx, it, paths)
+    adir = analyze_stage(ctx, it, paths)
     merged = ctx.out / tag / ("merged.json.gz" if ctx.opt.full else "merged_gpu.json.gz")
     fp_merge = _fingerprint(paths, full=ctx.opt.full, stage="merge")
     _, st = _stage(ctx, f"{tag}/merge", fp_merge, [merged], lambda: _merge(ctx, tag, paths, merged), "merge", tag)
@@ -425,7 +337,7 @@ def _iteration(ctx: _Run, it, paths) -> str | None:
     return adir
 
 
-def _analyze_stage(ctx: _Run, it, paths) -> str | None:
+def analyze_stage(ctx: StageRun, it, paths) -> str | None:
     """The analyze stage of one iteration (reused when its traces and options are unchanged); returns
     its analysis folder, None when the analysis failed."""
     opt, log, topo, jobs = ctx.opt, ctx.log, ctx.topo, ctx.jobs
@@ -435,7 +347,7 @@ def _analyze_stage(ctx: _Run, it, paths) -> str | None:
     adir = ctx.out / tag / "analysis"
 
     def do_analyze():
-        from .analyze import AnalyzeOptions, analyze
+        from ..analyze import AnalyzeOptions, analyze
         s = analyze(paths, adir, AnalyzeOptions(jobs=jobs, chunked=opt.chunked, topology=topo, progress=False,
                                                 op_perf=True))
         for f in s["failed"]:
@@ -450,12 +362,12 @@ def _analyze_stage(ctx: _Run, it, paths) -> str | None:
     return str(adir) if res is not None else None
 
 
-def _merge(ctx: _Run, tag, paths, merged) -> dict:
+def _merge(ctx: StageRun, tag, paths, merged) -> dict:
     """The merge stage of one iteration: its rank traces into ``merged``; a rank merge cannot
     read is logged with its file and the others are merged.  Returns the stage's result."""
-    from .merge import MergeOptions, merge_files
-    from .merge.run import CPU_ONLY_WARNING
-    from .trace.discover import identify
+    from ..merge import MergeOptions, merge_files
+    from ..merge.run import CPU_ONLY_WARNING
+    from ..trace.discover import identify
     opt, log = ctx.opt, ctx.log
     todo = []
     for p in paths:                  # their heads, read again here (~1 ms a file) rather than kept
@@ -486,13 +398,13 @@ def _merge(ctx: _Run, tag, paths, merged) -> dict:
     raise RuntimeError("no readable rank trace left to merge")
 
 
-def _mark_stage(ctx: _Run, agg):
+def _mark_stage(ctx: StageRun, agg):
     """The critical path of ``agg`` marked in every iteration's merged trace
     (:func:`streamtrace.merge.critical_marks.mark_critical_path`; marking again gives the same file)."""
     merged = sorted(p for p in ctx.out.glob("*/merged*.json.gz") if (agg / "critical_path.parquet").is_file())
 
     def do_mark():
-        from .merge.critical_marks import mark_critical_path
+        from ..merge.critical_marks import mark_critical_path
         it = lambda m: int(m.parent.name.split("_")[1]) if m.parent.name.startswith("iteration_") else None  # noqa: E731
         return {"marked": sum(mark_critical_path(m, agg, iteration=it(m))["marked"] for m in merged)}
     if merged:
@@ -501,35 +413,49 @@ def _mark_stage(ctx: _Run, agg):
         ctx.summary["stages"]["critical path marks"] = st
 
 
-def _aggregate_stage(ctx: _Run, analysed) -> tuple:
+def _add_warnings(meta_path: Path, lines):
+    """Add ``lines`` to the ``warnings`` of an ``aggregate.json`` (the report shows them), rewritten
+    atomically."""
+    meta = json.loads(meta_path.read_text())
+    meta["warnings"] = list(meta.get("warnings") or []) + list(lines)
+    with atomic_output(meta_path, compress=False) as f:
+        f.write(json.dumps(meta, indent=1, default=str).encode())
+
+
+def aggregate_stage(ctx: StageRun, analysed) -> tuple:
     """Aggregate every analysed iteration into ``ctx.out/aggregate`` (reused when unchanged); returns
     ``(the aggregate folder or None when it failed, the stage's fingerprint)``."""
     opt, topo = ctx.opt, ctx.topo
     agg = ctx.out / "aggregate"
 
+    skipped = ctx.summary.get("skipped") or []
+
     def do_aggregate():
-        from .job.aggregate import AggregateOptions, aggregate
+        from ..job.aggregate import AggregateOptions, aggregate
         aggregate(analysed, agg, AggregateOptions(jobs=ctx.jobs, topology=topo,
                                                   torchtitan_config=opt.torchtitan_config))
+        if skipped:
+            _add_warnings(agg / "aggregate.json", [f"not this job's, skipped by the {ctx.log.name}: {s}" for s in skipped])
         return {"outdir": str(agg)}
     fp = _fingerprint([Path(a) / "summary.json" for a in analysed] + ([topo] if topo else [])
-                      + ([opt.torchtitan_config] if opt.torchtitan_config else []), stage="aggregate", version=2)
+                      + ([opt.torchtitan_config] if opt.torchtitan_config else []), stage="aggregate", version=2,
+                      skipped=skipped)
     res, st = _stage(ctx, "aggregate", fp, [agg], do_aggregate, "aggregate", ", ".join(analysed))
     ctx.summary["stages"]["aggregate"] = st
     return (agg if res is not None else None), fp
 
 
-def _job_stages(ctx: _Run, analysed, run_dir) -> str | None:
+def _job_stages(ctx: StageRun, analysed, run_dir) -> str | None:
     """Aggregate every analysed iteration, then write the report and charts; returns the
     report's path (None when it was not written)."""
     ropt = ctx.opt.report
-    agg, fp = _aggregate_stage(ctx, analysed)
+    agg, fp = aggregate_stage(ctx, analysed)
     if agg is None:
         return None
     _mark_stage(ctx, agg)
 
     def do_report():
-        from .report.run import report
+        from ..report.run import report
         rep = report([agg], ctx.out, replace(ropt, progress=False, jobs=ctx.jobs))
         return {"report": rep["files"][0], "files": len(rep["files"])}
     eff = ropt.efficiency
@@ -561,13 +487,13 @@ class EpilogueRun(Outputs):
 
     @property
     def analyses(self) -> dict:
-        from .analyze.outputs import Analysis       # (pyarrow: only when the folder is read)
+        from ..analyze.outputs import Analysis       # (pyarrow: only when the folder is read)
         return {p.parent.name: Analysis(p) for p in sorted(self.path.glob("*/analysis"))
                 if (p / Analysis.marker).is_file()}
 
     @property
     def aggregate(self):
-        from .job.folder import Aggregate
+        from ..job.folder import Aggregate
         p = self.path / "aggregate"
         return Aggregate(p) if (p / Aggregate.marker).is_file() else None
 

@@ -1,0 +1,118 @@
+"""The pipeline tables of ``aggregate``: ``pipeline.parquet`` (one row per iteration, step, PP group
+and stage: the pipeline bubble) and ``replicas.parquet`` (one row per iteration, step and model
+replica, with its stages' mean bubble), the one definition of the bubble that the report reads
+(:mod:`streamtrace.report.pipeline`).
+
+**Bubble** (:func:`pipeline_rows`), per (iteration, step, PP group), on the aggregate's aligned time
+axis (int64 ns), from the ``rank_phase`` rows of its stages whose phase is forward, backward or
+recompute (each row a micro-batch's window, ``start_ns`` .. ``end_ns``):
+
+* ``span_start_ns`` .. ``span_end_ns``, ``span_ns``: the group's first window start to its last
+  window end, over all its stages;
+* ``microbatch_ns`` = |union of the stage's windows|: the time the stage works on a micro-batch,
+  computing or communicating inside it (a receive waited on inside ``forward_step``, a
+  tensor-parallel all-reduce: the stage's communication, not bubble);
+* ``bubble_ns`` = span - microbatch_ns: the time the stage has no micro-batch to work on, the
+  pipeline bubble of the 1F1B schedule; ``bubble_pct`` = 100 x bubble / span (None for an empty
+  span);
+* ``ideal_bubble_pct`` = 100 x (p - 1) / (m + p - 1), p stages, m micro-batches (PipeDream-Flush /
+  Megatron-LM's 1F1B; Narayanan et al., SC'21, section 2.2);
+* ``busy_ns`` (computing) = |union of the stage's forward/backward/recompute compute| and
+  ``first_ns`` / ``last_ns`` its first and last compute, ``microbatches`` = m (the forward
+  micro-batches seen): shown beside the bubble, not part of it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+PHASES = ("forward", "backward", "recompute")
+
+
+def union_ns(windows) -> int:
+    """Length (int ns) of the union of ``windows`` (iterable of (start, end) ints)."""
+    total, reach = 0, None
+    for s, e in sorted(windows):
+        if reach is None or s > reach:
+            total, reach = total + e - s, e
+        elif e > reach:
+            total, reach = total + e - reach, e
+    return int(total)
+
+
+def _windows(phase_rows) -> dict:
+    """``{(rank, iteration, step): [(start, end)]}`` of the forward / backward / recompute rows."""
+    out: dict = {}
+    for r in phase_rows:
+        if r.get("phase") in PHASES and r.get("start_ns") is not None and r.get("end_ns") is not None:
+            out.setdefault((r["rank"], r["iteration"], r["step"]), []).append((int(r["start_ns"]), int(r["end_ns"])))
+    return out
+
+
+def pipeline_rows(topo, phase_rows, fb) -> list:
+    """``pipeline.parquet``'s rows (module docstring), one per PP group stage with forward/backward
+    work; ``fb``: ``{(rank, iteration, step, device): (first_ns, last_ns, busy_ns, microbatches)}``
+    of each stage's compute; ``phase_rows``: the ``rank_phase`` rows (dicts).  [] without a topology."""
+    if topo is None:
+        return []
+    rows = []
+    by_rank: dict = {}                    # (rank, iteration, step) -> [values]: linear in ranks
+    for (rr, i2, s2, _), v in fb.items():
+        by_rank.setdefault((rr, i2, s2), []).append(v)
+    win = _windows(phase_rows)
+    for it, step in sorted({(it, stp) for (_, it, stp, _) in fb}):
+        for gi, g in enumerate(topo.groups["pp"]):
+            stages = [(st, r, v) for st, r in enumerate(g) for v in by_rank.get((r, it, step), [])]
+            if not stages:
+                continue
+            every = [w for r in g for w in win.get((r, it, step), [])]
+            lo = min(w[0] for w in every) if every else min(v[0] for _, _, v in stages)
+            hi = max(w[1] for w in every) if every else max(v[1] for _, _, v in stages)
+            span, p = hi - lo, len(g)
+            for st, r, (first, last, busy, nmb) in stages:
+                inside = union_ns(win.get((r, it, step), []))
+                rows.append({"iteration": it, "step": step, "pp_group": gi, "stage": st, "rank": r, "stages": p,
+                             "microbatches": nmb, "span_start_ns": lo, "span_end_ns": hi, "span_ns": span,
+                             "first_ns": first, "last_ns": last, "busy_ns": busy, "microbatch_ns": inside,
+                             "bubble_ns": span - inside,
+                             "bubble_pct": 100 * (span - inside) / span if span > 0 else None,
+                             "ideal_bubble_pct": 100 * (p - 1) / (nmb + p - 1) if nmb + p - 1 > 0 else None})
+    return rows
+
+
+def replica_rows(topo, rank_rows, pipe) -> list:
+    """``replicas.parquet``'s rows: per (iteration, step, model replica) its ranks, PP groups, span,
+    the mean per-rank compute / communication / exposed communication / idle (ns), and
+    ``bubble_pct_mean`` = the mean of its stages' ``bubble_pct`` (:func:`pipeline_rows`).  [] without
+    a topology."""
+    if topo is None:
+        return []
+    rows = []
+    rep_of = {r: ri for ri, g in enumerate(topo.replicas) for r in g}     # one pass each: linear in ranks
+    rows_of: dict = {}
+    for r in rank_rows:
+        rows_of.setdefault((r["iteration"], r["step"], rep_of.get(r["rank"])), []).append(r)
+    bub_of: dict = {}
+    for p in pipe:
+        if p["bubble_pct"] is not None:
+            bub_of.setdefault((p["iteration"], p["step"], rep_of.get(p["rank"])), []).append(p["bubble_pct"])
+    groups_of: dict = {}
+    for gi, pg in enumerate(topo.groups["pp"]):
+        if pg and all(rep_of.get(r) == rep_of.get(pg[0]) for r in pg):
+            groups_of.setdefault(rep_of.get(pg[0]), []).append(gi)
+    for it, step in sorted({(r["iteration"], r["step"]) for r in rank_rows}):
+        for ri, g in enumerate(topo.replicas):
+            rr = rows_of.get((it, step, ri), [])
+            if not rr:
+                continue
+            bub = bub_of.get((it, step, ri), [])
+            starts = [r["start_ns"] for r in rr if r["start_ns"] is not None]
+            ends = [r["end_ns"] for r in rr if r["end_ns"] is not None]
+            mean = lambda k: float(np.mean([r[k] for r in rr]))  # noqa: E731
+            rows.append({"iteration": it, "step": step, "replica": ri, "ranks": ",".join(map(str, g)), "n_ranks": len(rr),
+                         "pp_groups": ",".join(map(str, groups_of.get(ri, []))),
+                         "start_ns": min(starts) if starts else None, "end_ns": max(ends) if ends else None,
+                         "span_ns": (max(ends) - min(starts)) if starts else None,
+                         "compute_ns_mean": mean("compute_ns"), "comm_ns_mean": mean("comm_ns"),
+                         "exposed_comm_ns_mean": mean("exposed_comm_ns"), "idle_ns_mean": mean("idle_ns"),
+                         "bubble_pct_mean": float(np.mean(bub)) if bub else None})
+    return rows

@@ -1,0 +1,89 @@
+"""Which rank files of a run folder belong to the job: the epilogue's answer to a stale file from
+an earlier run, a file copied in, or an elastic restart at another size (issue 33).
+
+The job's world size is the topology's when one is given, else the one most rank files state
+(``distributedInfo.world_size``); a file that states another world size is not the job's.  A
+file that states none is kept (its rank, from its name, may still be wrong: analyze and
+aggregate say so).  The files' heads only (the keys before
+``traceEvents``, :class:`~streamtrace.trace.discover.TraceFile`): nothing is read again."""
+from __future__ import annotations
+
+from collections import Counter
+
+from ..trace.metadata import read_trailer
+
+SAME_JOB_NS = 86_400 * 10**9
+"""Rank traces of one job start within this of each other (``baseTimeNanoseconds``, ns: a day);
+``aggregate`` refuses folders whose traces started further apart."""
+
+
+def stated_world(head: dict) -> int | None:
+    """The ``distributedInfo.world_size`` a trace's head states (a positive int), else None."""
+    di = head.get("distributedInfo") if isinstance(head, dict) else None
+    w = di.get("world_size") if isinstance(di, dict) else None
+    return w if isinstance(w, int) and not isinstance(w, bool) and w > 0 else None
+
+
+def job_world(files, topology_world: int | None = None) -> tuple[int | None, str]:
+    """``(world size, where it comes from)`` of the job the rank files ``files`` (TraceFile) form:
+    ``topology_world`` (the topology file's) when given, else the world size most files state
+    (a tie: the larger world), else ``(None, "")`` when no file states one."""
+    if topology_world:
+        return int(topology_world), "the topology file"
+    counts = Counter(w for f in files if (w := stated_world(f.head)) is not None)
+    if not counts:
+        return None, ""
+    world, n = max(counts.items(), key=lambda kv: (kv[1], kv[0]))
+    return world, f"{n} of {sum(counts.values())} rank files"
+
+
+def base_times(files) -> dict:
+    """path -> ``baseTimeNanoseconds`` (int ns) of the rank files ``files`` (TraceFile) whose head,
+    or (plain files) last 64 KB, give it; gzipped files whose head lacks it are left out (their
+    whole file would have to be read)."""
+    out = {}
+    for f in files:
+        v = f.head.get("baseTimeNanoseconds")
+        if v is None:
+            v = (read_trailer(f.path) or {}).get("baseTimeNanoseconds")
+        if isinstance(v, int) and not isinstance(v, bool):
+            out[f.path] = v
+    return out
+
+
+def started_apart(files, base_times: dict) -> list:
+    """``[(file, reason)]`` for the files of ``files`` whose start (``base_times[path]``, int ns
+    ``baseTimeNanoseconds``; files without one are kept) lies more than half of
+    :data:`SAME_JOB_NS` from the median start of the files: the files kept then all start within
+    :data:`SAME_JOB_NS`, as ``aggregate`` asks of one job."""
+    known = sorted(base_times[f.path] for f in files if base_times.get(f.path) is not None)
+    if not known:
+        return []
+    median = known[len(known) // 2]
+    out = []
+    for f in files:
+        t = base_times.get(f.path)
+        if t is not None and abs(t - median) > SAME_JOB_NS // 2:
+            out.append((f, f"another job's rank file? it started {abs(t - median) / 86_400e9:,.1f} days apart from "
+                           f"the job's other rank files (baseTimeNanoseconds); skipped"))
+    return out
+
+
+def split_job(files, topology_world: int | None = None, base_times: dict | None = None) -> tuple[list, list]:
+    """``(the job's files, [(file, reason)])``: the files of ``files`` (TraceFile, any number of
+    iterations) that do not belong to the job :func:`job_world` finds, each with a one-line
+    reason ("... world size 16, the job's is 8 (from 7 of 8 rank files) ...").  Files without a
+    stated world size are kept.  With ``base_times`` (path -> ``baseTimeNanoseconds``), the files
+    kept must also have started together (:func:`started_apart`)."""
+    world, source = job_world(files, topology_world)
+    keep, skipped = [], []
+    for f in files:
+        w = stated_world(f.head)
+        if world is not None and w is not None and w != world:
+            skipped.append((f, f"another job's rank file? world size {w}, the job's is {world} (from {source}); "
+                               f"skipped"))
+        else:
+            keep.append(f)
+    apart = started_apart(keep, base_times or {})
+    odd = {id(f) for f, _ in apart}
+    return [f for f in keep if id(f) not in odd], skipped + apart
