@@ -397,3 +397,34 @@ def test_odd_ts_one_rule_counted_by_merge_and_analyze(tmp_path):
     assert header["streamtrace"]["ranks"][0]["dropped_bad_ts"] == 3
     assert sorted(e["name"] for e in header["traceEvents"] if str(e.get("name")).startswith("ODD_")) == \
         ["ODD_durstr", "ODD_str"]
+
+
+def test_odd_dur_alone_dropped_alike_by_merge_and_analyze(tmp_path):
+    """Kernels of a real trace whose ts is fine but whose dur alone is odd (null, a boolean, a
+    non-numeric string, beyond int64 ns; one a numeric string): merge keeps exactly the GPU
+    events analyze keeps and a plain JSON parse under the one rule keeps, the numeric-string
+    dur as its number, and counts the 4 drops on stderr and in its header (merge used to keep
+    every one of them)."""
+    f = real("a100_resnet_ddp_rank0_of2.json.gz", tmp_path / "rank_0000.json")
+    ts = first_event(f, lambda e: e.get("cat") == "kernel" and e.get("ph") == "X")["ts"]
+    for name, d in (("null", "null"), ("bool", "false"), ("text", '"fast"'), ("big", "1e30"), ("str", '"7.25"')):
+        inject(f, marked_kernel(f, repr(ts), d, name=f"ODDDUR_{name}"))
+    gpu_cats = ("kernel", "gpu_memcpy", "gpu_memset")
+    events = json.loads(f.read_text())["traceEvents"]
+    expected = sorted(e["name"] for e in events if e.get("ph") == "X" and e.get("cat") in gpu_cats
+                      and _usable_us(e.get("ts")) is not None and (_usable_us(e.get("dur")) or -1) >= 0)
+    assert sorted(n for n in expected if n.startswith("ODDDUR_")) == ["ODDDUR_str"]
+    r = cli("analyze", f, "-o", tmp_path / "an", "-j", "1")
+    assert r.returncode == 0 and re.search(r"4 complete event\(s\) dropped", r.stderr), r
+    assert json.loads((tmp_path / "an" / "summary.json").read_text())["ranks"][0]["dropped_for_time"] == 4
+    import pyarrow.dataset as ds
+    analysed = ds.dataset(tmp_path / "an" / "kernels", format="parquet").to_table(columns=["name"])
+    assert sorted(analysed.column("name").to_pylist()) == expected
+    out = tmp_path / "m.json"
+    r = cli("merge", f, "-o", out, "-j", "1", "--no-validate")
+    assert r.returncode == 0 and re.search(r"4 event\(s\) dropped: their ts or dur", r.stderr), r
+    doc = json.loads(out.read_text())
+    assert doc["streamtrace"]["ranks"][0]["dropped_bad_ts"] == 4
+    merged = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") in gpu_cats]
+    assert sorted(e["name"] for e in merged) == expected
+    assert [e["dur"] for e in merged if e["name"] == "ODDDUR_str"] == [7.25]
