@@ -354,6 +354,53 @@ def test_merging_a_merged_trace_is_refused_not_folded(tmp_path):
         assert not out.exists()
 
 
+def _peer_merged(it, ranks, dest, peer):
+    """The rank files ``it``/rank_000R_iter_4... merged the way a peer tool documents its output
+    (written here in plain Python from that description, not with the tool): TraceLens
+    TraceFusion ({"traceEvents"} only, gzipped; each kept event gets args.rank and its original
+    pid as args.pid_raw, the pid offset by rank) or Megatron-LM's merge_profiler_traces.py
+    (every pid rank + 1, a "Rank N" process_name event after each rank's events, pretty-printed)."""
+    import gzip
+    events = []
+    for r in ranks:
+        for e in json.loads((it / f"rank_{r:04d}_iter_4.pt.trace.json").read_text())["traceEvents"]:
+            if peer == "tracefusion":
+                if e.get("cat") == "Trace":
+                    continue
+                e.setdefault("args", {})
+                e["args"]["rank"], e["args"]["pid_raw"] = r, e.get("pid")
+                if isinstance(e.get("pid"), int):
+                    e["pid"] += r * 10 ** 7
+            else:
+                e["pid"] = r + 1
+            events.append(e)
+        if peer == "megatron":
+            events.append({"name": "process_name", "ph": "M", "pid": r + 1, "tid": 0, "args": {"name": f"Rank {r}"}})
+    if peer == "tracefusion":
+        dest.write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+    else:
+        dest.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}, indent=2))
+    return dest
+
+
+@pytest.mark.parametrize("peer,tool", [("tracefusion", "TraceLens TraceFusion"),
+                                       ("megatron", "Megatron-LM merge_profiler_traces.py")])
+def test_merge_refuses_a_peer_tools_merged_trace(tmp_path, peer, tool):
+    """A trace TraceLens TraceFusion or Megatron-LM merged from two real cpu-3d ranks, given to
+    merge alone or beside a rank file: one line naming the file and the tool, exit 1, nothing
+    written (it used to be merged as one rank: both ranks folded into rank 0)."""
+    it = cpu3d(tmp_path / "run", ranks=(0, 1))
+    merged = _peer_merged(it, (0, 1), tmp_path / ("fused.json.gz" if peer == "tracefusion" else "merged.json"), peer)
+    for inputs in ([merged], [merged, it / "rank_0000_iter_4.pt.trace.json"]):
+        out = tmp_path / "again.json"
+        r = cli("merge", *inputs, "-o", out, "-j", "1", "--no-validate")
+        assert_one_line_error(r, merged)
+        assert "already a merged trace" in r.last_err and tool in r.last_err, r.last_err
+        assert not out.exists()
+    r = cli("merge", it, "-o", tmp_path / "ok.json", "-j", "1", "--no-validate")   # rank files: not refused
+    assert r.returncode == 0, r
+
+
 # ================================================================= 4: odd ts / dur, one rule, counted
 
 def _usable_us(v):
@@ -428,3 +475,4 @@ def test_odd_dur_alone_dropped_alike_by_merge_and_analyze(tmp_path):
     merged = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") in gpu_cats]
     assert sorted(e["name"] for e in merged) == expected
     assert [e["dur"] for e in merged if e["name"] == "ODDDUR_str"] == [7.25]
+
