@@ -50,9 +50,10 @@ def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None)
     pid, tid)`` for CPU events (``rank`` = ``args.rank`` or -1; ``Trace`` spans are not stored).
     ``byte_range``: read only that slice of a plain file's events (see :mod:`streamtrace.trace.ranges`).
 
-    Complete events without a usable time (``ts`` or ``dur`` missing, negative, not a number,
+    Complete events without a usable time (``ts`` or ``dur`` missing, ``ts`` negative, not a number,
     beyond int64 ns; a number written as a string is read) are not stored: they are counted in
-    ``reader.unusable_times``.
+    ``reader.unusable_times``; those whose ``dur`` is a negative number (CUPTI's corrupted
+    durations, issue 33) are not stored either, counted in ``reader.negative_durations``.
 
     Returns ``(table, comm_rows, reader)``: the :class:`StringTable` the rows' ``cat``/``name``
     ids index, the collective-args rows the rows' ``comm`` indexes, and the finished
@@ -63,6 +64,7 @@ def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None)
     reader = TraceReader(path, salvage=salvage, progress=progress, byte_range=byte_range)
     kind_of = np.zeros(0, np.int8)       # per string id: 1 GPU cat, 2 skipped cat, 3 gpu annotation
     reader.unusable_times = 0
+    reader.negative_durations = 0
     for b in reader.raw_batches(decode=False):
         cols, rows = columns_from_batch(b, table, path)
         if len(kind_of) < len(table):
@@ -71,7 +73,9 @@ def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None)
                  else 2 if t == "Trace" else 0 for t in table.strings[len(kind_of):]], np.int8)])
         complete = cols["ph"] == ord("X")
         timed = (cols["dur"] >= 0) & (cols["ts"] >= 0)
-        reader.unusable_times += int((complete & ~timed).sum())
+        negative = complete & (cols["ts"] >= 0) & ((b.flags & 10) == 2) & (b.dur_ns < 0)   # a dur read, < 0
+        reader.negative_durations += int(negative.sum())
+        reader.unusable_times += int((complete & ~timed & ~negative).sum())
         cols = cols[complete & timed]
         if rows:
             has = cols["comm"] >= 0

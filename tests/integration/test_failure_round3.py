@@ -476,3 +476,39 @@ def test_odd_dur_alone_dropped_alike_by_merge_and_analyze(tmp_path):
     assert sorted(e["name"] for e in merged) == expected
     assert [e["dur"] for e in merged if e["name"] == "ODDDUR_str"] == [7.25]
 
+
+# ================================================================= 7: CUPTI's corrupted durations
+
+def test_corrupted_durations_counted_and_kept_out_of_the_metrics(tmp_path):
+    """A real trace with GPU kernels whose dur CUPTI corrupted (HolisticTraceAnalysis #325,
+    #331, #342): two negative, two longer than the whole trace.  analyze leaves them out of the
+    device metrics and the kernels table (what aggregate reads), counts them in summary.json and
+    says so on stderr; the metrics equal a plain-Python computation over the raw JSON (exact ns)
+    that leaves out the same events (it used to count the long ones into busy time and span)."""
+    import decimal
+    from metrics_reference import GPU_CATS, own_kind, simple_metrics, to_ns
+    f = real("a100_resnet_ddp_rank0_of2.json.gz", tmp_path / "rank_0000.json")
+    doc = json.loads(f.read_text(), parse_float=decimal.Decimal)
+    stamps = [to_ns(e["ts"]) for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") != "Trace"]
+    whole = max(stamps) - min(stamps)
+    k = first_event(f, lambda e: e.get("cat") == "kernel" and e.get("ph") == "X")
+    for name, dur in (("neg1", "-3.5"), ("neg2", "-123456"), ("long1", str(3 * whole // 1000)),
+                      ("long2", "9000000000000")):
+        inject(f, marked_kernel(f, repr(k["ts"]), dur, name=f"CORRUPT_{name}"))
+    events = json.loads(f.read_text(), parse_float=decimal.Decimal)["traceEvents"]
+    rows = [(to_ns(e["ts"]), to_ns(e["ts"]) + to_ns(e["dur"]), own_kind(e["cat"], e.get("name")))
+            for e in events if e.get("ph") == "X" and e.get("cat") in GPU_CATS and str(e["pid"]) == str(k["pid"])]
+    kept = [r for r in rows if 0 <= r[1] - r[0] <= whole]
+    assert len(rows) - len(kept) == 4
+    want = {key: round(v / 1000, 3) for key, v in simple_metrics(kept).items()}
+    r = cli("analyze", f, "-o", tmp_path / "an", "-j", "1")
+    assert r.returncode == 0, r
+    assert re.search(r"4 event\(s\) with a corrupted duration left out of the metrics \(2 negative, 2 ", r.stderr), r
+    rank = json.loads((tmp_path / "an" / "summary.json").read_text())["ranks"][0]
+    assert rank["corrupted_durations"] == {"negative": 2, "longer_than_trace": 2}
+    got = rank["devices"][str(k["pid"])]
+    assert {key: got[key] for key in want} == want
+    import pyarrow.dataset as ds
+    names = ds.dataset(tmp_path / "an" / "kernels", format="parquet").to_table(columns=["name"]).column("name")
+    assert not [n for n in names.to_pylist() if n.startswith("CORRUPT_")]
+    assert len(names) == sum(1 for e in events if e.get("ph") == "X" and e.get("cat") in GPU_CATS) - 4
