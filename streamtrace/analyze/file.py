@@ -20,6 +20,7 @@ from ..topology.sources import load_topology
 from ..trace.metadata import pg_config, trace_facts
 from ..trace.nsys import is_sqlite
 from . import nsys as N
+from .corrupt import corrupted_warning, without_overlong
 from .options import AnalyzeOptions
 from .opperf import write_op_perf
 from .patterns import Patterns
@@ -103,6 +104,7 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
             store = SpillStore(spill.name, opt.chunk_events) if spill else MemoryStore(opt.chunk_events)
             nsys = N.read_export(path, store, file_rank, opt, progress)
             table, comm_rows, meta, warnings, unusable = nsys.table, nsys.comm_rows, {}, N.warnings_of(nsys), 0
+            negative = 0
         elif opt.split_jobs > 1:
             warm_analysis(outdir, opt, ingest_only=True)  # before forking: the workers inherit the kernels
             settings = IngestSettings(pats.gpu_cats, opt.salvage, spill.name if spill else None, opt.chunk_events)
@@ -111,14 +113,15 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
         if nsys is None and split is not None:
             store, table, comm_rows, meta, warnings = (split.store, split.table, split.comm_rows, split.metadata,
                                                        split.warnings)
-            unusable = split.unusable_times
+            unusable, negative = split.unusable_times, split.negative_durations
         elif nsys is None:                               # one process (also: a file that cannot be split)
             store = SpillStore(spill.name, opt.chunk_events) if spill else MemoryStore(opt.chunk_events)
             table, comm_rows, reader = ingest(path, store, pats.gpu_cats, opt.salvage, progress)
             meta, warnings, unusable = reader.metadata, reader.warnings, reader.unusable_times
+            negative = reader.negative_durations
             del reader                                   # and its last input block
         if unusable:
-            warnings = warnings + [f"{path}: {unusable:,} complete event(s) dropped: ts or dur missing, negative, "
+            warnings = warnings + [f"{path}: {unusable:,} complete event(s) dropped: ts or dur missing, ts negative, "
                                    f"not a number or beyond int64 nanoseconds"]
         trim()
         ranks, device_mode, pmap = rank_plan(store, meta, file_rank)
@@ -143,7 +146,8 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
             for name in ("kernels", "ops"):                   # an earlier run's part-1.. files
                 drop_extra_parts(outdir, name, rank, iteration, 1)
             facts = trace_facts(meta, rank)
-            summ = analyze_rank(RankSource(store, keys, comm_rows, table, rank, device_mode, pmap),
+            rstore, overlong = without_overlong(store, keys)      # CUPTI's corrupted durations (issue 33)
+            summ = analyze_rank(RankSource(rstore, keys, comm_rows, table, rank, device_mode, pmap),
                                 RankSettings(pats, topo, pg_config(meta, rank), facts["world_size"] or -1,
                                              opt.chunk_events, spill.name if spill else None, opt.split_jobs),
                                 RankOutputs(open_ops, open_kernels, pool, write_cpu_collectives))
@@ -151,7 +155,10 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
                 facts = N.rank_facts(nsys, rank, [int(d) for d in summ["devices"]])
             out.append({"rank": rank, "source": str(path), "iteration": iteration, **summ,
                         "dropped_for_time": unusable,     # the file's (issue 33): counted, said in warnings
-                        "trace_metadata": facts, "warnings": warnings if nsys is None or len(out) == 0 else []})
+                        "corrupted_durations": {"negative": negative, "longer_than_trace": overlong},
+                        "trace_metadata": facts, "warnings": (warnings if nsys is None or len(out) == 0 else [])
+                        + ([corrupted_warning(path, negative if not out else 0, overlong)]
+                           if overlong or (negative and not out) else [])})
             if nsys is not None:
                 out[-1]["nsys"] = N.export_facts(nsys, rank)
         if opt.op_perf and nsys is None:                 # per-op FLOPs/bytes: a pass of its own over the file

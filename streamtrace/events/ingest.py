@@ -73,9 +73,10 @@ def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None)
     ``"@wait_on_cuda_event_record_corr_id"`` (:data:`CUDA_SYNC_ARGS`, -1 when absent).
     ``byte_range``: read only that slice of a plain file's events (see :mod:`streamtrace.trace.ranges`).
 
-    Complete events without a usable time (``ts`` or ``dur`` missing, negative, not a number,
+    Complete events without a usable time (``ts`` or ``dur`` missing, ``ts`` negative, not a number,
     beyond int64 ns; a number written as a string is read) are not stored: they are counted in
-    ``reader.unusable_times``.
+    ``reader.unusable_times``; those whose ``dur`` is a negative number (CUPTI's corrupted
+    durations, issue 33) are not stored either, counted in ``reader.negative_durations``.
 
     Returns ``(table, comm_rows, reader)``: the :class:`StringTable` the rows' ``cat``/``name``
     ids index, the collective-args rows the rows' ``comm`` indexes, and the finished
@@ -86,6 +87,7 @@ def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None)
     reader = TraceReader(path, salvage=salvage, progress=progress, byte_range=byte_range)
     kind_of = np.zeros(0, np.int8)       # per string id: 1 GPU cat, 2 skipped cat, 3 gpu annotation, 4 cuda_sync
     reader.unusable_times = 0
+    reader.negative_durations = 0
     for b in reader.raw_batches(decode=False):
         cols, rows = columns_from_batch(b, table, path)
         if len(kind_of) < len(table):
@@ -95,7 +97,9 @@ def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None)
                  for t in table.strings[len(kind_of):]], np.int8)])
         complete = cols["ph"] == ord("X")
         timed = (cols["dur"] >= 0) & (cols["ts"] >= 0)
-        reader.unusable_times += int((complete & ~timed).sum())
+        negative = complete & (cols["ts"] >= 0) & ((b.flags & 10) == 2) & (b.dur_ns < 0)   # a dur read, < 0
+        reader.negative_durations += int(negative.sum())
+        reader.unusable_times += int((complete & ~timed & ~negative).sum())
         is_sync = complete & timed & (cols["cat"] >= 0) & (kind_of[np.maximum(cols["cat"], 0)] == 4)
         for j in np.flatnonzero(is_sync).tolist():          # their args: a row each (after the batch's own)
             cols["comm"][j] = len(rows)

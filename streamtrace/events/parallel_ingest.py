@@ -56,6 +56,7 @@ class RangeResult:
     comm_rows: list
     warnings: list
     unusable_times: int = 0
+    negative_durations: int = 0
 
 
 @dataclass
@@ -72,6 +73,7 @@ class SplitIngest:
     warnings: list
     how: str
     unusable_times: int = 0      # complete events dropped for their time, summed over the ranges
+    negative_durations: int = 0  # complete events dropped for a negative dur, summed over the ranges
 
 
 def ingest_range(task: RangeTask) -> RangeResult:
@@ -84,7 +86,8 @@ def ingest_range(task: RangeTask) -> RangeResult:
     table, comm_rows, reader = ingest(task.path, store, s.gpu_cats, s.salvage and not task.exact,
                                       byte_range=task.byte_range)
     prove_range(reader, task.path, task.byte_range, task.first, task.exact)
-    return RangeResult(store.export(), table.strings, comm_rows, reader.warnings, reader.unusable_times)
+    return RangeResult(store.export(), table.strings, comm_rows, reader.warnings, reader.unusable_times,
+                       reader.negative_durations)
 
 
 def ingest_parallel(path, tmpdir, jobs: int, settings: IngestSettings, while_parsing=None) -> SplitIngest | None:
@@ -137,7 +140,8 @@ def ingest_parallel(path, tmpdir, jobs: int, settings: IngestSettings, while_par
         store.add_range(res.blocks, lut, len(comm_rows))
         comm_rows.extend(res.comm_rows)
         warnings.extend(res.warnings)
-    return SplitIngest(store, table, comm_rows, meta, warnings, how, sum(r.unusable_times for r in results))
+    return SplitIngest(store, table, comm_rows, meta, warnings, how, sum(r.unusable_times for r in results),
+                       sum(r.negative_durations for r in results))
 
 
 def _parse_ranges(src, ranges, jobs, settings, tag, exact, submitted=None):

@@ -371,10 +371,13 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
         if ts_s >= 0 and not ts_ok:
             cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
             return NEED_PYTHON, NEED_MORE
+        dur_ok, durv = _value_ns(buf, dur_s, dur_e)
+        if dur_s >= 0 and not dur_ok:       # a dur in a string, null, a boolean, beyond int64 ns
+            cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+            return NEED_PYTHON, NEED_MORE
         if has_window and ts_ok and ph != 77:
             t0 = tsv
             t1 = t0
-            dur_ok, durv = _value_ns(buf, dur_s, dur_e)
             if dur_ok and durv > 0:
                 t1 = t0 + durv
             if t1 < lo or t0 > hi:

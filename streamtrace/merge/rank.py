@@ -75,7 +75,9 @@ def rewrite_dict(ev, ts_ns, dur_ns, flag, ctx: RankContext):
     exact times and scan flags of the event.  A ``ts`` that the scanner could not read is
     taken from a JSON string holding a number (:func:`~streamtrace.trace.decode.text_ns`) and
     shifted like any other; otherwise (null, not numeric, beyond int64 ns) the event is
-    dropped and counted in ``ctx.bad_ts``: never copied unshifted."""
+    dropped and counted in ``ctx.bad_ts``: never copied unshifted.  ``dur`` follows the same
+    rule (issue 33, the rule analyze applies): a number in a string is written as its number,
+    any other odd value drops the event, counted in ``ctx.bad_ts``."""
     if not isinstance(ev, dict):
         return None
     ph = ev.get("ph")
@@ -86,6 +88,14 @@ def rewrite_dict(ev, ts_ns, dur_ns, flag, ctx: RankContext):
     newpid = ctx.pids.get(ev.get("pid"))
     if ctx.gpu_only and (ph in FLOW_PHASES or ctx.pids.info[newpid]["kind"] != "gpu"):
         return None
+    if flag & 8:                  # the same rule for dur: a number in a string is read, else dropped
+        dur_ns = text_ns(ev.get("dur"))
+        if dur_ns is None:
+            ctx.bad_ts += 1
+            return None
+        ev["dur"] = us_fragment(dur_ns)
+        ctx.exact = False
+        flag &= ~8
     if flag & 1:
         t = ts_ns if not flag & 4 else text_ns(ev.get("ts"))
         if t is None:

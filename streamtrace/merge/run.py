@@ -43,6 +43,7 @@ from ..runtime.files import check_output_file, remove_quietly, temp_name, writin
 from ..runtime.parallel import run_tasks
 from ..runtime.tuning import trim
 from ..trace.discover import LONE_FILE, NSYS_EXPORT, TraceFile, discover, nothing_found
+from ..trace.peer_merged import peer_merged
 from ..trace.metadata import device_names, host_name
 from ..trace.source import size_hint
 from . import ranges as MS
@@ -464,8 +465,9 @@ def _metadata(path) -> dict:
 
 def _refuse_merged(files):
     """Raise :class:`StreamtraceError` naming the first of ``files`` that streamtrace merged
-    already (its ``streamtrace.kind`` header): merged again, all its ranks would be folded into the
-    one rank the file is given (issue 33)."""
+    already (its ``streamtrace.kind`` header) or a peer tool merged (TraceLens TraceFusion,
+    Megatron-LM's ``merge_profiler_traces.py``: :func:`~streamtrace.trace.peer_merged.peer_merged`):
+    merged again, all its ranks would be folded into the one rank the file is given (issue 33)."""
     for tf in files:
         st = tf.head.get("streamtrace")
         if isinstance(st, dict) and st.get("kind") == "merged":
@@ -473,3 +475,7 @@ def _refuse_merged(files):
             raise StreamtraceError(f"{tf.path}: already a merged trace ({n} ranks, written by streamtrace merge); "
                                    f"merged again its ranks would be folded into one: merge the rank files it "
                                    f"came from, or analyze it (analyze splits it into its ranks)")
+        peer = peer_merged(tf.path, tf.head) if tf.rank_source != NSYS_EXPORT else None
+        if peer is not None:
+            raise StreamtraceError(f"{tf.path}: already a merged trace (written by {peer}); merged again its ranks "
+                                   f"would be folded into one: merge the rank files it came from")

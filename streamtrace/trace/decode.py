@@ -75,6 +75,6 @@ def text_ns(value) -> int | None:
 
 
 def bad_ts_warning(path, n: int) -> str:
-    """The warning for ``n`` events dropped because their ``ts`` is unusable."""
-    return (f"{path}: {n:,} event(s) dropped: their ts is not a number of microseconds that fits int64 "
+    """The warning for ``n`` events dropped because their ``ts`` or ``dur`` is unusable."""
+    return (f"{path}: {n:,} event(s) dropped: their ts or dur is not a number of microseconds that fits int64 "
             f"nanoseconds (null, a non-numeric string, beyond +-9.2e15 us)")

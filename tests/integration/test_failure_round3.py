@@ -354,6 +354,53 @@ def test_merging_a_merged_trace_is_refused_not_folded(tmp_path):
         assert not out.exists()
 
 
+def _peer_merged(it, ranks, dest, peer):
+    """The rank files ``it``/rank_000R_iter_4... merged the way a peer tool documents its output
+    (written here in plain Python from that description, not with the tool): TraceLens
+    TraceFusion ({"traceEvents"} only, gzipped; each kept event gets args.rank and its original
+    pid as args.pid_raw, the pid offset by rank) or Megatron-LM's merge_profiler_traces.py
+    (every pid rank + 1, a "Rank N" process_name event after each rank's events, pretty-printed)."""
+    import gzip
+    events = []
+    for r in ranks:
+        for e in json.loads((it / f"rank_{r:04d}_iter_4.pt.trace.json").read_text())["traceEvents"]:
+            if peer == "tracefusion":
+                if e.get("cat") == "Trace":
+                    continue
+                e.setdefault("args", {})
+                e["args"]["rank"], e["args"]["pid_raw"] = r, e.get("pid")
+                if isinstance(e.get("pid"), int):
+                    e["pid"] += r * 10 ** 7
+            else:
+                e["pid"] = r + 1
+            events.append(e)
+        if peer == "megatron":
+            events.append({"name": "process_name", "ph": "M", "pid": r + 1, "tid": 0, "args": {"name": f"Rank {r}"}})
+    if peer == "tracefusion":
+        dest.write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+    else:
+        dest.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}, indent=2))
+    return dest
+
+
+@pytest.mark.parametrize("peer,tool", [("tracefusion", "TraceLens TraceFusion"),
+                                       ("megatron", "Megatron-LM merge_profiler_traces.py")])
+def test_merge_refuses_a_peer_tools_merged_trace(tmp_path, peer, tool):
+    """A trace TraceLens TraceFusion or Megatron-LM merged from two real cpu-3d ranks, given to
+    merge alone or beside a rank file: one line naming the file and the tool, exit 1, nothing
+    written (it used to be merged as one rank: both ranks folded into rank 0)."""
+    it = cpu3d(tmp_path / "run", ranks=(0, 1))
+    merged = _peer_merged(it, (0, 1), tmp_path / ("fused.json.gz" if peer == "tracefusion" else "merged.json"), peer)
+    for inputs in ([merged], [merged, it / "rank_0000_iter_4.pt.trace.json"]):
+        out = tmp_path / "again.json"
+        r = cli("merge", *inputs, "-o", out, "-j", "1", "--no-validate")
+        assert_one_line_error(r, merged)
+        assert "already a merged trace" in r.last_err and tool in r.last_err, r.last_err
+        assert not out.exists()
+    r = cli("merge", it, "-o", tmp_path / "ok.json", "-j", "1", "--no-validate")   # rank files: not refused
+    assert r.returncode == 0, r
+
+
 # ================================================================= 4: odd ts / dur, one rule, counted
 
 def _usable_us(v):
@@ -397,3 +444,71 @@ def test_odd_ts_one_rule_counted_by_merge_and_analyze(tmp_path):
     assert header["streamtrace"]["ranks"][0]["dropped_bad_ts"] == 3
     assert sorted(e["name"] for e in header["traceEvents"] if str(e.get("name")).startswith("ODD_")) == \
         ["ODD_durstr", "ODD_str"]
+
+
+def test_odd_dur_alone_dropped_alike_by_merge_and_analyze(tmp_path):
+    """Kernels of a real trace whose ts is fine but whose dur alone is odd (null, a boolean, a
+    non-numeric string, beyond int64 ns; one a numeric string): merge keeps exactly the GPU
+    events analyze keeps and a plain JSON parse under the one rule keeps, the numeric-string
+    dur as its number, and counts the 4 drops on stderr and in its header (merge used to keep
+    every one of them)."""
+    f = real("a100_resnet_ddp_rank0_of2.json.gz", tmp_path / "rank_0000.json")
+    ts = first_event(f, lambda e: e.get("cat") == "kernel" and e.get("ph") == "X")["ts"]
+    for name, d in (("null", "null"), ("bool", "false"), ("text", '"fast"'), ("big", "1e30"), ("str", '"7.25"')):
+        inject(f, marked_kernel(f, repr(ts), d, name=f"ODDDUR_{name}"))
+    gpu_cats = ("kernel", "gpu_memcpy", "gpu_memset")
+    events = json.loads(f.read_text())["traceEvents"]
+    expected = sorted(e["name"] for e in events if e.get("ph") == "X" and e.get("cat") in gpu_cats
+                      and _usable_us(e.get("ts")) is not None and (_usable_us(e.get("dur")) or -1) >= 0)
+    assert sorted(n for n in expected if n.startswith("ODDDUR_")) == ["ODDDUR_str"]
+    r = cli("analyze", f, "-o", tmp_path / "an", "-j", "1")
+    assert r.returncode == 0 and re.search(r"4 complete event\(s\) dropped", r.stderr), r
+    assert json.loads((tmp_path / "an" / "summary.json").read_text())["ranks"][0]["dropped_for_time"] == 4
+    import pyarrow.dataset as ds
+    analysed = ds.dataset(tmp_path / "an" / "kernels", format="parquet").to_table(columns=["name"])
+    assert sorted(analysed.column("name").to_pylist()) == expected
+    out = tmp_path / "m.json"
+    r = cli("merge", f, "-o", out, "-j", "1", "--no-validate")
+    assert r.returncode == 0 and re.search(r"4 event\(s\) dropped: their ts or dur", r.stderr), r
+    doc = json.loads(out.read_text())
+    assert doc["streamtrace"]["ranks"][0]["dropped_bad_ts"] == 4
+    merged = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") in gpu_cats]
+    assert sorted(e["name"] for e in merged) == expected
+    assert [e["dur"] for e in merged if e["name"] == "ODDDUR_str"] == [7.25]
+
+
+# ================================================================= 7: CUPTI's corrupted durations
+
+def test_corrupted_durations_counted_and_kept_out_of_the_metrics(tmp_path):
+    """A real trace with GPU kernels whose dur CUPTI corrupted (HolisticTraceAnalysis #325,
+    #331, #342): two negative, two longer than the whole trace.  analyze leaves them out of the
+    device metrics and the kernels table (what aggregate reads), counts them in summary.json and
+    says so on stderr; the metrics equal a plain-Python computation over the raw JSON (exact ns)
+    that leaves out the same events (it used to count the long ones into busy time and span)."""
+    import decimal
+    from metrics_reference import GPU_CATS, own_kind, simple_metrics, to_ns
+    f = real("a100_resnet_ddp_rank0_of2.json.gz", tmp_path / "rank_0000.json")
+    doc = json.loads(f.read_text(), parse_float=decimal.Decimal)
+    stamps = [to_ns(e["ts"]) for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") != "Trace"]
+    whole = max(stamps) - min(stamps)
+    k = first_event(f, lambda e: e.get("cat") == "kernel" and e.get("ph") == "X")
+    for name, dur in (("neg1", "-3.5"), ("neg2", "-123456"), ("long1", str(3 * whole // 1000)),
+                      ("long2", "9000000000000")):
+        inject(f, marked_kernel(f, repr(k["ts"]), dur, name=f"CORRUPT_{name}"))
+    events = json.loads(f.read_text(), parse_float=decimal.Decimal)["traceEvents"]
+    rows = [(to_ns(e["ts"]), to_ns(e["ts"]) + to_ns(e["dur"]), own_kind(e["cat"], e.get("name")))
+            for e in events if e.get("ph") == "X" and e.get("cat") in GPU_CATS and str(e["pid"]) == str(k["pid"])]
+    kept = [r for r in rows if 0 <= r[1] - r[0] <= whole]
+    assert len(rows) - len(kept) == 4
+    want = {key: round(v / 1000, 3) for key, v in simple_metrics(kept).items()}
+    r = cli("analyze", f, "-o", tmp_path / "an", "-j", "1")
+    assert r.returncode == 0, r
+    assert re.search(r"4 event\(s\) with a corrupted duration left out of the metrics \(2 negative, 2 ", r.stderr), r
+    rank = json.loads((tmp_path / "an" / "summary.json").read_text())["ranks"][0]
+    assert rank["corrupted_durations"] == {"negative": 2, "longer_than_trace": 2}
+    got = rank["devices"][str(k["pid"])]
+    assert {key: got[key] for key in want} == want
+    import pyarrow.dataset as ds
+    names = ds.dataset(tmp_path / "an" / "kernels", format="parquet").to_table(columns=["name"]).column("name")
+    assert not [n for n in names.to_pylist() if n.startswith("CORRUPT_")]
+    assert len(names) == sum(1 for e in events if e.get("ph") == "X" and e.get("cat") in GPU_CATS) - 4
