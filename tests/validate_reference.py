@@ -13,7 +13,7 @@ from streamtrace.kernels.reference import count_bad_nesting_py
 from streamtrace.trace.reader import TraceReader
 
 PROBLEMS = ("missing_field", "negative_dur", "duplicate_flow", "cross_rank_flow", "bad_nesting")
-NOTICES = ("unmatched_flow", "gpu_stream_overlap")
+NOTICES = ("unmatched_flow", "gpu_stream_overlap")      # and repaired_event: the reader's repairs
 # a GPU activity's X slices are a track of their own, their overlaps a notice (issue 33, class 8)
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")
 
@@ -66,6 +66,8 @@ def validate_py(path, salvage=False) -> dict:
     for (gpu, _, _), t in tracks.items():
         s, e = sort_track(np.asarray([a for a, _ in t], np.int64), np.asarray([b for _, b in t], np.int64))
         (notices if gpu else problems)["gpu_stream_overlap" if gpu else "bad_nesting"] += int(count_bad_nesting(s, e) if len(s) > 200 else count_bad_nesting_py(s, e))
+    if r.repaired:
+        notices["repaired_event"] = r.repaired
     return {"path": str(path), "events": n, "problems": problems, "notices": notices, "ok": not any(problems.values()),
             "tracks": len(tracks), "flows": len(flows), "warnings": r.warnings}
 

@@ -125,7 +125,10 @@ def validate(path, salvage=False, opt: ValidateOptions | None = None) -> dict:
     problems, ok = rep["problems"], rep["ok"]
     if not reader.has_events:          # {}, "traceEvents": null, an object, a number: not a trace (issue 33)
         raise TraceError(path, no_events_text(reader))
-    return {"path": str(path), "events": rep["events"], "problems": problems, "notices": rep["notices"],
+    notices = rep["notices"]
+    if reader.repaired:                  # Kineto's unescaped quotes (issue 33): named only when some were
+        notices = {**notices, "repaired_event": reader.repaired}
+    return {"path": str(path), "events": rep["events"], "problems": problems, "notices": notices,
             "ok": ok, "tracks": rep["tracks"], "flows": rep["flows"], "warnings": reader.warnings}
 
 
@@ -315,7 +318,7 @@ SEQ_STRIDE = 1 << 40     # flow ends of range k are numbered from k * SEQ_STRIDE
 
 def check_range(task: RangeTask) -> dict:
     """Worker: read one byte range, sort its records and write the sorted runs to ``task.log``
-    (:func:`write_runs`); returns ``{"events", "missing", "negdur", "warnings"}``.  Raises
+    (:func:`write_runs`); returns ``{"events", "missing", "negdur", "warnings", "repaired"}``.  Raises
     :class:`TraceError` when the range is not whole events that the ``]`` appended to it closes
     exactly, or a range after a comma holds no event (the log is then removed)."""
     distinct_nans(task.byte_range[0])
@@ -333,7 +336,8 @@ def check_range(task: RangeTask) -> dict:
         raise
     finally:
         chk.close()
-    return {"events": chk.events, "missing": chk.missing, "negdur": chk.negdur, "warnings": reader.warnings}
+    return {"events": chk.events, "missing": chk.missing, "negdur": chk.negdur, "warnings": reader.warnings,
+            "repaired": reader.repaired}
 
 
 def write_runs(log: str, chk: Checker):
@@ -412,7 +416,7 @@ def _run_ranges(tasks, opt: ValidateOptions, jobs: int):
     """The ranges' sorted runs merged and checked here; each range's runs are taken (and its log
     removed) as soon as it and those before it are done, while the workers read on.  Returns
     ``(report, warnings)``; raises what a worker raised (the rest cancelled)."""
-    warnings = []
+    warnings, repaired = [], 0
     with pool(min(jobs, len(tasks))) as ex, Checker(tasks[0].opt) as chk:
         futures = [ex.submit(InWorker(check_range), t) for t in tasks]
         try:
@@ -423,6 +427,7 @@ def _run_ranges(tasks, opt: ValidateOptions, jobs: int):
                     chk.missing[v] += res["missing"][v]
                     chk.negdur[v] += res["negdur"][v]
                 warnings.extend(res["warnings"])
+                repaired += res["repaired"]
                 read_runs(t.log, chk)
                 remove_quietly(t.log)
         except BaseException:
@@ -430,6 +435,8 @@ def _run_ranges(tasks, opt: ValidateOptions, jobs: int):
                 fut.cancel()
             raise
         rep = chk.report()
+    if repaired:
+        rep["notices"]["repaired_event"] = repaired
     return rep, warnings
 
 
