@@ -1,6 +1,6 @@
 """The plain-Python reference of ``streamtrace validate`` (its implementation before the columnar
 rewrite): a Python loop over decoded events, every X slice kept per (pid, tid) track and every
-flow in a dict.  The tests check :func:`streamtrace.validate.check.validate` against it.
+flow in a dict (GPU activities, issue 33, on a track of their own).  The tests check :func:`streamtrace.validate.check.validate` against it.
 
 One change from that implementation: a flow's ``cat`` goes through ``_h`` as ``pid``/``tid``/``id``
 do (a list or object ``cat`` made it raise ``TypeError: unhashable type``)."""
@@ -13,7 +13,9 @@ from streamtrace.kernels.reference import count_bad_nesting_py
 from streamtrace.trace.reader import TraceReader
 
 PROBLEMS = ("missing_field", "negative_dur", "duplicate_flow", "cross_rank_flow", "bad_nesting")
-NOTICES = ("unmatched_flow",)
+NOTICES = ("unmatched_flow", "gpu_stream_overlap")      # and repaired_event: the reader's repairs
+# a GPU activity's X slices are a track of their own, their overlaps a notice (issue 33, class 8)
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")
 
 
 def validate_py(path, salvage=False) -> dict:
@@ -39,7 +41,8 @@ def validate_py(path, salvage=False) -> dict:
                 if not flags[i] & 2 or flags[i] & 8 or dur[i] < 0:
                     problems["negative_dur"] += 1
                     continue
-                tracks.setdefault((_h(ev["pid"]), _h(ev["tid"])), []).append((ts[i], ts[i] + dur[i]))
+                gpu = isinstance(ev.get("cat"), str) and ev["cat"] in GPU_CATS
+                tracks.setdefault((gpu, _h(ev["pid"]), _h(ev["tid"])), []).append((ts[i], ts[i] + dur[i]))
             elif ph in ("s", "f"):
                 k = (_h(ev.get("cat")), _h(ev.get("id")))
                 args = ev.get("args")
@@ -60,9 +63,11 @@ def validate_py(path, salvage=False) -> dict:
             problems["duplicate_flow"] += 1
         if rec[3]:
             problems["cross_rank_flow"] += 1
-    for t in tracks.values():
+    for (gpu, _, _), t in tracks.items():
         s, e = sort_track(np.asarray([a for a, _ in t], np.int64), np.asarray([b for _, b in t], np.int64))
-        problems["bad_nesting"] += int(count_bad_nesting(s, e) if len(s) > 200 else count_bad_nesting_py(s, e))
+        (notices if gpu else problems)["gpu_stream_overlap" if gpu else "bad_nesting"] += int(count_bad_nesting(s, e) if len(s) > 200 else count_bad_nesting_py(s, e))
+    if r.repaired:
+        notices["repaired_event"] = r.repaired
     return {"path": str(path), "events": n, "problems": problems, "notices": notices, "ok": not any(problems.values()),
             "tracks": len(tracks), "flows": len(flows), "warnings": r.warnings}
 

@@ -27,7 +27,7 @@ __all__ = ["ABSENT", "NULL", "INT", "STR", "FLOAT", "OTHER", "PH_NONE", "PH_X", 
            "NF", "C_PH", "C_PIDK", "C_PIDV", "C_TIDK", "C_TIDV", "C_TS", "C_DUR", "C_TFLAGS", "C_CATK", "C_CATV",
            "C_IDK", "C_IDV", "C_RANKK", "C_RANKV", "C_PY", "event_fields", "member_fields", "span_fields", "nesting_chunk", "flow_chunk", "flow_close",
            "batch_records", "NEST_COLS", "FLOW_COLS",
-           "V_IN", "V_OUT"]
+           "V_IN", "V_OUT", "GPU_TRACK", "GPU_CATS", "GPU_CAT_HASHES"]
 
 # value kinds
 ABSENT, NULL, INT, STR, FLOAT, OTHER = 0, 1, 2, 3, 4, 5
@@ -42,6 +42,23 @@ NF = 15
 # view bits of a record (nesting_chunk / flow_chunk): which report counts it
 V_IN = 1       # the trace as read (streamtrace validate; merge: its input)
 V_OUT = 2      # merge: the event as written to the output
+
+
+# tkind bit of an X slice whose ``cat`` is a GPU activity (kernel, memcpy, memset; legacy Kineto's
+# capitalised names): its track is a CUDA stream, where two slices that overlap are two kernels
+# overlapping (clock jitter, CUDA graphs), counted apart from CPU bad nesting (issue 33, class 8).
+GPU_TRACK = 64
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")
+
+
+def _fnv_text(data: bytes) -> int:
+    h = 14695981039346656037
+    for c in data:
+        h = ((h ^ c) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return h - (1 << 64) if h >= 1 << 63 else h
+
+
+GPU_CAT_HASHES = np.array([_fnv_text(c.encode()) for c in GPU_CATS], np.int64)   # STR values of GPU_CATS
 
 
 def _lit(s):
@@ -243,7 +260,8 @@ def batch_records(f, view, out_pid, seq0, nest, flows, counts):
     is a *missing field* (``ph`` absent or null, ``pid`` or ``tid`` absent, ``ts`` absent or not a
     number), else an ``X`` event with a ``dur`` absent, not a number or negative (*negative dur*),
     else an ``X`` slice (a row of ``nest``: track kind ``pid kind * 8 + tid kind``, pid and tid
-    values, start ``ts``, end ``ts + dur`` in ns, its views) or an ``s``/``f`` flow end (a row of
+    values, start ``ts``, end ``ts + dur`` in ns, its views; the track kind plus ``GPU_TRACK`` when
+    ``cat`` is one of ``GPU_CATS``) or an ``s``/``f`` flow end (a row of
     ``flows``: key kind ``cat kind * 8 + id kind`` with an absent kind read as NULL, cat and id
     values, ``seq0 + i`` (file order), ph, ``args.rank`` kind and value, its views).  Rows are in
     file order; ``nest``: int64[>= n, NEST_COLS], ``flows``: int64[>= n, FLOW_COLS].  ``counts``:
@@ -276,7 +294,12 @@ def batch_records(f, view, out_pid, seq0, nest, flows, counts):
             pidk = NULL
             pidv = 0
         if xv:
-            nest[nn, 0] = pidk * 8 + f[i, C_TIDK]
+            gpu = 0
+            if f[i, C_CATK] == STR:
+                for h in GPU_CAT_HASHES:
+                    if f[i, C_CATV] == h:
+                        gpu = GPU_TRACK
+            nest[nn, 0] = pidk * 8 + f[i, C_TIDK] + gpu
             nest[nn, 1] = pidv
             nest[nn, 2] = f[i, C_TIDV]
             nest[nn, 3] = f[i, C_TS]
@@ -303,11 +326,13 @@ def nesting_chunk(tkind, pidv, tidv, start, end, view, state, stacks):
     from the previous chunk.  Each record counts in the views of its ``view`` bits (V_IN, V_OUT):
     one stack per view, as :func:`streamtrace.kernels.nesting.count_bad_nesting` builds for one
     track (a slice starting inside the top of the stack must end no later than it, else it is
-    counted bad and not pushed).
+    counted bad and not pushed).  On a GPU stream's track (``tkind & GPU_TRACK``) such a slice is
+    two kernels overlapping on one stream, counted apart.
 
-    ``state``: int64[12]: [0] 1 once a track was seen, [1..3] the current track, [4] depth of the
+    ``state``: int64[14]: [0] 1 once a track was seen, [1..3] the current track, [4] depth of the
     V_IN stack, [5] of the V_OUT stack, [6] bad V_IN, [7] bad V_OUT, [8] tracks V_IN, [9] tracks
-    V_OUT (running totals), [10], [11] 1 once the current track had a V_IN / V_OUT record.
+    V_OUT (running totals), [10], [11] 1 once the current track had a V_IN / V_OUT record, [12]
+    GPU-stream overlaps V_IN, [13] V_OUT (running totals).
     ``stacks``: int64[2, cap] (ends of the open slices per view).  Returns the number of records
     consumed: less than ``len(start)`` when a stack is full (grow ``stacks`` and call again on the
     rest).  O(n) amortised."""
@@ -341,7 +366,10 @@ def nesting_chunk(tkind, pidv, tidv, start, end, view, state, stacks):
             while top > 0 and stacks[v, top - 1] <= s:
                 top -= 1
             if top > 0 and e > stacks[v, top - 1]:
-                state[6 + v] += 1
+                if tkind[i] & GPU_TRACK:
+                    state[12 + v] += 1
+                else:
+                    state[6 + v] += 1
             else:
                 stacks[v, top] = e
                 top += 1

@@ -56,6 +56,7 @@ def merged_metadata(files, results, shifts, out_base, opt, output, clock=None):
                       "distributedInfo": m.get("distributedInfo"), "deviceProperties": m.get("deviceProperties"),
                       "host": host_name(m), "events_in": res["events_in"], "events_out": res["events_out"],
                       "dropped_bad_ts": res.get("dropped_bad_ts", 0), "truncated": res["truncated"]})
+        ranks[-1]["repaired_events"] = res.get("repaired_events", 0)    # Kineto's unescaped quotes (issue 33)
         if clock is not None:
             c = clock["ranks"][tf.rank]
             ranks[-1].update({"clock_offset_ns": c["offset_ns"], "clock_residual_ns": c["residual_ns"],

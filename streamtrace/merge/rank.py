@@ -337,7 +337,8 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
     return {"rank": plan.rank, "events_in": n_in, "events_out": n_out, "bytes_in": reader.bytes_read,
             "events_fast": fast, "dropped_bad_ts": ctx.bad_ts, "validation": validation,
             "process_map": {str(k): v for k, v in pmap.items()},
-            "metadata": meta, "warnings": warnings, "truncated": reader.truncated}
+            "metadata": meta, "warnings": warnings, "truncated": reader.truncated,
+            "repaired_events": reader.repaired}
 
 
 def warm_kernels(plan: RankPlan) -> None:

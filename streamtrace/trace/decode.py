@@ -12,6 +12,7 @@ import ijson
 import orjson
 
 from ..runtime.errors import TraceError
+from .repair import note_repair, repair_quotes
 
 
 def loads(data: bytes, path, offset):
@@ -25,7 +26,9 @@ def loads(data: bytes, path, offset):
 def decode_value(data: bytes, path, offset):
     """Decode one JSON value that orjson refused or would make inexact (integers of
     20+ digits): ijson's yajl2_c backend, then ijson's python backend (for numbers
-    yajl rejects), then the stdlib (NaN/Infinity).  Raises :class:`TraceError` naming
+    yajl rejects), then the stdlib (NaN/Infinity), then an event with unescaped double quotes
+    in one string value, repaired where unambiguous and counted
+    (:func:`streamtrace.trace.repair.repair_quotes`).  Raises :class:`TraceError` naming
     ``path`` and the byte ``offset`` for invalid UTF-8 or JSON."""
     try:
         data.decode("utf-8")
@@ -39,7 +42,11 @@ def decode_value(data: bytes, path, offset):
     try:
         return json.loads(data)
     except (ValueError, RecursionError) as e:
-        raise TraceError(path, f"invalid JSON ({e})", offset=offset) from None
+        fixed = repair_quotes(data)           # Kineto's unescaped quotes (pytorch#146900), issue 33
+        if fixed is None:
+            raise TraceError(path, f"invalid JSON ({e})", offset=offset) from None
+    note_repair(path, offset)
+    return fixed
 
 
 _PY_BACKEND = None

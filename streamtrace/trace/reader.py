@@ -23,6 +23,7 @@ import orjson
 from ..runtime.errors import TraceError, TruncatedTraceError
 from ..kernels import scan as K
 from .decode import decode_value
+from .repair import repair_warning, take_repairs
 from .source import BLOCK, ByteSource
 from .writer import JsonText, encode_json, nesting_depth
 
@@ -66,7 +67,9 @@ class TraceReader:
     Attributes filled while reading: ``metadata`` (every top-level key except
     ``traceEvents``; a value nested deeper than :data:`MAX_NESTING` levels is kept as its
     JSON text, a :class:`~streamtrace.trace.writer.JsonText`), ``head_keys`` (the keys that stood before the events),
-    ``events_read``, ``bytes_read`` (uncompressed), ``truncated``, ``warnings``;
+    ``events_read``, ``bytes_read`` (uncompressed), ``truncated``, ``warnings``, ``repaired``
+    (events with unescaped quotes, repaired: :mod:`streamtrace.trace.repair`, known once the
+    events were read and decoded);
     ``has_events``: the document has a ``traceEvents`` array (or is a bare array);
     ``events_empty``: after :meth:`read_head`, whether that array is ``[]`` (None: not known).
 
@@ -90,6 +93,7 @@ class TraceReader:
         self.bytes_read = 0
         self.truncated = False
         self.warnings: list = []
+        self.repaired = 0              # events decoded once their unescaped quotes were escaped (trace.repair)
         self.unusable_times = 0        # complete events a consumer dropped for their time (events.ingest)
         self.has_events = False
         self.events_empty = None       # read_head: traceEvents is [] (True), holds something (False)
@@ -285,6 +289,7 @@ class TraceReader:
             st.pos = newpos
             if status == K.DONE:
                 self.events_end = st.base + newpos
+                self._repairs()
                 return
             if status == K.BAD:
                 self._fail(st, "invalid JSON in traceEvents (expected an event object, ',' or ']')")
@@ -315,6 +320,13 @@ class TraceReader:
                 except orjson.JSONDecodeError:
                     out.append(decode_value(raw, self.path, s + delta))
             return out
+
+    def _repairs(self):
+        """Count and report the events decoded with repaired quotes (issue 33)."""
+        n = take_repairs(self.path)
+        if n:
+            self.repaired += n
+            self.warnings.append(repair_warning(self.path, n))
 
     def _fail(self, st, msg, pos=None):
         raise TraceError(self.path, msg, offset=st.base + (st.pos if pos is None else pos),

@@ -107,12 +107,16 @@ def merged_validation(results: list, output) -> dict:
 
 
 def validation_summary(val: dict) -> str:
-    """One line: what the output's check found, which problems the inputs already had, what merge
-    added."""
+    """One line: what the output's check found (with the GPU kernels overlapping on one stream,
+    a notice), which problems the inputs already had, what merge added."""
     had = ", ".join(f"{k} {v:,}" for k, v in val["input"]["problems"].items() if v)
     added = ", ".join(f"{k} {v:,}" for k, v in val["added"].items() if v)
     out = val["output"]
     head = f"validate: {out['events']:,} events, {out['tracks']:,} tracks, {out['flows']:,} flows"
+    gpu = out["notices"].get("gpu_stream_overlap", 0)
+    if gpu:             # not a problem: Perfetto draws them on an overflow track (issue 33, class 8)
+        head += (f" ({gpu:,} GPU kernels overlap another on their stream, gpu_stream_overlap: "
+                 f"Perfetto shows them on an overflow track)")
     if added:
         return f"{head}: PROBLEMS added by merge: {added}" + (f" (the inputs had {had})" if had else "")
     if had:

@@ -79,7 +79,7 @@ def chunked(arrays, cuts):
         yield [np.ascontiguousarray(x[a:b]) for x in arrays]
 
 
-slices = st.lists(st.tuples(st.integers(0, 2), st.integers(0, 1), st.integers(-3, 3), st.integers(0, 30),
+slices = st.lists(st.tuples(st.integers(0, 2) | st.integers(KV.GPU_TRACK, KV.GPU_TRACK + 2), st.integers(0, 1), st.integers(-3, 3), st.integers(0, 30),
                             st.integers(0, 12), st.integers(1, 3)), max_size=80)
 
 
@@ -92,7 +92,7 @@ def test_nesting_chunk_matches_twin(recs, cuts, cap):
     tkind, pid, tid, start, end, view = r[:, 0], r[:, 1], r[:, 2], r[:, 3], r[:, 3] + r[:, 4], r[:, 5]
     order = np.lexsort((-end, start, tid, pid, tkind))
     cols = [a[order] for a in (tkind, pid, tid, start, end, view)]
-    state = np.zeros(12, np.int64)
+    state = np.zeros(14, np.int64)
     stacks = np.zeros((2, cap), np.int64)
     for ch in chunked(cols, cuts):
         at = 0
@@ -103,7 +103,7 @@ def test_nesting_chunk_matches_twin(recs, cuts, cap):
                 grown[:, :stacks.shape[1]] = stacks
                 stacks = grown
     want = nesting_py(tkind.tolist(), pid.tolist(), tid.tolist(), start.tolist(), end.tolist(), view.tolist())
-    assert [(int(state[6]), int(state[8])), (int(state[7]), int(state[9]))] == want
+    assert [(int(state[6]), int(state[8]), int(state[12])), (int(state[7]), int(state[9]), int(state[13]))] == want
 
 
 ends = st.lists(st.tuples(st.integers(0, 2), st.integers(0, 1), st.integers(0, 4), st.sampled_from([2, 3]),
@@ -176,7 +176,7 @@ small = st.integers(-3, 3)
 field_rows = st.fixed_dictionaries({
     "ph": st.sampled_from([KV.PH_NONE, KV.PH_X, KV.PH_S, KV.PH_F, KV.PH_OTHER]),
     "pidk": kinds, "pidv": small | big, "tidk": kinds, "tidv": small, "ts": small | big, "dur": small | big,
-    "tflags": st.integers(0, 31), "catk": kinds, "catv": small, "idk": kinds, "idv": small | big,
+    "tflags": st.integers(0, 31), "catk": kinds, "catv": small | st.sampled_from(KV.GPU_CAT_HASHES.tolist()), "idk": kinds, "idv": small | big,
     "rankk": kinds, "rankv": small, "view": st.integers(0, 3)})
 
 

@@ -14,6 +14,19 @@ _PH, _PIDK, _PIDV, _TIDK, _TIDV, _TS, _DUR, _TFLAGS, _CATK, _CATV, _IDK, _IDV, _
 _ABSENT, _NULL = 0, 1
 _PH_NONE, _PH_X, _PH_S, _PH_F = 0, 1, 2, 3
 _HAS_TS, _HAS_DUR, _TS_BAD, _DUR_BAD = 1, 2, 4, 8
+_STR = 3
+_GPU_TRACK = 64
+_GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")
+
+
+def _fnv(text: str) -> int:
+    h = 14695981039346656037
+    for c in text.encode():
+        h = ((h ^ c) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return h - (1 << 64) if h >= 1 << 63 else h
+
+
+_GPU_HASHES = frozenset(_fnv(c) for c in _GPU_CATS)
 
 
 def batch_records_py(fields, views, out_pid: bool, seq0: int):
@@ -46,7 +59,8 @@ def batch_records_py(fields, views, out_pid: bool, seq0: int):
         pid = (_NULL, 0) if (out_pid and r[_PIDK] == _ABSENT) else (r[_PIDK], r[_PIDV])
         if xv:
             end = (r[_TS] + r[_DUR] + 2**63) % 2**64 - 2**63          # int64 arithmetic wraps
-            xs.append([pid[0] * 8 + r[_TIDK], pid[1], r[_TIDV], r[_TS], end, xv])
+            gpu = _GPU_TRACK if r[_CATK] == _STR and r[_CATV] in _GPU_HASHES else 0
+            xs.append([pid[0] * 8 + r[_TIDK] + gpu, pid[1], r[_TIDV], r[_TS], end, xv])
         if fv:
             key = (_NULL if r[_CATK] == _ABSENT else r[_CATK]) * 8 + (_NULL if r[_IDK] == _ABSENT else r[_IDK])
             fls.append([key, r[_CATV], r[_IDV], seq0 + i, r[_PH], r[_RANKK], r[_RANKV], fv])
@@ -54,20 +68,24 @@ def batch_records_py(fields, views, out_pid: bool, seq0: int):
 
 
 def nesting_py(tkind, pidv, tidv, start, end, view) -> list:
-    """``[(bad, tracks) for view V_IN, V_OUT]`` of X records in any order (sequences of ints):
-    per track and view, the slices sorted by start then end descending, counted by
-    :func:`count_bad_nesting_py`."""
+    """``[(bad, tracks, gpu overlaps) for view V_IN, V_OUT]`` of X records in any order (sequences
+    of ints): per track and view, the slices sorted by start then end descending, counted by
+    :func:`count_bad_nesting_py`; a track whose kind has the GPU bit (64) counts in the third."""
     out = []
     for v in range(2):
         tracks = {}
         for k, p, t, s, e, w in zip(tkind, pidv, tidv, start, end, view):
             if w >> v & 1:
                 tracks.setdefault((k, p, t), []).append((s, e))
-        bad = 0
-        for sl in tracks.values():
+        bad = gpu = 0
+        for key, sl in tracks.items():
             sl.sort(key=lambda x: (x[0], -x[1]))
-            bad += count_bad_nesting_py([a for a, _ in sl], [b for _, b in sl])
-        out.append((bad, len(tracks)))
+            n = count_bad_nesting_py([a for a, _ in sl], [b for _, b in sl])
+            if key[0] & _GPU_TRACK:
+                gpu += n
+            else:
+                bad += n
+        out.append((bad, len(tracks), gpu))
     return out
 
 
