@@ -5,6 +5,7 @@ from pathlib import Path
 
 import argh
 
+from ..runtime.errors import StreamtraceError
 from .common import Console, Exit, check_efficiency_flags, parse_formats, parse_jobs, parse_list, prepare_kernels, report_args
 
 EXAMPLES = """
@@ -53,6 +54,10 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
     else:
         prepare_kernels("epilogue", con, opt.jobs)
     s = run(run_dir, opt)
+    if not s["report"] and not s.get("ranks") and not s.get("iterations"):
+        # no job to report on: exit 0 is for the job's sake only when there is one (issue 33, class 11)
+        raise StreamtraceError(f"{run_dir}: no rank traces found, so no job to report on; "
+                               f"see {Path(s['outdir']) / 'epilogue.json'}")
     if s["report"]:
         print(f"report: {s['report']}")
     elif not quiet:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from hostile import (assert_one_line_error, cli, cpu3d, descendants, first_event, hidden_entries, inject, kill_pids,
-                     marked_kernel, need_cpu3d, need_real, real, snapshot, synth, tree_digest, unprivileged)
+from hostile import (assert_no_traceback, assert_one_line_error, cli, cpu3d, descendants, first_event, hidden_entries,
+                     inject, kill_pids, marked_kernel, need_cpu3d, need_real, real, snapshot, synth, tree_digest, unprivileged)
 
 from support import ROOT
 
@@ -230,6 +230,22 @@ def test_epilogue_of_a_missing_run_folder_is_an_error(tmp_path):
     r = cli("epilogue", missing, "-j", "1", cwd=tmp_path, env=HERE)
     assert_one_line_error(r, missing)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_epilogue_of_a_run_folder_without_traces_is_an_error(tmp_path):
+    """``epilogue EMPTY_RUN``: no job to report on, so exit 1, its last stderr line naming the folder
+    (the epilogue's own log lines come before it); the failure is in epilogue.json."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "notes.txt").write_text("no traces here")
+    r = cli("epilogue", run, "-j", "1", "--no-charts", cwd=tmp_path, env=HERE)
+    assert_no_traceback(r)
+    assert r.returncode == 1, r
+    last = r.err_lines[-1]
+    assert last.startswith("streamtrace: error:") and str(run) in last and "no rank traces" in last, r
+    summary = json.loads((run / "streamtrace" / "epilogue.json").read_text())["summary"]
+    assert summary["ranks"] == 0 and summary["failures"], summary
+    assert (run / "notes.txt").read_text() == "no traces here"
 
 
 # ================================================================= 2: every command, every bad path kind
