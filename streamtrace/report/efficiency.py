@@ -235,8 +235,13 @@ def _links_md(lk) -> list:
     L += [_table(["collective", "dim", "scope", "count", "bytes", "busbw median", "link", "link peak", "% of link"],
                  [[r["collective"], r["parallel_dim"] or "-", r["scope"], fmt_count(r["count"]),
                    fmt_bytes(r["bytes"]) if r["bytes"] > 0 else "unknown", fmt_gbps(r["busbw_gbps_median"]),
-                   r["link"], fmt_gbps(r["link_gbps"]), fmt_pct(r["pct_of_link"])]
+                   r["link"], fmt_gbps(r["link_gbps"]), fmt_pct(r["pct_of_link"]) + (" (!)" if r.get("over_peak") else "")]
                   for r in lk["rows"]]), ""]
+    if lk.get("cpu_only"):
+        L += ["A CPU-only job (gloo): no GPU link, so no % of link.", ""]
+    if any(r.get("over_peak") for r in lk["rows"]):
+        L += ["(!) above 100 % of the link's peak, which no link can do: a sign of wrong hosts "
+              "(check `--gpus-per-node` / the trace file names) or a wrong peak (`--nic-gbps`, the GPU model).", ""]
     tr = lk["traffic"]
     if tr["intra"]["bytes"] + tr["inter"]["bytes"] > 0:
         L += [f"Traffic: {fmt_bytes(tr['intra']['bytes'])} inside nodes ({fmt_pct(tr['intra']['pct'])} %), "
