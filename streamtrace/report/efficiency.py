@@ -194,6 +194,10 @@ def efficiency_markdown(sec: dict | None) -> list:
                                          else inp["flops_per_token_from"]),
           "- peak per GPU: " + (f"{_n(peak)} TFLOP/s ({inp['peak_from']})" if peak else inp["peak_from"]),
           f"- GPUs: {fmt_count(inp['gpus']) if inp['gpus'] else 'unknown'} ({inp['gpus_from']})"]
+    lk = sec.get("links")
+    if lk and lk.get("hosts_from"):
+        L += ["- link per collective: " + ("none (CPU-only job)" if lk.get("cpu_only") else
+                                           f"hosts of the ranks from {lk['hosts_from']}")]
     both = inp["flops_per_token_by_convention"]
     if both:
         L += [f"- the two conventions: TorchTitan {_n(both['torchtitan'] / 1e9, 2)} GFLOP/token, Megatron-LM "

@@ -312,3 +312,5 @@ def test_cpu_only_gloo_job_has_no_gpu_link(runs):
         assert "CPU-only" in row["link"] and row["link_gbps"] is None and row["pct_of_link"] is None
     sec = _links_md(runs["cpu3d"]["md"])
     assert "NVLink" not in sec and "no % of link" in sec
+    assert "- link per collective: none (CPU-only job)" in runs["cpu3d"]["md"]
+    assert "- link per collective: hosts of the ranks from ranks packed 8 to a host" in runs["dlrm"]["md"]
