@@ -194,6 +194,10 @@ def efficiency_markdown(sec: dict | None) -> list:
                                          else inp["flops_per_token_from"]),
           "- peak per GPU: " + (f"{_n(peak)} TFLOP/s ({inp['peak_from']})" if peak else inp["peak_from"]),
           f"- GPUs: {fmt_count(inp['gpus']) if inp['gpus'] else 'unknown'} ({inp['gpus_from']})"]
+    lk = sec.get("links")
+    if lk and lk.get("hosts_from"):
+        L += ["- link per collective: " + ("none (CPU-only job)" if lk.get("cpu_only") else
+                                           f"hosts of the ranks from {lk['hosts_from']}")]
     both = inp["flops_per_token_by_convention"]
     if both:
         L += [f"- the two conventions: TorchTitan {_n(both['torchtitan'] / 1e9, 2)} GFLOP/token, Megatron-LM "
@@ -235,8 +239,13 @@ def _links_md(lk) -> list:
     L += [_table(["collective", "dim", "scope", "count", "bytes", "busbw median", "link", "link peak", "% of link"],
                  [[r["collective"], r["parallel_dim"] or "-", r["scope"], fmt_count(r["count"]),
                    fmt_bytes(r["bytes"]) if r["bytes"] > 0 else "unknown", fmt_gbps(r["busbw_gbps_median"]),
-                   r["link"], fmt_gbps(r["link_gbps"]), fmt_pct(r["pct_of_link"])]
+                   r["link"], fmt_gbps(r["link_gbps"]), fmt_pct(r["pct_of_link"]) + (" (!)" if r.get("over_peak") else "")]
                   for r in lk["rows"]]), ""]
+    if lk.get("cpu_only"):
+        L += ["A CPU-only job (gloo): no GPU link, so no % of link.", ""]
+    if any(r.get("over_peak") for r in lk["rows"]):
+        L += ["(!) above 100 % of the link's peak, which no link can do: a sign of wrong hosts "
+              "(check `--gpus-per-node` / the trace file names) or a wrong peak (`--nic-gbps`, the GPU model).", ""]
     tr = lk["traffic"]
     if tr["intra"]["bytes"] + tr["inter"]["bytes"] > 0:
         L += [f"Traffic: {fmt_bytes(tr['intra']['bytes'])} inside nodes ({fmt_pct(tr['intra']['pct'])} %), "

@@ -275,3 +275,42 @@ def test_epilogue_of_the_real_tp2_job(tmp_path):
     assert r.returncode == 0, r.stderr
     md = next((tmp_path / "e").glob("*.md")).read_text()
     assert "0.000" not in md and "## Pipeline bubbles" not in md and "no iteration folder" in md
+
+
+def _links_md(md):
+    """The text of the Efficiency section's ``### Collectives against their links``."""
+    return md.split("### Collectives against their links\n", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
+
+
+def test_dlrm_ranks_on_one_v100_sxm2_node_within_their_link(runs):
+    """DLRM's 8 ranks (``worker<i>_step_12.<13-digit ms>``: not the profiler's ``<host>_<pid>.<19-digit ns>``
+    default, no host in the trace metadata) are one V100 SXM2 8-GPU node: every collective intra-node
+    on NVLink (150 GB/s per direction, the datasheet's 300 GB/s bidirectional), none above 100 %."""
+    names = sorted(f.name for f in DLRM.glob("*.pt.trace.json.gz"))
+    assert len(names) == 8 and not any(re.match(r"^.+_\d+\.\d{19}\.pt\.trace", n) for n in names)
+    raws = _raw(DLRM)
+    assert all(not any(k in r or k in r.get("distributedInfo", {}) for k in ("host_name", "hostname")) for r in raws)
+    assert all("SXM2" in r["deviceProperties"][0]["name"] for r in raws)
+    links = runs["dlrm"]["json"]["efficiency"]["links"]
+    assert "packed 8 to a host" in links["hosts_from"] and not links["cpu_only"]
+    assert links["rows"] and links["traffic"]["inter"]["bytes"] == 0
+    for row in links["rows"]:
+        assert row["scope"] == "intra" and row["link"] == "NVLink / Infinity Fabric" and row["link_gbps"] == 150
+        assert row["pct_of_link"] is None or row["pct_of_link"] <= 100
+        assert not row["over_peak"]
+    sec = _links_md(runs["dlrm"]["md"])
+    assert "packed 8 to a host" in sec and "(!)" not in sec and "| network |" not in sec
+
+
+def test_cpu_only_gloo_job_has_no_gpu_link(runs):
+    """The gloo job's ranks have no GPU event (every trace without a kernel): no NVLink, no % of link."""
+    raws = _raw(CPU3D / "iteration_4")
+    assert not any(e.get("cat") == "kernel" for r in raws for e in r["traceEvents"])
+    links = runs["cpu3d"]["json"]["efficiency"]["links"]
+    assert links["cpu_only"] and links["rows"]
+    for row in links["rows"]:
+        assert "CPU-only" in row["link"] and row["link_gbps"] is None and row["pct_of_link"] is None
+    sec = _links_md(runs["cpu3d"]["md"])
+    assert "NVLink" not in sec and "no % of link" in sec
+    assert "- link per collective: none (CPU-only job)" in runs["cpu3d"]["md"]
+    assert "- link per collective: hosts of the ranks from ranks packed 8 to a host" in runs["dlrm"]["md"]

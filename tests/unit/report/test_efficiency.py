@@ -147,10 +147,18 @@ def test_hosts_packed_by_gpus_per_node():
     spans, how = spans_hosts(meta, 8)
     assert "packed 8 to a host" in how
     assert not spans("0,1,2,3,4,5,6,7", "") and spans("7,8", "") and spans("", "0,15")
-    named = {"parts": [{"rank": 0, "source": "/t/nodeA_11.1.pt.trace.json.gz"},
-                       {"rank": 1, "source": "/t/nodeB_12.2.pt.trace.json.gz"}]}
+    named = {"parts": [{"rank": 0, "source": "/t/nodeA_11.1724066820235157909.pt.trace.json.gz"},
+                       {"rank": 1, "source": "/t/nodeB_12.1724066820237002797.pt.trace.json.gz"}]}
     spans, how = spans_hosts(named, 8)
     assert spans("0,1", "") and "host names" in how
+    # a 13-digit ms time is not the handler's default: the name is not trusted as a host
+    ms = {"parts": [{"rank": r, "source": f"/t/worker{r}_step_12.16941282015{r:02d}.pt.trace.json.gz"} for r in range(8)]}
+    spans, how = spans_hosts(ms, 8)
+    assert not spans("0,1,2,3,4,5,6,7", "") and "packed 8 to a host" in how
+    # a host field in the trace metadata comes next
+    meta = {"parts": [{"rank": r, "source": f"/t/w{r}.json", "host_name": f"h{r // 2}"} for r in range(4)]}
+    spans, how = spans_hosts(meta, 8)
+    assert not spans("0,1", "") and spans("1,2", "") and "trace metadata" in how
 
 
 def test_links_and_traffic_in_the_reports_units():
@@ -177,3 +185,23 @@ def test_links_and_traffic_in_the_reports_units():
     assert "Traffic: 319 KB inside nodes (100.0 %), 0 across nodes (0.0 %)." in md
     assert "network 12.5 GB/s per GPU" in md and "0.000" not in md
     assert "- model FLOPs per token: unknown (no model shape)" in md and "- GFLOP" not in md
+    assert "(!)" not in md
+    # a bus bandwidth above its link's peak is flagged as a sign of wrong hosts / peaks, never shown bare
+    over = dict(rows[0], scope="inter", link="network", link_gbps=12.5, busbw_gbps_median=23.0,
+                pct_of_link=184.0, over_peak=True)
+    md = "\n".join(efficiency_markdown(dict(sec, links=dict(links, rows=[over]))))
+    assert "| 184.0 (!) |" in md and "sign of wrong hosts" in md
+
+
+def test_links_of_a_cpu_only_job(tmp_path):
+    """A job whose ranks have only CPU events (``sources`` == ["cpu"]) has no GPU link: no peak, no %."""
+    import pyarrow as pa
+    from streamtrace.report.links import link_section
+    from streamtrace.topology.hardware import gpu_spec
+    pq.write_table(pa.table({"collective": ["AllReduce"], "parallel_dim": ["DP"], "pg_ranks": ["0,1"],
+                             "ranks": ["0,1"], "msg_bytes": [4096], "busbw_gbps": [0.5]}),
+                   tmp_path / "collectives.parquet")
+    meta = {"sources": ["cpu"], "parts": [{"rank": r, "source": f"rank_{r}.json"} for r in (0, 1)]}
+    lk = link_section(tmp_path, meta, gpu_spec("Tesla V100-SXM2-32GB"), None, 8)
+    (row,) = lk["rows"]
+    assert lk["cpu_only"] and "CPU-only" in row["link"] and row["link_gbps"] is None and row["pct_of_link"] is None
