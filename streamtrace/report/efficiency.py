@@ -30,7 +30,7 @@ from ..job.folder import read_aggregate_table
 from .options import EfficiencyOptions
 from .flops import flops_per_token
 from .links import link_section
-from .units import fmt_bytes, fmt_count, fmt_gbps, fmt_pct, fmt_time
+from .units import fmt_bytes, fmt_count, fmt_gbps, fmt_pct, fmt_tflops, fmt_time
 
 
 def job_config(meta: dict, opt: EfficiencyOptions) -> TrainConfig | None:
@@ -221,10 +221,10 @@ def _ops_md(ops, gpu) -> list:
                     "`record_shapes=True`.", ""]
     L += [f"The ops losing the most GPU time against their roofline bound on the {gpu or 'unknown GPU'} "
           f"(`op_perf.parquet`; bound = max(FLOPs / peak, bytes / memory bandwidth)):", ""]
-    L += [_table(["op", "dtype", "input shapes", "calls", "GPU time", "TFLOP/s", "memory bandwidth", "FLOP/byte",
+    L += [_table(["op", "dtype", "input shapes", "calls", "GPU time", "compute rate", "memory bandwidth", "FLOP/byte",
                   "bound", "% of bound", "lost"],
                  [[r["name"], r["dtype"] or "-", f"`{r['input_dims']}`", fmt_count(r["count"]),
-                   fmt_time(r["gpu_busy_ns"]), _n(r["achieved_tflops"]), fmt_gbps(r["achieved_gbps"]),
+                   fmt_time(r["gpu_busy_ns"]), fmt_tflops(r["achieved_tflops"]), fmt_gbps(r["achieved_gbps"]),
                    _n(r["intensity"]), r["bound"] or "-", fmt_pct(r["pct_of_bound"]), fmt_time(r["lost_ns"])]
                   for r in ops]), ""]
     return L
@@ -258,10 +258,10 @@ def _links_md(lk) -> list:
 def _throughput_md(sec) -> list:
     o = sec["overall"]
     L = [f"**{_n(o['tokens_per_s'], 0)} tokens/s, {_n(o['samples_per_s'], 2)} samples/s, "
-          f"{_n(o['model_tflops_per_gpu'])} model TFLOP/s per GPU, MFU {fmt_pct(o['mfu_pct'])} %** (mean step).", ""]
-    L += [_table(["iteration", "step", "step time", "tokens/s", "samples/s", "model TFLOP/s per GPU", "MFU %"],
+          f"{fmt_tflops(o['model_tflops_per_gpu'])} model compute per GPU, MFU {fmt_pct(o['mfu_pct'])} %** (mean step).", ""]
+    L += [_table(["iteration", "step", "step time", "tokens/s", "samples/s", "model FLOP/s per GPU", "MFU %"],
                  [[r["iteration"] if r["iteration"] >= 0 else "-", r["step"] if r["step"] >= 0 else "-",
                    fmt_time(r["step_ns"]), _n(r["tokens_per_s"], 0), _n(r["samples_per_s"], 2),
-                   _n(r["model_tflops_per_gpu"]), fmt_pct(r["mfu_pct"])] for r in sec["steps"]]),
+                   fmt_tflops(r["model_tflops_per_gpu"]), fmt_pct(r["mfu_pct"])] for r in sec["steps"]]),
           ""]
     return L

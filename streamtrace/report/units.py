@@ -82,6 +82,16 @@ def fmt_gbps(gbps, digits=3) -> str:
     return "-" if _missing(gbps) else fmt_rate(float(gbps) * 1e9, digits)
 
 
+FLOPS_UNITS = (("FLOP/s", 1.0), ("kFLOP/s", 1e3), ("MFLOP/s", 1e6), ("GFLOP/s", 1e9), ("TFLOP/s", 1e12),
+               ("PFLOP/s", 1e15))
+
+
+def fmt_tflops(tflops, digits=3) -> str:
+    """A compute rate given in TFLOP/s (1e12 floating-point operations per second, as ``op_perf``'s
+    ``achieved_tflops``) in the unit that fits it: ``0.0007`` TFLOP/s is ``700 MFLOP/s``."""
+    return "-" if _missing(tflops) else scaled(float(tflops) * 1e12, FLOPS_UNITS, digits)
+
+
 def fmt_count(n) -> str:
     """An integer count with thousands separators (``2,116``); ``-`` for None/NaN."""
     return "-" if _missing(n) else f"{int(n):,}"

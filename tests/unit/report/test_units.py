@@ -49,3 +49,12 @@ def test_short_names_keep_the_start_and_stay_apart():
     assert len(set(short)) == len(names)                              # never two alike
     for full, s in zip(names[:-1], short[:-1]):
         assert len(s) < 140 and s.startswith(full[:40]) and "…" in s
+
+
+def test_compute_rates_fit_their_unit():
+    """TFLOP/s as the tables hold them, shown in the unit that keeps the value >= 1 (worked by hand)."""
+    from streamtrace.report.units import fmt_tflops
+    assert fmt_tflops(0.0007) == "700 MFLOP/s"
+    assert fmt_tflops(312.0) == "312 TFLOP/s"
+    assert fmt_tflops(1979.0) == "1.98 PFLOP/s"
+    assert fmt_tflops(None) == "-" and fmt_tflops(float("nan")) == "-"
