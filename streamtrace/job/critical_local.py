@@ -28,6 +28,16 @@ critical_path_analysis.py``; where it differs, see docs/critical-path.md).  Node
   happen is the one the event waited for: its edge carries the time up to the start, the others
   weigh 0 (as HTA adds either the launch delay or the kernel-kernel delay, never both, by queue
   length).
+* **queued behind earlier work**: the first event of the step on a stream cannot start before the
+  stream's earlier GPU work ends: the latest end of an event on that stream that is not the
+  step's own and starts before it (the previous step's events, and events executing in the
+  window whose launch the trace does not hold because it came before the profiler started: no
+  launch in the step and a correlation id below every launch of the step; such events are
+  earlier work, not the step's).  When that end binds (it is later than the launch), the edge
+  runs from the step's start to the event's start (``queued``): in a GPU-bound job the CPU
+  enqueues the step while the GPU still runs the previous one, and the time up to the event is
+  the GPU's, not the launch's (HTA's model charges it as launch delay: the profiler window then
+  shows a kernel starting 100+ ms after its launch).
 * **GPU event** start -> end (``compute_kernel``, ``memcpy`` for memory kinds).  A communication
   event is cut instead: its start is an *arrival* and its end an *end* anchor, joined across
   ranks by the job level.
@@ -68,9 +78,10 @@ from .gloo import call_runs, has_runs
 from .stats import OPS_COLUMNS as STATS_OPS
 
 CATEGORIES = ("cpu_op", "launch_delay", "compute_kernel", "comm_transfer", "memcpy", "kernel_gap", "sync", "host_gap",
-              "wait")
+              "wait", "queued")
 """Segment categories (``wait``: a zero-weight edge, the time something waited; never on a
-consistent path)."""
+consistent path; ``queued``: the step's first event on a stream waited behind GPU work launched
+before the step: the CPU ran ahead and the GPU bounds the step)."""
 C = {c: i for i, c in enumerate(CATEGORIES)}
 SYNC_CALLS = re.compile(r"^(cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|cudaMemcpy|"
                         r"hipStreamSynchronize|hipDeviceSynchronize|hipEventSynchronize|hipMemcpy)$")
@@ -197,7 +208,7 @@ def _outside(op, is_start, cut) -> np.ndarray:
     return np.cumsum(d)[:-1] <= 0
 
 
-def _gpu(g: _Graph, k, rows, launch_node, launch_t, first, s0, waits=None, links=None):
+def _gpu(g: _Graph, k, rows, launch_node, launch_t, first, s0, waits=None, links=None, prior=None):
     """Nodes and edges of the GPU events ``rows`` (one step).  ``waits``: the sorted start times
     of the rank's stream-wait calls in the step (None: the trace records none, every event may
     wait); ``links``: the rank's explicit cross-stream links (:data:`LINK_COLUMNS` arrays, aligned
@@ -222,8 +233,9 @@ def _gpu(g: _Graph, k, rows, launch_node, launch_t, first, s0, waits=None, links
         x = _linked(dev, stream, ts, te, corr, links)
     else:
         x = _inferred(dev, stream, ts, te, prev, launch_node, launch_t, s0, waits)
+    prior = np.full(n, NEG, np.int64) if prior is None else prior
     cand_t = np.stack([np.where(launch_node >= 0, launch_t, NEG), np.where(prev >= 0, te[np.maximum(prev, 0)], NEG),
-                       np.where(x >= 0, te[np.maximum(x, 0)], NEG)])
+                       np.where(x >= 0, te[np.maximum(x, 0)], NEG), prior])
     bind = np.argmax(cand_t, axis=0)
     has = cand_t.max(axis=0) > NEG
     for c, srcs, cat in ((0, launch_node, C["launch_delay"]), (1, np.where(prev >= 0, en[np.maximum(prev, 0)], -1),
@@ -232,9 +244,32 @@ def _gpu(g: _Graph, k, rows, launch_node, launch_t, first, s0, waits=None, links
         m = srcs >= 0
         w = np.where(bind[m] == c, ts[m] - cand_t[c][m], 0)
         g.edges(srcs[m], sn[m], w, np.where(bind[m] == c, cat, C["wait"]), lane[m], name[m], corr[m])
+    m = has & (bind == 3)                            # queued behind earlier work: from the step's start
+    g.edges(np.full(int(m.sum()), first), sn[m], ts[m] - s0, C["queued"], lane[m], name[m], corr[m])
     m = ~has
     g.edges(np.full(int(m.sum()), first), sn[m], ts[m] - s0, C["kernel_gap"], lane[m], name[m], corr[m])
     return sn, en, comm
+
+
+def queued_behind(k, rows) -> np.ndarray:
+    """Per row of ``rows`` (one step's GPU events, sorted by device, stream, start): for the first
+    event of its stream, the latest end of an event of ``k`` on the same device and stream that is
+    not in ``rows`` and starts before it; NEG for every other row and where there is none.
+    int64 ns (the times of ``k``)."""
+    out = np.full(len(rows), NEG, np.int64)
+    if not len(rows):
+        return out
+    dev, st, ts = k["device"][rows], k["stream"][rows], k["ts_ns"][rows]
+    first = np.flatnonzero(np.r_[True, (dev[1:] != dev[:-1]) | (st[1:] != st[:-1])])
+    other = np.ones(len(k["ts_ns"]), bool)
+    other[rows] = False
+    if not other.any():
+        return out
+    for i in first.tolist():
+        m = other & (k["device"] == dev[i]) & (k["stream"] == st[i]) & (k["ts_ns"] < ts[i])
+        if m.any():
+            out[i] = int(k["end_ns"][m].max())
+    return out
 
 
 def _inferred(dev, stream, ts, te, prev, launch_node, launch_t, s0, waits):
@@ -342,8 +377,10 @@ def step_graph(ops, k, step, main_tid, s0, s1, calls=None, links=None):
         hit = ops["correlation"][rt][j] == k["correlation"][krows]
         launch_node[hit] = start_node[np.searchsorted(rows, rt[j[hit]])]
         launch_t[hit] = ops["ts_ns"][rt[j[hit]]]
+        own = (launch_node >= 0) | (k["correlation"][krows] >= ops["correlation"][rt[0]])  # else launched before
+        krows, launch_node, launch_t = krows[own], launch_node[own], launch_t[own]
     waits = np.sort(ops["ts_ns"][rows[ops["is_wait"][rows]]]) if ops["any_wait"] else None
-    sn, en, comm = _gpu(g, k, krows, launch_node, launch_t, first, s0, waits, links)
+    sn, en, comm = _gpu(g, k, krows, launch_node, launch_t, first, s0, waits, links, queued_behind(k, krows))
     kend = k["end_ns"][krows]
     linked = _syncs(g, ops, rows, end_node, kend, en)
     cpu_a, cpu_e = _cpu_comm(g, ops, rows, runs, start_node, end_node, lanes)

@@ -52,7 +52,7 @@ from .critical_local import A_, CATEGORIES, E_, S_, T_
 
 SEGMENT_COLUMNS = ("iteration", "step", "order", "rank", "lane", "start_ns", "end_ns", "dur_ns", "weight_ns",
                    "category", "name", "correlation", "external_id")
-GPU_CATEGORIES = ("launch_delay", "compute_kernel", "comm_transfer", "memcpy", "kernel_gap")
+GPU_CATEGORIES = ("launch_delay", "compute_kernel", "comm_transfer", "memcpy", "kernel_gap", "queued")
 SUMMARY_COLUMNS = ("iteration", "step", "what", "key", "rank", "ns", "min_ns", "pct", "on_path", "span_ns",
                    "path_ns")
 LOCAL, WAIT, TRANSFER = 0, 1, 2

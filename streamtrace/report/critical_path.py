@@ -20,7 +20,7 @@ SHOWN_STEPS = 4
 PHRASE = {"cpu_op": "CPU ops", "launch_delay": "launch delays", "compute_kernel": "compute kernels",
           "comm_transfer": "communication transfers", "memcpy": "memory copies", "kernel_gap": "gaps between kernels",
           "sync": "GPU -> CPU synchronisation", "host_gap": "host gaps (CPU outside any profiled op)",
-          "wait": "unexplained waits"}
+          "wait": "unexplained waits", "queued": "GPU work queued behind earlier GPU work (the CPU ran ahead)"}
 
 
 def _rows(path) -> list:
@@ -54,6 +54,8 @@ def _piece(run, span, short) -> str:
             "memcpy": f"rank {rank}'s memory copies take {ms} ({nm})",
             "kernel_gap": f"rank {rank}'s GPU waits {ms} between kernels ({nm})",
             "sync": f"rank {rank}'s CPU waits {ms} for the GPU in {nm}",
+            "queued": f"rank {rank}'s GPU is still busy with earlier work when {nm} is launched: it queues {ms} "
+                      "(the CPU runs ahead; the GPU bounds the step)",
             }.get(cat, f"rank {rank} waits {ms}") + f": {pct}"
 
 

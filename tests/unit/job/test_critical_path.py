@@ -165,3 +165,51 @@ def test_cross_stream_wait_only_after_a_wait_call():
     assert _one_step(13) == {(60, 1)}                 # wait call before B's launch: A -> B
     assert _one_step(17) == {(14, 47)}                # wait call after it: B waited for its launch
     assert _one_step(None) == {(60, 1)}               # no wait call recorded at all: inferred
+
+
+def _queued_step(prior_step, prior_corr, prior_end):
+    """A step (0-100 ns) on thread 1: kernel A on stream 7 launched at 10 (correlation 5), running
+    80-95; before it on stream 7 kernel P (-50 .. ``prior_end``, correlation ``prior_corr``) of step
+    ``prior_step``, its launch not in the step.  Returns the edges into A's start as
+    ``{(source time, weight, category)}`` and the categories of the edges named P."""
+    import numpy as np
+    from streamtrace.job.critical_local import CATEGORIES, step_graph
+    rows = [("ProfilerStep#1", 0, 100, 0, -1, 0), ("cudaLaunchKernel", 10, 2, 1, 0, 5)]
+    ops = {"tid": np.ones(2, np.int64), "name": np.asarray([r[0] for r in rows], object),
+           "ts_ns": np.asarray([r[1] for r in rows], np.int64), "dur_ns": np.asarray([r[2] for r in rows], np.int64),
+           "depth": np.asarray([r[3] for r in rows], np.int64), "parent": np.asarray([r[4] for r in rows], np.int64),
+           "correlation": np.asarray([r[5] for r in rows], np.int64), "cat": np.full(2, "", object),
+           "external_id": np.arange(2, dtype=np.int64)}
+    ops["is_step"] = ops["name"] == "ProfilerStep#1"
+    ops["is_sync"] = ops["is_wait"] = np.zeros(2, bool)
+    ops["any_wait"] = False
+    k = {"device": np.zeros(2, np.int64), "stream": np.asarray([7, 7]), "ts_ns": np.asarray([-50, 80]),
+         "end_ns": np.asarray([prior_end, 95]), "name": np.asarray(["P", "A"], object),
+         "kind": np.asarray(["kernel", "kernel"], object), "correlation": np.asarray([prior_corr, 5]),
+         "step": np.asarray([prior_step, 1])}
+    t, cols, _, _ = step_graph(ops, k, 1, 1, 0, 100)
+    src, dst, w, cat, lane, name, ref = cols
+    into_a = (name == "A") & (t[dst] == 80)
+    return ({(int(t[s]), int(w_), CATEGORIES[c]) for s, w_, c in zip(src[into_a], w[into_a], cat[into_a])},
+            {CATEGORIES[c] for c in cat[name == "P"]})
+
+
+def test_a_step_queued_behind_the_previous_steps_gpu_work():
+    # the GPU runs the previous step's P until 80: A, launched at 10, waits for it, not for its launch
+    into, p = _queued_step(prior_step=0, prior_corr=3, prior_end=80)
+    assert (0, 80, "queued") in into and (10, 0, "wait") in into
+    assert p == set()                                   # P is not the step's work
+    # P done at 5, before A's launch: A waited for its launch (70 ns of launch delay), nothing queued
+    into, _ = _queued_step(prior_step=0, prior_corr=3, prior_end=5)
+    assert (10, 70, "launch_delay") in into and not any(c == "queued" for _, _, c in into)
+
+
+def test_work_launched_before_the_profiler_window_is_earlier_work():
+    # P executes in the window (the analysis gave it the step) but its launch came before the
+    # profiler started (no launch in the step, a smaller correlation id): A queues behind it
+    into, p = _queued_step(prior_step=1, prior_corr=3, prior_end=80)
+    assert (0, 80, "queued") in into
+    assert p == set()
+    # the same event with a correlation id above the step's launches stays the step's own work
+    into, p = _queued_step(prior_step=1, prior_corr=9, prior_end=80)
+    assert "compute_kernel" in p and not any(c == "queued" for _, _, c in into)
