@@ -30,7 +30,7 @@ from ..job.folder import read_aggregate_table
 from .options import EfficiencyOptions
 from .flops import flops_per_token
 from .links import link_section
-from .units import fmt_bytes, fmt_count, fmt_gbps, fmt_pct, fmt_tflops, fmt_time
+from .units import fmt_bytes, fmt_count, fmt_flop, fmt_gbps, fmt_pct, fmt_tflops, fmt_time
 
 
 def job_config(meta: dict, opt: EfficiencyOptions) -> TrainConfig | None:
@@ -190,7 +190,7 @@ def efficiency_markdown(sec: dict | None) -> list:
     L += ["Where each number came from:", "",
           "- tokens per step: " + (f"{fmt_count(inp['tokens_per_step'])} ({inp['tokens_per_step_from']})"
                                     if inp["tokens_per_step"] else "not given"),
-          "- model FLOPs per token: " + (f"{_n(fpt / 1e9, 2)} GFLOP ({inp['flops_per_token_from']})" if fpt
+          "- model FLOPs per token: " + (f"{fmt_flop(fpt)} ({inp['flops_per_token_from']})" if fpt
                                          else inp["flops_per_token_from"]),
           "- peak per GPU: " + (f"{_n(peak)} TFLOP/s ({inp['peak_from']})" if peak else inp["peak_from"]),
           f"- GPUs: {fmt_count(inp['gpus']) if inp['gpus'] else 'unknown'} ({inp['gpus_from']})"]

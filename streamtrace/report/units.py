@@ -92,6 +92,14 @@ def fmt_tflops(tflops, digits=3) -> str:
     return "-" if _missing(tflops) else scaled(float(tflops) * 1e12, FLOPS_UNITS, digits)
 
 
+FLOP_UNITS = tuple((n[:-2], f) for n, f in FLOPS_UNITS)     # FLOP, kFLOP, ... (an amount, not a rate)
+
+
+def fmt_flop(n, digits=3) -> str:
+    """An amount of floating-point operations as ``786 kFLOP``, ``3.28 GFLOP``; ``-`` for None/NaN."""
+    return "-" if _missing(n) else scaled(float(n), FLOP_UNITS, digits)
+
+
 def fmt_count(n) -> str:
     """An integer count with thousands separators (``2,116``); ``-`` for None/NaN."""
     return "-" if _missing(n) else f"{int(n):,}"

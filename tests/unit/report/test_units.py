@@ -58,3 +58,12 @@ def test_compute_rates_fit_their_unit():
     assert fmt_tflops(312.0) == "312 TFLOP/s"
     assert fmt_tflops(1979.0) == "1.98 PFLOP/s"
     assert fmt_tflops(None) == "-" and fmt_tflops(float("nan")) == "-"
+
+
+def test_flop_amounts_fit_their_unit():
+    """FLOPs per token (an amount): 786,432 FLOP is 786 kFLOP, not 0.0008 GFLOP (worked by hand)."""
+    from streamtrace.report.units import fmt_flop
+    assert fmt_flop(786432) == "786 kFLOP"
+    assert fmt_flop(3278897152) == "3.28 GFLOP"
+    assert fmt_flop(5.8e10) == "58.0 GFLOP"
+    assert fmt_flop(None) == "-"
