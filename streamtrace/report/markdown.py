@@ -91,6 +91,9 @@ def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq
     steps = it.get("step", np.full(len(it.get("iteration", [])), -1))
     rep["steps"] = [{"iteration": int(i), "step": int(n), "step_ns": _py(s) if s is not None and not _isnan(s) else _py(sp)}
                     for i, n, s, sp in zip(it["iteration"], steps, it["step_ns_median"], it["span_ns"])]
+    if any(s["step"] >= 0 for s in rep["steps"]):    # GPU work outside every ProfilerStep window is no step
+        rep["outside_steps"] = [s for s in rep["steps"] if s["step"] < 0]
+        rep["steps"] = [s for s in rep["steps"] if s["step"] >= 0]
     rep["efficiency"] = efficiency_section(meta, rep["steps"], efficiency, tokens_per_step, global_batch, seq_len, d)
     tps = tps if tps is not None else rep["efficiency"]["inputs"]["tokens_per_step"]
     if tps is not None:
@@ -238,6 +241,10 @@ def to_markdown(rep: dict, charts=()) -> str:
                  [([iteration_cell(s["iteration"])] if known_it else []) + [s["step"] if s["step"] >= 0 else "-",
                                                                              _ms(s["step_ns"], 4)]
                   for s in rep["steps"]]), ""]
+    if rep.get("outside_steps"):
+        L += ["GPU work outside every `ProfilerStep#` window (" + ", ".join(
+              _ms(s["step_ns"], 4) for s in rep["outside_steps"]) + ": work launched before the profiler's first "
+              "step, or after its last) is no step: left out of the table, the throughput and the efficiency.", ""]
     tp = rep.get("throughput")
     if tp:
         L += [f"**{_f(tp['tokens_per_s'], 0)} tokens/s** ({tp['tokens_per_step']:,} tokens per step, {tp['steps']:,} "

@@ -205,3 +205,29 @@ def test_links_of_a_cpu_only_job(tmp_path):
     lk = link_section(tmp_path, meta, gpu_spec("Tesla V100-SXM2-32GB"), None, 8)
     (row,) = lk["rows"]
     assert lk["cpu_only"] and "CPU-only" in row["link"] and row["link_gbps"] is None and row["pct_of_link"] is None
+
+
+def test_gpu_work_outside_every_step_is_no_step(tmp_path):
+    """A kernel running before the first ProfilerStep (launched before the profiler started, as a
+    real H200 trace had it: a 135 us 'step -' counted as a fourth step, 71 % MFU instead of 53 %)
+    is left out of the steps, the throughput and the efficiency.  Expected values by hand: two
+    steps of 10 ms each (the ProfilerStep windows), 1,000 tokens a step: 100,000 tokens/s."""
+    from kineto import KinetoDoc
+    d = tmp_path / "traces"
+    d.mkdir()
+    doc = KinetoDoc().kernel(0, 100, "early_kernel", correlation=99)           # before step 1, no launch
+    for i, t0 in enumerate((1_000, 11_000)):
+        doc.cpu(f"ProfilerStep#{i + 1}", t0, 10_000)
+        doc.launch(t0 + 100, t0 + 200, 5_000)
+    doc.write(d / "rank0.json")
+    an, agg = tmp_path / "an", tmp_path / "agg"
+    analyze([d / "rank0.json"], an, AnalyzeOptions(jobs=1))
+    aggregate([an], agg, AggregateOptions(jobs=1))
+    rep = write_report(str(agg), charts=False, tokens_per_step=1_000,
+                       efficiency=EfficiencyOptions(flops_per_token=1e9, peak_tflops=1.0))
+    assert [s["step"] for s in rep["steps"]] == [1, 2]
+    assert rep["throughput"]["steps"] == 2
+    assert rep["throughput"]["tokens_per_s"] == pytest.approx(100_000, rel=1e-9)
+    assert rep["efficiency"]["overall"]["mfu_pct"] == pytest.approx(100_000 * 1e9 / 1e12 * 100, rel=1e-9)
+    md = next(tmp_path.glob("agg/*.md")).read_text()
+    assert "outside every `ProfilerStep#` window" in md
