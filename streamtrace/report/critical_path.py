@@ -81,11 +81,14 @@ def critical_section(aggdir, short=lambda s: s) -> dict:
                       "categories": cats, "ranks": ranks, "slack": slack,
                       "kernel": (kern[0]["key"], kern[0]["ns"], kern[0]["pct"]) if kern else None,
                       "cpu_op": (cpu[0]["key"], cpu[0]["ns"], cpu[0]["pct"]) if cpu else None,
-                      "sentences": _sentences(total, cats, ranks, slack, _runs(ss), short)})
+                      "sentences": step_sentences(total, cats, ranks, slack, _runs(ss), short)})
     return {"steps": steps, "from": "critical_path.parquet, critical_path_summary.parquet"}
 
 
-def _sentences(total, cats, ranks, slack, runs, short) -> list:
+def step_sentences(total, cats, ranks, slack, runs, short) -> list:
+    """The three sentences of one step: ``total`` its summary row (``step``, ``path_ns``), ``cats``
+    ``[(category, ns, pct)]`` largest first, ``ranks`` ``[(rank, ns, pct)]``, ``slack`` ``[(rank, ns,
+    on_path)]``, ``runs`` the path's runs (:func:`_runs`), ``short`` a name shortener."""
     step, path = total["step"], total["path_ns"]
     visit = [str(r[0]) for r in ranks]
     where = (f"rank {visit[0]}" if len(visit) == 1 else
@@ -93,6 +96,13 @@ def _sentences(total, cats, ranks, slack, runs, short) -> list:
     top = cats[0] if cats else ("wait", 0, 0.0)
     s1 = (f"Step {step} lasts {fmt_time(path)} along its critical path, which runs through {where}; "
           f"{top[2]:.0f} % of it is {PHRASE.get(top[0], top[0])}.")
+    q = next((c for c in cats if c[0] == "queued"), None)
+    if q and q[2] >= 10:
+        rest = next((c for c in cats if c[0] != "queued"), None)
+        s1 = (f"Step {step}'s work lasts {fmt_time(path)} along its critical path, from its start on the CPU to its "
+              f"last GPU event through {where}: longer than the step, since the CPU runs ahead and steps overlap; "
+              f"{q[2]:.0f} % of it is queued behind the previous step's GPU work"
+              + (f", {rest[2]:.0f} % {PHRASE.get(rest[0], rest[0])}." if rest else "."))
     big = max(runs, key=lambda r: r[2]) if runs else None
     s2 = (f"The longest piece: {_piece(big, path, short)}." if big else "The path has no segments.")
     dom = ranks[0] if ranks else (None, 0, 0.0)

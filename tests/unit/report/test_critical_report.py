@@ -43,3 +43,16 @@ def test_chart_is_written_and_shown(report):
     assert (tmp / "agg" / "charts" / "critical_path.png").stat().st_size > 0
     assert "![critical path](charts/critical_path.png)" in md
     assert md.index("charts/critical_path.png") < md.index("## Configuration")
+
+
+def test_a_queued_step_says_the_cpu_runs_ahead():
+    """A GPU-bound step (the real H200 check's numbers): the sentence says why the path is longer
+    than the step and splits it into the queue and the compute."""
+    from streamtrace.report.critical_path import step_sentences
+    total = {"step": 3, "path_ns": 237_000_000}
+    cats = [("queued", 133_000_000, 56.1), ("compute_kernel", 103_000_000, 43.5), ("kernel_gap", 1_000_000, 0.4)]
+    runs = [(0, "queued", 133_000_000, 0, "gather", "device 0 stream 7", 133_000_000)]
+    s1, s2, _ = step_sentences(total, cats, [(0, 237_000_000, 100.0)], [], runs, lambda x: x)
+    assert s1.startswith("Step 3's work lasts 237 ms") and "the CPU runs ahead" in s1
+    assert "56 % of it is queued behind the previous step's GPU work, 44 % compute kernels." in s1
+    assert "queues 133 ms" in s2 and "56 % of the step" in s2
