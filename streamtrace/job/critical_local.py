@@ -253,22 +253,33 @@ def _gpu(g: _Graph, k, rows, launch_node, launch_t, first, s0, waits=None, links
 
 def queued_behind(k, rows) -> np.ndarray:
     """Per row of ``rows`` (one step's GPU events, sorted by device, stream, start): for the first
-    event of its stream, the latest end of an event of ``k`` on the same device and stream that is
-    not in ``rows`` and starts before it; NEG for every other row and where there is none.
-    int64 ns (the times of ``k``)."""
+    event of its stream, the latest end of an event of ``k`` on the same device and stream that
+    starts before it (none of the step's own: the first of the stream starts before them); NEG for
+    every other row and where there is none.  int64 ns (the times of ``k``).  The index (events by
+    stream and start, a running maximum of their ends) is built once per ``k`` and kept in it."""
     out = np.full(len(rows), NEG, np.int64)
     if not len(rows):
         return out
-    dev, st, ts = k["device"][rows], k["stream"][rows], k["ts_ns"][rows]
+    if "queue_index" not in k:
+        key = k["device"].astype(np.int64) * (1 << 32) + k["stream"].astype(np.int64)
+        o = np.lexsort((k["ts_ns"], key))
+        key, ts, end = key[o], k["ts_ns"][o], k["end_ns"][o]
+        run = np.r_[0, np.flatnonzero(key[1:] != key[:-1]) + 1]      # each stream's first position
+        mx = end.copy()
+        for a, b in zip(run.tolist(), run[1:].tolist() + [len(end)]):
+            mx[a:b] = np.maximum.accumulate(end[a:b])
+        k["queue_index"] = (key, ts, mx)
+    key, ts, mx = k["queue_index"]
+    dev, st, t0 = k["device"][rows], k["stream"][rows], k["ts_ns"][rows]
     first = np.flatnonzero(np.r_[True, (dev[1:] != dev[:-1]) | (st[1:] != st[:-1])])
-    other = np.ones(len(k["ts_ns"]), bool)
-    other[rows] = False
-    if not other.any():
-        return out
-    for i in first.tolist():
-        m = other & (k["device"] == dev[i]) & (k["stream"] == st[i]) & (k["ts_ns"] < ts[i])
-        if m.any():
-            out[i] = int(k["end_ns"][m].max())
+    q = dev[first].astype(np.int64) * (1 << 32) + st[first].astype(np.int64)
+    lo = np.searchsorted(key, q, "left")
+    hi = np.searchsorted(key, q, "right")
+    # the last event of the stream starting strictly before the row: its position in ts[lo:hi]
+    pos = np.asarray([lo_ + int(np.searchsorted(ts[lo_:hi_], t_, "left")) - 1
+                      for lo_, hi_, t_ in zip(lo.tolist(), hi.tolist(), t0[first].tolist())], np.int64)
+    ok = pos >= lo
+    out[first[ok]] = mx[pos[ok]]
     return out
 
 
