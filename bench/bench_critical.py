@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import subprocess
 import sys
 
-from harness import append_results, command_line, default_scratch, fmt_s, git_describe, log, mb, md_head, md_row, \
+from harness import command_line, default_scratch, finish, fmt_s, git_describe, log, mb, md_head, md_row, \
     measure, uptime
 from bench_report import generate, st
 
@@ -75,12 +74,7 @@ def main(argv=None):
                      f"{mb(med['with']['max_single_rss']):,.0f} MB with, {mb(med['without']['max_single_rss']):,.0f} "
                      "MB without")
     lines += ["", *notes, "", f"load after: {uptime()}", ""]
-    text = "\n".join(lines)
-    print(text)
-    if not args.no_record:
-        append_results(text)
-    if not args.keep:
-        shutil.rmtree(scratch, ignore_errors=True)
+    finish("\n".join(lines), args, scratch)
 
 
 if __name__ == "__main__":

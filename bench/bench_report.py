@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import (ROOT, append_results, command_line, default_scratch, fmt_s, git_describe, log, mb, md_head,
+from harness import (ROOT, command_line, default_scratch, finish, fmt_s, git_describe, log, mb, md_head,
                      md_row, measure, uptime, wait_idle)
 
 PY = sys.executable
@@ -194,12 +194,7 @@ def main(argv=None):
     if args.scale:
         lines += scale(scratch, args)
     lines += [f"load after: {uptime()}", ""]
-    text = "\n".join(lines)
-    print(text)
-    if not args.no_record:
-        append_results(text)
-    if not args.keep:
-        shutil.rmtree(scratch, ignore_errors=True)
+    finish("\n".join(lines), args, scratch)
 
 
 if __name__ == "__main__":

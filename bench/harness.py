@@ -505,6 +505,16 @@ def command_line(script, argv=None) -> str:
     return shlex.join(["python", rel] + list(sys.argv[1:] if argv is None else argv))
 
 
+def finish(text, args, scratch=None):
+    """The end of a bench run: print ``text``, append it to ``bench/RESULTS.md`` unless
+    ``args.no_record``, and remove the scratch folder unless ``args.keep``."""
+    print(text)
+    if not args.no_record:
+        append_results(text)
+    if scratch is not None and not getattr(args, "keep", False):
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def append_results(text, header=None, continues=None, path=RESULTS):
     """Append a results section (Markdown ``text``, which states the command line and the git
     hash) to ``bench/RESULTS.md``.  ``header`` is written first when the file is new.  When
