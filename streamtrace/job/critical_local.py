@@ -18,7 +18,7 @@ critical_path_analysis.py``; where it differs, see docs/critical-path.md).  Node
   kept by analyze in ``cuda_sync/`` (:mod:`streamtrace.analyze.cuda_sync`); the edge runs from the
   last event on the recording stream launched before the record (the largest correlation id below
   the record's: ids are given in call order) to the first event on the waiting stream starting at
-  or after the sync event (:func:`_linked`), and a rank with such links gets no other cross-stream
+  or after the sync event (:func:`~streamtrace.job.cuda_links.linked_waits`), and a rank with such links gets no other cross-stream
   edge.  A trace without links (every real trace here: their ``cudaStreamWaitEvent`` /
   ``cudaEventRecord`` carry a correlation id only and their ``ac2g`` flows end nowhere) gets the
   inference (:func:`_inferred`): the latest end on another stream of the device before the start,
@@ -74,6 +74,7 @@ import pyarrow.feather as feather
 from ..kernels.critical import NEG, longest_path, trace_back
 from .alignment import column_numpy
 from .explain import KERNEL_COLUMNS as EXPLAIN_KERNELS
+from .cuda_links import linked_waits, sync_links, SYNC_COLUMNS, sync_target, sync_targets
 from .gloo import call_runs, has_runs
 from .stats import OPS_COLUMNS as STATS_OPS
 
@@ -95,9 +96,6 @@ SEGMENT_SCHEMA = pa.schema([("step", pa.int64()), ("src", pa.int64()), ("dst", p
                             ("t1", pa.int64()), ("w", pa.int64()), ("cat", pa.int8()), ("lane", pa.string()),
                             ("name", pa.string()), ("ref", pa.int64())])
 KERNEL_COLUMNS = ["device", "stream", "ts_ns", "end_ns", "name", "kind", "correlation", "step"]
-SYNC_COLUMNS = ["device", "stream", "ts_ns", "name", "wait_on_stream", "record_correlation"]
-LINK_COLUMNS = ("device", "stream", "ts_ns", "record_correlation", "wait_on_stream")
-"""An explicit link (``cuda_sync`` row): device, waiting stream, sync time, record's correlation, recording stream."""
 OPS_COLUMNS = ["tid", "ts_ns", "dur_ns", "name", "cat", "depth", "parent", "correlation", "external_id"]
 
 
@@ -211,7 +209,7 @@ def _outside(op, is_start, cut) -> np.ndarray:
 def _gpu(g: _Graph, k, rows, launch_node, launch_t, first, s0, waits=None, links=None, prior=None):
     """Nodes and edges of the GPU events ``rows`` (one step).  ``waits``: the sorted start times
     of the rank's stream-wait calls in the step (None: the trace records none, every event may
-    wait); ``links``: the rank's explicit cross-stream links (:data:`LINK_COLUMNS` arrays, aligned
+    wait); ``links``: the rank's explicit cross-stream links (:data:`~streamtrace.job.cuda_links.LINK_COLUMNS` arrays, aligned
     ns; None: the trace has none, the waits are inferred).  Returns (start node, end node, is communication) per row, in ``rows``' order (sorted
     by device, stream, start)."""
     dev, stream, ts, te = (k[c][rows] for c in ("device", "stream", "ts_ns", "end_ns"))
@@ -230,7 +228,7 @@ def _gpu(g: _Graph, k, rows, launch_node, launch_t, first, s0, waits=None, links
     same = np.r_[False, (dev[1:] == dev[:-1]) & (stream[1:] == stream[:-1])]
     prev = np.where(same, np.arange(n) - 1, -1)
     if links is not None:       # Kineto's explicit links: only they make an event wait on another stream
-        x = _linked(dev, stream, ts, te, corr, links)
+        x = linked_waits(dev, stream, ts, te, corr, links)
     else:
         x = _inferred(dev, stream, ts, te, prev, launch_node, launch_t, s0, waits)
     prior = np.full(n, NEG, np.int64) if prior is None else prior
@@ -303,39 +301,13 @@ def _inferred(dev, stream, ts, te, prev, launch_node, launch_t, s0, waits):
     return x
 
 
-def _linked(dev, stream, ts, te, corr, links):
-    """Cross-stream waits as Kineto links them (``cuda_sync`` events, :mod:`streamtrace.analyze.cuda_sync`):
-    per event (sorted by device, stream, start) the row of the event it waits for, -1 none.  A link
-    ``(device, waiting stream, sync time, record correlation, recording stream)`` makes the first
-    event on the waiting stream starting at or after the sync time wait for the last event on the
-    recording stream launched before the ``cudaEventRecord`` (correlation ids are given in call
-    order on the rank: the largest correlation below the record's).  A link whose source ends after
-    its destination starts is dropped (the clocks disagree; no edge against time); of several links
-    into one event the latest-ending source is kept."""
-    n = len(ts)
-    x = np.full(n, -1, np.int64)
-    lane = {}
-    if n:
-        cut = np.flatnonzero(np.r_[True, (dev[1:] != dev[:-1]) | (stream[1:] != stream[:-1]), True])
-        lane = {(int(dev[a]), int(stream[a])): (int(a), int(b)) for a, b in zip(cut[:-1], cut[1:])}
-    for d, s_wait, t_sync, rec, s_rec in zip(*(links[c].tolist() for c in LINK_COLUMNS)):
-        if (d, s_wait) not in lane or (d, s_rec) not in lane:
-            continue
-        a, b = lane[(d, s_wait)]
-        j = a + int(np.searchsorted(ts[a:b], t_sync, "left"))
-        a2, b2 = lane[(d, s_rec)]
-        c = corr[a2:b2]
-        before = np.flatnonzero((c >= 0) & (c < rec))
-        if j >= b or not len(before):
-            continue
-        i = a2 + int(before[np.argmax(c[before])])
-        if te[i] <= ts[j] and (x[j] < 0 or te[i] > te[x[j]]):
-            x[j] = i
-    return x
 
-
-def _syncs(g: _Graph, ops, rows, end_node, kend, kend_node):
-    """GPU -> CPU edges of the sync calls among ``rows``; returns the rows' mask of linked calls."""
+def _syncs(g: _Graph, ops, rows, end_node, kend, kend_node, kk=None, syncs=None):
+    """GPU -> CPU edges of the sync calls among ``rows``; returns the rows' mask of linked calls.
+    A call that Kineto links (``syncs``: :func:`~streamtrace.job.cuda_links.sync_targets`; ``kk``: the step's GPU events'
+    ``(stream, correlation)``, the order of ``kend``) waits for the GPU event it names
+    (:func:`~streamtrace.job.cuda_links.sync_target`), and only when that event ends inside the call; any other call for the
+    latest GPU end inside it."""
     linked = np.zeros(len(rows), bool)
     if not len(kend):
         return linked
@@ -344,12 +316,19 @@ def _syncs(g: _Graph, ops, rows, end_node, kend, kend_node):
     for i in np.flatnonzero(ops["is_sync"][rows]).tolist():
         r = rows[i]
         lo, hi = ops["ts_ns"][r], ops["ts_ns"][r] + ops["dur_ns"][r]
-        j = np.searchsorted(se, hi, "right") - 1
-        if j >= 0 and se[j] >= lo and end_node[i] >= 0:
-            g.edges([sn[j]], [end_node[i]], [hi - se[j]], C["sync"], f"thread {int(ops['tid'][r])}",
+        tgt = syncs.get(int(ops["correlation"][r])) if syncs and kk is not None else None
+        if tgt is not None:                     # linked: the event it waited for, or no GPU edge at all
+            j = sync_target(tgt, kk, int(ops["correlation"][r]), kend)
+            src, t = (kend_node[j], kend[j]) if j >= 0 and lo <= kend[j] <= hi else (-1, -1)
+        else:
+            j = np.searchsorted(se, hi, "right") - 1
+            src, t = (sn[j], se[j]) if j >= 0 and se[j] >= lo else (-1, -1)
+        if src >= 0 and end_node[i] >= 0:
+            g.edges([src], [end_node[i]], [hi - t], C["sync"], f"thread {int(ops['tid'][r])}",
                     str(ops["name"][r]), int(ops["external_id"][r]))
             linked[i] = True
     return linked
+
 
 
 def _zero_linked_syncs(cols, linked_names_nodes):
@@ -362,13 +341,14 @@ def _zero_linked_syncs(cols, linked_names_nodes):
     cols[3] = cat
 
 
-def step_graph(ops, k, step, main_tid, s0, s1, calls=None, links=None):
+def step_graph(ops, k, step, main_tid, s0, s1, calls=None, links=None, syncs=None):
     """The graph of one step (module docstring): ``(t, cols, anchors, order)`` with node times ``t``
     (int64[n], creation order), edge columns ``[src, dst, w, cat, lane, name, ref]``, the anchors'
     ``(node ids, kinds, correlation, stream, name, lane)`` and the nodes in topological order.
     ``calls``: int64[m, 2] ``(c10d call row, gloo run row)`` of the part's CPU collectives
-    (:func:`streamtrace.job.gloo.call_runs`), None for none; ``links``: :func:`sync_links` (None:
-    the waits are inferred)."""
+    (:func:`streamtrace.job.gloo.call_runs`), None for none; ``links``: :func:`~streamtrace.job.cuda_links.sync_links` (None:
+    the waits are inferred); ``syncs``: :func:`~streamtrace.job.cuda_links.sync_targets` (None: every sync call waits for the
+    latest GPU end inside it)."""
     g = _Graph()
     rows = (ops["ts_ns"] >= s0) & (ops["ts_ns"] < s1)
     rows = np.flatnonzero(rows & ~ops["is_gpu_sync"] if "is_gpu_sync" in ops else rows)
@@ -393,7 +373,7 @@ def step_graph(ops, k, step, main_tid, s0, s1, calls=None, links=None):
     waits = np.sort(ops["ts_ns"][rows[ops["is_wait"][rows]]]) if ops["any_wait"] else None
     sn, en, comm = _gpu(g, k, krows, launch_node, launch_t, first, s0, waits, links, queued_behind(k, krows))
     kend = k["end_ns"][krows]
-    linked = _syncs(g, ops, rows, end_node, kend, en)
+    linked = _syncs(g, ops, rows, end_node, kend, en, (k["stream"][krows], k["correlation"][krows]), syncs)
     cpu_a, cpu_e = _cpu_comm(g, ops, rows, runs, start_node, end_node, lanes)
     # the rank's step end: the later of the step thread's last instant and every GPU end
     t_end = int(max([s1, int(main[0][-1])] + ([int(kend.max())] if len(kend) else [])))
@@ -483,22 +463,6 @@ def part_reads(part) -> dict:
             "cuda_sync": part.read("cuda_sync", SYNC_COLUMNS)}
 
 
-def sync_links(part, table) -> dict | None:
-    """The part's explicit cross-stream links from its ``cuda_sync`` rows (pyarrow table or None,
-    :mod:`streamtrace.analyze.cuda_sync`): the ``Stream Wait Event`` rows (any row but ``Event Sync``
-    with a waiting stream, a recording stream and a record correlation id), as
-    :data:`LINK_COLUMNS` arrays with ``ts_ns`` aligned.  None when there are none: the trace's waits
-    are then inferred."""
-    if table is None or not table.num_rows:
-        return None
-    c = {x: column_numpy(table[x]) for x in SYNC_COLUMNS}
-    ok = (c["stream"] >= 0) & (c["wait_on_stream"] >= 0) & (c["record_correlation"] >= 0) & \
-        (c["name"].astype(str) != "Event Sync")
-    if not ok.any():
-        return None
-    out = {x: np.asarray(c[x][ok], np.int64) for x in LINK_COLUMNS}
-    out["ts_ns"] = part.align(out["ts_ns"])
-    return out
 
 
 def part_paths(job, part, spill, tables=None) -> dict:
@@ -527,6 +491,7 @@ def part_paths(job, part, spill, tables=None) -> dict:
     ops["is_gpu_sync"] = np.asarray(ops["cat"] == CUDA_SYNC_CAT, bool)  # GPU events the ops table holds too
     k["ts_ns"], k["end_ns"] = part.align(k["ts_ns"]), part.align(k["end_ns"])
     links = sync_links(part, tables.get("cuda_sync"))
+    syncs = sync_targets(tables.get("cuda_sync"))
     calls = None
     if has_runs(uniq):                                                 # a CPU-only (gloo) rank's collectives
         calls = np.asarray([cr for cr in call_runs([x or "" for x in ops["name"].tolist()]) if cr[1] >= 0],
@@ -535,7 +500,7 @@ def part_paths(job, part, spill, tables=None) -> dict:
     for step, tid, s0, s1 in _steps(ops):
         if job.steps is not None and step not in job.steps:
             continue
-        t, cols, anc, order = step_graph(ops, k, step, tid, s0, s1, calls, links)
+        t, cols, anc, order = step_graph(ops, k, step, tid, s0, s1, calls, links, syncs)
         pos, (o, s, w), marked, bad = reduce_step(t, cols, anc, order)
         dropped += bad
         nodes, kinds, corr, stream, name, lane = anc

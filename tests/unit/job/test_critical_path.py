@@ -213,3 +213,44 @@ def test_work_launched_before_the_profiler_window_is_earlier_work():
     # the same event with a correlation id above the step's launches stays the step's own work
     into, p = _queued_step(prior_step=1, prior_corr=9, prior_end=80)
     assert "compute_kernel" in p and not any(c == "queued" for _, _, c in into)
+
+
+def _event_sync_step(syncs):
+    """A step (0-100 ns): kernel A on stream 7 (20-60, launched at 10, correlation 1), kernel B on
+    stream 8 (30-61, launched at 12, correlation 2), ``cudaEventRecord`` on stream 7 at 14
+    (correlation 3), ``cudaEventSynchronize`` 40-62 (correlation 4).  Returns the sync edges into
+    the call's end as ``{(source time, weight)}``."""
+    import numpy as np
+    from streamtrace.job.critical_local import CATEGORIES, step_graph
+    rows = [("ProfilerStep#1", 0, 100, 0, -1, 0), ("cudaLaunchKernel", 10, 1, 1, 0, 1),
+            ("cudaLaunchKernel", 12, 1, 1, 0, 2), ("cudaEventRecord", 14, 1, 1, 0, 3),
+            ("cudaEventSynchronize", 40, 22, 1, 0, 4)]
+    n = len(rows)
+    ops = {"tid": np.ones(n, np.int64), "name": np.asarray([r[0] for r in rows], object),
+           "ts_ns": np.asarray([r[1] for r in rows], np.int64), "dur_ns": np.asarray([r[2] for r in rows], np.int64),
+           "depth": np.asarray([r[3] for r in rows], np.int64), "parent": np.asarray([r[4] for r in rows], np.int64),
+           "correlation": np.asarray([r[5] for r in rows], np.int64), "cat": np.full(n, "", object),
+           "external_id": np.arange(n, dtype=np.int64)}
+    ops["is_step"] = ops["name"] == "ProfilerStep#1"
+    ops["is_sync"] = ops["name"] == "cudaEventSynchronize"
+    ops["is_wait"] = np.zeros(n, bool)
+    ops["any_wait"] = False
+    k = {"device": np.zeros(2, np.int64), "stream": np.asarray([7, 8]), "ts_ns": np.asarray([20, 30]),
+         "end_ns": np.asarray([60, 61]), "name": np.asarray(["A", "B"], object),
+         "kind": np.asarray(["kernel", "kernel"], object), "correlation": np.asarray([1, 2]), "step": np.ones(2, np.int64)}
+    t, cols, _, _ = step_graph(ops, k, 1, 1, 0, 100, syncs=syncs)
+    src, dst, w, cat, lane, name, ref = cols
+    m = cat == CATEGORIES.index("sync")
+    return {(int(t[s]), int(w_)) for s, w_ in zip(src[m], w[m])}
+
+
+def test_an_event_sync_waits_for_the_recorded_stream_not_the_latest_kernel():
+    # without Kineto's link: the latest GPU end inside the call (B, stream 8, at 61)
+    assert _event_sync_step(None) == {(61, 1)}
+    # with it (Event Sync of the record with correlation 3 on stream 7): A, launched before the record
+    assert _event_sync_step({4: ("Event Sync", 7, 3, -1)}) == {(60, 2)}
+    # a Stream Sync of stream 8 waits for B; a Context Sync for the latest end of all launched before
+    assert _event_sync_step({4: ("Stream Sync", -1, -1, 8)}) == {(61, 1)}
+    assert _event_sync_step({4: ("Context Sync", -1, -1, -1)}) == {(61, 1)}
+    # a record made before any event of its stream was launched: nothing to wait for, no GPU edge
+    assert _event_sync_step({4: ("Event Sync", 7, 1, -1)}) == set()
