@@ -48,7 +48,7 @@ def run_demo(folder="streamtrace-demo", world_size=8, tp=2, pp=2, jobs=0, log=pr
         raise StreamtraceError(f"the demo's merged trace did not validate: {status}")
     summary = None
     if epilogue:
-        summary = run(folder, EpilogueOptions(jobs=jobs, quiet=True, report=ReportOptions(name="demo")))
+        summary = run(folder, EpilogueOptions(jobs=jobs, progress=False, report=ReportOptions(name="demo")))
         if summary["failures"]:
             f = summary["failures"][0]
             raise StreamtraceError(f"the demo's epilogue failed: {f['stage']} ({f['file']}): {f['error']} "

@@ -45,7 +45,7 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
                         efficiency=eff)
     opt = EpilogueOptions(full=full, chunked=not in_memory, jobs=parse_jobs(jobs), max_memory_gb=max_memory,
                           strict=strict, outdir=outdir, topology=topology, torchtitan_config=torchtitan_config,
-                          quiet=quiet, verbose=verbose, report=rep)
+                          progress=con.progress, verbose=verbose, report=rep)
     check_efficiency_flags(peak_tflops, flops_per_token, nic_gbps, gpus_per_node)
     opt.check()
     check_paths(run_dir, opt)     # a run folder that is not there, an output folder not the epilogue's: exit 1

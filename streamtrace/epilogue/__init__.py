@@ -33,7 +33,8 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field, fields, replace
+import warnings
+from dataclasses import InitVar, dataclass, field, fields, replace
 from pathlib import Path
 
 from ..events.load import Outputs, register
@@ -145,8 +146,11 @@ class EpilogueOptions:
             under ``RUN_DIR`` (:func:`find_topology`), else the traces' ``distributedInfo.pg_config``.
         torchtitan_config: the job's TorchTitan TOML (str): tokens per step, model and mesh (the
             topology when none is found or given); None.
-        quiet: log only failures and the final line (bool, default False).
-        verbose: log tracebacks of failures too (bool, default False; also ``$STREAMTRACE_DEBUG``).
+        progress: log each stage's progress lines (``done in``, ``reused``, notes); None (default) or True:
+            logged, False: only failures, warnings and the final line (the CLI's ``-q/--quiet``).  The
+            spelling of every stage's options (there: progress bars).
+        verbose: log tracebacks of failures too (bool, default False; the CLI's ``-v``; also
+            ``$STREAMTRACE_DEBUG``).
         report: the report's options (:class:`~streamtrace.report.options.ReportOptions`: name, tokens per
             step or global batch and sequence length, charts, their formats and ranks); its ``jobs`` and
             ``progress`` are the epilogue's.  Default: ``ReportOptions()``.
@@ -155,6 +159,8 @@ class EpilogueOptions:
             top of the last one's (1,024 ranks: the analysis summaries alone are ~70 MB of Python
             objects), and a stage killed by the system is one failure, not the end of the
             epilogue.  False: all in this process (e.g. under a debugger).
+        quiet: deprecated (removed in the next release): ``quiet=True`` is ``progress=False``, with a
+            ``DeprecationWarning``.
     """
     full: bool = False
     chunked: bool = True
@@ -164,10 +170,17 @@ class EpilogueOptions:
     outdir: str | None = None
     topology: str | None = None
     torchtitan_config: str | None = None
-    quiet: bool = False
+    progress: bool | None = None
     verbose: bool = False
     report: ReportOptions = field(default_factory=ReportOptions)
     isolate: bool = True
+    quiet: InitVar[bool | None] = None
+
+    def __post_init__(self, quiet):
+        if quiet is not None:
+            _deprecated_quiet(stacklevel=4)
+            if quiet:
+                self.progress = False
 
     def check(self):
         """:class:`~streamtrace.runtime.errors.UsageError` for options that cannot work together (the CLI
@@ -178,10 +191,21 @@ class EpilogueOptions:
             raise UsageError(f"bad --jobs {self.jobs}: give a number of processes, or 0 for all cores")
 
 
+def _deprecated_quiet(stacklevel):
+    """The ``quiet`` keyword of the last release: accepted for one more, with a warning naming its caller."""
+    warnings.warn("the epilogue's quiet=... is deprecated (removed in the next release): give progress=False "
+                  "for quiet=True", DeprecationWarning, stacklevel=stacklevel)
+
+
 def with_options(opt: EpilogueOptions, **options) -> EpilogueOptions:
     """``opt`` with the fields given as keywords changed: the epilogue's own, or its report's
     (``with_options(opt, full=True, charts=False)`` sets ``opt.report.charts``).  Raises ``TypeError``
-    for a name that is neither."""
+    for a name that is neither.  ``quiet=True`` (deprecated) is ``progress=False``, with a
+    ``DeprecationWarning`` naming the caller of :func:`run` / ``streamtrace.open``."""
+    if "quiet" in options:
+        _deprecated_quiet(stacklevel=4)
+        if options.pop("quiet"):
+            options["progress"] = False
     own = {f.name for f in fields(EpilogueOptions)}
     rep = {k: options.pop(k) for k in list(options) if k not in own and k in {f.name for f in fields(ReportOptions)}}
     opt = replace(opt, **options)
@@ -217,7 +241,7 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
         the CLI exits 1 when anything failed.  ``TypeError`` for a keyword that is no option.
     """
     opt = with_options(opt or EpilogueOptions(), **options)
-    log = StageLog(log_file, opt.quiet, opt.verbose)
+    log = StageLog(log_file, opt.progress, opt.verbose)
     t0 = time.time()
     run_dir = Path(run_dir)
     out = outdir_of(run_dir, opt)

@@ -80,12 +80,12 @@ def test_py_typed_is_shipped():
 
 
 def test_epilogue_options_are_composed_of_the_report_s():
-    """EpilogueOptions holds a ReportOptions, not copies of its fields (``jobs`` is the epilogue's own:
-    the report gets the epilogue's); keywords of the report still work with ``run``."""
+    """EpilogueOptions holds a ReportOptions, not copies of its fields (``jobs`` and ``progress`` are the
+    epilogue's own: the report gets the epilogue's); keywords of the report still work with ``run``."""
     from streamtrace.epilogue import EpilogueOptions, with_options
     from streamtrace.report.options import ReportOptions
     own = {f.name for f in dataclasses.fields(EpilogueOptions)}
-    assert own & {f.name for f in dataclasses.fields(ReportOptions)} == {"jobs"}
+    assert own & {f.name for f in dataclasses.fields(ReportOptions)} == {"jobs", "progress"}
     opt = with_options(EpilogueOptions(), full=True, charts=False, tokens_per_step=4096, jobs=3)
     assert opt.full and opt.jobs == 3 and opt.report == ReportOptions(charts=False, tokens_per_step=4096)
     with pytest.raises(TypeError):
@@ -101,3 +101,29 @@ def test_one_spelling_per_concept():
     names = {f.name for cls in (streamtrace.MergeOptions, ChartOptions, streamtrace.ReportOptions)
              for f in dataclasses.fields(cls)}
     assert "iteration" not in names and "formats" not in names and "chart_formats" in names
+
+
+def test_epilogue_progress_is_the_stages_spelling(tmp_path):
+    """The epilogue's log lines follow ``progress`` as the stages' bars do (False: failures and the final
+    line only); ``quiet`` of the last release still works for one more, with a DeprecationWarning."""
+    import io
+    from streamtrace.epilogue import EpilogueOptions, run
+    names = {f.name for f in dataclasses.fields(EpilogueOptions)}
+    assert "progress" in names and "quiet" not in names
+    assert EpilogueOptions().progress is None
+
+    def lines(**kw):
+        buf = io.StringIO()
+        s = run(tmp_path, log_file=buf, isolate=False, outdir=str(tmp_path / "out"), **kw)
+        assert s["failures"][0]["error"] == "no rank traces found"          # an empty run folder
+        return buf.getvalue().splitlines()
+    loud = lines()
+    assert any(" run " in x and "topology" in x for x in loud) and any("FAILED discover" in x for x in loud)
+    quiet = lines(progress=False)
+    assert not any("topology" in x for x in quiet) and any("FAILED discover" in x for x in quiet)
+    with pytest.warns(DeprecationWarning, match="progress=False") as w:
+        old = lines(quiet=True)
+    assert old == quiet and w[0].filename == __file__           # the warning names the caller of run()
+    with pytest.warns(DeprecationWarning, match="progress=False") as w:
+        assert EpilogueOptions(quiet=True).progress is False
+    assert w[0].filename == __file__

@@ -189,3 +189,20 @@ def test_topology_sizes_that_do_not_fit_are_a_usage_error(capsys, tmp_path):
     assert main(["topology", "--from", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "--topology FILE" not in err and "streamtrace topology --tp" in err
+
+
+def test_epilogue_quiet_and_verbose_flags(tmp_path):
+    """-q/--quiet is the epilogue's ``progress=False`` (no progress lines, the failure and final line
+    stay); -v is ``verbose``; both at once is a usage error."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    loud = run_cli("epilogue", str(run_dir), "-o", str(tmp_path / "a"))
+    quiet = run_cli("epilogue", str(run_dir), "-o", str(tmp_path / "b"), "--quiet")
+    q = run_cli("epilogue", str(run_dir), "-o", str(tmp_path / "c"), "-q")
+    assert loud.returncode == quiet.returncode == q.returncode == 1
+    assert "topology" in loud.stderr and "FAILED discover" in loud.stderr
+    for r in (quiet, q):
+        assert "topology" not in r.stderr and "FAILED discover" in r.stderr, r.stderr
+        assert r.stderr.strip().splitlines()[-1].startswith("streamtrace: ")     # the one-line error stays
+    both = run_cli("epilogue", str(run_dir), "-q", "-v")
+    assert both.returncode == 2 and "not both" in both.stderr
