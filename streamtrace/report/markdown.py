@@ -352,7 +352,7 @@ def write_report(aggdir, outdir=None, name=None, tokens_per_step=None, global_ba
     files = []
     if charts:
         files = render_all(aggdir, out / "charts", opt=ChartOptions(chart_formats=tuple(chart_formats), jobs=jobs,
-                                                                    ranks=chart_ranks, progress=progress))
+                                                                    chart_ranks=chart_ranks, progress=progress))
         files += idle_chart(rep.get("explain"), out / "charts" / "idle_breakdown", tuple(chart_formats))
         files += critical_chart(aggdir, out / "charts" / "critical_path", tuple(chart_formats))
         files += efficiency_charts(rep.get("efficiency"), aggdir, out / "charts", read_meta(aggdir),

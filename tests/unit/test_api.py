@@ -101,6 +101,18 @@ def test_one_spelling_per_concept():
     names = {f.name for cls in (streamtrace.MergeOptions, ChartOptions, streamtrace.ReportOptions)
              for f in dataclasses.fields(cls)}
     assert "iteration" not in names and "formats" not in names and "chart_formats" in names
+    charts = {f.name for cls in (ChartOptions, streamtrace.ReportOptions) for f in dataclasses.fields(cls)}
+    assert "ranks" not in charts and "chart_ranks" in charts     # (MergeOptions.ranks: the ranks merged)
+    assert {f.name for f in dataclasses.fields(ChartOptions)} >= {"chart_ranks", "chart_formats", "progress"}
+
+
+def test_chart_ranks_old_keyword_warns_once_more():
+    """``ChartOptions(ranks=...)`` / ``render_all(..., ranks=...)`` of the last release: ``chart_ranks``, warned."""
+    from streamtrace.report.render import ChartOptions
+    with pytest.warns(DeprecationWarning, match="chart_ranks") as w:
+        assert ChartOptions(ranks=[0, 3]) == ChartOptions(chart_ranks=[0, 3])
+    assert w[0].filename == __file__
+    assert dataclasses.replace(ChartOptions(chart_ranks=[1]), jobs=2).chart_ranks == [1]
 
 
 def test_epilogue_progress_is_the_stages_spelling(tmp_path):
