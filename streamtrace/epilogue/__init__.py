@@ -37,8 +37,10 @@ import warnings
 from dataclasses import InitVar, dataclass, field, fields, replace
 from pathlib import Path
 
-from ..events.load import Outputs, register
+from ..analyze.outputs import Analysis
+from ..job.folder import CHARTS, Aggregate
 from ..report.options import ReportOptions
+from ..report.outputs import EpilogueRun, Report       # its output folder's kind (``diff`` reads such folders too)
 from ..runtime.errors import StreamtraceError, UsageError
 from ..runtime.files import atomic_output, clean_stale
 from ..runtime.fork import call_in_child
@@ -256,7 +258,7 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
             return summary
         out.mkdir(parents=True, exist_ok=True)
         clean_stale(out)                         # what a killed earlier run left in it
-        state_path = out / "epilogue.json"
+        state_path = out / EpilogueRun.marker
         state, jobs = read_state(state_path), worker_count(opt)
         topo = opt.topology or find_topology(run_dir)
         log.info(f"run {run_dir}: topology {topo or 'not found (the traces pg_config, if any)'}; {jobs} jobs")
@@ -352,9 +354,9 @@ class StageRun:
 def _iteration(ctx: StageRun, it, paths) -> str | None:
     """Analyse and merge one iteration's rank traces (``paths``); returns its analysis folder when
     the analysis succeeded (or was reused)."""
-    tag = f"iteration_{it}" if it is not None else "traces"
+    tag = EpilogueRun.iteration(it)
     adir = analyze_stage(ctx, it, paths)
-    merged = ctx.out / tag / ("merged.json.gz" if ctx.opt.full else "merged_gpu.json.gz")
+    merged = ctx.out / tag / EpilogueRun.merged(ctx.opt.full)
     fp_merge = _fingerprint(paths, full=ctx.opt.full, stage="merge")
     _, st = _stage(ctx, f"{tag}/merge", fp_merge, [merged], lambda: _merge(ctx, tag, paths, merged), "merge", tag)
     ctx.summary["stages"][f"{tag}/merge"] = st
@@ -365,10 +367,10 @@ def analyze_stage(ctx: StageRun, it, paths) -> str | None:
     """The analyze stage of one iteration (reused when its traces and options are unchanged); returns
     its analysis folder, None when the analysis failed."""
     opt, log, topo, jobs = ctx.opt, ctx.log, ctx.topo, ctx.jobs
-    tag = f"iteration_{it}" if it is not None else "traces"
+    tag = EpilogueRun.iteration(it)
     ctx.summary["iterations"].append(it)
     ctx.summary["ranks"] = max(ctx.summary["ranks"], len(paths))
-    adir = ctx.out / tag / "analysis"
+    adir = ctx.out / tag / EpilogueRun.ANALYSIS
 
     def do_analyze():
         from ..analyze import AnalyzeOptions, analyze
@@ -379,7 +381,7 @@ def analyze_stage(ctx: StageRun, it, paths) -> str | None:
         return {"ranks": [r["rank"] for r in s["ranks"]], "failed": len(s["failed"])}
     fp = _fingerprint(paths + ([topo] if topo else []), chunked=opt.chunked, stage="analyze",
                       layout="iteration=N/rank=R", op_perf=1)   # redo folders of older layouts / without op_perf
-    res, st = _stage(ctx, f"{tag}/analyze", fp, [adir / "summary.json"], do_analyze, "analyze", tag)
+    res, st = _stage(ctx, f"{tag}/analyze", fp, [adir / Analysis.marker], do_analyze, "analyze", tag)
     ctx.summary["stages"][f"{tag}/analyze"] = st
     if res is not None:              # an Nsight Systems export holds several ranks
         ctx.summary["ranks"] = max(ctx.summary["ranks"], len(res.get("ranks", ())))
@@ -425,11 +427,13 @@ def _merge(ctx: StageRun, tag, paths, merged) -> dict:
 def _mark_stage(ctx: StageRun, agg):
     """The critical path of ``agg`` marked in every iteration's merged trace
     (:func:`streamtrace.merge.critical_marks.mark_critical_path`; marking again gives the same file)."""
-    merged = sorted(p for p in ctx.out.glob("*/merged*.json.gz") if (agg / "critical_path.parquet").is_file())
+    merged = sorted(p for full in (False, True) for p in ctx.out.glob(f"*/{EpilogueRun.merged(full)}")
+                    if (agg / "critical_path.parquet").is_file())
 
     def do_mark():
         from ..merge.critical_marks import mark_critical_path
-        it = lambda m: int(m.parent.name.split("_")[1]) if m.parent.name.startswith("iteration_") else None  # noqa: E731
+        pre = EpilogueRun.ITERATION
+        it = lambda m: int(m.parent.name[len(pre):]) if m.parent.name.startswith(pre) else None  # noqa: E731
         return {"marked": sum(mark_critical_path(m, agg, iteration=it(m))["marked"] for m in merged)}
     if merged:
         fp = _fingerprint([agg / "critical_path.parquet"] + merged, stage="critical path marks")
@@ -450,7 +454,7 @@ def aggregate_stage(ctx: StageRun, analysed) -> tuple:
     """Aggregate every analysed iteration into ``ctx.out/aggregate`` (reused when unchanged); returns
     ``(the aggregate folder or None when it failed, the stage's fingerprint)``."""
     opt, topo = ctx.opt, ctx.topo
-    agg = ctx.out / "aggregate"
+    agg = ctx.out / EpilogueRun.AGGREGATE
 
     skipped = ctx.summary.get("skipped") or []
 
@@ -459,9 +463,9 @@ def aggregate_stage(ctx: StageRun, analysed) -> tuple:
         aggregate(analysed, agg, AggregateOptions(jobs=ctx.jobs, topology=topo,
                                                   torchtitan_config=opt.torchtitan_config))
         if skipped:
-            _add_warnings(agg / "aggregate.json", [f"not this job's, skipped by the {ctx.log.name}: {s}" for s in skipped])
+            _add_warnings(agg / Aggregate.marker, [f"not this job's, skipped by the {ctx.log.name}: {s}" for s in skipped])
         return {"outdir": str(agg)}
-    fp = _fingerprint([Path(a) / "summary.json" for a in analysed] + ([topo] if topo else [])
+    fp = _fingerprint([Path(a) / Analysis.marker for a in analysed] + ([topo] if topo else [])
                       + ([opt.torchtitan_config] if opt.torchtitan_config else []), stage="aggregate", version=2,
                       skipped=skipped)
     res, st = _stage(ctx, "aggregate", fp, [agg], do_aggregate, "aggregate", ", ".join(analysed))
@@ -483,51 +487,12 @@ def _job_stages(ctx: StageRun, analysed, run_dir) -> str | None:
         rep = report([agg], ctx.out, replace(ropt, progress=False, jobs=ctx.jobs))
         return {"report": rep["files"][0], "files": len(rep["files"])}
     eff = ropt.efficiency
-    fp_report = _fingerprint([agg / "aggregate.json"], name=ropt.name, tokens=ropt.tokens_per_step,
+    fp_report = _fingerprint([agg / Aggregate.marker], name=ropt.name, tokens=ropt.tokens_per_step,
                              batch=ropt.global_batch, seq=ropt.seq_len, charts=ropt.charts,
                              chart_ranks=ropt.chart_ranks, formats=list(ropt.chart_formats), base=fp,
                              efficiency=None if eff is None else [eff.peak_tflops, eff.flops_per_token, eff.nic_gbps,
                                                                   eff.gpus_per_node])
-    outputs = [ctx.out / "report.json"] + ([ctx.out / "charts"] if ropt.charts else [])
+    outputs = [ctx.out / Report.marker] + ([ctx.out / CHARTS] if ropt.charts else [])
     res, st = _stage(ctx, "report", fp_report, outputs, do_report, "report + charts", agg)
     ctx.summary["stages"]["report"] = st
     return res["report"] if res is not None and Path(res["report"]).exists() else None
-
-
-@register
-class EpilogueRun(Outputs):
-    """The epilogue's output folder (``RUN_DIR/streamtrace`` or its ``-o``) as a kind of output folder
-    (:class:`~streamtrace.events.load.OutputKind`): the aggregate's tables, and ``kernels``/``ops`` of
-    every analysed iteration together.  ``analyses``: ``{folder name: Analysis}``; ``aggregate``: the
-    :class:`~streamtrace.job.folder.Aggregate` (None when it was not written)."""
-    kind, marker, precedence = "epilogue", "epilogue.json", 1
-
-    @classmethod
-    def owns(cls, name: str) -> bool:
-        """What the epilogue writes at the top of its folder: ``epilogue.json``, ``aggregate/``, the report
-        (``report.json``, ``charts/``, ``*.md``) and one folder per iteration (``iteration_<N>/``, ``traces/``)."""
-        return (name in (cls.marker, "aggregate", "report.json", "charts", "traces") or name.endswith(".md")
-                or name.startswith("iteration_"))
-
-    @property
-    def analyses(self) -> dict:
-        from ..analyze.outputs import Analysis       # (pyarrow: only when the folder is read)
-        return {p.parent.name: Analysis(p) for p in sorted(self.path.glob("*/analysis"))
-                if (p / Analysis.marker).is_file()}
-
-    @property
-    def aggregate(self):
-        from ..job.folder import Aggregate
-        p = self.path / "aggregate"
-        return Aggregate(p) if (p / Aggregate.marker).is_file() else None
-
-    def tables(self):
-        agg = self.aggregate
-        own = [n for n in ("kernels", "ops") if any(n in a.tables() for a in self.analyses.values())]
-        return own + (agg.tables() if agg is not None else [])
-
-    def _read(self, name):
-        import pyarrow as pa
-        if name in ("kernels", "ops"):
-            return pa.concat_tables([a.table(name) for a in self.analyses.values() if name in a.tables()])
-        return self.aggregate.table(name)

@@ -81,7 +81,7 @@ from .p2p import p2p_rows, write_p2p
 from .pipeline import pipeline_rows, replica_rows
 from .timeline import join as join_timeline, write_part as write_timeline_part
 from .explain import part_tables, write_tables as write_explain
-from .folder import TABLES, Aggregate, owned, read_aggregate_table, read_meta  # noqa: F401 (re-exported)
+from .folder import TABLES, Aggregate, owned, read_aggregate_table  # noqa: F401 (re-exported)
 from .options import AggregateOptions
 
 KIND_CODE = {"compute": 0, "communication": 1, "memory": 2}
@@ -426,8 +426,8 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
             "clock_components": {str(job.parts[i].rank): v for i, v in coll.clock_components.items()},
             "collectives": coll.stats, "collective_summary": coll.summary, "inferred_layout": layout,
             "parts": job.meta()["parts"], "warnings": job.warnings + _collective_warnings(opt, coll, job),
-            "files": sorted(p.name for p in files) + ["aggregate.json"], "seconds": round(time.time() - t0, 3)}
-    with atomic_output(outdir / "aggregate.json", compress=False) as f:
+            "files": sorted(p.name for p in files) + [Aggregate.marker], "seconds": round(time.time() - t0, 3)}
+    with atomic_output(outdir / Aggregate.marker, compress=False) as f:
         f.write(json.dumps(meta, indent=1, default=json_default).encode())
     return meta
 

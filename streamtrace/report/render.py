@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ..events.dataset import iter_table
-from ..job.folder import read_aggregate_table, read_meta
+from ..job.folder import Aggregate, read_aggregate_table
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
 from . import charts as C
@@ -102,7 +102,7 @@ def load(aggdir, chart_ranks=None) -> dict:
     members are read in batches by :func:`plan` (:func:`skew_grids`), so that the report of a 1,024-rank
     job holds no table of every collective kernel and no other rank's timeline.
     Raises :class:`~streamtrace.runtime.errors.DataError` naming a damaged or missing file."""
-    out = {"meta": read_meta(aggdir)}
+    out = {"meta": Aggregate.read(aggdir).summary}
     for n in ("rank_phase", "ranks", "pipeline", "p2p"):
         out[n] = read_aggregate_table(aggdir, n)
     out["collectives"] = read_aggregate_table(aggdir, "collectives", COLLECTIVE_COLUMNS)
