@@ -44,7 +44,7 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
                         charts=not no_charts, chart_formats=parse_formats(chart_format),
                         chart_ranks=parse_list(chart_ranks, "--chart-ranks") if chart_ranks else None,
                         efficiency=eff)
-    opt = EpilogueOptions(full=full, chunked=not in_memory, jobs=parse_jobs(jobs), max_memory_gb=max_memory,
+    opt = EpilogueOptions(gpu_only=not full, chunked=not in_memory, jobs=parse_jobs(jobs), max_memory_gb=max_memory,
                           strict=strict, outdir=outdir, topology=topology, torchtitan_config=torchtitan_config,
                           progress=con.progress, verbose=verbose, report=rep)
     check_efficiency_flags(peak_tflops, flops_per_token, nic_gbps, gpus_per_node)

@@ -8,7 +8,7 @@ then into ``RUN_DIR/streamtrace/`` (or ``EpilogueOptions.outdir``, e.g. for a re
 * ``iteration_<N>/analysis/``: :func:`streamtrace.analyze.analyze` (``--chunked`` by default;
   Parquet in ``kernels/iteration=<N>/rank=<R>/`` and ``ops/iteration=<N>/rank=<R>/``);
 * ``iteration_<N>/merged_gpu.json.gz`` (GPU processes only, so Perfetto's UI can load it) or
-  ``merged.json.gz`` with ``full=True``: :func:`streamtrace.merge.merge_files`;
+  ``merged.json.gz`` with ``gpu_only=False``: :func:`streamtrace.merge.merge_files`;
 * ``aggregate/``: :func:`streamtrace.job.aggregate.aggregate` over all iterations; its critical path
   then marked in each merged trace (:mod:`streamtrace.merge.critical_marks`);
 * ``<run name>.md`` + ``report.json`` and ``charts/``: :func:`streamtrace.report.write_report`;
@@ -136,8 +136,9 @@ class EpilogueOptions:
     """Options of :func:`run` (the ``streamtrace epilogue`` flags).
 
     Attributes:
-        full: merge every event (``merged.json.gz``), not only the GPU processes (``merged_gpu.json.gz``);
-            bool, default False.
+        gpu_only: merge only the GPU processes (``merged_gpu.json.gz``; bool, default True, as
+            :class:`~streamtrace.merge.MergeOptions`' ``gpu_only``); False: every event (``merged.json.gz``,
+            the CLI's ``--full``).
         chunked: analyse with ``--chunked`` (spill files on disk), else in memory; bool, default True.
         jobs: worker processes (int); 0 = all cores (default).
         max_memory_gb: a cap in GB (float) that limits the workers (:data:`WORKER_GB` each); None: no cap.
@@ -161,10 +162,10 @@ class EpilogueOptions:
             top of the last one's (1,024 ranks: the analysis summaries alone are ~70 MB of Python
             objects), and a stage killed by the system is one failure, not the end of the
             epilogue.  False: all in this process (e.g. under a debugger).
-        quiet: deprecated (removed in the next release): ``quiet=True`` is ``progress=False``, with a
-            ``DeprecationWarning``.
+        quiet, full: deprecated (removed in the next release; :data:`RENAMED`): ``quiet=True`` is
+            ``progress=False``, ``full=True`` is ``gpu_only=False``, each with a ``DeprecationWarning``.
     """
-    full: bool = False
+    gpu_only: bool = True
     chunked: bool = True
     jobs: int = 0
     max_memory_gb: float | None = None
@@ -177,12 +178,11 @@ class EpilogueOptions:
     report: ReportOptions = field(default_factory=ReportOptions)
     isolate: bool = True
     quiet: InitVar[bool | None] = None
+    full: InitVar[bool | None] = None
 
-    def __post_init__(self, quiet):
-        if quiet is not None:
-            _deprecated_quiet(stacklevel=4)
-            if quiet:
-                self.progress = False
+    def __post_init__(self, quiet, full):
+        for name, value in _renamed({"quiet": quiet, "full": full}, stacklevel=3).items():
+            setattr(self, name, value)
 
     def check(self):
         """:class:`~streamtrace.runtime.errors.UsageError` for options that cannot work together (the CLI
@@ -193,21 +193,31 @@ class EpilogueOptions:
             raise UsageError(f"bad --jobs {self.jobs}: give a number of processes, or 0 for all cores")
 
 
-def _deprecated_quiet(stacklevel):
-    """The ``quiet`` keyword of the last release: accepted for one more, with a warning naming its caller."""
-    warnings.warn("the epilogue's quiet=... is deprecated (removed in the next release): give progress=False "
-                  "for quiet=True", DeprecationWarning, stacklevel=stacklevel)
+RENAMED = {"quiet": ("progress", lambda quiet: False if quiet else None),
+           "full": ("gpu_only", lambda full: not full)}
+"""The last release's keywords, accepted for one more with a ``DeprecationWarning``: ``{old: (field,
+value of the field for the old value)}`` (None: the field as it is)."""
+
+
+def _renamed(options: dict, stacklevel) -> dict:
+    """``options`` with the keywords of :data:`RENAMED` given (not None) in today's spelling, each warned
+    about at the caller ``stacklevel`` frames up."""
+    for old in [k for k, v in options.items() if k in RENAMED and v is not None]:
+        new, value = RENAMED[old]
+        warnings.warn(f"the epilogue's {old}=... is deprecated (removed in the next release): give "
+                      f"{new}={value(True)!r} for {old}=True", DeprecationWarning, stacklevel=stacklevel + 1)
+        v = value(options.pop(old))
+        if v is not None:
+            options[new] = v
+    return {k: v for k, v in options.items() if k not in RENAMED}
 
 
 def with_options(opt: EpilogueOptions, **options) -> EpilogueOptions:
     """``opt`` with the fields given as keywords changed: the epilogue's own, or its report's
-    (``with_options(opt, full=True, charts=False)`` sets ``opt.report.charts``).  Raises ``TypeError``
-    for a name that is neither.  ``quiet=True`` (deprecated) is ``progress=False``, with a
-    ``DeprecationWarning`` naming the caller of :func:`run` / ``streamtrace.open``."""
-    if "quiet" in options:
-        _deprecated_quiet(stacklevel=4)
-        if options.pop("quiet"):
-            options["progress"] = False
+    (``with_options(opt, gpu_only=False, charts=False)`` sets ``opt.report.charts``).  Raises ``TypeError``
+    for a name that is neither.  The keywords of :data:`RENAMED` (deprecated) are taken in today's spelling,
+    with a ``DeprecationWarning`` naming the caller of :func:`run` / ``streamtrace.open``."""
+    options = _renamed(options, stacklevel=3)
     own = {f.name for f in fields(EpilogueOptions)}
     rep = {k: options.pop(k) for k in list(options) if k not in own and k in {f.name for f in fields(ReportOptions)}}
     opt = replace(opt, **options)
@@ -226,7 +236,7 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
     log_file : file, optional
         Where log lines go (default stderr).
     **options
-        Fields of ``opt``, or of its report's, changed: ``run(d, full=True, charts=False)``
+        Fields of ``opt``, or of its report's, changed: ``run(d, gpu_only=False, charts=False)``
         (:func:`with_options`).
 
     Returns
@@ -356,8 +366,8 @@ def _iteration(ctx: StageRun, it, paths) -> str | None:
     the analysis succeeded (or was reused)."""
     tag = EpilogueRun.iteration(it)
     adir = analyze_stage(ctx, it, paths)
-    merged = ctx.out / tag / EpilogueRun.merged(ctx.opt.full)
-    fp_merge = _fingerprint(paths, full=ctx.opt.full, stage="merge")
+    merged = ctx.out / tag / EpilogueRun.merged(full=not ctx.opt.gpu_only)
+    fp_merge = _fingerprint(paths, full=not ctx.opt.gpu_only, stage="merge")     # (the key of earlier runs' state)
     _, st = _stage(ctx, f"{tag}/merge", fp_merge, [merged], lambda: _merge(ctx, tag, paths, merged), "merge", tag)
     ctx.summary["stages"][f"{tag}/merge"] = st
     return adir
@@ -406,8 +416,8 @@ def _merge(ctx: StageRun, tag, paths, merged) -> dict:
             todo.append(tf)
     while todo:
         try:
-            r = merge_files(todo, merged, MergeOptions(gpu_only=not opt.full, jobs=ctx.jobs, progress=False))
-            if r["cpu_only"] and not opt.full:
+            r = merge_files(todo, merged, MergeOptions(gpu_only=opt.gpu_only, jobs=ctx.jobs, progress=False))
+            if r["cpu_only"] and opt.gpu_only:
                 log.note(f"{tag}: no rank has a GPU process (a CPU-only run): {merged.name} holds the CPU "
                          f"processes")
             for w in r["warnings"]:

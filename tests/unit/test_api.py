@@ -87,8 +87,8 @@ def test_epilogue_options_are_composed_of_the_report_s():
     from streamtrace.report.options import ReportOptions
     own = {f.name for f in dataclasses.fields(EpilogueOptions)}
     assert own & {f.name for f in dataclasses.fields(ReportOptions)} == {"jobs", "progress"}
-    opt = with_options(EpilogueOptions(), full=True, charts=False, tokens_per_step=4096, jobs=3)
-    assert opt.full and opt.jobs == 3 and opt.report == ReportOptions(charts=False, tokens_per_step=4096)
+    opt = with_options(EpilogueOptions(), gpu_only=False, charts=False, tokens_per_step=4096, jobs=3)
+    assert not opt.gpu_only and opt.jobs == 3 and opt.report == ReportOptions(charts=False, tokens_per_step=4096)
     with pytest.raises(TypeError):
         with_options(EpilogueOptions(), no_such_option=1)
 
@@ -140,3 +140,20 @@ def test_epilogue_progress_is_the_stages_spelling(tmp_path):
     with pytest.warns(DeprecationWarning, match="progress=False") as w:
         assert EpilogueOptions(quiet=True).progress is False
     assert w[0].filename == __file__
+
+
+def test_epilogue_gpu_only_is_merge_s_spelling():
+    """The epilogue's merge keeps the GPU processes as ``MergeOptions.gpu_only`` says (default True here);
+    ``full=True`` of the last release is ``gpu_only=False`` for one more, with a DeprecationWarning."""
+    import streamtrace
+    from streamtrace.epilogue import EpilogueOptions, with_options
+    names = {f.name for f in dataclasses.fields(EpilogueOptions)}
+    assert "gpu_only" in names and "full" not in names
+    assert "gpu_only" in {f.name for f in dataclasses.fields(streamtrace.MergeOptions)}
+    assert EpilogueOptions().gpu_only is True
+    with pytest.warns(DeprecationWarning, match="gpu_only=False for full=True") as w:
+        assert EpilogueOptions(full=True).gpu_only is False
+    assert w[0].filename == __file__
+    with pytest.warns(DeprecationWarning, match="gpu_only=False"):
+        assert with_options(EpilogueOptions(), full=False).gpu_only is True
+    assert dataclasses.replace(EpilogueOptions(gpu_only=False), jobs=2).gpu_only is False    # no warning, kept

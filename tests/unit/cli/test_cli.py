@@ -206,3 +206,24 @@ def test_epilogue_quiet_and_verbose_flags(tmp_path):
         assert r.stderr.strip().splitlines()[-1].startswith("streamtrace: ")     # the one-line error stays
     both = run_cli("epilogue", str(run_dir), "-q", "-v")
     assert both.returncode == 2 and "not both" in both.stderr
+
+
+def test_epilogue_full_flag_is_gpu_only_false(tmp_path):
+    """--full (EpilogueOptions.gpu_only=False, merge's spelling): merged.json.gz with the CPU processes too;
+    without it, merged_gpu.json.gz holds none of the CPU ops (counted in the raw output with gzip + json)."""
+    import gzip
+    import json
+    from streamtrace.synth.job import SynthSpec, generate_job
+    run_dir = tmp_path / "run"
+    generate_job(run_dir, SynthSpec(world_size=2, tp=2, pp=1, layers=1, microbatches=1))
+
+    def cpu_ops(path):
+        return sum(e.get("cat") == "cpu_op" for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"])
+    full = run_cli("epilogue", run_dir, "-o", tmp_path / "full", "--full", "--no-charts", "-j", "1", "-q")
+    assert full.returncode == 0, full.stderr
+    merged = list((tmp_path / "full").glob("*/merged*.json.gz"))
+    assert [p.name for p in merged] == ["merged.json.gz"] and cpu_ops(merged[0]) > 0
+    gpu = run_cli("epilogue", run_dir, "-o", tmp_path / "gpu", "--no-charts", "-j", "1", "-q")
+    assert gpu.returncode == 0, gpu.stderr
+    merged = list((tmp_path / "gpu").glob("*/merged*.json.gz"))
+    assert [p.name for p in merged] == ["merged_gpu.json.gz"] and cpu_ops(merged[0]) == 0
