@@ -82,9 +82,10 @@ def __dir__():
     return sorted(set(globals()) | set(_API))
 
 
-#: the modules that implement a kind of output folder (streamtrace.events.load.OutputKind), one per stage
+#: the modules that implement a kind of output folder (streamtrace.events.load.OutputKind); report.outputs holds
+#: the report's and the epilogue's
 _KINDS = ("streamtrace.analyze.outputs", "streamtrace.job.folder", "streamtrace.report.outputs",
-          "streamtrace.report.diff.outputs", "streamtrace.epilogue")
+          "streamtrace.report.diff.outputs")
 
 
 def load(path):

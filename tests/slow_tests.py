@@ -53,7 +53,8 @@ SLOW: dict[str, set[str] | str] = {
         "test_track_groups_contiguous_and_balanced"},
     "tests/unit/cli/test_cli.py": {
         "test_bare_command_exits_2_with_usage", "test_input_errors_exit_1",
-        "test_usage_errors_exit_2_with_one_plain_line", "test_verbose_shows_the_traceback"},
+        "test_usage_errors_exit_2_with_one_plain_line", "test_verbose_shows_the_traceback",
+        "test_epilogue_quiet_and_verbose_flags", "test_epilogue_full_flag_is_gpu_only_false"},
     "tests/unit/events/test_columns.py": {
         "test_kernel_equals_twin_on_random_events", "test_kernel_equals_twin_on_real_traces"},
     "tests/unit/events/test_load.py": {"test_documented_blocks_run", "test_epilogue_run_folder"},

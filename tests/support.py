@@ -139,32 +139,30 @@ def _tricky():
 tricky = _tricky()
 
 
-def shown_time(ns) -> str:
-    """A time (ns) as the report prints it, written out independently of streamtrace.report.units:
-    the largest of us, ms, s keeping the value >= 1, three significant digits."""
-    unit, f = "ns", 1.0
-    for u, g in (("us", 1e3), ("ms", 1e6), ("s", 1e9)):
-        if ns >= g:
+def _three_digits(x, unit, scales) -> str:
+    """``x`` in the largest unit of ``scales`` (``(unit, factor)`` ascending) that keeps it >= 1, else in
+    ``unit``: three significant digits, the report's rule, written out independently of streamtrace.report.units."""
+    f = 1.0
+    for u, g in scales:
+        if x >= g:
             unit, f = u, g
-    v = ns / f
+    v = x / f
     d = 2 if v < 10 else 1 if v < 100 else 0
-    return f"{v:,.{d}f} {unit}" if ns else "0"
+    return f"{v:,.{d}f} {unit}"
+
+
+def shown_time(ns) -> str:
+    """A time (ns) as the report prints it: the largest of us, ms, s keeping the value >= 1."""
+    return _three_digits(ns, "ns", (("us", 1e3), ("ms", 1e6), ("s", 1e9))) if ns else "0"
 
 
 def shown_bytes(n) -> str:
-    """Bytes as the report prints them (B, KB, MB, GB, TB = powers of 1,000; three significant
-    digits, whole bytes below 1 KB), written out independently of streamtrace.report.units."""
+    """Bytes as the report prints them (B, KB, MB, GB, TB = powers of 1,000; whole bytes below 1 KB)."""
     if not n:
         return "0"
     if n < 1000:
         return f"{int(n)} B"
-    unit, f = "KB", 1e3
-    for u, g in (("MB", 1e6), ("GB", 1e9), ("TB", 1e12)):
-        if n >= g:
-            unit, f = u, g
-    v = n / f
-    d = 2 if v < 10 else 1 if v < 100 else 0
-    return f"{v:,.{d}f} {unit}"
+    return _three_digits(n, "KB", (("KB", 1e3), ("MB", 1e6), ("GB", 1e9), ("TB", 1e12)))
 
 
 def code_blocks(path, lang="python") -> list:

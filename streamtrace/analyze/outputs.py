@@ -5,6 +5,7 @@ written ``cpu_collectives/`` (a CPU-only rank's gloo collectives), ``op_perf/`` 
 from __future__ import annotations
 
 from ..events.load import Outputs, read_dataset, register
+from ..runtime.errors import DataError
 
 #: the analysis folder's datasets (one Parquet file per iteration and rank), in the order ``tables()`` lists them
 TABLES = ("kernels", "ops", "cpu_collectives", "op_perf", "kernel_perf", "cuda_sync")
@@ -16,11 +17,26 @@ class Analysis(Outputs):
     columns, rows in analyze's order), and ``cpu_collectives``, ``op_perf``, ``kernel_perf``,
     ``cuda_sync`` where written; ``summary`` is ``summary.json``."""
     kind, marker, precedence = "analysis", "summary.json", 3
+    missing = "{path}: not an analysed folder (no {marker}; run streamtrace analyze first)"
 
     @classmethod
     def owns(cls, name) -> bool:
         """The top-level entries of an analysis folder (old spill folders included)."""
         return name in (cls.marker, *TABLES) or name.startswith(".streamtrace-")
+
+    def check(self):
+        """``summary.json`` (:meth:`read`): an object whose ``"ranks"`` is a list of objects with an int
+        ``"rank"`` >= 0, an int or null ``"iteration"`` and a string ``"source"``; else a
+        :class:`~streamtrace.runtime.errors.DataError` naming it."""
+        sp, summ = self.path / self.marker, self.summary
+        if not isinstance(summ, dict) or not isinstance(summ.get("ranks"), list):
+            raise DataError(sp, 'not an analysis summary (expected an object with a "ranks" list)')
+        for i, r in enumerate(summ["ranks"]):
+            ok = isinstance(r, dict) and type(r.get("rank")) is int and r["rank"] >= 0 \
+                and (r.get("iteration") is None or type(r["iteration"]) is int) \
+                and isinstance(r.get("source", ""), str)
+            if not ok:
+                raise DataError(sp, f'ranks[{i}] is not {{"rank": int >= 0, "iteration": int or null, "source": str}}')
 
     def tables(self):
         return [n for n in TABLES if (self.path / n).is_dir()]

@@ -101,7 +101,7 @@ def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> Analysis:
         tasks = [replace(t, outdir=str(stage)) for t in tasks]
         summary = _analyze_tasks(tasks, opt)
         summary.update(notices=notices, seconds=round(time.time() - t0, 3), outdir=str(outdir), warnings=skipped)
-        with atomic_output(stage / "summary.json", compress=False) as f:
+        with atomic_output(stage / Analysis.marker, compress=False) as f:
             f.write(json.dumps(summary, indent=1).encode())
     return Analysis.of(outdir, summary)
 

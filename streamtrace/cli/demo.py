@@ -26,7 +26,7 @@ def run_demo(folder="streamtrace-demo", world_size=8, tp=2, pp=2, jobs=0, log=pr
     :class:`~streamtrace.runtime.errors.UsageError` when ``world_size`` is not a multiple of tp x pp,
     :class:`~streamtrace.runtime.errors.StreamtraceError` when the merged trace does not validate or a
     stage of the epilogue failed."""
-    from ..epilogue import EpilogueOptions, run  # (the CLI's convention: see streamtrace.cli)
+    from ..epilogue import EpilogueOptions, EpilogueRun, run  # (the CLI's convention: see streamtrace.cli)
     from ..merge import MergeOptions, merge
     from ..report.options import ReportOptions
     from ..synth.job import SynthSpec, generate_job
@@ -48,11 +48,11 @@ def run_demo(folder="streamtrace-demo", world_size=8, tp=2, pp=2, jobs=0, log=pr
         raise StreamtraceError(f"the demo's merged trace did not validate: {status}")
     summary = None
     if epilogue:
-        summary = run(folder, EpilogueOptions(jobs=jobs, quiet=True, report=ReportOptions(name="demo")))
+        summary = run(folder, EpilogueOptions(jobs=jobs, progress=False, report=ReportOptions(name="demo")))
         if summary["failures"]:
             f = summary["failures"][0]
             raise StreamtraceError(f"the demo's epilogue failed: {f['stage']} ({f['file']}): {f['error']} "
-                                   f"(see {summary['outdir']}/epilogue.json)")
+                                   f"(see {Path(summary['outdir']) / EpilogueRun.marker})")
         log(f"epilogue: analysis, aggregate, report and charts in {summary['outdir']}")
         log(f"report: {Path(summary['report']).resolve()}")
     log(f"merged trace: {out.resolve()} (open it at https://ui.perfetto.dev, Open trace file)")

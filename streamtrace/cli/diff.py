@@ -61,7 +61,7 @@ def diff(base, test, *, outdir="streamtrace-diff", ranks=None, base_ranks=None, 
     k = res.kernels
     if k.num_rows and k["delta_ns"][0].as_py() > 0:
         con.detail(f"largest regression: {k['name'][0].as_py()[:100]} {k['delta_ns'][0].as_py() / 1e6:+,.3f} ms")
-    print(f"diff: {res.path / 'diff.md'} ({m['seconds']:.2f} s)")
+    print(f"diff: {res.path / res.MARKDOWN} ({m['seconds']:.2f} s)")
 
 
 diff.EXAMPLES = EXAMPLES

@@ -34,7 +34,8 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
              peak_tflops=None, flops_per_token=None, nic_gbps=None, gpus_per_node=8, no_charts=False,
              chart_format="png", chart_ranks=None, quiet=False, verbose=False):
     """After a training job: analyse, merge, aggregate, report and chart every iteration."""
-    from ..epilogue import EpilogueOptions, check_paths, run      # (the CLI's convention: see streamtrace.cli)
+    # (the CLI's convention: see streamtrace.cli)
+    from ..epilogue import EpilogueOptions, EpilogueRun, check_paths, run
     from ..runtime.fork import call_in_child
     con = Console(quiet, verbose)
     from ..report.options import EfficiencyOptions, ReportOptions
@@ -43,9 +44,9 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
                         charts=not no_charts, chart_formats=parse_formats(chart_format),
                         chart_ranks=parse_list(chart_ranks, "--chart-ranks") if chart_ranks else None,
                         efficiency=eff)
-    opt = EpilogueOptions(full=full, chunked=not in_memory, jobs=parse_jobs(jobs), max_memory_gb=max_memory,
+    opt = EpilogueOptions(gpu_only=not full, chunked=not in_memory, jobs=parse_jobs(jobs), max_memory_gb=max_memory,
                           strict=strict, outdir=outdir, topology=topology, torchtitan_config=torchtitan_config,
-                          quiet=quiet, verbose=verbose, report=rep)
+                          progress=con.progress, verbose=verbose, report=rep)
     check_efficiency_flags(peak_tflops, flops_per_token, nic_gbps, gpus_per_node)
     opt.check()
     check_paths(run_dir, opt)     # a run folder that is not there, an output folder not the epilogue's: exit 1
@@ -57,11 +58,11 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
     if not s["report"] and not s.get("ranks") and not s.get("iterations"):
         # no job to report on: exit 0 is for the job's sake only when there is one (issue 33, class 11)
         raise StreamtraceError(f"{run_dir}: no rank traces found, so no job to report on; "
-                               f"see {Path(s['outdir']) / 'epilogue.json'}")
+                               f"see {Path(s['outdir']) / EpilogueRun.marker}")
     if s["report"]:
         print(f"report: {s['report']}")
     elif not quiet:
-        state = Path(s["outdir"]) / "epilogue.json"
+        state = Path(s["outdir"]) / EpilogueRun.marker
         con.info(f"no report; see {state}" if state.is_file() else "no report")
     if strict and s["failures"]:
         raise Exit(1)

@@ -8,7 +8,7 @@ then into ``RUN_DIR/streamtrace/`` (or ``EpilogueOptions.outdir``, e.g. for a re
 * ``iteration_<N>/analysis/``: :func:`streamtrace.analyze.analyze` (``--chunked`` by default;
   Parquet in ``kernels/iteration=<N>/rank=<R>/`` and ``ops/iteration=<N>/rank=<R>/``);
 * ``iteration_<N>/merged_gpu.json.gz`` (GPU processes only, so Perfetto's UI can load it) or
-  ``merged.json.gz`` with ``full=True``: :func:`streamtrace.merge.merge_files`;
+  ``merged.json.gz`` with ``gpu_only=False``: :func:`streamtrace.merge.merge_files`;
 * ``aggregate/``: :func:`streamtrace.job.aggregate.aggregate` over all iterations; its critical path
   then marked in each merged trace (:mod:`streamtrace.merge.critical_marks`);
 * ``<run name>.md`` + ``report.json`` and ``charts/``: :func:`streamtrace.report.write_report`;
@@ -33,11 +33,14 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field, fields, replace
+import warnings
+from dataclasses import InitVar, dataclass, field, fields, replace
 from pathlib import Path
 
-from ..events.load import Outputs, register
+from ..analyze.outputs import Analysis
+from ..job.folder import CHARTS, Aggregate
 from ..report.options import ReportOptions
+from ..report.outputs import EpilogueRun, Report       # its output folder's kind (``diff`` reads such folders too)
 from ..runtime.errors import StreamtraceError, UsageError
 from ..runtime.files import atomic_output, clean_stale
 from ..runtime.fork import call_in_child
@@ -133,8 +136,9 @@ class EpilogueOptions:
     """Options of :func:`run` (the ``streamtrace epilogue`` flags).
 
     Attributes:
-        full: merge every event (``merged.json.gz``), not only the GPU processes (``merged_gpu.json.gz``);
-            bool, default False.
+        gpu_only: merge only the GPU processes (``merged_gpu.json.gz``; bool, default True, as
+            :class:`~streamtrace.merge.MergeOptions`' ``gpu_only``); False: every event (``merged.json.gz``,
+            the CLI's ``--full``).
         chunked: analyse with ``--chunked`` (spill files on disk), else in memory; bool, default True.
         jobs: worker processes (int); 0 = all cores (default).
         max_memory_gb: a cap in GB (float) that limits the workers (:data:`WORKER_GB` each); None: no cap.
@@ -145,8 +149,11 @@ class EpilogueOptions:
             under ``RUN_DIR`` (:func:`find_topology`), else the traces' ``distributedInfo.pg_config``.
         torchtitan_config: the job's TorchTitan TOML (str): tokens per step, model and mesh (the
             topology when none is found or given); None.
-        quiet: log only failures and the final line (bool, default False).
-        verbose: log tracebacks of failures too (bool, default False; also ``$STREAMTRACE_DEBUG``).
+        progress: log each stage's progress lines (``done in``, ``reused``, notes); None (default) or True:
+            logged, False: only failures, warnings and the final line (the CLI's ``-q/--quiet``).  The
+            spelling of every stage's options (there: progress bars).
+        verbose: log tracebacks of failures too (bool, default False; the CLI's ``-v``; also
+            ``$STREAMTRACE_DEBUG``).
         report: the report's options (:class:`~streamtrace.report.options.ReportOptions`: name, tokens per
             step or global batch and sequence length, charts, their formats and ranks); its ``jobs`` and
             ``progress`` are the epilogue's.  Default: ``ReportOptions()``.
@@ -155,8 +162,10 @@ class EpilogueOptions:
             top of the last one's (1,024 ranks: the analysis summaries alone are ~70 MB of Python
             objects), and a stage killed by the system is one failure, not the end of the
             epilogue.  False: all in this process (e.g. under a debugger).
+        quiet, full: deprecated (removed in the next release; :data:`RENAMED`): ``quiet=True`` is
+            ``progress=False``, ``full=True`` is ``gpu_only=False``, each with a ``DeprecationWarning``.
     """
-    full: bool = False
+    gpu_only: bool = True
     chunked: bool = True
     jobs: int = 0
     max_memory_gb: float | None = None
@@ -164,10 +173,16 @@ class EpilogueOptions:
     outdir: str | None = None
     topology: str | None = None
     torchtitan_config: str | None = None
-    quiet: bool = False
+    progress: bool | None = None
     verbose: bool = False
     report: ReportOptions = field(default_factory=ReportOptions)
     isolate: bool = True
+    quiet: InitVar[bool | None] = None
+    full: InitVar[bool | None] = None
+
+    def __post_init__(self, quiet, full):
+        for name, value in _renamed({"quiet": quiet, "full": full}, stacklevel=3).items():
+            setattr(self, name, value)
 
     def check(self):
         """:class:`~streamtrace.runtime.errors.UsageError` for options that cannot work together (the CLI
@@ -178,10 +193,31 @@ class EpilogueOptions:
             raise UsageError(f"bad --jobs {self.jobs}: give a number of processes, or 0 for all cores")
 
 
+RENAMED = {"quiet": ("progress", lambda quiet: False if quiet else None),
+           "full": ("gpu_only", lambda full: not full)}
+"""The last release's keywords, accepted for one more with a ``DeprecationWarning``: ``{old: (field,
+value of the field for the old value)}`` (None: the field as it is)."""
+
+
+def _renamed(options: dict, stacklevel) -> dict:
+    """``options`` with the keywords of :data:`RENAMED` given (not None) in today's spelling, each warned
+    about at the caller ``stacklevel`` frames up."""
+    for old in [k for k, v in options.items() if k in RENAMED and v is not None]:
+        new, value = RENAMED[old]
+        warnings.warn(f"the epilogue's {old}=... is deprecated (removed in the next release): give "
+                      f"{new}={value(True)!r} for {old}=True", DeprecationWarning, stacklevel=stacklevel + 1)
+        v = value(options.pop(old))
+        if v is not None:
+            options[new] = v
+    return {k: v for k, v in options.items() if k not in RENAMED}
+
+
 def with_options(opt: EpilogueOptions, **options) -> EpilogueOptions:
     """``opt`` with the fields given as keywords changed: the epilogue's own, or its report's
-    (``with_options(opt, full=True, charts=False)`` sets ``opt.report.charts``).  Raises ``TypeError``
-    for a name that is neither."""
+    (``with_options(opt, gpu_only=False, charts=False)`` sets ``opt.report.charts``).  Raises ``TypeError``
+    for a name that is neither.  The keywords of :data:`RENAMED` (deprecated) are taken in today's spelling,
+    with a ``DeprecationWarning`` naming the caller of :func:`run` / ``streamtrace.open``."""
+    options = _renamed(options, stacklevel=3)
     own = {f.name for f in fields(EpilogueOptions)}
     rep = {k: options.pop(k) for k in list(options) if k not in own and k in {f.name for f in fields(ReportOptions)}}
     opt = replace(opt, **options)
@@ -200,7 +236,7 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
     log_file : file, optional
         Where log lines go (default stderr).
     **options
-        Fields of ``opt``, or of its report's, changed: ``run(d, full=True, charts=False)``
+        Fields of ``opt``, or of its report's, changed: ``run(d, gpu_only=False, charts=False)``
         (:func:`with_options`).
 
     Returns
@@ -217,7 +253,7 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
         the CLI exits 1 when anything failed.  ``TypeError`` for a keyword that is no option.
     """
     opt = with_options(opt or EpilogueOptions(), **options)
-    log = StageLog(log_file, opt.quiet, opt.verbose)
+    log = StageLog(log_file, opt.progress, opt.verbose)
     t0 = time.time()
     run_dir = Path(run_dir)
     out = outdir_of(run_dir, opt)
@@ -232,7 +268,7 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
             return summary
         out.mkdir(parents=True, exist_ok=True)
         clean_stale(out)                         # what a killed earlier run left in it
-        state_path = out / "epilogue.json"
+        state_path = out / EpilogueRun.marker
         state, jobs = read_state(state_path), worker_count(opt)
         topo = opt.topology or find_topology(run_dir)
         log.info(f"run {run_dir}: topology {topo or 'not found (the traces pg_config, if any)'}; {jobs} jobs")
@@ -328,10 +364,10 @@ class StageRun:
 def _iteration(ctx: StageRun, it, paths) -> str | None:
     """Analyse and merge one iteration's rank traces (``paths``); returns its analysis folder when
     the analysis succeeded (or was reused)."""
-    tag = f"iteration_{it}" if it is not None else "traces"
+    tag = EpilogueRun.iteration(it)
     adir = analyze_stage(ctx, it, paths)
-    merged = ctx.out / tag / ("merged.json.gz" if ctx.opt.full else "merged_gpu.json.gz")
-    fp_merge = _fingerprint(paths, full=ctx.opt.full, stage="merge")
+    merged = ctx.out / tag / EpilogueRun.merged(full=not ctx.opt.gpu_only)
+    fp_merge = _fingerprint(paths, full=not ctx.opt.gpu_only, stage="merge")     # (the key of earlier runs' state)
     _, st = _stage(ctx, f"{tag}/merge", fp_merge, [merged], lambda: _merge(ctx, tag, paths, merged), "merge", tag)
     ctx.summary["stages"][f"{tag}/merge"] = st
     return adir
@@ -341,10 +377,10 @@ def analyze_stage(ctx: StageRun, it, paths) -> str | None:
     """The analyze stage of one iteration (reused when its traces and options are unchanged); returns
     its analysis folder, None when the analysis failed."""
     opt, log, topo, jobs = ctx.opt, ctx.log, ctx.topo, ctx.jobs
-    tag = f"iteration_{it}" if it is not None else "traces"
+    tag = EpilogueRun.iteration(it)
     ctx.summary["iterations"].append(it)
     ctx.summary["ranks"] = max(ctx.summary["ranks"], len(paths))
-    adir = ctx.out / tag / "analysis"
+    adir = ctx.out / tag / EpilogueRun.ANALYSIS
 
     def do_analyze():
         from ..analyze import AnalyzeOptions, analyze
@@ -355,7 +391,7 @@ def analyze_stage(ctx: StageRun, it, paths) -> str | None:
         return {"ranks": [r["rank"] for r in s["ranks"]], "failed": len(s["failed"])}
     fp = _fingerprint(paths + ([topo] if topo else []), chunked=opt.chunked, stage="analyze",
                       layout="iteration=N/rank=R", op_perf=1)   # redo folders of older layouts / without op_perf
-    res, st = _stage(ctx, f"{tag}/analyze", fp, [adir / "summary.json"], do_analyze, "analyze", tag)
+    res, st = _stage(ctx, f"{tag}/analyze", fp, [adir / Analysis.marker], do_analyze, "analyze", tag)
     ctx.summary["stages"][f"{tag}/analyze"] = st
     if res is not None:              # an Nsight Systems export holds several ranks
         ctx.summary["ranks"] = max(ctx.summary["ranks"], len(res.get("ranks", ())))
@@ -380,8 +416,8 @@ def _merge(ctx: StageRun, tag, paths, merged) -> dict:
             todo.append(tf)
     while todo:
         try:
-            r = merge_files(todo, merged, MergeOptions(gpu_only=not opt.full, jobs=ctx.jobs, progress=False))
-            if r["cpu_only"] and not opt.full:
+            r = merge_files(todo, merged, MergeOptions(gpu_only=opt.gpu_only, jobs=ctx.jobs, progress=False))
+            if r["cpu_only"] and opt.gpu_only:
                 log.note(f"{tag}: no rank has a GPU process (a CPU-only run): {merged.name} holds the CPU "
                          f"processes")
             for w in r["warnings"]:
@@ -401,11 +437,13 @@ def _merge(ctx: StageRun, tag, paths, merged) -> dict:
 def _mark_stage(ctx: StageRun, agg):
     """The critical path of ``agg`` marked in every iteration's merged trace
     (:func:`streamtrace.merge.critical_marks.mark_critical_path`; marking again gives the same file)."""
-    merged = sorted(p for p in ctx.out.glob("*/merged*.json.gz") if (agg / "critical_path.parquet").is_file())
+    merged = sorted(p for full in (False, True) for p in ctx.out.glob(f"*/{EpilogueRun.merged(full)}")
+                    if (agg / "critical_path.parquet").is_file())
 
     def do_mark():
         from ..merge.critical_marks import mark_critical_path
-        it = lambda m: int(m.parent.name.split("_")[1]) if m.parent.name.startswith("iteration_") else None  # noqa: E731
+        pre = EpilogueRun.ITERATION
+        it = lambda m: int(m.parent.name[len(pre):]) if m.parent.name.startswith(pre) else None  # noqa: E731
         return {"marked": sum(mark_critical_path(m, agg, iteration=it(m))["marked"] for m in merged)}
     if merged:
         fp = _fingerprint([agg / "critical_path.parquet"] + merged, stage="critical path marks")
@@ -426,7 +464,7 @@ def aggregate_stage(ctx: StageRun, analysed) -> tuple:
     """Aggregate every analysed iteration into ``ctx.out/aggregate`` (reused when unchanged); returns
     ``(the aggregate folder or None when it failed, the stage's fingerprint)``."""
     opt, topo = ctx.opt, ctx.topo
-    agg = ctx.out / "aggregate"
+    agg = ctx.out / EpilogueRun.AGGREGATE
 
     skipped = ctx.summary.get("skipped") or []
 
@@ -435,9 +473,9 @@ def aggregate_stage(ctx: StageRun, analysed) -> tuple:
         aggregate(analysed, agg, AggregateOptions(jobs=ctx.jobs, topology=topo,
                                                   torchtitan_config=opt.torchtitan_config))
         if skipped:
-            _add_warnings(agg / "aggregate.json", [f"not this job's, skipped by the {ctx.log.name}: {s}" for s in skipped])
+            _add_warnings(agg / Aggregate.marker, [f"not this job's, skipped by the {ctx.log.name}: {s}" for s in skipped])
         return {"outdir": str(agg)}
-    fp = _fingerprint([Path(a) / "summary.json" for a in analysed] + ([topo] if topo else [])
+    fp = _fingerprint([Path(a) / Analysis.marker for a in analysed] + ([topo] if topo else [])
                       + ([opt.torchtitan_config] if opt.torchtitan_config else []), stage="aggregate", version=2,
                       skipped=skipped)
     res, st = _stage(ctx, "aggregate", fp, [agg], do_aggregate, "aggregate", ", ".join(analysed))
@@ -459,51 +497,12 @@ def _job_stages(ctx: StageRun, analysed, run_dir) -> str | None:
         rep = report([agg], ctx.out, replace(ropt, progress=False, jobs=ctx.jobs))
         return {"report": rep["files"][0], "files": len(rep["files"])}
     eff = ropt.efficiency
-    fp_report = _fingerprint([agg / "aggregate.json"], name=ropt.name, tokens=ropt.tokens_per_step,
+    fp_report = _fingerprint([agg / Aggregate.marker], name=ropt.name, tokens=ropt.tokens_per_step,
                              batch=ropt.global_batch, seq=ropt.seq_len, charts=ropt.charts,
                              chart_ranks=ropt.chart_ranks, formats=list(ropt.chart_formats), base=fp,
                              efficiency=None if eff is None else [eff.peak_tflops, eff.flops_per_token, eff.nic_gbps,
                                                                   eff.gpus_per_node])
-    outputs = [ctx.out / "report.json"] + ([ctx.out / "charts"] if ropt.charts else [])
+    outputs = [ctx.out / Report.marker] + ([ctx.out / CHARTS] if ropt.charts else [])
     res, st = _stage(ctx, "report", fp_report, outputs, do_report, "report + charts", agg)
     ctx.summary["stages"]["report"] = st
     return res["report"] if res is not None and Path(res["report"]).exists() else None
-
-
-@register
-class EpilogueRun(Outputs):
-    """The epilogue's output folder (``RUN_DIR/streamtrace`` or its ``-o``) as a kind of output folder
-    (:class:`~streamtrace.events.load.OutputKind`): the aggregate's tables, and ``kernels``/``ops`` of
-    every analysed iteration together.  ``analyses``: ``{folder name: Analysis}``; ``aggregate``: the
-    :class:`~streamtrace.job.folder.Aggregate` (None when it was not written)."""
-    kind, marker, precedence = "epilogue", "epilogue.json", 1
-
-    @classmethod
-    def owns(cls, name: str) -> bool:
-        """What the epilogue writes at the top of its folder: ``epilogue.json``, ``aggregate/``, the report
-        (``report.json``, ``charts/``, ``*.md``) and one folder per iteration (``iteration_<N>/``, ``traces/``)."""
-        return (name in (cls.marker, "aggregate", "report.json", "charts", "traces") or name.endswith(".md")
-                or name.startswith("iteration_"))
-
-    @property
-    def analyses(self) -> dict:
-        from ..analyze.outputs import Analysis       # (pyarrow: only when the folder is read)
-        return {p.parent.name: Analysis(p) for p in sorted(self.path.glob("*/analysis"))
-                if (p / Analysis.marker).is_file()}
-
-    @property
-    def aggregate(self):
-        from ..job.folder import Aggregate
-        p = self.path / "aggregate"
-        return Aggregate(p) if (p / Aggregate.marker).is_file() else None
-
-    def tables(self):
-        agg = self.aggregate
-        own = [n for n in ("kernels", "ops") if any(n in a.tables() for a in self.analyses.values())]
-        return own + (agg.tables() if agg is not None else [])
-
-    def _read(self, name):
-        import pyarrow as pa
-        if name in ("kernels", "ops"):
-            return pa.concat_tables([a.table(name) for a in self.analyses.values() if name in a.tables()])
-        return self.aggregate.table(name)

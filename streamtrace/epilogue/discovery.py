@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..report.outputs import EpilogueRun
 from ..runtime.errors import OutputError, StreamtraceError, UnknownRankError
 from ..runtime.files import check_output_folder
 
@@ -135,19 +136,17 @@ def check_paths(run_dir, opt: EpilogueOptions) -> None:
     if prev.get("run_dir") and Path(prev["run_dir"]).resolve() != run_dir.resolve():
         raise OutputError(out, f"holds the epilogue outputs of another run folder ({prev['run_dir']}), which this "
                                f"run would replace; give another folder")
-    mine = {"epilogue.json", "aggregate", "report.json", "charts", "traces"}
-    if prev.get("report"):
-        mine.add(Path(prev["report"]).name)
+    report_md = Path(prev["report"]).name if prev.get("report") else None
 
-    def owned(name):
-        return name in mine or name.startswith("iteration_")
+    def owned(name):             # the epilogue's entries; of Markdown files, only its earlier report
+        return EpilogueRun.owns(name) and (not name.endswith(".md") or name == report_md)
     check_output_folder(out, owned, inputs=[run_dir])
 
 
 def earlier_run(out: Path) -> dict:
     """The ``summary`` of the ``epilogue.json`` in ``out`` ({} when none or unreadable)."""
     try:
-        s = json.loads((out / "epilogue.json").read_text()).get("summary")
+        s = json.loads((out / EpilogueRun.marker).read_text()).get("summary")
     except (OSError, ValueError, AttributeError):
         return {}
     return s if isinstance(s, dict) else {}

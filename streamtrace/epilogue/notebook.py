@@ -33,7 +33,7 @@ def open_job(traces, cache=None, **options):
         globs, the folder holding them all), where ``analyze`` and ``epilogue`` do not look for traces.
     **options
         Fields of :class:`EpilogueOptions` (``jobs``, ``chunked``, ``topology``, ``torchtitan_config``,
-        ``quiet`` (default True here), ``isolate`` (default False here), ...).
+        ``progress`` (default False here: failures only), ``isolate`` (default False here), ...).
 
     Returns
     -------
@@ -51,14 +51,14 @@ def open_job(traces, cache=None, **options):
     """
     from ..job.folder import Aggregate
     from ..trace.discover import expand_inputs
-    opt = with_options(EpilogueOptions(quiet=True, isolate=False), **options)
+    opt = with_options(EpilogueOptions(progress=False, isolate=False), **options)
     opt.check()
     inputs = [traces] if isinstance(traces, (str, os.PathLike)) else list(traces)
     first = Path(inputs[0]) if inputs else None
     base = first if first is not None and first.is_dir() else \
         Path(os.path.commonpath([str(Path(p).resolve().parent) for p in expand_inputs(inputs)]))
     out = Path(cache) if cache is not None else base / ".streamtrace-cache"
-    log = StageLog(quiet=opt.quiet, verbose=opt.verbose, name="open")
+    log = StageLog(progress=opt.progress, verbose=opt.verbose, name="open")
     out.mkdir(parents=True, exist_ok=True)
     clean_stale(out)
     state_path = out / "open.json"

@@ -1,20 +1,26 @@
 """``streamtrace.load(FOLDER)``: an output folder of streamtrace as tables, for a notebook; and the one
 protocol every kind of output folder implements (:class:`OutputKind`).
 
-A kind of folder is one :class:`Outputs` subclass, written once, in the stage that writes such folders:
-its ``kind``, its ``marker`` (the file that marks such a folder, written last), ``owns(name)`` (the
-top-level entries the stage writes there: what :func:`~streamtrace.runtime.files.output_folder` may
-replace), ``tables()`` and how one is read.  The stages register their kinds (:func:`register`):
+A kind of folder is one :class:`Outputs` subclass, written once, in the lowest stage that writes or
+reads such folders: its ``kind``, its ``marker`` (the file that marks such a folder, written last),
+``owns(name)`` (the top-level entries the stage writes there: what
+:func:`~streamtrace.runtime.files.output_folder` may replace), ``tables()`` and how one is read: ``load``
+opens it as it is, :meth:`Outputs.read` (what a later stage reads it with) checks its marker first
+(:meth:`Outputs.check`).  Only these classes name the files of an output folder.  The stages register
+their kinds (:func:`register`):
 
 =============  ==================  ===========================================  =============================
 kind           marker              tables                                       implemented in
 =============  ==================  ===========================================  =============================
 ``diff``       ``diff.json``       ``kernels``, ``ops``, ``groups``, ``ranks``  :mod:`streamtrace.report.diff.outputs`
-``epilogue``   ``epilogue.json``   the aggregate's, ``kernels``/``ops`` of all  :mod:`streamtrace.epilogue`
+``epilogue``   ``epilogue.json``   the aggregate's, ``kernels``/``ops`` of all  :mod:`streamtrace.report.outputs`
 ``aggregate``  ``aggregate.json``  ``ranks``, ``rank_phase``, ``pipeline``, ..  :mod:`streamtrace.job.folder`
 ``analysis``   ``summary.json``    ``kernels``, ``ops`` (``iteration=N/rank=R``)  :mod:`streamtrace.analyze.outputs`
 ``report``     ``report.json``     none: ``summary`` is the report              :mod:`streamtrace.report.outputs`
 =============  ==================  ===========================================  =============================
+
+(The epilogue's kind lives in ``report``, below the epilogue, since ``diff`` reads such folders; the
+report's file names in :mod:`streamtrace.job.folder`, since an aggregate folder holds its report.)
 
 A folder holding several markers is the kind of lowest ``precedence`` (the order above: an epilogue's
 folder holds its report's ``report.json`` too).  Every kind gives ``summary`` (its JSON, a dict),
@@ -75,6 +81,10 @@ class OutputKind(Protocol):
     def owns(cls, name: str) -> bool:
         """Whether the top-level entry ``name`` of such a folder is one its stage writes."""
 
+    @classmethod
+    def read(cls, path) -> OutputKind:
+        """The folder ``path``, its marker read and checked: how a later stage reads it."""
+
     def tables(self) -> list[str]:
         """The names of the tables this folder holds."""
 
@@ -95,6 +105,8 @@ class Outputs(Mapping):
     kind: ClassVar[str] = ""
     marker: ClassVar[str] = ""
     precedence: ClassVar[int] = 100
+    missing: ClassVar[str] = "{path}: not a streamtrace {kind} folder (no {marker})"
+    """The one-line error of :meth:`read` for a folder without the marker (``{path}``, ``{kind}``, ``{marker}``)."""
 
     @classmethod
     def owns(cls, name: str) -> bool:
@@ -108,6 +120,24 @@ class Outputs(Mapping):
         except (OSError, ValueError) as e:
             raise StreamtraceError(f"{self.path / self.marker}: cannot read it ({e})") from None
         self._cache: dict = {}
+
+    @classmethod
+    def read(cls, path):
+        """The folder ``path`` of this kind, as a later stage reads it: its marker read
+        (:func:`~streamtrace.events.dataset.read_json`) and checked (:meth:`check`).  Raises
+        :class:`~streamtrace.runtime.errors.StreamtraceError` (:attr:`missing`) when ``path`` holds no
+        marker, :class:`~streamtrace.runtime.errors.DataError` naming the marker (or a file it lists) when it
+        is damaged or of another shape."""
+        if not (Path(path) / cls.marker).is_file():
+            raise StreamtraceError(cls.missing.format(path=path, kind=cls.kind, marker=cls.marker))
+        from .dataset import read_json           # (pyarrow: only where a folder is read)
+        self = cls.of(path, read_json(Path(path) / cls.marker))
+        self.check()
+        return self
+
+    def check(self):
+        """Raise :class:`~streamtrace.runtime.errors.DataError` naming the marker when ``summary`` is not of
+        this kind's shape (default: any JSON)."""
 
     @classmethod
     def of(cls, path, summary: dict):

@@ -81,7 +81,7 @@ from .p2p import p2p_rows, write_p2p
 from .pipeline import pipeline_rows, replica_rows
 from .timeline import join as join_timeline, write_part as write_timeline_part
 from .explain import part_tables, write_tables as write_explain
-from .folder import TABLES, Aggregate, owned, read_aggregate_table, read_meta  # noqa: F401 (re-exported)
+from .folder import TABLES, Aggregate, owned, read_aggregate_table  # noqa: F401 (re-exported)
 from .options import AggregateOptions
 
 KIND_CODE = {"compute": 0, "communication": 1, "memory": 2}
@@ -349,22 +349,53 @@ def aggregate(dirs, outdir, opt: AggregateOptions | None = None, log=None) -> Ag
 
 def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
     """:func:`aggregate`, writing straight into the existing folder ``outdir`` (a staging
-    folder: ``report`` aggregates and reports into one unit)."""
+    folder: ``report`` aggregates and reports into one unit): the job (:func:`_open_job`), one pass
+    over its ranks (:func:`_rank_pass`), the job's tables (:func:`_write_job_tables`), then
+    ``aggregate.json`` (:func:`_meta`), written last."""
     opt = opt or AggregateOptions()
     t0 = time.time()
     outdir = Path(outdir)
+    job, tcfg = _open_job(dirs, opt)
+    coll, files, layout, res = _rank_pass(job, outdir, opt)
+    topo = job.topology
+    phase_rows, rank_rows, fb, top, steps = _gather(job, res)
+    if not rank_rows:
+        raise StreamtraceError(f"{', '.join(map(str, dirs))}: no GPU events and no ProfilerStep windows to aggregate"
+                               + (f" in step(s) {sorted(job.steps)}" if job.steps else ""))
+    files += _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps)
+    files += write_explain(outdir, [r[6] for r in res])
+    if coll.stragglers:
+        files += write_table(outdir, "stragglers", _columns(coll.stragglers, list(coll.stragglers[0])), csv=True)
+    files += write_p2p(outdir, p2p_rows(coll.transfers, topo))
+    files += write_op_perf(outdir, job.parts)
+    meta = _meta(dirs, opt, job, tcfg, coll, layout, rank_rows)
+    meta.update(files=sorted(p.name for p in files) + [Aggregate.marker], seconds=round(time.time() - t0, 3))
+    with atomic_output(outdir / Aggregate.marker, compress=False) as f:
+        f.write(json.dumps(meta, indent=1, default=json_default).encode())
+    return meta
+
+
+def _open_job(dirs, opt: AggregateOptions) -> tuple:
+    """``(Job, TrainConfig or None)``: the analysed folders ``dirs`` as one job, with the topology of
+    ``opt.topology``, else of ``opt.torchtitan_config``'s mesh (when given), else the traces'."""
     topo = load_topology(opt.topology) if opt.topology else None
     tcfg = from_torchtitan_toml(opt.torchtitan_config) if opt.torchtitan_config else None
     if tcfg is not None and topo is None:
         topo = partial(config_topology, tcfg)
     job = Job(dirs, opt.time_alignment, topo, opt.iterations, opt.jobs, opt.steps, opt.force, opt.progress,
               opt.clock_sync)
+    return job, tcfg
+
+
+def _rank_pass(job, outdir: Path, opt: AggregateOptions) -> tuple:
+    """The collectives matched across ranks, then one task per rank (:func:`_part_job`, in worker
+    processes), whose timelines and critical-path pieces are spilled into ``outdir`` and joined.
+    Returns ``(collectives, files written, inferred layout of the process groups, the ranks' results)``."""
     spill = Path(tempfile.mkdtemp(prefix=".timeline-spill.", dir=outdir))
     cp_spill = Path(tempfile.mkdtemp(prefix=".critical-spill.", dir=outdir)) if opt.critical_path else None
     try:
         coll, files = collectives_to(job, outdir, opt.clock_sync, opt.collective_bucket_rows)
         layout = write_groups(outdir, sorted({p.rank for p in job.parts}), files)
-        topo = job.topology
         jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(job.parts)))
         if jobs > 1:      # loaded before the fork, the workers share the kernels and numba's set-up
             load_kernels(*TASKS["aggregate"])
@@ -378,10 +409,13 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
         shutil.rmtree(spill, ignore_errors=True)
         if cp_spill is not None:
             shutil.rmtree(cp_spill, ignore_errors=True)
-    phase_rows, rank_rows, fb, top, steps = _gather(job, res)
-    if not rank_rows:
-        raise StreamtraceError(f"{', '.join(map(str, dirs))}: no GPU events and no ProfilerStep windows to aggregate"
-                               + (f" in step(s) {sorted(job.steps)}" if job.steps else ""))
+    return coll, files, layout, res
+
+
+def _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps) -> list:
+    """The per-rank rows (:func:`_gather`) with their topology coordinates, overlap and step time, written
+    as ``rank_phase``, ``ranks``, ``pipeline``, ``replicas``, ``iterations``, ``top_kernels``.  Returns the
+    files written."""
     coords = _coords(topo)
     for r in phase_rows + rank_rows:
         r.update(coords.get(r["rank"], {}))
@@ -394,7 +428,7 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
     base = ["iteration", "step", "rank", "device", "source", "replica", "pp_group", "stage"]
     pcols = base[:5] + ["phase", "microbatch"] + base[5:] + ["start_ns", "end_ns", "compute_start_ns",
                                                              "compute_end_ns", *METRICS, "overlap_pct"]
-    files += write_table(outdir, "rank_phase", _columns(_sorted(phase_rows), pcols), csv=True)
+    files = write_table(outdir, "rank_phase", _columns(_sorted(phase_rows), pcols), csv=True)
     rcols = base + ["start_ns", "end_ns", *METRICS, "overlap_pct", "step_ns"]
     files += write_table(outdir, "ranks", _columns(_sorted(rank_rows), rcols), csv=True)
     if pipe:
@@ -407,12 +441,13 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
                                                  "kind": np.asarray([v[0] for _, v in topk], object),
                                                  "count": np.asarray([v[1] for _, v in topk], np.int64),
                                                  "total_ns": np.asarray([v[2] for _, v in topk], np.int64)})
-    files += write_explain(outdir, [r[6] for r in res])
-    if coll.stragglers:
-        files += write_table(outdir, "stragglers", _columns(coll.stragglers, list(coll.stragglers[0])), csv=True)
-    files += write_p2p(outdir, p2p_rows(coll.transfers, topo))
-    files += write_op_perf(outdir, job.parts)
-    meta = {"kind": "streamtrace-aggregate", "version": 1, "inputs": [str(d) for d in dirs],
+    return files
+
+
+def _meta(dirs, opt: AggregateOptions, job, tcfg, coll, layout, rank_rows) -> dict:
+    """``aggregate.json`` but for ``files`` and ``seconds``: what was aggregated, how, and the job's facts."""
+    topo = job.topology
+    return {"kind": "streamtrace-aggregate", "version": 1, "inputs": [str(d) for d in dirs],
             "time_alignment": opt.time_alignment, "clock_sync": opt.clock_sync or "none",
             "consecutive_kernel_delay_ns": opt.consecutive_kernel_delay_ns,
             "iterations": sorted({r["iteration"] for r in rank_rows}),
@@ -425,11 +460,7 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
             "clock_offsets_ns": {str(job.parts[i].rank): v for i, v in coll.clock_offsets.items()},
             "clock_components": {str(job.parts[i].rank): v for i, v in coll.clock_components.items()},
             "collectives": coll.stats, "collective_summary": coll.summary, "inferred_layout": layout,
-            "parts": job.meta()["parts"], "warnings": job.warnings + _collective_warnings(opt, coll, job),
-            "files": sorted(p.name for p in files) + ["aggregate.json"], "seconds": round(time.time() - t0, 3)}
-    with atomic_output(outdir / "aggregate.json", compress=False) as f:
-        f.write(json.dumps(meta, indent=1, default=json_default).encode())
-    return meta
+            "parts": job.meta()["parts"], "warnings": job.warnings + _collective_warnings(opt, coll, job)}
 
 
 def _gather(job, res) -> tuple:

@@ -28,8 +28,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 
-from ..runtime.errors import DataError, StreamtraceError
-from ..events.dataset import read_json, column_min_max, partition_files, read_partition
+from ..runtime.errors import StreamtraceError
+from ..analyze.outputs import Analysis
+from ..events.dataset import column_min_max, partition_files, read_partition
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
 from ..topology.members import SAME_JOB_NS as MEMBERS_SAME_JOB_NS
@@ -90,26 +91,6 @@ class Part:
     def align(self, t):
         """Rank-local int64 ns -> aligned int64 ns (``t + shift_ns - clock_offset_ns``)."""
         return np.asarray(t, np.int64) + np.int64(self.shift_ns - self.clock_offset_ns)
-
-
-def read_summary(d) -> dict:
-    """``d/summary.json`` of an analysed folder, checked: an object whose ``"ranks"`` is a list of
-    objects with an int ``"rank"``, an int or null ``"iteration"`` and a string ``"source"``.
-    Raises :class:`~streamtrace.runtime.errors.StreamtraceError` when it is missing,
-    :class:`~streamtrace.runtime.errors.DataError` naming it when it is damaged or of another shape."""
-    sp = Path(d) / "summary.json"
-    if not sp.is_file():
-        raise StreamtraceError(f"{d}: not an analysed folder (no summary.json; run streamtrace analyze first)")
-    summ = read_json(sp)
-    if not isinstance(summ, dict) or not isinstance(summ.get("ranks"), list):
-        raise DataError(sp, 'not an analysis summary (expected an object with a "ranks" list)')
-    for i, r in enumerate(summ["ranks"]):
-        ok = isinstance(r, dict) and type(r.get("rank")) is int and r["rank"] >= 0 \
-            and (r.get("iteration") is None or type(r["iteration"]) is int) \
-            and isinstance(r.get("source", ""), str)
-        if not ok:
-            raise DataError(sp, f'ranks[{i}] is not {{"rank": int >= 0, "iteration": int or null, "source": str}}')
-    return summ
 
 
 def _event_counts(r: dict) -> tuple:
@@ -173,21 +154,21 @@ class Job:
             raise StreamtraceError("give at least one analysed folder (the -o of streamtrace analyze)")
         counts, facts = [], {}
         for d in self.dirs:
-            summ = read_summary(d)
+            summ = Analysis.read(d).summary
             if any((d / "kernels").glob("rank=*")):
                 raise StreamtraceError(f"{d}: analysed by an older streamtrace (kernels/rank=R/ without "
                                        f"iteration=N/); run streamtrace analyze on it again")
             failed = summ.get("failed")
             if isinstance(failed, list) and failed:
                 first = failed[0].get("source") if isinstance(failed[0], dict) else None
-                self.warnings.append(f"{d}: analyze could not read {len(failed)} file(s) (summary.json \"failed\""
+                self.warnings.append(f"{d}: analyze could not read {len(failed)} file(s) ({Analysis.marker} \"failed\""
                                      f"{f', e.g. {first}' if first else ''}); their ranks are missing")
             for r in summ["ranks"]:
                 self.parts.append(Part(len(self.parts), d, r["rank"], r.get("iteration"), str(r.get("source", ""))))
                 counts.append(_event_counts(r))
                 facts[(str(d), r["rank"], r.get("iteration"))] = r.get("trace_metadata")
         if not self.parts:
-            raise StreamtraceError(f"{', '.join(map(str, dirs))}: no ranks in summary.json")
+            raise StreamtraceError(f"{', '.join(map(str, dirs))}: no ranks in {Analysis.marker}")
         self._missing_partitions(counts)
         if self.iterations is not None:
             have = sorted({p.iteration for p in self.parts if p.iteration is not None})

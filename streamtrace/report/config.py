@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..analyze.outputs import Analysis
+
 DIMS = ("tp", "cp", "ep", "dp", "pp")
 NO_ITERATION = "no iteration folder"
 
@@ -48,7 +50,7 @@ def inferred_phases(inputs) -> dict:
     folders are gone)."""
     out: dict = {}
     for d in inputs or []:
-        p = Path(d) / "summary.json"
+        p = Path(d) / Analysis.marker
         try:
             summ = json.loads(p.read_text())
         except (OSError, ValueError):

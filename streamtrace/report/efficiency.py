@@ -26,7 +26,7 @@ import numpy as np
 from ..topology.hardware import dtype_key, gpu_spec
 from ..topology.trainconfig import (TrainConfig, from_megatron_args, from_torchtitan_toml,
                                     train_config_from_json)
-from ..job.folder import read_aggregate_table
+from ..job.folder import Aggregate, read_aggregate_table
 from .options import EfficiencyOptions
 from .flops import flops_per_token
 from .links import link_section
@@ -112,7 +112,7 @@ def efficiency_section(meta: dict, steps: list, opt: EfficiencyOptions | None = 
     inputs = {"tokens_per_step": tokens, "tokens_per_step_from": tokens_from, "sequences_per_step": seqs,
               "flops_per_token": fpt, "flops_per_token_from": fpt_from, "flops_per_token_by_convention": both,
               "peak_tflops": peak, "peak_from": peak_from, "gpus": gpus,
-              "gpus_from": meta.get("world_size_from") or "aggregate.json"}
+              "gpus_from": meta.get("world_size_from") or Aggregate.marker}
     rows = [dict(iteration=s["iteration"], step=s["step"], step_ns=s["step_ns"], **_rates(s["step_ns"], inputs))
             for s in steps]
     total = sum(s["step_ns"] or 0 for s in steps)
@@ -120,7 +120,7 @@ def efficiency_section(meta: dict, steps: list, opt: EfficiencyOptions | None = 
     devices = meta.get("devices") or []
     spec = gpu_spec(devices[0]) if devices else None
     sec = {"config": cfg.to_json() if cfg else None, "inputs": inputs, "steps": rows, "overall": overall,
-           "gpu": spec.name if spec else None, "from": "iterations.parquet, aggregate.json"}
+           "gpu": spec.name if spec else None, "from": f"iterations.parquet, {Aggregate.marker}"}
     if aggdir is not None:
         sec["ops"] = top_ops(aggdir, top)
         sec["links"] = link_section(aggdir, meta, spec, opt.nic_gbps, opt.gpus_per_node)

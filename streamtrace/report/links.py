@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..job.folder import read_aggregate_table
+from ..job.folder import Aggregate, read_aggregate_table
 
 _WORKER = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d{19}\.pt\.trace\.json(\.gz)?$")
 _HOST_KEYS = ("host_name", "hostname", "host")
@@ -121,4 +121,4 @@ def link_section(aggdir, meta: dict, spec, nic_gbps: float | None, gpus_per_node
                                       for k, v in traffic.items()},
             "hosts_from": how, "gpus_per_node": gpus_per_node, "cpu_only": cpu_only, "nic_gbps": nic,
             "nic_from": "--nic-gbps" if nic_gbps else (f"{spec.name} platform default" if spec else None),
-            "from": "collectives.parquet, aggregate.json"}
+            "from": f"collectives.parquet, {Aggregate.marker}"}

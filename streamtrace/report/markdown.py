@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..runtime.errors import StreamtraceError
-from ..job.folder import read_aggregate_table, read_meta
+from ..job.folder import CHARTS, Aggregate, read_aggregate_table
 from ..runtime.files import atomic_output
 from .critical_chart import critical_chart
 from .critical_path import critical_markdown, critical_section
@@ -42,6 +42,7 @@ from .config import configuration_md, inferred_phases, iteration_cell
 from .p2p import p2p_markdown, p2p_section
 from .groups import groups_markdown, groups_section
 from .pipeline import pipeline_markdown, pipeline_section
+from .outputs import Report
 from .units import fmt_bytes, fmt_count, fmt_gbps, fmt_pct, fmt_time, short_names
 
 DIMS = ("tp", "cp", "ep", "dp", "pp")
@@ -68,7 +69,7 @@ def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq
     no ``aggregate.json`` or the throughput options are incomplete, and
     :class:`~streamtrace.runtime.errors.DataError` naming a damaged or missing file of ``aggdir``."""
     d = Path(aggdir)
-    meta = read_meta(d)
+    meta = Aggregate.read(d).summary
     if tokens_per_step is None and (global_batch is None) != (seq_len is None):
         raise StreamtraceError("give --tokens-per-step, or both --global-batch and --seq-len")
     topo = meta.get("topology") or {}
@@ -84,7 +85,7 @@ def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq
                              "ranks": len(meta["ranks"]), "iterations": meta["iterations"],
                              "cpu_only": cpu_only, "phases_inferred": inferred_phases(meta["inputs"]),
                              "time_alignment": meta["time_alignment"], "clock_sync": meta["clock_sync"],
-                             "from": "aggregate.json"}}
+                             "from": Aggregate.marker}}
     it = _read(d, "iterations")
     tps = tokens_per_step if tokens_per_step is not None else (
         global_batch * seq_len if global_batch is not None else None)
@@ -358,11 +359,11 @@ def write_report(aggdir, outdir=None, name=None, tokens_per_step=None, global_ba
     out = Path(outdir or aggdir)
     files = []
     if charts:
-        files = render_all(aggdir, out / "charts", opt=ChartOptions(chart_formats=tuple(chart_formats), jobs=jobs,
-                                                                    ranks=chart_ranks, progress=progress))
-        files += idle_chart(rep.get("explain"), out / "charts" / "idle_breakdown", tuple(chart_formats))
-        files += critical_chart(aggdir, out / "charts" / "critical_path", tuple(chart_formats))
-        files += efficiency_charts(rep.get("efficiency"), aggdir, out / "charts", read_meta(aggdir),
+        files = render_all(aggdir, out / CHARTS, opt=ChartOptions(chart_formats=tuple(chart_formats), jobs=jobs,
+                                                                    chart_ranks=chart_ranks, progress=progress))
+        files += idle_chart(rep.get("explain"), out / CHARTS / "idle_breakdown", tuple(chart_formats))
+        files += critical_chart(aggdir, out / CHARTS / "critical_path", tuple(chart_formats))
+        files += efficiency_charts(rep.get("efficiency"), aggdir, out / CHARTS, Aggregate.read(aggdir).summary,
                                    tuple(chart_formats))
     shown = ".png" if "png" in chart_formats else ".svg"
     pngs = [str(Path(p).relative_to(out)) for p in files if str(p).endswith(shown)]
@@ -371,11 +372,11 @@ def write_report(aggdir, outdir=None, name=None, tokens_per_step=None, global_ba
     md = out / f"{safe}.md"
     with atomic_output(md, compress=False) as f:
         f.write(to_markdown(rep, pngs).encode())
-    with atomic_output(out / "report.json", compress=False) as f:
+    with atomic_output(out / Report.marker, compress=False) as f:
         f.write(json.dumps(rep, indent=1, default=_py).encode())
     fin = Path(final or out)
-    rep["files"] = [str(fin / md.name), str(fin / "report.json")] + [str(fin / Path(p).relative_to(out)) for p in files]
+    rep["files"] = [str(fin / md.name), str(fin / Report.marker)] + [str(fin / Path(p).relative_to(out)) for p in files]
     if log:
         log(f"report: {rep['files'][0]} and {rep['files'][1]}"
-            + (f", {len(files)} chart files in {fin / 'charts'}" if files else ""))
+            + (f", {len(files)} chart files in {fin / CHARTS}" if files else ""))
     return rep

@@ -24,13 +24,14 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from ..events.dataset import iter_table
-from ..job.folder import read_aggregate_table, read_meta
+from ..job.folder import Aggregate, read_aggregate_table
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
 from . import charts as C
@@ -48,17 +49,31 @@ class ChartOptions:
         chart_formats: file formats, a tuple of ``"png"`` and/or ``"svg"`` (default ``("png",)``; the
             spelling of :class:`~streamtrace.report.options.ReportOptions`).
         jobs: worker processes drawing charts (int); 0 (default) = all cores; 1 = this process.
-        ranks: ranks that get per-rank charts (list of int); None (default): all when <= 8, else
-            each stage of the first PP group plus the rank that was the straggler most often.
+        chart_ranks: ranks that get per-rank charts (list of int); None (default): all when <= 8, else
+            each stage of the first PP group plus the rank that was the straggler most often (the
+            spelling of :class:`~streamtrace.report.options.ReportOptions`).
         max_groups: PP groups drawn (first N, default 16); max_replicas: replicas drawn (default 8).
         progress: a bar over the charts (bool); None (default): only on a terminal.
+        ranks: deprecated (removed in the next release): ``chart_ranks``, with a ``DeprecationWarning``.
     """
     chart_formats: tuple = ("png",)
     jobs: int = 0
-    ranks: list | None = None
+    chart_ranks: list | None = None
     max_groups: int = 16
     max_replicas: int = 8
     progress: bool | None = None
+    ranks: InitVar[list | None] = None
+
+    def __post_init__(self, ranks):
+        if ranks is not None:
+            _deprecated_ranks(stacklevel=4)
+            self.chart_ranks = ranks
+
+
+def _deprecated_ranks(stacklevel):
+    """``ranks`` of the last release's :class:`ChartOptions` / :func:`render_all`: one more release, warned."""
+    warnings.warn("the charts' ranks=... is deprecated (removed in the next release): give chart_ranks=..., "
+                  "the spelling of ReportOptions", DeprecationWarning, stacklevel=stacklevel)
 
 
 @dataclass
@@ -80,18 +95,18 @@ MEMBER_COLUMNS = ["instance", "rank", "arrival_ns"]
 """The columns of ``collectives_ranks.parquet`` the heat maps read, a batch at a time."""
 
 
-def load(aggdir, ranks=None) -> dict:
+def load(aggdir, chart_ranks=None) -> dict:
     """The aggregate outputs the charts need, as column dicts (``meta`` = aggregate.json): only
     the columns of :data:`COLLECTIVE_COLUMNS`, and ``timeline`` rows only of the ranks that get
-    per-rank charts (:func:`chart_ranks` with ``ranks``, kept as ``chart_ranks``); the collective members are read in
-    batches by :func:`plan` (:func:`skew_grids`), so that the report of a 1,024-rank job holds no
-    table of every collective kernel and no other rank's timeline.
+    per-rank charts (:func:`charted_ranks` of ``chart_ranks``, kept as ``chart_ranks``); the collective
+    members are read in batches by :func:`plan` (:func:`skew_grids`), so that the report of a 1,024-rank
+    job holds no table of every collective kernel and no other rank's timeline.
     Raises :class:`~streamtrace.runtime.errors.DataError` naming a damaged or missing file."""
-    out = {"meta": read_meta(aggdir)}
+    out = {"meta": Aggregate.read(aggdir).summary}
     for n in ("rank_phase", "ranks", "pipeline", "p2p"):
         out[n] = read_aggregate_table(aggdir, n)
     out["collectives"] = read_aggregate_table(aggdir, "collectives", COLLECTIVE_COLUMNS)
-    out["chart_ranks"] = chart_ranks(out, aggdir, ranks)
+    out["chart_ranks"] = charted_ranks(out, aggdir, chart_ranks)
     out["timeline"] = read_aggregate_table(aggdir, "timeline", where={"rank": out["chart_ranks"] or [-1]})
     return out
 
@@ -178,8 +193,9 @@ def alike(p, q, fraction=ALIKE_FRACTION) -> bool:
 
 # -- the plan ---------------------------------------------------------------------------------
 
-def chart_ranks(data, aggdir, ranks=None) -> list:
-    """The ranks that get per-rank charts (see :class:`ChartOptions`)."""
+def charted_ranks(data, aggdir, ranks=None) -> list:
+    """The ranks that get per-rank charts: ``ranks`` (``ChartOptions.chart_ranks``) that the job has, or
+    the default (see :class:`ChartOptions`)."""
     all_ranks = sorted(set(data["ranks"]["rank"].tolist())) if len(data["ranks"].get("rank", [])) else []
     if ranks is not None:
         return [r for r in ranks if r in set(all_ranks)]
@@ -225,7 +241,7 @@ def plan(data, aggdir, opt: ChartOptions) -> list:
     for at in keys:
         for fn, args, prefix in charts:
             p = picture(data, fn, args, at)
-            own = opt.ranks is not None and fn in RANK_CHARTS       # ranks asked for: each its own
+            own = opt.chart_ranks is not None and fn in RANK_CHARTS       # ranks asked for: each its own
             twin = next((t for q, t in drawn.get(fn, []) if (not own or t.args[0] == args[0]) and alike(q, p)),
                         None)
             if twin is not None:
@@ -267,17 +283,21 @@ def draw(i) -> list:
     return C.save(fig, Path(_RUN["out"]) / t.stem, _RUN["formats"])
 
 
-def render_all(aggdir, outdir, ranks=None, max_groups=16, max_replicas=8, log=None, progress=None,
-               opt: ChartOptions | None = None) -> list:
+def render_all(aggdir, outdir, chart_ranks=None, max_groups=16, max_replicas=8, log=None, progress=None,
+               opt: ChartOptions | None = None, ranks=None) -> list:
     """Render every chart of :mod:`~streamtrace.report.charts` that has content into ``outdir``
-    (``opt``, or the keyword arguments, see :class:`ChartOptions`) and remove the chart files an
-    earlier run left there.  Returns the written paths in plan order.  Raises ValueError for an
-    unknown format."""
-    opt = opt or ChartOptions(ranks=ranks, max_groups=max_groups, max_replicas=max_replicas, progress=progress)
+    (``opt``, or the keyword arguments, see :class:`ChartOptions`; ``ranks``: deprecated, ``chart_ranks``)
+    and remove the chart files an earlier run left there.  Returns the written paths in plan order.
+    Raises ValueError for an unknown format."""
+    if ranks is not None:
+        _deprecated_ranks(stacklevel=3)
+        chart_ranks = ranks
+    opt = opt or ChartOptions(chart_ranks=chart_ranks, max_groups=max_groups, max_replicas=max_replicas,
+                              progress=progress)
     bad = [f for f in opt.chart_formats if f not in C.FORMATS]
     if bad or not opt.chart_formats:
         raise ValueError(f"chart format {bad[0] if bad else ''!r}: use png or svg")
-    data = load(aggdir, opt.ranks)
+    data = load(aggdir, opt.chart_ranks)
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     tasks = plan(data, aggdir, opt)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..job.folder import owned
+from ..job.folder import Aggregate, owned
 from ..job.options import AggregateOptions
 from ..runtime.errors import StreamtraceError
 from ..runtime.files import output_folder
@@ -89,7 +89,7 @@ def aggregates(dirs) -> bool:
     they are one aggregate folder (holding ``aggregate.json``)."""
     dirs = [dirs] if isinstance(dirs, (str, Path)) else list(dirs)
     try:
-        return not (len(dirs) == 1 and (Path(dirs[0]) / "aggregate.json").is_file())
+        return not (len(dirs) == 1 and (Path(dirs[0]) / Aggregate.marker).is_file())
     except OSError as e:                   # a folder that cannot be read: one line naming it
         raise StreamtraceError(f"{dirs[0]}: cannot read the folder ({e.strerror or e})") from None
 
@@ -102,4 +102,4 @@ def _holds(folder: Path, inner: Path) -> bool:
 
 def _not_report(name: str) -> bool:
     """What a report keeps of the folder it writes into: all but an earlier report."""
-    return name not in ("report.json", "charts") and not name.endswith(".md")
+    return not Report.owns(name)

@@ -11,10 +11,10 @@ class StageLog:
     In a stage's child process (:func:`~streamtrace.runtime.fork.call_in_child`) every entry is
     relayed to the parent's log (:meth:`relay_to`, :meth:`replay`) instead."""
 
-    def __init__(self, out=None, quiet=False, verbose=False, name="epilogue"):
+    def __init__(self, out=None, progress=None, verbose=False, name="epilogue"):
         self.name = name
         self.out = out or sys.stderr
-        self.quiet = quiet
+        self.progress = progress          # False: failures, warnings and final lines only
         self.verbose = verbose
         self.failures: list = []
         self.notes: list = []
@@ -30,7 +30,8 @@ class StageLog:
         {"final": self.final, "note": self.note, "failure": self.failure}[method](arg)
 
     def info(self, msg):
-        if not self.quiet:
+        """A progress line: logged unless ``progress`` is False."""
+        if self.progress is not False:
             self.final(msg)
 
     def final(self, msg):

@@ -3,6 +3,7 @@ dataclass documenting every field."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
 
@@ -80,14 +81,14 @@ def test_py_typed_is_shipped():
 
 
 def test_epilogue_options_are_composed_of_the_report_s():
-    """EpilogueOptions holds a ReportOptions, not copies of its fields (``jobs`` is the epilogue's own:
-    the report gets the epilogue's); keywords of the report still work with ``run``."""
+    """EpilogueOptions holds a ReportOptions, not copies of its fields (``jobs`` and ``progress`` are the
+    epilogue's own: the report gets the epilogue's); keywords of the report still work with ``run``."""
     from streamtrace.epilogue import EpilogueOptions, with_options
     from streamtrace.report.options import ReportOptions
     own = {f.name for f in dataclasses.fields(EpilogueOptions)}
-    assert own & {f.name for f in dataclasses.fields(ReportOptions)} == {"jobs"}
-    opt = with_options(EpilogueOptions(), full=True, charts=False, tokens_per_step=4096, jobs=3)
-    assert opt.full and opt.jobs == 3 and opt.report == ReportOptions(charts=False, tokens_per_step=4096)
+    assert own & {f.name for f in dataclasses.fields(ReportOptions)} == {"jobs", "progress"}
+    opt = with_options(EpilogueOptions(), gpu_only=False, charts=False, tokens_per_step=4096, jobs=3)
+    assert not opt.gpu_only and opt.jobs == 3 and opt.report == ReportOptions(charts=False, tokens_per_step=4096)
     with pytest.raises(TypeError):
         with_options(EpilogueOptions(), no_such_option=1)
 
@@ -101,3 +102,58 @@ def test_one_spelling_per_concept():
     names = {f.name for cls in (streamtrace.MergeOptions, ChartOptions, streamtrace.ReportOptions)
              for f in dataclasses.fields(cls)}
     assert "iteration" not in names and "formats" not in names and "chart_formats" in names
+    charts = {f.name for cls in (ChartOptions, streamtrace.ReportOptions) for f in dataclasses.fields(cls)}
+    assert "ranks" not in charts and "chart_ranks" in charts     # (MergeOptions.ranks: the ranks merged)
+    assert {f.name for f in dataclasses.fields(ChartOptions)} >= {"chart_ranks", "chart_formats", "progress"}
+
+
+def test_chart_ranks_old_keyword_warns_once_more():
+    """``ChartOptions(ranks=...)`` / ``render_all(..., ranks=...)`` of the last release: ``chart_ranks``, warned."""
+    from streamtrace.report.render import ChartOptions
+    with pytest.warns(DeprecationWarning, match="chart_ranks") as w:
+        assert ChartOptions(ranks=[0, 3]) == ChartOptions(chart_ranks=[0, 3])
+    assert w[0].filename == __file__
+    assert dataclasses.replace(ChartOptions(chart_ranks=[1]), jobs=2).chart_ranks == [1]
+
+
+def test_epilogue_progress_is_the_stages_spelling(tmp_path):
+    """The epilogue's log lines follow ``progress`` as the stages' bars do (False: failures and the final
+    line only); ``quiet`` of the last release still works for one more, with a DeprecationWarning."""
+    import io
+    from streamtrace.epilogue import EpilogueOptions, run
+    names = {f.name for f in dataclasses.fields(EpilogueOptions)}
+    assert "progress" in names and "quiet" not in names
+    assert EpilogueOptions().progress is None
+
+    def lines(**kw):
+        buf = io.StringIO()
+        s = run(tmp_path, log_file=buf, isolate=False, outdir=str(tmp_path / "out"), **kw)
+        assert s["failures"][0]["error"] == "no rank traces found"          # an empty run folder
+        return [re.sub(r"\(\d+\.\d s\)$", "(s)", x) for x in buf.getvalue().splitlines()]   # timings aside
+    loud = lines()
+    assert any(" run " in x and "topology" in x for x in loud) and any("FAILED discover" in x for x in loud)
+    quiet = lines(progress=False)
+    assert not any("topology" in x for x in quiet) and any("FAILED discover" in x for x in quiet)
+    with pytest.warns(DeprecationWarning, match="progress=False") as w:
+        old = lines(quiet=True)
+    assert old == quiet and w[0].filename == __file__           # the warning names the caller of run()
+    with pytest.warns(DeprecationWarning, match="progress=False") as w:
+        assert EpilogueOptions(quiet=True).progress is False
+    assert w[0].filename == __file__
+
+
+def test_epilogue_gpu_only_is_merge_s_spelling():
+    """The epilogue's merge keeps the GPU processes as ``MergeOptions.gpu_only`` says (default True here);
+    ``full=True`` of the last release is ``gpu_only=False`` for one more, with a DeprecationWarning."""
+    import streamtrace
+    from streamtrace.epilogue import EpilogueOptions, with_options
+    names = {f.name for f in dataclasses.fields(EpilogueOptions)}
+    assert "gpu_only" in names and "full" not in names
+    assert "gpu_only" in {f.name for f in dataclasses.fields(streamtrace.MergeOptions)}
+    assert EpilogueOptions().gpu_only is True
+    with pytest.warns(DeprecationWarning, match="gpu_only=False for full=True") as w:
+        assert EpilogueOptions(full=True).gpu_only is False
+    assert w[0].filename == __file__
+    with pytest.warns(DeprecationWarning, match="gpu_only=False"):
+        assert with_options(EpilogueOptions(), full=False).gpu_only is True
+    assert dataclasses.replace(EpilogueOptions(gpu_only=False), jobs=2).gpu_only is False    # no warning, kept

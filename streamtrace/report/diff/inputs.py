@@ -25,6 +25,7 @@ from pathlib import Path
 from ...analyze import AnalyzeOptions, analyze
 from ...analyze.outputs import Analysis
 from ...job.folder import Aggregate
+from ..outputs import EpilogueRun
 from ...runtime.errors import StreamtraceError, UsageError
 from ...events.dataset import partition_files
 
@@ -142,8 +143,8 @@ def analysed_dirs(path) -> list | None:
             raise StreamtraceError(f"{p}: the analysed folders this aggregate was made from are gone "
                                    f"({', '.join(ins) or 'none listed'}); give them instead")
         return dirs
-    found = sorted(q.parent for q in p.glob(f"*/analysis/{Analysis.marker}"))
-    if found or (p / "epilogue.json").is_file():      # (the epilogue's kind is above this stage)
+    found = EpilogueRun.analysis_folders(p)
+    if found or (p / EpilogueRun.marker).is_file():
         if not found:
             raise StreamtraceError(f"{p}: an epilogue output without analysed iterations")
         return found
@@ -151,17 +152,11 @@ def analysed_dirs(path) -> list | None:
 
 
 def read_parts(dirs) -> list:
-    """Every rank of every analysed folder in ``dirs`` (their ``summary.json``), as :class:`Part`."""
+    """Every rank of every analysed folder in ``dirs`` (their ``summary.json``, :meth:`Analysis.read`:
+    a :class:`~streamtrace.runtime.errors.DataError` naming it when it is damaged), as :class:`Part`."""
     parts = []
     for d in dirs:
-        sp = Path(d) / "summary.json"
-        try:
-            summ = json.loads(sp.read_text())
-        except OSError as e:
-            raise StreamtraceError(f"{sp}: cannot read it ({e.strerror})") from None
-        except ValueError as e:
-            raise StreamtraceError(f"{sp}: invalid JSON ({e})") from None
-        for r in summ.get("ranks") or []:
+        for r in Analysis.read(d).summary["ranks"]:
             it = r.get("iteration")
             parts.append(Part(str(d), int(r["rank"]), -1 if it is None else int(it), str(r.get("source", ""))))
     return parts
@@ -182,7 +177,7 @@ def open_side(label, given, outdir, opt: DiffOptions, steps) -> Side:
         dirs, analysed = [target], True
     parts = read_parts(dirs)
     if not parts:
-        raise StreamtraceError(f"{given}: no ranks in {', '.join(str(d / 'summary.json') for d in map(Path, dirs))}")
+        raise StreamtraceError(f"{given}: no ranks in {', '.join(str(Path(d) / Analysis.marker) for d in dirs)}")
     return Side(label, str(given), [str(d) for d in dirs], parts, steps, analysed)
 
 

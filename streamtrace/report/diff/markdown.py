@@ -19,8 +19,6 @@ from .outputs import Diff
 from ...runtime.files import atomic_output, output_folder
 from ..charts import save
 from ..units import fmt_time, short_names, time_axis
-from .compare import DIMENSIONS, compare, write_tables
-from .inputs import DiffOptions, list_text
 
 KIND_COLORS = {"compute": "#4C72B0", "communication": "#DD8452", "memory": "#8C8C8C"}
 METRIC_LABELS = {"step_ns": "step time (ProfilerStep)", "busy_ns": "GPU busy", "idle_ns": "GPU idle",
@@ -71,14 +69,15 @@ def diff(base, test, outdir=None, opt: DiffOptions | None = None, log=None):
         charts = (top_deltas_chart(tabs.kernels, stage / "charts" / "diff_top_deltas", meta["labels"])
                   if opt.charts else [])
         charts = [str(Path(p).relative_to(stage)) for p in charts]
-        with atomic_output(stage / "diff.md", compress=False) as f:
+        with atomic_output(stage / Diff.MARKDOWN, compress=False) as f:
             f.write(to_markdown(tabs, meta, opt.top, [p for p in charts if p.endswith(".png")]).encode())
-        meta["files"] = sorted([Path(p).name for p in files] + ["diff.md", "diff.json"] + charts)
+        meta["files"] = sorted([Path(p).name for p in files] + [Diff.MARKDOWN, Diff.marker] + charts)
         meta["outdir"] = str(out)
-        with atomic_output(stage / "diff.json", compress=False) as f:
+        with atomic_output(stage / Diff.marker, compress=False) as f:
             f.write(json.dumps(meta, indent=1, default=json_default).encode())
     if log:
-        log(f"diff: {out / 'diff.md'}, {len(files) // 2} tables" + (f", {len(charts)} chart files" if charts else ""))
+        log(f"diff: {out / Diff.MARKDOWN}, {len(files) // 2} tables"
+            + (f", {len(charts)} chart files" if charts else ""))
     return Diff(out)
 
 

@@ -14,11 +14,13 @@ class Diff(Outputs):
     group or rank pair; docs/diff.md); ``summary`` is ``diff.json``.  Analyses diff made of traces
     (``analysis-base``, ``analysis-test``) open with ``load(DIR / name)``."""
     kind, marker, precedence = "diff", "diff.json", 0
+    MARKDOWN = "diff.md"
+    """The diff in Markdown, beside its marker."""
 
     @classmethod
     def owns(cls, name: str) -> bool:
         """What an earlier ``diff`` wrote at the top of its folder (replaced as a whole)."""
-        return (name in ("diff.md", cls.marker, "charts") or name.startswith("analysis-")
+        return (name in (cls.MARKDOWN, cls.marker, "charts") or name.startswith("analysis-")
                 or name.rsplit(".", 1)[-1] in ("parquet", "csv"))
 
     def tables(self):

@@ -189,3 +189,41 @@ def test_topology_sizes_that_do_not_fit_are_a_usage_error(capsys, tmp_path):
     assert main(["topology", "--from", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "--topology FILE" not in err and "streamtrace topology --tp" in err
+
+
+def test_epilogue_quiet_and_verbose_flags(tmp_path):
+    """-q/--quiet is the epilogue's ``progress=False`` (no progress lines, the failure and final line
+    stay); -v is ``verbose``; both at once is a usage error."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    loud = run_cli("epilogue", str(run_dir), "-o", str(tmp_path / "a"))
+    quiet = run_cli("epilogue", str(run_dir), "-o", str(tmp_path / "b"), "--quiet")
+    q = run_cli("epilogue", str(run_dir), "-o", str(tmp_path / "c"), "-q")
+    assert loud.returncode == quiet.returncode == q.returncode == 1
+    assert "topology" in loud.stderr and "FAILED discover" in loud.stderr
+    for r in (quiet, q):
+        assert "topology" not in r.stderr and "FAILED discover" in r.stderr, r.stderr
+        assert r.stderr.strip().splitlines()[-1].startswith("streamtrace: ")     # the one-line error stays
+    both = run_cli("epilogue", str(run_dir), "-q", "-v")
+    assert both.returncode == 2 and "not both" in both.stderr
+
+
+def test_epilogue_full_flag_is_gpu_only_false(tmp_path):
+    """--full (EpilogueOptions.gpu_only=False, merge's spelling): merged.json.gz with the CPU processes too;
+    without it, merged_gpu.json.gz holds none of the CPU ops (counted in the raw output with gzip + json)."""
+    import gzip
+    import json
+    from streamtrace.synth.job import SynthSpec, generate_job
+    run_dir = tmp_path / "run"
+    generate_job(run_dir, SynthSpec(world_size=2, tp=2, pp=1, layers=1, microbatches=1))
+
+    def cpu_ops(path):
+        return sum(e.get("cat") == "cpu_op" for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"])
+    full = run_cli("epilogue", run_dir, "-o", tmp_path / "full", "--full", "--no-charts", "-j", "1", "-q")
+    assert full.returncode == 0, full.stderr
+    merged = list((tmp_path / "full").glob("*/merged*.json.gz"))
+    assert [p.name for p in merged] == ["merged.json.gz"] and cpu_ops(merged[0]) > 0
+    gpu = run_cli("epilogue", run_dir, "-o", tmp_path / "gpu", "--no-charts", "-j", "1", "-q")
+    assert gpu.returncode == 0, gpu.stderr
+    merged = list((tmp_path / "gpu").glob("*/merged*.json.gz"))
+    assert [p.name for p in merged] == ["merged_gpu.json.gz"] and cpu_ops(merged[0]) == 0

@@ -16,7 +16,7 @@ from streamtrace.runtime.errors import StreamtraceError
 from streamtrace.events.load import Outputs, register
 from streamtrace.job import AggregateOptions, aggregate
 from streamtrace.synth.job import SynthSpec, generate_job
-from support import code_blocks
+from support import ROOT, code_blocks
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +122,18 @@ def test_epilogue_run_folder(tmp_path):
     assert e.kernels.num_rows == e.analyses["iteration_10"].kernels.num_rows > 0
     assert e.ranks.num_rows == e.aggregate.ranks.num_rows == 4
     assert e.summary["summary"]["ranks"] == 4
+    # diff finds the analysed iterations of an epilogue folder through its kind (EpilogueRun, below diff)
+    from streamtrace.report.diff.inputs import analysed_dirs
+    an = d / "streamtrace" / "iteration_10" / "analysis"
+    assert analysed_dirs(d / "streamtrace") == [an]
+    dd = streamtrace.diff(d / "streamtrace", an, tmp_path / "diff", streamtrace.DiffOptions(jobs=1, charts=False))
+    assert dd.summary["base"]["dirs"] == dd.summary["test"]["dirs"] == [str(an)]
+    assert set(dd.to_pandas("kernels")["change"]) == {"unchanged"}
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "epilogue.json").write_text("{}")                   # the marker alone, no analysed iteration
+    with pytest.raises(StreamtraceError, match="an epilogue output without analysed iterations"):
+        analysed_dirs(empty)
 
 
 def test_not_an_output_folder_and_new_kinds(tmp_path):
@@ -155,7 +167,7 @@ def test_one_protocol_per_kind_of_folder(tmp_path):
     with pytest.raises(StreamtraceError):
         streamtrace.load(tmp_path)                 # registers every stage's kind
     where = {c.kind: c.__module__ for c in KINDS}
-    assert where == {"diff": "streamtrace.report.diff.outputs", "epilogue": "streamtrace.epilogue",
+    assert where == {"diff": "streamtrace.report.diff.outputs", "epilogue": "streamtrace.report.outputs",
                      "aggregate": "streamtrace.job.folder", "analysis": "streamtrace.analyze.outputs",
                      "report": "streamtrace.report.outputs"}
     for c in KINDS:
@@ -165,3 +177,57 @@ def test_one_protocol_per_kind_of_folder(tmp_path):
     assert A["analysis"].owns("kernels") and not A["analysis"].owns("notes.txt")
     assert A["aggregate"].owns("ranks.parquet") and A["aggregate"].owns("report.json")
     assert A["diff"].owns("analysis-base") and A["epilogue"].owns("iteration_10")
+
+
+def test_only_the_kinds_name_their_files():
+    """The marker and file names of every kind of output folder are written in the code of that kind's class
+    only (the stages write and read ``Kind.marker``); a string constant equal to one elsewhere is a second place."""
+    import ast
+    from streamtrace.events.load import KINDS
+    from streamtrace.report.diff.outputs import Diff
+    with pytest.raises(StreamtraceError):
+        streamtrace.load(ROOT)                          # registers every stage's kind
+    home = {c.marker: c.__module__ for c in KINDS}
+    home[Diff.MARKDOWN] = Diff.__module__
+    home["report.json"] = "streamtrace.job.folder"     # REPORT_MARKER: an aggregate folder holds its report too
+    assert set(home) >= {"summary.json", "aggregate.json", "report.json", "diff.json", "epilogue.json"}
+    stray = []
+    for path in sorted((ROOT / "streamtrace").rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in home and home[node.value] != module:
+                stray.append(f"{module}:{node.lineno} {node.value!r}")
+    assert not stray, stray
+
+
+def test_read_checks_the_marker_as_the_stages_need_it(tmp_path):
+    """``Kind.read(DIR)``, how a later stage reads a folder (what ``read_meta`` / ``read_summary`` did):
+    a one-line StreamtraceError without the marker, a DataError naming the damaged file."""
+    from streamtrace.analyze.outputs import Analysis
+    from streamtrace.job.folder import Aggregate
+    from streamtrace.runtime.errors import DataError
+    d = tmp_path / "x"
+    d.mkdir()
+    with pytest.raises(StreamtraceError, match=r"x: no aggregate.json \(run streamtrace aggregate first\)$"):
+        Aggregate.read(d)
+    with pytest.raises(StreamtraceError, match=r"not an analysed folder \(no summary.json; run streamtrace analyze"):
+        Analysis.read(d)
+    (d / "aggregate.json").write_text("[]")
+    with pytest.raises(DataError, match="expected an object"):
+        Aggregate.read(d)
+    meta = {"inputs": [], "time_alignment": "global", "clock_sync": "none", "iterations": [], "ranks": [],
+            "collectives": {}, "files": ["ranks.parquet", "aggregate.json"]}
+    (d / "aggregate.json").write_text(json.dumps(meta))
+    with pytest.raises(DataError) as e:
+        Aggregate.read(d)
+    assert e.value.path == str(d / "ranks.parquet") and "aggregate.json lists it" in str(e.value)
+    (d / "ranks.parquet").write_bytes(b"")
+    assert Aggregate.read(d).summary == meta
+    (d / "summary.json").write_text('{"ranks": [{"rank": -1}]}')
+    with pytest.raises(DataError, match=r"ranks\[0\] is not"):
+        Analysis.read(d)
+    (d / "summary.json").write_text('{"ranks": [{"rank": 3, "iteration": 10, "source": "r3.json"}]}')
+    assert Analysis.read(d)["ranks"][0]["rank"] == 3
+    (d / "summary.json").write_text('{"ranks": [')
+    with pytest.raises(DataError, match="invalid JSON"):
+        Analysis.read(d)

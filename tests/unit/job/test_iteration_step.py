@@ -89,7 +89,7 @@ def test_two_steps_in_one_iteration_get_one_row_each(tmp_path):
     it = read_table(tmp_path / "agg" / "iterations.parquet")
     assert it["iteration"].tolist() == [10, 10] and it["step"].tolist() == [10, 11]
     from streamtrace.report.render import render_all
-    names = {p.name for p in render_all(tmp_path / "agg", tmp_path / "charts", ranks=[0])}
+    names = {p.name for p in render_all(tmp_path / "agg", tmp_path / "charts", chart_ranks=[0])}
     assert {"ranks_overview_iter10_step10.png", "ranks_overview_iter10_step11.png"} <= names
     ranks = read_table(tmp_path / "agg" / "ranks.parquet")
     for st in (10, 11):

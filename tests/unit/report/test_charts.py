@@ -35,7 +35,7 @@ def _not_blank(p):
 
 
 def test_every_chart_renders_from_the_demo_png_by_default(demo):
-    files = render_all(demo / "agg", demo / "charts", opt=ChartOptions(ranks=[0, 5], jobs=1))
+    files = render_all(demo / "agg", demo / "charts", opt=ChartOptions(chart_ranks=[0, 5], jobs=1))
     names = sorted(p.name for p in files)
     # rank 5 is on stage 1 as rank 4 is: its pictures are rank 4's -> one chart per stage; the four
     # PP groups (two replicas) draw the same picture -> one each (see test_alike_* for the rule)
@@ -52,8 +52,12 @@ def test_every_chart_renders_from_the_demo_png_by_default(demo):
 def test_ranks_asked_for_each_get_their_chart(demo):
     """Ranks 0 and 1 (one TP group) draw alike pictures: by default one chart stands for both;
     asked for by name, each gets its own."""
-    asked = {p.name for p in render_all(demo / "agg", demo / "asked", opt=ChartOptions(ranks=[0, 1], jobs=1))}
+    asked = {p.name for p in render_all(demo / "agg", demo / "asked", opt=ChartOptions(chart_ranks=[0, 1],
+                                                                                          jobs=1))}
     assert {"rank_0_timeline_iter10.png", "rank_1_timeline_iter10.png", "rank_1_microbatches_iter10.png"} <= asked
+    with pytest.warns(DeprecationWarning, match="chart_ranks"):      # the last release's keyword, one more
+        old = {p.name for p in render_all(demo / "agg", demo / "old", ranks=[0, 1])}
+    assert old == asked
     default = {p.name for p in render_all(demo / "agg", demo / "default", opt=ChartOptions(jobs=1))}
     assert "rank_0_timeline_iter10.png" in default and "rank_1_timeline_iter10.png" not in default
 
@@ -62,7 +66,7 @@ def test_charts_read_only_the_charted_ranks_timeline_and_few_collective_columns(
     """What keeps the report of a 1,024-rank job bounded: the timeline rows of the charted ranks
     only (checked against the whole table), the collective columns the charts use."""
     whole = read_table(demo / "agg" / "timeline.parquet")
-    data = load(demo / "agg", ranks=[0, 5])
+    data = load(demo / "agg", chart_ranks=[0, 5])
     tl = data["timeline"]
     assert sorted(set(tl["rank"].tolist())) == [0, 5]
     keep = np.isin(whole["rank"], [0, 5])
@@ -75,8 +79,8 @@ def test_charts_read_only_the_charted_ranks_timeline_and_few_collective_columns(
 
 def test_svg_on_request_and_stale_files_removed(demo):
     out = demo / "svg"
-    render_all(demo / "agg", out, opt=ChartOptions(ranks=[0], jobs=1))
-    files = render_all(demo / "agg", out, opt=ChartOptions(ranks=[0], jobs=1, chart_formats=("svg",)))
+    render_all(demo / "agg", out, opt=ChartOptions(chart_ranks=[0], jobs=1))
+    files = render_all(demo / "agg", out, opt=ChartOptions(chart_ranks=[0], jobs=1, chart_formats=("svg",)))
     assert files and all(p.suffix == ".svg" for p in files)
     assert sorted(out.iterdir()) == sorted(files)          # the PNGs of the run before are gone
     for p in files:
