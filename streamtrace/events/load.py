@@ -34,9 +34,12 @@ import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 from ..runtime.errors import StreamtraceError
+
+if TYPE_CHECKING:                       # annotations only
+    import pyarrow as pa
 
 # pyarrow and the datasets are imported where tables are read: the stages import this module for
 # their kind of folder (the epilogue's process among them, which stays free of pyarrow)
