@@ -16,7 +16,7 @@ import sys
 import tempfile
 
 NOTICE = ("streamtrace: note: numba cannot cache its compiled kernels beside the package or in the user's "
-          "cache folder (read-only); caching them in {dir} (set NUMBA_CACHE_DIR to choose)")
+          "cache folder (read-only); caching them in {dir} (set STREAMTRACE_CACHE_DIR to choose)")
 
 
 def _writable(folder) -> bool:
