@@ -4,8 +4,9 @@ fresh virtual environment) finds the kernels already compiled.
 
 numba's default cache lives in ``__pycache__`` beside the installed sources (or, under
 ``$NUMBA_CACHE_DIR`` / ``~/.cache/numba``, in a sub-folder named after a hash of the sources' folder
-path), so every new install path starts cold.  Numba before 0.62 also stamps each index with the
-source file's mtime and size, which a reinstall changes.  Here numba's locator is replaced, for the
+path), so every new install path starts cold.  Older numba releases also stamp each index with
+the source file's mtime and size, which a reinstall changes (numba/numba#10659 made it a content
+hash; 0.68 has it; the project supports numba >= 0.59).  Here numba's locator is replaced, for the
 files of this package only, by :class:`KernelCacheLocator`:
 
 * folder: ``<root>/<streamtrace version>/<sha256 of the kernel sources, 16 hex>-numba<numba version>``
