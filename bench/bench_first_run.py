@@ -26,8 +26,8 @@ The table gives the median of the rounds and first - warm; the target is first -
 (wall).  ``--reinstall`` instead times each command's first run after installing the same
 version again: cold in venv A (fills the cache), ``pip install --force-reinstall --no-deps SRC``
 into A and the first run, then a fresh venv B with ``SRC`` and its first and warm runs (run it
-with ``--src`` a tree before and after a change to compare).  Then ``streamtrace warmup -v`` on an empty cache: what every kernel costs to compile
-(CPU seconds in its compiling process), the largest first.  The CPU seconds are the better
+with ``--src`` a tree before and after a change to compare).  Then ``streamtrace warmup -v`` on an
+empty cache: what every kernel costs to compile (CPU seconds in its compiling process), the largest first.  The CPU seconds are the better
 measure on a shared machine, since other processes stretch the wall times; the load average
 during the runs is printed beside them.
 """

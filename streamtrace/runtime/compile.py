@@ -8,7 +8,8 @@ on a machine pays for it (bench/bench_first_run.py; bench/RESULTS.md has the num
 calls (:data:`COMMANDS`) with the one signature each is called with (:data:`UNITS`), keeps those
 already in the cache, and has ``jobs`` forked processes compile the others into the cache,
 callees before their callers (a caller cannot be typed before its callees), the longest chain
-first, never two signatures of one kernel at once (numba's index update is a read-modify-write).  The command then loads every kernel from the cache on its first call, as a warm run does.
+first, never two signatures of one kernel at once (numba's index update is a read-modify-write).
+The command then loads every kernel from the cache on its first call, as a warm run does.
 ``streamtrace warmup`` runs it for every unit (container images, shared installs).
 :func:`load` brings units into this process before it forks workers that call them (:data:`TASKS`).
 

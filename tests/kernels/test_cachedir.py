@@ -112,7 +112,8 @@ def test_where_the_cache_lives(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     cases = [({"STREAMTRACE_CACHE_DIR": tmp_path / "st", "NUMBA_CACHE_DIR": tmp_path / "nb"}, tmp_path / "st"),
-             ({"NUMBA_CACHE_DIR": tmp_path / "nb", "XDG_CACHE_HOME": tmp_path / "xdg"}, tmp_path / "nb" / "streamtrace"),
+             ({"NUMBA_CACHE_DIR": tmp_path / "nb", "XDG_CACHE_HOME": tmp_path / "xdg"},
+              tmp_path / "nb" / "streamtrace"),
              ({"XDG_CACHE_HOME": tmp_path / "xdg", "HOME": home}, tmp_path / "xdg" / "streamtrace"),
              ({"XDG_CACHE_HOME": "relative/ignored", "HOME": home}, home / ".cache" / "streamtrace")]
     for extra, root in cases:
