@@ -4,6 +4,7 @@
     python bench/bench_first_run.py --record                  # venv from this checkout, 3 rounds
     python bench/bench_first_run.py --venv /tmp/venv-x --reuse --rounds 5
     python bench/bench_first_run.py --system-site-packages    # no network: dependencies from this Python
+    python bench/bench_first_run.py --system-site-packages --reinstall --src /tmp/old-tree   # reinstalls
 
 Builds ``--venv`` with ``python -m venv`` and ``pip install SRC`` (pip's configured index;
 ``--system-site-packages`` when the network is unavailable: the dependencies then come from
@@ -11,17 +12,22 @@ the Python running this script, streamtrace itself is still installed into the v
 every round and every command:
 
   1. deletes numba's cache of the installed package (``*.nbi``/``*.nbc`` in
-     ``site-packages/streamtrace/**/__pycache__``): the state right after ``pip install``,
-     when every kernel is compiled on first use;
+     ``site-packages/streamtrace/**/__pycache__``, and the per-user kernel cache, which the runs keep
+     under a temporary ``XDG_CACHE_HOME``): the state of a first install on a machine, when every
+     kernel is compiled on first use;
   2. runs the command (the first run), then the same command again (the warm run).
 
 Commands: ``streamtrace demo`` (8 synthetic ranks: merge + validate) and ``streamtrace analyze``
 of a 327-byte trace.  Each run is timed from outside: wall seconds, and the CPU seconds (user +
 system) of the command and every process it waited for (its compiling and worker processes).
-``NUMBA_CACHE_DIR`` is removed from the environment (the cache must be the installed package's).
+``NUMBA_CACHE_DIR`` and ``STREAMTRACE_CACHE_DIR`` are removed from the environment and
+``XDG_CACHE_HOME`` is a temporary folder (the user's own cache is neither used nor touched).
 The table gives the median of the rounds and first - warm; the target is first - warm <= 10 s
-(wall).  Then ``streamtrace warmup -v`` on an empty cache: what every kernel costs to compile
-(CPU seconds in its compiling process), the largest first.  The CPU seconds are the better
+(wall).  ``--reinstall`` instead times each command's first run after installing the same
+version again: cold in venv A (fills the cache), ``pip install --force-reinstall --no-deps SRC``
+into A and the first run, then a fresh venv B with ``SRC`` and its first and warm runs (run it
+with ``--src`` a tree before and after a change to compare).  Then ``streamtrace warmup -v`` on an
+empty cache: what every kernel costs to compile (CPU seconds in its compiling process), the largest first.  The CPU seconds are the better
 measure on a shared machine, since other processes stretch the wall times; the load average
 during the runs is printed beside them.
 """
@@ -69,12 +75,16 @@ def package_dir(venv: Path) -> Path:
     return Path(out)
 
 
-def clear_numba_cache(pkg: Path) -> int:
+def clear_numba_cache(pkg: Path, env=None) -> int:
+    """Delete the installed package's numba files and the per-user kernel cache (``env``'s
+    ``XDG_CACHE_HOME``/streamtrace); returns how many numba files were deleted."""
     n = 0
     for f in pkg.rglob("__pycache__/*"):
         if f.suffix in (".nbi", ".nbc"):
             f.unlink()
             n += 1
+    if env and env.get("XDG_CACHE_HOME"):
+        shutil.rmtree(Path(env["XDG_CACHE_HOME"]) / "streamtrace", ignore_errors=True)
     return n
 
 
@@ -96,7 +106,7 @@ def run_rounds(cmds, pkg, tmp, env, rounds):
     rows = {c: {"first": [], "warm": [], "first_cpu": [], "warm_cpu": [], "notice": 0, "load": []} for c in cmds}
     for r in range(rounds):
         for c, row in rows.items():
-            clear_numba_cache(pkg)
+            clear_numba_cache(pkg, env)
             for kind in ("first", "warm"):
                 work = tmp / f"run-{c}-{r}-{kind}"
                 work.mkdir()
@@ -131,7 +141,7 @@ def table(rows, rounds) -> list:
 def warmup_breakdown(exe, pkg, tmp, env) -> list:
     """``streamtrace warmup -v`` on an empty cache: one line with its wall/CPU, then the kernels'
     compile CPU seconds, largest first."""
-    clear_numba_cache(pkg)
+    clear_numba_cache(pkg, env)
     wall, cpu, out, code = timed([exe, "warmup", "-v"], tmp, env)
     if code != 0:
         raise SystemExit(f"streamtrace warmup exited {code}:\n{out}")
@@ -140,6 +150,57 @@ def warmup_breakdown(exe, pkg, tmp, env) -> list:
              f"{len(units)} kernels, {sum(s for s, _ in units):.1f} s CPU in the compiling processes, "
              f"load avg {os.getloadavg()[0]:.1f}. CPU s to compile each (its callees already cached):", ""]
     lines.append(", ".join(f"{n} {s:.2f}" for s, n in units))
+    return lines
+
+
+def _commands(venv: Path, tmp: Path) -> dict:
+    exe = str(venv / "bin" / "streamtrace")
+    return {"demo": [exe, "demo", "demo-out"], "analyze": [exe, "analyze", str(tmp / "tiny.json"), "-o", "analyze-out"]}
+
+
+def _run_in(argv, tmp, env, label):
+    """Run ``argv`` in a fresh folder under ``tmp``: (wall s, CPU s); exits on failure."""
+    work = Path(tempfile.mkdtemp(dir=tmp, prefix="run-"))
+    wall, cpu, out, code = timed(argv, work, env)
+    shutil.rmtree(work, ignore_errors=True)
+    if code != 0:
+        raise SystemExit(f"{label}: {' '.join(argv)} exited {code}:\n{out}")
+    return wall, cpu
+
+
+def reinstall_rounds(src: Path, names, tmp, env, rounds, system_site):
+    """``{command: {"cold", "reinstall", "fresh", "warm": [(wall, cpu) per round], "load": [...]}}``: per
+    round and command, an empty cache (the per-user one under ``env``'s XDG_CACHE_HOME too), venv A
+    with ``src`` and the command's cold run there (it fills the cache), ``pip install --force-reinstall
+    --no-deps src`` into A and the command's first run, then a fresh venv B and its first and warm runs."""
+    rows = {c: {"cold": [], "reinstall": [], "fresh": [], "warm": [], "load": []} for c in names}
+    for r in range(rounds):
+        for c, row in rows.items():
+            for d in ("streamtrace", "numba"):
+                shutil.rmtree(Path(env["XDG_CACHE_HOME"]) / d, ignore_errors=True)
+            a, b = tmp / "venv-a", tmp / "venv-b"
+            build_venv(a, src, system_site)
+            row["load"].append(os.getloadavg()[0])
+            row["cold"].append(_run_in(_commands(a, tmp)[c], tmp, env, "cold"))
+            subprocess.run([str(a / "bin" / "pip"), "install", "-q", "--force-reinstall", "--no-deps", str(src)],
+                           check=True)
+            row["reinstall"].append(_run_in(_commands(a, tmp)[c], tmp, env, "after reinstall"))
+            build_venv(b, src, system_site)
+            row["fresh"].append(_run_in(_commands(b, tmp)[c], tmp, env, "fresh venv"))
+            row["warm"].append(_run_in(_commands(b, tmp)[c], tmp, env, "warm"))
+            log(f"round {r + 1}: {c} " + ", ".join(f"{k} {v[-1][0]:.1f} s ({v[-1][1]:.1f} s CPU)"
+                                                    for k, v in row.items() if k != "load"))
+    return rows
+
+
+def reinstall_table(rows, src) -> list:
+    med = statistics.median
+    lines = md_head(["source", "command", "cold first run (empty cache)", "first run after `pip install "
+                     "--force-reinstall` (same venv)", "first run in a fresh venv", "warm run", "load avg"])
+    for c, row in rows.items():
+        cells = [f"{med(w for w, _ in row[k]):.1f} s wall, {med(u for _, u in row[k]):.1f} s CPU"
+                 for k in ("cold", "reinstall", "fresh", "warm")]
+        lines.append(md_row([f"`{src}`", f"`streamtrace {c}`", *cells, f"{med(row['load']):.1f}"]))
     return lines
 
 
@@ -185,6 +246,36 @@ def count_compiles(trees, tmp) -> list:
     return lines
 
 
+def _clean_env(tmp: Path) -> dict:
+    """This environment without a chosen cache folder or PYTHONPATH, the per-user cache under ``tmp``."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("NUMBA_CACHE_DIR", "STREAMTRACE_CACHE_DIR", "PYTHONPATH", "NUMBA_CACHE_LOCATOR_CLASSES")}
+    env["XDG_CACHE_HOME"] = str(tmp / "xdg")
+    # matplotlib's font cache lives there too: build it now, not in the first timed run
+    subprocess.run([sys.executable, "-c", "import matplotlib.font_manager"], env=env, check=True)
+    return env
+
+
+def reinstall_main(args, argv, tmp: Path):
+    try:
+        (tmp / "tiny.json").write_text(TINY_TRACE)
+        src = Path(args.src).resolve()
+        rows = reinstall_rounds(src, args.commands.split(","), tmp, _clean_env(tmp), args.rounds,
+                                args.system_site_packages)
+        info = machine_info(("numba", "llvmlite"))
+        text = [f"### {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC: first run after reinstalling the same "
+                "version", "", f"`{command_line(__file__, argv)}` — nproc {info['nproc']}, {info['cpu']}, Python "
+                f"{info['python']}, numba {info['numba']}, git {info['git']}; median of {args.rounds} rounds; CPU = "
+                "user + sys of the command and every process it waited for; per round an empty cache, "
+                "`XDG_CACHE_HOME` a temporary folder (matplotlib's font cache built there first).", ""]
+        text += reinstall_table(rows, args.src) + [""]
+        print("\n".join(text))
+        if args.record:
+            append_results("\n".join(text))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--src", default=str(ROOT), help="what to pip install (default: this checkout)")
@@ -195,6 +286,9 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--commands", default="demo,analyze", help="demo, analyze (comma separated)")
     ap.add_argument("--record", action="store_true", help="append the results to bench/RESULTS.md")
+    ap.add_argument("--reinstall", action="store_true",
+                    help="instead: each command's first run after reinstalling the same version (same venv, "
+                         "fresh venv) against its cold first run")
     ap.add_argument("--count-compiles", nargs="+", metavar="TREE", default=None,
                     help="instead: count numba's compiles of demo and analyze (serial, one process, empty cache) "
                          "with the code of these source trees, e.g. a checkout of main and this one")
@@ -212,12 +306,15 @@ def main(argv=None):
             append_results("\n".join(text))
         shutil.rmtree(tmp, ignore_errors=True)
         return
+    if args.reinstall:
+        reinstall_main(args, argv, tmp)
+        return
     try:
         if not args.reuse:
             build_venv(venv, Path(args.src), args.system_site_packages)
         pkg = package_dir(venv)
         exe = str(venv / "bin" / "streamtrace")
-        env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "PYTHONPATH")}
+        env = _clean_env(tmp)
         (tmp / "tiny.json").write_text(TINY_TRACE)
         every = {"demo": [exe, "demo", "demo-out"],
                  "analyze": [exe, "analyze", str(tmp / "tiny.json"), "-o", "analyze-out"]}

@@ -14,6 +14,8 @@ SLOW: dict[str, set[str] | str] = {
     "tests/integration/test_failure_tracebacks.py": "*",
     "tests/integration/test_metrics_reference.py": {"test_device_metrics_match_reference"},
     "tests/integration/test_writer_demo_tools.py": {"test_demo_command", "test_megatron_dropin"},
+    "tests/kernels/test_cachedir.py": {"test_concurrent_first_compiles_leave_a_loadable_cache",
+                                       "test_reinstall_loads_and_changed_sources_do_not"},
     "tests/kernels/test_gaps_ancestry.py": {"test_running_end_before_matches_twin"},
     "tests/kernels/test_intervals.py": {"test_intersect_subtract_match_twin_on_unions"},
     "tests/kernels/test_kernels.py": {

@@ -1,5 +1,7 @@
-"""``streamtrace warmup``: compile every numba kernel into numba's cache now (container images, shared
-installs), so that no command of this install compiles on its first run."""
+"""``streamtrace warmup``: compile every numba kernel into the kernel cache now (container images, shared
+installs), so that no command of this install compiles on its first run.  The cache is per user
+(``~/.cache/streamtrace/<version>/...``, :mod:`streamtrace.kernels.cachedir`): a later install of the same
+version by the same user finds it filled."""
 from __future__ import annotations
 
 import argh
@@ -28,7 +30,7 @@ def warmup(*, jobs=0, quiet=False, verbose=False):
         return
     if not cache_writable():
         con.warn(f"numba's cache folder {folder} is not writable: every process compiles what it uses; run "
-                 "warmup as the install's owner, or set NUMBA_CACHE_DIR to a writable folder")
+                 "warmup as the install's owner, or set STREAMTRACE_CACHE_DIR to a writable folder")
         return
     res = prepare("all", jobs=jobs or None, notice=None)
     for name, cpu in res["cpu"].items():

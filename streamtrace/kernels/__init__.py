@@ -1,20 +1,22 @@
 """Numba kernels of streamtrace and their plain-Python reference twins.
 
-Every kernel is compiled with ``cache=True``: numba keeps the machine code in ``__pycache__``
-beside these files, else in the user's cache folder (``~/.cache/numba``).  On a read-only install
-(a shared site-packages on a cluster) with a ``HOME`` that cannot be written either, numba would
-refuse to define the kernels at all ("cannot cache function ...: no locator available"), so
-before any kernel module is imported :func:`ensure_cache` checks those places the way numba
-does and, when neither can be written, points numba's cache at a private folder in the temporary
-folder (``<tmp>/streamtrace-numba-<uid>``, mode 0700) with one notice on stderr.
-``NUMBA_CACHE_DIR``, when set and writable, is used as numba uses it.
+Every kernel is compiled with ``cache=True``.  Before any kernel module is imported,
+:func:`ensure_cache` has numba keep the machine code in a per-user folder keyed by streamtrace's
+version and the kernel sources (``~/.cache/streamtrace/<version>/...``,
+:mod:`~streamtrace.kernels.cachedir`), which survives reinstalling the same version.  When that
+folder cannot be written (or numba's private locator API is not as expected), numba's default
+applies: ``$NUMBA_CACHE_DIR``, else ``__pycache__`` beside these files, else ``~/.cache/numba``.
+On a read-only install (a shared site-packages on a cluster) with a ``HOME`` that cannot be
+written either, numba would refuse to define the kernels at all ("cannot cache function ...: no
+locator available"), so :func:`ensure_cache` then points numba's cache at a private folder in the
+temporary folder (``<tmp>/streamtrace-numba-<uid>``, mode 0700) with one notice on stderr.
 """
 import os
 import sys
 import tempfile
 
 NOTICE = ("streamtrace: note: numba cannot cache its compiled kernels beside the package or in the user's "
-          "cache folder (read-only); caching them in {dir} (set NUMBA_CACHE_DIR to choose)")
+          "cache folder (read-only); caching them in {dir} (set STREAMTRACE_CACHE_DIR to choose)")
 
 
 def _writable(folder) -> bool:
@@ -51,9 +53,12 @@ def _private_dir():
 
 
 def ensure_cache() -> str | None:
-    """Make sure numba can cache the kernels (see the module docstring).  Returns the folder it
-    switched numba's cache to, or None when numba's own choice works."""
+    """Make sure numba can cache the kernels (see the module docstring).  Returns the private folder
+    it switched numba's cache to, or None when streamtrace's cache folder or numba's own choice works."""
     from numba.core import config
+    from . import cachedir
+    if cachedir.install():
+        return None
     if config.CACHE_DIR and _writable(config.CACHE_DIR):
         return None
     if _writable(os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__")) \
@@ -62,6 +67,7 @@ def ensure_cache() -> str | None:
     d = _private_dir() or tempfile.mkdtemp(prefix="streamtrace-numba-")
     config.CACHE_DIR = d
     os.environ["NUMBA_CACHE_DIR"] = d          # worker processes started afresh (dask) too
+    cachedir.install()                          # keyed by version and sources, under it
     print(NOTICE.format(dir=d), file=sys.stderr)
     return d
 

@@ -1,13 +1,15 @@
 """Compile the numba kernels a command uses before their first call, in parallel processes.
 
 numba compiles a kernel on its first call and keeps the machine code in its on-disk cache
-(``__pycache__`` beside the kernels, or ``$NUMBA_CACHE_DIR``), so only the first run of a fresh
-install pays for it (bench/bench_first_run.py; bench/RESULTS.md has the numbers).
+(the per-user folder of :mod:`streamtrace.kernels.cachedir`, ``~/.cache/streamtrace/<version>/...``,
+which a reinstall of the same version finds again; else numba's default), so only the first run
+on a machine pays for it (bench/bench_first_run.py; bench/RESULTS.md has the numbers).
 :func:`prepare` cuts that on a machine with more than one core: it lists the kernels a command
 calls (:data:`COMMANDS`) with the one signature each is called with (:data:`UNITS`), keeps those
 already in the cache, and has ``jobs`` forked processes compile the others into the cache,
 callees before their callers (a caller cannot be typed before its callees), the longest chain
-first.  The command then loads every kernel from the cache on its first call, as a warm run does.
+first, never two signatures of one kernel at once (numba's index update is a read-modify-write).
+The command then loads every kernel from the cache on its first call, as a warm run does.
 ``streamtrace warmup`` runs it for every unit (container images, shared installs).
 :func:`load` brings units into this process before it forks workers that call them (:data:`TASKS`).
 
@@ -107,9 +109,10 @@ UNITS = {
                         ("runs.union_into", "runs.merge_runs"), 1.0),
     "treestream._feed": ("treestream", "_feed", _feed_sig(_I16),
                          ("treestream._pop", "runs.sort_group", "runs.union_into"), 1.5),
-    # name ids as int32: a trace with more than 2**15 distinct names
+    # name ids as int32: a trace with more than 2**15 distinct names; after the int16 one, never at
+    # the same time (two processes updating one kernel's cache index at once can lose an entry)
     "treestream._feed/int32": ("treestream", "_feed", _feed_sig(_I32),
-                               ("treestream._pop", "runs.sort_group", "runs.union_into"), 1.5),
+                               ("treestream._feed", "treestream._pop", "runs.sort_group", "runs.union_into"), 1.5),
     "treestream._gather_strings": ("treestream", "_gather_strings", (_RO, _I64, _I64, _I64, _U8), (), 0.2),
     "windows._in_key_order": ("windows", "_in_key_order", (_I64, _I64), (), 0.2),
     "windows._is_sorted": ("windows", "_is_sorted", (_I64,), (), 0.15),

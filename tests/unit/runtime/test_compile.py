@@ -26,6 +26,9 @@ def test_units_name_kernels_with_their_arity():
         assert all(d in C.UNITS for d in deps), name
     for command, units in C.COMMANDS.items():
         assert set(units) <= set(C.UNITS), command
+    # two signatures of one kernel are never compiled at once: one waits for the other
+    for a, b in [(a, b) for a in C.UNITS for b in C.UNITS if a < b and C.UNITS[a][:2] == C.UNITS[b][:2]]:
+        assert a in C._closure([b]) or b in C._closure([a]), (a, b)
     order = C._closure(["treestream._feed", "rewrite.scan_rewrite"])
     assert order.index("runs.merge_runs") < order.index("runs.sort_group") < order.index("treestream._feed")
     assert order.index("jsoncheck.object_members") < order.index("rewrite.scan_rewrite")
@@ -130,3 +133,21 @@ def test_load_brings_units_here_and_never_raises(monkeypatch):
         raise RuntimeError("numba internals changed")
     monkeypatch.setattr(C, "_dispatcher", broken)
     assert C.load("scan.skip_value") == []
+
+
+def test_prepare_fills_the_per_user_kernel_cache(tmp_path):
+    """prepare (what `streamtrace warmup` runs) compiles into $STREAMTRACE_CACHE_DIR/<version>/...: the
+    folder cache_folder() names, with numba's index of each unit; a second process finds them cached."""
+    script = ("import json; from streamtrace.runtime import compile as C; "
+              "r = C.prepare('scan.skip_ws', jobs=1, notice=None); "
+              "print(json.dumps([r['compiled'], C.cache_folder(), C.pending('scan.skip_ws')]))")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env.update(STREAMTRACE_CACHE_DIR=str(tmp_path / "st"), PYTHONPATH=str(ROOT))
+    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path)
+            for _ in range(2)]
+    assert all(p.returncode == 0 for p in runs), runs[0].stderr + runs[1].stderr
+    (compiled, folder, pending), (again, folder2, _) = (json.loads(p.stdout) for p in runs)
+    assert compiled == ["scan._is_ws", "scan.skip_ws"] and pending == [] and again == [] and folder2 == folder
+    from streamtrace import __version__
+    assert os.path.dirname(folder) == str(tmp_path / "st" / __version__)
+    assert sorted(f.split("-")[0] for f in os.listdir(folder) if f.endswith(".nbi")) == ["scan._is_ws", "scan.skip_ws"]

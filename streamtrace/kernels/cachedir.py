@@ -1,0 +1,180 @@
+"""Where numba keeps streamtrace's compiled kernels: a per-user folder keyed by streamtrace's version
+and the content of the kernel sources, so that reinstalling the same version (or installing it in a
+fresh virtual environment) finds the kernels already compiled.
+
+numba's default cache lives in ``__pycache__`` beside the installed sources (or, under
+``$NUMBA_CACHE_DIR`` / ``~/.cache/numba``, in a sub-folder named after a hash of the sources' folder
+path), so every new install path starts cold.  Older numba releases also stamp each index with
+the source file's mtime and size, which a reinstall changes (numba/numba#10659 made it a content
+hash; 0.68 has it; the project supports numba >= 0.59).  Here numba's locator is replaced, for the
+files of this package only, by :class:`KernelCacheLocator`:
+
+* folder: ``<root>/<streamtrace version>/<sha256 of the kernel sources, 16 hex>-numba<numba version>``
+  where ``<root>`` is ``$STREAMTRACE_CACHE_DIR``, else ``$NUMBA_CACHE_DIR/streamtrace`` when the user
+  set it, else ``$XDG_CACHE_HOME/streamtrace``, else ``~/.cache/streamtrace`` (the XDG base directory
+  specification: a relative ``XDG_CACHE_HOME`` is ignored);
+* source stamp (what numba compares before trusting an index): that same sha256 of every
+  ``streamtrace/kernels/*.py``, the file content and never its mtime.  Hashing all kernel modules, not
+  only the kernel's own, also retires a caller whose callee in another module changed (numba's own
+  key covers only the caller's file);
+* numba keys each entry inside the folder by the signature, the codegen's ``magic_tuple()`` (LLVM
+  target triple, host CPU name, CPU features) and the function's bytecode, and names the files after
+  the Python version (``.py311``): a shared home on machines with different CPUs keeps one entry per
+  CPU and loads only its own.
+
+The locator is registered in numba's private ``CacheImpl._locator_classes`` list (``_CacheImpl``
+before numba 0.61), ahead of numba's own locators.  That list is no public API: :func:`install`
+checks for it and, when it is missing or the folder cannot be created and written, leaves numba's
+default behaviour alone and returns False.  ``NUMBA_CACHE_LOCATOR_CLASSES``, when the user sets it,
+overrides the list (numba's rule), and then this locator is not used unless named there
+(``streamtrace.kernels.cachedir.KernelCacheLocator``).
+
+Concurrency: this module writes no cache file itself; numba writes every index (``.nbi``) and data
+file (``.nbc``) to a unique temporary name and ``os.replace``-s it into place, so a reader never
+sees a half-written file, and the folder is created with ``exist_ok``.  numba's index update is a
+read-modify-write, so two processes compiling *different signatures of the same kernel* at once can
+lose one entry (compiled again later); :mod:`streamtrace.runtime.compile` never compiles two
+signatures of one kernel at the same time.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import tempfile
+
+__all__ = ["ENV", "KernelCacheLocator", "cache_root", "kernel_cache_dir", "sources_digest", "install", "installed"]
+
+#: environment variable naming the cache root (overrides the XDG default and ``NUMBA_CACHE_DIR``)
+ENV = "STREAMTRACE_CACHE_DIR"
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+try:        # numba's private caching API (guarded: install() says False where it is missing)
+    from numba.core import caching as _caching
+    _Base = _caching._CacheLocator
+except (ImportError, AttributeError):
+    _caching, _Base = None, object
+
+
+@functools.lru_cache(maxsize=None)
+def sources_digest() -> str:
+    """sha256 (64 hex) of every ``streamtrace/kernels/*.py``: each file's name and bytes, in name order.
+    Read once per process (~0.3 MB).  Raises OSError when a source cannot be read."""
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(_HERE)):
+        if name.endswith(".py"):
+            with open(os.path.join(_HERE, name), "rb") as f:
+                h.update(name.encode() + b"\0" + f.read() + b"\0")
+    return h.hexdigest()
+
+
+def cache_root() -> str | None:
+    """The cache root (see the module docstring), or None when none can be named (no usable home)."""
+    explicit = os.environ.get(ENV)
+    if explicit:
+        return os.path.abspath(os.path.expanduser(explicit))
+    numba_dir = os.environ.get("NUMBA_CACHE_DIR")
+    if numba_dir:
+        return os.path.join(os.path.abspath(os.path.expanduser(numba_dir)), "streamtrace")
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(xdg):
+        home = os.path.expanduser("~")
+        if not os.path.isabs(home):
+            return None
+        xdg = os.path.join(home, ".cache")
+    return os.path.join(xdg, "streamtrace")
+
+
+def kernel_cache_dir(root: str | None = None) -> str | None:
+    """``<root>/<version>/<digest16>-numba<version>``: the folder the kernels are cached in
+    (``root`` defaults to :func:`cache_root`); None when there is no root."""
+    import numba
+    from .. import __version__
+    root = root or cache_root()
+    if root is None:
+        return None
+    return os.path.join(root, __version__, f"{sources_digest()[:16]}-numba{numba.__version__}")
+
+
+@functools.lru_cache(maxsize=None)
+def _writable(folder: str) -> bool:
+    """numba's own test of a cache folder (create it, then a temporary file in it); remembered."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+        return True
+    except OSError:
+        return False
+
+
+class KernelCacheLocator(_Base):
+    """numba cache locator for the functions defined in ``streamtrace/kernels/*.py``: the folder
+    :func:`kernel_cache_dir`, the source stamp :func:`sources_digest` (content, not mtime).
+    Implements numba's private ``_CacheLocator`` interface (numba.core.caching)."""
+
+    def __init__(self, py_func, py_file, folder):
+        self._py_file = py_file
+        self._lineno = py_func.__code__.co_firstlineno
+        self._cache_path = folder
+
+    def ensure_cache_path(self):
+        """Create the folder and check it can be written; raises OSError otherwise (numba's contract)."""
+        os.makedirs(self._cache_path, exist_ok=True)
+        tempfile.TemporaryFile(dir=self._cache_path).close()
+
+    def get_cache_path(self):
+        return self._cache_path
+
+    def get_source_stamp(self):
+        return sources_digest()
+
+    def get_disambiguator(self):
+        return str(self._lineno)      # as numba's file-backed locators: the function's first line
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        """A locator for ``py_func`` when ``py_file`` is one of this package's kernel modules and the
+        folder can be written; else None (numba then tries its own locators, in its order)."""
+        try:
+            if os.path.dirname(os.path.abspath(py_file)) != _HERE:
+                return None
+            folder = kernel_cache_dir()
+        except Exception:          # unreadable sources, no home: numba's default
+            return None
+        if folder is None or not _writable(folder):
+            return None
+        return cls(py_func, py_file, folder)
+
+
+def _locator_list():
+    impl = getattr(_caching, "CacheImpl", None) or getattr(_caching, "_CacheImpl", None)
+    classes = getattr(impl, "_locator_classes", None)
+    return classes if isinstance(classes, list) else None
+
+
+def installed() -> bool:
+    """True when :class:`KernelCacheLocator` is registered with numba in this process."""
+    classes = _locator_list() if _caching is not None else None
+    return bool(classes) and classes[0] is KernelCacheLocator
+
+
+def install() -> bool:
+    """Register :class:`KernelCacheLocator` first in numba's locator list, before any kernel module
+    is imported (numba picks a kernel's locator when the module defines it).  Returns True when
+    registered and its folder is writable; False, changing nothing, when numba's private API is not
+    as expected or the folder cannot be created and written (numba's default behaviour then)."""
+    if _caching is None or _Base is object:
+        return False
+    try:
+        folder = kernel_cache_dir()
+    except Exception:              # unreadable sources, numba without __version__, ...
+        return False
+    classes = _locator_list()
+    if classes is None or folder is None or not _writable(folder):
+        return False
+    if classes[0] is not KernelCacheLocator:
+        if KernelCacheLocator in classes:
+            classes.remove(KernelCacheLocator)
+        classes.insert(0, KernelCacheLocator)
+    return True

@@ -1,0 +1,187 @@
+"""The kernel cache that survives reinstalling the same version (streamtrace.kernels.cachedir), run in
+fresh processes on copies of the package: a copy at another path with new mtimes (a reinstall, a fresh
+venv) loads the compiled kernel; changed kernel sources never load the old entry; an unwritable folder
+falls back to numba's default quietly; concurrent compiles leave a loadable cache.
+
+The cache hits and misses are numba's own counters (``dispatcher.stats``), the files those numba wrote."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+
+import numba
+import pytest
+
+from support import ROOT
+
+# one small kernel (scan._is_ws, ~0.2 s to compile), called once; the index keys numba wrote for it
+_PROBE = textwrap.dedent("""
+    import json, os, sys, time
+    go = os.environ.get("PROBE_GO")
+    while go and not os.path.exists(go):
+        time.sleep(0.005)
+    from numba.core.registry import cpu_target
+    from streamtrace.kernels import cachedir, scan
+    disp = scan._is_ws
+    ok = bool(disp(32)) and not bool(disp(65))
+    cache = disp._cache
+    keys = list(cache._cache_file._load_index())
+    print(json.dumps({
+        "installed": cachedir.installed(), "path": cache._cache_path, "ok": ok,
+        "hits": sum(disp.stats.cache_hits.values()), "misses": sum(disp.stats.cache_misses.values()),
+        "key_magic": [list(k[1]) for k in keys], "magic": list(cpu_target.target_context.codegen().magic_tuple()),
+        "version": __import__("streamtrace").__version__}))
+""")
+
+
+def _copy(dest):
+    """The package copied to ``dest/streamtrace`` without any cache or bytecode (a fresh install)."""
+    shutil.copytree(ROOT / "streamtrace", dest / "streamtrace",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc", "*.pyc"))
+    return dest
+
+
+def _env(site, **extra):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("NUMBA_CACHE_DIR", "STREAMTRACE_CACHE_DIR", "XDG_CACHE_HOME", "NUMBA_CACHE_LOCATOR_CLASSES")}
+    env.update(PYTHONPATH=str(site), **{k: str(v) for k, v in extra.items()})
+    return env
+
+
+def _probe(site, cwd, **extra):
+    p = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, cwd=cwd,
+                       env=_env(site, **extra), timeout=300)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.splitlines()[-1]), p.stderr
+
+
+def _files(folder):
+    """{name: (size, mtime_ns)} of numba's files under ``folder``."""
+    return {str(f.relative_to(folder)): (f.stat().st_size, f.stat().st_mtime_ns)
+            for f in folder.rglob("*") if f.suffix in (".nbi", ".nbc")}
+
+
+def test_reinstall_loads_and_changed_sources_do_not(tmp_path):
+    cache = tmp_path / "cache"
+    a = _copy(tmp_path / "venv-a")
+    first, err = _probe(a, tmp_path, STREAMTRACE_CACHE_DIR=cache)
+    assert first["installed"] and first["ok"] and (first["hits"], first["misses"]) == (0, 1), first
+    folder = cache / first["version"]
+    assert os.path.dirname(first["path"]) == str(folder) and err == ""
+    # numba keys the entry by the CPU: the codegen's magic tuple (triple, CPU name, features)
+    assert first["key_magic"] == [first["magic"]]
+    written = _files(cache)
+    assert len(written) == 2 and all(n.startswith(os.path.relpath(first["path"], cache)) for n in written)
+
+    # a reinstall of the same version: the same sources at another path, every mtime new
+    b = _copy(tmp_path / "venv-b")
+    later = time.time() + 3600
+    for f in (b / "streamtrace").rglob("*.py"):
+        os.utime(f, (later, later))
+    again, _ = _probe(b, tmp_path, STREAMTRACE_CACHE_DIR=cache)
+    assert again["ok"] and (again["hits"], again["misses"]) == (1, 0) and again["path"] == first["path"], again
+    assert _files(cache) == written                     # loaded, nothing compiled or rewritten
+
+    # the kernel's own module changed (same version, e.g. an editable install): compiled anew elsewhere
+    scan = b / "streamtrace" / "kernels" / "scan.py"
+    scan.write_text(scan.read_text() + "\n# changed\n")
+    changed, _ = _probe(b, tmp_path, STREAMTRACE_CACHE_DIR=cache)
+    assert changed["ok"] and (changed["hits"], changed["misses"]) == (0, 1), changed
+    assert changed["path"] != first["path"]
+    # another kernel module changed (a callee could live there): not the old entry either
+    c = _copy(tmp_path / "venv-c")
+    other = c / "streamtrace" / "kernels" / "intervals.py"
+    other.write_text(other.read_text() + "\n# changed\n")
+    callee, _ = _probe(c, tmp_path, STREAMTRACE_CACHE_DIR=cache)
+    assert (callee["hits"], callee["misses"]) == (0, 1) and callee["path"] not in (first["path"], changed["path"])
+    # the first install is still served by its own entry, unchanged
+    back, _ = _probe(a, tmp_path, STREAMTRACE_CACHE_DIR=cache)
+    assert (back["hits"], back["misses"]) == (1, 0) and back["path"] == first["path"]
+
+
+def test_where_the_cache_lives(tmp_path):
+    """$STREAMTRACE_CACHE_DIR, else $NUMBA_CACHE_DIR/streamtrace, else $XDG_CACHE_HOME/streamtrace, else
+    ~/.cache/streamtrace; then <version>/<sources sha256, 16 hex>-numba<numba version>."""
+    script = ("import json; from streamtrace.kernels import scan, cachedir; "
+              "print(json.dumps([cachedir.installed(), scan._is_ws._cache._cache_path]))")
+    home = tmp_path / "home"
+    home.mkdir()
+    cases = [({"STREAMTRACE_CACHE_DIR": tmp_path / "st", "NUMBA_CACHE_DIR": tmp_path / "nb"}, tmp_path / "st"),
+             ({"NUMBA_CACHE_DIR": tmp_path / "nb", "XDG_CACHE_HOME": tmp_path / "xdg"},
+              tmp_path / "nb" / "streamtrace"),
+             ({"XDG_CACHE_HOME": tmp_path / "xdg", "HOME": home}, tmp_path / "xdg" / "streamtrace"),
+             ({"XDG_CACHE_HOME": "relative/ignored", "HOME": home}, home / ".cache" / "streamtrace")]
+    for extra, root in cases:
+        p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path,
+                           env=_env(ROOT, **extra), timeout=300)
+        assert p.returncode == 0, p.stderr
+        installed, path = json.loads(p.stdout)
+        version, key = os.path.relpath(path, root).split(os.sep)
+        assert installed and version == __import__("streamtrace").__version__, (extra, path)
+        assert key.endswith(f"-numba{numba.__version__}") and len(key.split("-")[0]) == 16, path
+
+
+def test_unwritable_folder_falls_back_to_numba_quietly(tmp_path):
+    """A cache root that cannot be created: numba's default (here $NUMBA_CACHE_DIR, its own layout),
+    no message, the kernel runs; a function of another package keeps numba's default anyway."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    numba_dir = tmp_path / "numba"
+    out, err = _probe(ROOT, tmp_path, STREAMTRACE_CACHE_DIR=blocker / "cache", NUMBA_CACHE_DIR=numba_dir)
+    assert out["ok"] and not out["installed"] and err == ""
+    assert out["path"].startswith(str(numba_dir)) and "streamtrace" not in os.path.relpath(out["path"], numba_dir)
+    assert _files(numba_dir)
+
+    mod = tmp_path / "userpkg"
+    mod.mkdir()
+    (mod / "userkern.py").write_text("from numba import njit\n\n@njit(cache=True)\ndef f(x):\n    return x + 1\n")
+    script = ("import json, streamtrace.kernels.scan, userkern; from streamtrace.kernels import cachedir; "
+              "print(json.dumps([cachedir.installed(), userkern.f._cache._cache_path]))")
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path,
+                       env=_env(f"{ROOT}{os.pathsep}{mod}", STREAMTRACE_CACHE_DIR=tmp_path / "st"), timeout=300)
+    assert p.returncode == 0, p.stderr
+    installed, path = json.loads(p.stdout)
+    assert installed and path == str(mod / "__pycache__")
+
+
+def test_concurrent_first_compiles_leave_a_loadable_cache(tmp_path):
+    """Three processes compile the same kernel into an empty cache at once (as analyze -j N or dask workers
+    can): all succeed, no temporary file is left, and a fourth process loads the entry."""
+    cache, go = tmp_path / "cache", tmp_path / "go"
+    env = _env(ROOT, STREAMTRACE_CACHE_DIR=cache, PROBE_GO=go)
+    procs = [subprocess.Popen([sys.executable, "-c", _PROBE], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, cwd=tmp_path, env=env) for _ in range(3)]
+    time.sleep(2.0)                  # let them import numba and wait at the same line
+    go.write_text("")
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
+    assert all(json.loads(o.splitlines()[-1])["ok"] for o, _ in outs)
+    assert not [f for f in cache.rglob("*") if ".tmp." in f.name]
+    last, _ = _probe(ROOT, tmp_path, STREAMTRACE_CACHE_DIR=cache)
+    assert (last["hits"], last["misses"]) == (1, 0) and last["ok"]
+
+
+@pytest.mark.parametrize("missing", ["CacheImpl", "_CacheLocator"])
+def test_missing_private_api_leaves_numba_default(tmp_path, missing):
+    """numba without the private names this relies on: install() says False and numba's default applies."""
+    script = textwrap.dedent(f"""
+        import json, numba.core.caching as c
+        if {missing!r} == "CacheImpl":
+            del c.CacheImpl          # the name only: numba's FunctionCache still holds the class
+        else:
+            del c._CacheLocator
+        from streamtrace.kernels import cachedir, scan
+        print(json.dumps([cachedir.install(), bool(scan._is_ws(32)), scan._is_ws._cache._cache_path]))
+    """)
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path,
+                       env=_env(ROOT, STREAMTRACE_CACHE_DIR=tmp_path / "st", NUMBA_CACHE_DIR=tmp_path / "nb"),
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    installed, ok, path = json.loads(p.stdout)
+    assert not installed and ok and path.startswith(str(tmp_path / "nb"))
+    assert "streamtrace" not in os.path.relpath(path, tmp_path / "nb")
