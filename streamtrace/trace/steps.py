@@ -1,0 +1,49 @@
+"""The names that mark a training step, as one regular expression (:func:`step_regex`) and the step
+number of a match (:func:`step_number`).
+
+Defaults (:data:`STEP_PATTERNS`; each pattern's first group is the step number):
+
+* ``ProfilerStep#N``: the range ``torch.profiler``'s ``step()`` opens for step N (a Kineto
+  ``user_annotation``; an NVTX range too when the PyTorch profiler runs inside an Nsight Systems
+  capture with ``emit_nvtx``).
+* NVTX ranges only (:data:`NVTX_STEP_PATTERNS`, used for Nsight Systems exports): ``step N``,
+  ``step_N``, ``step#N``, ``iteration N``, ``iterationN``, ``iter_N``, ``train_step_N`` (any case),
+  the per-step ranges that NVIDIA's PyTorch guide for Nsight Systems (``range_push("iteration{}")``)
+  and training-loop callbacks (``range_push(f"step_{global_step}")``) open.
+
+Megatron-LM opens no numbered step range under ``--profile`` with Nsight Systems (read at
+NVIDIA/Megatron-LM d98e8a6: ``megatron/training/training.py`` and ``profiling.py`` call
+``cudaProfilerStart`` at ``--profile-step-start`` and ``cudaProfilerStop`` after
+``--profile-step-end``, with ``emit_nvtx`` op ranges under ``--record-shapes``; ``--nvtx-ranges``
+adds ranges named ``<module>.<function>``, e.g. the interleaved pipeline schedule's
+``...forward_backward_pipelining_with_interleaving.warmup``, never numbered): such a capture has no
+step unless the training loop opens one of the ranges above, or ``--step-pattern`` names its own."""
+from __future__ import annotations
+
+import re
+
+#: the step range of Kineto traces (and of exports)
+KINETO_STEP_PATTERNS = [r"^ProfilerStep#(\d+)$"]
+#: the step ranges also looked for in an Nsight Systems export's NVTX ranges
+NVTX_STEP_PATTERNS = [r"(?i)^(?:step|iteration|iter|train_step)[ _#:-]?(\d+)$"]
+STEP_PATTERNS = KINETO_STEP_PATTERNS + NVTX_STEP_PATTERNS
+
+
+def step_regex(patterns) -> re.Pattern:
+    """One compiled expression matching any of ``patterns`` (a list of str; a pattern's inline
+    flags such as ``(?i)`` apply to it alone).  Raises :class:`re.error` for a bad pattern."""
+    parts = []
+    for p in patterns:
+        m = re.match(r"^\(\?([aiLmsux]+)\)", p)
+        parts.append(f"(?{m.group(1)}:{p[m.end():]})" if m else f"(?:{p})")
+    return re.compile("|".join(parts))
+
+
+def step_number(m) -> int:
+    """The step number of a :func:`step_regex` match: its first group that matched (-1 when that
+    group is not a number)."""
+    g = next((x for x in m.groups() if x is not None), None)
+    try:
+        return int(g)
+    except (TypeError, ValueError):
+        return -1
