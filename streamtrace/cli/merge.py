@@ -36,7 +36,8 @@ def default_output(inputs, legacy=False) -> str:
           help="output .json or .json.gz, relative to the current folder (default: <input folder>_merged.json.gz)")
 @argh.arg("--ranks", help="keep only these ranks, e.g. 0-7,12")
 @argh.arg("--drop-cat", help="drop events of these categories, e.g. python_function,cpu_instant_event")
-@argh.arg("--steps", help="keep only this ProfilerStep window, e.g. 12-13 (ProfilerStep#12 to #13)")
+@argh.arg("--steps", help="keep only this ProfilerStep window, e.g. 12-13 (ProfilerStep#12 to #13; in an Nsight "
+          "export also NVTX ranges 'step N', 'iteration N': docs/nsight.md)")
 @argh.arg("--gpu-only", help="keep only GPU processes (kernels, memcpy, memset, GPU annotations); "
           "a CPU-only run keeps its CPU processes, with a warning")
 @argh.arg("--window", help="keep START_MS:END_MS from the start of the merged timeline")
