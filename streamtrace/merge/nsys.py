@@ -24,9 +24,10 @@ import numpy as np
 from tqdm import tqdm
 
 from ..runtime.errors import StreamtraceError
+from ..trace.discover import load_rank_map
 from ..trace.nsys import KINDS, NsysExport
 from ..trace.nsys.counts import export_rows
-from ..trace.steps import STEP_PATTERNS, step_regex
+from ..trace.steps import STEP_PATTERNS, step_regex, user_step_regex
 from ..trace.writer import TraceWriter, us_fragment
 from .clocks import plan_clock_sync
 from .nsys_survey import FLOW_CAT, GPU_KINDS, KEY_SHIFT, LAUNCH_KINDS, Owners, kept_flow_keys, survey_export
@@ -39,7 +40,7 @@ GPU_SLOT, CPU_SLOT = 100, 0
 def merge_exports(files, output, opt, rank_map=None) -> dict:
     """Write the exports ``files`` (:class:`~streamtrace.trace.discover.TraceFile` s) into ``output``;
     each export's processes ranked as ``analyze`` ranks them (the first file's from 0, the next
-    after them).  ``opt``: :class:`~streamtrace.merge.options.MergeOptions` (module docstring; the
+    after them; ``rank_map``: ``{"<pid>" | "<file>:<pid>": rank}``, else read from ``opt.rank_map``).  ``opt``: :class:`~streamtrace.merge.options.MergeOptions` (module docstring; the
     options that cannot apply to an export get a warning line each, :func:`unusable_options`).
     Returns merge's summary dict (the keys of :func:`~streamtrace.merge.run.merge_files`;
     ``validation`` None: ``streamtrace validate`` checks the output).  Raises
@@ -48,6 +49,8 @@ def merge_exports(files, output, opt, rank_map=None) -> dict:
     need a step a rank lacks."""
     t0 = time.time()
     warnings = unusable_options(opt)
+    if rank_map is None and opt.rank_map:
+        rank_map = load_rank_map(opt.rank_map)
     exports, bases, base = [], [], 0
     for tf in files:
         ex = NsysExport(tf.path, rank_map, base)
@@ -56,7 +59,7 @@ def merge_exports(files, output, opt, rank_map=None) -> dict:
         exports.append(ex)
     try:
         bar = _bar(opt.progress, 2 * sum(export_rows(tf.path) for tf in files))
-        rx = step_regex(STEP_PATTERNS)
+        rx = user_step_regex(opt.step_pattern) if opt.step_pattern else step_regex(STEP_PATTERNS)
         surveys = [survey_export(ex.path, rank_map, b, opt, rx, bar.update) for ex, b in zip(exports, bases)]
         plan = _time_plan(exports, surveys, opt)
         warnings += plan.warnings

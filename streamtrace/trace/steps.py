@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import re
 
+from ..runtime.errors import StreamtraceError
+
 #: the step range of Kineto traces (and of exports)
 KINETO_STEP_PATTERNS = [r"^ProfilerStep#(\d+)$"]
 #: the step ranges also looked for in an Nsight Systems export's NVTX ranges
@@ -37,6 +39,19 @@ def step_regex(patterns) -> re.Pattern:
         m = re.match(r"^\(\?([aiLmsux]+)\)", p)
         parts.append(f"(?{m.group(1)}:{p[m.end():]})" if m else f"(?:{p})")
     return re.compile("|".join(parts))
+
+
+def user_step_regex(pattern: str) -> re.Pattern:
+    """``pattern`` (a ``--step-pattern``) compiled by :func:`step_regex`.  Raises
+    :class:`~streamtrace.runtime.errors.StreamtraceError` for a bad expression or one without a
+    group for the step number."""
+    try:
+        rx = step_regex([pattern])
+    except re.error as e:
+        raise StreamtraceError(f"--step-pattern {pattern!r}: {e}") from None
+    if rx.groups < 1:
+        raise StreamtraceError(f"--step-pattern {pattern!r}: needs a group for the step number, e.g. (\\d+)")
+    return rx
 
 
 def step_number(m) -> int:

@@ -251,3 +251,39 @@ def test_analyze_takes_nvtx_step_ranges_by_default(tmp_path):
                     "AND r.start BETWEEN n.start AND n.[end]")
     assert sorted(k[k["kind"].astype(str) != "memory"]["step"].tolist()) == sorted(s for _, s in want)
     assert set(k["step"]) == {1, 2, 3}
+
+
+def test_step_pattern_names_the_export_s_step_range(tmp_path):
+    db = tmp_path / "node.sqlite"
+    build(db)
+    c = sqlite3.connect(db)
+    c.execute("UPDATE NVTX_EVENTS SET text = replace(replace(text, 'iteration ', 'it.'), 'step_', 'it.')")
+    c.commit()
+    c.close()
+    r = run_cli("merge", db, "-o", tmp_path / "x.json.gz", "-q", "--steps", "2-2")
+    assert r.returncode == 1 and "not in this rank's ProfilerSteps (none)" in r.stderr      # not a default name
+    evs, _ = _merge(tmp_path, "--steps", "2-2", "--step-pattern", r"^it\.(\d+)$")
+    lo, hi = _sql(db, "SELECT min(start), max([end]) FROM NVTX_EVENTS WHERE text = 'it.2'")[0]
+    assert sum(e["ph"] == "X" for e in evs) == _sql(db, f"SELECT count(*) FROM ({ALL_ROWS}) WHERE [end] >= ? AND "
+                                                        "start <= ?", lo, hi)[0][0]
+    r = run_cli("merge", db, "-o", tmp_path / "y.json.gz", "--step-pattern", "^it")
+    assert r.returncode == 1 and "needs a group" in r.stderr and "Traceback" not in r.stderr    # as analyze
+
+
+def test_rank_map_ranks_an_export_s_processes(tmp_path):
+    build(tmp_path / "node.sqlite")
+    (tmp_path / "ranks.txt").write_text("200 1\n300 0\n")
+    evs, _ = _merge(tmp_path, "--rank-map", tmp_path / "ranks.txt")
+    names = sorted(e["args"]["name"] for e in evs if e.get("name") == "process_name")
+    assert names == ["Rank 0 · CPU (host 1, pid 300)", "Rank 0 · GPU 1", "Rank 1 · CPU (host 1, pid 200)",
+                     "Rank 1 · GPU 0"]
+
+
+def test_step_pattern_on_kineto_traces_says_it_is_not_applied(tmp_path):
+    from kineto import KinetoDoc
+    doc = KinetoDoc(rank=0).cpu("ProfilerStep#1", 0, 100)
+    doc.launch(10, 20, 5)
+    doc.write(tmp_path / "rank0.json")
+    r = run_cli("merge", tmp_path / "rank0.json", "-o", tmp_path / "m.json", "--step-pattern", r"^it(\d+)$")
+    assert r.returncode == 0, r.stderr
+    assert "--step-pattern not applied" in r.stderr
