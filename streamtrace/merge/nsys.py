@@ -29,6 +29,7 @@ from ..trace.nsys import KINDS, NsysExport
 from ..trace.nsys.counts import export_rows
 from ..trace.steps import STEP_PATTERNS, step_regex, user_step_regex
 from ..trace.writer import TraceWriter, us_fragment
+from ..validate.check import PROBLEMS, validate
 from .clocks import plan_clock_sync
 from .nsys_survey import FLOW_CAT, GPU_KINDS, KEY_SHIFT, LAUNCH_KINDS, Owners, kept_flow_keys, survey_export
 from .pids import PID_STRIDE, process_meta_events, unique_id
@@ -40,10 +41,12 @@ GPU_SLOT, CPU_SLOT = 100, 0
 def merge_exports(files, output, opt, rank_map=None) -> dict:
     """Write the exports ``files`` (:class:`~streamtrace.trace.discover.TraceFile` s) into ``output``;
     each export's processes ranked as ``analyze`` ranks them (the first file's from 0, the next
-    after them; ``rank_map``: ``{"<pid>" | "<file>:<pid>": rank}``, else read from ``opt.rank_map``).  ``opt``: :class:`~streamtrace.merge.options.MergeOptions` (module docstring; the
-    options that cannot apply to an export get a warning line each, :func:`unusable_options`).
-    Returns merge's summary dict (the keys of :func:`~streamtrace.merge.run.merge_files`;
-    ``validation`` None: ``streamtrace validate`` checks the output).  Raises
+    after them; ``rank_map``: ``{"<pid>" | "<file>:<pid>": rank}``, else read from
+    ``opt.rank_map``).  ``opt``: :class:`~streamtrace.merge.options.MergeOptions` (module
+    docstring; the options that cannot apply to an export get a warning line each,
+    :func:`unusable_options`).  Returns merge's summary dict (the keys of
+    :func:`~streamtrace.merge.run.merge_files`; ``validation``: :func:`export_validation`, None
+    when ``opt.validate`` is off).  Raises
     :class:`~streamtrace.runtime.errors.TraceError` for an unreadable export,
     :class:`~streamtrace.runtime.errors.StreamtraceError` when ``--steps`` / ``--align first-step``
     need a step a rank lacks."""
@@ -51,6 +54,7 @@ def merge_exports(files, output, opt, rank_map=None) -> dict:
     warnings = unusable_options(opt)
     if rank_map is None and opt.rank_map:
         rank_map = load_rank_map(opt.rank_map)
+    bar = _NoBar()
     exports, bases, base = [], [], 0
     for tf in files:
         ex = NsysExport(tf.path, rank_map, base)
@@ -85,8 +89,8 @@ def merge_exports(files, output, opt, rank_map=None) -> dict:
                 warnings += ex.warnings + ex.notices
                 if ex.unusable:
                     warnings.append(f"{ex.path}: {ex.unusable:,} row(s) without a usable start/end left out")
-        bar.close()
     finally:
+        bar.close()
         for ex in exports:
             ex.close()
     clock = plan.clock
@@ -95,7 +99,22 @@ def merge_exports(files, output, opt, rank_map=None) -> dict:
             "bytes_in": sum(tf.size for tf in files), "bytes_out": output.stat().st_size,
             "seconds": time.time() - t0, "jobs": 1, "warnings": warnings, "split": {}, "ranges_redone": 0,
             "clock_offsets_ns": {r: v["offset_ns"] for r, v in clock["ranks"].items() if v["applied"]} if clock else {},
-            "worker_mb_per_s": [], "cpu_only": not gpu_seen, "validation": None}
+            "worker_mb_per_s": [], "cpu_only": not gpu_seen,
+            "validation": export_validation(output) if opt.validate else None}
+
+
+def export_validation(output) -> dict:
+    """Merge's validation (the form of :func:`~streamtrace.validate.merged.merged_validation`) of the
+    merged trace of exports: the output validated in full.  Its ``bad_nesting`` is counted as the
+    input's: merge writes each thread's CUDA calls and NVTX ranges as the export holds them, and NVTX
+    start/end ranges need not nest; every other problem is one merge added (``ok`` False)."""
+    rep = validate(output)
+    out = {k: rep[k] for k in ("events", "tracks", "flows", "problems", "notices", "ok")}
+    kept = dict.fromkeys(PROBLEMS, 0)
+    kept["bad_nesting"] = out["problems"].get("bad_nesting", 0)
+    added = {k: v for k, v in out["problems"].items() if k != "bad_nesting"}
+    inp = {"events": 0, "tracks": 0, "flows": 0, "problems": kept, "notices": {}, "ok": not any(kept.values())}
+    return {"input": inp, "output": out, "added": added, "ok": not any(added.values()), "exact": False}
 
 
 def unusable_options(opt) -> list[str]:

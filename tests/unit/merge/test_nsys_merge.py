@@ -287,3 +287,14 @@ def test_step_pattern_on_kineto_traces_says_it_is_not_applied(tmp_path):
     r = run_cli("merge", tmp_path / "rank0.json", "-o", tmp_path / "m.json", "--step-pattern", r"^it(\d+)$")
     assert r.returncode == 0, r.stderr
     assert "--step-pattern not applied" in r.stderr
+
+
+def test_merge_validates_the_output_of_an_export(tmp_path):
+    db = tmp_path / "node.sqlite"
+    build(db)
+    res = merge([str(db)], tmp_path / "m.json.gz", MergeOptions(progress=False))[0]
+    v = res["validation"]
+    assert v is not None and v["ok"] and not any(v["added"].values())
+    assert v["output"]["flows"] == 2 * 3 * 3 == res["flows"]
+    res = merge([str(db)], tmp_path / "n.json.gz", MergeOptions(progress=False, validate=False))[0]
+    assert res["validation"] is None
