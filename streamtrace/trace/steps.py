@@ -17,7 +17,10 @@ NVIDIA/Megatron-LM d98e8a6: ``megatron/training/training.py`` and ``profiling.py
 ``--profile-step-end``, with ``emit_nvtx`` op ranges under ``--record-shapes``; ``--nvtx-ranges``
 adds ranges named ``<module>.<function>``, e.g. the interleaved pipeline schedule's
 ``...forward_backward_pipelining_with_interleaving.warmup``, never numbered): such a capture has no
-step unless the training loop opens one of the ranges above, or ``--step-pattern`` names its own."""
+step unless the training loop opens one of the ranges above, or ``--step-pattern`` names its own.
+The Megatron-LM branches of the zero-bubble pipeline schedules (pull requests to NVIDIA/Megatron-LM,
+2023-2024, not merged into its main branch) push ``Iteration N`` around each iteration under
+``--profile``: matched by the NVTX names above."""
 from __future__ import annotations
 
 import re
