@@ -138,7 +138,10 @@ class Patterns:
             raise StreamtraceError(f"--step-pattern {pattern!r}: needs a group for the step number, e.g. (\\d+)")
         spec = deepcopy(self.spec)
         spec["step"] = [pattern]
-        return Patterns(spec)
+        try:
+            return Patterns(spec)
+        except re.error as e:          # a flag inside the pattern (step_regex wraps it in a group)
+            raise StreamtraceError(f"--step-pattern {pattern!r}: {e}") from None
 
     def for_export(self) -> "Patterns":
         """These patterns for an Nsight Systems export: its NVTX step ranges (``nvtx_step``) mark
