@@ -31,7 +31,8 @@ from ..trace.steps import STEP_PATTERNS, step_regex, user_step_regex
 from ..trace.writer import TraceWriter, us_fragment
 from ..validate.check import PROBLEMS, validate
 from .clocks import plan_clock_sync
-from .nsys_survey import FLOW_CAT, GPU_KINDS, KEY_SHIFT, LAUNCH_KINDS, Owners, kept_flow_keys, survey_export
+from .nsys_survey import (FLOW_CAT, GPU_KINDS, KEY_SHIFT, LAUNCH_KINDS, Owners, kept_flow_keys, survey_export,
+                          survey_tables)
 from .pids import PID_STRIDE, process_meta_events, unique_id
 from .survey import plan_time
 
@@ -62,7 +63,7 @@ def merge_exports(files, output, opt, rank_map=None) -> dict:
         base = max([base] + [p.rank + 1 for p in ex.processes])
         exports.append(ex)
     try:
-        bar = _bar(opt.progress, 2 * sum(export_rows(tf.path) for tf in files))
+        bar = _bar(opt.progress, sum(export_rows(tf.path) + export_rows(tf.path, survey_tables(opt)) for tf in files))
         rx = user_step_regex(opt.step_pattern) if opt.step_pattern else step_regex(STEP_PATTERNS)
         surveys = [survey_export(ex.path, rank_map, b, opt, rx, bar.update) for ex, b in zip(exports, bases)]
         plan = _time_plan(exports, surveys, opt)
@@ -254,7 +255,8 @@ class _NoBar:
 
 
 def _bar(show, total):
-    """A tqdm bar of the export rows read (both passes), on a terminal unless ``show`` says otherwise."""
+    """A tqdm bar of the export rows read (both passes: the pre-pass reads the NVTX ranges only for
+    steps and windows), on a terminal unless ``show`` says otherwise."""
     if not (sys.stderr.isatty() if show is None else show):
         return _NoBar()
     return tqdm(total=total, unit=" rows", unit_scale=True, desc="merge (nsys)", file=sys.stderr)

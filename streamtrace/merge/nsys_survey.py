@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..trace.nsys import KINDS, NsysExport
-from ..trace.nsys.streams import DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME
+from ..trace.nsys.streams import DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, col, table_batches
 from ..trace.steps import step_number
 from .clocks import CollectiveLog
 from .survey import Survey
@@ -23,6 +23,7 @@ from .survey import Survey
 FLOW_CAT = "ac2g"
 KEY_SHIFT = 40                         # flow key: process index << 40 | correlationId
 GPU_KINDS = (KERNEL, MEMCPY, MEMSET)
+RUNTIME_T = "CUPTI_ACTIVITY_KIND_RUNTIME"
 LAUNCH_KINDS = (RUNTIME, DRIVER)
 
 
@@ -91,7 +92,8 @@ def survey_export(path, rank_map, base_rank, opt, step_rx, progress=None) -> Exp
         flows = not opt.gpu_only and FLOW_CAT not in opt.drop_cat
         dropped = np.asarray([k in opt.drop_cat for k in KINDS], bool)
         steps_of: dict = {}
-        for gpu, batches in ((True, ex.gpu_batches()), (False, ex.cpu_batches())):
+        cpu = ex.cpu_batches() if reads_nvtx(opt) else launch_batches(ex) if flows else iter(())
+        for gpu, batches in ((True, ex.gpu_batches()), (False, cpu)):
             for b in batches:
                 rank, pidx = own.of(b, gpu)
                 ok = rank >= 0
@@ -112,6 +114,34 @@ def survey_export(path, rank_map, base_rank, opt, step_rx, progress=None) -> Exp
         return out
     finally:
         ex.close()
+
+
+def reads_nvtx(opt) -> bool:
+    """True when the pre-pass reads every CPU row (steps, earliest starts), not only the launches."""
+    return opt.steps is not None or opt.window_ms is not None or opt.align == "first-step"
+
+
+def survey_tables(opt) -> tuple:
+    """The tables :func:`survey_export` reads under ``opt`` (the total of a progress bar)."""
+    gpu = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+    if reads_nvtx(opt):
+        return gpu + (RUNTIME_T, "NVTX_EVENTS")
+    return gpu + ((RUNTIME_T,) if not opt.gpu_only and FLOW_CAT not in opt.drop_cat else ())
+
+
+def launch_batches(ex):
+    """The CUDA runtime/driver rows of ``ex`` that carry a correlation id, in no particular order
+    (:data:`~streamtrace.trace.nsys.streams.ROW_DTYPE` batches: ``ts``, ``dur``, ``kind``, ``proc``,
+    ``correlation``; names not read): the flow candidates' launch side when no step, window or
+    earliest start is asked for, without the NVTX ranges ``cpu_batches`` reads too.  Rows without a
+    usable start and end are left out, as the reader leaves them out."""
+    t = RUNTIME_T
+    if t not in ex.tables or not {"correlationId", "globalTid"} <= ex.tables[t]:
+        return
+    sql = (f"SELECT start, coalesce([end] - start, -1), {RUNTIME} + ({col(ex.tables, t, 'eventClass')} = 1), "
+           f"globalTid, correlationId FROM [{t}] WHERE correlationId IS NOT NULL AND globalTid IS NOT NULL")
+    for b in table_batches(ex.conn, sql, ["ts", "dur", "kind", "gtid", "correlation"], batch=ex.batch):
+        yield b[(b["ts"] >= 0) & (b["dur"] >= 0)]
 
 
 def _firsts(surveys, ts, rank):
