@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..trace.steps import step_number
+
 PHASES = ("other", "forward", "backward", "recompute", "optimizer")
 
 
@@ -33,7 +35,7 @@ def name_flags(strings, pats):
         recompute[i] = bool(pats.recompute.search(s)) if pats.recompute else False
         m = pats.step.search(s)
         if m:
-            step[i] = int(m.group(1))
+            step[i] = step_number(m)
         stack_dim[i] = pats.first(pats.stack_dim, s) or ""
     return phase, fallback, recompute, step, np.asarray(stack_dim, dtype=object)
 

@@ -96,6 +96,8 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
     holds one; ``progress(bytes read)``: called per block.  Raises
     :class:`~streamtrace.runtime.errors.TraceError` for an unreadable file, nothing written for it."""
     pats = Patterns.load(opt.patterns).with_step(opt.step_pattern)
+    if not opt.step_pattern and is_sqlite(path):
+        pats = pats.for_export()                         # its NVTX step ranges too (streamtrace.trace.steps)
     topo = load_topology(opt.topology) if opt.topology else None
     spill = tempfile.TemporaryDirectory(prefix=f".streamtrace-spill.{owner()}.", dir=outdir) if opt.chunked else None
     try:

@@ -3,17 +3,32 @@
 :func:`export_facts`)."""
 from __future__ import annotations
 
+import os
+
 from ..events.nsys import NsysIngest, ingest_nsys
 from ..trace.discover import load_rank_map
+from ..trace.nsys.counts import export_rows
 
 
 def read_export(path, store, file_rank, opt, progress=None) -> NsysIngest:
     """Read the export ``path`` into ``store``; processes ranked by order start at ``file_rank``;
     ``opt.rank_map`` (a ``--rank-map`` file) may name ranks by pid (``"<pid> <rank>"`` lines or
-    ``"<file>:<pid>"`` keys).  ``progress`` (bytes read, for the progress bars) is not called: an
-    export is read table by table, in no byte order; the bar shows the file done at the end."""
+    ``"<file>:<pid>"`` keys).  ``progress(bytes)``, the file's progress bar (in bytes, as for a
+    Kineto trace), is called per batch with the file's size times the share of its activity rows
+    read (:func:`~streamtrace.trace.nsys.counts.export_rows`: an export is read table by table, in
+    no byte order)."""
     rmap = load_rank_map(opt.rank_map) if opt.rank_map else None
-    return ingest_nsys(path, store, rmap, file_rank)
+    rows = rows_as_bytes(path, progress) if progress is not None else None
+    return ingest_nsys(path, store, rmap, file_rank, rows)
+
+
+def rows_as_bytes(path, progress):
+    """``progress(bytes)`` as a ``progress(rows read)`` callback over the export at ``path``."""
+    size, total = os.path.getsize(path), max(1, export_rows(path))
+
+    def report(done):
+        progress(min(size, size * done // total))
+    return report
 
 
 def warnings_of(ing: NsysIngest) -> list[str]:

@@ -15,6 +15,7 @@ import sys
 from copy import deepcopy
 
 from ..runtime.errors import StreamtraceError
+from ..trace.steps import KINETO_STEP_PATTERNS, NVTX_STEP_PATTERNS, step_regex
 
 DEFAULTS = {
     # GPU events: Kineto categories (legacy names after the slash)
@@ -48,7 +49,10 @@ DEFAULTS = {
         "backward": ["^autograd::engine::evaluate_function"],
     },
     "recompute": ["recompute", "^custom_forward$", "CheckpointFunction", "checkpoint"],
-    "step": ["^ProfilerStep#(\\d+)$"],
+    "step": list(KINETO_STEP_PATTERNS),
+    # ...and, in an Nsight Systems export, these NVTX ranges too (streamtrace.trace.steps: Megatron-LM
+    # opens no numbered step range under nsys; these are the guides' and callbacks' names)
+    "nvtx_step": list(NVTX_STEP_PATTERNS),
     # parallel dimension of a communication kernel from its process-group description, after
     # Megatron-LM's exact names (streamtrace.topology.MEGATRON_GROUP_DIM) and the topology's rank
     # sets; first match wins, so the expert data / tensor groups come before EP and TP
@@ -83,7 +87,7 @@ class Patterns:
         self.phase = [(k, c(v)) for k, v in spec["phase"].items()]
         self.phase_fallback = [(k, c(v)) for k, v in spec["phase_fallback"].items()]
         self.recompute = c(spec["recompute"])
-        self.step = re.compile(spec["step"][0])
+        self.step = step_regex(spec["step"])     # the step number: streamtrace.trace.steps.step_number
         self.pg_desc = [(k, c(v)) for k, v in spec["pg_desc"].items()]
         self.stack_dim = [(k, c(v)) for k, v in spec["stack_dim"].items()]
         self.kernel_cats = set(spec["gpu_kernel_cats"])
@@ -134,6 +138,16 @@ class Patterns:
             raise StreamtraceError(f"--step-pattern {pattern!r}: needs a group for the step number, e.g. (\\d+)")
         spec = deepcopy(self.spec)
         spec["step"] = [pattern]
+        try:
+            return Patterns(spec)
+        except re.error as e:          # a flag inside the pattern (step_regex wraps it in a group)
+            raise StreamtraceError(f"--step-pattern {pattern!r}: {e}") from None
+
+    def for_export(self) -> "Patterns":
+        """These patterns for an Nsight Systems export: its NVTX step ranges (``nvtx_step``) mark
+        steps beside ``step`` (:mod:`streamtrace.trace.steps`)."""
+        spec = deepcopy(self.spec)
+        spec["step"] = list(spec["step"]) + [p for p in spec["nvtx_step"] if p not in spec["step"]]
         return Patterns(spec)
 
     def collective_type(self, text: str):

@@ -36,7 +36,10 @@ def default_output(inputs, legacy=False) -> str:
           help="output .json or .json.gz, relative to the current folder (default: <input folder>_merged.json.gz)")
 @argh.arg("--ranks", help="keep only these ranks, e.g. 0-7,12")
 @argh.arg("--drop-cat", help="drop events of these categories, e.g. python_function,cpu_instant_event")
-@argh.arg("--steps", help="keep only this ProfilerStep window, e.g. 12-13 (ProfilerStep#12 to #13)")
+@argh.arg("--steps", help="keep only this ProfilerStep window, e.g. 12-13 (ProfilerStep#12 to #13; in an Nsight "
+          "export also NVTX ranges 'step N', 'iteration N': docs/nsight.md)")
+@argh.arg("--step-pattern", help="Nsight exports: regular expression of the NVTX range that marks a step, its first "
+          "group the step number (default: ProfilerStep#N, step N, iteration N, ...: docs/nsight.md)")
 @argh.arg("--gpu-only", help="keep only GPU processes (kernels, memcpy, memset, GPU annotations); "
           "a CPU-only run keeps its CPU processes, with a warning")
 @argh.arg("--window", help="keep START_MS:END_MS from the start of the merged timeline")
@@ -61,7 +64,7 @@ def default_output(inputs, legacy=False) -> str:
 def merge(*inputs, input_dir=None, output_file=None, ranks=None, drop_cat=None, steps=None,
           gpu_only=False, window=None, align="global", iterations=None, rank_map=None, jobs=0,
           salvage=False, no_validate=False, scheduler=None, legacy_input_dir=None, legacy_output_file=None,
-          legacy_iteration=None, critical_path=None, quiet=False, verbose=False):
+          legacy_iteration=None, critical_path=None, quiet=False, verbose=False, step_pattern=None):
     """Merge per-rank traces into one Perfetto-loadable trace.
 
     Megatron's merge script's spelling (--input_dir DIR --output_file NAME) is accepted and, as in
@@ -84,7 +87,7 @@ def merge(*inputs, input_dir=None, output_file=None, ranks=None, drop_cat=None, 
                        steps=parse_steps(steps) if steps else None, gpu_only=gpu_only,
                        window_ms=parse_window(window) if window else None, align=align,
                        iterations=its, jobs=parse_jobs(jobs), salvage=salvage, scheduler=scheduler,
-                       progress=con.progress, validate=not no_validate)
+                       progress=con.progress, validate=not no_validate, step_pattern=step_pattern)
     prepare_kernels("merge", con, opt.jobs)
     results = do_merge(inputs, out, opt, rank_map=rank_map)
     added = False

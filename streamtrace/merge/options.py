@@ -37,6 +37,12 @@ class MergeOptions:
         split_always: cut every rank of at least ``split_threshold`` bytes, balanced or not.
         validate: check the inputs and the output while rewriting (:mod:`streamtrace.validate.merged`):
             the result's ``validation`` tells the problems the inputs had and those merge added.
+        step_pattern: Nsight Systems exports only: a regular expression naming the NVTX range that
+            marks a step, its first group the step number, instead of the default names
+            (:mod:`streamtrace.trace.steps`); None: the defaults.  Kineto traces' steps are
+            ``ProfilerStep#N`` (a warning says it is not applied to them).
+        rank_map: the ``--rank-map`` file (set by :func:`~streamtrace.merge.merge` from its
+            ``rank_map``): an export's ``"<pid> <rank>"`` lines rank its processes.
     """
     ranks: set | None = None
     drop_cat: frozenset = frozenset()
@@ -53,6 +59,8 @@ class MergeOptions:
     split_threshold: int | None = SPLIT_THRESHOLD
     split_always: bool = False
     validate: bool = True
+    step_pattern: str | None = None
+    rank_map: str | None = None
 
     def __post_init__(self):
         if self.steps is not None:

@@ -85,6 +85,9 @@ class SurveyTask:
     byte_range: tuple | None = None
     want_collectives: bool = False
 
+#: merge's warning when ``--step-pattern`` is given for Kineto traces
+STEP_PATTERN_KINETO = "--step-pattern not applied: it names the NVTX step range of Nsight Systems exports; a Kineto " \
+                      "trace's steps are ProfilerStep#N"
 #: merge's warning when ``gpu_only`` found no GPU process (callers that say it otherwise leave it out)
 CPU_ONLY_WARNING = "no rank has a GPU process (a CPU-only run): --gpu-only merged the CPU processes instead"
 
@@ -125,6 +128,8 @@ def merge(inputs, output, opt: MergeOptions | None = None, rank_map=None) -> lis
         read-only folder, one of the inputs); nothing is written then.
     """
     opt = opt or MergeOptions()
+    if rank_map is not None and opt.rank_map is None:
+        opt = replace(opt, rank_map=str(rank_map))       # an export's processes by pid (merge_exports)
     output = check_output_file(output)
     skipped = []
     try:
@@ -193,6 +198,10 @@ def _merge_iteration(files: list[TraceFile], output, opt: MergeOptions | None = 
     if nsys:
         with writing(output):
             return merge_exports(nsys, output, opt)
+    if opt.step_pattern:
+        res = _merge_iteration(files, output, replace(opt, step_pattern=None))
+        res["warnings"].insert(0, STEP_PATTERN_KINETO)
+        return res
     want = opt.jobs or os.cpu_count() or 1
     splits = {}
     fallback = False

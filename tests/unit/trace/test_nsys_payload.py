@@ -155,7 +155,11 @@ def test_step_pattern_marks_steps_from_nvtx(tmp_path):
     k = pq.read_table(tmp_path / "a" / "kernels").to_pandas()
     assert sorted(k["step"].tolist()) == [5, 5, 5, 5]          # both launches of both ranks are inside it
     analyze([str(tmp_path / "node.sqlite")], str(tmp_path / "b"), AnalyzeOptions(jobs=1, progress=False))
-    assert set(pq.read_table(tmp_path / "b" / "kernels").to_pandas()["step"]) == {-1}
+    # train_step_N is one of an export's default NVTX step names (streamtrace.trace.steps)
+    assert set(pq.read_table(tmp_path / "b" / "kernels").to_pandas()["step"]) == {5}
+    opt = AnalyzeOptions(jobs=1, progress=False, step_pattern=r"^ProfilerStep#(\d+)$")     # given: only it
+    analyze([str(tmp_path / "node.sqlite")], str(tmp_path / "c"), opt)
+    assert set(pq.read_table(tmp_path / "c" / "kernels").to_pandas()["step"]) == {-1}
 
 
 def test_rank_map_by_pid(tmp_path):
