@@ -1,0 +1,95 @@
+"""The shapes of TorchTitan's model flavours by ``([model] name, flavor)`` (:data:`KNOWN_MODELS`),
+so that a TorchTitan TOML, which names a model but not its shape, gives the model FLOPs per token.
+
+Read from pytorch/torchtitan ``main`` (Aug 2026), one flavour-building function per flavour:
+
+* ``llama3``: ``torchtitan/models/llama3/__init__.py`` (``llama3_configs``): dim, n_layers,
+  n_heads, n_kv_heads, MLP inner size ``compute_ffn_hidden_dim(dim, multiple_of,
+  ffn_dim_multiplier)``; vocabulary 128,256 (the debug model 2,048). 1B and 3B tie the embedding
+  to the output projection, which leaves TorchTitan's FLOPs unchanged (the shared weight is
+  counted once, as the output projection).
+* ``qwen3``: ``torchtitan/models/qwen3/__init__.py`` (``qwen3_configs``): head dim 128 set apart
+  from dim, an RMSNorm on the queries and one on the keys (``qk_norm``), the MLP inner size given
+  as a number; MoE flavours (``debugmodel_moe``, ``30B-A3B``, ``235B-A22B``) have an MoE in every
+  layer, no shared experts, a router without bias; vocabulary 151,936.
+* ``deepseek_v3``: ``torchtitan/models/deepseek_v3/__init__.py`` (``deepseekv3_configs``):
+  multi-head latent attention (``q_lora_rank``, ``kv_lora_rank`` 512, ``qk_nope_head_dim`` 128,
+  ``qk_rope_head_dim`` 64, ``v_head_dim`` 128), the first ``n_dense_layers`` layers with a dense
+  MLP, then MoE with ``num_shared_experts`` x ``moe_hidden_dim`` of shared experts; without the
+  multi-token-prediction layers (``num_mtp_layers`` = 0, the default).
+* ``gpt_oss``: ``torchtitan/models/gpt_oss/__init__.py`` (``gptoss_configs``): 64 heads, 8 KV
+  heads of dim 64 (the attention defaults), biases on the QKV and output projections, the router
+  and the experts, one sink logit per head, MoE in every layer with experts of inner size 2,880;
+  vocabulary 201,088.  The sliding-window layers count as full attention, as TorchTitan counts
+  them.
+
+TorchTitan's own count (``get_dense_model_nparams_and_flops`` / ``get_moe_model_nparams_and_flops``
+in ``torchtitan/models/utils.py``, called by each model's ``Config.get_nparams_and_flops``) is
+:func:`streamtrace.report.flops.flops_per_token`.  Not here: ``llama4`` (no longer in TorchTitan's
+``torchtitan/models``), ``qwen3_5`` and ``muse_glimmer`` (linear-attention layers), ``kimi_k2_7``
+(vision tower), ``flux`` (a diffusion model): those need ``--flops-per-token``.
+"""
+from __future__ import annotations
+
+from .modelshape import ModelShape, torchtitan_ffn_hidden as ffn
+
+
+def _llama3() -> dict:
+    v = 128256
+    rows = {"debugmodel": (6, 256, ffn(256, 256), 16, 16, 2048),
+            "1B": (16, 2048, ffn(2048, 1024, 1.5), 32, 8, v),
+            "3B": (28, 3072, ffn(3072, 1024, 1.0), 24, 8, v),
+            "8B": (32, 4096, ffn(4096, 1024, 1.3), 32, 8, v),
+            "70B": (80, 8192, ffn(8192, 4096, 1.3), 64, 8, v),
+            "405B": (126, 16384, ffn(16384, 4096, 1.2), 128, 8, v)}
+    return {("llama3", f): ModelShape(f"llama3 {f}", *r) for f, r in rows.items()}
+
+
+def _qwen3() -> dict:
+    v = 151936
+    # flavor: layers, dim, MLP (of one expert with MoE), heads, KV heads, vocabulary, experts, top-k
+    rows = {"debugmodel": (8, 256, 3072, 16, 8, 2048, 0, 0),
+            "debugmodel_non_fused_qkv": (8, 256, 3072, 16, 8, 2048, 0, 0),
+            "0.6B": (28, 1024, 3072, 16, 8, v, 0, 0),
+            "1.7B": (28, 2048, 6144, 16, 8, v, 0, 0),
+            "4B": (36, 2560, 9728, 32, 8, v, 0, 0),
+            "8B": (36, 4096, 12288, 32, 8, v, 0, 0),
+            "14B": (40, 5120, 17408, 40, 8, v, 0, 0),
+            "32B": (64, 5120, 25600, 64, 8, v, 0, 0),
+            "debugmodel_moe": (8, 256, 768, 16, 8, 2048, 64, 8),
+            "30B-A3B": (48, 2048, 768, 32, 4, v, 128, 8),
+            "235B-A22B": (94, 4096, 1536, 64, 4, v, 128, 8)}
+    return {("qwen3", f): ModelShape(f"qwen3 {f}", *r[:6], experts=r[6], top_k=r[7], head_dim=128, qk_norm=True)
+            for f, r in rows.items()}
+
+
+def _deepseek_v3() -> dict:
+    # flavor: layers, dim, expert MLP, heads, vocabulary, experts, top-k, shared experts,
+    # dense layers, dense MLP, q_lora_rank
+    rows = {"debugmodel": (6, 256, 256, 16, 2048, 8, 3, 2, 1, 1024, 0),
+            "16B": (27, 2048, 1408, 16, 102400, 64, 6, 2, 1, 10944, 0),
+            "236B": (60, 5120, 1536, 128, 102400, 160, 6, 2, 1, 12288, 1536),
+            "671B": (61, 7168, 2048, 128, 129280, 256, 8, 1, 3, 18432, 1536)}
+    out = {}
+    for f, (L, h, fe, a, v, e, k, sh, nd, fd, qr) in rows.items():
+        out[("deepseek_v3", f)] = ModelShape(
+            f"deepseek_v3 {f}", L, h, fe, a, a, v, experts=e, top_k=k, shared_ffn_hidden=sh * fe, head_dim=128,
+            dense_layers=nd, dense_ffn_hidden=fd, q_lora_rank=qr, kv_lora_rank=512, qk_rope_head_dim=64,
+            v_head_dim=128)
+    return out
+
+
+def _gpt_oss() -> dict:
+    rows = {"debugmodel": (4, 256, 8, 2048), "20b": (24, 2880, 32, 201088), "120b": (36, 2880, 128, 201088)}
+    return {("gpt_oss", f): ModelShape(f"gpt_oss {f}", L, h, 2880, 64, 8, v, experts=e, top_k=4, head_dim=64,
+                                       bias=True, sinks=True)
+            for f, (L, h, e, v) in rows.items()}
+
+
+#: shapes of TorchTitan's model flavours, by ``(name, flavor)`` (sources in the module docstring)
+KNOWN_MODELS = {**_llama3(), **_qwen3(), **_deepseek_v3(), **_gpt_oss()}
+
+
+def known_flavours(name: str) -> list:
+    """The flavours of model ``name`` in :data:`KNOWN_MODELS` (empty for an unknown model)."""
+    return [f for n, f in KNOWN_MODELS if n == name]
