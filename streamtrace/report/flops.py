@@ -20,7 +20,10 @@ branch; Narayanan et al., SC'21, arXiv:2104.04473, eq. 3 for GPT)::
 
 ``h`` hidden, ``a`` heads, ``g`` query groups, ``d`` head dim (``kv_channels``), ``s`` sequence,
 ``f`` FFN (of one expert), ``k`` top-k (1 dense), ``m`` 3/2 with SwiGLU else 1, ``f_sh`` shared
-experts' FFN, ``V`` padded vocabulary.
+experts' FFN, ``V`` padded vocabulary; with dense first layers (``dense_layers``) the MLP term
+is summed per layer kind, as Megatron's ``num_dense_layers`` / ``num_moe_layers``.  With
+multi-head latent attention (DeepSeek-V3) TorchTitan's attention term is 6 x L x H x (d_qk + d_v)
+x T; Megatron's MLA branch is not implemented here.
 
 Where they differ: TorchTitan counts every parameter (norm weights, the MoE router, biases);
 Megatron counts only the matmul weights (QKV, output projection, MLP, logits) from the
