@@ -17,6 +17,10 @@ Read from pytorch/torchtitan ``main`` (Aug 2026), one flavour-building function 
   ``qk_rope_head_dim`` 64, ``v_head_dim`` 128), the first ``n_dense_layers`` layers with a dense
   MLP, then MoE with ``num_shared_experts`` x ``moe_hidden_dim`` of shared experts; without the
   multi-token-prediction layers (``num_mtp_layers`` = 0, the default).
+* ``kimi_k2_7`` (its ``ModelSpec`` says ``kimi_k2_5``; both names known):
+  ``torchtitan/models/kimi_k2_7/__init__.py`` (``kimi_k2_5_configs``): DeepSeek-V3's MLA + MoE
+  layers (``build_mla_moe_layers``) with sigmoid routing; vocabulary 163,840; the vision tower of
+  Kimi-VL-A3B and Kimi-K2.5 is left out, as TorchTitan leaves it out of the FLOPs.
 * ``gpt_oss``: ``torchtitan/models/gpt_oss/__init__.py`` (``gptoss_configs``): 64 heads, 8 KV
   heads of dim 64 (the attention defaults), biases on the QKV and output projections, the router
   and the experts, one sink logit per head, MoE in every layer with experts of inner size 2,880;
@@ -26,8 +30,8 @@ Read from pytorch/torchtitan ``main`` (Aug 2026), one flavour-building function 
 TorchTitan's own count (``get_dense_model_nparams_and_flops`` / ``get_moe_model_nparams_and_flops``
 in ``torchtitan/models/utils.py``, called by each model's ``Config.get_nparams_and_flops``) is
 :func:`streamtrace.report.flops.flops_per_token`.  Not here: ``llama4`` (no longer in TorchTitan's
-``torchtitan/models``), ``qwen3_5`` and ``muse_glimmer`` (linear-attention layers), ``kimi_k2_7``
-(vision tower), ``flux`` (a diffusion model): those need ``--flops-per-token``.
+``torchtitan/models``), ``qwen3_5`` and ``muse_glimmer`` (linear-attention layers), ``flux`` (a
+diffusion model): those need ``--flops-per-token``.
 """
 from __future__ import annotations
 
@@ -63,20 +67,33 @@ def _qwen3() -> dict:
             for f, r in rows.items()}
 
 
-def _deepseek_v3() -> dict:
-    # flavor: layers, dim, expert MLP, heads, vocabulary, experts, top-k, shared experts,
-    # dense layers, dense MLP, q_lora_rank
-    rows = {"debugmodel": (6, 256, 256, 16, 2048, 8, 3, 2, 1, 1024, 0),
-            "16B": (27, 2048, 1408, 16, 102400, 64, 6, 2, 1, 10944, 0),
-            "236B": (60, 5120, 1536, 128, 102400, 160, 6, 2, 1, 12288, 1536),
-            "671B": (61, 7168, 2048, 128, 129280, 256, 8, 1, 3, 18432, 1536)}
+def _mla_moe(name: str, rows: dict) -> dict:
+    """DeepSeek-V3's layer builder (``build_mla_moe_layers``), which kimi_k2_7 reuses: KV rank 512,
+    head dims 128 + 64 RoPE, value 128; ``rows``: flavor -> (layers, dim, expert MLP, heads,
+    vocabulary, experts, top-k, shared experts, dense layers, dense MLP, q_lora_rank)."""
     out = {}
     for f, (L, h, fe, a, v, e, k, sh, nd, fd, qr) in rows.items():
-        out[("deepseek_v3", f)] = ModelShape(
-            f"deepseek_v3 {f}", L, h, fe, a, a, v, experts=e, top_k=k, shared_ffn_hidden=sh * fe, head_dim=128,
+        out[(name, f)] = ModelShape(
+            f"{name} {f}", L, h, fe, a, a, v, experts=e, top_k=k, shared_ffn_hidden=sh * fe, head_dim=128,
             dense_layers=nd, dense_ffn_hidden=fd, q_lora_rank=qr, kv_lora_rank=512, qk_rope_head_dim=64,
             v_head_dim=128)
     return out
+
+
+def _deepseek_v3() -> dict:
+    return _mla_moe("deepseek_v3", {"debugmodel": (6, 256, 256, 16, 2048, 8, 3, 2, 1, 1024, 0),
+                                    "16B": (27, 2048, 1408, 16, 102400, 64, 6, 2, 1, 10944, 0),
+                                    "236B": (60, 5120, 1536, 128, 102400, 160, 6, 2, 1, 12288, 1536),
+                                    "671B": (61, 7168, 2048, 128, 129280, 256, 8, 1, 3, 18432, 1536)})
+
+
+def _kimi() -> dict:
+    # the text tower only: TorchTitan leaves the vision encoder's parameters out of the FLOPs
+    m = _mla_moe("kimi_k2_7", {"debugmodel": (6, 256, 256, 16, 2048, 8, 3, 2, 1, 1024, 0),
+                               "moonlight-16B-A3B": (27, 2048, 1408, 16, 163840, 64, 6, 2, 1, 11264, 0),
+                               "Kimi-VL-A3B": (27, 2048, 1408, 16, 163840, 64, 6, 2, 1, 11264, 0),
+                               "Kimi-K2.5": (61, 7168, 2048, 64, 163840, 384, 8, 1, 1, 18432, 1536)})
+    return {**m, **{("kimi_k2_5", f): s for (_, f), s in m.items()}}     # the ModelSpec's name
 
 
 def _gpt_oss() -> dict:
@@ -87,7 +104,7 @@ def _gpt_oss() -> dict:
 
 
 #: shapes of TorchTitan's model flavours, by ``(name, flavor)`` (sources in the module docstring)
-KNOWN_MODELS = {**_llama3(), **_qwen3(), **_deepseek_v3(), **_gpt_oss()}
+KNOWN_MODELS = {**_llama3(), **_qwen3(), **_deepseek_v3(), **_kimi(), **_gpt_oss()}
 
 
 def known_flavours(name: str) -> list:

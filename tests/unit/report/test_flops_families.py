@@ -1,9 +1,9 @@
 """Model FLOPs per token of TorchTitan's model families by name (issue 31: llama3, qwen3, deepseek_v3,
-gpt_oss), against numbers that do not come from the code under test.
+kimi_k2_7, gpt_oss), against numbers that do not come from the code under test.
 
 Sources:
 * The flavours' published numbers, read from pytorch/torchtitan ``main`` (commit b5bcd76, Aug 2026):
-  ``torchtitan/models/{llama3,qwen3,deepseek_v3,gpt_oss}/__init__.py``; the arithmetic below is
+  ``torchtitan/models/{llama3,qwen3,deepseek_v3,kimi_k2_7,gpt_oss}/__init__.py``; the arithmetic below is
   written out from them by hand.
 * TorchTitan itself as the peer tool: each flavour built on the ``meta`` device from that commit's
   ``model_registry(flavor).model`` and its ``Config.get_nparams_and_flops(model, seq_len=4096)``
@@ -35,14 +35,18 @@ TORCHTITAN_FLOPS = {
     ("qwen3", "235B-A22B"): 167260001280,
     ("deepseek_v3", "debugmodel"): 920421888, ("deepseek_v3", "16B"): 18105996288,
     ("deepseek_v3", "236B"): 185507051520, ("deepseek_v3", "671B"): 281158232064,
+    ("kimi_k2_7", "debugmodel"): 920421888, ("kimi_k2_7", "moonlight-16B-A3B"): 18872767488,
+    ("kimi_k2_7", "Kimi-VL-A3B"): 18872767488, ("kimi_k2_7", "Kimi-K2.5"): 220824741888,
     ("gpt_oss", "debugmodel"): 1078183104, ("gpt_oss", "20b"): 26481681792, ("gpt_oss", "120b"): 38044854144,
 }
 
 
 def test_every_known_flavour_equals_torchtitans_own_count():
-    assert set(KNOWN_MODELS) == set(TORCHTITAN_FLOPS)
+    assert {k for k in KNOWN_MODELS if k[0] != "kimi_k2_5"} == set(TORCHTITAN_FLOPS)
     for key, expected in TORCHTITAN_FLOPS.items():
         assert flops_per_token(KNOWN_MODELS[key], T) == expected, key
+    # kimi_k2_7's ModelSpec calls itself kimi_k2_5: the same shapes under that name
+    assert flops_per_token(KNOWN_MODELS[("kimi_k2_5", "Kimi-K2.5")], T) == TORCHTITAN_FLOPS[("kimi_k2_7", "Kimi-K2.5")]
 
 
 def test_llama3_1b_by_hand():
@@ -95,6 +99,16 @@ def test_deepseek_v3_16b_without_query_compression():
     moe = h * 64 + 6 * 3 * h * 1408 + 3 * h * (2 * 1408)
     n = 27 * (mla + 2 * h) + 1 * 3 * h * 10944 + 26 * moe + h + h * 102400
     assert flops_per_token(KNOWN_MODELS[("deepseek_v3", "16B")], T) == 6 * n + 6 * 27 * a * 320 * T
+
+
+def test_kimi_k2_5_text_tower_by_hand():
+    # DeepSeek-V3's MLA + MoE layers with 64 heads, 384 experts (top 8), 1 shared, 1 dense layer;
+    # the vision tower is not counted (TorchTitan leaves it out)
+    h, a = 7168, 64
+    mla = h * 1536 + 1536 + 1536 * a * 192 + h * (512 + 64) + 512 + 512 * a * 256 + a * 128 * h
+    moe = h * 384 + 8 * 3 * h * 2048 + 3 * h * 2048
+    n = 61 * (mla + 2 * h) + 3 * h * 18432 + 60 * moe + h + h * 163840
+    assert flops_per_token(KNOWN_MODELS[("kimi_k2_7", "Kimi-K2.5")], T) == 6 * n + 6 * 61 * a * 320 * T
 
 
 def test_gpt_oss_20b_by_hand():
