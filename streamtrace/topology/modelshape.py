@@ -18,8 +18,9 @@ class ModelShape:
 
     MoE: ``experts`` and ``top_k`` (routed experts and experts per token; 0 = dense),
     ``shared_ffn_hidden`` (shared experts' inner dim, all of them together; 0 none),
-    ``dense_layers`` (the first layers keep a dense MLP of ``dense_ffn_hidden`` instead of the
-    MoE, DeepSeek's ``n_dense_layers``).
+    ``dense_layers`` (how many layers keep a dense MLP of ``dense_ffn_hidden`` instead of the MoE:
+    DeepSeek's first ``n_dense_layers``, every other layer of Llama 4's
+    ``interleave_moe_layer_step`` 2; only their number matters to the formulas).
 
     Extra parameters some families have: ``qk_norm`` (an RMSNorm of ``head_dim`` on the queries
     and one on the keys, Qwen3), ``bias`` (biases on the QKV and output projections, the router
@@ -72,7 +73,7 @@ class ModelShape:
 
     @property
     def moe_layers(self) -> int:
-        """Layers with an MoE (every layer but the first ``dense_layers``; 0 for a dense model)."""
+        """Layers with an MoE (all but ``dense_layers``; 0 for a dense model)."""
         return self.layers - self.dense_layers if self.experts else 0
 
 

@@ -8,6 +8,14 @@ Read from pytorch/torchtitan ``main`` (Aug 2026), one flavour-building function 
   ffn_dim_multiplier)``; vocabulary 128,256 (the debug model 2,048). 1B and 3B tie the embedding
   to the output projection, which leaves TorchTitan's FLOPs unchanged (the shared weight is
   counted once, as the output projection).
+* ``llama4``: no longer in ``main``; read from its last version there,
+  ``torchtitan/models/llama4/__init__.py`` and ``model.py`` (``llama4_configs``, commit 00f555e;
+  ``MoE.Config`` defaults from ``torchtitan/models/common/moe/moe.py``): dim 5,120, 48 layers, 40
+  heads, 8 KV heads, vocabulary 202,048; one routed (top-1) and one shared expert of
+  ``compute_moe_hidden_dim`` (:func:`llama4_moe_hidden`); 17bx16e has an MoE in every layer,
+  17bx128e and the debug model (8 experts) in every other one (``interleave_moe_layer_step`` 2),
+  the rest a dense MLP of ``compute_ffn_hidden_dim``.  Unlike the other families this one was not
+  run against TorchTitan's own count (that code is gone from ``main``).
 * ``qwen3``: ``torchtitan/models/qwen3/__init__.py`` (``qwen3_configs``): head dim 128 set apart
   from dim, an RMSNorm on the queries and one on the keys (``qk_norm``), the MLP inner size given
   as a number; MoE flavours (``debugmodel_moe``, ``30B-A3B``, ``235B-A22B``) have an MoE in every
@@ -29,9 +37,8 @@ Read from pytorch/torchtitan ``main`` (Aug 2026), one flavour-building function 
 
 TorchTitan's own count (``get_dense_model_nparams_and_flops`` / ``get_moe_model_nparams_and_flops``
 in ``torchtitan/models/utils.py``, called by each model's ``Config.get_nparams_and_flops``) is
-:func:`streamtrace.report.flops.flops_per_token`.  Not here: ``llama4`` (no longer in TorchTitan's
-``torchtitan/models``), ``qwen3_5`` and ``muse_glimmer`` (linear-attention layers), ``flux`` (a
-diffusion model): those need ``--flops-per-token``.
+:func:`streamtrace.report.flops.flops_per_token`.  Not here: ``qwen3_5`` and ``muse_glimmer``
+(linear-attention layers), ``flux`` (a diffusion model): those need ``--flops-per-token``.
 """
 from __future__ import annotations
 
@@ -65,6 +72,30 @@ def _qwen3() -> dict:
             "235B-A22B": (94, 4096, 1536, 64, 4, v, 128, 8)}
     return {("qwen3", f): ModelShape(f"qwen3 {f}", *r[:6], experts=r[6], top_k=r[7], head_dim=128, qk_norm=True)
             for f, r in rows.items()}
+
+
+def llama4_moe_hidden(dim: int, multiple_of: int = 256, multiplier: float | None = None, per_token: int = 2) -> int:
+    """Llama 4's expert inner size (TorchTitan's ``compute_moe_hidden_dim``): 2/3 of 4 x ``dim``,
+    times ``multiplier``, divided by the experts a token goes through (``per_token`` = top-k +
+    shared experts), then rounded up to a multiple of ``multiple_of`` (rounded last, unlike
+    :func:`~streamtrace.topology.modelshape.torchtitan_ffn_hidden`)."""
+    h = int(2 * 4 * dim / 3)
+    if multiplier is not None:
+        h = int(multiplier * h)
+    h = int(h / per_token)
+    return h + (-h % multiple_of)
+
+
+def _llama4() -> dict:
+    # MoE every layer (17bx16e, interleave step 1) or every other layer (the default step 2: the
+    # others keep a dense MLP); one routed expert (top-1) and one shared expert of the same size
+    moe, dense = llama4_moe_hidden(5120, 2048, 1.2), ffn(5120, 2048, 1.2)
+    rows = {"debugmodel": (6, 256, llama4_moe_hidden(256), 16, 16, 2048, 8, 3, ffn(256, 256)),
+            "17bx16e": (48, 5120, moe, 40, 8, 202048, 16, 0, dense),
+            "17bx128e": (48, 5120, moe, 40, 8, 202048, 128, 24, dense)}
+    return {("llama4", f): ModelShape(f"llama4 {f}", L, h, fe, a, g, v, experts=e, top_k=1, shared_ffn_hidden=fe,
+                                      dense_layers=nd, dense_ffn_hidden=fd)
+            for f, (L, h, fe, a, g, v, e, nd, fd) in rows.items()}
 
 
 def _mla_moe(name: str, rows: dict) -> dict:
@@ -104,7 +135,7 @@ def _gpt_oss() -> dict:
 
 
 #: shapes of TorchTitan's model flavours, by ``(name, flavor)`` (sources in the module docstring)
-KNOWN_MODELS = {**_llama3(), **_qwen3(), **_deepseek_v3(), **_kimi(), **_gpt_oss()}
+KNOWN_MODELS = {**_llama3(), **_llama4(), **_qwen3(), **_deepseek_v3(), **_kimi(), **_gpt_oss()}
 
 
 def known_flavours(name: str) -> list:
