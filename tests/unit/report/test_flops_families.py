@@ -197,3 +197,15 @@ def test_an_unknown_flavour_asks_for_flops_per_token(tmp_path):
         assert inp["flops_per_token"] is None
         assert f"no model shape for {name} {flavor}" in inp["flops_per_token_from"]
         assert "give --flops-per-token" in inp["flops_per_token_from"]
+
+
+def test_a_new_shape_survives_aggregate_json(tmp_path):
+    """aggregate.json keeps the config (``TrainConfig.to_json``) and the report reads it back."""
+    import json
+
+    from streamtrace.topology.trainconfig import train_config_from_json
+    p = tmp_path / "cfg.toml"
+    p.write_text('[model]\nname = "deepseek_v3"\nflavor = "16B"\n[training]\nseq_len = 4096\n')
+    back = train_config_from_json(json.loads(json.dumps(from_torchtitan_toml(p).to_json())))
+    assert back.model == KNOWN_MODELS[("deepseek_v3", "16B")]
+    assert flops_per_token(back.model, T) == TORCHTITAN_FLOPS[("deepseek_v3", "16B")]
