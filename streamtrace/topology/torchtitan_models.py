@@ -8,14 +8,12 @@ Read from pytorch/torchtitan ``main`` (Aug 2026), one flavour-building function 
   ffn_dim_multiplier)``; vocabulary 128,256 (the debug model 2,048). 1B and 3B tie the embedding
   to the output projection, which leaves TorchTitan's FLOPs unchanged (the shared weight is
   counted once, as the output projection).
-* ``llama4``: no longer in ``main``; read from its last version there,
-  ``torchtitan/models/llama4/__init__.py`` and ``model.py`` (``llama4_configs``, commit 00f555e;
-  ``MoE.Config`` defaults from ``torchtitan/models/common/moe/moe.py``): dim 5,120, 48 layers, 40
-  heads, 8 KV heads, vocabulary 202,048; one routed (top-1) and one shared expert of
-  ``compute_moe_hidden_dim`` (:func:`llama4_moe_hidden`); 17bx16e has an MoE in every layer,
-  17bx128e and the debug model (8 experts) in every other one (``interleave_moe_layer_step`` 2),
-  the rest a dense MLP of ``compute_ffn_hidden_dim``.  Unlike the other families this one was not
-  run against TorchTitan's own count (that code is gone from ``main``).
+* ``llama4``: no longer in ``main``; read from its last version there (commit 43e52fd, June 2026,
+  the parent of the commit that removed it), ``torchtitan/models/llama4/__init__.py``
+  (``llama4_configs``): dim 5,120, 48 layers, 40 heads, 8 KV heads, vocabulary 202,048; one routed
+  (top-1) and one shared expert of ``compute_moe_hidden_dim`` (:func:`llama4_moe_hidden`); an MoE
+  in every layer of 17bx16e and 17bx128e (``interleave_moe_layer_step`` 1), in every other layer
+  of the debug model (8 experts), the rest a dense MLP of ``compute_ffn_hidden_dim``.
 * ``qwen3``: ``torchtitan/models/qwen3/__init__.py`` (``qwen3_configs``): head dim 128 set apart
   from dim, an RMSNorm on the queries and one on the keys (``qk_norm``), the MLP inner size given
   as a number; MoE flavours (``debugmodel_moe``, ``30B-A3B``, ``235B-A22B``) have an MoE in every
@@ -87,12 +85,12 @@ def llama4_moe_hidden(dim: int, multiple_of: int = 256, multiplier: float | None
 
 
 def _llama4() -> dict:
-    # MoE every layer (17bx16e, interleave step 1) or every other layer (the default step 2: the
-    # others keep a dense MLP); one routed expert (top-1) and one shared expert of the same size
+    # an MoE in every layer (interleave_moe_layer_step 1), in every other one in the debug model (step
+    # 2, the others a dense MLP); one routed expert (top-1) and one shared expert of the same size
     moe, dense = llama4_moe_hidden(5120, 2048, 1.2), ffn(5120, 2048, 1.2)
     rows = {"debugmodel": (6, 256, llama4_moe_hidden(256), 16, 16, 2048, 8, 3, ffn(256, 256)),
             "17bx16e": (48, 5120, moe, 40, 8, 202048, 16, 0, dense),
-            "17bx128e": (48, 5120, moe, 40, 8, 202048, 128, 24, dense)}
+            "17bx128e": (48, 5120, moe, 40, 8, 202048, 128, 0, dense)}
     return {("llama4", f): ModelShape(f"llama4 {f}", L, h, fe, a, g, v, experts=e, top_k=1, shared_ffn_hidden=fe,
                                       dense_layers=nd, dense_ffn_hidden=fd)
             for f, (L, h, fe, a, g, v, e, nd, fd) in rows.items()}

@@ -8,7 +8,7 @@ Sources:
 * TorchTitan itself as the peer tool: each flavour built on the ``meta`` device from that commit's
   ``model_registry(flavor).model`` and its ``Config.get_nparams_and_flops(model, seq_len=4096)``
   (``torchtitan/models/utils.py``); the values it printed are :data:`TORCHTITAN_FLOPS`. llama4 is
-  gone from that ``main``: its numbers are from its last version there (commit 00f555e), by hand.
+  gone from that ``main``: its values come from its last version there (commit 43e52fd), run alike.
 * Model cards (activated parameters, token embedding included unless said): Qwen3-30B-A3B 3.3 B,
   Qwen3-235B-A22B 22 B; DeepSeek-V3 37 B (arXiv:2412.19437); gpt-oss-20b 3.61 B and gpt-oss-120b
   5.13 B active, embedding excluded (OpenAI's gpt-oss model card).
@@ -25,10 +25,12 @@ from streamtrace.topology.trainconfig import from_torchtitan_toml
 
 T = 4096
 
-#: (name, flavor): FLOPs per token at seq len 4096 as TorchTitan b5bcd76 computes them
+#: (name, flavor): FLOPs per token at seq len 4096 as TorchTitan b5bcd76 computes them (llama4: 43e52fd)
 TORCHTITAN_FLOPS = {
     ("llama3", "debugmodel"): 109334016, ("llama3", "1B"): 9025499136, ("llama3", "3B"): 23504357376,
     ("llama3", "8B"): 51471998976, ("llama3", "70B"): 449230454784, ("llama3", "405B"): 2523980857344,
+    ("llama4", "debugmodel"): 112909824, ("llama4", "17bx16e"): 108910049280,
+    ("llama4", "17bx128e"): 109075200000,
     ("qwen3", "debugmodel"): 997234176, ("qwen3", "debugmodel_non_fused_qkv"): 997234176,
     ("qwen3", "0.6B"): 6394871808, ("qwen3", "1.7B"): 13142022144, ("qwen3", "4B"): 31382565888,
     ("qwen3", "8B"): 52658190336, ("qwen3", "14B"): 94008698880, ("qwen3", "32B"): 217675069440,
@@ -43,8 +45,7 @@ TORCHTITAN_FLOPS = {
 
 
 def test_every_known_flavour_equals_torchtitans_own_count():
-    # llama4 is no longer in TorchTitan's main, so it is checked by hand only (below)
-    assert {k for k in KNOWN_MODELS if k[0] not in ("kimi_k2_5", "llama4")} == set(TORCHTITAN_FLOPS)
+    assert {k for k in KNOWN_MODELS if k[0] != "kimi_k2_5"} == set(TORCHTITAN_FLOPS)
     for key, expected in TORCHTITAN_FLOPS.items():
         assert flops_per_token(KNOWN_MODELS[key], T) == expected, key
     # kimi_k2_7's ModelSpec calls itself kimi_k2_5: the same shapes under that name
@@ -61,23 +62,29 @@ def test_llama3_1b_by_hand():
 
 
 def test_llama4_17bx128e_by_hand():
-    # TorchTitan's last llama4 (commit 00f555e): dim 5120, 48 layers, 40 heads of 128, 8 KV heads,
+    # TorchTitan's last llama4 (commit 43e52fd): dim 5120, 48 layers, 40 heads of 128, 8 KV heads,
     # vocabulary 202,048. Expert inner size (compute_moe_hidden_dim): int(8 * 5120 / 3) = 13653,
     # x 1.2 -> int(16383.6) = 16383, / (top-1 + 1 shared) -> int(8191.5) = 8191, up to a multiple of
-    # 2048 -> 8192. Dense MLP (compute_ffn_hidden_dim): 13653 x 1.2 -> 16383, up to 2048s -> 16384.
-    # interleave_moe_layer_step 2: layers 1, 3, ..., 47 MoE (24), the other 24 dense
+    # 2048 -> 8192; interleave_moe_layer_step 1: an MoE in all 48 layers
     h = 5120
     attn = 2 * h * 5120 + 2 * h * (8 * 128)
     moe = h * 128 + 3 * h * 8192 + 3 * h * 8192          # router, 1 of 128 experts, 1 shared expert
-    n = 48 * (attn + 2 * h) + 24 * 3 * h * 16384 + 24 * moe + h + h * 202048
+    n = 48 * (attn + 2 * h + moe) + h + h * 202048
     m = KNOWN_MODELS[("llama4", "17bx128e")]
     assert param_count(m) == n
     assert flops_per_token(m, T) == 6 * n + 12 * 48 * 40 * 128 * T
     # Maverick and Scout: "17B active parameters" (Meta's Llama 4 model card), embedding included
     for f in ("17bx128e", "17bx16e"):
         assert param_count(KNOWN_MODELS[("llama4", f)], include_embedding=True) / 1e9 == pytest.approx(17.2, abs=0.05)
-    scout = KNOWN_MODELS[("llama4", "17bx16e")]
-    assert scout.moe_layers == 48 and scout.ffn_hidden == 8192
+
+
+def test_llama4_debugmodel_interleaves_dense_and_moe_layers():
+    # dim 256, 6 layers, 16 heads (= KV heads) of 16; layers 1, 3, 5 MoE (8 experts, top-1, 1 shared)
+    # of compute_moe_hidden_dim(256) = int(682 / 2) = 341 -> 512, layers 0, 2, 4 a dense MLP of
+    # compute_ffn_hidden_dim(256, 256) = 682 -> 768
+    attn = 4 * 256 * 256
+    n = 6 * (attn + 2 * 256) + 3 * 3 * 256 * 768 + 3 * (256 * 8 + 2 * 3 * 256 * 512) + 256 + 256 * 2048
+    assert flops_per_token(KNOWN_MODELS[("llama4", "debugmodel")], T) == 6 * n + 12 * 6 * 16 * 16 * T
 
 
 def test_qwen3_8b_dense_by_hand():
