@@ -1,7 +1,7 @@
 """The shapes of TorchTitan's model flavours by ``([model] name, flavor)`` (:data:`KNOWN_MODELS`),
 so that a TorchTitan TOML, which names a model but not its shape, gives the model FLOPs per token.
 
-Read from pytorch/torchtitan ``main`` (Aug 2026), one flavour-building function per flavour:
+Read from pytorch/torchtitan ``main`` (commit b5bcd76, Aug 2026), one flavour-building function each:
 
 * ``llama3``: ``torchtitan/models/llama3/__init__.py`` (``llama3_configs``): dim, n_layers,
   n_heads, n_kv_heads, MLP inner size ``compute_ffn_hidden_dim(dim, multiple_of,
