@@ -71,9 +71,16 @@ def _flops(cfg, opt, seq_len) -> tuple:
     s = seq_len or (cfg.seq_len if cfg else None)
     if cfg is None or cfg.model is None or not s:
         why = "no model shape" if cfg is None or cfg.model is None else "no sequence length"
+        if cfg is not None and cfg.model is None and cfg.model_name:
+            why = f"no model shape for {cfg.model_name}, not a known TorchTitan flavour"
         return None, f"unknown ({why}: give --flops-per-token, or a config naming a known model)", {}
     conv = "megatron" if cfg.source.startswith("Megatron") else "torchtitan"
-    both = {c: flops_per_token(cfg.model, s, c) for c in ("torchtitan", "megatron")}
+    both = {}
+    for c in ("torchtitan", "megatron"):
+        try:
+            both[c] = flops_per_token(cfg.model, s, c)
+        except ValueError:              # a shape one formula does not cover (Megatron's MLA)
+            continue
     label = "TorchTitan's 6N + 12LHQT" if conv == "torchtitan" else "Megatron-LM's num_floating_point_operations"
     return both[conv], f"{label} for {cfg.model_name or cfg.model.name}, seq len {s} ({cfg.source})", both
 
@@ -199,7 +206,7 @@ def efficiency_markdown(sec: dict | None) -> list:
         L += ["- link per collective: " + ("none (CPU-only job)" if lk.get("cpu_only") else
                                            f"hosts of the ranks from {lk['hosts_from']}")]
     both = inp["flops_per_token_by_convention"]
-    if both:
+    if len(both) == 2:
         L += [f"- the two conventions: TorchTitan {_n(both['torchtitan'] / 1e9, 2)} GFLOP/token, Megatron-LM "
               f"{_n(both['megatron'] / 1e9, 2)} (docs/efficiency.md says where they differ)"]
     L += [""] + _ops_md(sec.get("ops"), sec.get("gpu")) + _links_md(sec.get("links"))

@@ -20,9 +20,8 @@ Megatron's notation (first token fastest) that is the rank order ``tp-cp-dp-pp``
 DP = ``dp_replicate x dp_shard``.
 
 A TOML file names the model (``name``/``flavor``) but not its shape, which lives in TorchTitan's
-code: :data:`KNOWN_MODELS` holds the shapes of the flavours of ``torchtitan/models/llama3``
-(``llama3_configs``: dim, n_layers, n_heads, n_kv_heads, ``compute_ffn_hidden_dim`` with
-``multiple_of`` and ``ffn_dim_multiplier``; vocabulary 128,256, the Llama 3 tokenizer's).
+code: :data:`~streamtrace.topology.torchtitan_models.KNOWN_MODELS` holds the shapes of the flavours
+of ``llama3``, ``qwen3``, ``deepseek_v3`` and ``gpt_oss`` (sources in that module).
 """
 from __future__ import annotations
 
@@ -32,6 +31,8 @@ from dataclasses import asdict, dataclass, field
 
 from ..runtime.errors import StreamtraceError
 from .model import from_sizes
+from .modelshape import ModelShape, torchtitan_ffn_hidden  # noqa: F401  (re-exported)
+from .torchtitan_models import KNOWN_MODELS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -40,51 +41,6 @@ else:                                   # the same parser, as a package before P
 
 #: TorchTitan's device-mesh dimensions, outermost first (``ParallelDims``)
 TORCHTITAN_MESH_ORDER = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
-
-
-@dataclass
-class ModelShape:
-    """A decoder-only transformer's shape (the inputs of the model-FLOPs formulas,
-    :mod:`streamtrace.report.flops`): ``layers``, ``hidden`` (model dim), ``ffn_hidden`` (one MLP's
-    inner dim; of one expert with MoE), ``heads``, ``kv_heads`` (query groups; = heads without
-    GQA), ``vocab``, ``swiglu`` (three MLP matrices instead of two), ``experts`` and ``top_k``
-    (MoE: routed experts and experts per token; 0 = dense), ``shared_ffn_hidden`` (MoE shared
-    experts' inner dim, 0 none), ``head_dim`` (0: hidden // heads)."""
-    name: str
-    layers: int
-    hidden: int
-    ffn_hidden: int
-    heads: int
-    kv_heads: int
-    vocab: int
-    swiglu: bool = True
-    experts: int = 0
-    top_k: int = 0
-    shared_ffn_hidden: int = 0
-    head_dim: int = 0
-
-    @property
-    def dhead(self) -> int:
-        return self.head_dim or self.hidden // self.heads
-
-
-def torchtitan_ffn_hidden(dim: int, multiple_of: int, multiplier: float | None = None) -> int:
-    """TorchTitan's / Llama's SwiGLU inner size (``compute_ffn_hidden_dim``): 2/3 of 4 x ``dim``,
-    times ``multiplier``, rounded up to a multiple of ``multiple_of``."""
-    h = int(2 * 4 * dim / 3)
-    if multiplier is not None:
-        h = int(multiplier * h)
-    return multiple_of * ((h + multiple_of - 1) // multiple_of)
-
-
-#: shapes of TorchTitan's model flavours, by ``(name, flavor)`` (torchtitan/models/llama3/__init__.py)
-KNOWN_MODELS = {
-    ("llama3", "debugmodel"): ModelShape("llama3 debugmodel", 6, 256, torchtitan_ffn_hidden(256, 256), 16, 16, 2048),
-    ("llama3", "8B"): ModelShape("llama3 8B", 32, 4096, torchtitan_ffn_hidden(4096, 1024, 1.3), 32, 8, 128256),
-    ("llama3", "70B"): ModelShape("llama3 70B", 80, 8192, torchtitan_ffn_hidden(8192, 4096, 1.3), 64, 8, 128256),
-    ("llama3", "405B"): ModelShape("llama3 405B", 126, 16384, torchtitan_ffn_hidden(16384, 4096, 1.2), 128, 8,
-                                   128256),
-}
 
 
 @dataclass
