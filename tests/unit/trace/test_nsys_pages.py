@@ -1,0 +1,130 @@
+"""The page reader (streamtrace.trace.nsys.pages) on the real exports: every column of every table
+of every fixture of ../shared/traces/nsys/ equals ``SELECT rowid, ... ORDER BY rowid`` of the sqlite3
+module (integers equal; NULL, REAL, TEXT and BLOB values flagged); and a cut-short, damaged or
+foreign file gives a TraceError naming it."""
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import struct
+
+import numpy as np
+import pytest
+
+from streamtrace.runtime.errors import TraceError
+from streamtrace.trace.nsys.pages import PageFile, scan_columns
+
+from support import SHARED
+
+NSYS = SHARED / "traces" / "nsys"
+FIXTURES = sorted(p.name for p in NSYS.glob("*.sqlite")) if NSYS.is_dir() else []
+
+
+def _open(path):
+    c = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    c.text_factory = bytes
+    return c
+
+
+@pytest.mark.skipif(not FIXTURES, reason="../shared/traces/nsys is absent")
+@pytest.mark.parametrize("name", FIXTURES)
+def test_every_table_equals_sqlite3(name):
+    path = NSYS / name
+    c = _open(path)
+    tables = [r[0].decode() for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    assert tables
+    for t in tables:
+        cols = [r[1].decode() for r in c.execute(f"PRAGMA table_info([{t}])")]
+        want = c.execute(f"SELECT rowid, {', '.join(f'[{x}]' for x in cols)} FROM [{t}] ORDER BY rowid").fetchall()
+        got = list(scan_columns(path, t, cols, default=-1))
+        rowid = [r for b in got for r in b.rowid.tolist()]
+        assert rowid == [r[0] for r in want], t
+        odd = 0
+        for j, col in enumerate(cols):
+            vals = [v for b in got for v in b.values[col].tolist()]
+            null = [m for b in got for m in b.null[col].tolist()]
+            exp = [r[j + 1] for r in want]
+            assert [v if not m else None for v, m in zip(vals, null)] == \
+                   [v if isinstance(v, int) else None for v in exp], (t, col)
+            assert all(v == -1 for v, m in zip(vals, null) if m)
+            odd += sum(v is not None and not isinstance(v, int) for v in exp)
+        assert sum(b.odd for b in got) == odd, t
+    c.close()
+
+
+def _fixture():
+    if not FIXTURES:
+        pytest.skip("../shared/traces/nsys is absent")
+    return NSYS / "nsysai_mfu_2gpu_before.sqlite"
+
+
+def test_cut_short_file_names_it(tmp_path):
+    src = _fixture()
+    dst = tmp_path / "cut.sqlite"
+    data = src.read_bytes()
+    dst.write_bytes(data[:len(data) // 2])
+    with pytest.raises(TraceError) as e:
+        for _ in scan_columns(dst, "CUPTI_ACTIVITY_KIND_KERNEL", ["start"]):
+            pass
+    assert str(dst) in str(e.value)
+
+
+def test_damaged_leaf_page_names_it(tmp_path):
+    """The first leaf page of the kernel table given another page type: a TraceError, no traceback."""
+    src = _fixture()
+    dst = tmp_path / "bad.sqlite"
+    shutil.copy(src, dst)
+    c = _open(dst)
+    root = c.execute("SELECT rootpage FROM sqlite_master WHERE name = 'CUPTI_ACTIVITY_KIND_KERNEL'").fetchone()[0]
+    c.close()
+    data = bytearray(dst.read_bytes())
+    ps = struct.unpack_from(">H", data, 16)[0]
+    with PageFile(dst) as pf:
+        leaf = int(pf.leaves(root)[0])
+    data[(leaf - 1) * ps] = 0x0A                       # an index leaf page where a table leaf must be
+    dst.write_bytes(bytes(data))
+    with pytest.raises(TraceError) as e:
+        for _ in scan_columns(dst, "CUPTI_ACTIVITY_KIND_KERNEL", ["start"]):
+            pass
+    assert str(dst) in str(e.value) and f"page {leaf:,}" in str(e.value)
+
+
+def test_damaged_cell_pointer_names_it(tmp_path):
+    src = _fixture()
+    dst = tmp_path / "bad2.sqlite"
+    shutil.copy(src, dst)
+    c = _open(dst)
+    root = c.execute("SELECT rootpage FROM sqlite_master WHERE name = 'CUPTI_ACTIVITY_KIND_RUNTIME'").fetchone()[0]
+    c.close()
+    data = bytearray(dst.read_bytes())
+    ps = struct.unpack_from(">H", data, 16)[0]
+    with PageFile(dst) as pf:
+        leaf = int(pf.leaves(root)[-1])
+    struct.pack_into(">H", data, (leaf - 1) * ps + 8, ps - 1)   # the first cell pointer at the page's end
+    dst.write_bytes(bytes(data))
+    with pytest.raises(TraceError) as e:
+        for _ in scan_columns(dst, "CUPTI_ACTIVITY_KIND_RUNTIME", ["start", "end"]):
+            pass
+    assert str(dst) in str(e.value)
+
+
+def test_not_sqlite(tmp_path):
+    p = tmp_path / "x.sqlite"
+    p.write_bytes(b"not a database at all" * 10)
+    with pytest.raises(TraceError) as e:
+        PageFile(p)
+    assert str(p) in str(e.value)
+    with pytest.raises(TraceError):
+        list(scan_columns(p, "t", ["a"]))
+
+
+def test_rowid_order_is_start_order_where_the_fixtures_say():
+    """The reader's rows come in rowid order; the kernel table of the 2-GPU fixture is in start order
+    that way (checked here with SQL), so the page reader's starts are sorted."""
+    path = _fixture()
+    c = _open(path)
+    inversions = c.execute("SELECT count(*) FROM (SELECT start, lag(start) OVER (ORDER BY rowid) p "
+                           "FROM CUPTI_ACTIVITY_KIND_KERNEL) WHERE start < p").fetchone()[0]
+    c.close()
+    starts = np.concatenate([b.values["start"] for b in scan_columns(path, "CUPTI_ACTIVITY_KIND_KERNEL", ["start"])])
+    assert inversions == 0 and (np.diff(starts) >= 0).all()
