@@ -85,9 +85,12 @@ def decode_record(buf, pos, end, slot, last, out, flags, row):
     ``last`` is the largest such ``i``; the value is 0 unless the status is OK.  Returns :data:`OK`, :data:`NEED_OVERFLOW` when the
     header or an asked column's body reaches past ``end``, or :data:`CORRUPT` (a reserved serial
     type 10/11, a header size past the payload's).  O(columns up to ``last``)."""
-    hsize, q = varint(buf, pos, end)
-    if q < 0:
-        return NEED_OVERFLOW
+    if pos < end and buf[pos] < 0x80:               # the usual 1-byte varints, read inline
+        hsize, q = np.int64(buf[pos]), pos + 1
+    else:
+        hsize, q = varint(buf, pos, end)
+        if q < 0:
+            return NEED_OVERFLOW
     if hsize < q - pos:
         return CORRUPT
     hend = pos + hsize
@@ -103,9 +106,13 @@ def decode_record(buf, pos, end, slot, last, out, flags, row):
                     out[s, row] = 0
                     flags[s, row] = ABSENT
             return OK
-        t, q = varint(buf, q, hend)
-        if q < 0:
-            return CORRUPT
+        if buf[q] < 0x80:
+            t = np.int64(buf[q])
+            q += 1
+        else:
+            t, q = varint(buf, q, hend)
+            if q < 0:
+                return CORRUPT
         if t == 10 or t == 11:
             return CORRUPT
         if t <= 4:
@@ -187,7 +194,12 @@ def decode_leaves(buf, pages, page_size, usable, slot, last):
             if ptr < lo or ptr >= usable:
                 return row, rowid, out, flags, ovf, n_ovf, CORRUPT, pages[j]
             end = base + usable
-            p, q = varint(buf, base + ptr, end)
+            q = base + ptr
+            if buf[q] < 0x80:                     # a payload under 128 bytes: 1-byte varint
+                p = np.int64(buf[q])
+                q += 1
+            else:
+                p, q = varint(buf, q, end)
             if q < 0 or p < 0:
                 return row, rowid, out, flags, ovf, n_ovf, CORRUPT, pages[j]
             r, q = varint(buf, q, end)

@@ -148,9 +148,11 @@ _READ = ("scan.scan_events", "scan.skip_value", "scan.skip_string", "scan.skip_w
 _INTERVALS = ("intervals._union_sorted", "intervals._union_length_sorted", "intervals._intersect_length_sorted")
 _VALIDATE = ("validate.event_fields", "validate.nesting_chunk", "validate.flow_chunk", "validate.flow_close",
              "validate.batch_records")
-_MERGE = _READ + ("rewrite.scan_rewrite",) + _VALIDATE
+_NSYS = ("sqlite_pages.decode_leaves", "sqlite_pages.decode_record", "sqlite_pages.interior_children",
+         "sqlite_pages.local_size")     # the page reader of Nsight Systems exports
+_MERGE = _READ + ("rewrite.scan_rewrite",) + _VALIDATE + _NSYS
 _ANALYZE = _READ + ("extract.extract_columns", "treestream._feed", "treestream._gather_strings",
-                    "intervals.disjoint_length") + _INTERVALS + _WINDOWS
+                    "intervals.disjoint_length") + _INTERVALS + _WINDOWS + _NSYS
 
 #: command -> the units it calls (what a cold run of it compiled, measured)
 COMMANDS = {

@@ -128,3 +128,33 @@ def test_rowid_order_is_start_order_where_the_fixtures_say():
     c.close()
     starts = np.concatenate([b.values["start"] for b in scan_columns(path, "CUPTI_ACTIVITY_KIND_KERNEL", ["start"])])
     assert inversions == 0 and (np.diff(starts) >= 0).all()
+
+
+def _rows(ex, batches):
+    """The rows of ``batches`` as tuples, the name id replaced by its text (local ids are numbered
+    in the order names are first met, which differs with the batch sizes)."""
+    out = []
+    for b in batches:
+        names = ex.names(np.unique(b["name"]).tolist())
+        for r in b.tolist():
+            out.append(r[:3] + (names[r[3]],) + r[4:])
+    return out
+
+
+@pytest.mark.skipif(not FIXTURES, reason="../shared/traces/nsys is absent")
+@pytest.mark.parametrize("name", FIXTURES)
+@pytest.mark.parametrize("page_bytes", [1 << 20, 8192])
+def test_reader_rows_equal_the_sql_path(name, page_bytes):
+    """NsysExport's GPU and CPU streams from the pages equal those of its SQL (``ORDER BY start``)
+    path row for row, in order; 8 KiB batches make the start-order merge hold rows across batches
+    (or give the table to SQL when it would hold more than it may)."""
+    from streamtrace.trace.nsys import NsysExport
+    got = {}
+    for pages in (False, True):
+        ex = NsysExport(NSYS / name, pages=pages, page_bytes=page_bytes)
+        got[pages] = (_rows(ex, ex.gpu_batches()), _rows(ex, ex.cpu_batches()), ex.unusable, dict(ex.read_by))
+        ex.close()
+    assert got[True][:3] == got[False][:3]
+    assert set(got[False][3].values()) == {"sql"}
+    if page_bytes > 8192:
+        assert set(got[True][3].values()) == {"pages"}
