@@ -6,7 +6,8 @@
     python bench/bench_nsys_pages.py EXPORT.sqlite [--repeat 3]
 
 Each measurement runs in a fresh process (``--one MODE STREAM``) that drains one stream of
-``NsysExport`` (``gpu``: kernels, memcpy, memset; ``runtime``: CUDA runtime/driver calls, no NVTX)
+``NsysExport`` (``gpu``: kernels, memcpy, memset; ``runtime``: CUDA runtime/driver calls; ``nvtx``: the
+NVTX ranges, which both modes read with SQL: there for scale)
 and reports its CPU seconds (after the imports and the export's opening), rows and peak RSS; modes
 alternate, medians of ``--repeat`` runs are printed as a Markdown table.  The numba kernels are
 compiled (cached) by a first untimed run."""
@@ -29,7 +30,8 @@ def one(path, mode, stream):
     from streamtrace.trace.nsys import NsysExport
     ex = NsysExport(path, pages=(mode == "pages"))
     t0 = time.process_time()
-    it = ex.gpu_batches() if stream == "gpu" else ex.cpu_batches(nvtx=False)
+    it = (ex.gpu_batches() if stream == "gpu" else ex.cpu_batches(nvtx=False) if stream == "runtime"
+          else ex.cpu_batches(runtime=False))
     n = sum(len(b) for b in it)
     cpu = time.process_time() - t0
     print(json.dumps({"cpu": cpu, "rows": n, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -53,8 +55,8 @@ def main(argv=None):
     run("pages", "gpu")                          # compile / load the kernels once
     res = {}
     for _ in range(a.repeat):
-        for stream in ("gpu", "runtime"):
-            for mode in ("sql", "pages"):
+        for stream in ("gpu", "runtime", "nvtx"):
+            for mode in ("sql", "pages") if stream != "nvtx" else ("sql",):
                 res.setdefault((stream, mode), []).append(run(mode, stream))
     print(f"input {a.export}: {os.path.getsize(a.export) / 1e6:,.0f} MB; medians of {a.repeat} runs; "
           f"load average {os.getloadavg()[0]:.2f} at the end\n")

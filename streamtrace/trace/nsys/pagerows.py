@@ -81,8 +81,10 @@ def _chain(first, scan):
 def _convert(b, columns, consts, fix, odd):
     n = len(b)
     a = np.empty(n, ROW_DTYPE)
+    written = set(columns) | ({"proc", "tid"} if "gtid" in columns else set())
     for f in ROW_DTYPE.names:
-        a[f] = consts.get(f, -1)
+        if f not in written:
+            a[f] = consts.get(f, -1)
     for f, c in columns.items():
         v, null = b.values[c], b.null[c]
         if f == "dur":
