@@ -14,7 +14,7 @@ import pytest
 from streamtrace.runtime.errors import TraceError
 from streamtrace.trace.nsys.pages import PageFile, scan_columns
 
-from support import SHARED
+from support import SHARED, run_cli
 
 NSYS = SHARED / "traces" / "nsys"
 FIXTURES = sorted(p.name for p in NSYS.glob("*.sqlite")) if NSYS.is_dir() else []
@@ -87,6 +87,28 @@ def test_damaged_leaf_page_names_it(tmp_path):
         for _ in scan_columns(dst, "CUPTI_ACTIVITY_KIND_KERNEL", ["start"]):
             pass
     assert str(dst) in str(e.value) and f"page {leaf:,}" in str(e.value)
+
+
+@pytest.mark.slow
+def test_analyze_of_a_damaged_export_is_one_line(tmp_path):
+    """``streamtrace analyze`` of an export with a damaged runtime leaf page: exit 1, one line naming
+    the file and the page, no traceback."""
+    src = _fixture()
+    dst = tmp_path / "bad.sqlite"
+    shutil.copy(src, dst)
+    c = _open(dst)
+    root = c.execute("SELECT rootpage FROM sqlite_master WHERE name = 'CUPTI_ACTIVITY_KIND_RUNTIME'").fetchone()[0]
+    c.close()
+    data = bytearray(dst.read_bytes())
+    ps = struct.unpack_from(">H", data, 16)[0]
+    with PageFile(dst) as pf:
+        leaf = int(pf.leaves(root)[3])
+    data[(leaf - 1) * ps] = 0x0A
+    dst.write_bytes(bytes(data))
+    r = run_cli("analyze", dst, "-o", tmp_path / "out", "-q")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert lines[-1].startswith("streamtrace: error: ") and str(dst) in lines[-1] and f"page {leaf:,}" in lines[-1]
 
 
 def test_damaged_cell_pointer_names_it(tmp_path):
