@@ -200,7 +200,9 @@ def table_layout(conn, table) -> Layout:
     root, sql = row
     if re.search(r"\bWITHOUT\s+ROWID\b", sql or "", re.I):
         raise Unscannable(f"{table} is a WITHOUT ROWID table")
-    info = conn.execute(f"PRAGMA table_xinfo([{table}])").fetchall()
+    info = conn.execute(f"PRAGMA table_xinfo([{table}])").fetchall()      # SQLite >= 3.26
+    if not info:                                         # an older SQLite: no generated columns then
+        info = [tuple(r) + (0,) for r in conn.execute(f"PRAGMA table_info([{table}])")]
     if any(r[6] != 0 for r in info):                     # hidden or generated columns
         raise Unscannable(f"{table} has generated or hidden columns")
     lay = Layout(int(root))

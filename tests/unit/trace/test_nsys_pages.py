@@ -229,3 +229,21 @@ def test_rows_far_from_start_order_are_left_to_sql(tmp_path):
     assert page_batches(path, c, "T", {"ts": "start", "dur": "end"}, batch_bytes=4096) is None
     assert page_batches(path, c, "T", {"ts": "start", "dur": "end"}, ordered=False, batch_bytes=4096) is not None
     c.close()
+
+
+@pytest.mark.parametrize("ddl", ["CREATE TABLE T (start INTEGER PRIMARY KEY, [end] INTEGER) WITHOUT ROWID",
+                                 "CREATE TABLE T (start INTEGER, [end] INTEGER, d INTEGER AS ([end] - start))"])
+def test_tables_the_page_reader_leaves_to_sql(tmp_path, ddl):
+    """A WITHOUT ROWID table (an index b-tree) and one with a generated column: Unscannable before any
+    row, and page_batches says None (the reader's SQL path reads them)."""
+    from streamtrace.trace.nsys.pagerows import page_batches
+    from streamtrace.trace.nsys.pages import Unscannable
+    path = tmp_path / "w.sqlite"
+    c = sqlite3.connect(path)
+    c.execute(ddl)
+    c.executemany("INSERT INTO T (start, [end]) VALUES (?, ?)", [(i, i + 1) for i in range(10)])
+    c.commit()
+    with pytest.raises(Unscannable):
+        next(scan_columns(path, "T", ["start"], conn=c))
+    assert page_batches(path, c, "T", {"ts": "start", "dur": "end"}) is None
+    c.close()
