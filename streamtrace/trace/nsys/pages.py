@@ -33,7 +33,7 @@ import numpy as np
 
 from ...kernels import sqlite_pages as K
 from ...runtime.errors import TraceError
-from .db import SQLITE_MAGIC
+from .db import open_export, SQLITE_MAGIC
 
 #: bytes of leaf pages read and decoded at once (~25,000 rows of a CUPTI table at 4 KiB pages)
 BATCH_BYTES = 1 << 20
@@ -225,7 +225,7 @@ def scan_columns(path, table, columns, default=-1, conn=None, batch_bytes=BATCH_
     for a damaged or cut-short file.  Memory: one batch's pages and columns."""
     own = conn is None
     if own:
-        conn = sqlite3.connect(f"file:{os.path.abspath(path)}?mode=ro&immutable=1", uri=True)
+        conn = open_export(path)
     try:
         lay = table_layout(conn, table)
     except sqlite3.DatabaseError as e:
