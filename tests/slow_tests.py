@@ -24,6 +24,7 @@ SLOW: dict[str, set[str] | str] = {
         "test_object_members_finds_the_end", "test_put_int_and_put_us_match_python",
         "test_rewrite_kernel_matches_twin", "test_skip_value_finds_the_end"},
     "tests/kernels/test_runs.py": {"test_sort_group_matches_stable_sort"},
+    "tests/kernels/test_sqlite_pages.py": {"test_scan_matches_sqlite3_and_twin"},   # builds 60 databases
     "tests/kernels/test_scan_split.py": {
         "test_scan_bounds_matches_scan_events", "test_scan_bounds_real_traces",
         "test_scan_rewrite_finds_what_scan_bounds_finds", "test_scan_rewrite_writes_each_event_once",

@@ -42,6 +42,7 @@ _I16 = T.Array(T.int16, 1, "C")
 _I32 = T.Array(T.int32, 1, "C")
 _I64 = T.Array(T.int64, 1, "C")
 _I64_2D = T.Array(T.int64, 2, "C")
+_U8_2D = T.Array(T.uint8, 2, "C")
 _i = T.int64
 _b = T.boolean
 
@@ -130,6 +131,17 @@ UNITS = {
     "intervals.disjoint_length": ("intervals", "disjoint_length", (_I64, _I64), (), 0.15),
     "intervals._intersect_sorted": ("intervals", "_intersect_sorted", (_I64,) * 4, (), 0.4),
     "intervals._subtract_sorted": ("intervals", "_subtract_sorted", (_I64,) * 4, (), 0.4),
+    "sqlite_pages.varint": ("sqlite_pages", "varint", (_U8, _i, _i), (), 0.2),
+    "sqlite_pages.local_size": ("sqlite_pages", "local_size", (_i, _i), (), 0.1),
+    "sqlite_pages._be": ("sqlite_pages", "_be", (_U8, _i, _i), (), 0.1),
+    "sqlite_pages._int_body": ("sqlite_pages", "_int_body", (_U8, _i, _i), (), 0.1),
+    "sqlite_pages.decode_record": ("sqlite_pages", "decode_record", (_U8, _i, _i, _I64, _i, _I64_2D, _U8_2D, _i),
+                                   ("sqlite_pages.varint", "sqlite_pages._int_body"), 0.5),
+    "sqlite_pages.decode_leaves": ("sqlite_pages", "decode_leaves", (_U8, _I64, _i, _i, _I64, _i),
+                                   ("sqlite_pages.decode_record", "sqlite_pages.varint", "sqlite_pages.local_size",
+                                    "sqlite_pages._be"), 0.8),
+    "sqlite_pages.interior_children": ("sqlite_pages", "interior_children", (_U8, _i, _i),
+                                       ("sqlite_pages._be",), 0.2),
 }
 
 _WINDOWS = ("windows._in_key_order", "windows._is_sorted", "windows._sweep", "windows._paint")
@@ -139,9 +151,11 @@ _READ = ("scan.scan_events", "scan.skip_value", "scan.skip_string", "scan.skip_w
 _INTERVALS = ("intervals._union_sorted", "intervals._union_length_sorted", "intervals._intersect_length_sorted")
 _VALIDATE = ("validate.event_fields", "validate.nesting_chunk", "validate.flow_chunk", "validate.flow_close",
              "validate.batch_records")
-_MERGE = _READ + ("rewrite.scan_rewrite",) + _VALIDATE
+_NSYS = ("sqlite_pages.decode_leaves", "sqlite_pages.decode_record", "sqlite_pages.interior_children",
+         "sqlite_pages.local_size")     # the page reader of Nsight Systems exports
+_MERGE = _READ + ("rewrite.scan_rewrite",) + _VALIDATE + _NSYS
 _ANALYZE = _READ + ("extract.extract_columns", "treestream._feed", "treestream._gather_strings",
-                    "intervals.disjoint_length") + _INTERVALS + _WINDOWS
+                    "intervals.disjoint_length") + _INTERVALS + _WINDOWS + _NSYS
 
 #: command -> the units it calls (what a cold run of it compiled, measured)
 COMMANDS = {

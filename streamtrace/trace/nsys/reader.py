@@ -27,6 +27,8 @@ import numpy as np
 from ...runtime.errors import TraceError
 from . import payload as P
 from .db import export_meta, gpu_names, open_export, session_start_ns, Strings, table_columns
+from .pagerows import page_batches
+from .pages import BATCH_BYTES
 from .processes import gpu_process_keys, plan_processes, PID_BITS
 from .streams import (BATCH, DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, ROW_DTYPE, col, merge_sorted,
                       table_batches)
@@ -59,14 +61,21 @@ class NsysExport:
     version string, or None when the export does not say), ``tables``, ``processes``
     (:class:`~streamtrace.trace.nsys.processes.Process`, by rank), ``notices``, ``warnings``,
     ``comm_rows`` (filled while :meth:`cpu_batches` runs), ``collective_bytes`` (``"from NCCL NVTX
-    payloads"`` or the reason they are unknown).  Raises :class:`~streamtrace.runtime.errors.TraceError`
-    for a file that is not a readable SQLite database or holds no activity table."""
+    payloads"`` or the reason they are unknown), ``read_by`` (``{table: "pages" or "sql"}``, filled as
+    the streams start).  ``pages``: read the integer tables (kernels, memcpy, memset, runtime) from the
+    file's pages (:mod:`~streamtrace.trace.nsys.pagerows`, ``page_bytes`` of pages a batch) where it
+    can, else with SQL (``batch`` rows a fetch); NVTX ranges always with SQL.  Raises
+    :class:`~streamtrace.runtime.errors.TraceError` for a file that is not a readable SQLite database
+    or holds no activity table."""
 
-    def __init__(self, path, rank_map=None, base_rank=0, batch=BATCH):
+    def __init__(self, path, rank_map=None, base_rank=0, batch=BATCH, pages=True, page_bytes=BATCH_BYTES):
         self.path = str(path)
         self.conn = open_export(path)
         self.tables = table_columns(self.conn)
         self.batch = batch
+        self.pages, self.page_bytes = pages, page_bytes
+        self.read_by: dict[str, str] = {}
+        self.odd: list = []                      # non-integer values the page reader read as -1
         if not any(t in self.tables for t in (KERNEL_T, MEMCPY_T, MEMSET_T, RUNTIME_T, NVTX_T)):
             raise TraceError(path, "an SQLite database without Nsight Systems activity tables "
                                    "(CUPTI_ACTIVITY_KIND_*, NVTX_EVENTS)")
@@ -122,6 +131,7 @@ class NsysExport:
                 continue
             c = self.tables[t]
             fields, cols = ["ts", "dur"], ["start", "coalesce([end] - start, -1)"]
+            by_page = {"ts": "start", "dur": "end"}
             consts = {"kind": kind}
             if kind == KERNEL:
                 name = next((n for n in ("demangledName", "shortName", "mangledName") if n in c), None)
@@ -135,22 +145,41 @@ class NsysExport:
                 if n is not None and n in c:
                     fields.append(f)
                     cols.append(col(self.tables, t, n, expr))
+                    by_page[f] = n
             sql = f"SELECT {', '.join(cols)} FROM [{t}] ORDER BY start"
-            streams.append(table_batches(self.conn, sql, fields, consts,
-                                         self._memcpy_names if kind == MEMCPY else None, self.batch))
+            streams.append(self._table(t, sql, fields, by_page, consts, self._memcpy_names if kind == MEMCPY else None))
         return self._usable(merge_sorted(streams))
 
-    def cpu_batches(self):
-        """CUDA runtime/driver calls and NVTX ranges of every process, in start order."""
+    def _table(self, t, sql, fields, by_page, consts=None, fix=None):
+        """One table's start-ordered batches: from its pages when :attr:`pages` and the page reader
+        can (:func:`~streamtrace.trace.nsys.pagerows.page_batches`), else by ``sql`` (columns ``fields``)."""
+        if self.pages and {"start", "end"} <= self.tables[t]:
+            try:
+                rows = page_batches(self.path, self.conn, t, by_page, consts, fix, batch_bytes=self.page_bytes,
+                                    odd=self.odd)
+            except sqlite3.DatabaseError as e:
+                raise TraceError(self.path, f"cannot read the SQLite database ({e})") from None
+            if rows is not None:
+                self.read_by[t] = "pages"
+                return rows
+        self.read_by[t] = "sql"
+        return table_batches(self.conn, sql, fields, consts, fix, self.batch)
+
+    def cpu_batches(self, runtime=True, nvtx=True):
+        """CUDA runtime/driver calls (``runtime``) and NVTX ranges (``nvtx``) of every process, in
+        start order."""
         streams = []
-        if RUNTIME_T in self.tables:
+        if runtime and RUNTIME_T in self.tables:
             t = RUNTIME_T
             sql = (f"SELECT start, coalesce([end] - start, -1), {RUNTIME} + ({col(self.tables, t, 'eventClass')} = 1), "
                    f"{col(self.tables, t, 'nameId')}, {col(self.tables, t, 'globalTid')}, "
                    f"{col(self.tables, t, 'correlationId')} FROM [{t}] ORDER BY start")
-            streams.append(self._runtime_names(table_batches(
-                self.conn, sql, ["ts", "dur", "kind", "name", "gtid", "correlation"], batch=self.batch)))
-        if NVTX_T in self.tables and "eventType" in self.tables[NVTX_T]:
+            by_page = {f: n for f, n in (("ts", "start"), ("dur", "end"), ("kind", "eventClass"), ("name", "nameId"),
+                                         ("gtid", "globalTid"), ("correlation", "correlationId"))
+                       if n in self.tables[t]}
+            streams.append(self._runtime_names(self._table(
+                t, sql, ["ts", "dur", "kind", "name", "gtid", "correlation"], by_page, {"kind": RUNTIME})))
+        if nvtx and NVTX_T in self.tables and "eventType" in self.tables[NVTX_T]:
             streams.append(table_batches(self.conn, self._nvtx_sql(), ["ts", "dur", "name", "gtid", "comm"],
                                          {"kind": NVTX}, self._nvtx_fix, self.batch))
         return self._usable(merge_sorted(streams))
@@ -168,6 +197,10 @@ class NsysExport:
                     yield b
         except sqlite3.DatabaseError as e:
             raise TraceError(self.path, f"cannot read the SQLite database ({e})") from None
+        if self.odd:
+            self.warnings.append(f"{self.path}: {sum(self.odd):,} value(s) of integer columns are not integers "
+                                 f"(REAL, TEXT or BLOB): read as -1")
+            self.odd.clear()
 
     def _memcpy_names(self, a, rows):
         kinds = a["name"].copy()

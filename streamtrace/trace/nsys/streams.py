@@ -88,5 +88,19 @@ def merge_sorted(streams):
             heads[i] = h[k:] if k < len(h) else next(its[i], None)
             while heads[i] is not None and not len(heads[i]):
                 heads[i] = next(its[i], None)
-        out = np.concatenate(parts)
-        yield out[np.argsort(out["ts"], kind="stable")]
+        out = concat_rows(parts)
+        yield take_rows(out, np.argsort(out["ts"], kind="stable"))
+
+
+_VOID = np.dtype((np.void, ROW_DTYPE.itemsize))
+
+
+def concat_rows(parts):
+    """``np.concatenate`` of :data:`ROW_DTYPE` arrays, through a view of each row as one opaque
+    item (numpy copies packed structured rows field by field: ~5x slower)."""
+    return np.concatenate([p.view(_VOID) for p in parts]).view(ROW_DTYPE)
+
+
+def take_rows(a, order):
+    """``a[order]`` for a :data:`ROW_DTYPE` array, as :func:`concat_rows` does it."""
+    return a.view(_VOID)[order].view(ROW_DTYPE)
