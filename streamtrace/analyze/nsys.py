@@ -11,9 +11,11 @@ def read_export(path, store, file_rank, opt, progress=None) -> NsysIngest:
     """Read the export ``path`` into ``store``; processes ranked by order start at ``file_rank``;
     ``opt.rank_map`` (a ``--rank-map`` file) may name ranks by pid (``"<pid> <rank>"`` lines or
     ``"<file>:<pid>"`` keys).  ``progress`` (bytes read, for the progress bars) is not called: an
-    export is read table by table, in no byte order; the bar shows the file done at the end."""
+    export is read table by table, in no byte order; the bar shows the file done at the end.
+    Rows are read in each table's rowid order, not sorted by start (the analysis groups them by
+    key and sorts each CPU track by time itself); ``opt.gpu_only``: the CPU tables are not read."""
     rmap = load_rank_map(opt.rank_map) if opt.rank_map else None
-    return ingest_nsys(path, store, rmap, file_rank)
+    return ingest_nsys(path, store, rmap, file_rank, ordered=False, gpu_only=opt.gpu_only)
 
 
 def warnings_of(ing: NsysIngest) -> list[str]:
