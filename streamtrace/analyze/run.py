@@ -105,7 +105,8 @@ def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> Analysis:
         tasks = [replace(t, outdir=str(stage)) for t in tasks]
         summary = _analyze_tasks(tasks, opt)
         if opt.gpu_only:
-            notices = notices + [GPU_ONLY_NOTICE]
+            notices = notices + [GPU_ONLY_NOTICE] + (["--op-perf: not written with --gpu-only (it measures CPU ops)"]
+                                                     if opt.op_perf else [])
         summary.update(notices=notices, seconds=round(time.time() - t0, 3), outdir=str(outdir), warnings=skipped,
                        gpu_only=opt.gpu_only)
         with atomic_output(stage / "summary.json", compress=False) as f:
