@@ -5,6 +5,7 @@ script computing the same per-device metrics (``bench/nsys_pandas_metrics.py``):
     python bench/bench_nsys.py                     # 1,024 MB, 1 run each; appends to bench/RESULTS.md
     python bench/bench_nsys.py --size-mb 200 --no-record
     python bench/bench_nsys.py --quick             # 40 MB, nothing recorded
+    python bench/bench_nsys.py --jobs 1c,1cg       # analyze -j 1 --chunked, full and --gpu-only
 
 The input is ``../shared/traces/nsys/nsysai_mfu_2gpu_before.sqlite`` (2 x H100, NCCL) inflated by
 ``tools/inflate_nsys.py`` (its activity rows replicated in SQL, shifted in time, fresh correlation
@@ -46,11 +47,21 @@ def agree(analysis, pandas_out) -> bool:
     return len(ours) == len(theirs) and all(abs(a[k] - b[k]) < 1e-3 for a, b in zip(ours, theirs) for k in KEYS)
 
 
+def parse_run(v):
+    """``"1cg"`` -> ``("1", {"c", "g"})``: the -j value and the flags' letters (c: --chunked,
+    g: --gpu-only); SystemExit for anything else."""
+    j = v.rstrip("cg")
+    letters = set(v[len(j):])
+    if not j.isdigit() or len(v) - len(j) != len(letters):
+        sys.exit(f"--jobs: {v!r} is not a -j value followed by c (--chunked) and/or g (--gpu-only)")
+    return j, letters
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size-mb", type=float, default=1024)
-    ap.add_argument("--jobs", default="1,1c,0", help="analyze -j values to measure (0: all cores; a trailing c: "
-                    "with --chunked)")
+    ap.add_argument("--jobs", default="1,1c,0", help="analyze runs to measure, comma-separated: a -j value (0: all "
+                    "cores) followed by any of the letters c (--chunked) and g (--gpu-only), e.g. 1c,1cg")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-record", action="store_true")
     a = ap.parse_args(argv)
@@ -67,14 +78,16 @@ def main(argv=None):
     pandas_out = r["stdout"]
     rows.append(("sqlite3 + pandas (GPU tables only)", r))
     for v in a.jobs.split(","):
-        j, chunked = v.rstrip("c"), v.endswith("c")
+        j, letters = parse_run(v)
         out = scratch / f"nsys-analysis-{v}"
         read_through(src)
-        flags = ["-j", j] + (["--chunked"] if chunked else [])
+        flags = ["-j", j] + (["--chunked"] if "c" in letters else []) + (["--gpu-only"] if "g" in letters else [])
         r = measure([sys.executable, "-m", "streamtrace", "analyze", str(src), "-o", str(out), "-q", *flags],
                     logs, f"analyze {' '.join(flags)}")
         ok &= r["rc"] == 0 and agree(out, pandas_out)
-        rows.append((f"streamtrace analyze {' '.join(flags)} (GPU + CPU tables, Parquet, call trees)", r))
+        what = ("GPU tables only: kernels Parquet, per-device metrics" if "g" in letters
+                else "GPU + CPU tables, Parquet, call trees")
+        rows.append((f"streamtrace analyze {' '.join(flags)} ({what})", r))
     table = md_head(["command", "wall (s)", "CPU (s)", "MB/s", "peak RSS (MB)", "other cores busy"])
     for label, r in rows:
         table.append(md_row([label, fmt_s(r["wall"]), fmt_s(r.get("cpu_s", 0)), f"{size / 1e6 / r['wall']:,.1f}",

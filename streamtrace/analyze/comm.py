@@ -26,7 +26,7 @@ COLL_INT = ("in_bytes", "out_bytes", "msg_bytes", "group_size", "seq")
 def collective_columns(gpu, comm_rows, nm, pats, topo, pg_config, world_size=-1) -> dict:
     """The :data:`COLL_INT` / :data:`COLL_STR` columns of the communication kernels only:
     ``{"pos": their GPU rows, column: values}``, int columns int64 (-1 unknown), string columns
-    int32 ids into ``"pool"``.  ``gpu.comm_row``: each GPU row's own args row, ``gpu.ctx["comm_row"]``:
+    int32 ids into ``"pool"``.  ``gpu.comm_own``: each communication row's own args row, ``gpu.ctx["comm_row"]``:
     the innermost communication op its launch ran under (-1: none); ``world_size``: the job's
     (-1 unknown)."""
     pool, ids = [], {}
@@ -44,7 +44,7 @@ def collective_columns(gpu, comm_rows, nm, pats, topo, pg_config, world_size=-1)
     opx = None
     which = np.empty(k, np.int64)
     seq_at = np.full(k, -1, np.int64)       # a kernel's own Seq: not in the cache key
-    for i, (name, r, o, d) in enumerate(zip(gpu.comm_name.tolist(), gpu.comm_row[gpu.comm_pos].tolist(),
+    for i, (name, r, o, d) in enumerate(zip(gpu.comm_name.tolist(), gpu.comm_own.tolist(),
                                             ops_at[gpu.comm_pos].tolist(), dim_at[gpu.comm_pos].tolist())):
         if o >= 0 and opx is None:
             opx = OpIndex(comm_rows)

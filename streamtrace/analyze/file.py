@@ -77,6 +77,16 @@ def rank_plan(store, metadata, file_rank):
     return {file_rank: keys}, "pmap" if pmap else "pid", pmap
 
 
+def gpu_keys(store, keys) -> list:
+    """``analyze --gpu-only``: the GPU keys of ``keys`` (GPU events and GPU annotations); the CPU
+    keys' rows are dropped from ``store`` unread (a Kineto trace's CPU events are parsed and stored
+    with the rest: the rank plan of a Megatron-style merge needs their pids)."""
+    for k in keys:
+        if k[0] == "cpu":
+            store.drop(k)
+    return [k for k in keys if k[0] != "cpu"]
+
+
 def _write_cuda_sync(t, outdir, rank, iteration) -> None:
     """``cuda_sync/`` of one rank (:mod:`streamtrace.analyze.cuda_sync`), written only when it has rows
     (an earlier run's file is removed otherwise)."""
@@ -132,6 +142,8 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
         ops_pools = {"name": pool, "cat": pool}
         out = []
         for rank, keys in sorted(ranks.items()):
+            keys = gpu_keys(store, keys) if opt.gpu_only else keys
+
             def open_kernels(pools, part=0, rank=rank):
                 return PartitionWriter(outdir, rank, iteration, kschema, "kernels", pools, part=part)
 
@@ -142,7 +154,7 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
                     path = partition_path(outdir, "cpu_collectives", rank, iteration)
                     with atomic_output(path, compress=False) as f:
                         pq.write_table(t, f, compression="zstd")
-            if nsys is None:                                  # newer Kineto's cuda_sync events, if any
+            if nsys is None and not opt.gpu_only:             # newer Kineto's cuda_sync events, if any
                 _write_cuda_sync(sync_table(store, keys, comm_rows, table.strings, device_mode, pmap), outdir, rank,
                                  iteration)
             for name in ("kernels", "ops"):                   # an earlier run's part-1.. files
@@ -163,7 +175,7 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
                            if overlong or (negative and not out) else [])})
             if nsys is not None:
                 out[-1]["nsys"] = N.export_facts(nsys, rank)
-        if opt.op_perf and nsys is None:                 # per-op FLOPs/bytes: a pass of its own over the file
+        if opt.op_perf and nsys is None and not opt.gpu_only:                 # per-op FLOPs/bytes: a pass of its own over the file
             write_op_perf(path, outdir, sorted(ranks), iteration)
         return out
     finally:

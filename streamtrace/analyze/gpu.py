@@ -48,12 +48,16 @@ def _expand(lo, hi):
 
 class GpuEvents:
     """The rank's GPU events as compact columns, in store order (``gkeys`` order, each
-    key's rows as added).  ``comm_row``: each row's own collective-args row (-1: none).
+    key's rows as added).  ``comm_pos``: the communication rows; ``comm_name``, ``comm_own``: their
+    name ids and their own collective-args rows (-1: none), in ``comm_pos`` order.
     ``ctx``: the launch context the call trees write (see
     :class:`~streamtrace.kernels.treestream.TreeStream`), name ids as int16 when the
-    string table has at most 2**15 - 1 strings."""
+    string table has at most 2**15 - 1 strings.  ``link=False`` (a rank without CPU events, e.g.
+    ``analyze --gpu-only``): no launch can claim a row, so the correlation index is not built
+    (``by_corr``/``corr_sorted`` empty) and ``ctx`` holds read-only views of -1 (``t_launch``:
+    ``start`` itself): ~30 bytes a row and the index's temporaries saved."""
 
-    def __init__(self, store, gkeys, nm, device_mode, pmap):
+    def __init__(self, store, gkeys, nm, device_mode, pmap, link=True):
         self.keys = gkeys
         self.sizes = [store.rows(k) for k in gkeys]
         M = self.M = sum(self.sizes)
@@ -61,8 +65,8 @@ class GpuEvents:
         self.device = None                 # filled by load_devices(), after the CPU tracks
         self._dev = []
         self.kind = np.empty(M, np.int8)
-        self.comm_row = np.empty(M, np.int32)
-        corr = np.empty(M, np.int64)
+        own = []                           # each communication row's own collective-args row
+        corr = np.empty(M if link else 0, np.int64)
         comm_names = []
         pos = 0
         for key in gkeys:
@@ -74,27 +78,34 @@ class GpuEvents:
                 self.end[sl] = b["ts"] + b["dur"]
                 kind = np.where(nm.memory_cat[b["cat"]], MEMORY, np.where(nm.comm[b["name"]], COMM, COMPUTE))
                 self.kind[sl] = kind
-                self.comm_row[sl] = np.where(b["comm"] >= 0, b["comm"], -1)
-                corr[sl] = np.where(b["correlation"] >= 0, b["correlation"], -1)
+                if link:
+                    corr[sl] = np.where(b["correlation"] >= 0, b["correlation"], -1)
                 comm_names.append(b["name"][kind == COMM])
+                own.append(np.where(b["comm"] >= 0, b["comm"], -1)[kind == COMM].astype(np.int32))
                 pos += len(b)
         self.comm_pos = np.flatnonzero(self.kind == COMM).astype(np.int32 if M < 2 ** 31 else np.int64)
         self.comm_name = np.concatenate(comm_names) if comm_names else np.zeros(0, np.int32)
-        rows = np.flatnonzero(corr >= 0)
-        rows = rows[np.argsort(corr[rows], kind="stable")]
+        self.comm_own = np.concatenate(own) if own else np.zeros(0, np.int32)
+        # GPU rows with a correlation id, by id (ties: in row order): one stable sort of every row,
+        # the rows without an id (-1) first, cut off (fewer temporaries than sorting a subset)
+        rows = np.argsort(corr, kind="stable")
+        rows = rows[int(np.count_nonzero(corr < 0)):]
         self.by_corr = rows.astype(np.int32) if M < 2 ** 31 else rows   # GPU rows by correlation id
         del rows
         # their ids, int32 when every id is below 2**31 - 1 (claim clips the ids it looks up)
-        narrow = M == 0 or int(corr.max()) < 2 ** 31 - 1
+        narrow = len(corr) == 0 or int(corr.max()) < 2 ** 31 - 1
         self.corr_sorted = corr[self.by_corr].astype(np.int32 if narrow else np.int64)
         del corr
         self.free = np.ones(M, bool)
         names = np.int16 if len(nm.names) <= 2 ** 15 else np.int32    # name ids (and -1)
-        self.ctx = {k: np.full(M, -1, names) for k in GPU_CTX}
+        # without launches every context stays -1: read-only views of one -1 (no memory)
+        new = (lambda dt: np.full(M, -1, dt)) if link else (lambda dt: np.broadcast_to(np.array(-1, dt), (M,)))
+        self.ctx = {k: new(names) for k in GPU_CTX}
         # the innermost communication op (collective-args row) each launch ran under; the GPU
-        # row's own args stay in comm_row (collective_facts reads both)
-        self.ctx["comm_row"] = np.full(M, -1, np.int32)
-        self.ctx["t_launch"] = self.start.copy()        # a kernel no launch claims: its GPU start
+        # row's own args stay in comm_own (collective_facts reads both)
+        self.ctx["comm_row"] = new(np.int32)
+        # a kernel no launch claims: its GPU start
+        self.ctx["t_launch"] = self.start.copy() if link else self.start
         self.linked = None
         self.launched = None
 

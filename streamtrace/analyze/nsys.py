@@ -16,10 +16,12 @@ def read_export(path, store, file_rank, opt, progress=None) -> NsysIngest:
     ``"<file>:<pid>"`` keys).  ``progress(bytes)``, the file's progress bar (in bytes, as for a
     Kineto trace), is called per batch with the file's size times the share of its activity rows
     read (:func:`~streamtrace.trace.nsys.counts.export_rows`: an export is read table by table, in
-    no byte order)."""
+    no byte order).  Rows are read in each table's rowid order, not sorted by start (the analysis
+    groups them by key and sorts each CPU track by time itself); ``opt.gpu_only``: the CPU tables
+    are not read."""
     rmap = load_rank_map(opt.rank_map) if opt.rank_map else None
     rows = rows_as_bytes(path, progress) if progress is not None else None
-    return ingest_nsys(path, store, rmap, file_rank, rows)
+    return ingest_nsys(path, store, rmap, file_rank, rows, ordered=False, gpu_only=opt.gpu_only)
 
 
 def rows_as_bytes(path, progress):

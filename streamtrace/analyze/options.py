@@ -36,6 +36,10 @@ class AnalyzeOptions:
             client's ``get_executor()``); None: a local process pool.
         op_perf: also write ``op_perf/`` (per-op FLOPs, bytes and roofline from the recorded shapes,
             :mod:`streamtrace.analyze.opperf`; one more pass over each file); default False.
+        gpu_only: only the GPU activity (kernels, memcpy, memset, GPU annotations): the per-device
+            metrics and the kernels rows, without CPU ops, call trees, launch links, steps and
+            phases (``summary.json`` says so: ``"gpu_only": true``); an Nsight Systems export's CPU
+            tables (runtime calls, NVTX ranges) are not read at all.  Default False.
     """
     jobs: int = 0
     chunked: bool = False
@@ -51,3 +55,4 @@ class AnalyzeOptions:
     executor: object = None
     op_perf: bool = False
     step_pattern: str | None = None
+    gpu_only: bool = False

@@ -82,7 +82,8 @@ def analyze_rank(src: RankSource, settings: RankSettings, out: RankOutputs | Non
     out = out or RankOutputs()
     store, block_rows, jobs = src.store, settings.block_rows, settings.jobs
     nm = Names(src.table, settings.patterns)
-    gpu = GpuEvents(store, [k for k in src.keys if k[0] == "gpu"], nm, src.device_mode, src.pmap)
+    gpu = GpuEvents(store, [k for k in src.keys if k[0] == "gpu"], nm, src.device_mode, src.pmap,
+                    link=any(k[0] == "cpu" for k in src.keys))
     trim()                                                         # the columns' temporaries
     ctx = tracks.TrackContext(store, gpu, nm, block_rows=block_rows, spill_dir=settings.spill_dir)
     _cpu_tracks(ctx, [k for k in src.keys if k[0] == "cpu"], jobs,
@@ -194,7 +195,10 @@ def kernel_pools(table_pool, coll_pool):
 
 def _groups(key):
     """Rows grouped by equal ``key``: ``(keys, order, bounds)``, groups in ascending key
-    order, group g = ``order[bounds[g]:bounds[g + 1]]``."""
+    order, group g = ``order[bounds[g]:bounds[g + 1]]``; ``order`` is None when every row has
+    one key (one group of every row, in order: no sort, no index)."""
+    if len(key) and int(key.min()) == int(key.max()):
+        return [int(key[0])], None, np.array([0, len(key)])
     order = np.argsort(key, kind="stable")
     k = key[order]
     starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(k) else np.zeros(0, np.int64)
@@ -204,10 +208,10 @@ def _groups(key):
 
 
 def _group_metrics(s, e, k, sel):
-    """:func:`device_metrics` of the rows ``sel`` of ``s``, ``e``, ``k``; a group of every row is
-    measured on the arrays themselves (no copy: ~17 bytes a row less at the peak), the metrics
-    being independent of the rows' order."""
-    if len(sel) == len(s):
+    """:func:`device_metrics` of the rows ``sel`` of ``s``, ``e``, ``k`` (None: every row); a group
+    of every row is measured on the arrays themselves (no copy: ~17 bytes a row less at the peak),
+    the metrics being independent of the rows' order."""
+    if sel is None or len(sel) == len(s):
         return device_metrics(s, e, k)
     return device_metrics(s[sel], e[sel], k[sel])
 
@@ -224,12 +228,12 @@ def _metrics(summary, device, g_start, g_end, kind, iteration, ph, micro):
             del rows
         summary["devices"][str(d)] = device_metrics(s, e, k)
         u_it, u_mb = np.unique(it), np.unique(mb)
-        key = np.searchsorted(u_it, it).astype(np.int64)           # iteration code
+        key = np.searchsorted(u_it, it).astype(np.int64, copy=False)      # iteration code
         codes, order, bounds = _groups(key)
         for c, x, y in zip(codes, bounds[:-1], bounds[1:]):
             if u_it[c] >= 0:
                 summary["iterations"].setdefault(str(int(u_it[c])), {})[str(d)] = \
-                    _group_metrics(s, e, k, order[x:y])
+                    _group_metrics(s, e, k, None if order is None else order[x:y])
         del order
         key *= len(C.PHASES)
         key += p
@@ -241,5 +245,5 @@ def _metrics(summary, device, g_start, g_end, kind, iteration, ph, micro):
             i, m = int(u_it[c // len(u_mb) // len(C.PHASES)]), int(u_mb[c % len(u_mb)])
             row = {"device": str(d), "iteration": None if i < 0 else i,
                    "phase": C.PHASES[c // len(u_mb) % len(C.PHASES)], "microbatch": None if m < 0 else m}
-            row.update(_group_metrics(s, e, k, order[x:y]))
+            row.update(_group_metrics(s, e, k, None if order is None else order[x:y]))
             summary["phases"].append(row)

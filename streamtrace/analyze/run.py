@@ -41,6 +41,10 @@ from ..trace.nsys import count_gpu_processes
 from .file import analyze_file
 from .options import AnalyzeOptions
 
+#: what ``analyze --gpu-only`` says (``summary.json``'s ``"notices"``; ``"gpu_only": true`` beside it)
+GPU_ONLY_NOTICE = ("--gpu-only: CPU activity left out (no ops rows, call trees, launch links, steps or phases; "
+                   "an Nsight Systems export's CPU tables not read): per-device metrics and kernels rows only")
+
 
 @dataclass
 class AnalyzeTask:
@@ -100,7 +104,11 @@ def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> Analysis:
     with output_folder(outdir, owned=Analysis.owns, inputs=[t.path for t in tasks]) as stage:
         tasks = [replace(t, outdir=str(stage)) for t in tasks]
         summary = _analyze_tasks(tasks, opt)
-        summary.update(notices=notices, seconds=round(time.time() - t0, 3), outdir=str(outdir), warnings=skipped)
+        if opt.gpu_only:
+            notices = notices + [GPU_ONLY_NOTICE] + (["--op-perf: not written with --gpu-only (it measures CPU ops)"]
+                                                     if opt.op_perf else [])
+        summary.update(notices=notices, seconds=round(time.time() - t0, 3), outdir=str(outdir), warnings=skipped,
+                       gpu_only=opt.gpu_only)
         with atomic_output(stage / Analysis.marker, compress=False) as f:
             f.write(json.dumps(summary, indent=1).encode())
     return Analysis.of(outdir, summary)

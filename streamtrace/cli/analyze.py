@@ -34,18 +34,21 @@ RANK_LINES = 8
 @argh.arg("--scheduler", help="dask.distributed scheduler address, e.g. tcp://host:8786 (or $STREAMTRACE_SCHEDULER)")
 @argh.arg("--op-perf", help="also op_perf/: per-op FLOPs, bytes and roofline from the recorded shapes "
           "(record_shapes=True; one more pass over each file)")
+@argh.arg("--gpu-only", help="only GPU activity (kernels, memcpy, memset, GPU annotations): per-device metrics and "
+          "kernels rows, no CPU ops, call trees, launch links, steps or phases (an Nsight Systems export's CPU "
+          "tables are not read)")
 @argh.arg("-q", "--quiet", help="print only warnings and errors")
 @argh.arg("-v", "--verbose", help="one line per rank whatever their number (and tracebacks of errors)")
 def analyze(*inputs, outdir="streamtrace-analysis", chunked=False, chunk_events=32_768, jobs=0,
             patterns=None, topology=None, rank_map=None, salvage=False, scheduler=None, op_perf=False, quiet=False,
-            verbose=False, step_pattern=None):
+            verbose=False, step_pattern=None, gpu_only=False):
     """Classify kernels, build call trees and overlap metrics per rank, as Parquet + JSON."""
     from ..analyze import AnalyzeOptions, analyze as do_analyze      # (the CLI's convention: see streamtrace.cli)
     con = Console(quiet, verbose)
     need(inputs, "at least one INPUT (a trace file, a folder of rank traces, a glob or a merged trace)")
     opt = AnalyzeOptions(jobs=parse_jobs(jobs), chunked=chunked, chunk_events=chunk_events, patterns=patterns,
                          topology=topology, rank_map=rank_map, salvage=salvage, scheduler=scheduler,
-                         progress=con.progress, op_perf=op_perf, step_pattern=step_pattern)
+                         progress=con.progress, op_perf=op_perf, step_pattern=step_pattern, gpu_only=gpu_only)
     prepare_kernels("analyze", con, opt.jobs)
     s = do_analyze(inputs, outdir, opt)
     for n in s.get("notices", []):

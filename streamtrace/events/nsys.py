@@ -32,10 +32,14 @@ class NsysIngest:
     ranks: dict = field(default_factory=dict)
 
 
-def ingest_nsys(path, store, rank_map=None, base_rank=0, progress=None) -> NsysIngest:
+def ingest_nsys(path, store, rank_map=None, base_rank=0, progress=None, ordered=True,
+                gpu_only=False) -> NsysIngest:
     """Read the export at ``path`` into ``store`` (module docstring).  ``rank_map``:
     ``{"<pid>" | "<file>:<pid>": rank}``; ``base_rank``: the first rank of processes ranked by
-    order; ``progress(rows read)``: called per batch.  Raises
+    order; ``progress(rows read)``: called per batch; ``ordered=False``: each key's rows in the
+    tables' rowid order, not in start order (no SQLite sort; what ``analyze`` reads:
+    :func:`~streamtrace.trace.nsys.streams.read_order`); ``gpu_only``: the CPU tables (runtime
+    calls, NVTX ranges) are not read at all.  Raises
     :class:`~streamtrace.runtime.errors.TraceError` for a file that is not a readable export."""
     ex = NsysExport(path, rank_map, base_rank)
     table = StringTable()
@@ -51,8 +55,8 @@ def ingest_nsys(path, store, rank_map=None, base_rank=0, progress=None) -> NsysI
     names = _Names(ex, table)
     out = NsysIngest(table, ex.comm_rows, ex, ranks=count)
     done = 0
-    for gpu, batches in ((True, ex.gpu_batches()), (False, ex.cpu_batches())):
-        for b in batches:
+    for gpu in (True, False) if not gpu_only else (True,):
+        for b in ex.gpu_batches(ordered) if gpu else ex.cpu_batches(ordered):
             proc = b["proc"] if default is None or not gpu else np.full(len(b), default, np.int64)
             keys = np.unique(proc)
             rank = np.full(len(b), -1, np.int64)

@@ -35,6 +35,7 @@ __all__ = [
     "disjoint_length",
     "union",
     "union_length",
+    "union_lengths",
     "intersect",
     "intersect_length",
     "subtract",
@@ -125,6 +126,40 @@ def _union_sorted(s, e):
         out_e[k] = ce
         k += 1
     return out_s[:k].copy(), out_e[:k].copy()
+
+
+@njit(cache=True, nogil=True)
+def _union_lengths_sorted(s, e, cls, order, sets):
+    """Union length of each class set ``sets[j]`` of the intervals taken in ``order`` (their
+    start order): one running union per set, as :func:`_union_length_sorted`. O(N * J)."""
+    nset = sets.shape[0]
+    total = np.zeros(nset, dtype=np.int64)
+    cs = np.zeros(nset, dtype=np.int64)
+    ce = np.zeros(nset, dtype=np.int64)
+    have = np.zeros(nset, dtype=np.bool_)
+    for i in range(order.shape[0]):
+        r = order[i]
+        a = s[r]
+        b = e[r]
+        if b <= a:
+            continue
+        c = cls[r]
+        for j in range(nset):
+            if not sets[j, c]:
+                continue
+            if have[j] and a <= ce[j]:
+                if b > ce[j]:
+                    ce[j] = b
+            else:
+                if have[j]:
+                    total[j] += ce[j] - cs[j]
+                cs[j] = a
+                ce[j] = b
+                have[j] = True
+    for j in range(nset):
+        if have[j]:
+            total[j] += ce[j] - cs[j]
+    return total
 
 
 @njit(cache=True, nogil=True)
@@ -293,6 +328,53 @@ def union_length(start, end):
     s, e = _check_pair(start, end, "union_length")
     s, e = _sorted_by_start(s, e)
     return int(_union_length_sorted(s, e))
+
+
+def union_lengths(start, end, cls, sets):
+    """Length covered by the intervals of each set of classes, in one pass and without copies.
+
+    Parameters
+    ----------
+    start, end : array_like of int, shape (N,)
+        Interval ``i`` is ``[start[i], end[i])`` (int64 ns), any order, as for :func:`union`.
+    cls : array_like of int, shape (N,)
+        Each interval's class, ``0 <= cls[i] < C`` (C <= 127; held as int8).
+    sets : array_like of bool, shape (J, C)
+        ``sets[j, c]``: class ``c`` belongs to set ``j``.
+
+    Returns
+    -------
+    list of J Python ``int``
+        ``[union_length(start[m_j], end[m_j]) for each set j]`` with ``m_j = sets[j, cls]``:
+        the same numbers as :func:`union_length` of each subset.  Memory: one int64 index per
+        interval (the start order); no subset, sorted copy or union is built, so N intervals
+        cost 8 bytes each where the subsets' unions cost ~60 (the per-device metrics of a rank
+        with 1.35 M kernels: ~11 MB instead of ~75).
+
+    Complexity
+    ----------
+    O(N log N) for the stable argsort, then O(N * J) in the njit sweep.
+
+    Raises
+    ------
+    ValueError
+        for unequal lengths, ``end < start``, a class outside ``[0, C)`` or a ``sets`` that
+        is not two-dimensional.
+    TypeError
+        if ``start``/``end``/``cls`` do not hold integers.
+    """
+    s, e = _check_pair(start, end, "union_lengths")
+    c = as_int64(cls, "union_lengths cls") if not (isinstance(cls, np.ndarray) and cls.dtype.kind in "iu") else cls
+    m = np.ascontiguousarray(sets, dtype=np.bool_)
+    if m.ndim != 2:
+        raise ValueError(f"union_lengths: sets must be two-dimensional (sets x classes), got shape {m.shape}")
+    if c.shape[0] != s.shape[0]:
+        raise ValueError(f"union_lengths: cls has {c.shape[0]} entries for {s.shape[0]} intervals")
+    if c.shape[0] and (int(c.min()) < 0 or int(c.max()) >= m.shape[1] or m.shape[1] > 127):
+        raise ValueError(f"union_lengths: classes must lie in [0, {m.shape[1]}) (at most 127 classes)")
+    c = np.ascontiguousarray(c, dtype=np.int8)
+    order = np.argsort(s, kind="stable")
+    return [int(x) for x in _union_lengths_sorted(s, e, c, order, m)]
 
 
 def intersect(a_start, a_end, b_start, b_end):

@@ -38,11 +38,13 @@ __all__ = ["UNITS", "COMMANDS", "TASKS", "prepare", "load", "pending", "cache_fo
 
 _RO = T.Array(T.uint8, 1, "C", readonly=True)    # trace bytes (np.frombuffer of bytes)
 _U8 = T.Array(T.uint8, 1, "C")
+_I8 = T.Array(T.int8, 1, "C")
 _I16 = T.Array(T.int16, 1, "C")
 _I32 = T.Array(T.int32, 1, "C")
 _I64 = T.Array(T.int64, 1, "C")
 _I64_2D = T.Array(T.int64, 2, "C")
 _U8_2D = T.Array(T.uint8, 2, "C")
+_B2D = T.Array(T.boolean, 2, "C")
 _i = T.int64
 _b = T.boolean
 
@@ -127,6 +129,8 @@ UNITS = {
     "critical.trace_back": ("critical", "trace_back", (_I64, _I64, _i), (), 0.2),
     "intervals._union_sorted": ("intervals", "_union_sorted", (_I64, _I64), (), 0.3),
     "intervals._union_length_sorted": ("intervals", "_union_length_sorted", (_I64, _I64), (), 0.2),
+    "intervals._union_lengths_sorted": ("intervals", "_union_lengths_sorted", (_I64, _I64, _I8, _I64, _B2D), (),
+                                        0.3),
     "intervals._intersect_length_sorted": ("intervals", "_intersect_length_sorted", (_I64,) * 4, (), 0.2),
     "intervals.disjoint_length": ("intervals", "disjoint_length", (_I64, _I64), (), 0.15),
     "intervals._intersect_sorted": ("intervals", "_intersect_sorted", (_I64,) * 4, (), 0.4),
@@ -155,7 +159,7 @@ _NSYS = ("sqlite_pages.decode_leaves", "sqlite_pages.decode_record", "sqlite_pag
          "sqlite_pages.local_size")     # the page reader of Nsight Systems exports
 _MERGE = _READ + ("rewrite.scan_rewrite",) + _VALIDATE + _NSYS
 _ANALYZE = _READ + ("extract.extract_columns", "treestream._feed", "treestream._gather_strings",
-                    "intervals.disjoint_length") + _INTERVALS + _WINDOWS + _NSYS
+                    "intervals.disjoint_length", "intervals._union_lengths_sorted") + _INTERVALS + _WINDOWS + _NSYS
 
 #: command -> the units it calls (what a cold run of it compiled, measured)
 COMMANDS = {

@@ -241,3 +241,43 @@ def test_accepts_other_integer_inputs():
     a_s, a_e = arr(9, 1), arr(10, 2)
     nb.union(a_s, a_e)
     np.testing.assert_array_equal(a_s, arr(9, 1))
+
+
+# --------------------------------------------------------------------------
+# union_lengths: every class set's union in one sweep
+# --------------------------------------------------------------------------
+
+@st.composite
+def classed_lists(draw):
+    """An interval list, a class per interval (of 1-4 classes) and 1-5 sets of classes."""
+    s, e = draw(interval_lists())
+    n_cls = draw(st.integers(1, 4))
+    cls = np.array(draw(st.lists(st.integers(0, n_cls - 1), min_size=len(s), max_size=len(s))), np.int8)
+    sets = np.array(draw(st.lists(st.lists(st.booleans(), min_size=n_cls, max_size=n_cls), min_size=1,
+                                  max_size=5)), bool)
+    return s, e, cls, sets
+
+
+@SETTINGS
+@given(classed_lists())
+def test_union_lengths_matches_twin_and_subsets(a):
+    s, e, cls, sets = a
+    got = nb.union_lengths(s, e, cls, sets)
+    assert got == ref.union_lengths(s, e, cls, sets)
+    assert got == [nb.union_length(s[row[cls]], e[row[cls]]) for row in sets]
+    assert all(isinstance(x, int) for x in got)
+
+
+def test_union_lengths_hand_checked_and_errors():
+    s = np.array([0, 5, 8, 20], I64)
+    e = np.array([10, 6, 12, 20], I64)          # [0,10) [5,6) [8,12) [20,20) empty
+    cls = np.array([0, 1, 1, 0], np.int8)
+    sets = np.array([[1, 1], [1, 0], [0, 1]], bool)
+    for mod in (nb, ref):
+        assert mod.union_lengths(s, e, cls, sets) == [12, 10, 5]
+        with pytest.raises(ValueError):
+            mod.union_lengths(s, e, np.array([0, 1, 2, 0], np.int8), sets)      # class 2 of 2
+        with pytest.raises(ValueError):
+            mod.union_lengths(s, e, cls, np.array([1, 1], bool))               # sets not 2-D
+        with pytest.raises(ValueError):
+            mod.union_lengths(s, np.array([10, 6, 7, 20], I64), cls, sets)    # end < start

@@ -18,6 +18,7 @@ __all__ = [
     "int_list",
     "union",
     "union_length",
+    "union_lengths",
     "intersect",
     "intersect_length",
     "subtract",
@@ -133,6 +134,25 @@ def union(start, end):
 def union_length(start, end):
     """Twin of :func:`streamtrace.kernels.intervals.union_length`."""
     return sum(b - a for a, b in _union_pairs(_pairs(start, end, "union_length")))
+
+
+def union_lengths(start, end, cls, sets):
+    """Twin of :func:`streamtrace.kernels.intervals.union_lengths`: each set's subset through
+    the event-sweep :func:`union_length` (the kernel runs one sort-and-extend pass for all)."""
+    pairs = _pairs(start, end, "union_lengths")
+    c = int_list(cls, "union_lengths cls")
+    m = np.asarray(sets, dtype=bool)
+    if m.ndim != 2:
+        raise ValueError("union_lengths: sets must be two-dimensional")
+    if len(c) != len(pairs):
+        raise ValueError("union_lengths: cls length differs")
+    if any(x < 0 or x >= m.shape[1] for x in c) or m.shape[1] > 127:
+        raise ValueError("union_lengths: class out of range")
+    out = []
+    for row in m.tolist():
+        sub = [p for p, x in zip(pairs, c) if row[x]]
+        out.append(sum(b - a for a, b in _union_pairs(sub)))
+    return out
 
 
 def intersect(a_start, a_end, b_start, b_end):

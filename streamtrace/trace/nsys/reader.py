@@ -1,7 +1,8 @@
 """The reader of an Nsight Systems SQLite export (:class:`NsysExport`): its processes and their
 ranks, and its GPU activity (kernels, memcpy, memset) and CPU activity (CUDA runtime and driver
-calls, NVTX ranges) as start-ordered :data:`~streamtrace.trace.nsys.streams.ROW_DTYPE` batches,
-names as ids resolved on demand (:meth:`NsysExport.names`).
+calls, NVTX ranges) as :data:`~streamtrace.trace.nsys.streams.ROW_DTYPE` batches, in start order or,
+cheaper, in the tables' own (rowid) order (``ordered=False``), names as ids resolved on demand
+(:meth:`NsysExport.names`).
 
 What maps to what (the Kineto trace's terms, as the rest of streamtrace reads them):
 
@@ -30,8 +31,7 @@ from .db import export_meta, gpu_names, open_export, session_start_ns, Strings, 
 from .pagerows import page_batches
 from .pages import BATCH_BYTES
 from .processes import gpu_process_keys, plan_processes, PID_BITS
-from .streams import (BATCH, DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, ROW_DTYPE, col, merge_sorted,
-                      table_batches)
+from .streams import BATCH, DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, ROW_DTYPE, col, read_order, table_batches
 
 KERNEL_T, MEMCPY_T, MEMSET_T = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"
 RUNTIME_T, NVTX_T = "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"
@@ -123,8 +123,9 @@ class NsysExport:
         return out
 
     # -- the streams
-    def gpu_batches(self):
-        """Kernels, memcpy and memset rows of every process, in start order (:data:`ROW_DTYPE`)."""
+    def gpu_batches(self, ordered=True):
+        """Kernels, memcpy and memset rows of every process (:data:`ROW_DTYPE`): in start order, or,
+        ``ordered=False``, table after table, each in its rowid order (no SQLite sort: :func:`read_order`)."""
         streams = []
         for t, kind in ((KERNEL_T, KERNEL), (MEMCPY_T, MEMCPY), (MEMSET_T, MEMSET)):
             if t not in self.tables:
@@ -146,17 +147,19 @@ class NsysExport:
                     fields.append(f)
                     cols.append(col(self.tables, t, n, expr))
                     by_page[f] = n
-            sql = f"SELECT {', '.join(cols)} FROM [{t}] ORDER BY start"
-            streams.append(self._table(t, sql, fields, by_page, consts, self._memcpy_names if kind == MEMCPY else None))
-        return self._usable(merge_sorted(streams))
+            sql = f"SELECT {', '.join(cols)} FROM [{t}]" + (" ORDER BY start" if ordered else "")
+            streams.append(self._table(t, sql, fields, by_page, consts, self._memcpy_names if kind == MEMCPY else None,
+                                       ordered))
+        return self._usable(read_order(streams, ordered))
 
-    def _table(self, t, sql, fields, by_page, consts=None, fix=None):
-        """One table's start-ordered batches: from its pages when :attr:`pages` and the page reader
-        can (:func:`~streamtrace.trace.nsys.pagerows.page_batches`), else by ``sql`` (columns ``fields``)."""
+    def _table(self, t, sql, fields, by_page, consts=None, fix=None, ordered=True):
+        """One table's batches, in start order or (``ordered=False``) rowid order: from its pages when
+        :attr:`pages` and the page reader can (:func:`~streamtrace.trace.nsys.pagerows.page_batches`),
+        else by ``sql`` (columns ``fields``)."""
         if self.pages and {"start", "end"} <= self.tables[t]:
             try:
-                rows = page_batches(self.path, self.conn, t, by_page, consts, fix, batch_bytes=self.page_bytes,
-                                    odd=self.odd)
+                rows = page_batches(self.path, self.conn, t, by_page, consts, fix, ordered=ordered,
+                                    batch_bytes=self.page_bytes, odd=self.odd)
             except sqlite3.DatabaseError as e:
                 raise TraceError(self.path, f"cannot read the SQLite database ({e})") from None
             if rows is not None:
@@ -165,24 +168,25 @@ class NsysExport:
         self.read_by[t] = "sql"
         return table_batches(self.conn, sql, fields, consts, fix, self.batch)
 
-    def cpu_batches(self, runtime=True, nvtx=True):
-        """CUDA runtime/driver calls (``runtime``) and NVTX ranges (``nvtx``) of every process, in
-        start order."""
+    def cpu_batches(self, ordered=True, runtime=True, nvtx=True):
+        """CUDA runtime/driver calls (``runtime``) and NVTX ranges (``nvtx``) of every process: in start
+        order, or, ``ordered=False``, the runtime table's rows then the NVTX ranges, each in rowid order."""
         streams = []
         if runtime and RUNTIME_T in self.tables:
             t = RUNTIME_T
             sql = (f"SELECT start, coalesce([end] - start, -1), {RUNTIME} + ({col(self.tables, t, 'eventClass')} = 1), "
                    f"{col(self.tables, t, 'nameId')}, {col(self.tables, t, 'globalTid')}, "
-                   f"{col(self.tables, t, 'correlationId')} FROM [{t}] ORDER BY start")
+                   f"{col(self.tables, t, 'correlationId')} FROM [{t}]" + (" ORDER BY start" if ordered else ""))
             by_page = {f: n for f, n in (("ts", "start"), ("dur", "end"), ("kind", "eventClass"), ("name", "nameId"),
                                          ("gtid", "globalTid"), ("correlation", "correlationId"))
                        if n in self.tables[t]}
             streams.append(self._runtime_names(self._table(
-                t, sql, ["ts", "dur", "kind", "name", "gtid", "correlation"], by_page, {"kind": RUNTIME})))
+                t, sql, ["ts", "dur", "kind", "name", "gtid", "correlation"], by_page, {"kind": RUNTIME}, None,
+                ordered)))
         if nvtx and NVTX_T in self.tables and "eventType" in self.tables[NVTX_T]:
-            streams.append(table_batches(self.conn, self._nvtx_sql(), ["ts", "dur", "name", "gtid", "comm"],
+            streams.append(table_batches(self.conn, self._nvtx_sql(ordered), ["ts", "dur", "name", "gtid", "comm"],
                                          {"kind": NVTX}, self._nvtx_fix, self.batch))
-        return self._usable(merge_sorted(streams))
+        return self._usable(read_order(streams, ordered))
 
     def _usable(self, batches):
         """The rows with a usable start and duration (the others counted in ``unusable``); an
@@ -221,7 +225,7 @@ class NsysExport:
             a["name"] = lut[np.searchsorted(ids, a["name"])]
             yield a
 
-    def _nvtx_sql(self) -> str:
+    def _nvtx_sql(self, ordered=True) -> str:
         """The NVTX ranges' query: all int columns.  An inline ``text`` comes as ``-2 - k``, ``k`` its
         row in a temporary table of the distinct (shortened) texts (0: none), so that each text
         reaches Python once (cut by :func:`_short_text`), not once a row; a row with an NCCL payload has ``comm`` = ``-2 - rowid``
@@ -242,7 +246,7 @@ class NsysExport:
         return (f"SELECT n.start, coalesce(n.[end] - n.start, -1), {name}, "
                 f"{col(self.tables, t, 'globalTid', 'n.{c}')}, "
                 f"CASE WHEN {paid} THEN -2 - n.rowid ELSE -1 END FROM [{t}] n {join} "
-                f"WHERE n.eventType IN {RANGE_TYPES} ORDER BY n.start")
+                f"WHERE n.eventType IN {RANGE_TYPES}" + (" ORDER BY n.start" if ordered else ""))
 
     def _nvtx_fix(self, a, _):
         """Inline NVTX texts as local names (first seen, first numbered); NCCL payloads (rows whose

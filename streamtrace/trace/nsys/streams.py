@@ -1,6 +1,7 @@
-"""Rows of an export's activity tables as numpy batches in start order: each table read with
-``ORDER BY start`` and ``fetchmany`` (:func:`table_batches`), several tables merged into one
-start-ordered stream (:func:`merge_sorted`).  Memory: one batch per table at a time."""
+"""Rows of an export's activity tables as numpy batches: each table read with ``fetchmany``
+(:func:`table_batches`), with ``ORDER BY start`` and several tables merged into one start-ordered
+stream (:func:`merge_sorted`), or without a sort, table after table (:func:`read_order`).
+Memory: one batch per table at a time."""
 from __future__ import annotations
 
 from itertools import chain
@@ -104,3 +105,13 @@ def concat_rows(parts):
 def take_rows(a, order):
     """``a[order]`` for a :data:`ROW_DTYPE` array, as :func:`concat_rows` does it."""
     return a.view(_VOID)[order].view(ROW_DTYPE)
+
+
+def read_order(streams, ordered):
+    """The batches of ``streams`` (each in ``ts`` order when ``ordered``) as one stream:
+    :func:`merge_sorted` when ``ordered``, else one stream after the other, rows as they come.
+    Start order costs SQLite a sort of every table (on the 1.2 GB benchmark export 4.9 of the 29.9
+    CPU-s the reader alone takes, bench/RESULTS.md); ``analyze`` does not need it: it groups rows by
+    key and sorts each CPU track by time itself, as it does a Kineto trace's, whose file order is
+    not time order either."""
+    return merge_sorted(streams) if ordered else chain.from_iterable(streams)
