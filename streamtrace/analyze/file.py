@@ -167,7 +167,8 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
             out.append({"rank": rank, "source": str(path), "iteration": iteration, **summ,
                         "dropped_for_time": unusable,     # the file's (issue 33): counted, said in warnings
                         "corrupted_durations": {"negative": negative, "longer_than_trace": overlong},
-                        **_step_record(pats), "trace_metadata": facts, "warnings": (warnings if nsys is None or len(out) == 0 else [])
+                        **_step_record(pats),             # the step names the later stages take
+                        "trace_metadata": facts, "warnings": (warnings if nsys is None or len(out) == 0 else [])
                         + ([corrupted_warning(path, negative if not out else 0, overlong)]
                            if overlong or (negative and not out) else [])})
             if nsys is not None:

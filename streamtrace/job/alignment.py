@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 
-from ..runtime.errors import DataError, StreamtraceError
+from ..runtime.errors import StreamtraceError
 from ..analyze.outputs import Analysis
 from ..events.dataset import column_min_max, partition_files, read_partition
 from ..runtime.parallel import run_tasks
@@ -37,7 +37,7 @@ from ..topology.members import SAME_JOB_NS as MEMBERS_SAME_JOB_NS
 from ..topology.sources import from_pg_config, load_topology
 from ..trace.metadata import trace_facts
 from ..trace.reader import TraceReader
-from .steps import StepNames, step_names
+from .steps import StepNames, step_names, step_patterns_of
 
 ALIGNMENTS = ("global", "individual")
 #: folder names that say nothing about the job (skipped by :meth:`Job.name`)
@@ -123,17 +123,6 @@ def _read_source_meta(source: str, rank: int) -> dict:
     return trace_facts(meta, rank)
 
 
-def _step_patterns(dir_, rank_entry):
-    """The step patterns of one ``summary.json`` rank entry (:meth:`Analysis.step_patterns`), checked:
-    :class:`~streamtrace.runtime.errors.DataError` naming the file for one that does not compile."""
-    pats = Analysis.step_patterns(rank_entry)
-    try:
-        step_names(pats)
-    except re.error as e:
-        raise DataError(Path(dir_) / Analysis.marker, f"rank {rank_entry['rank']}: bad step pattern ({e})") from None
-    return pats
-
-
 def _part_info(dir_, rank, iteration, source, facts=None):
     kf = partition_files(dir_, "kernels", rank, iteration)
     of = partition_files(dir_, "ops", rank, iteration)
@@ -184,7 +173,7 @@ class Job:
                                      f"{f', e.g. {first}' if first else ''}); their ranks are missing")
             for r in summ["ranks"]:
                 self.parts.append(Part(len(self.parts), d, r["rank"], r.get("iteration"), str(r.get("source", "")),
-                                       step_patterns=_step_patterns(d, r)))
+                                       step_patterns=step_patterns_of(d, r)))
                 counts.append(_event_counts(r))
                 facts[(str(d), r["rank"], r.get("iteration"))] = r.get("trace_metadata")
         if not self.parts:

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
+from ..analyze.outputs import Analysis
+from ..runtime.errors import DataError
 from ..trace.steps import KINETO_STEP_PATTERNS, step_number, step_regex
 
 
@@ -61,3 +64,13 @@ def step_names(patterns=None) -> StepNames:
     :class:`re.error` for a bad pattern."""
     return _compiled(tuple(patterns) if patterns else tuple(KINETO_STEP_PATTERNS))
 
+
+def step_patterns_of(dir_, rank_entry):
+    """The step patterns of one ``summary.json`` rank entry (:meth:`Analysis.step_patterns`), checked:
+    :class:`~streamtrace.runtime.errors.DataError` naming the file for one that does not compile."""
+    pats = Analysis.step_patterns(rank_entry)
+    try:
+        step_names(pats)
+    except re.error as e:
+        raise DataError(Path(dir_) / Analysis.marker, f"rank {rank_entry['rank']}: bad step pattern ({e})") from None
+    return pats
