@@ -98,6 +98,8 @@ def test_nsys_iteration_ranges_are_the_steps_of_aggregate_and_report(tmp_path):
     assert [(r["step"], r["ranks"]) for r in it] == [(n, 2) for n in sorted(want)]
     md = next((tmp_path / "agg").glob("*.md")).read_text()
     assert "## What bounds each step" in md and "Step 3 lasts" in md
+    assert "| step | step time |" in md and "(?i)^(?:step|iteration" in md    # the names it took, said once
+    assert rep["configuration"]["step_patterns"] == summ["ranks"][0]["step_patterns"]
 
 
 def _kineto(path):
@@ -140,6 +142,8 @@ def test_profiler_steps_need_no_recorded_patterns(tmp_path):
     trace = doc.write(tmp_path / "rank0.json")
     rep = _pipeline(tmp_path, [trace])
     _assert_steps(rep, {1: 51_000, 2: 52_000})
+    assert "step_patterns" not in rep["configuration"]
+    assert "| step (ProfilerStep#) | step time |" in next((tmp_path / "agg").glob("*.md")).read_text()
     assert all("step_patterns" not in r for r in json.loads((tmp_path / "an" / "summary.json").read_text())["ranks"])
 
 
