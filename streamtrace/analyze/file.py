@@ -19,12 +19,14 @@ from ..runtime.warmup import warm_trace
 from ..topology.sources import load_topology
 from ..trace.metadata import pg_config, trace_facts
 from ..trace.nsys import is_sqlite
+from ..trace.steps import KINETO_STEP_PATTERNS
 from . import nsys as N
 from .corrupt import corrupted_warning, without_overlong
 from .options import AnalyzeOptions
 from .opperf import write_op_perf
 from .patterns import Patterns
 from .cuda_sync import sync_table
+from .outputs import STEP_PATTERNS_KEY
 from .rank import RankOutputs, RankSettings, RankSource, analyze_rank
 
 
@@ -96,6 +98,13 @@ def _write_cuda_sync(t, outdir, rank, iteration) -> None:
             pq.write_table(t, f, compression="zstd")
     else:
         path.unlink(missing_ok=True)
+
+
+def _step_record(pats) -> dict:
+    """``{"step_patterns": [...]}``: the step patterns the rank's steps were found by, for the later
+    stages (:mod:`streamtrace.job.steps`); ``{}`` for the Kineto default, which they take when none is
+    recorded (so a ProfilerStep trace's summary.json is as before)."""
+    return {} if list(pats.spec["step"]) == KINETO_STEP_PATTERNS else {STEP_PATTERNS_KEY: list(pats.spec["step"])}
 
 
 def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progress=None) -> list[dict]:
@@ -170,6 +179,7 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
             out.append({"rank": rank, "source": str(path), "iteration": iteration, **summ,
                         "dropped_for_time": unusable,     # the file's (issue 33): counted, said in warnings
                         "corrupted_durations": {"negative": negative, "longer_than_trace": overlong},
+                        **_step_record(pats),             # the step names the later stages take
                         "trace_metadata": facts, "warnings": (warnings if nsys is None or len(out) == 0 else [])
                         + ([corrupted_warning(path, negative if not out else 0, overlong)]
                            if overlong or (negative and not out) else [])})

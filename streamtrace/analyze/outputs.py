@@ -9,6 +9,9 @@ from ..runtime.errors import DataError
 
 #: the analysis folder's datasets (one Parquet file per iteration and rank), in the order ``tables()`` lists them
 TABLES = ("kernels", "ops", "cpu_collectives", "op_perf", "kernel_perf", "cuda_sync")
+#: a rank's key in ``summary.json`` listing the step patterns analyze marked its steps by (list of str;
+#: written only when they are not the Kineto default ``^ProfilerStep#(\\d+)$``: absent means that)
+STEP_PATTERNS_KEY = "step_patterns"
 
 
 @register
@@ -37,6 +40,13 @@ class Analysis(Outputs):
                 and isinstance(r.get("source", ""), str)
             if not ok:
                 raise DataError(sp, f'ranks[{i}] is not {{"rank": int >= 0, "iteration": int or null, "source": str}}')
+
+    @staticmethod
+    def step_patterns(rank_entry) -> list | None:
+        """The step patterns one ``ranks[*]`` entry of ``summary.json`` records (:data:`STEP_PATTERNS_KEY`,
+        a list of str); None when it records none or not a non-empty list of str (the Kineto default)."""
+        v = rank_entry.get(STEP_PATTERNS_KEY) if isinstance(rank_entry, dict) else None
+        return list(v) if isinstance(v, list) and v and all(isinstance(x, str) for x in v) else None
 
     def tables(self):
         return [n for n in TABLES if (self.path / n).is_dir()]

@@ -87,7 +87,6 @@ from .options import AggregateOptions
 KIND_CODE = {"compute": 0, "communication": 1, "memory": 2}
 FB = ("forward", "backward", "recompute")
 _CPU_COMM = re.compile(r"^(c10d::|gloo:|nccl:|record_param_comms)")
-_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 METRICS = ("kernels", "wall_ns", "busy_ns", "idle_ns", "compute_ns", "comm_ns", "memory_ns", "overlap_ns",
            "exposed_comm_ns", "compute_only_ns", "kernel_time_ns")
 
@@ -121,16 +120,20 @@ def _clipped_length(us, ue, lo, hi) -> int:
 # -- one rank ----------------------------------------------------------------------------
 
 def _steps(part) -> dict:
-    """``{step number: (ts_ns, dur_ns)}`` of the part's ``ProfilerStep#N`` ops (rank-local)."""
+    """``{step number: (ts_ns, dur_ns)}`` of the part's step ops (rank-local): ``ProfilerStep#N``, or
+    the step names analyze used for it (:attr:`~streamtrace.job.alignment.Part.steps`); the last
+    op of a number wins."""
     t = part.read("ops", ["name", "ts_ns", "dur_ns"])
     if t is None:
         return {}
-    t = t.filter(pc.starts_with(t["name"], "ProfilerStep#"))
+    steps = part.steps
+    if steps.default:                        # a cheap filter first: most ops are no step
+        t = t.filter(pc.starts_with(t["name"], "ProfilerStep#"))
     out = {}
     for n, s, d in zip(t["name"].to_pylist(), t["ts_ns"].to_pylist(), t["dur_ns"].to_pylist()):
-        m = _STEP.match(n)
-        if m:
-            out[int(m.group(1))] = (s, d)
+        num = steps.number(n)
+        if num >= 0:
+            out[num] = (s, d)
     return out
 
 
@@ -197,6 +200,7 @@ def _cpu_part(job, part):
     if not len(ts):
         return [], [], {}, [], {}
     pats = Patterns.load()
+    pats.step = part.steps.regex              # the step names analyze used (streamtrace.job.steps)
     uniq, inv = np.unique(name, return_inverse=True)
     inv = inv.reshape(-1)
     ph_code, _, _, step_no, _ = C.name_flags(uniq.tolist(), pats)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +37,7 @@ from ..topology.members import SAME_JOB_NS as MEMBERS_SAME_JOB_NS
 from ..topology.sources import from_pg_config, load_topology
 from ..trace.metadata import trace_facts
 from ..trace.reader import TraceReader
+from .steps import StepNames, step_names, step_patterns_of
 
 ALIGNMENTS = ("global", "individual")
 #: folder names that say nothing about the job (skipped by :meth:`Job.name`)
@@ -61,7 +62,8 @@ class Part:
     ``merged``: the source is a merged multi-rank trace (its times already share one clock);
     ``start_ns``: the earliest kernel / CPU op start in the rank's own clock; ``pg_entries``: the
     process groups the rank's trace lists (``distributedInfo.pg_config``), emptied once the job's
-    topology is known."""
+    topology is known; ``step_patterns``: the patterns analyze found its steps by (``summary.json``,
+    None: the Kineto default), :attr:`steps` compiled."""
     index: int
     dir: Path
     rank: int
@@ -76,6 +78,12 @@ class Part:
     world_size: int | None = None
     shift_ns: int = 0            # added to the rank's own times by the alignment (before the clock offset)
     clock_offset_ns: int = 0     # estimated clock offset, subtracted after the alignment
+    step_patterns: list | None = None
+
+    @property
+    def steps(self) -> StepNames:
+        """The part's step names (:func:`streamtrace.job.steps.step_names` of ``step_patterns``)."""
+        return step_names(self.step_patterns)
 
     def files(self, dataset) -> list[Path]:
         """The rank's ``dataset`` ("kernels" or "ops") files in row order: ``part-0.parquet``, or
@@ -164,7 +172,8 @@ class Job:
                 self.warnings.append(f"{d}: analyze could not read {len(failed)} file(s) ({Analysis.marker} \"failed\""
                                      f"{f', e.g. {first}' if first else ''}); their ranks are missing")
             for r in summ["ranks"]:
-                self.parts.append(Part(len(self.parts), d, r["rank"], r.get("iteration"), str(r.get("source", ""))))
+                self.parts.append(Part(len(self.parts), d, r["rank"], r.get("iteration"), str(r.get("source", "")),
+                                       step_patterns=step_patterns_of(d, r)))
                 counts.append(_event_counts(r))
                 facts[(str(d), r["rank"], r.get("iteration"))] = r.get("trace_metadata")
         if not self.parts:
@@ -173,7 +182,7 @@ class Job:
         if self.iterations is not None:
             have = sorted({p.iteration for p in self.parts if p.iteration is not None})
             keep = [p for p in self.parts if p.iteration in self.iterations]
-            self.parts = [Part(i, p.dir, p.rank, p.iteration, p.source) for i, p in enumerate(keep)]
+            self.parts = [replace(p, index=i) for i, p in enumerate(keep)]
             if not self.parts:
                 raise StreamtraceError(f"no analysed rank has iteration(s) {_list(self.iterations)}: the folders hold "
                                        f"iteration(s) {_list(have) or 'unknown (no iteration in the trace paths)'} "

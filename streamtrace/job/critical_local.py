@@ -88,7 +88,6 @@ SYNC_CALLS = re.compile(r"^(cudaStreamSynchronize|cudaDeviceSynchronize|cudaEven
                         r"hipStreamSynchronize|hipDeviceSynchronize|hipEventSynchronize|hipMemcpy)$")
 WAIT_CALLS = ("cudaStreamWaitEvent", "hipStreamWaitEvent")
 CUDA_SYNC_CAT = "cuda_sync"    # newer Kineto's GPU sync events: read from ``cuda_sync/``, not as CPU ops
-STEP = re.compile(r"^ProfilerStep#(\d+)$")
 S_, A_, E_, T_ = 0, 1, 2, 3          # anchor kinds: step start, arrival, end, step end
 ANCHOR_COLUMNS = ("step", "node", "kind", "t_ns", "correlation", "stream", "name", "lane")
 EDGE_COLUMNS = ("step", "src", "dst", "w_ns")
@@ -133,10 +132,11 @@ class _Graph:
 
 
 def _steps(ops) -> list:
-    """``[(step number, tid, start, end)]`` of the ``ProfilerStep#N`` ops (aligned ns)."""
+    """``[(step number, tid, start, end)]`` of the step ops (``ProfilerStep#N``, or the part's step
+    names: ``step_no``, :mod:`streamtrace.job.steps`; aligned ns)."""
     out = []
     for i in np.flatnonzero(ops["is_step"]).tolist():
-        out.append((int(STEP.match(str(ops["name"][i])).group(1)), int(ops["tid"][i]), int(ops["ts_ns"][i]),
+        out.append((int(ops["step_no"][i]), int(ops["tid"][i]), int(ops["ts_ns"][i]),
                     int(ops["ts_ns"][i] + ops["dur_ns"][i])))
     return out
 
@@ -484,7 +484,8 @@ def part_paths(job, part, spill, tables=None) -> dict:
     enc = pc.dictionary_encode(ops_t["name"]).combine_chunks()        # name flags per distinct name
     uniq = [x or "" for x in enc.dictionary.to_pylist()]
     inv = enc.indices.fill_null(0).to_numpy(zero_copy_only=False)
-    ops["is_step"] = np.asarray([bool(STEP.match(x)) for x in uniq] or [False], bool)[inv]
+    ops["step_no"] = part.steps.numbers(uniq)[inv] if uniq else np.full(len(inv), -1, np.int64)
+    ops["is_step"] = ops["step_no"] >= 0
     ops["is_sync"] = np.asarray([bool(SYNC_CALLS.match(x)) for x in uniq] or [False], bool)[inv]
     ops["is_wait"] = np.asarray([x in WAIT_CALLS for x in uniq] or [False], bool)[inv]
     ops["any_wait"] = bool(ops["is_wait"].any())

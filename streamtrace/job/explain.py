@@ -41,7 +41,7 @@ def part_tables(job, part, threshold_ns=_idle.DEFAULT_THRESHOLD_NS, tables=None)
         out["kernel_stats"] = _keyed(it, rank, _stats.kernel_stats(kk))
         out["launch_stats"] = _keyed(it, rank, _rows(_stats.launch_stats(kk, linked[keep], lts[keep], ldur[keep])))
     if ops.num_rows:
-        out["op_stats"] = _keyed(it, rank, _stats.op_stats(ops, keep=job.keep_rows))
+        out["op_stats"] = _keyed(it, rank, _stats.op_stats(ops, keep=job.keep_rows, steps=part.steps))
     return out
 
 

@@ -37,7 +37,6 @@ _SAME = {"allreduce": "all_reduce", "allgather": "all_gather", "reduce_scatter":
          "recv": "recv", "barrier": "barrier", "reduce": "reduce", "gather": "gather", "scatter": "scatter",
          "_allgather_base": "all_gather", "allgather_into_tensor_coalesced": "all_gather",
          "_reduce_scatter_base": "reduce_scatter"}
-_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _PATTERNS = Patterns.load()
 
 
@@ -57,11 +56,13 @@ def _dim(names) -> str:
     return "unknown"
 
 
-def _step(names) -> int:
+def _step(names, steps) -> int:
+    """The number of the first step op among ``names`` (``steps``: the part's
+    :class:`~streamtrace.job.steps.StepNames`), -1 none."""
     for n in names:
-        m = _STEP.match(n)
-        if m:
-            return int(m.group(1))
+        num = steps.number(n)
+        if num >= 0:
+            return num
     return -1
 
 
@@ -106,7 +107,7 @@ def _calls_by_run(t) -> tuple[dict, int]:
             for call, run in call_runs(names) if run >= 0}, len(names)
 
 
-def _row(f: dict, call, up, topo, rank, dirs, corr) -> dict:
+def _row(f: dict, call, up, topo, rank, dirs, corr, steps) -> dict:
     """One analyze ``cpu_collectives`` row ``f`` with what the calling stack and topology add."""
     row = {c: f.get(c, d) if f.get(c) is not None else d for c, d in FACTS.items()}
     p2p = row["collective"] in ("Send", "Recv")
@@ -117,7 +118,7 @@ def _row(f: dict, call, up, topo, rank, dirs, corr) -> dict:
     if p2p and call is not None:
         dirs[corr] = _direction(up)
     row.update(ts_ns=int(f["ts_ns"]), dur_ns=int(f["dur_ns"]), parallel_dim=dim, correlation=corr,
-               step=_step(up) if call is not None and _step(up) >= 0 else int(f["step"]),
+               step=_step(up, steps) if call is not None and _step(up, steps) >= 0 else int(f["step"]),
                phase=_phase(up) if call is not None else "")
     return row
 
@@ -138,7 +139,7 @@ def gloo_comm(job, part, columns) -> dict:
         for i, f in enumerate(facts.to_pylist()):
             call, up = by_run.get((int(f["ts_ns"]), f["name"]), (None, []))
             corr = -2 - (call if call is not None else n_ops + i)       # never an op's -1, unique
-            rows.append(_row(f, call, up, job.topology, part.rank, dirs, corr))
+            rows.append(_row(f, call, up, job.topology, part.rank, dirs, corr, part.steps))
     n = len(rows)
     out = {}
     for c in dict.fromkeys(list(columns) + list(FACTS) + ["ts_ns", "dur_ns", "parallel_dim", "step", "phase",

@@ -42,8 +42,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..kernels.ancestry import same_name_ancestor
+from .steps import step_names
 
-STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 KINDS = ("all", "compute", "communication", "memory")
 GRAPH_LAUNCH = re.compile(r"(?i)graphlaunch")
 DELAY_OUTLIER_NS = 100_000          # HTA launch_delay_cutoff (100 us)
@@ -150,11 +150,14 @@ def _take(dictionary, idx) -> np.ndarray:
 
 # -- CPU ops ---------------------------------------------------------------------------------
 
-def step_windows(name, ts, dur) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(start, end, number)`` int64 arrays of the ``ProfilerStep#N`` rows among ops (sorted by start)."""
+def step_windows(name, ts, dur, steps=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(start, end, number)`` int64 arrays of the step rows among ops (sorted by start): the
+    ``ProfilerStep#N`` rows, or those ``steps`` (:class:`~streamtrace.job.steps.StepNames`) names."""
+    steps = steps or step_names()
     name = np.asarray(name, object)
-    m = np.asarray([bool(STEP_NAME.match(x)) for x in name.tolist()], bool) if len(name) else np.zeros(0, bool)
-    num = np.asarray([int(STEP_NAME.match(x).group(1)) for x in name[m].tolist()], np.int64)
+    every = steps.numbers(name.tolist())
+    m = every >= 0
+    num = every[m]
     s, e = np.asarray(ts, np.int64)[m], (np.asarray(ts, np.int64) + np.asarray(dur, np.int64))[m]
     o = np.argsort(s, kind="stable")
     return s[o], e[o], num[o]
@@ -172,13 +175,22 @@ def step_of(ts, windows) -> np.ndarray:
     return np.where((i >= 0) & (ts < e[j]), num[j], -1).astype(np.int64)
 
 
-def op_rows(ops: pa.Table) -> dict:
+def op_rows(ops: pa.Table, steps=None) -> dict:
     """Per ops row of one rank (all its rows, in analyze's order, so ``parent`` indexes them):
-    ``code`` (name code, ``ProfilerStep#N`` -> ``ProfilerStep#*``) and ``names`` (the code's
-    names), ``cat`` codes and ``cats``, ``step``, ``self_ns`` (clamped at 0), ``clamped``
-    (bool: self time was negative), ``nested`` (bool: inside an op of the same name)."""
+    ``code`` (name code, ``ProfilerStep#N`` -> ``ProfilerStep#*``; a step name of ``steps``, the part's
+    :class:`~streamtrace.job.steps.StepNames` (default ``ProfilerStep#N``), with its number as ``*``)
+    and ``names`` (the code's names), ``cat`` codes and ``cats``, ``step``, ``self_ns`` (clamped at 0),
+    ``clamped`` (bool: self time was negative), ``nested`` (bool: inside an op of the same name)."""
+    steps = steps or step_names()
     raw = ops["name"]
-    norm = pc.replace_substring_regex(raw, r"^ProfilerStep#\d+$", "ProfilerStep#*")
+    if steps.default:
+        norm = pc.replace_substring_regex(raw, r"^ProfilerStep#\d+$", "ProfilerStep#*")
+        is_step = pc.starts_with(raw, "ProfilerStep#")
+    else:
+        enc = pc.dictionary_encode(raw).combine_chunks()
+        uniq = enc.dictionary.to_pylist()
+        norm = pc.take(pa.array([steps.generic(x) for x in uniq], pa.string()), enc.indices)
+        is_step = pc.take(pa.array(steps.numbers(uniq) >= 0, pa.bool_()), enc.indices)
     code, names = codes(norm)
     cat, cats = codes(ops["cat"])
     ts, dur, parent = (ops[c].to_numpy().astype(np.int64) for c in ("ts_ns", "dur_ns", "parent"))
@@ -186,20 +198,19 @@ def op_rows(ops: pa.Table) -> dict:
     m = parent >= 0
     np.add.at(child, parent[m], dur[m])
     self_ns = dur - child
-    is_step = pc.starts_with(raw, "ProfilerStep#")
     windows = step_windows(raw.filter(is_step).to_pylist(), ops["ts_ns"].filter(is_step).to_numpy(),
-                           ops["dur_ns"].filter(is_step).to_numpy())
+                           ops["dur_ns"].filter(is_step).to_numpy(), steps)
     return {"code": code, "names": names, "cat": cat, "cats": cats, "step": step_of(ts, windows),
             "self_ns": np.maximum(self_ns, 0), "clamped": self_ns < 0, "nested": same_name_ancestor(parent, code),
             "dur_ns": dur, "windows": windows}
 
 
-def op_stats(ops: pa.Table, rows: dict | None = None, keep=None) -> dict:
+def op_stats(ops: pa.Table, rows: dict | None = None, keep=None, steps=None) -> dict:
     """op_stats columns (see the module docstring) of one rank's ops ``ops`` (all its rows,
     :data:`OPS_COLUMNS`); ``rows``: :func:`op_rows` of them (computed when None); ``keep``:
     a function of the step array giving the rows to keep (default all).  One row per
     (step, name, cat), sorted by step then self time (descending)."""
-    r = rows if rows is not None else op_rows(ops)
+    r = rows if rows is not None else op_rows(ops, steps)
     sel = np.ones(len(r["code"]), bool) if keep is None else keep(r["step"])
     outer = sel & ~r["nested"]
     gid, first = group_ids(r["step"][sel], r["code"][sel], r["cat"][sel])

@@ -6,7 +6,8 @@ where it comes from) and that the layout is "not named in the trace".
 
 It also says which ranks had their forward phase inferred (analyze's fallback for traces
 without forward annotations, :func:`streamtrace.analyze.phases.infer_forward`), read from the
-analysed folders' ``summary.json`` (``phases_inferred`` per rank).
+analysed folders' ``summary.json`` (``phases_inferred`` per rank), and which step names analyze
+used when they are not ``ProfilerStep#N`` (``step_patterns`` per rank, :mod:`streamtrace.job.steps`).
 """
 from __future__ import annotations
 
@@ -61,6 +62,21 @@ def inferred_phases(inputs) -> dict:
     return {k: sorted(v) for k, v in out.items()}
 
 
+def step_patterns_used(inputs) -> list:
+    """The step patterns other than ``ProfilerStep#N`` that analyze recorded for the analysed folders
+    ``inputs`` (``summary.json``, ``ranks[*].step_patterns``: :meth:`Analysis.step_patterns`), distinct, in
+    first-seen order; [] when none (or the folders are gone)."""
+    out: dict = {}
+    for d in inputs or []:
+        try:
+            summ = json.loads((Path(d) / Analysis.marker).read_text())
+        except (OSError, ValueError):
+            continue
+        for r in summ.get("ranks") or [] if isinstance(summ, dict) else []:
+            out.update(dict.fromkeys(Analysis.step_patterns(r) or []))
+    return list(out)
+
+
 def configuration_md(c: dict, table) -> list:
     """Markdown lines of the configuration (``report.json``'s ``configuration``); ``table(head,
     rows)`` formats a table."""
@@ -84,9 +100,14 @@ def configuration_md(c: dict, table) -> list:
                "PP = 1: no pipeline section." if c.get("pp") == 1 else ""]
         if any(src):
             L += [" ".join(x for x in src if x), ""]
+    named = c.get("step_patterns")
     if its == NO_ITERATION:
         L += ["The trace paths name no iteration (no `iteration_N/` folder): steps are named by their "
-              "`ProfilerStep#` number, and iteration cells show `-`.", ""]
+              + ("step range's number" if named else "`ProfilerStep#` number")
+              + ", and iteration cells show `-`.", ""]
+    if named:
+        L += ["Steps are the annotations (NVTX ranges in an Nsight Systems export) that analyze took as steps: "
+              "those matching " + ", ".join(f"`{p}`" for p in named) + " (`summary.json` `step_patterns`).", ""]
     for ph, ranks in (c.get("phases_inferred") or {}).items():
         L += [f"The {ph} phase is **inferred** on rank(s) {rank_list(ranks)}: the traces have no {ph} annotation "
               "(`forward_step`, `## forward ##`), so each step's work launched before its first autograd (backward) "

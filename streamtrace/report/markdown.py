@@ -38,7 +38,7 @@ from .effcharts import efficiency_charts
 from .efficiency import efficiency_markdown, efficiency_section
 from .explain import build_explain, explain_markdown, idle_chart
 from .render import ChartOptions, render_all
-from .config import configuration_md, inferred_phases, iteration_cell
+from .config import configuration_md, inferred_phases, iteration_cell, step_patterns_used
 from .p2p import p2p_markdown, p2p_section
 from .groups import groups_markdown, groups_section
 from .pipeline import pipeline_markdown, pipeline_section
@@ -60,6 +60,13 @@ def _py(v):
     if isinstance(v, np.bool_):
         return bool(v)
     return v
+
+
+def _step_patterns(inputs) -> dict:
+    """``{"step_patterns": [...]}`` for the configuration when analyze took other step names than
+    ``ProfilerStep#N`` (:func:`~streamtrace.report.config.step_patterns_used`), else ``{}``."""
+    used = step_patterns_used(inputs)
+    return {"step_patterns": used} if used else {}
 
 
 def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq_len=None, top=15,
@@ -84,6 +91,7 @@ def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq
                              "order": topo.get("order"), "devices": meta.get("devices") or [],
                              "ranks": len(meta["ranks"]), "iterations": meta["iterations"],
                              "cpu_only": cpu_only, "phases_inferred": inferred_phases(meta["inputs"]),
+                             **_step_patterns(meta["inputs"]),
                              "time_alignment": meta["time_alignment"], "clock_sync": meta["clock_sync"],
                              "from": Aggregate.marker}}
     it = _read(d, "iterations")
@@ -238,12 +246,13 @@ def to_markdown(rep: dict, charts=()) -> str:
     L += configuration_md(c, _table)
     L += ["## Steps and throughput", ""]
     known_it = any(s["iteration"] >= 0 for s in rep["steps"])
-    L += [_table((["iteration"] if known_it else []) + ["step (ProfilerStep#)", "step time"],
+    named = bool(c.get("step_patterns"))         # steps analyze found by other names than ProfilerStep#N
+    L += [_table((["iteration"] if known_it else []) + ["step" if named else "step (ProfilerStep#)", "step time"],
                  [([iteration_cell(s["iteration"])] if known_it else []) + [s["step"] if s["step"] >= 0 else "-",
                                                                              _ms(s["step_ns"], 4)]
                   for s in rep["steps"]]), ""]
     if rep.get("outside_steps"):
-        L += ["GPU work outside every `ProfilerStep#` window (" + ", ".join(
+        L += ["GPU work outside every " + ("step" if named else "`ProfilerStep#`") + " window (" + ", ".join(
               _ms(s["step_ns"], 4) for s in rep["outside_steps"]) + ": work launched before the profiler's first "
               "step, or after its last) is no step: left out of the table, the throughput and the efficiency.", ""]
     tp = rep.get("throughput")

@@ -106,7 +106,7 @@ def part_partial(part, steps, name_key) -> dict:
     kf, of = part.files("kernels"), part.files("ops")
     k = read_partition(kf, KERNEL_COLUMNS, "kernels")
     ops = read_partition(of, OPS_COLUMNS, "ops")
-    rows = op_rows(ops) if ops.num_rows else None
+    rows = op_rows(ops, part.steps) if ops.num_rows else None
     win = rows["windows"] if rows else (np.zeros(0, np.int64),) * 3
     kstep = k["step"].to_numpy()
     present = sorted(set(kstep[kstep >= 0].tolist()) | set(win[2].tolist()))

@@ -25,6 +25,7 @@ from pathlib import Path
 from ...analyze import AnalyzeOptions, analyze
 from ...analyze.outputs import Analysis
 from ...job.folder import Aggregate
+from ...job.steps import StepNames, step_names, step_patterns_of
 from ..outputs import EpilogueRun
 from ...runtime.errors import StreamtraceError, UsageError
 from ...events.dataset import partition_files
@@ -98,11 +99,18 @@ class DiffOptions:
 @dataclass
 class Part:
     """One rank of one analysed iteration: ``dir`` (the analysed folder), ``rank``, ``iteration``
-    (the trace file's, -1 unknown), ``source`` (the trace)."""
+    (the trace file's, -1 unknown), ``source`` (the trace), ``step_patterns`` (the step names analyze
+    used, :meth:`Analysis.step_patterns`; None: ``ProfilerStep#N``), :attr:`steps` compiled."""
     dir: str
     rank: int
     iteration: int
     source: str = ""
+    step_patterns: list | None = None
+
+    @property
+    def steps(self) -> StepNames:
+        """The part's step names (:func:`streamtrace.job.steps.step_names`)."""
+        return step_names(self.step_patterns)
 
     def files(self, dataset) -> list:
         return partition_files(self.dir, dataset, self.rank, None if self.iteration < 0 else self.iteration)
@@ -158,7 +166,8 @@ def read_parts(dirs) -> list:
     for d in dirs:
         for r in Analysis.read(d).summary["ranks"]:
             it = r.get("iteration")
-            parts.append(Part(str(d), int(r["rank"]), -1 if it is None else int(it), str(r.get("source", ""))))
+            parts.append(Part(str(d), int(r["rank"]), -1 if it is None else int(it), str(r.get("source", "")),
+                              step_patterns_of(d, r)))
     return parts
 
 
