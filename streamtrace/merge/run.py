@@ -53,6 +53,7 @@ from .options import MergeOptions
 from .output import merged_metadata, output_for_iteration, write_merged
 from .rank import RankPlan, merge_rank, warm_kernels
 from .clocks import plan_clock_sync
+from .flows import FlowExtents
 from .survey import Survey, combine_surveys, metadata_task, plan_time, survey_rank
 from .result import MergeResult
 
@@ -347,7 +348,8 @@ def _plans(files, surveys, shifts, keeps, opt, output) -> list[RankPlan]:
         keep = keeps[tf.rank]
         kept_flows = None
         if keep is not None:
-            kept_flows = {k for k, (a, b) in s.flows.items() if a >= keep[0] and b <= keep[1]}
+            flows = s.flows if isinstance(s.flows, FlowExtents) else FlowExtents.build([], [], s.flows)
+            kept_flows = flows.kept(*keep)
         plans.append(RankPlan(tf.path, tf.rank, shifts[tf.rank], f"{stem}{tf.rank}.seg",
                               compress, opt.compresslevel, frozenset(opt.drop_cat), opt.gpu_only, keep,
                               kept_flows, opt.salvage, host_name(s.metadata), device_names(s.metadata),

@@ -79,10 +79,17 @@ UNITS = {
     "rewrite._read_uint": ("rewrite", "_read_uint", (_RO, _i, _i), (), 0.2),
     "rewrite._put_int": ("rewrite", "_put_int", (_U8, _i, _i), (), 0.2),
     "rewrite._put_us": ("rewrite", "_put_us", (_U8, _i, _i), ("rewrite._put_int",), 0.25),
+    "rewrite._flow_kept": ("rewrite", "_flow_kept", (_RO, _i, _i, _i, _i, _RO, _I64, _i, _I64),
+                           ("rewrite._read_uint",), 0.3),
+    "survey._plain": ("survey", "_plain", (_RO, _i, _i), (), 0.15),
+    "survey.scan_survey": ("survey", "scan_survey", (_RO, _i, _i, _I64, _I64, _I64, _I64, _U8, _I64, _i, _U8, _I64,
+                                                     _I64, _RO, _I64, _i, _I64),
+                           ("scan.skip_ws", "scan.skip_string", "scan.parse_ns", "jsoncheck.bytes_equal",
+                            "survey._plain"), 1.5),
     "rewrite.scan_rewrite": ("rewrite", "scan_rewrite",
                              (_RO, _I64, _I64, _I64, _I64, _U8, _I64, _RO, _I64, _I64, _I64, _U8, _i,
-                              _RO, _I64, _i, _i, _i, _b, _b, _i, _i, _I64, _U8, _I64_2D),
-                             ("jsoncheck.object_members", "scan.parse_ns",
+                              _RO, _I64, _i, _i, _i, _b, _b, _i, _i, _RO, _I64, _i, _I64, _I64, _U8, _I64_2D),
+                             ("jsoncheck.object_members", "scan.parse_ns", "rewrite._flow_kept",
                               "scan.skip_value", "scan.skip_ws", "rewrite._read_uint", "rewrite._put_us",
                               "jsoncheck.bytes_equal", "rewrite._startswith", "validate.member_fields",
                               "validate.span_fields"), 4.5),
@@ -136,7 +143,7 @@ _READ = ("scan.scan_events", "scan.skip_value", "scan.skip_string", "scan.skip_w
 _INTERVALS = ("intervals._union_sorted", "intervals._union_length_sorted", "intervals._intersect_length_sorted")
 _VALIDATE = ("validate.event_fields", "validate.nesting_chunk", "validate.flow_chunk", "validate.flow_close",
              "validate.batch_records")
-_MERGE = _READ + ("rewrite.scan_rewrite",) + _VALIDATE
+_MERGE = _READ + ("rewrite.scan_rewrite", "survey.scan_survey") + _VALIDATE
 _ANALYZE = _READ + ("extract.extract_columns", "treestream._feed", "treestream._gather_strings",
                     "intervals.disjoint_length") + _INTERVALS + _WINDOWS
 

@@ -23,6 +23,8 @@ from .nesting import *  # noqa: F401,F403
 from .nesting import __all__ as _nesting
 from .runs import *  # noqa: F401,F403
 from .runs import __all__ as _runs
+from .survey import *  # noqa: F401,F403
+from .survey import __all__ as _survey
 from .tree import *  # noqa: F401,F403
 from .tree import __all__ as _tree
 from .validate import *  # noqa: F401,F403
@@ -30,4 +32,4 @@ from .validate import __all__ as _validate
 from .windows import *  # noqa: F401,F403
 from .windows import __all__ as _windows
 
-__all__ = [*_intervals, *_tree, *_nesting, *_ancestry, *_validate, *_windows, *_runs, *_gaps, *_critical]
+__all__ = [*_intervals, *_tree, *_nesting, *_ancestry, *_validate, *_windows, *_runs, *_gaps, *_critical, *_survey]

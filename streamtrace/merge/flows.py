@@ -1,0 +1,159 @@
+"""The flows of one rank under a time filter (``merge --steps`` / ``--window``): their time extents
+from the pre-pass (:class:`FlowExtents`) and the set kept under a keep-window (:class:`KeptFlows`),
+held as sorted int64 keys rather than Python tuples, so that merge's byte kernel
+(:func:`streamtrace.kernels.rewrite.scan_rewrite`) looks flows up itself.
+
+A flow is the pair ``(cat, id)`` of its events (Python equality: ``(c, 1)`` and ``(c, 1.0)`` are
+one flow, as in a dict).  It is kept when every one of its events has ``lo <= ts <= hi``
+(the events' ts only, not their ends).  A *plain* flow has a ``str`` cat and an integral id in
+[0, 10**18): those live in the arrays, keyed by ``(cat index, id)``; any other flow (a missing cat, a
+string id, ...) is kept in a dict / set beside them.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ..kernels.rewrite import ID_LIMIT
+from ..kernels.survey import ID_DIGITS
+
+_ID_END = 10 ** ID_DIGITS
+
+
+def plain_id(v):
+    """The int a flow id is equal to (``1``, ``1.0``, ``True``), when it is integral and in
+    [0, 10**18); else None."""
+    if not isinstance(v, numbers.Number):
+        return None
+    try:
+        i = int(v)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return i if i == v and 0 <= i < _ID_END else None
+
+
+def _reduce(cat, fid, lo, hi):
+    """Group rows by ``(cat, fid)``: ``(cat, fid, min lo, max hi)`` sorted by key."""
+    if len(cat) == 0:
+        return cat, fid, lo, hi
+    order = np.lexsort((fid, cat))
+    cat, fid, lo, hi = cat[order], fid[order], lo[order], hi[order]
+    new = np.ones(len(cat), bool)
+    new[1:] = (cat[1:] != cat[:-1]) | (fid[1:] != fid[:-1])
+    at = np.flatnonzero(new)
+    return cat[at], fid[at], np.minimum.reduceat(lo, at), np.maximum.reduceat(hi, at)
+
+
+class FlowExtents:
+    """Per flow the ``(min ts, max ts)`` of its events (ns): plain flows as arrays ``cat_k``, ``ids``,
+    ``lo``, ``hi`` (``cat_k`` indexes ``cats``), the others in ``other`` ({(cat, id): (lo, hi)})."""
+
+    def __init__(self, cats=(), cat_k=None, ids=None, lo=None, hi=None, other=None):
+        self.cats = list(cats)
+        z = np.zeros(0, np.int64)
+        self.cat_k, self.ids, self.lo, self.hi = (z if a is None else a for a in (cat_k, ids, lo, hi))
+        self.other = dict(other or {})
+
+    @classmethod
+    def build(cls, cats, parts, other) -> "FlowExtents":
+        """From chunks ``parts`` [(cat_k, ids, ts)] of plain flow events (cat_k into ``cats``) and the
+        extents ``other`` of the flows read in Python; a flow of ``other`` equal to a plain one is
+        folded into it (one dict key before)."""
+        cats = list(cats)
+        index = {c: k for k, c in enumerate(cats)}
+        cat_k = [p[0] for p in parts]
+        ids = [p[1] for p in parts]
+        ts = [p[2] for p in parts]
+        rest = {}
+        fold = [[], [], [], []]
+        for (c, v), (a, b) in other.items():
+            i = plain_id(v) if isinstance(c, str) else None
+            if i is None:
+                rest[(c, v)] = (a, b)
+                continue
+            if c not in index:
+                index[c] = len(cats)
+                cats.append(c)
+            for lst, x in zip(fold, (index[c], i, a, b)):
+                lst.append(x)
+        lo = ts + [np.asarray(fold[2], np.int64)]
+        hi = ts + [np.asarray(fold[3], np.int64)]
+        cat_k = np.concatenate(cat_k + [np.asarray(fold[0], np.int64)]) if cat_k or fold[0] else None
+        ids = np.concatenate(ids + [np.asarray(fold[1], np.int64)]) if ids or fold[1] else None
+        if cat_k is None:
+            return cls(cats, other=rest)
+        return cls(cats, *_reduce(cat_k, ids, np.concatenate(lo), np.concatenate(hi)), other=rest)
+
+    @classmethod
+    def combine(cls, parts) -> "FlowExtents":
+        """One rank's extents from those of its byte ranges (min / max per flow)."""
+        cats, index, chunks, other = [], {}, [], {}
+        for p in parts:
+            remap = np.asarray([index.setdefault(c, len(index)) for c in p.cats] or [0], np.int64)
+            cats = list(index)
+            if len(p.cat_k):
+                chunks.append((remap[p.cat_k], p.ids, p.lo, p.hi))
+            for k, (a, b) in p.other.items():
+                lo, hi = other.get(k, (a, b))
+                other[k] = (min(lo, a), max(hi, b))
+        if not chunks:
+            return cls(cats, other=other)
+        cols = [np.concatenate([c[j] for c in chunks]) for j in range(4)]
+        return cls(cats, *_reduce(*cols), other=other)
+
+    def __len__(self):
+        return len(self.ids) + len(self.other)
+
+    def as_dict(self) -> dict:
+        """``{(cat, id): (lo, hi)}`` (the pre-pass's former shape; for tests and small traces)."""
+        out = {(self.cats[c], i): (a, b) for c, i, a, b in
+               zip(self.cat_k.tolist(), self.ids.tolist(), self.lo.tolist(), self.hi.tolist())}
+        out.update(self.other)
+        return out
+
+    def kept(self, lo, hi) -> "KeptFlows":
+        """The flows whose events all lie in ``lo <= ts <= hi`` (ns)."""
+        m = (self.lo >= lo) & (self.hi <= hi)
+        rest = {k for k, (a, b) in self.other.items() if a >= lo and b <= hi}
+        return KeptFlows(self.cats, self.cat_k[m], self.ids[m], rest)
+
+
+class KeptFlows:
+    """The flows kept under a time filter; ``(cat, id) in kept`` as in a set of those pairs.
+
+    For the byte kernel: ``cat_text``/``cat_off`` (the cats' UTF-8 texts, concatenated) and
+    ``keys`` (sorted int64 ``cat index << 40 | id`` of the kept plain flows with id < 2**40);
+    any other kept flow is in ``rest`` (a set)."""
+
+    def __init__(self, cats, cat_k, ids, rest=()):
+        self.cats = list(cats)
+        self.index = {c: k for k, c in enumerate(self.cats)}
+        small = ids < int(ID_LIMIT)
+        self.keys = np.sort((cat_k[small] << 40) | ids[small])
+        self.rest = set(rest) | {(self.cats[c], i) for c, i in zip(cat_k[~small].tolist(), ids[~small].tolist())}
+        texts = [c.encode("utf-8", "surrogatepass") for c in self.cats]
+        self.cat_text = np.frombuffer(b"".join(texts) or b"\0", np.uint8)
+        self.cat_off = np.zeros(len(texts) + 1, np.int64)
+        self.cat_off[1:] = np.cumsum([len(t) for t in texts]) if texts else []
+
+    @classmethod
+    def of(cls, flows) -> "KeptFlows":
+        """``flows``: a KeptFlows (returned as is) or any iterable of ``(cat, id)`` pairs."""
+        if isinstance(flows, KeptFlows):
+            return flows
+        ext = FlowExtents.build([], [], {k: (0, 0) for k in flows})
+        return ext.kept(0, 0)
+
+    def __contains__(self, key):
+        cat, fid = key
+        if isinstance(cat, str) and cat in self.index:
+            i = plain_id(fid)
+            if i is not None and i < int(ID_LIMIT):
+                k = (self.index[cat] << 40) | i
+                j = int(np.searchsorted(self.keys, k))
+                return j < len(self.keys) and int(self.keys[j]) == k
+        return key in self.rest
+
+    def __len__(self):
+        return len(self.keys) + len(self.rest)
