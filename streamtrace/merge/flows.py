@@ -33,16 +33,21 @@ def plain_id(v):
     return i if i == v and 0 <= i < _ID_END else None
 
 
-def _reduce(cat, fid, lo, hi):
-    """Group rows by ``(cat, fid)``: ``(cat, fid, min lo, max hi)`` sorted by key."""
+def _reduce(cat, fid, lo, hi=None):
+    """Group rows by ``(cat, fid)``: ``(cat, fid, min lo, max hi)`` sorted by key (``hi`` None:
+    ``lo``).  Gathers one column at a time (a pre-pass of ~10**6 flows stays within a few MB)."""
     if len(cat) == 0:
-        return cat, fid, lo, hi
+        return cat, fid, lo, lo if hi is None else hi
     order = np.lexsort((fid, cat))
-    cat, fid, lo, hi = cat[order], fid[order], lo[order], hi[order]
+    cat, fid = cat[order], fid[order]
     new = np.ones(len(cat), bool)
     new[1:] = (cat[1:] != cat[:-1]) | (fid[1:] != fid[:-1])
     at = np.flatnonzero(new)
-    return cat[at], fid[at], np.minimum.reduceat(lo, at), np.maximum.reduceat(hi, at)
+    del new
+    lo_s = lo[order]
+    hi_s = lo_s if hi is None else hi[order]
+    del order
+    return cat[at], fid[at], np.minimum.reduceat(lo_s, at), np.maximum.reduceat(hi_s, at)
 
 
 class FlowExtents:
@@ -57,14 +62,11 @@ class FlowExtents:
 
     @classmethod
     def build(cls, cats, parts, other) -> "FlowExtents":
-        """From chunks ``parts`` [(cat_k, ids, ts)] of plain flow events (cat_k into ``cats``) and the
-        extents ``other`` of the flows read in Python; a flow of ``other`` equal to a plain one is
-        folded into it (one dict key before)."""
+        """From chunks ``parts`` [(cat_k, ids, ts)] of plain flow events (cat_k into ``cats``; the list
+        is emptied) and the extents ``other`` of the flows read in Python; a flow of ``other`` equal to
+        a plain one is folded into it (one dict key before)."""
         cats = list(cats)
         index = {c: k for k, c in enumerate(cats)}
-        cat_k = [p[0] for p in parts]
-        ids = [p[1] for p in parts]
-        ts = [p[2] for p in parts]
         rest = {}
         fold = [[], [], [], []]
         for (c, v), (a, b) in other.items():
@@ -77,13 +79,14 @@ class FlowExtents:
                 cats.append(c)
             for lst, x in zip(fold, (index[c], i, a, b)):
                 lst.append(x)
-        lo = ts + [np.asarray(fold[2], np.int64)]
-        hi = ts + [np.asarray(fold[3], np.int64)]
-        cat_k = np.concatenate(cat_k + [np.asarray(fold[0], np.int64)]) if cat_k or fold[0] else None
-        ids = np.concatenate(ids + [np.asarray(fold[1], np.int64)]) if ids or fold[1] else None
-        if cat_k is None:
+        if not parts and not fold[0]:
             return cls(cats, other=rest)
-        return cls(cats, *_reduce(cat_k, ids, np.concatenate(lo), np.concatenate(hi)), other=rest)
+        cat_k, ids, ts = (np.concatenate([p[j] for p in parts] + [np.asarray(fold[j], np.int64)]) for j in range(3))
+        parts.clear()
+        if not fold[0]:
+            return cls(cats, *_reduce(cat_k, ids, ts), other=rest)
+        hi = np.concatenate([ts[:len(ts) - len(fold[3])], np.asarray(fold[3], np.int64)])
+        return cls(cats, *_reduce(cat_k, ids, ts, hi), other=rest)
 
     @classmethod
     def combine(cls, parts) -> "FlowExtents":
