@@ -12,6 +12,7 @@ string id, ...) is kept in a dict / set beside them.
 from __future__ import annotations
 
 import numbers
+import pickle
 
 import numpy as np
 
@@ -50,14 +51,30 @@ def _reduce(cat, fid, lo, hi=None):
     return cat[at], fid[at], np.minimum.reduceat(lo_s, at), np.maximum.reduceat(hi_s, at)
 
 
-class FlowExtents:
-    """Per flow the ``(min ts, max ts)`` of its events (ns): plain flows as arrays ``cat_k``, ``ids``,
-    ``lo``, ``hi`` (``cat_k`` indexes ``cats``), the others in ``other`` ({(cat, id): (lo, hi)})."""
+_LOW = (1 << 40) - 1
 
-    def __init__(self, cats=(), cat_k=None, ids=None, lo=None, hi=None, other=None):
+
+def _split(cats, cat, fid, lo, hi, other):
+    """Grouped plain flows -> ``(keys, lo, hi)`` (``keys``: ``cat << 40 | id``, sorted as the
+    ``(cat, id)`` rows are); the few with an id of 2**40 or more go to ``other``."""
+    big = fid >= int(ID_LIMIT)
+    if big.any():
+        for c, i, a, b in zip(cat[big].tolist(), fid[big].tolist(), lo[big].tolist(), hi[big].tolist()):
+            other[(cats[c], i)] = (a, b)
+        small = ~big
+        cat, fid, lo, hi = cat[small], fid[small], lo[small], hi[small]
+    return (cat << 40) | fid, lo, hi
+
+
+class FlowExtents:
+    """Per flow the ``(min ts, max ts)`` of its events (ns): plain flows with an id below 2**40 as
+    sorted int64 ``keys`` (``cat index << 40 | id``, the index into ``cats``) and arrays ``lo``,
+    ``hi``; the others in ``other`` ({(cat, id): (lo, hi)})."""
+
+    def __init__(self, cats=(), keys=None, lo=None, hi=None, other=None):
         self.cats = list(cats)
         z = np.zeros(0, np.int64)
-        self.cat_k, self.ids, self.lo, self.hi = (z if a is None else a for a in (cat_k, ids, lo, hi))
+        self.keys, self.lo, self.hi = (z if a is None else a for a in (keys, lo, hi))
         self.other = dict(other or {})
 
     @classmethod
@@ -83,10 +100,10 @@ class FlowExtents:
             return cls(cats, other=rest)
         cat_k, ids, ts = (np.concatenate([p[j] for p in parts] + [np.asarray(fold[j], np.int64)]) for j in range(3))
         parts.clear()
-        if not fold[0]:
-            return cls(cats, *_reduce(cat_k, ids, ts), other=rest)
-        hi = np.concatenate([ts[:len(ts) - len(fold[3])], np.asarray(fold[3], np.int64)])
-        return cls(cats, *_reduce(cat_k, ids, ts, hi), other=rest)
+        hi = None
+        if fold[0]:
+            hi = np.concatenate([ts[:len(ts) - len(fold[3])], np.asarray(fold[3], np.int64)])
+        return cls(cats, *_split(cats, *_reduce(cat_k, ids, ts, hi), rest), other=rest)
 
     @classmethod
     def combine(cls, parts) -> "FlowExtents":
@@ -95,31 +112,39 @@ class FlowExtents:
         for p in parts:
             remap = np.asarray([index.setdefault(c, len(index)) for c in p.cats] or [0], np.int64)
             cats = list(index)
-            if len(p.cat_k):
-                chunks.append((remap[p.cat_k], p.ids, p.lo, p.hi))
+            if len(p.keys):
+                chunks.append((remap[p.keys >> 40], p.keys & _LOW, p.lo, p.hi))
             for k, (a, b) in p.other.items():
                 lo, hi = other.get(k, (a, b))
                 other[k] = (min(lo, a), max(hi, b))
         if not chunks:
             return cls(cats, other=other)
         cols = [np.concatenate([c[j] for c in chunks]) for j in range(4)]
-        return cls(cats, *_reduce(*cols), other=other)
+        return cls(cats, *_split(cats, *_reduce(*cols), other), other=other)
 
     def __len__(self):
-        return len(self.ids) + len(self.other)
+        return len(self.keys) + len(self.other)
 
     def as_dict(self) -> dict:
         """``{(cat, id): (lo, hi)}`` (the pre-pass's former shape; for tests and small traces)."""
-        out = {(self.cats[c], i): (a, b) for c, i, a, b in
-               zip(self.cat_k.tolist(), self.ids.tolist(), self.lo.tolist(), self.hi.tolist())}
+        out = {(self.cats[k >> 40], k & _LOW): (a, b) for k, a, b in
+               zip(self.keys.tolist(), self.lo.tolist(), self.hi.tolist())}
         out.update(self.other)
         return out
 
+    def spill(self, path) -> "SpilledFlows":
+        """Write these extents to ``path`` (a temporary file of merge's): what the worker that found
+        them hands on, so that merge's parent process never holds every rank's flows."""
+        with open(path, "wb") as f:
+            pickle.dump(self, f, protocol=pickle.HIGHEST_PROTOCOL)
+        return SpilledFlows(str(path))
+
     def kept(self, lo, hi) -> "KeptFlows":
         """The flows whose events all lie in ``lo <= ts <= hi`` (ns)."""
-        m = (self.lo >= lo) & (self.hi <= hi)
+        m = self.lo >= lo
+        m &= self.hi <= hi
         rest = {k for k, (a, b) in self.other.items() if a >= lo and b <= hi}
-        return KeptFlows(self.cats, self.cat_k[m], self.ids[m], rest)
+        return KeptFlows(self.cats, self.keys[m], rest)
 
 
 class KeptFlows:
@@ -129,22 +154,24 @@ class KeptFlows:
     ``keys`` (sorted int64 ``cat index << 40 | id`` of the kept plain flows with id < 2**40);
     any other kept flow is in ``rest`` (a set)."""
 
-    def __init__(self, cats, cat_k, ids, rest=()):
+    def __init__(self, cats, keys, rest=()):
         self.cats = list(cats)
         self.index = {c: k for k, c in enumerate(self.cats)}
-        small = ids < int(ID_LIMIT)
-        self.keys = np.sort((cat_k[small] << 40) | ids[small])
-        self.rest = set(rest) | {(self.cats[c], i) for c, i in zip(cat_k[~small].tolist(), ids[~small].tolist())}
+        self.keys = keys
+        self.rest = set(rest)
         texts = [c.encode("utf-8", "surrogatepass") for c in self.cats]
         self.cat_text = np.frombuffer(b"".join(texts) or b"\0", np.uint8)
         self.cat_off = np.zeros(len(texts) + 1, np.int64)
         self.cat_off[1:] = np.cumsum([len(t) for t in texts]) if texts else []
 
     @classmethod
-    def of(cls, flows) -> "KeptFlows":
-        """``flows``: a KeptFlows (returned as is) or any iterable of ``(cat, id)`` pairs."""
+    def of(cls, flows, keep=None) -> "KeptFlows":
+        """``flows``: a KeptFlows (returned as is), a :class:`SpilledFlows` (its flows kept under the
+        keep-window ``keep`` = ``(lo, hi)`` ns) or any iterable of ``(cat, id)`` pairs."""
         if isinstance(flows, KeptFlows):
             return flows
+        if isinstance(flows, SpilledFlows):
+            return flows.load().kept(*keep)
         ext = FlowExtents.build([], [], {k: (0, 0) for k in flows})
         return ext.kept(0, 0)
 
@@ -160,3 +187,15 @@ class KeptFlows:
 
     def __len__(self):
         return len(self.keys) + len(self.rest)
+
+
+class SpilledFlows:
+    """A rank's :class:`FlowExtents` in the file ``path`` (written by :meth:`FlowExtents.spill`; read
+    back by the worker that rewrites the rank, :meth:`KeptFlows.of`)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def load(self) -> FlowExtents:
+        with open(self.path, "rb") as f:
+            return pickle.load(f)

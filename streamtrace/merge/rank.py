@@ -44,7 +44,7 @@ class RankPlan:
     drop_cat: frozenset
     gpu_only: bool
     keep: tuple | None            # (lo, hi) rank-local ns, or None
-    kept_flows: object | None     # the flows kept under a time filter: a merge.flows.KeptFlows or a set of (cat, id)
+    kept_flows: object | None     # flows kept under a time filter: merge.flows.KeptFlows / SpilledFlows, or a set of (cat, id)
     salvage: bool
     host: str | None = None
     devices: dict = field(default_factory=dict)
@@ -60,7 +60,7 @@ class RankContext:
         self.drop_cat = plan.drop_cat
         self.gpu_only = plan.gpu_only
         self.lo, self.hi = plan.keep if plan.keep else (None, None)
-        self.kept_flows = KeptFlows.of(plan.kept_flows) if plan.kept_flows is not None else None
+        self.kept_flows = KeptFlows.of(plan.kept_flows, plan.keep) if plan.kept_flows is not None else None
         self.pids = PidMap(plan.rank)
         self.used = set()
         self.first_out = None
@@ -350,4 +350,5 @@ def warm_kernels(plan: RankPlan) -> None:
     (same argument types, so the same compiled versions).  Called by the parent before it
     forks its worker pool.  Writes and removes a temporary folder beside ``plan.segment``."""
     with warm_trace(os.path.dirname(os.path.abspath(plan.segment))) as (d, src):
-        merge_rank(dataclasses.replace(plan, path=src, segment=os.path.join(d, "warm.seg"), salvage=False))
+        merge_rank(dataclasses.replace(plan, path=src, segment=os.path.join(d, "warm.seg"), salvage=False,
+                                       kept_flows=None if plan.kept_flows is None else set()))
