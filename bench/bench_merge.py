@@ -10,6 +10,8 @@ For each size, rank files are generated (once, then reused) by
 
   * ``python -m streamtrace merge DIR -o OUT.json --no-validate``  (default jobs: all cores)
   * the same with ``-j 1``
+  * with ``--filters`` (``--only-filters``: only these): the validating merge with default jobs,
+    alone, with ``--steps`` and with ``--window`` (a filter should cost no more than the full merge)
   * ``python bench/megatron_merge.py -i DIR -o OUT.json``  (skipped when its memory,
     extrapolated from an earlier run of this invocation, would exceed ``--megatron-max-gb``)
 
@@ -84,7 +86,7 @@ class SizeRun:
         return {"tag": self.tag, "ranks": self.ranks, "size_mb": self.size_mb, "in_bytes": self.in_bytes,
                 "rows": self.rows, "notes": self.notes}
 
-    def one(self, label, cmd, out, workers_fn, tool, keep=True):
+    def one(self, label, cmd, out, workers_fn, tool, keep=True, cwd=None):
         """Measure ``cmd`` once (after waiting for a quiet machine); None when the disk is too
         full for its output."""
         tag, notes = self.tag, self.notes
@@ -96,7 +98,7 @@ class SizeRun:
         log(f"[{tag}] {label}: {shlex.join(cmd)}")
         idle = wait_idle(self.args.wait_idle, log) if self.args.wait_idle > 0 else None
         code = code_id()
-        r = measure(cmd, self.logdir, f"{tag}_{label}", self.args.timeout)
+        r = measure(cmd, self.logdir, f"{tag}_{label}".replace(" ", "_").replace("/", "_"), self.args.timeout, cwd=cwd)
         r.update(label=label, code=code, other_before=idle, tool=tool, in_bytes=self.in_bytes)
         if tool != "megatron" and code_id() != code:
             notes.append(f"[{tag}] {label}: streamtrace's source files changed on disk while it ran")
@@ -134,11 +136,11 @@ class SizeRun:
         m = re.search(r"per worker process ([\d., ]+) MB/s", r["stdout"])     # merge -v's second line
         r["worker_mbps"] = [float(x.replace(",", "")) for x in m.group(1).split(", ")] if m else []
 
-    def median_of(self, label, cmd, out, workers_fn, tool):
+    def median_of(self, label, cmd, out, workers_fn, tool, cwd=None):
         """``args.repeat`` runs of one command; the run with the median wall time is the
         table row, every run is listed in a note (this VM's speed varies by +-20 %
         from run to run)."""
-        runs = [self.one(label, cmd, out, workers_fn, tool, keep=False) for _ in range(self.args.repeat)]
+        runs = [self.one(label, cmd, out, workers_fn, tool, keep=False, cwd=cwd) for _ in range(self.args.repeat)]
         runs = [r for r in runs if r is not None]
         if not runs:
             return None
@@ -197,10 +199,53 @@ class SizeRun:
                               f"{r['peak_sum_rss'] / in_bytes:.1f} x its input")
 
 
+def filters(run: SizeRun):
+    """``--filters``: the full (validating, default jobs) merge and the same merge with ``--steps``
+    and with ``--window``, same inputs, same run: a filter keeps fewer events, so it should cost no
+    more than the full merge (issue 29)."""
+    out = run.outdir / f"filter_{run.tag}.json"
+    base = [sys.executable, "-m", "streamtrace", "merge", str(run.indir), "-o", str(out), "-v"]
+    checkouts = [(None, "")] + ([(run.args.baseline, f" [baseline {_short(run.args.baseline)}]")]
+                                if run.args.baseline else [])
+    for label, extra in (("full merge", []), (f"--steps {run.args.filter_steps}", ["--steps", run.args.filter_steps]),
+                         (f"--window {run.args.filter_window}", ["--window", run.args.filter_window])):
+        for cwd, which in checkouts:       # the baseline right after, on the same machine state
+            r = run.median_of(f"filter: {label}{which}", base + extra, out, run.st_workers(0), "filter", cwd=cwd)
+            if r is not None:
+                r["filter"], r["checkout"] = label, which
+
+
+def _short(path):
+    """``path``'s git short hash (the baseline checkout measured beside this one)."""
+    import subprocess
+    res = subprocess.run(["git", "-C", str(path), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return res.stdout.strip() or str(path)
+
+
+def filter_table(results):
+    """CPU-s, wall and peak RSS of each filtered merge against the full merge of the same run."""
+    lines = md_head(["input", "merge (validating, -j default)", "CPU s", "wall s", "max single-process RSS MB",
+                     "peak summed RSS MB", "output MB", "CPU vs full", "wall vs full", "RSS vs full"])
+    for res in results:
+        rows = [r for r in res["rows"] if r["tool"] == "filter" and r["ok"]]
+        for r in rows:
+            full = next((f for f in rows if f["filter"] == "full merge" and f["checkout"] == r["checkout"]), None)
+            def ratio(key):
+                return f"{r[key] / full[key]:.2f}" if full and full.get(key) and r.get(key) else "n/a"
+            lines.append(md_row([res["tag"], r["filter"] + r["checkout"], fmt_s(r.get("cpu_s")) if r.get("cpu_s") else "n/a",
+                                 fmt_s(r["wall"]), f"{mb(r['max_single_rss']):,.0f}", f"{mb(r['peak_sum_rss']):,.0f}",
+                                 f"{r['out_bytes'] / 1e6:,.0f}", ratio("cpu_s"), ratio("wall"),
+                                 ratio("max_single_rss")]))
+    return "\n".join(lines)
+
+
 def run_size(scratch, src, ranks, size_mb, args, state):
     run = SizeRun(scratch, src, ranks, size_mb, args, state)
-    run.streamtrace()
-    run.megatron()
+    if not args.only_filters:
+        run.streamtrace()
+        run.megatron()
+    if args.filters or args.only_filters:
+        filters(run)
     return run.result()
 
 
@@ -212,6 +257,8 @@ def table(results):
     for res in results:
         mg = next((r for r in res["rows"] if r["tool"] == "megatron" and r["ok"]), None)
         for r in res["rows"]:
+            if r["tool"] == "filter":
+                continue                    # their own table (filter_table)
             mbps = res["in_bytes"] / 1e6 / r["wall"]
             if r["tool"] == "megatron":
                 ratio = "1.0x (baseline)"
@@ -308,6 +355,13 @@ def parse_args(argv):
                     help="before each run wait up to this many seconds for other processes to use < 0.25 cores "
                          "(default 300; 0: do not wait)")
     ap.add_argument("--clean", action="store_true", help="delete the generated inputs at the end")
+    ap.add_argument("--filters", action="store_true",
+                    help="also measure the validating full merge against --steps and --window merges (issue 29)")
+    ap.add_argument("--only-filters", action="store_true", help="measure only those (no Megatron, no -j 1)")
+    ap.add_argument("--baseline", help="with --filters: measure this other checkout's merges too (its root folder), "
+                                       "each right after this checkout's")
+    ap.add_argument("--filter-steps", default="3-4", help="--steps of the filtered merge (default 3-4)")
+    ap.add_argument("--filter-window", default="0:500", help="--window of the filtered merge (default 0:500)")
     return ap.parse_args(argv)
 
 
@@ -331,7 +385,12 @@ def report(results, state, args, argv, machine, started, scratch, src):
           f"(uncompressed `.json`, read from the page cache: generated just before or reused), outputs `.json` "
           f"to {scratch}/out (deleted after each run); total wall time of the benchmark "
           f"{(_dt.datetime.now().astimezone() - started).total_seconds() / 60:.0f} min", "",
-          table(results), "", "Targets (streamtrace):", verdicts(results, state), ""]
+          *([] if args.only_filters else [table(results), ""])]
+    if any(r["tool"] == "filter" for res in results for r in res["rows"]):
+        md += ["Filtered merges against the full merge of the same run (CPU s: user + sys of the whole "
+               "process tree; ratios < 1: cheaper than the full merge):", "", filter_table(results), ""]
+    if not args.only_filters:
+        md += ["Targets (streamtrace):", verdicts(results, state), ""]
     if notes:
         md += ["Notes:"] + [f"- {n}" for n in notes] + [""]
     return "\n".join(md)

@@ -438,7 +438,7 @@ def _wait(p, timeout, use_time):
             return p.wait(), True
 
 
-def measure(cmd, logdir: Path, label: str, timeout=None, max_rss=None, min_avail=None) -> dict:
+def measure(cmd, logdir: Path, label: str, timeout=None, max_rss=None, min_avail=None, cwd=None) -> dict:
     """Run ``cmd`` (a list; cwd: the checkout) under ``/usr/bin/time -v`` (when present) with
     a :class:`TreePoller` on it; its output goes to ``logdir/<label>.{out,err,time}``.
     Killed after ``timeout`` s, or by the poller (``max_rss``, ``min_avail``, bytes).
@@ -456,7 +456,7 @@ def measure(cmd, logdir: Path, label: str, timeout=None, max_rss=None, min_avail
     with open(out_log, "wb") as fo, open(err_log, "wb") as fe:
         busy0, t0 = busy_seconds(), time.perf_counter()
         p = subprocess.Popen(([GNU_TIME, "-v", "-o", str(time_log)] if use_time else []) + cmd,
-                             stdout=fo, stderr=fe, cwd=ROOT)
+                             stdout=fo, stderr=fe, cwd=cwd or ROOT)
         poll = TreePoller(p.pid, skip_root=use_time, max_rss=max_rss, min_avail=min_avail)
         poll.start()
         rc, timed_out = _wait(p, timeout, use_time)

@@ -187,10 +187,45 @@ def _value_ns(buf, s, e):
 
 
 @njit(cache=True)
+def _flow_kept(buf, cat_s, cat_e, id_s, id_e, fcat_text, fcat_off, nfcats, fkeys):
+    """1 when the flow event whose ``cat``/``id`` values are ``buf[cat_s:cat_e]`` / ``buf[id_s:id_e]``
+    is among the kept ``fkeys`` (see :func:`scan_rewrite`), 0 when not, -1 when Python must tell
+    (no ``cat``, one that is not a string or holds an escape, an ``id`` that is not a plain integer
+    below ID_LIMIT)."""
+    if cat_s < 0 or buf[cat_s] != 34 or id_s < 0:
+        return -1
+    for j in range(cat_s + 1, cat_e - 1):
+        if buf[j] == 92:
+            return -1
+    idv = _read_uint(buf, id_s, id_e)
+    if idv < 0 or idv >= ID_LIMIT:
+        return -1
+    c = -1
+    for q in range(nfcats):
+        a = fcat_off[q]
+        n = fcat_off[q + 1] - a
+        if n == cat_e - cat_s - 2:
+            same = True
+            for t in range(n):
+                if fcat_text[a + t] != buf[cat_s + 1 + t]:
+                    same = False
+                    break
+            if same:
+                c = q
+                break
+    if c < 0:
+        return 0
+    key = (np.int64(c) << np.int64(40)) | idv
+    j = np.searchsorted(fkeys, key)
+    return 1 if j < fkeys.shape[0] and fkeys[j] == key else 0
+
+
+@njit(cache=True)
 def scan_rewrite(buf, cur, starts, ends, sep, out, state,
                  pid_text, pid_off, pid_new, pid_kind, pid_used, npids,
                  drop_text, drop_off, ndrop,
-                 rank, shift_ns, gpu_only, has_window, lo, hi, info, kept, fields):
+                 rank, shift_ns, gpu_only, has_window, lo, hi, fcat_text, fcat_off, nfcats, fkeys,
+                 info, kept, fields):
     """Find the events of the ``traceEvents`` array in the byte window ``buf`` and rewrite
     each one into ``out`` as it is found: :func:`streamtrace.kernels.scan.scan_bounds` and
     the rewrite in one pass over the bytes (the member walk that locates an event's fields
@@ -214,7 +249,10 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
     ``pid_text[pid_off[k]:pid_off[k+1]]``), ``pid_new``/``pid_kind`` their merged pid
     and kind (KIND_CPU/GPU/OTHER); ``pid_used[k]`` is set to 1 when pid k gets an event.
     ``drop_text``/``drop_off``: categories to drop (raw string contents).  ``lo``/``hi``:
-    keep window in rank-local ns.
+    keep window in rank-local ns.  ``fcat_text``/``fcat_off`` (``nfcats`` texts, as the pid texts)
+    and ``fkeys`` (sorted int64 ``cat index << 40 | id``): the flows kept under the window
+    (:class:`streamtrace.merge.flows.KeptFlows`); a flow event in the window with a plain string
+    ``cat`` and an ``id`` below ID_LIMIT is kept when its key is there, else dropped.
 
     Returns ``(status, scan_status)``.  ``status`` OK: the batch ends, ``scan_status`` as
     scan_bounds returns it (NEED_MORE at the window's end or with ``len(starts)`` events
@@ -384,8 +422,13 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
                 i += 1
                 continue
             if is_flow:
-                cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
-                return NEED_PYTHON, NEED_MORE
+                fk = _flow_kept(buf, cat_s, cat_e, id_s, id_e, fcat_text, fcat_off, nfcats, fkeys)
+                if fk < 0:
+                    cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+                    return NEED_PYTHON, NEED_MORE
+                if fk == 0:
+                    i += 1
+                    continue
         idv = np.int64(-1)
         if is_flow and id_s >= 0:
             idv = _read_uint(buf, id_s, id_e)

@@ -25,6 +25,7 @@ from ..trace.source import LEAN_BLOCK
 from ..validate.check import Checker, ValidateOptions
 from ..trace.writer import dumps_event, dumps_events, us_fragment
 from ..validate.merged import account_batch, rank_validation
+from .flows import KeptFlows
 from .pids import FLOW_PHASES, PROCESS_META, PidMap, hashable, process_meta_events, unique_id
 
 _ID_ARGS = (("correlation", "raw correlation"), ("External id", "raw External id"),
@@ -43,7 +44,7 @@ class RankPlan:
     drop_cat: frozenset
     gpu_only: bool
     keep: tuple | None            # (lo, hi) rank-local ns, or None
-    kept_flows: set | None        # (cat, id) pairs to keep under a time filter
+    kept_flows: object | None     # flows kept under a time filter: merge.flows.KeptFlows / SpilledFlows, or a set of (cat, id)
     salvage: bool
     host: str | None = None
     devices: dict = field(default_factory=dict)
@@ -59,7 +60,7 @@ class RankContext:
         self.drop_cat = plan.drop_cat
         self.gpu_only = plan.gpu_only
         self.lo, self.hi = plan.keep if plan.keep else (None, None)
-        self.kept_flows = plan.kept_flows
+        self.kept_flows = KeptFlows.of(plan.kept_flows, plan.keep) if plan.kept_flows is not None else None
         self.pids = PidMap(plan.rank)
         self.used = set()
         self.first_out = None
@@ -192,6 +193,7 @@ class _ByteRewrite:
         self.has_window = ctx.lo is not None
         self.lo = ctx.lo if self.has_window else 0
         self.hi = ctx.hi if self.has_window else 0
+        self.flows = ctx.kept_flows if ctx.kept_flows is not None else KeptFlows.of(())
         self.out = np.empty(OUT_BYTES, np.uint8)
         self.state = np.zeros(4, np.int64)
         self.info = np.zeros(2, np.int64)
@@ -210,7 +212,8 @@ class _ByteRewrite:
                 window, cur, starts, ends, sep, self.out, self.state,
                 t.text, t.off, t.new_a, t.kind_a, t.used, len(t.texts),
                 self.drop_text, self.drop_off, len(self.drop_off) - 1, self.ctx.rank, self.ctx.shift,
-                self.ctx.gpu_only, self.has_window, self.lo, self.hi, self.info, self.kept, self.fields)
+                self.ctx.gpu_only, self.has_window, self.lo, self.hi, self.flows.cat_text, self.flows.cat_off,
+                len(self.flows.cats), self.flows.keys, self.info, self.kept, self.fields)
             if status == RW.OK:
                 break
             i = int(cur[3])
@@ -347,4 +350,5 @@ def warm_kernels(plan: RankPlan) -> None:
     (same argument types, so the same compiled versions).  Called by the parent before it
     forks its worker pool.  Writes and removes a temporary folder beside ``plan.segment``."""
     with warm_trace(os.path.dirname(os.path.abspath(plan.segment))) as (d, src):
-        merge_rank(dataclasses.replace(plan, path=src, segment=os.path.join(d, "warm.seg"), salvage=False))
+        merge_rank(dataclasses.replace(plan, path=src, segment=os.path.join(d, "warm.seg"), salvage=False,
+                                       kept_flows=None if plan.kept_flows is None else set()))

@@ -53,6 +53,7 @@ from .options import MergeOptions
 from .output import merged_metadata, output_for_iteration, write_merged
 from .rank import RankPlan, merge_rank, warm_kernels
 from .clocks import plan_clock_sync
+from .flows import FlowExtents, SpilledFlows
 from .survey import Survey, combine_surveys, metadata_task, plan_time, survey_rank
 from .result import MergeResult
 
@@ -84,6 +85,7 @@ class SurveyTask:
     salvage: bool
     byte_range: tuple | None = None
     want_collectives: bool = False
+    spill: str | None = None        # write the flows found to this file (merge.flows.SpilledFlows)
 
 #: merge's warning when ``--step-pattern`` is given for Kineto traces
 STEP_PATTERN_KINETO = "--step-pattern not applied: it names the NVTX step range of Nsight Systems exports; a Kineto " \
@@ -249,7 +251,17 @@ def split_pays(sizes: list, jobs: int, slack: float = 1.1) -> bool:
 def _merge_files(files, output, opt, splits, t_start):
     want = opt.jobs or os.cpu_count() or 1
     jobs = max(1, min(want, len(files) + sum(len(sf.ranges) - 1 for sf in splits.values())))
-    surveys = _surveys(files, splits, opt, jobs)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    surveys = _surveys(files, splits, opt, jobs, output)
+    try:
+        return _merge_surveyed(files, output, opt, splits, t_start, jobs, surveys)
+    finally:
+        for s in surveys:
+            if isinstance(s.flows, SpilledFlows):
+                remove_quietly(s.flows.path)
+
+
+def _merge_surveyed(files, output, opt, splits, t_start, jobs, surveys):
     out_base, shifts, keeps = plan_time(files, surveys, opt)
     clock, clock_warnings = None, []
     if opt.align == "collectives":
@@ -301,16 +313,20 @@ def _merge_files(files, output, opt, splits, t_start):
             "validation": validation}
 
 
-def _surveys(files, splits, opt, jobs) -> list[Survey]:
+def _surveys(files, splits, opt, jobs, output) -> list[Survey]:
     """Each rank's :class:`~streamtrace.merge.survey.Survey` (a split rank: its ranges' surveys
-    combined, or its metadata without reading the events again)."""
+    combined, or its metadata without reading the events again).  An unsplit rank's flows stay in a
+    temporary file beside ``output`` (:class:`~streamtrace.merge.flows.SpilledFlows`), for its
+    rewrite worker: this process never holds every rank's flows."""
     full = opt.needs_survey()
     want_flows = opt.window_ms is not None or opt.steps is not None
     coll = opt.align == "collectives"
     tasks = []
     for i, tf in enumerate(files):
         if i not in splits:
-            tasks.append(SurveyTask(tf.path, i, tf.head, full, want_flows, opt.salvage, want_collectives=coll))
+            spill = str(output.parent / temp_name(output.name, f"flows{i}")) if full and want_flows else None
+            tasks.append(SurveyTask(tf.path, i, tf.head, full, want_flows, opt.salvage, want_collectives=coll,
+                                    spill=spill))
         elif full:
             tasks += [SurveyTask(splits[i].path, i, {}, True, want_flows, False, r, coll) for r in splits[i].ranges]
     done = run_tasks(_run_survey, [(t,) for t in tasks], jobs, scheduler=opt.scheduler)
@@ -330,7 +346,10 @@ def _run_survey(task: SurveyTask) -> Survey:
     with naming_file(task.path):
         if task.byte_range is not None:
             return survey_rank(task.path, task.want_flows, False, task.byte_range, task.want_collectives)
-        return metadata_task(task.path, task.head, task.full, task.want_flows, task.salvage, task.want_collectives)
+        s = metadata_task(task.path, task.head, task.full, task.want_flows, task.salvage, task.want_collectives)
+        if task.spill and isinstance(s.flows, FlowExtents):
+            s.flows = s.flows.spill(task.spill)
+        return s
 
 
 @contextlib.contextmanager
@@ -355,8 +374,11 @@ def _plans(files, surveys, shifts, keeps, opt, output) -> list[RankPlan]:
     for tf, s in zip(files, surveys):
         keep = keeps[tf.rank]
         kept_flows = None
-        if keep is not None:
-            kept_flows = {k for k, (a, b) in s.flows.items() if a >= keep[0] and b <= keep[1]}
+        if isinstance(s.flows, SpilledFlows) and keep is not None:
+            kept_flows = s.flows          # read by the rank's rewrite worker
+        elif keep is not None:
+            flows = s.flows if isinstance(s.flows, FlowExtents) else FlowExtents.build([], [], s.flows)
+            kept_flows = flows.kept(*keep)
         plans.append(RankPlan(tf.path, tf.rank, shifts[tf.rank], f"{stem}{tf.rank}.seg",
                               compress, opt.compresslevel, frozenset(opt.drop_cat), opt.gpu_only, keep,
                               kept_flows, opt.salvage, host_name(s.metadata), device_names(s.metadata),

@@ -13,11 +13,14 @@ from ..events.columns import StringTable, columns_from_batch
 from ..trace.metadata import read_trailer
 from ..trace.reader import TraceReader
 from .clocks import KERNEL_CATS, CollectiveLog
+from .flows import FlowExtents
 from .pids import FLOW_PHASES, GPU_CATS, hashable
+from .prepass import prepass_rank
 
 @dataclass
 class Survey:
-    """A full pre-pass over one rank: metadata, time extent and ProfilerStep windows (ns), flows,
+    """A full pre-pass over one rank: metadata, time extent and ProfilerStep windows (ns), flows
+    (:class:`~streamtrace.merge.flows.FlowExtents`; a dict ``{(cat, id): (lo, hi)}`` is accepted),
     and (``--align collectives``) its collective kernels."""
     metadata: dict
     first_ns: int | None
@@ -36,6 +39,8 @@ def survey_rank(path, want_flows=False, salvage=False, byte_range=None, want_col
     numba extractor (:func:`survey_columns`), not from decoded events."""
     if want_collectives and not want_flows:
         return survey_columns(path, salvage, byte_range)
+    if not want_collectives:            # the bytes classified by a kernel, few events decoded
+        return Survey(*prepass_rank(path, want_flows, salvage, byte_range))
     r = TraceReader(path, salvage=salvage, byte_range=byte_range)
     first = None
     steps, flows = {}, {}
@@ -66,7 +71,7 @@ def survey_rank(path, want_flows=False, salvage=False, byte_range=None, want_col
                     and flags[i] & 2 and not flags[i] & 8:
                 args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
                 log.add(name, t, dur[i], args, args.get("stream", -1))
-    return Survey(r.metadata, first, steps, flows, log)
+    return Survey(r.metadata, first, steps, FlowExtents.build([], [], flows), log)
 
 
 def survey_columns(path, salvage=False, byte_range=None) -> Survey:
@@ -103,7 +108,7 @@ def survey_columns(path, salvage=False, byte_range=None) -> Survey:
             c = int(cols["comm"][i])
             log.add(table.strings[name[i]], int(ts[i]), int(dur[i]), rows[c] if c >= 0 else None,
                     int(cols["stream"][i]))
-    return Survey(r.metadata, first, steps, {}, log)
+    return Survey(r.metadata, first, steps, FlowExtents(), log)
 
 
 def _step_number(name) -> int:
@@ -168,15 +173,16 @@ def plan_time(files, surveys, opt):
 def combine_surveys(parts, meta):
     """One rank's :class:`~streamtrace.merge.Survey` from its ranges' surveys (``parts`` in file
     order: the collectives are concatenated; the rest are min / max) and its metadata."""
-    first, steps, flows = None, {}, {}
+    first, steps = None, {}
     log = CollectiveLog() if any(s.collectives is not None for s in parts) else None
     for s in parts:
         if s.first_ns is not None and (first is None or s.first_ns < first):
             first = s.first_ns
-        for table, mine in ((steps, s.steps), (flows, s.flows)):
-            for k, (lo, hi) in mine.items():
-                a, b = table.get(k, (lo, hi))
-                table[k] = (min(a, lo), max(b, hi))
+        for k, (lo, hi) in s.steps.items():
+            a, b = steps.get(k, (lo, hi))
+            steps[k] = (min(a, lo), max(b, hi))
         if log is not None and s.collectives is not None:
             log.extend(s.collectives)                    # ranges in file order
+    flows = FlowExtents.combine([s.flows if isinstance(s.flows, FlowExtents) else FlowExtents.build([], [], s.flows)
+                                 for s in parts])
     return Survey(meta, first, steps, flows, log)

@@ -16,6 +16,7 @@ from streamtrace.kernels.jsoncheck import is_valid_json
 from streamtrace.kernels.nesting import count_bad_nesting, sort_track
 from streamtrace.kernels.reference import count_bad_nesting_py
 from streamtrace.merge import rank as rank_module
+from streamtrace.merge.pids import hashable
 from streamtrace.merge.rank import RankContext, RankPlan, merge_rank, rewrite_dict
 from streamtrace.trace.writer import dumps_event, fmt_us
 
@@ -256,8 +257,9 @@ def test_rewrite_kernel_matches_twin(tmp_path_factory, evs, rank, shift, gpu_onl
     src = d / "src.json"
     src.write_text('{"traceEvents": [' + ",".join(docs) + "]}")
     drop_cat = frozenset({"python_function"}) if drop else frozenset()
-    plan = RankPlan(str(src), rank, shift, str(d / "seg"), False, 1, drop_cat, gpu_only, keep,
-                    set() if keep else None, False)
+    # kept flows: the keys of every other event (flow or not, so that some flows are kept, some not)
+    kept = {(ev.get("cat"), hashable(ev.get("id"))) for ev, _ in evs[::2]} if keep else None
+    plan = RankPlan(str(src), rank, shift, str(d / "seg"), False, 1, drop_cat, gpu_only, keep, kept, False)
     with mock.patch.object(rank_module, "READ_BLOCK", block):
         res = merge_rank(plan)
     got = orjson.loads(b"[" + (d / "seg").read_bytes() + b"]")
@@ -291,6 +293,13 @@ def test_typical_events_take_the_byte_path(tmp_path):
     assert got[0]["args"] == {"External id": (3 << 40) + 5, "correlation": (3 << 40) + 9, "stream": 7,
                               "raw correlation": 9, "raw External id": 5, "rank": 3}
     assert got[1]["id"] == (3 << 40) + 9 and got[1]["args"] == {"rank": 3}
+    # under a time filter, a kept flow (and a dropped one) is decided by the kernel too
+    res = merge_rank(RankPlan(str(src), 3, 0, str(tmp_path / "seg"), False, 1, frozenset(), False, (0, 10 ** 9),
+                              {("ac2g", 9)}, False))
+    assert res["events_fast"] == 4
+    res = merge_rank(RankPlan(str(src), 3, 0, str(tmp_path / "seg"), False, 1, frozenset(), False, (0, 10 ** 9),
+                              {("ac2g", 8)}, False))
+    assert res["events_fast"] == 3 and res["events_out"] == 3 + 3 * len(res["process_map"])
 
 
 # -- inherited ancestry facts -------------------------------------------------------------

@@ -25,6 +25,8 @@ from .runs import *  # noqa: F401,F403
 from .runs import __all__ as _runs
 from .sqlite_pages import *  # noqa: F401,F403
 from .sqlite_pages import __all__ as _sqlite_pages
+from .survey import *  # noqa: F401,F403
+from .survey import __all__ as _survey
 from .tree import *  # noqa: F401,F403
 from .tree import __all__ as _tree
 from .validate import *  # noqa: F401,F403
@@ -33,4 +35,4 @@ from .windows import *  # noqa: F401,F403
 from .windows import __all__ as _windows
 
 __all__ = [*_intervals, *_tree, *_nesting, *_ancestry, *_validate, *_windows, *_runs, *_gaps, *_critical,
-           *_sqlite_pages]
+           *_sqlite_pages, *_survey]

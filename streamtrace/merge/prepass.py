@@ -1,0 +1,113 @@
+"""merge's pre-pass over one rank without decoding its events (``--steps``, ``--window``,
+``--align first-step``; not ``--align collectives``, which reads collectives:
+:func:`streamtrace.merge.survey.survey_rank`).
+
+The numba kernel :func:`streamtrace.kernels.survey.scan_survey` finds every event's byte range
+and exact ts/dur (as the reader's :func:`streamtrace.kernels.scan.scan_events`) and, in the same
+pass, tells metadata events, flow events with their keys and ProfilerStep candidates apart.  Only the candidates and the events the kernel
+cannot read exactly are decoded, and go through the same per-event rule as the decoding
+pre-pass (:func:`account_event`), so the result is the same: the earliest ts of a non-metadata
+event, each ``ProfilerStep#N``'s window, each flow's ``(min ts, max ts)``
+(:class:`~streamtrace.merge.flows.FlowExtents`).  Measured: bench/RESULTS.md, "filtered merge".
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..kernels import survey as KS
+from ..kernels import scan as K
+from ..trace.decode import decode_value, loads
+from ..trace.reader import TraceReader
+from ..trace.source import LEAN_BLOCK
+from .flows import FlowExtents
+from .pids import FLOW_PHASES, GPU_CATS, hashable
+
+
+class Tally:
+    """What the pre-pass gathers: ``first`` (ns or None), ``steps`` {N: (start, end)} and, when
+    ``flows`` is a dict, the flows read in Python {(cat, id): (lo, hi)}."""
+
+    def __init__(self, want_flows):
+        self.first = None
+        self.steps = {}
+        self.flows = {} if want_flows else None
+
+
+def account_event(ev, t, d, acc: Tally):
+    """One decoded event with a ts (``t``, ``d``: its ts and dur in ns, as the scanner read them)
+    into ``acc``: the pre-pass's rule (ProfilerStep# X events outside the GPU categories, flows)."""
+    if not isinstance(ev, dict):
+        return
+    ph = ev.get("ph")
+    if ph != "M" and (acc.first is None or t < acc.first):
+        acc.first = t
+    name = ev.get("name")
+    if ph == "X" and isinstance(name, str) and name.startswith("ProfilerStep#") and ev.get("cat") not in GPU_CATS:
+        try:
+            n = int(name[13:])
+        except ValueError:
+            return
+        lo, hi = acc.steps.get(n, (t, t + d))
+        acc.steps[n] = (min(lo, t), max(hi, t + d))
+    elif acc.flows is not None and ph in FLOW_PHASES:
+        k = (ev.get("cat"), hashable(ev.get("id")))
+        lo, hi = acc.flows.get(k, (t, t))
+        acc.flows[k] = (min(lo, t), max(hi, t))
+
+
+class _Scan:
+    """The reader's scan hook (:meth:`TraceReader.raw_batches`): :func:`~streamtrace.kernels.survey.scan_survey`
+    in place of scan_bounds; the per-event arrays of the batch the reader yields next, and the
+    flow categories met so far (the kernel's table)."""
+
+    def __init__(self, batch):
+        self.ts, self.dur, self.cat_k, self.fid = (np.zeros(batch, np.int64) for _ in range(4))
+        self.flags = np.zeros(batch, np.uint8)
+        self.kind = np.zeros(batch, np.uint8)
+        self.info = np.zeros(2, np.int64)
+        self.texts = []
+        self._table()
+
+    def _table(self):
+        self.text = np.frombuffer(b"".join(self.texts) or b"\0", np.uint8)
+        self.off = np.zeros(len(self.texts) + 1, np.int64)
+        self.off[1:] = np.cumsum([len(t) for t in self.texts]) if self.texts else []
+
+    def scan(self, window, pos, n, starts, ends, sep, base):
+        k = 0
+        while True:
+            k, status, pos = KS.scan_survey(window, pos, n, starts, ends, self.ts, self.dur, self.flags, sep, k,
+                                            self.kind, self.cat_k, self.fid, self.text, self.off, len(self.texts),
+                                            self.info)
+            if status != KS.NEW_CAT:
+                return k, status, pos
+            self.texts.append(window[int(self.info[0]):int(self.info[1])].tobytes())
+            self._table()
+
+
+def prepass_rank(path, want_flows=False, salvage=False, byte_range=None):
+    """``(metadata, first_ns, steps, flows)`` of one rank (``flows``: a
+    :class:`~streamtrace.merge.flows.FlowExtents`, empty unless ``want_flows``), exactly as the
+    decoding pre-pass finds them.  ``byte_range``: only that range of a plain file (no metadata)."""
+    r = TraceReader(path, salvage=salvage, byte_range=byte_range, block=LEAN_BLOCK)
+    acc, sc, parts = Tally(want_flows), _Scan(r.batch_events), []
+    for b in r.raw_batches(decode="bounds", scan=sc.scan):
+        n = len(b.starts)
+        kind, flags, ts = sc.kind[:n], sc.flags[:n], sc.ts[:n]
+        has = (flags & 1) != 0
+        plain = has & ((kind == KS.S_OTHER) | (kind == KS.S_FLOW))
+        if plain.any():
+            t0 = int(ts[plain].min())
+            acc.first = t0 if acc.first is None or t0 < acc.first else acc.first
+        if want_flows:
+            fl = has & (kind == KS.S_FLOW)
+            if fl.any():
+                parts.append((sc.cat_k[:n][fl], sc.fid[:n][fl], ts[fl]))
+        base = b.offset - int(b.starts[0])
+        for j in np.flatnonzero(has & (kind == KS.S_DECODE)).tolist():
+            s, e = int(b.starts[j]), int(b.ends[j])
+            dec = decode_value if flags[j] & K.BIG_INT else loads      # as the reader decodes a batch
+            account_event(dec(b.buf[s:e], path, base + s), int(ts[j]), int(sc.dur[j]), acc)
+    cat_names = [t.decode("utf-8") for t in sc.texts]
+    flows = FlowExtents.build(cat_names, parts, acc.flows or {}) if want_flows else FlowExtents()
+    return r.metadata, acc.first, acc.steps, flows
