@@ -279,7 +279,8 @@ def rewrite_windows(doc: bytes, sizes, cap, sep0, how, out_bytes):
         while True:
             status, scanned = RW.scan_rewrite(buf, cur, a_st, a_en, sa, out, state, pids.text, pids.off, pids.new,
                                               pids.kind, pids.used, len(pids.texts), empty, np.zeros(1, np.int64), 0,
-                                              3, 0, False, False, 0, 0, info, kept, fields)
+                                              3, 0, False, False, 0, 0, empty, np.zeros(1, np.int64), 0,
+                                              np.zeros(0, np.int64), info, kept, fields)
             if status == RW.OK:
                 break
             i = int(cur[3])
