@@ -138,7 +138,10 @@ def cli_signalled(args, watch, sig, *, changed=None, match=None, timeout=SLOW):
     before = snapshot(watch)
     argv = [sys.executable, "-m", "streamtrace", *map(str, args)]
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        p = subprocess.Popen(argv, stdout=out, stderr=err, text=True, cwd=ROOT)
+        # Ctrl-C as a terminal sends it: a shell starts a background job with SIGINT ignored, and a
+        # process started so ignores it for good (Python then installs no KeyboardInterrupt handler)
+        p = subprocess.Popen(argv, stdout=out, stderr=err, text=True, cwd=ROOT,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         fired, kids, t0 = False, [], time.monotonic()
         try:
             while p.poll() is None and time.monotonic() - t0 < timeout:

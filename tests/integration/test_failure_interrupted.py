@@ -131,17 +131,13 @@ def test_halfwritten_merge_segment_of_live_pid_kept(small_analysis, tmp_path):
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGKILL"])
 def test_halfwritten_merge_interrupted_keeps_old_output(medium_job, tmp_path, sig):
     """Pinned: merge interrupted while rewriting leaves the old output as it was."""
-    for attempt in range(3):
-        w = tmp_path / f"w{attempt}"
-        w.mkdir()
-        out = w / "merged.json"
-        out.write_bytes(b'{"traceEvents": [], "old": true}')
-        r, fired, _ = cli_signalled(["merge", medium_job / "job" / "iteration_10", "-o", out, "-j", "1"],
-                                    w, getattr(signal, sig), match=r"\.rank\d+\.seg$")
-        assert fired, r
-        if r.returncode != 0:       # the signal landed while merging (not after the merge had ended)
-            break
-    assert r.returncode != 0, f"every run ended before the signal could act\n{r!r}"
+    w = tmp_path / "w"
+    w.mkdir()
+    out = w / "merged.json"
+    out.write_bytes(b'{"traceEvents": [], "old": true}')
+    r, fired, _ = cli_signalled(["merge", medium_job / "job" / "iteration_10", "-o", out, "-j", "1"],
+                                w, getattr(signal, sig), match=r"\.rank\d+\.seg$")
+    assert fired, r
     assert out.read_bytes() == b'{"traceEvents": [], "old": true}', r
 
 
