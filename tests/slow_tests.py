@@ -132,4 +132,23 @@ SLOW: dict[str, set[str] | str] = {
     "tests/unit/validate/test_validate_split.py": {
         "test_cli_jobs", "test_cpu3d_and_its_merge", "test_cuts_inside_args_fall_back_or_agree",
         "test_generated_traces", "test_merged_real_pair_gzip_and_no_leftovers", "test_real_traces"},
+    # measured 2026-11-27 with --durations=60 over the whole fast lane on an idle 2-core machine (1.75 s or more,
+    # module fixtures that build and analyse real jobs counted with their first test)
+    "tests/integration/test_report_real_multi.py": "*",
+    "tests/integration/test_done_when_real_multi.py": "*",
+    "tests/integration/test_failure_round3.py": "*",
+    "tests/integration/test_failure_kineto_defects.py": {"test_gpu_kernels_overlapping_on_a_stream_are_counted_apart",
+                                                         "test_kineto_unescaped_quotes_are_repaired_and_counted"},
+    "tests/integration/test_nsys_merge_real.py": "*",
+    "tests/unit/report/test_efficiency.py": {"test_epilogue_with_a_torchtitan_config", "test_flags_and_the_datasheet_peak",
+                                             "test_links_ops_and_charts_on_real_jobs"},
+    "tests/unit/job/test_process_groups.py": {"test_report_and_epilogue_name_the_same_dimension"},
+    "tests/unit/job/test_step_names.py": "*",
+    "tests/unit/trace/test_nsys_payload.py": {"test_epilogue_on_a_folder_of_exports"},
+    "tests/unit/merge/test_nsys_merge.py": {"test_align_first_step_starts_every_rank_s_first_step_together",
+                                            "test_drop_cat_drops_the_category_and_its_flows",
+                                            "test_step_pattern_names_the_export_s_step_range"},
+    "tests/unit/analyze/test_collective_facts.py": {"test_annotation_only_era_real_rank"},
+    "tests/unit/merge/test_critical_marks.py": {"test_epilogue_marks_its_merged_trace"},
+    "tests/kernels/test_survey_kernel.py": {"test_prepass_matches_json"},
 }
