@@ -15,18 +15,10 @@ import os
 import sys
 import tempfile
 
+from .cachedir import writable
+
 NOTICE = ("streamtrace: note: numba cannot cache its compiled kernels beside the package or in the user's "
           "cache folder (read-only); caching them in {dir} (set STREAMTRACE_CACHE_DIR to choose)")
-
-
-def _writable(folder) -> bool:
-    """numba's own test of a cache folder: create it, then a temporary file in it."""
-    try:
-        os.makedirs(folder, exist_ok=True)
-        tempfile.TemporaryFile(dir=folder).close()
-        return True
-    except OSError:
-        return False
 
 
 def _user_cache_dir() -> str:
@@ -49,7 +41,7 @@ def _private_dir():
             return None
     except OSError:
         return None
-    return d if _writable(d) else None
+    return d if writable(d) else None
 
 
 def ensure_cache() -> str | None:
@@ -59,10 +51,10 @@ def ensure_cache() -> str | None:
     from . import cachedir
     if cachedir.install():
         return None
-    if config.CACHE_DIR and _writable(config.CACHE_DIR):
+    if config.CACHE_DIR and writable(config.CACHE_DIR):
         return None
-    if _writable(os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__")) \
-            or _writable(_user_cache_dir()):
+    if writable(os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__")) \
+            or writable(_user_cache_dir()):
         return None
     d = _private_dir() or tempfile.mkdtemp(prefix="streamtrace-numba-")
     config.CACHE_DIR = d

@@ -98,7 +98,7 @@ def kernel_cache_dir(root: str | None = None) -> str | None:
 
 
 @functools.lru_cache(maxsize=None)
-def _writable(folder: str) -> bool:
+def writable(folder: str) -> bool:
     """numba's own test of a cache folder (create it, then a temporary file in it); remembered."""
     try:
         os.makedirs(folder, exist_ok=True)
@@ -142,7 +142,7 @@ class KernelCacheLocator(_Base):
             folder = kernel_cache_dir()
         except Exception:          # unreadable sources, no home: numba's default
             return None
-        if folder is None or not _writable(folder):
+        if folder is None or not writable(folder):
             return None
         return cls(py_func, py_file, folder)
 
@@ -171,7 +171,7 @@ def install() -> bool:
     except Exception:              # unreadable sources, numba without __version__, ...
         return False
     classes = _locator_list()
-    if classes is None or folder is None or not _writable(folder):
+    if classes is None or folder is None or not writable(folder):
         return False
     if classes[0] is not KernelCacheLocator:
         if KernelCacheLocator in classes:
