@@ -23,13 +23,26 @@ from .jsoncheck import MAX_DEPTH, MEMBERS_CAP, MEMBERS_INVALID, bytes_equal, obj
 from .scan import DONE, NEED_MORE, OBJECT, next_element, parse_ns, skip_value
 from .validate import member_fields, span_fields
 
-__all__ = ["OK", "UNKNOWN_PID", "NEED_PYTHON", "OUT_FULL", "KIND_CPU", "KIND_GPU", "KIND_OTHER", "ID_LIMIT",
-           "K_RAW", "scan_rewrite"]
+__all__ = ["OK", "UNKNOWN_PID", "NEED_PYTHON", "OUT_FULL", "NEW_CAT", "KIND_CPU", "KIND_GPU", "KIND_OTHER",
+           "ID_LIMIT", "K_RAW", "C_KEPT", "C_WINDOW", "C_FLOW", "C_CLASS", "C_STEP", "C_OTHER_FLOW", "R_T0", "R_T1",
+           "R_END", "R_FLOW", "R_PID", "R_COLS", "scan_rewrite"]
 
 OK = 0
 UNKNOWN_PID = 1
 NEED_PYTHON = 2
 OUT_FULL = 3
+NEW_CAT = 4         # a deferred filter met a flow category not yet in its table (info: its text's span)
+
+# A deferred time filter (``defer``): per event of the batch, its class (``rcls``, low two bits),
+# and what the filter decides it by after the pass (``rec`` columns).
+C_KEPT = 1          # written, kept whatever the window (a metadata event, an event without ts)
+C_WINDOW = 2        # written, kept when its [ts, ts + dur] meets the window
+C_FLOW = 3          # written flow event: kept when its ts is in the window and its flow is kept
+C_CLASS = 3         # mask of the class bits
+C_STEP = 4          # a ProfilerStep candidate (ph "X", a name starting ProfilerStep# or escaped)
+C_OTHER_FLOW = 8    # (set by Python) a flow whose key is not plain: R_FLOW indexes Python's list
+R_T0, R_T1, R_END, R_FLOW, R_PID = 0, 1, 2, 3, 4
+R_COLS = 5          # ts (ns, rank-local), end (ns), output end offset, flow key, merged pid
 
 KIND_CPU = 0
 KIND_GPU = 1
@@ -46,6 +59,7 @@ K_PH, K_PID, K_TID, K_TS, K_DUR, K_ID, K_CAT, K_NAME, K_ARGS = (_lit(s) for s in
     "ph", "pid", "tid", "ts", "dur", "id", "cat", "name", "args"))
 K_CORR, K_EXT, K_EXT2, K_RANK = (_lit(s) for s in ("correlation", "External id", "external id", "rank"))
 K_RAW = _lit("raw ")
+K_STEP = _lit('"ProfilerStep#')
 M_PNAME, M_PLABELS, M_PSORT = (_lit(s) for s in ("process_name", "process_labels", "process_sort_index"))
 T_RAWCORR, T_RAWEXT, T_RAWEXT2, T_RANK, T_ARGS = (_lit(s) for s in (
     ',"raw correlation":', ',"raw External id":', ',"raw external id":', '"rank":', ',"args":{'))
@@ -187,20 +201,19 @@ def _value_ns(buf, s, e):
 
 
 @njit(cache=True)
-def _flow_kept(buf, cat_s, cat_e, id_s, id_e, fcat_text, fcat_off, nfcats, fkeys):
-    """1 when the flow event whose ``cat``/``id`` values are ``buf[cat_s:cat_e]`` / ``buf[id_s:id_e]``
-    is among the kept ``fkeys`` (see :func:`scan_rewrite`), 0 when not, -1 when Python must tell
-    (no ``cat``, one that is not a string or holds an escape, an ``id`` that is not a plain integer
-    below ID_LIMIT)."""
+def _flow_cat(buf, cat_s, cat_e, id_s, id_e, fcat_text, fcat_off, nfcats):
+    """``(cat index, id)`` of the flow event whose ``cat``/``id`` values are ``buf[cat_s:cat_e]`` /
+    ``buf[id_s:id_e]``: index -1 when its cat is not among the ``nfcats`` texts, -2 when Python must
+    tell (no ``cat``, one that is not a string or holds an escape, an ``id`` that is not a plain
+    integer below ID_LIMIT)."""
     if cat_s < 0 or buf[cat_s] != 34 or id_s < 0:
-        return -1
+        return -2, np.int64(0)
     for j in range(cat_s + 1, cat_e - 1):
         if buf[j] == 92:
-            return -1
+            return -2, np.int64(0)
     idv = _read_uint(buf, id_s, id_e)
     if idv < 0 or idv >= ID_LIMIT:
-        return -1
-    c = -1
+        return -2, np.int64(0)
     for q in range(nfcats):
         a = fcat_off[q]
         n = fcat_off[q + 1] - a
@@ -211,8 +224,18 @@ def _flow_kept(buf, cat_s, cat_e, id_s, id_e, fcat_text, fcat_off, nfcats, fkeys
                     same = False
                     break
             if same:
-                c = q
-                break
+                return q, idv
+    return -1, idv
+
+
+@njit(cache=True)
+def _flow_kept(buf, cat_s, cat_e, id_s, id_e, fcat_text, fcat_off, nfcats, fkeys):
+    """1 when the flow event whose ``cat``/``id`` values are ``buf[cat_s:cat_e]`` / ``buf[id_s:id_e]``
+    is among the kept ``fkeys`` (see :func:`scan_rewrite`), 0 when not, -1 when Python must tell
+    (see :func:`_flow_cat`)."""
+    c, idv = _flow_cat(buf, cat_s, cat_e, id_s, id_e, fcat_text, fcat_off, nfcats)
+    if c == -2:
+        return -1
     if c < 0:
         return 0
     key = (np.int64(c) << np.int64(40)) | idv
@@ -225,7 +248,7 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
                  pid_text, pid_off, pid_new, pid_kind, pid_used, npids,
                  drop_text, drop_off, ndrop,
                  rank, shift_ns, gpu_only, has_window, lo, hi, fcat_text, fcat_off, nfcats, fkeys,
-                 info, kept, fields):
+                 info, kept, fields, defer, rec, rcls):
     """Find the events of the ``traceEvents`` array in the byte window ``buf`` and rewrite
     each one into ``out`` as it is found: :func:`streamtrace.kernels.scan.scan_bounds` and
     the rewrite in one pass over the bytes (the member walk that locates an event's fields
@@ -243,8 +266,9 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
 
     ``ts``/``dur`` are read from their number text (exact int64 ns, as
     :func:`streamtrace.kernels.scan.scan_events` reads them).
-    ``state``: int64[4]: [0] 1 when a comma must precede the next event written,
-    [1] events written, [2] earliest ts written (ns, shifted), [3] 1 once [2] is set.
+    ``state``: int64[5]: [0] 1 when a comma must precede the next event written,
+    [1] events written, [2] earliest ts written (ns, shifted), [3] 1 once [2] is set, [4] the
+    output offset of ``out[0]`` (kept by the caller; only ``defer`` reads it).
     ``pid_text``/``pid_off``: concatenated raw JSON texts of known pids (entry k is
     ``pid_text[pid_off[k]:pid_off[k+1]]``), ``pid_new``/``pid_kind`` their merged pid
     and kind (KIND_CPU/GPU/OTHER); ``pid_used[k]`` is set to 1 when pid k gets an event.
@@ -261,6 +285,15 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
     ``info[0:2]`` = the pid's byte span (register it, call again); NEED_PYTHON (rewrite
     it with the Python twin, set ``cur[3]`` = i + 1, call again); OUT_FULL (``out`` cannot
     take it: empty ``out``, call again).  Counts written events in ``state[1]``.
+    ``defer`` (a time filter decided after the pass, :mod:`streamtrace.merge.deferred`; ``has_window``
+    is then False): every event is written as without a filter, and ``rcls[j]`` (uint8, length >=
+    len(starts)) / ``rec[j]`` (int64[len(starts), R_COLS]) tell what decides it afterwards: the class
+    (C_KEPT, C_WINDOW, C_FLOW; 0: not written), C_STEP for a ProfilerStep candidate (flagged before
+    any filter, for Python to decode), ``rec[j, R_T0]`` its ts and ``R_T1`` its end (ts + dur when
+    dur > 0; ns, rank-local), ``R_END`` the output offset just past it (``state[4]``: the offset of
+    ``out[0]`` in the whole output), ``R_FLOW`` a flow's ``cat index << 40 | id`` (the cat texts in
+    ``fcat_text``/``fcat_off``: NEW_CAT with ``info[0:2]`` = the span of a text not there yet: add it,
+    call again), ``R_PID`` the merged pid.
     Twins: scan_bounds (the byte ranges, property-tested) and
     :func:`streamtrace.merge.rank.rewrite_dict` (the rewrite, property-tested).
     """
@@ -369,6 +402,14 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
             member_fields(buf, nm, na, arow, mem, amem, fields, i)
         ph = buf[ph_s + 1]
         is_flow = ph == 115 or ph == 102 or ph == 116      # s f t
+        if defer and ph == 88 and name_s >= 0 and buf[name_s] == 34:
+            step = _startswith(buf, name_s, name_e, K_STEP)
+            for j in range(name_s + 1, name_e - 1):
+                if step:
+                    break
+                step = buf[j] == 92     # an escaped name: Python tells
+            if step:
+                rcls[i] |= C_STEP
         # -- filters ---------------------------------------------------------
         if ndrop > 0 and cat_s >= 0 and buf[cat_s] == 34:
             dropped = False
@@ -429,6 +470,24 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
                 if fk == 0:
                     i += 1
                     continue
+        cls = C_KEPT
+        fkey = np.int64(-1)
+        if defer and ts_s >= 0 and ph != 77:
+            cls = C_WINDOW
+            rec[i, R_T0] = tsv
+            rec[i, R_T1] = tsv + durv if dur_ok and durv > 0 else tsv
+            if is_flow:
+                c, fid = _flow_cat(buf, cat_s, cat_e, id_s, id_e, fcat_text, fcat_off, nfcats)
+                if c == -2:
+                    cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+                    return NEED_PYTHON, NEED_MORE
+                if c == -1:
+                    info[0] = cat_s + 1
+                    info[1] = cat_e - 1
+                    cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+                    return NEW_CAT, NEED_MORE
+                cls = C_FLOW
+                fkey = (np.int64(c) << np.int64(40)) | fid
         idv = np.int64(-1)
         if is_flow and id_s >= 0:
             idv = _read_uint(buf, id_s, id_e)
@@ -522,6 +581,11 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
                 o += 1
             pos = spans[a, 1]
         o = _put(out, o, buf, pos, e)
+        if defer:
+            rcls[i] = (rcls[i] & ~C_CLASS) | cls
+            rec[i, R_END] = state[4] + o
+            rec[i, R_FLOW] = fkey
+            rec[i, R_PID] = pid_new[k]
         state[0] = 1
         state[1] += 1
         kept[i] = 1

@@ -33,6 +33,32 @@ def append_file(src, dst):
         shutil.copyfileobj(f, dst, 1 << 22)
 
 
+def copy_runs(src_path: str, runs, dst, plain: bool) -> None:
+    """Write the byte ranges ``runs`` (int64[n, 2]: start, end) of file ``src_path`` to the binary
+    stream ``dst``, comma separated: in the kernel (``os.copy_file_range``) when ``plain`` (``dst``
+    is a plain file) and the platform allows, else through a buffer."""
+    plain = plain and hasattr(os, "copy_file_range")
+    with open(src_path, "rb") as f:
+        for k, (a, b) in enumerate(runs.tolist()):
+            if k:
+                dst.write(b",")
+            if plain:
+                dst.flush()
+                while a < b:
+                    n = os.copy_file_range(f.fileno(), dst.fileno(), b - a, a)
+                    if n == 0:
+                        break
+                    a += n
+                dst.seek(0, os.SEEK_END)
+            f.seek(a)
+            while a < b:
+                data = f.read(min(b - a, 1 << 22))
+                if not data:
+                    raise OSError(f"{src_path}: ended at byte {a} of a run to {b}")
+                dst.write(data)
+                a += len(data)
+
+
 def gzip_piece(data: bytes, compress, level):
     """``data`` as one gzip member when ``compress``, else as is."""
     return gzip.compress(data, compresslevel=level, mtime=0) if compress else data
@@ -96,7 +122,9 @@ def output_for_iteration(output: Path, iteration) -> Path:
 def write_merged(output: Path, results, meta: dict, compress: bool, level: int):
     """Write the merged trace atomically: ``{"traceEvents":[`` + every result's segments in order,
     comma separated + ``]`` + ``meta`` + ``}``; each piece a gzip member of its own when
-    ``compress`` (segments were written as members already)."""
+    ``compress`` (segments were written as members already).  A segment is a file, or ``(file,
+    runs)``: the byte ranges ``runs`` of a plain file (a deferred filter's kept events,
+    :mod:`streamtrace.merge.deferred`)."""
     with atomic_output(output, compress=False) as f:
         f.write(gzip_piece(b'{"traceEvents":[', compress, level))
         first = True
@@ -104,9 +132,14 @@ def write_merged(output: Path, results, meta: dict, compress: bool, level: int):
             if not res["events_out"]:
                 continue
             for seg in res["segments"]:
+                if isinstance(seg, tuple) and not len(seg[1]):
+                    continue
                 if not first:
                     f.write(gzip_piece(b",", compress, level))
-                append_file(seg, f)
+                if isinstance(seg, tuple):
+                    copy_runs(seg[0], seg[1], f, True)
+                else:
+                    append_file(seg, f)
                 first = False
         trailer = b"]" + b"".join(b"," + dumps_event(k) + b":" + dumps_event(v) for k, v in meta.items()) + b"}\n"
         f.write(gzip_piece(trailer, compress, level))

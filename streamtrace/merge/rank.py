@@ -25,6 +25,10 @@ from ..trace.source import LEAN_BLOCK
 from ..validate.check import Checker, ValidateOptions
 from ..trace.writer import dumps_event, dumps_events, us_fragment
 from ..validate.merged import account_batch, rank_validation
+from ..runtime.files import remove_quietly
+from ..validate.check import OutFilter
+from .deferred import DeferredFilter, out_view_bits
+from .output import copy_runs
 from .flows import KeptFlows
 from .pids import FLOW_PHASES, PROCESS_META, PidMap, hashable, process_meta_events, unique_id
 
@@ -49,6 +53,12 @@ class RankPlan:
     host: str | None = None
     devices: dict = field(default_factory=dict)
     validate: bool = True         # check input and output while rewriting (:mod:`streamtrace.validate.merged`)
+    defer: tuple | None = None    # (first, last) ProfilerSteps kept, decided after the pass (merge.deferred)
+
+    @property
+    def tentative(self) -> str:
+        """With ``defer``: the segment of every event, before the filter (kept runs are copied from it)."""
+        return self.segment + ".all"
 
 
 class RankContext:
@@ -67,6 +77,8 @@ class RankContext:
         self.count = 0
         self.exact = True         # the output's check can be derived from the input's (see merge.check)
         self.bad_ts = 0             # events dropped: a ts that is not a usable number
+        self.defer = None           # a merge.deferred.DeferredFilter: the twin records what it wrote
+        self.last = None            # with defer: (class, ts, end, flow key, other flow) of the event written
 
 
 def rewrite_dict(ev, ts_ns, dur_ns, flag, ctx: RankContext):
@@ -110,10 +122,15 @@ def rewrite_dict(ev, ts_ns, dur_ns, flag, ctx: RankContext):
                 return None
             if ph in FLOW_PHASES and (ev.get("cat"), hashable(ev.get("id"))) not in ctx.kept_flows:
                 return None
+        if ctx.defer is not None:
+            ctx.last = _deferred_record(ev, ph, t, t + dur_ns if (flag & 2 and not flag & 8 and dur_ns > 0) else t,
+                                        ctx)
         t += ctx.shift
         ev["ts"] = us_fragment(t)
         if ph != "M" and (ctx.first_out is None or t < ctx.first_out):
             ctx.first_out = t
+    elif ctx.defer is not None:
+        ctx.last = (RW.C_KEPT, 0, 0, -1, False)
     ev["pid"] = newpid
     if "id" in ev and ph in FLOW_PHASES:
         ev["id"] = unique_id(ctx.rank, ev["id"])
@@ -129,6 +146,16 @@ def rewrite_dict(ev, ts_ns, dur_ns, flag, ctx: RankContext):
     ctx.used.add(newpid)
     ctx.count += 1
     return ev
+
+
+def _deferred_record(ev, ph, t, end, ctx):
+    """What a deferred filter decides a written event with ts ``t`` by (see scan_rewrite's ``rec``)."""
+    if ph == "M":
+        return (RW.C_KEPT, 0, 0, -1, False)
+    if ph in FLOW_PHASES:
+        key, other = ctx.defer.flow_key(ev.get("cat"), hashable(ev.get("id")))
+        return (RW.C_FLOW, t, end, key, other)
+    return (RW.C_WINDOW, t, end, -1, False)
 
 
 class _PidTables:
@@ -195,7 +222,10 @@ class _ByteRewrite:
         self.hi = ctx.hi if self.has_window else 0
         self.flows = ctx.kept_flows if ctx.kept_flows is not None else KeptFlows.of(())
         self.out = np.empty(OUT_BYTES, np.uint8)
-        self.state = np.zeros(4, np.int64)
+        self.state = np.zeros(5, np.int64)
+        self.defer = ctx.defer
+        self.rcls = np.zeros(reader.batch_events if self.defer is not None else 0, np.uint8)
+        self.rec = np.zeros((len(self.rcls), RW.R_COLS), np.int64)
         self.info = np.zeros(2, np.int64)
         self.cur = np.zeros(5, np.int64)
         self.kept = np.zeros(reader.batch_events, np.uint8)
@@ -207,13 +237,17 @@ class _ByteRewrite:
         cur, t = self.cur, self.tables
         cur[:] = (pos, n, 0, 0, 0)
         self.kept[:] = 0
+        self.rcls[:] = 0
+        d = self.defer
+        ftext, foff, nf = (d.cat_text, d.cat_off, len(d.cats)) if d is not None else \
+            (self.flows.cat_text, self.flows.cat_off, len(self.flows.cats))
         while True:
             status, scanned = RW.scan_rewrite(
                 window, cur, starts, ends, sep, self.out, self.state,
                 t.text, t.off, t.new_a, t.kind_a, t.used, len(t.texts),
                 self.drop_text, self.drop_off, len(self.drop_off) - 1, self.ctx.rank, self.ctx.shift,
-                self.ctx.gpu_only, self.has_window, self.lo, self.hi, self.flows.cat_text, self.flows.cat_off,
-                len(self.flows.cats), self.flows.keys, self.info, self.kept, self.fields)
+                self.ctx.gpu_only, self.has_window, self.lo, self.hi, ftext, foff, nf, self.flows.keys, self.info,
+                self.kept, self.fields, d is not None, self.rec, self.rcls)
             if status == RW.OK:
                 break
             i = int(cur[3])
@@ -221,6 +255,10 @@ class _ByteRewrite:
                 if cur[4] == 0:
                     self.out = np.empty(2 * len(self.out) + int(ends[i] - starts[i]), np.uint8)
                 self._flush()
+            elif status == RW.NEW_CAT:
+                raw = window[int(self.info[0]):int(self.info[1])].tobytes()
+                d.add_cat(raw.decode("utf-8", "surrogateescape"))
+                ftext, foff, nf = d.cat_text, d.cat_off, len(d.cats)
             elif status == RW.UNKNOWN_PID:
                 text = window[int(self.info[0]):int(self.info[1])].tobytes()
                 newpid = self.ctx.pids.get(loads(text, self.reader.path, base + int(self.info[0])))
@@ -234,7 +272,10 @@ class _ByteRewrite:
     def _python(self, window, s: int, e: int, base: int, i: int):
         """Event ``window[s:e]`` (``i`` in its batch) through the Python twin."""
         ev = loads(window[s:e].tobytes(), self.reader.path, base + s)
-        ev = rewrite_dict(ev, *event_times(window, s, e), self.ctx)
+        times = event_times(window, s, e)
+        if self.defer is not None and (times[2] & 1):
+            self.defer.step_event(ev, times[0], times[1])
+        ev = rewrite_dict(ev, *times, self.ctx)
         if ev is None:
             return
         self.kept[i] = 1
@@ -250,10 +291,16 @@ class _ByteRewrite:
         self.out[o:o + len(data)] = np.frombuffer(data, np.uint8)
         self.cur[4] = o + len(data)
         self.state[0] = 1
+        if self.defer is not None:
+            cls, t0, t1, key, other = self.ctx.last
+            self.rcls[i] = (self.rcls[i] & ~RW.C_CLASS) | cls | (RW.C_OTHER_FLOW if other else 0)
+            self.rec[i, :RW.R_PID] = (t0, t1, self.state[4] + o + len(data), key)
+            self.rec[i, RW.R_PID] = ev["pid"]
 
     def _flush(self):
         if self.cur[4]:
             self.seg.write(memoryview(self.out)[:int(self.cur[4])])
+            self.state[4] += self.cur[4]
             self.cur[4] = 0
 
 
@@ -272,9 +319,17 @@ def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: RankContext, seg, c
     for b in reader.raw_batches(decode="bounds", scan=rw.scan):
         n = len(b.starts)
         n_in += n
+        vbits = None
         if check is not None:
             fields = check.finish_read(rw.fields[:n], b.buf, b.starts, b.ends, b.offset, reader.path)
+            odd = check.missing[1] + check.negdur[1]
             ctx.exact &= account_batch(check, fields, rw.kept[:n])
+            if ctx.defer is not None and check.missing[1] + check.negdur[1] != odd:
+                vbits = out_view_bits(fields)     # only a batch with such events needs them told apart
+        if ctx.defer is not None:
+            arr = np.frombuffer(b.buf, np.uint8)
+            ctx.defer.add_batch(rw.rcls[:n], rw.rec[:n], b.buf, b.starts, b.ends, vbits, reader.path,
+                                b.offset - int(b.starts[0]), lambda j: event_times(arr, int(b.starts[j]), int(b.ends[j])))
     t, state = rw.tables, rw.state
     for k, used in enumerate(t.used[:len(t.texts)].tolist()):
         if used:
@@ -308,40 +363,58 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
     ctx = RankContext(plan)
     reader = TraceReader(plan.path, salvage=plan.salvage, block=READ_BLOCK, progress=progress)
     check = Checker(ValidateOptions(spill_dir=os.path.dirname(os.path.abspath(plan.segment)))) if plan.validate else None
-    raw, seg = open_segment(plan.segment, plan.compress, plan.compresslevel)
+    tentative = plan.tentative if plan.defer else None     # every event, before the deferred filter
+    runs = None
+    if plan.defer:
+        ctx.defer = DeferredFilter(plan.defer, plan.segment + ".rec")
+    raw, seg = open_segment(tentative or plan.segment, plan.compress and not plan.defer, plan.compresslevel)
     try:
         n_in, n_out, first_out, fast = rewrite_stream(reader, plan, ctx, seg, check)
+        used, out_filter, runs = ctx.used, None, None
+        if ctx.defer is not None:
+            raw.close()
+            dec = ctx.defer.finish(plan.path, plan.shift_ns)
+            used, first_out, n_out = dec.used, dec.first_out, dec.kept
+            out_filter = OutFilter(lo=dec.lo, hi=dec.hi, dropped_seq=dec.dropped_seq, **dec.dropped)
+            raw, seg = open_segment(plan.segment, plan.compress, plan.compresslevel)
+            if plan.compress:           # compressed here, in the worker; a plain output copies the runs itself
+                copy_runs(tentative, dec.runs, seg, False)
+            else:
+                runs = dec.runs
         # Our own process metadata, one set per process that had events.
         meta = reader.metadata
         devices = plan.devices or device_names(meta)
         host = plan.host or host_name(meta)
-        pmap = {k: v for k, v in sorted(ctx.pids.info.items()) if k in ctx.used}
+        pmap = {k: v for k, v in sorted(ctx.pids.info.items()) if k in used}
         mevs = process_meta_events(pmap, plan.rank, host, devices, first_out)
         if mevs:
-            if n_out:
+            if n_out and runs is None:
                 seg.write(b",")
             seg.write(dumps_events(mevs))
             n_out += len(mevs)
         if plan.compress:
             seg.close()
         raw.close()
-        validation = rank_validation(check.reports(), n_out, ctx.exact) if check is not None else None
+        validation = rank_validation(check.reports(out_filter=out_filter), n_out, ctx.exact) \
+            if check is not None else None
     except BaseException:
         raw.close()
-        try:
-            os.unlink(plan.segment)
-        except OSError:
-            pass
+        remove_quietly(plan.segment)
         raise
     finally:
         if check is not None:
             check.close()
+        if ctx.defer is not None:
+            ctx.defer.close()
+            if runs is None:
+                remove_quietly(tentative)
     warnings = reader.warnings + ([bad_ts_warning(plan.path, ctx.bad_ts)] if ctx.bad_ts else [])
     return {"rank": plan.rank, "events_in": n_in, "events_out": n_out, "bytes_in": reader.bytes_read,
             "events_fast": fast, "dropped_bad_ts": ctx.bad_ts, "validation": validation,
             "process_map": {str(k): v for k, v in pmap.items()},
             "metadata": meta, "warnings": warnings, "truncated": reader.truncated,
-            "repaired_events": reader.repaired}
+            "repaired_events": reader.repaired,
+            "segments": [plan.segment] if runs is None else [(tentative, runs)] + ([plan.segment] if mevs else [])}
 
 
 def warm_kernels(plan: RankPlan) -> None:
@@ -351,4 +424,4 @@ def warm_kernels(plan: RankPlan) -> None:
     forks its worker pool.  Writes and removes a temporary folder beside ``plan.segment``."""
     with warm_trace(os.path.dirname(os.path.abspath(plan.segment))) as (d, src):
         merge_rank(dataclasses.replace(plan, path=src, segment=os.path.join(d, "warm.seg"), salvage=False,
-                                       kept_flows=None if plan.kept_flows is None else set()))
+                                       kept_flows=None if plan.kept_flows is None else set(), defer=None))

@@ -261,15 +261,26 @@ def _merge_files(files, output, opt, splits, t_start):
                 remove_quietly(s.flows.path)
 
 
+def deferred_steps(opt, splits) -> bool:
+    """True when ``--steps`` is decided after each rank's one pass (:mod:`streamtrace.merge.deferred`)
+    instead of by a survey before it: no ``--window`` (its origin is the job's earliest event, known
+    only once every rank is read), no alignment that reads the ranks first, no rank cut into byte
+    ranges."""
+    return opt.steps is not None and opt.window_ms is None and opt.align == "global" and not splits
+
+
 def _merge_surveyed(files, output, opt, splits, t_start, jobs, surveys):
-    out_base, shifts, keeps = plan_time(files, surveys, opt)
+    defer = deferred_steps(opt, splits)
+    out_base, shifts, keeps = plan_time(files, surveys, replace(opt, steps=None) if defer else opt)
     clock, clock_warnings = None, []
     if opt.align == "collectives":
         shifts, clock, clock_warnings = plan_clock_sync(files, surveys, shifts)
     output.parent.mkdir(parents=True, exist_ok=True)
     plans = _plans(files, surveys, shifts, keeps, opt, output)
+    if defer:
+        plans = [replace(p, defer=opt.steps) for p in plans]
     tasks = _rewrite_tasks(files, plans, splits)
-    temps = [p.segment for p in plans] + [s for t in tasks if t.segment for s in (t.segment, t.segment + LOG_SUFFIX)]
+    temps = [p.segment for p in plans] + [p.tentative for p in plans if p.defer] + [s for t in tasks if t.segment for s in (t.segment, t.segment + LOG_SUFFIX)]
     progress = _Progress(tasks, opt.progress)
     try:
         if jobs > 1 and len(tasks) > 1 and not parallel.scheduler_address(opt.scheduler):
@@ -318,8 +329,8 @@ def _surveys(files, splits, opt, jobs, output) -> list[Survey]:
     combined, or its metadata without reading the events again).  An unsplit rank's flows stay in a
     temporary file beside ``output`` (:class:`~streamtrace.merge.flows.SpilledFlows`), for its
     rewrite worker: this process never holds every rank's flows."""
-    full = opt.needs_survey()
-    want_flows = opt.window_ms is not None or opt.steps is not None
+    full = opt.needs_survey() and not deferred_steps(opt, splits)
+    want_flows = full and (opt.window_ms is not None or opt.steps is not None)
     coll = opt.align == "collectives"
     tasks = []
     for i, tf in enumerate(files):
@@ -411,7 +422,7 @@ def _rewrite(tasks, files, plans, splits, jobs, opt, progress):
     results = [None] * len(files)
     for i in range(len(files)):
         if i not in splits:
-            results[i] = dict(done[of[i][0]], segments=[plans[i].segment])
+            results[i] = dict(done[of[i][0]])
     redo = []
     for i in splits:
         _, final, wrong = MS.settle_pids(plans[i].rank, [done[j] for j in of[i]])

@@ -84,8 +84,10 @@ UNITS = {
     "rewrite._read_uint": ("rewrite", "_read_uint", (_RO, _i, _i), (), 0.2),
     "rewrite._put_int": ("rewrite", "_put_int", (_U8, _i, _i), (), 0.2),
     "rewrite._put_us": ("rewrite", "_put_us", (_U8, _i, _i), ("rewrite._put_int",), 0.25),
+    "rewrite._flow_cat": ("rewrite", "_flow_cat", (_RO, _i, _i, _i, _i, _RO, _I64, _i),
+                          ("rewrite._read_uint",), 0.3),
     "rewrite._flow_kept": ("rewrite", "_flow_kept", (_RO, _i, _i, _i, _i, _RO, _I64, _i, _I64),
-                           ("rewrite._read_uint",), 0.3),
+                           ("rewrite._flow_cat",), 0.3),
     "survey._plain": ("survey", "_plain", (_RO, _i, _i), (), 0.15),
     "survey.scan_survey": ("survey", "scan_survey", (_RO, _i, _i, _I64, _I64, _I64, _I64, _U8, _I64, _i, _U8, _I64,
                                                      _I64, _RO, _I64, _i, _I64),
@@ -93,11 +95,13 @@ UNITS = {
                             "survey._plain"), 1.5),
     "rewrite.scan_rewrite": ("rewrite", "scan_rewrite",
                              (_RO, _I64, _I64, _I64, _I64, _U8, _I64, _RO, _I64, _I64, _I64, _U8, _i,
-                              _RO, _I64, _i, _i, _i, _b, _b, _i, _i, _RO, _I64, _i, _I64, _I64, _U8, _I64_2D),
-                             ("jsoncheck.object_members", "scan.parse_ns", "rewrite._flow_kept",
+                              _RO, _I64, _i, _i, _i, _b, _b, _i, _i, _RO, _I64, _i, _I64, _I64, _U8, _I64_2D,
+                              _b, _I64_2D, _U8),
+                             ("jsoncheck.object_members", "scan.parse_ns", "rewrite._flow_kept", "rewrite._flow_cat",
                               "scan.skip_value", "scan.skip_ws", "rewrite._read_uint", "rewrite._put_us",
                               "jsoncheck.bytes_equal", "rewrite._startswith", "validate.member_fields",
                               "validate.span_fields"), 4.5),
+    "keep.keep_rows": ("keep", "keep_rows", (_I64_2D, _i, _i, _I64, _i, _U8, _I64_2D, _I64, _I64), (), 0.5),
     "extract._int": ("extract", "_int", (_RO, _i, _i), (), 0.2),
     "validate.member_fields": ("validate", "member_fields", (_RO, _i, _i, _i, _I64_2D, _I64_2D, _I64_2D, _i),
                          ("extract._int", "scan.parse_ns"), 1.0),
@@ -164,7 +168,7 @@ _VALIDATE = ("validate.event_fields", "validate.nesting_chunk", "validate.flow_c
              "validate.batch_records")
 _NSYS = ("sqlite_pages.decode_leaves", "sqlite_pages.decode_record", "sqlite_pages.interior_children",
          "sqlite_pages.local_size")     # the page reader of Nsight Systems exports
-_MERGE = _READ + ("rewrite.scan_rewrite", "survey.scan_survey") + _VALIDATE + _NSYS
+_MERGE = _READ + ("rewrite.scan_rewrite", "survey.scan_survey", "keep.keep_rows") + _VALIDATE + _NSYS
 _ANALYZE = _READ + ("extract.extract_columns", "treestream._feed", "treestream._gather_strings",
                     "intervals.disjoint_length", "intervals._union_lengths_sorted") + _INTERVALS + _WINDOWS + _NSYS
 

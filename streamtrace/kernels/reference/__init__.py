@@ -19,6 +19,8 @@ from .gaps import *  # noqa: F401,F403
 from .gaps import __all__ as _gaps
 from .intervals import *  # noqa: F401,F403
 from .intervals import __all__ as _intervals
+from .keep import *  # noqa: F401,F403
+from .keep import __all__ as _keep
 from .nesting import *  # noqa: F401,F403
 from .nesting import __all__ as _nesting
 from .runs import *  # noqa: F401,F403
@@ -35,4 +37,4 @@ from .windows import *  # noqa: F401,F403
 from .windows import __all__ as _windows
 
 __all__ = [*_intervals, *_tree, *_nesting, *_ancestry, *_validate, *_windows, *_runs, *_gaps, *_critical,
-           *_sqlite_pages, *_survey]
+           *_sqlite_pages, *_survey, *_keep]

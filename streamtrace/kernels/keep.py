@@ -1,0 +1,95 @@
+"""Numba kernel of merge's deferred time filter (:mod:`streamtrace.merge.deferred`): which of a
+rank's written events ``--steps`` keeps, decided after the rewrite from the rows it recorded.
+
+A row (int64[R_COLS] of :func:`keep_rows`) is one written event, in output order: ``[seq << 8 |
+bits, ts, end, output end offset, flow key, merged pid]``; ``bits`` hold its class (the low two bits,
+:data:`streamtrace.kernels.rewrite.C_KEPT` / ``C_WINDOW`` / ``C_FLOW``), ``C_OTHER_FLOW`` and the
+validation bits ``MISSING_OUT`` / ``NEGDUR_OUT``.  Twin: :func:`streamtrace.kernels.reference.keep.keep_rows_py`.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["MISSING_OUT", "NEGDUR_OUT", "SEQ_SHIFT", "R_BITS", "R_T0", "R_T1", "R_END", "R_FLOW", "R_PID",
+           "R_COLS", "S_OPEN", "S_PREV_END", "S_KEPT", "S_GONE", "S_GONE_MISSING", "S_GONE_NEGDUR", "S_FIRST",
+           "S_HAS_FIRST", "S_COLS", "keep_rows"]
+
+MISSING_OUT = 16        # the event counts as a missing field in the output's validation view
+NEGDUR_OUT = 32         # ... as an X event with a missing or negative dur
+SEQ_SHIFT = 8
+R_BITS, R_T0, R_T1, R_END, R_FLOW, R_PID = 0, 1, 2, 3, 4, 5
+R_COLS = 6
+# the state carried from one chunk of rows to the next
+S_OPEN, S_PREV_END, S_KEPT, S_GONE, S_GONE_MISSING, S_GONE_NEGDUR, S_FIRST, S_HAS_FIRST = range(8)
+S_COLS = 8
+
+
+@njit(cache=True)
+def keep_rows(rows, lo, hi, kept_keys, shift_ns, dropped_seq, runs, pids, state):
+    """Decide one chunk of rows (int64[n, R_COLS], output order) under the keep-window ``[lo, hi]``
+    (ns, rank-local): an event of class 1 is kept; class 2 when ``end >= lo and ts <= hi``; class 3
+    (a flow event) when that holds and its flow key (``-1 - key`` with C_OTHER_FLOW, bit 8) is in the
+    sorted int64 ``kept_keys``.
+
+    Fills ``dropped_seq[seq] = 1`` (uint8) for each dropped event; appends to ``runs`` (int64[>= n + 1,
+    2]) the byte ranges ``[start, end)`` of the kept runs that end in this chunk (an event starts one
+    byte, its comma, past the one before; the first at 0); writes to ``pids`` (int64[>= n]) each kept
+    event's merged pid where it differs from the kept event before it in the chunk.  ``state``
+    (int64[S_COLS], zeros and ``S_OPEN`` = -1 before the first chunk) carries the open run's start,
+    the last end, counts (kept; dropped; dropped missing-field and negative-dur events) and the
+    earliest kept ts + ``shift_ns`` of a class 2/3 event.  Returns ``(runs written, pids written)``;
+    call with an empty chunk to close the last run.  O(n log k)."""
+    nr = 0
+    npid = 0
+    last_pid = np.int64(-1)
+    have_pid = False
+    n = rows.shape[0]
+    for j in range(n):
+        bits = rows[j, R_BITS] & 255
+        cls = bits & 3
+        start = state[S_PREV_END] + 1
+        end = rows[j, R_END]
+        state[S_PREV_END] = end
+        keep = True
+        if cls >= 2:
+            keep = rows[j, R_T1] >= lo and rows[j, R_T0] <= hi
+            if keep and cls == 3:
+                key = rows[j, R_FLOW]
+                if bits & 8:
+                    key = -1 - key
+                k = np.searchsorted(kept_keys, key)
+                keep = k < kept_keys.shape[0] and kept_keys[k] == key
+        if keep:
+            state[S_KEPT] += 1
+            if state[S_OPEN] < 0:
+                state[S_OPEN] = start
+            if cls >= 2:
+                t = rows[j, R_T0] + shift_ns
+                if state[S_HAS_FIRST] == 0 or t < state[S_FIRST]:
+                    state[S_FIRST] = t
+                    state[S_HAS_FIRST] = 1
+            p = rows[j, R_PID]
+            if not have_pid or p != last_pid:
+                pids[npid] = p
+                npid += 1
+                last_pid = p
+                have_pid = True
+        else:
+            dropped_seq[rows[j, R_BITS] >> SEQ_SHIFT] = 1
+            state[S_GONE] += 1
+            if bits & MISSING_OUT:
+                state[S_GONE_MISSING] += 1
+            if bits & NEGDUR_OUT:
+                state[S_GONE_NEGDUR] += 1
+            if state[S_OPEN] >= 0:
+                runs[nr, 0] = state[S_OPEN]
+                runs[nr, 1] = start - 1
+                nr += 1
+                state[S_OPEN] = -1
+    if n == 0 and state[S_OPEN] >= 0:
+        runs[nr, 0] = state[S_OPEN]
+        runs[nr, 1] = state[S_PREV_END]
+        nr += 1
+        state[S_OPEN] = -1
+    return nr, npid

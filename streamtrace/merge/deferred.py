@@ -1,0 +1,203 @@
+"""``merge --steps`` in one pass: the time filter decided after the rewrite, not before it.
+
+A filtered merge used to read every rank twice: a survey for the ProfilerStep windows and the
+extents of every flow, then the rewrite.  With a deferred filter the rank is rewritten once, as the
+full merge rewrites it, into a temporary segment, while the byte kernel
+(:func:`streamtrace.kernels.rewrite.scan_rewrite` with ``defer``) records per written event what the
+filter will decide it by (class, ts, end, output offset, flow key, merged pid) and flags the
+ProfilerStep candidates, which are decoded here exactly as the survey decodes them
+(:func:`streamtrace.merge.prepass.account_event`).  After the pass the rank's keep-window is known;
+:meth:`DeferredFilter.finish` keeps the same events the two-pass merge keeps (an event meeting the
+window; a flow event only when every event of its flow has its ts in the window) and copies the kept
+byte runs into the rank's segment.  The output's validation drops the other events from its view
+afterwards (:class:`streamtrace.validate.check.OutFilter`).
+
+The per-event records are appended to a temporary file (48 bytes per written event), so memory
+stays that of the full merge; the flows' keys and ts stay in memory (16 bytes per flow event,
+what the survey held).  Measured: bench/RESULTS.md, "filtered merge".
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..kernels import keep as KK
+from ..kernels import rewrite as RW
+from ..kernels import validate as KV
+from ..runtime.errors import StreamtraceError
+from ..trace.decode import loads
+from .flows import plain_id
+from .prepass import Tally, account_event
+
+CHUNK_ROWS = 1 << 16
+
+
+def out_view_bits(f: np.ndarray) -> np.ndarray:
+    """uint8 per event of the validate fields ``f`` (int64[n, NF]): MISSING_OUT / NEGDUR_OUT as
+    :func:`streamtrace.kernels.validate.batch_records` counts the event in the output's view (where
+    every event has a pid)."""
+    ph, tfl = f[:, KV.C_PH], f[:, KV.C_TFLAGS]
+    other = (ph == KV.PH_NONE) | (f[:, KV.C_TIDK] == KV.ABSENT) | ((tfl & 1) == 0) | ((tfl & 4) != 0)
+    neg = ~other & (ph == KV.PH_X) & (((tfl & 2) == 0) | ((tfl & 8) != 0) | (f[:, KV.C_DUR] < 0))
+    return (other * KK.MISSING_OUT + neg * KK.NEGDUR_OUT).astype(np.uint8)
+
+
+class DeferredFilter:
+    """One rank's deferred ``--steps first-last`` filter: the records of its rewrite
+    (:meth:`add_batch`), then the decision and the rank's segment (:meth:`finish`).
+
+    ``cats`` is the flow-category table the byte kernel looks up (``cat_text``/``cat_off``, grown
+    through :meth:`add_cat`); flows whose key is not plain (a cat that is not a string, an id that is
+    not an integer below 2**40) are numbered in ``other`` by Python."""
+
+    def __init__(self, steps, spill_path: str):
+        self.steps = tuple(steps)
+        self.tally = Tally(False)
+        self.cats, self.index = [], {}
+        self._table()
+        self.other, self.other_index = [], {}
+        self.flow_keys, self.flow_ts = [], []
+        self.spill_path = spill_path
+        self.spill = open(spill_path, "wb")
+        self.rows = 0
+        self.n_in = 0
+
+    # -- the flow categories the kernel knows ------------------------------------------------
+    def _table(self):
+        texts = [c.encode("utf-8", "surrogatepass") for c in self.cats]
+        self.cat_text = np.frombuffer(b"".join(texts) or b"\0", np.uint8)
+        self.cat_off = np.zeros(len(texts) + 1, np.int64)
+        self.cat_off[1:] = np.cumsum([len(t) for t in texts]) if texts else []
+
+    def add_cat(self, text: str) -> int:
+        """The index of flow category ``text`` (added when new)."""
+        k = self.index.get(text)
+        if k is None:
+            k = self.index[text] = len(self.cats)
+            self.cats.append(text)
+            self._table()
+        return k
+
+    def flow_key(self, cat, fid) -> tuple[int, bool]:
+        """``(key, other)`` of a flow event decoded in Python: ``cat index << 40 | id`` for a plain
+        key (as the kernel makes it), else the flow's number in ``other`` with ``other`` True."""
+        i = plain_id(fid) if isinstance(cat, str) else None
+        if i is not None and i < int(RW.ID_LIMIT):
+            return (self.add_cat(cat) << 40) | i, False
+        key = (cat, fid)
+        k = self.other_index.get(key)
+        if k is None:
+            k = self.other_index[key] = len(self.other)
+            self.other.append(key)
+        return k, True
+
+    # -- during the pass ---------------------------------------------------------------------------
+    def step_event(self, ev, ts: int, dur: int):
+        """A decoded event that may be a ProfilerStep (the survey's rule)."""
+        account_event(ev, ts, dur, self.tally)
+
+    def add_batch(self, rcls, rec, buf, starts, ends, vbits, path, base, times):
+        """One batch's records: ``rcls``/``rec`` as the kernel (and the Python twin) left them,
+        ``vbits`` (:func:`out_view_bits`, or None without validation); the ProfilerStep candidates are
+        decoded from ``buf`` (``times(j)``: ``(ts, dur, flags)`` of event j as the scanner reads
+        them)."""
+        n = len(rcls)
+        for j in np.flatnonzero(rcls & RW.C_STEP).tolist():
+            s, e = int(starts[j]), int(ends[j])
+            ts, dur, _ = times(j)
+            self.step_event(loads(bytes(buf[s:e]), path, base + s), ts, dur)
+        w = np.flatnonzero(rcls & RW.C_CLASS)
+        if len(w):
+            rows = np.empty((len(w), KK.R_COLS), np.int64)
+            bits = rcls[w].astype(np.int64)
+            if vbits is not None:
+                bits |= vbits[w]
+            rows[:, KK.R_BITS] = ((self.n_in + w) << KK.SEQ_SHIFT) | bits
+            rows[:, KK.R_T0:] = rec[w]
+            rows.tofile(self.spill)
+            self.rows += len(w)
+            fl = np.flatnonzero((bits & RW.C_CLASS) == RW.C_FLOW)
+            if len(fl):
+                key = rows[fl, KK.R_FLOW]
+                self.flow_keys.append(np.where(bits[fl] & RW.C_OTHER_FLOW, -1 - key, key))
+                self.flow_ts.append(rows[fl, KK.R_T0])
+        self.n_in += n
+
+    # -- after the pass ----------------------------------------------------------------------------
+    def window(self, path) -> tuple[int, int]:
+        """The keep-window (rank-local ns) of ``--steps first-last`` from this rank's steps.
+        Raises :class:`StreamtraceError` when a step is missing (as the two-pass merge does)."""
+        a, b = self.steps
+        st = self.tally.steps
+        if a not in st or b not in st:
+            have = ", ".join(map(str, sorted(st))) or "none"
+            raise StreamtraceError(f"{path}: --steps {a}-{b} not in this rank's ProfilerSteps ({have})")
+        return st[a][0], st[b][1]
+
+    def kept_flows(self, lo: int, hi: int) -> np.ndarray:
+        """Sorted int64 keys of the flows whose every event has ``lo <= ts <= hi`` (plain keys as
+        they are, the others as ``-1 - number``)."""
+        if not self.flow_keys:
+            return np.zeros(0, np.int64)
+        keys, ts = np.concatenate(self.flow_keys), np.concatenate(self.flow_ts)
+        self.flow_keys, self.flow_ts = [], []
+        order = np.argsort(keys, kind="stable")
+        keys, ts = keys[order], ts[order]
+        del order
+        new = np.ones(len(keys), bool)
+        new[1:] = keys[1:] != keys[:-1]
+        at = np.flatnonzero(new)
+        ok = (np.minimum.reduceat(ts, at) >= lo) & (np.maximum.reduceat(ts, at) <= hi)
+        return keys[at][ok]
+
+    def close(self):
+        if not self.spill.closed:
+            self.spill.close()
+        try:
+            os.unlink(self.spill_path)
+        except OSError:
+            pass
+
+    def finish(self, path, shift_ns: int) -> "Decision":
+        """Decide every written event (:func:`streamtrace.kernels.keep.keep_rows` over the rows
+        spilled during the pass).  Raises :class:`StreamtraceError` when a step is missing."""
+        lo, hi = self.window(path)
+        kept_keys = self.kept_flows(lo, hi)
+        self.spill.close()
+        d = Decision(lo, hi, self.n_in)
+        state = np.zeros(KK.S_COLS, np.int64)
+        state[KK.S_OPEN], state[KK.S_PREV_END] = -1, -1
+        runs, pids = np.empty((CHUNK_ROWS + 1, 2), np.int64), np.empty(CHUNK_ROWS, np.int64)
+        parts = []
+        with open(self.spill_path, "rb") as f:
+            while True:
+                rows = np.fromfile(f, np.int64, CHUNK_ROWS * KK.R_COLS).reshape(-1, KK.R_COLS)
+                nr, npid = KK.keep_rows(rows, lo, hi, kept_keys, shift_ns, d.dropped_seq, runs, pids, state)
+                parts.append(runs[:nr].copy())
+                d.used.update(pids[:npid].tolist())
+                if not len(rows):
+                    break
+        d.runs = np.concatenate(parts)
+        d.kept = int(state[KK.S_KEPT])
+        d.first_out = int(state[KK.S_FIRST]) if state[KK.S_HAS_FIRST] else None
+        d.dropped = {"events": int(state[KK.S_GONE]), "missing": int(state[KK.S_GONE_MISSING]),
+                     "negdur": int(state[KK.S_GONE_NEGDUR])}
+        return d
+
+
+class Decision:
+    """What a deferred filter keeps of one rank: ``lo``/``hi`` (the keep-window, ns), ``runs``
+    (int64[n, 2] byte ranges of the tentative segment holding only kept events, each a
+    comma-separated list), ``dropped_seq`` (uint8 per input event: 1 when written, then dropped), the
+    count of kept events, the merged pids they use, the earliest kept ts (shifted, ns) and what the
+    dropped events counted in the output's validation view (``dropped``: events, missing, negdur)."""
+
+    def __init__(self, lo, hi, n_in):
+        self.lo, self.hi = lo, hi
+        self.dropped_seq = np.zeros(n_in, np.uint8)
+        self.runs = np.zeros((0, 2), np.int64)
+        self.kept = 0
+        self.used = set()
+        self.first_out = None
+        self.dropped = {"events": 0, "missing": 0, "negdur": 0}
