@@ -25,6 +25,14 @@ event = st.fixed_dictionaries(
               "cat": st.sampled_from(["ac2g", "kernel", "cpu_op"]), "id": ids,
               "args": st.fixed_dictionaries({}, optional={"rank": st.integers(0, 1)})})
 
+whole = st.fixed_dictionaries(          # the common case: every field there
+    {"ph": st.just("X"), "pid": st.integers(0, 1), "tid": st.integers(0, 1), "ts": st.integers(0, 40),
+     "dur": st.integers(-1, 30), "cat": st.sampled_from(["cpu_op", "kernel"])})
+flow = st.fixed_dictionaries(
+    {"ph": st.sampled_from(["s", "f"]), "pid": st.integers(0, 1), "tid": st.integers(0, 1), "ts": st.integers(0, 40),
+     "id": st.integers(0, 3), "cat": st.just("ac2g"), "args": st.fixed_dictionaries({"rank": st.integers(0, 1)})})
+events_of = st.lists(st.one_of(whole, whole, flow, event), min_size=1, max_size=40)
+
 
 def number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -54,16 +62,20 @@ def account(chk, f, view, cuts, out_pid):
         chk.account(f[a:b], view if np.isscalar(view) else view[a:b], out_pid=out_pid)
 
 
+ns = [0, 0, 0, 1, -1, 500]      # a window end's ns past a whole us
+
+
 def the_cuts(n, k):
     return sorted({n * i // k for i in range(1, k)})
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(st.lists(event, min_size=1, max_size=40), st.integers(-5000, 45000), st.integers(-1000, 45000),
-       st.data(), st.integers(1, 6), st.integers(1, 4), st.booleans(), st.booleans())
-def test_filter_after_the_fact_is_never_recording(tmp_path, events, lo, width, data, rows, batches, out_pid,
-                                                  short):
-    hi = lo + width
+@settings(max_examples=100, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(events_of, st.integers(-5, 45), st.integers(-1, 45), st.sampled_from(ns),
+       st.sampled_from(ns), st.data(), st.integers(1, 6), st.integers(1, 4), st.booleans(), st.booleans())
+def test_filter_after_the_fact_is_never_recording(tmp_path, events, lo, width, lo_ns, hi_ns, data, rows, batches,
+                                                  out_pid, short):
+    lo, hi = lo * 1000 + lo_ns, (lo + width) * 1000 + hi_ns      # often on an event's start or end
     coins = data.draw(st.lists(st.booleans(), min_size=len(events), max_size=len(events)))
     kept = np.array([kept_by_window(e, lo, hi, c) for e, c in zip(events, coins)])
     f = fields(events)
