@@ -34,8 +34,9 @@ class OutFilter:
             before merge's shift), both ends inclusive.  An ``X`` slice record ``(start, end)`` is
             dropped when ``end < lo or start > hi``: merge's window rule for an ``X`` event
             (kept when ``ts + max(dur, 0) >= lo and ts <= hi``; a record's ``dur`` is >= 0).
-        dropped_seq: bool or uint8 array indexed by an event's ``seq`` (``seq0 + i``, its index in
-            the rank's file order): nonzero for a written event the filter dropped.  A flow-end
+        dropped_seq: bool or uint8 array indexed by an event's ``seq`` (``seq0 + i``: its index
+            among every event the checker accounted, written or not, i.e. the rank's input events
+            in file order): nonzero for a written event the filter dropped.  A flow-end
             record is dropped when ``dropped_seq[seq]``; a ``seq`` past the array's end is kept;
             None: no flow end dropped.  Only flow ends are looked up here (``X`` slices go by the
             window).

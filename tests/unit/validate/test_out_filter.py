@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from streamtrace.kernels import validate as KV
 from streamtrace.validate.check import Checker, ValidateOptions, replay
+from streamtrace.validate.merged import rank_validation, split_validation
 from streamtrace.validate.ordered import OutFilter
 
 ids = st.one_of(st.integers(0, 3), st.sampled_from(["a", None]))
@@ -127,3 +128,24 @@ def test_more_dropped_than_written_is_an_error(tmp_path):
         chk.account(f, KV.V_IN | KV.V_OUT)
         with pytest.raises(ValueError, match="out filter: 2 dropped of 1 written"):
             chk.reports(out_filter=OutFilter(0, 1, events=2))
+
+
+def test_split_validation_takes_the_filter(tmp_path):
+    """merge's split rank: its ranges' logs replayed with the filter (dropped_seq over the whole rank)."""
+    evs = [{"ph": "X", "pid": 1, "tid": 1, "ts": t, "dur": 4} for t in range(0, 40, 3)]
+    evs += [{"ph": p, "pid": 1, "tid": 2, "ts": 5, "id": i, "cat": "ac2g"} for i in range(3) for p in "sf"]
+    f = fields(evs)
+    filt_kept = np.array([kept_by_window(e, 9000, 20000, i % 4 != 0) for i, e in enumerate(evs)])
+    with Checker(ValidateOptions(spill_dir=str(tmp_path))) as want:
+        want.account(f, np.where(filt_kept, KV.V_IN | KV.V_OUT, KV.V_IN), out_pid=True)
+        expected = rank_validation(want.reports(), 99, True)
+    parts = []
+    for i, (a, b) in enumerate(((0, 7), (7, 15), (15, len(f)))):
+        part = Checker(log=str(tmp_path / f"{i}.val"))
+        part.account(f[a:b], KV.V_IN | KV.V_OUT, out_pid=True)
+        parts.append({"parts": part.counters(), "exact": True})
+        part.close()
+    filt = OutFilter(9000, 20000, ~filt_kept, events=int((~filt_kept).sum()))
+    assert split_validation(parts, str(tmp_path), 99, filt) == expected
+    assert expected["output"]["notices"]["unmatched_flow"] > 0 and expected["output"]["events"] == 99
+    assert not list(tmp_path.glob("*.val"))
