@@ -279,7 +279,7 @@ class Checker:
 
     def reports(self, out_filter: OutFilter | None = None) -> list[dict]:
         """Both views' reports (see :meth:`report`); the records are consumed.  ``out_filter``
-        (:class:`~streamtrace.validate.outfilter.OutFilter`): events dropped from V_OUT after they
+        (:class:`~streamtrace.validate.ordered.OutFilter`): events dropped from V_OUT after they
         were recorded (merge's time filter); raises ValueError when its counts exceed V_OUT's."""
         nest = run_nesting(self.nest, out_filter)
         flows = run_flows(self.flows, out_filter)
