@@ -2,8 +2,10 @@
 
 :func:`validate` (``streamtrace.validate(...)``) checks one trace file in one
 streaming pass (:mod:`~streamtrace.validate.check`: the checks, their records, the external sort
-of those records, several processes over byte ranges); :mod:`~streamtrace.validate.merged` is
-merge's check, done while rewriting, from the same records.  Imports only the stages below it:
+of those records, several processes over byte ranges; :mod:`~streamtrace.validate.ordered`: the
+checks of the sorted records, and the output filter of merge's time filter);
+:mod:`~streamtrace.validate.merged` is merge's check, done while rewriting, from the same records.
+Imports only the stages below it:
 :mod:`streamtrace.kernels`, :mod:`streamtrace.runtime`, :mod:`streamtrace.trace` and
 :mod:`streamtrace.events` (the record codec and the external sort).
 """

@@ -55,6 +55,7 @@ from ..trace.discover import no_events_text
 from ..trace.ranges import RANGES_PER_JOB, SPLIT_THRESHOLD, clean_joints, likely_ranges, prove_range
 from ..trace.reader import BATCH_EVENTS, TraceReader
 from ..trace.source import LEAN_BLOCK, plain_copy, size_hint
+from .ordered import OutFilter, run_flows, run_nesting
 
 PROBLEMS = ("missing_field", "negative_dur", "duplicate_flow", "cross_rank_flow", "bad_nesting")
 # Reported but not failing: Kineto itself writes lone ``f`` ends for runtime calls
@@ -271,21 +272,25 @@ class Checker:
         if nf:
             self._put(1, self._flows[:nf].view(FLOW_DTYPE).reshape(nf))
 
-    def report(self, v: int = 0) -> dict:
+    def report(self, v: int = 0, out_filter: OutFilter | None = None) -> dict:
         """Sort and check the records; ``{"events", "problems", "notices", "ok", "tracks", "flows"}``
         of view ``v`` (0: V_IN, 1: V_OUT) — :meth:`reports` gives both."""
-        return self.reports()[v]
+        return self.reports(out_filter)[v]
 
-    def reports(self) -> list[dict]:
-        """Both views' reports (see :meth:`report`); the records are consumed."""
-        nest = _run_nesting(self.nest)
-        flows = _run_flows(self.flows)
+    def reports(self, out_filter: OutFilter | None = None) -> list[dict]:
+        """Both views' reports (see :meth:`report`); the records are consumed.  ``out_filter``
+        (:class:`~streamtrace.validate.ordered.OutFilter`): events dropped from V_OUT after they
+        were recorded (merge's time filter); raises ValueError when its counts exceed V_OUT's."""
+        nest = run_nesting(self.nest, out_filter)
+        flows = run_flows(self.flows, out_filter)
+        events, missing, negdur = ((self.events, self.missing, self.negdur) if out_filter is None
+                                   else out_filter.counters(self.events, self.missing, self.negdur))
         out = []
         for v in range(2):
-            problems = {"missing_field": self.missing[v], "negative_dur": self.negdur[v],
+            problems = {"missing_field": missing[v], "negative_dur": negdur[v],
                         "duplicate_flow": int(flows[v, 2]), "cross_rank_flow": int(flows[v, 3]),
                         "bad_nesting": int(nest[v][0])}
-            out.append({"events": self.events[v], "problems": problems,
+            out.append({"events": events[v], "problems": problems,
                         "notices": {"unmatched_flow": int(flows[v, 1]), "gpu_stream_overlap": int(nest[v][2])},
                         "ok": not any(problems.values()),
                         "tracks": int(nest[v][1]), "flows": int(flows[v, 0])})
@@ -465,36 +470,6 @@ def _nest_key(r):
 
 def _flow_key(r):
     return [r["kinds"], r["cat"], r["id"], r["seq"]]
-
-
-def _col(c, name):
-    return np.ascontiguousarray(c[name])
-
-
-def _run_nesting(sorter) -> list:
-    """``[(bad, tracks, gpu stream overlaps) per view]`` from the sorted X records."""
-    state = np.zeros(14, np.int64)
-    stacks = np.empty((2, 1024), np.int64)
-    for c in sorter.chunks():
-        cols = [_col(c, k) for k in ("tkind", "pid", "tid", "start", "end", "view")]
-        at = 0
-        while at < len(c):
-            at += KV.nesting_chunk(*(a[at:] for a in cols), state, stacks)
-            if at < len(c):
-                grown = np.empty((2, 2 * stacks.shape[1]), np.int64)
-                grown[:, :stacks.shape[1]] = stacks
-                stacks = grown
-    return [(state[6], state[8], state[12]), (state[7], state[9], state[13])]
-
-
-def _run_flows(sorter) -> np.ndarray:
-    """int64[2, 4] per view: flow keys, unmatched, duplicate, cross-rank (see flow_chunk)."""
-    state = np.zeros(16, np.int64)
-    counts = np.zeros((2, 4), np.int64)
-    for c in sorter.chunks():
-        KV.flow_chunk(*(_col(c, k) for k in ("kinds", "cat", "id", "ph", "rankk", "rank", "view")), state, counts)
-    KV.flow_close(state, counts)
-    return counts
 
 
 # -- the events the kernel leaves to Python -------------------------------------------

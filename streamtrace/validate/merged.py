@@ -23,6 +23,7 @@ import numpy as np
 from ..kernels import validate as KV
 from ..runtime.files import remove_quietly
 from .check import PROBLEMS, ValidateOptions, replay, validate
+from .ordered import OutFilter
 
 ID_LIMIT = 1 << 40
 LOG_SUFFIX = ".val"     # a byte range's validation records: beside its segment, until its rank is checked
@@ -50,12 +51,14 @@ def rank_validation(reports: list, events_out: int, exact: bool) -> dict:
     return {"input": reports[0], "output": out, "exact": exact}
 
 
-def split_validation(parts: list, spill_dir: str, events_out: int) -> dict:
+def split_validation(parts: list, spill_dir: str, events_out: int, out_filter: OutFilter | None = None) -> dict:
     """Task: a split rank's :func:`rank_validation` from its ranges' validation results (in file
-    order: ``{"parts": Checker.counters(), "exact"}``); removes their logs."""
+    order: ``{"parts": Checker.counters(), "exact"}``); removes their logs.  ``out_filter``: the
+    written events a time filter dropped afterwards (:class:`~streamtrace.validate.ordered.OutFilter`,
+    ``dropped_seq`` by the rank's file order across its ranges)."""
     try:
         with replay([p["parts"] for p in parts], ValidateOptions(spill_dir=spill_dir)) as chk:
-            reps = chk.reports()
+            reps = chk.reports(out_filter)
     finally:
         for p in parts:
             remove_quietly(p["parts"]["log"])
