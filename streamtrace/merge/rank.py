@@ -26,7 +26,7 @@ from ..validate.check import Checker, ValidateOptions
 from ..trace.writer import dumps_event, dumps_events, us_fragment
 from ..validate.merged import account_batch, rank_validation
 from ..runtime.files import remove_quietly
-from ..validate.check import OutFilter
+from ..validate.ordered import OutFilter
 from .deferred import DeferredFilter, out_view_bits
 from .output import copy_runs
 from .flows import KeptFlows
