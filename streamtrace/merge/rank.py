@@ -293,7 +293,7 @@ class _ByteRewrite:
         self.state[0] = 1
         if self.defer is not None:
             cls, t0, t1, key, other = self.ctx.last
-            self.rcls[i] = (self.rcls[i] & ~RW.C_CLASS) | cls | (RW.C_OTHER_FLOW if other else 0)
+            self.rcls[i] = (int(self.rcls[i]) & RW.C_STEP) | cls | (RW.C_OTHER_FLOW if other else 0)
             self.rec[i, :RW.R_PID] = (t0, t1, self.state[4] + o + len(data), key)
             self.rec[i, RW.R_PID] = ev["pid"]
 

@@ -275,6 +275,77 @@ def test_rewrite_kernel_matches_twin(tmp_path_factory, evs, rank, shift, gpu_onl
     assert got[:len(got) - 3 * len(res["process_map"])] == want
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(events, st.integers(0, 10 ** 13)), min_size=1, max_size=8),
+       st.integers(0, 7), st.booleans(), st.sampled_from([1, 61, 1 << 21]))
+def test_deferred_records_match_twin(tmp_path_factory, evs, rank, indent, block):
+    """With a deferred time filter (merge --steps in one pass) the byte kernel writes every event
+    and records what the filter decides it by; the Python twin records the same (class, ts, end,
+    flow key, merged pid) for each event it writes, and the ProfilerStep windows found are the
+    survey's (computed here from the events themselves).  Each row's output offset ends its event
+    in the segment."""
+    from streamtrace.kernels import keep as KK
+    from streamtrace.merge.deferred import DeferredFilter
+    from streamtrace.merge.pids import GPU_CATS
+    from streamtrace.merge.rank import rewrite_stream
+    from streamtrace.trace.reader import TraceReader
+    d = tmp_path_factory.mktemp("df")
+    docs = []
+    for ev, ts in evs:
+        body = json.dumps(ev, indent=1 if indent else None)
+        docs.append(body[:-1].rstrip() + (", " if len(ev) else "") + f'"ts": {fmt_us(ts).decode()}' + "}")
+    src = d / "src.json"
+    src.write_text('{"traceEvents": [' + ",".join(docs) + "]}")
+    plan = RankPlan(str(src), rank, 0, str(d / "seg"), False, 1, frozenset(), False, None, None, False)
+
+    def key_of(f, bits, key):
+        if bits & 3 != 3:
+            return None
+        return f.other[key] if bits & 8 else (f.cats[key >> 40], key & ((1 << 40) - 1))
+
+    ctx = RankContext(plan)
+    ctx.defer = DeferredFilter((0, 0), str(d / "rec"))
+    with open(d / "seg", "wb") as seg:
+        rewrite_stream(TraceReader(src, block=block), plan, ctx, seg, None)
+    ctx.defer.spill.close()
+    rows = np.fromfile(d / "rec", np.int64).reshape(-1, KK.R_COLS)
+    got = [(int(r[0]) >> 8, int(r[0]) & 3, int(r[1]), int(r[2]), key_of(ctx.defer, int(r[0]), int(r[4])), int(r[5]))
+           for r in rows]
+    twin = RankContext(plan)
+    twin.defer = DeferredFilter((0, 0), str(d / "rec2"))
+    want, written, steps, seq = [], [], {}, 0
+    for b in TraceReader(src).raw_batches():
+        for i, ev in enumerate(b.events):
+            t, du, fl = int(b.ts_ns[i]), int(b.dur_ns[i]), int(b.flags[i])
+            if isinstance(ev, dict) and ev.get("ph") == "X" and isinstance(ev.get("name"), str) and fl & 1 \
+                    and ev["name"].startswith("ProfilerStep#") and ev.get("cat") not in GPU_CATS:
+                try:
+                    n = int(ev["name"][13:])
+                except ValueError:
+                    n = None
+                if n is not None:
+                    lo, hi = steps.get(n, (t, t + du))
+                    steps[n] = (min(lo, t), max(hi, t + du))
+            r = rewrite_dict(ev, t, du, fl, twin)
+            if r is not None:
+                c, t0, t1, key, other = twin.last
+                k = None if c != 3 else (twin.defer.other[key] if other else (twin.defer.cats[key >> 40],
+                                                                             key & ((1 << 40) - 1)))
+                want.append((seq, c, t0 if c > 1 else 0, t1 if c > 1 else 0, k, r["pid"]))
+                written.append(orjson.loads(dumps_event(r)))
+            seq += 1
+    twin.defer.close()
+    assert [(a, c, t0 if c > 1 else 0, t1 if c > 1 else 0, k, p) for a, c, t0, t1, k, p in got] == want
+    assert ctx.defer.tally.steps == steps
+    data, start = (d / "seg").read_bytes(), 0
+    for r, w in zip(rows.tolist(), written):
+        end = r[KK.R_END]
+        assert end == len(data) or data[end:end + 1] == b","
+        assert orjson.loads(data[start:end]) == w
+        start = end + 1
+    ctx.defer.close()
+
+
 def test_typical_events_take_the_byte_path(tmp_path):
     """Guard for the property test above: ordinary Kineto events must go through
     the numba kernel, not the Python twin."""
