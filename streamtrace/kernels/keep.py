@@ -18,8 +18,7 @@ __all__ = ["MISSING_OUT", "NEGDUR_OUT", "SEQ_SHIFT", "R_BITS", "R_T0", "R_T1", "
 MISSING_OUT = 16        # the event counts as a missing field in the output's validation view
 NEGDUR_OUT = 32         # ... as an X event with a missing or negative dur
 SEQ_SHIFT = 8
-R_BITS, R_T0, R_T1, R_END, R_FLOW, R_PID = 0, 1, 2, 3, 4, 5
-R_COLS = 6
+from .rewrite import R_BITS, R_COLS, R_END, R_FLOW, R_PID, R_T0, R_T1  # noqa: E402  the rows scan_rewrite records
 # the state carried from one chunk of rows to the next
 S_OPEN, S_PREV_END, S_KEPT, S_GONE, S_GONE_MISSING, S_GONE_NEGDUR, S_FIRST, S_HAS_FIRST = range(8)
 S_COLS = 8

@@ -24,8 +24,8 @@ from .scan import DONE, NEED_MORE, OBJECT, next_element, parse_ns, skip_value
 from .validate import member_fields, span_fields
 
 __all__ = ["OK", "UNKNOWN_PID", "NEED_PYTHON", "OUT_FULL", "NEW_CAT", "KIND_CPU", "KIND_GPU", "KIND_OTHER",
-           "ID_LIMIT", "K_RAW", "C_KEPT", "C_WINDOW", "C_FLOW", "C_CLASS", "C_STEP", "C_OTHER_FLOW", "R_T0", "R_T1",
-           "R_END", "R_FLOW", "R_PID", "R_COLS", "scan_rewrite"]
+           "ID_LIMIT", "K_RAW", "C_KEPT", "C_WINDOW", "C_FLOW", "C_CLASS", "C_STEP", "C_OTHER_FLOW", "R_BITS", "R_T0",
+           "R_T1", "R_END", "R_FLOW", "R_PID", "R_COLS", "scan_rewrite"]
 
 OK = 0
 UNKNOWN_PID = 1
@@ -41,8 +41,10 @@ C_FLOW = 3          # written flow event: kept when its ts is in the window and 
 C_CLASS = 3         # mask of the class bits
 C_STEP = 4          # a ProfilerStep candidate (ph "X", a name starting ProfilerStep# or escaped)
 C_OTHER_FLOW = 8    # (set by Python) a flow whose key is not plain: R_FLOW indexes Python's list
-R_T0, R_T1, R_END, R_FLOW, R_PID = 0, 1, 2, 3, 4
-R_COLS = 5          # ts (ns, rank-local), end (ns), output end offset, flow key, merged pid
+# ``rec`` columns, the rows of :func:`streamtrace.kernels.keep.keep_rows`: seq << 8 | class bits, ts (ns,
+# rank-local), end (ns), output end offset, flow key, merged pid
+R_BITS, R_T0, R_T1, R_END, R_FLOW, R_PID = 0, 1, 2, 3, 4, 5
+R_COLS = 6
 
 KIND_CPU = 0
 KIND_GPU = 1
@@ -266,9 +268,10 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
 
     ``ts``/``dur`` are read from their number text (exact int64 ns, as
     :func:`streamtrace.kernels.scan.scan_events` reads them).
-    ``state``: int64[5]: [0] 1 when a comma must precede the next event written,
+    ``state``: int64[6]: [0] 1 when a comma must precede the next event written,
     [1] events written, [2] earliest ts written (ns, shifted), [3] 1 once [2] is set, [4] the
-    output offset of ``out[0]`` (kept by the caller; only ``defer`` reads it).
+    output offset of ``out[0]`` (kept by the caller; only ``defer`` reads it), [5] with ``defer``: the
+    seq of the batch's first event.
     ``pid_text``/``pid_off``: concatenated raw JSON texts of known pids (entry k is
     ``pid_text[pid_off[k]:pid_off[k+1]]``), ``pid_new``/``pid_kind`` their merged pid
     and kind (KIND_CPU/GPU/OTHER); ``pid_used[k]`` is set to 1 when pid k gets an event.
@@ -289,7 +292,8 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
     is then False): every event is written as without a filter, and ``rcls[j]`` (uint8, length >=
     len(starts)) / ``rec[j]`` (int64[len(starts), R_COLS]) tell what decides it afterwards: the class
     (C_KEPT, C_WINDOW, C_FLOW; 0: not written), C_STEP for a ProfilerStep candidate (flagged before
-    any filter, for Python to decode), ``rec[j, R_T0]`` its ts and ``R_T1`` its end (ts + dur when
+    any filter, for Python to decode), ``rec[j, R_BITS]`` = ``(state[5] + j) << 8 | class`` (its
+    seq: ``state[5]`` is the index of the batch's first event in the rank), ``rec[j, R_T0]`` its ts and ``R_T1`` its end (ts + dur when
     dur > 0; ns, rank-local), ``R_END`` the output offset just past it (``state[4]``: the offset of
     ``out[0]`` in the whole output), ``R_FLOW`` a flow's ``cat index << 40 | id`` (the cat texts in
     ``fcat_text``/``fcat_off``: NEW_CAT with ``info[0:2]`` = the span of a text not there yet: add it,
@@ -583,6 +587,7 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
         o = _put(out, o, buf, pos, e)
         if defer:
             rcls[i] = (rcls[i] & ~C_CLASS) | cls
+            rec[i, R_BITS] = ((state[5] + i) << 8) | cls
             rec[i, R_END] = state[4] + o
             rec[i, R_FLOW] = fkey
             rec[i, R_PID] = pid_new[k]

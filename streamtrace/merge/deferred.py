@@ -98,7 +98,8 @@ class DeferredFilter:
         account_event(ev, ts, dur, self.tally)
 
     def add_batch(self, rcls, rec, buf, starts, ends, vbits, path, base, times):
-        """One batch's records: ``rcls``/``rec`` as the kernel (and the Python twin) left them,
+        """One batch's records: ``rcls``/``rec`` as the kernel (and the Python twin) left them (the
+        rows of the written events are :func:`~streamtrace.kernels.keep.keep_rows`' rows as they are),
         ``vbits`` (:func:`out_view_bits`, or None without validation); the ProfilerStep candidates are
         decoded from ``buf`` (``times(j)``: ``(ts, dur, flags)`` of event j as the scanner reads
         them)."""
@@ -109,18 +110,15 @@ class DeferredFilter:
             self.step_event(loads(bytes(buf[s:e]), path, base + s), ts, dur)
         w = np.flatnonzero(rcls & RW.C_CLASS)
         if len(w):
-            rows = np.empty((len(w), KK.R_COLS), np.int64)
-            bits = rcls[w].astype(np.int64)
+            rows = rec[:n] if len(w) == n else rec[w]
             if vbits is not None:
-                bits |= vbits[w]
-            rows[:, KK.R_BITS] = ((self.n_in + w) << KK.SEQ_SHIFT) | bits
-            rows[:, KK.R_T0:] = rec[w]
+                rows[:, KK.R_BITS] |= vbits[w]
             rows.tofile(self.spill)
             self.rows += len(w)
-            fl = np.flatnonzero((bits & RW.C_CLASS) == RW.C_FLOW)
+            fl = np.flatnonzero((rows[:, KK.R_BITS] & RW.C_CLASS) == RW.C_FLOW)
             if len(fl):
                 key = rows[fl, KK.R_FLOW]
-                self.flow_keys.append(np.where(bits[fl] & RW.C_OTHER_FLOW, -1 - key, key))
+                self.flow_keys.append(np.where(rows[fl, KK.R_BITS] & RW.C_OTHER_FLOW, -1 - key, key))
                 self.flow_ts.append(rows[fl, KK.R_T0])
         self.n_in += n
 

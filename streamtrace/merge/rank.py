@@ -222,7 +222,7 @@ class _ByteRewrite:
         self.hi = ctx.hi if self.has_window else 0
         self.flows = ctx.kept_flows if ctx.kept_flows is not None else KeptFlows.of(())
         self.out = np.empty(OUT_BYTES, np.uint8)
-        self.state = np.zeros(5, np.int64)
+        self.state = np.zeros(6, np.int64)
         self.defer = ctx.defer
         self.rcls = np.zeros(reader.batch_events if self.defer is not None else 0, np.uint8)
         self.rec = np.zeros((len(self.rcls), RW.R_COLS), np.int64)
@@ -239,6 +239,7 @@ class _ByteRewrite:
         self.kept[:] = 0
         self.rcls[:] = 0
         d = self.defer
+        self.state[5] = d.n_in if d is not None else 0         # the seq of this batch's first event
         ftext, foff, nf = (d.cat_text, d.cat_off, len(d.cats)) if d is not None else \
             (self.flows.cat_text, self.flows.cat_off, len(self.flows.cats))
         while True:
@@ -293,9 +294,10 @@ class _ByteRewrite:
         self.state[0] = 1
         if self.defer is not None:
             cls, t0, t1, key, other = self.ctx.last
-            self.rcls[i] = (int(self.rcls[i]) & RW.C_STEP) | cls | (RW.C_OTHER_FLOW if other else 0)
-            self.rec[i, :RW.R_PID] = (t0, t1, self.state[4] + o + len(data), key)
-            self.rec[i, RW.R_PID] = ev["pid"]
+            bits = cls | (RW.C_OTHER_FLOW if other else 0)
+            self.rcls[i] = (int(self.rcls[i]) & RW.C_STEP) | bits
+            self.rec[i] = ((int(self.state[5]) + i) << 8 | bits, t0, t1, self.state[4] + o + len(data), key,
+                           ev["pid"])
 
     def _flush(self):
         if self.cur[4]:
