@@ -15,6 +15,8 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import streamtrace.merge.run as R
 from streamtrace.merge import MergeOptions, merge
@@ -294,3 +296,59 @@ def test_deferred_filter_is_used_on_one_worker(tmp_path):
     with mock.patch.object(DeferredFilter, "finish", finish):
         merge([str(src)], tmp_path / "merged.json", MergeOptions(steps=(3, 3), jobs=1))
     assert calls == [(200_000, 300_000, calls[0][2])] and calls[0][2] > 0
+
+
+# -- random synthetic traces (events the byte kernel rewrites itself) --------------------------------
+
+TS_US = st.integers(0, 600) | st.integers(0, 600).map(lambda t: t + 0.5)
+
+
+@st.composite
+def kernel_event(draw):
+    """One event's JSON text from the shapes the byte kernel rewrites without Python: numeric ts and
+    dur (a negative or missing dur, a missing ts or tid among them), flows with plain cats and small
+    integer ids, ProfilerStep candidates (escaped name, GPU category), metadata events."""
+    ph = draw(st.sampled_from(["X", "X", "X", "s", "f", "t", "i", "M"]))
+    parts = {"ph": json.dumps(ph)}
+    if ph == "M":
+        parts["name"] = json.dumps(draw(st.sampled_from(["thread_name", "process_name", "thread_sort_index"])))
+        parts["args"] = '{"name":"x"}'
+    elif ph == "X" and draw(st.integers(0, 3)) == 0:
+        parts["name"] = '"%s%d"' % (draw(st.sampled_from(["ProfilerStep#", "Profiler\\u0053tep#"])),
+                                    draw(st.integers(1, 4)))
+    else:
+        parts["name"] = json.dumps(draw(st.sampled_from(["a", "b"])))
+    parts["cat"] = json.dumps(draw(st.sampled_from(["user_annotation", "gpu_user_annotation", "ac2g", "fwdbwd",
+                                                    "cpu_op"])))
+    parts["pid"] = draw(st.sampled_from(["1", "2"]))
+    if draw(st.integers(0, 15)):
+        parts["tid"] = draw(st.sampled_from(["1", "2"]))
+    if ph != "M" and (draw(st.integers(0, 15)) or "tep#" in parts["name"]):     # a step without ts: see above
+        parts["ts"] = json.dumps(draw(TS_US))
+    if ph == "X" and draw(st.integers(0, 9)):
+        parts["dur"] = str(draw(st.integers(-5, 200)))
+    if ph in "sft":
+        parts["id"] = str(draw(st.integers(0, 4)))
+    return "{" + ",".join(f'"{k}":{v}' for k, v in parts.items()) + "}"
+
+
+@st.composite
+def kernel_trace(draw):
+    first = draw(st.integers(1, 4))
+    last = draw(st.integers(first, 4))
+    evs = draw(st.lists(kernel_event(), max_size=25))
+    for n in {first, last}:
+        step = '{"ph":"X","name":"ProfilerStep#%d","cat":"user_annotation","pid":1,"tid":1,"ts":%d,"dur":%d}' % (
+            n, draw(st.integers(0, 500)), draw(st.integers(0, 200)))
+        evs.insert(draw(st.integers(0, len(evs))), step)
+    drop = draw(st.sampled_from([frozenset(), frozenset({"user_annotation"}), frozenset({"ac2g"})]))
+    return evs, (first, last), drop, draw(st.booleans())
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kernel_trace())
+def test_random_kernel_traces(tmp_path_factory, case):
+    evs, steps, drop, validate = case
+    tmp = tmp_path_factory.mktemp("rand")
+    src = _trace(tmp / "in", evs)
+    _check([src], tmp, MergeOptions(steps=steps, jobs=1, drop_cat=drop, validate=validate))
