@@ -9,6 +9,7 @@ marked ``xfail(strict=True)`` are differences found between the two paths (bugs 
 reported; each test is its smallest reproducer)."""
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from pathlib import Path
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 
 import streamtrace.merge.run as R
 from streamtrace.merge import MergeOptions, merge
+import streamtrace.merge.deferred as D
 from streamtrace.merge.deferred import DeferredFilter
 from streamtrace.runtime.errors import StreamtraceError
 
@@ -124,6 +126,32 @@ def test_cpu3d_eight_ranks(tmp_path, jobs, name):
         pytest.skip("../shared/traces/cpu-3d is absent")
     one = _check([CPU3D], tmp_path, MergeOptions(steps=(3, 3), jobs=jobs, split_threshold=None), name)
     assert len(one[0]["ranks"]) == 8
+
+
+def test_megatron_gpu_only(tmp_path):
+    """Only the GPU processes are kept; the window still comes from the CPU ProfilerStep."""
+    if not MEGATRON.is_dir():
+        pytest.skip("../shared/traces/real-multi is absent")
+    _check([MEGATRON], tmp_path, MergeOptions(steps=(6, 6), jobs=1, gpu_only=True))
+
+
+def test_cpu3d_some_ranks(tmp_path):
+    if not CPU3D.is_dir():
+        pytest.skip("../shared/traces/cpu-3d is absent")
+    one = _check([CPU3D], tmp_path, MergeOptions(steps=(3, 3), jobs=1, ranks={1, 5}))
+    assert len(one[0]["ranks"]) == 2
+
+
+def test_truncated_rank_salvaged(tmp_path):
+    """The first two thirds of a real rank (no trailer), merged with ``salvage``."""
+    if not MEGATRON.is_dir():
+        pytest.skip("../shared/traces/real-multi is absent")
+    raw = gzip.decompress(sorted(MEGATRON.glob("*.json.gz"))[0].read_bytes())
+    (tmp_path / "in").mkdir()
+    src = tmp_path / "in" / "rank0.json"
+    src.write_bytes(raw[:len(raw) * 2 // 3])
+    one = _check([src], tmp_path, MergeOptions(steps=(6, 6), jobs=1, salvage=True))
+    assert one[0]["events_out"] > 0
 
 
 def _error(inputs, out, opt):
@@ -342,13 +370,28 @@ def kernel_trace(draw):
             n, draw(st.integers(0, 500)), draw(st.integers(0, 200)))
         evs.insert(draw(st.integers(0, len(evs))), step)
     drop = draw(st.sampled_from([frozenset(), frozenset({"user_annotation"}), frozenset({"ac2g"})]))
-    return evs, (first, last), drop, draw(st.booleans())
+    return evs, (first, last), drop, draw(st.booleans()), draw(st.sampled_from([1, 2, 5, D.CHUNK_ROWS]))
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(kernel_trace())
 def test_random_kernel_traces(tmp_path_factory, case):
-    evs, steps, drop, validate = case
+    """... the rows decided in chunks of any size (DeferredFilter.finish's CHUNK_ROWS) give the same."""
+    evs, steps, drop, validate, chunk = case
     tmp = tmp_path_factory.mktemp("rand")
     src = _trace(tmp / "in", evs)
-    _check([src], tmp, MergeOptions(steps=steps, jobs=1, drop_cat=drop, validate=validate))
+    with mock.patch.object(D, "CHUNK_ROWS", chunk):
+        _check([src], tmp, MergeOptions(steps=steps, jobs=1, drop_cat=drop, validate=validate))
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_one_rank_missing_the_step_same_error_and_no_leftovers(tmp_path, jobs):
+    srcs = [_trace(tmp_path / "in", KERNEL_ONLY, 0), _trace(tmp_path / "in", [_x("a", 250), _x("b", 50)], 1)]
+    for d in ("one", "two"):
+        (tmp_path / d).mkdir()
+    opt = MergeOptions(steps=(3, 3), jobs=jobs, split_threshold=None)
+    one = _error([tmp_path / "in"], tmp_path / "one" / "merged.json", opt)
+    with _two_pass():
+        two = _error([tmp_path / "in"], tmp_path / "two" / "merged.json", opt)
+    assert one == two and str(srcs[1]) in one[1]
+    assert os.listdir(tmp_path / "one") == [] and os.listdir(tmp_path / "two") == []
