@@ -16,12 +16,12 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import streamtrace.merge.deferred as D
 import streamtrace.merge.run as R
 from streamtrace.merge import MergeOptions, merge
-import streamtrace.merge.deferred as D
 from streamtrace.merge.deferred import DeferredFilter
 from streamtrace.runtime.errors import StreamtraceError
 
@@ -373,7 +373,7 @@ def kernel_trace(draw):
     return evs, (first, last), drop, draw(st.booleans()), draw(st.sampled_from([1, 2, 5, D.CHUNK_ROWS]))
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=100, deadline=None)
 @given(kernel_trace())
 def test_random_kernel_traces(tmp_path_factory, case):
     """... the rows decided in chunks of any size (DeferredFilter.finish's CHUNK_ROWS) give the same."""
