@@ -28,7 +28,7 @@ from ..kernels import validate as KV
 from ..runtime.errors import StreamtraceError
 from ..trace.decode import loads
 from .flows import plain_id
-from .prepass import Tally, account_event
+from .prepass import Tally, account_event, event_times_ns
 
 CHUNK_ROWS = 1 << 16
 
@@ -62,6 +62,7 @@ class DeferredFilter:
         self.spill = open(spill_path, "wb")
         self.rows = 0
         self.n_in = 0
+        self.inexact = []       # seqs of written flow ends the output's check cannot derive (see exact())
 
     # -- the flow categories the kernel knows ------------------------------------------------
     def _table(self):
@@ -106,8 +107,12 @@ class DeferredFilter:
         n = len(rcls)
         for j in np.flatnonzero(rcls & RW.C_STEP).tolist():
             s, e = int(starts[j]), int(ends[j])
-            ts, dur, _ = times(j)
-            self.step_event(loads(bytes(buf[s:e]), path, base + s), ts, dur)
+            ts, dur, flags = times(j)
+            if flags & 1:                   # the survey's rule: only an event with a ts
+                ev = loads(bytes(buf[s:e]), path, base + s)
+                td = event_times_ns(ev, ts, dur, flags)
+                if td is not None:
+                    self.step_event(ev, *td)
         w = np.flatnonzero(rcls & RW.C_CLASS)
         if len(w):
             rows = rec[:n] if len(w) == n else rec[w]
@@ -123,15 +128,24 @@ class DeferredFilter:
         self.n_in += n
 
     # -- after the pass ----------------------------------------------------------------------------
-    def window(self, path) -> tuple[int, int]:
-        """The keep-window (rank-local ns) of ``--steps first-last`` from this rank's steps.
-        Raises :class:`StreamtraceError` when a step is missing (as the two-pass merge does)."""
+    def missing(self, path) -> str | None:
+        """The error when this rank lacks a step of ``--steps first-last`` (the two-pass merge's
+        words), else None."""
         a, b = self.steps
         st = self.tally.steps
-        if a not in st or b not in st:
-            have = ", ".join(map(str, sorted(st))) or "none"
-            raise StreamtraceError(f"{path}: --steps {a}-{b} not in this rank's ProfilerSteps ({have})")
-        return st[a][0], st[b][1]
+        if a in st and b in st:
+            return None
+        have = ", ".join(map(str, sorted(st))) or "none"
+        return f"{path}: --steps {a}-{b} not in this rank's ProfilerSteps ({have})"
+
+    def window(self, path) -> tuple[int, int]:
+        """The keep-window (rank-local ns) of ``--steps first-last`` from this rank's steps.
+        Raises :class:`StreamtraceError` when a step is missing (see :meth:`missing`)."""
+        err = self.missing(path)
+        if err:
+            raise StreamtraceError(err)
+        a, b = self.steps
+        return self.tally.steps[a][0], self.tally.steps[b][1]
 
     def kept_flows(self, lo: int, hi: int) -> np.ndarray:
         """Sorted int64 keys of the flows whose every event has ``lo <= ts <= hi`` (plain keys as
@@ -148,6 +162,12 @@ class DeferredFilter:
         at = np.flatnonzero(new)
         ok = (np.minimum.reduceat(ts, at) >= lo) & (np.maximum.reduceat(ts, at) <= hi)
         return keys[at][ok]
+
+    def exact(self, dropped_seq) -> bool:
+        """False when a kept flow end has an id the output's check cannot derive
+        (:func:`streamtrace.validate.merged.inexact_ends`): as the two-pass merge tells it, from the
+        events it keeps."""
+        return not any(not dropped_seq[s] for s in self.inexact)
 
     def close(self):
         if not self.spill.closed:

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..kernels import survey as KS
 from ..kernels import scan as K
-from ..trace.decode import decode_value, loads
+from ..trace.decode import decode_value, loads, text_ns
 from ..trace.reader import TraceReader
 from ..trace.source import LEAN_BLOCK
 from .flows import FlowExtents
@@ -53,6 +53,21 @@ def account_event(ev, t, d, acc: Tally):
         k = (ev.get("cat"), hashable(ev.get("id")))
         lo, hi = acc.flows.get(k, (t, t))
         acc.flows[k] = (min(lo, t), max(hi, t))
+
+
+def event_times_ns(ev, ts: int, dur: int, flags: int):
+    """``(ts, dur)`` (ns) of a decoded event as merge's rewrite reads them: the scanner's numbers,
+    or a number written in a string (:func:`~streamtrace.trace.decode.text_ns`); None when its ts is
+    unusable (the rewrite drops the event).  ``flags``: the scanner's (TS_BAD 4, DUR_BAD 8)."""
+    if flags & 4:
+        ts = text_ns(ev.get("ts")) if isinstance(ev, dict) else None
+        if ts is None:
+            return None
+    if flags & 8:
+        dur = text_ns(ev.get("dur")) if isinstance(ev, dict) else None
+        if dur is None:
+            return None
+    return ts, dur
 
 
 class _Scan:
@@ -95,19 +110,23 @@ def prepass_rank(path, want_flows=False, salvage=False, byte_range=None):
         n = len(b.starts)
         kind, flags, ts = sc.kind[:n], sc.flags[:n], sc.ts[:n]
         has = (flags & 1) != 0
-        plain = has & ((kind == KS.S_OTHER) | (kind == KS.S_FLOW))
+        text = has & ((flags & 12) != 0)       # a ts or dur in a string: decoded, read as the rewrite reads it
+        plain = has & ~text & ((kind == KS.S_OTHER) | (kind == KS.S_FLOW))
         if plain.any():
             t0 = int(ts[plain].min())
             acc.first = t0 if acc.first is None or t0 < acc.first else acc.first
         if want_flows:
-            fl = has & (kind == KS.S_FLOW)
+            fl = has & ~text & (kind == KS.S_FLOW)
             if fl.any():
                 parts.append((sc.cat_k[:n][fl], sc.fid[:n][fl], ts[fl]))
         base = b.offset - int(b.starts[0])
-        for j in np.flatnonzero(has & (kind == KS.S_DECODE)).tolist():
+        for j in np.flatnonzero(has & ((kind == KS.S_DECODE) | text)).tolist():
             s, e = int(b.starts[j]), int(b.ends[j])
             dec = decode_value if flags[j] & K.BIG_INT else loads      # as the reader decodes a batch
-            account_event(dec(b.buf[s:e], path, base + s), int(ts[j]), int(sc.dur[j]), acc)
+            ev = dec(b.buf[s:e], path, base + s)
+            td = event_times_ns(ev, int(ts[j]), int(sc.dur[j]), int(flags[j]))
+            if td is not None:
+                account_event(ev, *td, acc)
     cat_names = [t.decode("utf-8") for t in sc.texts]
     flows = FlowExtents.build(cat_names, parts, acc.flows or {}) if want_flows else FlowExtents()
     return r.metadata, acc.first, acc.steps, flows

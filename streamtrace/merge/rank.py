@@ -24,10 +24,11 @@ from ..trace.reader import TraceReader
 from ..trace.source import LEAN_BLOCK
 from ..validate.check import Checker, ValidateOptions
 from ..trace.writer import dumps_event, dumps_events, us_fragment
-from ..validate.merged import account_batch, rank_validation
+from ..validate.merged import account_batch, inexact_ends, rank_validation
 from ..runtime.files import remove_quietly
 from ..validate.ordered import OutFilter
 from .deferred import DeferredFilter, out_view_bits
+from .prepass import event_times_ns
 from .output import copy_runs
 from .flows import KeptFlows
 from .pids import FLOW_PHASES, PROCESS_META, PidMap, hashable, process_meta_events, unique_id
@@ -275,7 +276,9 @@ class _ByteRewrite:
         ev = loads(window[s:e].tobytes(), self.reader.path, base + s)
         times = event_times(window, s, e)
         if self.defer is not None and (times[2] & 1):
-            self.defer.step_event(ev, times[0], times[1])
+            td = event_times_ns(ev, *times)
+            if td is not None:
+                self.defer.step_event(ev, *td)
         ev = rewrite_dict(ev, *times, self.ctx)
         if ev is None:
             return
@@ -325,7 +328,11 @@ def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: RankContext, seg, c
         if check is not None:
             fields = check.finish_read(rw.fields[:n], b.buf, b.starts, b.ends, b.offset, reader.path)
             odd = check.missing[1] + check.negdur[1]
-            ctx.exact &= account_batch(check, fields, rw.kept[:n])
+            exact = account_batch(check, fields, rw.kept[:n])
+            if ctx.defer is None:
+                ctx.exact &= exact
+            elif not exact:                       # told once the filter has decided (DeferredFilter.exact)
+                ctx.defer.inexact += (ctx.defer.n_in + inexact_ends(fields, rw.kept[:n].astype(bool))).tolist()
             if ctx.defer is not None and check.missing[1] + check.negdur[1] != odd:
                 vbits = out_view_bits(fields)     # only a batch with such events needs them told apart
         if ctx.defer is not None:
@@ -375,7 +382,11 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
         used, out_filter, runs = ctx.used, None, None
         if ctx.defer is not None:
             raw.close()
+            missing = ctx.defer.missing(plan.path)
+            if missing:             # the parent raises it, for the first such rank in rank order
+                return {"rank": plan.rank, "missing_steps": missing, "bytes_in": reader.bytes_read}
             dec = ctx.defer.finish(plan.path, plan.shift_ns)
+            ctx.exact &= ctx.defer.exact(dec.dropped_seq)
             used, first_out, n_out = dec.used, dec.first_out, dec.kept
             out_filter = OutFilter(lo=dec.lo, hi=dec.hi, dropped_seq=dec.dropped_seq, **dec.dropped)
             raw, seg = open_segment(plan.segment, plan.compress, plan.compresslevel)

@@ -287,6 +287,10 @@ def _merge_surveyed(files, output, opt, splits, t_start, jobs, surveys):
             warm_kernels(plans[0])        # forked workers inherit the loaded kernels (one process: loaded on use)
         trim()                            # and only the heap this process uses (see _run_task)
         results, done, redone = _rewrite(tasks, files, plans, splits, jobs, opt, progress)
+        missing = [r["missing_steps"] for r in results if "missing_steps" in r]
+        if missing:                 # a one-pass --steps rank without the steps: the first in rank order
+            progress.close()
+            raise StreamtraceError(missing[0])
         if any(int(res["metadata"].get("baseTimeNanoseconds") or 0) != int(s.metadata.get("baseTimeNanoseconds") or 0)
                for s, res in zip(surveys, results)):
             # the quick trailer peek missed the base time: redo with the real metadata

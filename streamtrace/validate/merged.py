@@ -36,12 +36,18 @@ def account_batch(check, f: np.ndarray, kept: np.ndarray) -> bool:
     integer in [0, 2**40))."""
     keep = kept.astype(bool)
     check.account(f, np.where(keep, KV.V_IN | KV.V_OUT, KV.V_IN), out_pid=True)
+    return not len(inexact_ends(f, keep))
+
+
+def inexact_ends(f: np.ndarray, kept: np.ndarray) -> np.ndarray:
+    """Indices (int64) of the kept (``kept``: bool[n]) flow ends among events with fields ``f``
+    whose id is not an integer in [0, 2**40): the output's view of those cannot be derived."""
     ph = f[:, KV.C_PH]
-    flow = keep & ((ph == KV.PH_S) | (ph == KV.PH_F))
+    flow = kept & ((ph == KV.PH_S) | (ph == KV.PH_F))
     if not flow.any():
-        return True
+        return np.zeros(0, np.int64)
     ok = (f[:, KV.C_IDK] == KV.INT) & (f[:, KV.C_IDV] >= 0) & (f[:, KV.C_IDV] < ID_LIMIT)
-    return not bool((flow & ~ok).any())
+    return np.flatnonzero(flow & ~ok)
 
 
 def rank_validation(reports: list, events_out: int, exact: bool) -> dict:

@@ -4,9 +4,10 @@ then the rewrite with the window known), forced by patching
 :func:`streamtrace.merge.run.deferred_steps`: the same events in the same order, the same summary
 (``events_out``, ``validation``, ``warnings``), the same merged metadata, the same errors.
 
-Real traces from ../shared (skipped when absent) and small synthetic traces written here.  The tests
-marked ``xfail(strict=True)`` are differences found between the two paths (bugs of the one-pass path,
-reported; each test is its smallest reproducer)."""
+Real traces from ../shared (skipped when absent) and small synthetic traces written here; the
+synthetic cases were the smallest reproducers of the differences these tests found (events through
+the Python twin, a ProfilerStep without ts, a flow event whose ts is a number in a string, a dropped
+flow with a string id, which rank an error names), all fixed."""
 from __future__ import annotations
 
 import gzip
@@ -241,8 +242,6 @@ def test_synthetic_two_ranks_jobs_2(tmp_path):
     assert all(p.exists() for p in srcs)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG one-pass: an event written by the Python twin crashes "
-                   "(merge/rank.py _ByteRewrite._python: np.uint8 & ~RW.C_CLASS -> OverflowError under NumPy 2)")
 def test_synthetic_python_events(tmp_path):
     """The brief's trace: flows inside / crossing the window, a string id, an escaped cat, an escaped
     ProfilerStep name, a ts given as a string, events without ts."""
@@ -250,17 +249,12 @@ def test_synthetic_python_events(tmp_path):
     _check([src], tmp_path, MergeOptions(steps=(3, 3), jobs=1))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG one-pass: an event written by the Python twin crashes "
-                   "(OverflowError: Python integer -4 out of bounds for uint8)")
 def test_one_event_through_python(tmp_path):
     """Smallest reproducer of the crash: one event whose ts is a number in a string."""
     src = _trace(tmp_path / "in", [STEPS[1], _x("a", '"210"')])
     _check([src], tmp_path, MergeOptions(steps=(3, 3), jobs=1))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG one-pass: a ProfilerStep X event WITHOUT ts counts as a step "
-                   "(merge/deferred.py add_batch decodes every C_STEP candidate with ts 0; the survey skips "
-                   "events without ts): --steps 5-5 merges instead of the two-pass error")
 def test_profiler_step_without_ts_is_no_step(tmp_path):
     src = _trace(tmp_path / "in", [STEPS[1], '{"ph":"X","name":"ProfilerStep#5","cat":"user_annotation",'
                                               '"pid":1,"tid":1,"dur":100}', _x("a", 210)])
@@ -273,32 +267,22 @@ def test_profiler_step_without_ts_is_no_step(tmp_path):
     assert one == two
 
 
-@pytest.mark.xfail(strict=True, reason="BUG one-pass: a second ProfilerStep#3 WITHOUT ts widens the window "
-                   "to ts 0 (an event at ts 50 is kept; the two-pass merge drops it)")
 def test_profiler_step_without_ts_does_not_widen_the_window(tmp_path):
     src = _trace(tmp_path / "in", [STEPS[1], '{"ph":"X","name":"ProfilerStep#3","cat":"user_annotation",'
                                               '"pid":1,"tid":1,"dur":100}', _x("a", 210), _x("b", 50)])
     _check([src], tmp_path, MergeOptions(steps=(3, 3), jobs=1))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG one-pass: a flow event whose ts is a number in a string: the "
-                   "one-pass path takes its ts (210, in the window: the flow is kept), the two-pass survey "
-                   "takes the scanner's 0 (the flow is dropped); also hidden behind the OverflowError crash")
 def test_flow_with_string_ts(tmp_path):
     src = _trace(tmp_path / "in", [STEPS[1], *_flow("f", '"ac2g"', 1, '"210"', 220), _x("b", 50)])
     _check([src], tmp_path, MergeOptions(steps=(3, 3), jobs=1))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG one-pass: a flow with a string id (or an id < 0 or >= 2**40) "
-                   "that the window drops is written, then dropped: validation['exact'] is False (True on the "
-                   "two-pass path); also hidden behind the OverflowError crash")
 def test_dropped_flow_with_string_id_keeps_validation_exact(tmp_path):
     src = _trace(tmp_path / "in", [STEPS[1], *_flow("f", '"ac2g"', '"a1"', 210, 500), _x("b", 50)])
     _check([src], tmp_path, MergeOptions(steps=(3, 3), jobs=1))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG one-pass: when several ranks lack the step, the error names the "
-                   "rank rewritten first (largest file first), the two-pass merge the first rank in order")
 def test_several_ranks_missing_the_step_same_error(tmp_path):
     srcs = [_trace(tmp_path / "in", [_x("a", 250)], 0), _trace(tmp_path / "in", [_x("a", 250), _x("b", 50)], 1)]
     assert all(p.exists() for p in srcs)
