@@ -11,14 +11,27 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["MISSING_OUT", "NEGDUR_OUT", "SEQ_SHIFT", "R_BITS", "R_T0", "R_T1", "R_END", "R_FLOW", "R_PID",
+__all__ = ["C_KEPT", "C_WINDOW", "C_FLOW", "C_CLASS", "C_STEP", "C_OTHER_FLOW", "MISSING_OUT", "NEGDUR_OUT", "SEQ_SHIFT", "R_BITS", "R_T0", "R_T1", "R_END", "R_FLOW", "R_PID",
            "R_COLS", "S_OPEN", "S_PREV_END", "S_KEPT", "S_GONE", "S_GONE_MISSING", "S_GONE_NEGDUR", "S_FIRST",
            "S_HAS_FIRST", "S_COLS", "keep_rows"]
 
 MISSING_OUT = 16        # the event counts as a missing field in the output's validation view
 NEGDUR_OUT = 32         # ... as an X event with a missing or negative dur
 SEQ_SHIFT = 8
-from .rewrite import R_BITS, R_COLS, R_END, R_FLOW, R_PID, R_T0, R_T1  # noqa: E402  the rows scan_rewrite records
+# A deferred time filter (``defer``): per event of the batch, its class (``rcls``, low two bits),
+# and what the filter decides it by after the pass (``rec`` columns).
+C_KEPT = 1          # written, kept whatever the window (a metadata event, an event without ts)
+C_WINDOW = 2        # written, kept when its [ts, ts + dur] meets the window
+C_FLOW = 3          # written flow event: kept when its ts is in the window and its flow is kept
+C_CLASS = 3         # mask of the class bits
+C_STEP = 4          # a ProfilerStep candidate (ph "X", a name starting ProfilerStep# or escaped)
+C_OTHER_FLOW = 8    # (set by Python) a flow whose key is not plain: R_FLOW indexes Python's list
+# ``rec`` columns of :func:`streamtrace.kernels.rewrite.scan_rewrite`, the rows of :func:`keep_rows`: seq << 8 | class bits, ts (ns,
+# rank-local), end (ns), output end offset, flow key, merged pid
+R_BITS, R_T0, R_T1, R_END, R_FLOW, R_PID = 0, 1, 2, 3, 4, 5
+R_COLS = 6
+
+
 # the state carried from one chunk of rows to the next
 S_OPEN, S_PREV_END, S_KEPT, S_GONE, S_GONE_MISSING, S_GONE_NEGDUR, S_FIRST, S_HAS_FIRST = range(8)
 S_COLS = 8

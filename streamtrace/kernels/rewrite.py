@@ -19,32 +19,19 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .keep import C_CLASS, C_FLOW, C_KEPT, C_STEP, C_WINDOW, R_BITS, R_END, R_FLOW, R_PID, R_T0, R_T1
 from .jsoncheck import MAX_DEPTH, MEMBERS_CAP, MEMBERS_INVALID, bytes_equal, object_members
 from .scan import DONE, NEED_MORE, OBJECT, next_element, parse_ns, skip_value
 from .validate import member_fields, span_fields
 
 __all__ = ["OK", "UNKNOWN_PID", "NEED_PYTHON", "OUT_FULL", "NEW_CAT", "KIND_CPU", "KIND_GPU", "KIND_OTHER",
-           "ID_LIMIT", "K_RAW", "C_KEPT", "C_WINDOW", "C_FLOW", "C_CLASS", "C_STEP", "C_OTHER_FLOW", "R_BITS", "R_T0",
-           "R_T1", "R_END", "R_FLOW", "R_PID", "R_COLS", "scan_rewrite"]
+           "ID_LIMIT", "K_RAW", "scan_rewrite"]
 
 OK = 0
 UNKNOWN_PID = 1
 NEED_PYTHON = 2
 OUT_FULL = 3
 NEW_CAT = 4         # a deferred filter met a flow category not yet in its table (info: its text's span)
-
-# A deferred time filter (``defer``): per event of the batch, its class (``rcls``, low two bits),
-# and what the filter decides it by after the pass (``rec`` columns).
-C_KEPT = 1          # written, kept whatever the window (a metadata event, an event without ts)
-C_WINDOW = 2        # written, kept when its [ts, ts + dur] meets the window
-C_FLOW = 3          # written flow event: kept when its ts is in the window and its flow is kept
-C_CLASS = 3         # mask of the class bits
-C_STEP = 4          # a ProfilerStep candidate (ph "X", a name starting ProfilerStep# or escaped)
-C_OTHER_FLOW = 8    # (set by Python) a flow whose key is not plain: R_FLOW indexes Python's list
-# ``rec`` columns, the rows of :func:`streamtrace.kernels.keep.keep_rows`: seq << 8 | class bits, ts (ns,
-# rank-local), end (ns), output end offset, flow key, merged pid
-R_BITS, R_T0, R_T1, R_END, R_FLOW, R_PID = 0, 1, 2, 3, 4, 5
-R_COLS = 6
 
 KIND_CPU = 0
 KIND_GPU = 1

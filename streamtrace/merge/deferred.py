@@ -105,7 +105,7 @@ class DeferredFilter:
         decoded from ``buf`` (``times(j)``: ``(ts, dur, flags)`` of event j as the scanner reads
         them)."""
         n = len(rcls)
-        for j in np.flatnonzero(rcls & RW.C_STEP).tolist():
+        for j in np.flatnonzero(rcls & KK.C_STEP).tolist():
             s, e = int(starts[j]), int(ends[j])
             ts, dur, flags = times(j)
             if flags & 1:                   # the survey's rule: only an event with a ts
@@ -113,17 +113,17 @@ class DeferredFilter:
                 td = event_times_ns(ev, ts, dur, flags)
                 if td is not None:
                     self.step_event(ev, *td)
-        w = np.flatnonzero(rcls & RW.C_CLASS)
+        w = np.flatnonzero(rcls & KK.C_CLASS)
         if len(w):
             rows = rec[:n] if len(w) == n else rec[w]
             if vbits is not None:
                 rows[:, KK.R_BITS] |= vbits[w]
             rows.tofile(self.spill)
             self.rows += len(w)
-            fl = np.flatnonzero((rows[:, KK.R_BITS] & RW.C_CLASS) == RW.C_FLOW)
+            fl = np.flatnonzero((rows[:, KK.R_BITS] & KK.C_CLASS) == KK.C_FLOW)
             if len(fl):
                 key = rows[fl, KK.R_FLOW]
-                self.flow_keys.append(np.where(rows[fl, KK.R_BITS] & RW.C_OTHER_FLOW, -1 - key, key))
+                self.flow_keys.append(np.where(rows[fl, KK.R_BITS] & KK.C_OTHER_FLOW, -1 - key, key))
                 self.flow_ts.append(rows[fl, KK.R_T0])
         self.n_in += n
 

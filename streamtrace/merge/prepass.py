@@ -1,5 +1,6 @@
-"""merge's pre-pass over one rank without decoding its events (``--steps``, ``--window``,
-``--align first-step``; not ``--align collectives``, which reads collectives:
+"""merge's pre-pass over one rank without decoding its events (``--window``, ``--align first-step``,
+``--steps`` on a rank cut into byte ranges or with those; ``--steps`` alone reads each rank once:
+:mod:`streamtrace.merge.deferred`; not ``--align collectives``, which reads collectives:
 :func:`streamtrace.merge.survey.survey_rank`).
 
 The numba kernel :func:`streamtrace.kernels.survey.scan_survey` finds every event's byte range

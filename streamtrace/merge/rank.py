@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..kernels import keep as KK
 from ..kernels import rewrite as RW
 from ..kernels import scan as K
 from ..kernels import validate as KV
@@ -131,7 +132,7 @@ def rewrite_dict(ev, ts_ns, dur_ns, flag, ctx: RankContext):
         if ph != "M" and (ctx.first_out is None or t < ctx.first_out):
             ctx.first_out = t
     elif ctx.defer is not None:
-        ctx.last = (RW.C_KEPT, 0, 0, -1, False)
+        ctx.last = (KK.C_KEPT, 0, 0, -1, False)
     ev["pid"] = newpid
     if "id" in ev and ph in FLOW_PHASES:
         ev["id"] = unique_id(ctx.rank, ev["id"])
@@ -152,11 +153,11 @@ def rewrite_dict(ev, ts_ns, dur_ns, flag, ctx: RankContext):
 def _deferred_record(ev, ph, t, end, ctx):
     """What a deferred filter decides a written event with ts ``t`` by (see scan_rewrite's ``rec``)."""
     if ph == "M":
-        return (RW.C_KEPT, 0, 0, -1, False)
+        return (KK.C_KEPT, 0, 0, -1, False)
     if ph in FLOW_PHASES:
         key, other = ctx.defer.flow_key(ev.get("cat"), hashable(ev.get("id")))
-        return (RW.C_FLOW, t, end, key, other)
-    return (RW.C_WINDOW, t, end, -1, False)
+        return (KK.C_FLOW, t, end, key, other)
+    return (KK.C_WINDOW, t, end, -1, False)
 
 
 class _PidTables:
@@ -226,7 +227,7 @@ class _ByteRewrite:
         self.state = np.zeros(6, np.int64)
         self.defer = ctx.defer
         self.rcls = np.zeros(reader.batch_events if self.defer is not None else 0, np.uint8)
-        self.rec = np.zeros((len(self.rcls), RW.R_COLS), np.int64)
+        self.rec = np.zeros((len(self.rcls), KK.R_COLS), np.int64)
         self.info = np.zeros(2, np.int64)
         self.cur = np.zeros(5, np.int64)
         self.kept = np.zeros(reader.batch_events, np.uint8)
@@ -297,8 +298,8 @@ class _ByteRewrite:
         self.state[0] = 1
         if self.defer is not None:
             cls, t0, t1, key, other = self.ctx.last
-            bits = cls | (RW.C_OTHER_FLOW if other else 0)
-            self.rcls[i] = (int(self.rcls[i]) & RW.C_STEP) | bits
+            bits = cls | (KK.C_OTHER_FLOW if other else 0)
+            self.rcls[i] = (int(self.rcls[i]) & KK.C_STEP) | bits
             self.rec[i] = ((int(self.state[5]) + i) << 8 | bits, t0, t1, self.state[4] + o + len(data), key,
                            ev["pid"])
 

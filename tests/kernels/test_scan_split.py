@@ -262,6 +262,7 @@ def rewrite_windows(doc: bytes, sizes, cap, sep0, how, out_bytes, defer=False):
     an event for Python, a full ``out``, with ``defer`` a new flow category) and to scan_bounds;
     every call must return the same count, status, position, byte ranges and separator state.
     Returns the bytes written and the (start, end) of the events handed to Python."""
+    from streamtrace.kernels import keep as RWK
     from streamtrace.kernels import rewrite as RW
     from streamtrace.kernels import validate as KV
     a_st, a_en = np.full(cap, -7, np.int64), np.full(cap, -7, np.int64)
@@ -277,7 +278,7 @@ def rewrite_windows(doc: bytes, sizes, cap, sep0, how, out_bytes, defer=False):
         buf = as_buffer(doc[:n], how)
         cur[:] = (pos, n, 0, 0, 0)
         kept, fields = np.zeros(cap, np.uint8), np.zeros((cap, KV.NF), np.int64)
-        rec, rcls = np.zeros((cap, RW.R_COLS), np.int64), np.zeros(cap, np.uint8)
+        rec, rcls = np.zeros((cap, RWK.R_COLS), np.int64), np.zeros(cap, np.uint8)
         while True:
             ctext = np.frombuffer(b"".join(cats) or b"\0", np.uint8)
             coff = np.concatenate([[0], np.cumsum([len(c) for c in cats])]).astype(np.int64)
