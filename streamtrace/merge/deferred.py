@@ -219,3 +219,11 @@ class Decision:
         self.used = set()
         self.first_out = None
         self.dropped = {"events": 0, "missing": 0, "negdur": 0}
+
+
+def warm_keep() -> None:
+    """Load :func:`~streamtrace.kernels.keep.keep_rows` (from numba's cache) into this process: merge's
+    parent does it before forking its workers, which then share it."""
+    state = np.zeros(KK.S_COLS, np.int64)
+    KK.keep_rows(np.zeros((0, KK.R_COLS), np.int64), 0, 0, np.zeros(0, np.int64), 0, np.zeros(1, np.uint8),
+                 np.zeros((1, 2), np.int64), np.zeros(1, np.int64), state)

@@ -28,7 +28,7 @@ from ..trace.writer import dumps_event, dumps_events, us_fragment
 from ..validate.merged import account_batch, inexact_ends, rank_validation
 from ..runtime.files import remove_quietly
 from ..validate.ordered import OutFilter
-from .deferred import DeferredFilter, out_view_bits
+from .deferred import DeferredFilter, out_view_bits, warm_keep
 from .prepass import event_times_ns
 from .output import copy_runs
 from .flows import KeptFlows
@@ -439,3 +439,5 @@ def warm_kernels(plan: RankPlan) -> None:
     with warm_trace(os.path.dirname(os.path.abspath(plan.segment))) as (d, src):
         merge_rank(dataclasses.replace(plan, path=src, segment=os.path.join(d, "warm.seg"), salvage=False,
                                        kept_flows=None if plan.kept_flows is None else set(), defer=None))
+    if plan.defer:                  # the deferred filter's decision kernel, loaded once for every worker
+        warm_keep()
