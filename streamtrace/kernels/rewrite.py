@@ -394,11 +394,16 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
         ph = buf[ph_s + 1]
         is_flow = ph == 115 or ph == 102 or ph == 116      # s f t
         if defer and ph == 88 and name_s >= 0 and buf[name_s] == 34:
-            step = _startswith(buf, name_s, name_e, K_STEP)
-            for j in range(name_s + 1, name_e - 1):
-                if step:
+            # a candidate: its name starts with ProfilerStep#, or an escape comes before its bytes
+            # leave that prefix (Python tells); most names differ at their first byte
+            step = True
+            for j in range(1, K_STEP.shape[0]):
+                c = buf[name_s + j] if name_s + j < name_e - 1 else 34
+                if c == 92:
                     break
-                step = buf[j] == 92     # an escaped name: Python tells
+                if c != K_STEP[j]:
+                    step = False
+                    break
             if step:
                 rcls[i] |= C_STEP
         # -- filters ---------------------------------------------------------
