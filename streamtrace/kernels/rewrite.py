@@ -1,16 +1,13 @@
 """Numba kernel that rewrites merge events *as bytes*, without decoding them.
 
-For each event of the ``traceEvents`` array (found as it goes, the way
-:func:`streamtrace.kernels.scan.scan_bounds` finds them) it locates the top-level
-``ph``/``pid``/``ts``/``id``/``cat``/``name``/``args`` values and, inside ``args``, ``correlation`` / ``External id`` / ``external id``; then it
-copies the event to ``out`` with the merge rewrites applied (see
-:mod:`streamtrace.merge`): the pid replaced by the merged pid, ``ts`` shifted and
-written as exact decimal microseconds, flow ids and correlations made unique
-(``rank * 2**40 + raw``), ``"raw ..."`` copies and ``"rank"`` appended to ``args``.
-Filtered events are skipped.  Anything unusual (a string id, a key already named
-``rank``, a flow under a time filter, ...) is handed back to Python with
-``NEED_PYTHON``; the Python twin :func:`streamtrace.merge.rewrite_dict` defines
-the semantics and the property tests check that both agree.
+For each event of the ``traceEvents`` array (found as it goes, the way :func:`streamtrace.kernels.scan.scan_bounds`
+finds them) it locates the top-level ``ph``/``pid``/``ts``/``id``/``cat``/``name``/``args`` values and, inside
+``args``, ``correlation`` / ``External id`` / ``external id``; then it copies the event to ``out`` with the merge
+rewrites applied (see :mod:`streamtrace.merge`): the pid replaced by the merged pid, ``ts`` shifted and written as
+exact decimal microseconds, flow ids and correlations made unique (``rank * 2**40 + raw``), ``"raw ..."`` copies
+and ``"rank"`` appended to ``args``.  Filtered events are skipped.  Anything unusual (a string id, a key already
+named ``rank``, ...) is handed back to Python with ``NEED_PYTHON``; the Python twin
+:func:`streamtrace.merge.rewrite_dict` defines the semantics and the property tests check that both agree.
 """
 from __future__ import annotations
 
@@ -255,10 +252,11 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
 
     ``ts``/``dur`` are read from their number text (exact int64 ns, as
     :func:`streamtrace.kernels.scan.scan_events` reads them).
-    ``state``: int64[6]: [0] 1 when a comma must precede the next event written,
+    ``state``: int64[8]: [0] 1 when a comma must precede the next event written,
     [1] events written, [2] earliest ts written (ns, shifted), [3] 1 once [2] is set, [4] the
     output offset of ``out[0]`` (kept by the caller; only ``defer`` reads it), [5] with ``defer``: the
-    seq of the batch's first event.
+    seq of the batch's first event, [6] the earliest ts of any event but metadata (ns, before any
+    filter; an unreadable ts goes to Python), [7] 1 once [6] is set.
     ``pid_text``/``pid_off``: concatenated raw JSON texts of known pids (entry k is
     ``pid_text[pid_off[k]:pid_off[k+1]]``), ``pid_new``/``pid_kind`` their merged pid
     and kind (KIND_CPU/GPU/OTHER); ``pid_used[k]`` is set to 1 when pid k gets an event.
@@ -394,9 +392,7 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
         ph = buf[ph_s + 1]
         is_flow = ph == 115 or ph == 102 or ph == 116      # s f t
         if defer and ph == 88 and name_s >= 0 and buf[name_s] == 34:
-            # a candidate: its name starts with ProfilerStep#, or an escape comes before its bytes
-            # leave that prefix (Python tells); most names differ at their first byte
-            step = True
+            step = True     # its name starts ProfilerStep#, or has an escape before leaving that prefix
             for j in range(1, K_STEP.shape[0]):
                 c = buf[name_s + j] if name_s + j < name_e - 1 else 34
                 if c == 92:
@@ -406,6 +402,14 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
                     break
             if step:
                 rcls[i] |= C_STEP
+        if defer and ph != 77 and ts_s >= 0:       # the rank's earliest ts, whatever the filters drop
+            ok0, t_first = _value_ns(buf, ts_s, ts_e)
+            if not ok0:
+                cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+                return NEED_PYTHON, NEED_MORE
+            if state[7] == 0 or t_first < state[6]:
+                state[6] = t_first
+                state[7] = 1
         # -- filters ---------------------------------------------------------
         if ndrop > 0 and cat_s >= 0 and buf[cat_s] == 34:
             dropped = False

@@ -1,4 +1,4 @@
-"""``merge --steps`` in one pass: the time filter decided after the rewrite, not before it.
+"""``merge --steps`` / ``--window`` in one pass: the time filter decided after the rewrite, not before it.
 
 A filtered merge used to read every rank twice: a survey for the ProfilerStep windows and the
 extents of every flow, then the rewrite.  With a deferred filter the rank is rewritten once, as the
@@ -6,7 +6,9 @@ full merge rewrites it, into a temporary segment, while the byte kernel
 (:func:`streamtrace.kernels.rewrite.scan_rewrite` with ``defer``) records per written event what the
 filter will decide it by (class, ts, end, output offset, flow key, merged pid) and flags the
 ProfilerStep candidates, which are decoded here exactly as the survey decodes them
-(:func:`streamtrace.merge.prepass.account_event`).  After the pass the rank's keep-window is known;
+(:func:`streamtrace.merge.prepass.account_event`), and the rank's earliest ts.  After the pass the
+keep-window is known (``--steps``: from this rank's steps; ``--window``: by the parent, once every
+rank's earliest ts is, :meth:`DeferredFilter.park`);
 :meth:`DeferredFilter.finish` keeps the same events the two-pass merge keeps (an event meeting the
 window; a flow event only when every event of its flow has its ts in the window) and copies the kept
 byte runs into the rank's segment.  The output's validation drops the other events from its view
@@ -52,7 +54,8 @@ class DeferredFilter:
     not an integer below 2**40) are numbered in ``other`` by Python."""
 
     def __init__(self, steps, spill_path: str):
-        self.steps = tuple(steps)
+        self.steps = tuple(steps) if steps else None
+        self.flows_path = None
         self.tally = Tally(False)
         self.cats, self.index = [], {}
         self._table()
@@ -128,9 +131,21 @@ class DeferredFilter:
         self.n_in += n
 
     # -- after the pass ----------------------------------------------------------------------------
+    @property
+    def first(self) -> int | None:
+        """The rank's earliest ts (ns) of any event but metadata, as the survey finds it."""
+        return self.tally.first
+
+    @property
+    def steps_found(self) -> dict:
+        """``{N: (start, end)}`` (ns) of the rank's ``ProfilerStep#N``, as the survey finds them."""
+        return self.tally.steps
+
     def missing(self, path) -> str | None:
         """The error when this rank lacks a step of ``--steps first-last`` (the two-pass merge's
-        words), else None."""
+        words), else None (also without ``--steps``)."""
+        if self.steps is None:
+            return None
         a, b = self.steps
         st = self.tally.steps
         if a in st and b in st:
@@ -169,20 +184,42 @@ class DeferredFilter:
         events it keeps."""
         return not any(not dropped_seq[s] for s in self.inexact)
 
-    def close(self):
-        if not self.spill.closed:
-            self.spill.close()
-        try:
-            os.unlink(self.spill_path)
-        except OSError:
-            pass
-
-    def finish(self, path, shift_ns: int) -> "Decision":
-        """Decide every written event (:func:`streamtrace.kernels.keep.keep_rows` over the rows
-        spilled during the pass).  Raises :class:`StreamtraceError` when a step is missing."""
-        lo, hi = self.window(path)
-        kept_keys = self.kept_flows(lo, hi)
+    def park(self, flows_path: str) -> None:
+        """Close the spill and move the flows' keys and ts to ``flows_path``: what is left pickles in a
+        few KB, for the parent to hand to :func:`streamtrace.merge.rank.finish_parked`."""
         self.spill.close()
+        self.spill = None
+        keys = np.concatenate(self.flow_keys) if self.flow_keys else np.zeros(0, np.int64)
+        ts = np.concatenate(self.flow_ts) if self.flow_ts else np.zeros(0, np.int64)
+        self.flow_keys, self.flow_ts = [], []
+        with open(flows_path, "wb") as f:
+            np.save(f, keys)
+            np.save(f, ts)
+        self.flows_path = flows_path
+
+    def unpark(self) -> None:
+        """Read back what :meth:`park` set aside."""
+        with open(self.flows_path, "rb") as f:
+            self.flow_keys, self.flow_ts = [np.load(f)], [np.load(f)]
+
+    def close(self):
+        if self.spill is not None and not self.spill.closed:
+            self.spill.close()
+        for p in (self.spill_path, self.flows_path):
+            if p:
+                try:
+                    os.unlink(p)
+                except OSError:
+                    pass
+
+    def finish(self, path, shift_ns: int, keep=None) -> "Decision":
+        """Decide every written event (:func:`streamtrace.kernels.keep.keep_rows` over the rows
+        spilled during the pass) under the keep-window ``keep`` (``(lo, hi)`` rank-local ns; None: this
+        rank's steps).  Raises :class:`StreamtraceError` when a step is missing."""
+        lo, hi = keep if keep is not None else self.window(path)
+        kept_keys = self.kept_flows(lo, hi)
+        if self.spill is not None:
+            self.spill.close()
         d = Decision(lo, hi, self.n_in)
         state = np.zeros(KK.S_COLS, np.int64)
         state[KK.S_OPEN], state[KK.S_PREV_END] = -1, -1

@@ -1,5 +1,5 @@
-"""merge's pre-pass over one rank without decoding its events (``--window``, ``--align first-step``,
-``--steps`` on a rank cut into byte ranges or with those; ``--steps`` alone reads each rank once:
+"""merge's pre-pass over one rank without decoding its events (``--align first-step``, and ``--steps`` /
+``--window`` with it or on a rank cut into byte ranges; otherwise the time filters read each rank once:
 :mod:`streamtrace.merge.deferred`; not ``--align collectives``, which reads collectives:
 :func:`streamtrace.merge.survey.survey_rank`).
 

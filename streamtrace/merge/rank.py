@@ -25,7 +25,7 @@ from ..trace.reader import TraceReader
 from ..trace.source import LEAN_BLOCK
 from ..validate.check import Checker, ValidateOptions
 from ..trace.writer import dumps_event, dumps_events, us_fragment
-from ..validate.merged import account_batch, inexact_ends, rank_validation
+from ..validate.merged import account_batch, inexact_ends, rank_validation, split_validation
 from ..runtime.files import remove_quietly
 from ..validate.ordered import OutFilter
 from .deferred import DeferredFilter, out_view_bits, warm_keep
@@ -55,7 +55,8 @@ class RankPlan:
     host: str | None = None
     devices: dict = field(default_factory=dict)
     validate: bool = True         # check input and output while rewriting (:mod:`streamtrace.validate.merged`)
-    defer: tuple | None = None    # (first, last) ProfilerSteps kept, decided after the pass (merge.deferred)
+    defer: tuple | None = None    # a filter decided after the pass (merge.deferred): (first, last) steps, or ()
+    park: bool = False            # with defer: stop after the pass, the parent decides (--window)
 
     @property
     def tentative(self) -> str:
@@ -224,7 +225,7 @@ class _ByteRewrite:
         self.hi = ctx.hi if self.has_window else 0
         self.flows = ctx.kept_flows if ctx.kept_flows is not None else KeptFlows.of(())
         self.out = np.empty(OUT_BYTES, np.uint8)
-        self.state = np.zeros(6, np.int64)
+        self.state = np.zeros(8, np.int64)
         self.defer = ctx.defer
         self.rcls = np.zeros(reader.batch_events if self.defer is not None else 0, np.uint8)
         self.rec = np.zeros((len(self.rcls), KK.R_COLS), np.int64)
@@ -278,7 +279,7 @@ class _ByteRewrite:
         times = event_times(window, s, e)
         if self.defer is not None and (times[2] & 1):
             td = event_times_ns(ev, *times)
-            if td is not None:
+            if td is not None:              # its steps and the rank's earliest ts, as the survey reads them
                 self.defer.step_event(ev, *td)
         ev = rewrite_dict(ev, *times, self.ctx)
         if ev is None:
@@ -341,6 +342,8 @@ def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: RankContext, seg, c
             ctx.defer.add_batch(rw.rcls[:n], rw.rec[:n], b.buf, b.starts, b.ends, vbits, reader.path,
                                 b.offset - int(b.starts[0]), lambda j: event_times(arr, int(b.starts[j]), int(b.ends[j])))
     t, state = rw.tables, rw.state
+    if ctx.defer is not None and state[7]:      # the kernel's earliest ts (ns, any event but metadata)
+        ctx.defer.tally.first = _earliest(ctx.defer.tally.first, int(state[6]))
     for k, used in enumerate(t.used[:len(t.texts)].tolist()):
         if used:
             ctx.used.add(int(t.new_a[k]))
@@ -369,48 +372,49 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
     Events go through the byte kernel :func:`~streamtrace.kernels.rewrite.scan_rewrite`
     (see :func:`rewrite_stream`); those it hands back (unusual shapes, invalid JSON) are
     decoded and rewritten by its Python twin :func:`rewrite_dict`, which raises
-    :class:`TraceError` for invalid input."""
+    :class:`TraceError` for invalid input.  With ``plan.defer`` the time filter is decided after
+    the pass (:mod:`streamtrace.merge.deferred`): here from the rank's own steps, or, with
+    ``plan.park``, by the parent (the result's ``parked``, then :func:`finish_parked`)."""
     ctx = RankContext(plan)
     reader = TraceReader(plan.path, salvage=plan.salvage, block=READ_BLOCK, progress=progress)
-    check = Checker(ValidateOptions(spill_dir=os.path.dirname(os.path.abspath(plan.segment)))) if plan.validate else None
-    tentative = plan.tentative if plan.defer else None     # every event, before the deferred filter
-    runs = None
-    if plan.defer:
-        ctx.defer = DeferredFilter(plan.defer, plan.segment + ".rec")
-    raw, seg = open_segment(tentative or plan.segment, plan.compress and not plan.defer, plan.compresslevel)
+    spill = os.path.dirname(os.path.abspath(plan.segment))
+    check = Checker(ValidateOptions(spill_dir=spill), log=plan.segment + ".val" if plan.park else None) \
+        if plan.validate else None
+    if plan.defer is not None:
+        ctx.defer = DeferredFilter(plan.defer or None, plan.segment + ".rec")
+    raw, seg = open_segment(plan.tentative if plan.defer is not None else plan.segment,
+                            plan.compress and plan.defer is None, plan.compresslevel)
+    parked = None
     try:
         n_in, n_out, first_out, fast = rewrite_stream(reader, plan, ctx, seg, check)
-        used, out_filter, runs = ctx.used, None, None
-        if ctx.defer is not None:
+        if ctx.defer is None:
+            used, runs = ctx.used, None
+        else:
             raw.close()
+            parked = Parked(ctx.pids, ctx.defer, check.counters() if plan.park and check is not None else None,
+                            ctx.exact, n_in, fast, reader.metadata)
+            if plan.park:
+                ctx.defer.park(plan.segment + ".flows")
+                return {"rank": plan.rank, "parked": parked, "bytes_in": reader.bytes_read,
+                        "warnings": _warnings(reader, plan, ctx), "truncated": reader.truncated,
+                        "repaired_events": reader.repaired, "dropped_bad_ts": ctx.bad_ts}
             missing = ctx.defer.missing(plan.path)
             if missing:             # the parent raises it, for the first such rank in rank order
                 return {"rank": plan.rank, "missing_steps": missing, "bytes_in": reader.bytes_read}
-            dec = ctx.defer.finish(plan.path, plan.shift_ns)
-            ctx.exact &= ctx.defer.exact(dec.dropped_seq)
-            used, first_out, n_out = dec.used, dec.first_out, dec.kept
-            out_filter = OutFilter(lo=dec.lo, hi=dec.hi, dropped_seq=dec.dropped_seq, **dec.dropped)
-            raw, seg = open_segment(plan.segment, plan.compress, plan.compresslevel)
-            if plan.compress:           # compressed here, in the worker; a plain output copies the runs itself
-                copy_runs(tentative, dec.runs, seg, False)
-            else:
-                runs = dec.runs
-        # Our own process metadata, one set per process that had events.
-        meta = reader.metadata
-        devices = plan.devices or device_names(meta)
-        host = plan.host or host_name(meta)
-        pmap = {k: v for k, v in sorted(ctx.pids.info.items()) if k in used}
-        mevs = process_meta_events(pmap, plan.rank, host, devices, first_out)
+            res = _finish(plan, parked, ctx.defer.window(plan.path), check)
+            parked = None
+            return dict(res, bytes_in=reader.bytes_read, dropped_bad_ts=ctx.bad_ts, warnings=_warnings(reader, plan, ctx),
+                        truncated=reader.truncated, repaired_events=reader.repaired)
+        mevs = _meta_events(plan, reader.metadata, ctx.pids, used, first_out)
         if mevs:
-            if n_out and runs is None:
+            if n_out:
                 seg.write(b",")
             seg.write(dumps_events(mevs))
             n_out += len(mevs)
         if plan.compress:
             seg.close()
         raw.close()
-        validation = rank_validation(check.reports(out_filter=out_filter), n_out, ctx.exact) \
-            if check is not None else None
+        validation = rank_validation(check.reports(), n_out, ctx.exact) if check is not None else None
     except BaseException:
         raw.close()
         remove_quietly(plan.segment)
@@ -418,17 +422,96 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
     finally:
         if check is not None:
             check.close()
-        if ctx.defer is not None:
+        if ctx.defer is not None and parked is None:
             ctx.defer.close()
-            if runs is None:
-                remove_quietly(tentative)
-    warnings = reader.warnings + ([bad_ts_warning(plan.path, ctx.bad_ts)] if ctx.bad_ts else [])
     return {"rank": plan.rank, "events_in": n_in, "events_out": n_out, "bytes_in": reader.bytes_read,
             "events_fast": fast, "dropped_bad_ts": ctx.bad_ts, "validation": validation,
-            "process_map": {str(k): v for k, v in pmap.items()},
-            "metadata": meta, "warnings": warnings, "truncated": reader.truncated,
-            "repaired_events": reader.repaired,
-            "segments": [plan.segment] if runs is None else [(tentative, runs)] + ([plan.segment] if mevs else [])}
+            "process_map": {str(k): v for k, v in _pmap(ctx.pids, used).items()},
+            "metadata": reader.metadata, "warnings": _warnings(reader, plan, ctx), "truncated": reader.truncated,
+            "repaired_events": reader.repaired, "segments": [plan.segment]}
+
+
+def _earliest(a, b):
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _warnings(reader, plan, ctx) -> list:
+    return reader.warnings + ([bad_ts_warning(plan.path, ctx.bad_ts)] if ctx.bad_ts else [])
+
+
+def _pmap(pids, used) -> dict:
+    return {k: v for k, v in sorted(pids.info.items()) if k in used}
+
+
+def _meta_events(plan, meta, pids, used, first_out) -> list:
+    """Our own process metadata, one set per process that had events."""
+    devices = plan.devices or device_names(meta)
+    host = plan.host or host_name(meta)
+    return process_meta_events(_pmap(pids, used), plan.rank, host, devices, first_out)
+
+
+@dataclass
+class Parked:
+    """A rank rewritten under a deferred filter, waiting for its keep-window (picklable once parked:
+    the checker as its log's counters)."""
+    pids: PidMap
+    defer: DeferredFilter
+    counters: dict | None
+    exact: bool
+    n_in: int
+    fast: int
+    metadata: dict
+
+
+def _finish(plan: RankPlan, p: Parked, keep, check=None) -> dict:
+    """Decide a deferred rank under ``keep`` (``(lo, hi)`` rank-local ns) and write its segments;
+    the validation from ``check`` (live) or ``p.counters`` (replayed).  Removes the rank's temporaries
+    but the tentative segment that a plain output copies its runs from."""
+    runs = None
+    try:
+        dec = p.defer.finish(plan.path, plan.shift_ns, keep)
+        exact = p.exact and p.defer.exact(dec.dropped_seq)
+        out_filter = OutFilter(lo=dec.lo, hi=dec.hi, dropped_seq=dec.dropped_seq, **dec.dropped)
+        raw, seg = open_segment(plan.segment, plan.compress, plan.compresslevel)
+        try:
+            if plan.compress:           # compressed here, in the worker; a plain output copies the runs itself
+                copy_runs(plan.tentative, dec.runs, seg, False)
+            else:
+                runs = dec.runs
+            mevs = _meta_events(plan, p.metadata, p.pids, dec.used, dec.first_out)
+            n_out = dec.kept + len(mevs)
+            if mevs:
+                if dec.kept and plan.compress:
+                    seg.write(b",")
+                seg.write(dumps_events(mevs))
+            if plan.compress:
+                seg.close()
+        finally:
+            raw.close()
+        validation = None
+        if check is not None:
+            validation = rank_validation(check.reports(out_filter=out_filter), n_out, exact)
+        elif p.counters is not None:
+            validation = split_validation([{"parts": p.counters, "exact": exact}], os.path.dirname(plan.segment),
+                                          n_out, out_filter)
+    finally:
+        p.defer.close()
+        if runs is None:
+            remove_quietly(plan.tentative)
+    return {"rank": plan.rank, "events_in": p.n_in, "events_out": n_out, "events_fast": p.fast,
+            "validation": validation, "process_map": {str(k): v for k, v in _pmap(p.pids, dec.used).items()},
+            "metadata": p.metadata,
+            "segments": [plan.segment] if runs is None else [(plan.tentative, runs)] + ([plan.segment] if mevs else [])}
+
+
+def finish_parked(plan: RankPlan, res: dict, keep) -> dict:
+    """Task: a parked rank's result (``res`` from :func:`merge_rank` with ``plan.park``) under the
+    keep-window ``keep`` the parent computed."""
+    p = res["parked"]
+    p.defer.unpark()
+    out = _finish(plan, p, keep)
+    return dict(out, bytes_in=res["bytes_in"], dropped_bad_ts=res["dropped_bad_ts"], warnings=res["warnings"],
+                truncated=res["truncated"], repaired_events=res["repaired_events"])
 
 
 def warm_kernels(plan: RankPlan) -> None:
@@ -439,5 +522,5 @@ def warm_kernels(plan: RankPlan) -> None:
     with warm_trace(os.path.dirname(os.path.abspath(plan.segment))) as (d, src):
         merge_rank(dataclasses.replace(plan, path=src, segment=os.path.join(d, "warm.seg"), salvage=False,
                                        kept_flows=None if plan.kept_flows is None else set(), defer=None))
-    if plan.defer:                  # the deferred filter's decision kernel, loaded once for every worker
+    if plan.defer is not None:      # the deferred filter's decision kernel, loaded once for every worker
         warm_keep()

@@ -51,7 +51,7 @@ from ..validate.merged import LOG_SUFFIX, merged_validation, split_validation
 from .nsys import merge_exports
 from .options import MergeOptions
 from .output import merged_metadata, output_for_iteration, write_merged
-from .rank import RankPlan, merge_rank, warm_kernels
+from .rank import RankPlan, finish_parked, merge_rank, warm_kernels
 from .clocks import plan_clock_sync
 from .flows import FlowExtents, SpilledFlows
 from .survey import Survey, combine_surveys, metadata_task, plan_time, survey_rank
@@ -261,26 +261,27 @@ def _merge_files(files, output, opt, splits, t_start):
                 remove_quietly(s.flows.path)
 
 
-def deferred_steps(opt, splits) -> bool:
-    """True when ``--steps`` is decided after each rank's one pass (:mod:`streamtrace.merge.deferred`)
-    instead of by a survey before it: no ``--window`` (its origin is the job's earliest event, known
-    only once every rank is read), no alignment that reads the ranks first, no rank cut into byte
-    ranges."""
-    return opt.steps is not None and opt.window_ms is None and opt.align == "global" and not splits
+def deferred_filter(opt, splits) -> bool:
+    """True when ``--steps`` / ``--window`` are decided after each rank's one pass
+    (:mod:`streamtrace.merge.deferred`) instead of by a survey before it: no alignment that reads the
+    ranks first, no rank cut into byte ranges.  ``--steps`` alone is decided by each rank's worker;
+    ``--window`` (its origin is the job's earliest event) by the parent once every rank is read."""
+    return (opt.steps is not None or opt.window_ms is not None) and opt.align == "global" and not splits
 
 
 def _merge_surveyed(files, output, opt, splits, t_start, jobs, surveys):
-    defer = deferred_steps(opt, splits)
-    out_base, shifts, keeps = plan_time(files, surveys, replace(opt, steps=None) if defer else opt)
+    defer = deferred_filter(opt, splits)
+    out_base, shifts, keeps = plan_time(files, surveys, replace(opt, steps=None, window_ms=None) if defer else opt)
     clock, clock_warnings = None, []
     if opt.align == "collectives":
         shifts, clock, clock_warnings = plan_clock_sync(files, surveys, shifts)
     output.parent.mkdir(parents=True, exist_ok=True)
     plans = _plans(files, surveys, shifts, keeps, opt, output)
     if defer:
-        plans = [replace(p, defer=opt.steps) for p in plans]
+        plans = [replace(p, defer=opt.steps or (), park=opt.window_ms is not None) for p in plans]
     tasks = _rewrite_tasks(files, plans, splits)
-    temps = [p.segment for p in plans] + [p.tentative for p in plans if p.defer] + [s for t in tasks if t.segment for s in (t.segment, t.segment + LOG_SUFFIX)]
+    temps = [p.segment for p in plans] + [x for p in plans if p.defer is not None for x in
+                                          (p.tentative, p.segment + ".rec", p.segment + ".flows", p.segment + ".val")] + [s for t in tasks if t.segment for s in (t.segment, t.segment + LOG_SUFFIX)]
     progress = _Progress(tasks, opt.progress)
     try:
         if jobs > 1 and len(tasks) > 1 and not parallel.scheduler_address(opt.scheduler):
@@ -291,6 +292,8 @@ def _merge_surveyed(files, output, opt, splits, t_start, jobs, surveys):
         if missing:                 # a one-pass --steps rank without the steps: the first in rank order
             progress.close()
             raise StreamtraceError(missing[0])
+        if any("parked" in r for r in results):     # --window: decided here, every rank's start known
+            results = _finish_parked(files, surveys, plans, results, opt, jobs)
         if any(int(res["metadata"].get("baseTimeNanoseconds") or 0) != int(s.metadata.get("baseTimeNanoseconds") or 0)
                for s, res in zip(surveys, results)):
             # the quick trailer peek missed the base time: redo with the real metadata
@@ -333,7 +336,7 @@ def _surveys(files, splits, opt, jobs, output) -> list[Survey]:
     combined, or its metadata without reading the events again).  An unsplit rank's flows stay in a
     temporary file beside ``output`` (:class:`~streamtrace.merge.flows.SpilledFlows`), for its
     rewrite worker: this process never holds every rank's flows."""
-    full = opt.needs_survey() and not deferred_steps(opt, splits)
+    full = opt.needs_survey() and not deferred_filter(opt, splits)
     want_flows = full and (opt.window_ms is not None or opt.steps is not None)
     coll = opt.align == "collectives"
     tasks = []
@@ -446,6 +449,17 @@ def _rewrite(tasks, files, plans, splits, jobs, opt, progress):
         for i, v in zip(idx, vals):
             results[i]["validation"] = v
     return results, done, len(redo)
+
+
+def _finish_parked(files, surveys, plans, results, opt, jobs) -> list[dict]:
+    """The keep-windows of ranks rewritten in one pass (their steps and earliest events, as the survey
+    would have found them: :func:`plan_time`, its errors in rank order), then each rank decided and
+    written by a task (:func:`streamtrace.merge.rank.finish_parked`)."""
+    found = [Survey(s.metadata, r["parked"].defer.first, r["parked"].defer.steps_found, {})
+             for s, r in zip(surveys, results)]
+    _, _, keeps = plan_time(files, found, opt)
+    return run_tasks(finish_parked, [(p, r, keeps[tf.rank]) for tf, p, r in zip(files, plans, results)], jobs,
+                     scheduler=opt.scheduler)
 
 
 def _run_task(task: RewriteTask) -> dict:

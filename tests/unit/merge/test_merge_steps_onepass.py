@@ -1,7 +1,7 @@
 """``merge --steps`` in one pass (:mod:`streamtrace.merge.deferred`: each rank rewritten once, the
 keep-window decided after the pass) against the two-pass merge it replaces (a survey of every rank,
 then the rewrite with the window known), forced by patching
-:func:`streamtrace.merge.run.deferred_steps`: the same events in the same order, the same summary
+:func:`streamtrace.merge.run.deferred_filter`, ``--steps`` and ``--window``: the same events in the same order, the same summary
 (``events_out``, ``validation``, ``warnings``), the same merged metadata, the same errors.
 
 Real traces from ../shared (skipped when absent) and small synthetic traces written here; the
@@ -35,17 +35,17 @@ CPU3D = SHARED / "traces" / "cpu-3d"
 
 def _two_pass():
     """The old path: a survey of every rank, then the rewrite with the keep-window known."""
-    return mock.patch.object(R, "deferred_steps", lambda opt, splits: False)
+    return mock.patch.object(R, "deferred_filter", lambda opt, splits: False)
 
 
 def _one_pass_spy():
-    """Record what the real :func:`deferred_steps` answers (the one-pass path is taken when True)."""
-    real, seen = R.deferred_steps, []
+    """Record what the real :func:`deferred_filter` answers (the one-pass path is taken when True)."""
+    real, seen = R.deferred_filter, []
 
     def spy(opt, splits):
         seen.append(real(opt, splits))
         return seen[-1]
-    return mock.patch.object(R, "deferred_steps", spy), seen
+    return mock.patch.object(R, "deferred_filter", spy), seen
 
 
 def _run_both(inputs, tmp_path, opt, name="merged.json"):
@@ -301,8 +301,8 @@ def test_deferred_filter_is_used_on_one_worker(tmp_path):
     calls = []
     real = DeferredFilter.finish
 
-    def finish(self, path, shift_ns):
-        d = real(self, path, shift_ns)
+    def finish(self, path, shift_ns, keep=None):
+        d = real(self, path, shift_ns, keep)
         calls.append((d.lo, d.hi, d.kept))
         return d
     with mock.patch.object(DeferredFilter, "finish", finish):
@@ -379,3 +379,63 @@ def test_one_rank_missing_the_step_same_error_and_no_leftovers(tmp_path, jobs):
         two = _error([tmp_path / "in"], tmp_path / "two" / "merged.json", opt)
     assert one == two and str(srcs[1]) in one[1]
     assert os.listdir(tmp_path / "one") == [] and os.listdir(tmp_path / "two") == []
+
+
+# -- --window in one pass: the parent decides once every rank's start is known ---------------------
+
+@pytest.mark.parametrize("window, steps", [((0, 0.2), None), ((0.1, 0.25), None), ((0.15, 10), None),
+                                           ((0.1, 0.3), (3, 4)), ((5, 6), None)])
+def test_synthetic_window(tmp_path, window, steps):
+    """The job starts at its earliest event (ts 20 us): a window in ms from there, alone or with
+    ``--steps``; the Python twin's events too (a string id, an escaped cat, a ts in a string)."""
+    src = _trace(tmp_path / "in", KERNEL_ONLY + PYTHON_EVENTS)
+    _check([src], tmp_path, MergeOptions(window_ms=window, steps=steps, jobs=1))
+
+
+def test_synthetic_window_two_ranks_jobs_2(tmp_path):
+    _trace(tmp_path / "in", KERNEL_ONLY, 0)
+    _trace(tmp_path / "in", KERNEL_ONLY[:-4] + [_x("r1", 260), _x("r1_first", 5)], 1)
+    one = _check([tmp_path / "in"], tmp_path, MergeOptions(window_ms=(0, 0.1), jobs=2, split_threshold=None),
+                 "merged.json.gz")
+    names = [e.get("name") for e in load_json(one[0].output)["traceEvents"]]
+    assert "r1_first" in names and "inside" not in names     # the window starts at rank 1's ts 5 us
+
+
+def test_window_start_counts_events_a_filter_drops(tmp_path):
+    """The window's origin is the earliest event of any kind but metadata, as the survey finds it, also
+    when ``--drop-cat`` drops it or its ts is a number in a string."""
+    src = _trace(tmp_path / "in", KERNEL_ONLY + [_x("early_string", '"5"')])
+    _check([src], tmp_path, MergeOptions(window_ms=(0, 0.2), drop_cat=frozenset({"cpu_op"}), jobs=1))
+
+
+def test_window_missing_step_same_error(tmp_path):
+    src = _trace(tmp_path / "in", KERNEL_ONLY)
+    for d in ("one", "two"):
+        (tmp_path / d).mkdir()
+    opt = MergeOptions(window_ms=(0, 1), steps=(7, 8), jobs=1)
+    one = _error([src], tmp_path / "one" / "merged.json", opt)
+    with _two_pass():
+        two = _error([src], tmp_path / "two" / "merged.json", opt)
+    assert one == two and "7-8" in one[1]
+    assert os.listdir(tmp_path / "one") == []
+
+
+def test_real_window(tmp_path):
+    need_shared()
+    _check([MEGATRON], tmp_path, MergeOptions(window_ms=(0, 300), jobs=2))
+
+
+def test_real_window_cpu3d(tmp_path):
+    need_shared()
+    _check([CPU3D], tmp_path, MergeOptions(window_ms=(10, 400), jobs=2), "merged.json.gz")
+
+
+@settings(max_examples=60, deadline=None)
+@given(kernel_trace(), st.floats(0, 0.4), st.floats(0, 0.4), st.booleans())
+def test_random_kernel_traces_window(tmp_path_factory, case, a, b, with_steps):
+    evs, steps, drop, validate, chunk = case
+    tmp = tmp_path_factory.mktemp("randw")
+    src = _trace(tmp / "in", evs)
+    with mock.patch.object(D, "CHUNK_ROWS", chunk):
+        _check([src], tmp, MergeOptions(window_ms=(min(a, b), max(a, b)), steps=steps if with_steps else None,
+                                        jobs=1, drop_cat=drop, validate=validate))
