@@ -282,10 +282,8 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
     dur > 0; ns, rank-local), ``R_END`` the output offset just past it (``state[4]``: the offset of
     ``out[0]`` in the whole output), ``R_FLOW`` a flow's ``cat index << 40 | id`` (the cat texts in
     ``fcat_text``/``fcat_off``: NEW_CAT with ``info[0:2]`` = the span of a text not there yet: add it,
-    call again), ``R_PID`` the merged pid.
-    Twins: scan_bounds (the byte ranges, property-tested) and
-    :func:`streamtrace.merge.rank.rewrite_dict` (the rewrite, property-tested).
-    """
+    call again), ``R_PID`` the merged pid.  Twins: scan_bounds (the byte ranges) and
+    :func:`streamtrace.merge.rank.rewrite_dict` (the rewrite), both property-tested."""
     cap = out.shape[0]
     bcap = starts.shape[0]
     at, nbytes, found_n, i, o = cur[0], cur[1], cur[2], cur[3], cur[4]
@@ -402,7 +400,7 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
                     break
             if step:
                 rcls[i] |= C_STEP
-        if defer and ph != 77 and ts_s >= 0:       # the rank's earliest ts, whatever the filters drop
+        if defer and (ndrop > 0 or gpu_only) and ph != 77 and ts_s >= 0:    # the earliest ts, filtered or not
             ok0, t_first = _value_ns(buf, ts_s, ts_e)
             if not ok0:
                 cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
@@ -450,6 +448,9 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
         if ts_s >= 0 and not ts_ok:
             cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
             return NEED_PYTHON, NEED_MORE
+        if defer and ts_ok and ph != 77 and (state[7] == 0 or tsv < state[6]):
+            state[6] = tsv
+            state[7] = 1
         dur_ok, durv = _value_ns(buf, dur_s, dur_e)
         if dur_s >= 0 and not dur_ok:       # a dur in a string, null, a boolean, beyond int64 ns
             cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
