@@ -29,7 +29,7 @@ from ..kernels import rewrite as RW
 from ..kernels import validate as KV
 from ..runtime.errors import StreamtraceError
 from ..trace.decode import loads
-from .flows import plain_id
+from .flows import plain_id, text_table
 from .prepass import Tally, account_event, event_times_ns
 
 CHUNK_ROWS = 1 << 16
@@ -63,16 +63,13 @@ class DeferredFilter:
         self.flow_keys, self.flow_ts = [], []
         self.spill_path = spill_path
         self.spill = open(spill_path, "wb")
-        self.rows = 0
         self.n_in = 0
         self.inexact = []       # seqs of written flow ends the output's check cannot derive (see exact())
 
     # -- the flow categories the kernel knows ------------------------------------------------
     def _table(self):
         texts = [c.encode("utf-8", "surrogatepass") for c in self.cats]
-        self.cat_text = np.frombuffer(b"".join(texts) or b"\0", np.uint8)
-        self.cat_off = np.zeros(len(texts) + 1, np.int64)
-        self.cat_off[1:] = np.cumsum([len(t) for t in texts]) if texts else []
+        self.cat_text, self.cat_off = text_table(texts)
 
     def add_cat(self, text: str) -> int:
         """The index of flow category ``text`` (added when new)."""
@@ -122,7 +119,6 @@ class DeferredFilter:
             if vbits is not None:
                 rows[:, KK.R_BITS] |= vbits[w]
             rows.tofile(self.spill)
-            self.rows += len(w)
             fl = np.flatnonzero((rows[:, KK.R_BITS] & KK.C_CLASS) == KK.C_FLOW)
             if len(fl):
                 key = rows[fl, KK.R_FLOW]

@@ -22,6 +22,15 @@ from ..kernels.survey import ID_DIGITS
 _ID_END = 10 ** ID_DIGITS
 
 
+def text_table(texts) -> tuple[np.ndarray, np.ndarray]:
+    """``(text, off)``: the byte strings ``texts`` concatenated (uint8, read-only; one NUL byte when
+    empty) and their offsets (int64[len + 1]: entry k is ``text[off[k]:off[k + 1]]``), the tables
+    merge's numba kernels look texts up in."""
+    off = np.zeros(len(texts) + 1, np.int64)
+    off[1:] = np.cumsum([len(t) for t in texts]) if texts else []
+    return np.frombuffer(b"".join(texts) or b"\0", np.uint8), off
+
+
 def plain_id(v):
     """The int a flow id is equal to (``1``, ``1.0``, ``True``), when it is integral and in
     [0, 10**18); else None."""
@@ -160,9 +169,7 @@ class KeptFlows:
         self.keys = keys
         self.rest = set(rest)
         texts = [c.encode("utf-8", "surrogatepass") for c in self.cats]
-        self.cat_text = np.frombuffer(b"".join(texts) or b"\0", np.uint8)
-        self.cat_off = np.zeros(len(texts) + 1, np.int64)
-        self.cat_off[1:] = np.cumsum([len(t) for t in texts]) if texts else []
+        self.cat_text, self.cat_off = text_table(texts)
 
     @classmethod
     def of(cls, flows, keep=None) -> "KeptFlows":

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 import os
-import shutil
 from pathlib import Path
 
 from .. import __version__
@@ -17,46 +16,40 @@ from .pids import ID_BITS, PID_STRIDE
 def append_file(src, dst):
     """Append file ``src`` to the open binary file ``dst``, in the kernel when the
     platform allows (``os.copy_file_range``), else through a buffer."""
-    dst.flush()
     with open(src, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        done = 0
-        if hasattr(os, "copy_file_range"):
-            # a failure part-way raises: the caller's atomic output is then discarded
-            while done < size:
-                n = os.copy_file_range(f.fileno(), dst.fileno(), size - done)
-                if n == 0:
-                    break
-                done += n
-            dst.seek(0, os.SEEK_END)
-            f.seek(done)
-        shutil.copyfileobj(f, dst, 1 << 22)
+        _copy_range(f, dst, 0, os.fstat(f.fileno()).st_size, True)
 
 
 def copy_runs(src_path: str, runs, dst, plain: bool) -> None:
     """Write the byte ranges ``runs`` (int64[n, 2]: start, end) of file ``src_path`` to the binary
     stream ``dst``, comma separated: in the kernel (``os.copy_file_range``) when ``plain`` (``dst``
     is a plain file) and the platform allows, else through a buffer."""
-    plain = plain and hasattr(os, "copy_file_range")
     with open(src_path, "rb") as f:
         for k, (a, b) in enumerate(runs.tolist()):
             if k:
                 dst.write(b",")
-            if plain:
-                dst.flush()
-                while a < b:
-                    n = os.copy_file_range(f.fileno(), dst.fileno(), b - a, a)
-                    if n == 0:
-                        break
-                    a += n
-                dst.seek(0, os.SEEK_END)
-            f.seek(a)
-            while a < b:
-                data = f.read(min(b - a, 1 << 22))
-                if not data:
-                    raise OSError(f"{src_path}: ended at byte {a} of a run to {b}")
-                dst.write(data)
-                a += len(data)
+            _copy_range(f, dst, a, b, plain)
+
+
+def _copy_range(f, dst, a: int, b: int, plain: bool) -> None:
+    """Bytes ``a:b`` of the open binary file ``f`` to the end of ``dst``: in the kernel when ``plain``
+    and the platform allows (a failure part-way raises: the caller's atomic output is then
+    discarded), the rest through a buffer."""
+    if plain and hasattr(os, "copy_file_range"):
+        dst.flush()
+        while a < b:
+            n = os.copy_file_range(f.fileno(), dst.fileno(), b - a, a)
+            if n == 0:
+                break
+            a += n
+        dst.seek(0, os.SEEK_END)
+    f.seek(a)
+    while a < b:
+        data = f.read(min(b - a, 1 << 22))
+        if not data:
+            raise OSError(f"{f.name}: ended at byte {a} of a copy to {b}")
+        dst.write(data)
+        a += len(data)
 
 
 def gzip_piece(data: bytes, compress, level):

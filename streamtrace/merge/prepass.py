@@ -20,7 +20,7 @@ from ..kernels import scan as K
 from ..trace.decode import decode_value, loads, text_ns
 from ..trace.reader import TraceReader
 from ..trace.source import LEAN_BLOCK
-from .flows import FlowExtents
+from .flows import FlowExtents, text_table
 from .pids import FLOW_PHASES, GPU_CATS, hashable
 
 
@@ -85,9 +85,7 @@ class _Scan:
         self._table()
 
     def _table(self):
-        self.text = np.frombuffer(b"".join(self.texts) or b"\0", np.uint8)
-        self.off = np.zeros(len(self.texts) + 1, np.int64)
-        self.off[1:] = np.cumsum([len(t) for t in self.texts]) if self.texts else []
+        self.text, self.off = text_table(self.texts)
 
     def scan(self, window, pos, n, starts, ends, sep, base):
         k = 0

@@ -31,7 +31,7 @@ from ..validate.ordered import OutFilter
 from .deferred import DeferredFilter, out_view_bits, warm_keep
 from .prepass import event_times_ns
 from .output import copy_runs
-from .flows import KeptFlows
+from .flows import KeptFlows, text_table
 from .pids import FLOW_PHASES, PROCESS_META, PidMap, hashable, process_meta_events, unique_id
 
 _ID_ARGS = (("correlation", "raw correlation"), ("External id", "raw External id"),
@@ -180,9 +180,7 @@ class _PidTables:
         self.used[:len(used)] = used
 
     def _build(self):
-        self.text = np.frombuffer(b"".join(self.texts) or b"\0", np.uint8)
-        self.off = np.zeros(len(self.texts) + 1, np.int64)
-        self.off[1:] = np.cumsum([len(t) for t in self.texts]) if self.texts else []
+        self.text, self.off = text_table(self.texts)
         self.new_a = np.asarray(self.new, np.int64) if self.new else np.zeros(1, np.int64)
         self.kind_a = np.asarray(self.kind, np.int64) if self.kind else np.zeros(1, np.int64)
         self.used = np.zeros(max(1, len(self.texts)), np.uint8)
@@ -216,10 +214,7 @@ class _ByteRewrite:
         self.reader, self.ctx, self.seg = reader, ctx, seg
         self.tables = _PidTables()
         drops = [c.encode() for c in sorted(plan.drop_cat)]
-        self.drop_text = np.frombuffer(b"".join(drops) or b"\0", np.uint8)
-        self.drop_off = np.zeros(len(drops) + 1, np.int64)
-        if drops:
-            self.drop_off[1:] = np.cumsum([len(d) for d in drops])
+        self.drop_text, self.drop_off = text_table(drops)
         self.has_window = ctx.lo is not None
         self.lo = ctx.lo if self.has_window else 0
         self.hi = ctx.hi if self.has_window else 0
@@ -388,7 +383,7 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
     try:
         n_in, n_out, first_out, fast = rewrite_stream(reader, plan, ctx, seg, check)
         if ctx.defer is None:
-            used, runs = ctx.used, None
+            used = ctx.used
         else:
             raw.close()
             parked = Parked(ctx.pids, ctx.defer, check.counters() if plan.park and check is not None else None,

@@ -242,6 +242,17 @@ events = st.fixed_dictionaries(
                                       max_size=4) | st.just(None) | st.just([1])})
 
 
+def _write_events(d, evs, indent):
+    """``d/src.json``: a trace of the drawn events, each with its drawn ``ts`` (us) written last."""
+    docs = []
+    for ev, ts in evs:
+        body = json.dumps(ev, indent=1 if indent else None)
+        docs.append(body[:-1].rstrip() + (", " if len(ev) else "") + f'"ts": {fmt_us(ts).decode()}' + "}")
+    src = d / "src.json"
+    src.write_text('{"traceEvents": [' + ",".join(docs) + "]}")
+    return src
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(events, st.integers(0, 10 ** 13)), min_size=1, max_size=8),
        st.integers(0, 7), st.integers(-10 ** 9, 10 ** 9), st.booleans(), st.booleans(),
@@ -250,12 +261,7 @@ def test_rewrite_kernel_matches_twin(tmp_path_factory, evs, rank, shift, gpu_onl
     """merge's byte rewrite (read in blocks of ``block`` bytes: events cut by the reader's
     window) against the Python twin on each decoded event."""
     d = tmp_path_factory.mktemp("rw")
-    docs = []
-    for ev, ts in evs:
-        body = json.dumps(ev, indent=1 if indent else None)
-        docs.append(body[:-1].rstrip() + (", " if len(ev) else "") + f'"ts": {fmt_us(ts).decode()}' + "}")
-    src = d / "src.json"
-    src.write_text('{"traceEvents": [' + ",".join(docs) + "]}")
+    src = _write_events(d, evs, indent)
     drop_cat = frozenset({"python_function"}) if drop else frozenset()
     # kept flows: the keys of every other event (flow or not, so that some flows are kept, some not)
     kept = {(ev.get("cat"), hashable(ev.get("id"))) for ev, _ in evs[::2]} if keep else None
@@ -290,12 +296,7 @@ def test_deferred_records_match_twin(tmp_path_factory, evs, rank, indent, block)
     from streamtrace.merge.rank import rewrite_stream
     from streamtrace.trace.reader import TraceReader
     d = tmp_path_factory.mktemp("df")
-    docs = []
-    for ev, ts in evs:
-        body = json.dumps(ev, indent=1 if indent else None)
-        docs.append(body[:-1].rstrip() + (", " if len(ev) else "") + f'"ts": {fmt_us(ts).decode()}' + "}")
-    src = d / "src.json"
-    src.write_text('{"traceEvents": [' + ",".join(docs) + "]}")
+    src = _write_events(d, evs, indent)
     plan = RankPlan(str(src), rank, 0, str(d / "seg"), False, 1, frozenset(), False, None, None, False)
 
     def key_of(f, bits, key):
