@@ -57,6 +57,8 @@ class ExternalSorter:
     file in ``folder``).  :meth:`chunks` then yields the records in key order, in
     chunks, merging the runs.  ``delta``: fields coded as differences (those close to
     sorted); ``codec``: the sub-blocks' compression (:data:`~streamtrace.events.codec.CODECS`).
+    ``path``: with ``folder``, the temporary file's name (else a hidden, unlinked one), so that its
+    runs can be handed over to a sorter in another process (:meth:`hand_over`, :meth:`take_over`).
 
     The merge's memory: one decompressed sub-block per run, so by default it grows with
     the number of runs (the input).  With ``merge_rows`` it is bounded whatever the
@@ -69,7 +71,7 @@ class ExternalSorter:
     consumer's columns -- take ~3x what it yields, and larger windows make larger rounds.)"""
 
     def __init__(self, dtype, keyfn, block_rows, folder=None, sub_rows=2048, delta=(), codec="zstd",
-                 merge_rows=None):
+                 merge_rows=None, path=None):
         self.dtype = np.dtype(dtype)
         self.keyfn = keyfn
         self.block_rows = max(1, int(block_rows))
@@ -79,6 +81,7 @@ class ExternalSorter:
         self.delta = tuple(delta)
         self.codec = codec
         self.folder = folder
+        self.path = path
         self._file = None
         self._pos = 0
         self.buf = None               # the run being filled: one array, reused for every run
@@ -147,7 +150,9 @@ class ExternalSorter:
     def _write(self, subs):
         """Append sub-blocks ``[(records, bytes)]`` to the temporary file; their int64 ``[records,
         offset, bytes]`` rows."""
-        if self._file is None:
+        if self._file is None and self.path is not None:
+            self._file = open(self.path, "w+b")  # kept for hand_over (or unlinked by close)
+        elif self._file is None:
             fd, name = tempfile.mkstemp(prefix=".sort-", suffix=".bin", dir=self.folder)
             self._file = os.fdopen(fd, "w+b")
             os.unlink(name)                      # lives as long as the open file
@@ -180,6 +185,33 @@ class ExternalSorter:
         for subs in runs:
             self.count += sum(n for n, _ in subs)
             self.runs.append(self._put_run(subs))
+
+    def hand_over(self) -> dict:
+        """Store what is buffered as a run and close the file, keeping it: the sorted runs as a small
+        picklable dict for :meth:`take_over` (in this process or another), without copying them.
+        Needs ``folder`` and ``path``; the sorter is emptied."""
+        if self.folder is None or self.path is None:
+            raise ValueError("hand_over needs a sorter with a folder and a path")
+        if self.nbuf:
+            self._spill_run()
+        handed = {"path": self.path if self._file is not None else None, "pos": self._pos,
+                  "runs": [run.meta for run in self.runs], "count": self.count}
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self.runs, self.buf, self.count = [], None, 0
+        return handed
+
+    def take_over(self, handed: dict) -> None:
+        """Take the runs of another sorter's :meth:`hand_over` (same dtype, key, delta and codec;
+        this sorter has a ``folder`` and holds nothing yet); the file is unlinked at once and lives
+        as long as this sorter holds it open."""
+        if handed["path"] is not None:
+            self._file = open(handed["path"], "r+b")
+            os.unlink(handed["path"])
+            self._pos = handed["pos"]
+        self.runs = [StoredRun(meta) for meta in handed["runs"]]
+        self.count = handed["count"]
 
     def _next_raw(self, run):
         """``(records, compressed bytes)`` of the next sub-block of ``run``; the run's memory
@@ -310,6 +342,11 @@ class ExternalSorter:
         if self._file is not None:
             self._file.close()
             self._file = None
+            if self.path is not None:            # a named file not handed over
+                try:
+                    os.unlink(self.path)
+                except OSError:
+                    pass
         self.runs = []
         self.buf = None
         self.nbuf = 0

@@ -25,7 +25,7 @@ from ..trace.reader import TraceReader
 from ..trace.source import LEAN_BLOCK
 from ..validate.check import Checker, ValidateOptions
 from ..trace.writer import dumps_event, dumps_events, us_fragment
-from ..validate.merged import account_batch, inexact_ends, rank_validation, split_validation
+from ..validate.merged import account_batch, inexact_ends, rank_validation
 from ..runtime.files import remove_quietly
 from ..validate.ordered import OutFilter
 from .deferred import DeferredFilter, out_view_bits, warm_keep
@@ -62,6 +62,12 @@ class RankPlan:
     def tentative(self) -> str:
         """With ``defer``: the segment of every event, before the filter (kept runs are copied from it)."""
         return self.segment + ".all"
+
+    def temporaries(self) -> list[str]:
+        """With ``defer``: the files the rank's pass may leave for its decision (removed by the
+        parent whatever happens): the tentative segment, the per-event records, the flows' keys, the
+        checker's sorted runs."""
+        return [self.tentative] + [self.segment + x for x in (".rec", ".flows", ".val0", ".val1")]
 
 
 class RankContext:
@@ -373,7 +379,7 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
     ctx = RankContext(plan)
     reader = TraceReader(plan.path, salvage=plan.salvage, block=READ_BLOCK, progress=progress)
     spill = os.path.dirname(os.path.abspath(plan.segment))
-    check = Checker(ValidateOptions(spill_dir=spill), log=plan.segment + ".val" if plan.park else None) \
+    check = Checker(ValidateOptions(spill_dir=spill), keep=plan.segment + ".val" if plan.park else None) \
         if plan.validate else None
     if plan.defer is not None:
         ctx.defer = DeferredFilter(plan.defer or None, plan.segment + ".rec")
@@ -386,7 +392,7 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
             used = ctx.used
         else:
             raw.close()
-            parked = Parked(ctx.pids, ctx.defer, check.counters() if plan.park and check is not None else None,
+            parked = Parked(ctx.pids, ctx.defer, check.hand_over() if plan.park and check is not None else None,
                             ctx.exact, n_in, fast, reader.metadata)
             if plan.park:
                 ctx.defer.park(plan.segment + ".flows")
@@ -448,10 +454,10 @@ def _meta_events(plan, meta, pids, used, first_out) -> list:
 @dataclass
 class Parked:
     """A rank rewritten under a deferred filter, waiting for its keep-window (picklable once parked:
-    the checker as its log's counters)."""
+    the checker as :meth:`~streamtrace.validate.check.Checker.hand_over` gives it)."""
     pids: PidMap
     defer: DeferredFilter
-    counters: dict | None
+    checker: dict | None
     exact: bool
     n_in: int
     fast: int
@@ -460,7 +466,7 @@ class Parked:
 
 def _finish(plan: RankPlan, p: Parked, keep, check=None) -> dict:
     """Decide a deferred rank under ``keep`` (``(lo, hi)`` rank-local ns) and write its segments;
-    the validation from ``check`` (live) or ``p.counters`` (replayed).  Removes the rank's temporaries
+    the validation from ``check`` (live) or ``p.checker`` (handed over).  Removes the rank's temporaries
     but the tentative segment that a plain output copies its runs from."""
     runs = None
     try:
@@ -486,9 +492,9 @@ def _finish(plan: RankPlan, p: Parked, keep, check=None) -> dict:
         validation = None
         if check is not None:
             validation = rank_validation(check.reports(out_filter=out_filter), n_out, exact)
-        elif p.counters is not None:
-            validation = split_validation([{"parts": p.counters, "exact": exact}], os.path.dirname(plan.segment),
-                                          n_out, out_filter)
+        elif p.checker is not None:
+            with Checker.take_over(p.checker, ValidateOptions(spill_dir=os.path.dirname(plan.segment))) as chk:
+                validation = rank_validation(chk.reports(out_filter=out_filter), n_out, exact)
     finally:
         p.defer.close()
         if runs is None:

@@ -280,20 +280,14 @@ def _merge_surveyed(files, output, opt, splits, t_start, jobs, surveys):
     if defer:
         plans = [replace(p, defer=opt.steps or (), park=opt.window_ms is not None) for p in plans]
     tasks = _rewrite_tasks(files, plans, splits)
-    temps = [p.segment for p in plans] + [x for p in plans if p.defer is not None for x in
-                                          (p.tentative, p.segment + ".rec", p.segment + ".flows", p.segment + ".val")] + [s for t in tasks if t.segment for s in (t.segment, t.segment + LOG_SUFFIX)]
+    temps = [p.segment for p in plans] + [x for p in plans if p.defer is not None for x in p.temporaries()] + \
+        [s for t in tasks if t.segment for s in (t.segment, t.segment + LOG_SUFFIX)]
     progress = _Progress(tasks, opt.progress)
     try:
         if jobs > 1 and len(tasks) > 1 and not parallel.scheduler_address(opt.scheduler):
             warm_kernels(plans[0])        # forked workers inherit the loaded kernels (one process: loaded on use)
         trim()                            # and only the heap this process uses (see _run_task)
-        results, done, redone = _rewrite(tasks, files, plans, splits, jobs, opt, progress)
-        missing = [r["missing_steps"] for r in results if "missing_steps" in r]
-        if missing:                 # a one-pass --steps rank without the steps: the first in rank order
-            progress.close()
-            raise StreamtraceError(missing[0])
-        if any("parked" in r for r in results):     # --window: decided here, every rank's start known
-            results = _finish_parked(files, surveys, plans, results, opt, jobs)
+        results, done, redone = _rewrite_decide(tasks, files, surveys, plans, splits, jobs, opt, progress)
         if any(int(res["metadata"].get("baseTimeNanoseconds") or 0) != int(s.metadata.get("baseTimeNanoseconds") or 0)
                for s, res in zip(surveys, results)):
             # the quick trailer peek missed the base time: redo with the real metadata
@@ -418,11 +412,29 @@ def _rewrite_tasks(files, plans, splits) -> list[RewriteTask]:
     return tasks
 
 
-def _rewrite(tasks, files, plans, splits, jobs, opt, progress):
+def _rewrite_decide(tasks, files, surveys, plans, splits, jobs, opt, progress):
+    """:func:`_rewrite`, then the deferred filter's decisions: a one-pass ``--steps`` rank without
+    the steps raises (the first in rank order); ranks parked for ``--window`` are decided by tasks
+    on the same local pool (:func:`_finish_parked`)."""
+    with contextlib.ExitStack() as stack:
+        ex = None
+        if any(p.park for p in plans) and jobs > 1 and len(tasks) > 1 and not parallel.scheduler_address(opt.scheduler):
+            ex = stack.enter_context(parallel.pool(jobs, progress.shared))    # one fork for both rounds
+        results, done, redone = _rewrite(tasks, files, plans, splits, jobs, opt, progress, ex)
+        missing = [r["missing_steps"] for r in results if "missing_steps" in r]
+        if missing:
+            progress.close()
+            raise StreamtraceError(missing[0])
+        if any("parked" in r for r in results):     # --window: decided here, every rank's start known
+            results = _finish_parked(files, surveys, plans, results, opt, jobs, ex)
+    return results, done, redone
+
+
+def _rewrite(tasks, files, plans, splits, jobs, opt, progress, executor=None):
     """Run the rewrite tasks; settle the pid slots of split ranks (rewriting again the ranges
     whose provisional slots were wrong).  Returns ``(one result per file, every task's result,
     ranges redone)``."""
-    done = _run_largest_first(tasks, jobs, progress, opt.scheduler)
+    done = _run_largest_first(tasks, jobs, progress, opt.scheduler, executor)
     of = {}                     # file index -> its task indices, in file order
     for j, t in enumerate(tasks):
         of.setdefault(t.file_index, []).append(j)
@@ -451,7 +463,7 @@ def _rewrite(tasks, files, plans, splits, jobs, opt, progress):
     return results, done, len(redo)
 
 
-def _finish_parked(files, surveys, plans, results, opt, jobs) -> list[dict]:
+def _finish_parked(files, surveys, plans, results, opt, jobs, executor=None) -> list[dict]:
     """The keep-windows of ranks rewritten in one pass (their steps and earliest events, as the survey
     would have found them: :func:`plan_time`, its errors in rank order), then each rank decided and
     written by a task (:func:`streamtrace.merge.rank.finish_parked`)."""
@@ -459,7 +471,7 @@ def _finish_parked(files, surveys, plans, results, opt, jobs) -> list[dict]:
              for s, r in zip(surveys, results)]
     _, _, keeps = plan_time(files, found, opt)
     return run_tasks(finish_parked, [(p, r, keeps[tf.rank]) for tf, p, r in zip(files, plans, results)], jobs,
-                     scheduler=opt.scheduler)
+                     executor=executor, scheduler=opt.scheduler)
 
 
 def _run_task(task: RewriteTask) -> dict:
@@ -481,11 +493,11 @@ def _run_task(task: RewriteTask) -> dict:
     return res
 
 
-def _run_largest_first(tasks, jobs, progress, scheduler) -> list[dict]:
+def _run_largest_first(tasks, jobs, progress, scheduler, executor=None) -> list[dict]:
     """Run rewrite tasks, the largest first (better balance); results in task order."""
     order = sorted(range(len(tasks)), key=lambda j: -tasks[j].size)
     res = run_tasks(_run_task, [(tasks[j],) for j in order], jobs, progress.shared, progress.tick,
-                    scheduler=scheduler, retries=1)
+                    executor=executor, scheduler=scheduler, retries=1)
     out = [None] * len(tasks)
     for j, r in zip(order, res):
         out[j] = r

@@ -170,16 +170,19 @@ class Checker:
 
     With ``log`` (a file path) the records are appended to that file instead of being sorted:
     the checker of one byte range of a trace, whose records :func:`replay` sorts together with
-    those of the other ranges (:meth:`counters` gives the rest of its state)."""
+    those of the other ranges (:meth:`counters` gives the rest of its state).  With ``keep`` (a
+    path prefix) the sorted runs are stored in the files ``keep + "0"`` / ``keep + "1"``, so that
+    :meth:`hand_over` can pass the whole checker to :meth:`take_over` in another process."""
 
-    def __init__(self, opt: ValidateOptions | None = None, log: str | None = None):
+    def __init__(self, opt: ValidateOptions | None = None, log: str | None = None, keep: str | None = None):
         opt = opt or ValidateOptions()
         folder = opt.spill_dir or tempfile.gettempdir()
         sub = max(1, opt.sort_rows // SUB_BLOCKS)
         self.nest = ExternalSorter(NEST_DTYPE, _nest_key, opt.sort_rows, folder=folder, sub_rows=sub,
-                                   delta=("start", "end"), codec=CODEC, merge_rows=opt.sort_rows)
+                                   delta=("start", "end"), codec=CODEC, merge_rows=opt.sort_rows,
+                                   path=keep and keep + "0")
         self.flows = ExternalSorter(FLOW_DTYPE, _flow_key, opt.sort_rows, folder=folder, sub_rows=sub, delta=("seq",),
-                                    codec=CODEC, merge_rows=opt.sort_rows)
+                                    codec=CODEC, merge_rows=opt.sort_rows, path=keep and keep + "1")
         self.fields = np.empty((BATCH_EVENTS, KV.NF), np.int64)
         self._nest = np.empty((0, KV.NEST_COLS), np.int64)
         self._flows = np.empty((0, KV.FLOW_COLS), np.int64)
@@ -196,6 +199,22 @@ class Checker:
             self._log.close()
         return {"log": self.log, "events": self.events, "missing": self.missing, "negdur": self.negdur,
                 "seq": self.seq}
+
+    def hand_over(self) -> dict:
+        """The checker's whole state as a small picklable dict (its sorted runs stay in their files,
+        see ``keep``), for :meth:`take_over`; this checker is emptied."""
+        return {"nest": self.nest.hand_over(), "flows": self.flows.hand_over(), "events": self.events,
+                "missing": self.missing, "negdur": self.negdur, "seq": self.seq}
+
+    @classmethod
+    def take_over(cls, handed: dict, opt: ValidateOptions | None = None) -> "Checker":
+        """A checker holding what :meth:`hand_over` passed (to call :meth:`reports` on)."""
+        chk = cls(opt)
+        chk.nest.take_over(handed["nest"])
+        chk.flows.take_over(handed["flows"])
+        chk.events, chk.missing, chk.negdur, chk.seq = handed["events"], handed["missing"], handed["negdur"], \
+            handed["seq"]
+        return chk
 
     def _put(self, which: int, rec):
         """Sort records (``which``: 0 X slices, 1 flow ends), or append them to the log."""

@@ -191,6 +191,43 @@ def test_external_sorter_sorts(tmp_path, keys, block, sub, adds, on_disk, codec,
         assert so.passes <= 2 * runs
 
 
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.integers(0, 30), max_size=200), st.integers(1, 40), st.integers(1, 10),
+       st.one_of(st.none(), st.integers(1, 30)))
+def test_external_sorter_hand_over(tmp_path, keys, block, sub, merge_rows):
+    """Runs handed over (through pickle, as to another process) sort as the sorter itself would:
+    the records in key order, the named file gone once the taker closes, nothing left behind."""
+    import pickle
+    folder = tmp_path / f"h{len(list(tmp_path.iterdir()))}"
+    folder.mkdir()
+    dt = np.dtype([("k", "i8"), ("i", "i8")])
+    recs = np.zeros(len(keys), dt)
+    recs["k"], recs["i"] = keys, np.arange(len(keys))
+    mk = dict(sub_rows=sub, delta=("i",), codec="lz4", merge_rows=merge_rows)
+    so = ExternalSorter(dt, lambda r: [r["k"], r["i"]], block, folder=folder, path=str(folder / "runs"), **mk)
+    so.add(recs)
+    handed = pickle.loads(pickle.dumps(so.hand_over()))
+    so.close()                                   # the giver lets go of nothing the taker needs
+    assert handed["count"] == len(keys)
+    taker = ExternalSorter(dt, lambda r: [r["k"], r["i"]], block, folder=folder, **mk)
+    taker.take_over(handed)
+    assert not any(folder.iterdir())             # unlinked at once: lives while the taker holds it
+    got = list(taker.chunks())
+    out = np.concatenate(got) if got else np.zeros(0, dt)
+    assert out.tobytes() == recs[np.lexsort((recs["i"], recs["k"]))].tobytes()
+
+
+def test_external_sorter_named_file_removed_without_hand_over(tmp_path):
+    dt = np.dtype([("k", "i8")])
+    so = ExternalSorter(dt, lambda r: [r["k"]], 4, folder=tmp_path, path=str(tmp_path / "runs"))
+    so.add(np.arange(10, dtype=np.int64).view(dt))
+    assert (tmp_path / "runs").exists()
+    so.close()
+    assert not any(tmp_path.iterdir())
+    with pytest.raises(ValueError):
+        ExternalSorter(dt, lambda r: [r["k"]], 4).hand_over()
+
+
 @pytest.mark.parametrize("on_disk", [False, True])
 def test_external_sorter_bounded_merge_hand_checked(tmp_path, on_disk):
     """12 runs of 4 records, sub-blocks of 2, merge_rows 8: at most 4 runs merged at once (the

@@ -5,6 +5,7 @@ no filter; the dropped events' counts come from a checker that accounts only the
 from __future__ import annotations
 
 import json
+import pickle
 
 import numpy as np
 import pytest
@@ -94,6 +95,13 @@ def test_filter_after_the_fact_is_never_recording(tmp_path, events, lo, width, l
     with Checker(opt) as chk:
         account(chk, f, KV.V_IN | KV.V_OUT, cuts, out_pid)
         assert chk.reports(out_filter=filt) == expected
+    keep = tmp_path / "parked.val"               # merge --window: handed over (pickled) to the deciding task
+    with Checker(opt, keep=str(keep)) as parked:
+        account(parked, f, KV.V_IN | KV.V_OUT, cuts, out_pid)
+        handed = pickle.loads(pickle.dumps(parked.hand_over()))
+    with Checker.take_over(handed, opt) as chk:
+        assert chk.reports(out_filter=filt) == expected
+    assert not list(tmp_path.glob("parked.val*"))
     if batches > 1:                              # split ranges: one log per range, then replay
         logs = []
         for i, (a, b) in enumerate(zip([0] + cuts, cuts + [len(f)])):
