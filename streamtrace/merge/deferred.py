@@ -45,6 +45,31 @@ def out_view_bits(f: np.ndarray) -> np.ndarray:
     return (other * KK.MISSING_OUT + neg * KK.NEGDUR_OUT).astype(np.uint8)
 
 
+def kept_keys(keys: np.ndarray, ts: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Sorted unique int64 flow keys (of ``keys``, int64[n], one per flow event, ``ts`` its ts in
+    ns) whose every event has ``lo <= ts <= hi``: the two-pass merge's flow rule."""
+    order = np.argsort(keys, kind="stable")
+    keys, ts = keys[order], ts[order]
+    del order
+    new = np.ones(len(keys), bool)
+    new[1:] = keys[1:] != keys[:-1]
+    at = np.flatnonzero(new)
+    if not len(at):
+        return np.zeros(0, np.int64)
+    ok = (np.minimum.reduceat(ts, at) >= lo) & (np.maximum.reduceat(ts, at) <= hi)
+    return keys[at][ok]
+
+
+def missing_steps(path, steps: tuple, have: dict) -> str | None:
+    """The two-pass merge's error when ``have`` (``{N: (start, end)}``) lacks a step of ``--steps
+    first-last``, else None."""
+    a, b = steps
+    if a in have and b in have:
+        return None
+    names = ", ".join(map(str, sorted(have))) or "none"
+    return f"{path}: --steps {a}-{b} not in this rank's ProfilerSteps ({names})"
+
+
 class DeferredFilter:
     """One rank's deferred ``--steps first-last`` filter: the records of its rewrite
     (:meth:`add_batch`), then the decision and the rank's segment (:meth:`finish`).
@@ -140,14 +165,7 @@ class DeferredFilter:
     def missing(self, path) -> str | None:
         """The error when this rank lacks a step of ``--steps first-last`` (the two-pass merge's
         words), else None (also without ``--steps``)."""
-        if self.steps is None:
-            return None
-        a, b = self.steps
-        st = self.tally.steps
-        if a in st and b in st:
-            return None
-        have = ", ".join(map(str, sorted(st))) or "none"
-        return f"{path}: --steps {a}-{b} not in this rank's ProfilerSteps ({have})"
+        return None if self.steps is None else missing_steps(path, self.steps, self.tally.steps)
 
     def window(self, path) -> tuple[int, int]:
         """The keep-window (rank-local ns) of ``--steps first-last`` from this rank's steps.
@@ -165,14 +183,7 @@ class DeferredFilter:
             return np.zeros(0, np.int64)
         keys, ts = np.concatenate(self.flow_keys), np.concatenate(self.flow_ts)
         self.flow_keys, self.flow_ts = [], []
-        order = np.argsort(keys, kind="stable")
-        keys, ts = keys[order], ts[order]
-        del order
-        new = np.ones(len(keys), bool)
-        new[1:] = keys[1:] != keys[:-1]
-        at = np.flatnonzero(new)
-        ok = (np.minimum.reduceat(ts, at) >= lo) & (np.maximum.reduceat(ts, at) <= hi)
-        return keys[at][ok]
+        return kept_keys(keys, ts, lo, hi)
 
     def exact(self, dropped_seq) -> bool:
         """False when a kept flow end has an id the output's check cannot derive
@@ -208,12 +219,15 @@ class DeferredFilter:
                 except OSError:
                     pass
 
-    def finish(self, path, shift_ns: int, keep=None) -> "Decision":
+    def finish(self, path, shift_ns: int, keep=None, kept_keys=None) -> "Decision":
         """Decide every written event (:func:`streamtrace.kernels.keep.keep_rows` over the rows
         spilled during the pass) under the keep-window ``keep`` (``(lo, hi)`` rank-local ns; None: this
-        rank's steps).  Raises :class:`StreamtraceError` when a step is missing."""
+        rank's steps).  ``kept_keys``: the kept flows' sorted keys in this filter's numbering (None:
+        from its own flows, :meth:`kept_flows`; a byte range of a rank gets them from the whole rank's,
+        :mod:`streamtrace.merge.split_filter`).  Raises :class:`StreamtraceError` when a step is missing."""
         lo, hi = keep if keep is not None else self.window(path)
-        kept_keys = self.kept_flows(lo, hi)
+        if kept_keys is None:
+            kept_keys = self.kept_flows(lo, hi)
         if self.spill is not None:
             self.spill.close()
         d = Decision(lo, hi, self.n_in)

@@ -9,7 +9,11 @@ how a split rank gets exactly the same:
 
 * time shift, ``--steps`` / ``--window`` keep-window and the flows kept under it,
   ``--align first-step``: fixed before any rewrite by the survey, which combines per
-  range by min / max (:func:`combine_surveys`), so the ranges share it as is;
+  range by min / max (:func:`combine_surveys`), so the ranges share it as is -- or, for
+  ``--steps`` / ``--window`` on a plain output without an alignment that reads the ranks first,
+  decided after the pass (:mod:`streamtrace.merge.split_filter`): each range writes every event
+  and records what the filter decides it by, then the rank is decided from all its ranges' steps,
+  earliest events and flows;
 * drop-cat / gpu-only filters, id rewrites, ``args.rank``: per event, no state;
 * the earliest output ts (the ``ts`` of merge's process metadata): min over ranges;
   event counts: sums; the merged pids that had events: union;
@@ -55,6 +59,7 @@ from ..validate.check import Checker, distinct_nans
 from ..trace.writer import dumps_events
 from ..validate.merged import LOG_SUFFIX
 from .pids import PID_STRIDE, PidMap, classify_pid, hashable, process_meta_events
+from .deferred import DeferredFilter
 from .rank import READ_BLOCK, RankContext, RankPlan, open_segment, rewrite_stream
 
 
@@ -154,16 +159,24 @@ def merge_range(plan: RankPlan, src, byte_range, segment, final, progress=None) 
     distinct_nans(byte_range[0])
     reader = TraceReader(src, byte_range=byte_range, block=READ_BLOCK, progress=progress)
     check = Checker(log=segment + LOG_SUFFIX) if plan.validate else None
-    raw, seg = open_segment(segment, plan.compress, plan.compresslevel)
+    if plan.defer is not None:          # every event written to the tentative segment, decided later
+        ctx.defer = DeferredFilter(plan.defer or None, segment + ".rec")
+    raw, seg = open_segment(segment + ".all" if ctx.defer else segment, plan.compress and not ctx.defer,
+                            plan.compresslevel)
     try:
         n_in, n_out, first_out, fast = rewrite_stream(reader, plan, ctx, seg, check)
-        if plan.compress:
+        if plan.compress and not ctx.defer:
             seg.close()
         raw.close()
         validation = {"parts": check.counters(), "exact": ctx.exact} if check is not None else None
+        if ctx.defer is not None:
+            ctx.defer.park(segment + ".flows")
     except BaseException:
         raw.close()
-        remove_quietly(segment)
+        for p in (segment, segment + ".all"):
+            remove_quietly(p)
+        if ctx.defer is not None:
+            ctx.defer.close()
         if check is not None:
             check.close()
             remove_quietly(check.log)
@@ -172,7 +185,8 @@ def merge_range(plan: RankPlan, src, byte_range, segment, final, progress=None) 
         raise RuntimeError(f"rank {plan.rank}: a range registered other pids than on its first run")
     return {"segment": segment, "events_in": n_in, "events_out": n_out, "events_fast": fast, "validation": validation,
             "first_out": first_out, "used": sorted(ctx.used), "records": ctx.pids.records,
-            "assigned": ctx.pids.assigned, "bad_ts": ctx.bad_ts}
+            "assigned": ctx.pids.assigned, "bad_ts": ctx.bad_ts,
+            **({"parked": ctx.defer, "exact": ctx.exact} if ctx.defer is not None else {})}
 
 
 def settle_pids(rank, parts):

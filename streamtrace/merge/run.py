@@ -47,6 +47,7 @@ from ..trace.peer_merged import peer_merged
 from ..trace.metadata import device_names, host_name
 from ..trace.source import size_hint
 from . import ranges as MS
+from . import split_filter as SF
 from ..validate.merged import LOG_SUFFIX, merged_validation, split_validation
 from .nsys import merge_exports
 from .options import MergeOptions
@@ -261,16 +262,18 @@ def _merge_files(files, output, opt, splits, t_start):
                 remove_quietly(s.flows.path)
 
 
-def deferred_filter(opt, splits) -> bool:
+def deferred_filter(opt, splits, gz=False) -> bool:
     """True when ``--steps`` / ``--window`` are decided after each rank's one pass
     (:mod:`streamtrace.merge.deferred`) instead of by a survey before it: no alignment that reads the
-    ranks first, no rank cut into byte ranges.  ``--steps`` alone is decided by each rank's worker;
-    ``--window`` (its origin is the job's earliest event) by the parent once every rank is read."""
-    return (opt.steps is not None or opt.window_ms is not None) and opt.align == "global" and not splits
+    ranks first, and no rank cut into byte ranges for a ``.json.gz`` output (``gz``; a plain one:
+    :mod:`streamtrace.merge.split_filter`).  ``--steps`` alone is decided by each unsplit rank's
+    worker; ``--window`` (its origin is the job's earliest event) and split ranks by tasks the parent
+    starts once every rank is read."""
+    return (opt.steps is not None or opt.window_ms is not None) and opt.align == "global" and not (splits and gz)
 
 
 def _merge_surveyed(files, output, opt, splits, t_start, jobs, surveys):
-    defer = deferred_filter(opt, splits)
+    defer = deferred_filter(opt, splits, output.name.endswith(".gz"))
     out_base, shifts, keeps = plan_time(files, surveys, replace(opt, steps=None, window_ms=None) if defer else opt)
     clock, clock_warnings = None, []
     if opt.align == "collectives":
@@ -281,7 +284,8 @@ def _merge_surveyed(files, output, opt, splits, t_start, jobs, surveys):
         plans = [replace(p, defer=opt.steps or (), park=opt.window_ms is not None) for p in plans]
     tasks = _rewrite_tasks(files, plans, splits)
     temps = [p.segment for p in plans] + [x for p in plans if p.defer is not None for x in p.temporaries()] + \
-        [s for t in tasks if t.segment for s in (t.segment, t.segment + LOG_SUFFIX)]
+        [s for t in tasks if t.segment for s in (t.segment, t.segment + LOG_SUFFIX) +
+         ((t.segment + ".all", t.segment + ".rec", t.segment + ".flows") if defer else ())]
     progress = _Progress(tasks, opt.progress)
     try:
         if jobs > 1 and len(tasks) > 1 and not parallel.scheduler_address(opt.scheduler):
@@ -330,7 +334,7 @@ def _surveys(files, splits, opt, jobs, output) -> list[Survey]:
     combined, or its metadata without reading the events again).  An unsplit rank's flows stay in a
     temporary file beside ``output`` (:class:`~streamtrace.merge.flows.SpilledFlows`), for its
     rewrite worker: this process never holds every rank's flows."""
-    full = opt.needs_survey() and not deferred_filter(opt, splits)
+    full = opt.needs_survey() and not deferred_filter(opt, splits, output.name.endswith(".gz"))
     want_flows = full and (opt.window_ms is not None or opt.steps is not None)
     coll = opt.align == "collectives"
     tasks = []
@@ -421,12 +425,15 @@ def _rewrite_decide(tasks, files, surveys, plans, splits, jobs, opt, progress):
         if any(p.park for p in plans) and jobs > 1 and len(tasks) > 1 and not parallel.scheduler_address(opt.scheduler):
             ex = stack.enter_context(parallel.pool(jobs, progress.shared))    # one fork for both rounds
         results, done, redone = _rewrite(tasks, files, plans, splits, jobs, opt, progress, ex)
-        missing = [r["missing_steps"] for r in results if "missing_steps" in r]
+        parked = any("parked" in r or "split_parked" in r for r in results)
+        keeps = _parked_keeps(files, surveys, results, opt) if parked else {}
+        missing = [r.get("missing_steps", keeps.get(tf.rank)) for tf, r in zip(files, results)]
+        missing = [m for m in missing if isinstance(m, str)]
         if missing:
             progress.close()
             raise StreamtraceError(missing[0])
-        if any("parked" in r for r in results):     # --window: decided here, every rank's start known
-            results = _finish_parked(files, surveys, plans, results, opt, jobs, ex)
+        if parked:
+            results = _finish_parked(plans, results, keeps, opt, jobs, ex)
     return results, done, redone
 
 
@@ -453,9 +460,12 @@ def _rewrite(tasks, files, plans, splits, jobs, opt, progress, executor=None):
         pids, _, wrong = MS.settle_pids(plans[i].rank, parts)
         if wrong:
             raise RuntimeError(f"rank {plans[i].rank}: pid slots did not settle")
+        if plans[i].defer is not None:      # decided with the rank's every range read (split_filter)
+            results[i] = {"split_parked": (sf, parts, pids)}
+            continue
         results[i] = MS.finish_rank(plans[i], sf, parts, pids, plans[i].segment)
     if opt.validate and splits:      # a split rank's check: its ranges' records sorted together
-        idx = list(splits)
+        idx = [i for i in splits if "split_parked" not in results[i]]
         vals = run_tasks(split_validation, [([done[j]["validation"] for j in of[i]], os.path.dirname(plans[i].segment),
                                              results[i]["events_out"]) for i in idx], jobs, scheduler=opt.scheduler)
         for i, v in zip(idx, vals):
@@ -463,15 +473,48 @@ def _rewrite(tasks, files, plans, splits, jobs, opt, progress, executor=None):
     return results, done, len(redo)
 
 
-def _finish_parked(files, surveys, plans, results, opt, jobs, executor=None) -> list[dict]:
-    """The keep-windows of ranks rewritten in one pass (their steps and earliest events, as the survey
-    would have found them: :func:`plan_time`, its errors in rank order), then each rank decided and
-    written by a task (:func:`streamtrace.merge.rank.finish_parked`)."""
-    found = [Survey(s.metadata, r["parked"].defer.first, r["parked"].defer.steps_found, {})
-             for s, r in zip(surveys, results)]
-    _, _, keeps = plan_time(files, found, opt)
-    return run_tasks(finish_parked, [(p, r, keeps[tf.rank]) for tf, p, r in zip(files, plans, results)], jobs,
+def _parked_keeps(files, surveys, results, opt) -> dict:
+    """``{rank: (lo, hi)}``, the keep-windows (rank-local ns) of the ranks rewritten in one pass and
+    parked, from their steps and earliest events as the survey would have found them: with
+    ``--window`` every rank is parked (the window's origin is the job's earliest event) and
+    :func:`plan_time` raises its errors in rank order; with ``--steps`` alone only split ranks are,
+    and a missing step is the error's text, as an unsplit rank's worker notes it."""
+    found = [_found(s, r) for s, r in zip(surveys, results)]
+    if opt.window_ms is not None:
+        return plan_time(files, found, opt)[2]
+    return {tf.rank: SF.split_steps_window(tf.path, opt.steps, f) for tf, f, r in zip(files, found, results)
+            if "split_parked" in r}
+
+
+def _finish_parked(plans, results, keeps, opt, jobs, executor=None) -> list[dict]:
+    """Each parked rank decided under its keep-window and written by a task
+    (:func:`streamtrace.merge.rank.finish_parked`, :func:`streamtrace.merge.split_filter.decide_split`);
+    the other results as they are."""
+    todo = [i for i, r in enumerate(results) if "parked" in r or "split_parked" in r]
+    done = run_tasks(_decide, [(plans[i], results[i], keeps[plans[i].rank]) for i in todo], jobs,
                      executor=executor, scheduler=opt.scheduler)
+    out = list(results)
+    for i, r in zip(todo, done):
+        out[i] = r
+    return out
+
+
+def _found(s: Survey, r: dict) -> Survey | None:
+    """A parked rank's steps and earliest event as its survey would give them (None: not parked)."""
+    if "parked" in r:
+        return Survey(s.metadata, r["parked"].defer.first, r["parked"].defer.steps_found, {})
+    if "split_parked" in r:
+        return SF.found_survey(s.metadata, r["split_parked"][1])
+    return None
+
+
+def _decide(plan: RankPlan, res: dict, keep) -> dict:
+    """Task: one parked rank decided (:func:`finish_parked`, or a split rank's
+    :func:`~streamtrace.merge.split_filter.decide_split`)."""
+    if "split_parked" in res:
+        sf, parts, pids = res["split_parked"]
+        return SF.decide_split(plan, sf, parts, pids, keep)
+    return finish_parked(plan, res, keep)
 
 
 def _run_task(task: RewriteTask) -> dict:

@@ -35,15 +35,15 @@ CPU3D = SHARED / "traces" / "cpu-3d"
 
 def _two_pass():
     """The old path: a survey of every rank, then the rewrite with the keep-window known."""
-    return mock.patch.object(R, "deferred_filter", lambda opt, splits: False)
+    return mock.patch.object(R, "deferred_filter", lambda opt, splits, gz=False: False)
 
 
 def _one_pass_spy():
     """Record what the real :func:`deferred_filter` answers (the one-pass path is taken when True)."""
     real, seen = R.deferred_filter, []
 
-    def spy(opt, splits):
-        seen.append(real(opt, splits))
+    def spy(opt, splits, gz=False):
+        seen.append(real(opt, splits, gz))
         return seen[-1]
     return mock.patch.object(R, "deferred_filter", spy), seen
 
@@ -439,3 +439,82 @@ def test_random_kernel_traces_window(tmp_path_factory, case, a, b, with_steps):
     with mock.patch.object(D, "CHUNK_ROWS", chunk):
         _check([src], tmp, MergeOptions(window_ms=(min(a, b), max(a, b)), steps=steps if with_steps else None,
                                         jobs=1, drop_cat=drop, validate=validate))
+
+
+# -- ranks cut into byte ranges (merge.split_filter): every range read, then the rank decided ----------
+
+def _split(src: Path, parts=6, **kw) -> MergeOptions:
+    """Options cutting ``src`` (plain) into about ``parts`` byte ranges on 2 workers."""
+    size = len(gzip.decompress(src.read_bytes())) if src.name.endswith(".gz") else src.stat().st_size
+    return MergeOptions(jobs=2, split_threshold=max(1, size // parts), split_always=True, **kw)
+
+
+@pytest.mark.parametrize("kw", [{"steps": (3, 4)}, {"window_ms": (20, 120)}, {"window_ms": (0, 1e6), "steps": (2, 2)}],
+                         ids=["steps", "window", "window+steps"])
+def test_split_real_rank(tmp_path, kw):
+    """The V100 rank (``.json.gz``, decompressed for its ranges) in about 8 ranges: the ranges' steps,
+    earliest events and flows (their two ends often in different ranges) decide the rank."""
+    need_shared()
+    one = _check([V100], tmp_path, _split(V100, 8, **kw))
+    assert one[0]["split"] and 0 < one[0]["events_out"] < one[0]["events_in"]
+
+
+@pytest.mark.parametrize("kw", [{"steps": (3, 3)}, {"steps": (3, 4)}, {"window_ms": (0.1, 0.25)},
+                                {"window_ms": (0.1, 0.3), "steps": (3, 4)}])
+def test_split_synthetic(tmp_path, kw):
+    """Flows (plain and Python-numbered: string ids, escaped cats) whose ends lie in different ranges,
+    the steps in another, events through the Python twin."""
+    src = _trace(tmp_path / "in", KERNEL_ONLY + PYTHON_EVENTS + KERNEL_ONLY[2:])
+    one = _check([src], tmp_path, _split(src, 8, **kw))
+    assert one[0]["split"][0] >= 4
+
+
+def test_split_two_ranks_one_cut(tmp_path):
+    """One rank cut, the other whole: ``--steps`` decided in the whole rank's worker, the cut one by a
+    task; ``--window`` over both."""
+    big = _trace(tmp_path / "in", KERNEL_ONLY + PYTHON_EVENTS + KERNEL_ONLY[2:] * 3, 0)
+    small = _trace(tmp_path / "in", KERNEL_ONLY[:-4] + [_x("r1", 260), _x("r1_first", 5)], 1)
+    assert big.stat().st_size > 4 * small.stat().st_size
+    for i, kw in enumerate(({"steps": (3, 4)}, {"window_ms": (0, 0.25)})):
+        opt = MergeOptions(jobs=2, split_threshold=small.stat().st_size + 1, **kw)
+        (tmp_path / str(i)).mkdir()
+        one = _check([tmp_path / "in"], tmp_path / str(i), opt)
+        assert list(one[0]["split"]) == [0]
+
+
+@pytest.mark.parametrize("kw", [{"steps": (7, 8)}, {"steps": (7, 8), "window_ms": (0, 1)}])
+def test_split_missing_step_same_error_and_no_leftovers(tmp_path, kw):
+    src = _trace(tmp_path / "in", KERNEL_ONLY + KERNEL_ONLY[2:])
+    for d in ("one", "two"):
+        (tmp_path / d).mkdir()
+    one = _error([src], tmp_path / "one" / "merged.json", _split(src, **kw))
+    with _two_pass():
+        two = _error([src], tmp_path / "two" / "merged.json", _split(src, **kw))
+    assert one == two and "7-8" in one[1]
+    assert os.listdir(tmp_path / "one") == [] and os.listdir(tmp_path / "two") == []
+
+
+def test_split_gz_output_keeps_the_survey(tmp_path):
+    """A ``.json.gz`` output of a cut rank: its ranges compress as they are written, so the filter is
+    known before (the survey); the output is still the same as unsplit."""
+    src = _trace(tmp_path / "in", KERNEL_ONLY + KERNEL_ONLY[2:])
+    patch, seen = _one_pass_spy()
+    with patch:
+        res = merge([str(src)], tmp_path / "split.json.gz", _split(src, steps=(3, 4)))
+    assert seen and not any(seen) and res[0]["split"]
+    whole = merge([str(src)], tmp_path / "whole.json.gz", MergeOptions(steps=(3, 4), jobs=1))
+    assert load_json(res[0].output)["traceEvents"] == load_json(whole[0].output)["traceEvents"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(kernel_trace(), st.floats(0, 0.4), st.floats(0, 0.4), st.sampled_from(["steps", "window", "both"]),
+       st.integers(2, 9))
+def test_random_kernel_traces_split(tmp_path_factory, case, a, b, which, parts):
+    evs, steps, drop, validate, chunk = case
+    tmp = tmp_path_factory.mktemp("rands")
+    src = _trace(tmp / "in", evs + evs)              # twice: flows and steps repeat across the ranges
+    window = (min(a, b), max(a, b)) if which != "steps" else None
+    with mock.patch.object(D, "CHUNK_ROWS", chunk):
+        one = _check([src], tmp, _split(src, parts, window_ms=window, steps=steps if which != "window" else None,
+                                        drop_cat=drop, validate=validate))
+    assert one[0]["split"], "the rank was merged whole"
