@@ -69,11 +69,12 @@ def kept_by_range(filters: list[DeferredFilter], lo: int, hi: int) -> list[np.nd
         ts.append(np.concatenate(d.flow_ts) if d.flow_ts else np.zeros(0, np.int64))
         d.flow_keys, d.flow_ts = [], []
     kept = kept_keys(np.concatenate(glob), np.concatenate(ts), lo, hi)
-    del glob, ts
+    del ts
     out = []
-    for keys, cat_map, other_map in local:
-        mine = np.unique(keys)
-        out.append(mine[np.isin(_global_keys(mine, cat_map, other_map), kept)])
+    for (keys, _, _), g in zip(local, glob):
+        at = np.minimum(np.searchsorted(kept, g), max(len(kept) - 1, 0))
+        mine = np.sort(keys[kept[at] == g] if len(kept) else keys[:0])
+        out.append(mine[np.r_[True, mine[1:] != mine[:-1]]] if len(mine) else mine)
     return out
 
 
