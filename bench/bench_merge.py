@@ -11,7 +11,9 @@ For each size, rank files are generated (once, then reused) by
   * ``python -m streamtrace merge DIR -o OUT.json --no-validate``  (default jobs: all cores)
   * the same with ``-j 1``
   * with ``--filters`` (``--only-filters``: only these): the validating merge with default jobs,
-    alone, with ``--steps`` and with ``--window`` (a filter should cost no more than the full merge)
+    alone, with ``--steps`` and with each ``--window`` (a filter should cost no more than the full
+    merge), in alternating rounds (``--repeat`` of them; the row is the run of median CPU); one rank of
+    at least 256 MiB on 2+ workers is cut into byte ranges (``--sizes 300 --ranks 1``)
   * ``python bench/megatron_merge.py -i DIR -o OUT.json``  (skipped when its memory,
     extrapolated from an earlier run of this invocation, would exceed ``--megatron-max-gb``)
 
@@ -141,16 +143,21 @@ class SizeRun:
         table row, every run is listed in a note (this VM's speed varies by +-20 %
         from run to run)."""
         runs = [self.one(label, cmd, out, workers_fn, tool, keep=False, cwd=cwd) for _ in range(self.args.repeat)]
-        runs = [r for r in runs if r is not None]
+        return self.median_row(label, [r for r in runs if r is not None])
+
+    def median_row(self, label, runs, key="wall"):
+        """The run with the median ``key`` among ``runs`` of one command becomes the table row; every run
+        is listed in a note."""
         if not runs:
             return None
-        mid = sorted(runs, key=lambda r: r["wall"])[(len(runs) - 1) // 2]
+        mid = sorted(runs, key=lambda r: r.get(key) or r["wall"])[(len(runs) - 1) // 2]
         self.rows.append(mid)
         if len(runs) > 1:
             mid["label"] = f"{label} (median of {len(runs)})"
             self.notes.append(f"[{self.tag}] {label}: {len(runs)} runs, wall "
                               + ", ".join(f"{r['wall']:.1f}" for r in runs) + " s; per worker process "
-                              + "; ".join(", ".join(f"{x:g}" for x in r["worker_mbps"]) for r in runs) + " MB/s")
+                              + "; ".join(", ".join(f"{x:g}" for x in r["worker_mbps"]) for r in runs) + " MB/s"
+                              + ("; CPU " + ", ".join(f"{r['cpu_s']:.2f}" for r in runs) + " s" if key == "cpu_s" else ""))
         return mid
 
     def st_workers(self, jobs):
@@ -207,12 +214,21 @@ def filters(run: SizeRun):
     base = [sys.executable, "-m", "streamtrace", "merge", str(run.indir), "-o", str(out), "-v"]
     checkouts = [(None, "")] + ([(run.args.baseline, f" [baseline {_short(run.args.baseline)}]")]
                                 if run.args.baseline else [])
-    for label, extra in (("full merge", []), (f"--steps {run.args.filter_steps}", ["--steps", run.args.filter_steps]),
-                         (f"--window {run.args.filter_window}", ["--window", run.args.filter_window])):
-        for cwd, which in checkouts:       # the baseline right after, on the same machine state
-            r = run.median_of(f"filter: {label}{which}", base + extra, out, run.st_workers(0), "filter", cwd=cwd)
+    windows = [w for w in run.args.filter_window.split(",") if w]
+    variants = [(label, extra, cwd, which)
+                for label, extra in [("full merge", []), (f"--steps {run.args.filter_steps}", ["--steps", run.args.filter_steps])]
+                + [(f"--window {w}", ["--window", w]) for w in windows]
+                for cwd, which in checkouts]
+    runs = [[] for _ in variants]
+    for _ in range(run.args.repeat):    # alternating rounds: a slow spell of the VM hits every variant alike
+        for k, (label, extra, cwd, which) in enumerate(variants):
+            r = run.one(f"filter: {label}{which}", base + extra, out, run.st_workers(0), "filter", keep=False, cwd=cwd)
             if r is not None:
-                r["filter"], r["checkout"] = label, which
+                runs[k].append(r)
+    for (label, _, _, which), done in zip(variants, runs):
+        r = run.median_row(f"filter: {label}{which}", done, key="cpu_s")
+        if r is not None:
+            r["filter"], r["checkout"] = label, which
 
 
 def _short(path):
@@ -361,7 +377,8 @@ def parse_args(argv):
     ap.add_argument("--baseline", help="with --filters: measure this other checkout's merges too (its root folder), "
                                        "each right after this checkout's")
     ap.add_argument("--filter-steps", default="3-4", help="--steps of the filtered merge (default 3-4)")
-    ap.add_argument("--filter-window", default="0:500", help="--window of the filtered merge (default 0:500)")
+    ap.add_argument("--filter-window", default="0:500,0:100000",
+                    help="--window of the filtered merges, comma-separated (default 0:500,0:100000: narrow, all kept)")
     return ap.parse_args(argv)
 
 

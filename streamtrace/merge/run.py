@@ -262,18 +262,17 @@ def _merge_files(files, output, opt, splits, t_start):
                 remove_quietly(s.flows.path)
 
 
-def deferred_filter(opt, splits, gz=False) -> bool:
+def deferred_filter(opt, splits) -> bool:
     """True when ``--steps`` / ``--window`` are decided after each rank's one pass
-    (:mod:`streamtrace.merge.deferred`) instead of by a survey before it: no alignment that reads the
-    ranks first, and no rank cut into byte ranges for a ``.json.gz`` output (``gz``; a plain one:
-    :mod:`streamtrace.merge.split_filter`).  ``--steps`` alone is decided by each unsplit rank's
-    worker; ``--window`` (its origin is the job's earliest event) and split ranks by tasks the parent
-    starts once every rank is read."""
-    return (opt.steps is not None or opt.window_ms is not None) and opt.align == "global" and not (splits and gz)
+    (:mod:`streamtrace.merge.deferred`; a rank cut into byte ranges: :mod:`streamtrace.merge.split_filter`)
+    instead of by a survey before it: without an alignment that reads the ranks first.  ``--steps``
+    alone is decided by each unsplit rank's worker; ``--window`` (its origin is the job's earliest
+    event) and split ranks by tasks the parent starts once every rank is read."""
+    return (opt.steps is not None or opt.window_ms is not None) and opt.align == "global"
 
 
 def _merge_surveyed(files, output, opt, splits, t_start, jobs, surveys):
-    defer = deferred_filter(opt, splits, output.name.endswith(".gz"))
+    defer = deferred_filter(opt, splits)
     out_base, shifts, keeps = plan_time(files, surveys, replace(opt, steps=None, window_ms=None) if defer else opt)
     clock, clock_warnings = None, []
     if opt.align == "collectives":
@@ -334,7 +333,7 @@ def _surveys(files, splits, opt, jobs, output) -> list[Survey]:
     combined, or its metadata without reading the events again).  An unsplit rank's flows stay in a
     temporary file beside ``output`` (:class:`~streamtrace.merge.flows.SpilledFlows`), for its
     rewrite worker: this process never holds every rank's flows."""
-    full = opt.needs_survey() and not deferred_filter(opt, splits, output.name.endswith(".gz"))
+    full = opt.needs_survey() and not deferred_filter(opt, splits)
     want_flows = full and (opt.window_ms is not None or opt.steps is not None)
     coll = opt.align == "collectives"
     tasks = []
@@ -434,6 +433,11 @@ def _rewrite_decide(tasks, files, surveys, plans, splits, jobs, opt, progress):
             raise StreamtraceError(missing[0])
         if parked:
             results = _finish_parked(plans, results, keeps, opt, jobs, ex)
+        if splits and any(p.defer is not None and p.compress for p in plans):      # split ranks' kept runs
+            gz = [(res, t) for res in results for t in SF.gzip_tasks(res, opt.compresslevel)]
+            members = run_tasks(SF.gzip_runs, [t for _, t in gz], jobs, executor=ex, scheduler=opt.scheduler)
+            for (res, t), path in zip(gz, members):
+                res["segments"] = [path if isinstance(s, tuple) and s[0] == t[0] else s for s in res["segments"]]
     return results, done, redone
 
 

@@ -13,8 +13,8 @@ ranges' flows in one key space to find the kept ones (:func:`kept_by_range`), de
 (:func:`streamtrace.kernels.keep.keep_rows`) and checks the rank's output with the dropped events
 taken out of its view (:func:`streamtrace.validate.merged.split_validation` with an
 :class:`~streamtrace.validate.ordered.OutFilter`).  A plain output then copies each range's kept
-byte runs; a ``.json.gz`` output keeps the survey before the rewrite (its ranges compress in
-parallel as they are written).
+byte runs; a ``.json.gz`` output compresses each range's kept runs into a gzip member, a task per
+range (:func:`gzip_runs`).
 """
 from __future__ import annotations
 
@@ -25,8 +25,9 @@ import numpy as np
 from ..validate.merged import split_validation
 from ..validate.ordered import OutFilter
 from .deferred import DeferredFilter, kept_keys, missing_steps
+from .output import copy_runs
 from .ranges import SplitFile, finish_rank
-from .rank import RankPlan
+from .rank import RankPlan, open_segment
 from .survey import Survey, combine_surveys
 
 _ID_MASK = (1 << 40) - 1
@@ -106,3 +107,22 @@ def decide_split(plan: RankPlan, sf: SplitFile, parts: list[dict], pids, keep: t
                                *(sum(d.dropped[k] for d in drops) for k in ("events", "missing", "negdur")))
         res["validation"] = split_validation(checks, os.path.dirname(plan.segment), res["events_out"], out_filter)
     return res
+
+
+def gzip_runs(src: str, runs: np.ndarray, dst: str, level: int) -> str:
+    """Task: the byte runs ``runs`` (int64[n, 2]) of the plain file ``src`` as one gzip member in
+    ``dst`` (a ``.json.gz`` output's range segment); removes ``src``.  Returns ``dst``."""
+    raw, seg = open_segment(dst, True, level)
+    try:
+        copy_runs(src, runs, seg, False)
+        seg.close()
+    finally:
+        raw.close()
+    os.unlink(src)
+    return dst
+
+
+def gzip_tasks(res: dict, level: int) -> list[tuple]:
+    """``(src, runs, dst, level)`` per kept-runs segment of a decided split rank's result ``res``
+    (``dst``: the range's own segment name)."""
+    return [(seg[0], seg[1], seg[0].removesuffix(".all"), level) for seg in res["segments"] if isinstance(seg, tuple)]
