@@ -421,8 +421,10 @@ def _rewrite_decide(tasks, files, surveys, plans, splits, jobs, opt, progress):
     on the same local pool (:func:`_finish_parked`)."""
     with contextlib.ExitStack() as stack:
         ex = None
-        if any(p.park for p in plans) and jobs > 1 and len(tasks) > 1 and not parallel.scheduler_address(opt.scheduler):
-            ex = stack.enter_context(parallel.pool(jobs, progress.shared))    # one fork for both rounds
+        decided_later = any(p.park for p in plans) or any(plans[i].defer is not None for i in splits)
+        if decided_later and jobs > 1 and len(tasks) > 1 and not parallel.scheduler_address(opt.scheduler):
+            # one fork for both rounds; a decision runs in a worker even alone (not in this process)
+            ex = stack.enter_context(parallel.pool(jobs, progress.shared))
         results, done, redone = _rewrite(tasks, files, plans, splits, jobs, opt, progress, ex)
         parked = any("parked" in r or "split_parked" in r for r in results)
         keeps = _parked_keeps(files, surveys, results, opt) if parked else {}

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..validate.merged import split_validation
 from ..validate.ordered import OutFilter
-from .deferred import DeferredFilter, kept_keys, missing_steps
+from .deferred import DeferredFilter, in_sorted, kept_keys, missing_steps, sorted_unique
 from .output import copy_runs
 from .ranges import SplitFile, finish_rank
 from .rank import RankPlan, open_segment
@@ -58,25 +58,26 @@ def _global_keys(keys: np.ndarray, cat_map: np.ndarray, other_map: np.ndarray) -
 
 def kept_by_range(filters: list[DeferredFilter], lo: int, hi: int) -> list[np.ndarray]:
     """Per range (its unparked filter), the sorted keys, in its own numbering, of the rank's flows
-    whose every event, in any range, has ``lo <= ts <= hi``."""
+    whose every event, in any range, has ``lo <= ts <= hi``.  Holds ~4 copies of the rank's flow
+    keys at its peak (8 bytes a flow event each)."""
     cats, others = {}, {}
-    local, glob, ts = [], [], []
+    local = []
     for d in filters:
         cat_map = np.array([cats.setdefault(c, len(cats)) for c in d.cats] or [0], np.int64)
         other_map = np.array([others.setdefault(k, len(others)) for k in d.other] or [0], np.int64)
-        keys = np.concatenate(d.flow_keys) if d.flow_keys else np.zeros(0, np.int64)
-        local.append((keys, cat_map, other_map))
-        glob.append(_global_keys(keys, cat_map, other_map))
-        ts.append(np.concatenate(d.flow_ts) if d.flow_ts else np.zeros(0, np.int64))
-        d.flow_keys, d.flow_ts = [], []
-    kept = kept_keys(np.concatenate(glob), np.concatenate(ts), lo, hi)
-    del ts
-    out = []
-    for (keys, _, _), g in zip(local, glob):
-        at = np.minimum(np.searchsorted(kept, g), max(len(kept) - 1, 0))
-        mine = np.sort(keys[kept[at] == g] if len(kept) else keys[:0])
-        out.append(mine[np.r_[True, mine[1:] != mine[:-1]]] if len(mine) else mine)
-    return out
+        local.append((_one(d.flow_keys), cat_map, other_map))
+        d.flow_keys = []
+    all_ts = np.concatenate([_one(d.flow_ts) for d in filters])
+    for d in filters:
+        d.flow_ts = []
+    kept = kept_keys(np.concatenate([_global_keys(*k) for k in local]), all_ts, lo, hi)
+    del all_ts
+    return [sorted_unique(keys[in_sorted(_global_keys(keys, c, o), kept)]) for keys, c, o in local]
+
+
+def _one(parts: list) -> np.ndarray:
+    """``parts`` (int64 arrays) as one array, without a copy when there is one."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 def decide_split(plan: RankPlan, sf: SplitFile, parts: list[dict], pids, keep: tuple[int, int]) -> dict:
