@@ -47,12 +47,12 @@ from ..trace.peer_merged import peer_merged
 from ..trace.metadata import device_names, host_name
 from ..trace.source import size_hint
 from . import ranges as MS
-from . import split_filter as SF
+from . import decide as DC
 from ..validate.merged import LOG_SUFFIX, merged_validation, split_validation
 from .nsys import merge_exports
 from .options import MergeOptions
 from .output import merged_metadata, output_for_iteration, write_merged
-from .rank import RankPlan, finish_parked, merge_rank, warm_kernels
+from .rank import RankPlan, merge_rank, warm_kernels
 from .clocks import plan_clock_sync
 from .flows import FlowExtents, SpilledFlows
 from .survey import Survey, combine_surveys, metadata_task, plan_time, survey_rank
@@ -418,7 +418,7 @@ def _rewrite_tasks(files, plans, splits) -> list[RewriteTask]:
 def _rewrite_decide(tasks, files, surveys, plans, splits, jobs, opt, progress):
     """:func:`_rewrite`, then the deferred filter's decisions: a one-pass ``--steps`` rank without
     the steps raises (the first in rank order); ranks parked for ``--window`` are decided by tasks
-    on the same local pool (:func:`_finish_parked`)."""
+    on the same local pool (:mod:`streamtrace.merge.decide`)."""
     with contextlib.ExitStack() as stack:
         ex = None
         decided_later = any(p.park for p in plans) or any(plans[i].defer is not None for i in splits)
@@ -427,19 +427,16 @@ def _rewrite_decide(tasks, files, surveys, plans, splits, jobs, opt, progress):
             ex = stack.enter_context(parallel.pool(jobs, progress.shared))
         results, done, redone = _rewrite(tasks, files, plans, splits, jobs, opt, progress, ex)
         parked = any("parked" in r or "split_parked" in r for r in results)
-        keeps = _parked_keeps(files, surveys, results, opt) if parked else {}
+        keeps = DC.parked_keeps(files, surveys, results, opt) if parked else {}
         missing = [r.get("missing_steps", keeps.get(tf.rank)) for tf, r in zip(files, results)]
         missing = [m for m in missing if isinstance(m, str)]
         if missing:
             progress.close()
             raise StreamtraceError(missing[0])
         if parked:
-            results = _finish_parked(plans, results, keeps, opt, jobs, ex)
-        if splits and any(p.defer is not None and p.compress for p in plans):      # split ranks' kept runs
-            gz = [(res, t) for res in results for t in SF.gzip_tasks(res, opt.compresslevel)]
-            members = run_tasks(SF.gzip_runs, [t for _, t in gz], jobs, executor=ex, scheduler=opt.scheduler)
-            for (res, t), path in zip(gz, members):
-                res["segments"] = [path if isinstance(s, tuple) and s[0] == t[0] else s for s in res["segments"]]
+            results = DC.finish_parked_ranks(plans, results, keeps, opt, jobs, ex)
+        if splits and any(p.defer is not None and p.compress for p in plans):
+            DC.gzip_split_runs(results, opt, jobs, ex)
     return results, done, redone
 
 
@@ -477,50 +474,6 @@ def _rewrite(tasks, files, plans, splits, jobs, opt, progress, executor=None):
         for i, v in zip(idx, vals):
             results[i]["validation"] = v
     return results, done, len(redo)
-
-
-def _parked_keeps(files, surveys, results, opt) -> dict:
-    """``{rank: (lo, hi)}``, the keep-windows (rank-local ns) of the ranks rewritten in one pass and
-    parked, from their steps and earliest events as the survey would have found them: with
-    ``--window`` every rank is parked (the window's origin is the job's earliest event) and
-    :func:`plan_time` raises its errors in rank order; with ``--steps`` alone only split ranks are,
-    and a missing step is the error's text, as an unsplit rank's worker notes it."""
-    found = [_found(s, r) for s, r in zip(surveys, results)]
-    if opt.window_ms is not None:
-        return plan_time(files, found, opt)[2]
-    return {tf.rank: SF.split_steps_window(tf.path, opt.steps, f) for tf, f, r in zip(files, found, results)
-            if "split_parked" in r}
-
-
-def _finish_parked(plans, results, keeps, opt, jobs, executor=None) -> list[dict]:
-    """Each parked rank decided under its keep-window and written by a task
-    (:func:`streamtrace.merge.rank.finish_parked`, :func:`streamtrace.merge.split_filter.decide_split`);
-    the other results as they are."""
-    todo = [i for i, r in enumerate(results) if "parked" in r or "split_parked" in r]
-    done = run_tasks(_decide, [(plans[i], results[i], keeps[plans[i].rank]) for i in todo], jobs,
-                     executor=executor, scheduler=opt.scheduler)
-    out = list(results)
-    for i, r in zip(todo, done):
-        out[i] = r
-    return out
-
-
-def _found(s: Survey, r: dict) -> Survey | None:
-    """A parked rank's steps and earliest event as its survey would give them (None: not parked)."""
-    if "parked" in r:
-        return Survey(s.metadata, r["parked"].defer.first, r["parked"].defer.steps_found, {})
-    if "split_parked" in r:
-        return SF.found_survey(s.metadata, r["split_parked"][1])
-    return None
-
-
-def _decide(plan: RankPlan, res: dict, keep) -> dict:
-    """Task: one parked rank decided (:func:`finish_parked`, or a split rank's
-    :func:`~streamtrace.merge.split_filter.decide_split`)."""
-    if "split_parked" in res:
-        sf, parts, pids = res["split_parked"]
-        return SF.decide_split(plan, sf, parts, pids, keep)
-    return finish_parked(plan, res, keep)
 
 
 def _run_task(task: RewriteTask) -> dict:
