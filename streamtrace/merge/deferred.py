@@ -45,6 +45,21 @@ def out_view_bits(f: np.ndarray) -> np.ndarray:
     return (other * KK.MISSING_OUT + neg * KK.NEGDUR_OUT).astype(np.uint8)
 
 
+def flow_extents(keys: np.ndarray, ts: np.ndarray, ts_last: np.ndarray | None = None):
+    """``(key, first, last)``: each distinct flow key of ``keys`` (int64[n], one per flow event, ``ts``
+    its ts in ns), sorted, with the earliest and the latest ts of its events.  With ``ts_last``,
+    ``keys`` are extents themselves (``ts`` their firsts, ``ts_last`` their lasts), merged by key."""
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order]
+    first = ts[order]
+    last = first if ts_last is None else ts_last[order]
+    del order
+    if not len(keys):
+        return keys, first, last
+    at = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    return keys[at], np.minimum.reduceat(first, at), np.maximum.reduceat(last, at)
+
+
 def kept_keys(keys: np.ndarray, ts: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """Sorted unique int64 flow keys (of ``keys``, int64[n], one per flow event, ``ts`` its ts in
     ns) whose every event has ``lo <= ts <= hi``: the two-pass merge's flow rule, as every key but
@@ -89,6 +104,7 @@ class DeferredFilter:
     def __init__(self, steps, spill_path: str):
         self.steps = tuple(steps) if steps else None
         self.flows_path = None
+        self.extents = None     # once parked: (key, first, last) of its flows (flow_extents)
         self.tally = Tally(False)
         self.cats, self.index = [], {}
         self._table()
@@ -187,6 +203,9 @@ class DeferredFilter:
     def kept_flows(self, lo: int, hi: int) -> np.ndarray:
         """Sorted int64 keys of the flows whose every event has ``lo <= ts <= hi`` (plain keys as
         they are, the others as ``-1 - number``)."""
+        if self.extents is not None:
+            keys, first, last = self.extents
+            return keys[(first >= lo) & (last <= hi)]
         if not self.flow_keys:
             return np.zeros(0, np.int64)
         keys, ts = np.concatenate(self.flow_keys), np.concatenate(self.flow_ts)
@@ -200,22 +219,23 @@ class DeferredFilter:
         return not any(not dropped_seq[s] for s in self.inexact)
 
     def park(self, flows_path: str) -> None:
-        """Close the spill and move the flows' keys and ts to ``flows_path``: what is left pickles in a
-        few KB, for the parent to hand to :func:`streamtrace.merge.rank.finish_parked`."""
+        """Close the spill and move the flows, reduced to their extents (:func:`flow_extents`, here in
+        the rank's worker), to ``flows_path``: what is left pickles in a few KB, for the parent to hand
+        to :func:`streamtrace.merge.rank.finish_parked` or :func:`streamtrace.merge.split_filter.decide_split`."""
         self.spill.close()
         self.spill = None
         keys = np.concatenate(self.flow_keys) if self.flow_keys else np.zeros(0, np.int64)
         ts = np.concatenate(self.flow_ts) if self.flow_ts else np.zeros(0, np.int64)
         self.flow_keys, self.flow_ts = [], []
         with open(flows_path, "wb") as f:
-            np.save(f, keys)
-            np.save(f, ts)
+            for a in flow_extents(keys, ts):
+                np.save(f, a)
         self.flows_path = flows_path
 
     def unpark(self) -> None:
-        """Read back what :meth:`park` set aside."""
+        """Read back what :meth:`park` set aside (:attr:`extents`)."""
         with open(self.flows_path, "rb") as f:
-            self.flow_keys, self.flow_ts = [np.load(f)], [np.load(f)]
+            self.extents = tuple(np.load(f) for _ in range(3))
 
     def close(self):
         if self.spill is not None and not self.spill.closed:

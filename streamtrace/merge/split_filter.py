@@ -24,7 +24,7 @@ import numpy as np
 
 from ..validate.merged import split_validation
 from ..validate.ordered import OutFilter
-from .deferred import DeferredFilter, in_sorted, kept_keys, missing_steps, sorted_unique
+from .deferred import DeferredFilter, flow_extents, in_sorted, missing_steps
 from .output import copy_runs
 from .ranges import SplitFile, finish_rank
 from .rank import RankPlan, open_segment
@@ -57,27 +57,25 @@ def _global_keys(keys: np.ndarray, cat_map: np.ndarray, other_map: np.ndarray) -
 
 
 def kept_by_range(filters: list[DeferredFilter], lo: int, hi: int) -> list[np.ndarray]:
-    """Per range (its unparked filter), the sorted keys, in its own numbering, of the rank's flows
-    whose every event, in any range, has ``lo <= ts <= hi``.  Holds ~4 copies of the rank's flow
-    keys at its peak (8 bytes a flow event each)."""
+    """Per range (its unparked filter, holding its flows' extents), the sorted keys, in its own
+    numbering, of the rank's flows whose every event, in any range, has ``lo <= ts <= hi``."""
     cats, others = {}, {}
-    local = []
+    maps = []
     for d in filters:
         cat_map = np.array([cats.setdefault(c, len(cats)) for c in d.cats] or [0], np.int64)
         other_map = np.array([others.setdefault(k, len(others)) for k in d.other] or [0], np.int64)
-        local.append((_one(d.flow_keys), cat_map, other_map))
-        d.flow_keys = []
-    all_ts = np.concatenate([_one(d.flow_ts) for d in filters])
-    for d in filters:
-        d.flow_ts = []
-    kept = kept_keys(np.concatenate([_global_keys(*k) for k in local]), all_ts, lo, hi)
-    del all_ts
-    return [sorted_unique(keys[in_sorted(_global_keys(keys, c, o), kept)]) for keys, c, o in local]
-
-
-def _one(parts: list) -> np.ndarray:
-    """``parts`` (int64 arrays) as one array, without a copy when there is one."""
-    return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        maps.append((cat_map, other_map))
+    keys, first, last = flow_extents(np.concatenate([_global_keys(d.extents[0], *m) for d, m in zip(filters, maps)]),
+                                     np.concatenate([d.extents[1] for d in filters]),
+                                     np.concatenate([d.extents[2] for d in filters]))
+    kept = keys[(first >= lo) & (last <= hi)]
+    del keys, first, last
+    out = []
+    for d, m in zip(filters, maps):
+        mine = d.extents[0]                     # sorted, distinct
+        out.append(mine[in_sorted(_global_keys(mine, *m), kept)])
+        d.extents = None
+    return out
 
 
 def decide_split(plan: RankPlan, sf: SplitFile, parts: list[dict], pids, keep: tuple[int, int]) -> dict:
