@@ -427,12 +427,15 @@ def _rewrite_decide(tasks, files, surveys, plans, splits, jobs, opt, progress):
             ex = stack.enter_context(parallel.pool(jobs, progress.shared))
         results, done, redone = _rewrite(tasks, files, plans, splits, jobs, opt, progress, ex)
         parked = any("parked" in r or "split_parked" in r for r in results)
-        keeps = DC.parked_keeps(files, surveys, results, opt) if parked else {}
-        missing = [r.get("missing_steps", keeps.get(tf.rank)) for tf, r in zip(files, results)]
-        missing = [m for m in missing if isinstance(m, str)]
-        if missing:
+        try:
+            keeps = DC.parked_keeps(files, surveys, results, opt) if parked else {}
+            missing = [r.get("missing_steps", keeps.get(tf.rank)) for tf, r in zip(files, results)]
+            missing = [m for m in missing if isinstance(m, str)]
+            if missing:
+                raise StreamtraceError(missing[0])
+        except StreamtraceError:
             progress.close()
-            raise StreamtraceError(missing[0])
+            raise
         if parked:
             results = DC.finish_parked_ranks(plans, results, keeps, opt, jobs, ex)
         if splits and any(p.defer is not None and p.compress for p in plans):
