@@ -62,22 +62,6 @@ def flow_extents(keys: np.ndarray, ts: np.ndarray, ts_last: np.ndarray | None = 
     return keys[at], np.minimum.reduceat(first, at), np.maximum.reduceat(last, at)
 
 
-def kept_keys(keys: np.ndarray, ts: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """Sorted unique int64 flow keys (of ``keys``, int64[n], one per flow event, ``ts`` its ts in
-    ns) whose every event has ``lo <= ts <= hi``: the two-pass merge's flow rule, as every key but
-    those of an event outside the window (two sorts, no gather of ``ts``: ~2 copies of ``keys``)."""
-    out = sorted_unique(keys)
-    bad = sorted_unique(keys[(ts < lo) | (ts > hi)])
-    return out[~in_sorted(out, bad)] if len(bad) else out
-
-
-def sorted_unique(a: np.ndarray) -> np.ndarray:
-    """The distinct values of the 1-d array ``a``, sorted (numpy's ``unique`` hashes int64 arrays:
-    several times slower here)."""
-    a = np.sort(a)
-    return a[np.r_[True, a[1:] != a[:-1]]] if len(a) else a
-
-
 def in_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """bool per value of ``a``: whether it is in the sorted array ``b``."""
     if not len(b):
@@ -205,14 +189,17 @@ class DeferredFilter:
     def kept_flows(self, lo: int, hi: int) -> np.ndarray:
         """Sorted int64 keys of the flows whose every event has ``lo <= ts <= hi`` (plain keys as
         they are, the others as ``-1 - number``)."""
-        if self.extents is not None:
-            keys, first, last = self.extents
-            return keys[(first >= lo) & (last <= hi)]
-        if not self.flow_keys:
-            return np.zeros(0, np.int64)
-        keys, ts = np.concatenate(self.flow_keys), np.concatenate(self.flow_ts)
+        if self.extents is None:
+            self.extents = flow_extents(*self._flows())
+        keys, first, last = self.extents
+        return keys[(first >= lo) & (last <= hi)]
+
+    def _flows(self) -> tuple[np.ndarray, np.ndarray]:
+        """The flow events' keys and ts gathered during the pass, as two arrays (the lists emptied)."""
+        keys = np.concatenate(self.flow_keys) if self.flow_keys else np.zeros(0, np.int64)
+        ts = np.concatenate(self.flow_ts) if self.flow_ts else np.zeros(0, np.int64)
         self.flow_keys, self.flow_ts = [], []
-        return kept_keys(keys, ts, lo, hi)
+        return keys, ts
 
     def exact(self, dropped_seq) -> bool:
         """False when a kept flow end has an id the output's check cannot derive
@@ -226,11 +213,8 @@ class DeferredFilter:
         to :func:`streamtrace.merge.rank.finish_parked` or :func:`streamtrace.merge.split_filter.decide_split`."""
         self.spill.close()
         self.spill = None
-        keys = np.concatenate(self.flow_keys) if self.flow_keys else np.zeros(0, np.int64)
-        ts = np.concatenate(self.flow_ts) if self.flow_ts else np.zeros(0, np.int64)
-        self.flow_keys, self.flow_ts = [], []
         with open(flows_path, "wb") as f:
-            for a in flow_extents(keys, ts):
+            for a in flow_extents(*self._flows()):
                 np.save(f, a)
         self.flows_path = flows_path
 

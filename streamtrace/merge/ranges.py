@@ -10,8 +10,8 @@ how a split rank gets exactly the same:
 * time shift, ``--steps`` / ``--window`` keep-window and the flows kept under it,
   ``--align first-step``: fixed before any rewrite by the survey, which combines per
   range by min / max (:func:`combine_surveys`), so the ranges share it as is -- or, for
-  ``--steps`` / ``--window`` on a plain output without an alignment that reads the ranks first,
-  decided after the pass (:mod:`streamtrace.merge.split_filter`): each range writes every event
+  ``--steps`` / ``--window`` without an alignment that reads the ranks first, decided after the
+  pass (:mod:`streamtrace.merge.split_filter`): each range writes every event
   and records what the filter decides it by, then the rank is decided from all its ranges' steps,
   earliest events and flows;
 * drop-cat / gpu-only filters, id rewrites, ``args.rank``: per event, no state;
@@ -60,7 +60,7 @@ from ..trace.writer import dumps_events
 from ..validate.merged import LOG_SUFFIX
 from .pids import PID_STRIDE, PidMap, classify_pid, hashable, process_meta_events
 from .deferred import DeferredFilter
-from .rank import READ_BLOCK, RankContext, RankPlan, open_segment, rewrite_stream
+from .rank import READ_BLOCK, TENTATIVE, RankContext, RankPlan, open_segment, rewrite_stream
 
 
 @dataclass
@@ -161,7 +161,7 @@ def merge_range(plan: RankPlan, src, byte_range, segment, final, progress=None) 
     check = Checker(log=segment + LOG_SUFFIX) if plan.validate else None
     if plan.defer is not None:          # every event written to the tentative segment, decided later
         ctx.defer = DeferredFilter(plan.defer or None, segment + ".rec")
-    raw, seg = open_segment(segment + ".all" if ctx.defer else segment, plan.compress and not ctx.defer,
+    raw, seg = open_segment(segment + TENTATIVE if ctx.defer else segment, plan.compress and not ctx.defer,
                             plan.compresslevel)
     try:
         n_in, n_out, first_out, fast = rewrite_stream(reader, plan, ctx, seg, check)
@@ -173,7 +173,7 @@ def merge_range(plan: RankPlan, src, byte_range, segment, final, progress=None) 
             ctx.defer.park(segment + ".flows")
     except BaseException:
         raw.close()
-        for p in (segment, segment + ".all"):
+        for p in (segment, segment + TENTATIVE):
             remove_quietly(p)
         if ctx.defer is not None:
             ctx.defer.close()

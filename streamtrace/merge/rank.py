@@ -38,6 +38,9 @@ _ID_ARGS = (("correlation", "raw correlation"), ("External id", "raw External id
             ("external id", "raw external id"))
 
 
+TENTATIVE = ".all"    # suffix of a deferred filter's segment of every event, before the decision
+
+
 @dataclass
 class RankPlan:
     """What one worker needs to rewrite one rank (picklable)."""
@@ -61,13 +64,18 @@ class RankPlan:
     @property
     def tentative(self) -> str:
         """With ``defer``: the segment of every event, before the filter (kept runs are copied from it)."""
-        return self.segment + ".all"
+        return self.segment + TENTATIVE
 
     def temporaries(self) -> list[str]:
-        """With ``defer``: the files the rank's pass may leave for its decision (removed by the
-        parent whatever happens): the tentative segment, the per-event records, the flows' keys, the
-        checker's sorted runs."""
-        return [self.tentative] + [self.segment + x for x in (".rec", ".flows", ".val0", ".val1")]
+        """With ``defer``: the files the rank's pass may leave for its decision (:func:`deferred_files`)."""
+        return deferred_files(self.segment)
+
+
+def deferred_files(segment: str) -> list[str]:
+    """The files a deferred filter's pass over a rank (or a byte range) writing ``segment`` may leave
+    for its decision, removed by merge's parent whatever happens: the tentative segment (``.all``), the
+    per-event records, the flows' extents, a parked checker's sorted runs."""
+    return [segment + x for x in (TENTATIVE, ".rec", ".flows", ".val0", ".val1")]
 
 
 class RankContext:

@@ -52,7 +52,7 @@ from ..validate.merged import LOG_SUFFIX, merged_validation, split_validation
 from .nsys import merge_exports
 from .options import MergeOptions
 from .output import merged_metadata, output_for_iteration, write_merged
-from .rank import RankPlan, merge_rank, warm_kernels
+from .rank import RankPlan, deferred_files, merge_rank, warm_kernels
 from .clocks import plan_clock_sync
 from .flows import FlowExtents, SpilledFlows
 from .survey import Survey, combine_surveys, metadata_task, plan_time, survey_rank
@@ -283,8 +283,7 @@ def _merge_surveyed(files, output, opt, splits, t_start, jobs, surveys):
         plans = [replace(p, defer=opt.steps or (), park=opt.window_ms is not None) for p in plans]
     tasks = _rewrite_tasks(files, plans, splits)
     temps = [p.segment for p in plans] + [x for p in plans if p.defer is not None for x in p.temporaries()] + \
-        [s for t in tasks if t.segment for s in (t.segment, t.segment + LOG_SUFFIX) +
-         ((t.segment + ".all", t.segment + ".rec", t.segment + ".flows") if defer else ())]
+        [s for t in tasks if t.segment for s in [t.segment, t.segment + LOG_SUFFIX] + (deferred_files(t.segment) if defer else [])]
     progress = _Progress(tasks, opt.progress)
     try:
         if jobs > 1 and len(tasks) > 1 and not parallel.scheduler_address(opt.scheduler):

@@ -27,7 +27,7 @@ from ..validate.ordered import OutFilter
 from .deferred import DeferredFilter, flow_extents, in_sorted, missing_steps
 from .output import copy_runs
 from .ranges import SplitFile, finish_rank
-from .rank import RankPlan, open_segment
+from .rank import TENTATIVE, RankPlan, open_segment
 from .survey import Survey, combine_surveys
 
 _ID_MASK = (1 << 40) - 1
@@ -93,7 +93,7 @@ def decide_split(plan: RankPlan, sf: SplitFile, parts: list[dict], pids, keep: t
         for p, d, kk in zip(parts, filters, kept_by_range(filters, lo, hi)):
             dec = d.finish(plan.path, plan.shift_ns, keep, kk)
             decided.append(dict(p, events_out=dec.kept, used=sorted(dec.used), first_out=dec.first_out,
-                                segment=(p["segment"] + ".all", dec.runs), parked=None))
+                                segment=(p["segment"] + TENTATIVE, dec.runs), parked=None))
             drops.append(dec)
             if p["validation"] is not None:
                 checks.append({"parts": p["validation"]["parts"], "exact": p["exact"] and d.exact(dec.dropped_seq)})
@@ -124,4 +124,4 @@ def gzip_runs(src: str, runs: np.ndarray, dst: str, level: int) -> str:
 def gzip_tasks(res: dict, level: int) -> list[tuple]:
     """``(src, runs, dst, level)`` per kept-runs segment of a decided split rank's result ``res``
     (``dst``: the range's own segment name)."""
-    return [(seg[0], seg[1], seg[0].removesuffix(".all"), level) for seg in res["segments"] if isinstance(seg, tuple)]
+    return [(seg[0], seg[1], seg[0].removesuffix(TENTATIVE), level) for seg in res["segments"] if isinstance(seg, tuple)]
