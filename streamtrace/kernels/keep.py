@@ -37,7 +37,7 @@ S_OPEN, S_PREV_END, S_KEPT, S_GONE, S_GONE_MISSING, S_GONE_NEGDUR, S_FIRST, S_HA
 S_COLS = 8
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def keep_rows(rows, lo, hi, kept_keys, shift_ns, dropped_seq, runs, pids, state):
     """Decide one chunk of rows (int64[n, R_COLS], output order) under the keep-window ``[lo, hi]``
     (ns, rank-local): an event of class 1 is kept; class 2 when ``end >= lo and ts <= hi``; class 3

@@ -319,7 +319,7 @@ def batch_records(f, view, out_pid, seq0, nest, flows, counts):
     return nn, nf
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def nesting_chunk(tkind, pidv, tidv, start, end, view, state, stacks):
     """The slice-nesting check over one chunk of X events sorted by track ``(tkind, pidv, tidv)``,
     then ``start`` ascending, then ``end`` descending (int64 arrays, ns), with the state carried
@@ -377,7 +377,7 @@ def nesting_chunk(tkind, pidv, tidv, start, end, view, state, stacks):
     return n
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def flow_chunk(kinds, catv, idv, ph, rankk, rankv, view, state, counts):
     """Flow ends grouped by key ``(kinds, catv, idv)`` (sorted by key, then file order), with the
     state of the key in progress carried from the previous chunk.  Per key and view (V_IN, V_OUT):

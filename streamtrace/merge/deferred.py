@@ -47,26 +47,26 @@ def out_view_bits(f: np.ndarray) -> np.ndarray:
     return (other * KK.MISSING_OUT + neg * KK.NEGDUR_OUT).astype(np.uint8)
 
 
-def flow_extents(keys: np.ndarray, ts: np.ndarray, ts_last: np.ndarray | None = None):
+def flow_extents(keys: np.ndarray, ts: np.ndarray):
     """``(key, first, last)``: each distinct flow key of ``keys`` (int64[n], one per flow event, ``ts``
-    its ts in ns), sorted, with the earliest and the latest ts of its events.  With ``ts_last``,
-    ``keys`` are extents themselves (``ts`` their firsts, ``ts_last`` their lasts), merged by key."""
+    its ts in ns), sorted, with the earliest and the latest ts of its events."""
+    order, start = key_groups(keys)
+    at = np.flatnonzero(start)
+    t = ts[order]
+    if not len(at):
+        return keys[order], t, t
+    return keys[order][at], np.minimum.reduceat(t, at), np.maximum.reduceat(t, at)
+
+
+def key_groups(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, start)``: the stable sort order of ``keys`` (int64[n]) and, per position of the sorted
+    keys, whether a new distinct key starts there (bool[n])."""
     order = np.argsort(keys, kind="stable")
-    keys = keys[order]
-    first = ts[order]
-    last = first if ts_last is None else ts_last[order]
-    del order
-    if not len(keys):
-        return keys, first, last
-    at = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
-    return keys[at], np.minimum.reduceat(first, at), np.maximum.reduceat(last, at)
-
-
-def in_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """bool per value of ``a``: whether it is in the sorted array ``b``."""
-    if not len(b):
-        return np.zeros(len(a), bool)
-    return b[np.minimum(np.searchsorted(b, a), len(b) - 1)] == a
+    sk = keys[order]
+    start = np.empty(len(sk), bool)
+    start[:1] = True
+    np.not_equal(sk[1:], sk[:-1], out=start[1:])
+    return order, start
 
 
 def missing_steps(path, steps: tuple, have: dict) -> str | None:

@@ -11,7 +11,7 @@ in the window.  So once every range is read and the pid slots are settled, one t
 keep-window itself comes from the parent, :func:`streamtrace.merge.survey.plan_time`), numbers the
 ranges' flows in one key space to find the kept ones (:func:`kept_by_range`), decides each range
 (:func:`streamtrace.kernels.keep.keep_rows`) and checks the rank's output with the dropped events
-taken out of its view (:func:`streamtrace.validate.merged.split_validation` with an
+taken out of its view (:func:`streamtrace.validate.merged.split_reports` with an
 :class:`~streamtrace.validate.ordered.OutFilter`).  A plain output then copies each range's kept
 byte runs; a ``.json.gz`` output compresses each range's kept runs into a gzip member, a task per
 range (:func:`gzip_runs`).
@@ -19,12 +19,13 @@ range (:func:`gzip_runs`).
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..validate.merged import split_validation
+from ..validate.merged import rank_validation, split_reports
 from ..validate.ordered import OutFilter
-from .deferred import DeferredFilter, flow_extents, in_sorted, missing_steps
+from .deferred import DeferredFilter, key_groups, missing_steps
 from .output import copy_runs
 from .ranges import SplitFile, finish_rank
 from .rank import TENTATIVE, RankPlan, open_segment
@@ -46,9 +47,11 @@ def split_steps_window(path, steps: tuple, found: Survey) -> tuple[int, int] | s
     return err if err else (found.steps[steps[0]][0], found.steps[steps[1]][1])
 
 
-def _global_keys(keys: np.ndarray, cat_map: np.ndarray, other_map: np.ndarray) -> np.ndarray:
+def _global_keys(keys: np.ndarray, cat_map: np.ndarray | None, other_map: np.ndarray) -> np.ndarray:
     """A range's flow keys (its own numbering: ``cat << 40 | id``, or ``-1 - n`` for the n-th flow
-    Python numbered) in the rank's numbering."""
+    Python numbered) in the rank's numbering (``cat_map`` None: the same numbering)."""
+    if cat_map is None:
+        return keys
     out = np.empty_like(keys)
     plain = keys >= 0
     out[plain] = (cat_map[keys[plain] >> 40] << 40) | (keys[plain] & _ID_MASK)
@@ -60,20 +63,24 @@ def kept_by_range(filters: list[DeferredFilter], lo: int, hi: int) -> list[np.nd
     """Per range (its unparked filter, holding its flows' extents), the sorted keys, in its own
     numbering, of the rank's flows whose every event, in any range, has ``lo <= ts <= hi``."""
     cats, others = {}, {}
-    maps = []
+    keys = []
     for d in filters:
         cat_map = np.array([cats.setdefault(c, len(cats)) for c in d.cats] or [0], np.int64)
         other_map = np.array([others.setdefault(k, len(others)) for k in d.other] or [0], np.int64)
-        maps.append((cat_map, other_map))
-    keys, first, last = flow_extents(np.concatenate([_global_keys(d.extents[0], *m) for d, m in zip(filters, maps)]),
-                                     np.concatenate([d.extents[1] for d in filters]),
-                                     np.concatenate([d.extents[2] for d in filters]))
-    kept = keys[(first >= lo) & (last <= hi)]
-    del keys, first, last
-    out = []
-    for d, m in zip(filters, maps):
+        same = not d.other and np.array_equal(cat_map, np.arange(len(cat_map)))    # the usual case
+        keys.append(_global_keys(d.extents[0], None if same else cat_map, other_map))
+    keys = np.concatenate(keys)
+    order, start = key_groups(keys)             # a flow's extents in several ranges, side by side
+    at = np.flatnonzero(start)
+    first = np.minimum.reduceat(np.concatenate([d.extents[1] for d in filters])[order], at) if len(at) else at
+    last = np.maximum.reduceat(np.concatenate([d.extents[2] for d in filters])[order], at) if len(at) else at
+    kept = np.empty(len(keys), bool)
+    kept[order] = ((first >= lo) & (last <= hi))[np.cumsum(start) - 1]
+    out, a = [], 0
+    for d in filters:
         mine = d.extents[0]                     # sorted, distinct
-        out.append(mine[in_sorted(_global_keys(mine, *m), kept)])
+        out.append(mine[kept[a:a + len(mine)]])
+        a += len(mine)
         d.extents = None
     return out
 
@@ -83,29 +90,46 @@ def decide_split(plan: RankPlan, sf: SplitFile, parts: list[dict], pids, keep: t
     its parked ranges' results (``parts``, file order, pid slots settled in ``pids``) under the
     keep-window ``keep`` (``(lo, hi)`` rank-local ns); its validation when ``plan.validate``.
     Removes the ranges' records and flows; the tentative segments stay for the parent to copy
-    the kept runs from."""
+    the kept runs from.
+
+    The ranges are decided in a thread while this one checks the rank's slices, which go by the
+    window alone (the decisions' kernel releases the GIL): only the flow check and the counts
+    wait for the dropped events (:attr:`~streamtrace.validate.ordered.OutFilter.pending`)."""
     lo, hi = keep
     filters = [p["parked"] for p in parts]
+    counters = [p["validation"]["parts"] for p in parts if p["validation"] is not None]
+    reps = None
     try:
         for d in filters:
             d.unpark()
-        decided, drops, checks = [], [], []
-        for p, d, kk in zip(parts, filters, kept_by_range(filters, lo, hi)):
-            dec = d.finish(plan.path, plan.shift_ns, keep, kk)
-            decided.append(dict(p, events_out=dec.kept, used=sorted(dec.used), first_out=dec.first_out,
-                                segment=(p["segment"] + TENTATIVE, dec.runs), parked=None))
-            drops.append(dec)
-            if p["validation"] is not None:
-                checks.append({"parts": p["validation"]["parts"], "exact": p["exact"] and d.exact(dec.dropped_seq)})
+        with ThreadPoolExecutor(1, thread_name_prefix="decide") as pool:
+            later = pool.submit(_decide_ranges, plan, filters, keep)
+            if counters:
+                pending = OutFilter(lo, hi, pending=lambda: _out_filter(lo, hi, later.result()))
+                reps = split_reports(counters, os.path.dirname(plan.segment), pending)
+            drops = later.result()
     finally:
         for d in filters:
             d.close()
+    decided = [dict(p, events_out=dec.kept, used=sorted(dec.used), first_out=dec.first_out,
+                    segment=(p["segment"] + TENTATIVE, dec.runs), parked=None) for p, dec in zip(parts, drops)]
     res = finish_rank(plan, sf, decided, pids, plan.segment)
-    if checks:
-        out_filter = OutFilter(lo, hi, np.concatenate([d.dropped_seq for d in drops]),
-                               *(sum(d.dropped[k] for d in drops) for k in ("events", "missing", "negdur")))
-        res["validation"] = split_validation(checks, os.path.dirname(plan.segment), res["events_out"], out_filter)
+    if reps is not None:
+        exact = all(p["exact"] and d.exact(dec.dropped_seq) for p, d, dec in zip(parts, filters, drops))
+        res["validation"] = rank_validation(reps, res["events_out"], exact)
     return res
+
+
+def _decide_ranges(plan: RankPlan, filters: list[DeferredFilter], keep: tuple[int, int]) -> list:
+    """Each range's :class:`~streamtrace.merge.deferred.Decision` (file order) under ``keep``, the
+    rank's flows matched across its ranges."""
+    return [d.finish(plan.path, plan.shift_ns, keep, kk) for d, kk in zip(filters, kept_by_range(filters, *keep))]
+
+
+def _out_filter(lo: int, hi: int, drops: list) -> OutFilter:
+    """The rank's :class:`OutFilter` from its ranges' decisions (file order)."""
+    return OutFilter(lo, hi, np.concatenate([d.dropped_seq for d in drops]),
+                     *(sum(d.dropped[k] for d in drops) for k in ("events", "missing", "negdur")))
 
 
 def gzip_runs(src: str, runs: np.ndarray, dst: str, level: int) -> str:

@@ -301,6 +301,8 @@ class Checker:
         (:class:`~streamtrace.validate.ordered.OutFilter`): events dropped from V_OUT after they
         were recorded (merge's time filter); raises ValueError when its counts exceed V_OUT's."""
         nest = run_nesting(self.nest, out_filter)
+        if out_filter is not None and out_filter.pending is not None:
+            out_filter = out_filter.pending()
         flows = run_flows(self.flows, out_filter)
         events, missing, negdur = ((self.events, self.missing, self.negdur) if out_filter is None
                                    else out_filter.counters(self.events, self.missing, self.negdur))

@@ -62,13 +62,20 @@ def split_validation(parts: list, spill_dir: str, events_out: int, out_filter: O
     order: ``{"parts": Checker.counters(), "exact"}``); removes their logs.  ``out_filter``: the
     written events a time filter dropped afterwards (:class:`~streamtrace.validate.ordered.OutFilter`,
     ``dropped_seq`` by the rank's file order across its ranges)."""
-    try:
-        with replay([p["parts"] for p in parts], ValidateOptions(spill_dir=spill_dir)) as chk:
-            reps = chk.reports(out_filter)
-    finally:
-        for p in parts:
-            remove_quietly(p["parts"]["log"])
+    reps = split_reports([p["parts"] for p in parts], spill_dir, out_filter)
     return rank_validation(reps, events_out, all(p["exact"] for p in parts))
+
+
+def split_reports(counters: list, spill_dir: str, out_filter: OutFilter | None = None) -> list[dict]:
+    """A split rank's two reports (``V_IN``, ``V_OUT``: :meth:`~streamtrace.validate.check.Checker.reports`)
+    from its ranges' :meth:`~streamtrace.validate.check.Checker.counters` (file order); removes their
+    logs, also on an error."""
+    try:
+        with replay(counters, ValidateOptions(spill_dir=spill_dir)) as chk:
+            return chk.reports(out_filter)
+    finally:
+        for c in counters:
+            remove_quietly(c["log"])
 
 
 def _pids_apart(results) -> bool:

@@ -15,6 +15,7 @@ bad ``dur``, any other ``ph``) only count: the caller says how much.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +44,10 @@ class OutFilter:
         events, missing, negdur: what the dropped events had added to the checker's ``V_OUT``
             counters (``Checker.events[1]``, ``missing[1]``, ``negdur[1]``: events, missing-field
             events, ``X`` events with a missing or negative ``dur``); subtracted from them.
+        pending: None, or a callable returning the complete filter (same ``lo``/``hi``) when the
+            dropped events are still being decided as the checks start (merge's split filter
+            decides them in a thread meanwhile): called once, after the slices, which go by the
+            window alone, are checked (:meth:`streamtrace.validate.check.Checker.reports`).
     """
     lo: int
     hi: int
@@ -50,6 +55,7 @@ class OutFilter:
     events: int = 0
     missing: int = 0
     negdur: int = 0
+    pending: Callable[[], "OutFilter"] | None = None
 
     def nest_view(self, c) -> np.ndarray:
         """The ``view`` column (int64[n], a new array) of a sorted chunk ``c`` of ``X`` slice

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from streamtrace.kernels import validate as KV
 from streamtrace.validate.check import Checker, ValidateOptions, replay
-from streamtrace.validate.merged import rank_validation, split_validation
+from streamtrace.validate.merged import rank_validation, split_reports, split_validation
 from streamtrace.validate.ordered import OutFilter
 
 ids = st.one_of(st.integers(0, 3), st.sampled_from(["a", None]))
@@ -156,4 +156,36 @@ def test_split_validation_takes_the_filter(tmp_path):
     filt = OutFilter(9000, 20000, ~filt_kept, events=int((~filt_kept).sum()))
     assert split_validation(parts, str(tmp_path), 99, filt) == expected
     assert expected["output"]["notices"]["unmatched_flow"] > 0 and expected["output"]["events"] == 99
+    assert not list(tmp_path.glob("*.val"))
+
+
+def test_a_pending_filter_is_completed_once_after_the_slices(tmp_path):
+    """merge's split filter decides the dropped events in a thread while the slices are checked: the
+    reports with a pending filter are those with the complete one, which is asked for once; an error
+    in it reaches the caller and the logs are still removed."""
+    evs = [{"ph": "X", "pid": 1, "tid": 1, "ts": t, "dur": 4} for t in range(0, 40, 3)]
+    evs += [{"ph": p, "pid": 1, "tid": 2, "ts": 5 + 20 * (i == 1), "id": i, "cat": "ac2g"} for i in range(3) for p in "sf"]
+    f = fields(evs)
+    filt_kept = np.array([kept_by_window(e, 9000, 20000, i % 4 != 0) for i, e in enumerate(evs)])
+    filt = OutFilter(9000, 20000, ~filt_kept, events=int((~filt_kept).sum()))
+
+    def counters(tag):
+        out = []
+        for i, (a, b) in enumerate(((0, 7), (7, len(f)))):
+            part = Checker(log=str(tmp_path / f"{tag}{i}.val"))
+            part.account(f[a:b], KV.V_IN | KV.V_OUT, out_pid=True)
+            out.append(part.counters())
+            part.close()
+        return out
+    expected = split_reports(counters("a"), str(tmp_path), filt)
+    calls = []
+    pending = OutFilter(9000, 20000, pending=lambda: calls.append(1) or filt)
+    assert split_reports(counters("b"), str(tmp_path), pending) == expected
+    unfiltered = split_reports(counters("u"), str(tmp_path))
+    assert calls == [1] and expected[1]["notices"] != unfiltered[1]["notices"]    # the flow ends' view took the drops
+
+    def fails():
+        raise RuntimeError("decision failed")
+    with pytest.raises(RuntimeError, match="decision failed"):
+        split_reports(counters("c"), str(tmp_path), OutFilter(9000, 20000, pending=fails))
     assert not list(tmp_path.glob("*.val"))
