@@ -16,7 +16,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .keep import C_CLASS, C_FLOW, C_KEPT, C_STEP, C_WINDOW, R_BITS, R_END, R_FLOW, R_PID, R_T0, R_T1
+from .keep import C_CLASS, C_FLOW, C_KEPT, C_STEP, C_WINDOW, NO_T0, NO_T1, R_BITS, R_END, R_FLOW, R_PID, R_T0, R_T1
 from .jsoncheck import MAX_DEPTH, MEMBERS_CAP, MEMBERS_INVALID, bytes_equal, object_members
 from .scan import DONE, NEED_MORE, OBJECT, next_element, parse_ns, skip_value
 from .validate import member_fields, span_fields
@@ -279,7 +279,7 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
     (C_KEPT, C_WINDOW, C_FLOW; 0: not written), C_STEP for a ProfilerStep candidate (flagged before
     any filter, for Python to decode), ``rec[j, R_BITS]`` = ``(state[5] + j) << 8 | class`` (its
     seq: ``state[5]`` is the index of the batch's first event in the rank), ``rec[j, R_T0]`` its ts and ``R_T1`` its end (ts + dur when
-    dur > 0; ns, rank-local), ``R_END`` the output offset just past it (``state[4]``: the offset of
+    dur > 0; ns, rank-local; NO_T0 / NO_T1 for C_KEPT), ``R_END`` the output offset just past it (``state[4]``: the offset of
     ``out[0]`` in the whole output), ``R_FLOW`` a flow's ``cat index << 40 | id`` (the cat texts in
     ``fcat_text``/``fcat_off``: NEW_CAT with ``info[0:2]`` = the span of a text not there yet: add it,
     call again), ``R_PID`` the merged pid.  Twins: scan_bounds (the byte ranges) and
@@ -585,6 +585,9 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
         if defer:
             rcls[i] = (rcls[i] & ~C_CLASS) | cls
             rec[i, R_BITS] = ((state[5] + i) << 8) | cls
+            if cls == C_KEPT:
+                rec[i, R_T0] = NO_T0
+                rec[i, R_T1] = NO_T1
             rec[i, R_END] = state[4] + o
             rec[i, R_FLOW] = fkey
             rec[i, R_PID] = pid_new[k]

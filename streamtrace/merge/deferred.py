@@ -99,6 +99,9 @@ class DeferredFilter:
         self.spill_path = spill_path
         self.spill = open(spill_path, "wb")
         self.n_in = 0
+        self.written = 0        # events written, the least ts and the greatest end among them (ns), the output
+        self.t0, self.t1, self.end = int(KK.NO_T0), int(KK.NO_T1), -1       # offset past the last
+        self.used = None        # the merged pids that had an event written (set after the pass)
         self.inexact = []       # seqs of written flow ends the output's check cannot derive (see exact())
 
     # -- the flow categories the kernel knows ------------------------------------------------
@@ -154,6 +157,9 @@ class DeferredFilter:
             if vbits is not None:
                 rows[:, KK.R_BITS] |= vbits[w]
             rows.tofile(self.spill)
+            self.written += len(rows)
+            self.t0, self.t1 = min(self.t0, int(rows[:, KK.R_T0].min())), max(self.t1, int(rows[:, KK.R_T1].max()))
+            self.end = int(rows[-1, KK.R_END])
             fl = np.flatnonzero((rows[:, KK.R_BITS] & KK.C_CLASS) == KK.C_FLOW)
             if len(fl):
                 key = rows[fl, KK.R_FLOW]
@@ -189,6 +195,8 @@ class DeferredFilter:
     def kept_flows(self, lo: int, hi: int) -> np.ndarray:
         """Sorted int64 keys of the flows whose every event has ``lo <= ts <= hi`` (plain keys as
         they are, the others as ``-1 - number``)."""
+        if self.extents is None and self.flows_path is not None:
+            self.unpark()
         if self.extents is None:
             self.extents = flow_extents(*self._flows())
         keys, first, last = self.extents
@@ -200,6 +208,12 @@ class DeferredFilter:
         ts = np.concatenate(self.flow_ts) if self.flow_ts else np.zeros(0, np.int64)
         self.flow_keys, self.flow_ts = [], []
         return keys, ts
+
+    def covered(self, lo: int, hi: int) -> bool:
+        """True when the keep-window ``[lo, hi]`` (ns) holds every written event's ``[ts, end]``: then
+        every event and every flow this filter saw is kept (a byte range's flows also need the other
+        ranges covered)."""
+        return lo <= self.t0 and self.t1 <= hi
 
     def exact(self, dropped_seq) -> bool:
         """False when a kept flow end has an id the output's check cannot derive
@@ -240,11 +254,13 @@ class DeferredFilter:
         from its own flows, :meth:`kept_flows`; a byte range of a rank gets them from the whole rank's,
         :mod:`streamtrace.merge.split_filter`).  Raises :class:`StreamtraceError` when a step is missing."""
         lo, hi = keep if keep is not None else self.window(path)
-        if kept_keys is None:
-            kept_keys = self.kept_flows(lo, hi)
         if self.spill is not None:
             self.spill.close()
         d = Decision(lo, hi, self.n_in)
+        if kept_keys is None and self.covered(lo, hi):
+            return self._keep_all(d, shift_ns)
+        if kept_keys is None:
+            kept_keys = self.kept_flows(lo, hi)
         state = np.zeros(KK.S_COLS, np.int64)
         state[KK.S_OPEN], state[KK.S_PREV_END] = -1, -1
         runs, pids = np.empty((CHUNK_ROWS + 1, 2), np.int64), np.empty(CHUNK_ROWS, np.int64)
@@ -262,6 +278,15 @@ class DeferredFilter:
         d.first_out = int(state[KK.S_FIRST]) if state[KK.S_HAS_FIRST] else None
         d.dropped = {"events": int(state[KK.S_GONE]), "missing": int(state[KK.S_GONE_MISSING]),
                      "negdur": int(state[KK.S_GONE_NEGDUR])}
+        return d
+
+    def _keep_all(self, d: "Decision", shift_ns: int) -> "Decision":
+        """``d`` keeping every written event (the window covers them all): what :func:`keep_rows`
+        would decide, without reading the rows back."""
+        d.runs = np.array([[0, self.end]] if self.written else [], np.int64).reshape(-1, 2)
+        d.kept = self.written
+        d.used = set(self.used)
+        d.first_out = self.t0 + shift_ns if self.t0 != KK.NO_T0 else None
         return d
 
 

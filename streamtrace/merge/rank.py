@@ -147,7 +147,7 @@ def rewrite_dict(ev, ts_ns, dur_ns, flag, ctx: RankContext):
         if ph != "M" and (ctx.first_out is None or t < ctx.first_out):
             ctx.first_out = t
     elif ctx.defer is not None:
-        ctx.last = (KK.C_KEPT, 0, 0, -1, False)
+        ctx.last = (KK.C_KEPT, KK.NO_T0, KK.NO_T1, -1, False)
     ev["pid"] = newpid
     if "id" in ev and ph in FLOW_PHASES:
         ev["id"] = unique_id(ctx.rank, ev["id"])
@@ -168,7 +168,7 @@ def rewrite_dict(ev, ts_ns, dur_ns, flag, ctx: RankContext):
 def _deferred_record(ev, ph, t, end, ctx):
     """What a deferred filter decides a written event with ts ``t`` by (see scan_rewrite's ``rec``)."""
     if ph == "M":
-        return (KK.C_KEPT, 0, 0, -1, False)
+        return (KK.C_KEPT, KK.NO_T0, KK.NO_T1, -1, False)
     if ph in FLOW_PHASES:
         key, other = ctx.defer.flow_key(ev.get("cat"), hashable(ev.get("id")))
         return (KK.C_FLOW, t, end, key, other)
@@ -356,6 +356,8 @@ def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: RankContext, seg, c
     for k, used in enumerate(t.used[:len(t.texts)].tolist()):
         if used:
             ctx.used.add(int(t.new_a[k]))
+    if ctx.defer is not None:
+        ctx.defer.used = set(ctx.used)
     first_out = ctx.first_out
     if state[3] and (first_out is None or state[2] < first_out):
         first_out = int(state[2])
@@ -517,7 +519,6 @@ def finish_parked(plan: RankPlan, res: dict, keep) -> dict:
     """Task: a parked rank's result (``res`` from :func:`merge_rank` with ``plan.park``) under the
     keep-window ``keep`` the parent computed."""
     p = res["parked"]
-    p.defer.unpark()
     out = _finish(plan, p, keep)
     return dict(out, bytes_in=res["bytes_in"], dropped_bad_ts=res["dropped_bad_ts"], warnings=res["warnings"],
                 truncated=res["truncated"], repaired_events=res["repaired_events"])

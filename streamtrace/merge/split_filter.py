@@ -100,8 +100,6 @@ def decide_split(plan: RankPlan, sf: SplitFile, parts: list[dict], pids, keep: t
     counters = [p["validation"]["parts"] for p in parts if p["validation"] is not None]
     reps = None
     try:
-        for d in filters:
-            d.unpark()
         with ThreadPoolExecutor(1, thread_name_prefix="decide") as pool:
             later = pool.submit(_decide_ranges, plan, filters, keep)
             if counters:
@@ -123,6 +121,10 @@ def decide_split(plan: RankPlan, sf: SplitFile, parts: list[dict], pids, keep: t
 def _decide_ranges(plan: RankPlan, filters: list[DeferredFilter], keep: tuple[int, int]) -> list:
     """Each range's :class:`~streamtrace.merge.deferred.Decision` (file order) under ``keep``, the
     rank's flows matched across its ranges."""
+    if all(d.covered(*keep) for d in filters):        # every event and flow kept: nothing to match
+        return [d.finish(plan.path, plan.shift_ns, keep) for d in filters]
+    for d in filters:
+        d.unpark()
     return [d.finish(plan.path, plan.shift_ns, keep, kk) for d, kk in zip(filters, kept_by_range(filters, *keep))]
 
 

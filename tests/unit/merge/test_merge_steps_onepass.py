@@ -514,3 +514,48 @@ def test_random_kernel_traces_split(tmp_path_factory, case, a, b, which, parts):
         one = _check([src], tmp, _split(src, parts, window_ms=window, steps=steps if which != "window" else None,
                                         drop_cat=drop, validate=validate))
     assert one[0]["split"], "the rank was merged whole"
+
+
+# -- a window that holds every event: kept without reading the rows back ----------------------------
+
+def _rows_never_read():
+    """keep_rows fails if called (the decisions of a covered rank must not need it); the parent's
+    warm-up of it before forking is skipped."""
+    import streamtrace.kernels.keep as KK
+    import streamtrace.merge.rank as RK
+    return mock.patch.object(KK, "keep_rows", side_effect=AssertionError("keep_rows called")), \
+        mock.patch.object(RK, "warm_keep", lambda: None)
+
+
+@pytest.mark.parametrize("cut", [False, True], ids=["whole", "cut"])
+@pytest.mark.parametrize("name", ["merged.json", "merged.json.gz"])
+def test_window_holding_every_event(tmp_path, cut, name):
+    """The V100 rank under a window wider than the trace, whole and cut into 8 ranges: every event
+    kept (the two-pass merge's output), decided from the pass's extremes alone."""
+    need_shared()
+    opt = _split(V100, 8, window_ms=(0, 1e9)) if cut else MergeOptions(window_ms=(0, 1e9), jobs=1)
+    rows, warm = _rows_never_read()
+    (tmp_path / "one").mkdir()
+    with rows, warm:
+        one = merge([str(V100)], tmp_path / "one" / name, opt)
+    (tmp_path / "two").mkdir()
+    with _two_pass():
+        two = merge([str(V100)], tmp_path / "two" / name, opt)
+    _assert_same(one, two)
+    full = merge([str(V100)], tmp_path / name, MergeOptions(jobs=1))
+    assert one[0]["events_out"] == full[0]["events_out"] and bool(one[0]["split"]) == cut
+
+
+def test_window_missing_one_event_reads_the_rows(tmp_path):
+    """A window that leaves out the rank's last-ending event is not "covered": the rows are read."""
+    src = _trace(tmp_path / "in", KERNEL_ONLY)
+    evs = load_json(src)["traceEvents"]
+    timed = [e for e in evs if isinstance(e.get("ts"), (int, float)) and e.get("ph") != "M"]
+    span_ms = (max(e["ts"] + max(e.get("dur", 0), 0) for e in timed) - min(e["ts"] for e in timed)) / 1000
+    opt = MergeOptions(window_ms=(0, span_ms - 1e-4), jobs=1)        # (ms from the earliest event)
+    rows, warm = _rows_never_read()
+    with rows, warm, pytest.raises(AssertionError, match="keep_rows called"):
+        merge([str(src)], tmp_path / "m.json", opt)
+    _check([src], tmp_path, opt)
+    with rows, warm:
+        merge([str(src)], tmp_path / "all.json", MergeOptions(window_ms=(0, span_ms), jobs=1))
