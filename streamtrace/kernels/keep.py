@@ -13,7 +13,7 @@ from numba import njit
 
 __all__ = ["C_KEPT", "C_WINDOW", "C_FLOW", "C_CLASS", "C_STEP", "C_OTHER_FLOW", "MISSING_OUT", "NEGDUR_OUT", "SEQ_SHIFT", "R_BITS", "NO_T0", "NO_T1", "R_T0", "R_T1", "R_END", "R_FLOW", "R_PID",
            "R_COLS", "S_OPEN", "S_PREV_END", "S_KEPT", "S_GONE", "S_GONE_MISSING", "S_GONE_NEGDUR", "S_FIRST",
-           "S_HAS_FIRST", "S_COLS", "keep_rows"]
+           "S_HAS_FIRST", "S_HINT", "S_COLS", "keep_rows", "lower_bound_from"]
 
 MISSING_OUT = 16        # the event counts as a missing field in the output's validation view
 NEGDUR_OUT = 32         # ... as an X event with a missing or negative dur
@@ -34,9 +34,38 @@ R_COLS = 6
 NO_T0, NO_T1 = np.iinfo(np.int64).max, np.iinfo(np.int64).min
 
 
-# the state carried from one chunk of rows to the next
-S_OPEN, S_PREV_END, S_KEPT, S_GONE, S_GONE_MISSING, S_GONE_NEGDUR, S_FIRST, S_HAS_FIRST = range(8)
-S_COLS = 8
+# the state carried from one chunk of rows to the next (S_HINT: where the last flow key was looked up)
+S_OPEN, S_PREV_END, S_KEPT, S_GONE, S_GONE_MISSING, S_GONE_NEGDUR, S_FIRST, S_HAS_FIRST, S_HINT = range(9)
+S_COLS = 9
+
+
+@njit(cache=True, nogil=True)
+def lower_bound_from(a, key, h):
+    """The first index ``k`` of the sorted int64 array ``a`` with ``a[k] >= key`` (``len(a)`` when none:
+    ``np.searchsorted(a, key)``), searched outwards from the index ``h`` (any int): O(log d) for an
+    answer ``d`` places from ``h``, so a run of keys that mostly grow costs O(1) each (a trace's flow
+    keys, correlation ids, grow in file order)."""
+    n = a.shape[0]
+    h = min(max(h, 0), n)
+    if h < n and a[h] < key:                # forward: a[lo] < key, the answer in (lo, hi]
+        lo, step = h, 1
+        hi = lo + 1
+        while hi < n and a[hi] < key:
+            lo = hi
+            step *= 2
+            hi = lo + step
+        hi = min(hi, n)
+        return lo + 1 + np.searchsorted(a[lo + 1:hi], key)
+    if h == 0 or a[h - 1] < key:            # a[h] >= key (or h == n) and nothing before it is
+        return h
+    hi, step = h - 1, 1                     # backward: a[hi] >= key, the answer in [lo, hi]
+    lo = hi - 1
+    while lo > 0 and a[lo] >= key:
+        hi = lo
+        step *= 2
+        lo = hi - step
+    lo = max(lo, 0)
+    return lo + np.searchsorted(a[lo:hi + 1], key)
 
 
 @njit(cache=True, nogil=True)
@@ -53,7 +82,8 @@ def keep_rows(rows, lo, hi, kept_keys, shift_ns, dropped_seq, runs, pids, state)
     (int64[S_COLS], zeros and ``S_OPEN`` = -1 before the first chunk) carries the open run's start,
     the last end, counts (kept; dropped; dropped missing-field and negative-dur events) and the
     earliest kept ts + ``shift_ns`` of a class 2/3 event.  Returns ``(runs written, pids written)``;
-    call with an empty chunk to close the last run.  O(n log k)."""
+    call with an empty chunk to close the last run.  O(n log k), O(n) when the flow keys grow in
+    row order (:func:`lower_bound_from`)."""
     nr = 0
     npid = 0
     last_pid = np.int64(-1)
@@ -72,7 +102,8 @@ def keep_rows(rows, lo, hi, kept_keys, shift_ns, dropped_seq, runs, pids, state)
                 key = rows[j, R_FLOW]
                 if bits & 8:
                     key = -1 - key
-                k = np.searchsorted(kept_keys, key)
+                k = lower_bound_from(kept_keys, key, state[S_HINT])
+                state[S_HINT] = k
                 keep = k < kept_keys.shape[0] and kept_keys[k] == key
         if keep:
             state[S_KEPT] += 1

@@ -105,3 +105,11 @@ def test_keep_rows_small_case_by_hand():
     assert pids == {1, 3}
     assert state[KK.S_KEPT] == 2 and state[KK.S_GONE] == 1 and state[KK.S_GONE_MISSING] == 1
     assert state[KK.S_FIRST] == 107 and state[KK.S_HAS_FIRST] == 1
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.integers(-30, 30), max_size=40), st.integers(-35, 35), st.integers(-5, 50))
+def test_lower_bound_from_any_hint_is_searchsorted(values, key, hint):
+    """keep_rows' flow-key lookup from the last key's place: numpy's searchsorted, from any hint."""
+    a = np.array(sorted(values), np.int64)
+    assert KK.lower_bound_from(a, key, hint) == np.searchsorted(a, key)
