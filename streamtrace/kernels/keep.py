@@ -30,7 +30,7 @@ C_OTHER_FLOW = 8    # (set by Python) a flow whose key is not plain: R_FLOW inde
 # rank-local), end (ns), output end offset, flow key, merged pid
 R_BITS, R_T0, R_T1, R_END, R_FLOW, R_PID = 0, 1, 2, 3, 4, 5
 R_COLS = 6
-# ts and end of a C_KEPT row: so that the rows' least ts and greatest end are those of the timed events
+# ts and end of a C_KEPT row (so that the rows' least ts, and their greatest min(ts, end), are those of the timed events)
 NO_T0, NO_T1 = np.iinfo(np.int64).max, np.iinfo(np.int64).min
 
 

@@ -99,8 +99,8 @@ class DeferredFilter:
         self.spill_path = spill_path
         self.spill = open(spill_path, "wb")
         self.n_in = 0
-        self.written = 0        # events written, the least ts and the greatest end among them (ns), the output
-        self.t0, self.t1, self.end = int(KK.NO_T0), int(KK.NO_T1), -1       # offset past the last
+        self.written = 0        # events written, the least and the greatest ts of those with one (ns), the
+        self.ts_min, self.ts_max, self.end = int(KK.NO_T0), int(KK.NO_T1), -1      # output offset past the last
         self.used = None        # the merged pids that had an event written (set after the pass)
         self.inexact = []       # seqs of written flow ends the output's check cannot derive (see exact())
 
@@ -158,7 +158,9 @@ class DeferredFilter:
                 rows[:, KK.R_BITS] |= vbits[w]
             rows.tofile(self.spill)
             self.written += len(rows)
-            self.t0, self.t1 = min(self.t0, int(rows[:, KK.R_T0].min())), max(self.t1, int(rows[:, KK.R_T1].max()))
+            t0 = rows[:, KK.R_T0]           # (a C_KEPT row's is NO_T0, its end NO_T1: min(ts, end) is then NO_T1)
+            self.ts_min = min(self.ts_min, int(t0.min()))
+            self.ts_max = max(self.ts_max, int(np.minimum(t0, rows[:, KK.R_T1]).max()))
             self.end = int(rows[-1, KK.R_END])
             fl = np.flatnonzero((rows[:, KK.R_BITS] & KK.C_CLASS) == KK.C_FLOW)
             if len(fl):
@@ -210,10 +212,10 @@ class DeferredFilter:
         return keys, ts
 
     def covered(self, lo: int, hi: int) -> bool:
-        """True when the keep-window ``[lo, hi]`` (ns) holds every written event's ``[ts, end]``: then
-        every event and every flow this filter saw is kept (a byte range's flows also need the other
-        ranges covered)."""
-        return lo <= self.t0 and self.t1 <= hi
+        """True when the keep-window ``[lo, hi]`` (ns) holds every written event's ts: then every event
+        this filter saw is kept (an event meeting the window is kept, and so is a flow whose every ts is
+        in it), and so is every flow (a byte range's flows also need the other ranges covered)."""
+        return lo <= self.ts_min and self.ts_max <= hi
 
     def exact(self, dropped_seq) -> bool:
         """False when a kept flow end has an id the output's check cannot derive
@@ -286,7 +288,7 @@ class DeferredFilter:
         d.runs = np.array([[0, self.end]] if self.written else [], np.int64).reshape(-1, 2)
         d.kept = self.written
         d.used = set(self.used)
-        d.first_out = self.t0 + shift_ns if self.t0 != KK.NO_T0 else None
+        d.first_out = self.ts_min + shift_ns if self.ts_min != KK.NO_T0 else None
         return d
 
 

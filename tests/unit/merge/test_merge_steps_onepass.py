@@ -547,15 +547,21 @@ def test_window_holding_every_event(tmp_path, cut, name):
 
 
 def test_window_missing_one_event_reads_the_rows(tmp_path):
-    """A window that leaves out the rank's last-ending event is not "covered": the rows are read."""
+    """The pass's extremes decide alone only when the window holds every event's ts: one that leaves
+    out the last event to start makes the rows be read; one that holds every ts but not every end (an
+    event that ends after it is kept) does not."""
     src = _trace(tmp_path / "in", KERNEL_ONLY)
-    evs = load_json(src)["traceEvents"]
-    timed = [e for e in evs if isinstance(e.get("ts"), (int, float)) and e.get("ph") != "M"]
-    span_ms = (max(e["ts"] + max(e.get("dur", 0), 0) for e in timed) - min(e["ts"] for e in timed)) / 1000
-    opt = MergeOptions(window_ms=(0, span_ms - 1e-4), jobs=1)        # (ms from the earliest event)
+    timed = [e for e in load_json(src)["traceEvents"] if isinstance(e.get("ts"), (int, float)) and e.get("ph") != "M"]
+    first, last = min(e["ts"] for e in timed), max(e["ts"] for e in timed)
+    assert max(e["ts"] + e.get("dur", 0) for e in timed) > last     # an event ends after the last start
     rows, warm = _rows_never_read()
+    short = MergeOptions(window_ms=(0, (last - first) / 1000 - 1e-4), jobs=1)     # (ms from the earliest event)
     with rows, warm, pytest.raises(AssertionError, match="keep_rows called"):
-        merge([str(src)], tmp_path / "m.json", opt)
-    _check([src], tmp_path, opt)
+        merge([str(src)], tmp_path / "m.json", short)
+    (tmp_path / "a").mkdir()
+    _check([src], tmp_path / "a", short)
+    every_ts = MergeOptions(window_ms=(0, (last - first) / 1000 + 1e-5), jobs=1)
     with rows, warm:
-        merge([str(src)], tmp_path / "all.json", MergeOptions(window_ms=(0, span_ms), jobs=1))
+        merge([str(src)], tmp_path / "all.json", every_ts)
+    (tmp_path / "b").mkdir()
+    _check([src], tmp_path / "b", every_ts)
