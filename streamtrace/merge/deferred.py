@@ -17,8 +17,10 @@ afterwards (:class:`streamtrace.validate.check.OutFilter`).
 The per-event records are appended to a temporary file (48 bytes per written event), so memory
 stays that of the full merge; the flows' keys and ts stay in memory (16 bytes per flow event,
 what the survey held; a parked rank keeps them reduced to each flow's extent, :func:`flow_extents`).
-Measured: bench/RESULTS.md, "filtered merge" (a filter keeping every event: 1.01x the full merge's CPU
-on whole ranks, ~1.05x on a rank cut into byte ranges, :mod:`streamtrace.merge.split_filter`).
+When the keep-window holds every written event's ts, :meth:`DeferredFilter.finish` keeps them all from
+the pass's extremes, without reading the rows back.  Measured: bench/RESULTS.md, "filtered merge" (a
+filter keeping every event: 0.99x the full merge's CPU on whole ranks, ~1.04x on a rank cut into byte
+ranges, :mod:`streamtrace.merge.split_filter`).
 """
 from __future__ import annotations
 
