@@ -527,8 +527,7 @@ def _rows_never_read():
         mock.patch.object(RK, "warm_keep", lambda: None)
 
 
-@pytest.mark.parametrize("cut", [False, True], ids=["whole", "cut"])
-@pytest.mark.parametrize("name", ["merged.json", "merged.json.gz"])
+@pytest.mark.parametrize("cut, name", [(False, "merged.json"), (True, "merged.json.gz")], ids=["whole", "cut-gz"])
 def test_window_holding_every_event(tmp_path, cut, name):
     """The V100 rank under a window wider than the trace, whole and cut into 8 ranges: every event
     kept (the two-pass merge's output), decided from the pass's extremes alone."""
