@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["C_KEPT", "C_WINDOW", "C_FLOW", "C_CLASS", "C_STEP", "C_OTHER_FLOW", "MISSING_OUT", "NEGDUR_OUT", "SEQ_SHIFT", "R_BITS", "NO_T0", "NO_T1", "R_T0", "R_T1", "R_END", "R_FLOW", "R_PID",
-           "R_COLS", "S_OPEN", "S_PREV_END", "S_KEPT", "S_GONE", "S_GONE_MISSING", "S_GONE_NEGDUR", "S_FIRST",
+__all__ = ["C_KEPT", "C_WINDOW", "C_FLOW", "C_CLASS", "C_STEP", "C_OTHER_FLOW", "MISSING_OUT", "NEGDUR_OUT",
+           "SEQ_SHIFT", "R_BITS", "NO_T0", "NO_T1", "R_T0", "R_T1", "R_END", "R_FLOW", "R_PID", "R_COLS",
+           "S_OPEN", "S_PREV_END", "S_KEPT", "S_GONE", "S_GONE_MISSING", "S_GONE_NEGDUR", "S_FIRST",
            "S_HAS_FIRST", "S_HINT", "S_COLS", "keep_rows", "lower_bound_from"]
 
 MISSING_OUT = 16        # the event counts as a missing field in the output's validation view
@@ -30,7 +31,7 @@ C_OTHER_FLOW = 8    # (set by Python) a flow whose key is not plain: R_FLOW inde
 # rank-local), end (ns), output end offset, flow key, merged pid
 R_BITS, R_T0, R_T1, R_END, R_FLOW, R_PID = 0, 1, 2, 3, 4, 5
 R_COLS = 6
-# ts and end of a C_KEPT row (so that the rows' least ts, and their greatest min(ts, end), are those of the timed events)
+# ts and end of a C_KEPT row: the rows' least ts and greatest min(ts, end) are then those of the timed events
 NO_T0, NO_T1 = np.iinfo(np.int64).max, np.iinfo(np.int64).min
 
 

@@ -30,9 +30,7 @@ NEED_PYTHON = 2
 OUT_FULL = 3
 NEW_CAT = 4         # a deferred filter met a flow category not yet in its table (info: its text's span)
 
-KIND_CPU = 0
-KIND_GPU = 1
-KIND_OTHER = 2
+KIND_CPU, KIND_GPU, KIND_OTHER = 0, 1, 2
 
 ID_LIMIT = np.int64(1) << np.int64(40)
 
@@ -278,12 +276,12 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
     len(starts)) / ``rec[j]`` (int64[len(starts), R_COLS]) tell what decides it afterwards: the class
     (C_KEPT, C_WINDOW, C_FLOW; 0: not written), C_STEP for a ProfilerStep candidate (flagged before
     any filter, for Python to decode), ``rec[j, R_BITS]`` = ``(state[5] + j) << 8 | class`` (its
-    seq: ``state[5]`` is the index of the batch's first event in the rank), ``rec[j, R_T0]`` its ts and ``R_T1`` its end (ts + dur when
-    dur > 0; ns, rank-local; NO_T0 / NO_T1 for C_KEPT), ``R_END`` the output offset just past it (``state[4]``: the offset of
-    ``out[0]`` in the whole output), ``R_FLOW`` a flow's ``cat index << 40 | id`` (the cat texts in
-    ``fcat_text``/``fcat_off``: NEW_CAT with ``info[0:2]`` = the span of a text not there yet: add it,
-    call again), ``R_PID`` the merged pid.  Twins: scan_bounds (the byte ranges) and
-    :func:`streamtrace.merge.rank.rewrite_dict` (the rewrite), both property-tested."""
+    seq: ``state[5]`` is the index of the batch's first event in the rank), ``rec[j, R_T0]`` its ts and
+    ``R_T1`` its end (ts + dur when dur > 0; ns, rank-local; NO_T0 / NO_T1 for C_KEPT), ``R_END`` the output
+    offset just past it (``state[4]``: the offset of ``out[0]`` in the whole output), ``R_FLOW`` a flow's
+    ``cat index << 40 | id`` (the cat texts in ``fcat_text``/``fcat_off``: NEW_CAT with ``info[0:2]`` = the span
+    of a text not there yet: add it, call again), ``R_PID`` the merged pid.  Twins: scan_bounds (the byte
+    ranges) and :func:`streamtrace.merge.rank.rewrite_dict` (the rewrite), both property-tested."""
     cap = out.shape[0]
     bcap = starts.shape[0]
     at, nbytes, found_n, i, o = cur[0], cur[1], cur[2], cur[3], cur[4]
@@ -586,8 +584,7 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
             rcls[i] = (rcls[i] & ~C_CLASS) | cls
             rec[i, R_BITS] = ((state[5] + i) << 8) | cls
             if cls == C_KEPT:
-                rec[i, R_T0] = NO_T0
-                rec[i, R_T1] = NO_T1
+                rec[i, R_T0], rec[i, R_T1] = NO_T0, NO_T1
             rec[i, R_END] = state[4] + o
             rec[i, R_FLOW] = fkey
             rec[i, R_PID] = pid_new[k]
