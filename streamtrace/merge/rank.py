@@ -482,7 +482,8 @@ def _finish(plan: RankPlan, p: Parked, keep, check=None) -> dict:
     try:
         dec = p.defer.finish(plan.path, plan.shift_ns, keep)
         exact = p.exact and p.defer.exact(dec.dropped_seq)
-        out_filter = OutFilter(lo=dec.lo, hi=dec.hi, dropped_seq=dec.dropped_seq, **dec.dropped)
+        out_filter = OutFilter(lo=dec.lo, hi=dec.hi, dropped_seq=dec.dropped_seq, **dec.dropped) \
+            if dec.kept < p.defer.written else None        # (nothing dropped: the check needs no filter)
         raw, seg = open_segment(plan.segment, plan.compress, plan.compresslevel)
         try:
             if plan.compress:           # compressed here, in the worker; a plain output copies the runs itself

@@ -94,18 +94,24 @@ def decide_split(plan: RankPlan, sf: SplitFile, parts: list[dict], pids, keep: t
 
     The ranges are decided in a thread while this one checks the rank's slices, which go by the
     window alone (the decisions' kernel releases the GIL): only the flow check and the counts
-    wait for the dropped events (:attr:`~streamtrace.validate.ordered.OutFilter.pending`)."""
+    wait for the dropped events (:attr:`~streamtrace.validate.ordered.OutFilter.pending`).  A window
+    that holds every range's events drops nothing: the check then needs no filter."""
     lo, hi = keep
     filters = [p["parked"] for p in parts]
     counters = [p["validation"]["parts"] for p in parts if p["validation"] is not None]
     reps = None
     try:
-        with ThreadPoolExecutor(1, thread_name_prefix="decide") as pool:
-            later = pool.submit(_decide_ranges, plan, filters, keep)
+        if all(d.covered(lo, hi) for d in filters):
+            drops = [d.finish(plan.path, plan.shift_ns, keep) for d in filters]      # no rows read
             if counters:
-                pending = OutFilter(lo, hi, pending=lambda: _out_filter(lo, hi, later.result()))
-                reps = split_reports(counters, os.path.dirname(plan.segment), pending)
-            drops = later.result()
+                reps = split_reports(counters, os.path.dirname(plan.segment))
+        else:
+            with ThreadPoolExecutor(1, thread_name_prefix="decide") as pool:
+                later = pool.submit(_decide_ranges, plan, filters, keep)
+                if counters:
+                    pending = OutFilter(lo, hi, pending=lambda: _out_filter(lo, hi, later.result()))
+                    reps = split_reports(counters, os.path.dirname(plan.segment), pending)
+                drops = later.result()
     finally:
         for d in filters:
             d.close()
@@ -121,8 +127,6 @@ def decide_split(plan: RankPlan, sf: SplitFile, parts: list[dict], pids, keep: t
 def _decide_ranges(plan: RankPlan, filters: list[DeferredFilter], keep: tuple[int, int]) -> list:
     """Each range's :class:`~streamtrace.merge.deferred.Decision` (file order) under ``keep``, the
     rank's flows matched across its ranges."""
-    if all(d.covered(*keep) for d in filters):        # every event and flow kept: nothing to match
-        return [d.finish(plan.path, plan.shift_ns, keep) for d in filters]
     for d in filters:
         d.unpark()
     return [d.finish(plan.path, plan.shift_ns, keep, kk) for d, kk in zip(filters, kept_by_range(filters, *keep))]
