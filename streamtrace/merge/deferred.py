@@ -19,7 +19,7 @@ stays that of the full merge; the flows' keys and ts stay in memory (16 bytes pe
 what the survey held; a parked rank keeps them reduced to each flow's extent, :func:`flow_extents`).
 When the keep-window holds every written event's ts, :meth:`DeferredFilter.finish` keeps them all from
 the pass's extremes, without reading the rows back.  Measured: bench/RESULTS.md, "filtered merge" (a
-filter keeping every event: 0.99x the full merge's CPU on whole ranks, ~1.04x on a rank cut into byte
+filter keeping every event: 0.99x the full merge's CPU on whole ranks, 1.02-1.05x on a rank cut into byte
 ranges, :mod:`streamtrace.merge.split_filter`).
 """
 from __future__ import annotations
