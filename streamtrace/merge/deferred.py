@@ -92,7 +92,7 @@ class DeferredFilter:
     def __init__(self, steps, spill_path: str):
         self.steps = tuple(steps) if steps else None
         self.flows_path = None
-        self.extents = None     # once parked: (key, first, last) of its flows (flow_extents)
+        self.extents = None     # (key, first, last) of its flows, once asked for (flow_extents())
         self.tally = Tally(False)
         self.cats, self.index = [], {}
         self._table()
@@ -199,11 +199,7 @@ class DeferredFilter:
     def kept_flows(self, lo: int, hi: int) -> np.ndarray:
         """Sorted int64 keys of the flows whose every event has ``lo <= ts <= hi`` (plain keys as
         they are, the others as ``-1 - number``)."""
-        if self.extents is None and self.flows_path is not None:
-            self.unpark()
-        if self.extents is None:
-            self.extents = flow_extents(*self._flows())
-        keys, first, last = self.extents
+        keys, first, last = self.flow_extents()
         return keys[(first >= lo) & (last <= hi)]
 
     def _flows(self) -> tuple[np.ndarray, np.ndarray]:
@@ -236,10 +232,15 @@ class DeferredFilter:
                 np.save(f, a)
         self.flows_path = flows_path
 
-    def unpark(self) -> None:
-        """Read back what :meth:`park` set aside (:attr:`extents`)."""
-        with open(self.flows_path, "rb") as f:
-            self.extents = tuple(np.load(f) for _ in range(3))
+    def flow_extents(self) -> tuple:
+        """``(key, first, last)`` of this filter's flows (:func:`flow_extents`): read back from what
+        :meth:`park` set aside, or reduced from the pass's flow events; kept in :attr:`extents`."""
+        if self.extents is None and self.flows_path is not None:
+            with open(self.flows_path, "rb") as f:
+                self.extents = tuple(np.load(f) for _ in range(3))
+        if self.extents is None:
+            self.extents = flow_extents(*self._flows())
+        return self.extents
 
     def close(self):
         if self.spill is not None and not self.spill.closed:

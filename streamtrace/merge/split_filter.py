@@ -60,25 +60,25 @@ def _global_keys(keys: np.ndarray, cat_map: np.ndarray | None, other_map: np.nda
 
 
 def kept_by_range(filters: list[DeferredFilter], lo: int, hi: int) -> list[np.ndarray]:
-    """Per range (its unparked filter, holding its flows' extents), the sorted keys, in its own
-    numbering, of the rank's flows whose every event, in any range, has ``lo <= ts <= hi``."""
+    """Per range (its filter: :meth:`~streamtrace.merge.deferred.DeferredFilter.flow_extents`), the
+    sorted keys, in its own numbering, of the rank's flows whose every event, in any range, has
+    ``lo <= ts <= hi``."""
     cats, others = {}, {}
-    keys = []
-    for d in filters:
+    ext, keys = [d.flow_extents() for d in filters], []
+    for d, (mine, _, _) in zip(filters, ext):
         cat_map = np.array([cats.setdefault(c, len(cats)) for c in d.cats] or [0], np.int64)
         other_map = np.array([others.setdefault(k, len(others)) for k in d.other] or [0], np.int64)
         same = not d.other and np.array_equal(cat_map, np.arange(len(cat_map)))    # the usual case
-        keys.append(_global_keys(d.extents[0], None if same else cat_map, other_map))
+        keys.append(_global_keys(mine, None if same else cat_map, other_map))
     keys = np.concatenate(keys)
     order, start = key_groups(keys)             # a flow's extents in several ranges, side by side
     at = np.flatnonzero(start)
-    first = np.minimum.reduceat(np.concatenate([d.extents[1] for d in filters])[order], at) if len(at) else at
-    last = np.maximum.reduceat(np.concatenate([d.extents[2] for d in filters])[order], at) if len(at) else at
+    first = np.minimum.reduceat(np.concatenate([e[1] for e in ext])[order], at) if len(at) else at
+    last = np.maximum.reduceat(np.concatenate([e[2] for e in ext])[order], at) if len(at) else at
     kept = np.empty(len(keys), bool)
     kept[order] = ((first >= lo) & (last <= hi))[np.cumsum(start) - 1]
     out, a = [], 0
-    for d in filters:
-        mine = d.extents[0]                     # sorted, distinct
+    for d, (mine, _, _) in zip(filters, ext):  # (each range's keys: sorted, distinct)
         out.append(mine[kept[a:a + len(mine)]])
         a += len(mine)
         d.extents = None
@@ -127,8 +127,6 @@ def decide_split(plan: RankPlan, sf: SplitFile, parts: list[dict], pids, keep: t
 def _decide_ranges(plan: RankPlan, filters: list[DeferredFilter], keep: tuple[int, int]) -> list:
     """Each range's :class:`~streamtrace.merge.deferred.Decision` (file order) under ``keep``, the
     rank's flows matched across its ranges."""
-    for d in filters:
-        d.unpark()
     return [d.finish(plan.path, plan.shift_ns, keep, kk) for d, kk in zip(filters, kept_by_range(filters, *keep))]
 
 

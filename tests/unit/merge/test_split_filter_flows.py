@@ -36,7 +36,7 @@ def range_filter(events):
     keys = sorted(ext)
     extents = tuple(np.array(c, np.int64) for c in ([k for k in keys], [ext[k][0] for k in keys],
                                                      [ext[k][1] for k in keys]))
-    return SimpleNamespace(cats=cats, other=other, extents=extents)
+    return SimpleNamespace(cats=cats, other=other, extents=extents, flow_extents=lambda: extents)
 
 
 def twin(ranges, lo, hi):
