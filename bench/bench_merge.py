@@ -13,7 +13,10 @@ For each size, rank files are generated (once, then reused) by
   * with ``--filters`` (``--only-filters``: only these): the validating merge with default jobs,
     alone, with ``--steps`` and with each ``--window`` (a filter should cost no more than the full
     merge), in alternating rounds (``--repeat`` of them; the row is the run of median CPU); one rank of
-    at least 256 MiB on 2+ workers is cut into byte ranges (``--sizes 300 --ranks 1``)
+    at least 256 MiB on 2+ workers is cut into byte ranges (``--sizes 300 --ranks 1``).  An inflated
+    rank repeats every ``ProfilerStep#N`` once per copy and a step's window spans all of them (the
+    survey's rule: earliest start, latest end), so ``--steps 3-4`` keeps from the first copy's step 3
+    to the last copy's step 4: most of the rank (92.5 % of the 300 MB one's events), not two steps' share
   * ``python bench/megatron_merge.py -i DIR -o OUT.json``  (skipped when its memory,
     extrapolated from an earlier run of this invocation, would exceed ``--megatron-max-gb``)
 
