@@ -149,16 +149,19 @@ class RangePidMap(PidMap):
         return mp_
 
 
-def merge_range(plan: RankPlan, src, byte_range, segment, final, progress=None) -> dict:
-    """Worker: rewrite the events of ``byte_range`` of the plain trace ``src`` into
-    ``segment`` with the rank's ``plan``; ``final``: the merged pids to give the pids
-    this range registers (None: provisional).  Returns counts, the earliest output
-    ts, the merged pids used and the pid registrations (``records``/``assigned``)."""
+def merge_range(plan: RankPlan, src, byte_range, segment, final, progress=None, index: int = 0) -> dict:
+    """Worker: rewrite the events of ``byte_range`` (the ``index``-th range, file order) of the
+    plain trace ``src`` into ``segment`` with the rank's ``plan``; ``final``: the merged pids to
+    give the pids this range registers (None: provisional).  Returns counts, the earliest output
+    ts, the merged pids used, the pid registrations (``records``/``assigned``) and, when
+    validating, the range's records as sorted runs in ``segment + LOG_SUFFIX``
+    (:meth:`~streamtrace.validate.check.Checker.save_runs`: sorted here, in parallel with the other
+    ranges, then only merged by the rank's check)."""
     ctx = RankContext(plan)
     ctx.pids = RangePidMap(plan.rank, final)
     distinct_nans(byte_range[0])
     reader = TraceReader(src, byte_range=byte_range, block=READ_BLOCK, progress=progress)
-    check = Checker(log=segment + LOG_SUFFIX) if plan.validate else None
+    check = Checker.for_range(index) if plan.validate else None
     if plan.defer is not None:          # every event written to the tentative segment, decided later
         ctx.defer = DeferredFilter(plan.defer or None, segment + ".rec")
     raw, seg = open_segment(segment + TENTATIVE if ctx.defer else segment, plan.compress and not ctx.defer,
@@ -168,7 +171,7 @@ def merge_range(plan: RankPlan, src, byte_range, segment, final, progress=None) 
         if plan.compress and not ctx.defer:
             seg.close()
         raw.close()
-        validation = {"parts": check.counters(), "exact": ctx.exact} if check is not None else None
+        validation = {"parts": check.save_runs(segment + LOG_SUFFIX), "exact": ctx.exact} if check is not None else None
         if ctx.defer is not None:
             ctx.defer.park(segment + ".flows")
     except BaseException:
@@ -179,7 +182,7 @@ def merge_range(plan: RankPlan, src, byte_range, segment, final, progress=None) 
             ctx.defer.close()
         if check is not None:
             check.close()
-            remove_quietly(check.log)
+            remove_quietly(segment + LOG_SUFFIX)
         raise
     if final is not None and ctx.pids.assigned != final:
         raise RuntimeError(f"rank {plan.rank}: a range registered other pids than on its first run")

@@ -73,6 +73,7 @@ class RewriteTask:
     segment: str | None = None
     final: list | None = None
     slot: int = 0
+    index: int = 0          # a byte range's place in its rank (file order)
 
 
 @dataclass
@@ -241,7 +242,7 @@ def split_pays(sizes: list, jobs: int, slack: float = 1.1) -> bool:
     """True when cutting big ranks into byte ranges can shorten the merge: the ranks as whole
     tasks, the largest first on the least loaded of ``jobs`` workers, would keep one worker
     busy more than ``slack`` times an even share (sum / jobs).  Cutting costs a pass over each
-    cut rank to find event boundaries and its validation records sorted again: equal ranks, at
+    cut rank to find event boundaries and its ranges' sorted validation runs merged: equal ranks, at
     least as many as the workers, are merged whole."""
     loads = [0] * max(1, jobs)
     for n in sorted(sizes, reverse=True):
@@ -408,7 +409,7 @@ def _rewrite_tasks(files, plans, splits) -> list[RewriteTask]:
             tasks.append(RewriteTask(p, i, tf.size))
             continue
         for k, r in enumerate(splits[i].ranges):
-            tasks.append(RewriteTask(p, i, r[1] - r[0], splits[i].path, r, f"{p.segment}.{k}"))
+            tasks.append(RewriteTask(p, i, r[1] - r[0], splits[i].path, r, f"{p.segment}.{k}", index=k))
     for j, t in enumerate(tasks):
         t.slot = j
     return tasks
@@ -469,7 +470,7 @@ def _rewrite(tasks, files, plans, splits, jobs, opt, progress, executor=None):
             results[i] = {"split_parked": (sf, parts, pids)}
             continue
         results[i] = MS.finish_rank(plans[i], sf, parts, pids, plans[i].segment)
-    if opt.validate and splits:      # a split rank's check: its ranges' records sorted together
+    if opt.validate and splits:      # a split rank's check: its ranges' sorted runs merged
         idx = [i for i in splits if "split_parked" not in results[i]]
         vals = run_tasks(split_validation, [([done[j]["validation"] for j in of[i]], os.path.dirname(plans[i].segment),
                                              results[i]["events_out"]) for i in idx], jobs, scheduler=opt.scheduler)
@@ -490,7 +491,7 @@ def _run_task(task: RewriteTask) -> dict:
         if task.byte_range is None:
             res = merge_rank(task.plan, progress)
         else:
-            res = MS.merge_range(task.plan, task.src, task.byte_range, task.segment, task.final, progress)
+            res = MS.merge_range(task.plan, task.src, task.byte_range, task.segment, task.final, progress, task.index)
     # the worker's own account: bytes in, busy seconds (for "MB/s per worker")
     res["task_stats"] = (os.getpid(), task.size if task.byte_range else res["bytes_in"], time.perf_counter() - t0)
     trim()      # the rewrite's freed buffers back to the OS: a worker's next rank starts from its base again

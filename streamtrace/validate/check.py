@@ -43,7 +43,6 @@ import numpy as np
 import orjson
 
 from ..runtime.errors import TraceError
-from ..events.codec import pack, unpack
 from ..events.sort import ExternalSorter
 from ..kernels import scan as K
 from ..kernels import validate as KV
@@ -55,7 +54,7 @@ from ..trace.discover import no_events_text
 from ..trace.ranges import RANGES_PER_JOB, SPLIT_THRESHOLD, clean_joints, likely_ranges, prove_range
 from ..trace.reader import BATCH_EVENTS, TraceReader
 from ..trace.source import LEAN_BLOCK, plain_copy, size_hint
-from .ordered import OutFilter, run_flows, run_nesting
+from .ordered import SEQ_STRIDE, OutFilter, run_flows, run_nesting
 
 PROBLEMS = ("missing_field", "negative_dur", "duplicate_flow", "cross_rank_flow", "bad_nesting")
 # Reported but not failing: Kineto itself writes lone ``f`` ends for runtime calls
@@ -72,7 +71,7 @@ FLOW_DTYPE = np.dtype([("kinds", "i8"), ("cat", "i8"), ("id", "i8"), ("seq", "i8
 SORT_ROWS = 1 << 16          # records per sorted run (one run per kind in memory at a time)
 SUB_BLOCKS = 64              # compressed sub-blocks per run: the merge holds one per run, at most 64 runs
                              # (SORT_ROWS records in all) whatever the number of runs
-# the records' compression (runs, range logs): LZ4, not the stores' zstd -- they live for one check,
+# the records' compression (sorted runs): LZ4, not the stores' zstd -- they live for one check,
 # and packing and unpacking them was ~0.17 of the ~0.6 CPU-s the check adds to merging one 296 MB rank
 CODEC = "lz4"
 NAN = 6                      # kind of a NaN
@@ -168,13 +167,13 @@ class Checker:
     fields already read, in the views its ``view`` says (``streamtrace merge`` counts its input in
     ``V_IN`` and its output in ``V_OUT`` from one read).  :meth:`report` sorts and checks.
 
-    With ``log`` (a file path) the records are appended to that file instead of being sorted:
-    the checker of one byte range of a trace, whose records :func:`replay` sorts together with
-    those of the other ranges (:meth:`counters` gives the rest of its state).  With ``keep`` (a
-    path prefix) the sorted runs are stored in the files ``keep + "0"`` / ``keep + "1"``, so that
-    :meth:`hand_over` can pass the whole checker to :meth:`take_over` in another process."""
+    The checker of one byte range of a trace (:meth:`for_range`) sorts its records in memory and
+    saves them as sorted runs (:meth:`save_runs`); :func:`gather_ranges` merges the ranges' runs
+    into one checker.  With ``keep`` (a path prefix) the sorted runs are stored in the files
+    ``keep + "0"`` / ``keep + "1"``, so that :meth:`hand_over` can pass the whole checker to
+    :meth:`take_over` in another process."""
 
-    def __init__(self, opt: ValidateOptions | None = None, log: str | None = None, keep: str | None = None):
+    def __init__(self, opt: ValidateOptions | None = None, keep: str | None = None):
         opt = opt or ValidateOptions()
         folder = opt.spill_dir or tempfile.gettempdir()
         sub = max(1, opt.sort_rows // SUB_BLOCKS)
@@ -190,15 +189,26 @@ class Checker:
         self.missing = [0, 0]
         self.negdur = [0, 0]
         self.seq = 0
-        self.log = log
-        self._log = open(log, "wb") if log else None
+        self.seq0 = 0
+        self.range_starts = None    # gathered byte ranges: int64, the file-order index of each one's first event
 
-    def counters(self) -> dict:
-        """The counts a :func:`replay` of this checker's log needs (closes the log)."""
-        if self._log is not None:
-            self._log.close()
-        return {"log": self.log, "events": self.events, "missing": self.missing, "negdur": self.negdur,
-                "seq": self.seq}
+    @classmethod
+    def for_range(cls, index: int, opt: ValidateOptions | None = None) -> "Checker":
+        """The checker of byte range ``index`` (file order) of a trace: its sorted runs kept in memory
+        (a range is at most ``split_threshold`` bytes), its events numbered from ``index *
+        SEQ_STRIDE``, so that the ranges' flow ends keep file order when merged."""
+        chk = cls(opt)
+        chk.nest.folder = chk.flows.folder = None
+        chk.seq = chk.seq0 = index * SEQ_STRIDE
+        return chk
+
+    def save_runs(self, log: str) -> dict:
+        """Write the records as sorted runs to the file ``log`` (:func:`write_runs`; the checker is
+        emptied) and return what :func:`gather_ranges` needs: ``{"log", "events", "missing", "negdur",
+        "seq"}`` (``seq``: the events accounted)."""
+        write_runs(log, self)
+        return {"log": log, "events": self.events, "missing": self.missing, "negdur": self.negdur,
+                "seq": self.seq - self.seq0}
 
     def hand_over(self) -> dict:
         """The checker's whole state as a small picklable dict (its sorted runs stay in their files,
@@ -217,13 +227,8 @@ class Checker:
         return chk
 
     def _put(self, which: int, rec):
-        """Sort records (``which``: 0 X slices, 1 flow ends), or append them to the log."""
-        if self._log is None:
-            (self.nest if which == 0 else self.flows).add(rec)
-            return
-        data = pack(rec, ("start", "end") if which == 0 else ("seq",), CODEC)
-        self._log.write(np.array([which, len(rec), len(data)], np.int64).tobytes())
-        self._log.write(data)
+        """Sort records (``which``: 0 X slices, 1 flow ends)."""
+        (self.nest if which == 0 else self.flows).add(rec)
 
     def __enter__(self):
         return self
@@ -232,8 +237,6 @@ class Checker:
         self.close()
 
     def close(self):
-        if self._log is not None:
-            self._log.close()
         self.nest.close()
         self.flows.close()
 
@@ -303,7 +306,7 @@ class Checker:
         nest = run_nesting(self.nest, out_filter)
         if out_filter is not None and out_filter.pending is not None:
             out_filter = out_filter.pending()
-        flows = run_flows(self.flows, out_filter)
+        flows = run_flows(self.flows, out_filter, self.range_starts)
         events, missing, negdur = ((self.events, self.missing, self.negdur) if out_filter is None
                                    else out_filter.counters(self.events, self.missing, self.negdur))
         out = []
@@ -318,29 +321,22 @@ class Checker:
         return out
 
 
-def replay(parts: list, opt: ValidateOptions | None = None) -> Checker:
-    """A checker holding the records of several byte ranges of one trace, in file order:
-    ``parts`` are the ranges' :meth:`Checker.counters` (their logs are read, not removed).
-    Call :meth:`Checker.reports` on it."""
+def gather_ranges(parts: list, opt: ValidateOptions | None = None) -> Checker:
+    """A checker holding the records of every byte range of one trace: ``parts`` are the ranges'
+    :meth:`Checker.save_runs` (file order; their logs are read, not removed).  Its flow ends keep the
+    ranges' numbering (:meth:`Checker.for_range`); :attr:`Checker.range_starts` maps them to the file
+    order an :class:`~streamtrace.validate.ordered.OutFilter` names.  Call :meth:`Checker.reports` on it."""
     chk = Checker(opt)
+    starts = []
     for p in parts:
         for v in range(2):
             chk.events[v] += p["events"][v]
             chk.missing[v] += p["missing"][v]
             chk.negdur[v] += p["negdur"][v]
-        with open(p["log"], "rb") as f:
-            while True:
-                head = f.read(24)
-                if not head:
-                    break
-                which, n, size = np.frombuffer(head, np.int64).tolist()
-                if which == 0:
-                    chk.nest.add(unpack(f.read(size), NEST_DTYPE, n, ("start", "end"), CODEC))
-                else:
-                    rec = unpack(f.read(size), FLOW_DTYPE, n, ("seq",), CODEC)
-                    rec["seq"] += chk.seq
-                    chk.flows.add(rec)
+        read_runs(p["log"], chk)
+        starts.append(chk.seq)
         chk.seq += p["seq"]
+    chk.range_starts = np.array(starts, np.int64)
     return chk
 
 
@@ -358,8 +354,6 @@ class RangeTask:
     opt: ValidateOptions
 
 
-SEQ_STRIDE = 1 << 40     # flow ends of range k are numbered from k * SEQ_STRIDE: file order across ranges
-
 
 def check_range(task: RangeTask) -> dict:
     """Worker: read one byte range, sort its records and write the sorted runs to ``task.log``
@@ -368,9 +362,7 @@ def check_range(task: RangeTask) -> dict:
     exactly, or a range after a comma holds no event (the log is then removed)."""
     distinct_nans(task.byte_range[0])
     reader = TraceReader(task.path, byte_range=task.byte_range, block=LEAN_BLOCK)
-    chk = Checker(task.opt)
-    chk.nest.folder = chk.flows.folder = None     # runs kept in memory (ranges are <= split_threshold bytes)
-    chk.seq = task.index * SEQ_STRIDE
+    chk = Checker.for_range(task.index, task.opt)
     try:
         for b in reader.raw_batches(decode="bounds"):
             chk.add(b.buf, b.starts, b.ends, b.offset, reader.path)

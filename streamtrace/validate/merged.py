@@ -22,11 +22,11 @@ import numpy as np
 
 from ..kernels import validate as KV
 from ..runtime.files import remove_quietly
-from .check import PROBLEMS, ValidateOptions, replay, validate
+from .check import PROBLEMS, ValidateOptions, gather_ranges, validate
 from .ordered import OutFilter
 
 ID_LIMIT = 1 << 40
-LOG_SUFFIX = ".val"     # a byte range's validation records: beside its segment, until its rank is checked
+LOG_SUFFIX = ".val"     # a byte range's sorted validation runs: beside its segment, until its rank is checked
 
 
 def account_batch(check, f: np.ndarray, kept: np.ndarray) -> bool:
@@ -59,7 +59,7 @@ def rank_validation(reports: list, events_out: int, exact: bool) -> dict:
 
 def split_validation(parts: list, spill_dir: str, events_out: int, out_filter: OutFilter | None = None) -> dict:
     """Task: a split rank's :func:`rank_validation` from its ranges' validation results (in file
-    order: ``{"parts": Checker.counters(), "exact"}``); removes their logs.  ``out_filter``: the
+    order: ``{"parts": Checker.save_runs(...), "exact"}``); removes their logs.  ``out_filter``: the
     written events a time filter dropped afterwards (:class:`~streamtrace.validate.ordered.OutFilter`,
     ``dropped_seq`` by the rank's file order across its ranges)."""
     reps = split_reports([p["parts"] for p in parts], spill_dir, out_filter)
@@ -68,10 +68,10 @@ def split_validation(parts: list, spill_dir: str, events_out: int, out_filter: O
 
 def split_reports(counters: list, spill_dir: str, out_filter: OutFilter | None = None) -> list[dict]:
     """A split rank's two reports (``V_IN``, ``V_OUT``: :meth:`~streamtrace.validate.check.Checker.reports`)
-    from its ranges' :meth:`~streamtrace.validate.check.Checker.counters` (file order); removes their
-    logs, also on an error."""
+    from its ranges' sorted runs (:meth:`~streamtrace.validate.check.Checker.save_runs`, file order),
+    merged (:func:`~streamtrace.validate.check.gather_ranges`); removes their logs, also on an error."""
     try:
-        with replay(counters, ValidateOptions(spill_dir=spill_dir)) as chk:
+        with gather_ranges(counters, ValidateOptions(spill_dir=spill_dir)) as chk:
             return chk.reports(out_filter)
     finally:
         for c in counters:

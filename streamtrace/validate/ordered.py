@@ -9,8 +9,8 @@ event in the view ``V_OUT`` and forgets the dropped ones as it reports
 the dropped ones by what they hold: an ``X`` slice record (``start`` = the event's input ``ts``,
 ``end`` = ``ts + dur``, ns) by the window rule itself, a flow-end record by its ``seq`` (the
 event's index in the rank's file order, as :func:`streamtrace.kernels.validate.batch_records`
-numbers it from the checker's ``seq``; the same order after
-:func:`~streamtrace.validate.check.replay`).  The events that make no record (a missing field, a
+numbers it from the checker's ``seq``; a cut trace's ranges number theirs from ``k *
+SEQ_STRIDE``, which :func:`~streamtrace.validate.check.gather_ranges` maps back).  The events that make no record (a missing field, a
 bad ``dur``, any other ``ph``) only count: the caller says how much.
 """
 from __future__ import annotations
@@ -22,7 +22,9 @@ import numpy as np
 
 from ..kernels import validate as KV
 
-__all__ = ["OutFilter", "run_nesting", "run_flows"]
+__all__ = ["OutFilter", "SEQ_STRIDE", "run_nesting", "run_flows"]
+
+SEQ_STRIDE = 1 << 40     # the checker of byte range k of a trace numbers its events from k * SEQ_STRIDE
 
 
 @dataclass
@@ -65,15 +67,18 @@ class OutFilter:
         view[(c["end"] < self.lo) | (c["start"] > self.hi)] &= ~KV.V_OUT
         return view
 
-    def flow_view(self, c) -> np.ndarray:
+    def flow_view(self, c, range_starts: np.ndarray | None = None) -> np.ndarray:
         """The ``view`` column (int64[n], a new array) of a sorted chunk ``c`` of flow-end
         records (fields ``seq``, ``view``), with ``V_OUT`` cleared where ``dropped_seq[seq]``.
-        O(n)."""
+        ``range_starts``: the records of a trace's byte ranges, range k's ``seq`` numbered from
+        ``k * SEQ_STRIDE``; int64[k] the file-order index of each range's first event.  O(n)."""
         view = np.array(c["view"], np.int64)
         d = self.dropped_seq
         if d is None or not len(d):
             return view
         seq = c["seq"]
+        if range_starts is not None:
+            seq = range_starts[seq // SEQ_STRIDE] + seq % SEQ_STRIDE
         inside = seq < len(d)
         view[inside & (d[np.minimum(seq, len(d) - 1)] != 0)] &= ~KV.V_OUT
         return view
@@ -114,14 +119,15 @@ def run_nesting(sorter, out_filter: OutFilter | None = None) -> list:
     return [(state[6], state[8], state[12]), (state[7], state[9], state[13])]
 
 
-def run_flows(sorter, out_filter: OutFilter | None = None) -> np.ndarray:
+def run_flows(sorter, out_filter: OutFilter | None = None, range_starts: np.ndarray | None = None) -> np.ndarray:
     """int64[2, 4] per view (V_IN, V_OUT): flow keys, unmatched, duplicate, cross-rank keys (see
     :func:`streamtrace.kernels.validate.flow_chunk`) from the flow-end records of ``sorter``
-    (consumed); V_OUT without ``out_filter``'s flow ends."""
+    (consumed); V_OUT without ``out_filter``'s flow ends (``range_starts``: see
+    :meth:`OutFilter.flow_view`)."""
     state = np.zeros(16, np.int64)
     counts = np.zeros((2, 4), np.int64)
     for c in sorter.chunks():
-        view = _col(c, "view") if out_filter is None else out_filter.flow_view(c)
+        view = _col(c, "view") if out_filter is None else out_filter.flow_view(c, range_starts)
         KV.flow_chunk(*(_col(c, k) for k in ("kinds", "cat", "id", "ph", "rankk", "rank")), view, state, counts)
     KV.flow_close(state, counts)
     return counts

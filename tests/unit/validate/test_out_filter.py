@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamtrace.kernels import validate as KV
-from streamtrace.validate.check import Checker, ValidateOptions, replay
+from streamtrace.validate.check import Checker, ValidateOptions, gather_ranges
 from streamtrace.validate.merged import rank_validation, split_reports, split_validation
 from streamtrace.validate.ordered import OutFilter
 
@@ -102,14 +102,14 @@ def test_filter_after_the_fact_is_never_recording(tmp_path, events, lo, width, l
     with Checker.take_over(handed, opt) as chk:
         assert chk.reports(out_filter=filt) == expected
     assert not list(tmp_path.glob("parked.val*"))
-    if batches > 1:                              # split ranges: one log per range, then replay
+    if batches > 1:                              # split ranges: sorted runs per range, then merged
         logs = []
         for i, (a, b) in enumerate(zip([0] + cuts, cuts + [len(f)])):
-            part = Checker(opt, log=str(tmp_path / f"{i}.log"))
+            part = Checker.for_range(i, opt)
             part.account(f[a:b], KV.V_IN | KV.V_OUT, out_pid=out_pid)
-            logs.append(part.counters())
+            logs.append(part.save_runs(str(tmp_path / f"{i}.log")))
             part.close()
-        with replay(logs, opt) as chk:
+        with gather_ranges(logs, opt) as chk:
             assert chk.reports(out_filter=filt) == expected
 
 
@@ -149,9 +149,9 @@ def test_split_validation_takes_the_filter(tmp_path):
         expected = rank_validation(want.reports(), 99, True)
     parts = []
     for i, (a, b) in enumerate(((0, 7), (7, 15), (15, len(f)))):
-        part = Checker(log=str(tmp_path / f"{i}.val"))
+        part = Checker.for_range(i)
         part.account(f[a:b], KV.V_IN | KV.V_OUT, out_pid=True)
-        parts.append({"parts": part.counters(), "exact": True})
+        parts.append({"parts": part.save_runs(str(tmp_path / f"{i}.val")), "exact": True})
         part.close()
     filt = OutFilter(9000, 20000, ~filt_kept, events=int((~filt_kept).sum()))
     assert split_validation(parts, str(tmp_path), 99, filt) == expected
@@ -172,9 +172,9 @@ def test_a_pending_filter_is_completed_once_after_the_slices(tmp_path):
     def counters(tag):
         out = []
         for i, (a, b) in enumerate(((0, 7), (7, len(f)))):
-            part = Checker(log=str(tmp_path / f"{tag}{i}.val"))
+            part = Checker.for_range(i)
             part.account(f[a:b], KV.V_IN | KV.V_OUT, out_pid=True)
-            out.append(part.counters())
+            out.append(part.save_runs(str(tmp_path / f"{tag}{i}.val")))
             part.close()
         return out
     expected = split_reports(counters("a"), str(tmp_path), filt)
