@@ -210,6 +210,18 @@ class Checker:
         return {"log": log, "events": self.events, "missing": self.missing, "negdur": self.negdur,
                 "seq": self.seq - self.seq0}
 
+    def take_range(self, part: dict) -> None:
+        """Add the next byte range (file order) of a trace: its :meth:`save_runs` ``part`` (the log is
+        read, not removed); its start goes to :attr:`range_starts`."""
+        for v in range(2):
+            self.events[v] += part["events"][v]
+            self.missing[v] += part["missing"][v]
+            self.negdur[v] += part["negdur"][v]
+        read_runs(part["log"], self)
+        self.range_starts = np.append(self.range_starts if self.range_starts is not None else
+                                      np.zeros(0, np.int64), self.seq)
+        self.seq += part["seq"]
+
     def hand_over(self) -> dict:
         """The checker's whole state as a small picklable dict (its sorted runs stay in their files,
         see ``keep``), for :meth:`take_over`; this checker is emptied."""
@@ -327,16 +339,8 @@ def gather_ranges(parts: list, opt: ValidateOptions | None = None) -> Checker:
     ranges' numbering (:meth:`Checker.for_range`); :attr:`Checker.range_starts` maps them to the file
     order an :class:`~streamtrace.validate.ordered.OutFilter` names.  Call :meth:`Checker.reports` on it."""
     chk = Checker(opt)
-    starts = []
     for p in parts:
-        for v in range(2):
-            chk.events[v] += p["events"][v]
-            chk.missing[v] += p["missing"][v]
-            chk.negdur[v] += p["negdur"][v]
-        read_runs(p["log"], chk)
-        starts.append(chk.seq)
-        chk.seq += p["seq"]
-    chk.range_starts = np.array(starts, np.int64)
+        chk.take_range(p)
     return chk
 
 
@@ -354,10 +358,9 @@ class RangeTask:
     opt: ValidateOptions
 
 
-
 def check_range(task: RangeTask) -> dict:
     """Worker: read one byte range, sort its records and write the sorted runs to ``task.log``
-    (:func:`write_runs`); returns ``{"events", "missing", "negdur", "warnings", "repaired"}``.  Raises
+    (:meth:`Checker.save_runs`); returns what that returns, plus ``"warnings"`` and ``"repaired"``.  Raises
     :class:`TraceError` when the range is not whole events that the ``]`` appended to it closes
     exactly, or a range after a comma holds no event (the log is then removed)."""
     distinct_nans(task.byte_range[0])
@@ -367,14 +370,13 @@ def check_range(task: RangeTask) -> dict:
         for b in reader.raw_batches(decode="bounds"):
             chk.add(b.buf, b.starts, b.ends, b.offset, reader.path)
         prove_range(reader, task.path, task.byte_range, task.first)
-        write_runs(task.log, chk)
+        part = chk.save_runs(task.log)
     except BaseException:
         remove_quietly(task.log)
         raise
     finally:
         chk.close()
-    return {"events": chk.events, "missing": chk.missing, "negdur": chk.negdur, "warnings": reader.warnings,
-            "repaired": reader.repaired}
+    return dict(part, warnings=reader.warnings, repaired=reader.repaired)
 
 
 def write_runs(log: str, chk: Checker):
@@ -459,13 +461,9 @@ def _run_ranges(tasks, opt: ValidateOptions, jobs: int):
         try:
             for t, fut in zip(tasks, futures):
                 res = fut.result()
-                for v in range(2):
-                    chk.events[v] += res["events"][v]
-                    chk.missing[v] += res["missing"][v]
-                    chk.negdur[v] += res["negdur"][v]
                 warnings.extend(res["warnings"])
                 repaired += res["repaired"]
-                read_runs(t.log, chk)
+                chk.take_range(res)
                 remove_quietly(t.log)
         except BaseException:
             for fut in futures:
