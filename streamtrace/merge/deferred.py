@@ -18,9 +18,9 @@ The per-event records are appended to a temporary file (48 bytes per written eve
 stays that of the full merge; the flows' keys and ts stay in memory (16 bytes per flow event,
 what the survey held; a parked rank keeps them reduced to each flow's extent, :func:`flow_extents`).
 When the keep-window holds every written event's ts, :meth:`DeferredFilter.finish` keeps them all from
-the pass's extremes, without reading the rows back.  Measured: bench/RESULTS.md, "filtered merge" (a
-filter keeping every event: 0.99x the full merge's CPU on whole ranks, 1.02-1.05x on a rank cut into byte
-ranges, :mod:`streamtrace.merge.split_filter`).
+the pass's extremes, without reading the rows back.  A byte range of a cut rank records groups of
+events instead (:mod:`streamtrace.merge.grouped`).  Measured: bench/RESULTS.md, "filtered merge" (a
+filter keeping every event: 0.99x the full merge's CPU on whole ranks).
 """
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ class DeferredFilter:
         self.other, self.other_index = [], {}
         self.flow_keys, self.flow_ts = [], []
         self.spill_path = spill_path
-        self.spill = open(spill_path, "wb")
+        self.spill = open(spill_path, "wb") if spill_path else None
         self.n_in = 0
         self.written = 0        # events written, the least and the greatest ts of those with one (ns), the
         self.ts_min, self.ts_max, self.end = int(KK.NO_T0), int(KK.NO_T1), -1      # output offset past the last
@@ -145,14 +145,7 @@ class DeferredFilter:
         decoded from ``buf`` (``times(j)``: ``(ts, dur, flags)`` of event j as the scanner reads
         them)."""
         n = len(rcls)
-        for j in np.flatnonzero(rcls & KK.C_STEP).tolist():
-            s, e = int(starts[j]), int(ends[j])
-            ts, dur, flags = times(j)
-            if flags & 1:                   # the survey's rule: only an event with a ts
-                ev = loads(bytes(buf[s:e]), path, base + s)
-                td = event_times_ns(ev, ts, dur, flags)
-                if td is not None:
-                    self.step_event(ev, *td)
+        self.step_candidates(rcls, buf, starts, ends, path, base, times)
         w = np.flatnonzero(rcls & KK.C_CLASS)
         if len(w):
             rows = rec[:n] if len(w) == n else rec[w]
@@ -170,6 +163,18 @@ class DeferredFilter:
                 self.flow_keys.append(np.where(rows[fl, KK.R_BITS] & KK.C_OTHER_FLOW, -1 - key, key))
                 self.flow_ts.append(rows[fl, KK.R_T0])
         self.n_in += n
+
+    def step_candidates(self, rcls, buf, starts, ends, path, base, times):
+        """The batch's ProfilerStep candidates (``rcls & C_STEP``) decoded and told to
+        :meth:`step_event` (see :meth:`add_batch`)."""
+        for j in np.flatnonzero(rcls & KK.C_STEP).tolist():
+            s, e = int(starts[j]), int(ends[j])
+            ts, dur, flags = times(j)
+            if flags & 1:                   # the survey's rule: only an event with a ts
+                ev = loads(bytes(buf[s:e]), path, base + s)
+                td = event_times_ns(ev, ts, dur, flags)
+                if td is not None:
+                    self.step_event(ev, *td)
 
     # -- after the pass ----------------------------------------------------------------------------
     @property
@@ -258,32 +263,37 @@ class DeferredFilter:
         rank's steps).  ``kept_keys``: the kept flows' sorted keys in this filter's numbering (None:
         from its own flows, :meth:`kept_flows`; a byte range of a rank gets them from the whole rank's,
         :mod:`streamtrace.merge.split_filter`).  Raises :class:`StreamtraceError` when a step is missing."""
-        lo, hi = keep if keep is not None else self.window(path)
-        if self.spill is not None:
-            self.spill.close()
-        d = Decision(lo, hi, self.n_in)
-        if kept_keys is None and self.covered(lo, hi):
-            return self._keep_all(d, shift_ns)
-        if kept_keys is None:
-            kept_keys = self.kept_flows(lo, hi)
-        state = np.zeros(KK.S_COLS, np.int64)
-        state[KK.S_OPEN], state[KK.S_PREV_END] = -1, -1
+        d, kept_keys, state = self._begin(path, shift_ns, keep, kept_keys)
+        if state is None:
+            return d
         runs, pids = np.empty((CHUNK_ROWS + 1, 2), np.int64), np.empty(CHUNK_ROWS, np.int64)
         parts = []
         with open(self.spill_path, "rb") as f:
             while True:
                 rows = np.fromfile(f, np.int64, CHUNK_ROWS * KK.R_COLS).reshape(-1, KK.R_COLS)
-                nr, npid = KK.keep_rows(rows, lo, hi, kept_keys, shift_ns, d.dropped_seq, runs, pids, state)
+                nr, npid = KK.keep_rows(rows, d.lo, d.hi, kept_keys, shift_ns, d.dropped_seq, runs, pids, state)
                 parts.append(runs[:nr].copy())
                 d.used.update(pids[:npid].tolist())
                 if not len(rows):
                     break
-        d.runs = np.concatenate(parts)
-        d.kept = int(state[KK.S_KEPT])
-        d.first_out = int(state[KK.S_FIRST]) if state[KK.S_HAS_FIRST] else None
-        d.dropped = {"events": int(state[KK.S_GONE]), "missing": int(state[KK.S_GONE_MISSING]),
-                     "negdur": int(state[KK.S_GONE_NEGDUR])}
-        return d
+        return d.done(parts, state)
+
+    def _close_spill(self) -> None:
+        if self.spill is not None:
+            self.spill.close()
+
+    def _begin(self, path, shift_ns: int, keep, kept_keys) -> tuple:
+        """:meth:`finish`'s start: ``(decision, kept_keys, state)``, the state (int64[S_COLS]) of
+        :func:`~streamtrace.kernels.keep.keep_rows` set for the first chunk, or None when the window
+        covers every written event (the decision is then made, :meth:`_keep_all`)."""
+        lo, hi = keep if keep is not None else self.window(path)
+        self._close_spill()
+        d = Decision(lo, hi, self.n_in)
+        if kept_keys is None and self.covered(lo, hi):
+            return self._keep_all(d, shift_ns), kept_keys, None
+        state = np.zeros(KK.S_COLS, np.int64)
+        state[KK.S_OPEN], state[KK.S_PREV_END] = -1, -1
+        return d, self.kept_flows(lo, hi) if kept_keys is None else kept_keys, state
 
     def _keep_all(self, d: "Decision", shift_ns: int) -> "Decision":
         """``d`` keeping every written event (the window covers them all): what :func:`keep_rows`
@@ -310,6 +320,16 @@ class Decision:
         self.used = set()
         self.first_out = None
         self.dropped = {"events": 0, "missing": 0, "negdur": 0}
+
+    def done(self, parts: list, state: np.ndarray) -> "Decision":
+        """This decision once :func:`~streamtrace.kernels.keep.keep_rows` has seen the last chunk:
+        ``parts`` its kept runs (int64[n, 2] arrays, in order), ``state`` its final state."""
+        self.runs = np.concatenate(parts) if parts else np.zeros((0, 2), np.int64)
+        self.kept = int(state[KK.S_KEPT])
+        self.first_out = int(state[KK.S_FIRST]) if state[KK.S_HAS_FIRST] else None
+        self.dropped = {"events": int(state[KK.S_GONE]), "missing": int(state[KK.S_GONE_MISSING]),
+                        "negdur": int(state[KK.S_GONE_NEGDUR])}
+        return self
 
 
 def warm_keep() -> None:

@@ -59,7 +59,7 @@ from ..validate.check import Checker, distinct_nans
 from ..trace.writer import dumps_events
 from ..validate.merged import LOG_SUFFIX
 from .pids import PID_STRIDE, PidMap, classify_pid, hashable, process_meta_events
-from .deferred import DeferredFilter
+from .grouped import GroupedFilter
 from .rank import READ_BLOCK, TENTATIVE, RankContext, RankPlan, open_segment, rewrite_stream
 
 
@@ -163,7 +163,7 @@ def merge_range(plan: RankPlan, src, byte_range, segment, final, progress=None, 
     reader = TraceReader(src, byte_range=byte_range, block=READ_BLOCK, progress=progress)
     check = Checker.for_range(index) if plan.validate else None
     if plan.defer is not None:          # every event written to the tentative segment, decided later
-        ctx.defer = DeferredFilter(plan.defer or None, segment + ".rec")
+        ctx.defer = GroupedFilter(plan.defer or None, segment + ".rec", byte_range[0] - 1)
     raw, seg = open_segment(segment + TENTATIVE if ctx.defer else segment, plan.compress and not ctx.defer,
                             plan.compresslevel)
     try:

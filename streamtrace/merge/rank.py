@@ -29,6 +29,7 @@ from ..validate.merged import account_batch, inexact_ends, rank_validation
 from ..runtime.files import remove_quietly
 from ..validate.ordered import OutFilter
 from .deferred import DeferredFilter, out_view_bits, warm_keep
+from .grouped import warm_groups
 from .prepass import event_times_ns
 from .output import copy_runs
 from .flows import KeptFlows, text_table
@@ -74,7 +75,7 @@ class RankPlan:
 def deferred_files(segment: str) -> list[str]:
     """The files a deferred filter's pass over a rank (or a byte range) writing ``segment`` may leave
     for its decision, removed by merge's parent whatever happens: the tentative segment (``.all``), the
-    per-event records, the flows' extents, a parked checker's sorted runs."""
+    per-event records (a byte range's: per group of events), its flows, a parked checker's sorted runs."""
     return [segment + x for x in (TENTATIVE, ".rec", ".flows", ".val0", ".val1")]
 
 
@@ -320,10 +321,13 @@ class _ByteRewrite:
             self.cur[4] = 0
 
 
-def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: RankContext, seg, check: Checker | None = None):
+def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: RankContext, seg, check: Checker | None = None,
+                   after: int = -1):
     """Rewrite every event ``reader`` yields into the binary stream ``seg`` (comma
     separated, no brackets); with ``check``, every batch's events are also recorded in it, as
-    read and as written (:func:`streamtrace.validate.merged.account_batch`).
+    read and as written (:func:`streamtrace.validate.merged.account_batch`).  ``after`` >= 0:
+    the events continue a segment whose last event ends at that output offset (a comma first;
+    the deferred filter's output offsets count from it).
     Returns ``(events_in, events_out, first_out, fast)``:
     ``first_out`` is the earliest shifted non-metadata ts written (ns) or None,
     ``fast`` the events the byte kernel wrote; ``ctx.used`` gets every merged pid
@@ -331,6 +335,8 @@ def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: RankContext, seg, c
     (the kernel asks once per new pid text), which :mod:`streamtrace.merge.ranges`
     relies on to reproduce the slot assignment of a whole-file pass."""
     rw = _ByteRewrite(reader, plan, ctx, seg, check)
+    if after >= 0:
+        rw.state[0], rw.state[4] = 1, after
     n_in = 0
     for b in reader.raw_batches(decode="bounds", scan=rw.scan):
         n = len(b.starts)
@@ -525,13 +531,17 @@ def finish_parked(plan: RankPlan, res: dict, keep) -> dict:
                 truncated=res["truncated"], repaired_events=res["repaired_events"])
 
 
-def warm_kernels(plan: RankPlan) -> None:
+def warm_kernels(plan: RankPlan, whole: bool = True, ranges: bool = False) -> None:
     """Load merge's numba kernels into this process (from numba's on-disk cache) by
     rewriting the warm-up trace (:mod:`streamtrace.runtime.warmup`) with ``plan``'s options
-    (same argument types, so the same compiled versions).  Called by the parent before it
-    forks its worker pool.  Writes and removes a temporary folder beside ``plan.segment``."""
+    (same argument types, so the same compiled versions), and with ``plan.defer`` the deferred
+    filter's kernels its workers use: of ``whole`` ranks, of byte ``ranges`` of cut ranks.  Called
+    by the parent before it forks its worker pool.  Writes and removes a temporary folder beside
+    ``plan.segment``."""
     with warm_trace(os.path.dirname(os.path.abspath(plan.segment))) as (d, src):
         merge_rank(dataclasses.replace(plan, path=src, segment=os.path.join(d, "warm.seg"), salvage=False,
                                        kept_flows=None if plan.kept_flows is None else set(), defer=None))
-    if plan.defer is not None:      # the deferred filter's decision kernel, loaded once for every worker
+    if plan.defer is not None and whole:        # the deferred filter's kernels, loaded once for every worker
         warm_keep()
+    if plan.defer is not None and ranges:
+        warm_groups()

@@ -3,8 +3,9 @@
 over the ranges.
 
 Each range's worker writes every event of its range to a tentative segment and records what the
-filter decides it by, as an unsplit rank's does (a :class:`~streamtrace.merge.deferred.DeferredFilter`
-per range, parked once the range is read).  The filter is a property of the whole rank: its steps
+filter decides it by, in groups of consecutive events (a :class:`~streamtrace.merge.grouped.GroupedFilter`
+per range, parked once the range is read; the rows of the few groups a window cuts through are made
+again from the input when deciding, :mod:`streamtrace.merge.rederive`).  The filter is a property of the whole rank: its steps
 may lie in any range, and a flow is kept only when every one of its events, in whichever range, is
 in the window.  So once every range is read and the pid slots are settled, one task per rank
 (:func:`decide_split`) combines the ranges' steps and earliest events (:func:`found_survey`; the
@@ -20,15 +21,18 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import numpy as np
 
 from ..validate.merged import rank_validation, split_reports
 from ..validate.ordered import OutFilter
-from .deferred import DeferredFilter, key_groups, missing_steps
+from .deferred import key_groups, missing_steps
+from .grouped import GroupedFilter
 from .output import copy_runs
 from .ranges import SplitFile, finish_rank
 from .rank import TENTATIVE, RankPlan, open_segment
+from .rederive import RangePids, rederive_rows
 from .survey import Survey, combine_surveys
 
 _ID_MASK = (1 << 40) - 1
@@ -59,7 +63,7 @@ def _global_keys(keys: np.ndarray, cat_map: np.ndarray | None, other_map: np.nda
     return out
 
 
-def kept_by_range(filters: list[DeferredFilter], lo: int, hi: int) -> list[np.ndarray]:
+def kept_by_range(filters: list[GroupedFilter], lo: int, hi: int) -> list[np.ndarray]:
     """Per range (its filter: :meth:`~streamtrace.merge.deferred.DeferredFilter.flow_extents`), the
     sorted keys, in its own numbering, of the rank's flows whose every event, in any range, has
     ``lo <= ts <= hi``."""
@@ -107,7 +111,8 @@ def decide_split(plan: RankPlan, sf: SplitFile, parts: list[dict], pids, keep: t
                 reps = split_reports(counters, os.path.dirname(plan.segment))
         else:
             with ThreadPoolExecutor(1, thread_name_prefix="decide") as pool:
-                later = pool.submit(_decide_ranges, plan, filters, keep)
+                later = pool.submit(_decide_ranges, plan, sf.path, [RangePids(plan.rank, p["records"], p["assigned"],
+                                                                              pids.info) for p in parts], filters, keep)
                 if counters:
                     pending = OutFilter(lo, hi, pending=lambda: _out_filter(lo, hi, later.result()))
                     reps = split_reports(counters, os.path.dirname(plan.segment), pending)
@@ -124,10 +129,12 @@ def decide_split(plan: RankPlan, sf: SplitFile, parts: list[dict], pids, keep: t
     return res
 
 
-def _decide_ranges(plan: RankPlan, filters: list[DeferredFilter], keep: tuple[int, int]) -> list:
+def _decide_ranges(plan: RankPlan, src: str, pids: list, filters: list[GroupedFilter], keep: tuple[int, int]) -> list:
     """Each range's :class:`~streamtrace.merge.deferred.Decision` (file order) under ``keep``, the
-    rank's flows matched across its ranges."""
-    return [d.finish(plan.path, plan.shift_ns, keep, kk) for d, kk in zip(filters, kept_by_range(filters, *keep))]
+    rank's flows matched across its ranges; the rows of a range's mixed groups are made again from
+    ``src`` with the range's ``pids`` (:func:`~streamtrace.merge.rederive.rederive_rows`)."""
+    return [d.finish(plan.path, plan.shift_ns, keep, kk, partial(rederive_rows, plan, src, p, d))
+            for d, kk, p in zip(filters, kept_by_range(filters, *keep), pids)]
 
 
 def _out_filter(lo: int, hi: int, drops: list) -> OutFilter:

@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import streamtrace.merge.deferred as D
+import streamtrace.merge.grouped as G
 import streamtrace.merge.run as R
 from streamtrace.merge import MergeOptions, merge
 from streamtrace.merge.deferred import DeferredFilter
@@ -469,6 +470,22 @@ def test_split_synthetic(tmp_path, kw):
     assert one[0]["split"][0] >= 4
 
 
+@pytest.mark.parametrize("group", [1, 3])
+def test_split_groups_made_again(tmp_path, group):
+    """Groups of 1 and 3 events (most of them cut by the window, their rows made again from the input
+    by rewriting their bytes once more): pids the kernel does not know (a string, a NaN, an object)
+    and flows numbered by Python among them, every event around the window's edges."""
+    odd = ['{"ph":"X","name":"nan_pid","cat":"cpu_op","pid":NaN,"tid":1,"ts":205,"dur":3}',
+           '{"ph":"X","name":"str_pid","cat":"cpu_op","pid":"Spans","tid":1,"ts":199,"dur":3}',
+           '{"ph":"X","name":"obj_pid","cat":"cpu_op","pid":{"a":1},"tid":1,"ts":301,"dur":3}']
+    src = _trace(tmp_path / "in", KERNEL_ONLY + odd + PYTHON_EVENTS + KERNEL_ONLY[2:] + odd)
+    with mock.patch.object(G, "GROUP_EVENTS", group):
+        for k, kw in enumerate(({"steps": (3, 3)}, {"window_ms": (0.05, 0.2)})):
+            (tmp_path / str(k)).mkdir()
+            one = _check([src], tmp_path / str(k), _split(src, 8, **kw))
+            assert one[0]["split"][0] >= 4
+
+
 def test_split_two_ranks_one_cut(tmp_path):
     """One rank cut, the other whole: ``--steps`` decided in the whole rank's worker, the cut one by a
     task; ``--window`` over both."""
@@ -510,7 +527,7 @@ def test_random_kernel_traces_split(tmp_path_factory, case, a, b, which, parts):
     tmp = tmp_path_factory.mktemp("rands")
     src = _trace(tmp / "in", evs + evs)              # twice: flows and steps repeat across the ranges
     window = (min(a, b), max(a, b)) if which != "steps" else None
-    with mock.patch.object(D, "CHUNK_ROWS", chunk):
+    with mock.patch.object(G, "GROUP_EVENTS", min(chunk, G.GROUP_EVENTS)):
         one = _check([src], tmp, _split(src, parts, window_ms=window, steps=steps if which != "window" else None,
                                         drop_cat=drop, validate=validate))
     assert one[0]["split"], "the rank was merged whole"

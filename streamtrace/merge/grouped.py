@@ -1,0 +1,205 @@
+"""The deferred time filter of one byte range of a cut rank (:mod:`streamtrace.merge.split_filter`),
+recording groups of events instead of one row per event.
+
+The whole-rank filter (:class:`~streamtrace.merge.deferred.DeferredFilter`) appends a 48-byte row
+per written event to a file and reads them all back to decide; on a rank cut into byte ranges that
+was two thirds of what a filter cost over the full merge (bench/RESULTS.md, "filtered merge").  A
+range's filter keeps a summary per group of up to :data:`GROUP_EVENTS` consecutive events
+(:func:`streamtrace.kernels.groups.group_batch`: ~2.4 bytes per event) and the flow events' keys in
+order.  Under the keep-window almost every group is kept whole or dropped whole
+(:func:`group_kinds`), which :func:`~streamtrace.kernels.groups.keep_groups` decides from its
+summary.  The rows of the few *mixed* groups (an edge of the window, a flow that leaves it, more
+than two pids) are made again by rewriting their byte span once more
+(:func:`streamtrace.merge.rederive.rederive_rows`: a byte range of a plain file can be read again
+from any event, which a whole ``.json.gz`` rank cannot) and decided by
+:func:`~streamtrace.kernels.keep.keep_rows`, on the same state.  The decision is the one the rows
+would give, event for event.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..kernels import groups as KG
+from ..kernels import keep as KK
+from .deferred import Decision, DeferredFilter, flow_extents
+
+GROUP_EVENTS = 63       # events per group (at most kernels.groups.GROUP_MAX)
+SPILL_GROUPS = 1 << 13  # summaries gathered before they are written (1.2 MB)
+_NO_BITS = np.zeros(0, np.uint8)
+
+
+def group_kinds(groups: np.ndarray, fkeys: np.ndarray, lo: int, hi: int, kept_keys: np.ndarray) -> np.ndarray:
+    """uint8 per group of ``groups`` (int64[n, G_COLS]): KIND_EMPTY (nothing written), KIND_KEPT (every
+    written event meets ``[lo, hi]`` (ns) and every flow event's key, in ``fkeys`` (int64, the groups'
+    flow events in order), is in the sorted ``kept_keys``), KIND_DROPPED (no class-1 event, and no
+    event meets the window) or KIND_MIXED (any other, and a group with more than two pids): what
+    :func:`streamtrace.kernels.keep.keep_rows` would find of its rows."""
+    timed = groups[:, KG.G_TIMED] > 0
+    meet_all = ~timed | ((groups[:, KG.G_T1MIN] >= lo) & (groups[:, KG.G_T0MAX] <= hi))
+    meet_none = timed & ((groups[:, KG.G_T1MAX] < lo) | (groups[:, KG.G_T0MIN] > hi))
+    flows_ok = np.empty(len(groups), np.uint8)
+    KG.flows_kept(np.ascontiguousarray(groups[:, KG.G_FLOWS]), fkeys, kept_keys, flows_ok)
+    flows_ok = flows_ok.view(bool)
+    whole = groups[:, KG.G_MIXED] == 0
+    kinds = np.full(len(groups), KG.KIND_MIXED, np.uint8)
+    kinds[whole & meet_all & flows_ok] = KG.KIND_KEPT
+    kinds[whole & meet_none & (groups[:, KG.G_KEPT1] == 0)] = KG.KIND_DROPPED
+    kinds[groups[:, KG.G_WRITTEN] == 0] = KG.KIND_EMPTY
+    return kinds
+
+
+def mixed_spans(kinds: np.ndarray) -> list[tuple[int, int]]:
+    """``[(a, b)]``: the maximal runs of consecutive KIND_MIXED groups, in order."""
+    m = np.flatnonzero(kinds == KG.KIND_MIXED)
+    if not len(m):
+        return []
+    cut = np.flatnonzero(np.diff(m) > 1) + 1
+    return [(int(s[0]), int(s[-1]) + 1) for s in np.split(m, cut)]
+
+
+def view_bits(rows: np.ndarray, groups: np.ndarray) -> None:
+    """OR into the rows (int64[k, R_COLS]) of ``groups``' written events the MISSING_OUT / NEGDUR_OUT
+    bits their summaries hold (a rewrite made again has no validation)."""
+    seq = rows[:, KK.R_BITS] >> KK.SEQ_SHIFT
+    g = np.searchsorted(groups[:, KG.G_SEQ], seq, side="right") - 1
+    k = seq - groups[g, KG.G_SEQ]
+    rows[:, KK.R_BITS] |= ((groups[g, KG.G_MISSING] >> k) & 1) * KK.MISSING_OUT
+    rows[:, KK.R_BITS] |= ((groups[g, KG.G_NEGDUR] >> k) & 1) * KK.NEGDUR_OUT
+
+
+def written_seqs(groups: np.ndarray) -> np.ndarray:
+    """int64: the seqs of ``groups``' written events, in order."""
+    k = np.arange(KG.GROUP_MAX, dtype=np.int64)
+    bit = ((groups[:, KG.G_WRITTEN, None] >> k) & 1).astype(bool)
+    return (groups[:, KG.G_SEQ, None] + k)[bit]
+
+
+def check_rows(rows: np.ndarray, groups: np.ndarray) -> None:
+    """Raise RuntimeError unless ``rows`` are exactly the written events of ``groups`` as the pass
+    wrote them: their seqs the groups' written bits, the last ending where the last group ends."""
+    seq = rows[:, KK.R_BITS] >> KK.SEQ_SHIFT
+    if not np.array_equal(seq, written_seqs(groups)) or \
+            (len(rows) and int(rows[-1, KK.R_END]) != int(groups[-1, KG.G_OUT1])):
+        raise RuntimeError("merge: a byte span rewritten again gave other events than its first rewrite")
+
+
+def warm_groups() -> None:
+    """Load :func:`~streamtrace.kernels.groups.group_batch` (from numba's cache) into this process:
+    merge's parent does it before forking its workers, which then share it
+    (:func:`streamtrace.merge.rank.warm_kernels`; the decision's kernels are loaded by the one task
+    that needs them)."""
+    groups, z = np.zeros((1, KG.G_COLS), np.int64), np.zeros(1, np.int64)
+    KG.group_batch(np.zeros(0, np.uint8), np.zeros((0, KK.R_COLS), np.int64), _NO_BITS, z, z, 0, 0, 1, groups, z,
+                   z, np.zeros(4, np.int64))
+
+
+class GroupedFilter(DeferredFilter):
+    """One byte range's deferred filter, in groups (see the module).  ``in_base``: added to a batch's
+    ``base``, makes its event offsets file offsets (the range's reader numbers its bytes from the
+    ``[`` it reads before them)."""
+
+    def __init__(self, steps, spill_path: str, in_base: int):
+        super().__init__(steps, spill_path)
+        self.in_base = in_base
+        self.ext = np.array([KK.NO_T0, KK.NO_T1, -1, 0], np.int64)
+        self.flow_order = None          # the flow events' keys, in order (after the pass)
+        self.pending, self.npending = [], 0     # summaries not yet in the spill file
+
+    def add_batch(self, rcls, rec, buf, starts, ends, vbits, path, base, times):
+        """One batch's events summarised in groups (:func:`~streamtrace.kernels.groups.group_batch`);
+        the arguments are :meth:`DeferredFilter.add_batch`'s."""
+        self.step_candidates(rcls, buf, starts, ends, path, base, times)
+        n = len(rcls)
+        groups = np.empty((-(-n // GROUP_EVENTS), KG.G_COLS), np.int64)
+        fkeys, fts = np.empty(n, np.int64), np.empty(n, np.int64)
+        ng, nf = KG.group_batch(rcls, rec, _NO_BITS if vbits is None else vbits, starts, ends, base + self.in_base,
+                                self.n_in, GROUP_EVENTS, groups, fkeys, fts, self.ext)
+        self.pending.append(groups[:ng])
+        self.npending += ng
+        if self.npending >= SPILL_GROUPS:
+            self._spill()
+        if nf:
+            self.flow_keys.append(fkeys[:nf].copy())
+            self.flow_ts.append(fts[:nf].copy())
+        e = self.ext.tolist()
+        self.ts_min, self.ts_max, self.end, self.written = e[KG.X_TS_MIN], e[KG.X_TS_MAX], e[KG.X_END], e[KG.X_WRITTEN]
+        self.n_in += n
+
+    def _spill(self) -> None:
+        """Append the summaries gathered to the spill file (in blocks: one write per batch cost more
+        than the summaries' bytes)."""
+        if self.pending:
+            np.concatenate(self.pending).tofile(self.spill)
+        self.pending, self.npending = [], 0
+
+    def _close_spill(self) -> None:
+        if self.spill is not None:
+            self._spill()
+            self.spill.close()
+
+    def park(self, flows_path: str) -> None:
+        """:meth:`DeferredFilter.park`, the flow events' keys and ts kept as they are, in order: the
+        decision needs the keys in order, and a window holding every event needs no extents."""
+        self._close_spill()
+        self.spill = None
+        with open(flows_path, "wb") as f:
+            for a in self._flows():
+                np.save(f, a)
+        self.flows_path = flows_path
+
+    def _flow_events(self) -> tuple[np.ndarray, np.ndarray]:
+        """The flow events' keys and ts, in order (read back once parked)."""
+        if self.flows_path is None:
+            return self._flows()
+        with open(self.flows_path, "rb") as f:
+            return np.load(f), np.load(f)
+
+    def flow_extents(self) -> tuple:
+        """:meth:`DeferredFilter.flow_extents`, reduced from the flow events once asked for."""
+        if self.extents is None:
+            keys, ts = self._flow_events()
+            self.flow_order = keys
+            self.extents = flow_extents(keys, ts)
+        return self.extents
+
+    def _flow_order(self) -> np.ndarray:
+        if self.flow_order is None:
+            self.flow_order = self._flow_events()[0]
+        return self.flow_order
+
+    def finish(self, path, shift_ns: int, keep=None, kept_keys=None, remake=None) -> Decision:
+        """:meth:`DeferredFilter.finish` from the groups; ``remake(groups)``: the rows (int64[k, R_COLS],
+        as the pass made them, without the validation bits) of the written events of a run of groups
+        (:func:`streamtrace.merge.rederive.rederive_rows`)."""
+        d, kept_keys, state = self._begin(path, shift_ns, keep, kept_keys)
+        if state is None:
+            return d
+        groups = np.fromfile(self.spill_path, np.int64).reshape(-1, KG.G_COLS)
+        kinds = group_kinds(groups, self._flow_order(), d.lo, d.hi, kept_keys)
+        parts, at = [], 0
+        for a, b in mixed_spans(kinds) + [(len(groups), len(groups))]:
+            self._whole(groups, kinds, at, a, shift_ns, d, state, parts)
+            if b > a:
+                if remake is None:
+                    raise ValueError("GroupedFilter.finish: mixed groups and no remake to make their rows")
+                rows = remake(groups[a:b])
+                check_rows(rows, groups[a:b])
+                view_bits(rows, groups[a:b])
+                self._rows(rows, kept_keys, shift_ns, d, state, parts)
+            at = b
+        self._rows(np.zeros((0, KK.R_COLS), np.int64), kept_keys, shift_ns, d, state, parts)
+        return d.done(parts, state)
+
+    @staticmethod
+    def _whole(groups, kinds, a, b, shift_ns, d, state, parts):
+        runs, pids = np.empty((b - a + 1, 2), np.int64), np.empty(2 * (b - a), np.int64)
+        nr, npid = KG.keep_groups(groups, kinds, a, b, shift_ns, d.dropped_seq, runs, pids, state)
+        parts.append(runs[:nr])
+        d.used.update(pids[:npid].tolist())
+
+    @staticmethod
+    def _rows(rows, kept_keys, shift_ns, d, state, parts):
+        runs, pids = np.empty((len(rows) + 1, 2), np.int64), np.empty(len(rows), np.int64)
+        nr, npid = KK.keep_rows(rows, d.lo, d.hi, kept_keys, shift_ns, d.dropped_seq, runs, pids, state)
+        parts.append(runs[:nr])
+        d.used.update(pids[:npid].tolist())
