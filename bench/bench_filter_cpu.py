@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""The CPU work of ``merge --steps`` / ``--window`` against the full merge on a rank cut into byte
+ranges, each merge run whole in one process: its tasks (the byte ranges, the rank's decision and
+check) run inline, one after the other, so the process's CPU time is the merge's work without the
+pool's scheduling noise (a CLI run's user + sys of the process tree spreads by +-0.3 CPU-s between
+identical rounds on this 2-core VM, `bench_merge.py --filters`; this spreads by ~0.05).  Wall time
+means nothing here and is not reported.
+
+    python bench/bench_filter_cpu.py                               # 1 x 300 MB rank, 5 rounds
+    python bench/bench_filter_cpu.py --baseline /tmp/base --record # and another checkout's, round by round
+
+A round runs, in a fresh process per checkout, one warm-up merge (numba's kernels loaded) and then
+each variant once (full, ``--steps``, each ``--window``; each round starts with another), timing each
+by ``time.process_time``; the rounds alternate between the checkouts.  The input is ``bench_merge.py``'s (the V100 rank inflated to
+``--size`` MB, 8 time-shifted copies for 300 MB: ``--steps 3-4`` keeps 92.5 % of its events), merged
+with ``jobs=2`` and cut into 4 ranges as the CLI cuts it on 2 cores.  Prints a Markdown table
+(median CPU-s per variant and its ratio to the same checkout's full merge); ``--record`` appends it to
+``bench/RESULTS.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as _dt
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from harness import DEFAULT_SRC, ROOT, append_results, command_line, default_scratch, ensure_inputs, log, machine_info
+
+
+def worker(input_dir: str, variants: list[str], out: str) -> None:
+    """In this process (run with the checkout's root first on ``sys.path``): a warm-up merge, then
+    each variant's merge timed; prints ``{variant: CPU s}`` as JSON."""
+    from concurrent.futures import Executor, Future
+
+    import streamtrace.runtime.parallel as P
+    from streamtrace.merge import MergeOptions, merge
+
+    class Inline(Executor):
+        def submit(self, fn, *args, **kwargs):
+            f = Future()
+            try:
+                f.set_result(fn(*args, **kwargs))
+            except BaseException as e:          # noqa: BLE001 - handed to the caller as the pool would
+                f.set_exception(e)
+            return f
+
+    @contextlib.contextmanager
+    def inline_pool(jobs, arr=None):
+        yield Inline()
+
+    P.pool = inline_pool
+
+    def options(v: str) -> MergeOptions:
+        if v.startswith("--steps "):
+            a, b = v.split()[1].split("-")
+            return MergeOptions(jobs=2, steps=(int(a), int(b)))
+        if v.startswith("--window "):
+            a, b = v.split()[1].split(":")
+            return MergeOptions(jobs=2, window_ms=(float(a), float(b)))
+        return MergeOptions(jobs=2)
+
+    merge([input_dir], Path(out), options(variants[0]))
+    cpu = {}
+    for v in variants:
+        t = time.process_time()
+        res = merge([input_dir], Path(out), options(v))
+        cpu[v] = time.process_time() - t
+        assert res[0].get("split"), "the rank was not cut into byte ranges"
+    print(json.dumps(cpu))
+
+
+def round_of(checkout: Path, input_dir: Path, variants: list[str], out: Path) -> dict:
+    """One round in a fresh process with ``checkout``'s streamtrace."""
+    env = dict(os.environ, PYTHONPATH=str(checkout))
+    res = subprocess.run([sys.executable, __file__, "--worker", str(input_dir), str(out), *variants],
+                         env=env, cwd="/", capture_output=True, text=True, check=True)
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", type=float, default=300, help="MB of the one rank (default 300)")
+    ap.add_argument("--repeat", type=int, default=5, help="rounds (default 5)")
+    ap.add_argument("--baseline", help="another checkout's root folder, measured round by round beside this one")
+    ap.add_argument("--filter-steps", default="3-4")
+    ap.add_argument("--filter-window", default="0:500,0:100000")
+    ap.add_argument("--scratch", default=str(default_scratch()))
+    ap.add_argument("--record", action="store_true", help="append the table to bench/RESULTS.md")
+    ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        worker(args.worker[0], args.worker[2:], args.worker[1])
+        return 0
+    scratch = Path(args.scratch)
+    input_dir = ensure_inputs(scratch, Path(DEFAULT_SRC), 1, args.size)[0]
+    out = scratch / "out" / "filter_cpu.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    variants = ["full merge", f"--steps {args.filter_steps}"] + [f"--window {w}" for w in args.filter_window.split(",") if w]
+    checkouts = [("this checkout", ROOT)] + ([("baseline", Path(args.baseline).resolve())] if args.baseline else [])
+    started = _dt.datetime.now().astimezone()
+    cpu = {(c, v): [] for c, _ in checkouts for v in variants}
+    for k in range(args.repeat):
+        order = variants[k % len(variants):] + variants[:k % len(variants)]     # no variant always first
+        for name, root in checkouts:
+            for v, s in round_of(root, input_dir, order, out).items():
+                cpu[(name, v)].append(s)
+            log(f"round {k + 1}/{args.repeat} {name}: done")
+    out.unlink(missing_ok=True)
+    machine = machine_info()
+    lines = [f"## {started:%Y-%m-%d %H:%M %Z}: `{command_line(__file__, argv)}`", "",
+             f"- machine: {machine['nproc']} cores ({machine['cpu']}), Python {machine['python']}; git {machine.get('git', '?')}"
+             + "".join(f"; {n}: {_git(r)}" for n, r in checkouts[1:]),
+             f"- input: 1 x {args.size:g} MB rank (`{input_dir}`), merged with jobs=2 (cut into byte ranges), every task "
+             "inline in one process; CPU s = `time.process_time` of one merge, median of the rounds", "",
+             "| checkout | merge | CPU s (median) | vs its full merge | rounds |", "|---|---|---|---|---|"]
+    for name, _ in checkouts:
+        full = statistics.median(cpu[(name, variants[0])])
+        for v in variants:
+            m = statistics.median(cpu[(name, v)])
+            lines.append(f"| {name} | {v} | {m:.3f} | {m / full:.3f} | {', '.join(f'{x:.2f}' for x in cpu[(name, v)])} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.record:
+        append_results(text)
+    return 0
+
+
+def _git(root: Path) -> str:
+    res = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return res.stdout.strip() or str(root)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
