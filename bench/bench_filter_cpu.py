@@ -3,7 +3,8 @@
 ranges, each merge run whole in one process: its tasks (the byte ranges, the rank's decision and
 check) run inline, one after the other, so the process's CPU time is the merge's work without the
 pool's scheduling noise (a CLI run's user + sys of the process tree spreads by +-0.3 CPU-s between
-identical rounds on this 2-core VM, `bench_merge.py --filters`; this spreads by ~0.05).  Wall time
+identical rounds on this 2-core VM, `bench_merge.py --filters`; this by ~0.05 on a quiet VM, more
+when a neighbour is busy).  Wall time
 means nothing here and is not reported.
 
     python bench/bench_filter_cpu.py                               # 1 x 300 MB rank, 5 rounds
@@ -14,7 +15,8 @@ each variant once (full, ``--steps``, each ``--window``; each round starts with 
 by ``time.process_time``; the rounds alternate between the checkouts.  The input is ``bench_merge.py``'s (the V100 rank inflated to
 ``--size`` MB, 8 time-shifted copies for 300 MB: ``--steps 3-4`` keeps 92.5 % of its events), merged
 with ``jobs=2`` and cut into 4 ranges as the CLI cuts it on 2 cores.  Prints a Markdown table
-(median CPU-s per variant and its ratio to the same checkout's full merge); ``--record`` appends it to
+(median and least CPU-s per variant, each against the same checkout's full merge: another process on
+the VM only adds time, so the least is the steadier figure); ``--record`` appends it to
 ``bench/RESULTS.md``.
 """
 from __future__ import annotations
@@ -117,13 +119,15 @@ def main(argv=None) -> int:
              f"- machine: {machine['nproc']} cores ({machine['cpu']}), Python {machine['python']}; git {machine.get('git', '?')}"
              + "".join(f"; {n}: {_git(r)}" for n, r in checkouts[1:]),
              f"- input: 1 x {args.size:g} MB rank (`{input_dir}`), merged with jobs=2 (cut into byte ranges), every task "
-             "inline in one process; CPU s = `time.process_time` of one merge, median of the rounds", "",
-             "| checkout | merge | CPU s (median) | vs its full merge | rounds |", "|---|---|---|---|---|"]
+             "inline in one process; CPU s = `time.process_time` of one merge, median and least of the rounds", "",
+             "| checkout | merge | CPU s (median) | vs its full merge | CPU s (least) | vs its full merge | rounds |",
+             "|---|---|---|---|---|---|---|"]
     for name, _ in checkouts:
-        full = statistics.median(cpu[(name, variants[0])])
+        full, least = statistics.median(cpu[(name, variants[0])]), min(cpu[(name, variants[0])])
         for v in variants:
-            m = statistics.median(cpu[(name, v)])
-            lines.append(f"| {name} | {v} | {m:.3f} | {m / full:.3f} | {', '.join(f'{x:.2f}' for x in cpu[(name, v)])} |")
+            m, a = statistics.median(cpu[(name, v)]), min(cpu[(name, v)])
+            lines.append(f"| {name} | {v} | {m:.3f} | {m / full:.3f} | {a:.3f} | {a / least:.3f} | "
+                         f"{', '.join(f'{x:.2f}' for x in cpu[(name, v)])} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.record:
