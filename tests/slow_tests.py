@@ -152,6 +152,9 @@ SLOW: dict[str, set[str] | str] = {
     "tests/unit/merge/test_critical_marks.py": {"test_epilogue_marks_its_merged_trace"},
     "tests/kernels/test_survey_kernel.py": {"test_prepass_matches_json"},
     "tests/kernels/test_keep_kernel.py": {"test_keep_rows_matches_twin"},   # 4.4 s, 2026-11-27, shared machine
+    "tests/kernels/test_groups_kernel.py": {   # 3.0-3.2 s each, 2026-11-27
+        "test_group_batch_matches_twin", "test_keep_groups_matches_twin",
+        "test_decision_from_groups_is_every_rows_decision"},
     "tests/unit/merge/test_merge_steps_onepass.py": {   # 2.8-7.1 s each, 2026-11-27, shared machine
         "test_real_rank_steps", "test_real_rank_steps_when_their_category_is_dropped", "test_split_real_rank",
         "test_random_kernel_traces_split", "test_window_holding_every_event"},
