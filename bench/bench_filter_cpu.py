@@ -12,12 +12,12 @@ means nothing here and is not reported.
 
 A round runs, in a fresh process per checkout, one warm-up merge (numba's kernels loaded) and then
 each variant once (full, ``--steps``, each ``--window``; each round starts with another), timing each
-by ``time.process_time``; the rounds alternate between the checkouts.  The input is ``bench_merge.py``'s (the V100 rank inflated to
-``--size`` MB, 8 time-shifted copies for 300 MB: ``--steps 3-4`` keeps 92.5 % of its events), merged
-with ``jobs=2`` and cut into 4 ranges as the CLI cuts it on 2 cores.  Prints a Markdown table
-(median and least CPU-s per variant, each against the same checkout's full merge: another process on
-the VM only adds time, so the least is the steadier figure); ``--record`` appends it to
-``bench/RESULTS.md``.
+by ``time.process_time``; the rounds alternate between the checkouts.  The input is
+``bench_merge.py``'s (the V100 rank inflated to ``--size`` MB, 8 time-shifted copies for 300 MB:
+``--steps 3-4`` keeps 92.5 % of its events), merged with ``jobs=2`` and cut into 4 ranges as the CLI
+cuts it on 2 cores.  Prints a Markdown table (median and least CPU-s per variant, each against the
+same checkout's full merge: another process on the VM only adds time, so the least is the steadier
+figure); ``--record`` appends it to ``bench/RESULTS.md``.
 """
 from __future__ import annotations
 
@@ -103,7 +103,8 @@ def main(argv=None) -> int:
     input_dir = ensure_inputs(scratch, Path(DEFAULT_SRC), 1, args.size)[0]
     out = scratch / "out" / "filter_cpu.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    variants = ["full merge", f"--steps {args.filter_steps}"] + [f"--window {w}" for w in args.filter_window.split(",") if w]
+    windows = [f"--window {w}" for w in args.filter_window.split(",") if w]
+    variants = ["full merge", f"--steps {args.filter_steps}"] + windows
     checkouts = [("this checkout", ROOT)] + ([("baseline", Path(args.baseline).resolve())] if args.baseline else [])
     started = _dt.datetime.now().astimezone()
     cpu = {(c, v): [] for c, _ in checkouts for v in variants}
@@ -116,9 +117,11 @@ def main(argv=None) -> int:
     out.unlink(missing_ok=True)
     machine = machine_info()
     lines = [f"## {started:%Y-%m-%d %H:%M %Z}: `{command_line(__file__, argv)}`", "",
-             f"- machine: {machine['nproc']} cores ({machine['cpu']}), Python {machine['python']}; git {machine.get('git', '?')}"
+             f"- machine: {machine['nproc']} cores ({machine['cpu']}), Python {machine['python']}; "
+             f"git {machine.get('git', '?')}"
              + "".join(f"; {n}: {_git(r)}" for n, r in checkouts[1:]),
-             f"- input: 1 x {args.size:g} MB rank (`{input_dir}`), merged with jobs=2 (cut into byte ranges), every task "
+             f"- input: 1 x {args.size:g} MB rank (`{input_dir}`), merged with jobs=2 (cut into byte ranges), "
+             "every task "
              "inline in one process; CPU s = `time.process_time` of one merge, median and least of the rounds", "",
              "| checkout | merge | CPU s (median) | vs its full merge | CPU s (least) | vs its full merge | rounds |",
              "|---|---|---|---|---|---|---|"]

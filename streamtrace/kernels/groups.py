@@ -2,8 +2,8 @@
 (:mod:`streamtrace.merge.grouped`): the written events summarised per group of consecutive events
 instead of one row each, and the groups a window keeps or drops whole decided from their summary.
 
-A group is up to 64 consecutive events of one batch (written or not; at most :data:`GROUP_MAX`, so
-that its events fit the bitmasks).  Its summary (int64[G_COLS]) holds what
+A group is up to :data:`GROUP_MAX` (63) consecutive events of one batch, written or not (so that its
+events fit the bitmasks of an int64).  Its summary (int64[G_COLS]) holds what
 :func:`streamtrace.kernels.keep.keep_rows` would need of all its rows to find that every one is kept,
 or that every one is dropped: the extremes of its timed events' ts and end, its flow events' count
 (their keys are kept apart, in order), its class-1 events' count, its merged pids (two at most) and
@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .keep import (C_CLASS, lower_bound_from, MISSING_OUT, NEGDUR_OUT, NO_T0, NO_T1, R_BITS, R_END, R_FLOW, R_PID, R_T0, R_T1,
-                   S_FIRST, S_GONE, S_GONE_MISSING, S_GONE_NEGDUR, S_HAS_FIRST, S_KEPT, S_OPEN, S_PREV_END)
+from .keep import (C_CLASS, MISSING_OUT, NEGDUR_OUT, NO_T0, NO_T1, R_BITS, R_END, R_FLOW, R_PID, R_T0, R_T1, S_FIRST,
+                   S_GONE, S_GONE_MISSING, S_GONE_NEGDUR, S_HAS_FIRST, S_KEPT, S_OPEN, S_PREV_END, lower_bound_from)
 
 __all__ = ["GROUP_MAX", "G_SEQ", "G_N", "G_IN0", "G_IN1", "G_OUT0", "G_OUT1", "G_WRITTEN", "G_MISSING",
            "G_NEGDUR", "G_KEPT1", "G_TIMED", "G_T0MIN", "G_T0MAX", "G_T1MIN", "G_T1MAX", "G_FLOWS", "G_PID0",

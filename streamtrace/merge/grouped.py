@@ -2,7 +2,8 @@
 recording groups of events instead of one row per event.
 
 The whole-rank filter (:class:`~streamtrace.merge.deferred.DeferredFilter`) appends a 48-byte row
-per written event to a file and reads them all back to decide.  A range's filter keeps a summary per group of up to :data:`GROUP_EVENTS` consecutive events
+per written event to a file and reads them all back to decide.  A range's filter keeps a summary
+per group of up to :data:`GROUP_EVENTS` consecutive events
 (:func:`streamtrace.kernels.groups.group_batch`: ~2.4 bytes per event) and the flow events' keys in
 order.  Under the keep-window almost every group is kept whole or dropped whole
 (:func:`group_kinds`), which :func:`~streamtrace.kernels.groups.keep_groups` decides from its

@@ -3,9 +3,9 @@ rewritten once more, exactly as the range's pass rewrote it, the output thrown a
 (:class:`streamtrace.merge.grouped.GroupedFilter` needs the rows of its mixed groups only).
 
 The rewrite of an event depends on no other event but through the pid slots and the flow
-categories' numbering (:mod:`streamtrace.merge.ranges`); the rank's settled pid map and the range's
-category tables give both as the pass had them, and the output offsets continue from the event
-before the span.
+categories' numbering (:mod:`streamtrace.merge.ranges`); the range's own pid registrations (with the
+merged pids they settled to, :class:`RangePids`) and its category tables give both as the pass had
+them, and the output offsets continue from the event before the span.
 """
 from __future__ import annotations
 

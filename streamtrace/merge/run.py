@@ -288,8 +288,9 @@ def _merge_surveyed(files, output, opt, splits, t_start, jobs, surveys):
     progress = _Progress(tasks, opt.progress)
     try:
         if jobs > 1 and len(tasks) > 1 and not parallel.scheduler_address(opt.scheduler):
-            warm_kernels(plans[0], len(splits) < len(files), bool(splits))    # forked workers inherit the
-            # loaded kernels (one process: loaded on use); the deferred filter's of whole ranks, of byte ranges
+            # forked workers inherit the loaded kernels (one process: loaded on use), the deferred
+            # filter's for whole ranks and for byte ranges as the job has them
+            warm_kernels(plans[0], whole=len(splits) < len(files), ranges=bool(splits))
         trim()                            # and only the heap this process uses (see _run_task)
         results, done, redone = _rewrite_decide(tasks, files, surveys, plans, splits, jobs, opt, progress)
         if any(int(res["metadata"].get("baseTimeNanoseconds") or 0) != int(s.metadata.get("baseTimeNanoseconds") or 0)

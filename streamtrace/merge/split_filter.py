@@ -3,10 +3,11 @@
 over the ranges.
 
 Each range's worker writes every event of its range to a tentative segment and records what the
-filter decides it by, in groups of consecutive events (a :class:`~streamtrace.merge.grouped.GroupedFilter`
-per range, parked once the range is read; the rows of the few groups a window cuts through are made
-again from the input when deciding, :mod:`streamtrace.merge.rederive`).  The filter is a property of the whole rank: its steps
-may lie in any range, and a flow is kept only when every one of its events, in whichever range, is
+filter decides it by, in groups of consecutive events (a
+:class:`~streamtrace.merge.grouped.GroupedFilter` per range, parked once the range is read; the rows
+of the few groups a window cuts through are made again from the input when deciding,
+:mod:`streamtrace.merge.rederive`).  The filter is a property of the whole rank: its steps may lie in
+any range, and a flow is kept only when every one of its events, in whichever range, is
 in the window.  So once every range is read and the pid slots are settled, one task per rank
 (:func:`decide_split`) combines the ranges' steps and earliest events (:func:`found_survey`; the
 keep-window itself comes from the parent, :func:`streamtrace.merge.survey.plan_time`), numbers the
@@ -111,8 +112,8 @@ def decide_split(plan: RankPlan, sf: SplitFile, parts: list[dict], pids, keep: t
                 reps = split_reports(counters, os.path.dirname(plan.segment))
         else:
             with ThreadPoolExecutor(1, thread_name_prefix="decide") as pool:
-                later = pool.submit(_decide_ranges, plan, sf.path, [RangePids(plan.rank, p["records"], p["assigned"],
-                                                                              pids.info) for p in parts], filters, keep)
+                own = [RangePids(plan.rank, p["records"], p["assigned"], pids.info) for p in parts]
+                later = pool.submit(_decide_ranges, plan, sf.path, own, filters, keep)
                 if counters:
                     pending = OutFilter(lo, hi, pending=lambda: _out_filter(lo, hi, later.result()))
                     reps = split_reports(counters, os.path.dirname(plan.segment), pending)
