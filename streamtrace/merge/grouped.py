@@ -148,24 +148,28 @@ class GroupedFilter(DeferredFilter):
                 np.save(f, a)
         self.flows_path = flows_path
 
-    def _flow_events(self) -> tuple[np.ndarray, np.ndarray]:
-        """The flow events' keys and ts, in order (read back once parked)."""
-        if self.flows_path is None:
-            return self._flows()
-        with open(self.flows_path, "rb") as f:
-            return np.load(f), np.load(f)
+    def flow_events(self) -> tuple[np.ndarray, np.ndarray]:
+        """The flow events' keys (int64: ``cat index << 40 | id``, or ``-1 - n`` for the n-th flow
+        numbered in Python) and ts (int64, ns), in the range's order (read back once parked); the keys
+        are kept for :meth:`finish`."""
+        if self.flows_path is None:             # (not parked: the pass's lists, kept once joined)
+            keys, ts = self._flows()
+            self.flow_keys, self.flow_ts = [keys], [ts]
+        else:
+            with open(self.flows_path, "rb") as f:
+                keys, ts = np.load(f), np.load(f)
+        self.flow_order = keys
+        return keys, ts
 
     def flow_extents(self) -> tuple:
         """:meth:`DeferredFilter.flow_extents`, reduced from the flow events once asked for."""
         if self.extents is None:
-            keys, ts = self._flow_events()
-            self.flow_order = keys
-            self.extents = flow_extents(keys, ts)
+            self.extents = flow_extents(*self.flow_events())
         return self.extents
 
     def _flow_order(self) -> np.ndarray:
         if self.flow_order is None:
-            self.flow_order = self._flow_events()[0]
+            self.flow_events()
         return self.flow_order
 
     def finish(self, path, shift_ns: int, keep=None, kept_keys=None, remake=None) -> Decision:

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..validate.merged import rank_validation, split_reports
 from ..validate.ordered import OutFilter
-from .deferred import key_groups, missing_steps
+from .deferred import missing_steps
 from .grouped import GroupedFilter
 from .output import copy_runs
 from .ranges import SplitFile, finish_rank
@@ -65,29 +65,38 @@ def _global_keys(keys: np.ndarray, cat_map: np.ndarray | None, other_map: np.nda
 
 
 def kept_by_range(filters: list[GroupedFilter], lo: int, hi: int) -> list[np.ndarray]:
-    """Per range (its filter: :meth:`~streamtrace.merge.deferred.DeferredFilter.flow_extents`), the
-    sorted keys, in its own numbering, of the rank's flows whose every event, in any range, has
-    ``lo <= ts <= hi``."""
-    cats, others = {}, {}
-    ext, keys = [d.flow_extents() for d in filters], []
-    for d, (mine, _, _) in zip(filters, ext):
+    """Per range (its filter's flow events in order, :meth:`~streamtrace.merge.grouped.GroupedFilter.flow_events`),
+    the sorted keys, in its own numbering, of the rank's flows whose every event, in any range, has
+    ``lo <= ts <= hi``: the range's distinct keys but those of the flows with an event outside the
+    window, in any range (found in the rank's numbering from the few events that leave it)."""
+    cats, others, ranges, leaving = {}, {}, [], []
+    for d in filters:
+        keys, ts = d.flow_events()
         cat_map = np.array([cats.setdefault(c, len(cats)) for c in d.cats] or [0], np.int64)
         other_map = np.array([others.setdefault(k, len(others)) for k in d.other] or [0], np.int64)
         same = not d.other and np.array_equal(cat_map, np.arange(len(cat_map)))    # the usual case
-        keys.append(_global_keys(mine, None if same else cat_map, other_map))
-    keys = np.concatenate(keys)
-    order, start = key_groups(keys)             # a flow's extents in several ranges, side by side
-    at = np.flatnonzero(start)
-    first = np.minimum.reduceat(np.concatenate([e[1] for e in ext])[order], at) if len(at) else at
-    last = np.maximum.reduceat(np.concatenate([e[2] for e in ext])[order], at) if len(at) else at
-    kept = np.empty(len(keys), bool)
-    kept[order] = ((first >= lo) & (last <= hi))[np.cumsum(start) - 1]
-    out, a = [], 0
-    for d, (mine, _, _) in zip(filters, ext):  # (each range's keys: sorted, distinct)
-        out.append(mine[kept[a:a + len(mine)]])
-        a += len(mine)
-        d.extents = None
+        maps = (None if same else cat_map, other_map)
+        ranges.append((keys, maps))
+        leaving.append(_global_keys(keys[(ts < lo) | (ts > hi)], *maps))
+    gone = _distinct(np.concatenate(leaving)) if leaving else np.zeros(0, np.int64)
+    out = []
+    for keys, maps in ranges:
+        mine = _distinct(keys)
+        out.append(mine[~_among(_global_keys(mine, *maps), gone)] if len(gone) else mine)
     return out
+
+
+def _distinct(keys: np.ndarray) -> np.ndarray:
+    """The distinct values of ``keys`` (int64), sorted: a stable sort (timsort, fast on the nearly sorted
+    keys of flows numbered in file order), where numpy's ``unique`` hashes them first."""
+    s = np.sort(keys, kind="stable")
+    return s[np.concatenate(([True], s[1:] != s[:-1]))] if len(s) else s
+
+
+def _among(keys: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
+    """bool per key of ``keys`` (int64): it is in ``sorted_keys`` (int64, sorted, not empty)."""
+    at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
+    return sorted_keys[at] == keys
 
 
 def decide_split(plan: RankPlan, sf: SplitFile, parts: list[dict], pids, keep: tuple[int, int]) -> dict:

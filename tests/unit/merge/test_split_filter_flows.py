@@ -19,8 +19,9 @@ one_range = st.lists(flow_event, max_size=25)
 
 def range_filter(events):
     """A parked range's filter as kept_by_range reads it: its category table (first seen first), its
-    Python-numbered flows, and its flows' extents in its own numbering, built by plain Python."""
-    cats, other, ext = [], [], {}
+    Python-numbered flows, and its flow events' keys (in its own numbering) and ts in order, built by
+    plain Python."""
+    cats, other, order, times = [], [], [], []
     for cat, fid, is_other, ts in events:
         if is_other:
             name = (cat, str(fid))
@@ -31,12 +32,10 @@ def range_filter(events):
             if cat not in cats:
                 cats.append(cat)
             key = (cats.index(cat) << 40) | fid
-        lo, hi = ext.get(key, (ts, ts))
-        ext[key] = (min(lo, ts), max(hi, ts))
-    keys = sorted(ext)
-    extents = tuple(np.array(c, np.int64) for c in ([k for k in keys], [ext[k][0] for k in keys],
-                                                     [ext[k][1] for k in keys]))
-    return SimpleNamespace(cats=cats, other=other, extents=extents, flow_extents=lambda: extents)
+        order.append(key)
+        times.append(ts)
+    events = np.array(order, np.int64), np.array(times, np.int64)
+    return SimpleNamespace(cats=cats, other=other, flow_events=lambda: events)
 
 
 def twin(ranges, lo, hi):
