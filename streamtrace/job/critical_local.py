@@ -71,6 +71,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.feather as feather
 
+from ..events.sortedsets import sorted_distinct
 from ..kernels.critical import NEG, longest_path, trace_back
 from .alignment import column_numpy
 from .explain import KERNEL_COLUMNS as EXPLAIN_KERNELS
@@ -450,7 +451,7 @@ def reduce_step(t, cols, anchors, order):
     sinks = sinks[reached]
     red = (origin[sinks], sinks, dist[sinks] - init[origin[sinks]])
     marked = [trace_back(pred, ps, int(s)) for s in sinks.tolist()]
-    marked = np.unique(np.concatenate(marked)) if marked else np.zeros(0, np.int64)
+    marked = sorted_distinct(np.concatenate(marked)) if marked else np.zeros(0, np.int64)
     return pos, red, keep[marked], int((~ok).sum())
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..events.sortedsets import sorted_distinct, sorted_intersect
 from ..trace.nsys import KINDS, NsysExport
 from ..trace.nsys.streams import DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, col, table_batches
 from ..trace.steps import step_number
@@ -190,5 +191,5 @@ def kept_flow_keys(gpu: FlowKeys, launch: FlowKeys, keeps: dict):
             if w is not None:
                 m = rank == r
                 ok[m] = (ts[m] >= w[0]) & (ts[m] <= w[1])
-        sides.append(np.unique(key[ok]))
-    return np.intersect1d(sides[0], sides[1], assume_unique=True)
+        sides.append(sorted_distinct(key[ok]))
+    return sorted_intersect(sides[0], sides[1])

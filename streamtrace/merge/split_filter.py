@@ -26,6 +26,7 @@ from functools import partial
 
 import numpy as np
 
+from ..events.sortedsets import in_sorted, sorted_distinct
 from ..validate.merged import rank_validation, split_reports
 from ..validate.ordered import OutFilter
 from .deferred import missing_steps
@@ -78,25 +79,12 @@ def kept_by_range(filters: list[GroupedFilter], lo: int, hi: int) -> list[np.nda
         maps = (None if same else cat_map, other_map)
         ranges.append((keys, maps))
         leaving.append(_global_keys(keys[(ts < lo) | (ts > hi)], *maps))
-    gone = _distinct(np.concatenate(leaving)) if leaving else np.zeros(0, np.int64)
+    gone = sorted_distinct(np.concatenate(leaving)) if leaving else np.zeros(0, np.int64)
     out = []
     for keys, maps in ranges:
-        mine = _distinct(keys)
-        out.append(mine[~_among(_global_keys(mine, *maps), gone)] if len(gone) else mine)
+        mine = sorted_distinct(keys)
+        out.append(mine[~in_sorted(_global_keys(mine, *maps), gone)])
     return out
-
-
-def _distinct(keys: np.ndarray) -> np.ndarray:
-    """The distinct values of ``keys`` (int64), sorted: a stable sort (timsort, fast on the nearly sorted
-    keys of flows numbered in file order), where numpy's ``unique`` hashes them first."""
-    s = np.sort(keys, kind="stable")
-    return s[np.concatenate(([True], s[1:] != s[:-1]))] if len(s) else s
-
-
-def _among(keys: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
-    """bool per key of ``keys`` (int64): it is in ``sorted_keys`` (int64, sorted, not empty)."""
-    at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
-    return sorted_keys[at] == keys
 
 
 def decide_split(plan: RankPlan, sf: SplitFile, parts: list[dict], pids, keep: tuple[int, int]) -> dict:
