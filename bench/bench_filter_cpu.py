@@ -17,7 +17,9 @@ by ``time.process_time``; the rounds alternate between the checkouts.  The input
 ``--steps 3-4`` keeps 92.5 % of its events), merged with ``jobs=2`` and cut into 4 ranges as the CLI
 cuts it on 2 cores.  Prints a Markdown table (median and least CPU-s per variant, each against the
 same checkout's full merge: another process on the VM only adds time, so the least is the steadier
-figure); ``--record`` appends it to ``bench/RESULTS.md``.
+figure), and a second one of where each merge spends it (median thread CPU of the range passes,
+the check, the decision thread and the write: :data:`PHASES`, far steadier than the totals when one
+phase changes); ``--record`` appends both to ``bench/RESULTS.md``.
 """
 from __future__ import annotations
 
@@ -37,7 +39,8 @@ from harness import DEFAULT_SRC, ROOT, append_results, command_line, default_scr
 
 def worker(input_dir: str, variants: list[str], out: str) -> None:
     """In this process (run with the checkout's root first on ``sys.path``): a warm-up merge, then
-    each variant's merge timed; prints ``{variant: CPU s}`` as JSON."""
+    each variant's merge timed; prints ``{variant: {"cpu": CPU s, "phases": {phase: thread CPU s}}}`` as
+    JSON (:data:`PHASES`)."""
     from concurrent.futures import Executor, Future
 
     import streamtrace.runtime.parallel as P
@@ -67,14 +70,51 @@ def worker(input_dir: str, variants: list[str], out: str) -> None:
             return MergeOptions(jobs=2, window_ms=(float(a), float(b)))
         return MergeOptions(jobs=2)
 
+    spent = _time_phases()
     merge([input_dir], Path(out), options(variants[0]))
     cpu = {}
     for v in variants:
+        spent.clear()
         t = time.process_time()
         res = merge([input_dir], Path(out), options(v))
-        cpu[v] = time.process_time() - t
+        cpu[v] = {"cpu": time.process_time() - t, "phases": dict(spent)}
         assert res[0].get("split"), "the rank was not cut into byte ranges"
     print(json.dumps(cpu))
+
+
+# Where a merge of the cut rank spends its CPU: (phase, module, function) timed by the thread CPU of
+# the thread that runs it (the decision runs in a thread of its own).  A name that is not there (another
+# checkout) is left out; the rest of the merge is "other".
+PHASES = [("range passes", "streamtrace.merge.ranges", "merge_range"),
+          ("check", "streamtrace.merge.run", "split_validation"),
+          ("check", "streamtrace.merge.split_filter", "split_reports"),
+          ("decision thread", "streamtrace.merge.split_filter", "_decide_ranges"),
+          ("write", "streamtrace.merge.run", "write_merged")]
+
+
+def _time_phases() -> dict:
+    """Wrap each function of :data:`PHASES` where it is called from; returns the dict the wrappers add
+    their thread CPU seconds to, by phase."""
+    import functools
+    import importlib
+
+    spent: dict = {}
+
+    def timed(label, f):
+        @functools.wraps(f)
+        def g(*a, **k):
+            t = time.thread_time()
+            try:
+                return f(*a, **k)
+            finally:
+                spent[label] = spent.get(label, 0.0) + time.thread_time() - t
+        return g
+
+    for label, module, name in PHASES:
+        mod = importlib.import_module(module)
+        if hasattr(mod, name):
+            setattr(mod, name, timed(label, getattr(mod, name)))
+    return spent
 
 
 def round_of(checkout: Path, input_dir: Path, variants: list[str], out: Path) -> dict:
@@ -108,11 +148,13 @@ def main(argv=None) -> int:
     checkouts = [("this checkout", ROOT)] + ([("baseline", Path(args.baseline).resolve())] if args.baseline else [])
     started = _dt.datetime.now().astimezone()
     cpu = {(c, v): [] for c, _ in checkouts for v in variants}
+    phases = {(c, v): [] for c, _ in checkouts for v in variants}
     for k in range(args.repeat):
         order = variants[k % len(variants):] + variants[:k % len(variants)]     # no variant always first
         for name, root in checkouts:
-            for v, s in round_of(root, input_dir, order, out).items():
-                cpu[(name, v)].append(s)
+            for v, got in round_of(root, input_dir, order, out).items():
+                cpu[(name, v)].append(got["cpu"])
+                phases[(name, v)].append(dict(got["phases"], other=got["cpu"] - sum(got["phases"].values())))
             log(f"round {k + 1}/{args.repeat} {name}: done")
     out.unlink(missing_ok=True)
     machine = machine_info()
@@ -131,11 +173,25 @@ def main(argv=None) -> int:
             m, a = statistics.median(cpu[(name, v)]), min(cpu[(name, v)])
             lines.append(f"| {name} | {v} | {m:.3f} | {m / full:.3f} | {a:.3f} | {a / least:.3f} | "
                          f"{', '.join(f'{x:.2f}' for x in cpu[(name, v)])} |")
+    lines += _phase_table(checkouts, variants, phases)
     text = "\n".join(lines) + "\n"
     print(text)
     if args.record:
         append_results(text)
     return 0
+
+
+def _phase_table(checkouts, variants, phases) -> list[str]:
+    """Markdown lines: per checkout and merge, the median thread CPU of each phase (:data:`PHASES`)."""
+    names = list(dict.fromkeys([p for p, _, _ in PHASES] + ["other"]))
+    out = ["", "Median CPU s per phase (thread CPU of the thread running it; `other`: the rest of the process's):", "",
+           "| checkout | merge | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    for name, _ in checkouts:
+        for v in variants:
+            runs = phases[(name, v)]
+            out.append(f"| {name} | {v} | " + " | ".join(
+                f"{statistics.median(r.get(p, 0.0) for r in runs):.3f}" for p in names) + " |")
+    return out
 
 
 def _git(root: Path) -> str:
