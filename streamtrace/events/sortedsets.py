@@ -1,6 +1,7 @@
 """Sets of integer keys held as sorted arrays of distinct values: making one (:func:`sorted_distinct`,
-what ``np.unique(a)`` returns), membership in one (:func:`in_sorted`, ``np.isin``) and the
-intersection of two (:func:`sorted_intersect`, ``np.intersect1d``), by sorting and binary search.
+what ``np.unique(a)`` returns), membership in one (:func:`in_sorted`, ``np.isin``), the
+intersection of two (:func:`sorted_intersect`, ``np.intersect1d``) and the difference
+(:func:`sorted_difference`, ``np.setdiff1d``), by sorting and binary search.
 
 numpy's own are slower on the keys merge and the critical path hold: many distinct values, often
 nearly in order (flow keys, correlation ids, graph nodes walked along a path).  numpy 2.3 and later
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["in_sorted", "sorted_distinct", "sorted_intersect"]
+__all__ = ["in_sorted", "sorted_difference", "sorted_distinct", "sorted_intersect"]
 
 
 def sorted_distinct(values) -> np.ndarray:
@@ -64,3 +65,17 @@ def sorted_intersect(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if len(a) > len(b):
         a, b = b, a
     return a[in_sorted(a, b)]
+
+
+def sorted_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The values of ``a`` not in ``b`` (int, each ascending and distinct), ascending, a new array:
+    ``np.setdiff1d(a, b, assume_unique=True)``.  The shorter one is looked up in the longer,
+    O(min * log max) and one copy of ``a``: removing a few keys from many (merge's flows that leave
+    a time filter's window, :func:`streamtrace.merge.split_filter.kept_by_range`) is one search per
+    key removed."""
+    if len(b) >= len(a):
+        return a[~in_sorted(a, b)]
+    at = np.searchsorted(a, b)
+    hit = at < len(a)
+    hit[hit] = a[at[hit]] == b[hit]
+    return np.delete(a, at[hit])

@@ -26,7 +26,7 @@ from functools import partial
 
 import numpy as np
 
-from ..events.sortedsets import in_sorted, sorted_distinct
+from ..events.sortedsets import in_sorted, sorted_difference, sorted_distinct
 from ..validate.merged import rank_validation, split_reports
 from ..validate.ordered import OutFilter
 from .deferred import missing_steps
@@ -83,7 +83,10 @@ def kept_by_range(filters: list[GroupedFilter], lo: int, hi: int) -> list[np.nda
     out = []
     for keys, maps in ranges:
         mine = sorted_distinct(keys)
-        out.append(mine[~in_sorted(_global_keys(mine, *maps), gone)])
+        if maps[0] is None:         # the rank's numbering: the few leaving keys looked up in the range's
+            out.append(sorted_difference(mine, gone))
+        else:
+            out.append(mine[~in_sorted(_global_keys(mine, *maps), gone)])
     return out
 
 
