@@ -19,7 +19,9 @@ cuts it on 2 cores.  Prints a Markdown table (median and least CPU-s per variant
 same checkout's full merge: another process on the VM only adds time, so the least is the steadier
 figure), and a second one of where each merge spends it (median thread CPU of the range passes,
 the check, the decision thread and the write: :data:`PHASES`, far steadier than the totals when one
-phase changes); ``--record`` appends both to ``bench/RESULTS.md``.
+phase changes), and the CPU of only finding the rank's ``ProfilerStep#`` names before the merge (what
+a merge that knew ``--steps``' window before its pass would add at least); ``--record`` appends them to
+``bench/RESULTS.md``.
 """
 from __future__ import annotations
 
@@ -174,6 +176,7 @@ def main(argv=None) -> int:
             lines.append(f"| {name} | {v} | {m:.3f} | {m / full:.3f} | {a:.3f} | {a / least:.3f} | "
                          f"{', '.join(f'{x:.2f}' for x in cpu[(name, v)])} |")
     lines += _phase_table(checkouts, variants, phases)
+    lines += _prescan_lines(input_dir, statistics.median(cpu[(checkouts[0][0], variants[0])]))
     text = "\n".join(lines) + "\n"
     print(text)
     if args.record:
@@ -192,6 +195,25 @@ def _phase_table(checkouts, variants, phases) -> list[str]:
             out.append(f"| {name} | {v} | " + " | ".join(
                 f"{statistics.median(r.get(p, 0.0) for r in runs):.3f}" for p in names) + " |")
     return out
+
+
+def _prescan_lines(input_dir: Path, full_cpu: float) -> list[str]:
+    """Markdown lines: the CPU of only finding the rank's ``ProfilerStep#`` names before the merge
+    (``mmap.find`` over the page-cached file, least of 3): the least a merge that knew ``--steps``'
+    window before rewriting the rank would add, against the full merge's median CPU ``full_cpu``."""
+    import mmap
+
+    path = max((p for p in input_dir.iterdir() if p.is_file()), key=lambda p: p.stat().st_size)    # the rank
+    best, found = float("inf"), 0
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        for _ in range(3):
+            t, found, at = time.process_time(), 0, m.find(b"ProfilerStep#")
+            while at >= 0:
+                found, at = found + 1, m.find(b"ProfilerStep#", at + 1)
+            best = min(best, time.process_time() - t)
+    return ["", f"Finding the rank's `ProfilerStep#` names alone, before any event is read ({found} found, "
+            f"`mmap.find` over the {path.stat().st_size / 1e6:,.0f} MB file, least of 3): {best:.3f} CPU s, "
+            f"{best / full_cpu:.3f}x the full merge's median CPU."]
 
 
 def _git(root: Path) -> str:
