@@ -21,14 +21,17 @@ import time
 from types import SimpleNamespace
 
 import numpy as np
+import orjson
 from tqdm import tqdm
 
+from ..events.sortedsets import sorted_distinct
+from ..kernels import nsys_text as KT
 from ..runtime.errors import StreamtraceError
 from ..trace.discover import load_rank_map
 from ..trace.nsys import KINDS, NsysExport
 from ..trace.nsys.counts import export_rows
 from ..trace.steps import STEP_PATTERNS, step_regex, user_step_regex
-from ..trace.writer import TraceWriter, us_fragment
+from ..trace.writer import TraceWriter, dumps_events, us_fragment
 from ..validate.check import PROBLEMS, validate
 from .clocks import plan_clock_sync
 from .nsys_survey import (FLOW_CAT, GPU_KINDS, KEY_SHIFT, LAUNCH_KINDS, Owners, kept_flow_keys, survey_export,
@@ -187,9 +190,9 @@ def _write_export(w, ex, opt, plan, flows, counts, progress) -> dict:
             ok &= (b["ts"] + b["dur"] >= lo[rank]) & (b["ts"] <= hi[rank])
             b, rank, pidx = b[ok], rank[ok], pidx[ok]
             fi = _flow_index(b, pidx, flows, GPU_KINDS if gpu else LAUNCH_KINDS)
-            evs = _events(ex, b, (rank, shift[rank], fi), (own, done[gpu]), gpu, seen, counts)
-            w.write_many(evs)
-            counts["out"] += len(evs)
+            data, n = batch_text(ex, b, (rank, shift[rank], fi), (own, done[gpu]), gpu, seen, counts)
+            w.write_raw(data, n)
+            counts["out"] += n
     return seen
 
 
@@ -206,10 +209,60 @@ def _flow_index(b, pidx, flows, kinds):
     return out
 
 
-def _events(ex, b, cols, state, gpu, seen, counts) -> list:
+def batch_text(ex, b, cols, state, gpu, seen, counts) -> tuple[bytes, int]:
+    """:func:`event_dicts`' events of the kept rows ``b`` (:data:`~streamtrace.trace.nsys.ROW_DTYPE`)
+    serialised, ``(e1,e2,... bytes, count)``, byte for byte what ``dumps_events`` makes of them, but
+    written by :func:`~streamtrace.kernels.nsys_text.nsys_event_text`; the dicts themselves only when a
+    name is one orjson cannot encode (a lone surrogate: ``dumps_events``' fallback then writes it).
+    Arguments and side effects (``seen``, ``counts``, the ``done`` flags) as :func:`event_dicts`'."""
+    if not len(b):
+        return b"", 0
+    rank, shift, fi = cols
+    own, done = state
+    ids = sorted_distinct(b["name"])
+    names = ex.names(ids.tolist())
+    try:
+        table = [orjson.dumps(k) for k in KINDS] + [orjson.dumps(names[i]) for i in ids.tolist()]
+    except orjson.JSONEncodeError:
+        evs = event_dicts(ex, b, cols, state, gpu, seen, counts)
+        return dumps_events(evs), len(evs)
+    table_at = np.zeros(len(table) + 1, np.int64)
+    np.cumsum([len(t) for t in table], out=table_at[1:])
+    cat = b["kind"].astype(np.int64)
+    name = np.searchsorted(ids, b["name"]) + len(KINDS)
+    col = {f: np.ascontiguousarray(b[f]) for f in ("ts", "dur", "device", "stream", "correlation")}
+    pid = 1 + rank * PID_STRIDE + (GPU_SLOT + col["device"] if gpu else CPU_SLOT)
+    _note_pids(ex, b, rank, pid, gpu, own.default, seen)
+    lens = np.diff(table_at)
+    out = np.empty(len(b) * KT.ROW_BYTES + int(lens[cat].sum() + lens[name].sum()), np.uint8)
+    nb, n, nflow = KT.nsys_event_text(col["ts"] + shift, col["dur"], cat, name, pid,
+                                      col["stream"] if gpu else np.ascontiguousarray(b["tid"]), np.asarray(rank, np.int64),
+                                      col["correlation"], col["device"], col["stream"], np.asarray(fi, np.int64), gpu,
+                                      np.frombuffer(b"".join(table), np.uint8), table_at, done.view(np.uint8), out)
+    if not gpu:
+        counts["flows"] += nflow
+    return out[:nb].tobytes(), n
+
+
+def _note_pids(ex, b, rank, pid, gpu, default, seen) -> None:
+    """Add to ``seen`` each merged pid of ``pid`` (int64 per row of ``b``) it lacks, in the order of
+    their first rows, described by that row as :func:`event_dicts` describes it."""
+    distinct, first = np.unique(pid, return_index=True)
+    procs = {p.key: p for p in ex.processes}
+    for j in np.sort(first[[int(p) not in seen for p in distinct.tolist()]]).tolist():
+        dev = int(b["device"][j])
+        p = procs.get(default if gpu and default is not None else int(b["proc"][j]))
+        seen[int(pid[j])] = {"rank": int(rank[j]), "pid": dev if gpu else p.pid, "kind": "gpu" if gpu else "cpu",
+                             "device": dev if gpu else None, "slot": GPU_SLOT + dev if gpu else CPU_SLOT,
+                             "host": p.host}
+
+
+def event_dicts(ex, b, cols, state, gpu, seen, counts) -> list:
     """The trace events of the kept rows ``b`` (one ``X`` each, plus a flow end where its flow
     index says and the flow has no end on this side yet).  ``cols``: per row rank, shift (ns) and
-    flow index (:func:`_flow_index`); ``state``: the :class:`Owners` and the flows' ``done`` flags."""
+    flow index (:func:`_flow_index`); ``state``: the :class:`Owners` and the flows' ``done`` flags.
+    Adds each merged pid first seen to ``seen`` and the CPU side's flow ends to ``counts["flows"]``.
+    The plain-Python twin of :func:`batch_text` (which merge uses)."""
     rank, shift, fi = cols
     own, done = state
     names = ex.names(set(b["name"].tolist()))

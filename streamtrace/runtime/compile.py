@@ -157,6 +157,7 @@ UNITS = {
                                     "sqlite_pages._be"), 0.8),
     "sqlite_pages.interior_children": ("sqlite_pages", "interior_children", (_U8, _i, _i),
                                        ("sqlite_pages._be",), 0.2),
+    "nsys_text.nsys_event_text": ("nsys_text", "nsys_event_text", (_I64,) * 11 + (_b, _RO, _I64, _U8, _U8), (), 1.5),
 }
 
 _WINDOWS = ("windows._in_key_order", "windows._is_sorted", "windows._sweep", "windows._paint")
@@ -168,7 +169,8 @@ _VALIDATE = ("validate.event_fields", "validate.nesting_chunk", "validate.flow_c
              "validate.batch_records")
 _NSYS = ("sqlite_pages.decode_leaves", "sqlite_pages.decode_record", "sqlite_pages.interior_children",
          "sqlite_pages.local_size")     # the page reader of Nsight Systems exports
-_MERGE = _READ + ("rewrite.scan_rewrite", "survey.scan_survey", "keep.keep_rows") + _VALIDATE + _NSYS
+_MERGE = _READ + ("rewrite.scan_rewrite", "survey.scan_survey", "keep.keep_rows") + _VALIDATE + _NSYS + (
+    "nsys_text.nsys_event_text",)      # an export's events as text
 _ANALYZE = _READ + ("extract.extract_columns", "treestream._feed", "treestream._gather_strings",
                     "intervals.disjoint_length", "intervals._union_lengths_sorted") + _INTERVALS + _WINDOWS + _NSYS
 
