@@ -5,8 +5,9 @@
     python tools/pin_outputs.py compare A B      # exit 1 when two runs differ; prints each difference
 
 ``run`` calls ``python -m streamtrace`` from the current folder (run it from the checkout to pin), on
-the built-in demo (8 ranks, generated), ``../shared/traces/cpu-3d`` and every trace in
-``../shared/traces/real``: merge (default, ``--gpu-only``, ``-j 1``), validate, analyze (in memory and
+the built-in demo (8 ranks, generated), ``../shared/traces/cpu-3d``, every trace in
+``../shared/traces/real`` and every export in ``../shared/traces/nsys`` (merge, and ``--gpu-only``):
+merge (default, ``--gpu-only``, ``-j 1``), validate, analyze (in memory and
 ``--chunked``; folders and a merged trace), topology, aggregate and report (``--no-charts``, and with
 charts on the demo).  Commands run in a fixed work folder (``--work``, default
 ``/tmp/streamtrace-pin``), then the outputs move to ``OUT``, so the paths recorded inside them are
@@ -64,6 +65,10 @@ def commands(work: Path) -> list[tuple[str, list[str]]]:
                  (f"real.{n}.analyze", ["analyze", str(t), "-o", str(work / f"{n}-an"), "-j", "1"]),
                  (f"real.{n}.analyze-chunked", ["analyze", str(t), "-o", str(work / f"{n}-an-chunked"), "--chunked",
                                                 "--chunk-events", "4096", "-j", "1"])]
+    for t in sorted((SHARED / "traces" / "nsys").glob("*.sqlite")):
+        n = t.stem
+        cmds += [(f"nsys.{n}.merge", ["merge", str(t), "-o", str(work / f"{n}.merged.json")]),
+                 (f"nsys.{n}.merge-gpu", ["merge", str(t), "-o", str(work / f"{n}.merged-gpu.json.gz"), "--gpu-only"])]
     return cmds
 
 

@@ -9,7 +9,9 @@ Twins that are also production code stay beside their callers and are listed her
 (of :func:`streamtrace.kernels.rewrite.scan_rewrite`; merge uses it for the events the kernel
 hands back), :func:`streamtrace.validate.check.fields_from_dict` (of
 :func:`streamtrace.kernels.validate.event_fields`; validate uses it for the events the kernel
-leaves to Python), and ``json.loads`` (of :mod:`streamtrace.kernels.jsoncheck`).
+leaves to Python), :func:`streamtrace.merge.nsys.event_dicts` serialised by orjson (of
+:func:`streamtrace.kernels.nsys_text.nsys_event_text`; merge uses it for a batch with a name orjson
+cannot encode), and ``json.loads`` (of :mod:`streamtrace.kernels.jsoncheck`).
 """
 from .ancestry import *  # noqa: F401,F403
 from .ancestry import __all__ as _ancestry
