@@ -120,6 +120,17 @@ def _text(out, at, table, table_at, k):
 
 
 @njit(cache=True, nogil=True)
+def _place(out, at, pid, track, ts):
+    """``,"pid":P,"tid":T,"ts":TS`` (the ts in us)."""
+    at = _lit(out, at, _PID)
+    at = _int(out, at, pid)
+    at = _lit(out, at, _TID)
+    at = _int(out, at, track)
+    at = _lit(out, at, _TS)
+    return _us(out, at, ts)
+
+
+@njit(cache=True, nogil=True)
 def nsys_event_text(ts, dur, cat, name, pid, track, rank, corr, dev, stream, flow, gpu, table, table_at, done, out):
     """Write the events of ``n`` rows into ``out`` (uint8, at least ``n * ROW_BYTES`` plus the
     rows' name and category bytes), comma-separated, no brackets.
@@ -145,12 +156,7 @@ def nsys_event_text(ts, dur, cat, name, pid, track, rank, corr, dev, stream, flo
         at = _text(out, at, table, table_at, cat[j])
         at = _lit(out, at, _NAME)
         at = _text(out, at, table, table_at, name[j])
-        at = _lit(out, at, _PID)
-        at = _int(out, at, pid[j])
-        at = _lit(out, at, _TID)
-        at = _int(out, at, track[j])
-        at = _lit(out, at, _TS)
-        at = _us(out, at, ts[j])
+        at = _place(out, at, pid[j], track[j], ts[j])
         at = _lit(out, at, _DUR)
         at = _us(out, at, dur[j])
         at = _lit(out, at, _ARGS_RANK)
@@ -174,12 +180,7 @@ def nsys_event_text(ts, dur, cat, name, pid, track, rank, corr, dev, stream, flo
             nflow += 1
             at = _lit(out, at, _FLOW_F if gpu else _FLOW_S)
             at = _uid(out, at, rank[j], corr[j])
-            at = _lit(out, at, _PID)
-            at = _int(out, at, pid[j])
-            at = _lit(out, at, _TID)
-            at = _int(out, at, track[j])
-            at = _lit(out, at, _TS)
-            at = _us(out, at, ts[j])
+            at = _place(out, at, pid[j], track[j], ts[j])
             at = _lit(out, at, _FLOW_TAIL)
             at = _int(out, at, rank[j])
             if gpu:
