@@ -53,7 +53,8 @@ def main(argv=None) -> int:
     same = len(checkouts) < 2 or filecmp.cmp(outs["this checkout"], outs["baseline"], shallow=False)
     rows = {name: sorted(rs, key=lambda r: r.get("cpu_s", r["wall"]))[(len(rs) - 1) // 2] for name, rs in runs.items()}
     base = rows.get("baseline")
-    table = md_head(["checkout", "wall (s)", "CPU (s)", "MB/s", "peak RSS (MB)", "CPU vs baseline", "CPU of the rounds"])
+    table = md_head(["checkout", "wall (s)", "CPU (s)", "MB/s", "peak RSS (MB)", "CPU vs baseline",
+                     "CPU of the rounds"])
     for name, r in rows.items():
         table.append(md_row([name, fmt_s(r["wall"]), fmt_s(r["cpu_s"]), f"{size / 1e6 / r['wall']:,.1f}",
                              f"{mb(r['peak_rss']):,.0f}", f"{r['cpu_s'] / base['cpu_s']:.2f}" if base else "",

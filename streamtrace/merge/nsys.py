@@ -235,8 +235,8 @@ def batch_text(ex, b, cols, state, gpu, seen, counts) -> tuple[bytes, int]:
     _note_pids(ex, b, rank, pid, gpu, own.default, seen)
     lens = np.diff(table_at)
     out = np.empty(len(b) * KT.ROW_BYTES + int(lens[cat].sum() + lens[name].sum()), np.uint8)
-    nb, n, nflow = KT.nsys_event_text(col["ts"] + shift, col["dur"], cat, name, pid,
-                                      col["stream"] if gpu else np.ascontiguousarray(b["tid"]), np.asarray(rank, np.int64),
+    track = col["stream"] if gpu else np.ascontiguousarray(b["tid"])
+    nb, n, nflow = KT.nsys_event_text(col["ts"] + shift, col["dur"], cat, name, pid, track, np.asarray(rank, np.int64),
                                       col["correlation"], col["device"], col["stream"], np.asarray(fi, np.int64), gpu,
                                       np.frombuffer(b"".join(table), np.uint8), table_at, done.view(np.uint8), out)
     if not gpu:

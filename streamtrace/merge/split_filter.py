@@ -160,4 +160,5 @@ def gzip_runs(src: str, runs: np.ndarray, dst: str, level: int) -> str:
 def gzip_tasks(res: dict, level: int) -> list[tuple]:
     """``(src, runs, dst, level)`` per kept-runs segment of a decided split rank's result ``res``
     (``dst``: the range's own segment name)."""
-    return [(seg[0], seg[1], seg[0].removesuffix(TENTATIVE), level) for seg in res["segments"] if isinstance(seg, tuple)]
+    return [(seg[0], seg[1], seg[0].removesuffix(TENTATIVE), level)
+            for seg in res["segments"] if isinstance(seg, tuple)]

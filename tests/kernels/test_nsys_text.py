@@ -16,10 +16,11 @@ from streamtrace.merge.nsys import batch_text, event_dicts
 from streamtrace.trace.nsys import KINDS, ROW_DTYPE
 from streamtrace.trace.writer import dumps_events
 
-I64 = st.integers(-(1 << 63), (1 << 63) - 1)
-TIMES = st.one_of(st.integers(-10 ** 4, 10 ** 18), st.sampled_from([0, 1, 999, 1000, 1010, 1100, -1, -1000, -(1 << 63)]))
+TIMES = st.one_of(st.integers(-10 ** 4, 10 ** 18),
+                  st.sampled_from([0, 1, 999, 1000, 1010, 1100, -1, -1000, -(1 << 63)]))
 CORR = st.one_of(st.integers(-1, 50), st.sampled_from([(1 << 40) - 1, 1 << 40, (1 << 62)]))
-NAMES = st.text(st.characters(blacklist_categories=("Cs",)), max_size=6) | st.sampled_from(['"', "\\", "\n\t", "é€😀"])
+NAMES = (st.text(st.characters(blacklist_categories=("Cs",)), max_size=6)
+         | st.sampled_from(['"', "\\", "\n\t", "é€😀"]))
 
 
 class Export:
