@@ -6,12 +6,14 @@ straight into a byte buffer, byte for byte what ``orjson.dumps`` writes for the 
 The Python path spent ~5 us a row building dicts and formatting ``ts``/``dur`` (43 of 53 CPU-s of a
 300 MB export's merge, bench/RESULTS.md); this writes a batch of 16 k rows in one call.  Names and
 categories come pre-encoded as JSON strings (``orjson.dumps`` of each, so their escaping is
-orjson's) in one table; times are exact decimal microseconds of int64 ns (:func:`fmt_us`'s text).
+orjson's) in one table; times are exact decimal microseconds of int64 ns
+(:func:`~streamtrace.kernels.numtext.put_us`).
 """
 from __future__ import annotations
 
-import numpy as np
 from numba import njit
+
+from .numtext import put_int, put_us
 
 __all__ = ["nsys_event_text", "ROW_BYTES"]
 
@@ -45,68 +47,17 @@ def _lit(out, at, lit):
     return at
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _digits(out, at, m):
-    """The decimal digits of ``m`` (uint64)."""
-    k = 1
-    t = m
-    while t >= np.uint64(10):
-        t //= np.uint64(10)
-        k += 1
-    for i in range(k - 1, -1, -1):
-        out[at + i] = 48 + np.int64(m % np.uint64(10))
-        m //= np.uint64(10)
-    return at + k
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _magnitude(v):
-    """``|v|`` as uint64, exact for the int64 minimum too."""
-    return np.uint64(-(v + 1)) + np.uint64(1) if v < 0 else np.uint64(v)
-
-
-@njit(cache=True, nogil=True)
-def _int(out, at, v):
-    """int64 ``v`` as JSON."""
-    if v < 0:
-        out[at] = 45
-        at += 1
-    return _digits(out, at, _magnitude(v))
-
-
-@njit(cache=True, nogil=True)
-def _us(out, at, ns):
-    """int64 ns as exact decimal microseconds, trailing zeros of the fraction dropped (``fmt_us``)."""
-    if ns < 0:
-        out[at] = 45
-        at += 1
-    m = _magnitude(ns)
-    at = _digits(out, at, m // np.uint64(1000))
-    r = np.int64(m % np.uint64(1000))
-    if r:
-        out[at] = 46
-        out[at + 1] = np.uint8(48 + r // 100)
-        at += 2
-        if r % 100:
-            out[at] = np.uint8(48 + r // 10 % 10)
-            at += 1
-            if r % 10:
-                out[at] = np.uint8(48 + r % 10)
-                at += 1
-    return at
-
-
 @njit(cache=True, nogil=True)
 def _uid(out, at, rank, corr):
     """``merge.pids.unique_id(rank, corr)`` as JSON (``corr`` >= 0): ``rank << 40 | corr`` below
     2**40, else the string ``"r<rank>:<corr>"``."""
     if corr < _ID_LIMIT:
-        return _int(out, at, (rank << 40) | corr)
+        return put_int(out, at, (rank << 40) | corr)
     out[at] = 34
     out[at + 1] = 114
-    at = _int(out, at + 2, rank)
+    at = put_int(out, at + 2, rank)
     out[at] = 58
-    at = _int(out, at + 1, corr)
+    at = put_int(out, at + 1, corr)
     out[at] = 34
     return at + 1
 
@@ -123,11 +74,11 @@ def _text(out, at, table, table_at, k):
 def _place(out, at, pid, track, ts):
     """``,"pid":P,"tid":T,"ts":TS`` (the ts in us)."""
     at = _lit(out, at, _PID)
-    at = _int(out, at, pid)
+    at = put_int(out, at, pid)
     at = _lit(out, at, _TID)
-    at = _int(out, at, track)
+    at = put_int(out, at, track)
     at = _lit(out, at, _TS)
-    return _us(out, at, ts)
+    return put_us(out, at, ts)
 
 
 @njit(cache=True, nogil=True)
@@ -158,19 +109,19 @@ def nsys_event_text(ts, dur, cat, name, pid, track, rank, corr, dev, stream, flo
         at = _text(out, at, table, table_at, name[j])
         at = _place(out, at, pid[j], track[j], ts[j])
         at = _lit(out, at, _DUR)
-        at = _us(out, at, dur[j])
+        at = put_us(out, at, dur[j])
         at = _lit(out, at, _ARGS_RANK)
-        at = _int(out, at, rank[j])
+        at = put_int(out, at, rank[j])
         if corr[j] >= 0:
             at = _lit(out, at, _CORR)
             at = _uid(out, at, rank[j], corr[j])
             at = _lit(out, at, _RAW)
-            at = _int(out, at, corr[j])
+            at = put_int(out, at, corr[j])
         if gpu:
             at = _lit(out, at, _DEVICE)
-            at = _int(out, at, dev[j])
+            at = put_int(out, at, dev[j])
             at = _lit(out, at, _STREAM)
-            at = _int(out, at, stream[j])
+            at = put_int(out, at, stream[j])
         out[at] = 125
         out[at + 1] = 125
         at += 2
@@ -182,7 +133,7 @@ def nsys_event_text(ts, dur, cat, name, pid, track, rank, corr, dev, stream, flo
             at = _uid(out, at, rank[j], corr[j])
             at = _place(out, at, pid[j], track[j], ts[j])
             at = _lit(out, at, _FLOW_TAIL)
-            at = _int(out, at, rank[j])
+            at = put_int(out, at, rank[j])
             if gpu:
                 at = _lit(out, at, _BP)
             else:

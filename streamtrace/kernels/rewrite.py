@@ -18,6 +18,7 @@ from numba.extending import intrinsic
 
 from .keep import C_CLASS, C_FLOW, C_KEPT, C_STEP, C_WINDOW, NO_T0, NO_T1, R_BITS, R_END, R_FLOW, R_PID, R_T0, R_T1
 from .jsoncheck import MAX_DEPTH, MEMBERS_CAP, MEMBERS_INVALID, bytes_equal, object_members
+from .numtext import put_int, put_us
 from .scan import DONE, NEED_MORE, OBJECT, next_element, parse_ns, skip_value
 from .validate import member_fields, span_fields
 
@@ -105,68 +106,6 @@ def _put_lit(out, o, lit):
     for j in range(lit.shape[0]):      # a loop, not a slice assignment (whose error path
         out[o + j] = lit[j]            # costs numba ~1 s of string formatting to compile)
     return o + lit.shape[0]
-
-
-_POW10 = np.array([10 ** k for k in range(1, 20)], np.uint64)        # 10 .. 10**19
-_DIGITS2 = np.frombuffer(b"".join(b"%02d" % k for k in range(100)), np.uint8).copy()
-
-
-@njit(cache=True)
-def _put_int(out, o, v):
-    """Decimal text of int64 ``v`` at ``out[o:]``; returns the new end (no allocation).
-    Unsigned arithmetic, two digits per division (a table of "00".."99")."""
-    if v < 0:
-        out[o] = 45
-        o += 1
-        u = np.uint64(0) - np.uint64(v)           # |v|, int64 minimum included
-    else:
-        u = np.uint64(v)
-    k = 1
-    while k < 20 and u >= _POW10[k - 1]:
-        k += 1
-    end = o + k
-    q = end
-    h = np.uint64(100)
-    while u >= h:
-        r = np.intp(u % h) * 2
-        u //= h
-        q -= 2
-        out[q] = _DIGITS2[r]
-        out[q + 1] = _DIGITS2[r + 1]
-    if u >= np.uint64(10):
-        r = np.intp(u) * 2
-        out[q - 2] = _DIGITS2[r]
-        out[q - 1] = _DIGITS2[r + 1]
-    else:
-        out[q - 1] = 48 + np.uint8(u)
-    return end
-
-
-@njit(cache=True)
-def _put_us(out, o, ns):
-    """Exact decimal microseconds of int ns, trailing zeros stripped (as writer.fmt_us)."""
-    if ns < 0:
-        out[o] = 45
-        o += 1
-        ns = -ns
-    q = ns // 1000
-    r = ns % 1000
-    o = _put_int(out, o, q)
-    if r != 0:
-        out[o] = 46
-        o += 1
-        d0 = r // 100
-        d1 = (r // 10) % 10
-        d2 = r % 10
-        out[o] = 48 + d0
-        o += 1
-        if d1 != 0 or d2 != 0:
-            out[o] = 48 + d1
-            o += 1
-            if d2 != 0:
-                out[o] = 48 + d2
-                o += 1
-    return o
 
 
 @njit(cache=True, inline="always")
@@ -549,33 +488,33 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
             o = _put(out, o, buf, pos, spans[a, 0])
             what = spans[a, 2]
             if what == 0:
-                o = _put_int(out, o, pid_new[k])
+                o = put_int(out, o, pid_new[k])
             elif what == 1:
-                o = _put_us(out, o, tsv + shift_ns)
+                o = put_us(out, o, tsv + shift_ns)
             elif what == 2:
-                o = _put_int(out, o, (np.int64(rank) << np.int64(40)) | idv)
+                o = put_int(out, o, (np.int64(rank) << np.int64(40)) | idv)
             elif what == 3:
                 v = _read_uint(buf, spans[a, 0], spans[a, 1])
-                o = _put_int(out, o, (np.int64(rank) << np.int64(40)) | v)
+                o = put_int(out, o, (np.int64(rank) << np.int64(40)) | v)
             elif what == 4:
                 if corr >= 0:
                     o = _put_lit(out, o, T_RAWCORR)
-                    o = _put_int(out, o, corr)
+                    o = put_int(out, o, corr)
                 if ext >= 0:
                     o = _put_lit(out, o, T_RAWEXT)
-                    o = _put_int(out, o, ext)
+                    o = put_int(out, o, ext)
                 if ext2 >= 0:
                     o = _put_lit(out, o, T_RAWEXT2)
-                    o = _put_int(out, o, ext2)
+                    o = put_int(out, o, ext2)
                 if not args_empty or corr >= 0 or ext >= 0 or ext2 >= 0:
                     out[o] = 44
                     o += 1
                 o = _put_lit(out, o, T_RANK)
-                o = _put_int(out, o, rank)
+                o = put_int(out, o, rank)
             else:
                 o = _put_lit(out, o, T_ARGS)
                 o = _put_lit(out, o, T_RANK)
-                o = _put_int(out, o, rank)
+                o = put_int(out, o, rank)
                 out[o] = 125
                 o += 1
             pos = spans[a, 1]

@@ -82,8 +82,8 @@ UNITS = {
                                 ("jsoncheck.object_members",), 0.2),
     "rewrite._startswith": ("rewrite", "_startswith", (_RO, _i, _i, _RO), (), 0.15),
     "rewrite._read_uint": ("rewrite", "_read_uint", (_RO, _i, _i), (), 0.2),
-    "rewrite._put_int": ("rewrite", "_put_int", (_U8, _i, _i), (), 0.2),
-    "rewrite._put_us": ("rewrite", "_put_us", (_U8, _i, _i), ("rewrite._put_int",), 0.25),
+    "numtext.put_int": ("numtext", "put_int", (_U8, _i, _i), (), 0.2),
+    "numtext.put_us": ("numtext", "put_us", (_U8, _i, _i), (), 0.25),
     "rewrite._flow_cat": ("rewrite", "_flow_cat", (_RO, _i, _i, _i, _i, _RO, _I64, _i),
                           ("rewrite._read_uint",), 0.3),
     "rewrite._flow_kept": ("rewrite", "_flow_kept", (_RO, _i, _i, _i, _i, _RO, _I64, _i, _I64),
@@ -98,7 +98,7 @@ UNITS = {
                               _RO, _I64, _i, _i, _i, _b, _b, _i, _i, _RO, _I64, _i, _I64, _I64, _U8, _I64_2D,
                               _b, _I64_2D, _U8),
                              ("jsoncheck.object_members", "scan.parse_ns", "rewrite._flow_kept", "rewrite._flow_cat",
-                              "scan.skip_value", "scan.skip_ws", "rewrite._read_uint", "rewrite._put_us",
+                              "scan.skip_value", "scan.skip_ws", "rewrite._read_uint", "numtext.put_us",
                               "jsoncheck.bytes_equal", "rewrite._startswith", "validate.member_fields",
                               "validate.span_fields"), 4.5),
     "keep.keep_rows": ("keep", "keep_rows", (_I64_2D, _i, _i, _I64, _i, _U8, _I64_2D, _I64, _I64), (), 0.5),
@@ -157,7 +157,8 @@ UNITS = {
                                     "sqlite_pages._be"), 0.8),
     "sqlite_pages.interior_children": ("sqlite_pages", "interior_children", (_U8, _i, _i),
                                        ("sqlite_pages._be",), 0.2),
-    "nsys_text.nsys_event_text": ("nsys_text", "nsys_event_text", (_I64,) * 11 + (_b, _RO, _I64, _U8, _U8), (), 1.5),
+    "nsys_text.nsys_event_text": ("nsys_text", "nsys_event_text", (_I64,) * 11 + (_b, _RO, _I64, _U8, _U8),
+                                  ("numtext.put_int", "numtext.put_us"), 1.5),
 }
 
 _WINDOWS = ("windows._in_key_order", "windows._is_sorted", "windows._sweep", "windows._paint")

@@ -396,14 +396,14 @@ _EDGES = [0, 1, 9, 10, 99, 100, 101, 999, 1000, 10**18 - 1, 10**18, 2**63 - 1, -
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=20) | st.just(_EDGES))
 def test_put_int_and_put_us_match_python(values):
-    """The rewrite kernel's integer and microsecond writers (two digits per division, at an
-    offset, in a buffer holding other bytes) against Python's str / the writer's fmt_us."""
-    from streamtrace.kernels.rewrite import _put_int, _put_us
+    """The integer and microsecond writers of merge's kernels (kernels/numtext.py: two digits per
+    division, at an offset, in a buffer holding other bytes) against Python's str / the writer's fmt_us."""
+    from streamtrace.kernels.numtext import put_int, put_us
     out = np.full(64, 0x7E, np.uint8)
     for v in values:
-        end = _put_int(out, 3, v)
+        end = put_int(out, 3, v)
         assert bytes(out[3:end]) == str(v).encode() and out[end] == 0x7E
         if v > -(2**63):
-            end = _put_us(out, 3, v)
+            end = put_us(out, 3, v)
             assert bytes(out[3:end]) == fmt_us(v)
         out[:] = 0x7E
