@@ -21,13 +21,13 @@ Every stage is a plain function taking its options dataclass; a stage that write
 returns it as :func:`load` does (``analyze`` an ``Analysis``, ``aggregate`` an ``Aggregate``, ``report`` a
 ``Report``, ``diff`` a ``Diff``; ``merge`` a list of ``MergeResult``), each also a read-only mapping over
 ``.summary``, the dict these functions returned before (docs/api.md).  ``streamtrace.merge``,
-``streamtrace.validate``, ``streamtrace.analyze``, ``streamtrace.report`` and ``streamtrace.diff`` are the
+``streamtrace.validate``, ``streamtrace.analyze``, ``streamtrace.aggregate``, ``streamtrace.report`` and ``streamtrace.diff`` are the
 stages' packages, callable as their functions (:class:`streamtrace.runtime.stage.StagePackage`), so that
 ``import streamtrace.merge.run as m`` and ``from streamtrace.merge import MergeOptions`` work as usual.  The package's
 stages, bottom up:
 :mod:`~streamtrace.kernels` (numba), :mod:`~streamtrace.runtime`, :mod:`~streamtrace.trace`,
 :mod:`~streamtrace.events`, :mod:`~streamtrace.topology`, :mod:`~streamtrace.merge` and
-:mod:`~streamtrace.analyze`, :mod:`~streamtrace.job`, :mod:`~streamtrace.report`, then
+:mod:`~streamtrace.analyze`, :mod:`~streamtrace.aggregate`, :mod:`~streamtrace.report`, then
 :mod:`~streamtrace.epilogue` and :mod:`~streamtrace.cli`; imports only go down.
 """
 from __future__ import annotations
@@ -50,8 +50,8 @@ _API = {
     "MergeOptions": ("streamtrace.merge", "MergeOptions"),
     "analyze": ("streamtrace.analyze", None),
     "AnalyzeOptions": ("streamtrace.analyze", "AnalyzeOptions"),
-    "aggregate": ("streamtrace.job", "aggregate"),
-    "AggregateOptions": ("streamtrace.job", "AggregateOptions"),
+    "aggregate": ("streamtrace.aggregate", None),
+    "AggregateOptions": ("streamtrace.aggregate", "AggregateOptions"),
     "report": ("streamtrace.report", None),
     "ReportOptions": ("streamtrace.report", "ReportOptions"),
     "epilogue": ("streamtrace.epilogue", None),
@@ -84,7 +84,7 @@ def __dir__():
 
 #: the modules that implement a kind of output folder (streamtrace.events.load.OutputKind); report.outputs holds
 #: the report's and the epilogue's
-_KINDS = ("streamtrace.analyze.outputs", "streamtrace.job.folder", "streamtrace.report.outputs",
+_KINDS = ("streamtrace.analyze.outputs", "streamtrace.aggregate.folder", "streamtrace.report.outputs",
           "streamtrace.report.diff.outputs")
 
 

@@ -62,17 +62,17 @@ SLOW: dict[str, set[str] | str] = {
         "test_kernel_equals_twin_on_random_events", "test_kernel_equals_twin_on_real_traces"},
     "tests/unit/events/test_load.py": {"test_documented_blocks_run", "test_epilogue_run_folder"},
     "tests/unit/events/test_parallel_ingest.py": {"test_guess_is_right_or_caught"},
-    "tests/unit/job/test_aggregate_report.py": "*",
-    "tests/unit/job/test_collective_spill.py": "*",
-    "tests/unit/job/test_collectives.py": {
+    "tests/unit/aggregate/test_aggregate_report.py": "*",
+    "tests/unit/aggregate/test_collective_spill.py": "*",
+    "tests/unit/aggregate/test_collectives.py": {
         "test_clock_sync_recovers_offsets_and_true_stragglers",
         "test_every_instance_matches_the_truth", "test_outputs_and_individual_alignment", "test_p2p_table_from_truth",
         "test_pipeline_of_four_stages_matches_p2p_by_direction", "test_stragglers_wait_over_group_collectives_only",
         "test_summary_and_stragglers_from_truth"},
-    "tests/unit/job/test_explain.py": {
+    "tests/unit/aggregate/test_explain.py": {
         "test_kernel_and_launch_stats_against_numpy", "test_real_traces_idle_matches_definition_and_summary",
         "test_report_shows_the_sections_and_the_idle_chart", "test_synthetic_job_idle_matches_definition_and_summary"},
-    "tests/unit/job/test_iteration_step.py": "*",
+    "tests/unit/aggregate/test_iteration_step.py": "*",
     "tests/unit/merge/test_align_collectives.py": {"test_offsets_recovered_and_collectives_end_together"},
     "tests/unit/merge/test_merge.py": {
         "test_bad_input_exit_1_no_output", "test_cli_megatron_options", "test_cli_merge_and_validate",
@@ -142,8 +142,8 @@ SLOW: dict[str, set[str] | str] = {
     "tests/integration/test_nsys_merge_real.py": "*",
     "tests/unit/report/test_efficiency.py": {"test_epilogue_with_a_torchtitan_config", "test_flags_and_the_datasheet_peak",
                                              "test_links_ops_and_charts_on_real_jobs"},
-    "tests/unit/job/test_process_groups.py": {"test_report_and_epilogue_name_the_same_dimension"},
-    "tests/unit/job/test_step_names.py": "*",
+    "tests/unit/aggregate/test_process_groups.py": {"test_report_and_epilogue_name_the_same_dimension"},
+    "tests/unit/aggregate/test_step_names.py": "*",
     "tests/unit/trace/test_nsys_payload.py": {"test_epilogue_on_a_folder_of_exports"},
     "tests/unit/merge/test_nsys_merge.py": {"test_align_first_step_starts_every_rank_s_first_step_together",
                                             "test_drop_cat_drops_the_category_and_its_flows",

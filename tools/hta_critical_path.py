@@ -93,7 +93,7 @@ def streamtrace_path(trace: Path, step: int, tmp: Path) -> dict:
     """streamtrace's path of ``ProfilerStep#step`` on the one-rank job: ``{"length_ns", "by_category_ns"}``."""
     import pyarrow.parquet as pq
     from streamtrace.analyze import AnalyzeOptions, analyze
-    from streamtrace.job import AggregateOptions, aggregate
+    from streamtrace.aggregate import AggregateOptions, aggregate
     analyze([trace], tmp / "an", AnalyzeOptions(jobs=1, progress=False))
     aggregate([tmp / "an"], tmp / "agg", AggregateOptions(jobs=1, steps=[step], progress=False))
     segs = [s for s in pq.read_table(tmp / "agg" / "critical_path.parquet").to_pylist() if s["step"] == step]

@@ -1,6 +1,6 @@
 """One rank's ``cuda_sync`` events (newer Kineto, CUPTI's synchronization activity) as the
 per-rank dataset ``cuda_sync/`` (:func:`sync_table`): what the critical path reads to link a
-``cudaStreamWaitEvent`` to the ``cudaEventRecord`` it waits on (:mod:`streamtrace.job.critical_local`).
+``cudaStreamWaitEvent`` to the ``cudaEventRecord`` it waits on (:mod:`streamtrace.aggregate.critical_local`).
 
 Kineto writes one ``ph: X`` event of category ``cuda_sync`` per synchronisation, on the GPU
 track of the stream that waits (``pid`` the device, ``tid`` / ``args.stream`` the stream), named by

@@ -102,7 +102,7 @@ def _write_cuda_sync(t, outdir, rank, iteration) -> None:
 
 def _step_record(pats) -> dict:
     """``{"step_patterns": [...]}``: the step patterns the rank's steps were found by, for the later
-    stages (:mod:`streamtrace.job.steps`); ``{}`` for the Kineto default, which they take when none is
+    stages (:mod:`streamtrace.aggregate.steps`); ``{}`` for the Kineto default, which they take when none is
     recorded (so a ProfilerStep trace's summary.json is as before)."""
     return {} if list(pats.spec["step"]) == KINETO_STEP_PATTERNS else {STEP_PATTERNS_KEY: list(pats.spec["step"])}
 

@@ -68,7 +68,7 @@ def outer_ordinals(ws, we, step_pos):
     ``step_pos`` int64: the position of the ProfilerStep window holding its start, -1 none): the
     ordinal of its *outermost* window among the outermost windows of that phase in the same step.
     A window is outermost when it starts at or after the end of the last outermost one before it
-    (the rule of :func:`streamtrace.job.aggregate`'s CPU rows); a window inside it (Megatron's
+    (the rule of :func:`streamtrace.aggregate.run`'s CPU rows); a window inside it (Megatron's
     ``## forward ##`` inside ``forward_step``) takes its number.  int64 array of ``len(ws)``."""
     n = len(ws)
     out = np.zeros(n, np.int64)

@@ -37,7 +37,7 @@ def aggregate(*dirs, outdir="streamtrace-aggregate", iterations=None, steps=None
               clock_sync="none", topology=None, torchtitan_config=None, consecutive_kernel_delay_us=30.0,
               no_critical_path=False, force=False, quiet=False, verbose=False):
     """Whole-job tables: per rank x phase x micro-batch, pipeline bubbles, replicas, iterations, collectives."""
-    from ..job import AggregateOptions, aggregate as do_aggregate      # (the CLI's convention: see streamtrace.cli)
+    from ..aggregate import AggregateOptions, aggregate as do_aggregate      # (the CLI's convention: see streamtrace.cli)
     con = Console(quiet, verbose)
     need(dirs, "at least one analysed folder (the -o of streamtrace analyze)")
     prepare_kernels("aggregate", con, parse_jobs(jobs))

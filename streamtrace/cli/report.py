@@ -40,7 +40,7 @@ def report(*dirs, outdir=None, name=None, tokens_per_step=None, global_batch=Non
            topology=None, consecutive_kernel_delay_us=30.0, force=False, quiet=False, verbose=False):
     """Markdown + report.json + charts of where the job's time went (from streamtrace aggregate output)."""
     from ..runtime.errors import UsageError
-    from ..job import AggregateOptions            # (the CLI's convention: see streamtrace.cli)
+    from ..aggregate import AggregateOptions            # (the CLI's convention: see streamtrace.cli)
     from ..report import ReportOptions, report as write
     from ..report.run import EfficiencyOptions
     from ..report.run import aggregates

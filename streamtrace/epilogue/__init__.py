@@ -9,7 +9,7 @@ then into ``RUN_DIR/streamtrace/`` (or ``EpilogueOptions.outdir``, e.g. for a re
   Parquet in ``kernels/iteration=<N>/rank=<R>/`` and ``ops/iteration=<N>/rank=<R>/``);
 * ``iteration_<N>/merged_gpu.json.gz`` (GPU processes only, so Perfetto's UI can load it) or
   ``merged.json.gz`` with ``gpu_only=False``: :func:`streamtrace.merge.merge_files`;
-* ``aggregate/``: :func:`streamtrace.job.aggregate.aggregate` over all iterations; its critical path
+* ``aggregate/``: :func:`streamtrace.aggregate.run.aggregate` over all iterations; its critical path
   then marked in each merged trace (:mod:`streamtrace.merge.critical_marks`);
 * ``<run name>.md`` + ``report.json`` and ``charts/``: :func:`streamtrace.report.write_report`;
 * ``epilogue.json``: what ran, what was reused, what failed (and why).
@@ -38,7 +38,7 @@ from dataclasses import InitVar, dataclass, field, fields, replace
 from pathlib import Path
 
 from ..analyze.outputs import Analysis
-from ..job.folder import CHARTS, Aggregate
+from ..aggregate.folder import CHARTS, Aggregate
 from ..report.options import ReportOptions
 from ..report.outputs import EpilogueRun, Report       # its output folder's kind (``diff`` reads such folders too)
 from ..runtime.errors import StreamtraceError, UsageError
@@ -469,7 +469,7 @@ def aggregate_stage(ctx: StageRun, analysed) -> tuple:
     skipped = ctx.summary.get("skipped") or []
 
     def do_aggregate():
-        from ..job.aggregate import AggregateOptions, aggregate
+        from ..aggregate.run import AggregateOptions, aggregate
         aggregate(analysed, agg, AggregateOptions(jobs=ctx.jobs, topology=topo,
                                                   torchtitan_config=opt.torchtitan_config))
         if skipped:

@@ -37,7 +37,7 @@ def open_job(traces, cache=None, **options):
 
     Returns
     -------
-    streamtrace.job.folder.Aggregate
+    streamtrace.aggregate.folder.Aggregate
         ``streamtrace.load(cache/"aggregate")``: the aggregate's tables; ``.summary`` its
         ``aggregate.json``.
 
@@ -49,7 +49,7 @@ def open_job(traces, cache=None, **options):
     UsageError
         For options that cannot work together; ``TypeError`` for a name that is no option.
     """
-    from ..job.folder import Aggregate
+    from ..aggregate.folder import Aggregate
     from ..trace.discover import expand_inputs
     opt = with_options(EpilogueOptions(progress=False, isolate=False), **options)
     opt.check()

@@ -14,13 +14,13 @@ kind           marker              tables                                       
 =============  ==================  ===========================================  =============================
 ``diff``       ``diff.json``       ``kernels``, ``ops``, ``groups``, ``ranks``  :mod:`streamtrace.report.diff.outputs`
 ``epilogue``   ``epilogue.json``   the aggregate's, ``kernels``/``ops`` of all  :mod:`streamtrace.report.outputs`
-``aggregate``  ``aggregate.json``  ``ranks``, ``rank_phase``, ``pipeline``, ..  :mod:`streamtrace.job.folder`
+``aggregate``  ``aggregate.json``  ``ranks``, ``rank_phase``, ``pipeline``, ..  :mod:`streamtrace.aggregate.folder`
 ``analysis``   ``summary.json``    ``kernels``, ``ops`` (``iteration=N/rank=R``)  :mod:`streamtrace.analyze.outputs`
 ``report``     ``report.json``     none: ``summary`` is the report              :mod:`streamtrace.report.outputs`
 =============  ==================  ===========================================  =============================
 
 (The epilogue's kind lives in ``report``, below the epilogue, since ``diff`` reads such folders; the
-report's file names in :mod:`streamtrace.job.folder`, since an aggregate folder holds its report.)
+report's file names in :mod:`streamtrace.aggregate.folder`, since an aggregate folder holds its report.)
 
 A folder holding several markers is the kind of lowest ``precedence`` (the order above: an epilogue's
 folder holds its report's ``report.json`` too).  Every kind gives ``summary`` (its JSON, a dict),

@@ -1,6 +1,6 @@
 """Longest path and slack over a DAG whose nodes are numbered in topological order (numba;
 plain-Python twin in :mod:`streamtrace.kernels.reference.critical`), for the critical path of
-:mod:`streamtrace.job.critical_path`.
+:mod:`streamtrace.aggregate.critical_path`.
 
 The graph is ``n`` nodes and E edges given as three int64 arrays ``src``, ``dst``, ``w`` (edge e
 runs ``src[e] -> dst[e]`` with weight ``w[e]``, int64 ns); every edge must satisfy

@@ -1,5 +1,5 @@
 """``merge --critical-path AGGDIR``: mark the critical path of ``streamtrace aggregate``
-(``AGGDIR/critical_path.parquet``, :mod:`streamtrace.job.critical_path`) in a merged trace, so that it
+(``AGGDIR/critical_path.parquet``, :mod:`streamtrace.aggregate.critical_path`) in a merged trace, so that it
 can be followed in Perfetto: every event on the path gets ``args.critical_path`` (its first
 segment's position on the path, per step), and consecutive marked events are joined by flow arrows
 of category ``critical_path`` (``ph`` ``s`` on the earlier event's thread at its start, ``f`` with

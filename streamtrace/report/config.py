@@ -7,7 +7,7 @@ where it comes from) and that the layout is "not named in the trace".
 It also says which ranks had their forward phase inferred (analyze's fallback for traces
 without forward annotations, :func:`streamtrace.analyze.phases.infer_forward`), read from the
 analysed folders' ``summary.json`` (``phases_inferred`` per rank), and which step names analyze
-used when they are not ``ProfilerStep#N`` (``step_patterns`` per rank, :mod:`streamtrace.job.steps`).
+used when they are not ``ProfilerStep#N`` (``step_patterns`` per rank, :mod:`streamtrace.aggregate.steps`).
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The report's first section, "What bounds each step": the critical path of each step
-(``critical_path.parquet`` and ``critical_path_summary.parquet``, :mod:`streamtrace.job.critical_path`)
+(``critical_path.parquet`` and ``critical_path_summary.parquet``, :mod:`streamtrace.aggregate.critical_path`)
 told in three sentences, the table behind them, and the chart of the path across the ranks it
 visits (:mod:`streamtrace.report.critical_chart`).
 

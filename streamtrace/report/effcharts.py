@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..job.folder import read_aggregate_table
+from ..aggregate.folder import read_aggregate_table
 from ..topology.hardware import gpu_spec
 from .charts import pyplot, save
 from .links import inter_node

@@ -26,7 +26,7 @@ import numpy as np
 from ..topology.hardware import dtype_key, gpu_spec
 from ..topology.trainconfig import (TrainConfig, from_megatron_args, from_torchtitan_toml,
                                     train_config_from_json)
-from ..job.folder import Aggregate, read_aggregate_table
+from ..aggregate.folder import Aggregate, read_aggregate_table
 from .options import EfficiencyOptions
 from .flops import flops_per_token
 from .links import link_section

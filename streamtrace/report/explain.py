@@ -1,8 +1,8 @@
 """The report's explaining sections, from aggregate's ``kernel_stats``, ``op_stats``,
-``launch_stats`` and ``idle_breakdown`` tables (:mod:`streamtrace.job.explain`; never the traces):
+``launch_stats`` and ``idle_breakdown`` tables (:mod:`streamtrace.aggregate.explain`; never the traces):
 top kernels with their duration statistics, top CPU ops by self time, kernel launch delay and
 overhead, and the GPU idle-time breakdown (HolisticTraceAnalysis'
-``BreakdownAnalysis.get_idle_time_breakdown`` rule, :mod:`streamtrace.job.idle`) with its chart
+``BreakdownAnalysis.get_idle_time_breakdown`` rule, :mod:`streamtrace.aggregate.idle`) with its chart
 ``charts/idle_breakdown.png (SVG with the chart format option)``.
 
 :func:`build_explain` gives the ``explain`` part of ``report.json`` (times int/float ns),

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..job.folder import Aggregate, read_aggregate_table
+from ..aggregate.folder import Aggregate, read_aggregate_table
 
 _WORKER = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d{19}\.pt\.trace\.json(\.gz)?$")
 _HOST_KEYS = ("host_name", "hostname", "host")

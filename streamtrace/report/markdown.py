@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..runtime.errors import StreamtraceError
-from ..job.folder import CHARTS, Aggregate, read_aggregate_table
+from ..aggregate.folder import CHARTS, Aggregate, read_aggregate_table
 from ..runtime.files import atomic_output
 from .critical_chart import critical_chart
 from .critical_path import critical_markdown, critical_section

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..analyze.outputs import Analysis
 from ..events.load import Outputs, register
-from ..job.folder import REPORT_MARKER, Aggregate, report_owns
+from ..aggregate.folder import REPORT_MARKER, Aggregate, report_owns
 
 
 @register
@@ -20,7 +20,7 @@ class Report(Outputs):
     @classmethod
     def owns(cls, name: str) -> bool:
         """What a report writes at the top of its folder: ``report.json``, ``charts/``, ``*.md``
-        (:func:`~streamtrace.job.folder.report_owns`)."""
+        (:func:`~streamtrace.aggregate.folder.report_owns`)."""
         return report_owns(name)
 
     def tables(self):
@@ -32,7 +32,7 @@ class EpilogueRun(Outputs):
     """The epilogue's output folder (``RUN_DIR/streamtrace`` or its ``-o``; :mod:`streamtrace.epilogue`)
     as a kind of output folder: the aggregate's tables, and ``kernels``/``ops`` of every analysed
     iteration together.  ``analyses``: ``{folder name: Analysis}``; ``aggregate``: the
-    :class:`~streamtrace.job.folder.Aggregate` (None when it was not written).  Its layout:
+    :class:`~streamtrace.aggregate.folder.Aggregate` (None when it was not written).  Its layout:
     one folder per iteration (:meth:`iteration`) holding its analysis (:attr:`ANALYSIS`) and merged trace
     (:meth:`merged`), the aggregate (:attr:`AGGREGATE`), the report at the top, and ``epilogue.json``
     (``{"summary", "state"}``) last."""

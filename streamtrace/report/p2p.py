@@ -1,5 +1,5 @@
 """The report's point-to-point section: pipeline Send / Recv apart from the group collectives,
-from ``p2p.parquet`` (:mod:`streamtrace.job.p2p`): waiting and transfer time per pipeline stage
+from ``p2p.parquet`` (:mod:`streamtrace.aggregate.p2p`): waiting and transfer time per pipeline stage
 pair, and the rank pairs whose receiver waited longest."""
 from __future__ import annotations
 

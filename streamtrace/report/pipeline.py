@@ -2,7 +2,7 @@
 without it (PP = 1, e.g. tensor parallel only) has no pipeline bubble, and a "bubble" of its
 ranks would only be the time they do not compute.
 
-The rows are ``pipeline.parquet``'s as ``aggregate`` wrote them (:mod:`streamtrace.job.pipeline`,
+The rows are ``pipeline.parquet``'s as ``aggregate`` wrote them (:mod:`streamtrace.aggregate.pipeline`,
 the one definition of the bubble: the PP group's span minus the stage's forward / backward /
 recompute windows; waiting inside a micro-batch is the stage's communication, not bubble);
 nothing here computes it again.  The Gantt charts' labels read the same table
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..job.folder import read_aggregate_table
+from ..aggregate.folder import read_aggregate_table
 from .units import fmt_pct, fmt_time
 
 PHASES = ("forward", "backward", "recompute")

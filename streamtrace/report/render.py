@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ..events.dataset import iter_table
-from ..job.folder import Aggregate, read_aggregate_table
+from ..aggregate.folder import Aggregate, read_aggregate_table
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
 from . import charts as C

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..job.folder import Aggregate, owned
-from ..job.options import AggregateOptions
+from ..aggregate.folder import Aggregate, owned
+from ..aggregate.options import AggregateOptions
 from ..runtime.errors import StreamtraceError
 from ..runtime.files import output_folder
 from .efficiency import EfficiencyOptions
@@ -76,7 +76,7 @@ def report(dirs, outdir=None, opt: ReportOptions | None = None, aggregate_opt: A
         rep["aggregated"] = None
         return Report.of(out, rep)
     out = Path(outdir or "streamtrace-report")
-    from ..job.aggregate import aggregate_into     # (numba kernels: only when it aggregates)
+    from ..aggregate.run import aggregate_into     # (numba kernels: only when it aggregates)
     with output_folder(out, owned=owned, inputs=dirs) as stage:
         agg = aggregate_into(dirs, stage, aggregate_opt or AggregateOptions())
         rep = write_report(stage, stage, final=out, shown=out, **kw)

@@ -190,7 +190,7 @@ COMMANDS = {
 #: command -> the units its forked per-task workers call (:func:`load` brings them into the parent
 #: before the fork, so that the workers share them)
 TASKS = {
-    "aggregate": _INTERVALS + _STATS,      # job.aggregate's per-rank task
+    "aggregate": _INTERVALS + _STATS,      # aggregate.run's per-rank task
 }
 
 

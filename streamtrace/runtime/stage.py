@@ -1,7 +1,7 @@
 """A stage's package that is also its function: ``streamtrace.merge(...)`` calls
 :func:`streamtrace.merge.merge`, while ``streamtrace.merge`` stays the package Python's imports need
 (``import streamtrace.merge.run as m``, ``from streamtrace.merge import MergeOptions``).  Written once,
-here, for every stage (merge, validate, analyze, report, diff), with the names a package imports on first
+here, for every stage (merge, validate, analyze, aggregate, report, diff), with the names a package imports on first
 use (so that a light submodule, such as the stage's kind of output folder, loads no heavy one)."""
 from __future__ import annotations
 

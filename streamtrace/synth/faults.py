@@ -1,5 +1,5 @@
 """Faults with a known effect for the synthetic job (:mod:`streamtrace.synth.job`), so that the
-critical path (:mod:`streamtrace.job.critical_path`) can be checked against what was injected.
+critical path (:mod:`streamtrace.aggregate.critical_path`) can be checked against what was injected.
 ``SynthSpec(faults=(Fault(...), ...))``; each kind touches the generator at one place:
 
 * ``slow_gemm``: rank ``rank``'s GEMM kernels (``fprop``, ``dgrad``, ``wgrad``) run ``factor`` x

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from streamtrace.analyze import AnalyzeOptions, analyze
-from streamtrace.job import AggregateOptions, aggregate
+from streamtrace.aggregate import AggregateOptions, aggregate
 
 from support import load_json
 

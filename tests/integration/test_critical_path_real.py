@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from streamtrace.analyze import AnalyzeOptions, analyze
-from streamtrace.job import AggregateOptions, aggregate
+from streamtrace.aggregate import AggregateOptions, aggregate
 
 from support import CPU3D, SHARED, exact_ns, load_json
 

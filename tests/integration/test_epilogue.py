@@ -119,8 +119,8 @@ def test_epilogue_stages_run_in_their_own_processes_and_a_killed_stage_is_one_fa
     import sys
 
     import streamtrace.analyze
-    import streamtrace.job.aggregate
-    analysis, aggregation = sys.modules["streamtrace.analyze"], sys.modules["streamtrace.job.aggregate"]
+    import streamtrace.aggregate.run
+    analysis, aggregation = sys.modules["streamtrace.analyze"], sys.modules["streamtrace.aggregate.run"]
     d = make_run(tmp_path)
     real = analysis.analyze
     mark = tmp_path / "analyze.pid"

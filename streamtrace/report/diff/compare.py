@@ -21,7 +21,7 @@ categories of HolisticTraceAnalysis' ``TraceDiff.ops_diff`` (``hta/trace_diff.py
 
 CPU ops: ``ProfilerStep#N`` is named ``ProfilerStep#*`` (HTA shows every step number as added and
 deleted); ``total_ns`` is inclusive over the occurrences not nested in an op of the same name
-(:mod:`streamtrace.job.stats`), ``self_ns`` is self time (inclusive minus direct children, clamped
+(:mod:`streamtrace.aggregate.stats`), ``self_ns`` is self time (inclusive minus direct children, clamped
 at 0), ``kernel_time_ns`` the GPU time the op launched (analyze's roll-up).
 
 Tables (Parquet + CSV), sorted by their ``delta`` (largest regression first), then name:
@@ -48,9 +48,9 @@ from ...runtime.errors import StreamtraceError
 from ...events.dataset import csv_table, read_partition
 from ...runtime.files import atomic_output
 from ...runtime.parallel import run_tasks
-from ...job.aggregate import KIND_CODE, interval_metrics
+from ...aggregate.run import KIND_CODE, interval_metrics
 from .inputs import DiffOptions, list_text, open_side, pair_ranks
-from ...job.stats import OPS_COLUMNS, op_rows
+from ...aggregate.stats import OPS_COLUMNS, op_rows
 
 KERNEL_COLUMNS = ["name", "kind", "dur_ns", "ts_ns", "end_ns", "device", "step", "phase", "microbatch", "collective",
                   "parallel_dim"]

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from ...analyze import AnalyzeOptions, analyze
 from ...analyze.outputs import Analysis
-from ...job.folder import Aggregate
-from ...job.steps import StepNames, step_names, step_patterns_of
+from ...aggregate.folder import Aggregate
+from ...aggregate.steps import StepNames, step_names, step_patterns_of
 from ..outputs import EpilogueRun
 from ...runtime.errors import StreamtraceError, UsageError
 from ...events.dataset import partition_files
@@ -109,7 +109,7 @@ class Part:
 
     @property
     def steps(self) -> StepNames:
-        """The part's step names (:func:`streamtrace.job.steps.step_names`)."""
+        """The part's step names (:func:`streamtrace.aggregate.steps.step_names`)."""
         return step_names(self.step_patterns)
 
     def files(self, dataset) -> list:

@@ -381,7 +381,7 @@ def test_same_rank_and_iteration_refused_before_writing(multi, tmp_path):
 
 def test_older_rank_only_layout(multi, tmp_path):
     """aggregate refuses a folder of the older kernels/rank=R/ layout; analyze into it replaces that layout."""
-    from streamtrace.job.alignment import Job
+    from streamtrace.aggregate.alignment import Job
     from streamtrace.runtime.errors import StreamtraceError
     _, d = multi
     out = tmp_path / "out"
@@ -397,7 +397,7 @@ def test_older_rank_only_layout(multi, tmp_path):
 
 
 def test_aggregate_reads_every_iteration(multi, tmp_path):
-    from streamtrace.job import AggregateOptions, aggregate
+    from streamtrace.aggregate import AggregateOptions, aggregate
     from streamtrace.events.dataset import read_table
     summary, d = multi
     want = {k: v[0] for k, v in _counts(summary).items()}

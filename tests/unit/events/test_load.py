@@ -14,7 +14,7 @@ import streamtrace
 from streamtrace.analyze import AnalyzeOptions, analyze
 from streamtrace.runtime.errors import StreamtraceError
 from streamtrace.events.load import Outputs, register
-from streamtrace.job import AggregateOptions, aggregate
+from streamtrace.aggregate import AggregateOptions, aggregate
 from streamtrace.synth.job import SynthSpec, generate_job
 from support import ROOT, code_blocks
 
@@ -168,7 +168,7 @@ def test_one_protocol_per_kind_of_folder(tmp_path):
         streamtrace.load(tmp_path)                 # registers every stage's kind
     where = {c.kind: c.__module__ for c in KINDS}
     assert where == {"diff": "streamtrace.report.diff.outputs", "epilogue": "streamtrace.report.outputs",
-                     "aggregate": "streamtrace.job.folder", "analysis": "streamtrace.analyze.outputs",
+                     "aggregate": "streamtrace.aggregate.folder", "analysis": "streamtrace.analyze.outputs",
                      "report": "streamtrace.report.outputs"}
     for c in KINDS:
         assert isinstance(c, OutputKind) or issubclass(c, Outputs)
@@ -189,7 +189,7 @@ def test_only_the_kinds_name_their_files():
         streamtrace.load(ROOT)                          # registers every stage's kind
     home = {c.marker: c.__module__ for c in KINDS}
     home[Diff.MARKDOWN] = Diff.__module__
-    home["report.json"] = "streamtrace.job.folder"     # REPORT_MARKER: an aggregate folder holds its report too
+    home["report.json"] = "streamtrace.aggregate.folder"     # REPORT_MARKER: an aggregate folder holds its report too
     assert set(home) >= {"summary.json", "aggregate.json", "report.json", "diff.json", "epilogue.json"}
     stray = []
     for path in sorted((ROOT / "streamtrace").rglob("*.py")):
@@ -204,7 +204,7 @@ def test_read_checks_the_marker_as_the_stages_need_it(tmp_path):
     """``Kind.read(DIR)``, how a later stage reads a folder (what ``read_meta`` / ``read_summary`` did):
     a one-line StreamtraceError without the marker, a DataError naming the damaged file."""
     from streamtrace.analyze.outputs import Analysis
-    from streamtrace.job.folder import Aggregate
+    from streamtrace.aggregate.folder import Aggregate
     from streamtrace.runtime.errors import DataError
     d = tmp_path / "x"
     d.mkdir()

@@ -9,7 +9,7 @@ import pytest
 
 from streamtrace.analyze import AnalyzeOptions, analyze
 from streamtrace.runtime.errors import StreamtraceError
-from streamtrace.job import AggregateOptions, aggregate
+from streamtrace.aggregate import AggregateOptions, aggregate
 from streamtrace.merge import MergeOptions, merge
 from streamtrace.merge.critical_marks import CATEGORY, mark_critical_path
 from streamtrace.synth.job import SynthSpec, generate_job

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from streamtrace.analyze import AnalyzeOptions, analyze
-from streamtrace.job import AggregateOptions, aggregate
+from streamtrace.aggregate import AggregateOptions, aggregate
 from streamtrace.report.markdown import write_report
 from streamtrace.synth.job import SynthSpec, generate_job
 from streamtrace.synth.faults import LOADER, Fault

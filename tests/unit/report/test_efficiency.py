@@ -12,7 +12,7 @@ import pytest
 from support import REAL, need_shared, run_cli
 from streamtrace import capture
 from streamtrace.analyze import AnalyzeOptions, analyze
-from streamtrace.job import AggregateOptions, aggregate
+from streamtrace.aggregate import AggregateOptions, aggregate
 from streamtrace.report import write_report
 from streamtrace.report.efficiency import EfficiencyOptions
 

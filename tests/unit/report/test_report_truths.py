@@ -13,7 +13,7 @@ import pytest
 from support import REAL, need_shared, run_cli
 from streamtrace.analyze import AnalyzeOptions, analyze
 from streamtrace.runtime.errors import StreamtraceError
-from streamtrace.job import AggregateOptions, aggregate
+from streamtrace.aggregate import AggregateOptions, aggregate
 from streamtrace.report import write_report
 from streamtrace.report.markdown import short_names
 

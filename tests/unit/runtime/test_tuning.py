@@ -10,7 +10,7 @@ from support import ROOT
 def test_the_command_process_imports_neither_pandas_nor_numba_to_report(tmp_path):
     """The command's process keeps pandas out (pyarrow would import it at its first conversion),
     pyarrow still reads and computes, and the report side of the job package (its folder readers)
-    loads no numba kernel; ``streamtrace.job.aggregate`` stays the function."""
+    loads no numba kernel; ``streamtrace.aggregate.aggregate`` is the function of ``streamtrace.aggregate.run``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     pq.write_table(pa.table({"k": ["a", "b", "a"]}), tmp_path / "t.parquet")
@@ -21,12 +21,12 @@ skip_pandas()
 import pyarrow.compute as pc, pyarrow.parquet as pq
 t = pq.read_table({str(tmp_path / 't.parquet')!r})
 assert pc.sum(pc.equal(t["k"], "a")).as_py() == 2
-import streamtrace.job.folder, streamtrace.report
+import streamtrace.aggregate.folder, streamtrace.report
 assert "pandas" not in sys.modules and "numba" not in sys.modules, sorted(m for m in sys.modules if m in ("pandas", "numba"))
-from streamtrace.job import AggregateOptions
-import streamtrace.job.aggregate as agg
-from streamtrace.job import aggregate
-assert callable(aggregate) and aggregate is agg and aggregate.__module__ == "streamtrace.job.aggregate"
+from streamtrace.aggregate import AggregateOptions
+import streamtrace.aggregate.run as run
+from streamtrace.aggregate import aggregate
+assert callable(aggregate) and aggregate is run.aggregate and aggregate.__module__ == "streamtrace.aggregate.run"
 try:
     import pandas
 except ImportError:

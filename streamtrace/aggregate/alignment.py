@@ -1,0 +1,389 @@
+"""The analysed job as a whole: the ``streamtrace analyze`` folders of all ranks (and iterations), each
+rank's clock, and the time alignment shared by ``aggregate``, ``report`` and the charts.
+
+A *part* is one rank of one iteration of one analysed folder
+(``DIR/kernels/iteration=N/rank=R/part-*.parquet`` and ``DIR/ops/iteration=N/rank=R/part-*.parquet``,
+``N`` = -1 for an unknown iteration; listed in ``DIR/summary.json``; see
+:func:`streamtrace.events.dataset.partition_path` and :meth:`Part.files`).  Kernel and op times in the Parquet files are the rank's
+own trace clock (int64 ns).  Alignment maps them to one time axis:
+
+* ``global``: one time base for all ranks, through each trace's ``baseTimeNanoseconds`` (read from
+  the source trace's metadata), the same rule as ``streamtrace merge``:
+  ``t = ts + (base(rank) - min over ranks of base)``; a merged trace already has one clock
+  (shift 0).  Times are then counted from the earliest event of the ranks of the same analysed
+  iteration folder (``origin``).
+* ``individual``: each rank from its own start (its earliest kernel or CPU op is 0), as
+  Megatron-TraceViz's "individual" alignment.
+
+On top of either, per-rank clock offsets (``--clock-sync collectives``,
+:func:`streamtrace.aggregate.collectives.estimate_clock_offsets`) are subtracted: ``t - offset(rank)``.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import pyarrow.compute as pc
+
+from ..runtime.errors import StreamtraceError
+from ..analyze.outputs import Analysis
+from ..events.dataset import column_min_max, partition_files, read_partition
+from ..runtime.parallel import run_tasks
+from ..runtime.progress import progress_bar
+from ..topology.members import SAME_JOB_NS as MEMBERS_SAME_JOB_NS
+from ..topology.sources import from_pg_config, load_topology
+from ..trace.metadata import trace_facts
+from ..trace.reader import TraceReader
+from .steps import StepNames, step_names, step_patterns_of
+
+ALIGNMENTS = ("global", "individual")
+#: folder names that say nothing about the job (skipped by :meth:`Job.name`)
+GENERIC_DIRS = {"tb", "tensorboard", "profile_traces", "profile_trace", "torch_profile", "torch_profiler", "traces",
+                "trace", "profiler", "profiles", "profile", "logs", "log", "outputs", "output", "runs"}
+_ITER_DIR = re.compile(r"iteration[_-]?\d+|iter[_-]?\d+|step[_-]?\d+")
+#: traces of one job start within this many ns of each other (one day)
+SAME_JOB_NS = MEMBERS_SAME_JOB_NS     # (one value for the epilogue's job finder and aggregate)
+#: the iteration of a part whose trace path names none (analyze's ``iteration=-1`` partitions)
+UNKNOWN_ITERATION = -1
+# names as :meth:`Job.read_kernels` returns them: "iteration" is the part's (the trace file's) iteration, "step"
+# the row's ProfilerStep number (see :func:`read_parquet_columns`)
+KERNEL_COLUMNS = ("device", "stream", "ts_ns", "dur_ns", "end_ns", "name", "kind", "phase", "microbatch",
+                  "iteration", "step", "collective", "msg_bytes", "group_size", "pg_name", "pg_ranks", "parallel_dim",
+                  "correlation")
+
+
+@dataclass
+class Part:
+    """One rank of one analysed folder.  ``iteration``: the folder's iteration (from the trace path,
+    may be None); ``base_time_ns``: the source trace's ``baseTimeNanoseconds`` (None when unknown);
+    ``merged``: the source is a merged multi-rank trace (its times already share one clock);
+    ``start_ns``: the earliest kernel / CPU op start in the rank's own clock; ``pg_entries``: the
+    process groups the rank's trace lists (``distributedInfo.pg_config``), emptied once the job's
+    topology is known; ``step_patterns``: the patterns analyze found its steps by (``summary.json``,
+    None: the Kineto default), :attr:`steps` compiled."""
+    index: int
+    dir: Path
+    rank: int
+    iteration: int | None
+    source: str
+    base_time_ns: int | None = None
+    merged: bool = False
+    start_ns: int = 0
+    end_ns: int = 0
+    device_name: str = ""
+    pg_entries: list = field(default_factory=list)
+    world_size: int | None = None
+    shift_ns: int = 0            # added to the rank's own times by the alignment (before the clock offset)
+    clock_offset_ns: int = 0     # estimated clock offset, subtracted after the alignment
+    step_patterns: list | None = None
+
+    @property
+    def steps(self) -> StepNames:
+        """The part's step names (:func:`streamtrace.aggregate.steps.step_names` of ``step_patterns``)."""
+        return step_names(self.step_patterns)
+
+    def files(self, dataset) -> list[Path]:
+        """The rank's ``dataset`` ("kernels" or "ops") files in row order: ``part-0.parquet``, or
+        several after ``analyze --jobs N`` of one big trace."""
+        return partition_files(self.dir, dataset, self.rank, self.iteration)
+
+    def read(self, dataset, columns):
+        """The rank's ``dataset`` rows (all part files, in order) as a pyarrow Table; None when
+        there are none."""
+        files = self.files(dataset)
+        return read_partition(files, columns) if files else None
+
+    def align(self, t):
+        """Rank-local int64 ns -> aligned int64 ns (``t + shift_ns - clock_offset_ns``)."""
+        return np.asarray(t, np.int64) + np.int64(self.shift_ns - self.clock_offset_ns)
+
+
+def _event_counts(r: dict) -> tuple:
+    """(GPU events, CPU events) of one rank of ``summary.json`` (0 when not recorded)."""
+    def count(section, key):
+        v = r.get(section)
+        v = v.get(key) if isinstance(v, dict) else 0
+        return v if type(v) is int else 0
+    return count("links", "gpu_events"), count("call_tree", "cpu_events")
+
+
+def _read_source_meta(source: str, rank: int) -> dict:
+    """:func:`~streamtrace.trace.metadata.trace_facts` of one source trace, read again (a full
+    metadata scan: the base time stands after ``traceEvents``), for folders analysed before
+    ``summary.json`` kept them.  Empty dict when the file is gone or unreadable."""
+    if not source or not os.path.isfile(source):
+        return {}
+    try:
+        meta = TraceReader(source, salvage=True).read_metadata()
+    except StreamtraceError:
+        return {}
+    return trace_facts(meta, rank)
+
+
+def _part_info(dir_, rank, iteration, source, facts=None):
+    kf = partition_files(dir_, "kernels", rank, iteration)
+    of = partition_files(dir_, "ops", rank, iteration)
+    starts = [x for x in [column_min_max(f, "ts_ns")[0] for f in kf + of] if x is not None]
+    ends = [x for x in [column_min_max(f, "end_ns")[1] for f in kf] if x is not None]
+    info = dict(facts) if isinstance(facts, dict) else _read_source_meta(source, rank)
+    info["start_ns"] = min(starts) if starts else 0
+    info["end_ns"] = max(ends) if ends else info["start_ns"]
+    return info
+
+
+class Job:
+    """Every part of the analysed folders, the topology and the time alignment.
+
+    ``parts``: list of :class:`Part`; ``topology``: :class:`~streamtrace.topology.Topology`
+    (given, or from the traces' ``pg_config``, or None); ``alignment``: ``"global"`` or
+    ``"individual"``; ``warnings``: list of str.
+
+    **Iteration and step.**  A part's ``iteration`` is its trace file's (``iteration_4/`` or
+    ``_iter_4`` in the path, as analyze's ``iteration=4`` partition; -1 unknown); a kernel's
+    ``step`` is the ``N`` of the ``ProfilerStep#N`` around its launch (-1 none).  With the Megatron
+    patch ``iteration_4/`` holds ``ProfilerStep#3``: iteration 4, step 3.  ``iterations`` selects
+    parts by their iteration, ``steps`` rows by their step."""
+
+    def __init__(self, dirs, alignment="global", topology=None, iterations=None, jobs=0, steps=None, force=False,
+                 progress=None, clock_sync=None):
+        if alignment not in ALIGNMENTS:
+            raise StreamtraceError(f"bad --time-alignment {alignment!r}: use global or individual")
+        self.alignment = alignment
+        self.clock_sync = clock_sync          # "collectives": offsets will be estimated (no advice to)
+        self.iterations = set(int(i) for i in iterations) if iterations else None
+        self.steps = set(int(i) for i in steps) if steps else None
+        self.warnings: list = []
+        self.parts: list = []
+        self.dirs = [Path(d) for d in dirs]
+        if not self.dirs:
+            raise StreamtraceError("give at least one analysed folder (the -o of streamtrace analyze)")
+        counts, facts = [], {}
+        for d in self.dirs:
+            summ = Analysis.read(d).summary
+            if any((d / "kernels").glob("rank=*")):
+                raise StreamtraceError(f"{d}: analysed by an older streamtrace (kernels/rank=R/ without "
+                                       f"iteration=N/); run streamtrace analyze on it again")
+            failed = summ.get("failed")
+            if isinstance(failed, list) and failed:
+                first = failed[0].get("source") if isinstance(failed[0], dict) else None
+                self.warnings.append(f"{d}: analyze could not read {len(failed)} file(s) ({Analysis.marker} \"failed\""
+                                     f"{f', e.g. {first}' if first else ''}); their ranks are missing")
+            for r in summ["ranks"]:
+                self.parts.append(Part(len(self.parts), d, r["rank"], r.get("iteration"), str(r.get("source", "")),
+                                       step_patterns=step_patterns_of(d, r)))
+                counts.append(_event_counts(r))
+                facts[(str(d), r["rank"], r.get("iteration"))] = r.get("trace_metadata")
+        if not self.parts:
+            raise StreamtraceError(f"{', '.join(map(str, dirs))}: no ranks in {Analysis.marker}")
+        self._missing_partitions(counts)
+        if self.iterations is not None:
+            have = sorted({p.iteration for p in self.parts if p.iteration is not None})
+            keep = [p for p in self.parts if p.iteration in self.iterations]
+            self.parts = [replace(p, index=i) for i, p in enumerate(keep)]
+            if not self.parts:
+                raise StreamtraceError(f"no analysed rank has iteration(s) {_list(self.iterations)}: the folders hold "
+                                       f"iteration(s) {_list(have) or 'unknown (no iteration in the trace paths)'} "
+                                       f"(--steps selects by ProfilerStep number)")
+        tasks = [(p.dir, p.rank, p.iteration, p.source, facts.get((str(p.dir), p.rank, p.iteration)))
+                 for p in self.parts]
+        rereads = sum(1 for t in tasks if not isinstance(t[-1], dict))    # else only Parquet footers: no workers
+        with progress_bar(len(self.parts), "read traces' metadata", "rank", progress) as bar:
+            infos = run_tasks(_part_info, tasks, max(1, min(jobs or os.cpu_count() or 1, rereads)),
+                              on_done=bar.update)
+        for p, info in zip(self.parts, infos):
+            for k, v in info.items():
+                setattr(p, k, v)
+        problem = self.different_jobs()
+        if problem and not force:
+            raise StreamtraceError(f"{_list(map(str, self.dirs))}: these look like different jobs ({problem}); "
+                                   f"aggregate one job at a time, or give --force")
+        if problem:
+            self.warnings.append(f"aggregated although these look like different jobs ({problem})")
+        if callable(topology):        # a topology of the world size (a TorchTitan config's mesh)
+            topology = topology(max([p.world_size or 0 for p in self.parts] + [p.rank + 1 for p in self.parts]))
+        self.topology = topology if topology is not None else self._topology_from_traces()
+        for p in self.parts:          # each rank's copy of its groups (~5 KB a rank at 1,024 ranks): no longer needed
+            p.pg_entries = []
+        self._align()
+
+    def name(self) -> str:
+        """The job's name: the folder that holds its traces (the common folder of the parts' sources,
+        above ``iteration_N/`` and generic names such as ``tb``, ``profile_traces``,
+        ``torch_profile``); else the first analysed folder's name."""
+        parents = [Path(p.source).resolve().parent for p in self.parts if p.source]
+        if parents:
+            d = Path(os.path.commonpath([str(x) for x in parents]))
+            while d.name and (_ITER_DIR.fullmatch(d.name) or d.name.lower() in GENERIC_DIRS):
+                d = d.parent
+            if d.name:
+                return d.name
+        return self.dirs[0].resolve().name
+
+    def different_jobs(self) -> str | None:
+        """Why the parts cannot be one job, or None: different world sizes in ``distributedInfo``,
+        one rank of one iteration in two folders, or trace start times (``baseTimeNanoseconds``)
+        more than :data:`SAME_JOB_NS` apart."""
+        worlds: dict = {}
+        for p in self.parts:
+            if p.world_size:
+                worlds.setdefault(p.world_size, {}).setdefault(str(p.dir), set()).add(p.rank)
+        if len(worlds) > 1:     # which folders and ranks state which world size (issue 33)
+            return "world size " + " vs ".join(
+                f"{w} ({'; '.join(f'{_ranks(r)} in {d}' for d, r in sorted(by_dir.items()))})"
+                for w, by_dir in sorted(worlds.items()))
+        seen: dict = {}
+        for p in self.parts:
+            key = (p.rank, p.iteration)
+            if key in seen and seen[key] != p.dir:
+                it = f" of iteration {p.iteration}" if p.iteration is not None else ""
+                return f"rank {p.rank}{it} is in both {seen[key]} and {p.dir}"
+            seen[key] = p.dir
+        bases = [(p.base_time_ns, p.dir) for p in self.parts if p.base_time_ns and not p.merged]
+        if bases and max(bases)[0] - min(bases)[0] > SAME_JOB_NS:
+            days = (max(bases)[0] - min(bases)[0]) / 86_400e9
+            return f"traces started {days:,.1f} days apart ({min(bases)[1]}, {max(bases)[1]})"
+        return None
+
+    def _missing_partitions(self, counts):
+        """A warning per analysed folder and table whose partitions are missing for ranks that
+        ``summary.json`` says had events (``counts``: (GPU events, CPU events) per part)."""
+        for d in self.dirs:
+            for dataset, k in (("kernels", 0), ("ops", 1)):
+                gone = [p for p, c in zip(self.parts, counts) if p.dir == d and c[k] and not p.files(dataset)]
+                if gone:
+                    where = ", ".join(f"iteration={-1 if p.iteration is None else p.iteration}/rank={p.rank}"
+                                      for p in gone)
+                    self.warnings.append(f"{d / dataset}: summary.json lists events of ranks whose partitions are "
+                                         f"missing ({where}); their {dataset} rows are left out")
+
+    def _topology_from_traces(self):
+        entries = [e for p in self.parts for e in p.pg_entries]
+        world = max([p.world_size or 0 for p in self.parts] + [p.rank + 1 for p in self.parts])
+        if entries:
+            try:
+                return from_pg_config(entries, world, source="distributedInfo.pg_config")
+            except StreamtraceError as e:
+                self.warnings.append(str(e))
+        for d in self.dirs:   # a topology file beside the traces (e.g. the generator's or the Megatron patch's)
+            for p in [Path(x.source).parent for x in self.parts[:1]] + [d]:
+                for c in [p, p.parent]:
+                    hits = sorted(c.glob("unique_parallel_groups_*.txt")) + \
+                        [c / n for n in ("streamtrace_topology.json", "parallel_topology.json") if (c / n).is_file()]
+                    if hits:
+                        return load_topology(hits[0])
+        why = "its pg_config names no parallel dimension" if entries else "no pg_config in the traces"
+        self.warnings.append(f"no topology ({why} and no topology file): give --topology; "
+                             "pipeline and replica views are skipped")
+        return None
+
+    def _align(self):
+        if self.alignment == "global":
+            known = [p.base_time_ns for p in self.parts if p.base_time_ns is not None and not p.merged]
+            if len(known) < len([p for p in self.parts if not p.merged]):
+                self.warnings.append("some traces have no baseTimeNanoseconds (or are no longer at their path): "
+                                     "their ranks keep their own clock" + (
+                                         "; their offsets are estimated from the collectives"
+                                         if self.clock_sync == "collectives" else
+                                         "; consider --clock-sync collectives"))
+            lo = min(known) if known else 0
+            for p in self.parts:
+                p.shift_ns = 0 if p.merged or p.base_time_ns is None else p.base_time_ns - lo
+            groups: dict = {}
+            for p in self.parts:
+                groups.setdefault((p.dir, p.iteration), []).append(p)
+            for ps in groups.values():
+                origin = min(p.start_ns + p.shift_ns for p in ps)
+                for p in ps:
+                    p.shift_ns -= origin
+        else:
+            for p in self.parts:
+                p.shift_ns = -p.start_ns
+
+    def set_clock_offsets(self, offsets: dict):
+        """Subtract ``offsets[part index]`` (int ns) from every aligned time of that part."""
+        for p in self.parts:
+            p.clock_offset_ns = int(offsets.get(p.index, 0))
+
+    def keep_rows(self, step):
+        """Boolean mask of the rows to keep under ``steps`` (all when none were given): the row's
+        ProfilerStep number (``step``, int64 array) is one of them."""
+        step = np.asarray(step)
+        if self.steps is None:
+            return np.ones(len(step), bool)
+        return np.isin(step, list(self.steps))
+
+    @staticmethod
+    def iteration_of(part) -> int:
+        """The part's iteration (its trace file's), :data:`UNKNOWN_ITERATION` when unknown."""
+        return UNKNOWN_ITERATION if part.iteration is None else int(part.iteration)
+
+    def read_kernels(self, part, columns=KERNEL_COLUMNS, kind=None) -> dict:
+        """The part's kernel columns as numpy arrays (strings as object arrays), filtered by
+        ``steps`` and optionally by ``kind`` ("compute"/"communication"/"memory"), sorted by
+        start.  ``iteration`` is the part's (:meth:`iteration_of`), ``step`` the file's ``step``
+        column; ``ts_ns``/``end_ns`` stay rank-local."""
+        return read_parquet_columns(part.files("kernels"), columns, self, part, kind)
+
+    def meta(self) -> dict:
+        """JSON-able description of the parts and the alignment."""
+        return {"alignment": self.alignment,
+                "parts": [{"index": p.index, "dir": str(p.dir), "rank": p.rank, "iteration": p.iteration,
+                           "source": p.source, "base_time_ns": p.base_time_ns, "merged": p.merged,
+                           "start_ns": p.start_ns, "shift_ns": p.shift_ns, "clock_offset_ns": p.clock_offset_ns,
+                           "device_name": p.device_name} for p in self.parts],
+                "warnings": self.warnings}
+
+
+def read_parquet_columns(path, columns, job=None, part=None, kind=None) -> dict:
+    """Columns of one rank's kernels file (``path``, or a list of its part files) as numpy
+    arrays, rows filtered (see :meth:`Job.read_kernels`).  ``"iteration"`` is the part's
+    iteration (the file has no ``iteration`` column: that name is the dataset's partition key;
+    :data:`UNKNOWN_ITERATION` without a part), ``"step"`` the file's ``step`` column
+    (``ProfilerStep#N``, -1 none)."""
+    cols = list(dict.fromkeys(list(columns) + ["ts_ns", "step"] + (["kind"] if kind else [])))
+    fcols = [c for c in cols if c != "iteration"]
+    files = [Path(p) for p in (path if isinstance(path, (list, tuple)) else [path]) if Path(p).is_file()]
+    t = read_partition(files, fcols, "kernels")
+    if kind is not None:
+        t = t.filter(pc.equal(t["kind"], kind))
+    out = {c: column_numpy(t[c]) for c in fcols}
+    if job is not None:
+        keep = job.keep_rows(out["step"])
+        out = {c: v[keep] for c, v in out.items()}
+    if "iteration" in cols:
+        out["iteration"] = np.full(len(out["ts_ns"]), Job.iteration_of(part) if part is not None
+                                   else UNKNOWN_ITERATION, np.int64)
+    o = np.argsort(out["ts_ns"], kind="stable")
+    return {c: v[o] for c, v in out.items()}
+
+
+def column_numpy(col):
+    """A pyarrow column as numpy; a string column as an object array whose equal values are one
+    Python str (through its dictionary): 8 bytes per row instead of a str object per row, which
+    for a job's repeated kernel names, kinds and group names is most of the memory."""
+    import pyarrow as pa
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        d = pc.dictionary_encode(col).combine_chunks()
+        values = np.asarray(d.dictionary.to_pylist() + [None], object)
+        idx = d.indices.fill_null(len(d.dictionary)).to_numpy(zero_copy_only=False)
+        return values[idx] if len(idx) else np.zeros(0, object)
+    return col.to_numpy(zero_copy_only=False)
+
+
+def _ranks(ranks) -> str:
+    """``rank 3`` / ``ranks 0-7, 12`` (runs of consecutive ranks as ranges)."""
+    rs, runs = sorted(ranks), []
+    for r in rs:
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    text = ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
+    return f"rank {text}" if len(rs) == 1 else f"ranks {text}"
+
+
+def _list(xs) -> str:
+    return ", ".join(map(str, sorted(xs)))

@@ -1,0 +1,323 @@
+"""The collectives of a large job in bounded memory: :mod:`streamtrace.aggregate.collectives`' matching and
+measures, with the rows spilled to disk and matched one bucket of match keys at a time.
+
+Matching only ever combines rows with the same match-key prefix
+(:func:`~streamtrace.aggregate.collectives.match_prefixes`), and an instance is (prefix, k-th row of each
+part), so the job splits by prefix:
+
+1. **Spill** (one part at a time): each part's communication kernels, their prefix (an id, in
+   first-seen order) and their sequence number within (part, prefix) go to one Parquet file, a row
+   group per part; per prefix, the rows and the instances (the most rows of one part) are counted.
+2. **Buckets**: the prefixes in sorted order (the order of the in-memory path's instance ids) are
+   cut into contiguous ranges of about ``bucket_rows`` rows; every part's rows are copied to the
+   bucket file of their range.  Instance ids are ``offset(prefix) + seq``: dense, and one
+   contiguous, ascending range per bucket.
+3. **Per bucket**, in order: the rows are loaded, sorted by (instance, start, rank), measured
+   (:func:`~streamtrace.aggregate.collectives.instance_tables`), and appended to ``collectives.parquet``
+   and ``collectives_ranks.parquet``; the summary, the straggler table, the p2p transfers and the
+   counts accumulate (:class:`~streamtrace.aggregate.collectives.Summary`,
+   :class:`~streamtrace.aggregate.collectives.Stragglers`, :func:`~streamtrace.aggregate.p2p.p2p_transfers`).
+
+The tables equal the in-memory :func:`~streamtrace.aggregate.collectives.analyse_collectives`' row for
+row.  Memory: one part's rows (pass 1), one bucket's rows and tables (pass 3, ~0.5 KB per row),
+plus per instance 24 bytes for the summary's distributions and per p2p transfer 48 bytes.  With
+``clock_sync="collectives"`` pass 3 runs twice: the first collects, per member of a usable
+instance, its instance, part, rank and end (24 bytes) and per instance 4 flags/counts for
+:func:`~streamtrace.events.clocks.estimate_clock_offsets`, then the aligned times of the spilled
+rows are corrected by the estimated offsets (a constant per part: nothing is read again).
+
+The spill folder (a temporary folder inside ``outdir``) is removed on success and on error.
+"""
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..runtime.errors import StreamtraceError
+from ..events.dataset import shared_strings, to_arrow, write_table
+from ..runtime.files import atomic_output
+from ..events.clocks import estimate_clock_offsets
+from ..events.collmatch import Mismatch, match_ordinals
+from .collective_rows import MISMATCH_COLUMNS, mismatch_rows
+from .collectives import (INSTANCE_COLUMNS, MEMBER_COLUMNS, CollectiveResult, Stragglers, Summary, comm_rows,
+                          clock_instances, cumcount, instance_tables, is_group, match_stats)
+from .options import BUCKET_ROWS
+from .p2p import TRANSFER_COLUMNS, p2p_transfers
+
+STATS = ("kernels", "instances", "complete", "inconsistent", "single_rank", "matched_by_seq", "matched_by_order")
+"""The counts of ``aggregate.json``'s ``collectives``."""
+_HELD = 131_072                   # rows held before they go to their bucket files
+_INTS = ("part", "rank", "iteration", "step", "start", "end", "dur", "bytes", "group_size", "microbatch", "correlation",
+         "stream", "src", "dst", "pid", "seq", "nseq", "sig", "send", "recv", "cpu")
+_STRS = ("collective", "pg_name", "pg_ranks", "dim", "phase", "in_splits", "out_splits")
+_SPILL = pa.schema([(n, pa.int64()) for n in _INTS] + [(n, pa.string()) for n in _STRS])
+_FLOATS = ("algbw_gbps", "busbw_gbps")
+_BOOLS = ("complete", "consistent")
+_TEXT = ("collective", "parallel_dim", "pg_name", "pg_ranks", "ranks", "phase", "matched_by", "source")
+INSTANCE_SCHEMA = pa.schema([(n, pa.float64() if n in _FLOATS else pa.bool_() if n in _BOOLS
+                              else pa.string() if n in _TEXT else pa.int64()) for n in INSTANCE_COLUMNS])
+MEMBER_SCHEMA = pa.schema([(n, pa.string() if n == "collective" else pa.int64()) for n in MEMBER_COLUMNS])
+
+
+class _Plan:
+    """What pass 1 and 2 leave: the bucket files in output order, the instance id base per prefix
+    id (int64 array), each part's clock offset when its rows were spilled, the row count, and the
+    match (:func:`~streamtrace.events.collmatch.match_ordinals` per prefix): ``by_seq`` (bool per
+    prefix id), ``min_seq`` (int64 per prefix id), ``delta`` (``{(prefix id, part): ordinal - order}``
+    for the prefixes re-aligned by signature), ``mismatches`` and ``matched_by`` (``{prefix id: str}``)."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.buckets: list = []
+        self.base = np.zeros(0, np.int64)
+        self.spilled_offset: dict = {}
+        self.rows = 0
+        self.by_seq = np.zeros(0, bool)
+        self.min_seq = np.zeros(0, np.int64)
+        self.delta: dict = {}
+        self.mismatches: list = []
+        self.matched_by: dict = {}
+
+
+class _Counts:
+    """Pass 1's per-prefix tallies: rows, rows per (prefix, part), whether every row has a sequence
+    number, its least and greatest."""
+
+    def __init__(self):
+        self.rows = np.zeros(0, np.int64)
+        self.all_seq = np.zeros(0, bool)
+        self.lo = np.zeros(0, np.int64)
+        self.hi = np.zeros(0, np.int64)
+        self.per_part: dict = {}
+
+    def add(self, pid, part: int, nseq, size: int):
+        grow = size - len(self.rows)
+        if grow > 0:
+            self.rows = np.r_[self.rows, np.zeros(grow, np.int64)]
+            self.all_seq = np.r_[self.all_seq, np.ones(grow, bool)]
+            self.lo = np.r_[self.lo, np.full(grow, np.iinfo(np.int64).max, np.int64)]
+            self.hi = np.r_[self.hi, np.full(grow, -1, np.int64)]
+        self.rows += np.bincount(pid, minlength=size)
+        np.logical_and.at(self.all_seq, pid, nseq >= 0)
+        np.minimum.at(self.lo, pid, nseq)
+        np.maximum.at(self.hi, pid, nseq)
+        u, n = np.unique(pid, return_counts=True)
+        for g, c in zip(u.tolist(), n.tolist()):
+            self.per_part[(g, part)] = c
+
+
+def _spill_parts(job, plan: _Plan) -> tuple[dict, _Counts]:
+    """Pass 1: every part's comm kernels (:func:`~streamtrace.aggregate.collectives.comm_rows`) to
+    ``parts.parquet`` (a row group per part), ``seq`` = the row's position in its prefix (start
+    order).  Returns the prefix ids ``{prefix: id}`` and the tallies."""
+    pids: dict = {}
+    sigs: dict = {}
+    counts = _Counts()
+    with pq.ParquetWriter(plan.folder / "parts.parquet", _SPILL, compression="zstd") as w:
+        for part in job.parts:
+            rows = comm_rows(job, part, pids, sigs)
+            if rows is None:
+                continue
+            pid = rows.pop("prefix")
+            rows.update(pid=pid, seq=cumcount(pid))          # rows of a part are sorted by start
+            counts.add(pid, part.index, rows["nseq"], len(pids))
+            w.write_table(to_arrow(rows, _SPILL.names).cast(_SPILL))
+            plan.spilled_offset[part.index] = part.clock_offset_ns
+            plan.rows += len(pid)
+    return pids, counts
+
+
+def _match(plan: _Plan, counts: _Counts) -> np.ndarray:
+    """The matcher on the spilled rows: prefixes matched by sequence number, by order with equal
+    counts (ordinal = position), and those re-aligned by signature
+    (:func:`~streamtrace.events.collmatch.match_ordinals` on their rows only, read back from
+    ``parts.parquet``).  Fills ``plan``'s match fields; returns the instances per prefix id."""
+    n = len(counts.rows)
+    plan.by_seq = counts.all_seq.copy()
+    plan.min_seq = np.where(plan.by_seq, counts.lo, 0)
+    inst = np.where(plan.by_seq, counts.hi - counts.lo + 1, 0)
+    per: dict = {}
+    for (g, p), c in counts.per_part.items():
+        per.setdefault(g, {})[p] = c
+    realign = []
+    for g in range(n):
+        most = max(per[g].values())
+        if plan.by_seq[g]:
+            plan.mismatches += [Mismatch(g, p, c, most, 0) for p, c in sorted(per[g].items()) if c != most]
+        elif len(set(per[g].values())) == 1:
+            inst[g] = most
+        else:
+            realign.append(g)
+    plan.matched_by = {g: "seq" if plan.by_seq[g] else "order" for g in range(n)}
+    if realign:
+        t = pq.read_table(plan.folder / "parts.parquet", columns=["pid", "part", "nseq", "sig", "seq"],
+                          filters=[("pid", "in", realign)])
+        pid, part, seq = t["pid"].to_numpy(), t["part"].to_numpy(), t["seq"].to_numpy()
+        m = match_ordinals(part, pid, t["nseq"].to_numpy(), t["sig"].to_numpy())
+        first = np.r_[True, (pid[1:] != pid[:-1]) | (part[1:] != part[:-1])] if len(pid) else np.zeros(0, bool)
+        for i in np.flatnonzero(first).tolist():
+            plan.delta[(int(pid[i]), int(part[i]))] = int(m.ordinal[i] - seq[i])
+        np.maximum.at(inst, pid, m.ordinal + 1)
+        plan.mismatches += m.mismatches
+    return inst
+
+
+def _bucket(job, folder: Path, bucket_rows: int) -> _Plan | None:
+    """Passes 1 and 2 (module docstring) into ``folder``; None when the job has no comm kernels."""
+    plan = _Plan(folder)
+    pids, counts = _spill_parts(job, plan)
+    if not plan.rows:
+        return None
+    inst, rows = _match(plan, counts), counts.rows
+    plan.prefixes = sorted(pids, key=pids.get)                      # by id
+    srt = np.asarray([pids[x] for x in sorted(pids)], np.int64)     # sorted position -> prefix id
+    plan.base = np.empty(len(pids), np.int64)
+    plan.base[srt] = np.cumsum(inst[srt]) - inst[srt]
+    bucket_of = np.empty(len(pids), np.int64)         # by the rows before the prefix, in bucket_rows units
+    _, dense = np.unique((np.cumsum(rows[srt]) - rows[srt]) // max(1, int(bucket_rows)), return_inverse=True)
+    bucket_of[srt] = dense.reshape(-1)
+    nb = int(bucket_of.max()) + 1
+    plan.buckets = [folder / f"bucket-{b:05d}.parquet" for b in range(nb)]
+    src = pq.ParquetFile(folder / "parts.parquet")
+    with contextlib.ExitStack() as stack:
+        writers = [stack.enter_context(pq.ParquetWriter(p, _SPILL, compression="zstd")) for p in plan.buckets]
+        pending: list = [[] for _ in range(nb)]
+        held = 0                                       # rows in pending: at most _HELD + one part's
+        for g in range(src.metadata.num_row_groups):
+            t = src.read_row_group(g)
+            b = bucket_of[t["pid"].to_numpy()]
+            for j in np.unique(b).tolist():
+                pending[j].append(t.filter(pa.array(b == j)))
+            held += t.num_rows
+            if held >= _HELD or g == src.metadata.num_row_groups - 1:
+                for j in range(nb):
+                    if pending[j]:
+                        writers[j].write_table(pa.concat_tables(pending[j]))
+                pending, held = [[] for _ in range(nb)], 0
+    (folder / "parts.parquet").unlink()
+    return plan
+
+
+def _load(job, plan: _Plan, path) -> dict:
+    """One bucket's rows as :func:`~streamtrace.aggregate.collectives.load_comm` columns on the job's
+    current clocks, sorted by (instance, start, rank)."""
+    t = pq.read_table(path, read_dictionary=list(_STRS))
+    c = {n: t[n].to_numpy() for n in _INTS}
+    c.update({n: shared_strings(t[n]) for n in _STRS})
+    del t
+    shift = np.zeros(max(plan.spilled_offset) + 1, np.int64)
+    for i, off in plan.spilled_offset.items():       # aligned time on the clocks now: + old - new offset
+        shift[i] = off - job.parts[i].clock_offset_ns
+    c["start"] = c["start"] + shift[c["part"]]
+    c["end"] = c["end"] + shift[c["part"]]
+    pid = c.pop("pid")
+    seq = np.where(plan.by_seq[pid], c["nseq"] - plan.min_seq[pid], c["seq"])
+    if plan.delta:
+        seq = seq + np.fromiter((plan.delta.get(k, 0) for k in zip(pid.tolist(), c["part"].tolist())), np.int64,
+                                len(pid))
+    c["seq"] = seq
+    c["by"] = np.where(plan.by_seq[pid], "seq", "order").astype(object)
+    c["instance"] = plan.base[pid] + seq
+    o = np.lexsort((c["rank"], c["start"], c["instance"]))
+    return {n: v[o] for n, v in c.items()}
+
+
+def _clock_inputs(job, plan: _Plan) -> tuple[dict, dict]:
+    """The members and instance flags :func:`estimate_clock_offsets` reads, bucket by bucket: members
+    of usable instances only (instance int64, part/rank int32, end int64)."""
+    mem = {k: [] for k in ("instance", "part", "rank", "end_ns")}
+    inst = {k: [] for k in ("complete", "consistent", "n_ranks", "bridge")}
+    for path in plan.buckets:
+        i, m = instance_tables(_load(job, plan, path))
+        f = clock_instances(i)
+        ok = f["complete"] & f["consistent"] & (i["n_ranks"] >= 2)
+        keep = ok[np.searchsorted(i["instance"], m["instance"])]
+        for k, dt in (("instance", np.int64), ("part", np.int32), ("rank", np.int32), ("end_ns", np.int64)):
+            mem[k].append(m[k][keep].astype(dt))
+        for k, v in (("complete", f["complete"]), ("consistent", f["consistent"]),
+                     ("n_ranks", i["n_ranks"].astype(np.int32)), ("bridge", ~is_group(i))):
+            inst[k].append(v)
+    return ({k: np.concatenate(v) for k, v in mem.items()}, {k: np.concatenate(v) for k, v in inst.items()})
+
+
+def _write_buckets(job, plan: _Plan, outdir: Path) -> tuple[list, dict]:
+    """Pass 3: every bucket measured and appended to the two tables; returns the paths and the
+    accumulated ``summary``, ``stragglers``, ``transfers``, ``stats``."""
+    acc = {"summary": Summary(), "stragglers": Stragglers(), "transfers": [],
+           "stats": dict.fromkeys(STATS, 0)}
+    paths = [outdir / "collectives.parquet", outdir / "collectives_ranks.parquet"]
+    with atomic_output(paths[0], compress=False) as fi, atomic_output(paths[1], compress=False) as fm, \
+            pq.ParquetWriter(fi, INSTANCE_SCHEMA, compression="zstd") as wi, \
+            pq.ParquetWriter(fm, MEMBER_SCHEMA, compression="zstd") as wm:
+        for path in plan.buckets:
+            inst, mem = instance_tables(_load(job, plan, path))
+            wi.write_table(to_arrow(inst, INSTANCE_COLUMNS).cast(INSTANCE_SCHEMA))
+            wm.write_table(to_arrow(mem, MEMBER_COLUMNS).cast(MEMBER_SCHEMA))
+            acc["summary"].add(inst)
+            acc["stragglers"].add(inst, mem)
+            acc["transfers"].append(p2p_transfers(inst, mem))
+            st = acc["stats"]
+            st["kernels"] += len(mem["instance"])
+            st["instances"] += len(inst["instance"])
+            st["complete"] += int(inst["complete"].sum())
+            st["inconsistent"] += int((~inst["consistent"]).sum())
+            st["single_rank"] += int((inst["n_ranks"] == 1).sum())
+            st["matched_by_seq"] += int((inst["matched_by"] == "seq").sum())
+            st["matched_by_order"] += int((inst["matched_by"] == "order").sum())
+    return paths, acc
+
+
+def collectives_to(job, outdir, clock_sync: str | None = None, bucket_rows: int = BUCKET_ROWS) -> tuple:
+    """:func:`~streamtrace.aggregate.collectives.analyse_collectives` and
+    :func:`~streamtrace.aggregate.collectives.write_collectives` in bounded memory (module docstring):
+    writes ``collectives.parquet``, ``collectives_ranks.parquet`` and ``collectives_summary.{parquet,
+    csv}`` into ``outdir`` (atomically) and returns ``(result, paths)``; ``result.instances`` and
+    ``.members`` are empty, ``result.transfers`` holds the p2p transfers
+    (:func:`~streamtrace.aggregate.p2p.p2p_transfers`).  ``bucket_rows`` (int >= 1): rows per bucket
+    (about; a prefix is never split).  With ``clock_sync="collectives"`` the offsets are estimated
+    and set on ``job`` first."""
+    if clock_sync not in (None, "none", "collectives"):
+        raise StreamtraceError(f"bad --clock-sync {clock_sync!r}: use none or collectives")
+    folder = Path(tempfile.mkdtemp(prefix=".collectives-spill.", dir=outdir))
+    try:
+        plan = _bucket(job, folder, bucket_rows)
+        if plan is None:
+            return _empty(outdir)
+        offsets, comps = {}, {}
+        if clock_sync == "collectives":
+            offsets, comps = estimate_clock_offsets(*_clock_inputs(job, plan))
+            job.set_clock_offsets(offsets)
+        paths, acc = _write_buckets(job, plan, Path(outdir))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    summary = acc["summary"].rows()
+    tr = {c: np.concatenate([t[c] for t in acc["transfers"]]) for c in TRANSFER_COLUMNS}
+    bad = mismatch_rows(sorted(plan.mismatches, key=lambda m: (plan.prefixes[m.group], m.part)), plan.prefixes,
+                        {p.index: p.rank for p in job.parts}, plan.matched_by)
+    stats = {**acc["stats"], **{k: v for k, v in match_stats({}, bad).items() if k.startswith("mismatch")}}
+    res = CollectiveResult({}, {}, summary, acc["stragglers"].rows(), offsets, comps, stats, tr, bad)
+    if len(bad["rank"]):
+        paths += write_table(outdir, "collectives_mismatch", bad, MISMATCH_COLUMNS, csv=True)
+    return res, paths + _write_summary(outdir, summary)
+
+
+def _write_summary(outdir, summary: list) -> list:
+    summ = {k: np.asarray([r[k] for r in summary], object if isinstance(summary[0][k], str) else None)
+            for k in summary[0]} if summary else {}
+    return write_table(outdir, "collectives_summary", summ, list(summ), csv=True) if summ else []
+
+
+def _empty(outdir) -> tuple[CollectiveResult, list]:
+    """No comm kernels: the in-memory path's empty tables."""
+    inst, mem = instance_tables({"instance": np.zeros(0, np.int64)})
+    bad = mismatch_rows([], [], {}, {})
+    res = CollectiveResult({}, {}, [], [], {}, {}, {**dict.fromkeys(STATS, 0), "mismatched": 0, "mismatched_ranks": []},
+                           {c: np.zeros(0, np.int64) for c in TRANSFER_COLUMNS}, bad)
+    return res, write_table(outdir, "collectives", inst, INSTANCE_COLUMNS) + \
+        write_table(outdir, "collectives_ranks", mem, MEMBER_COLUMNS)

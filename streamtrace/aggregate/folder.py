@@ -1,0 +1,99 @@
+"""An aggregate folder (``streamtrace aggregate``'s output), as every later stage sees it: the
+names of its tables (:data:`TABLES`), the folder as a kind of output folder (:class:`Aggregate`, its
+entries :func:`owned`; ``Aggregate.read(DIR)``: ``aggregate.json`` read back and checked), one
+table read back (:func:`read_aggregate_table`); and the names of the report written into such a
+folder (:data:`REPORT_MARKER`, :func:`report_owns`: the report's kind,
+:class:`streamtrace.report.outputs.Report`, takes them from here).  Light on purpose: ``report``,
+the charts and the epilogue's process import this module, not the aggregation (no numba kernels,
+no pyarrow until a table is read).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..runtime.errors import DataError
+from ..events.load import Outputs, register
+
+EXPLAIN_TABLES = ("kernel_stats", "op_stats", "launch_stats", "idle_breakdown")
+"""The explaining tables (:mod:`streamtrace.aggregate.explain`)."""
+
+TABLES = ("rank_phase", "ranks", "pipeline", "replicas", "iterations", "timeline", "top_kernels", "collectives",
+          "collectives_ranks", "collectives_summary", "stragglers", "p2p", "process_groups", "collectives_mismatch",
+          "op_perf", *EXPLAIN_TABLES, "critical_path", "critical_path_summary")
+"""The tables ``aggregate`` writes (each ``NAME.parquet``, some also ``NAME.csv``)."""
+
+REPORT_MARKER = "report.json"
+"""The report's marker (:class:`streamtrace.report.outputs.Report`), in its own folder, an aggregate's
+or the epilogue's."""
+CHARTS = "charts"
+"""The report's folder of charts, beside its marker."""
+
+
+def report_owns(name: str) -> bool:
+    """The top-level entries a report writes: :data:`REPORT_MARKER`, :data:`CHARTS`, ``<name>.md``."""
+    return name in (REPORT_MARKER, CHARTS) or name.endswith(".md")
+
+
+_META_TYPES = {"inputs": list, "time_alignment": str, "clock_sync": str, "iterations": list, "ranks": list,
+               "collectives": dict, "files": list}
+
+
+@register
+class Aggregate(Outputs):
+    """``streamtrace aggregate -o DIR`` as a kind of output folder
+    (:class:`~streamtrace.events.load.OutputKind`): every ``*.parquet`` table by its name; ``summary`` is
+    ``aggregate.json``; ``report``: the ``report.json`` written there (None when there is none).
+    ``Aggregate.read(DIR)`` (what ``report`` reads it with) checks ``aggregate.json`` (:meth:`check`)."""
+    kind, marker, precedence = "aggregate", "aggregate.json", 2
+    missing = "{path}: no {marker} (run streamtrace aggregate first)"
+
+    @classmethod
+    def owns(cls, name: str) -> bool:
+        """The top-level entries of an aggregate folder: its tables, ``aggregate.json``, and the
+        report ``streamtrace report`` writes beside them (:func:`report_owns`)."""
+        stem, _, ext = name.rpartition(".")
+        return name == cls.marker or report_owns(name) or (stem in TABLES and ext in ("parquet", "csv"))
+
+    def check(self):
+        """``aggregate.json`` (:meth:`read`): an object with the keys (and types) the report reads, and
+        every table it lists present; else a :class:`~streamtrace.runtime.errors.DataError` naming the file
+        that is damaged or missing."""
+        p, meta = self.path / self.marker, self.summary
+        if not isinstance(meta, dict):
+            raise DataError(p, f"not streamtrace aggregate's {self.marker} (expected an object)")
+        for k, t in _META_TYPES.items():
+            if not isinstance(meta.get(k), t):
+                raise DataError(p, f"not streamtrace aggregate's {self.marker} ({k!r} missing or not a {t.__name__})")
+        for name in meta["files"]:
+            if isinstance(name, str) and name != self.marker and not (self.path / name).is_file():
+                raise DataError(self.path / name, f"missing ({self.marker} lists it); run streamtrace aggregate again")
+
+    def tables(self):
+        return sorted(p.stem for p in self.path.glob("*.parquet"))
+
+    def _read(self, name):
+        import pyarrow.parquet as pq
+        return pq.read_table(self.path / f"{name}.parquet")
+
+    @property
+    def report(self):
+        p = self.path / REPORT_MARKER
+        return json.loads(p.read_text()) if p.is_file() else None
+
+
+owned = Aggregate.owns
+"""The top-level entries of an aggregate folder (:meth:`Aggregate.owns`)."""
+
+
+def read_aggregate_table(aggdir, name, columns=None, where=None) -> dict:
+    """Table ``name`` of an aggregate folder as :func:`~streamtrace.events.dataset.read_table`
+    columns (a missing column is a :class:`~streamtrace.runtime.errors.DataError` naming the file);
+    ``{}`` for a table the aggregate did not write (pipeline, replicas, stragglers without a
+    topology or straggler).  ``columns`` / ``where`` (``{column: values}``): only those columns /
+    rows, e.g. ``collectives_ranks`` with ``["instance", "rank", "arrival_ns"]`` (24 bytes a
+    member instead of ~110) or ``timeline`` with ``where={"rank": ranks}`` (the charted ranks'
+    rows only): what keeps a reader of a 1,024-rank job's tables bounded."""
+    from ..events.dataset import read_table       # (pyarrow: only when a table is read)
+    p = Path(aggdir) / f"{name}.parquet"
+    return read_table(p, columns, where) if p.is_file() else {}

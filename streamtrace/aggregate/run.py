@@ -1,0 +1,543 @@
+"""``streamtrace aggregate ANALYSED_DIR... -o OUTDIR``: the whole job at once.
+
+From the ``streamtrace analyze`` folders of all ranks (one or more iterations) it writes, into
+``OUTDIR`` (every file atomically; times int64 ns on the aligned axis of
+:mod:`streamtrace.aggregate.alignment`, durations int64 ns):
+
+* ``rank_phase.parquet`` / ``.csv`` — one row per (iteration, step, rank, device, phase, micro-batch);
+* ``ranks.parquet`` / ``.csv`` — one row per (iteration, step, rank, device): the whole step;
+* ``pipeline.parquet`` / ``.csv`` — one row per (iteration, step, PP group, stage): pipeline bubble;
+* ``replicas.parquet`` / ``.csv`` — one row per (iteration, step, model replica);
+* ``iterations.parquet`` / ``.csv`` — one row per (iteration, step);
+* ``timeline.parquet`` — per rank, the union intervals of each kernel category (compute, memory,
+  comm:<dim>) for the charts;
+* ``top_kernels.parquet`` — kernel names by total time over all ranks;
+* ``collectives.parquet``, ``collectives_ranks.parquet``, ``collectives_summary.{parquet,csv}``,
+  ``stragglers.{parquet,csv}`` (see :mod:`streamtrace.aggregate.collectives`), ``p2p.{parquet,csv}``
+  (point-to-point transfers per rank pair, :mod:`streamtrace.aggregate.p2p`);
+* ``aggregate.json`` — inputs, alignment, clock offsets, topology, warnings, file list.
+
+Metrics of a set of GPU events (README definitions, ``shared/traces/README.md``; unions and
+intersections by :mod:`streamtrace.kernels.intervals`): ``wall_ns`` = last end - first start;
+``busy_ns`` = |union of all|; ``compute_ns``, ``comm_ns``, ``memory_ns`` = |union of each class|;
+``overlap_ns`` = |union(comm) ∩ union(compute)|; ``exposed_comm_ns`` = comm - overlap;
+``compute_only_ns`` = compute - overlap; ``idle_ns`` = wall - busy; ``kernel_time_ns`` = sum of
+durations; ``overlap_pct`` = 100 x overlap / comm (percent of communication time).
+
+``iteration`` is the trace file's iteration (``iteration_4/``, analyze's ``iteration=4``
+partition; -1 unknown) and ``step`` the ``ProfilerStep#N`` number (-1: outside any step); the
+Megatron patch's ``iteration_4/`` holds ``ProfilerStep#3``: iteration 4, step 3.  Column names
+carry their unit: ``_ns`` int64 nanoseconds, ``_pct`` percent (0-100), ``_bytes``, ``_gbps``
+(GB/s, GB = 1e9 bytes); other numbers are counts or indices.
+
+A rank_phase row takes the kernels whose launch analyze attributed to that phase and micro-batch (their overlap is with each other only), so its numbers equal ``summary.json``'s
+``phases`` entry (there in us).
+
+Ranks without GPU events (CPU-only runs, e.g. gloo) get rows from their CPU ops instead
+(``source`` = ``cpu``): phase windows from the ``forward_step`` / ``backward_step`` / ``optimizer``
+annotations (micro-batch = ordinal within the ProfilerStep), communication = ``c10d::`` /
+``gloo:`` / ``nccl:`` ops, compute = the other CPU ops not inside a communication op, both clipped
+to the window; ``wall_ns`` = the window's duration.
+
+Pipeline bubble (per iteration, PP group, stage; ``pipeline.parquet``, and each replica's mean in
+``replicas.parquet``): the group's span minus the stage's forward/backward/recompute windows, the
+one definition of :mod:`streamtrace.aggregate.pipeline`.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pyarrow.compute as pc
+
+from ..analyze import classify as C
+from ..analyze.patterns import Patterns
+from ..runtime.errors import StreamtraceError
+from ..events.dataset import json_default, num_rows, write_table
+from ..kernels import intervals as _iv
+from ..runtime.compile import TASKS, load as load_kernels
+from ..runtime.files import atomic_output, output_folder
+from ..runtime.parallel import run_tasks
+from ..runtime.progress import progress_bar
+from ..topology.sources import load_topology
+from ..topology.trainconfig import config_topology, from_torchtitan_toml
+from .alignment import Job
+from ..events.collmatch import mismatch_warning
+from .collective_rows import RankDims, fill_dims
+from .collective_spill import collectives_to
+from .critical_local import part_paths, part_reads
+from .critical_path import critical_paths
+from .groups import write_groups
+from .opperf import write_op_perf
+from .p2p import p2p_rows, write_p2p
+from .pipeline import pipeline_rows, replica_rows
+from .timeline import join as join_timeline, write_part as write_timeline_part
+from .explain import part_tables, write_tables as write_explain
+from .folder import TABLES, Aggregate, owned, read_aggregate_table  # noqa: F401 (re-exported)
+from .options import AggregateOptions
+
+KIND_CODE = {"compute": 0, "communication": 1, "memory": 2}
+FB = ("forward", "backward", "recompute")
+_CPU_COMM = re.compile(r"^(c10d::|gloo:|nccl:|record_param_comms)")
+METRICS = ("kernels", "wall_ns", "busy_ns", "idle_ns", "compute_ns", "comm_ns", "memory_ns", "overlap_ns",
+           "exposed_comm_ns", "compute_only_ns", "kernel_time_ns")
+
+
+# -- interval metrics ------------------------------------------------------------------
+
+def interval_metrics(start, end, kind) -> dict:
+    """Metrics (int ns, see the module docstring) of GPU events ``[start, end)`` (int64 arrays,
+    shape (N,)) with class codes ``kind`` (0 compute, 1 communication, 2 memory)."""
+    s, e, k = np.asarray(start, np.int64), np.asarray(end, np.int64), np.asarray(kind)
+    if not len(s):
+        return dict.fromkeys(METRICS, 0) | {"start_ns": None, "end_ns": None}
+    cu = _iv.union(s[k == 0], e[k == 0])
+    co = _iv.union(s[k == 1], e[k == 1])
+    compute, comm = _iv.union_length(*cu), _iv.union_length(*co)
+    overlap = _iv.intersect_length(co[0], co[1], cu[0], cu[1])
+    busy = _iv.union_length(s, e)
+    wall = int(e.max() - s.min())
+    return {"kernels": int(len(s)), "start_ns": int(s.min()), "end_ns": int(e.max()), "wall_ns": wall,
+            "busy_ns": busy, "idle_ns": wall - busy, "compute_ns": compute, "comm_ns": comm,
+            "memory_ns": _iv.union_length(s[k == 2], e[k == 2]), "overlap_ns": overlap,
+            "exposed_comm_ns": comm - overlap, "compute_only_ns": compute - overlap,
+            "kernel_time_ns": int((e - s).sum())}
+
+
+def _clipped_length(us, ue, lo, hi) -> int:
+    """|canonical union (us, ue) ∩ [lo, hi)|."""
+    return _iv.intersect_length(us, ue, np.asarray([lo], np.int64), np.asarray([hi], np.int64))
+
+
+# -- one rank ----------------------------------------------------------------------------
+
+def _steps(part) -> dict:
+    """``{step number: (ts_ns, dur_ns)}`` of the part's step ops (rank-local): ``ProfilerStep#N``, or
+    the step names analyze used for it (:attr:`~streamtrace.aggregate.alignment.Part.steps`); the last
+    op of a number wins."""
+    t = part.read("ops", ["name", "ts_ns", "dur_ns"])
+    if t is None:
+        return {}
+    steps = part.steps
+    if steps.default:                        # a cheap filter first: most ops are no step
+        t = t.filter(pc.starts_with(t["name"], "ProfilerStep#"))
+    out = {}
+    for n, s, d in zip(t["name"].to_pylist(), t["ts_ns"].to_pylist(), t["dur_ns"].to_pylist()):
+        num = steps.number(n)
+        if num >= 0:
+            out[num] = (s, d)
+    return out
+
+
+def _gpu_part(job, part):
+    k = job.read_kernels(part, columns=("device", "ts_ns", "end_ns", "kind", "phase", "microbatch", "iteration",
+                                        "step", "name", "parallel_dim", "pg_ranks"))
+    s, e = part.align(k["ts_ns"]), part.align(k["end_ns"])
+    code = np.asarray([KIND_CODE.get(x, 0) for x in k["kind"]], np.int8)
+    dim = np.asarray(k["parallel_dim"], object).copy()
+    comm = code == 1                    # the collectives' dimension: a topology names what analyze did not
+    dim[comm] = fill_dims(dim[comm], np.asarray(k["pg_ranks"], object)[comm], getattr(job, "rank_dims", None))
+    phase_rows, rank_rows, fb, timeline = [], [], {}, []
+    it_dev = sorted(set(zip(k["iteration"].tolist(), k["step"].tolist(), k["device"].tolist())))
+    for it, st, dev in it_dev:
+        m = (k["step"] == st) & (k["device"] == dev)         # one part: one iteration
+        rank_rows.append({"iteration": it, "step": st, "rank": part.rank, "device": dev, "source": "gpu",
+                          **interval_metrics(s[m], e[m], code[m])})
+        keys = sorted(set(zip(k["phase"][m].tolist(), k["microbatch"][m].tolist())),
+                      key=lambda x: (x[1], x[0]))
+        for ph, mb in keys:
+            r = m & (k["phase"] == ph) & (k["microbatch"] == mb)
+            row = {"iteration": it, "step": st, "rank": part.rank, "device": dev, "phase": ph, "microbatch": mb,
+                   "source": "gpu",
+                   **interval_metrics(s[r], e[r], code[r])}
+            c = r & (code == 0)
+            row["compute_start_ns"] = int(s[c].min()) if c.any() else None
+            row["compute_end_ns"] = int(e[c].max()) if c.any() else None
+            phase_rows.append(row)
+        c = m & (code == 0) & np.isin(k["phase"], FB)
+        if c.any():
+            us, ue = _iv.union(s[c], e[c])
+            fb[(it, st, dev)] = (int(s[c].min()), int(e[c].max()), _iv.union_length(us, ue),
+                             int(len(set(k["microbatch"][c & (k["phase"] == "forward")].tolist()))))
+        cat = np.where(code == 0, "compute", np.where(code == 2, "memory", "comm:" + dim.astype(str)))
+        for cname in sorted(set(cat[m].tolist())):
+            cm = m & (cat == cname)
+            us, ue = _iv.union(s[cm], e[cm])
+            timeline.append((it, st, dev, cname, us, ue))
+    top: dict = {}
+    if len(k["name"]):
+        code_of: dict = {}       # np.unique of the names as str, without a <U(longest name) copy (44 MB a rank)
+        inv = np.fromiter((code_of.setdefault(str(x), len(code_of)) for x in k["name"]), np.int64, len(k["name"]))
+        names = sorted(code_of)
+        rank = np.empty(len(names), np.int64)
+        rank[[code_of[n] for n in names]] = np.arange(len(names))
+        inv = rank[inv]
+        tot = np.bincount(inv, weights=(e - s).astype(np.float64), minlength=len(names))
+        cnt = np.bincount(inv, minlength=len(names))
+        first = np.zeros(len(names), np.int64)
+        first[inv[::-1]] = np.arange(len(inv))[::-1]
+        for j, n in enumerate(names):
+            top[n] = (k["kind"][first[j]], int(cnt[j]), int(tot[j]))
+    return phase_rows, rank_rows, fb, timeline, top
+
+
+def _cpu_part(job, part):
+    """Rows from the CPU ops of a rank without GPU events (see the module docstring)."""
+    t = part.read("ops", ["name", "cat", "ts_ns", "dur_ns", "parent"])
+    if t is None:
+        return [], [], {}, [], {}
+    name = t["name"].to_numpy(zero_copy_only=False).astype(str)
+    cat = t["cat"].to_numpy(zero_copy_only=False).astype(str)
+    ts, dur, parent = (t[c].to_numpy() for c in ("ts_ns", "dur_ns", "parent"))
+    if not len(ts):
+        return [], [], {}, [], {}
+    pats = Patterns.load()
+    pats.step = part.steps.regex              # the step names analyze used (streamtrace.aggregate.steps)
+    uniq, inv = np.unique(name, return_inverse=True)
+    inv = inv.reshape(-1)
+    ph_code, _, _, step_no, _ = C.name_flags(uniq.tolist(), pats)
+    ph, step = ph_code[inv], step_no[inv]
+    is_comm = np.asarray([bool(_CPU_COMM.search(x)) for x in uniq.tolist()])[inv]
+    in_comm = is_comm.copy()
+    for _ in range(64):            # inside a communication op: propagate down the tree
+        nxt = in_comm | ((parent >= 0) & in_comm[np.maximum(parent, 0)])
+        if (nxt == in_comm).all():
+            break
+        in_comm = nxt
+    s, e = part.align(ts), part.align(ts + dur)
+    comp = (cat == "cpu_op") & ~in_comm
+    cu = _iv.union(s[comp], e[comp])
+    co = _iv.union(s[is_comm], e[is_comm])
+    both = _iv.intersect(co[0], co[1], cu[0], cu[1])
+    allu = _iv.union(np.concatenate([cu[0], co[0]]), np.concatenate([cu[1], co[1]]))
+    ws, we = s[step >= 0], e[step >= 0]
+    wnum = step[step >= 0]
+    o = np.argsort(ws)
+    ws, we, wnum = ws[o], we[o], wnum[o]
+    phase_rows, rank_rows, fb = [], [], {}
+
+    def window_row(lo, hi):
+        compute, comm = _clipped_length(*cu, lo, hi), _clipped_length(*co, lo, hi)
+        overlap, busy = _clipped_length(*both, lo, hi), _clipped_length(*allu, lo, hi)
+        return {"kernels": 0, "start_ns": int(lo), "end_ns": int(hi), "wall_ns": int(hi - lo), "busy_ns": busy,
+                "idle_ns": int(hi - lo) - busy, "compute_ns": compute, "comm_ns": comm, "memory_ns": 0,
+                "overlap_ns": overlap, "exposed_comm_ns": comm - overlap, "compute_only_ns": compute - overlap,
+                "kernel_time_ns": 0}
+    it = job.iteration_of(part)
+    for lo, hi, num in zip(ws.tolist(), we.tolist(), wnum.tolist()):
+        st = int(num)
+        if job.steps is not None and st not in job.steps:
+            continue
+        rank_rows.append({"iteration": it, "step": st, "rank": part.rank, "device": -1, "source": "cpu",
+                          **window_row(lo, hi)})
+        first = last = None
+        busy_fb = []
+        for code in range(1, len(C.PHASES)):
+            sel = np.flatnonzero((ph == code) & (s >= lo) & (e <= hi))
+            sel = sel[np.lexsort((-e[sel], s[sel]))]
+            outer, reach = [], None          # outermost windows only (optimizer > Optimizer.step#...)
+            for j in sel.tolist():
+                if reach is None or s[j] >= reach:
+                    outer.append(j)
+                    reach = e[j]
+            sel = outer
+            for mb, j in enumerate(sel):
+                row = {"iteration": it, "step": st, "rank": part.rank, "device": -1, "phase": C.PHASES[code],
+                       "microbatch": mb if C.PHASES[code] in ("forward", "backward") else -1, "source": "cpu",
+                       **window_row(s[j], e[j])}
+                row["compute_start_ns"], row["compute_end_ns"] = int(s[j]), int(e[j])
+                phase_rows.append(row)
+                if C.PHASES[code] in FB:
+                    first = s[j] if first is None else min(first, s[j])
+                    last = e[j] if last is None else max(last, e[j])
+                    busy_fb.append((s[j], e[j]))
+        if busy_fb:
+            bs, be = _iv.union(np.asarray([b[0] for b in busy_fb]), np.asarray([b[1] for b in busy_fb]))
+            comp_fb = _iv.intersect(bs, be, cu[0], cu[1])
+            fb[(it, st, -1)] = (int(first), int(last), _iv.union_length(*comp_fb),
+                                sum(1 for r in phase_rows if r["step"] == st and r["phase"] == "forward"))
+    timeline = [(it, st, -1, name_, us[(us < hi) & (ue > lo)], ue[(us < hi) & (ue > lo)])
+                for st, lo, hi in [(r["step"], r["start_ns"], r["end_ns"]) for r in rank_rows]
+                for name_, (us, ue) in (("compute", cu), ("comm:cpu", co))]
+    return phase_rows, rank_rows, fb, timeline, {}
+
+
+def part_view(job, index):
+    """A copy of ``job`` that carries only part ``index`` (``parts`` a one-entry dict, no topology but
+    its rank's groups, ``rank_dims``: :class:`~streamtrace.aggregate.collective_rows.RankDims`):
+    what a worker needs, cheap to send (a task holding the whole job would cost O(ranks) to pickle,
+    O(ranks^2) for all of them)."""
+    view = copy.copy(job)
+    view.parts = {index: job.parts[index]}
+    view.rank_dims = RankDims(job.topology, job.parts[index].rank) if job.topology is not None else None
+    view.topology, view.warnings, view.dirs = None, [], []
+    return view
+
+
+def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=None):
+    """One part's rows; with ``spill`` (a folder) its timeline rows go to a file there
+    (:func:`~streamtrace.aggregate.timeline.write_part`, returned in their place) so the parent never
+    holds every part's timeline."""
+    part = job.parts[index]
+    rows = _gpu_part(job, part) if sum(num_rows(f) for f in part.files("kernels")) else None
+    if rows is None or not rows[1]:
+        rows = _cpu_part(job, part)
+    steps = _steps(part)
+    tl = rows[3] if spill is None else write_timeline_part(spill, index, part.rank, rows[3])
+    tables = part_reads(part) if critical_spill is not None else None       # read once for both
+    cp = part_paths(job, part, critical_spill, tables) if critical_spill is not None else None
+    return rows[:3] + (tl,) + rows[4:] + (steps, part_tables(job, part, kernel_delay_ns, tables), cp)
+
+
+# -- the job -----------------------------------------------------------------------------
+
+def _columns(rows: list, order: list) -> dict:
+    """Row dicts -> column arrays (object arrays where a value is a str or None)."""
+    out = {}
+    for c in order:
+        vals = [r.get(c) for r in rows]
+        if any(v is None or isinstance(v, str) for v in vals):
+            out[c] = np.asarray(vals, object)
+        else:
+            out[c] = np.asarray(vals)
+    return out
+
+
+def _pct(num, den):
+    return None if not den else round(100.0 * num / den, 3)
+
+
+def aggregate(dirs, outdir, opt: AggregateOptions | None = None, log=None) -> Aggregate:
+    """Aggregate analysed folders ``dirs`` into ``outdir`` (see the module docstring).  ``outdir`` is
+    one unit (written into a staging folder that replaces it at the end,
+    :func:`~streamtrace.runtime.files.output_folder`).
+
+    Parameters
+    ----------
+    dirs : list of str or Path
+        Analysis folders (``streamtrace analyze -o``), one or more iterations of one job.
+    outdir : str or Path
+        The aggregate folder (its tables: :data:`~streamtrace.aggregate.folder.TABLES`, docs/aggregate.md).
+    opt : AggregateOptions, optional
+        The options (default ``AggregateOptions()``).
+    log : callable, optional
+        Unused; kept for existing callers.
+
+    Returns
+    -------
+    streamtrace.aggregate.folder.Aggregate
+        The folder as ``streamtrace.load(outdir)`` returns it (its tables as pyarrow, pandas,
+        polars).  Its ``summary`` is the ``aggregate.json`` dict, also read through the object:
+        ``res["ranks"]``, ``res.get("warnings")``.
+
+    Raises
+    ------
+    StreamtraceError
+        On bad input (:class:`~streamtrace.runtime.errors.DataError` naming a damaged file of an
+        analysed folder).
+    OutputError
+        When ``outdir`` cannot be written.
+    """
+    with output_folder(outdir, owned=owned, inputs=dirs) as stage:
+        meta = aggregate_into(dirs, stage, opt)
+    return Aggregate.of(outdir, meta)
+
+
+def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
+    """:func:`aggregate`, writing straight into the existing folder ``outdir`` (a staging
+    folder: ``report`` aggregates and reports into one unit): the job (:func:`_open_job`), one pass
+    over its ranks (:func:`_rank_pass`), the job's tables (:func:`_write_job_tables`), then
+    ``aggregate.json`` (:func:`_meta`), written last."""
+    opt = opt or AggregateOptions()
+    t0 = time.time()
+    outdir = Path(outdir)
+    job, tcfg = _open_job(dirs, opt)
+    coll, files, layout, res = _rank_pass(job, outdir, opt)
+    topo = job.topology
+    phase_rows, rank_rows, fb, top, steps = _gather(job, res)
+    if not rank_rows:
+        raise StreamtraceError(f"{', '.join(map(str, dirs))}: no GPU events and no ProfilerStep windows to aggregate"
+                               + (f" in step(s) {sorted(job.steps)}" if job.steps else ""))
+    files += _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps)
+    files += write_explain(outdir, [r[6] for r in res])
+    if coll.stragglers:
+        files += write_table(outdir, "stragglers", _columns(coll.stragglers, list(coll.stragglers[0])), csv=True)
+    files += write_p2p(outdir, p2p_rows(coll.transfers, topo))
+    files += write_op_perf(outdir, job.parts)
+    meta = _meta(dirs, opt, job, tcfg, coll, layout, rank_rows)
+    meta.update(files=sorted(p.name for p in files) + [Aggregate.marker], seconds=round(time.time() - t0, 3))
+    with atomic_output(outdir / Aggregate.marker, compress=False) as f:
+        f.write(json.dumps(meta, indent=1, default=json_default).encode())
+    return meta
+
+
+def _open_job(dirs, opt: AggregateOptions) -> tuple:
+    """``(Job, TrainConfig or None)``: the analysed folders ``dirs`` as one job, with the topology of
+    ``opt.topology``, else of ``opt.torchtitan_config``'s mesh (when given), else the traces'."""
+    topo = load_topology(opt.topology) if opt.topology else None
+    tcfg = from_torchtitan_toml(opt.torchtitan_config) if opt.torchtitan_config else None
+    if tcfg is not None and topo is None:
+        topo = partial(config_topology, tcfg)
+    job = Job(dirs, opt.time_alignment, topo, opt.iterations, opt.jobs, opt.steps, opt.force, opt.progress,
+              opt.clock_sync)
+    return job, tcfg
+
+
+def _rank_pass(job, outdir: Path, opt: AggregateOptions) -> tuple:
+    """The collectives matched across ranks, then one task per rank (:func:`_part_job`, in worker
+    processes), whose timelines and critical-path pieces are spilled into ``outdir`` and joined.
+    Returns ``(collectives, files written, inferred layout of the process groups, the ranks' results)``."""
+    spill = Path(tempfile.mkdtemp(prefix=".timeline-spill.", dir=outdir))
+    cp_spill = Path(tempfile.mkdtemp(prefix=".critical-spill.", dir=outdir)) if opt.critical_path else None
+    try:
+        coll, files = collectives_to(job, outdir, opt.clock_sync, opt.collective_bucket_rows)
+        layout = write_groups(outdir, sorted({p.rank for p in job.parts}), files)
+        jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(job.parts)))
+        if jobs > 1:      # loaded before the fork, the workers share the kernels and numba's set-up
+            load_kernels(*TASKS["aggregate"])
+        with progress_bar(len(job.parts), "aggregate", "rank", opt.progress) as bar:
+            res = run_tasks(_part_job, [(part_view(job, p.index), p.index, opt.consecutive_kernel_delay_ns, spill,
+                                         cp_spill) for p in job.parts], jobs, on_done=bar.update)
+        files += join_timeline(outdir, [r[3] for r in res])
+        if cp_spill is not None:
+            files += critical_paths(job, [r[7] for r in res], outdir)
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
+        if cp_spill is not None:
+            shutil.rmtree(cp_spill, ignore_errors=True)
+    return coll, files, layout, res
+
+
+def _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps) -> list:
+    """The per-rank rows (:func:`_gather`) with their topology coordinates, overlap and step time, written
+    as ``rank_phase``, ``ranks``, ``pipeline``, ``replicas``, ``iterations``, ``top_kernels``.  Returns the
+    files written."""
+    coords = _coords(topo)
+    for r in phase_rows + rank_rows:
+        r.update(coords.get(r["rank"], {}))
+        r["overlap_pct"] = _pct(r["overlap_ns"], r["comm_ns"])
+    for r in rank_rows:
+        r["step_ns"] = steps.get((r["rank"], r["iteration"], r["step"]))
+    pipe = pipeline_rows(topo, phase_rows, fb)
+    reps = replica_rows(topo, rank_rows, pipe)
+    iters = _iterations(rank_rows, steps)
+    base = ["iteration", "step", "rank", "device", "source", "replica", "pp_group", "stage"]
+    pcols = base[:5] + ["phase", "microbatch"] + base[5:] + ["start_ns", "end_ns", "compute_start_ns",
+                                                             "compute_end_ns", *METRICS, "overlap_pct"]
+    files = write_table(outdir, "rank_phase", _columns(_sorted(phase_rows), pcols), csv=True)
+    rcols = base + ["start_ns", "end_ns", *METRICS, "overlap_pct", "step_ns"]
+    files += write_table(outdir, "ranks", _columns(_sorted(rank_rows), rcols), csv=True)
+    if pipe:
+        files += write_table(outdir, "pipeline", _columns(pipe, list(pipe[0])), csv=True)
+    if reps:
+        files += write_table(outdir, "replicas", _columns(reps, list(reps[0])), csv=True)
+    files += write_table(outdir, "iterations", _columns(iters, list(iters[0])), csv=True)
+    topk = sorted(top.items(), key=lambda x: -x[1][2])
+    files += write_table(outdir, "top_kernels", {"name": np.asarray([n for n, _ in topk], object),
+                                                 "kind": np.asarray([v[0] for _, v in topk], object),
+                                                 "count": np.asarray([v[1] for _, v in topk], np.int64),
+                                                 "total_ns": np.asarray([v[2] for _, v in topk], np.int64)})
+    return files
+
+
+def _meta(dirs, opt: AggregateOptions, job, tcfg, coll, layout, rank_rows) -> dict:
+    """``aggregate.json`` but for ``files`` and ``seconds``: what was aggregated, how, and the job's facts."""
+    topo = job.topology
+    return {"kind": "streamtrace-aggregate", "version": 1, "inputs": [str(d) for d in dirs],
+            "time_alignment": opt.time_alignment, "clock_sync": opt.clock_sync or "none",
+            "consecutive_kernel_delay_ns": opt.consecutive_kernel_delay_ns,
+            "iterations": sorted({r["iteration"] for r in rank_rows}),
+            "steps": [list(k) for k in sorted({(r["iteration"], r["step"]) for r in rank_rows})],
+            "ranks": sorted({p.rank for p in job.parts}), **_world(topo, job),
+            "sources": sorted({r["source"] for r in rank_rows}), "job_name": job.name(),
+            "devices": sorted({p.device_name for p in job.parts if p.device_name}),
+            "topology": topo.to_json() if topo else None,
+            "train_config": tcfg.resolve(_world(topo, job)["world_size"]).to_json() if tcfg else None,
+            "clock_offsets_ns": {str(job.parts[i].rank): v for i, v in coll.clock_offsets.items()},
+            "clock_components": {str(job.parts[i].rank): v for i, v in coll.clock_components.items()},
+            "collectives": coll.stats, "collective_summary": coll.summary, "inferred_layout": layout,
+            "parts": job.meta()["parts"], "warnings": job.warnings + _collective_warnings(opt, coll, job)}
+
+
+def _gather(job, res) -> tuple:
+    """The parts' results (:func:`_part_job`, in part order) joined: phase rows, rank rows, the
+    forward/backward compute per (rank, iteration, step, device), top kernels ``{name: [kind,
+    count, total_ns]}`` and step durations per (rank, iteration, step)."""
+    phase_rows, rank_rows, fb, top, steps = [], [], {}, {}, {}
+    for part, (pr, rr, f, _, tp_, st, *_) in zip(job.parts, res):
+        phase_rows += pr
+        rank_rows += rr
+        fb.update({(part.rank, it, stp, dev): v for (it, stp, dev), v in f.items()})
+        for n, (kind, cnt, tot) in tp_.items():
+            a = top.setdefault(n, [kind, 0, 0])
+            a[1] += cnt
+            a[2] += tot
+        for num, (_, d) in st.items():
+            steps[(part.rank, job.iteration_of(part), num)] = d
+    return phase_rows, rank_rows, fb, top, steps
+
+
+def _collective_warnings(opt, coll, job) -> list:
+    """The ranks that missed or added a collective (one line), and one line when ``--clock-sync
+    collectives`` found nothing to estimate from (as merge's ``--align collectives`` says it)."""
+    out = mismatch_warning([dict(zip(coll.mismatches, row)) for row in zip(*coll.mismatches.values())],
+                           "collectives")
+    if opt.clock_sync != "collectives" or coll.clock_offsets or len({p.rank for p in job.parts}) < 2:
+        return out
+    return out + ["--clock-sync collectives: no collective kernel (NCCL/RCCL) is matched across ranks (a CPU-only or "
+            "gloo job: its collectives are matched, but their ends are not tied together): no clock offset is "
+            "estimated"]
+
+
+def _world(topo, job) -> dict:
+    """``world_size`` and where it comes from: the topology, else the traces' ``distributedInfo``."""
+    worlds = [p.world_size for p in job.parts if p.world_size]
+    if topo is not None:
+        return {"world_size": topo.world_size, "world_size_from": f"topology ({topo.source or 'file'})"}
+    if worlds:
+        return {"world_size": max(worlds), "world_size_from": "distributedInfo.world_size"}
+    return {"world_size": None, "world_size_from": None}
+
+
+def _sorted(rows):
+    return sorted(rows, key=lambda r: (r["iteration"], r["step"], r["rank"], r["device"],
+                                       r["start_ns"] if r["start_ns"] is not None else -1, r.get("phase", "")))
+
+
+def _coords(topo) -> dict:
+    if topo is None:
+        return {}
+    out = {}
+    for gi, g in enumerate(topo.groups["pp"]):
+        for st, r in enumerate(g):
+            out.setdefault(r, {})["pp_group"] = gi
+            out[r]["stage"] = st
+    for ri, g in enumerate(topo.replicas):
+        for r in g:
+            out.setdefault(r, {})["replica"] = ri
+    return out
+
+
+def _iterations(rank_rows, steps) -> list:
+    rows = []
+    for it, step in sorted({(r["iteration"], r["step"]) for r in rank_rows}):
+        rr = [r for r in rank_rows if (r["iteration"], r["step"]) == (it, step)]
+        st = [d for (rank, i2, s2), d in steps.items() if (i2, s2) == (it, step)]
+        starts = [r["start_ns"] for r in rr if r["start_ns"] is not None]
+        ends = [r["end_ns"] for r in rr if r["end_ns"] is not None]
+        rows.append({"iteration": it, "step": step, "ranks": len({r["rank"] for r in rr}),
+                     "start_ns": min(starts) if starts else None, "end_ns": max(ends) if ends else None,
+                     "span_ns": (max(ends) - min(starts)) if starts else None,
+                     "step_ns_median": int(np.median(st)) if st else None, "step_ns_max": max(st) if st else None,
+                     "compute_ns_mean": float(np.mean([r["compute_ns"] for r in rr])),
+                     "comm_ns_mean": float(np.mean([r["comm_ns"] for r in rr])),
+                     "exposed_comm_ns_mean": float(np.mean([r["exposed_comm_ns"] for r in rr]))})
+    return rows

@@ -1,0 +1,58 @@
+"""``timeline.parquet`` of :mod:`streamtrace.aggregate.run`, written per part: each worker writes its
+part's rows to a file of its own (:func:`write_part`), and the parent copies those files, in part
+order, into the table (:func:`join`) a row group at a time, so no process holds every rank's rows.
+
+Columns: ``part``, ``rank``, ``iteration``, ``step``, ``device`` (int64), ``category`` (str:
+``compute``, ``memory``, ``comm:<dim>``, ``comm:cpu``), ``start_ns``, ``end_ns`` (int64 ns, aligned):
+per part in part order, per (iteration, step, device) of the part, per category (sorted), the
+canonical union intervals of that category's kernels.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..events.dataset import to_arrow, write_table
+from ..runtime.files import atomic_output
+
+SCHEMA = pa.schema([("part", pa.int64()), ("rank", pa.int64()), ("iteration", pa.int64()), ("step", pa.int64()),
+                    ("device", pa.int64()), ("category", pa.string()), ("start_ns", pa.int64()),
+                    ("end_ns", pa.int64())])
+
+
+def timeline_columns(tl) -> dict:
+    """Rows ``[(part, rank, iteration, step, device, category, starts, ends)]`` (starts/ends: int64
+    arrays of one category's union intervals) -> the table's columns."""
+    n = [len(x[6]) for x in tl]
+    rep = lambda j, dt: np.repeat(np.asarray([x[j] for x in tl], dt), n) if tl else np.zeros(0, dt)  # noqa: E731
+    return {"part": rep(0, np.int64), "rank": rep(1, np.int64), "iteration": rep(2, np.int64),
+            "step": rep(3, np.int64), "device": rep(4, np.int64), "category": rep(5, object),
+            "start_ns": np.concatenate([x[6] for x in tl]) if tl else np.zeros(0, np.int64),
+            "end_ns": np.concatenate([x[7] for x in tl]) if tl else np.zeros(0, np.int64)}
+
+
+def write_part(folder, index: int, rank: int, rows: list) -> Path | None:
+    """Part ``index``'s rows ``[(iteration, step, device, category, starts, ends)]`` to
+    ``folder/timeline-<index>.parquet``; returns its path (None without rows)."""
+    if not rows:
+        return None
+    p = Path(folder) / f"timeline-{index:06d}.parquet"
+    pq.write_table(to_arrow(timeline_columns([(index, rank, *x) for x in rows])).cast(SCHEMA), p, compression="zstd")
+    return p
+
+
+def join(outdir, paths: list) -> list:
+    """Write ``outdir/timeline.parquet`` (atomically) from the part files ``paths`` (in part order;
+    None entries skipped), deleting each once copied; returns the written path(s)."""
+    paths = [p for p in paths if p is not None]
+    if not paths:
+        return write_table(outdir, "timeline", timeline_columns([]))
+    out = Path(outdir) / "timeline.parquet"
+    with atomic_output(out, compress=False) as f, pq.ParquetWriter(f, SCHEMA, compression="zstd") as w:
+        for p in paths:
+            w.write_table(pq.read_table(p))
+            Path(p).unlink()
+    return [out]
