@@ -1,5 +1,6 @@
-"""What bounds each step: the critical path across ranks, with slack (``critical_path.parquet``,
-``critical_path_summary.parquet`` of ``streamtrace aggregate``).
+"""What bounds each step: the critical path across ranks, with each rank's slack and what bounds the
+step next (``critical_path.parquet``, ``critical_path_summary.parquet``, ``critical_path_ranks.parquet``
+of ``streamtrace aggregate``).
 
 Each rank's step is first reduced in aggregate's per-rank worker
 (:mod:`streamtrace.aggregate.critical_local`) to its longest local paths between *anchors*: the step's
@@ -11,35 +12,43 @@ aligned axis, clock offsets of ``--clock-sync collectives`` included):
 * every matched collective instance (``collectives_ranks.parquet``, written by aggregate before
   its workers run: NCCL kernels matched by sequence number or order, all-to-alls included, gloo
   collectives and send / recv from the CPU ops; keyed by ``(part, correlation, stream)``,
-  point-to-point transfers included): a barrier node at the last member's arrival, an edge of weight 0 from each member's
-  arrival to it (a member cannot finish before the last one arrives: a receive not before its
-  send started) and from it to each member's end, weighted by that member's transfer time
-  (end - last arrival);
+  point-to-point transfers included): a barrier node at the last member's arrival, an edge of
+  weight 0 from each member's arrival to it (a member cannot finish before the last one arrives: a
+  receive not before its send started) and from it to each member's end, weighted by that member's
+  transfer time (end - last arrival); a member that ended before the last arrival (a send that did
+  not wait for its receive: gloo, NCCL's eager protocol) keeps its own transfer (arrival -> end);
 * a communication kernel matched to no instance: arrival -> end, its duration.
 
 The forward pass (:func:`streamtrace.kernels.critical.longest_path`, every rank's step start at
 its own time) gives each anchor the longest path reaching it; the **critical path** is the one
 reaching the latest step end (the last rank's), expanded back into the local segments it crosses.
 The backward pass (:func:`streamtrace.kernels.critical.latest_times`, every rank's step end due by
-the path's end) gives each anchor its latest time; an edge's slack is latest(dst) - earliest(src)
-- weight.  A rank's slack is the largest slack of its stretches of local work (the most that one
-stretch could grow without lengthening the step); a rank whose smallest is 0 is on the path.
+the path's end) gives each anchor its latest time (Kelley & Walker's critical-path method, 1959).
+The per-rank figures (:mod:`streamtrace.aggregate.critical_ranks`): a rank's **slack** is the CPM
+total float of its work, the least over its anchors of latest - earliest: how much later its work
+could finish without lengthening the step, 0 for every rank the path crosses; its **wait** the
+time it spent in collectives waiting for the last member; its **lead** the time it alone held a
+collective when it arrived last (over the next-latest arrival).  **What bounds next**: the graph
+solved again with the rank holding most of the path as fast as the median of its peers between
+collectives.
+
+Every path is checked where it is built: its segments are contiguous and their weights sum to its
+own span (first segment's start to last segment's end); a path that does not gets a warning in
+``aggregate.json``.  Edges dropped because they run against time, and GPU events clipped to their
+successor on a stream (CUDA-graph replays), are counted there too (``critical_path``).
 
 ``critical_path.parquet``: one row per segment, in path order: ``iteration``, ``step``, ``order``,
 ``rank``, ``lane`` (``thread <tid>`` or ``device <d> stream <s>``), ``start_ns``, ``end_ns``,
 ``dur_ns``, ``weight_ns`` (the time the path counts: ``dur_ns`` but for a ``wait``),
-``category`` (:data:`~streamtrace.aggregate.critical_local.CATEGORIES`), ``name``, and the event's id in
+``category`` (:data:`~streamtrace.aggregate.critical_graph.CATEGORIES`), ``name``, and the event's id in
 its rank's trace: ``correlation`` (GPU categories: the GPU event, whose launch shares it) or
 ``external_id`` (CPU categories: the innermost CPU op's ``External id``), -1 none.
-``critical_path_summary.parquet``: per (iteration, step) rows of ``what`` = ``total`` (``ns`` the
-path's length, ``span_ns`` the step's span: last rank's end - first rank's start), ``category``,
-``rank``, ``kernel``, ``cpu_op`` (the share of the path, top 10 names), ``slack`` (one row per
-rank: ``ns`` its slack, the largest over its stretches of work, ``min_ns`` the smallest, 0 when
-the path crosses the rank's work, ``on_path``: the path spends time on the rank), with ``key``,
-``rank``, ``ns``, ``pct`` (of the path; -1 / False where a column does not apply).
+``critical_path_summary.parquet`` and ``critical_path_ranks.parquet``:
+:mod:`streamtrace.aggregate.critical_ranks`.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -48,15 +57,17 @@ import pyarrow.parquet as pq
 
 from ..events.dataset import write_table
 from ..kernels.critical import NEG, POS, latest_times, longest_path, trace_back
-from .critical_local import A_, CATEGORIES, E_, S_, T_
+from .critical_graph import CATEGORIES, Anchor
+from .critical_ranks import RANK_COLUMNS, SUMMARY_COLUMNS, rank_rows, summary_rows
 
 SEGMENT_COLUMNS = ("iteration", "step", "order", "rank", "lane", "start_ns", "end_ns", "dur_ns", "weight_ns",
                    "category", "name", "correlation", "external_id")
 GPU_CATEGORIES = ("launch_delay", "compute_kernel", "comm_transfer", "memcpy", "kernel_gap", "queued")
-SUMMARY_COLUMNS = ("iteration", "step", "what", "key", "rank", "ns", "min_ns", "pct", "on_path", "span_ns",
-                   "path_ns")
 LOCAL, WAIT, TRANSFER = 0, 1, 2
-TOP = 10
+BARRIER = -1
+"""The kind of a job-level node that is a collective's barrier (not an :class:`Anchor`)."""
+SUM_TOLERANCE = 0.001
+"""A path whose weights differ from its own span by more than this share gets a warning."""
 
 
 def _members(outdir) -> dict:
@@ -72,16 +83,22 @@ def _members(outdir) -> dict:
     return {(int(a), int(b), int(c)): int(i) for a, b, c, i in zip(part[keep], corr[keep], stream[keep], inst[keep])}
 
 
-class _StepGraph:
-    """The job-level graph of one (iteration, step), built from the parts' reduced results."""
+class JobGraph:
+    """The job-level graph of one (iteration, step), built from the parts' reduced results:
+    nodes (``t`` int64 ns, ``kind`` an :class:`Anchor` or :data:`BARRIER`, ``part``, ``local``
+    node id in the part's graph, ``name``, ``lane``, ``stream``, ``corr``), edges (``src``, ``dst``,
+    ``w`` int64 ns, ``etype`` LOCAL / WAIT / TRANSFER) and the ``barriers``:
+    ``[(barrier node, [(arrival node, end node), ...])]``."""
 
     def __init__(self):
         self.t, self.kind, self.part, self.local, self.name, self.stream = [], [], [], [], [], []
-        self.lane = []
-        self.corr = []
+        self.lane, self.corr = [], []
         self.src, self.dst, self.w, self.etype = [], [], [], []
+        self.barriers: list = []
 
     def add_part(self, p, a, e):
+        """Part ``p``'s anchors ``a`` and reduced edges ``e`` (:func:`~streamtrace.aggregate.critical_local.part_paths`
+        columns, one step); returns the id of its first node."""
         base = len(self.t)
         self.t += a["t_ns"].tolist()
         self.kind += a["kind"].tolist()
@@ -122,17 +139,23 @@ class _StepGraph:
             last = max(t[a] for a, _ in pairs)
             b = len(t)
             t.append(last)
-            self.kind.append(-1)
+            self.kind.append(BARRIER)
             self.part.append(-1)
             self.local.append(-1)
             self.name.append(self.name[pairs[0][0]])
             self.lane.append("")
             self.stream.append(-1)
             self.corr.append(-1)
+            self.barriers.append((b, pairs))
             for a, e in pairs:
-                src += (a, b)
-                dst += (b, e)
-                w += (0, int(t[e] - last))
+                if t[e] < last:                            # it finished before the last arrival (a send
+                    src += (a, a)                          # that did not wait for its receive): its own
+                    dst += (b, e)                          # transfer, and nobody finishes before it arrived
+                    w += (0, int(t[e] - t[a]))
+                else:
+                    src += (a, b)
+                    dst += (b, e)
+                    w += (0, int(t[e] - last))
                 typ += (WAIT, TRANSFER)
         self.src += src
         self.dst += dst
@@ -140,8 +163,7 @@ class _StepGraph:
         self.etype += typ
 
 
-
-def _order(g: _StepGraph, barrier_of_end: dict) -> np.ndarray:
+def _order(g: JobGraph, barrier_of_end: dict) -> np.ndarray:
     """Topological positions: by time (an end after its barrier), then end < start < arrival <
     barrier < step end at equal times."""
     t = np.asarray(g.t, np.int64)
@@ -150,7 +172,8 @@ def _order(g: _StepGraph, barrier_of_end: dict) -> np.ndarray:
     for e, b in barrier_of_end.items():
         if key[e] <= t[b]:
             key[e] = t[b]
-    cls = np.select([kind == E_, kind == S_, kind == A_, kind == -1, kind == T_], [0, 1, 2, 3, 4], 5)
+    cls = np.select([kind == Anchor.end, kind == Anchor.step_start, kind == Anchor.arrival, kind == BARRIER,
+                     kind == Anchor.step_end], [0, 1, 2, 3, 4], 5)
     for e, b in barrier_of_end.items():
         if key[e] == t[b]:
             cls[e] = 4
@@ -160,23 +183,37 @@ def _order(g: _StepGraph, barrier_of_end: dict) -> np.ndarray:
     return pos
 
 
-def solve_step(g: _StepGraph) -> tuple | None:
-    """Forward and backward pass over one step's graph.  Returns ``(path edges, dist, late, pos,
-    keep, dropped)``: the path's edge indices, first to last; earliest and latest times by
-    topological position; the node positions; the kept edges (one against the topological order
-    is dropped) and how many were dropped.  None when the step has no step end."""
-    barrier_of_end = {v: u for u, v, typ in zip(g.src, g.dst, g.etype) if typ == TRANSFER and g.kind[u] == -1}
+@dataclass
+class Solved:
+    """One step's forward and backward pass: ``path`` the path's edge indices (first to last),
+    ``dist`` / ``late`` earliest and latest times by topological position, ``pos`` the node
+    positions, ``keep`` the edges kept (one against the topological order is dropped), ``dropped``
+    their count, ``end`` the node the path ends at."""
+    path: np.ndarray
+    dist: np.ndarray
+    late: np.ndarray
+    pos: np.ndarray
+    keep: np.ndarray
+    dropped: int
+    end: int
+
+
+def solve_step(g: JobGraph, w=None) -> Solved | None:
+    """Forward and backward pass over one step's graph, with the edge weights ``w`` (int64 ns per
+    edge of ``g``; None: ``g.w``).  None when the step has no step end."""
+    barrier_of_end = {v: u for u, v, typ in zip(g.src, g.dst, g.etype) if typ == TRANSFER and g.kind[u] == BARRIER}
     pos = _order(g, barrier_of_end)
-    src, dst, w = (np.asarray(x, np.int64) for x in (g.src, g.dst, g.w))
+    src, dst = (np.asarray(x, np.int64) for x in (g.src, g.dst))
+    w = np.asarray(g.w if w is None else w, np.int64)
     keep = np.flatnonzero(pos[src] < pos[dst]) if len(src) else np.zeros(0, np.int64)
     ps, pd, pw = pos[src[keep]], pos[dst[keep]], w[keep]
     n = len(g.t)
     t = np.asarray(g.t, np.int64)
     kind = np.asarray(g.kind, np.int64)
     init = np.full(n, NEG, np.int64)
-    init[pos[kind == S_]] = t[kind == S_]
+    init[pos[kind == Anchor.step_start]] = t[kind == Anchor.step_start]
     dist, pred, _ = longest_path(n, ps, pd, pw, init)
-    ends = np.flatnonzero(kind == T_)
+    ends = np.flatnonzero(kind == Anchor.step_end)
     if not len(ends):
         return None
     last = ends[np.lexsort((dist[pos[ends]], t[ends]))[-1]]
@@ -184,11 +221,11 @@ def solve_step(g: _StepGraph) -> tuple | None:
     deadline = np.full(n, POS, np.int64)
     deadline[pos[ends]] = dist[pos[last]]
     late = latest_times(n, ps, pd, pw, deadline)
-    return keep[path], dist, late, pos, keep, int(len(src) - len(keep))
+    return Solved(keep[path], dist, late, pos, keep, int(len(src) - len(keep)), int(last))
 
 
-def _segments(g: _StepGraph, path, spills: dict, rank_of: dict) -> list:
-    """The path's job edges expanded into segment rows ``(rank, lane, t0, t1, weight, category, name)``."""
+def _segments(g: JobGraph, path, spills: dict, rank_of: dict) -> list:
+    """The path's job edges expanded into segment rows ``(rank, lane, t0, t1, weight, category, name, ref)``."""
     rows = []
     cache: dict = {}
     for e in path.tolist():
@@ -216,13 +253,17 @@ def _segments(g: _StepGraph, path, spills: dict, rank_of: dict) -> list:
     return [r for r in rows if r[3] > r[2] or r[4] != 0]
 
 
-def critical_paths(job, results: list, outdir) -> list:
-    """Write ``critical_path.parquet`` and ``critical_path_summary.parquet`` into ``outdir`` from
-    the per-part results ``results`` (:func:`~streamtrace.aggregate.critical_local.part_paths`, in part
-    order) and the matched collectives already written there.  Returns the written paths."""
-    members = _members(outdir)
-    rank_of = {p.index: p.rank for p in job.parts}
-    spills = {p.index: r["segments"] for p, r in zip(job.parts, results) if r and r["segments"]}
+@dataclass
+class CriticalResult:
+    """:func:`critical_paths`' result: the files written, the figures for ``aggregate.json``'s
+    ``critical_path`` entry and the warnings."""
+    files: list
+    stats: dict
+    warnings: list = field(default_factory=list)
+
+
+def _step_graphs(job, results) -> dict:
+    """``{(iteration, step): [(part index, anchors, edges)]}`` from the parts' results."""
     steps: dict = {}
     for p, r in zip(job.parts, results):
         if not r:
@@ -236,25 +277,76 @@ def critical_paths(job, results: list, outdir) -> list:
             ma, me = a["step"] == st, e["step"] == st
             steps.setdefault((job.iteration_of(p), st), []).append(
                 (p.index, {c: v[ma] for c, v in a.items()}, {c: v[me] for c, v in e.items()}))
-    seg_rows, summ_rows = [], []
-    for (it, st), parts in sorted(steps.items()):
-        g = _StepGraph()
-        arrivals, ends = {}, {}
-        for p, a, e in parts:
-            base = g.add_part(p, a, e)
-            for j in np.flatnonzero(a["kind"] == A_).tolist():
-                arrivals[(p, int(a["correlation"][j]), int(a["stream"][j]))] = base + j
-            for j in np.flatnonzero(a["kind"] == E_).tolist():
-                ends[(p, int(a["correlation"][j]), int(a["stream"][j]))] = base + j
-        g.add_collectives(arrivals, ends, members)
+    return steps
+
+
+def _build(parts, members) -> JobGraph:
+    g = JobGraph()
+    arrivals, ends = {}, {}
+    for p, a, e in parts:
+        base = g.add_part(p, a, e)
+        for j in np.flatnonzero(a["kind"] == Anchor.arrival).tolist():
+            arrivals[(p, int(a["correlation"][j]), int(a["stream"][j]))] = base + j
+        for j in np.flatnonzero(a["kind"] == Anchor.end).tolist():
+            ends[(p, int(a["correlation"][j]), int(a["stream"][j]))] = base + j
+    g.add_collectives(arrivals, ends, members)
+    return g
+
+
+def _stats(results) -> dict:
+    """The parts' :class:`~streamtrace.aggregate.critical_local.PartStats` summed."""
+    out = {"clipped_events": 0, "clipped_ns": 0, "dropped_edges": 0, "thread_waits": 0, "whole_capture_ranks": 0}
+    for r in results:
+        s = (r or {}).get("stats") or {}
+        for k in ("clipped_events", "clipped_ns", "dropped_edges", "thread_waits"):
+            out[k] += int(s.get(k, 0))
+        out["whole_capture_ranks"] += int(bool(s.get("whole_capture")))
+    return out
+
+
+def critical_paths(job, results: list, outdir) -> CriticalResult:
+    """Write ``critical_path.parquet``, ``critical_path_summary.parquet`` and
+    ``critical_path_ranks.parquet`` into ``outdir`` from the per-part results ``results``
+    (:func:`~streamtrace.aggregate.critical_local.part_paths`, in part order) and the matched
+    collectives already written there."""
+    members = _members(outdir)
+    rank_of = {p.index: p.rank for p in job.parts}
+    spills = {p.index: r["segments"] for p, r in zip(job.parts, results) if r and r["segments"]}
+    stats = _stats(results)
+    seg_rows, summ_rows, ranks, warnings = [], [], [], []
+    for (it, st), parts in sorted(_step_graphs(job, results).items()):
+        g = _build(parts, members)
         solved = solve_step(g)
         if solved is None:
             continue
-        path, dist, late, pos, keep, _ = solved
-        segs = _segments(g, path, spills, rank_of)
+        stats["dropped_edges"] += solved.dropped
+        segs = _segments(g, solved.path, spills, rank_of)
+        warnings += _check_sum(it, st, segs)
         seg_rows += [(it, st, k) + s for k, s in enumerate(segs)]
-        summ_rows += _summary(it, st, g, segs, dist, late, pos, keep, rank_of)
-    files = []
+        per_rank = rank_rows(it, st, g, solved, segs, rank_of)
+        ranks += per_rank
+        summ_rows += summary_rows(it, st, g, solved, segs, rank_of, per_rank, solve_step)
+    stats["paths_not_summing"] = len(warnings)
+    files = write_table(outdir, "critical_path", _segment_columns(seg_rows), list(SEGMENT_COLUMNS))
+    files += write_table(outdir, "critical_path_summary", _typed(summ_rows, SUMMARY_COLUMNS), list(SUMMARY_COLUMNS))
+    files += write_table(outdir, "critical_path_ranks", _typed(ranks, RANK_COLUMNS), list(RANK_COLUMNS))
+    return CriticalResult(files, stats, warnings)
+
+
+def _check_sum(it, st, segs) -> list:
+    """A warning when the path's segments are not contiguous or do not sum to its span."""
+    if not segs:
+        return []
+    path = sum(int(s[4]) for s in segs)
+    span = int(segs[-1][3]) - int(segs[0][2])
+    gaps = sum(1 for a, b in zip(segs, segs[1:]) if b[2] != a[3])
+    if abs(path - span) <= SUM_TOLERANCE * max(span, 1) and not gaps:
+        return []
+    return [f"critical path of step {st} (iteration {it}) sums to {path} ns over a span of {span} ns"
+            f"{f' with {gaps} gaps' if gaps else ''}: some of the step's time is not explained (report it)"]
+
+
+def _segment_columns(seg_rows) -> dict:
     cols = list(zip(*seg_rows)) if seg_rows else [[] for _ in range(11)]
     seg = {"iteration": np.asarray(cols[0], np.int64), "step": np.asarray(cols[1], np.int64),
            "order": np.asarray(cols[2], np.int64), "rank": np.asarray(cols[3], np.int64),
@@ -265,54 +357,14 @@ def critical_paths(job, results: list, outdir) -> list:
             "name": np.asarray(cols[9], object)}
     ref, gpu = np.asarray(cols[10], np.int64), np.isin(seg["category"], GPU_CATEGORIES)
     seg["correlation"], seg["external_id"] = np.where(gpu, ref, -1), np.where(gpu, -1, ref)
-    files += write_table(outdir, "critical_path", seg, list(SEGMENT_COLUMNS))
-    summ = {c: np.asarray([r[c] for r in summ_rows], object if c in ("what", "key") else
-                          (bool if c == "on_path" else np.int64 if c != "pct" else np.float64))
-            for c in SUMMARY_COLUMNS}
-    files += write_table(outdir, "critical_path_summary", summ, list(SUMMARY_COLUMNS))
-    return files
+    return seg
 
 
-def _summary(it, st, g, segs, dist, late, pos, keep, rank_of) -> list:
-    """The summary rows of one step (module docstring)."""
-    path_ns = int(sum(s[4] for s in segs))
-    t = np.asarray(g.t, np.int64)
-    kind = np.asarray(g.kind)
-    span = int(t[kind == T_].max() - t[kind == S_].min()) if (kind == S_).any() else 0
-    base = {"iteration": it, "step": st, "span_ns": span, "path_ns": path_ns, "rank": -1, "on_path": False,
-            "min_ns": -1}
-    rows = [base | {"what": "total", "key": "", "ns": path_ns, "pct": 100.0}]
-    pct = lambda x: round(100.0 * x / path_ns, 3) if path_ns else 0.0  # noqa: E731
-
-    def add(what, acc, top=None, rank_key=False):
-        items = sorted(acc.items(), key=lambda kv: -kv[1])[:top]
-        for key, ns in items:
-            rows.append(base | {"what": what, "key": str(key), "ns": int(ns), "pct": pct(ns),
-                                "rank": int(key) if rank_key else -1, "on_path": True})
-    acc: dict = {}
-    for s in segs:
-        acc[s[5]] = acc.get(s[5], 0) + s[4]
-    add("category", acc)
-    acc = {}
-    for s in segs:
-        acc[s[0]] = acc.get(s[0], 0) + s[4]
-    on_path = dict(acc)
-    add("rank", acc, rank_key=True)
-    for what, cats in (("kernel", ("compute_kernel", "memcpy", "comm_transfer")), ("cpu_op", ("cpu_op",))):
-        acc = {}
-        for s in segs:
-            if s[5] in cats:
-                acc[s[6]] = acc.get(s[6], 0) + s[4]
-        add(what, acc, TOP)
-    src, dst, w = (np.asarray(x, np.int64)[keep] for x in (g.src, g.dst, g.w))
-    etype = np.asarray(g.etype)[keep]
-    ok = (etype == LOCAL) & (dist[pos[src]] > NEG) & (late[pos[dst]] < POS)
-    slack = late[pos[dst[ok]]] - dist[pos[src[ok]]] - w[ok]
-    part = np.asarray(g.part)[src[ok]]
-    for p in sorted(set(np.asarray(g.part)[np.asarray(g.kind) == S_].tolist())):
-        sl = slack[part == p]
-        r = rank_of[p]
-        rows.append(base | {"what": "slack", "key": str(r), "rank": r, "ns": int(max(sl.max(), 0)) if len(sl) else 0,
-                            "min_ns": int(max(sl.min(), 0)) if len(sl) else 0, "pct": pct(on_path.get(r, 0)),
-                            "on_path": r in on_path})
-    return rows
+def _typed(rows, columns) -> dict:
+    """Row dicts as typed column arrays (str keys object, ``on_path`` bool, ``pct`` float, else int64)."""
+    out = {}
+    for c in columns:
+        kind = object if c in ("what", "key") else bool if c == "on_path" else np.float64 if c.endswith("pct") \
+            else np.int64
+        out[c] = np.asarray([r[c] for r in rows], kind) if rows else np.zeros(0, kind)
+    return out

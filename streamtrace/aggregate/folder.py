@@ -20,7 +20,8 @@ EXPLAIN_TABLES = ("kernel_stats", "op_stats", "launch_stats", "idle_breakdown")
 
 TABLES = ("rank_phase", "ranks", "pipeline", "replicas", "iterations", "timeline", "top_kernels", "collectives",
           "collectives_ranks", "collectives_summary", "stragglers", "p2p", "process_groups", "collectives_mismatch",
-          "op_perf", *EXPLAIN_TABLES, "critical_path", "critical_path_summary")
+          "op_perf", *EXPLAIN_TABLES, "critical_path", "critical_path_summary",
+          "critical_path_ranks")
 """The tables ``aggregate`` writes (each ``NAME.parquet``, some also ``NAME.csv``)."""
 
 REPORT_MARKER = "report.json"

@@ -360,7 +360,7 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
     t0 = time.time()
     outdir = Path(outdir)
     job, tcfg = _open_job(dirs, opt)
-    coll, files, layout, res = _rank_pass(job, outdir, opt)
+    coll, files, layout, res, cp = _rank_pass(job, outdir, opt)
     topo = job.topology
     phase_rows, rank_rows, fb, top, steps = _gather(job, res)
     if not rank_rows:
@@ -373,6 +373,9 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
     files += write_p2p(outdir, p2p_rows(coll.transfers, topo))
     files += write_op_perf(outdir, job.parts)
     meta = _meta(dirs, opt, job, tcfg, coll, layout, rank_rows)
+    if cp is not None:
+        meta["critical_path"] = cp.stats
+        meta["warnings"] += cp.warnings
     meta.update(files=sorted(p.name for p in files) + [Aggregate.marker], seconds=round(time.time() - t0, 3))
     with atomic_output(outdir / Aggregate.marker, compress=False) as f:
         f.write(json.dumps(meta, indent=1, default=json_default).encode())
@@ -394,7 +397,8 @@ def _open_job(dirs, opt: AggregateOptions) -> tuple:
 def _rank_pass(job, outdir: Path, opt: AggregateOptions) -> tuple:
     """The collectives matched across ranks, then one task per rank (:func:`_part_job`, in worker
     processes), whose timelines and critical-path pieces are spilled into ``outdir`` and joined.
-    Returns ``(collectives, files written, inferred layout of the process groups, the ranks' results)``."""
+    Returns ``(collectives, files written, inferred layout of the process groups, the ranks' results,
+    the critical path's :class:`~streamtrace.aggregate.critical_path.CriticalResult` or None)``."""
     spill = Path(tempfile.mkdtemp(prefix=".timeline-spill.", dir=outdir))
     cp_spill = Path(tempfile.mkdtemp(prefix=".critical-spill.", dir=outdir)) if opt.critical_path else None
     try:
@@ -407,13 +411,13 @@ def _rank_pass(job, outdir: Path, opt: AggregateOptions) -> tuple:
             res = run_tasks(_part_job, [(part_view(job, p.index), p.index, opt.consecutive_kernel_delay_ns, spill,
                                          cp_spill) for p in job.parts], jobs, on_done=bar.update)
         files += join_timeline(outdir, [r[3] for r in res])
-        if cp_spill is not None:
-            files += critical_paths(job, [r[7] for r in res], outdir)
+        cp = critical_paths(job, [r[7] for r in res], outdir) if cp_spill is not None else None
+        files += cp.files if cp is not None else []
     finally:
         shutil.rmtree(spill, ignore_errors=True)
         if cp_spill is not None:
             shutil.rmtree(cp_spill, ignore_errors=True)
-    return coll, files, layout, res
+    return coll, files, layout, res, cp
 
 
 def _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps) -> list:

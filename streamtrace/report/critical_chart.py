@@ -14,7 +14,7 @@ from .charts import pyplot, save
 
 COLORS = {"cpu_op": "#4c72b0", "host_gap": "#8c8c8c", "launch_delay": "#dd8452", "compute_kernel": "#55a868",
           "comm_transfer": "#c44e52", "memcpy": "#8172b3", "kernel_gap": "#937860", "sync": "#da8bc3",
-          "wait": "#000000", "queued": "#ccb974"}
+          "wait": "#000000", "queued": "#ccb974", "thread_wait": "#64b5cd"}
 
 
 def critical_chart(aggdir, stem, formats=("png",)) -> list:

@@ -1,134 +1,129 @@
 """The report's first section, "What bounds each step": the critical path of each step
-(``critical_path.parquet`` and ``critical_path_summary.parquet``, :mod:`streamtrace.aggregate.critical_path`)
-told in three sentences, the table behind them, and the chart of the path across the ranks it
-visits (:mod:`streamtrace.report.critical_chart`).
-
-The sentences are built from the tables only: (1) the step's length, the ranks the path visits
-and the category holding most of it; (2) the longest single piece of the path (a segment, or a
-run of consecutive segments of one rank and category), what it is and its share of the step;
-(3) the rank holding most of the path and how much later the other ranks could be (their slack).
+(``critical_path.parquet``, ``critical_path_summary.parquet``, ``critical_path_ranks.parquet``,
+:mod:`streamtrace.aggregate.critical_path`) told in three sentences
+(:mod:`streamtrace.report.critical_story`: the step's lengths reconciled, the cause, what bounds it
+next and the slack), the table behind them, and the chart of the path across the ranks it visits
+(:mod:`streamtrace.report.critical_chart`).
 """
 from __future__ import annotations
 
-from pathlib import Path
+import numpy as np
 
-import pyarrow.parquet as pq
-
+from ..aggregate.folder import read_aggregate_table
+from .critical_story import PEERS, cause_sentence, compare_kernels, compare_ops, lengths_sentence, next_sentence
 from .units import fmt_time
 
 SHOWN_STEPS = 4
 PHRASE = {"cpu_op": "CPU ops", "launch_delay": "launch delays", "compute_kernel": "compute kernels",
           "comm_transfer": "communication transfers", "memcpy": "memory copies", "kernel_gap": "gaps between kernels",
           "sync": "GPU -> CPU synchronisation", "host_gap": "host gaps (CPU outside any profiled op)",
-          "wait": "unexplained waits", "queued": "GPU work queued behind earlier GPU work (the CPU ran ahead)"}
+          "wait": "unexplained waits", "queued": "GPU work queued behind earlier GPU work (the CPU ran ahead)",
+          "thread_wait": "hand-overs between threads"}
+SOURCES = "critical_path.parquet, critical_path_summary.parquet, critical_path_ranks.parquet"
 
 
-def _rows(path) -> list:
-    return pq.read_table(path).to_pylist() if Path(path).is_file() else []
+def _rows(aggdir, name, where=None) -> list:
+    cols = read_aggregate_table(aggdir, name, where=where)
+    n = len(next(iter(cols.values()))) if cols else 0
+    return [{c: (v[i].item() if hasattr(v[i], "item") else v[i]) for c, v in cols.items()} for i in range(n)]
 
 
-def _runs(segs) -> list:
-    """Consecutive segments of one rank and category joined: ``[(rank, category, ns, start, name, lane)]``
-    (the name of the run's longest segment)."""
-    out = []
+def _step_ns(aggdir) -> dict:
+    """``{(iteration, step): median step annotation ns}`` (``iterations.parquet``)."""
+    it = read_aggregate_table(aggdir, "iterations")
+    if not it or "step_ns_median" not in it:
+        return {}
+    return {(int(a), int(b)): (None if c is None or (isinstance(c, float) and np.isnan(c)) else int(c))
+            for a, b, c in zip(it["iteration"], it["step"], it["step_ns_median"])}
+
+
+def _peer_ranks(ranks, top) -> list:
+    """The bounding rank and at most :data:`PEERS` others, spread over the job."""
+    others = sorted(r["rank"] for r in ranks if r["rank"] != top)
+    if len(others) > PEERS:
+        others = [others[i] for i in np.linspace(0, len(others) - 1, PEERS).astype(int)]
+    return [top] + others
+
+
+def _gpu_wait(aggdir, it, step, rank) -> int | None:
+    """The rank's GPU time waiting for launches in the step (``idle_breakdown``: the device rows,
+    stream -1, ``host_wait_ns``)."""
+    ib = read_aggregate_table(aggdir, "idle_breakdown", where={"rank": [rank]})
+    if not ib or "host_wait_ns" not in ib:
+        return None
+    m = (ib["iteration"] == it) & (ib["step"] == step) & (ib["stream"] == -1)
+    return int(np.nansum(ib["host_wait_ns"][m])) if m.any() else None
+
+
+def _step(aggdir, key, summ, segs, ranks, step_ns, short) -> dict:
+    """One step's section data and sentences."""
+    by = lambda w: [r for r in summ if r["what"] == w]  # noqa: E731
+    total = dict(by("total")[0])
+    total["origin_rank"] = segs[0]["rank"] if segs else None
+    cats = [(r["key"], r["ns"], r["pct"]) for r in by("category")]
+    shares = [(r["rank"], r["ns"], r["pct"]) for r in by("rank")]
+    kern, cpu, nxt = by("kernel"), by("cpu_op"), by("next")
+    out = {"iteration": key[0], "step": key[1], "span_ns": total["span_ns"], "path_ns": total["path_ns"],
+           "step_ns": step_ns, "categories": cats, "ranks": shares,
+           "slack": [(r["rank"], r["slack_ns"], r["on_path"], r["wait_ns"]) for r in ranks],
+           "kernel": (kern[0]["key"], kern[0]["ns"], kern[0]["pct"]) if kern else None,
+           "cpu_op": (cpu[0]["key"], cpu[0]["ns"], cpu[0]["pct"]) if cpu else None,
+           "next": {"change": nxt[0]["key"], "path_ns": nxt[0]["path_ns"],
+                    "ranks": [(r["rank"], r["ns"], r["pct"]) for r in nxt]} if nxt else None}
+    s1 = lengths_sentence(key[1], total, ranks, step_ns)
+    if not ranks or not segs:
+        return out | {"sentences": [s1, "The path has no segments.", ""]}
+    top = max(ranks, key=lambda r: r["path_ns"])
+    cats_top: dict = {}
     for s in segs:
-        if out and out[-1][0] == s["rank"] and out[-1][1] == s["category"]:
-            r = out[-1]
-            name = r[4] if r[6] >= s["weight_ns"] else s["name"]
-            out[-1] = (r[0], r[1], r[2] + s["weight_ns"], r[3], name, r[5], max(r[6], s["weight_ns"]))
-        else:
-            out.append((s["rank"], s["category"], s["weight_ns"], s["start_ns"], s["name"], s["lane"], s["weight_ns"]))
-    return out
-
-
-def _piece(run, span, short) -> str:
-    rank, cat, ns, _, name, lane, _ = run
-    pct = f"{100 * ns / span:.0f} % of the step" if span else ""
-    nm = f"`{short(name)}`" if name else ""
-    ms = fmt_time(ns)
-    return {"host_gap": f"rank {rank}'s CPU spends {ms} outside any profiled op (data loading, Python) on {lane}",
-            "cpu_op": f"rank {rank}'s CPU spends {ms} in {nm}",
-            "launch_delay": f"rank {rank}'s GPU starts {nm} {ms} after its launch",
-            "compute_kernel": f"rank {rank}'s compute kernels run {ms} back to back (longest {nm})",
-            "comm_transfer": f"rank {rank}'s {nm} transfers for {ms} after the last member arrived",
-            "memcpy": f"rank {rank}'s memory copies take {ms} ({nm})",
-            "kernel_gap": f"rank {rank}'s GPU waits {ms} between kernels ({nm})",
-            "sync": f"rank {rank}'s CPU waits {ms} for the GPU in {nm}",
-            "queued": f"rank {rank}'s GPU is still busy with earlier work when {nm} is launched: it queues {ms} "
-                      "(the CPU runs ahead; the GPU bounds the step)",
-            }.get(cat, f"rank {rank} waits {ms}") + f": {pct}"
+        if s["rank"] == top["rank"]:
+            cats_top[s["category"]] = cats_top.get(s["category"], 0) + s["weight_ns"]
+    peers = _peer_ranks(ranks, top["rank"])
+    where = {"rank": peers, "iteration": [key[0]]}
+    ops = read_aggregate_table(aggdir, "op_stats", columns=["step", "rank", "name", "cat", "self_ns"],
+                               where=where) if len(peers) > 1 else {}
+    kern = read_aggregate_table(aggdir, "kernel_stats", columns=["step", "rank", "kind", "total_ns"],
+                                where=where) if len(peers) > 1 else {}
+    others = [r for r in ranks if r["rank"] != top["rank"]]
+    cmp = {"cpu": compare_ops(ops, top["rank"], key[1]) if ops else None,
+           "gpu": compare_kernels(kern, top["rank"], key[1]) if kern else None}
+    s2 = cause_sentence(top, segs, cats_top, cmp, _gpu_wait(aggdir, key[0], key[1], top["rank"]),
+                        (len(others), sum(r["wait_ns"] for r in others)), short)
+    out["bound_by"] = {"rank": top["rank"], "categories": cats_top}
+    return out | {"sentences": [s1, s2, next_sentence(total, nxt, ranks)]}
 
 
 def critical_section(aggdir, short=lambda s: s) -> dict:
-    """``{"steps": [{"iteration", "step", "span_ns", "path_ns", "sentences": [3 str], "categories":
-    [(category, ns, pct)], "ranks": [(rank, ns, pct)], "kernel", "cpu_op", "slack": [(rank, ns,
-    on_path)]}], "from": ...}``; ``steps`` empty when aggregate wrote no critical path.  ``short``
-    shortens kernel names for the sentences."""
-    d = Path(aggdir)
-    summ = _rows(d / "critical_path_summary.parquet")
-    segs = _rows(d / "critical_path.parquet")
+    """``{"steps": [{"iteration", "step", "span_ns", "path_ns", "step_ns", "sentences": [3 str],
+    "categories": [(category, ns, pct)], "ranks": [(rank, ns, pct)], "kernel", "cpu_op", "slack":
+    [(rank, slack ns, on_path, wait ns)], "next", "bound_by"}], "from": ...}``; ``steps`` empty when
+    aggregate wrote no critical path.  ``short`` shortens names for the sentences."""
+    summ = _rows(aggdir, "critical_path_summary")
+    segs = _rows(aggdir, "critical_path")
+    ranks = _rows(aggdir, "critical_path_ranks")
+    lengths = _step_ns(aggdir)
     steps = []
     for key in sorted({(r["iteration"], r["step"]) for r in summ}):
-        rows = [r for r in summ if (r["iteration"], r["step"]) == key]
-        ss = [s for s in segs if (s["iteration"], s["step"]) == key]
-        by = lambda w: [r for r in rows if r["what"] == w]  # noqa: E731
-        total = by("total")[0]
-        cats = [(r["key"], r["ns"], r["pct"]) for r in by("category")]
-        ranks = [(r["rank"], r["ns"], r["pct"]) for r in by("rank")]
-        slack = sorted(((r["rank"], r["ns"], r["on_path"]) for r in by("slack")), key=lambda x: -x[1])
-        kern, cpu = by("kernel"), by("cpu_op")
-        steps.append({"iteration": key[0], "step": key[1], "span_ns": total["span_ns"], "path_ns": total["path_ns"],
-                      "categories": cats, "ranks": ranks, "slack": slack,
-                      "kernel": (kern[0]["key"], kern[0]["ns"], kern[0]["pct"]) if kern else None,
-                      "cpu_op": (cpu[0]["key"], cpu[0]["ns"], cpu[0]["pct"]) if cpu else None,
-                      "sentences": step_sentences(total, cats, ranks, slack, _runs(ss), short)})
-    return {"steps": steps, "from": "critical_path.parquet, critical_path_summary.parquet"}
+        pick = lambda rows: [r for r in rows if (r["iteration"], r["step"]) == key]  # noqa: E731
+        steps.append(_step(aggdir, key, pick(summ), pick(segs), pick(ranks), lengths.get(key), short))
+    return {"steps": steps, "from": SOURCES}
 
 
-def step_sentences(total, cats, ranks, slack, runs, short) -> list:
-    """The three sentences of one step: ``total`` its summary row (``step``, ``path_ns``), ``cats``
-    ``[(category, ns, pct)]`` largest first, ``ranks`` ``[(rank, ns, pct)]``, ``slack`` ``[(rank, ns,
-    on_path)]``, ``runs`` the path's runs (:func:`_runs`), ``short`` a name shortener."""
-    step, path = total["step"], total["path_ns"]
-    visit = [str(r[0]) for r in ranks]
-    where = (f"rank {visit[0]}" if len(visit) == 1 else
-             f"ranks {', '.join(visit[:6])}{' and others' if len(visit) > 6 else ''}")
-    top = cats[0] if cats else ("wait", 0, 0.0)
-    s1 = (f"Step {step} lasts {fmt_time(path)} along its critical path, which runs through {where}; "
-          f"{top[2]:.0f} % of it is {PHRASE.get(top[0], top[0])}.")
-    q = next((c for c in cats if c[0] == "queued"), None)
-    if q and q[2] >= 10:
-        rest = next((c for c in cats if c[0] != "queued"), None)
-        s1 = (f"Step {step}'s work lasts {fmt_time(path)} along its critical path, from its start on the CPU to its "
-              f"last GPU event through {where}: longer than the step, since the CPU runs ahead and steps overlap; "
-              f"{q[2]:.0f} % of it is queued behind the previous step's GPU work"
-              + (f", {rest[2]:.0f} % {PHRASE.get(rest[0], rest[0])}." if rest else "."))
-    big = max(runs, key=lambda r: r[2]) if runs else None
-    s2 = (f"The longest piece: {_piece(big, path, short)}." if big else "The path has no segments.")
-    dom = ranks[0] if ranks else (None, 0, 0.0)
-    others = [x for x in slack if x[0] != dom[0]][:3]
-    if dom[0] is None:
-        s3 = "No rank holds the path."
-    elif not others:
-        s3 = f"Rank {dom[0]} is the only rank of the step: its own work is the whole path."
-    else:
-        most = ", ".join(f"rank {r}: {fmt_time(ns)}" for r, ns, _ in others)
-        s3 = (f"Rank {dom[0]} holds {dom[2]:.0f} % of the path; the other ranks have slack ({most}"
-              f"{', ...' if len(slack) > 4 else ''}): making them faster buys nothing until rank {dom[0]}'s part "
-              "shrinks.")
-    return [s1, s2, s3]
+def _step_label(step) -> str:
+    return "whole capture" if step < 0 else str(step)
 
 
 def critical_markdown(sec: dict | None, table, short, png=None) -> list:
     """The section's Markdown lines (``table(head, rows)`` and ``short(names)`` as the report
-    formats; times in the unit that fits, :func:`streamtrace.report.units.fmt_time`); ``png``: the chart's path relative to the report, or None."""
+    formats; times in the unit that fits, :func:`streamtrace.report.units.fmt_time`); ``png``: the
+    chart's path relative to the report, or None."""
     L = ["## What bounds each step", ""]
     steps = (sec or {}).get("steps") or []
     if not steps:
-        return L + ["*No critical path: aggregate wrote no critical_path.parquet (or no step had a "
-                    "ProfilerStep window).*", ""]
+        return L + ["*No critical path: aggregate wrote no critical_path.parquet (`--no-critical-path`, or no "
+                    "rank had CPU ops to build it from).*", ""]
     for s in steps[:SHOWN_STEPS]:
-        L += [" ".join(s["sentences"]), ""]
+        L += [" ".join(x for x in s["sentences"] if x), ""]
     if len(steps) > SHOWN_STEPS:
         L += [f"({len(steps) - SHOWN_STEPS} more steps in critical_path_summary.parquet.)", ""]
     rows = []
@@ -137,11 +132,17 @@ def critical_markdown(sec: dict | None, table, short, png=None) -> list:
         rk = ", ".join(f"{r} ({p:.0f} %)" for r, _, p in s["ranks"][:4])
         k = f"{short([s['kernel'][0]])[0]} ({s['kernel'][2]:.0f} %)" if s["kernel"] else "-"
         c = f"{s['cpu_op'][0]} ({s['cpu_op'][2]:.0f} %)" if s["cpu_op"] else "-"
-        most = next(((r, ns) for r, ns, on in s["slack"] if not on), None)
-        rows.append([s["step"], fmt_time(s["span_ns"]), fmt_time(s["path_ns"]), cats, rk, k.replace("|", "\\|"), c,
+        off = [x for x in s["slack"] if not x[2]]
+        most = max(off, key=lambda x: x[1]) if off else None
+        nxt = s.get("next")
+        rows.append([_step_label(s["step"]), fmt_time(s["path_ns"]), fmt_time(s["span_ns"]),
+                     fmt_time(s["step_ns"]) if s.get("step_ns") else "-", cats, rk, k.replace("|", "\\|"),
+                     c.replace("|", "\\|"),
+                     f"{fmt_time(nxt['path_ns'])}, rank {nxt['ranks'][0][0]}" if nxt else "-",
                      f"rank {most[0]}: {fmt_time(most[1])}" if most else "-"])
-    L += [table(["step", "span", "critical path", "path by category", "ranks on the path (share)",
-                 "top kernel on the path", "top CPU op on the path", "most slack"], rows), ""]
+    L += [table(["step", "critical path", "span", "step annotation", "path by category", "ranks on the path (share)",
+                 "top kernel on the path", "top CPU op on the path", "next bound", "most slack (off the path)"],
+                rows), ""]
     if png:
         L += [f"![critical path]({png})", ""]
     return L

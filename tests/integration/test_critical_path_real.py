@@ -71,7 +71,11 @@ def test_megatron_tp2(tmp_path):
     # pageable memory and a cudaStreamSynchronize every few kernels: Megatron's loss-scale /
     # grad-norm checks) decides everything. The path stays on one rank, ~98 % CPU ops, host gaps
     # and launch delays (the GPU starts the kernel after each sync ~2.4 ms late), under 1 %
-    # compute kernels. Rank 1 has ~15 ms of slack at its end.
+    # compute kernels. Rank 1 has ~15 ms of slack at its end. The backward pass: rank 0's main
+    # thread (1375) calls backward() after _VocabParallelCrossEntropy and shows no op for ~15.9 ms,
+    # while the autograd thread (1738, "pt_autograd_0") runs 122 top-level
+    # "autograd::engine::evaluate_function: ...Backward" ops from 30.05 to 45.51 ms into the step:
+    # the path runs through that thread, from its first op's start to its last op's end.
     segs, summ = _run(MULTI / "megatron_tp2_v100x2", tmp_path, clock_sync="collectives")
     total = _check_shape(segs)
     ranks = {s["rank"] for s in segs}
@@ -83,17 +87,48 @@ def test_megatron_tp2(tmp_path):
     cat = _share(summ, "category")
     assert cat.get("cpu_op", 0) + cat.get("host_gap", 0) + cat.get("launch_delay", 0) > 90
     assert cat.get("compute_kernel", 0) < 1
+    ranks = pq.read_table(tmp_path / "out" / "critical_path_ranks.parquet").to_pylist()
+    assert _backward_thread(segs, ranks, src, r) >= 15_000_000
+
+
+def _backward_thread(segs, ranks, src, rank, whole=True):
+    """The path runs through the rank's autograd thread (the thread whose top-level ops are
+    ``autograd::engine::evaluate_function``s), from its first such op's start to its last one's end
+    in the step (from the raw trace, relative to the ProfilerStep start; ``ranks``:
+    critical_path_ranks.parquet's rows, the rank's aligned step start), and the lane says it is the
+    backward pass (``whole=False``: from the first op's start only: the path may leave the thread for
+    the GPU work it launches).  Returns the time the path spends on that thread."""
+    ev = load_json(src, decimal=True)["traceEvents"]
+    step = [e for e in ev if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("ph") == "X"
+            and e.get("cat") != "gpu_user_annotation"][0]
+    lo, hi = exact_ns(step["ts"]), exact_ns(step["ts"]) + exact_ns(step["dur"])
+    auto = [e for e in ev if e.get("ph") == "X" and str(e.get("name", "")).startswith(
+        "autograd::engine::evaluate_function") and e["tid"] != step["tid"] and lo <= exact_ns(e["ts"]) < hi]
+    tid = {e["tid"] for e in auto}
+    assert len(tid) == 1
+    tid = tid.pop()
+    lane = [x for x in segs if x["rank"] == rank and x["lane"] == f"thread {tid} (backward)"
+            and x["category"] != "thread_wait"]                # its own work, not the hand-over into it
+    # nearly all of the range on that thread (the rest: the thread's own syncs with the GPU)
+    assert lane and sum(x["weight_ns"] for x in lane) >= 0.95 * (lane[-1]["end_ns"] - lane[0]["start_ns"])
+    inside = auto
+    first, end = min(exact_ns(e["ts"]) for e in inside), max(exact_ns(e["ts"]) + exact_ns(e["dur"]) for e in inside)
+    s0 = [r["start_ns"] for r in ranks if r["rank"] == rank][0]
+    assert lane[0]["start_ns"] - s0 == first - lo and (not whole or lane[-1]["end_ns"] - s0 == end - lo)
+    return sum(x["weight_ns"] for x in lane)
 
 
 def test_dlrm_v100x8(tmp_path):
     # Story (read in the eight traces): DLRM on 8 V100s, one step. Its all-to-alls are matched
     # across the 8 ranks (by order: the older Kineto records no collective args). Rank 7 comes to
-    # the first all-to-all last: its data loader and its launches keep it on the CPU until ~7.6 ms
-    # after the first rank started its SendRecv kernel, and every rank's first all-to-all ends only
-    # after rank 7's kernel starts. From there the path is on rank 4, the last rank to end its step:
-    # its pageable memcpys with a cudaStreamSynchronize each, "## backward ##" on the CPU (~5 ms),
-    # the Adagrad step. So the path begins at rank 7's ProfilerStep start, crosses to rank 4 in the
-    # first all-to-all and ends at rank 4's step end.
+    # the all-to-alls last: its data loader and its launches (copy_batch_to_gpu, forward, pageable
+    # copies each followed by a cudaStreamSynchronize or blocking in cudaMemcpyAsync) keep it on the
+    # CPU, and every rank's all-to-all ends only after rank 7's kernel starts. From there the path is
+    # on rank 4, the last rank to end its step: its pageable memcpys with a cudaStreamSynchronize
+    # each, "## backward ##" on the main thread (59815), which waits there while the autograd thread
+    # (60015) runs 114 backward ops (~4.1 ms on the path), the Adagrad step. So the path begins at
+    # rank 7's ProfilerStep start, crosses to rank 4 in an all-to-all rank 7 was last to, and ends at
+    # rank 4's step end, through the backward thread.
     segs, summ = _run(MULTI / "param_dlrm_v100x8", tmp_path)
     total = _check_shape(segs)
     src = {int(p.name[len("worker"):].split("_")[0]): p for p in (MULTI / "param_dlrm_v100x8").glob("*.json.gz")}
@@ -101,19 +136,23 @@ def test_dlrm_v100x8(tmp_path):
     first, last = segs[0]["rank"], segs[-1]["rank"]
     assert last == max(bounds, key=lambda r: bounds[r][1])        # the last rank to end its step
     assert abs(total - (bounds[last][1] - bounds[first][0])) <= 0.01 * total
-    # the first SendRecv kernel of the step on each rank: rank 7 starts it last
-    a2a = {r: [k for k in _events(p, "ncclKernel_SendRecv") if k[0] >= bounds[r][0]][0] for r, p in src.items()}
-    late = max(a2a, key=lambda r: a2a[r][0])
-    assert late == first == 7 and last == 4
+    # the k-th SendRecv kernel of the step on each rank (matched by order): the path crosses from
+    # rank 7 to rank 4 at one that rank 7 starts last (it arrives late at several: every such
+    # crossing gives a path of the same length), from rank 7's start to rank 4's end of it
+    a2a = {r: [k for k in _events(p, "ncclKernel_SendRecv") if k[0] >= bounds[r][0]] for r, p in src.items()}
+    assert first == 7 and last == 4
     assert [s["rank"] for s in segs] == sorted((s["rank"] for s in segs), key=lambda r: r != first)  # 7 then 4
     cross = [s for s in segs if s["category"] == "comm_transfer" and s["rank"] == last][0]
-    # the crossing: rank 4's first all-to-all from rank 7's arrival to rank 4's kernel end
-    assert cross["start_ns"] - segs[0]["start_ns"] == a2a[late][0] - bounds[first][0]
-    assert cross["end_ns"] - segs[0]["start_ns"] == a2a[last][1] - bounds[first][0]
+    k = [x[0] - bounds[first][0] for x in a2a[first]].index(cross["start_ns"] - segs[0]["start_ns"])
+    assert a2a[first][k][0] - bounds[first][0] == max(a2a[r][k][0] - bounds[first][0] for r in a2a)
+    assert cross["end_ns"] - segs[0]["start_ns"] == a2a[last][k][1] - bounds[first][0]
     assert "SendRecv" in cross["name"]
-    slack = {r["rank"]: r for r in summ if r["what"] == "slack"}
-    assert slack[7]["min_ns"] == 0 and slack[4]["min_ns"] == 0
-    assert all(slack[r]["min_ns"] > 0 for r in slack if r not in (4, 7))
+    # the two ranks on the path have no slack, every other rank some (critical_path_ranks.parquet)
+    ranks = pq.read_table(tmp_path / "out" / "critical_path_ranks.parquet").to_pylist()
+    assert _backward_thread(segs, ranks, src[4], 4, whole=False) >= 3_500_000
+    slack = {r["rank"]: r for r in ranks}
+    assert slack[7]["slack_ns"] == 0 and slack[4]["slack_ns"] == 0 and slack[7]["on_path"] and slack[4]["on_path"]
+    assert all(slack[r]["slack_ns"] > 0 and not slack[r]["on_path"] for r in slack if r not in (4, 7))
 
 
 def test_cpu_3d(tmp_path):

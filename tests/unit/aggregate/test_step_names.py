@@ -97,7 +97,7 @@ def test_nsys_iteration_ranges_are_the_steps_of_aggregate_and_report(tmp_path):
     it = pq.read_table(tmp_path / "agg" / "iterations.parquet").to_pylist()
     assert [(r["step"], r["ranks"]) for r in it] == [(n, 2) for n in sorted(want)]
     md = next((tmp_path / "agg").glob("*.md")).read_text()
-    assert "## What bounds each step" in md and "Step 3 lasts" in md
+    assert "## What bounds each step" in md and "Step 3: its critical path is" in md
     assert "| step | step time |" in md and "(?i)^(?:step|iteration" in md    # the names it took, said once
     assert rep["configuration"]["step_patterns"] == summ["ranks"][0]["step_patterns"]
 

@@ -28,13 +28,15 @@ def test_section_is_first_and_tells_the_fault(report):
     heads = [line for line in md.splitlines() if line.startswith("## ")]
     assert heads[0] == "## What bounds each step"
     story = md.split("## What bounds each step", 1)[1].split("\n\n")[1]
-    # three sentences: the step and its path, the longest piece (the 8 ms stall on rank 3), the slack
+    # three sentences: the step's lengths, the cause (rank 3's CPU: the 8 ms stall in its data
+    # loader, against the other ranks' same op), what bounds next and the slack
     assert story.count(". ") >= 2
-    assert "rank 3's CPU spends 8.00 ms in `" + LOADER[:40] in story
-    assert "Rank 3 holds" in story and "until rank 3's part shrinks" in story
-    assert "| step | span | critical path | path by category |" in md   # the report's units: "16.5 ms" in the cells
+    assert "Rank 3's CPU bounds it: rank 3 holds" in story
+    loader = story.split("on the same ops (", 1)[1]
+    assert loader.startswith("`" + LOADER[:40]) and " 8.00 ms vs " in loader.split(",")[0]
+    assert "| step | critical path | span | step annotation | path by category |" in md
     sec = rep["critical_path"]["steps"][0]
-    assert sec["cpu_op"][0] == LOADER
+    assert sec["cpu_op"][0] == LOADER and sec["bound_by"]["rank"] == 3
     assert any(r == 3 for r, _, _ in sec["ranks"])
 
 
@@ -46,13 +48,17 @@ def test_chart_is_written_and_shown(report):
 
 
 def test_a_queued_step_says_the_cpu_runs_ahead():
-    """A GPU-bound step (the real H200 check's numbers): the sentence says why the path is longer
-    than the step and splits it into the queue and the compute."""
-    from streamtrace.report.critical_path import step_sentences
-    total = {"step": 3, "path_ns": 237_000_000}
-    cats = [("queued", 133_000_000, 56.1), ("compute_kernel", 103_000_000, 43.5), ("kernel_gap", 1_000_000, 0.4)]
-    runs = [(0, "queued", 133_000_000, 0, "gather", "device 0 stream 7", 133_000_000)]
-    s1, s2, _ = step_sentences(total, cats, [(0, 237_000_000, 100.0)], [], runs, lambda x: x)
-    assert s1.startswith("Step 3's work lasts 237 ms") and "the CPU runs ahead" in s1
-    assert "56 % of it is queued behind the previous step's GPU work, 44 % compute kernels." in s1
-    assert "queues 133 ms" in s2 and "56 % of the step" in s2
+    """A GPU-bound step (the real H200 check's numbers: a 103 ms step whose path is 237 ms, 133 ms
+    of it queued behind the previous step's GPU work): the sentences say why the path is longer than
+    the step and that the GPU bounds it."""
+    from streamtrace.report.critical_story import cause_sentence, lengths_sentence
+    total = {"step": 3, "path_ns": 237_000_000, "span_ns": 237_000_000, "origin_rank": 0}
+    ranks = [{"rank": 0, "start_ns": 0, "path_ns": 237_000_000, "path_pct": 100.0, "thread": 1, "on_path": True,
+              "slack_ns": 0, "wait_ns": 0}]
+    s1 = lengths_sentence(3, total, ranks, 103_000_000)
+    assert s1.startswith("Step 3: its critical path is 237 ms, its step annotation 103 ms")
+    assert "the path runs past the CPU's step: the GPU finishes the step's work after it" in s1
+    cats = {"queued": 133_000_000, "compute_kernel": 103_000_000, "kernel_gap": 1_000_000}
+    s2 = cause_sentence(ranks[0], [], cats, None, None, (0, 0), lambda x: x)
+    assert s2 == ("The GPU bounds it (the CPU runs ahead of it): rank 0 holds 100 % of the path (queued GPU work "
+                  "56 %, kernels 43 %).")

@@ -1,0 +1,275 @@
+"""The CPU side of one rank's step graph (:mod:`streamtrace.aggregate.critical_local`): each thread's
+chain of op boundaries, the waits between threads, and the CPU collectives' runs.
+
+**A thread's chain.**  Every op of the step window contributes its start and its end; consecutive
+instants are chained, the edge weighted by the time between them (int64 ns) and named after the
+innermost op open over that interval (``cpu_op``; ``host_gap`` when none but the step is open).
+Instants of equal time are ordered as the call tree nests them: ends before starts, deeper ends
+first and shallower starts first, and a zero-length op's end right after its own start (inside its
+parent, before the parent's end when that falls at the same instant).  An edge is named after the
+innermost op whose interval covers it, so that time is never named after a 0 us call that merely
+starts at the edge's first instant (a real 8 x A100 job named 13.8 % of a path after such calls).
+
+**Waits between threads** (:func:`thread_waits`).  PyTorch's autograd engine runs the backward pass
+on its own thread(s) while the thread that called ``backward()`` waits (Kineto's ``fwdbwd`` flows
+join the forward op to its backward op; the waiting thread shows a host gap, or the self time of an
+annotation such as ``## backward ##``); a DataLoader's pin-memory thread works while the main thread
+waits for the batch.  A stretch of a thread T with no op of its own open inside it (one chain edge
+``a -> b`` of at least :data:`MIN_WAIT_NS`) waits for another thread W when W is idle at ``a``, runs
+work that starts and ends inside ``[a, b]`` and is busy at least half of it (work that is not a CPU
+collective's run: :func:`cpu_collectives` joins those to their call): T's edge then weighs 0
+(``wait``: T waited), an edge hands the work over (T at ``a`` -> W's first instant, ``thread_wait``)
+and one hands it back (W's last instant -> T at ``b``, ``thread_wait``), and W's idle edge into its
+first instant weighs 0 (W waited for the hand-over).  The path then runs through W's ops, named
+after them.  HolisticTraceAnalysis' critical path has no edges between threads (its graph chains
+each thread's top-level ops on their own).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .critical_graph import Category, StepGraph
+
+MIN_WAIT_NS = 20_000
+"""The shortest stretch of a thread considered as waiting for another thread (ns)."""
+AUTOGRAD_OP = "autograd::engine::evaluate_function"
+"""The top-level op of every backward function PyTorch's autograd engine runs (its thread's lane is
+named ``thread <tid> (backward)``)."""
+MAX_WAIT_THREADS = 64
+"""With more threads than this in a step, only the step's thread is considered as waiting (the
+search is quadratic in the number of threads)."""
+
+
+@dataclass
+class Chain:
+    """One thread's instants in order: times ``t`` (int64 ns), node ids ``ids``, ``is_start``
+    (bool), the op row ``op`` of each instant, and per edge ``i -> i+1`` (one fewer): the weight
+    ``w`` (int64 ns), :class:`Category` code ``cat``, the naming op row ``inner`` (the innermost op
+    covering the edge, the step op for a host gap; -1: none) and
+    ``keep`` (False: the edge lies inside a CPU collective's run, joined across ranks instead)."""
+    tid: int
+    t: np.ndarray
+    ids: np.ndarray
+    is_start: np.ndarray
+    op: np.ndarray
+    w: np.ndarray
+    cat: np.ndarray
+    inner: np.ndarray
+    keep: np.ndarray
+
+    def busy(self) -> np.ndarray:
+        """Per edge: some op of the thread (not the step) is open over it."""
+        return self.cat == Category.cpu_op
+
+
+def instant_order(ts, te, depth, zero_in_end) -> np.ndarray:
+    """The order of one thread's ``2n`` instants (``n`` starts ``ts``, then ``n`` ends ``te``, int64
+    ns; ``depth`` int[n] the ops' depths; ``zero_in_end`` bool[n]: a zero-length op whose parent ends
+    at the same instant).  Sorted by time; at equal time ends (deepest first) before starts
+    (shallowest first); a zero-length op's start and end adjacent, among the ends when
+    ``zero_in_end`` (before its parent's end), else among the starts (after its parent's start)."""
+    n = len(ts)
+    t = np.concatenate([ts, te])
+    start = np.r_[np.ones(n, bool), np.zeros(n, bool)]
+    zero = np.tile(te == ts, 2)
+    ze = np.tile(zero_in_end, 2)
+    cls = np.where(zero, ~ze, start).astype(np.int8)                 # 0 among the ends, 1 among the starts
+    d = np.tile(depth.astype(np.int64), 2)
+    k2 = np.where(cls == 1, d, -d)
+    group = np.where(zero, np.where(cls == 1, 0, 1), np.where(start, 2, 0))
+    idx = np.tile(np.arange(n), 2)
+    return np.lexsort((~start, idx, group, k2, cls, t))
+
+
+def covering(ops, inner, t0, t1) -> np.ndarray:
+    """``inner`` (op rows, -1 none) moved up the call tree until the op covers ``[t0, t1]`` (int64
+    ns each): the innermost op open over the whole interval, -1 when none is."""
+    ts, te, parent = ops["ts_ns"], ops["ts_ns"] + ops["dur_ns"], ops["parent"]
+    n = len(ts)
+    cur = inner.copy()
+    for _ in range(256):
+        ok = cur >= 0
+        c = np.maximum(cur, 0)
+        bad = ok & ((ts[c] > t0) | (te[c] < t1))
+        if not bad.any():
+            break
+        up = parent[c[bad]]
+        cur[bad] = np.where((up >= 0) & (up < n), up, -1)
+    return cur
+
+
+def chain(g: StepGraph, ops, sel, tid, cut) -> Chain:
+    """The chain of thread ``tid``'s op rows ``sel`` (sorted); ``cut``: op rows of CPU collectives'
+    runs, whose inner edges are left out (:class:`Chain.keep`)."""
+    n = len(sel)
+    ts = ops["ts_ns"][sel]
+    te = ts + ops["dur_ns"][sel]
+    par = ops["parent"][sel]
+    nops = len(ops["ts_ns"])
+    pv = (par >= 0) & (par < nops)
+    pc = np.maximum(par, 0)
+    pend = np.where(pv & (ops["tid"][pc] == tid), ops["ts_ns"][pc] + ops["dur_ns"][pc], -1)
+    o = instant_order(ts, te, ops["depth"][sel], (te == ts) & (pend == ts))
+    t = np.concatenate([ts, te])[o]
+    is_start = np.r_[np.ones(n, bool), np.zeros(n, bool)][o]
+    op = np.r_[sel, sel][o]
+    ids = g.nodes(t)
+    inner = np.where(is_start, op, ops["parent"][op])                 # innermost op open after each instant
+    ok = (inner >= 0) & (inner < nops)
+    inner = np.where(ok, inner, -1)
+    inner = np.where(ok & (ops["tid"][np.maximum(inner, 0)] == tid), inner, -1)[:-1]
+    inner = covering(ops, inner, t[:-1], t[1:])
+    gap = (inner < 0) | ops["is_step"][np.maximum(inner, 0)]
+    cat = np.where(gap, Category.host_gap, Category.cpu_op).astype(np.int8)
+    return Chain(tid, t, ids, is_start, op, np.diff(t), cat, inner, _outside(op, is_start, cut))
+
+
+def _outside(op, is_start, cut) -> np.ndarray:
+    """Mask of a thread's chain edges (between consecutive instants ``op``/``is_start``, sorted)
+    that lie outside every op of ``cut``: an edge from a cut op's start up to its end is inside."""
+    n = len(op) - 1
+    if n <= 0 or not len(cut):
+        return np.ones(max(n, 0), bool)
+    d = np.zeros(n + 1, np.int64)
+    hit = np.isin(op, cut)
+    np.add.at(d, np.flatnonzero(hit & is_start), 1)
+    np.add.at(d, np.flatnonzero(hit & ~is_start), -1)
+    return np.cumsum(d)[:-1] <= 0
+
+
+@dataclass
+class ThreadWait:
+    """Thread ``waiter`` waits over its chain edge ``edge`` while thread ``worker`` runs its
+    instants ``first`` .. ``last``."""
+    waiter: int
+    edge: int
+    worker: int
+    first: int
+    last: int
+
+
+def thread_waits(chains: dict, main_tid: int) -> list:
+    """The waits between threads of one step (module docstring): ``chains`` ``{tid: Chain}``.
+    Returns a list of :class:`ThreadWait`, at most one per (waiting edge, worker thread)."""
+    out = []
+    tids = list(chains) if len(chains) <= MAX_WAIT_THREADS else [main_tid]
+    for wt in tids:
+        c = chains.get(wt)
+        if c is None or len(c.t) < 2:
+            continue
+        cand = np.flatnonzero(c.keep & (c.w >= MIN_WAIT_NS))
+        if not len(cand):
+            continue
+        a, b = c.t[cand], c.t[cand + 1]
+        for tid, x in chains.items():
+            if tid == wt or len(x.t) < 2:
+                continue
+            f = np.searchsorted(x.t, a, "left")
+            last = np.searchsorted(x.t, b, "right") - 1
+            ok = (f < last)
+            if not ok.any():
+                continue
+            busy = x.busy()
+            cum = np.r_[0, np.cumsum(np.where(busy, x.w, 0))]
+            cut = np.r_[0, np.cumsum(~x.keep)]             # a CPU collective's run: joined across ranks instead
+            fm, lm = np.minimum(f, len(x.t) - 1), np.maximum(last, 0)
+            idle_a = (fm == 0) | ~busy[np.maximum(fm - 1, 0)]
+            idle_b = (lm >= len(x.w)) | ~busy[np.minimum(lm, len(x.w) - 1)]
+            work = cum[np.maximum(lm, fm)] - cum[fm]
+            ok &= idle_a & idle_b & (2 * work >= (b - a)) & (cut[np.maximum(lm, fm)] == cut[fm])
+            out += [ThreadWait(wt, int(e), tid, int(i), int(j)) for e, i, j in
+                    zip(cand[ok].tolist(), fm[ok].tolist(), lm[ok].tolist())]
+    return out
+
+
+def apply_waits(g: StepGraph, chains: dict, waits: list, lanes: dict):
+    """Re-weigh the chains for ``waits`` (the waiting edge and the worker's idle edge into its
+    first instant weigh 0, ``wait``) and add the hand-over and hand-back edges (``thread_wait``);
+    ``lanes``: ``{tid: lane name}``."""
+    for w in waits:
+        c, x = chains[w.waiter], chains[w.worker]
+        c.w[w.edge], c.cat[w.edge] = 0, Category.wait
+        if w.first > 0 and x.cat[w.first - 1] == Category.host_gap:
+            x.w[w.first - 1], x.cat[w.first - 1] = 0, Category.wait
+        g.edges([c.ids[w.edge]], [x.ids[w.first]], [x.t[w.first] - c.t[w.edge]], Category.thread_wait,
+                lanes[w.worker], f"hand-over to {lanes[w.worker]}", -1)
+        g.edges([x.ids[w.last]], [c.ids[w.edge + 1]], [c.t[w.edge + 1] - x.t[w.last]], Category.thread_wait,
+                lanes[w.waiter], f"hand-back from {lanes[w.worker]}", -1)
+
+
+def lane_name(ops, sel, tid, main_tid) -> str:
+    """``thread <tid>``, with `` (backward)`` when at least half of the thread's top-level op time
+    in ``sel`` (op rows) is autograd's backward functions (:data:`AUTOGRAD_OP`)."""
+    if tid == main_tid:
+        return f"thread {tid}"
+    top = sel[ops["depth"][sel] == 0]
+    dur = ops["dur_ns"][top]
+    auto = np.asarray([str(x).startswith(AUTOGRAD_OP) for x in ops["name"][top]], bool)
+    return f"thread {tid} (backward)" if len(top) and 2 * int(dur[auto].sum()) >= int(dur.sum()) > 0 else \
+        f"thread {tid}"
+
+
+def cpu_chains(g: StepGraph, ops, rows, main_tid, cut=None):
+    """The CPU chains of the op rows ``rows`` (window of one step), waits between threads
+    included; the chain edges inside the ops ``cut`` (op rows: CPU collectives' runs, joined across
+    ranks instead) are left out.  Returns ``(start node, end node)`` int64 arrays indexed like
+    ``rows``, ``{tid: (times, node ids)}`` of every thread's chain (the step thread's first) and the
+    list of :class:`ThreadWait`."""
+    cut = np.zeros(0, np.int64) if cut is None else cut
+    start_node = np.full(len(rows), -1, np.int64)
+    end_node = np.full(len(rows), -1, np.int64)
+    tids = ops["tid"][rows]
+    chains: dict = {}
+    lanes: dict = {}
+    for tid in [main_tid] + sorted(set(tids.tolist()) - {main_tid}):
+        sel = rows[tids == tid]
+        if not len(sel):
+            continue
+        c = chains[tid] = chain(g, ops, sel, tid, cut)
+        lanes[tid] = lane_name(ops, sel, tid, main_tid)
+        k = np.searchsorted(rows, c.op)
+        start_node[k[c.is_start]] = c.ids[c.is_start]
+        end_node[k[~c.is_start]] = c.ids[~c.is_start]
+    waits = thread_waits(chains, main_tid)
+    apply_waits(g, chains, waits, lanes)
+    main = None
+    for tid, c in chains.items():
+        name = np.where(c.inner >= 0, ops["name"][np.maximum(c.inner, 0)], "")
+        ext = np.where(c.inner >= 0, ops["external_id"][np.maximum(c.inner, 0)], -1)
+        k = c.keep
+        g.edges(c.ids[:-1][k], c.ids[1:][k], c.w[k], c.cat[k], lanes[tid], name[k], ext[k])
+        if main is None:
+            main = c
+        elif not (c.is_start[0] and np.isin(c.op[0], cut)):       # join the step's thread (a CPU
+            j = np.searchsorted(main.t, c.t[0], "right") - 1         # collective's run: its call instead)
+            if j >= 0:
+                g.edges([main.ids[j]], [c.ids[0]], [c.t[0] - main.t[j]], Category.host_gap, lanes[tid],
+                        "thread start")
+    return start_node, end_node, {tid: (c.t, c.ids) for tid, c in chains.items()}, waits
+
+
+def cpu_collectives(g: StepGraph, ops, rows, runs, start_node, end_node, lanes):
+    """The CPU collectives' runs ``runs`` (``(call row, run row)``, their bodies already cut from
+    the chains): returns their (arrival, end) node ids.  A run on a thread other than its call's
+    (gloo's asynchronous collectives run on a worker thread) cannot start before the call
+    (``host_gap`` edge call start -> run start, named ``queue <run>``) and the calling thread's first
+    instant at or after the run's end waits for it (``sync`` edge, as a GPU -> CPU sync)."""
+    at = lambda r: np.searchsorted(rows, r)  # noqa: E731
+    a, e = start_node[at(runs[:, 1])], end_node[at(runs[:, 1])]
+    for (call, run), u, v in zip(runs.tolist(), a.tolist(), e.tolist()):
+        tc, tr = int(ops["tid"][call]), int(ops["tid"][run])
+        if tc == tr or tc not in lanes:
+            continue
+        c0, r0 = int(ops["ts_ns"][call]), int(ops["ts_ns"][run])
+        r1 = r0 + int(ops["dur_ns"][run])
+        if r0 >= c0:
+            g.edges([start_node[at(call)]], [u], [r0 - c0], Category.host_gap, f"thread {tr}",
+                    f"queue {ops['name'][run]}", int(ops["external_id"][call]))
+        t, ids = lanes[tc]
+        j = int(np.searchsorted(t, r1, "left"))
+        if j < len(t):
+            g.edges([v], [ids[j]], [int(t[j]) - r1], Category.sync, f"thread {tc}", str(ops["name"][run]),
+                    int(ops["external_id"][call]))
+    return a, e

@@ -1,0 +1,218 @@
+"""The GPU side of one rank's step graph (:mod:`streamtrace.aggregate.critical_local`): GPU events,
+what each waited for (its launch, the previous event on its stream, another stream, earlier GPU
+work), and the GPU -> CPU syncs.
+
+* **launch -> event**: the runtime call (same ``correlation``) start -> the GPU event start
+  (``launch_delay``); **stream order**: the previous GPU event's end on the stream -> the start
+  (``kernel_gap``); **cross-stream wait**, read where the trace links it
+  (:func:`~streamtrace.aggregate.cuda_links.linked_waits`; a rank with such links gets no other
+  cross-stream edge), else inferred (:func:`inferred_waits`): the latest end on another stream of
+  the device before the start, only for the first event launched on its stream after a
+  ``cudaStreamWaitEvent`` call (between the previous launch on that stream and its own; a trace with
+  no wait calls at all: every event).  Of these the latest to happen is the one the event waited
+  for: its edge carries the time up to the start, the others weigh 0 (as HolisticTraceAnalysis adds
+  either the launch delay or the kernel-kernel delay, never both).  A candidate later than the
+  event's start (a launch whose CPU clock runs ahead of the GPU's) is not what it waited for.
+* **queued behind earlier work** (:func:`queued_behind`): the first event of the step on a stream
+  cannot start before the stream's earlier GPU work ends (the previous step's events, and events
+  executing in the window whose launch came before the profiler started); when that end binds, the
+  edge runs from the step's start to the event's start (``queued``).
+* **GPU event** start -> end (``compute_kernel``, ``memcpy`` for memory kinds); a communication
+  event is cut instead (its start an *arrival*, its end an *end* anchor, joined across ranks).
+* **Overlapping events on one stream** (:func:`clip_stream_overlaps`): kernels replayed from a CUDA
+  graph can start 1-15 us before their predecessor on the same stream ends (CUPTI's timestamps of a
+  graph's nodes); each event's end is clipped to the next event's start on its stream, so that the
+  stream stays a chain in time (an edge against time would be dropped and the time lost).
+* **GPU -> CPU sync** (:func:`sync_edges`): ``cudaStreamSynchronize`` / ``cudaDeviceSynchronize`` /
+  ``cudaEventSynchronize`` / a synchronous ``cudaMemcpy``: the event it waited for (Kineto's link)
+  or the latest GPU end inside the call -> the call's end (``sync``); a ``cudaMemcpyAsync`` whose own
+  copy ends inside the call (a copy to pageable memory blocks, CUDA runtime API, "API
+  synchronization behavior"; HTA counts ``cudaMemcpyAsync`` among its blocking calls) waits for that
+  copy.  The call's own time then weighs 0 (:func:`zero_linked_syncs`: the CPU waited).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..kernels.critical import NEG
+from .critical_graph import Category, StepGraph
+from .cuda_links import linked_waits, sync_target
+
+
+@dataclass(frozen=True)
+class Clipped:
+    """What :func:`clip_stream_overlaps` changed: ``events`` clipped, their ``ns`` clipped off
+    (int64 ns, summed)."""
+    events: int = 0
+    ns: int = 0
+
+
+def clip_stream_overlaps(k) -> Clipped:
+    """Clip, in place, each GPU event's ``end_ns`` in ``k`` (column arrays: ``device``, ``stream``,
+    ``ts_ns``, ``end_ns``) to the start of the next event on its device and stream when it ends
+    after it (module docstring).  Returns the count and the time clipped."""
+    n = len(k["ts_ns"])
+    if n < 2:
+        return Clipped()
+    key = k["device"].astype(np.int64) * (1 << 32) + k["stream"].astype(np.int64)
+    o = np.lexsort((k["ts_ns"], key))
+    ts, te = k["ts_ns"][o], k["end_ns"][o]
+    nxt = np.r_[ts[1:], np.iinfo(np.int64).max]
+    same = np.r_[key[o][1:] == key[o][:-1], False]
+    over = same & (te > nxt)
+    if not over.any():
+        return Clipped()
+    cut = np.where(over, nxt, te)
+    end = k["end_ns"].copy()
+    end[o] = cut
+    k["end_ns"] = end
+    return Clipped(int(over.sum()), int((te - cut).sum()))
+
+
+def gpu_events(g: StepGraph, k, rows, launch_node, launch_t, first, s0, waits=None, links=None, prior=None):
+    """Nodes and edges of the GPU events ``rows`` (one step, sorted by device, stream, start).
+    ``launch_node`` / ``launch_t``: each row's launch (node id, -1 none; call start, int64 ns);
+    ``first``: the step's start node, ``s0`` its time; ``waits``: the sorted start times of the
+    rank's stream-wait calls in the step (None: the trace records none, every event may wait);
+    ``links``: the rank's explicit cross-stream links (:data:`~streamtrace.aggregate.cuda_links.LINK_COLUMNS`
+    arrays, aligned ns; None: the waits are inferred); ``prior``: :func:`queued_behind`.  Returns
+    (start node, end node, is communication) per row."""
+    dev, stream, ts, te = (k[c][rows] for c in ("device", "stream", "ts_ns", "end_ns"))
+    kind = k["kind"][rows]
+    comm = kind == "communication"
+    n = len(rows)
+    both = g.nodes(np.stack([ts, te], axis=1).reshape(-1), np.tile(np.asarray([2, 0], np.int8), n))
+    sn, en = both[0::2], both[1::2]
+    en = np.where(te == ts, sn, en)                 # a zero-length event is one instant
+    lane = np.asarray([f"device {d} stream {s}" for d, s in zip(dev.tolist(), stream.tolist())], object)
+    name = k["name"][rows]
+    body = ~comm
+    corr = k["correlation"][rows]
+    g.edges(sn[body], en[body], (te - ts)[body],
+            np.where(kind[body] == "memory", Category.memcpy, Category.compute_kernel), lane[body], name[body],
+            corr[body])
+    same = np.r_[False, (dev[1:] == dev[:-1]) & (stream[1:] == stream[:-1])]
+    prev = np.where(same, np.arange(n) - 1, -1)
+    if links is not None:       # Kineto's explicit links: only they make an event wait on another stream
+        x = linked_waits(dev, stream, ts, te, corr, links)
+    else:
+        x = inferred_waits(dev, stream, ts, te, prev, launch_node, launch_t, s0, waits)
+    prior = np.full(n, NEG, np.int64) if prior is None else prior
+    cand_t = np.stack([np.where(launch_node >= 0, launch_t, NEG), np.where(prev >= 0, te[np.maximum(prev, 0)], NEG),
+                       np.where(x >= 0, te[np.maximum(x, 0)], NEG), prior])
+    cand_t = np.where(cand_t <= ts, cand_t, NEG)      # after the start: not what the event waited for
+    bind = np.argmax(cand_t, axis=0)
+    has = cand_t.max(axis=0) > NEG
+    for c, srcs, cat in ((0, launch_node, Category.launch_delay),
+                         (1, np.where(prev >= 0, en[np.maximum(prev, 0)], -1), Category.kernel_gap),
+                         (2, np.where(x >= 0, en[np.maximum(x, 0)], -1), Category.kernel_gap)):
+        m = (srcs >= 0) & (cand_t[c] > NEG)          # a source after the start would run against time
+        won = has[m] & (bind[m] == c)
+        w = np.where(won, ts[m] - cand_t[c][m], 0)
+        g.edges(srcs[m], sn[m], w, np.where(won, cat, Category.wait), lane[m], name[m], corr[m])
+    m = has & (bind == 3)                            # queued behind earlier work: from the step's start
+    g.edges(np.full(int(m.sum()), first), sn[m], ts[m] - s0, Category.queued, lane[m], name[m], corr[m])
+    m = ~has
+    g.edges(np.full(int(m.sum()), first), sn[m], np.maximum(ts[m] - s0, 0), Category.kernel_gap, lane[m], name[m],
+            corr[m])
+    return sn, en, comm
+
+
+def queued_behind(k, rows) -> np.ndarray:
+    """Per row of ``rows`` (one step's GPU events, sorted by device, stream, start): for the first
+    event of its stream, the latest end of an event of ``k`` on the same device and stream that
+    starts before it (none of the step's own: the first of the stream starts before them); NEG for
+    every other row and where there is none.  int64 ns (the times of ``k``).  The index (events by
+    stream and start, a running maximum of their ends) is built once per ``k`` and kept in it."""
+    out = np.full(len(rows), NEG, np.int64)
+    if not len(rows):
+        return out
+    if "queue_index" not in k:
+        key = k["device"].astype(np.int64) * (1 << 32) + k["stream"].astype(np.int64)
+        o = np.lexsort((k["ts_ns"], key))
+        key, ts, end = key[o], k["ts_ns"][o], k["end_ns"][o]
+        run = np.r_[0, np.flatnonzero(key[1:] != key[:-1]) + 1]      # each stream's first position
+        mx = end.copy()
+        for a, b in zip(run.tolist(), run[1:].tolist() + [len(end)]):
+            mx[a:b] = np.maximum.accumulate(end[a:b])
+        k["queue_index"] = (key, ts, mx)
+    key, ts, mx = k["queue_index"]
+    dev, st, t0 = k["device"][rows], k["stream"][rows], k["ts_ns"][rows]
+    first = np.flatnonzero(np.r_[True, (dev[1:] != dev[:-1]) | (st[1:] != st[:-1])])
+    q = dev[first].astype(np.int64) * (1 << 32) + st[first].astype(np.int64)
+    lo = np.searchsorted(key, q, "left")
+    hi = np.searchsorted(key, q, "right")
+    # the last event of the stream starting strictly before the row: its position in ts[lo:hi]
+    pos = np.asarray([lo_ + int(np.searchsorted(ts[lo_:hi_], t_, "left")) - 1
+                      for lo_, hi_, t_ in zip(lo.tolist(), hi.tolist(), t0[first].tolist())], np.int64)
+    ok = pos >= lo
+    out[first[ok]] = mx[pos[ok]]
+    return out
+
+
+def inferred_waits(dev, stream, ts, te, prev, launch_node, launch_t, s0, waits):
+    """Cross-stream waits where the trace does not link them (module docstring): per event (sorted
+    by device, stream, start) the row of the latest end on another stream of the device before its
+    start, -1 none; with ``waits`` (the stream-wait calls' start times) only for the first event
+    launched on its stream after such a call."""
+    n = len(ts)
+    x = np.full(n, -1, np.int64)
+    for d in np.unique(dev).tolist():
+        on = np.flatnonzero(dev == d)
+        oe = on[np.argsort(te[on], kind="stable")]
+        j = np.searchsorted(te[oe], ts[on], "right") - 1
+        cand = np.where(j >= 0, oe[np.maximum(j, 0)], -1)
+        x[on] = np.where((cand >= 0) & (stream[np.maximum(cand, 0)] != stream[on]), cand, -1)
+    if waits is not None:       # only the first event launched on its stream after a wait call waits
+        lo = np.where(prev >= 0, launch_t[np.maximum(prev, 0)], s0)
+        after = np.searchsorted(waits, launch_t, "left") - np.searchsorted(waits, lo, "right") > 0
+        x = np.where(after | (launch_node < 0), x, -1)
+    return x
+
+
+def sync_edges(g: StepGraph, ops, rows, end_node, kend, kend_node, kk=None, syncs=None):
+    """GPU -> CPU edges of the sync calls among ``rows`` (module docstring); returns the rows' mask
+    of linked calls.  ``kend`` / ``kend_node``: the step's GPU events' ends (int64 ns) and end nodes;
+    ``kk``: their ``(stream, correlation)`` arrays; ``syncs``:
+    :func:`~streamtrace.aggregate.cuda_links.sync_targets` (a call Kineto links waits for the event
+    it names, and only when that event ends inside the call).  ``ops["is_copy"]`` (optional) marks
+    the asynchronous copy calls, which wait for their own copy when it ends inside them."""
+    linked = np.zeros(len(rows), bool)
+    if not len(kend):
+        return linked
+    o = np.argsort(kend, kind="stable")
+    se, sn = kend[o], kend_node[o]
+    copy = ops["is_copy"][rows] if "is_copy" in ops and kk is not None else np.zeros(len(rows), bool)
+    co = np.argsort(kk[1], kind="stable") if kk is not None else np.zeros(0, np.int64)
+    ccorr = kk[1][co] if kk is not None else np.zeros(0, np.int64)
+    for i in np.flatnonzero(ops["is_sync"][rows] | copy).tolist():
+        r = rows[i]
+        lo, hi = ops["ts_ns"][r], ops["ts_ns"][r] + ops["dur_ns"][r]
+        corr = int(ops["correlation"][r])
+        if not ops["is_sync"][r]:               # an asynchronous copy: its own copy, ended inside it
+            j = int(np.searchsorted(ccorr, corr))
+            j = int(co[j]) if j < len(ccorr) and ccorr[j] == corr else -1
+            src, t = (kend_node[j], kend[j]) if j >= 0 and lo <= kend[j] <= hi else (-1, -1)
+        elif syncs and kk is not None and syncs.get(corr) is not None:
+            j = sync_target(syncs.get(corr), kk, corr, kend)
+            src, t = (kend_node[j], kend[j]) if j >= 0 and lo <= kend[j] <= hi else (-1, -1)
+        else:
+            j = np.searchsorted(se, hi, "right") - 1
+            src, t = (sn[j], se[j]) if j >= 0 and se[j] >= lo else (-1, -1)
+        if src >= 0 and end_node[i] >= 0:
+            g.edges([src], [end_node[i]], [hi - t], Category.sync, f"thread {int(ops['tid'][r])}",
+                    str(ops["name"][r]), int(ops["external_id"][r]))
+            linked[i] = True
+    return linked
+
+
+def zero_linked_syncs(cols, nodes):
+    """Weigh 0 (``wait``) the CPU chain edges that end at a linked sync call's end node ``nodes``."""
+    dst, cat = cols[1], cols[3]
+    m = np.isin(dst, nodes) & (cat != Category.sync)
+    cols[2][m] = 0
+    cat = cat.copy()
+    cat[m] = Category.wait
+    cols[3] = cat
