@@ -47,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="where collectives' facts are written: kernel args (default), + Seq, record_param_comms "
                          "only, recorded shapes only")
     ap.add_argument("--alltoalls", type=int, default=0, help="DP all-to-alls per step (uneven splits)")
+    ap.add_argument("--graph-replays", action="store_true",
+                    help="compute kernels replayed from CUDA graphs (start 1-15 us before their predecessor ends)")
     ap.add_argument("--fault", action="append", default=[], type=parse_fault,
                     help="inject a fault with a known effect: slow_gemm:RANK:FACTOR, cpu_stall:RANK:NS or "
                          "slow_send:RANK:NS (repeatable; streamtrace.synth.faults)")
@@ -57,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
                      microbatches=a.microbatches, layers=a.layers, seed=a.seed, compress=a.gz,
                      clock_skew_ns=a.clock_skew_ns, straggler_rank=a.straggler_rank,
                      straggler_delay_ns=a.straggler_delay_ns, comm_format=a.comm_format, alltoalls=a.alltoalls,
+                     graph_replays=a.graph_replays,
                      faults=tuple(a.fault))
     t = time.perf_counter()
     try:

@@ -88,7 +88,7 @@ def gpu_events(g: StepGraph, k, rows, launch_node, launch_t, first, s0, waits=No
     en = np.where(te == ts, sn, en)                 # a zero-length event is one instant
     lane = np.asarray([f"device {d} stream {s}" for d, s in zip(dev.tolist(), stream.tolist())], object)
     name = k["name"][rows]
-    body = ~comm
+    body = ~comm & (en != sn)                        # a zero-length event is one node: no edge
     corr = k["correlation"][rows]
     g.edges(sn[body], en[body], (te - ts)[body],
             np.where(kind[body] == "memory", Category.memcpy, Category.compute_kernel), lane[body], name[body],

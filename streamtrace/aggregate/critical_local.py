@@ -121,8 +121,8 @@ def build_step(ops, k, step, main_tid, s0, s1, calls=None, links=None, syncs=Non
         np.zeros((0, 2), np.int64)
     start_node, end_node, lanes, waits = cpu_chains(g, ops, rows, main_tid, runs[:, 1])
     main = next(iter(lanes.values()))
-    first = int(main[1][0])
-    krows, launch_node, launch_t = _launches(ops, k, rows, step, start_node)
+    first, s0 = int(main[1][0]), int(main[0][0])                    # the step's start node (its op's start)
+    krows, launch_node, launch_t = _launches(ops, k, rows, step, start_node, s0)
     w = np.sort(ops["ts_ns"][rows[ops["is_wait"][rows]]]) if ops["any_wait"] else None
     sn, en, comm = gpu_events(g, k, krows, launch_node, launch_t, first, s0, w, links, queued_behind(k, krows))
     kend = k["end_ns"][krows]
@@ -145,10 +145,11 @@ def build_step(ops, k, step, main_tid, s0, s1, calls=None, links=None, syncs=Non
     return t, cols, anchors, g.order, len(waits)
 
 
-def _launches(ops, k, rows, step, start_node):
+def _launches(ops, k, rows, step, start_node, s0):
     """The step's GPU events (rows of ``k``, sorted by device, stream, start: those of the step but
-    the ones launched before the profiler started) with their launch node and time (-1 / 0 none)."""
-    krows = np.flatnonzero(k["step"] == step)
+    the ones launched before the profiler started, and, for the whole capture, those starting before
+    its first CPU instant ``s0``) with their launch node and time (-1 / 0 none)."""
+    krows = np.flatnonzero((k["step"] == step) & ((step != WHOLE_CAPTURE) | (k["ts_ns"] >= s0)))
     krows = krows[np.lexsort((k["ts_ns"][krows], k["stream"][krows], k["device"][krows]))]
     rt = rows[ops["correlation"][rows] > 0]                        # runtime calls: launches
     rt = rt[np.argsort(ops["correlation"][rt], kind="stable")]

@@ -26,13 +26,15 @@ EXAMPLES = """
 @argh.arg("--name", help="run name for the report (default: the folder of the job's traces, above iteration_N/, "
           "tb/, ...)")
 @argh.arg("--topology", help="topology file (default: found under RUN_DIR, else the traces' pg_config)")
+@argh.arg("--step-pattern", help="regular expression of the annotation or NVTX range that marks a training step "
+          "(default: ProfilerStep#N; an Nsight export without step ranges is one window, the whole capture)")
 @report_args
 @argh.arg("-q", "--quiet", help="print only the final line, warnings and errors")
 @argh.arg("-v", "--verbose", help="print more (and tracebacks of failures)")
 def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_memory=None, strict=False, name=None,
              topology=None, tokens_per_step=None, global_batch=None, seq_len=None, torchtitan_config=None,
              peak_tflops=None, flops_per_token=None, nic_gbps=None, gpus_per_node=8, no_charts=False,
-             chart_format="png", chart_ranks=None, quiet=False, verbose=False):
+             chart_format="png", chart_ranks=None, step_pattern=None, quiet=False, verbose=False):
     """After a training job: analyse, merge, aggregate, report and chart every iteration."""
     # (the CLI's convention: see streamtrace.cli)
     from ..epilogue import EpilogueOptions, EpilogueRun, check_paths, run
@@ -46,7 +48,7 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
                         efficiency=eff)
     opt = EpilogueOptions(gpu_only=not full, chunked=not in_memory, jobs=parse_jobs(jobs), max_memory_gb=max_memory,
                           strict=strict, outdir=outdir, topology=topology, torchtitan_config=torchtitan_config,
-                          progress=con.progress, verbose=verbose, report=rep)
+                          progress=con.progress, verbose=verbose, report=rep, step_pattern=step_pattern)
     check_efficiency_flags(peak_tflops, flops_per_token, nic_gbps, gpus_per_node)
     opt.check()
     check_paths(run_dir, opt)     # a run folder that is not there, an output folder not the epilogue's: exit 1

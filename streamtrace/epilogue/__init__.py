@@ -157,6 +157,9 @@ class EpilogueOptions:
         report: the report's options (:class:`~streamtrace.report.options.ReportOptions`: name, tokens per
             step or global batch and sequence length, charts, their formats and ranks); its ``jobs`` and
             ``progress`` are the epilogue's.  Default: ``ReportOptions()``.
+        step_pattern: a regular expression naming the annotation or NVTX range that marks a training step
+            (str; as :class:`~streamtrace.analyze.AnalyzeOptions`' and merge's ``step_pattern``); None:
+            ``ProfilerStep#N``, or an Nsight export's recognised NVTX step ranges, else the whole capture.
         isolate: run each stage (analyze, merge, aggregate, report) in its own child process
             (bool, default True), so that its memory is returned when it ends and no stage starts on
             top of the last one's (1,024 ranks: the analysis summaries alone are ~70 MB of Python
@@ -176,6 +179,7 @@ class EpilogueOptions:
     progress: bool | None = None
     verbose: bool = False
     report: ReportOptions = field(default_factory=ReportOptions)
+    step_pattern: str | None = None
     isolate: bool = True
     quiet: InitVar[bool | None] = None
     full: InitVar[bool | None] = None
@@ -367,7 +371,8 @@ def _iteration(ctx: StageRun, it, paths) -> str | None:
     tag = EpilogueRun.iteration(it)
     adir = analyze_stage(ctx, it, paths)
     merged = ctx.out / tag / EpilogueRun.merged(full=not ctx.opt.gpu_only)
-    fp_merge = _fingerprint(paths, full=not ctx.opt.gpu_only, stage="merge")     # (the key of earlier runs' state)
+    fp_merge = _fingerprint(paths, full=not ctx.opt.gpu_only, stage="merge",     # (the key of earlier runs' state)
+                            **({"step_pattern": ctx.opt.step_pattern} if ctx.opt.step_pattern else {}))
     _, st = _stage(ctx, f"{tag}/merge", fp_merge, [merged], lambda: _merge(ctx, tag, paths, merged), "merge", tag)
     ctx.summary["stages"][f"{tag}/merge"] = st
     return adir
@@ -385,12 +390,13 @@ def analyze_stage(ctx: StageRun, it, paths) -> str | None:
     def do_analyze():
         from ..analyze import AnalyzeOptions, analyze
         s = analyze(paths, adir, AnalyzeOptions(jobs=jobs, chunked=opt.chunked, topology=topo, progress=False,
-                                                op_perf=True))
+                                                op_perf=True, step_pattern=opt.step_pattern))
         for f in s["failed"]:
             log.fail("analyze", f["source"], f["error"])
         return {"ranks": [r["rank"] for r in s["ranks"]], "failed": len(s["failed"])}
     fp = _fingerprint(paths + ([topo] if topo else []), chunked=opt.chunked, stage="analyze",
-                      layout="iteration=N/rank=R", op_perf=1)   # redo folders of older layouts / without op_perf
+                      layout="iteration=N/rank=R", op_perf=1,   # redo folders of older layouts / without op_perf
+                      **({"step_pattern": opt.step_pattern} if opt.step_pattern else {}))
     res, st = _stage(ctx, f"{tag}/analyze", fp, [adir / Analysis.marker], do_analyze, "analyze", tag)
     ctx.summary["stages"][f"{tag}/analyze"] = st
     if res is not None:              # an Nsight Systems export holds several ranks
@@ -416,7 +422,8 @@ def _merge(ctx: StageRun, tag, paths, merged) -> dict:
             todo.append(tf)
     while todo:
         try:
-            r = merge_files(todo, merged, MergeOptions(gpu_only=opt.gpu_only, jobs=ctx.jobs, progress=False))
+            r = merge_files(todo, merged, MergeOptions(gpu_only=opt.gpu_only, jobs=ctx.jobs, progress=False,
+                                                       step_pattern=opt.step_pattern))
             if r["cpu_only"] and opt.gpu_only:
                 log.note(f"{tag}: no rank has a GPU process (a CPU-only run): {merged.name} holds the CPU "
                          f"processes")

@@ -164,7 +164,8 @@ def explain_markdown(ex: dict | None, idle_chart_png=None, shorten=lambda names:
         known = any(r["iteration"] is not None and r["iteration"] >= 0 for r in la["rows"])
         L += _tab((["iteration"] if known else []) + ["step", "rank", "linked", "delay p50", "delay p95", "delay max", "overhead p50",
                    "overhead p95", "launch-bound %"],
-                  [([r["iteration"]] if known else []) + [r["step"], r["rank"], f"{r['linked']:,}", _us(r["launch_delay_p50_ns"]),
+                  [([r["iteration"]] if known else []) + [r["step"] if r["step"] is not None and r["step"] >= 0 else "-",
+                                                           r["rank"], f"{r['linked']:,}", _us(r["launch_delay_p50_ns"]),
                     _us(r["launch_delay_p95_ns"]), _us(r["launch_delay_max_ns"]), _us(r["launch_overhead_p50_ns"]),
                     _us(r["launch_overhead_p95_ns"]),
                     "-" if r["launch_bound_pct"] is None else f"{r['launch_bound_pct']:.1f}"] for r in la["rows"]])

@@ -53,7 +53,7 @@ HIDDEN, SEQ, FFN, VOCAB = 4096, 2048, 16384, 50304
 GEMM_FLOP_PER_NS, ATTN_FLOP_PER_NS, HBM_BYTES_PER_NS = 600_000, 400_000, 2_500
 LINKS = {"TP": (9_000, 180), "DP": (14_000, 90), "PP": (7_000, 45)}   # per dim: latency (ns), bandwidth (bytes/ns)
 _ESIZE = {"BFloat16": 2, "Float": 4}
-_CBID = {"cudaLaunchKernel": 211, "cudaMemcpyAsync": 41, "cudaMemsetAsync": 51, "cudaEventRecord": 135, "cudaStreamWaitEvent": 147, "cudaStreamSynchronize": 131}
+_CBID = {"cudaLaunchKernel": 211, "cudaGraphLaunch": 311, "cudaMemcpyAsync": 41, "cudaMemsetAsync": 51, "cudaEventRecord": 135, "cudaStreamWaitEvent": 147, "cudaStreamSynchronize": 131}
 _C10D = {"allreduce": ("c10d::allreduce_", "nccl:all_reduce"), "reduce_scatter": ("c10d::_reduce_scatter_base_", "nccl:_reduce_scatter_base"),
          "allgather": ("c10d::_allgather_base_", "nccl:_all_gather_base"), "send": ("c10d::send", "nccl:send"), "recv": ("c10d::recv_", "nccl:recv"),
          "alltoall": ("c10d::alltoall_base_", "nccl:all_to_all")}
@@ -86,6 +86,8 @@ class SynthSpec:
     comm_format: str = "kernel_args"    # where a collective's facts are written: synth.comm_formats.FORMATS
     alltoalls: int = 0                  # blocking DP all-to-alls (uneven splits) at the end of every step (dp > 1)
     faults: tuple = ()                  # synth.faults.Fault, ...: injected faults with a known effect
+    graph_replays: bool = False         # forward/backward compute kernels replayed from CUDA graphs (cudaGraphLaunch):
+                                        # a kernel queued behind its predecessor starts 1-15 us before it ends
 
     @property
     def dp(self) -> int:
@@ -173,7 +175,7 @@ class RankProgram:
         self.cur = {self.main: self.t0 + 150_000, self.auto: 0}          # CPU thread cursors
         self.stack: dict = {self.main: [], self.auto: []}                # open CPU ops' External ids
         self.sq = dict.fromkeys((S_COMP, S_TP, S_DP, S_SEND, S_RECV), 0)   # time each stream is free
-        self.comp_wait = self.ext = self.fid = self.n_events = self.step = 0
+        self.comp_wait = self.comp_start = self.ext = self.fid = self.n_events = self.step = 0
         self.corr, self.seq, self.fb, self.win = 100, {}, {}, {"steps": []}
         self.iv: dict = {c: ([], []) for c in ("compute", "comm", "memory")}
         self.phase, self.straggle = None, False
@@ -246,11 +248,17 @@ class RankProgram:
 
     def gpu(self, tid, key, dur, cat="kernel", api="cudaLaunchKernel", extra=None):
         """Launch a kernel (``key`` in _K) or a memcpy/memset (``key`` = its name) on stream 7."""
-        ts, corr = self._runtime(tid, api)
+        graph = self.spec.graph_replays and cat == "kernel" and self.phase is not None
+        ts, corr = self._runtime(tid, "cudaGraphLaunch" if graph else api)
         self._flow("s", corr, "ac2g", self.pid, tid, ts)
         if self.straggle and cat == "kernel":
             dur, self.straggle = dur + self.spec.straggler_delay_ns, False
         start = max(self.sq[S_COMP], ts + LAUNCH_LAT_NS, self.comp_wait)
+        if graph and start == self.sq[S_COMP] > max(ts + LAUNCH_LAT_NS, self.comp_wait):
+            # CUPTI's timestamps of a graph's nodes: a node queued behind its predecessor starts 1-15 us
+            # before the predecessor's end (never before its start)
+            start -= min(self.rand(1_000, 15_000), start - self.comp_start - 1, start - ts - LAUNCH_LAT_NS)
+        self.comp_start = start
         end = start + int(dur * dict(self.spec.kernel_scale).get(key, 1) * F.kernel_factor(self.spec.faults, self.rank, key))
         args = {"External id": self.stack[tid][-1], "queued": 0, "device": self.dev, "context": 1, "stream": S_COMP, "correlation": corr}
         name = key

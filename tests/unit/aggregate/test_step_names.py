@@ -132,6 +132,33 @@ def test_without_a_step_pattern_the_same_trace_has_no_steps(tmp_path):
     assert rep["steps"] == [] or all(s["step"] < 0 for s in rep["steps"])
     summ = json.loads((tmp_path / "an" / "summary.json").read_text())
     assert all("step_patterns" not in r for r in summ["ranks"])   # the Kineto default: not recorded
+    # the whole capture is one window, said so, with its critical path: from the first CPU op's
+    # start (train_step_4 at 400 us) to the last end (train_step_6's, 636 us; its launches' kernels
+    # end inside it)
+    events = json.loads(trace.read_text())["traceEvents"]
+    cpu = [e for e in events if e.get("ph") == "X" and e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset")]
+    gpu = [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    lo = min(e["ts"] for e in cpu)
+    hi = max(e["ts"] + e["dur"] for e in cpu + gpu)
+    (cp,) = rep["critical_path"]["steps"]
+    assert cp["step"] == -1 and cp["path_ns"] == round((hi - lo) * 1000)
+    md = next((tmp_path / "agg").glob("*.md")).read_text()
+    assert "The whole capture (no step ranges; `--step-pattern` names them): its critical path is" in md
+
+
+def test_epilogue_takes_the_step_pattern(tmp_path):
+    """``epilogue --step-pattern`` reaches its analysis and merge: the report's steps are the
+    train_step_N annotations (their durations from the JSON written here)."""
+    run = tmp_path / "run" / "iteration_1"
+    run.mkdir(parents=True)
+    trace = _kineto(run / "rank_0000_iter_1.pt.trace.json")
+    r = run_cli("epilogue", tmp_path / "run", "-o", tmp_path / "out", "--step-pattern", r"train_step_(\d+)",
+                "--no-charts", "-q", "-j", "1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = json.loads((tmp_path / "out" / "report.json").read_text())
+    events = json.loads(trace.read_text())["traceEvents"]
+    want = {int(e["name"].rsplit("_", 1)[1]): e["dur"] * 1000 for e in events if e["name"].startswith("train_step_")}
+    _assert_steps(rep, want)
 
 
 def test_profiler_steps_need_no_recorded_patterns(tmp_path):
