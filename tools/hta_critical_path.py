@@ -4,7 +4,8 @@
     python tools/hta_critical_path.py TRACE.json[.gz] --step 6 [--json OUT.json]
     python tools/hta_critical_path.py TRACE.json[.gz] --annotation NAME --instance I [--json OUT.json]
 
-Runs HTA's ``TraceAnalysis.critical_path_analysis`` (HTA >= 0.5, needs networkx and pandas) on
+Runs HTA's ``TraceAnalysis.critical_path_analysis`` (HTA >= 0.5, needs networkx and pandas; from 0.6 on
+PyPI as ``traceinsight``) on
 ``TRACE`` for ``ProfilerStep#STEP`` and streamtrace's ``analyze`` + ``aggregate`` (a one-rank job)
 on the same file, and prints / writes both: the path's length (ns) and its split by edge kind, with
 HTA's version.  The kinds correspond as: HTA ``critical_path_operator`` = streamtrace ``cpu_op`` +
@@ -58,7 +59,6 @@ def hta_path(trace: Path, annotation: str, instance: int, tmp: Path) -> dict:
     _pandas_shim()
     warnings.simplefilter("ignore")
     from hta.trace_analysis import TraceAnalysis
-    from importlib.metadata import version
     d = tmp / "hta"
     d.mkdir()
     raw = trace.read_bytes()
@@ -70,8 +70,18 @@ def hta_path(trace: Path, annotation: str, instance: int, tmp: Path) -> dict:
         raise SystemExit("HTA's critical path failed")
     b = cp.get_critical_path_breakdown()
     by = {k: int(round(v * 1000)) for k, v in b.groupby("type")["duration"].sum().items()}   # us -> ns
-    return {"length_ns": int(round(b["duration"].sum() * 1000)), "by_kind_ns": by,
-            "version": version("HolisticTraceAnalysis")}
+    return {"length_ns": int(round(b["duration"].sum() * 1000)), "by_kind_ns": by, "version": hta_version()}
+
+
+def hta_version() -> str:
+    """HTA's version: its distribution is ``HolisticTraceAnalysis`` up to 0.5, ``traceinsight`` from 0.6."""
+    from importlib.metadata import PackageNotFoundError, version
+    for dist in ("traceinsight", "HolisticTraceAnalysis"):
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            continue
+    return "unknown"
 
 
 def as_step(trace: Path, annotation: str, instance: int, tmp: Path) -> Path:

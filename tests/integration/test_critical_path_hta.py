@@ -6,11 +6,12 @@ HTA is not in the ``test`` extra and its traces may not be copied here.  The tes
 ``STREAMTRACE_HTA_DATA`` names a folder holding HTA's ``tests/data/critical_path`` (e.g. a checkout
 of facebookresearch/HolisticTraceAnalysis), and skips otherwise.
 
-What must agree (docs/critical-path.md, "Measured beside HTA"): the path length less streamtrace's
-``host_gap`` (HTA weighs the dependency between consecutive top-level ops 0, streamtrace counts the
-time) within 2 % (measured: 1.6 %, 0.003 %, 0.06 %: the 39 us of the
-3 ms event-sync trace are not all explained, docs/critical-path.md); the time on operators (HTA ``critical_path_operator``; streamtrace ``cpu_op`` +
-``compute_kernel`` + ``memcpy`` + ``comm_transfer`` + ``sync``) within 2 % of the path.
+What must agree (docs/critical-path.md, "Measured beside HTA"; HTA 0.6.1): the path length less
+streamtrace's ``host_gap`` (HTA weighs the dependency between consecutive top-level ops 0,
+streamtrace counts the time) within 1.5 % (measured: +1.04 %, +0.005 %, +0.06 %: the 25 us of the
+3 ms event-sync trace are launch delay, docs/critical-path.md); the time on operators (HTA
+``critical_path_operator``; streamtrace ``cpu_op`` + ``compute_kernel`` + ``memcpy`` +
+``comm_transfer`` + ``sync``) within 1.5 % of the path.
 """
 from __future__ import annotations
 
@@ -56,8 +57,8 @@ def test_agrees_with_hta(run, tmp_path):
     total = sum(s["weight_ns"] for s in segs)
     gaps = sum(s["weight_ns"] for s in segs if s["category"] == "host_gap")
     ops = sum(s["weight_ns"] for s in segs if s["category"] in OPERATOR)
-    assert abs((total - gaps) - run["hta_length_ns"]) <= 0.02 * run["hta_length_ns"]
-    assert abs(ops - run["hta_by_kind_ns"]["critical_path_operator"]) <= 0.02 * total
+    assert abs((total - gaps) - run["hta_length_ns"]) <= 0.015 * run["hta_length_ns"]
+    assert abs(ops - run["hta_by_kind_ns"]["critical_path_operator"]) <= 0.015 * total
 
 
 def test_cuda_sync_rows_as_kineto_wrote_them(tmp_path):
