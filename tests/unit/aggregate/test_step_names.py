@@ -146,6 +146,7 @@ def test_without_a_step_pattern_the_same_trace_has_no_steps(tmp_path):
     assert "The whole capture (no step ranges; `--step-pattern` names them): its critical path is" in md
 
 
+@pytest.mark.slow
 def test_epilogue_takes_the_step_pattern(tmp_path):
     """``epilogue --step-pattern`` reaches its analysis and merge: the report's steps are the
     train_step_N annotations (their durations from the JSON written here)."""
