@@ -262,8 +262,10 @@ class _Acc:
         self.edges.append({"step": np.full(len(o), step, np.int64), "src": b + o, "dst": b + s, "w_ns": w})
         src, dst, ww, cat, lane, name, ref = (c[marked] for c in cols)
         self.segs.append({"step": np.full(len(marked), step, np.int64), "src": b + pos[src], "dst": b + pos[dst],
-                          "t0": t[src], "t1": t[dst], "w": ww, "cat": cat.astype(np.int8), "lane": lane.astype(str),
-                          "name": name.astype(str), "ref": ref})
+                          "t0": t[src], "t1": t[dst], "w": ww, "cat": cat.astype(np.int8),
+                          # object arrays of str: astype(str) makes fixed-width unicode, 4 bytes x the longest
+                          # name (C++ kernel names run to 1,000+ characters) a row: 1.1 GB on one real rank
+                          "lane": np.asarray(lane, object), "name": np.asarray(name, object), "ref": ref})
         self.base += len(t)
 
 
