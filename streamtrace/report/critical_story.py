@@ -10,7 +10,8 @@ time, from the aggregate's tables only:
    the same work on the other ranks (the same CPU ops, its kernels) where they exist, how long its
    GPU waited for launches and how long the other ranks waited for it in collectives;
 3. **what bounds next and the slack**: the path once the bounding rank is as fast as its peers
-   (``critical_path_summary.parquet``'s ``next`` rows), the ranks off the path and their slack.
+   (``critical_path_summary.parquet``'s ``next`` rows), the ranks arriving last at collectives ranked
+   by the time they held them alone, the ranks off the path and their slack.
 
 Every figure is read from ``critical_path_summary``, ``critical_path_ranks``, ``critical_path``,
 ``op_stats``, ``idle_breakdown`` and ``kernel_stats`` (:mod:`streamtrace.aggregate.critical_ranks`
@@ -177,14 +178,20 @@ def compare_kernels(kern: dict, top: int, step) -> tuple | None:
 
 
 def next_sentence(total, nxt, ranks) -> str:
-    """Sentence 3: what bounds the step next (``nxt``: the ``next`` summary rows) and the slack of
-    the ranks off the path."""
+    """Sentence 3: what bounds the step next (``nxt``: the ``next`` summary rows), the ranks that
+    arrive last at collectives by the time they held them alone (``lead_ns``: the second straggler
+    is the second name), and the slack of the ranks off the path."""
     parts = []
     if nxt:
         new = nxt[0]["path_ns"]
         held = ", ".join(f"rank {r['rank']} ({r['pct']:.0f} %)" for r in nxt[:3])
         parts.append(f"Next: were {nxt[0]['key']}, the path would be {fmt_time(new)} "
                      f"({100.0 * (new - total['path_ns']) / max(total['path_ns'], 1):+.0f} %), held by {held}")
+    late = sorted((r for r in ranks if r.get("last_count")), key=lambda r: -r["lead_ns"])
+    if len(ranks) > 1 and late and late[0]["lead_ns"] > 0:
+        held = ", ".join(f"rank {r['rank']} at {r['last_count']} of {r['collectives']} ({fmt_time(r['lead_ns'])} held "
+                         "alone)" for r in late[:3])
+        parts.append(f"{'a' if parts else 'A'}rriving last at collectives: {held}")
     off = sorted((r for r in ranks if not r["on_path"]), key=lambda r: -r["slack_ns"])
     on = [r for r in ranks if r["on_path"]]
     if len(ranks) < 2:
