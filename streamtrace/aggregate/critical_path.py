@@ -83,18 +83,35 @@ def _members(outdir) -> dict:
     return {(int(a), int(b), int(c)): int(i) for a, b, c, i in zip(part[keep], corr[keep], stream[keep], inst[keep])}
 
 
+P2P = ("send", "recv", "sendrecv")
+"""Point-to-point collectives (``collectives_ranks.parquet``'s ``collective``, lower case): a receive
+posts early by design, so their waits are not a rank's lateness (:mod:`streamtrace.aggregate.critical_ranks`)."""
+
+
+def _p2p_instances(outdir) -> set:
+    """The matched instances that are point-to-point transfers (:data:`P2P`)."""
+    p = Path(outdir) / "collectives_ranks.parquet"
+    if not p.is_file():
+        return set()
+    t = pq.read_table(p, columns=["instance", "collective"])
+    kind = np.char.lower(np.asarray(t["collective"].to_pylist(), dtype=str)) if t.num_rows else np.zeros(0, str)
+    return set(t["instance"].to_numpy()[np.isin(kind, P2P)].tolist())
+
+
 class JobGraph:
     """The job-level graph of one (iteration, step), built from the parts' reduced results:
     nodes (``t`` int64 ns, ``kind`` an :class:`Anchor` or :data:`BARRIER`, ``part``, ``local``
     node id in the part's graph, ``name``, ``lane``, ``stream``, ``corr``), edges (``src``, ``dst``,
     ``w`` int64 ns, ``etype`` LOCAL / WAIT / TRANSFER) and the ``barriers``:
-    ``[(barrier node, [(arrival node, end node), ...])]``."""
+    ``[(barrier node, [(arrival node, end node), ...])]``, ``p2p`` the barrier nodes of point-to-point
+    transfers."""
 
     def __init__(self):
         self.t, self.kind, self.part, self.local, self.name, self.stream = [], [], [], [], [], []
         self.lane, self.corr = [], []
         self.src, self.dst, self.w, self.etype = [], [], [], []
         self.barriers: list = []
+        self.p2p: set = set()
 
     def add_part(self, p, a, e):
         """Part ``p``'s anchors ``a`` and reduced edges ``e`` (:func:`~streamtrace.aggregate.critical_local.part_paths`
@@ -116,9 +133,9 @@ class JobGraph:
         self.etype += [LOCAL] * len(e["src"])
         return base
 
-    def add_collectives(self, arrivals: dict, ends: dict, members: dict):
+    def add_collectives(self, arrivals: dict, ends: dict, members: dict, p2p=frozenset()):
         """``arrivals``/``ends``: ``{(part, correlation, stream): node}``; ``members``: see
-        :func:`_members`.  Edges appended in one batch (unmatched transfers first, then each
+        :func:`_members`; ``p2p``: the point-to-point instances (:func:`_p2p_instances`).  Edges appended in one batch (unmatched transfers first, then each
         instance's waits and transfers), as lists: a per-edge call cost ~0.1 s at 1,024 ranks."""
         by_inst: dict = {}
         t = self.t
@@ -135,9 +152,11 @@ class JobGraph:
                 typ.append(TRANSFER)
             else:
                 by_inst.setdefault(i, []).append((a, e))
-        for pairs in by_inst.values():
+        for inst, pairs in by_inst.items():
             last = max(t[a] for a, _ in pairs)
             b = len(t)
+            if inst in p2p:
+                self.p2p.add(b)
             t.append(last)
             self.kind.append(BARRIER)
             self.part.append(-1)
@@ -280,7 +299,7 @@ def _step_graphs(job, results) -> dict:
     return steps
 
 
-def _build(parts, members) -> JobGraph:
+def _build(parts, members, p2p=frozenset()) -> JobGraph:
     g = JobGraph()
     arrivals, ends = {}, {}
     for p, a, e in parts:
@@ -289,7 +308,7 @@ def _build(parts, members) -> JobGraph:
             arrivals[(p, int(a["correlation"][j]), int(a["stream"][j]))] = base + j
         for j in np.flatnonzero(a["kind"] == Anchor.end).tolist():
             ends[(p, int(a["correlation"][j]), int(a["stream"][j]))] = base + j
-    g.add_collectives(arrivals, ends, members)
+    g.add_collectives(arrivals, ends, members, p2p)
     return g
 
 
@@ -309,13 +328,13 @@ def critical_paths(job, results: list, outdir) -> CriticalResult:
     ``critical_path_ranks.parquet`` into ``outdir`` from the per-part results ``results``
     (:func:`~streamtrace.aggregate.critical_local.part_paths`, in part order) and the matched
     collectives already written there."""
-    members = _members(outdir)
+    members, p2p = _members(outdir), _p2p_instances(outdir)
     rank_of = {p.index: p.rank for p in job.parts}
     spills = {p.index: r["segments"] for p, r in zip(job.parts, results) if r and r["segments"]}
     stats = _stats(results)
     seg_rows, summ_rows, ranks, warnings = [], [], [], []
     for (it, st), parts in sorted(_step_graphs(job, results).items()):
-        g = _build(parts, members)
+        g = _build(parts, members, p2p)
         solved = solve_step(g)
         if solved is None:
             continue

@@ -10,7 +10,9 @@ parallelism), every rank's slack is at most its finishing stretch's difference t
 the ranks are coupled; what they *wait* for says more.
 
 **Wait** (``wait_ns``): the time the rank's communication events waited for the collective's last
-member (barrier - its arrival, summed over the step's matched instances); **lead** (``lead_ns``,
+member (barrier - its arrival, summed over the step's matched group collectives; point-to-point
+transfers left out: a receive posts early by design, its wait is the pipeline's bubble, the report's
+pipeline section); **lead** (``lead_ns``,
 ``last_count``): when the rank arrived last, the time it alone held the collective (its arrival -
 the next-latest arrival), summed, and how often.  The per-collective straggler counts over the
 whole job are in ``stragglers.parquet`` (:func:`streamtrace.aggregate.collectives.straggler_table`).
@@ -24,8 +26,8 @@ its length.  The answer to "fix rank 0, then what": a first-order estimate, the 
 
 ``critical_path_ranks.parquet``: per (iteration, step, rank): ``thread`` (the step's thread id),
 ``on_path``, ``path_ns`` (the path's
-time on the rank), ``path_pct``, ``slack_ns``, ``wait_ns``, ``collectives`` (matched instances it
-is a member of), ``last_count``, ``lead_ns``, ``start_ns`` / ``end_ns`` (its step start and end,
+time on the rank), ``path_pct``, ``slack_ns``, ``wait_ns``, ``collectives`` (matched group
+collectives it is a member of), ``last_count``, ``lead_ns``, ``start_ns`` / ``end_ns`` (its step start and end,
 aligned int64 ns).  ``critical_path_summary.parquet``: per (iteration, step) rows of ``what`` =
 ``total`` (``ns`` the path's length, ``span_ns`` the step's span: last rank's end - first rank's
 start, ``path_ns`` the path's length), ``category``, ``rank``, ``kernel``, ``cpu_op`` (the share
@@ -71,6 +73,8 @@ def rank_rows(it, st, g, solved, segs, rank_of) -> list:
     path_ns = max(sum(on.values()), 1)
     wait, lead, last, n = {}, {}, {}, {}
     for b, pairs in g.barriers:
+        if b in g.p2p:                                  # a receive posts early by design: not lateness
+            continue
         arr = sorted((t[a], g.part[a]) for a, _ in pairs)
         for a, e in pairs:                              # a member that ended before the last arrival did not wait
             p = g.part[a]

@@ -37,9 +37,18 @@ def _step_ns(aggdir) -> dict:
             for a, b, c in zip(it["iteration"], it["step"], it["step_ns_median"])}
 
 
-def _peer_ranks(ranks, top) -> list:
-    """The bounding rank and at most :data:`PEERS` others, spread over the job."""
-    others = sorted(r["rank"] for r in ranks if r["rank"] != top)
+def _stages(aggdir) -> dict:
+    """``{rank: pipeline stage}`` (``ranks.parquet``; empty without a topology)."""
+    t = read_aggregate_table(aggdir, "ranks", columns=["rank", "stage"])
+    if not t or "stage" not in t:
+        return {}
+    return {int(r): int(s) for r, s in zip(t["rank"], t["stage"]) if s is not None and s == s}
+
+
+def _peer_ranks(ranks, top, stages) -> list:
+    """The bounding rank and at most :data:`PEERS` others of its pipeline stage (``stages``: ``{rank:
+    stage}``, empty: any rank; the stages run different layers), spread over the job."""
+    others = sorted(r["rank"] for r in ranks if r["rank"] != top and stages.get(r["rank"]) == stages.get(top))
     if len(others) > PEERS:
         others = [others[i] for i in np.linspace(0, len(others) - 1, PEERS).astype(int)]
     return [top] + others
@@ -55,7 +64,7 @@ def _gpu_wait(aggdir, it, step, rank) -> int | None:
     return int(np.nansum(ib["host_wait_ns"][m])) if m.any() else None
 
 
-def _step(aggdir, key, summ, segs, ranks, step_ns, short) -> dict:
+def _step(aggdir, key, summ, segs, ranks, step_ns, short, stages=None) -> dict:
     """One step's section data and sentences."""
     by = lambda w: [r for r in summ if r["what"] == w]  # noqa: E731
     total = dict(by("total")[0])
@@ -78,17 +87,19 @@ def _step(aggdir, key, summ, segs, ranks, step_ns, short) -> dict:
     for s in segs:
         if s["rank"] == top["rank"]:
             cats_top[s["category"]] = cats_top.get(s["category"], 0) + s["weight_ns"]
-    peers = _peer_ranks(ranks, top["rank"])
+    peers = _peer_ranks(ranks, top["rank"], stages)
     where = {"rank": peers, "iteration": [key[0]]}
     ops = read_aggregate_table(aggdir, "op_stats", columns=["step", "rank", "name", "cat", "self_ns"],
                                where=where) if len(peers) > 1 else {}
     kern = read_aggregate_table(aggdir, "kernel_stats", columns=["step", "rank", "kind", "total_ns"],
                                 where=where) if len(peers) > 1 else {}
+    stages = stages or {}
     others = [r for r in ranks if r["rank"] != top["rank"]]
     cmp = {"cpu": compare_ops(ops, top["rank"], key[1]) if ops else None,
            "gpu": compare_kernels(kern, top["rank"], key[1]) if kern else None}
     s2 = cause_sentence(top, segs, cats_top, cmp, _gpu_wait(aggdir, key[0], key[1], top["rank"]),
-                        (len(others), sum(r["wait_ns"] for r in others)), short)
+                        (len(others), sum(r["wait_ns"] for r in others)), short,
+                        [(r, p) for r, _, p in shares if r != top["rank"]])
     out["bound_by"] = {"rank": top["rank"], "categories": cats_top}
     return out | {"sentences": [s1, s2, next_sentence(total, nxt, ranks)]}
 
@@ -102,10 +113,11 @@ def critical_section(aggdir, short=lambda s: s) -> dict:
     segs = _rows(aggdir, "critical_path")
     ranks = _rows(aggdir, "critical_path_ranks")
     lengths = _step_ns(aggdir)
+    stages = _stages(aggdir) if ranks else {}
     steps = []
     for key in sorted({(r["iteration"], r["step"]) for r in summ}):
         pick = lambda rows: [r for r in rows if (r["iteration"], r["step"]) == key]  # noqa: E731
-        steps.append(_step(aggdir, key, pick(summ), pick(segs), pick(ranks), lengths.get(key), short))
+        steps.append(_step(aggdir, key, pick(summ), pick(segs), pick(ranks), lengths.get(key), short, stages))
     return {"steps": steps, "from": SOURCES}
 
 

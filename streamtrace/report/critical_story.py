@@ -55,7 +55,7 @@ def lengths_sentence(step, total, ranks, step_ns) -> str:
     origin = total.get("origin_rank")
     late = (by_start.get(origin, 0) - first["start_ns"]) if first is not None and origin in by_start else 0
     why = []
-    if late > 0.001 * max(span, 1):
+    if late > 0.01 * max(span, 1):
         why.append(f"the path starts at rank {origin}'s step start, {fmt_time(late)} after rank {first['rank']}'s: "
                    "the work before it only waited")
     if step_ns and path > 1.05 * step_ns:
@@ -68,12 +68,13 @@ PHRASES = {"cpu_op": "CPU ops", "host_gap": "host gaps", "launch_delay": "launch
            "kernel_gap": "gaps between kernels", "comm_transfer": "transfers", "queued": "queued GPU work"}
 
 
-def cause_sentence(top, segs, cats_top, peers, gpu_wait_ns, others_wait_ns, short) -> str:
+def cause_sentence(top, segs, cats_top, peers, gpu_wait_ns, others_wait_ns, short, shares=()) -> str:
     """Sentence 2: why rank ``top`` (its ``critical_path_ranks`` row) bounds the step.  ``segs``:
     the step's path segments; ``cats_top``: ``{category: ns}`` of its part; ``peers``:
     ``{"cpu": compare_ops(...), "gpu": compare_kernels(...)}`` (None where unknown);
     ``gpu_wait_ns``: its GPU's wait for launches (None unknown); ``others_wait_ns``: ``(n other
-    ranks, their summed wait)``."""
+    ranks, their summed wait)``; ``shares``: ``[(rank, pct)]`` of the other ranks on the path, named
+    when the bounding rank holds less than half of it."""
     r, part = top["rank"], max(sum(cats_top.values()), 1)
     host = sum(cats_top.get(c, 0) for c in HOST)
     gpu = sum(cats_top.get(c, 0) for c in GPU)
@@ -89,20 +90,23 @@ def cause_sentence(top, segs, cats_top, peers, gpu_wait_ns, others_wait_ns, shor
     mix = sorted(cats_top.items(), key=lambda kv: -kv[1])
     mix = ", ".join(f"{PHRASES.get(c, c)} {_pct(ns, part):.0f} %" for c, ns in mix[:3] if _pct(ns, part) >= 1)
     s = f"{who}: rank {r} holds {top['path_pct']:.0f} % of the path ({mix})"
+    if top["path_pct"] < 50 and shares:
+        s += ", " + ", ".join(f"rank {x} {p:.0f} %" for x, p in shares[:3])
     if who.endswith("CPU bounds it"):
         s += _threads(top, segs)
         ratio = (peers or {}).get("cpu")
         if ratio and ratio[0] >= 1.1:
             x, n, worst = ratio
             ex = ", ".join(f"`{short(nm)}` {fmt_time(a)} vs {fmt_time(b)}" for nm, a, b in worst)
-            s += f"; its CPU takes {x:.1f}x the median of the other {n} rank{'s' if n > 1 else ''} on the same ops ({ex})"
+            s += f"; its CPU takes {x:.1f}x the median of the other {n} rank{'s' if n > 1 else ''} of its stage on the " \
+                 f"same ops ({ex})"
         if gpu_wait_ns and gpu_wait_ns >= 0.05 * top["path_ns"]:
             s += f"; its GPU waits {fmt_time(gpu_wait_ns)} for launches"
     elif who.endswith("GPU bounds it"):
         ratio = (peers or {}).get("gpu")
         if ratio and ratio[0] >= 1.1:
-            s += f"; its kernels take {ratio[0]:.1f}x the median of the other {ratio[1]} ranks' ({fmt_time(ratio[2])} vs " \
-                 f"{fmt_time(ratio[3])})"
+            s += f"; its kernels take {ratio[0]:.1f}x the median of the other {ratio[1]} rank{'s' if ratio[1] > 1 else ''}" \
+                 f" of its stage ({fmt_time(ratio[2])} vs {fmt_time(ratio[3])})"
     n, w = others_wait_ns
     if n and w > 0:
         s += f"; the other {n} ranks wait {fmt_time(w)} in collectives" if n > 1 else \
