@@ -408,7 +408,7 @@ def _merge(ctx: StageRun, tag, paths, merged) -> dict:
     """The merge stage of one iteration: its rank traces into ``merged``; a rank merge cannot
     read is logged with its file and the others are merged.  Returns the stage's result."""
     from ..merge import MergeOptions, merge_files
-    from ..merge.run import CPU_ONLY_WARNING
+    from ..merge.line import CPU_ONLY_WARNING
     from ..trace.discover import identify
     opt, log = ctx.opt, ctx.log
     todo = []

@@ -72,9 +72,9 @@ def event_times_ns(ev, ts: int, dur: int, flags: int):
 
 
 class _Scan:
-    """The reader's scan hook (:meth:`TraceReader.raw_batches`): :func:`~streamtrace.kernels.survey.scan_survey`
-    in place of scan_bounds; the per-event arrays of the batch the reader yields next, and the
-    flow categories met so far (the kernel's table)."""
+    """:func:`~streamtrace.kernels.survey.scan_survey` on the reader's windows (:meth:`TraceReader.windows`)
+    in place of scan_bounds; the per-event arrays of the window's batch, and the flow categories met
+    so far (the kernel's table)."""
 
     def __init__(self, batch):
         self.ts, self.dur, self.cat_k, self.fid = (np.zeros(batch, np.int64) for _ in range(4))
@@ -87,7 +87,7 @@ class _Scan:
     def _table(self):
         self.text, self.off = text_table(self.texts)
 
-    def scan(self, window, pos, n, starts, ends, sep, base):
+    def scan(self, window, pos, n, starts, ends, sep):
         k = 0
         while True:
             k, status, pos = KS.scan_survey(window, pos, n, starts, ends, self.ts, self.dur, self.flags, sep, k,
@@ -105,7 +105,11 @@ def prepass_rank(path, want_flows=False, salvage=False, byte_range=None):
     decoding pre-pass finds them.  ``byte_range``: only that range of a plain file (no metadata)."""
     r = TraceReader(path, salvage=salvage, byte_range=byte_range, block=LEAN_BLOCK)
     acc, sc, parts = Tally(want_flows), _Scan(r.batch_events), []
-    for b in r.raw_batches(decode="bounds", scan=sc.scan):
+    for w in r.windows():
+        w.scanned(*sc.scan(w.arr, w.pos, w.n, w.starts, w.ends, w.sep))
+        b = w.batch()
+        if b is None:
+            continue
         n = len(b.starts)
         kind, flags, ts = sc.kind[:n], sc.flags[:n], sc.ts[:n]
         has = (flags & 1) != 0

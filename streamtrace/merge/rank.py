@@ -33,6 +33,7 @@ from .grouped import warm_groups
 from .prepass import event_times_ns
 from .output import copy_runs
 from .flows import KeptFlows, text_table
+from .outcome import MissingSteps, ParkedRank, RankResult, Reading
 from .pids import FLOW_PHASES, PROCESS_META, PidMap, hashable, process_meta_events, unique_id
 
 _ID_ARGS = (("correlation", "raw correlation"), ("External id", "raw External id"),
@@ -221,9 +222,9 @@ def open_segment(path, compress, compresslevel):
 
 class _ByteRewrite:
     """One rank's rewrite through :func:`streamtrace.kernels.rewrite.scan_rewrite`: the
-    kernel's arrays and options, and :meth:`scan`, which the reader calls in place of
-    scan_bounds (:meth:`TraceReader.raw_batches`) so that each event is rewritten as it is
-    found.  ``kept``/``fields`` describe the events of the batch the reader yields next."""
+    kernel's arrays and options, and :meth:`scan`, called on each of the reader's windows
+    (:meth:`TraceReader.windows`) in place of scan_bounds, so that each event is rewritten as it
+    is found.  ``kept``/``fields`` describe the events of the window's batch."""
 
     def __init__(self, reader: TraceReader, plan: RankPlan, ctx: RankContext, seg, check: Checker | None):
         self.reader, self.ctx, self.seg = reader, ctx, seg
@@ -245,8 +246,8 @@ class _ByteRewrite:
         self.fields = check.buffer(reader.batch_events) if check is not None else _NO_FIELDS
 
     def scan(self, window, pos, n, starts, ends, sep, base):
-        """Find and rewrite the events of ``window`` from ``pos`` (the reader's scan hook;
-        returns scan_bounds' ``(count, status, pos)``)."""
+        """Find and rewrite the events of ``window`` from ``pos`` (scan_bounds' arguments, and
+        ``base``: the window's offset in the file); returns scan_bounds' ``(count, status, pos)``."""
         cur, t = self.cur, self.tables
         cur[:] = (pos, n, 0, 0, 0)
         self.kept[:] = 0
@@ -338,7 +339,11 @@ def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: RankContext, seg, c
     if after >= 0:
         rw.state[0], rw.state[4] = 1, after
     n_in = 0
-    for b in reader.raw_batches(decode="bounds", scan=rw.scan):
+    for w in reader.windows():
+        w.scanned(*rw.scan(w.arr, w.pos, w.n, w.starts, w.ends, w.sep, w.base))
+        b = w.batch()
+        if b is None:
+            continue
         n = len(b.starts)
         n_in += n
         vbits = None
@@ -382,16 +387,19 @@ def event_times(buf, s: int, e: int):
     return int(ts[0]), int(dur[0]), int(flags[0])
 
 
-def merge_rank(plan: RankPlan, progress=None) -> dict:
-    """Rewrite one rank's events into ``plan.segment``; returns counts, the process
-    map and the rank's metadata (all small).  Runs in a worker process.
+def merge_rank(plan: RankPlan, progress=None) -> RankResult | ParkedRank | MissingSteps:
+    """Rewrite one rank's events into ``plan.segment``; returns its
+    :class:`~streamtrace.merge.outcome.RankResult` (counts, the process map and the rank's metadata:
+    all small).  Runs in a worker process.
 
     Events go through the byte kernel :func:`~streamtrace.kernels.rewrite.scan_rewrite`
     (see :func:`rewrite_stream`); those it hands back (unusual shapes, invalid JSON) are
     decoded and rewritten by its Python twin :func:`rewrite_dict`, which raises
     :class:`TraceError` for invalid input.  With ``plan.defer`` the time filter is decided after
-    the pass (:mod:`streamtrace.merge.deferred`): here from the rank's own steps, or, with
-    ``plan.park``, by the parent (the result's ``parked``, then :func:`finish_parked`)."""
+    the pass (:mod:`streamtrace.merge.deferred`): here from the rank's own steps (a
+    :class:`~streamtrace.merge.outcome.MissingSteps` when the rank lacks them), or, with
+    ``plan.park``, by the parent (a :class:`~streamtrace.merge.outcome.ParkedRank`, then
+    :func:`finish_parked`)."""
     ctx = RankContext(plan)
     reader = TraceReader(plan.path, salvage=plan.salvage, block=READ_BLOCK, progress=progress)
     spill = os.path.dirname(os.path.abspath(plan.segment))
@@ -412,16 +420,13 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
                             ctx.exact, n_in, fast, reader.metadata)
             if plan.park:
                 ctx.defer.park(plan.segment + ".flows")
-                return {"rank": plan.rank, "parked": parked, "bytes_in": reader.bytes_read,
-                        "warnings": _warnings(reader, plan, ctx), "truncated": reader.truncated,
-                        "repaired_events": reader.repaired, "dropped_bad_ts": ctx.bad_ts}
+                return ParkedRank(plan.rank, parked, _reading(reader, plan, ctx))
             missing = ctx.defer.missing(plan.path)
             if missing:             # the parent raises it, for the first such rank in rank order
-                return {"rank": plan.rank, "missing_steps": missing, "bytes_in": reader.bytes_read}
-            res = _finish(plan, parked, ctx.defer.window(plan.path), check)
+                return MissingSteps(plan.rank, missing, Reading(reader.bytes_read))
+            res = _finish(plan, parked, ctx.defer.window(plan.path), _reading(reader, plan, ctx), check)
             parked = None
-            return dict(res, bytes_in=reader.bytes_read, dropped_bad_ts=ctx.bad_ts, warnings=_warnings(reader, plan, ctx),
-                        truncated=reader.truncated, repaired_events=reader.repaired)
+            return res
         mevs = _meta_events(plan, reader.metadata, ctx.pids, used, first_out)
         if mevs:
             if n_out:
@@ -441,19 +446,18 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
             check.close()
         if ctx.defer is not None and parked is None:
             ctx.defer.close()
-    return {"rank": plan.rank, "events_in": n_in, "events_out": n_out, "bytes_in": reader.bytes_read,
-            "events_fast": fast, "dropped_bad_ts": ctx.bad_ts, "validation": validation,
-            "process_map": {str(k): v for k, v in _pmap(ctx.pids, used).items()},
-            "metadata": reader.metadata, "warnings": _warnings(reader, plan, ctx), "truncated": reader.truncated,
-            "repaired_events": reader.repaired, "segments": [plan.segment]}
+    return RankResult(plan.rank, n_in, n_out, fast, {str(k): v for k, v in _pmap(ctx.pids, used).items()},
+                      reader.metadata, (plan.segment,), _reading(reader, plan, ctx), validation)
 
 
 def _earliest(a, b):
     return b if a is None else a if b is None else min(a, b)
 
 
-def _warnings(reader, plan, ctx) -> list:
-    return reader.warnings + ([bad_ts_warning(plan.path, ctx.bad_ts)] if ctx.bad_ts else [])
+def _reading(reader, plan, ctx) -> Reading:
+    """What reading the rank told (its warnings: the reader's, then the events dropped for their time)."""
+    warnings = reader.warnings + ([bad_ts_warning(plan.path, ctx.bad_ts)] if ctx.bad_ts else [])
+    return Reading(reader.bytes_read, tuple(warnings), reader.truncated, reader.repaired, ctx.bad_ts)
 
 
 def _pmap(pids, used) -> dict:
@@ -480,7 +484,7 @@ class Parked:
     metadata: dict
 
 
-def _finish(plan: RankPlan, p: Parked, keep, check=None) -> dict:
+def _finish(plan: RankPlan, p: Parked, keep, reading: Reading, check=None) -> RankResult:
     """Decide a deferred rank under ``keep`` (``(lo, hi)`` rank-local ns) and write its segments;
     the validation from ``check`` (live) or ``p.checker`` (handed over).  Removes the rank's temporaries
     but the tentative segment that a plain output copies its runs from."""
@@ -516,19 +520,15 @@ def _finish(plan: RankPlan, p: Parked, keep, check=None) -> dict:
         p.defer.close()
         if runs is None:
             remove_quietly(plan.tentative)
-    return {"rank": plan.rank, "events_in": p.n_in, "events_out": n_out, "events_fast": p.fast,
-            "validation": validation, "process_map": {str(k): v for k, v in _pmap(p.pids, dec.used).items()},
-            "metadata": p.metadata,
-            "segments": [plan.segment] if runs is None else [(plan.tentative, runs)] + ([plan.segment] if mevs else [])}
+    segments = (plan.segment,) if runs is None else ((plan.tentative, runs),) + ((plan.segment,) if mevs else ())
+    return RankResult(plan.rank, p.n_in, n_out, p.fast, {str(k): v for k, v in _pmap(p.pids, dec.used).items()},
+                      p.metadata, segments, reading, validation)
 
 
-def finish_parked(plan: RankPlan, res: dict, keep) -> dict:
+def finish_parked(plan: RankPlan, res: ParkedRank, keep) -> RankResult:
     """Task: a parked rank's result (``res`` from :func:`merge_rank` with ``plan.park``) under the
     keep-window ``keep`` the parent computed."""
-    p = res["parked"]
-    out = _finish(plan, p, keep)
-    return dict(out, bytes_in=res["bytes_in"], dropped_bad_ts=res["dropped_bad_ts"], warnings=res["warnings"],
-                truncated=res["truncated"], repaired_events=res["repaired_events"])
+    return _finish(plan, res.parked, keep, res.reading)
 
 
 def warm_kernels(plan: RankPlan, whole: bool = True, ranges: bool = False) -> None:
