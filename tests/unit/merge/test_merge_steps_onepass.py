@@ -538,9 +538,9 @@ def test_random_kernel_traces_split(tmp_path_factory, case, a, b, which, parts):
 def _rows_never_read():
     """keep_rows fails if called (the decisions of a covered rank must not need it); the parent's
     warm-up of it before forking is skipped."""
-    import streamtrace.kernels.keep as KK
+    import streamtrace.kernels.keeper as KP       # where the deferred filter's facade calls it
     import streamtrace.merge.rank as RK
-    return mock.patch.object(KK, "keep_rows", side_effect=AssertionError("keep_rows called")), \
+    return mock.patch.object(KP, "keep_rows", side_effect=AssertionError("keep_rows called")), \
         mock.patch.object(RK, "warm_keep", lambda: None)
 
 
