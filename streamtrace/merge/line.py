@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..runtime.errors import StreamtraceError, TraceError
+from ..runtime.errors import TraceError
 from ..runtime.files import check_output_file, remove_quietly, writing
-from ..trace.discover import NSYS_EXPORT
+from ..trace.formats import KINETO, NSYS, one_source
 from ..validate.merged import merged_validation
 from .nsys import merge_exports
 from .options import MergeOptions
@@ -53,33 +53,34 @@ def merge_iteration(files, output, opt: MergeOptions | None = None) -> dict:
     opt = opt or MergeOptions()
     t_start = time.time()
     output = check_output_file(output, inputs=[tf.path for tf in files])
-    nsys = [tf for tf in files if tf.rank_source == NSYS_EXPORT]
-    if nsys and len(nsys) < len(files):
-        raise StreamtraceError(f"{nsys[0].path}: Nsight Systems exports and Kineto traces cannot be merged together")
-    if nsys:
-        with writing(output):
-            return merge_exports(nsys, output, opt)
+    merger = MERGERS[one_source(files)]
+    with writing(output):
+        return merger(files, output, opt, t_start)
+
+
+def merge_kineto(files, output: Path, opt: MergeOptions, t_start: float) -> dict:
+    """:func:`merge_iteration` of Kineto traces: the attempts of the module docstring, one after the other
+    until one writes the output."""
     attempt = Attempt(tuple(files), replace(opt, step_pattern=None),
                       warnings=(STEP_PATTERN_KINETO,) if opt.step_pattern else ())
     splits = None                   # the ranks cut into byte ranges for the attempt (None: not cut yet)
-    with writing(output):
-        try:
-            while True:
-                if splits is None:
-                    splits = cut_ranks(list(attempt.files), output, attempt.opt) if attempt.cut else {}
-                plan = MergePlan.of(attempt.files, output, attempt.opt, splits)
-                try:
-                    done = _run_line(plan, attempt, t_start)
-                except TraceError as e:
-                    if not plan.names_cut_rank(e.path):
-                        raise
-                    _remove_copies(splits)
-                    splits, done = None, replace(attempt, cut=False)   # unsplit, the error is reported exactly
-                if isinstance(done, dict):
-                    return done
-                attempt = done
-        finally:
-            _remove_copies(splits)
+    try:
+        while True:
+            if splits is None:
+                splits = cut_ranks(list(attempt.files), output, attempt.opt) if attempt.cut else {}
+            plan = MergePlan.of(attempt.files, output, attempt.opt, splits)
+            try:
+                done = _run_line(plan, attempt, t_start)
+            except TraceError as e:
+                if not plan.names_cut_rank(e.path):
+                    raise
+                _remove_copies(splits)
+                splits, done = None, replace(attempt, cut=False)   # unsplit, the error is reported exactly
+            if isinstance(done, dict):
+                return done
+            attempt = done
+    finally:
+        _remove_copies(splits)
 
 
 def _remove_copies(splits: dict | None) -> None:
@@ -147,3 +148,10 @@ def _summary(plan: MergePlan, attempt: Attempt, time_plan, done: Rewritten, vali
             "cpu_only": attempt.cpu_only or not done.gpu,
             "validation": validation}
 
+
+def _merge_exports(files, output: Path, opt: MergeOptions, t_start: float) -> dict:
+    return merge_exports(files, output, opt)
+
+
+#: how each input format is merged (:mod:`streamtrace.trace.formats`): ``merger(files, output, opt, t_start)``
+MERGERS = {KINETO: merge_kineto, NSYS: _merge_exports}

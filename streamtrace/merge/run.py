@@ -36,7 +36,7 @@ from dataclasses import replace
 
 from ..runtime.errors import StreamtraceError, UnknownRankError
 from ..runtime.files import check_output_file
-from ..trace.discover import LONE_FILE, NSYS_EXPORT, TraceFile, discover, nothing_found
+from ..trace.discover import LONE_FILE, TraceFile, discover, nothing_found
 from ..trace.peer_merged import peer_merged
 from .line import merge_iteration
 from .options import MergeOptions
@@ -93,7 +93,7 @@ def merge(inputs, output, opt: MergeOptions | None = None, rank_map=None) -> lis
         raise nothing_found(inputs, skipped)
     _refuse_merged(files)
     if opt.ranks:
-        files = [f for f in files if f.rank in opt.ranks or f.rank_source == NSYS_EXPORT]   # an export: per process
+        files = [f for f in files if f.rank in opt.ranks or not f.source.rank_per_file]   # an export: per process
         if not files:
             raise StreamtraceError("--ranks selects none of the ranks found")
     groups = {}
@@ -161,7 +161,7 @@ def _refuse_merged(files):
             raise StreamtraceError(f"{tf.path}: already a merged trace ({n} ranks, written by streamtrace merge); "
                                    f"merged again its ranks would be folded into one: merge the rank files it "
                                    f"came from, or analyze it (analyze splits it into its ranks)")
-        peer = peer_merged(tf.path, tf.head) if tf.rank_source != NSYS_EXPORT else None
+        peer = peer_merged(tf.path, tf.head) if tf.source.json else None
         if peer is not None:
             raise StreamtraceError(f"{tf.path}: already a merged trace (written by {peer}); merged again its ranks "
                                    f"would be folded into one: merge the rank files it came from")
