@@ -21,6 +21,9 @@ from .jsoncheck import MAX_DEPTH, MEMBERS_CAP, MEMBERS_INVALID, bytes_equal, obj
 from .numtext import put_int, put_us
 from .scan import DONE, NEED_MORE, OBJECT, next_element, parse_ns, skip_value
 from .validate import member_fields, span_fields
+from .cachedir import ensure_cache
+
+ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
 
 __all__ = ["OK", "UNKNOWN_PID", "NEED_PYTHON", "OUT_FULL", "NEW_CAT", "KIND_CPU", "KIND_GPU", "KIND_OTHER",
            "ID_LIMIT", "K_RAW", "CUR_POS", "CUR_END", "CUR_FOUND", "CUR_NEXT", "CUR_OUT", "CUR_LEN", "ST_COMMA",

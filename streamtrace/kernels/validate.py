@@ -22,6 +22,9 @@ from numba import njit
 from .extract import fnv1a, int_literal
 from .jsoncheck import MAX_DEPTH, MEMBERS_CAP, bytes_equal, event_members
 from .scan import DUR_BAD, HAS_DUR, HAS_TS, TS_BAD, parse_ns
+from .cachedir import ensure_cache
+
+ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
 
 __all__ = ["ABSENT", "NULL", "INT", "STR", "FLOAT", "OTHER", "PH_NONE", "PH_X", "PH_S", "PH_F", "PH_OTHER",
            "NF", "C_PH", "C_PIDK", "C_PIDV", "C_TIDK", "C_TIDV", "C_TS", "C_DUR", "C_TFLAGS", "C_CATK", "C_CATV",
