@@ -14,6 +14,7 @@ import numpy as np
 from .groups import G_COLS, X_END, X_TS_MAX, X_TS_MIN, X_WRITTEN, group_batch, keep_groups
 from .keep import (NO_T0, NO_T1, R_COLS, S_COLS, S_FIRST, S_GONE, S_GONE_MISSING, S_GONE_NEGDUR, S_HAS_FIRST, S_KEPT,
                    S_OPEN, S_PREV_END, keep_rows)
+from .slots import optional_slot, slot
 
 __all__ = ["Keeper", "Grouper"]
 
@@ -57,15 +58,8 @@ class Keeper:
         """int64[n, 2]: the kept byte runs ``[start, end)``, in order."""
         return np.concatenate(self.parts) if self.parts else np.zeros((0, 2), np.int64)
 
-    @property
-    def kept(self) -> int:
-        """Events kept."""
-        return int(self.state[S_KEPT])
-
-    @property
-    def first_out(self) -> int | None:
-        """The earliest shifted ts of a kept event (ns), or None."""
-        return int(self.state[S_FIRST]) if self.state[S_HAS_FIRST] else None
+    kept = slot("state", S_KEPT, "Events kept.")
+    first_out = optional_slot("state", S_FIRST, S_HAS_FIRST, "The earliest shifted ts of a kept event (ns), or None.")
 
     @property
     def dropped(self) -> dict:
@@ -98,25 +92,10 @@ class Grouper:
                              groups, fkeys, fts, self.ext)
         return groups[:ng], fkeys[:nf].copy(), fts[:nf].copy()
 
-    @property
-    def ts_min(self) -> int:
-        """The least ts of the events written so far (ns; NO_T0 when none)."""
-        return int(self.ext[X_TS_MIN])
-
-    @property
-    def ts_max(self) -> int:
-        """The greatest ``min(ts, end)`` of the events written so far (ns; NO_T1 when none)."""
-        return int(self.ext[X_TS_MAX])
-
-    @property
-    def end(self) -> int:
-        """The output offset just past the last event written (-1: none)."""
-        return int(self.ext[X_END])
-
-    @property
-    def written(self) -> int:
-        """Events written so far."""
-        return int(self.ext[X_WRITTEN])
+    ts_min = slot("ext", X_TS_MIN, "The least ts of the events written so far (ns; NO_T0 when none).")
+    ts_max = slot("ext", X_TS_MAX, "The greatest ``min(ts, end)`` of the events written so far (ns; NO_T1 when none).")
+    end = slot("ext", X_END, "The output offset just past the last event written (-1: none).")
+    written = slot("ext", X_WRITTEN, "Events written so far.")
 
     @staticmethod
     def warm() -> None:

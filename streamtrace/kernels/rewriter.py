@@ -16,6 +16,7 @@ from .keep import C_STEP, R_COLS
 from .rewrite import (CUR_END, CUR_FOUND, CUR_LEN, CUR_NEXT, CUR_OUT, CUR_POS, INFO_END, INFO_LEN, INFO_START,
                       NEED_PYTHON, NEW_CAT, OK, OUT_FULL, ST_COMMA, ST_FIRST_IN, ST_FIRST_OUT, ST_HAS_FIRST_IN,
                       ST_HAS_FIRST_OUT, ST_LEN, ST_OUT_BASE, ST_SEQ0, ST_WRITTEN, UNKNOWN_PID, scan_rewrite)
+from .slots import optional_slot, slot
 from .texts import TextTable, text_table
 from .validate import NF
 
@@ -188,21 +189,11 @@ class Rewriter:
             self.state[ST_OUT_BASE] += self.cur[CUR_OUT]
             self.cur[CUR_OUT] = 0
 
-    @property
-    def written(self) -> int:
-        """Events the kernel wrote (the twin's are the handler's to count)."""
-        return int(self.state[ST_WRITTEN])
-
-    @property
-    def first_out(self) -> int | None:
-        """The earliest shifted ts the kernel wrote (ns), or None."""
-        return int(self.state[ST_FIRST_OUT]) if self.state[ST_HAS_FIRST_OUT] else None
-
-    @property
-    def first_in(self) -> int | None:
-        """With ``defer``: the earliest ts of any event but metadata the kernel read (ns, before any
-        filter), or None."""
-        return int(self.state[ST_FIRST_IN]) if self.state[ST_HAS_FIRST_IN] else None
+    written = slot("state", ST_WRITTEN, "Events the kernel wrote (the twin's are the handler's to count).")
+    first_out = optional_slot("state", ST_FIRST_OUT, ST_HAS_FIRST_OUT,
+                              "The earliest shifted ts the kernel wrote (ns), or None.")
+    first_in = optional_slot("state", ST_FIRST_IN, ST_HAS_FIRST_IN, "With ``defer``: the earliest ts of any event but "
+                             "metadata the kernel read (ns, before any filter), or None.")
 
     def used_pids(self) -> list[int]:
         """The merged pids the kernel wrote an event of."""
