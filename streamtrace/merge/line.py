@@ -8,8 +8,10 @@ The line runs again, from the plan, in three cases, each an :class:`Attempt` of 
 loop: a byte range of a cut rank that fails to parse (the ranks merged whole, so that the error
 is reported exactly as without ``--jobs``), a base time that the quick trailer peek of the survey
 missed (the rank files' heads replaced by the metadata the rewrite read), and ``--gpu-only`` on a
-job without a GPU process (the CPU processes merged instead, with a warning).  Nsight Systems exports
-take their own path (:func:`~streamtrace.merge.nsys.merge_exports`).
+job without a GPU process (the CPU processes merged instead, with a warning).  ``--step-pattern``
+(an NVTX step name) is no retry: it does not apply to Kineto traces, which the first attempt says.
+Nsight Systems exports take their own path (:func:`~streamtrace.merge.nsys.merge_exports`), chosen by
+the files' :class:`~streamtrace.trace.formats.TraceSource` (:data:`MERGERS`).
 """
 from __future__ import annotations
 
@@ -150,6 +152,7 @@ def _summary(plan: MergePlan, attempt: Attempt, time_plan, done: Rewritten, vali
 
 
 def _merge_exports(files, output: Path, opt: MergeOptions, t_start: float) -> dict:
+    """:func:`~streamtrace.merge.nsys.merge_exports` as a merger (it times itself)."""
     return merge_exports(files, output, opt)
 
 
