@@ -88,10 +88,10 @@ def worker(input_dir: str, variants: list[str], out: str) -> None:
 # the thread that runs it (the decision runs in a thread of its own).  A name that is not there (another
 # checkout) is left out; the rest of the merge is "other".
 PHASES = [("range passes", "streamtrace.merge.ranges", "merge_range"),
-          ("check", "streamtrace.merge.run", "split_validation"),
+          ("check", "streamtrace.merge.rewrite", "split_validation"),
           ("check", "streamtrace.merge.split_filter", "split_reports"),
           ("decision thread", "streamtrace.merge.split_filter", "_decide_ranges"),
-          ("write", "streamtrace.merge.run", "write_merged")]
+          ("write", "streamtrace.merge.line", "write_merged")]
 
 
 def _time_phases() -> dict:

@@ -36,7 +36,7 @@ from .outputs import Analysis
 from ..runtime import parallel
 from ..runtime.files import atomic_output, output_folder
 from ..runtime.parallel import TaskFailure, run_tasks, scheduler_address
-from ..trace.discover import NSYS_EXPORT, expand_inputs, identify, load_rank_map, nothing_found
+from ..trace.discover import expand_inputs, identify, load_rank_map, nothing_found
 from ..trace.nsys import count_gpu_processes
 from .file import analyze_file
 from .options import AnalyzeOptions
@@ -164,7 +164,7 @@ def _tasks(inputs, opt, skipped: list) -> tuple[list[AnalyzeTask], list[str]]:
             tasks.append(AnalyzeTask(str(p), "", 0, None, opt))
             notices.append(f"{p}: no rank in the trace or its name (a single-process run?): analysed as rank 0")
             continue
-        if tf is not None and tf.rank_source == NSYS_EXPORT:
+        if tf is not None and not tf.source.rank_per_file:     # an export: its ranks are its processes'
             tasks.append(AnalyzeTask(str(p), "", nsys_base, tf.iteration, opt))
             nsys_base += count_gpu_processes(p) if len(paths) > 1 else 0
         elif tf is not None:

@@ -42,7 +42,7 @@ def find_iterations(run_dir, log, outdir=None, topology=None, odd_files=None):
     header), nor anything under ``outdir`` or a ``streamtrace`` folder (earlier outputs);
     unreadable files and folders, rank files without a ``traceEvents`` array and another job's
     files are logged as failures (the last also appended to ``odd_files`` as "path: reason")."""
-    from ..trace.discover import NSYS_EXPORT, expand_inputs, identify
+    from ..trace.discover import expand_inputs, identify
     groups: dict = {}
 
     def skipped(path, msg):
@@ -72,7 +72,7 @@ def find_iterations(run_dir, log, outdir=None, topology=None, odd_files=None):
         seen = {}
         keep = []
         for tf in sorted(files, key=lambda t: (t.rank, t.path)):
-            if tf.rank_source == NSYS_EXPORT:      # an export's ranks are its processes': told when read
+            if not tf.source.rank_per_file:      # an export's ranks are its processes': told when read
                 keep.append(tf)
                 continue
             if tf.rank in seen:

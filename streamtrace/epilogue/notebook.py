@@ -9,7 +9,9 @@ from pathlib import Path
 from ..runtime.errors import StreamtraceError
 from ..runtime.files import atomic_output, clean_stale
 from ..runtime.stagelog import StageLog
-from . import EpilogueOptions, StageRun, aggregate_stage, analyze_stage, read_state, with_options, worker_count
+from .options import EpilogueOptions, with_options, worker_count
+from .pipeline import read_state
+from .stages import StageRun, aggregate_stage, analyze_stage
 from .discovery import find_iterations, find_topology
 
 

@@ -40,10 +40,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.metadata
 import os
+import sys
 import tempfile
 
-__all__ = ["ENV", "KernelCacheLocator", "cache_root", "kernel_cache_dir", "sources_digest", "install", "installed"]
+__all__ = ["ENV", "NOTICE", "KernelCacheLocator", "cache_root", "kernel_cache_dir", "package_version", "sources_digest",
+           "install", "installed", "ensure_cache"]
 
 #: environment variable naming the cache root (overrides the XDG default and ``NUMBA_CACHE_DIR``)
 ENV = "STREAMTRACE_CACHE_DIR"
@@ -86,15 +89,27 @@ def cache_root() -> str | None:
     return os.path.join(xdg, "streamtrace")
 
 
+@functools.lru_cache(maxsize=None)
+def package_version() -> str:
+    """streamtrace's version as its installed package metadata gives it (the kernels floor does not import
+    the package root, which defines ``__version__`` and sits at the top of the layers); ``"unknown"`` when
+    the package is not installed (run from a checkout on ``PYTHONPATH``: the cache is then still keyed by
+    the sources)."""
+    try:
+        return importlib.metadata.version("streamtrace")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def kernel_cache_dir(root: str | None = None) -> str | None:
     """``<root>/<version>/<digest16>-numba<version>``: the folder the kernels are cached in
-    (``root`` defaults to :func:`cache_root`); None when there is no root."""
+    (``root`` defaults to :func:`cache_root`; the version is :func:`package_version`); None when there is
+    no root."""
     import numba
-    from .. import __version__
     root = root or cache_root()
     if root is None:
         return None
-    return os.path.join(root, __version__, f"{sources_digest()[:16]}-numba{numba.__version__}")
+    return os.path.join(root, package_version(), f"{sources_digest()[:16]}-numba{numba.__version__}")
 
 
 @functools.lru_cache(maxsize=None)
@@ -178,3 +193,65 @@ def install() -> bool:
             classes.remove(KernelCacheLocator)
         classes.insert(0, KernelCacheLocator)
     return True
+
+
+NOTICE = ("streamtrace: note: numba cannot cache its compiled kernels beside the package or in the user's "
+          "cache folder (read-only); caching them in {dir} (set STREAMTRACE_CACHE_DIR to choose)")
+
+
+_ENSURED: list = []     # what ensure_cache chose, once per process
+
+
+def _user_cache_dir() -> str:
+    try:
+        from numba.misc.appdirs import AppDirs
+        return AppDirs(appname="numba", appauthor=False).user_cache_dir
+    except ImportError:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        return os.path.join(base, "numba")
+
+
+def _private_dir():
+    """``<tmp>/streamtrace-numba-<uid>``, created 0700; None when it exists and is not this
+    user's private folder (someone else's could hold code numba would load)."""
+    d = os.path.join(tempfile.gettempdir(), f"streamtrace-numba-{os.getuid() if hasattr(os, 'getuid') else 0}")
+    try:
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        st = os.stat(d)
+        if hasattr(os, "getuid") and (st.st_uid != os.getuid() or st.st_mode & 0o077):
+            return None
+    except OSError:
+        return None
+    return d if writable(d) else None
+
+
+def ensure_cache() -> str | None:
+    """Make sure numba can cache the kernels, once per process: called by every kernel module before it
+    defines its kernels (numba picks a kernel's cache folder when it is defined), never on importing
+    ``streamtrace.kernels`` itself.  This module's locator first (:func:`install`); where its folder
+    cannot be written, ``$NUMBA_CACHE_DIR``, ``__pycache__`` beside these files or numba's user folder
+    (numba's own choice); and when none of those can be written either (a read-only install with a
+    read-only ``HOME``, where numba would refuse to define the kernels at all: "cannot cache function
+    ...: no locator available"), a private folder in the temporary folder
+    (``<tmp>/streamtrace-numba-<uid>``, mode 0700) with one notice on stderr.  Returns the private folder
+    it switched numba's cache to, or None when streamtrace's cache folder or numba's own choice works."""
+    if not _ENSURED:
+        _ENSURED.append(_choose_cache())
+    return _ENSURED[0]
+
+
+def _choose_cache() -> str | None:
+    from numba.core import config
+    if install():
+        return None
+    if config.CACHE_DIR and writable(config.CACHE_DIR):
+        return None
+    if writable(os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__")) \
+            or writable(_user_cache_dir()):
+        return None
+    d = _private_dir() or tempfile.mkdtemp(prefix="streamtrace-numba-")
+    config.CACHE_DIR = d
+    os.environ["NUMBA_CACHE_DIR"] = d          # worker processes started afresh (dask) too
+    install()                                   # keyed by version and sources, under it
+    print(NOTICE.format(dir=d), file=sys.stderr)
+    return d

@@ -14,6 +14,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .cachedir import ensure_cache
+
+ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
+
 __all__ = ["NEG", "POS", "longest_path", "latest_times", "trace_back"]
 
 NEG = -(2 ** 62)    # "no value": a node not reached by any source (earliest) / not constrained (latest)

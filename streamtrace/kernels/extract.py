@@ -16,6 +16,9 @@ import numpy as np
 from numba import njit
 
 from .jsoncheck import MAX_DEPTH, MEMBERS_CAP, bytes_equal, event_members
+from .cachedir import ensure_cache
+
+ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
 
 __all__ = ["F_PID_STR", "F_TID_STR", "F_COMM", "F_PYTHON", "F_HAS_DUR", "NONE", "FNV_OFFSET", "FNV_PRIME",
            "fnv1a", "int_literal", "extract_columns"]

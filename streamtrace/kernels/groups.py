@@ -19,6 +19,10 @@ from numba import njit
 from .keep import (C_CLASS, MISSING_OUT, NEGDUR_OUT, NO_T0, NO_T1, R_BITS, R_END, R_FLOW, R_PID, R_T0, R_T1, S_FIRST,
                    S_GONE, S_GONE_MISSING, S_GONE_NEGDUR, S_HAS_FIRST, S_KEPT, S_OPEN, S_PREV_END, lower_bound_from)
 
+from .cachedir import ensure_cache
+
+ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
+
 __all__ = ["GROUP_MAX", "G_SEQ", "G_N", "G_IN0", "G_IN1", "G_OUT0", "G_OUT1", "G_WRITTEN", "G_MISSING",
            "G_NEGDUR", "G_KEPT1", "G_TIMED", "G_T0MIN", "G_T0MAX", "G_T1MIN", "G_T1MAX", "G_FLOWS", "G_PID0",
            "G_PID1", "G_MIXED", "G_COLS", "X_TS_MIN", "X_TS_MAX", "X_END", "X_WRITTEN", "KIND_EMPTY", "KIND_KEPT",

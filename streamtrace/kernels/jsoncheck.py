@@ -12,6 +12,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .cachedir import ensure_cache
+
+ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
+
 __all__ = ["MAX_DEPTH", "MEMBERS_CAP", "MEMBERS_INVALID", "MEMBERS_UNUSUAL", "is_valid_json",
            "valid_json_with", "value_end", "object_members", "event_members", "bytes_equal"]
 

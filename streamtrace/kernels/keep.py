@@ -11,6 +11,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .cachedir import ensure_cache
+
+ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
+
 __all__ = ["C_KEPT", "C_WINDOW", "C_FLOW", "C_CLASS", "C_STEP", "C_OTHER_FLOW", "MISSING_OUT", "NEGDUR_OUT",
            "SEQ_SHIFT", "R_BITS", "NO_T0", "NO_T1", "R_T0", "R_T1", "R_END", "R_FLOW", "R_PID", "R_COLS",
            "S_OPEN", "S_PREV_END", "S_KEPT", "S_GONE", "S_GONE_MISSING", "S_GONE_NEGDUR", "S_FIRST",

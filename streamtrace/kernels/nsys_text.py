@@ -14,6 +14,9 @@ from __future__ import annotations
 from numba import njit
 
 from .numtext import put_int, put_us
+from .cachedir import ensure_cache
+
+ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
 
 __all__ = ["nsys_event_text", "ROW_BYTES"]
 

@@ -9,6 +9,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .cachedir import ensure_cache
+
+ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
+
 __all__ = ["put_int", "put_us"]
 
 _POW10 = np.array([10 ** k for k in range(1, 20)], np.uint64)        # 10 .. 10**19

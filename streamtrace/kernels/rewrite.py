@@ -21,9 +21,14 @@ from .jsoncheck import MAX_DEPTH, MEMBERS_CAP, MEMBERS_INVALID, bytes_equal, obj
 from .numtext import put_int, put_us
 from .scan import DONE, NEED_MORE, OBJECT, next_element, parse_ns, skip_value
 from .validate import member_fields, span_fields
+from .cachedir import ensure_cache
+
+ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
 
 __all__ = ["OK", "UNKNOWN_PID", "NEED_PYTHON", "OUT_FULL", "NEW_CAT", "KIND_CPU", "KIND_GPU", "KIND_OTHER",
-           "ID_LIMIT", "K_RAW", "scan_rewrite"]
+           "ID_LIMIT", "K_RAW", "CUR_POS", "CUR_END", "CUR_FOUND", "CUR_NEXT", "CUR_OUT", "CUR_LEN", "ST_COMMA",
+           "ST_WRITTEN", "ST_FIRST_OUT", "ST_HAS_FIRST_OUT", "ST_OUT_BASE", "ST_SEQ0", "ST_FIRST_IN",
+           "ST_HAS_FIRST_IN", "ST_LEN", "INFO_START", "INFO_END", "INFO_LEN", "scan_rewrite"]
 
 OK = 0
 UNKNOWN_PID = 1
@@ -32,6 +37,19 @@ OUT_FULL = 3
 NEW_CAT = 4         # a deferred filter met a flow category not yet in its table (info: its text's span)
 
 KIND_CPU, KIND_GPU, KIND_OTHER = 0, 1, 2
+
+# ``cur`` (int64[CUR_LEN]), the cursor of :func:`scan_rewrite`: where scanning resumes, the bytes in the
+# window, the events found in this batch, the next event to rewrite, the bytes used in ``out``
+CUR_POS, CUR_END, CUR_FOUND, CUR_NEXT, CUR_OUT = 0, 1, 2, 3, 4
+CUR_LEN = 5
+# ``state`` (int64[ST_LEN]), carried from batch to batch: a comma before the next event written, events
+# written, the earliest shifted ts written and whether it is set, the output offset of ``out[0]``, with
+# ``defer`` the seq of the batch's first event, the earliest ts read (any event but metadata) and whether set
+ST_COMMA, ST_WRITTEN, ST_FIRST_OUT, ST_HAS_FIRST_OUT, ST_OUT_BASE, ST_SEQ0, ST_FIRST_IN, ST_HAS_FIRST_IN = range(8)
+ST_LEN = 8
+# ``info`` (int64[INFO_LEN]): the byte span the caller is asked about (UNKNOWN_PID, NEW_CAT)
+INFO_START, INFO_END = 0, 1
+INFO_LEN = 2
 
 ID_LIMIT = np.int64(1) << np.int64(40)
 
@@ -166,6 +184,12 @@ def _flow_kept(buf, cat_s, cat_e, id_s, id_e, fcat_text, fcat_off, nfcats, fkeys
     return 1 if j < fkeys.shape[0] and fkeys[j] == key else 0
 
 
+@njit(cache=True, inline="always")
+def _park(cur, at, found_n, i, o):
+    """The cursor saved before :func:`scan_rewrite` returns to its caller."""
+    cur[CUR_POS], cur[CUR_FOUND], cur[CUR_NEXT], cur[CUR_OUT] = at, found_n, i, o
+
+
 @njit(cache=True)
 def scan_rewrite(buf, cur, starts, ends, sep, out, state,
                  pid_text, pid_off, pid_new, pid_kind, pid_used, npids,
@@ -177,23 +201,26 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
     the rewrite in one pass over the bytes (the member walk that locates an event's fields
     also finds where it ends).
 
-    ``cur`` (int64[5]) is the cursor, read and updated: [0] the byte position where
-    scanning resumes, [1] the bytes in ``buf``, [2] ``k``, the events found in this batch
-    (their byte ranges in ``starts``/``ends``, as scan_bounds fills them; at most
-    ``len(starts)``), [3] ``i``, the next event of the batch to rewrite (events ``i ..
-    k-1`` were found but not yet rewritten: they are rewritten first), [4] the bytes used
-    in ``out``.  ``sep``: the separator state of :func:`~streamtrace.kernels.scan.scan_events`.
+    Callers use it through :class:`streamtrace.kernels.rewriter.Rewriter`, which owns these arrays
+    and the status loop.  ``cur`` (int64[CUR_LEN]) is the cursor, read and updated: ``cur[CUR_POS]``
+    the byte position where scanning resumes, ``cur[CUR_END]`` the bytes in ``buf``, ``cur[CUR_FOUND]``
+    ``k``, the events found in this batch (their byte ranges in ``starts``/``ends``, as scan_bounds
+    fills them; at most ``len(starts)``), ``cur[CUR_NEXT]`` ``i``, the next event of the batch to
+    rewrite (events ``i .. k-1`` were found but not yet rewritten: they are rewritten first),
+    ``cur[CUR_OUT]`` the bytes used in ``out``.  ``sep``: the separator state of
+    :func:`~streamtrace.kernels.scan.scan_events`.
     ``kept[j]`` (uint8, length >= len(starts)) is set to 1 for each event j written; when
     ``fields`` has rows (int64[len(starts), NF]), row j gets event j's validate fields
     (:func:`streamtrace.kernels.validate.member_fields`, read from the same member walk).
 
     ``ts``/``dur`` are read from their number text (exact int64 ns, as
     :func:`streamtrace.kernels.scan.scan_events` reads them).
-    ``state``: int64[8]: [0] 1 when a comma must precede the next event written,
-    [1] events written, [2] earliest ts written (ns, shifted), [3] 1 once [2] is set, [4] the
-    output offset of ``out[0]`` (kept by the caller; only ``defer`` reads it), [5] with ``defer``: the
-    seq of the batch's first event, [6] the earliest ts of any event but metadata (ns, before any
-    filter; an unreadable ts goes to Python), [7] 1 once [6] is set.
+    ``state`` (int64[ST_LEN]): ``ST_COMMA`` 1 when a comma must precede the next event written,
+    ``ST_WRITTEN`` events written, ``ST_FIRST_OUT`` the earliest ts written (ns, shifted; ``ST_HAS_FIRST_OUT``
+    1 once set), ``ST_OUT_BASE`` the output offset of ``out[0]`` (kept by the caller; only ``defer`` reads
+    it), with ``defer``: ``ST_SEQ0`` the seq of the batch's first event, ``ST_FIRST_IN`` the earliest ts
+    of any event but metadata (ns, before any filter; an unreadable ts goes to Python; ``ST_HAS_FIRST_IN``
+    1 once set).
     ``pid_text``/``pid_off``: concatenated raw JSON texts of known pids (entry k is
     ``pid_text[pid_off[k]:pid_off[k+1]]``), ``pid_new``/``pid_kind`` their merged pid
     and kind (KIND_CPU/GPU/OTHER); ``pid_used[k]`` is set to 1 when pid k gets an event.
@@ -205,25 +232,25 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
 
     Returns ``(status, scan_status)``.  ``status`` OK: the batch ends, ``scan_status`` as
     scan_bounds returns it (NEED_MORE at the window's end or with ``len(starts)`` events
-    found, DONE past the closing ``]``, BAD at a syntax error; ``cur[0]`` = that
-    position).  Otherwise event ``i`` = ``cur[3]`` needs the caller: UNKNOWN_PID with
-    ``info[0:2]`` = the pid's byte span (register it, call again); NEED_PYTHON (rewrite
-    it with the Python twin, set ``cur[3]`` = i + 1, call again); OUT_FULL (``out`` cannot
-    take it: empty ``out``, call again).  Counts written events in ``state[1]``.
+    found, DONE past the closing ``]``, BAD at a syntax error; ``cur[CUR_POS]`` = that
+    position).  Otherwise event ``i`` = ``cur[CUR_NEXT]`` needs the caller: UNKNOWN_PID with
+    ``info[INFO_START:INFO_END + 1]`` = the pid's byte span (register it, call again); NEED_PYTHON
+    (rewrite it with the Python twin, set ``cur[CUR_NEXT]`` = i + 1, call again); OUT_FULL (``out``
+    cannot take it: empty ``out``, call again).  Counts written events in ``state[ST_WRITTEN]``.
     ``defer`` (a time filter decided after the pass, :mod:`streamtrace.merge.deferred`; ``has_window``
     is then False): every event is written as without a filter, and ``rcls[j]`` (uint8, length >=
     len(starts)) / ``rec[j]`` (int64[len(starts), R_COLS]) tell what decides it afterwards: the class
     (C_KEPT, C_WINDOW, C_FLOW; 0: not written), C_STEP for a ProfilerStep candidate (flagged before
-    any filter, for Python to decode), ``rec[j, R_BITS]`` = ``(state[5] + j) << 8 | class`` (its
-    seq: ``state[5]`` is the index of the batch's first event in the rank), ``rec[j, R_T0]`` its ts and
+    any filter, for Python to decode), ``rec[j, R_BITS]`` = ``(state[ST_SEQ0] + j) << 8 | class`` (its
+    seq: ``state[ST_SEQ0]`` is the index of the batch's first event in the rank), ``rec[j, R_T0]`` its ts and
     ``R_T1`` its end (ts + dur when dur > 0; ns, rank-local; NO_T0 / NO_T1 for C_KEPT), ``R_END`` the output
-    offset just past it (``state[4]``: the offset of ``out[0]`` in the whole output), ``R_FLOW`` a flow's
-    ``cat index << 40 | id`` (the cat texts in ``fcat_text``/``fcat_off``: NEW_CAT with ``info[0:2]`` = the span
+    offset just past it (``state[ST_OUT_BASE]``: the offset of ``out[0]`` in the whole output), ``R_FLOW`` a flow's
+    ``cat index << 40 | id`` (the cat texts in ``fcat_text``/``fcat_off``: NEW_CAT with ``info`` = the span
     of a text not there yet: add it, call again), ``R_PID`` the merged pid.  Twins: scan_bounds (the byte
     ranges) and :func:`streamtrace.merge.rank.rewrite_dict` (the rewrite), both property-tested."""
     cap = out.shape[0]
     bcap = starts.shape[0]
-    at, nbytes, found_n, i, o = cur[0], cur[1], cur[2], cur[3], cur[4]
+    at, nbytes, found_n, i, o = cur[CUR_POS], cur[CUR_END], cur[CUR_FOUND], cur[CUR_NEXT], cur[CUR_OUT]
     want_fields = fields.shape[0] > 0
     spans = np.empty((8, 3), np.int64)
     vstack = np.zeros(MAX_DEPTH, np.uint8)
@@ -239,7 +266,7 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
         else:
             found, at = next_element(buf, at, nbytes, sep)
             if found != OBJECT or found_n >= bcap:
-                cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+                _park(cur, at, found_n, i, o)
                 return OK, (found if found != OBJECT else NEED_MORE)
             s = at
             # -- find its end, validate it and locate the fields in one pass --------
@@ -247,7 +274,7 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
             if nm == MEMBERS_INVALID:    # invalid, or cut by the window's end
                 done, e = skip_value(buf, s, nbytes)
                 if done != DONE:
-                    cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+                    _park(cur, at, found_n, i, o)
                     return OK, NEED_MORE
                 nm, na, arow, _ = object_members(buf, s, e, vstack, mem, amem, K_ARGS, whole)
             starts[found_n] = s
@@ -256,12 +283,12 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
             sep[0] = 1
             at = e
         if cap - o < (e - s) + 200:
-            cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+            _park(cur, at, found_n, i, o)
             return OUT_FULL, NEED_MORE
         if nm < 0:
             if want_fields:
                 member_fields(buf, nm, na, arow, mem, amem, fields, i)
-            cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+            _park(cur, at, found_n, i, o)
             return NEED_PYTHON, NEED_MORE        # Python decodes it (and reports invalid JSON)
         tid_s = tid_e = np.int64(-1)
         tid_dup = False
@@ -319,7 +346,7 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
         if bad or ph_s < 0 or pid_s < 0 or ph_e - ph_s != 3 or buf[ph_s] != 34:
             if want_fields:
                 member_fields(buf, nm, na, arow, mem, amem, fields, i)
-            cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+            _park(cur, at, found_n, i, o)
             return NEED_PYTHON, NEED_MORE
         if want_fields and (tid_dup or not span_fields(buf, fields, i, ph_s, pid_s, pid_e, tid_s, tid_e, ts_s, ts_e,
                                                        dur_s, dur_e, cat_s, cat_e, id_s, id_e)):
@@ -340,11 +367,11 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
         if defer and (ndrop > 0 or gpu_only) and ph != 77 and ts_s >= 0:    # the earliest ts, filtered or not
             ok0, t_first = _value_ns(buf, ts_s, ts_e)
             if not ok0:
-                cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+                _park(cur, at, found_n, i, o)
                 return NEED_PYTHON, NEED_MORE
-            if state[7] == 0 or t_first < state[6]:
-                state[6] = t_first
-                state[7] = 1
+            if state[ST_HAS_FIRST_IN] == 0 or t_first < state[ST_FIRST_IN]:
+                state[ST_FIRST_IN] = t_first
+                state[ST_HAS_FIRST_IN] = 1
         # -- filters ---------------------------------------------------------
         if ndrop > 0 and cat_s >= 0 and buf[cat_s] == 34:
             dropped = False
@@ -374,23 +401,23 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
                     k = q
                     break
         if k < 0:
-            info[0] = pid_s
-            info[1] = pid_e
-            cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+            info[INFO_START] = pid_s
+            info[INFO_END] = pid_e
+            _park(cur, at, found_n, i, o)
             return UNKNOWN_PID, NEED_MORE
         if gpu_only and (is_flow or pid_kind[k] != KIND_GPU):
             i += 1
             continue
         ts_ok, tsv = _value_ns(buf, ts_s, ts_e)
         if ts_s >= 0 and not ts_ok:
-            cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+            _park(cur, at, found_n, i, o)
             return NEED_PYTHON, NEED_MORE
-        if defer and ts_ok and ph != 77 and (state[7] == 0 or tsv < state[6]):
-            state[6] = tsv
-            state[7] = 1
+        if defer and ts_ok and ph != 77 and (state[ST_HAS_FIRST_IN] == 0 or tsv < state[ST_FIRST_IN]):
+            state[ST_FIRST_IN] = tsv
+            state[ST_HAS_FIRST_IN] = 1
         dur_ok, durv = _value_ns(buf, dur_s, dur_e)
         if dur_s >= 0 and not dur_ok:       # a dur in a string, null, a boolean, beyond int64 ns
-            cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+            _park(cur, at, found_n, i, o)
             return NEED_PYTHON, NEED_MORE
         if has_window and ts_ok and ph != 77:
             t0 = tsv
@@ -403,7 +430,7 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
             if is_flow:
                 fk = _flow_kept(buf, cat_s, cat_e, id_s, id_e, fcat_text, fcat_off, nfcats, fkeys)
                 if fk < 0:
-                    cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+                    _park(cur, at, found_n, i, o)
                     return NEED_PYTHON, NEED_MORE
                 if fk == 0:
                     i += 1
@@ -417,12 +444,12 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
             if is_flow:
                 c, fid = _flow_cat(buf, cat_s, cat_e, id_s, id_e, fcat_text, fcat_off, nfcats)
                 if c == -2:
-                    cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+                    _park(cur, at, found_n, i, o)
                     return NEED_PYTHON, NEED_MORE
                 if c == -1:
-                    info[0] = cat_s + 1
-                    info[1] = cat_e - 1
-                    cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+                    info[INFO_START] = cat_s + 1
+                    info[INFO_END] = cat_e - 1
+                    _park(cur, at, found_n, i, o)
                     return NEW_CAT, NEED_MORE
                 cls = C_FLOW
                 fkey = (np.int64(c) << np.int64(40)) | fid
@@ -430,23 +457,23 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
         if is_flow and id_s >= 0:
             idv = _read_uint(buf, id_s, id_e)
             if idv < 0 or idv >= ID_LIMIT:
-                cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+                _park(cur, at, found_n, i, o)
                 return NEED_PYTHON, NEED_MORE
         corr = ext = ext2 = np.int64(-1)
         if corr_s >= 0:
             corr = _read_uint(buf, corr_s, corr_e)
             if corr < 0 or corr >= ID_LIMIT:
-                cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+                _park(cur, at, found_n, i, o)
                 return NEED_PYTHON, NEED_MORE
         if ext_s >= 0:
             ext = _read_uint(buf, ext_s, ext_e)
             if ext < 0 or ext >= ID_LIMIT:
-                cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+                _park(cur, at, found_n, i, o)
                 return NEED_PYTHON, NEED_MORE
         if ext2_s >= 0:
             ext2 = _read_uint(buf, ext2_s, ext2_e)
             if ext2 < 0 or ext2 >= ID_LIMIT:
-                cur[0], cur[2], cur[3], cur[4] = at, found_n, i, o
+                _park(cur, at, found_n, i, o)
                 return NEED_PYTHON, NEED_MORE
         # -- emit ------------------------------------------------------------
         ns = 0
@@ -480,7 +507,7 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
                     spans[b - 1, c3] = spans[b, c3]
                     spans[b, c3] = tmp
                 b -= 1
-        if state[0] != 0:
+        if state[ST_COMMA] != 0:
             out[o] = 44
             o += 1
         pos = s
@@ -521,19 +548,19 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
         o = _put(out, o, buf, pos, e)
         if defer:
             rcls[i] = (rcls[i] & ~C_CLASS) | cls
-            rec[i, R_BITS] = ((state[5] + i) << 8) | cls
+            rec[i, R_BITS] = ((state[ST_SEQ0] + i) << 8) | cls
             if cls == C_KEPT:
                 rec[i, R_T0], rec[i, R_T1] = NO_T0, NO_T1
-            rec[i, R_END] = state[4] + o
+            rec[i, R_END] = state[ST_OUT_BASE] + o
             rec[i, R_FLOW] = fkey
             rec[i, R_PID] = pid_new[k]
-        state[0] = 1
-        state[1] += 1
+        state[ST_COMMA] = 1
+        state[ST_WRITTEN] += 1
         kept[i] = 1
         pid_used[k] = 1
         if ts_s >= 0 and ph != 77:
             t_out = tsv + shift_ns
-            if state[3] == 0 or t_out < state[2]:
-                state[2] = t_out
-                state[3] = 1
+            if state[ST_HAS_FIRST_OUT] == 0 or t_out < state[ST_FIRST_OUT]:
+                state[ST_FIRST_OUT] = t_out
+                state[ST_HAS_FIRST_OUT] = 1
         i += 1

@@ -12,6 +12,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .cachedir import ensure_cache
+
+ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
+
 __all__ = ["union_into", "merge_runs", "sort_group"]
 
 

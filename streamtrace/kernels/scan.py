@@ -21,6 +21,10 @@ import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import trailing_zeros
 
+from .cachedir import ensure_cache
+
+ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
+
 __all__ = ["NEED_MORE", "DONE", "BAD", "HAS_TS", "HAS_DUR", "TS_BAD", "DUR_BAD", "BIG_INT", "OBJECT", "skip_ws",
            "skip_string", "skip_value", "parse_ns", "next_element", "scan_events", "split_points", "scan_bounds"]
 

@@ -23,6 +23,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .cachedir import ensure_cache
+
+ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
+
 __all__ = ["ABSENT", "CORRUPT", "NULL", "ODD", "NEED_OVERFLOW", "OK", "varint", "decode_record", "decode_leaves",
            "interior_children", "local_size"]
 

@@ -18,6 +18,10 @@ from .jsoncheck import bytes_equal
 from .scan import BIG_INT, DUR_BAD, HAS_DUR, HAS_TS, NEED_MORE, OBJECT, TS_BAD, next_element, parse_ns, skip_string, \
     skip_ws
 
+from .cachedir import ensure_cache
+
+ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
+
 __all__ = ["S_OTHER", "S_META", "S_FLOW", "S_DECODE", "ID_DIGITS", "NEW_CAT", "scan_survey"]
 
 S_OTHER = 0     # none of the below: only its ts counts (the earliest ts)

@@ -37,6 +37,9 @@ from numba import njit
 
 from .intervals import as_int64
 from .runs import merge_runs, sort_group, union_into
+from .cachedir import ensure_cache
+
+ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
 
 __all__ = [
     "build_call_tree",

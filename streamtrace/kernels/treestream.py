@@ -32,6 +32,9 @@ import numpy as np
 from numba import njit
 
 from .runs import merge_runs, sort_group, union_into
+from .cachedir import ensure_cache
+
+ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
 
 __all__ = ["TreeStream", "REC_DTYPE", "RES_DTYPE", "gather_strings"]
 

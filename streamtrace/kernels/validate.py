@@ -22,11 +22,15 @@ from numba import njit
 from .extract import fnv1a, int_literal
 from .jsoncheck import MAX_DEPTH, MEMBERS_CAP, bytes_equal, event_members
 from .scan import DUR_BAD, HAS_DUR, HAS_TS, TS_BAD, parse_ns
+from .cachedir import ensure_cache
+
+ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
 
 __all__ = ["ABSENT", "NULL", "INT", "STR", "FLOAT", "OTHER", "PH_NONE", "PH_X", "PH_S", "PH_F", "PH_OTHER",
            "NF", "C_PH", "C_PIDK", "C_PIDV", "C_TIDK", "C_TIDV", "C_TS", "C_DUR", "C_TFLAGS", "C_CATK", "C_CATV",
            "C_IDK", "C_IDV", "C_RANKK", "C_RANKV", "C_PY", "event_fields", "member_fields", "span_fields", "nesting_chunk", "flow_chunk", "flow_close",
-           "batch_records", "NEST_COLS", "FLOW_COLS",
+           "batch_records", "NEST_COLS", "FLOW_COLS", "BC_EVENTS", "BC_MISSING", "BC_NEGDUR", "NEST_STATE", "NS_BAD",
+           "NS_TRACKS", "NS_GPU_OVERLAP", "FLOW_STATE", "FC_KEYS", "FC_UNMATCHED", "FC_DUPLICATE", "FC_CROSS_RANK",
            "V_IN", "V_OUT", "GPU_TRACK", "GPU_CATS", "GPU_CAT_HASHES"]
 
 # value kinds
@@ -248,6 +252,13 @@ def span_fields(buf, out, i, ph_s, pid_s, pid_e, tid_s, tid_e, ts_s, ts_e, dur_s
 
 NEST_COLS = 6       # batch_records' X-slice rows: tkind, pid, tid, start, end, view
 FLOW_COLS = 8       # its flow-end rows: kinds, cat, id, seq, ph, rankk, rank, view
+BC_EVENTS, BC_MISSING, BC_NEGDUR = 0, 1, 2          # batch_records' counts columns (int64[2, 3], a row per view)
+# nesting_chunk's state (int64[NEST_STATE]): the running totals of view v at NS_BAD + v, NS_TRACKS + v,
+# NS_GPU_OVERLAP + v (the other slots: the track in progress and its stacks' depths)
+NEST_STATE = 14
+NS_BAD, NS_TRACKS, NS_GPU_OVERLAP = 6, 8, 12
+FLOW_STATE = 16     # flow_chunk's state: the key in progress
+FC_KEYS, FC_UNMATCHED, FC_DUPLICATE, FC_CROSS_RANK = 0, 1, 2, 3     # flow_chunk's counts columns (int64[2, 4])
 
 
 @njit(cache=True)
@@ -265,7 +276,8 @@ def batch_records(f, view, out_pid, seq0, nest, flows, counts):
     ``flows``: key kind ``cat kind * 8 + id kind`` with an absent kind read as NULL, cat and id
     values, ``seq0 + i`` (file order), ph, ``args.rank`` kind and value, its views).  Rows are in
     file order; ``nest``: int64[>= n, NEST_COLS], ``flows``: int64[>= n, FLOW_COLS].  ``counts``:
-    int64[2, 3] per view: events, missing field, negative dur (added to).  Returns ``(X rows, flow
+    int64[2, 3] per view: BC_EVENTS events, BC_MISSING missing field, BC_NEGDUR negative dur (added to);
+    callers use it through :class:`streamtrace.kernels.validator.BatchRecords`.  Returns ``(X rows, flow
     rows)``.  O(n).  Twin: :func:`streamtrace.kernels.reference.validate.batch_records_py`."""
     nn = 0
     nf = 0
@@ -280,12 +292,12 @@ def batch_records(f, view, out_pid, seq0, nest, flows, counts):
         for v in range(2):
             if not (view[i] >> v) & 1:
                 continue
-            counts[v, 0] += 1
+            counts[v, BC_EVENTS] += 1
             if other or (pidk == ABSENT and not (v == 1 and out_pid)):
-                counts[v, 1] += 1
+                counts[v, BC_MISSING] += 1
             elif ph == PH_X:
                 if (tfl & HAS_DUR) == 0 or (tfl & DUR_BAD) != 0 or f[i, C_DUR] < 0:
-                    counts[v, 2] += 1
+                    counts[v, BC_NEGDUR] += 1
                 else:
                     xv |= 1 << v
             elif ph == PH_S or ph == PH_F:
@@ -329,10 +341,11 @@ def nesting_chunk(tkind, pidv, tidv, start, end, view, state, stacks):
     counted bad and not pushed).  On a GPU stream's track (``tkind & GPU_TRACK``) such a slice is
     two kernels overlapping on one stream, counted apart.
 
-    ``state``: int64[14]: [0] 1 once a track was seen, [1..3] the current track, [4] depth of the
-    V_IN stack, [5] of the V_OUT stack, [6] bad V_IN, [7] bad V_OUT, [8] tracks V_IN, [9] tracks
-    V_OUT (running totals), [10], [11] 1 once the current track had a V_IN / V_OUT record, [12]
-    GPU-stream overlaps V_IN, [13] V_OUT (running totals).
+    ``state``: int64[NEST_STATE]: [0] 1 once a track was seen, [1..3] the current track, [4] depth of the
+    V_IN stack, [5] of the V_OUT stack, [NS_BAD + v] bad slices of view v, [NS_TRACKS + v] tracks (running
+    totals), [10], [11] 1 once the current track had a V_IN / V_OUT record, [NS_GPU_OVERLAP + v]
+    GPU-stream overlaps (running totals).  Callers use it through
+    :class:`streamtrace.kernels.validator.NestingRun`, which owns the state and grows the stacks.
     ``stacks``: int64[2, cap] (ends of the open slices per view).  Returns the number of records
     consumed: less than ``len(start)`` when a stack is full (grow ``stacks`` and call again on the
     rest).  O(n) amortised."""
@@ -361,15 +374,15 @@ def nesting_chunk(tkind, pidv, tidv, start, end, view, state, stacks):
                 continue
             if state[10 + v] == 0:
                 state[10 + v] = 1
-                state[8 + v] += 1
+                state[NS_TRACKS + v] += 1
             top = state[4 + v]
             while top > 0 and stacks[v, top - 1] <= s:
                 top -= 1
             if top > 0 and e > stacks[v, top - 1]:
                 if tkind[i] & GPU_TRACK:
-                    state[12 + v] += 1
+                    state[NS_GPU_OVERLAP + v] += 1
                 else:
-                    state[6 + v] += 1
+                    state[NS_BAD + v] += 1
             else:
                 stacks[v, top] = e
                 top += 1
@@ -386,10 +399,11 @@ def flow_chunk(kinds, catv, idv, ph, rankk, rankv, view, state, counts):
     one has a rank (Python equality of the canonical pairs).  (V_OUT is merge's output of one rank,
     whose every event has that rank.)
 
-    ``state``: int64[16]: [0] 1 once a key was seen, [1..3] the key, then per view v at
+    ``state``: int64[FLOW_STATE]: [0] 1 once a key was seen, [1..3] the key, then per view v at
     4 + 6*v: s ends, f ends, 1 when the view had an end, first rank kind, first rank value, cross.
-    ``counts``: int64[2, 4] running totals per view: keys, unmatched keys (no ``s`` or no ``f``),
-    duplicate keys (more than one ``s`` or ``f``), cross-rank keys.  After the last chunk, close the
+    ``counts``: int64[2, 4] running totals per view: FC_KEYS keys, FC_UNMATCHED unmatched keys (no ``s``
+    or no ``f``), FC_DUPLICATE duplicate keys (more than one ``s`` or ``f``), FC_CROSS_RANK cross-rank
+    keys.  Callers use it through :class:`streamtrace.kernels.validator.FlowRun`.  After the last chunk, close the
     last key with :func:`flow_close`.  Returns ``len(kinds)``.  O(n)."""
     n = kinds.shape[0]
     for i in range(n):
@@ -400,7 +414,7 @@ def flow_chunk(kinds, catv, idv, ph, rankk, rankv, view, state, counts):
             state[1] = kinds[i]
             state[2] = catv[i]
             state[3] = idv[i]
-            for q in range(4, 16):
+            for q in range(4, FLOW_STATE):
                 state[q] = 0
         for v in range(2):
             if not view[i] & (1 << v):
@@ -434,11 +448,11 @@ def flow_close(state, counts):
         b = 4 + 6 * v
         if state[b + 2] == 0:
             continue
-        counts[v, 0] += 1
+        counts[v, FC_KEYS] += 1
         if state[b] == 0 or state[b + 1] == 0:
-            counts[v, 1] += 1
+            counts[v, FC_UNMATCHED] += 1
         if state[b] > 1 or state[b + 1] > 1:
-            counts[v, 2] += 1
+            counts[v, FC_DUPLICATE] += 1
         if state[b + 5]:
-            counts[v, 3] += 1
+            counts[v, FC_CROSS_RANK] += 1
     state[0] = 0

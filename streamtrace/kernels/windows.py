@@ -56,6 +56,9 @@ import numpy as np
 from numba import njit
 
 from .intervals import as_int64
+from .cachedir import ensure_cache
+
+ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
 
 __all__ = ["innermost", "WindowIndex", "shortest_overlapping"]
 

@@ -2,10 +2,12 @@
 
 :func:`merge` (``streamtrace.merge(...)``) finds the rank files and merges each
 iteration; :func:`merge_files` merges given :class:`~streamtrace.trace.discover.TraceFile` s.
-Inside: the survey of each rank (:mod:`~streamtrace.merge.survey`), the per-event rewrite of one
-rank (:mod:`~streamtrace.merge.rank`, its pid and id rules in :mod:`~streamtrace.merge.pids`), one
-big rank rewritten in byte ranges (:mod:`~streamtrace.merge.ranges`), the orchestration
-(:mod:`~streamtrace.merge.run`) and the stitched output (:mod:`~streamtrace.merge.output`).
+Inside, one module per step of the line (:mod:`~streamtrace.merge.line`): discover
+(:mod:`~streamtrace.merge.run`), survey/plan (:mod:`~streamtrace.merge.plan`, each rank's survey in
+:mod:`~streamtrace.merge.survey`), rewrite (:mod:`~streamtrace.merge.rewrite`: one rank in
+:mod:`~streamtrace.merge.rank`, its pid and id rules in :mod:`~streamtrace.merge.pids`, one big rank in byte
+ranges in :mod:`~streamtrace.merge.ranges`, the workers' typed results in :mod:`~streamtrace.merge.outcome`),
+stitch (:mod:`~streamtrace.merge.output`) and validate (:mod:`streamtrace.validate.merged`).
 """
 from ..runtime.stage import stage_package
 from .options import MergeOptions

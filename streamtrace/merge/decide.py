@@ -5,7 +5,10 @@ range), a task per parked rank (:func:`finish_parked_ranks`), and the gzip membe
 kept runs (:func:`gzip_split_runs`).  Called by :mod:`streamtrace.merge.run` on the rewrite's pool."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..runtime.parallel import run_tasks
+from .outcome import ParkedRank, RankResult, SplitParked
 from .rank import RankPlan, finish_parked
 from .split_filter import decide_split, found_survey, gzip_runs, gzip_tasks, split_steps_window
 from .survey import Survey, plan_time
@@ -21,14 +24,14 @@ def parked_keeps(files, surveys, results, opt) -> dict:
     if opt.window_ms is not None:
         return plan_time(files, found, opt)[2]
     return {tf.rank: split_steps_window(tf.path, opt.steps, f) for tf, f, r in zip(files, found, results)
-            if "split_parked" in r}
+            if isinstance(r, SplitParked)}
 
 
-def finish_parked_ranks(plans, results, keeps, opt, jobs, executor=None) -> list[dict]:
+def finish_parked_ranks(plans, results, keeps, opt, jobs, executor=None) -> list:
     """Each parked rank decided under its keep-window and written by a task
     (:func:`streamtrace.merge.rank.finish_parked`, :func:`streamtrace.merge.split_filter.decide_split`);
     the other results as they are."""
-    todo = [i for i, r in enumerate(results) if "parked" in r or "split_parked" in r]
+    todo = [i for i, r in enumerate(results) if isinstance(r, (ParkedRank, SplitParked))]
     done = run_tasks(_decide, [(plans[i], results[i], keeps[plans[i].rank]) for i in todo], jobs,
                      executor=executor, scheduler=opt.scheduler)
     out = list(results)
@@ -37,28 +40,29 @@ def finish_parked_ranks(plans, results, keeps, opt, jobs, executor=None) -> list
     return out
 
 
-def _found(s: Survey, r: dict) -> Survey | None:
+def _found(s: Survey, r) -> Survey | None:
     """A parked rank's steps and earliest event as its survey would give them (None: not parked)."""
-    if "parked" in r:
-        return Survey(s.metadata, r["parked"].defer.first, r["parked"].defer.steps_found, {})
-    if "split_parked" in r:
-        return found_survey(s.metadata, r["split_parked"][1])
+    if isinstance(r, ParkedRank):
+        return Survey(s.metadata, r.parked.defer.first, r.parked.defer.steps_found, {})
+    if isinstance(r, SplitParked):
+        return found_survey(s.metadata, r.parts)
     return None
 
 
-def _decide(plan: RankPlan, res: dict, keep) -> dict:
+def _decide(plan: RankPlan, res: ParkedRank | SplitParked, keep) -> RankResult:
     """Task: one parked rank decided (:func:`finish_parked`, or a split rank's
     :func:`~streamtrace.merge.split_filter.decide_split`)."""
-    if "split_parked" in res:
-        sf, parts, pids = res["split_parked"]
-        return decide_split(plan, sf, parts, pids, keep)
+    if isinstance(res, SplitParked):
+        return decide_split(plan, res.split, res.parts, res.pids, keep)
     return finish_parked(plan, res, keep)
 
 
-def gzip_split_runs(results, opt, jobs, executor=None) -> None:
+def gzip_split_runs(results: list[RankResult], opt, jobs, executor=None) -> list[RankResult]:
     """A ``.json.gz`` output: each decided split rank's kept runs (``(tentative, runs)`` segments of
-    ``results``, changed in place) compressed into the range's own segment, a task per range."""
-    gz = [(res, t) for res in results for t in gzip_tasks(res, opt.compresslevel)]
+    ``results``) compressed into the range's own segment, a task per range; returns the results with
+    those segments replaced by the members written."""
+    gz = [(i, t) for i, res in enumerate(results) for t in gzip_tasks(res, opt.compresslevel)]
     members = run_tasks(gzip_runs, [t for _, t in gz], jobs, executor=executor, scheduler=opt.scheduler)
-    for (res, t), path in zip(gz, members):
-        res["segments"] = [path if isinstance(s, tuple) and s[0] == t[0] else s for s in res["segments"]]
+    written = {t[0]: path for (_, t), path in zip(gz, members)}
+    return [replace(res, segments=tuple(written.get(s[0], s) if isinstance(s, tuple) else s for s in res.segments))
+            if any(isinstance(s, tuple) for s in res.segments) else res for res in results]

@@ -31,9 +31,11 @@ import numpy as np
 from ..kernels import keep as KK
 from ..kernels import rewrite as RW
 from ..kernels import validate as KV
+from ..kernels.keeper import Keeper
 from ..runtime.errors import StreamtraceError
 from ..trace.decode import loads
-from .flows import plain_id, text_table
+from ..kernels.texts import text_table
+from .flows import plain_id
 from .prepass import Tally, account_event, event_times_ns
 
 CHUNK_ROWS = 1 << 16
@@ -263,37 +265,33 @@ class DeferredFilter:
         rank's steps).  ``kept_keys``: the kept flows' sorted keys in this filter's numbering (None:
         from its own flows, :meth:`kept_flows`; a byte range of a rank gets them from the whole rank's,
         :mod:`streamtrace.merge.split_filter`).  Raises :class:`StreamtraceError` when a step is missing."""
-        d, kept_keys, state = self._begin(path, shift_ns, keep, kept_keys)
-        if state is None:
+        d, keeper = self._begin(path, shift_ns, keep, kept_keys)
+        if keeper is None:
             return d
-        runs, pids = np.empty((CHUNK_ROWS + 1, 2), np.int64), np.empty(CHUNK_ROWS, np.int64)
-        parts = []
         with open(self.spill_path, "rb") as f:
             while True:
                 rows = np.fromfile(f, np.int64, CHUNK_ROWS * KK.R_COLS).reshape(-1, KK.R_COLS)
-                nr, npid = KK.keep_rows(rows, d.lo, d.hi, kept_keys, shift_ns, d.dropped_seq, runs, pids, state)
-                parts.append(runs[:nr].copy())
-                d.used.update(pids[:npid].tolist())
                 if not len(rows):
                     break
-        return d.done(parts, state)
+                keeper.rows(rows)
+        keeper.close()
+        return d.done(keeper)
 
     def _close_spill(self) -> None:
         if self.spill is not None:
             self.spill.close()
 
     def _begin(self, path, shift_ns: int, keep, kept_keys) -> tuple:
-        """:meth:`finish`'s start: ``(decision, kept_keys, state)``, the state (int64[S_COLS]) of
-        :func:`~streamtrace.kernels.keep.keep_rows` set for the first chunk, or None when the window
-        covers every written event (the decision is then made, :meth:`_keep_all`)."""
+        """:meth:`finish`'s start: ``(decision, keeper)``, the :class:`~streamtrace.kernels.keeper.Keeper` that
+        decides the rows, or None when the window covers every written event (the decision is then
+        made, :meth:`_keep_all`)."""
         lo, hi = keep if keep is not None else self.window(path)
         self._close_spill()
         d = Decision(lo, hi, self.n_in)
         if kept_keys is None and self.covered(lo, hi):
-            return self._keep_all(d, shift_ns), kept_keys, None
-        state = np.zeros(KK.S_COLS, np.int64)
-        state[KK.S_OPEN], state[KK.S_PREV_END] = -1, -1
-        return d, self.kept_flows(lo, hi) if kept_keys is None else kept_keys, state
+            return self._keep_all(d, shift_ns), None
+        kept_keys = self.kept_flows(lo, hi) if kept_keys is None else kept_keys
+        return d, Keeper(lo, hi, kept_keys, shift_ns, d.dropped_seq)
 
     def _keep_all(self, d: "Decision", shift_ns: int) -> "Decision":
         """``d`` keeping every written event (the window covers them all): what :func:`keep_rows`
@@ -321,20 +319,17 @@ class Decision:
         self.first_out = None
         self.dropped = {"events": 0, "missing": 0, "negdur": 0}
 
-    def done(self, parts: list, state: np.ndarray) -> "Decision":
-        """This decision once :func:`~streamtrace.kernels.keep.keep_rows` has seen the last chunk:
-        ``parts`` its kept runs (int64[n, 2] arrays, in order), ``state`` its final state."""
-        self.runs = np.concatenate(parts) if parts else np.zeros((0, 2), np.int64)
-        self.kept = int(state[KK.S_KEPT])
-        self.first_out = int(state[KK.S_FIRST]) if state[KK.S_HAS_FIRST] else None
-        self.dropped = {"events": int(state[KK.S_GONE]), "missing": int(state[KK.S_GONE_MISSING]),
-                        "negdur": int(state[KK.S_GONE_NEGDUR])}
+    def done(self, keeper: Keeper) -> "Decision":
+        """This decision once ``keeper`` has seen the last chunk (and closed its last run)."""
+        self.runs = keeper.runs
+        self.kept = keeper.kept
+        self.used = keeper.used
+        self.first_out = keeper.first_out
+        self.dropped = keeper.dropped
         return self
 
 
 def warm_keep() -> None:
     """Load :func:`~streamtrace.kernels.keep.keep_rows` (from numba's cache) into this process: merge's
     parent does it before forking its workers, which then share it."""
-    state = np.zeros(KK.S_COLS, np.int64)
-    KK.keep_rows(np.zeros((0, KK.R_COLS), np.int64), 0, 0, np.zeros(0, np.int64), 0, np.zeros(1, np.uint8),
-                 np.zeros((1, 2), np.int64), np.zeros(1, np.int64), state)
+    Keeper.warm()

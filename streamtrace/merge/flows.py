@@ -18,17 +18,9 @@ import numpy as np
 
 from ..kernels.rewrite import ID_LIMIT
 from ..kernels.survey import ID_DIGITS
+from ..kernels.texts import text_table
 
 _ID_END = 10 ** ID_DIGITS
-
-
-def text_table(texts) -> tuple[np.ndarray, np.ndarray]:
-    """``(text, off)``: the byte strings ``texts`` concatenated (uint8, read-only; one NUL byte when
-    empty) and their offsets (int64[len + 1]: entry k is ``text[off[k]:off[k + 1]]``), the tables
-    merge's numba kernels look texts up in."""
-    off = np.zeros(len(texts) + 1, np.int64)
-    off[1:] = np.cumsum([len(t) for t in texts]) if texts else []
-    return np.frombuffer(b"".join(texts) or b"\0", np.uint8), off
 
 
 def plain_id(v):

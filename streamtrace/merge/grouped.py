@@ -22,11 +22,11 @@ import numpy as np
 
 from ..kernels import groups as KG
 from ..kernels import keep as KK
+from ..kernels.keeper import Grouper
 from .deferred import Decision, DeferredFilter, flow_extents
 
 GROUP_EVENTS = 63       # events per group (at most kernels.groups.GROUP_MAX)
 SPILL_GROUPS = 1 << 13  # summaries gathered before they are written (1.2 MB)
-_NO_BITS = np.zeros(0, np.uint8)
 
 
 def group_kinds(groups: np.ndarray, fkeys: np.ndarray, lo: int, hi: int, kept_keys: np.ndarray) -> np.ndarray:
@@ -89,9 +89,7 @@ def warm_groups() -> None:
     merge's parent does it before forking its workers, which then share it
     (:func:`streamtrace.merge.rank.warm_kernels`; the decision's kernels are loaded by the one task
     that needs them)."""
-    groups, z = np.zeros((1, KG.G_COLS), np.int64), np.zeros(1, np.int64)
-    KG.group_batch(np.zeros(0, np.uint8), np.zeros((0, KK.R_COLS), np.int64), _NO_BITS, z, z, 0, 0, 1, groups, z,
-                   z, np.zeros(4, np.int64))
+    Grouper.warm()
 
 
 class GroupedFilter(DeferredFilter):
@@ -102,7 +100,7 @@ class GroupedFilter(DeferredFilter):
     def __init__(self, steps, spill_path: str, in_base: int):
         super().__init__(steps, spill_path)
         self.in_base = in_base
-        self.ext = np.array([KK.NO_T0, KK.NO_T1, -1, 0], np.int64)
+        self.grouper = Grouper(GROUP_EVENTS)
         self.flow_order = None          # the flow events' keys, in order (after the pass)
         self.pending, self.npending = [], 0     # summaries not yet in the spill file
 
@@ -110,21 +108,17 @@ class GroupedFilter(DeferredFilter):
         """One batch's events summarised in groups (:func:`~streamtrace.kernels.groups.group_batch`);
         the arguments are :meth:`DeferredFilter.add_batch`'s."""
         self.step_candidates(rcls, buf, starts, ends, path, base, times)
-        n = len(rcls)
-        groups = np.empty((-(-n // GROUP_EVENTS), KG.G_COLS), np.int64)
-        fkeys, fts = np.empty(n, np.int64), np.empty(n, np.int64)
-        ng, nf = KG.group_batch(rcls, rec, _NO_BITS if vbits is None else vbits, starts, ends, base + self.in_base,
-                                self.n_in, GROUP_EVENTS, groups, fkeys, fts, self.ext)
-        self.pending.append(groups[:ng])
-        self.npending += ng
+        groups, fkeys, fts = self.grouper.batch(rcls, rec, vbits, starts, ends, base + self.in_base, self.n_in)
+        self.pending.append(groups)
+        self.npending += len(groups)
         if self.npending >= SPILL_GROUPS:
             self._spill()
-        if nf:
-            self.flow_keys.append(fkeys[:nf].copy())
-            self.flow_ts.append(fts[:nf].copy())
-        e = self.ext.tolist()
-        self.ts_min, self.ts_max, self.end, self.written = e[KG.X_TS_MIN], e[KG.X_TS_MAX], e[KG.X_END], e[KG.X_WRITTEN]
-        self.n_in += n
+        if len(fkeys):
+            self.flow_keys.append(fkeys)
+            self.flow_ts.append(fts)
+        g = self.grouper
+        self.ts_min, self.ts_max, self.end, self.written = g.ts_min, g.ts_max, g.end, g.written
+        self.n_in += len(rcls)
 
     def _spill(self) -> None:
         """Append the summaries gathered to the spill file (in blocks: one write per batch cost more
@@ -176,35 +170,21 @@ class GroupedFilter(DeferredFilter):
         """:meth:`DeferredFilter.finish` from the groups; ``remake(groups)``: the rows (int64[k, R_COLS],
         as the pass made them, without the validation bits) of the written events of a run of groups
         (:func:`streamtrace.merge.rederive.rederive_rows`)."""
-        d, kept_keys, state = self._begin(path, shift_ns, keep, kept_keys)
-        if state is None:
+        d, keeper = self._begin(path, shift_ns, keep, kept_keys)
+        if keeper is None:
             return d
         groups = np.fromfile(self.spill_path, np.int64).reshape(-1, KG.G_COLS)
-        kinds = group_kinds(groups, self._flow_order(), d.lo, d.hi, kept_keys)
-        parts, at = [], 0
+        kinds = group_kinds(groups, self._flow_order(), d.lo, d.hi, keeper.kept_keys)
+        at = 0
         for a, b in mixed_spans(kinds) + [(len(groups), len(groups))]:
-            self._whole(groups, kinds, at, a, shift_ns, d, state, parts)
+            keeper.groups(groups, kinds, at, a)
             if b > a:
                 if remake is None:
                     raise ValueError("GroupedFilter.finish: mixed groups and no remake to make their rows")
                 rows = remake(groups[a:b])
                 check_rows(rows, groups[a:b])
                 view_bits(rows, groups[a:b])
-                self._rows(rows, kept_keys, shift_ns, d, state, parts)
+                keeper.rows(rows)
             at = b
-        self._rows(np.zeros((0, KK.R_COLS), np.int64), kept_keys, shift_ns, d, state, parts)
-        return d.done(parts, state)
-
-    @staticmethod
-    def _whole(groups, kinds, a, b, shift_ns, d, state, parts):
-        runs, pids = np.empty((b - a + 1, 2), np.int64), np.empty(2 * (b - a), np.int64)
-        nr, npid = KG.keep_groups(groups, kinds, a, b, shift_ns, d.dropped_seq, runs, pids, state)
-        parts.append(runs[:nr])
-        d.used.update(pids[:npid].tolist())
-
-    @staticmethod
-    def _rows(rows, kept_keys, shift_ns, d, state, parts):
-        runs, pids = np.empty((len(rows) + 1, 2), np.int64), np.empty(len(rows), np.int64)
-        nr, npid = KK.keep_rows(rows, d.lo, d.hi, kept_keys, shift_ns, d.dropped_seq, runs, pids, state)
-        parts.append(runs[:nr])
-        d.used.update(pids[:npid].tolist())
+        keeper.close()
+        return d.done(keeper)

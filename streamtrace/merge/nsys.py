@@ -25,7 +25,7 @@ import orjson
 from tqdm import tqdm
 
 from ..events.sortedsets import sorted_distinct
-from ..kernels import nsys_text as KT
+from ..kernels.nsys_writer import NsysRows, event_text
 from ..runtime.errors import StreamtraceError
 from ..trace.discover import load_rank_map
 from ..trace.nsys import KINDS, NsysExport
@@ -212,7 +212,8 @@ def _flow_index(b, pidx, flows, kinds):
 def batch_text(ex, b, cols, state, gpu, seen, counts) -> tuple[bytes, int]:
     """:func:`event_dicts`' events of the kept rows ``b`` (:data:`~streamtrace.trace.nsys.ROW_DTYPE`)
     serialised, ``(e1,e2,... bytes, count)``, byte for byte what ``dumps_events`` makes of them, but
-    written by :func:`~streamtrace.kernels.nsys_text.nsys_event_text`; the dicts themselves only when a
+    written by :func:`~streamtrace.kernels.nsys_text.nsys_event_text` (through
+    :func:`~streamtrace.kernels.nsys_writer.event_text`); the dicts themselves only when a
     name is one orjson cannot encode (a lone surrogate: ``dumps_events``' fallback then writes it).
     Arguments and side effects (``seen``, ``counts``, the ``done`` flags) as :func:`event_dicts`'."""
     if not len(b):
@@ -226,22 +227,18 @@ def batch_text(ex, b, cols, state, gpu, seen, counts) -> tuple[bytes, int]:
     except orjson.JSONEncodeError:
         evs = event_dicts(ex, b, cols, state, gpu, seen, counts)
         return dumps_events(evs), len(evs)
-    table_at = np.zeros(len(table) + 1, np.int64)
-    np.cumsum([len(t) for t in table], out=table_at[1:])
     cat = b["kind"].astype(np.int64)
     name = np.searchsorted(ids, b["name"]) + len(KINDS)
     col = {f: np.ascontiguousarray(b[f]) for f in ("ts", "dur", "device", "stream", "correlation")}
     pid = 1 + rank * PID_STRIDE + (GPU_SLOT + col["device"] if gpu else CPU_SLOT)
     _note_pids(ex, b, rank, pid, gpu, own.default, seen)
-    lens = np.diff(table_at)
-    out = np.empty(len(b) * KT.ROW_BYTES + int(lens[cat].sum() + lens[name].sum()), np.uint8)
     track = col["stream"] if gpu else np.ascontiguousarray(b["tid"])
-    nb, n, nflow = KT.nsys_event_text(col["ts"] + shift, col["dur"], cat, name, pid, track, np.asarray(rank, np.int64),
-                                      col["correlation"], col["device"], col["stream"], np.asarray(fi, np.int64), gpu,
-                                      np.frombuffer(b"".join(table), np.uint8), table_at, done.view(np.uint8), out)
+    rows = NsysRows(col["ts"] + shift, col["dur"], cat, name, pid, track, rank, col["correlation"], col["device"],
+                    col["stream"], fi, gpu)
+    text, n, nflow = event_text(rows, table, done)
     if not gpu:
         counts["flows"] += nflow
-    return out[:nb].tobytes(), n
+    return text, n
 
 
 def _note_pids(ex, b, rank, pid, gpu, default, seen) -> None:

@@ -33,7 +33,7 @@ class MergeOptions:
             on local processes.
         split_threshold: with ``jobs`` > 1, a rank trace of at least this many bytes
             (uncompressed) is rewritten in byte ranges by several workers when that balances
-            the work (:func:`streamtrace.merge.run.split_pays`); None: never.
+            the work (:func:`streamtrace.merge.plan.split_pays`); None: never.
         split_always: cut every rank of at least ``split_threshold`` bytes, balanced or not.
         validate: check the inputs and the output while rewriting (:mod:`streamtrace.validate.merged`):
             the result's ``validation`` tells the problems the inputs had and those merge added.

@@ -57,36 +57,40 @@ def gzip_piece(data: bytes, compress, level):
     return gzip.compress(data, compresslevel=level, mtime=0) if compress else data
 
 
-def merged_metadata(files, results, shifts, out_base, opt, output, clock=None):
+def merged_metadata(plan, results, time) -> dict:
     """The merged trace's top-level keys after ``traceEvents`` (README, "What merge rewrites"):
-    ``schemaVersion``, ``displayTimeUnit``, ``baseTimeNanoseconds`` (``out_base``, ns), ``traceName``
+    ``schemaVersion``, ``displayTimeUnit``, ``baseTimeNanoseconds`` (``time.out_base``, ns), ``traceName``
     and ``streamtrace`` (ranks with their sources, shifts and metadata; the process map).
-    ``clock`` (``--align collectives``, :func:`streamtrace.merge.clocks.plan_clock_sync`): each
-    rank's ``clock_offset_ns``, ``clock_residual_ns``, ``clock_instances``, ``clock_applied``, and
-    ``streamtrace.clock_sync`` (method, applied, one_host, reference rank per component)."""
-    first = results[0]["metadata"]
+    ``plan``: the :class:`~streamtrace.merge.plan.MergePlan` (files, options, output); ``results``: each
+    file's :class:`~streamtrace.merge.outcome.RankResult`; ``time``: the
+    :class:`~streamtrace.merge.plan.TimePlan`.  With ``time.clock`` (``--align collectives``,
+    :func:`streamtrace.merge.clocks.plan_clock_sync`): each rank's ``clock_offset_ns``,
+    ``clock_residual_ns``, ``clock_instances``, ``clock_applied``, and ``streamtrace.clock_sync``
+    (method, applied, one_host, reference rank per component)."""
+    opt, clock = plan.opt, time.clock
+    first = results[0].metadata
     ranks = []
     pmap = {}
-    for tf, res in zip(files, results):
-        m = res["metadata"]
+    for tf, res in zip(plan.files, results):
+        m = res.metadata
         ranks.append({"rank": tf.rank, "source": os.path.abspath(tf.path), "iteration": tf.iteration,
                       "rank_source": tf.rank_source,
-                      "baseTimeNanoseconds": m.get("baseTimeNanoseconds"), "time_shift_ns": shifts[tf.rank],
+                      "baseTimeNanoseconds": m.get("baseTimeNanoseconds"), "time_shift_ns": time.shifts[tf.rank],
                       "distributedInfo": m.get("distributedInfo"), "deviceProperties": m.get("deviceProperties"),
-                      "host": host_name(m), "events_in": res["events_in"], "events_out": res["events_out"],
-                      "dropped_bad_ts": res.get("dropped_bad_ts", 0), "truncated": res["truncated"]})
-        ranks[-1]["repaired_events"] = res.get("repaired_events", 0)    # Kineto's unescaped quotes (issue 33)
+                      "host": host_name(m), "events_in": res.events_in, "events_out": res.events_out,
+                      "dropped_bad_ts": res.reading.dropped_bad_ts, "truncated": res.reading.truncated})
+        ranks[-1]["repaired_events"] = res.reading.repaired_events    # Kineto's unescaped quotes (issue 33)
         if clock is not None:
             c = clock["ranks"][tf.rank]
             ranks[-1].update({"clock_offset_ns": c["offset_ns"], "clock_residual_ns": c["residual_ns"],
                               "clock_instances": c["instances"], "clock_component": c["component"],
                               "clock_applied": c["applied"]})
-        pmap.update(res["process_map"])
+        pmap.update(res.process_map)
     out = {
         "schemaVersion": first.get("schemaVersion", 1),
         "displayTimeUnit": first.get("displayTimeUnit", "ms"),
-        "baseTimeNanoseconds": out_base,
-        "traceName": output.name,
+        "baseTimeNanoseconds": time.out_base,
+        "traceName": plan.output.name,
         "streamtrace": {
             "version": __version__, "kind": "merged", "align": opt.align,
             "filters": {"ranks": sorted(opt.ranks) if opt.ranks else None, "drop_cat": sorted(opt.drop_cat),
@@ -113,7 +117,8 @@ def output_for_iteration(output: Path, iteration) -> Path:
 
 
 def write_merged(output: Path, results, meta: dict, compress: bool, level: int):
-    """Write the merged trace atomically: ``{"traceEvents":[`` + every result's segments in order,
+    """Write the merged trace atomically: ``{"traceEvents":[`` + every result's segments in order
+    (``results``: :class:`~streamtrace.merge.outcome.RankResult` s),
     comma separated + ``]`` + ``meta`` + ``}``; each piece a gzip member of its own when
     ``compress`` (segments were written as members already).  A segment is a file, or ``(file,
     runs)``: the byte ranges ``runs`` of a plain file (a deferred filter's kept events,
@@ -122,9 +127,9 @@ def write_merged(output: Path, results, meta: dict, compress: bool, level: int):
         f.write(gzip_piece(b'{"traceEvents":[', compress, level))
         first = True
         for res in results:
-            if not res["events_out"]:
+            if not res.events_out:
                 continue
-            for seg in res["segments"]:
+            for seg in res.segments:
                 if isinstance(seg, tuple) and not len(seg[1]):
                     continue
                 if not first:

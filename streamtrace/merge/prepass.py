@@ -3,7 +3,8 @@
 :mod:`streamtrace.merge.deferred`; not ``--align collectives``, which reads collectives:
 :func:`streamtrace.merge.survey.survey_rank`).
 
-The numba kernel :func:`streamtrace.kernels.survey.scan_survey` finds every event's byte range
+The numba kernel :func:`streamtrace.kernels.survey.scan_survey` (through its facade
+:class:`~streamtrace.kernels.surveyor.Surveyor`) finds every event's byte range
 and exact ts/dur (as the reader's :func:`streamtrace.kernels.scan.scan_events`) and, in the same
 pass, tells metadata events, flow events with their keys and ProfilerStep candidates apart.  Only the candidates and the events the kernel
 cannot read exactly are decoded, and go through the same per-event rule as the decoding
@@ -17,10 +18,11 @@ import numpy as np
 
 from ..kernels import survey as KS
 from ..kernels import scan as K
+from ..kernels.surveyor import Surveyor
 from ..trace.decode import decode_value, loads, text_ns
 from ..trace.reader import TraceReader
 from ..trace.source import LEAN_BLOCK
-from .flows import FlowExtents, text_table
+from .flows import FlowExtents
 from .pids import FLOW_PHASES, GPU_CATS, hashable
 
 
@@ -71,41 +73,17 @@ def event_times_ns(ev, ts: int, dur: int, flags: int):
     return ts, dur
 
 
-class _Scan:
-    """The reader's scan hook (:meth:`TraceReader.raw_batches`): :func:`~streamtrace.kernels.survey.scan_survey`
-    in place of scan_bounds; the per-event arrays of the batch the reader yields next, and the
-    flow categories met so far (the kernel's table)."""
-
-    def __init__(self, batch):
-        self.ts, self.dur, self.cat_k, self.fid = (np.zeros(batch, np.int64) for _ in range(4))
-        self.flags = np.zeros(batch, np.uint8)
-        self.kind = np.zeros(batch, np.uint8)
-        self.info = np.zeros(2, np.int64)
-        self.texts = []
-        self._table()
-
-    def _table(self):
-        self.text, self.off = text_table(self.texts)
-
-    def scan(self, window, pos, n, starts, ends, sep, base):
-        k = 0
-        while True:
-            k, status, pos = KS.scan_survey(window, pos, n, starts, ends, self.ts, self.dur, self.flags, sep, k,
-                                            self.kind, self.cat_k, self.fid, self.text, self.off, len(self.texts),
-                                            self.info)
-            if status != KS.NEW_CAT:
-                return k, status, pos
-            self.texts.append(window[int(self.info[0]):int(self.info[1])].tobytes())
-            self._table()
-
-
 def prepass_rank(path, want_flows=False, salvage=False, byte_range=None):
     """``(metadata, first_ns, steps, flows)`` of one rank (``flows``: a
     :class:`~streamtrace.merge.flows.FlowExtents`, empty unless ``want_flows``), exactly as the
     decoding pre-pass finds them.  ``byte_range``: only that range of a plain file (no metadata)."""
     r = TraceReader(path, salvage=salvage, byte_range=byte_range, block=LEAN_BLOCK)
-    acc, sc, parts = Tally(want_flows), _Scan(r.batch_events), []
-    for b in r.raw_batches(decode="bounds", scan=sc.scan):
+    acc, sc, parts = Tally(want_flows), Surveyor(r.batch_events), []
+    for w in r.windows():
+        w.scanned(*sc.scan(w.arr, w.pos, w.n, w.starts, w.ends, w.sep))
+        b = w.batch()
+        if b is None:
+            continue
         n = len(b.starts)
         kind, flags, ts = sc.kind[:n], sc.flags[:n], sc.ts[:n]
         has = (flags & 1) != 0
@@ -117,7 +95,7 @@ def prepass_rank(path, want_flows=False, salvage=False, byte_range=None):
         if want_flows:
             fl = has & ~text & (kind == KS.S_FLOW)
             if fl.any():
-                parts.append((sc.cat_k[:n][fl], sc.fid[:n][fl], ts[fl]))
+                parts.append((sc.cat_k[:n][fl], sc.flow_id[:n][fl], ts[fl]))
         base = b.offset - int(b.starts[0])
         for j in np.flatnonzero(has & ((kind == KS.S_DECODE) | text)).tolist():
             s, e = int(b.starts[j]), int(b.ends[j])
@@ -126,6 +104,6 @@ def prepass_rank(path, want_flows=False, salvage=False, byte_range=None):
             td = event_times_ns(ev, int(ts[j]), int(sc.dur[j]), int(flags[j]))
             if td is not None:
                 account_event(ev, *td, acc)
-    cat_names = [t.decode("utf-8") for t in sc.texts]
+    cat_names = [t.decode("utf-8") for t in sc.categories]
     flows = FlowExtents.build(cat_names, parts, acc.flows or {}) if want_flows else FlowExtents()
     return r.metadata, acc.first, acc.steps, flows

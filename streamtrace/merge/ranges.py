@@ -60,6 +60,7 @@ from ..trace.writer import dumps_events
 from ..validate.merged import LOG_SUFFIX
 from .pids import PID_STRIDE, PidMap, classify_pid, hashable, process_meta_events
 from .grouped import GroupedFilter
+from .outcome import RangeResult, RankResult, Reading
 from .rank import READ_BLOCK, TENTATIVE, RankContext, RankPlan, open_segment, rewrite_stream
 
 
@@ -149,10 +150,11 @@ class RangePidMap(PidMap):
         return mp_
 
 
-def merge_range(plan: RankPlan, src, byte_range, segment, final, progress=None, index: int = 0) -> dict:
+def merge_range(plan: RankPlan, src, byte_range, segment, final, progress=None, index: int = 0) -> RangeResult:
     """Worker: rewrite the events of ``byte_range`` (the ``index``-th range, file order) of the
     plain trace ``src`` into ``segment`` with the rank's ``plan``; ``final``: the merged pids to
-    give the pids this range registers (None: provisional).  Returns counts, the earliest output
+    give the pids this range registers (None: provisional).  Returns its
+    :class:`~streamtrace.merge.outcome.RangeResult`: counts, the earliest output
     ts, the merged pids used, the pid registrations (``records``/``assigned``) and, when
     validating, the range's records as sorted runs in ``segment + LOG_SUFFIX``
     (:meth:`~streamtrace.validate.check.Checker.save_runs`: sorted here, in parallel with the other
@@ -186,10 +188,8 @@ def merge_range(plan: RankPlan, src, byte_range, segment, final, progress=None, 
         raise
     if final is not None and ctx.pids.assigned != final:
         raise RuntimeError(f"rank {plan.rank}: a range registered other pids than on its first run")
-    return {"segment": segment, "events_in": n_in, "events_out": n_out, "events_fast": fast, "validation": validation,
-            "first_out": first_out, "used": sorted(ctx.used), "records": ctx.pids.records,
-            "assigned": ctx.pids.assigned, "bad_ts": ctx.bad_ts,
-            **({"parked": ctx.defer, "exact": ctx.exact} if ctx.defer is not None else {})}
+    return RangeResult(segment, n_in, n_out, fast, first_out, sorted(ctx.used), ctx.pids.records, ctx.pids.assigned,
+                       ctx.bad_ts, validation, ctx.defer, ctx.exact)
 
 
 def settle_pids(rank, parts):
@@ -199,25 +199,25 @@ def settle_pids(rank, parts):
     pids = PidMap(rank)
     final, wrong = [], []
     for k, res in enumerate(parts):
-        mps = [pids.get(pid) for pid in res["records"]]
+        mps = [pids.get(pid) for pid in res.records]
         final.append(mps)
-        if mps != res["assigned"]:
+        if mps != res.assigned:
             wrong.append(k)
     return pids, final, wrong
 
 
-def finish_rank(plan: RankPlan, sf: SplitFile, parts, pids: PidMap, meta_segment) -> dict:
+def finish_rank(plan: RankPlan, sf: SplitFile, parts: list[RangeResult], pids: PidMap, meta_segment) -> RankResult:
     """The rank's result, as :func:`~streamtrace.merge.rank.merge_rank` returns it, from
     its settled ranges; writes merge's process metadata events to ``meta_segment``."""
-    used = set().union(*(p["used"] for p in parts))
-    firsts = [p["first_out"] for p in parts if p["first_out"] is not None]
+    used = set().union(*(p.used for p in parts))
+    firsts = [p.first_out for p in parts if p.first_out is not None]
     first_out = min(firsts) if firsts else None
-    n_out = sum(p["events_out"] for p in parts)
+    n_out = sum(p.events_out for p in parts)
     meta = sf.meta
     pmap = {k: v for k, v in sorted(pids.info.items()) if k in used}
     mevs = process_meta_events(pmap, plan.rank, plan.host or host_name(meta), plan.devices or device_names(meta),
                                first_out)
-    segments = [p["segment"] for p in parts if p["events_out"]]
+    segments = [p.segment for p in parts if p.events_out]
     if mevs:
         raw, seg = open_segment(meta_segment, plan.compress, plan.compresslevel)
         seg.write(dumps_events(mevs))
@@ -225,9 +225,8 @@ def finish_rank(plan: RankPlan, sf: SplitFile, parts, pids: PidMap, meta_segment
             seg.close()
         raw.close()
         segments.append(meta_segment)
-    bad_ts = sum(p["bad_ts"] for p in parts)
-    return {"rank": plan.rank, "events_in": sum(p["events_in"] for p in parts), "events_out": n_out + len(mevs),
-            "bytes_in": sf.size, "events_fast": sum(p["events_fast"] for p in parts), "dropped_bad_ts": bad_ts,
-            "process_map": {str(k): v for k, v in pmap.items()},
-            "metadata": meta, "warnings": [bad_ts_warning(plan.path, bad_ts)] if bad_ts else [],
-            "truncated": False, "segments": segments}
+    bad_ts = sum(p.bad_ts for p in parts)
+    reading = Reading(sf.size, (bad_ts_warning(plan.path, bad_ts),) if bad_ts else (), dropped_bad_ts=bad_ts)
+    return RankResult(plan.rank, sum(p.events_in for p in parts), n_out + len(mevs),
+                      sum(p.events_fast for p in parts), {str(k): v for k, v in pmap.items()}, meta, tuple(segments),
+                      reading)

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..kernels import keep as KK
-from ..kernels import rewrite as RW
 from ..kernels import scan as K
-from ..kernels import validate as KV
+from ..kernels.rewrite import KIND_CPU, KIND_GPU, KIND_OTHER
+from ..kernels.rewriter import PythonEvent, Rewriter, RewriteSetup
 from ..runtime.warmup import warm_trace
 from ..trace.decode import bad_ts_warning, loads, text_ns
 from ..trace.metadata import device_names, host_name
@@ -32,7 +32,8 @@ from .deferred import DeferredFilter, out_view_bits, warm_keep
 from .grouped import warm_groups
 from .prepass import event_times_ns
 from .output import copy_runs
-from .flows import KeptFlows, text_table
+from .flows import KeptFlows
+from .outcome import MissingSteps, ParkedRank, RankResult, Reading
 from .pids import FLOW_PHASES, PROCESS_META, PidMap, hashable, process_meta_events, unique_id
 
 _ID_ARGS = (("correlation", "raw correlation"), ("External id", "raw External id"),
@@ -176,31 +177,6 @@ def _deferred_record(ev, ph, t, end, ctx):
     return (KK.C_WINDOW, t, end, -1, False)
 
 
-class _PidTables:
-    """The pid lookup arrays handed to the byte kernel (rebuilt when a new pid appears)."""
-
-    def __init__(self):
-        self.texts = []
-        self.new = []
-        self.kind = []
-        self.used = np.zeros(0, np.uint8)
-        self._build()
-
-    def add(self, text: bytes, newpid: int, kind: str):
-        self.texts.append(text)
-        self.new.append(newpid)
-        self.kind.append({"cpu": RW.KIND_CPU, "gpu": RW.KIND_GPU}.get(kind, RW.KIND_OTHER))
-        used = self.used
-        self._build()
-        self.used[:len(used)] = used
-
-    def _build(self):
-        self.text, self.off = text_table(self.texts)
-        self.new_a = np.asarray(self.new, np.int64) if self.new else np.zeros(1, np.int64)
-        self.kind_a = np.asarray(self.kind, np.int64) if self.kind else np.zeros(1, np.int64)
-        self.used = np.zeros(max(1, len(self.texts)), np.uint8)
-
-
 # Bytes a rewrite holds at a time: the input is read in READ_BLOCK blocks (the reader's window
 # holds the previous block, the new one and their join while it slides) and written from an
 # OUT_BYTES buffer.  2 MiB each instead of the reader's default 8 MiB: 34 MB less resident
@@ -208,7 +184,7 @@ class _PidTables:
 # kernels), at the same CPU time (bench/RESULTS.md, 2026-11-24 "merge memory").
 READ_BLOCK = LEAN_BLOCK
 OUT_BYTES = 2 << 20
-_NO_FIELDS = np.zeros((0, KV.NF), np.int64)     # scan_rewrite without the validate fields
+_KINDS = {"cpu": KIND_CPU, "gpu": KIND_GPU}     # a merged pid's kind as the byte kernel tells them apart
 
 
 def open_segment(path, compress, compresslevel):
@@ -220,105 +196,54 @@ def open_segment(path, compress, compresslevel):
 
 
 class _ByteRewrite:
-    """One rank's rewrite through :func:`streamtrace.kernels.rewrite.scan_rewrite`: the
-    kernel's arrays and options, and :meth:`scan`, which the reader calls in place of
-    scan_bounds (:meth:`TraceReader.raw_batches`) so that each event is rewritten as it is
-    found.  ``kept``/``fields`` describe the events of the batch the reader yields next."""
+    """One rank's rewrite through the byte kernel (:class:`~streamtrace.kernels.rewriter.Rewriter`): what
+    it asks of merge (:class:`~streamtrace.kernels.rewriter.RewriteHandler`: a pid's merged pid, an event
+    for the Python twin :func:`rewrite_dict`, a deferred filter's flow category) and the segment ``seg`` it
+    writes to."""
 
     def __init__(self, reader: TraceReader, plan: RankPlan, ctx: RankContext, seg, check: Checker | None):
         self.reader, self.ctx, self.seg = reader, ctx, seg
-        self.tables = _PidTables()
-        drops = [c.encode() for c in sorted(plan.drop_cat)]
-        self.drop_text, self.drop_off = text_table(drops)
-        self.has_window = ctx.lo is not None
-        self.lo = ctx.lo if self.has_window else 0
-        self.hi = ctx.hi if self.has_window else 0
-        self.flows = ctx.kept_flows if ctx.kept_flows is not None else KeptFlows.of(())
-        self.out = np.empty(OUT_BYTES, np.uint8)
-        self.state = np.zeros(8, np.int64)
-        self.defer = ctx.defer
-        self.rcls = np.zeros(reader.batch_events if self.defer is not None else 0, np.uint8)
-        self.rec = np.zeros((len(self.rcls), KK.R_COLS), np.int64)
-        self.info = np.zeros(2, np.int64)
-        self.cur = np.zeros(5, np.int64)
-        self.kept = np.zeros(reader.batch_events, np.uint8)
-        self.fields = check.buffer(reader.batch_events) if check is not None else _NO_FIELDS
+        flows = ctx.kept_flows if ctx.kept_flows is not None else KeptFlows.of(())
+        table = ctx.defer if ctx.defer is not None else flows     # a deferred filter's categories grow
+        setup = RewriteSetup(ctx.rank, ctx.shift, tuple(c.encode() for c in sorted(plan.drop_cat)), ctx.gpu_only,
+                             (ctx.lo, ctx.hi) if ctx.lo is not None else None, _texts(table), flows.keys,
+                             ctx.defer is not None)
+        self.kernel = Rewriter(setup, self, reader.batch_events,
+                               check.buffer(reader.batch_events) if check is not None else None, OUT_BYTES)
 
-    def scan(self, window, pos, n, starts, ends, sep, base):
-        """Find and rewrite the events of ``window`` from ``pos`` (the reader's scan hook;
-        returns scan_bounds' ``(count, status, pos)``)."""
-        cur, t = self.cur, self.tables
-        cur[:] = (pos, n, 0, 0, 0)
-        self.kept[:] = 0
-        self.rcls[:] = 0
-        d = self.defer
-        self.state[5] = d.n_in if d is not None else 0         # the seq of this batch's first event
-        ftext, foff, nf = (d.cat_text, d.cat_off, len(d.cats)) if d is not None else \
-            (self.flows.cat_text, self.flows.cat_off, len(self.flows.cats))
-        while True:
-            status, scanned = RW.scan_rewrite(
-                window, cur, starts, ends, sep, self.out, self.state,
-                t.text, t.off, t.new_a, t.kind_a, t.used, len(t.texts),
-                self.drop_text, self.drop_off, len(self.drop_off) - 1, self.ctx.rank, self.ctx.shift,
-                self.ctx.gpu_only, self.has_window, self.lo, self.hi, ftext, foff, nf, self.flows.keys, self.info,
-                self.kept, self.fields, d is not None, self.rec, self.rcls)
-            if status == RW.OK:
-                break
-            i = int(cur[3])
-            if status == RW.OUT_FULL:
-                if cur[4] == 0:
-                    self.out = np.empty(2 * len(self.out) + int(ends[i] - starts[i]), np.uint8)
-                self._flush()
-            elif status == RW.NEW_CAT:
-                raw = window[int(self.info[0]):int(self.info[1])].tobytes()
-                d.add_cat(raw.decode("utf-8", "surrogateescape"))
-                ftext, foff, nf = d.cat_text, d.cat_off, len(d.cats)
-            elif status == RW.UNKNOWN_PID:
-                text = window[int(self.info[0]):int(self.info[1])].tobytes()
-                newpid = self.ctx.pids.get(loads(text, self.reader.path, base + int(self.info[0])))
-                t.add(text, newpid, self.ctx.pids.info[newpid]["kind"])
-            else:   # NEED_PYTHON: decode this one event and use the twin
-                self._python(window, int(starts[i]), int(ends[i]), base, i)
-                cur[3] = i + 1
-        self._flush()
-        return int(cur[2]), scanned, int(cur[0])
+    def new_pid(self, text: bytes, offset: int) -> tuple[int, int]:
+        newpid = self.ctx.pids.get(loads(text, self.reader.path, offset))
+        return newpid, _KINDS.get(self.ctx.pids.info[newpid]["kind"], KIND_OTHER)
 
-    def _python(self, window, s: int, e: int, base: int, i: int):
-        """Event ``window[s:e]`` (``i`` in its batch) through the Python twin."""
-        ev = loads(window[s:e].tobytes(), self.reader.path, base + s)
+    def new_category(self, text: bytes) -> tuple:
+        self.ctx.defer.add_cat(text.decode("utf-8", "surrogateescape"))
+        return _texts(self.ctx.defer)
+
+    def write(self, data) -> None:
+        self.seg.write(data)
+
+    def python(self, window, s: int, e: int, offset: int) -> PythonEvent | None:
+        """Event ``window[s:e]`` through the Python twin."""
+        ev = loads(window[s:e].tobytes(), self.reader.path, offset)
         times = event_times(window, s, e)
-        if self.defer is not None and (times[2] & 1):
+        defer = self.ctx.defer
+        if defer is not None and (times[2] & 1):
             td = event_times_ns(ev, *times)
             if td is not None:              # its steps and the rank's earliest ts, as the survey reads them
-                self.defer.step_event(ev, *td)
+                defer.step_event(ev, *td)
         ev = rewrite_dict(ev, *times, self.ctx)
         if ev is None:
-            return
-        self.kept[i] = 1
-        data = dumps_event(ev)
-        if len(self.out) - int(self.cur[4]) < len(data) + 1:
-            self._flush()
-            if len(self.out) < len(data) + 1:
-                self.out = np.empty(len(data) + OUT_BYTES, np.uint8)
-        o = int(self.cur[4])
-        if self.state[0]:
-            self.out[o] = 44
-            o += 1
-        self.out[o:o + len(data)] = np.frombuffer(data, np.uint8)
-        self.cur[4] = o + len(data)
-        self.state[0] = 1
-        if self.defer is not None:
-            cls, t0, t1, key, other = self.ctx.last
-            bits = cls | (KK.C_OTHER_FLOW if other else 0)
-            self.rcls[i] = (int(self.rcls[i]) & KK.C_STEP) | bits
-            self.rec[i] = ((int(self.state[5]) + i) << 8 | bits, t0, t1, self.state[4] + o + len(data), key,
-                           ev["pid"])
+            return None
+        if defer is None:
+            return PythonEvent(dumps_event(ev))
+        cls, t0, t1, key, other = self.ctx.last
+        return PythonEvent(dumps_event(ev), cls | (KK.C_OTHER_FLOW if other else 0), t0, t1, key, ev["pid"])
 
-    def _flush(self):
-        if self.cur[4]:
-            self.seg.write(memoryview(self.out)[:int(self.cur[4])])
-            self.state[4] += self.cur[4]
-            self.cur[4] = 0
+
+def _texts(table) -> tuple:
+    """The flow categories of ``table`` (``cats``, ``cat_text``/``cat_off``: KeptFlows, DeferredFilter) as the
+    byte kernel compares them (their UTF-8 bytes)."""
+    return tuple(table.cat_text[table.cat_off[k]:table.cat_off[k + 1]].tobytes() for k in range(len(table.cats)))
 
 
 def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: RankContext, seg, check: Checker | None = None,
@@ -334,11 +259,16 @@ def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: RankContext, seg, c
     that had an event.  Pids are registered through ``ctx.pids.get`` in file order
     (the kernel asks once per new pid text), which :mod:`streamtrace.merge.ranges`
     relies on to reproduce the slot assignment of a whole-file pass."""
-    rw = _ByteRewrite(reader, plan, ctx, seg, check)
+    rw = _ByteRewrite(reader, plan, ctx, seg, check).kernel
     if after >= 0:
-        rw.state[0], rw.state[4] = 1, after
+        rw.continue_after(after)
     n_in = 0
-    for b in reader.raw_batches(decode="bounds", scan=rw.scan):
+    for w in reader.windows():
+        w.scanned(*rw.rewrite(w.arr, w.pos, w.n, w.starts, w.ends, w.sep, w.base,
+                              ctx.defer.n_in if ctx.defer is not None else 0))
+        b = w.batch()
+        if b is None:
+            continue
         n = len(b.starts)
         n_in += n
         vbits = None
@@ -356,18 +286,13 @@ def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: RankContext, seg, c
             arr = np.frombuffer(b.buf, np.uint8)
             ctx.defer.add_batch(rw.rcls[:n], rw.rec[:n], b.buf, b.starts, b.ends, vbits, reader.path,
                                 b.offset - int(b.starts[0]), lambda j: event_times(arr, int(b.starts[j]), int(b.ends[j])))
-    t, state = rw.tables, rw.state
-    if ctx.defer is not None and state[7]:      # the kernel's earliest ts (ns, any event but metadata)
-        ctx.defer.tally.first = _earliest(ctx.defer.tally.first, int(state[6]))
-    for k, used in enumerate(t.used[:len(t.texts)].tolist()):
-        if used:
-            ctx.used.add(int(t.new_a[k]))
+    if ctx.defer is not None and rw.first_in is not None:      # the kernel's earliest ts (any event but metadata)
+        ctx.defer.tally.first = _earliest(ctx.defer.tally.first, rw.first_in)
+    ctx.used.update(rw.used_pids())
     if ctx.defer is not None:
         ctx.defer.used = set(ctx.used)
-    first_out = ctx.first_out
-    if state[3] and (first_out is None or state[2] < first_out):
-        first_out = int(state[2])
-    return n_in, ctx.count + int(state[1]), first_out, int(state[1])
+    first_out = _earliest(ctx.first_out, rw.first_out)
+    return n_in, ctx.count + rw.written, first_out, rw.written
 
 
 def event_times(buf, s: int, e: int):
@@ -382,16 +307,19 @@ def event_times(buf, s: int, e: int):
     return int(ts[0]), int(dur[0]), int(flags[0])
 
 
-def merge_rank(plan: RankPlan, progress=None) -> dict:
-    """Rewrite one rank's events into ``plan.segment``; returns counts, the process
-    map and the rank's metadata (all small).  Runs in a worker process.
+def merge_rank(plan: RankPlan, progress=None) -> RankResult | ParkedRank | MissingSteps:
+    """Rewrite one rank's events into ``plan.segment``; returns its
+    :class:`~streamtrace.merge.outcome.RankResult` (counts, the process map and the rank's metadata:
+    all small).  Runs in a worker process.
 
     Events go through the byte kernel :func:`~streamtrace.kernels.rewrite.scan_rewrite`
     (see :func:`rewrite_stream`); those it hands back (unusual shapes, invalid JSON) are
     decoded and rewritten by its Python twin :func:`rewrite_dict`, which raises
     :class:`TraceError` for invalid input.  With ``plan.defer`` the time filter is decided after
-    the pass (:mod:`streamtrace.merge.deferred`): here from the rank's own steps, or, with
-    ``plan.park``, by the parent (the result's ``parked``, then :func:`finish_parked`)."""
+    the pass (:mod:`streamtrace.merge.deferred`): here from the rank's own steps (a
+    :class:`~streamtrace.merge.outcome.MissingSteps` when the rank lacks them), or, with
+    ``plan.park``, by the parent (a :class:`~streamtrace.merge.outcome.ParkedRank`, then
+    :func:`finish_parked`)."""
     ctx = RankContext(plan)
     reader = TraceReader(plan.path, salvage=plan.salvage, block=READ_BLOCK, progress=progress)
     spill = os.path.dirname(os.path.abspath(plan.segment))
@@ -412,16 +340,13 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
                             ctx.exact, n_in, fast, reader.metadata)
             if plan.park:
                 ctx.defer.park(plan.segment + ".flows")
-                return {"rank": plan.rank, "parked": parked, "bytes_in": reader.bytes_read,
-                        "warnings": _warnings(reader, plan, ctx), "truncated": reader.truncated,
-                        "repaired_events": reader.repaired, "dropped_bad_ts": ctx.bad_ts}
+                return ParkedRank(plan.rank, parked, _reading(reader, plan, ctx))
             missing = ctx.defer.missing(plan.path)
             if missing:             # the parent raises it, for the first such rank in rank order
-                return {"rank": plan.rank, "missing_steps": missing, "bytes_in": reader.bytes_read}
-            res = _finish(plan, parked, ctx.defer.window(plan.path), check)
+                return MissingSteps(plan.rank, missing, Reading(reader.bytes_read))
+            res = _finish(plan, parked, ctx.defer.window(plan.path), _reading(reader, plan, ctx), check)
             parked = None
-            return dict(res, bytes_in=reader.bytes_read, dropped_bad_ts=ctx.bad_ts, warnings=_warnings(reader, plan, ctx),
-                        truncated=reader.truncated, repaired_events=reader.repaired)
+            return res
         mevs = _meta_events(plan, reader.metadata, ctx.pids, used, first_out)
         if mevs:
             if n_out:
@@ -441,19 +366,18 @@ def merge_rank(plan: RankPlan, progress=None) -> dict:
             check.close()
         if ctx.defer is not None and parked is None:
             ctx.defer.close()
-    return {"rank": plan.rank, "events_in": n_in, "events_out": n_out, "bytes_in": reader.bytes_read,
-            "events_fast": fast, "dropped_bad_ts": ctx.bad_ts, "validation": validation,
-            "process_map": {str(k): v for k, v in _pmap(ctx.pids, used).items()},
-            "metadata": reader.metadata, "warnings": _warnings(reader, plan, ctx), "truncated": reader.truncated,
-            "repaired_events": reader.repaired, "segments": [plan.segment]}
+    return RankResult(plan.rank, n_in, n_out, fast, {str(k): v for k, v in _pmap(ctx.pids, used).items()},
+                      reader.metadata, (plan.segment,), _reading(reader, plan, ctx), validation)
 
 
 def _earliest(a, b):
     return b if a is None else a if b is None else min(a, b)
 
 
-def _warnings(reader, plan, ctx) -> list:
-    return reader.warnings + ([bad_ts_warning(plan.path, ctx.bad_ts)] if ctx.bad_ts else [])
+def _reading(reader, plan, ctx) -> Reading:
+    """What reading the rank told (its warnings: the reader's, then the events dropped for their time)."""
+    warnings = reader.warnings + ([bad_ts_warning(plan.path, ctx.bad_ts)] if ctx.bad_ts else [])
+    return Reading(reader.bytes_read, tuple(warnings), reader.truncated, reader.repaired, ctx.bad_ts)
 
 
 def _pmap(pids, used) -> dict:
@@ -480,7 +404,7 @@ class Parked:
     metadata: dict
 
 
-def _finish(plan: RankPlan, p: Parked, keep, check=None) -> dict:
+def _finish(plan: RankPlan, p: Parked, keep, reading: Reading, check=None) -> RankResult:
     """Decide a deferred rank under ``keep`` (``(lo, hi)`` rank-local ns) and write its segments;
     the validation from ``check`` (live) or ``p.checker`` (handed over).  Removes the rank's temporaries
     but the tentative segment that a plain output copies its runs from."""
@@ -516,19 +440,15 @@ def _finish(plan: RankPlan, p: Parked, keep, check=None) -> dict:
         p.defer.close()
         if runs is None:
             remove_quietly(plan.tentative)
-    return {"rank": plan.rank, "events_in": p.n_in, "events_out": n_out, "events_fast": p.fast,
-            "validation": validation, "process_map": {str(k): v for k, v in _pmap(p.pids, dec.used).items()},
-            "metadata": p.metadata,
-            "segments": [plan.segment] if runs is None else [(plan.tentative, runs)] + ([plan.segment] if mevs else [])}
+    segments = (plan.segment,) if runs is None else ((plan.tentative, runs),) + ((plan.segment,) if mevs else ())
+    return RankResult(plan.rank, p.n_in, n_out, p.fast, {str(k): v for k, v in _pmap(p.pids, dec.used).items()},
+                      p.metadata, segments, reading, validation)
 
 
-def finish_parked(plan: RankPlan, res: dict, keep) -> dict:
+def finish_parked(plan: RankPlan, res: ParkedRank, keep) -> RankResult:
     """Task: a parked rank's result (``res`` from :func:`merge_rank` with ``plan.park``) under the
     keep-window ``keep`` the parent computed."""
-    p = res["parked"]
-    out = _finish(plan, p, keep)
-    return dict(out, bytes_in=res["bytes_in"], dropped_bad_ts=res["dropped_bad_ts"], warnings=res["warnings"],
-                truncated=res["truncated"], repaired_events=res["repaired_events"])
+    return _finish(plan, res.parked, keep, res.reading)
 
 
 def warm_kernels(plan: RankPlan, whole: bool = True, ranges: bool = False) -> None:

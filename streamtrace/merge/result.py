@@ -6,25 +6,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True, eq=False)
 class MergeResult(Mapping):
     """One merged trace :func:`~streamtrace.merge.run.merge_files` wrote (merge writes a trace, not an
     output folder: ``streamtrace.load`` does not read it; open it in Perfetto or with
-    :class:`~streamtrace.trace.reader.TraceReader`).
+    :class:`~streamtrace.trace.reader.TraceReader`).  Immutable, as the other stages' results.
 
     Attributes:
         summary: the dict merge returned before it returned this object (``output``, ``ranks``,
             ``iteration``, ``events_in``, ``events_out``, ``bytes_in``, ``bytes_out``, ``seconds``,
             ``warnings``, ``validation``, ...: :func:`~streamtrace.merge.run.merge_files`).
 
-    For the callers of that dict the object is also a mapping over ``summary``: ``res["events_out"]``,
-    ``res.get(...)``, ``res["notices"] = [...]``, ``==`` a dict compares ``summary``."""
+    For the callers of that dict the object is also a read-only mapping over ``summary``:
+    ``res["events_out"]``, ``res.get(...)``, ``==`` a dict compares ``summary``."""
     summary: dict
-
-    @classmethod
-    def of(cls, summary) -> MergeResult:
-        """``summary`` (a dict, or already a MergeResult) as a MergeResult."""
-        return summary if isinstance(summary, MergeResult) else cls(summary)
 
     @property
     def output(self) -> Path:
@@ -33,9 +28,6 @@ class MergeResult(Mapping):
 
     def __getitem__(self, key):
         return self.summary[key]
-
-    def __setitem__(self, key, value):
-        self.summary[key] = value
 
     def __iter__(self):
         return iter(self.summary)

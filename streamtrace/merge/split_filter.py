@@ -21,6 +21,7 @@ range (:func:`gzip_runs`).
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
@@ -31,6 +32,7 @@ from ..validate.merged import rank_validation, split_reports
 from ..validate.ordered import OutFilter
 from .deferred import missing_steps
 from .grouped import GroupedFilter
+from .outcome import RangeResult, RankResult
 from .output import copy_runs
 from .ranges import SplitFile, finish_rank
 from .rank import TENTATIVE, RankPlan, open_segment
@@ -40,10 +42,10 @@ from .survey import Survey, combine_surveys
 _ID_MASK = (1 << 40) - 1
 
 
-def found_survey(meta: dict, parts: list[dict]) -> Survey:
+def found_survey(meta: dict, parts: list[RangeResult]) -> Survey:
     """The rank's :class:`Survey` (steps, earliest event; no flows) from its parked ranges'
     results, combined as the survey of its ranges would be (:func:`combine_surveys`)."""
-    return combine_surveys([Survey(meta, p["parked"].first, p["parked"].steps_found, {}) for p in parts], meta)
+    return combine_surveys([Survey(meta, p.parked.first, p.parked.steps_found, {}) for p in parts], meta)
 
 
 def split_steps_window(path, steps: tuple, found: Survey) -> tuple[int, int] | str:
@@ -90,7 +92,7 @@ def kept_by_range(filters: list[GroupedFilter], lo: int, hi: int) -> list[np.nda
     return out
 
 
-def decide_split(plan: RankPlan, sf: SplitFile, parts: list[dict], pids, keep: tuple[int, int]) -> dict:
+def decide_split(plan: RankPlan, sf: SplitFile, parts: list[RangeResult], pids, keep: tuple[int, int]) -> RankResult:
     """Task: a split rank's result, as :func:`~streamtrace.merge.ranges.finish_rank` gives it, from
     its parked ranges' results (``parts``, file order, pid slots settled in ``pids``) under the
     keep-window ``keep`` (``(lo, hi)`` rank-local ns); its validation when ``plan.validate``.
@@ -102,8 +104,8 @@ def decide_split(plan: RankPlan, sf: SplitFile, parts: list[dict], pids, keep: t
     wait for the dropped events (:attr:`~streamtrace.validate.ordered.OutFilter.pending`).  A window
     that holds every range's events drops nothing: the check then needs no filter."""
     lo, hi = keep
-    filters = [p["parked"] for p in parts]
-    counters = [p["validation"]["parts"] for p in parts if p["validation"] is not None]
+    filters = [p.parked for p in parts]
+    counters = [p.validation["parts"] for p in parts if p.validation is not None]
     reps = None
     try:
         if all(d.covered(lo, hi) for d in filters):
@@ -112,7 +114,7 @@ def decide_split(plan: RankPlan, sf: SplitFile, parts: list[dict], pids, keep: t
                 reps = split_reports(counters, os.path.dirname(plan.segment))
         else:
             with ThreadPoolExecutor(1, thread_name_prefix="decide") as pool:
-                own = [RangePids(plan.rank, p["records"], p["assigned"], pids.info) for p in parts]
+                own = [RangePids(plan.rank, p.records, p.assigned, pids.info) for p in parts]
                 later = pool.submit(_decide_ranges, plan, sf.path, own, filters, keep)
                 if counters:
                     pending = OutFilter(lo, hi, pending=lambda: _out_filter(lo, hi, later.result()))
@@ -121,12 +123,12 @@ def decide_split(plan: RankPlan, sf: SplitFile, parts: list[dict], pids, keep: t
     finally:
         for d in filters:
             d.close()
-    decided = [dict(p, events_out=dec.kept, used=sorted(dec.used), first_out=dec.first_out,
-                    segment=(p["segment"] + TENTATIVE, dec.runs), parked=None) for p, dec in zip(parts, drops)]
+    decided = [replace(p, events_out=dec.kept, used=sorted(dec.used), first_out=dec.first_out,
+                       segment=(p.segment + TENTATIVE, dec.runs), parked=None) for p, dec in zip(parts, drops)]
     res = finish_rank(plan, sf, decided, pids, plan.segment)
     if reps is not None:
-        exact = all(p["exact"] and d.exact(dec.dropped_seq) for p, d, dec in zip(parts, filters, drops))
-        res["validation"] = rank_validation(reps, res["events_out"], exact)
+        exact = all(p.exact and d.exact(dec.dropped_seq) for p, d, dec in zip(parts, filters, drops))
+        res = replace(res, validation=rank_validation(reps, res.events_out, exact))
     return res
 
 
@@ -157,8 +159,8 @@ def gzip_runs(src: str, runs: np.ndarray, dst: str, level: int) -> str:
     return dst
 
 
-def gzip_tasks(res: dict, level: int) -> list[tuple]:
+def gzip_tasks(res: RankResult, level: int) -> list[tuple]:
     """``(src, runs, dst, level)`` per kept-runs segment of a decided split rank's result ``res``
     (``dst``: the range's own segment name)."""
     return [(seg[0], seg[1], seg[0].removesuffix(TENTATIVE), level)
-            for seg in res["segments"] if isinstance(seg, tuple)]
+            for seg in res.segments if isinstance(seg, tuple)]

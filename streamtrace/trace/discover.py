@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..runtime.errors import RankConflictError, StreamtraceError, TraceError, UnknownRankError
+from .formats import KINETO, NSYS, TraceSource
 from .metadata import read_trailer
 from .nsys import is_nsys_report, is_sqlite, report_hint
 from .nsys.db import open_export, table_columns
@@ -39,15 +40,18 @@ _ITER_PATTERNS = [
 class TraceFile:
     """One rank's trace: ``path``, ``rank`` (int), ``iteration`` (int or None),
     ``rank_source`` ("distributedInfo", "file name", "rank map", or "lone file" for the one
-    input of a run that carries no rank: rank 0), and ``head``
+    input of a run that carries no rank: rank 0; "nsys export"), ``head``
     (the top-level keys that stand before ``traceEvents``; all of them when the
-    file had to be skimmed to find ``distributedInfo``)."""
+    file had to be skimmed to find ``distributedInfo``), ``size`` (bytes) and ``source``, its format
+    (:class:`~streamtrace.trace.formats.TraceSource`: :data:`~streamtrace.trace.formats.KINETO` or
+    :data:`~streamtrace.trace.formats.NSYS`), which the stages ask instead of looking at the file."""
     path: str
     rank: int
     iteration: int | None
     rank_source: str
     head: dict = field(default_factory=dict, repr=False)
     size: int = 0
+    source: TraceSource = KINETO
 
 
 def expand_inputs(inputs, warn=None) -> list[str]:
@@ -246,7 +250,7 @@ def _identify_export(path, rank_map, default_rank, warn) -> TraceFile | None:
         return None
     rank = rank_map.get(str(path), rank_map.get(os.path.basename(str(path)))) if rank_map else None
     rank = rank if rank is not None else (default_rank or 0)
-    return TraceFile(str(path), int(rank), iteration_from_path(path), NSYS_EXPORT, {}, os.path.getsize(path))
+    return TraceFile(str(path), int(rank), iteration_from_path(path), NSYS_EXPORT, {}, os.path.getsize(path), NSYS)
 
 
 def discover(inputs, rank_map=None, warn=None) -> list[TraceFile]:
@@ -265,7 +269,7 @@ def discover(inputs, rank_map=None, warn=None) -> list[TraceFile]:
     seen = {}
     for tf in files:
         key = (tf.iteration, tf.rank)
-        if tf.rank_source == NSYS_EXPORT:          # an export's ranks are its processes': told when read
+        if not tf.source.rank_per_file:          # an export's ranks are its processes': told when read
             continue
         if key in seen:
             it = f" in iteration {tf.iteration}" if tf.iteration is not None else ""

@@ -57,6 +57,32 @@ class RawBatch:
     ends: np.ndarray | None = None
 
 
+class ScanWindow:
+    """The reader's bytes in memory inside ``traceEvents`` (:meth:`TraceReader.windows`): ``arr`` (the
+    uint8 view of ``buf``; ``buf[0]`` is at uncompressed offset ``base`` of the file), scanning to
+    resume at ``pos``, ``n`` bytes held, and the arrays :func:`~streamtrace.kernels.scan.scan_bounds`
+    fills (``starts``/``ends``, int64, as many events as they hold; ``sep``: its separator state).
+    ``index``: the ordinal of the next event in the file."""
+
+    def __init__(self, arr, buf, base, pos, n, starts, ends, sep, index):
+        self.arr, self.buf, self.base, self.pos, self.n = arr, buf, base, pos, n
+        self.starts, self.ends, self.sep, self.index = starts, ends, sep, index
+        self.found = None
+
+    def scanned(self, k: int, status: int, pos: int) -> None:
+        """What the consumer's scan of this window returned, as scan_bounds returns it: ``k`` events
+        found (their ranges in ``starts[:k]``/``ends[:k]``), the scan status, the position it stopped at."""
+        self.found = (int(k), int(status), int(pos))
+
+    def batch(self) -> RawBatch | None:
+        """The events found, as ``raw_batches(decode="bounds")`` yields them (None when none)."""
+        k = self.found[0]
+        if not k:
+            return None
+        return RawBatch(None, None, None, None, self.base + int(self.starts[0]), self.index, self.buf,
+                        self.starts[:k].copy(), self.ends[:k].copy())
+
+
 class TraceReader:
     """Stream one trace file.
 
@@ -101,25 +127,24 @@ class TraceReader:
         self.progress = progress   # callable(file bytes consumed so far), called per block
 
     # -- public iteration -------------------------------------------------
-    def raw_batches(self, decode=True, scan=None):
+    def raw_batches(self, decode=True):
         """Yield :class:`RawBatch` objects in file order; ``metadata`` is complete
         once the generator is exhausted.  ``decode=False`` skips building dicts
         (``events`` is None; use ``buf``/``starts``/``ends``); ``decode="bounds"``
         also skips reading the times (``ts_ns``/``dur_ns``/``flags`` are None too):
         only the event byte ranges are found, by the faster
-        :func:`streamtrace.kernels.scan.scan_bounds`.
-
-        ``scan`` (with ``decode="bounds"`` only): a callable the reader calls instead of
-        scan_bounds, as ``scan(window, pos, n, starts, ends, sep, base)`` -- scan_bounds'
-        arguments (``window``: the uint8 view of the bytes in memory) plus ``base``, the
-        window's offset in the file -- returning what scan_bounds returns.  For a
-        consumer that works on each event as it finds it, in the same pass (merge's
-        rewrite, :func:`streamtrace.kernels.rewrite.scan_rewrite`); each call's events
-        are then yielded as one batch."""
-        if scan is not None and decode != "bounds":
-            raise ValueError("scan= needs decode='bounds'")
+        :func:`streamtrace.kernels.scan.scan_bounds`."""
         mode = "bounds" if decode == "bounds" else ("decode" if decode else "raw")
-        return self._parse(events=mode, stop_at_events=False, scan=scan)
+        return self._parse(events=mode, stop_at_events=False)
+
+    def windows(self):
+        """Yield the byte window inside ``traceEvents`` as a :class:`ScanWindow`, for a consumer that
+        finds the events itself in the same pass as its own work (merge's rewrite and pre-pass
+        kernels, in place of :func:`streamtrace.kernels.scan.scan_bounds`): it scans the window, tells
+        what it found with :meth:`ScanWindow.scanned` before asking for the next one, and reads the
+        events found from :meth:`ScanWindow.batch`.  ``metadata`` is complete once the generator is
+        exhausted; errors are raised as by :meth:`raw_batches`."""
+        return self._parse(events="windows", stop_at_events=False)
 
     def events(self):
         """Yield each event as a dict (``ts``/``dur`` as parsed floats, us)."""
@@ -141,21 +166,21 @@ class TraceReader:
         return dict(self.metadata)
 
     # -- the parser ----------------------------------------------------------
-    def _parse(self, events: bool, stop_at_events: bool, scan=None):
+    def _parse(self, events: bool, stop_at_events: bool):
         self.metadata = {}
         self.head_keys = []
         self.events_read = 0
         src = ByteSource(self.path, self.block, self.byte_range)
         st = _State(src, self)
         try:
-            yield from self._document(st, events, stop_at_events, scan)
+            yield from self._document(st, events, stop_at_events)
         except _Salvaged:
             return
         finally:
             self.bytes_read = st.base + st.n
             src.close()
 
-    def _document(self, st, events, stop_at_events, scan):
+    def _document(self, st, events, stop_at_events):
         st.skip_ws()
         if st.startswith(b"\xef\xbb\xbf"):
             st.pos += 3
@@ -169,7 +194,7 @@ class TraceReader:
             if stop_at_events:
                 return
             st.pos += 1
-            yield from self._events(st, events, scan)
+            yield from self._events(st, events)
             return
         if c != 0x7B:
             self._fail(st, "not a JSON object or array (is this a trace file?)")
@@ -211,7 +236,7 @@ class TraceReader:
                     self.events_empty = st.peek() == 0x5D
                     return
                 st.pos += 1
-                yield from self._events(st, events, scan)
+                yield from self._events(st, events)
                 continue
             val = self._value(st)
             self.metadata[key] = val
@@ -258,7 +283,7 @@ class TraceReader:
             return JsonText(encode_json(val))
         return val
 
-    def _events(self, st, decode, scan):
+    def _events(self, st, decode):
         cap = self.batch_events
         starts = np.empty(cap, np.int64)
         ends = np.empty(cap, np.int64)
@@ -268,8 +293,12 @@ class TraceReader:
         sep = np.zeros(1, np.int64)
         bounds = decode == "bounds"
         while True:
-            if scan is not None:
-                k, status, newpos = scan(st.arr, st.pos, st.n, starts, ends, sep, st.base)
+            if decode == "windows":
+                w = ScanWindow(st.arr, st.buf, st.base, st.pos, st.n, starts, ends, sep, self.events_read)
+                yield w
+                if w.found is None:
+                    raise RuntimeError("a ScanWindow was not scanned before the next one")
+                k, status, newpos = w.found
             elif bounds:
                 k, status, newpos = K.scan_bounds(st.arr, st.pos, st.n, starts, ends, sep)
             else:
@@ -278,7 +307,7 @@ class TraceReader:
                 if bounds:
                     yield RawBatch(None, None, None, None, st.base + int(starts[0]), self.events_read,
                                    st.buf, starts[:k].copy(), ends[:k].copy())
-                elif decode:
+                elif decode in ("decode", "raw"):
                     s0, e1 = int(starts[0]), int(ends[k - 1])
                     off = st.base + s0
                     evs = self._decode(st.buf, s0, e1, starts[:k], ends[:k], flags[:k], off - s0) \

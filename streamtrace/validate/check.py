@@ -46,6 +46,7 @@ from ..runtime.errors import TraceError
 from ..events.sort import ExternalSorter
 from ..kernels import scan as K
 from ..kernels import validate as KV
+from ..kernels.validator import BatchRecords
 from ..runtime.files import input_file_problem, remove_quietly
 from ..runtime.parallel import InWorker, pool
 from ..runtime.warmup import warm_trace
@@ -183,8 +184,7 @@ class Checker:
         self.flows = ExternalSorter(FLOW_DTYPE, _flow_key, opt.sort_rows, folder=folder, sub_rows=sub, delta=("seq",),
                                     codec=CODEC, merge_rows=opt.sort_rows, path=keep and keep + "1")
         self.fields = np.empty((BATCH_EVENTS, KV.NF), np.int64)
-        self._nest = np.empty((0, KV.NEST_COLS), np.int64)
-        self._flows = np.empty((0, KV.FLOW_COLS), np.int64)
+        self._records = BatchRecords()
         self.events = [0, 0]
         self.missing = [0, 0]
         self.negdur = [0, 0]
@@ -287,24 +287,16 @@ class Checker:
         pid, a missing one being ``null`` (merge's output: :mod:`streamtrace.validate.merged`); the V_OUT
         view otherwise sees the same fields, and its flow ends' ranks are not compared (one rank's
         output: merge writes that rank on every event)."""
-        n = len(f)
-        views = np.empty(n, np.int64)         # writable and contiguous: the kernel's one compiled signature
-        views[:] = view
-        if len(self._nest) < n:                    # the batch's records (reused: the sorters copy them)
-            self._nest = np.empty((n, KV.NEST_COLS), np.int64)
-            self._flows = np.empty((n, KV.FLOW_COLS), np.int64)
-        counts = np.zeros((2, 3), np.int64)
-        nn, nf = KV.batch_records(np.ascontiguousarray(f), views, bool(out_pid), self.seq, self._nest, self._flows,
-                                  counts)
-        self.seq += n
+        nest, flows, counts = self._records.records(f, view, out_pid, self.seq)   # reused: the sorters copy them
+        self.seq += len(f)
         for v in range(2):
-            self.events[v] += int(counts[v, 0])
-            self.missing[v] += int(counts[v, 1])
-            self.negdur[v] += int(counts[v, 2])
-        if nn:
-            self._put(0, self._nest[:nn].view(NEST_DTYPE).reshape(nn))
-        if nf:
-            self._put(1, self._flows[:nf].view(FLOW_DTYPE).reshape(nf))
+            self.events[v] += int(counts[v, KV.BC_EVENTS])
+            self.missing[v] += int(counts[v, KV.BC_MISSING])
+            self.negdur[v] += int(counts[v, KV.BC_NEGDUR])
+        if len(nest):
+            self._put(0, nest.view(NEST_DTYPE).reshape(len(nest)))
+        if len(flows):
+            self._put(1, flows.view(FLOW_DTYPE).reshape(len(flows)))
 
     def report(self, v: int = 0, out_filter: OutFilter | None = None) -> dict:
         """Sort and check the records; ``{"events", "problems", "notices", "ok", "tracks", "flows"}``

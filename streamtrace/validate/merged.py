@@ -78,12 +78,12 @@ def split_reports(counters: list, spill_dir: str, out_filter: OutFilter | None =
             remove_quietly(c["log"])
 
 
-def _pids_apart(results) -> bool:
+def _pids_apart(process_maps: list) -> bool:
     """True when every merged pid stands for one input pid of one rank (no slot shared, no
     list/object pid, no GPU slot running into the next rank's)."""
     seen = set()
-    for r in results:
-        for mpid, info in r["process_map"].items():
+    for pmap in process_maps:
+        for mpid, info in pmap.items():
             if mpid in seen or isinstance(info["pid"], (list, dict)) or info["slot"] == 99 \
                     or info["slot"] >= 999:
                 return False
@@ -104,13 +104,13 @@ def _total(reps: list) -> dict:
     return tot
 
 
-def merged_validation(results: list, output) -> dict:
-    """The merge's validation from its ranks' results: ``{"input": totals over the input files,
-    "output": the output's report, "added": {problem: count merge added}, "ok": nothing added,
-    "exact": the output's report was derived (True) or validated in full (False)}``."""
-    vals = [r["validation"] for r in results]
+def merged_validation(vals: list, process_maps: list, output) -> dict:
+    """The merge's validation from its ranks' checks (``vals``: :func:`rank_validation` of each rank)
+    and process maps (``{merged pid: {"pid", "slot", ...}}`` of each rank): ``{"input": totals over the
+    input files, "output": the output's report, "added": {problem: count merge added}, "ok": nothing
+    added, "exact": the output's report was derived (True) or validated in full (False)}``."""
     inp = _total([v["input"] for v in vals])
-    exact = all(v["exact"] for v in vals) and _pids_apart(results)
+    exact = all(v["exact"] for v in vals) and _pids_apart(process_maps)
     if exact:
         out = _total([v["output"] for v in vals])
         added = {k: sum(max(0, v["output"]["problems"][k] - v["input"]["problems"][k]) for v in vals)

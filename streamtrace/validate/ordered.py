@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..kernels import validate as KV
+from ..kernels.validator import FlowRun, NestingRun
 
 __all__ = ["OutFilter", "SEQ_STRIDE", "run_nesting", "run_flows"]
 
@@ -96,38 +97,24 @@ class OutFilter:
         return tuple(out)
 
 
-def _col(c, name):
-    return np.ascontiguousarray(c[name])
-
-
 def run_nesting(sorter, out_filter: OutFilter | None = None) -> list:
     """``[(bad nesting, tracks, GPU-stream overlaps) per view]`` (V_IN, V_OUT) from the X slice
     records of ``sorter`` (an :class:`~streamtrace.events.sort.ExternalSorter`, consumed) by
-    :func:`streamtrace.kernels.validate.nesting_chunk`; V_OUT without ``out_filter``'s slices."""
-    state = np.zeros(14, np.int64)
-    stacks = np.empty((2, 1024), np.int64)
+    :class:`streamtrace.kernels.validator.NestingRun`; V_OUT without ``out_filter``'s slices."""
+    run = NestingRun()
     for c in sorter.chunks():
-        cols = [_col(c, k) for k in ("tkind", "pid", "tid", "start", "end")]
-        cols.append(_col(c, "view") if out_filter is None else out_filter.nest_view(c))
-        at = 0
-        while at < len(c):
-            at += KV.nesting_chunk(*(a[at:] for a in cols), state, stacks)
-            if at < len(c):
-                grown = np.empty((2, 2 * stacks.shape[1]), np.int64)
-                grown[:, :stacks.shape[1]] = stacks
-                stacks = grown
-    return [(state[6], state[8], state[12]), (state[7], state[9], state[13])]
+        run.add(c["tkind"], c["pid"], c["tid"], c["start"], c["end"],
+                c["view"] if out_filter is None else out_filter.nest_view(c))
+    return [run.totals(0), run.totals(1)]
 
 
 def run_flows(sorter, out_filter: OutFilter | None = None, range_starts: np.ndarray | None = None) -> np.ndarray:
     """int64[2, 4] per view (V_IN, V_OUT): flow keys, unmatched, duplicate, cross-rank keys (see
-    :func:`streamtrace.kernels.validate.flow_chunk`) from the flow-end records of ``sorter``
-    (consumed); V_OUT without ``out_filter``'s flow ends (``range_starts``: see
-    :meth:`OutFilter.flow_view`)."""
-    state = np.zeros(16, np.int64)
-    counts = np.zeros((2, 4), np.int64)
+    :func:`streamtrace.kernels.validate.flow_chunk`, through :class:`~streamtrace.kernels.validator.FlowRun`)
+    from the flow-end records of ``sorter`` (consumed); V_OUT without ``out_filter``'s flow ends
+    (``range_starts``: see :meth:`OutFilter.flow_view`)."""
+    run = FlowRun()
     for c in sorter.chunks():
-        view = _col(c, "view") if out_filter is None else out_filter.flow_view(c, range_starts)
-        KV.flow_chunk(*(_col(c, k) for k in ("kinds", "cat", "id", "ph", "rankk", "rank")), view, state, counts)
-    KV.flow_close(state, counts)
-    return counts
+        view = c["view"] if out_filter is None else out_filter.flow_view(c, range_starts)
+        run.add(c["kinds"], c["cat"], c["id"], c["ph"], c["rankk"], c["rank"], view)
+    return run.close()

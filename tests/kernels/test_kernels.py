@@ -278,7 +278,7 @@ def test_rewrite_kernel_matches_twin(tmp_path_factory, evs, rank, shift, gpu_onl
             r = rewrite_dict(ev, int(b.ts_ns[i]), int(b.dur_ns[i]), int(b.flags[i]), ctx)
             if r is not None:
                 want.append(orjson.loads(dumps_event(r)))
-    assert got[:len(got) - 3 * len(res["process_map"])] == want
+    assert got[:len(got) - 3 * len(res.process_map)] == want
 
 
 @settings(max_examples=200, deadline=None)
@@ -360,7 +360,7 @@ def test_typical_events_take_the_byte_path(tmp_path):
     src.write_text(json.dumps({"traceEvents": evs}))
     res = merge_rank(RankPlan(str(src), 3, 0, str(tmp_path / "seg"), False, 1, frozenset(), False, None, None,
                               False))
-    assert res["events_fast"] == 4
+    assert res.events_fast == 4
     got = orjson.loads(b"[" + (tmp_path / "seg").read_bytes() + b"]")
     assert got[0]["args"] == {"External id": (3 << 40) + 5, "correlation": (3 << 40) + 9, "stream": 7,
                               "raw correlation": 9, "raw External id": 5, "rank": 3}
@@ -368,10 +368,10 @@ def test_typical_events_take_the_byte_path(tmp_path):
     # under a time filter, a kept flow (and a dropped one) is decided by the kernel too
     res = merge_rank(RankPlan(str(src), 3, 0, str(tmp_path / "seg"), False, 1, frozenset(), False, (0, 10 ** 9),
                               {("ac2g", 9)}, False))
-    assert res["events_fast"] == 4
+    assert res.events_fast == 4
     res = merge_rank(RankPlan(str(src), 3, 0, str(tmp_path / "seg"), False, 1, frozenset(), False, (0, 10 ** 9),
                               {("ac2g", 8)}, False))
-    assert res["events_fast"] == 3 and res["events_out"] == 3 + 3 * len(res["process_map"])
+    assert res.events_fast == 3 and res.events_out == 3 + 3 * len(res.process_map)
 
 
 # -- inherited ancestry facts -------------------------------------------------------------

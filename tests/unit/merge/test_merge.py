@@ -368,7 +368,7 @@ def test_workers_inherit_loaded_kernels(tmp_path):
                         set() if keep else None, False)
         warm_kernels(plan)
         assert sorted(p.name for p in tmp_path.iterdir()) == ["rank_0.json"]
-        assert merge_rank(plan)["events_fast"] == 1
+        assert merge_rank(plan).events_fast == 1
         os.unlink(tmp_path / "seg")
     out = tmp_path / "out" / "m.json"
     out.parent.mkdir()

@@ -19,7 +19,8 @@ from streamtrace.validate.check import validate
 
 from support import need_shared, real_traces
 
-M = importlib.import_module("streamtrace.merge.run")     # where merge looks up run_tasks
+# where merge looks up run_tasks: the plan (cuts, surveys), the rewrite and its decisions
+M = [importlib.import_module(f"streamtrace.merge.{m}") for m in ("plan", "rewrite", "decide")]
 
 SUMMARY = ("ranks", "iteration", "events_in", "events_out", "bytes_in")
 
@@ -74,7 +75,7 @@ def test_real_ranks_some_split(tmp_path):
 
 def test_equal_ranks_are_not_split(tmp_path):
     """As many equal ranks as workers: each is one task (cutting would not shorten the merge)."""
-    from streamtrace.merge.run import split_pays
+    from streamtrace.merge.plan import split_pays
     assert not split_pays([296, 296], 2) and split_pays([296, 296, 296], 2) and split_pays([1000], 2)
     assert not split_pays([54, 35, 10, 2.6], 2) and split_pays([54, 35, 2.6], 2) and not split_pays([5], 1)
     from streamtrace.synth.job import SynthSpec, generate_job
@@ -152,7 +153,8 @@ def test_generated_traces_split_equals_unsplit(tmp_path_factory, monkeypatch, ev
     unicode escapes; CPU and string pids first seen in any order, so ranges often guess
     their slots wrong and are rewritten.  Workers run inline here (speed); the other
     tests use the process pool."""
-    monkeypatch.setattr(M, "run_tasks", lambda fn, args, *a, **k: run_inline(fn, args, None, None, 0, False))
+    for m in M:
+        monkeypatch.setattr(m, "run_tasks", lambda fn, args, *a, **k: run_inline(fn, args, None, None, 0, False))
     tmp = tmp_path_factory.mktemp("g")
     doc = {"schemaVersion": 1, "distributedInfo": {"rank": 2}, "traceEvents": events,
            "baseTimeNanoseconds": 5, "traceName": "x]}"}

@@ -1,7 +1,7 @@
 """``merge --steps`` in one pass (:mod:`streamtrace.merge.deferred`: each rank rewritten once, the
 keep-window decided after the pass) against the two-pass merge it replaces (a survey of every rank,
 then the rewrite with the window known), forced by patching
-:func:`streamtrace.merge.run.deferred_filter`, ``--steps`` and ``--window``: the same events in the same order, the same summary
+:func:`streamtrace.merge.plan.deferred_filter`, ``--steps`` and ``--window``: the same events in the same order, the same summary
 (``events_out``, ``validation``, ``warnings``), the same merged metadata, the same errors.
 
 Real traces from ../shared (skipped when absent) and small synthetic traces written here; the
@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import streamtrace.merge.deferred as D
 import streamtrace.merge.grouped as G
-import streamtrace.merge.run as R
+import streamtrace.merge.plan as R
 from streamtrace.merge import MergeOptions, merge
 from streamtrace.merge.deferred import DeferredFilter
 from streamtrace.runtime.errors import StreamtraceError
@@ -538,9 +538,9 @@ def test_random_kernel_traces_split(tmp_path_factory, case, a, b, which, parts):
 def _rows_never_read():
     """keep_rows fails if called (the decisions of a covered rank must not need it); the parent's
     warm-up of it before forking is skipped."""
-    import streamtrace.kernels.keep as KK
+    import streamtrace.kernels.keeper as KP       # where the deferred filter's facade calls it
     import streamtrace.merge.rank as RK
-    return mock.patch.object(KK, "keep_rows", side_effect=AssertionError("keep_rows called")), \
+    return mock.patch.object(KP, "keep_rows", side_effect=AssertionError("keep_rows called")), \
         mock.patch.object(RK, "warm_keep", lambda: None)
 
 

@@ -1,0 +1,137 @@
+"""The epilogue's run (:func:`run`): check the paths, discover the job, run the stages
+(:mod:`streamtrace.epilogue.stages`), write ``epilogue.json`` and the final line; never raising into the
+caller.  Returns the output folder as an :class:`~streamtrace.report.outputs.EpilogueRun`."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from ..report.outputs import EpilogueRun
+from ..runtime.errors import StreamtraceError
+from ..runtime.files import atomic_output, clean_stale
+from ..runtime.stagelog import StageLog
+from .discovery import check_paths, find_topology, outdir_of
+from .options import EpilogueOptions, with_options, worker_count
+from .stages import StageRun, discover_paths, iteration_stages, job_stages
+
+
+def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -> EpilogueRun:
+    """Run the whole post-job pipeline on ``run_dir`` (see the module docstring).
+
+    Parameters
+    ----------
+    run_dir : str or Path
+        The training job's folder (its iteration folders and topology, any layout discovery knows).
+    opt : EpilogueOptions, optional
+        The options (default ``EpilogueOptions()``).
+    log_file : file, optional
+        Where log lines go (default stderr).
+    **options
+        Fields of ``opt``, or of its report's, changed: ``run(d, gpu_only=False, charts=False)``
+        (:func:`with_options`).
+
+    Returns
+    -------
+    EpilogueRun
+        The output folder (:class:`~streamtrace.report.outputs.EpilogueRun`, as ``streamtrace.load`` opens
+        it: its tables, ``analyses``, ``aggregate``), whose ``summary`` is the run's account (also in
+        ``OUTDIR/epilogue.json``): ``{"run_dir", "outdir", "iterations", "ranks", "report", "failures": [...],
+        "notes", "stages": {...}, "seconds"}``; the object is also a read-only mapping over it
+        (``res["failures"]``), as the dict it returned before.
+
+    Raises
+    ------
+    Nothing
+        Every failure is logged and kept in ``failures`` (``KeyboardInterrupt`` aside); with ``strict``
+        the CLI exits 1 when anything failed.  ``TypeError`` for a keyword that is no option.
+    """
+    opt = with_options(opt or EpilogueOptions(), **options)
+    log = StageLog(log_file, opt.progress, opt.verbose)
+    t0 = time.time()
+    run_dir = Path(run_dir)
+    out = outdir_of(run_dir, opt)
+    summary = {"run_dir": str(run_dir), "outdir": str(out), "iterations": [], "ranks": 0, "report": None,
+               "failures": log.failures, "notes": log.notes, "stages": {}}
+    before = new_folders(out)
+    try:
+        try:
+            check_paths(run_dir, opt)
+        except StreamtraceError as e:
+            log.fail("epilogue", getattr(e, "path", run_dir), getattr(e, "message", e))
+            return EpilogueRun.of(out, summary)
+        out.mkdir(parents=True, exist_ok=True)
+        clean_stale(out)                         # what a killed earlier run left in it
+        state_path = out / EpilogueRun.marker
+        state, jobs = read_state(state_path), worker_count(opt)
+        topo = opt.topology or find_topology(run_dir)
+        log.info(f"run {run_dir}: topology {topo or 'not found (the traces pg_config, if any)'}; {jobs} jobs")
+        groups, skipped = discover_paths(opt, run_dir, log, out, topo)
+        if not groups:
+            log.fail("discover", run_dir, "no rank traces found")
+        summary["skipped"] = skipped
+        ctx = StageRun(opt, jobs, topo, out, state, log, summary)
+        analysed = [a for it in sorted(groups, key=lambda k: (k is None, k or 0))
+                    if (a := iteration_stages(ctx, it, groups[it]))]
+        summary["report"] = job_stages(ctx, analysed, run_dir) if analysed else None
+        summary["seconds"] = round(time.time() - t0, 2)
+        try:
+            with atomic_output(state_path, compress=False) as f:
+                f.write(json.dumps({"summary": summary, "state": state}, indent=1, default=str).encode())
+            written = True
+        except Exception as e:   # noqa: BLE001 - a full disk: said in the final line
+            log.fail("epilogue", state_path, e)
+            written = False
+        status = "OK" if not log.failures else problems(log.failures, state_path, written)
+        log.final(f"{len(summary['iterations'])} iteration(s), {summary['ranks']} ranks, {status}; "
+                 f"report: {summary['report'] or 'none'}; outputs in {out} ({summary['seconds']:.1f} s)")
+    except Exception as e:   # noqa: BLE001 - the promise: never raise into the caller
+        log.fail("epilogue", run_dir, e)
+    except KeyboardInterrupt:      # Ctrl-C, SIGTERM: the stages removed their staging folders
+        remove_empty(out, before)
+        raise
+    return EpilogueRun.of(out, summary)
+
+
+def read_state(path) -> dict:
+    """The stages' state kept in the JSON file ``path`` (``{"state": ...}``); ``{}`` when unreadable."""
+    try:
+        return json.loads(Path(path).read_text()).get("state", {})
+    except (OSError, ValueError):
+        return {}
+
+
+def problems(failures, state_path, written) -> str:
+    """The final line's account of ``failures``: how many, the first one's stage, file and error
+    (a full disk names the stage and the path it could not write), and where the rest are:
+    ``epilogue.json``, or that it could not be written either."""
+    f = failures[0]
+    first = f"{f['stage']} ({f['file']}): {f['error']}"
+    where = f"see {state_path}" if written else f"{state_path} could not be written"
+    return f"{len(failures)} problem(s), the first: {first}; {where}"
+
+
+def new_folders(out: Path):
+    """What :func:`remove_empty` may remove after an interruption: ``out`` when it does not
+    exist yet, and (by name) the folders it does not hold yet."""
+    try:
+        return None if not out.is_dir() else {p.name for p in out.iterdir()}
+    except OSError:
+        return set()
+
+
+def remove_empty(out: Path, before):
+    """After an interruption: remove the empty folders this run made in ``out`` (its iteration
+    folders, whose stage was cut before it wrote anything), and ``out`` itself when this run made
+    it and it is empty.  ``before``: :func:`new_folders`."""
+    try:
+        for p in out.iterdir():
+            if (before is None or p.name not in before) and p.is_dir() and not p.is_symlink():
+                try:
+                    p.rmdir()
+                except OSError:
+                    pass
+        if before is None:
+            out.rmdir()
+    except OSError:
+        pass

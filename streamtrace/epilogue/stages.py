@@ -1,0 +1,269 @@
+"""The stages of one epilogue run: each iteration's analyze and merge, then the job's aggregate, its
+critical path marked in the merged traces, and the report (:func:`iteration_stages`, :func:`job_stages`).
+Each runs through :func:`run_stage`: reused when its inputs' :func:`fingerprint` and its outputs are
+unchanged since its last success, else run in a child process of its own (:func:`in_stage_process`),
+its failures logged.  :class:`StageRun` is what they share."""
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ..analyze.outputs import Analysis
+from ..aggregate.folder import CHARTS, Aggregate
+from ..report.outputs import EpilogueRun, Report       # its output folder's kind (``diff`` reads such folders too)
+from ..runtime.files import atomic_output
+from ..runtime.fork import call_in_child
+from ..runtime.stagelog import StageLog
+from ..runtime.tuning import trim
+from .discovery import find_iterations
+from .options import EpilogueOptions
+
+# The stages' modules (analyze, merge, aggregate, report, trace) are imported inside the functions that
+# run in the stages' child processes: importing them here would put ~130 MB (numba, pyarrow) in
+# the epilogue's own process, under every stage.
+
+
+def fingerprint(paths, **options) -> str:
+    h = hashlib.sha256()
+    for p in sorted(map(str, paths)):
+        try:
+            st = os.stat(p)
+            h.update(f"{p}|{st.st_size}|{int(st.st_mtime_ns)}\n".encode())
+        except OSError:
+            h.update(f"{p}|missing\n".encode())
+    h.update(json.dumps(options, sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def discover_paths(opt, run_dir, log, outdir, topology=None) -> tuple[dict, list]:
+    """:func:`find_iterations` as ``({iteration: [path]}`` (rank order), ``[skipped file: reason]``),
+    run in a child process with ``opt.isolate`` (reading 1,024 trace heads loads the byte scanner
+    and ~40 MB of metadata that the epilogue's process does not need)."""
+    def paths():
+        skipped = []
+        groups = find_iterations(run_dir, log, outdir, topology, skipped)
+        return {it: [tf.path for tf in files] for it, files in groups.items()}, skipped
+    try:
+        return in_stage_process(opt, log, paths)
+    except Exception as e:   # noqa: BLE001 - its process died: logged, nothing to do
+        log.fail("discover", run_dir, e)
+        return {}, []
+
+
+def run_stage(ctx, key, fp, outputs, fn, name, what):
+    """Run ``fn()`` unless ``ctx.state[key]`` says it already succeeded with the same
+    fingerprint ``fp`` (:func:`fingerprint`) and ``outputs`` still exist; in a child process with
+    ``ctx.opt.isolate`` (:func:`~streamtrace.runtime.fork.call_in_child`: the stage's memory is the
+    system's again when it ends).  Returns ``(result or None, status)``."""
+    state, log = ctx.state, ctx.log
+    prev = state.get(key)
+    if prev and prev.get("fingerprint") == fp and prev.get("ok") and all(Path(o).exists() for o in outputs):
+        log.info(f"{name}: reused ({what})")
+        for f in prev.get("failures", []):      # what that run could not process is still missing
+            log.failure(f)
+        return prev.get("result"), "reused"
+    t0 = time.time()
+    before = len(log.failures)
+    try:
+        result = in_stage_process(ctx.opt, log, fn)
+    except Exception as e:   # noqa: BLE001 - logged, the epilogue carries on
+        log.fail(name, what, e)
+        state[key] = {"fingerprint": fp, "ok": False, "error": str(e).splitlines()[0] if str(e) else ""}
+        if os.environ.get("STREAMTRACE_DEBUG") or log.verbose:
+            print(getattr(e, "details", "") or traceback.format_exc(), file=sys.stderr, end="")
+        return None, "failed"
+    state[key] = {"fingerprint": fp, "ok": True, "result": result, "seconds": round(time.time() - t0, 2),
+                  "failures": list(log.failures[before:])}
+    log.info(f"{name}: done in {time.time() - t0:.1f} s ({what})")
+    return result, "done"
+
+
+def in_stage_process(opt, log, fn):
+    """``fn()`` in a child process of its own with ``opt.isolate`` (its log entries relayed to
+    ``log``; :func:`~streamtrace.runtime.fork.call_in_child`), else here, followed by
+    :func:`release`."""
+    if opt.isolate:
+        return call_in_child(fn, log.relay_to, log.replay)
+    try:
+        return fn()
+    finally:
+        release()
+
+
+def release():
+    """Between stages: collect the stage's garbage and hand the freed heap back to the OS
+    (:func:`~streamtrace.runtime.tuning.trim`), so that the next stage (aggregate after analyze of
+    1,024 ranks) does not start on top of the last one's peak."""
+    gc.collect()
+    trim()
+
+
+@dataclass
+class StageRun:
+    """What the stages of one epilogue run share."""
+    opt: EpilogueOptions
+    jobs: int
+    topo: str | None
+    out: Path
+    state: dict
+    log: StageLog
+    summary: dict
+
+
+def iteration_stages(ctx: StageRun, it, paths) -> str | None:
+    """Analyse and merge one iteration's rank traces (``paths``); returns its analysis folder when
+    the analysis succeeded (or was reused)."""
+    tag = EpilogueRun.iteration(it)
+    adir = analyze_stage(ctx, it, paths)
+    merged = ctx.out / tag / EpilogueRun.merged(full=not ctx.opt.gpu_only)
+    fp_merge = fingerprint(paths, full=not ctx.opt.gpu_only, stage="merge",     # (the key of earlier runs' state)
+                           **({"step_pattern": ctx.opt.step_pattern} if ctx.opt.step_pattern else {}))
+    _, st = run_stage(ctx, f"{tag}/merge", fp_merge, [merged], lambda: merge_stage(ctx, tag, paths, merged), "merge",
+                      tag)
+    ctx.summary["stages"][f"{tag}/merge"] = st
+    return adir
+
+
+def analyze_stage(ctx: StageRun, it, paths) -> str | None:
+    """The analyze stage of one iteration (reused when its traces and options are unchanged); returns
+    its analysis folder, None when the analysis failed."""
+    opt, log, topo, jobs = ctx.opt, ctx.log, ctx.topo, ctx.jobs
+    tag = EpilogueRun.iteration(it)
+    ctx.summary["iterations"].append(it)
+    ctx.summary["ranks"] = max(ctx.summary["ranks"], len(paths))
+    adir = ctx.out / tag / EpilogueRun.ANALYSIS
+
+    def do_analyze():
+        from ..analyze import AnalyzeOptions, analyze
+        s = analyze(paths, adir, AnalyzeOptions(jobs=jobs, chunked=opt.chunked, topology=topo, progress=False,
+                                                op_perf=True, step_pattern=opt.step_pattern))
+        for f in s["failed"]:
+            log.fail("analyze", f["source"], f["error"])
+        return {"ranks": [r["rank"] for r in s["ranks"]], "failed": len(s["failed"])}
+    fp = fingerprint(paths + ([topo] if topo else []), chunked=opt.chunked, stage="analyze",
+                     layout="iteration=N/rank=R", op_perf=1,   # redo folders of older layouts / without op_perf
+                     **({"step_pattern": opt.step_pattern} if opt.step_pattern else {}))
+    res, st = run_stage(ctx, f"{tag}/analyze", fp, [adir / Analysis.marker], do_analyze, "analyze", tag)
+    ctx.summary["stages"][f"{tag}/analyze"] = st
+    if res is not None:              # an Nsight Systems export holds several ranks
+        ctx.summary["ranks"] = max(ctx.summary["ranks"], len(res.get("ranks", ())))
+    return str(adir) if res is not None else None
+
+
+def merge_stage(ctx: StageRun, tag, paths, merged) -> dict:
+    """The merge stage of one iteration: its rank traces into ``merged``; a rank merge cannot
+    read is logged with its file and the others are merged.  Returns the stage's result."""
+    from ..merge import MergeOptions, merge_files
+    from ..merge.line import CPU_ONLY_WARNING
+    from ..trace.discover import identify
+    opt, log = ctx.opt, ctx.log
+    todo = []
+    for p in paths:                  # their heads, read again here (~1 ms a file) rather than kept
+        try:
+            tf = identify(p)
+        except Exception as e:   # noqa: BLE001 - changed since discovery: this rank is left out
+            log.fail("merge", p, e)
+            continue
+        if tf is not None:
+            todo.append(tf)
+    while todo:
+        try:
+            r = merge_files(todo, merged, MergeOptions(gpu_only=opt.gpu_only, jobs=ctx.jobs, progress=False,
+                                                       step_pattern=opt.step_pattern))
+            if r["cpu_only"] and opt.gpu_only:
+                log.note(f"{tag}: no rank has a GPU process (a CPU-only run): {merged.name} holds the CPU "
+                         f"processes")
+            for w in r["warnings"]:
+                if w != CPU_ONLY_WARNING:            # said once, as the note above
+                    log.final(f"warning: {w}")
+            return {"output": str(merged), "ranks": r["ranks"], "events": r["events_out"],
+                    "cpu_only": r["cpu_only"]}
+        except Exception as e:   # noqa: BLE001 - drop the file it names, merge the rest
+            bad = [tf for tf in todo if getattr(e, "path", None) == tf.path]
+            if not bad:
+                raise
+            log.fail("merge", bad[0].path, e)
+            todo.remove(bad[0])
+    raise RuntimeError("no readable rank trace left to merge")
+
+
+def mark_stage(ctx: StageRun, agg):
+    """The critical path of ``agg`` marked in every iteration's merged trace
+    (:func:`streamtrace.merge.critical_marks.mark_critical_path`; marking again gives the same file)."""
+    merged = sorted(p for full in (False, True) for p in ctx.out.glob(f"*/{EpilogueRun.merged(full)}")
+                    if (agg / "critical_path.parquet").is_file())
+
+    def do_mark():
+        from ..merge.critical_marks import mark_critical_path
+        pre = EpilogueRun.ITERATION
+        it = lambda m: int(m.parent.name[len(pre):]) if m.parent.name.startswith(pre) else None  # noqa: E731
+        return {"marked": sum(mark_critical_path(m, agg, iteration=it(m))["marked"] for m in merged)}
+    if merged:
+        fp = fingerprint([agg / "critical_path.parquet"] + merged, stage="critical path marks")
+        _, st = run_stage(ctx, "critical path marks", fp, merged, do_mark, "critical path marks", agg)
+        ctx.summary["stages"]["critical path marks"] = st
+
+
+def add_warnings(meta_path: Path, lines):
+    """Add ``lines`` to the ``warnings`` of an ``aggregate.json`` (the report shows them), rewritten
+    atomically."""
+    meta = json.loads(meta_path.read_text())
+    meta["warnings"] = list(meta.get("warnings") or []) + list(lines)
+    with atomic_output(meta_path, compress=False) as f:
+        f.write(json.dumps(meta, indent=1, default=str).encode())
+
+
+def aggregate_stage(ctx: StageRun, analysed) -> tuple:
+    """Aggregate every analysed iteration into ``ctx.out/aggregate`` (reused when unchanged); returns
+    ``(the aggregate folder or None when it failed, the stage's fingerprint)``."""
+    opt, topo = ctx.opt, ctx.topo
+    agg = ctx.out / EpilogueRun.AGGREGATE
+
+    skipped = ctx.summary.get("skipped") or []
+
+    def do_aggregate():
+        from ..aggregate.run import AggregateOptions, aggregate
+        aggregate(analysed, agg, AggregateOptions(jobs=ctx.jobs, topology=topo,
+                                                  torchtitan_config=opt.torchtitan_config))
+        if skipped:
+            add_warnings(agg / Aggregate.marker,
+                         [f"not this job's, skipped by the {ctx.log.name}: {s}" for s in skipped])
+        return {"outdir": str(agg)}
+    fp = fingerprint([Path(a) / Analysis.marker for a in analysed] + ([topo] if topo else [])
+                      + ([opt.torchtitan_config] if opt.torchtitan_config else []), stage="aggregate", version=2,
+                      skipped=skipped)
+    res, st = run_stage(ctx, "aggregate", fp, [agg], do_aggregate, "aggregate", ", ".join(analysed))
+    ctx.summary["stages"]["aggregate"] = st
+    return (agg if res is not None else None), fp
+
+
+def job_stages(ctx: StageRun, analysed, run_dir) -> str | None:
+    """Aggregate every analysed iteration, then write the report and charts; returns the
+    report's path (None when it was not written)."""
+    ropt = ctx.opt.report
+    agg, fp = aggregate_stage(ctx, analysed)
+    if agg is None:
+        return None
+    mark_stage(ctx, agg)
+
+    def do_report():
+        from ..report.run import report
+        rep = report([agg], ctx.out, replace(ropt, progress=False, jobs=ctx.jobs))
+        return {"report": rep["files"][0], "files": len(rep["files"])}
+    eff = ropt.efficiency
+    fp_report = fingerprint([agg / Aggregate.marker], name=ropt.name, tokens=ropt.tokens_per_step,
+                             batch=ropt.global_batch, seq=ropt.seq_len, charts=ropt.charts,
+                             chart_ranks=ropt.chart_ranks, formats=list(ropt.chart_formats), base=fp,
+                             efficiency=None if eff is None else [eff.peak_tflops, eff.flops_per_token, eff.nic_gbps,
+                                                                  eff.gpus_per_node])
+    outputs = [ctx.out / Report.marker] + ([ctx.out / CHARTS] if ropt.charts else [])
+    res, st = run_stage(ctx, "report", fp_report, outputs, do_report, "report + charts", agg)
+    ctx.summary["stages"]["report"] = st
+    return res["report"] if res is not None and Path(res["report"]).exists() else None

@@ -1,0 +1,128 @@
+"""What a rewrite worker of ``streamtrace merge`` hands back, typed: a rank written (:class:`RankResult`),
+one byte range of a cut rank (:class:`RangeResult`), or a rank that waits for a decision the parent
+makes once every rank is read (:class:`ParkedRank`, :class:`SplitParked`, :class:`MissingSteps`), and
+the worker's own account (:class:`TaskStats`).  All are immutable (a later step makes a new one with
+:func:`dataclasses.replace`) and picklable (they cross process boundaries)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What reading one rank's file told beside its events: ``bytes_in`` (uncompressed bytes read),
+    ``warnings`` (lines, in the reader's order), ``truncated`` (a ``--salvage`` read of a cut file),
+    ``repaired_events`` (events decoded once their unescaped quotes were escaped), ``dropped_bad_ts``
+    (events dropped for a ts or dur that is not a usable number)."""
+    bytes_in: int
+    warnings: tuple = ()
+    truncated: bool = False
+    repaired_events: int = 0
+    dropped_bad_ts: int = 0
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """One rank rewritten into its segments, what the stitch and the summary read.
+
+    Attributes:
+        rank: the rank.
+        events_in, events_out: events read, events written (merge's process metadata included).
+        events_fast: events the byte kernel wrote (the others went through the Python twin).
+        process_map: ``{str(merged pid): info}`` of the processes that had events
+            (:class:`~streamtrace.merge.pids.PidMap`'s ``info``).
+        metadata: the rank's top-level keys but ``traceEvents``.
+        segments: the files to stitch, in order; an entry ``(file, runs)`` is the byte ranges ``runs``
+            (int64[n, 2]) of a plain file (:func:`~streamtrace.merge.output.write_merged`).
+        reading: what reading the file told (:class:`Reading`).
+        validation: the rank's check (:func:`~streamtrace.validate.merged.rank_validation`), or None.
+    """
+    rank: int
+    events_in: int
+    events_out: int
+    events_fast: int
+    process_map: dict
+    metadata: dict
+    segments: tuple
+    reading: Reading
+    validation: dict | None = None
+
+    @property
+    def gpu(self) -> bool:
+        """True when one of the rank's merged processes is a GPU's."""
+        return any(v.get("kind") == "gpu" for v in self.process_map.values())
+
+
+@dataclass(frozen=True)
+class RangeResult:
+    """One byte range of a cut rank rewritten (:func:`~streamtrace.merge.ranges.merge_range`).
+
+    Attributes:
+        segment: its segment file (with a deferred filter: ``(tentative file, runs)`` once decided).
+        events_in, events_out, events_fast: as :class:`RankResult`'s, of the range.
+        first_out: the earliest shifted ts written (ns), or None.
+        used: the merged pids that had events (sorted).
+        records, assigned: every pid the range registered, in order, and the merged pid it gave each.
+        bad_ts: events dropped for an unusable ts or dur.
+        validation: ``{"parts": the range's sorted runs, "exact": bool}`` when validating, else None.
+        parked: with a deferred filter, the range's :class:`~streamtrace.merge.grouped.GroupedFilter`
+            until the rank is decided; else None.
+        exact: the output's check can be derived from the input's (with a deferred filter).
+    """
+    segment: object
+    events_in: int
+    events_out: int
+    events_fast: int
+    first_out: int | None
+    used: list
+    records: list
+    assigned: list
+    bad_ts: int
+    validation: dict | None = None
+    parked: object | None = None
+    exact: bool = True
+
+
+@dataclass(frozen=True)
+class ParkedRank:
+    """A rank read in one pass under ``--window``, waiting for the keep-window the parent computes
+    (:func:`~streamtrace.merge.rank.finish_parked`): its :class:`~streamtrace.merge.rank.Parked` state."""
+    rank: int
+    parked: object
+    reading: Reading
+
+
+@dataclass(frozen=True)
+class SplitParked:
+    """A cut rank whose ranges were read under a deferred filter, waiting for its decision
+    (:func:`~streamtrace.merge.split_filter.decide_split`): the :class:`~streamtrace.merge.ranges.SplitFile`,
+    its ranges' :class:`RangeResult` s (file order) and its settled :class:`~streamtrace.merge.pids.PidMap`."""
+    split: object
+    parts: list
+    pids: object
+
+
+@dataclass(frozen=True)
+class MissingSteps:
+    """A one-pass ``--steps`` rank without those steps: ``message`` is the error the parent raises
+    (for the first such rank in rank order)."""
+    rank: int
+    message: str
+    reading: Reading
+
+
+@dataclass(frozen=True)
+class TaskStats:
+    """A rewrite worker's own account of one task: its process id, the input bytes and the busy
+    seconds (for merge's "MB/s per worker")."""
+    worker: int
+    bytes: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class TaskDone:
+    """One rewrite task's result (a :class:`RankResult`, :class:`ParkedRank`, :class:`MissingSteps` or
+    :class:`RangeResult`) with its :class:`TaskStats`."""
+    result: object
+    stats: TaskStats = field(compare=False)
