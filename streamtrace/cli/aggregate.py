@@ -50,9 +50,11 @@ def aggregate(*dirs, outdir="streamtrace-aggregate", iterations=None, steps=None
     for w in m["warnings"]:
         con.warn(w)
     c = m["collectives"]
+    alone = c.get("single_rank", 0) if len(m["ranks"]) >= 2 else 0
     matched = "matched across ranks" if len(m["ranks"]) >= 2 else "on one rank, not matched"
-    con.info(f"aggregated {len(m['ranks'])} ranks, {steps_text(m)}: {c['instances']:,} collective instances "
-             f"{matched} ({c['complete']:,} complete) in {m['seconds']:.2f} s -> {outdir}/")
+    lone = f", {alone:,} on one rank only" if alone else ""
+    con.info(f"aggregated {len(m['ranks'])} ranks, {steps_text(m)}: {c['instances'] - alone:,} collective instances "
+             f"{matched} ({c['complete']:,} complete{lone}) in {m['seconds']:.2f} s -> {outdir}/")
     if m["clock_offsets_ns"]:
         con.info("estimated clock offsets (us): " + ", ".join(f"rank {r}: {v / 1e3:+,.1f}"
                                                               for r, v in m["clock_offsets_ns"].items()))
