@@ -107,3 +107,15 @@ def test_v100_sxm2_job_is_on_nvlink(runs):
     assert {r["deviceProperties"][0]["name"] for r in runs["dlrm"]["raw"]} == {"Tesla V100-SXM2-32GB"}
     rows = runs["dlrm"]["json"]["efficiency"]["links"]["rows"]
     assert rows and all(r["link"] == "NVLink 2" and r["link_gbps"] == 150 for r in rows)
+
+
+# -- item 5: charts never fold a rank on the critical path -------------------------------------------
+
+def test_dlrm_rank_on_the_critical_path_has_its_own_charts(runs):
+    import pyarrow.parquet as pq
+    cp = pq.read_table(runs["dlrm"]["dir"] / "aggregate" / "critical_path_summary.parquet").to_pylist()
+    on = {r["rank"] for r in cp if r["what"] == "slack" and r["on_path"]}
+    assert 7 in on
+    charts = {p.name for p in (runs["dlrm"]["dir"] / "charts").iterdir()}
+    for r in on:
+        assert f"rank_{r}_timeline_step10.png" in charts, (r, sorted(charts))
