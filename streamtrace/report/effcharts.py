@@ -84,7 +84,8 @@ def _busbw(aggdir, stem, links, meta, spec, formats) -> list:
             if sel.any():
                 ax.scatter(t["msg_bytes"][sel], t["busbw_gbps"][sel], s=8, alpha=0.5, color=color, label=scope)
         if spec is not None:
-            ax.axhline(spec.link_gbps, color="tab:green", ls="--", lw=1, label=f"intra-node {spec.link} peak {spec.link_gbps:g} GB/s")
+            ax.axhline(spec.link_gbps, color="tab:green", ls="--", lw=1,
+                       label=f"intra-node {spec.link} peak {spec.link_gbps:g} GB/s")
         if nic:
             ax.axhline(nic, color="tab:red", ls=":", lw=1, label=f"network per GPU {nic:g} GB/s")
         ax.set_xscale("log")

@@ -257,8 +257,8 @@ def _links_md(lk) -> list:
         L += ["A CPU-only job (gloo): no GPU link, so no % of link.", ""]
     if any(r.get("over_peak") for r in lk["rows"]):
         L += ["(!) above 100 % of the link's peak, which no link can do: a sign of wrong hosts "
-              "(check `--gpus-per-node` / the trace file names) or a wrong peak (`--nic-gbps`, the GPU model, an NVLink "
-              "bridge between PCIe cards).", ""]
+              "(check `--gpus-per-node` / the trace file names) or a wrong peak (`--nic-gbps`, the GPU model, "
+              "an NVLink bridge between PCIe cards).", ""]
     tr = lk["traffic"]
     if tr["intra"]["bytes"] + tr["inter"]["bytes"] > 0:
         L += [f"Traffic: {fmt_bytes(tr['intra']['bytes'])} inside nodes ({fmt_pct(tr['intra']['pct'])} %), "

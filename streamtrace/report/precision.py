@@ -25,8 +25,12 @@ import numpy as np
 from ..aggregate.folder import read_aggregate_table
 from ..topology.hardware import dtype_key
 
-#: a kernel that runs a GEMM (cuBLAS, cuBLASLt, CUTLASS, Triton's matmul)
-GEMM_KERNEL = re.compile(r"gemm|xmma|cutlass|matmul|nvjet", re.I)
+#: a kernel that runs a GEMM (cuBLAS, cuBLASLt, CUTLASS, Triton's matmul), by its own name (not FBGEMM's
+#: embedding kernels, whose namespace says gemm)
+GEMM_KERNEL = re.compile(r"(?<!fb)gemm|xmma|cutlass|matmul|nvjet", re.I)
+#: the element type a templated GEMM kernel (``gemmSN_NN_kernel<float, ...>``) names first
+TEMPLATE_DTYPES = {"float": "fp32", "double": "fp64", "__half": "fp16", "half": "fp16", "c10::half": "fp16",
+                   "__nv_bfloat16": "bf16", "c10::bfloat16": "bf16"}
 #: (pattern on a GEMM kernel's name, dtype), first match wins: fp8 and TF32 before the types their
 #: names also hold, bf16 before f16 (``bf16`` contains ``f16``)
 KERNEL_DTYPES = [
@@ -40,11 +44,19 @@ KERNEL_DTYPES = [
 
 
 def kernel_dtype(name: str) -> str | None:
-    """The math a GEMM kernel's name says it runs (:data:`KERNEL_DTYPES`), None when it is no GEMM
-    kernel (:data:`GEMM_KERNEL`) or names none."""
-    if not GEMM_KERNEL.search(name or ""):
+    """The math a GEMM kernel's name says it runs: its own name (before any template arguments) by
+    :data:`KERNEL_DTYPES`, else its first template argument (a type, :data:`TEMPLATE_DTYPES`, or the
+    name of the kernel a ``cutlass::Kernel<...>`` wraps, :data:`KERNEL_DTYPES`); None when it is
+    no GEMM kernel (:data:`GEMM_KERNEL` on its own name) or names no type."""
+    text = re.sub(r"^void\s+", "", (name or "").strip())
+    base = re.split(r"[<(]", text, 1)[0]
+    if not GEMM_KERNEL.search(base):
         return None
-    return next((dt for rx, dt in KERNEL_DTYPES if rx.search(name)), None)
+    found = next((dt for rx, dt in KERNEL_DTYPES if rx.search(base)), None)
+    if found or "<" not in text:
+        return found
+    first = text.split("<", 1)[1].split(",", 1)[0].split(">", 1)[0].strip()     # cutlass::Kernel<its name>
+    return TEMPLATE_DTYPES.get(first.lower()) or next((dt for rx, dt in KERNEL_DTYPES if rx.search(first)), None)
 
 
 def _by_time(keys, times) -> tuple[str | None, float]:
@@ -78,7 +90,8 @@ def gemm_precision(aggdir, cfg=None, has=lambda dt: True) -> tuple[str, str]:
             keep = np.flatnonzero(t["flops"] > 0)
             dt, share = _by_time([dtype_key(d) for d in t["dtype"][keep].tolist()], t["gpu_busy_ns"][keep])
             if dt:
-                return dt, f"the GEMM and attention ops' input type ({100 * share:.0f} % of their GPU time, op_perf.parquet)"
+                return dt, (f"the GEMM and attention ops' input type ({100 * share:.0f} % of their GPU time, "
+                            f"op_perf.parquet)")
     dt = dtype_key(cfg.dtype if cfg else None)
     if dt:
         return dt, f"the config's precision ({cfg.source})"

@@ -34,14 +34,18 @@ def runs(tmp_path_factory):
     for name, src in (("megatron", MEGATRON), ("dlrm", DLRM)):
         r = run_cli("epilogue", src, "-o", base / name, "-j", "2", "-q")
         assert r.returncode == 0, r.stderr
-        out[name] = {"dir": base / name, "md": next((base / name).glob("*.md")).read_text(),
+        out[name] = {"dir": base / name, "md": next((base / name).glob("*.md")).read_text(), "log": r.stdout + r.stderr,
                      "json": json.loads((base / name / "report.json").read_text()),
                      "epilogue": json.loads((base / name / "epilogue.json").read_text()), "raw": _raw(src)}
     return out
 
 
 def _gemm_kernels(raw):
-    return {e["name"] for r in raw for e in r["traceEvents"] if e.get("cat") == "kernel" and "gemm" in e["name"]}
+    """The GEMM kernels' names: ``gemm`` in the kernel's own name (before its template arguments; FBGEMM's
+    ``fbgemm_gpu::`` embedding kernels are none)."""
+    own = (re.split(r"[<(]", e["name"].replace("void ", "", 1), 1)[0] for r in raw for e in r["traceEvents"]
+           if e.get("cat") == "kernel")
+    return {n for n in own if "gemm" in n.lower() and "fbgemm" not in n}
 
 
 # -- item 2: the peak follows the dtype the GEMMs ran in ---------------------------------------------
@@ -54,7 +58,8 @@ V100_FP32 = {"Tesla V100-PCIE-32GB": 14.0, "Tesla V100-SXM2-32GB": 15.7}
 def test_fp32_jobs_measured_against_the_fp32_peak(runs, name):
     raw = runs[name]["raw"]
     gemms = _gemm_kernels(raw)
-    assert gemms and all("sgemm" in k for k in gemms), gemms          # cuBLAS' fp32 SIMT GEMMs only
+    assert gemms and all("sgemm" in k or k.startswith("gemm") for k in gemms), gemms    # cuBLAS' fp32 kernels
+    assert not any(re.search(r"h884|hgemm|f16|bf16|tf32", k) for k in gemms)
     (gpu,) = {r["deviceProperties"][0]["name"] for r in raw}
     inp = runs[name]["json"]["efficiency"]["inputs"]
     assert inp["peak_dtype"] == "fp32" and inp["peak_tflops"] == V100_FP32[gpu]
@@ -119,3 +124,24 @@ def test_dlrm_rank_on_the_critical_path_has_its_own_charts(runs):
     charts = {p.name for p in (runs["dlrm"]["dir"] / "charts").iterdir()}
     for r in on:
         assert f"rank_{r}_timeline_step10.png" in charts, (r, sorted(charts))
+
+
+# -- item 6: the merged trace's problems said, not "OK" ----------------------------------------------
+
+def _validate_line(path):
+    """The last line of ``streamtrace validate PATH``: the peer check the epilogue's record must agree with."""
+    r = run_cli("validate", path)
+    return (r.stdout + r.stderr).strip().splitlines()[-1]
+
+
+def test_megatron_merged_trace_problems_said_and_recorded(runs):
+    d = runs["megatron"]["dir"]
+    merged = d / "traces" / "merged_gpu.json.gz"
+    assert "PROBLEMS" in _validate_line(merged) and "bad_nesting 2" in _validate_line(merged)
+    inputs = [_validate_line(f) for f in sorted(MEGATRON.glob("*.json.gz"))]
+    assert all("bad_nesting 1" in x for x in inputs)                  # each input has one: both inherited
+    rec = runs["megatron"]["epilogue"]["state"]["traces/merge"]["result"]["validation"]
+    assert rec["problems"] == {"bad_nesting": 2} and rec["in_inputs"] == {"bad_nesting": 2} and rec["added"] == {}
+    final = [x for x in runs["megatron"]["log"].splitlines() if "iteration(s)" in x][-1]
+    assert ", merged trace: 2 problems (bad_nesting 2), all present in the inputs; report:" in final
+    assert ", OK;" not in final

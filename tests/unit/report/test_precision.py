@@ -21,6 +21,12 @@ from streamtrace.report.precision import gemm_precision, kernel_dtype
     ("sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_tilesize128x128x128", "fp8"),
     ("volta_dgemm_64x64_nn", "fp64"),
     ("nvjet_tst_192x192_64x4_2x1_v_bz_coopB_bias_TNN", None),            # Hopper's cuBLASLt: no dtype named
+    ("void gemmSN_NN_kernel<float, 256, 4, 2, 8, 4, 4, false, cublasGemvTensorStridedBatched<float const>>", "fp32"),
+    ("void gemmk1_kernel<int, float, 256, 5, false>(cublasGemmk1Params<float>)", None),
+    ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_32x4_nn_align1>(cutlass_80_tensorop_s1688gemm_64x64"
+     "_32x4_nn_align1::Params)", "tf32"),                                   # a100_rank3_of8 (HolisticTraceAnalysis)
+    ("void fbgemm_gpu::permute_2D_lengths_kernel<int>(int, int, int const*, int const*, int*)", None),
+    ("void split_embedding_backward_codegen_adagrad_kernel<c10::Half, float>(fbgemm_gpu::gemm_args)", None),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::bfloat16_copy_kernel_cuda>", None),
 ])
 def test_kernel_names(name, dtype):
