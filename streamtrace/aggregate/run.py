@@ -167,10 +167,10 @@ def _gpu_part(job, part):
         c = m & (code == 0) & np.isin(k["phase"], FB)
         if c.any():
             us, ue = _iv.union(s[c], e[c])
+            pp = m & comm & (np.isin(dim, ("PP", "pp")) | np.isin(k["collective"], P2P))
             fb[(it, st, dev)] = (int(s[c].min()), int(e[c].max()), _iv.union_length(us, ue),
                                  int(len(set(k["microbatch"][c & (k["phase"] == "forward")].tolist()))),
-                                 _pipeline_wait(phase_rows, st, dev, s, e, m & (code == 0),
-                                                m & comm & (np.isin(dim, ("PP", "pp")) | np.isin(k["collective"], P2P))))
+                                 _pipeline_wait(phase_rows, st, dev, s, e, m & (code == 0), pp))
         cat = np.where(code == 0, "compute", np.where(code == 2, "memory", "comm:" + dim.astype(str)))
         for cname in sorted(set(cat[m].tolist())):
             cm = m & (cat == cname)

@@ -142,7 +142,8 @@ def test_pipeline_bubbles_equal_the_truth(job):
             sh = _shift(meta, r)
             cu = _union(*truth.ranks[r].devices[r % 8].compute)
             cu = ([a + sh for a in cu[0]], [b + sh for b in cu[1]])
-            pp = [(c.start_ns[r] + sh, c.end_ns[r] + sh) for c in truth.collectives if c.dim == "PP" and r in c.start_ns]
+            pp = [(c.start_ns[r] + sh, c.end_ns[r] + sh) for c in truth.collectives
+                  if c.dim == "PP" and r in c.start_ns]
             pp = _union([a for a, _ in pp], [b for _, b in pp])
             inside_pp = [x for a, b in ws[r] for x in zip(*_within(pp, a, b))]
             inside_pp = _union([a for a, _ in inside_pp], [b for _, b in inside_pp])

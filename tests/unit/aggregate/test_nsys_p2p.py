@@ -123,7 +123,8 @@ def _build(path):
     c.execute("INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_SCHEMA_VERSION', '3.25.0')")
     c.executemany("INSERT INTO NVTX_PAYLOAD_SCHEMAS VALUES (1, ?, NULL, 1, NULL, 4, 24, NULL)", [(INIT,), (P2P,)])
     c.executemany("INSERT INTO NVTX_PAYLOAD_SCHEMA_ENTRIES VALUES (?, ?, ?, NULL, ?, ?, NULL, NULL, ?)", ENTRIES)
-    c.execute("INSERT INTO NVTX_EVENTS VALUES (10, NULL, 75, 'NCCL', ?, NULL, 1, NULL, NULL)", ((1 << 48) | (200 << 24),))
+    c.execute("INSERT INTO NVTX_EVENTS VALUES (10, NULL, 75, 'NCCL', ?, NULL, 1, NULL, NULL)",
+              ((1 << 48) | (200 << 24),))
     for pid, rank, dev in ((200, 1, 1), (300, 0, 0)):
         g = (1 << 48) | (pid << 24) | pid
         call, peer = ("ncclRecv", 0) if rank == 1 else ("ncclSend", 1)
