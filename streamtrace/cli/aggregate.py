@@ -16,7 +16,8 @@ EXAMPLES = """
 @argh.arg("-o", "--outdir", help="output folder, relative to the current folder (default: streamtrace-aggregate)")
 @argh.arg("--iterations", help="only these iterations (the trace folder's iteration_N, as analyze's iteration=N), "
           "e.g. 15 or 15-16,20")
-@argh.arg("--steps", help="only these ProfilerStep numbers (ProfilerStep#N), e.g. 14 or 14-15")
+@argh.arg("--steps", help="only these step numbers (the N of ProfilerStep#N, or of the custom step ranges "
+          "analyze took: NVTX `iteration N`, --step-pattern), e.g. 14 or 14-15")
 @argh.arg("-j", "--jobs", type=int, help="worker processes (default: 0 = all cores)")
 @argh.arg("--time-alignment", choices=["global", "individual"],
           help="global: one time base for all ranks via baseTimeNanoseconds (default); individual: each rank from "
@@ -76,7 +77,9 @@ def steps_text(m) -> str:
     text = (f"iteration{'s' if len(its) > 1 else ''} {', '.join(map(str, its))}" if its
             else "iteration unknown")
     if steps and steps != its:
-        text += f" (ProfilerStep#{', #'.join(map(str, steps))})"
+        from ..report.config import step_patterns_used     # (the CLI's convention: see streamtrace.cli)
+        word = "step " if step_patterns_used(m.get("inputs")) else "ProfilerStep#"
+        text += f" ({word}{', #'.join(map(str, steps)) if word.endswith('#') else ', '.join(map(str, steps))})"
     return text
 
 

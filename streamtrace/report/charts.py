@@ -49,12 +49,16 @@ def rows_at(tbl, at) -> np.ndarray:
     return (tbl["iteration"] == it) & (tbl["step"] == st)
 
 
-def label(at) -> str:
-    """``(4, 3)`` -> ``"iteration 4 (ProfilerStep#3)"``; an unknown part is left out."""
+def label(at, data=None) -> str:
+    """``(4, 3)`` -> ``"iteration 4 (ProfilerStep#3)"``; an unknown part is left out.  ``data``
+    (:func:`streamtrace.report.render.load`'s) with ``step_word`` ``"step "``: the job's steps are
+    custom step ranges (``--step-pattern``, NVTX ``iteration N``), named ``step 3``, not
+    ``ProfilerStep#3``."""
     it, st = at
+    word = (data or {}).get("step_word") or "ProfilerStep#"
     if it < 0:
-        return f"ProfilerStep#{st}" if st >= 0 else "unknown step"
-    return f"iteration {it}" + (f" (ProfilerStep#{st})" if st >= 0 else "")
+        return f"{word}{st}" if st >= 0 else "unknown step"
+    return f"iteration {it}" + (f" ({word}{st})" if st >= 0 else "")
 
 
 def stem_suffix(at, steps_in_iteration: int) -> str:
@@ -221,7 +225,7 @@ def rank_timeline(data, rank, at):
     ax.set_xlabel(f"time ({unit}) from {fmt_time(lo, 4)} on the {data['meta']['time_alignment']} axis")
     cpu = bool(w.any()) and all(x == "cpu" for x in rp["source"][w].tolist())
     what = "CPU time line (no GPU events) by op category" if cpu else "GPU time line by kernel category"
-    ax.set_title(f"rank {rank}, {label(at)}: {what}", fontsize=10)
+    ax.set_title(f"rank {rank}, {label(at, data)}: {what}", fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     return fig
 
@@ -259,7 +263,7 @@ def rank_microbatches(data, rank, at):
     patch_legend(fig, [("compute only", COLORS["compute_only"]), ("overlap", COLORS["overlap"]),
                        ("comm only (exposed)", COLORS["comm_only"])], lines=[("wall clock", ".", "black")],
                  fontsize=8, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 0.0))
-    fig.suptitle(f"rank {rank}, {label(at)}: time per micro-batch", fontsize=10)
+    fig.suptitle(f"rank {rank}, {label(at, data)}: time per micro-batch", fontsize=10)
     return fig
 
 
@@ -294,7 +298,7 @@ def ranks_overview(data, at):
     fig.subplots_adjust(bottom=0.24)
     h, lab = ax.get_legend_handles_labels()
     fig.legend(h, lab, fontsize=8, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 0.0))
-    ax.set_title(f"{label(at)}: {what}", fontsize=10)
+    ax.set_title(f"{label(at, data)}: {what}", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     return fig
 
@@ -404,7 +408,7 @@ def pp_gantt(data, group_index, at):
     _phase_legend(ax)
     ax.set_xlim(0, _ms(span, div) * 1.01)
     ax.set_xlabel(f"time ({unit}), {data['meta']['time_alignment']} alignment")
-    ax.set_title(f"PP group {group_index} (ranks {','.join(map(str, g))}), {label(at)}", fontsize=10)
+    ax.set_title(f"PP group {group_index} (ranks {','.join(map(str, g))}), {label(at, data)}", fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     return fig
 
@@ -437,7 +441,7 @@ def replica_view(data, replica_index, at):
     ax.set_xlim(0, _ms(span, div) * 1.01)
     ax.set_ylim(-0.6, n - 0.4)
     ax.set_xlabel(f"time ({unit}), {data['meta']['time_alignment']} alignment")
-    ax.set_title(f"model replica {replica_index}: {len(groups)} PP groups, {n} ranks, {label(at)}",
+    ax.set_title(f"model replica {replica_index}: {len(groups)} PP groups, {n} ranks, {label(at, data)}",
                  fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     return fig

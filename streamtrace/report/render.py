@@ -38,6 +38,7 @@ from ..aggregate.folder import Aggregate, read_aggregate_table
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
 from . import charts as C
+from .config import step_patterns_used
 from .skew import SkewGrids
 
 ALIKE_FRACTION = 0.05
@@ -109,6 +110,7 @@ def load(aggdir, chart_ranks=None) -> dict:
     for n in ("rank_phase", "ranks", "pipeline", "p2p"):
         out[n] = read_aggregate_table(aggdir, n)
     out["collectives"] = read_aggregate_table(aggdir, "collectives", COLLECTIVE_COLUMNS)
+    out["step_word"] = "step " if step_patterns_used(out["meta"].get("inputs")) else "ProfilerStep#"
     out["chart_ranks"] = charted_ranks(out, aggdir, chart_ranks)
     out["timeline"] = read_aggregate_table(aggdir, "timeline", where={"rank": out["chart_ranks"] or [-1]})
     return out
@@ -295,7 +297,7 @@ def plan(data, aggdir, opt: ChartOptions) -> list:
                         None)
             if twin is not None:
                 what = [f"{WHAT[fn]} {args[0]}"] if args and twin.args[0] != args[0] else []
-                twin.also.append(", ".join(what + ([C.label(at)] if twin.args[-1] != at else [])))
+                twin.also.append(", ".join(what + ([C.label(at, data)] if twin.args[-1] != at else [])))
                 continue
             t = ChartTask(fn, args + (at,), f"{prefix}_{C.stem_suffix(at, per_it[at[0]])}")
             drawn.setdefault(fn, []).append((p, t))

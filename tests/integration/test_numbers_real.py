@@ -145,3 +145,34 @@ def test_megatron_merged_trace_problems_said_and_recorded(runs):
     final = [x for x in runs["megatron"]["log"].splitlines() if "iteration(s)" in x][-1]
     assert ", merged trace: 2 problems (bad_nesting 2), all present in the inputs; report:" in final
     assert ", OK;" not in final
+
+
+# -- item 7: a diff of two unrelated jobs warns; its rows and counts read right ------------------------
+
+def test_diff_of_unrelated_jobs_warns(runs, tmp_path):
+    gpus = {n: {r["deviceProperties"][0]["name"] for r in runs[n]["raw"]} for n in ("megatron", "dlrm")}
+    worlds = {n: {r["distributedInfo"]["world_size"] for r in runs[n]["raw"]} for n in ("megatron", "dlrm")}
+    assert gpus["megatron"] != gpus["dlrm"] and worlds["megatron"] != worlds["dlrm"]
+    r = run_cli("diff", runs["megatron"]["dir"], runs["dlrm"]["dir"], "-o", tmp_path / "d", "--no-charts")
+    assert r.returncode == 0, r.stderr
+    warn = " ".join((r.stdout + r.stderr).split())
+    assert "look like runs of different jobs" in warn
+    for g in gpus["megatron"] | gpus["dlrm"]:
+        assert g in warn
+    assert "different world sizes: base 2, test 8" in warn
+    md = (tmp_path / "d" / "diff.md").read_text()
+    assert md.index("**Warning: these look like runs of different jobs") < md.index("## Per rank-step")
+    same = run_cli("diff", runs["megatron"]["dir"], runs["megatron"]["dir"], "-o", tmp_path / "s", "--no-charts")
+    assert same.returncode == 0 and "different jobs" not in same.stdout + same.stderr
+
+
+def test_diff_rows_by_direction_and_whole_counts(runs, tmp_path):
+    r = run_cli("diff", runs["megatron"]["dir"], runs["dlrm"]["dir"], "-o", tmp_path / "d", "--no-charts", "-q")
+    assert r.returncode == 0, r.stderr
+    md = (tmp_path / "d" / "diff.md").read_text()
+    reg = md.split("## Top regressions: kernels that take more time\n", 1)[1].split("\n## ", 1)[0]
+    cells = [[c.strip() for c in line.strip("|").split(" | ")] for line in reg.splitlines() if line.startswith("| ")]
+    assert len(cells) > 1
+    for row in cells[1:]:
+        assert row[2] == "added" or row[2].startswith("more time"), row
+        assert re.fullmatch(r"-|<1|[\d,]+", row[3]) and re.fullmatch(r"-|<1|[\d,]+", row[4]), row

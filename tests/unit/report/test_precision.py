@@ -39,3 +39,4 @@ def test_without_tables_the_config_then_bf16_said_as_assumed():
     assert gemm_precision(None, Cfg()) == ("fp32", "the config's precision (job.toml)")
     dt, why = gemm_precision(None, None, has=lambda d: d != "bf16")
     assert dt == "fp16" and why.startswith("assumed")
+
