@@ -337,8 +337,9 @@ def prepare(*commands, jobs=None, notice=_stderr) -> dict:
         return res
     jobs = _jobs(jobs, len(todo))
     if notice:
-        est = sum(UNITS[n][4] for n in todo) / jobs
-        notice(f"compiling kernels, first run only ({len(todo)} kernels, ~{est + 1:.0f} s)")
+        cpu = sum(UNITS[n][4] for n in todo)
+        notice(f"compiling kernels, first run only ({len(todo)} kernels, ~{cpu:.0f} CPU-s: ~{cpu / jobs + 1:.0f} s on "
+               f"{jobs} idle core{'s' if jobs > 1 else ''}, longer on a busy machine)")
     try:
         if jobs == 1 or not hasattr(os, "fork"):
             for n in todo:
