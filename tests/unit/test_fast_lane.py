@@ -28,12 +28,11 @@ def test_the_suite_leaves_nothing_under_tmp():
     import configparser
     import tempfile
 
-    import conftest
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg")
     assert cfg["tool:pytest"]["tmp_path_retention_policy"] == "failed"
-    scratch = conftest.SCRATCH
-    assert scratch.startswith(tempfile.gettempdir())
+    scratch = os.path.dirname(os.environ["DASK_TEMPORARY_DIRECTORY"])        # tests/conftest.py's SCRATCH
+    assert os.path.basename(scratch).startswith("streamtrace-tests-") and scratch.startswith(tempfile.gettempdir())
     for var in ("DASK_TEMPORARY_DIRECTORY", "TORCHINDUCTOR_CACHE_DIR"):
         assert os.environ[var].startswith(scratch), var
     import dask.config
