@@ -302,6 +302,25 @@ class Job:
             for p in self.parts:
                 p.shift_ns = -p.start_ns
 
+    def file_peer(self, part) -> int | None:
+        """The one rank a point-to-point kernel of ``part`` that names neither its communicator nor its
+        peer can have been with: the other rank of ``part``'s trace file, when that file holds exactly
+        the two ranks the job has of the part's iteration and no trace states a larger world (the two
+        processes of one Nsight Systems export made without NCCL's payloads, or a merged two-rank
+        trace); None otherwise."""
+        if not hasattr(self, "_file_peers"):
+            by: dict = {}
+            for p in self.parts:
+                by.setdefault(p.iteration, []).append(p)
+            self._file_peers = {}
+            for ps in by.values():
+                ranks = {p.rank for p in ps}
+                if len(ranks) == 2 and len({p.source for p in ps}) == 1 and ps[0].source and \
+                        all(p.world_size in (None, 2) for p in ps):
+                    for p in ps:
+                        self._file_peers[p.index] = next(r for r in ranks if r != p.rank)
+        return self._file_peers.get(part.index)
+
     def set_clock_offsets(self, offsets: dict):
         """Subtract ``offsets[part index]`` (int ns) from every aligned time of that part."""
         for p in self.parts:

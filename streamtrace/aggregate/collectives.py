@@ -17,8 +17,13 @@ shifted.  Point-to-point kernels (Send / Recv) match by ``(iteration, src -> dst
 from src to dst is the k-th receive of dst from src; the peer is the other member of a two-rank
 group, or, in a larger pipeline group, the neighbour stage named by Megatron's p2p function on the
 launch stack (``send_forward`` -> next stage, ``send_backward`` -> previous, ``recv_forward`` <-
-previous, ``recv_backward`` <- next).  Kernels with no process group fall back to order on the
-stream: ``(iteration, stream, k)``.
+previous, ``recv_backward`` <- next).  A ``SendRecv`` kernel (both ways at once: a batched
+exchange) with a known peer matches the peer's k-th ``SendRecv`` with it, ``src`` / ``dst`` left -1.
+Where the trace names neither communicator nor peer (an Nsight Systems export made without NCCL's
+payloads) and the job is the two ranks of one file, the peer is the file's other rank
+(:meth:`~streamtrace.aggregate.alignment.Job.file_peer`; a warning says so).  A point-to-point
+instance has 2 members (``group_size``): one seen on one rank only is not ``complete``.  Group
+collectives with no process group fall back to order on the stream: ``(iteration, stream, k)``.
 
 **Per instance** (``collectives.parquet``): ``start_skew_ns`` = last start - first start (arrival
 spread), ``end_skew_ns`` likewise for ends; ``straggler_rank`` = the last to arrive (latest start),
@@ -148,6 +153,7 @@ def match_prefixes(job, part, k) -> tuple[list, np.ndarray, np.ndarray]:
             if len(g) > 2 or (not g and topo is not None):
                 need.append(int(k["correlation"][i]))
     dirs = {**(_p2p_dirs(part, set(need)) if need else {}), **k.get("p2p_dirs", {})}
+    inferred = 0
     for i in range(n):
         c, it = k["collective"][i], f"{int(k['iteration'][i])}:{int(k['step'][i])}"
         pg = group_key(k["pg_ranks"][i], k["pg_name"][i], k["stream"][i])
@@ -155,6 +161,9 @@ def match_prefixes(job, part, k) -> tuple[list, np.ndarray, np.ndarray]:
             g = _ranks_of(k["pg_ranks"][i])
             if not g and topo is not None:
                 g = topo.group_of("pp", rank) or []
+            elif not g and not k["pg_name"][i] and job.file_peer(part) is not None:
+                g = sorted((rank, job.file_peer(part)))        # the file's only other rank (Job.file_peer)
+                inferred += 1
             peer = None
             if len(g) == 2 and rank in g:
                 peer = g[1] if g[0] == rank else g[0]
@@ -168,10 +177,17 @@ def match_prefixes(job, part, k) -> tuple[list, np.ndarray, np.ndarray]:
                 s, t = (rank, peer) if c == "Send" else (peer, rank)
                 src[i], dst[i] = s, t
                 pre[i] = f"{it}|p2p|{s}>{t}"
+            elif peer is not None:                  # SendRecv: both ways at once, the k-th of each side
+                pre[i] = f"{it}|p2p|{min(rank, peer)}<>{max(rank, peer)}"
             else:
                 pre[i] = f"{it}|p2p?|{pg}|{c}|{k['stream'][i]}|r{rank}"     # unmatched: stays alone
         else:
             pre[i] = f"{it}|{pg}"
+    if inferred:
+        note = (f"{part.source}: point-to-point kernels that name neither their communicator nor their peer (no "
+                f"NCCL payload or process group in the trace) matched with the file's other rank, by order")
+        if note not in job.warnings:
+            job.warnings.append(note)
     return pre, src, dst
 
 
@@ -292,7 +308,7 @@ def instance_tables(c: dict) -> tuple[dict, dict]:
         if b > a and a2a[j]:
             consistent[j] &= splits_agree(c["rank"][a:b + 1].tolist(), c["pg_ranks"][a],
                                           c["in_splits"][a:b + 1].tolist(), c["out_splits"][a:b + 1].tolist())
-    gs = np.where(is_p2p, 2, np.where(c["group_size"][starts] > 0, c["group_size"][starts], n))
+    gs = np.where(np.isin(coll, P2P), 2, np.where(c["group_size"][starts] > 0, c["group_size"][starts], n))
     ranks_str = np.asarray([",".join(map(str, sorted(set(c["rank"][a:b + 1].tolist()))))
                             for a, b in zip(starts, lasts)], object)
     low = np.asarray([a + int(np.argmin(c["rank"][a:b + 1])) for a, b in zip(starts, lasts)], np.int64)

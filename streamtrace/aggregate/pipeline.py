@@ -9,14 +9,21 @@ recompute (each row a micro-batch's window, ``start_ns`` .. ``end_ns``):
 
 * ``span_start_ns`` .. ``span_end_ns``, ``span_ns``: the group's first window start to its last
   window end, over all its stages;
-* ``microbatch_ns`` = |union of the stage's windows|: the time the stage works on a micro-batch,
-  computing or communicating inside it (a receive waited on inside ``forward_step``, a
-  tensor-parallel all-reduce: the stage's communication, not bubble);
-* ``bubble_ns`` = span - microbatch_ns: the time the stage has no micro-batch to work on, the
-  pipeline bubble of the 1F1B schedule; ``bubble_pct`` = 100 x bubble / span (None for an empty
-  span);
+* ``microbatch_ns`` = |union of the stage's windows|: the time the stage is inside a micro-batch,
+  computing or communicating;
+* ``p2p_wait_ns``: the time inside those windows the stage spends in its pipeline sends and
+  receives (communication kernels of the PP dimension or ``Send`` / ``Recv`` / ``SendRecv``; on a
+  CPU-only rank the ``send`` / ``recv`` communication ops) while it computes nothing: waiting for
+  its neighbour stage's activations or gradients (a receive posted early waits in its kernel);
+* ``bubble_ns`` = span - (microbatch_ns - p2p_wait_ns): the time the stage waits for its neighbour
+  stage, however it waits -- with no micro-batch at all, or blocked in a pipeline receive or send --
+  the bubble that the ideal figure below counts (a tensor-parallel all-reduce inside a micro-batch
+  stays the stage's own work); ``bubble_pct`` = 100 x bubble / span (None for an empty span);
+* ``outside_microbatch_ns`` = span - microbatch_ns (``outside_microbatch_pct``): the other split,
+  the time the stage is in no micro-batch at all (pipeline waits inside micro-batches left out);
 * ``ideal_bubble_pct`` = 100 x (p - 1) / (m + p - 1), p stages, m micro-batches (PipeDream-Flush /
-  Megatron-LM's 1F1B; Narayanan et al., SC'21, section 2.2);
+  Megatron-LM's 1F1B; Narayanan et al., SC'21, section 2.2: the fraction of an iteration each
+  stage waits, (p - 1) x (t_f + t_b) of (m + p - 1) x (t_f + t_b));
 * ``busy_ns`` (computing) = |union of the stage's forward/backward/recompute compute| and
   ``first_ns`` / ``last_ns`` its first and last compute, ``microbatches`` = m (the forward
   micro-batches seen): shown beside the bubble, not part of it.
@@ -50,8 +57,9 @@ def _windows(phase_rows) -> dict:
 
 def pipeline_rows(topo, phase_rows, fb) -> list:
     """``pipeline.parquet``'s rows (module docstring), one per PP group stage with forward/backward
-    work; ``fb``: ``{(rank, iteration, step, device): (first_ns, last_ns, busy_ns, microbatches)}``
-    of each stage's compute; ``phase_rows``: the ``rank_phase`` rows (dicts).  [] without a topology."""
+    work; ``fb``: ``{(rank, iteration, step, device): (first_ns, last_ns, busy_ns, microbatches,
+    p2p_wait_ns)}`` of each stage's compute and pipeline waits inside its micro-batches (a 4-tuple of
+    before: no wait); ``phase_rows``: the ``rank_phase`` rows (dicts).  [] without a topology."""
     if topo is None:
         return []
     rows = []
@@ -68,13 +76,17 @@ def pipeline_rows(topo, phase_rows, fb) -> list:
             lo = min(w[0] for w in every) if every else min(v[0] for _, _, v in stages)
             hi = max(w[1] for w in every) if every else max(v[1] for _, _, v in stages)
             span, p = hi - lo, len(g)
-            for st, r, (first, last, busy, nmb) in stages:
+            for st, r, (first, last, busy, nmb, *rest) in stages:
                 inside = union_ns(win.get((r, it, step), []))
+                wait = min(int(rest[0]) if rest else 0, inside)
+                bubble = span - inside + wait
                 rows.append({"iteration": it, "step": step, "pp_group": gi, "stage": st, "rank": r, "stages": p,
                              "microbatches": nmb, "span_start_ns": lo, "span_end_ns": hi, "span_ns": span,
                              "first_ns": first, "last_ns": last, "busy_ns": busy, "microbatch_ns": inside,
-                             "bubble_ns": span - inside,
-                             "bubble_pct": 100 * (span - inside) / span if span > 0 else None,
+                             "p2p_wait_ns": wait, "bubble_ns": bubble,
+                             "bubble_pct": 100 * bubble / span if span > 0 else None,
+                             "outside_microbatch_ns": span - inside,
+                             "outside_microbatch_pct": 100 * (span - inside) / span if span > 0 else None,
                              "ideal_bubble_pct": 100 * (p - 1) / (nmb + p - 1) if nmb + p - 1 > 0 else None})
     return rows
 

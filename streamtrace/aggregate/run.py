@@ -73,6 +73,7 @@ from .alignment import Job
 from ..events.collmatch import mismatch_warning
 from .collective_rows import RankDims, fill_dims
 from .collective_spill import collectives_to
+from .collectives import P2P
 from .critical_local import part_paths, part_reads
 from .critical_path import critical_paths
 from .groups import write_groups
@@ -87,6 +88,7 @@ from .options import AggregateOptions
 KIND_CODE = {"compute": 0, "communication": 1, "memory": 2}
 FB = ("forward", "backward", "recompute")
 _CPU_COMM = re.compile(r"^(c10d::|gloo:|nccl:|record_param_comms)")
+_P2P_OP = re.compile(r"send|recv", re.I)          # a communication op that is a pipeline send / receive
 METRICS = ("kernels", "wall_ns", "busy_ns", "idle_ns", "compute_ns", "comm_ns", "memory_ns", "overlap_ns",
            "exposed_comm_ns", "compute_only_ns", "kernel_time_ns")
 
@@ -139,7 +141,7 @@ def _steps(part) -> dict:
 
 def _gpu_part(job, part):
     k = job.read_kernels(part, columns=("device", "ts_ns", "end_ns", "kind", "phase", "microbatch", "iteration",
-                                        "step", "name", "parallel_dim", "pg_ranks"))
+                                        "step", "name", "parallel_dim", "pg_ranks", "collective"))
     s, e = part.align(k["ts_ns"]), part.align(k["end_ns"])
     code = np.asarray([KIND_CODE.get(x, 0) for x in k["kind"]], np.int8)
     dim = np.asarray(k["parallel_dim"], object).copy()
@@ -165,8 +167,10 @@ def _gpu_part(job, part):
         c = m & (code == 0) & np.isin(k["phase"], FB)
         if c.any():
             us, ue = _iv.union(s[c], e[c])
+            pp = m & comm & (np.isin(dim, ("PP", "pp")) | np.isin(k["collective"], P2P))
             fb[(it, st, dev)] = (int(s[c].min()), int(e[c].max()), _iv.union_length(us, ue),
-                             int(len(set(k["microbatch"][c & (k["phase"] == "forward")].tolist()))))
+                                 int(len(set(k["microbatch"][c & (k["phase"] == "forward")].tolist()))),
+                                 _pipeline_wait(phase_rows, st, dev, s, e, m & (code == 0), pp))
         cat = np.where(code == 0, "compute", np.where(code == 2, "memory", "comm:" + dim.astype(str)))
         for cname in sorted(set(cat[m].tolist())):
             cm = m & (cat == cname)
@@ -187,6 +191,20 @@ def _gpu_part(job, part):
         for j, n in enumerate(names):
             top[n] = (k["kind"][first[j]], int(cnt[j]), int(tot[j]))
     return phase_rows, rank_rows, fb, timeline, top
+
+
+def _pipeline_wait(phase_rows, step, dev, s, e, compute, p2p) -> int:
+    """ns a GPU spends inside its forward / backward / recompute windows (``phase_rows`` of ``step``
+    on ``dev``) in pipeline sends and receives (mask ``p2p``) while it computes nothing (mask
+    ``compute``): its wait for the neighbour stage inside a micro-batch
+    (:mod:`streamtrace.aggregate.pipeline`)."""
+    w = [(r["start_ns"], r["end_ns"]) for r in phase_rows
+         if r["step"] == step and r["device"] == dev and r["phase"] in FB and r["start_ns"] is not None]
+    if not w or not p2p.any():
+        return 0
+    ws, we = _iv.union(np.asarray([a for a, _ in w], np.int64), np.asarray([b for _, b in w], np.int64))
+    inside = _iv.intersect(*_iv.union(s[p2p], e[p2p]), ws, we)
+    return _iv.subtract_length(*inside, *_iv.union(s[compute], e[compute]))
 
 
 def _cpu_part(job, part):
@@ -216,6 +234,8 @@ def _cpu_part(job, part):
     comp = (cat == "cpu_op") & ~in_comm
     cu = _iv.union(s[comp], e[comp])
     co = _iv.union(s[is_comm], e[is_comm])
+    p2p_op = is_comm & np.asarray([bool(_P2P_OP.search(x)) for x in uniq.tolist()])[inv]
+    p2p = _iv.union(s[p2p_op], e[p2p_op])
     both = _iv.intersect(co[0], co[1], cu[0], cu[1])
     allu = _iv.union(np.concatenate([cu[0], co[0]]), np.concatenate([cu[1], co[1]]))
     ws, we = s[step >= 0], e[step >= 0]
@@ -262,8 +282,10 @@ def _cpu_part(job, part):
         if busy_fb:
             bs, be = _iv.union(np.asarray([b[0] for b in busy_fb]), np.asarray([b[1] for b in busy_fb]))
             comp_fb = _iv.intersect(bs, be, cu[0], cu[1])
+            p2p_fb = _iv.subtract(*_iv.intersect(bs, be, *p2p), *cu)
             fb[(it, st, -1)] = (int(first), int(last), _iv.union_length(*comp_fb),
-                                sum(1 for r in phase_rows if r["step"] == st and r["phase"] == "forward"))
+                                sum(1 for r in phase_rows if r["step"] == st and r["phase"] == "forward"),
+                                _iv.union_length(*p2p_fb))
     timeline = [(it, st, -1, name_, us[(us < hi) & (ue > lo)], ue[(us < hi) & (ue > lo)])
                 for st, lo, hi in [(r["step"], r["start_ns"], r["end_ns"]) for r in rank_rows]
                 for name_, (us, ue) in (("compute", cu), ("comm:cpu", co))]

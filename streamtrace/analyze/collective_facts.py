@@ -32,7 +32,10 @@ number), found in ONE place, in this order, with where the bytes came from (``by
 The other fields are taken from the first of those sources that has them: collective type (the
 kernel's ``Collective name``, else its name; a ``SendRecv`` kernel launched under an all-to-all op
 -- ``c10d::alltoall_base_``, ``nccl:all_to_all``, ``all_to_allv``, a record_param_comms named so --
-is ``AllToAll``, real point-to-point stays ``Send``/``Recv``/``SendRecv``), group size and process
+is ``AllToAll``, real point-to-point stays ``Send``/``Recv``/``SendRecv``; a ``SendRecv`` kernel launched
+under one send or receive -- ``ncclSend`` / ``ncclRecv`` NVTX payload, ``nccl:send`` -- is that ``Send`` /
+``Recv`` (not under one that names both, ``batch_isend_irecv``): NCCL 2.19+ runs every point-to-point call
+as a SendRecv kernel), group size and process
 group (args, then the trace's ``pg_config`` by name; with no process group named anywhere and no
 ``pg_config`` in the trace (older PyTorch), the default group, every rank of
 ``world_size``, with ``pg_desc`` :data:`INFERRED_DEFAULT`: an inference, right for the jobs that
@@ -250,6 +253,9 @@ def _type(kernel_name, own: Reading | None, ops: list, pats) -> str:
     alltoall = any(_ALLTOALL.search(r.coll or "") for _, r in ops)
     if alltoall and (k in _P2P_KERNEL or not k):
         return "AllToAll"
+    both = any(re.search(r"send", r.coll or "", re.I) and re.search(r"recv", r.coll or "", re.I) for _, r in ops)
+    if k == "SendRecv" and op in ("Send", "Recv") and not both:    # NCCL runs a lone send or receive as SendRecv
+        return op
     return k or op
 
 

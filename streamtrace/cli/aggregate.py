@@ -16,7 +16,8 @@ EXAMPLES = """
 @argh.arg("-o", "--outdir", help="output folder, relative to the current folder (default: streamtrace-aggregate)")
 @argh.arg("--iterations", help="only these iterations (the trace folder's iteration_N, as analyze's iteration=N), "
           "e.g. 15 or 15-16,20")
-@argh.arg("--steps", help="only these ProfilerStep numbers (ProfilerStep#N), e.g. 14 or 14-15")
+@argh.arg("--steps", help="only these step numbers (the N of ProfilerStep#N, or of the custom step ranges "
+          "analyze took: NVTX `iteration N`, --step-pattern), e.g. 14 or 14-15")
 @argh.arg("-j", "--jobs", type=int, help="worker processes (default: 0 = all cores)")
 @argh.arg("--time-alignment", choices=["global", "individual"],
           help="global: one time base for all ranks via baseTimeNanoseconds (default); individual: each rank from "
@@ -50,9 +51,11 @@ def aggregate(*dirs, outdir="streamtrace-aggregate", iterations=None, steps=None
     for w in m["warnings"]:
         con.warn(w)
     c = m["collectives"]
+    alone = c.get("single_rank", 0) if len(m["ranks"]) >= 2 else 0
     matched = "matched across ranks" if len(m["ranks"]) >= 2 else "on one rank, not matched"
-    con.info(f"aggregated {len(m['ranks'])} ranks, {steps_text(m)}: {c['instances']:,} collective instances "
-             f"{matched} ({c['complete']:,} complete) in {m['seconds']:.2f} s -> {outdir}/")
+    lone = f", {alone:,} on one rank only" if alone else ""
+    con.info(f"aggregated {len(m['ranks'])} ranks, {steps_text(m)}: {c['instances'] - alone:,} collective instances "
+             f"{matched} ({c['complete']:,} complete{lone}) in {m['seconds']:.2f} s -> {outdir}/")
     if m["clock_offsets_ns"]:
         con.info("estimated clock offsets (us): " + ", ".join(f"rank {r}: {v / 1e3:+,.1f}"
                                                               for r, v in m["clock_offsets_ns"].items()))
@@ -74,7 +77,9 @@ def steps_text(m) -> str:
     text = (f"iteration{'s' if len(its) > 1 else ''} {', '.join(map(str, its))}" if its
             else "iteration unknown")
     if steps and steps != its:
-        text += f" (ProfilerStep#{', #'.join(map(str, steps))})"
+        from ..report.config import step_patterns_used     # (the CLI's convention: see streamtrace.cli)
+        word = "step " if step_patterns_used(m.get("inputs")) else "ProfilerStep#"
+        text += f" ({word}{', #'.join(map(str, steps)) if word.endswith('#') else ', '.join(map(str, steps))})"
     return text
 
 

@@ -21,9 +21,10 @@ EXAMPLES = """
           "unpaired); default: the ranks both sides have")
 @argh.arg("--base-ranks", "--base-rank", help="base ranks, paired in order with --test-ranks, e.g. 0-7")
 @argh.arg("--test-ranks", "--test-rank", help="test ranks, paired in order with --base-ranks, e.g. 8-15")
-@argh.arg("--steps", "--step", help="ProfilerStep numbers compared on both sides, e.g. 12-13 (default: all)")
-@argh.arg("--base-steps", "--base-step", help="ProfilerStep numbers of the base side")
-@argh.arg("--test-steps", "--test-step", help="ProfilerStep numbers of the test side")
+@argh.arg("--steps", "--step", help="step numbers compared on both sides (the N of ProfilerStep#N, or of a custom step "
+          "range), e.g. 12-13 (default: all)")
+@argh.arg("--base-steps", "--base-step", help="step numbers of the base side")
+@argh.arg("--test-steps", "--test-step", help="step numbers of the test side")
 @argh.arg("--labels", help="names of the two sides in diff.md, e.g. before,after (default: base,test)")
 @argh.arg("--name-key", choices=["full", "short"],
           help="full: names as in the traces (default); short: without template arguments and argument lists")
@@ -50,6 +51,8 @@ def diff(base, test, *, outdir="streamtrace-diff", ranks=None, base_ranks=None, 
                       charts=not no_charts, jobs=parse_jobs(jobs), progress=con.progress)
     res = do_diff(base, test, outdir, opt)
     m = res.summary
+    for w in m.get("warnings", []):
+        con.warn(w)
     for n in m["notices"]:
         con.notice(n)
     s = m["summary"]

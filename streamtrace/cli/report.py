@@ -20,7 +20,7 @@ EXAMPLES = """
 @argh.arg("--name", help="the run's name and the Markdown file's (default: the folder of the job's traces)")
 @report_args
 @argh.arg("--iterations", help="(analysed folders) only these iterations, e.g. 15-16")
-@argh.arg("--steps", help="(analysed folders) only these ProfilerStep numbers, e.g. 14")
+@argh.arg("--steps", help="(analysed folders) only these step numbers (ProfilerStep#N's, or a custom step range's), e.g. 14")
 @argh.arg("-j", "--jobs", type=int, help="worker processes drawing charts (and aggregating analysed folders); "
           "default: 0 = all cores")
 @argh.arg("--time-alignment", choices=["global", "individual"],

@@ -12,6 +12,7 @@ from ..runtime.errors import StreamtraceError
 from ..runtime.files import atomic_output, clean_stale
 from ..runtime.stagelog import StageLog
 from .discovery import check_paths, find_topology, outdir_of
+from .merged_check import status_text
 from .options import EpilogueOptions, with_options, worker_count
 from .stages import StageRun, discover_paths, iteration_stages, job_stages
 
@@ -82,7 +83,7 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
         except Exception as e:   # noqa: BLE001 - a full disk: said in the final line
             log.fail("epilogue", state_path, e)
             written = False
-        status = "OK" if not log.failures else problems(log.failures, state_path, written)
+        status = status_text(state) if not log.failures else problems(log.failures, state_path, written)
         log.final(f"{len(summary['iterations'])} iteration(s), {summary['ranks']} ranks, {status}; "
                  f"report: {summary['report'] or 'none'}; outputs in {out} ({summary['seconds']:.1f} s)")
     except Exception as e:   # noqa: BLE001 - the promise: never raise into the caller

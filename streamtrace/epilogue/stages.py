@@ -23,6 +23,7 @@ from ..runtime.fork import call_in_child
 from ..runtime.stagelog import StageLog
 from ..runtime.tuning import trim
 from .discovery import find_iterations
+from .merged_check import merge_record
 from .options import EpilogueOptions
 
 # The stages' modules (analyze, merge, aggregate, report, trace) are imported inside the functions that
@@ -123,7 +124,8 @@ def iteration_stages(ctx: StageRun, it, paths) -> str | None:
     tag = EpilogueRun.iteration(it)
     adir = analyze_stage(ctx, it, paths)
     merged = ctx.out / tag / EpilogueRun.merged(full=not ctx.opt.gpu_only)
-    fp_merge = fingerprint(paths, full=not ctx.opt.gpu_only, stage="merge",     # (the key of earlier runs' state)
+    fp_merge = fingerprint(paths, full=not ctx.opt.gpu_only, stage="merge",     # (the key of earlier runs' state;
+                           record="validation",   # an earlier record, without the validation, is redone once)
                            **({"step_pattern": ctx.opt.step_pattern} if ctx.opt.step_pattern else {}))
     _, st = run_stage(ctx, f"{tag}/merge", fp_merge, [merged], lambda: merge_stage(ctx, tag, paths, merged), "merge",
                       tag)
@@ -183,8 +185,11 @@ def merge_stage(ctx: StageRun, tag, paths, merged) -> dict:
             for w in r["warnings"]:
                 if w != CPU_ONLY_WARNING:            # said once, as the note above
                     log.final(f"warning: {w}")
+            rec = merge_record(r.get("validation"))
+            if rec and rec["problems"]:
+                log.info(f"{tag}: merged trace: {rec['text']}")
             return {"output": str(merged), "ranks": r["ranks"], "events": r["events_out"],
-                    "cpu_only": r["cpu_only"]}
+                    "cpu_only": r["cpu_only"], "validation": rec}
         except Exception as e:   # noqa: BLE001 - drop the file it names, merge the rest
             bad = [tf for tf in todo if getattr(e, "path", None) == tf.path]
             if not bad:

@@ -49,12 +49,16 @@ def rows_at(tbl, at) -> np.ndarray:
     return (tbl["iteration"] == it) & (tbl["step"] == st)
 
 
-def label(at) -> str:
-    """``(4, 3)`` -> ``"iteration 4 (ProfilerStep#3)"``; an unknown part is left out."""
+def label(at, data=None) -> str:
+    """``(4, 3)`` -> ``"iteration 4 (ProfilerStep#3)"``; an unknown part is left out.  ``data``
+    (:func:`streamtrace.report.render.load`'s) with ``step_word`` ``"step "``: the job's steps are
+    custom step ranges (``--step-pattern``, NVTX ``iteration N``), named ``step 3``, not
+    ``ProfilerStep#3``."""
     it, st = at
+    word = (data or {}).get("step_word") or "ProfilerStep#"
     if it < 0:
-        return f"ProfilerStep#{st}" if st >= 0 else "unknown step"
-    return f"iteration {it}" + (f" (ProfilerStep#{st})" if st >= 0 else "")
+        return f"{word}{st}" if st >= 0 else "unknown step"
+    return f"iteration {it}" + (f" ({word}{st})" if st >= 0 else "")
 
 
 def stem_suffix(at, steps_in_iteration: int) -> str:
@@ -221,7 +225,7 @@ def rank_timeline(data, rank, at):
     ax.set_xlabel(f"time ({unit}) from {fmt_time(lo, 4)} on the {data['meta']['time_alignment']} axis")
     cpu = bool(w.any()) and all(x == "cpu" for x in rp["source"][w].tolist())
     what = "CPU time line (no GPU events) by op category" if cpu else "GPU time line by kernel category"
-    ax.set_title(f"rank {rank}, {label(at)}: {what}", fontsize=10)
+    ax.set_title(f"rank {rank}, {label(at, data)}: {what}", fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     return fig
 
@@ -259,7 +263,7 @@ def rank_microbatches(data, rank, at):
     patch_legend(fig, [("compute only", COLORS["compute_only"]), ("overlap", COLORS["overlap"]),
                        ("comm only (exposed)", COLORS["comm_only"])], lines=[("wall clock", ".", "black")],
                  fontsize=8, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 0.0))
-    fig.suptitle(f"rank {rank}, {label(at)}: time per micro-batch", fontsize=10)
+    fig.suptitle(f"rank {rank}, {label(at, data)}: time per micro-batch", fontsize=10)
     return fig
 
 
@@ -294,7 +298,7 @@ def ranks_overview(data, at):
     fig.subplots_adjust(bottom=0.24)
     h, lab = ax.get_legend_handles_labels()
     fig.legend(h, lab, fontsize=8, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 0.0))
-    ax.set_title(f"{label(at)}: {what}", fontsize=10)
+    ax.set_title(f"{label(at, data)}: {what}", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     return fig
 
@@ -329,10 +333,14 @@ def _sorted_distribution(ax, rk, sel, div=1e6, unit="ms"):
     ax.set_xlabel(f"ranks, sorted (dotted: median; triangles: the {n} with least and most time lost, named above)")
 # -- pipeline --------------------------------------------------------------------------------
 
+GANTT_PHASES = ("forward", "backward", "recompute", "optimizer")
+
+
 def _gantt_rows(ax, data, at, rows, lo, span, div=1e6):
-    """Draw phase x micro-batch bars for ``rows`` = [(y, rank)] on ``ax``."""
+    """Draw phase x micro-batch bars for ``rows`` = [(y, rank)] on ``ax``: each window light (its
+    waits included), its compute (first to last compute kernel) solid."""
     rp = data["rank_phase"]
-    fb = np.isin(rp["phase"], ("forward", "backward", "recompute", "optimizer"))
+    fb = np.isin(rp["phase"], GANTT_PHASES)
     for y, rank in rows:
         sel = np.flatnonzero((rp["rank"] == rank) & rows_at(rp, at) & fb)
         for ph in ("forward", "backward", "recompute", "optimizer"):
@@ -342,6 +350,10 @@ def _gantt_rows(ax, data, at, rows, lo, span, div=1e6):
                 continue
             a = np.asarray([int(rp["compute_start_ns"][j]) for j in js])
             b = np.asarray([int(rp["compute_end_ns"][j]) for j in js])
+            wa = np.asarray([int(rp["start_ns"][j]) for j in js])      # the whole window, its waits included
+            wb = np.asarray([int(rp["end_ns"][j]) for j in js])
+            ax.broken_barh(list(zip(_ms(wa - lo, div), _ms(wb - wa, div))), (y - 0.4, 0.8), color=COLORS[ph],
+                           alpha=0.25, linewidth=0)
             ax.broken_barh(list(zip(_ms(a - lo, div), _ms(b - a, div))), (y - 0.4, 0.8), color=COLORS[ph], linewidth=0.3,
                            edgecolor="white")
             for j, x0, x1 in zip(js, a, b):
@@ -363,10 +375,14 @@ def has_windows(data, at, ranks) -> bool:
 
 
 def _span(data, at, ranks):
+    """(first start, last end) ns of what the Gantt charts draw for ``ranks``: every window of a
+    drawn phase (forward ... optimizer, its compute and the whole window), so no bar runs past
+    the axis."""
     rp = data["rank_phase"]
-    sel = rows_at(rp, at) & np.isin(rp["rank"], list(ranks))
-    a = [float(v) for v in rp["compute_start_ns"][sel] if v is not None and not np.isnan(float(v))]
-    b = [float(v) for v in rp["compute_end_ns"][sel] if v is not None and not np.isnan(float(v))]
+    sel = rows_at(rp, at) & np.isin(rp["rank"], list(ranks)) & np.isin(rp["phase"], GANTT_PHASES)
+    sel &= np.asarray([v is not None and not np.isnan(float(v)) for v in rp["compute_start_ns"]], bool)
+    a = [float(v) for k in ("compute_start_ns", "start_ns") for v in rp[k][sel]]
+    b = [float(v) for k in ("compute_end_ns", "end_ns") for v in rp[k][sel]]
     return (int(min(a)), int(max(b))) if a else (0, 1)
 
 
@@ -390,9 +406,9 @@ def pp_gantt(data, group_index, at):
         labels.append(f"stage {s} (rank {r}){bub}")
     _thin_ticks(ax, labels[::-1], np.arange(len(g)), max_labels=40)
     _phase_legend(ax)
-    ax.set_xlim(0, _ms(span, div))
+    ax.set_xlim(0, _ms(span, div) * 1.01)
     ax.set_xlabel(f"time ({unit}), {data['meta']['time_alignment']} alignment")
-    ax.set_title(f"PP group {group_index} (ranks {','.join(map(str, g))}), {label(at)}", fontsize=10)
+    ax.set_title(f"PP group {group_index} (ranks {','.join(map(str, g))}), {label(at, data)}", fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     return fig
 
@@ -422,10 +438,10 @@ def replica_view(data, replica_index, at):
     labels.sort()
     _thin_ticks(ax, [x[1] for x in labels], np.asarray([x[0] for x in labels]), max_labels=48)
     _phase_legend(ax)
-    ax.set_xlim(0, _ms(span, div))
+    ax.set_xlim(0, _ms(span, div) * 1.01)
     ax.set_ylim(-0.6, n - 0.4)
     ax.set_xlabel(f"time ({unit}), {data['meta']['time_alignment']} alignment")
-    ax.set_title(f"model replica {replica_index}: {len(groups)} PP groups, {n} ranks, {label(at)}",
+    ax.set_title(f"model replica {replica_index}: {len(groups)} PP groups, {n} ranks, {label(at, data)}",
                  fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     return fig

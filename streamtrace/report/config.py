@@ -83,9 +83,10 @@ def configuration_md(c: dict, table) -> list:
     gpus = ", ".join(c["devices"]) or ("none (CPU only)" if c.get("cpu_only") else "-")
     world = "-" if c["world_size"] is None else f"{c['world_size']:,}"
     its = iterations_text(c["iterations"])
+    head = "iterations" if len(list(c["iterations"])) > 1 else "iteration"    # the number of one, not a count
     L = ["## Configuration", ""]
     if c.get("tp") is None:
-        L += [table(["world size", "ranks analysed", "GPUs", "iterations"], [[world, f"{c['ranks']:,}", gpus, its]]), ""]
+        L += [table(["world size", "ranks analysed", "GPUs", head], [[world, f"{c['ranks']:,}", gpus, its]]), ""]
         known = (f"World size {world} from {c['world_size_from']}. " if c.get("world_size_from") else
                  "World size not named in the trace (ranks analysed shown). ")
         L += [known + "Parallel layout (TP, CP, EP, DP, PP): not named in the trace (no `pg_config` group description "
@@ -93,7 +94,7 @@ def configuration_md(c: dict, table) -> list:
               "name it. Sections that need it (pipeline bubbles, replicas, each collective's parallel dimension) "
               "are left out or say `unknown`.", ""]
     else:
-        L += [table(["world size", "TP", "CP", "EP", "DP", "PP", "rank order", "GPUs", "ranks analysed", "iterations"],
+        L += [table(["world size", "TP", "CP", "EP", "DP", "PP", "rank order", "GPUs", "ranks analysed", head],
                     [[world, *(f"{c[k]:,}" for k in DIMS), c["order"] or "-", gpus, f"{c['ranks']:,}", its]]), ""]
         src = [f"World size from {c['world_size_from']}." if c.get("world_size_from") else "",
                f"Parallel groups from {c['topology_from']}." if c.get("topology_from") else "",

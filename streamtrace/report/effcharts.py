@@ -2,7 +2,8 @@
 
 * ``roofline``: the GEMM / attention rows of ``op_perf.parquet`` (the top by GPU time) at their
   arithmetic intensity (FLOP/byte, x, log) and achieved TFLOP/s (y, log), under the GPU's roofline
-  min(peak, bandwidth x intensity) (Williams, Waterman & Patterson, CACM 2009), point area by GPU time;
+  min(peak, bandwidth x intensity) (Williams, Waterman & Patterson, CACM 2009) for the one peak the
+  report's MFU uses (the math the GEMMs ran in), point area by GPU time;
 * ``busbw_vs_size``: every collective instance's bus bandwidth (``collectives.parquet``) against its
   message size (log x), one panel per collective kind, intra-node and inter-node points apart, with
   the link peaks of :mod:`streamtrace.report.links` as horizontal lines.
@@ -24,12 +25,15 @@ def efficiency_charts(sec: dict | None, aggdir, folder, meta: dict, formats=("pn
         return []
     spec = gpu_spec((meta.get("devices") or [None])[0])
     out = []
-    out += _roofline(aggdir, folder / "roofline", spec, formats, top)
+    dt = (sec.get("inputs") or {}).get("peak_dtype")
+    out += _roofline(aggdir, folder / "roofline", spec, formats, top, dt, (sec.get("inputs") or {}).get("peak_tflops"))
     out += _busbw(aggdir, folder / "busbw_vs_size", sec.get("links"), meta, spec, formats)
     return out
 
 
-def _roofline(aggdir, stem, spec, formats, top) -> list:
+def _roofline(aggdir, stem, spec, formats, top, dtype=None, peak=None) -> list:
+    """The roofline of ``dtype`` (the report's MFU peak's math, :func:`~streamtrace.report.precision.gemm_precision`;
+    None: ``--peak-tflops``, whose ``peak`` is drawn)."""
     t = read_aggregate_table(aggdir, "op_perf")
     if not t or not len(t.get("name", [])):
         return []
@@ -46,14 +50,13 @@ def _roofline(aggdir, stem, spec, formats, top) -> list:
         m = kinds == kind
         if m.any():
             ax.scatter(x[m], y[m], s=size[m], alpha=0.6, color=color, label=kind, edgecolors="k", linewidths=0.3)
-    if spec is not None:
-        lo, hi = max(min(x.min(), 1.0) / 2, 1e-3), max(x.max(), spec.ridge("bf16") or 1) * 4
+    p = spec.peak(dtype) if spec is not None and dtype else peak
+    if spec is not None and p:
+        lo, hi = max(min(x.min(), 1.0) / 2, 1e-3), max(x.max(), p * 1e3 / spec.mem_gbps) * 4
         xs = np.geomspace(lo, hi, 200)
-        for dt, style in (("bf16", "-"), ("fp32", ":")):
-            p = spec.peak(dt)
-            if p:
-                ax.plot(xs, np.minimum(p, spec.mem_gbps * xs / 1e3), style, color="k", lw=1,
-                        label=f"{spec.name} roofline, {dt} ({p:,.0f} TFLOP/s, {spec.mem_gbps:,.0f} GB/s)")
+        what = dtype or "--peak-tflops"
+        ax.plot(xs, np.minimum(p, spec.mem_gbps * xs / 1e3), "-", color="k", lw=1,
+                label=f"{spec.name} roofline, {what} ({p:,.1f} TFLOP/s, {spec.mem_gbps:,.0f} GB/s): MFU's peak")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
@@ -81,7 +84,8 @@ def _busbw(aggdir, stem, links, meta, spec, formats) -> list:
             if sel.any():
                 ax.scatter(t["msg_bytes"][sel], t["busbw_gbps"][sel], s=8, alpha=0.5, color=color, label=scope)
         if spec is not None:
-            ax.axhline(spec.link_gbps, color="tab:green", ls="--", lw=1, label=f"intra-node link peak {spec.link_gbps:g} GB/s")
+            ax.axhline(spec.link_gbps, color="tab:green", ls="--", lw=1,
+                       label=f"intra-node {spec.link} peak {spec.link_gbps:g} GB/s")
         if nic:
             ax.axhline(nic, color="tab:red", ls=":", lw=1, label=f"network per GPU {nic:g} GB/s")
         ax.set_xscale("log")

@@ -12,7 +12,10 @@ Inputs, the first that gives a value winning:
   :func:`streamtrace.report.flops.flops_per_token`, TorchTitan's formula for a TorchTitan config
   and Megatron-LM's for Megatron arguments (the other one is recorded beside it);
 * the GPU's dense peak: ``--peak-tflops``; else :func:`streamtrace.topology.hardware.gpu_spec` of
-  the traces' ``deviceProperties`` name, for the config's precision (bf16 when it names none);
+  the traces' ``deviceProperties`` name, for the math the GEMMs ran in
+  (:func:`streamtrace.report.precision.gemm_precision`: their kernels' names, else their ops'
+  input type, else the config's precision, else bf16 said as assumed), the one peak of the report
+  (the roofline chart draws the same);
 * GPUs: the job's world size (``aggregate.json``).
 
 A step's time is the report's (``iterations.parquet``: the median over ranks of its
@@ -30,6 +33,7 @@ from ..aggregate.folder import Aggregate, read_aggregate_table
 from .options import EfficiencyOptions
 from .flops import flops_per_token
 from .links import link_section
+from .precision import gemm_precision
 from .units import fmt_bytes, fmt_count, fmt_flop, fmt_gbps, fmt_pct, fmt_tflops, fmt_time
 
 
@@ -85,20 +89,21 @@ def _flops(cfg, opt, seq_len) -> tuple:
     return both[conv], f"{label} for {cfg.model_name or cfg.model.name}, seq len {s} ({cfg.source})", both
 
 
-def _peak(meta, cfg, opt) -> tuple:
-    """``(peak TFLOP/s per GPU, source)``."""
+def _peak(meta, cfg, opt, aggdir=None) -> tuple:
+    """``(peak TFLOP/s per GPU, source, dtype)``: the GPU's dense peak for the math the job's GEMMs
+    ran in (:func:`~streamtrace.report.precision.gemm_precision`; dtype None for ``--peak-tflops``)."""
     if opt.peak_tflops:
-        return float(opt.peak_tflops), "--peak-tflops"
+        return float(opt.peak_tflops), "--peak-tflops", None
     devices = meta.get("devices") or []
     spec = gpu_spec(devices[0]) if devices else None
     if spec is None:
         what = f"GPU {devices[0]} not in the table" if devices else "the traces name no GPU"
-        return None, f"unknown ({what}: give --peak-tflops)"
-    dt = dtype_key(cfg.dtype if cfg else None) or ("bf16" if spec.peak("bf16") else "fp16")
+        return None, f"unknown ({what}: give --peak-tflops)", None
+    dt, why = gemm_precision(aggdir, cfg, lambda d: bool(spec.peak(d)))
     p = spec.peak(dt)
     if p is None:
-        return None, f"unknown ({spec.name} has no {dt} peak in the table: give --peak-tflops)"
-    return p, f"{spec.source}: {spec.name} dense {dt}"
+        return None, f"unknown ({spec.name} has no {dt} peak in the table, {dt} from {why}: give --peak-tflops)", dt
+    return p, f"{spec.source}: {spec.name} dense {dt}, {dt} from {why}", dt
 
 
 def efficiency_section(meta: dict, steps: list, opt: EfficiencyOptions | None = None, tokens_per_step=None,
@@ -114,11 +119,11 @@ def efficiency_section(meta: dict, steps: list, opt: EfficiencyOptions | None = 
     cfg = job_config(meta, opt)
     tokens, seqs, tokens_from = _tokens(cfg, tokens_per_step, global_batch, seq_len)
     fpt, fpt_from, both = _flops(cfg, opt, seq_len)
-    peak, peak_from = _peak(meta, cfg, opt)
+    peak, peak_from, peak_dtype = _peak(meta, cfg, opt, aggdir)
     gpus = meta.get("world_size")
     inputs = {"tokens_per_step": tokens, "tokens_per_step_from": tokens_from, "sequences_per_step": seqs,
               "flops_per_token": fpt, "flops_per_token_from": fpt_from, "flops_per_token_by_convention": both,
-              "peak_tflops": peak, "peak_from": peak_from, "gpus": gpus,
+              "peak_tflops": peak, "peak_from": peak_from, "peak_dtype": peak_dtype, "gpus": gpus,
               "gpus_from": meta.get("world_size_from") or Aggregate.marker}
     rows = [dict(iteration=s["iteration"], step=s["step"], step_ns=s["step_ns"], **_rates(s["step_ns"], inputs))
             for s in steps]
@@ -252,7 +257,8 @@ def _links_md(lk) -> list:
         L += ["A CPU-only job (gloo): no GPU link, so no % of link.", ""]
     if any(r.get("over_peak") for r in lk["rows"]):
         L += ["(!) above 100 % of the link's peak, which no link can do: a sign of wrong hosts "
-              "(check `--gpus-per-node` / the trace file names) or a wrong peak (`--nic-gbps`, the GPU model).", ""]
+              "(check `--gpus-per-node` / the trace file names) or a wrong peak (`--nic-gbps`, the GPU model, "
+              "an NVLink bridge between PCIe cards).", ""]
     tr = lk["traffic"]
     if tr["intra"]["bytes"] + tr["inter"]["bytes"] > 0:
         L += [f"Traffic: {fmt_bytes(tr['intra']['bytes'])} inside nodes ({fmt_pct(tr['intra']['pct'])} %), "
@@ -262,10 +268,22 @@ def _links_md(lk) -> list:
     return L
 
 
+def _against(inp) -> str:
+    """``" against the V100 PCIe's dense fp32 peak, 14.0 TFLOP/s"``: the one peak MFU is measured
+    against, named in the MFU sentence; ``""`` without a peak."""
+    if not inp.get("peak_tflops"):
+        return ""
+    if not inp.get("peak_dtype"):
+        return f" against {_n(inp['peak_tflops'])} TFLOP/s per GPU (--peak-tflops)"
+    gpu = inp["peak_from"].split(": ", 1)[-1].split(" dense ")[0]
+    return f" against the {gpu}'s dense {inp['peak_dtype']} peak, {_n(inp['peak_tflops'])} TFLOP/s"
+
+
 def _throughput_md(sec) -> list:
     o = sec["overall"]
     L = [f"**{_n(o['tokens_per_s'], 0)} tokens/s, {_n(o['samples_per_s'], 2)} samples/s, "
-          f"{fmt_tflops(o['model_tflops_per_gpu'])} model compute per GPU, MFU {fmt_pct(o['mfu_pct'])} %** (mean step).", ""]
+          f"{fmt_tflops(o['model_tflops_per_gpu'])} model compute per GPU, MFU {fmt_pct(o['mfu_pct'])} %** (mean step)"
+          + _against(sec["inputs"]) + ".", ""]
     L += [_table(["iteration", "step", "step time", "tokens/s", "samples/s", "model FLOP/s per GPU", "MFU %"],
                  [[r["iteration"] if r["iteration"] >= 0 else "-", r["step"] if r["step"] >= 0 else "-",
                    fmt_time(r["step_ns"]), _n(r["tokens_per_s"], 0), _n(r["samples_per_s"], 2),

@@ -223,6 +223,7 @@ def idle_chart(ex: dict | None, stem, formats=("png",)) -> list:
         left += v
     step = max(1, len(rows) // 40)
     ax.set_yticks(y[::step], labels[::step], fontsize=7)
+    ax.set_xlim(0, max(float(left.max()), 1e-9) * 1.08)     # headroom: the longest bar ends inside the frame
     ax.set_xlabel(f"GPU idle time ({unit}, summed over the profiled steps)")
     ax.set_title("GPU idle-time breakdown per rank")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.9 / fig.get_figheight()), ncol=3)

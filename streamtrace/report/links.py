@@ -3,8 +3,9 @@ dimension x scope (``intra``: every member of its process group on one host, ``i
 hosts) with its median bus bandwidth (``collectives.parquet``'s ``busbw_gbps``, nccl-tests'
 definition) as a percentage of the link's peak, and the traffic split intra / inter node.
 
-The peak of a link (:mod:`streamtrace.topology.hardware`): inside a node the GPU's NVLink /
-Infinity Fabric bandwidth per direction; across hosts the network per GPU, ``--nic-gbps`` or the
+The link and its peak (:mod:`streamtrace.topology.hardware`): inside a node what joins that GPU
+model's boards (named by the ``deviceProperties`` name: NVLink on SXM boards, the PCIe slot
+between PCIe cards, Infinity Fabric), per direction; across hosts the network per GPU, ``--nic-gbps`` or the
 platform's default; a CPU-only job (every rank without GPU events, e.g. gloo) has no GPU link and
 no % of link.  A rank's host comes from its trace file's name only when it is the PyTorch
 profiler's ``tensorboard_trace_handler`` default (``<host>_<pid>.<ns>.pt.trace.json``: the worker
@@ -104,7 +105,7 @@ def link_section(aggdir, meta: dict, spec, nic_gbps: float | None, gpus_per_node
     for (coll, dim, is_inter), idx in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] or "", kv[0][2])):
         idx = np.asarray(idx)
         scope = "inter" if is_inter else "intra"
-        link = "network" if is_inter else "NVLink / Infinity Fabric"
+        link = "network" if is_inter else (spec.link if spec else "intra-node (GPU model unknown)")
         peak = nic if is_inter else (spec.link_gbps if spec else None)
         if cpu_only:
             link, peak = CPU_ONLY, None

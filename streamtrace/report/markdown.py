@@ -326,8 +326,12 @@ def _collectives_md(rep) -> list:
         return L + _missing_line(rep, "collectives")
     ci = rep["collectives"]["instances"]
     if rep["configuration"]["ranks"] >= 2:
-        L += [f"{ci.get('instances', 0):,} collective instances matched across ranks ({ci.get('complete', 0):,} with "
-              f"every member, {ci.get('inconsistent', 0):,} inconsistent). Bus bandwidth as nccl-tests defines it.", ""]
+        alone = ci.get("single_rank", 0)
+        lone = (f"; {alone:,} seen on one rank only, not matched (the trace names neither their process group nor "
+                f"their peer)" if alone else "")
+        L += [f"{ci.get('instances', 0) - alone:,} collective instances matched across ranks "
+              f"({ci.get('complete', 0):,} with every member, {ci.get('inconsistent', 0):,} inconsistent){lone}. "
+              f"Bus bandwidth as nccl-tests defines it.", ""]
     else:
         L += [f"{ci.get('instances', 0):,} collective instances of one rank (nothing to match them with: analyse "
               f"the other ranks too). Bus bandwidth as nccl-tests defines it.", ""]

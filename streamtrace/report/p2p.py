@@ -29,7 +29,20 @@ def p2p_section(aggdir, top=8) -> dict:
     keep = ("src", "dst", "src_stage", "dst_stage", "direction", *SUMS)
     ranked = sorted(rows, key=lambda r: (-r["recv_wait_ns"], r["src"], r["dst"]))[:top]
     return {"by_stage_pair": [by[k] for k in sorted(by)], "top_pairs": [{k: r[k] for k in keep} for r in ranked],
-            "from": "p2p.parquet"}
+            "two_way": two_way_exchanges(aggdir), "from": "p2p.parquet"}
+
+
+def two_way_exchanges(aggdir) -> int:
+    """How many ``SendRecv`` instances of ``collectives.parquet`` were matched between two ranks
+    without a direction (``src`` -1, 2 members: a batched exchange each way,
+    :mod:`streamtrace.aggregate.collectives`); 0 without the table."""
+    path = Path(aggdir) / "collectives.parquet"
+    if not path.is_file():
+        return 0
+    t = read_table(path, ["collective", "src", "n_ranks"])
+    if not len(t["src"]):
+        return 0
+    return int(((t["collective"] == "SendRecv") & (t["src"] < 0) & (t["n_ranks"] == 2)).sum())
 
 
 def p2p_markdown(sec: dict, table, ms, ranks: int = 2) -> list:
@@ -39,8 +52,13 @@ def p2p_markdown(sec: dict, table, ms, ranks: int = 2) -> list:
     L = ["## Point-to-point (pipeline)", ""]
     if ranks < 2:
         return L + ["One rank: a Send/Recv is matched with its peer's only when the other ranks are analysed too.", ""]
+    two = sec.get("two_way", 0)
+    both = (f"{two:,} two-way Send/Recv exchanges (`SendRecv` kernels: each rank sends to and receives from the "
+            f"other in one kernel) matched across ranks, counted under Collectives." if two else "")
     if not sec["by_stage_pair"]:
-        return L + ["No point-to-point transfers matched across ranks.", ""]
+        return L + [both or "No point-to-point transfers matched across ranks.", ""]
+    if both:
+        L += [both, ""]
     L += ["Send/Recv transfers matched sender to receiver, kept apart from the group collectives. Whoever posts "
           "first waits: the receiver for the sender's data (receiver waited), or the sender for a late receiver.", ""]
     L += [table(["stages", "direction", "rank pairs", "transfers", "bytes", "transfer", "receiver waited",

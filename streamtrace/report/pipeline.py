@@ -3,8 +3,10 @@ without it (PP = 1, e.g. tensor parallel only) has no pipeline bubble, and a "bu
 ranks would only be the time they do not compute.
 
 The rows are ``pipeline.parquet``'s as ``aggregate`` wrote them (:mod:`streamtrace.aggregate.pipeline`,
-the one definition of the bubble: the PP group's span minus the stage's forward / backward /
-recompute windows; waiting inside a micro-batch is the stage's communication, not bubble);
+the one definition of the bubble: the time a stage waits for its neighbour stage within its PP
+group's span, however it waits -- outside any micro-batch or blocked in a pipeline receive or send
+inside one -- the figure (p - 1) / (m + p - 1) predicts; the other split, outside any micro-batch
+only, beside it);
 nothing here computes it again.  The Gantt charts' labels read the same table
 (:func:`stage_bubbles`).
 """
@@ -16,8 +18,9 @@ from ..aggregate.folder import read_aggregate_table
 from .units import fmt_pct, fmt_time
 
 PHASES = ("forward", "backward", "recompute")
-ROW_KEYS = ("iteration", "step", "pp_group", "stage", "rank", "span_ns", "microbatch_ns", "busy_ns", "bubble_ns",
-            "bubble_pct", "ideal_bubble_pct", "microbatches")
+ROW_KEYS = ("iteration", "step", "pp_group", "stage", "rank", "span_ns", "microbatch_ns", "busy_ns", "p2p_wait_ns",
+            "bubble_ns", "bubble_pct", "outside_microbatch_ns", "outside_microbatch_pct", "ideal_bubble_pct",
+            "microbatches")
 
 
 def stage_bubbles(pipe, iteration, step, ranks) -> dict:
@@ -66,16 +69,19 @@ def pipeline_markdown(sec: dict, table, iteration_cell) -> list:
     if not sec.get("shown"):
         return []
     L = ["## Pipeline bubbles", "",
-         f"PP = {sec['pp']}. Bubble = the time a stage works on no micro-batch (forward, backward, recompute) "
-         "within its PP group's span; waiting inside a micro-batch (a receive, a tensor-parallel collective) is the "
-         "stage's communication, not bubble. Ideal 1F1B bubble: "
-         f"{fmt_pct(sec['ideal_bubble_pct'])} % of the span. Mean bubble per stage: "
-         + ", ".join(f"stage {s}: {fmt_pct(v)} %" for s, v in sec["mean_bubble_pct_by_stage"].items()), ""]
-    L += [table(["iteration", "step", "PP group", "stage", "rank", "span", "in micro-batches", "computing", "bubble",
-                 "bubble %"],
+         f"PP = {sec['pp']}. Bubble = the time a stage waits for its neighbour stage within its PP group's span, "
+         "however it waits: with no micro-batch (forward, backward, recompute) to work on, or blocked in a pipeline "
+         "receive or send inside one (a tensor-parallel collective stays the stage's own work): what the ideal "
+         f"1F1B bubble, (p - 1) / (m + p - 1) = {fmt_pct(sec['ideal_bubble_pct'])} % of the span, counts. "
+         "Mean bubble per stage: "
+         + ", ".join(f"stage {s}: {fmt_pct(v)} %" for s, v in sec["mean_bubble_pct_by_stage"].items())
+         + ". The other split, \"outside micro-batches\", leaves the pipeline waits inside a micro-batch out.", ""]
+    L += [table(["iteration", "step", "PP group", "stage", "rank", "span", "in micro-batches", "computing",
+                 "pipeline waits inside", "bubble", "bubble %", "outside micro-batches %"],
                 [[iteration_cell(r["iteration"]), r["step"], r["pp_group"], r["stage"], r["rank"],
                   fmt_time(r["span_ns"]), fmt_time(r["microbatch_ns"]), fmt_time(r["busy_ns"]),
-                  fmt_time(r["bubble_ns"]), fmt_pct(r["bubble_pct"])] for r in sec["rows"][:64]]), ""]
+                  fmt_time(r["p2p_wait_ns"]), fmt_time(r["bubble_ns"]), fmt_pct(r["bubble_pct"]),
+                  fmt_pct(r["outside_microbatch_pct"])] for r in sec["rows"][:64]]), ""]
     if len(sec["rows"]) > 64:
         L += [f"({len(sec['rows']) - 64:,} more rows in pipeline.parquet)", ""]
     return L

@@ -15,7 +15,10 @@
   category), or some drawn quantity differs by at least :data:`ALIKE_FRACTION` (5 %) of its axis:
   a bar height or stacked segment relative to the tallest bar, a window's start or end (from the
   first window's start) relative to the longest span.  5 % is about 60 px of a 1,200 px axis: a
-  smaller difference has to be measured on the picture, it is not seen.
+  smaller difference has to be measured on the picture, it is not seen.  **Never folded**: a rank's
+  per-rank charts into another rank's when the rank is on the step's critical path, or its idle
+  time or lateness differs from the other's by more than the step's jitter (:class:`RankApart`): a
+  straggler's picture can look alike at 5 % of a long axis and still be the one that matters.
 * **Parallel**: ``jobs`` worker processes (fork; 0 = all cores) draw the charts; the files are the
   same as with one (each chart is drawn from the same data by the same function, in its own
   figure).
@@ -35,6 +38,7 @@ from ..aggregate.folder import Aggregate, read_aggregate_table
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
 from . import charts as C
+from .config import step_patterns_used
 from .skew import SkewGrids
 
 ALIKE_FRACTION = 0.05
@@ -106,6 +110,7 @@ def load(aggdir, chart_ranks=None) -> dict:
     for n in ("rank_phase", "ranks", "pipeline", "p2p"):
         out[n] = read_aggregate_table(aggdir, n)
     out["collectives"] = read_aggregate_table(aggdir, "collectives", COLLECTIVE_COLUMNS)
+    out["step_word"] = "step " if step_patterns_used(out["meta"].get("inputs")) else "ProfilerStep#"
     out["chart_ranks"] = charted_ranks(out, aggdir, chart_ranks)
     out["timeline"] = read_aggregate_table(aggdir, "timeline", where={"rank": out["chart_ranks"] or [-1]})
     return out
@@ -193,6 +198,49 @@ def alike(p, q, fraction=ALIKE_FRACTION) -> bool:
 
 # -- the plan ---------------------------------------------------------------------------------
 
+class RankApart:
+    """Whether rank ``r``'s per-rank charts of a step may stand in another rank's ``q`` (``__call__``
+    is True when they may not): never when ``r`` is on the step's critical path
+    (``critical_path_summary.parquet``, ``what == "slack"``, ``on_path``), nor when its idle time
+    (``ranks.parquet``'s ``idle_ns``, summed over its devices) or its lateness (its slack, the same
+    rows' ``ns``: how much later it could have finished) differs from ``q``'s by more than the
+    step's jitter: 3 x the median absolute deviation of that quantity over the step's ranks (a rank
+    apart from the others, not one of the crowd), at least 1 % of the step's longest wall time."""
+
+    def __init__(self, ranks: dict, cp: dict):
+        self.idle: dict = {}
+        self.wall: dict = {}
+        for it, st, r, idle, wall in zip(*(ranks.get(k, []) for k in ("iteration", "step", "rank", "idle_ns",
+                                                                      "wall_ns"))):
+            key = (int(it), int(st))
+            d = self.idle.setdefault(key, {})
+            d[int(r)] = d.get(int(r), 0) + int(idle)
+            self.wall[key] = max(self.wall.get(key, 0), int(wall))
+        self.slack: dict = {}
+        self.on_path: dict = {}
+        for it, st, what, r, ns, on in zip(*(cp.get(k, []) for k in ("iteration", "step", "what", "rank", "ns",
+                                                                     "on_path"))):
+            if what == "slack" and r >= 0:
+                self.slack.setdefault((int(it), int(st)), {})[int(r)] = int(ns)
+                if on:
+                    self.on_path.setdefault((int(it), int(st)), set()).add(int(r))
+
+    def _jitter(self, values: dict, at) -> float:
+        v = np.asarray(list(values.values()), np.float64)
+        mad = float(np.median(np.abs(v - np.median(v)))) if len(v) else 0.0
+        return max(3 * mad, 0.01 * self.wall.get(at, 0))
+
+    def __call__(self, at, r: int, q: int) -> bool:
+        at = (int(at[0]), int(at[1]))
+        if r in self.on_path.get(at, ()):
+            return True
+        for table in (self.idle, self.slack):
+            vals = table.get(at, {})
+            if r in vals and q in vals and abs(vals[r] - vals[q]) > self._jitter(vals, at):
+                return True
+        return False
+
+
 def charted_ranks(data, aggdir, ranks=None) -> list:
     """The ranks that get per-rank charts: ``ranks`` (``ChartOptions.chart_ranks``) that the job has, or
     the default (see :class:`ChartOptions`)."""
@@ -238,15 +286,18 @@ def plan(data, aggdir, opt: ChartOptions) -> list:
     per_it = {it: sum(1 for i, _ in keys if i == it) for it, _ in keys}
     tasks, drawn = [], {}             # drawn: chart kind -> [(picture, task)]
     charts = _per_step_charts(data, data["chart_ranks"], opt)
+    apart = RankApart(data["ranks"], read_aggregate_table(aggdir, "critical_path_summary",
+                                                          ["iteration", "step", "what", "rank", "ns", "on_path"]))
     for at in keys:
         for fn, args, prefix in charts:
             p = picture(data, fn, args, at)
             own = opt.chart_ranks is not None and fn in RANK_CHARTS       # ranks asked for: each its own
-            twin = next((t for q, t in drawn.get(fn, []) if (not own or t.args[0] == args[0]) and alike(q, p)),
+            twin = next((t for q, t in drawn.get(fn, []) if (not own or t.args[0] == args[0]) and alike(q, p)
+                         and not (fn in RANK_CHARTS and t.args[0] != args[0] and apart(at, args[0], t.args[0]))),
                         None)
             if twin is not None:
                 what = [f"{WHAT[fn]} {args[0]}"] if args and twin.args[0] != args[0] else []
-                twin.also.append(", ".join(what + ([C.label(at)] if twin.args[-1] != at else [])))
+                twin.also.append(", ".join(what + ([C.label(at, data)] if twin.args[-1] != at else [])))
                 continue
             t = ChartTask(fn, args + (at,), f"{prefix}_{C.stem_suffix(at, per_it[at[0]])}")
             drawn.setdefault(fn, []).append((p, t))

@@ -165,6 +165,7 @@ _WINDOWS = ("windows._in_key_order", "windows._is_sorted", "windows._sweep", "wi
 _STATS = ("gaps.running_end_before", "ancestry.same_name_ancestor",    # aggregate's statistics
           "critical.longest_path", "critical.latest_times", "critical.trace_back")   # and critical path
 _READ = ("scan.scan_events", "scan.skip_value", "scan.skip_string", "scan.skip_ws")
+_PIPELINE = ("intervals._intersect_sorted", "intervals.disjoint_length")   # aggregate's pipeline waits per rank
 _INTERVALS = ("intervals._union_sorted", "intervals._union_length_sorted", "intervals._intersect_length_sorted")
 _VALIDATE = ("validate.event_fields", "validate.nesting_chunk", "validate.flow_chunk", "validate.flow_close",
              "validate.batch_records")
@@ -179,18 +180,18 @@ _ANALYZE = _READ + ("extract.extract_columns", "treestream._feed", "treestream._
 COMMANDS = {
     "merge": _MERGE,                       # merge validates its output
     "validate": _READ + ("scan.scan_bounds",) + _VALIDATE,
-    "demo": tuple(dict.fromkeys(_MERGE + _ANALYZE + _INTERVALS + _STATS)),   # the epilogue on the demo job
+    "demo": tuple(dict.fromkeys(_MERGE + _ANALYZE + _INTERVALS + _STATS + _PIPELINE)),   # the epilogue on the demo job
     "analyze": _ANALYZE,
-    "aggregate": _READ + _INTERVALS + _STATS,
-    "report": _READ + _INTERVALS + _STATS,
-    "epilogue": tuple(dict.fromkeys(_MERGE + _ANALYZE + _INTERVALS + _STATS)),
+    "aggregate": _READ + _INTERVALS + _STATS + _PIPELINE,
+    "report": _READ + _INTERVALS + _STATS + _PIPELINE,
+    "epilogue": tuple(dict.fromkeys(_MERGE + _ANALYZE + _INTERVALS + _STATS + _PIPELINE)),
     "all": tuple(UNITS),                   # `streamtrace warmup`: every unit
 }
 
 #: command -> the units its forked per-task workers call (:func:`load` brings them into the parent
 #: before the fork, so that the workers share them)
 TASKS = {
-    "aggregate": _INTERVALS + _STATS,      # aggregate.run's per-rank task
+    "aggregate": _INTERVALS + _STATS + _PIPELINE,      # aggregate.run's per-rank task
 }
 
 
@@ -336,8 +337,9 @@ def prepare(*commands, jobs=None, notice=_stderr) -> dict:
         return res
     jobs = _jobs(jobs, len(todo))
     if notice:
-        est = sum(UNITS[n][4] for n in todo) / jobs
-        notice(f"compiling kernels, first run only ({len(todo)} kernels, ~{est + 1:.0f} s)")
+        cpu = sum(UNITS[n][4] for n in todo)
+        notice(f"compiling kernels, first run only ({len(todo)} kernels, ~{cpu:.0f} CPU-s: ~{cpu / jobs + 1:.0f} s on "
+               f"{jobs} idle core{'s' if jobs > 1 else ''}, longer on a busy machine)")
     try:
         if jobs == 1 or not hasattr(os, "fork"):
             for n in todo:

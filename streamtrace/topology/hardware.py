@@ -1,5 +1,5 @@
 """What a GPU and its links can do at best: dense peak FLOP/s by data type, memory bandwidth, the
-NVLink / Infinity Fabric bandwidth inside a node and a default network bandwidth per GPU
+bandwidth of the link inside a node (NVLink, Infinity Fabric, PCIe) and a default network bandwidth per GPU
 (:func:`gpu_spec`, found by the trace's ``deviceProperties`` name).
 
 Every number is the vendor's datasheet figure for **dense** math (NVIDIA prints tensor-core
@@ -22,7 +22,10 @@ in GB/s (a 400 Gb/s NIC is 50 GB/s).  Sources:
   163.4 TFLOP/s; 5.3 / 6 TB/s; Infinity Fabric 7 links x 64 GB/s per direction (448 GB/s).
 * MI250X: AMD Instinct MI250X datasheet: BF16 383, FP32 (matrix) 95.7 TFLOP/s, 3.2 TB/s.
 * V100 SXM2 / PCIe: NVIDIA V100 datasheet: FP16 tensor 125 / 112, FP32 15.7 / 14 TFLOP/s (no BF16),
-  900 GB/s; NVLink 300 GB/s (SXM2), PCIe 3.0 x16 ~16 GB/s per direction (PCIe).
+  900 GB/s; NVLink 300 GB/s (SXM2), PCIe 3.0 x16 ~16 GB/s per direction (PCIe: no NVLink).
+* PCIe cards (A100 / H100 PCIe): the PCIe slot, 4.0 x16 32 GB/s and 5.0 x16 64 GB/s per direction
+  (A100 datasheet: PCIe Gen4 64 GB/s; H100: PCIe Gen5 128 GB/s, both bidirectional); A100 80GB PCIe
+  1,935 GB/s.
 """
 from __future__ import annotations
 
@@ -37,14 +40,17 @@ DTYPES = ("fp8", "bf16", "fp16", "tf32", "fp32", "fp64")
 @dataclass(frozen=True)
 class GpuSpec:
     """One GPU model: ``name``, ``peak_tflops`` (dense, by :data:`DTYPES` key), ``mem_gbps``
-    (HBM, GB/s), ``link_gbps`` (NVLink / Infinity Fabric per direction, GB/s), ``nic_gbps``
-    (default network per GPU, GB/s), ``source`` (the datasheet)."""
+    (HBM, GB/s), ``link_gbps`` (that link per direction, GB/s), ``nic_gbps``
+    (default network per GPU, GB/s), ``source`` (the datasheet), ``link`` (what joins the GPUs of
+    one node, by the model: ``NVLink 4`` on an SXM board, ``PCIe 3.0 x16`` between PCIe cards,
+    ``Infinity Fabric``)."""
     name: str
     peak_tflops: dict
     mem_gbps: float
     link_gbps: float
     nic_gbps: float
     source: str
+    link: str = "NVLink"
 
     def peak(self, dtype: str) -> float | None:
         """Dense peak TFLOP/s for ``dtype`` (a :data:`DTYPES` key), None when the GPU has no such math
@@ -57,28 +63,40 @@ class GpuSpec:
         return p * 1e12 / (self.mem_gbps * 1e9) if p else None
 
 
-def _s(name, bf16, fp8, tf32, fp32, fp64, mem, link, nic, source, fp16_only=False):
+def _s(name, bf16, fp8, tf32, fp32, fp64, mem, link, nic, source, fp16_only=False, bus="NVLink"):
     peaks = {"bf16": 0 if fp16_only else bf16, "fp16": bf16, "fp8": fp8, "tf32": tf32, "fp32": fp32, "fp64": fp64}
-    return GpuSpec(name, {k: v for k, v in peaks.items() if v}, mem, link, nic, source)
+    return GpuSpec(name, {k: v for k, v in peaks.items() if v}, mem, link, nic, source, bus)
 
 
-#: (pattern on the deviceProperties name, spec); the first match wins, so specific before general
+#: (pattern on the deviceProperties name, spec); the first match wins, so specific before general.
+#: A PCIe card's link is its PCIe slot (an NVLink bridge, A100 / H100 PCIe's option for pairs, does
+#: not show in the trace: a bridged pair's bandwidth above the PCIe peak is flagged, not hidden)
 GPUS = [
-    (r"H100.*PCIe", _s("H100 PCIe", 756, 1513, 378, 51, 51, 2000, 300, 50, "NVIDIA H100 datasheet")),
-    (r"H100.*NVL", _s("H100 NVL", 835, 1671, 417, 60, 60, 3900, 300, 50, "NVIDIA H100 datasheet")),
-    (r"H100", _s("H100 SXM", 989, 1979, 495, 67, 67, 3350, 450, 50, "NVIDIA H100 datasheet")),
-    (r"H200", _s("H200 SXM", 989, 1979, 495, 67, 67, 4800, 450, 50, "NVIDIA H200 datasheet")),
-    (r"GB200|B200", _s("B200", 2250, 4500, 1100, 75, 37, 8000, 900, 50, "NVIDIA HGX B200 datasheet")),
-    (r"A100.*40GB|A100-SXM4-40|A100-PCIE-40", _s("A100 40GB", 312, 0, 156, 19.5, 19.5, 1555, 300, 25,
-                                                "NVIDIA A100 datasheet")),
-    (r"A100", _s("A100 80GB", 312, 0, 156, 19.5, 19.5, 2039, 300, 25, "NVIDIA A100 datasheet")),
-    (r"V100.*PCI", _s("V100 PCIe", 112, 0, 0, 14, 7, 900, 16, 12.5, "NVIDIA V100 datasheet (PCIe 3.0 x16 link)",
-                            fp16_only=True)),
-    (r"V100", _s("V100", 125, 0, 0, 15.7, 7.8, 900, 150, 12.5, "NVIDIA V100 datasheet", fp16_only=True)),
-    (r"MI325", _s("MI325X", 1307.4, 2614.9, 653.7, 163.4, 81.7, 6000, 448, 50, "AMD Instinct MI325X datasheet")),
+    (r"H100.*PCIe", _s("H100 PCIe", 756, 1513, 378, 51, 51, 2000, 64, 50, "NVIDIA H100 datasheet",
+                       bus="PCIe 5.0 x16")),
+    (r"H100.*NVL", _s("H100 NVL", 835, 1671, 417, 60, 60, 3900, 300, 50, "NVIDIA H100 datasheet",
+                      bus="NVLink bridge")),
+    (r"H100", _s("H100 SXM", 989, 1979, 495, 67, 67, 3350, 450, 50, "NVIDIA H100 datasheet", bus="NVLink 4")),
+    (r"H200", _s("H200 SXM", 989, 1979, 495, 67, 67, 4800, 450, 50, "NVIDIA H200 datasheet", bus="NVLink 4")),
+    (r"GB200|B200", _s("B200", 2250, 4500, 1100, 75, 37, 8000, 900, 50, "NVIDIA HGX B200 datasheet",
+                       bus="NVLink 5")),
+    (r"A100.*PCI.*40|A100-PCIE-40", _s("A100 PCIe 40GB", 312, 0, 156, 19.5, 19.5, 1555, 32, 25,
+                                       "NVIDIA A100 datasheet", bus="PCIe 4.0 x16")),
+    (r"A100.*PCI", _s("A100 PCIe 80GB", 312, 0, 156, 19.5, 19.5, 1935, 32, 25, "NVIDIA A100 datasheet",
+                      bus="PCIe 4.0 x16")),
+    (r"A100.*40GB|A100-SXM4-40", _s("A100 40GB", 312, 0, 156, 19.5, 19.5, 1555, 300, 25,
+                                    "NVIDIA A100 datasheet", bus="NVLink 3")),
+    (r"A100", _s("A100 80GB", 312, 0, 156, 19.5, 19.5, 2039, 300, 25, "NVIDIA A100 datasheet", bus="NVLink 3")),
+    (r"V100.*PCI", _s("V100 PCIe", 112, 0, 0, 14, 7, 900, 16, 12.5, "NVIDIA V100 datasheet",
+                      fp16_only=True, bus="PCIe 3.0 x16")),
+    (r"V100", _s("V100", 125, 0, 0, 15.7, 7.8, 900, 150, 12.5, "NVIDIA V100 datasheet", fp16_only=True,
+                 bus="NVLink 2")),
+    (r"MI325", _s("MI325X", 1307.4, 2614.9, 653.7, 163.4, 81.7, 6000, 448, 50, "AMD Instinct MI325X datasheet",
+                  bus="Infinity Fabric")),
     (r"MI300X|MI300", _s("MI300X", 1307.4, 2614.9, 653.7, 163.4, 81.7, 5300, 448, 50,
-                         "AMD Instinct MI300X datasheet")),
-    (r"MI250", _s("MI250X", 383, 0, 0, 95.7, 95.7, 3277, 200, 25, "AMD Instinct MI250X datasheet")),
+                         "AMD Instinct MI300X datasheet", bus="Infinity Fabric")),
+    (r"MI250", _s("MI250X", 383, 0, 0, 95.7, 95.7, 3277, 200, 25, "AMD Instinct MI250X datasheet",
+                  bus="Infinity Fabric")),
 ]
 
 

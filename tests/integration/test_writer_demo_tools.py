@@ -109,3 +109,15 @@ def test_command_skips_numba_blas_but_library_does_not(tmp_path):
         out[mode] = p.stdout.split()[-1]
     assert out["cli"] == "blocked"
     assert out["library"] == "loaded"        # numba probed SciPy BLAS at its first kernel
+
+
+def test_demo_done_line_is_the_whole_command(tmp_path):
+    """Issue 47: the demo's closing "done in" counts from the command's start, the first run's compiling
+    said within it."""
+    import time as _time
+    from streamtrace.cli.demo import run_demo
+    lines = []
+    run_demo(tmp_path / "d", jobs=1, log=lines.append, epilogue=False, started=_time.time() - 30, compiled_s=21.5)
+    done = lines[-1]
+    assert done.startswith("done in ") and float(done.split()[2]) >= 30, done
+    assert done.endswith("(21.5 s of it compiling the kernels, first run only)"), done

@@ -49,6 +49,7 @@ from ...events.dataset import csv_table, read_partition
 from ...runtime.files import atomic_output
 from ...runtime.parallel import run_tasks
 from ...aggregate.run import KIND_CODE, interval_metrics
+from .unrelated import unrelated_jobs
 from .inputs import DiffOptions, list_text, open_side, pair_ranks
 from ...aggregate.stats import OPS_COLUMNS, op_rows
 
@@ -245,6 +246,7 @@ def compare(base, test, outdir, opt: DiffOptions | None = None) -> DiffTables:
             "base": _side_meta(b, rb), "test": _side_meta(t, rt),
             "pairs": [list(p) for p in pairs], "summary": _summary(rb, rt, nb, nt),
             "changes": {"kernels": _counts(kernels), "ops": _counts(ops)}, "notices": notices,
+            "warnings": unrelated_jobs(b.dirs, t.dirs, kernels, tuple(opt.labels)),
             "seconds": round(time.time() - t0, 3), "cpu_seconds": round(time.process_time() - c0, 3)}
     return DiffTables(kernels, ops, groups, ranks, meta)
 

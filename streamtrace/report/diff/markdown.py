@@ -101,8 +101,25 @@ def _pct(x):
     return "-" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{x:+.1f}"
 
 
-def _cnt(x):
-    return "-" if x is None else (f"{x:,.0f}" if float(x).is_integer() else f"{x:,.2f}")
+def count_cell(x):
+    """A count per rank-step as a whole number of calls (a mean over rank-steps rounded; ``<1`` for a
+    call in fewer than half of them)."""
+    if x is None:
+        return "-"
+    return "<1" if 0 < x < 0.5 else f"{int(float(x) + 0.5):,}"
+
+
+CALLS = {"increased": "more calls", "decreased": "fewer calls", "unchanged": "as many calls"}
+
+
+def direction(r) -> str:
+    """A kernel row's change as the regression and improvement tables say it: ``added`` / ``deleted``,
+    else the direction of its time and of its count (``more time, fewer calls``), never a count's
+    ``decreased`` beside a kernel that takes more time."""
+    if r["change"] in ("added", "deleted"):
+        return r["change"]
+    t = "more time" if r["delta_ns"] > 0 else "less time" if r["delta_ns"] < 0 else "same time"
+    return f"{t}, {CALLS.get(r['change'], r['change'])}"
 
 
 def _table(head, rows):
@@ -134,6 +151,7 @@ def to_markdown(tabs, meta, top=10, charts=()) -> str:
     L += [f"- ranks compared: {list_text([a for a, _ in pairs if a is not None])}" if same else
           "- rank pairs (base -> test): " + ", ".join(f"{a if a is not None else '-'}->{b if b is not None else '-'}"
                                                     for a, b in pairs[:32]) + (" ..." if len(pairs) > 32 else ""), ""]
+    L += [f"**Warning: {w}.**" for w in meta.get("warnings", [])] + ([""] if meta.get("warnings") else [])
     L += [f"*Notice: {n}*" for n in meta["notices"]] + ([""] if meta["notices"] else [])
     L += ["## Per rank-step", "",
           _table(["metric", f"{lb}", f"{lt}", "delta", "delta %"],
@@ -146,7 +164,8 @@ def to_markdown(tabs, meta, top=10, charts=()) -> str:
             "delta %"]
 
     def krow(r):
-        return [_esc(names[r["name"]]), r["kind"], r["change"], _cnt(r["base_count"]), _cnt(r["test_count"]),
+        return [_esc(names[r["name"]]), r["kind"], direction(r), count_cell(r["base_count"]),
+                count_cell(r["test_count"]),
                 _ms(r["base_total_ns"]), _ms(r["test_total_ns"]), _ms(r["delta_ns"], True), _pct(r["delta_pct"])]
     up = [r for r in k if r["delta_ns"] > 0][:top]
     down = sorted([r for r in k if r["delta_ns"] < 0], key=lambda r: (r["delta_ns"], r["name"]))[:top]
@@ -170,7 +189,8 @@ def _groups_md(groups, lb, lt) -> list:
     g = groups.to_pylist()
     for d in DIMENSIONS:
         sel = sorted([r for r in g if r["dimension"] == d], key=lambda r: (-abs(r["delta_ns"]), r["value"]))[:8]
-        rows += [[d, _esc(r["value"]), _cnt(r["base_count"]), _cnt(r["test_count"]), _ms(r["base_total_ns"]),
+        rows += [[d, _esc(r["value"]), count_cell(r["base_count"]), count_cell(r["test_count"]),
+                  _ms(r["base_total_ns"]),
                   _ms(r["test_total_ns"]), _ms(r["delta_ns"], True), _pct(r["delta_pct"])] for r in sel]
     head = ["dimension", "value", f"{lb} count", f"{lt} count", f"{lb}", f"{lt}", "delta", "delta %"]
     return L + ([_table(head, rows), ""] if rows else ["*No kernels.*", ""])
@@ -187,8 +207,8 @@ def _ops_md(ops, lb, lt, top) -> list:
     names = dict(zip([r["name"] for r in sel], short_names([r["name"] for r in sel])))
     head = ["op", "cat", "change", f"{lb} count", f"{lt} count", f"{lb} self", f"{lt} self",
             "delta self", f"{lb} inclusive", f"{lt} inclusive"]
-    return L + [_table(head, [[_esc(names[r["name"]]), r["cat"], r["change"], _cnt(r["base_count"]),
-                               _cnt(r["test_count"]), _ms(r["base_self_ns"]), _ms(r["test_self_ns"]),
+    return L + [_table(head, [[_esc(names[r["name"]]), r["cat"], r["change"], count_cell(r["base_count"]),
+                               count_cell(r["test_count"]), _ms(r["base_self_ns"]), _ms(r["test_self_ns"]),
                                _ms(r["delta_self_ns"], True), _ms(r["base_total_ns"]), _ms(r["test_total_ns"])]
                               for r in sel]), ""]
 
@@ -201,7 +221,7 @@ def _added_md(k, o, names, lb, lt, top) -> list:
         for ch in ("added", "deleted"):
             sel = [r for r in rs if r["change"] == ch]
             sel.sort(key=lambda r: (-max(r["base_total_ns"], r["test_total_ns"]), r["name"]))
-            rows += [[what, ch, _esc(names.get(r["name"], r["name"])), _cnt(r["base_count"] or r["test_count"]),
+            rows += [[what, ch, _esc(names.get(r["name"], r["name"])), count_cell(r["base_count"] or r["test_count"]),
                       _ms(r["base_total_ns"] or r["test_total_ns"])] for r in sel[:top]]
             if len(sel) > top:
                 rows.append([what, ch, f"... {len(sel) - top} more", "", ""])
@@ -232,8 +252,10 @@ def _definitions() -> list:
             "- Kernels belong to the step of the ProfilerStep around their launch; CPU ops to the ProfilerStep window "
             "that holds their start (HolisticTraceAnalysis' rule).",
             "- `change` is by count per rank-step, HolisticTraceAnalysis' `TraceDiff.ops_diff` categories "
-            "(hta/trace_diff.py): added, deleted, increased, decreased, unchanged. A kernel that got slower at the "
-            "same count is `unchanged` with a positive delta.",
+            "(hta/trace_diff.py): added, deleted, increased, decreased, unchanged (the tables' `change` column). "
+            "The regression and improvement tables say it with the time's direction: `more time, fewer calls` "
+            "is a kernel that takes more time in fewer calls (`decreased` by count). Counts are calls per "
+            "rank-step, rounded to whole calls.",
             "- compute, communication, busy: length of the union of those kernels' intervals; exposed communication "
             "= communication not overlapped by compute; idle = GPU span - busy (streamtrace analyze's definitions).",
             "- `ProfilerStep#N` is shown as `ProfilerStep#*`.", ""]

@@ -108,12 +108,14 @@ def decode(range_name: str, blob, json_text, schemas) -> dict | None:
     return None
 
 
-def comm_args(range_name: str, p: dict, nranks: dict) -> dict:
+def comm_args(range_name: str, p: dict, nranks: dict, comm_ranks: dict | None = None) -> dict:
     """The collective-args row (Kineto's ``record_param_comms`` keys, as
     :func:`streamtrace.analyze.classify.collective_info` reads them) of one decoded NCCL payload:
     message bytes as ``In/Out msg nelems`` of ``uint8``, the communicator id (hex) as the process
     group name, its size from ``nranks`` (communicator id -> ``No. of ranks`` of its
-    ``ncclCommInitRank``), marked ``"@source": "nvtx_payload"`` (the ``bytes_source`` it gives,
+    ``ncclCommInitRank``), its members as ``Process Group Ranks`` from ``comm_ranks`` (communicator
+    id -> the job's rank of each of its ranks, where the export holds them all: the group a Send /
+    Recv's peer is found in), marked ``"@source": "nvtx_payload"`` (the ``bytes_source`` it gives,
     :mod:`streamtrace.analyze.collective_facts`)."""
     comm = p.get(COMM)
     row = {"@source": "nvtx_payload",
@@ -124,4 +126,6 @@ def comm_args(range_name: str, p: dict, nranks: dict) -> dict:
         row["Process Group Name"] = f"{comm:#x}"
         if comm in nranks:
             row["Group size"] = nranks[comm]
+        if comm_ranks and comm in comm_ranks:
+            row["Process Group Ranks"] = str(list(comm_ranks[comm]))
     return row

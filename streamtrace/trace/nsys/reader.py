@@ -93,11 +93,14 @@ class NsysExport:
         self.nccl_domain = self._domain("NCCL")
         self.schemas = P.load_schemas(self.conn, self.tables, self.nccl_domain)
         self.nranks: dict = {}                   # communicator id -> its size
+        self.members: dict = {}                  # communicator id -> {rank in it: process key}
         keys, by_pid = gpu_process_keys(self.conn, self.tables)
         self.gpu_by_pid = by_pid
         nccl = self._nccl_ranks()
         self.processes, self.notices = plan_processes(self.path, keys, nccl, rank_map, base_rank)
         self.rank_of = {p.key: p.rank for p in self.processes}
+        self.comm_ranks = {c: [self.rank_of[m[i]] for i in range(self.nranks[c])] for c, m in self.members.items()
+                           if c in self.nranks and all(i in m and m[i] in self.rank_of for i in range(self.nranks[c]))}
         if not by_pid and len(keys) > 1:
             self.warnings.append(f"{self.path}: the GPU tables carry no process (globalPid): every GPU event is "
                                  f"given to rank {self.processes[0].rank}")
@@ -280,7 +283,7 @@ class NsysExport:
                 a["comm"][j] = -1
                 if p:
                     a["comm"][j] = len(self.comm_rows)
-                    self.comm_rows.append(P.comm_args(name, p, self.nranks))
+                    self.comm_rows.append(P.comm_args(name, p, self.nranks, self.comm_ranks))
         return a
 
     # -- NCCL domain, ranks
@@ -302,7 +305,9 @@ class NsysExport:
 
     def _nccl_ranks(self) -> dict:
         """process key -> (rank, number of ranks) from ``ncclCommInitRank`` payloads (the largest
-        communicator of each process); fills ``self.nranks``."""
+        communicator of each process); fills ``self.nranks`` and ``self.members`` (each communicator's
+        processes by their rank in it: ``comm_ranks``, the job's ranks of a communicator whose every
+        member is in this export, is made of them)."""
         if not self._has_payloads():
             return {}
         c = self.tables[NVTX_T]
@@ -318,6 +323,8 @@ class NsysExport:
             rank, n, comm = p.get(P.RANK), p.get(P.NRANKS), p.get(P.COMM)
             if isinstance(comm, int) and isinstance(n, int):
                 self.nranks[comm] = n
+                if isinstance(rank, int) and proc is not None:
+                    self.members.setdefault(comm, {})[rank] = proc
             if isinstance(rank, int) and isinstance(n, int) and proc is not None:
                 if proc not in out or n > out[proc][1]:
                     out[proc] = (rank, n)

@@ -195,3 +195,19 @@ def test_step_names_of_an_export(name, number, generic):
     s = step_names(STEP_PATTERNS)
     assert s.number(name) == number and s.generic(name) == generic and not s.default
     assert step_names(None).default and step_names(None).number("iteration 3") == -1
+
+
+def test_custom_step_names_in_chart_titles_and_the_cli(tmp_path):
+    """Issue 47: where the steps are custom ranges (``train_step_N``), the charts' titles and aggregate's
+    line call them ``step N``, never ``ProfilerStep#N``; the --steps help says both."""
+    from streamtrace.report.charts import rank_timeline
+    from streamtrace.report.render import load
+    trace = _kineto(tmp_path / "rank0.json")
+    _pipeline(tmp_path, [trace], "--step-pattern", r"train_step_(\d+)")
+    data = load(tmp_path / "agg")
+    fig = rank_timeline(data, 0, (-1, 5))
+    assert "step 5" in fig.axes[0].get_title() and "ProfilerStep" not in fig.axes[0].get_title()
+    r = run_cli("aggregate", tmp_path / "an", "-o", tmp_path / "agg2", "--steps", "5")
+    assert r.returncode == 0 and "ProfilerStep" not in r.stdout + r.stderr, r.stdout + r.stderr
+    h = run_cli("aggregate", "--help").stdout
+    assert "custom step ranges" in " ".join(h.split())

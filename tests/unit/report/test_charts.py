@@ -50,16 +50,17 @@ def test_every_chart_renders_from_the_demo_png_by_default(demo):
 
 
 def test_ranks_asked_for_each_get_their_chart(demo):
-    """Ranks 0 and 1 (one TP group) draw alike pictures: by default one chart stands for both;
-    asked for by name, each gets its own."""
-    asked = {p.name for p in render_all(demo / "agg", demo / "asked", opt=ChartOptions(chart_ranks=[0, 1],
+    """Ranks 4 and 5 (one TP group of stage 1, neither on the critical path, idle and slack within the
+    jitter) draw alike pictures: by default one chart stands for both; asked for by name, each gets
+    its own."""
+    asked = {p.name for p in render_all(demo / "agg", demo / "asked", opt=ChartOptions(chart_ranks=[4, 5],
                                                                                           jobs=1))}
-    assert {"rank_0_timeline_iter10.png", "rank_1_timeline_iter10.png", "rank_1_microbatches_iter10.png"} <= asked
+    assert {"rank_4_timeline_iter10.png", "rank_5_timeline_iter10.png", "rank_5_microbatches_iter10.png"} <= asked
     with pytest.warns(DeprecationWarning, match="chart_ranks"):      # the last release's keyword, one more
-        old = {p.name for p in render_all(demo / "agg", demo / "old", ranks=[0, 1])}
+        old = {p.name for p in render_all(demo / "agg", demo / "old", ranks=[4, 5])}
     assert old == asked
     default = {p.name for p in render_all(demo / "agg", demo / "default", opt=ChartOptions(jobs=1))}
-    assert "rank_0_timeline_iter10.png" in default and "rank_1_timeline_iter10.png" not in default
+    assert "rank_4_timeline_iter10.png" in default and "rank_5_timeline_iter10.png" not in default
 
 
 def test_charts_read_only_the_charted_ranks_timeline_and_few_collective_columns(demo):
@@ -281,3 +282,52 @@ def test_skew_grids_from_batches_equal_each_kinds_grid_at_once(demo):
         for k, (grid, ranks, per, cnt) in want.items():
             assert np.array_equal(got[k][1], ranks) and got[k][2:] == (per, cnt)
             assert np.array_equal(got[k][0], grid, equal_nan=True)
+
+
+def test_ranks_on_the_critical_path_are_never_folded(demo):
+    """Issue 47: a rank on the critical path (``critical_path_summary.parquet``, ``what == "slack"``,
+    ``on_path``) gets its own per-rank charts even when its picture is alike another rank's."""
+    files = {p.name for p in render_all(demo / "agg", demo / "cp", opt=ChartOptions(jobs=1))}
+    cp = read_table(demo / "agg" / "critical_path_summary.parquet")
+    on = {int(r) for r, w, o in zip(cp["rank"], cp["what"], cp["on_path"]) if w == "slack" and o}
+    assert on
+    for r in on:
+        assert f"rank_{r}_timeline_iter10.png" in files and f"rank_{r}_microbatches_iter10.png" in files, r
+
+
+def test_a_rank_whose_idle_stands_apart_is_never_folded():
+    """Idle 223 ms against 7-20 ms on the others (issue 47's A100 job): apart; 7 ms vs 20 ms: the crowd."""
+    from streamtrace.report.render import RankApart
+    idle = {0: 223, 1: 7, 2: 9, 3: 20, 4: 8, 5: 11, 6: 10, 7: 14}
+    ranks = {"iteration": np.full(8, 3), "step": np.full(8, 3), "rank": np.arange(8),
+             "idle_ns": np.asarray([idle[r] * 10**6 for r in range(8)]), "wall_ns": np.full(8, 4_500 * 10**6)}
+    apart = RankApart(ranks, {})
+    assert apart((3, 3), 0, 1) and apart((3, 3), 1, 0)
+    assert not apart((3, 3), 3, 1) and not apart((3, 3), 7, 2)
+
+
+def test_gantt_and_idle_axes_hold_every_bar(demo):
+    """The PP group's and replica's axes reach the last window's end (stage 0's optimizer, its
+    communication included); the idle breakdown's longest bar ends inside the frame."""
+    from streamtrace.report import charts as C
+    data = load(demo / "agg")
+    rp = data["rank_phase"]
+    topo = data["meta"]["topology"]
+    for fn, g in ((C.pp_gantt, topo["pp"][0]), (C.replica_view, topo["replicas"][0])):
+        fig = fn(data, 0, (10, 10))
+        sel = np.isin(rp["rank"], g) & np.isin(rp["phase"], ("forward", "backward", "recompute", "optimizer"))
+        lo = min(int(x) for x in rp["compute_start_ns"][sel])
+        last = max(int(x) for x in rp["end_ns"][sel]) - lo
+        assert fig.axes[0].get_xlim()[1] * 1e6 >= last, (fn.__name__, fig.axes[0].get_xlim(), last)
+    import streamtrace.report.explain as E
+    ex = E.build_explain(demo / "agg")
+    seen = []
+    orig = E.save
+    E.save = lambda fig, stem, formats: seen.append(fig) or []
+    try:
+        E.idle_chart(ex, demo / "idle", ("png",))
+    finally:
+        E.save = orig
+    ax = seen[0].axes[0]
+    longest = max(p.get_x() + p.get_width() for p in ax.patches)
+    assert ax.get_xlim()[1] > longest * 1.02

@@ -4,7 +4,9 @@ topology file) or flags, each number with its source.  Expected values are compu
 ``iterations.parquet`` (read with pyarrow) and the formulas worked by hand."""
 from __future__ import annotations
 
+import gzip
 import json
+import re
 
 import pyarrow.parquet as pq
 import pytest
@@ -77,12 +79,20 @@ def test_flags_and_the_datasheet_peak(a100, tmp_path):
     rep = write_report(tmp_path / "agg", charts=False, global_batch=8, seq_len=1024,
                        efficiency=EfficiencyOptions(flops_per_token=1e9))
     inp = rep["efficiency"]["inputs"]
-    assert inp["peak_tflops"] == 312 and "A100 datasheet" in inp["peak_from"]     # NVIDIA A100-PG509-200
+    # the GEMMs' math, from the raw trace: CUTLASS's tensor-op s1688gemm kernels (fp32 data on TF32 tensor
+    # cores) hold more GPU time than cuBLAS' SIMT sgemm (fp32): the peak is the A100's dense TF32, 156 TFLOP/s
+    ks = [e for e in json.loads(gzip.open(REAL / "a100_rank3_of8.json.gz").read())["traceEvents"]
+          if e.get("cat") == "kernel"]
+    tf32 = sum(e["dur"] for e in ks if "tensorop_s1688gemm" in e["name"])
+    fp32 = sum(e["dur"] for e in ks if re.match(r"(ampere|volta)_sgemm", e["name"]))
+    assert tf32 > fp32 > 0
+    assert inp["peak_tflops"] == 156 and "A100 datasheet" in inp["peak_from"]     # NVIDIA A100-PG509-200
+    assert inp["peak_dtype"] == "tf32" and "dense tf32, tf32 from the GEMM kernels' names" in inp["peak_from"]
     assert inp["tokens_per_step_from"] == "--global-batch x --seq-len"
     steps = _step_ns(tmp_path / "agg")
     for row in rep["efficiency"]["steps"]:
         sec = steps[(row["iteration"], row["step"])] / 1e9
-        assert row["mfu_pct"] == pytest.approx(100 * 8192 / sec * 1e9 / (8 * 312e12))
+        assert row["mfu_pct"] == pytest.approx(100 * 8192 / sec * 1e9 / (8 * 156e12))
 
 
 def test_megatron_arguments_from_the_topology_file(a100, tmp_path):
