@@ -75,6 +75,8 @@ from .collective_rows import RankDims, fill_dims
 from .collective_spill import collectives_to
 from .critical_local import part_paths, part_reads
 from .critical_path import critical_paths
+from .whatif import write_whatif
+from .whatif_local import ReplayRows
 from .groups import write_groups
 from .opperf import write_op_perf
 from .p2p import p2p_rows, write_p2p
@@ -293,8 +295,10 @@ def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=Non
     steps = _steps(part)
     tl = rows[3] if spill is None else write_timeline_part(spill, index, part.rank, rows[3])
     tables = part_reads(part) if critical_spill is not None else None       # read once for both
-    cp = part_paths(job, part, critical_spill, tables) if critical_spill is not None else None
-    return rows[:3] + (tl,) + rows[4:] + (steps, part_tables(job, part, kernel_delay_ns, tables), cp)
+    rep = ReplayRows(job.iteration_of(part), part.index, part.rank) if critical_spill is not None else None
+    cp = part_paths(job, part, critical_spill, tables, rep.add) if critical_spill is not None else None
+    return rows[:3] + (tl,) + rows[4:] + (steps, part_tables(job, part, kernel_delay_ns, tables), cp,
+                                          rep.result() if rep is not None else None)
 
 
 # -- the job -----------------------------------------------------------------------------
@@ -373,6 +377,8 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
     files += write_p2p(outdir, p2p_rows(coll.transfers, topo))
     files += write_op_perf(outdir, job.parts)
     meta = _meta(dirs, opt, job, tcfg, coll, layout, rank_rows)
+    if cp is not None:                               # what a fix buys: the step replayed (whatif.py)
+        files += write_whatif(job, outdir, [r[8] for r in res], meta, max(1, opt.jobs or os.cpu_count() or 1))
     if cp is not None:
         meta["critical_path"] = cp.stats
         meta["warnings"] += cp.warnings

@@ -1,0 +1,281 @@
+"""The job level of the what-if replay (:mod:`streamtrace.aggregate.whatif`): one step's small graph
+over every rank's reduced anchors (:mod:`streamtrace.aggregate.whatif_local`), joined through the
+matched collectives as the critical path joins them (:mod:`streamtrace.aggregate.critical_path`: a
+barrier at the last member's arrival, each member's end its transfer after it), solved forward with
+every rank's step start at its measured time.
+
+The replay of a change: the touched ranks' reduced edges replaced by their re-reduction, the
+collectives' transfers scaled (:class:`TransferView`), the forward pass again
+(:func:`streamtrace.kernels.critical.longest_path`).  Its answer (:class:`Replay`): every rank's
+step end, the span (last end - first start), the median rank's step, and the path that now bounds
+it with the rank holding most of it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..kernels.critical import NEG, longest_path, trace_back
+from .critical_graph import Anchor
+
+LOCAL, WAIT, TRANSFER = 0, 1, 2
+BARRIER = -1
+SCOPES = ("intra", "inter")
+
+
+@dataclass
+class Members:
+    """The matched collectives of the job: ``key`` ``{(part, correlation, stream): instance}`` and
+    per instance (``collectives.parquet``): ``name``, ``dim``, ``bytes``, ``busbw`` (GB/s, NaN
+    unknown), ``inter`` (its group spans nodes), ``gpu_gbps`` / ``nic_gbps`` (the link peaks per
+    direction, NaN unknown)."""
+    key: dict
+    info: dict
+
+    @staticmethod
+    def empty() -> "Members":
+        return Members({}, {})
+
+
+class TransferView:
+    """The collective members of one step as a change sees them (:meth:`Change.transfer_factor`):
+    per member ``instance``, ``rank``, ``transfer`` (ns) and the instance's facts (:class:`Members`)."""
+
+    def __init__(self, instance, rank, transfer, members: Members):
+        self.instance, self.rank, self.transfer = instance, rank, transfer
+        info = members.info
+        get = lambda k, d: np.asarray([info.get(int(i), {}).get(k, d) for i in instance.tolist()])  # noqa: E731
+        self.name, self.dim = get("name", "").astype(str), get("dim", "").astype(str)
+        self.bytes = get("bytes", 0).astype(np.int64)
+        self.busbw = get("busbw", np.nan).astype(float)
+        self.peak = np.where(get("inter", False).astype(bool), get("nic_gbps", np.nan).astype(float),
+                             get("gpu_gbps", np.nan).astype(float))
+
+    def select(self, pattern, dim, ranks) -> np.ndarray:
+        """Members of the instances whose name matches ``pattern`` (``re.search``), of dimension
+        ``dim`` (case-insensitive) and with a member on ``ranks`` (None: any)."""
+        import re
+        sel = np.ones(len(self.instance), bool)
+        if pattern:
+            rx = re.compile(pattern)
+            sel &= np.asarray([bool(rx.search(x)) for x in self.name], bool)
+        if dim:
+            sel &= np.char.lower(self.dim) == dim.lower()
+        return sel & self.has_member(ranks)
+
+    def has_member(self, ranks) -> np.ndarray:
+        """Members of the instances with a member on ``ranks`` (None: every member)."""
+        if ranks is None:
+            return np.ones(len(self.instance), bool)
+        hit = np.unique(self.instance[np.isin(self.rank, list(ranks))])
+        return np.isin(self.instance, hit)
+
+    def median_factor(self, sel) -> np.ndarray:
+        """The selected members' transfers no longer than the median transfer of the members of the
+        same collective, dimension and size (all instances of the step)."""
+        f = np.ones(len(self.instance))
+        groups: dict = {}
+        for i, k in enumerate(zip(self.name.tolist(), self.dim.tolist(), self.bytes.tolist())):
+            groups.setdefault(k, []).append(i)
+        for idx in groups.values():
+            idx = np.asarray(idx)
+            med = float(np.median(self.transfer[idx]))
+            s = idx[sel[idx] & (self.transfer[idx] > med)]
+            f[s] = med / self.transfer[s]
+        return f
+
+    def share_factor(self, sel, share, gbps=None) -> np.ndarray:
+        """The selected members' transfers at ``share`` x the link's peak bus bandwidth (``gbps``, else
+        the instance's link), never slower: factor = min(1, busbw / (share x peak)); 1 where the bus
+        bandwidth or the peak is unknown."""
+        peak = np.full(len(self.instance), float(gbps)) if gbps else self.peak
+        f = np.minimum(1.0, self.busbw / (share * peak))
+        return np.where(sel & np.isfinite(f) & (f > 0), f, 1.0)
+
+
+@dataclass
+class StepTables:
+    """One (iteration, step)'s rows of the ``whatif_anchors`` / ``whatif_edges`` / ``whatif_ranks``
+    tables (column dicts; :mod:`streamtrace.aggregate.whatif_local`)."""
+    anchors: dict
+    edges: dict
+    ranks: dict
+
+    def replace(self, parts, rows) -> "StepTables":
+        """These tables with parts ``parts``' rows swapped for ``rows`` (a
+        :meth:`~streamtrace.aggregate.whatif_local.ReplayRows.result`, this step's rows only)."""
+        out = []
+        for name in ("anchors", "edges", "ranks"):
+            old, new = getattr(self, name), rows[name]
+            keep = ~np.isin(old["part"], list(parts))
+            n = len(new["part"])
+            out.append({c: np.concatenate([old[c][keep], np.asarray(new[c] if c in new else np.full(n, -1),
+                                                                     old[c].dtype)]) for c in old})
+        return StepTables(*out)
+
+
+@dataclass
+class Replay:
+    """One replay of one step: ``end`` ``{part: predicted step end}`` (ns, aligned), ``start``
+    ``{part: step start}``, ``span_ns`` (last end - first start), ``step_ns`` (median over the ranks
+    of end - start), ``by_part`` ``{part: ns}`` of the path that bounds it (local stretches and the
+    rank's transfers), ``top`` the path's heaviest segment ``(part, category, name, ns)``, ``host_ns``
+    / ``gpu_ns`` / ``comm_ns`` ``{part: ns}`` on the path, ``dropped`` edges against the order."""
+    end: dict
+    start: dict
+    span_ns: int
+    step_ns: int
+    by_part: dict
+    top: tuple
+    host_ns: dict
+    gpu_ns: dict
+    comm_ns: dict
+    dropped: int
+
+
+class JobStep:
+    """One step's job-level graph from :class:`StepTables` and the matched :class:`Members`."""
+
+    def __init__(self, tabs: StepTables, members: Members):
+        a, e = tabs.anchors, tabs.edges
+        o = np.lexsort((a["anchor"], a["part"]))
+        self.part, self.anchor, self.kind = a["part"][o], a["anchor"][o], a["kind"][o]
+        self.t, self.corr, self.stream = a["t_ns"][o], a["correlation"][o], a["stream"][o]
+        self.rank_of = dict(zip(a["part"].tolist(), a["rank"].tolist()))
+        n = len(self.t)
+        key = self.part * (1 << 32) + self.anchor
+        gid = lambda p, x: np.searchsorted(key, p * (1 << 32) + x)  # noqa: E731
+        self.src, self.dst = gid(e["part"], e["src"]), gid(e["part"], e["dst"])
+        self.w = e["w_ns"].astype(np.int64)
+        self.etype = np.full(len(self.w), LOCAL, np.int8)
+        self.host, self.gpu = e["host_ns"], e["gpu_ns"]
+        self.top = (e["top_category"], e["top_name"], e["top_ns"])
+        self._collectives(members, n)
+
+    def _collectives(self, members: Members, n: int):
+        """Barriers and transfers (module docstring); members in ``self.m_*`` arrays."""
+        arr = np.flatnonzero(self.kind == Anchor.arrival)
+        end = np.flatnonzero(self.kind == Anchor.end)
+        ends = {k: i for i, k in zip(end.tolist(), zip(self.part[end].tolist(), self.corr[end].tolist(),
+                                                          self.stream[end].tolist()))}
+        by_inst: dict = {}
+        self.t_name: dict = {}                             # transfer edge -> the collective's name
+        src, dst, w, typ = [], [], [], []
+        m_inst, m_end, m_arr = [], [], []
+        for a, k in zip(arr.tolist(), zip(self.part[arr].tolist(), self.corr[arr].tolist(), self.stream[arr].tolist())):
+            e = ends.get(k)
+            if e is None:
+                continue
+            i = members.key.get(k)
+            if i is None:                                 # unmatched: its own transfer
+                src.append(a)
+                dst.append(e)
+                w.append(int(self.t[e] - self.t[a]))
+                typ.append(TRANSFER)
+                m_inst.append(-1)
+                m_end.append(len(src) - 1)
+                m_arr.append(a)
+            else:
+                by_inst.setdefault(i, []).append((a, e))
+        bt, bk = [], []
+        for i, pairs in by_inst.items():
+            b = n + len(bt)
+            last = max(int(self.t[a]) for a, _ in pairs)
+            bt.append(last)
+            bk.append(i)
+            for a, e in pairs:
+                own = self.t[e] < last                     # it finished before the last arrival
+                src += [a, a if own else b]
+                dst += [b, e]
+                w += [0, int(self.t[e] - (self.t[a] if own else last))]
+                typ += [WAIT, TRANSFER]
+                m_inst.append(i)
+                m_end.append(len(src) - 1)
+                m_arr.append(a)
+        nb = len(bt)
+        base = len(self.w)
+        self.t_name = {base + j: members.info.get(int(i), {}).get("name", "collective") if i >= 0 else "collective"
+                       for j, i in zip(m_end, m_inst)}
+        self.t = np.r_[self.t, np.asarray(bt, np.int64)]
+        self.kind = np.r_[self.kind, np.full(nb, BARRIER, np.int64)]
+        self.part = np.r_[self.part, np.full(nb, -1, np.int64)]
+        self.src = np.r_[self.src, np.asarray(src, np.int64)]
+        self.dst = np.r_[self.dst, np.asarray(dst, np.int64)]
+        self.w = np.r_[self.w, np.asarray(w, np.int64)]
+        self.etype = np.r_[self.etype, np.asarray(typ, np.int8)]
+        self.m_edge = base + np.asarray(m_end, np.int64)             # each member's transfer edge
+        self.m_inst = np.asarray(m_inst, np.int64)
+        self.m_part = self.part[np.asarray(m_arr, np.int64)] if m_arr else np.zeros(0, np.int64)
+        self.barrier_of = {int(self.dst[base + j]): int(self.src[base + j]) for j in range(len(src))
+                           if typ[j] == TRANSFER and src[j] >= n}
+        self._order()
+
+    def _order(self):
+        """Topological positions: by time (an end after its barrier), then end < start < arrival <
+        barrier < step end at equal times (as the critical path's job graph)."""
+        key = self.t.copy()
+        cls = np.select([self.kind == Anchor.end, self.kind == Anchor.step_start, self.kind == Anchor.arrival,
+                         self.kind == BARRIER, self.kind == Anchor.step_end], [0, 1, 2, 3, 4], 5)
+        for e, b in self.barrier_of.items():
+            if key[e] <= self.t[b]:
+                key[e] = self.t[b]
+                cls[e] = 4
+        order = np.lexsort((np.arange(len(key)), cls, key))
+        self.pos = np.empty(len(key), np.int64)
+        self.pos[order] = np.arange(len(key))
+        self.keep = np.flatnonzero(self.pos[self.src] < self.pos[self.dst])
+
+    def members(self, members: Members) -> TransferView:
+        """The matched members of the step (their measured transfers) as a :class:`TransferView`."""
+        m = self.m_inst >= 0
+        return TransferView(self.m_inst[m], np.asarray([self.rank_of.get(int(p), -1) for p in self.m_part[m]]),
+                            self.w[self.m_edge[m]].astype(float), members)
+
+    def solve(self, transfer_factor=None) -> Replay:
+        """The forward pass with the matched members' transfers times ``transfer_factor`` (per member
+        of :meth:`members`, None: as measured)."""
+        w = self.w.copy()
+        if transfer_factor is not None:
+            edges = self.m_edge[self.m_inst >= 0]
+            w[edges] = np.rint(w[edges] * np.asarray(transfer_factor, float)).astype(np.int64)
+        n = len(self.t)
+        k = self.keep
+        init = np.full(n, NEG, np.int64)
+        starts = np.flatnonzero(self.kind == Anchor.step_start)
+        init[self.pos[starts]] = self.t[starts]
+        dist, pred, _ = longest_path(n, self.pos[self.src[k]], self.pos[self.dst[k]], w[k], init)
+        d = dist[self.pos]                                   # by node
+        ends = np.flatnonzero((self.kind == Anchor.step_end) & (d > NEG))
+        end = {int(p): int(x) for p, x in zip(self.part[ends].tolist(), d[ends].tolist())}
+        start = {int(p): int(x) for p, x in zip(self.part[starts].tolist(), self.t[starts].tolist())}
+        for p, x in zip(self.part[ends].tolist(), d[ends].tolist()):
+            end[p] = max(end[p], int(x))
+        if not end:
+            return Replay({}, start, 0, 0, {}, (-1, "", "", 0), {}, {}, {}, len(self.w) - len(k))
+        last = ends[np.argmax(d[ends])]
+        path = k[trace_back(pred, self.pos[self.src[k]], int(self.pos[last]))]
+        span = int(d[last] - min(start.values()))
+        steps = [end[p] - start[p] for p in end if p in start]
+        return self._attribute(path, w, end, start, span, int(np.median(steps)) if steps else 0)
+
+    def _attribute(self, path, w, end, start, span, step) -> Replay:
+        """The path's time by part and kind, and its heaviest segment."""
+        by, host, gpu, comm = {}, {}, {}, {}
+        top = (-1, "", "", 0)
+        cat, name, tns = self.top
+        for e in path.tolist():
+            if self.etype[e] == LOCAL:
+                p = int(self.part[self.src[e]])
+                by[p] = by.get(p, 0) + int(w[e])
+                host[p] = host.get(p, 0) + int(self.host[e])
+                gpu[p] = gpu.get(p, 0) + int(self.gpu[e])
+                if int(tns[e]) > top[3]:
+                    top = (p, str(cat[e]), str(name[e]), int(tns[e]))
+            elif self.etype[e] == TRANSFER:
+                p = int(self.part[self.dst[e]])
+                by[p] = by.get(p, 0) + int(w[e])
+                comm[p] = comm.get(p, 0) + int(w[e])
+                if int(w[e]) > top[3]:
+                    top = (p, "comm_transfer", self.t_name.get(e, "collective"), int(w[e]))
+        return Replay(end, start, span, step, by, top, host, gpu, comm, len(self.w) - len(self.keep))
