@@ -127,8 +127,9 @@ def _peaks(meta) -> tuple:
 def medians(aggdir, tabs: StepTables, it: int, st: int, rank: int) -> dict:
     """The at-median factors of ``rank`` in one step: per CPU op name (``op_stats.self_ns``) and
     kernel name (``kernel_stats.total_ns``), min(1, median over its peers / its own), the peers being
-    the other ranks that ran it as many times (the same work; all that ran it when none did); and its
-    host gaps' (``whatif_ranks.host_gap_ns``, over every other rank)."""
+    the other ranks that ran it as many times (the same work; all that ran it when none did; 0 when
+    no other rank ran it: the median rank does not); and its host gaps' (``whatif_ranks.host_gap_ns``,
+    over every other rank)."""
     out = {}
     for kind, table, col in (("cpu", "op_stats", "self_ns"), ("gpu", "kernel_stats", "total_ns")):
         p = Path(aggdir) / f"{table}.parquet"
@@ -142,10 +143,13 @@ def medians(aggdir, tabs: StepTables, it: int, st: int, rank: int) -> dict:
         peers: dict = {}
         for n, v, c in zip(names[~mine].tolist(), vals[~mine].tolist(), cnt[~mine].tolist()):
             peers.setdefault(n, []).append((v, c))
+        others = len(set(ranks[~mine].tolist()))
         for n, (v, c) in own.items():
             if n in peers and v > 0:
                 same = [x for x, k in peers[n] if k == c] or [x for x, _ in peers[n]]
                 out[(kind, n)] = min(1.0, float(np.median(same)) / v)
+            elif others and v > 0:
+                out[(kind, n)] = 0.0
     r = tabs.ranks
     hg = dict(zip(r["rank"].tolist(), r["host_gap_ns"].tolist()))
     if rank in hg and hg[rank] > 0 and len(hg) > 1:

@@ -104,7 +104,9 @@ class Ops(Change):
         return np.where(inside, self.factor, 1.0)
 
     def describe(self) -> str:
-        return f"{self.who()} CPU time in {self.pattern!r} " + ("removed" if self.factor == 0 else f"x {self.factor:g}")
+        plain = re.sub(r"\\(.)", r"\1", self.pattern)            # a literal name, escaped: shown as the name
+        name = plain if re.escape(plain) == self.pattern else self.pattern
+        return f"{self.who()} CPU time in {name!r} " + ("removed" if self.factor == 0 else f"x {self.factor:g}")
 
     def text(self) -> str:
         return _text("ops", name=self.pattern, rank=self.ranks, factor=self.factor if self.factor else None)
@@ -152,7 +154,8 @@ class Kernels(Change):
         return np.where(hit, self.factor, 1.0)
 
     def describe(self) -> str:
-        what = f"{self.pattern} kernels" if self.pattern.lower() in KERNEL_CLASSES else f"kernels {self.pattern!r}"
+        what = f"every {self.pattern.upper() if self.pattern.lower() == 'gemm' else self.pattern} kernel" \
+            if self.pattern.lower() in KERNEL_CLASSES else f"kernels {self.pattern!r}"
         return f"{what}{'' if self.ranks is None else ' on ranks ' + _ranks_text(self.ranks)} x {self.factor:g}"
 
     def text(self) -> str:

@@ -115,6 +115,34 @@ class StepTables:
         return StepTables(*out)
 
 
+def _kahn(pos, src, dst) -> np.ndarray:
+    """Positions of a topological order of the nodes (Kahn's algorithm, the nodes of equal rank by
+    ``pos``, the order by time); nodes on a cycle (collectives matched against the order of the
+    ranks' own work) keep their place after the rest, and the edges into them that run backwards are
+    left for the caller to drop."""
+    import heapq
+    n = len(pos)
+    indeg = np.bincount(dst, minlength=n)
+    o = np.argsort(src, kind="stable")
+    first = np.searchsorted(src[o], np.arange(n + 1))
+    heap = [(int(pos[v]), v) for v in np.flatnonzero(indeg == 0).tolist()]
+    heapq.heapify(heap)
+    out = np.full(n, -1, np.int64)
+    k = 0
+    while heap:
+        _, u = heapq.heappop(heap)
+        out[u] = k
+        k += 1
+        for e in o[first[u]:first[u + 1]].tolist():
+            v = int(dst[e])
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                heapq.heappush(heap, (int(pos[v]), v))
+    rest = np.flatnonzero(out < 0)
+    out[rest[np.argsort(pos[rest])]] = k + np.arange(len(rest))
+    return out
+
+
 @dataclass
 class Replay:
     """One replay of one step: ``end`` ``{part: predicted step end}`` (ns, aligned), ``start``
@@ -207,13 +235,12 @@ class JobStep:
         self.m_edge = base + np.asarray(m_end, np.int64)             # each member's transfer edge
         self.m_inst = np.asarray(m_inst, np.int64)
         self.m_part = self.part[np.asarray(m_arr, np.int64)] if m_arr else np.zeros(0, np.int64)
-        self.barrier_of = {int(self.dst[base + j]): int(self.src[base + j]) for j in range(len(src))
-                           if typ[j] == TRANSFER and src[j] >= n}
+        self.barrier_of = {int(dst[j]): int(src[j]) for j in range(len(src)) if typ[j] == TRANSFER}
         self._order()
 
     def _order(self):
-        """Topological positions: by time (an end after its barrier), then end < start < arrival <
-        barrier < step end at equal times (as the critical path's job graph)."""
+        """Topological positions: by time (an end after its barrier or its own arrival), then end <
+        start < arrival < barrier < step end at equal times (as the critical path's job graph)."""
         key = self.t.copy()
         cls = np.select([self.kind == Anchor.end, self.kind == Anchor.step_start, self.kind == Anchor.arrival,
                          self.kind == BARRIER, self.kind == Anchor.step_end], [0, 1, 2, 3, 4], 5)
@@ -224,6 +251,8 @@ class JobStep:
         order = np.lexsort((np.arange(len(key)), cls, key))
         self.pos = np.empty(len(key), np.int64)
         self.pos[order] = np.arange(len(key))
+        if (self.pos[self.src] >= self.pos[self.dst]).any():   # times that disagree (clock skew, 0-length
+            self.pos = _kahn(self.pos, self.src, self.dst)       # events): a true topological order
         self.keep = np.flatnonzero(self.pos[self.src] < self.pos[self.dst])
 
     def members(self, members: Members) -> TransferView:
