@@ -241,7 +241,8 @@ def _columns(part, tables) -> tuple:
     k["ts_ns"], k["end_ns"] = part.align(k["ts_ns"]), part.align(k["end_ns"])
     calls = None
     if has_runs(uniq):                                                 # a CPU-only (gloo) rank's collectives
-        calls = np.asarray([cr for cr in call_runs([x or "" for x in ops["name"].tolist()]) if cr[1] >= 0],
+        calls = np.asarray([cr for cr in call_runs([x or "" for x in ops["name"].tolist()], ops["ts_ns"])
+                            if cr[1] >= 0],
                            np.int64).reshape(-1, 2)
     return ops, k, calls
 

@@ -15,7 +15,7 @@ EXAMPLES = """
 
 
 @argh.arg("aggdir", help="an aggregate folder (streamtrace aggregate -o, or an epilogue's aggregate/)")
-@argh.arg("-c", "--change", action="append", help="a change, KIND[:key=value,...] (repeat to combine): host_gaps, "
+@argh.arg("--change", action="append", help="a change, KIND[:key=value,...] (repeat to combine): host_gaps, "
           "ops, median, kernels, comm, launches (docs/whatif.md)")
 @argh.arg("-o", "--output", help="also write the rows (whatif.parquet's columns) to this Parquet file")
 @argh.arg("-j", "--jobs", type=int, help="worker processes re-reducing touched ranks (default: 0 = all cores)")
