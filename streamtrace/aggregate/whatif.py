@@ -72,6 +72,8 @@ def step_tables(rows: dict) -> dict:
     a, e, r = rows["anchors"], rows["edges"], rows["ranks"]
     out = {}
     keys = sorted(set(zip(r["iteration"].tolist(), r["step"].tolist())))
+    if len(keys) == 1:                                # one step: its tables as they are, no copy
+        return {keys[0]: StepTables(a, e, r)}
     for it, st in keys:
         pick = lambda c: {k: v[(c["iteration"] == it) & (c["step"] == st)] for k, v in c.items()}  # noqa: E731
         out[(it, st)] = StepTables(pick(a), pick(e), pick(r))
@@ -133,27 +135,46 @@ def medians(aggdir, tabs: StepTables, it: int, st: int, rank: int) -> dict:
     out = {}
     for kind, table, col in (("cpu", "op_stats", "self_ns"), ("gpu", "kernel_stats", "total_ns")):
         p = Path(aggdir) / f"{table}.parquet"
-        if not p.is_file():
-            continue
-        t = read_table(p, ["step", "rank", "name", "count", col], where={"iteration": [it]})
-        m = t["step"] == st
-        names, ranks, vals, cnt = t["name"][m].astype(str), t["rank"][m], t[col][m].astype(float), t["count"][m]
-        mine = ranks == rank
-        own = {n: (v, c) for n, v, c in zip(names[mine].tolist(), vals[mine].tolist(), cnt[mine].tolist())}
-        peers: dict = {}
-        for n, v, c in zip(names[~mine].tolist(), vals[~mine].tolist(), cnt[~mine].tolist()):
-            peers.setdefault(n, []).append((v, c))
-        others = len(set(ranks[~mine].tolist()))
-        for n, (v, c) in own.items():
-            if n in peers and v > 0:
-                same = [x for x, k in peers[n] if k == c] or [x for x, _ in peers[n]]
-                out[(kind, n)] = min(1.0, float(np.median(same)) / v)
-            elif others and v > 0:
-                out[(kind, n)] = 0.0
+        if p.is_file():
+            out.update({(kind, n): f for n, f in _name_factors(p, col, it, st, rank).items()})
     r = tabs.ranks
     hg = dict(zip(r["rank"].tolist(), r["host_gap_ns"].tolist()))
     if rank in hg and hg[rank] > 0 and len(hg) > 1:
         out[("host", None)] = min(1.0, float(np.median([v for k, v in hg.items() if k != rank])) / hg[rank])
+    return out
+
+
+def _name_factors(path, col, it, st, rank) -> dict:
+    """``{name: factor}`` of :func:`medians` from one statistics table (pyarrow, then numpy by name
+    code: a 1,024-rank job's table is never turned into Python rows)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    t = pq.read_table(path, columns=["rank", "name", "count", col], filters=[("iteration", "=", it), ("step", "=", st)])
+    enc = pc.dictionary_encode(t["name"]).combine_chunks()
+    names = enc.dictionary.to_pylist()
+    code = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    rk, cnt = t["rank"].to_numpy(), t["count"].to_numpy()
+    val = t[col].to_numpy(zero_copy_only=False).astype(float)
+    mine = rk == rank
+    own_v = np.full(len(names), np.nan)
+    own_c = np.full(len(names), -1, np.int64)
+    own_v[code[mine]], own_c[code[mine]] = val[mine], cnt[mine]
+    peer = ~mine & (own_c[code] >= 0)
+    out = {}
+    for same in (True, False):                        # the peers that ran it as often, else all that ran it
+        m = peer & ((cnt == own_c[code]) if same else True)
+        c, v = code[m], val[m]
+        o = np.lexsort((v, c))
+        c, v = c[o], v[o]
+        cuts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]]) if len(c) else np.zeros(0, np.int64)
+        for a, b in zip(cuts.tolist(), cuts[1:].tolist() + [len(c)]):
+            n = int(c[a])
+            if names[n] not in out and own_v[n] > 0:
+                out[names[n]] = min(1.0, float(np.median(v[a:b])) / own_v[n])
+    others = len(np.unique(rk[~mine]))
+    for n in np.flatnonzero(own_c >= 0).tolist():     # no other rank runs it: the median rank does not
+        if names[n] not in out and others and own_v[n] > 0:
+            out[names[n]] = 0.0
     return out
 
 
@@ -187,18 +208,20 @@ class Replayer:
         if touched_rows is None and touched:
             touched_rows = self._reduce(touched, changes)
         out = []
+        comm = any(not c.local or isinstance(c, AtMedian) for c in changes)
         for key, g in self.graphs.items():
-            tabs = self.tabs[key]
             if touched:
-                tabs = tabs.replace(touched, _only(touched_rows, key))
-                g = JobStep(tabs, self.members)
-            view = g.members(self.members)
-            f = np.ones(len(view.instance))
-            for c in changes:
-                x = c.transfer_factor(view)
-                if x is not None:
-                    f *= x
-            out.append(self._row(key, changes, source, len(touched), g.solve(None if (f == 1).all() else f)))
+                g = g.with_parts(touched, _only(touched_rows, key)["edges"])
+            f = None
+            if comm:
+                view = g.members()
+                f = np.ones(len(view.instance))
+                for c in changes:
+                    x = c.transfer_factor(view)
+                    if x is not None:
+                        f *= x
+            out.append(self._row(key, changes, source, len(touched), g.solve(None if f is None or (f == 1).all()
+                                                                             else f)))
         return out
 
     def _reduce(self, touched, changes) -> dict:
@@ -329,6 +352,7 @@ def write_whatif(job, outdir, results: list, meta: dict, jobs: int = 1) -> list:
     into ``whatif.parquet``.  Returns the files written."""
     from .whatif_candidates import candidates
     rows = join_rows(results)
+    results.clear()                                   # (the parts' rows: held once, joined)
     if not len(rows["ranks"]["part"]):
         return []
     tabs = step_tables(rows)

@@ -12,6 +12,7 @@ it with the rank holding most of it.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -102,18 +103,6 @@ class StepTables:
     edges: dict
     ranks: dict
 
-    def replace(self, parts, rows) -> "StepTables":
-        """These tables with parts ``parts``' rows swapped for ``rows`` (a
-        :meth:`~streamtrace.aggregate.whatif_local.ReplayRows.result`, this step's rows only)."""
-        out = []
-        for name in ("anchors", "edges", "ranks"):
-            old, new = getattr(self, name), rows[name]
-            keep = ~np.isin(old["part"], list(parts))
-            n = len(new["part"])
-            out.append({c: np.concatenate([old[c][keep], np.asarray(new[c] if c in new else np.full(n, -1),
-                                                                     old[c].dtype)]) for c in old})
-        return StepTables(*out)
-
 
 def _kahn(pos, src, dst) -> np.ndarray:
     """Positions of a topological order of the nodes (Kahn's algorithm, the nodes of equal rank by
@@ -163,32 +152,58 @@ class Replay:
 
 
 class JobStep:
-    """One step's job-level graph from :class:`StepTables` and the matched :class:`Members`."""
+    """One step's job-level graph from :class:`StepTables` and the matched :class:`Members`: the
+    anchors (``t``, ``kind``, ``part``; barriers appended), the ranks' reduced edges (``LOCAL``) then
+    the collectives' (``WAIT``, ``TRANSFER``), their topological positions ``pos`` and the edges kept
+    (``keep``: those that run forward)."""
 
     def __init__(self, tabs: StepTables, members: Members):
-        a, e = tabs.anchors, tabs.edges
+        a = tabs.anchors
         o = np.lexsort((a["anchor"], a["part"]))
         self.part, self.anchor, self.kind = a["part"][o], a["anchor"][o], a["kind"][o]
         self.t, self.corr, self.stream = a["t_ns"][o], a["correlation"][o], a["stream"][o]
         self.rank_of = dict(zip(a["part"].tolist(), a["rank"].tolist()))
-        n = len(self.t)
-        key = self.part * (1 << 32) + self.anchor
-        gid = lambda p, x: np.searchsorted(key, p * (1 << 32) + x)  # noqa: E731
-        self.src, self.dst = gid(e["part"], e["src"]), gid(e["part"], e["dst"])
-        self.w = e["w_ns"].astype(np.int64)
-        self.etype = np.full(len(self.w), LOCAL, np.int8)
+        self.key = self.part * (1 << 32) + self.anchor
+        self.members_ = members
+        self._collectives(members, len(self.t))
+        self._time_order()
+        self._local(tabs.edges)
+
+    def with_parts(self, parts, edges) -> "JobStep":
+        """This graph with parts ``parts``' reduced edges replaced by ``edges`` (their re-reduction:
+        the same anchors, whatif_edges columns of this step); the collectives are shared."""
+        g = copy.copy(self)
+        old = self.edges_
+        keep = ~np.isin(old["part"], list(parts))
+        g._local({c: np.concatenate([old[c][keep], np.asarray(edges[c], old[c].dtype)]) for c in old})
+        return g
+
+    def _local(self, e):
+        """The ranks' reduced edges ``e`` (whatif_edges columns) first, then the collectives'."""
+        self.edges_ = e
+        gid = lambda p, x: np.searchsorted(self.key, p * (1 << 32) + x)  # noqa: E731
+        nl = len(e["w_ns"])
+        self.src = np.r_[gid(e["part"], e["src"]), self.c_src]
+        self.dst = np.r_[gid(e["part"], e["dst"]), self.c_dst]
+        self.w = np.r_[e["w_ns"].astype(np.int64), self.c_w]
+        self.etype = np.r_[np.full(nl, LOCAL, np.int8), self.c_typ]
+        self.m_edge = nl + self.c_medge
+        self.t_name = {nl + j: v for j, v in self.c_name.items()}
         self.host, self.gpu = e["host_ns"], e["gpu_ns"]
         self.top = (e["top_category"], e["top_name"], e["top_ns"])
-        self._collectives(members, n)
+        self.pos = self.pos0
+        if (self.pos[self.src] >= self.pos[self.dst]).any():   # times that disagree (clock skew, 0-length
+            self.pos = _kahn(self.pos0, self.src, self.dst)     # events): a true topological order
+        self.keep = np.flatnonzero(self.pos[self.src] < self.pos[self.dst])
 
     def _collectives(self, members: Members, n: int):
-        """Barriers and transfers (module docstring); members in ``self.m_*`` arrays."""
+        """Barriers and transfers (module docstring): ``c_*`` edge arrays (indices from 0), the
+        members in ``m_*`` arrays."""
         arr = np.flatnonzero(self.kind == Anchor.arrival)
         end = np.flatnonzero(self.kind == Anchor.end)
         ends = {k: i for i, k in zip(end.tolist(), zip(self.part[end].tolist(), self.corr[end].tolist(),
                                                           self.stream[end].tolist()))}
         by_inst: dict = {}
-        self.t_name: dict = {}                             # transfer edge -> the collective's name
         src, dst, w, typ = [], [], [], []
         m_inst, m_end, m_arr = [], [], []
         for a, k in zip(arr.tolist(), zip(self.part[arr].tolist(), self.corr[arr].tolist(), self.stream[arr].tolist())):
@@ -206,12 +221,11 @@ class JobStep:
                 m_arr.append(a)
             else:
                 by_inst.setdefault(i, []).append((a, e))
-        bt, bk = [], []
+        bt = []
         for i, pairs in by_inst.items():
             b = n + len(bt)
             last = max(int(self.t[a]) for a, _ in pairs)
             bt.append(last)
-            bk.append(i)
             for a, e in pairs:
                 own = self.t[e] < last                     # it finished before the last arrival
                 src += [a, a if own else b]
@@ -222,25 +236,22 @@ class JobStep:
                 m_end.append(len(src) - 1)
                 m_arr.append(a)
         nb = len(bt)
-        base = len(self.w)
-        self.t_name = {base + j: members.info.get(int(i), {}).get("name", "collective") if i >= 0 else "collective"
-                       for j, i in zip(m_end, m_inst)}
         self.t = np.r_[self.t, np.asarray(bt, np.int64)]
         self.kind = np.r_[self.kind, np.full(nb, BARRIER, np.int64)]
         self.part = np.r_[self.part, np.full(nb, -1, np.int64)]
-        self.src = np.r_[self.src, np.asarray(src, np.int64)]
-        self.dst = np.r_[self.dst, np.asarray(dst, np.int64)]
-        self.w = np.r_[self.w, np.asarray(w, np.int64)]
-        self.etype = np.r_[self.etype, np.asarray(typ, np.int8)]
-        self.m_edge = base + np.asarray(m_end, np.int64)             # each member's transfer edge
+        self.c_src, self.c_dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+        self.c_w, self.c_typ = np.asarray(w, np.int64), np.asarray(typ, np.int8)
+        self.c_medge = np.asarray(m_end, np.int64)                  # each member's transfer edge
         self.m_inst = np.asarray(m_inst, np.int64)
         self.m_part = self.part[np.asarray(m_arr, np.int64)] if m_arr else np.zeros(0, np.int64)
+        self.c_name = {j: members.info.get(int(i), {}).get("name", "collective") if i >= 0 else "collective"
+                       for j, i in zip(m_end, m_inst)}
         self.barrier_of = {int(dst[j]): int(src[j]) for j in range(len(src)) if typ[j] == TRANSFER}
-        self._order()
+        self._view = None
 
-    def _order(self):
-        """Topological positions: by time (an end after its barrier or its own arrival), then end <
-        start < arrival < barrier < step end at equal times (as the critical path's job graph)."""
+    def _time_order(self):
+        """Positions by time (an end after its barrier or its own arrival), then end < start < arrival
+        < barrier < step end at equal times (as the critical path's job graph): ``pos0``."""
         key = self.t.copy()
         cls = np.select([self.kind == Anchor.end, self.kind == Anchor.step_start, self.kind == Anchor.arrival,
                          self.kind == BARRIER, self.kind == Anchor.step_end], [0, 1, 2, 3, 4], 5)
@@ -249,17 +260,18 @@ class JobStep:
                 key[e] = self.t[b]
                 cls[e] = 4
         order = np.lexsort((np.arange(len(key)), cls, key))
-        self.pos = np.empty(len(key), np.int64)
-        self.pos[order] = np.arange(len(key))
-        if (self.pos[self.src] >= self.pos[self.dst]).any():   # times that disagree (clock skew, 0-length
-            self.pos = _kahn(self.pos, self.src, self.dst)       # events): a true topological order
-        self.keep = np.flatnonzero(self.pos[self.src] < self.pos[self.dst])
+        self.pos0 = np.empty(len(key), np.int64)
+        self.pos0[order] = np.arange(len(key))
 
-    def members(self, members: Members) -> TransferView:
-        """The matched members of the step (their measured transfers) as a :class:`TransferView`."""
-        m = self.m_inst >= 0
-        return TransferView(self.m_inst[m], np.asarray([self.rank_of.get(int(p), -1) for p in self.m_part[m]]),
-                            self.w[self.m_edge[m]].astype(float), members)
+    def members(self, members: Members | None = None) -> TransferView:
+        """The matched members of the step (their measured transfers) as a :class:`TransferView`
+        (built once: the collectives do not change with the ranks' edges)."""
+        if self._view is None:
+            m = self.m_inst >= 0
+            self._view = TransferView(self.m_inst[m], np.asarray([self.rank_of.get(int(p), -1)
+                                                                  for p in self.m_part[m].tolist()]),
+                                      self.c_w[self.c_medge[m]].astype(float), members or self.members_)
+        return self._view
 
     def solve(self, transfer_factor=None) -> Replay:
         """The forward pass with the matched members' transfers times ``transfer_factor`` (per member

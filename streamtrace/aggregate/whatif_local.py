@@ -53,9 +53,8 @@ def replay_costs(t, cols) -> np.ndarray:
     cost = np.asarray(w, np.int64).copy()
     sync = np.flatnonzero(cat == Category.sync)
     if len(sync):
-        waited = np.isin(dst, dst[sync]) & np.isin(cat, (Category.cpu_op, Category.host_gap))
-        waited &= ~np.char.startswith(name.astype(str), "aten::")
-        cost[waited] = 0
+        waited = np.flatnonzero(np.isin(dst, dst[sync]) & np.isin(cat, (Category.cpu_op, Category.host_gap)))
+        cost[[i for i, x in zip(waited.tolist(), name[waited].tolist()) if not str(x).startswith("aten::")]] = 0
     return cost
 
 

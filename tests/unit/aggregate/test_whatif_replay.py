@@ -117,3 +117,10 @@ def test_reduced_replay_equals_the_whole_graph(ranks, factor):
     got = g.solve(np.full(len(view.instance), factor) if multi and len(view.instance) else None)
     want = _brute(ranks, factor)
     assert [got.end.get(r, NEG) for r in range(len(ranks))] == want
+    # rank 0 re-reduced with its costs doubled, swapped into the job's graph: the same as the whole graph
+    t, comm, edges, w = ranks[0]
+    rows = ReplayRows(0, 0, 0)
+    rows.add(None, 5, *_graph(t, comm, edges, [2 * x for x in w]))
+    got = g.with_parts([0], rows.result()["edges"]).solve()
+    want = _brute([(t, comm, edges, [2 * x for x in w])] + ranks[1:], 1.0)
+    assert [got.end.get(r, NEG) for r in range(len(ranks))] == want
