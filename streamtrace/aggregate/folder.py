@@ -78,10 +78,10 @@ class Aggregate(Outputs):
         return pq.read_table(self.path / f"{name}.parquet")
 
     def whatif(self, changes, jobs: int = 0):
-        """The steps replayed with ``changes`` (:func:`streamtrace.aggregate.whatif.whatif`: change
+        """The steps replayed with ``changes`` (:func:`streamtrace.aggregate.whatif.replay_steps`: change
         records or their ``KIND:key=value,...`` text, applied together); a pyarrow Table, one row per step."""
-        from .whatif import whatif            # (the replay: only when asked)
-        return whatif(self.path, changes, jobs)
+        from .. import aggregate as stage      # (the stage's package: the replay is imported when asked)
+        return stage.replay_steps(self.path, changes, jobs)
 
     @property
     def report(self):

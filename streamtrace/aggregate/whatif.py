@@ -316,7 +316,7 @@ def parts_of(meta: dict) -> dict:
     return out
 
 
-def whatif(aggdir, changes, jobs: int = 0) -> "object":
+def replay_steps(aggdir, changes, jobs: int = 0) -> "object":
     """Replay the steps of the aggregate folder ``aggdir`` with ``changes`` (records of
     :mod:`streamtrace.aggregate.whatif_changes` or their ``KIND:key=value,...`` text, applied together).
 
@@ -375,5 +375,5 @@ def _replay_ends(rows, rep: Replayer):
                                      zip(r["iteration"].tolist(), r["step"].tolist(), r["part"].tolist())], np.int64)
 
 
-__all__ = ["whatif", "write_whatif", "Replayer", "HostGaps", "Ops", "AtMedian", "Kernels", "Comm", "Launches",
+__all__ = ["replay_steps", "write_whatif", "Replayer", "HostGaps", "Ops", "AtMedian", "Kernels", "Comm", "Launches",
            "FIDELITY_PCT"]

@@ -27,11 +27,11 @@ def whatif(aggdir, *, change=None, output=None, jobs=0, quiet=False, verbose=Fal
 
     import pyarrow.parquet as pq
 
-    from ..aggregate.whatif import whatif as replay      # (the CLI's convention: see streamtrace.cli)
+    from ..aggregate.whatif import replay_steps      # (the CLI's convention: see streamtrace.cli)
     from ..runtime.files import atomic_output
     from ..report.units import fmt_time
     con = Console(quiet, verbose)
-    t = replay(aggdir, list(change or []), parse_jobs(jobs))
+    t = replay_steps(aggdir, list(change or []), parse_jobs(jobs))
     rows = t.to_pylist()
     if rows:
         print(rows[0]["description"])

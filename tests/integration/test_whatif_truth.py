@@ -16,7 +16,7 @@ from streamtrace.aggregate import AggregateOptions, aggregate
 from streamtrace.synth.faults import Fault
 from streamtrace.synth.job import SynthSpec, generate_job
 
-from support import exact_ns, load_json
+from support import step_span
 
 pytestmark = pytest.mark.slow
 SPEC = SynthSpec(world_size=64, tp=2, pp=4, layers=1, microbatches=4, alltoalls=1)
@@ -30,30 +30,18 @@ FAULTS = {
 }
 
 
-def _span(folder) -> int:
-    starts, ends = [], []
-    for f in sorted(folder.glob("iteration_*/*.json")):
-        ev = load_json(f)["traceEvents"]
-        step = [e for e in ev if str(e.get("name", "")).startswith("ProfilerStep#")][0]
-        gpu = [exact_ns(e["ts"]) + exact_ns(e["dur"]) for e in ev if e.get("cat") in ("kernel", "gpu_memcpy",
-                                                                                       "gpu_memset")]
-        starts.append(exact_ns(step["ts"]))
-        ends.append(max([exact_ns(step["ts"]) + exact_ns(step["dur"])] + gpu))
-    return max(ends) - min(starts)
-
-
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory):
     d = tmp_path_factory.mktemp("clean")
     generate_job(d / "traces", SPEC)
-    return _span(d / "traces")
+    return step_span(d / "traces")
 
 
 @pytest.mark.parametrize("what", list(FAULTS))
 def test_removing_the_fault_predicts_the_clean_job(what, clean, tmp_path):
     fault, changes = FAULTS[what]
     generate_job(tmp_path / "traces", dataclasses.replace(SPEC, faults=(fault,)))
-    faulty = _span(tmp_path / "traces")
+    faulty = step_span(tmp_path / "traces")
     assert abs(faulty - clean) > 0.03 * clean                      # the fault shows
     analyze([tmp_path / "traces"], tmp_path / "an", AnalyzeOptions(jobs=2))
     aggregate([tmp_path / "an"], tmp_path / "agg", AggregateOptions(jobs=2))
