@@ -232,24 +232,20 @@ class EdgeView:
 
     def matches(self, rx) -> np.ndarray:
         """Per edge: its name matches the compiled pattern ``rx`` (``search``)."""
-        uniq, inv = np.unique(self.name.astype(str), return_inverse=True)
-        return np.asarray([bool(rx.search(x)) for x in uniq], bool)[inv.reshape(-1)] if len(uniq) else \
-            np.zeros(0, bool)
+        return _matching(self.name, rx)
 
     def inside(self, pattern: str) -> np.ndarray:
         """Per edge: it lies inside an op whose name matches ``pattern`` on the edge's own thread."""
-        rx = re.compile(pattern)
         out = np.zeros(len(self.cat), bool)
-        names = self.ops["name"]
-        uniq, inv = np.unique(names.astype(str), return_inverse=True)
-        hit = np.flatnonzero(np.asarray([bool(rx.search(x)) for x in uniq] or [False], bool)[inv.reshape(-1)])
+        hit = np.flatnonzero(_matching(self.ops["name"], re.compile(pattern)))
+        lanes = _matching(self.lane, re.compile(r"^thread "))
+        tids = np.asarray([int(str(x).split()[1]) if m else -1 for x, m in zip(self.lane.tolist(), lanes)], np.int64)
         for tid in np.unique(self.ops["tid"][hit]).tolist():
             r = hit[self.ops["tid"][hit] == tid]
             s0, s1 = self.ops["ts_ns"][r], self.ops["ts_ns"][r] + self.ops["dur_ns"][r]
             o = np.argsort(s0, kind="stable")
             s0, reach = s0[o], np.maximum.accumulate(s1[o])
-            m = self.lane.astype(str) == f"thread {tid}"
-            m |= np.char.startswith(self.lane.astype(str), f"thread {tid} (")
+            m = tids == tid
             j = np.searchsorted(s0, self.t0[m], "right") - 1
             out[m] = (j >= 0) & (reach[np.maximum(j, 0)] >= self.t1[m])
         return out
@@ -259,6 +255,15 @@ class EdgeView:
         if names is None:
             return float(self.medians.get((kind, None), 1.0))
         return np.asarray([self.medians.get((kind, str(x)), 1.0) for x in names], float)
+
+
+def _matching(names, rx) -> np.ndarray:
+    """Per entry of ``names`` (an object array of str): ``rx.search`` finds it; each distinct name
+    searched once (a dict, not ``np.unique`` of fixed-width unicode: C++ kernel names run to 1,000+
+    characters)."""
+    seen: dict = {}
+    return np.fromiter((seen[x] if x in seen else seen.setdefault(x, bool(rx.search(str(x))))
+                        for x in names.tolist()), bool, len(names))
 
 
 def parse_change(text: str) -> Change:

@@ -166,7 +166,6 @@ class JobStep:
         self.key = self.part * (1 << 32) + self.anchor
         self.members_ = members
         self._collectives(members, len(self.t))
-        self._time_order()
         self._local(tabs.edges)
 
     def with_parts(self, parts, edges) -> "JobStep":
@@ -188,7 +187,7 @@ class JobStep:
         self.w = np.r_[e["w_ns"].astype(np.int64), self.c_w]
         self.etype = np.r_[np.full(nl, LOCAL, np.int8), self.c_typ]
         self.m_edge = nl + self.c_medge
-        self.t_name = {nl + j: v for j, v in self.c_name.items()}
+        self.t_first = nl                                        # the first collective edge
         self.host, self.gpu = e["host_ns"], e["gpu_ns"]
         self.top = (e["top_category"], e["top_name"], e["top_ns"])
         self.pos = self.pos0
@@ -244,19 +243,20 @@ class JobStep:
         self.c_medge = np.asarray(m_end, np.int64)                  # each member's transfer edge
         self.m_inst = np.asarray(m_inst, np.int64)
         self.m_part = self.part[np.asarray(m_arr, np.int64)] if m_arr else np.zeros(0, np.int64)
-        self.c_name = {j: members.info.get(int(i), {}).get("name", "collective") if i >= 0 else "collective"
-                       for j, i in zip(m_end, m_inst)}
-        self.barrier_of = {int(dst[j]): int(src[j]) for j in range(len(src)) if typ[j] == TRANSFER}
+        self.c_inst = np.full(len(src), -1, np.int64)             # per collective edge: its instance
+        self.c_inst[self.c_medge] = self.m_inst
         self._view = None
+        self._time_order(src, dst, typ)
 
-    def _time_order(self):
-        """Positions by time (an end after its barrier or its own arrival), then end < start < arrival
-        < barrier < step end at equal times (as the critical path's job graph): ``pos0``."""
+    def _time_order(self, src, dst, typ):
+        """Positions by time (an end after its barrier or its own arrival: the collective edges ``src``
+        -> ``dst`` of type ``typ``), then end < start < arrival < barrier < step end at equal times (as
+        the critical path's job graph): ``pos0``."""
         key = self.t.copy()
         cls = np.select([self.kind == Anchor.end, self.kind == Anchor.step_start, self.kind == Anchor.arrival,
                          self.kind == BARRIER, self.kind == Anchor.step_end], [0, 1, 2, 3, 4], 5)
-        for e, b in self.barrier_of.items():
-            if key[e] <= self.t[b]:
+        for e, b, ty in zip(dst, src, typ):
+            if ty == TRANSFER and key[e] <= self.t[b]:
                 key[e] = self.t[b]
                 cls[e] = 4
         order = np.lexsort((np.arange(len(key)), cls, key))
@@ -318,5 +318,6 @@ class JobStep:
                 by[p] = by.get(p, 0) + int(w[e])
                 comm[p] = comm.get(p, 0) + int(w[e])
                 if int(w[e]) > top[3]:
-                    top = (p, "comm_transfer", self.t_name.get(e, "collective"), int(w[e]))
+                    i = int(self.c_inst[e - self.t_first])
+                    top = (p, "comm_transfer", self.members_.info.get(i, {}).get("name", "collective"), int(w[e]))
         return Replay(end, start, span, step, by, top, host, gpu, comm, len(self.w) - len(self.keep))

@@ -142,7 +142,12 @@ class ReplayRows:
             if not xs:
                 return {c: np.zeros(0, object if c in ("top_category", "top_name", "top_lane") else np.int64)
                         for c in cols}
-            return {c: np.concatenate([x[c] for x in xs]) for c in cols}
+            out = {c: np.concatenate([x[c] for x in xs]) for c in cols}
+            for c in ("top_category", "top_name", "top_lane"):
+                if c in out:                          # one str object per distinct name: pickled (to the
+                    seen: dict = {}                   # parent) once each, not once a row
+                    out[c] = np.asarray([seen.setdefault(x, x) for x in out[c].tolist()] or [], object)
+            return out
         ranks = {c: np.asarray([r[c] for r in self.ranks], np.int64) for c in RANK_COLUMNS}
         return {"anchors": cat(self.anchors, ANCHOR_COLUMNS), "edges": cat(self.edges, EDGE_COLUMNS), "ranks": ranks}
 
