@@ -362,10 +362,10 @@ def write_whatif(job, outdir, results: list, meta: dict, jobs: int = 1) -> list:
     out = []
     for change in candidates(outdir, tabs):
         out += rep.replay([change], "candidate")
-    cols = {c: np.asarray([r[c] for r in out], object if isinstance(out[0][c], str) else None) if out else
-            np.zeros(0, object if c in ("change", "description", "source", "bound_what", "top_category",
-                                        "top_name", "flag") else np.int64) for c in COLUMNS}
-    return files + write_table(outdir, "whatif", cols)
+    text = ("change", "description", "source", "bound_what", "top_category", "top_name", "flag")
+    cols = {c: np.asarray([r[c] for r in out], object if c in text else float if c.endswith("pct") else np.int64)
+            if out else np.zeros(0, str if c in text else float if c.endswith("pct") else np.int64) for c in COLUMNS}
+    return files + write_table(outdir, "whatif", cols)        # (no change: typed empty columns, still readable)
 
 
 def _replay_ends(rows, rep: Replayer):

@@ -31,7 +31,7 @@ def whatif_section(aggdir) -> dict:
     "from"}``, changes by saving (largest first); ``changes`` empty when the aggregate replayed none."""
     t = read_aggregate_table(aggdir, "whatif")
     if not t or not len(t["change"]):
-        return {"changes": [], "fidelity_pct": None, "host_gap_pct": None, "from": SOURCES}
+        return {"changes": [], "fidelity_pct": None, "host_gap_pct": None, "from": SOURCES, "replayed": bool(t)}
     out = []
     for ch in dict.fromkeys(t["change"].tolist()):
         m = t["change"] == ch
@@ -68,9 +68,13 @@ def whatif_markdown(sec: dict | None, table, short) -> list:
     """The section's Markdown lines (``table(head, rows)``, ``short(names)`` as the report formats)."""
     L = ["## What a fix buys", ""]
     changes = (sec or {}).get("changes") or []
+    if not changes and (sec or {}).get("replayed"):
+        return L + ["*Nothing to replay: the critical path suggests no change here (a single rank's host gaps, "
+                    "launch delays and kernels each hold under 5 % of its path, or there is one rank); "
+                    "`streamtrace whatif` replays any change.*", ""]
     if not changes:
-        return L + ["*No replay: aggregate wrote no whatif.parquet (`--no-critical-path`, or no rank had CPU ops "
-                    "to build the step's graph from).*", ""]
+        return L + ["*No replay: aggregate wrote no whatif.parquet (`--no-critical-path`, `--no-whatif`, or no "
+                    "rank had CPU ops to build the step's graph from).*", ""]
     fid, hg = sec.get("fidelity_pct"), sec.get("host_gap_pct")
     intro = ("Each change below is replayed over the step's graph (the critical path's, every wait derived again "
              "from its dependencies; `streamtrace whatif` replays any other)")
