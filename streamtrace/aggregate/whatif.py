@@ -54,7 +54,6 @@ COLUMNS = ("iteration", "step", "change", "description", "source", "ranks_touche
            "bound_rank", "bound_ns", "bound_what", "top_rank", "top_category", "top_name", "top_ns", "fidelity_pct",
            "flag")
 TABLES = ("whatif_anchors", "whatif_edges", "whatif_ranks")
-LOADER = re.compile(r"DataLoader|data_?load|dataloader|__next__|get_batch", re.IGNORECASE)
 
 
 @dataclass
@@ -64,6 +63,7 @@ class PartsJob:
 
     @staticmethod
     def iteration_of(part) -> int:
+        """The part's iteration (:meth:`streamtrace.aggregate.alignment.Job.iteration_of`)."""
         return Job.iteration_of(part)
 
 

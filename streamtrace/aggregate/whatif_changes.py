@@ -74,7 +74,16 @@ class Change:
         """Per collective member of one step (:class:`TransferView`) the factor of its transfer (None: 1)."""
         return None
 
+    def describe(self) -> str:
+        """The change in words, as the report says it ("rank 0's host gaps removed")."""
+        raise NotImplementedError
+
+    def text(self) -> str:
+        """The change's command-line spelling (``KIND:key=value,...``; :func:`parse_change` reads it back)."""
+        raise NotImplementedError
+
     def who(self) -> str:
+        """Whose work it changes, in words ("rank 0's", "ranks 0-3'", "every rank's")."""
         if self.ranks is None:
             return "every rank's"
         return f"rank {self.ranks[0]}'s" if len(self.ranks) == 1 else f"ranks {_ranks_text(self.ranks)}'"
@@ -82,6 +91,7 @@ class Change:
 
 @dataclass(frozen=True)
 class HostGaps(Change):
+    """``host_gaps``: the ranks' host gaps (CPU time outside any profiled op) x ``factor``."""
     factor: float = 0.0
 
     def edge_factor(self, view):
@@ -96,6 +106,7 @@ class HostGaps(Change):
 
 @dataclass(frozen=True)
 class Ops(Change):
+    """``ops``: the CPU time inside ops / annotations matching ``pattern`` on the ranks x ``factor``."""
     pattern: str = ""
     factor: float = 0.0
 
@@ -114,6 +125,7 @@ class Ops(Change):
 
 @dataclass(frozen=True)
 class AtMedian(Change):
+    """``median``: the rank's ``what`` (``cpu``, ``gpu``, ``compute``, ``comm``) at the median rank's speed."""
     what: str = "compute"
 
     @property
@@ -145,6 +157,7 @@ class AtMedian(Change):
 
 @dataclass(frozen=True)
 class Kernels(Change):
+    """``kernels``: kernels matching ``pattern`` (or of a class of :data:`KERNEL_CLASSES`) x ``factor``."""
     pattern: str = ""
     factor: float = 1.0
 
@@ -164,6 +177,7 @@ class Kernels(Change):
 
 @dataclass(frozen=True)
 class Comm(Change):
+    """``comm``: the selected collectives' transfers x ``factor``, at ``share`` of the link, or at the median."""
     pattern: str | None = None
     dim: str | None = None
     factor: float | None = None
@@ -198,6 +212,7 @@ class Comm(Change):
 
 @dataclass(frozen=True)
 class Launches(Change):
+    """``launches``: every launch of the ranks with no delay (CUDA graphs)."""
     def edge_factor(self, view):
         return np.where(view.cat == Category.launch_delay, 0.0, 1.0)
 

@@ -36,6 +36,7 @@ class Members:
 
     @staticmethod
     def empty() -> "Members":
+        """No matched collective (an aggregate of one rank, or without ``collectives_ranks``)."""
         return Members({}, {})
 
 
