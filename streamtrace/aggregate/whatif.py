@@ -231,7 +231,8 @@ class Replayer:
             part = self.parts[p]
             meds = {}
             if any(isinstance(c, AtMedian) and c.touches(part.rank) for c in changes):
-                meds = {k: medians(self.aggdir, t, k[0], k[1], part.rank) for k, t in self.tabs.items()}
+                meds = {k: medians(self.aggdir, t, k[0], k[1], part.rank) for k, t in self.tabs.items()
+                        if k[0] == Job.iteration_of(part)}           # the part's own iteration's steps
             tasks.append((PartsJob(self.steps), part, changes, meds))
         res = run_tasks(_reduce_task, tasks, max(1, min(self.jobs, len(tasks))))
         return join_rows(res)
