@@ -145,7 +145,8 @@ SLOW: dict[str, set[str] | str] = {
                                              "test_links_ops_and_charts_on_real_jobs"},
     "tests/unit/aggregate/test_process_groups.py": {"test_report_and_epilogue_name_the_same_dimension"},
     "tests/unit/aggregate/test_step_names.py": "*",
-    "tests/unit/aggregate/test_whatif.py": {"test_cli", "test_report_section"},       # CLI subprocesses
+    "tests/unit/aggregate/test_whatif.py": {"test_cli", "test_report_section",        # CLI subprocesses
+                                            "test_two_iterations"},                   # two jobs analysed
     "tests/unit/aggregate/test_whatif_replay.py": "*",                                # 200 random jobs, brute force
     "tests/unit/trace/test_nsys_payload.py": {"test_epilogue_on_a_folder_of_exports"},
     "tests/unit/merge/test_nsys_merge.py": {"test_align_first_step_starts_every_rank_s_first_step_together",

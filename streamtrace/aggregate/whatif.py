@@ -337,8 +337,9 @@ def replay_steps(aggdir, changes, jobs: int = 0) -> "object":
         bad = sorted(set(c.ranks or ()) - ranks)
         if bad:
             raise UsageError(f"--change {c.text()!r}: no rank {bad[0]} in {aggdir} (ranks {min(ranks)}-{max(ranks)})")
+    from ..analyze.outputs import Analysis
     for p in parts.values():
-        if any(c.touches(p.rank) for c in changes) and not (p.dir / "summary.json").is_file():
+        if any(c.touches(p.rank) for c in changes) and not (p.dir / Analysis.marker).is_file():
             raise DataError(p.dir, f"rank {p.rank}'s analysed folder is gone: the change must rebuild its graph")
     steps = {int(s[1]) for s in meta.get("steps") or []} or None
     rep = Replayer(step_tables(read_tables(aggdir)), read_members(aggdir, meta), parts, aggdir,

@@ -122,3 +122,21 @@ def test_transfers_at_a_share_of_the_link_and_at_the_median():
     assert v.share_factor(sel, 0.1).tolist() == [1.0, 1.0, 1.0, 1.0]        # never slower than measured
     # the median of the four transfers is 200 us: instance 1's members (selected by rank 1) come down to it
     assert v.median_factor(v.has_member([1])).tolist() == [1.0, 1.0, 200.0 / 300.0, 200.0 / 500.0]
+
+
+def test_two_iterations(tmp_path):
+    # the same stalled job as two iterations (two analysed folders): rank 1 is two parts, each step replayed
+    # with its own iteration's figures, each predicting the clean job's span
+    dirs = []
+    for it in (10, 11):
+        spec = dataclasses.replace(SPEC, iteration=it)
+        generate_job(tmp_path / f"clean{it}", spec)
+        generate_job(tmp_path / f"t{it}", dataclasses.replace(spec, faults=(Fault("cpu_stall", 1, delay_ns=STALL_NS),)))
+        analyze([tmp_path / f"t{it}"], tmp_path / f"an{it}", AnalyzeOptions(jobs=1))
+        dirs.append(tmp_path / f"an{it}")
+    aggregate(dirs, tmp_path / "agg", AggregateOptions(jobs=1))
+    rows = streamtrace.load(tmp_path / "agg").whatif("median:rank=1").to_pylist()
+    assert sorted((r["iteration"], r["step"]) for r in rows) == [(10, 10), (11, 11)]
+    for r in rows:
+        clean = step_span(tmp_path / f"clean{r['iteration']}")
+        assert r["ranks_touched"] == 2 and abs(r["predicted_span_ns"] - clean) <= 0.03 * clean
