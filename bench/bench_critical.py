@@ -3,6 +3,8 @@
 (``--no-critical-path``) on the same analysed synthetic job (TP4 x PP4, ``SynthSpec(world_size=N,
 tp=4, pp=4)``, as ``bench_report.py --scale``'s small config), at ``--ranks`` (default 256,1024).
 Target: <= +25 % time, peak memory within the scale target (<= 600 MB at 1,024 ranks).
+``--whatif``: the what-if replay's cost instead (``--no-whatif`` against the default, the critical
+path on in both; target <= +25 % time, memory flat).
 
 Runs alternate (without, with, without, with, ...) ``--repeat`` times each; the medians are
 compared.  Inputs are generated and analysed once into ``$STREAMTRACE_BENCH_DIR``/critical (not
@@ -36,9 +38,11 @@ def main(argv=None):
     ap.add_argument("-j", "--jobs", default="2", help="aggregate's -j")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--no-record", action="store_true")
+    ap.add_argument("--whatif", action="store_true", help="the what-if replay's cost (--no-whatif) instead")
     args = ap.parse_args(argv)
     scratch = default_scratch() / "critical"
-    lines = [f"## Critical path: aggregate with and without it ({git_describe()})", "",
+    what, flag = ("the what-if replay", "--no-whatif") if args.whatif else ("the critical path", "--no-critical-path")
+    lines = [f"## {what[4:].capitalize()}: aggregate with and without it ({git_describe()})", "",
              f"`{command_line(__file__, argv)}`", "", f"load before: {uptime()}", "",
              *md_head(["ranks", "GPU events/rank", "aggregate", "wall s (median)", "CPU s (median)",
                        "peak RSS MB (tree)", "largest process MB", "other cores busy", "runs"])]
@@ -53,7 +57,7 @@ def main(argv=None):
         ev = max(sum(v["gpu_events"] for v in r["devices"].values()) for r in summ["ranks"])
         runs = {"without": [], "with": []}
         for i in range(args.repeat):
-            for name, extra in (("without", ["--no-critical-path"]), ("with", [])):
+            for name, extra in (("without", [flag]), ("with", [])):
                 log(f"{n} ranks: aggregate {name} ({i + 1}/{args.repeat})")
                 r = measure(st("aggregate", d / "an", "-o", d / f"agg_{name}", "-q", "-j", args.jobs, *extra),
                             d / "logs", f"{n}_{name}_{i}")
@@ -64,12 +68,12 @@ def main(argv=None):
                for k, v in runs.items()}
         for name in ("without", "with"):
             m = med[name]
-            lines.append(md_row([f"{n:,}", f"{ev:,}", f"{name} the critical path", fmt_s(m["wall"], 2),
+            lines.append(md_row([f"{n:,}", f"{ev:,}", f"{name} {what}", fmt_s(m["wall"], 2),
                                  fmt_s(m["cpu_s"], 2), f"{mb(m['peak_rss']):,.0f}", f"{mb(m['max_single_rss']):,.0f}",
                                  f"{m['other_cores']:.1f}", str(args.repeat)]))
         dc = 100 * (med["with"]["cpu_s"] / med["without"]["cpu_s"] - 1)
         dw = 100 * (med["with"]["wall"] / med["without"]["wall"] - 1)
-        notes.append(f"- {n:,} ranks: CPU {dc:+.1f} %, wall {dw:+.1f} % with the critical path (target <= "
+        notes.append(f"- {n:,} ranks: CPU {dc:+.1f} %, wall {dw:+.1f} % with {what} (target <= "
                      f"+{TARGET_PCT:.0f} %: {'met' if dc <= TARGET_PCT else 'NOT met'} on CPU); largest process "
                      f"{mb(med['with']['max_single_rss']):,.0f} MB with, {mb(med['without']['max_single_rss']):,.0f} "
                      "MB without")

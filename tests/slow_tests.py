@@ -24,6 +24,7 @@ SLOW: dict[str, set[str] | str] = {
         "test_object_members_finds_the_end", "test_put_int_and_put_us_match_python",
         "test_rewrite_kernel_matches_twin", "test_skip_value_finds_the_end"},
     "tests/kernels/test_runs.py": {"test_sort_group_matches_stable_sort"},
+    "tests/kernels/test_replay.py": {"test_pairs_equal_the_enumeration"},     # 400 graphs, every path enumerated
     "tests/kernels/test_sqlite_pages.py": {"test_scan_matches_sqlite3_and_twin"},   # builds 60 databases
     "tests/kernels/test_scan_split.py": {
         "test_scan_bounds_matches_scan_events", "test_scan_bounds_real_traces",
@@ -144,6 +145,9 @@ SLOW: dict[str, set[str] | str] = {
                                              "test_links_ops_and_charts_on_real_jobs"},
     "tests/unit/aggregate/test_process_groups.py": {"test_report_and_epilogue_name_the_same_dimension"},
     "tests/unit/aggregate/test_step_names.py": "*",
+    "tests/unit/aggregate/test_whatif.py": {"test_cli", "test_report_section",        # CLI subprocesses
+                                            "test_two_iterations"},                   # two jobs analysed
+    "tests/unit/aggregate/test_whatif_replay.py": "*",                                # 200 random jobs, brute force
     "tests/unit/trace/test_nsys_payload.py": {"test_epilogue_on_a_folder_of_exports"},
     "tests/unit/merge/test_nsys_merge.py": {"test_align_first_step_starts_every_rank_s_first_step_together",
                                             "test_drop_cat_drops_the_category_and_its_flows",

@@ -42,6 +42,21 @@ def exact_ns(v) -> int:
     return int(d.quantize(Decimal(1), rounding=ROUND_HALF_UP))
 
 
+def step_span(folder) -> int:
+    """The span of a synthetic job's step from its raw files (``folder/iteration_*/*.json``, one
+    ``ProfilerStep`` each, one clock): the last rank's end (its step's end or its last GPU end, whichever
+    is later) - the first rank's ``ProfilerStep`` start, int ns."""
+    starts, ends = [], []
+    for f in sorted(Path(folder).glob("iteration_*/*.json")):
+        ev = load_json(f)["traceEvents"]
+        step = [e for e in ev if str(e.get("name", "")).startswith("ProfilerStep#")][0]
+        gpu = [exact_ns(e["ts"]) + exact_ns(e["dur"]) for e in ev if e.get("cat") in ("kernel", "gpu_memcpy",
+                                                                                       "gpu_memset")]
+        starts.append(exact_ns(step["ts"]))
+        ends.append(max([exact_ns(step["ts"]) + exact_ns(step["dur"])] + gpu))
+    return max(ends) - min(starts)
+
+
 def run_cli(*args, cwd=None):
     """Run ``python -m streamtrace ARGS`` (this checkout's, whatever ``cwd``) and return the CompletedProcess."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}

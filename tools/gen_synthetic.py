@@ -15,6 +15,7 @@ where the collectives' facts are written (PyTorch eras, streamtrace.synth.comm_f
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -50,8 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--graph-replays", action="store_true",
                     help="compute kernels replayed from CUDA graphs (start 1-15 us before their predecessor ends)")
     ap.add_argument("--fault", action="append", default=[], type=parse_fault,
-                    help="inject a fault with a known effect: slow_gemm:RANK:FACTOR, cpu_stall:RANK:NS or "
-                         "slow_send:RANK:NS (repeatable; streamtrace.synth.faults)")
+                    help="inject a fault with a known effect: slow_gemm:RANK:FACTOR, cpu_stall:RANK:NS, "
+                         "slow_send:RANK:NS or slow_coll:RANK:FACTOR (repeatable; streamtrace.synth.faults)")
+    ap.add_argument("--clean", metavar="DIR", help="also write the same job without its faults (same seed) into DIR: "
+                    "what a what-if that removes them should predict")
     ap.add_argument("--scaled", action="store_true", help="DP replicas share one program (fast at 1,000+ ranks)")
     ap.add_argument("-j", "--jobs", type=int, default=1, help="processes (with --scaled)")
     a = ap.parse_args(argv)
@@ -66,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         truth = generate_job_scaled(a.out_dir, spec, a.jobs) if a.scaled else generate_job(a.out_dir, spec)
     except ValueError as e:
         ap.error(str(e))
+    if a.clean:
+        gen = generate_job_scaled if a.scaled else generate_job
+        gen(a.clean, dataclasses.replace(spec, faults=()), *((a.jobs,) if a.scaled else ()))
     took = time.perf_counter() - t
     size = sum(r.path.stat().st_size for r in truth.ranks)
     print(f"wrote {len(truth.ranks)} rank files ({size / 1e6:.2f} MB, {sum(r.n_events for r in truth.ranks)} events, "

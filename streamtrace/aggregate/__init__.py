@@ -10,4 +10,4 @@ imports this package for the folder readers, does not load the aggregation and i
 """
 from ..runtime.stage import stage_package
 
-stage_package(__name__, lazy={"aggregate": "run", "AggregateOptions": "options"})
+stage_package(__name__, lazy={"aggregate": "run", "AggregateOptions": "options", "replay_steps": "whatif"})

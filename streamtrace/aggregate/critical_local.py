@@ -241,7 +241,8 @@ def _columns(part, tables) -> tuple:
     k["ts_ns"], k["end_ns"] = part.align(k["ts_ns"]), part.align(k["end_ns"])
     calls = None
     if has_runs(uniq):                                                 # a CPU-only (gloo) rank's collectives
-        calls = np.asarray([cr for cr in call_runs([x or "" for x in ops["name"].tolist()]) if cr[1] >= 0],
+        calls = np.asarray([cr for cr in call_runs([x or "" for x in ops["name"].tolist()], ops["ts_ns"])
+                            if cr[1] >= 0],
                            np.int64).reshape(-1, 2)
     return ops, k, calls
 
@@ -269,36 +270,69 @@ class _Acc:
         self.base += len(t)
 
 
-def part_paths(job, part, spill, tables=None) -> dict:
+@dataclass
+class PartGraphs:
+    """One part's step graphs, built one step at a time by iterating (``(step, t, cols, anchors,
+    order)`` as :func:`step_graph` returns them, for every step ``job.steps`` selects): ``ops`` / ``k``
+    the part's op and GPU event columns (aligned ns), ``stats`` what the graphs needed
+    (:class:`PartStats`, filled while iterating)."""
+    job: object
+    ops: dict
+    k: dict
+    calls: object
+    links: object
+    syncs: object
+    stats: PartStats
+
+    def __iter__(self):
+        for step, tid, s0, s1 in _steps(self.ops):
+            if self.job.steps is not None and step not in self.job.steps and step != WHOLE_CAPTURE:
+                continue
+            self.stats.whole_capture |= step == WHOLE_CAPTURE
+            t, cols, anc, order, nwaits = build_step(self.ops, self.k, step, tid, s0, s1, self.calls, self.links,
+                                                     self.syncs)
+            self.stats.thread_waits += nwaits
+            yield step, t, cols, anc, order
+
+
+def part_graphs(job, part, tables) -> PartGraphs | None:
+    """The part's step graphs (:class:`PartGraphs`) from its tables (:func:`part_reads`); None when
+    it has no op."""
+    if tables["ops"] is None or not tables["ops"].num_rows:
+        return None
+    ops, k, calls = _columns(part, tables)
+    stats = PartStats()
+    clipped = clip_stream_overlaps(k)
+    stats.clipped_events, stats.clipped_ns = clipped.events, clipped.ns
+    return PartGraphs(job, ops, k, calls, sync_links(part, tables.get("cuda_sync")),
+                      sync_targets(tables.get("cuda_sync")), stats)
+
+
+def part_paths(job, part, spill, tables=None, on_step=None) -> dict:
     """One part's anchors and reduced edges for every step (aligned ns), the segments of its local
     paths written to ``spill/critical-<index>.arrow``; ``tables``: :func:`part_reads` (None: read
-    here).  Returns ``{"anchors": {column: array}, "edges": {column: array}, "segments": path or
-    None, "dropped": int, "stats": PartStats.as_dict()}``."""
+    here); ``on_step``: called with ``(part graphs, step, t, cols, anchors, order)`` for each step's
+    graph (the what-if replay's reduction, :mod:`streamtrace.aggregate.whatif_local`).  Returns
+    ``{"anchors": {column: array}, "edges": {column: array}, "segments": path or None, "dropped":
+    int, "stats": PartStats.as_dict()}``."""
     tables = tables or {"kernels": part.read("kernels", KERNEL_COLUMNS), "ops": part.read("ops", OPS_COLUMNS),
                         "cuda_sync": part.read("cuda_sync", SYNC_COLUMNS)}
-    stats = PartStats()
+    graphs = part_graphs(job, part, tables)
+    stats = graphs.stats if graphs is not None else PartStats()
     empty = {"anchors": {c: np.zeros(0, np.int64) for c in ANCHOR_COLUMNS},
              "edges": {c: np.zeros(0, np.int64) for c in EDGE_COLUMNS}, "segments": None, "dropped": 0,
              "stats": stats.as_dict()}
-    if tables["ops"] is None or not tables["ops"].num_rows:
+    if graphs is None:
         return empty
-    ops, k, calls = _columns(part, tables)
-    clipped = clip_stream_overlaps(k)
-    stats.clipped_events, stats.clipped_ns = clipped.events, clipped.ns
-    links = sync_links(part, tables.get("cuda_sync"))
-    syncs = sync_targets(tables.get("cuda_sync"))
     acc = _Acc()
-    for step, tid, s0, s1 in _steps(ops):
-        if job.steps is not None and step not in job.steps and step != WHOLE_CAPTURE:
-            continue
-        stats.whole_capture |= step == WHOLE_CAPTURE
-        t, cols, anc, order, nwaits = build_step(ops, k, step, tid, s0, s1, calls, links, syncs)
+    for step, t, cols, anc, order in graphs:
+        if on_step is not None:
+            on_step(graphs, step, t, cols, anc, order)
         pos, reduced, marked, bad = reduce_step(t, cols, anc, order)
         stats.dropped_edges += bad
-        stats.thread_waits += nwaits
         acc.add(step, t, cols, anc, pos, reduced, marked)
     if not acc.anchors:
-        return empty
+        return empty | {"stats": stats.as_dict()}
     cat = lambda xs: {c: np.concatenate([x[c] for x in xs]) for c in xs[0]}  # noqa: E731
     path = Path(spill) / f"critical-{part.index:06d}.arrow"          # Arrow IPC: a temporary, fast to write
     feather.write_feather(pa.table({c: pa.array(v, SEGMENT_SCHEMA.field(c).type) for c, v in cat(acc.segs).items()}),

@@ -21,7 +21,7 @@ EXPLAIN_TABLES = ("kernel_stats", "op_stats", "launch_stats", "idle_breakdown")
 TABLES = ("rank_phase", "ranks", "pipeline", "replicas", "iterations", "timeline", "top_kernels", "collectives",
           "collectives_ranks", "collectives_summary", "stragglers", "p2p", "process_groups", "collectives_mismatch",
           "op_perf", *EXPLAIN_TABLES, "critical_path", "critical_path_summary",
-          "critical_path_ranks")
+          "critical_path_ranks", "whatif", "whatif_anchors", "whatif_edges", "whatif_ranks")
 """The tables ``aggregate`` writes (each ``NAME.parquet``, some also ``NAME.csv``)."""
 
 REPORT_MARKER = "report.json"
@@ -76,6 +76,12 @@ class Aggregate(Outputs):
     def _read(self, name):
         import pyarrow.parquet as pq
         return pq.read_table(self.path / f"{name}.parquet")
+
+    def whatif(self, changes, jobs: int = 0):
+        """The steps replayed with ``changes`` (:func:`streamtrace.aggregate.whatif.replay_steps`: change
+        records or their ``KIND:key=value,...`` text, applied together); a pyarrow Table, one row per step."""
+        from .. import aggregate as stage      # (the stage's package: the replay is imported when asked)
+        return stage.replay_steps(self.path, changes, jobs)
 
     @property
     def report(self):

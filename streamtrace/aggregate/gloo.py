@@ -66,9 +66,12 @@ def _step(names, steps) -> int:
     return -1
 
 
-def call_runs(names) -> list:
+def call_runs(names, ts=None) -> list:
     """``[(call row, run row or -1)]`` per ``c10d::`` call among ``names`` (the part's op names, by
-    row): the k-th call of a kind with the k-th ``gloo:`` run of that kind (module docstring)."""
+    row): the k-th call of a kind with the k-th ``gloo:`` run of that kind (module docstring), in
+    the order of their start times ``ts`` (int64 ns by row; None: row order).  The ops table holds
+    each thread's rows together: runs on two gloo worker threads (DDP's buckets, handed to
+    alternating threads) are in start order only once sorted."""
     calls, runs = {}, {}
     for i, n in enumerate(names):
         m = _CALL.match(n)
@@ -77,6 +80,10 @@ def call_runs(names) -> list:
         m = _RUN.match(n)
         if m:
             runs.setdefault(m.group(1), []).append(i)
+    if ts is not None:
+        key = lambda i: (int(ts[i]), i)  # noqa: E731
+        calls = {k: sorted(v, key=key) for k, v in calls.items()}
+        runs = {k: sorted(v, key=key) for k, v in runs.items()}
     out = []
     for kind, rows in calls.items():
         mine = runs.get(kind, [])
@@ -104,7 +111,7 @@ def _calls_by_run(t) -> tuple[dict, int]:
     names = t["name"].to_pylist()
     ts, parent = t["ts_ns"].to_numpy(), t["parent"].to_numpy()
     return {(int(ts[run]), names[run]): (call, _ancestors(call, parent, names))
-            for call, run in call_runs(names) if run >= 0}, len(names)
+            for call, run in call_runs(names, ts) if run >= 0}, len(names)
 
 
 def _row(f: dict, call, up, topo, rank, dirs, corr, steps) -> dict:

@@ -37,6 +37,9 @@ class AggregateOptions:
             row, :mod:`streamtrace.aggregate.collective_spill`); default :data:`BUCKET_ROWS` (65,536).
         critical_path: write ``critical_path.parquet`` and ``critical_path_summary.parquet``
             (:mod:`streamtrace.aggregate.critical_path`); default True.
+        whatif: with the critical path, replay the step (``whatif.parquet`` with the report's candidate
+            changes, and the ``whatif_*`` tables ``streamtrace whatif`` replays from:
+            :mod:`streamtrace.aggregate.whatif`); default True.
     """
     iterations: list | None = None
     steps: tuple | None = None
@@ -50,6 +53,7 @@ class AggregateOptions:
     consecutive_kernel_delay_ns: int = 30_000
     collective_bucket_rows: int = BUCKET_ROWS
     critical_path: bool = True
+    whatif: bool = True
 
     def __post_init__(self):
         if self.steps is not None:            # one spelling: steps are a tuple in every options class

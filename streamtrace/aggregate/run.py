@@ -76,6 +76,8 @@ from .collective_spill import collectives_to
 from .collectives import P2P
 from .critical_local import part_paths, part_reads
 from .critical_path import critical_paths
+from .whatif import write_whatif
+from .whatif_local import ReplayRows
 from .groups import write_groups
 from .opperf import write_op_perf
 from .p2p import p2p_rows, write_p2p
@@ -304,7 +306,7 @@ def part_view(job, index):
     return view
 
 
-def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=None):
+def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=None, replay=True):
     """One part's rows; with ``spill`` (a folder) its timeline rows go to a file there
     (:func:`~streamtrace.aggregate.timeline.write_part`, returned in their place) so the parent never
     holds every part's timeline."""
@@ -315,8 +317,11 @@ def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=Non
     steps = _steps(part)
     tl = rows[3] if spill is None else write_timeline_part(spill, index, part.rank, rows[3])
     tables = part_reads(part) if critical_spill is not None else None       # read once for both
-    cp = part_paths(job, part, critical_spill, tables) if critical_spill is not None else None
-    return rows[:3] + (tl,) + rows[4:] + (steps, part_tables(job, part, kernel_delay_ns, tables), cp)
+    rep = ReplayRows(job.iteration_of(part), part.index, part.rank) if critical_spill is not None and replay else None
+    cp = part_paths(job, part, critical_spill, tables, rep.add if rep is not None else None) \
+        if critical_spill is not None else None
+    return rows[:3] + (tl,) + rows[4:] + (steps, part_tables(job, part, kernel_delay_ns, tables), cp,
+                                          rep.result() if rep is not None else None)
 
 
 # -- the job -----------------------------------------------------------------------------
@@ -382,7 +387,7 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
     t0 = time.time()
     outdir = Path(outdir)
     job, tcfg = _open_job(dirs, opt)
-    coll, files, layout, res, cp = _rank_pass(job, outdir, opt)
+    coll, files, layout, res, cp, replay = _rank_pass(job, outdir, opt)
     topo = job.topology
     phase_rows, rank_rows, fb, top, steps = _gather(job, res)
     if not rank_rows:
@@ -395,6 +400,8 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
     files += write_p2p(outdir, p2p_rows(coll.transfers, topo))
     files += write_op_perf(outdir, job.parts)
     meta = _meta(dirs, opt, job, tcfg, coll, layout, rank_rows)
+    if cp is not None and opt.whatif:                # what a fix buys: the step replayed (whatif.py)
+        files += write_whatif(job, outdir, replay, meta, max(1, opt.jobs or os.cpu_count() or 1))
     if cp is not None:
         meta["critical_path"] = cp.stats
         meta["warnings"] += cp.warnings
@@ -420,7 +427,8 @@ def _rank_pass(job, outdir: Path, opt: AggregateOptions) -> tuple:
     """The collectives matched across ranks, then one task per rank (:func:`_part_job`, in worker
     processes), whose timelines and critical-path pieces are spilled into ``outdir`` and joined.
     Returns ``(collectives, files written, inferred layout of the process groups, the ranks' results,
-    the critical path's :class:`~streamtrace.aggregate.critical_path.CriticalResult` or None)``."""
+    the critical path's :class:`~streamtrace.aggregate.critical_path.CriticalResult` or None, the
+    ranks' what-if rows: :class:`~streamtrace.aggregate.whatif_local.ReplayRows` results)``."""
     spill = Path(tempfile.mkdtemp(prefix=".timeline-spill.", dir=outdir))
     cp_spill = Path(tempfile.mkdtemp(prefix=".critical-spill.", dir=outdir)) if opt.critical_path else None
     try:
@@ -431,15 +439,17 @@ def _rank_pass(job, outdir: Path, opt: AggregateOptions) -> tuple:
             load_kernels(*TASKS["aggregate"])
         with progress_bar(len(job.parts), "aggregate", "rank", opt.progress) as bar:
             res = run_tasks(_part_job, [(part_view(job, p.index), p.index, opt.consecutive_kernel_delay_ns, spill,
-                                         cp_spill) for p in job.parts], jobs, on_done=bar.update)
+                                         cp_spill, opt.whatif) for p in job.parts], jobs, on_done=bar.update)
         files += join_timeline(outdir, [r[3] for r in res])
         cp = critical_paths(job, [r[7] for r in res], outdir) if cp_spill is not None else None
+        replay = [r[8] for r in res]          # the replay's rows, held once (write_whatif empties the list)
+        res = [r[:8] for r in res]
         files += cp.files if cp is not None else []
     finally:
         shutil.rmtree(spill, ignore_errors=True)
         if cp_spill is not None:
             shutil.rmtree(cp_spill, ignore_errors=True)
-    return coll, files, layout, res, cp
+    return coll, files, layout, res, cp, replay
 
 
 def _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps) -> list:

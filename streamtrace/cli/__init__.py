@@ -18,7 +18,7 @@ import argh
 from ..runtime.errors import EXIT_USAGE, StreamtraceError
 from ..runtime.lifecycle import Terminated, exit_on_sigterm
 from ..runtime.tuning import leave, skip_numba_blas, skip_pandas, use_system_allocator
-from . import aggregate, analyze, demo, diff, epilogue, merge, report, topology, validate, warmup
+from . import aggregate, analyze, demo, diff, epilogue, merge, report, topology, validate, warmup, whatif
 from .common import SHORT_FLAGS, Exit, version_text
 
 # Conventions of every subcommand (streamtrace/cli/<name>.py): errors of the user's command line raise
@@ -33,7 +33,7 @@ from .common import SHORT_FLAGS, Exit, version_text
 # neither.
 
 COMMANDS = [merge.merge, analyze.analyze, validate.validate, demo.demo, epilogue.epilogue, topology.topology,
-            aggregate.aggregate, report.report, diff.diff, warmup.warmup]
+            aggregate.aggregate, report.report, whatif.whatif, diff.diff, warmup.warmup]
 
 
 def main(argv=None) -> int:

@@ -31,12 +31,13 @@ EXAMPLES = """
           help="idle breakdown: a gap on a GPU stream shorter than this (us), not caused by a late launch, is kernel "
                "wait, a longer one other (HolisticTraceAnalysis' consecutive_kernel_delay; default 30)")
 @argh.arg("--no-critical-path", help="do not write critical_path.parquet / critical_path_summary.parquet")
+@argh.arg("--no-whatif", help="do not replay the step (whatif.parquet and its tables: streamtrace whatif needs them)")
 @argh.arg("--force", help="aggregate folders that look like different jobs (different world sizes, ...)")
 @argh.arg("-q", "--quiet", help="print only warnings and errors")
 @argh.arg("-v", "--verbose", help="print more (and tracebacks of errors)")
 def aggregate(*dirs, outdir="streamtrace-aggregate", iterations=None, steps=None, jobs=0, time_alignment="global",
               clock_sync="none", topology=None, torchtitan_config=None, consecutive_kernel_delay_us=30.0,
-              no_critical_path=False, force=False, quiet=False, verbose=False):
+              no_critical_path=False, no_whatif=False, force=False, quiet=False, verbose=False):
     """Whole-job tables: per rank x phase x micro-batch, pipeline bubbles, replicas, iterations, collectives."""
     from ..aggregate import AggregateOptions, aggregate as do_aggregate      # (the CLI's convention: see streamtrace.cli)
     con = Console(quiet, verbose)
@@ -47,7 +48,7 @@ def aggregate(*dirs, outdir="streamtrace-aggregate", iterations=None, steps=None
         steps=parse_list(steps, "--steps") if steps else None, jobs=parse_jobs(jobs), time_alignment=time_alignment,
         clock_sync=clock_sync, topology=topology, torchtitan_config=torchtitan_config, force=force,
         progress=con.progress, consecutive_kernel_delay_ns=kernel_delay_ns(consecutive_kernel_delay_us),
-        critical_path=not no_critical_path))
+        critical_path=not no_critical_path, whatif=not no_whatif))
     for w in m["warnings"]:
         con.warn(w)
     c = m["collectives"]

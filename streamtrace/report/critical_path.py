@@ -64,6 +64,24 @@ def _gpu_wait(aggdir, it, step, rank) -> int | None:
     return int(np.nansum(ib["host_wait_ns"][m])) if m.any() else None
 
 
+def replayed_next(aggdir, key, rank, total) -> list | None:
+    """What bounds the step next as the what-if replay says it (``whatif.parquet``'s row of
+    ``median:rank=R`` for the step, R the rank holding most of the path), in the shape of the
+    ``next`` summary rows (the first-order estimate of :mod:`streamtrace.aggregate.critical_ranks`,
+    which it replaces); None when the aggregate replayed no such change."""
+    t = read_aggregate_table(aggdir, "whatif", where={"change": [f"median:rank={rank}"]})
+    if not t or not len(t["step"]):
+        return None
+    m = (t["iteration"] == key[0]) & (t["step"] == key[1])
+    if not m.any():
+        return None
+    i = int(np.flatnonzero(m)[0])
+    new = int(total["path_ns"] - t["saving_ns"][i])
+    return [{"key": f"rank {rank}'s compute at the median rank's speed (replayed)", "path_ns": new,
+             "rank": int(t["bound_rank"][i]), "ns": int(t["bound_ns"][i]),
+             "pct": 100.0 * int(t["bound_ns"][i]) / max(new, 1)}]
+
+
 def _step(aggdir, key, summ, segs, ranks, step_ns, short, stages=None) -> dict:
     """One step's section data and sentences."""
     by = lambda w: [r for r in summ if r["what"] == w]  # noqa: E731
@@ -83,6 +101,10 @@ def _step(aggdir, key, summ, segs, ranks, step_ns, short, stages=None) -> dict:
     if not ranks or not segs:
         return out | {"sentences": [s1, "The path has no segments.", ""]}
     top = max(ranks, key=lambda r: r["path_ns"])
+    nxt = replayed_next(aggdir, key, top["rank"], total) or nxt
+    if nxt:
+        out["next"] = {"change": nxt[0]["key"], "path_ns": nxt[0]["path_ns"],
+                       "ranks": [(r["rank"], r["ns"], r["pct"]) for r in nxt]}
     cats_top: dict = {}
     for s in segs:
         if s["rank"] == top["rank"]:

@@ -34,6 +34,7 @@ from ..aggregate.folder import CHARTS, Aggregate, read_aggregate_table
 from ..runtime.files import atomic_output
 from .critical_chart import critical_chart
 from .critical_path import critical_markdown, critical_section
+from .whatif import whatif_markdown, whatif_section
 from .effcharts import efficiency_charts
 from .efficiency import efficiency_markdown, efficiency_section
 from .explain import build_explain, explain_markdown, idle_chart
@@ -139,6 +140,7 @@ def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq
         for i in range(min(top, len(tk.get("name", []))))], "from": "top_kernels.parquet"}
     rep["explain"] = build_explain(d, top)
     rep["critical_path"] = critical_section(d, lambda x: short_names([x], 80)[0])
+    rep["whatif"] = whatif_section(d)
     rep["missing"] = _missing(rep, meta, cpu_only)
     rep["warnings"] = meta.get("warnings", [])
     return rep
@@ -243,6 +245,7 @@ def to_markdown(rep: dict, charts=()) -> str:
          "Parquet tables hold the exact values (ns, bytes).", ""]
     cp_png = next((p for p in charts if Path(p).stem == "critical_path"), None)
     L += critical_markdown(rep.get("critical_path"), _table, short_names, cp_png)
+    L += whatif_markdown(rep.get("whatif"), _table, lambda xs: short_names(xs, 80))
     L += configuration_md(c, _table)
     L += ["## Steps and throughput", ""]
     known_it = any(s["iteration"] >= 0 for s in rep["steps"])

@@ -138,6 +138,9 @@ UNITS = {
     "critical.longest_path": ("critical", "longest_path", (_i, _I64, _I64, _I64, _I64), (), 0.6),
     "critical.latest_times": ("critical", "latest_times", (_i, _I64, _I64, _I64, _I64), (), 0.4),
     "critical.trace_back": ("critical", "trace_back", (_I64, _I64, _i), (), 0.2),
+    "replay._grow": ("replay", "_grow", (_I64_2D, _i), (), 0.1),
+    "replay.anchor_pairs": ("replay", "anchor_pairs", (_i, _I64, _I64, _I64, _I8, _I8, _I8, _I64, _i),
+                            ("replay._grow",), 0.8),
     "intervals._union_sorted": ("intervals", "_union_sorted", (_I64, _I64), (), 0.3),
     "intervals._union_length_sorted": ("intervals", "_union_length_sorted", (_I64, _I64), (), 0.2),
     "intervals._union_lengths_sorted": ("intervals", "_union_lengths_sorted", (_I64, _I64, _I8, _I64, _B2D), (),
@@ -163,7 +166,8 @@ UNITS = {
 
 _WINDOWS = ("windows._in_key_order", "windows._is_sorted", "windows._sweep", "windows._paint")
 _STATS = ("gaps.running_end_before", "ancestry.same_name_ancestor",    # aggregate's statistics
-          "critical.longest_path", "critical.latest_times", "critical.trace_back")   # and critical path
+          "critical.longest_path", "critical.latest_times", "critical.trace_back",   # and critical path
+          "replay.anchor_pairs")                                                      # and its replay
 _READ = ("scan.scan_events", "scan.skip_value", "scan.skip_string", "scan.skip_ws")
 _PIPELINE = ("intervals._intersect_sorted", "intervals.disjoint_length")   # aggregate's pipeline waits per rank
 _INTERVALS = ("intervals._union_sorted", "intervals._union_length_sorted", "intervals._intersect_length_sorted")

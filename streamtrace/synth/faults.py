@@ -8,7 +8,10 @@ critical path (:mod:`streamtrace.aggregate.critical_path`) can be checked agains
   (``enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__``) at the start of every step,
   before its first launch (everyone else waits at the first collective);
 * ``slow_send``: every point-to-point transfer sent by the pipeline stage of rank ``rank`` takes
-  ``delay_ns`` longer (the next stage waits on its receives).
+  ``delay_ns`` longer (the next stage waits on its receives);
+* ``slow_coll``: every collective with rank ``rank`` among its members (its groups' all-reduces,
+  reduce-scatters, all-gathers, all-to-alls and its point-to-point transfers) takes ``factor`` x its
+  time (latency + transfer: a slow link or NIC on that rank).
 
 Times are int ns.  :func:`parse_fault` reads the command line's ``KIND:RANK:VALUE``.
 """
@@ -17,7 +20,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-KINDS = ("slow_gemm", "cpu_stall", "slow_send")
+KINDS = ("slow_gemm", "cpu_stall", "slow_send", "slow_coll")
 GEMMS = ("fprop", "dgrad", "wgrad")
 LOADER = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
 
@@ -33,13 +36,14 @@ class Fault:
 
 
 def parse_fault(text: str) -> Fault:
-    """``slow_gemm:RANK:FACTOR``, ``cpu_stall:RANK:NS`` or ``slow_send:RANK:NS`` -> :class:`Fault`.
-    Raises ValueError for anything else."""
+    """``slow_gemm:RANK:FACTOR``, ``cpu_stall:RANK:NS``, ``slow_send:RANK:NS`` or
+    ``slow_coll:RANK:FACTOR`` -> :class:`Fault`.  Raises ValueError for anything else."""
     parts = text.split(":")
     if len(parts) != 3 or parts[0] not in KINDS:
-        raise ValueError(f"bad fault {text!r}: use slow_gemm:RANK:FACTOR, cpu_stall:RANK:NS or slow_send:RANK:NS")
+        raise ValueError(f"bad fault {text!r}: use slow_gemm:RANK:FACTOR, cpu_stall:RANK:NS, slow_send:RANK:NS or "
+                         "slow_coll:RANK:FACTOR")
     kind, rank = parts[0], int(parts[1])
-    if kind == "slow_gemm":
+    if kind in ("slow_gemm", "slow_coll"):
         return Fault(kind, rank, factor=float(parts[2]))
     return Fault(kind, rank, delay_ns=int(parts[2]))
 
@@ -75,6 +79,16 @@ def stall(prog, tid):
         with prog.op(LOADER, tid):
             prog.cur[tid] += d
     yield
+
+
+def coll_factor(spec, truth: dict) -> float:
+    """How many times longer one collective of ``spec`` described by ``truth`` (its ``ranks``:
+    members) takes: a ``slow_coll`` fault on one of its members."""
+    out = 1.0
+    for f in spec.faults:
+        if f.kind == "slow_coll" and f.rank in truth["ranks"]:
+            out *= f.factor
+    return out
 
 
 def send_delay_ns(spec, truth: dict) -> int:

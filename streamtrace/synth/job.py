@@ -521,7 +521,9 @@ def simulate(spec: SynthSpec, pgs: list, ranks=None, truth=True):
             t, n = p.truth, len(p.truth["pg_ranks"])
             num, den = {"allreduce": (2 * n - 2, n), "reduce_scatter": (n - 1, n), "allgather": (n - 1, n)}.get(t["type"], (1, 1))
             lat, bw = LINKS[t["dim"]]
-            t_end = max(q.start for q in got.values()) + lat + t["nbytes"] * num // (den * bw) + F.send_delay_ns(spec, t)
+            took = lat + t["nbytes"] * num // (den * bw)
+            f = F.coll_factor(spec, t)
+            t_end = max(q.start for q in got.values()) + (took if f == 1 else int(took * f)) + F.send_delay_ns(spec, t)
             ends = resolved[p.key] = {q: t_end + int(rng.random() * (END_SKEW_NS + 1)) for q in sorted(got)}
             if truth:
                 colls.append(CollectiveTruth(index=len(colls), start_ns={q: got[q].start for q in sorted(got)}, end_ns=ends,

@@ -25,6 +25,8 @@ from .keep import *  # noqa: F401,F403
 from .keep import __all__ as _keep
 from .nesting import *  # noqa: F401,F403
 from .nesting import __all__ as _nesting
+from .replay import *  # noqa: F401,F403
+from .replay import __all__ as _replay
 from .runs import *  # noqa: F401,F403
 from .runs import __all__ as _runs
 from .sqlite_pages import *  # noqa: F401,F403
@@ -39,4 +41,4 @@ from .windows import *  # noqa: F401,F403
 from .windows import __all__ as _windows
 
 __all__ = [*_intervals, *_tree, *_nesting, *_ancestry, *_validate, *_windows, *_runs, *_gaps, *_critical,
-           *_sqlite_pages, *_survey, *_keep]
+           *_sqlite_pages, *_survey, *_keep, *_replay]

@@ -1,0 +1,381 @@
+"""What a fix buys: the step replayed with one thing changed (``streamtrace whatif AGG --change ...``,
+``streamtrace.load(AGG).whatif(...)``, ``whatif.parquet`` and the report's "What a fix buys").
+
+**The model** (docs/whatif.md).  The critical path's graph of each rank's step
+(:mod:`streamtrace.aggregate.critical_local`) with every edge's *cost* separated from the waits
+(:mod:`streamtrace.aggregate.whatif_local`), reduced per rank to the longest paths between its anchors
+that no collective dominates, joined across ranks through the matched collectives (a barrier at the
+last arrival; :mod:`streamtrace.aggregate.whatif_job`) and solved forward from every rank's measured
+step start: the critical-path method (Kelley & Walker, 1959) used as a replay, as Lumos (Liang et al.,
+MLSys 2025) replays a Kineto-derived execution graph.  A change (:mod:`streamtrace.aggregate.whatif_changes`)
+re-weighs costs; the ranks whose own costs it changes are reduced again from their analysed tables
+(only those), the job level is the small graph.
+
+**What a prediction says.**  The step's *span* (last rank's end - first rank's start, the critical
+path's length) and the median rank's step, measured and predicted; the saving is the replay's own
+difference (the unmodified replay against the changed one), so an error of the model in the
+unmodified step is never counted as a saving; a change whose saving is smaller than that error is
+flagged (``flag``), as is every change of a step the unmodified replay does not reproduce within
+:data:`FIDELITY_PCT`.
+
+``whatif.parquet`` (per change and step): ``iteration``, ``step``, ``change`` (the command-line
+spelling), ``description``, ``source`` (``candidate``: the report's, ``asked``), ``ranks_touched``,
+``measured_span_ns``, ``replay_span_ns`` (the unmodified replay), ``predicted_span_ns`` (measured -
+saving), ``saving_ns``, ``saving_pct`` (of the measured span), ``measured_step_ns``,
+``predicted_step_ns`` (median rank), ``bound_rank`` (the rank holding most of the new path),
+``bound_ns``, ``bound_what`` (``CPU``, ``GPU``, ``collectives``: what of it is on the path),
+``top_rank``, ``top_category``, ``top_name``, ``top_ns`` (the new path's heaviest segment),
+``fidelity_pct`` (the unmodified replay's worst rank error in the step), ``flag``.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..events.dataset import read_table, write_table
+from ..runtime.errors import DataError, UsageError
+from ..runtime.parallel import run_tasks
+from .alignment import Job, Part
+from .folder import Aggregate
+from .steps import step_patterns_of
+from .whatif_changes import AtMedian, Comm, HostGaps, Kernels, Launches, Ops, as_changes
+from .whatif_job import JobStep, Members, StepTables
+from .whatif_local import ANCHOR_COLUMNS, EDGE_COLUMNS, RANK_COLUMNS, part_replay
+
+FIDELITY_PCT = 5.0
+"""A step whose unmodified replay misses a rank's measured end by more than this share of its step is flagged."""
+COLUMNS = ("iteration", "step", "change", "description", "source", "ranks_touched", "measured_span_ns",
+           "replay_span_ns", "predicted_span_ns", "saving_ns", "saving_pct", "measured_step_ns", "predicted_step_ns",
+           "bound_rank", "bound_ns", "bound_what", "top_rank", "top_category", "top_name", "top_ns", "fidelity_pct",
+           "flag")
+TABLES = ("whatif_anchors", "whatif_edges", "whatif_ranks")
+
+
+@dataclass
+class PartsJob:
+    """What a rank's re-reduction needs of the job: the selected ``steps`` (None: all)."""
+    steps: set | None = None
+
+    @staticmethod
+    def iteration_of(part) -> int:
+        """The part's iteration (:meth:`streamtrace.aggregate.alignment.Job.iteration_of`)."""
+        return Job.iteration_of(part)
+
+
+def step_tables(rows: dict) -> dict:
+    """``{(iteration, step): StepTables}`` from the ``whatif_*`` columns of every part."""
+    a, e, r = rows["anchors"], rows["edges"], rows["ranks"]
+    out = {}
+    keys = sorted(set(zip(r["iteration"].tolist(), r["step"].tolist())))
+    if len(keys) == 1:                                # one step: its tables as they are, no copy
+        return {keys[0]: StepTables(a, e, r)}
+    for it, st in keys:
+        pick = lambda c: {k: v[(c["iteration"] == it) & (c["step"] == st)] for k, v in c.items()}  # noqa: E731
+        out[(it, st)] = StepTables(pick(a), pick(e), pick(r))
+    return out
+
+
+def join_rows(results: list) -> dict:
+    """The parts' :meth:`~streamtrace.aggregate.whatif_local.ReplayRows.result` dicts joined."""
+    results = [x for x in results if x]
+    out = {}
+    for name, cols in (("anchors", ANCHOR_COLUMNS), ("edges", EDGE_COLUMNS), ("ranks", RANK_COLUMNS)):
+        got = [x[name] for x in results if len(x[name]["part"])]
+        out[name] = {c: np.concatenate([g[c] for g in got]) for c in cols} if got else \
+            {c: np.zeros(0, object if c.startswith("top_") and c != "top_ns" else np.int64) for c in cols}
+    return out
+
+
+def read_members(outdir, meta: dict) -> Members:
+    """The matched collectives of an aggregate folder (``collectives_ranks``, ``collectives``) with
+    their link peaks (:func:`streamtrace.topology.hardware.gpu_spec` of the job's device)."""
+    p = Path(outdir) / "collectives_ranks.parquet"
+    if not p.is_file():
+        return Members.empty()
+    m = read_table(p, ["instance", "part", "correlation", "stream"])
+    n = np.bincount(m["instance"]) if len(m["instance"]) else np.zeros(0, np.int64)
+    keep = n[m["instance"]] >= 2 if len(m["instance"]) else np.zeros(0, bool)
+    key = {(int(a), int(b), int(c)): int(i) for a, b, c, i in
+           zip(m["part"][keep], m["correlation"][keep], m["stream"][keep], m["instance"][keep])}
+    info: dict = {}
+    q = Path(outdir) / "collectives.parquet"
+    if q.is_file():
+        c = read_table(q, ["instance", "collective", "parallel_dim", "msg_bytes", "busbw_gbps", "pg_ranks", "ranks"])
+        gpu, nic = _peaks(meta)
+        for i, name, dim, b, bw, pg, rk in zip(*(c[x] for x in ("instance", "collective", "parallel_dim", "msg_bytes",
+                                                               "busbw_gbps", "pg_ranks", "ranks"))):
+            members = [int(x) for x in re.findall(r"\d+", str(pg or rk or ""))]
+            inter = len({x // 8 for x in members}) > 1
+            info[int(i)] = {"name": str(name), "dim": str(dim or ""), "bytes": int(b or 0),
+                            "busbw": float(bw) if bw is not None else math.nan, "inter": inter, "gpu_gbps": gpu,
+                            "nic_gbps": nic}
+    return Members(key, info)
+
+
+def _peaks(meta) -> tuple:
+    """(NVLink, network) peak per direction of the job's GPU (GB/s, NaN unknown): the report's links."""
+    from ..topology.hardware import gpu_spec
+    spec = next((gpu_spec(d) for d in meta.get("devices") or [] if gpu_spec(d)), None)
+    if spec is None or meta.get("sources") == ["cpu"]:
+        return math.nan, math.nan
+    return float(spec.link_gbps or math.nan), float(spec.nic_gbps or math.nan)
+
+
+def medians(aggdir, tabs: StepTables, it: int, st: int, rank: int) -> dict:
+    """The at-median factors of ``rank`` in one step: per CPU op name (``op_stats.self_ns``) and
+    kernel name (``kernel_stats.total_ns``), min(1, median over its peers / its own), the peers being
+    the other ranks that ran it as many times (the same work; all that ran it when none did; 0 when
+    no other rank ran it: the median rank does not); and its host gaps' (``whatif_ranks.host_gap_ns``,
+    over every other rank)."""
+    out = {}
+    for kind, table, col in (("cpu", "op_stats", "self_ns"), ("gpu", "kernel_stats", "total_ns")):
+        p = Path(aggdir) / f"{table}.parquet"
+        if p.is_file():
+            out.update({(kind, n): f for n, f in _name_factors(p, col, it, st, rank).items()})
+    r = tabs.ranks
+    hg = dict(zip(r["rank"].tolist(), r["host_gap_ns"].tolist()))
+    if rank in hg and hg[rank] > 0 and len(hg) > 1:
+        out[("host", None)] = min(1.0, float(np.median([v for k, v in hg.items() if k != rank])) / hg[rank])
+    return out
+
+
+def _name_factors(path, col, it, st, rank) -> dict:
+    """``{name: factor}`` of :func:`medians` from one statistics table (pyarrow, then numpy by name
+    code: a 1,024-rank job's table is never turned into Python rows)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    t = pq.read_table(path, columns=["rank", "name", "count", col], filters=[("iteration", "=", it), ("step", "=", st)])
+    enc = pc.dictionary_encode(t["name"]).combine_chunks()
+    names = enc.dictionary.to_pylist()
+    code = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    rk, cnt = t["rank"].to_numpy(), t["count"].to_numpy()
+    val = t[col].to_numpy(zero_copy_only=False).astype(float)
+    mine = rk == rank
+    own_v = np.full(len(names), np.nan)
+    own_c = np.full(len(names), -1, np.int64)
+    own_v[code[mine]], own_c[code[mine]] = val[mine], cnt[mine]
+    peer = ~mine & (own_c[code] >= 0)
+    out = {}
+    for same in (True, False):                        # the peers that ran it as often, else all that ran it
+        m = peer & ((cnt == own_c[code]) if same else True)
+        c, v = code[m], val[m]
+        o = np.lexsort((v, c))
+        c, v = c[o], v[o]
+        cuts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]]) if len(c) else np.zeros(0, np.int64)
+        for a, b in zip(cuts.tolist(), cuts[1:].tolist() + [len(c)]):
+            n = int(c[a])
+            if names[n] not in out and own_v[n] > 0:
+                out[names[n]] = min(1.0, float(np.median(v[a:b])) / own_v[n])
+    others = len(np.unique(rk[~mine]))
+    for n in np.flatnonzero(own_c >= 0).tolist():     # no other rank runs it: the median rank does not
+        if names[n] not in out and others and own_v[n] > 0:
+            out[names[n]] = 0.0
+    return out
+
+
+class Replayer:
+    """Replays changes over one aggregate's steps: ``tabs`` ``{(iteration, step): StepTables}``,
+    ``members`` the matched collectives, ``parts`` ``{part index: Part}`` (to re-reduce a touched
+    rank), ``aggdir`` (the at-median figures), ``jobs`` processes for many touched ranks, ``steps``
+    the job's selected steps."""
+
+    def __init__(self, tabs: dict, members: Members, parts: dict, aggdir, jobs=1, steps=None):
+        self.tabs, self.members, self.parts, self.aggdir = tabs, members, parts, aggdir
+        self.jobs, self.steps = jobs, steps
+        self.graphs = {k: JobStep(v, members) for k, v in tabs.items()}
+        self.base = {k: g.solve() for k, g in self.graphs.items()}
+
+    def fidelity(self, key) -> float:
+        """The unmodified replay's worst error over the step's ranks, % of the rank's measured step."""
+        r, base = self.tabs[key].ranks, self.base[key]
+        worst = 0.0
+        for p, s, e in zip(r["part"].tolist(), r["start_ns"].tolist(), r["end_ns"].tolist()):
+            got = base.end.get(p)
+            if got is not None and e > s:
+                worst = max(worst, 100.0 * abs(got - e) / (e - s))
+        return worst
+
+    def replay(self, changes, source="asked", touched_rows=None) -> list:
+        """Rows of ``whatif.parquet`` (module docstring) for ``changes`` (applied together), one per
+        step; ``touched_rows``: the touched parts' re-reduced rows when already at hand."""
+        changes = as_changes(changes)
+        touched = [p for p, part in self.parts.items() if any(c.touches(part.rank) for c in changes)]
+        if touched_rows is None and touched:
+            touched_rows = self._reduce(touched, changes)
+        out = []
+        comm = any(not c.local or isinstance(c, AtMedian) for c in changes)
+        for key, g in self.graphs.items():
+            if touched:
+                g = g.with_parts(touched, _only(touched_rows, key)["edges"])
+            f = None
+            if comm:
+                view = g.members()
+                f = np.ones(len(view.instance))
+                for c in changes:
+                    x = c.transfer_factor(view)
+                    if x is not None:
+                        f *= x
+            out.append(self._row(key, changes, source, len(touched), g.solve(None if f is None or (f == 1).all()
+                                                                             else f)))
+        return out
+
+    def _reduce(self, touched, changes) -> dict:
+        """The touched parts re-reduced with ``changes`` (worker processes for several)."""
+        tasks = []
+        for p in touched:
+            part = self.parts[p]
+            meds = {}
+            if any(isinstance(c, AtMedian) and c.touches(part.rank) for c in changes):
+                meds = {k: medians(self.aggdir, t, k[0], k[1], part.rank) for k, t in self.tabs.items()
+                        if k[0] == Job.iteration_of(part)}           # the part's own iteration's steps
+            tasks.append((PartsJob(self.steps), part, changes, meds))
+        res = run_tasks(_reduce_task, tasks, max(1, min(self.jobs, len(tasks))))
+        return join_rows(res)
+
+    def _row(self, key, changes, source, ntouched, r) -> dict:
+        tabs, base = self.tabs[key], self.base[key]
+        rk = tabs.ranks
+        measured = int(rk["end_ns"].max() - rk["start_ns"].min()) if len(rk["part"]) else 0
+        mstep = int(np.median(rk["end_ns"] - rk["start_ns"])) if len(rk["part"]) else 0
+        saving = base.span_ns - r.span_ns
+        fid = self.fidelity(key)
+        bound = max(r.by_part.items(), key=lambda kv: kv[1]) if r.by_part else (-1, 0)
+        p = bound[0]
+        kinds = {"CPU": r.host_ns.get(p, 0), "GPU": r.gpu_ns.get(p, 0), "collectives": r.comm_ns.get(p, 0)}
+        flag = ""
+        if fid > FIDELITY_PCT:
+            flag = f"the unmodified replay misses a rank's end by {fid:.1f} % of its step"
+        elif abs(saving) < fid / 100.0 * max(mstep, 1):
+            flag = "within the replay's error"
+        rank_of = dict(zip(rk["part"].tolist(), rk["rank"].tolist()))
+        return {"iteration": key[0], "step": key[1], "change": "; ".join(c.text() for c in changes),
+                "description": "; ".join(c.describe() for c in changes), "source": source, "ranks_touched": ntouched,
+                "measured_span_ns": measured, "replay_span_ns": base.span_ns, "predicted_span_ns": measured - saving,
+                "saving_ns": saving, "saving_pct": round(100.0 * saving / measured, 3) if measured else 0.0,
+                "measured_step_ns": mstep, "predicted_step_ns": mstep - (base.step_ns - r.step_ns),
+                "bound_rank": rank_of.get(p, -1), "bound_ns": int(bound[1]),
+                "bound_what": max(kinds, key=kinds.get) if bound[1] else "",
+                "top_rank": rank_of.get(r.top[0], -1), "top_category": r.top[1], "top_name": r.top[2],
+                "top_ns": int(r.top[3]), "fidelity_pct": round(fid, 4), "flag": flag}
+
+
+def _only(rows: dict, key) -> dict:
+    it, st = key
+    return {n: {c: v[(cols["iteration"] == it) & (cols["step"] == st)] for c, v in cols.items()}
+            for n, cols in rows.items()}
+
+
+def _reduce_task(job, part, changes, meds) -> dict:
+    """One touched part re-reduced (a worker's task): every step of ``job``, or with at-median
+    factors ``meds`` (``{(iteration, step): factors}``) each step with its own."""
+    if not meds:
+        return part_replay(job, part, changes)
+    return join_rows([part_replay(PartsJob({key[1]}), part, changes, m) for key, m in meds.items()])
+
+
+# -- the aggregate's side ------------------------------------------------------------------------
+
+def write_tables(outdir, rows: dict) -> list:
+    """Write ``whatif_anchors``, ``whatif_edges``, ``whatif_ranks`` (the parts' joined rows); returns the paths."""
+    files = []
+    for name, key in zip(TABLES, ("anchors", "edges", "ranks")):
+        files += write_table(outdir, name, rows[key])
+    return files
+
+
+def read_tables(aggdir) -> dict:
+    """The ``whatif_*`` tables of an aggregate folder as :func:`join_rows` returns them."""
+    out = {}
+    for name, key in zip(TABLES, ("anchors", "edges", "ranks")):
+        p = Path(aggdir) / f"{name}.parquet"
+        if not p.is_file():
+            raise DataError(p, "missing: run streamtrace aggregate again (a version with the what-if replay)")
+        out[key] = dict(read_table(p))
+    return out
+
+
+def parts_of(meta: dict) -> dict:
+    """``{part index: Part}`` of an aggregate's ``aggregate.json`` (``parts``: folder, rank,
+    iteration, alignment shift and clock offset; step patterns from the analysed folder)."""
+    from ..analyze.outputs import Analysis
+    summaries: dict = {}
+    out = {}
+    for p in meta.get("parts") or []:
+        d = Path(p["dir"])
+        if d not in summaries:
+            summaries[d] = {(r["rank"], r.get("iteration")): r for r in Analysis.read(d).summary["ranks"]} \
+                if (d / Analysis.marker).is_file() else {}
+        entry = summaries[d].get((p["rank"], p.get("iteration")))
+        out[int(p["index"])] = Part(int(p["index"]), d, int(p["rank"]), p.get("iteration"), str(p.get("source", "")),
+                                    shift_ns=int(p.get("shift_ns", 0)), clock_offset_ns=int(p.get("clock_offset_ns", 0)),
+                                    step_patterns=step_patterns_of(d, entry) if entry else None)
+    return out
+
+
+def replay_steps(aggdir, changes, jobs: int = 0) -> "object":
+    """Replay the steps of the aggregate folder ``aggdir`` with ``changes`` (records of
+    :mod:`streamtrace.aggregate.whatif_changes` or their ``KIND:key=value,...`` text, applied together).
+
+    Returns a pyarrow Table of :data:`COLUMNS` (one row per step; ns int64).  Raises
+    :class:`~streamtrace.runtime.errors.UsageError` for a bad change, and
+    :class:`~streamtrace.runtime.errors.DataError` when the aggregate has no replay tables or a
+    touched rank's analysed folder is gone."""
+    import pyarrow as pa
+    changes = as_changes(changes)
+    if not changes:
+        raise UsageError("give at least one change (--change KIND[:key=value,...])")
+    agg = Aggregate.read(aggdir)
+    meta = agg.summary
+    parts = parts_of(meta)
+    ranks = {p.rank for p in parts.values()}
+    for c in changes:
+        bad = sorted(set(c.ranks or ()) - ranks)
+        if bad:
+            raise UsageError(f"--change {c.text()!r}: no rank {bad[0]} in {aggdir} (ranks {min(ranks)}-{max(ranks)})")
+    from ..analyze.outputs import Analysis
+    for p in parts.values():
+        if any(c.touches(p.rank) for c in changes) and not (p.dir / Analysis.marker).is_file():
+            raise DataError(p.dir, f"rank {p.rank}'s analysed folder is gone: the change must rebuild its graph")
+    steps = {int(s[1]) for s in meta.get("steps") or []} or None
+    rep = Replayer(step_tables(read_tables(aggdir)), read_members(aggdir, meta), parts, aggdir,
+                   jobs or os.cpu_count() or 1, steps)
+    rows = rep.replay(changes)
+    return pa.table({c: [r[c] for r in rows] for c in COLUMNS})
+
+
+def write_whatif(job, outdir, results: list, meta: dict, jobs: int = 1) -> list:
+    """In ``aggregate``: the ``whatif_*`` tables from the parts' rows ``results`` (in part order),
+    the report's candidate changes (:func:`streamtrace.aggregate.whatif_candidates.candidates`) replayed
+    into ``whatif.parquet``.  Returns the files written."""
+    from .whatif_candidates import candidates
+    rows = join_rows(results)
+    results.clear()                                   # (the parts' rows: held once, joined)
+    if not len(rows["ranks"]["part"]):
+        return []
+    tabs = step_tables(rows)
+    rep = Replayer(tabs, read_members(outdir, meta), {p.index: p for p in job.parts}, outdir, jobs, job.steps)
+    _replay_ends(rows, rep)
+    files = write_tables(outdir, rows)
+    out = []
+    for change in candidates(outdir, tabs):
+        out += rep.replay([change], "candidate")
+    text = ("change", "description", "source", "bound_what", "top_category", "top_name", "flag")
+    cols = {c: np.asarray([r[c] for r in out], object if c in text else float if c.endswith("pct") else np.int64)
+            if out else np.zeros(0, str if c in text else float if c.endswith("pct") else np.int64) for c in COLUMNS}
+    return files + write_table(outdir, "whatif", cols)        # (no change: typed empty columns, still readable)
+
+
+def _replay_ends(rows, rep: Replayer):
+    """``whatif_ranks.replay_end_ns``: each rank's step end in the unmodified replay (-1 unreached)."""
+    r = rows["ranks"]
+    r["replay_end_ns"] = np.asarray([rep.base[(it, st)].end.get(p, -1) for it, st, p in
+                                     zip(r["iteration"].tolist(), r["step"].tolist(), r["part"].tolist())], np.int64)
+
+
+__all__ = ["replay_steps", "write_whatif", "Replayer", "HostGaps", "Ops", "AtMedian", "Kernels", "Comm", "Launches",
+           "FIDELITY_PCT"]

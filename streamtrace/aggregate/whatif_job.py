@@ -1,0 +1,324 @@
+"""The job level of the what-if replay (:mod:`streamtrace.aggregate.whatif`): one step's small graph
+over every rank's reduced anchors (:mod:`streamtrace.aggregate.whatif_local`), joined through the
+matched collectives as the critical path joins them (:mod:`streamtrace.aggregate.critical_path`: a
+barrier at the last member's arrival, each member's end its transfer after it), solved forward with
+every rank's step start at its measured time.
+
+The replay of a change: the touched ranks' reduced edges replaced by their re-reduction, the
+collectives' transfers scaled (:class:`TransferView`), the forward pass again
+(:func:`streamtrace.kernels.critical.longest_path`).  Its answer (:class:`Replay`): every rank's
+step end, the span (last end - first start), the median rank's step, and the path that now bounds
+it with the rank holding most of it.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..kernels.critical import NEG, longest_path, trace_back
+from .critical_graph import Anchor
+
+LOCAL, WAIT, TRANSFER = 0, 1, 2
+BARRIER = -1
+SCOPES = ("intra", "inter")
+
+
+@dataclass
+class Members:
+    """The matched collectives of the job: ``key`` ``{(part, correlation, stream): instance}`` and
+    per instance (``collectives.parquet``): ``name``, ``dim``, ``bytes``, ``busbw`` (GB/s, NaN
+    unknown), ``inter`` (its group spans nodes), ``gpu_gbps`` / ``nic_gbps`` (the link peaks per
+    direction, NaN unknown)."""
+    key: dict
+    info: dict
+
+    @staticmethod
+    def empty() -> "Members":
+        """No matched collective (an aggregate of one rank, or without ``collectives_ranks``)."""
+        return Members({}, {})
+
+
+class TransferView:
+    """The collective members of one step as a change sees them (:meth:`Change.transfer_factor`):
+    per member ``instance``, ``rank``, ``transfer`` (ns) and the instance's facts (:class:`Members`)."""
+
+    def __init__(self, instance, rank, transfer, members: Members):
+        self.instance, self.rank, self.transfer = instance, rank, transfer
+        info = members.info
+        get = lambda k, d: np.asarray([info.get(int(i), {}).get(k, d) for i in instance.tolist()])  # noqa: E731
+        self.name, self.dim = get("name", "").astype(str), get("dim", "").astype(str)
+        self.bytes = get("bytes", 0).astype(np.int64)
+        self.busbw = get("busbw", np.nan).astype(float)
+        self.peak = np.where(get("inter", False).astype(bool), get("nic_gbps", np.nan).astype(float),
+                             get("gpu_gbps", np.nan).astype(float))
+
+    def select(self, pattern, dim, ranks) -> np.ndarray:
+        """Members of the instances whose name matches ``pattern`` (``re.search``), of dimension
+        ``dim`` (case-insensitive) and with a member on ``ranks`` (None: any)."""
+        import re
+        sel = np.ones(len(self.instance), bool)
+        if pattern:
+            rx = re.compile(pattern)
+            sel &= np.asarray([bool(rx.search(x)) for x in self.name], bool)
+        if dim:
+            sel &= np.char.lower(self.dim) == dim.lower()
+        return sel & self.has_member(ranks)
+
+    def has_member(self, ranks) -> np.ndarray:
+        """Members of the instances with a member on ``ranks`` (None: every member)."""
+        if ranks is None:
+            return np.ones(len(self.instance), bool)
+        hit = np.unique(self.instance[np.isin(self.rank, list(ranks))])
+        return np.isin(self.instance, hit)
+
+    def median_factor(self, sel) -> np.ndarray:
+        """The selected members' transfers no longer than the median transfer of the members of the
+        same collective, dimension and size (all instances of the step)."""
+        f = np.ones(len(self.instance))
+        groups: dict = {}
+        for i, k in enumerate(zip(self.name.tolist(), self.dim.tolist(), self.bytes.tolist())):
+            groups.setdefault(k, []).append(i)
+        for idx in groups.values():
+            idx = np.asarray(idx)
+            med = float(np.median(self.transfer[idx]))
+            s = idx[sel[idx] & (self.transfer[idx] > med)]
+            f[s] = med / self.transfer[s]
+        return f
+
+    def share_factor(self, sel, share, gbps=None) -> np.ndarray:
+        """The selected members' transfers at ``share`` x the link's peak bus bandwidth (``gbps``, else
+        the instance's link), never slower: factor = min(1, busbw / (share x peak)); 1 where the bus
+        bandwidth or the peak is unknown."""
+        peak = np.full(len(self.instance), float(gbps)) if gbps else self.peak
+        f = np.minimum(1.0, self.busbw / (share * peak))
+        return np.where(sel & np.isfinite(f) & (f > 0), f, 1.0)
+
+
+@dataclass
+class StepTables:
+    """One (iteration, step)'s rows of the ``whatif_anchors`` / ``whatif_edges`` / ``whatif_ranks``
+    tables (column dicts; :mod:`streamtrace.aggregate.whatif_local`)."""
+    anchors: dict
+    edges: dict
+    ranks: dict
+
+
+def _kahn(pos, src, dst) -> np.ndarray:
+    """Positions of a topological order of the nodes (Kahn's algorithm, the nodes of equal rank by
+    ``pos``, the order by time); nodes on a cycle (collectives matched against the order of the
+    ranks' own work) keep their place after the rest, and the edges into them that run backwards are
+    left for the caller to drop."""
+    import heapq
+    n = len(pos)
+    indeg = np.bincount(dst, minlength=n)
+    o = np.argsort(src, kind="stable")
+    first = np.searchsorted(src[o], np.arange(n + 1))
+    heap = [(int(pos[v]), v) for v in np.flatnonzero(indeg == 0).tolist()]
+    heapq.heapify(heap)
+    out = np.full(n, -1, np.int64)
+    k = 0
+    while heap:
+        _, u = heapq.heappop(heap)
+        out[u] = k
+        k += 1
+        for e in o[first[u]:first[u + 1]].tolist():
+            v = int(dst[e])
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                heapq.heappush(heap, (int(pos[v]), v))
+    rest = np.flatnonzero(out < 0)
+    out[rest[np.argsort(pos[rest])]] = k + np.arange(len(rest))
+    return out
+
+
+@dataclass
+class Replay:
+    """One replay of one step: ``end`` ``{part: predicted step end}`` (ns, aligned), ``start``
+    ``{part: step start}``, ``span_ns`` (last end - first start), ``step_ns`` (median over the ranks
+    of end - start), ``by_part`` ``{part: ns}`` of the path that bounds it (local stretches and the
+    rank's transfers), ``top`` the path's heaviest segment ``(part, category, name, ns)``, ``host_ns``
+    / ``gpu_ns`` / ``comm_ns`` ``{part: ns}`` on the path, ``dropped`` edges against the order."""
+    end: dict
+    start: dict
+    span_ns: int
+    step_ns: int
+    by_part: dict
+    top: tuple
+    host_ns: dict
+    gpu_ns: dict
+    comm_ns: dict
+    dropped: int
+
+
+class JobStep:
+    """One step's job-level graph from :class:`StepTables` and the matched :class:`Members`: the
+    anchors (``t``, ``kind``, ``part``; barriers appended), the ranks' reduced edges (``LOCAL``) then
+    the collectives' (``WAIT``, ``TRANSFER``), their topological positions ``pos`` and the edges kept
+    (``keep``: those that run forward)."""
+
+    def __init__(self, tabs: StepTables, members: Members):
+        a = tabs.anchors
+        o = np.lexsort((a["anchor"], a["part"]))
+        self.part, self.anchor, self.kind = a["part"][o], a["anchor"][o], a["kind"][o]
+        self.t, self.corr, self.stream = a["t_ns"][o], a["correlation"][o], a["stream"][o]
+        self.rank_of = dict(zip(a["part"].tolist(), a["rank"].tolist()))
+        self.key = self.part * (1 << 32) + self.anchor
+        self.members_ = members
+        self._collectives(members, len(self.t))
+        self._local(tabs.edges)
+
+    def with_parts(self, parts, edges) -> "JobStep":
+        """This graph with parts ``parts``' reduced edges replaced by ``edges`` (their re-reduction:
+        the same anchors, whatif_edges columns of this step); the collectives are shared."""
+        g = copy.copy(self)
+        old = self.edges_
+        keep = ~np.isin(old["part"], list(parts))
+        g._local({c: np.concatenate([old[c][keep], np.asarray(edges[c], old[c].dtype)]) for c in old})
+        return g
+
+    def _local(self, e):
+        """The ranks' reduced edges ``e`` (whatif_edges columns) first, then the collectives'."""
+        self.edges_ = e
+        gid = lambda p, x: np.searchsorted(self.key, p * (1 << 32) + x)  # noqa: E731
+        nl = len(e["w_ns"])
+        self.src = np.r_[gid(e["part"], e["src"]), self.c_src]
+        self.dst = np.r_[gid(e["part"], e["dst"]), self.c_dst]
+        self.w = np.r_[e["w_ns"].astype(np.int64), self.c_w]
+        self.etype = np.r_[np.full(nl, LOCAL, np.int8), self.c_typ]
+        self.m_edge = nl + self.c_medge
+        self.t_first = nl                                        # the first collective edge
+        self.host, self.gpu = e["host_ns"], e["gpu_ns"]
+        self.top = (e["top_category"], e["top_name"], e["top_ns"])
+        self.pos = self.pos0
+        if (self.pos[self.src] >= self.pos[self.dst]).any():   # times that disagree (clock skew, 0-length
+            self.pos = _kahn(self.pos0, self.src, self.dst)     # events): a true topological order
+        self.keep = np.flatnonzero(self.pos[self.src] < self.pos[self.dst])
+
+    def _collectives(self, members: Members, n: int):
+        """Barriers and transfers (module docstring): ``c_*`` edge arrays (indices from 0), the
+        members in ``m_*`` arrays."""
+        arr = np.flatnonzero(self.kind == Anchor.arrival)
+        end = np.flatnonzero(self.kind == Anchor.end)
+        ends = {k: i for i, k in zip(end.tolist(), zip(self.part[end].tolist(), self.corr[end].tolist(),
+                                                          self.stream[end].tolist()))}
+        by_inst: dict = {}
+        src, dst, w, typ = [], [], [], []
+        m_inst, m_end, m_arr = [], [], []
+        for a, k in zip(arr.tolist(), zip(self.part[arr].tolist(), self.corr[arr].tolist(), self.stream[arr].tolist())):
+            e = ends.get(k)
+            if e is None:
+                continue
+            i = members.key.get(k)
+            if i is None:                                 # unmatched: its own transfer
+                src.append(a)
+                dst.append(e)
+                w.append(int(self.t[e] - self.t[a]))
+                typ.append(TRANSFER)
+                m_inst.append(-1)
+                m_end.append(len(src) - 1)
+                m_arr.append(a)
+            else:
+                by_inst.setdefault(i, []).append((a, e))
+        bt = []
+        for i, pairs in by_inst.items():
+            b = n + len(bt)
+            last = max(int(self.t[a]) for a, _ in pairs)
+            bt.append(last)
+            for a, e in pairs:
+                own = self.t[e] < last                     # it finished before the last arrival
+                src += [a, a if own else b]
+                dst += [b, e]
+                w += [0, int(self.t[e] - (self.t[a] if own else last))]
+                typ += [WAIT, TRANSFER]
+                m_inst.append(i)
+                m_end.append(len(src) - 1)
+                m_arr.append(a)
+        nb = len(bt)
+        self.t = np.r_[self.t, np.asarray(bt, np.int64)]
+        self.kind = np.r_[self.kind, np.full(nb, BARRIER, np.int64)]
+        self.part = np.r_[self.part, np.full(nb, -1, np.int64)]
+        self.c_src, self.c_dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+        self.c_w, self.c_typ = np.asarray(w, np.int64), np.asarray(typ, np.int8)
+        self.c_medge = np.asarray(m_end, np.int64)                  # each member's transfer edge
+        self.m_inst = np.asarray(m_inst, np.int64)
+        self.m_part = self.part[np.asarray(m_arr, np.int64)] if m_arr else np.zeros(0, np.int64)
+        self.c_inst = np.full(len(src), -1, np.int64)             # per collective edge: its instance
+        self.c_inst[self.c_medge] = self.m_inst
+        self._view = None
+        self._time_order(src, dst, typ)
+
+    def _time_order(self, src, dst, typ):
+        """Positions by time (an end after its barrier or its own arrival: the collective edges ``src``
+        -> ``dst`` of type ``typ``), then end < start < arrival < barrier < step end at equal times (as
+        the critical path's job graph): ``pos0``."""
+        key = self.t.copy()
+        cls = np.select([self.kind == Anchor.end, self.kind == Anchor.step_start, self.kind == Anchor.arrival,
+                         self.kind == BARRIER, self.kind == Anchor.step_end], [0, 1, 2, 3, 4], 5)
+        for e, b, ty in zip(dst, src, typ):
+            if ty == TRANSFER and key[e] <= self.t[b]:
+                key[e] = self.t[b]
+                cls[e] = 4
+        order = np.lexsort((np.arange(len(key)), cls, key))
+        self.pos0 = np.empty(len(key), np.int64)
+        self.pos0[order] = np.arange(len(key))
+
+    def members(self, members: Members | None = None) -> TransferView:
+        """The matched members of the step (their measured transfers) as a :class:`TransferView`
+        (built once: the collectives do not change with the ranks' edges)."""
+        if self._view is None:
+            m = self.m_inst >= 0
+            self._view = TransferView(self.m_inst[m], np.asarray([self.rank_of.get(int(p), -1)
+                                                                  for p in self.m_part[m].tolist()]),
+                                      self.c_w[self.c_medge[m]].astype(float), members or self.members_)
+        return self._view
+
+    def solve(self, transfer_factor=None) -> Replay:
+        """The forward pass with the matched members' transfers times ``transfer_factor`` (per member
+        of :meth:`members`, None: as measured)."""
+        w = self.w.copy()
+        if transfer_factor is not None:
+            edges = self.m_edge[self.m_inst >= 0]
+            w[edges] = np.rint(w[edges] * np.asarray(transfer_factor, float)).astype(np.int64)
+        n = len(self.t)
+        k = self.keep
+        init = np.full(n, NEG, np.int64)
+        starts = np.flatnonzero(self.kind == Anchor.step_start)
+        init[self.pos[starts]] = self.t[starts]
+        dist, pred, _ = longest_path(n, self.pos[self.src[k]], self.pos[self.dst[k]], w[k], init)
+        d = dist[self.pos]                                   # by node
+        ends = np.flatnonzero((self.kind == Anchor.step_end) & (d > NEG))
+        end = {int(p): int(x) for p, x in zip(self.part[ends].tolist(), d[ends].tolist())}
+        start = {int(p): int(x) for p, x in zip(self.part[starts].tolist(), self.t[starts].tolist())}
+        for p, x in zip(self.part[ends].tolist(), d[ends].tolist()):
+            end[p] = max(end[p], int(x))
+        if not end:
+            return Replay({}, start, 0, 0, {}, (-1, "", "", 0), {}, {}, {}, len(self.w) - len(k))
+        last = ends[np.argmax(d[ends])]
+        path = k[trace_back(pred, self.pos[self.src[k]], int(self.pos[last]))]
+        span = int(d[last] - min(start.values()))
+        steps = [end[p] - start[p] for p in end if p in start]
+        return self._attribute(path, w, end, start, span, int(np.median(steps)) if steps else 0)
+
+    def _attribute(self, path, w, end, start, span, step) -> Replay:
+        """The path's time by part and kind, and its heaviest segment."""
+        by, host, gpu, comm = {}, {}, {}, {}
+        top = (-1, "", "", 0)
+        cat, name, tns = self.top
+        for e in path.tolist():
+            if self.etype[e] == LOCAL:
+                p = int(self.part[self.src[e]])
+                by[p] = by.get(p, 0) + int(w[e])
+                host[p] = host.get(p, 0) + int(self.host[e])
+                gpu[p] = gpu.get(p, 0) + int(self.gpu[e])
+                if int(tns[e]) > top[3]:
+                    top = (p, str(cat[e]), str(name[e]), int(tns[e]))
+            elif self.etype[e] == TRANSFER:
+                p = int(self.part[self.dst[e]])
+                by[p] = by.get(p, 0) + int(w[e])
+                comm[p] = comm.get(p, 0) + int(w[e])
+                if int(w[e]) > top[3]:
+                    i = int(self.c_inst[e - self.t_first])
+                    top = (p, "comm_transfer", self.members_.info.get(i, {}).get("name", "collective"), int(w[e]))
+        return Replay(end, start, span, step, by, top, host, gpu, comm, len(self.w) - len(self.keep))

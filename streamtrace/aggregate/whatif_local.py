@@ -1,0 +1,164 @@
+"""One rank's part of the what-if replay (:mod:`streamtrace.aggregate.whatif`), from the step graphs
+of the critical path (:mod:`streamtrace.aggregate.critical_local`), in aggregate's per-rank worker or,
+for the ranks a change touches, again when the change is replayed.
+
+**Cost and wait.**  In the critical path's graph the dependency a piece of work was waiting on
+carries the elapsed time and the others weigh 0 (``wait``).  The replay keeps as *cost* what the
+work itself took, and lets the forward pass derive every wait again from the dependencies:
+
+* a CPU op's own time, a host gap, a kernel's / memcpy's duration, a launch's delay and the gap
+  before a kernel that its stream or another stream held (when that dependency bound it in the
+  trace: a driver's or the GPU's own latency), a GPU -> CPU sync's wake-up, a hand-over between
+  threads: cost = the measured time;
+* what the trace shows as waiting is a cost of 0 with the dependency beside it: a sync call's own
+  time (the GPU end it waited for carries the time), a thread's stretch waiting for another thread,
+  and a thread's stretch waiting for a CPU collective run on another thread (gloo's worker: the
+  stretch that holds the run's end, unless an ``aten::`` op computes there);
+* a dependency that did not bind in the trace (``wait``) costs 0: the replay knows no latency for it.
+
+So the unmodified replay gives every instant its measured time back (fidelity: each wait is
+re-derived from a dependency whose own time is measured), and a change re-weighs costs only.
+Host gaps with nothing on any thread stay as measured: the replay cannot say what they waited for.
+
+**The reduction** (:func:`streamtrace.kernels.replay.anchor_pairs`): per step, every source anchor
+(the step's start, a collective's end) gets an edge to each sink anchor (an arrival, the step's end)
+and each other source it reaches, weighted by the longest local path, unless a path through a
+collective is at least as long (then the job level derives it); each edge carries its path's CPU
+and GPU time and its heaviest segment.  Tables: ``whatif_anchors``, ``whatif_edges``,
+``whatif_ranks`` (:data:`ANCHOR_COLUMNS`, :data:`EDGE_COLUMNS`, :data:`RANK_COLUMNS`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..kernels.replay import anchor_pairs
+from .critical_graph import CATEGORIES, Anchor, Category
+from .critical_local import part_graphs, part_reads
+from .whatif_changes import EdgeView
+
+NCAT = len(Category)
+HOST = np.asarray([Category.cpu_op, Category.host_gap, Category.launch_delay, Category.sync, Category.thread_wait])
+GPU = np.asarray([Category.compute_kernel, Category.memcpy, Category.kernel_gap, Category.queued])
+ANCHOR_COLUMNS = ("iteration", "step", "part", "rank", "anchor", "kind", "t_ns", "correlation", "stream")
+EDGE_COLUMNS = ("iteration", "step", "part", "src", "dst", "w_ns", "host_ns", "gpu_ns", "top_category", "top_name",
+                "top_lane", "top_ns")
+RANK_COLUMNS = ("iteration", "step", "part", "rank", "start_ns", "end_ns", "host_gap_ns", "cpu_ns", "gpu_ns",
+                "nodes", "edges", "pairs", "dropped")
+
+
+def replay_costs(t, cols) -> np.ndarray:
+    """Per edge of one step graph (``t`` node times, ``cols`` ``[src, dst, w, cat, lane, name, ref]``)
+    its cost in the replay (module docstring), int64 ns."""
+    src, dst, w, cat, _, name = cols[:6]
+    cost = np.asarray(w, np.int64).copy()
+    sync = np.flatnonzero(cat == Category.sync)
+    if len(sync):
+        waited = np.flatnonzero(np.isin(dst, dst[sync]) & np.isin(cat, (Category.cpu_op, Category.host_gap)))
+        cost[[i for i, x in zip(waited.tolist(), name[waited].tolist()) if not str(x).startswith("aten::")]] = 0
+    return cost
+
+
+def edge_view(t, cols, rank, ops, medians=None) -> EdgeView:
+    """One step graph as the changes see it (:class:`~streamtrace.aggregate.whatif_changes.EdgeView`)."""
+    src, dst, _, cat, lane, name = cols[:6]
+    return EdgeView(cat, lane, name, t[src], t[dst], rank, ops, medians or {})
+
+
+def apply_changes(cost, view, changes) -> np.ndarray:
+    """``cost`` (int64 ns per edge) times every change's factor for this rank (rounded)."""
+    f = np.ones(len(cost))
+    for c in changes:
+        if c.touches(view.rank):
+            x = c.edge_factor(view)
+            if x is not None:
+                f *= x
+    return cost if (f == 1).all() else np.rint(cost * f).astype(np.int64)
+
+
+class ReplayRows:
+    """The rows of the ``whatif_*`` tables of one part, step by step (:meth:`add`; ``result``)."""
+
+    def __init__(self, iteration: int, part: int, rank: int, changes=(), medians=None):
+        self.iteration, self.part, self.rank = iteration, part, rank
+        self.changes, self.medians = list(changes), medians
+        self.anchors, self.edges, self.ranks = [], [], []
+
+    def add(self, graphs, step, t, cols, anc, order):
+        """One step's graph (the ``on_step`` of :func:`~streamtrace.aggregate.critical_local.part_paths`)."""
+        cost = replay_costs(t, cols)
+        if self.changes:
+            cost = apply_changes(cost, edge_view(t, cols, self.rank, graphs.ops, self.medians), self.changes)
+        nodes, kinds = anc[0], anc[1]
+        pos = np.empty(len(t), np.int64)
+        pos[order] = np.arange(len(t))
+        src, dst, _, cat, lane, name = cols[:6]
+        keep = np.flatnonzero(pos[src] < pos[dst])
+        is_src = np.zeros(len(t), np.int8)
+        is_sink = np.zeros(len(t), np.int8)
+        source = (kinds == Anchor.step_start) | (kinds == Anchor.end)
+        is_src[pos[nodes[source]]] = 1
+        is_sink[pos[nodes[~source]]] = 1
+        vend = np.full(len(t), -1, np.int64)
+        arr, end = np.flatnonzero(kinds == Anchor.arrival), np.flatnonzero(kinds == Anchor.end)
+        key = lambda i: list(zip(anc[2][i].tolist(), anc[3][i].tolist()))  # noqa: E731
+        at_end = dict(zip(key(end), pos[nodes[end]].tolist()))
+        for a, k in zip(arr.tolist(), key(arr)):
+            if k in at_end:
+                vend[pos[nodes[a]]] = at_end[k]
+        pairs, cats = anchor_pairs(len(t), pos[src[keep]], pos[dst[keep]], cost[keep], cat[keep].astype(np.int8),
+                                   is_src, is_sink, vend, NCAT)
+        as_src = np.full(len(t), -1, np.int64)       # node position -> anchor (a source's, else a sink's)
+        as_dst = np.full(len(t), -1, np.int64)
+        idx = np.arange(len(nodes))
+        as_src[pos[nodes[source]]] = idx[source]
+        as_dst[pos[nodes[source]]] = idx[source]
+        as_dst[pos[nodes[~source]]] = idx[~source]
+        top = keep[np.maximum(pairs[:, 3], 0)]
+        has = pairs[:, 3] >= 0
+        n = len(pairs)
+        full = lambda v: np.full(n, v, np.int64)  # noqa: E731
+        self.edges.append({"iteration": full(self.iteration), "step": full(step), "part": full(self.part),
+                           "src": as_src[pairs[:, 0]], "dst": as_dst[pairs[:, 1]], "w_ns": pairs[:, 2],
+                           "host_ns": cats[:, HOST].sum(axis=1), "gpu_ns": cats[:, GPU].sum(axis=1),
+                           "top_category": np.where(has, np.asarray(CATEGORIES, object)[cat[top]], ""),
+                           "top_name": np.where(has, name[top].astype(object), ""),
+                           "top_lane": np.where(has, lane[top].astype(object), ""),
+                           "top_ns": np.where(has, cost[top], 0)})
+        a = len(nodes)
+        self.anchors.append({"iteration": np.full(a, self.iteration, np.int64), "step": np.full(a, step, np.int64),
+                             "part": np.full(a, self.part, np.int64), "rank": np.full(a, self.rank, np.int64),
+                             "anchor": idx, "kind": kinds.astype(np.int64), "t_ns": t[nodes],
+                             "correlation": anc[2].astype(np.int64), "stream": anc[3].astype(np.int64)})
+        st, en = t[nodes[kinds == Anchor.step_start]], t[nodes[kinds == Anchor.step_end]]
+        self.ranks.append({"iteration": self.iteration, "step": int(step), "part": self.part, "rank": self.rank,
+                           "start_ns": int(st.min()) if len(st) else -1, "end_ns": int(en.max()) if len(en) else -1,
+                           "host_gap_ns": int(cost[cat == Category.host_gap].sum()),
+                           "cpu_ns": int(cost[np.isin(cat, HOST)].sum()), "gpu_ns": int(cost[np.isin(cat, GPU)].sum()),
+                           "nodes": len(t), "edges": len(src), "pairs": n, "dropped": int(len(src) - len(keep))})
+
+    def result(self) -> dict:
+        """``{"anchors": columns, "edges": columns, "ranks": columns}`` (empty columns for none)."""
+        def cat(xs, cols):
+            if not xs:
+                return {c: np.zeros(0, object if c in ("top_category", "top_name", "top_lane") else np.int64)
+                        for c in cols}
+            out = {c: np.concatenate([x[c] for x in xs]) for c in cols}
+            for c in ("top_category", "top_name", "top_lane"):
+                if c in out:                          # one str object per distinct name: pickled (to the
+                    seen: dict = {}                   # parent) once each, not once a row
+                    out[c] = np.asarray([seen.setdefault(x, x) for x in out[c].tolist()] or [], object)
+            return out
+        ranks = {c: np.asarray([r[c] for r in self.ranks], np.int64) for c in RANK_COLUMNS}
+        return {"anchors": cat(self.anchors, ANCHOR_COLUMNS), "edges": cat(self.edges, EDGE_COLUMNS), "ranks": ranks}
+
+
+def part_replay(job, part, changes, medians=None) -> dict:
+    """Part ``part``'s ``whatif_*`` rows with ``changes`` applied (its graphs built again from its
+    analysed tables, for the steps ``job.steps`` selects); ``medians``: the rank's at-median factors.
+    Returns :meth:`ReplayRows.result`."""
+    rows = ReplayRows(job.iteration_of(part), part.index, part.rank, changes, medians)
+    graphs = part_graphs(job, part, part_reads(part))
+    if graphs is not None:
+        for step, t, cols, anc, order in graphs:
+            rows.add(graphs, step, t, cols, anc, order)
+    return rows.result()

@@ -1,0 +1,142 @@
+"""The what-if replay end to end on a small synthetic job (4 ranks, TP2 x DP2, rank 1's data loader
+stalling 3 ms), its change records, ``streamtrace whatif`` and the report's "What a fix buys".
+Expected step spans are read from the generated files with ``json`` (the clean job: the same spec
+without the fault, same seed), never from streamtrace."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import streamtrace
+from streamtrace.aggregate import AggregateOptions, aggregate
+from streamtrace.aggregate.whatif import COLUMNS
+from streamtrace.aggregate.whatif_changes import (AtMedian, Comm, HostGaps, Kernels, Launches, Ops, parse_change,
+                                                  parse_ranks)
+from streamtrace.aggregate.whatif_job import Members, TransferView
+from streamtrace.analyze import AnalyzeOptions, analyze
+from streamtrace.runtime.errors import UsageError
+from streamtrace.synth.faults import Fault
+from streamtrace.synth.job import SynthSpec, generate_job
+
+from support import run_cli, step_span
+
+SPEC = SynthSpec(world_size=4, tp=2, pp=1, layers=1, microbatches=1)
+STALL_NS = 3_000_000
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    d = tmp_path_factory.mktemp("whatif")
+    generate_job(d / "clean", SPEC)
+    generate_job(d / "traces", dataclasses.replace(SPEC, faults=(Fault("cpu_stall", 1, delay_ns=STALL_NS),)))
+    analyze([d / "traces"], d / "an", AnalyzeOptions(jobs=1))
+    aggregate([d / "an"], d / "agg", AggregateOptions(jobs=1))
+    return d, step_span(d / "clean"), step_span(d / "traces")
+
+
+def test_whatif_parquet_holds_the_candidates(job):
+    d, clean, faulty = job
+    t = pq.read_table(d / "agg" / "whatif.parquet").to_pylist()
+    assert t and set(t[0]) == set(COLUMNS)
+    assert {r["source"] for r in t} == {"candidate"}
+    best = max(t, key=lambda r: r["saving_ns"])
+    assert "rank=1" in best["change"]                                # the stalled rank's change saves most
+    assert abs(best["predicted_span_ns"] - clean) <= 0.03 * clean
+    assert all(abs(r["measured_span_ns"] - faulty) <= 1_000 for r in t)
+    assert all(r["predicted_span_ns"] == r["measured_span_ns"] - r["saving_ns"] for r in t)
+    r = pq.read_table(d / "agg" / "whatif_ranks.parquet").to_pylist()
+    assert len(r) == 4 and all(x["replay_end_ns"] == x["end_ns"] for x in r)      # the unmodified replay
+
+
+@pytest.mark.parametrize("change", ["median:rank=1", "ops:name=DataLoader,rank=1", "median:rank=1,what=cpu"])
+def test_removing_the_stall_predicts_the_clean_job(job, change):
+    d, clean, faulty = job
+    row = streamtrace.load(d / "agg").whatif(change).to_pylist()[0]
+    assert faulty - clean > 0.9 * STALL_NS                         # the stall shows in the files
+    assert abs(row["predicted_span_ns"] - clean) <= 0.03 * clean, (row["predicted_span_ns"], clean)
+    assert row["ranks_touched"] == 1 and not row["flag"]
+
+
+def test_changes_that_miss_the_stall_buy_little(job):
+    d, clean, faulty = job
+    agg = streamtrace.load(d / "agg")
+    for change in ("host_gaps:rank=0", "median:rank=3", "comm:median"):
+        row = agg.whatif(change).to_pylist()[0]
+        assert row["saving_ns"] < 0.1 * STALL_NS, change           # rank 1's stall still bounds the step
+    both = agg.whatif(["median:rank=1", "kernels:name=gemm,factor=0.5"]).to_pylist()[0]
+    one = agg.whatif("median:rank=1").to_pylist()[0]
+    assert both["saving_ns"] > one["saving_ns"] and both["ranks_touched"] == 4
+
+
+def test_cli(job, tmp_path):
+    d, clean, _ = job
+    r = run_cli("whatif", d / "agg", "--change", "median:rank=1", "-o", tmp_path / "w.parquet")
+    assert r.returncode == 0, r.stderr
+    assert "rank 1's compute" in r.stdout and "->" in r.stdout
+    t = pq.read_table(tmp_path / "w.parquet").to_pylist()
+    assert abs(t[0]["predicted_span_ns"] - clean) <= 0.03 * clean
+    for bad in (["--change", "nonsense"], ["--change", "median:rank=9"], ["--change", "kernels:name=gemm"], []):
+        r = run_cli("whatif", d / "agg", *bad)
+        assert r.returncode == 2 and r.stderr.startswith("streamtrace: error:") and "Traceback" not in r.stderr
+    r = run_cli("whatif", tmp_path / "nowhere", "--change", "launches")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+
+
+def test_report_section(job):
+    d, _, _ = job
+    r = run_cli("report", d / "agg", "--no-charts", "-q")
+    assert r.returncode == 0, r.stderr
+    md = next((d / "agg").glob("*.md")).read_text()
+    a, b = md.index("## What bounds each step"), md.index("## What a fix buys")
+    assert a < b < md.index("## Configuration")
+    sec = md[b:md.index("## Configuration")]
+    assert "- Rank 1's" in sec and "->" in sec and "(replayed)" in md[a:b]
+
+
+def test_parse_change_round_trips():
+    for c in (HostGaps((0,)), Ops((0, 1, 2, 5), "data_loading", 0.0), AtMedian((3,), "gpu"),
+              Kernels(None, "gemm", 0.5), Comm(None, None, "DP", None, 0.8, None, False), Comm((4,), median=True),
+              Launches()):
+        assert parse_change(c.text()) == c, c.text()
+    assert parse_ranks("0-2,7") == (0, 1, 2, 7) and parse_ranks("all") is None
+    assert parse_change("kernels:name=gemm,factor=x0.25").factor == 0.25
+    for bad in ("bogus", "ops:rank=1", "median:what=gpu", "median:rank=1,what=x", "kernels:name=(,factor=1",
+                "host_gaps:factor=-1", "comm:share=0", "launches:color=red"):
+        with pytest.raises(UsageError):
+            parse_change(bad)
+
+
+def test_transfers_at_a_share_of_the_link_and_at_the_median():
+    # instance 0 (2 members, 100 us each) reached 50 GB/s of a 200 GB/s link; instance 1 is unknown
+    info = {0: {"name": "AllReduce", "dim": "DP", "bytes": 10, "busbw": 50.0, "inter": False, "gpu_gbps": 200.0,
+                "nic_gbps": 25.0},
+            1: {"name": "AllReduce", "dim": "DP", "bytes": 10, "busbw": float("nan"), "inter": True,
+                "gpu_gbps": 200.0, "nic_gbps": 25.0}}
+    v = TransferView(np.asarray([0, 0, 1, 1]), np.asarray([0, 1, 0, 1]), np.asarray([100., 100., 300., 500.]),
+                     Members({}, info))
+    sel = v.select(None, "dp", None)
+    assert v.share_factor(sel, 0.5).tolist() == [0.5, 0.5, 1.0, 1.0]        # 50 / (0.5 x 200); unknown: as is
+    assert v.share_factor(sel, 0.1).tolist() == [1.0, 1.0, 1.0, 1.0]        # never slower than measured
+    # the median of the four transfers is 200 us: instance 1's members (selected by rank 1) come down to it
+    assert v.median_factor(v.has_member([1])).tolist() == [1.0, 1.0, 200.0 / 300.0, 200.0 / 500.0]
+
+
+def test_two_iterations(tmp_path):
+    # the same stalled job as two iterations (two analysed folders): rank 1 is two parts, each step replayed
+    # with its own iteration's figures, each predicting the clean job's span
+    dirs = []
+    for it in (10, 11):
+        spec = dataclasses.replace(SPEC, iteration=it)
+        generate_job(tmp_path / f"clean{it}", spec)
+        generate_job(tmp_path / f"t{it}", dataclasses.replace(spec, faults=(Fault("cpu_stall", 1, delay_ns=STALL_NS),)))
+        analyze([tmp_path / f"t{it}"], tmp_path / f"an{it}", AnalyzeOptions(jobs=1))
+        dirs.append(tmp_path / f"an{it}")
+    aggregate(dirs, tmp_path / "agg", AggregateOptions(jobs=1))
+    rows = streamtrace.load(tmp_path / "agg").whatif("median:rank=1").to_pylist()
+    assert sorted((r["iteration"], r["step"]) for r in rows) == [(10, 10), (11, 11)]
+    for r in rows:
+        clean = step_span(tmp_path / f"clean{r['iteration']}")
+        assert r["ranks_touched"] == 2 and abs(r["predicted_span_ns"] - clean) <= 0.03 * clean

@@ -1,0 +1,126 @@
+"""The what-if replay's reduction against a brute-force replay of the whole job's graph: on small
+random multi-rank step graphs joined by collectives, every rank's replayed step end from the reduced
+job graph (:mod:`streamtrace.aggregate.whatif_local` + :mod:`streamtrace.aggregate.whatif_job`)
+equals the one of plain relaxation (Bellman-Ford) over every rank's whole graph with the same
+barriers, for random costs and random transfer factors."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from streamtrace.aggregate.critical_graph import Anchor, Category
+from streamtrace.aggregate.whatif import join_rows, step_tables
+from streamtrace.aggregate.whatif_job import JobStep, Members
+from streamtrace.aggregate.whatif_local import ReplayRows
+
+NEG = -(2 ** 62)
+SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def jobs(draw):
+    """1-3 ranks, each a step graph of up to 10 nodes in time order: node 0 its start, the last its
+    end, ``k`` collectives (an arrival node, later its end node) shared by every rank (instance j =
+    the j-th of each rank), random forward edges of random weight."""
+    nranks = draw(st.integers(1, 3))
+    k = draw(st.integers(0, 2))
+    ranks = []
+    for r in range(nranks):
+        n = draw(st.integers(2 + 2 * k, 10))
+        t = np.cumsum(draw(st.lists(st.integers(0, 5), min_size=n, max_size=n))).astype(np.int64) + 100 * r
+        inner = list(range(1, n - 1))
+        comm = []
+        for j in range(k):
+            a, e = sorted(draw(st.lists(st.sampled_from(inner), min_size=2, max_size=2, unique=True)))
+            inner = [x for x in inner if x not in (a, e)]
+            comm.append((a, e))
+            if len(inner) < 2 * (k - j - 1):
+                break
+        if len(comm) < k:
+            return draw(jobs())
+        pairs = [(u, v) for u in range(n) for v in range(u + 1, n)]
+        edges = draw(st.lists(st.sampled_from(pairs), max_size=16))
+        edges += [(u, u + 1) for u in range(n - 1) if draw(st.booleans())]
+        w = [draw(st.integers(0, 9)) for _ in edges]
+        ranks.append((t, comm, edges, w))
+    return ranks
+
+
+def _graph(t, comm, edges, w):
+    n = len(t)
+    src = np.asarray([u for u, _ in edges], np.int64)
+    dst = np.asarray([v for _, v in edges], np.int64)
+    cols = [src, dst, np.asarray(w, np.int64), np.full(len(edges), Category.cpu_op, np.int8),
+            np.full(len(edges), "thread 1", object), np.full(len(edges), "op", object), np.full(len(edges), -1)]
+    nodes = np.asarray([0] + [a for a, _ in comm] + [e for _, e in comm] + [n - 1], np.int64)
+    kinds = np.asarray([Anchor.step_start] + [Anchor.arrival] * len(comm) + [Anchor.end] * len(comm) +
+                       [Anchor.step_end], np.int64)
+    corr = np.asarray([-1] + list(range(len(comm))) * 2 + [-1], np.int64)
+    anc = (nodes, kinds, corr, np.zeros(len(nodes), np.int64), np.full(len(nodes), "", object),
+           np.full(len(nodes), "", object))
+    return t, cols, anc, np.arange(n)
+
+
+def _brute(ranks, factor):
+    """Every rank's step end by relaxation over the whole job's graph (the transfers as
+    :class:`JobStep` measures them, times ``factor``)."""
+    nodes, src, dst, w, init, ends = [], [], [], [], [], []
+    base = 0
+    arrivals, end_of = {}, {}
+    for r, (t, comm, edges, ww) in enumerate(ranks):
+        nodes += t.tolist()
+        src += [base + u for u, _ in edges]
+        dst += [base + v for _, v in edges]
+        w += ww
+        init += [t[0]] + [NEG] * (len(t) - 1)
+        ends.append(base + len(t) - 1)
+        for j, (a, e) in enumerate(comm):
+            arrivals.setdefault(j, []).append(base + a)
+            end_of[base + a] = base + e
+        base += len(t)
+    for j, arr in arrivals.items():
+        b = len(nodes)
+        last = max(nodes[a] for a in arr)
+        nodes.append(last)
+        init.append(NEG)
+        for m, a in enumerate(arr):
+            e = end_of[a]
+            own = nodes[e] < last if len(arr) > 1 else True
+            src += [a, a if own else b]
+            dst += [b, e]
+            tr = nodes[e] - (nodes[a] if own else last)
+            w += [0, int(round(tr * (factor if len(arr) > 1 else 1.0)))]
+    dist = list(init)
+    for _ in range(len(nodes) + 1):
+        for u, v, x in zip(src, dst, w):
+            if dist[u] > NEG and dist[u] + x > dist[v]:
+                dist[v] = dist[u] + x
+    return [dist[e] for e in ends]
+
+
+@SETTINGS
+@given(jobs(), st.sampled_from([1.0, 0.0, 0.5, 2.0]))
+def test_reduced_replay_equals_the_whole_graph(ranks, factor):
+    results, key = [], {}
+    for r, (t, comm, edges, w) in enumerate(ranks):
+        rows = ReplayRows(0, r, r)
+        rows.add(None, 5, *_graph(t, comm, edges, w))
+        results.append(rows.result())
+        for j in range(len(comm)):
+            key[(r, j, 0)] = j
+    multi = len(ranks) > 1
+    members = Members(key if multi else {}, {})
+    tabs = step_tables(join_rows(results))[(0, 5)]
+    g = JobStep(tabs, members)
+    view = g.members(members)
+    got = g.solve(np.full(len(view.instance), factor) if multi and len(view.instance) else None)
+    want = _brute(ranks, factor)
+    assert [got.end.get(r, NEG) for r in range(len(ranks))] == want
+    # rank 0 re-reduced with its costs doubled, swapped into the job's graph: the same as the whole graph
+    t, comm, edges, w = ranks[0]
+    rows = ReplayRows(0, 0, 0)
+    rows.add(None, 5, *_graph(t, comm, edges, [2 * x for x in w]))
+    got = g.with_parts([0], rows.result()["edges"]).solve()
+    want = _brute([(t, comm, edges, [2 * x for x in w])] + ranks[1:], 1.0)
+    assert [got.end.get(r, NEG) for r in range(len(ranks))] == want
