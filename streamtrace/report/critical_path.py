@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..aggregate.critical_ranks import NEXT_MIN_GAIN
 from ..aggregate.folder import read_aggregate_table
 from .critical_story import PEERS, cause_sentence, compare_kernels, compare_ops, lengths_sentence, next_sentence
 from .units import fmt_time
@@ -68,7 +69,8 @@ def replayed_next(aggdir, key, rank, total) -> list | None:
     """What bounds the step next as the what-if replay says it (``whatif.parquet``'s row of
     ``median:rank=R`` for the step, R the rank holding most of the path), in the shape of the
     ``next`` summary rows (the first-order estimate of :mod:`streamtrace.aggregate.critical_ranks`,
-    which it replaces); None when the aggregate replayed no such change."""
+    which it replaces); [] when the replay saves under :data:`~streamtrace.aggregate.critical_ranks.NEXT_MIN_GAIN`
+    of the path (nothing is said), None when the aggregate replayed no such change."""
     t = read_aggregate_table(aggdir, "whatif", where={"change": [f"median:rank={rank}"]})
     if not t or not len(t["step"]):
         return None
@@ -76,6 +78,8 @@ def replayed_next(aggdir, key, rank, total) -> list | None:
     if not m.any():
         return None
     i = int(np.flatnonzero(m)[0])
+    if t["saving_ns"][i] < NEXT_MIN_GAIN * total["path_ns"]:
+        return []                   # the replay says it buys nothing: no first-order estimate instead
     new = int(total["path_ns"] - t["saving_ns"][i])
     return [{"key": f"rank {rank}'s compute at the median rank's speed (replayed)", "path_ns": new,
              "rank": int(t["bound_rank"][i]), "ns": int(t["bound_ns"][i]),
@@ -101,10 +105,10 @@ def _step(aggdir, key, summ, segs, ranks, step_ns, short, stages=None) -> dict:
     if not ranks or not segs:
         return out | {"sentences": [s1, "The path has no segments.", ""]}
     top = max(ranks, key=lambda r: r["path_ns"])
-    nxt = replayed_next(aggdir, key, top["rank"], total) or nxt
-    if nxt:
-        out["next"] = {"change": nxt[0]["key"], "path_ns": nxt[0]["path_ns"],
-                       "ranks": [(r["rank"], r["ns"], r["pct"]) for r in nxt]}
+    replayed = replayed_next(aggdir, key, top["rank"], total)
+    nxt = replayed if replayed is not None else nxt
+    out["next"] = {"change": nxt[0]["key"], "path_ns": nxt[0]["path_ns"],
+                   "ranks": [(r["rank"], r["ns"], r["pct"]) for r in nxt]} if nxt else None
     cats_top: dict = {}
     for s in segs:
         if s["rank"] == top["rank"]:
