@@ -5,8 +5,10 @@ without the fault, same seed), never from streamtrace."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -93,7 +95,32 @@ def test_report_section(job):
     a, b = md.index("## What bounds each step"), md.index("## What a fix buys")
     assert a < b < md.index("## Configuration")
     sec = md[b:md.index("## Configuration")]
-    assert "- Rank 1's" in sec and "->" in sec and "(replayed)" in md[a:b]
+    assert "- Rank 1's" in sec and "->" in sec
+    # the next bound is the replay of `median:rank=0` (rank 0 holds most of the path); it saves
+    # under 0.5 % of the path here (rank 1's stall still bounds the step), so the cell says nothing
+    row = streamtrace.load(d / "agg").whatif("median:rank=0").to_pylist()[0]
+    assert row["saving_ns"] < 0.005 * row["measured_span_ns"]
+    assert "(replayed)" not in md[a:b] and "| - | rank 3:" in md[a:b]
+
+
+def test_report_next_bound_replayed(job, tmp_path):
+    """A replay of the heaviest rank at the median speed that buys more than 0.5 % is the next bound."""
+    d, _, _ = job
+    agg = tmp_path / "agg"
+    shutil.copytree(d / "agg", agg)
+    for md in agg.glob("*.md"):
+        md.unlink()
+    t = pq.read_table(agg / "whatif.parquet")
+    saving = np.array(t["saving_ns"].to_pylist())
+    m = np.array([c == "median:rank=0" for c in t["change"].to_pylist()])
+    saving[m] = 2_000_000                                           # 2 ms of an 11.5 ms path
+    t = t.set_column(t.schema.get_field_index("saving_ns"), "saving_ns", pa.array(saving, pa.int64()))
+    pq.write_table(t, agg / "whatif.parquet")
+    r = run_cli("report", agg, "--no-charts", "-q")
+    assert r.returncode == 0, r.stderr
+    md = next(agg.glob("*.md")).read_text()
+    a, b = md.index("## What bounds each step"), md.index("## What a fix buys")
+    assert "(replayed)" in md[a:b]
 
 
 def test_parse_change_round_trips():
