@@ -5,7 +5,8 @@ runs, once per measured epilogue (not a bench by itself).
     python bench/epilogue_stages.py --checkout DIR --json OUT.json -- epilogue RUN_DIR -o OUTDIR -q
 
 imports ``streamtrace`` from ``DIR`` (a checkout: this one or the baseline's worktree) and runs its command
-line (``streamtrace.cli.main``) in this process.  The epilogue runs discovery and each stage in a forked
+line in this process as the ``streamtrace`` command does (``streamtrace.cli.command``: pandas kept out by
+``runtime.tuning.skip_pandas``, then ``streamtrace.cli.main``; the exit is left to this script).  The epilogue runs discovery and each stage in a forked
 child (``streamtrace.runtime.fork.call_in_child``, in every version since the epilogue isolated its stages);
 that function is wrapped here, so that each call is measured:
 
@@ -100,6 +101,8 @@ def main(argv=None):
     rows: list = []
     wrap(rows)
     from streamtrace.cli import main as cli_main
+    from streamtrace.runtime.tuning import skip_pandas
+    skip_pandas()
     try:
         rc = cli_main(cmd)
     except SystemExit as e:           # argh's usage errors
