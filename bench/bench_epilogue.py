@@ -18,7 +18,8 @@ The jobs (``--jobs``, built once into the scratch folder, not timed):
 * ``synth<N>``: ``tools/gen_synthetic.py --world-size N --tp 4 --pp 4 --layers 8 --microbatches 4 --gz``
   (the generator of issue 48's rows).
 
-Each round runs the epilogue of every checkout on every job, alternating (this, baseline, this, ...;
+Each checkout's ``streamtrace warmup`` runs first (not timed), so that no round compiles kernels.  Each
+round runs the epilogue of every checkout on every job, alternating (this, baseline, this, ...;
 the order flips every round), into a fresh output folder, through ``bench/epilogue_stages.py``, which
 measures each stage's child process (wall, CPU of the process and its workers, largest process peak
 RSS, tree peak RSS); the whole command is measured by ``harness.measure`` (wall, CPU, largest process,
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -158,6 +160,10 @@ def main(argv=None):
     checkouts = {"this": ROOT}
     if args.baseline:
         checkouts["baseline"] = baseline_checkout(args.baseline, scratch)
+    for k, c in checkouts.items():                # numba's cache filled first: no round pays for compiling
+        log(f"{k}: streamtrace warmup")
+        subprocess.run([PY, "-m", "streamtrace", "warmup", "-q"], cwd=c, check=False,
+                       env={**os.environ, "PYTHONPATH": str(c)})
     lines = [f"## Epilogue by stage ({git_describe()})", "", f"`{command_line(__file__, argv)}`", "",
              f"baseline: {checkouts.get('baseline', 'none')}; load before: {uptime()}", ""]
     for name in args.jobs.split(","):
