@@ -109,8 +109,8 @@ def _med(xs):
 def summary(runs: list) -> dict:
     """Medians over ``runs`` of the whole command and of each stage."""
     out = {"total": {"wall": _med(r["wall"] for r in runs), "cpu_s": _med(r.get("cpu_s") for r in runs),
-                     "largest_rss": _med(r["max_single_rss"] for r in runs), "tree_rss": _med(r["peak_rss"] for r in runs),
-                     "other": _med(r.get("other_cores") for r in runs)}}
+                     "largest_rss": _med(r["max_single_rss"] for r in runs),
+                     "tree_rss": _med(r["peak_rss"] for r in runs), "other": _med(r.get("other_cores") for r in runs)}}
     names = [s for s in STAGES if any(s in r["stages"] for r in runs)]
     names += sorted({s for r in runs for s in r["stages"]} - set(names))
     for s in names:
@@ -132,18 +132,20 @@ def table(job: str, this: dict, base: dict | None) -> list:
     for s in [k for k in this if k != "total"] + [k for k in (base or {}) if k not in this] + ["total"]:
         a, b = this.get(s), (base or {}).get(s)
         cells = [f"**{s}**" if s == "total" else s]
-        cells += ([fmt_s(a["wall"], 2), fmt_s(a["cpu_s"], 2), f"{mb(a['largest_rss']):,.0f}", f"{mb(a['tree_rss']):,.0f}"]
-                  if a else ["reused/absent"] + ["-"] * 3)
+        cells += ([fmt_s(a["wall"], 2), fmt_s(a["cpu_s"], 2), f"{mb(a['largest_rss']):,.0f}",
+                   f"{mb(a['tree_rss']):,.0f}"] if a else ["reused/absent"] + ["-"] * 3)
         if base is not None:
             cells += ([fmt_s(b["wall"], 2), fmt_s(b["cpu_s"], 2), f"{mb(b['largest_rss']):,.0f}"] if b else ["-"] * 3)
-            cells += [_ratio(a and a["cpu_s"], b and b["cpu_s"]), _ratio(a and a["largest_rss"], b and b["largest_rss"])]
+            cells += [_ratio(a and a["cpu_s"], b and b["cpu_s"]),
+                      _ratio(a and a["largest_rss"], b and b["largest_rss"])]
         lines.append(md_row(cells))
     return lines
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--baseline", help="a checkout's folder, or a git ref (a worktree of it is made in the scratch folder)")
+    ap.add_argument("--baseline", help="a checkout's folder, or a git ref (a worktree of it is made in the scratch "
+                    "folder)")
     ap.add_argument("--jobs", default="a100x8,synth256", help="a100x8, dlrm, synth<N>, comma-separated")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("-j", default="0", help="the epilogue's -j (default 0: every core)")

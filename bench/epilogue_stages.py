@@ -6,9 +6,9 @@ runs, once per measured epilogue (not a bench by itself).
 
 imports ``streamtrace`` from ``DIR`` (a checkout: this one or the baseline's worktree) and runs its command
 line in this process as the ``streamtrace`` command does (``streamtrace.cli.command``: pandas kept out by
-``runtime.tuning.skip_pandas``, then ``streamtrace.cli.main``; the exit is left to this script).  The epilogue runs discovery and each stage in a forked
-child (``streamtrace.runtime.fork.call_in_child``, in every version since the epilogue isolated its stages);
-that function is wrapped here, so that each call is measured:
+``runtime.tuning.skip_pandas``, then ``streamtrace.cli.main``; the exit is left to this script).  The epilogue
+runs discovery and each stage in a forked child (``streamtrace.runtime.fork.call_in_child``, in every version
+since the epilogue isolated its stages); that function is wrapped here, so that each call is measured:
 
 * ``wall``: seconds of the call;
 * ``cpu_s``: user + system CPU seconds of the child and every process it waited for (its pool workers),

@@ -89,9 +89,9 @@ class CostedOps:
             if c is None:
                 continue
             pid, tid = e.get("pid"), e.get("tid")
-            for k, v in (("pid", pid if isinstance(pid, int) else -1), ("tid", tid if isinstance(tid, int) else -1), ("ts_ns", int(b.ts_ns[i])),
-                         ("dur_ns", int(b.dur_ns[i])), ("name", name), ("external_id", a.get("External id", -1)),
-                         ("dtype", c[2]), ("input_dims", dims),
+            for k, v in (("pid", pid if isinstance(pid, int) else -1), ("tid", tid if isinstance(tid, int) else -1),
+                         ("ts_ns", int(b.ts_ns[i])), ("dur_ns", int(b.dur_ns[i])), ("name", name),
+                         ("external_id", a.get("External id", -1)), ("dtype", c[2]), ("input_dims", dims),
                          ("flops", c[0]), ("bytes", c[1]), ("rank", a.get("rank", -1))):
                 rows[k].append(v)
 

@@ -165,7 +165,8 @@ _EPILOGUE_AFTER_PREPARE = textwrap.dedent("""
     event.register("numba:compile", rec)
     s = run("tb", jobs=1, isolate=False, charts=False, progress=False)
     funcs = [getattr(e.data["dispatcher"], "py_func", None) for _, e in rec.buffer if e.is_start]
-    compiled = sorted({f.__qualname__ for f in funcs if f is not None and f.__module__.startswith("streamtrace.kernels")})
+    compiled = sorted({f.__qualname__ for f in funcs
+                       if f is not None and f.__module__.startswith("streamtrace.kernels")})
     print(json.dumps({"first": first, "compiled": compiled, "failures": s["failures"], "stages": s["stages"]}))
 """)
 
