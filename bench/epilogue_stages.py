@@ -16,8 +16,9 @@ since the epilogue isolated its stages); that function is wrapped here, so that 
 * ``largest_rss``: the largest peak RSS (``VmHWM``) of one process of the child's tree, ``tree_rss`` the
   peak of their RSS summed, polled every 50 ms (``harness.TreePoller``).
 
-A call is named after the stage that made it: the ``name`` of the epilogue's ``_stage`` frame (``analyze``,
-``merge``, ``aggregate``, ``critical path marks``, ``report + charts``), ``discover`` for the discovery,
+A call is named after the stage that made it: the ``name`` of the epilogue's ``run_stage`` frame (``_stage``
+before the epilogue's split: ``analyze``, ``merge``, ``aggregate``, ``critical path marks``, ``report +
+charts``), ``discover`` for the discovery,
 ``compile`` for the command line's kernel preparation, else the calling function's name.  Found by
 walking the caller's frames: no version's epilogue needs to know it is measured.  A reused stage makes
 no call and gets no row.  The JSON: ``{"rc": exit code, "stages": [{"stage", "wall", "cpu_s",
@@ -40,9 +41,9 @@ def _stage_name(frame) -> str:
     first = frame.f_code.co_name
     while frame is not None:
         code = frame.f_code.co_name
-        if code == "_stage" and "name" in frame.f_locals:
+        if code in ("_stage", "run_stage") and "name" in frame.f_locals:    # (f8b8bc9's name, today's)
             return str(frame.f_locals["name"])
-        if code == "_discover":
+        if code in ("_discover", "discover_paths"):
             return "discover"
         if code == "epilogue" and "con" in frame.f_locals:      # the CLI's compile-ahead
             return "compile"
