@@ -4,10 +4,10 @@ path; each segment a bar from its start to its end (ms from the path's start), c
 category; a thin vertical line where the path moves from one rank to another (a collective's last
 arrival to the member it ends on).
 
-Drawn as one :class:`~matplotlib.collections.BrokenBarHCollection` per category (``broken_barh``) and
-one line collection for the moves, whatever the number of segments: a path of 15,000 CPU ops is a
-handful of artists, not 15,000 rectangles to lay out and measure (the pixels are the same as with one
-``barh`` rectangle per segment)."""
+Drawn as one :class:`~matplotlib.collections.BrokenBarHCollection` per category and rank (``broken_barh``)
+and the moves as lines (one broken line past :data:`MAX_MOVE_LINES` of them), whatever the number of
+segments: a path of 15,000 CPU ops is a handful of artists, not 15,000 rectangles to lay out and measure
+(the pixels are those of one ``barh`` rectangle per segment)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,6 +22,7 @@ COLORS = {"cpu_op": "#4c72b0", "host_gap": "#8c8c8c", "launch_delay": "#dd8452",
           "comm_transfer": "#c44e52", "memcpy": "#8172b3", "kernel_gap": "#937860", "sync": "#da8bc3",
           "wait": "#000000", "queued": "#ccb974", "thread_wait": "#64b5cd"}
 COLUMNS = ["iteration", "step", "rank", "start_ns", "end_ns", "weight_ns", "category"]
+MAX_MOVE_LINES = 512     # moves between ranks drawn as a line each up to this many, else as one broken line
 
 
 def longest_step(t) -> tuple:
@@ -59,12 +60,16 @@ def critical_chart(aggdir, stem, formats=("png",)) -> list:
         label = c.replace("_", " ")
         for r in ranks:
             mr = m & (rank == r)
-            if mr.any():                       # (as barh's rectangles: no edge, linewidth 1 for the same snapping)
-                ax.broken_barh(np.c_[s[mr], (e - s)[mr]], (y[r] - 0.3, 0.6), facecolor=col, edgecolor="none",
-                               linewidth=1, label=label)
+            if mr.any():                       # (as barh's rectangles: no edge, linewidth 1 for the same snapping,
+                col_ = ax.broken_barh(np.c_[s[mr], (e - s)[mr]], (y[r] - 0.3, 0.6), facecolor=col,
+                                      edgecolor="none", linewidth=1, label=label)
+                col_.sticky_edges.x.extend(s[mr].tolist())       # each bar's left end sticky in the x autoscale)
                 label = None
     moves = np.flatnonzero(rank[1:] != rank[:-1])
-    if len(moves):                             # one line, broken by NaN, through every move
+    if len(moves) <= MAX_MOVE_LINES:           # a line each, as ever (the same pixels where they overlap)
+        for j in moves.tolist():
+            ax.plot([s[j + 1], s[j + 1]], [y[rank[j]], y[rank[j + 1]]], color="black", linewidth=0.6)
+    else:                                      # one line, broken by NaN, through every move
         x = np.repeat(s[moves + 1], 3)
         x[2::3] = np.nan
         yy = np.empty(3 * len(moves))
@@ -72,7 +77,6 @@ def critical_chart(aggdir, stem, formats=("png",)) -> list:
         yy[1::3] = [y[r] for r in rank[moves + 1].tolist()]
         yy[2::3] = np.nan
         ax.plot(x, yy, color="black", linewidth=0.6)
-    ax.set_xlim(0, float(e.max()) * 1.05)     # as bars would: sticky at 0, matplotlib's 5 % margin at the end
     ax.set_yticks([y[r] for r in ranks], [f"rank {r}" for r in ranks], fontsize=8)
     ax.set_xlabel(f"ms from the start of step {best[1]}'s critical path")
     ax.set_title(f"What bounds step {best[1]}: its critical path across ranks ({length / 1e6:,.2f} ms)")
