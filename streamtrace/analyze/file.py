@@ -23,7 +23,7 @@ from ..trace.steps import KINETO_STEP_PATTERNS
 from . import nsys as N
 from .corrupt import corrupted_warning, without_overlong
 from .options import AnalyzeOptions
-from .opperf import write_op_perf
+from .opperf import CostedOps, write_op_perf
 from .patterns import Patterns
 from .cuda_sync import sync_table
 from .outputs import STEP_PATTERNS_KEY
@@ -120,7 +120,7 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
     topo = load_topology(opt.topology) if opt.topology else None
     spill = tempfile.TemporaryDirectory(prefix=f".streamtrace-spill.{owner()}.", dir=outdir) if opt.chunked else None
     try:
-        split = nsys = None
+        split = nsys = costed = None
         if is_sqlite(path):                              # an Nsight Systems export: read by content
             store = SpillStore(spill.name, opt.chunk_events) if spill else MemoryStore(opt.chunk_events)
             nsys = N.read_export(path, store, file_rank, opt, progress)
@@ -137,8 +137,11 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
             unusable, negative = split.unusable_times, split.negative_durations
         elif nsys is None:                               # one process (also: a file that cannot be split)
             store = SpillStore(spill.name, opt.chunk_events) if spill else MemoryStore(opt.chunk_events)
-            table, comm_rows, reader = ingest(path, store, pats.gpu_cats, opt.salvage, progress)
+            ops = CostedOps() if opt.op_perf and not opt.gpu_only else None     # the op costs: in the same pass
+            table, comm_rows, reader = ingest(path, store, pats.gpu_cats, opt.salvage, progress,
+                                              on_batch=ops.add if ops is not None else None)
             meta, warnings, unusable = reader.metadata, reader.warnings, reader.unusable_times
+            costed = (ops.rows(), meta) if ops is not None else None
             negative = reader.negative_durations
             del reader                                   # and its last input block
         if unusable:
@@ -185,8 +188,8 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
                            if overlong or (negative and not out) else [])})
             if nsys is not None:
                 out[-1]["nsys"] = N.export_facts(nsys, rank)
-        if opt.op_perf and nsys is None and not opt.gpu_only:                 # per-op FLOPs/bytes: a pass of its own over the file
-            write_op_perf(path, outdir, sorted(ranks), iteration)
+        if opt.op_perf and nsys is None and not opt.gpu_only:   # per-op FLOPs/bytes (a pass of its own when split)
+            write_op_perf(path, outdir, sorted(ranks), iteration, costed)
         return out
     finally:
         if spill is not None:

@@ -43,47 +43,82 @@ PROBE_EVENTS = 65536     # events read before concluding that a trace has no rec
 COLUMNS = ("pid", "tid", "ts_ns", "dur_ns", "name", "external_id", "dtype", "input_dims", "flops", "bytes")
 
 
-def costed_ops(path) -> tuple[dict, dict]:
-    """The costed CPU ops of the trace ``path``, innermost of each nest only: ``({column: list}``
-    with :data:`COLUMNS` and ``rank`` (``args.rank``, -1 when absent), ``metadata)``.  A trace whose
-    first :data:`PROBE_EVENTS` events hold no ``"Input Dims"`` (profiled without
-    ``record_shapes``) is not read further: no rows (and the metadata read so far).  Raises
-    :class:`~streamtrace.runtime.errors.TraceError` for an unreadable trace."""
-    rows = {c: [] for c in COLUMNS + ("rank",)}
-    reader = TraceReader(path)
-    shapes = False
-    for b in reader.raw_batches(decode=False):
+class CostedOps:
+    """The costed CPU ops of one trace, gathered batch by batch (:meth:`add`, in file order) from the
+    ``decode=False`` batches of a :class:`~streamtrace.trace.reader.TraceReader`: analyze's own reading
+    pass hands its batches here, so the ops cost no pass of their own (:func:`costed_ops` is the
+    standalone pass).  ``rows()``: ``{column: list}`` with :data:`COLUMNS` and ``rank`` (``args.rank``, -1
+    when absent), innermost of each nest only.  A trace whose first :data:`PROBE_EVENTS` events hold no
+    ``"Input Dims"`` (profiled without ``record_shapes``) is not looked at further (``done``)."""
+
+    def __init__(self):
+        self._rows = {c: [] for c in COLUMNS + ("rank",)}
+        self._costs: dict = {}
+        self.shapes = False
+        self.done = False
+
+    def add(self, b) -> None:
+        """Take the costed ops of batch ``b`` (its ``buf``, ``starts``, ``ends``, ``ts_ns``, ``dur_ns``)."""
+        if self.done:
+            return
         buf, starts, ends = b.buf, b.starts, b.ends
         s0, e1 = int(starts[0]), int(ends[-1])
         hits, pos = [], buf.find(_KEY, s0, e1)
         while pos >= 0:
             hits.append(pos)
             pos = buf.find(_KEY, pos + 1, e1)
-        shapes = shapes or bool(hits)
-        if not shapes and b.index + len(starts) >= PROBE_EVENTS:
-            break                       # recorded without record_shapes: no need to read on
+        self.shapes = self.shapes or bool(hits)
+        if not self.shapes and b.index + len(starts) >= PROBE_EVENTS:
+            self.done = True            # recorded without record_shapes: no need to read on
+            return
         if not hits:
-            continue
+            return
         idx = np.unique(np.searchsorted(ends, np.asarray(hits, np.int64), side="right"))
         idx = [i for i in idx[idx < len(starts)].tolist() if _costed_name(buf, int(starts[i]), int(ends[i]))]
         if not idx:
-            continue
+            return
         evs = orjson.loads(b"[" + b",".join(bytes(buf[int(starts[i]):int(ends[i])]) for i in idx) + b"]")
+        rows = self._rows
         for i, e in zip(idx, evs):
             name = e.get("name")
             if name not in COSTED or e.get("ph") != "X":
                 continue
             a = e.get("args") or {}
-            c = op_cost(name, a.get("Input Dims"), a.get("Input type"))
+            dims = orjson.dumps(a.get("Input Dims")).decode()
+            c = self._cost(name, dims, a)
             if c is None:
                 continue
             pid, tid = e.get("pid"), e.get("tid")
-            for k, v in (("pid", pid if isinstance(pid, int) else -1), ("tid", tid if isinstance(tid, int) else -1), ("ts_ns", int(b.ts_ns[i])),
-                         ("dur_ns", int(b.dur_ns[i])), ("name", name), ("external_id", a.get("External id", -1)),
-                         ("dtype", c[2]), ("input_dims", orjson.dumps(a.get("Input Dims")).decode()),
+            for k, v in (("pid", pid if isinstance(pid, int) else -1), ("tid", tid if isinstance(tid, int) else -1),
+                         ("ts_ns", int(b.ts_ns[i])), ("dur_ns", int(b.dur_ns[i])), ("name", name),
+                         ("external_id", a.get("External id", -1)), ("dtype", c[2]), ("input_dims", dims),
                          ("flops", c[0]), ("bytes", c[1]), ("rank", a.get("rank", -1))):
                 rows[k].append(v)
-    return _innermost(rows), reader.metadata
+
+    def _cost(self, name, dims: str, args):
+        """:func:`~streamtrace.analyze.opcost.op_cost` of an op, remembered by its name, ``Input Dims``
+        text and ``Input type`` (a step repeats its layers' shapes: most ops are costed once)."""
+        key = (name, dims, orjson.dumps(args.get("Input type")))
+        if key not in self._costs:
+            self._costs[key] = op_cost(name, args.get("Input Dims"), args.get("Input type"))
+        return self._costs[key]
+
+    def rows(self) -> dict:
+        return _innermost(self._rows)
+
+
+def costed_ops(path) -> tuple[dict, dict]:
+    """The costed CPU ops of the trace ``path`` in a pass of their own (:class:`CostedOps`): ``(rows,
+    metadata)``; the metadata as far as read (a trace without recorded shapes is not read past
+    :data:`PROBE_EVENTS` events).  Raises :class:`~streamtrace.runtime.errors.TraceError` for an
+    unreadable trace."""
+    ops = CostedOps()
+    reader = TraceReader(path)
+    for b in reader.raw_batches(decode=False):
+        ops.add(b)
+        if ops.done:
+            break
+    return ops.rows(), reader.metadata
 
 
 _NAME = re.compile(rb'"name"\s*:\s*"([^"\\]*)"')
@@ -126,10 +161,13 @@ def _innermost(rows: dict) -> dict:
     return {k: [v[i] for i in keep] for k, v in rows.items()}
 
 
-def _ops_gpu_time(outdir, rank, iteration) -> dict:
-    """``{(pid, tid, ts_ns, name): (kernel_count, kernel_time_ns, gpu_busy_ns)}`` of the rank's ops."""
+def _ops_gpu_time(outdir, rank, iteration, starts=None) -> dict:
+    """``{(pid, tid, ts_ns, name): (kernel_count, kernel_time_ns, gpu_busy_ns)}`` of the rank's ops
+    (only those starting at one of ``starts``, int ns, when given: the ops to be joined)."""
     t = read_partition(partition_files(outdir, "ops", rank, iteration),
                        ["pid", "tid", "ts_ns", "name", "kernel_count", "kernel_time_ns", "gpu_busy_ns"], "ops")
+    if starts is not None:
+        t = t.filter(pc.is_in(t.column("ts_ns"), value_set=pa.array(sorted(set(starts)), pa.int64())))
     names = t.column("name")
     if names.num_chunks and pa.types.is_dictionary(names.type):
         names = names.cast(pa.string())
@@ -159,12 +197,13 @@ def roofline(flops, nbytes, busy_ns, spec, dtype) -> dict:
     return out
 
 
-def write_op_perf(path, outdir, ranks, iteration) -> list:
+def write_op_perf(path, outdir, ranks, iteration, costed=None) -> list:
     """Cost the ops of the trace ``path`` and write each rank's ``op_perf`` partition (the ranks
     ``ranks`` the file was analysed into; an op without ``args.rank`` belongs to the only one, or
-    is skipped when the file holds several); nothing when the trace has no costed op.  Returns the
-    files written."""
-    rows, meta = costed_ops(path)
+    is skipped when the file holds several); nothing when the trace has no costed op.  ``costed``:
+    ``(rows, metadata)`` gathered already (:class:`CostedOps` fed by analyze's own pass), else
+    :func:`costed_ops` reads the file once more.  Returns the files written."""
+    rows, meta = costed if costed is not None else costed_ops(path)
     if not rows["name"]:
         return []
     props = meta.get("deviceProperties") or []
@@ -172,7 +211,7 @@ def write_op_perf(path, outdir, ranks, iteration) -> list:
     files = []
     for rank in ranks:
         mine = [i for i, r in enumerate(rows["rank"]) if r == rank or (r == -1 and len(ranks) == 1)]
-        gpu = _ops_gpu_time(outdir, rank, iteration)
+        gpu = _ops_gpu_time(outdir, rank, iteration, [rows["ts_ns"][i] for i in mine])
         cols = {c: [rows[c][i] for i in mine] for c in COLUMNS}
         extra = {k: [] for k in ("kernel_count", "kernel_time_ns", "gpu_busy_ns")}
         roof: dict = {}

@@ -33,6 +33,10 @@ from ..runtime.tuning import trim
 from .gpu import GpuEvents, Names
 from .phases import Windows, add_windows
 
+# the sorters' blocks live only while one rank is analysed: LZ4 (events.codec) packs and unpacks them 2-3x
+# faster than zstd, in ~40 % more bytes
+SORT_CODEC = "lz4"
+
 
 @dataclass
 class TrackTotals:
@@ -115,8 +119,8 @@ def analyze_track(ctx: TrackContext, key, ops_writer, last=False, span=None):
     (``ctx.totals.dup`` counts those within the piece)."""
     store, gpu, nm, tot = ctx.store, ctx.gpu, ctx.names, ctx.totals
     block_rows, folder = ctx.block_rows, ctx.spill_dir
-    recs = ExternalSorter(REC_DTYPE, _rec_key, block_rows, folder, delta=("s", "e-s", "idx"))
-    corrs = ExternalSorter(_CORR_DTYPE, _corr_key, block_rows, folder, delta=("c",))
+    recs = ExternalSorter(REC_DTYPE, _rec_key, block_rows, folder, delta=("s", "e-s", "idx"), codec=SORT_CODEC)
+    corrs = ExternalSorter(_CORR_DTYPE, _corr_key, block_rows, folder, delta=("c",), codec=SORT_CODEC)
     own_parts = []
     i0 = n_own = 0
     trimmer = _Trimmer(block_rows)
@@ -148,7 +152,7 @@ def analyze_track(ctx: TrackContext, key, ops_writer, last=False, span=None):
     del own_parts
     trim()
     tree = TreeStream(own_rows, gpu.start, gpu.end, gpu.ctx)     # 2. time order
-    results = ExternalSorter(RES_DTYPE, _res_key, block_rows, folder, delta=("idx",))
+    results = ExternalSorter(RES_DTYPE, _res_key, block_rows, folder, delta=("idx",), codec=SORT_CODEC)
     for chunk in recs.chunks():
         for a in range(0, len(chunk), block_rows):
             results.add(tree.feed(chunk[a:a + block_rows]))

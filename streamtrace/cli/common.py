@@ -128,14 +128,14 @@ def validation_line(rep) -> str:
 
 def prepare_kernels(command, con, jobs=0) -> float:
     """Have numba's cache hold the kernels ``command`` (a key of
-    :data:`streamtrace.runtime.compile.COMMANDS`) uses before it runs: on a fresh install they are
+    :data:`streamtrace.runtime.compile.COMMANDS`, or a tuple of them) uses before it runs: on a fresh install they are
     compiled in ``jobs`` parallel processes (0: all cores, at most 4), after one notice line
     "compiling kernels, first run only" (not shown with -q).  Returns the wall seconds spent
     compiling (0.0 when the cache held them).  Never raises: whatever is not compiled here is
     compiled on first use, as without it."""
     try:
         from ..runtime.compile import prepare     # (the CLI's convention: see streamtrace.cli)
-        res = prepare(command, jobs=jobs or None, notice=con.notice)
+        res = prepare(*((command,) if isinstance(command, str) else command), jobs=jobs or None, notice=con.notice)
         if res["compiled"]:
             con.detail(f"compiled {len(res['compiled'])} kernels in {res['seconds']:.1f} s")
         return float(res["seconds"]) if res["compiled"] else 0.0

@@ -52,10 +52,11 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
     check_efficiency_flags(peak_tflops, flops_per_token, nic_gbps, gpus_per_node)
     opt.check()
     check_paths(run_dir, opt)     # a run folder that is not there, an output folder not the epilogue's: exit 1
+    units = ("epilogue", "nsys") if holds_export(run_dir) else ("epilogue",)   # compile only what it will call
     if opt.isolate:      # numba and the kernels stay out of this process: each stage's process loads its own
-        call_in_child(lambda: prepare_kernels("epilogue", con, opt.jobs))
+        call_in_child(lambda: prepare_kernels(units, con, opt.jobs))
     else:
-        prepare_kernels("epilogue", con, opt.jobs)
+        prepare_kernels(units, con, opt.jobs)
     s = run(run_dir, opt)
     if not s["report"] and not s.get("ranks") and not s.get("iterations"):
         # no job to report on: exit 0 is for the job's sake only when there is one (issue 33, class 11)
@@ -68,6 +69,17 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
         con.info(f"no report; see {state}" if state.is_file() else "no report")
     if strict and s["failures"]:
         raise Exit(1)
+
+
+def holds_export(run_dir) -> bool:
+    """Whether ``run_dir`` holds an Nsight Systems SQLite export (a ``*.sqlite`` file at any depth that is
+    one, :func:`streamtrace.trace.nsys.is_sqlite`): only then are the export readers' kernels compiled
+    ahead.  Missed or unreadable: they compile on first use, as without the compile-ahead."""
+    from ..trace.nsys import is_sqlite
+    try:
+        return any(is_sqlite(p) for p in Path(run_dir).rglob("*.sqlite"))
+    except OSError:
+        return False
 
 
 epilogue.EXAMPLES = EXAMPLES

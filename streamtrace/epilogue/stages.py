@@ -211,8 +211,10 @@ def mark_stage(ctx: StageRun, agg):
         it = lambda m: int(m.parent.name[len(pre):]) if m.parent.name.startswith(pre) else None  # noqa: E731
         return {"marked": sum(mark_critical_path(m, agg, iteration=it(m))["marked"] for m in merged)}
     if merged:
-        fp = fingerprint([agg / "critical_path.parquet"] + merged, stage="critical path marks")
-        _, st = run_stage(ctx, "critical path marks", fp, merged, do_mark, "critical path marks", agg)
+        fp = lambda: fingerprint([agg / "critical_path.parquet"] + merged, stage="critical path marks")  # noqa: E731
+        _, st = run_stage(ctx, "critical path marks", fp(), merged, do_mark, "critical path marks", agg)
+        if st == "done":        # the marked files' own stamps: an unchanged rerun finds them and reuses the stage
+            ctx.state["critical path marks"]["fingerprint"] = fp()
         ctx.summary["stages"]["critical path marks"] = st
 
 

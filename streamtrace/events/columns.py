@@ -36,6 +36,7 @@ JSON text, bytes); a named op without any of those keys gets no row unless its n
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 
@@ -72,11 +73,18 @@ _NAME_TELLS = re.compile(r"^gloo:|all_?to_?all", re.I)
 _AS_JSON = ("Input Dims", "Input type", "Concrete Inputs")
 
 
+_KEPT_KEYS = frozenset(COMM_KEYS + COMM_SHAPE_KEYS)
+
+
 def keep_op(name: str, args: dict) -> bool:
     """Whether a communication op (``COMM_OP_NAME``) gets a collective-args row: it has one of the
     ``COMM_KEYS`` / ``COMM_SHAPE_KEYS`` or its name tells (``gloo:*``, an all-to-all)."""
-    return any(k in args for k in COMM_KEYS) or any(k in args for k in COMM_SHAPE_KEYS) \
-        or bool(_NAME_TELLS.search(name))
+    return not _KEPT_KEYS.isdisjoint(args) or _name_tells(name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _name_tells(name: str) -> bool:
+    return bool(_NAME_TELLS.search(name))
 
 
 class StringTable:

@@ -60,7 +60,7 @@ def group_rows(keycols) -> dict:
     return out
 
 
-def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None):
+def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None, on_batch=None):
     """Read one trace into ``store``: complete events (``ph == "X"``, ``dur >= 0``) as
     :data:`STORE_DTYPE` rows keyed ``("gpu", rank, pid, tid)`` for GPU events (``cat`` in
     ``gpu_cats``: Kineto's kernel and memcpy/memset categories, see
@@ -72,6 +72,9 @@ def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None)
     table keeps its rows), each with a collective-args row holding ``"@wait_on_stream"`` and
     ``"@wait_on_cuda_event_record_corr_id"`` (:data:`CUDA_SYNC_ARGS`, -1 when absent).
     ``byte_range``: read only that slice of a plain file's events (see :mod:`streamtrace.trace.ranges`).
+    ``on_batch(b)``: called with each ``decode=False`` :class:`~streamtrace.trace.reader.RawBatch` in
+    file order, before its rows are stored (a consumer of the same bytes, e.g. analyze's op costs,
+    then needs no pass of its own).
 
     Complete events without a usable time (``ts`` or ``dur`` missing, ``ts`` negative, not a number,
     beyond int64 ns; a number written as a string is read) are not stored: they are counted in
@@ -89,6 +92,8 @@ def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None)
     reader.unusable_times = 0
     reader.negative_durations = 0
     for b in reader.raw_batches(decode=False):
+        if on_batch is not None:
+            on_batch(b)
         cols, rows = columns_from_batch(b, table, path)
         if len(kind_of) < len(table):
             kind_of = np.concatenate([kind_of, np.asarray(

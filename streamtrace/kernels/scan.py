@@ -26,7 +26,8 @@ from .cachedir import ensure_cache
 ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
 
 __all__ = ["NEED_MORE", "DONE", "BAD", "HAS_TS", "HAS_DUR", "TS_BAD", "DUR_BAD", "BIG_INT", "OBJECT", "skip_ws",
-           "skip_string", "skip_value", "parse_ns", "next_element", "scan_events", "split_points", "scan_bounds"]
+           "skip_string", "skip_value", "parse_ns", "read_time", "next_element", "scan_events", "split_points",
+           "scan_bounds"]
 
 NEED_MORE = 0
 DONE = 1
@@ -229,6 +230,42 @@ def _ts_or_dur(buf, s, e):
     return 0
 
 
+@njit(cache=True, nogil=True, inline="always")
+def read_time(buf, i, n, want, f, tsv, durv):
+    """The value of a top-level ``"ts"`` (``want`` 1) or ``"dur"`` (``want`` 2) member, from ``i`` just
+    past its ``:``: a number's exact ns (:func:`parse_ns`) into ``tsv`` / ``durv`` with HAS_TS / HAS_DUR in
+    the flags ``f`` (and TS_BAD / DUR_BAD when it does not fit or is not a number).  Returns ``(more, i, f,
+    tsv, durv)``: ``more`` True when the bytes end before the value does (the caller resumes the event
+    with more bytes); else ``i`` just past a number, or unchanged for any other value (the caller's scan
+    goes on over it).  Shared by :func:`scan_events` and :func:`streamtrace.kernels.survey.scan_survey`."""
+    j = skip_ws(buf, i, n)
+    if j >= n:
+        return True, i, f, tsv, durv
+    cj = buf[j]
+    if cj == 45 or (48 <= cj <= 57):
+        ok, v, j2 = parse_ns(buf, j, n)
+        if j2 >= n:
+            return True, i, f, tsv, durv     # the number may continue in the next block
+        if want == 1:
+            f |= HAS_TS
+            if ok:
+                tsv = v
+            else:
+                f |= TS_BAD
+        else:
+            f |= HAS_DUR
+            if ok:
+                durv = v
+            else:
+                f |= DUR_BAD
+        return False, j2, f, tsv, durv
+    if want == 1:
+        f |= HAS_TS | TS_BAD
+    else:
+        f |= HAS_DUR | DUR_BAD
+    return False, i, f, tsv, durv
+
+
 OBJECT = 2    # next_element: an object starts at the returned position
 
 
@@ -315,32 +352,9 @@ def scan_events(buf, pos, n, starts, ends, ts_ns, dur_ns, flags, sep):
                 key_s = -1
                 i += 1
                 if want != 0:
-                    j = skip_ws(buf, i, n)
-                    if j >= n:
+                    more, i, f, tsv, durv = read_time(buf, i, n, want, f, tsv, durv)
+                    if more:
                         break
-                    cj = buf[j]
-                    if cj == 45 or (48 <= cj <= 57):
-                        ok, v, j2 = parse_ns(buf, j, n)
-                        if j2 >= n:
-                            break     # number may continue in the next block
-                        if want == 1:
-                            f |= HAS_TS
-                            if ok:
-                                tsv = v
-                            else:
-                                f |= TS_BAD
-                        else:
-                            f |= HAS_DUR
-                            if ok:
-                                durv = v
-                            else:
-                                f |= DUR_BAD
-                        i = j2
-                    else:
-                        if want == 1:
-                            f |= HAS_TS | TS_BAD
-                        else:
-                            f |= HAS_DUR | DUR_BAD
                     want = 0
                 continue
             if _is_ws(c):

@@ -15,8 +15,7 @@ import numpy as np
 from numba import njit
 
 from .jsoncheck import bytes_equal
-from .scan import BIG_INT, DUR_BAD, HAS_DUR, HAS_TS, NEED_MORE, OBJECT, TS_BAD, next_element, parse_ns, skip_string, \
-    skip_ws
+from .scan import BIG_INT, NEED_MORE, OBJECT, next_element, read_time, skip_string, skip_ws
 
 from .cachedir import ensure_cache
 
@@ -178,34 +177,15 @@ def scan_survey(buf, pos, n, starts, ends, ts_ns, dur_ns, flags, sep, k0, kind, 
                     want = 6
                 if want == 0:
                     continue
+                if want <= 2:
+                    more, i, f, tsv, durv = read_time(buf, i, n, want, f, tsv, durv)
+                    if more:
+                        break
+                    continue
                 j = skip_ws(buf, i, n)
                 if j >= n:
                     break
                 cj = buf[j]
-                if want <= 2:
-                    if cj == 45 or (48 <= cj <= 57):
-                        ok, v, j2 = parse_ns(buf, j, n)
-                        if j2 >= n:
-                            break     # number may continue in the next block
-                        if want == 1:
-                            f |= HAS_TS
-                            if ok:
-                                tsv = v
-                            else:
-                                f |= TS_BAD
-                        else:
-                            f |= HAS_DUR
-                            if ok:
-                                durv = v
-                            else:
-                                f |= DUR_BAD
-                        i = j2
-                    else:
-                        if want == 1:
-                            f |= HAS_TS | TS_BAD
-                        else:
-                            f |= HAS_DUR | DUR_BAD
-                    continue
                 # ph / name / cat / id: the value's span
                 if cj == 34:
                     ve = skip_string(buf, j, n)

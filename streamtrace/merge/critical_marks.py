@@ -12,18 +12,25 @@ kernel (same correlation), or a CPU op whose ``args["External id"]`` and name ar
 (``cpu_op``, ``sync``).  Host gaps and waits are no event: the arrows jump over them.
 
 A trace marked before (by another aggregate) loses the old marks and arrows first.  The trace is
-copied event by event, byte for byte except the ``args`` of the marked events (the
-member is inserted into the event's text: times keep their digits); the top-level keys after the
-events are written back in their order.  O(events) time, memory O(path segments).
+copied byte for byte except the ``args`` of the marked events (the member is inserted into the
+event's text: times keep their digits); the top-level keys after the events are written back in
+their order.  Only the few events that can be on the path are parsed: a batch's ``correlation`` and
+``External id`` integers are read by the column kernel (:func:`streamtrace.kernels.extract.extract_columns`)
+and looked up in the path's ids (:func:`streamtrace.events.sortedsets.in_sorted`); an event whose
+value is no integer literal (never in a trace streamtrace merged) is not matched.  Runs of untouched
+events are copied as one slice of the batch.  O(events) time, memory O(path segments + one batch).
 """
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pyarrow.parquet as pq
 
+from ..events.sortedsets import in_sorted
+from ..kernels import extract as X
 from ..runtime.errors import StreamtraceError
 from ..trace.reader import TraceReader
 from ..trace.writer import TraceWriter, us_fragment
@@ -34,29 +41,37 @@ FLOW_BASE = 1 << 60            # flow ids above every merged id (rank * 2**40 + 
 _ARGS = re.compile(rb'"args"\s*:\s*\{\s*')
 _OLD_MARK = re.compile(rb'"critical_path"\s*:\s*-?\d+\s*,?\s*')       # a mark of an earlier run (always first)
 _OLD_FLOW = b'"cat":"critical_path"'
+_MARKED = b'"critical_path"'
 
 
 def path_ids(aggdir, iteration=None) -> tuple[dict, dict, dict]:
     """``(gpu, launch, cpu)``: ``{merged correlation: order}``, ``{merged correlation: order}``,
     ``{(merged external id, name): order}`` of the path segments of ``aggdir`` (of ``iteration``
-    only when given); ``order`` = the step's index x 10**7 + the segment's position."""
+    only when given); ``order`` = the step's index x 10**7 + the segment's position; a key on the path
+    twice keeps its first row's order."""
     p = Path(aggdir) / "critical_path.parquet"
     if not p.is_file():
         raise StreamtraceError(f"{p}: missing (run streamtrace aggregate without --no-critical-path first)")
-    t = pq.read_table(p).to_pydict()
-    steps = sorted(set(zip(t["iteration"], t["step"])))
-    gpu, launch, cpu = {}, {}, {}
-    for i in range(len(t["order"])):
-        if iteration is not None and t["iteration"][i] != iteration:
-            continue
-        order = steps.index((t["iteration"][i], t["step"][i])) * 10**7 + t["order"][i]
-        r, cat = t["rank"][i], t["category"][i]
-        if cat in ("compute_kernel", "memcpy", "comm_transfer") and t["correlation"][i] >= 0:
-            gpu.setdefault(unique_id(r, t["correlation"][i]), order)
-        elif cat == "launch_delay" and t["correlation"][i] >= 0:
-            launch.setdefault(unique_id(r, t["correlation"][i]), order)
-        elif cat in ("cpu_op", "sync") and t["external_id"][i] >= 0:
-            cpu.setdefault((unique_id(r, t["external_id"][i]), t["name"][i]), order)
+    t = pq.read_table(p, columns=["iteration", "step", "order", "rank", "category", "name", "correlation",
+                                  "external_id"])
+    c = {n: t[n].to_numpy() for n in ("iteration", "step", "order", "rank", "correlation", "external_id")}
+    _, step = np.unique(np.stack([c["iteration"], c["step"]], 1), axis=0, return_inverse=True)
+    order = step.reshape(-1).astype(np.int64) * 10**7 + c["order"]
+    cat = np.asarray(t["category"].to_pylist(), dtype=object)
+    mine = np.ones(len(order), bool) if iteration is None else c["iteration"] == iteration
+
+    def first(sel, raw, names=None) -> dict:
+        """``{key: order}`` of the rows ``sel`` (key: the merged id of ``raw``, with the name when given),
+        the first row of a key winning."""
+        rows = np.flatnonzero(sel & (raw >= 0))[::-1].tolist()
+        r, v = c["rank"].tolist(), raw.tolist()
+        keys = [unique_id(r[k], v[k]) for k in rows]
+        if names is not None:
+            keys = list(zip(keys, (names[k] for k in rows)))
+        return dict(zip(keys, order[rows].tolist()))
+    gpu = first(mine & np.isin(cat, ["compute_kernel", "memcpy", "comm_transfer"]), c["correlation"])
+    launch = first(mine & (cat == "launch_delay"), c["correlation"])
+    cpu = first(mine & np.isin(cat, ["cpu_op", "sync"]), c["external_id"], t["name"].to_pylist())
     return gpu, launch, cpu
 
 
@@ -81,27 +96,66 @@ def _marked(raw: bytes, order: int) -> bytes:
     return raw[:m.end()] + b'"critical_path":%d' % order + sep + raw[m.end():]
 
 
+def candidates(b, corr_keys, ext_keys) -> np.ndarray:
+    """Indices (ascending) of the events of batch ``b`` (a ``decode=False``
+    :class:`~streamtrace.trace.reader.RawBatch`) that may be on the path or hold an earlier run's mark:
+    ``X`` events whose ``correlation`` is in ``corr_keys`` or whose ``External id`` is in ``ext_keys``
+    (sorted int64; -1 in them: also the events where the kernel read no integer, for ids merge wrote as
+    strings), events the column kernel cannot read, and events whose text holds ``"critical_path"``."""
+    n = len(b.starts)
+    buf = np.frombuffer(b.buf, np.uint8)
+    i64 = lambda: np.empty(n, np.int64)  # noqa: E731
+    ph, flags = np.empty(n, np.uint8), np.empty(n, np.uint8)
+    cols = [i64() for _ in range(14)]       # pid tid cat(h,s,e) name(h,s,e) flow corr ext stream device rank
+    X.extract_columns(buf, b.starts, b.ends, ph, *cols, flags)
+    corr, ext = cols[9], cols[10]
+    hit = ((ph == ord("X")) & (in_sorted(corr, corr_keys) | in_sorted(ext, ext_keys))) | ((flags & X.F_PYTHON) != 0)
+    raw, pos, end = b.buf, int(b.starts[0]), int(b.ends[-1])
+    while (pos := raw.find(_MARKED, pos, end)) >= 0:
+        hit[np.searchsorted(b.starts, pos, "right") - 1] = True
+        pos += len(_MARKED)
+    return np.flatnonzero(hit)
+
+
+def _copy(raw, starts, ends, a, z, tight) -> list:
+    """Events ``a`` to ``z - 1`` of a batch as pieces to join with ``,``: one slice when they stand
+    separated by single commas (``tight``), else one piece each."""
+    if a >= z:
+        return []
+    if tight[a:z - 1].all():
+        return [raw[starts[a]:ends[z - 1]]]
+    return [raw[starts[k]:ends[k]] for k in range(a, z)]
+
+
 def mark_critical_path(trace, aggdir, output=None, iteration=None) -> dict:
     """Copy the merged trace ``trace`` to ``output`` (default: ``trace`` itself, replaced atomically)
     with the path of ``aggdir`` marked (module docstring).  Returns ``{"output", "marked", "flows"}``.
     Raises :class:`~streamtrace.runtime.errors.StreamtraceError` when ``aggdir`` has no critical path,
     :class:`~streamtrace.runtime.errors.TraceError` for a damaged trace."""
     gpu, launch, cpu = path_ids(aggdir, iteration)
+    corr_keys = np.unique(np.asarray([k for k in list(gpu) + list(launch) if type(k) is int] + [-1], np.int64))
+    ext_keys = np.unique(np.asarray([k[0] for k in cpu if type(k[0]) is int] + [-1], np.int64))
+    if not any(type(k) is str for k in list(gpu) + list(launch) + [k[0] for k in cpu]):
+        corr_keys, ext_keys = corr_keys[corr_keys >= 0], ext_keys[ext_keys >= 0]
     out = Path(output or trace)
     reader = TraceReader(trace)
     marks: dict = {}
-    keys = (b'"correlation"', b'"External id"')
     with TraceWriter(out, compresslevel=1) as w:
         for b in reader.raw_batches(decode=False):
-            parts = []
-            for k, (s, e) in enumerate(zip(b.starts.tolist(), b.ends.tolist())):
-                raw = bytes(b.buf[s:e])
-                if b'"critical_path"' in raw:                # marked before: the old marks and flows go
+            starts, ends = b.starts.tolist(), b.ends.tolist()
+            tight = (b.starts[1:] - b.ends[:-1]) == 1
+            parts, kept, a = [], 0, 0
+            for k in candidates(b, corr_keys, ext_keys).tolist():
+                parts += _copy(b.buf, starts, ends, a, k, tight)
+                kept += k - a
+                a = k + 1
+                raw = b.buf[starts[k]:ends[k]]
+                if _MARKED in raw:                            # marked before: the old marks and flows go
                     if _OLD_FLOW in raw.replace(b" ", b""):
                         continue
                     raw = _OLD_MARK.sub(b"", raw, count=1)
                 order = None
-                if any(x in raw for x in keys):
+                if b'"correlation"' in raw or b'"External id"' in raw:
                     ev = orjson.loads(raw)
                     order = _order(ev, gpu, launch, cpu)
                 if order is not None:
@@ -109,7 +163,10 @@ def mark_critical_path(trace, aggdir, output=None, iteration=None) -> dict:
                     if order not in marks:
                         marks[order] = (ev.get("pid"), ev.get("tid"), int(b.ts_ns[k]))
                 parts.append(raw)
-            w.write_raw(b",".join(parts), len(parts))
+                kept += 1
+            parts += _copy(b.buf, starts, ends, a, len(starts), tight)
+            kept += len(starts) - a
+            w.write_raw(b",".join(parts), kept)
         w.metadata = reader.metadata
         flows = []
         seq = sorted(marks.items())

@@ -136,6 +136,23 @@ def _grow(fig, box):
     fig.set_size_inches(big_w, big_h)
 
 
+def bars_h(ax, y, width, left, height, color, label=None):
+    """Horizontal bars as ``ax.barh(y, width, left=left, height=height, color=color, label=label)`` draws
+    them (the same pixels), as one :class:`~matplotlib.collections.PolyCollection` instead of a
+    ``Rectangle`` artist per bar: a chart of thousands of bars (one per rank, or per path segment) is
+    not laid out and measured bar by bar.  ``y``, ``width``, ``left``: float arrays (data units), one
+    bar each.  Each bar's left end is a sticky edge of the x axis' autoscaling, as barh makes it.
+    Returns the collection."""
+    from matplotlib.collections import PolyCollection     # (matplotlib: loaded by pyplot())
+    y, x0 = np.asarray(y, np.float64), np.asarray(left, np.float64)
+    x1, h = x0 + np.asarray(width, np.float64), height / 2
+    verts = np.stack([np.c_[x0, y - h], np.c_[x0, y + h], np.c_[x1, y + h], np.c_[x1, y - h]], 1)
+    col = PolyCollection(verts, facecolor=color, edgecolor="none", linewidth=1, label=label)
+    col.sticky_edges.x.extend(x0.tolist())
+    ax.add_collection(col)
+    return col
+
+
 def margins(fig, left=None, bottom=None, right=None, top=None):
     """``subplots_adjust`` with margins in inches (None: matplotlib's), so short and narrow figures
     keep their labels on the canvas."""

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .charts import save
+from .charts import bars_h, save
 from .units import fmt_count, fmt_time, time_axis
 
 IDLE_COLORS = {"host_wait_ns": "#C44E52", "kernel_wait_ns": "#DD8452", "other_ns": "#8C8C8C"}
@@ -219,7 +219,7 @@ def idle_chart(ex: dict | None, stem, formats=("png",)) -> list:
     div, unit = time_axis(max(r["idle_ns"] for r in rows))
     for c, color in IDLE_COLORS.items():
         v = np.asarray([r[c] / div for r in rows])
-        ax.barh(y, v, left=left, color=color, label=IDLE_LABELS[c], height=0.8)
+        bars_h(ax, y, v, left, 0.8, color, IDLE_LABELS[c])      # (one collection: 1,024 ranks are 3,072 bars)
         left += v
     step = max(1, len(rows) // 40)
     ax.set_yticks(y[::step], labels[::step], fontsize=7)

@@ -375,12 +375,13 @@ def write_report(aggdir, outdir=None, name=None, tokens_per_step=None, global_ba
     out = Path(outdir or aggdir)
     files = []
     if charts:
-        files = render_all(aggdir, out / CHARTS, opt=ChartOptions(chart_formats=tuple(chart_formats), jobs=jobs,
-                                                                    chart_ranks=chart_ranks, progress=progress))
-        files += idle_chart(rep.get("explain"), out / CHARTS / "idle_breakdown", tuple(chart_formats))
-        files += critical_chart(aggdir, out / CHARTS / "critical_path", tuple(chart_formats))
-        files += efficiency_charts(rep.get("efficiency"), aggdir, out / CHARTS, Aggregate.read(aggdir).summary,
-                                   tuple(chart_formats))
+        fmts = tuple(chart_formats)
+        extra = [(idle_chart, (rep.get("explain"), out / CHARTS / "idle_breakdown", fmts)),
+                 (critical_chart, (aggdir, out / CHARTS / "critical_path", fmts)),
+                 (efficiency_charts, (rep.get("efficiency"), aggdir, out / CHARTS, Aggregate.read(aggdir).summary,
+                                      fmts))]
+        files = render_all(aggdir, out / CHARTS, extra=extra,
+                           opt=ChartOptions(chart_formats=fmts, jobs=jobs, chart_ranks=chart_ranks, progress=progress))
     shown = ".png" if "png" in chart_formats else ".svg"
     pngs = [str(Path(p).relative_to(out)) for p in files if str(p).endswith(shown)]
     rep["charts"] = pngs

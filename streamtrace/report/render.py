@@ -319,7 +319,11 @@ _RUN: dict = {}         # the data, tasks, folder and formats of the render in p
 
 def draw(i) -> list:
     """Draw task ``i`` of the render in progress and save it; returns the written paths ([] when
-    the chart has no content)."""
+    the chart has no content).  ``i`` past the planned tasks: the ``extra`` chart function of that
+    index (:func:`render_all`), called with its arguments."""
+    if i >= len(_RUN["tasks"]):
+        fn, args = _RUN["extra"][i - len(_RUN["tasks"])]
+        return list(fn(*args))
     t = _RUN["tasks"][i]
     fn = getattr(C, t.fn)
     fig = fn(_RUN["data"], *t.args) if t.data_arg else fn(*t.args)
@@ -335,10 +339,13 @@ def draw(i) -> list:
 
 
 def render_all(aggdir, outdir, chart_ranks=None, max_groups=16, max_replicas=8, log=None, progress=None,
-               opt: ChartOptions | None = None, ranks=None) -> list:
+               opt: ChartOptions | None = None, ranks=None, extra=()) -> list:
     """Render every chart of :mod:`~streamtrace.report.charts` that has content into ``outdir``
     (``opt``, or the keyword arguments, see :class:`ChartOptions`; ``ranks``: deprecated, ``chart_ranks``)
-    and remove the chart files an earlier run left there.  Returns the written paths in plan order.
+    and remove the chart files an earlier run left there.  ``extra``: more charts drawn by the same
+    workers, ``[(fn, args)]`` where ``fn(*args)`` writes its files and returns their paths (the report's
+    idle, critical path and efficiency charts); they are started first (each is one of the longest) and
+    their files come after the planned ones.  Returns the written paths in plan order, then ``extra``'s.
     Raises ValueError for an unknown format."""
     if ranks is not None:
         _deprecated_ranks(stacklevel=3)
@@ -353,13 +360,18 @@ def render_all(aggdir, outdir, chart_ranks=None, max_groups=16, max_replicas=8, 
     out.mkdir(parents=True, exist_ok=True)
     tasks = plan(data, aggdir, opt)
     C.pyplot()                               # import matplotlib once, before the workers fork
-    _RUN.update(data=data, tasks=tasks, out=str(out), formats=tuple(opt.chart_formats))
-    jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(tasks)))
+    _RUN.update(data=data, tasks=tasks, out=str(out), formats=tuple(opt.chart_formats), extra=list(extra))
+    n = len(tasks) + len(extra)
+    order = list(range(len(tasks), n)) + list(range(len(tasks)))       # the extra ones first
+    jobs = max(1, min(opt.jobs or os.cpu_count() or 1, n))
     try:
-        with progress_bar(len(tasks), "charts", "chart", opt.progress) as bar:
-            res = run_tasks(draw, [(i,) for i in range(len(tasks))], jobs, on_done=bar.update)
+        with progress_bar(n, "charts", "chart", opt.progress) as bar:
+            done = run_tasks(draw, [(i,) for i in order], jobs, on_done=bar.update)
     finally:
         _RUN.clear()
+    res = [None] * n
+    for i, r in zip(order, done):
+        res[i] = r
     files = [Path(p) for r in res for p in r]
     keep = {p.name for p in files}
     for old in list(out.glob("*.png")) + list(out.glob("*.svg")):

@@ -171,24 +171,34 @@ _STATS = ("gaps.running_end_before", "ancestry.same_name_ancestor",    # aggrega
 _READ = ("scan.scan_events", "scan.skip_value", "scan.skip_string", "scan.skip_ws")
 _PIPELINE = ("intervals._intersect_sorted", "intervals.disjoint_length")   # aggregate's pipeline waits per rank
 _INTERVALS = ("intervals._union_sorted", "intervals._union_length_sorted", "intervals._intersect_length_sorted")
-_VALIDATE = ("validate.event_fields", "validate.nesting_chunk", "validate.flow_chunk", "validate.flow_close",
-             "validate.batch_records")
+_CHECKS = ("validate.nesting_chunk", "validate.flow_chunk", "validate.flow_close", "validate.batch_records")
+_VALIDATE = ("validate.event_fields",) + _CHECKS          # (merge reads the fields in its rewrite kernel)
 _NSYS = ("sqlite_pages.decode_leaves", "sqlite_pages.decode_record", "sqlite_pages.interior_children",
          "sqlite_pages.local_size")     # the page reader of Nsight Systems exports
-_MERGE = _READ + ("rewrite.scan_rewrite", "survey.scan_survey", "keep.keep_rows") + _VALIDATE + _NSYS + (
-    "nsys_text.nsys_event_text",)      # an export's events as text
-_ANALYZE = _READ + ("extract.extract_columns", "treestream._feed", "treestream._gather_strings",
-                    "intervals.disjoint_length", "intervals._union_lengths_sorted") + _INTERVALS + _WINDOWS + _NSYS
+_KINETO_MERGE = _READ + ("rewrite.scan_rewrite",) + _CHECKS     # a whole Kineto merge, validated
+_FILTERS = ("survey.scan_survey", "keep.keep_rows")              # merge --steps / --window / --align
+_MERGE = _KINETO_MERGE + _FILTERS + _VALIDATE + _NSYS + ("nsys_text.nsys_event_text",)   # an export's events as text
+_KINETO_ANALYZE = _READ + ("extract.extract_columns", "treestream._feed", "treestream._gather_strings",
+                           "intervals._union_lengths_sorted") + _INTERVALS + _WINDOWS
+_ANALYZE = _KINETO_ANALYZE + ("intervals.disjoint_length",) + _NSYS
+#: what the epilogue of Kineto traces calls (the demo's job): what a cold run of it compiled, measured
+#: (bench/bench_first_run.py --count-compiles); the units an Nsight Systems export or merge's time filters
+#: need are left out (:data:`NSYS_UNITS`)
+_KINETO_EPILOGUE = tuple(dict.fromkeys(_KINETO_MERGE + _KINETO_ANALYZE + _INTERVALS + _STATS + _PIPELINE))
+
+#: the units only an Nsight Systems export needs (its page reader, merge's text kernel)
+NSYS_UNITS = _NSYS + ("nsys_text.nsys_event_text",)
 
 #: command -> the units it calls (what a cold run of it compiled, measured)
 COMMANDS = {
     "merge": _MERGE,                       # merge validates its output
     "validate": _READ + ("scan.scan_bounds",) + _VALIDATE,
-    "demo": tuple(dict.fromkeys(_MERGE + _ANALYZE + _INTERVALS + _STATS + _PIPELINE)),   # the epilogue on the demo job
+    "demo": _KINETO_EPILOGUE,              # the epilogue on the demo job (Kineto traces, no time filter)
     "analyze": _ANALYZE,
     "aggregate": _READ + _INTERVALS + _STATS + _PIPELINE,
     "report": _READ + _INTERVALS + _STATS + _PIPELINE,
-    "epilogue": tuple(dict.fromkeys(_MERGE + _ANALYZE + _INTERVALS + _STATS + _PIPELINE)),
+    "epilogue": _KINETO_EPILOGUE,          # + NSYS_UNITS when the run folder holds an export (cli/epilogue.py)
+    "nsys": NSYS_UNITS,
     "all": tuple(UNITS),                   # `streamtrace warmup`: every unit
 }
 

@@ -119,3 +119,16 @@ def test_bytes_by_hand():
     # grouped GEMM of MoE experts: 96 routed token rows (k 32) over 4 experts' 32 x 64 weights
     f, b, _ = op_cost("aten::_grouped_mm", [[96, 32], [4, 32, 64], [4]], ["c10::BFloat16", "c10::BFloat16", "int"])
     assert f == 2 * 96 * 32 * 64 and b == (96 * 32 + 4 * 32 * 64 + 96 * 64) * 2 + 4 * 4
+
+
+def test_analyze_gathers_the_same_ops_in_its_own_pass(traced, tmp_path):
+    """``analyze --op-perf`` costs the ops from the batches of its own reading pass (no pass of its own):
+    its ``op_perf`` rows are the standalone pass's (:func:`costed_ops`, checked against torch above)."""
+    import pyarrow.parquet as pq
+    from streamtrace.analyze import AnalyzeOptions, analyze
+    path, _, _ = traced
+    rows, _ = costed_ops(path)
+    analyze([path], tmp_path / "an", AnalyzeOptions(jobs=1, op_perf=True, progress=False))
+    got = pq.read_table(next((tmp_path / "an" / "op_perf").rglob("*.parquet"))).to_pydict()
+    key = lambda t: sorted(zip(t["ts_ns"], t["name"], t["flops"], t["bytes"], t["input_dims"]))  # noqa: E731
+    assert key(got) == key(rows) and len(rows["name"]) > 5

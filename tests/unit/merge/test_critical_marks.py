@@ -4,6 +4,8 @@ expected events are found in the merged file with ``json`` (the injected stall, 
 correlations), not by the code under test."""
 from __future__ import annotations
 
+import json
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -80,5 +82,26 @@ def test_epilogue_marks_its_merged_trace(tmp_path):
     got = {e["args"]["correlation"] for e in ev if "critical_path" in (e.get("args") or {}) and e["cat"] == "kernel"}
     assert want == got and want
     first = load_json(merged)
-    run(d, jobs=1)                                   # marking again leaves the same file
+    s2 = run(d, jobs=1)                              # nothing changed: the marked file is reused as it is
+    assert s2["stages"]["critical path marks"] == "reused"
     assert load_json(merged) == first
+    merged.unlink()                                  # a new merged trace is marked again
+    s3 = run(d, jobs=1)
+    assert s3["stages"]["iteration_10/merge"] == "done" and s3["stages"]["critical path marks"] == "done"
+    assert load_json(merged) == first
+
+
+def test_spacing_and_earlier_marks(job, tmp_path):
+    """Events not separated by single commas (whitespace, one per line) are copied one by one and marked
+    alike; marking a marked trace again gives the same bytes (the earlier marks and arrows replaced)."""
+    doc = load_json(job / "merged.json")
+    spaced = tmp_path / "spaced.json"
+    spaced.write_text('{"traceEvents": [\n' + ",\n ".join(json.dumps(e) for e in doc["traceEvents"]) + "\n], "
+                      + ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in doc.items() if k != "traceEvents")
+                      + "}")
+    mark_critical_path(job / "merged.json", job / "agg", tmp_path / "a.json")
+    mark_critical_path(spaced, job / "agg", tmp_path / "b.json")
+    a, b = load_json(tmp_path / "a.json"), load_json(tmp_path / "b.json")
+    assert a == b and any("critical_path" in (e.get("args") or {}) for e in a["traceEvents"])
+    mark_critical_path(tmp_path / "a.json", job / "agg", tmp_path / "again.json")
+    assert (tmp_path / "again.json").read_bytes() == (tmp_path / "a.json").read_bytes()

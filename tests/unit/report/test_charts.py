@@ -329,5 +329,7 @@ def test_gantt_and_idle_axes_hold_every_bar(demo):
     finally:
         E.save = orig
     ax = seen[0].axes[0]
-    longest = max(p.get_x() + p.get_width() for p in ax.patches)
-    assert ax.get_xlim()[1] > longest * 1.02
+    ends = [p.get_x() + p.get_width() for p in ax.patches]      # bars as rectangles, or as one collection
+    ends += [float(path.vertices[:, 0].max()) for c in ax.collections for path in c.get_paths()]
+    longest = max(ends)
+    assert longest > 0 and ax.get_xlim()[1] > longest * 1.02

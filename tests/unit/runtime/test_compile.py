@@ -151,3 +151,49 @@ def test_prepare_fills_the_per_user_kernel_cache(tmp_path):
     from streamtrace import __version__
     assert os.path.dirname(folder) == str(tmp_path / "st" / __version__)
     assert sorted(f.split("-")[0] for f in os.listdir(folder) if f.endswith(".nbi")) == ["scan._is_ws", "scan.skip_ws"]
+
+
+_EPILOGUE_AFTER_PREPARE = textwrap.dedent("""
+    import json
+    from numba.core import event
+    from streamtrace.runtime.compile import prepare
+    from streamtrace.epilogue import run
+    from streamtrace.synth.job import SynthSpec, generate_job
+    first = prepare("demo", jobs=2, notice=None)
+    generate_job("tb", SynthSpec(world_size=4, tp=2, pp=2))
+    rec = event.RecordingListener()
+    event.register("numba:compile", rec)
+    s = run("tb", jobs=1, isolate=False, charts=False, progress=False)
+    funcs = [getattr(e.data["dispatcher"], "py_func", None) for _, e in rec.buffer if e.is_start]
+    compiled = sorted({f.__qualname__ for f in funcs
+                       if f is not None and f.__module__.startswith("streamtrace.kernels")})
+    print(json.dumps({"first": first, "compiled": compiled, "failures": s["failures"], "stages": s["stages"]}))
+""")
+
+
+@pytest.mark.slow
+def test_demo_units_are_what_the_epilogue_of_kineto_traces_calls(tmp_path):
+    """The demo's units (the epilogue of Kineto traces, no Nsight Systems reader, no time filter) are
+    enough: after prepare("demo") on a fresh cache, the whole epilogue of a generated job compiles no
+    kernel; and the export readers are not among them."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env.update(STREAMTRACE_CACHE_DIR=str(tmp_path / "st"), PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-c", _EPILOGUE_AFTER_PREPARE], capture_output=True, text=True, env=env,
+                       cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.splitlines()[-1])
+    assert out["failures"] == [] and out["stages"]["critical path marks"] == "done", out
+    assert out["first"]["failed"] == {} and out["compiled"] == []
+    assert not set(C.NSYS_UNITS) & set(C.COMMANDS["demo"]) and set(C.NSYS_UNITS) <= set(C.COMMANDS["all"])
+
+
+def test_epilogue_compiles_the_export_readers_only_for_an_export(tmp_path):
+    """The epilogue's compile-ahead adds the Nsight Systems units only when the run folder holds an
+    export (a SQLite file, whatever the folder depth), never for a file that only has the name."""
+    import sqlite3
+    from streamtrace.cli.epilogue import holds_export
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "fake.sqlite").write_text("not a database")
+    assert not holds_export(tmp_path)
+    sqlite3.connect(tmp_path / "a" / "b" / "job.sqlite").execute("CREATE TABLE t (x)").connection.commit()
+    assert holds_export(tmp_path) and not holds_export(tmp_path / "missing")
