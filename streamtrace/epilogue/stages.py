@@ -36,9 +36,9 @@ def fingerprint(paths, **options) -> str:
     for p in sorted(map(str, paths)):
         try:
             st = os.stat(p)
-            h.update(f"{p}|{st.st_size}|{int(st.st_mtime_ns)}\n".encode())
+            h.update(os.fsencode(f"{p}|{st.st_size}|{int(st.st_mtime_ns)}\n"))   # (a path's bytes, not UTF-8)
         except OSError:
-            h.update(f"{p}|missing\n".encode())
+            h.update(os.fsencode(f"{p}|missing\n"))
     h.update(json.dumps(options, sort_keys=True, default=str).encode())
     return h.hexdigest()
 

@@ -19,6 +19,7 @@ naming the file (never an Arrow traceback).
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -81,6 +82,20 @@ def partition_files(outdir, dataset, rank, iteration) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def arrow_file(path, mode="rb"):
+    """``path`` as pyarrow can take it: the path (``str``) when it is valid UTF-8, else the file opened
+    here in ``mode`` (a Python file object, which pyarrow reads and writes through).  pyarrow
+    encodes a path as UTF-8, and a file name holding bytes that are not (a run folder named
+    ``job_caf\\xe9``: Python's surrogateescape characters) cannot be encoded (issue 49).  A file opened
+    here is closed when the object pyarrow made of it is released; a writer's caller closes it."""
+    p = os.fspath(path)
+    try:
+        p.encode("utf-8")
+        return p
+    except UnicodeEncodeError:          # unbuffered when writing: nothing left to flush at the end
+        return open(p, mode, buffering=0) if "w" in mode else open(p, mode)
+
+
 def _why(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return text[0] if text else type(e).__name__
@@ -91,7 +106,7 @@ def parquet_file(path, columns=()) -> pq.ParquetFile:
     :class:`~streamtrace.runtime.errors.DataError` naming it when it is missing, not readable Parquet
     (garbage, empty, cut short) or lacks a column."""
     try:
-        f = pq.ParquetFile(path)
+        f = pq.ParquetFile(arrow_file(path))
     except FileNotFoundError:
         raise DataError(path, "missing") from None
     except (OSError, pa.ArrowException, ValueError) as e:
@@ -361,7 +376,7 @@ def read_table(path, columns=None, where=None) -> Columns:
     if where:
         parquet_file(path, list(columns or ()) + list(where))
         try:
-            t = pq.read_table(path, columns=list(columns) if columns is not None else None,
+            t = pq.read_table(arrow_file(path), columns=list(columns) if columns is not None else None,
                               filters=[(c, "in", list(v)) for c, v in where.items()])
         except (OSError, pa.ArrowException, ValueError) as e:
             raise DataError(path, f"not a readable Parquet file ({_why(e)})") from None

@@ -60,12 +60,16 @@ class ByteSource:
         problem = input_file_problem(path)
         if problem is not None:
             raise TraceError(path, problem)
+        self.f = None
         try:
             self.f = open(path, "rb")
-        except OSError as e:
-            raise TraceError(path, f"cannot open: {e.strerror or e}") from None
-        self.gz = self.f.read(2) == GZIP_MAGIC
-        self.f.seek(0)
+            self.gz = self.f.read(2) == GZIP_MAGIC
+            self.f.seek(0)
+        except OSError as e:          # (one that opens but cannot be read: /proc/self/mem, EIO)
+            what = "open" if self.f is None else "read"
+            if self.f is not None:
+                self.f.close()
+            raise TraceError(path, f"cannot {what}: {e.strerror or e}") from None
         self.range = None
         if byte_range is not None:
             # a slice of a plain file's traceEvents array, read as a bare array: "[" slice "]"
@@ -81,7 +85,14 @@ class ByteSource:
         self.gzip_truncated = False
 
     def read(self) -> bytes:
-        """Next block of uncompressed bytes; b"" at the end."""
+        """Next block of uncompressed bytes; b"" at the end.  Raises
+        :class:`~streamtrace.runtime.errors.TraceError` when the file cannot be read (``EIO``)."""
+        try:
+            return self._read()
+        except OSError as e:
+            raise TraceError(self.path, f"cannot read: {e.strerror or e}", offset=self.compressed_read) from None
+
+    def _read(self) -> bytes:
         if self.eof:
             return b""
         if self.range is not None:

@@ -1,0 +1,189 @@
+"""Failure behaviour, round four (issue 49): untrusted names in the report and on the terminal, a Slurm
+epilogue's environment (no locale, stdout closed or a pipe, non-UTF-8 folder names), losing good data
+(negative ts, symbolic-link loops, clocks days apart).  Every hostile input is generated here, at test
+time, from the synthetic job generator; expected values come from the raw files (json, pyarrow)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from hostile import assert_no_traceback, cli, synth
+
+from support import ROOT
+
+HERE = {**os.environ, "PYTHONPATH": str(ROOT)}      # this checkout's package from any current folder
+
+GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1_execute_segment_k_off_kernel__5x_cublas"
+EVIL_KERNEL = "gemm<script>alert(1)</script>|x`y`\n| fake | row |\x1b]0;pwned\x07\x1b[2J"
+EVIL_OP = "[l](javascript:alert(1)) *op*"
+EVIL_PG = "<script>pg</script>"
+EVIL_RUN = "job`x`|<script>alert(2)<:script>"
+
+
+def _rewrite_names(it: Path):
+    """Put the hostile names into every rank file of the iteration folder ``it`` (json in, json out)."""
+    for f in sorted(it.glob("*.json")):
+        d = json.loads(f.read_text())
+        for ev in d["traceEvents"]:
+            if ev.get("name") == GEMM:
+                ev["name"] = EVIL_KERNEL
+            elif ev.get("name") == "aten::mm":
+                ev["name"] = EVIL_OP
+        for pg in d["distributedInfo"]["pg_config"]:
+            if pg["pg_desc"] == "TENSOR_MODEL_PARALLEL_GROUP":
+                pg["pg_desc"] = EVIL_PG
+        f.write_text(json.dumps(d))
+
+
+def _outside_code_spans(md: str) -> str:
+    """The Markdown without its code spans (CommonMark: a run of N backticks up to the next run of
+    exactly N; a backslash-escaped backtick starts none): inside them HTML and links are text."""
+    out, i = [], 0
+    while i < len(md):
+        if md[i] == "`" and (i == 0 or md[i - 1] != "\\"):
+            n = len(md[i:]) - len(md[i:].lstrip("`"))
+            m = re.compile(r"(?<!`)" + "`" * n + r"(?!`)").search(md, i + n)
+            if m:
+                i = m.end()
+                continue
+            out.append(md[i:i + n])
+            i += n
+            continue
+        out.append(md[i])
+        i += 1
+    return "".join(out)
+
+
+def _table_rows_intact(md: str):
+    """Every table row has as many cells as its header (a cell's '|' escaped as '\\|')."""
+    lines = md.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("|---") or line.startswith("|--"):
+            n = len(re.findall(r"(?<!\\)\|", lines[i - 1]))
+            j = i + 1
+            while j < len(lines) and lines[j].startswith("|"):
+                assert len(re.findall(r"(?<!\\)\|", lines[j])) == n, (lines[i - 1], lines[j])
+                j += 1
+
+
+@pytest.mark.slow
+def test_report_escapes_untrusted_names(tmp_path):
+    """A kernel name holding HTML, a table row and terminal escapes, an op name holding a javascript:
+    link, a process group described as <script>, a run folder named with backticks, '|' and <script>:
+    the Markdown shows them as text (no tag, no link, no escape character, every table row whole),
+    the terminal gets no escape character, and report.json and the Parquet tables keep the exact text."""
+    run = tmp_path / EVIL_RUN
+    _rewrite_names(synth(run, world_size=2, tp=2, pp=1, steps=2))
+    r = cli("epilogue", run, "--no-charts", "-j", "1")
+    assert r.returncode == 0, r
+    assert_no_traceback(r)
+    assert "\x1b" not in r.stderr + r.stdout and "\x07" not in r.stderr + r.stdout
+    out = run / "streamtrace"
+    mds = list(out.glob("*.md"))
+    assert len(mds) == 1, list(out.iterdir())
+    md = mds[0].read_text()
+    text = _outside_code_spans(md)
+    assert "<script" not in text and not re.search(r"(?<!\\)\]\(javascript", text), text[:2000]
+    assert "\x1b" not in md and "\x07" not in md
+    assert md.splitlines()[0].startswith("# job\\`x\\`\\|&lt;script&gt;")
+    _table_rows_intact(md)
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["name"] == EVIL_RUN
+    assert EVIL_KERNEL in {row["name"] for row in rep["top_kernels"]["rows"]}
+    names = set()
+    for part in (out / "iteration_10" / "analysis" / "kernels").rglob("*.parquet"):
+        names |= set(pq.read_table(part, columns=["name"]).column("name").to_pylist())
+    assert EVIL_KERNEL in names
+    ops = set()
+    for part in (out / "iteration_10" / "analysis" / "ops").rglob("*.parquet"):
+        ops |= set(pq.read_table(part, columns=["name"]).column("name").to_pylist())
+    assert EVIL_OP in ops
+
+
+def _run_env(**kw):
+    env = {k: v for k, v in HERE.items() if k not in ("LANG", "LC_ALL", "LC_CTYPE", "PYTHONUTF8", "PYTHONIOENCODING")}
+    env.update(kw)
+    return env
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,env", [(os.fsdecode(b"job_caf\xe9_\xff"), {}),
+                                      ("j\u00f6b-\u00b5s", {"LC_ALL": "C", "PYTHONUTF8": "0"})],
+                         ids=["latin1-bytes", "C-locale"])
+def test_epilogue_in_odd_run_folder_names(tmp_path, name, env):
+    """A run folder whose name is Latin-1 bytes (not UTF-8), and one named jöb-µs under LC_ALL=C with
+    UTF-8 mode off and LANG unset (ASCII I/O): the epilogue writes epilogue.json and the report, exit 0,
+    and its terminal lines show the bytes it cannot print as \\xNN."""
+    run = tmp_path / name
+    synth(run, world_size=2, tp=2, pp=1, steps=2)
+    p = subprocess.run([sys.executable, "-m", "streamtrace", "epilogue", os.fsencode(run), "--no-charts", "-j", "1"],
+                       capture_output=True, cwd=ROOT, env=_run_env(**env), timeout=300)
+    err = p.stderr.decode("utf-8", "replace")
+    assert p.returncode == 0, err
+    assert "Traceback" not in err
+    assert "\\x" in err                        # the name's bytes, shown
+    summary = json.loads((run / "streamtrace" / "epilogue.json").read_bytes())["summary"]
+    assert summary["failures"] == [] and summary["report"], summary
+    assert Path(summary["report"]).is_file()
+
+
+def test_validate_under_the_c_locale_says_its_error(tmp_path):
+    """validate of a missing file named with non-ASCII letters, under LC_ALL=C (ASCII stderr): one
+    'streamtrace: error:' line, exit 1."""
+    p = subprocess.run([sys.executable, "-m", "streamtrace", "validate", str(tmp_path / "j\u00f6b-\u00b5s.json")],
+                       capture_output=True, cwd=ROOT, env=_run_env(LC_ALL="C", PYTHONUTF8="0"), timeout=120)
+    lines = p.stderr.decode("ascii", "replace").strip().splitlines()
+    assert p.returncode == 1 and len(lines) == 1 and lines[0].startswith("streamtrace: error: "), p.stderr
+
+
+@pytest.mark.parametrize("path", ["/proc/self/mem", "a\x1b[2Jb.json"])
+def test_validate_of_odd_paths_says_one_error_line(tmp_path, path):
+    """A path that opens but cannot be read (EIO), and one holding a terminal escape: one
+    'streamtrace: error:' line (the escape shown as \\x1b), exit 1."""
+    r = cli("validate", path, cwd=tmp_path, env=HERE)
+    assert r.returncode == 1 and len(r.err_lines) == 1 and r.last_err.startswith("streamtrace: error: "), r
+    assert "\x1b" not in r.stderr
+
+
+def _closed_stdout(args, close="1", cwd=ROOT):
+    """The CLI run with stdout (and stderr with close="12") closed, as a shell's ``>&-``."""
+    redir = {"1": ">&-", "12": ">&- 2>&-"}[close]
+    cmd = " ".join(f"'{a}'" for a in [sys.executable, "-m", "streamtrace", *map(str, args)]) + " " + redir
+    return subprocess.run(["sh", "-c", cmd], cwd=cwd, env=HERE, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("close", ["1", "12"])
+def test_closed_stdout_loses_neither_work_nor_exit_code(tmp_path, close):
+    """``--version``, validate, merge and analyze with stdout (and stderr) closed: exit 0, no traceback,
+    the outputs written."""
+    it = synth(tmp_path / "job")
+    f = sorted(it.glob("*.json"))[0]
+    assert _closed_stdout(["--version"], close).returncode == 0
+    r = _closed_stdout(["validate", f], close)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    r = _closed_stdout(["merge", it, "-o", tmp_path / "m.json"], close)
+    assert r.returncode == 0 and "Traceback" not in r.stderr and (tmp_path / "m.json").is_file(), r.stderr
+    r = _closed_stdout(["analyze", it, "-o", tmp_path / "an"], close)
+    assert r.returncode == 0 and (tmp_path / "an" / "summary.json").is_file(), r.stderr
+
+
+@pytest.mark.slow
+def test_epilogue_with_stdout_closed_or_a_closed_pipe(tmp_path):
+    """The epilogue with stdout closed, and with stdout a pipe its reader closed at once: exit 0,
+    epilogue.json and the report written, no traceback."""
+    synth(tmp_path / "job", steps=2)
+    r = _closed_stdout(["epilogue", tmp_path / "job", "--no-charts", "-j", "1"])
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert (tmp_path / "job" / "streamtrace" / "epilogue.json").is_file()
+    p = subprocess.Popen([sys.executable, "-m", "streamtrace", "epilogue", str(tmp_path / "job"), "--no-charts"],
+                         cwd=ROOT, env=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=300) == 0 and "Traceback" not in err, err
