@@ -51,6 +51,10 @@ EVENT_DTYPE = np.dtype([("ts", "i8"), ("dur", "i8"), ("ph", "u1"), ("cat", "i4")
                         ("flow_id", "i8"), ("stream", "i8"), ("device", "i8"), ("rank", "i8"), ("comm", "i4")])
 
 STR_ID_BASE = -(1 << 62)    # string pids/tids are stored as STR_ID_BASE + their string id
+NO_TS = np.iinfo(np.int64).min
+"""The ``ts`` of an event without a usable one (missing, not a number, beyond int64 ns).  Not -1: a
+``ts`` may be negative (legal in the trace-event format, Perfetto shows it; issue 49), so every
+number is a time.  (A missing ``dur`` is -1: a negative ``dur`` is no duration.)"""
 
 
 def is_str_id(v):
@@ -156,7 +160,7 @@ def row_from_dict(ev: dict, ts, dur, flag, table: StringTable, row, comm_rows: l
     if not isinstance(ev, dict):
         ev = {}
     ph = ev.get("ph")
-    row["ts"] = _time(ts, flag, 1, 4, ev.get("ts"))
+    row["ts"] = _time(ts, flag, 1, 4, ev.get("ts"), NO_TS)
     row["dur"] = _time(dur, flag, 2, 8, ev.get("dur"))
     row["ph"] = ord(ph[0]) if isinstance(ph, str) and ph and ord(ph[0]) < 256 else 0
     cat, name = ev.get("cat"), ev.get("name")
@@ -200,17 +204,17 @@ def comm_row(args: dict, ev: dict, ts: int, dur: int | None) -> dict:
     out.update({k: _json_bytes(args[k]) if k in _AS_JSON else args[k] for k in COMM_SHAPE_KEYS if k in args})
     if dur is not None:
         out.update({"@op": ev.get("name"), "@pid": ev.get("pid"), "@tid": ev.get("tid"), "@ts": ts,
-                    "@end": ts + max(dur, 0) if ts >= 0 else -1})
+                    "@end": ts + max(dur, 0) if ts != NO_TS else NO_TS})
     return out
 
 
-def _time(ns, flag, has, bad, value) -> int:
+def _time(ns, flag, has, bad, value, missing=-1) -> int:
     """An event's ts or dur (int ns): the scanner's value, else a number written as a string
-    (:func:`~streamtrace.trace.decode.text_ns`), else -1."""
+    (:func:`~streamtrace.trace.decode.text_ns`), else ``missing`` (:data:`NO_TS` for a ts)."""
     if flag & has and not flag & bad:
         return ns
     v = text_ns(value) if flag & bad else None
-    return -1 if v is None else v
+    return missing if v is None else v
 
 
 def columns_from_dicts(events, ts_ns, dur_ns, flags, table: StringTable):
@@ -238,7 +242,7 @@ def columns_from_batch(b, table: StringTable, path="?"):
                       flow, corr, ext, stream, device, rank, flags)
     out = np.zeros(n, EVENT_DTYPE)
     ok_ts = (b.flags & 1).astype(bool) & ~(b.flags & 4).astype(bool)
-    out["ts"] = np.where(ok_ts, b.ts_ns, -1)
+    out["ts"] = np.where(ok_ts, b.ts_ns, NO_TS)
     ok_dur = (b.flags & 2).astype(bool) & ~(b.flags & 8).astype(bool)
     out["dur"] = np.where(ok_dur, b.dur_ns, -1)
     out["ph"] = ph
@@ -260,7 +264,7 @@ def columns_from_batch(b, table: StringTable, path="?"):
         ev = loads(raw, path, b.offset + int(b.starts[j]) - int(b.starts[0]))
         if isinstance(ev, dict):
             f = int(b.flags[j])
-            out["ts"][j] = _time(int(b.ts_ns[j]), f, 1, 4, ev.get("ts"))
+            out["ts"][j] = _time(int(b.ts_ns[j]), f, 1, 4, ev.get("ts"), NO_TS)
             out["dur"][j] = _time(int(b.dur_ns[j]), f, 2, 8, ev.get("dur"))
     slow = (flags & (X.F_COMM | X.F_PYTHON)) != 0
     op = table.comm_op(out["name"]) & ~slow        # columns right already: only the args row is missing

@@ -262,3 +262,52 @@ def test_sigterm_sweep_over_the_epilogue_is_never_lost(tmp_path):
         if code == 143:
             tail = err[err.find("terminated"):] if "terminated" in err else ""
             assert "done in" not in tail, (delay, err)
+
+
+def _shift_ts(src: Path, dst: Path, shift_us: int):
+    """Copy the job ``src`` to ``dst`` with every event's ``ts`` moved by ``shift_us`` microseconds,
+    exactly (on the number's text), and its baseTimeNanoseconds with it."""
+    from decimal import Decimal
+    num = re.compile(rb'"ts":\s*(-?[0-9]+(?:\.[0-9]+)?)')
+    for f in src.rglob("*"):
+        out = dst / f.relative_to(src)
+        if f.is_dir():
+            out.mkdir(parents=True, exist_ok=True)
+            continue
+        data = f.read_bytes()
+        if f.name.endswith(".pt.trace.json"):
+            data = num.sub(lambda m: b'"ts":' + str(Decimal(m.group(1).decode()) + shift_us).encode(), data)
+            data = re.sub(rb'"baseTimeNanoseconds":\s*([0-9]+)',
+                          lambda m: b'"baseTimeNanoseconds": ' + str(int(m.group(1)) + shift_us * 1000).encode(), data)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(data)
+
+
+def _gpu_events(path: Path) -> int:
+    return sum(1 for e in json.loads(path.read_text())["traceEvents"]
+               if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+
+
+@pytest.mark.slow
+def test_negative_ts_are_kept(tmp_path):
+    """A job whose every ts is negative (the same job moved 10,000 s before 0): analyze keeps every GPU
+    event (as many kernels rows as the raw JSON holds), the epilogue writes its report, and the
+    ranks' times equal the unmoved job's."""
+    synth(tmp_path / "pos", world_size=2, tp=2, pp=1, steps=2)
+    first = min(float(m) for f in (tmp_path / "pos").rglob("*.pt.trace.json")
+                for m in re.findall(r'"ts":\s*(-?[0-9.]+)', f.read_text()))
+    _shift_ts(tmp_path / "pos", tmp_path / "neg", -int(first) - 10_000_000_000)
+    for job in ("pos", "neg"):
+        r = cli("epilogue", tmp_path / job, "--no-charts", "-j", "1")
+        assert r.returncode == 0 and "dropped" not in r.stderr, r
+    for f in sorted((tmp_path / "neg").rglob("*.pt.trace.json")):
+        assert max(float(m) for m in re.findall(r'"ts":\s*(-?[0-9.]+)', f.read_text())) < 0
+        rank = int(re.search(r"rank_(\d+)", f.name).group(1))
+        parts = (tmp_path / "neg" / "streamtrace" / "iteration_10" / "analysis" / "kernels").glob(f"*/rank={rank}/*.parquet")
+        assert sum(pq.read_metadata(p).num_rows for p in parts) == _gpu_events(f) > 0
+    summary = json.loads((tmp_path / "neg" / "streamtrace" / "epilogue.json").read_text())["summary"]
+    assert summary["report"] and not summary["failures"], summary
+    cols = ["rank", "compute_ns", "comm_ns", "overlap_ns", "idle_ns", "busy_ns"]
+    a = pq.read_table(tmp_path / "pos" / "streamtrace" / "aggregate" / "ranks.parquet", columns=cols).to_pylist()
+    b = pq.read_table(tmp_path / "neg" / "streamtrace" / "aggregate" / "ranks.parquet", columns=cols).to_pylist()
+    assert a == b
