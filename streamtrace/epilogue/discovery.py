@@ -22,10 +22,19 @@ def find_topology(run_dir):
     run_dir = Path(run_dir)
     for pattern in ("streamtrace_topology.json", "unique_parallel_groups_*.txt", "parallel_topology.json"):
         hits = sorted(run_dir.glob(pattern)) + sorted(run_dir.glob(f"*/{pattern}"))
-        hits = [h for h in hits if "streamtrace" not in h.parent.name or h.parent == run_dir]
+        hits = [(t, h) for h in hits if ("streamtrace" not in h.parent.name or h.parent == run_dir)
+                and (t := _mtime(h)) is not None]
         if hits:
-            return str(max(hits, key=lambda p: p.stat().st_mtime))
+            return str(max(hits)[1])
     return None
+
+
+def _mtime(path):
+    """``path``'s modification time, None when it cannot be read (a broken link, a symbolic-link loop)."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
 
 
 def is_merged(head: dict) -> bool:
@@ -52,11 +61,11 @@ def find_iterations(run_dir, log, outdir=None, topology=None, odd_files=None):
     except Exception as e:   # noqa: BLE001
         log.fail("discover", run_dir, e)
         return groups
-    skip = Path(outdir).resolve() if outdir is not None else None
+    skip = Path(os.path.realpath(outdir)) if outdir is not None else None
     for p in paths:
-        if skip is not None and Path(p).resolve().is_relative_to(skip):
-            continue
-        try:
+        try:        # one bad entry (a symbolic-link loop: ELOOP) is one failure (issue 49)
+            if skip is not None and Path(os.path.realpath(p)).is_relative_to(skip):
+                continue
             tf = identify(p, warn=skipped)
         except UnknownRankError as e:
             if not merged_file(p):

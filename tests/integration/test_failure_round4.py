@@ -311,3 +311,23 @@ def test_negative_ts_are_kept(tmp_path):
     a = pq.read_table(tmp_path / "pos" / "streamtrace" / "aggregate" / "ranks.parquet", columns=cols).to_pylist()
     b = pq.read_table(tmp_path / "neg" / "streamtrace" / "aggregate" / "ranks.parquet", columns=cols).to_pylist()
     assert a == b
+
+
+@pytest.mark.slow
+def test_symlink_loops_are_one_failure_each(tmp_path):
+    """Two links named like rank traces pointing at each other, ``up -> ..``, ``self -> self`` and a
+    topology-named link to itself among a 2-rank job's files: the epilogue reports the job's 2 ranks
+    (exit 0, its report written) and each looping rank link as one failure of discovery."""
+    it = synth(tmp_path / "job", world_size=2, tp=2, pp=1, steps=2)
+    os.symlink("rank_0005_iter_10.pt.trace.json", it / "rank_0004_iter_10.pt.trace.json")
+    os.symlink("rank_0004_iter_10.pt.trace.json", it / "rank_0005_iter_10.pt.trace.json")
+    os.symlink("..", it / "up")
+    os.symlink("self", it / "self")
+    os.symlink("parallel_topology.json", tmp_path / "job" / "parallel_topology.json")
+    r = cli("epilogue", tmp_path / "job", "--no-charts", "-j", "1")
+    assert r.returncode == 0, r
+    assert_no_traceback(r)
+    summary = json.loads((tmp_path / "job" / "streamtrace" / "epilogue.json").read_text())["summary"]
+    assert summary["ranks"] == 2 and summary["report"], summary
+    failed = sorted(Path(f["file"]).name for f in summary["failures"])
+    assert failed == ["rank_0004_iter_10.pt.trace.json", "rank_0005_iter_10.pt.trace.json"], summary["failures"]
