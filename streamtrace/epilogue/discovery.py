@@ -105,7 +105,10 @@ def the_job(groups, topology, log, skipped) -> dict:
         except Exception:   # noqa: BLE001 - analyze reports the topology file's problem
             world = None
     files = [tf for files in groups.values() for tf in files]
-    keep, odd = split_job(files, world, base_times(files))
+    apart: list = []
+    keep, odd = split_job(files, world, base_times(files), apart)
+    for tf, why in apart:             # the job's rank on a host whose clock is off (issue 49)
+        log.note(f"{tf.path}: {why}")
     for tf, why in odd:
         log.fail("discover", tf.path, why)
         if skipped is not None:

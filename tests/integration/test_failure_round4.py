@@ -331,3 +331,28 @@ def test_symlink_loops_are_one_failure_each(tmp_path):
     assert summary["ranks"] == 2 and summary["report"], summary
     failed = sorted(Path(f["file"]).name for f in summary["failures"])
     assert failed == ["rank_0004_iter_10.pt.trace.json", "rank_0005_iter_10.pt.trace.json"], summary["failures"]
+
+
+@pytest.mark.slow
+def test_clocks_days_apart_are_one_job(tmp_path):
+    """A 4-rank job whose hosts' clocks are a day apart each (baseTimeNanoseconds and ts): the
+    epilogue keeps every rank (no "another job's rank file?"), notes the clocks with a pointer to
+    --clock-sync, aggregates with the offsets estimated from the collectives, and each rank's times
+    equal those of the same job on one clock."""
+    day = 86_400 * 10**9
+    synth(tmp_path / "one", world_size=4, tp=2, pp=1, steps=2)
+    synth(tmp_path / "apart", world_size=4, tp=2, pp=1, steps=2, clock_skew_ns=day)
+    bases = {json.loads(f.read_text())["baseTimeNanoseconds"] for f in (tmp_path / "apart").rglob("*.pt.trace.json")}
+    assert max(bases) - min(bases) == 3 * day
+    for job in ("one", "apart"):
+        r = cli("epilogue", tmp_path / job, "--no-charts", "-j", "1")
+        assert r.returncode == 0, r
+    summary = json.loads((tmp_path / "apart" / "streamtrace" / "epilogue.json").read_text())["summary"]
+    assert summary["ranks"] == 4 and not summary["failures"] and summary["report"], summary
+    assert any("--clock-sync" in n for n in summary["notes"]), summary["notes"]
+    meta = json.loads((tmp_path / "apart" / "streamtrace" / "aggregate" / "aggregate.json").read_text())
+    assert meta["clock_sync"] == "collectives" and any("clocks differ" in w for w in meta["warnings"])
+    cols = ["rank", "compute_ns", "comm_ns", "overlap_ns", "busy_ns"]
+    a = pq.read_table(tmp_path / "one" / "streamtrace" / "aggregate" / "ranks.parquet", columns=cols).to_pylist()
+    b = pq.read_table(tmp_path / "apart" / "streamtrace" / "aggregate" / "ranks.parquet", columns=cols).to_pylist()
+    assert a == b
