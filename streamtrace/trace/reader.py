@@ -23,6 +23,7 @@ import orjson
 from ..runtime.errors import TraceError, TruncatedTraceError
 from ..kernels import scan as K
 from .decode import decode_value
+from .deep import deep_warning, take_deep
 from .repair import repair_warning, take_repairs
 from .source import BLOCK, ByteSource
 from .writer import JsonText, encode_json, nesting_depth
@@ -120,6 +121,7 @@ class TraceReader:
         self.truncated = False
         self.warnings: list = []
         self.repaired = 0              # events decoded once their unescaped quotes were escaped (trace.repair)
+        self.too_deep = 0              # events nested deeper than trace.deep.MAX_DEPTH: their depths kept as text
         self.unusable_times = 0        # complete events a consumer dropped for their time (events.ingest)
         self.has_events = False
         self.events_empty = None       # read_head: traceEvents is [] (True), holds something (False)
@@ -351,11 +353,16 @@ class TraceReader:
             return out
 
     def _repairs(self):
-        """Count and report the events decoded with repaired quotes (issue 33)."""
+        """Count and report the events decoded with repaired quotes (issue 33) and those nested too
+        deep to decode whole (issue 49, :mod:`streamtrace.trace.deep`)."""
         n = take_repairs(self.path)
         if n:
             self.repaired += n
             self.warnings.append(repair_warning(self.path, n))
+        n = take_deep(self.path)
+        if n:
+            self.too_deep += n
+            self.warnings.append(deep_warning(self.path, n))
 
     def _fail(self, st, msg, pos=None):
         raise TraceError(self.path, msg, offset=st.base + (st.pos if pos is None else pos),

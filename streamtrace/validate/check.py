@@ -148,6 +148,8 @@ def validate(path, salvage=False, opt: ValidateOptions | None = None) -> dict:
     notices = rep["notices"]
     if reader.repaired:                  # Kineto's unescaped quotes (issue 33): named only when some were
         notices = {**notices, "repaired_event": reader.repaired}
+    if reader.too_deep:                  # nested deeper than trace.deep.MAX_DEPTH (issue 49)
+        notices = {**notices, "deep_event": reader.too_deep}
     return {"path": str(path), "events": rep["events"], "problems": problems, "notices": notices,
             "ok": ok, "tracks": rep["tracks"], "flows": rep["flows"], "warnings": reader.warnings}
 
@@ -368,7 +370,7 @@ def check_range(task: RangeTask) -> dict:
         raise
     finally:
         chk.close()
-    return dict(part, warnings=reader.warnings, repaired=reader.repaired)
+    return dict(part, warnings=reader.warnings, repaired=reader.repaired, too_deep=reader.too_deep)
 
 
 def write_runs(log: str, chk: Checker):
@@ -447,7 +449,7 @@ def _run_ranges(tasks, opt: ValidateOptions, jobs: int):
     """The ranges' sorted runs merged and checked here; each range's runs are taken (and its log
     removed) as soon as it and those before it are done, while the workers read on.  Returns
     ``(report, warnings)``; raises what a worker raised (the rest cancelled)."""
-    warnings, repaired = [], 0
+    warnings, repaired, deep = [], 0, 0
     with pool(min(jobs, len(tasks))) as ex, Checker(tasks[0].opt) as chk:
         futures = [ex.submit(InWorker(check_range), t) for t in tasks]
         try:
@@ -455,6 +457,7 @@ def _run_ranges(tasks, opt: ValidateOptions, jobs: int):
                 res = fut.result()
                 warnings.extend(res["warnings"])
                 repaired += res["repaired"]
+                deep += res.get("too_deep", 0)
                 chk.take_range(res)
                 remove_quietly(t.log)
         except BaseException:
@@ -464,6 +467,8 @@ def _run_ranges(tasks, opt: ValidateOptions, jobs: int):
         rep = chk.report()
     if repaired:
         rep["notices"]["repaired_event"] = repaired
+    if deep:
+        rep["notices"]["deep_event"] = deep
     return rep, warnings
 
 
