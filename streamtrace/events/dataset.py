@@ -253,22 +253,34 @@ class PartitionWriter:
                 self._emit()
 
     def _reserve(self, n):
-        """Staging columns for at least ``n`` rows (a full row group), pending rows kept."""
-        if self._buf is not None and len(self._buf[self.schema[0].name]) >= n:
+        """Staging columns for at least ``n`` rows, pending rows kept: grown by doubling up to a
+        row group (a million one-row tracks each written and shrunk, :meth:`shrink`, allocated a
+        whole row group's columns each time: issue 49)."""
+        have = 0 if self._buf is None else len(self._buf[self.schema[0].name])
+        if have >= n:
             return
+        cap = min(max(self.rows, n), max(n, 2 * have, 1024))
         old, self._buf = self._buf, {}
         for f in self.schema:
             dt = np.int32 if f.name in self.pools or f.type == pa.int32() else np.int64
-            self._buf[f.name] = np.empty(max(n, self.rows), dt)
+            self._buf[f.name] = np.empty(cap, dt)
             if old is not None:
                 self._buf[f.name][:self.npending] = old[f.name][:self.npending]
                 old[f.name] = None
 
     def shrink(self):
         """Keep only the pending rows (not a whole row group's staging columns) while no
-        rows come for a while; the next :meth:`write` makes room again."""
-        if self._buf is not None:
-            self._buf = {c: v[:self.npending].copy() for c, v in self._buf.items()} if self.npending else None
+        rows come for a while; the next :meth:`write` makes room again.  Amortised: the columns are
+        cut to twice the pending rows only when they hold four times more (cut to the pending rows
+        after every one of a million small tracks, the next write copied them all again: issue 49)."""
+        if self._buf is None:
+            return
+        cap = len(self._buf[self.schema[0].name])
+        if not self.npending:
+            self._buf = None
+        elif cap > 4 * max(self.npending, 1024):
+            keep = 2 * max(self.npending, 1024)
+            self._buf = {c: v[:keep].copy() for c, v in self._buf.items()}
 
     def _emit(self):
         """Write the pending rows as one row group."""
