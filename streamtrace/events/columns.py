@@ -91,14 +91,42 @@ def _name_tells(name: str) -> bool:
     return bool(_NAME_TELLS.search(name))
 
 
+MAX_TEXT = 1 << 16
+"""Bytes of a name's JSON text the string table keeps: a longer one (a 200 MB kernel name) is cut to
+its first characters and counted (:func:`cut_text`, :attr:`StringTable.cut`; issue 49)."""
+
+
+def cut_text(raw: bytes, limit: int = MAX_TEXT) -> str:
+    """The JSON string ``raw`` (with its quotes) of more than ``limit`` bytes, decoded from its first
+    ``limit`` bytes (backed off to the end of a whole character or escape), followed by
+    ``... (N more bytes cut)``."""
+    for cut in range(limit, max(limit - 12, 1), -1):
+        try:
+            head = json.loads(raw[:cut] + b'"')
+            break
+        except ValueError:
+            continue
+    else:
+        head, cut = "", 1
+    return f"{head}... ({len(raw) - 1 - cut:,} more bytes cut)"
+
+
+def cut_warning(path, n: int) -> str:
+    """The warning for ``n`` names cut (:data:`MAX_TEXT`)."""
+    return (f"{path}: {n:,} name(s) longer than {MAX_TEXT:,} bytes cut to their first {MAX_TEXT:,} in the "
+            f"analysis (the merged trace keeps them whole)")
+
+
 class StringTable:
-    """Interned strings: ``id(text) -> int`` and ``strings[id] -> text``."""
+    """Interned strings: ``id(text) -> int`` and ``strings[id] -> text``; ``cut``: the strings cut to
+    :data:`MAX_TEXT` bytes (:meth:`intern_spans`)."""
 
     def __init__(self):
         self.strings: list[str] = []
         self.ids: dict[str, int] = {}
         self._by_hash: dict[int, int] = {}
         self._comm_op = np.zeros(0, bool)
+        self.cut = 0
 
     def comm_op(self, ids) -> np.ndarray:
         """Bool mask of the name ids ``ids`` (int array, -1 = none) that are communication ops
@@ -136,7 +164,11 @@ class StringTable:
             known = self._by_hash.get(hv)
             if known is None:
                 j = idx[fi]
-                text = json.loads(raw[starts[j]:ends[j]])
+                if ends[j] - starts[j] > MAX_TEXT:      # a name of megabytes: cut (issue 49)
+                    text = cut_text(raw[starts[j]:ends[j]])
+                    self.cut += 1
+                else:
+                    text = json.loads(raw[starts[j]:ends[j]])
                 known = self._by_hash[hv] = self.id(text)
             lut[k] = known
         out[present] = lut[inv]

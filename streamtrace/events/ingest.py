@@ -7,7 +7,7 @@ import numpy as np
 
 from ..trace.decode import loads
 from ..trace.reader import TraceReader
-from .columns import NO_TS, StringTable, columns_from_batch
+from .columns import NO_TS, StringTable, columns_from_batch, cut_warning
 from .store import STORE_DTYPE
 
 #: newer Kineto's GPU synchronisation events (``ph: X`` on the waiting stream; CUPTI's
@@ -126,4 +126,6 @@ def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None,
             for key, rows in group_rows(keycols).items():
                 store.add((tag, *key), rows_kept[rows])
     store.flush()
+    if table.cut:
+        reader.warnings.append(cut_warning(path, table.cut))
     return table, comm_rows, reader

@@ -20,7 +20,7 @@ import orjson
 from ..runtime.errors import TraceError
 from .writer import JsonText
 
-__all__ = ["MAX_DEPTH", "too_deep", "decode_deep", "note_deep", "take_deep", "deep_warning"]
+__all__ = ["MAX_DEPTH", "too_deep", "valid_json", "decode_deep", "note_deep", "take_deep", "deep_warning"]
 
 MAX_DEPTH = 200
 """Levels of an event decoded; below, values are kept as their text.  (The reader keeps top-level
@@ -49,7 +49,7 @@ def too_deep(data: bytes, limit: int = MAX_DEPTH) -> bool:
     return int(_depths(data)[0].max(initial=0)) > limit
 
 
-def _valid(text: bytes) -> bool:
+def valid_json(text: bytes) -> bool:
     """Whether ``text`` is one valid JSON value: ijson's streaming parser (no tree built; memory
     bounded), then its Python backend for numbers yajl rejects."""
     for backend in (ijson, ijson.get_backend("python")):
@@ -76,7 +76,7 @@ def decode_deep(data: bytes, path, offset, decode, limit: int = MAX_DEPTH):
     pieces, kept, at = [], {}, 0
     for k, (s, e) in enumerate(zip(starts.tolist(), ends.tolist())):
         text = data[s:e]
-        if not _valid(text):
+        if not valid_json(text):
             raise TraceError(path, f"invalid JSON nested deeper than {limit} levels", offset=offset + s)
         pieces += [data[at:s], _MARK % k]
         kept[f"\0streamtrace-deep-{k}"] = JsonText(text)

@@ -54,7 +54,7 @@ from ..trace.decode import decode_value, loads
 from ..trace.discover import no_events_text
 from ..trace.ranges import RANGES_PER_JOB, SPLIT_THRESHOLD, clean_joints, likely_ranges, prove_range
 from ..trace.reader import BATCH_EVENTS, TraceReader
-from ..trace.source import LEAN_BLOCK, plain_copy, size_hint
+from ..trace.source import LEAN_BLOCK, InflateBoundError, plain_copy, size_hint
 from .ordered import SEQ_STRIDE, OutFilter, run_flows, run_nesting
 
 PROBLEMS = ("missing_field", "negative_dur", "duplicate_flow", "cross_rank_flow", "bad_nesting")
@@ -420,7 +420,10 @@ def validate_split(path, opt: ValidateOptions, jobs: int) -> dict | None:
     is decompressed to a temporary file first).  Returns the report, or None when the trace is
     not cut (:func:`split_plan`) or a range does not parse (the caller reads it in one process)."""
     folder = opt.spill_dir or tempfile.gettempdir()
-    plain = plain_copy(path, folder)
+    try:
+        plain = plain_copy(path, folder)
+    except InflateBoundError:        # a gzip bomb: read as a stream, in one process (issue 49)
+        return None
     logs = None
     try:
         src = plain or str(path)

@@ -356,3 +356,156 @@ def test_clocks_days_apart_are_one_job(tmp_path):
     a = pq.read_table(tmp_path / "one" / "streamtrace" / "aggregate" / "ranks.parquet", columns=cols).to_pylist()
     b = pq.read_table(tmp_path / "apart" / "streamtrace" / "aggregate" / "ranks.parquet", columns=cols).to_pylist()
     assert a == b
+
+
+# ================================================================= inputs built to exhaust memory or time
+# Speed and memory are measured in bench/bench_hostile.py; these tests check what each command does with
+# such an input: a hostile environment (an address-space limit, as a small node has; a 2 MB file
+# system) where today's code runs out, and the result the command must give.
+
+def _limited(args, gb=3, timeout=300):
+    """The CLI with its address space limited to ``gb`` GiB (a node's memory: what does not fit raises
+    MemoryError or is refused, as on a small node)."""
+    import resource
+    lim = gb << 30
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
+    return _cli_pre(args, limit, timeout)
+
+
+def _cli_pre(args, preexec, timeout):
+    argv = [sys.executable, "-m", "streamtrace", *map(str, args)]
+    p = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=HERE, timeout=timeout, preexec_fn=preexec)
+    from hostile import Result
+    return Result(p.returncode, p.stdout, p.stderr, args)
+
+
+def _add_events(path: Path, raw: bytes):
+    """Put the raw event texts ``raw`` (``e1,e2,...``) first in the file's traceEvents array."""
+    data = path.read_bytes()
+    i = data.index(b'"traceEvents": [') + len(b'"traceEvents": [')
+    path.write_bytes(data[:i] + raw + b"," + data[i:])
+
+
+@pytest.mark.slow
+def test_events_nested_100000_levels_deep(tmp_path):
+    """An event whose args nest 100,000 levels deep, in a 2-rank job, under a 3 GiB address space:
+    validate notices it (deep_event), analyze and merge keep every event and say it, the merged trace
+    holds the args exactly, and the epilogue writes its report."""
+    it = synth(tmp_path / "job", world_size=2, tp=2, pp=1, steps=2)
+    f = it / "rank_0000_iter_10.pt.trace.json"
+    deep = b"[" * 100_000 + b"7" + b"]" * 100_000
+    _add_events(f, b'{"ph":"X","cat":"cpu_op","name":"deep_op","pid":1,"tid":1,"ts":1,"dur":1,"args":{"a":' + deep + b"}}")
+    r = _limited(["validate", f])
+    assert "deep_event 1" in r.stdout and "Traceback" not in r.stderr, r
+    r = _limited(["analyze", it, "-o", tmp_path / "an"])
+    assert r.returncode == 0 and "nested deeper than 200 levels" in r.stderr, r
+    summary = json.loads((tmp_path / "an" / "summary.json").read_text())
+    assert len(summary["ranks"]) == 2
+    r = _limited(["merge", it, "-o", tmp_path / "m.json"])
+    assert r.returncode == 0, r
+    assert (tmp_path / "m.json").read_bytes().count(deep) == 1
+    r = _limited(["epilogue", tmp_path / "job", "--no-charts", "-j", "1"])
+    assert r.returncode == 0 and json.loads((tmp_path / "job" / "streamtrace" / "epilogue.json").read_text())[
+        "summary"]["report"], r
+
+
+@pytest.mark.slow
+def test_one_correlation_id_shared_by_200000_launches_and_kernels(tmp_path):
+    """200,000 launches and 200,000 kernels on one correlation id (a 3 GiB address space): analyze
+    links every kernel to the first launch (as for any id shared by several launches) and keeps every
+    kernel, counted from the raw file."""
+    it = synth(tmp_path / "job", world_size=2, tp=2, pp=1, steps=1)
+    f = it / "rank_0000_iter_10.pt.trace.json"
+    n = 200_000
+    launches = b",".join(b'{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":%d,'
+                         b'"dur":1,"args":{"correlation":999999999}}' % (10 + 3 * i) for i in range(n))
+    kernels = b",".join(b'{"ph":"X","cat":"kernel","name":"shared_k","pid":0,"tid":99,"ts":%d,"dur":1,'
+                        b'"args":{"correlation":999999999,"device":0,"stream":99}}' % (12 + 3 * i) for i in range(n))
+    _add_events(f, launches + b"," + kernels)
+    r = _limited(["analyze", f, "-o", tmp_path / "an"])
+    assert r.returncode == 0, r
+    rows = pq.read_table(tmp_path / "an" / "kernels", columns=["name", "launch_op"]).to_pylist()
+    shared = [x for x in rows if x["name"] == "shared_k"]
+    assert len(shared) == n and all(x["launch_op"] == "cudaLaunchKernel" for x in shared)
+
+
+@pytest.mark.slow
+def test_100000_distinct_pid_tid_pairs(tmp_path):
+    """100,000 CPU tracks (a pid and tid each) in one trace: merge keeps every track (distinct merged
+    (pid, tid) pairs, counted in its output; CPU processes past 100 share one merged pid by design),
+    analyze writes every event's ops row; each within the CLI helper's 300 s (ac550c5 ran past it:
+    both were quadratic in the tracks)."""
+    f = synth(tmp_path / "job", world_size=2, tp=2, pp=1, steps=1) / "rank_0000_iter_10.pt.trace.json"
+    n = 100_000
+    _add_events(f, b",".join(b'{"ph":"X","cat":"cpu_op","name":"t","pid":%d,"tid":%d,"ts":%d,"dur":1}'
+                             % (100_000 + i, i, 10 + i) for i in range(n)))
+    r = cli("merge", f, "-o", tmp_path / "m.json", "-j", "1", env=HERE)
+    assert r.returncode == 0, r
+    tracks = {(e["pid"], e["tid"]) for e in json.loads((tmp_path / "m.json").read_text())["traceEvents"]
+              if e.get("name") == "t" and e.get("ph") == "X"}
+    assert len(tracks) == n
+    r = cli("analyze", f, "-o", tmp_path / "an", "-j", "1", env=HERE)
+    assert r.returncode == 0, r
+    t = pq.read_table(tmp_path / "an" / "ops", columns=["name", "tid"]).to_pylist()
+    assert len({x["tid"] for x in t if x["name"] == "t"}) == n
+
+
+@pytest.mark.slow
+def test_a_200_mb_name_is_cut_counted_and_said(tmp_path):
+    """An op named by 200,000,000 characters: analyze keeps the op with its name cut to the first 65,536
+    bytes and the count of the rest, and says so; merge keeps the name whole."""
+    f = synth(tmp_path / "job", world_size=2, tp=2, pp=1, steps=1) / "rank_0000_iter_10.pt.trace.json"
+    n = 200_000_000
+    _add_events(f, b'{"ph":"X","cat":"cpu_op","name":"' + b"n" * n + b'","pid":1,"tid":1,"ts":10,"dur":1}')
+    r = cli("analyze", f, "-o", tmp_path / "an", env=HERE)
+    assert r.returncode == 0 and "1 name(s) longer than 65,536 bytes cut" in r.stderr, r
+    names = [x for x in pq.read_table(tmp_path / "an" / "ops", columns=["name"]).column("name").to_pylist()
+             if x.startswith("nnn")]
+    assert names == ["n" * 65_535 + f"... ({n - 65_535:,} more bytes cut)"]
+    r = cli("merge", f, "-o", tmp_path / "m.json", env=HERE)
+    assert r.returncode == 0, r
+    assert (tmp_path / "m.json").stat().st_size > n
+
+
+def _gzip_bomb(path: Path, whitespace: int):
+    """A valid 2-rank job's rank 0 trace, gzipped, with ``whitespace`` bytes of spaces before its array's
+    closing bracket: a few MB that inflate to GBs (its size field is the size modulo 4 GiB)."""
+    import gzip
+    it = synth(path.parent / "src", world_size=2, tp=2, pp=1, steps=1)
+    data = (it / "rank_0000_iter_10.pt.trace.json").read_bytes()
+    i = data.rindex(b"]")
+    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=9, mtime=0) as z:
+        z.write(data[:i])
+        blk = b" " * (64 << 20)
+        for _ in range(whitespace // len(blk)):
+            z.write(blk)
+        z.write(data[i:])
+
+
+@pytest.mark.slow
+def test_a_gzip_bomb_is_merged_as_a_stream(tmp_path, small_fs):
+    """A 1.3 MB gzip trace that inflates to 1.3 GB of whitespace, merged with 2 workers into a 2 MB file
+    system: no decompressed copy is written (ac550c5 copied it whole beside the output: no space left),
+    the events are merged, and a warning says how much it inflated."""
+    bomb = tmp_path / "bomb" / "rank_0000.json.gz"
+    bomb.parent.mkdir()
+    _gzip_bomb(bomb, 20 * (64 << 20))
+    r = cli("merge", bomb, "-o", small_fs.path / "m.json", "-j", "2", env=HERE)
+    assert r.returncode == 0, r
+    assert re.search(r"inflates [0-9,]+x .* read as a stream", r.stderr), r.stderr
+    assert json.loads((small_fs.path / "m.json").read_text())["traceEvents"]
+
+
+def test_a_decompressed_copy_stops_at_its_bound(tmp_path):
+    """plain_copy of a gzip that inflates beyond 64 times its size: InflateBoundError, no file left."""
+    from streamtrace.trace.source import InflateBoundError, plain_copy
+    bomb = tmp_path / "b" / "rank_0000.json.gz"
+    bomb.parent.mkdir()
+    _gzip_bomb(bomb, 64 << 20)
+    out = tmp_path / "copies"
+    out.mkdir()
+    with pytest.raises(InflateBoundError, match="read as a stream"):
+        plain_copy(bomb, out)
+    assert list(out.iterdir()) == []
