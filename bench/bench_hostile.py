@@ -15,8 +15,9 @@ The cases (generated into ``--scratch``, default ``$STREAMTRACE_BENCH_DIR`` or
 * ``corr``: 500,000 launches and 500,000 kernels sharing one correlation id (analyze, merge);
 * ``tracks``: 1,000,000 CPU events, each on its own pid and tid (analyze ``-j 1``, merge ``-j 1``);
 * ``name``: one op whose name is 200,000,000 characters (validate, analyze, merge);
-* ``bomb``: a gzip trace whose 4.5 GB of whitespace compress to ~4 MB (merge ``-j 2``; also the
-  largest temporary disk the merge's output folder held, polled every 0.2 s).
+* ``bomb``: a gzip trace whose 4.56 GiB of whitespace compress to ~4.7 MB (its size field, the size
+  modulo 4 GiB, says 0.56 GiB: past the 256 MB at which merge cuts a trace into byte ranges), merged
+  with ``-j 2``; also the largest temporary disk the merge's output folder held, polled every 0.2 s.
 
 Each command runs once under ``/usr/bin/time -v`` with its process tree polled (harness.measure):
 wall and CPU seconds, peak RSS; a ``--baseline`` run is killed at ``--baseline-rss`` (default 3 GB)
@@ -39,14 +40,14 @@ from harness import (ROOT, command_line, default_scratch, finish, fmt_s, git_des
                      md_row, measure, uptime)
 
 CASES = ("deep", "corr", "tracks", "name", "bomb")
-FULL = {"deep": 100_000, "corr": 500_000, "tracks": 1_000_000, "name": 200_000_000, "bomb": 4_500_000_000}
+FULL = {"deep": 100_000, "corr": 500_000, "tracks": 1_000_000, "name": 200_000_000, "bomb": int(4.56 * 2**30)}
 COMMANDS = {"deep": ("validate", "analyze", "merge"), "corr": ("analyze", "merge"),
             "tracks": ("analyze", "merge"), "name": ("validate", "analyze", "merge"), "bomb": ("merge",)}
 
 
 def _base_events() -> list:
     """A tiny valid trace's events: a step, ten launches and their kernels."""
-    evs = [{"name": "process_name", "ph": "M", "pid": 100, "tid": 0, "args": {"name": "python3"}},
+    evs = [{"name": "process_name", "ph": "M", "pid": 100, "tid": 0, "ts": 1000, "args": {"name": "python3"}},
            {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 100, "tid": 100, "ts": 1000,
             "dur": 200}]
     for i in range(10):
@@ -153,12 +154,11 @@ def run_one(checkout: Path, case, n, cmd, inp, scratch, args, baseline) -> dict:
 
 def row(case, n, cmd, res, who) -> str:
     cpu = res.get("cpu_s")
+    last = ([ln for ln in res["stderr"].splitlines() if ln.strip()][-1:] or [""])[0]
+    failed = res["rc"] not in (0, 1) or "error:" in last or "Traceback" in res["stderr"]
     why = "timed out" if res["timed_out"] else (f"killed ({res['killed']})" if res["killed"] else
-                                                 ("ok" if res["rc"] in (0, 1) and "Traceback" not in res["stderr"]
-                                                  else f"exit {res['rc']}"))
-    last = [ln for ln in res["stderr"].splitlines() if ln.strip()][-1:] or [""]
-    if res["rc"] not in (0, 1) or "error" in last[0]:
-        why += f": {last[0][:80]}"
+                                                 (f"exit {res['rc']}: {last.replace('streamtrace: error: ', '')[:70]}"
+                                                  if failed else "ok"))
     disk = f"{mb(res['disk_peak']):,.0f}" if "disk_peak" in res else "-"
     return md_row([case, f"{n:,}", cmd, who, fmt_s(res["wall"]), fmt_s(cpu) if cpu is not None else "-",
                    f"{mb(res['peak_rss']):,.0f}", disk, why])
