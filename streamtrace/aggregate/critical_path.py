@@ -93,7 +93,7 @@ def _p2p_instances(outdir) -> set:
     p = Path(outdir) / "collectives_ranks.parquet"
     if not p.is_file():
         return set()
-    t = pq.read_table(p, columns=["instance", "collective"])
+    t = pq.read_table(arrow_file(p), columns=["instance", "collective"])
     kind = np.char.lower(np.asarray(t["collective"].to_pylist(), dtype=str)) if t.num_rows else np.zeros(0, str)
     return set(t["instance"].to_numpy()[np.isin(kind, P2P)].tolist())
 
