@@ -106,7 +106,10 @@ def interrupted_record(state_path, summary, state, e) -> None:
     ``"interrupted"`` for it, and lists only the stages this run reached).  ``summary["report"]`` is
     this run's report (None when its report stage did not end: an earlier report may still be in the
     folder), ``summary["interrupted"]`` says by what.  Written atomically; a failure to write it is
-    ignored (the interruption is what is reported)."""
+    ignored (the interruption is what is reported).  Not written when no stage of this run ended: the
+    outputs are then the earlier run's, and so is the record (left as it was)."""
+    if not any(v == "done" for v in (summary.get("stages") or {}).values()):
+        return
     rep = (state.get("report") or {}).get("result") or {} if summary.get("stages", {}).get("report") == "done" else {}
     summary = {**summary, "report": rep.get("report") if rep.get("report") and Path(rep["report"]).exists() else None,
                "interrupted": "SIGTERM" if getattr(e, "signum", None) == signal.SIGTERM else "SIGINT (Ctrl-C)"}
