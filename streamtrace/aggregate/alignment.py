@@ -79,6 +79,7 @@ class Part:
     shift_ns: int = 0            # added to the rank's own times by the alignment (before the clock offset)
     clock_offset_ns: int = 0     # estimated clock offset, subtracted after the alignment
     step_patterns: list | None = None
+    step_numbers: tuple = ()     # the steps analyze found (summary.json's ranks[].iterations keys)
 
     @property
     def steps(self) -> StepNames:
@@ -156,6 +157,7 @@ class Job:
         self.iterations = set(int(i) for i in iterations) if iterations else None
         self.steps = set(int(i) for i in steps) if steps else None
         self.warnings: list = []
+        self.clocks_apart_days = None         # one job whose hosts' clocks are this many days apart (issue 49)
         self.parts: list = []
         self.dirs = [Path(d) for d in dirs]
         if not self.dirs:
@@ -173,7 +175,8 @@ class Job:
                                      f"{f', e.g. {first}' if first else ''}); their ranks are missing")
             for r in summ["ranks"]:
                 self.parts.append(Part(len(self.parts), d, r["rank"], r.get("iteration"), str(r.get("source", "")),
-                                       step_patterns=step_patterns_of(d, r)))
+                                       step_patterns=step_patterns_of(d, r),
+                                       step_numbers=tuple(sorted(map(str, r.get("iterations") or {})))))
                 counts.append(_event_counts(r))
                 facts[(str(d), r["rank"], r.get("iteration"))] = r.get("trace_metadata")
         if not self.parts:
@@ -244,8 +247,29 @@ class Job:
         bases = [(p.base_time_ns, p.dir) for p in self.parts if p.base_time_ns and not p.merged]
         if bases and max(bases)[0] - min(bases)[0] > SAME_JOB_NS:
             days = (max(bases)[0] - min(bases)[0]) / 86_400e9
+            if self._one_job():
+                self.clocks_apart_days = days
+                return None
             return f"traces started {days:,.1f} days apart ({min(bases)[1]}, {max(bases)[1]})"
         return None
+
+    def _one_job(self) -> bool:
+        """Whether parts whose traces started days apart are one job all the same (issue 49): one
+        stated world size (checked before), process groups that agree wherever two ranks list the same
+        group (``pg_config``: name, description, ranks), and the same steps in each iteration: hosts
+        whose clocks differ, which the clock offsets (``--clock-sync collectives``) are for."""
+        groups: dict = {}
+        for p in self.parts:
+            for g in p.pg_entries:
+                if isinstance(g, dict) and "pg_name" in g:
+                    key = (str(g.get("pg_desc")), tuple(g.get("ranks") or ()))
+                    if groups.setdefault(str(g["pg_name"]), key) != key:
+                        return False
+        steps: dict = {}
+        for p in self.parts:
+            if steps.setdefault(p.iteration, p.step_numbers) != p.step_numbers:
+                return False
+        return bool(groups) and all(p.step_numbers for p in self.parts)
 
     def _missing_partitions(self, counts):
         """A warning per analysed folder and table whose partitions are missing for ranks that

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from ..events.collmatch import is_all_to_all
-from ..events.dataset import num_rows
+from ..events.dataset import arrow_file, num_rows
 from .gloo import gloo_comm
 
 OPTIONAL = {"seq": -1, "in_splits": "", "out_splits": "", "bytes_source": ""}
@@ -35,7 +35,7 @@ def read_comm(job, part, columns) -> dict:
     files = part.files("kernels")
     if not sum(num_rows(f) for f in files):          # a CPU-only rank: its gloo collectives
         return gloo_comm(job, part, columns)
-    have = set(pq.read_schema(files[0]).names) if files else set()
+    have = set(pq.read_schema(arrow_file(files[0])).names) if files else set()
     extra = [c for c in ("in_bytes", "out_bytes", *OPTIONAL) if c in have]
     k = job.read_kernels(part, list(dict.fromkeys(list(columns) + extra)), kind="communication")
     n = len(k["ts_ns"])

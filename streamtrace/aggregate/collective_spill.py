@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..runtime.errors import StreamtraceError
-from ..events.dataset import shared_strings, to_arrow, write_table
+from ..events.dataset import arrow_file, shared_strings, to_arrow, write_table
 from ..runtime.files import atomic_output
 from ..events.clocks import estimate_clock_offsets
 from ..events.collmatch import Mismatch, match_ordinals
@@ -119,7 +119,7 @@ def _spill_parts(job, plan: _Plan) -> tuple[dict, _Counts]:
     pids: dict = {}
     sigs: dict = {}
     counts = _Counts()
-    with pq.ParquetWriter(plan.folder / "parts.parquet", _SPILL, compression="zstd") as w:
+    with pq.ParquetWriter(arrow_file(plan.folder / "parts.parquet", "wb"), _SPILL, compression="zstd") as w:
         for part in job.parts:
             rows = comm_rows(job, part, pids, sigs)
             if rows is None:
@@ -156,7 +156,7 @@ def _match(plan: _Plan, counts: _Counts) -> np.ndarray:
             realign.append(g)
     plan.matched_by = {g: "seq" if plan.by_seq[g] else "order" for g in range(n)}
     if realign:
-        t = pq.read_table(plan.folder / "parts.parquet", columns=["pid", "part", "nseq", "sig", "seq"],
+        t = pq.read_table(arrow_file(plan.folder / "parts.parquet"), columns=["pid", "part", "nseq", "sig", "seq"],
                           filters=[("pid", "in", realign)])
         pid, part, seq = t["pid"].to_numpy(), t["part"].to_numpy(), t["seq"].to_numpy()
         m = match_ordinals(part, pid, t["nseq"].to_numpy(), t["sig"].to_numpy())
@@ -184,9 +184,9 @@ def _bucket(job, folder: Path, bucket_rows: int) -> _Plan | None:
     bucket_of[srt] = dense.reshape(-1)
     nb = int(bucket_of.max()) + 1
     plan.buckets = [folder / f"bucket-{b:05d}.parquet" for b in range(nb)]
-    src = pq.ParquetFile(folder / "parts.parquet")
+    src = pq.ParquetFile(arrow_file(folder / "parts.parquet"))
     with contextlib.ExitStack() as stack:
-        writers = [stack.enter_context(pq.ParquetWriter(p, _SPILL, compression="zstd")) for p in plan.buckets]
+        writers = [stack.enter_context(pq.ParquetWriter(arrow_file(p, "wb"), _SPILL, compression="zstd")) for p in plan.buckets]
         pending: list = [[] for _ in range(nb)]
         held = 0                                       # rows in pending: at most _HELD + one part's
         for g in range(src.metadata.num_row_groups):
@@ -207,7 +207,7 @@ def _bucket(job, folder: Path, bucket_rows: int) -> _Plan | None:
 def _load(job, plan: _Plan, path) -> dict:
     """One bucket's rows as :func:`~streamtrace.aggregate.collectives.load_comm` columns on the job's
     current clocks, sorted by (instance, start, rank)."""
-    t = pq.read_table(path, read_dictionary=list(_STRS))
+    t = pq.read_table(arrow_file(path), read_dictionary=list(_STRS))
     c = {n: t[n].to_numpy() for n in _INTS}
     c.update({n: shared_strings(t[n]) for n in _STRS})
     del t

@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.feather as feather
 
+from ..events.dataset import arrow_file
 from ..events.sortedsets import sorted_distinct
 from ..kernels.critical import NEG, longest_path, trace_back
 from .alignment import column_numpy
@@ -336,6 +337,6 @@ def part_paths(job, part, spill, tables=None, on_step=None) -> dict:
     cat = lambda xs: {c: np.concatenate([x[c] for x in xs]) for c in xs[0]}  # noqa: E731
     path = Path(spill) / f"critical-{part.index:06d}.arrow"          # Arrow IPC: a temporary, fast to write
     feather.write_feather(pa.table({c: pa.array(v, SEGMENT_SCHEMA.field(c).type) for c, v in cat(acc.segs).items()}),
-                          path, compression="uncompressed")
+                          arrow_file(path, "wb"), compression="uncompressed")
     return {"anchors": cat(acc.anchors), "edges": cat(acc.edges), "segments": str(path),
             "dropped": stats.dropped_edges, "stats": stats.as_dict()}

@@ -55,7 +55,7 @@ import numpy as np
 import pyarrow.feather as feather
 import pyarrow.parquet as pq
 
-from ..events.dataset import write_table
+from ..events.dataset import arrow_file, write_table
 from ..kernels.critical import NEG, POS, latest_times, longest_path, trace_back
 from .critical_graph import CATEGORIES, Anchor
 from .critical_ranks import RANK_COLUMNS, SUMMARY_COLUMNS, rank_rows, summary_rows
@@ -76,7 +76,7 @@ def _members(outdir) -> dict:
     p = Path(outdir) / "collectives_ranks.parquet"
     if not p.is_file():
         return {}
-    t = pq.read_table(p, columns=["instance", "part", "correlation", "stream"])
+    t = pq.read_table(arrow_file(p), columns=["instance", "part", "correlation", "stream"])
     inst, part, corr, stream = (t[c].to_numpy() for c in ("instance", "part", "correlation", "stream"))
     n = np.bincount(inst) if len(inst) else np.zeros(0, np.int64)
     keep = n[inst] >= 2 if len(inst) else np.zeros(0, bool)
@@ -93,7 +93,7 @@ def _p2p_instances(outdir) -> set:
     p = Path(outdir) / "collectives_ranks.parquet"
     if not p.is_file():
         return set()
-    t = pq.read_table(p, columns=["instance", "collective"])
+    t = pq.read_table(arrow_file(p), columns=["instance", "collective"])
     kind = np.char.lower(np.asarray(t["collective"].to_pylist(), dtype=str)) if t.num_rows else np.zeros(0, str)
     return set(t["instance"].to_numpy()[np.isin(kind, P2P)].tolist())
 
@@ -252,7 +252,7 @@ def _segments(g: JobGraph, path, spills: dict, rank_of: dict) -> list:
         if typ == LOCAL:
             p = g.part[u]
             if p not in cache:
-                s = feather.read_table(spills[p]).to_pydict()
+                s = feather.read_table(arrow_file(spills[p])).to_pydict()
                 cache[p] = {d: j for j, d in enumerate(s["dst"])}, s
             by_dst, s = cache[p]
             chain, x = [], g.local[v]

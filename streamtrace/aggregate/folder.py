@@ -75,7 +75,9 @@ class Aggregate(Outputs):
 
     def _read(self, name):
         import pyarrow.parquet as pq
-        return pq.read_table(self.path / f"{name}.parquet")
+
+        from ..events.dataset import arrow_file
+        return pq.read_table(arrow_file(self.path / f"{name}.parquet"))
 
     def whatif(self, changes, jobs: int = 0):
         """The steps replayed with ``changes`` (:func:`streamtrace.aggregate.whatif.replay_steps`: change

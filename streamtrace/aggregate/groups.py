@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..events.dataset import write_table
+from ..events.dataset import arrow_file, write_table
 
 COLUMNS = ("group", "ranks_from", "pg_name", "group_size", "parallel_dim", "instances", "kinds", "bytes", "time_ns",
            "kernel_time_ns")
@@ -46,7 +46,7 @@ def process_groups(aggdir, singles: bool = False) -> dict:
              for c in COLUMNS}
     if not p.is_file():
         return empty
-    t = pq.read_table(p, columns=list(_READ))
+    t = pq.read_table(arrow_file(p), columns=list(_READ))
     if not t.num_rows:                    # (an empty table's columns carry no types)
         return empty
     t = t.filter(pc.and_(pc.less(t["src"], 0), pc.invert(pc.is_in(t["collective"], pc.cast(_P2P, "string")))))

@@ -52,6 +52,7 @@ import re
 import shutil
 import tempfile
 import time
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -387,6 +388,8 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
     t0 = time.time()
     outdir = Path(outdir)
     job, tcfg = _open_job(dirs, opt)
+    if job.clock_sync != opt.clock_sync and job.clock_sync == "collectives":     # chosen for clocks days apart
+        opt = replace(opt, clock_sync="collectives")
     coll, files, layout, res, cp, replay = _rank_pass(job, outdir, opt)
     topo = job.topology
     phase_rows, rank_rows, fb, top, steps = _gather(job, res)
@@ -420,6 +423,15 @@ def _open_job(dirs, opt: AggregateOptions) -> tuple:
         topo = partial(config_topology, tcfg)
     job = Job(dirs, opt.time_alignment, topo, opt.iterations, opt.jobs, opt.steps, opt.force, opt.progress,
               opt.clock_sync)
+    if job.clocks_apart_days is not None:        # one job on hosts whose clocks differ by days (issue 49)
+        auto = opt.clock_sync in (None, "none")
+        job.warnings.append(f"the ranks' traces started {job.clocks_apart_days:,.1f} days apart (baseTimeNanoseconds) "
+                            "but state one world size, one set of process groups and the same steps: one job on "
+                            "hosts whose clocks differ; " + ("their offsets estimated from the collectives "
+                                                            "(--clock-sync collectives, chosen for them)" if auto else
+                                                            "their offsets estimated from the collectives"))
+        if auto:
+            job.clock_sync = "collectives"
     return job, tcfg
 
 

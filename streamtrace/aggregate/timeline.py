@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..events.dataset import to_arrow, write_table
+from ..events.dataset import arrow_file, to_arrow, write_table
 from ..runtime.files import atomic_output
 
 SCHEMA = pa.schema([("part", pa.int64()), ("rank", pa.int64()), ("iteration", pa.int64()), ("step", pa.int64()),
@@ -40,7 +40,8 @@ def write_part(folder, index: int, rank: int, rows: list) -> Path | None:
     if not rows:
         return None
     p = Path(folder) / f"timeline-{index:06d}.parquet"
-    pq.write_table(to_arrow(timeline_columns([(index, rank, *x) for x in rows])).cast(SCHEMA), p, compression="zstd")
+    pq.write_table(to_arrow(timeline_columns([(index, rank, *x) for x in rows])).cast(SCHEMA), arrow_file(p, "wb"),
+                   compression="zstd")
     return p
 
 
@@ -53,6 +54,6 @@ def join(outdir, paths: list) -> list:
     out = Path(outdir) / "timeline.parquet"
     with atomic_output(out, compress=False) as f, pq.ParquetWriter(f, SCHEMA, compression="zstd") as w:
         for p in paths:
-            w.write_table(pq.read_table(p))
+            w.write_table(pq.read_table(arrow_file(p)))
             Path(p).unlink()
     return [out]

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..events.dataset import read_table, write_table
+from ..events.dataset import arrow_file, read_table, write_table
 from ..runtime.errors import DataError, UsageError
 from ..runtime.parallel import run_tasks
 from .alignment import Job, Part
@@ -149,7 +149,8 @@ def _name_factors(path, col, it, st, rank) -> dict:
     code: a 1,024-rank job's table is never turned into Python rows)."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
-    t = pq.read_table(path, columns=["rank", "name", "count", col], filters=[("iteration", "=", it), ("step", "=", st)])
+    t = pq.read_table(arrow_file(path), columns=["rank", "name", "count", col],
+                      filters=[("iteration", "=", it), ("step", "=", st)])
     enc = pc.dictionary_encode(t["name"]).combine_chunks()
     names = enc.dictionary.to_pylist()
     code = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)

@@ -56,6 +56,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from ..events.columns import NO_TS
+
 SOURCES = ("kernel_args", "nvtx_payload", "record_param_comms", "annotation_dims", "unknown")
 #: the mark (key ``"@source"``) the nsys reader puts on a collective-args row decoded from NCCL's NVTX payload
 NVTX_PAYLOAD = "nvtx_payload"
@@ -347,7 +349,7 @@ class OpIndex:
         self.rows = comm_rows
         by = {}
         for i, r in enumerate(comm_rows):
-            if r is not None and "@op" in r and isinstance(r.get("@ts"), int) and r["@ts"] >= 0:
+            if r is not None and "@op" in r and isinstance(r.get("@ts"), int) and r["@ts"] != NO_TS:
                 by.setdefault((repr(r.get("@pid")), repr(r.get("@tid"))), []).append((r["@ts"], -r["@end"], i))
         self.threads = {}
         for k, v in by.items():

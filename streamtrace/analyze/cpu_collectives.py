@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from ..events.columns import NO_TS
 from ..topology.model import dim_of_desc
 from .collective_facts import OpIndex, collective_facts
 from .comm import COLL_INT, COLL_STR
@@ -46,7 +47,7 @@ def cpu_collective_rows(comm_rows, cpu_pids, pats, pg_config, world_size=-1, ste
     (no rows when the rank has no ``gloo:*`` annotation), in start order."""
     pids = set(int(p) for p in cpu_pids)
     mine = [i for i, r in enumerate(comm_rows) if r is not None and str(r.get("@op") or "").startswith("gloo:")
-            and isinstance(r.get("@pid"), int) and r["@pid"] in pids and r.get("@ts", -1) >= 0]
+            and isinstance(r.get("@pid"), int) and r["@pid"] in pids and r.get("@ts", NO_TS) != NO_TS]
     mine.sort(key=lambda i: comm_rows[i]["@ts"])
     idx = OpIndex(comm_rows) if mine else None
     cols = {f.name: [] for f in SCHEMA}

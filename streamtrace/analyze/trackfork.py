@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..runtime.fork import child_signals, reap
+from ..runtime.lifecycle import forking
 from .phases import Windows
 from .tracks import TrackContext, TrackTotals
 
@@ -196,7 +197,8 @@ def analyze_tracks(track, ctx: TrackContext, keys, jobs, open_ops):
     try:
         for g, (lo, hi) in enumerate(groups):
             r, w = os.pipe()
-            pid = os.fork()
+            with forking():                                  # no signal lost in the fork (issue 49)
+                pid = os.fork()
             if pid == 0:                                     # the child: never returns
                 os.close(r)
                 _child(w, track, ctx, pieces[lo:hi], int(bases[lo]), open_ops, g, parent)

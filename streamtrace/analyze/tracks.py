@@ -150,7 +150,8 @@ def analyze_track(ctx: TrackContext, key, ops_writer, last=False, span=None):
         tot.piece_ids.append((key, np.concatenate(ids) if ids else np.zeros(0, np.int64)))
     own_rows = np.concatenate(own_parts) if own_parts else np.zeros(0, np.int32)
     del own_parts
-    trim()
+    if n >= block_rows:             # a small track's temporaries are small (a million tracks: issue 49)
+        trim()
     tree = TreeStream(own_rows, gpu.start, gpu.end, gpu.ctx)     # 2. time order
     results = ExternalSorter(RES_DTYPE, _res_key, block_rows, folder, delta=("idx",), codec=SORT_CODEC)
     for chunk in recs.chunks():
@@ -160,7 +161,8 @@ def analyze_track(ctx: TrackContext, key, ops_writer, last=False, span=None):
     tot.clamped += tree.n_clamped
     tot.overrun += tree.n_overrun
     del tree, own_rows, recs
-    trim()
+    if n >= block_rows:
+        trim()
     if ops_writer is not None:                                    # 3. file order: the ops rows
         res = _Aligned(results.chunks())
         base = tot.n_cpu

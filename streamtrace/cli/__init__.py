@@ -15,6 +15,7 @@ import traceback
 
 import argh
 
+from ..runtime.console import printable, setup_console
 from ..runtime.errors import EXIT_USAGE, StreamtraceError
 from ..runtime.lifecycle import Terminated, exit_on_sigterm
 from ..runtime.tuning import leave, skip_numba_blas, skip_pandas, use_system_allocator
@@ -60,7 +61,7 @@ def main(argv=None) -> int:
     except StreamtraceError as e:
         if verbose:
             traceback.print_exc()
-        print(f"streamtrace: error: {e}", file=sys.stderr)
+        print(f"streamtrace: error: {printable(e)}", file=sys.stderr)
         return e.exit_code
     except BrokenPipeError:       # e.g. piped into `head`
         return 0
@@ -154,6 +155,7 @@ def command():
     ``SystemExit``) keep their code; an unexpected exception still ends the normal way, with
     its traceback.  The command's process never imports pandas
     (:func:`~streamtrace.runtime.tuning.skip_pandas`)."""
+    setup_console()
     skip_pandas()
     try:
         code = main()
@@ -161,6 +163,6 @@ def command():
         if e.code is None or isinstance(e.code, int):
             code = e.code or 0
         else:
-            print(e.code, file=sys.stderr)
+            print(printable(e.code), file=sys.stderr)
             code = 1
     leave(code)

@@ -6,6 +6,7 @@ import sys
 
 import argh
 
+from ..runtime.console import printable
 from .common import Console, Exit, need, parse_jobs, prepare_kernels
 
 EXAMPLES = """
@@ -58,7 +59,7 @@ def analyze(*inputs, outdir="streamtrace-analysis", chunked=False, chunk_events=
     for f in s["failed"]:
         msg = f["error"] if f["error"].startswith(f["source"]) else f"{f['source']}: {f['error']}"
         tries = f" (after {f['attempts']} attempts)" if f["attempts"] > 1 else ""
-        print(f"error: {msg}{tries}", file=sys.stderr)
+        print(f"error: {printable(msg)}{tries}", file=sys.stderr)
     for r in s["ranks"]:
         for w in r.get("warnings", []):
             con.warn(w)

@@ -9,6 +9,7 @@ import argh
 import ijson
 
 from .. import __version__
+from ..runtime.console import printable
 from ..runtime.errors import UsageError
 
 def version_text() -> str:
@@ -99,21 +100,21 @@ class Console:
     def info(self, msg):
         """A line of the normal output (stdout), not shown with -q."""
         if not self.quiet:
-            print(msg, flush=True)
+            print(printable(msg), flush=True)
 
     def detail(self, msg):
         """A line shown only with -v (stdout)."""
         if self.verbose:
-            print(msg, flush=True)
+            print(printable(msg), flush=True)
 
     def warn(self, msg):
         """A warning (stderr), shown even with -q."""
-        print(f"warning: {msg}", file=sys.stderr, flush=True)
+        print(f"warning: {printable(msg)}", file=sys.stderr, flush=True)
 
     def notice(self, msg):
         """A notice (stderr), not shown with -q."""
         if not self.quiet:
-            print(f"notice: {msg}", file=sys.stderr, flush=True)
+            print(f"notice: {printable(msg)}", file=sys.stderr, flush=True)
 
 
 def validation_line(rep) -> str:
@@ -150,7 +151,7 @@ def print_validation(path, quiet=False, opt=None) -> dict:
     from ..validate.check import require_events, validate      # (the CLI's convention: see streamtrace.cli)
     rep = require_events(validate(path, opt=opt))
     if not (quiet and rep["ok"]):
-        print(validation_line(rep), flush=True)
+        print(printable(validation_line(rep)), flush=True)
     return rep
 
 

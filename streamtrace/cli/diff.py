@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argh
 
+from ..runtime.console import printable
 from .common import Console, parse_jobs, parse_list
 
 EXAMPLES = """
@@ -64,7 +65,7 @@ def diff(base, test, *, outdir="streamtrace-diff", ranks=None, base_ranks=None, 
     k = res.kernels
     if k.num_rows and k["delta_ns"][0].as_py() > 0:
         con.detail(f"largest regression: {k['name'][0].as_py()[:100]} {k['delta_ns'][0].as_py() / 1e6:+,.3f} ms")
-    print(f"diff: {res.path / res.MARKDOWN} ({m['seconds']:.2f} s)")
+    print(printable(f"diff: {res.path / res.MARKDOWN} ({m['seconds']:.2f} s)"))
 
 
 diff.EXAMPLES = EXAMPLES

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import argh
 
+from ..runtime.console import printable
 from ..runtime.errors import StreamtraceError
 from .common import Console, Exit, check_efficiency_flags, parse_formats, parse_jobs, parse_list, prepare_kernels, report_args
 
@@ -63,7 +64,7 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
         raise StreamtraceError(f"{run_dir}: no rank traces found, so no job to report on; "
                                f"see {Path(s['outdir']) / EpilogueRun.marker}")
     if s["report"]:
-        print(f"report: {s['report']}")
+        print(printable(f"report: {s['report']}"))
     elif not quiet:
         state = Path(s["outdir"]) / EpilogueRun.marker
         con.info(f"no report; see {state}" if state.is_file() else "no report")

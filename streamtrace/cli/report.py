@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argh
 
+from ..runtime.console import printable
 from .aggregate import kernel_delay_ns, steps_text
 from .common import Console, check_efficiency_flags, need, parse_formats, parse_jobs, parse_list, prepare_kernels, report_args
 
@@ -74,8 +75,8 @@ def report(*dirs, outdir=None, name=None, tokens_per_step=None, global_batch=Non
                  + (f", MFU {mfu:.1f} %" if mfu is not None else ""))
     for section, why in rep.get("missing", {}).items():
         con.detail(f"  {section}: {why}")
-    print(f"report: {rep['files'][0]}, {rep['files'][1]}"
-          + (f", {len(rep['files']) - 2} chart files" if len(rep["files"]) > 2 else ""))
+    print(printable(f"report: {rep['files'][0]}, {rep['files'][1]}"
+                    + (f", {len(rep['files']) - 2} chart files" if len(rep["files"]) > 2 else "")))
 
 
 report.EXAMPLES = EXAMPLES

@@ -6,6 +6,7 @@ import sys
 
 import argh
 
+from ..runtime.console import printable
 from ..runtime.errors import StreamtraceError
 from .common import Console, Exit, parse_jobs, prepare_kernels, print_validation
 
@@ -42,7 +43,7 @@ def validate(*traces, as_json=False, jobs=0, quiet=False, verbose=False):
         except StreamtraceError as e:
             if len(traces) == 1:
                 raise
-            print(f"streamtrace: error: {e}", file=sys.stderr)    # the other files are still checked
+            print(f"streamtrace: error: {printable(e)}", file=sys.stderr)    # the other files are still checked
             failed = True
     if as_json:
         print(json.dumps(reps[0] if len(traces) == 1 else reps, indent=1))

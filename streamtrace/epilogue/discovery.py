@@ -22,10 +22,19 @@ def find_topology(run_dir):
     run_dir = Path(run_dir)
     for pattern in ("streamtrace_topology.json", "unique_parallel_groups_*.txt", "parallel_topology.json"):
         hits = sorted(run_dir.glob(pattern)) + sorted(run_dir.glob(f"*/{pattern}"))
-        hits = [h for h in hits if "streamtrace" not in h.parent.name or h.parent == run_dir]
+        hits = [(t, h) for h in hits if ("streamtrace" not in h.parent.name or h.parent == run_dir)
+                and (t := _mtime(h)) is not None]
         if hits:
-            return str(max(hits, key=lambda p: p.stat().st_mtime))
+            return str(max(hits)[1])
     return None
+
+
+def _mtime(path):
+    """``path``'s modification time, None when it cannot be read (a broken link, a symbolic-link loop)."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
 
 
 def is_merged(head: dict) -> bool:
@@ -52,11 +61,11 @@ def find_iterations(run_dir, log, outdir=None, topology=None, odd_files=None):
     except Exception as e:   # noqa: BLE001
         log.fail("discover", run_dir, e)
         return groups
-    skip = Path(outdir).resolve() if outdir is not None else None
+    skip = Path(os.path.realpath(outdir)) if outdir is not None else None
     for p in paths:
-        if skip is not None and Path(p).resolve().is_relative_to(skip):
-            continue
-        try:
+        try:        # one bad entry (a symbolic-link loop: ELOOP) is one failure (issue 49)
+            if skip is not None and Path(os.path.realpath(p)).is_relative_to(skip):
+                continue
             tf = identify(p, warn=skipped)
         except UnknownRankError as e:
             if not merged_file(p):
@@ -96,7 +105,10 @@ def the_job(groups, topology, log, skipped) -> dict:
         except Exception:   # noqa: BLE001 - analyze reports the topology file's problem
             world = None
     files = [tf for files in groups.values() for tf in files]
-    keep, odd = split_job(files, world, base_times(files))
+    apart: list = []
+    keep, odd = split_job(files, world, base_times(files), apart)
+    for tf, why in apart:             # the job's rank on a host whose clock is off (issue 49)
+        log.note(f"{tf.path}: {why}")
     for tf, why in odd:
         log.fail("discover", tf.path, why)
         if skipped is not None:

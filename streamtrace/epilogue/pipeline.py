@@ -4,6 +4,7 @@ caller.  Returns the output folder as an :class:`~streamtrace.report.outputs.Epi
 from __future__ import annotations
 
 import json
+import signal
 import time
 from pathlib import Path
 
@@ -55,6 +56,7 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
     summary = {"run_dir": str(run_dir), "outdir": str(out), "iterations": [], "ranks": 0, "report": None,
                "failures": log.failures, "notes": log.notes, "stages": {}}
     before = new_folders(out)
+    state = None
     try:
         try:
             check_paths(run_dir, opt)
@@ -88,10 +90,34 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
                  f"report: {summary['report'] or 'none'}; outputs in {out} ({summary['seconds']:.1f} s)")
     except Exception as e:   # noqa: BLE001 - the promise: never raise into the caller
         log.fail("epilogue", run_dir, e)
-    except KeyboardInterrupt:      # Ctrl-C, SIGTERM: the stages removed their staging folders
+    except KeyboardInterrupt as e:      # Ctrl-C, SIGTERM: the stages removed their staging folders
         remove_empty(out, before)
+        if state is not None:          # the record says what this run replaced (issue 47, item 9)
+            interrupted_record(out / EpilogueRun.marker, summary, state, e)
         raise
     return EpilogueRun.of(out, summary)
+
+
+def interrupted_record(state_path, summary, state, e) -> None:
+    """After Ctrl-C or SIGTERM: write ``epilogue.json`` as the outputs now are, so that it never
+    describes an earlier run's job beside this run's aggregate and report (issue 47, item 9).  Every
+    stage that ended kept its result and fingerprint in ``state`` (its outputs are this run's); a
+    stage that was cut left the earlier run's outputs and state entry (``summary["stages"]`` says
+    ``"interrupted"`` for it, and lists only the stages this run reached).  ``summary["report"]`` is
+    this run's report (None when its report stage did not end: an earlier report may still be in the
+    folder), ``summary["interrupted"]`` says by what.  Written atomically; a failure to write it is
+    ignored (the interruption is what is reported).  Not written when no stage of this run ended: the
+    outputs are then the earlier run's, and so is the record (left as it was)."""
+    if not any(v == "done" for v in (summary.get("stages") or {}).values()):
+        return
+    rep = (state.get("report") or {}).get("result") or {} if summary.get("stages", {}).get("report") == "done" else {}
+    summary = {**summary, "report": rep.get("report") if rep.get("report") and Path(rep["report"]).exists() else None,
+               "interrupted": "SIGTERM" if getattr(e, "signum", None) == signal.SIGTERM else "SIGINT (Ctrl-C)"}
+    try:
+        with atomic_output(state_path, compress=False) as f:
+            f.write(json.dumps({"summary": summary, "state": state}, indent=1, default=str).encode())
+    except Exception:   # noqa: BLE001 - see the docstring
+        pass
 
 
 def read_state(path) -> dict:

@@ -36,9 +36,9 @@ def fingerprint(paths, **options) -> str:
     for p in sorted(map(str, paths)):
         try:
             st = os.stat(p)
-            h.update(f"{p}|{st.st_size}|{int(st.st_mtime_ns)}\n".encode())
+            h.update(os.fsencode(f"{p}|{st.st_size}|{int(st.st_mtime_ns)}\n"))   # (a path's bytes, not UTF-8)
         except OSError:
-            h.update(f"{p}|missing\n".encode())
+            h.update(os.fsencode(f"{p}|missing\n"))
     h.update(json.dumps(options, sort_keys=True, default=str).encode())
     return h.hexdigest()
 
@@ -74,6 +74,9 @@ def run_stage(ctx, key, fp, outputs, fn, name, what):
     before = len(log.failures)
     try:
         result = in_stage_process(ctx.opt, log, fn)
+    except KeyboardInterrupt:           # the record says which stage was cut (issue 47, item 9)
+        ctx.summary.setdefault("stages", {})[key] = "interrupted"
+        raise
     except Exception as e:   # noqa: BLE001 - logged, the epilogue carries on
         log.fail(name, what, e)
         state[key] = {"fingerprint": fp, "ok": False, "error": str(e).splitlines()[0] if str(e) else ""}

@@ -51,6 +51,10 @@ EVENT_DTYPE = np.dtype([("ts", "i8"), ("dur", "i8"), ("ph", "u1"), ("cat", "i4")
                         ("flow_id", "i8"), ("stream", "i8"), ("device", "i8"), ("rank", "i8"), ("comm", "i4")])
 
 STR_ID_BASE = -(1 << 62)    # string pids/tids are stored as STR_ID_BASE + their string id
+NO_TS = np.iinfo(np.int64).min
+"""The ``ts`` of an event without a usable one (missing, not a number, beyond int64 ns).  Not -1: a
+``ts`` may be negative (legal in the trace-event format, Perfetto shows it; issue 49), so every
+number is a time.  (A missing ``dur`` is -1: a negative ``dur`` is no duration.)"""
 
 
 def is_str_id(v):
@@ -87,14 +91,42 @@ def _name_tells(name: str) -> bool:
     return bool(_NAME_TELLS.search(name))
 
 
+MAX_TEXT = 1 << 16
+"""Bytes of a name's JSON text the string table keeps: a longer one (a 200 MB kernel name) is cut to
+its first characters and counted (:func:`cut_text`, :attr:`StringTable.cut`; issue 49)."""
+
+
+def cut_text(raw: bytes, limit: int = MAX_TEXT) -> str:
+    """The JSON string ``raw`` (with its quotes) of more than ``limit`` bytes, decoded from its first
+    ``limit`` bytes (backed off to the end of a whole character or escape), followed by
+    ``... (N more bytes cut)``."""
+    for cut in range(limit, max(limit - 12, 1), -1):
+        try:
+            head = json.loads(raw[:cut] + b'"')
+            break
+        except ValueError:
+            continue
+    else:
+        head, cut = "", 1
+    return f"{head}... ({len(raw) - 1 - cut:,} more bytes cut)"
+
+
+def cut_warning(path, n: int) -> str:
+    """The warning for ``n`` names cut (:data:`MAX_TEXT`)."""
+    return (f"{path}: {n:,} name(s) longer than {MAX_TEXT:,} bytes cut to their first {MAX_TEXT:,} in the "
+            f"analysis (the merged trace keeps them whole)")
+
+
 class StringTable:
-    """Interned strings: ``id(text) -> int`` and ``strings[id] -> text``."""
+    """Interned strings: ``id(text) -> int`` and ``strings[id] -> text``; ``cut``: the strings cut to
+    :data:`MAX_TEXT` bytes (:meth:`intern_spans`)."""
 
     def __init__(self):
         self.strings: list[str] = []
         self.ids: dict[str, int] = {}
         self._by_hash: dict[int, int] = {}
         self._comm_op = np.zeros(0, bool)
+        self.cut = 0
 
     def comm_op(self, ids) -> np.ndarray:
         """Bool mask of the name ids ``ids`` (int array, -1 = none) that are communication ops
@@ -132,7 +164,11 @@ class StringTable:
             known = self._by_hash.get(hv)
             if known is None:
                 j = idx[fi]
-                text = json.loads(raw[starts[j]:ends[j]])
+                if ends[j] - starts[j] > MAX_TEXT:      # a name of megabytes: cut (issue 49)
+                    text = cut_text(raw[starts[j]:ends[j]])
+                    self.cut += 1
+                else:
+                    text = json.loads(raw[starts[j]:ends[j]])
                 known = self._by_hash[hv] = self.id(text)
             lut[k] = known
         out[present] = lut[inv]
@@ -156,7 +192,7 @@ def row_from_dict(ev: dict, ts, dur, flag, table: StringTable, row, comm_rows: l
     if not isinstance(ev, dict):
         ev = {}
     ph = ev.get("ph")
-    row["ts"] = _time(ts, flag, 1, 4, ev.get("ts"))
+    row["ts"] = _time(ts, flag, 1, 4, ev.get("ts"), NO_TS)
     row["dur"] = _time(dur, flag, 2, 8, ev.get("dur"))
     row["ph"] = ord(ph[0]) if isinstance(ph, str) and ph and ord(ph[0]) < 256 else 0
     cat, name = ev.get("cat"), ev.get("name")
@@ -200,17 +236,17 @@ def comm_row(args: dict, ev: dict, ts: int, dur: int | None) -> dict:
     out.update({k: _json_bytes(args[k]) if k in _AS_JSON else args[k] for k in COMM_SHAPE_KEYS if k in args})
     if dur is not None:
         out.update({"@op": ev.get("name"), "@pid": ev.get("pid"), "@tid": ev.get("tid"), "@ts": ts,
-                    "@end": ts + max(dur, 0) if ts >= 0 else -1})
+                    "@end": ts + max(dur, 0) if ts != NO_TS else NO_TS})
     return out
 
 
-def _time(ns, flag, has, bad, value) -> int:
+def _time(ns, flag, has, bad, value, missing=-1) -> int:
     """An event's ts or dur (int ns): the scanner's value, else a number written as a string
-    (:func:`~streamtrace.trace.decode.text_ns`), else -1."""
+    (:func:`~streamtrace.trace.decode.text_ns`), else ``missing`` (:data:`NO_TS` for a ts)."""
     if flag & has and not flag & bad:
         return ns
     v = text_ns(value) if flag & bad else None
-    return -1 if v is None else v
+    return missing if v is None else v
 
 
 def columns_from_dicts(events, ts_ns, dur_ns, flags, table: StringTable):
@@ -238,7 +274,7 @@ def columns_from_batch(b, table: StringTable, path="?"):
                       flow, corr, ext, stream, device, rank, flags)
     out = np.zeros(n, EVENT_DTYPE)
     ok_ts = (b.flags & 1).astype(bool) & ~(b.flags & 4).astype(bool)
-    out["ts"] = np.where(ok_ts, b.ts_ns, -1)
+    out["ts"] = np.where(ok_ts, b.ts_ns, NO_TS)
     ok_dur = (b.flags & 2).astype(bool) & ~(b.flags & 8).astype(bool)
     out["dur"] = np.where(ok_dur, b.dur_ns, -1)
     out["ph"] = ph
@@ -260,7 +296,7 @@ def columns_from_batch(b, table: StringTable, path="?"):
         ev = loads(raw, path, b.offset + int(b.starts[j]) - int(b.starts[0]))
         if isinstance(ev, dict):
             f = int(b.flags[j])
-            out["ts"][j] = _time(int(b.ts_ns[j]), f, 1, 4, ev.get("ts"))
+            out["ts"][j] = _time(int(b.ts_ns[j]), f, 1, 4, ev.get("ts"), NO_TS)
             out["dur"][j] = _time(int(b.dur_ns[j]), f, 2, 8, ev.get("dur"))
     slow = (flags & (X.F_COMM | X.F_PYTHON)) != 0
     op = table.comm_op(out["name"]) & ~slow        # columns right already: only the args row is missing

@@ -19,6 +19,7 @@ naming the file (never an Arrow traceback).
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -81,6 +82,20 @@ def partition_files(outdir, dataset, rank, iteration) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def arrow_file(path, mode="rb"):
+    """``path`` as pyarrow can take it: the path (``str``) when it is valid UTF-8, else the file opened
+    here in ``mode`` (a Python file object, which pyarrow reads and writes through).  pyarrow
+    encodes a path as UTF-8, and a file name holding bytes that are not (a run folder named
+    ``job_caf\\xe9``: Python's surrogateescape characters) cannot be encoded (issue 49).  A file opened
+    here is closed when the object pyarrow made of it is released; a writer's caller closes it."""
+    p = os.fspath(path)
+    try:
+        p.encode("utf-8")
+        return p
+    except UnicodeEncodeError:          # unbuffered when writing: nothing left to flush at the end
+        return open(p, mode, buffering=0) if "w" in mode else open(p, mode)
+
+
 def _why(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return text[0] if text else type(e).__name__
@@ -91,7 +106,7 @@ def parquet_file(path, columns=()) -> pq.ParquetFile:
     :class:`~streamtrace.runtime.errors.DataError` naming it when it is missing, not readable Parquet
     (garbage, empty, cut short) or lacks a column."""
     try:
-        f = pq.ParquetFile(path)
+        f = pq.ParquetFile(arrow_file(path))
     except FileNotFoundError:
         raise DataError(path, "missing") from None
     except (OSError, pa.ArrowException, ValueError) as e:
@@ -238,22 +253,34 @@ class PartitionWriter:
                 self._emit()
 
     def _reserve(self, n):
-        """Staging columns for at least ``n`` rows (a full row group), pending rows kept."""
-        if self._buf is not None and len(self._buf[self.schema[0].name]) >= n:
+        """Staging columns for at least ``n`` rows, pending rows kept: grown by doubling up to a
+        row group (a million one-row tracks each written and shrunk, :meth:`shrink`, allocated a
+        whole row group's columns each time: issue 49)."""
+        have = 0 if self._buf is None else len(self._buf[self.schema[0].name])
+        if have >= n:
             return
+        cap = min(max(self.rows, n), max(n, 2 * have, 1024))
         old, self._buf = self._buf, {}
         for f in self.schema:
             dt = np.int32 if f.name in self.pools or f.type == pa.int32() else np.int64
-            self._buf[f.name] = np.empty(max(n, self.rows), dt)
+            self._buf[f.name] = np.empty(cap, dt)
             if old is not None:
                 self._buf[f.name][:self.npending] = old[f.name][:self.npending]
                 old[f.name] = None
 
     def shrink(self):
         """Keep only the pending rows (not a whole row group's staging columns) while no
-        rows come for a while; the next :meth:`write` makes room again."""
-        if self._buf is not None:
-            self._buf = {c: v[:self.npending].copy() for c, v in self._buf.items()} if self.npending else None
+        rows come for a while; the next :meth:`write` makes room again.  Amortised: the columns are
+        cut to twice the pending rows only when they hold four times more (cut to the pending rows
+        after every one of a million small tracks, the next write copied them all again: issue 49)."""
+        if self._buf is None:
+            return
+        cap = len(self._buf[self.schema[0].name])
+        if not self.npending:
+            self._buf = None
+        elif cap > 4 * max(self.npending, 1024):
+            keep = 2 * max(self.npending, 1024)
+            self._buf = {c: v[:keep].copy() for c, v in self._buf.items()}
 
     def _emit(self):
         """Write the pending rows as one row group."""
@@ -361,7 +388,7 @@ def read_table(path, columns=None, where=None) -> Columns:
     if where:
         parquet_file(path, list(columns or ()) + list(where))
         try:
-            t = pq.read_table(path, columns=list(columns) if columns is not None else None,
+            t = pq.read_table(arrow_file(path), columns=list(columns) if columns is not None else None,
                               filters=[(c, "in", list(v)) for c, v in where.items()])
         except (OSError, pa.ArrowException, ValueError) as e:
             raise DataError(path, f"not a readable Parquet file ({_why(e)})") from None

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..trace.decode import loads
 from ..trace.reader import TraceReader
-from .columns import StringTable, columns_from_batch
+from .columns import NO_TS, StringTable, columns_from_batch, cut_warning
 from .store import STORE_DTYPE
 
 #: newer Kineto's GPU synchronisation events (``ph: X`` on the waiting stream; CUPTI's
@@ -76,8 +76,8 @@ def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None,
     file order, before its rows are stored (a consumer of the same bytes, e.g. analyze's op costs,
     then needs no pass of its own).
 
-    Complete events without a usable time (``ts`` or ``dur`` missing, ``ts`` negative, not a number,
-    beyond int64 ns; a number written as a string is read) are not stored: they are counted in
+    Complete events without a usable time (``ts`` or ``dur`` missing, not a number, beyond int64 ns;
+    a number written as a string is read; a negative ``ts`` is a time like any other) are not stored: they are counted in
     ``reader.unusable_times``; those whose ``dur`` is a negative number (CUPTI's corrupted
     durations, issue 33) are not stored either, counted in ``reader.negative_durations``.
 
@@ -101,8 +101,8 @@ def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None,
                  else 4 if t == CUDA_SYNC_CAT else 2 if t == "Trace" else 0
                  for t in table.strings[len(kind_of):]], np.int8)])
         complete = cols["ph"] == ord("X")
-        timed = (cols["dur"] >= 0) & (cols["ts"] >= 0)
-        negative = complete & (cols["ts"] >= 0) & ((b.flags & 10) == 2) & (b.dur_ns < 0)   # a dur read, < 0
+        timed = (cols["dur"] >= 0) & (cols["ts"] != NO_TS)          # a negative ts is a time (issue 49)
+        negative = complete & (cols["ts"] != NO_TS) & ((b.flags & 10) == 2) & (b.dur_ns < 0)   # a dur read, < 0
         reader.negative_durations += int(negative.sum())
         reader.unusable_times += int((complete & ~timed & ~negative).sum())
         is_sync = complete & timed & (cols["cat"] >= 0) & (kind_of[np.maximum(cols["cat"], 0)] == 4)
@@ -126,4 +126,6 @@ def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None,
             for key, rows in group_rows(keycols).items():
                 store.add((tag, *key), rows_kept[rows])
     store.flush()
+    if table.cut:
+        reader.warnings.append(cut_warning(path, table.cut))
     return table, comm_rows, reader

@@ -15,7 +15,7 @@ from ..runtime.errors import TraceError
 from ..runtime.files import remove_quietly
 from ..runtime.parallel import pool
 from ..trace.ranges import RANGES_PER_JOB, iter_ranges, likely_ranges, prove_range
-from ..trace.source import plain_copy
+from ..trace.source import InflateBoundError, plain_copy
 from .columns import StringTable
 from .ingest import ingest
 from .store import CHUNK_EVENTS, MemoryStore, MergedStore, SpillStore
@@ -106,7 +106,10 @@ def ingest_parallel(path, tmpdir, jobs: int, settings: IngestSettings, while_par
     error (or, with ``salvage``, keeps what can be kept) exactly as ``--jobs 1`` does.
     ``while_parsing()``: called once in this process while the workers parse (after every
     range was handed out), e.g. to load other code."""
-    plain = plain_copy(path, tmpdir)
+    try:
+        plain = plain_copy(path, tmpdir)
+    except InflateBoundError:        # a gzip bomb: read as a stream, in one process (issue 49)
+        return None
     parts = jobs * RANGES_PER_JOB
     pending = [while_parsing] if while_parsing else []
 

@@ -20,6 +20,7 @@ from .keep import C_CLASS, C_FLOW, C_KEPT, C_STEP, C_WINDOW, NO_T0, NO_T1, R_BIT
 from .jsoncheck import MAX_DEPTH, MEMBERS_CAP, MEMBERS_INVALID, bytes_equal, object_members
 from .numtext import put_int, put_us
 from .scan import DONE, NEED_MORE, OBJECT, next_element, parse_ns, skip_value
+from .texthash import find_text
 from .validate import member_fields, span_fields
 from .cachedir import ensure_cache
 
@@ -192,7 +193,7 @@ def _park(cur, at, found_n, i, o):
 
 @njit(cache=True)
 def scan_rewrite(buf, cur, starts, ends, sep, out, state,
-                 pid_text, pid_off, pid_new, pid_kind, pid_used, npids,
+                 pid_text, pid_off, pid_new, pid_kind, pid_used, npids, pid_slots,
                  drop_text, drop_off, ndrop,
                  rank, shift_ns, gpu_only, has_window, lo, hi, fcat_text, fcat_off, nfcats, fkeys,
                  info, kept, fields, defer, rec, rcls):
@@ -222,7 +223,8 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
     of any event but metadata (ns, before any filter; an unreadable ts goes to Python; ``ST_HAS_FIRST_IN``
     1 once set).
     ``pid_text``/``pid_off``: concatenated raw JSON texts of known pids (entry k is
-    ``pid_text[pid_off[k]:pid_off[k+1]]``), ``pid_new``/``pid_kind`` their merged pid
+    ``pid_text[pid_off[k]:pid_off[k+1]]``; ``npids`` of them), looked up in their hash index
+    ``pid_slots`` (:mod:`streamtrace.kernels.texthash`), ``pid_new``/``pid_kind`` their merged pid
     and kind (KIND_CPU/GPU/OTHER); ``pid_used[k]`` is set to 1 when pid k gets an event.
     ``drop_text``/``drop_off``: categories to drop (raw string contents).  ``lo``/``hi``:
     keep window in rank-local ns.  ``fcat_text``/``fcat_off`` (``nfcats`` texts, as the pid texts)
@@ -387,19 +389,7 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
                 or bytes_equal(buf, name_s + 1, name_e - 1, M_PSORT)):
             i += 1
             continue
-        k = -1
-        plen = pid_e - pid_s
-        for q in range(npids):
-            a = pid_off[q]
-            if pid_off[q + 1] - a == plen:
-                same = True
-                for t in range(plen):
-                    if pid_text[a + t] != buf[pid_s + t]:
-                        same = False
-                        break
-                if same:
-                    k = q
-                    break
+        k = find_text(buf, pid_s, pid_e, pid_text, pid_off, pid_slots) if npids > 0 else -1
         if k < 0:
             info[INFO_START] = pid_s
             info[INFO_END] = pid_e

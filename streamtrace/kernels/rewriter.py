@@ -87,8 +87,7 @@ class Rewriter:
                  out_bytes: int = 2 << 20):
         self.setup, self.handler = setup, handler
         self.pids = TextTable()
-        self.pid_new, self.pid_kind, self.pid_used = [], [], np.zeros(0, np.uint8)
-        self._pid_arrays()
+        self.new_a, self.kind_a, self.pid_used = np.zeros(16, np.int64), np.zeros(16, np.int64), np.zeros(16, np.uint8)
         self.drop_text, self.drop_off = text_table(list(setup.drop_cats))
         self.flow_text, self.flow_off = text_table(list(setup.flow_cats))
         self.nflows = len(setup.flow_cats)
@@ -102,12 +101,14 @@ class Rewriter:
         self.rec = np.zeros((len(self.rcls), R_COLS), np.int64)
         self.fields = _NO_FIELDS if fields is None else fields
 
-    def _pid_arrays(self):
-        used = self.pid_used
-        self.new_a = np.asarray(self.pid_new, np.int64) if self.pid_new else np.zeros(1, np.int64)
-        self.kind_a = np.asarray(self.pid_kind, np.int64) if self.pid_kind else np.zeros(1, np.int64)
-        self.pid_used = np.zeros(max(1, len(self.pid_new)), np.uint8)
-        self.pid_used[:len(used)] = used
+    def _add_pid(self, text: bytes, newpid: int, kind: int):
+        """A pid text first met, its merged pid and kind; the arrays grow by doubling (issue 49)."""
+        k = self.pids.add(text)
+        if k >= len(self.new_a):
+            grow = len(self.new_a)
+            self.new_a, self.kind_a = (np.concatenate([a, np.zeros(grow, np.int64)]) for a in (self.new_a, self.kind_a))
+            self.pid_used = np.concatenate([self.pid_used, np.zeros(grow, np.uint8)])
+        self.new_a[k], self.kind_a[k] = newpid, kind
 
     def continue_after(self, offset: int) -> None:
         """The events continue an output whose last event ends at ``offset`` (a comma first; a deferred
@@ -128,7 +129,7 @@ class Rewriter:
         while True:
             status, scanned = scan_rewrite(
                 window, cur, starts, ends, sep, self.out, self.state,
-                self.pids.text, self.pids.off, self.new_a, self.kind_a, self.pid_used, len(self.pids),
+                self.pids.text, self.pids.off, self.new_a, self.kind_a, self.pid_used, len(self.pids), self.pids.slots,
                 self.drop_text, self.drop_off, len(self.drop_off) - 1, s.rank, s.shift_ns,
                 s.gpu_only, s.window is not None, lo, hi, self.flow_text, self.flow_off, self.nflows, s.flow_keys,
                 self.info, self.kept, self.fields, s.defer, self.rec, self.rcls)
@@ -147,10 +148,7 @@ class Rewriter:
             elif status == UNKNOWN_PID:
                 text = window[span].tobytes()
                 newpid, kind = self.handler.new_pid(text, base + span.start)
-                self.pids.add(text)
-                self.pid_new.append(newpid)
-                self.pid_kind.append(kind)
-                self._pid_arrays()
+                self._add_pid(text, newpid, kind)
             elif status == NEED_PYTHON:
                 s0, e0 = int(starts[i]), int(ends[i])
                 self._put_python(self.handler.python(window, s0, e0, base + s0), i)

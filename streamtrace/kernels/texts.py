@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import texthash as TH
+
 __all__ = ["text_table", "TextTable"]
 
 
@@ -19,17 +21,42 @@ def text_table(texts) -> tuple[np.ndarray, np.ndarray]:
 
 class TextTable:
     """A :func:`text_table` that grows: ``texts`` (the byte strings, in the order added), ``text`` /
-    ``off`` (the arrays a kernel reads, rebuilt by :meth:`add`)."""
+    ``off`` (the arrays a kernel reads: ``text`` read-only, both longer than what they hold) and
+    ``slots``, their hash index (:mod:`streamtrace.kernels.texthash`).  The arrays grow by doubling and
+    a new text goes into the index: a million texts (pids) cost linear time (the table rebuilt whole
+    per text, searched linearly per event, was quadratic: issue 49)."""
 
     def __init__(self, texts=()):
-        self.texts = list(texts)
-        self.text, self.off = text_table(self.texts)
+        self.texts = []
+        self._text = np.zeros(256, np.uint8)
+        self.off = np.zeros(17, np.int64)
+        self.slots = np.zeros(TH.slots_for(16), np.int64)
+        self._view()
+        for t in texts:
+            self.add(t)
+
+    def _view(self):
+        self.text = self._text.view()
+        self.text.flags.writeable = False       # the kernels take the texts read-only
 
     def __len__(self):
         return len(self.texts)
 
     def add(self, text: bytes) -> int:
-        """Append ``text``; returns its index."""
+        """Append ``text`` (not in the table yet); returns its index."""
+        k = len(self.texts)
+        end = int(self.off[k]) + len(text)
+        if end > len(self._text):
+            self._text = np.concatenate([self._text, np.zeros(max(end, 2 * len(self._text)), np.uint8)])
+        if k + 2 > len(self.off):
+            self.off = np.concatenate([self.off, np.zeros(len(self.off), np.int64)])
+        self._text[int(self.off[k]):end] = np.frombuffer(text, np.uint8)
+        self.off[k + 1] = end
         self.texts.append(text)
-        self.text, self.off = text_table(self.texts)
-        return len(self.texts) - 1
+        self._view()
+        if 2 * len(self.texts) > len(self.slots):
+            self.slots = np.zeros(TH.slots_for(len(self.texts)), np.int64)
+            TH.index_texts(self.text, self.off, len(self.texts), self.slots)
+        else:
+            TH.insert_text(self.text, self.off, k, self.slots)
+        return k

@@ -29,6 +29,7 @@ import numpy as np
 import orjson
 import pyarrow.parquet as pq
 
+from ..events.dataset import arrow_file
 from ..events.sortedsets import in_sorted
 from ..kernels import extract as X
 from ..runtime.errors import StreamtraceError
@@ -52,7 +53,7 @@ def path_ids(aggdir, iteration=None) -> tuple[dict, dict, dict]:
     p = Path(aggdir) / "critical_path.parquet"
     if not p.is_file():
         raise StreamtraceError(f"{p}: missing (run streamtrace aggregate without --no-critical-path first)")
-    t = pq.read_table(p, columns=["iteration", "step", "order", "rank", "category", "name", "correlation",
+    t = pq.read_table(arrow_file(p), columns=["iteration", "step", "order", "rank", "category", "name", "correlation",
                                   "external_id"])
     c = {n: t[n].to_numpy() for n in ("iteration", "step", "order", "rank", "correlation", "external_id")}
     _, step = np.unique(np.stack([c["iteration"], c["step"]], 1), axis=0, return_inverse=True)

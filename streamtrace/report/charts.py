@@ -31,6 +31,7 @@ import numpy as np
 
 from ..runtime.files import atomic_output
 from .axes import bytes_axis, count_ticks, log_ticks, patch_legend, time_scale
+from .escape import chart_text
 from .pipeline import stage_bubbles
 from .units import fmt_time
 
@@ -484,7 +485,7 @@ def busbw_chart(data):
     for coll, dim in sorted(set(zip(c["collective"][ok].tolist(), c["parallel_dim"][ok].tolist()))):
         m = ok & (c["collective"] == coll) & (c["parallel_dim"] == dim)
         ax.scatter(c["msg_bytes"][m], c["busbw_gbps"][m], s=14, alpha=0.6, marker=markers.get(dim, "x"),
-                   label=f"{coll} {dim} ({int(m.sum())})")
+                   label=chart_text(f"{coll} {dim} ({int(m.sum())})"))
     ax.set_xscale("log")
     if c["busbw_gbps"][ok].min() > 0:
         ax.set_yscale("log")

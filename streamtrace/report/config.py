@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from ..analyze.outputs import Analysis
+from .escape import md_code, md_text
 
 DIMS = ("tp", "cp", "ep", "dp", "pp")
 NO_ITERATION = "no iteration folder"
@@ -87,7 +88,7 @@ def configuration_md(c: dict, table) -> list:
     L = ["## Configuration", ""]
     if c.get("tp") is None:
         L += [table(["world size", "ranks analysed", "GPUs", head], [[world, f"{c['ranks']:,}", gpus, its]]), ""]
-        known = (f"World size {world} from {c['world_size_from']}. " if c.get("world_size_from") else
+        known = (f"World size {world} from {md_text(c['world_size_from'])}. " if c.get("world_size_from") else
                  "World size not named in the trace (ranks analysed shown). ")
         L += [known + "Parallel layout (TP, CP, EP, DP, PP): not named in the trace (no `pg_config` group description "
               "such as TENSOR_MODEL_PARALLEL_GROUP, no topology file beside the traces); give `--topology FILE` to "
@@ -96,8 +97,8 @@ def configuration_md(c: dict, table) -> list:
     else:
         L += [table(["world size", "TP", "CP", "EP", "DP", "PP", "rank order", "GPUs", "ranks analysed", head],
                     [[world, *(f"{c[k]:,}" for k in DIMS), c["order"] or "-", gpus, f"{c['ranks']:,}", its]]), ""]
-        src = [f"World size from {c['world_size_from']}." if c.get("world_size_from") else "",
-               f"Parallel groups from {c['topology_from']}." if c.get("topology_from") else "",
+        src = [f"World size from {md_text(c['world_size_from'])}." if c.get("world_size_from") else "",
+               f"Parallel groups from {md_text(c['topology_from'])}." if c.get("topology_from") else "",
                "PP = 1: no pipeline section." if c.get("pp") == 1 else ""]
         if any(src):
             L += [" ".join(x for x in src if x), ""]
@@ -108,7 +109,7 @@ def configuration_md(c: dict, table) -> list:
               + ", and iteration cells show `-`.", ""]
     if named:
         L += ["Steps are the annotations (NVTX ranges in an Nsight Systems export) that analyze took as steps: "
-              "those matching " + ", ".join(f"`{p}`" for p in named) + " (`summary.json` `step_patterns`).", ""]
+              "those matching " + ", ".join(md_code(p) for p in named) + " (`summary.json` `step_patterns`).", ""]
     for ph, ranks in (c.get("phases_inferred") or {}).items():
         L += [f"The {ph} phase is **inferred** on rank(s) {rank_list(ranks)}: the traces have no {ph} annotation "
               "(`forward_step`, `## forward ##`), so each step's work launched before its first autograd (backward) "

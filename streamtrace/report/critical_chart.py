@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..events.dataset import arrow_file
 from .charts import pyplot, save
 
 COLORS = {"cpu_op": "#4c72b0", "host_gap": "#8c8c8c", "launch_delay": "#dd8452", "compute_kernel": "#55a868",
@@ -39,7 +40,7 @@ def critical_chart(aggdir, stem, formats=("png",)) -> list:
     p = Path(aggdir) / "critical_path.parquet"
     if not p.is_file():
         return []
-    t = pq.read_table(p, columns=COLUMNS)
+    t = pq.read_table(arrow_file(p), columns=COLUMNS)
     if not t.num_rows:
         return []
     best, length = longest_step(t)

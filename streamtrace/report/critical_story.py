@@ -23,6 +23,7 @@ import re
 
 import numpy as np
 
+from .escape import md_code
 from .units import fmt_time
 
 HOST = ("cpu_op", "host_gap", "launch_delay", "sync", "thread_wait")
@@ -97,7 +98,7 @@ def cause_sentence(top, segs, cats_top, peers, gpu_wait_ns, others_wait_ns, shor
         ratio = (peers or {}).get("cpu")
         if ratio and ratio[0] >= 1.1:
             x, n, worst = ratio
-            ex = ", ".join(f"`{short(nm)}` {fmt_time(a)} vs {fmt_time(b)}" for nm, a, b in worst)
+            ex = ", ".join(f"{md_code(short(nm))} {fmt_time(a)} vs {fmt_time(b)}" for nm, a, b in worst)   # escaped
             s += f"; its CPU takes {x:.1f}x the median of the other {n} rank{'s' if n > 1 else ''} of its stage on the " \
                  f"same ops ({ex})"
         if gpu_wait_ns and gpu_wait_ns >= 0.05 * top["path_ns"]:

@@ -15,6 +15,7 @@ import numpy as np
 from ..aggregate.folder import read_aggregate_table
 from ..topology.hardware import gpu_spec
 from .charts import pyplot, save
+from .escape import chart_text
 from .links import inter_node
 
 
@@ -90,7 +91,7 @@ def _busbw(aggdir, stem, links, meta, spec, formats) -> list:
             ax.axhline(nic, color="tab:red", ls=":", lw=1, label=f"network per GPU {nic:g} GB/s")
         ax.set_xscale("log")
         ax.set_ylabel("bus bandwidth (GB/s)")
-        ax.set_title(kind, fontsize=9)
+        ax.set_title(chart_text(kind), fontsize=9)
         ax.legend(fontsize=7, loc="upper left")
     axes[-1, 0].set_xlabel("message size (bytes)")
     return save(fig, stem, formats)

@@ -31,6 +31,7 @@ from ..topology.trainconfig import (TrainConfig, from_megatron_args, from_torcht
                                     train_config_from_json)
 from ..aggregate.folder import Aggregate, read_aggregate_table
 from .options import EfficiencyOptions
+from .escape import md_cell, md_code, md_text
 from .flops import flops_per_token
 from .links import link_section
 from .precision import gemm_precision
@@ -189,7 +190,7 @@ def efficiency_markdown(sec: dict | None) -> list:
     if sec["config"]:
         c = sec["config"]
         deg = ", ".join(f"{k} {c['degrees'][k]}" for k in list(c["mesh_order"]) + ["ep", "etp"] if k in c["degrees"])
-        L += [f"Job config `{c['source']}`: model {c['model_name'] or 'unnamed'}; mesh ({deg}); "
+        L += [f"Job config {md_code(c['source'])}: model {md_text(c['model_name'] or 'unnamed')}; mesh ({deg}); "
               f"seq len {c['seq_len'] or '?'}; local batch {c['local_batch'] or '?'}; "
               f"global batch {c['global_batch'] or 'local x DP'}.", ""]
     o = sec["overall"]
@@ -200,16 +201,17 @@ def efficiency_markdown(sec: dict | None) -> list:
         L += _throughput_md(sec)
     fpt, peak = inp["flops_per_token"], inp["peak_tflops"]
     L += ["Where each number came from:", "",
-          "- tokens per step: " + (f"{fmt_count(inp['tokens_per_step'])} ({inp['tokens_per_step_from']})"
+          "- tokens per step: " + (f"{fmt_count(inp['tokens_per_step'])} ({md_text(inp['tokens_per_step_from'])})"
                                     if inp["tokens_per_step"] else "not given"),
-          "- model FLOPs per token: " + (f"{fmt_flop(fpt)} ({inp['flops_per_token_from']})" if fpt
-                                         else inp["flops_per_token_from"]),
-          "- peak per GPU: " + (f"{_n(peak)} TFLOP/s ({inp['peak_from']})" if peak else inp["peak_from"]),
-          f"- GPUs: {fmt_count(inp['gpus']) if inp['gpus'] else 'unknown'} ({inp['gpus_from']})"]
+          "- model FLOPs per token: " + (f"{fmt_flop(fpt)} ({md_text(inp['flops_per_token_from'])})" if fpt
+                                         else md_text(inp["flops_per_token_from"])),
+          "- peak per GPU: " + (f"{_n(peak)} TFLOP/s ({md_text(inp['peak_from'])})" if peak
+                                else md_text(inp["peak_from"])),
+          f"- GPUs: {fmt_count(inp['gpus']) if inp['gpus'] else 'unknown'} ({md_text(inp['gpus_from'])})"]
     lk = sec.get("links")
     if lk and lk.get("hosts_from"):
         L += ["- link per collective: " + ("none (CPU-only job)" if lk.get("cpu_only") else
-                                           f"hosts of the ranks from {lk['hosts_from']}")]
+                                           f"hosts of the ranks from {md_text(lk['hosts_from'])}")]
     both = inp["flops_per_token_by_convention"]
     if len(both) == 2:
         L += [f"- the two conventions: TorchTitan {_n(both['torchtitan'] / 1e9, 2)} GFLOP/token, Megatron-LM "
@@ -220,7 +222,7 @@ def efficiency_markdown(sec: dict | None) -> list:
 
 def _table(head, rows) -> str:
     out = ["| " + " | ".join(map(str, head)) + " |", "|" + "---|" * len(head)]
-    out += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
+    out += ["| " + " | ".join(md_cell(c) for c in r) + " |" for r in rows]      # names escaped (issue 49)
     return "\n".join(out)
 
 
@@ -231,11 +233,11 @@ def _ops_md(ops, gpu) -> list:
     if not ops:
         return L + ["No per-op FLOPs: analyse with `--op-perf` (the epilogue does) from traces recorded with "
                     "`record_shapes=True`.", ""]
-    L += [f"The ops losing the most GPU time against their roofline bound on the {gpu or 'unknown GPU'} "
+    L += [f"The ops losing the most GPU time against their roofline bound on the {md_text(gpu or 'unknown GPU')} "
           f"(`op_perf.parquet`; bound = max(FLOPs / peak, bytes / memory bandwidth)):", ""]
     L += [_table(["op", "dtype", "input shapes", "calls", "GPU time", "compute rate", "memory bandwidth", "FLOP/byte",
                   "bound", "% of bound", "lost"],
-                 [[r["name"], r["dtype"] or "-", f"`{r['input_dims']}`", fmt_count(r["count"]),
+                 [[r["name"], r["dtype"] or "-", md_code(r["input_dims"], cell=True), fmt_count(r["count"]),
                    fmt_time(r["gpu_busy_ns"]), fmt_tflops(r["achieved_tflops"]), fmt_gbps(r["achieved_gbps"]),
                    _n(r["intensity"]), r["bound"] or "-", fmt_pct(r["pct_of_bound"]), fmt_time(r["lost_ns"])]
                   for r in ops]), ""]
@@ -246,8 +248,8 @@ def _links_md(lk) -> list:
     if not lk or not lk["rows"]:
         return []
     L = ["### Collectives against their links", "",
-         f"Bus bandwidth (median) as a % of the link's peak per direction; hosts from {lk['hosts_from']}; "
-         f"network {fmt_gbps(lk['nic_gbps'])} per GPU ({lk['nic_from'] or 'unknown'}).", ""]
+         f"Bus bandwidth (median) as a % of the link's peak per direction; hosts from {md_text(lk['hosts_from'])}; "
+         f"network {fmt_gbps(lk['nic_gbps'])} per GPU ({md_text(lk['nic_from'] or 'unknown')}).", ""]
     L += [_table(["collective", "dim", "scope", "count", "bytes", "busbw median", "link", "link peak", "% of link"],
                  [[r["collective"], r["parallel_dim"] or "-", r["scope"], fmt_count(r["count"]),
                    fmt_bytes(r["bytes"]) if r["bytes"] > 0 else "unknown", fmt_gbps(r["busbw_gbps_median"]),

@@ -17,7 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..events.dataset import arrow_file
 from .charts import bars_h, save
+from .escape import md_cell
 from .units import fmt_count, fmt_time, time_axis
 
 IDLE_COLORS = {"host_wait_ns": "#C44E52", "kernel_wait_ns": "#DD8452", "other_ns": "#8C8C8C"}
@@ -27,7 +29,7 @@ IDLE_LABELS = {"host_wait_ns": "host wait (launch late)", "kernel_wait_ns": "ker
 
 def _table(d, name) -> pa.Table | None:
     p = Path(d) / f"{name}.parquet"
-    return pq.read_table(p) if p.is_file() else None
+    return pq.read_table(arrow_file(p)) if p.is_file() else None
 
 
 def _rows(t: pa.Table, n=None) -> list:
@@ -123,7 +125,7 @@ def _pct(part, whole):
 
 def _tab(head, rows):
     out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    return out + ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
+    return out + ["| " + " | ".join(md_cell(c) for c in r) + " |" for r in rows]      # names escaped (issue 49)
 
 
 def explain_markdown(ex: dict | None, idle_chart_png=None, shorten=lambda names: list(names)) -> list:

@@ -36,6 +36,7 @@ from .critical_chart import critical_chart
 from .critical_path import critical_markdown, critical_section
 from .whatif import whatif_markdown, whatif_section
 from .effcharts import efficiency_charts
+from .escape import md_cell, md_code, md_text
 from .efficiency import efficiency_markdown, efficiency_section
 from .explain import build_explain, explain_markdown, idle_chart
 from .render import ChartOptions, render_all
@@ -217,7 +218,7 @@ _f = fmt_pct
 
 def _table(head, rows):
     out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
+    out += ["| " + " | ".join(md_cell(c) for c in r) + " |" for r in rows]      # names escaped (issue 49)
     return "\n".join(out)
 
 
@@ -238,8 +239,8 @@ def to_markdown(rep: dict, charts=()) -> str:
     separators, unknown cells ``-`` (:mod:`streamtrace.report.config`)."""
     c = rep["configuration"]
     unit = "CPU" if c.get("cpu_only") else "GPU"
-    L = [f"# {rep['name']}", "",
-         f"Generated {rep['generated']} by streamtrace from `{rep['aggregate']}` "
+    L = [f"# {md_text(rep['name'])}", "",          # names and paths escaped for Markdown (report/escape.py)
+         f"Generated {rep['generated']} by streamtrace from {md_code(rep['aggregate'])} "
          f"(time alignment: {c['time_alignment']}, clock sync: {c['clock_sync']}). Times, sizes and bandwidths are "
          "shown in the unit that fits each value (us, ms, s; B, KB, MB, GB = powers of 1,000); report.json and the "
          "Parquet tables hold the exact values (ns, bytes).", ""]
@@ -319,7 +320,7 @@ def to_markdown(rep: dict, charts=()) -> str:
         L += [f"![{Path(p).stem}]({p})" for p in charts]
         L += [""]
     if rep["warnings"]:
-        L += ["## Warnings", ""] + [f"- {w}" for w in rep["warnings"]] + [""]
+        L += ["## Warnings", ""] + [f"- {md_text(w, None)}" for w in rep["warnings"]] + [""]
     return "\n".join(L)
 
 

@@ -93,11 +93,16 @@ UNITS = {
                                                      _I64, _RO, _I64, _i, _I64),
                            ("scan.skip_ws", "scan.skip_string", "scan.parse_ns", "jsoncheck.bytes_equal",
                             "survey._plain"), 1.5),
+    "texthash.text_hash": ("texthash", "text_hash", (_RO, _i, _i), (), 0.2),
+    "texthash.find_text": ("texthash", "find_text", (_RO, _i, _i, _RO, _I64, _I64), ("texthash.text_hash",), 0.3),
+    "texthash.insert_text": ("texthash", "insert_text", (_RO, _I64, _i, _I64), ("texthash.text_hash",), 0.2),
+    "texthash.index_texts": ("texthash", "index_texts", (_RO, _I64, _i, _I64), ("texthash.insert_text",), 0.2),
     "rewrite.scan_rewrite": ("rewrite", "scan_rewrite",
-                             (_RO, _I64, _I64, _I64, _I64, _U8, _I64, _RO, _I64, _I64, _I64, _U8, _i,
+                             (_RO, _I64, _I64, _I64, _I64, _U8, _I64, _RO, _I64, _I64, _I64, _U8, _i, _I64,
                               _RO, _I64, _i, _i, _i, _b, _b, _i, _i, _RO, _I64, _i, _I64, _I64, _U8, _I64_2D,
                               _b, _I64_2D, _U8),
                              ("jsoncheck.object_members", "scan.parse_ns", "rewrite._flow_kept", "rewrite._flow_cat",
+                              "texthash.find_text",
                               "scan.skip_value", "scan.skip_ws", "rewrite._read_uint", "numtext.put_us",
                               "jsoncheck.bytes_equal", "rewrite._startswith", "validate.member_fields",
                               "validate.span_fields"), 4.5),
@@ -175,7 +180,7 @@ _CHECKS = ("validate.nesting_chunk", "validate.flow_chunk", "validate.flow_close
 _VALIDATE = ("validate.event_fields",) + _CHECKS          # (merge reads the fields in its rewrite kernel)
 _NSYS = ("sqlite_pages.decode_leaves", "sqlite_pages.decode_record", "sqlite_pages.interior_children",
          "sqlite_pages.local_size")     # the page reader of Nsight Systems exports
-_KINETO_MERGE = _READ + ("rewrite.scan_rewrite",) + _CHECKS     # a whole Kineto merge, validated
+_KINETO_MERGE = _READ + ("texthash.insert_text", "texthash.index_texts", "rewrite.scan_rewrite") + _CHECKS  # validated
 _FILTERS = ("survey.scan_survey", "keep.keep_rows")              # merge --steps / --window / --align
 _MERGE = _KINETO_MERGE + _FILTERS + _VALIDATE + _NSYS + ("nsys_text.nsys_event_text",)   # an export's events as text
 _KINETO_ANALYZE = _READ + ("extract.extract_columns", "treestream._feed", "treestream._gather_strings",

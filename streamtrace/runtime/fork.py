@@ -13,7 +13,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from .lifecycle import die_with_parent, stop_once
+from .lifecycle import child_ready, die_with_parent, forking, stop_once
 
 # seconds a stage's process is given to clean up and end once told to stop, before SIGKILL
 STOP_GRACE = 20.0
@@ -36,10 +36,13 @@ def _exit_on_term(signum, frame):
 def child_signals(parent_pid=None):
     """In a child: SIGTERM (the parent gave up) becomes ``SystemExit``, so that a
     half-written output file is deleted; Ctrl-C is the parent's to handle; the child dies
-    with its parent ``parent_pid`` (:func:`~streamtrace.runtime.lifecycle.die_with_parent`)."""
+    with its parent ``parent_pid`` (:func:`~streamtrace.runtime.lifecycle.die_with_parent`); a SIGTERM
+    that came while it was being forked is that ``SystemExit`` now."""
     signal.signal(signal.SIGTERM, _exit_on_term)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with_parent(parent_pid)
+    if child_ready() == signal.SIGTERM:
+        raise SystemExit(1)
 
 
 def reap(pids):
@@ -69,7 +72,8 @@ def run_forked(fns, then=None):
     parent = os.getpid()
     try:
         for f in fns[1:]:
-            pid = os.fork()
+            with forking():                                      # no signal lost in the fork (issue 49)
+                pid = os.fork()
             if pid == 0:                                         # the child
                 code = 1
                 try:
@@ -116,10 +120,11 @@ def call_in_child(fn: Callable[[], Any], setup: Callable[[Callable], None] | Non
     ctx = multiprocessing.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child_main, args=(fn, setup, send, os.getpid()), daemon=False)
-    proc.start()
-    send.close()
     answered = False
     try:
+        with forking():                  # a signal during the fork is raised after it, here (issue 49)
+            proc.start()
+        send.close()
         while True:
             try:
                 kind, payload = recv.recv()
@@ -140,9 +145,10 @@ def call_in_child(fn: Callable[[], Any], setup: Callable[[Callable], None] | Non
         raise ChildError(_ended(proc.exitcode))
     finally:
         recv.close()
-        if not answered and proc.is_alive():   # this process was interrupted: stop the child
+        if not answered and proc.pid is not None and proc.is_alive():   # interrupted: stop the child
             _stop(proc)
-        proc.join()
+        if proc.pid is not None:
+            proc.join()
 
 
 def _stop(proc):
@@ -168,13 +174,13 @@ def _child_main(fn, setup, send, parent_pid):
     """The child of :func:`call_in_child`: run ``fn``, send back its result or its failure, and
     leave with ``os._exit``: multiprocessing's own exit would join the child's children and
     threads (a process pool's manager thread) after an interruption, which could wait forever."""
-    stop_once()
-    die_with_parent(parent_pid)
     code = 1
 
     def message(payload):
         send.send(("message", payload))
     try:
+        die_with_parent(parent_pid)
+        stop_once()                      # (raises a signal that came during the fork)
         if setup is not None:
             setup(message)
         result = fn()

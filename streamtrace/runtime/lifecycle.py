@@ -9,7 +9,18 @@
   SIGKILLed command leaves no worker blocked on its queue or writing files; a no-op
   elsewhere;
 * :func:`worker_signals` -- in a pool worker: SIGTERM kills it (the default), Ctrl-C is the
-  parent's to handle.
+  parent's to handle;
+* :func:`forking` -- around code that forks (a stage's process, a pool's workers, track
+  children): a signal is never lost nor raised in the middle of a fork (issue 49).  A Python signal
+  handler that raises while ``os.fork`` runs its at-fork callbacks (logging's ``_releaseLock``,
+  threading's ``_after_fork``) raises into a callback whose exception Python prints ("Exception
+  ignored in: <function _releaseLock>") and drops: the command then ran on after SIGTERM, and a
+  child that got the signal before its own handlers printed a traceback.  So SIGINT and SIGTERM
+  are blocked in the forking thread while it forks, a handler that runs all the same (the signal
+  taken by another thread) only records it, and the signal is raised when the block ends, in the
+  caller's code; a child keeps them blocked until its own handlers are set (:func:`stop_once`,
+  :func:`child_signals` of :mod:`~streamtrace.runtime.fork`, :func:`worker_signals`), then acts
+  on one that came meanwhile (:func:`child_ready`).
 """
 from __future__ import annotations
 
@@ -18,6 +29,7 @@ import os
 import signal
 import sys
 import threading
+from contextlib import contextmanager
 
 PR_SET_PDEATHSIG = 1
 _PRCTL = None
@@ -30,15 +42,93 @@ class Terminated(KeyboardInterrupt):
     signum = signal.SIGTERM
 
 
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+class _State:
+    """This process's signal bookkeeping: ``owner`` (the pid whose handlers are installed: a forked
+    child runs its parent's until it sets its own), ``forking`` (inside :func:`forking`),
+    ``pending`` (a signal a handler recorded instead of raising it)."""
+    owner = os.getpid()
+    forking = False
+    pending = None
+
+
+def _deferred(signum) -> bool:
+    """True when the handler must only record ``signum`` (:data:`_State`): inside :func:`forking`,
+    or in a forked child that has not set its own handlers yet."""
+    if _State.forking or os.getpid() != _State.owner:
+        _State.pending = _State.pending or signum
+        return True
+    return False
+
+
+def _after_fork_in_child():
+    _State.pending = None          # the parent's, not this child's
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _raise_terminated(signum, frame):
+    if _deferred(signum):
+        return
     signal.signal(signal.SIGTERM, signal.SIG_IGN)        # a second SIGTERM must not cut the clean-up
     raise Terminated()
 
 
+def _interrupted(signum, frame):
+    """SIGINT in the command's process: ``KeyboardInterrupt``, as Python's own handler, unless deferred."""
+    if _deferred(signum):
+        return
+    raise KeyboardInterrupt()
+
+
 def exit_on_sigterm() -> None:
-    """In the main thread of the command's process: make SIGTERM raise :class:`Terminated`."""
+    """In the main thread of the command's process: make SIGTERM raise :class:`Terminated` (and
+    Ctrl-C ``KeyboardInterrupt``, as Python's own handler does, unless SIGINT is ignored), both
+    held back while the process forks (:func:`forking`)."""
     if threading.current_thread() is threading.main_thread():
+        _State.owner = os.getpid()
         signal.signal(signal.SIGTERM, _raise_terminated)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _interrupted)
+
+
+@contextmanager
+def forking():
+    """Around code that forks: SIGINT and SIGTERM blocked in this thread (a handler that runs all
+    the same only records the signal), then raised here once the block ends (see the module
+    docstring).  Nests; a no-op for the mask where ``pthread_sigmask`` is missing."""
+    outer = _State.forking
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS) if hasattr(signal, "pthread_sigmask") else None
+    _State.forking = True
+    try:
+        yield
+    finally:
+        _State.forking = outer
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)     # a pending signal's handler runs here
+        if not outer and _State.pending is not None:
+            signum, _State.pending = _State.pending, None
+            handler = signal.getsignal(signum)
+            if callable(handler):
+                handler(signum, None)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(signum)
+
+
+def child_ready():
+    """In a forked child, once its own handlers are set: unblock SIGINT and SIGTERM (blocked by
+    the parent's :func:`forking`) and return the signal that came before (None when none), which
+    the caller acts on; a pending one arriving now goes to the new handlers."""
+    _State.owner = os.getpid()
+    _State.forking = False
+    early, _State.pending = _State.pending, None
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    return early
 
 
 def _ignore(signum, frame):
@@ -47,6 +137,8 @@ def _ignore(signum, frame):
 
 
 def _raise_once(signum, frame):
+    if _deferred(signum):
+        return
     signal.signal(signal.SIGINT, _ignore)      # the clean-up the first one starts runs to its end
     signal.signal(signal.SIGTERM, _ignore)
     raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
@@ -57,10 +149,14 @@ def stop_once() -> None:
     SIGINT or SIGTERM raises ``KeyboardInterrupt`` / :class:`Terminated`, the next ones are
     ignored.  Ctrl-C reaches the whole process group and the parent then asks the child to stop
     (SIGTERM): the child's clean-up (staging folders, workers) must not be cut by that second
-    signal."""
+    signal.  A signal that came while the child was being forked is raised here
+    (:func:`child_ready`)."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _raise_once)
         signal.signal(signal.SIGTERM, _raise_once)
+        early = child_ready()
+        if early is not None:
+            _raise_once(early, None)
 
 
 def die_with_parent(parent_pid: int | None = None) -> None:
@@ -84,6 +180,8 @@ def die_with_parent(parent_pid: int | None = None) -> None:
 def worker_signals() -> None:
     """In a pool worker: SIGTERM ends it at once (the default action, not an exception a
     task could catch), SIGINT is ignored (the command's process handles Ctrl-C and stops
-    its workers)."""
+    its workers); a SIGTERM that came while it was being forked ends it now."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if child_ready() == signal.SIGTERM:
+        os.kill(os.getpid(), signal.SIGTERM)

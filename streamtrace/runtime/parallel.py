@@ -33,7 +33,7 @@ import sys
 from dataclasses import dataclass
 
 from .errors import OutputError, StreamtraceError
-from .lifecycle import die_with_parent, worker_signals
+from .lifecycle import die_with_parent, forking, worker_signals
 from .tuning import trim, tune_malloc
 
 PROGRESS = None  # set in each worker: the shared progress array
@@ -77,6 +77,12 @@ class Pool(cf.ProcessPoolExecutor):
     """A local process pool whose workers die with the command's process, and which, left on
     an exception (Ctrl-C, SIGTERM, a failed task), kills its workers instead of waiting for
     the tasks they are running."""
+
+    def submit(self, *args, **kwargs):
+        """``ProcessPoolExecutor.submit``, which forks workers on demand: under
+        :func:`~streamtrace.runtime.lifecycle.forking` (no signal lost in a fork)."""
+        with forking():
+            return super().submit(*args, **kwargs)
 
     def __exit__(self, et, ev, tb):
         try:

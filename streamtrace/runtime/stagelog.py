@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from .console import printable
+
 
 class StageLog:
     """The log of a run of stages (the epilogue's, ``streamtrace.open``'s): lines on ``out`` (stderr),
@@ -38,7 +40,7 @@ class StageLog:
         if self.send is not None:
             self.send(("final", msg))
             return
-        print(f"[streamtrace {self.name}] {msg}", file=self.out, flush=True)
+        print(f"[streamtrace {self.name}] {printable(msg)}", file=self.out, flush=True)
 
     def note(self, msg):
         """Something missing that is not a failure (e.g. no GPU in a CPU-only run): logged, and kept in

@@ -12,6 +12,7 @@ import ijson
 import orjson
 
 from ..runtime.errors import TraceError
+from .deep import decode_deep, too_deep
 from .repair import note_repair, repair_quotes
 
 
@@ -28,12 +29,17 @@ def decode_value(data: bytes, path, offset):
     20+ digits): ijson's yajl2_c backend, then ijson's python backend (for numbers
     yajl rejects), then the stdlib (NaN/Infinity), then an event with unescaped double quotes
     in one string value, repaired where unambiguous and counted
-    (:func:`streamtrace.trace.repair.repair_quotes`).  Raises :class:`TraceError` naming
+    (:func:`streamtrace.trace.repair.repair_quotes`).  A value nested deeper than
+    :data:`~streamtrace.trace.deep.MAX_DEPTH` levels is decoded down to that depth, what lies below
+    kept as its JSON text and counted (:func:`streamtrace.trace.deep.decode_deep`: bounded memory and
+    time; ijson's memory grows with the square of the depth).  Raises :class:`TraceError` naming
     ``path`` and the byte ``offset`` for invalid UTF-8 or JSON."""
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise TraceError(path, "invalid UTF-8", offset=offset + e.start) from None
+    if too_deep(data):
+        return decode_deep(data, path, offset, decode_value)
     for backend in (ijson, python_backend()):
         try:
             return next(iter(backend.items(io.BytesIO(data), "", use_float=True)))

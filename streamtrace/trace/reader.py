@@ -23,9 +23,10 @@ import orjson
 from ..runtime.errors import TraceError, TruncatedTraceError
 from ..kernels import scan as K
 from .decode import decode_value
+from .deep import deep_warning, take_deep, too_deep, valid_json
 from .repair import repair_warning, take_repairs
-from .source import BLOCK, ByteSource
-from .writer import JsonText, encode_json, nesting_depth
+from .source import BLOCK, COPY_RATIO, ByteSource
+from .writer import JsonText
 
 BATCH_EVENTS = 16384
 # a top-level value nested deeper than this is kept as its JSON text (a writer.JsonText): it
@@ -120,6 +121,7 @@ class TraceReader:
         self.truncated = False
         self.warnings: list = []
         self.repaired = 0              # events decoded once their unescaped quotes were escaped (trace.repair)
+        self.too_deep = 0              # events nested deeper than trace.deep.MAX_DEPTH: their depths kept as text
         self.unusable_times = 0        # complete events a consumer dropped for their time (events.ingest)
         self.has_events = False
         self.events_empty = None       # read_head: traceEvents is [] (True), holds something (False)
@@ -275,13 +277,14 @@ class TraceReader:
         raw = st.buf[st.pos:end]
         off = st.base + st.pos
         st.pos = end
+        if too_deep(raw, MAX_NESTING):     # kept as its text, never decoded (issue 49: 100,000 levels took GBs)
+            if not valid_json(raw):
+                self._fail(st, "invalid JSON value", pos=end)
+            return JsonText(raw)
         try:
-            val = orjson.loads(raw)
+            return orjson.loads(raw)
         except orjson.JSONDecodeError:
-            val = decode_value(raw, self.path, off)
-        if raw.count(b"[") + raw.count(b"{") > MAX_NESTING and nesting_depth(val) > MAX_NESTING:
-            return JsonText(encode_json(val))
-        return val
+            return decode_value(raw, self.path, off)
 
     def _events(self, st, decode):
         cap = self.batch_events
@@ -319,6 +322,7 @@ class TraceReader:
             if status == K.DONE:
                 self.events_end = st.base + newpos
                 self._repairs()
+                self._inflation(st)
                 return
             if status == K.BAD:
                 self._fail(st, "invalid JSON in traceEvents (expected an event object, ',' or ']')")
@@ -351,11 +355,25 @@ class TraceReader:
             return out
 
     def _repairs(self):
-        """Count and report the events decoded with repaired quotes (issue 33)."""
+        """Count and report the events decoded with repaired quotes (issue 33) and those nested too
+        deep to decode whole (issue 49, :mod:`streamtrace.trace.deep`)."""
         n = take_repairs(self.path)
         if n:
             self.repaired += n
             self.warnings.append(repair_warning(self.path, n))
+        n = take_deep(self.path)
+        if n:
+            self.too_deep += n
+            self.warnings.append(deep_warning(self.path, n))
+
+    def _inflation(self, st):
+        """A gzip trace that inflated more than :data:`~streamtrace.trace.source.COPY_RATIO` times its
+        size is said (a gzip bomb, issue 49: read as a stream, no copy on disk)."""
+        src = st.src
+        if src.gz and src.compressed_read and st.base + st.n > COPY_RATIO * src.compressed_read:
+            self.warnings.append(f"{self.path}: inflates {(st.base + st.n) / src.compressed_read:,.0f}x "
+                                 f"({(st.base + st.n) / 1e6:,.1f} MB from {src.compressed_read / 1e6:,.1f} MB; real "
+                                 f"traces ~20x): read as a stream, without a decompressed copy on disk")
 
     def _fail(self, st, msg, pos=None):
         raise TraceError(self.path, msg, offset=st.base + (st.pos if pos is None else pos),
@@ -391,14 +409,27 @@ class _State:
         self.n = 0
 
     def more(self) -> bool:
+        """Read on: at least as many new bytes as the window holds unconsumed (blocks joined), so
+        that an event larger than a block is scanned and copied a bounded number of times (one
+        event of 200 MB read block by block was scanned and copied again per block: quadratic,
+        issue 49).  False at the end of the input."""
+        left = self.n - self.pos
         data = self.src.read()
         if self.reader.progress is not None:
             self.reader.progress(self.src.compressed_read)
         if not data:
             return False
-        keep = self.buf[self.pos:]
+        if len(data) < left:
+            chunks, got = [data], len(data)
+            while got < left and (d := self.src.read()):
+                chunks.append(d)
+                got += len(d)
+            data = b"".join(chunks)
+            del chunks
+        keep = memoryview(self.buf)[self.pos:]
         self.base += self.pos
-        self.buf = keep + data
+        self.buf = b"".join((keep, data))
+        del keep
         self.arr = np.frombuffer(self.buf, np.uint8)
         self.pos = 0
         self.n = len(self.buf)

@@ -5,6 +5,7 @@ uncompressed size of a file without reading it."""
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import zlib
 
@@ -16,6 +17,17 @@ BLOCK = 8 << 20  # bytes read per block from an input stream
 LEAN_BLOCK = 2 << 20  # the same for passes that hold little else (merge's rewrite, validate): ~30 MB less
                       # resident memory per process at the same CPU time (bench/RESULTS.md)
 FIRST_BLOCK = 64 << 10  # the first block: the keys before traceEvents need no more; doubled per read up to BLOCK
+# A gzip trace inflates ~20x (the real traces of ../shared: 18-20x).  One that claims more than
+# HINT_RATIO times its size is not believed when deciding to cut it into byte ranges (its size field
+# is the size modulo 4 GiB), and a decompressed copy stops at COPY_RATIO times it: a 4.8 MB gzip of
+# 4.56 GiB of whitespace was copied to disk whole (issue 49).  Read as a stream, it costs no disk.
+HINT_RATIO = 32
+COPY_RATIO = 64
+
+
+class InflateBoundError(TraceError):
+    """A gzip trace inflates beyond :data:`COPY_RATIO` times its size (or the disk's free space):
+    no decompressed copy is made; the caller reads it as a stream, in one process."""
 
 
 def is_gzip(path) -> bool:
@@ -28,15 +40,28 @@ def plain_copy(path, folder) -> str | None:
     """Decompress a gzip file to a temporary plain file in ``folder`` and return its
     path, or None when ``path`` is not gzip.  The caller deletes it.  Raises
     :class:`~streamtrace.runtime.errors.TraceError` for corrupt gzip data; a truncated gzip gives the
-    bytes before the cut (the parse of the copy reports the truncation)."""
+    bytes before the cut (the parse of the copy reports the truncation); :class:`InflateBoundError`
+    (the partial copy removed) once the copy passes :data:`COPY_RATIO` times the file's size or half
+    the free space of ``folder``'s file system: the caller reads the file as a stream instead."""
     with open(path, "rb") as f:
         if f.read(2) != GZIP_MAGIC:
             return None
+    try:
+        free = shutil.disk_usage(folder).free // 2
+    except OSError:
+        free = None
+    bound = COPY_RATIO * max(os.path.getsize(path), 1)
+    bound = bound if free is None else min(bound, free)
     fd, tmp = tempfile.mkstemp(prefix=f".streamtrace-plain.{owner()}.", suffix=".json", dir=folder)
     src = ByteSource(path, block=LEAN_BLOCK)     # bounded blocks: 8 MB read whole were ~90 MB of JSON
     try:
         with os.fdopen(fd, "wb") as dst:
+            written = 0
             while data := src.read():
+                written += len(data)
+                if written > bound:
+                    raise InflateBoundError(path, f"inflates beyond {bound:,} bytes ({COPY_RATIO}x its size, or half "
+                                                  f"the free disk): no decompressed copy made, read as a stream")
                 dst.write(data)
     except BaseException:
         os.unlink(tmp)
@@ -60,12 +85,16 @@ class ByteSource:
         problem = input_file_problem(path)
         if problem is not None:
             raise TraceError(path, problem)
+        self.f = None
         try:
             self.f = open(path, "rb")
-        except OSError as e:
-            raise TraceError(path, f"cannot open: {e.strerror or e}") from None
-        self.gz = self.f.read(2) == GZIP_MAGIC
-        self.f.seek(0)
+            self.gz = self.f.read(2) == GZIP_MAGIC
+            self.f.seek(0)
+        except OSError as e:          # (one that opens but cannot be read: /proc/self/mem, EIO)
+            what = "open" if self.f is None else "read"
+            if self.f is not None:
+                self.f.close()
+            raise TraceError(path, f"cannot {what}: {e.strerror or e}") from None
         self.range = None
         if byte_range is not None:
             # a slice of a plain file's traceEvents array, read as a bare array: "[" slice "]"
@@ -81,7 +110,14 @@ class ByteSource:
         self.gzip_truncated = False
 
     def read(self) -> bytes:
-        """Next block of uncompressed bytes; b"" at the end."""
+        """Next block of uncompressed bytes; b"" at the end.  Raises
+        :class:`~streamtrace.runtime.errors.TraceError` when the file cannot be read (``EIO``)."""
+        try:
+            return self._read()
+        except OSError as e:
+            raise TraceError(self.path, f"cannot read: {e.strerror or e}", offset=self.compressed_read) from None
+
+    def _read(self) -> bytes:
         if self.eof:
             return b""
         if self.range is not None:
@@ -135,12 +171,13 @@ class ByteSource:
 
 def size_hint(path, size) -> int:
     """Uncompressed size estimate of a trace: its size, or for gzip the larger of the
-    compressed size and the last member's ISIZE field (the size modulo 4 GiB)."""
+    compressed size and the last member's ISIZE field (the size modulo 4 GiB), believed up to
+    :data:`HINT_RATIO` times the compressed size."""
     try:
         with open(path, "rb") as f:
             if f.read(2) != GZIP_MAGIC:
                 return size
             f.seek(-4, os.SEEK_END)
-            return max(size, int.from_bytes(f.read(4), "little"))
+            return max(size, min(int.from_bytes(f.read(4), "little"), HINT_RATIO * size))
     except OSError:
         return size

@@ -54,7 +54,7 @@ from ..trace.decode import decode_value, loads
 from ..trace.discover import no_events_text
 from ..trace.ranges import RANGES_PER_JOB, SPLIT_THRESHOLD, clean_joints, likely_ranges, prove_range
 from ..trace.reader import BATCH_EVENTS, TraceReader
-from ..trace.source import LEAN_BLOCK, plain_copy, size_hint
+from ..trace.source import LEAN_BLOCK, InflateBoundError, plain_copy, size_hint
 from .ordered import SEQ_STRIDE, OutFilter, run_flows, run_nesting
 
 PROBLEMS = ("missing_field", "negative_dur", "duplicate_flow", "cross_rank_flow", "bad_nesting")
@@ -148,6 +148,8 @@ def validate(path, salvage=False, opt: ValidateOptions | None = None) -> dict:
     notices = rep["notices"]
     if reader.repaired:                  # Kineto's unescaped quotes (issue 33): named only when some were
         notices = {**notices, "repaired_event": reader.repaired}
+    if reader.too_deep:                  # nested deeper than trace.deep.MAX_DEPTH (issue 49)
+        notices = {**notices, "deep_event": reader.too_deep}
     return {"path": str(path), "events": rep["events"], "problems": problems, "notices": notices,
             "ok": ok, "tracks": rep["tracks"], "flows": rep["flows"], "warnings": reader.warnings}
 
@@ -368,7 +370,7 @@ def check_range(task: RangeTask) -> dict:
         raise
     finally:
         chk.close()
-    return dict(part, warnings=reader.warnings, repaired=reader.repaired)
+    return dict(part, warnings=reader.warnings, repaired=reader.repaired, too_deep=reader.too_deep)
 
 
 def write_runs(log: str, chk: Checker):
@@ -418,7 +420,10 @@ def validate_split(path, opt: ValidateOptions, jobs: int) -> dict | None:
     is decompressed to a temporary file first).  Returns the report, or None when the trace is
     not cut (:func:`split_plan`) or a range does not parse (the caller reads it in one process)."""
     folder = opt.spill_dir or tempfile.gettempdir()
-    plain = plain_copy(path, folder)
+    try:
+        plain = plain_copy(path, folder)
+    except InflateBoundError:        # a gzip bomb: read as a stream, in one process (issue 49)
+        return None
     logs = None
     try:
         src = plain or str(path)
@@ -447,7 +452,7 @@ def _run_ranges(tasks, opt: ValidateOptions, jobs: int):
     """The ranges' sorted runs merged and checked here; each range's runs are taken (and its log
     removed) as soon as it and those before it are done, while the workers read on.  Returns
     ``(report, warnings)``; raises what a worker raised (the rest cancelled)."""
-    warnings, repaired = [], 0
+    warnings, repaired, deep = [], 0, 0
     with pool(min(jobs, len(tasks))) as ex, Checker(tasks[0].opt) as chk:
         futures = [ex.submit(InWorker(check_range), t) for t in tasks]
         try:
@@ -455,6 +460,7 @@ def _run_ranges(tasks, opt: ValidateOptions, jobs: int):
                 res = fut.result()
                 warnings.extend(res["warnings"])
                 repaired += res["repaired"]
+                deep += res.get("too_deep", 0)
                 chk.take_range(res)
                 remove_quietly(t.log)
         except BaseException:
@@ -464,6 +470,8 @@ def _run_ranges(tasks, opt: ValidateOptions, jobs: int):
         rep = chk.report()
     if repaired:
         rep["notices"]["repaired_event"] = repaired
+    if deep:
+        rep["notices"]["deep_event"] = deep
     return rep, warnings
 
 

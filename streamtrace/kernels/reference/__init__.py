@@ -33,6 +33,8 @@ from .sqlite_pages import *  # noqa: F401,F403
 from .sqlite_pages import __all__ as _sqlite_pages
 from .survey import *  # noqa: F401,F403
 from .survey import __all__ as _survey
+from .texthash import *  # noqa: F401,F403
+from .texthash import __all__ as _texthash
 from .tree import *  # noqa: F401,F403
 from .tree import __all__ as _tree
 from .validate import *  # noqa: F401,F403
@@ -41,4 +43,4 @@ from .windows import *  # noqa: F401,F403
 from .windows import __all__ as _windows
 
 __all__ = [*_intervals, *_tree, *_nesting, *_ancestry, *_validate, *_windows, *_runs, *_gaps, *_critical,
-           *_sqlite_pages, *_survey, *_keep, *_replay]
+           *_sqlite_pages, *_survey, *_keep, *_replay, *_texthash]

@@ -18,6 +18,7 @@ from .inputs import DiffOptions, list_text
 from .outputs import Diff
 from ...runtime.files import atomic_output, output_folder
 from ..charts import save
+from ..escape import chart_text, md_cell, md_code, md_text
 from ..units import fmt_time, short_names, time_axis
 
 KIND_COLORS = {"compute": "#4C72B0", "communication": "#DD8452", "memory": "#8C8C8C"}
@@ -124,25 +125,25 @@ def direction(r) -> str:
 
 def _table(head, rows):
     out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    return "\n".join(out + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows])
+    return "\n".join(out + ["| " + " | ".join(md_cell(c) for c in r) + " |" for r in rows])   # names escaped
 
 
 def _esc(s):
-    return str(s).replace("|", "\\|")
+    return str(s)          # (every table cell is escaped: report/escape.py)
 
 
 def _side_line(meta, side, label) -> str:
     s = meta[side]
     an = " (analysed by diff)" if s["analysed"] else ""
     steps = f"steps {list_text(s['steps'])}" if any(x >= 0 for x in s["steps"]) else "no ProfilerStep"
-    return (f"- **{label}**: `{s['given']}`{an}: rank(s) {list_text(s['ranks'])}, {steps}, "
+    return (f"- **{label}**: {md_code(s['given'])}{an}: rank(s) {list_text(s['ranks'])}, {steps}, "
             f"{s['cells']} rank-step(s)")
 
 
 def to_markdown(tabs, meta, top=10, charts=()) -> str:
     """``diff.md``: the comparison of :class:`~streamtrace.report.diff.compare.DiffTables` ``tabs`` (times per
     rank-step, each in the unit that fits it)."""
-    lb, lt = meta["labels"]
+    lb, lt = (md_text(x) for x in meta["labels"])        # names and paths escaped (report/escape.py)
     L = [f"# streamtrace diff: {lb} vs {lt}", "",
          f"Generated {meta.get('generated', '')} by streamtrace. Every number is a mean per rank-step (one "
          f"ProfilerStep of one rank); times in the unit that fits each value (us, ms, s).", "", _side_line(meta, "base", lb), _side_line(meta, "test", lt)]
@@ -151,8 +152,9 @@ def to_markdown(tabs, meta, top=10, charts=()) -> str:
     L += [f"- ranks compared: {list_text([a for a, _ in pairs if a is not None])}" if same else
           "- rank pairs (base -> test): " + ", ".join(f"{a if a is not None else '-'}->{b if b is not None else '-'}"
                                                     for a, b in pairs[:32]) + (" ..." if len(pairs) > 32 else ""), ""]
-    L += [f"**Warning: {w}.**" for w in meta.get("warnings", [])] + ([""] if meta.get("warnings") else [])
-    L += [f"*Notice: {n}*" for n in meta["notices"]] + ([""] if meta["notices"] else [])
+    warn = meta.get("warnings", [])
+    L += [f"**Warning: {md_text(w, None)}.**" for w in warn] + ([""] if warn else [])
+    L += [f"*Notice: {md_text(n, None)}*" for n in meta["notices"]] + ([""] if meta["notices"] else [])
     L += ["## Per rank-step", "",
           _table(["metric", f"{lb}", f"{lt}", "delta", "delta %"],
                  [[METRIC_LABELS[k], _ms(v["base"]), _ms(v["test"]), _ms(v["delta"], True), _pct(v["delta_pct"])]
@@ -277,7 +279,7 @@ def top_deltas_chart(kernels, stem, labels=("base", "test"), n=10) -> list:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
-    names = short_names([r["name"] for r in rows], 70)
+    names = [chart_text(n, None) for n in short_names([r["name"] for r in rows], 70)]
     fig, ax = plt.subplots(figsize=(12, 0.35 * len(rows) + 1.6))
     y = np.arange(len(rows))[::-1]
     div, unit = time_axis(max(abs(r["delta_ns"]) for r in rows))
@@ -286,7 +288,7 @@ def top_deltas_chart(kernels, stem, labels=("base", "test"), n=10) -> list:
                 hatch="//" if r["change"] in ("added", "deleted") else None, edgecolor="black", linewidth=0.4)
     ax.set_yticks(y, names, fontsize=7)
     ax.axvline(0, color="black", linewidth=0.6)
-    ax.set_xlabel(f"kernel time change, {labels[1]} - {labels[0]} ({unit} per rank-step)")
+    ax.set_xlabel(chart_text(f"kernel time change, {labels[1]} - {labels[0]} ({unit} per rank-step)", None))
     ax.set_title("Largest kernel time changes")
     ax.legend(handles=[Patch(color=c, label=kd) for kd, c in KIND_COLORS.items()]
               + [Patch(facecolor="white", edgecolor="black", hatch="//", label="added / deleted")],

@@ -28,4 +28,6 @@ class Diff(Outputs):
 
     def _read(self, name):
         import pyarrow.parquet as pq
-        return pq.read_table(self.path / f"{name}.parquet")
+
+        from ...events.dataset import arrow_file
+        return pq.read_table(arrow_file(self.path / f"{name}.parquet"))

@@ -39,3 +39,41 @@ def test_a_file_that_started_days_apart_is_skipped():
     keep, odd = split_job(files, base_times=times)
     assert [f.path for f, _ in odd] == ["old_r3.json"] and "30.0 days apart" in odd[0][1]
     assert len(keep) == 4
+
+
+def _grouped(rank, groups, name=None):
+    """A rank file of world size 4 listing ``groups`` ({pg_name: (desc, ranks)}) in its pg_config."""
+    cfg = [{"pg_name": n, "pg_desc": d, "ranks": list(rs)} for n, (d, rs) in groups.items()]
+    head = {"distributedInfo": {"rank": rank, "world_size": 4, "pg_config": cfg}}
+    return TraceFile(name or f"r{rank}.json", rank, 1, "distributedInfo", head)
+
+
+def _job_groups(rank):
+    tp = ("tp", (0, 1)) if rank < 2 else ("tp", (2, 3))
+    return {"0": ("default_pg", (0, 1, 2, 3)), "1" if rank < 2 else "2": tp}
+
+
+def test_a_rank_on_a_host_whose_clock_is_days_off_is_kept_and_told():
+    """Issue 49: rank 3 started 3 days from the others but states the job's world size and groups,
+    and no other file gives rank 3: kept, told in ``clocks_apart``; a copy of rank 1 from a month
+    before (the same groups) still is another job's."""
+    day = 86_400 * 10**9
+    files = [_grouped(r, _job_groups(r)) for r in range(4)] + [_grouped(1, _job_groups(1), name="old_r1.json")]
+    times = {f.path: 10 * day for f in files}
+    times["r3.json"] += 3 * day
+    times["old_r1.json"] -= 30 * day
+    apart = []
+    keep, odd = split_job(files, base_times=times, clocks_apart=apart)
+    assert [f.path for f in keep] == ["r0.json", "r1.json", "r2.json", "r3.json"]
+    assert [f.path for f, _ in apart] == ["r3.json"] and "--clock-sync" in apart[0][1]
+    assert [f.path for f, _ in odd] == ["old_r1.json"]
+
+
+def test_groups_that_disagree_are_another_job():
+    day = 86_400 * 10**9
+    files = [_grouped(r, _job_groups(r)) for r in range(3)] + [_grouped(3, {"0": ("default_pg", (0, 1, 2, 3, 4))})]
+    times = {f.path: 10 * day for f in files}
+    times["r3.json"] += 3 * day
+    apart = []
+    keep, odd = split_job(files, base_times=times, clocks_apart=apart)
+    assert apart == [] and [f.path for f, _ in odd] == ["r3.json"]

@@ -1,0 +1,54 @@
+"""A signal that arrives while the command forks (issue 49): never lost, never raised inside an at-fork
+callback (Python prints "Exception ignored in: <function _releaseLock>" and drops it), never a traceback
+in the child.  The signal is sent by an at-fork callback of the test's own, so it lands exactly inside
+the fork, every time; each case runs in a fresh interpreter."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from support import ROOT
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "register_at_fork"), reason="needs os.register_at_fork")
+
+PRELUDE = """
+import os, signal, sys
+from streamtrace.runtime.lifecycle import Terminated, exit_on_sigterm
+exit_on_sigterm()
+"""
+
+
+def _run(body: str):
+    code = PRELUDE + textwrap.dedent(body)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    return p
+
+
+@pytest.mark.parametrize("where", ["after_in_parent", "after_in_child", "before"])
+@pytest.mark.parametrize("how", ["call_in_child", "run_forked", "pool"])
+def test_sigterm_during_a_fork_ends_the_command(where, how):
+    """SIGTERM sent to the process from an at-fork callback (in the parent, before or after the fork,
+    or to the child just forked): the command raises Terminated at the end of the call that forked
+    (the child's work never returns as if nothing happened), and nothing is printed on stderr."""
+    if where == "after_in_child":      # a process group's signal: the child just forked and the parent
+        send = ("PARENT = os.getpid()\n"
+                "os.register_at_fork(after_in_child=lambda: (os.kill(os.getpid(), signal.SIGTERM), "
+                "os.kill(PARENT, signal.SIGTERM)))")
+    else:
+        send = f"os.register_at_fork({where}=lambda: os.kill(os.getpid(), signal.SIGTERM))"
+    call = {"call_in_child": "from streamtrace.runtime.fork import call_in_child\nr = call_in_child(lambda: 42)",
+            "run_forked": "from streamtrace.runtime.fork import run_forked\n"
+                          "run_forked([lambda: None, lambda: None]); r = 42",
+            "pool": "from streamtrace.runtime.parallel import pool\n"
+                    "with pool(1) as p:\n    r = p.submit(abs, -42).result()"}[how]
+    body = "try:\n" + textwrap.indent(send + "\n" + call + "\nprint('ran on:', r)", "    ") + \
+        "\nexcept KeyboardInterrupt as e:        # Terminated is one\n    print('stopped:', type(e).__name__)\n"
+    p = _run(body)
+    assert "ran on" not in p.stdout, (p.stdout, p.stderr)
+    assert p.stdout.startswith("stopped:"), (p.stdout, p.stderr)
+    assert "Exception ignored" not in p.stderr and "Traceback" not in p.stderr, p.stderr
