@@ -11,7 +11,7 @@ each name is written through one of these, for where it goes:
 * :func:`md_text` -- Markdown prose and table cells: the text made printable
   (:func:`streamtrace.runtime.console.printable`: control characters as ``\\xNN``, newlines as
   ``\\n``, the undecodable bytes of a file name as ``\\xNN``), shortened to :data:`NAME_LIMIT`
-  characters with the count of those cut, HTML-escaped (``&``, ``<``, ``>``: no tag, no entity)
+  characters with the count of those cut, HTML-escaped (``&``, ``<``: no tag, no entity; a ``>`` at the start escaped: no block quote)
   and Markdown-escaped (a backslash before every character that could start markup here: ``\\``,
   `````, ``*``, ``[``, ``]``, ``|``, ``~``, ``$`` and an ``_`` not inside a word): the rendered page
   shows the name's text, nothing else (a name is never written at the start of a line, where
@@ -40,7 +40,7 @@ NAME_LIMIT = 300
 CHART_LIMIT = 80
 """Characters of a name a chart shows."""
 
-_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+_HTML = {"&": "&amp;", "<": "&lt;"}     # what opens a tag or an entity (a ">" alone opens neither: "0 -> 1" stays)
 _MD_ANY = re.compile(r"[\\`*\[\]|~$]")
 _UNDERSCORE = re.compile(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")      # an "_" that is not inside a word
 
@@ -59,7 +59,8 @@ def md_text(text, limit: int | None = NAME_LIMIT) -> str:
         return s
     s = _MD_ANY.sub(lambda m: "\\" + m.group(0), s)
     s = _UNDERSCORE.sub(r"\\_", s)
-    return "".join(_HTML.get(ch, ch) for ch in s) if any(ch in s for ch in _HTML) else s
+    s = "".join(_HTML.get(ch, ch) for ch in s) if any(ch in s for ch in _HTML) else s
+    return "\\" + s if s.startswith(">") else s                      # not a block quote at a line's start
 
 
 def md_cell(value) -> str:

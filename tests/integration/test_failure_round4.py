@@ -92,7 +92,7 @@ def test_report_escapes_untrusted_names(tmp_path):
     text = _outside_code_spans(md)
     assert "<script" not in text and not re.search(r"(?<!\\)\]\(javascript", text), text[:2000]
     assert "\x1b" not in md and "\x07" not in md
-    assert md.splitlines()[0].startswith("# job\\`x\\`\\|&lt;script&gt;")
+    assert md.splitlines()[0].startswith("# job\\`x\\`\\|&lt;script>")
     _table_rows_intact(md)
     rep = json.loads((out / "report.json").read_text())
     assert rep["name"] == EVIL_RUN

@@ -12,7 +12,9 @@ from streamtrace.runtime.console import DroppingStream, printable
 @pytest.mark.parametrize("raw,shown", [
     ("aten::mm", "aten::mm"),
     ("compute_kernel 73 %", "compute_kernel 73 %"),                 # an "_" inside a word starts nothing
-    ("<script>pg</script>", "&lt;script&gt;pg&lt;/script&gt;"),
+    ("<script>pg</script>", "&lt;script>pg&lt;/script>"),
+    ("> quote", "\\> quote"),
+    ("0 -> 1", "0 -> 1"),
     ("[l](javascript:alert(1))", "\\[l\\](javascript:alert(1))"),
     ("a|b", "a\\|b"),
     ("`x`", "\\`x\\`"),
