@@ -86,6 +86,7 @@ from .pipeline import pipeline_rows, replica_rows
 from .timeline import join as join_timeline, write_part as write_timeline_part
 from .explain import part_tables, write_tables as write_explain
 from .folder import TABLES, Aggregate, owned, read_aggregate_table  # noqa: F401 (re-exported)
+from .folder import ITERATIONS, PIPELINE, RANKS, RANK_PHASE, REPLICAS, STRAGGLERS, TOP_KERNELS
 from .options import AggregateOptions
 
 KIND_CODE = {"compute": 0, "communication": 1, "memory": 2}
@@ -399,7 +400,7 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
     files += _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps)
     files += write_explain(outdir, [r[6] for r in res])
     if coll.stragglers:
-        files += write_table(outdir, "stragglers", _columns(coll.stragglers, list(coll.stragglers[0])), csv=True)
+        files += write_table(outdir, STRAGGLERS, _columns(coll.stragglers, list(coll.stragglers[0])), csv=True)
     files += write_p2p(outdir, p2p_rows(coll.transfers, topo))
     files += write_op_perf(outdir, job.parts)
     meta = _meta(dirs, opt, job, tcfg, coll, layout, rank_rows)
@@ -480,16 +481,16 @@ def _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps) -> li
     base = ["iteration", "step", "rank", "device", "source", "replica", "pp_group", "stage"]
     pcols = base[:5] + ["phase", "microbatch"] + base[5:] + ["start_ns", "end_ns", "compute_start_ns",
                                                              "compute_end_ns", *METRICS, "overlap_pct"]
-    files = write_table(outdir, "rank_phase", _columns(_sorted(phase_rows), pcols), csv=True)
+    files = write_table(outdir, RANK_PHASE, _columns(_sorted(phase_rows), pcols), csv=True)
     rcols = base + ["start_ns", "end_ns", *METRICS, "overlap_pct", "step_ns"]
-    files += write_table(outdir, "ranks", _columns(_sorted(rank_rows), rcols), csv=True)
+    files += write_table(outdir, RANKS, _columns(_sorted(rank_rows), rcols), csv=True)
     if pipe:
-        files += write_table(outdir, "pipeline", _columns(pipe, list(pipe[0])), csv=True)
+        files += write_table(outdir, PIPELINE, _columns(pipe, list(pipe[0])), csv=True)
     if reps:
-        files += write_table(outdir, "replicas", _columns(reps, list(reps[0])), csv=True)
-    files += write_table(outdir, "iterations", _columns(iters, list(iters[0])), csv=True)
+        files += write_table(outdir, REPLICAS, _columns(reps, list(reps[0])), csv=True)
+    files += write_table(outdir, ITERATIONS, _columns(iters, list(iters[0])), csv=True)
     topk = sorted(top.items(), key=lambda x: -x[1][2])
-    files += write_table(outdir, "top_kernels", {"name": np.asarray([n for n, _ in topk], object),
+    files += write_table(outdir, TOP_KERNELS, {"name": np.asarray([n for n, _ in topk], object),
                                                  "kind": np.asarray([v[0] for _, v in topk], object),
                                                  "count": np.asarray([v[1] for _, v in topk], np.int64),
                                                  "total_ns": np.asarray([v[2] for _, v in topk], np.int64)})

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argh
 
+from ..aggregate.folder import CRITICAL_PATH, CRITICAL_PATH_SUMMARY, WHATIF, table_file
 from .common import Console, need, parse_jobs, parse_list, prepare_kernels
 
 EXAMPLES = """
@@ -30,8 +31,9 @@ EXAMPLES = """
 @argh.arg("--consecutive-kernel-delay-us", type=float,
           help="idle breakdown: a gap on a GPU stream shorter than this (us), not caused by a late launch, is kernel "
                "wait, a longer one other (HolisticTraceAnalysis' consecutive_kernel_delay; default 30)")
-@argh.arg("--no-critical-path", help="do not write critical_path.parquet / critical_path_summary.parquet")
-@argh.arg("--no-whatif", help="do not replay the step (whatif.parquet and its tables: streamtrace whatif needs them)")
+@argh.arg("--no-critical-path", help=f"do not write {table_file(CRITICAL_PATH)} / {table_file(CRITICAL_PATH_SUMMARY)}")
+@argh.arg("--no-whatif", help=f"do not replay the step ({table_file(WHATIF)} and its tables: "
+          "streamtrace whatif needs them)")
 @argh.arg("--force", help="aggregate folders that look like different jobs (different world sizes, ...)")
 @argh.arg("-q", "--quiet", help="print only warnings and errors")
 @argh.arg("-v", "--verbose", help="print more (and tracebacks of errors)")

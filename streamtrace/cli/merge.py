@@ -110,7 +110,7 @@ def merge(*inputs, input_dir=None, output_file=None, ranks=None, drop_cat=None, 
             (con.info if ok else print)(validation_summary(res["validation"]))
             added |= not ok
         if critical_path:
-            from ..merge.critical_marks import mark_critical_path      # (the CLI's convention, as above)
+            from ..aggregate.critical_marks import mark_critical_path      # (the CLI's convention, as above)
             m = mark_critical_path(res["output"], critical_path, iteration=res["iteration"])
             con.info(f"critical path of {critical_path}: {m['marked']:,} events marked, {m['flows']:,} flow arrows "
                      f"-> {m['output']}")

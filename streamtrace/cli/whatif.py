@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argh
 
+from ..aggregate.folder import WHATIF, table_file
 from .common import Console, parse_jobs
 
 EXAMPLES = """
@@ -17,7 +18,7 @@ EXAMPLES = """
 @argh.arg("aggdir", help="an aggregate folder (streamtrace aggregate -o, or an epilogue's aggregate/)")
 @argh.arg("--change", action="append", help="a change, KIND[:key=value,...] (repeat to combine): host_gaps, "
           "ops, median, kernels, comm, launches (docs/whatif.md)")
-@argh.arg("-o", "--output", help="also write the rows (whatif.parquet's columns) to this Parquet file")
+@argh.arg("-o", "--output", help=f"also write the rows ({table_file(WHATIF)}'s columns) to this Parquet file")
 @argh.arg("-j", "--jobs", type=int, help="worker processes re-reducing touched ranks (default: 0 = all cores)")
 @argh.arg("-q", "--quiet", help="print only the result, warnings and errors")
 @argh.arg("-v", "--verbose", help="print more (and tracebacks of errors)")

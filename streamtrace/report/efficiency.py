@@ -29,7 +29,7 @@ import numpy as np
 from ..topology.hardware import dtype_key, gpu_spec
 from ..topology.trainconfig import (TrainConfig, from_megatron_args, from_torchtitan_toml,
                                     train_config_from_json)
-from ..aggregate.folder import Aggregate, read_aggregate_table
+from ..aggregate.folder import ITERATIONS, OP_PERF, Aggregate, read_aggregate_table, table_file
 from .options import EfficiencyOptions
 from .escape import md_cell, md_code, md_text
 from .flops import flops_per_token
@@ -133,7 +133,7 @@ def efficiency_section(meta: dict, steps: list, opt: EfficiencyOptions | None = 
     devices = meta.get("devices") or []
     spec = gpu_spec(devices[0]) if devices else None
     sec = {"config": cfg.to_json() if cfg else None, "inputs": inputs, "steps": rows, "overall": overall,
-           "gpu": spec.name if spec else None, "from": f"iterations.parquet, {Aggregate.marker}"}
+           "gpu": spec.name if spec else None, "from": f"{table_file(ITERATIONS)}, {Aggregate.marker}"}
     if aggdir is not None:
         sec["ops"] = top_ops(aggdir, top)
         sec["links"] = link_section(aggdir, meta, spec, opt.nic_gbps, opt.gpus_per_node)
@@ -143,7 +143,7 @@ def efficiency_section(meta: dict, steps: list, opt: EfficiencyOptions | None = 
 def top_ops(aggdir, top: int = 10) -> list:
     """The ``top`` rows of ``op_perf.parquet`` with FLOPs (GEMMs, attention), by ``lost_ns``
     (the table's order); ``[]`` without the table (analysed without ``--op-perf``)."""
-    t = read_aggregate_table(aggdir, "op_perf")
+    t = read_aggregate_table(aggdir, OP_PERF)
     rows = [{k: _py(t[k][i]) for k in t} for i in range(len(t.get("name", []))) if t["flops"][i] > 0]
     return rows[:top]
 
@@ -234,7 +234,7 @@ def _ops_md(ops, gpu) -> list:
         return L + ["No per-op FLOPs: analyse with `--op-perf` (the epilogue does) from traces recorded with "
                     "`record_shapes=True`.", ""]
     L += [f"The ops losing the most GPU time against their roofline bound on the {md_text(gpu or 'unknown GPU')} "
-          f"(`op_perf.parquet`; bound = max(FLOPs / peak, bytes / memory bandwidth)):", ""]
+          f"(`{table_file(OP_PERF)}`; bound = max(FLOPs / peak, bytes / memory bandwidth)):", ""]
     L += [_table(["op", "dtype", "input shapes", "calls", "GPU time", "compute rate", "memory bandwidth", "FLOP/byte",
                   "bound", "% of bound", "lost"],
                  [[r["name"], r["dtype"] or "-", md_code(r["input_dims"], cell=True), fmt_count(r["count"]),

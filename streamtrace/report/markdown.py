@@ -30,7 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from ..runtime.errors import StreamtraceError
-from ..aggregate.folder import CHARTS, Aggregate, read_aggregate_table
+from ..aggregate.folder import (CHARTS, COLLECTIVES_SUMMARY, ITERATIONS, RANKS, STRAGGLERS, TOP_KERNELS, Aggregate,
+                                read_aggregate_table, table_file)
 from ..runtime.files import atomic_output
 from .critical_chart import critical_chart
 from .critical_path import critical_markdown, critical_section
@@ -111,25 +112,25 @@ def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq
         total = sum(s["step_ns"] for s in rep["steps"] if s["step_ns"])
         rep["throughput"] = {"tokens_per_step": int(tps), "steps": len(rep["steps"]), "time_ns": int(total),
                              "tokens_per_s": tps * len(rep["steps"]) / (total / 1e9) if total else None,
-                             "from": "iterations.parquet"}
+                             "from": table_file(ITERATIONS)}
     rk = _read(d, "ranks")
     rep["ranks"] = _rank_stats(rk)
     cs = _read(d, "collectives_summary")
     rep["collectives"] = {"instances": meta["collectives"], "by_type": [
         {k: _py(cs[k][i]) for k in cs} for i in range(len(cs.get("collective", [])))],
-        "from": "collectives_summary.parquet"}
+        "from": table_file(COLLECTIVES_SUMMARY)}
     traffic: dict = {}
     for row in rep["collectives"]["by_type"]:
         t = traffic.setdefault(row["parallel_dim"], {"bytes": 0, "traffic_pct": 0.0, "time_ns": 0})
         t["bytes"] += row["bytes"]
         t["traffic_pct"] += row["traffic_pct"]
         t["time_ns"] += row["time_ns"]
-    rep["traffic"] = {"by_dim": traffic, "from": "collectives_summary.parquet"}
+    rep["traffic"] = {"by_dim": traffic, "from": table_file(COLLECTIVES_SUMMARY)}
     st = _read(d, "stragglers")
     rows = [{k: _py(st[k][i]) for k in st} for i in range(len(st.get("rank", [])))]
     rows.sort(key=lambda r: (-r["straggler_lag_ns"], r["rank"], r["collective"], r["parallel_dim"]))
     rep["stragglers"] = {"top": rows[:5], "clock_offsets_ns": meta.get("clock_offsets_ns") or {},
-                         "from": "stragglers.parquet"}
+                         "from": table_file(STRAGGLERS)}
     rep["p2p"] = p2p_section(d)
     rep["process_groups"] = groups_section(d, meta)
     rep["pipeline"] = pipeline_section(d, sizes.get("pp"))
@@ -138,7 +139,7 @@ def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq
     rep["top_kernels"] = {"total_ns": total, "rows": [
         {"name": tk["name"][i], "kind": tk["kind"][i], "count": int(tk["count"][i]), "total_ns": int(tk["total_ns"][i]),
          "share_pct": 100 * int(tk["total_ns"][i]) / total if total else None}
-        for i in range(min(top, len(tk.get("name", []))))], "from": "top_kernels.parquet"}
+        for i in range(min(top, len(tk.get("name", []))))], "from": table_file(TOP_KERNELS)}
     rep["explain"] = build_explain(d, top)
     rep["critical_path"] = critical_section(d, lambda x: short_names([x], 80)[0])
     rep["whatif"] = whatif_section(d)
@@ -188,7 +189,7 @@ def _default_name(meta, d):
 def _rank_stats(rk) -> dict:
     """Per-rank means over the iterations, then min / median / max across ranks (with the ranks)."""
     if not len(rk.get("rank", [])):
-        return {"per_rank": [], "stats": {}, "from": "ranks.parquet"}
+        return {"per_rank": [], "stats": {}, "from": table_file(RANKS)}
     ranks = sorted(set(rk["rank"].tolist()))
     per = []
     for r in ranks:
@@ -207,7 +208,7 @@ def _rank_stats(rk) -> dict:
         lo, hi = min(vals), max(vals, key=lambda x: (x[0], -x[1]))
         stats[k] = {"min": float(v.min()), "median": float(np.median(v)), "max": float(v.max()),
                     "min_rank": lo[1], "max_rank": hi[1], "ranks": len(vals)}
-    return {"per_rank": per, "stats": stats, "from": "ranks.parquet"}
+    return {"per_rank": per, "stats": stats, "from": table_file(RANKS)}
 
 
 # -- Markdown -------------------------------------------------------------------------------

@@ -34,7 +34,8 @@ from pathlib import Path
 import numpy as np
 
 from ..events.dataset import iter_table
-from ..aggregate.folder import Aggregate, read_aggregate_table
+from ..aggregate.folder import (COLLECTIVES, COLLECTIVES_RANKS, CRITICAL_PATH_SUMMARY, STRAGGLERS, TIMELINE,
+                                Aggregate, read_aggregate_table, table_path)
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
 from . import charts as C
@@ -109,10 +110,10 @@ def load(aggdir, chart_ranks=None) -> dict:
     out = {"meta": Aggregate.read(aggdir).summary}
     for n in ("rank_phase", "ranks", "pipeline", "p2p"):
         out[n] = read_aggregate_table(aggdir, n)
-    out["collectives"] = read_aggregate_table(aggdir, "collectives", COLLECTIVE_COLUMNS)
+    out["collectives"] = read_aggregate_table(aggdir, COLLECTIVES, COLLECTIVE_COLUMNS)
     out["step_word"] = "step " if step_patterns_used(out["meta"].get("inputs")) else "ProfilerStep#"
     out["chart_ranks"] = charted_ranks(out, aggdir, chart_ranks)
-    out["timeline"] = read_aggregate_table(aggdir, "timeline", where={"rank": out["chart_ranks"] or [-1]})
+    out["timeline"] = read_aggregate_table(aggdir, TIMELINE, where={"rank": out["chart_ranks"] or [-1]})
     return out
 
 
@@ -121,7 +122,7 @@ def skew_grids(aggdir, c) -> dict:
     ``aggdir/collectives_ranks.parquet`` read a batch at a time (:class:`~streamtrace.report.skew.SkewGrids`).
     Raises :class:`~streamtrace.runtime.errors.DataError` naming a damaged file."""
     grids = SkewGrids(c)
-    path = Path(aggdir) / "collectives_ranks.parquet"
+    path = table_path(aggdir, COLLECTIVES_RANKS)
     if path.is_file():
         for batch in iter_table(path, MEMBER_COLUMNS):
             grids.add(batch)
@@ -251,7 +252,7 @@ def charted_ranks(data, aggdir, ranks=None) -> list:
         return all_ranks
     topo = data["meta"].get("topology") or {}
     out = list((topo.get("pp") or [[all_ranks[0]]])[0])
-    s = read_aggregate_table(aggdir, "stragglers")
+    s = read_aggregate_table(aggdir, STRAGGLERS)
     if s:
         lag: dict = {}                  # rows per collective kind and rank: the rank's total
         for r, v in zip(s["rank"].tolist(), s["straggler_lag_ns"].tolist()):
@@ -286,7 +287,7 @@ def plan(data, aggdir, opt: ChartOptions) -> list:
     per_it = {it: sum(1 for i, _ in keys if i == it) for it, _ in keys}
     tasks, drawn = [], {}             # drawn: chart kind -> [(picture, task)]
     charts = _per_step_charts(data, data["chart_ranks"], opt)
-    apart = RankApart(data["ranks"], read_aggregate_table(aggdir, "critical_path_summary",
+    apart = RankApart(data["ranks"], read_aggregate_table(aggdir, CRITICAL_PATH_SUMMARY,
                                                           ["iteration", "step", "what", "rank", "ns", "on_path"]))
     for at in keys:
         for fn, args, prefix in charts:

@@ -35,7 +35,8 @@ from ..kernels import extract as X
 from ..runtime.errors import StreamtraceError
 from ..trace.reader import TraceReader
 from ..trace.writer import TraceWriter, us_fragment
-from .pids import GPU_CATS, unique_id
+from ..merge.pids import GPU_CATS, unique_id
+from .folder import CRITICAL_PATH, table_path
 
 CATEGORY = "critical_path"
 FLOW_BASE = 1 << 60            # flow ids above every merged id (rank * 2**40 + id, rank < 2**20)
@@ -50,7 +51,7 @@ def path_ids(aggdir, iteration=None) -> tuple[dict, dict, dict]:
     ``{(merged external id, name): order}`` of the path segments of ``aggdir`` (of ``iteration``
     only when given); ``order`` = the step's index x 10**7 + the segment's position; a key on the path
     twice keeps its first row's order."""
-    p = Path(aggdir) / "critical_path.parquet"
+    p = table_path(aggdir, CRITICAL_PATH)
     if not p.is_file():
         raise StreamtraceError(f"{p}: missing (run streamtrace aggregate without --no-critical-path first)")
     t = pq.read_table(arrow_file(p), columns=["iteration", "step", "order", "rank", "category", "name", "correlation",
