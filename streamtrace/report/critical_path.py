@@ -14,7 +14,9 @@ from ..aggregate.folder import (CRITICAL_PATH, CRITICAL_PATH_RANKS, CRITICAL_PAT
                                 IDLE_BREAKDOWN, ITERATIONS, KERNEL_STATS, OP_STATS, RANKS, WHATIF,
                                 read_aggregate_table, table_file)
 from .critical_story import PEERS, cause_sentence, compare_kernels, compare_ops, lengths_sentence, next_sentence
-from .units import fmt_time
+from .critical_chart import critical_chart
+from .section import ChartJob, ReportInput, SectionBase, md_table
+from .units import fmt_time, short_names
 
 SHOWN_STEPS = 4
 PHRASE = {"cpu_op": "CPU ops", "launch_delay": "launch delays", "compute_kernel": "compute kernels",
@@ -186,3 +188,22 @@ def critical_markdown(sec: dict | None, table, short, png=None) -> list:
     if png:
         L += [f"![critical path]({png})", ""]
     return L
+
+
+CHART = "critical_path"
+"""The file stem of the section's chart."""
+
+
+class CriticalPathSection(SectionBase):
+    """``critical_path``: :func:`critical_section` (names shortened to 80 characters), its chart
+    (:func:`~streamtrace.report.critical_chart.critical_chart`) shown in the section."""
+    key, shown_charts, chart_rank = "critical_path", (CHART,), 1
+
+    def data(self, inp: ReportInput, rep: dict) -> dict:
+        return {self.key: critical_section(inp.aggdir, lambda x: short_names([x], 80)[0])}
+
+    def markdown(self, rep: dict, charts: list) -> list:
+        return critical_markdown(rep.get(self.key), md_table, short_names, self.chart(charts, CHART))
+
+    def charts(self, job: ChartJob, rep: dict) -> list:
+        return [(critical_chart, (job.aggdir, job.folder / CHART, job.formats))]

@@ -35,6 +35,7 @@ from .escape import md_cell, md_code, md_text
 from .flops import flops_per_token
 from .links import link_section
 from .precision import gemm_precision
+from .section import ChartJob, ReportInput, SectionBase
 from .units import fmt_bytes, fmt_count, fmt_flop, fmt_gbps, fmt_pct, fmt_tflops, fmt_time
 
 
@@ -292,3 +293,33 @@ def _throughput_md(sec) -> list:
                    fmt_tflops(r["model_tflops_per_gpu"]), fmt_pct(r["mfu_pct"])] for r in sec["steps"]]),
           ""]
     return L
+
+
+class EfficiencySection(SectionBase):
+    """``efficiency``: :func:`efficiency_section` of the report's ``steps``; ``throughput`` (when the
+    tokens per step are known: the options', else the efficiency's config): ``{"tokens_per_step",
+    "steps", "time_ns", "tokens_per_s"}`` = tokens per step x profiled steps / the sum of their step
+    times (ns); its charts (:func:`~streamtrace.report.effcharts.efficiency_charts`) listed with the
+    report's."""
+    key, chart_rank = "efficiency", 2
+
+    def data(self, inp: ReportInput, rep: dict) -> dict:
+        tps = inp.tokens_per_step if inp.tokens_per_step is not None else (
+            inp.global_batch * inp.seq_len if inp.global_batch is not None else None)
+        eff = efficiency_section(inp.meta, rep["steps"], inp.efficiency, inp.tokens_per_step, inp.global_batch,
+                                 inp.seq_len, inp.aggdir)
+        out = {self.key: eff}
+        tps = tps if tps is not None else eff["inputs"]["tokens_per_step"]
+        if tps is not None:
+            total = sum(s["step_ns"] for s in rep["steps"] if s["step_ns"])
+            out["throughput"] = {"tokens_per_step": int(tps), "steps": len(rep["steps"]), "time_ns": int(total),
+                                 "tokens_per_s": tps * len(rep["steps"]) / (total / 1e9) if total else None,
+                                 "from": table_file(ITERATIONS)}
+        return out
+
+    def markdown(self, rep: dict, charts: list) -> list:
+        return efficiency_markdown(rep.get(self.key))
+
+    def charts(self, job: ChartJob, rep: dict) -> list:
+        from .effcharts import efficiency_charts          # (matplotlib: only when charts are drawn)
+        return [(efficiency_charts, (rep.get(self.key), job.aggdir, job.folder, job.meta, job.formats))]

@@ -19,7 +19,8 @@ from ..aggregate.folder import IDLE_BREAKDOWN, KERNEL_STATS, LAUNCH_STATS, OP_ST
 from ..events.dataset import arrow_file
 from .charts import bars_h, save
 from .escape import md_cell
-from .units import fmt_count, fmt_time, time_axis
+from .section import ChartJob, ReportInput, SectionBase
+from .units import fmt_count, fmt_time, short_names, time_axis
 
 IDLE_COLORS = {"host_wait_ns": "#C44E52", "kernel_wait_ns": "#DD8452", "other_ns": "#8C8C8C"}
 IDLE_LABELS = {"host_wait_ns": "host wait (launch late)", "kernel_wait_ns": "kernel wait (< threshold)",
@@ -230,3 +231,22 @@ def idle_chart(ex: dict | None, stem, formats=("png",)) -> list:
     ax.set_title("GPU idle-time breakdown per rank")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.9 / fig.get_figheight()), ncol=3)
     return save(fig, stem, formats)
+
+
+IDLE_CHART = "idle_breakdown"
+"""The file stem of the idle-time chart."""
+
+
+class ExplainSection(SectionBase):
+    """``explain``: :func:`build_explain` (kernel, op and launch statistics, the GPU idle-time
+    breakdown), its chart (:func:`idle_chart`) shown in the section."""
+    key, shown_charts, chart_rank = "explain", (IDLE_CHART,), 0
+
+    def data(self, inp: ReportInput, rep: dict) -> dict:
+        return {self.key: build_explain(inp.aggdir, inp.top)}
+
+    def markdown(self, rep: dict, charts: list) -> list:
+        return explain_markdown(rep.get(self.key), self.chart(charts, IDLE_CHART), short_names)
+
+    def charts(self, job: ChartJob, rep: dict) -> list:
+        return [(idle_chart, (rep.get(self.key), job.folder / IDLE_CHART, job.formats))]

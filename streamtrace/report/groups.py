@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from ..aggregate.folder import PROCESS_GROUPS, table_file, table_path
 from ..events.dataset import read_table
+from .section import ReportInput, SectionBase, md_table
 from .units import fmt_bytes, fmt_count, fmt_time
 
 
 def groups_section(aggdir, meta: dict) -> dict:
-    """``{"rows": [...], "inferred_layout": dict | None, "from": table_file(PROCESS_GROUPS)}``
+    """``{"rows": [...], "inferred_layout": dict | None, "from": "process_groups.parquet"}``
     (``rows``: the table's rows as dicts, int ns and bytes; empty without group collectives)."""
     path = table_path(aggdir, PROCESS_GROUPS)
     t = read_table(path) if path.is_file() else {}
@@ -40,3 +41,15 @@ def groups_markdown(sec: dict, table, topology_known: bool, ranks: int = 2) -> l
     if lay and not topology_known:
         L += [f"**Layout, inferred**: {lay['text']}.", ""]
     return L
+
+
+class GroupsSection(SectionBase):
+    """``process_groups``: :func:`groups_section`."""
+    key = "process_groups"
+
+    def data(self, inp: ReportInput, rep: dict) -> dict:
+        return {self.key: groups_section(inp.aggdir, inp.meta)}
+
+    def markdown(self, rep: dict, charts: list) -> list:
+        c = rep["configuration"]
+        return groups_markdown(rep[self.key], md_table, bool(c.get("topology_from")), c["ranks"])

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from ..aggregate.folder import COLLECTIVES, P2P, table_file, table_path
 from ..events.dataset import read_table
-from .units import fmt_bytes, fmt_count
+from .section import ReportInput, SectionBase, md_table
+from .units import fmt_bytes, fmt_count, fmt_time
 
 SUMS = ("count", "bytes", "time_ns", "recv_wait_ns", "send_wait_ns")
 
 
 def p2p_section(aggdir, top=8) -> dict:
-    """``{"by_stage_pair": [...], "top_pairs": [...], "from": table_file(P2P)}`` (int ns; empty lists
+    """``{"by_stage_pair": [...], "top_pairs": [...], "from": "p2p.parquet"}`` (int ns; empty lists
     without point-to-point transfers)."""
     path = table_path(aggdir, P2P)
     t = read_table(path) if path.is_file() else {}
@@ -78,3 +79,14 @@ def _stages(r) -> str:
     def one(s):
         return "-" if s is None or s < 0 else f"{s}"
     return f"{one(r['src_stage'])} -> {one(r['dst_stage'])}"
+
+
+class P2PSection(SectionBase):
+    """``p2p``: :func:`p2p_section`."""
+    key = "p2p"
+
+    def data(self, inp: ReportInput, rep: dict) -> dict:
+        return {self.key: p2p_section(inp.aggdir)}
+
+    def markdown(self, rep: dict, charts: list) -> list:
+        return p2p_markdown(rep[self.key], md_table, fmt_time, rep["configuration"]["ranks"])

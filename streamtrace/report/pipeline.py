@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..aggregate.folder import PIPELINE, read_aggregate_table, table_file
+from .config import iteration_cell
+from .section import ReportInput, SectionBase, md_table
 from .units import fmt_pct, fmt_time
 
 PHASES = ("forward", "backward", "recompute")
@@ -85,3 +87,14 @@ def pipeline_markdown(sec: dict, table, iteration_cell) -> list:
     if len(sec["rows"]) > 64:
         L += [f"({len(sec['rows']) - 64:,} more rows in {table_file(PIPELINE)})", ""]
     return L
+
+
+class PipelineSection(SectionBase):
+    """``pipeline``: :func:`pipeline_section` for the job's pipeline-parallel size."""
+    key = "pipeline"
+
+    def data(self, inp: ReportInput, rep: dict) -> dict:
+        return {self.key: pipeline_section(inp.aggdir, inp.sizes.get("pp"))}
+
+    def markdown(self, rep: dict, charts: list) -> list:
+        return pipeline_markdown(rep[self.key], md_table, iteration_cell)

@@ -16,7 +16,8 @@ from collections import Counter
 import numpy as np
 
 from ..aggregate.folder import WHATIF, WHATIF_RANKS, read_aggregate_table, table_file
-from .units import fmt_time
+from .section import ReportInput, SectionBase, md_table
+from .units import fmt_time, short_names
 
 SHOWN = 5
 """Sentences for at most this many changes (the table has them all)."""
@@ -98,3 +99,14 @@ def whatif_markdown(sec: dict | None, table, short) -> list:
     L += [table(["change", "as --change", "step (span)", "predicted", "saving", "then bound by",
                  "heaviest on the new path", "flag"], rows), ""]
     return L
+
+
+class WhatIfSection(SectionBase):
+    """``whatif``: :func:`whatif_section` (the replayed changes, largest saving first)."""
+    key = "whatif"
+
+    def data(self, inp: ReportInput, rep: dict) -> dict:
+        return {self.key: whatif_section(inp.aggdir)}
+
+    def markdown(self, rep: dict, charts: list) -> list:
+        return whatif_markdown(rep.get(self.key), md_table, lambda xs: short_names(xs, 80))
