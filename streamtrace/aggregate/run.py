@@ -59,7 +59,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 
-from ..analyze import classify as C
+from ..analyze import classify
 from ..analyze.patterns import Patterns
 from ..runtime.errors import StreamtraceError
 from ..events.dataset import json_default, num_rows, write_table
@@ -225,7 +225,7 @@ def _cpu_part(job, part):
     pats.step = part.steps.regex              # the step names analyze used (streamtrace.aggregate.steps)
     uniq, inv = np.unique(name, return_inverse=True)
     inv = inv.reshape(-1)
-    ph_code, _, _, step_no, _ = C.name_flags(uniq.tolist(), pats)
+    ph_code, _, _, step_no, _ = classify.name_flags(uniq.tolist(), pats)
     ph, step = ph_code[inv], step_no[inv]
     is_comm = np.asarray([bool(_CPU_COMM.search(x)) for x in uniq.tolist()])[inv]
     in_comm = is_comm.copy()
@@ -264,7 +264,7 @@ def _cpu_part(job, part):
                           **window_row(lo, hi)})
         first = last = None
         busy_fb = []
-        for code in range(1, len(C.PHASES)):
+        for code in range(1, len(classify.PHASES)):
             sel = np.flatnonzero((ph == code) & (s >= lo) & (e <= hi))
             sel = sel[np.lexsort((-e[sel], s[sel]))]
             outer, reach = [], None          # outermost windows only (optimizer > Optimizer.step#...)
@@ -274,12 +274,12 @@ def _cpu_part(job, part):
                     reach = e[j]
             sel = outer
             for mb, j in enumerate(sel):
-                row = {"iteration": it, "step": st, "rank": part.rank, "device": -1, "phase": C.PHASES[code],
-                       "microbatch": mb if C.PHASES[code] in ("forward", "backward") else -1, "source": "cpu",
+                row = {"iteration": it, "step": st, "rank": part.rank, "device": -1, "phase": classify.PHASES[code],
+                       "microbatch": mb if classify.PHASES[code] in ("forward", "backward") else -1, "source": "cpu",
                        **window_row(s[j], e[j])}
                 row["compute_start_ns"], row["compute_end_ns"] = int(s[j]), int(e[j])
                 phase_rows.append(row)
-                if C.PHASES[code] in FB:
+                if classify.PHASES[code] in FB:
                     first = s[j] if first is None else min(first, s[j])
                     last = e[j] if last is None else max(last, e[j])
                     busy_fb.append((s[j], e[j]))
