@@ -153,7 +153,7 @@ SLOW: dict[str, set[str] | str] = {
                                             "test_drop_cat_drops_the_category_and_its_flows",
                                             "test_step_pattern_names_the_export_s_step_range"},
     "tests/unit/analyze/test_collective_facts.py": {"test_annotation_only_era_real_rank"},
-    "tests/unit/merge/test_critical_marks.py": {"test_epilogue_marks_its_merged_trace"},
+    "tests/unit/aggregate/test_critical_marks.py": {"test_epilogue_marks_its_merged_trace"},
     "tests/kernels/test_survey_kernel.py": {"test_prepass_matches_json"},
     "tests/kernels/test_keep_kernel.py": {"test_keep_rows_matches_twin"},   # 4.4 s, 2026-11-27, shared machine
     "tests/kernels/test_groups_kernel.py": {   # 3.0-3.2 s each, 2026-11-27

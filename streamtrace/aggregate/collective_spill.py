@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .folder import COLLECTIVES, COLLECTIVES_MISMATCH, COLLECTIVES_RANKS, COLLECTIVES_SUMMARY, table_path
 from ..runtime.errors import StreamtraceError
 from ..events.dataset import arrow_file, shared_strings, to_arrow, write_table
 from ..runtime.files import atomic_output
@@ -251,7 +252,7 @@ def _write_buckets(job, plan: _Plan, outdir: Path) -> tuple[list, dict]:
     accumulated ``summary``, ``stragglers``, ``transfers``, ``stats``."""
     acc = {"summary": Summary(), "stragglers": Stragglers(), "transfers": [],
            "stats": dict.fromkeys(STATS, 0)}
-    paths = [outdir / "collectives.parquet", outdir / "collectives_ranks.parquet"]
+    paths = [table_path(outdir, COLLECTIVES), table_path(outdir, COLLECTIVES_RANKS)]
     with atomic_output(paths[0], compress=False) as fi, atomic_output(paths[1], compress=False) as fm, \
             pq.ParquetWriter(fi, INSTANCE_SCHEMA, compression="zstd") as wi, \
             pq.ParquetWriter(fm, MEMBER_SCHEMA, compression="zstd") as wm:
@@ -303,14 +304,14 @@ def collectives_to(job, outdir, clock_sync: str | None = None, bucket_rows: int 
     stats = {**acc["stats"], **{k: v for k, v in match_stats({}, bad).items() if k.startswith("mismatch")}}
     res = CollectiveResult({}, {}, summary, acc["stragglers"].rows(), offsets, comps, stats, tr, bad)
     if len(bad["rank"]):
-        paths += write_table(outdir, "collectives_mismatch", bad, MISMATCH_COLUMNS, csv=True)
+        paths += write_table(outdir, COLLECTIVES_MISMATCH, bad, MISMATCH_COLUMNS, csv=True)
     return res, paths + _write_summary(outdir, summary)
 
 
 def _write_summary(outdir, summary: list) -> list:
     summ = {k: np.asarray([r[k] for r in summary], object if isinstance(summary[0][k], str) else None)
             for k in summary[0]} if summary else {}
-    return write_table(outdir, "collectives_summary", summ, list(summ), csv=True) if summ else []
+    return write_table(outdir, COLLECTIVES_SUMMARY, summ, list(summ), csv=True) if summ else []
 
 
 def _empty(outdir) -> tuple[CollectiveResult, list]:
@@ -319,5 +320,5 @@ def _empty(outdir) -> tuple[CollectiveResult, list]:
     bad = mismatch_rows([], [], {}, {})
     res = CollectiveResult({}, {}, [], [], {}, {}, {**dict.fromkeys(STATS, 0), "mismatched": 0, "mismatched_ranks": []},
                            {c: np.zeros(0, np.int64) for c in TRANSFER_COLUMNS}, bad)
-    return res, write_table(outdir, "collectives", inst, INSTANCE_COLUMNS) + \
-        write_table(outdir, "collectives_ranks", mem, MEMBER_COLUMNS)
+    return res, write_table(outdir, COLLECTIVES, inst, INSTANCE_COLUMNS) + \
+        write_table(outdir, COLLECTIVES_RANKS, mem, MEMBER_COLUMNS)

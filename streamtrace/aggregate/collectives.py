@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .folder import COLLECTIVES, COLLECTIVES_MISMATCH, COLLECTIVES_RANKS, COLLECTIVES_SUMMARY
 from ..runtime.errors import StreamtraceError
 from ..events.dataset import write_table
 from ..events.clocks import estimate_clock_offsets
@@ -526,12 +527,12 @@ def match_stats(inst: dict, bad: dict) -> dict:
 def write_collectives(outdir, res: CollectiveResult) -> list:
     """Write ``collectives.parquet`` (instances), ``collectives_ranks.parquet`` (members) and
     ``collectives_summary.csv`` / ``.parquet`` into ``outdir`` atomically; returns the paths."""
-    paths = write_table(outdir, "collectives", res.instances, INSTANCE_COLUMNS) + \
-        write_table(outdir, "collectives_ranks", res.members, MEMBER_COLUMNS)
+    paths = write_table(outdir, COLLECTIVES, res.instances, INSTANCE_COLUMNS) + \
+        write_table(outdir, COLLECTIVES_RANKS, res.members, MEMBER_COLUMNS)
     if res.mismatches and len(res.mismatches["rank"]):
-        paths += write_table(outdir, "collectives_mismatch", res.mismatches, MISMATCH_COLUMNS, csv=True)
+        paths += write_table(outdir, COLLECTIVES_MISMATCH, res.mismatches, MISMATCH_COLUMNS, csv=True)
     summ = {k: np.asarray([r[k] for r in res.summary], object if isinstance(res.summary[0][k], str) else None)
             for k in res.summary[0]} if res.summary else {}
     if summ:
-        paths += write_table(outdir, "collectives_summary", summ, list(summ), csv=True)
+        paths += write_table(outdir, COLLECTIVES_SUMMARY, summ, list(summ), csv=True)
     return paths

@@ -41,6 +41,17 @@ class Anchor(IntEnum):
     step_end = 3         # the rank's step end: a sink
 
 
+BARRIER = -1
+"""The kind of a job-level node that is a collective's barrier (not an :class:`Anchor`)."""
+
+
+class Edge(IntEnum):
+    """Types of the job graph's edges (the critical path's and the what-if replay's; ``etype``)."""
+    local = 0            # within one rank: a stretch of its reduced step graph
+    wait = 1             # a member's arrival -> the collective's barrier (it waits for the last member)
+    transfer = 2         # the barrier -> a member's end (or a send -> its receive): the transfer itself
+
+
 class StepGraph:
     """Growing node and edge arrays of one rank's step (node ids in creation order)."""
 

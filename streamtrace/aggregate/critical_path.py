@@ -49,23 +49,21 @@ its rank's trace: ``correlation`` (GPU categories: the GPU event, whose launch s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pyarrow.feather as feather
 import pyarrow.parquet as pq
 
+from .folder import COLLECTIVES_RANKS, CRITICAL_PATH, CRITICAL_PATH_RANKS, CRITICAL_PATH_SUMMARY, table_path
 from ..events.dataset import arrow_file, write_table
 from ..kernels.critical import NEG, POS, latest_times, longest_path, trace_back
-from .critical_graph import CATEGORIES, Anchor
+from .critical_graph import BARRIER, CATEGORIES, Anchor, Edge
 from .critical_ranks import RANK_COLUMNS, SUMMARY_COLUMNS, rank_rows, summary_rows
 
 SEGMENT_COLUMNS = ("iteration", "step", "order", "rank", "lane", "start_ns", "end_ns", "dur_ns", "weight_ns",
                    "category", "name", "correlation", "external_id")
 GPU_CATEGORIES = ("launch_delay", "compute_kernel", "comm_transfer", "memcpy", "kernel_gap", "queued")
-LOCAL, WAIT, TRANSFER = 0, 1, 2
-BARRIER = -1
-"""The kind of a job-level node that is a collective's barrier (not an :class:`Anchor`)."""
+LOCAL, WAIT, TRANSFER = Edge.local, Edge.wait, Edge.transfer
 SUM_TOLERANCE = 0.001
 """A path whose weights differ from its own span by more than this share gets a warning."""
 
@@ -73,7 +71,7 @@ SUM_TOLERANCE = 0.001
 def _members(outdir) -> dict:
     """``{(part, correlation, stream): instance}`` of the matched collectives (complete instances
     of two or more ranks)."""
-    p = Path(outdir) / "collectives_ranks.parquet"
+    p = table_path(outdir, COLLECTIVES_RANKS)
     if not p.is_file():
         return {}
     t = pq.read_table(arrow_file(p), columns=["instance", "part", "correlation", "stream"])
@@ -90,7 +88,7 @@ posts early by design, so their waits are not a rank's lateness (:mod:`streamtra
 
 def _p2p_instances(outdir) -> set:
     """The matched instances that are point-to-point transfers (:data:`P2P`)."""
-    p = Path(outdir) / "collectives_ranks.parquet"
+    p = table_path(outdir, COLLECTIVES_RANKS)
     if not p.is_file():
         return set()
     t = pq.read_table(arrow_file(p), columns=["instance", "collective"])
@@ -346,9 +344,9 @@ def critical_paths(job, results: list, outdir) -> CriticalResult:
         ranks += per_rank
         summ_rows += summary_rows(it, st, g, solved, segs, rank_of, per_rank, solve_step)
     stats["paths_not_summing"] = len(warnings)
-    files = write_table(outdir, "critical_path", _segment_columns(seg_rows), list(SEGMENT_COLUMNS))
-    files += write_table(outdir, "critical_path_summary", _typed(summ_rows, SUMMARY_COLUMNS), list(SUMMARY_COLUMNS))
-    files += write_table(outdir, "critical_path_ranks", _typed(ranks, RANK_COLUMNS), list(RANK_COLUMNS))
+    files = write_table(outdir, CRITICAL_PATH, _segment_columns(seg_rows), list(SEGMENT_COLUMNS))
+    files += write_table(outdir, CRITICAL_PATH_SUMMARY, _typed(summ_rows, SUMMARY_COLUMNS), list(SUMMARY_COLUMNS))
+    files += write_table(outdir, CRITICAL_PATH_RANKS, _typed(ranks, RANK_COLUMNS), list(RANK_COLUMNS))
     return CriticalResult(files, stats, warnings)
 
 

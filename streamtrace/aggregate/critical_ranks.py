@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels.critical import NEG, POS
-from .critical_graph import Anchor
+from .critical_graph import Anchor, Edge
 
 SUMMARY_COLUMNS = ("iteration", "step", "what", "key", "rank", "ns", "min_ns", "pct", "on_path", "span_ns",
                    "path_ns")
@@ -50,7 +50,7 @@ RANK_COLUMNS = ("iteration", "step", "rank", "thread", "on_path", "path_ns", "pa
 TOP = 10
 NEXT_MIN_GAIN = 0.005
 """What bounds next is said only when the change shortens the path by more than this share."""
-LOCAL, TRANSFER = 0, 2
+LOCAL, TRANSFER = Edge.local, Edge.transfer
 
 
 def _path_by_rank(segs) -> dict:

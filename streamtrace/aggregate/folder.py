@@ -15,14 +15,58 @@ from pathlib import Path
 from ..runtime.errors import DataError
 from ..events.load import Outputs, register
 
-EXPLAIN_TABLES = ("kernel_stats", "op_stats", "launch_stats", "idle_breakdown")
-"""The explaining tables (:mod:`streamtrace.aggregate.explain`)."""
+# The tables ``aggregate`` writes, by name (each ``NAME.parquet``, some also ``NAME.csv``): every module
+# that writes or reads one names it by these constants and finds its file with :func:`table_path`.
+RANK_PHASE = "rank_phase"
+RANKS = "ranks"
+PIPELINE = "pipeline"
+REPLICAS = "replicas"
+ITERATIONS = "iterations"
+TIMELINE = "timeline"
+TOP_KERNELS = "top_kernels"
+COLLECTIVES = "collectives"
+COLLECTIVES_RANKS = "collectives_ranks"
+COLLECTIVES_SUMMARY = "collectives_summary"
+STRAGGLERS = "stragglers"
+P2P = "p2p"
+PROCESS_GROUPS = "process_groups"
+COLLECTIVES_MISMATCH = "collectives_mismatch"
+OP_PERF = "op_perf"
+KERNEL_STATS = "kernel_stats"
+OP_STATS = "op_stats"
+LAUNCH_STATS = "launch_stats"
+IDLE_BREAKDOWN = "idle_breakdown"
+CRITICAL_PATH = "critical_path"
+CRITICAL_PATH_SUMMARY = "critical_path_summary"
+CRITICAL_PATH_RANKS = "critical_path_ranks"
+WHATIF = "whatif"
+WHATIF_ANCHORS = "whatif_anchors"
+WHATIF_EDGES = "whatif_edges"
+WHATIF_RANKS = "whatif_ranks"
 
-TABLES = ("rank_phase", "ranks", "pipeline", "replicas", "iterations", "timeline", "top_kernels", "collectives",
-          "collectives_ranks", "collectives_summary", "stragglers", "p2p", "process_groups", "collectives_mismatch",
-          "op_perf", *EXPLAIN_TABLES, "critical_path", "critical_path_summary",
-          "critical_path_ranks", "whatif", "whatif_anchors", "whatif_edges", "whatif_ranks")
+EXPLAIN_TABLES = (KERNEL_STATS, OP_STATS, LAUNCH_STATS, IDLE_BREAKDOWN)
+"""The explaining tables (:mod:`streamtrace.aggregate.explain`)."""
+CRITICAL_PATH_TABLES = (CRITICAL_PATH, CRITICAL_PATH_SUMMARY, CRITICAL_PATH_RANKS)
+"""The critical path's tables (:mod:`streamtrace.aggregate.critical_path`)."""
+WHATIF_TABLES = (WHATIF, WHATIF_ANCHORS, WHATIF_EDGES, WHATIF_RANKS)
+"""The what-if replay's tables (:mod:`streamtrace.aggregate.whatif`)."""
+
+TABLES = (RANK_PHASE, RANKS, PIPELINE, REPLICAS, ITERATIONS, TIMELINE, TOP_KERNELS, COLLECTIVES, COLLECTIVES_RANKS,
+          COLLECTIVES_SUMMARY, STRAGGLERS, P2P, PROCESS_GROUPS, COLLECTIVES_MISMATCH, OP_PERF, *EXPLAIN_TABLES,
+          *CRITICAL_PATH_TABLES, *WHATIF_TABLES)
 """The tables ``aggregate`` writes (each ``NAME.parquet``, some also ``NAME.csv``)."""
+
+
+def table_file(name: str) -> str:
+    """The file name of table ``name`` (one of :data:`TABLES`): ``NAME.parquet``."""
+    return f"{name}.parquet"
+
+
+def table_path(aggdir, name: str) -> Path:
+    """The path of table ``name`` (one of :data:`TABLES`) in the aggregate folder ``aggdir``
+    (read it with :func:`~streamtrace.events.dataset.arrow_file`: the folder's name may not be UTF-8)."""
+    return Path(aggdir) / table_file(name)
+
 
 REPORT_MARKER = "report.json"
 """The report's marker (:class:`streamtrace.report.outputs.Report`), in its own folder, an aggregate's
@@ -77,7 +121,7 @@ class Aggregate(Outputs):
         import pyarrow.parquet as pq
 
         from ..events.dataset import arrow_file
-        return pq.read_table(arrow_file(self.path / f"{name}.parquet"))
+        return pq.read_table(arrow_file(table_path(self.path, name)))
 
     def whatif(self, changes, jobs: int = 0):
         """The steps replayed with ``changes`` (:func:`streamtrace.aggregate.whatif.replay_steps`: change
@@ -104,5 +148,5 @@ def read_aggregate_table(aggdir, name, columns=None, where=None) -> dict:
     member instead of ~110) or ``timeline`` with ``where={"rank": ranks}`` (the charted ranks'
     rows only): what keeps a reader of a 1,024-rank job's tables bounded."""
     from ..events.dataset import read_table       # (pyarrow: only when a table is read)
-    p = Path(aggdir) / f"{name}.parquet"
+    p = table_path(aggdir, name)
     return read_table(p, columns, where) if p.is_file() else {}

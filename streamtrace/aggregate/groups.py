@@ -22,12 +22,11 @@ cannot be told from the collectives (data parallel, or a model-parallel group of
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from .folder import COLLECTIVES, PROCESS_GROUPS, table_path
 from ..events.dataset import arrow_file, write_table
 
 COLUMNS = ("group", "ranks_from", "pg_name", "group_size", "parallel_dim", "instances", "kinds", "bytes", "time_ns",
@@ -41,7 +40,7 @@ def process_groups(aggdir, singles: bool = False) -> dict:
     """The module docstring's table as ``{column: numpy array}`` (:data:`COLUMNS`) from
     ``aggdir/collectives.parquet``; empty columns when there is none or no group collective.
     ``singles``: keep the one-rank groups too."""
-    p = Path(aggdir) / "collectives.parquet"
+    p = table_path(aggdir, COLLECTIVES)
     empty = {c: np.zeros(0, object if c in ("group", "ranks_from", "pg_name", "parallel_dim", "kinds") else np.int64)
              for c in COLUMNS}
     if not p.is_file():
@@ -112,5 +111,5 @@ def write_groups(outdir, ranks: list, paths: list) -> dict | None:
     their paths appended to ``paths``; returns :func:`inferred_layout`."""
     groups = process_groups(outdir)
     if len(groups["group"]):
-        paths += write_table(outdir, "process_groups", groups, COLUMNS, csv=True)
+        paths += write_table(outdir, PROCESS_GROUPS, groups, COLUMNS, csv=True)
     return inferred_layout(process_groups(outdir, singles=True), ranks)

@@ -14,6 +14,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from .folder import OP_PERF
 from ..events.dataset import write_table
 
 _SUMS = ("flops", "bytes", "kernel_time_ns", "gpu_busy_ns", "bound_ns", "lost_ns")
@@ -54,4 +55,4 @@ def write_op_perf(outdir, parts) -> list:
                 "achieved_gbps": np.where(busy > 0, nbytes / busy, np.nan),
                 "intensity": np.where(nbytes > 0, flops / nbytes, np.nan),
                 "pct_of_bound": np.where((busy > 0) & (bound > 0), 100 * bound / busy, np.nan)}
-    return write_table(outdir, "op_perf", cols)
+    return write_table(outdir, OP_PERF, cols)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .folder import P2P
 from ..events.dataset import write_table
 
 P2P_COLUMNS = ("src", "dst", "src_stage", "dst_stage", "direction", "pp_group", "count", "bytes", "time_ns",
@@ -128,4 +129,4 @@ def write_p2p(outdir, rows: list) -> list:
             if c not in floats}
     for c in floats:
         cols[c] = np.asarray([np.nan if r[c] is None else r[c] for r in rows], np.float64)
-    return write_table(outdir, "p2p", cols, P2P_COLUMNS, csv=True)
+    return write_table(outdir, P2P, cols, P2P_COLUMNS, csv=True)

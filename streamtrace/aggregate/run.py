@@ -59,7 +59,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 
-from ..analyze import classify as C
+from ..analyze import classify
 from ..analyze.patterns import Patterns
 from ..runtime.errors import StreamtraceError
 from ..events.dataset import json_default, num_rows, write_table
@@ -86,6 +86,7 @@ from .pipeline import pipeline_rows, replica_rows
 from .timeline import join as join_timeline, write_part as write_timeline_part
 from .explain import part_tables, write_tables as write_explain
 from .folder import TABLES, Aggregate, owned, read_aggregate_table  # noqa: F401 (re-exported)
+from .folder import ITERATIONS, PIPELINE, RANKS, RANK_PHASE, REPLICAS, STRAGGLERS, TOP_KERNELS
 from .options import AggregateOptions
 
 KIND_CODE = {"compute": 0, "communication": 1, "memory": 2}
@@ -224,7 +225,7 @@ def _cpu_part(job, part):
     pats.step = part.steps.regex              # the step names analyze used (streamtrace.aggregate.steps)
     uniq, inv = np.unique(name, return_inverse=True)
     inv = inv.reshape(-1)
-    ph_code, _, _, step_no, _ = C.name_flags(uniq.tolist(), pats)
+    ph_code, _, _, step_no, _ = classify.name_flags(uniq.tolist(), pats)
     ph, step = ph_code[inv], step_no[inv]
     is_comm = np.asarray([bool(_CPU_COMM.search(x)) for x in uniq.tolist()])[inv]
     in_comm = is_comm.copy()
@@ -263,7 +264,7 @@ def _cpu_part(job, part):
                           **window_row(lo, hi)})
         first = last = None
         busy_fb = []
-        for code in range(1, len(C.PHASES)):
+        for code in range(1, len(classify.PHASES)):
             sel = np.flatnonzero((ph == code) & (s >= lo) & (e <= hi))
             sel = sel[np.lexsort((-e[sel], s[sel]))]
             outer, reach = [], None          # outermost windows only (optimizer > Optimizer.step#...)
@@ -273,12 +274,12 @@ def _cpu_part(job, part):
                     reach = e[j]
             sel = outer
             for mb, j in enumerate(sel):
-                row = {"iteration": it, "step": st, "rank": part.rank, "device": -1, "phase": C.PHASES[code],
-                       "microbatch": mb if C.PHASES[code] in ("forward", "backward") else -1, "source": "cpu",
+                row = {"iteration": it, "step": st, "rank": part.rank, "device": -1, "phase": classify.PHASES[code],
+                       "microbatch": mb if classify.PHASES[code] in ("forward", "backward") else -1, "source": "cpu",
                        **window_row(s[j], e[j])}
                 row["compute_start_ns"], row["compute_end_ns"] = int(s[j]), int(e[j])
                 phase_rows.append(row)
-                if C.PHASES[code] in FB:
+                if classify.PHASES[code] in FB:
                     first = s[j] if first is None else min(first, s[j])
                     last = e[j] if last is None else max(last, e[j])
                     busy_fb.append((s[j], e[j]))
@@ -399,7 +400,7 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
     files += _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps)
     files += write_explain(outdir, [r[6] for r in res])
     if coll.stragglers:
-        files += write_table(outdir, "stragglers", _columns(coll.stragglers, list(coll.stragglers[0])), csv=True)
+        files += write_table(outdir, STRAGGLERS, _columns(coll.stragglers, list(coll.stragglers[0])), csv=True)
     files += write_p2p(outdir, p2p_rows(coll.transfers, topo))
     files += write_op_perf(outdir, job.parts)
     meta = _meta(dirs, opt, job, tcfg, coll, layout, rank_rows)
@@ -480,16 +481,16 @@ def _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps) -> li
     base = ["iteration", "step", "rank", "device", "source", "replica", "pp_group", "stage"]
     pcols = base[:5] + ["phase", "microbatch"] + base[5:] + ["start_ns", "end_ns", "compute_start_ns",
                                                              "compute_end_ns", *METRICS, "overlap_pct"]
-    files = write_table(outdir, "rank_phase", _columns(_sorted(phase_rows), pcols), csv=True)
+    files = write_table(outdir, RANK_PHASE, _columns(_sorted(phase_rows), pcols), csv=True)
     rcols = base + ["start_ns", "end_ns", *METRICS, "overlap_pct", "step_ns"]
-    files += write_table(outdir, "ranks", _columns(_sorted(rank_rows), rcols), csv=True)
+    files += write_table(outdir, RANKS, _columns(_sorted(rank_rows), rcols), csv=True)
     if pipe:
-        files += write_table(outdir, "pipeline", _columns(pipe, list(pipe[0])), csv=True)
+        files += write_table(outdir, PIPELINE, _columns(pipe, list(pipe[0])), csv=True)
     if reps:
-        files += write_table(outdir, "replicas", _columns(reps, list(reps[0])), csv=True)
-    files += write_table(outdir, "iterations", _columns(iters, list(iters[0])), csv=True)
+        files += write_table(outdir, REPLICAS, _columns(reps, list(reps[0])), csv=True)
+    files += write_table(outdir, ITERATIONS, _columns(iters, list(iters[0])), csv=True)
     topk = sorted(top.items(), key=lambda x: -x[1][2])
-    files += write_table(outdir, "top_kernels", {"name": np.asarray([n for n, _ in topk], object),
+    files += write_table(outdir, TOP_KERNELS, {"name": np.asarray([n for n, _ in topk], object),
                                                  "kind": np.asarray([v[0] for _, v in topk], object),
                                                  "count": np.asarray([v[1] for _, v in topk], np.int64),
                                                  "total_ns": np.asarray([v[2] for _, v in topk], np.int64)})

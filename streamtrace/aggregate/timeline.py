@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .folder import TIMELINE, table_path
 from ..events.dataset import arrow_file, to_arrow, write_table
 from ..runtime.files import atomic_output
 
@@ -50,8 +51,8 @@ def join(outdir, paths: list) -> list:
     None entries skipped), deleting each once copied; returns the written path(s)."""
     paths = [p for p in paths if p is not None]
     if not paths:
-        return write_table(outdir, "timeline", timeline_columns([]))
-    out = Path(outdir) / "timeline.parquet"
+        return write_table(outdir, TIMELINE, timeline_columns([]))
+    out = table_path(outdir, TIMELINE)
     with atomic_output(out, compress=False) as f, pq.ParquetWriter(f, SCHEMA, compression="zstd") as w:
         for p in paths:
             w.write_table(pq.read_table(arrow_file(p)))

@@ -41,7 +41,7 @@ from ..events.dataset import arrow_file, read_table, write_table
 from ..runtime.errors import DataError, UsageError
 from ..runtime.parallel import run_tasks
 from .alignment import Job, Part
-from .folder import Aggregate
+from .folder import COLLECTIVES, COLLECTIVES_RANKS, WHATIF, Aggregate, table_path
 from .steps import step_patterns_of
 from .whatif_changes import AtMedian, Comm, HostGaps, Kernels, Launches, Ops, as_changes
 from .whatif_job import JobStep, Members, StepTables
@@ -94,7 +94,7 @@ def join_rows(results: list) -> dict:
 def read_members(outdir, meta: dict) -> Members:
     """The matched collectives of an aggregate folder (``collectives_ranks``, ``collectives``) with
     their link peaks (:func:`streamtrace.topology.hardware.gpu_spec` of the job's device)."""
-    p = Path(outdir) / "collectives_ranks.parquet"
+    p = table_path(outdir, COLLECTIVES_RANKS)
     if not p.is_file():
         return Members.empty()
     m = read_table(p, ["instance", "part", "correlation", "stream"])
@@ -103,7 +103,7 @@ def read_members(outdir, meta: dict) -> Members:
     key = {(int(a), int(b), int(c)): int(i) for a, b, c, i in
            zip(m["part"][keep], m["correlation"][keep], m["stream"][keep], m["instance"][keep])}
     info: dict = {}
-    q = Path(outdir) / "collectives.parquet"
+    q = table_path(outdir, COLLECTIVES)
     if q.is_file():
         c = read_table(q, ["instance", "collective", "parallel_dim", "msg_bytes", "busbw_gbps", "pg_ranks", "ranks"])
         gpu, nic = _peaks(meta)
@@ -134,7 +134,7 @@ def medians(aggdir, tabs: StepTables, it: int, st: int, rank: int) -> dict:
     over every other rank)."""
     out = {}
     for kind, table, col in (("cpu", "op_stats", "self_ns"), ("gpu", "kernel_stats", "total_ns")):
-        p = Path(aggdir) / f"{table}.parquet"
+        p = table_path(aggdir, table)
         if p.is_file():
             out.update({(kind, n): f for n, f in _name_factors(p, col, it, st, rank).items()})
     r = tabs.ranks
@@ -293,7 +293,7 @@ def read_tables(aggdir) -> dict:
     """The ``whatif_*`` tables of an aggregate folder as :func:`join_rows` returns them."""
     out = {}
     for name, key in zip(TABLES, ("anchors", "edges", "ranks")):
-        p = Path(aggdir) / f"{name}.parquet"
+        p = table_path(aggdir, name)
         if not p.is_file():
             raise DataError(p, "missing: run streamtrace aggregate again (a version with the what-if replay)")
         out[key] = dict(read_table(p))
@@ -368,7 +368,7 @@ def write_whatif(job, outdir, results: list, meta: dict, jobs: int = 1) -> list:
     text = ("change", "description", "source", "bound_what", "top_category", "top_name", "flag")
     cols = {c: np.asarray([r[c] for r in out], object if c in text else float if c.endswith("pct") else np.int64)
             if out else np.zeros(0, str if c in text else float if c.endswith("pct") else np.int64) for c in COLUMNS}
-    return files + write_table(outdir, "whatif", cols)        # (no change: typed empty columns, still readable)
+    return files + write_table(outdir, WHATIF, cols)        # (no change: typed empty columns, still readable)
 
 
 def _replay_ends(rows, rep: Replayer):

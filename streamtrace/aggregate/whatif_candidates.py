@@ -15,8 +15,8 @@ re-reduces every rank (the job-wide ones are left out above :data:`MAX_RANKS_GLO
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
+from .folder import CRITICAL_PATH_RANKS, CRITICAL_PATH_SUMMARY, table_path
 from ..events.dataset import read_table
 from .whatif_changes import AtMedian, Comm, HostGaps, Kernels, Launches, Ops
 
@@ -29,7 +29,7 @@ LOADER = re.compile(r"DataLoader|data_?load|dataloader|get_batch", re.IGNORECASE
 
 
 def _rows(outdir, name) -> list:
-    p = Path(outdir) / f"{name}.parquet"
+    p = table_path(outdir, name)
     if not p.is_file():
         return []
     t = read_table(p)
@@ -40,8 +40,8 @@ def _rows(outdir, name) -> list:
 def candidates(outdir, tabs: dict) -> list:
     """The candidate changes (module docstring) of an aggregate being written in ``outdir`` (its
     critical-path tables already there); ``tabs``: the what-if tables by step (the number of ranks)."""
-    ranks = _rows(outdir, "critical_path_ranks")
-    summ = _rows(outdir, "critical_path_summary")
+    ranks = _rows(outdir, CRITICAL_PATH_RANKS)
+    summ = _rows(outdir, CRITICAL_PATH_SUMMARY)
     if not ranks:
         return []
     nranks = len({r["rank"] for r in ranks})

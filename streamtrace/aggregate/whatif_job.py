@@ -18,10 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..kernels.critical import NEG, longest_path, trace_back
-from .critical_graph import Anchor
+from .critical_graph import BARRIER, Anchor, Edge
 
-LOCAL, WAIT, TRANSFER = 0, 1, 2
-BARRIER = -1
+LOCAL, WAIT, TRANSFER = Edge.local, Edge.wait, Edge.transfer
 SCOPES = ("intra", "inter")
 
 

@@ -20,7 +20,7 @@ from ..topology.sources import load_topology
 from ..trace.metadata import pg_config, trace_facts
 from ..trace.nsys import is_sqlite
 from ..trace.steps import KINETO_STEP_PATTERNS
-from . import nsys as N
+from . import nsys as nsys_export
 from .corrupt import corrupted_warning, without_overlong
 from .options import AnalyzeOptions
 from .opperf import CostedOps, write_op_perf
@@ -123,8 +123,9 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
         split = nsys = costed = None
         if is_sqlite(path):                              # an Nsight Systems export: read by content
             store = SpillStore(spill.name, opt.chunk_events) if spill else MemoryStore(opt.chunk_events)
-            nsys = N.read_export(path, store, file_rank, opt, progress)
-            table, comm_rows, meta, warnings, unusable = nsys.table, nsys.comm_rows, {}, N.warnings_of(nsys), 0
+            nsys = nsys_export.read_export(path, store, file_rank, opt, progress)
+            table, comm_rows, meta, unusable = nsys.table, nsys.comm_rows, {}, 0
+            warnings = nsys_export.warnings_of(nsys)
             negative = 0
         elif opt.split_jobs > 1:
             warm_analysis(outdir, opt, ingest_only=True)  # before forking: the workers inherit the kernels
@@ -178,7 +179,7 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
                                              opt.chunk_events, spill.name if spill else None, opt.split_jobs),
                                 RankOutputs(open_ops, open_kernels, pool, write_cpu_collectives))
             if nsys is not None:
-                facts = N.rank_facts(nsys, rank, [int(d) for d in summ["devices"]])
+                facts = nsys_export.rank_facts(nsys, rank, [int(d) for d in summ["devices"]])
             out.append({"rank": rank, "source": str(path), "iteration": iteration, **summ,
                         "dropped_for_time": unusable,     # the file's (issue 33): counted, said in warnings
                         "corrupted_durations": {"negative": negative, "longer_than_trace": overlong},
@@ -187,7 +188,7 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
                         + ([corrupted_warning(path, negative if not out else 0, overlong)]
                            if overlong or (negative and not out) else [])})
             if nsys is not None:
-                out[-1]["nsys"] = N.export_facts(nsys, rank)
+                out[-1]["nsys"] = nsys_export.export_facts(nsys, rank)
         if opt.op_perf and nsys is None and not opt.gpu_only:   # per-op FLOPs/bytes (a pass of its own when split)
             write_op_perf(path, outdir, sorted(ranks), iteration, costed)
         return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import classify as C
+from . import classify
 from .metrics import COMM, COMPUTE, MEMORY
 
 #: the kernels table's ``kind`` values, by the class codes of :mod:`streamtrace.analyze.metrics`
@@ -27,7 +27,7 @@ class Names:
         for i, t in enumerate(strings):
             self.memory_cat[i] = t in pats.memory_cats
             self.comm[i] = bool(pats.comm.search(t))
-        ph, fb, rc, st, sd = C.name_flags(strings, pats)
+        ph, fb, rc, st, sd = classify.name_flags(strings, pats)
         self.phase = np.append(ph, 0)
         self.fallback = np.append(fb, 0)
         self.recompute = np.append(rc, False)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..kernels.windows import WindowIndex, shortest_overlapping
-from . import classify as C
+from . import classify
 
 
 #: the kernels table's ``attributed_by`` values, by code: where a GPU event's step, phase and
@@ -27,8 +27,8 @@ class Windows:
     code of :data:`streamtrace.analyze.classify.PHASES` but 0."""
     step: list = field(default_factory=list)
     recompute: list = field(default_factory=list)
-    phase: dict = field(default_factory=lambda: {c: [] for c in range(1, len(C.PHASES))})
-    fallback: dict = field(default_factory=lambda: {c: [] for c in range(1, len(C.PHASES))})
+    phase: dict = field(default_factory=lambda: {c: [] for c in range(1, len(classify.PHASES))})
+    fallback: dict = field(default_factory=lambda: {c: [] for c in range(1, len(classify.PHASES))})
 
     def extend(self, other: "Windows"):
         """Append ``other``'s windows (a later group of tracks) to these."""
@@ -45,7 +45,7 @@ def add_windows(win, nm, cname, start, end):
                                (nm.recompute[cname], win.recompute, None)):
         if sel.any():
             bucket.append((start[sel], end[sel], None if extra is None else extra[sel]))
-    for code in range(1, len(C.PHASES)):
+    for code in range(1, len(classify.PHASES)):
         for sel, bucket in ((nm.phase[cname] == code, win.phase[code]), (nm.fallback[cname] == code, win.fallback[code])):
             if sel.any():
                 bucket.append((start[sel], end[sel], None))
@@ -114,17 +114,17 @@ def attribute_phases(gpu, win, rows=65536):
     ws, we, wval = _cat_windows(win.step)
     steps = WindowIndex(ws, we)
     phase_w = {}
-    for code in range(1, len(C.PHASES)):
+    for code in range(1, len(classify.PHASES)):
         ps, pe, _ = _cat_windows(win.phase[code])
         if len(ps):
             phase_w[code] = (WindowIndex(ps, pe), ps, outer_ordinals(ps, pe, steps.innermost(ps)))
-    fb_w = [(code, WindowIndex(*_cat_windows(win.fallback[code])[:2])) for code in range(1, len(C.PHASES))]
+    fb_w = [(code, WindowIndex(*_cat_windows(win.fallback[code])[:2])) for code in range(1, len(classify.PHASES))]
     recompute = WindowIndex(*_cat_windows(win.recompute)[:2])
     narrow = not len(wval) or (-2 ** 31 <= int(wval.min()) and int(wval.max()) < 2 ** 31)
     iteration = np.empty(M, np.int32 if narrow else np.int64)
     ph = np.zeros(M, np.int8)
     micro = np.full(M, -1, np.int32)              # ordinals within a step
-    backward, recomp = C.PHASES.index("backward"), C.PHASES.index("recompute")
+    backward, recomp = classify.PHASES.index("backward"), classify.PHASES.index("recompute")
     for a in range(0, M, rows):
         t = t_launch[a:a + rows]
         step_pos = steps.innermost(t)
@@ -135,7 +135,7 @@ def attribute_phases(gpu, win, rows=65536):
             pos = index.innermost(t)
             better = (pos >= 0) & (ps[np.maximum(pos, 0)] >= ph_start)
             p[better] = code
-            mi[better] = mb[pos[better]] if C.PHASES[code] in ("forward", "backward") else -1
+            mi[better] = mb[pos[better]] if classify.PHASES[code] in ("forward", "backward") else -1
             ph_start[better] = ps[pos[better]]
         for code, index in fb_w:
             hit = (p == 0) & (index.innermost(t) >= 0)
@@ -163,7 +163,7 @@ def infer_forward(gpu, win, ph, rows=65536) -> dict:
     pass starts (PyTorch runs a step's autograd ops only after ``loss.backward()``); data loading
     and anything else unannotated before it count as forward too.  Returns ``{}``, or
     ``{"forward": {"gpu_events": n, "rule": INFERRED_FORWARD}}`` (summary.json's ``phases_inferred``)."""
-    fwd, bwd = C.PHASES.index("forward"), C.PHASES.index("backward")
+    fwd, bwd = classify.PHASES.index("forward"), classify.PHASES.index("backward")
     if win.phase[fwd] or not (win.phase[bwd] or win.fallback[bwd]) or not win.step:
         return {}
     ws, we, _ = _cat_windows(win.step)

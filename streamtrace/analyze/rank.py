@@ -18,7 +18,7 @@ from ..events.dataset import StringPool
 from ..events.store import CHUNK_EVENTS, EventStore
 from ..runtime.fork import run_forked
 from ..runtime.tuning import trim
-from . import classify as C
+from . import classify
 from . import tracks
 from .cpu_collectives import cpu_collective_rows
 from .comm import COLL_INT, COLL_STR, collective_columns
@@ -188,7 +188,8 @@ def kernel_pools(table_pool, coll_pool):
     """``{string column: StringPool}`` of the kernels table."""
     pools = {c: table_pool for c in ("name", "cat", "launch_op", "launching_op", "annotation", "top_annotation",
                                      "gpu_annotation")}
-    pools.update({"kind": StringPool(KINDS), "phase": StringPool(C.PHASES), "attributed_by": StringPool(ATTRIBUTED_BY)})
+    pools.update({"kind": StringPool(KINDS), "phase": StringPool(classify.PHASES),
+                  "attributed_by": StringPool(ATTRIBUTED_BY)})
     pools.update({c: coll_pool for c in COLL_STR})
     return pools
 
@@ -235,15 +236,15 @@ def _metrics(summary, device, g_start, g_end, kind, iteration, ph, micro):
                 summary["iterations"].setdefault(str(int(u_it[c])), {})[str(d)] = \
                     _group_metrics(s, e, k, None if order is None else order[x:y])
         del order
-        key *= len(C.PHASES)
+        key *= len(classify.PHASES)
         key += p
         key *= len(u_mb)
         key += np.searchsorted(u_mb, mb)                          # (iteration, phase, micro-batch) code
         codes, order, bounds = _groups(key)
         del key
         for c, x, y in zip(codes, bounds[:-1], bounds[1:]):
-            i, m = int(u_it[c // len(u_mb) // len(C.PHASES)]), int(u_mb[c % len(u_mb)])
+            i, m = int(u_it[c // len(u_mb) // len(classify.PHASES)]), int(u_mb[c % len(u_mb)])
             row = {"device": str(d), "iteration": None if i < 0 else i,
-                   "phase": C.PHASES[c // len(u_mb) % len(C.PHASES)], "microbatch": None if m < 0 else m}
+                   "phase": classify.PHASES[c // len(u_mb) % len(classify.PHASES)], "microbatch": None if m < 0 else m}
             row.update(_group_metrics(s, e, k, None if order is None else order[x:y]))
             summary["phases"].append(row)

@@ -13,14 +13,12 @@ import re
 import sys
 import traceback
 
-import argh
-
 from ..runtime.console import printable, setup_console
 from ..runtime.errors import EXIT_USAGE, StreamtraceError
 from ..runtime.lifecycle import Terminated, exit_on_sigterm
 from ..runtime.tuning import leave, skip_numba_blas, skip_pandas, use_system_allocator
 from . import aggregate, analyze, demo, diff, epilogue, merge, report, topology, validate, warmup, whatif
-from .common import SHORT_FLAGS, Exit, version_text
+from .common import Exit, version_text
 
 # Conventions of every subcommand (streamtrace/cli/<name>.py): errors of the user's command line raise
 # streamtrace.runtime.errors.UsageError (exit 2, one line), bad input StreamtraceError (exit 1); -q/-v; -j 0 = all cores;
@@ -55,7 +53,10 @@ def main(argv=None) -> int:
     argv = spell_options(parser, argv)
     verbose = any(a in ("-v", "--verbose") for a in argv)
     try:
-        argh.dispatch(parser, argv=argv)
+        options = parser.parse_args(argv)
+        if getattr(options, "run", None) is None:
+            parser.error("give a command (streamtrace --help lists them; start with streamtrace demo)")
+        call(options.run, options)
     except Exit as e:
         return e.code
     except StreamtraceError as e:
@@ -74,17 +75,32 @@ def main(argv=None) -> int:
     return 0
 
 
+def call(fn, options: argparse.Namespace):
+    """Run the subcommand ``fn`` with the parsed ``options``: each by its parameter's name (``*args``
+    from its list), an option not given left to ``fn``'s default (the parsers' ``argument_default`` is
+    ``SUPPRESS``)."""
+    kwargs = {k: v for k, v in vars(options).items() if k not in ("run", "version")}
+    args = ()
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind is p.VAR_POSITIONAL:
+            args = tuple(kwargs.pop(p.name, ()))
+    fn(*args, **kwargs)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one plain line on a usage error (and exit 2, as argparse): an unknown option
-    gets the closest known ones ("did you mean") and points to its subcommand's ``--help``."""
+    gets the closest known ones ("did you mean") and points to its subcommand's ``--help``.
+    ``commands``: the subcommands' parsers by name; ``options``: the option strings shown in
+    ``--help``; ``command``: the subcommand's parser, when main found one in the command line."""
 
-    command = None          # the subcommand's parser, when main found one in the command line
+    command = None
+    commands: dict = {}
+    options: tuple = ()
 
     def error(self, message):
         prog = self.command.prog if self.command is not None and self.prog == "streamtrace" else self.prog
         if message.startswith("unrecognized arguments:"):
-            known = [o for a in (self.command or self)._actions for o in a.option_strings
-                     if a.help != argparse.SUPPRESS]
+            known = list((self.command or self).options)
             close = [m for w in message.split(":", 1)[1].split() if w.startswith("-")
                      for m in difflib.get_close_matches(w.split("=", 1)[0], known, n=2, cutoff=0.6)]
             if close:
@@ -96,10 +112,9 @@ def spell_options(parser, argv) -> list:
     """The command line ``argv`` with every option as the subcommand knows it: Megatron's spellings of
     merge (:data:`~streamtrace.cli.merge.ALIASES`), and ``--snake_case`` for a known ``--snake-case``
     (``--gpu_only``, ``--world_size``).  Notes the subcommand's parser on ``parser`` for its errors."""
-    subs = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
-    sub = next((subs.choices[a] for a in argv if subs is not None and a in subs.choices), None)
+    sub = next((parser.commands[a] for a in argv if a in parser.commands), None)
     parser.command = sub
-    known = {o for a in sub._actions for o in a.option_strings} if sub is not None else set()
+    known = set(sub.options) | set(sub.hidden) if sub is not None else set()
     out = []
     for a in argv:
         if a.startswith("--"):
@@ -113,18 +128,24 @@ def spell_options(parser, argv) -> list:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``streamtrace`` parser: one subparser per function of :data:`COMMANDS` (argh), its
-    examples as the epilog, only the short flags of :data:`~streamtrace.cli.common.SHORT_FLAGS`."""
+    """The ``streamtrace`` parser: one subparser per function of :data:`COMMANDS`, its options as the
+    function declares them (:func:`~streamtrace.cli.common.option`), its examples as the epilog."""
     parser = _Parser(prog="streamtrace", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-V", "--version", action="store_true", help="print the version and the ijson backend")
     subs = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=_Parser)
+    parser.commands = {}
     for fn in COMMANDS:
         doc = inspect.cleandoc(fn.__doc__ or "")
         sub = subs.add_parser(fn.__name__, help=first_sentence(doc), description=doc,
                               epilog="examples:\n" + fn.EXAMPLES.strip("\n") if getattr(fn, "EXAMPLES", None) else None,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-        argh.set_default_command(sub, fn, name_mapping_policy=argh.assembling.NameMappingPolicy.BY_NAME_IF_KWONLY)
-        _keep_short_flags(sub, getattr(fn, "HIDDEN_NAMES", ()))
+                              formatter_class=argparse.RawDescriptionHelpFormatter, argument_default=argparse.SUPPRESS)
+        for names, kwargs in fn.OPTIONS:
+            sub.add_argument(*names, **kwargs)
+        sub.set_defaults(run=fn)
+        shown = [n for names, kw in fn.OPTIONS if kw.get("help") != argparse.SUPPRESS for n in names]
+        sub.options = tuple(n for n in ["-h", "--help", *shown] if n.startswith("-"))
+        sub.hidden = tuple(n for names, kw in fn.OPTIONS if kw.get("help") == argparse.SUPPRESS for n in names)
+        parser.commands[fn.__name__] = sub
     return parser
 
 
@@ -135,18 +156,6 @@ def first_sentence(doc) -> str | None:
         return None
     end = re.search(r"(?<!e\.g)(?<!i\.e)\.\s", para)            # not after e.g. / i.e.
     return para if end is None else para[:end.start() + 1]
-
-
-def _keep_short_flags(parser, hidden=()):
-    """Remove the short flags argh infers from parameter names (``-s`` for ``--strict``,
-    ``--source`` and ``--seq-len`` alike), keeping those of SHORT_FLAGS, and the long names it
-    infers from a parameter spelled otherwise on the command line (``hidden``, e.g. ``--source``
-    of ``--from``).  argparse keeps its options in ``_actions`` / ``_option_string_actions``."""
-    for action in parser._actions:
-        for opt in list(action.option_strings):
-            if opt in hidden or len(opt) == 2 and not set(SHORT_FLAGS.get(opt, ())) & set(action.option_strings):
-                action.option_strings.remove(opt)
-                parser._option_string_actions.pop(opt, None)
 
 
 def command():

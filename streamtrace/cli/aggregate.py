@@ -1,9 +1,8 @@
 """``streamtrace aggregate``: the whole job's tables from analysed folders."""
 from __future__ import annotations
 
-import argh
-
-from .common import Console, need, parse_jobs, parse_list, prepare_kernels
+from ..aggregate.folder import CRITICAL_PATH, CRITICAL_PATH_SUMMARY, WHATIF, table_file
+from .common import Console, need, option, parse_jobs, parse_list, prepare_kernels
 
 EXAMPLES = """
   streamtrace aggregate an15 an16 -o job42-agg -j 8
@@ -12,29 +11,32 @@ EXAMPLES = """
 """
 
 
-@argh.arg("dirs", help="analysed folders (the -o of streamtrace analyze), e.g. one per iteration")
-@argh.arg("-o", "--outdir", help="output folder, relative to the current folder (default: streamtrace-aggregate)")
-@argh.arg("--iterations", help="only these iterations (the trace folder's iteration_N, as analyze's iteration=N), "
-          "e.g. 15 or 15-16,20")
-@argh.arg("--steps", help="only these step numbers (the N of ProfilerStep#N, or of the custom step ranges "
-          "analyze took: NVTX `iteration N`, --step-pattern), e.g. 14 or 14-15")
-@argh.arg("-j", "--jobs", type=int, help="worker processes (default: 0 = all cores)")
-@argh.arg("--time-alignment", choices=["global", "individual"],
-          help="global: one time base for all ranks via baseTimeNanoseconds (default); individual: each rank from "
-               "its own start")
-@argh.arg("--clock-sync", choices=["none", "collectives"],
-          help="none (default), or estimate clock offsets from collective ends")
-@argh.arg("--topology", help="topology file or trace folder (default: the traces' distributedInfo.pg_config)")
-@argh.arg("--torchtitan-config", help="the job's TorchTitan TOML: its mesh is the topology (unless --topology), its "
-          "batch, sequence length and model go into aggregate.json")
-@argh.arg("--consecutive-kernel-delay-us", type=float,
-          help="idle breakdown: a gap on a GPU stream shorter than this (us), not caused by a late launch, is kernel "
-               "wait, a longer one other (HolisticTraceAnalysis' consecutive_kernel_delay; default 30)")
-@argh.arg("--no-critical-path", help="do not write critical_path.parquet / critical_path_summary.parquet")
-@argh.arg("--no-whatif", help="do not replay the step (whatif.parquet and its tables: streamtrace whatif needs them)")
-@argh.arg("--force", help="aggregate folders that look like different jobs (different world sizes, ...)")
-@argh.arg("-q", "--quiet", help="print only warnings and errors")
-@argh.arg("-v", "--verbose", help="print more (and tracebacks of errors)")
+@option("dirs", nargs="*", help="analysed folders (the -o of streamtrace analyze), e.g. one per iteration")
+@option("-o", "--outdir", help="output folder, relative to the current folder (default: streamtrace-aggregate)")
+@option("--iterations", help="only these iterations (the trace folder's iteration_N, as analyze's iteration=N), "
+        "e.g. 15 or 15-16,20")
+@option("--steps", help="only these step numbers (the N of ProfilerStep#N, or of the custom step ranges "
+        "analyze took: NVTX `iteration N`, --step-pattern), e.g. 14 or 14-15")
+@option("-j", "--jobs", type=int, help="worker processes (default: 0 = all cores)")
+@option("--time-alignment", choices=["global", "individual"],
+        help="global: one time base for all ranks via baseTimeNanoseconds (default); individual: each rank from "
+             "its own start")
+@option("--clock-sync", choices=["none", "collectives"],
+        help="none (default), or estimate clock offsets from collective ends")
+@option("--topology", help="topology file or trace folder (default: the traces' distributedInfo.pg_config)")
+@option("--torchtitan-config", help="the job's TorchTitan TOML: its mesh is the topology (unless --topology), its "
+        "batch, sequence length and model go into aggregate.json")
+@option("--consecutive-kernel-delay-us", type=float,
+        help="idle breakdown: a gap on a GPU stream shorter than this (us), not caused by a late launch, is kernel "
+             "wait, a longer one other (HolisticTraceAnalysis' consecutive_kernel_delay; default 30)")
+@option("--no-critical-path", action="store_true",
+        help=f"do not write {table_file(CRITICAL_PATH)} / {table_file(CRITICAL_PATH_SUMMARY)}")
+@option("--no-whatif", action="store_true", help=f"do not replay the step ({table_file(WHATIF)} and its tables: "
+        "streamtrace whatif needs them)")
+@option("--force", action="store_true",
+        help="aggregate folders that look like different jobs (different world sizes, ...)")
+@option("-q", "--quiet", action="store_true", help="print only warnings and errors")
+@option("-v", "--verbose", action="store_true", help="print more (and tracebacks of errors)")
 def aggregate(*dirs, outdir="streamtrace-aggregate", iterations=None, steps=None, jobs=0, time_alignment="global",
               clock_sync="none", topology=None, torchtitan_config=None, consecutive_kernel_delay_us=30.0,
               no_critical_path=False, no_whatif=False, force=False, quiet=False, verbose=False):

@@ -4,10 +4,8 @@ from __future__ import annotations
 import statistics
 import sys
 
-import argh
-
 from ..runtime.console import printable
-from .common import Console, Exit, need, parse_jobs, prepare_kernels
+from .common import Console, Exit, need, option, parse_jobs, prepare_kernels
 
 EXAMPLES = """
   streamtrace analyze runs/job42/profile_traces/iteration_10 -o job42_iter10
@@ -19,27 +17,31 @@ EXAMPLES = """
 RANK_LINES = 8
 
 
-@argh.arg("inputs", help="trace files, folders of rank traces, globs, or a merged multi-rank trace")
-@argh.arg("-o", "--outdir", help="output folder, relative to the current folder (summary.json, kernels/, ops/; "
-          "default: streamtrace-analysis)")
-@argh.arg("--chunked", help="bounded memory: convert in chunks spilled to disk, then analyse from disk")
-@argh.arg("--chunk-events", type=int, help="events held in memory at once: read, sorted and analysed per chunk "
-          "(default: 32768)")
-@argh.arg("-j", "--jobs", type=int, help="worker processes (default: 0 = all cores)")
-@argh.arg("--patterns", help="TOML file overriding the classification patterns")
-@argh.arg("--topology", help="topology file: streamtrace JSON or Megatron-TraceViz unique_parallel_groups_*.txt")
-@argh.arg("--rank-map", help="JSON {file: rank} or '<file> <rank>' lines, for files that carry no rank")
-@argh.arg("--step-pattern", help="regular expression of the annotation or NVTX range that marks a training step, "
-          "its first group the step number (default: ^ProfilerStep#(\\d+)$)")
-@argh.arg("--salvage", help="on a truncated file keep every complete event before the cut")
-@argh.arg("--scheduler", help="dask.distributed scheduler address, e.g. tcp://host:8786 (or $STREAMTRACE_SCHEDULER)")
-@argh.arg("--op-perf", help="also op_perf/: per-op FLOPs, bytes and roofline from the recorded shapes "
-          "(record_shapes=True; one more pass over each file)")
-@argh.arg("--gpu-only", help="only GPU activity (kernels, memcpy, memset, GPU annotations): per-device metrics and "
-          "kernels rows, no CPU ops, call trees, launch links, steps or phases (an Nsight Systems export's CPU "
-          "tables are not read)")
-@argh.arg("-q", "--quiet", help="print only warnings and errors")
-@argh.arg("-v", "--verbose", help="one line per rank whatever their number (and tracebacks of errors)")
+@option("inputs", nargs="*", help="trace files, folders of rank traces, globs, or a merged multi-rank trace")
+@option("--outdir", "-o", help="output folder, relative to the current folder (summary.json, kernels/, ops/; "
+        "default: streamtrace-analysis)")
+@option("--chunked", action="store_true",
+        help="bounded memory: convert in chunks spilled to disk, then analyse from disk")
+@option("--chunk-events", type=int, help="events held in memory at once: read, sorted and analysed per chunk "
+        "(default: 32768)")
+@option("-j", "--jobs", type=int, help="worker processes (default: 0 = all cores)")
+@option("--patterns", help="TOML file overriding the classification patterns")
+@option("--topology", help="topology file: streamtrace JSON or Megatron-TraceViz unique_parallel_groups_*.txt")
+@option("--rank-map", help="JSON {file: rank} or '<file> <rank>' lines, for files that carry no rank")
+@option("--salvage", action="store_true", help="on a truncated file keep every complete event before the cut")
+@option("--scheduler", help="dask.distributed scheduler address, e.g. tcp://host:8786 (or $STREAMTRACE_SCHEDULER)")
+@option("--op-perf", action="store_true",
+        help="also op_perf/: per-op FLOPs, bytes and roofline from the recorded shapes "
+        "(record_shapes=True; one more pass over each file)")
+@option("-q", "--quiet", action="store_true", help="print only warnings and errors")
+@option("-v", "--verbose", action="store_true",
+        help="one line per rank whatever their number (and tracebacks of errors)")
+@option("--step-pattern", help="regular expression of the annotation or NVTX range that marks a training step, "
+        "its first group the step number (default: ^ProfilerStep#(\\d+)$)")
+@option("--gpu-only", action="store_true",
+        help="only GPU activity (kernels, memcpy, memset, GPU annotations): per-device metrics and "
+        "kernels rows, no CPU ops, call trees, launch links, steps or phases (an Nsight Systems export's CPU "
+        "tables are not read)")
 def analyze(*inputs, outdir="streamtrace-analysis", chunked=False, chunk_events=32_768, jobs=0,
             patterns=None, topology=None, rank_map=None, salvage=False, scheduler=None, op_perf=False, quiet=False,
             verbose=False, step_pattern=None, gpu_only=False):

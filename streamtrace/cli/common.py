@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 
-import argh
 import ijson
 
 from .. import __version__
@@ -162,7 +161,7 @@ class Exit(Exception):
         self.code = code
 
 
-#: the short flags of the whole tool, one meaning each (argh's automatic ones are removed)
+#: the short flags of the whole tool, one meaning each (a test checks that the subcommands declare no other)
 SHORT_FLAGS = {"-o": ("--outdir", "--output-file", "--output"), "-j": ("--jobs",), "-q": ("--quiet",),
                "-v": ("--verbose",), "-i": ("--input-dir",), "-h": ("--help",)}
 
@@ -179,7 +178,7 @@ REPORT_ARGS = (
     (("--nic-gbps",), dict(type=float, help="network GB/s per GPU for collectives across hosts (default: the "
                                             "platform's)")),
     (("--gpus-per-node",), dict(type=int, help="ranks per host when the trace file names give no host (default 8)")),
-    (("--no-charts",), dict(help="skip the charts")),
+    (("--no-charts",), dict(action="store_true", help="skip the charts")),
     (("--chart-format",), dict(help="chart files: png (default), svg, or png,svg")),
     (("--chart-ranks",), dict(help="ranks that get per-rank charts, e.g. 0-3,12 (default: all up to 8, else a "
                                    "selection)")),
@@ -197,8 +196,20 @@ def check_efficiency_flags(peak_tflops, flops_per_token, nic_gbps, gpus_per_node
             raise UsageError(f"bad {flag} {v}: give a positive number")
 
 
+def option(*names, **kwargs):
+    """Decorator: the subcommand ``fn`` takes the option (or positional) ``names``, declared with
+    :meth:`argparse.ArgumentParser.add_argument`'s ``names`` and ``kwargs`` as they are (each name,
+    action and ``nargs`` explicit: nothing is inferred from ``fn``'s signature, whose defaults are the
+    option's).  The declarations are kept on ``fn.OPTIONS`` in the order they are written, which is
+    the order of ``--help``; :func:`streamtrace.cli.build_parser` adds them."""
+    def declare(fn):
+        fn.__dict__.setdefault("OPTIONS", []).insert(0, (names, kwargs))
+        return fn
+    return declare
+
+
 def report_args(fn):
-    """Decorator: the :data:`REPORT_ARGS` options on the subcommand ``fn`` (argh), in that order."""
+    """Decorator: the :data:`REPORT_ARGS` options on the subcommand ``fn`` (:func:`option`), in that order."""
     for names, kw in reversed(REPORT_ARGS):
-        fn = argh.arg(*names, **kw)(fn)
+        fn = option(*names, **kw)(fn)
     return fn

@@ -10,9 +10,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import argh
-
 from ..runtime.errors import StreamtraceError, UsageError
+from .common import option
 
 
 def run_demo(folder="streamtrace-demo", world_size=8, tp=2, pp=2, jobs=0, log=print, epilogue=True, started=None,
@@ -67,11 +66,11 @@ def run_demo(folder="streamtrace-demo", world_size=8, tp=2, pp=2, jobs=0, log=pr
             "truth": truth, "report": summary and summary["report"], "epilogue": summary}
 
 
-@argh.arg("folder", nargs="?", help="where to write the demo trace set (default: streamtrace-demo)")
-@argh.arg("--world-size", type=int, help="number of ranks, a multiple of 4 (default: 8)")
-@argh.arg("-j", "--jobs", type=int, help="worker processes (default: 0 = all cores)")
-@argh.arg("-q", "--quiet", help="print only warnings and errors")
-@argh.arg("-v", "--verbose", help="tracebacks of errors")
+@option("folder", nargs="?", help="where to write the demo trace set (default: streamtrace-demo)")
+@option("--world-size", type=int, help="number of ranks, a multiple of 4 (default: 8)")
+@option("-j", "--jobs", type=int, help="worker processes (default: 0 = all cores)")
+@option("-q", "--quiet", action="store_true", help="print only warnings and errors")
+@option("-v", "--verbose", action="store_true", help="tracebacks of errors")
 def demo(folder="streamtrace-demo", *, world_size=8, jobs=0, quiet=False, verbose=False):
     """Write a small realistic 8-rank job's traces and run the whole epilogue on them."""
     from .common import Console, parse_jobs, prepare_kernels

@@ -1,10 +1,8 @@
 """``streamtrace diff``: what changed between two runs (kernels, CPU ops, groups, ranks)."""
 from __future__ import annotations
 
-import argh
-
 from ..runtime.console import printable
-from .common import Console, parse_jobs, parse_list
+from .common import Console, option, parse_jobs, parse_list
 
 EXAMPLES = """
   streamtrace diff runs/job41/streamtrace runs/job42/streamtrace -o diff-41-42      # two epilogue outputs
@@ -14,26 +12,26 @@ EXAMPLES = """
 """
 
 
-@argh.arg("base", help="the run compared against: an analysed folder (streamtrace analyze -o), an aggregate or "
-          "epilogue output, or traces / a folder of rank traces (analysed into OUTDIR/analysis-base)")
-@argh.arg("test", help="the run compared, in the same forms (traces are analysed into OUTDIR/analysis-test)")
-@argh.arg("-o", "--outdir", help="output folder, relative to the current folder (default: streamtrace-diff)")
-@argh.arg("--ranks", "--rank", help="ranks compared on both sides, e.g. 0-7,12, or all (every rank of each side, "
-          "unpaired); default: the ranks both sides have")
-@argh.arg("--base-ranks", "--base-rank", help="base ranks, paired in order with --test-ranks, e.g. 0-7")
-@argh.arg("--test-ranks", "--test-rank", help="test ranks, paired in order with --base-ranks, e.g. 8-15")
-@argh.arg("--steps", "--step", help="step numbers compared on both sides (the N of ProfilerStep#N, or of a custom step "
-          "range), e.g. 12-13 (default: all)")
-@argh.arg("--base-steps", "--base-step", help="step numbers of the base side")
-@argh.arg("--test-steps", "--test-step", help="step numbers of the test side")
-@argh.arg("--labels", help="names of the two sides in diff.md, e.g. before,after (default: base,test)")
-@argh.arg("--name-key", choices=["full", "short"],
-          help="full: names as in the traces (default); short: without template arguments and argument lists")
-@argh.arg("--top", type=int, help="rows per list in diff.md (default: 10)")
-@argh.arg("--no-charts", help="skip the chart")
-@argh.arg("-j", "--jobs", type=int, help="worker processes (default: 0 = all cores)")
-@argh.arg("-q", "--quiet", help="print only the result's path, warnings and errors")
-@argh.arg("-v", "--verbose", help="print more (and tracebacks of errors)")
+@option("base", help="the run compared against: an analysed folder (streamtrace analyze -o), an aggregate or "
+        "epilogue output, or traces / a folder of rank traces (analysed into OUTDIR/analysis-base)")
+@option("test", help="the run compared, in the same forms (traces are analysed into OUTDIR/analysis-test)")
+@option("-o", "--outdir", help="output folder, relative to the current folder (default: streamtrace-diff)")
+@option("--ranks", "--rank", help="ranks compared on both sides, e.g. 0-7,12, or all (every rank of each side, "
+        "unpaired); default: the ranks both sides have")
+@option("--base-ranks", "--base-rank", help="base ranks, paired in order with --test-ranks, e.g. 0-7")
+@option("--test-ranks", "--test-rank", help="test ranks, paired in order with --base-ranks, e.g. 8-15")
+@option("--steps", "--step", help="step numbers compared on both sides (the N of ProfilerStep#N, or of a custom step "
+        "range), e.g. 12-13 (default: all)")
+@option("--base-steps", "--base-step", help="step numbers of the base side")
+@option("--test-steps", "--test-step", help="step numbers of the test side")
+@option("--labels", help="names of the two sides in diff.md, e.g. before,after (default: base,test)")
+@option("--name-key", choices=["full", "short"],
+        help="full: names as in the traces (default); short: without template arguments and argument lists")
+@option("--top", type=int, help="rows per list in diff.md (default: 10)")
+@option("--no-charts", action="store_true", help="skip the chart")
+@option("-j", "--jobs", type=int, help="worker processes (default: 0 = all cores)")
+@option("-q", "--quiet", action="store_true", help="print only the result's path, warnings and errors")
+@option("-v", "--verbose", action="store_true", help="print more (and tracebacks of errors)")
 def diff(base, test, *, outdir="streamtrace-diff", ranks=None, base_ranks=None, test_ranks=None, steps=None,
          base_steps=None, test_steps=None, labels="base,test", name_key="full", top=10, no_charts=False, jobs=0,
          quiet=False, verbose=False):

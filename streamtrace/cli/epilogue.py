@@ -3,11 +3,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import argh
-
 from ..runtime.console import printable
 from ..runtime.errors import StreamtraceError
-from .common import Console, Exit, check_efficiency_flags, parse_formats, parse_jobs, parse_list, prepare_kernels, report_args
+from .common import (check_efficiency_flags, Console, Exit, option, parse_formats, parse_jobs, parse_list,
+                     prepare_kernels, report_args)
 
 EXAMPLES = """
   streamtrace epilogue /runs/job42/tb
@@ -17,21 +16,21 @@ EXAMPLES = """
 """
 
 
-@argh.arg("run_dir", help="the training run's output folder (traces, topology)")
-@argh.arg("-o", "--outdir", help="output folder, relative to the current folder (default: RUN_DIR/streamtrace)")
-@argh.arg("--full", help="merge every event, not only GPU processes")
-@argh.arg("--in-memory", help="analyse in memory instead of --chunked")
-@argh.arg("-j", "--jobs", type=int, help="worker processes (default: 0 = all cores)")
-@argh.arg("--max-memory", type=float, help="cap in GB: limits parallel workers (~0.6 GB each)")
-@argh.arg("--strict", help="exit 1 when anything failed (default: always exit 0)")
-@argh.arg("--name", help="run name for the report (default: the folder of the job's traces, above iteration_N/, "
-          "tb/, ...)")
-@argh.arg("--topology", help="topology file (default: found under RUN_DIR, else the traces' pg_config)")
-@argh.arg("--step-pattern", help="regular expression of the annotation or NVTX range that marks a training step "
-          "(default: ProfilerStep#N; an Nsight export without step ranges is one window, the whole capture)")
+@option("run_dir", metavar="run-dir", help="the training run's output folder (traces, topology)")
+@option("-o", "--outdir", help="output folder, relative to the current folder (default: RUN_DIR/streamtrace)")
+@option("--full", action="store_true", help="merge every event, not only GPU processes")
+@option("--in-memory", action="store_true", help="analyse in memory instead of --chunked")
+@option("-j", "--jobs", type=int, help="worker processes (default: 0 = all cores)")
+@option("--max-memory", type=float, help="cap in GB: limits parallel workers (~0.6 GB each)")
+@option("--strict", action="store_true", help="exit 1 when anything failed (default: always exit 0)")
+@option("--name", help="run name for the report (default: the folder of the job's traces, above iteration_N/, "
+        "tb/, ...)")
+@option("--topology", help="topology file (default: found under RUN_DIR, else the traces' pg_config)")
 @report_args
-@argh.arg("-q", "--quiet", help="print only the final line, warnings and errors")
-@argh.arg("-v", "--verbose", help="print more (and tracebacks of failures)")
+@option("--step-pattern", help="regular expression of the annotation or NVTX range that marks a training step "
+        "(default: ProfilerStep#N; an Nsight export without step ranges is one window, the whole capture)")
+@option("-q", "--quiet", action="store_true", help="print only the final line, warnings and errors")
+@option("-v", "--verbose", action="store_true", help="print more (and tracebacks of failures)")
 def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_memory=None, strict=False, name=None,
              topology=None, tokens_per_step=None, global_batch=None, seq_len=None, torchtitan_config=None,
              peak_tflops=None, flops_per_token=None, nic_gbps=None, gpus_per_node=8, no_charts=False,

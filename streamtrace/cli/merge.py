@@ -4,9 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 
-import argh
-
-from .common import Console, Exit, need, parse_jobs, prepare_kernels, parse_list, parse_steps, parse_window
+from .common import Console, Exit, need, option, parse_jobs, parse_list, parse_steps, parse_window, prepare_kernels
 
 EXAMPLES = """
   streamtrace merge runs/job42/profile_traces/iteration_10 -o job42_iter10.json.gz
@@ -30,37 +28,38 @@ def default_output(inputs, legacy=False) -> str:
     return "merged.json.gz"
 
 
-@argh.arg("inputs", help="trace files, folders (searched recursively) or globs")
-@argh.arg("-i", "--input-dir", dest="input_dir", action="append", help="an input folder (same as giving it as INPUT)")
-@argh.arg("-o", "--output-file", dest="output_file",
-          help="output .json or .json.gz, relative to the current folder (default: <input folder>_merged.json.gz)")
-@argh.arg("--ranks", help="keep only these ranks, e.g. 0-7,12")
-@argh.arg("--drop-cat", help="drop events of these categories, e.g. python_function,cpu_instant_event")
-@argh.arg("--steps", help="keep only this ProfilerStep window, e.g. 12-13 (ProfilerStep#12 to #13; in an Nsight "
-          "export also NVTX ranges 'step N', 'iteration N': docs/nsight.md)")
-@argh.arg("--step-pattern", help="Nsight exports: regular expression of the NVTX range that marks a step, its first "
-          "group the step number (default: ProfilerStep#N, step N, iteration N, ...: docs/nsight.md)")
-@argh.arg("--gpu-only", help="keep only GPU processes (kernels, memcpy, memset, GPU annotations); "
-          "a CPU-only run keeps its CPU processes, with a warning")
-@argh.arg("--window", help="keep START_MS:END_MS from the start of the merged timeline")
-@argh.arg("--align", choices=["global", "first-step", "collectives"],
-          help="global: one clock via baseTimeNanoseconds (default); first-step: align each rank's first "
-               "ProfilerStep; collectives: the global clock corrected by offsets estimated from the ends of "
-               "matched collectives")
-@argh.arg("--iterations", help="merge only these iterations (the trace folder's iteration_N), e.g. 10 or 10-12 "
-          "(default: each iteration into its own output)")
-@argh.arg("--rank-map", help="JSON {file: rank} or '<file> <rank>' lines, for files that carry no rank")
-@argh.arg("-j", "--jobs", type=int, help="worker processes (default: 0 = all cores)")
-@argh.arg("--salvage", help="on a truncated file keep every complete event before the cut")
-@argh.arg("--no-validate", help="skip checking the inputs and the output (exit 1 when merge added a problem)")
-@argh.arg("--scheduler", help="dask.distributed scheduler address, e.g. tcp://host:8786 (or $STREAMTRACE_SCHEDULER)")
-@argh.arg("--legacy-input-dir", action="append", help=argparse.SUPPRESS)      # --input_dir (see ALIASES)
-@argh.arg("--legacy-output-file", help=argparse.SUPPRESS)                    # --output_file
-@argh.arg("--iteration", dest="legacy_iteration", type=int, help=argparse.SUPPRESS)     # 0.1's --iteration N
-@argh.arg("--critical-path", help="an aggregate folder of the same traces: mark its critical path in the output "
-          "(args.critical_path on the path's events, flow arrows of category critical_path)")
-@argh.arg("-q", "--quiet", help="print only warnings and errors")
-@argh.arg("-v", "--verbose", help="print more (and tracebacks of errors)")
+@option("inputs", nargs="*", help="trace files, folders (searched recursively) or globs")
+@option("--input-dir", "-i", dest="input_dir", action="append", help="an input folder (same as giving it as INPUT)")
+@option("-o", "--output-file", dest="output_file",
+        help="output .json or .json.gz, relative to the current folder (default: <input folder>_merged.json.gz)")
+@option("--ranks", help="keep only these ranks, e.g. 0-7,12")
+@option("--drop-cat", help="drop events of these categories, e.g. python_function,cpu_instant_event")
+@option("--steps", help="keep only this ProfilerStep window, e.g. 12-13 (ProfilerStep#12 to #13; in an Nsight "
+        "export also NVTX ranges 'step N', 'iteration N': docs/nsight.md)")
+@option("--gpu-only", action="store_true", help="keep only GPU processes (kernels, memcpy, memset, GPU annotations); "
+        "a CPU-only run keeps its CPU processes, with a warning")
+@option("--window", help="keep START_MS:END_MS from the start of the merged timeline")
+@option("--align", choices=["global", "first-step", "collectives"],
+        help="global: one clock via baseTimeNanoseconds (default); first-step: align each rank's first "
+             "ProfilerStep; collectives: the global clock corrected by offsets estimated from the ends of "
+             "matched collectives")
+@option("--iterations", help="merge only these iterations (the trace folder's iteration_N), e.g. 10 or 10-12 "
+        "(default: each iteration into its own output)")
+@option("--rank-map", help="JSON {file: rank} or '<file> <rank>' lines, for files that carry no rank")
+@option("-j", "--jobs", type=int, help="worker processes (default: 0 = all cores)")
+@option("--salvage", action="store_true", help="on a truncated file keep every complete event before the cut")
+@option("--no-validate", action="store_true",
+        help="skip checking the inputs and the output (exit 1 when merge added a problem)")
+@option("--scheduler", help="dask.distributed scheduler address, e.g. tcp://host:8786 (or $STREAMTRACE_SCHEDULER)")
+@option("--legacy-input-dir", action="append", help=argparse.SUPPRESS)      # --input_dir (see ALIASES)
+@option("--legacy-output-file", help=argparse.SUPPRESS)                    # --output_file
+@option("--iteration", dest="legacy_iteration", type=int, help=argparse.SUPPRESS)     # 0.1's --iteration N
+@option("--critical-path", help="an aggregate folder of the same traces: mark its critical path in the output "
+        "(args.critical_path on the path's events, flow arrows of category critical_path)")
+@option("-q", "--quiet", action="store_true", help="print only warnings and errors")
+@option("-v", "--verbose", action="store_true", help="print more (and tracebacks of errors)")
+@option("--step-pattern", help="Nsight exports: regular expression of the NVTX range that marks a step, its first "
+        "group the step number (default: ProfilerStep#N, step N, iteration N, ...: docs/nsight.md)")
 def merge(*inputs, input_dir=None, output_file=None, ranks=None, drop_cat=None, steps=None,
           gpu_only=False, window=None, align="global", iterations=None, rank_map=None, jobs=0,
           salvage=False, no_validate=False, scheduler=None, legacy_input_dir=None, legacy_output_file=None,
@@ -110,7 +109,7 @@ def merge(*inputs, input_dir=None, output_file=None, ranks=None, drop_cat=None, 
             (con.info if ok else print)(validation_summary(res["validation"]))
             added |= not ok
         if critical_path:
-            from ..merge.critical_marks import mark_critical_path      # (the CLI's convention, as above)
+            from ..aggregate.critical_marks import mark_critical_path      # (the CLI's convention, as above)
             m = mark_critical_path(res["output"], critical_path, iteration=res["iteration"])
             con.info(f"critical path of {critical_path}: {m['marked']:,} events marked, {m['flows']:,} flow arrows "
                      f"-> {m['output']}")
@@ -120,4 +119,3 @@ def merge(*inputs, input_dir=None, output_file=None, ranks=None, drop_cat=None, 
 
 
 merge.EXAMPLES = EXAMPLES
-merge.HIDDEN_NAMES = ("--legacy-iteration",)

@@ -1,11 +1,10 @@
 """``streamtrace report``: Markdown, report.json and charts of an aggregated job."""
 from __future__ import annotations
 
-import argh
-
 from ..runtime.console import printable
 from .aggregate import kernel_delay_ns, steps_text
-from .common import Console, check_efficiency_flags, need, parse_formats, parse_jobs, parse_list, prepare_kernels, report_args
+from .common import (check_efficiency_flags, Console, need, option, parse_formats, parse_jobs, parse_list,
+                     prepare_kernels, report_args)
 
 EXAMPLES = """
   streamtrace report job42-agg --tokens-per-step 1048576
@@ -15,25 +14,27 @@ EXAMPLES = """
 """
 
 
-@argh.arg("dirs", help="an aggregate folder (streamtrace aggregate -o), or analysed folders to aggregate first")
-@argh.arg("-o", "--outdir", help="output folder, relative to the current folder (default: the aggregate folder; "
-          "streamtrace-report for analysed folders)")
-@argh.arg("--name", help="the run's name and the Markdown file's (default: the folder of the job's traces)")
+@option("dirs", nargs="*",
+        help="an aggregate folder (streamtrace aggregate -o), or analysed folders to aggregate first")
+@option("-o", "--outdir", help="output folder, relative to the current folder (default: the aggregate folder; "
+        "streamtrace-report for analysed folders)")
+@option("--name", help="the run's name and the Markdown file's (default: the folder of the job's traces)")
 @report_args
-@argh.arg("--iterations", help="(analysed folders) only these iterations, e.g. 15-16")
-@argh.arg("--steps", help="(analysed folders) only these step numbers (ProfilerStep#N's, or a custom step range's), e.g. 14")
-@argh.arg("-j", "--jobs", type=int, help="worker processes drawing charts (and aggregating analysed folders); "
-          "default: 0 = all cores")
-@argh.arg("--time-alignment", choices=["global", "individual"],
-          help="(analysed folders) time alignment (default: global)")
-@argh.arg("--clock-sync", choices=["none", "collectives"],
-          help="(analysed folders) clock offsets from collectives (default: none)")
-@argh.arg("--topology", help="(analysed folders) topology file or trace folder")
-@argh.arg("--consecutive-kernel-delay-us", type=float,
-          help="(analysed folders) idle breakdown: kernel-wait threshold in us (default 30, HTA's)")
-@argh.arg("--force", help="(analysed folders) aggregate folders that look like different jobs")
-@argh.arg("-q", "--quiet", help="print only the report's path, warnings and errors")
-@argh.arg("-v", "--verbose", help="print more (and tracebacks of errors)")
+@option("--iterations", help="(analysed folders) only these iterations, e.g. 15-16")
+@option("--steps",
+        help="(analysed folders) only these step numbers (ProfilerStep#N's, or a custom step range's), e.g. 14")
+@option("-j", "--jobs", type=int, help="worker processes drawing charts (and aggregating analysed folders); "
+        "default: 0 = all cores")
+@option("--time-alignment", choices=["global", "individual"],
+        help="(analysed folders) time alignment (default: global)")
+@option("--clock-sync", choices=["none", "collectives"],
+        help="(analysed folders) clock offsets from collectives (default: none)")
+@option("--topology", help="(analysed folders) topology file or trace folder")
+@option("--consecutive-kernel-delay-us", type=float,
+        help="(analysed folders) idle breakdown: kernel-wait threshold in us (default 30, HTA's)")
+@option("--force", action="store_true", help="(analysed folders) aggregate folders that look like different jobs")
+@option("-q", "--quiet", action="store_true", help="print only the report's path, warnings and errors")
+@option("-v", "--verbose", action="store_true", help="print more (and tracebacks of errors)")
 def report(*dirs, outdir=None, name=None, tokens_per_step=None, global_batch=None, seq_len=None,
            torchtitan_config=None, peak_tflops=None, flops_per_token=None, nic_gbps=None, gpus_per_node=8,
            no_charts=False,

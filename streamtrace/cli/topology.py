@@ -3,9 +3,7 @@ from __future__ import annotations
 
 import json
 
-import argh
-
-from .common import Console
+from .common import Console, option
 
 EXAMPLES = """
   streamtrace topology --tp 2 --pp 2 --world-size 8
@@ -14,19 +12,20 @@ EXAMPLES = """
 """
 
 
-@argh.arg("--tp", type=int, help="tensor-parallel size")
-@argh.arg("--pp", type=int, help="pipeline-parallel size")
-@argh.arg("--cp", type=int, help="context-parallel size")
-@argh.arg("--ep", type=int, help="expert-parallel size")
-@argh.arg("--etp", type=int, help="expert tensor-parallel size (default: --tp)")
-@argh.arg("--order", help="Megatron rank order, first varies fastest (default: tp-cp-ep-dp-pp)")
-@argh.arg("--world-size", type=int, help="number of ranks (dp = world / (tp*pp*cp))")
-@argh.arg("--from", dest="source", help="TraceViz unique_parallel_groups_*.txt, a trace folder (distributedInfo.pg_config) "
-          "or a topology JSON")
-@argh.arg("--json", dest="as_json", help="print streamtrace's topology JSON")
-@argh.arg("--write", help="write the topology to FILE (.txt: TraceViz layout; else JSON)")
-@argh.arg("-q", "--quiet", help="print nothing but errors (with --write)")
-@argh.arg("-v", "--verbose", help="every group, not only the first 8 (and tracebacks of errors)")
+@option("--tp", type=int, help="tensor-parallel size")
+@option("--pp", type=int, help="pipeline-parallel size")
+@option("--cp", type=int, help="context-parallel size")
+@option("--ep", type=int, help="expert-parallel size")
+@option("--etp", type=int, help="expert tensor-parallel size (default: --tp)")
+@option("--order", help="Megatron rank order, first varies fastest (default: tp-cp-ep-dp-pp)")
+@option("--world-size", type=int, help="number of ranks (dp = world / (tp*pp*cp))")
+@option("--from", dest="source",
+        help="TraceViz unique_parallel_groups_*.txt, a trace folder (distributedInfo.pg_config) "
+        "or a topology JSON")
+@option("--json", dest="as_json", action="store_true", help="print streamtrace's topology JSON")
+@option("--write", help="write the topology to FILE (.txt: TraceViz layout; else JSON)")
+@option("-q", "--quiet", action="store_true", help="print nothing but errors (with --write)")
+@option("-v", "--verbose", action="store_true", help="every group, not only the first 8 (and tracebacks of errors)")
 def topology(*, tp=None, pp=None, cp=None, ep=None, etp=None, order="tp-cp-ep-dp-pp", world_size=None, source=None,
              as_json=False, write=None, quiet=False, verbose=False):
     """Parallel groups (TP/CP/EP/DP/PP) and model replicas, from sizes + rank order (as Megatron-LM's
@@ -66,4 +65,3 @@ def topology(*, tp=None, pp=None, cp=None, ep=None, etp=None, order="tp-cp-ep-dp
 
 
 topology.EXAMPLES = EXAMPLES
-topology.HIDDEN_NAMES = ("--source", "--as-json")      # the parameters of --from and --json

@@ -4,11 +4,9 @@ from __future__ import annotations
 import json
 import sys
 
-import argh
-
 from ..runtime.console import printable
 from ..runtime.errors import StreamtraceError
-from .common import Console, Exit, parse_jobs, prepare_kernels, print_validation
+from .common import Console, Exit, option, parse_jobs, prepare_kernels, print_validation
 
 EXAMPLES = """
   streamtrace validate job42_iter10.json.gz
@@ -19,12 +17,13 @@ EXAMPLES = """
 """
 
 
-@argh.arg("traces", nargs="+", help="trace files (.json or .json.gz)")
-@argh.arg("--json", dest="as_json", help="print the reports as JSON (a list when several files are given)")
-@argh.arg("-j", "--jobs", type=int, help="worker processes reading byte ranges of a trace of 256 MB or more "
-          "(default: 0 = all cores); the result is the same")
-@argh.arg("-q", "--quiet", help="print only the problems (nothing when every trace is valid)")
-@argh.arg("-v", "--verbose", help="tracebacks of errors")
+@option("traces", nargs="+", help="trace files (.json or .json.gz)")
+@option("--json", dest="as_json", action="store_true",
+        help="print the reports as JSON (a list when several files are given)")
+@option("-j", "--jobs", type=int, help="worker processes reading byte ranges of a trace of 256 MB or more "
+        "(default: 0 = all cores); the result is the same")
+@option("-q", "--quiet", action="store_true", help="print only the problems (nothing when every trace is valid)")
+@option("-v", "--verbose", action="store_true", help="tracebacks of errors")
 def validate(*traces, as_json=False, jobs=0, quiet=False, verbose=False):
     """Check traces for what Perfetto's JSON importer relies on, one result line each; exit 1 when
     any has a problem or cannot be read."""
@@ -52,4 +51,3 @@ def validate(*traces, as_json=False, jobs=0, quiet=False, verbose=False):
 
 
 validate.EXAMPLES = EXAMPLES
-validate.HIDDEN_NAMES = ("--as-json",)

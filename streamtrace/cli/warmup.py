@@ -4,9 +4,7 @@ installs), so that no command of this install compiles on its first run.  The ca
 version by the same user finds it filled."""
 from __future__ import annotations
 
-import argh
-
-from .common import Console, parse_jobs
+from .common import Console, option, parse_jobs
 
 EXAMPLES = """
   streamtrace warmup                     # e.g. in a Dockerfile, right after pip install
@@ -14,9 +12,9 @@ EXAMPLES = """
 """
 
 
-@argh.arg("-j", "--jobs", type=int, help="compiling processes (default: 0 = all cores, at most 4)")
-@argh.arg("-q", "--quiet", help="print only warnings and errors")
-@argh.arg("-v", "--verbose", help="each kernel compiled, with its CPU seconds")
+@option("-j", "--jobs", type=int, help="compiling processes (default: 0 = all cores, at most 4)")
+@option("-q", "--quiet", action="store_true", help="print only warnings and errors")
+@option("-v", "--verbose", action="store_true", help="each kernel compiled, with its CPU seconds")
 def warmup(*, jobs=0, quiet=False, verbose=False):
     """Compile every numba kernel into numba's cache now (run once per install, e.g. in a container image)."""
     from ..runtime.compile import COMMANDS, cache_writable, cache_folder, prepare   # (the CLI's convention)

@@ -1,9 +1,8 @@
 """``streamtrace whatif``: what a fix buys, the steps of an aggregate replayed with changes."""
 from __future__ import annotations
 
-import argh
-
-from .common import Console, parse_jobs
+from ..aggregate.folder import WHATIF, table_file
+from .common import Console, option, parse_jobs
 
 EXAMPLES = """
   streamtrace whatif job42-agg --change host_gaps:rank=0                     # rank 0's host gaps removed
@@ -14,13 +13,13 @@ EXAMPLES = """
 """
 
 
-@argh.arg("aggdir", help="an aggregate folder (streamtrace aggregate -o, or an epilogue's aggregate/)")
-@argh.arg("--change", action="append", help="a change, KIND[:key=value,...] (repeat to combine): host_gaps, "
-          "ops, median, kernels, comm, launches (docs/whatif.md)")
-@argh.arg("-o", "--output", help="also write the rows (whatif.parquet's columns) to this Parquet file")
-@argh.arg("-j", "--jobs", type=int, help="worker processes re-reducing touched ranks (default: 0 = all cores)")
-@argh.arg("-q", "--quiet", help="print only the result, warnings and errors")
-@argh.arg("-v", "--verbose", help="print more (and tracebacks of errors)")
+@option("aggdir", help="an aggregate folder (streamtrace aggregate -o, or an epilogue's aggregate/)")
+@option("--change", action="append", help="a change, KIND[:key=value,...] (repeat to combine): host_gaps, "
+        "ops, median, kernels, comm, launches (docs/whatif.md)")
+@option("-o", "--output", help=f"also write the rows ({table_file(WHATIF)}'s columns) to this Parquet file")
+@option("-j", "--jobs", type=int, help="worker processes re-reducing touched ranks (default: 0 = all cores)")
+@option("-q", "--quiet", action="store_true", help="print only the result, warnings and errors")
+@option("-v", "--verbose", action="store_true", help="print more (and tracebacks of errors)")
 def whatif(aggdir, *, change=None, output=None, jobs=0, quiet=False, verbose=False):
     """Replay each step of an aggregate with changes: the predicted step, the saving, what bounds it then."""
     from pathlib import Path

@@ -10,7 +10,7 @@ then into ``RUN_DIR/streamtrace/`` (or ``EpilogueOptions.outdir``, e.g. for a re
 * ``iteration_<N>/merged_gpu.json.gz`` (GPU processes only, so Perfetto's UI can load it) or
   ``merged.json.gz`` with ``gpu_only=False``: :func:`streamtrace.merge.merge_files`;
 * ``aggregate/``: :func:`streamtrace.aggregate.run.aggregate` over all iterations; its critical path
-  then marked in each merged trace (:mod:`streamtrace.merge.critical_marks`);
+  then marked in each merged trace (:mod:`streamtrace.aggregate.critical_marks`);
 * ``<run name>.md`` + ``report.json`` and ``charts/``: :func:`streamtrace.report.write_report`;
 * ``epilogue.json``: what ran, what was reused, what failed (and why).
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..analyze.outputs import Analysis
-from ..aggregate.folder import CHARTS, Aggregate
+from ..aggregate.folder import CHARTS, CRITICAL_PATH, Aggregate, table_path
 from ..report.outputs import EpilogueRun, Report       # its output folder's kind (``diff`` reads such folders too)
 from ..runtime.files import atomic_output
 from ..runtime.fork import call_in_child
@@ -204,17 +204,17 @@ def merge_stage(ctx: StageRun, tag, paths, merged) -> dict:
 
 def mark_stage(ctx: StageRun, agg):
     """The critical path of ``agg`` marked in every iteration's merged trace
-    (:func:`streamtrace.merge.critical_marks.mark_critical_path`; marking again gives the same file)."""
+    (:func:`streamtrace.aggregate.critical_marks.mark_critical_path`; marking again gives the same file)."""
     merged = sorted(p for full in (False, True) for p in ctx.out.glob(f"*/{EpilogueRun.merged(full)}")
-                    if (agg / "critical_path.parquet").is_file())
+                    if (table_path(agg, CRITICAL_PATH)).is_file())
 
     def do_mark():
-        from ..merge.critical_marks import mark_critical_path
+        from ..aggregate.critical_marks import mark_critical_path
         pre = EpilogueRun.ITERATION
         it = lambda m: int(m.parent.name[len(pre):]) if m.parent.name.startswith(pre) else None  # noqa: E731
         return {"marked": sum(mark_critical_path(m, agg, iteration=it(m))["marked"] for m in merged)}
     if merged:
-        fp = lambda: fingerprint([agg / "critical_path.parquet"] + merged, stage="critical path marks")  # noqa: E731
+        fp = lambda: fingerprint([table_path(agg, CRITICAL_PATH)] + merged, stage="critical path marks")  # noqa: E731
         _, st = run_stage(ctx, "critical path marks", fp(), merged, do_mark, "critical path marks", agg)
         if st == "done":        # the marked files' own stamps: an unchanged rerun finds them and reuses the stage
             ctx.state["critical path marks"]["fingerprint"] = fp()

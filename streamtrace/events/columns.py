@@ -43,7 +43,7 @@ import re
 import numpy as np
 import orjson
 
-from ..kernels import extract as X
+from ..kernels import extract
 from ..trace.decode import loads, text_ns
 
 EVENT_DTYPE = np.dtype([("ts", "i8"), ("dur", "i8"), ("ph", "u1"), ("cat", "i4"), ("name", "i4"),
@@ -270,7 +270,7 @@ def columns_from_batch(b, table: StringTable, path="?"):
     pid, tid, cat_h, cat_s, cat_e, name_h, name_s, name_e = (i64() for _ in range(8))
     flow, corr, ext, stream, device, rank = (i64() for _ in range(6))
     flags = np.empty(n, np.uint8)
-    X.extract_columns(buf, b.starts, b.ends, ph, pid, tid, cat_h, cat_s, cat_e, name_h, name_s, name_e,
+    extract.extract_columns(buf, b.starts, b.ends, ph, pid, tid, cat_h, cat_s, cat_e, name_h, name_s, name_e,
                       flow, corr, ext, stream, device, rank, flags)
     out = np.zeros(n, EVENT_DTYPE)
     ok_ts = (b.flags & 1).astype(bool) & ~(b.flags & 4).astype(bool)
@@ -280,7 +280,7 @@ def columns_from_batch(b, table: StringTable, path="?"):
     out["ph"] = ph
     out["cat"] = table.intern_spans(cat_h, cat_s, cat_e, b.buf)
     out["name"] = table.intern_spans(name_h, name_s, name_e, b.buf)
-    for col, src, bit in (("pid", pid, X.F_PID_STR), ("tid", tid, X.F_TID_STR)):
+    for col, src, bit in (("pid", pid, extract.F_PID_STR), ("tid", tid, extract.F_TID_STR)):
         out[col] = src
         strs = np.flatnonzero(flags & bit)
         if len(strs):
@@ -298,7 +298,7 @@ def columns_from_batch(b, table: StringTable, path="?"):
             f = int(b.flags[j])
             out["ts"][j] = _time(int(b.ts_ns[j]), f, 1, 4, ev.get("ts"), NO_TS)
             out["dur"][j] = _time(int(b.dur_ns[j]), f, 2, 8, ev.get("dur"))
-    slow = (flags & (X.F_COMM | X.F_PYTHON)) != 0
+    slow = (flags & (extract.F_COMM | extract.F_PYTHON)) != 0
     op = table.comm_op(out["name"]) & ~slow        # columns right already: only the args row is missing
     for j in np.flatnonzero(slow | op).tolist():   # in file order, as the twin numbers the rows
         raw = b.buf[int(b.starts[j]):int(b.ends[j])]

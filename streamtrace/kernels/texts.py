@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import texthash as TH
+from . import texthash
 
 __all__ = ["text_table", "TextTable"]
 
@@ -30,7 +30,7 @@ class TextTable:
         self.texts = []
         self._text = np.zeros(256, np.uint8)
         self.off = np.zeros(17, np.int64)
-        self.slots = np.zeros(TH.slots_for(16), np.int64)
+        self.slots = np.zeros(texthash.slots_for(16), np.int64)
         self._view()
         for t in texts:
             self.add(t)
@@ -55,8 +55,8 @@ class TextTable:
         self.texts.append(text)
         self._view()
         if 2 * len(self.texts) > len(self.slots):
-            self.slots = np.zeros(TH.slots_for(len(self.texts)), np.int64)
-            TH.index_texts(self.text, self.off, len(self.texts), self.slots)
+            self.slots = np.zeros(texthash.slots_for(len(self.texts)), np.int64)
+            texthash.index_texts(self.text, self.off, len(self.texts), self.slots)
         else:
-            TH.insert_text(self.text, self.off, k, self.slots)
+            texthash.insert_text(self.text, self.off, k, self.slots)
         return k

@@ -28,9 +28,9 @@ import os
 
 import numpy as np
 
-from ..kernels import keep as KK
-from ..kernels import rewrite as RW
-from ..kernels import validate as KV
+from ..kernels import keep as keep_kernels
+from ..kernels import rewrite
+from ..kernels import validate as validate_kernels
 from ..kernels.keeper import Keeper
 from ..runtime.errors import StreamtraceError
 from ..trace.decode import loads
@@ -45,10 +45,12 @@ def out_view_bits(f: np.ndarray) -> np.ndarray:
     """uint8 per event of the validate fields ``f`` (int64[n, NF]): MISSING_OUT / NEGDUR_OUT as
     :func:`streamtrace.kernels.validate.batch_records` counts the event in the output's view (where
     every event has a pid)."""
-    ph, tfl = f[:, KV.C_PH], f[:, KV.C_TFLAGS]
-    other = (ph == KV.PH_NONE) | (f[:, KV.C_TIDK] == KV.ABSENT) | ((tfl & 1) == 0) | ((tfl & 4) != 0)
-    neg = ~other & (ph == KV.PH_X) & (((tfl & 2) == 0) | ((tfl & 8) != 0) | (f[:, KV.C_DUR] < 0))
-    return (other * KK.MISSING_OUT + neg * KK.NEGDUR_OUT).astype(np.uint8)
+    ph, tfl = f[:, validate_kernels.C_PH], f[:, validate_kernels.C_TFLAGS]
+    other = ((ph == validate_kernels.PH_NONE) | (f[:, validate_kernels.C_TIDK] == validate_kernels.ABSENT)
+             | ((tfl & 1) == 0) | ((tfl & 4) != 0))
+    neg = ~other & (ph == validate_kernels.PH_X) & (((tfl & 2) == 0) | ((tfl & 8) != 0)
+                                                   | (f[:, validate_kernels.C_DUR] < 0))
+    return (other * keep_kernels.MISSING_OUT + neg * keep_kernels.NEGDUR_OUT).astype(np.uint8)
 
 
 def flow_extents(keys: np.ndarray, ts: np.ndarray):
@@ -104,7 +106,8 @@ class DeferredFilter:
         self.spill = open(spill_path, "wb") if spill_path else None
         self.n_in = 0
         self.written = 0        # events written, the least and the greatest ts of those with one (ns), the
-        self.ts_min, self.ts_max, self.end = int(KK.NO_T0), int(KK.NO_T1), -1      # output offset past the last
+        self.ts_min, self.ts_max = int(keep_kernels.NO_T0), int(keep_kernels.NO_T1)
+        self.end = -1           # output offset past the last
         self.used = None        # the merged pids that had an event written (set after the pass)
         self.inexact = []       # seqs of written flow ends the output's check cannot derive (see exact())
 
@@ -126,7 +129,7 @@ class DeferredFilter:
         """``(key, other)`` of a flow event decoded in Python: ``cat index << 40 | id`` for a plain
         key (as the kernel makes it), else the flow's number in ``other`` with ``other`` True."""
         i = plain_id(fid) if isinstance(cat, str) else None
-        if i is not None and i < int(RW.ID_LIMIT):
+        if i is not None and i < int(rewrite.ID_LIMIT):
             return (self.add_cat(cat) << 40) | i, False
         key = (cat, fid)
         k = self.other_index.get(key)
@@ -148,28 +151,29 @@ class DeferredFilter:
         them)."""
         n = len(rcls)
         self.step_candidates(rcls, buf, starts, ends, path, base, times)
-        w = np.flatnonzero(rcls & KK.C_CLASS)
+        w = np.flatnonzero(rcls & keep_kernels.C_CLASS)
         if len(w):
             rows = rec[:n] if len(w) == n else rec[w]
             if vbits is not None:
-                rows[:, KK.R_BITS] |= vbits[w]
+                rows[:, keep_kernels.R_BITS] |= vbits[w]
             rows.tofile(self.spill)
             self.written += len(rows)
-            t0 = rows[:, KK.R_T0]           # (a C_KEPT row's is NO_T0, its end NO_T1: min(ts, end) is then NO_T1)
+            t0 = rows[:, keep_kernels.R_T0]      # (a C_KEPT row's is NO_T0, its end NO_T1: min(ts, end) is then NO_T1)
             self.ts_min = min(self.ts_min, int(t0.min()))
-            self.ts_max = max(self.ts_max, int(np.minimum(t0, rows[:, KK.R_T1]).max()))
-            self.end = int(rows[-1, KK.R_END])
-            fl = np.flatnonzero((rows[:, KK.R_BITS] & KK.C_CLASS) == KK.C_FLOW)
+            self.ts_max = max(self.ts_max, int(np.minimum(t0, rows[:, keep_kernels.R_T1]).max()))
+            self.end = int(rows[-1, keep_kernels.R_END])
+            fl = np.flatnonzero((rows[:, keep_kernels.R_BITS] & keep_kernels.C_CLASS) == keep_kernels.C_FLOW)
             if len(fl):
-                key = rows[fl, KK.R_FLOW]
-                self.flow_keys.append(np.where(rows[fl, KK.R_BITS] & KK.C_OTHER_FLOW, -1 - key, key))
-                self.flow_ts.append(rows[fl, KK.R_T0])
+                key = rows[fl, keep_kernels.R_FLOW]
+                other_flow = rows[fl, keep_kernels.R_BITS] & keep_kernels.C_OTHER_FLOW
+                self.flow_keys.append(np.where(other_flow, -1 - key, key))
+                self.flow_ts.append(rows[fl, keep_kernels.R_T0])
         self.n_in += n
 
     def step_candidates(self, rcls, buf, starts, ends, path, base, times):
         """The batch's ProfilerStep candidates (``rcls & C_STEP``) decoded and told to
         :meth:`step_event` (see :meth:`add_batch`)."""
-        for j in np.flatnonzero(rcls & KK.C_STEP).tolist():
+        for j in np.flatnonzero(rcls & keep_kernels.C_STEP).tolist():
             s, e = int(starts[j]), int(ends[j])
             ts, dur, flags = times(j)
             if flags & 1:                   # the survey's rule: only an event with a ts
@@ -270,7 +274,7 @@ class DeferredFilter:
             return d
         with open(self.spill_path, "rb") as f:
             while True:
-                rows = np.fromfile(f, np.int64, CHUNK_ROWS * KK.R_COLS).reshape(-1, KK.R_COLS)
+                rows = np.fromfile(f, np.int64, CHUNK_ROWS * keep_kernels.R_COLS).reshape(-1, keep_kernels.R_COLS)
                 if not len(rows):
                     break
                 keeper.rows(rows)
@@ -299,7 +303,7 @@ class DeferredFilter:
         d.runs = np.array([[0, self.end]] if self.written else [], np.int64).reshape(-1, 2)
         d.kept = self.written
         d.used = set(self.used)
-        d.first_out = self.ts_min + shift_ns if self.ts_min != KK.NO_T0 else None
+        d.first_out = self.ts_min + shift_ns if self.ts_min != keep_kernels.NO_T0 else None
         return d
 
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import groups as KG
-from ..kernels import keep as KK
+from ..kernels import groups as groups_kernels
+from ..kernels import keep as keep_kernels
 from ..kernels.keeper import Grouper
 from .deferred import Decision, DeferredFilter, flow_extents
 
@@ -35,23 +35,23 @@ def group_kinds(groups: np.ndarray, fkeys: np.ndarray, lo: int, hi: int, kept_ke
     flow events in order), is in the sorted ``kept_keys``), KIND_DROPPED (no class-1 event, and no
     event meets the window) or KIND_MIXED (any other, and a group with more than two pids): what
     :func:`streamtrace.kernels.keep.keep_rows` would find of its rows."""
-    timed = groups[:, KG.G_TIMED] > 0
-    meet_all = ~timed | ((groups[:, KG.G_T1MIN] >= lo) & (groups[:, KG.G_T0MAX] <= hi))
-    meet_none = timed & ((groups[:, KG.G_T1MAX] < lo) | (groups[:, KG.G_T0MIN] > hi))
+    timed = groups[:, groups_kernels.G_TIMED] > 0
+    meet_all = ~timed | ((groups[:, groups_kernels.G_T1MIN] >= lo) & (groups[:, groups_kernels.G_T0MAX] <= hi))
+    meet_none = timed & ((groups[:, groups_kernels.G_T1MAX] < lo) | (groups[:, groups_kernels.G_T0MIN] > hi))
     flows_ok = np.empty(len(groups), np.uint8)
-    KG.flows_kept(np.ascontiguousarray(groups[:, KG.G_FLOWS]), fkeys, kept_keys, flows_ok)
+    groups_kernels.flows_kept(np.ascontiguousarray(groups[:, groups_kernels.G_FLOWS]), fkeys, kept_keys, flows_ok)
     flows_ok = flows_ok.view(bool)
-    whole = groups[:, KG.G_MIXED] == 0
-    kinds = np.full(len(groups), KG.KIND_MIXED, np.uint8)
-    kinds[whole & meet_all & flows_ok] = KG.KIND_KEPT
-    kinds[whole & meet_none & (groups[:, KG.G_KEPT1] == 0)] = KG.KIND_DROPPED
-    kinds[groups[:, KG.G_WRITTEN] == 0] = KG.KIND_EMPTY
+    whole = groups[:, groups_kernels.G_MIXED] == 0
+    kinds = np.full(len(groups), groups_kernels.KIND_MIXED, np.uint8)
+    kinds[whole & meet_all & flows_ok] = groups_kernels.KIND_KEPT
+    kinds[whole & meet_none & (groups[:, groups_kernels.G_KEPT1] == 0)] = groups_kernels.KIND_DROPPED
+    kinds[groups[:, groups_kernels.G_WRITTEN] == 0] = groups_kernels.KIND_EMPTY
     return kinds
 
 
 def mixed_spans(kinds: np.ndarray) -> list[tuple[int, int]]:
     """``[(a, b)]``: the maximal runs of consecutive KIND_MIXED groups, in order."""
-    m = np.flatnonzero(kinds == KG.KIND_MIXED)
+    m = np.flatnonzero(kinds == groups_kernels.KIND_MIXED)
     if not len(m):
         return []
     cut = np.flatnonzero(np.diff(m) > 1) + 1
@@ -61,26 +61,26 @@ def mixed_spans(kinds: np.ndarray) -> list[tuple[int, int]]:
 def view_bits(rows: np.ndarray, groups: np.ndarray) -> None:
     """OR into the rows (int64[k, R_COLS]) of ``groups``' written events the MISSING_OUT / NEGDUR_OUT
     bits their summaries hold (a rewrite made again has no validation)."""
-    seq = rows[:, KK.R_BITS] >> KK.SEQ_SHIFT
-    g = np.searchsorted(groups[:, KG.G_SEQ], seq, side="right") - 1
-    k = seq - groups[g, KG.G_SEQ]
-    rows[:, KK.R_BITS] |= ((groups[g, KG.G_MISSING] >> k) & 1) * KK.MISSING_OUT
-    rows[:, KK.R_BITS] |= ((groups[g, KG.G_NEGDUR] >> k) & 1) * KK.NEGDUR_OUT
+    seq = rows[:, keep_kernels.R_BITS] >> keep_kernels.SEQ_SHIFT
+    g = np.searchsorted(groups[:, groups_kernels.G_SEQ], seq, side="right") - 1
+    k = seq - groups[g, groups_kernels.G_SEQ]
+    rows[:, keep_kernels.R_BITS] |= ((groups[g, groups_kernels.G_MISSING] >> k) & 1) * keep_kernels.MISSING_OUT
+    rows[:, keep_kernels.R_BITS] |= ((groups[g, groups_kernels.G_NEGDUR] >> k) & 1) * keep_kernels.NEGDUR_OUT
 
 
 def written_seqs(groups: np.ndarray) -> np.ndarray:
     """int64: the seqs of ``groups``' written events, in order."""
-    k = np.arange(KG.GROUP_MAX, dtype=np.int64)
-    bit = ((groups[:, KG.G_WRITTEN, None] >> k) & 1).astype(bool)
-    return (groups[:, KG.G_SEQ, None] + k)[bit]
+    k = np.arange(groups_kernels.GROUP_MAX, dtype=np.int64)
+    bit = ((groups[:, groups_kernels.G_WRITTEN, None] >> k) & 1).astype(bool)
+    return (groups[:, groups_kernels.G_SEQ, None] + k)[bit]
 
 
 def check_rows(rows: np.ndarray, groups: np.ndarray) -> None:
     """Raise RuntimeError unless ``rows`` are exactly the written events of ``groups`` as the pass
     wrote them: their seqs the groups' written bits, the last ending where the last group ends."""
-    seq = rows[:, KK.R_BITS] >> KK.SEQ_SHIFT
+    seq = rows[:, keep_kernels.R_BITS] >> keep_kernels.SEQ_SHIFT
     if not np.array_equal(seq, written_seqs(groups)) or \
-            (len(rows) and int(rows[-1, KK.R_END]) != int(groups[-1, KG.G_OUT1])):
+            (len(rows) and int(rows[-1, keep_kernels.R_END]) != int(groups[-1, groups_kernels.G_OUT1])):
         raise RuntimeError("merge: a byte span rewritten again gave other events than its first rewrite")
 
 
@@ -173,7 +173,7 @@ class GroupedFilter(DeferredFilter):
         d, keeper = self._begin(path, shift_ns, keep, kept_keys)
         if keeper is None:
             return d
-        groups = np.fromfile(self.spill_path, np.int64).reshape(-1, KG.G_COLS)
+        groups = np.fromfile(self.spill_path, np.int64).reshape(-1, groups_kernels.G_COLS)
         kinds = group_kinds(groups, self._flow_order(), d.lo, d.hi, keeper.kept_keys)
         at = 0
         for a, b in mixed_spans(kinds) + [(len(groups), len(groups))]:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import survey as KS
-from ..kernels import scan as K
+from ..kernels import survey
+from ..kernels import scan
 from ..kernels.surveyor import Surveyor
 from ..trace.decode import decode_value, loads, text_ns
 from ..trace.reader import TraceReader
@@ -88,18 +88,18 @@ def prepass_rank(path, want_flows=False, salvage=False, byte_range=None):
         kind, flags, ts = sc.kind[:n], sc.flags[:n], sc.ts[:n]
         has = (flags & 1) != 0
         text = has & ((flags & 12) != 0)       # a ts or dur in a string: decoded, read as the rewrite reads it
-        plain = has & ~text & ((kind == KS.S_OTHER) | (kind == KS.S_FLOW))
+        plain = has & ~text & ((kind == survey.S_OTHER) | (kind == survey.S_FLOW))
         if plain.any():
             t0 = int(ts[plain].min())
             acc.first = t0 if acc.first is None or t0 < acc.first else acc.first
         if want_flows:
-            fl = has & ~text & (kind == KS.S_FLOW)
+            fl = has & ~text & (kind == survey.S_FLOW)
             if fl.any():
                 parts.append((sc.cat_k[:n][fl], sc.flow_id[:n][fl], ts[fl]))
         base = b.offset - int(b.starts[0])
-        for j in np.flatnonzero(has & ((kind == KS.S_DECODE) | text)).tolist():
+        for j in np.flatnonzero(has & ((kind == survey.S_DECODE) | text)).tolist():
             s, e = int(b.starts[j]), int(b.ends[j])
-            dec = decode_value if flags[j] & K.BIG_INT else loads      # as the reader decodes a batch
+            dec = decode_value if flags[j] & scan.BIG_INT else loads      # as the reader decodes a batch
             ev = dec(b.buf[s:e], path, base + s)
             td = event_times_ns(ev, int(ts[j]), int(sc.dur[j]), int(flags[j]))
             if td is not None:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..kernels import keep as KK
-from ..kernels import scan as K
+from ..kernels import keep as keep_kernels
+from ..kernels import scan
 from ..kernels.rewrite import KIND_CPU, KIND_GPU, KIND_OTHER
 from ..kernels.rewriter import PythonEvent, Rewriter, RewriteSetup
 from ..runtime.warmup import warm_trace
@@ -149,7 +149,7 @@ def rewrite_dict(ev, ts_ns, dur_ns, flag, ctx: RankContext):
         if ph != "M" and (ctx.first_out is None or t < ctx.first_out):
             ctx.first_out = t
     elif ctx.defer is not None:
-        ctx.last = (KK.C_KEPT, KK.NO_T0, KK.NO_T1, -1, False)
+        ctx.last = (keep_kernels.C_KEPT, keep_kernels.NO_T0, keep_kernels.NO_T1, -1, False)
     ev["pid"] = newpid
     if "id" in ev and ph in FLOW_PHASES:
         ev["id"] = unique_id(ctx.rank, ev["id"])
@@ -170,11 +170,11 @@ def rewrite_dict(ev, ts_ns, dur_ns, flag, ctx: RankContext):
 def _deferred_record(ev, ph, t, end, ctx):
     """What a deferred filter decides a written event with ts ``t`` by (see scan_rewrite's ``rec``)."""
     if ph == "M":
-        return (KK.C_KEPT, KK.NO_T0, KK.NO_T1, -1, False)
+        return (keep_kernels.C_KEPT, keep_kernels.NO_T0, keep_kernels.NO_T1, -1, False)
     if ph in FLOW_PHASES:
         key, other = ctx.defer.flow_key(ev.get("cat"), hashable(ev.get("id")))
-        return (KK.C_FLOW, t, end, key, other)
-    return (KK.C_WINDOW, t, end, -1, False)
+        return (keep_kernels.C_FLOW, t, end, key, other)
+    return (keep_kernels.C_WINDOW, t, end, -1, False)
 
 
 # Bytes a rewrite holds at a time: the input is read in READ_BLOCK blocks (the reader's window
@@ -237,7 +237,7 @@ class _ByteRewrite:
         if defer is None:
             return PythonEvent(dumps_event(ev))
         cls, t0, t1, key, other = self.ctx.last
-        return PythonEvent(dumps_event(ev), cls | (KK.C_OTHER_FLOW if other else 0), t0, t1, key, ev["pid"])
+        return PythonEvent(dumps_event(ev), cls | (keep_kernels.C_OTHER_FLOW if other else 0), t0, t1, key, ev["pid"])
 
 
 def _texts(table) -> tuple:
@@ -303,7 +303,7 @@ def event_times(buf, s: int, e: int):
     was scanned for byte ranges only."""
     start, end, ts, dur = (np.zeros(1, np.int64) for _ in range(4))
     flags = np.zeros(1, np.uint8)
-    K.scan_events(buf, s, e, start, end, ts, dur, flags, np.zeros(1, np.int64))
+    scan.scan_events(buf, s, e, start, end, ts, dur, flags, np.zeros(1, np.int64))
     return int(ts[0]), int(dur[0]), int(flags[0])
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import groups as KG
-from ..kernels import keep as KK
+from ..kernels import groups as groups_kernels
+from ..kernels import keep as keep_kernels
 from ..trace.reader import TraceReader
 from .deferred import DeferredFilter
 from .pids import PidMap, hashable
@@ -66,7 +66,7 @@ class _Rows(DeferredFilter):
         self.rows = []
 
     def add_batch(self, rcls, rec, buf, starts, ends, vbits, path, base, times):
-        self.rows.append(rec[np.flatnonzero(rcls & KK.C_CLASS)])
+        self.rows.append(rec[np.flatnonzero(rcls & keep_kernels.C_CLASS)])
         self.n_in += len(rcls)
 
 
@@ -77,7 +77,8 @@ def rederive_rows(plan: RankPlan, src: str, pids: RangePids, like: DeferredFilte
     ranges were cut from) again with the rank's ``plan`` and the range's ``pids``."""
     ctx = RankContext(plan)
     ctx.pids = pids
-    ctx.defer = _Rows(like, int(groups[0, KG.G_SEQ]))
-    reader = TraceReader(src, byte_range=(int(groups[0, KG.G_IN0]), int(groups[-1, KG.G_IN1])), block=READ_BLOCK)
-    rewrite_stream(reader, plan, ctx, _Discard(), None, after=int(groups[0, KG.G_OUT0]))
-    return np.concatenate(ctx.defer.rows) if ctx.defer.rows else np.zeros((0, KK.R_COLS), np.int64)
+    ctx.defer = _Rows(like, int(groups[0, groups_kernels.G_SEQ]))
+    span = (int(groups[0, groups_kernels.G_IN0]), int(groups[-1, groups_kernels.G_IN1]))
+    reader = TraceReader(src, byte_range=span, block=READ_BLOCK)
+    rewrite_stream(reader, plan, ctx, _Discard(), None, after=int(groups[0, groups_kernels.G_OUT0]))
+    return np.concatenate(ctx.defer.rows) if ctx.defer.rows else np.zeros((0, keep_kernels.R_COLS), np.int64)

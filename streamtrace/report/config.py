@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..analyze.outputs import Analysis
 from .escape import md_code, md_text
+from .section import SectionBase, md_table
 
 DIMS = ("tp", "cp", "ep", "dp", "pp")
 NO_ITERATION = "no iteration folder"
@@ -115,3 +116,12 @@ def configuration_md(c: dict, table) -> list:
               "(`forward_step`, `## forward ##`), so each step's work launched before its first autograd (backward) "
               "op counts as forward, one window per step (no micro-batch number).", ""]
     return L
+
+
+class ConfigurationSection(SectionBase):
+    """``configuration``'s Markdown (:func:`configuration_md`); its data is the report's frame
+    (:func:`streamtrace.report.markdown.build_report`: every section reads it)."""
+    key = "configuration"
+
+    def markdown(self, rep: dict, charts: list) -> list:
+        return configuration_md(rep[self.key], md_table)

@@ -10,12 +10,11 @@ segments: a path of 15,000 CPU ops is a handful of artists, not 15,000 rectangle
 (the pixels are those of one ``barh`` rectangle per segment)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..aggregate.folder import CRITICAL_PATH, table_path
 from ..events.dataset import arrow_file
 from .charts import pyplot, save
 
@@ -37,7 +36,7 @@ def longest_step(t) -> tuple:
 def critical_chart(aggdir, stem, formats=("png",)) -> list:
     """``<stem>.png`` / ``.svg`` for the step with the longest critical path; [] when there is
     none.  Returns the written paths."""
-    p = Path(aggdir) / "critical_path.parquet"
+    p = table_path(aggdir, CRITICAL_PATH)
     if not p.is_file():
         return []
     t = pq.read_table(arrow_file(p), columns=COLUMNS)

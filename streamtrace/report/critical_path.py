@@ -10,9 +10,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..aggregate.critical_ranks import NEXT_MIN_GAIN
-from ..aggregate.folder import read_aggregate_table
+from ..aggregate.folder import (CRITICAL_PATH, CRITICAL_PATH_RANKS, CRITICAL_PATH_SUMMARY, CRITICAL_PATH_TABLES,
+                                IDLE_BREAKDOWN, ITERATIONS, KERNEL_STATS, OP_STATS, RANKS, WHATIF,
+                                read_aggregate_table, table_file)
 from .critical_story import PEERS, cause_sentence, compare_kernels, compare_ops, lengths_sentence, next_sentence
-from .units import fmt_time
+from .critical_chart import critical_chart
+from .section import ChartJob, ReportInput, SectionBase, md_table
+from .units import fmt_time, short_names
 
 SHOWN_STEPS = 4
 PHRASE = {"cpu_op": "CPU ops", "launch_delay": "launch delays", "compute_kernel": "compute kernels",
@@ -20,7 +24,7 @@ PHRASE = {"cpu_op": "CPU ops", "launch_delay": "launch delays", "compute_kernel"
           "sync": "GPU -> CPU synchronisation", "host_gap": "host gaps (CPU outside any profiled op)",
           "wait": "unexplained waits", "queued": "GPU work queued behind earlier GPU work (the CPU ran ahead)",
           "thread_wait": "hand-overs between threads"}
-SOURCES = "critical_path.parquet, critical_path_summary.parquet, critical_path_ranks.parquet"
+SOURCES = ", ".join(map(table_file, CRITICAL_PATH_TABLES))
 
 
 def _rows(aggdir, name, where=None) -> list:
@@ -31,7 +35,7 @@ def _rows(aggdir, name, where=None) -> list:
 
 def _step_ns(aggdir) -> dict:
     """``{(iteration, step): median step annotation ns}`` (``iterations.parquet``)."""
-    it = read_aggregate_table(aggdir, "iterations")
+    it = read_aggregate_table(aggdir, ITERATIONS)
     if not it or "step_ns_median" not in it:
         return {}
     return {(int(a), int(b)): (None if c is None or (isinstance(c, float) and np.isnan(c)) else int(c))
@@ -40,7 +44,7 @@ def _step_ns(aggdir) -> dict:
 
 def _stages(aggdir) -> dict:
     """``{rank: pipeline stage}`` (``ranks.parquet``; empty without a topology)."""
-    t = read_aggregate_table(aggdir, "ranks", columns=["rank", "stage"])
+    t = read_aggregate_table(aggdir, RANKS, columns=["rank", "stage"])
     if not t or "stage" not in t:
         return {}
     return {int(r): int(s) for r, s in zip(t["rank"], t["stage"]) if s is not None and s == s}
@@ -58,7 +62,7 @@ def _peer_ranks(ranks, top, stages) -> list:
 def _gpu_wait(aggdir, it, step, rank) -> int | None:
     """The rank's GPU time waiting for launches in the step (``idle_breakdown``: the device rows,
     stream -1, ``host_wait_ns``)."""
-    ib = read_aggregate_table(aggdir, "idle_breakdown", where={"rank": [rank]})
+    ib = read_aggregate_table(aggdir, IDLE_BREAKDOWN, where={"rank": [rank]})
     if not ib or "host_wait_ns" not in ib:
         return None
     m = (ib["iteration"] == it) & (ib["step"] == step) & (ib["stream"] == -1)
@@ -71,7 +75,7 @@ def replayed_next(aggdir, key, rank, total) -> list | None:
     ``next`` summary rows (the first-order estimate of :mod:`streamtrace.aggregate.critical_ranks`,
     which it replaces); [] when the replay saves under :data:`~streamtrace.aggregate.critical_ranks.NEXT_MIN_GAIN`
     of the path (nothing is said), None when the aggregate replayed no such change."""
-    t = read_aggregate_table(aggdir, "whatif", where={"change": [f"median:rank={rank}"]})
+    t = read_aggregate_table(aggdir, WHATIF, where={"change": [f"median:rank={rank}"]})
     if not t or not len(t["step"]):
         return None
     m = (t["iteration"] == key[0]) & (t["step"] == key[1])
@@ -115,9 +119,9 @@ def _step(aggdir, key, summ, segs, ranks, step_ns, short, stages=None) -> dict:
             cats_top[s["category"]] = cats_top.get(s["category"], 0) + s["weight_ns"]
     peers = _peer_ranks(ranks, top["rank"], stages)
     where = {"rank": peers, "iteration": [key[0]]}
-    ops = read_aggregate_table(aggdir, "op_stats", columns=["step", "rank", "name", "cat", "self_ns"],
+    ops = read_aggregate_table(aggdir, OP_STATS, columns=["step", "rank", "name", "cat", "self_ns"],
                                where=where) if len(peers) > 1 else {}
-    kern = read_aggregate_table(aggdir, "kernel_stats", columns=["step", "rank", "kind", "total_ns"],
+    kern = read_aggregate_table(aggdir, KERNEL_STATS, columns=["step", "rank", "kind", "total_ns"],
                                 where=where) if len(peers) > 1 else {}
     stages = stages or {}
     others = [r for r in ranks if r["rank"] != top["rank"]]
@@ -135,9 +139,9 @@ def critical_section(aggdir, short=lambda s: s) -> dict:
     "categories": [(category, ns, pct)], "ranks": [(rank, ns, pct)], "kernel", "cpu_op", "slack":
     [(rank, slack ns, on_path, wait ns)], "next", "bound_by"}], "from": ...}``; ``steps`` empty when
     aggregate wrote no critical path.  ``short`` shortens names for the sentences."""
-    summ = _rows(aggdir, "critical_path_summary")
-    segs = _rows(aggdir, "critical_path")
-    ranks = _rows(aggdir, "critical_path_ranks")
+    summ = _rows(aggdir, CRITICAL_PATH_SUMMARY)
+    segs = _rows(aggdir, CRITICAL_PATH)
+    ranks = _rows(aggdir, CRITICAL_PATH_RANKS)
     lengths = _step_ns(aggdir)
     stages = _stages(aggdir) if ranks else {}
     steps = []
@@ -158,12 +162,12 @@ def critical_markdown(sec: dict | None, table, short, png=None) -> list:
     L = ["## What bounds each step", ""]
     steps = (sec or {}).get("steps") or []
     if not steps:
-        return L + ["*No critical path: aggregate wrote no critical_path.parquet (`--no-critical-path`, or no "
+        return L + [f"*No critical path: aggregate wrote no {table_file(CRITICAL_PATH)} (`--no-critical-path`, or no "
                     "rank had CPU ops to build it from).*", ""]
     for s in steps[:SHOWN_STEPS]:
         L += [" ".join(x for x in s["sentences"] if x), ""]
     if len(steps) > SHOWN_STEPS:
-        L += [f"({len(steps) - SHOWN_STEPS} more steps in critical_path_summary.parquet.)", ""]
+        L += [f"({len(steps) - SHOWN_STEPS} more steps in {table_file(CRITICAL_PATH_SUMMARY)}.)", ""]
     rows = []
     for s in steps:
         cats = ", ".join(f"{c} {p:.0f} %" for c, _, p in s["categories"][:3])
@@ -184,3 +188,22 @@ def critical_markdown(sec: dict | None, table, short, png=None) -> list:
     if png:
         L += [f"![critical path]({png})", ""]
     return L
+
+
+CHART = "critical_path"
+"""The file stem of the section's chart."""
+
+
+class CriticalPathSection(SectionBase):
+    """``critical_path``: :func:`critical_section` (names shortened to 80 characters), its chart
+    (:func:`~streamtrace.report.critical_chart.critical_chart`) shown in the section."""
+    key, shown_charts, chart_rank = "critical_path", (CHART,), 1
+
+    def data(self, inp: ReportInput, rep: dict) -> dict:
+        return {self.key: critical_section(inp.aggdir, lambda x: short_names([x], 80)[0])}
+
+    def markdown(self, rep: dict, charts: list) -> list:
+        return critical_markdown(rep.get(self.key), md_table, short_names, self.chart(charts, CHART))
+
+    def charts(self, job: ChartJob, rep: dict) -> list:
+        return [(critical_chart, (job.aggdir, job.folder / CHART, job.formats))]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..aggregate.folder import read_aggregate_table
+from ..aggregate.folder import COLLECTIVES, OP_PERF, read_aggregate_table
 from ..topology.hardware import gpu_spec
 from .charts import pyplot, save
 from .escape import chart_text
@@ -35,7 +35,7 @@ def efficiency_charts(sec: dict | None, aggdir, folder, meta: dict, formats=("pn
 def _roofline(aggdir, stem, spec, formats, top, dtype=None, peak=None) -> list:
     """The roofline of ``dtype`` (the report's MFU peak's math, :func:`~streamtrace.report.precision.gemm_precision`;
     None: ``--peak-tflops``, whose ``peak`` is drawn)."""
-    t = read_aggregate_table(aggdir, "op_perf")
+    t = read_aggregate_table(aggdir, OP_PERF)
     if not t or not len(t.get("name", [])):
         return []
     keep = np.flatnonzero((t["flops"] > 0) & (t["gpu_busy_ns"] > 0))
@@ -68,7 +68,7 @@ def _roofline(aggdir, stem, spec, formats, top, dtype=None, peak=None) -> list:
 
 
 def _busbw(aggdir, stem, links, meta, spec, formats) -> list:
-    t = read_aggregate_table(aggdir, "collectives", ["collective", "pg_ranks", "ranks", "msg_bytes", "busbw_gbps"])
+    t = read_aggregate_table(aggdir, COLLECTIVES, ["collective", "pg_ranks", "ranks", "msg_bytes", "busbw_gbps"])
     if not t or not len(t.get("collective", [])):
         return []
     ok = (t["msg_bytes"] > 0) & ~np.isnan(t["busbw_gbps"].astype(float))

@@ -29,12 +29,13 @@ import numpy as np
 from ..topology.hardware import dtype_key, gpu_spec
 from ..topology.trainconfig import (TrainConfig, from_megatron_args, from_torchtitan_toml,
                                     train_config_from_json)
-from ..aggregate.folder import Aggregate, read_aggregate_table
+from ..aggregate.folder import ITERATIONS, OP_PERF, Aggregate, read_aggregate_table, table_file
 from .options import EfficiencyOptions
 from .escape import md_cell, md_code, md_text
 from .flops import flops_per_token
 from .links import link_section
 from .precision import gemm_precision
+from .section import ChartJob, ReportInput, SectionBase
 from .units import fmt_bytes, fmt_count, fmt_flop, fmt_gbps, fmt_pct, fmt_tflops, fmt_time
 
 
@@ -133,7 +134,7 @@ def efficiency_section(meta: dict, steps: list, opt: EfficiencyOptions | None = 
     devices = meta.get("devices") or []
     spec = gpu_spec(devices[0]) if devices else None
     sec = {"config": cfg.to_json() if cfg else None, "inputs": inputs, "steps": rows, "overall": overall,
-           "gpu": spec.name if spec else None, "from": f"iterations.parquet, {Aggregate.marker}"}
+           "gpu": spec.name if spec else None, "from": f"{table_file(ITERATIONS)}, {Aggregate.marker}"}
     if aggdir is not None:
         sec["ops"] = top_ops(aggdir, top)
         sec["links"] = link_section(aggdir, meta, spec, opt.nic_gbps, opt.gpus_per_node)
@@ -143,7 +144,7 @@ def efficiency_section(meta: dict, steps: list, opt: EfficiencyOptions | None = 
 def top_ops(aggdir, top: int = 10) -> list:
     """The ``top`` rows of ``op_perf.parquet`` with FLOPs (GEMMs, attention), by ``lost_ns``
     (the table's order); ``[]`` without the table (analysed without ``--op-perf``)."""
-    t = read_aggregate_table(aggdir, "op_perf")
+    t = read_aggregate_table(aggdir, OP_PERF)
     rows = [{k: _py(t[k][i]) for k in t} for i in range(len(t.get("name", []))) if t["flops"][i] > 0]
     return rows[:top]
 
@@ -234,7 +235,7 @@ def _ops_md(ops, gpu) -> list:
         return L + ["No per-op FLOPs: analyse with `--op-perf` (the epilogue does) from traces recorded with "
                     "`record_shapes=True`.", ""]
     L += [f"The ops losing the most GPU time against their roofline bound on the {md_text(gpu or 'unknown GPU')} "
-          f"(`op_perf.parquet`; bound = max(FLOPs / peak, bytes / memory bandwidth)):", ""]
+          f"(`{table_file(OP_PERF)}`; bound = max(FLOPs / peak, bytes / memory bandwidth)):", ""]
     L += [_table(["op", "dtype", "input shapes", "calls", "GPU time", "compute rate", "memory bandwidth", "FLOP/byte",
                   "bound", "% of bound", "lost"],
                  [[r["name"], r["dtype"] or "-", md_code(r["input_dims"], cell=True), fmt_count(r["count"]),
@@ -292,3 +293,33 @@ def _throughput_md(sec) -> list:
                    fmt_tflops(r["model_tflops_per_gpu"]), fmt_pct(r["mfu_pct"])] for r in sec["steps"]]),
           ""]
     return L
+
+
+class EfficiencySection(SectionBase):
+    """``efficiency``: :func:`efficiency_section` of the report's ``steps``; ``throughput`` (when the
+    tokens per step are known: the options', else the efficiency's config): ``{"tokens_per_step",
+    "steps", "time_ns", "tokens_per_s"}`` = tokens per step x profiled steps / the sum of their step
+    times (ns); its charts (:func:`~streamtrace.report.effcharts.efficiency_charts`) listed with the
+    report's."""
+    key, chart_rank = "efficiency", 2
+
+    def data(self, inp: ReportInput, rep: dict) -> dict:
+        tps = inp.tokens_per_step if inp.tokens_per_step is not None else (
+            inp.global_batch * inp.seq_len if inp.global_batch is not None else None)
+        eff = efficiency_section(inp.meta, rep["steps"], inp.efficiency, inp.tokens_per_step, inp.global_batch,
+                                 inp.seq_len, inp.aggdir)
+        out = {self.key: eff}
+        tps = tps if tps is not None else eff["inputs"]["tokens_per_step"]
+        if tps is not None:
+            total = sum(s["step_ns"] for s in rep["steps"] if s["step_ns"])
+            out["throughput"] = {"tokens_per_step": int(tps), "steps": len(rep["steps"]), "time_ns": int(total),
+                                 "tokens_per_s": tps * len(rep["steps"]) / (total / 1e9) if total else None,
+                                 "from": table_file(ITERATIONS)}
+        return out
+
+    def markdown(self, rep: dict, charts: list) -> list:
+        return efficiency_markdown(rep.get(self.key))
+
+    def charts(self, job: ChartJob, rep: dict) -> list:
+        from .effcharts import efficiency_charts          # (matplotlib: only when charts are drawn)
+        return [(efficiency_charts, (rep.get(self.key), job.aggdir, job.folder, job.meta, job.formats))]

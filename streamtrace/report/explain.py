@@ -10,17 +10,17 @@ overhead, and the GPU idle-time breakdown (HolisticTraceAnalysis'
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..aggregate.folder import IDLE_BREAKDOWN, KERNEL_STATS, LAUNCH_STATS, OP_STATS, table_file, table_path
 from ..events.dataset import arrow_file
 from .charts import bars_h, save
 from .escape import md_cell
-from .units import fmt_count, fmt_time, time_axis
+from .section import ChartJob, ReportInput, SectionBase
+from .units import fmt_count, fmt_time, short_names, time_axis
 
 IDLE_COLORS = {"host_wait_ns": "#C44E52", "kernel_wait_ns": "#DD8452", "other_ns": "#8C8C8C"}
 IDLE_LABELS = {"host_wait_ns": "host wait (launch late)", "kernel_wait_ns": "kernel wait (< threshold)",
@@ -28,7 +28,7 @@ IDLE_LABELS = {"host_wait_ns": "host wait (launch late)", "kernel_wait_ns": "ker
 
 
 def _table(d, name) -> pa.Table | None:
-    p = Path(d) / f"{name}.parquet"
+    p = table_path(d, name)
     return pq.read_table(arrow_file(p)) if p.is_file() else None
 
 
@@ -64,7 +64,7 @@ def build_explain(aggdir, top=15) -> dict:
     ``ops``, ``launches``, ``idle`` (each None when aggregate wrote no such table).  Kernel and op
     rows are summed over every (iteration, step, rank) cell; ``per_cell`` divides by the cells."""
     out = {"kernels": None, "ops": None, "launches": None, "idle": None}
-    ks = _table(aggdir, "kernel_stats")
+    ks = _table(aggdir, KERNEL_STATS)
     if ks is not None and ks.num_rows:
         g = ks.group_by(["name", "kind"]).aggregate([("count", "sum"), ("total_ns", "sum"),
                                                      ("p50_ns", "approximate_median"), ("p95_ns", "max"),
@@ -77,14 +77,14 @@ def build_explain(aggdir, top=15) -> dict:
         for r in rows:
             r["mean_ns"] = r["total_ns"] / r["count"] if r["count"] else None
             r["share_pct"] = 100.0 * r["total_ns"] / total if total else None
-        out["kernels"] = {**_cells(ks), "total_ns": total, "rows": rows, "from": "kernel_stats.parquet"}
-    os_ = _table(aggdir, "op_stats")
+        out["kernels"] = {**_cells(ks), "total_ns": total, "rows": rows, "from": table_file(KERNEL_STATS)}
+    os_ = _table(aggdir, OP_STATS)
     if os_ is not None and os_.num_rows:
         cols = ["count", "inclusive_ns", "self_ns", "kernels", "kernel_time_ns"]
         g = os_.group_by(["name", "cat"]).aggregate([(c, "sum") for c in cols]).rename_columns(["name", "cat", *cols])
         g = g.sort_by([("self_ns", "descending"), ("name", "ascending")])
-        out["ops"] = {**_cells(os_), "rows": _rows(g, top), "from": "op_stats.parquet"}
-    ls = _table(aggdir, "launch_stats")
+        out["ops"] = {**_cells(os_), "rows": _rows(g, top), "from": table_file(OP_STATS)}
+    ls = _table(aggdir, LAUNCH_STATS)
     if ls is not None and ls.num_rows:
         a = ls.filter(pc.equal(ls["kind"], "all"))
         a = a.sort_by([("launch_delay_p95_ns", "descending"), ("rank", "ascending"), ("step", "ascending")])
@@ -92,8 +92,8 @@ def build_explain(aggdir, top=15) -> dict:
         linked = pc.sum(a["linked"]).as_py() or 0
         out["launches"] = {"rows": _rows(a, top), "kernels": pc.sum(a["kernels"]).as_py(), "linked": linked,
                            "launch_bound_count": lb, "launch_bound_pct": 100.0 * lb / linked if linked else None,
-                           "from": "launch_stats.parquet"}
-    ib = _table(aggdir, "idle_breakdown")
+                           "from": table_file(LAUNCH_STATS)}
+    ib = _table(aggdir, IDLE_BREAKDOWN)
     if ib is not None and ib.num_rows:
         out["idle"] = _idle_summary(ib, top)
     return out
@@ -111,7 +111,7 @@ def _idle_summary(ib, top) -> dict:
     sg = st.group_by(["rank", "device", "stream"]).aggregate([(c, "sum") for c in cols])
     sg = sg.rename_columns(["rank", "device", "stream", *cols])
     sg = sg.sort_by([("idle_ns", "descending"), ("rank", "ascending"), ("stream", "ascending")])
-    return {"devices": rows, "total": tot, "streams": _rows(sg, top), "from": "idle_breakdown.parquet"}
+    return {"devices": rows, "total": tot, "streams": _rows(sg, top), "from": table_file(IDLE_BREAKDOWN)}
 
 
 # -- Markdown ---------------------------------------------------------------------------------
@@ -138,7 +138,7 @@ def explain_markdown(ex: dict | None, idle_chart_png=None, shorten=lambda names:
     if k:
         names = shorten([r["name"] for r in k["rows"]])
         L += ["## Kernel statistics", "", f"Top kernels by total time over {cells_text(k)} "
-              f"(kernel_stats.parquet has every rank and step). p50 is the (approximate) median over rank-steps "
+              f"({table_file(KERNEL_STATS)} has every rank and step). p50 is the (approximate) median over rank-steps "
               "of each one's median, p95 and max the largest over rank-steps.", ""]
         L += _tab(["kernel", "kind", "count", "total", "% of kernel time", "mean", "p50", "p95", "max"],
                   [[n, r["kind"], f"{r['count']:,}", _ms(r["total_ns"]), f"{r['share_pct']:.1f}", _us(r["mean_ns"]),
@@ -150,7 +150,8 @@ def explain_markdown(ex: dict | None, idle_chart_png=None, shorten=lambda names:
         gpu = any(r["kernels"] for r in o["rows"])          # a CPU-only run launches nothing: no such columns
         L += ["## CPU ops by self time", "", f"Summed over {cells_text(o)}. Self time = duration minus the "
               "direct children's (PyTorch's self CPU time); inclusive time counts an op nested in one of the same "
-              "name once" + ("; GPU time = the kernels the op launched" if gpu else "") + " (op_stats.parquet).", ""]
+              "name once" + ("; GPU time = the kernels the op launched" if gpu else "")
+              + f" ({table_file(OP_STATS)}).", ""]
         head = ["op", "cat", "count", "self", "inclusive"] + (["kernels launched", "GPU time"] if gpu
                                                                         else [])
         L += _tab(head, [[n, r["cat"], f"{r['count']:,}", _ms(r["self_ns"]), _ms(r["inclusive_ns"])]
@@ -162,7 +163,7 @@ def explain_markdown(ex: dict | None, idle_chart_png=None, shorten=lambda names:
               f"call; {la['launch_bound_count']:,} ({_pct(la['launch_bound_count'], la['linked'])} %) are "
               "launch-bound (shorter than their launch call). Launch delay = GPU start - launch end (a large delay: "
               "the GPU was busy, work queued; HTA's CudaKernelAnalysis); overhead = the launch call's duration. "
-              "Rank-steps with the largest p95 delay (launch_stats.parquet):", ""]
+              f"Rank-steps with the largest p95 delay ({table_file(LAUNCH_STATS)}):", ""]
         known = any(r["iteration"] is not None and r["iteration"] >= 0 for r in la["rows"])
         L += _tab((["iteration"] if known else []) + ["step", "rank", "linked", "delay p50", "delay p95", "delay max", "overhead p50",
                    "overhead p95", "launch-bound %"],
@@ -186,7 +187,7 @@ def _idle_md(idle, png) -> list:
          "wait** when the gap is shorter than the threshold (`--consecutive-kernel-delay-us`, 30 us), else "
          f"**other**. All devices: idle {_ms(t['idle_ns'])} = host wait {_pct(t['host_wait_ns'], t['idle_ns'])} % "
          f"+ kernel wait {_pct(t['kernel_wait_ns'], t['idle_ns'])} % + other {_pct(t['other_ns'], t['idle_ns'])} % "
-         "(idle_breakdown.parquet: per rank, device, stream and step).", ""]
+         f"({table_file(IDLE_BREAKDOWN)}: per rank, device, stream and step).", ""]
     L += _tab(["rank", "device", "steps", "span", "busy", "idle", "host wait", "kernel wait", "other", "host wait %"],
               [[r["rank"], r["device"], r["steps"], _ms(r["span_ns"]), _ms(r["busy_ns"]), _ms(r["idle_ns"]),
                 _ms(r["host_wait_ns"]), _ms(r["kernel_wait_ns"]), _ms(r["other_ns"]),
@@ -230,3 +231,22 @@ def idle_chart(ex: dict | None, stem, formats=("png",)) -> list:
     ax.set_title("GPU idle-time breakdown per rank")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.9 / fig.get_figheight()), ncol=3)
     return save(fig, stem, formats)
+
+
+IDLE_CHART = "idle_breakdown"
+"""The file stem of the idle-time chart."""
+
+
+class ExplainSection(SectionBase):
+    """``explain``: :func:`build_explain` (kernel, op and launch statistics, the GPU idle-time
+    breakdown), its chart (:func:`idle_chart`) shown in the section."""
+    key, shown_charts, chart_rank = "explain", (IDLE_CHART,), 0
+
+    def data(self, inp: ReportInput, rep: dict) -> dict:
+        return {self.key: build_explain(inp.aggdir, inp.top)}
+
+    def markdown(self, rep: dict, charts: list) -> list:
+        return explain_markdown(rep.get(self.key), self.chart(charts, IDLE_CHART), short_names)
+
+    def charts(self, job: ChartJob, rep: dict) -> list:
+        return [(idle_chart, (rep.get(self.key), job.folder / IDLE_CHART, job.formats))]

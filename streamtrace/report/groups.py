@@ -4,20 +4,20 @@ collectives, bytes and time, and the layout inferred where it is unambiguous (``
 ``inferred_layout``), said as inferred."""
 from __future__ import annotations
 
-from pathlib import Path
-
+from ..aggregate.folder import PROCESS_GROUPS, table_file, table_path
 from ..events.dataset import read_table
+from .section import ReportInput, SectionBase, md_table
 from .units import fmt_bytes, fmt_count, fmt_time
 
 
 def groups_section(aggdir, meta: dict) -> dict:
     """``{"rows": [...], "inferred_layout": dict | None, "from": "process_groups.parquet"}``
     (``rows``: the table's rows as dicts, int ns and bytes; empty without group collectives)."""
-    path = Path(aggdir) / "process_groups.parquet"
+    path = table_path(aggdir, PROCESS_GROUPS)
     t = read_table(path) if path.is_file() else {}
     rows = [{k: (v.item() if hasattr(v, "item") else v) for k, v in zip(t, vals)} for vals in zip(*t.values())] \
         if t else []
-    return {"rows": rows, "inferred_layout": meta.get("inferred_layout"), "from": "process_groups.parquet"}
+    return {"rows": rows, "inferred_layout": meta.get("inferred_layout"), "from": table_file(PROCESS_GROUPS)}
 
 
 def groups_markdown(sec: dict, table, topology_known: bool, ranks: int = 2) -> list:
@@ -41,3 +41,15 @@ def groups_markdown(sec: dict, table, topology_known: bool, ranks: int = 2) -> l
     if lay and not topology_known:
         L += [f"**Layout, inferred**: {lay['text']}.", ""]
     return L
+
+
+class GroupsSection(SectionBase):
+    """``process_groups``: :func:`groups_section`."""
+    key = "process_groups"
+
+    def data(self, inp: ReportInput, rep: dict) -> dict:
+        return {self.key: groups_section(inp.aggdir, inp.meta)}
+
+    def markdown(self, rep: dict, charts: list) -> list:
+        c = rep["configuration"]
+        return groups_markdown(rep[self.key], md_table, bool(c.get("topology_from")), c["ranks"])

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..aggregate.folder import Aggregate, read_aggregate_table
+from ..aggregate.folder import COLLECTIVES, Aggregate, read_aggregate_table, table_file
 
 _WORKER = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d{19}\.pt\.trace\.json(\.gz)?$")
 _HOST_KEYS = ("host_name", "hostname", "host")
@@ -89,7 +89,7 @@ def link_section(aggdir, meta: dict, spec, nic_gbps: float | None, gpus_per_node
     ``busbw_gbps_median``, ``link``, ``link_gbps``, ``pct_of_link``), ``traffic`` (bytes and % intra
     / inter), ``hosts_from``, ``nic_gbps`` and ``nic_from``.  ``spec``: the GPU's
     :class:`~streamtrace.topology.hardware.GpuSpec` or None."""
-    t = read_aggregate_table(aggdir, "collectives", ["collective", "parallel_dim", "pg_ranks", "ranks",
+    t = read_aggregate_table(aggdir, COLLECTIVES, ["collective", "parallel_dim", "pg_ranks", "ranks",
                                                      "msg_bytes", "busbw_gbps"])
     n = len(t.get("collective", []))
     inter, how = inter_node(t["pg_ranks"], t["ranks"], meta, gpus_per_node) if n else (np.zeros(0, bool), "")
@@ -122,4 +122,4 @@ def link_section(aggdir, meta: dict, spec, nic_gbps: float | None, gpus_per_node
                                       for k, v in traffic.items()},
             "hosts_from": how, "gpus_per_node": gpus_per_node, "cpu_only": cpu_only, "nic_gbps": nic,
             "nic_from": "--nic-gbps" if nic_gbps else (f"{spec.name} platform default" if spec else None),
-            "from": f"collectives.parquet, {Aggregate.marker}"}
+            "from": f"{table_file(COLLECTIVES)}, {Aggregate.marker}"}

@@ -3,10 +3,10 @@ from ``p2p.parquet`` (:mod:`streamtrace.aggregate.p2p`): waiting and transfer ti
 pair, and the rank pairs whose receiver waited longest."""
 from __future__ import annotations
 
-from pathlib import Path
-
+from ..aggregate.folder import COLLECTIVES, P2P, table_file, table_path
 from ..events.dataset import read_table
-from .units import fmt_bytes, fmt_count
+from .section import ReportInput, SectionBase, md_table
+from .units import fmt_bytes, fmt_count, fmt_time
 
 SUMS = ("count", "bytes", "time_ns", "recv_wait_ns", "send_wait_ns")
 
@@ -14,7 +14,7 @@ SUMS = ("count", "bytes", "time_ns", "recv_wait_ns", "send_wait_ns")
 def p2p_section(aggdir, top=8) -> dict:
     """``{"by_stage_pair": [...], "top_pairs": [...], "from": "p2p.parquet"}`` (int ns; empty lists
     without point-to-point transfers)."""
-    path = Path(aggdir) / "p2p.parquet"
+    path = table_path(aggdir, P2P)
     t = read_table(path) if path.is_file() else {}
     rows = [{k: (v.item() if hasattr(v, "item") else v) for k, v in zip(t, vals)}
             for vals in zip(*t.values())] if t else []
@@ -29,14 +29,14 @@ def p2p_section(aggdir, top=8) -> dict:
     keep = ("src", "dst", "src_stage", "dst_stage", "direction", *SUMS)
     ranked = sorted(rows, key=lambda r: (-r["recv_wait_ns"], r["src"], r["dst"]))[:top]
     return {"by_stage_pair": [by[k] for k in sorted(by)], "top_pairs": [{k: r[k] for k in keep} for r in ranked],
-            "two_way": two_way_exchanges(aggdir), "from": "p2p.parquet"}
+            "two_way": two_way_exchanges(aggdir), "from": table_file(P2P)}
 
 
 def two_way_exchanges(aggdir) -> int:
     """How many ``SendRecv`` instances of ``collectives.parquet`` were matched between two ranks
     without a direction (``src`` -1, 2 members: a batched exchange each way,
     :mod:`streamtrace.aggregate.collectives`); 0 without the table."""
-    path = Path(aggdir) / "collectives.parquet"
+    path = table_path(aggdir, COLLECTIVES)
     if not path.is_file():
         return 0
     t = read_table(path, ["collective", "src", "n_ranks"])
@@ -79,3 +79,14 @@ def _stages(r) -> str:
     def one(s):
         return "-" if s is None or s < 0 else f"{s}"
     return f"{one(r['src_stage'])} -> {one(r['dst_stage'])}"
+
+
+class P2PSection(SectionBase):
+    """``p2p``: :func:`p2p_section`."""
+    key = "p2p"
+
+    def data(self, inp: ReportInput, rep: dict) -> dict:
+        return {self.key: p2p_section(inp.aggdir)}
+
+    def markdown(self, rep: dict, charts: list) -> list:
+        return p2p_markdown(rep[self.key], md_table, fmt_time, rep["configuration"]["ranks"])

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..aggregate.folder import read_aggregate_table
+from ..aggregate.folder import PIPELINE, read_aggregate_table, table_file
+from .config import iteration_cell
+from .section import ReportInput, SectionBase, md_table
 from .units import fmt_pct, fmt_time
 
 PHASES = ("forward", "backward", "recompute")
@@ -40,11 +42,11 @@ def pipeline_section(aggdir, pp_size) -> dict:
     """The ``pipeline`` part of ``report.json``: ``rows`` (``pipeline.parquet``'s columns of
     :data:`ROW_KEYS`; None for one a table of before lacks), the mean bubble %
     per stage, the ideal 1F1B bubble %, and ``shown`` (False unless ``pp_size`` > 1: no section)."""
-    pipe = read_aggregate_table(aggdir, "pipeline")
+    pipe = read_aggregate_table(aggdir, PIPELINE)
     shown = bool(pp_size) and pp_size > 1 and len(pipe.get("rank", [])) > 0
     if not shown:
         return {"shown": False, "rows": [], "mean_bubble_pct_by_stage": {}, "ideal_bubble_pct": None,
-                "pp": pp_size, "from": "pipeline.parquet"}
+                "pp": pp_size, "from": table_file(PIPELINE)}
     rows = [{k: _py(pipe[k][i]) if k in pipe else None for k in ROW_KEYS} for i in range(len(pipe["rank"]))]
     per_stage = {}
     for s in sorted({r["stage"] for r in rows}):
@@ -52,7 +54,7 @@ def pipeline_section(aggdir, pp_size) -> dict:
         per_stage[str(s)] = float(np.mean(v)) if v else None
     return {"shown": True, "rows": rows, "mean_bubble_pct_by_stage": per_stage,
             "ideal_bubble_pct": rows[0]["ideal_bubble_pct"] if rows else None, "pp": pp_size,
-            "from": "pipeline.parquet"}
+            "from": table_file(PIPELINE)}
 
 
 def _py(v):
@@ -83,5 +85,16 @@ def pipeline_markdown(sec: dict, table, iteration_cell) -> list:
                   fmt_time(r["p2p_wait_ns"]), fmt_time(r["bubble_ns"]), fmt_pct(r["bubble_pct"]),
                   fmt_pct(r["outside_microbatch_pct"])] for r in sec["rows"][:64]]), ""]
     if len(sec["rows"]) > 64:
-        L += [f"({len(sec['rows']) - 64:,} more rows in pipeline.parquet)", ""]
+        L += [f"({len(sec['rows']) - 64:,} more rows in {table_file(PIPELINE)})", ""]
     return L
+
+
+class PipelineSection(SectionBase):
+    """``pipeline``: :func:`pipeline_section` for the job's pipeline-parallel size."""
+    key = "pipeline"
+
+    def data(self, inp: ReportInput, rep: dict) -> dict:
+        return {self.key: pipeline_section(inp.aggdir, inp.sizes.get("pp"))}
+
+    def markdown(self, rep: dict, charts: list) -> list:
+        return pipeline_markdown(rep[self.key], md_table, iteration_cell)

@@ -22,7 +22,7 @@ import re
 
 import numpy as np
 
-from ..aggregate.folder import read_aggregate_table
+from ..aggregate.folder import KERNEL_STATS, OP_PERF, read_aggregate_table, table_file
 from ..topology.hardware import dtype_key
 
 #: a kernel that runs a GEMM (cuBLAS, cuBLASLt, CUTLASS, Triton's matmul), by its own name (not FBGEMM's
@@ -78,20 +78,21 @@ def gemm_precision(aggdir, cfg=None, has=lambda dt: True) -> tuple[str, str]:
     :class:`~streamtrace.topology.trainconfig.TrainConfig` or None; ``has(dtype)``: whether the GPU
     has that math (the default's bf16 / fp16 choice)."""
     if aggdir is not None:
-        t = read_aggregate_table(aggdir, "kernel_stats", ["name", "kind", "total_ns"])
+        t = read_aggregate_table(aggdir, KERNEL_STATS, ["name", "kind", "total_ns"])
         if t and len(t.get("name", [])):
             comp = np.flatnonzero(t["kind"] == "compute")
             names = t["name"][comp].tolist()
             dt, share = _by_time([kernel_dtype(n) for n in names], t["total_ns"][comp])
             if dt:
-                return dt, f"the GEMM kernels' names ({100 * share:.0f} % of their GPU time, kernel_stats.parquet)"
-        t = read_aggregate_table(aggdir, "op_perf", ["dtype", "flops", "gpu_busy_ns"])
+                return dt, (f"the GEMM kernels' names ({100 * share:.0f} % of their GPU time, "
+                            f"{table_file(KERNEL_STATS)})")
+        t = read_aggregate_table(aggdir, OP_PERF, ["dtype", "flops", "gpu_busy_ns"])
         if t and len(t.get("dtype", [])):
             keep = np.flatnonzero(t["flops"] > 0)
             dt, share = _by_time([dtype_key(d) for d in t["dtype"][keep].tolist()], t["gpu_busy_ns"][keep])
             if dt:
                 return dt, (f"the GEMM and attention ops' input type ({100 * share:.0f} % of their GPU time, "
-                            f"op_perf.parquet)")
+                            f"{table_file(OP_PERF)})")
     dt = dtype_key(cfg.dtype if cfg else None)
     if dt:
         return dt, f"the config's precision ({cfg.source})"

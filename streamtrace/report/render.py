@@ -34,10 +34,11 @@ from pathlib import Path
 import numpy as np
 
 from ..events.dataset import iter_table
-from ..aggregate.folder import Aggregate, read_aggregate_table
+from ..aggregate.folder import (COLLECTIVES, COLLECTIVES_RANKS, CRITICAL_PATH_SUMMARY, STRAGGLERS, TIMELINE,
+                                Aggregate, read_aggregate_table, table_path)
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
-from . import charts as C
+from . import charts as drawing
 from .config import step_patterns_used
 from .skew import SkewGrids
 
@@ -109,10 +110,10 @@ def load(aggdir, chart_ranks=None) -> dict:
     out = {"meta": Aggregate.read(aggdir).summary}
     for n in ("rank_phase", "ranks", "pipeline", "p2p"):
         out[n] = read_aggregate_table(aggdir, n)
-    out["collectives"] = read_aggregate_table(aggdir, "collectives", COLLECTIVE_COLUMNS)
+    out["collectives"] = read_aggregate_table(aggdir, COLLECTIVES, COLLECTIVE_COLUMNS)
     out["step_word"] = "step " if step_patterns_used(out["meta"].get("inputs")) else "ProfilerStep#"
     out["chart_ranks"] = charted_ranks(out, aggdir, chart_ranks)
-    out["timeline"] = read_aggregate_table(aggdir, "timeline", where={"rank": out["chart_ranks"] or [-1]})
+    out["timeline"] = read_aggregate_table(aggdir, TIMELINE, where={"rank": out["chart_ranks"] or [-1]})
     return out
 
 
@@ -121,7 +122,7 @@ def skew_grids(aggdir, c) -> dict:
     ``aggdir/collectives_ranks.parquet`` read a batch at a time (:class:`~streamtrace.report.skew.SkewGrids`).
     Raises :class:`~streamtrace.runtime.errors.DataError` naming a damaged file."""
     grids = SkewGrids(c)
-    path = Path(aggdir) / "collectives_ranks.parquet"
+    path = table_path(aggdir, COLLECTIVES_RANKS)
     if path.is_file():
         for batch in iter_table(path, MEMBER_COLUMNS):
             grids.add(batch)
@@ -156,10 +157,10 @@ def picture(data, fn, args, at):
     bar tops, or window ends from the first start; the largest value is the axis' extent)."""
     rp, rk = data["rank_phase"], data["ranks"]
     if fn == "ranks_overview":
-        sel = np.flatnonzero(C.rows_at(rk, at)) if len(rk.get("rank", [])) else np.zeros(0, np.int64)
+        sel = np.flatnonzero(drawing.rows_at(rk, at)) if len(rk.get("rank", [])) else np.zeros(0, np.int64)
         sel = sel[np.argsort(rk["rank"][sel], kind="stable")] if len(sel) else sel
         return (tuple(rk["rank"][sel].tolist()),
-                _bars(np.stack([rk[k][sel] for k, _ in C.OVERVIEW_PARTS], 1) if len(sel) else []))
+                _bars(np.stack([rk[k][sel] for k, _ in drawing.OVERVIEW_PARTS], 1) if len(sel) else []))
     if not len(rp.get("rank", [])):
         return (), np.zeros(0)
     if fn in ("rank_timeline", "rank_microbatches"):
@@ -168,7 +169,7 @@ def picture(data, fn, args, at):
         ranks = data["meta"]["topology"]["pp"][args[0]]
     else:
         ranks = data["meta"]["topology"]["replicas"][args[0]]
-    sel = np.flatnonzero(C.rows_at(rp, at) & np.isin(rp["rank"], list(ranks)))
+    sel = np.flatnonzero(drawing.rows_at(rp, at) & np.isin(rp["rank"], list(ranks)))
     if fn == "rank_microbatches":
         sel = sel[np.isin(rp["phase"][sel], ("forward", "backward"))]
         shape = tuple((str(rp["phase"][j]), int(rp["microbatch"][j])) for j in sel.tolist())
@@ -177,7 +178,7 @@ def picture(data, fn, args, at):
                             rp["wall_ns"][sel].astype(np.float64)]
     if fn == "rank_timeline":
         tl = data["timeline"]
-        cats = tuple(sorted(set(tl["category"][(tl["rank"] == args[0]) & C.rows_at(tl, at)].tolist())))
+        cats = tuple(sorted(set(tl["category"][(tl["rank"] == args[0]) & drawing.rows_at(tl, at)].tolist())))
         shape, vals = _windows(rp, sel, "start_ns", "end_ns")
         return (cats, shape), vals
     sel = sel[np.isin(rp["phase"][sel], ("forward", "backward", "recompute", "optimizer"))]
@@ -251,7 +252,7 @@ def charted_ranks(data, aggdir, ranks=None) -> list:
         return all_ranks
     topo = data["meta"].get("topology") or {}
     out = list((topo.get("pp") or [[all_ranks[0]]])[0])
-    s = read_aggregate_table(aggdir, "stragglers")
+    s = read_aggregate_table(aggdir, STRAGGLERS)
     if s:
         lag: dict = {}                  # rows per collective kind and rank: the rank's total
         for r, v in zip(s["rank"].tolist(), s["straggler_lag_ns"].tolist()):
@@ -286,7 +287,7 @@ def plan(data, aggdir, opt: ChartOptions) -> list:
     per_it = {it: sum(1 for i, _ in keys if i == it) for it, _ in keys}
     tasks, drawn = [], {}             # drawn: chart kind -> [(picture, task)]
     charts = _per_step_charts(data, data["chart_ranks"], opt)
-    apart = RankApart(data["ranks"], read_aggregate_table(aggdir, "critical_path_summary",
+    apart = RankApart(data["ranks"], read_aggregate_table(aggdir, CRITICAL_PATH_SUMMARY,
                                                           ["iteration", "step", "what", "rank", "ns", "on_path"]))
     for at in keys:
         for fn, args, prefix in charts:
@@ -297,9 +298,9 @@ def plan(data, aggdir, opt: ChartOptions) -> list:
                         None)
             if twin is not None:
                 what = [f"{WHAT[fn]} {args[0]}"] if args and twin.args[0] != args[0] else []
-                twin.also.append(", ".join(what + ([C.label(at, data)] if twin.args[-1] != at else [])))
+                twin.also.append(", ".join(what + ([drawing.label(at, data)] if twin.args[-1] != at else [])))
                 continue
-            t = ChartTask(fn, args + (at,), f"{prefix}_{C.stem_suffix(at, per_it[at[0]])}")
+            t = ChartTask(fn, args + (at,), f"{prefix}_{drawing.stem_suffix(at, per_it[at[0]])}")
             drawn.setdefault(fn, []).append((p, t))
             tasks.append(t)
     if data["collectives"] and len(data["collectives"].get("instance", [])):
@@ -308,7 +309,7 @@ def plan(data, aggdir, opt: ChartOptions) -> list:
             safe = "".join(ch if ch.isalnum() else "_" for ch in f"{coll}_{dim}")
             tasks.append(ChartTask("skew_heatmap", (grid, f"{coll} {dim}"), f"collectives_skew_{safe}", False))
     if data["p2p"] and len(data["p2p"].get("src", [])):
-        tasks.append(ChartTask("p2p_chart", (C.stage_pairs(data["p2p"]),), "p2p_stage_pairs", False))
+        tasks.append(ChartTask("p2p_chart", (drawing.stage_pairs(data["p2p"]),), "p2p_stage_pairs", False))
     return tasks
 
 
@@ -325,7 +326,7 @@ def draw(i) -> list:
         fn, args = _RUN["extra"][i - len(_RUN["tasks"])]
         return list(fn(*args))
     t = _RUN["tasks"][i]
-    fn = getattr(C, t.fn)
+    fn = getattr(drawing, t.fn)
     fig = fn(_RUN["data"], *t.args) if t.data_arg else fn(*t.args)
     if fig is None:
         return []
@@ -335,7 +336,7 @@ def draw(i) -> list:
             fig.suptitle(fig.get_suptitle() + note, fontsize=10)
         else:
             fig.axes[0].set_title(fig.axes[0].get_title() + note, fontsize=10)
-    return C.save(fig, Path(_RUN["out"]) / t.stem, _RUN["formats"])
+    return drawing.save(fig, Path(_RUN["out"]) / t.stem, _RUN["formats"])
 
 
 def render_all(aggdir, outdir, chart_ranks=None, max_groups=16, max_replicas=8, log=None, progress=None,
@@ -352,14 +353,14 @@ def render_all(aggdir, outdir, chart_ranks=None, max_groups=16, max_replicas=8, 
         chart_ranks = ranks
     opt = opt or ChartOptions(chart_ranks=chart_ranks, max_groups=max_groups, max_replicas=max_replicas,
                               progress=progress)
-    bad = [f for f in opt.chart_formats if f not in C.FORMATS]
+    bad = [f for f in opt.chart_formats if f not in drawing.FORMATS]
     if bad or not opt.chart_formats:
         raise ValueError(f"chart format {bad[0] if bad else ''!r}: use png or svg")
     data = load(aggdir, opt.chart_ranks)
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     tasks = plan(data, aggdir, opt)
-    C.pyplot()                               # import matplotlib once, before the workers fork
+    drawing.pyplot()                               # import matplotlib once, before the workers fork
     _RUN.update(data=data, tasks=tasks, out=str(out), formats=tuple(opt.chart_formats), extra=list(extra))
     n = len(tasks) + len(extra)
     order = list(range(len(tasks), n)) + list(range(len(tasks)))       # the extra ones first

@@ -15,12 +15,13 @@ from collections import Counter
 
 import numpy as np
 
-from ..aggregate.folder import read_aggregate_table
-from .units import fmt_time
+from ..aggregate.folder import WHATIF, WHATIF_RANKS, read_aggregate_table, table_file
+from .section import ReportInput, SectionBase, md_table
+from .units import fmt_time, short_names
 
 SHOWN = 5
 """Sentences for at most this many changes (the table has them all)."""
-SOURCES = "whatif.parquet, whatif_ranks.parquet"
+SOURCES = ", ".join(map(table_file, (WHATIF, WHATIF_RANKS)))
 MIN_PCT = 0.5
 """A change saving less than this % of the step gets no sentence of its own."""
 
@@ -29,7 +30,7 @@ def whatif_section(aggdir) -> dict:
     """``{"changes": [{"change", "description", "steps", "measured_ns", "predicted_ns", "saving_ns",
     "saving_pct", "bound_rank", "bound_what", "top", "flag"}], "fidelity_pct", "host_gap_pct",
     "from"}``, changes by saving (largest first); ``changes`` empty when the aggregate replayed none."""
-    t = read_aggregate_table(aggdir, "whatif")
+    t = read_aggregate_table(aggdir, WHATIF)
     if not t or not len(t["change"]):
         return {"changes": [], "fidelity_pct": None, "host_gap_pct": None, "from": SOURCES, "replayed": bool(t)}
     out = []
@@ -46,7 +47,7 @@ def whatif_section(aggdir) -> dict:
                     "top": (int(t["top_rank"][i]), str(t["top_category"][i]), str(t["top_name"][i]),
                             int(t["top_ns"][i])), "flag": "; ".join(flags)})
     out.sort(key=lambda c: -c["saving_ns"])
-    r = read_aggregate_table(aggdir, "whatif_ranks", ["start_ns", "end_ns", "host_gap_ns", "replay_end_ns"])
+    r = read_aggregate_table(aggdir, WHATIF_RANKS, ["start_ns", "end_ns", "host_gap_ns", "replay_end_ns"])
     fid = hg = None
     if r and len(r["end_ns"]):
         step = np.maximum(r["end_ns"] - r["start_ns"], 1)
@@ -73,7 +74,7 @@ def whatif_markdown(sec: dict | None, table, short) -> list:
                     "launch delays and kernels each hold under 5 % of its path, or there is one rank); "
                     "`streamtrace whatif` replays any change.*", ""]
     if not changes:
-        return L + ["*No replay: aggregate wrote no whatif.parquet (`--no-critical-path`, `--no-whatif`, or no "
+        return L + [f"*No replay: aggregate wrote no {table_file(WHATIF)} (`--no-critical-path`, `--no-whatif`, or no "
                     "rank had CPU ops to build the step's graph from).*", ""]
     fid, hg = sec.get("fidelity_pct"), sec.get("host_gap_pct")
     intro = ("Each change below is replayed over the step's graph (the critical path's, every wait derived again "
@@ -98,3 +99,14 @@ def whatif_markdown(sec: dict | None, table, short) -> list:
     L += [table(["change", "as --change", "step (span)", "predicted", "saving", "then bound by",
                  "heaviest on the new path", "flag"], rows), ""]
     return L
+
+
+class WhatIfSection(SectionBase):
+    """``whatif``: :func:`whatif_section` (the replayed changes, largest saving first)."""
+    key = "whatif"
+
+    def data(self, inp: ReportInput, rep: dict) -> dict:
+        return {self.key: whatif_section(inp.aggdir)}
+
+    def markdown(self, rep: dict, charts: list) -> list:
+        return whatif_markdown(rep.get(self.key), md_table, lambda xs: short_names(xs, 80))

@@ -30,23 +30,23 @@ import sys
 import tempfile
 import time
 
-from numba.core import types as T
+from numba.core import types
 
 __all__ = ["UNITS", "COMMANDS", "TASKS", "prepare", "load", "pending", "cache_folder", "cache_writable"]
 
 # -- signatures ------------------------------------------------------------------------
 
-_RO = T.Array(T.uint8, 1, "C", readonly=True)    # trace bytes (np.frombuffer of bytes)
-_U8 = T.Array(T.uint8, 1, "C")
-_I8 = T.Array(T.int8, 1, "C")
-_I16 = T.Array(T.int16, 1, "C")
-_I32 = T.Array(T.int32, 1, "C")
-_I64 = T.Array(T.int64, 1, "C")
-_I64_2D = T.Array(T.int64, 2, "C")
-_U8_2D = T.Array(T.uint8, 2, "C")
-_B2D = T.Array(T.boolean, 2, "C")
-_i = T.int64
-_b = T.boolean
+_RO = types.Array(types.uint8, 1, "C", readonly=True)    # trace bytes (np.frombuffer of bytes)
+_U8 = types.Array(types.uint8, 1, "C")
+_I8 = types.Array(types.int8, 1, "C")
+_I16 = types.Array(types.int16, 1, "C")
+_I32 = types.Array(types.int32, 1, "C")
+_I64 = types.Array(types.int64, 1, "C")
+_I64_2D = types.Array(types.int64, 2, "C")
+_U8_2D = types.Array(types.uint8, 2, "C")
+_B2D = types.Array(types.boolean, 2, "C")
+_i = types.int64
+_b = types.boolean
 
 
 def _feed_sig(names):
@@ -58,7 +58,7 @@ def _feed_sig(names):
 #: to compile it once its callees are cached).  Only kernels with a cached callee need
 #: their callees listed; a callee missing here is compiled with its caller.
 UNITS = {
-    "scan._is_ws": ("scan", "_is_ws", (T.uint8,), (), 0.15),
+    "scan._is_ws": ("scan", "_is_ws", (types.uint8,), (), 0.15),
     "scan.skip_ws": ("scan", "skip_ws", (_RO, _i, _i), ("scan._is_ws",), 0.3),
     "scan.skip_string": ("scan", "skip_string", (_RO, _i, _i), (), 0.15),
     "scan.skip_value": ("scan", "skip_value", (_RO, _i, _i), ("scan.skip_string", "scan._is_ws"), 0.4),
@@ -138,7 +138,7 @@ UNITS = {
     "windows._sweep": ("windows", "_sweep", (_I64,) * 5, (), 0.5),
     "windows._find": ("windows", "_find", (_I64, _i), (), 0.2),
     "windows._paint": ("windows", "_paint", (_I64,) * 7, ("windows._find",), 0.5),
-    "gaps.running_end_before": ("gaps", "running_end_before", (T.Array(T.boolean, 1, "C"), _I64), (), 0.4),
+    "gaps.running_end_before": ("gaps", "running_end_before", (types.Array(types.boolean, 1, "C"), _I64), (), 0.4),
     "ancestry.same_name_ancestor": ("ancestry", "same_name_ancestor", (_I64, _I64), (), 0.3),
     "critical.longest_path": ("critical", "longest_path", (_i, _I64, _I64, _I64, _I64), (), 0.6),
     "critical.latest_times": ("critical", "latest_times", (_i, _I64, _I64, _I64, _I64), (), 0.4),

@@ -39,7 +39,7 @@ from typing import NamedTuple
 import numpy as np
 import orjson
 
-from . import faults as F
+from . import faults
 from .comm_formats import FORMATS, alltoall_splits, comm_args
 from .groups import ORDER, PG_DESC, build_topology, process_groups  # noqa: F401 (ORDER: re-exported)
 from .kernel_names import KERNELS as _K
@@ -259,7 +259,7 @@ class RankProgram:
             # before the predecessor's end (never before its start)
             start -= min(self.rand(1_000, 15_000), start - self.comp_start - 1, start - ts - LAUNCH_LAT_NS)
         self.comp_start = start
-        end = start + int(dur * dict(self.spec.kernel_scale).get(key, 1) * F.kernel_factor(self.spec.faults, self.rank, key))
+        end = start + int(dur * dict(self.spec.kernel_scale).get(key, 1) * faults.kernel_factor(self.spec.faults, self.rank, key))
         args = {"External id": self.stack[tid][-1], "queued": 0, "device": self.dev, "context": 1, "stream": S_COMP, "correlation": corr}
         name = key
         if cat == "kernel":
@@ -454,7 +454,7 @@ class RankProgram:
         for k in range(sp.steps):
             self.step = k
             with self.op(f"ProfilerStep#{sp.iteration + k}", m, cat=ua, gap=(5_000, 20_000)) as ts:
-                with F.stall(self, m), self.op("aten::zero_", m):     # after an injected data-loader stall, if any
+                with faults.stall(self, m), self.op("aten::zero_", m):     # after an injected data-loader stall, if any
                     self.gpu(m, "Memset (Device)", self.cost(nbytes=P * sp.layers * 2), "gpu_memset", "cudaMemsetAsync",
                              {"bytes": P * sp.layers * 2, "memory bandwidth (GB/s)": 2500.0})
                 yield from self.schedule()
@@ -522,8 +522,8 @@ def simulate(spec: SynthSpec, pgs: list, ranks=None, truth=True):
             num, den = {"allreduce": (2 * n - 2, n), "reduce_scatter": (n - 1, n), "allgather": (n - 1, n)}.get(t["type"], (1, 1))
             lat, bw = LINKS[t["dim"]]
             took = lat + t["nbytes"] * num // (den * bw)
-            f = F.coll_factor(spec, t)
-            t_end = max(q.start for q in got.values()) + (took if f == 1 else int(took * f)) + F.send_delay_ns(spec, t)
+            f = faults.coll_factor(spec, t)
+            t_end = max(q.start for q in got.values()) + (took if f == 1 else int(took * f)) + faults.send_delay_ns(spec, t)
             ends = resolved[p.key] = {q: t_end + int(rng.random() * (END_SKEW_NS + 1)) for q in sorted(got)}
             if truth:
                 colls.append(CollectiveTruth(index=len(colls), start_ns={q: got[q].start for q in sorted(got)}, end_ns=ends,
@@ -561,7 +561,7 @@ def replay(gen, replies):
 def check_spec(spec: SynthSpec) -> dict:
     """The spec's topology (:func:`build_topology`); ValueError for a spec no job can have."""
     topo = build_topology(spec)
-    if min(spec.steps, spec.microbatches, spec.layers) < 1 or spec.straggler_delay_ns < 0 or not 0 <= (spec.straggler_rank or 0) < spec.world_size or F.bad(spec):
+    if min(spec.steps, spec.microbatches, spec.layers) < 1 or spec.straggler_delay_ns < 0 or not 0 <= (spec.straggler_rank or 0) < spec.world_size or faults.bad(spec):
         raise ValueError(f"steps, microbatches, layers must be >= 1, straggler_delay_ns >= 0, straggler_rank a rank, faults valid: {spec}")
     if spec.comm_format not in FORMATS or spec.alltoalls < 0:
         raise ValueError(f"comm_format must be one of {', '.join(FORMATS)} and alltoalls >= 0: {spec}")

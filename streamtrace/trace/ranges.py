@@ -30,7 +30,7 @@ import numpy as np
 import orjson
 
 from ..runtime.errors import TraceError
-from ..kernels import scan as K
+from ..kernels import scan
 from .metadata import find_trailer
 from .reader import TraceReader
 from .source import BLOCK
@@ -80,7 +80,7 @@ def iter_ranges(path, parts: int, found: dict, end_at: int | None = None):
             data = f.read(BLOCK)
             if not data:
                 break
-            k, end = K.split_points(np.frombuffer(data, np.uint8), len(data), pos, every, out, state)
+            k, end = scan.split_points(np.frombuffer(data, np.uint8), len(data), pos, every, out, state)
             pos += len(data)
             points = out[:k].tolist()
             npoints += k
@@ -146,8 +146,8 @@ def guess_cut(f, lo, hi) -> int | None:
         if tries >= GUESS_TRIES:                            # bounded work whatever the text
             return None
         s = m.end() - 1
-        status, e = K.skip_value(arr, s, min(len(data), s + GUESS_EVENT_BYTES))
-        if status != K.DONE:
+        status, e = scan.skip_value(arr, s, min(len(data), s + GUESS_EVENT_BYTES))
+        if status != scan.DONE:
             continue                                        # not an object, or a long one: the next
         try:
             ev = orjson.loads(data[s:e])

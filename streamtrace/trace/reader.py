@@ -21,7 +21,7 @@ import numpy as np
 import orjson
 
 from ..runtime.errors import TraceError, TruncatedTraceError
-from ..kernels import scan as K
+from ..kernels import scan
 from .decode import decode_value
 from .deep import deep_warning, take_deep, too_deep, valid_json
 from .repair import repair_warning, take_repairs
@@ -250,7 +250,7 @@ class TraceReader:
 
     def _key(self, st):
         while True:
-            e = K.skip_string(st.arr, st.pos, st.n)
+            e = scan.skip_string(st.arr, st.pos, st.n)
             if e >= 0:
                 raw = st.buf[st.pos:e]
                 st.pos = e
@@ -263,10 +263,10 @@ class TraceReader:
 
     def _value(self, st):
         while True:
-            status, end = K.skip_value(st.arr, st.pos, st.n)
-            if status == K.DONE:
+            status, end = scan.skip_value(st.arr, st.pos, st.n)
+            if status == scan.DONE:
                 break
-            if status == K.BAD:
+            if status == scan.BAD:
                 st.pos = end
                 self._fail(st, "invalid JSON value")
             if not st.more():
@@ -303,9 +303,9 @@ class TraceReader:
                     raise RuntimeError("a ScanWindow was not scanned before the next one")
                 k, status, newpos = w.found
             elif bounds:
-                k, status, newpos = K.scan_bounds(st.arr, st.pos, st.n, starts, ends, sep)
+                k, status, newpos = scan.scan_bounds(st.arr, st.pos, st.n, starts, ends, sep)
             else:
-                k, status, newpos = K.scan_events(st.arr, st.pos, st.n, starts, ends, ts, dur, flags, sep)
+                k, status, newpos = scan.scan_events(st.arr, st.pos, st.n, starts, ends, ts, dur, flags, sep)
             if k:
                 if bounds:
                     yield RawBatch(None, None, None, None, st.base + int(starts[0]), self.events_read,
@@ -319,12 +319,12 @@ class TraceReader:
                                    st.buf, starts[:k].copy(), ends[:k].copy())
                 self.events_read += k
             st.pos = newpos
-            if status == K.DONE:
+            if status == scan.DONE:
                 self.events_end = st.base + newpos
                 self._repairs()
                 self._inflation(st)
                 return
-            if status == K.BAD:
+            if status == scan.BAD:
                 self._fail(st, "invalid JSON in traceEvents (expected an event object, ',' or ']')")
             if k == cap:
                 continue
@@ -336,7 +336,7 @@ class TraceReader:
         try:
             evs = orjson.loads(b"[" + buf[s0:e1] + b"]")
             if flags.any():
-                for i in np.flatnonzero(flags & K.BIG_INT).tolist():
+                for i in np.flatnonzero(flags & scan.BIG_INT).tolist():
                     s = int(starts[i])
                     evs[i] = decode_value(buf[s:int(ends[i])], self.path, s + delta)
             return evs
@@ -448,7 +448,7 @@ class _State:
 
     def skip_ws(self):
         while True:
-            self.pos = int(K.skip_ws(self.arr, self.pos, self.n))
+            self.pos = int(scan.skip_ws(self.arr, self.pos, self.n))
             if self.pos < self.n or not self.more():
                 return
 

@@ -44,8 +44,8 @@ import orjson
 
 from ..runtime.errors import TraceError
 from ..events.sort import ExternalSorter
-from ..kernels import scan as K
-from ..kernels import validate as KV
+from ..kernels import scan
+from ..kernels import validate as validate_kernels
 from ..kernels.validator import BatchRecords
 from ..runtime.files import input_file_problem, remove_quietly
 from ..runtime.parallel import InWorker, pool
@@ -185,7 +185,7 @@ class Checker:
                                    path=keep and keep + "0")
         self.flows = ExternalSorter(FLOW_DTYPE, _flow_key, opt.sort_rows, folder=folder, sub_rows=sub, delta=("seq",),
                                     codec=CODEC, merge_rows=opt.sort_rows, path=keep and keep + "1")
-        self.fields = np.empty((BATCH_EVENTS, KV.NF), np.int64)
+        self.fields = np.empty((BATCH_EVENTS, validate_kernels.NF), np.int64)
         self._records = BatchRecords()
         self.events = [0, 0]
         self.missing = [0, 0]
@@ -259,19 +259,19 @@ class Checker:
         ``buf[starts[i]:ends[i]]``; ``offset``: file offset of ``buf[starts[0]]`` (for errors).
         Raises :class:`~streamtrace.runtime.errors.TraceError` for an event that is not valid JSON."""
         f = self.buffer(len(starts))
-        KV.event_fields(np.frombuffer(buf, np.uint8), starts, ends, f)
+        validate_kernels.event_fields(np.frombuffer(buf, np.uint8), starts, ends, f)
         return self.finish_read(f, buf, starts, ends, offset, path)
 
     def buffer(self, n: int) -> np.ndarray:
         """A reused int64[n, NF] array for a batch's fields."""
         if len(self.fields) < n:
-            self.fields = np.empty((n, KV.NF), np.int64)
+            self.fields = np.empty((n, validate_kernels.NF), np.int64)
         return self.fields[:n]
 
     def finish_read(self, f: np.ndarray, buf: bytes, starts, ends, offset: int, path) -> np.ndarray:
         """Fill the rows of ``f`` that the kernel left to Python (``C_PY``) by decoding those
         events (see :meth:`read`); returns ``f``."""
-        rows = np.flatnonzero(f[:, KV.C_PY])
+        rows = np.flatnonzero(f[:, validate_kernels.C_PY])
         if len(rows):
             arr = np.frombuffer(buf, np.uint8)
             for i in rows.tolist():
@@ -281,7 +281,7 @@ class Checker:
 
     def add(self, buf: bytes, starts, ends, offset: int, path):
         """Read and record one batch (view ``V_IN``)."""
-        self.account(self.read(buf, starts, ends, offset, path), KV.V_IN)
+        self.account(self.read(buf, starts, ends, offset, path), validate_kernels.V_IN)
 
     def account(self, f: np.ndarray, view, out_pid: bool = False):
         """Record events with fields ``f`` (int64[n, NF]) in the views of ``view`` (int, or an int64
@@ -292,9 +292,9 @@ class Checker:
         nest, flows, counts = self._records.records(f, view, out_pid, self.seq)   # reused: the sorters copy them
         self.seq += len(f)
         for v in range(2):
-            self.events[v] += int(counts[v, KV.BC_EVENTS])
-            self.missing[v] += int(counts[v, KV.BC_MISSING])
-            self.negdur[v] += int(counts[v, KV.BC_NEGDUR])
+            self.events[v] += int(counts[v, validate_kernels.BC_EVENTS])
+            self.missing[v] += int(counts[v, validate_kernels.BC_MISSING])
+            self.negdur[v] += int(counts[v, validate_kernels.BC_NEGDUR])
         if len(nest):
             self._put(0, nest.view(NEST_DTYPE).reshape(len(nest)))
         if len(flows):
@@ -492,28 +492,31 @@ def fields_of_event(arr, buf: bytes, s: int, e: int, path, offset: int) -> np.nd
     Raises :class:`~streamtrace.runtime.errors.TraceError` for invalid JSON (at file ``offset``)."""
     one = [np.zeros(1, np.int64) for _ in range(4)]
     flags = np.zeros(1, np.uint8)
-    K.scan_events(arr, s, e, one[0], one[1], one[2], one[3], flags, np.zeros(1, np.int64))
+    scan.scan_events(arr, s, e, one[0], one[1], one[2], one[3], flags, np.zeros(1, np.int64))
     raw = buf[s:e]
-    ev = decode_value(raw, path, offset) if flags[0] & K.BIG_INT else loads(raw, path, offset)
+    ev = decode_value(raw, path, offset) if flags[0] & scan.BIG_INT else loads(raw, path, offset)
     return fields_from_dict(ev, int(one[2][0]), int(one[3][0]), int(flags[0]))
 
 
 def fields_from_dict(ev: dict, ts: int, dur: int, flags: int) -> np.ndarray:
     """Fields (int64[NF]) of a decoded event; ``ts``/``dur`` int64 ns and the scanner's
     ``flags`` (HAS_TS, HAS_DUR, TS_BAD, DUR_BAD)."""
-    row = np.zeros(KV.NF, np.int64)
+    row = np.zeros(validate_kernels.NF, np.int64)
     ph = ev.get("ph")
-    row[KV.C_PH] = (KV.PH_NONE if ph is None else KV.PH_X if ph == "X" else KV.PH_S if ph == "s"
-                    else KV.PH_F if ph == "f" else KV.PH_OTHER)
-    for key, ck, cv in (("pid", KV.C_PIDK, KV.C_PIDV), ("tid", KV.C_TIDK, KV.C_TIDV),
-                        ("cat", KV.C_CATK, KV.C_CATV), ("id", KV.C_IDK, KV.C_IDV)):
+    row[validate_kernels.C_PH] = (validate_kernels.PH_NONE if ph is None else validate_kernels.PH_X if ph == "X"
+                                  else validate_kernels.PH_S if ph == "s" else validate_kernels.PH_F if ph == "f"
+                                  else validate_kernels.PH_OTHER)
+    for key, ck, cv in (("pid", validate_kernels.C_PIDK, validate_kernels.C_PIDV),
+                        ("tid", validate_kernels.C_TIDK, validate_kernels.C_TIDV),
+                        ("cat", validate_kernels.C_CATK, validate_kernels.C_CATV),
+                        ("id", validate_kernels.C_IDK, validate_kernels.C_IDV)):
         if key in ev:
             row[ck], row[cv] = key_of(ev[key])
     args = ev.get("args")
     if isinstance(args, dict) and "rank" in args:
-        row[KV.C_RANKK], row[KV.C_RANKV] = rank_of(args["rank"])
-    row[KV.C_TS], row[KV.C_DUR] = ts, dur
-    row[KV.C_TFLAGS] = flags & (K.HAS_TS | K.HAS_DUR | K.TS_BAD | K.DUR_BAD)
+        row[validate_kernels.C_RANKK], row[validate_kernels.C_RANKV] = rank_of(args["rank"])
+    row[validate_kernels.C_TS], row[validate_kernels.C_DUR] = ts, dur
+    row[validate_kernels.C_TFLAGS] = flags & (scan.HAS_TS | scan.HAS_DUR | scan.TS_BAD | scan.DUR_BAD)
     return row
 
 
@@ -541,19 +544,21 @@ def key_of(v) -> tuple:
     dict keys: Python equality of the value, containers by their ``repr`` text (as a string).  A
     NaN is one key (the decoder gives every ``NaN`` the same object, which a dict finds again)."""
     if v is None:
-        return KV.NULL, 0
+        return validate_kernels.NULL, 0
     if isinstance(v, bool):
-        return KV.INT, int(v)
+        return validate_kernels.INT, int(v)
     if isinstance(v, int):
-        return (KV.INT, v) if -(1 << 63) <= v < (1 << 63) else (KV.OTHER, fnv1a_text(b"i%d" % v))
+        if -(1 << 63) <= v < (1 << 63):
+            return validate_kernels.INT, v
+        return validate_kernels.OTHER, fnv1a_text(b"i%d" % v)
     if isinstance(v, float):
         if math.isnan(v):
             return NAN, 0
         if v.is_integer():
             return key_of(int(v))
-        return KV.FLOAT, struct.unpack("<q", struct.pack("<d", v))[0]
+        return validate_kernels.FLOAT, struct.unpack("<q", struct.pack("<d", v))[0]
     if isinstance(v, str):
-        return KV.STR, fnv1a_text(v.encode("utf-8", "surrogatepass"))
+        return validate_kernels.STR, fnv1a_text(v.encode("utf-8", "surrogatepass"))
     return key_of(repr(v))
 
 
@@ -563,7 +568,7 @@ def rank_of(v) -> tuple:
     everything (a fresh value each time); inside a container it equals itself (the decoder gives
     every NaN one object, which container comparison finds identical)."""
     if isinstance(v, (list, dict)):
-        return KV.OTHER, fnv1a_text(b"c" + orjson.dumps(_plain(v), option=orjson.OPT_SORT_KEYS))
+        return validate_kernels.OTHER, fnv1a_text(b"c" + orjson.dumps(_plain(v), option=orjson.OPT_SORT_KEYS))
     if isinstance(v, float) and math.isnan(v):
         _NAN_SEQ[0] += 1
         return NAN, _NAN_SEQ[0]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels import validate as KV
+from ..kernels import validate as validate_kernels
 from ..runtime.files import remove_quietly
 from .check import PROBLEMS, ValidateOptions, gather_ranges, validate
 from .ordered import OutFilter
@@ -35,18 +35,20 @@ def account_batch(check, f: np.ndarray, kept: np.ndarray) -> bool:
     False when the output's view cannot be derived exactly (a kept flow end whose id is not an
     integer in [0, 2**40))."""
     keep = kept.astype(bool)
-    check.account(f, np.where(keep, KV.V_IN | KV.V_OUT, KV.V_IN), out_pid=True)
+    both = validate_kernels.V_IN | validate_kernels.V_OUT
+    check.account(f, np.where(keep, both, validate_kernels.V_IN), out_pid=True)
     return not len(inexact_ends(f, keep))
 
 
 def inexact_ends(f: np.ndarray, kept: np.ndarray) -> np.ndarray:
     """Indices (int64) of the kept (``kept``: bool[n]) flow ends among events with fields ``f``
     whose id is not an integer in [0, 2**40): the output's view of those cannot be derived."""
-    ph = f[:, KV.C_PH]
-    flow = kept & ((ph == KV.PH_S) | (ph == KV.PH_F))
+    ph = f[:, validate_kernels.C_PH]
+    flow = kept & ((ph == validate_kernels.PH_S) | (ph == validate_kernels.PH_F))
     if not flow.any():
         return np.zeros(0, np.int64)
-    ok = (f[:, KV.C_IDK] == KV.INT) & (f[:, KV.C_IDV] >= 0) & (f[:, KV.C_IDV] < ID_LIMIT)
+    ok = ((f[:, validate_kernels.C_IDK] == validate_kernels.INT) & (f[:, validate_kernels.C_IDV] >= 0)
+          & (f[:, validate_kernels.C_IDV] < ID_LIMIT))
     return np.flatnonzero(flow & ~ok)
 
 

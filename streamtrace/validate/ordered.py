@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels import validate as KV
+from ..kernels import validate as validate_kernels
 from ..kernels.validator import FlowRun, NestingRun
 
 __all__ = ["OutFilter", "SEQ_STRIDE", "run_nesting", "run_flows"]
@@ -65,7 +65,7 @@ class OutFilter:
         records (fields ``start``, ``end``, ``view``), with ``V_OUT`` cleared on those outside
         ``[lo, hi]``.  O(n)."""
         view = np.array(c["view"], np.int64)
-        view[(c["end"] < self.lo) | (c["start"] > self.hi)] &= ~KV.V_OUT
+        view[(c["end"] < self.lo) | (c["start"] > self.hi)] &= ~validate_kernels.V_OUT
         return view
 
     def flow_view(self, c, range_starts: np.ndarray | None = None) -> np.ndarray:
@@ -81,7 +81,7 @@ class OutFilter:
         if range_starts is not None:
             seq = range_starts[seq // SEQ_STRIDE] + seq % SEQ_STRIDE
         inside = seq < len(d)
-        view[inside & (d[np.minimum(seq, len(d) - 1)] != 0)] &= ~KV.V_OUT
+        view[inside & (d[np.minimum(seq, len(d) - 1)] != 0)] &= ~validate_kernels.V_OUT
         return view
 
     def counters(self, events: list, missing: list, negdur: list) -> tuple:

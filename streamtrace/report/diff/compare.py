@@ -51,6 +51,7 @@ from ...runtime.parallel import run_tasks
 from ...aggregate.run import KIND_CODE, interval_metrics
 from .unrelated import unrelated_jobs
 from .inputs import DiffOptions, list_text, open_side, pair_ranks
+from .outputs import TABLES, table_path
 from ...aggregate.stats import OPS_COLUMNS, op_rows
 
 KERNEL_COLUMNS = ["name", "kind", "dur_ns", "ts_ns", "end_ns", "device", "step", "phase", "microbatch", "collective",
@@ -359,12 +360,12 @@ def write_tables(outdir, tabs: DiffTables) -> list:
     """Write ``kernels``, ``ops``, ``groups``, ``ranks`` as ``.parquet`` (zstd) and ``.csv`` (floats
     at 6 significant digits) into ``outdir``, each atomically; returns the paths."""
     files = []
-    for name in ("kernels", "ops", "groups", "ranks"):
+    for name in TABLES:
         t = getattr(tabs, name)
-        p = os.path.join(outdir, f"{name}.parquet")
+        p = str(table_path(outdir, name))
         with atomic_output(p, compress=False) as f:
             pq.write_table(t, f, compression="zstd")
-        c = os.path.join(outdir, f"{name}.csv")
+        c = str(table_path(outdir, name, "csv"))
         with atomic_output(c, compress=False) as f:
             pcsv.write_csv(csv_table(t), f)
         files += [p, c]

@@ -15,7 +15,7 @@ import numpy as np
 from ...events.dataset import json_default
 from .compare import DIMENSIONS, compare, write_tables
 from .inputs import DiffOptions, list_text
-from .outputs import Diff
+from .outputs import RANKS, Diff, table_file
 from ...runtime.files import atomic_output, output_folder
 from ..charts import save
 from ..escape import chart_text, md_cell, md_code, md_text
@@ -234,7 +234,7 @@ def _added_md(k, o, names, lb, lt, top) -> list:
 def _ranks_md(ranks, lb, lt, top) -> list:
     r = ranks.to_pylist()
     L = ["## Ranks", "",
-         f"Per rank pair, sorted by the change in compute time ({len(r)} pair(s); all in ranks.parquet).",
+         f"Per rank pair, sorted by the change in compute time ({len(r)} pair(s); all in {table_file(RANKS)}).",
          ""]
     sel = r[:top] + r[max(top, len(r) - 3):]          # the largest increases, then the largest decreases
     head = [f"{lb} rank", f"{lt} rank", "rank-steps", "delta step", "delta compute", "delta comm",

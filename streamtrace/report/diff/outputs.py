@@ -2,10 +2,24 @@
 (:class:`~streamtrace.events.load.OutputKind`)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from ...events.load import Outputs, register
 
-TABLES = ("kernels", "ops", "groups", "ranks")
+KERNELS, OPS, GROUPS, RANKS = "kernels", "ops", "groups", "ranks"
+TABLES = (KERNELS, OPS, GROUPS, RANKS)
 """The tables diff writes (each ``NAME.parquet`` and ``NAME.csv``)."""
+
+
+def table_file(name: str, ext: str = "parquet") -> str:
+    """The file name of diff's table ``name`` (one of :data:`TABLES`): ``NAME.parquet`` (``ext="csv"``:
+    ``NAME.csv``)."""
+    return f"{name}.{ext}"
+
+
+def table_path(outdir, name: str, ext: str = "parquet") -> Path:
+    """The path of diff's table ``name`` (one of :data:`TABLES`) in ``outdir`` (:func:`table_file`)."""
+    return Path(outdir) / table_file(name, ext)
 
 
 @register
@@ -24,10 +38,10 @@ class Diff(Outputs):
                 or name.rsplit(".", 1)[-1] in ("parquet", "csv"))
 
     def tables(self):
-        return [n for n in TABLES if (self.path / f"{n}.parquet").is_file()]
+        return [n for n in TABLES if table_path(self.path, n).is_file()]
 
     def _read(self, name):
         import pyarrow.parquet as pq
 
         from ...events.dataset import arrow_file
-        return pq.read_table(arrow_file(self.path / f"{name}.parquet"))
+        return pq.read_table(arrow_file(table_path(self.path, name)))

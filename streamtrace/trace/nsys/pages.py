@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...kernels import sqlite_pages as K
+from ...kernels import sqlite_pages
 from ...runtime.errors import TraceError
 from .db import open_export, SQLITE_MAGIC
 
@@ -159,8 +159,8 @@ class PageFile:
                 buf = self.read_pages(part)
                 for j, pg in enumerate(part.tolist()):
                     page = buf[j * self.page_size:(j + 1) * self.page_size]
-                    k, st = K.interior_children(page, np.int64(pg), np.int64(self.usable))
-                    if st != K.OK:
+                    k, st = sqlite_pages.interior_children(page, np.int64(pg), np.int64(self.usable))
+                    if st != sqlite_pages.OK:
                         raise TraceError(self.path, f"corrupt SQLite database: page {pg:,} is not a table "
                                                     f"b-tree page")
                     kids.append(k)
@@ -173,7 +173,7 @@ class PageFile:
         """The whole payload of an overflowing cell: its on-page part at ``buf[at:]`` (whose first
         overflow page number follows it), then the overflow chain (each page: 4-byte next page
         number, then up to ``usable - 4`` bytes)."""
-        loc = int(K.local_size(np.int64(size), np.int64(self.usable)))
+        loc = int(sqlite_pages.local_size(np.int64(size), np.int64(self.usable)))
         parts = [bytes(buf[at:at + loc])]
         nxt = int.from_bytes(bytes(buf[at + loc:at + loc + 4]), "big")
         have, hops = loc, 0
@@ -255,14 +255,15 @@ def _scan(path, lay, columns, default, batch_bytes):
 def _batch(pf, pages, lay, columns, stored, slot, last, default):
     """Decode one batch of leaf pages (overflowing cells' records assembled here)."""
     buf = pf.read_pages(pages)
-    n, rowid, out, flags, ovf, n_ovf, st, bad = K.decode_leaves(
+    n, rowid, out, flags, ovf, n_ovf, st, bad = sqlite_pages.decode_leaves(
         buf, pages, np.int64(pf.page_size), np.int64(pf.usable), slot, last)
-    if st != K.OK:
+    if st != sqlite_pages.OK:
         raise TraceError(pf.path, f"corrupt SQLite database: page {int(bad):,} is not a table leaf page "
                                   f"its b-tree can hold")
     for r, at, size, _ in ovf[:n_ovf].tolist():
         whole = pf.payload(buf, at, size)
-        if K.decode_record(whole, np.int64(0), np.int64(len(whole)), slot, last, out, flags, np.int64(r)) != K.OK:
+        if sqlite_pages.decode_record(whole, np.int64(0), np.int64(len(whole)), slot, last, out, flags,
+                                      np.int64(r)) != sqlite_pages.OK:
             raise TraceError(pf.path, f"corrupt SQLite database: a record of rowid {int(rowid[r])} is damaged")
     values, null, odd = {}, {}, 0
     for c in columns:
@@ -272,17 +273,18 @@ def _batch(pf, pages, lay, columns, stored, slot, last, default):
         k = stored.index(c)
         f = flags[k, :n]
         v = out[k, :n]
-        if (f != K.OK).any():
+        if (f != sqlite_pages.OK).any():
             f = f.copy()
-            absent = f == K.ABSENT
+            absent = f == sqlite_pages.ABSENT
             if absent.any():
                 dv = _int_literal(lay.defaults.get(c))
-                f[absent] = K.NULL if dv is None else K.OK if isinstance(dv, int) else K.ODD
+                f[absent] = (sqlite_pages.NULL if dv is None else sqlite_pages.OK if isinstance(dv, int)
+                             else sqlite_pages.ODD)
                 if isinstance(dv, int):
                     v = np.where(absent, dv, v)
-            miss = f != K.OK
+            miss = f != sqlite_pages.OK
             v = np.where(miss, default, v)
-            odd += int(np.count_nonzero(f == K.ODD))
+            odd += int(np.count_nonzero(f == sqlite_pages.ODD))
         else:
             miss = np.zeros(n, bool)
         values[c], null[c] = v, miss

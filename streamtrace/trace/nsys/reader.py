@@ -26,7 +26,7 @@ import sqlite3
 import numpy as np
 
 from ...runtime.errors import TraceError
-from . import payload as P
+from . import payload
 from .db import export_meta, gpu_names, open_export, session_start_ns, Strings, table_columns
 from .pagerows import page_batches
 from .pages import BATCH_BYTES
@@ -91,7 +91,7 @@ class NsysExport:
         self.comm_rows: list = []
         self.warnings: list = []
         self.nccl_domain = self._domain("NCCL")
-        self.schemas = P.load_schemas(self.conn, self.tables, self.nccl_domain)
+        self.schemas = payload.load_schemas(self.conn, self.tables, self.nccl_domain)
         self.nranks: dict = {}                   # communicator id -> its size
         self.members: dict = {}                  # communicator id -> {rank in it: process key}
         keys, by_pid = gpu_process_keys(self.conn, self.tables)
@@ -279,11 +279,11 @@ class NsysExport:
             for j, r in zip(paid.tolist(), rowids):
                 nid = int(a["name"][j])
                 name = self.names([nid])[nid]
-                p = P.decode(name, *blobs.get(r, (None, None)), self.schemas)
+                p = payload.decode(name, *blobs.get(r, (None, None)), self.schemas)
                 a["comm"][j] = -1
                 if p:
                     a["comm"][j] = len(self.comm_rows)
-                    self.comm_rows.append(P.comm_args(name, p, self.nranks, self.comm_ranks))
+                    self.comm_rows.append(payload.comm_args(name, p, self.nranks, self.comm_ranks))
         return a
 
     # -- NCCL domain, ranks
@@ -319,8 +319,8 @@ class NsysExport:
             name = text if isinstance(text, str) else self.names([tid])[tid] if tid >= 0 else ""
             if not name.startswith("ncclCommInitRank"):
                 continue
-            p = P.decode(name, blob, js, self.schemas) or {}
-            rank, n, comm = p.get(P.RANK), p.get(P.NRANKS), p.get(P.COMM)
+            p = payload.decode(name, blob, js, self.schemas) or {}
+            rank, n, comm = p.get(payload.RANK), p.get(payload.NRANKS), p.get(payload.COMM)
             if isinstance(comm, int) and isinstance(n, int):
                 self.nranks[comm] = n
                 if isinstance(rank, int) and proc is not None:

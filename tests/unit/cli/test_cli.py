@@ -2,21 +2,19 @@
 one short flag per meaning, -q/-v on every subcommand, one -j default, one list syntax."""
 from __future__ import annotations
 
-import argparse
+import inspect
 import re
 
 import pytest
 
 from support import run_cli
 from streamtrace.cli import COMMANDS, build_parser
-from streamtrace.cli.common import parse_list
+from streamtrace.cli.common import SHORT_FLAGS, parse_list
 from streamtrace.runtime.errors import UsageError
 
 
 def _subparsers():
-    p = build_parser()
-    (act,) = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
-    return act.choices
+    return build_parser().commands
 
 
 def test_bare_command_exits_2_with_usage():
@@ -91,13 +89,30 @@ def test_one_short_flag_per_meaning_and_one_jobs_default():
             longs = [o for o in a.option_strings if o.startswith("--")]
             for s in shorts:
                 meaning.setdefault(s, set()).add(a.dest if s != "-o" else "output")
-            if "--jobs" in longs:
-                assert a.default == 0, name            # 0 = all cores, everywhere
+            if "--jobs" in longs:                      # 0 = all cores, everywhere (the function's default)
+                fn = {f.__name__: f for f in COMMANDS}[name]
+                assert inspect.signature(fn).parameters[a.dest].default == 0, name
             if set(longs) & {"--ranks", "--iterations", "--steps", "--chart-ranks"}:
                 assert a.nargs is None, (name, longs)  # one value in the list syntax, not nargs="+"
     for s, dests in meaning.items():
         assert len(dests) == 1, (s, dests)
-    assert set(meaning) <= {"-h", "-o", "-j", "-q", "-v", "-i"}
+    assert set(meaning) <= {"-h", "-o", "-j", "-q", "-v", "-i"} == set(SHORT_FLAGS)
+    assert all(set(SHORT_FLAGS[s]) >= {o for a in sub._actions if s in a.option_strings for o in a.option_strings
+                                       if o.startswith("--")} for sub in _subparsers().values() for s in meaning)
+
+
+def test_options_are_declared_not_inferred():
+    """Every option of a subcommand is one it declares (cli/common.option, no name inferred from its parameters:
+    no ``-s`` for ``--strict``, no ``--as-json`` beside ``--json``), and each declared parameter is one of the
+    function's, so that its signature's default is the option's."""
+    for name, sub in _subparsers().items():
+        fn = {f.__name__: f for f in COMMANDS}[name]
+        declared = {n for names, _ in fn.OPTIONS for n in names} | {"-h", "--help"}
+        assert {o for a in sub._actions for o in a.option_strings} == {o for o in declared if o.startswith("-")}
+        params = inspect.signature(fn).parameters
+        assert {a.dest for a in sub._actions if a.dest != "help"} <= set(params), name
+    r = run_cli("validate", "-s", "x")
+    assert r.returncode == 2 and "unrecognized arguments: -s" in r.stderr
 
 
 def test_every_subcommand_has_quiet_verbose_and_jobs_where_it_works():

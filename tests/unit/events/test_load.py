@@ -2,7 +2,9 @@
 reading the same files as the README and docs/analyze.md show (their examples run as tests)."""
 from __future__ import annotations
 
+import ast
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -182,7 +184,6 @@ def test_one_protocol_per_kind_of_folder(tmp_path):
 def test_only_the_kinds_name_their_files():
     """The marker and file names of every kind of output folder are written in the code of that kind's class
     only (the stages write and read ``Kind.marker``); a string constant equal to one elsewhere is a second place."""
-    import ast
     from streamtrace.events.load import KINDS
     from streamtrace.report.diff.outputs import Diff
     with pytest.raises(StreamtraceError):
@@ -191,13 +192,52 @@ def test_only_the_kinds_name_their_files():
     home[Diff.MARKDOWN] = Diff.__module__
     home["report.json"] = "streamtrace.aggregate.folder"     # REPORT_MARKER: an aggregate folder holds its report too
     assert set(home) >= {"summary.json", "aggregate.json", "report.json", "diff.json", "epilogue.json"}
+    table_home = _table_homes()
     stray = []
     for path in sorted((ROOT / "streamtrace").rglob("*.py")):
         module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Constant) and node.value in home and home[node.value] != module:
+        tree = ast.parse(path.read_text())
+        docs = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}     # docstrings (attributes' too)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Constant) or not isinstance(node.value, str):
+                continue
+            if node.value in home and home[node.value] != module:
                 stray.append(f"{module}:{node.lineno} {node.value!r}")
+            names = {m.group(1) for m in TABLE_FILE.finditer(node.value)} if id(node) not in docs else set()
+            stray += [f"{module}:{node.lineno} {node.value!r}" for n in names
+                      if module not in table_home.get(n, {module})]
     assert not stray, stray
+
+
+TABLE_FILE = re.compile(r"\b(\w+)\.(?:parquet|csv)\b")
+
+
+def _table_homes() -> dict:
+    """``{table name: {owner modules}}``: every table an output kind writes as ``NAME.parquet`` (and
+    ``NAME.csv``), and the module that names it (a diff and an aggregate both have ``ranks``)."""
+    from streamtrace.aggregate import folder
+    from streamtrace.report.diff import outputs
+    homes = {}
+    for module, names in ((folder, folder.TABLES), (outputs, outputs.TABLES)):
+        for n in names:
+            homes.setdefault(n, set()).add(module.__name__)
+    return homes
+
+
+def test_only_the_owners_name_their_tables():
+    """A table's name has one home: the aggregate's tables are the constants of
+    :mod:`streamtrace.aggregate.folder` (each one of ``TABLES``, none twice) and the diff's are
+    ``report.diff.outputs.TABLES``; a ``NAME.parquet`` / ``NAME.csv`` spelled in any other module's code
+    (docstrings aside) fails ``test_only_the_kinds_name_their_files``, which this checks can fail."""
+    from streamtrace.aggregate import folder
+    consts = {k: v for k, v in vars(folder).items() if k.isupper() and isinstance(v, str)
+              and k not in ("REPORT_MARKER", "CHARTS")}
+    assert sorted(consts.values()) == sorted(folder.TABLES) and len(set(folder.TABLES)) == len(folder.TABLES)
+    assert all(k == v.upper() for k, v in consts.items())
+    homes = _table_homes()
+    found = [m.group(1) for m in TABLE_FILE.finditer('p = agg / "critical_path.parquet", "ranks.csv", "x.parquet"')]
+    assert [n for n in found if n in homes] == ["critical_path", "ranks"]
+    assert homes["ranks"] == {"streamtrace.aggregate.folder", "streamtrace.report.diff.outputs"}
 
 
 def test_read_checks_the_marker_as_the_stages_need_it(tmp_path):

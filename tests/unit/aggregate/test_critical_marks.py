@@ -1,4 +1,4 @@
-"""``merge --critical-path AGGDIR`` (:mod:`streamtrace.merge.critical_marks`): the path's events are
+"""``merge --critical-path AGGDIR`` (:mod:`streamtrace.aggregate.critical_marks`): the path's events are
 marked and linked by flows of their own category in the merged trace, which still validates.  The
 expected events are found in the merged file with ``json`` (the injected stall, the path's
 correlations), not by the code under test."""
@@ -13,7 +13,7 @@ from streamtrace.analyze import AnalyzeOptions, analyze
 from streamtrace.runtime.errors import StreamtraceError
 from streamtrace.aggregate import AggregateOptions, aggregate
 from streamtrace.merge import MergeOptions, merge
-from streamtrace.merge.critical_marks import CATEGORY, mark_critical_path
+from streamtrace.aggregate.critical_marks import CATEGORY, mark_critical_path
 from streamtrace.synth.job import SynthSpec, generate_job
 from streamtrace.synth.faults import LOADER, Fault
 from streamtrace.validate.check import validate

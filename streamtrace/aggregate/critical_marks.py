@@ -31,11 +31,12 @@ import pyarrow.parquet as pq
 
 from ..events.dataset import arrow_file
 from ..events.sortedsets import in_sorted
-from ..kernels import extract as X
+from ..kernels import extract
 from ..runtime.errors import StreamtraceError
 from ..trace.reader import TraceReader
 from ..trace.writer import TraceWriter, us_fragment
-from .pids import GPU_CATS, unique_id
+from ..merge.pids import GPU_CATS, unique_id
+from .folder import CRITICAL_PATH, table_path
 
 CATEGORY = "critical_path"
 FLOW_BASE = 1 << 60            # flow ids above every merged id (rank * 2**40 + id, rank < 2**20)
@@ -50,7 +51,7 @@ def path_ids(aggdir, iteration=None) -> tuple[dict, dict, dict]:
     ``{(merged external id, name): order}`` of the path segments of ``aggdir`` (of ``iteration``
     only when given); ``order`` = the step's index x 10**7 + the segment's position; a key on the path
     twice keeps its first row's order."""
-    p = Path(aggdir) / "critical_path.parquet"
+    p = table_path(aggdir, CRITICAL_PATH)
     if not p.is_file():
         raise StreamtraceError(f"{p}: missing (run streamtrace aggregate without --no-critical-path first)")
     t = pq.read_table(arrow_file(p), columns=["iteration", "step", "order", "rank", "category", "name", "correlation",
@@ -108,9 +109,10 @@ def candidates(b, corr_keys, ext_keys) -> np.ndarray:
     i64 = lambda: np.empty(n, np.int64)  # noqa: E731
     ph, flags = np.empty(n, np.uint8), np.empty(n, np.uint8)
     cols = [i64() for _ in range(14)]       # pid tid cat(h,s,e) name(h,s,e) flow corr ext stream device rank
-    X.extract_columns(buf, b.starts, b.ends, ph, *cols, flags)
+    extract.extract_columns(buf, b.starts, b.ends, ph, *cols, flags)
     corr, ext = cols[9], cols[10]
-    hit = ((ph == ord("X")) & (in_sorted(corr, corr_keys) | in_sorted(ext, ext_keys))) | ((flags & X.F_PYTHON) != 0)
+    hit = (((ph == ord("X")) & (in_sorted(corr, corr_keys) | in_sorted(ext, ext_keys)))
+           | ((flags & extract.F_PYTHON) != 0))
     raw, pos, end = b.buf, int(b.starts[0]), int(b.ends[-1])
     while (pos := raw.find(_MARKED, pos, end)) >= 0:
         hit[np.searchsorted(b.starts, pos, "right") - 1] = True
