@@ -81,14 +81,23 @@ def step_tables(rows: dict) -> dict:
     return out
 
 
-def join_rows(results: list) -> dict:
-    """The parts' :meth:`~streamtrace.aggregate.whatif_local.ReplayRows.result` dicts joined."""
+def join_rows(results: list, consume: bool = False) -> dict:
+    """The parts' :meth:`~streamtrace.aggregate.whatif_local.ReplayRows.result` dicts joined; with
+    ``consume`` each part's column is dropped once joined (the parts' rows and the joined ones are
+    never held whole at once)."""
     results = [x for x in results if x]
     out = {}
     for name, cols in (("anchors", ANCHOR_COLUMNS), ("edges", EDGE_COLUMNS), ("ranks", RANK_COLUMNS)):
         got = [x[name] for x in results if len(x[name]["part"])]
-        out[name] = {c: np.concatenate([g[c] for g in got]) for c in cols} if got else \
-            {c: np.zeros(0, object if c.startswith("top_") and c != "top_ns" else np.int64) for c in cols}
+        if not got:
+            out[name] = {c: np.zeros(0, object if c.startswith("top_") and c != "top_ns" else np.int64) for c in cols}
+            continue
+        out[name] = {}
+        for c in cols:
+            out[name][c] = np.concatenate([g[c] for g in got])
+            if consume:
+                for g in got:
+                    g[c] = None
     return out
 
 
@@ -380,8 +389,9 @@ def write_whatif(job, outdir, results: list, meta: dict, jobs: int = 1) -> list:
     the report's candidate changes (:func:`streamtrace.aggregate.whatif_candidates.candidates`) replayed
     into ``whatif.parquet``.  Returns the files written."""
     from .whatif_candidates import candidates
-    rows = join_rows(results)
+    rows = join_rows(results, consume=True)
     results.clear()                                   # (the parts' rows: held once, joined)
+    trim()
     if not len(rows["ranks"]["part"]):
         return []
     tabs = step_tables(rows)

@@ -89,14 +89,17 @@ class TransferView:
         """The selected members' transfers no longer than the median transfer of the members of the
         same collective, dimension and size (all instances of the step)."""
         f = np.ones(len(self.instance))
-        groups: dict = {}
-        for i, k in enumerate(zip(self.name.tolist(), self.dim.tolist(), self.bytes.tolist())):
-            groups.setdefault(k, []).append(i)
-        for idx in groups.values():
-            idx = np.asarray(idx)
-            med = float(np.median(self.transfer[idx]))
-            s = idx[sel[idx] & (self.transfer[idx] > med)]
-            f[s] = med / self.transfer[s]
+        if not len(f):
+            return f
+        code = lambda x: np.unique(x, return_inverse=True)[1].reshape(-1)  # noqa: E731
+        group = key_codes(np.c_[code(self.name), code(self.dim), self.bytes].astype(np.int64))
+        o = np.lexsort((self.transfer, group))
+        g, v = group[o], np.asarray(self.transfer, float)[o]
+        lo = np.searchsorted(g, group)
+        n = np.searchsorted(g, group, "right") - lo
+        med = (v[lo + (n - 1) // 2] + v[lo + n // 2]) / 2         # np.median of the group's transfers
+        s = sel & (self.transfer > med)
+        f[s] = med[s] / self.transfer[s]
         return f
 
     def share_factor(self, sel, share, gbps=None) -> np.ndarray:
