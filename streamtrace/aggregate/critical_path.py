@@ -245,25 +245,50 @@ def solve_step(g: JobGraph, w=None) -> Solved | None:
     return Solved(keep[path], dist, late, pos, keep, int(len(src) - len(keep)), int(last))
 
 
-def _segments(g: JobGraph, path, spills: dict, rank_of: dict) -> list:
-    """The path's job edges expanded into segment rows ``(rank, lane, t0, t1, weight, category, name, ref)``."""
+class _Spill:
+    """One part's spilled path segments (:func:`~streamtrace.aggregate.critical_local.part_paths`), read
+    once: the numeric columns as numpy, each node's in-edge row found by binary search (its last row,
+    as a dict built in row order would)."""
+
+    def __init__(self, path):
+        self.table = feather.read_table(arrow_file(path))
+        self.num = {c: self.table[c].to_numpy() for c in ("src", "dst", "t0", "t1", "w", "cat", "ref")}
+        r = np.arange(self.table.num_rows)[::-1]
+        self.keys, first = np.unique(self.num["dst"][r], return_index=True)
+        self.rows = r[first]
+
+    def chain(self, x: int, stop: int) -> list:
+        """The rows of the in-edges from node ``x`` back to node ``stop`` (or to a node with none), last first."""
+        out = []
+        while x != stop:
+            i = int(np.searchsorted(self.keys, x))
+            if i == len(self.keys) or self.keys[i] != x:
+                break
+            j = int(self.rows[i])
+            out.append(j)
+            x = int(self.num["src"][j])
+        return out
+
+    def rows_of(self, rank, js) -> list:
+        """Segment rows ``(rank, lane, t0, t1, weight, category, name, ref)`` of rows ``js``."""
+        lane, name = (self.table[c].take(js).to_pylist() for c in ("lane", "name"))
+        t0, t1, w, cat, ref = (self.num[c][js].tolist() for c in ("t0", "t1", "w", "cat", "ref"))
+        return [(rank, lane[i], t0[i], t1[i], w[i], CATEGORIES[cat[i]], name[i], ref[i]) for i in range(len(js))]
+
+
+def _segments(g: JobGraph, path, spills: dict, rank_of: dict, cache: dict | None = None) -> list:
+    """The path's job edges expanded into segment rows ``(rank, lane, t0, t1, weight, category, name, ref)``;
+    ``cache``: ``{part: _Spill}`` kept across the steps (each part's spill read once)."""
     rows = []
-    cache: dict = {}
+    cache = {} if cache is None else cache
     for e in path.tolist():
         u, v, typ = int(g.src[e]), int(g.dst[e]), int(g.etype[e])
         if typ == LOCAL:
             p = int(g.part[u])
             if p not in cache:
-                s = feather.read_table(arrow_file(spills[p])).to_pydict()
-                cache[p] = {d: j for j, d in enumerate(s["dst"])}, s
-            by_dst, s = cache[p]
-            chain, x, stop = [], int(g.local[v]), int(g.local[u])
-            while x != stop and x in by_dst:
-                j = by_dst[x]
-                chain.append((rank_of[p], s["lane"][j], s["t0"][j], s["t1"][j], s["w"][j], CATEGORIES[s["cat"][j]],
-                              s["name"][j], s["ref"][j]))
-                x = s["src"][j]
-            rows += chain[::-1]
+                cache[p] = _Spill(spills[p])
+            sp = cache[p]
+            rows += sp.rows_of(rank_of[p], np.asarray(sp.chain(int(g.local[v]), int(g.local[u]))[::-1], np.int64))
         else:
             end = v if typ == TRANSFER else u
             p = int(g.part[end])
@@ -339,13 +364,14 @@ def critical_paths(job, results: list, outdir) -> CriticalResult:
     spills = {p.index: r["segments"] for p, r in zip(job.parts, results) if r and r["segments"]}
     stats = _stats(results)
     seg_rows, summ_rows, ranks, warnings = [], [], [], []
+    cache: dict = {}                                   # the parts' spilled segments, read once
     for (it, st), parts in sorted(_step_graphs(job, results).items()):
         g = _build(parts, members, p2p)
         solved = solve_step(g)
         if solved is None:
             continue
         stats["dropped_edges"] += solved.dropped
-        segs = _segments(g, solved.path, spills, rank_of)
+        segs = _segments(g, solved.path, spills, rank_of, cache)
         warnings += _check_sum(it, st, segs)
         seg_rows += [(it, st, k) + s for k, s in enumerate(segs)]
         per_rank = rank_rows(it, st, g, solved, segs, rank_of)
