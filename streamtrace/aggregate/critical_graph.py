@@ -124,3 +124,70 @@ def topological_order(t, cls, src, dst) -> np.ndarray:
             break
         level = np.minimum(new, MAX_LEVELS)
     return np.lexsort((ids, cls, level, t))
+
+
+# -- the job level's collectives, as arrays (:mod:`streamtrace.aggregate.critical_path`,
+#    :mod:`streamtrace.aggregate.whatif_job`) --------------------------------------------------------
+
+WAIT_EDGE, TRANSFER_EDGE = int(Edge.wait), int(Edge.transfer)
+"""The job graphs' edge types of a member's wait for its barrier and of its transfer."""
+NO_TIME = -(2 ** 62)
+
+
+def key_codes(keys) -> np.ndarray:
+    """Dense int64 codes of the rows of ``keys`` (int64[n, 3], e.g. ``(part, correlation, stream)``):
+    equal rows, equal codes."""
+    if not len(keys):
+        return np.zeros(0, np.int64)
+    o = np.lexsort(keys.T[::-1])
+    s = keys[o]
+    new = np.r_[True, (s[1:] != s[:-1]).any(axis=1)]
+    out = np.empty(len(keys), np.int64)
+    out[o] = np.cumsum(new) - 1
+    return out
+
+
+def last_of(codes, values, n) -> np.ndarray:
+    """``{code: value}`` as a dict built in row order would hold it (the last value of a code wins),
+    as an int64[n] array (-1 where no row has the code)."""
+    out = np.full(n, -1, np.int64)
+    if len(codes):
+        r = np.arange(len(codes))[::-1]
+        c, first = np.unique(codes[r], return_index=True)      # the last row of each code
+        out[c] = np.asarray(values)[r[first]]
+    return out
+
+
+def barrier_edges(t, arrival, end, instance, first_node: int) -> dict:
+    """The barriers of the matched members ``arrival`` / ``end`` (node ids, in the order met) of
+    ``instance`` (int64, -1 unmatched) in a job graph whose node times are ``t``: one barrier per
+    instance at its last member's arrival, numbered from ``first_node`` in the order the instances
+    are first met; per member a wait (arrival -> barrier, 0) and a transfer (barrier -> end, end -
+    last arrival; a member that ended before the last arrival keeps its own transfer, arrival ->
+    end: a send that did not wait for its receive).  Returns int64 arrays: ``bar_t`` (per barrier),
+    ``bar_inst`` (its instance), ``m_bar`` / ``m_arr`` / ``m_end`` / ``m_inst`` (the matched members
+    grouped by barrier, each group in the order met), ``lead`` (bool: a group's first member),
+    ``src`` / ``dst`` / ``w`` / ``etype`` (int8) of the edges, two a member (wait, transfer)."""
+    m = instance >= 0
+    ma, me, mi = arrival[m], end[m], instance[m]
+    uinst, pos, inv = np.unique(mi, return_index=True, return_inverse=True)
+    rank = np.empty(len(uinst), np.int64)                        # instances in the order first met
+    rank[np.argsort(pos)] = np.arange(len(uinst))
+    bidx = rank[inv.reshape(-1)]
+    o = np.argsort(bidx, kind="stable")
+    ma, me, mi, bidx = ma[o], me[o], mi[o], bidx[o]
+    nb = len(uinst)
+    last = np.full(nb, NO_TIME, np.int64)
+    np.maximum.at(last, bidx, t[ma])
+    b = first_node + bidx
+    own = t[me] < last[bidx]
+    src, dst, w = (np.empty(2 * len(ma), np.int64) for _ in range(3))
+    src[0::2], src[1::2] = ma, np.where(own, ma, b)
+    dst[0::2], dst[1::2] = b, me
+    w[0::2], w[1::2] = 0, t[me] - np.where(own, t[ma], last[bidx])
+    bar_inst = np.empty(nb, np.int64)
+    bar_inst[rank] = uinst
+    return {"bar_t": last, "bar_inst": bar_inst, "m_bar": bidx, "m_arr": ma, "m_end": me, "m_inst": mi,
+            "lead": np.r_[True, bidx[1:] != bidx[:-1]] if len(bidx) else np.zeros(0, bool),
+            "src": src, "dst": dst, "w": w,
+            "etype": np.tile(np.asarray([WAIT_EDGE, TRANSFER_EDGE], np.int8), len(ma))}

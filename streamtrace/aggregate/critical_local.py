@@ -173,9 +173,11 @@ def _anchors(ops, k, krows, comm, runs, first, sn, en, cpu_a, cpu_e, tn, main_ti
     nc, nr = int(comm.sum()), len(runs)
     kc = krows[comm]
     gcorr, gstream = k["correlation"][kc], k["stream"][kc]
-    glane = np.asarray([f"device {d} stream {x}" for d, x in zip(k["device"][kc].tolist(), gstream.tolist())], object)
+    lanes: dict = {}                         # one str a lane (a rank's anchors are a few hundred)
+    glane = np.asarray([lanes.setdefault((d, x), f"device {d} stream {x}")
+                        for d, x in zip(k["device"][kc].tolist(), gstream.tolist())], object)
     rcorr, rname = -2 - runs[:, 0], ops["name"][runs[:, 1]].astype(object)
-    rlane = np.asarray([f"thread {x}" for x in ops["tid"][runs[:, 1]].tolist()], object)
+    rlane = np.asarray([lanes.setdefault(x, f"thread {x}") for x in ops["tid"][runs[:, 1]].tolist()], object)
     none = np.full(1, -1, np.int64)
     gname = k["name"][kc].astype(object)
     return (np.r_[[first], sn[comm], cpu_a, en[comm], cpu_e, tn],

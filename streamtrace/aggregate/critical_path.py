@@ -54,10 +54,11 @@ import numpy as np
 import pyarrow.feather as feather
 import pyarrow.parquet as pq
 
-from .folder import COLLECTIVES_RANKS, CRITICAL_PATH, CRITICAL_PATH_RANKS, CRITICAL_PATH_SUMMARY, table_path
 from ..events.dataset import arrow_file, write_table
 from ..kernels.critical import NEG, POS, latest_times, longest_path, trace_back
-from .critical_graph import BARRIER, CATEGORIES, Anchor, Edge
+from ..runtime.tuning import trim
+from .critical_graph import BARRIER, CATEGORIES, Anchor, Edge, barrier_edges, key_codes, last_of
+from .folder import COLLECTIVES_RANKS, CRITICAL_PATH, CRITICAL_PATH_RANKS, CRITICAL_PATH_SUMMARY, table_path
 from .critical_ranks import RANK_COLUMNS, SUMMARY_COLUMNS, rank_rows, summary_rows
 
 SEGMENT_COLUMNS = ("iteration", "step", "order", "rank", "lane", "start_ns", "end_ns", "dur_ns", "weight_ns",
@@ -68,17 +69,19 @@ SUM_TOLERANCE = 0.001
 """A path whose weights differ from its own span by more than this share gets a warning."""
 
 
-def _members(outdir) -> dict:
-    """``{(part, correlation, stream): instance}`` of the matched collectives (complete instances
-    of two or more ranks)."""
+def _members(outdir) -> tuple:
+    """``(keys int64[n, 3] (part, correlation, stream), instance int64[n])`` of the matched collectives'
+    members (complete instances of two or more ranks)."""
     p = table_path(outdir, COLLECTIVES_RANKS)
+    none = (np.zeros((0, 3), np.int64), np.zeros(0, np.int64))
     if not p.is_file():
-        return {}
+        return none
     t = pq.read_table(arrow_file(p), columns=["instance", "part", "correlation", "stream"])
-    inst, part, corr, stream = (t[c].to_numpy() for c in ("instance", "part", "correlation", "stream"))
-    n = np.bincount(inst) if len(inst) else np.zeros(0, np.int64)
-    keep = n[inst] >= 2 if len(inst) else np.zeros(0, bool)
-    return {(int(a), int(b), int(c)): int(i) for a, b, c, i in zip(part[keep], corr[keep], stream[keep], inst[keep])}
+    inst, part, corr, stream = (t[c].to_numpy().astype(np.int64) for c in ("instance", "part", "correlation", "stream"))
+    if not len(inst):
+        return none
+    keep = np.bincount(inst)[inst] >= 2
+    return np.c_[part[keep], corr[keep], stream[keep]], inst[keep]
 
 
 P2P = ("send", "recv", "sendrecv")
@@ -97,103 +100,105 @@ def _p2p_instances(outdir) -> set:
 
 
 class JobGraph:
-    """The job-level graph of one (iteration, step), built from the parts' reduced results:
-    nodes (``t`` int64 ns, ``kind`` an :class:`Anchor` or :data:`BARRIER`, ``part``, ``local``
-    node id in the part's graph, ``name``, ``lane``, ``stream``, ``corr``), edges (``src``, ``dst``,
-    ``w`` int64 ns, ``etype`` LOCAL / WAIT / TRANSFER) and the ``barriers``:
-    ``[(barrier node, [(arrival node, end node), ...])]``, ``p2p`` the barrier nodes of point-to-point
-    transfers."""
+    """The job-level graph of one (iteration, step), built from the parts' reduced results
+    (:meth:`add_part` for each, then :meth:`add_collectives` once): node columns (numpy, one row per
+    node: ``t`` int64 ns, ``kind`` an :class:`Anchor` or :data:`BARRIER`, ``part``, ``local`` node id
+    in the part's graph, ``name`` / ``lane`` object, ``stream``, ``corr``), edge columns (``src``,
+    ``dst``, ``w`` int64 ns, ``etype`` LOCAL / WAIT / TRANSFER), the barriers (``b_node`` their nodes,
+    ``b_p2p`` whether a point-to-point transfer) and their members (``m_bar`` the index of the
+    member's barrier in ``b_node``, ``m_arr`` / ``m_end`` its arrival and end nodes, grouped by
+    barrier, each group in its members' order)."""
+
+    NODE = ("t", "kind", "part", "local", "name", "lane", "stream", "corr")
 
     def __init__(self):
-        self.t, self.kind, self.part, self.local, self.name, self.stream = [], [], [], [], [], []
-        self.lane, self.corr = [], []
-        self.src, self.dst, self.w, self.etype = [], [], [], []
-        self.barriers: list = []
-        self.p2p: set = set()
+        self._parts: list = []
+        self._edges: list = []
+        self.n = 0
 
     def add_part(self, p, a, e):
         """Part ``p``'s anchors ``a`` and reduced edges ``e`` (:func:`~streamtrace.aggregate.critical_local.part_paths`
         columns, one step); returns the id of its first node."""
-        base = len(self.t)
-        self.t += a["t_ns"].tolist()
-        self.kind += a["kind"].tolist()
-        self.part += [p] * len(a["t_ns"])
-        self.local += a["node"].tolist()
-        self.name += list(a["name"])
-        self.lane += list(a["lane"])
-        self.stream += a["stream"].tolist()
-        self.corr += a["correlation"].tolist()
+        base, m = self.n, len(a["t_ns"])
+        self._parts.append((np.full(m, p, np.int64), a))
         o = np.argsort(a["node"])
         gid = lambda x: base + o[np.searchsorted(a["node"][o], x)]  # noqa: E731
-        self.src += gid(e["src"]).tolist()
-        self.dst += gid(e["dst"]).tolist()
-        self.w += e["w_ns"].tolist()
-        self.etype += [LOCAL] * len(e["src"])
+        self._edges.append((gid(e["src"]), gid(e["dst"]), np.asarray(e["w_ns"], np.int64)))
+        self.n += m
         return base
 
+    def _nodes(self):
+        cols = {"t": "t_ns", "kind": "kind", "local": "node", "name": "name", "lane": "lane", "stream": "stream",
+                "corr": "correlation"}
+        for c, src in cols.items():
+            xs = [np.asarray(a[src], object if c in ("name", "lane") else np.int64) for _, a in self._parts]
+            setattr(self, c, np.concatenate(xs) if xs else np.zeros(0, object if c in ("name", "lane") else np.int64))
+        self.part = np.concatenate([p for p, _ in self._parts]) if self._parts else np.zeros(0, np.int64)
+        ed = self._edges
+        self.src, self.dst, self.w = (np.concatenate([x[i] for x in ed]) if ed else np.zeros(0, np.int64)
+                                      for i in range(3))
+        self.etype = np.full(len(self.src), LOCAL, np.int8)
+        self._parts, self._edges = [], []
+
     def add_collectives(self, arrivals: dict, ends: dict, members: dict, p2p=frozenset()):
-        """``arrivals``/``ends``: ``{(part, correlation, stream): node}``; ``members``: see
-        :func:`_members`; ``p2p``: the point-to-point instances (:func:`_p2p_instances`).  Edges appended in one batch (unmatched transfers first, then each
-        instance's waits and transfers), as lists: a per-edge call cost ~0.1 s at 1,024 ranks."""
-        by_inst: dict = {}
-        t = self.t
-        src, dst, w, typ = [], [], [], []
-        for key, a in arrivals.items():
-            e = ends.get(key)
-            if e is None:
-                continue
-            i = members.get(key)
-            if i is None:                                  # unmatched: its own transfer
-                src.append(a)
-                dst.append(e)
-                w.append(int(t[e] - t[a]))
-                typ.append(TRANSFER)
-            else:
-                by_inst.setdefault(i, []).append((a, e))
-        for inst, pairs in by_inst.items():
-            last = max(t[a] for a, _ in pairs)
-            b = len(t)
-            if inst in p2p:
-                self.p2p.add(b)
-            t.append(last)
-            self.kind.append(BARRIER)
-            self.part.append(-1)
-            self.local.append(-1)
-            self.name.append(self.name[pairs[0][0]])
-            self.lane.append("")
-            self.stream.append(-1)
-            self.corr.append(-1)
-            self.barriers.append((b, pairs))
-            for a, e in pairs:
-                if t[e] < last:                            # it finished before the last arrival (a send
-                    src += (a, a)                          # that did not wait for its receive): its own
-                    dst += (b, e)                          # transfer, and nobody finishes before it arrived
-                    w += (0, int(t[e] - t[a]))
-                else:
-                    src += (a, b)
-                    dst += (b, e)
-                    w += (0, int(t[e] - last))
-                typ += (WAIT, TRANSFER)
-        self.src += src
-        self.dst += dst
-        self.w += w
-        self.etype += typ
+        """:meth:`add_collectives_arrays` from dicts ``arrivals`` / ``ends`` ``{(part, correlation,
+        stream): node}`` and ``members`` ``{(part, correlation, stream): instance}``."""
+        k = lambda d: np.asarray(list(d) or np.zeros((0, 3)), np.int64).reshape(-1, 3)  # noqa: E731
+        v = lambda d: np.asarray(list(d.values()), np.int64)  # noqa: E731
+        self.add_collectives_arrays((k(arrivals), v(arrivals)), (k(ends), v(ends)), (k(members), v(members)), p2p)
+
+    def add_collectives_arrays(self, arrivals, ends, members, p2p=frozenset()):
+        """The collectives' barriers and edges (module docstring), after every part: ``arrivals`` /
+        ``ends`` ``(keys int64[n, 3] (part, correlation, stream), nodes int64[n])``, in the parts'
+        order (a key repeated: its first place, its last node, as a dict built in that order);
+        ``members`` ``(keys, instance)`` of :func:`_members`; ``p2p`` the point-to-point instances
+        (:func:`_p2p_instances`).  Edges appended unmatched transfers first (in arrival order), then
+        each instance's (in the order of its first arrival) waits and transfers, member by member."""
+        self._nodes()
+        (ak, an), (ek, en), (mk, mi) = arrivals, ends, members
+        codes = key_codes(np.concatenate([ak, ek, mk]))
+        nc = int(codes.max()) + 1 if len(codes) else 0
+        ca, ce, cm = codes[:len(ak)], codes[len(ak):len(ak) + len(ek)], codes[len(ak) + len(ek):]
+        first = np.sort(np.unique(ca, return_index=True)[1]) if len(ca) else np.zeros(0, np.int64)
+        ca = ca[first]                                   # each key once, at its first place, its last node
+        a = last_of(codes[:len(ak)], an, nc)[ca]
+        e = last_of(ce, en, nc)[ca]
+        has = e >= 0
+        a, e, inst = a[has], e[has], last_of(cm, mi, nc)[ca[has]]
+        un = inst < 0                                    # unmatched: its own transfer
+        c = barrier_edges(self.t, a, e, inst, self.n)
+        nb = len(c["bar_t"])
+        self.t = np.r_[self.t, c["bar_t"]]
+        self.kind = np.r_[self.kind, np.full(nb, BARRIER, np.int64)]
+        self.part = np.r_[self.part, np.full(nb, -1, np.int64)]
+        self.local = np.r_[self.local, np.full(nb, -1, np.int64)]
+        self.name = np.r_[self.name, self.name[c["m_arr"][c["lead"]]]]
+        self.lane = np.r_[self.lane, np.full(nb, "", object)]
+        self.stream = np.r_[self.stream, np.full(nb, -1, np.int64)]
+        self.corr = np.r_[self.corr, np.full(nb, -1, np.int64)]
+        self.src = np.r_[self.src, a[un], c["src"]]
+        self.dst = np.r_[self.dst, e[un], c["dst"]]
+        self.w = np.r_[self.w, self.t[e[un]] - self.t[a[un]], c["w"]]
+        self.etype = np.r_[self.etype, np.full(int(un.sum()), TRANSFER, np.int8), c["etype"]]
+        self.b_node = self.n + np.arange(nb)
+        self.b_p2p = np.isin(c["bar_inst"], np.asarray(sorted(p2p), np.int64))
+        self.m_bar, self.m_arr, self.m_end = c["m_bar"], c["m_arr"], c["m_end"]
+        self.n += nb
 
 
-def _order(g: JobGraph, barrier_of_end: dict) -> np.ndarray:
+def _order(g: JobGraph) -> np.ndarray:
     """Topological positions: by time (an end after its barrier), then end < start < arrival <
     barrier < step end at equal times."""
-    t = np.asarray(g.t, np.int64)
-    kind = np.asarray(g.kind, np.int64)
+    t, kind = g.t, g.kind
+    m = np.flatnonzero((g.etype == TRANSFER) & (kind[g.src] == BARRIER))
+    e, b = g.dst[m][::-1], g.src[m][::-1]                     # an end's barrier: its last transfer's
+    e, first = np.unique(e, return_index=True)
+    b = b[first]
     key = t.copy()
-    for e, b in barrier_of_end.items():
-        if key[e] <= t[b]:
-            key[e] = t[b]
+    key[e] = np.maximum(key[e], t[b])
     cls = np.select([kind == Anchor.end, kind == Anchor.step_start, kind == Anchor.arrival, kind == BARRIER,
                      kind == Anchor.step_end], [0, 1, 2, 3, 4], 5)
-    for e, b in barrier_of_end.items():
-        if key[e] == t[b]:
-            cls[e] = 4
+    cls[e[key[e] == t[b]]] = 4
     order = np.lexsort((np.arange(len(t)), cls, key))
     pos = np.empty(len(t), np.int64)
     pos[order] = np.arange(len(t))
@@ -218,15 +223,12 @@ class Solved:
 def solve_step(g: JobGraph, w=None) -> Solved | None:
     """Forward and backward pass over one step's graph, with the edge weights ``w`` (int64 ns per
     edge of ``g``; None: ``g.w``).  None when the step has no step end."""
-    barrier_of_end = {v: u for u, v, typ in zip(g.src, g.dst, g.etype) if typ == TRANSFER and g.kind[u] == BARRIER}
-    pos = _order(g, barrier_of_end)
-    src, dst = (np.asarray(x, np.int64) for x in (g.src, g.dst))
+    pos = _order(g)
+    src, dst = g.src, g.dst
     w = np.asarray(g.w if w is None else w, np.int64)
     keep = np.flatnonzero(pos[src] < pos[dst]) if len(src) else np.zeros(0, np.int64)
     ps, pd, pw = pos[src[keep]], pos[dst[keep]], w[keep]
-    n = len(g.t)
-    t = np.asarray(g.t, np.int64)
-    kind = np.asarray(g.kind, np.int64)
+    n, t, kind = len(g.t), g.t, g.kind
     init = np.full(n, NEG, np.int64)
     init[pos[kind == Anchor.step_start]] = t[kind == Anchor.step_start]
     dist, pred, _ = longest_path(n, ps, pd, pw, init)
@@ -241,32 +243,57 @@ def solve_step(g: JobGraph, w=None) -> Solved | None:
     return Solved(keep[path], dist, late, pos, keep, int(len(src) - len(keep)), int(last))
 
 
-def _segments(g: JobGraph, path, spills: dict, rank_of: dict) -> list:
-    """The path's job edges expanded into segment rows ``(rank, lane, t0, t1, weight, category, name, ref)``."""
+class _Spill:
+    """One part's spilled path segments (:func:`~streamtrace.aggregate.critical_local.part_paths`), read
+    once: the numeric columns as numpy, each node's in-edge row found by binary search (its last row,
+    as a dict built in row order would)."""
+
+    def __init__(self, path):
+        self.table = feather.read_table(arrow_file(path))
+        self.num = {c: self.table[c].to_numpy() for c in ("src", "dst", "t0", "t1", "w", "cat", "ref")}
+        r = np.arange(self.table.num_rows)[::-1]
+        self.keys, first = np.unique(self.num["dst"][r], return_index=True)
+        self.rows = r[first]
+
+    def chain(self, x: int, stop: int) -> list:
+        """The rows of the in-edges from node ``x`` back to node ``stop`` (or to a node with none), last first."""
+        out = []
+        while x != stop:
+            i = int(np.searchsorted(self.keys, x))
+            if i == len(self.keys) or self.keys[i] != x:
+                break
+            j = int(self.rows[i])
+            out.append(j)
+            x = int(self.num["src"][j])
+        return out
+
+    def rows_of(self, rank, js) -> list:
+        """Segment rows ``(rank, lane, t0, t1, weight, category, name, ref)`` of rows ``js``."""
+        lane, name = (self.table[c].take(js).to_pylist() for c in ("lane", "name"))
+        t0, t1, w, cat, ref = (self.num[c][js].tolist() for c in ("t0", "t1", "w", "cat", "ref"))
+        return [(rank, lane[i], t0[i], t1[i], w[i], CATEGORIES[cat[i]], name[i], ref[i]) for i in range(len(js))]
+
+
+def _segments(g: JobGraph, path, spills: dict, rank_of: dict, cache: dict | None = None) -> list:
+    """The path's job edges expanded into segment rows ``(rank, lane, t0, t1, weight, category, name, ref)``;
+    ``cache``: ``{part: _Spill}`` kept across the steps (each part's spill read once)."""
     rows = []
-    cache: dict = {}
+    cache = {} if cache is None else cache
     for e in path.tolist():
-        u, v, typ = g.src[e], g.dst[e], g.etype[e]
+        u, v, typ = int(g.src[e]), int(g.dst[e]), int(g.etype[e])
         if typ == LOCAL:
-            p = g.part[u]
+            p = int(g.part[u])
             if p not in cache:
-                s = feather.read_table(arrow_file(spills[p])).to_pydict()
-                cache[p] = {d: j for j, d in enumerate(s["dst"])}, s
-            by_dst, s = cache[p]
-            chain, x = [], g.local[v]
-            while x != g.local[u] and x in by_dst:
-                j = by_dst[x]
-                chain.append((rank_of[p], s["lane"][j], s["t0"][j], s["t1"][j], s["w"][j], CATEGORIES[s["cat"][j]],
-                              s["name"][j], s["ref"][j]))
-                x = s["src"][j]
-            rows += chain[::-1]
+                cache[p] = _Spill(spills[p])
+            sp = cache[p]
+            rows += sp.rows_of(rank_of[p], np.asarray(sp.chain(int(g.local[v]), int(g.local[u]))[::-1], np.int64))
         else:
             end = v if typ == TRANSFER else u
-            p = g.part[end]
+            p = int(g.part[end])
             lane = g.lane[end]
             cat = "comm_transfer" if typ == TRANSFER else "wait"
-            rows.append((rank_of[p], lane, g.t[u], g.t[v], g.w[e] if typ == TRANSFER else 0, cat, g.name[end],
-                         g.corr[end]))
+            rows.append((rank_of[p], lane, int(g.t[u]), int(g.t[v]), int(g.w[e]) if typ == TRANSFER else 0, cat,
+                         g.name[end], int(g.corr[end])))
     return [r for r in rows if r[3] > r[2] or r[4] != 0]
 
 
@@ -298,15 +325,19 @@ def _step_graphs(job, results) -> dict:
 
 
 def _build(parts, members, p2p=frozenset()) -> JobGraph:
+    """One step's :class:`JobGraph` from its parts' ``(part index, anchors, edges)`` and the matched
+    collectives (:func:`_members`, :func:`_p2p_instances`)."""
     g = JobGraph()
-    arrivals, ends = {}, {}
+    keys: dict = {Anchor.arrival: ([], []), Anchor.end: ([], [])}
     for p, a, e in parts:
         base = g.add_part(p, a, e)
-        for j in np.flatnonzero(a["kind"] == Anchor.arrival).tolist():
-            arrivals[(p, int(a["correlation"][j]), int(a["stream"][j]))] = base + j
-        for j in np.flatnonzero(a["kind"] == Anchor.end).tolist():
-            ends[(p, int(a["correlation"][j]), int(a["stream"][j]))] = base + j
-    g.add_collectives(arrivals, ends, members, p2p)
+        for kind, (k, nodes) in keys.items():
+            j = np.flatnonzero(a["kind"] == kind)
+            k.append(np.c_[np.full(len(j), p, np.int64), a["correlation"][j], a["stream"][j]].astype(np.int64))
+            nodes.append(base + j)
+    cat = lambda k, nodes: (np.concatenate(k) if k else np.zeros((0, 3), np.int64),  # noqa: E731
+                            np.concatenate(nodes).astype(np.int64) if nodes else np.zeros(0, np.int64))
+    g.add_collectives_arrays(cat(*keys[Anchor.arrival]), cat(*keys[Anchor.end]), members, p2p)
     return g
 
 
@@ -331,18 +362,20 @@ def critical_paths(job, results: list, outdir) -> CriticalResult:
     spills = {p.index: r["segments"] for p, r in zip(job.parts, results) if r and r["segments"]}
     stats = _stats(results)
     seg_rows, summ_rows, ranks, warnings = [], [], [], []
+    cache: dict = {}                                   # the parts' spilled segments, read once
     for (it, st), parts in sorted(_step_graphs(job, results).items()):
         g = _build(parts, members, p2p)
         solved = solve_step(g)
         if solved is None:
             continue
         stats["dropped_edges"] += solved.dropped
-        segs = _segments(g, solved.path, spills, rank_of)
+        segs = _segments(g, solved.path, spills, rank_of, cache)
         warnings += _check_sum(it, st, segs)
         seg_rows += [(it, st, k) + s for k, s in enumerate(segs)]
         per_rank = rank_rows(it, st, g, solved, segs, rank_of)
         ranks += per_rank
         summ_rows += summary_rows(it, st, g, solved, segs, rank_of, per_rank, solve_step)
+    trim()                                             # the step graphs' arrays, freed
     stats["paths_not_summing"] = len(warnings)
     files = write_table(outdir, CRITICAL_PATH, _segment_columns(seg_rows), list(SEGMENT_COLUMNS))
     files += write_table(outdir, CRITICAL_PATH_SUMMARY, _typed(summ_rows, SUMMARY_COLUMNS), list(SUMMARY_COLUMNS))

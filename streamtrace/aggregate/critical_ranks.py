@@ -60,45 +60,66 @@ def _path_by_rank(segs) -> dict:
     return acc
 
 
+def _by_part(part, values, n) -> np.ndarray:
+    """int64[n]: ``values`` summed by ``part`` (int64 indices < n)."""
+    out = np.zeros(n, np.int64)
+    np.add.at(out, part, values)
+    return out
+
+
+def _collective_figures(g, n) -> tuple:
+    """Per part (int64[n] each): wait, collectives, lead and last count over the step's matched group
+    collectives (point-to-point ones left out: a receive posts early by design, not lateness)."""
+    t, part = g.t, g.part
+    keep = ~g.b_p2p[g.m_bar]
+    bi, a, e = g.m_bar[keep], g.m_arr[keep], g.m_end[keep]
+    b = g.b_node[bi]
+    p = part[a]
+    # a member that ended before the last arrival did not wait
+    wait = _by_part(p, np.where(t[e] >= t[b], t[b] - t[a], 0), n)
+    count = _by_part(p, np.ones(len(p), np.int64), n)
+    o = np.lexsort((p, t[a], bi))                    # each barrier's members by (arrival, part)
+    bi, ta, p = bi[o], t[a][o], p[o]
+    end = np.flatnonzero(np.r_[bi[1:] != bi[:-1], True]) if len(bi) else np.zeros(0, np.int64)
+    end = end[(end >= 1) & (bi[np.maximum(end - 1, 0)] == bi[end])]   # groups of two or more
+    lead = _by_part(p[end], ta[end] - ta[end - 1], n)
+    last = _by_part(p[end], np.ones(len(end), np.int64), n)
+    return wait, count, lead, last
+
+
 def rank_rows(it, st, g, solved, segs, rank_of) -> list:
     """The rows of ``critical_path_ranks`` for one step (module docstring): ``g`` the
     :class:`~streamtrace.aggregate.critical_path.JobGraph`, ``solved`` its
     :class:`~streamtrace.aggregate.critical_path.Solved`, ``segs`` the path's segment rows."""
-    t = np.asarray(g.t, np.int64)
-    kind = np.asarray(g.kind, np.int64)
-    part = np.asarray(g.part, np.int64)
+    t, kind, part = g.t, g.kind, g.part
     pos = solved.pos
     dist, late = solved.dist[pos], solved.late[pos]              # by node
     on = _path_by_rank(segs)
     path_ns = max(sum(on.values()), 1)
-    wait, lead, last, n = {}, {}, {}, {}
-    for b, pairs in g.barriers:
-        if b in g.p2p:                                  # a receive posts early by design: not lateness
-            continue
-        arr = sorted((t[a], g.part[a]) for a, _ in pairs)
-        for a, e in pairs:                              # a member that ended before the last arrival did not wait
-            p = g.part[a]
-            wait[p] = wait.get(p, 0) + (int(t[b] - t[a]) if t[e] >= t[b] else 0)
-            n[p] = n.get(p, 0) + 1
-        if len(arr) >= 2:
-            p = arr[-1][1]
-            lead[p] = lead.get(p, 0) + int(arr[-1][0] - arr[-2][0])
-            last[p] = last.get(p, 0) + 1
+    n = int(part.max()) + 1 if len(part) else 0
+    wait, count, lead, last = _collective_figures(g, n)
+    mine = np.flatnonzero((part >= 0) & (kind >= 0) & (dist > NEG) & (late < POS))
+    slack = np.full(n, POS, np.int64)
+    np.minimum.at(slack, part[mine], late[mine] - dist[mine])
+    st0 = np.flatnonzero((part >= 0) & (kind == Anchor.step_start))
+    s_first = np.full(n, -1, np.int64)
+    s_first[part[st0][::-1]] = st0[::-1]                          # the part's first step start node
+    s_min = np.full(n, POS, np.int64)
+    np.minimum.at(s_min, part[st0], t[st0])
+    en = np.flatnonzero((part >= 0) & (kind == Anchor.step_end))
+    e_max = np.full(n, NEG, np.int64)
+    np.maximum.at(e_max, part[en], t[en])
     rows = []
-    for p in sorted(set(part[kind == Anchor.step_start].tolist())):
-        mine = (part == p) & (kind >= 0) & (dist > NEG) & (late < POS)
-        fl = late[mine] - dist[mine]
+    for p in np.unique(part[st0]).tolist():
         r = rank_of[p]
         on_path = on.get(r, 0) > 0
-        s0 = np.flatnonzero((part == p) & (kind == Anchor.step_start))
-        tid = str(g.lane[s0[0]]).removeprefix("thread ") if len(s0) else ""
+        tid = str(g.lane[s_first[p]]).removeprefix("thread ")
         rows.append({"iteration": it, "step": st, "rank": r, "thread": int(tid) if tid.lstrip("-").isdigit() else -1,
                      "on_path": on_path, "path_ns": on.get(r, 0),
                      "path_pct": round(100.0 * on.get(r, 0) / path_ns, 3),
-                     "slack_ns": 0 if on_path or not len(fl) else int(max(fl.min(), 0)),
-                     "wait_ns": wait.get(p, 0), "collectives": n.get(p, 0), "last_count": last.get(p, 0),
-                     "lead_ns": lead.get(p, 0), "start_ns": int(t[(part == p) & (kind == Anchor.step_start)].min()),
-                     "end_ns": int(t[(part == p) & (kind == Anchor.step_end)].max())})
+                     "slack_ns": 0 if on_path or slack[p] == POS else int(max(slack[p], 0)),
+                     "wait_ns": int(wait[p]), "collectives": int(count[p]), "last_count": int(last[p]),
+                     "lead_ns": int(lead[p]), "start_ns": int(s_min[p]), "end_ns": int(e_max[p])})
     return rows
 
 
@@ -106,8 +127,7 @@ def summary_rows(it, st, g, solved, segs, rank_of, ranks, solve) -> list:
     """The summary rows of one step (module docstring); ``ranks``: :func:`rank_rows`' rows;
     ``solve``: :func:`~streamtrace.aggregate.critical_path.solve_step` (for what bounds next)."""
     path_ns = int(sum(s[4] for s in segs))
-    t = np.asarray(g.t, np.int64)
-    kind = np.asarray(g.kind)
+    t, kind = g.t, g.kind
     span = int(t[kind == Anchor.step_end].max() - t[kind == Anchor.step_start].min()) \
         if (kind == Anchor.step_start).any() else 0
     base = {"iteration": it, "step": st, "span_ns": span, "path_ns": path_ns, "rank": -1, "on_path": False,
@@ -163,39 +183,38 @@ def _next_rows(base, g, rank_of, ranks, solve) -> list:
     return out
 
 
-def _stretch_keys(g) -> list:
-    """Per edge of ``g``: ``(origin, sink)`` naming a LOCAL edge's stretch the same way on every rank
-    (``start`` / ``end`` for the step's, else the collective instance's barrier node and whether it
-    is the arrival or the end), None for other edges."""
-    inst = {}
-    for b, pairs in g.barriers:
-        for a, e in pairs:
-            inst[a], inst[e] = (b, "arrival"), (b, "end")
-    name = {Anchor.step_start: "start", Anchor.step_end: "end"}
-    keys = []
-    for u, v, typ in zip(g.src, g.dst, g.etype):
-        if typ != LOCAL:
-            keys.append(None)
-            continue
-        ku = inst.get(u, name.get(g.kind[u]))
-        kv = inst.get(v, name.get(g.kind[v]))
-        keys.append(None if ku is None or kv is None else (ku, kv))
-    return keys
+def _stretch_keys(g) -> np.ndarray:
+    """Per edge of ``g``: an int64 naming a LOCAL edge's stretch ``(origin, sink)`` the same way on
+    every rank (the step's start / end, else the collective instance's barrier and whether the
+    anchor is its arrival or its end), -1 for other edges and for a stretch from or to an anchor of
+    neither kind."""
+    code = np.full(len(g.t), -10, np.int64)
+    code[g.kind == Anchor.step_start] = -1
+    code[g.kind == Anchor.step_end] = -2
+    code[g.m_arr] = 2 * g.m_bar
+    code[g.m_end] = 2 * g.m_bar + 1
+    cu, cv = code[g.src], code[g.dst]
+    m = int(code.max()) + 3 if len(code) else 1
+    ok = (g.etype == LOCAL) & (cu >= -2) & (cv >= -2)
+    return np.where(ok, (cu + 2) * m + (cv + 2), -1)
 
 
 def capped_weights(g, part) -> np.ndarray | None:
     """The job graph's edge weights with part ``part``'s local stretches capped at the median of the
     same stretch on the other parts (:func:`_stretch_keys`); None when nothing is capped."""
+    if part is None:
+        return None
     keys = _stretch_keys(g)
-    peers: dict = {}
-    for e, k in enumerate(keys):
-        if k is not None and g.part[g.src[e]] != part:
-            peers.setdefault(k, []).append(g.w[e])
+    mine = g.part[g.src] == part
+    peer = np.flatnonzero((keys >= 0) & ~mine)
     w = np.asarray(g.w, np.int64).copy()
+    o = peer[np.lexsort((w[peer], keys[peer]))]
+    pk, pw = keys[o], w[o]
     changed = False
-    for e, k in enumerate(keys):
-        if k is not None and g.part[g.src[e]] == part and k in peers:
-            m = int(np.median(peers[k]))
+    for e in np.flatnonzero((keys >= 0) & mine).tolist():
+        lo, hi = np.searchsorted(pk, keys[e]), np.searchsorted(pk, keys[e], "right")
+        if hi > lo:                                     # the median of the peers' (np.median's)
+            m = int((float(pw[lo + (hi - lo - 1) // 2]) + float(pw[lo + (hi - lo) // 2])) / 2)
             if m < w[e]:
                 w[e], changed = m, True
     return w if changed else None
@@ -207,9 +226,9 @@ def _rank_time(g, solved, w) -> dict:
     acc: dict = {}
     for e in solved.path.tolist():
         if g.etype[e] == LOCAL:
-            p = g.part[g.src[e]]
+            p = int(g.part[g.src[e]])
         elif g.etype[e] == TRANSFER:
-            p = g.part[g.dst[e]]
+            p = int(g.part[g.dst[e]])
         else:
             continue
         acc[p] = acc.get(p, 0) + int(w[e])

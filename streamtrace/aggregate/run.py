@@ -456,7 +456,7 @@ def _rank_pass(job, outdir: Path, opt: AggregateOptions) -> tuple:
         files += join_timeline(outdir, [r[3] for r in res])
         cp = critical_paths(job, [r[7] for r in res], outdir) if cp_spill is not None else None
         replay = [r[8] for r in res]          # the replay's rows, held once (write_whatif empties the list)
-        res = [r[:8] for r in res]
+        res = [r[:7] + (None,) for r in res]  # (the critical path's pieces: no longer needed)
         files += cp.files if cp is not None else []
     finally:
         shutil.rmtree(spill, ignore_errors=True)

@@ -40,6 +40,7 @@ import numpy as np
 from ..events.dataset import arrow_file, read_table, write_table
 from ..runtime.errors import DataError, UsageError
 from ..runtime.parallel import run_tasks
+from ..runtime.tuning import trim
 from .alignment import Job, Part
 from .folder import COLLECTIVES, COLLECTIVES_RANKS, WHATIF, Aggregate, table_path
 from .steps import step_patterns_of
@@ -80,14 +81,23 @@ def step_tables(rows: dict) -> dict:
     return out
 
 
-def join_rows(results: list) -> dict:
-    """The parts' :meth:`~streamtrace.aggregate.whatif_local.ReplayRows.result` dicts joined."""
+def join_rows(results: list, consume: bool = False) -> dict:
+    """The parts' :meth:`~streamtrace.aggregate.whatif_local.ReplayRows.result` dicts joined; with
+    ``consume`` each part's column is dropped once joined (the parts' rows and the joined ones are
+    never held whole at once)."""
     results = [x for x in results if x]
     out = {}
     for name, cols in (("anchors", ANCHOR_COLUMNS), ("edges", EDGE_COLUMNS), ("ranks", RANK_COLUMNS)):
         got = [x[name] for x in results if len(x[name]["part"])]
-        out[name] = {c: np.concatenate([g[c] for g in got]) for c in cols} if got else \
-            {c: np.zeros(0, object if c.startswith("top_") and c != "top_ns" else np.int64) for c in cols}
+        if not got:
+            out[name] = {c: np.zeros(0, object if c.startswith("top_") and c != "top_ns" else np.int64) for c in cols}
+            continue
+        out[name] = {}
+        for c in cols:
+            out[name][c] = np.concatenate([g[c] for g in got])
+            if consume:
+                for g in got:
+                    g[c] = None
     return out
 
 
@@ -100,8 +110,8 @@ def read_members(outdir, meta: dict) -> Members:
     m = read_table(p, ["instance", "part", "correlation", "stream"])
     n = np.bincount(m["instance"]) if len(m["instance"]) else np.zeros(0, np.int64)
     keep = n[m["instance"]] >= 2 if len(m["instance"]) else np.zeros(0, bool)
-    key = {(int(a), int(b), int(c)): int(i) for a, b, c, i in
-           zip(m["part"][keep], m["correlation"][keep], m["stream"][keep], m["instance"][keep])}
+    key = (np.c_[m["part"][keep], m["correlation"][keep], m["stream"][keep]].astype(np.int64),
+           m["instance"][keep].astype(np.int64))
     info: dict = {}
     q = table_path(outdir, COLLECTIVES)
     if q.is_file():
@@ -281,12 +291,37 @@ def _reduce_task(job, part, changes, meds) -> dict:
 
 # -- the aggregate's side ------------------------------------------------------------------------
 
+SLICE_ROWS = 1 << 16
+"""Rows turned into Arrow at a time when writing the ``whatif_*`` tables (their str columns repeat a
+few names over a million rows at 1,024 ranks: as one Arrow table they took ~0.4 GB)."""
+
+
 def write_tables(outdir, rows: dict) -> list:
     """Write ``whatif_anchors``, ``whatif_edges``, ``whatif_ranks`` (the parts' joined rows); returns the paths."""
     files = []
     for name, key in zip(TABLES, ("anchors", "edges", "ranks")):
-        files += write_table(outdir, name, rows[key])
+        files += _write_sliced(outdir, name, rows[key])
     return files
+
+
+def _write_sliced(outdir, name, cols: dict) -> list:
+    """:func:`~streamtrace.events.dataset.write_table` of ``cols`` (Parquet only), converted to Arrow
+    :data:`SLICE_ROWS` rows at a time (the file's row groups); the same table as written at once."""
+    import pyarrow.parquet as pq
+    from ..events.dataset import to_arrow
+    from ..runtime.files import atomic_output
+    n = len(next(iter(cols.values()))) if cols else 0
+    if n <= SLICE_ROWS:
+        return write_table(outdir, name, cols)
+    p = table_path(outdir, name)
+    with atomic_output(p, compress=False) as f:
+        first = to_arrow({c: v[:SLICE_ROWS] for c, v in cols.items()})
+        with pq.ParquetWriter(f, first.schema, compression="zstd") as w:
+            w.write_table(first)
+            del first
+            for i in range(SLICE_ROWS, n, SLICE_ROWS):
+                w.write_table(to_arrow({c: v[i:i + SLICE_ROWS] for c, v in cols.items()}))
+    return [p]
 
 
 def read_tables(aggdir) -> dict:
@@ -354,17 +389,20 @@ def write_whatif(job, outdir, results: list, meta: dict, jobs: int = 1) -> list:
     the report's candidate changes (:func:`streamtrace.aggregate.whatif_candidates.candidates`) replayed
     into ``whatif.parquet``.  Returns the files written."""
     from .whatif_candidates import candidates
-    rows = join_rows(results)
+    rows = join_rows(results, consume=True)
     results.clear()                                   # (the parts' rows: held once, joined)
+    trim()
     if not len(rows["ranks"]["part"]):
         return []
     tabs = step_tables(rows)
     rep = Replayer(tabs, read_members(outdir, meta), {p.index: p for p in job.parts}, outdir, jobs, job.steps)
     _replay_ends(rows, rep)
     files = write_tables(outdir, rows)
+    trim()
     out = []
     for change in candidates(outdir, tabs):
         out += rep.replay([change], "candidate")
+        trim()                                        # (each replay's copy of the graph, freed)
     text = ("change", "description", "source", "bound_what", "top_category", "top_name", "flag")
     cols = {c: np.asarray([r[c] for r in out], object if c in text else float if c.endswith("pct") else np.int64)
             if out else np.zeros(0, str if c in text else float if c.endswith("pct") else np.int64) for c in COLUMNS}

@@ -18,25 +18,36 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..kernels.critical import NEG, longest_path, trace_back
-from .critical_graph import BARRIER, Anchor, Edge
+from .critical_graph import BARRIER, Anchor, Edge, barrier_edges, key_codes, last_of
 
 LOCAL, WAIT, TRANSFER = Edge.local, Edge.wait, Edge.transfer
+LOCAL_COLUMNS = ("part", "src", "dst", "w_ns", "host_ns", "gpu_ns", "top_category", "top_name", "top_ns")
+"""The ``whatif_edges`` columns the job graph reads (:meth:`JobStep._local`)."""
 SCOPES = ("intra", "inter")
 
 
 @dataclass
 class Members:
-    """The matched collectives of the job: ``key`` ``{(part, correlation, stream): instance}`` and
+    """The matched collectives of the job: ``key`` ``{(part, correlation, stream): instance}`` (or
+    :meth:`arrays`' pair) and
     per instance (``collectives.parquet``): ``name``, ``dim``, ``bytes``, ``busbw`` (GB/s, NaN
     unknown), ``inter`` (its group spans nodes), ``gpu_gbps`` / ``nic_gbps`` (the link peaks per
     direction, NaN unknown)."""
-    key: dict
+    key: object
     info: dict
 
     @staticmethod
     def empty() -> "Members":
         """No matched collective (an aggregate of one rank, or without ``collectives_ranks``)."""
         return Members({}, {})
+
+    def arrays(self) -> tuple:
+        """``key`` as ``(keys int64[n, 3] (part, correlation, stream), instance int64[n])`` (``key``
+        may be given as that pair or as the dict)."""
+        if isinstance(self.key, tuple):
+            return self.key
+        k = np.asarray(list(self.key), np.int64).reshape(-1, 3)
+        return k, np.asarray(list(self.key.values()), np.int64)
 
 
 class TransferView:
@@ -46,7 +57,8 @@ class TransferView:
     def __init__(self, instance, rank, transfer, members: Members):
         self.instance, self.rank, self.transfer = instance, rank, transfer
         info = members.info
-        get = lambda k, d: np.asarray([info.get(int(i), {}).get(k, d) for i in instance.tolist()])  # noqa: E731
+        uniq, inv = np.unique(instance, return_inverse=True)      # looked up once an instance
+        get = lambda k, d: np.asarray([info.get(i, {}).get(k, d) for i in uniq.tolist()])[inv.reshape(-1)]  # noqa: E731
         self.name, self.dim = get("name", "").astype(str), get("dim", "").astype(str)
         self.bytes = get("bytes", 0).astype(np.int64)
         self.busbw = get("busbw", np.nan).astype(float)
@@ -76,14 +88,17 @@ class TransferView:
         """The selected members' transfers no longer than the median transfer of the members of the
         same collective, dimension and size (all instances of the step)."""
         f = np.ones(len(self.instance))
-        groups: dict = {}
-        for i, k in enumerate(zip(self.name.tolist(), self.dim.tolist(), self.bytes.tolist())):
-            groups.setdefault(k, []).append(i)
-        for idx in groups.values():
-            idx = np.asarray(idx)
-            med = float(np.median(self.transfer[idx]))
-            s = idx[sel[idx] & (self.transfer[idx] > med)]
-            f[s] = med / self.transfer[s]
+        if not len(f):
+            return f
+        code = lambda x: np.unique(x, return_inverse=True)[1].reshape(-1)  # noqa: E731
+        group = key_codes(np.c_[code(self.name), code(self.dim), self.bytes].astype(np.int64))
+        o = np.lexsort((self.transfer, group))
+        g, v = group[o], np.asarray(self.transfer, float)[o]
+        lo = np.searchsorted(g, group)
+        n = np.searchsorted(g, group, "right") - lo
+        med = (v[lo + (n - 1) // 2] + v[lo + n // 2]) / 2         # np.median of the group's transfers
+        s = sel & (self.transfer > med)
+        f[s] = med[s] / self.transfer[s]
         return f
 
     def share_factor(self, sel, share, gbps=None) -> np.ndarray:
@@ -165,6 +180,7 @@ class JobStep:
         self.rank_of = dict(zip(a["part"].tolist(), a["rank"].tolist()))
         self.key = self.part * (1 << 32) + self.anchor
         self.members_ = members
+        self.base_ = None
         self._collectives(members, len(self.t))
         self._local(tabs.edges)
 
@@ -172,9 +188,10 @@ class JobStep:
         """This graph with parts ``parts``' reduced edges replaced by ``edges`` (their re-reduction:
         the same anchors, whatif_edges columns of this step); the collectives are shared."""
         g = copy.copy(self)
+        g.base_ = self
         old = self.edges_
         keep = ~np.isin(old["part"], list(parts))
-        g._local({c: np.concatenate([old[c][keep], np.asarray(edges[c], old[c].dtype)]) for c in old})
+        g._local({c: np.concatenate([old[c][keep], np.asarray(edges[c], old[c].dtype)]) for c in LOCAL_COLUMNS})
         return g
 
     def _local(self, e):
@@ -197,52 +214,31 @@ class JobStep:
 
     def _collectives(self, members: Members, n: int):
         """Barriers and transfers (module docstring): ``c_*`` edge arrays (indices from 0), the
-        members in ``m_*`` arrays."""
+        members in ``m_*`` arrays (the unmatched transfers first, in arrival order, then the matched
+        members by barrier; :func:`~streamtrace.aggregate.critical_graph.barrier_edges`)."""
         arr = np.flatnonzero(self.kind == Anchor.arrival)
         end = np.flatnonzero(self.kind == Anchor.end)
-        ends = {k: i for i, k in zip(end.tolist(), zip(self.part[end].tolist(), self.corr[end].tolist(),
-                                                          self.stream[end].tolist()))}
-        by_inst: dict = {}
-        src, dst, w, typ = [], [], [], []
-        m_inst, m_end, m_arr = [], [], []
-        for a, k in zip(arr.tolist(), zip(self.part[arr].tolist(), self.corr[arr].tolist(), self.stream[arr].tolist())):
-            e = ends.get(k)
-            if e is None:
-                continue
-            i = members.key.get(k)
-            if i is None:                                 # unmatched: its own transfer
-                src.append(a)
-                dst.append(e)
-                w.append(int(self.t[e] - self.t[a]))
-                typ.append(TRANSFER)
-                m_inst.append(-1)
-                m_end.append(len(src) - 1)
-                m_arr.append(a)
-            else:
-                by_inst.setdefault(i, []).append((a, e))
-        bt = []
-        for i, pairs in by_inst.items():
-            b = n + len(bt)
-            last = max(int(self.t[a]) for a, _ in pairs)
-            bt.append(last)
-            for a, e in pairs:
-                own = self.t[e] < last                     # it finished before the last arrival
-                src += [a, a if own else b]
-                dst += [b, e]
-                w += [0, int(self.t[e] - (self.t[a] if own else last))]
-                typ += [WAIT, TRANSFER]
-                m_inst.append(i)
-                m_end.append(len(src) - 1)
-                m_arr.append(a)
-        nb = len(bt)
-        self.t = np.r_[self.t, np.asarray(bt, np.int64)]
+        keys = lambda i: np.c_[self.part[i], self.corr[i], self.stream[i]].astype(np.int64)  # noqa: E731
+        mk, mi = members.arrays()
+        codes = key_codes(np.concatenate([keys(arr), keys(end), mk]))
+        nc = int(codes.max()) + 1 if len(codes) else 0
+        ca, ce, cm = codes[:len(arr)], codes[len(arr):len(arr) + len(end)], codes[len(arr) + len(end):]
+        e = last_of(ce, end, nc)[ca]
+        has = e >= 0
+        a, e, inst = arr[has], e[has], last_of(cm, mi, nc)[ca[has]]
+        un = inst < 0                                     # unmatched: its own transfer
+        c = barrier_edges(self.t, a, e, inst, n)
+        nu, nb = int(un.sum()), len(c["bar_t"])
+        self.t = np.r_[self.t, c["bar_t"]]
         self.kind = np.r_[self.kind, np.full(nb, BARRIER, np.int64)]
         self.part = np.r_[self.part, np.full(nb, -1, np.int64)]
-        self.c_src, self.c_dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
-        self.c_w, self.c_typ = np.asarray(w, np.int64), np.asarray(typ, np.int8)
-        self.c_medge = np.asarray(m_end, np.int64)                  # each member's transfer edge
-        self.m_inst = np.asarray(m_inst, np.int64)
-        self.m_part = self.part[np.asarray(m_arr, np.int64)] if m_arr else np.zeros(0, np.int64)
+        src, dst = np.r_[a[un], c["src"]], np.r_[e[un], c["dst"]]
+        typ = np.r_[np.full(nu, TRANSFER, np.int8), c["etype"]]
+        self.c_src, self.c_dst = src, dst
+        self.c_w, self.c_typ = np.r_[self.t[e[un]] - self.t[a[un]], c["w"]], typ
+        self.c_medge = np.r_[np.arange(nu), nu + 2 * np.arange(len(c["m_arr"])) + 1]   # each member's transfer
+        self.m_inst = np.r_[np.full(nu, -1, np.int64), c["m_inst"]]
+        self.m_part = self.part[np.r_[a[un], c["m_arr"]]]
         self.c_inst = np.full(len(src), -1, np.int64)             # per collective edge: its instance
         self.c_inst[self.c_medge] = self.m_inst
         self._view = None
@@ -255,10 +251,11 @@ class JobStep:
         key = self.t.copy()
         cls = np.select([self.kind == Anchor.end, self.kind == Anchor.step_start, self.kind == Anchor.arrival,
                          self.kind == BARRIER, self.kind == Anchor.step_end], [0, 1, 2, 3, 4], 5)
-        for e, b, ty in zip(dst, src, typ):
-            if ty == TRANSFER and key[e] <= self.t[b]:
-                key[e] = self.t[b]
-                cls[e] = 4
+        m = typ == TRANSFER
+        e, b = dst[m], src[m]
+        hit = key[e] <= self.t[b]
+        key[e[hit]] = self.t[b[hit]]
+        cls[e[hit]] = 4
         order = np.lexsort((np.arange(len(key)), cls, key))
         self.pos0 = np.empty(len(key), np.int64)
         self.pos0[order] = np.arange(len(key))
@@ -266,6 +263,8 @@ class JobStep:
     def members(self, members: Members | None = None) -> TransferView:
         """The matched members of the step (their measured transfers) as a :class:`TransferView`
         (built once: the collectives do not change with the ranks' edges)."""
+        if self.base_ is not None:                      # a copy of with_parts: the base's, built once
+            return self.base_.members(members)
         if self._view is None:
             m = self.m_inst >= 0
             self._view = TransferView(self.m_inst[m], np.asarray([self.rank_of.get(int(p), -1)
