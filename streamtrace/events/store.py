@@ -209,9 +209,13 @@ class SpillStore(MemoryStore):
         self.folder = Path(folder)
         self.files: dict = {}
         self.sizes: dict = {}
+        self.made = 0              # files named so far (a name is never reused, drops included)
 
     def _put(self, key, rows):
-        path = self.files.setdefault(key, self.folder / f"{len(self.files)}.bin")
+        path = self.files.get(key)
+        if path is None:
+            path = self.files[key] = self.folder / f"{self.made}.bin"
+            self.made += 1
         data = pack(rows, STORE_DELTA)
         with open(path, "ab") as f:
             f.write(data)
@@ -225,6 +229,7 @@ class SpillStore(MemoryStore):
     def drop(self, key):
         super().drop(key)
         path = self.files.pop(key, None)
+        self.sizes.pop(key, None)
         if path is not None:
             Path(path).unlink(missing_ok=True)
 
