@@ -81,12 +81,21 @@ def without_overlong(store, keys):
     (:meth:`~streamtrace.events.store.MemoryStore.block_spans`) rule the check out without
     decompressing anything unless a GPU block lasts longer than the spread of the blocks' first
     starts (a lower bound of the span)."""
-    spans = [store.block_spans(key) for key in keys]
-    firsts = np.concatenate([s[1][s[0] > 0] for s in spans]) if spans else np.zeros(0, np.int64)
-    if not len(firsts):
+    lo = hi = None                                       # the blocks' first starts: smallest, largest
+    longest = None                                       # the longest GPU block (last end - first start)
+    for key in keys:                                     # (no list of every key's spans: a million tracks)
+        rows, first, last = store.block_spans(key)
+        used = first[rows > 0]
+        if len(used):
+            a, b = int(used.min()), int(used.max())
+            lo, hi = (a, b) if lo is None else (min(lo, a), max(hi, b))
+        if key[0] == "gpu" and len(rows):
+            d = int((last - first).max())
+            longest = d if longest is None else max(longest, d)
+    if lo is None:
         return store, 0
-    low = int(firsts.max()) - int(firsts.min())          # <= the span: no block can hold a longer event
-    if not any(key[0] == "gpu" and len(s[0]) and int((s[2] - s[1]).max()) > low for key, s in zip(keys, spans)):
+    low = hi - lo                                        # <= the span: no block can hold a longer event
+    if longest is None or longest <= low:
         return store, 0                                  # the usual case: nothing decompressed
     span = trace_span(store, keys)
     replaced, n = {}, 0

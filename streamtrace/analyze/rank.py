@@ -26,6 +26,7 @@ from .gpu import KINDS, GpuEvents, Names
 from .metrics import device_metrics
 from .patterns import Patterns
 from .phases import ATTRIBUTED_BY, attribute_phases, gpu_annotations, infer_forward
+from .trackbatch import walk_tracks
 from .trackfork import analyze_tracks
 
 
@@ -135,8 +136,9 @@ def analyze_rank(src: RankSource, settings: RankSettings, out: RankOutputs | Non
 
 
 def _cpu_tracks(ctx, cpu_keys, jobs, open_ops):
-    """Every CPU track of the rank (:func:`~streamtrace.analyze.tracks.analyze_track`), in forked
-    children when ``jobs`` > 1; each track's rows dropped from the store afterwards."""
+    """Every CPU track of the rank (:func:`~streamtrace.analyze.tracks.analyze_track`; small ones
+    in batches, :func:`~streamtrace.analyze.trackbatch.walk_tracks`), in forked children when
+    ``jobs`` > 1; each track's rows dropped from the store afterwards."""
     if jobs > 1 and cpu_keys:
         analyze_tracks(tracks.analyze_track, ctx, cpu_keys, jobs, open_ops)
         for key in cpu_keys:
@@ -144,10 +146,7 @@ def _cpu_tracks(ctx, cpu_keys, jobs, open_ops):
         trim()
         return
     with open_ops(0) as ops_writer:
-        for i, key in enumerate(cpu_keys):
-            tracks.analyze_track(ctx, key, ops_writer, last=i == len(cpu_keys) - 1)
-            ctx.store.drop(key)
-            trim()
+        walk_tracks(ctx, cpu_keys, ops_writer)
 
 
 def write_kernels(store, gpu, iteration, ph, micro, coll, writer, span=None):
