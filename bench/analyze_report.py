@@ -2,7 +2,7 @@
 targets' verdicts and HTA's phase notes, from the rows that script measured.
 
 Each input is a dict (``tag``, ``path``, ``kind``: ``real``/``big``/``chunked-big``, ``bytes``
-uncompressed, ``disk_bytes``, ``rows``); each row a dict of :func:`harness.measure`'s fields
+uncompressed, ``disk_bytes``, ``rows``); each row a dict of ``harness.measure``'s fields
 plus ``tool`` (``hta``, ``streamtrace``, ``streamtrace-chunked``), ``label``, ``ok``, ``why``,
 ``reps``, and the tool's own results (``hta``: the worker's JSON; ``summary``: streamtrace's
 ``summary.json``).

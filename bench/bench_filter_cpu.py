@@ -18,7 +18,7 @@ by ``time.process_time``; the rounds alternate between the checkouts.  The input
 cuts it on 2 cores.  Prints a Markdown table (median and least CPU-s per variant, each against the
 same checkout's full merge: another process on the VM only adds time, so the least is the steadier
 figure), and a second one of where each merge spends it (median thread CPU of the range passes,
-the check, the decision thread and the write: :data:`PHASES`, far steadier than the totals when one
+the check, the decision thread and the write: ``PHASES``, far steadier than the totals when one
 phase changes), and the CPU of only finding the rank's ``ProfilerStep#`` names before the merge (what
 a merge that knew ``--steps``' window before its pass would add at least); ``--record`` appends them to
 ``bench/RESULTS.md``.
@@ -42,7 +42,7 @@ from harness import DEFAULT_SRC, ROOT, append_results, command_line, default_scr
 def worker(input_dir: str, variants: list[str], out: str) -> None:
     """In this process (run with the checkout's root first on ``sys.path``): a warm-up merge, then
     each variant's merge timed; prints ``{variant: {"cpu": CPU s, "phases": {phase: thread CPU s}}}`` as
-    JSON (:data:`PHASES`)."""
+    JSON (``PHASES``)."""
     from concurrent.futures import Executor, Future
 
     import streamtrace.runtime.parallel as P
@@ -95,7 +95,7 @@ PHASES = [("range passes", "streamtrace.merge.ranges", "merge_range"),
 
 
 def _time_phases() -> dict:
-    """Wrap each function of :data:`PHASES` where it is called from; returns the dict the wrappers add
+    """Wrap each function of ``PHASES`` where it is called from; returns the dict the wrappers add
     their thread CPU seconds to, by phase."""
     import functools
     import importlib
@@ -185,7 +185,7 @@ def main(argv=None) -> int:
 
 
 def _phase_table(checkouts, variants, phases) -> list[str]:
-    """Markdown lines: per checkout and merge, the median thread CPU of each phase (:data:`PHASES`)."""
+    """Markdown lines: per checkout and merge, the median thread CPU of each phase (``PHASES``)."""
     names = list(dict.fromkeys([p for p, _, _ in PHASES] + ["other"]))
     out = ["", "Median CPU s per phase (thread CPU of the thread running it; `other`: the rest of the process's):", "",
            "| checkout | merge | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]

@@ -20,8 +20,8 @@ rank, each rank's CPU and GPU events in start order); the rank counts of
 random index, the worst case for caches.
 
 Timed (best of ``--repeat`` runs, after a warm-up call that JIT-compiles or
-loads the numba cache): :func:`build_call_tree` over all CPU events,
-:func:`link_by_correlation` keyed by rank, :func:`propagate`.  Reported:
+loads the numba cache): ``build_call_tree`` over all CPU events,
+``link_by_correlation`` keyed by rank, ``propagate``.  Reported:
 seconds per step and seconds per million events (CPU + GPU); linear scaling
 means a constant time per event, so the ratio of time per event between the
 largest and the smallest rank count should be close to 1.

@@ -64,7 +64,7 @@ def scanner_throughput(path, log, repeat=3, split_points=None):
     """MB/s of the split-point scanner over the whole ``traceEvents`` array of ``path``
     (from just after its ``[`` to its closing ``]``), the file held in memory, so the
     kernel is measured, not the disk: as one buffer, and in ``streamtrace.trace.source.BLOCK``
-    blocks as :func:`streamtrace.trace.ranges.split_ranges` feeds it.  Best of ``repeat``
+    blocks as ``streamtrace.trace.ranges.split_ranges`` feeds it.  Best of ``repeat``
     per mode.  Returns ``{mode: (MB/s, seconds)}`` plus ``"bytes"`` and ``"boundaries"``."""
     from streamtrace.trace.source import BLOCK
     from streamtrace.kernels import scan as K

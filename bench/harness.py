@@ -1,16 +1,16 @@
 """The measuring harness every bench script shares (a library: it runs nothing by itself).
 
-* the machine and the code measured: :func:`machine_info`, :func:`git_describe`,
-  :func:`code_id` (a hash of the streamtrace sources on disk), :func:`cli_package_dir`;
-* inputs: :func:`ensure_inputs` (rank files inflated by ``tools/inflate_trace.py`` into a
+* the machine and the code measured: ``machine_info``, ``git_describe``,
+  ``code_id`` (a hash of the streamtrace sources on disk), ``cli_package_dir``;
+* inputs: ``ensure_inputs`` (rank files inflated by ``tools/inflate_trace.py`` into a
   scratch folder, reused while the source and the inflater are unchanged),
-  :func:`uncompressed_size`, :func:`read_through`;
-* the machine's load: :func:`busy_seconds`, :func:`wait_idle`, :func:`uptime`;
-* one measured command: :func:`measure` runs it under ``/usr/bin/time -v`` (when present)
-  while a :class:`TreePoller` polls ``/proc`` for its whole process tree (RSS, VmHWM, PSS),
+  ``uncompressed_size``, ``read_through``;
+* the machine's load: ``busy_seconds``, ``wait_idle``, ``uptime``;
+* one measured command: ``measure`` runs it under ``/usr/bin/time -v`` (when present)
+  while a ``TreePoller`` polls ``/proc`` for its whole process tree (RSS, VmHWM, PSS),
   and reports wall and CPU seconds, peak memory and the CPU other processes used meanwhile;
-* output: :func:`mb`, :func:`fmt_s`, :func:`md_head`, :func:`md_row`, :func:`command_line`,
-  :func:`append_results`.
+* output: ``mb``, ``fmt_s``, ``md_head``, ``md_row``, ``command_line``,
+  ``append_results``.
 
 Units: bytes and seconds inside; tables print MB of 2^20 bytes for memory and MB of 10^6
 bytes for input sizes.  Only Linux (``/proc``).
@@ -111,7 +111,7 @@ def _streamtrace_version():
 def machine_info(dists=()) -> dict:
     """What a results section states about the machine: ``nproc``, ``ram_gib``,
     ``avail_gib`` (GiB), ``cpu``, ``python``, ``kernel``, ``streamtrace`` (its
-    ``--version``), ``orjson``, ``git`` (:func:`git_describe`), and the version of each
+    ``--version``), ``orjson``, ``git`` (``git_describe``), and the version of each
     distribution in ``dists`` (``"not installed"`` when absent)."""
     mem = meminfo()
     info = {"nproc": os.cpu_count(), "ram_gib": mem.get("MemTotal", 0) / 2**30,
@@ -440,11 +440,11 @@ def _wait(p, timeout, use_time):
 
 def measure(cmd, logdir: Path, label: str, timeout=None, max_rss=None, min_avail=None, cwd=None) -> dict:
     """Run ``cmd`` (a list; cwd: the checkout) under ``/usr/bin/time -v`` (when present) with
-    a :class:`TreePoller` on it; its output goes to ``logdir/<label>.{out,err,time}``.
+    a ``TreePoller`` on it; its output goes to ``logdir/<label>.{out,err,time}``.
     Killed after ``timeout`` s, or by the poller (``max_rss``, ``min_avail``, bytes).
 
     Returns a dict: ``label``, ``cmd``, ``rc``, ``timed_out``, ``killed`` (why, or None),
-    ``wall`` (s), ``stdout``, ``stderr``, the poller's fields, the :func:`parse_gnu_time`
+    ``wall`` (s), ``stdout``, ``stderr``, the poller's fields, the ``parse_gnu_time``
     fields, ``max_single_rss`` (largest RSS of one process: time's and the polled VmHWM),
     ``peak_rss`` (that or the summed RSS, whichever is larger) and ``other_cores`` (CPU
     cores other processes used on average meanwhile; needs ``cpu_s``)."""

@@ -4,31 +4,31 @@ merge them for Perfetto, validate them, analyse them, aggregate and report the w
 The Python API, after a plain ``import streamtrace`` (each name is imported on first use, so
 ``import streamtrace`` itself is cheap and loads neither numba nor pyarrow):
 
-* :func:`merge` / :class:`MergeOptions` -- many rank traces -> one Perfetto-loadable trace;
-* :func:`validate` -- check a trace for what Perfetto's importer relies on;
-* :func:`analyze` / :class:`AnalyzeOptions` -- per-rank kernels, call trees, overlap, as Parquet;
-* :func:`aggregate` / :class:`AggregateOptions` -- the whole job's tables;
-* :func:`report` / :class:`ReportOptions` -- Markdown, JSON and charts;
-* :mod:`epilogue` (``streamtrace.epilogue.run(RUN_DIR)``) -- all of it after a training job;
-* :func:`diff` / :class:`DiffOptions` -- what changed between two runs (kernels, CPU ops, groups, ranks);
-* :func:`open` -- rank traces analysed and aggregated into a cache (reused when unchanged), loaded;
-* :func:`load` -- an output folder (analysis, aggregate, epilogue run, diff) as pyarrow / pandas / polars tables;
-* :mod:`capture` -- the training side (profiler schedule, trace handler, topology);
-* :class:`TraceReader`, :class:`TraceWriter`, :func:`discover` -- streaming read and write;
-* the errors of :mod:`streamtrace.runtime.errors`.
+* ``merge`` / ``MergeOptions`` -- many rank traces -> one Perfetto-loadable trace;
+* ``validate`` -- check a trace for what Perfetto's importer relies on;
+* ``analyze`` / ``AnalyzeOptions`` -- per-rank kernels, call trees, overlap, as Parquet;
+* ``aggregate`` / ``AggregateOptions`` -- the whole job's tables;
+* ``report`` / ``ReportOptions`` -- Markdown, JSON and charts;
+* ``epilogue`` (``streamtrace.epilogue.run(RUN_DIR)``) -- all of it after a training job;
+* ``diff`` / ``DiffOptions`` -- what changed between two runs (kernels, CPU ops, groups, ranks);
+* ``open`` -- rank traces analysed and aggregated into a cache (reused when unchanged), loaded;
+* ``load`` -- an output folder (analysis, aggregate, epilogue run, diff) as pyarrow / pandas / polars tables;
+* ``capture`` -- the training side (profiler schedule, trace handler, topology);
+* ``TraceReader``, ``TraceWriter``, ``discover`` -- streaming read and write;
+* the errors of ``streamtrace.runtime.errors``.
 
 Every stage is a plain function taking its options dataclass; a stage that writes an output folder
-returns it as :func:`load` does (``analyze`` an ``Analysis``, ``aggregate`` an ``Aggregate``, ``report`` a
+returns it as ``load`` does (``analyze`` an ``Analysis``, ``aggregate`` an ``Aggregate``, ``report`` a
 ``Report``, ``diff`` a ``Diff``; ``merge`` a list of ``MergeResult``), each also a read-only mapping over
 ``.summary``, the dict these functions returned before (docs/api.md).  ``streamtrace.merge``,
 ``streamtrace.validate``, ``streamtrace.analyze``, ``streamtrace.aggregate``, ``streamtrace.report`` and ``streamtrace.diff`` are the
-stages' packages, callable as their functions (:class:`streamtrace.runtime.stage.StagePackage`), so that
+stages' packages, callable as their functions (``streamtrace.runtime.stage.StagePackage``), so that
 ``import streamtrace.merge.run as m`` and ``from streamtrace.merge import MergeOptions`` work as usual.  The package's
 stages, bottom up:
-:mod:`~streamtrace.kernels` (numba), :mod:`~streamtrace.runtime`, :mod:`~streamtrace.trace`,
-:mod:`~streamtrace.events`, :mod:`~streamtrace.topology`, :mod:`~streamtrace.merge` and
-:mod:`~streamtrace.analyze`, :mod:`~streamtrace.aggregate`, :mod:`~streamtrace.report`, then
-:mod:`~streamtrace.epilogue` and :mod:`~streamtrace.cli`; imports only go down.
+``kernels`` (numba), ``runtime``, ``trace``,
+``events``, ``topology``, ``merge`` and
+``analyze``, ``aggregate``, ``report``, then
+``epilogue`` and ``cli``; imports only go down.
 """
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ _KINDS = ("streamtrace.analyze.outputs", "streamtrace.aggregate.folder", "stream
 
 def load(path):
     """Open the streamtrace output folder ``path`` as tables: an analysis (``analyze -o``), an aggregate,
-    an epilogue's output, a report, a diff (:mod:`streamtrace.events.load`; each kind implemented by
+    an epilogue's output, a report, a diff (``streamtrace.events.load``; each kind implemented by
     its stage, registered here first).
 
     Parameters

@@ -3,7 +3,7 @@ CLI in a subprocess under hostile conditions and look at what it left behind.
 
 The cases are generated at test time from the real traces in ``../shared/traces/`` (skipped
 cleanly when absent; nothing from there is copied into the repository) and from
-:mod:`streamtrace.synth.job`; the only things used from the package are the CLI, its files and
+``streamtrace.synth.job``; the only things used from the package are the CLI, its files and
 the generator.  Hostile conditions, as root (skipped when unavailable):
 
 * read-only / unreadable folders: ``chmod`` + running the CLI with ``setpriv --bounding-set
@@ -234,7 +234,7 @@ def trace_events(path):
 
 
 def trace_header(path):
-    """The merged trace's ``streamtrace`` header (as :func:`trace_events` reads)."""
+    """The merged trace's ``streamtrace`` header (as ``trace_events`` reads)."""
     raw = _plain_bytes(path)
     try:
         return json.loads(raw)["streamtrace"]

@@ -124,13 +124,13 @@ Total model replicas (DP): 2
 # -- shared by the byte-range tests (tests/unit/trace/test_trace_ranges.py, tests/unit/events/test_parallel_ingest.py)
 
 def events_of(reader):
-    """Every event of a :class:`~streamtrace.trace.reader.TraceReader`, as dicts."""
+    """Every event of a ``TraceReader``, as dicts."""
     return [e for b in reader.raw_batches() for e in b.events]
 
 
 def proven(path, ranges):
     """The events of ``ranges`` if every range parses to exactly its end (the proof
-    :func:`streamtrace.events.parallel_ingest.ingest_parallel` relies on for guessed ranges), else None."""
+    ``streamtrace.events.parallel_ingest.ingest_parallel`` relies on for guessed ranges), else None."""
     from streamtrace.runtime.errors import TraceError
     from streamtrace.trace.ranges import range_events
     out = []

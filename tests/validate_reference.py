@@ -1,6 +1,6 @@
 """The plain-Python reference of ``streamtrace validate`` (its implementation before the columnar
 rewrite): a Python loop over decoded events, every X slice kept per (pid, tid) track and every
-flow in a dict (GPU activities, issue 33, on a track of their own).  The tests check :func:`streamtrace.validate.check.validate` against it.
+flow in a dict (GPU activities, issue 33, on a track of their own).  The tests check ``streamtrace.validate.check.validate`` against it.
 
 One change from that implementation: a flow's ``cat`` goes through ``_h`` as ``pid``/``tid``/``id``
 do (a list or object ``cat`` made it raise ``TypeError: unhashable type``)."""
@@ -19,7 +19,7 @@ GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")
 
 
 def validate_py(path, salvage=False) -> dict:
-    """Validate one trace file; the same report as :func:`streamtrace.validate.check.validate`."""
+    """Validate one trace file; the same report as ``streamtrace.validate.check.validate``."""
     problems = dict.fromkeys(PROBLEMS, 0)
     tracks = {}
     flows = {}     # (cat, id) -> [n_start, n_finish, rank or None, cross]

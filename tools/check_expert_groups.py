@@ -22,7 +22,7 @@ streamtrace raising ``StreamtraceError``, and the other way round.
     python tools/check_expert_groups.py --full              # every order for every size (slower)
 
 Exit status 1 when anything differs.  Needs megatron-core and torch (CPU is enough).
-``tests/unit/topology/test_expert_groups.py`` runs :func:`compare` on the dense tests' sizes and orders.
+``tests/unit/topology/test_expert_groups.py`` runs ``compare`` on the dense tests' sizes and orders.
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ DENSE = ("tp", "cp", "ep", "dp", "pp")
 
 
 def load_topology_module(path):
-    """This checkout's :mod:`streamtrace.topology`, or the ``model.py`` at ``path`` (another
+    """This checkout's ``streamtrace.topology``, or the ``model.py`` at ``path`` (another
     checkout's), whose relative imports resolve to this checkout's package."""
     if path is None:
         from streamtrace import topology

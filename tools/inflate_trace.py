@@ -25,7 +25,7 @@ it and the others (``traceName``, ``baseTimeNanoseconds`` ...) after it, as Kine
 does.
 
 Memory is bounded by SRC's events plus one chunk: each chunk of a copy is serialised
-once and appended to every rank's file (:class:`streamtrace.trace.writer.TraceWriter`),
+once and appended to every rank's file (``streamtrace.trace.writer.TraceWriter``),
 so the output is never held.
 """
 from __future__ import annotations

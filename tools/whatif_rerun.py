@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Real reruns for the what-if replay (``streamtrace whatif``): a small data-parallel training job
 (an MLP under ``DistributedDataParallel``, gloo on the CPU, ``--world-size`` ranks on this machine,
-one thread each) profiled with :mod:`streamtrace.capture` (12 profiled steps by default), run once
+one thread each) profiled with ``streamtrace.capture`` (12 profiled steps by default), run once
 clean and once per injected fault:
 
 * ``sleep``: rank 0 sleeps ``--sleep-ms`` inside its ``data_loading`` region every step (a slow data

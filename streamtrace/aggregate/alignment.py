@@ -4,7 +4,7 @@ rank's clock, and the time alignment shared by ``aggregate``, ``report`` and the
 A *part* is one rank of one iteration of one analysed folder
 (``DIR/kernels/iteration=N/rank=R/part-*.parquet`` and ``DIR/ops/iteration=N/rank=R/part-*.parquet``,
 ``N`` = -1 for an unknown iteration; listed in ``DIR/summary.json``; see
-:func:`streamtrace.events.dataset.partition_path` and :meth:`Part.files`).  Kernel and op times in the Parquet files are the rank's
+``streamtrace.events.dataset.partition_path`` and ``Part.files``).  Kernel and op times in the Parquet files are the rank's
 own trace clock (int64 ns).  Alignment maps them to one time axis:
 
 * ``global``: one time base for all ranks, through each trace's ``baseTimeNanoseconds`` (read from
@@ -16,7 +16,7 @@ own trace clock (int64 ns).  Alignment maps them to one time axis:
   Megatron-TraceViz's "individual" alignment.
 
 On top of either, per-rank clock offsets (``--clock-sync collectives``,
-:func:`streamtrace.aggregate.collectives.estimate_clock_offsets`) are subtracted: ``t - offset(rank)``.
+``streamtrace.aggregate.collectives.estimate_clock_offsets``) are subtracted: ``t - offset(rank)``.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from ..trace.reader import TraceReader
 from .steps import StepNames, step_names, step_patterns_of
 
 ALIGNMENTS = ("global", "individual")
-#: folder names that say nothing about the job (skipped by :meth:`Job.name`)
+#: folder names that say nothing about the job (skipped by ``Job.name``)
 GENERIC_DIRS = {"tb", "tensorboard", "profile_traces", "profile_trace", "torch_profile", "torch_profiler", "traces",
                 "trace", "profiler", "profiles", "profile", "logs", "log", "outputs", "output", "runs"}
 _ITER_DIR = re.compile(r"iteration[_-]?\d+|iter[_-]?\d+|step[_-]?\d+")
@@ -48,8 +48,8 @@ _ITER_DIR = re.compile(r"iteration[_-]?\d+|iter[_-]?\d+|step[_-]?\d+")
 SAME_JOB_NS = MEMBERS_SAME_JOB_NS     # (one value for the epilogue's job finder and aggregate)
 #: the iteration of a part whose trace path names none (analyze's ``iteration=-1`` partitions)
 UNKNOWN_ITERATION = -1
-# names as :meth:`Job.read_kernels` returns them: "iteration" is the part's (the trace file's) iteration, "step"
-# the row's ProfilerStep number (see :func:`read_parquet_columns`)
+# names as ``Job.read_kernels`` returns them: "iteration" is the part's (the trace file's) iteration, "step"
+# the row's ProfilerStep number (see ``read_parquet_columns``)
 KERNEL_COLUMNS = ("device", "stream", "ts_ns", "dur_ns", "end_ns", "name", "kind", "phase", "microbatch",
                   "iteration", "step", "collective", "msg_bytes", "group_size", "pg_name", "pg_ranks", "parallel_dim",
                   "correlation")
@@ -63,7 +63,7 @@ class Part:
     ``start_ns``: the earliest kernel / CPU op start in the rank's own clock; ``pg_entries``: the
     process groups the rank's trace lists (``distributedInfo.pg_config``), emptied once the job's
     topology is known; ``step_patterns``: the patterns analyze found its steps by (``summary.json``,
-    None: the Kineto default), :attr:`steps` compiled."""
+    None: the Kineto default), ``steps`` compiled."""
     index: int
     dir: Path
     rank: int
@@ -83,7 +83,7 @@ class Part:
 
     @property
     def steps(self) -> StepNames:
-        """The part's step names (:func:`streamtrace.aggregate.steps.step_names` of ``step_patterns``)."""
+        """The part's step names (``streamtrace.aggregate.steps.step_names`` of ``step_patterns``)."""
         return step_names(self.step_patterns)
 
     def files(self, dataset) -> list[Path]:
@@ -112,7 +112,7 @@ def _event_counts(r: dict) -> tuple:
 
 
 def _read_source_meta(source: str, rank: int) -> dict:
-    """:func:`~streamtrace.trace.metadata.trace_facts` of one source trace, read again (a full
+    """``trace_facts`` of one source trace, read again (a full
     metadata scan: the base time stands after ``traceEvents``), for folders analysed before
     ``summary.json`` kept them.  Empty dict when the file is gone or unreadable."""
     if not source or not os.path.isfile(source):
@@ -138,7 +138,7 @@ def _part_info(dir_, rank, iteration, source, facts=None):
 class Job:
     """Every part of the analysed folders, the topology and the time alignment.
 
-    ``parts``: list of :class:`Part`; ``topology``: :class:`~streamtrace.topology.Topology`
+    ``parts``: list of ``Part``; ``topology``: ``Topology``
     (given, or from the traces' ``pg_config``, or None); ``alignment``: ``"global"`` or
     ``"individual"``; ``warnings``: list of str.
 
@@ -228,7 +228,7 @@ class Job:
     def different_jobs(self) -> str | None:
         """Why the parts cannot be one job, or None: different world sizes in ``distributedInfo``,
         one rank of one iteration in two folders, or trace start times (``baseTimeNanoseconds``)
-        more than :data:`SAME_JOB_NS` apart."""
+        more than ``SAME_JOB_NS`` apart."""
         worlds: dict = {}
         for p in self.parts:
             if p.world_size:
@@ -360,13 +360,13 @@ class Job:
 
     @staticmethod
     def iteration_of(part) -> int:
-        """The part's iteration (its trace file's), :data:`UNKNOWN_ITERATION` when unknown."""
+        """The part's iteration (its trace file's), ``UNKNOWN_ITERATION`` when unknown."""
         return UNKNOWN_ITERATION if part.iteration is None else int(part.iteration)
 
     def read_kernels(self, part, columns=KERNEL_COLUMNS, kind=None) -> dict:
         """The part's kernel columns as numpy arrays (strings as object arrays), filtered by
         ``steps`` and optionally by ``kind`` ("compute"/"communication"/"memory"), sorted by
-        start.  ``iteration`` is the part's (:meth:`iteration_of`), ``step`` the file's ``step``
+        start.  ``iteration`` is the part's (``iteration_of``), ``step`` the file's ``step``
         column; ``ts_ns``/``end_ns`` stay rank-local."""
         return read_parquet_columns(part.files("kernels"), columns, self, part, kind)
 
@@ -382,9 +382,9 @@ class Job:
 
 def read_parquet_columns(path, columns, job=None, part=None, kind=None) -> dict:
     """Columns of one rank's kernels file (``path``, or a list of its part files) as numpy
-    arrays, rows filtered (see :meth:`Job.read_kernels`).  ``"iteration"`` is the part's
+    arrays, rows filtered (see ``Job.read_kernels``).  ``"iteration"`` is the part's
     iteration (the file has no ``iteration`` column: that name is the dataset's partition key;
-    :data:`UNKNOWN_ITERATION` without a part), ``"step"`` the file's ``step`` column
+    ``UNKNOWN_ITERATION`` without a part), ``"step"`` the file's ``step`` column
     (``ProfilerStep#N``, -1 none)."""
     cols = list(dict.fromkeys(list(columns) + ["ts_ns", "step"] + (["kind"] if kind else [])))
     fcols = [c for c in cols if c != "iteration"]

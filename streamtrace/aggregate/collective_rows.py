@@ -8,7 +8,7 @@ all-to-all's splits agree between ranks, and the ranks that missed or added a co
 ``out_splits`` (str, all-to-all(v) bytes to / from each group member, in the group's rank order,
 comma-separated, "" unknown), ``bytes_source`` (str, "" unknown).
 
-**All-to-all bytes per rank** (:func:`member_bytes`): sent = the sum of ``in_splits``, received = the
+**All-to-all bytes per rank** (``member_bytes``): sent = the sum of ``in_splits``, received = the
 sum of ``out_splits`` (PyTorch's ``all_to_all_single`` input / output split sizes, recorded by
 ``record_param_comms`` as ``In split size`` / ``Out split size``); without splits the kernel's
 ``in_bytes`` / ``out_bytes`` (``In msg nelems`` / ``Out msg nelems`` x the dtype's size), -1 unknown.
@@ -30,8 +30,8 @@ MISMATCH_COLUMNS = ("group", "iteration", "step", "rank", "count", "most", "shif
 def read_comm(job, part, columns) -> dict:
     """``job.read_kernels(part, columns + in_bytes/out_bytes + the optional columns the part's
     files have, kind="communication")``; an optional column the files lack is filled with its
-    default (:data:`OPTIONAL`), as are ``in_bytes`` / ``out_bytes`` (-1).  A rank with no kernel
-    at all (CPU only): its gloo collectives from its CPU ops (:func:`~streamtrace.aggregate.gloo.gloo_comm`)."""
+    default (``OPTIONAL``), as are ``in_bytes`` / ``out_bytes`` (-1).  A rank with no kernel
+    at all (CPU only): its gloo collectives from its CPU ops (``gloo_comm``)."""
     files = part.files("kernels")
     if not sum(num_rows(f) for f in files):          # a CPU-only rank: its gloo collectives
         return gloo_comm(job, part, columns)
@@ -92,8 +92,8 @@ def splits_agree(ranks, pg_ranks, in_splits, out_splits) -> bool:
 
 
 def mismatch_rows(mismatches, prefixes: list, part_rank: dict, matched_by: dict) -> dict:
-    """The ranks that missed or added a collective (:class:`~streamtrace.events.collmatch.Mismatch`
-    list) as table columns :data:`MISMATCH_COLUMNS`: ``group`` (the group key, e.g. ``ranks:0,1``),
+    """The ranks that missed or added a collective (``Mismatch``
+    list) as table columns ``MISMATCH_COLUMNS``: ``group`` (the group key, e.g. ``ranks:0,1``),
     ``iteration``, ``step``, ``rank``, ``count`` (its collectives in the group), ``most`` (the most
     any member has), ``shift`` (collectives its sequence was moved by), ``matched_by``.  ``prefixes``:
     the match-key prefix per group id (``"<iteration>:<step>|<group>"``)."""
@@ -110,7 +110,7 @@ def mismatch_rows(mismatches, prefixes: list, part_rank: dict, matched_by: dict)
 def fill_dims(dims, pg_ranks, topology) -> np.ndarray:
     """The kernels' parallel dimensions (object array), those the analyze stage left unknown named
     by ``topology`` (the job's: ``--topology FILE``, or the traces' ``pg_config``) from the
-    process group's ranks (:meth:`~streamtrace.topology.Topology.dim_of`, the rule the analyze
+    process group's ranks (``dim_of``, the rule the analyze
     stage applies when it is given the topology), so a topology given to ``report`` / ``aggregate``
     names the same dimension as one given to ``analyze`` / ``epilogue``; unchanged without one."""
     dims = np.asarray(dims, object)
@@ -129,8 +129,8 @@ def fill_dims(dims, pg_ranks, topology) -> np.ndarray:
 
 class RankDims:
     """The part of a topology one rank's collectives need, cheap to send to a worker: its groups'
-    dimensions (``dim_of(ranks)``, as :meth:`~streamtrace.topology.Topology.dim_of` answers it for
-    the groups that hold the rank; None for another set), for :func:`fill_dims`."""
+    dimensions (``dim_of(ranks)``, as ``dim_of`` answers it for
+    the groups that hold the rank; None for another set), for ``fill_dims``."""
 
     def __init__(self, topology, rank: int):
         self.by_set = {}

@@ -1,8 +1,8 @@
-"""The collectives of a large job in bounded memory: :mod:`streamtrace.aggregate.collectives`' matching and
+"""The collectives of a large job in bounded memory: ``streamtrace.aggregate.collectives``' matching and
 measures, with the rows spilled to disk and matched one bucket of match keys at a time.
 
 Matching only ever combines rows with the same match-key prefix
-(:func:`~streamtrace.aggregate.collectives.match_prefixes`), and an instance is (prefix, k-th row of each
+(``match_prefixes``), and an instance is (prefix, k-th row of each
 part), so the job splits by prefix:
 
 1. **Spill** (one part at a time): each part's communication kernels, their prefix (an id, in
@@ -13,17 +13,17 @@ part), so the job splits by prefix:
    bucket file of their range.  Instance ids are ``offset(prefix) + seq``: dense, and one
    contiguous, ascending range per bucket.
 3. **Per bucket**, in order: the rows are loaded, sorted by (instance, start, rank), measured
-   (:func:`~streamtrace.aggregate.collectives.instance_tables`), and appended to ``collectives.parquet``
+   (``instance_tables``), and appended to ``collectives.parquet``
    and ``collectives_ranks.parquet``; the summary, the straggler table, the p2p transfers and the
-   counts accumulate (:class:`~streamtrace.aggregate.collectives.Summary`,
-   :class:`~streamtrace.aggregate.collectives.Stragglers`, :func:`~streamtrace.aggregate.p2p.p2p_transfers`).
+   counts accumulate (``Summary``,
+   ``Stragglers``, ``p2p_transfers``).
 
-The tables equal the in-memory :func:`~streamtrace.aggregate.collectives.analyse_collectives`' row for
+The tables equal the in-memory ``analyse_collectives``' row for
 row.  Memory: one part's rows (pass 1), one bucket's rows and tables (pass 3, ~0.5 KB per row),
 plus per instance 24 bytes for the summary's distributions and per p2p transfer 48 bytes.  With
 ``clock_sync="collectives"`` pass 3 runs twice: the first collects, per member of a usable
 instance, its instance, part, rank and end (24 bytes) and per instance 4 flags/counts for
-:func:`~streamtrace.events.clocks.estimate_clock_offsets`, then the aligned times of the spilled
+``estimate_clock_offsets``, then the aligned times of the spilled
 rows are corrected by the estimated offsets (a constant per part: nothing is read again).
 
 The spill folder (a temporary folder inside ``outdir``) is removed on success and on error.
@@ -69,7 +69,7 @@ MEMBER_SCHEMA = pa.schema([(n, pa.string() if n == "collective" else pa.int64())
 class _Plan:
     """What pass 1 and 2 leave: the bucket files in output order, the instance id base per prefix
     id (int64 array), each part's clock offset when its rows were spilled, the row count, and the
-    match (:func:`~streamtrace.events.collmatch.match_ordinals` per prefix): ``by_seq`` (bool per
+    match (``match_ordinals`` per prefix): ``by_seq`` (bool per
     prefix id), ``min_seq`` (int64 per prefix id), ``delta`` (``{(prefix id, part): ordinal - order}``
     for the prefixes re-aligned by signature), ``mismatches`` and ``matched_by`` (``{prefix id: str}``)."""
 
@@ -114,7 +114,7 @@ class _Counts:
 
 
 def _spill_parts(job, plan: _Plan) -> tuple[dict, _Counts]:
-    """Pass 1: every part's comm kernels (:func:`~streamtrace.aggregate.collectives.comm_rows`) to
+    """Pass 1: every part's comm kernels (``comm_rows``) to
     ``parts.parquet`` (a row group per part), ``seq`` = the row's position in its prefix (start
     order).  Returns the prefix ids ``{prefix: id}`` and the tallies."""
     pids: dict = {}
@@ -137,7 +137,7 @@ def _spill_parts(job, plan: _Plan) -> tuple[dict, _Counts]:
 def _match(plan: _Plan, counts: _Counts) -> np.ndarray:
     """The matcher on the spilled rows: prefixes matched by sequence number, by order with equal
     counts (ordinal = position), and those re-aligned by signature
-    (:func:`~streamtrace.events.collmatch.match_ordinals` on their rows only, read back from
+    (``match_ordinals`` on their rows only, read back from
     ``parts.parquet``).  Fills ``plan``'s match fields; returns the instances per prefix id."""
     n = len(counts.rows)
     plan.by_seq = counts.all_seq.copy()
@@ -206,7 +206,7 @@ def _bucket(job, folder: Path, bucket_rows: int) -> _Plan | None:
 
 
 def _load(job, plan: _Plan, path) -> dict:
-    """One bucket's rows as :func:`~streamtrace.aggregate.collectives.load_comm` columns on the job's
+    """One bucket's rows as ``load_comm`` columns on the job's
     current clocks, sorted by (instance, start, rank)."""
     t = pq.read_table(arrow_file(path), read_dictionary=list(_STRS))
     c = {n: t[n].to_numpy() for n in _INTS}
@@ -230,7 +230,7 @@ def _load(job, plan: _Plan, path) -> dict:
 
 
 def _clock_inputs(job, plan: _Plan) -> tuple[dict, dict]:
-    """The members and instance flags :func:`estimate_clock_offsets` reads, bucket by bucket: members
+    """The members and instance flags ``estimate_clock_offsets`` reads, bucket by bucket: members
     of usable instances only (instance int64, part/rank int32, end int64)."""
     mem = {k: [] for k in ("instance", "part", "rank", "end_ns")}
     inst = {k: [] for k in ("complete", "consistent", "n_ranks", "bridge")}
@@ -275,12 +275,12 @@ def _write_buckets(job, plan: _Plan, outdir: Path) -> tuple[list, dict]:
 
 
 def collectives_to(job, outdir, clock_sync: str | None = None, bucket_rows: int = BUCKET_ROWS) -> tuple:
-    """:func:`~streamtrace.aggregate.collectives.analyse_collectives` and
-    :func:`~streamtrace.aggregate.collectives.write_collectives` in bounded memory (module docstring):
+    """``analyse_collectives`` and
+    ``write_collectives`` in bounded memory (module docstring):
     writes ``collectives.parquet``, ``collectives_ranks.parquet`` and ``collectives_summary.{parquet,
     csv}`` into ``outdir`` (atomically) and returns ``(result, paths)``; ``result.instances`` and
     ``.members`` are empty, ``result.transfers`` holds the p2p transfers
-    (:func:`~streamtrace.aggregate.p2p.p2p_transfers`).  ``bucket_rows`` (int >= 1): rows per bucket
+    (``p2p_transfers``).  ``bucket_rows`` (int >= 1): rows per bucket
     (about; a prefix is never split).  With ``clock_sync="collectives"`` the offsets are estimated
     and set on ``job`` first."""
     if clock_sync not in (None, "none", "collectives"):

@@ -3,13 +3,13 @@ skew, straggler, waiter, latency and bandwidth per instance, a summary per colle
 parallel dimension, per-rank straggler counts, and clock offsets estimated from collective ends.
 
 Input: the ``communication`` kernels of every rank (``streamtrace analyze`` output, read through
-:class:`streamtrace.aggregate.alignment.Job`).  Times are int64 ns on the job's aligned axis.
+``streamtrace.aggregate.alignment.Job``).  Times are int64 ns on the job's aligned axis.
 
-**Matching** (:func:`streamtrace.events.collmatch.match_ordinals`, the matcher ``merge --align
+**Matching** (``streamtrace.events.collmatch.match_ordinals``, the matcher ``merge --align
 collectives`` uses too): a collective kernel of rank r belongs to instance ``(iteration, step, group,
-k)`` when it is the k-th collective on that process group (:func:`~streamtrace.events.collmatch.group_key`:
+k)`` when it is the k-th collective on that process group (``group_key``:
 ``pg_ranks``, else ``pg_name``, else the stream) in that ProfilerStep of that iteration (see
-:class:`streamtrace.aggregate.alignment.Job`): k is NCCL's sequence number where every kernel of the
+``streamtrace.aggregate.alignment.Job``): k is NCCL's sequence number where every kernel of the
 group carries it (``matched_by`` "seq"), else the kernel's position in start order (every member
 of a group issues its collectives in the same order, NCCL requires it; ``matched_by`` "order").  A
 rank that missed or added a collective is reported (``CollectiveResult.mismatches``), not silently
@@ -21,7 +21,7 @@ previous, ``recv_backward`` <- next).  A ``SendRecv`` kernel (both ways at once:
 exchange) with a known peer matches the peer's k-th ``SendRecv`` with it, ``src`` / ``dst`` left -1.
 Where the trace names neither communicator nor peer (an Nsight Systems export made without NCCL's
 payloads) and the job is the two ranks of one file, the peer is the file's other rank
-(:meth:`~streamtrace.aggregate.alignment.Job.file_peer`; a warning says so).  A point-to-point
+(``file_peer``; a warning says so).  A point-to-point
 instance has 2 members (``group_size``): one seen on one rank only is not ``complete``.  Group
 collectives with no process group fall back to order on the stream: ``(iteration, stream, k)``.
 
@@ -31,12 +31,12 @@ spread), ``end_skew_ns`` likewise for ends; ``straggler_rank`` = the last to arr
 which waited longest, ``waiter_wait_ns`` = last start - its start; ``latency_ns`` = min over the
 ranks of the kernel duration (the last arrival does not wait, so its duration is the transfer);
 ``source``: "kernels", or "cpu ops" for a CPU-only (gloo) rank's collectives
-(:mod:`streamtrace.aggregate.gloo`: matched, not used for clock offsets).  ``msg_bytes`` = the largest member's message (all-to-all: the largest of what a member sends
-or receives, :func:`streamtrace.aggregate.collective_rows.member_bytes`; the members' own in
+(``streamtrace.aggregate.gloo``: matched, not used for clock offsets).  ``msg_bytes`` = the largest member's message (all-to-all: the largest of what a member sends
+or receives, ``streamtrace.aggregate.collective_rows.member_bytes``; the members' own in
 ``collectives_ranks``' ``send_bytes`` / ``recv_bytes``); ``algbw_gbps`` = msg_bytes / latency_ns (bytes per ns = GB/s, GB = 1e9 bytes); ``busbw_gbps`` =
-algbw x the bus factor of nccl-tests' PERFORMANCE.md (:func:`bus_factor`).
+algbw x the bus factor of nccl-tests' PERFORMANCE.md (``bus_factor``).
 
-**Clock sync** (:func:`estimate_clock_offsets`, :mod:`streamtrace.events.clocks`, shared with
+**Clock sync** (``estimate_clock_offsets``, ``streamtrace.events.clocks``, shared with
 ``merge --align collectives``): the members of a collective finish nearly together, so rank r's
 clock offset o_r is estimated from ``end(r) - end(s) = o_r - o_s`` over every matched instance: the
 median difference per rank pair, then weighted least squares over the pairs, 0 at the lowest rank
@@ -87,12 +87,12 @@ def bus_factor(collective: str, n: int) -> float:
 
 @dataclass
 class CollectiveResult:
-    """``instances`` and ``members``: dicts of equally long numpy columns (:data:`INSTANCE_COLUMNS`,
-    :data:`MEMBER_COLUMNS`); ``summary``: list of dicts per (collective, parallel_dim);
-    ``stragglers``: list of dicts per collective kind and rank (:func:`straggler_table`); ``clock_offsets``: ``{part index: ns}`` (empty unless
+    """``instances`` and ``members``: dicts of equally long numpy columns (``INSTANCE_COLUMNS``,
+    ``MEMBER_COLUMNS``); ``summary``: list of dicts per (collective, parallel_dim);
+    ``stragglers``: list of dicts per collective kind and rank (``straggler_table``); ``clock_offsets``: ``{part index: ns}`` (empty unless
     estimated); ``stats``: counts of matched / unmatched kernels; ``mismatches``: the ranks that missed or added a collective
-    (:data:`~streamtrace.aggregate.collective_rows.MISMATCH_COLUMNS`); ``transfers``: the p2p transfers
-    (:func:`streamtrace.aggregate.p2p.p2p_transfers`; set by the bucketed path, whose ``instances`` and
+    (``MISMATCH_COLUMNS``); ``transfers``: the p2p transfers
+    (``streamtrace.aggregate.p2p.p2p_transfers``; set by the bucketed path, whose ``instances`` and
     ``members`` stay empty: they are in its output files)."""
     instances: dict
     members: dict
@@ -137,8 +137,8 @@ def _p2p_dirs(part, corr_needed) -> dict:
 
 
 def match_prefixes(job, part, k) -> tuple[list, np.ndarray, np.ndarray]:
-    """Match-key prefix (str) per comm kernel of one part (``k``: :meth:`Job.read_kernels` columns
-    :data:`COMM_COLUMNS`, sorted by start), and for p2p rows src/dst (int64 arrays, else -1).  Matching
+    """Match-key prefix (str) per comm kernel of one part (``k``: ``Job.read_kernels`` columns
+    ``COMM_COLUMNS``, sorted by start), and for p2p rows src/dst (int64 arrays, else -1).  Matching
     only ever combines rows with the same prefix; an instance is (prefix, k-th row of each part)."""
     n = len(k["ts_ns"])
     src = np.full(n, -1, np.int64)
@@ -210,8 +210,8 @@ def comm_rows(job, part, pids: dict, sigs: dict) -> dict | None:
     ``step``, ``start`` / ``end`` (aligned int64 ns), ``dur``, ..., ``src`` / ``dst``, ``prefix``
     (int64 id in ``pids``, first-seen order), ``nseq`` (NCCL's sequence number for group
     collectives, -1 unknown or point-to-point), ``sig`` (id in ``sigs`` of
-    :func:`~streamtrace.events.collmatch.signature`), ``send`` / ``recv`` (bytes,
-    :func:`~streamtrace.aggregate.collective_rows.member_bytes`), ``in_splits`` / ``out_splits``; rows in
+    ``signature``), ``send`` / ``recv`` (bytes,
+    ``member_bytes``), ``in_splits`` / ``out_splits``; rows in
     start order.  None when the part has none."""
     k = read_comm(job, part, COMM_COLUMNS)
     n = len(k["ts_ns"])
@@ -248,8 +248,8 @@ def sorted_prefix_ids(pids: dict) -> tuple[np.ndarray, list]:
 
 
 def load_comm(job) -> dict:
-    """Every part's communication kernels with their match keys (:func:`comm_rows`' columns, times
-    aligned), matched (:func:`~streamtrace.events.collmatch.match_ordinals`): ``instance``,
+    """Every part's communication kernels with their match keys (``comm_rows``' columns, times
+    aligned), matched (``match_ordinals``): ``instance``,
     ``seq`` (the ordinal within the prefix), ``by`` ("seq" / "order" per row), sorted by
     (instance, start, rank); ``mismatches`` under the key ``"_mismatches"`` (table columns)."""
     pids: dict = {}          # match-key prefix -> id: an int64 per row, not a str (or a U-array row of
@@ -282,8 +282,8 @@ def load_comm(job) -> dict:
 
 
 def instance_tables(c: dict) -> tuple[dict, dict]:
-    """Instance and member columns (:data:`INSTANCE_COLUMNS`, :data:`MEMBER_COLUMNS`) of the matched
-    rows ``c`` (:func:`load_comm`'s columns, sorted by (instance, start, rank)); instance ids are
+    """Instance and member columns (``INSTANCE_COLUMNS``, ``MEMBER_COLUMNS``) of the matched
+    rows ``c`` (``load_comm``'s columns, sorted by (instance, start, rank)); instance ids are
     ``c["instance"]`` (dense and ascending: the whole job's, or one contiguous range of them)."""
     inst = c["instance"]
     if not len(inst):
@@ -353,10 +353,10 @@ def _pct(x, q):
 
 
 class Summary:
-    """:func:`summarize` over instance tables given one piece at a time (:meth:`add`, in instance
+    """``summarize`` over instance tables given one piece at a time (``add``, in instance
     order): per kind int sums, and the per-instance values the distributions need (start skew,
     int64; bus and alg bandwidth of complete instances, float64: 24 bytes per instance), so the
-    rows equal :func:`summarize` of the whole table."""
+    rows equal ``summarize`` of the whole table."""
 
     def __init__(self):
         self.total = 0
@@ -416,8 +416,8 @@ def _grown(a: np.ndarray, size: int) -> np.ndarray:
 
 
 class Stragglers:
-    """:func:`straggler_table` over instance and member tables given one piece at a time
-    (:meth:`add`; a piece's members belong to its instances): per kind, per-rank counts and sums
+    """``straggler_table`` over instance and member tables given one piece at a time
+    (``add``; a piece's members belong to its instances): per kind, per-rank counts and sums
     (int64 / float64 arrays of length max rank + 1), so the rows equal the whole table's."""
 
     def __init__(self):
@@ -469,7 +469,7 @@ class Stragglers:
 
 def straggler_table(inst: dict, members: dict) -> list:
     """Per collective kind (``collective``, ``parallel_dim``) and rank, over the group collectives
-    only (point-to-point transfers have their own table, :mod:`streamtrace.aggregate.p2p`: there the
+    only (point-to-point transfers have their own table, ``streamtrace.aggregate.p2p``: there the
     receiver posts early by design): the rank's matched kernels of that kind (``instances``), how
     often it was the straggler (``straggler_count``) and the lag it caused (``straggler_lag_ns``,
     sum of its lead over the next-latest rank), how often it waited longest (``waiter_count``),
@@ -506,7 +506,7 @@ def analyse_collectives(job, clock_sync: str | None = None) -> CollectiveResult:
 
 
 def clock_instances(inst: dict) -> dict:
-    """The instance flags :func:`~streamtrace.events.clocks.estimate_clock_offsets` reads: point-to-
+    """The instance flags ``estimate_clock_offsets`` reads: point-to-
     point transfers are bridges only; instances matched from CPU ops (gloo) are not used (their
     members do not end together: each rank's gloo thread returns when it is done), marked
     inconsistent for the estimate only."""

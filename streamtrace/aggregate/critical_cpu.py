@@ -1,22 +1,22 @@
-"""The CPU side of one rank's step graph (:mod:`streamtrace.aggregate.critical_local`): each thread's
+"""The CPU side of one rank's step graph (``streamtrace.aggregate.critical_local``): each thread's
 chain of op boundaries, the waits between threads, and the CPU collectives' runs.
 
 **A thread's chain.**  Every op of the step window contributes its start and its end; consecutive
 instants are chained, the edge weighted by the time between them (int64 ns) and named after the
 innermost op open over that interval (``cpu_op``; ``host_gap`` when none but the step is open).
-Instants of equal time are ordered as the call tree nests them (:func:`instant_order`: the tree's
+Instants of equal time are ordered as the call tree nests them (``instant_order``: the tree's
 depth-first walk), so a zero-length op's end comes right after its own start, inside its parent.  An edge is named after the
 innermost op whose interval covers it, so that time is never named after a 0 us call that merely
 starts at the edge's first instant (a real 8 x A100 job named 13.8 % of a path after such calls).
 
-**Waits between threads** (:func:`thread_waits`).  PyTorch's autograd engine runs the backward pass
+**Waits between threads** (``thread_waits``).  PyTorch's autograd engine runs the backward pass
 on its own thread(s) while the thread that called ``backward()`` waits (Kineto's ``fwdbwd`` flows
 join the forward op to its backward op; the waiting thread shows a host gap, or the self time of an
 annotation such as ``## backward ##``); a DataLoader's pin-memory thread works while the main thread
 waits for the batch.  A stretch of a thread T with no op of its own open inside it (one chain edge
-``a -> b`` of at least :data:`MIN_WAIT_NS`) waits for another thread W when W is idle at ``a``, runs
+``a -> b`` of at least ``MIN_WAIT_NS``) waits for another thread W when W is idle at ``a``, runs
 work that starts and ends inside ``[a, b]`` and is busy at least half of it (work that is not a CPU
-collective's run: :func:`cpu_collectives` joins those to their call): T's edge then weighs 0
+collective's run: ``cpu_collectives`` joins those to their call): T's edge then weighs 0
 (``wait``: T waited), an edge hands the work over (T at ``a`` -> W's first instant, ``thread_wait``)
 and one hands it back (W's last instant -> T at ``b``, ``thread_wait``), and W's idle edge into its
 first instant weighs 0 (W waited for the hand-over).  The path then runs through W's ops, named
@@ -45,7 +45,7 @@ search is quadratic in the number of threads)."""
 class Chain:
     """One thread's instants in order: times ``t`` (int64 ns), node ids ``ids``, ``is_start``
     (bool), the op row ``op`` of each instant, and per edge ``i -> i+1`` (one fewer): the weight
-    ``w`` (int64 ns), :class:`Category` code ``cat``, the naming op row ``inner`` (the innermost op
+    ``w`` (int64 ns), ``Category`` code ``cat``, the naming op row ``inner`` (the innermost op
     covering the edge, the step op for a host gap; -1: none) and
     ``keep`` (False: the edge lies inside a CPU collective's run, joined across ranks instead)."""
     tid: int
@@ -105,7 +105,7 @@ def covering(ops, inner, t0, t1) -> np.ndarray:
 
 def chain(g: StepGraph, ops, sel, tid, cut) -> Chain:
     """The chain of thread ``tid``'s op rows ``sel`` (sorted); ``cut``: op rows of CPU collectives'
-    runs, whose inner edges are left out (:class:`Chain.keep`)."""
+    runs, whose inner edges are left out (``Chain.keep``)."""
     n = len(sel)
     ts = ops["ts_ns"][sel]
     te = ts + ops["dur_ns"][sel]
@@ -154,7 +154,7 @@ class ThreadWait:
 
 def thread_waits(chains: dict, main_tid: int) -> list:
     """The waits between threads of one step (module docstring): ``chains`` ``{tid: Chain}``.
-    Returns a list of :class:`ThreadWait`, at most one per (waiting edge, worker thread)."""
+    Returns a list of ``ThreadWait``, at most one per (waiting edge, worker thread)."""
     out = []
     tids = list(chains) if len(chains) <= MAX_WAIT_THREADS else [main_tid]
     for wt in tids:
@@ -203,7 +203,7 @@ def apply_waits(g: StepGraph, chains: dict, waits: list, lanes: dict):
 
 def lane_name(ops, sel, tid, main_tid) -> str:
     """``thread <tid>``, with `` (backward)`` when at least half of the thread's top-level op time
-    in ``sel`` (op rows) is autograd's backward functions (:data:`AUTOGRAD_OP`)."""
+    in ``sel`` (op rows) is autograd's backward functions (``AUTOGRAD_OP``)."""
     if tid == main_tid:
         return f"thread {tid}"
     top = sel[ops["depth"][sel] == 0]
@@ -218,7 +218,7 @@ def cpu_chains(g: StepGraph, ops, rows, main_tid, cut=None):
     included; the chain edges inside the ops ``cut`` (op rows: CPU collectives' runs, joined across
     ranks instead) are left out.  Returns ``(start node, end node)`` int64 arrays indexed like
     ``rows``, ``{tid: (times, node ids)}`` of every thread's chain (the step thread's first) and the
-    list of :class:`ThreadWait`."""
+    list of ``ThreadWait``."""
     cut = np.zeros(0, np.int64) if cut is None else cut
     start_node = np.full(len(rows), -1, np.int64)
     end_node = np.full(len(rows), -1, np.int64)

@@ -1,34 +1,34 @@
-"""The GPU side of one rank's step graph (:mod:`streamtrace.aggregate.critical_local`): GPU events,
+"""The GPU side of one rank's step graph (``streamtrace.aggregate.critical_local``): GPU events,
 what each waited for (its launch, the previous event on its stream, another stream, earlier GPU
 work), and the GPU -> CPU syncs.
 
 * **launch -> event**: the runtime call (same ``correlation``) start -> the GPU event start
   (``launch_delay``); **stream order**: the previous GPU event's end on the stream -> the start
   (``kernel_gap``); **cross-stream wait**, read where the trace links it
-  (:func:`~streamtrace.aggregate.cuda_links.linked_waits`; a rank with such links gets no other
-  cross-stream edge), else inferred (:func:`inferred_waits`): the latest end on another stream of
+  (``linked_waits``; a rank with such links gets no other
+  cross-stream edge), else inferred (``inferred_waits``): the latest end on another stream of
   the device before the start, only for the first event launched on its stream after a
   ``cudaStreamWaitEvent`` call (between the previous launch on that stream and its own; a trace with
   no wait calls at all: every event).  Of these the latest to happen is the one the event waited
   for: its edge carries the time up to the start, the others weigh 0 (as HolisticTraceAnalysis adds
   either the launch delay or the kernel-kernel delay, never both).  A candidate later than the
   event's start (a launch whose CPU clock runs ahead of the GPU's) is not what it waited for.
-* **queued behind earlier work** (:func:`queued_behind`): the first event of the step on a stream
+* **queued behind earlier work** (``queued_behind``): the first event of the step on a stream
   cannot start before the stream's earlier GPU work ends (the previous step's events, and events
   executing in the window whose launch came before the profiler started); when that end binds, the
   edge runs from the step's start to the event's start (``queued``).
 * **GPU event** start -> end (``compute_kernel``, ``memcpy`` for memory kinds); a communication
   event is cut instead (its start an *arrival*, its end an *end* anchor, joined across ranks).
-* **Overlapping events on one stream** (:func:`clip_stream_overlaps`): kernels replayed from a CUDA
+* **Overlapping events on one stream** (``clip_stream_overlaps``): kernels replayed from a CUDA
   graph can start 1-15 us before their predecessor on the same stream ends (CUPTI's timestamps of a
   graph's nodes); each event's end is clipped to the next event's start on its stream, so that the
   stream stays a chain in time (an edge against time would be dropped and the time lost).
-* **GPU -> CPU sync** (:func:`sync_edges`): ``cudaStreamSynchronize`` / ``cudaDeviceSynchronize`` /
+* **GPU -> CPU sync** (``sync_edges``): ``cudaStreamSynchronize`` / ``cudaDeviceSynchronize`` /
   ``cudaEventSynchronize`` / a synchronous ``cudaMemcpy``: the event it waited for (Kineto's link)
   or the latest GPU end inside the call -> the call's end (``sync``); a ``cudaMemcpyAsync`` whose own
   copy ends inside the call (a copy to pageable memory blocks, CUDA runtime API, "API
   synchronization behavior"; HTA counts ``cudaMemcpyAsync`` among its blocking calls) waits for that
-  copy.  The call's own time then weighs 0 (:func:`zero_linked_syncs`: the CPU waited).
+  copy.  The call's own time then weighs 0 (``zero_linked_syncs``: the CPU waited).
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ from .cuda_links import linked_waits, sync_target
 
 @dataclass(frozen=True)
 class Clipped:
-    """What :func:`clip_stream_overlaps` changed: ``events`` clipped, their ``ns`` clipped off
+    """What ``clip_stream_overlaps`` changed: ``events`` clipped, their ``ns`` clipped off
     (int64 ns, summed)."""
     events: int = 0
     ns: int = 0
@@ -76,8 +76,8 @@ def gpu_events(g: StepGraph, k, rows, launch_node, launch_t, first, s0, waits=No
     ``launch_node`` / ``launch_t``: each row's launch (node id, -1 none; call start, int64 ns);
     ``first``: the step's start node, ``s0`` its time; ``waits``: the sorted start times of the
     rank's stream-wait calls in the step (None: the trace records none, every event may wait);
-    ``links``: the rank's explicit cross-stream links (:data:`~streamtrace.aggregate.cuda_links.LINK_COLUMNS`
-    arrays, aligned ns; None: the waits are inferred); ``prior``: :func:`queued_behind`.  Returns
+    ``links``: the rank's explicit cross-stream links (``LINK_COLUMNS``
+    arrays, aligned ns; None: the waits are inferred); ``prior``: ``queued_behind``.  Returns
     (start node, end node, is communication) per row."""
     dev, stream, ts, te = (k[c][rows] for c in ("device", "stream", "ts_ns", "end_ns"))
     kind = k["kind"][rows]
@@ -176,7 +176,7 @@ def sync_edges(g: StepGraph, ops, rows, end_node, kend, kend_node, kk=None, sync
     """GPU -> CPU edges of the sync calls among ``rows`` (module docstring); returns the rows' mask
     of linked calls.  ``kend`` / ``kend_node``: the step's GPU events' ends (int64 ns) and end nodes;
     ``kk``: their ``(stream, correlation)`` arrays; ``syncs``:
-    :func:`~streamtrace.aggregate.cuda_links.sync_targets` (a call Kineto links waits for the event
+    ``sync_targets`` (a call Kineto links waits for the event
     it names, and only when that event ends inside the call).  ``ops["is_copy"]`` (optional) marks
     the asynchronous copy calls, which wait for their own copy when it ends inside them."""
     linked = np.zeros(len(rows), bool)

@@ -1,9 +1,9 @@
-"""The vocabulary of the critical path's graphs (:mod:`streamtrace.aggregate.critical_local`, one rank's
-step; :mod:`streamtrace.aggregate.critical_path`, the job's): segment categories, anchor kinds, and the
+"""The vocabulary of the critical path's graphs (``streamtrace.aggregate.critical_local``, one rank's
+step; ``streamtrace.aggregate.critical_path``, the job's): segment categories, anchor kinds, and the
 growing node / edge arrays of one step.
 
 Nodes are instants (int64 ns on aggregate's aligned axis); an edge ``u -> v`` says "v cannot happen
-before u", weighted by the time it stands for (int64 ns), with a :class:`Category`, the lane it lies
+before u", weighted by the time it stands for (int64 ns), with a ``Category``, the lane it lies
 on (``thread <tid>``, ``device <d> stream <s>``), the name of the event it stands for and that
 event's id in its rank's trace (``ref``).
 """
@@ -42,7 +42,7 @@ class Anchor(IntEnum):
 
 
 BARRIER = -1
-"""The kind of a job-level node that is a collective's barrier (not an :class:`Anchor`)."""
+"""The kind of a job-level node that is a collective's barrier (not an ``Anchor``)."""
 
 
 class Edge(IntEnum):
@@ -74,7 +74,7 @@ class StepGraph:
         return base + np.arange(len(t), dtype=np.int64)
 
     def edges(self, src, dst, w, cat, lane, name, ref=-1):
-        """Append edges ``src -> dst`` (node ids) of weight ``w`` (int64 ns) and :class:`Category`
+        """Append edges ``src -> dst`` (node ids) of weight ``w`` (int64 ns) and ``Category``
         ``cat``; ``lane``, ``name``: object arrays (or scalars) naming each edge's thread/stream and
         event; ``ref``: the event's id in the trace (the GPU event's ``correlation`` for GPU
         categories, the CPU op's ``External id`` for CPU ones; -1 none).  Arrays broadcast."""
@@ -87,7 +87,7 @@ class StepGraph:
 
     def arrays(self):
         """``(t, cols)``: node times (int64[n]) and the edge columns ``[src, dst, w, cat, lane,
-        name, ref]``; sets :attr:`order`, the nodes in topological order (:func:`topological_order`)."""
+        name, ref]``; sets ``order``, the nodes in topological order (``topological_order``)."""
         t = np.concatenate(self.t) if self.t else np.zeros(0, np.int64)
         cols = [np.concatenate([e[i] for e in self.e]) if self.e else
                 np.zeros(0, object if i in (4, 5) else np.int8 if i == 3 else np.int64) for i in range(7)]
@@ -97,7 +97,7 @@ class StepGraph:
 
 
 MAX_LEVELS = 64
-"""How many edges deep a chain of same-instant edges is ordered (:func:`topological_order`)."""
+"""How many edges deep a chain of same-instant edges is ordered (``topological_order``)."""
 
 
 def topological_order(t, cls, src, dst) -> np.ndarray:
@@ -105,7 +105,7 @@ def topological_order(t, cls, src, dst) -> np.ndarray:
     (node ids, ``t[src] <= t[dst]``) follows: by time, then, among nodes of one instant, by their
     depth in the edges between them (a node after every node with an edge into it), then by class,
     then by id.  Returns the node ids in order (int64).  Edges against time, and same-instant chains
-    deeper than :data:`MAX_LEVELS`, are left for the caller to drop."""
+    deeper than ``MAX_LEVELS``, are left for the caller to drop."""
     ids = np.arange(len(t))
     order = np.lexsort((ids, cls, t))
     if not len(src):
@@ -126,8 +126,8 @@ def topological_order(t, cls, src, dst) -> np.ndarray:
     return np.lexsort((ids, cls, level, t))
 
 
-# -- the job level's collectives, as arrays (:mod:`streamtrace.aggregate.critical_path`,
-#    :mod:`streamtrace.aggregate.whatif_job`) --------------------------------------------------------
+# -- the job level's collectives, as arrays (``streamtrace.aggregate.critical_path``,
+#    ``streamtrace.aggregate.whatif_job``) --------------------------------------------------------
 
 WAIT_EDGE, TRANSFER_EDGE = int(Edge.wait), int(Edge.transfer)
 """The job graphs' edge types of a member's wait for its barrier and of its transfer."""

@@ -1,17 +1,17 @@
-"""One rank's part of the critical path (:mod:`streamtrace.aggregate.critical_path`), run in aggregate's
+"""One rank's part of the critical path (``streamtrace.aggregate.critical_path``), run in aggregate's
 per-rank worker from the rank's Parquet rows (``ops``, ``kernels`` and, where the trace has them,
 ``cuda_sync``; no trace is read).
 
 **The graph of one step on one rank** (HolisticTraceAnalysis' model, ``hta/analyzers/
 critical_path_analysis.py``; where it differs, see docs/critical-path.md).  Nodes are instants
 (int64 ns, aligned), edges say "cannot happen before", weighted by the time the edge stands for
-(:mod:`streamtrace.aggregate.critical_graph`):
+(``streamtrace.aggregate.critical_graph``):
 
-* the CPU (:mod:`streamtrace.aggregate.critical_cpu`): every thread's chain of op boundaries in the
+* the CPU (``streamtrace.aggregate.critical_cpu``): every thread's chain of op boundaries in the
   step window (``ProfilerStep#N`` on its thread, or the step pattern's; ops of every thread
   starting inside it), the waits between threads (autograd's backward thread, a DataLoader's
   worker), the CPU collectives' runs;
-* the GPU (:mod:`streamtrace.aggregate.critical_gpu`): launches, stream order, cross-stream waits,
+* the GPU (``streamtrace.aggregate.critical_gpu``): launches, stream order, cross-stream waits,
   work queued behind earlier GPU work, each event's duration, GPU -> CPU syncs; events that overlap
   on one stream (CUDA-graph replays) clipped first;
 * the step's end: the later of the step thread's last instant and every GPU end.
@@ -21,7 +21,7 @@ trace without ``ProfilerStep``) gets the whole capture as one window, step numbe
 
 **The reduction** (so that the job level is small): sources are the step's start and the ends of
 the communication events, sinks their arrivals and the rank's step end.  One longest-path pass
-(:func:`streamtrace.kernels.critical.longest_path`, each source at its own time) gives every sink
+(``streamtrace.kernels.critical.longest_path``, each source at its own time) gives every sink
 its longest path and the source it starts from; each sink becomes one job-level edge ``origin ->
 sink`` weighted by that path.  The segments of those paths (a tree: every node has one chosen
 in-edge) are written to a file of the part (Arrow IPC) and only read back for the ranks the job's
@@ -84,8 +84,8 @@ class PartStats:
 
 def _steps(ops) -> list:
     """``[(step number, tid, start, end)]`` of the step ops (``ProfilerStep#N``, or the part's step
-    names: ``step_no``, :mod:`streamtrace.aggregate.steps`; aligned ns).  With none, the whole
-    capture as one window (:data:`WHOLE_CAPTURE`) on the thread with the most launches (else ops)."""
+    names: ``step_no``, ``streamtrace.aggregate.steps``; aligned ns).  With none, the whole
+    capture as one window (``WHOLE_CAPTURE``) on the thread with the most launches (else ops)."""
     out = [(int(ops["step_no"][i]), int(ops["tid"][i]), int(ops["ts_ns"][i]), int(ops["ts_ns"][i] + ops["dur_ns"][i]))
            for i in np.flatnonzero(ops["is_step"]).tolist()]
     if out or not len(ops["ts_ns"]):
@@ -105,16 +105,16 @@ def step_graph(ops, k, step, main_tid, s0, s1, calls=None, links=None, syncs=Non
     (int64[n], creation order), edge columns ``[src, dst, w, cat, lane, name, ref]``, the anchors'
     ``(node ids, kinds, correlation, stream, name, lane)`` and the nodes in topological order.
     ``ops`` / ``k``: the part's op and GPU event columns (aligned int64 ns; ``ops`` with the flags
-    :func:`part_paths` adds); ``calls``: int64[m, 2] ``(c10d call row, gloo run row)`` of the part's
-    CPU collectives (:func:`streamtrace.aggregate.gloo.call_runs`), None for none; ``links``:
-    :func:`~streamtrace.aggregate.cuda_links.sync_links` (None: the waits are inferred); ``syncs``:
-    :func:`~streamtrace.aggregate.cuda_links.sync_targets` (None: every sync call waits for the latest
+    ``part_paths`` adds); ``calls``: int64[m, 2] ``(c10d call row, gloo run row)`` of the part's
+    CPU collectives (``streamtrace.aggregate.gloo.call_runs``), None for none; ``links``:
+    ``sync_links`` (None: the waits are inferred); ``syncs``:
+    ``sync_targets`` (None: every sync call waits for the latest
     GPU end inside it)."""
     return build_step(ops, k, step, main_tid, s0, s1, calls, links, syncs)[:4]
 
 
 def build_step(ops, k, step, main_tid, s0, s1, calls=None, links=None, syncs=None):
-    """:func:`step_graph` and, fifth, the number of waits between threads it modelled."""
+    """``step_graph`` and, fifth, the number of waits between threads it modelled."""
     g = StepGraph()
     rows = (ops["ts_ns"] >= s0) & (ops["ts_ns"] < s1)
     rows = np.flatnonzero(rows & ~ops["is_gpu_sync"] if "is_gpu_sync" in ops else rows)
@@ -216,7 +216,7 @@ def reduce_step(t, cols, anchors, order):
 
 def part_reads(part) -> dict:
     """The part's ``{"kernels", "ops", "cuda_sync"}`` pyarrow tables (None where it has none) with the
-    columns :func:`part_paths` and :func:`streamtrace.aggregate.explain.part_tables` use: read once for both."""
+    columns ``part_paths`` and ``streamtrace.aggregate.explain.part_tables`` use: read once for both."""
     kc = list(dict.fromkeys(KERNEL_COLUMNS + EXPLAIN_KERNELS))
     oc = list(dict.fromkeys(OPS_COLUMNS + STATS_OPS))
     return {"kernels": part.read("kernels", kc), "ops": part.read("ops", oc),
@@ -276,9 +276,9 @@ class _Acc:
 @dataclass
 class PartGraphs:
     """One part's step graphs, built one step at a time by iterating (``(step, t, cols, anchors,
-    order)`` as :func:`step_graph` returns them, for every step ``job.steps`` selects): ``ops`` / ``k``
+    order)`` as ``step_graph`` returns them, for every step ``job.steps`` selects): ``ops`` / ``k``
     the part's op and GPU event columns (aligned ns), ``stats`` what the graphs needed
-    (:class:`PartStats`, filled while iterating)."""
+    (``PartStats``, filled while iterating)."""
     job: object
     ops: dict
     k: dict
@@ -299,7 +299,7 @@ class PartGraphs:
 
 
 def part_graphs(job, part, tables) -> PartGraphs | None:
-    """The part's step graphs (:class:`PartGraphs`) from its tables (:func:`part_reads`); None when
+    """The part's step graphs (``PartGraphs``) from its tables (``part_reads``); None when
     it has no op."""
     if tables["ops"] is None or not tables["ops"].num_rows:
         return None
@@ -313,9 +313,9 @@ def part_graphs(job, part, tables) -> PartGraphs | None:
 
 def part_paths(job, part, spill, tables=None, on_step=None) -> dict:
     """One part's anchors and reduced edges for every step (aligned ns), the segments of its local
-    paths written to ``spill/critical-<index>.arrow``; ``tables``: :func:`part_reads` (None: read
+    paths written to ``spill/critical-<index>.arrow``; ``tables``: ``part_reads`` (None: read
     here); ``on_step``: called with ``(part graphs, step, t, cols, anchors, order)`` for each step's
-    graph (the what-if replay's reduction, :mod:`streamtrace.aggregate.whatif_local`).  Returns
+    graph (the what-if replay's reduction, ``streamtrace.aggregate.whatif_local``).  Returns
     ``{"anchors": {column: array}, "edges": {column: array}, "segments": path or None, "dropped":
     int, "stats": PartStats.as_dict()}``."""
     tables = tables or {"kernels": part.read("kernels", KERNEL_COLUMNS), "ops": part.read("ops", OPS_COLUMNS),

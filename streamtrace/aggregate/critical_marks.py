@@ -1,12 +1,12 @@
 """``merge --critical-path AGGDIR``: mark the critical path of ``streamtrace aggregate``
-(``AGGDIR/critical_path.parquet``, :mod:`streamtrace.aggregate.critical_path`) in a merged trace, so that it
+(``AGGDIR/critical_path.parquet``, ``streamtrace.aggregate.critical_path``) in a merged trace, so that it
 can be followed in Perfetto: every event on the path gets ``args.critical_path`` (its first
 segment's position on the path, per step), and consecutive marked events are joined by flow arrows
 of category ``critical_path`` (``ph`` ``s`` on the earlier event's thread at its start, ``f`` with
 ``bp`` ``e`` on the later one's).
 
 An event is on the path when (ids as merge writes them: ``rank * 2**40 + id``,
-:func:`streamtrace.merge.pids.unique_id`): a GPU event whose ``args.correlation`` is a segment's
+``streamtrace.merge.pids.unique_id``): a GPU event whose ``args.correlation`` is a segment's
 (compute, memory copy, communication transfer), the runtime call of a ``launch_delay`` segment's
 kernel (same correlation), or a CPU op whose ``args["External id"]`` and name are a segment's
 (``cpu_op``, ``sync``).  Host gaps and waits are no event: the arrows jump over them.
@@ -15,8 +15,8 @@ A trace marked before (by another aggregate) loses the old marks and arrows firs
 copied byte for byte except the ``args`` of the marked events (the member is inserted into the
 event's text: times keep their digits); the top-level keys after the events are written back in
 their order.  Only the few events that can be on the path are parsed: a batch's ``correlation`` and
-``External id`` integers are read by the column kernel (:func:`streamtrace.kernels.extract.extract_columns`)
-and looked up in the path's ids (:func:`streamtrace.events.sortedsets.in_sorted`); an event whose
+``External id`` integers are read by the column kernel (``streamtrace.kernels.extract.extract_columns``)
+and looked up in the path's ids (``streamtrace.events.sortedsets.in_sorted``); an event whose
 value is no integer literal (never in a trace streamtrace merged) is not matched.  Runs of untouched
 events are copied as one slice of the batch.  O(events) time, memory O(path segments + one batch).
 """
@@ -100,7 +100,7 @@ def _marked(raw: bytes, order: int) -> bytes:
 
 def candidates(b, corr_keys, ext_keys) -> np.ndarray:
     """Indices (ascending) of the events of batch ``b`` (a ``decode=False``
-    :class:`~streamtrace.trace.reader.RawBatch`) that may be on the path or hold an earlier run's mark:
+    ``RawBatch``) that may be on the path or hold an earlier run's mark:
     ``X`` events whose ``correlation`` is in ``corr_keys`` or whose ``External id`` is in ``ext_keys``
     (sorted int64; -1 in them: also the events where the kernel read no integer, for ids merge wrote as
     strings), events the column kernel cannot read, and events whose text holds ``"critical_path"``."""
@@ -133,8 +133,8 @@ def _copy(raw, starts, ends, a, z, tight) -> list:
 def mark_critical_path(trace, aggdir, output=None, iteration=None) -> dict:
     """Copy the merged trace ``trace`` to ``output`` (default: ``trace`` itself, replaced atomically)
     with the path of ``aggdir`` marked (module docstring).  Returns ``{"output", "marked", "flows"}``.
-    Raises :class:`~streamtrace.runtime.errors.StreamtraceError` when ``aggdir`` has no critical path,
-    :class:`~streamtrace.runtime.errors.TraceError` for a damaged trace."""
+    Raises ``StreamtraceError`` when ``aggdir`` has no critical path,
+    ``TraceError`` for a damaged trace."""
     gpu, launch, cpu = path_ids(aggdir, iteration)
     corr_keys = np.unique(np.asarray([k for k in list(gpu) + list(launch) if type(k) is int] + [-1], np.int64))
     ext_keys = np.unique(np.asarray([k[0] for k in cpu if type(k[0]) is int] + [-1], np.int64))

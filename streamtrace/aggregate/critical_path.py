@@ -3,7 +3,7 @@ step next (``critical_path.parquet``, ``critical_path_summary.parquet``, ``criti
 of ``streamtrace aggregate``).
 
 Each rank's step is first reduced in aggregate's per-rank worker
-(:mod:`streamtrace.aggregate.critical_local`) to its longest local paths between *anchors*: the step's
+(``streamtrace.aggregate.critical_local``) to its longest local paths between *anchors*: the step's
 start, the arrival (start) and end of each communication kernel, the step's end.  The job level is
 then a small graph per (iteration, step) whose nodes are those anchors (times on aggregate's
 aligned axis, clock offsets of ``--clock-sync collectives`` included):
@@ -19,12 +19,12 @@ aligned axis, clock offsets of ``--clock-sync collectives`` included):
   not wait for its receive: gloo, NCCL's eager protocol) keeps its own transfer (arrival -> end);
 * a communication kernel matched to no instance: arrival -> end, its duration.
 
-The forward pass (:func:`streamtrace.kernels.critical.longest_path`, every rank's step start at
+The forward pass (``streamtrace.kernels.critical.longest_path``, every rank's step start at
 its own time) gives each anchor the longest path reaching it; the **critical path** is the one
 reaching the latest step end (the last rank's), expanded back into the local segments it crosses.
-The backward pass (:func:`streamtrace.kernels.critical.latest_times`, every rank's step end due by
+The backward pass (``streamtrace.kernels.critical.latest_times``, every rank's step end due by
 the path's end) gives each anchor its latest time (Kelley & Walker's critical-path method, 1959).
-The per-rank figures (:mod:`streamtrace.aggregate.critical_ranks`): a rank's **slack** is the CPM
+The per-rank figures (``streamtrace.aggregate.critical_ranks``): a rank's **slack** is the CPM
 total float of its work, the least over its anchors of latest - earliest: how much later its work
 could finish without lengthening the step, 0 for every rank the path crosses; its **wait** the
 time it spent in collectives waiting for the last member; its **lead** the time it alone held a
@@ -40,11 +40,11 @@ successor on a stream (CUDA-graph replays), are counted there too (``critical_pa
 ``critical_path.parquet``: one row per segment, in path order: ``iteration``, ``step``, ``order``,
 ``rank``, ``lane`` (``thread <tid>`` or ``device <d> stream <s>``), ``start_ns``, ``end_ns``,
 ``dur_ns``, ``weight_ns`` (the time the path counts: ``dur_ns`` but for a ``wait``),
-``category`` (:data:`~streamtrace.aggregate.critical_graph.CATEGORIES`), ``name``, and the event's id in
+``category`` (``CATEGORIES``), ``name``, and the event's id in
 its rank's trace: ``correlation`` (GPU categories: the GPU event, whose launch shares it) or
 ``external_id`` (CPU categories: the innermost CPU op's ``External id``), -1 none.
 ``critical_path_summary.parquet`` and ``critical_path_ranks.parquet``:
-:mod:`streamtrace.aggregate.critical_ranks`.
+``streamtrace.aggregate.critical_ranks``.
 """
 from __future__ import annotations
 
@@ -86,11 +86,11 @@ def _members(outdir) -> tuple:
 
 P2P = ("send", "recv", "sendrecv")
 """Point-to-point collectives (``collectives_ranks.parquet``'s ``collective``, lower case): a receive
-posts early by design, so their waits are not a rank's lateness (:mod:`streamtrace.aggregate.critical_ranks`)."""
+posts early by design, so their waits are not a rank's lateness (``streamtrace.aggregate.critical_ranks``)."""
 
 
 def _p2p_instances(outdir) -> set:
-    """The matched instances that are point-to-point transfers (:data:`P2P`)."""
+    """The matched instances that are point-to-point transfers (``P2P``)."""
     p = table_path(outdir, COLLECTIVES_RANKS)
     if not p.is_file():
         return set()
@@ -101,8 +101,8 @@ def _p2p_instances(outdir) -> set:
 
 class JobGraph:
     """The job-level graph of one (iteration, step), built from the parts' reduced results
-    (:meth:`add_part` for each, then :meth:`add_collectives` once): node columns (numpy, one row per
-    node: ``t`` int64 ns, ``kind`` an :class:`Anchor` or :data:`BARRIER`, ``part``, ``local`` node id
+    (``add_part`` for each, then ``add_collectives`` once): node columns (numpy, one row per
+    node: ``t`` int64 ns, ``kind`` an ``Anchor`` or ``BARRIER``, ``part``, ``local`` node id
     in the part's graph, ``name`` / ``lane`` object, ``stream``, ``corr``), edge columns (``src``,
     ``dst``, ``w`` int64 ns, ``etype`` LOCAL / WAIT / TRANSFER), the barriers (``b_node`` their nodes,
     ``b_p2p`` whether a point-to-point transfer) and their members (``m_bar`` the index of the
@@ -117,7 +117,7 @@ class JobGraph:
         self.n = 0
 
     def add_part(self, p, a, e):
-        """Part ``p``'s anchors ``a`` and reduced edges ``e`` (:func:`~streamtrace.aggregate.critical_local.part_paths`
+        """Part ``p``'s anchors ``a`` and reduced edges ``e`` (``part_paths``
         columns, one step); returns the id of its first node."""
         base, m = self.n, len(a["t_ns"])
         self._parts.append((np.full(m, p, np.int64), a))
@@ -141,7 +141,7 @@ class JobGraph:
         self._parts, self._edges = [], []
 
     def add_collectives(self, arrivals: dict, ends: dict, members: dict, p2p=frozenset()):
-        """:meth:`add_collectives_arrays` from dicts ``arrivals`` / ``ends`` ``{(part, correlation,
+        """``add_collectives_arrays`` from dicts ``arrivals`` / ``ends`` ``{(part, correlation,
         stream): node}`` and ``members`` ``{(part, correlation, stream): instance}``."""
         k = lambda d: np.asarray(list(d) or np.zeros((0, 3)), np.int64).reshape(-1, 3)  # noqa: E731
         v = lambda d: np.asarray(list(d.values()), np.int64)  # noqa: E731
@@ -151,8 +151,8 @@ class JobGraph:
         """The collectives' barriers and edges (module docstring), after every part: ``arrivals`` /
         ``ends`` ``(keys int64[n, 3] (part, correlation, stream), nodes int64[n])``, in the parts'
         order (a key repeated: its first place, its last node, as a dict built in that order);
-        ``members`` ``(keys, instance)`` of :func:`_members`; ``p2p`` the point-to-point instances
-        (:func:`_p2p_instances`).  Edges appended unmatched transfers first (in arrival order), then
+        ``members`` ``(keys, instance)`` of ``_members``; ``p2p`` the point-to-point instances
+        (``_p2p_instances``).  Edges appended unmatched transfers first (in arrival order), then
         each instance's (in the order of its first arrival) waits and transfers, member by member."""
         self._nodes()
         (ak, an), (ek, en), (mk, mi) = arrivals, ends, members
@@ -244,7 +244,7 @@ def solve_step(g: JobGraph, w=None) -> Solved | None:
 
 
 class _Spill:
-    """One part's spilled path segments (:func:`~streamtrace.aggregate.critical_local.part_paths`), read
+    """One part's spilled path segments (``part_paths``), read
     once: the numeric columns as numpy, each node's in-edge row found by binary search (its last row,
     as a dict built in row order would)."""
 
@@ -299,7 +299,7 @@ def _segments(g: JobGraph, path, spills: dict, rank_of: dict, cache: dict | None
 
 @dataclass
 class CriticalResult:
-    """:func:`critical_paths`' result: the files written, the figures for ``aggregate.json``'s
+    """``critical_paths``' result: the files written, the figures for ``aggregate.json``'s
     ``critical_path`` entry and the warnings."""
     files: list
     stats: dict
@@ -325,8 +325,8 @@ def _step_graphs(job, results) -> dict:
 
 
 def _build(parts, members, p2p=frozenset()) -> JobGraph:
-    """One step's :class:`JobGraph` from its parts' ``(part index, anchors, edges)`` and the matched
-    collectives (:func:`_members`, :func:`_p2p_instances`)."""
+    """One step's ``JobGraph`` from its parts' ``(part index, anchors, edges)`` and the matched
+    collectives (``_members``, ``_p2p_instances``)."""
     g = JobGraph()
     keys: dict = {Anchor.arrival: ([], []), Anchor.end: ([], [])}
     for p, a, e in parts:
@@ -342,7 +342,7 @@ def _build(parts, members, p2p=frozenset()) -> JobGraph:
 
 
 def _stats(results) -> dict:
-    """The parts' :class:`~streamtrace.aggregate.critical_local.PartStats` summed."""
+    """The parts' ``PartStats`` summed."""
     out = {"clipped_events": 0, "clipped_ns": 0, "dropped_edges": 0, "thread_waits": 0, "whole_capture_ranks": 0}
     for r in results:
         s = (r or {}).get("stats") or {}
@@ -355,7 +355,7 @@ def _stats(results) -> dict:
 def critical_paths(job, results: list, outdir) -> CriticalResult:
     """Write ``critical_path.parquet``, ``critical_path_summary.parquet`` and
     ``critical_path_ranks.parquet`` into ``outdir`` from the per-part results ``results``
-    (:func:`~streamtrace.aggregate.critical_local.part_paths`, in part order) and the matched
+    (``part_paths``, in part order) and the matched
     collectives already written there."""
     members, p2p = _members(outdir), _p2p_instances(outdir)
     rank_of = {p.index: p.rank for p in job.parts}

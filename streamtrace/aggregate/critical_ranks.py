@@ -1,4 +1,4 @@
-"""The critical path's per-step figures (:mod:`streamtrace.aggregate.critical_path`): each rank's share,
+"""The critical path's per-step figures (``streamtrace.aggregate.critical_path``): each rank's share,
 slack, waits and lead (``critical_path_ranks.parquet``), the summary rows
 (``critical_path_summary.parquet``) and what bounds the step next.
 
@@ -15,7 +15,7 @@ transfers left out: a receive posts early by design, its wait is the pipeline's 
 pipeline section); **lead** (``lead_ns``,
 ``last_count``): when the rank arrived last, the time it alone held the collective (its arrival -
 the next-latest arrival), summed, and how often.  The per-collective straggler counts over the
-whole job are in ``stragglers.parquet`` (:func:`streamtrace.aggregate.collectives.straggler_table`).
+whole job are in ``stragglers.parquet`` (``streamtrace.aggregate.collectives.straggler_table``).
 
 **What bounds next** (summary rows ``what == "next"``): the job graph solved again with every
 stretch of local work of the rank holding most of the path (a reduced edge between two of its
@@ -89,8 +89,8 @@ def _collective_figures(g, n) -> tuple:
 
 def rank_rows(it, st, g, solved, segs, rank_of) -> list:
     """The rows of ``critical_path_ranks`` for one step (module docstring): ``g`` the
-    :class:`~streamtrace.aggregate.critical_path.JobGraph`, ``solved`` its
-    :class:`~streamtrace.aggregate.critical_path.Solved`, ``segs`` the path's segment rows."""
+    ``JobGraph``, ``solved`` its
+    ``Solved``, ``segs`` the path's segment rows."""
     t, kind, part = g.t, g.kind, g.part
     pos = solved.pos
     dist, late = solved.dist[pos], solved.late[pos]              # by node
@@ -124,8 +124,8 @@ def rank_rows(it, st, g, solved, segs, rank_of) -> list:
 
 
 def summary_rows(it, st, g, solved, segs, rank_of, ranks, solve) -> list:
-    """The summary rows of one step (module docstring); ``ranks``: :func:`rank_rows`' rows;
-    ``solve``: :func:`~streamtrace.aggregate.critical_path.solve_step` (for what bounds next)."""
+    """The summary rows of one step (module docstring); ``ranks``: ``rank_rows``' rows;
+    ``solve``: ``solve_step`` (for what bounds next)."""
     path_ns = int(sum(s[4] for s in segs))
     t, kind = g.t, g.kind
     span = int(t[kind == Anchor.step_end].max() - t[kind == Anchor.step_start].min()) \
@@ -201,7 +201,7 @@ def _stretch_keys(g) -> np.ndarray:
 
 def capped_weights(g, part) -> np.ndarray | None:
     """The job graph's edge weights with part ``part``'s local stretches capped at the median of the
-    same stretch on the other parts (:func:`_stretch_keys`); None when nothing is capped."""
+    same stretch on the other parts (``_stretch_keys``); None when nothing is capped."""
     if part is None:
         return None
     keys = _stretch_keys(g)

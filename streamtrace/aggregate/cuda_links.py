@@ -1,10 +1,10 @@
 """Kineto's explicit CUDA synchronisation links (newer Kineto's ``cuda_sync`` events, kept by
-analyze in ``cuda_sync/``, :mod:`streamtrace.analyze.cuda_sync`) as the critical path uses them
-(:mod:`streamtrace.aggregate.critical_local`): a ``Stream Wait Event`` makes an event on the waiting
+analyze in ``cuda_sync/``, ``streamtrace.analyze.cuda_sync``) as the critical path uses them
+(``streamtrace.aggregate.critical_local``): a ``Stream Wait Event`` makes an event on the waiting
 stream wait for the last event launched on the recording stream before the ``cudaEventRecord``
-(:func:`linked_waits`); an ``Event Sync`` / ``Stream Sync`` / ``Context Sync`` names the GPU event a
+(``linked_waits``); an ``Event Sync`` / ``Stream Sync`` / ``Context Sync`` names the GPU event a
 ``cudaEventSynchronize`` / ``cudaStreamSynchronize`` / ``cudaDeviceSynchronize`` call waited for
-(:func:`sync_target`).  Correlation ids are given in call order on a rank, so "the last event
+(``sync_target``).  Correlation ids are given in call order on a rank, so "the last event
 launched before a call" is the largest correlation id below the call's.  The same links as
 HolisticTraceAnalysis' critical path (``hta/analyzers/critical_path_analysis.py``) reads."""
 from __future__ import annotations
@@ -21,9 +21,9 @@ LINK_COLUMNS = ("device", "stream", "ts_ns", "record_correlation", "wait_on_stre
 
 def sync_links(part, table) -> dict | None:
     """The part's explicit cross-stream links from its ``cuda_sync`` rows (pyarrow table or None,
-    :mod:`streamtrace.analyze.cuda_sync`): the ``Stream Wait Event`` rows (any row but ``Event Sync``
+    ``streamtrace.analyze.cuda_sync``): the ``Stream Wait Event`` rows (any row but ``Event Sync``
     with a waiting stream, a recording stream and a record correlation id), as
-    :data:`LINK_COLUMNS` arrays with ``ts_ns`` aligned.  None when there are none: the trace's waits
+    ``LINK_COLUMNS`` arrays with ``ts_ns`` aligned.  None when there are none: the trace's waits
     are then inferred."""
     if table is None or not table.num_rows:
         return None
@@ -54,7 +54,7 @@ def sync_targets(table) -> dict | None:
 
 
 def linked_waits(dev, stream, ts, te, corr, links):
-    """Cross-stream waits as Kineto links them (``cuda_sync`` events, :mod:`streamtrace.analyze.cuda_sync`):
+    """Cross-stream waits as Kineto links them (``cuda_sync`` events, ``streamtrace.analyze.cuda_sync``):
     per event (sorted by device, stream, start) the row of the event it waits for, -1 none.  A link
     ``(device, waiting stream, sync time, record correlation, recording stream)`` makes the first
     event on the waiting stream starting at or after the sync time wait for the last event on the

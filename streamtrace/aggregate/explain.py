@@ -1,8 +1,8 @@
 """``aggregate``'s explaining tables, one rank at a time from its Parquet rows (no trace is read):
-``kernel_stats``, ``op_stats``, ``launch_stats`` (:mod:`streamtrace.aggregate.stats`) and
-``idle_breakdown`` (:mod:`streamtrace.aggregate.idle`), each ``.parquet`` + ``.csv``, every row keyed by
-(``iteration``, ``step``, ``rank``).  :func:`part_tables` runs in aggregate's per-rank worker,
-:func:`write_tables` in the parent.  Rows are kept under aggregate's ``--steps`` like every other
+``kernel_stats``, ``op_stats``, ``launch_stats`` (``streamtrace.aggregate.stats``) and
+``idle_breakdown`` (``streamtrace.aggregate.idle``), each ``.parquet`` + ``.csv``, every row keyed by
+(``iteration``, ``step``, ``rank``).  ``part_tables`` runs in aggregate's per-rank worker,
+``write_tables`` in the parent.  Rows are kept under aggregate's ``--steps`` like every other
 table (a gap before a step's first kernel is still measured from the kernel before it).
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ KERNEL_COLUMNS = ["device", "stream", "ts_ns", "dur_ns", "end_ns", "name", "kind
 
 def part_tables(job, part, threshold_ns=_idle.DEFAULT_THRESHOLD_NS, tables=None) -> dict:
     """``{table: {column: numpy array}}`` of one part (a rank of one analysed iteration) of
-    ``job`` (:class:`~streamtrace.aggregate.alignment.Job`); ``threshold_ns``: the kernel-wait threshold
+    ``job`` (``Job``); ``threshold_ns``: the kernel-wait threshold
     of the idle breakdown (int ns); ``tables``: the part's ``{"kernels", "ops"}`` pyarrow tables
     already read with at least these columns (None: read here)."""
     it, rank = job.iteration_of(part), part.rank
@@ -65,8 +65,8 @@ def _keyed(iteration, rank, cols: dict) -> dict:
 
 
 def write_tables(outdir, parts: list) -> list:
-    """Write the tables of :data:`TABLES` from the per-part results ``parts`` (list of
-    :func:`part_tables` dicts, in part order) into ``outdir`` (Parquet + CSV); returns the paths."""
+    """Write the tables of ``TABLES`` from the per-part results ``parts`` (list of
+    ``part_tables`` dicts, in part order) into ``outdir`` (Parquet + CSV); returns the paths."""
     files = []
     for name in TABLES:
         got = [p[name] for p in parts if name in p and len(p[name]["rank"])]

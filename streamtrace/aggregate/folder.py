@@ -1,9 +1,9 @@
 """An aggregate folder (``streamtrace aggregate``'s output), as every later stage sees it: the
-names of its tables (:data:`TABLES`), the folder as a kind of output folder (:class:`Aggregate`, its
-entries :func:`owned`; ``Aggregate.read(DIR)``: ``aggregate.json`` read back and checked), one
-table read back (:func:`read_aggregate_table`); and the names of the report written into such a
-folder (:data:`REPORT_MARKER`, :func:`report_owns`: the report's kind,
-:class:`streamtrace.report.outputs.Report`, takes them from here).  Light on purpose: ``report``,
+names of its tables (``TABLES``), the folder as a kind of output folder (``Aggregate``, its
+entries ``owned``; ``Aggregate.read(DIR)``: ``aggregate.json`` read back and checked), one
+table read back (``read_aggregate_table``); and the names of the report written into such a
+folder (``REPORT_MARKER``, ``report_owns``: the report's kind,
+``streamtrace.report.outputs.Report``, takes them from here).  Light on purpose: ``report``,
 the charts and the epilogue's process import this module, not the aggregation (no numba kernels,
 no pyarrow until a table is read).
 """
@@ -16,7 +16,7 @@ from ..runtime.errors import DataError
 from ..events.load import Outputs, register
 
 # The tables ``aggregate`` writes, by name (each ``NAME.parquet``, some also ``NAME.csv``): every module
-# that writes or reads one names it by these constants and finds its file with :func:`table_path`.
+# that writes or reads one names it by these constants and finds its file with ``table_path``.
 RANK_PHASE = "rank_phase"
 RANKS = "ranks"
 PIPELINE = "pipeline"
@@ -45,11 +45,11 @@ WHATIF_EDGES = "whatif_edges"
 WHATIF_RANKS = "whatif_ranks"
 
 EXPLAIN_TABLES = (KERNEL_STATS, OP_STATS, LAUNCH_STATS, IDLE_BREAKDOWN)
-"""The explaining tables (:mod:`streamtrace.aggregate.explain`)."""
+"""The explaining tables (``streamtrace.aggregate.explain``)."""
 CRITICAL_PATH_TABLES = (CRITICAL_PATH, CRITICAL_PATH_SUMMARY, CRITICAL_PATH_RANKS)
-"""The critical path's tables (:mod:`streamtrace.aggregate.critical_path`)."""
+"""The critical path's tables (``streamtrace.aggregate.critical_path``)."""
 WHATIF_TABLES = (WHATIF, WHATIF_ANCHORS, WHATIF_EDGES, WHATIF_RANKS)
-"""The what-if replay's tables (:mod:`streamtrace.aggregate.whatif`)."""
+"""The what-if replay's tables (``streamtrace.aggregate.whatif``)."""
 
 TABLES = (RANK_PHASE, RANKS, PIPELINE, REPLICAS, ITERATIONS, TIMELINE, TOP_KERNELS, COLLECTIVES, COLLECTIVES_RANKS,
           COLLECTIVES_SUMMARY, STRAGGLERS, P2P, PROCESS_GROUPS, COLLECTIVES_MISMATCH, OP_PERF, *EXPLAIN_TABLES,
@@ -58,25 +58,25 @@ TABLES = (RANK_PHASE, RANKS, PIPELINE, REPLICAS, ITERATIONS, TIMELINE, TOP_KERNE
 
 
 def table_file(name: str) -> str:
-    """The file name of table ``name`` (one of :data:`TABLES`): ``NAME.parquet``."""
+    """The file name of table ``name`` (one of ``TABLES``): ``NAME.parquet``."""
     return f"{name}.parquet"
 
 
 def table_path(aggdir, name: str) -> Path:
-    """The path of table ``name`` (one of :data:`TABLES`) in the aggregate folder ``aggdir``
-    (read it with :func:`~streamtrace.events.dataset.arrow_file`: the folder's name may not be UTF-8)."""
+    """The path of table ``name`` (one of ``TABLES``) in the aggregate folder ``aggdir``
+    (read it with ``arrow_file``: the folder's name may not be UTF-8)."""
     return Path(aggdir) / table_file(name)
 
 
 REPORT_MARKER = "report.json"
-"""The report's marker (:class:`streamtrace.report.outputs.Report`), in its own folder, an aggregate's
+"""The report's marker (``streamtrace.report.outputs.Report``), in its own folder, an aggregate's
 or the epilogue's."""
 CHARTS = "charts"
 """The report's folder of charts, beside its marker."""
 
 
 def report_owns(name: str) -> bool:
-    """The top-level entries a report writes: :data:`REPORT_MARKER`, :data:`CHARTS`, ``<name>.md``."""
+    """The top-level entries a report writes: ``REPORT_MARKER``, ``CHARTS``, ``<name>.md``."""
     return name in (REPORT_MARKER, CHARTS) or name.endswith(".md")
 
 
@@ -87,22 +87,22 @@ _META_TYPES = {"inputs": list, "time_alignment": str, "clock_sync": str, "iterat
 @register
 class Aggregate(Outputs):
     """``streamtrace aggregate -o DIR`` as a kind of output folder
-    (:class:`~streamtrace.events.load.OutputKind`): every ``*.parquet`` table by its name; ``summary`` is
+    (``OutputKind``): every ``*.parquet`` table by its name; ``summary`` is
     ``aggregate.json``; ``report``: the ``report.json`` written there (None when there is none).
-    ``Aggregate.read(DIR)`` (what ``report`` reads it with) checks ``aggregate.json`` (:meth:`check`)."""
+    ``Aggregate.read(DIR)`` (what ``report`` reads it with) checks ``aggregate.json`` (``check``)."""
     kind, marker, precedence = "aggregate", "aggregate.json", 2
     missing = "{path}: no {marker} (run streamtrace aggregate first)"
 
     @classmethod
     def owns(cls, name: str) -> bool:
         """The top-level entries of an aggregate folder: its tables, ``aggregate.json``, and the
-        report ``streamtrace report`` writes beside them (:func:`report_owns`)."""
+        report ``streamtrace report`` writes beside them (``report_owns``)."""
         stem, _, ext = name.rpartition(".")
         return name == cls.marker or report_owns(name) or (stem in TABLES and ext in ("parquet", "csv"))
 
     def check(self):
-        """``aggregate.json`` (:meth:`read`): an object with the keys (and types) the report reads, and
-        every table it lists present; else a :class:`~streamtrace.runtime.errors.DataError` naming the file
+        """``aggregate.json`` (``read``): an object with the keys (and types) the report reads, and
+        every table it lists present; else a ``DataError`` naming the file
         that is damaged or missing."""
         p, meta = self.path / self.marker, self.summary
         if not isinstance(meta, dict):
@@ -124,7 +124,7 @@ class Aggregate(Outputs):
         return pq.read_table(arrow_file(table_path(self.path, name)))
 
     def whatif(self, changes, jobs: int = 0):
-        """The steps replayed with ``changes`` (:func:`streamtrace.aggregate.whatif.replay_steps`: change
+        """The steps replayed with ``changes`` (``streamtrace.aggregate.whatif.replay_steps``: change
         records or their ``KIND:key=value,...`` text, applied together); a pyarrow Table, one row per step."""
         from .. import aggregate as stage      # (the stage's package: the replay is imported when asked)
         return stage.replay_steps(self.path, changes, jobs)
@@ -136,12 +136,12 @@ class Aggregate(Outputs):
 
 
 owned = Aggregate.owns
-"""The top-level entries of an aggregate folder (:meth:`Aggregate.owns`)."""
+"""The top-level entries of an aggregate folder (``Aggregate.owns``)."""
 
 
 def read_aggregate_table(aggdir, name, columns=None, where=None) -> dict:
-    """Table ``name`` of an aggregate folder as :func:`~streamtrace.events.dataset.read_table`
-    columns (a missing column is a :class:`~streamtrace.runtime.errors.DataError` naming the file);
+    """Table ``name`` of an aggregate folder as ``read_table``
+    columns (a missing column is a ``DataError`` naming the file);
     ``{}`` for a table the aggregate did not write (pipeline, replicas, stragglers without a
     topology or straggler).  ``columns`` / ``where`` (``{column: values}``): only those columns /
     rows, e.g. ``collectives_ranks`` with ``["instance", "rank", "arrival_ns"]`` (24 bytes a

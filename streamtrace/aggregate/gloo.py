@@ -1,10 +1,10 @@
 """The collectives of a CPU-only (gloo) rank as communication rows, so they are matched across
-ranks like NCCL kernels (:mod:`streamtrace.aggregate.collectives`): used for a rank whose kernels table
+ranks like NCCL kernels (``streamtrace.aggregate.collectives``): used for a rank whose kernels table
 holds no communication row.
 
 **Rows and facts.** One per row of analyze's ``cpu_collectives`` table (one per ``gloo:*`` run:
-:mod:`streamtrace.analyze.cpu_collectives`, where a gloo collective's type, bytes, dtype and their
-source are read, by :func:`~streamtrace.analyze.collective_facts.collective_facts` as for kernels;
+``streamtrace.analyze.cpu_collectives``, where a gloo collective's type, bytes, dtype and their
+source are read, by ``collective_facts`` as for kernels;
 times: the run's, int64 ns, rank-local).  Nothing here reads a collective's facts again.  Each run
 is paired with the ``c10d::<op>`` call that issued it (``allreduce_``, ``allgather_``, ``send``,
 ``recv_``, ...: what ``torch.distributed`` records when called), the k-th call of a kind with the
@@ -16,7 +16,7 @@ analyze's), the phase.  ``stream`` -1.
 **Groups** (gloo records none): the parallel dimension from the names around the call (Megatron's
 functions: ``Patterns.stack_dim``, then ``Patterns.pg_desc`` on the names, e.g. ``tp_all_reduce`` ->
 TP) and, with the job's topology, that dimension's group holding the rank (``pg_ranks``); a call
-with no dimension stays in one unnamed group (the stream, -1, :func:`~streamtrace.events.collmatch.group_key`),
+with no dimension stays in one unnamed group (the stream, -1, ``group_key``),
 matched by order.
 A send or receive is given the rank's PP group (its peer when the group has two ranks) and its
 direction through the Megatron function around it (``send_forward`` ...: ``p2p_dirs``, by the row's
@@ -58,7 +58,7 @@ def _dim(names) -> str:
 
 def _step(names, steps) -> int:
     """The number of the first step op among ``names`` (``steps``: the part's
-    :class:`~streamtrace.aggregate.steps.StepNames`), -1 none."""
+    ``StepNames``), -1 none."""
     for n in names:
         num = steps.number(n)
         if num >= 0:
@@ -131,11 +131,11 @@ def _row(f: dict, call, up, topo, rank, dirs, corr, steps) -> dict:
 
 
 def gloo_comm(job, part, columns) -> dict:
-    """The part's gloo collectives as :meth:`~streamtrace.aggregate.alignment.Job.read_kernels`-like
+    """The part's gloo collectives as ``read_kernels``-like
     columns (``columns`` plus the optional collective columns), rows by start, filtered by the job's
     steps; empty columns when it has none.  A collective's facts (type, bytes, dtype, their source,
     times: the ``gloo:`` run's) are analyze's ``cpu_collectives`` row as written
-    (:mod:`streamtrace.analyze.cpu_collectives`, the one place that reads them); this adds the
+    (``streamtrace.analyze.cpu_collectives``, the one place that reads them); this adds the
     parallel dimension, step and phase from the ``c10d::`` call's stack, its group from the topology
     and a send / receive's direction (module docstring).  A folder analysed before analyze wrote
     ``cpu_collectives`` gives none."""

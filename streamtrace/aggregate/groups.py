@@ -1,11 +1,11 @@
 """What is known without a topology: the process groups seen on the collectives themselves
 (``process_groups`` table) and, where it is unambiguous, the layout they imply.
 
-**Table** (:func:`process_groups`, from ``collectives.parquet``, group collectives only: point-to-
+**Table** (``process_groups``, from ``collectives.parquet``, group collectives only: point-to-
 point transfers are in ``p2p``), one row per group: ``group`` (the ranks, comma-separated),
 ``ranks_from`` ("process group": the ``Process Group Ranks`` the kernels carry; "topology": a gloo
 collective's group, from the dimension around the call and the job's topology,
-:mod:`streamtrace.aggregate.gloo`; "members seen": the ranks whose kernels were matched into its
+``streamtrace.aggregate.gloo``; "members seen": the ranks whose kernels were matched into its
 instances, when the trace names no group), ``pg_name``
 (NCCL's process-group name, "" unknown), ``group_size`` (ranks), ``parallel_dim`` (the dimensions
 its collectives were given, "unknown" without names or topology), ``instances`` (its collectives),
@@ -15,7 +15,7 @@ its collectives were given, "unknown" without names or topology), ``instances`` 
 collective seen on one rank only, its group unnamed, is no group seen); rows by size (largest
 first), then group.
 
-**Inferred layout** (:func:`inferred_layout`): said only when unambiguous: every group collective
+**Inferred layout** (``inferred_layout``): said only when unambiguous: every group collective
 of the job runs across all its ranks (one group spanning the world), so the ranks hold no
 tensor-, pipeline- or context-parallel group that communicates; which dimension the one group is
 cannot be told from the collectives (data parallel, or a model-parallel group of the whole world).
@@ -37,7 +37,7 @@ _READ = ("collective", "pg_ranks", "pg_name", "ranks", "group_size", "msg_bytes"
 
 
 def process_groups(aggdir, singles: bool = False) -> dict:
-    """The module docstring's table as ``{column: numpy array}`` (:data:`COLUMNS`) from
+    """The module docstring's table as ``{column: numpy array}`` (``COLUMNS``) from
     ``aggdir/collectives.parquet``; empty columns when there is none or no group collective.
     ``singles``: keep the one-rank groups too."""
     p = table_path(aggdir, COLLECTIVES)
@@ -108,7 +108,7 @@ def inferred_layout(groups: dict, ranks: list) -> dict | None:
 
 def write_groups(outdir, ranks: list, paths: list) -> dict | None:
     """Write ``process_groups.parquet`` / ``.csv`` into ``outdir`` (after ``collectives.parquet``),
-    their paths appended to ``paths``; returns :func:`inferred_layout`."""
+    their paths appended to ``paths``; returns ``inferred_layout``."""
     groups = process_groups(outdir)
     if len(groups["group"]):
         paths += write_table(outdir, PROCESS_GROUPS, groups, COLUMNS, csv=True)

@@ -1,5 +1,5 @@
 """Idle-time breakdown per GPU stream and per device, from one rank's ``kernels`` rows and the
-launch rows they join (:func:`streamtrace.aggregate.stats.launch_rows`).
+launch rows they join (``streamtrace.aggregate.stats.launch_rows``).
 
 The rule is HolisticTraceAnalysis' ``BreakdownAnalysis.get_idle_time_breakdown``
 (``hta/analyzers/breakdown_analysis.py``, ``_analyze_idle_time_for_stream``): the GPU events of a
@@ -11,7 +11,7 @@ end of the work before it on that stream; a gap is
   launch end; so does streamtrace);
 * else **kernel wait** when it is shorter than the threshold (HTA's ``consecutive_kernel_delay``:
   its default 30 is compared against microsecond timestamps, i.e. 30 us; here
-  :data:`DEFAULT_THRESHOLD_NS` = 30,000 ns) -- the normal launch-to-launch bubble;
+  ``DEFAULT_THRESHOLD_NS`` = 30,000 ns) -- the normal launch-to-launch bubble;
 * else **other** (synchronisation, waits on other streams, ...).
 
 Where streamtrace differs from HTA (on purpose): times are exact int64 ns (HTA rounds starts up
@@ -65,7 +65,7 @@ def classify(first, ts, end, linked, launch_ts, threshold_ns=DEFAULT_THRESHOLD_N
 def breakdown(device, stream, ts, end, step, linked, launch_ts, threshold_ns=DEFAULT_THRESHOLD_NS) -> dict:
     """The idle breakdown of one rank's GPU events (int64[N] arrays, any order): one row per
     (device, stream, step) and per (device, -1, step) for the whole device; columns
-    :data:`COLUMNS` as numpy arrays, sorted by device, stream (-1 first), step."""
+    ``COLUMNS`` as numpy arrays, sorted by device, stream (-1 first), step."""
     device, stream, ts, end, step = (np.asarray(x, np.int64) for x in (device, stream, ts, end, step))
     linked, launch_ts = np.asarray(linked, bool), np.asarray(launch_ts, np.int64)
     parts = [_level(device, stream, ts, end, step, linked, launch_ts, threshold_ns),

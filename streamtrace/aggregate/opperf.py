@@ -1,12 +1,12 @@
 """``op_perf.parquet``: the job's costed ops (``analyze --op-perf``'s per-rank ``op_perf/``) summed
-over ranks per distinct op (name, input shapes, dtype): :func:`write_op_perf`.
+over ranks per distinct op (name, input shapes, dtype): ``write_op_perf``.
 
 Columns: ``name``, ``dtype``, ``input_dims`` (JSON), ``bound`` (``compute`` / ``memory``, empty
 when the GPU is not in the table), ``count`` (calls over all ranks), ``ranks``, ``flops``, ``bytes``,
 ``kernel_time_ns``, ``gpu_busy_ns``, ``bound_ns``, ``lost_ns`` (sums), ``achieved_tflops`` and
 ``achieved_gbps`` (sums of FLOPs / bytes over the summed GPU time), ``intensity`` (FLOP/byte) and
 ``pct_of_bound`` (100 x ``bound_ns`` / ``gpu_busy_ns``); rows by ``lost_ns`` descending.  The
-per-op formulas: :mod:`streamtrace.analyze.opcost` and :mod:`streamtrace.analyze.opperf`.
+per-op formulas: ``streamtrace.analyze.opcost`` and ``streamtrace.analyze.opperf``.
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ _SUMS = ("flops", "bytes", "kernel_time_ns", "gpu_busy_ns", "bound_ns", "lost_ns
 
 def write_op_perf(outdir, parts) -> list:
     """Write ``outdir/op_perf.parquet`` from the ``op_perf`` partitions of ``parts`` (the job's
-    :class:`~streamtrace.aggregate.alignment.Part` list); ``[]`` (nothing written) when no rank has one.
-    Raises :class:`~streamtrace.runtime.errors.DataError` naming a damaged partition."""
+    ``Part`` list); ``[]`` (nothing written) when no rank has one.
+    Raises ``DataError`` naming a damaged partition."""
     acc: dict = defaultdict(lambda: {"count": 0, "ranks": set(), **dict.fromkeys(_SUMS, 0.0)})
     for p in parts:
         if not p.files("op_perf"):

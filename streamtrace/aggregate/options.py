@@ -1,4 +1,4 @@
-"""Options of :func:`streamtrace.aggregate.run.aggregate` (a light module: the command line and
+"""Options of ``streamtrace.aggregate.run.aggregate`` (a light module: the command line and
 ``report`` build them without importing the aggregation)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ BUCKET_ROWS = 65_536       # communication kernels matched at a time (streamtrac
 
 @dataclass
 class AggregateOptions:
-    """Options of :func:`aggregate` (the ``streamtrace aggregate`` flags).
+    """Options of ``aggregate`` (the ``streamtrace aggregate`` flags).
 
     Attributes:
         iterations: only these iterations (list of int: the trace file's iteration, as analyze's
@@ -18,14 +18,14 @@ class AggregateOptions:
             made a tuple); None (default): all.
         jobs: worker processes (int); 0 (default) = all cores.
         time_alignment: ``"global"`` (default; one clock through ``baseTimeNanoseconds``) or
-            ``"individual"`` (each rank from its own start); see :mod:`streamtrace.aggregate.alignment`.
+            ``"individual"`` (each rank from its own start); see ``streamtrace.aggregate.alignment``.
         clock_sync: ``None``/``"none"`` (default) or ``"collectives"`` (estimate each rank's clock
             offset, ns, from matched collective ends and subtract it).
         topology: a topology file or trace folder (str); None (default): the traces'
             ``distributedInfo.pg_config``, else a topology file beside the traces.
         torchtitan_config: a TorchTitan TOML config file of the job (str): its device mesh is the
             topology unless ``topology`` is given, and its batch, sequence length and model go into
-            ``aggregate.json`` (``"train_config"``, :mod:`streamtrace.topology.trainconfig`); None (default).
+            ``aggregate.json`` (``"train_config"``, ``streamtrace.topology.trainconfig``); None (default).
         force: aggregate folders that look like different jobs (different world sizes, one rank
             of one iteration twice, start times more than a day apart); default False: refuse.
         progress: progress bars over the ranks (reading the traces' metadata, then the tables; bool);
@@ -34,12 +34,12 @@ class AggregateOptions:
             shorter than this, not caused by a late launch, is kernel wait, a longer one other
             (HolisticTraceAnalysis' ``consecutive_kernel_delay``, effectively 30 us); default 30,000.
         collective_bucket_rows: communication kernels matched at a time (int >= 1; memory ~0.5 KB a
-            row, :mod:`streamtrace.aggregate.collective_spill`); default :data:`BUCKET_ROWS` (65,536).
+            row, ``streamtrace.aggregate.collective_spill``); default ``BUCKET_ROWS`` (65,536).
         critical_path: write ``critical_path.parquet`` and ``critical_path_summary.parquet``
-            (:mod:`streamtrace.aggregate.critical_path`); default True.
+            (``streamtrace.aggregate.critical_path``); default True.
         whatif: with the critical path, replay the step (``whatif.parquet`` with the report's candidate
             changes, and the ``whatif_*`` tables ``streamtrace whatif`` replays from:
-            :mod:`streamtrace.aggregate.whatif`); default True.
+            ``streamtrace.aggregate.whatif``); default True.
     """
     iterations: list | None = None
     steps: tuple | None = None

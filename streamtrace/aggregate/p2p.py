@@ -1,6 +1,6 @@
 """Point-to-point transfers (pipeline Send / Recv), apart from the group collectives: one row per
 sender -> receiver rank pair (``p2p.parquet`` / ``.csv``), from the matched instances of
-:mod:`streamtrace.aggregate.collectives` (``collective == "SendRecv"``, ``src`` / ``dst`` set).
+``streamtrace.aggregate.collectives`` (``collective == "SendRecv"``, ``src`` / ``dst`` set).
 
 Per instance, the sender's kernel starts at ``send_start`` and the receiver's at ``recv_start``
 (aligned int64 ns).  Whoever posts first waits for the other: the receiver waited
@@ -30,7 +30,7 @@ TRANSFER_COLUMNS = ("src", "dst", "latency_ns", "msg_bytes", "send_start_ns", "r
 
 def p2p_transfers(inst: dict, members: dict) -> dict:
     """Per matched p2p instance (``collective == "SendRecv"`` with src/dst, both sides present), in
-    instance order: :data:`TRANSFER_COLUMNS` (int64: ranks, ns, bytes), the sender's and the
+    instance order: ``TRANSFER_COLUMNS`` (int64: ranks, ns, bytes), the sender's and the
     receiver's kernel start.  ``members`` belong to ``inst``'s instances (a piece of the job's
     tables will do: the transfers of the pieces, concatenated in order, are the whole job's)."""
     if not len(inst["instance"]):
@@ -57,7 +57,7 @@ def p2p_transfers(inst: dict, members: dict) -> dict:
 
 def p2p_rows(tr: dict, topology=None) -> list:
     """Rows per (src, dst) rank pair (module docstring), sorted by src, dst, from
-    :func:`p2p_transfers` columns."""
+    ``p2p_transfers`` columns."""
     if not len(tr["src"]):
         return []
     o = np.lexsort((tr["dst"], tr["src"]))                 # stable: instance order within a pair
@@ -85,12 +85,12 @@ def p2p_rows(tr: dict, topology=None) -> list:
 
 def p2p_table(inst: dict, members: dict, topology=None) -> list:
     """Rows per (src, dst) rank pair (module docstring), sorted by src, dst:
-    :func:`p2p_rows` of :func:`p2p_transfers`."""
+    ``p2p_rows`` of ``p2p_transfers``."""
     return p2p_rows(p2p_transfers(inst, members), topology)
 
 
 def stage_pairs(rows: list) -> list:
-    """The :func:`p2p_table` rows summed per (src_stage, dst_stage): ``count``, ``bytes``,
+    """The ``p2p_table`` rows summed per (src_stage, dst_stage): ``count``, ``bytes``,
     ``time_ns``, ``recv_wait_ns``, ``send_wait_ns``, ``pairs`` (rank pairs), sorted by stages."""
     acc: dict = {}
     for r in rows:
@@ -120,7 +120,7 @@ def _pp_group(topology, rank) -> int:
 
 
 def write_p2p(outdir, rows: list) -> list:
-    """Write ``p2p.parquet`` and ``p2p.csv`` (the :func:`p2p_table` rows) atomically; returns the
+    """Write ``p2p.parquet`` and ``p2p.csv`` (the ``p2p_table`` rows) atomically; returns the
     paths (none when there are no rows)."""
     if not rows:
         return []

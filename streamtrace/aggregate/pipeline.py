@@ -1,9 +1,9 @@
 """The pipeline tables of ``aggregate``: ``pipeline.parquet`` (one row per iteration, step, PP group
 and stage: the pipeline bubble) and ``replicas.parquet`` (one row per iteration, step and model
 replica, with its stages' mean bubble), the one definition of the bubble that the report reads
-(:mod:`streamtrace.report.pipeline`).
+(``streamtrace.report.pipeline``).
 
-**Bubble** (:func:`pipeline_rows`), per (iteration, step, PP group), on the aggregate's aligned time
+**Bubble** (``pipeline_rows``), per (iteration, step, PP group), on the aggregate's aligned time
 axis (int64 ns), from the ``rank_phase`` rows of its stages whose phase is forward, backward or
 recompute (each row a micro-batch's window, ``start_ns`` .. ``end_ns``):
 
@@ -94,7 +94,7 @@ def pipeline_rows(topo, phase_rows, fb) -> list:
 def replica_rows(topo, rank_rows, pipe) -> list:
     """``replicas.parquet``'s rows: per (iteration, step, model replica) its ranks, PP groups, span,
     the mean per-rank compute / communication / exposed communication / idle (ns), and
-    ``bubble_pct_mean`` = the mean of its stages' ``bubble_pct`` (:func:`pipeline_rows`).  [] without
+    ``bubble_pct_mean`` = the mean of its stages' ``bubble_pct`` (``pipeline_rows``).  [] without
     a topology."""
     if topo is None:
         return []

@@ -2,7 +2,7 @@
 
 From the ``streamtrace analyze`` folders of all ranks (one or more iterations) it writes, into
 ``OUTDIR`` (every file atomically; times int64 ns on the aligned axis of
-:mod:`streamtrace.aggregate.alignment`, durations int64 ns):
+``streamtrace.aggregate.alignment``, durations int64 ns):
 
 * ``rank_phase.parquet`` / ``.csv`` — one row per (iteration, step, rank, device, phase, micro-batch);
 * ``ranks.parquet`` / ``.csv`` — one row per (iteration, step, rank, device): the whole step;
@@ -13,12 +13,12 @@ From the ``streamtrace analyze`` folders of all ranks (one or more iterations) i
   comm:<dim>) for the charts;
 * ``top_kernels.parquet`` — kernel names by total time over all ranks;
 * ``collectives.parquet``, ``collectives_ranks.parquet``, ``collectives_summary.{parquet,csv}``,
-  ``stragglers.{parquet,csv}`` (see :mod:`streamtrace.aggregate.collectives`), ``p2p.{parquet,csv}``
-  (point-to-point transfers per rank pair, :mod:`streamtrace.aggregate.p2p`);
+  ``stragglers.{parquet,csv}`` (see ``streamtrace.aggregate.collectives``), ``p2p.{parquet,csv}``
+  (point-to-point transfers per rank pair, ``streamtrace.aggregate.p2p``);
 * ``aggregate.json`` — inputs, alignment, clock offsets, topology, warnings, file list.
 
 Metrics of a set of GPU events (README definitions, ``shared/traces/README.md``; unions and
-intersections by :mod:`streamtrace.kernels.intervals`): ``wall_ns`` = last end - first start;
+intersections by ``streamtrace.kernels.intervals``): ``wall_ns`` = last end - first start;
 ``busy_ns`` = |union of all|; ``compute_ns``, ``comm_ns``, ``memory_ns`` = |union of each class|;
 ``overlap_ns`` = |union(comm) ∩ union(compute)|; ``exposed_comm_ns`` = comm - overlap;
 ``compute_only_ns`` = compute - overlap; ``idle_ns`` = wall - busy; ``kernel_time_ns`` = sum of
@@ -41,7 +41,7 @@ to the window; ``wall_ns`` = the window's duration.
 
 Pipeline bubble (per iteration, PP group, stage; ``pipeline.parquet``, and each replica's mean in
 ``replicas.parquet``): the group's span minus the stage's forward/backward/recompute windows, the
-one definition of :mod:`streamtrace.aggregate.pipeline`.
+one definition of ``streamtrace.aggregate.pipeline``.
 """
 from __future__ import annotations
 
@@ -127,7 +127,7 @@ def _clipped_length(us, ue, lo, hi) -> int:
 
 def _steps(part) -> dict:
     """``{step number: (ts_ns, dur_ns)}`` of the part's step ops (rank-local): ``ProfilerStep#N``, or
-    the step names analyze used for it (:attr:`~streamtrace.aggregate.alignment.Part.steps`); the last
+    the step names analyze used for it (``steps``); the last
     op of a number wins."""
     t = part.read("ops", ["name", "ts_ns", "dur_ns"])
     if t is None:
@@ -201,7 +201,7 @@ def _pipeline_wait(phase_rows, step, dev, s, e, compute, p2p) -> int:
     """ns a GPU spends inside its forward / backward / recompute windows (``phase_rows`` of ``step``
     on ``dev``) in pipeline sends and receives (mask ``p2p``) while it computes nothing (mask
     ``compute``): its wait for the neighbour stage inside a micro-batch
-    (:mod:`streamtrace.aggregate.pipeline`)."""
+    (``streamtrace.aggregate.pipeline``)."""
     w = [(r["start_ns"], r["end_ns"]) for r in phase_rows
          if r["step"] == step and r["device"] == dev and r["phase"] in FB and r["start_ns"] is not None]
     if not w or not p2p.any():
@@ -298,7 +298,7 @@ def _cpu_part(job, part):
 
 def part_view(job, index):
     """A copy of ``job`` that carries only part ``index`` (``parts`` a one-entry dict, no topology but
-    its rank's groups, ``rank_dims``: :class:`~streamtrace.aggregate.collective_rows.RankDims`):
+    its rank's groups, ``rank_dims``: ``RankDims``):
     what a worker needs, cheap to send (a task holding the whole job would cost O(ranks) to pickle,
     O(ranks^2) for all of them)."""
     view = copy.copy(job)
@@ -310,7 +310,7 @@ def part_view(job, index):
 
 def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=None, replay=True):
     """One part's rows; with ``spill`` (a folder) its timeline rows go to a file there
-    (:func:`~streamtrace.aggregate.timeline.write_part`, returned in their place) so the parent never
+    (``write_part``, returned in their place) so the parent never
     holds every part's timeline."""
     part = job.parts[index]
     rows = _gpu_part(job, part) if sum(num_rows(f) for f in part.files("kernels")) else None
@@ -347,14 +347,14 @@ def _pct(num, den):
 def aggregate(dirs, outdir, opt: AggregateOptions | None = None, log=None) -> Aggregate:
     """Aggregate analysed folders ``dirs`` into ``outdir`` (see the module docstring).  ``outdir`` is
     one unit (written into a staging folder that replaces it at the end,
-    :func:`~streamtrace.runtime.files.output_folder`).
+    ``output_folder``).
 
     Parameters
     ----------
     dirs : list of str or Path
         Analysis folders (``streamtrace analyze -o``), one or more iterations of one job.
     outdir : str or Path
-        The aggregate folder (its tables: :data:`~streamtrace.aggregate.folder.TABLES`, docs/aggregate.md).
+        The aggregate folder (its tables: ``TABLES``, docs/aggregate.md).
     opt : AggregateOptions, optional
         The options (default ``AggregateOptions()``).
     log : callable, optional
@@ -370,7 +370,7 @@ def aggregate(dirs, outdir, opt: AggregateOptions | None = None, log=None) -> Ag
     Raises
     ------
     StreamtraceError
-        On bad input (:class:`~streamtrace.runtime.errors.DataError` naming a damaged file of an
+        On bad input (``DataError`` naming a damaged file of an
         analysed folder).
     OutputError
         When ``outdir`` cannot be written.
@@ -381,10 +381,10 @@ def aggregate(dirs, outdir, opt: AggregateOptions | None = None, log=None) -> Ag
 
 
 def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
-    """:func:`aggregate`, writing straight into the existing folder ``outdir`` (a staging
-    folder: ``report`` aggregates and reports into one unit): the job (:func:`_open_job`), one pass
-    over its ranks (:func:`_rank_pass`), the job's tables (:func:`_write_job_tables`), then
-    ``aggregate.json`` (:func:`_meta`), written last."""
+    """``aggregate``, writing straight into the existing folder ``outdir`` (a staging
+    folder: ``report`` aggregates and reports into one unit): the job (``_open_job``), one pass
+    over its ranks (``_rank_pass``), the job's tables (``_write_job_tables``), then
+    ``aggregate.json`` (``_meta``), written last."""
     opt = opt or AggregateOptions()
     t0 = time.time()
     outdir = Path(outdir)
@@ -437,11 +437,11 @@ def _open_job(dirs, opt: AggregateOptions) -> tuple:
 
 
 def _rank_pass(job, outdir: Path, opt: AggregateOptions) -> tuple:
-    """The collectives matched across ranks, then one task per rank (:func:`_part_job`, in worker
+    """The collectives matched across ranks, then one task per rank (``_part_job``, in worker
     processes), whose timelines and critical-path pieces are spilled into ``outdir`` and joined.
     Returns ``(collectives, files written, inferred layout of the process groups, the ranks' results,
-    the critical path's :class:`~streamtrace.aggregate.critical_path.CriticalResult` or None, the
-    ranks' what-if rows: :class:`~streamtrace.aggregate.whatif_local.ReplayRows` results)``."""
+    the critical path's ``CriticalResult`` or None, the
+    ranks' what-if rows: ``ReplayRows`` results)``."""
     spill = Path(tempfile.mkdtemp(prefix=".timeline-spill.", dir=outdir))
     cp_spill = Path(tempfile.mkdtemp(prefix=".critical-spill.", dir=outdir)) if opt.critical_path else None
     try:
@@ -466,7 +466,7 @@ def _rank_pass(job, outdir: Path, opt: AggregateOptions) -> tuple:
 
 
 def _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps) -> list:
-    """The per-rank rows (:func:`_gather`) with their topology coordinates, overlap and step time, written
+    """The per-rank rows (``_gather``) with their topology coordinates, overlap and step time, written
     as ``rank_phase``, ``ranks``, ``pipeline``, ``replicas``, ``iterations``, ``top_kernels``.  Returns the
     files written."""
     coords = _coords(topo)
@@ -517,7 +517,7 @@ def _meta(dirs, opt: AggregateOptions, job, tcfg, coll, layout, rank_rows) -> di
 
 
 def _gather(job, res) -> tuple:
-    """The parts' results (:func:`_part_job`, in part order) joined: phase rows, rank rows, the
+    """The parts' results (``_part_job``, in part order) joined: phase rows, rank rows, the
     forward/backward compute per (rank, iteration, step, device), top kernels ``{name: [kind,
     count, total_ns]}`` and step durations per (rank, iteration, step)."""
     phase_rows, rank_rows, fb, top, steps = [], [], {}, {}, {}

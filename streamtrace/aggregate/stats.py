@@ -152,7 +152,7 @@ def _take(dictionary, idx) -> np.ndarray:
 
 def step_windows(name, ts, dur, steps=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(start, end, number)`` int64 arrays of the step rows among ops (sorted by start): the
-    ``ProfilerStep#N`` rows, or those ``steps`` (:class:`~streamtrace.aggregate.steps.StepNames`) names."""
+    ``ProfilerStep#N`` rows, or those ``steps`` (``StepNames``) names."""
     steps = steps or step_names()
     name = np.asarray(name, object)
     every = steps.numbers(name.tolist())
@@ -178,7 +178,7 @@ def step_of(ts, windows) -> np.ndarray:
 def op_rows(ops: pa.Table, steps=None) -> dict:
     """Per ops row of one rank (all its rows, in analyze's order, so ``parent`` indexes them):
     ``code`` (name code, ``ProfilerStep#N`` -> ``ProfilerStep#*``; a step name of ``steps``, the part's
-    :class:`~streamtrace.aggregate.steps.StepNames` (default ``ProfilerStep#N``), with its number as ``*``)
+    ``StepNames`` (default ``ProfilerStep#N``), with its number as ``*``)
     and ``names`` (the code's names), ``cat`` codes and ``cats``, ``step``, ``self_ns`` (clamped at 0),
     ``clamped`` (bool: self time was negative), ``nested`` (bool: inside an op of the same name)."""
     steps = steps or step_names()
@@ -207,7 +207,7 @@ def op_rows(ops: pa.Table, steps=None) -> dict:
 
 def op_stats(ops: pa.Table, rows: dict | None = None, keep=None, steps=None) -> dict:
     """op_stats columns (see the module docstring) of one rank's ops ``ops`` (all its rows,
-    :data:`OPS_COLUMNS`); ``rows``: :func:`op_rows` of them (computed when None); ``keep``:
+    ``OPS_COLUMNS``); ``rows``: ``op_rows`` of them (computed when None); ``keep``:
     a function of the step array giving the rows to keep (default all).  One row per
     (step, name, cat), sorted by step then self time (descending)."""
     r = rows if rows is not None else op_rows(ops, steps)
@@ -258,7 +258,7 @@ def launch_rows(kcorr, ops: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarra
 def launch_stats(k: pa.Table, linked, lts, ldur) -> dict:
     """launch_stats columns (see the module docstring) of one rank's GPU events ``k`` (columns
     ``step``, ``kind``, ``ts_ns``, ``dur_ns``, ``launch_op``) and their launch rows
-    (:func:`launch_rows`): one row per (step, kind), kinds in :data:`KINDS` order (``all`` first;
+    (``launch_rows``): one row per (step, kind), kinds in ``KINDS`` order (``all`` first;
     a kind without events in a step has no row)."""
     step = k["step"].to_numpy()
     kind = np.asarray(k["kind"].to_numpy(zero_copy_only=False), object)

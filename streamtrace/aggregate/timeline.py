@@ -1,6 +1,6 @@
-"""``timeline.parquet`` of :mod:`streamtrace.aggregate.run`, written per part: each worker writes its
-part's rows to a file of its own (:func:`write_part`), and the parent copies those files, in part
-order, into the table (:func:`join`) a row group at a time, so no process holds every rank's rows.
+"""``timeline.parquet`` of ``streamtrace.aggregate.run``, written per part: each worker writes its
+part's rows to a file of its own (``write_part``), and the parent copies those files, in part
+order, into the table (``join``) a row group at a time, so no process holds every rank's rows.
 
 Columns: ``part``, ``rank``, ``iteration``, ``step``, ``device`` (int64), ``category`` (str:
 ``compute``, ``memory``, ``comm:<dim>``, ``comm:cpu``), ``start_ns``, ``end_ns`` (int64 ns, aligned):

@@ -2,12 +2,12 @@
 ``streamtrace.load(AGG).whatif(...)``, ``whatif.parquet`` and the report's "What a fix buys").
 
 **The model** (docs/whatif.md).  The critical path's graph of each rank's step
-(:mod:`streamtrace.aggregate.critical_local`) with every edge's *cost* separated from the waits
-(:mod:`streamtrace.aggregate.whatif_local`), reduced per rank to the longest paths between its anchors
+(``streamtrace.aggregate.critical_local``) with every edge's *cost* separated from the waits
+(``streamtrace.aggregate.whatif_local``), reduced per rank to the longest paths between its anchors
 that no collective dominates, joined across ranks through the matched collectives (a barrier at the
-last arrival; :mod:`streamtrace.aggregate.whatif_job`) and solved forward from every rank's measured
+last arrival; ``streamtrace.aggregate.whatif_job``) and solved forward from every rank's measured
 step start: the critical-path method (Kelley & Walker, 1959) used as a replay, as Lumos (Liang et al.,
-MLSys 2025) replays a Kineto-derived execution graph.  A change (:mod:`streamtrace.aggregate.whatif_changes`)
+MLSys 2025) replays a Kineto-derived execution graph.  A change (``streamtrace.aggregate.whatif_changes``)
 re-weighs costs; the ranks whose own costs it changes are reduced again from their analysed tables
 (only those), the job level is the small graph.
 
@@ -16,7 +16,7 @@ path's length) and the median rank's step, measured and predicted; the saving is
 difference (the unmodified replay against the changed one), so an error of the model in the
 unmodified step is never counted as a saving; a change whose saving is smaller than that error is
 flagged (``flag``), as is every change of a step the unmodified replay does not reproduce within
-:data:`FIDELITY_PCT`.
+``FIDELITY_PCT``.
 
 ``whatif.parquet`` (per change and step): ``iteration``, ``step``, ``change`` (the command-line
 spelling), ``description``, ``source`` (``candidate``: the report's, ``asked``), ``ranks_touched``,
@@ -64,7 +64,7 @@ class PartsJob:
 
     @staticmethod
     def iteration_of(part) -> int:
-        """The part's iteration (:meth:`streamtrace.aggregate.alignment.Job.iteration_of`)."""
+        """The part's iteration (``streamtrace.aggregate.alignment.Job.iteration_of``)."""
         return Job.iteration_of(part)
 
 
@@ -82,7 +82,7 @@ def step_tables(rows: dict) -> dict:
 
 
 def join_rows(results: list, consume: bool = False) -> dict:
-    """The parts' :meth:`~streamtrace.aggregate.whatif_local.ReplayRows.result` dicts joined; with
+    """The parts' ``result`` dicts joined; with
     ``consume`` each part's column is dropped once joined (the parts' rows and the joined ones are
     never held whole at once)."""
     results = [x for x in results if x]
@@ -103,7 +103,7 @@ def join_rows(results: list, consume: bool = False) -> dict:
 
 def read_members(outdir, meta: dict) -> Members:
     """The matched collectives of an aggregate folder (``collectives_ranks``, ``collectives``) with
-    their link peaks (:func:`streamtrace.topology.hardware.gpu_spec` of the job's device)."""
+    their link peaks (``streamtrace.topology.hardware.gpu_spec`` of the job's device)."""
     p = table_path(outdir, COLLECTIVES_RANKS)
     if not p.is_file():
         return Members.empty()
@@ -155,7 +155,7 @@ def medians(aggdir, tabs: StepTables, it: int, st: int, rank: int) -> dict:
 
 
 def _name_factors(path, col, it, st, rank) -> dict:
-    """``{name: factor}`` of :func:`medians` from one statistics table (pyarrow, then numpy by name
+    """``{name: factor}`` of ``medians`` from one statistics table (pyarrow, then numpy by name
     code: a 1,024-rank job's table is never turned into Python rows)."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -305,8 +305,8 @@ def write_tables(outdir, rows: dict) -> list:
 
 
 def _write_sliced(outdir, name, cols: dict) -> list:
-    """:func:`~streamtrace.events.dataset.write_table` of ``cols`` (Parquet only), converted to Arrow
-    :data:`SLICE_ROWS` rows at a time (the file's row groups); the same table as written at once."""
+    """``write_table`` of ``cols`` (Parquet only), converted to Arrow
+    ``SLICE_ROWS`` rows at a time (the file's row groups); the same table as written at once."""
     import pyarrow.parquet as pq
     from ..events.dataset import to_arrow
     from ..runtime.files import atomic_output
@@ -325,7 +325,7 @@ def _write_sliced(outdir, name, cols: dict) -> list:
 
 
 def read_tables(aggdir) -> dict:
-    """The ``whatif_*`` tables of an aggregate folder as :func:`join_rows` returns them."""
+    """The ``whatif_*`` tables of an aggregate folder as ``join_rows`` returns them."""
     out = {}
     for name, key in zip(TABLES, ("anchors", "edges", "ranks")):
         p = table_path(aggdir, name)
@@ -355,11 +355,11 @@ def parts_of(meta: dict) -> dict:
 
 def replay_steps(aggdir, changes, jobs: int = 0) -> "object":
     """Replay the steps of the aggregate folder ``aggdir`` with ``changes`` (records of
-    :mod:`streamtrace.aggregate.whatif_changes` or their ``KIND:key=value,...`` text, applied together).
+    ``streamtrace.aggregate.whatif_changes`` or their ``KIND:key=value,...`` text, applied together).
 
-    Returns a pyarrow Table of :data:`COLUMNS` (one row per step; ns int64).  Raises
-    :class:`~streamtrace.runtime.errors.UsageError` for a bad change, and
-    :class:`~streamtrace.runtime.errors.DataError` when the aggregate has no replay tables or a
+    Returns a pyarrow Table of ``COLUMNS`` (one row per step; ns int64).  Raises
+    ``UsageError`` for a bad change, and
+    ``DataError`` when the aggregate has no replay tables or a
     touched rank's analysed folder is gone."""
     import pyarrow as pa
     changes = as_changes(changes)
@@ -386,7 +386,7 @@ def replay_steps(aggdir, changes, jobs: int = 0) -> "object":
 
 def write_whatif(job, outdir, results: list, meta: dict, jobs: int = 1) -> list:
     """In ``aggregate``: the ``whatif_*`` tables from the parts' rows ``results`` (in part order),
-    the report's candidate changes (:func:`streamtrace.aggregate.whatif_candidates.candidates`) replayed
+    the report's candidate changes (``streamtrace.aggregate.whatif_candidates.candidates``) replayed
     into ``whatif.parquet``.  Returns the files written."""
     from .whatif_candidates import candidates
     rows = join_rows(results, consume=True)

@@ -1,16 +1,16 @@
-"""The changes the report's "What a fix buys" replays (:func:`candidates`), suggested by the critical
+"""The changes the report's "What a fix buys" replays (``candidates``), suggested by the critical
 path (``critical_path_ranks``, ``critical_path_summary``) and the ranks' lateness:
 
 * for the rank holding most of the path, and for the rank that held the collectives longest alone
   (``lead_ns``: it arrived last): its compute at the median rank's speed, its host gaps removed when
   they are on the path, its collectives at the median of the same collective when its transfers are,
   and a data-loading op on the path (``DataLoader``, ``data_load``...) removed;
-* across the job: launches with no delay when launch delays hold at least :data:`MIN_SHARE` of a
+* across the job: launches with no delay when launch delays hold at least ``MIN_SHARE`` of a
   path; GEMMs twice as fast when compute kernels do; every collective at the median of the same
   collective when transfers do.
 
-At most one of each, in that order, :data:`MAX_CANDIDATES` in all; a change touching every rank
-re-reduces every rank (the job-wide ones are left out above :data:`MAX_RANKS_GLOBAL` ranks).
+At most one of each, in that order, ``MAX_CANDIDATES`` in all; a change touching every rank
+re-reduces every rank (the job-wide ones are left out above ``MAX_RANKS_GLOBAL`` ranks).
 """
 from __future__ import annotations
 

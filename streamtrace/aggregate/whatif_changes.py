@@ -1,12 +1,12 @@
-"""The changes a what-if replay can make (:mod:`streamtrace.aggregate.whatif`): small declarative
-records, their command-line spelling (``KIND[:key=value,...]``, :func:`parse_change`) and what each
+"""The changes a what-if replay can make (``streamtrace.aggregate.whatif``): small declarative
+records, their command-line spelling (``KIND[:key=value,...]``, ``parse_change``) and what each
 does to the replay's costs.
 
 A change scales *costs* (what a piece of work takes: a CPU op's own time, a host gap, a kernel's or
 memcpy's duration, a launch's delay, a collective's transfer after its last member arrived); the
 waits (a kernel behind its stream, a collective's members behind the last to arrive, a thread behind
 another) are derived again by the replay.  Each record names the ranks it touches (``ranks``: a tuple
-of ranks, None every rank; :attr:`Change.local` False: only the job level, no rank is re-reduced).
+of ranks, None every rank; ``Change.local`` False: only the job level, no rank is re-reduced).
 
 ============================  =====================================================================
 ``host_gaps[:rank=R]``        CPU time outside any profiled op (data loading, Python) on the ranks
@@ -67,11 +67,11 @@ class Change:
         return self.local and (self.ranks is None or rank in self.ranks)
 
     def edge_factor(self, view) -> np.ndarray | None:
-        """Per edge of one rank's step graph (:class:`EdgeView`) the factor of its cost (None: 1)."""
+        """Per edge of one rank's step graph (``EdgeView``) the factor of its cost (None: 1)."""
         return None
 
     def transfer_factor(self, coll) -> np.ndarray | None:
-        """Per collective member of one step (:class:`TransferView`) the factor of its transfer (None: 1)."""
+        """Per collective member of one step (``TransferView``) the factor of its transfer (None: 1)."""
         return None
 
     def describe(self) -> str:
@@ -79,7 +79,7 @@ class Change:
         raise NotImplementedError
 
     def text(self) -> str:
-        """The change's command-line spelling (``KIND:key=value,...``; :func:`parse_change` reads it back)."""
+        """The change's command-line spelling (``KIND:key=value,...``; ``parse_change`` reads it back)."""
         raise NotImplementedError
 
     def who(self) -> str:
@@ -157,7 +157,7 @@ class AtMedian(Change):
 
 @dataclass(frozen=True)
 class Kernels(Change):
-    """``kernels``: kernels matching ``pattern`` (or of a class of :data:`KERNEL_CLASSES`) x ``factor``."""
+    """``kernels``: kernels matching ``pattern`` (or of a class of ``KERNEL_CLASSES``) x ``factor``."""
     pattern: str = ""
     factor: float = 1.0
 
@@ -233,7 +233,7 @@ _KEYS = {"host_gaps": {"rank", "factor"}, "ops": {"name", "rank", "factor"}, "me
 @dataclass
 class EdgeView:
     """One rank's step graph as a change sees it: per edge ``cat`` (int8
-    :class:`~streamtrace.aggregate.critical_graph.Category`), ``lane`` and ``name`` (object), ``t0`` /
+    ``Category``), ``lane`` and ``name`` (object), ``t0`` /
     ``t1`` (int64 ns, aligned), the rank, its op columns ``ops`` (aligned ``ts_ns``, ``dur_ns``,
     ``tid``, ``name``) and ``medians``: ``{("cpu" | "gpu", name) or ("host", None): factor}``."""
     cat: np.ndarray
@@ -282,8 +282,8 @@ def _matching(names, rx) -> np.ndarray:
 
 
 def parse_change(text: str) -> Change:
-    """``KIND[:key=value,...]`` (module docstring) -> a :class:`Change`.  Raises
-    :class:`~streamtrace.runtime.errors.UsageError` naming the problem."""
+    """``KIND[:key=value,...]`` (module docstring) -> a ``Change``.  Raises
+    ``UsageError`` naming the problem."""
     kind, _, rest = str(text).strip().partition(":")
     if kind not in KINDS:
         raise UsageError(f"bad --change {text!r}: the kind is one of {', '.join(KINDS)}")
@@ -387,7 +387,7 @@ def _text(kind: str, **kv) -> str:
 
 
 def as_changes(changes) -> list:
-    """``changes`` (a :class:`Change`, a ``KIND:...`` string, or a list of either) as a list of records."""
+    """``changes`` (a ``Change``, a ``KIND:...`` string, or a list of either) as a list of records."""
     if changes is None:
         return []
     if isinstance(changes, (str, Change)):

@@ -1,12 +1,12 @@
-"""The job level of the what-if replay (:mod:`streamtrace.aggregate.whatif`): one step's small graph
-over every rank's reduced anchors (:mod:`streamtrace.aggregate.whatif_local`), joined through the
-matched collectives as the critical path joins them (:mod:`streamtrace.aggregate.critical_path`: a
+"""The job level of the what-if replay (``streamtrace.aggregate.whatif``): one step's small graph
+over every rank's reduced anchors (``streamtrace.aggregate.whatif_local``), joined through the
+matched collectives as the critical path joins them (``streamtrace.aggregate.critical_path``: a
 barrier at the last member's arrival, each member's end its transfer after it), solved forward with
 every rank's step start at its measured time.
 
 The replay of a change: the touched ranks' reduced edges replaced by their re-reduction, the
-collectives' transfers scaled (:class:`TransferView`), the forward pass again
-(:func:`streamtrace.kernels.critical.longest_path`).  Its answer (:class:`Replay`): every rank's
+collectives' transfers scaled (``TransferView``), the forward pass again
+(``streamtrace.kernels.critical.longest_path``).  Its answer (``Replay``): every rank's
 step end, the span (last end - first start), the median rank's step, and the path that now bounds
 it with the rank holding most of it.
 """
@@ -22,14 +22,14 @@ from .critical_graph import BARRIER, Anchor, Edge, barrier_edges, key_codes, las
 
 LOCAL, WAIT, TRANSFER = Edge.local, Edge.wait, Edge.transfer
 LOCAL_COLUMNS = ("part", "src", "dst", "w_ns", "host_ns", "gpu_ns", "top_category", "top_name", "top_ns")
-"""The ``whatif_edges`` columns the job graph reads (:meth:`JobStep._local`)."""
+"""The ``whatif_edges`` columns the job graph reads (``JobStep._local``)."""
 SCOPES = ("intra", "inter")
 
 
 @dataclass
 class Members:
     """The matched collectives of the job: ``key`` ``{(part, correlation, stream): instance}`` (or
-    :meth:`arrays`' pair) and
+    ``arrays``' pair) and
     per instance (``collectives.parquet``): ``name``, ``dim``, ``bytes``, ``busbw`` (GB/s, NaN
     unknown), ``inter`` (its group spans nodes), ``gpu_gbps`` / ``nic_gbps`` (the link peaks per
     direction, NaN unknown)."""
@@ -51,8 +51,8 @@ class Members:
 
 
 class TransferView:
-    """The collective members of one step as a change sees them (:meth:`Change.transfer_factor`):
-    per member ``instance``, ``rank``, ``transfer`` (ns) and the instance's facts (:class:`Members`)."""
+    """The collective members of one step as a change sees them (``Change.transfer_factor``):
+    per member ``instance``, ``rank``, ``transfer`` (ns) and the instance's facts (``Members``)."""
 
     def __init__(self, instance, rank, transfer, members: Members):
         self.instance, self.rank, self.transfer = instance, rank, transfer
@@ -113,7 +113,7 @@ class TransferView:
 @dataclass
 class StepTables:
     """One (iteration, step)'s rows of the ``whatif_anchors`` / ``whatif_edges`` / ``whatif_ranks``
-    tables (column dicts; :mod:`streamtrace.aggregate.whatif_local`)."""
+    tables (column dicts; ``streamtrace.aggregate.whatif_local``)."""
     anchors: dict
     edges: dict
     ranks: dict
@@ -167,7 +167,7 @@ class Replay:
 
 
 class JobStep:
-    """One step's job-level graph from :class:`StepTables` and the matched :class:`Members`: the
+    """One step's job-level graph from ``StepTables`` and the matched ``Members``: the
     anchors (``t``, ``kind``, ``part``; barriers appended), the ranks' reduced edges (``LOCAL``) then
     the collectives' (``WAIT``, ``TRANSFER``), their topological positions ``pos`` and the edges kept
     (``keep``: those that run forward)."""
@@ -215,7 +215,7 @@ class JobStep:
     def _collectives(self, members: Members, n: int):
         """Barriers and transfers (module docstring): ``c_*`` edge arrays (indices from 0), the
         members in ``m_*`` arrays (the unmatched transfers first, in arrival order, then the matched
-        members by barrier; :func:`~streamtrace.aggregate.critical_graph.barrier_edges`)."""
+        members by barrier; ``barrier_edges``)."""
         arr = np.flatnonzero(self.kind == Anchor.arrival)
         end = np.flatnonzero(self.kind == Anchor.end)
         keys = lambda i: np.c_[self.part[i], self.corr[i], self.stream[i]].astype(np.int64)  # noqa: E731
@@ -261,7 +261,7 @@ class JobStep:
         self.pos0[order] = np.arange(len(key))
 
     def members(self, members: Members | None = None) -> TransferView:
-        """The matched members of the step (their measured transfers) as a :class:`TransferView`
+        """The matched members of the step (their measured transfers) as a ``TransferView``
         (built once: the collectives do not change with the ranks' edges)."""
         if self.base_ is not None:                      # a copy of with_parts: the base's, built once
             return self.base_.members(members)
@@ -274,7 +274,7 @@ class JobStep:
 
     def solve(self, transfer_factor=None) -> Replay:
         """The forward pass with the matched members' transfers times ``transfer_factor`` (per member
-        of :meth:`members`, None: as measured)."""
+        of ``members``, None: as measured)."""
         w = self.w.copy()
         if transfer_factor is not None:
             edges = self.m_edge[self.m_inst >= 0]

@@ -1,5 +1,5 @@
-"""One rank's part of the what-if replay (:mod:`streamtrace.aggregate.whatif`), from the step graphs
-of the critical path (:mod:`streamtrace.aggregate.critical_local`), in aggregate's per-rank worker or,
+"""One rank's part of the what-if replay (``streamtrace.aggregate.whatif``), from the step graphs
+of the critical path (``streamtrace.aggregate.critical_local``), in aggregate's per-rank worker or,
 for the ranks a change touches, again when the change is replayed.
 
 **Cost and wait.**  In the critical path's graph the dependency a piece of work was waiting on
@@ -20,12 +20,12 @@ So the unmodified replay gives every instant its measured time back (fidelity: e
 re-derived from a dependency whose own time is measured), and a change re-weighs costs only.
 Host gaps with nothing on any thread stay as measured: the replay cannot say what they waited for.
 
-**The reduction** (:func:`streamtrace.kernels.replay.anchor_pairs`): per step, every source anchor
+**The reduction** (``streamtrace.kernels.replay.anchor_pairs``): per step, every source anchor
 (the step's start, a collective's end) gets an edge to each sink anchor (an arrival, the step's end)
 and each other source it reaches, weighted by the longest local path, unless a path through a
 collective is at least as long (then the job level derives it); each edge carries its path's CPU
 and GPU time and its heaviest segment.  Tables: ``whatif_anchors``, ``whatif_edges``,
-``whatif_ranks`` (:data:`ANCHOR_COLUMNS`, :data:`EDGE_COLUMNS`, :data:`RANK_COLUMNS`).
+``whatif_ranks`` (``ANCHOR_COLUMNS``, ``EDGE_COLUMNS``, ``RANK_COLUMNS``).
 """
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def replay_costs(t, cols) -> np.ndarray:
 
 
 def edge_view(t, cols, rank, ops, medians=None) -> EdgeView:
-    """One step graph as the changes see it (:class:`~streamtrace.aggregate.whatif_changes.EdgeView`)."""
+    """One step graph as the changes see it (``EdgeView``)."""
     src, dst, _, cat, lane, name = cols[:6]
     return EdgeView(cat, lane, name, t[src], t[dst], rank, ops, medians or {})
 
@@ -76,7 +76,7 @@ def apply_changes(cost, view, changes) -> np.ndarray:
 
 
 class ReplayRows:
-    """The rows of the ``whatif_*`` tables of one part, step by step (:meth:`add`; ``result``)."""
+    """The rows of the ``whatif_*`` tables of one part, step by step (``add``; ``result``)."""
 
     def __init__(self, iteration: int, part: int, rank: int, changes=(), medians=None):
         self.iteration, self.part, self.rank = iteration, part, rank
@@ -84,7 +84,7 @@ class ReplayRows:
         self.anchors, self.edges, self.ranks = [], [], []
 
     def add(self, graphs, step, t, cols, anc, order):
-        """One step's graph (the ``on_step`` of :func:`~streamtrace.aggregate.critical_local.part_paths`)."""
+        """One step's graph (the ``on_step`` of ``part_paths``)."""
         cost = replay_costs(t, cols)
         if self.changes:
             cost = apply_changes(cost, edge_view(t, cols, self.rank, graphs.ops, self.medians), self.changes)
@@ -155,7 +155,7 @@ class ReplayRows:
 def part_replay(job, part, changes, medians=None) -> dict:
     """Part ``part``'s ``whatif_*`` rows with ``changes`` applied (its graphs built again from its
     analysed tables, for the steps ``job.steps`` selects); ``medians``: the rank's at-median factors.
-    Returns :meth:`ReplayRows.result`."""
+    Returns ``ReplayRows.result``."""
     rows = ReplayRows(job.iteration_of(part), part.index, part.rank, changes, medians)
     graphs = part_graphs(job, part, part_reads(part))
     if graphs is not None:

@@ -1,9 +1,9 @@
 """Kernel classification for one rank: phase, micro-batch and iteration, from the call tree and
-the CPU annotations (a collective's facts: :mod:`streamtrace.analyze.collective_facts`).
+the CPU annotations (a collective's facts: ``streamtrace.analyze.collective_facts``).
 
 All inputs are numpy arrays over the rank's CPU events (``cpu_*``) and GPU events
-(``gpu_*``); times are int64 ns.  See :mod:`streamtrace.analyze.patterns` for the
-patterns and :func:`streamtrace.analyze.analyze_rank` for how this is called.
+(``gpu_*``); times are int64 ns.  See ``streamtrace.analyze.patterns`` for the
+patterns and ``streamtrace.analyze.analyze_rank`` for how this is called.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ number), found in ONE place, in this order, with where the bytes came from (``by
    ``nvtx_payload``: in an Nsight Systems export, the payload NCCL attaches to its own NVTX range
    around the call (``ncclAllReduce``...; NVIDIA/nccl ``src/include/nvtx_payload_schemas.h``:
    communicator id, message size in bytes), which the nsys reader
-   (:func:`streamtrace.trace.nsys.payload.comm_args`) writes as a row of the same keys (size as
+   (``streamtrace.trace.nsys.payload.comm_args``) writes as a row of the same keys (size as
    ``uint8`` elements, the communicator id as the process group name) marked
    ``"@source": "nvtx_payload"``; NCCL's own count, so it ranks with the kernel's args.
 2. ``record_param_comms``: the CPU op ``RECORD_PARAM_COMMS`` opens around every c10d call.  In
@@ -38,7 +38,7 @@ under one send or receive -- ``ncclSend`` / ``ncclRecv`` NVTX payload, ``nccl:se
 as a SendRecv kernel), group size and process
 group (args, then the trace's ``pg_config`` by name; with no process group named anywhere and no
 ``pg_config`` in the trace (older PyTorch), the default group, every rank of
-``world_size``, with ``pg_desc`` :data:`INFERRED_DEFAULT`: an inference, right for the jobs that
+``world_size``, with ``pg_desc`` ``INFERRED_DEFAULT``: an inference, right for the jobs that
 use one group, wrong for a job whose old traces hide its subgroups), split sizes (bytes per
 group member in group-rank order; an all-to-all with empty split lists is split evenly; ``""``
 when unknown or not an all-to-all) and the sequence number (-1 unknown).
@@ -121,7 +121,7 @@ def _int(v) -> int | None:
 
 def arg(row: dict, key: str):
     """An args value of a collective-args row; the shape args ingest keeps as JSON text
-    (:mod:`streamtrace.events.columns`) decoded."""
+    (``streamtrace.events.columns``) decoded."""
     v = row.get(key)
     return orjson.loads(v) if isinstance(v, (bytes, bytearray)) else v
 
@@ -285,10 +285,10 @@ def _splits(split, coll, total_bytes, elem, gs) -> str:
 
 def collective_facts(kernel_name: str, own: dict | None, ops: list, pats, pg_config: dict,
                      world_size: int = -1) -> Facts:
-    """The :class:`Facts` of a communication kernel named ``kernel_name`` with its own args row
+    """The ``Facts`` of a communication kernel named ``kernel_name`` with its own args row
     ``own`` (None: none) launched under the communication ops ``ops`` (their rows, innermost
-    first: :func:`enclosing_rows`), in the order of the module docstring.  ``pg_config``: the
-    trace's process groups by name (:func:`streamtrace.trace.metadata.pg_config`);
+    first: ``enclosing_rows``), in the order of the module docstring.  ``pg_config``: the
+    trace's process groups by name (``streamtrace.trace.metadata.pg_config``);
     ``world_size``: the job's, -1 unknown."""
     readings = []
     own_r = read_args(own) if own else None
@@ -339,7 +339,7 @@ def collective_facts(kernel_name: str, own: dict | None, ops: list, pats, pg_con
 
 class OpIndex:
     """The named communication ops of a collective-args table (rows with ``"@op"``), by thread
-    and start, to find the ops enclosing one (:meth:`enclosing`)."""
+    and start, to find the ops enclosing one (``enclosing``)."""
 
     #: how many earlier ops of the thread are looked at (communication ops nest a few deep; the
     #: ops of earlier calls in between are closed)

@@ -1,11 +1,11 @@
 """Collective type, bytes, process group, sequence number and parallel dimension of one rank's
-communication kernels (:func:`collective_columns`): each kernel's facts from its own args, the
+communication kernels (``collective_columns``): each kernel's facts from its own args, the
 communication ops its launch ran under and the trace's process-group config
-(:func:`streamtrace.analyze.collective_facts.collective_facts`), its dimension from those, the
+(``streamtrace.analyze.collective_facts.collective_facts``), its dimension from those, the
 topology and the launching stack.
 
 The parallel dimension, first answer wins: the process group's description when it is one of
-Megatron-LM's exact names (:func:`streamtrace.topology.dim_of_desc`: ``EXPERT_DATA_PARALLEL_GROUP``
+Megatron-LM's exact names (``streamtrace.topology.dim_of_desc``: ``EXPERT_DATA_PARALLEL_GROUP``
 is EDP even when its ranks equal a DP group's); the topology's group with the same ranks (dense
 dimensions before expert ones); the ``pg_desc`` patterns; the launching stack (``stack_dim``)."""
 from __future__ import annotations
@@ -24,7 +24,7 @@ COLL_INT = ("in_bytes", "out_bytes", "msg_bytes", "group_size", "seq")
 
 
 def collective_columns(gpu, comm_rows, nm, pats, topo, pg_config, world_size=-1) -> dict:
-    """The :data:`COLL_INT` / :data:`COLL_STR` columns of the communication kernels only:
+    """The ``COLL_INT`` / ``COLL_STR`` columns of the communication kernels only:
     ``{"pos": their GPU rows, column: values}``, int columns int64 (-1 unknown), string columns
     int32 ids into ``"pool"``.  ``gpu.comm_own``: each communication row's own args row, ``gpu.ctx["comm_row"]``:
     the innermost communication op its launch ran under (-1: none); ``world_size``: the job's
@@ -76,8 +76,8 @@ def collective_columns(gpu, comm_rows, nm, pats, topo, pg_config, world_size=-1)
 def own_seq(own: dict | None, ops: list) -> int:
     """NCCL's sequence number written as ``Seq`` (int >= 0) on the kernel's own args row ``own``,
     else on the innermost ``record_param_comms`` of ``ops`` (innermost first), the order in which
-    :func:`~streamtrace.analyze.collective_facts.collective_facts` reads it; -1 when none carries
-    it.  Kept out of :func:`_row_key`: a per-call number would make every row's key unique."""
+    ``collective_facts`` reads it; -1 when none carries
+    it.  Kept out of ``_row_key``: a per-call number would make every row's key unique."""
     for row in [own] + [o for o in ops if o.get("@op") == "record_param_comms"]:
         v = row.get("Seq") if row else None
         if isinstance(v, int) and not isinstance(v, bool) and v >= 0:

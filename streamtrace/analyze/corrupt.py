@@ -2,7 +2,7 @@
 
 Kineto's traces carry GPU events with impossible durations: negative ones and ones longer than
 the whole trace (reported on real traces in HolisticTraceAnalysis issues #325, #331 and #342).
-A negative ``dur`` never reaches the store (:func:`~streamtrace.events.ingest.ingest` counts it in
+A negative ``dur`` never reaches the store (``ingest`` counts it in
 ``reader.negative_durations``); a GPU event longer than its rank's trace is left out here, before
 any metric is computed, so that device busy time, overlap and the Parquet partitions that
 aggregate reads never hold it.
@@ -20,8 +20,8 @@ from ..events.store import span_arrays
 
 class WithoutRows:
     """A view of an event store in which some keys' rows are replaced (by the rows kept of
-    them): the :class:`~streamtrace.events.store.MemoryStore` methods the analysis reads, each
-    key in ``replaced`` as one block of :data:`~streamtrace.events.store.STORE_DTYPE` rows."""
+    them): the ``MemoryStore`` methods the analysis reads, each
+    key in ``replaced`` as one block of ``STORE_DTYPE`` rows."""
 
     def __init__(self, store, replaced: dict):
         self.store = store
@@ -75,10 +75,10 @@ def trace_span(store, keys) -> int:
 
 def without_overlong(store, keys):
     """``(store view, n)``: ``store`` with every GPU event (keys ``("gpu", ...)``) whose ``dur``
-    exceeds the rank's :func:`trace_span` left out, and ``n`` how many were.  ``keys``: the
+    exceeds the rank's ``trace_span`` left out, and ``n`` how many were.  ``keys``: the
     rank's keys.  The store itself is not changed; the view holds the kept rows of the GPU keys
     that had such an event (uncompressed), and reads the others through.  The blocks' spans
-    (:meth:`~streamtrace.events.store.MemoryStore.block_spans`) rule the check out without
+    (``block_spans``) rule the check out without
     decompressing anything unless a GPU block lasts longer than the spread of the blocks' first
     starts (a lower bound of the span)."""
     lo = hi = None                                       # the blocks' first starts: smallest, largest

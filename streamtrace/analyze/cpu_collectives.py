@@ -1,5 +1,5 @@
 """The collectives of a rank without GPU events (a CPU-only job: the gloo backend), as rows of
-the ``cpu_collectives`` table (:func:`cpu_collective_rows`), so that ``aggregate`` can match them
+the ``cpu_collectives`` table (``cpu_collective_rows``), so that ``aggregate`` can match them
 across ranks like the kernels table's communication kernels.
 
 One row per ``gloo:*`` ``user_annotation`` of the rank (ProcessGroupGloo opens one around the
@@ -9,8 +9,8 @@ threads).  The ``c10d::*`` op that issued it (on the calling thread) is not a ro
 its duration is the enqueueing only.  Columns: ``ts_ns``, ``dur_ns``, ``end_ns`` (int64 ns, the
 annotation's), ``pid``, ``tid`` (int64; -1 when written as a string), ``name``, ``kind``
 (``communication``), ``step`` (the ``ProfilerStep#N`` around the start, -1 none), and the kernels
-table's collective columns (:data:`streamtrace.analyze.comm.COLL_INT` / ``COLL_STR``) from
-:func:`~streamtrace.analyze.collective_facts.collective_facts` (the annotation's ``Input Dims`` x
+table's collective columns (``streamtrace.analyze.comm.COLL_INT`` / ``COLL_STR``) from
+``collective_facts`` (the annotation's ``Input Dims`` x
 ``Input type``: ``bytes_source`` ``annotation_dims``).  gloo's annotations name no process group:
 ``group_size`` / ``pg_*`` stay unknown unless the trace has no process groups at all (then the
 default group of ``world_size`` ranks), and ``parallel_dim`` is ``unknown`` unless the group is
@@ -43,7 +43,7 @@ def cpu_collective_rows(comm_rows, cpu_pids, pats, pg_config, world_size=-1, ste
     """The ``cpu_collectives`` rows (module docstring) of the rank whose CPU events have the pids
     ``cpu_pids`` (ints), from the file's collective-args rows ``comm_rows``; ``steps``: the rank's
     ``ProfilerStep#N`` windows (``(start, end, number)`` int64 array triples,
-    :class:`~streamtrace.analyze.phases.Windows` ``.step``).  Returns a table of :data:`SCHEMA`
+    ``Windows`` ``.step``).  Returns a table of ``SCHEMA``
     (no rows when the rank has no ``gloo:*`` annotation), in start order."""
     pids = set(int(p) for p in cpu_pids)
     mine = [i for i, r in enumerate(comm_rows) if r is not None and str(r.get("@op") or "").startswith("gloo:")

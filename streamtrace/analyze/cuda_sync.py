@@ -1,6 +1,6 @@
 """One rank's ``cuda_sync`` events (newer Kineto, CUPTI's synchronization activity) as the
-per-rank dataset ``cuda_sync/`` (:func:`sync_table`): what the critical path reads to link a
-``cudaStreamWaitEvent`` to the ``cudaEventRecord`` it waits on (:mod:`streamtrace.aggregate.critical_local`).
+per-rank dataset ``cuda_sync/`` (``sync_table``): what the critical path reads to link a
+``cudaStreamWaitEvent`` to the ``cudaEventRecord`` it waits on (``streamtrace.aggregate.critical_local``).
 
 Kineto writes one ``ph: X`` event of category ``cuda_sync`` per synchronisation, on the GPU
 track of the stream that waits (``pid`` the device, ``tid`` / ``args.stream`` the stream), named by
@@ -24,10 +24,10 @@ SCHEMA = pa.schema([("device", pa.int64()), ("stream", pa.int64()), ("ts_ns", pa
 
 def sync_table(store, keys, comm_rows, strings, device_mode, pmap) -> pa.Table:
     """The rank's ``("gpusync", rank, pid, tid)`` store rows (``keys``: the rank's store keys, others
-    ignored) as a :data:`SCHEMA` table, in store order.  ``comm_rows``: the ingest's collective-args
+    ignored) as a ``SCHEMA`` table, in store order.  ``comm_rows``: the ingest's collective-args
     rows (each sync row's holds ``"@wait_on_stream"`` and ``"@wait_on_cuda_event_record_corr_id"``,
-    :data:`streamtrace.events.ingest.CUDA_SYNC_ARGS`); ``device_mode`` / ``pmap`` as for the GPU
-    events (:func:`streamtrace.analyze.file.rank_plan`): the device is the pid, the process map's
+    ``streamtrace.events.ingest.CUDA_SYNC_ARGS``); ``device_mode`` / ``pmap`` as for the GPU
+    events (``streamtrace.analyze.file.rank_plan``): the device is the pid, the process map's
     device, or ``args.device``."""
     cols = {f.name: [] for f in SCHEMA}
     for key in (k for k in keys if k[0] == "gpusync"):

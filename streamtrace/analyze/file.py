@@ -1,7 +1,7 @@
-"""One trace file of ``streamtrace analyze`` (:func:`analyze_file`): read it into a store (one
-process, or byte ranges on several: :mod:`streamtrace.events.parallel_ingest`), tell its ranks
-apart (:func:`rank_plan`: a merged multi-rank trace holds several), and analyse each rank into
-its Parquet partitions (:func:`streamtrace.analyze.rank.analyze_rank`)."""
+"""One trace file of ``streamtrace analyze`` (``analyze_file``): read it into a store (one
+process, or byte ranges on several: ``streamtrace.events.parallel_ingest``), tell its ranks
+apart (``rank_plan``: a merged multi-rank trace holds several), and analyse each rank into
+its Parquet partitions (``streamtrace.analyze.rank.analyze_rank``)."""
 from __future__ import annotations
 
 import tempfile
@@ -32,7 +32,7 @@ from .rank import RankOutputs, RankSettings, RankSource, analyze_rank
 
 def warm_analysis(folder, opt, ingest_only=False) -> None:
     """Load analyze's numba kernels (and pyarrow's Parquet writer) into this process by
-    analysing the warm-up trace (:mod:`streamtrace.runtime.warmup`) with ``opt``'s options in
+    analysing the warm-up trace (``streamtrace.runtime.warmup``) with ``opt``'s options in
     a temporary folder in ``folder``;
     ``ingest_only``: only the parse kernels (reading that trace into a store).
     ``--jobs N`` on one big trace loads the parse kernels before forking the parse
@@ -90,7 +90,7 @@ def gpu_keys(store, keys) -> list:
 
 
 def _write_cuda_sync(t, outdir, rank, iteration) -> None:
-    """``cuda_sync/`` of one rank (:mod:`streamtrace.analyze.cuda_sync`), written only when it has rows
+    """``cuda_sync/`` of one rank (``streamtrace.analyze.cuda_sync``), written only when it has rows
     (an earlier run's file is removed otherwise)."""
     path = partition_path(outdir, "cuda_sync", rank, iteration)
     if t.num_rows:
@@ -102,18 +102,18 @@ def _write_cuda_sync(t, outdir, rank, iteration) -> None:
 
 def _step_record(pats) -> dict:
     """``{"step_patterns": [...]}``: the step patterns the rank's steps were found by, for the later
-    stages (:mod:`streamtrace.aggregate.steps`); ``{}`` for the Kineto default, which they take when none is
+    stages (``streamtrace.aggregate.steps``); ``{}`` for the Kineto default, which they take when none is
     recorded (so a ProfilerStep trace's summary.json is as before)."""
     return {} if list(pats.spec["step"]) == KINETO_STEP_PATTERNS else {STEP_PATTERNS_KEY: list(pats.spec["step"])}
 
 
 def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progress=None) -> list[dict]:
     """Analyse one trace file (any number of ranks inside) into ``outdir``: its Parquet partitions
-    (``kernels/`` and ``ops/``, :func:`~streamtrace.events.dataset.partition_path`) and one summary
+    (``kernels/`` and ``ops/``, ``partition_path``) and one summary
     dict per rank (``rank``, ``source``, ``iteration``, ``warnings`` and
-    :func:`~streamtrace.analyze.rank.analyze_rank`'s keys).  ``file_rank``: the rank of a file that
+    ``analyze_rank``'s keys).  ``file_rank``: the rank of a file that
     holds one; ``progress(bytes read)``: called per block.  Raises
-    :class:`~streamtrace.runtime.errors.TraceError` for an unreadable file, nothing written for it."""
+    ``TraceError`` for an unreadable file, nothing written for it."""
     pats = Patterns.load(opt.patterns).with_step(opt.step_pattern)
     if not opt.step_pattern and is_sqlite(path):
         pats = pats.for_export()                         # its NVTX step ranges too (streamtrace.trace.steps)

@@ -1,6 +1,6 @@
 """One rank's GPU events as a few compact columns (~70 bytes each) while its CPU tracks are
-analysed (:class:`GpuEvents`), and the per-string lookups derived from the patterns that every
-pass uses (:class:`Names`)."""
+analysed (``GpuEvents``), and the per-string lookups derived from the patterns that every
+pass uses (``Names``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +8,7 @@ import numpy as np
 from . import classify
 from .metrics import COMM, COMPUTE, MEMORY
 
-#: the kernels table's ``kind`` values, by the class codes of :mod:`streamtrace.analyze.metrics`
+#: the kernels table's ``kind`` values, by the class codes of ``streamtrace.analyze.metrics``
 KINDS = ("compute", "communication", "memory")
 #: the launch context a call tree writes for each GPU row it owns (name ids)
 GPU_CTX = ("launch_op", "launching", "annot", "top", "dim")
@@ -51,7 +51,7 @@ class GpuEvents:
     key's rows as added).  ``comm_pos``: the communication rows; ``comm_name``, ``comm_own``: their
     name ids and their own collective-args rows (-1: none), in ``comm_pos`` order.
     ``ctx``: the launch context the call trees write (see
-    :class:`~streamtrace.kernels.treestream.TreeStream`), name ids as int16 when the
+    ``TreeStream``), name ids as int16 when the
     string table has at most 2**15 - 1 strings.  ``link=False`` (a rank without CPU events, e.g.
     ``analyze --gpu-only``): no launch can claim a row, so the correlation index is not built
     (``by_corr``/``corr_sorted`` empty) and ``ctx`` holds read-only views of -1 (``t_launch``:

@@ -41,12 +41,12 @@ __all__ = [
 COMPUTE = 0
 COMM = 1
 MEMORY = 2
-#: the unions :func:`device_metrics` measures, as class sets (columns COMPUTE, COMM, MEMORY): every
+#: the unions ``device_metrics`` measures, as class sets (columns COMPUTE, COMM, MEMORY): every
 #: event (busy), compute, communication, memory, compute or communication (for the overlap)
 _CLASS_SETS = np.array([[1, 1, 1], [1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 0]], bool)
 NOT_GPU = -1
 
-#: Keys of the dict returned by :func:`device_metrics`, in reference-file order.
+#: Keys of the dict returned by ``device_metrics``, in reference-file order.
 METRIC_KEYS = (
     "gpu_events",
     "kernel_time_us",
@@ -82,8 +82,8 @@ def classify_gpu_event(cat, name):
     Returns
     -------
     int
-        :data:`COMPUTE` (0), :data:`COMM` (1), :data:`MEMORY` (2), or
-        :data:`NOT_GPU` (-1) when ``cat`` is not a GPU category.
+        ``COMPUTE`` (0), ``COMM`` (1), ``MEMORY`` (2), or
+        ``NOT_GPU`` (-1) when ``cat`` is not a GPU category.
 
     The README also requires ``ph == "X"``; checking ``ph`` (and dropping
     negative durations) is left to the caller, which sees the whole event.
@@ -113,13 +113,13 @@ def device_metrics(start_ns, end_ns, kind):
         (negative ``dur``) are ignored, as the README prescribes; zero-length
         events count in ``gpu_events`` and ``span_us`` but cover no time.
     kind : array_like of int8, shape (N,)
-        :data:`COMPUTE` (0), :data:`COMM` (1) or :data:`MEMORY` (2) per event,
-        e.g. from :func:`classify_gpu_event`.
+        ``COMPUTE`` (0), ``COMM`` (1) or ``MEMORY`` (2) per event,
+        e.g. from ``classify_gpu_event``.
 
     Returns
     -------
     dict
-        Exactly the keys of :data:`METRIC_KEYS`: ``gpu_events`` (int) and
+        Exactly the keys of ``METRIC_KEYS``: ``gpu_events`` (int) and
         ``span_us, busy_us, idle_us, compute_us, comm_us, memory_us, overlap_us,
         exposed_comm_us, kernel_time_us`` (float microseconds rounded to 3
         decimals), and ``overlap_pct`` (float, 100 * overlap / comm rounded to 3
@@ -128,7 +128,7 @@ def device_metrics(start_ns, end_ns, kind):
     Complexity
     ----------
     O(N log N) (one stable argsort by start), then one O(N) sweep for every union
-    (:func:`streamtrace.kernels.intervals.union_lengths`); memory: 8 bytes an event beyond the
+    (``streamtrace.kernels.intervals.union_lengths``); memory: 8 bytes an event beyond the
     inputs (the sort order), no per-class copies.
 
     Raises

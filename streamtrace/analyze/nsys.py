@@ -1,6 +1,6 @@
 """The Nsight Systems side of ``streamtrace analyze``: an export read into the store
-(:func:`read_export`) and what ``summary.json`` says of it per rank (:func:`rank_facts`,
-:func:`export_facts`)."""
+(``read_export``) and what ``summary.json`` says of it per rank (``rank_facts``,
+``export_facts``)."""
 from __future__ import annotations
 
 import os
@@ -15,7 +15,7 @@ def read_export(path, store, file_rank, opt, progress=None) -> NsysIngest:
     ``opt.rank_map`` (a ``--rank-map`` file) may name ranks by pid (``"<pid> <rank>"`` lines or
     ``"<file>:<pid>"`` keys).  ``progress(bytes)``, the file's progress bar (in bytes, as for a
     Kineto trace), is called per batch with the file's size times the share of its activity rows
-    read (:func:`~streamtrace.trace.nsys.counts.export_rows`: an export is read table by table, in
+    read (``export_rows``: an export is read table by table, in
     no byte order).  Rows are read in each table's rowid order, not sorted by start (the analysis
     groups them by key and sorts each CPU track by time itself); ``opt.gpu_only``: the CPU tables
     are not read."""
@@ -46,7 +46,7 @@ def warnings_of(ing: NsysIngest) -> list[str]:
 
 
 def rank_facts(ing: NsysIngest, rank: int, devices) -> dict:
-    """``trace_metadata`` of one rank (the keys :func:`streamtrace.trace.metadata.trace_facts` gives a
+    """``trace_metadata`` of one rank (the keys ``streamtrace.trace.metadata.trace_facts`` gives a
     Kineto trace): ``base_time_ns`` = the session's ``utcEpochNs`` (an export's times count from
     it, as a Kineto trace's from ``baseTimeNanoseconds``), the first device's GPU name."""
     ex = ing.export

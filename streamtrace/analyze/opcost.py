@@ -1,5 +1,5 @@
 """FLOPs and bytes of one CPU op from the shapes the profiler recorded (``record_shapes=True``:
-``args["Input Dims"]``, ``args["Input type"]``, ``args["Concrete Inputs"]``): :func:`op_cost`.
+``args["Input Dims"]``, ``args["Input type"]``, ``args["Concrete Inputs"]``): ``op_cost``.
 
 FLOPs count a multiply-add as 2 and follow PyTorch's own ``torch.utils.flop_counter`` formulas
 (``mm_flop``, ``addmm_flop``, ``bmm_flop``, ``baddbmm_flop``, ``sdpa_flop_count``,
@@ -10,7 +10,7 @@ FLOPs count a multiply-add as 2 and follow PyTorch's own ``torch.utils.flop_coun
 * grouped GEMMs (MoE experts, ``_grouped_mm``): tokens (m_total x k) against g expert matrices
   (g x k x n), each token row meeting its own group's: 2 m_total k n (3-D x 3-D inputs: as ``bmm``);
 * ``matmul`` / ``linear``: 2 x (the output's elements) x k (the composite ops: their ``mm`` /
-  ``addmm`` / ``bmm`` children carry the same count, :mod:`~streamtrace.analyze.opperf` keeps only
+  ``addmm`` / ``bmm`` children carry the same count, ``opperf`` keeps only
   the innermost costed op of a nest);
 * attention forward (queries b x h x s_q x d, keys b x h_kv x s_k x d, values ... x d_v):
   2 b h s_q s_k (d + d_v); backward (the scores recomputed, then four matmuls of the gradients):
@@ -44,7 +44,7 @@ ELEMENTWISE = {f"aten::{n}{s}" for n in ("add", "sub", "mul", "div", "neg", "pow
                                          "gelu", "relu", "sigmoid", "tanh", "copy", "clamp", "where", "reciprocal")
                for s in ("", "_")} | {"aten::silu_backward", "aten::gelu_backward", "aten::threshold_backward",
                                       "aten::_to_copy", "aten::clone", "aten::fill_", "aten::zero_"}
-#: every op name :func:`op_cost` can cost
+#: every op name ``op_cost`` can cost
 COSTED = GEMMS | ATTN_FWD_BHSD | ATTN_BWD_BHSD | ATTN_FWD_BSHD | ATTN_BWD_BSHD | NORMS | ELEMENTWISE
 
 
@@ -101,9 +101,9 @@ def _attention(name, dims):
 
 
 def op_cost(name: str, dims, types) -> tuple | None:
-    """``(flops, bytes, dtype)`` of one op (int, int, :data:`~streamtrace.topology.hardware.DTYPES`
+    """``(flops, bytes, dtype)`` of one op (int, int, ``DTYPES``
     key or None) from its ``Input Dims`` and ``Input type`` lists; None when the op is not in
-    :data:`COSTED` or its shapes do not fit the formula (see the module docstring for them)."""
+    ``COSTED`` or its shapes do not fit the formula (see the module docstring for them)."""
     if name not in COSTED or not isinstance(dims, list) or not isinstance(types, list):
         return None
     ts = _tensors(dims, types)

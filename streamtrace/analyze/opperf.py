@@ -1,15 +1,15 @@
 """``op_perf``: per-op FLOPs, bytes and roofline of one analysed rank (``analyze --op-perf``).
 
-One more pass over the trace file (:func:`costed_ops`) finds the CPU ops whose recorded shapes
-(``record_shapes=True``: ``Input Dims``, ``Input type``) :func:`~streamtrace.analyze.opcost.op_cost`
+One more pass over the trace file (``costed_ops``) finds the CPU ops whose recorded shapes
+(``record_shapes=True``: ``Input Dims``, ``Input type``) ``op_cost``
 can cost; only the events holding ``"Input Dims"`` are decoded.  Of a nest of costed ops on one
 thread (``aten::linear`` > ``aten::addmm``; ``aten::scaled_dot_product_attention`` >
 ``aten::_scaled_dot_product_flash_attention`` > ``aten::_flash_attention_forward``) only the
-innermost is kept, so FLOPs are counted once (:func:`_innermost`).  Each kept op joins its row of the rank's ``ops``
+innermost is kept, so FLOPs are counted once (``_innermost``).  Each kept op joins its row of the rank's ``ops``
 table on ``(pid, tid, ts_ns, name)`` for the GPU time of the kernels it launched
 (``kernel_count``, ``kernel_time_ns`` and ``gpu_busy_ns``: the union of its subtree's kernels).
 
-Against the GPU of the trace (``deviceProperties``, :func:`streamtrace.topology.hardware.gpu_spec`)
+Against the GPU of the trace (``deviceProperties``, ``streamtrace.topology.hardware.gpu_spec``)
 each op gets the roofline (Williams, Waterman & Patterson, CACM 2009): ``intensity`` = FLOPs /
 bytes; ``bound`` = ``"compute"`` when the intensity reaches the GPU's ridge point (peak FLOP/s /
 memory bandwidth, for the op's dtype), else ``"memory"``; ``bound_ns`` = max(FLOPs / peak,
@@ -18,7 +18,7 @@ bytes / bandwidth), the fastest the op can run; ``lost_ns`` = ``gpu_busy_ns`` - 
 ``gpu_busy_ns``; ``pct_of_bound`` = 100 x ``bound_ns`` / ``gpu_busy_ns``.
 
 Output: ``op_perf/iteration=N/rank=R/part-0.parquet`` beside ``kernels/`` and ``ops/``, and
-``kernel_perf/``: each GPU event's share of its op's FLOPs and bytes (:func:`kernel_costs`), joining
+``kernel_perf/``: each GPU event's share of its op's FLOPs and bytes (``kernel_costs``), joining
 ``kernels`` on ``correlation``.
 """
 from __future__ import annotations
@@ -44,11 +44,11 @@ COLUMNS = ("pid", "tid", "ts_ns", "dur_ns", "name", "external_id", "dtype", "inp
 
 
 class CostedOps:
-    """The costed CPU ops of one trace, gathered batch by batch (:meth:`add`, in file order) from the
-    ``decode=False`` batches of a :class:`~streamtrace.trace.reader.TraceReader`: analyze's own reading
-    pass hands its batches here, so the ops cost no pass of their own (:func:`costed_ops` is the
-    standalone pass).  ``rows()``: ``{column: list}`` with :data:`COLUMNS` and ``rank`` (``args.rank``, -1
-    when absent), innermost of each nest only.  A trace whose first :data:`PROBE_EVENTS` events hold no
+    """The costed CPU ops of one trace, gathered batch by batch (``add``, in file order) from the
+    ``decode=False`` batches of a ``TraceReader``: analyze's own reading
+    pass hands its batches here, so the ops cost no pass of their own (``costed_ops`` is the
+    standalone pass).  ``rows()``: ``{column: list}`` with ``COLUMNS`` and ``rank`` (``args.rank``, -1
+    when absent), innermost of each nest only.  A trace whose first ``PROBE_EVENTS`` events hold no
     ``"Input Dims"`` (profiled without ``record_shapes``) is not looked at further (``done``)."""
 
     def __init__(self):
@@ -96,7 +96,7 @@ class CostedOps:
                 rows[k].append(v)
 
     def _cost(self, name, dims: str, args):
-        """:func:`~streamtrace.analyze.opcost.op_cost` of an op, remembered by its name, ``Input Dims``
+        """``op_cost`` of an op, remembered by its name, ``Input Dims``
         text and ``Input type`` (a step repeats its layers' shapes: most ops are costed once)."""
         key = (name, dims, orjson.dumps(args.get("Input type")))
         if key not in self._costs:
@@ -108,9 +108,9 @@ class CostedOps:
 
 
 def costed_ops(path) -> tuple[dict, dict]:
-    """The costed CPU ops of the trace ``path`` in a pass of their own (:class:`CostedOps`): ``(rows,
+    """The costed CPU ops of the trace ``path`` in a pass of their own (``CostedOps``): ``(rows,
     metadata)``; the metadata as far as read (a trace without recorded shapes is not read past
-    :data:`PROBE_EVENTS` events).  Raises :class:`~streamtrace.runtime.errors.TraceError` for an
+    ``PROBE_EVENTS`` events).  Raises ``TraceError`` for an
     unreadable trace."""
     ops = CostedOps()
     reader = TraceReader(path)
@@ -178,7 +178,7 @@ def _ops_gpu_time(outdir, rank, iteration, starts=None) -> dict:
 
 def roofline(flops, nbytes, busy_ns, spec, dtype) -> dict:
     """The roofline columns of one op (module docstring); None values without a GPU spec or GPU
-    time.  ``spec``: a :class:`~streamtrace.topology.hardware.GpuSpec` or None."""
+    time.  ``spec``: a ``GpuSpec`` or None."""
     out = dict.fromkeys(("intensity", "bound", "bound_ns", "lost_ns", "achieved_tflops", "achieved_gbps",
                          "pct_of_bound"))
     out["intensity"] = flops / nbytes if nbytes else None
@@ -201,8 +201,8 @@ def write_op_perf(path, outdir, ranks, iteration, costed=None) -> list:
     """Cost the ops of the trace ``path`` and write each rank's ``op_perf`` partition (the ranks
     ``ranks`` the file was analysed into; an op without ``args.rank`` belongs to the only one, or
     is skipped when the file holds several); nothing when the trace has no costed op.  ``costed``:
-    ``(rows, metadata)`` gathered already (:class:`CostedOps` fed by analyze's own pass), else
-    :func:`costed_ops` reads the file once more.  Returns the files written."""
+    ``(rows, metadata)`` gathered already (``CostedOps`` fed by analyze's own pass), else
+    ``costed_ops`` reads the file once more.  Returns the files written."""
     rows, meta = costed if costed is not None else costed_ops(path)
     if not rows["name"]:
         return []

@@ -1,7 +1,7 @@
 """The analysis folder (``streamtrace analyze -o DIR``) as a kind of output folder
-(:class:`~streamtrace.events.load.OutputKind`): ``summary.json``, ``kernels/`` and ``ops/``, and where
+(``OutputKind``): ``summary.json``, ``kernels/`` and ``ops/``, and where
 written ``cpu_collectives/`` (a CPU-only rank's gloo collectives), ``op_perf/`` and ``kernel_perf/``
-(``analyze --op-perf``), ``cuda_sync/`` (newer Kineto's GPU sync events: :mod:`streamtrace.analyze.cuda_sync`)."""
+(``analyze --op-perf``), ``cuda_sync/`` (newer Kineto's GPU sync events: ``streamtrace.analyze.cuda_sync``)."""
 from __future__ import annotations
 
 from ..events.load import Outputs, read_dataset, register
@@ -28,9 +28,9 @@ class Analysis(Outputs):
         return name in (cls.marker, *TABLES) or name.startswith(".streamtrace-")
 
     def check(self):
-        """``summary.json`` (:meth:`read`): an object whose ``"ranks"`` is a list of objects with an int
+        """``summary.json`` (``read``): an object whose ``"ranks"`` is a list of objects with an int
         ``"rank"`` >= 0, an int or null ``"iteration"`` and a string ``"source"``; else a
-        :class:`~streamtrace.runtime.errors.DataError` naming it."""
+        ``DataError`` naming it."""
         sp, summ = self.path / self.marker, self.summary
         if not isinstance(summ, dict) or not isinstance(summ.get("ranks"), list):
             raise DataError(sp, 'not an analysis summary (expected an object with a "ranks" list)')
@@ -43,7 +43,7 @@ class Analysis(Outputs):
 
     @staticmethod
     def step_patterns(rank_entry) -> list | None:
-        """The step patterns one ``ranks[*]`` entry of ``summary.json`` records (:data:`STEP_PATTERNS_KEY`,
+        """The step patterns one ``ranks[*]`` entry of ``summary.json`` records (``STEP_PATTERNS_KEY``,
         a list of str); None when it records none or not a non-empty list of str (the Kineto default)."""
         v = rank_entry.get(STEP_PATTERNS_KEY) if isinstance(rank_entry, dict) else None
         return list(v) if isinstance(v, list) and v and all(isinstance(x, str) for x in v) else None

@@ -97,7 +97,7 @@ class Patterns:
     @classmethod
     def load(cls, path=None) -> "Patterns":
         """Defaults, updated key by key from a TOML file.  Raises
-        :class:`StreamtraceError` for an unreadable file, an unknown key or a bad regex."""
+        ``StreamtraceError`` for an unreadable file, an unknown key or a bad regex."""
         spec = deepcopy(DEFAULTS)
         if path:
             if sys.version_info >= (3, 11):
@@ -126,7 +126,7 @@ class Patterns:
     def with_step(self, pattern: str | None) -> "Patterns":
         """These patterns with ``pattern`` (a regular expression whose first group is the step
         number, e.g. ``^train_step_(\\d+)$`` for an NVTX range) as the step marker instead of
-        ``ProfilerStep#N``; None: unchanged.  Raises :class:`StreamtraceError` for a bad
+        ``ProfilerStep#N``; None: unchanged.  Raises ``StreamtraceError`` for a bad
         expression or one without a group."""
         if not pattern:
             return self
@@ -145,7 +145,7 @@ class Patterns:
 
     def for_export(self) -> "Patterns":
         """These patterns for an Nsight Systems export: its NVTX step ranges (``nvtx_step``) mark
-        steps beside ``step`` (:mod:`streamtrace.trace.steps`)."""
+        steps beside ``step`` (``streamtrace.trace.steps``)."""
         spec = deepcopy(self.spec)
         spec["step"] = list(spec["step"]) + [p for p in spec["nvtx_step"] if p not in spec["step"]]
         return Patterns(spec)

@@ -1,9 +1,9 @@
 """Step, phase and micro-batch of every GPU event, from the annotation windows of the CPU tracks
 (``ProfilerStep#N``, Megatron's ``forward_step``/``backward_step``, ``## forward ##``,
-``Optimizer.step#...``, recompute windows; :mod:`streamtrace.analyze.patterns`): windows are
-collected per block while the tracks are walked (:func:`add_windows`), then every GPU event takes
-the innermost window around its launch time (:func:`attribute_phases`); and the GPU-side
-annotation of every GPU event (:func:`gpu_annotations`)."""
+``Optimizer.step#...``, recompute windows; ``streamtrace.analyze.patterns``): windows are
+collected per block while the tracks are walked (``add_windows``), then every GPU event takes
+the innermost window around its launch time (``attribute_phases``); and the GPU-side
+annotation of every GPU event (``gpu_annotations``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -24,7 +24,7 @@ class Windows:
     """Annotation windows collected from a rank's CPU tracks: lists of ``(start, end, value)``
     array triples (int64 ns; ``value`` the step number, or None) per kind: ``step``
     (``ProfilerStep#N``), ``recompute``, ``phase[code]`` and ``fallback[code]`` for each phase
-    code of :data:`streamtrace.analyze.classify.PHASES` but 0."""
+    code of ``streamtrace.analyze.classify.PHASES`` but 0."""
     step: list = field(default_factory=list)
     recompute: list = field(default_factory=list)
     phase: dict = field(default_factory=lambda: {c: [] for c in range(1, len(classify.PHASES))})
@@ -68,7 +68,7 @@ def outer_ordinals(ws, we, step_pos):
     ``step_pos`` int64: the position of the ProfilerStep window holding its start, -1 none): the
     ordinal of its *outermost* window among the outermost windows of that phase in the same step.
     A window is outermost when it starts at or after the end of the last outermost one before it
-    (the rule of :func:`streamtrace.aggregate.run`'s CPU rows); a window inside it (Megatron's
+    (the rule of ``streamtrace.aggregate.run``'s CPU rows); a window inside it (Megatron's
     ``## forward ##`` inside ``forward_step``) takes its number.  int64 array of ``len(ws)``."""
     n = len(ws)
     out = np.zeros(n, np.int64)
@@ -96,17 +96,17 @@ def outer_ordinals(ws, we, step_pos):
 
 def attribute_phases(gpu, win, rows=65536):
     """Step, phase and micro-batch of every GPU event, from the exact innermost window
-    (:mod:`streamtrace.kernels.windows`: latest start, then shortest) containing its launch time
+    (``streamtrace.kernels.windows``: latest start, then shortest) containing its launch time
     ``gpu.ctx["t_launch"]`` (int64 ns; the GPU start for a kernel whose launch is not in the
     trace), ``rows`` GPU events at a time:
 
     * step: ``N`` of the innermost ``ProfilerStep#N`` window;
     * phase: of the phase windows of every code, the innermost (latest start; on equal starts
-      the later code of :data:`~streamtrace.analyze.classify.PHASES`); where none contains the
+      the later code of ``PHASES``); where none contains the
       launch, a fallback window's phase (``phase_fallback``); ``backward`` inside a recompute
       window becomes ``recompute``;
     * micro-batch (forward / backward only): the number of the phase window's outermost window
-      of that phase within its step (:func:`outer_ordinals`).
+      of that phase within its step (``outer_ordinals``).
 
     Returns ``(iteration, phase, micro-batch)``: int32 (int64 when a step number needs it),
     int8, int32; -1 / 0 / -1 when unknown."""
@@ -145,7 +145,7 @@ def attribute_phases(gpu, win, rows=65536):
 
 
 INFERRED_FORWARD = "work of the step launched before its first autograd (backward) op"
-"""How :func:`infer_forward` names its rule (``summary.json``: ``phases_inferred``)."""
+"""How ``infer_forward`` names its rule (``summary.json``: ``phases_inferred``)."""
 
 
 def infer_forward(gpu, win, ph, rows=65536) -> dict:
@@ -157,7 +157,7 @@ def infer_forward(gpu, win, ph, rows=65536) -> dict:
     step's first backward window starts becomes ``forward`` (``ph`` is changed in place; the
     micro-batch stays -1: one forward window per step, no number).  Nothing changes when any
     forward window exists, or no backward one.  ``gpu.ctx["t_launch"]``: int64 ns, as
-    :func:`attribute_phases`.
+    ``attribute_phases``.
 
     The rule is the user's reading of a step: the forward pass is what runs before the backward
     pass starts (PyTorch runs a step's autograd ops only after ``loss.backward()``); data loading
@@ -186,7 +186,7 @@ def gpu_annotations(store, gpu, anno_keys, dtype=np.int32):
     """The GPU-side annotation of every GPU event: of the ``gpu_user_annotation`` events on the
     same GPU track (``("gpuanno", rank, pid, tid)`` beside the event's ``("gpu", rank, pid, tid)``:
     the same device and stream) that overlap the event, the shortest (ties: the latest start,
-    then the last in file order; :func:`streamtrace.kernels.windows.shortest_overlapping`), as
+    then the last in file order; ``streamtrace.kernels.windows.shortest_overlapping``), as
     HolisticTraceAnalysis labels kernels.  Returns name ids (``dtype``, -1 none) in ``gpu``'s
     row order; the annotation keys' rows are dropped from ``store``."""
     out = np.full(gpu.M, -1, dtype)

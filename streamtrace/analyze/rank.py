@@ -1,9 +1,9 @@
-"""One rank of ``streamtrace analyze`` (:func:`analyze_rank`), in bounded memory: its GPU events
-as compact columns (:mod:`~streamtrace.analyze.gpu`), its CPU tracks one at a time
-(:mod:`~streamtrace.analyze.tracks`, or in forked children: :mod:`~streamtrace.analyze.trackfork`),
-then step/phase/micro-batch (:mod:`~streamtrace.analyze.phases`) and collective columns
-(:mod:`~streamtrace.analyze.comm`) of every GPU event, the kernels rows, and the metrics of the
-README per device, iteration and phase x micro-batch (:mod:`~streamtrace.analyze.metrics`).
+"""One rank of ``streamtrace analyze`` (``analyze_rank``), in bounded memory: its GPU events
+as compact columns (``gpu``), its CPU tracks one at a time
+(``tracks``, or in forked children: ``trackfork``),
+then step/phase/micro-batch (``phases``) and collective columns
+(``comm``) of every GPU event, the kernels rows, and the metrics of the
+README per device, iteration and phase x micro-batch (``metrics``).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ class RankSource:
     the collective-args rows and the string table the rows' ids refer to, the rank, and how a
     GPU event's device is found (``device_mode``: ``"pid"`` its key's pid, ``"pmap"`` through the
     merged trace's process map ``pmap``, ``"args"`` its ``args.device``;
-    :func:`streamtrace.analyze.file.rank_plan`)."""
+    ``streamtrace.analyze.file.rank_plan``)."""
     store: EventStore
     keys: list
     comm_rows: list
@@ -66,10 +66,10 @@ class RankSettings:
 class RankOutputs:
     """Where the rows go: ``open_ops(part)`` opens the ops writer of ``part-<part>.parquet``
     (string columns as ids into the rank's table; ``part`` is 0 unless ``jobs`` > 1),
-    ``open_kernels(pools, part)`` the kernels writer (``pools`` from :func:`kernel_pools`),
-    ``pool`` the table's :class:`~streamtrace.events.dataset.StringPool`, and
+    ``open_kernels(pools, part)`` the kernels writer (``pools`` from ``kernel_pools``),
+    ``pool`` the table's ``StringPool``, and
     ``write_cpu_collectives(table)`` writes a rank's ``cpu_collectives`` rows (a rank without GPU
-    events: :mod:`~streamtrace.analyze.cpu_collectives`).  None: not written."""
+    events: ``cpu_collectives``).  None: not written."""
     open_ops: Callable | None = None
     open_kernels: Callable | None = None
     pool: StringPool | None = None
@@ -136,8 +136,8 @@ def analyze_rank(src: RankSource, settings: RankSettings, out: RankOutputs | Non
 
 
 def _cpu_tracks(ctx, cpu_keys, jobs, open_ops):
-    """Every CPU track of the rank (:func:`~streamtrace.analyze.tracks.analyze_track`; small ones
-    in batches, :func:`~streamtrace.analyze.trackbatch.walk_tracks`), in forked children when
+    """Every CPU track of the rank (``analyze_track``; small ones
+    in batches, ``walk_tracks``), in forked children when
     ``jobs`` > 1; each track's rows dropped from the store afterwards."""
     if jobs > 1 and cpu_keys:
         analyze_tracks(tracks.analyze_track, ctx, cpu_keys, jobs, open_ops)
@@ -208,7 +208,7 @@ def _groups(key):
 
 
 def _group_metrics(s, e, k, sel):
-    """:func:`device_metrics` of the rows ``sel`` of ``s``, ``e``, ``k`` (None: every row); a group
+    """``device_metrics`` of the rows ``sel`` of ``s``, ``e``, ``k`` (None: every row); a group
     of every row is measured on the arrays themselves (no copy: ~17 bytes a row less at the peak),
     the metrics being independent of the rows' order."""
     if sel is None or len(sel) == len(s):

@@ -8,16 +8,16 @@ Input: one trace, a folder of rank traces, or a merged multi-rank trace
 Output (``OUTDIR``): ``summary.json``; ``kernels/iteration=N/rank=R/part-0.parquet`` (one
 row per GPU event) and ``ops/iteration=N/rank=R/part-0.parquet`` (one row per CPU event), zstd
 (after ``--jobs N`` on one big trace, ``part-0`` .. ``part-K``, rows in that order: see
-:mod:`streamtrace.analyze.trackfork`),
-schema in the README (:func:`streamtrace.events.dataset.schemas`).  Each table is one hive-partitioned dataset: ``N`` is the
+``streamtrace.analyze.trackfork``),
+schema in the README (``streamtrace.events.dataset.schemas``).  Each table is one hive-partitioned dataset: ``N`` is the
 trace file's iteration (``summary.json``'s ``"iteration"`` of the rank, from the path:
 ``iteration_10/``, ``_iter_10``) and ``-1`` when it is unknown (``summary.json`` says null), see
-:func:`~streamtrace.events.dataset.partition_path`.  The partition keys are not columns inside the files, so readers of the
+``partition_path``.  The partition keys are not columns inside the files, so readers of the
 whole dataset (pyarrow, pandas, DuckDB) get ``iteration`` and ``rank`` from the paths with
 no type clash; the kernels' own ``ProfilerStep#N`` number is the ``step`` column.  A rank without GPU
 events (a CPU-only, gloo job) also gets ``cpu_collectives/iteration=N/rank=R/part-0.parquet``, one row
-per collective (:mod:`streamtrace.analyze.cpu_collectives`); a collective's facts:
-:mod:`streamtrace.analyze.collective_facts` (docs/collectives.md).
+per collective (``streamtrace.analyze.cpu_collectives``); a collective's facts:
+``streamtrace.analyze.collective_facts`` (docs/collectives.md).
 """
 from __future__ import annotations
 
@@ -62,12 +62,12 @@ class AnalyzeTask:
 def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> Analysis:
     """Analyse every trace in ``inputs`` (files, folders, globs) into ``outdir``.
 
-    Files run as tasks of the batch layer (:mod:`streamtrace.runtime.parallel`): a local
+    Files run as tasks of the batch layer (``streamtrace.runtime.parallel``): a local
     process pool, a dask scheduler (``opt.scheduler``) or ``opt.executor``.  A file
     that fails for a reason other than its content is retried once; a file that cannot be
     read is listed under ``"failed"`` with its error while the others finish.
 
-    ``outdir`` is one unit (:func:`~streamtrace.runtime.files.output_folder`): everything is
+    ``outdir`` is one unit (``output_folder``): everything is
     written into a staging folder beside it, workers included, which replaces ``outdir`` at
     the end; an interrupted or failed run leaves ``outdir`` as it was.
 
@@ -146,7 +146,7 @@ def _analyze_tasks(tasks, opt) -> dict:
 def _tasks(inputs, opt, skipped: list) -> tuple[list[AnalyzeTask], list[str]]:
     """One task per trace file among ``inputs`` (``outdir`` still to be set), and the notices to
     show; a lone file with no rank is rank 0 (a notice says so); what is skipped is appended to
-    ``skipped`` (one line each).  Raises :class:`RankConflictError` (before anything is written)
+    ``skipped`` (one line each).  Raises ``RankConflictError`` (before anything is written)
     when two files are one partition."""
     rmap = load_rank_map(opt.rank_map) if opt.rank_map else None
 

@@ -1,12 +1,12 @@
-"""A rank's CPU tracks walked in order, the small ones many at a time (:func:`walk_tracks`).
+"""A rank's CPU tracks walked in order, the small ones many at a time (``walk_tracks``).
 
-:func:`~streamtrace.analyze.tracks.analyze_track` streams one track through three passes, two
-external sorters and a :class:`~streamtrace.kernels.treestream.TreeStream`: ~0.5 ms of CPU for a
+``analyze_track`` streams one track through three passes, two
+external sorters and a ``TreeStream``: ~0.5 ms of CPU for a
 one-event track, whatever its size (a trace with a million one-event threads: issue 49).  Here
-consecutive small tracks (at most :data:`SMALL_ROWS` events each) are gathered into a batch of up
+consecutive small tracks (at most ``SMALL_ROWS`` events each) are gathered into a batch of up
 to ``block_rows`` events and analysed in one pass of the same kernels, with the same results:
 
-* linking: the batch's rows in track order through :func:`~streamtrace.analyze.tracks.link_block`
+* linking: the batch's rows in track order through ``link_block``
   (a launch claims the GPU events of its correlation id that no earlier launch claimed: the
   earlier track, then the lower index, wins, as one track after another); launches sharing a
   correlation id with an earlier launch of the same track counted per track;
@@ -40,7 +40,7 @@ _SAFE = 2 ** 60          # times beyond +-this (ns) are not shifted
 def walk_tracks(ctx: TrackContext, keys, ops_writer):
     """Every CPU track of ``keys`` in order, each key's rows dropped from ``ctx.store`` once
     analysed: the same results (ops rows, ``ctx.windows``, ``ctx.totals``, GPU links and
-    launch context) as :func:`~streamtrace.analyze.tracks.analyze_track` on each key in turn
+    launch context) as ``analyze_track`` on each key in turn
     (``last`` on the final one)."""
     store = ctx.store
     cap = max(1, int(ctx.block_rows))

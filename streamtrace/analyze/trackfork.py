@@ -1,12 +1,12 @@
 """One rank's CPU tracks analysed by forked worker processes (``--jobs N`` on one big trace).
 
-:func:`streamtrace.analyze.rank.analyze_rank` walks a rank's CPU tracks one after
+``streamtrace.analyze.rank.analyze_rank`` walks a rank's CPU tracks one after
 another (link launches, sort, call tree, ops rows).  When one big trace is analysed with
 ``--jobs N`` the parse already ran on N cores and this walk would be the serial tail, so
 here the tracks are cut into at most N contiguous groups of about equal event count and
 each group is analysed by a child process forked from the parent, which shares the
 parsed store copy-on-write.  Group ``g`` writes its ops rows to
-``ops/.../part-<g>.parquet`` (:func:`streamtrace.events.dataset.partition_path`), so the files
+``ops/.../part-<g>.parquet`` (``streamtrace.events.dataset.partition_path``), so the files
 in order hold the rows in the serial order, and the ``parent`` column (a global row
 index) keeps its meaning.  A child sends back only what the rest of the analysis needs:
 the GPU rows it linked and their launch context, its phase/step windows and counters.
@@ -21,7 +21,7 @@ itself from the exact serial state.  The result is always what the serial walk g
 (tests/unit/analyze/test_trackfork.py).  Needs ``os.fork`` (Linux, macOS); elsewhere the walk is
 serial.
 
-(:func:`streamtrace.runtime.fork.run_forked` is the plain form used for the kernels rows: functions
+(``streamtrace.runtime.fork.run_forked`` is the plain form used for the kernels rows: functions
 run at once, one here and the others in forked children, a failed child's function run again
 here.)  Children end with ``os._exit`` (no ``atexit`` handlers, no temporary folder of the
 parent removed); a child the parent gives up on gets SIGTERM, which it turns into
@@ -90,7 +90,7 @@ def piece_cuts(ts, end, before_end, after_start) -> np.ndarray:
 
 
 def nearest_cut(store, key, target, reach=8):
-    """The valid cut (:func:`piece_cuts`) of track ``key`` nearest to row ``target``,
+    """The valid cut (``piece_cuts``) of track ``key`` nearest to row ``target``,
     looking in the block holding ``target`` and up to ``reach`` blocks on either side
     (each one decompressed only when the blocks' spans do not already rule it out), or
     None.  Uses the store's per-block spans (``block_spans``) for everything else."""
@@ -117,9 +117,9 @@ def nearest_cut(store, key, target, reach=8):
 
 def plan_pieces(store, keys, jobs) -> list[tuple]:
     """``[(key, span)]``: the tracks in order, each whole (``span`` None) or cut into pieces
-    (``span`` = ``(lo, hi)`` rows) at the valid cut (:func:`nearest_cut`) nearest to where
+    (``span`` = ``(lo, hi)`` rows) at the valid cut (``nearest_cut``) nearest to where
     one of ``jobs`` equal shares of all events ends, when that point lies at least 1/8 of a
-    share inside the track (nearer to its ends, :func:`track_groups` balances as well with
+    share inside the track (nearer to its ends, ``track_groups`` balances as well with
     the track whole).  With one dominant track (the main thread: ~70 % of the CPU events of
     the 1 GB benchmark rank) the groups can then be balanced."""
     sizes = [store.rows(k) for k in keys]
@@ -171,9 +171,9 @@ def analyze_tracks(track, ctx: TrackContext, keys, jobs, open_ops):
     """Run ``track(ctx, key, ops_writer, span=span)`` for every CPU track in ``keys`` with the
     same results as calling ``track(ctx, key, ops_writer)`` for each key in order with the
     ``open_ops(0)`` writer, using up to ``jobs`` forked processes.  ``span`` is None (the whole
-    track) or ``(lo, hi)``: a piece of it (:func:`plan_pieces`); ``track`` must then append the
+    track) or ``(lo, hi)``: a piece of it (``plan_pieces``); ``track`` must then append the
     piece's distinct launch correlation ids to ``ctx.totals.piece_ids`` (see
-    :func:`streamtrace.analyze.tracks.analyze_track`).
+    ``streamtrace.analyze.tracks.analyze_track``).
 
     ``ctx.gpu``: the rank's GPU events with nothing linked yet (``gpu.free`` all True);
     ``ctx.windows``/``ctx.totals``: what the calls extend;

@@ -1,15 +1,15 @@
-"""One CPU track of one rank, in bounded memory (:func:`analyze_track`).
+"""One CPU track of one rank, in bounded memory (``analyze_track``).
 
-The rank's GPU events are held as compact columns (:class:`~streamtrace.analyze.gpu.GpuEvents`);
+The rank's GPU events are held as compact columns (``GpuEvents``);
 each CPU track is streamed block by block from the store, in three passes:
 
 1. file order: launch -> GPU links by correlation (a launch claims the still-free GPU
    events of its correlation id; in a track, the lowest index wins), phase / step
-   windows (:func:`~streamtrace.analyze.phases.add_windows`), and one sort record per event
-   (:data:`~streamtrace.kernels.treestream.REC_DTYPE`) into an
-   :class:`~streamtrace.events.sort.ExternalSorter`;
+   windows (``add_windows``), and one sort record per event
+   (``REC_DTYPE``) into an
+   ``ExternalSorter``;
 2. time order (start asc, end desc, index asc): the records, in chunks, through
-   :class:`~streamtrace.kernels.treestream.TreeStream` (call tree, GPU roll-up, launch
+   ``TreeStream`` (call tree, GPU roll-up, launch
    context with the open-ancestor stack carried across chunks); the per-event results
    go into a second sorter, by index;
 3. file order again: the ops rows (stored columns + results) to the Parquet writer.
@@ -113,7 +113,7 @@ def analyze_track(ctx: TrackContext, key, ops_writer, last=False, span=None):
     """One CPU track ``key`` of ``ctx.store``: the three passes of the module docstring; its
     ops rows to ``ops_writer`` (None: not written).  ``last``: no track comes after this one
     (the linking columns are dropped after pass 1).  ``span``: only the track's rows ``[lo, hi)``,
-    a piece that no call tree crosses (:func:`streamtrace.analyze.trackfork.plan_pieces`); its
+    a piece that no call tree crosses (``streamtrace.analyze.trackfork.plan_pieces``); its
     launches' distinct correlation ids (sorted int64) are then appended to
     ``ctx.totals.piece_ids`` as ``(key, ids)``, for the duplicates between pieces
     (``ctx.totals.dup`` counts those within the piece)."""
@@ -210,7 +210,7 @@ def link_block(b, i0, n_own, gpu, nm, win, corrs):
 
 
 class _Trimmer:
-    """:func:`~streamtrace.runtime.tuning.trim` every ``TRIM_BLOCKS`` blocks' worth of rows of a
+    """``trim`` every ``TRIM_BLOCKS`` blocks' worth of rows of a
     track's pass.  Each stored block's temporary arrays (of varying sizes) land on
     different parts of the heap between the pass's long-lived pieces, so without it the
     resident free heap creeps up by ~20-30 MB over the 1.8 M-event track of the 1.1 GB

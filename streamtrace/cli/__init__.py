@@ -110,7 +110,7 @@ class _Parser(argparse.ArgumentParser):
 
 def spell_options(parser, argv) -> list:
     """The command line ``argv`` with every option as the subcommand knows it: Megatron's spellings of
-    merge (:data:`~streamtrace.cli.merge.ALIASES`), and ``--snake_case`` for a known ``--snake-case``
+    merge (``ALIASES``), and ``--snake_case`` for a known ``--snake-case``
     (``--gpu_only``, ``--world_size``).  Notes the subcommand's parser on ``parser`` for its errors."""
     sub = next((parser.commands[a] for a in argv if a in parser.commands), None)
     parser.command = sub
@@ -128,8 +128,8 @@ def spell_options(parser, argv) -> list:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``streamtrace`` parser: one subparser per function of :data:`COMMANDS`, its options as the
-    function declares them (:func:`~streamtrace.cli.common.option`), its examples as the epilog."""
+    """The ``streamtrace`` parser: one subparser per function of ``COMMANDS``, its options as the
+    function declares them (``option``), its examples as the epilog."""
     parser = _Parser(prog="streamtrace", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-V", "--version", action="store_true", help="print the version and the ijson backend")
     subs = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=_Parser)
@@ -159,11 +159,11 @@ def first_sentence(doc) -> str | None:
 
 
 def command():
-    """Entry point of the ``streamtrace`` command: :func:`main`, then leave the process at once
-    with its exit code (:func:`streamtrace.runtime.tuning.leave`).  Usage errors (argparse's
+    """Entry point of the ``streamtrace`` command: ``main``, then leave the process at once
+    with its exit code (``streamtrace.runtime.tuning.leave``).  Usage errors (argparse's
     ``SystemExit``) keep their code; an unexpected exception still ends the normal way, with
     its traceback.  The command's process never imports pandas
-    (:func:`~streamtrace.runtime.tuning.skip_pandas`)."""
+    (``skip_pandas``)."""
     setup_console()
     skip_pandas()
     try:

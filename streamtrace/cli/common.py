@@ -18,7 +18,7 @@ def version_text() -> str:
 
 
 def parse_window(spec) -> tuple:
-    """``"100:250"`` -> ``(100.0, 250.0)`` (ms); :class:`~streamtrace.runtime.errors.UsageError` on bad input."""
+    """``"100:250"`` -> ``(100.0, 250.0)`` (ms); ``UsageError`` on bad input."""
     try:
         a, b = spec.split(":", 1)
         lo, hi = float(a), float(b)
@@ -31,7 +31,7 @@ def parse_window(spec) -> tuple:
 
 def parse_list(spec, option) -> list:
     """The tool's one list syntax: ``"0-7,12"`` -> ``[0, 1, ..., 7, 12]`` (sorted, unique ints).
-    :class:`~streamtrace.runtime.errors.UsageError` naming ``option`` on bad input."""
+    ``UsageError`` naming ``option`` on bad input."""
     out = set()
     for part in str(spec).split(","):
         part = part.strip()
@@ -55,7 +55,7 @@ def parse_list(spec, option) -> list:
 
 def parse_steps(spec) -> tuple:
     """merge's ``--steps``: ``"12-13"`` -> ``(12, 13)``, ``"12"`` -> ``(12, 12)`` (a window: one
-    range of the list syntax); :class:`~streamtrace.runtime.errors.UsageError` on bad input."""
+    range of the list syntax); ``UsageError`` on bad input."""
     steps = parse_list(spec, "--steps")
     if steps != list(range(steps[0], steps[-1] + 1)):
         raise UsageError(f"bad --steps {spec!r}: merge keeps one window, N or N-M, e.g. 12-13")
@@ -63,14 +63,14 @@ def parse_steps(spec) -> tuple:
 
 
 def parse_jobs(jobs) -> int:
-    """``-j``: 0 = all cores, else that many processes; :class:`~streamtrace.runtime.errors.UsageError` when negative."""
+    """``-j``: 0 = all cores, else that many processes; ``UsageError`` when negative."""
     if jobs < 0:
         raise UsageError(f"bad --jobs {jobs}: give a number of processes, or 0 for all cores")
     return jobs
 
 
 def parse_formats(text) -> tuple:
-    """``--chart-format png,svg`` -> ``("png", "svg")``; :class:`~streamtrace.runtime.errors.UsageError` for
+    """``--chart-format png,svg`` -> ``("png", "svg")``; ``UsageError`` for
     anything but png and svg."""
     out = tuple(dict.fromkeys(x.strip().lower() for x in str(text).split(",") if x.strip()))
     if not out or any(x not in ("png", "svg") for x in out):
@@ -79,7 +79,7 @@ def parse_formats(text) -> tuple:
 
 
 def need(values, what):
-    """:class:`~streamtrace.runtime.errors.UsageError` ``give {what}`` when ``values`` is empty."""
+    """``UsageError`` ``give {what}`` when ``values`` is empty."""
     if not values:
         raise UsageError(f"give {what}")
 
@@ -128,7 +128,7 @@ def validation_line(rep) -> str:
 
 def prepare_kernels(command, con, jobs=0) -> float:
     """Have numba's cache hold the kernels ``command`` (a key of
-    :data:`streamtrace.runtime.compile.COMMANDS`, or a tuple of them) uses before it runs: on a fresh install they are
+    ``streamtrace.runtime.compile.COMMANDS``, or a tuple of them) uses before it runs: on a fresh install they are
     compiled in ``jobs`` parallel processes (0: all cores, at most 4), after one notice line
     "compiling kernels, first run only" (not shown with -q).  Returns the wall seconds spent
     compiling (0.0 when the cache held them).  Never raises: whatever is not compiled here is
@@ -144,8 +144,8 @@ def prepare_kernels(command, con, jobs=0) -> float:
 
 
 def print_validation(path, quiet=False, opt=None) -> dict:
-    """Validate ``path`` (``opt``: a :class:`~streamtrace.validate.check.ValidateOptions`) and print
-    its one-line result (:func:`validation_line`; nothing when ``quiet`` and the trace has no
+    """Validate ``path`` (``opt``: a ``ValidateOptions``) and print
+    its one-line result (``validation_line``; nothing when ``quiet`` and the trace has no
     problem); returns the report."""
     from ..validate.check import require_events, validate      # (the CLI's convention: see streamtrace.cli)
     rep = require_events(validate(path, opt=opt))
@@ -183,11 +183,11 @@ REPORT_ARGS = (
     (("--chart-ranks",), dict(help="ranks that get per-rank charts, e.g. 0-3,12 (default: all up to 8, else a "
                                    "selection)")),
 )
-"""The report's options, the same on ``report`` and ``epilogue`` (:func:`report_args`)."""
+"""The report's options, the same on ``report`` and ``epilogue`` (``report_args``)."""
 
 
 def check_efficiency_flags(peak_tflops, flops_per_token, nic_gbps, gpus_per_node):
-    """:class:`~streamtrace.runtime.errors.UsageError` for a non-positive ``--peak-tflops``,
+    """``UsageError`` for a non-positive ``--peak-tflops``,
     ``--flops-per-token``, ``--nic-gbps`` or ``--gpus-per-node``."""
     from ..runtime.errors import UsageError
     for flag, v in (("--peak-tflops", peak_tflops), ("--flops-per-token", flops_per_token),
@@ -198,10 +198,10 @@ def check_efficiency_flags(peak_tflops, flops_per_token, nic_gbps, gpus_per_node
 
 def option(*names, **kwargs):
     """Decorator: the subcommand ``fn`` takes the option (or positional) ``names``, declared with
-    :meth:`argparse.ArgumentParser.add_argument`'s ``names`` and ``kwargs`` as they are (each name,
+    ``argparse.ArgumentParser.add_argument``'s ``names`` and ``kwargs`` as they are (each name,
     action and ``nargs`` explicit: nothing is inferred from ``fn``'s signature, whose defaults are the
     option's).  The declarations are kept on ``fn.OPTIONS`` in the order they are written, which is
-    the order of ``--help``; :func:`streamtrace.cli.build_parser` adds them."""
+    the order of ``--help``; ``streamtrace.cli.build_parser`` adds them."""
     def declare(fn):
         fn.__dict__.setdefault("OPTIONS", []).insert(0, (names, kwargs))
         return fn
@@ -209,7 +209,7 @@ def option(*names, **kwargs):
 
 
 def report_args(fn):
-    """Decorator: the :data:`REPORT_ARGS` options on the subcommand ``fn`` (:func:`option`), in that order."""
+    """Decorator: the ``REPORT_ARGS`` options on the subcommand ``fn`` (``option``), in that order."""
     for names, kw in reversed(REPORT_ARGS):
         fn = option(*names, **kw)(fn)
     return fn

@@ -1,7 +1,7 @@
 """``streamtrace demo``: the built-in end-to-end example.
 
 Writes a small realistic 8-rank (TP2 x DP2 x PP2) Megatron-style trace set with
-the synthetic generator (:mod:`streamtrace.synth.job`), merges it (validated while
+the synthetic generator (``streamtrace.synth.job``), merges it (validated while
 written), runs the whole epilogue on it (analysis Parquet, aggregate, report, charts)
 and prints where the report and the merged trace are.
 """
@@ -17,7 +17,7 @@ from .common import option
 def run_demo(folder="streamtrace-demo", world_size=8, tp=2, pp=2, jobs=0, log=print, epilogue=True, started=None,
              compiled_s=0.0) -> dict:
     """Generate ``folder/traces`` (one trace per rank), merge it into ``folder/merged.json.gz``,
-    validated while merging, then (``epilogue``) run :func:`streamtrace.epilogue.run` on ``folder``:
+    validated while merging, then (``epilogue``) run ``streamtrace.epilogue.run`` on ``folder``:
     ``folder/streamtrace/`` gets the analysis, the aggregate, the report and its charts.
 
     ``started`` (``time.time()`` when the command began, default now) and ``compiled_s`` (the seconds
@@ -27,8 +27,8 @@ def run_demo(folder="streamtrace-demo", world_size=8, tp=2, pp=2, jobs=0, log=pr
     Returns a dict: ``traces``, ``merged`` (paths), ``merge`` (the merge summary), ``validate``
     (the output's validation report), ``truth`` (the generator's), ``report`` (the report's path,
     None without ``epilogue``) and ``epilogue`` (its summary dict).  Raises
-    :class:`~streamtrace.runtime.errors.UsageError` when ``world_size`` is not a multiple of tp x pp,
-    :class:`~streamtrace.runtime.errors.StreamtraceError` when the merged trace does not validate or a
+    ``UsageError`` when ``world_size`` is not a multiple of tp x pp,
+    ``StreamtraceError`` when the merged trace does not validate or a
     stage of the epilogue failed."""
     from ..epilogue import EpilogueOptions, EpilogueRun, run  # (the CLI's convention: see streamtrace.cli)
     from ..merge import MergeOptions, merge

@@ -73,7 +73,7 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
 
 def holds_export(run_dir) -> bool:
     """Whether ``run_dir`` holds an Nsight Systems SQLite export (a ``*.sqlite`` file at any depth that is
-    one, :func:`streamtrace.trace.nsys.is_sqlite`): only then are the export readers' kernels compiled
+    one, ``streamtrace.trace.nsys.is_sqlite``): only then are the export readers' kernels compiled
     ahead.  Missed or unreadable: they compile on first use, as without the compile-ahead."""
     from ..trace.nsys import is_sqlite
     try:

@@ -1,6 +1,6 @@
 """``streamtrace warmup``: compile every numba kernel into the kernel cache now (container images, shared
 installs), so that no command of this install compiles on its first run.  The cache is per user
-(``~/.cache/streamtrace/<version>/...``, :mod:`streamtrace.kernels.cachedir`): a later install of the same
+(``~/.cache/streamtrace/<version>/...``, ``streamtrace.kernels.cachedir``): a later install of the same
 version by the same user finds it filled."""
 from __future__ import annotations
 

@@ -2,25 +2,25 @@
 never takes the job down.
 
 Finds every iteration folder and the topology under ``RUN_DIR`` (any layout
-:mod:`streamtrace.trace.discover` knows; never a merged trace or anything in the output folder),
+``streamtrace.trace.discover`` knows; never a merged trace or anything in the output folder),
 then into ``RUN_DIR/streamtrace/`` (or ``EpilogueOptions.outdir``, e.g. for a read-only run folder):
 
-* ``iteration_<N>/analysis/``: :func:`streamtrace.analyze.analyze` (``--chunked`` by default;
+* ``iteration_<N>/analysis/``: ``streamtrace.analyze.analyze`` (``--chunked`` by default;
   Parquet in ``kernels/iteration=<N>/rank=<R>/`` and ``ops/iteration=<N>/rank=<R>/``);
 * ``iteration_<N>/merged_gpu.json.gz`` (GPU processes only, so Perfetto's UI can load it) or
-  ``merged.json.gz`` with ``gpu_only=False``: :func:`streamtrace.merge.merge_files`;
-* ``aggregate/``: :func:`streamtrace.aggregate.run.aggregate` over all iterations; its critical path
-  then marked in each merged trace (:mod:`streamtrace.aggregate.critical_marks`);
-* ``<run name>.md`` + ``report.json`` and ``charts/``: :func:`streamtrace.report.write_report`;
+  ``merged.json.gz`` with ``gpu_only=False``: ``streamtrace.merge.merge_files``;
+* ``aggregate/``: ``streamtrace.aggregate.run.aggregate`` over all iterations; its critical path
+  then marked in each merged trace (``streamtrace.aggregate.critical_marks``);
+* ``<run name>.md`` + ``report.json`` and ``charts/``: ``streamtrace.report.write_report``;
 * ``epilogue.json``: what ran, what was reused, what failed (and why).
 
-Made for the end of a job or a Slurm epilogue: :func:`run` never raises (each
+Made for the end of a job or a Slurm epilogue: ``run`` never raises (each
 failure is logged with the file it concerns and the rest carries on), it is
 idempotent (a stage whose inputs and options have not changed since its last
 successful run is reused), ``jobs`` and ``max_memory_gb`` cap parallelism.
 
 Discovery and each stage run in a child process of their own
-(:func:`~streamtrace.runtime.fork.call_in_child`) that imports the stage's modules itself: the
+(``call_in_child``) that imports the stage's modules itself: the
 epilogue's own process holds only the log and the list of files (~20 MB at 1,024 ranks), so
 a stage never starts on top of another's memory and the system gets every stage's memory back.
 """

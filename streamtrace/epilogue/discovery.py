@@ -1,6 +1,6 @@
 """Finding the job in a run folder, before any work: the topology file, every iteration's rank
 traces that belong to the job (never a merged trace, an earlier output or another job's file), and
-the checks of the run and output folders (:func:`check_paths`)."""
+the checks of the run and output folders (``check_paths``)."""
 from __future__ import annotations
 
 import json
@@ -46,7 +46,7 @@ def is_merged(head: dict) -> bool:
 def find_iterations(run_dir, log, outdir=None, topology=None, odd_files=None):
     """``{iteration: [TraceFile]}`` for every readable rank trace under ``run_dir`` (a folder, or a
     list of files, folders and globs) that belongs
-    to the job (:func:`streamtrace.topology.members.split_job`: the world size of ``topology``, a
+    to the job (``streamtrace.topology.members.split_job``: the world size of ``topology``, a
     topology file, else the one most files state); never a merged trace (streamtrace's own
     header), nor anything under ``outdir`` or a ``streamtrace`` folder (earlier outputs);
     unreadable files and folders, rank files without a ``traceEvents`` array and another job's
@@ -94,7 +94,7 @@ def find_iterations(run_dir, log, outdir=None, topology=None, odd_files=None):
 
 
 def the_job(groups, topology, log, skipped) -> dict:
-    """``groups`` without the files of another job (:func:`~streamtrace.topology.members.split_job`),
+    """``groups`` without the files of another job (``split_job``),
     each logged as a failure of discovery and appended to ``skipped``."""
     from ..topology.members import base_times, split_job
     from ..topology.sources import load_topology
@@ -132,10 +132,10 @@ def outdir_of(run_dir, opt: EpilogueOptions) -> Path:
 
 def check_paths(run_dir, opt: EpilogueOptions) -> None:
     """Before any work: ``run_dir`` is a readable folder, and the output folder
-    (:func:`outdir_of`) holds nothing but an earlier epilogue's outputs of the same run folder
+    (``outdir_of``) holds nothing but an earlier epilogue's outputs of the same run folder
     (its ``epilogue.json``, ``iteration_*/``, ``aggregate/``, report and charts), does not hold
-    ``run_dir``, and is not the current folder.  Raises :class:`StreamtraceError` (the run
-    folder) or :class:`OutputError` (the output folder), one line naming the path."""
+    ``run_dir``, and is not the current folder.  Raises ``StreamtraceError`` (the run
+    folder) or ``OutputError`` (the output folder), one line naming the path."""
     run_dir = Path(run_dir)
     if not run_dir.exists():
         raise StreamtraceError(f"{run_dir}: no such run folder")

@@ -1,9 +1,9 @@
 """What the epilogue says of its merged traces: the problems ``validate`` finds in each merged trace
-against those its input traces already had (:func:`merge_record`, the merge stage's record in
-``epilogue.json``), and the run's final line (:func:`status_text`): ``OK`` only when no merged trace
+against those its input traces already had (``merge_record``, the merge stage's record in
+``epilogue.json``), and the run's final line (``status_text``): ``OK`` only when no merged trace
 has a problem, else e.g. ``merged trace: 2 problems (bad_nesting 2), all present in the inputs``.
 
-The counts are merge's own validation (:func:`streamtrace.validate.merged.merged_validation`: the
+The counts are merge's own validation (``streamtrace.validate.merged.merged_validation``: the
 inputs' problems summed, the output's, and what merge added), the same checks as ``streamtrace
 validate`` (what Perfetto's JSON importer relies on)."""
 from __future__ import annotations
@@ -20,7 +20,7 @@ def _listed(problems: dict) -> str:
 def merge_record(validation: dict | None) -> dict | None:
     """The merge stage's ``"validation"`` entry of ``epilogue.json``: ``problems`` (``{kind: count}``
     in the merged trace), ``in_inputs`` (the input traces'), ``added`` (by merge), and ``text`` (one
-    line, :func:`text_of`); None when the merge was not validated."""
+    line, ``text_of``); None when the merge was not validated."""
     if not validation:
         return None
     rec = {"problems": _nonzero(validation["output"]["problems"]),

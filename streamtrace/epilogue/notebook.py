@@ -1,5 +1,5 @@
 """``streamtrace.open``: a job's rank traces analysed and aggregated for a notebook by the epilogue's
-stages (:mod:`streamtrace.epilogue`), into a cache folder where unchanged stages are reused."""
+stages (``streamtrace.epilogue``), into a cache folder where unchanged stages are reused."""
 from __future__ import annotations
 
 import json
@@ -20,21 +20,21 @@ def open_job(traces, cache=None, **options):
     what is unchanged, and return the job's tables.
 
     Each iteration is analysed into ``cache/iteration_<N>/analysis`` and all of them aggregated into
-    ``cache/aggregate``, by the epilogue's stages (:func:`streamtrace.epilogue.run`): a stage whose inputs (path, size,
+    ``cache/aggregate``, by the epilogue's stages (``streamtrace.epilogue.run``): a stage whose inputs (path, size,
     mtime of every trace and the topology) and options are those of its last successful run is
     reused, not run again; its state is kept in ``cache/open.json``.
 
     Parameters
     ----------
     traces : str, Path or list of them
-        Trace files, folders (searched recursively) and glob patterns, as :func:`streamtrace.analyze`
+        Trace files, folders (searched recursively) and glob patterns, as ``streamtrace.analyze``
         takes them; merged traces, earlier outputs and another job's files are skipped (as the
         epilogue's discovery does: each logged, and the last named in the aggregate's ``warnings``).
     cache : str or Path, optional
         The cache folder.  Default: ``.streamtrace-cache`` in the folder given (or, for files and
         globs, the folder holding them all), where ``analyze`` and ``epilogue`` do not look for traces.
     **options
-        Fields of :class:`EpilogueOptions` (``jobs``, ``chunked``, ``topology``, ``torchtitan_config``,
+        Fields of ``EpilogueOptions`` (``jobs``, ``chunked``, ``topology``, ``torchtitan_config``,
         ``progress`` (default False here: failures only), ``isolate`` (default False here), ...).
 
     Returns

@@ -1,6 +1,6 @@
-"""The epilogue's run (:func:`run`): check the paths, discover the job, run the stages
-(:mod:`streamtrace.epilogue.stages`), write ``epilogue.json`` and the final line; never raising into the
-caller.  Returns the output folder as an :class:`~streamtrace.report.outputs.EpilogueRun`."""
+"""The epilogue's run (``run``): check the paths, discover the job, run the stages
+(``streamtrace.epilogue.stages``), write ``epilogue.json`` and the final line; never raising into the
+caller.  Returns the output folder as an ``EpilogueRun``."""
 from __future__ import annotations
 
 import json
@@ -31,12 +31,12 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
         Where log lines go (default stderr).
     **options
         Fields of ``opt``, or of its report's, changed: ``run(d, gpu_only=False, charts=False)``
-        (:func:`with_options`).
+        (``with_options``).
 
     Returns
     -------
     EpilogueRun
-        The output folder (:class:`~streamtrace.report.outputs.EpilogueRun`, as ``streamtrace.load`` opens
+        The output folder (``EpilogueRun``, as ``streamtrace.load`` opens
         it: its tables, ``analyses``, ``aggregate``), whose ``summary`` is the run's account (also in
         ``OUTDIR/epilogue.json``): ``{"run_dir", "outdir", "iterations", "ranks", "report", "failures": [...],
         "notes", "stages": {...}, "seconds"}``; the object is also a read-only mapping over it
@@ -139,7 +139,7 @@ def problems(failures, state_path, written) -> str:
 
 
 def new_folders(out: Path):
-    """What :func:`remove_empty` may remove after an interruption: ``out`` when it does not
+    """What ``remove_empty`` may remove after an interruption: ``out`` when it does not
     exist yet, and (by name) the folders it does not hold yet."""
     try:
         return None if not out.is_dir() else {p.name for p in out.iterdir()}
@@ -150,7 +150,7 @@ def new_folders(out: Path):
 def remove_empty(out: Path, before):
     """After an interruption: remove the empty folders this run made in ``out`` (its iteration
     folders, whose stage was cut before it wrote anything), and ``out`` itself when this run made
-    it and it is empty.  ``before``: :func:`new_folders`."""
+    it and it is empty.  ``before``: ``new_folders``."""
     try:
         for p in out.iterdir():
             if (before is None or p.name not in before) and p.is_dir() and not p.is_symlink():

@@ -1,8 +1,8 @@
 """The stages of one epilogue run: each iteration's analyze and merge, then the job's aggregate, its
-critical path marked in the merged traces, and the report (:func:`iteration_stages`, :func:`job_stages`).
-Each runs through :func:`run_stage`: reused when its inputs' :func:`fingerprint` and its outputs are
-unchanged since its last success, else run in a child process of its own (:func:`in_stage_process`),
-its failures logged.  :class:`StageRun` is what they share."""
+critical path marked in the merged traces, and the report (``iteration_stages``, ``job_stages``).
+Each runs through ``run_stage``: reused when its inputs' ``fingerprint`` and its outputs are
+unchanged since its last success, else run in a child process of its own (``in_stage_process``),
+its failures logged.  ``StageRun`` is what they share."""
 from __future__ import annotations
 
 import gc
@@ -44,7 +44,7 @@ def fingerprint(paths, **options) -> str:
 
 
 def discover_paths(opt, run_dir, log, outdir, topology=None) -> tuple[dict, list]:
-    """:func:`find_iterations` as ``({iteration: [path]}`` (rank order), ``[skipped file: reason]``),
+    """``find_iterations`` as ``({iteration: [path]}`` (rank order), ``[skipped file: reason]``),
     run in a child process with ``opt.isolate`` (reading 1,024 trace heads loads the byte scanner
     and ~40 MB of metadata that the epilogue's process does not need)."""
     def paths():
@@ -60,8 +60,8 @@ def discover_paths(opt, run_dir, log, outdir, topology=None) -> tuple[dict, list
 
 def run_stage(ctx, key, fp, outputs, fn, name, what):
     """Run ``fn()`` unless ``ctx.state[key]`` says it already succeeded with the same
-    fingerprint ``fp`` (:func:`fingerprint`) and ``outputs`` still exist; in a child process with
-    ``ctx.opt.isolate`` (:func:`~streamtrace.runtime.fork.call_in_child`: the stage's memory is the
+    fingerprint ``fp`` (``fingerprint``) and ``outputs`` still exist; in a child process with
+    ``ctx.opt.isolate`` (``call_in_child``: the stage's memory is the
     system's again when it ends).  Returns ``(result or None, status)``."""
     state, log = ctx.state, ctx.log
     prev = state.get(key)
@@ -91,8 +91,8 @@ def run_stage(ctx, key, fp, outputs, fn, name, what):
 
 def in_stage_process(opt, log, fn):
     """``fn()`` in a child process of its own with ``opt.isolate`` (its log entries relayed to
-    ``log``; :func:`~streamtrace.runtime.fork.call_in_child`), else here, followed by
-    :func:`release`."""
+    ``log``; ``call_in_child``), else here, followed by
+    ``release``."""
     if opt.isolate:
         return call_in_child(fn, log.relay_to, log.replay)
     try:
@@ -103,7 +103,7 @@ def in_stage_process(opt, log, fn):
 
 def release():
     """Between stages: collect the stage's garbage and hand the freed heap back to the OS
-    (:func:`~streamtrace.runtime.tuning.trim`), so that the next stage (aggregate after analyze of
+    (``trim``), so that the next stage (aggregate after analyze of
     1,024 ranks) does not start on top of the last one's peak."""
     gc.collect()
     trim()
@@ -204,7 +204,7 @@ def merge_stage(ctx: StageRun, tag, paths, merged) -> dict:
 
 def mark_stage(ctx: StageRun, agg):
     """The critical path of ``agg`` marked in every iteration's merged trace
-    (:func:`streamtrace.aggregate.critical_marks.mark_critical_path`; marking again gives the same file)."""
+    (``streamtrace.aggregate.critical_marks.mark_critical_path``; marking again gives the same file)."""
     merged = sorted(p for full in (False, True) for p in ctx.out.glob(f"*/{EpilogueRun.merged(full)}")
                     if (table_path(agg, CRITICAL_PATH)).is_file())
 

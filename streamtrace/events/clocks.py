@@ -3,7 +3,7 @@
 
 The members of one collective finish nearly together (the last to arrive releases every member), so
 for two members ``a`` and ``b`` of one instance ``end(a) - end(b) ~ o_a - o_b``, ``o`` being each
-clock's offset from a common clock.  :func:`fit_clock_offsets`:
+clock's offset from a common clock.  ``fit_clock_offsets``:
 
 1. uses the instances that are complete (every member present), consistent (the members agree on
    type and size) and have two or more members;
@@ -141,7 +141,7 @@ def _fit(inst, part, end, rank):
 
 def _bridge(offsets, comp_of, rank_of, b_inst, b_part, b_end, b_rank):
     """Step 4: join the sets through the bridge members (sorted by instance); updates ``offsets``,
-    ``comp_of`` and ``rank_of`` in place (set labels are renumbered by :func:`_relabel`)."""
+    ``comp_of`` and ``rank_of`` in place (set labels are renumbered by ``_relabel``)."""
     for p, r in zip(b_part.tolist(), b_rank.tolist()):   # a part seen only in bridges: a set of its own
         if p not in comp_of:
             comp_of[p], offsets[p], rank_of[p] = ("own", p), 0, r
@@ -205,7 +205,7 @@ def fit_clock_offsets(members: dict, instances: dict) -> ClockEstimate:
 
 
 def estimate_clock_offsets(members: dict, instances: dict) -> tuple[dict, dict]:
-    """:func:`fit_clock_offsets`' ``(offsets, components)``: ``{part: ns}`` and ``{part: index of its
+    """``fit_clock_offsets``' ``(offsets, components)``: ``{part: ns}`` and ``{part: index of its
     connected set}`` (empty when no instance is usable)."""
     est = fit_clock_offsets(members, instances)
     return est.offsets, est.components

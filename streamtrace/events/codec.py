@@ -1,4 +1,4 @@
-"""A structured array as one compressed block (:func:`pack`, :func:`unpack`): its columns one
+"""A structured array as one compressed block (``pack``, ``unpack``): its columns one
 after the other (struct of arrays), ~sorted columns delta-coded, then zstd level 1 (pyarrow's
 codec).  Event rows shrink 10-20x: the default in-memory mode holds the 3.2 M events (184 MB of
 rows) of the 1.1 GB benchmark trace in 9 MB.  Used by the stores and the external sort.
@@ -35,12 +35,12 @@ def pack(arr, delta=(), codec="zstd") -> bytes:
     """``arr`` (1-d structured array) as compressed bytes: each field's column in turn,
     the fields in ``delta`` as differences (wrapping int64): ``"f"`` from the previous
     value of f, ``"f-g"`` from field g of the same record (e.g. an end from its start);
-    ``codec``: one of :data:`CODECS` (unpack with the same)."""
+    ``codec``: one of ``CODECS`` (unpack with the same)."""
     return pack_columns({f: arr[f] for f in arr.dtype.names}, delta, codec)
 
 
 def pack_columns(cols: dict, delta=(), codec="zstd") -> bytes:
-    """:func:`pack` of the structured array whose fields are the 1-d arrays ``cols`` (``{name:
+    """``pack`` of the structured array whose fields are the 1-d arrays ``cols`` (``{name:
     column}`` in the dtype's field order, equal lengths): the same bytes, without building the
     array (a sorted run's columns are gathered column by column: ~30x faster than gathering
     records of a structured array)."""
@@ -56,7 +56,7 @@ def pack_columns(cols: dict, delta=(), codec="zstd") -> bytes:
 
 
 def unpack(data, dtype, n, delta=(), codec="zstd") -> np.ndarray:
-    """Inverse of :func:`pack`: ``n`` records of ``dtype`` (``delta`` and ``codec`` as packed)."""
+    """Inverse of ``pack``: ``n`` records of ``dtype`` (``delta`` and ``codec`` as packed)."""
     dtype = np.dtype(dtype)
     out = np.empty(n, dtype)
     if n == 0:

@@ -1,12 +1,12 @@
 """The one collective matcher of ``merge --align collectives`` and ``aggregate`` (both the in-memory
 and the bucketed path): which kernels of different ranks are the same collective call.
 
-**Groups.** A collective belongs to its process group (:func:`group_key`: ``ranks:0,1`` from the
+**Groups.** A collective belongs to its process group (``group_key``: ``ranks:0,1`` from the
 ``Process Group Ranks`` the kernel carries, else ``pg:<name>``, else ``stream:<id>``, the stream
 standing for the communicator in traces that name no group).  A caller may put more in front of
 the key (aggregate: the iteration and ProfilerStep); matching never combines two keys.
 
-**Ordinals** (:func:`match_ordinals`), per group:
+**Ordinals** (``match_ordinals``), per group:
 
 * *by sequence number* (``matched_by = "seq"``) when every kernel of the group carries NCCL's
   sequence number (``Seq`` on the kernel / ``record_param_comms`` in newer Kineto, counted per
@@ -16,13 +16,13 @@ the key (aggregate: the iteration and ProfilerStep); matching never combines two
   same order (NCCL requires it), so the k-th on one rank is the k-th on another.  When the ranks'
   counts differ (a rank missed or added a collective, or its trace starts or ends earlier), each
   rank's sequence is re-aligned against the group's reference (its lowest part) by the shift d
-  (|d| <= :data:`MAX_SHIFT`) under which the most signatures agree (the smallest |d| on ties, 0
+  (|d| <= ``MAX_SHIFT``) under which the most signatures agree (the smallest |d| on ties, 0
   when the signatures say nothing).  Shifts are sought only when the counts differ.
 
 Either way a rank whose count of collectives in the group differs from the most any member has is
 **reported**
-(:class:`Mismatch`: group, part, its count, the most, the shift used), never silently shifted.
-Signatures (:func:`signature`) are what a member must agree on: the collective and its size, the
+(``Mismatch``: group, part, its count, the most, the shift used), never silently shifted.
+Signatures (``signature``) are what a member must agree on: the collective and its size, the
 size left out for all-to-all (uneven splits give each rank its own size).
 """
 from __future__ import annotations
@@ -58,7 +58,7 @@ def is_all_to_all(collective) -> bool:
 
 def signature(collective, size) -> str:
     """What the members of one instance agree on: ``"<collective>|<size>"``, the size dropped for
-    all-to-all (:func:`is_all_to_all`)."""
+    all-to-all (``is_all_to_all``)."""
     return f"{collective}|" if is_all_to_all(collective) else f"{collective}|{size}"
 
 
@@ -76,16 +76,16 @@ class Mismatch:
 
 @dataclass
 class Match:
-    """:func:`match_ordinals`' result: ``ordinal`` (int64 per row, >= 0, the instance within its
+    """``match_ordinals``' result: ``ordinal`` (int64 per row, >= 0, the instance within its
     group), ``matched_by`` (``{group id: "seq" | "order"}``), ``mismatches`` (list of
-    :class:`Mismatch`, by group then part)."""
+    ``Mismatch``, by group then part)."""
     ordinal: np.ndarray
     matched_by: dict
     mismatches: list
 
 
 def best_shift(ref: np.ndarray, mine: np.ndarray) -> int:
-    """The shift d (|d| <= :data:`MAX_SHIFT`) with ``mine[k + d] == ref[k]`` for the most k; the
+    """The shift d (|d| <= ``MAX_SHIFT``) with ``mine[k + d] == ref[k]`` for the most k; the
     smallest |d| (then the smaller d) on ties."""
     best, best_hits = 0, -1
     for d in sorted(range(-MAX_SHIFT, MAX_SHIFT + 1), key=lambda x: (abs(x), x)):
@@ -108,7 +108,7 @@ def _cumcount(ids: np.ndarray) -> np.ndarray:
 
 def match_ordinals(part, group, seq, sig) -> Match:
     """The module docstring's matching.  ``part``, ``group`` (int64 ids), ``seq`` (int64, -1 unknown)
-    and ``sig`` (int64 ids of :func:`signature` strings) are equally long arrays; each part's rows
+    and ``sig`` (int64 ids of ``signature`` strings) are equally long arrays; each part's rows
     in the order it issued them (start order).  Raises nothing; empty input gives an empty match."""
     part, group = np.asarray(part, np.int64), np.asarray(group, np.int64)
     seq, sig = np.asarray(seq, np.int64), np.asarray(sig, np.int64)

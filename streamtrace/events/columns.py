@@ -1,5 +1,5 @@
 """Columnar events: numpy structured arrays with interned strings, built from the
-reader's raw batches by the numba kernel :func:`~streamtrace.kernels.extract.extract_columns`.
+reader's raw batches by the numba kernel ``extract_columns``.
 
 ``EVENT_DTYPE`` (one row per event, file order):
 
@@ -10,7 +10,7 @@ field                 dtype    meaning
                                JSON string; -1 when absent or unusable)
 ``dur``               int64    duration, ns (-1 when absent or unusable)
 ``ph``                uint8    first byte of the phase (``ord("X")`` ...), 0 when absent
-``cat``, ``name``     int32    ids in the :class:`StringTable` (-1 when absent)
+``cat``, ``name``     int32    ids in the ``StringTable`` (-1 when absent)
 ``pid``, ``tid``      int64    integer ids; string pids/tids (``"Spans"``) become
                                ``STR_ID_BASE + string id`` (-2**62 + id, far below any real
                                id, negative ones included; the text is in the table)
@@ -30,9 +30,9 @@ PyTorch) and for every CPU op named like a communication call (``COMM_OP_NAME``:
 ``COMM_KEYS`` (None when absent; a named op's: only those it has) and those of
 ``COMM_SHAPE_KEYS`` the event has (``Input Dims``, ``Input type``, ``Concrete Inputs`` as their
 JSON text, bytes); a named op without any of those keys gets no row unless its name says something
-(``gloo:*``, an all-to-all: :func:`keep_op`).  A named op's row also has ``"@op"`` (its name), ``"@pid"``,
+(``gloo:*``, an all-to-all: ``keep_op``).  A named op's row also has ``"@op"`` (its name), ``"@pid"``,
 ``"@tid"`` (as written), ``"@ts"``, ``"@end"`` (int ns), so
-:mod:`streamtrace.analyze.collective_facts` can find the ops enclosing one another.
+``streamtrace.analyze.collective_facts`` can find the ops enclosing one another.
 """
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def _name_tells(name: str) -> bool:
 
 MAX_TEXT = 1 << 16
 """Bytes of a name's JSON text the string table keeps: a longer one (a 200 MB kernel name) is cut to
-its first characters and counted (:func:`cut_text`, :attr:`StringTable.cut`; issue 49)."""
+its first characters and counted (``cut_text``, ``StringTable.cut``; issue 49)."""
 
 
 def cut_text(raw: bytes, limit: int = MAX_TEXT) -> str:
@@ -112,14 +112,14 @@ def cut_text(raw: bytes, limit: int = MAX_TEXT) -> str:
 
 
 def cut_warning(path, n: int) -> str:
-    """The warning for ``n`` names cut (:data:`MAX_TEXT`)."""
+    """The warning for ``n`` names cut (``MAX_TEXT``)."""
     return (f"{path}: {n:,} name(s) longer than {MAX_TEXT:,} bytes cut to their first {MAX_TEXT:,} in the "
             f"analysis (the merged trace keeps them whole)")
 
 
 class StringTable:
     """Interned strings: ``id(text) -> int`` and ``strings[id] -> text``; ``cut``: the strings cut to
-    :data:`MAX_TEXT` bytes (:meth:`intern_spans`)."""
+    ``MAX_TEXT`` bytes (``intern_spans``)."""
 
     def __init__(self):
         self.strings: list[str] = []
@@ -130,7 +130,7 @@ class StringTable:
 
     def comm_op(self, ids) -> np.ndarray:
         """Bool mask of the name ids ``ids`` (int array, -1 = none) that are communication ops
-        (:data:`COMM_OP_NAME`)."""
+        (``COMM_OP_NAME``)."""
         if len(self._comm_op) < len(self.strings):
             new = [bool(COMM_OP_NAME.match(t)) for t in self.strings[len(self._comm_op):]]
             self._comm_op = np.concatenate([self._comm_op, np.asarray(new, bool)])
@@ -242,7 +242,7 @@ def comm_row(args: dict, ev: dict, ts: int, dur: int | None) -> dict:
 
 def _time(ns, flag, has, bad, value, missing=-1) -> int:
     """An event's ts or dur (int ns): the scanner's value, else a number written as a string
-    (:func:`~streamtrace.trace.decode.text_ns`), else ``missing`` (:data:`NO_TS` for a ts)."""
+    (``text_ns``), else ``missing`` (``NO_TS`` for a ts)."""
     if flag & has and not flag & bad:
         return ns
     v = text_ns(value) if flag & bad else None
@@ -250,7 +250,7 @@ def _time(ns, flag, has, bad, value, missing=-1) -> int:
 
 
 def columns_from_dicts(events, ts_ns, dur_ns, flags, table: StringTable):
-    """Plain-Python twin of :func:`columns_from_batch`: (structured array, comm rows)."""
+    """Plain-Python twin of ``columns_from_batch``: (structured array, comm rows)."""
     out = np.zeros(len(events), EVENT_DTYPE)
     comm = []
     for i, ev in enumerate(events):
@@ -259,7 +259,7 @@ def columns_from_dicts(events, ts_ns, dur_ns, flags, table: StringTable):
 
 
 def columns_from_batch(b, table: StringTable, path="?"):
-    """Columns of one :class:`~streamtrace.trace.reader.RawBatch` read with ``decode=False``.
+    """Columns of one ``RawBatch`` read with ``decode=False``.
 
     Returns ``(array of EVENT_DTYPE, comm_rows)``; ``comm_rows[k]`` is a dict of the
     collective args (``COMM_KEYS``) of the event whose ``comm`` field is k."""

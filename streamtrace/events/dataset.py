@@ -1,10 +1,10 @@
 """The Parquet datasets of ``streamtrace analyze``: schema, partition paths, and a writer
 that takes numpy columns in pieces and writes bounded row groups.
 
-String columns are passed as int ids into a :class:`StringPool` (the interned string
+String columns are passed as int ids into a ``StringPool`` (the interned string
 table, or a small list such as the kernel kinds) and handed to Parquet one row group at a
 time as Arrow dictionary arrays: int32 indices plus the row group's distinct strings
-(:func:`streamtrace.kernels.treestream.gather_strings`), which is also how Parquet stores
+(``streamtrace.kernels.treestream.gather_strings``), which is also how Parquet stores
 them.  No column of Python strings is built, and a row group of 65,536 kernels costs
 256 kB of indices instead of ~17 MB of (long, templated) kernel names.  The files are
 written without Arrow's schema metadata, so every reader (pyarrow, pandas, DuckDB) sees
@@ -13,7 +13,7 @@ before.  Arrays are made with ``pyarrow.Array.from_buffers``, which (unlike
 ``pyarrow.array``) does not start Arrow's compute-function registry (~45 MB resident).
 
 This module is also the one Parquet *reader* of everything after ``analyze``: a file that is not
-readable Parquet, or lacks a column it should have, is a :class:`~streamtrace.runtime.errors.DataError`
+readable Parquet, or lacks a column it should have, is a ``DataError``
 naming the file (never an Arrow traceback).
 """
 from __future__ import annotations
@@ -61,10 +61,10 @@ def partition_path(outdir, dataset, rank, iteration, part=0) -> Path:
 
     A partition is ``part-0.parquet`` alone, except when one big trace is analysed on several
     cores (``--jobs N``): its ops then go to up to N files ``part-0`` .. ``part-<N-1>`` and its
-    kernels to ``part-0`` and ``part-1``, rows in that order (:func:`partition_files` lists them).
+    kernels to ``part-0`` and ``part-1``, rows in that order (``partition_files`` lists them).
 
     ``N`` is the file's iteration (``summary.json``'s ``"iteration"`` for the rank), or
-    :data:`UNKNOWN_ITERATION` (-1) when that is None.  Not hive's null directory
+    ``UNKNOWN_ITERATION`` (-1) when that is None.  Not hive's null directory
     ``iteration=__HIVE_DEFAULT_PARTITION__``: pyarrow cannot type a partition key that is null in
     every file (the usual case for one unnamed trace) and pandas.read_parquet fails on a null key
     beside non-null ones; -1, like the tables' other unknown integers, reads as an integer
@@ -74,7 +74,7 @@ def partition_path(outdir, dataset, rank, iteration, part=0) -> Path:
 
 
 def partition_files(outdir, dataset, rank, iteration) -> list[Path]:
-    """The existing ``part-K.parquet`` files of one partition (:func:`partition_path`), in
+    """The existing ``part-K.parquet`` files of one partition (``partition_path``), in
     row order (K ascending); ``[]`` when there are none."""
     d = partition_path(outdir, dataset, rank, iteration).parent
     found = [(int(m.group(1)), p) for p in (d.iterdir() if d.is_dir() else ())
@@ -103,7 +103,7 @@ def _why(e: BaseException) -> str:
 
 def parquet_file(path, columns=()) -> pq.ParquetFile:
     """Open the Parquet file ``path`` and check it has ``columns``.  Raises
-    :class:`~streamtrace.runtime.errors.DataError` naming it when it is missing, not readable Parquet
+    ``DataError`` naming it when it is missing, not readable Parquet
     (garbage, empty, cut short) or lacks a column."""
     try:
         f = pq.ParquetFile(arrow_file(path))
@@ -128,7 +128,7 @@ def _read(path, columns=None) -> pa.Table:
 def iter_table(path, columns, batch_rows: int = 1 << 20):
     """The numeric ``columns`` of the Parquet file ``path`` as ``{name: numpy array}`` batches of
     at most ``batch_rows`` rows, in file order: a reader that holds one batch, not the table.
-    Raises :class:`~streamtrace.runtime.errors.DataError` naming the file (missing, damaged, a column
+    Raises ``DataError`` naming the file (missing, damaged, a column
     absent)."""
     f = parquet_file(path, columns)
     try:
@@ -139,11 +139,11 @@ def iter_table(path, columns, batch_rows: int = 1 << 20):
 
 
 def read_partition(files, columns=None, dataset=None):
-    """The rows of a partition's part files (:func:`partition_files`) as one pyarrow Table,
+    """The rows of a partition's part files (``partition_files``) as one pyarrow Table,
     in order.  With no files: an empty table of ``dataset``'s schema (``"kernels"`` or
     ``"ops"``), or ``FileNotFoundError`` when ``dataset`` is not given.  ``columns`` None:
     all of ``dataset``'s columns (every one of them must be there).  Raises
-    :class:`~streamtrace.runtime.errors.DataError` for a part file that is damaged or of another schema."""
+    ``DataError`` for a part file that is damaged or of another schema."""
     schema = dict(zip(("kernels", "ops"), schemas())).get(dataset)
     if not files:
         if dataset is None:
@@ -166,7 +166,7 @@ def drop_extra_parts(outdir, dataset, rank, iteration, keep: int):
 
 
 class StringPool:
-    """Strings as one UTF-8 blob plus offsets; :meth:`array` builds ``strings[ids]``
+    """Strings as one UTF-8 blob plus offsets; ``array`` builds ``strings[ids]``
     (id -1 -> "") as an Arrow string array."""
 
     def __init__(self, strings):
@@ -207,8 +207,8 @@ def numeric_array(values, typ):
 
 
 class PartitionWriter:
-    """Writes ``<dataset>/iteration=N/rank=R/part-<part>.parquet`` (:func:`partition_path`, zstd)
-    atomically, from numpy columns given in any number of :meth:`write` calls, in row
+    """Writes ``<dataset>/iteration=N/rank=R/part-<part>.parquet`` (``partition_path``, zstd)
+    atomically, from numpy columns given in any number of ``write`` calls, in row
     groups of ``rows`` rows.  ``pools``: ``{string column: StringPool}``; those columns
     are passed as int ids.  Rows are copied into one row group's worth of staging
     columns (int32 for string ids and int32 columns, else int64), so the caller's arrays
@@ -254,7 +254,7 @@ class PartitionWriter:
 
     def _reserve(self, n):
         """Staging columns for at least ``n`` rows, pending rows kept: grown by doubling up to a
-        row group (a million one-row tracks each written and shrunk, :meth:`shrink`, allocated a
+        row group (a million one-row tracks each written and shrunk, ``shrink``, allocated a
         whole row group's columns each time: issue 49)."""
         have = 0 if self._buf is None else len(self._buf[self.schema[0].name])
         if have >= n:
@@ -270,7 +270,7 @@ class PartitionWriter:
 
     def shrink(self):
         """Keep only the pending rows (not a whole row group's staging columns) while no
-        rows come for a while; the next :meth:`write` makes room again.  Amortised: the columns are
+        rows come for a while; the next ``write`` makes room again.  Amortised: the columns are
         cut to twice the pending rows only when they hold four times more (cut to the pending rows
         after every one of a million small tracks, the next write copied them all again: issue 49)."""
         if self._buf is None:
@@ -330,7 +330,7 @@ def csv_table(t):
 
 def write_table(outdir, name: str, columns: dict, order=None, csv: bool = False) -> list:
     """Write ``outdir/<name>.parquet`` (and ``<name>.csv`` with ``csv``, floats at 6 significant
-    digits: :func:`csv_table`) atomically; returns the paths."""
+    digits: ``csv_table``) atomically; returns the paths."""
     t = to_arrow(columns, order)
     out = []
     p = Path(outdir) / f"{name}.parquet"
@@ -347,7 +347,7 @@ def write_table(outdir, name: str, columns: dict, order=None, csv: bool = False)
 
 class Columns(dict):
     """``{name: numpy array}`` of one table file; a column it lacks is a
-    :class:`~streamtrace.runtime.errors.DataError` naming the file (``.get`` still gives the default)."""
+    ``DataError`` naming the file (``.get`` still gives the default)."""
 
     def __init__(self, path, columns):
         super().__init__(columns)
@@ -369,7 +369,7 @@ def json_default(o):
 
 def read_json(path):
     """The JSON document of a file an earlier command wrote (``summary.json``, ``aggregate.json``).
-    Raises :class:`~streamtrace.runtime.errors.DataError` naming ``path`` when it cannot be read or is
+    Raises ``DataError`` naming ``path`` when it cannot be read or is
     not valid JSON."""
     try:
         return json.loads(Path(path).read_bytes())
@@ -381,10 +381,10 @@ def read_json(path):
 
 def read_table(path, columns=None, where=None) -> Columns:
     """A Parquet file as ``{name: numpy array}`` (strings as object arrays sharing one ``str`` per
-    distinct value: :func:`shared_strings`): a :class:`Columns`.  ``columns``: only these (list of
+    distinct value: ``shared_strings``): a ``Columns``.  ``columns``: only these (list of
     str; default all); ``where``: ``{column: values}`` keeps only the rows whose value is one of
     ``values`` (pyarrow filters: row groups whose statistics exclude them are not read).  Raises
-    :class:`~streamtrace.runtime.errors.DataError` when it is missing, not readable Parquet or lacks a column."""
+    ``DataError`` when it is missing, not readable Parquet or lacks a column."""
     if where:
         parquet_file(path, list(columns or ()) + list(where))
         try:
@@ -412,7 +412,7 @@ def shared_strings(col) -> np.ndarray:
 
 def column_min_max(path, column) -> tuple[int | None, int | None]:
     """(min, max) of an int64 column from the row-group statistics (None, None when empty).
-    Raises :class:`~streamtrace.runtime.errors.DataError` for a damaged file or one without ``column``."""
+    Raises ``DataError`` for a damaged file or one without ``column``."""
     if not Path(path).is_file():
         return None, None
     f = parquet_file(path, (column,))
@@ -438,5 +438,5 @@ def column_min_max(path, column) -> tuple[int | None, int | None]:
 
 
 def num_rows(path) -> int:
-    """Rows of a Parquet file, from its footer (:class:`~streamtrace.runtime.errors.DataError` when damaged)."""
+    """Rows of a Parquet file, from its footer (``DataError`` when damaged)."""
     return parquet_file(path).metadata.num_rows

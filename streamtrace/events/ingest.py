@@ -1,5 +1,5 @@
-"""Reading one trace into an event store (:func:`ingest`): complete events as
-:data:`~streamtrace.events.store.STORE_DTYPE` rows keyed by ``(kind, rank, pid, tid)``, GPU
+"""Reading one trace into an event store (``ingest``): complete events as
+``STORE_DTYPE`` rows keyed by ``(kind, rank, pid, tid)``, GPU
 events apart from CPU events, collective-args rows on the side."""
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ CUDA_SYNC_ARGS = ("wait_on_stream", "wait_on_cuda_event_record_corr_id")
 
 
 def _sync_args(b, j, path) -> dict:
-    """The :data:`CUDA_SYNC_ARGS` of the batch's event ``j`` (decoded from its text: a few per step)."""
+    """The ``CUDA_SYNC_ARGS`` of the batch's event ``j`` (decoded from its text: a few per step)."""
     ev = loads(b.buf[int(b.starts[j]):int(b.ends[j])], path, b.offset + int(b.starts[j]) - int(b.starts[0]))
     args = ev.get("args") if isinstance(ev, dict) and isinstance(ev.get("args"), dict) else {}
     out = {}
@@ -62,17 +62,17 @@ def group_rows(keycols) -> dict:
 
 def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None, on_batch=None):
     """Read one trace into ``store``: complete events (``ph == "X"``, ``dur >= 0``) as
-    :data:`STORE_DTYPE` rows keyed ``("gpu", rank, pid, tid)`` for GPU events (``cat`` in
+    ``STORE_DTYPE`` rows keyed ``("gpu", rank, pid, tid)`` for GPU events (``cat`` in
     ``gpu_cats``: Kineto's kernel and memcpy/memset categories, see
-    :class:`~streamtrace.analyze.patterns.Patterns`), ``("gpuanno", rank, pid, tid)`` for GPU-side
+    ``Patterns``), ``("gpuanno", rank, pid, tid)`` for GPU-side
     annotations (``gpu_user_annotation``: a GPU device's pid and a stream's tid) and ``("cpu", rank,
     pid, tid)`` for CPU events (``rank`` = ``args.rank`` or -1; ``Trace`` spans are not stored), and
     ``("gpusync", rank, pid, tid)`` for newer Kineto's ``cuda_sync`` events (pid: the device, tid: the
     waiting stream; stored as CPU events too, as before they were told apart, so that the ops
     table keeps its rows), each with a collective-args row holding ``"@wait_on_stream"`` and
-    ``"@wait_on_cuda_event_record_corr_id"`` (:data:`CUDA_SYNC_ARGS`, -1 when absent).
-    ``byte_range``: read only that slice of a plain file's events (see :mod:`streamtrace.trace.ranges`).
-    ``on_batch(b)``: called with each ``decode=False`` :class:`~streamtrace.trace.reader.RawBatch` in
+    ``"@wait_on_cuda_event_record_corr_id"`` (``CUDA_SYNC_ARGS``, -1 when absent).
+    ``byte_range``: read only that slice of a plain file's events (see ``streamtrace.trace.ranges``).
+    ``on_batch(b)``: called with each ``decode=False`` ``RawBatch`` in
     file order, before its rows are stored (a consumer of the same bytes, e.g. analyze's op costs,
     then needs no pass of its own).
 
@@ -81,10 +81,10 @@ def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None,
     ``reader.unusable_times``; those whose ``dur`` is a negative number (CUPTI's corrupted
     durations, issue 33) are not stored either, counted in ``reader.negative_durations``.
 
-    Returns ``(table, comm_rows, reader)``: the :class:`StringTable` the rows' ``cat``/``name``
+    Returns ``(table, comm_rows, reader)``: the ``StringTable`` the rows' ``cat``/``name``
     ids index, the collective-args rows the rows' ``comm`` indexes, and the finished
-    :class:`~streamtrace.trace.reader.TraceReader` (metadata, warnings, ``unusable_times``).
-    Raises :class:`~streamtrace.runtime.errors.TraceError` for unreadable input."""
+    ``TraceReader`` (metadata, warnings, ``unusable_times``).
+    Raises ``TraceError`` for unreadable input."""
     table = StringTable()
     comm_rows: list = []
     reader = TraceReader(path, salvage=salvage, progress=progress, byte_range=byte_range)

@@ -1,32 +1,32 @@
 """``streamtrace.load(FOLDER)``: an output folder of streamtrace as tables, for a notebook; and the one
-protocol every kind of output folder implements (:class:`OutputKind`).
+protocol every kind of output folder implements (``OutputKind``).
 
-A kind of folder is one :class:`Outputs` subclass, written once, in the lowest stage that writes or
+A kind of folder is one ``Outputs`` subclass, written once, in the lowest stage that writes or
 reads such folders: its ``kind``, its ``marker`` (the file that marks such a folder, written last),
 ``owns(name)`` (the top-level entries the stage writes there: what
-:func:`~streamtrace.runtime.files.output_folder` may replace), ``tables()`` and how one is read: ``load``
-opens it as it is, :meth:`Outputs.read` (what a later stage reads it with) checks its marker first
-(:meth:`Outputs.check`).  Only these classes name the files of an output folder.  The stages register
-their kinds (:func:`register`):
+``output_folder`` may replace), ``tables()`` and how one is read: ``load``
+opens it as it is, ``Outputs.read`` (what a later stage reads it with) checks its marker first
+(``Outputs.check``).  Only these classes name the files of an output folder.  The stages register
+their kinds (``register``):
 
 =============  ==================  ===========================================  =============================
 kind           marker              tables                                       implemented in
 =============  ==================  ===========================================  =============================
-``diff``       ``diff.json``       ``kernels``, ``ops``, ``groups``, ``ranks``  :mod:`streamtrace.report.diff.outputs`
-``epilogue``   ``epilogue.json``   the aggregate's, ``kernels``/``ops`` of all  :mod:`streamtrace.report.outputs`
-``aggregate``  ``aggregate.json``  ``ranks``, ``rank_phase``, ``pipeline``, ..  :mod:`streamtrace.aggregate.folder`
-``analysis``   ``summary.json``    ``kernels``, ``ops`` (``iteration=N/rank=R``)  :mod:`streamtrace.analyze.outputs`
-``report``     ``report.json``     none: ``summary`` is the report              :mod:`streamtrace.report.outputs`
+``diff``       ``diff.json``       ``kernels``, ``ops``, ``groups``, ``ranks``  ``streamtrace.report.diff.outputs``
+``epilogue``   ``epilogue.json``   the aggregate's, ``kernels``/``ops`` of all  ``streamtrace.report.outputs``
+``aggregate``  ``aggregate.json``  ``ranks``, ``rank_phase``, ``pipeline``, ..  ``streamtrace.aggregate.folder``
+``analysis``   ``summary.json``    ``kernels``, ``ops`` (``iteration=N/rank=R``)  ``streamtrace.analyze.outputs``
+``report``     ``report.json``     none: ``summary`` is the report              ``streamtrace.report.outputs``
 =============  ==================  ===========================================  =============================
 
 (The epilogue's kind lives in ``report``, below the epilogue, since ``diff`` reads such folders; the
-report's file names in :mod:`streamtrace.aggregate.folder`, since an aggregate folder holds its report.)
+report's file names in ``streamtrace.aggregate.folder``, since an aggregate folder holds its report.)
 
 A folder holding several markers is the kind of lowest ``precedence`` (the order above: an epilogue's
 folder holds its report's ``report.json`` too).  Every kind gives ``summary`` (its JSON, a dict),
 ``tables()`` (names), ``table(name)`` (a ``pyarrow.Table``; also as an attribute: ``out.kernels``),
 ``to_pandas(name)``, ``to_polars(name)`` (a one-line error naming the package when it is not installed).
-:func:`load` finds the kind among those registered; ``streamtrace.load`` registers every stage's first.
+``load`` finds the kind among those registered; ``streamtrace.load`` registers every stage's first.
 """
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def read_dataset(outdir, dataset, columns=None) -> pa.Table:
 @runtime_checkable
 class OutputKind(Protocol):
     """What every kind of output folder says about itself (see the module docstring): implemented once
-    per kind, by an :class:`Outputs` subclass in the stage that writes such folders."""
+    per kind, by an ``Outputs`` subclass in the stage that writes such folders."""
     kind: ClassVar[str]           # "analysis", "aggregate", ...
     marker: ClassVar[str]         # the file that marks such a folder (its summary, written last)
     precedence: ClassVar[int]     # tried in increasing order (a folder may hold several markers)
@@ -100,7 +100,7 @@ class Outputs(Mapping):
     ``path``: the folder; ``kind``; ``summary``: its JSON marker file as a dict.
 
     Also what the stage that writes such a folder returns (``streamtrace.analyze`` an ``Analysis``,
-    ``aggregate`` an ``Aggregate``, ``report`` a ``Report``, ``diff`` a ``Diff``; :meth:`of`), with
+    ``aggregate`` an ``Aggregate``, ``report`` a ``Report``, ``diff`` a ``Diff``; ``of``), with
     ``summary`` the dict the stage returned before it returned this object.  For the callers of that
     dict, the object is also a read-only mapping over ``summary``: ``result["ranks"]``,
     ``result.get(...)``, ``"ranks" in result``, ``keys()``/``items()``, ``len``, ``==`` a dict compare
@@ -109,7 +109,7 @@ class Outputs(Mapping):
     marker: ClassVar[str] = ""
     precedence: ClassVar[int] = 100
     missing: ClassVar[str] = "{path}: not a streamtrace {kind} folder (no {marker})"
-    """The one-line error of :meth:`read` for a folder without the marker (``{path}``, ``{kind}``, ``{marker}``)."""
+    """The one-line error of ``read`` for a folder without the marker (``{path}``, ``{kind}``, ``{marker}``)."""
 
     @classmethod
     def owns(cls, name: str) -> bool:
@@ -127,9 +127,9 @@ class Outputs(Mapping):
     @classmethod
     def read(cls, path):
         """The folder ``path`` of this kind, as a later stage reads it: its marker read
-        (:func:`~streamtrace.events.dataset.read_json`) and checked (:meth:`check`).  Raises
-        :class:`~streamtrace.runtime.errors.StreamtraceError` (:attr:`missing`) when ``path`` holds no
-        marker, :class:`~streamtrace.runtime.errors.DataError` naming the marker (or a file it lists) when it
+        (``read_json``) and checked (``check``).  Raises
+        ``StreamtraceError`` (``missing``) when ``path`` holds no
+        marker, ``DataError`` naming the marker (or a file it lists) when it
         is damaged or of another shape."""
         if not (Path(path) / cls.marker).is_file():
             raise StreamtraceError(cls.missing.format(path=path, kind=cls.kind, marker=cls.marker))
@@ -139,7 +139,7 @@ class Outputs(Mapping):
         return self
 
     def check(self):
-        """Raise :class:`~streamtrace.runtime.errors.DataError` naming the marker when ``summary`` is not of
+        """Raise ``DataError`` naming the marker when ``summary`` is not of
         this kind's shape (default: any JSON)."""
 
     @classmethod
@@ -167,7 +167,7 @@ class Outputs(Mapping):
         raise KeyError(name)
 
     def table(self, name) -> pa.Table:
-        """Table ``name`` (one of :meth:`tables`) as a ``pyarrow.Table`` (read once, then cached)."""
+        """Table ``name`` (one of ``tables``) as a ``pyarrow.Table`` (read once, then cached)."""
         if name not in self.tables():
             raise StreamtraceError(f"{self.path}: no table {name!r} in this {self.kind} folder "
                                    f"(it has: {', '.join(self.tables()) or 'none'})")
@@ -176,7 +176,7 @@ class Outputs(Mapping):
         return self._cache[name]
 
     def to_pandas(self, name):
-        """Table ``name`` as a pandas DataFrame.  Raises :class:`~streamtrace.runtime.errors.StreamtraceError`
+        """Table ``name`` as a pandas DataFrame.  Raises ``StreamtraceError``
         (one line naming the package) when pandas is not installed: it is not a dependency of streamtrace."""
         try:
             import pandas  # noqa: F401 - optional: only for this call (pyarrow's to_pandas needs it)
@@ -204,13 +204,13 @@ class Outputs(Mapping):
         return f"<streamtrace {self.kind} {self.path}: {', '.join(self.tables()) or 'no tables'}>"
 
 
-#: the registered kinds (:func:`register`), in the order they are tried
+#: the registered kinds (``register``), in the order they are tried
 KINDS: list = []
 
 
 def register(cls, first=None):
-    """Register a kind of output folder: ``cls``, an :class:`Outputs` subclass implementing
-    :class:`OutputKind`; it replaces a kind of the same name.  ``first``: True tries it before every
+    """Register a kind of output folder: ``cls``, an ``Outputs`` subclass implementing
+    ``OutputKind``; it replaces a kind of the same name.  ``first``: True tries it before every
     other, False after; None (default) by its ``precedence``.  Returns ``cls`` (a class decorator)."""
     if not isinstance(cls, type) or not issubclass(cls, Outputs) or not cls.kind or not cls.marker:
         raise TypeError(f"{cls!r}: not a kind of output folder (an Outputs subclass with kind and marker)")
@@ -232,7 +232,7 @@ def kind_of(path):
 def load(path) -> Outputs:
     """The streamtrace output folder ``path`` as tables (see the module docstring), of the kinds
     registered so far (``streamtrace.load`` registers every stage's).  Raises
-    :class:`~streamtrace.runtime.errors.StreamtraceError` when ``path`` is none of these."""
+    ``StreamtraceError`` when ``path`` is none of these."""
     cls = kind_of(path)
     if cls is None:
         raise StreamtraceError(f"{path}: not a streamtrace output folder (none of "

@@ -1,8 +1,8 @@
-"""An Nsight Systems SQLite export into an event store (:func:`ingest_nsys`), the same rows and
-keys as :func:`streamtrace.events.ingest.ingest` gives a Kineto trace: GPU rows keyed
+"""An Nsight Systems SQLite export into an event store (``ingest_nsys``), the same rows and
+keys as ``streamtrace.events.ingest.ingest`` gives a Kineto trace: GPU rows keyed
 ``("gpu", rank, device, stream)`` (a Kineto GPU event's pid is its device, its tid its stream),
 CPU rows (CUDA runtime/driver calls, NVTX ranges) keyed ``("cpu", rank, pid, tid)``, names and
-categories interned in one :class:`~streamtrace.events.columns.StringTable`, NCCL payloads as
+categories interned in one ``StringTable``, NCCL payloads as
 collective-args rows.  Memory: one batch of rows at a time, plus the store."""
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ CORR_SHIFT = 40
 
 @dataclass
 class NsysIngest:
-    """What :func:`ingest_nsys` read: the string table and collective-args rows the stored rows
+    """What ``ingest_nsys`` read: the string table and collective-args rows the stored rows
     refer to, the export (processes, version, notices, warnings), the rows left out
     (``unusable``: no usable start/end; ``foreign``: CPU rows of processes without GPU work)."""
     table: StringTable
@@ -38,9 +38,9 @@ def ingest_nsys(path, store, rank_map=None, base_rank=0, progress=None, ordered=
     ``{"<pid>" | "<file>:<pid>": rank}``; ``base_rank``: the first rank of processes ranked by
     order; ``progress(rows read)``: called per batch; ``ordered=False``: each key's rows in the
     tables' rowid order, not in start order (no SQLite sort; what ``analyze`` reads:
-    :func:`~streamtrace.trace.nsys.streams.read_order`); ``gpu_only``: the CPU tables (runtime
+    ``read_order``); ``gpu_only``: the CPU tables (runtime
     calls, NVTX ranges) are not read at all.  Raises
-    :class:`~streamtrace.runtime.errors.TraceError` for a file that is not a readable export."""
+    ``TraceError`` for a file that is not a readable export."""
     ex = NsysExport(path, rank_map, base_rank)
     table = StringTable()
     cats = np.asarray([table.id(k) for k in KINDS], np.int32)

@@ -1,7 +1,7 @@
 """One big trace read by several processes (``analyze --jobs N`` on one file): byte ranges of
-its ``traceEvents`` (:mod:`streamtrace.trace.ranges`) parsed by worker processes, each into its
-own store, then seen as one store in file order (:class:`~streamtrace.events.store.MergedStore`)
-with one string table.  The result equals :func:`streamtrace.events.ingest.ingest` on the whole
+its ``traceEvents`` (``streamtrace.trace.ranges``) parsed by worker processes, each into its
+own store, then seen as one store in file order (``MergedStore``)
+with one string table.  The result equals ``streamtrace.events.ingest.ingest`` on the whole
 file (tests/unit/events/test_parallel_ingest.py)."""
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from .store import CHUNK_EVENTS, MemoryStore, MergedStore, SpillStore
 @dataclass(frozen=True)
 class IngestSettings:
     """How every range of one trace is read: ``gpu_cats`` (the Kineto categories stored as GPU
-    events, see :func:`~streamtrace.events.ingest.ingest`), ``salvage`` (keep the complete events
+    events, see ``ingest``), ``salvage`` (keep the complete events
     of a truncated file), ``spill_dir`` (None: blocks kept in memory; else each range spills to
     its own folder inside it) and ``chunk_events`` (rows per stored block)."""
     gpu_cats: frozenset
@@ -48,9 +48,9 @@ class RangeTask:
 @dataclass
 class RangeResult:
     """What a worker sends back: ``blocks`` (``{key: [block reference]}``, see
-    :meth:`~streamtrace.events.store.MemoryStore.export`), its string table's ``strings``, its
+    ``export``), its string table's ``strings``, its
     collective-args rows, the reader's warnings and the complete events dropped for their time
-    (``reader.unusable_times``, see :func:`~streamtrace.events.ingest.ingest`)."""
+    (``reader.unusable_times``, see ``ingest``)."""
     blocks: dict
     strings: list
     comm_rows: list
@@ -61,11 +61,11 @@ class RangeResult:
 
 @dataclass
 class SplitIngest:
-    """What :func:`ingest_parallel` read: the columns as one store, the shared string
+    """What ``ingest_parallel`` read: the columns as one store, the shared string
     table, collective-args rows, top-level metadata, reader warnings, and ``how`` the
-    ranges were found (``"guessed"``: :func:`~streamtrace.trace.ranges.guess_ranges`, all
+    ranges were found (``"guessed"``: ``guess_ranges``, all
     proven; ``"scanned"``: the guess was wrong somewhere,
-    :func:`~streamtrace.trace.ranges.iter_ranges`' exact scan)."""
+    ``iter_ranges``' exact scan)."""
     store: MergedStore
     table: StringTable
     comm_rows: list
@@ -78,7 +78,7 @@ class SplitIngest:
 
 def ingest_range(task: RangeTask) -> RangeResult:
     """Worker: the columns of one byte range into its own store.
-    Raises :class:`TraceError` when ``task.exact`` and the range is not a whole number of
+    Raises ``TraceError`` when ``task.exact`` and the range is not a whole number of
     events that the ``]`` appended to it ends exactly, and when a range after a comma holds
     no event (a trailing comma in the array)."""
     s = task.settings
@@ -92,15 +92,15 @@ def ingest_range(task: RangeTask) -> RangeResult:
 
 def ingest_parallel(path, tmpdir, jobs: int, settings: IngestSettings, while_parsing=None) -> SplitIngest | None:
     """Parse one big trace with ``jobs`` worker processes (byte ranges in file order,
-    about :data:`~streamtrace.trace.ranges.RANGES_PER_JOB` per worker).  The ranges are first
-    guessed (:func:`~streamtrace.trace.ranges.guess_ranges`, no pass over the file) and parsed;
+    about ``RANGES_PER_JOB`` per worker).  The ranges are first
+    guessed (``guess_ranges``, no pass over the file) and parsed;
     each one must parse to exactly its end, which proves the next one's start (see
-    :mod:`streamtrace.trace.ranges`).  If one does not, that work is dropped and the ranges come
-    from the exact scanner (:func:`~streamtrace.trace.ranges.iter_ranges`, each handed out as
+    ``streamtrace.trace.ranges``).  If one does not, that work is dropped and the ranges come
+    from the exact scanner (``iter_ranges``, each handed out as
     soon as the scan has found its end).  A gzip input is decompressed to a temporary file in
     ``tmpdir`` first.
 
-    Returns a :class:`SplitIngest` equivalent to :func:`~streamtrace.events.ingest.ingest` on
+    Returns a ``SplitIngest`` equivalent to ``ingest`` on
     the whole file, or None when the file cannot be read in byte ranges (truncated, data after
     the document, a syntax error): the caller then reads it in one process, which reports the
     error (or, with ``salvage``, keeps what can be kept) exactly as ``--jobs 1`` does.
@@ -150,7 +150,7 @@ def ingest_parallel(path, tmpdir, jobs: int, settings: IngestSettings, while_par
 def _parse_ranges(src, ranges, jobs, settings, tag, exact, submitted=None):
     """Each byte range of ``ranges`` (an iterable, consumed as it yields) parsed by a
     pool of ``jobs`` processes; the workers' results in order, or None as soon as one
-    range raises :class:`TraceError` (the others are cancelled, their spill folders
+    range raises ``TraceError`` (the others are cancelled, their spill folders
     ``<spill_dir>/<tag><i>`` removed).  ``submitted()`` is called once every range is
     handed out.  Other exceptions propagate."""
     futures, folders = [], []

@@ -1,6 +1,6 @@
 """The external sort: records (a numpy structured dtype) sorted by a key in O(block) memory --
 runs of ``block_rows`` records are sorted and stored as compressed sub-blocks (in memory or in a
-temporary file), then merged (:class:`ExternalSorter`)."""
+temporary file), then merged (``ExternalSorter``)."""
 from __future__ import annotations
 
 import heapq
@@ -32,7 +32,7 @@ def _concat(parts):
 
 
 class StoredRun:
-    """One sorted run of :class:`ExternalSorter`: its compressed sub-blocks, int64 ``meta``
+    """One sorted run of ``ExternalSorter``: its compressed sub-blocks, int64 ``meta``
     rows ``[records, offset, bytes]`` (a few bytes each: a Python tuple per sub-block made
     validate's parent grow by ~0.6 MB per GB of trace), into ``slab`` (a memory map) or, when
     ``slab`` is None, the sorter's temporary file.  ``len()``: the sub-blocks not read yet."""
@@ -52,13 +52,13 @@ class ExternalSorter:
     first]``; records with equal keys come out next to each other in no particular order
     (add a row index as the last key for a deterministic order).
 
-    :meth:`add` buffers records; every ``block_rows`` of them are sorted into a run,
+    ``add`` buffers records; every ``block_rows`` of them are sorted into a run,
     kept as compressed sub-blocks of ``sub_rows`` records (in memory, or in a temporary
-    file in ``folder``).  :meth:`chunks` then yields the records in key order, in
+    file in ``folder``).  ``chunks`` then yields the records in key order, in
     chunks, merging the runs.  ``delta``: fields coded as differences (those close to
-    sorted); ``codec``: the sub-blocks' compression (:data:`~streamtrace.events.codec.CODECS`).
+    sorted); ``codec``: the sub-blocks' compression (``CODECS``).
     ``path``: with ``folder``, the temporary file's name (else a hidden, unlinked one), so that its
-    runs can be handed over to a sorter in another process (:meth:`hand_over`, :meth:`take_over`).
+    runs can be handed over to a sorter in another process (``hand_over``, ``take_over``).
 
     The merge's memory: one decompressed sub-block per run, so by default it grows with
     the number of runs (the input).  With ``merge_rows`` it is bounded whatever the
@@ -66,7 +66,7 @@ class ExternalSorter:
     oldest are first merged into longer runs, stored as the others (a multi-pass merge,
     as in Knuth, TAOCP vol. 3, 5.4), until that many are left.  The sub-blocks in memory
     then hold at most ``max(merge_rows, 2 * sub_rows)`` records, and each chunk
-    :meth:`chunks` yields at most as many.  (One sub-block per run even when runs are few:
+    ``chunks`` yields at most as many.  (One sub-block per run even when runs are few:
     a round's copies -- the pieces' concatenation, their sort when they overlap, the
     consumer's columns -- take ~3x what it yields, and larger windows make larger rounds.)"""
 
@@ -132,7 +132,7 @@ class ExternalSorter:
         self.runs.append(self._put_run(subs))
 
     def _put_run(self, subs):
-        """Store one run's compressed sub-blocks ``[(records, bytes)]`` as a :class:`StoredRun`.
+        """Store one run's compressed sub-blocks ``[(records, bytes)]`` as a ``StoredRun``.
         In memory they go into one anonymous memory map per run, outside the malloc heap:
         thousands of small long-lived pieces there would split the free space that each
         block's temporary arrays need, and the heap (and the resident memory) would creep
@@ -166,8 +166,8 @@ class ExternalSorter:
 
     def export_runs(self):
         """The records as sorted runs, each ``[(records, compressed bytes)]`` (sub-blocks of
-        :func:`~streamtrace.events.codec.pack` with this sorter's ``delta`` and ``codec``), for another
-        sorter's :meth:`add_runs`; the sorter is emptied."""
+        ``pack`` with this sorter's ``delta`` and ``codec``), for another
+        sorter's ``add_runs``; the sorter is emptied."""
         if self.nbuf:
             self._spill_run()
         runs = []
@@ -181,14 +181,14 @@ class ExternalSorter:
         return runs
 
     def add_runs(self, runs):
-        """Take sorted runs from :meth:`export_runs` of a sorter with the same dtype, key, delta and codec."""
+        """Take sorted runs from ``export_runs`` of a sorter with the same dtype, key, delta and codec."""
         for subs in runs:
             self.count += sum(n for n, _ in subs)
             self.runs.append(self._put_run(subs))
 
     def hand_over(self) -> dict:
         """Store what is buffered as a run and close the file, keeping it: the sorted runs as a small
-        picklable dict for :meth:`take_over` (in this process or another), without copying them.
+        picklable dict for ``take_over`` (in this process or another), without copying them.
         Needs ``folder`` and ``path``; the sorter is emptied."""
         if self.folder is None or self.path is None:
             raise ValueError("hand_over needs a sorter with a folder and a path")
@@ -203,7 +203,7 @@ class ExternalSorter:
         return handed
 
     def take_over(self, handed: dict) -> None:
-        """Take the runs of another sorter's :meth:`hand_over` (same dtype, key, delta and codec;
+        """Take the runs of another sorter's ``hand_over`` (same dtype, key, delta and codec;
         this sorter has a ``folder`` and holds nothing yet); the file is unlinked at once and lives
         as long as this sorter holds it open."""
         if handed["path"] is not None:
@@ -263,7 +263,7 @@ class ExternalSorter:
         yield from self._merge_runs(runs)
 
     def _merge_into_run(self, runs):
-        """Merge ``runs`` into one :class:`StoredRun`.  On disk the sub-blocks are written as they
+        """Merge ``runs`` into one ``StoredRun``.  On disk the sub-blocks are written as they
         come; in memory they are gathered first."""
         metas, packed, rest = [], [], None
         for chunk in self._merge_runs(runs):
@@ -284,7 +284,7 @@ class ExternalSorter:
         return StoredRun(np.concatenate(metas) if metas else np.empty((0, 3), np.int64))
 
     def _merge_runs(self, runs):
-        """Yield the records of ``runs`` (:class:`StoredRun`) in key order.
+        """Yield the records of ``runs`` (``StoredRun``) in key order.
         Every round yields what is <= the smallest last key of the windows of runs with more to
         come (``cut``): nothing later can sort before it.  Two heaps keep a round's work to the
         runs it takes from: the windows by first key, the runs with more to come by last key."""

@@ -1,15 +1,15 @@
 """Where ``streamtrace analyze`` keeps event rows between reading and analysing them, in
 bounded memory: rows grouped by key (``("cpu" | "gpu" | "gpuanno", rank, pid, tid)``), as compressed blocks.
 
-* :data:`STORE_DTYPE` -- what the analysis keeps per complete event (60 bytes; pid, tid
+* ``STORE_DTYPE`` -- what the analysis keeps per complete event (60 bytes; pid, tid
   and rank live in the store key).
-* :class:`EventStore` -- the protocol every store follows and the analysis relies on.
-* :class:`MemoryStore` (default) and :class:`SpillStore` (``--chunked``: one file per
+* ``EventStore`` -- the protocol every store follows and the analysis relies on.
+* ``MemoryStore`` (default) and ``SpillStore`` (``--chunked``: one file per
   key) -- rows appended as blocks of at most ``chunk_events`` rows (pending rows are
-  compressed, :mod:`streamtrace.events.codec`, whenever ``chunk_events`` of them have
+  compressed, ``streamtrace.events.codec``, whenever ``chunk_events`` of them have
   accumulated).
-* :class:`MergedStore` -- the stores that the workers of one split trace filled
-  (:mod:`streamtrace.events.parallel_ingest`), seen as one, in file order.
+* ``MergedStore`` -- the stores that the workers of one split trace filled
+  (``streamtrace.events.parallel_ingest``), seen as one, in file order.
 """
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ CHUNK_EVENTS = 32768       # default rows per stored block, per sorted run, per 
 
 
 class EventStore(Protocol):
-    """Event rows (:data:`STORE_DTYPE`) grouped by key, read back block by block in the order
-    they were added.  :class:`MemoryStore`, :class:`SpillStore` and :class:`MergedStore` follow it."""
+    """Event rows (``STORE_DTYPE``) grouped by key, read back block by block in the order
+    they were added.  ``MemoryStore``, ``SpillStore`` and ``MergedStore`` follow it."""
 
     def keys(self) -> list:
         """Every key, sorted by ``repr``."""
@@ -43,12 +43,12 @@ class EventStore(Protocol):
         """The key's rows, block by block, in the order they were added."""
 
     def block_spans(self, key) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per block of ``key``, in :meth:`blocks` order: ``(rows, first_ts, last_end)`` int64
+        """Per block of ``key``, in ``blocks`` order: ``(rows, first_ts, last_end)`` int64
         arrays -- its row count, smallest ``ts`` and largest ``ts + dur`` (ns) -- without
         decompressing any block."""
 
     def block(self, key, j: int) -> np.ndarray:
-        """Block ``j`` of ``key`` (as :meth:`blocks` gives it)."""
+        """Block ``j`` of ``key`` (as ``blocks`` gives it)."""
 
     def get(self, key) -> np.ndarray:
         """All rows of ``key`` as one array."""
@@ -57,15 +57,15 @@ class EventStore(Protocol):
         """Forget a key's rows (the analysis is done with them)."""
 
     def take(self, key) -> np.ndarray:
-        """:meth:`get`, then :meth:`drop`."""
+        """``get``, then ``drop``."""
 
 
 class MemoryStore:
     """Event rows grouped by key, kept in memory as compressed blocks (the default mode).
 
-    A block reference is ``(rows, data, first_ts, last_end)``: ``data`` the :func:`pack`
+    A block reference is ``(rows, data, first_ts, last_end)``: ``data`` the ``pack``
     bytes, then the block's smallest ``ts`` and largest ``ts + dur`` (int64 ns), so that
-    :meth:`block_spans` answers without decompressing."""
+    ``block_spans`` answers without decompressing."""
 
     #: a key whose rows of one flush are at most this many, and that has no block yet, is kept
     #: in the flush's shared block (0: never; SpillStore)
@@ -151,14 +151,14 @@ class MemoryStore:
 
     def block_spans(self, key):
         """``(rows, first_ts, last_end)`` int64 arrays, one entry per block of ``key`` in
-        :meth:`blocks` order: its row count, smallest ``ts`` and largest ``ts + dur`` (ns)."""
+        ``blocks`` order: its row count, smallest ``ts`` and largest ``ts + dur`` (ns)."""
         spans = [(len(p), *_span(p)) for p in self._head(key)]
         spans += [(r[0], r[-2], r[-1]) for r in self.refs.get(key, ())]
         spans += [(len(p), *_span(p)) for p in self.pending.get(key, ())]
         return span_arrays(spans)
 
     def block(self, key, j):
-        """Block ``j`` of ``key`` (as :meth:`blocks` gives it)."""
+        """Block ``j`` of ``key`` (as ``blocks`` gives it)."""
         head = self._head(key)
         if j < len(head):
             return head[j]
@@ -178,19 +178,19 @@ class MemoryStore:
             self._small_rows(key, drop=True)
 
     def take(self, key):
-        """:meth:`get`, then :meth:`drop`."""
+        """``get``, then ``drop``."""
         out = self.get(key)
         self.drop(key)
         return out
 
     def export(self) -> dict:
-        """``{key: [block reference]}`` (picklable), after :meth:`flush`: what a worker of
-        :func:`streamtrace.trace.ranges.ingest_parallel` sends back; :func:`load_block` reads one."""
+        """``{key: [block reference]}`` (picklable), after ``flush``: what a worker of
+        ``streamtrace.trace.ranges.ingest_parallel`` sends back; ``load_block`` reads one."""
         self._unshare()
         return {k: [("mem",) + r for r in v] for k, v in self.refs.items()}
 
     def _unshare(self):
-        """:meth:`flush`, then every key of the shared blocks as a block of its own."""
+        """``flush``, then every key of the shared blocks as a block of its own."""
         self.flush()
         for key in list(self.small):
             self.refs[key] = [self._put(key, self._small_rows(key, drop=True))] + self.refs.get(key, [])
@@ -239,7 +239,7 @@ class SpillStore(MemoryStore):
 
 
 def _span(rows) -> tuple[int, int]:
-    """``(smallest ts, largest ts + dur)`` of a non-empty block of :data:`STORE_DTYPE` rows."""
+    """``(smallest ts, largest ts + dur)`` of a non-empty block of ``STORE_DTYPE`` rows."""
     return int(rows["ts"].min()), int((rows["ts"] + rows["dur"]).max())
 
 
@@ -256,7 +256,7 @@ def _read_at(path, offset, nbytes) -> bytes:
 
 
 def load_block(ref) -> np.ndarray:
-    """Rows of an exported block reference (:meth:`MemoryStore.export`)."""
+    """Rows of an exported block reference (``MemoryStore.export``)."""
     if ref[0] == "mem":
         return unpack(ref[2], STORE_DTYPE, ref[1], STORE_DELTA)
     return unpack(_read_at(ref[4], ref[2], ref[3]), STORE_DTYPE, ref[1], STORE_DELTA)
@@ -307,12 +307,12 @@ class MergedStore:
             yield self._load(ref, lut, off)
 
     def block_spans(self, key):
-        """Per block, in :meth:`blocks` order: ``(rows, first_ts, last_end)`` int64 arrays
-        (see :meth:`streamtrace.events.store.MemoryStore.block_spans`)."""
+        """Per block, in ``blocks`` order: ``(rows, first_ts, last_end)`` int64 arrays
+        (see ``streamtrace.events.store.MemoryStore.block_spans``)."""
         return span_arrays([(ref[1], ref[-2], ref[-1]) for ref, _, _ in self._refs(key)])
 
     def block(self, key, j):
-        """Block ``j`` of ``key`` (as :meth:`blocks` gives it)."""
+        """Block ``j`` of ``key`` (as ``blocks`` gives it)."""
         return self._load(*self._refs(key)[j])
 
     def get(self, key):
@@ -330,7 +330,7 @@ class MergedStore:
                         pass
 
     def take(self, key):
-        """:meth:`get`, then :meth:`drop`."""
+        """``get``, then ``drop``."""
         out = self.get(key)
         self.drop(key)
         return out

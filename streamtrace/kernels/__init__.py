@@ -1,13 +1,13 @@
-"""Numba kernels of streamtrace, their plain-Python reference twins (:mod:`~streamtrace.kernels.reference`)
-and the Python facades the stages call them through (:mod:`~streamtrace.kernels.rewriter`,
-:mod:`~streamtrace.kernels.surveyor`, :mod:`~streamtrace.kernels.validator`, :mod:`~streamtrace.kernels.keeper`,
-:mod:`~streamtrace.kernels.nsys_writer`: each owns a kernel's state arrays under named fields and its
+"""Numba kernels of streamtrace, their plain-Python reference twins (``reference``)
+and the Python facades the stages call them through (``rewriter``,
+``surveyor``, ``validator``, ``keeper``,
+``nsys_writer``: each owns a kernel's state arrays under named fields and its
 status loop).
 
 Every kernel is compiled with ``cache=True``.  Importing this package does nothing else: each module that
-defines kernels first calls :func:`~streamtrace.kernels.cachedir.ensure_cache` (once per process), which
+defines kernels first calls ``ensure_cache`` (once per process), which
 has numba keep the machine code in a per-user folder keyed by streamtrace's version and the kernel sources
-(``~/.cache/streamtrace/<version>/...``, :mod:`~streamtrace.kernels.cachedir`), which survives reinstalling
+(``~/.cache/streamtrace/<version>/...``, ``cachedir``), which survives reinstalling
 the same version, or falls back to numba's default folders (and, where nothing can be written, a private
 temporary folder with one notice on stderr).
 """

@@ -1,9 +1,9 @@
 """Per-node facts inherited down a call tree (numba; plain-Python twins in
-:mod:`streamtrace.kernels.reference.ancestry`).
+``streamtrace.kernels.reference.ancestry``).
 
-``parent``/``order`` come from :func:`streamtrace.kernels.tree.build_call_tree`
+``parent``/``order`` come from ``streamtrace.kernels.tree.build_call_tree``
 (``order`` lists parents before children).  Each kernel is one pass over ``order``,
-except :func:`same_name_ancestor`, which walks up from every node.
+except ``same_name_ancestor``, which walks up from every node.
 """
 from __future__ import annotations
 

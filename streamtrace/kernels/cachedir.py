@@ -7,7 +7,7 @@ numba's default cache lives in ``__pycache__`` beside the installed sources (or,
 path), so every new install path starts cold.  Older numba releases also stamp each index with
 the source file's mtime and size, which a reinstall changes (numba/numba#10659 made it a content
 hash; 0.68 has it; the project supports numba >= 0.59).  Here numba's locator is replaced, for the
-files of this package only, by :class:`KernelCacheLocator`:
+files of this package only, by ``KernelCacheLocator``:
 
 * folder: ``<root>/<streamtrace version>/<sha256 of the kernel sources, 16 hex>-numba<numba version>``
   where ``<root>`` is ``$STREAMTRACE_CACHE_DIR``, else ``$NUMBA_CACHE_DIR/streamtrace`` when the user
@@ -23,7 +23,7 @@ files of this package only, by :class:`KernelCacheLocator`:
   CPU and loads only its own.
 
 The locator is registered in numba's private ``CacheImpl._locator_classes`` list (``_CacheImpl``
-before numba 0.61), ahead of numba's own locators.  That list is no public API: :func:`install`
+before numba 0.61), ahead of numba's own locators.  That list is no public API: ``install``
 checks for it and, when it is missing or the folder cannot be created and written, leaves numba's
 default behaviour alone and returns False.  ``NUMBA_CACHE_LOCATOR_CLASSES``, when the user sets it,
 overrides the list (numba's rule), and then this locator is not used unless named there
@@ -33,7 +33,7 @@ Concurrency: this module writes no cache file itself; numba writes every index (
 file (``.nbc``) to a unique temporary name and ``os.replace``-s it into place, so a reader never
 sees a half-written file, and the folder is created with ``exist_ok``.  numba's index update is a
 read-modify-write, so two processes compiling *different signatures of the same kernel* at once can
-lose one entry (compiled again later); :mod:`streamtrace.runtime.compile` never compiles two
+lose one entry (compiled again later); ``streamtrace.runtime.compile`` never compiles two
 signatures of one kernel at the same time.
 """
 from __future__ import annotations
@@ -103,7 +103,7 @@ def package_version() -> str:
 
 def kernel_cache_dir(root: str | None = None) -> str | None:
     """``<root>/<version>/<digest16>-numba<version>``: the folder the kernels are cached in
-    (``root`` defaults to :func:`cache_root`; the version is :func:`package_version`); None when there is
+    (``root`` defaults to ``cache_root``; the version is ``package_version``); None when there is
     no root."""
     import numba
     root = root or cache_root()
@@ -125,7 +125,7 @@ def writable(folder: str) -> bool:
 
 class KernelCacheLocator(_Base):
     """numba cache locator for the functions defined in ``streamtrace/kernels/*.py``: the folder
-    :func:`kernel_cache_dir`, the source stamp :func:`sources_digest` (content, not mtime).
+    ``kernel_cache_dir``, the source stamp ``sources_digest`` (content, not mtime).
     Implements numba's private ``_CacheLocator`` interface (numba.core.caching)."""
 
     def __init__(self, py_func, py_file, folder):
@@ -169,13 +169,13 @@ def _locator_list():
 
 
 def installed() -> bool:
-    """True when :class:`KernelCacheLocator` is registered with numba in this process."""
+    """True when ``KernelCacheLocator`` is registered with numba in this process."""
     classes = _locator_list() if _caching is not None else None
     return bool(classes) and classes[0] is KernelCacheLocator
 
 
 def install() -> bool:
-    """Register :class:`KernelCacheLocator` first in numba's locator list, before any kernel module
+    """Register ``KernelCacheLocator`` first in numba's locator list, before any kernel module
     is imported (numba picks a kernel's locator when the module defines it).  Returns True when
     registered and its folder is writable; False, changing nothing, when numba's private API is not
     as expected or the folder cannot be created and written (numba's default behaviour then)."""
@@ -228,7 +228,7 @@ def _private_dir():
 def ensure_cache() -> str | None:
     """Make sure numba can cache the kernels, once per process: called by every kernel module before it
     defines its kernels (numba picks a kernel's cache folder when it is defined), never on importing
-    ``streamtrace.kernels`` itself.  This module's locator first (:func:`install`); where its folder
+    ``streamtrace.kernels`` itself.  This module's locator first (``install``); where its folder
     cannot be written, ``$NUMBA_CACHE_DIR``, ``__pycache__`` beside these files or numba's user folder
     (numba's own choice); and when none of those can be written either (a read-only install with a
     read-only ``HOME``, where numba would refuse to define the kernels at all: "cannot cache function

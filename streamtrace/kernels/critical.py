@@ -1,6 +1,6 @@
 """Longest path and slack over a DAG whose nodes are numbered in topological order (numba;
-plain-Python twin in :mod:`streamtrace.kernels.reference.critical`), for the critical path of
-:mod:`streamtrace.aggregate.critical_path`.
+plain-Python twin in ``streamtrace.kernels.reference.critical``), for the critical path of
+``streamtrace.aggregate.critical_path``.
 
 The graph is ``n`` nodes and E edges given as three int64 arrays ``src``, ``dst``, ``w`` (edge e
 runs ``src[e] -> dst[e]`` with weight ``w[e]``, int64 ns); every edge must satisfy
@@ -27,7 +27,7 @@ POS = 2 ** 62
 @njit(cache=True)
 def longest_path(n, src, dst, w, init):
     """Forward pass.  ``init`` (int64[n]): a node's own earliest value (its start time when it is a
-    source), :data:`NEG` when it has none.  ``dist[v]`` = max(``init[v]``, max over in-edges e of
+    source), ``NEG`` when it has none.  ``dist[v]`` = max(``init[v]``, max over in-edges e of
     ``dist[src[e]] + w[e]`` where ``dist[src[e]]`` > NEG): the longest path reaching v.
 
     Returns ``(dist, pred, origin)``, int64[n] each: ``pred[v]`` the in-edge achieving ``dist[v]``
@@ -60,9 +60,9 @@ def longest_path(n, src, dst, w, init):
 @njit(cache=True)
 def latest_times(n, src, dst, w, deadline):
     """Backward pass.  ``deadline`` (int64[n]): the latest a node may happen on its own (the step's
-    end for the final node), :data:`POS` when it has none.  ``late[u]`` = min(``deadline[u]``, min
+    end for the final node), ``POS`` when it has none.  ``late[u]`` = min(``deadline[u]``, min
     over out-edges e of ``late[dst[e]] - w[e]`` where ``late[dst[e]]`` < POS).  Returns ``late``,
-    int64[n].  O(E log E + n).  Raises ValueError as :func:`longest_path`."""
+    int64[n].  O(E log E + n).  Raises ValueError as ``longest_path``."""
     m = src.shape[0]
     for e in range(m):
         if src[e] >= dst[e] or src[e] < 0 or dst[e] >= n:
@@ -83,7 +83,7 @@ def latest_times(n, src, dst, w, deadline):
 @njit(cache=True)
 def trace_back(pred, src, end):
     """The edges of the longest path ending at node ``end``, first to last (int64[k]), following
-    ``pred`` (from :func:`longest_path`) and ``src``.  O(k)."""
+    ``pred`` (from ``longest_path``) and ``src``.  O(k)."""
     k = 0
     v = end
     while v >= 0 and pred[v] >= 0 and k < pred.shape[0]:

@@ -1,6 +1,6 @@
 """Numba kernel that pulls the analysis columns out of raw event bytes.
 
-For every event (byte range from :func:`streamtrace.kernels.scan.scan_events`) it
+For every event (byte range from ``streamtrace.kernels.scan.scan_events``) it
 reads, without building Python objects: ``ph``; ``pid``/``tid`` (integers, or a
 64-bit FNV-1a hash of the string content for string pids such as ``"Spans"``);
 ``cat`` and ``name`` (hash + byte span of the string content, for interning);
@@ -8,7 +8,7 @@ flow ``id``; and in ``args``: ``correlation``, ``External id`` (or legacy
 ``external id``), ``stream``, ``device``, ``rank``.  Events whose ``args`` hold
 collective metadata (``Collective name``, ``In msg nelems``, ``Process Group
 Name``, ...) or that the kernel cannot read are flagged so Python decodes just
-those.  The plain-Python twin is :func:`streamtrace.events.columns.columns_from_dicts`.
+those.  The plain-Python twin is ``streamtrace.events.columns.columns_from_dicts``.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Gaps between the events of a stream (numba; plain-Python twin in
-:mod:`streamtrace.kernels.reference.gaps`), for the idle-time breakdown of
-:mod:`streamtrace.aggregate.idle`.
+``streamtrace.kernels.reference.gaps``), for the idle-time breakdown of
+``streamtrace.aggregate.idle``.
 
 Unit-agnostic: any int64 times (ns inside streamtrace; the tests also feed HTA's
 rounded microseconds).

@@ -1,15 +1,15 @@
 """Numba kernels of merge's deferred time filter on a rank cut into byte ranges
-(:mod:`streamtrace.merge.grouped`): the written events summarised per group of consecutive events
+(``streamtrace.merge.grouped``): the written events summarised per group of consecutive events
 instead of one row each, and the groups a window keeps or drops whole decided from their summary.
 
-A group is up to :data:`GROUP_MAX` (63) consecutive events of one batch, written or not (so that its
+A group is up to ``GROUP_MAX`` (63) consecutive events of one batch, written or not (so that its
 events fit the bitmasks of an int64).  Its summary (int64[G_COLS]) holds what
-:func:`streamtrace.kernels.keep.keep_rows` would need of all its rows to find that every one is kept,
+``streamtrace.kernels.keep.keep_rows`` would need of all its rows to find that every one is kept,
 or that every one is dropped: the extremes of its timed events' ts and end, its flow events' count
 (their keys are kept apart, in order), its class-1 events' count, its merged pids (two at most) and
 bitmasks of its written, missing-field and negative-dur events.  Any other group is *mixed*: its
-rows are made again (:mod:`streamtrace.merge.rederive`) and decided by ``keep_rows``.
-Twin: :mod:`streamtrace.kernels.reference.groups`.
+rows are made again (``streamtrace.merge.rederive``) and decided by ``keep_rows``.
+Twin: ``streamtrace.kernels.reference.groups``.
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ KIND_EMPTY, KIND_KEPT, KIND_DROPPED, KIND_MIXED = 0, 1, 2, 3
 @njit(cache=True, nogil=True)
 def group_batch(rcls, rec, vbits, starts, ends, base, seq0, size, groups, fkeys, fts, ext):
     """Summarise one batch of ``n = len(rcls)`` events (``rcls``/``rec`` as
-    :func:`streamtrace.kernels.rewrite.scan_rewrite` and its Python twin leave them; ``vbits``:
+    ``streamtrace.kernels.rewrite.scan_rewrite`` and its Python twin leave them; ``vbits``:
     uint8[n] of MISSING_OUT / NEGDUR_OUT, or empty) in groups of ``size`` (1..GROUP_MAX) consecutive
     events.  ``starts``/``ends``: the events' byte offsets in the batch, ``base`` added makes them file
     offsets; ``seq0``: the first event's seq.  Writes one summary per group to ``groups``
@@ -140,7 +140,7 @@ def group_batch(rcls, rec, vbits, starts, ends, base, seq0, size, groups, fkeys,
 def flows_kept(nflow, fkeys, kept_keys, out):
     """``out[g] = 1`` (uint8) when every flow event of group ``g`` (its ``nflow[g]`` keys, int64, next in
     ``fkeys``: the groups' flow events in order) has its key in the sorted ``kept_keys``, else 0.
-    O(len(fkeys)) when the keys mostly grow (:func:`~streamtrace.kernels.keep.lower_bound_from`)."""
+    O(len(fkeys)) when the keys mostly grow (``lower_bound_from``)."""
     f = 0
     h = 0
     m = kept_keys.shape[0]
@@ -157,10 +157,10 @@ def flows_kept(nflow, fkeys, kept_keys, out):
 
 @njit(cache=True, nogil=True)
 def keep_groups(groups, kinds, a, b, shift_ns, dropped_seq, runs, pids, state):
-    """Decide groups ``a..b-1`` of ``groups`` (summaries of :func:`group_batch`, output order), none of
+    """Decide groups ``a..b-1`` of ``groups`` (summaries of ``group_batch``, output order), none of
     them mixed: ``kinds[g]`` KIND_EMPTY, KIND_KEPT (every written event kept) or KIND_DROPPED (every
     one dropped).  Does to ``dropped_seq``, ``runs`` (int64[>= b - a + 1, 2]), ``pids`` (int64[>= 2 (b -
-    a)]) and ``state`` what :func:`streamtrace.kernels.keep.keep_rows` does given the groups' rows, so
+    a)]) and ``state`` what ``streamtrace.kernels.keep.keep_rows`` does given the groups' rows, so
     that the two may take turns on one state.  Returns ``(runs written, pids written)``.  O(b - a +
     dropped events)."""
     nr = 0

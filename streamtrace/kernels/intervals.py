@@ -9,16 +9,16 @@ nothing; ``end < start`` is an error.
 A *canonical union* is an interval list that is sorted, has only non-empty
 intervals, and whose intervals are strictly separated
 (``start[i + 1] > end[i]``): touching or overlapping intervals are merged.
-:func:`union` returns one; :func:`intersect` and :func:`subtract` return one.
+``union`` returns one; ``intersect`` and ``subtract`` return one.
 
-:func:`intersect` and :func:`subtract` take *disjoint sorted* lists: sorted by
+``intersect`` and ``subtract`` take *disjoint sorted* lists: sorted by
 start, pairwise non-overlapping (``start[i + 1] >= end[i]``; touching and empty
 intervals are accepted).  Every canonical union qualifies.  The wrappers check
 this in O(N) and raise ``ValueError`` otherwise.
 
 Each public function is a thin Python wrapper (validation, dtype conversion,
 sorting) around an ``@njit`` core.  Plain-Python twins with the same signatures
-and a different algorithm live in :mod:`streamtrace.kernels.reference`; the
+and a different algorithm live in ``streamtrace.kernels.reference``; the
 property tests in ``tests/test_intervals.py`` check that both agree.
 
 Lengths are returned as Python ``int`` holding an int64 value.  No kernel adds
@@ -135,7 +135,7 @@ def _union_sorted(s, e):
 @njit(cache=True, nogil=True)
 def _union_lengths_sorted(s, e, cls, order, sets):
     """Union length of each class set ``sets[j]`` of the intervals taken in ``order`` (their
-    start order): one running union per set, as :func:`_union_length_sorted`. O(N * J)."""
+    start order): one running union per set, as ``_union_length_sorted``. O(N * J)."""
     nset = sets.shape[0]
     total = np.zeros(nset, dtype=np.int64)
     cs = np.zeros(nset, dtype=np.int64)
@@ -278,7 +278,7 @@ def _subtract_sorted(a_s, a_e, b_s, b_e):
 
 @njit(cache=True, nogil=True)
 def disjoint_length(s, e):
-    """Total length (int64 ns) of disjoint intervals ``s[i]..e[i]`` (e.g. a :func:`union`)."""
+    """Total length (int64 ns) of disjoint intervals ``s[i]..e[i]`` (e.g. a ``union``)."""
     total = np.int64(0)
     for i in range(s.shape[0]):
         total += e[i] - s[i]
@@ -325,7 +325,7 @@ def union(start, end):
 def union_length(start, end):
     """Total length covered by an arbitrary interval list, in the input unit (int64 ns).
 
-    Same input, errors and complexity as :func:`union` (O(N log N) sort, O(N)
+    Same input, errors and complexity as ``union`` (O(N log N) sort, O(N)
     sweep without building the union).  Returns a Python ``int`` (int64 value);
     0 for an empty list.
     """
@@ -340,7 +340,7 @@ def union_lengths(start, end, cls, sets):
     Parameters
     ----------
     start, end : array_like of int, shape (N,)
-        Interval ``i`` is ``[start[i], end[i])`` (int64 ns), any order, as for :func:`union`.
+        Interval ``i`` is ``[start[i], end[i])`` (int64 ns), any order, as for ``union``.
     cls : array_like of int, shape (N,)
         Each interval's class, ``0 <= cls[i] < C`` (C <= 127; held as int8).
     sets : array_like of bool, shape (J, C)
@@ -350,7 +350,7 @@ def union_lengths(start, end, cls, sets):
     -------
     list of J Python ``int``
         ``[union_length(start[m_j], end[m_j]) for each set j]`` with ``m_j = sets[j, cls]``:
-        the same numbers as :func:`union_length` of each subset.  Memory: one int64 index per
+        the same numbers as ``union_length`` of each subset.  Memory: one int64 index per
         interval (the start order); no subset, sorted copy or union is built, so N intervals
         cost 8 bytes each where the subsets' unions cost ~60 (the per-device metrics of a rank
         with 1.35 M kernels: ~11 MB instead of ~75).
@@ -389,7 +389,7 @@ def intersect(a_start, a_end, b_start, b_end):
     a_start, a_end : array_like of int, shape (N,)
     b_start, b_end : array_like of int, shape (M,)
         Each pair is a disjoint sorted list in int64 nanoseconds (for example the
-        output of :func:`union`): sorted by start and ``start[i + 1] >= end[i]``.
+        output of ``union``): sorted by start and ``start[i + 1] >= end[i]``.
 
     Returns
     -------
@@ -416,7 +416,7 @@ def intersect(a_start, a_end, b_start, b_end):
 def intersect_length(a_start, a_end, b_start, b_end):
     """Length of the intersection of two disjoint sorted lists (int64 ns, as Python ``int``).
 
-    Same inputs, errors and O(N + M) complexity as :func:`intersect`; nothing is
+    Same inputs, errors and O(N + M) complexity as ``intersect``; nothing is
     allocated besides the validation temporaries.
     """
     a_s, a_e = _check_disjoint_sorted(a_start, a_end, "intersect_length: A")
@@ -432,7 +432,7 @@ def subtract(a_start, a_end, b_start, b_end):
     a_start, a_end : array_like of int, shape (N,)
     b_start, b_end : array_like of int, shape (M,)
         Each pair is a disjoint sorted list in int64 nanoseconds (for example the
-        output of :func:`union`).
+        output of ``union``).
 
     Returns
     -------
@@ -460,7 +460,7 @@ def subtract(a_start, a_end, b_start, b_end):
 def subtract_length(a_start, a_end, b_start, b_end):
     """Length of A minus B (int64 ns, as Python ``int``), computed as |A| - |A ∩ B|.
 
-    Same inputs, errors and O(N + M) complexity as :func:`subtract`.
+    Same inputs, errors and O(N + M) complexity as ``subtract``.
     """
     a_s, a_e = _check_disjoint_sorted(a_start, a_end, "subtract_length: A")
     b_s, b_e = _check_disjoint_sorted(b_start, b_end, "subtract_length: B")

@@ -158,7 +158,7 @@ def is_valid_json(buf, s, e):
 
 @njit(cache=True)
 def valid_json_with(buf, s, e, stack):
-    """:func:`is_valid_json` with a caller-provided uint8[MAX_DEPTH] scratch stack
+    """``is_valid_json`` with a caller-provided uint8[MAX_DEPTH] scratch stack
     (saves an allocation per call in hot loops)."""
     j = _ws(buf, s, e)
     j = value_end(buf, j, e, stack)
@@ -250,7 +250,7 @@ def value_end(buf, j, e, stack):
                 return -1
 
 
-MEMBERS_CAP = 64      # members recorded per object by :func:`event_members`
+MEMBERS_CAP = 64      # members recorded per object by ``event_members``
 MEMBERS_INVALID = -1  # not valid JSON (or not one object): decode in Python, which reports it
 MEMBERS_UNUSUAL = -2  # valid shape unknown to the fast path (escaped key, duplicate or too many keys)
 
@@ -284,12 +284,12 @@ def _key_end(buf, j, e):
 
 @njit(cache=True)
 def object_members(buf, s, e, stack, mem, amem, args_key, whole):
-    """:func:`event_members`, and where the object ends.  ``whole`` True: ``buf[s:e]``
+    """``event_members``, and where the object ends.  ``whole`` True: ``buf[s:e]``
     must be exactly one JSON object with optional surrounding whitespace, as for
-    :func:`event_members`.  ``whole`` False: ``buf[s]`` is the ``{`` of an object that
+    ``event_members``.  ``whole`` False: ``buf[s]`` is the ``{`` of an object that
     ends somewhere before ``e`` (what follows it is not looked at), for a caller that
     finds each event's end and its members in one pass (merge's
-    :func:`streamtrace.kernels.rewrite.scan_rewrite`); an object that runs past ``e``
+    ``streamtrace.kernels.rewrite.scan_rewrite``); an object that runs past ``e``
     counts as MEMBERS_INVALID.  Returns ``(n, na, args_row, end)``, ``end`` just past
     the object's ``}`` (``e`` when ``whole``; -1 with MEMBERS_INVALID)."""
     j = _ws(buf, s, e)
@@ -425,7 +425,7 @@ def event_members(buf, s, e, stack, mem, amem, args_key):
     ``args_key`` member or more than MEMBERS_CAP members); ``na`` the number of
     args members (-1 when args is absent or not an object); ``args_row`` the row of
     ``mem`` holding args (-1 if none).  Accepts exactly what
-    :func:`valid_json_with` accepts for an object; O(e - s).
+    ``valid_json_with`` accepts for an object; O(e - s).
     """
     # np.bool_: a typed flag, not a literal True (numba would compile object_members once more
     # for a Literal[bool] argument instead of loading the cached version)

@@ -1,10 +1,10 @@
-"""Numba kernel of merge's deferred time filter (:mod:`streamtrace.merge.deferred`): which of a
+"""Numba kernel of merge's deferred time filter (``streamtrace.merge.deferred``): which of a
 rank's written events ``--steps`` keeps, decided after the rewrite from the rows it recorded.
 
-A row (int64[R_COLS] of :func:`keep_rows`) is one written event, in output order: ``[seq << 8 |
+A row (int64[R_COLS] of ``keep_rows``) is one written event, in output order: ``[seq << 8 |
 bits, ts, end, output end offset, flow key, merged pid]``; ``bits`` hold its class (the low two bits,
-:data:`streamtrace.kernels.rewrite.C_KEPT` / ``C_WINDOW`` / ``C_FLOW``), ``C_OTHER_FLOW`` and the
-validation bits ``MISSING_OUT`` / ``NEGDUR_OUT``.  Twin: :func:`streamtrace.kernels.reference.keep.keep_rows_py`.
+``streamtrace.kernels.rewrite.C_KEPT`` / ``C_WINDOW`` / ``C_FLOW``), ``C_OTHER_FLOW`` and the
+validation bits ``MISSING_OUT`` / ``NEGDUR_OUT``.  Twin: ``streamtrace.kernels.reference.keep.keep_rows_py``.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ C_FLOW = 3          # written flow event: kept when its ts is in the window and 
 C_CLASS = 3         # mask of the class bits
 C_STEP = 4          # a ProfilerStep candidate (ph "X", a name starting ProfilerStep# or escaped)
 C_OTHER_FLOW = 8    # (set by Python) a flow whose key is not plain: R_FLOW indexes Python's list
-# ``rec`` columns of :func:`streamtrace.kernels.rewrite.scan_rewrite`, the rows of :func:`keep_rows`: seq << 8 | class bits, ts (ns,
+# ``rec`` columns of ``streamtrace.kernels.rewrite.scan_rewrite``, the rows of ``keep_rows``: seq << 8 | class bits, ts (ns,
 # rank-local), end (ns), output end offset, flow key, merged pid
 R_BITS, R_T0, R_T1, R_END, R_FLOW, R_PID = 0, 1, 2, 3, 4, 5
 R_COLS = 6
@@ -88,7 +88,7 @@ def keep_rows(rows, lo, hi, kept_keys, shift_ns, dropped_seq, runs, pids, state)
     the last end, counts (kept; dropped; dropped missing-field and negative-dur events) and the
     earliest kept ts + ``shift_ns`` of a class 2/3 event.  Returns ``(runs written, pids written)``;
     call with an empty chunk to close the last run.  O(n log k), O(n) when the flow keys grow in
-    row order (:func:`lower_bound_from`)."""
+    row order (``lower_bound_from``)."""
     nr = 0
     npid = 0
     last_pid = np.int64(-1)

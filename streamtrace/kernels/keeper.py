@@ -1,10 +1,10 @@
-"""The Python face of the deferred time filter's kernels (:mod:`streamtrace.kernels.keep`,
-:mod:`streamtrace.kernels.groups`).
+"""The Python face of the deferred time filter's kernels (``streamtrace.kernels.keep``,
+``streamtrace.kernels.groups``).
 
-* :class:`Keeper`: one decision: :func:`~streamtrace.kernels.keep.keep_rows` and
-  :func:`~streamtrace.kernels.groups.keep_groups` taking turns on its state (``S_*``), the kept byte
+* ``Keeper``: one decision: ``keep_rows`` and
+  ``keep_groups`` taking turns on its state (``S_*``), the kept byte
   runs and the merged pids that keep an event gathered, the counts read by name;
-* :class:`Grouper`: :func:`~streamtrace.kernels.groups.group_batch` over a range's batches, its running
+* ``Grouper``: ``group_batch`` over a range's batches, its running
   extent (``X_*``) read by name.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ _NO_BITS = np.zeros(0, np.uint8)
 class Keeper:
     """One deferred filter's decision under the keep-window ``[lo, hi]`` (ns, rank-local): ``kept_keys``
     (sorted int64 flow keys kept), ``shift_ns`` (the rank's), ``dropped_seq`` (uint8 per event read,
-    set to 1 for each dropped).  Feed it the rows (:meth:`rows`) or groups (:meth:`groups`) in output
+    set to 1 for each dropped).  Feed it the rows (``rows``) or groups (``groups``) in output
     order, then an empty chunk of rows to close the last run."""
 
     def __init__(self, lo: int, hi: int, kept_keys: np.ndarray, shift_ns: int, dropped_seq: np.ndarray):
@@ -35,7 +35,7 @@ class Keeper:
         self.used = set()         # merged pids with a kept event
 
     def rows(self, rows: np.ndarray) -> None:
-        """One chunk of rows (int64[n, R_COLS], :mod:`streamtrace.kernels.keep`)."""
+        """One chunk of rows (int64[n, R_COLS], ``streamtrace.kernels.keep``)."""
         runs, pids = np.empty((len(rows) + 1, 2), np.int64), np.empty(len(rows), np.int64)
         nr, npid = keep_rows(rows, self.lo, self.hi, self.kept_keys, self.shift_ns, self.dropped_seq, runs, pids,
                              self.state)
@@ -70,12 +70,12 @@ class Keeper:
 
     @staticmethod
     def warm() -> None:
-        """Load :func:`~streamtrace.kernels.keep.keep_rows` (from numba's cache) into this process."""
+        """Load ``keep_rows`` (from numba's cache) into this process."""
         Keeper(0, 0, np.zeros(0, np.int64), 0, np.zeros(1, np.uint8)).close()
 
 
 class Grouper:
-    """:func:`~streamtrace.kernels.groups.group_batch` over one range's batches, in groups of ``size``
+    """``group_batch`` over one range's batches, in groups of ``size``
     events; the range's extent so far by name."""
 
     def __init__(self, size: int):

@@ -1,5 +1,5 @@
 """Slice-nesting check for one track (numba; plain-Python twin in
-:mod:`streamtrace.kernels.reference.nesting`).
+``streamtrace.kernels.reference.nesting``).
 
 Perfetto's JSON importer builds a stack of slices per (pid, tid) track: a slice
 must end inside the slice that encloses its start, or it is cut / dropped.

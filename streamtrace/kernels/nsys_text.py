@@ -1,13 +1,13 @@
 """The Chrome-trace text of Nsight Systems rows (``merge`` of an export,
-:mod:`streamtrace.merge.nsys`): one ``X`` event per row and the ``ac2g`` flow end it starts, written
+``streamtrace.merge.nsys``): one ``X`` event per row and the ``ac2g`` flow end it starts, written
 straight into a byte buffer, byte for byte what ``orjson.dumps`` writes for the event dicts of
-:func:`streamtrace.merge.nsys.event_dicts` (the twin: tests/kernels/test_nsys_text.py).
+``streamtrace.merge.nsys.event_dicts`` (the twin: tests/kernels/test_nsys_text.py).
 
 The Python path spent ~5 us a row building dicts and formatting ``ts``/``dur`` (43 of 53 CPU-s of a
 300 MB export's merge, bench/RESULTS.md); this writes a batch of 16 k rows in one call.  Names and
 categories come pre-encoded as JSON strings (``orjson.dumps`` of each, so their escaping is
 orjson's) in one table; times are exact decimal microseconds of int64 ns
-(:func:`~streamtrace.kernels.numtext.put_us`).
+(``put_us``).
 """
 from __future__ import annotations
 

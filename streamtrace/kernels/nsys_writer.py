@@ -1,6 +1,6 @@
-"""The Python face of the Nsight Systems text kernel (:func:`streamtrace.kernels.nsys_text.nsys_event_text`):
-a batch of rows as named columns (:class:`NsysRows`), the JSON text table and the output buffer sized for
-them, the events' bytes back (:func:`event_text`)."""
+"""The Python face of the Nsight Systems text kernel (``streamtrace.kernels.nsys_text.nsys_event_text``):
+a batch of rows as named columns (``NsysRows``), the JSON text table and the output buffer sized for
+them, the events' bytes back (``event_text``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

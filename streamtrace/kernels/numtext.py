@@ -1,7 +1,7 @@
 """Numbers as JSON text, written into a byte buffer at an offset without allocating: int64 as decimal
-(:func:`put_int`) and int64 ns as exact decimal microseconds (:func:`put_us`, the text of
-:func:`streamtrace.trace.writer.fmt_us`).  Shared by merge's rewrite kernel
-(:mod:`streamtrace.kernels.rewrite`) and the Nsight Systems text kernel (:mod:`streamtrace.kernels.nsys_text`);
+(``put_int``) and int64 ns as exact decimal microseconds (``put_us``, the text of
+``streamtrace.trace.writer.fmt_us``).  Shared by merge's rewrite kernel
+(``streamtrace.kernels.rewrite``) and the Nsight Systems text kernel (``streamtrace.kernels.nsys_text``);
 tests/kernels/test_kernels.py and tests/kernels/test_nsys_text.py check them against Python's ``str`` /
 ``fmt_us``."""
 from __future__ import annotations
@@ -56,7 +56,7 @@ def put_int(out, o, v):
 @njit(cache=True)
 def put_us(out, o, ns):
     """Exact decimal microseconds of int64 ``ns`` at ``out[o:]``, trailing zeros of the fraction
-    stripped (as :func:`streamtrace.trace.writer.fmt_us`, int64 minimum included); returns the new end."""
+    stripped (as ``streamtrace.trace.writer.fmt_us``, int64 minimum included); returns the new end."""
     if ns < 0:
         out[o] = 45
         o += 1

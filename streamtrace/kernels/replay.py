@@ -1,5 +1,5 @@
 """The reduction of one rank's step graph for the what-if replay (numba; plain-Python twin in
-:mod:`streamtrace.kernels.reference.replay`), for :mod:`streamtrace.aggregate.whatif_local`.
+``streamtrace.kernels.reference.replay``), for ``streamtrace.aggregate.whatif_local``.
 
 The graph is ``n`` nodes numbered in topological order and E edges ``src[e] -> dst[e]`` (int64,
 ``src < dst``) of weight ``w[e]`` (int64 ns, >= 0) and category ``cat[e]`` (int8, ``0 <= cat <

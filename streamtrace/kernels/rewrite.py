@@ -1,13 +1,13 @@
 """Numba kernel that rewrites merge events *as bytes*, without decoding them.
 
-For each event of the ``traceEvents`` array (found as it goes, the way :func:`streamtrace.kernels.scan.scan_bounds`
+For each event of the ``traceEvents`` array (found as it goes, the way ``streamtrace.kernels.scan.scan_bounds``
 finds them) it locates the top-level ``ph``/``pid``/``ts``/``id``/``cat``/``name``/``args`` values and, inside
 ``args``, ``correlation`` / ``External id`` / ``external id``; then it copies the event to ``out`` with the merge
-rewrites applied (see :mod:`streamtrace.merge`): the pid replaced by the merged pid, ``ts`` shifted and written as
+rewrites applied (see ``streamtrace.merge``): the pid replaced by the merged pid, ``ts`` shifted and written as
 exact decimal microseconds, flow ids and correlations made unique (``rank * 2**40 + raw``), ``"raw ..."`` copies
 and ``"rank"`` appended to ``args``.  Filtered events are skipped.  Anything unusual (a string id, a key already
 named ``rank``, ...) is handed back to Python with ``NEED_PYTHON``; the Python twin
-:func:`streamtrace.merge.rewrite_dict` defines the semantics and the property tests check that both agree.
+``streamtrace.merge.rewrite_dict`` defines the semantics and the property tests check that both agree.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ NEW_CAT = 4         # a deferred filter met a flow category not yet in its table
 
 KIND_CPU, KIND_GPU, KIND_OTHER = 0, 1, 2
 
-# ``cur`` (int64[CUR_LEN]), the cursor of :func:`scan_rewrite`: where scanning resumes, the bytes in the
+# ``cur`` (int64[CUR_LEN]), the cursor of ``scan_rewrite``: where scanning resumes, the bytes in the
 # window, the events found in this batch, the next event to rewrite, the bytes used in ``out``
 CUR_POS, CUR_END, CUR_FOUND, CUR_NEXT, CUR_OUT = 0, 1, 2, 3, 4
 CUR_LEN = 5
@@ -130,7 +130,7 @@ def _put_lit(out, o, lit):
 @njit(cache=True, inline="always")
 def _value_ns(buf, s, e):
     """``(ok, ns)``: the member value ``buf[s:e]`` read as microseconds into exact
-    int64 ns, the way :func:`streamtrace.kernels.scan.scan_events` reads ``ts``/``dur``
+    int64 ns, the way ``streamtrace.kernels.scan.scan_events`` reads ``ts``/``dur``
     (a number text that fits); ``ok`` is False for an absent member (``s`` < 0) or
     any other value."""
     if s < 0:
@@ -173,8 +173,8 @@ def _flow_cat(buf, cat_s, cat_e, id_s, id_e, fcat_text, fcat_off, nfcats):
 @njit(cache=True)
 def _flow_kept(buf, cat_s, cat_e, id_s, id_e, fcat_text, fcat_off, nfcats, fkeys):
     """1 when the flow event whose ``cat``/``id`` values are ``buf[cat_s:cat_e]`` / ``buf[id_s:id_e]``
-    is among the kept ``fkeys`` (see :func:`scan_rewrite`), 0 when not, -1 when Python must tell
-    (see :func:`_flow_cat`)."""
+    is among the kept ``fkeys`` (see ``scan_rewrite``), 0 when not, -1 when Python must tell
+    (see ``_flow_cat``)."""
     c, idv = _flow_cat(buf, cat_s, cat_e, id_s, id_e, fcat_text, fcat_off, nfcats)
     if c == -2:
         return -1
@@ -187,7 +187,7 @@ def _flow_kept(buf, cat_s, cat_e, id_s, id_e, fcat_text, fcat_off, nfcats, fkeys
 
 @njit(cache=True, inline="always")
 def _park(cur, at, found_n, i, o):
-    """The cursor saved before :func:`scan_rewrite` returns to its caller."""
+    """The cursor saved before ``scan_rewrite`` returns to its caller."""
     cur[CUR_POS], cur[CUR_FOUND], cur[CUR_NEXT], cur[CUR_OUT] = at, found_n, i, o
 
 
@@ -198,24 +198,24 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
                  rank, shift_ns, gpu_only, has_window, lo, hi, fcat_text, fcat_off, nfcats, fkeys,
                  info, kept, fields, defer, rec, rcls):
     """Find the events of the ``traceEvents`` array in the byte window ``buf`` and rewrite
-    each one into ``out`` as it is found: :func:`streamtrace.kernels.scan.scan_bounds` and
+    each one into ``out`` as it is found: ``streamtrace.kernels.scan.scan_bounds`` and
     the rewrite in one pass over the bytes (the member walk that locates an event's fields
     also finds where it ends).
 
-    Callers use it through :class:`streamtrace.kernels.rewriter.Rewriter`, which owns these arrays
+    Callers use it through ``streamtrace.kernels.rewriter.Rewriter``, which owns these arrays
     and the status loop.  ``cur`` (int64[CUR_LEN]) is the cursor, read and updated: ``cur[CUR_POS]``
     the byte position where scanning resumes, ``cur[CUR_END]`` the bytes in ``buf``, ``cur[CUR_FOUND]``
     ``k``, the events found in this batch (their byte ranges in ``starts``/``ends``, as scan_bounds
     fills them; at most ``len(starts)``), ``cur[CUR_NEXT]`` ``i``, the next event of the batch to
     rewrite (events ``i .. k-1`` were found but not yet rewritten: they are rewritten first),
     ``cur[CUR_OUT]`` the bytes used in ``out``.  ``sep``: the separator state of
-    :func:`~streamtrace.kernels.scan.scan_events`.
+    ``scan_events``.
     ``kept[j]`` (uint8, length >= len(starts)) is set to 1 for each event j written; when
     ``fields`` has rows (int64[len(starts), NF]), row j gets event j's validate fields
-    (:func:`streamtrace.kernels.validate.member_fields`, read from the same member walk).
+    (``streamtrace.kernels.validate.member_fields``, read from the same member walk).
 
     ``ts``/``dur`` are read from their number text (exact int64 ns, as
-    :func:`streamtrace.kernels.scan.scan_events` reads them).
+    ``streamtrace.kernels.scan.scan_events`` reads them).
     ``state`` (int64[ST_LEN]): ``ST_COMMA`` 1 when a comma must precede the next event written,
     ``ST_WRITTEN`` events written, ``ST_FIRST_OUT`` the earliest ts written (ns, shifted; ``ST_HAS_FIRST_OUT``
     1 once set), ``ST_OUT_BASE`` the output offset of ``out[0]`` (kept by the caller; only ``defer`` reads
@@ -224,12 +224,12 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
     1 once set).
     ``pid_text``/``pid_off``: concatenated raw JSON texts of known pids (entry k is
     ``pid_text[pid_off[k]:pid_off[k+1]]``; ``npids`` of them), looked up in their hash index
-    ``pid_slots`` (:mod:`streamtrace.kernels.texthash`), ``pid_new``/``pid_kind`` their merged pid
+    ``pid_slots`` (``streamtrace.kernels.texthash``), ``pid_new``/``pid_kind`` their merged pid
     and kind (KIND_CPU/GPU/OTHER); ``pid_used[k]`` is set to 1 when pid k gets an event.
     ``drop_text``/``drop_off``: categories to drop (raw string contents).  ``lo``/``hi``:
     keep window in rank-local ns.  ``fcat_text``/``fcat_off`` (``nfcats`` texts, as the pid texts)
     and ``fkeys`` (sorted int64 ``cat index << 40 | id``): the flows kept under the window
-    (:class:`streamtrace.merge.flows.KeptFlows`); a flow event in the window with a plain string
+    (``streamtrace.merge.flows.KeptFlows``); a flow event in the window with a plain string
     ``cat`` and an ``id`` below ID_LIMIT is kept when its key is there, else dropped.
 
     Returns ``(status, scan_status)``.  ``status`` OK: the batch ends, ``scan_status`` as
@@ -239,7 +239,7 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
     ``info[INFO_START:INFO_END + 1]`` = the pid's byte span (register it, call again); NEED_PYTHON
     (rewrite it with the Python twin, set ``cur[CUR_NEXT]`` = i + 1, call again); OUT_FULL (``out``
     cannot take it: empty ``out``, call again).  Counts written events in ``state[ST_WRITTEN]``.
-    ``defer`` (a time filter decided after the pass, :mod:`streamtrace.merge.deferred`; ``has_window``
+    ``defer`` (a time filter decided after the pass, ``streamtrace.merge.deferred``; ``has_window``
     is then False): every event is written as without a filter, and ``rcls[j]`` (uint8, length >=
     len(starts)) / ``rec[j]`` (int64[len(starts), R_COLS]) tell what decides it afterwards: the class
     (C_KEPT, C_WINDOW, C_FLOW; 0: not written), C_STEP for a ProfilerStep candidate (flagged before
@@ -249,7 +249,7 @@ def scan_rewrite(buf, cur, starts, ends, sep, out, state,
     offset just past it (``state[ST_OUT_BASE]``: the offset of ``out[0]`` in the whole output), ``R_FLOW`` a flow's
     ``cat index << 40 | id`` (the cat texts in ``fcat_text``/``fcat_off``: NEW_CAT with ``info`` = the span
     of a text not there yet: add it, call again), ``R_PID`` the merged pid.  Twins: scan_bounds (the byte
-    ranges) and :func:`streamtrace.merge.rank.rewrite_dict` (the rewrite), both property-tested."""
+    ranges) and ``streamtrace.merge.rank.rewrite_dict`` (the rewrite), both property-tested."""
     cap = out.shape[0]
     bcap = starts.shape[0]
     at, nbytes, found_n, i, o = cur[CUR_POS], cur[CUR_END], cur[CUR_FOUND], cur[CUR_NEXT], cur[CUR_OUT]

@@ -1,9 +1,9 @@
-"""The Python face of merge's byte rewrite kernel (:func:`streamtrace.kernels.rewrite.scan_rewrite`):
-:class:`Rewriter` owns the kernel's arrays under named fields (the cursor ``cur[CUR_*]``, the running
+"""The Python face of merge's byte rewrite kernel (``streamtrace.kernels.rewrite.scan_rewrite``):
+``Rewriter`` owns the kernel's arrays under named fields (the cursor ``cur[CUR_*]``, the running
 state ``state[ST_*]``, the pid table, the output buffer, a deferred filter's records) and its status
-loop; the caller answers what the kernel cannot decide alone through a :class:`RewriteHandler` (the
+loop; the caller answers what the kernel cannot decide alone through a ``RewriteHandler`` (the
 merged pid of a pid text not seen before, an event for the Python twin, a new flow category) and
-receives the rewritten bytes through :meth:`RewriteHandler.write`.
+receives the rewritten bytes through ``RewriteHandler.write``.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ _NO_FIELDS = np.zeros((0, NF), np.int64)     # scan_rewrite without the validate
 
 @dataclass(frozen=True)
 class RewriteSetup:
-    """What a rank's rewrite applies to every event (see :func:`~streamtrace.kernels.rewrite.scan_rewrite`):
+    """What a rank's rewrite applies to every event (see ``scan_rewrite``):
     ``rank``, ``shift_ns`` (added to ts), ``drop_cats`` (category texts, UTF-8, whose events are dropped),
     ``gpu_only``, ``window`` (``(lo, hi)`` rank-local ns, or None), the flows kept under it (``flow_cats``:
     category texts; ``flow_keys``: sorted int64 ``cat index << 40 | id``), ``defer`` (a time filter
@@ -57,7 +57,7 @@ class PythonEvent:
 
 
 class RewriteHandler(Protocol):
-    """What :class:`Rewriter` asks its caller."""
+    """What ``Rewriter`` asks its caller."""
 
     def new_pid(self, text: bytes, offset: int) -> tuple[int, int]:
         """``(merged pid, kind)`` (KIND_CPU / KIND_GPU / KIND_OTHER) of a pid first met: its JSON
@@ -75,12 +75,12 @@ class RewriteHandler(Protocol):
 
 
 class Rewriter:
-    """One rank's rewrite through :func:`~streamtrace.kernels.rewrite.scan_rewrite` (module docstring).
+    """One rank's rewrite through ``scan_rewrite`` (module docstring).
 
     ``batch``: the most events a window holds (the reader's ``batch_events``); ``fields``: the validate
-    fields' buffer (int64[batch, NF], :mod:`streamtrace.kernels.validate`) or None; ``out_bytes``: the
-    output buffer's first size.  After :meth:`rewrite`, ``kept[j]`` (1: written), ``rcls[j]`` /
-    ``rec[j]`` (with ``defer``: class and record, :mod:`streamtrace.kernels.keep`) describe event j
+    fields' buffer (int64[batch, NF], ``streamtrace.kernels.validate``) or None; ``out_bytes``: the
+    output buffer's first size.  After ``rewrite``, ``kept[j]`` (1: written), ``rcls[j]`` /
+    ``rec[j]`` (with ``defer``: class and record, ``streamtrace.kernels.keep``) describe event j
     of the window's batch."""
 
     def __init__(self, setup: RewriteSetup, handler: RewriteHandler, batch: int, fields=None,

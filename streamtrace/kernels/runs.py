@@ -1,5 +1,5 @@
 """Numba helpers on runs of intervals, shared by the call-tree kernels
-(:mod:`streamtrace.kernels.tree`, :mod:`streamtrace.kernels.treestream`): sorting a small
+(``streamtrace.kernels.tree``, ``streamtrace.kernels.treestream``): sorting a small
 group by start, merging sorted runs, and writing the union of sorted intervals.
 
 Times are int64 ns; every function works in place on arrays the caller owns.  They are
@@ -115,7 +115,7 @@ def merge_runs(s, e, t_s, t_e, runs, r):
 @njit(cache=True, nogil=True)
 def sort_group(s, e, lo, hi):
     """Sort s[lo:hi] (with e) by start, stably: insertion sort of blocks of 16, then the
-    blocks merged pairwise by :func:`merge_runs`.  O(k log k) time, O(k) scratch; not
+    blocks merged pairwise by ``merge_runs``.  O(k log k) time, O(k) scratch; not
     ``np.argsort``, whose quicksort costs numba ~2 s to compile."""
     k = hi - lo
     if k <= 1:

@@ -7,7 +7,7 @@ ends, skip over arbitrary JSON values, and read an event's top-level ``ts`` and
 rounding ever touches a timestamp (Kineto writes float microseconds such as
 ``4458676522690.655``; float64 cannot hold every nanosecond at that magnitude).
 
-Every kernel has a plain-Python twin in :mod:`streamtrace.kernels.reference`
+Every kernel has a plain-Python twin in ``streamtrace.kernels.reference``
 used by the property tests.
 
 Status codes returned by the scanners:
@@ -233,11 +233,11 @@ def _ts_or_dur(buf, s, e):
 @njit(cache=True, nogil=True, inline="always")
 def read_time(buf, i, n, want, f, tsv, durv):
     """The value of a top-level ``"ts"`` (``want`` 1) or ``"dur"`` (``want`` 2) member, from ``i`` just
-    past its ``:``: a number's exact ns (:func:`parse_ns`) into ``tsv`` / ``durv`` with HAS_TS / HAS_DUR in
+    past its ``:``: a number's exact ns (``parse_ns``) into ``tsv`` / ``durv`` with HAS_TS / HAS_DUR in
     the flags ``f`` (and TS_BAD / DUR_BAD when it does not fit or is not a number).  Returns ``(more, i, f,
     tsv, durv)``: ``more`` True when the bytes end before the value does (the caller resumes the event
     with more bytes); else ``i`` just past a number, or unchanged for any other value (the caller's scan
-    goes on over it).  Shared by :func:`scan_events` and :func:`streamtrace.kernels.survey.scan_survey`."""
+    goes on over it).  Shared by ``scan_events`` and ``streamtrace.kernels.survey.scan_survey``."""
     j = skip_ws(buf, i, n)
     if j >= n:
         return True, i, f, tsv, durv
@@ -272,7 +272,7 @@ OBJECT = 2    # next_element: an object starts at the returned position
 @njit(cache=True, nogil=True, inline="always")
 def next_element(buf, pos, n, sep):
     """Move from ``pos`` to the next element of the ``traceEvents`` array, across
-    whitespace and one comma (``sep`` as in :func:`scan_events`).  Returns
+    whitespace and one comma (``sep`` as in ``scan_events``).  Returns
     ``(status, pos)``: ``OBJECT`` with ``pos`` at its ``{``; DONE just past the
     closing ``]``; NEED_MORE at ``n``; BAD at a missing or doubled comma or an
     element that is not an object."""
@@ -519,7 +519,7 @@ def split_points(buf, n, base, every, out, state):
 def _object_end(b, words, i, n):
     """``b[i]`` is ``{``: the index just past its matching close (braces and brackets
     counted outside strings, not matched by kind), or -1 when ``b[:n]`` ends first.
-    Aligned 8-byte words without a backslash are handled as in :func:`split_points`
+    Aligned 8-byte words without a backslash are handled as in ``split_points``
     (quote parity by prefix XOR, only openers/closers outside strings visited);
     other bytes one at a time."""
     depth = 0
@@ -566,15 +566,15 @@ def _object_end(b, words, i, n):
 
 @njit(cache=True, nogil=True, boundscheck=False)
 def scan_bounds(buf, pos, n, starts, ends, sep):
-    """:func:`scan_events` without the times: fills only ``starts``/``ends`` (byte
+    """``scan_events`` without the times: fills only ``starts``/``ends`` (byte
     offsets of each ``{...}`` element of the ``traceEvents`` array), with the same
     ``sep`` state, return value ``(count, status, pos)`` and errors (a missing or
     doubled comma, an element that is not an object).  For callers that locate
     ``ts``/``dur`` themselves (validate reads them from the member spans it finds
-    anyway; merge's :func:`streamtrace.kernels.rewrite.scan_rewrite` finds the same
+    anyway; merge's ``streamtrace.kernels.rewrite.scan_rewrite`` finds the same
     byte ranges in its own member walk).  The events' own bytes are skipped a word at a time
-    (see :func:`_object_end`), so this runs at a few times :func:`scan_events`'
-    speed.  Twin: :func:`scan_events`' starts/ends (property-tested)."""
+    (see ``_object_end``), so this runs at a few times ``scan_events``'
+    speed.  Twin: ``scan_events``' starts/ends (property-tested)."""
     cap = starts.shape[0]
     b = np.ascontiguousarray(buf[:n])           # no copy for a C-contiguous buffer
     words = b[:(n >> 3) << 3].view(np.uint64)

@@ -1,5 +1,5 @@
-"""Named fields over a kernel's state array, for its facade: :func:`slot` (an int64 slot read as an
-``int``) and :func:`optional_slot` (a slot that holds a value once its flag slot is set, else None)."""
+"""Named fields over a kernel's state array, for its facade: ``slot`` (an int64 slot read as an
+``int``) and ``optional_slot`` (a slot that holds a value once its flag slot is set, else None)."""
 from __future__ import annotations
 
 __all__ = ["slot", "optional_slot"]

@@ -1,6 +1,6 @@
 """Numba kernels that decode the pages of an SQLite database file: the child pointers of a table
-b-tree's interior pages (:func:`interior_children`) and the integer columns of the records on its
-leaf pages (:func:`decode_leaves`, one record: :func:`decode_record`).
+b-tree's interior pages (``interior_children``) and the integer columns of the records on its
+leaf pages (``decode_leaves``, one record: ``decode_record``).
 
 Source of every layout here: sqlite.org, "Database File Format", sections 1.3 (the 100-byte header
 on page 1), 1.6 (b-tree pages: 8-byte leaf / 12-byte interior header, 2-byte big-endian cell
@@ -15,8 +15,8 @@ varint (1-9 bytes, big-endian 7-bit groups with the high bit set on all but the 
 gives all its 8 bits).
 
 Buffers are uint8 arrays holding whole pages (``page_size`` bytes each, read by the caller); values
-are int64.  Errors are returned as negative status codes (:data:`CORRUPT`), never raised, so that
-the caller can name the file and page.  Plain-Python twin: :mod:`streamtrace.kernels.reference.sqlite_pages`.
+are int64.  Errors are returned as negative status codes (``CORRUPT``), never raised, so that
+the caller can name the file and page.  Plain-Python twin: ``streamtrace.kernels.reference.sqlite_pages``.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ __all__ = ["ABSENT", "CORRUPT", "NULL", "ODD", "NEED_OVERFLOW", "OK", "varint", 
 #: an integer was asked for), ABSENT (past the end of a shorter record: a column added by ALTER TABLE
 #: after the row was written, whose value is the column's default)
 OK, NULL, ODD, ABSENT = 0, 1, 2, 3
-#: :func:`decode_record`: the asked columns reach past the bytes at hand (the payload overflows)
+#: ``decode_record``: the asked columns reach past the bytes at hand (the payload overflows)
 NEED_OVERFLOW = -1
 #: a structure that cannot be: a cell pointer or record outside its page, a bad page type
 CORRUPT = -2
@@ -84,10 +84,10 @@ def _int_body(buf, pos, n):
 def decode_record(buf, pos, end, slot, last, out, flags, row):
     """Decode the record at ``buf[pos:end]`` (all of it, or the part of an overflowing payload that
     is on the page): for every record column ``i`` with ``slot[i] >= 0`` (``slot``: int64, one entry
-    per declared column), write its integer to ``out[slot[i], row]`` and its status (:data:`OK`,
-    :data:`NULL`, :data:`ODD`, :data:`ABSENT`: past the record's end) to ``flags[slot[i], row]``;
-    ``last`` is the largest such ``i``; the value is 0 unless the status is OK.  Returns :data:`OK`, :data:`NEED_OVERFLOW` when the
-    header or an asked column's body reaches past ``end``, or :data:`CORRUPT` (a reserved serial
+    per declared column), write its integer to ``out[slot[i], row]`` and its status (``OK``,
+    ``NULL``, ``ODD``, ``ABSENT``: past the record's end) to ``flags[slot[i], row]``;
+    ``last`` is the largest such ``i``; the value is 0 unless the status is OK.  Returns ``OK``, ``NEED_OVERFLOW`` when the
+    header or an asked column's body reaches past ``end``, or ``CORRUPT`` (a reserved serial
     type 10/11, a header size past the payload's).  O(columns up to ``last``)."""
     if pos < end and buf[pos] < 0x80:               # the usual 1-byte varints, read inline
         hsize, q = np.int64(buf[pos]), pos + 1
@@ -165,9 +165,9 @@ def decode_leaves(buf, pages, page_size, usable, slot, last):
 
     Returns ``(n, rowid, out, flags, ovf, n_ovf, status, bad_page)``: ``n`` cells in page and cell
     order (= rowid order in a table b-tree); ``rowid`` int64[n]; ``out`` int64[k, n] and ``flags``
-    uint8[k, n] (k = ``slot.max() + 1``) as :func:`decode_record` fills them; ``ovf`` int64[n_ovf, 4]:
+    uint8[k, n] (k = ``slot.max() + 1``) as ``decode_record`` fills them; ``ovf`` int64[n_ovf, 4]:
     the cells whose asked columns are not all on the page (row, buffer offset of the payload, payload
-    size, first overflow page), left for the caller to assemble.  ``status`` is 0, or :data:`CORRUPT`
+    size, first overflow page), left for the caller to assemble.  ``status`` is 0, or ``CORRUPT``
     with ``bad_page`` the page number.  O(bytes of the pages' records up to column ``last``)."""
     k = 0
     for i in range(len(slot)):
@@ -234,7 +234,7 @@ def decode_leaves(buf, pages, page_size, usable, slot, last):
 def interior_children(buf, page_no, usable):
     """The child page numbers of the table interior page in ``buf`` (one page; page 1's header at
     offset 100), left to right: each cell's 4-byte child, then the right-most pointer.  Returns
-    ``(children int64[], status)``; status :data:`CORRUPT` (children empty) for a page that is not a
+    ``(children int64[], status)``; status ``CORRUPT`` (children empty) for a page that is not a
     table interior page (type 5) or a cell pointer outside it.  O(cells)."""
     h = 100 if page_no == 1 else 0
     if buf[h] != 5:

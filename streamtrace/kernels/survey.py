@@ -1,13 +1,13 @@
 """Numba kernel of merge's pre-pass (``merge --steps`` / ``--window`` / ``--align first-step``):
 find the events and sort them without decoding them.
 
-:func:`scan_survey` is :func:`streamtrace.kernels.scan.scan_events` (event byte ranges, exact
+``scan_survey`` is ``streamtrace.kernels.scan.scan_events`` (event byte ranges, exact
 ts/dur) that, in the same pass over the bytes, reads each event's top-level ph/name/cat/id and
 tells what the pre-pass needs of it: a metadata event
 (``ph`` exactly ``"M"``), a flow event (``ph`` ``"s"``/``"f"``/``"t"``) with its key (``cat``
 string, non-negative integer ``id``), a ProfilerStep candidate, or nothing.  Anything it cannot
 read exactly (escapes in those strings, other key shapes, invalid JSON) is left to Python.
-The plain-Python twin is :func:`streamtrace.kernels.reference.survey.classify_event_py`.
+The plain-Python twin is ``streamtrace.kernels.reference.survey.classify_event_py``.
 """
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def _classify(buf, ph_s, ph_e, name_s, name_e, cat_s, cat_e, id_s, id_e, cat_tex
 @njit(cache=True)
 def scan_survey(buf, pos, n, starts, ends, ts_ns, dur_ns, flags, sep, k0, kind, cat_k, flow_id,
                 cat_text, cat_off, ncats, info):
-    """:func:`streamtrace.kernels.scan.scan_events` (same arguments, same ``starts``/``ends``/
+    """``streamtrace.kernels.scan.scan_events`` (same arguments, same ``starts``/``ends``/
     ``ts_ns``/``dur_ns``/``flags``, same return value) that also classifies each event it finds
     into ``kind`` (uint8: S_OTHER, S_META, S_FLOW, S_DECODE) from its top-level ph/name/cat/id,
     in the same pass over the bytes.  Events are stored from index ``k0`` (the count returned

@@ -1,5 +1,5 @@
-"""The Python face of merge's pre-pass kernel (:func:`streamtrace.kernels.survey.scan_survey`):
-:class:`Surveyor` owns the kernel's per-event arrays (times, flags, kinds, flow keys) and its table of
+"""The Python face of merge's pre-pass kernel (``streamtrace.kernels.survey.scan_survey``):
+``Surveyor`` owns the kernel's per-event arrays (times, flags, kinds, flow keys) and its table of
 flow categories, and its status loop (a category met for the first time is added and the scan goes on)."""
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ __all__ = ["Surveyor"]
 
 
 class Surveyor:
-    """:func:`~streamtrace.kernels.survey.scan_survey` over a reader's windows, ``batch`` events at most
-    each.  After :meth:`scan`, event j of the window's batch has ``ts[j]`` / ``dur[j]`` (int64 ns),
-    ``flags[j]`` (:mod:`streamtrace.kernels.scan`'s bits), ``kind[j]`` (S_OTHER, S_META, S_FLOW, S_DECODE)
+    """``scan_survey`` over a reader's windows, ``batch`` events at most
+    each.  After ``scan``, event j of the window's batch has ``ts[j]`` / ``dur[j]`` (int64 ns),
+    ``flags[j]`` (``streamtrace.kernels.scan``'s bits), ``kind[j]`` (S_OTHER, S_META, S_FLOW, S_DECODE)
     and, for S_FLOW, ``cat_k[j]`` (its category's index in ``categories``) and ``flow_id[j]``."""
 
     def __init__(self, batch: int):

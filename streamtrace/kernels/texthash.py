@@ -1,11 +1,11 @@
 """A hash index over a table of byte strings, for the kernels that look a text up per event (merge's
-pid texts: :func:`streamtrace.kernels.rewrite.scan_rewrite`).  A linear search cost every event the
+pid texts: ``streamtrace.kernels.rewrite.scan_rewrite``).  A linear search cost every event the
 number of texts: a trace with 1,000,000 distinct pids took ~10**12 comparisons (issue 49).
 
 The table is ``text`` (uint8) with ``off`` (int64[n + 1]): entry k is ``text[off[k]:off[k + 1]]``.
 The index ``slots`` (int64, a power-of-two length at least twice n) holds ``k + 1`` at the slot the
 text hashes to (FNV-1a, 64 bits), or the next free one (linear probing); 0 is free.
-Twin: :mod:`streamtrace.kernels.reference.texthash` (a dict).
+Twin: ``streamtrace.kernels.reference.texthash`` (a dict).
 """
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def insert_text(text, off, k, slots):
 
 @njit(cache=True)
 def index_texts(text, off, n, slots):
-    """Put the table's first ``n`` entries into the empty index ``slots`` (:func:`insert_text` each).
+    """Put the table's first ``n`` entries into the empty index ``slots`` (``insert_text`` each).
     O(total length) expected."""
     for k in range(n):
         insert_text(text, off, k, slots)

@@ -1,5 +1,5 @@
 """Tables of byte strings as the numba kernels look texts up in them: the strings concatenated in one
-uint8 array and their offsets (:func:`text_table`), and :class:`TextTable`, such a table that grows one
+uint8 array and their offsets (``text_table``), and ``TextTable``, such a table that grows one
 string at a time (pid texts, flow categories, met while a kernel scans)."""
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ def text_table(texts) -> tuple[np.ndarray, np.ndarray]:
 
 
 class TextTable:
-    """A :func:`text_table` that grows: ``texts`` (the byte strings, in the order added), ``text`` /
+    """A ``text_table`` that grows: ``texts`` (the byte strings, in the order added), ``text`` /
     ``off`` (the arrays a kernel reads: ``text`` read-only, both longer than what they hold) and
-    ``slots``, their hash index (:mod:`streamtrace.kernels.texthash`).  The arrays grow by doubling and
+    ``slots``, their hash index (``streamtrace.kernels.texthash``).  The arrays grow by doubling and
     a new text goes into the index: a million texts (pids) cost linear time (the table rebuilt whole
     per text, searched linearly per event, was quadratic: issue 49)."""
 

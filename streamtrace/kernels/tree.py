@@ -3,14 +3,14 @@
 Three steps turn the flat event arrays of a (possibly merged, multi-rank) trace
 into per-operator GPU figures:
 
-1. :func:`build_call_tree` nests the complete (``ph: X``) CPU events of every
+1. ``build_call_tree`` nests the complete (``ph: X``) CPU events of every
    track (one int64 key per (rank, pid, tid)) into a forest: ``parent``,
    ``depth`` and a topological ``order``.
-2. :func:`link_by_correlation` finds, for every GPU event, the launch event
+2. ``link_by_correlation`` finds, for every GPU event, the launch event
    (runtime call) with the same (rank, correlation id).  The rank is part of the
    key: every rank numbers its correlation ids from the same range, so in a
    merged trace the id alone links a kernel to launches of *all* ranks.
-3. :func:`propagate` adds every GPU event to the launch that owns it and to all
+3. ``propagate`` adds every GPU event to the launch that owns it and to all
    of its ancestors, in one bottom-up pass: launch ``count``, summed kernel time
    ``total`` and ``busy`` (length of the union of the kernel intervals).
 
@@ -18,7 +18,7 @@ Events are identified by their index in the input arrays; times are int64
 nanoseconds.  Each public function is a thin Python wrapper (validation,
 dtype conversion, sorting with numpy) around an ``@njit`` core.  Plain-Python
 twins with the same signatures and different algorithms live in
-:mod:`streamtrace.kernels.reference`; ``tests/test_tree.py`` checks that both
+``streamtrace.kernels.reference``; ``tests/test_tree.py`` checks that both
 agree on random forests.
 
 Naive attribution (for every kernel, walk up its launcher's ancestors and append
@@ -26,7 +26,7 @@ the kernel to a list per node) costs O(M·d) appends and, with correlation ids
 that collide across K merged ranks, O(K²·M·d): every kernel is linked to the K
 launches sharing its id.  Here linking is keyed by rank, and ``count`` /
 ``total`` take one pass that visits each CPU event once: O(N + M).  ``busy``
-merges interval unions bottom-up; its bound is in :func:`propagate`.
+merges interval unions bottom-up; its bound is in ``propagate``.
 """
 from __future__ import annotations
 
@@ -474,13 +474,13 @@ def propagate(parent, order, gpu_owner, gpu_start, gpu_end):
     Parameters
     ----------
     parent, order : array_like of int, shape (N,)
-        A forest over N CPU events, e.g. from :func:`build_call_tree`:
+        A forest over N CPU events, e.g. from ``build_call_tree``:
         ``parent[i]`` is -1 or an index in [0, N); ``order`` is a permutation
         of range(N) listing every parent before its children (any topological
         order; it need not be a preorder).  Trees of many ranks may be mixed.
     gpu_owner : array_like of int, shape (M,)
         Index of the CPU event (the launch) owning each GPU event, -1 for none
-        (e.g. :func:`link_by_correlation`'s ``launcher``).
+        (e.g. ``link_by_correlation``'s ``launcher``).
     gpu_start, gpu_end : array_like of int, shape (M,)
         GPU event intervals ``[gpu_start[j], gpu_end[j])`` in int64 ns.
 

@@ -1,8 +1,8 @@
 """One track's call tree, GPU roll-up and launch context, in time-ordered chunks
 (bounded memory), plus a string gather for building Arrow string columns.
 
-:class:`TreeStream` takes a track's CPU events as records sorted by (start asc, end
-desc, index asc) -- the order :func:`streamtrace.kernels.tree.build_call_tree` nests
+``TreeStream`` takes a track's CPU events as records sorted by (start asc, end
+desc, index asc) -- the order ``streamtrace.kernels.tree.build_call_tree`` nests
 them in -- in any number of chunks, and carries the stack of open events from one
 chunk to the next.  It computes what ``build_call_tree`` + ``propagate`` +
 ``nearest_marked`` / ``outermost_marked`` compute on the whole track, with the same
@@ -23,8 +23,8 @@ pieces -- its own GPU intervals and the union of each closed child subtree -- me
 into one union when it closes, in O(S log r) with the run merge of ``tree``).  Each
 GPU interval is held at most once, and only while an ancestor of its launch is open.
 
-Plain-Python twins: :func:`streamtrace.kernels.reference.tree_stream_ref` and
-:func:`~streamtrace.kernels.reference.gather_strings_ref`.
+Plain-Python twins: ``streamtrace.kernels.reference.tree_stream_ref`` and
+``gather_strings_ref``.
 """
 from __future__ import annotations
 
@@ -40,10 +40,10 @@ __all__ = ["TreeStream", "REC_DTYPE", "RES_DTYPE", "gather_strings"]
 
 _I64_MAX = np.iinfo(np.int64).max
 
-#: one CPU event, as fed to :meth:`TreeStream.feed` (sorted by s asc, e desc, idx asc)
+#: one CPU event, as fed to ``TreeStream.feed`` (sorted by s asc, e desc, idx asc)
 REC_DTYPE = np.dtype([("s", "i8"), ("e", "i8"), ("idx", "i8"), ("own_off", "i8"), ("name", "i4"),
                       ("comm", "i4"), ("own_cnt", "i4"), ("flags", "u1")])
-#: one closed event, as returned by :meth:`TreeStream.feed` / :meth:`TreeStream.finish`
+#: one closed event, as returned by ``TreeStream.feed`` / ``TreeStream.finish``
 RES_DTYPE = np.dtype([("idx", "i8"), ("parent", "i8"), ("depth", "i4"), ("count", "i8"), ("total", "i8"),
                       ("busy", "i8")])
 
@@ -201,7 +201,7 @@ class TreeStream:
     (int64), the name ids ``launch_op``, ``launching``, ``annot``, ``top``, ``dim``
     (int32, or int16 when every name id fits), ``comm_row`` (int32; only filled where
     it is negative).  ``clamp_ns`` as for
-    :func:`~streamtrace.kernels.tree.build_call_tree`.  ``arena``: initial capacity of
+    ``build_call_tree``.  ``arena``: initial capacity of
     the interval arena (it grows on demand)."""
 
     def __init__(self, own_rows, g_start, g_end, gpu, clamp_ns=1000, arena=1024):

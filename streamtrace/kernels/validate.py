@@ -1,8 +1,8 @@
 """Numba kernels of ``streamtrace validate``: the fields each check needs, read from raw event
-bytes (:func:`event_fields`), and the two checks that need events in order, run over sorted
-chunks with their state carried from chunk to chunk (:func:`nesting_chunk`, :func:`flow_chunk`).
+bytes (``event_fields``), and the two checks that need events in order, run over sorted
+chunks with their state carried from chunk to chunk (``nesting_chunk``, ``flow_chunk``).
 
-Plain-Python twins: :mod:`streamtrace.kernels.reference.validate`.
+Plain-Python twins: ``streamtrace.kernels.reference.validate``.
 
 **Canonical values.**  The checks compare ``pid``, ``tid``, ``cat``, flow ``id`` and ``args.rank``
 as Python compares the decoded values (``1 == 1.0 == true``), so each is reduced to a
@@ -12,7 +12,7 @@ int64, booleans as 0/1, integral floats), ``STR`` (64-bit FNV-1a hash of the UTF
 canonical text, computed in Python).  This kernel reads integer literals, ``true``/``false``/``null``
 and strings without a backslash; every other value, and any event whose shape the member walk
 does not know (escaped keys, a repeated member the checks read, more than 64 members, invalid
-JSON), is marked ``PY`` for Python to decode (:mod:`streamtrace.validate.check`).
+JSON), is marked ``PY`` for Python to decode (``streamtrace.validate.check``).
 """
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ def _value(buf, vs, ve, out, i, ck, cv):
 
 @njit(cache=True, inline="always")
 def _time(buf, vs, ve, out, i, has, bad, col):
-    """ts/dur as :func:`streamtrace.kernels.scan.scan_events` reads them (a number text read
+    """ts/dur as ``streamtrace.kernels.scan.scan_events`` reads them (a number text read
     exactly into int64 ns, else the BAD bit)."""
     f = out[i, C_TFLAGS] | has
     c = buf[vs]
@@ -133,9 +133,9 @@ def event_fields(buf, starts, ends, out):
     ends[i]]`` (uint8 bytes): ``C_PH`` (PH_* code), ``(C_PIDK, C_PIDV)``, ``(C_TIDK, C_TIDV)``,
     ``(C_CATK, C_CATV)``, ``(C_IDK, C_IDV)`` and ``(C_RANKK, C_RANKV)`` (args.rank; ABSENT when args
     is absent or not an object) as canonical (kind, value) pairs; ``C_TS``/``C_DUR`` (int64 ns) and
-    ``C_TFLAGS`` (HAS_TS, HAS_DUR, TS_BAD, DUR_BAD of :mod:`streamtrace.kernels.scan`); ``C_PY`` 1 when
+    ``C_TFLAGS`` (HAS_TS, HAS_DUR, TS_BAD, DUR_BAD of ``streamtrace.kernels.scan``); ``C_PY`` 1 when
     Python must decode the event instead (the other columns are then undefined).  The event's JSON
-    is checked strictly (:func:`streamtrace.kernels.jsoncheck.event_members`); invalid JSON is
+    is checked strictly (``streamtrace.kernels.jsoncheck.event_members``); invalid JSON is
     left to Python (C_PY), whose decoder reports it.  O(bytes)."""
     n = starts.shape[0]
     vstack = np.zeros(MAX_DEPTH, np.uint8)
@@ -148,8 +148,8 @@ def event_fields(buf, starts, ends, out):
 
 @njit(cache=True)
 def member_fields(buf, nm, na, arow, mem, amem, out, i):
-    """Row ``i`` of :func:`event_fields`' ``out`` from the result of
-    :func:`streamtrace.kernels.jsoncheck.event_members` for that event (``nm``, ``na``, ``arow``,
+    """Row ``i`` of ``event_fields``' ``out`` from the result of
+    ``streamtrace.kernels.jsoncheck.event_members`` for that event (``nm``, ``na``, ``arow``,
     ``mem``, ``amem``; members of ``args``): for kernels that walk the members anyway (merge's
     rewrite)."""
     for c in range(NF):
@@ -223,10 +223,10 @@ def member_fields(buf, nm, na, arow, mem, amem, out, i):
 
 @njit(cache=True)
 def span_fields(buf, out, i, ph_s, pid_s, pid_e, tid_s, tid_e, ts_s, ts_e, dur_s, dur_e, cat_s, cat_e, id_s, id_e):
-    """Row ``i`` of :func:`event_fields`' ``out`` from member value spans a caller already found
+    """Row ``i`` of ``event_fields``' ``out`` from member value spans a caller already found
     (merge's rewrite; -1 for an absent member), for an event with no repeated member of these,
     a ``ph`` of one character at ``buf[ph_s]`` (its quote) and no ``args.rank``.  Returns False
-    when a value needs :func:`member_fields` (or Python) instead."""
+    when a value needs ``member_fields`` (or Python) instead."""
     out[i, C_PY] = 0
     c = buf[ph_s + 1]
     out[i, C_PH] = PH_X if c == 88 else PH_S if c == 115 else PH_F if c == 102 else PH_OTHER
@@ -264,7 +264,7 @@ FC_KEYS, FC_UNMATCHED, FC_DUPLICATE, FC_CROSS_RANK = 0, 1, 2, 3     # flow_chunk
 @njit(cache=True)
 def batch_records(f, view, out_pid, seq0, nest, flows, counts):
     """The records of one batch of events for the order-dependent checks, and its counts, in one
-    pass over the fields ``f`` (int64[n, NF], :func:`event_fields`).
+    pass over the fields ``f`` (int64[n, NF], ``event_fields``).
 
     ``view``: int64[n], each event's view bits (V_IN, V_OUT); ``out_pid``: in the V_OUT view an
     absent ``pid`` counts as ``null`` (merge writes a merged pid on every event).  Per view an event
@@ -277,8 +277,8 @@ def batch_records(f, view, out_pid, seq0, nest, flows, counts):
     values, ``seq0 + i`` (file order), ph, ``args.rank`` kind and value, its views).  Rows are in
     file order; ``nest``: int64[>= n, NEST_COLS], ``flows``: int64[>= n, FLOW_COLS].  ``counts``:
     int64[2, 3] per view: BC_EVENTS events, BC_MISSING missing field, BC_NEGDUR negative dur (added to);
-    callers use it through :class:`streamtrace.kernels.validator.BatchRecords`.  Returns ``(X rows, flow
-    rows)``.  O(n).  Twin: :func:`streamtrace.kernels.reference.validate.batch_records_py`."""
+    callers use it through ``streamtrace.kernels.validator.BatchRecords``.  Returns ``(X rows, flow
+    rows)``.  O(n).  Twin: ``streamtrace.kernels.reference.validate.batch_records_py``."""
     nn = 0
     nf = 0
     for i in range(f.shape[0]):
@@ -336,7 +336,7 @@ def nesting_chunk(tkind, pidv, tidv, start, end, view, state, stacks):
     """The slice-nesting check over one chunk of X events sorted by track ``(tkind, pidv, tidv)``,
     then ``start`` ascending, then ``end`` descending (int64 arrays, ns), with the state carried
     from the previous chunk.  Each record counts in the views of its ``view`` bits (V_IN, V_OUT):
-    one stack per view, as :func:`streamtrace.kernels.nesting.count_bad_nesting` builds for one
+    one stack per view, as ``streamtrace.kernels.nesting.count_bad_nesting`` builds for one
     track (a slice starting inside the top of the stack must end no later than it, else it is
     counted bad and not pushed).  On a GPU stream's track (``tkind & GPU_TRACK``) such a slice is
     two kernels overlapping on one stream, counted apart.
@@ -345,7 +345,7 @@ def nesting_chunk(tkind, pidv, tidv, start, end, view, state, stacks):
     V_IN stack, [5] of the V_OUT stack, [NS_BAD + v] bad slices of view v, [NS_TRACKS + v] tracks (running
     totals), [10], [11] 1 once the current track had a V_IN / V_OUT record, [NS_GPU_OVERLAP + v]
     GPU-stream overlaps (running totals).  Callers use it through
-    :class:`streamtrace.kernels.validator.NestingRun`, which owns the state and grows the stacks.
+    ``streamtrace.kernels.validator.NestingRun``, which owns the state and grows the stacks.
     ``stacks``: int64[2, cap] (ends of the open slices per view).  Returns the number of records
     consumed: less than ``len(start)`` when a stack is full (grow ``stacks`` and call again on the
     rest).  O(n) amortised."""
@@ -403,8 +403,8 @@ def flow_chunk(kinds, catv, idv, ph, rankk, rankv, view, state, counts):
     4 + 6*v: s ends, f ends, 1 when the view had an end, first rank kind, first rank value, cross.
     ``counts``: int64[2, 4] running totals per view: FC_KEYS keys, FC_UNMATCHED unmatched keys (no ``s``
     or no ``f``), FC_DUPLICATE duplicate keys (more than one ``s`` or ``f``), FC_CROSS_RANK cross-rank
-    keys.  Callers use it through :class:`streamtrace.kernels.validator.FlowRun`.  After the last chunk, close the
-    last key with :func:`flow_close`.  Returns ``len(kinds)``.  O(n)."""
+    keys.  Callers use it through ``streamtrace.kernels.validator.FlowRun``.  After the last chunk, close the
+    last key with ``flow_close``.  Returns ``len(kinds)``.  O(n)."""
     n = kinds.shape[0]
     for i in range(n):
         if state[0] == 0 or kinds[i] != state[1] or catv[i] != state[2] or idv[i] != state[3]:
@@ -440,7 +440,7 @@ def flow_chunk(kinds, catv, idv, ph, rankk, rankv, view, state, counts):
 
 @njit(cache=True)
 def flow_close(state, counts):
-    """Add the key in progress of :func:`flow_chunk`'s ``state`` to ``counts`` and forget it
+    """Add the key in progress of ``flow_chunk``'s ``state`` to ``counts`` and forget it
     (call once after the last chunk)."""
     if state[0] == 0:
         return

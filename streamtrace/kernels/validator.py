@@ -1,13 +1,13 @@
-"""The Python face of validate's order-dependent kernels (:mod:`streamtrace.kernels.validate`): each
+"""The Python face of validate's order-dependent kernels (``streamtrace.kernels.validate``): each
 owns its state arrays under named fields and its loop over the chunks.
 
-* :class:`BatchRecords`: :func:`~streamtrace.kernels.validate.batch_records`' row buffers and its counts
+* ``BatchRecords``: ``batch_records``' row buffers and its counts
   per view (``BC_EVENTS``, ``BC_MISSING``, ``BC_NEGDUR``);
-* :class:`NestingRun`: :func:`~streamtrace.kernels.validate.nesting_chunk` over sorted chunks of X slices,
+* ``NestingRun``: ``nesting_chunk`` over sorted chunks of X slices,
   its stacks grown where a chunk fills them; its totals per view (``NS_BAD``, ``NS_TRACKS``,
   ``NS_GPU_OVERLAP`` of the state);
-* :class:`FlowRun`: :func:`~streamtrace.kernels.validate.flow_chunk` over sorted chunks of flow ends, the
-  last key closed by :func:`~streamtrace.kernels.validate.flow_close`; its counts per view (``FC_*``).
+* ``FlowRun``: ``flow_chunk`` over sorted chunks of flow ends, the
+  last key closed by ``flow_close``; its counts per view (``FC_*``).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ STACK_START = 1024      # open slices per view a NestingRun's stacks hold before
 
 
 class BatchRecords:
-    """:func:`~streamtrace.kernels.validate.batch_records` with its row buffers, reused from batch to
+    """``batch_records`` with its row buffers, reused from batch to
     batch (grown to the largest batch)."""
 
     def __init__(self):
@@ -47,7 +47,7 @@ class BatchRecords:
 
 class NestingRun:
     """The slice-nesting check over chunks of X slices sorted by track, then start, then end descending
-    (:func:`~streamtrace.kernels.validate.nesting_chunk`); :meth:`totals` per view once every chunk is in."""
+    (``nesting_chunk``); ``totals`` per view once every chunk is in."""
 
     def __init__(self):
         self.state = np.zeros(NEST_STATE, np.int64)
@@ -72,7 +72,7 @@ class NestingRun:
 
 class FlowRun:
     """The flow check over chunks of flow ends sorted by key, then file order
-    (:func:`~streamtrace.kernels.validate.flow_chunk`)."""
+    (``flow_chunk``)."""
 
     def __init__(self):
         self.state = np.zeros(FLOW_STATE, np.int64)

@@ -5,7 +5,7 @@ A *window* is a half-open interval ``[start[i], end[i])`` of int64 ns (an annota
 the windows *containing* it are those with ``start <= t < end``; a zero-length window
 (``end == start``) contains nothing, and ``end < start`` is an error.
 
-**Innermost** (the result of :func:`innermost`) is, among the windows containing ``t``:
+**Innermost** (the result of ``innermost``) is, among the windows containing ``t``:
 
 1. the one with the latest ``start``;
 2. among those starting at the same time, the one with the earliest ``end`` (the
@@ -28,7 +28,7 @@ containing one again), and a query first pops the windows that ended at or befor
 answer.  Every window is pushed and popped at most once: O(N + Q) after the sorts,
 O(N log N + Q log Q) in all; memory: the stack (N int64) and the orders (N + Q int64).
 
-**Shortest overlapping** (:func:`shortest_overlapping`, for GPU-side annotations, which are
+**Shortest overlapping** (``shortest_overlapping``, for GPU-side annotations, which are
 matched to the GPU events they *overlap*, as HolisticTraceAnalysis does): for a query interval
 ``[qs, qe)``, among the non-empty windows ``[s, e)`` overlapping it (``s < qe`` and ``qs < e``;
 a zero-length query at ``t`` overlaps the windows that contain ``t``):
@@ -46,8 +46,8 @@ stream: kernels do not overlap); an unclaimed query that ends before a window's 
 an earlier query's end is looked at again by every later window, so O(N·Q) in the worst case.
 
 Plain-Python twins (brute force over every window):
-:func:`streamtrace.kernels.reference.windows.innermost_window_ref`,
-:func:`streamtrace.kernels.reference.windows.shortest_overlapping_ref`; property tests in
+``streamtrace.kernels.reference.windows.innermost_window_ref``,
+``streamtrace.kernels.reference.windows.shortest_overlapping_ref``; property tests in
 ``tests/kernels/test_windows.py``.
 """
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """``merge --align collectives``: each rank's clock offset from the ends of its collectives.
 
-**Collected** in merge's survey (the one extra read of every rank; :func:`CollectiveLog.add`): every
+**Collected** in merge's survey (the one extra read of every rank; ``CollectiveLog.add``): every
 GPU kernel whose name matches ``nccl``/``rccl``, with its start and end (rank-local int64 ns), its
 process group (``Process Group Ranks``, else ``Process Group Name``, else its stream), whether it is
 a point-to-point send or receive (``Collective name`` send/recv) and its signature (collective name
 or kernel name, ``In msg nelems``, ``Out msg nelems``, ``dtype``).
 
-**Matched** (:func:`match`) by :func:`streamtrace.events.collmatch.match_ordinals`, the matcher of
+**Matched** (``match``) by ``streamtrace.events.collmatch.match_ordinals``, the matcher of
 ``aggregate`` too: per process group, by NCCL's sequence number (``Seq``) where every kernel of the
 group carries it, else by order (every member issues the group's collectives in the same order,
 NCCL requires it), a rank whose count differs re-aligned by signature and reported (a warning and
@@ -14,14 +14,14 @@ the header's ``mismatches``).  An instance whose members disagree on the signatu
 Point-to-point transfers in a two-rank group (Megatron's pipeline
 groups with two stages) are matched sender to receiver the same way and serve only as *bridges*:
 they join sets of ranks that share no group collective (pipeline stages) and are not used inside a
-set (:mod:`streamtrace.events.clocks`, step 4).
+set (``streamtrace.events.clocks``, step 4).
 
-**Estimated** with :func:`streamtrace.events.clocks.fit_clock_offsets` (the estimator of ``aggregate
+**Estimated** with ``streamtrace.events.clocks.fit_clock_offsets`` (the estimator of ``aggregate
 --clock-sync collectives``) on the ranks' times after merge's global shift (``baseTimeNanoseconds``),
-and subtracted from each rank's shift (:func:`plan_clock_sync`).  Not applied (the global shift kept;
+and subtracted from each rank's shift (``plan_clock_sync``).  Not applied (the global shift kept;
 the estimate recorded in the header and warned about) for a rank linked to the others by fewer than
-:data:`MIN_INSTANCES` instances, for a rank whose collective ends still disagree after alignment by
-more than :data:`MAX_RESIDUAL_NS` (95th percentile of its residuals: the matching or the premise
+``MIN_INSTANCES`` instances, for a rank whose collective ends still disagree after alignment by
+more than ``MAX_RESIDUAL_NS`` (95th percentile of its residuals: the matching or the premise
 failed), and for every rank when all ranks were recorded on one host (one clock: the estimate would
 only be the collectives' own end spread).  Sets of ranks that no usable collective links (the
 pipeline stages when the PP group has more than two ranks: its Send/Recv kernels name the whole group,
@@ -58,7 +58,7 @@ class CollectiveLog:
     def add(self, name, ts, dur, args, stream) -> None:
         """Record one GPU kernel (``args``: its collective args, a dict or None) unless its name is
         not NCCL's / RCCL's; a send or receive under the group name ``send:<group>`` / ``recv:<group>``
-        (the group: :func:`~streamtrace.events.collmatch.group_key`)."""
+        (the group: ``group_key``)."""
         args = args or {}
         coll = args.get("Collective name")
         if not _COMM.search(name or ""):
@@ -118,7 +118,7 @@ def _p2p_key(name, rank):
 def _rows(logs: dict, shifts: dict) -> tuple:
     """Every rank's kernels as matcher rows (rank order, each rank's in file order): ``rank``,
     group id, ``seq``, signature id, end (global axis); the group names by id.  Point-to-point
-    kernels under ``p2p:<src>><dst>`` (:func:`_p2p_key`; others dropped)."""
+    kernels under ``p2p:<src>><dst>`` (``_p2p_key``; others dropped)."""
     names: dict = {}
     sig_ids: dict = {}
     out = {k: [] for k in ("rank", "group", "seq", "sig", "end")}
@@ -142,12 +142,12 @@ def _rows(logs: dict, shifts: dict) -> tuple:
 
 def match(logs: dict, shifts: dict) -> tuple[dict, dict]:
     """Instances across ranks from ``logs`` (``{rank: CollectiveLog}``) on the global axis (rank-local
-    time + ``shifts[rank]``), by :func:`~streamtrace.events.collmatch.match_ordinals` (the matcher
+    time + ``shifts[rank]``), by ``match_ordinals`` (the matcher
     of ``aggregate``).  Returns ``(members, instances)`` in the form
-    :func:`~streamtrace.events.clocks.fit_clock_offsets` takes (``part`` = ``rank``); an instance is
+    ``fit_clock_offsets`` takes (``part`` = ``rank``); an instance is
     complete when it has as many members as its group has ranks (``Process Group Ranks``, else the
     ranks seen in the group); point-to-point instances are ``bridge`` instances.  ``instances`` also
-    holds ``mismatches`` (:class:`~streamtrace.events.collmatch.Mismatch` list) and ``group_names``."""
+    holds ``mismatches`` (``Mismatch`` list) and ``group_names``."""
     c, names = _rows(logs, shifts)
     z = np.zeros(0, np.int64)
     if not len(c["rank"]):
@@ -221,7 +221,7 @@ def plan_clock_sync(files, surveys, shifts: dict) -> tuple[dict, dict, list]:
 
 
 def _warnings(ranks: dict, n_files: int, one_host: bool, hosts: set, bad: list) -> list:
-    """The warnings of :func:`plan_clock_sync`: one line when no collective links any rank (a
+    """The warnings of ``plan_clock_sync``: one line when no collective links any rank (a
     CPU-only / gloo job), else per rank not linked or unreliable; the sets left apart; one host."""
     tag = "--align collectives"
     if n_files > 1 and not any(v["instances"] for v in ranks.values()):

@@ -1,8 +1,8 @@
 """The deferred time filter's decisions in ``streamtrace merge``, once every rank is read
-(:mod:`streamtrace.merge.deferred`): the keep-windows of the parked ranks (:func:`parked_keeps`: a
+(``streamtrace.merge.deferred``): the keep-windows of the parked ranks (``parked_keeps``: a
 ``--window``'s origin is the job's earliest event; a rank cut into byte ranges has its steps in any
-range), a task per parked rank (:func:`finish_parked_ranks`), and the gzip members of a cut rank's
-kept runs (:func:`gzip_split_runs`).  Called by :mod:`streamtrace.merge.run` on the rewrite's pool."""
+range), a task per parked rank (``finish_parked_ranks``), and the gzip members of a cut rank's
+kept runs (``gzip_split_runs``).  Called by ``streamtrace.merge.run`` on the rewrite's pool."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -18,7 +18,7 @@ def parked_keeps(files, surveys, results, opt) -> dict:
     """``{rank: (lo, hi)}``, the keep-windows (rank-local ns) of the ranks rewritten in one pass and
     parked, from their steps and earliest events as the survey would have found them: with
     ``--window`` every rank is parked (the window's origin is the job's earliest event) and
-    :func:`plan_time` raises its errors in rank order; with ``--steps`` alone only split ranks are,
+    ``plan_time`` raises its errors in rank order; with ``--steps`` alone only split ranks are,
     and a missing step is the error's text, as an unsplit rank's worker notes it."""
     found = [_found(s, r) for s, r in zip(surveys, results)]
     if opt.window_ms is not None:
@@ -29,7 +29,7 @@ def parked_keeps(files, surveys, results, opt) -> dict:
 
 def finish_parked_ranks(plans, results, keeps, opt, jobs, executor=None) -> list:
     """Each parked rank decided under its keep-window and written by a task
-    (:func:`streamtrace.merge.rank.finish_parked`, :func:`streamtrace.merge.split_filter.decide_split`);
+    (``streamtrace.merge.rank.finish_parked``, ``streamtrace.merge.split_filter.decide_split``);
     the other results as they are."""
     todo = [i for i, r in enumerate(results) if isinstance(r, (ParkedRank, SplitParked))]
     done = run_tasks(_decide, [(plans[i], results[i], keeps[plans[i].rank]) for i in todo], jobs,
@@ -50,8 +50,8 @@ def _found(s: Survey, r) -> Survey | None:
 
 
 def _decide(plan: RankPlan, res: ParkedRank | SplitParked, keep) -> RankResult:
-    """Task: one parked rank decided (:func:`finish_parked`, or a split rank's
-    :func:`~streamtrace.merge.split_filter.decide_split`)."""
+    """Task: one parked rank decided (``finish_parked``, or a split rank's
+    ``decide_split``)."""
     if isinstance(res, SplitParked):
         return decide_split(plan, res.split, res.parts, res.pids, keep)
     return finish_parked(plan, res, keep)

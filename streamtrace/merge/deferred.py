@@ -3,23 +3,23 @@
 A filtered merge used to read every rank twice: a survey for the ProfilerStep windows and the
 extents of every flow, then the rewrite.  With a deferred filter the rank is rewritten once, as the
 full merge rewrites it, into a temporary segment, while the byte kernel
-(:func:`streamtrace.kernels.rewrite.scan_rewrite` with ``defer``) records per written event what the
+(``streamtrace.kernels.rewrite.scan_rewrite`` with ``defer``) records per written event what the
 filter will decide it by (class, ts, end, output offset, flow key, merged pid) and flags the
 ProfilerStep candidates, which are decoded here exactly as the survey decodes them
-(:func:`streamtrace.merge.prepass.account_event`), and the rank's earliest ts.  After the pass the
+(``streamtrace.merge.prepass.account_event``), and the rank's earliest ts.  After the pass the
 keep-window is known (``--steps``: from this rank's steps; ``--window``: by the parent, once every
-rank's earliest ts is, :meth:`DeferredFilter.park`);
-:meth:`DeferredFilter.finish` keeps the same events the two-pass merge keeps (an event meeting the
+rank's earliest ts is, ``DeferredFilter.park``);
+``DeferredFilter.finish`` keeps the same events the two-pass merge keeps (an event meeting the
 window; a flow event only when every event of its flow has its ts in the window) and copies the kept
 byte runs into the rank's segment.  The output's validation drops the other events from its view
-afterwards (:class:`streamtrace.validate.check.OutFilter`).
+afterwards (``streamtrace.validate.check.OutFilter``).
 
 The per-event records are appended to a temporary file (48 bytes per written event), so memory
 stays that of the full merge; the flows' keys and ts stay in memory (16 bytes per flow event,
-what the survey held; a parked rank keeps them reduced to each flow's extent, :func:`flow_extents`).
-When the keep-window holds every written event's ts, :meth:`DeferredFilter.finish` keeps them all from
+what the survey held; a parked rank keeps them reduced to each flow's extent, ``flow_extents``).
+When the keep-window holds every written event's ts, ``DeferredFilter.finish`` keeps them all from
 the pass's extremes, without reading the rows back.  A byte range of a cut rank records groups of
-events instead (:mod:`streamtrace.merge.grouped`).  Measured: bench/RESULTS.md, "filtered merge" (a
+events instead (``streamtrace.merge.grouped``).  Measured: bench/RESULTS.md, "filtered merge" (a
 filter keeping every event: 0.99x the full merge's CPU on whole ranks).
 """
 from __future__ import annotations
@@ -43,7 +43,7 @@ CHUNK_ROWS = 1 << 16
 
 def out_view_bits(f: np.ndarray) -> np.ndarray:
     """uint8 per event of the validate fields ``f`` (int64[n, NF]): MISSING_OUT / NEGDUR_OUT as
-    :func:`streamtrace.kernels.validate.batch_records` counts the event in the output's view (where
+    ``streamtrace.kernels.validate.batch_records`` counts the event in the output's view (where
     every event has a pid)."""
     ph, tfl = f[:, validate_kernels.C_PH], f[:, validate_kernels.C_TFLAGS]
     other = ((ph == validate_kernels.PH_NONE) | (f[:, validate_kernels.C_TIDK] == validate_kernels.ABSENT)
@@ -87,10 +87,10 @@ def missing_steps(path, steps: tuple, have: dict) -> str | None:
 
 class DeferredFilter:
     """One rank's deferred ``--steps first-last`` filter: the records of its rewrite
-    (:meth:`add_batch`), then the decision and the rank's segment (:meth:`finish`).
+    (``add_batch``), then the decision and the rank's segment (``finish``).
 
     ``cats`` is the flow-category table the byte kernel looks up (``cat_text``/``cat_off``, grown
-    through :meth:`add_cat`); flows whose key is not plain (a cat that is not a string, an id that is
+    through ``add_cat``); flows whose key is not plain (a cat that is not a string, an id that is
     not an integer below 2**40) are numbered in ``other`` by Python."""
 
     def __init__(self, steps, spill_path: str):
@@ -145,8 +145,8 @@ class DeferredFilter:
 
     def add_batch(self, rcls, rec, buf, starts, ends, vbits, path, base, times):
         """One batch's records: ``rcls``/``rec`` as the kernel (and the Python twin) left them (the
-        rows of the written events are :func:`~streamtrace.kernels.keep.keep_rows`' rows as they are),
-        ``vbits`` (:func:`out_view_bits`, or None without validation); the ProfilerStep candidates are
+        rows of the written events are ``keep_rows``' rows as they are),
+        ``vbits`` (``out_view_bits``, or None without validation); the ProfilerStep candidates are
         decoded from ``buf`` (``times(j)``: ``(ts, dur, flags)`` of event j as the scanner reads
         them)."""
         n = len(rcls)
@@ -172,7 +172,7 @@ class DeferredFilter:
 
     def step_candidates(self, rcls, buf, starts, ends, path, base, times):
         """The batch's ProfilerStep candidates (``rcls & C_STEP``) decoded and told to
-        :meth:`step_event` (see :meth:`add_batch`)."""
+        ``step_event`` (see ``add_batch``)."""
         for j in np.flatnonzero(rcls & keep_kernels.C_STEP).tolist():
             s, e = int(starts[j]), int(ends[j])
             ts, dur, flags = times(j)
@@ -200,7 +200,7 @@ class DeferredFilter:
 
     def window(self, path) -> tuple[int, int]:
         """The keep-window (rank-local ns) of ``--steps first-last`` from this rank's steps.
-        Raises :class:`StreamtraceError` when a step is missing (see :meth:`missing`)."""
+        Raises ``StreamtraceError`` when a step is missing (see ``missing``)."""
         err = self.missing(path)
         if err:
             raise StreamtraceError(err)
@@ -228,14 +228,14 @@ class DeferredFilter:
 
     def exact(self, dropped_seq) -> bool:
         """False when a kept flow end has an id the output's check cannot derive
-        (:func:`streamtrace.validate.merged.inexact_ends`): as the two-pass merge tells it, from the
+        (``streamtrace.validate.merged.inexact_ends``): as the two-pass merge tells it, from the
         events it keeps."""
         return not any(not dropped_seq[s] for s in self.inexact)
 
     def park(self, flows_path: str) -> None:
-        """Close the spill and move the flows, reduced to their extents (:func:`flow_extents`, here in
+        """Close the spill and move the flows, reduced to their extents (``flow_extents``, here in
         the rank's worker), to ``flows_path``: what is left pickles in a few KB, for the parent to hand
-        to :func:`streamtrace.merge.rank.finish_parked` or :func:`streamtrace.merge.split_filter.decide_split`."""
+        to ``streamtrace.merge.rank.finish_parked`` or ``streamtrace.merge.split_filter.decide_split``."""
         self.spill.close()
         self.spill = None
         with open(flows_path, "wb") as f:
@@ -244,8 +244,8 @@ class DeferredFilter:
         self.flows_path = flows_path
 
     def flow_extents(self) -> tuple:
-        """``(key, first, last)`` of this filter's flows (:func:`flow_extents`): read back from what
-        :meth:`park` set aside, or reduced from the pass's flow events; kept in :attr:`extents`."""
+        """``(key, first, last)`` of this filter's flows (``flow_extents``): read back from what
+        ``park`` set aside, or reduced from the pass's flow events; kept in ``extents``."""
         if self.extents is None and self.flows_path is not None:
             with open(self.flows_path, "rb") as f:
                 self.extents = tuple(np.load(f) for _ in range(3))
@@ -264,11 +264,11 @@ class DeferredFilter:
                     pass
 
     def finish(self, path, shift_ns: int, keep=None, kept_keys=None) -> "Decision":
-        """Decide every written event (:func:`streamtrace.kernels.keep.keep_rows` over the rows
+        """Decide every written event (``streamtrace.kernels.keep.keep_rows`` over the rows
         spilled during the pass) under the keep-window ``keep`` (``(lo, hi)`` rank-local ns; None: this
         rank's steps).  ``kept_keys``: the kept flows' sorted keys in this filter's numbering (None:
-        from its own flows, :meth:`kept_flows`; a byte range of a rank gets them from the whole rank's,
-        :mod:`streamtrace.merge.split_filter`).  Raises :class:`StreamtraceError` when a step is missing."""
+        from its own flows, ``kept_flows``; a byte range of a rank gets them from the whole rank's,
+        ``streamtrace.merge.split_filter``).  Raises ``StreamtraceError`` when a step is missing."""
         d, keeper = self._begin(path, shift_ns, keep, kept_keys)
         if keeper is None:
             return d
@@ -286,9 +286,9 @@ class DeferredFilter:
             self.spill.close()
 
     def _begin(self, path, shift_ns: int, keep, kept_keys) -> tuple:
-        """:meth:`finish`'s start: ``(decision, keeper)``, the :class:`~streamtrace.kernels.keeper.Keeper` that
+        """``finish``'s start: ``(decision, keeper)``, the ``Keeper`` that
         decides the rows, or None when the window covers every written event (the decision is then
-        made, :meth:`_keep_all`)."""
+        made, ``_keep_all``)."""
         lo, hi = keep if keep is not None else self.window(path)
         self._close_spill()
         d = Decision(lo, hi, self.n_in)
@@ -298,7 +298,7 @@ class DeferredFilter:
         return d, Keeper(lo, hi, kept_keys, shift_ns, d.dropped_seq)
 
     def _keep_all(self, d: "Decision", shift_ns: int) -> "Decision":
-        """``d`` keeping every written event (the window covers them all): what :func:`keep_rows`
+        """``d`` keeping every written event (the window covers them all): what ``keep_rows``
         would decide, without reading the rows back."""
         d.runs = np.array([[0, self.end]] if self.written else [], np.int64).reshape(-1, 2)
         d.kept = self.written
@@ -334,6 +334,6 @@ class Decision:
 
 
 def warm_keep() -> None:
-    """Load :func:`~streamtrace.kernels.keep.keep_rows` (from numba's cache) into this process: merge's
+    """Load ``keep_rows`` (from numba's cache) into this process: merge's
     parent does it before forking its workers, which then share it."""
     Keeper.warm()

@@ -1,7 +1,7 @@
 """The flows of one rank under a time filter (``merge --steps`` / ``--window``): their time extents
-from the pre-pass (:class:`FlowExtents`) and the set kept under a keep-window (:class:`KeptFlows`),
+from the pre-pass (``FlowExtents``) and the set kept under a keep-window (``KeptFlows``),
 held as sorted int64 keys rather than Python tuples, so that merge's byte kernel
-(:func:`streamtrace.kernels.rewrite.scan_rewrite`) looks flows up itself.
+(``streamtrace.kernels.rewrite.scan_rewrite``) looks flows up itself.
 
 A flow is the pair ``(cat, id)`` of its events (Python equality: ``(c, 1)`` and ``(c, 1.0)`` are
 one flow, as in a dict).  It is kept when every one of its events has ``lo <= ts <= hi``
@@ -165,7 +165,7 @@ class KeptFlows:
 
     @classmethod
     def of(cls, flows, keep=None) -> "KeptFlows":
-        """``flows``: a KeptFlows (returned as is), a :class:`SpilledFlows` (its flows kept under the
+        """``flows``: a KeptFlows (returned as is), a ``SpilledFlows`` (its flows kept under the
         keep-window ``keep`` = ``(lo, hi)`` ns) or any iterable of ``(cat, id)`` pairs."""
         if isinstance(flows, KeptFlows):
             return flows
@@ -189,8 +189,8 @@ class KeptFlows:
 
 
 class SpilledFlows:
-    """A rank's :class:`FlowExtents` in the file ``path`` (written by :meth:`FlowExtents.spill`; read
-    back by the worker that rewrites the rank, :meth:`KeptFlows.of`)."""
+    """A rank's ``FlowExtents`` in the file ``path`` (written by ``FlowExtents.spill``; read
+    back by the worker that rewrites the rank, ``KeptFlows.of``)."""
 
     def __init__(self, path):
         self.path = path

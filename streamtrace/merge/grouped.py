@@ -1,17 +1,17 @@
-"""The deferred time filter of one byte range of a cut rank (:mod:`streamtrace.merge.split_filter`),
+"""The deferred time filter of one byte range of a cut rank (``streamtrace.merge.split_filter``),
 recording groups of events instead of one row per event.
 
-The whole-rank filter (:class:`~streamtrace.merge.deferred.DeferredFilter`) appends a 48-byte row
+The whole-rank filter (``DeferredFilter``) appends a 48-byte row
 per written event to a file and reads them all back to decide.  A range's filter keeps a summary
-per group of up to :data:`GROUP_EVENTS` consecutive events
-(:func:`streamtrace.kernels.groups.group_batch`: ~2.4 bytes per event) and the flow events' keys in
+per group of up to ``GROUP_EVENTS`` consecutive events
+(``streamtrace.kernels.groups.group_batch``: ~2.4 bytes per event) and the flow events' keys in
 order.  Under the keep-window almost every group is kept whole or dropped whole
-(:func:`group_kinds`), which :func:`~streamtrace.kernels.groups.keep_groups` decides from its
+(``group_kinds``), which ``keep_groups`` decides from its
 summary.  The rows of the few *mixed* groups (an edge of the window, a flow that leaves it, more
 than two pids) are made again by rewriting their byte span once more
-(:func:`streamtrace.merge.rederive.rederive_rows`: a byte range of a plain file can be read again
+(``streamtrace.merge.rederive.rederive_rows``: a byte range of a plain file can be read again
 from any event, which a whole ``.json.gz`` rank cannot) and decided by
-:func:`~streamtrace.kernels.keep.keep_rows`, on the same state.  The decision is the one the rows
+``keep_rows``, on the same state.  The decision is the one the rows
 would give, event for event.  Measured on a 300 MB rank in 4 ranges, its CPU work with every task
 inline (``bench/bench_filter_cpu.py``): a window keeping every event 1.05x -> 1.00x the full merge's,
 ``--steps 3-4`` 1.09x -> 1.05x; its temporary files 91 -> 12 MB.
@@ -34,7 +34,7 @@ def group_kinds(groups: np.ndarray, fkeys: np.ndarray, lo: int, hi: int, kept_ke
     written event meets ``[lo, hi]`` (ns) and every flow event's key, in ``fkeys`` (int64, the groups'
     flow events in order), is in the sorted ``kept_keys``), KIND_DROPPED (no class-1 event, and no
     event meets the window) or KIND_MIXED (any other, and a group with more than two pids): what
-    :func:`streamtrace.kernels.keep.keep_rows` would find of its rows."""
+    ``streamtrace.kernels.keep.keep_rows`` would find of its rows."""
     timed = groups[:, groups_kernels.G_TIMED] > 0
     meet_all = ~timed | ((groups[:, groups_kernels.G_T1MIN] >= lo) & (groups[:, groups_kernels.G_T0MAX] <= hi))
     meet_none = timed & ((groups[:, groups_kernels.G_T1MAX] < lo) | (groups[:, groups_kernels.G_T0MIN] > hi))
@@ -85,9 +85,9 @@ def check_rows(rows: np.ndarray, groups: np.ndarray) -> None:
 
 
 def warm_groups() -> None:
-    """Load :func:`~streamtrace.kernels.groups.group_batch` (from numba's cache) into this process:
+    """Load ``group_batch`` (from numba's cache) into this process:
     merge's parent does it before forking its workers, which then share it
-    (:func:`streamtrace.merge.rank.warm_kernels`; the decision's kernels are loaded by the one task
+    (``streamtrace.merge.rank.warm_kernels``; the decision's kernels are loaded by the one task
     that needs them)."""
     Grouper.warm()
 
@@ -105,8 +105,8 @@ class GroupedFilter(DeferredFilter):
         self.pending, self.npending = [], 0     # summaries not yet in the spill file
 
     def add_batch(self, rcls, rec, buf, starts, ends, vbits, path, base, times):
-        """One batch's events summarised in groups (:func:`~streamtrace.kernels.groups.group_batch`);
-        the arguments are :meth:`DeferredFilter.add_batch`'s."""
+        """One batch's events summarised in groups (``group_batch``);
+        the arguments are ``DeferredFilter.add_batch``'s."""
         self.step_candidates(rcls, buf, starts, ends, path, base, times)
         groups, fkeys, fts = self.grouper.batch(rcls, rec, vbits, starts, ends, base + self.in_base, self.n_in)
         self.pending.append(groups)
@@ -133,7 +133,7 @@ class GroupedFilter(DeferredFilter):
             self.spill.close()
 
     def park(self, flows_path: str) -> None:
-        """:meth:`DeferredFilter.park`, the flow events' keys and ts kept as they are, in order: the
+        """``DeferredFilter.park``, the flow events' keys and ts kept as they are, in order: the
         decision needs the keys in order, and a window holding every event needs no extents."""
         self._close_spill()
         self.spill = None
@@ -145,7 +145,7 @@ class GroupedFilter(DeferredFilter):
     def flow_events(self) -> tuple[np.ndarray, np.ndarray]:
         """The flow events' keys (int64: ``cat index << 40 | id``, or ``-1 - n`` for the n-th flow
         numbered in Python) and ts (int64, ns), in the range's order (read back once parked); the keys
-        are kept for :meth:`finish`."""
+        are kept for ``finish``."""
         if self.flows_path is None:             # (not parked: the pass's lists, kept once joined)
             keys, ts = self._flows()
             self.flow_keys, self.flow_ts = [keys], [ts]
@@ -156,7 +156,7 @@ class GroupedFilter(DeferredFilter):
         return keys, ts
 
     def flow_extents(self) -> tuple:
-        """:meth:`DeferredFilter.flow_extents`, reduced from the flow events once asked for."""
+        """``DeferredFilter.flow_extents``, reduced from the flow events once asked for."""
         if self.extents is None:
             self.extents = flow_extents(*self.flow_events())
         return self.extents
@@ -167,9 +167,9 @@ class GroupedFilter(DeferredFilter):
         return self.flow_order
 
     def finish(self, path, shift_ns: int, keep=None, kept_keys=None, remake=None) -> Decision:
-        """:meth:`DeferredFilter.finish` from the groups; ``remake(groups)``: the rows (int64[k, R_COLS],
+        """``DeferredFilter.finish`` from the groups; ``remake(groups)``: the rows (int64[k, R_COLS],
         as the pass made them, without the validation bits) of the written events of a run of groups
-        (:func:`streamtrace.merge.rederive.rederive_rows`)."""
+        (``streamtrace.merge.rederive.rederive_rows``)."""
         d, keeper = self._begin(path, shift_ns, keep, kept_keys)
         if keeper is None:
             return d

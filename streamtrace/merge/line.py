@@ -1,17 +1,17 @@
 """One iteration's ``streamtrace merge`` as a line of steps: survey/plan
-(:class:`~streamtrace.merge.plan.MergePlan`), rewrite (:class:`~streamtrace.merge.rewrite.RewriteStage`),
-stitch (:func:`~streamtrace.merge.output.write_merged`) and validate
-(:func:`~streamtrace.validate.merged.merged_validation`), run by :func:`merge_iteration`; the files
-were discovered before (:func:`streamtrace.merge.run.merge`).
+(``MergePlan``), rewrite (``RewriteStage``),
+stitch (``write_merged``) and validate
+(``merged_validation``), run by ``merge_iteration``; the files
+were discovered before (``streamtrace.merge.run.merge``).
 
-The line runs again, from the plan, in three cases, each an :class:`Attempt` of its own in one
+The line runs again, from the plan, in three cases, each an ``Attempt`` of its own in one
 loop: a byte range of a cut rank that fails to parse (the ranks merged whole, so that the error
 is reported exactly as without ``--jobs``), a base time that the quick trailer peek of the survey
 missed (the rank files' heads replaced by the metadata the rewrite read), and ``--gpu-only`` on a
 job without a GPU process (the CPU processes merged instead, with a warning).  ``--step-pattern``
 (an NVTX step name) is no retry: it does not apply to Kineto traces, which the first attempt says.
-Nsight Systems exports take their own path (:func:`~streamtrace.merge.nsys.merge_exports`), chosen by
-the files' :class:`~streamtrace.trace.formats.TraceSource` (:data:`MERGERS`).
+Nsight Systems exports take their own path (``merge_exports``), chosen by
+the files' ``TraceSource`` (``MERGERS``).
 """
 from __future__ import annotations
 
@@ -49,8 +49,8 @@ class Attempt:
 
 
 def merge_iteration(files, output, opt: MergeOptions | None = None) -> dict:
-    """Merge the rank ``files`` (:class:`~streamtrace.trace.discover.TraceFile` s of one iteration) into
-    ``output``; returns the summary dict :func:`streamtrace.merge.run.merge_files` describes.  The
+    """Merge the rank ``files`` (``TraceFile`` s of one iteration) into
+    ``output``; returns the summary dict ``streamtrace.merge.run.merge_files`` describes.  The
     attempts of the module docstring run one after the other until one writes the output."""
     opt = opt or MergeOptions()
     t_start = time.time()
@@ -61,7 +61,7 @@ def merge_iteration(files, output, opt: MergeOptions | None = None) -> dict:
 
 
 def merge_kineto(files, output: Path, opt: MergeOptions, t_start: float) -> dict:
-    """:func:`merge_iteration` of Kineto traces: the attempts of the module docstring, one after the other
+    """``merge_iteration`` of Kineto traces: the attempts of the module docstring, one after the other
     until one writes the output."""
     attempt = Attempt(tuple(files), replace(opt, step_pattern=None),
                       warnings=(STEP_PATTERN_KINETO,) if opt.step_pattern else ())
@@ -93,7 +93,7 @@ def _remove_copies(splits: dict | None) -> None:
 
 def _run_line(plan: MergePlan, attempt: Attempt, t_start: float) -> dict | Attempt:
     """Survey, plan, rewrite, stitch and validate ``plan``; returns the summary, or the
-    :class:`Attempt` to run instead (a missed base time, ``--gpu-only`` without a GPU process), the
+    ``Attempt`` to run instead (a missed base time, ``--gpu-only`` without a GPU process), the
     rewrite's temporaries removed either way."""
     surveys = plan.surveys()
     try:
@@ -135,7 +135,7 @@ def _retry(plan: MergePlan, attempt: Attempt, surveys: list, done: Rewritten) ->
 
 
 def _summary(plan: MergePlan, attempt: Attempt, time_plan, done: Rewritten, validation, t_start: float) -> dict:
-    """The summary :func:`streamtrace.merge.run.merge_files` describes."""
+    """The summary ``streamtrace.merge.run.merge_files`` describes."""
     results, clock = done.results, time_plan.clock
     return {"output": str(plan.output), "ranks": [tf.rank for tf in plan.files], "iteration": plan.files[0].iteration,
             "events_in": sum(r.events_in for r in results),
@@ -152,9 +152,9 @@ def _summary(plan: MergePlan, attempt: Attempt, time_plan, done: Rewritten, vali
 
 
 def _merge_exports(files, output: Path, opt: MergeOptions, t_start: float) -> dict:
-    """:func:`~streamtrace.merge.nsys.merge_exports` as a merger (it times itself)."""
+    """``merge_exports`` as a merger (it times itself)."""
     return merge_exports(files, output, opt)
 
 
-#: how each input format is merged (:mod:`streamtrace.trace.formats`): ``merger(files, output, opt, t_start)``
+#: how each input format is merged (``streamtrace.trace.formats``): ``merger(files, output, opt, t_start)``
 MERGERS = {KINETO: merge_kineto, NSYS: _merge_exports}

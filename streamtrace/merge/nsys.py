@@ -1,19 +1,19 @@
-"""``streamtrace merge`` of Nsight Systems exports (:func:`merge_exports`): their rows written as a
-Perfetto-loadable Chrome trace with :class:`~streamtrace.trace.writer.TraceWriter`, in the merged
-layout of :mod:`streamtrace.merge.pids` (``Rank r · GPU d (name)`` / ``Rank r · CPU (host h, pid
+"""``streamtrace merge`` of Nsight Systems exports (``merge_exports``): their rows written as a
+Perfetto-loadable Chrome trace with ``TraceWriter``, in the merged
+layout of ``streamtrace.merge.pids`` (``Rank r · GPU d (name)`` / ``Rank r · CPU (host h, pid
 p)`` processes, pids ``1 + rank * PID_STRIDE + slot``, correlations and flow ids ``rank * 2**40 +
 id``).
 
-Two reads of each export: the pre-pass (:func:`~streamtrace.merge.nsys_survey.survey_export`: step
+Two reads of each export: the pre-pass (``survey_export``: step
 windows, earliest starts, NCCL kernels, flow candidates), then the rewrite.  Between them the time
-plan of a Kineto merge (:func:`~streamtrace.merge.survey.plan_time`, with each export's session
+plan of a Kineto merge (``plan_time``, with each export's session
 start ``utcEpochNs`` as its ranks' ``baseTimeNanoseconds``; ``--align collectives`` through
-:func:`~streamtrace.merge.clocks.plan_clock_sync`): ``--steps``, ``--window``, ``--align``,
+``plan_clock_sync``): ``--steps``, ``--window``, ``--align``,
 ``--drop-cat``, ``--ranks`` and ``--gpu-only`` act as on Kineto traces.  Each CUDA runtime/driver
 call gets an ``ac2g`` flow arrow (``ph`` ``s`` on the call, ``f`` with ``bp: "e"`` on its GPU row,
 the first of each by start where a correlation id repeats: a graph launch) to the kernel, memcpy or
 memset with its ``correlationId`` in the same process, as Kineto writes them.  Memory: one batch of
-rows at a time plus the flow candidates (:mod:`~streamtrace.merge.nsys_survey`)."""
+rows at a time plus the flow candidates (``nsys_survey``)."""
 from __future__ import annotations
 
 import sys
@@ -43,16 +43,16 @@ GPU_SLOT, CPU_SLOT = 100, 0
 
 
 def merge_exports(files, output, opt, rank_map=None) -> dict:
-    """Write the exports ``files`` (:class:`~streamtrace.trace.discover.TraceFile` s) into ``output``;
+    """Write the exports ``files`` (``TraceFile`` s) into ``output``;
     each export's processes ranked as ``analyze`` ranks them (the first file's from 0, the next
     after them; ``rank_map``: ``{"<pid>" | "<file>:<pid>": rank}``, else read from
-    ``opt.rank_map``).  ``opt``: :class:`~streamtrace.merge.options.MergeOptions` (module
+    ``opt.rank_map``).  ``opt``: ``MergeOptions`` (module
     docstring; the options that cannot apply to an export get a warning line each,
-    :func:`unusable_options`).  Returns merge's summary dict (the keys of
-    :func:`~streamtrace.merge.run.merge_files`; ``validation``: :func:`export_validation`, None
+    ``unusable_options``).  Returns merge's summary dict (the keys of
+    ``merge_files``; ``validation``: ``export_validation``, None
     when ``opt.validate`` is off).  Raises
-    :class:`~streamtrace.runtime.errors.TraceError` for an unreadable export,
-    :class:`~streamtrace.runtime.errors.StreamtraceError` when ``--steps`` / ``--align first-step``
+    ``TraceError`` for an unreadable export,
+    ``StreamtraceError`` when ``--steps`` / ``--align first-step``
     need a step a rank lacks."""
     t0 = time.time()
     warnings = unusable_options(opt)
@@ -108,7 +108,7 @@ def merge_exports(files, output, opt, rank_map=None) -> dict:
 
 
 def export_validation(output) -> dict:
-    """Merge's validation (the form of :func:`~streamtrace.validate.merged.merged_validation`) of the
+    """Merge's validation (the form of ``merged_validation``) of the
     merged trace of exports: the output validated in full.  Its ``bad_nesting`` is counted as the
     input's: merge writes each thread's CUDA calls and NVTX ranges as the export holds them, and NVTX
     start/end ranges need not nest; every other problem is one merge added (``ok`` False)."""
@@ -133,8 +133,8 @@ def unusable_options(opt) -> list[str]:
 
 
 def _time_plan(exports, surveys, opt):
-    """Shifts, keep-windows and clock of every kept rank (:func:`plan_time` and
-    :func:`plan_clock_sync` over the exports' ranks, each rank's ``baseTimeNanoseconds`` its
+    """Shifts, keep-windows and clock of every kept rank (``plan_time`` and
+    ``plan_clock_sync`` over the exports' ranks, each rank's ``baseTimeNanoseconds`` its
     export's session start)."""
     known = [ex.session_start_ns for ex in exports if ex.session_start_ns is not None]
     fallback = min(known) if known else 0
@@ -210,12 +210,12 @@ def _flow_index(b, pidx, flows, kinds):
 
 
 def batch_text(ex, b, cols, state, gpu, seen, counts) -> tuple[bytes, int]:
-    """:func:`event_dicts`' events of the kept rows ``b`` (:data:`~streamtrace.trace.nsys.ROW_DTYPE`)
+    """``event_dicts``' events of the kept rows ``b`` (``ROW_DTYPE``)
     serialised, ``(e1,e2,... bytes, count)``, byte for byte what ``dumps_events`` makes of them, but
-    written by :func:`~streamtrace.kernels.nsys_text.nsys_event_text` (through
-    :func:`~streamtrace.kernels.nsys_writer.event_text`); the dicts themselves only when a
+    written by ``nsys_event_text`` (through
+    ``event_text``); the dicts themselves only when a
     name is one orjson cannot encode (a lone surrogate: ``dumps_events``' fallback then writes it).
-    Arguments and side effects (``seen``, ``counts``, the ``done`` flags) as :func:`event_dicts`'."""
+    Arguments and side effects (``seen``, ``counts``, the ``done`` flags) as ``event_dicts``'."""
     if not len(b):
         return b"", 0
     rank, shift, fi = cols
@@ -243,7 +243,7 @@ def batch_text(ex, b, cols, state, gpu, seen, counts) -> tuple[bytes, int]:
 
 def _note_pids(ex, b, rank, pid, gpu, default, seen) -> None:
     """Add to ``seen`` each merged pid of ``pid`` (int64 per row of ``b``) it lacks, in the order of
-    their first rows, described by that row as :func:`event_dicts` describes it."""
+    their first rows, described by that row as ``event_dicts`` describes it."""
     distinct, first = np.unique(pid, return_index=True)
     procs = {p.key: p for p in ex.processes}
     for j in np.sort(first[[int(p) not in seen for p in distinct.tolist()]]).tolist():
@@ -257,9 +257,9 @@ def _note_pids(ex, b, rank, pid, gpu, default, seen) -> None:
 def event_dicts(ex, b, cols, state, gpu, seen, counts) -> list:
     """The trace events of the kept rows ``b`` (one ``X`` each, plus a flow end where its flow
     index says and the flow has no end on this side yet).  ``cols``: per row rank, shift (ns) and
-    flow index (:func:`_flow_index`); ``state``: the :class:`Owners` and the flows' ``done`` flags.
+    flow index (``_flow_index``); ``state``: the ``Owners`` and the flows' ``done`` flags.
     Adds each merged pid first seen to ``seen`` and the CPU side's flow ends to ``counts["flows"]``.
-    The plain-Python twin of :func:`batch_text` (which merge uses)."""
+    The plain-Python twin of ``batch_text`` (which merge uses)."""
     rank, shift, fi = cols
     own, done = state
     names = ex.names(set(b["name"].tolist()))

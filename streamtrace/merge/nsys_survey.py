@@ -1,7 +1,7 @@
-"""The pre-pass of ``streamtrace merge`` over an Nsight Systems export (:func:`survey_export`): per
-rank what :class:`~streamtrace.merge.survey.Survey` holds for a Kineto rank (earliest start, step
+"""The pre-pass of ``streamtrace merge`` over an Nsight Systems export (``survey_export``): per
+rank what ``Survey`` holds for a Kineto rank (earliest start, step
 windows, NCCL kernels for ``--align collectives``), and the launch -> GPU row pairs that become
-``ac2g`` flow arrows (:class:`FlowKeys`, :func:`kept_flow_keys`).
+``ac2g`` flow arrows (``FlowKeys``, ``kept_flow_keys``).
 
 Owners: a row belongs to its process (``globalPid`` / ``globalTid`` >> 24; the GPU rows of an export
 whose GPU tables name no process to its first process, as ``analyze`` reads it), the process to its
@@ -71,7 +71,7 @@ class FlowKeys:
 @dataclass
 class ExportSurvey:
     """One export's pre-pass: ``surveys`` ``{rank: Survey}`` (``metadata`` filled by the caller),
-    the flow candidates ``gpu`` / ``launch`` (:class:`FlowKeys`), ``rows`` read."""
+    the flow candidates ``gpu`` / ``launch`` (``FlowKeys``), ``rows`` read."""
     surveys: dict
     gpu: FlowKeys
     launch: FlowKeys
@@ -81,7 +81,7 @@ class ExportSurvey:
 def survey_export(path, rank_map, base_rank, opt, step_rx, progress=None) -> ExportSurvey:
     """Read the export at ``path`` once (its own connection): per kept rank its earliest start,
     its step windows ``{N: (start, end)}`` (NVTX ranges whose name ``step_rx`` matches, number by
-    :func:`~streamtrace.trace.steps.step_number`), its NCCL kernels when ``opt.align ==
+    ``step_number``), its NCCL kernels when ``opt.align ==
     "collectives"`` (grouped by stream: an export's kernels carry no process group), and the flow
     candidates unless ``opt`` drops flows (``gpu_only``, ``ac2g`` in ``drop_cat``).  Rows of a
     category in ``opt.drop_cat`` are no flow candidates.  ``progress(rows)``: called per batch."""
@@ -123,7 +123,7 @@ def reads_nvtx(opt) -> bool:
 
 
 def survey_tables(opt) -> tuple:
-    """The tables :func:`survey_export` reads under ``opt`` (the total of a progress bar)."""
+    """The tables ``survey_export`` reads under ``opt`` (the total of a progress bar)."""
     gpu = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
     if reads_nvtx(opt):
         return gpu + (RUNTIME_T, "NVTX_EVENTS")
@@ -132,7 +132,7 @@ def survey_tables(opt) -> tuple:
 
 def launch_batches(ex):
     """The CUDA runtime/driver rows of ``ex`` that carry a correlation id, in no particular order
-    (:data:`~streamtrace.trace.nsys.streams.ROW_DTYPE` batches: ``ts``, ``dur``, ``kind``, ``proc``,
+    (``ROW_DTYPE`` batches: ``ts``, ``dur``, ``kind``, ``proc``,
     ``correlation``; names not read): the flow candidates' launch side when no step, window or
     earliest start is asked for, without the NVTX ranges ``cpu_batches`` reads too.  Rows without a
     usable start and end are left out, as the reader leaves them out."""

@@ -9,7 +9,7 @@ from ..trace.ranges import SPLIT_THRESHOLD
 
 @dataclass
 class MergeOptions:
-    """Options of :func:`streamtrace.merge.merge` (the ``streamtrace merge`` flags).
+    """Options of ``streamtrace.merge.merge`` (the ``streamtrace merge`` flags).
 
     Attributes:
         ranks: keep only these ranks (set of int); None keeps all.
@@ -22,7 +22,7 @@ class MergeOptions:
         align: ``"global"`` (one clock through ``baseTimeNanoseconds``), ``"first-step"``
             (every rank's first ``ProfilerStep#`` starts together) or ``"collectives"`` (the global
             clock corrected by each rank's offset estimated from the ends of its collectives:
-            :mod:`streamtrace.merge.clocks`).
+            ``streamtrace.merge.clocks``).
         iterations: merge only these iterations (list of int: the trace folder's ``iteration_N``);
             None merges each iteration found, each into its own output.
         jobs: worker processes; 0 = all cores.
@@ -33,15 +33,15 @@ class MergeOptions:
             on local processes.
         split_threshold: with ``jobs`` > 1, a rank trace of at least this many bytes
             (uncompressed) is rewritten in byte ranges by several workers when that balances
-            the work (:func:`streamtrace.merge.plan.split_pays`); None: never.
+            the work (``streamtrace.merge.plan.split_pays``); None: never.
         split_always: cut every rank of at least ``split_threshold`` bytes, balanced or not.
-        validate: check the inputs and the output while rewriting (:mod:`streamtrace.validate.merged`):
+        validate: check the inputs and the output while rewriting (``streamtrace.validate.merged``):
             the result's ``validation`` tells the problems the inputs had and those merge added.
         step_pattern: Nsight Systems exports only: a regular expression naming the NVTX range that
             marks a step, its first group the step number, instead of the default names
-            (:mod:`streamtrace.trace.steps`); None: the defaults.  Kineto traces' steps are
+            (``streamtrace.trace.steps``); None: the defaults.  Kineto traces' steps are
             ``ProfilerStep#N`` (a warning says it is not applied to them).
-        rank_map: the ``--rank-map`` file (set by :func:`~streamtrace.merge.merge` from its
+        rank_map: the ``--rank-map`` file (set by ``merge`` from its
             ``rank_map``): an export's ``"<pid> <rank>"`` lines rank its processes.
     """
     ranks: set | None = None

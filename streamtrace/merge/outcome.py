@@ -1,8 +1,8 @@
-"""What a rewrite worker of ``streamtrace merge`` hands back, typed: a rank written (:class:`RankResult`),
-one byte range of a cut rank (:class:`RangeResult`), or a rank that waits for a decision the parent
-makes once every rank is read (:class:`ParkedRank`, :class:`SplitParked`, :class:`MissingSteps`), and
-the worker's own account (:class:`TaskStats`).  All are immutable (a later step makes a new one with
-:func:`dataclasses.replace`) and picklable (they cross process boundaries)."""
+"""What a rewrite worker of ``streamtrace merge`` hands back, typed: a rank written (``RankResult``),
+one byte range of a cut rank (``RangeResult``), or a rank that waits for a decision the parent
+makes once every rank is read (``ParkedRank``, ``SplitParked``, ``MissingSteps``), and
+the worker's own account (``TaskStats``).  All are immutable (a later step makes a new one with
+``dataclasses.replace``) and picklable (they cross process boundaries)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -30,12 +30,12 @@ class RankResult:
         events_in, events_out: events read, events written (merge's process metadata included).
         events_fast: events the byte kernel wrote (the others went through the Python twin).
         process_map: ``{str(merged pid): info}`` of the processes that had events
-            (:class:`~streamtrace.merge.pids.PidMap`'s ``info``).
+            (``PidMap``'s ``info``).
         metadata: the rank's top-level keys but ``traceEvents``.
         segments: the files to stitch, in order; an entry ``(file, runs)`` is the byte ranges ``runs``
-            (int64[n, 2]) of a plain file (:func:`~streamtrace.merge.output.write_merged`).
-        reading: what reading the file told (:class:`Reading`).
-        validation: the rank's check (:func:`~streamtrace.validate.merged.rank_validation`), or None.
+            (int64[n, 2]) of a plain file (``write_merged``).
+        reading: what reading the file told (``Reading``).
+        validation: the rank's check (``rank_validation``), or None.
     """
     rank: int
     events_in: int
@@ -55,17 +55,17 @@ class RankResult:
 
 @dataclass(frozen=True)
 class RangeResult:
-    """One byte range of a cut rank rewritten (:func:`~streamtrace.merge.ranges.merge_range`).
+    """One byte range of a cut rank rewritten (``merge_range``).
 
     Attributes:
         segment: its segment file (with a deferred filter: ``(tentative file, runs)`` once decided).
-        events_in, events_out, events_fast: as :class:`RankResult`'s, of the range.
+        events_in, events_out, events_fast: as ``RankResult``'s, of the range.
         first_out: the earliest shifted ts written (ns), or None.
         used: the merged pids that had events (sorted).
         records, assigned: every pid the range registered, in order, and the merged pid it gave each.
         bad_ts: events dropped for an unusable ts or dur.
         validation: ``{"parts": the range's sorted runs, "exact": bool}`` when validating, else None.
-        parked: with a deferred filter, the range's :class:`~streamtrace.merge.grouped.GroupedFilter`
+        parked: with a deferred filter, the range's ``GroupedFilter``
             until the rank is decided; else None.
         exact: the output's check can be derived from the input's (with a deferred filter).
     """
@@ -86,7 +86,7 @@ class RangeResult:
 @dataclass(frozen=True)
 class ParkedRank:
     """A rank read in one pass under ``--window``, waiting for the keep-window the parent computes
-    (:func:`~streamtrace.merge.rank.finish_parked`): its :class:`~streamtrace.merge.rank.Parked` state."""
+    (``finish_parked``): its ``Parked`` state."""
     rank: int
     parked: object
     reading: Reading
@@ -95,8 +95,8 @@ class ParkedRank:
 @dataclass(frozen=True)
 class SplitParked:
     """A cut rank whose ranges were read under a deferred filter, waiting for its decision
-    (:func:`~streamtrace.merge.split_filter.decide_split`): the :class:`~streamtrace.merge.ranges.SplitFile`,
-    its ranges' :class:`RangeResult` s (file order) and its settled :class:`~streamtrace.merge.pids.PidMap`."""
+    (``decide_split``): the ``SplitFile``,
+    its ranges' ``RangeResult`` s (file order) and its settled ``PidMap``."""
     split: object
     parts: list
     pids: object
@@ -122,7 +122,7 @@ class TaskStats:
 
 @dataclass(frozen=True)
 class TaskDone:
-    """One rewrite task's result (a :class:`RankResult`, :class:`ParkedRank`, :class:`MissingSteps` or
-    :class:`RangeResult`) with its :class:`TaskStats`."""
+    """One rewrite task's result (a ``RankResult``, ``ParkedRank``, ``MissingSteps`` or
+    ``RangeResult``) with its ``TaskStats``."""
     result: object
     stats: TaskStats = field(compare=False)

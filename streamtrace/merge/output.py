@@ -1,5 +1,5 @@
 """Writing the merged trace: the ranks' segments stitched by byte copy between a header and a
-trailer (:func:`write_merged`), the merged header (:func:`merged_metadata`: enough to split a
+trailer (``write_merged``), the merged header (``merged_metadata``: enough to split a
 merged trace back into its ranks exactly), and the per-iteration output names."""
 from __future__ import annotations
 
@@ -61,10 +61,10 @@ def merged_metadata(plan, results, time) -> dict:
     """The merged trace's top-level keys after ``traceEvents`` (README, "What merge rewrites"):
     ``schemaVersion``, ``displayTimeUnit``, ``baseTimeNanoseconds`` (``time.out_base``, ns), ``traceName``
     and ``streamtrace`` (ranks with their sources, shifts and metadata; the process map).
-    ``plan``: the :class:`~streamtrace.merge.plan.MergePlan` (files, options, output); ``results``: each
-    file's :class:`~streamtrace.merge.outcome.RankResult`; ``time``: the
-    :class:`~streamtrace.merge.plan.TimePlan`.  With ``time.clock`` (``--align collectives``,
-    :func:`streamtrace.merge.clocks.plan_clock_sync`): each rank's ``clock_offset_ns``,
+    ``plan``: the ``MergePlan`` (files, options, output); ``results``: each
+    file's ``RankResult``; ``time``: the
+    ``TimePlan``.  With ``time.clock`` (``--align collectives``,
+    ``streamtrace.merge.clocks.plan_clock_sync``): each rank's ``clock_offset_ns``,
     ``clock_residual_ns``, ``clock_instances``, ``clock_applied``, and ``streamtrace.clock_sync``
     (method, applied, one_host, reference rank per component)."""
     opt, clock = plan.opt, time.clock
@@ -118,11 +118,11 @@ def output_for_iteration(output: Path, iteration) -> Path:
 
 def write_merged(output: Path, results, meta: dict, compress: bool, level: int):
     """Write the merged trace atomically: ``{"traceEvents":[`` + every result's segments in order
-    (``results``: :class:`~streamtrace.merge.outcome.RankResult` s),
+    (``results``: ``RankResult`` s),
     comma separated + ``]`` + ``meta`` + ``}``; each piece a gzip member of its own when
     ``compress`` (segments were written as members already).  A segment is a file, or ``(file,
     runs)``: the byte ranges ``runs`` of a plain file (a deferred filter's kept events,
-    :mod:`streamtrace.merge.deferred`)."""
+    ``streamtrace.merge.deferred``)."""
     with atomic_output(output, compress=False) as f:
         f.write(gzip_piece(b'{"traceEvents":[', compress, level))
         first = True

@@ -2,7 +2,7 @@
 distinct merged process, ``pid = 1 + rank * PID_STRIDE + slot`` (slot 0-99: CPU processes,
 100 + d: GPU device d, 900+: string pids such as ``"Spans"``), named and sorted rank by rank by
 merge's own process metadata events; flow ids, correlations and external ids become
-``rank * 2**ID_BITS + id`` (:func:`unique_id`)."""
+``rank * 2**ID_BITS + id`` (``unique_id``)."""
 from __future__ import annotations
 
 from ..trace.writer import dumps_event, us_fragment

@@ -1,13 +1,13 @@
 """The survey/plan step of ``streamtrace merge``: what one iteration's merge will do, fixed before any
 rank is rewritten.
 
-:class:`MergePlan` holds the rank files, the output, the options, the big ranks cut into byte ranges
-(:func:`cut_ranks`, :mod:`streamtrace.merge.ranges`) and the worker count; it reads every rank once
-when the options need it (:meth:`MergePlan.surveys`: steps, earliest events, flows, collectives), then
-gives each rank its time shift and keep-window (:meth:`MergePlan.time`, a :class:`TimePlan`), its
-:class:`~streamtrace.merge.rank.RankPlan` (:meth:`MergePlan.ranks`) and the rewrite tasks, one per
-whole rank and one per byte range (:meth:`MergePlan.tasks`).  The line that runs it is
-:mod:`streamtrace.merge.line`.
+``MergePlan`` holds the rank files, the output, the options, the big ranks cut into byte ranges
+(``cut_ranks``, ``streamtrace.merge.ranges``) and the worker count; it reads every rank once
+when the options need it (``MergePlan.surveys``: steps, earliest events, flows, collectives), then
+gives each rank its time shift and keep-window (``MergePlan.time``, a ``TimePlan``), its
+``RankPlan`` (``MergePlan.ranks``) and the rewrite tasks, one per
+whole rank and one per byte range (``MergePlan.tasks``).  The line that runs it is
+``streamtrace.merge.line``.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from .survey import Survey, combine_surveys, metadata_task, plan_time, survey_ra
 class RewriteTask:
     """One worker's rewrite: a whole rank (``byte_range`` None, read from ``plan.path``) or one
     byte range of a split rank (read from the plain copy ``src`` into ``segment``).  ``final``:
-    the settled merged pids of a range that is rewritten again (see :mod:`streamtrace.merge.ranges`);
+    the settled merged pids of a range that is rewritten again (see ``streamtrace.merge.ranges``);
     ``size``: input bytes (largest first; MB/s); ``slot``: its place in the progress array."""
     plan: RankPlan
     file_index: int
@@ -67,7 +67,7 @@ class TimePlan:
     """Every rank's place in time: ``out_base`` (the merged trace's ``baseTimeNanoseconds``, ns),
     ``shifts`` ``{rank: ns}`` added to its timestamps, ``keeps`` ``{rank: (lo, hi) rank-local ns, or
     None}``, and with ``--align collectives`` the clock fit (``clock``,
-    :func:`~streamtrace.merge.clocks.plan_clock_sync`) and its ``warnings``."""
+    ``plan_clock_sync``) and its ``warnings``."""
     out_base: int
     shifts: dict
     keeps: dict
@@ -94,7 +94,7 @@ def workers_wanted(opt: MergeOptions) -> int:
 
 def cut_ranks(files: list[TraceFile], output: Path, opt: MergeOptions) -> dict[int, SplitFile]:
     """``{file index: SplitFile}``: the big ranks cut into byte ranges when that balances the work
-    (:func:`split_pays`, ``opt.split_threshold``, ``opt.split_always``), a task each; a rank that
+    (``split_pays``, ``opt.split_threshold``, ``opt.split_always``), a task each; a rank that
     cannot be cut exactly is left out (merged whole).  The caller removes each one's ``tmp``."""
     want = workers_wanted(opt)
     sizes = [size_hint(tf.path, tf.size) for tf in files]
@@ -110,7 +110,7 @@ def cut_ranks(files: list[TraceFile], output: Path, opt: MergeOptions) -> dict[i
 
 def deferred_filter(opt: MergeOptions, splits: dict) -> bool:
     """True when ``--steps`` / ``--window`` are decided after each rank's one pass
-    (:mod:`streamtrace.merge.deferred`; a rank cut into byte ranges: :mod:`streamtrace.merge.split_filter`)
+    (``streamtrace.merge.deferred``; a rank cut into byte ranges: ``streamtrace.merge.split_filter``)
     instead of by a survey before it: without an alignment that reads the ranks first.  ``--steps``
     alone is decided by each unsplit rank's worker; ``--window`` (its origin is the job's earliest
     event) and split ranks by tasks the parent starts once every rank is read."""
@@ -119,7 +119,7 @@ def deferred_filter(opt: MergeOptions, splits: dict) -> bool:
 
 @contextlib.contextmanager
 def naming_file(path):
-    """An unexpected error while reading rank file ``path`` becomes a :class:`TraceError` naming
+    """An unexpected error while reading rank file ``path`` becomes a ``TraceError`` naming
     it (so that a caller can merge the other ranks); input and output errors pass as they are."""
     try:
         yield
@@ -131,7 +131,7 @@ def naming_file(path):
 
 
 def run_survey(task: SurveyTask) -> Survey:
-    """Task: one :class:`SurveyTask` read (its flows spilled to ``task.spill`` when it names a file)."""
+    """Task: one ``SurveyTask`` read (its flows spilled to ``task.spill`` when it names a file)."""
     with naming_file(task.path):
         if task.byte_range is not None:
             return survey_rank(task.path, task.want_flows, False, task.byte_range, task.want_collectives)
@@ -146,12 +146,12 @@ class MergePlan:
     """One iteration's merge, fixed before any rank is rewritten (module docstring).
 
     Attributes:
-        files: the rank files (:class:`~streamtrace.trace.discover.TraceFile`), in merge order.
+        files: the rank files (``TraceFile``), in merge order.
         output: the merged trace.
         opt: the options.
-        splits: ``{file index: SplitFile}``, the ranks cut into byte ranges (:func:`cut_ranks`).
+        splits: ``{file index: SplitFile}``, the ranks cut into byte ranges (``cut_ranks``).
         jobs: the worker processes (no more than the tasks).
-        defer: ``--steps`` / ``--window`` decided after the one pass over each rank (:func:`deferred_filter`).
+        defer: ``--steps`` / ``--window`` decided after the one pass over each rank (``deferred_filter``).
     """
     files: tuple
     output: Path
@@ -172,10 +172,10 @@ class MergePlan:
         return self.output.name.endswith(".gz")
 
     def surveys(self) -> list[Survey]:
-        """Each rank's :class:`~streamtrace.merge.survey.Survey` (a split rank: its ranges' surveys
+        """Each rank's ``Survey`` (a split rank: its ranges' surveys
         combined, or its metadata without reading the events again).  An unsplit rank's flows stay in a
-        temporary file beside the output (:class:`~streamtrace.merge.flows.SpilledFlows`), for its
-        rewrite worker: this process never holds every rank's flows (:meth:`remove_spills`)."""
+        temporary file beside the output (``SpilledFlows``), for its
+        rewrite worker: this process never holds every rank's flows (``remove_spills``)."""
         opt, splits = self.opt, self.splits
         full = opt.needs_survey() and not self.defer
         want_flows = full and (opt.window_ms is not None or opt.steps is not None)
@@ -204,15 +204,15 @@ class MergePlan:
 
     @staticmethod
     def remove_spills(surveys: list[Survey]) -> None:
-        """Remove the flows :meth:`surveys` left in temporary files."""
+        """Remove the flows ``surveys`` left in temporary files."""
         for s in surveys:
             if isinstance(s.flows, SpilledFlows):
                 remove_quietly(s.flows.path)
 
     def time(self, surveys: list[Survey]) -> TimePlan:
-        """Each rank's shift and keep-window (:func:`~streamtrace.merge.survey.plan_time`; with a deferred
+        """Each rank's shift and keep-window (``plan_time``; with a deferred
         filter the keep-windows are decided later), corrected by the collectives' clock offsets with
-        ``--align collectives``.  Raises :class:`StreamtraceError` for a step a rank lacks."""
+        ``--align collectives``.  Raises ``StreamtraceError`` for a step a rank lacks."""
         opt = replace(self.opt, steps=None, window_ms=None) if self.defer else self.opt
         out_base, shifts, keeps = plan_time(self.files, surveys, opt)
         if self.opt.align != "collectives":
@@ -221,7 +221,7 @@ class MergePlan:
         return TimePlan(out_base, shifts, keeps, clock, tuple(warnings))
 
     def ranks(self, surveys: list[Survey], time: TimePlan) -> list[RankPlan]:
-        """One :class:`~streamtrace.merge.rank.RankPlan` per rank: its shift, keep-window and the
+        """One ``RankPlan`` per rank: its shift, keep-window and the
         flows kept under it, its segment file beside the output; with a deferred filter, the steps to
         find (and, for ``--window``, to park the rank for the parent's decision)."""
         opt = self.opt

@@ -1,16 +1,16 @@
 """merge's pre-pass over one rank without decoding its events (``--align first-step``, and ``--steps`` /
 ``--window`` with it or on a rank cut into byte ranges; otherwise the time filters read each rank once:
-:mod:`streamtrace.merge.deferred`; not ``--align collectives``, which reads collectives:
-:func:`streamtrace.merge.survey.survey_rank`).
+``streamtrace.merge.deferred``; not ``--align collectives``, which reads collectives:
+``streamtrace.merge.survey.survey_rank``).
 
-The numba kernel :func:`streamtrace.kernels.survey.scan_survey` (through its facade
-:class:`~streamtrace.kernels.surveyor.Surveyor`) finds every event's byte range
-and exact ts/dur (as the reader's :func:`streamtrace.kernels.scan.scan_events`) and, in the same
+The numba kernel ``streamtrace.kernels.survey.scan_survey`` (through its facade
+``Surveyor``) finds every event's byte range
+and exact ts/dur (as the reader's ``streamtrace.kernels.scan.scan_events``) and, in the same
 pass, tells metadata events, flow events with their keys and ProfilerStep candidates apart.  Only the candidates and the events the kernel
 cannot read exactly are decoded, and go through the same per-event rule as the decoding
-pre-pass (:func:`account_event`), so the result is the same: the earliest ts of a non-metadata
+pre-pass (``account_event``), so the result is the same: the earliest ts of a non-metadata
 event, each ``ProfilerStep#N``'s window, each flow's ``(min ts, max ts)``
-(:class:`~streamtrace.merge.flows.FlowExtents`).  Measured: bench/RESULTS.md, "filtered merge".
+(``FlowExtents``).  Measured: bench/RESULTS.md, "filtered merge".
 """
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def account_event(ev, t, d, acc: Tally):
 
 def event_times_ns(ev, ts: int, dur: int, flags: int):
     """``(ts, dur)`` (ns) of a decoded event as merge's rewrite reads them: the scanner's numbers,
-    or a number written in a string (:func:`~streamtrace.trace.decode.text_ns`); None when its ts is
+    or a number written in a string (``text_ns``); None when its ts is
     unusable (the rewrite drops the event).  ``flags``: the scanner's (TS_BAD 4, DUR_BAD 8)."""
     if flags & 4:
         ts = text_ns(ev.get("ts")) if isinstance(ev, dict) else None
@@ -75,7 +75,7 @@ def event_times_ns(ev, ts: int, dur: int, flags: int):
 
 def prepass_rank(path, want_flows=False, salvage=False, byte_range=None):
     """``(metadata, first_ns, steps, flows)`` of one rank (``flows``: a
-    :class:`~streamtrace.merge.flows.FlowExtents`, empty unless ``want_flows``), exactly as the
+    ``FlowExtents``, empty unless ``want_flows``), exactly as the
     decoding pre-pass finds them.  ``byte_range``: only that range of a plain file (no metadata)."""
     r = TraceReader(path, salvage=salvage, byte_range=byte_range, block=LEAN_BLOCK)
     acc, sc, parts = Tally(want_flows), Surveyor(r.batch_events), []

@@ -1,17 +1,17 @@
 """One big rank on many cores: ``streamtrace merge --jobs N`` cuts a rank trace of at
 least ``MergeOptions.split_threshold`` bytes into byte ranges on event boundaries
-(:func:`streamtrace.trace.ranges.split_ranges`) and rewrites the ranges in parallel, each
+(``streamtrace.trace.ranges.split_ranges``) and rewrites the ranges in parallel, each
 into its own segment; the segments are stitched in file order.  The merged output
 is the same, byte for byte, as the unsplit merge of that rank.
 
-Per-rank state of the unsplit pass (see :class:`streamtrace.merge.rank.RankContext`) and
+Per-rank state of the unsplit pass (see ``streamtrace.merge.rank.RankContext``) and
 how a split rank gets exactly the same:
 
 * time shift, ``--steps`` / ``--window`` keep-window and the flows kept under it,
   ``--align first-step``: fixed before any rewrite by the survey, which combines per
-  range by min / max (:func:`combine_surveys`), so the ranges share it as is -- or, for
+  range by min / max (``combine_surveys``), so the ranges share it as is -- or, for
   ``--steps`` / ``--window`` without an alignment that reads the ranks first, decided after the
-  pass (:mod:`streamtrace.merge.split_filter`): each range writes every event
+  pass (``streamtrace.merge.split_filter``): each range writes every event
   and records what the filter decides it by, then the rank is decided from all its ranges' steps,
   earliest events and flows;
 * drop-cat / gpu-only filters, id rewrites, ``args.rank``: per event, no state;
@@ -20,10 +20,10 @@ how a split rank gets exactly the same:
 * the process slots: the only order-dependent state.  A pid's slot depends on how
   many pids of its kind were registered before it in the file.  Each range worker
   registers pids exactly as the whole-file pass would (same code:
-  :func:`streamtrace.merge.rank.rewrite_stream`, starting from an empty table, so it
+  ``streamtrace.merge.rank.rewrite_stream``, starting from an empty table, so it
   reports every pid registration it makes, in order) and assigns slots *provisionally*
   as if the range began the file.  The parent replays all ranges' registrations in
-  file order through a fresh :class:`~streamtrace.merge.rank.PidMap`: that is the
+  file order through a fresh ``PidMap``: that is the
   whole-file pass's map, registration being independent of the slots assigned.  A range
   whose provisional slots differ from it (two CPU pids first seen in another order, say)
   is rewritten again with the final slots handed in, in the order it registers them.
@@ -154,10 +154,10 @@ def merge_range(plan: RankPlan, src, byte_range, segment, final, progress=None, 
     """Worker: rewrite the events of ``byte_range`` (the ``index``-th range, file order) of the
     plain trace ``src`` into ``segment`` with the rank's ``plan``; ``final``: the merged pids to
     give the pids this range registers (None: provisional).  Returns its
-    :class:`~streamtrace.merge.outcome.RangeResult`: counts, the earliest output
+    ``RangeResult``: counts, the earliest output
     ts, the merged pids used, the pid registrations (``records``/``assigned``) and, when
     validating, the range's records as sorted runs in ``segment + LOG_SUFFIX``
-    (:meth:`~streamtrace.validate.check.Checker.save_runs`: sorted here, in parallel with the other
+    (``save_runs``: sorted here, in parallel with the other
     ranges, then only merged by the rank's check)."""
     ctx = RankContext(plan)
     ctx.pids = RangePidMap(plan.rank, final)
@@ -194,7 +194,7 @@ def merge_range(plan: RankPlan, src, byte_range, segment, final, progress=None, 
 
 def settle_pids(rank, parts):
     """Replay the ranges' pid registrations in file order: returns the whole-file
-    pass's :class:`PidMap`, each range's final merged pids (registration order) and
+    pass's ``PidMap``, each range's final merged pids (registration order) and
     the indices of the ranges whose provisional slots were wrong."""
     pids = PidMap(rank)
     final, wrong = [], []
@@ -207,7 +207,7 @@ def settle_pids(rank, parts):
 
 
 def finish_rank(plan: RankPlan, sf: SplitFile, parts: list[RangeResult], pids: PidMap, meta_segment) -> RankResult:
-    """The rank's result, as :func:`~streamtrace.merge.rank.merge_rank` returns it, from
+    """The rank's result, as ``merge_rank`` returns it, from
     its settled ranges; writes merge's process metadata events to ``meta_segment``."""
     used = set().union(*(p.used for p in parts))
     firsts = [p.first_out for p in parts if p.first_out is not None]

@@ -1,9 +1,9 @@
 """Merging one rank: the per-event rewrite of ``streamtrace merge`` (see
-:mod:`streamtrace.merge.run` for what is rewritten and why).
+``streamtrace.merge.run`` for what is rewritten and why).
 
-:func:`merge_rank` streams one rank's trace through the numba byte kernel
-:func:`streamtrace.kernels.rewrite.scan_rewrite` into a segment file; events the
-kernel hands back are decoded and rewritten by its Python twin :func:`rewrite_dict`.
+``merge_rank`` streams one rank's trace through the numba byte kernel
+``streamtrace.kernels.rewrite.scan_rewrite`` into a segment file; events the
+kernel hands back are decoded and rewritten by its Python twin ``rewrite_dict``.
 """
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ class RankPlan:
     salvage: bool
     host: str | None = None
     devices: dict = field(default_factory=dict)
-    validate: bool = True         # check input and output while rewriting (:mod:`streamtrace.validate.merged`)
+    validate: bool = True         # check input and output while rewriting (``streamtrace.validate.merged``)
     defer: tuple | None = None    # a filter decided after the pass (merge.deferred): (first, last) steps, or ()
     park: bool = False            # with defer: stop after the pass, the parent decides (--window)
 
@@ -69,7 +69,7 @@ class RankPlan:
         return self.segment + TENTATIVE
 
     def temporaries(self) -> list[str]:
-        """With ``defer``: the files the rank's pass may leave for its decision (:func:`deferred_files`)."""
+        """With ``defer``: the files the rank's pass may leave for its decision (``deferred_files``)."""
         return deferred_files(self.segment)
 
 
@@ -102,10 +102,10 @@ class RankContext:
 
 def rewrite_dict(ev, ts_ns, dur_ns, flag, ctx: RankContext):
     """The Python definition of merge's per-event rewrite (the twin of
-    :func:`streamtrace.kernels.rewrite.scan_rewrite`).  Returns the rewritten
+    ``streamtrace.kernels.rewrite.scan_rewrite``).  Returns the rewritten
     event dict, or None when a filter drops it.  ``ts_ns``/``dur_ns``/``flag``: the
     exact times and scan flags of the event.  A ``ts`` that the scanner could not read is
-    taken from a JSON string holding a number (:func:`~streamtrace.trace.decode.text_ns`) and
+    taken from a JSON string holding a number (``text_ns``) and
     shifted like any other; otherwise (null, not numeric, beyond int64 ns) the event is
     dropped and counted in ``ctx.bad_ts``: never copied unshifted.  ``dur`` follows the same
     rule (issue 33, the rule analyze applies): a number in a string is written as its number,
@@ -196,9 +196,9 @@ def open_segment(path, compress, compresslevel):
 
 
 class _ByteRewrite:
-    """One rank's rewrite through the byte kernel (:class:`~streamtrace.kernels.rewriter.Rewriter`): what
-    it asks of merge (:class:`~streamtrace.kernels.rewriter.RewriteHandler`: a pid's merged pid, an event
-    for the Python twin :func:`rewrite_dict`, a deferred filter's flow category) and the segment ``seg`` it
+    """One rank's rewrite through the byte kernel (``Rewriter``): what
+    it asks of merge (``RewriteHandler``: a pid's merged pid, an event
+    for the Python twin ``rewrite_dict``, a deferred filter's flow category) and the segment ``seg`` it
     writes to."""
 
     def __init__(self, reader: TraceReader, plan: RankPlan, ctx: RankContext, seg, check: Checker | None):
@@ -250,14 +250,14 @@ def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: RankContext, seg, c
                    after: int = -1):
     """Rewrite every event ``reader`` yields into the binary stream ``seg`` (comma
     separated, no brackets); with ``check``, every batch's events are also recorded in it, as
-    read and as written (:func:`streamtrace.validate.merged.account_batch`).  ``after`` >= 0:
+    read and as written (``streamtrace.validate.merged.account_batch``).  ``after`` >= 0:
     the events continue a segment whose last event ends at that output offset (a comma first;
     the deferred filter's output offsets count from it).
     Returns ``(events_in, events_out, first_out, fast)``:
     ``first_out`` is the earliest shifted non-metadata ts written (ns) or None,
     ``fast`` the events the byte kernel wrote; ``ctx.used`` gets every merged pid
     that had an event.  Pids are registered through ``ctx.pids.get`` in file order
-    (the kernel asks once per new pid text), which :mod:`streamtrace.merge.ranges`
+    (the kernel asks once per new pid text), which ``streamtrace.merge.ranges``
     relies on to reproduce the slot assignment of a whole-file pass."""
     rw = _ByteRewrite(reader, plan, ctx, seg, check).kernel
     if after >= 0:
@@ -297,7 +297,7 @@ def rewrite_stream(reader: TraceReader, plan: RankPlan, ctx: RankContext, seg, c
 
 def event_times(buf, s: int, e: int):
     """``(ts_ns, dur_ns, flags)`` of the one event ``buf[s:e]`` (uint8 array), exactly
-    as :func:`streamtrace.kernels.scan.scan_events` reports them in a batch (int64 ns
+    as ``streamtrace.kernels.scan.scan_events`` reports them in a batch (int64 ns
     read from the number text; ``flags``: HAS_TS, HAS_DUR, TS_BAD, DUR_BAD, BIG_INT).
     For the rare events the byte kernel hands to the Python twin: the batch itself
     was scanned for byte ranges only."""
@@ -309,17 +309,17 @@ def event_times(buf, s: int, e: int):
 
 def merge_rank(plan: RankPlan, progress=None) -> RankResult | ParkedRank | MissingSteps:
     """Rewrite one rank's events into ``plan.segment``; returns its
-    :class:`~streamtrace.merge.outcome.RankResult` (counts, the process map and the rank's metadata:
+    ``RankResult`` (counts, the process map and the rank's metadata:
     all small).  Runs in a worker process.
 
-    Events go through the byte kernel :func:`~streamtrace.kernels.rewrite.scan_rewrite`
-    (see :func:`rewrite_stream`); those it hands back (unusual shapes, invalid JSON) are
-    decoded and rewritten by its Python twin :func:`rewrite_dict`, which raises
-    :class:`TraceError` for invalid input.  With ``plan.defer`` the time filter is decided after
-    the pass (:mod:`streamtrace.merge.deferred`): here from the rank's own steps (a
-    :class:`~streamtrace.merge.outcome.MissingSteps` when the rank lacks them), or, with
-    ``plan.park``, by the parent (a :class:`~streamtrace.merge.outcome.ParkedRank`, then
-    :func:`finish_parked`)."""
+    Events go through the byte kernel ``scan_rewrite``
+    (see ``rewrite_stream``); those it hands back (unusual shapes, invalid JSON) are
+    decoded and rewritten by its Python twin ``rewrite_dict``, which raises
+    ``TraceError`` for invalid input.  With ``plan.defer`` the time filter is decided after
+    the pass (``streamtrace.merge.deferred``): here from the rank's own steps (a
+    ``MissingSteps`` when the rank lacks them), or, with
+    ``plan.park``, by the parent (a ``ParkedRank``, then
+    ``finish_parked``)."""
     ctx = RankContext(plan)
     reader = TraceReader(plan.path, salvage=plan.salvage, block=READ_BLOCK, progress=progress)
     spill = os.path.dirname(os.path.abspath(plan.segment))
@@ -394,7 +394,7 @@ def _meta_events(plan, meta, pids, used, first_out) -> list:
 @dataclass
 class Parked:
     """A rank rewritten under a deferred filter, waiting for its keep-window (picklable once parked:
-    the checker as :meth:`~streamtrace.validate.check.Checker.hand_over` gives it)."""
+    the checker as ``hand_over`` gives it)."""
     pids: PidMap
     defer: DeferredFilter
     checker: dict | None
@@ -446,14 +446,14 @@ def _finish(plan: RankPlan, p: Parked, keep, reading: Reading, check=None) -> Ra
 
 
 def finish_parked(plan: RankPlan, res: ParkedRank, keep) -> RankResult:
-    """Task: a parked rank's result (``res`` from :func:`merge_rank` with ``plan.park``) under the
+    """Task: a parked rank's result (``res`` from ``merge_rank`` with ``plan.park``) under the
     keep-window ``keep`` the parent computed."""
     return _finish(plan, res.parked, keep, res.reading)
 
 
 def warm_kernels(plan: RankPlan, whole: bool = True, ranges: bool = False) -> None:
     """Load merge's numba kernels into this process (from numba's on-disk cache) by
-    rewriting the warm-up trace (:mod:`streamtrace.runtime.warmup`) with ``plan``'s options
+    rewriting the warm-up trace (``streamtrace.runtime.warmup``) with ``plan``'s options
     (same argument types, so the same compiled versions), and with ``plan.defer`` the deferred
     filter's kernels its workers use: of ``whole`` ranks, of byte ``ranges`` of cut ranks.  Called
     by the parent before it forks its worker pool.  Writes and removes a temporary folder beside

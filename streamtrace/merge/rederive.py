@@ -1,10 +1,10 @@
 """The deferred filter's rows of a few events made again: their byte span of a cut rank's plain file
 rewritten once more, exactly as the range's pass rewrote it, the output thrown away
-(:class:`streamtrace.merge.grouped.GroupedFilter` needs the rows of its mixed groups only).
+(``streamtrace.merge.grouped.GroupedFilter`` needs the rows of its mixed groups only).
 
 The rewrite of an event depends on no other event but through the pid slots and the flow
-categories' numbering (:mod:`streamtrace.merge.ranges`); the range's own pid registrations (with the
-merged pids they settled to, :class:`RangePids`) and its category tables give both as the pass had
+categories' numbering (``streamtrace.merge.ranges``); the range's own pid registrations (with the
+merged pids they settled to, ``RangePids``) and its category tables give both as the pass had
 them, and the output offsets continue from the event before the span.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ class _Discard:
 
 class RangePids(PidMap):
     """A byte range's pid map as its pass ended: each pid it registered (``records``) to the merged pid
-    it gave it (``assigned``, settled), ``info`` the rank's (:class:`PidMap.info`); read only, a pid
+    it gave it (``assigned``, settled), ``info`` the rank's (``PidMap.info``); read only, a pid
     it does not hold is an internal error.  (A NaN pid, which a range registers once, is found by
     value: the records came through pickle, which does not keep the decoder's one NaN.)"""
 
@@ -71,8 +71,8 @@ class _Rows(DeferredFilter):
 
 
 def rederive_rows(plan: RankPlan, src: str, pids: RangePids, like: DeferredFilter, groups: np.ndarray) -> np.ndarray:
-    """The rows (int64[k, R_COLS], :mod:`streamtrace.kernels.keep`; no validation bits) of the written
-    events of ``groups`` (consecutive summaries of :func:`streamtrace.kernels.groups.group_batch` of the
+    """The rows (int64[k, R_COLS], ``streamtrace.kernels.keep``; no validation bits) of the written
+    events of ``groups`` (consecutive summaries of ``streamtrace.kernels.groups.group_batch`` of the
     range whose filter is ``like``), made by rewriting their bytes of ``src`` (the plain file the
     ranges were cut from) again with the rank's ``plan`` and the range's ``pids``."""
     ctx = RankContext(plan)

@@ -1,4 +1,4 @@
-"""What :func:`streamtrace.merge` returns for each trace it writes: :class:`MergeResult`."""
+"""What ``streamtrace.merge`` returns for each trace it writes: ``MergeResult``."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -8,14 +8,14 @@ from pathlib import Path
 
 @dataclass(frozen=True, eq=False)
 class MergeResult(Mapping):
-    """One merged trace :func:`~streamtrace.merge.run.merge_files` wrote (merge writes a trace, not an
+    """One merged trace ``merge_files`` wrote (merge writes a trace, not an
     output folder: ``streamtrace.load`` does not read it; open it in Perfetto or with
-    :class:`~streamtrace.trace.reader.TraceReader`).  Immutable, as the other stages' results.
+    ``TraceReader``).  Immutable, as the other stages' results.
 
     Attributes:
         summary: the dict merge returned before it returned this object (``output``, ``ranks``,
             ``iteration``, ``events_in``, ``events_out``, ``bytes_in``, ``bytes_out``, ``seconds``,
-            ``warnings``, ``validation``, ...: :func:`~streamtrace.merge.run.merge_files`).
+            ``warnings``, ``validation``, ...: ``merge_files``).
 
     For the callers of that dict the object is also a read-only mapping over ``summary``:
     ``res["events_out"]``, ``res.get(...)``, ``==`` a dict compares ``summary``."""

@@ -1,13 +1,13 @@
 """The rewrite step of ``streamtrace merge``: every rank's events rewritten into its segment files by
-worker processes, the largest task first (:class:`RewriteStage`).
+worker processes, the largest task first (``RewriteStage``).
 
-A task is a whole rank (:func:`~streamtrace.merge.rank.merge_rank`) or one byte range of a cut rank
-(:func:`~streamtrace.merge.ranges.merge_range`); each worker hands back a typed result
-(:mod:`streamtrace.merge.outcome`).  Then, in this order: the pid slots of the cut ranks are settled
+A task is a whole rank (``merge_rank``) or one byte range of a cut rank
+(``merge_range``); each worker hands back a typed result
+(``streamtrace.merge.outcome``).  Then, in this order: the pid slots of the cut ranks are settled
 (the ranges whose provisional slots were wrong are rewritten again), a deferred time filter is decided
 (a rank without the ``--steps`` asked for raises; parked ranks are decided by tasks on the same pool,
-:mod:`streamtrace.merge.decide`), and the cut ranks' checks are merged from their ranges' sorted runs.
-The result is one :class:`~streamtrace.merge.outcome.RankResult` per rank file, in file order.
+``streamtrace.merge.decide``), and the cut ranks' checks are merged from their ranges' sorted runs.
+The result is one ``RankResult`` per rank file, in file order.
 """
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ from .ranges import finish_rank, merge_range, settle_pids
 @dataclass(frozen=True)
 class Rewritten:
     """What the rewrite step gives the stitch: ``results`` (one
-    :class:`~streamtrace.merge.outcome.RankResult` per rank file, in file order), ``stats`` (every task's
-    :class:`~streamtrace.merge.outcome.TaskStats`, ranges rewritten again counted once, as last run) and
+    ``RankResult`` per rank file, in file order), ``stats`` (every task's
+    ``TaskStats``, ranges rewritten again counted once, as last run) and
     ``redone`` (how many ranges were rewritten again)."""
     results: list
     stats: list
@@ -102,8 +102,8 @@ def run_task(task: RewriteTask) -> TaskDone:
 
 
 class RewriteStage:
-    """The rewrite step of one :class:`~streamtrace.merge.plan.MergePlan` (module docstring): its
-    ``ranks`` (:class:`~streamtrace.merge.rank.RankPlan`, file order), ``tasks`` and ``progress`` bar."""
+    """The rewrite step of one ``MergePlan`` (module docstring): its
+    ``ranks`` (``RankPlan``, file order), ``tasks`` and ``progress`` bar."""
 
     def __init__(self, plan: MergePlan, ranks: list[RankPlan], tasks: list[RewriteTask], progress: Progress):
         self.plan, self.ranks, self.tasks, self.progress = plan, ranks, tasks, progress
@@ -111,8 +111,8 @@ class RewriteStage:
 
     def run(self, surveys: list) -> Rewritten:
         """Rewrite every rank (``surveys``: the plan's, for a deferred filter's decisions).  Raises
-        :class:`StreamtraceError` for a one-pass ``--steps`` rank without the steps (the first in rank
-        order), :class:`~streamtrace.runtime.errors.TraceError` for a rank that cannot be read."""
+        ``StreamtraceError`` for a one-pass ``--steps`` rank without the steps (the first in rank
+        order), ``TraceError`` for a rank that cannot be read."""
         plan = self.plan
         local = plan.jobs > 1 and len(self.tasks) > 1 and not parallel.scheduler_address(plan.opt.scheduler)
         if local:
@@ -143,7 +143,7 @@ class RewriteStage:
     def _settle(self, done: list[TaskDone]) -> tuple[list, list[TaskDone], int]:
         """One result per file from the tasks' ``done``: the pid slots of split ranks settled (the ranges
         whose provisional slots were wrong rewritten again), a split rank under a deferred filter as a
-        :class:`~streamtrace.merge.outcome.SplitParked`; the split ranks' checks.  Returns ``(results,
+        ``SplitParked``; the split ranks' checks.  Returns ``(results,
         every task's TaskDone, ranges redone)``."""
         plan, ranks = self.plan, self.ranks
         of = {}                     # file index -> its task indices, in file order
@@ -179,7 +179,7 @@ class RewriteStage:
     def _decide(self, results: list, surveys: list) -> list:
         """The deferred filter's decisions: a one-pass ``--steps`` rank without the steps raises (the
         first in rank order); ranks parked for ``--window`` (and split ranks) are decided by tasks on the
-        pool (:mod:`streamtrace.merge.decide`), a ``.json.gz`` output's kept runs compressed."""
+        pool (``streamtrace.merge.decide``), a ``.json.gz`` output's kept runs compressed."""
         plan = self.plan
         parked = any(isinstance(r, (ParkedRank, SplitParked)) for r in results)
         try:

@@ -1,17 +1,17 @@
 """``streamtrace merge``: many rank traces -> one Perfetto-loadable trace, in flat memory.
 
-:func:`merge` is the first step, discover: the rank files found in the inputs, checked (no trace
+``merge`` is the first step, discover: the rank files found in the inputs, checked (no trace
 merged already), selected (``ranks``, ``iterations``) and grouped by iteration; each group then goes
-down the line of :mod:`streamtrace.merge.line` (survey/plan, rewrite, stitch, validate).
+down the line of ``streamtrace.merge.line`` (survey/plan, rewrite, stitch, validate).
 
-Each rank is streamed by :class:`~streamtrace.trace.reader.TraceReader` in a worker
+Each rank is streamed by ``TraceReader`` in a worker
 process that rewrites its events and writes them to its own *segment* file
 (a gzip member when the output is ``.gz``); the segments are then stitched by
 byte copy between a header and a trailer, so peak memory depends on the batch
 size only, never on the input size or the number of ranks.  With several workers,
 a rank trace of at least ``MergeOptions.split_threshold`` bytes is rewritten in
 byte ranges by several of them, one segment per range, with the same output
-(:mod:`streamtrace.merge.ranges`).
+(``streamtrace.merge.ranges``).
 
 Rewrites (all documented in the README):
   * processes: every (rank, original pid) becomes a distinct process with pid
@@ -21,13 +21,13 @@ Rewrites (all documented in the README):
     Kineto's own ``process_name``/``process_labels``/``process_sort_index`` events are
     replaced by these;
   * ids: flow ``id`` (ac2g, fwdbwd, ...), ``args.correlation`` and ``args["External id"]``
-    become ``rank * 2**40 + id`` (see :func:`~streamtrace.merge.pids.unique_id`), originals kept as
+    become ``rank * 2**40 + id`` (see ``unique_id``), originals kept as
     ``args["raw correlation"]`` / ``args["raw External id"]`` / ``args["raw id"]``;
     every event gets ``args.rank``;
   * time: ts is shifted by ``baseTimeNanoseconds(rank) - min(baseTimeNanoseconds)`` so all
     ranks share one clock (or, with ``align="first-step"``, so every rank's first
     ``ProfilerStep#`` starts together; with ``align="collectives"``, less each rank's clock
-    offset estimated from its collectives, :mod:`streamtrace.merge.clocks`), and written as
+    offset estimated from its collectives, ``streamtrace.merge.clocks``), and written as
     exact decimal microseconds.
 """
 from __future__ import annotations
@@ -64,8 +64,8 @@ def merge(inputs, output, opt: MergeOptions | None = None, rank_map=None) -> lis
     Returns
     -------
     list of MergeResult
-        One per trace written (:class:`~streamtrace.merge.result.MergeResult`; its ``summary`` is the
-        dict :func:`merge_files` describes, also read through it: ``res["events_out"]``).  The first
+        One per trace written (``MergeResult``; its ``summary`` is the
+        dict ``merge_files`` describes, also read through it: ``res["events_out"]``).  The first
         one's ``warnings`` start with what was skipped while looking for the traces (unreadable
         folders, files without a ``traceEvents`` array); a lone input adds a ``notices`` entry.
 
@@ -121,22 +121,22 @@ def merge(inputs, output, opt: MergeOptions | None = None, rank_map=None) -> lis
 
 def merge_files(files: list[TraceFile], output, opt: MergeOptions | None = None) -> MergeResult:
     """Merge the given rank traces (one iteration) into ``output`` (``.json`` or
-    ``.json.gz``).  Returns a :class:`~streamtrace.merge.result.MergeResult`, whose ``summary``
+    ``.json.gz``).  Returns a ``MergeResult``, whose ``summary``
     (also readable through it as a mapping) holds: ``output``, ``ranks``, ``iteration``, ``events_in``,
     ``events_out``, ``bytes_in``, ``bytes_out``, ``seconds``, ``jobs``, ``warnings``, ``split``
     (ranks rewritten in byte ranges: their range count), ``ranges_redone``,
     ``worker_mb_per_s``, ``cpu_only`` (no rank has a GPU process; with ``gpu_only`` the CPU
     processes are merged instead, with a warning), ``validation``
-    (:func:`streamtrace.validate.merged.merged_validation`; None when ``opt.validate`` is off).
-    Raises :class:`StreamtraceError` / :class:`TraceError` on bad input;
+    (``streamtrace.validate.merged.merged_validation``; None when ``opt.validate`` is off).
+    Raises ``StreamtraceError`` / ``TraceError`` on bad input;
     the output is then not created (an unexpected failure on one rank is a
-    :class:`TraceError` naming its file); :class:`~streamtrace.runtime.errors.OutputError` when the
+    ``TraceError`` naming its file); ``OutputError`` when the
     output cannot be written.
 
     With more than one worker, a trace of at least ``opt.split_threshold`` bytes is
-    rewritten in byte ranges by several workers (:mod:`streamtrace.merge.ranges`) when that
-    balances the work (:func:`~streamtrace.merge.plan.split_pays`); the output is the same.  The steps
-    of that merge: :mod:`streamtrace.merge.line`."""
+    rewritten in byte ranges by several workers (``streamtrace.merge.ranges``) when that
+    balances the work (``split_pays``); the output is the same.  The steps
+    of that merge: ``streamtrace.merge.line``."""
     return MergeResult(merge_iteration(files, output, opt))
 
 
@@ -150,9 +150,9 @@ def _metadata(path) -> dict:
 
 
 def _refuse_merged(files):
-    """Raise :class:`StreamtraceError` naming the first of ``files`` that streamtrace merged
+    """Raise ``StreamtraceError`` naming the first of ``files`` that streamtrace merged
     already (its ``streamtrace.kind`` header) or a peer tool merged (TraceLens TraceFusion,
-    Megatron-LM's ``merge_profiler_traces.py``: :func:`~streamtrace.trace.peer_merged.peer_merged`):
+    Megatron-LM's ``merge_profiler_traces.py``: ``peer_merged``):
     merged again, all its ranks would be folded into the one rank the file is given (issue 33)."""
     for tf in files:
         st = tf.head.get("streamtrace")

@@ -1,22 +1,22 @@
 """``merge --steps`` / ``--window`` in one pass on a rank cut into byte ranges
-(:mod:`streamtrace.merge.ranges`): the deferred filter of :mod:`streamtrace.merge.deferred`, spread
+(``streamtrace.merge.ranges``): the deferred filter of ``streamtrace.merge.deferred``, spread
 over the ranges.
 
 Each range's worker writes every event of its range to a tentative segment and records what the
 filter decides it by, in groups of consecutive events (a
-:class:`~streamtrace.merge.grouped.GroupedFilter` per range, parked once the range is read; the rows
+``GroupedFilter`` per range, parked once the range is read; the rows
 of the few groups a window cuts through are made again from the input when deciding,
-:mod:`streamtrace.merge.rederive`).  The filter is a property of the whole rank: its steps may lie in
+``streamtrace.merge.rederive``).  The filter is a property of the whole rank: its steps may lie in
 any range, and a flow is kept only when every one of its events, in whichever range, is
 in the window.  So once every range is read and the pid slots are settled, one task per rank
-(:func:`decide_split`) combines the ranges' steps and earliest events (:func:`found_survey`; the
-keep-window itself comes from the parent, :func:`streamtrace.merge.survey.plan_time`), numbers the
-ranges' flows in one key space to find the kept ones (:func:`kept_by_range`), decides each range
-(:func:`streamtrace.kernels.keep.keep_rows`) and checks the rank's output with the dropped events
-taken out of its view (:func:`streamtrace.validate.merged.split_reports` with an
-:class:`~streamtrace.validate.ordered.OutFilter`).  A plain output then copies each range's kept
+(``decide_split``) combines the ranges' steps and earliest events (``found_survey``; the
+keep-window itself comes from the parent, ``streamtrace.merge.survey.plan_time``), numbers the
+ranges' flows in one key space to find the kept ones (``kept_by_range``), decides each range
+(``streamtrace.kernels.keep.keep_rows``) and checks the rank's output with the dropped events
+taken out of its view (``streamtrace.validate.merged.split_reports`` with an
+``OutFilter``).  A plain output then copies each range's kept
 byte runs; a ``.json.gz`` output compresses each range's kept runs into a gzip member, a task per
-range (:func:`gzip_runs`).
+range (``gzip_runs``).
 """
 from __future__ import annotations
 
@@ -43,8 +43,8 @@ _ID_MASK = (1 << 40) - 1
 
 
 def found_survey(meta: dict, parts: list[RangeResult]) -> Survey:
-    """The rank's :class:`Survey` (steps, earliest event; no flows) from its parked ranges'
-    results, combined as the survey of its ranges would be (:func:`combine_surveys`)."""
+    """The rank's ``Survey`` (steps, earliest event; no flows) from its parked ranges'
+    results, combined as the survey of its ranges would be (``combine_surveys``)."""
     return combine_surveys([Survey(meta, p.parked.first, p.parked.steps_found, {}) for p in parts], meta)
 
 
@@ -68,7 +68,7 @@ def _global_keys(keys: np.ndarray, cat_map: np.ndarray | None, other_map: np.nda
 
 
 def kept_by_range(filters: list[GroupedFilter], lo: int, hi: int) -> list[np.ndarray]:
-    """Per range (its filter's flow events in order, :meth:`~streamtrace.merge.grouped.GroupedFilter.flow_events`),
+    """Per range (its filter's flow events in order, ``flow_events``),
     the sorted keys, in its own numbering, of the rank's flows whose every event, in any range, has
     ``lo <= ts <= hi``: the range's distinct keys but those of the flows with an event outside the
     window, in any range (found in the rank's numbering from the few events that leave it)."""
@@ -93,7 +93,7 @@ def kept_by_range(filters: list[GroupedFilter], lo: int, hi: int) -> list[np.nda
 
 
 def decide_split(plan: RankPlan, sf: SplitFile, parts: list[RangeResult], pids, keep: tuple[int, int]) -> RankResult:
-    """Task: a split rank's result, as :func:`~streamtrace.merge.ranges.finish_rank` gives it, from
+    """Task: a split rank's result, as ``finish_rank`` gives it, from
     its parked ranges' results (``parts``, file order, pid slots settled in ``pids``) under the
     keep-window ``keep`` (``(lo, hi)`` rank-local ns); its validation when ``plan.validate``.
     Removes the ranges' records and flows; the tentative segments stay for the parent to copy
@@ -101,7 +101,7 @@ def decide_split(plan: RankPlan, sf: SplitFile, parts: list[RangeResult], pids, 
 
     The ranges are decided in a thread while this one checks the rank's slices, which go by the
     window alone (the decisions' kernel releases the GIL): only the flow check and the counts
-    wait for the dropped events (:attr:`~streamtrace.validate.ordered.OutFilter.pending`).  A window
+    wait for the dropped events (``pending``).  A window
     that holds every range's events drops nothing: the check then needs no filter."""
     lo, hi = keep
     filters = [p.parked for p in parts]
@@ -133,15 +133,15 @@ def decide_split(plan: RankPlan, sf: SplitFile, parts: list[RangeResult], pids, 
 
 
 def _decide_ranges(plan: RankPlan, src: str, pids: list, filters: list[GroupedFilter], keep: tuple[int, int]) -> list:
-    """Each range's :class:`~streamtrace.merge.deferred.Decision` (file order) under ``keep``, the
+    """Each range's ``Decision`` (file order) under ``keep``, the
     rank's flows matched across its ranges; the rows of a range's mixed groups are made again from
-    ``src`` with the range's ``pids`` (:func:`~streamtrace.merge.rederive.rederive_rows`)."""
+    ``src`` with the range's ``pids`` (``rederive_rows``)."""
     return [d.finish(plan.path, plan.shift_ns, keep, kk, partial(rederive_rows, plan, src, p, d))
             for d, kk, p in zip(filters, kept_by_range(filters, *keep), pids)]
 
 
 def _out_filter(lo: int, hi: int, drops: list) -> OutFilter:
-    """The rank's :class:`OutFilter` from its ranges' decisions (file order)."""
+    """The rank's ``OutFilter`` from its ranges' decisions (file order)."""
     return OutFilter(lo, hi, np.concatenate([d.dropped_seq for d in drops]),
                      *(sum(d.dropped[k] for d in drops) for k in ("events", "missing", "negdur")))
 

@@ -1,7 +1,7 @@
-"""The pre-pass of ``streamtrace merge`` over each rank (:func:`survey_rank`, needed by
+"""The pre-pass of ``streamtrace merge`` over each rank (``survey_rank``, needed by
 ``--steps``, ``--window``, ``--align first-step`` and ``--align collectives``) or just its metadata
-(:func:`metadata_task`), and the per-rank time shifts and keep-windows computed from them
-(:func:`plan_time`)."""
+(``metadata_task``), and the per-rank time shifts and keep-windows computed from them
+(``plan_time``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,7 +20,7 @@ from .prepass import prepass_rank
 @dataclass
 class Survey:
     """A full pre-pass over one rank: metadata, time extent and ProfilerStep windows (ns), flows
-    (:class:`~streamtrace.merge.flows.FlowExtents`; a dict ``{(cat, id): (lo, hi)}`` is accepted),
+    (``FlowExtents``; a dict ``{(cat, id): (lo, hi)}`` is accepted),
     and (``--align collectives``) its collective kernels."""
     metadata: dict
     first_ns: int | None
@@ -33,10 +33,10 @@ def survey_rank(path, want_flows=False, salvage=False, byte_range=None, want_col
     """Read one rank fully (a pre-pass needed by ``--steps``, ``--window``, ``--align first-step``
     and ``--align collectives``): ProfilerStep windows ``{N: (start_ns, end_ns)}``, the
     earliest ts, per flow ``(cat, id) -> (min ts, max ts)`` when ``want_flows``, the collective
-    kernels (:class:`~streamtrace.merge.clocks.CollectiveLog`) when ``want_collectives``.
+    kernels (``CollectiveLog``) when ``want_collectives``.
     ``byte_range``: survey only that range of a plain file's events (no metadata;
-    see :func:`combine_surveys`).  Without flows, collectives are read from the columns of the
-    numba extractor (:func:`survey_columns`), not from decoded events."""
+    see ``combine_surveys``).  Without flows, collectives are read from the columns of the
+    numba extractor (``survey_columns``), not from decoded events."""
     if want_collectives and not want_flows:
         return survey_columns(path, salvage, byte_range)
     if not want_collectives:            # the bytes classified by a kernel, few events decoded
@@ -75,8 +75,8 @@ def survey_rank(path, want_flows=False, salvage=False, byte_range=None, want_col
 
 
 def survey_columns(path, salvage=False, byte_range=None) -> Survey:
-    """:func:`survey_rank` without flows, collectives included, from the numba extractor's columns
-    (:func:`streamtrace.events.columns.columns_from_batch`: only events with collective args are
+    """``survey_rank`` without flows, collectives included, from the numba extractor's columns
+    (``streamtrace.events.columns.columns_from_batch``: only events with collective args are
     decoded)."""
     r = TraceReader(path, salvage=salvage, byte_range=byte_range)
     table = StringTable()
@@ -112,7 +112,7 @@ def survey_columns(path, salvage=False, byte_range=None) -> Survey:
 
 
 def _step_number(name) -> int:
-    """N of a ``ProfilerStep#N`` name (as :func:`survey_rank` reads it), else -1."""
+    """N of a ``ProfilerStep#N`` name (as ``survey_rank`` reads it), else -1."""
     if not name.startswith("ProfilerStep#"):
         return -1
     try:
@@ -122,7 +122,7 @@ def _step_number(name) -> int:
 
 
 def metadata_task(path, head, survey, want_flows, salvage, want_collectives=False) -> Survey:
-    """One rank's :class:`Survey` (``survey``: the full pre-pass) or only its metadata, read as
+    """One rank's ``Survey`` (``survey``: the full pre-pass) or only its metadata, read as
     cheaply as possible: the head when it has the base time, else the tail, else the whole file."""
     if survey:
         return survey_rank(path, want_flows, salvage, want_collectives=want_collectives)
@@ -137,7 +137,7 @@ def metadata_task(path, head, survey, want_flows, salvage, want_collectives=Fals
 def plan_time(files, surveys, opt):
     """Per-rank time shift and keep-window (ns).  Returns ``(out_base, shifts, keeps)``.
 
-    Raises :class:`StreamtraceError` when ``--steps`` / ``--align first-step`` need a
+    Raises ``StreamtraceError`` when ``--steps`` / ``--align first-step`` need a
     ProfilerStep a rank does not have."""
     bases = {tf.rank: int(s.metadata.get("baseTimeNanoseconds") or 0) for tf, s in zip(files, surveys)}
     out_base = min(bases.values())
@@ -171,7 +171,7 @@ def plan_time(files, surveys, opt):
 
 
 def combine_surveys(parts, meta):
-    """One rank's :class:`~streamtrace.merge.Survey` from its ranges' surveys (``parts`` in file
+    """One rank's ``Survey`` from its ranges' surveys (``parts`` in file
     order: the collectives are concatenated; the rest are min / max) and its metadata."""
     first, steps = None, {}
     log = CollectiveLog() if any(s.collectives is not None for s in parts) else None

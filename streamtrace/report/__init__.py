@@ -1,9 +1,9 @@
-"""Stage 5, the report: Markdown + ``report.json`` (:mod:`~streamtrace.report.markdown`) and charts
-(:mod:`~streamtrace.report.charts`, matplotlib) of an aggregated job; :func:`report`
-(``streamtrace.report(...)``) aggregates analysed folders first when needed (:mod:`~streamtrace.report.run`);
-its options :class:`ReportOptions` (:mod:`~streamtrace.report.options`).
+"""Stage 5, the report: Markdown + ``report.json`` (``markdown``) and charts
+(``charts``, matplotlib) of an aggregated job; ``report``
+(``streamtrace.report(...)``) aggregates analysed folders first when needed (``run``);
+its options ``ReportOptions`` (``options``).
 
-The names are imported on first use (:mod:`streamtrace.runtime.stage`), so that
+The names are imported on first use (``streamtrace.runtime.stage``), so that
 ``streamtrace.report.options`` (what the epilogue and the command line need) does not load the report itself.
 """
 from ..runtime.stage import stage_package

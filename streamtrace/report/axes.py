@@ -1,8 +1,8 @@
-"""Axis and legend helpers of the charts (:mod:`streamtrace.report.charts`), so that every chart
-reads the same way: a time axis in the unit that fits its largest value (:func:`time_scale`),
-log axes with at least two labelled ticks (:func:`log_ticks`), bytes axes in B/KB/MB/GB
-(:func:`bytes_axis`), integer ticks where the positions count things (instances, micro-batches:
-:func:`count_ticks`), and legends from explicit patches (:func:`patch_legend`: one entry per
+"""Axis and legend helpers of the charts (``streamtrace.report.charts``), so that every chart
+reads the same way: a time axis in the unit that fits its largest value (``time_scale``),
+log axes with at least two labelled ticks (``log_ticks``), bytes axes in B/KB/MB/GB
+(``bytes_axis``), integer ticks where the positions count things (instances, micro-batches:
+``count_ticks``), and legends from explicit patches (``patch_legend``: one entry per
 colour, whether or not a panel drew that part).
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from .units import bytes_tick, plain_tick, time_axis
 
 def time_scale(*arrays) -> tuple[float, str]:
     """``(divisor, unit)`` for a chart whose times (ns) are ``arrays``: the unit that fits the
-    largest absolute value (:func:`streamtrace.report.units.time_axis`)."""
+    largest absolute value (``streamtrace.report.units.time_axis``)."""
     vals = [np.abs(np.asarray(a, np.float64)) for a in arrays if np.size(a)]
     top = max((float(np.nanmax(v)) for v in vals if np.isfinite(v).any()), default=0.0)
     return time_axis(top)

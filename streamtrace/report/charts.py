@@ -20,7 +20,7 @@ Per-step charts are named ``..._iter<N>`` (``N`` the trace file's iteration, as 
 
 Legibility at 64+ ranks and thousands of kernels: intervals closer than one pixel are merged before
 drawing, labels are drawn only where their text fits, tick labels are thinned, the skew heat maps
-bin instances into at most :data:`~streamtrace.report.skew.MAX_COLUMNS` columns (max delay per bin).
+bin instances into at most ``MAX_COLUMNS`` columns (max delay per bin).
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def rows_at(tbl, at) -> np.ndarray:
 
 def label(at, data=None) -> str:
     """``(4, 3)`` -> ``"iteration 4 (ProfilerStep#3)"``; an unknown part is left out.  ``data``
-    (:func:`streamtrace.report.render.load`'s) with ``step_word`` ``"step "``: the job's steps are
+    (``streamtrace.report.render.load``'s) with ``step_word`` ``"step "``: the job's steps are
     custom step ranges (``--step-pattern``, NVTX ``iteration N``), named ``step 3``, not
     ``ProfilerStep#3``."""
     it, st = at
@@ -139,7 +139,7 @@ def _grow(fig, box):
 
 def bars_h(ax, y, width, left, height, color, label=None):
     """Horizontal bars as ``ax.barh(y, width, left=left, height=height, color=color, label=label)`` draws
-    them (the same pixels), as one :class:`~matplotlib.collections.PolyCollection` instead of a
+    them (the same pixels), as one ``PolyCollection`` instead of a
     ``Rectangle`` artist per bar: a chart of thousands of bars (one per rank, or per path segment) is
     not laid out and measured bar by bar.  ``y``, ``width``, ``left``: float arrays (data units), one
     bar each.  Each bar's left end is a sticky edge of the x axis' autoscaling, as barh makes it.
@@ -287,7 +287,7 @@ def rank_microbatches(data, rank, at):
 
 def ranks_overview(data, at):
     """Every rank's compute-only / overlap / comm-only / idle time in one step (``at``): one stacked
-    bar per rank up to :data:`MAX_BARS` ranks, else :func:`_sorted_distribution`.  None when every
+    bar per rank up to ``MAX_BARS`` ranks, else ``_sorted_distribution``.  None when every
     value is 0."""
     plt = pyplot()
     rk = data["ranks"]
@@ -328,8 +328,8 @@ OVERVIEW_PARTS = (("compute_only_ns", "compute only"), ("overlap_ns", "overlap")
 
 
 def _sorted_distribution(ax, rk, sel, div=1e6, unit="ms"):
-    """Stacked areas of :data:`OVERVIEW_PARTS` over the rows ``sel`` sorted by exposed comm + idle
-    (ascending), the :data:`NAMED_OUTLIERS` ranks at each end named, the median marked."""
+    """Stacked areas of ``OVERVIEW_PARTS`` over the rows ``sel`` sorted by exposed comm + idle
+    (ascending), the ``NAMED_OUTLIERS`` ranks at each end named, the median marked."""
     lost = rk["exposed_comm_ns"][sel] + rk["idle_ns"][sel]
     order = sel[np.argsort(lost, kind="stable")]
     x = np.arange(len(order))
@@ -504,9 +504,9 @@ def busbw_chart(data):
 
 def skew_heatmap(grid_info, kind):
     """One group-collective kind's heat map (``grid_info`` from
-    :func:`~streamtrace.report.skew.kind_grids`), on its own colour scale (0 to the 99th percentile of
+    ``kind_grids``), on its own colour scale (0 to the 99th percentile of
     its delays): rank x instance (time order) of the arrival delay (us), instances binned to at most
-    :data:`~streamtrace.report.skew.MAX_COLUMNS` columns (max per bin), blank where the rank is not a
+    ``MAX_COLUMNS`` columns (max per bin), blank where the rank is not a
     member."""
     plt = pyplot()
     grid, ranks, per, n = grid_info

@@ -5,9 +5,9 @@ topology names are not printed as ``?``: the section says what is known (the wor
 where it comes from) and that the layout is "not named in the trace".
 
 It also says which ranks had their forward phase inferred (analyze's fallback for traces
-without forward annotations, :func:`streamtrace.analyze.phases.infer_forward`), read from the
+without forward annotations, ``streamtrace.analyze.phases.infer_forward``), read from the
 analysed folders' ``summary.json`` (``phases_inferred`` per rank), and which step names analyze
-used when they are not ``ProfilerStep#N`` (``step_patterns`` per rank, :mod:`streamtrace.aggregate.steps`).
+used when they are not ``ProfilerStep#N`` (``step_patterns`` per rank, ``streamtrace.aggregate.steps``).
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def inferred_phases(inputs) -> dict:
 
 def step_patterns_used(inputs) -> list:
     """The step patterns other than ``ProfilerStep#N`` that analyze recorded for the analysed folders
-    ``inputs`` (``summary.json``, ``ranks[*].step_patterns``: :meth:`Analysis.step_patterns`), distinct, in
+    ``inputs`` (``summary.json``, ``ranks[*].step_patterns``: ``Analysis.step_patterns``), distinct, in
     first-seen order; [] when none (or the folders are gone)."""
     out: dict = {}
     for d in inputs or []:
@@ -119,8 +119,8 @@ def configuration_md(c: dict, table) -> list:
 
 
 class ConfigurationSection(SectionBase):
-    """``configuration``'s Markdown (:func:`configuration_md`); its data is the report's frame
-    (:func:`streamtrace.report.markdown.build_report`: every section reads it)."""
+    """``configuration``'s Markdown (``configuration_md``); its data is the report's frame
+    (``streamtrace.report.markdown.build_report``: every section reads it)."""
     key = "configuration"
 
     def markdown(self, rep: dict, charts: list) -> list:

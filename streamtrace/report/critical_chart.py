@@ -1,11 +1,11 @@
-"""The chart of "What bounds each step" (:mod:`streamtrace.report.critical_path`): the critical path
+"""The chart of "What bounds each step" (``streamtrace.report.critical_path``): the critical path
 of one step across the ranks it visits, from ``critical_path.parquet``.  One row per rank on the
 path; each segment a bar from its start to its end (ms from the path's start), coloured by its
 category; a thin vertical line where the path moves from one rank to another (a collective's last
 arrival to the member it ends on).
 
-Drawn as one :class:`~matplotlib.collections.BrokenBarHCollection` per category and rank (``broken_barh``)
-and the moves as lines (one broken line past :data:`MAX_MOVE_LINES` of them), whatever the number of
+Drawn as one ``BrokenBarHCollection`` per category and rank (``broken_barh``)
+and the moves as lines (one broken line past ``MAX_MOVE_LINES`` of them), whatever the number of
 segments: a path of 15,000 CPU ops is a handful of artists, not 15,000 rectangles to lay out and measure
 (the pixels are those of one ``barh`` rectangle per segment)."""
 from __future__ import annotations

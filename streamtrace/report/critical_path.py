@@ -1,9 +1,9 @@
 """The report's first section, "What bounds each step": the critical path of each step
 (``critical_path.parquet``, ``critical_path_summary.parquet``, ``critical_path_ranks.parquet``,
-:mod:`streamtrace.aggregate.critical_path`) told in three sentences
-(:mod:`streamtrace.report.critical_story`: the step's lengths reconciled, the cause, what bounds it
+``streamtrace.aggregate.critical_path``) told in three sentences
+(``streamtrace.report.critical_story``: the step's lengths reconciled, the cause, what bounds it
 next and the slack), the table behind them, and the chart of the path across the ranks it visits
-(:mod:`streamtrace.report.critical_chart`).
+(``streamtrace.report.critical_chart``).
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def _stages(aggdir) -> dict:
 
 
 def _peer_ranks(ranks, top, stages) -> list:
-    """The bounding rank and at most :data:`PEERS` others of its pipeline stage (``stages``: ``{rank:
+    """The bounding rank and at most ``PEERS`` others of its pipeline stage (``stages``: ``{rank:
     stage}``, empty: any rank; the stages run different layers), spread over the job."""
     others = sorted(r["rank"] for r in ranks if r["rank"] != top and stages.get(r["rank"]) == stages.get(top))
     if len(others) > PEERS:
@@ -72,8 +72,8 @@ def _gpu_wait(aggdir, it, step, rank) -> int | None:
 def replayed_next(aggdir, key, rank, total) -> list | None:
     """What bounds the step next as the what-if replay says it (``whatif.parquet``'s row of
     ``median:rank=R`` for the step, R the rank holding most of the path), in the shape of the
-    ``next`` summary rows (the first-order estimate of :mod:`streamtrace.aggregate.critical_ranks`,
-    which it replaces); [] when the replay saves under :data:`~streamtrace.aggregate.critical_ranks.NEXT_MIN_GAIN`
+    ``next`` summary rows (the first-order estimate of ``streamtrace.aggregate.critical_ranks``,
+    which it replaces); [] when the replay saves under ``NEXT_MIN_GAIN``
     of the path (nothing is said), None when the aggregate replayed no such change."""
     t = read_aggregate_table(aggdir, WHATIF, where={"change": [f"median:rank={rank}"]})
     if not t or not len(t["step"]):
@@ -157,7 +157,7 @@ def _step_label(step) -> str:
 
 def critical_markdown(sec: dict | None, table, short, png=None) -> list:
     """The section's Markdown lines (``table(head, rows)`` and ``short(names)`` as the report
-    formats; times in the unit that fits, :func:`streamtrace.report.units.fmt_time`); ``png``: the
+    formats; times in the unit that fits, ``streamtrace.report.units.fmt_time``); ``png``: the
     chart's path relative to the report, or None."""
     L = ["## What bounds each step", ""]
     steps = (sec or {}).get("steps") or []
@@ -195,8 +195,8 @@ CHART = "critical_path"
 
 
 class CriticalPathSection(SectionBase):
-    """``critical_path``: :func:`critical_section` (names shortened to 80 characters), its chart
-    (:func:`~streamtrace.report.critical_chart.critical_chart`) shown in the section."""
+    """``critical_path``: ``critical_section`` (names shortened to 80 characters), its chart
+    (``critical_chart``) shown in the section."""
     key, shown_charts, chart_rank = "critical_path", (CHART,), 1
 
     def data(self, inp: ReportInput, rep: dict) -> dict:

@@ -1,4 +1,4 @@
-"""The sentences of "What bounds each step" (:mod:`streamtrace.report.critical_path`), one step at a
+"""The sentences of "What bounds each step" (``streamtrace.report.critical_path``), one step at a
 time, from the aggregate's tables only:
 
 1. **the step's three lengths, reconciled**: the critical path, the span across ranks (first rank's
@@ -14,7 +14,7 @@ time, from the aggregate's tables only:
    by the time they held them alone, the ranks off the path and their slack.
 
 Every figure is read from ``critical_path_summary``, ``critical_path_ranks``, ``critical_path``,
-``op_stats``, ``idle_breakdown`` and ``kernel_stats`` (:mod:`streamtrace.aggregate.critical_ranks`
+``op_stats``, ``idle_breakdown`` and ``kernel_stats`` (``streamtrace.aggregate.critical_ranks``
 defines slack, wait and what bounds next).
 """
 from __future__ import annotations
@@ -136,7 +136,7 @@ def _threads(top, segs) -> str:
 def compare_ops(ops: dict, top: int, step) -> tuple | None:
     """``(ratio, peers, [(name, top's ns, peers' median ns)] * 3)``: the bounding rank ``top``'s CPU
     self time, op name by op name, against the median of the other ranks' on the same name (0 where
-    a rank does not run it; ops that wait, :data:`WAITING`, left out), and the three names it
+    a rank does not run it; ops that wait, ``WAITING``, left out), and the three names it
     exceeds most; None without peers.  ``ops``: ``op_stats`` columns (``rank``, ``name``,
     ``cat``, ``self_ns``, ``step``) of the step."""
     if not len(ops.get("rank", [])):

@@ -1,4 +1,4 @@
-"""The Efficiency section's charts (:func:`efficiency_charts`):
+"""The Efficiency section's charts (``efficiency_charts``):
 
 * ``roofline``: the GEMM / attention rows of ``op_perf.parquet`` (the top by GPU time) at their
   arithmetic intensity (FLOP/byte, x, log) and achieved TFLOP/s (y, log), under the GPU's roofline
@@ -6,7 +6,7 @@
   report's MFU uses (the math the GEMMs ran in), point area by GPU time;
 * ``busbw_vs_size``: every collective instance's bus bandwidth (``collectives.parquet``) against its
   message size (log x), one panel per collective kind, intra-node and inter-node points apart, with
-  the link peaks of :mod:`streamtrace.report.links` as horizontal lines.
+  the link peaks of ``streamtrace.report.links`` as horizontal lines.
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def efficiency_charts(sec: dict | None, aggdir, folder, meta: dict, formats=("pn
 
 
 def _roofline(aggdir, stem, spec, formats, top, dtype=None, peak=None) -> list:
-    """The roofline of ``dtype`` (the report's MFU peak's math, :func:`~streamtrace.report.precision.gemm_precision`;
+    """The roofline of ``dtype`` (the report's MFU peak's math, ``gemm_precision``;
     None: ``--peak-tflops``, whose ``peak`` is drawn)."""
     t = read_aggregate_table(aggdir, OP_PERF)
     if not t or not len(t.get("name", [])):

@@ -1,6 +1,6 @@
 """The report's "Efficiency" section: tokens/s, samples/s, achieved model TFLOP/s per GPU and MFU
-per profiled step, each input with where it came from (:func:`efficiency_section`,
-:func:`efficiency_markdown`).
+per profiled step, each input with where it came from (``efficiency_section``,
+``efficiency_markdown``).
 
 Inputs, the first that gives a value winning:
 
@@ -9,11 +9,11 @@ Inputs, the first that gives a value winning:
   ``"train_config"``, else the Megatron-LM training arguments recorded in the topology file,
   ``"training"``): global batch, else local batch x DP degree, times the sequence length;
 * model FLOPs per token: ``--flops-per-token``; else the config's model shape through
-  :func:`streamtrace.report.flops.flops_per_token`, TorchTitan's formula for a TorchTitan config
+  ``streamtrace.report.flops.flops_per_token``, TorchTitan's formula for a TorchTitan config
   and Megatron-LM's for Megatron arguments (the other one is recorded beside it);
-* the GPU's dense peak: ``--peak-tflops``; else :func:`streamtrace.topology.hardware.gpu_spec` of
+* the GPU's dense peak: ``--peak-tflops``; else ``streamtrace.topology.hardware.gpu_spec`` of
   the traces' ``deviceProperties`` name, for the math the GEMMs ran in
-  (:func:`streamtrace.report.precision.gemm_precision`: their kernels' names, else their ops'
+  (``streamtrace.report.precision.gemm_precision``: their kernels' names, else their ops'
   input type, else the config's precision, else bf16 said as assumed), the one peak of the report
   (the roofline chart draws the same);
 * GPUs: the job's world size (``aggregate.json``).
@@ -40,8 +40,8 @@ from .units import fmt_bytes, fmt_count, fmt_flop, fmt_gbps, fmt_pct, fmt_tflops
 
 
 def job_config(meta: dict, opt: EfficiencyOptions) -> TrainConfig | None:
-    """The job's :class:`TrainConfig` (see the module docstring for the order), resolved for the
-    job's world size; None when nothing gives one.  Raises :class:`StreamtraceError` for an
+    """The job's ``TrainConfig`` (see the module docstring for the order), resolved for the
+    job's world size; None when nothing gives one.  Raises ``StreamtraceError`` for an
     unreadable config file or degrees that do not fit the world size."""
     world = meta.get("world_size")
     if opt.torchtitan_config:
@@ -93,7 +93,7 @@ def _flops(cfg, opt, seq_len) -> tuple:
 
 def _peak(meta, cfg, opt, aggdir=None) -> tuple:
     """``(peak TFLOP/s per GPU, source, dtype)``: the GPU's dense peak for the math the job's GEMMs
-    ran in (:func:`~streamtrace.report.precision.gemm_precision`; dtype None for ``--peak-tflops``)."""
+    ran in (``gemm_precision``; dtype None for ``--peak-tflops``)."""
     if opt.peak_tflops:
         return float(opt.peak_tflops), "--peak-tflops", None
     devices = meta.get("devices") or []
@@ -116,7 +116,7 @@ def efficiency_section(meta: dict, steps: list, opt: EfficiencyOptions | None = 
     ``model_tflops_per_gpu``, ``mfu_pct``; None where an input is unknown) and ``overall`` (the
     same over all steps' summed time); with ``aggdir``: ``ops`` (the ``top`` GEMM / attention rows of
     ``op_perf.parquet`` losing the most time against their roofline bound) and ``links``
-    (:func:`~streamtrace.report.links.link_section`).  Raises :class:`StreamtraceError` on a bad config."""
+    (``link_section``).  Raises ``StreamtraceError`` on a bad config."""
     opt = opt or EfficiencyOptions()
     cfg = job_config(meta, opt)
     tokens, seqs, tokens_from = _tokens(cfg, tokens_per_step, global_batch, seq_len)
@@ -174,7 +174,7 @@ def _rates(step_ns, inp) -> dict:
 
 
 def _n(v, nd=1):
-    """A plain number (FLOP rates, tokens/s: no unit of :mod:`.units` fits them) with ``nd``
+    """A plain number (FLOP rates, tokens/s: no unit of ``.units`` fits them) with ``nd``
     decimals, more where a non-zero value would print as zero (``0.004``, never ``0.0``)."""
     if v is None:
         return "-"
@@ -296,10 +296,10 @@ def _throughput_md(sec) -> list:
 
 
 class EfficiencySection(SectionBase):
-    """``efficiency``: :func:`efficiency_section` of the report's ``steps``; ``throughput`` (when the
+    """``efficiency``: ``efficiency_section`` of the report's ``steps``; ``throughput`` (when the
     tokens per step are known: the options', else the efficiency's config): ``{"tokens_per_step",
     "steps", "time_ns", "tokens_per_s"}`` = tokens per step x profiled steps / the sum of their step
-    times (ns); its charts (:func:`~streamtrace.report.effcharts.efficiency_charts`) listed with the
+    times (ns); its charts (``efficiency_charts``) listed with the
     report's."""
     key, chart_rank = "efficiency", 2
 

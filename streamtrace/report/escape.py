@@ -8,20 +8,20 @@ link, ``|`` or a newline cuts a table row, an ANSI escape (``\\x1b]0;...\\x07``)
 terminal that ``cat``\\s the report, and ``$`` starts matplotlib's mathtext in a chart label.  So
 each name is written through one of these, for where it goes:
 
-* :func:`md_text` -- Markdown prose and table cells: the text made printable
-  (:func:`streamtrace.runtime.console.printable`: control characters as ``\\xNN``, newlines as
-  ``\\n``, the undecodable bytes of a file name as ``\\xNN``), shortened to :data:`NAME_LIMIT`
+* ``md_text`` -- Markdown prose and table cells: the text made printable
+  (``streamtrace.runtime.console.printable``: control characters as ``\\xNN``, newlines as
+  ``\\n``, the undecodable bytes of a file name as ``\\xNN``), shortened to ``NAME_LIMIT``
   characters with the count of those cut, HTML-escaped (``&``, ``<``: no tag, no entity; a ``>`` at the start escaped: no block quote)
   and Markdown-escaped (a backslash before every character that could start markup here: ``\\``,
   `````, ``*``, ``[``, ``]``, ``|``, ``~``, ``$`` and an ``_`` not inside a word): the rendered page
   shows the name's text, nothing else (a name is never written at the start of a line, where
-  ``#``, ``-`` or ``1.`` would start a block).  Table helpers escape every cell this way (:func:`md_cell`); a cell the report builds as
-  Markdown itself is a :class:`Markup`;
-* :func:`md_code` -- a name shown as code: printable and shortened as above, in a code span whose
+  ``#``, ``-`` or ``1.`` would start a block).  Table helpers escape every cell this way (``md_cell``); a cell the report builds as
+  Markdown itself is a ``Markup``;
+* ``md_code`` -- a name shown as code: printable and shortened as above, in a code span whose
   backtick fence is longer than any run of backticks in it (inside a code span Markdown and HTML
   are shown as text; a ``|`` is escaped in a table cell, as GitHub's tables ask);
-* :func:`chart_text` -- a chart's title, label or tick: printable, shortened to
-  :data:`CHART_LIMIT`, every ``$`` escaped (matplotlib would start mathtext at it, and fail on an
+* ``chart_text`` -- a chart's title, label or tick: printable, shortened to
+  ``CHART_LIMIT``, every ``$`` escaped (matplotlib would start mathtext at it, and fail on an
   unbalanced one).
 
 ``report.json`` and the Parquet tables keep the exact text (they are data, read by programs that
@@ -64,7 +64,7 @@ def md_text(text, limit: int | None = NAME_LIMIT) -> str:
 
 
 def md_cell(value) -> str:
-    """A table cell: :class:`Markup` as it is, ``None`` as ``-``, anything else through :func:`md_text`."""
+    """A table cell: ``Markup`` as it is, ``None`` as ``-``, anything else through ``md_text``."""
     if isinstance(value, Markup):
         return value
     return "-" if value is None else md_text(value)

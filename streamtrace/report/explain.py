@@ -1,12 +1,12 @@
 """The report's explaining sections, from aggregate's ``kernel_stats``, ``op_stats``,
-``launch_stats`` and ``idle_breakdown`` tables (:mod:`streamtrace.aggregate.explain`; never the traces):
+``launch_stats`` and ``idle_breakdown`` tables (``streamtrace.aggregate.explain``; never the traces):
 top kernels with their duration statistics, top CPU ops by self time, kernel launch delay and
 overhead, and the GPU idle-time breakdown (HolisticTraceAnalysis'
-``BreakdownAnalysis.get_idle_time_breakdown`` rule, :mod:`streamtrace.aggregate.idle`) with its chart
+``BreakdownAnalysis.get_idle_time_breakdown`` rule, ``streamtrace.aggregate.idle``) with its chart
 ``charts/idle_breakdown.png (SVG with the chart format option)``.
 
-:func:`build_explain` gives the ``explain`` part of ``report.json`` (times int/float ns),
-:func:`explain_markdown` its Markdown lines (ms / us), :func:`idle_chart` the chart.
+``build_explain`` gives the ``explain`` part of ``report.json`` (times int/float ns),
+``explain_markdown`` its Markdown lines (ms / us), ``idle_chart`` the chart.
 """
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ def _tab(head, rows):
 
 
 def explain_markdown(ex: dict | None, idle_chart_png=None, shorten=lambda names: list(names)) -> list:
-    """Markdown lines of :func:`build_explain`'s dict (empty for None: an older report); ``shorten``
+    """Markdown lines of ``build_explain``'s dict (empty for None: an older report); ``shorten``
     maps a list of kernel/op names to the names shown (the report's ``short_names``)."""
     if not ex:
         return []
@@ -238,8 +238,8 @@ IDLE_CHART = "idle_breakdown"
 
 
 class ExplainSection(SectionBase):
-    """``explain``: :func:`build_explain` (kernel, op and launch statistics, the GPU idle-time
-    breakdown), its chart (:func:`idle_chart`) shown in the section."""
+    """``explain``: ``build_explain`` (kernel, op and launch statistics, the GPU idle-time
+    breakdown), its chart (``idle_chart``) shown in the section."""
     key, shown_charts, chart_rank = "explain", (IDLE_CHART,), 0
 
     def data(self, inp: ReportInput, rep: dict) -> dict:

@@ -1,5 +1,5 @@
-"""Model FLOPs per token of a decoder-only transformer (:func:`flops_per_token`) and MFU
-(:func:`mfu`), as TorchTitan and Megatron-LM log them.
+"""Model FLOPs per token of a decoder-only transformer (``flops_per_token``) and MFU
+(``mfu``), as TorchTitan and Megatron-LM log them.
 
 **TorchTitan** (``torchtitan/models/utils.py`` ``get_dense_model_nparams_and_flops`` /
 ``get_moe_model_nparams_and_flops``; PaLM, arXiv:2204.02311, appendix B)::
@@ -75,8 +75,8 @@ def mlp_params(m: ModelShape, dense: bool) -> int:
 
 
 def param_count(m: ModelShape, include_embedding: bool = False) -> int:
-    """Parameters a token goes through, TorchTitan's way: per layer :func:`attention_params`,
-    :func:`mlp_params` (the first ``dense_layers`` dense) and two RMSNorm weights; the final norm
+    """Parameters a token goes through, TorchTitan's way: per layer ``attention_params``,
+    ``mlp_params`` (the first ``dense_layers`` dense) and two RMSNorm weights; the final norm
     and the output projection (h x V); the token embedding (V x h) only with
     ``include_embedding``.  A tied embedding (TorchTitan's ``enable_weight_tying``) is the
     output projection, counted once, so the count is the same."""

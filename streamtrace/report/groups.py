@@ -1,5 +1,5 @@
 """The report's "Process groups" section: what is known without a topology, from the collectives
-themselves (``process_groups.parquet``, :mod:`streamtrace.aggregate.groups`): each group's size, ranks,
+themselves (``process_groups.parquet``, ``streamtrace.aggregate.groups``): each group's size, ranks,
 collectives, bytes and time, and the layout inferred where it is unambiguous (``aggregate.json``'s
 ``inferred_layout``), said as inferred."""
 from __future__ import annotations
@@ -44,7 +44,7 @@ def groups_markdown(sec: dict, table, topology_known: bool, ranks: int = 2) -> l
 
 
 class GroupsSection(SectionBase):
-    """``process_groups``: :func:`groups_section`."""
+    """``process_groups``: ``groups_section``."""
     key = "process_groups"
 
     def data(self, inp: ReportInput, rep: dict) -> dict:

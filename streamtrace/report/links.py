@@ -1,9 +1,9 @@
-"""Collectives against their links (:func:`link_section`): each collective kind x parallel
+"""Collectives against their links (``link_section``): each collective kind x parallel
 dimension x scope (``intra``: every member of its process group on one host, ``inter``: spanning
 hosts) with its median bus bandwidth (``collectives.parquet``'s ``busbw_gbps``, nccl-tests'
 definition) as a percentage of the link's peak, and the traffic split intra / inter node.
 
-The link and its peak (:mod:`streamtrace.topology.hardware`): inside a node what joins that GPU
+The link and its peak (``streamtrace.topology.hardware``): inside a node what joins that GPU
 model's boards (named by the ``deviceProperties`` name: NVLink on SXM boards, the PCIe slot
 between PCIe cards, Infinity Fabric), per direction; across hosts the network per GPU, ``--nic-gbps`` or the
 platform's default; a CPU-only job (every rank without GPU events, e.g. gloo) has no GPU link and
@@ -72,7 +72,7 @@ def spans_hosts(meta: dict, gpus_per_node: int = 8):
 
 def inter_node(pg_ranks, ranks, meta: dict, gpus_per_node: int = 8) -> tuple[np.ndarray, str]:
     """``(bool array, how)``: per collective (its ``pg_ranks`` and ``ranks`` columns), whether its
-    group spans hosts (:func:`spans_hosts`, worked out once per distinct pair of strings)."""
+    group spans hosts (``spans_hosts``, worked out once per distinct pair of strings)."""
     spans, how = spans_hosts(meta, gpus_per_node)
     cache: dict = {}
     out = np.zeros(len(pg_ranks), bool)
@@ -88,7 +88,7 @@ def link_section(aggdir, meta: dict, spec, nic_gbps: float | None, gpus_per_node
     """The section as a dict: ``rows`` (per collective, dim, scope: ``count``, ``bytes``,
     ``busbw_gbps_median``, ``link``, ``link_gbps``, ``pct_of_link``), ``traffic`` (bytes and % intra
     / inter), ``hosts_from``, ``nic_gbps`` and ``nic_from``.  ``spec``: the GPU's
-    :class:`~streamtrace.topology.hardware.GpuSpec` or None."""
+    ``GpuSpec`` or None."""
     t = read_aggregate_table(aggdir, COLLECTIVES, ["collective", "parallel_dim", "pg_ranks", "ranks",
                                                      "msg_bytes", "busbw_gbps"])
     n = len(t.get("collective", []))

@@ -1,5 +1,5 @@
 """``streamtrace report``: one Markdown report per run (``<name>.md``) plus ``report.json`` and the
-charts (:mod:`streamtrace.report.charts`), from the tables ``streamtrace aggregate`` wrote.
+charts (``streamtrace.report.charts``), from the tables ``streamtrace aggregate`` wrote.
 
 Every number in the report is read from, or computed in one step from, an aggregate output file,
 named beside each section of ``report.json`` (``"from"``):
@@ -15,7 +15,7 @@ named beside each section of ``report.json`` (``"from"``):
   per collective type and parallel dimension; traffic share per dimension;
 * stragglers (``stragglers.parquet``): per group-collective kind, the ranks that were last to arrive
   most (lag caused);
-* point-to-point (``p2p.parquet``, :mod:`streamtrace.report.p2p`): waiting per pipeline stage pair;
+* point-to-point (``p2p.parquet``, ``streamtrace.report.p2p``): waiting per pipeline stage pair;
 * pipeline bubbles (``pipeline.parquet``): per PP group and stage, and the mean per stage;
 * top kernels by total time over all ranks (``top_kernels.parquet``).
 
@@ -43,7 +43,7 @@ DIMS = ("tp", "cp", "ep", "dp", "pp")
 
 def _step_patterns(inputs) -> dict:
     """``{"step_patterns": [...]}`` for the configuration when analyze took other step names than
-    ``ProfilerStep#N`` (:func:`~streamtrace.report.config.step_patterns_used`), else ``{}``."""
+    ``ProfilerStep#N`` (``step_patterns_used``), else ``{}``."""
     used = step_patterns_used(inputs)
     return {"step_patterns": used} if used else {}
 
@@ -51,9 +51,9 @@ def _step_patterns(inputs) -> dict:
 def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq_len=None, top=15,
                  shown=None, efficiency=None) -> dict:
     """The report as a dict (the content of ``report.json``; ``shown``: the aggregate folder's
-    path to record, default ``aggdir``).  Raises :class:`StreamtraceError` when ``aggdir`` holds
+    path to record, default ``aggdir``).  Raises ``StreamtraceError`` when ``aggdir`` holds
     no ``aggregate.json`` or the throughput options are incomplete, and
-    :class:`~streamtrace.runtime.errors.DataError` naming a damaged or missing file of ``aggdir``."""
+    ``DataError`` naming a damaged or missing file of ``aggdir``."""
     d = Path(aggdir)
     meta = Aggregate.read(d).summary
     if tokens_per_step is None and (global_batch is None) != (seq_len is None):
@@ -114,8 +114,8 @@ def _default_name(meta, d):
 
 def to_markdown(rep: dict, charts=()) -> str:
     """The report as Markdown: times, bytes and bandwidths each in the unit that fits it
-    (:mod:`streamtrace.report.units`; KB/MB/GB = 1e3/1e6/1e9 bytes), counts with thousands
-    separators, unknown cells ``-`` (:mod:`streamtrace.report.config`)."""
+    (``streamtrace.report.units``; KB/MB/GB = 1e3/1e6/1e9 bytes), counts with thousands
+    separators, unknown cells ``-`` (``streamtrace.report.config``)."""
     c = rep["configuration"]
     L = [f"# {md_text(rep['name'])}", "",          # names and paths escaped for Markdown (report/escape.py)
          f"Generated {rep['generated']} by streamtrace from {md_code(rep['aggregate'])} "
@@ -140,7 +140,7 @@ def write_report(aggdir, outdir=None, name=None, tokens_per_step=None, global_ba
                  chart_formats=("png",), jobs=0, efficiency=None) -> dict:
     """Write ``<outdir>/<name>.md``, ``<outdir>/report.json`` and (``charts``) ``<outdir>/charts/``
     into the existing folder ``outdir`` (default ``aggdir``): the files one by one, see
-    :func:`streamtrace.report.run.report` for the report as one unit.  ``name`` defaults to the
+    ``streamtrace.report.run.report`` for the report as one unit.  ``name`` defaults to the
     job's (the folder of its traces); ``progress``: a bar over the charts (None: on a terminal);
     ``final``: the path ``outdir`` will have (a staging folder's), for the paths returned and
     printed; ``shown``: the aggregate folder's path to record; ``chart_formats``: ``png`` and/or

@@ -1,6 +1,6 @@
-"""The report's options (:class:`ReportOptions`), in a module of their own so that the epilogue and
+"""The report's options (``ReportOptions``), in a module of their own so that the epilogue and
 the command line can build them without importing the report (matplotlib, pyarrow): the report's own
-(:class:`ReportOptions`) and its Efficiency section's (:class:`EfficiencyOptions`)."""
+(``ReportOptions``) and its Efficiency section's (``EfficiencyOptions``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 @dataclass
 class ReportOptions:
-    """Options of :func:`report` (the ``streamtrace report`` flags).
+    """Options of ``report`` (the ``streamtrace report`` flags).
 
     Attributes:
         name: the run's name in the report and the Markdown file's name (str); None (default): the
@@ -23,7 +23,7 @@ class ReportOptions:
         chart_ranks: ranks that get per-rank charts (sorted list of int); None (default): all up
             to 8, else the first PP group's stages and the top straggler.
         progress: a progress bar over the charts (bool); None (default): only on a terminal.
-        efficiency: the Efficiency section's inputs (:class:`EfficiencyOptions`: ``--torchtitan-config``,
+        efficiency: the Efficiency section's inputs (``EfficiencyOptions``: ``--torchtitan-config``,
             ``--peak-tflops``, ``--flops-per-token``, ``--nic-gbps``, ``--gpus-per-node``); None: defaults.
     """
     name: str | None = None
@@ -48,9 +48,9 @@ class EfficiencyOptions:
         peak_tflops: dense peak TFLOP/s of one GPU (float), instead of the datasheet table's; None.
         flops_per_token: model FLOPs per token, forward + backward (float), instead of the formula; None.
         nic_gbps: network bandwidth per GPU, GB/s (float), for collectives that span hosts; None: the
-            platform's default (:mod:`streamtrace.topology.hardware`).
+            platform's default (``streamtrace.topology.hardware``).
         gpus_per_node: ranks per host when the trace file names give no host (int, default 8;
-            :mod:`streamtrace.report.links`).
+            ``streamtrace.report.links``).
     """
     torchtitan_config: str | None = None
     peak_tflops: float | None = None

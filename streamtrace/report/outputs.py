@@ -1,7 +1,7 @@
 """The folders a report is written into, as kinds of output folder
-(:class:`~streamtrace.events.load.OutputKind`): a report of its own (``streamtrace report -o DIR`` of
-analysed folders, without the aggregate's tables: :class:`Report`), and the epilogue's output folder
-(:class:`EpilogueRun`: the report with the analyses and the aggregate it was made from).  The
+(``OutputKind``): a report of its own (``streamtrace report -o DIR`` of
+analysed folders, without the aggregate's tables: ``Report``), and the epilogue's output folder
+(``EpilogueRun``: the report with the analyses and the aggregate it was made from).  The
 epilogue's kind lives here, below the epilogue, because ``diff`` (this stage) reads such folders."""
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ class Report(Outputs):
     @classmethod
     def owns(cls, name: str) -> bool:
         """What a report writes at the top of its folder: ``report.json``, ``charts/``, ``*.md``
-        (:func:`~streamtrace.aggregate.folder.report_owns`)."""
+        (``report_owns``)."""
         return report_owns(name)
 
     def tables(self):
@@ -29,12 +29,12 @@ class Report(Outputs):
 
 @register
 class EpilogueRun(Outputs):
-    """The epilogue's output folder (``RUN_DIR/streamtrace`` or its ``-o``; :mod:`streamtrace.epilogue`)
+    """The epilogue's output folder (``RUN_DIR/streamtrace`` or its ``-o``; ``streamtrace.epilogue``)
     as a kind of output folder: the aggregate's tables, and ``kernels``/``ops`` of every analysed
     iteration together.  ``analyses``: ``{folder name: Analysis}``; ``aggregate``: the
-    :class:`~streamtrace.aggregate.folder.Aggregate` (None when it was not written).  Its layout:
-    one folder per iteration (:meth:`iteration`) holding its analysis (:attr:`ANALYSIS`) and merged trace
-    (:meth:`merged`), the aggregate (:attr:`AGGREGATE`), the report at the top, and ``epilogue.json``
+    ``Aggregate`` (None when it was not written).  Its layout:
+    one folder per iteration (``iteration``) holding its analysis (``ANALYSIS``) and merged trace
+    (``merged``), the aggregate (``AGGREGATE``), the report at the top, and ``epilogue.json``
     (``{"summary", "state"}``) last."""
     kind, marker, precedence = "epilogue", "epilogue.json", 1
     AGGREGATE = "aggregate"

@@ -1,5 +1,5 @@
 """The report's point-to-point section: pipeline Send / Recv apart from the group collectives,
-from ``p2p.parquet`` (:mod:`streamtrace.aggregate.p2p`): waiting and transfer time per pipeline stage
+from ``p2p.parquet`` (``streamtrace.aggregate.p2p``): waiting and transfer time per pipeline stage
 pair, and the rank pairs whose receiver waited longest."""
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def p2p_section(aggdir, top=8) -> dict:
 def two_way_exchanges(aggdir) -> int:
     """How many ``SendRecv`` instances of ``collectives.parquet`` were matched between two ranks
     without a direction (``src`` -1, 2 members: a batched exchange each way,
-    :mod:`streamtrace.aggregate.collectives`); 0 without the table."""
+    ``streamtrace.aggregate.collectives``); 0 without the table."""
     path = table_path(aggdir, COLLECTIVES)
     if not path.is_file():
         return 0
@@ -82,7 +82,7 @@ def _stages(r) -> str:
 
 
 class P2PSection(SectionBase):
-    """``p2p``: :func:`p2p_section`."""
+    """``p2p``: ``p2p_section``."""
     key = "p2p"
 
     def data(self, inp: ReportInput, rep: dict) -> dict:

@@ -2,13 +2,13 @@
 without it (PP = 1, e.g. tensor parallel only) has no pipeline bubble, and a "bubble" of its
 ranks would only be the time they do not compute.
 
-The rows are ``pipeline.parquet``'s as ``aggregate`` wrote them (:mod:`streamtrace.aggregate.pipeline`,
+The rows are ``pipeline.parquet``'s as ``aggregate`` wrote them (``streamtrace.aggregate.pipeline``,
 the one definition of the bubble: the time a stage waits for its neighbour stage within its PP
 group's span, however it waits -- outside any micro-batch or blocked in a pipeline receive or send
 inside one -- the figure (p - 1) / (m + p - 1) predicts; the other split, outside any micro-batch
 only, beside it);
 nothing here computes it again.  The Gantt charts' labels read the same table
-(:func:`stage_bubbles`).
+(``stage_bubbles``).
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def stage_bubbles(pipe, iteration, step, ranks) -> dict:
 
 def pipeline_section(aggdir, pp_size) -> dict:
     """The ``pipeline`` part of ``report.json``: ``rows`` (``pipeline.parquet``'s columns of
-    :data:`ROW_KEYS`; None for one a table of before lacks), the mean bubble %
+    ``ROW_KEYS``; None for one a table of before lacks), the mean bubble %
     per stage, the ideal 1F1B bubble %, and ``shown`` (False unless ``pp_size`` > 1: no section)."""
     pipe = read_aggregate_table(aggdir, PIPELINE)
     shown = bool(pp_size) and pp_size > 1 and len(pipe.get("rank", [])) > 0
@@ -90,7 +90,7 @@ def pipeline_markdown(sec: dict, table, iteration_cell) -> list:
 
 
 class PipelineSection(SectionBase):
-    """``pipeline``: :func:`pipeline_section` for the job's pipeline-parallel size."""
+    """``pipeline``: ``pipeline_section`` for the job's pipeline-parallel size."""
     key = "pipeline"
 
     def data(self, inp: ReportInput, rep: dict) -> dict:

@@ -1,4 +1,4 @@
-"""Which math the job's GEMMs ran in (:func:`gemm_precision`): the one dtype whose dense peak the
+"""Which math the job's GEMMs ran in (``gemm_precision``): the one dtype whose dense peak the
 report's MFU and its roofline chart are measured against.
 
 First answer wins:
@@ -45,9 +45,9 @@ KERNEL_DTYPES = [
 
 def kernel_dtype(name: str) -> str | None:
     """The math a GEMM kernel's name says it runs: its own name (before any template arguments) by
-    :data:`KERNEL_DTYPES`, else its first template argument (a type, :data:`TEMPLATE_DTYPES`, or the
-    name of the kernel a ``cutlass::Kernel<...>`` wraps, :data:`KERNEL_DTYPES`); None when it is
-    no GEMM kernel (:data:`GEMM_KERNEL` on its own name) or names no type."""
+    ``KERNEL_DTYPES``, else its first template argument (a type, ``TEMPLATE_DTYPES``, or the
+    name of the kernel a ``cutlass::Kernel<...>`` wraps, ``KERNEL_DTYPES``); None when it is
+    no GEMM kernel (``GEMM_KERNEL`` on its own name) or names no type."""
     text = re.sub(r"^void\s+", "", (name or "").strip())
     base = re.split(r"[<(]", text, 1)[0]
     if not GEMM_KERNEL.search(base):
@@ -72,10 +72,10 @@ def _by_time(keys, times) -> tuple[str | None, float]:
 
 
 def gemm_precision(aggdir, cfg=None, has=lambda dt: True) -> tuple[str, str]:
-    """``(dtype, source)``: the :data:`~streamtrace.topology.hardware.DTYPES` key the job's GEMMs ran
+    """``(dtype, source)``: the ``DTYPES`` key the job's GEMMs ran
     in (module docstring) and where that came from, said for the report.  ``aggdir``: the aggregate
     folder (None: the config and the default only); ``cfg``: the job's
-    :class:`~streamtrace.topology.trainconfig.TrainConfig` or None; ``has(dtype)``: whether the GPU
+    ``TrainConfig`` or None; ``has(dtype)``: whether the GPU
     has that math (the default's bf16 / fp16 choice)."""
     if aggdir is not None:
         t = read_aggregate_table(aggdir, KERNEL_STATS, ["name", "kind", "total_ns"])

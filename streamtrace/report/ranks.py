@@ -49,7 +49,7 @@ def _ranked(v, rank, stats):
 
 
 class RanksSection(SectionBase):
-    """``ranks``: :func:`rank_stats` of ``ranks.parquet``."""
+    """``ranks``: ``rank_stats`` of ``ranks.parquet``."""
     key = "ranks"
 
     def data(self, inp: ReportInput, rep: dict) -> dict:

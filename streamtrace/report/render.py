@@ -1,4 +1,4 @@
-"""Which charts of :mod:`streamtrace.report.charts` to draw, and drawing them (in parallel).
+"""Which charts of ``streamtrace.report.charts`` to draw, and drawing them (in parallel).
 
 * **No chart without content**: a chart function returns None when it would draw nothing worth a
   look (no rows, every value 0, an all-zero heat map, bandwidth of one-rank "instances"); no file is
@@ -12,17 +12,17 @@
   names the steps / ranks / groups it stands for.  Ranks asked for by name (``ranks``,
   ``--chart-ranks``) each get their charts; only their alike steps are merged.  **Worth
   seeing**: the drawn rows/bars differ (another rank of a group, phase, micro-batch or kernel
-  category), or some drawn quantity differs by at least :data:`ALIKE_FRACTION` (5 %) of its axis:
+  category), or some drawn quantity differs by at least ``ALIKE_FRACTION`` (5 %) of its axis:
   a bar height or stacked segment relative to the tallest bar, a window's start or end (from the
   first window's start) relative to the longest span.  5 % is about 60 px of a 1,200 px axis: a
   smaller difference has to be measured on the picture, it is not seen.  **Never folded**: a rank's
   per-rank charts into another rank's when the rank is on the step's critical path, or its idle
-  time or lateness differs from the other's by more than the step's jitter (:class:`RankApart`): a
+  time or lateness differs from the other's by more than the step's jitter (``RankApart``): a
   straggler's picture can look alike at 5 % of a long axis and still be the one that matters.
 * **Parallel**: ``jobs`` worker processes (fork; 0 = all cores) draw the charts; the files are the
   same as with one (each chart is drawn from the same data by the same function, in its own
   figure).
-* **Formats**: PNG (default), SVG, or both (:class:`ChartOptions`).
+* **Formats**: PNG (default), SVG, or both (``ChartOptions``).
 """
 from __future__ import annotations
 
@@ -48,15 +48,15 @@ WHAT = {"rank_timeline": "rank", "rank_microbatches": "rank", "pp_gantt": "PP gr
 
 @dataclass
 class ChartOptions:
-    """Options of :func:`render_all`.
+    """Options of ``render_all``.
 
     Attributes:
         chart_formats: file formats, a tuple of ``"png"`` and/or ``"svg"`` (default ``("png",)``; the
-            spelling of :class:`~streamtrace.report.options.ReportOptions`).
+            spelling of ``ReportOptions``).
         jobs: worker processes drawing charts (int); 0 (default) = all cores; 1 = this process.
         chart_ranks: ranks that get per-rank charts (list of int); None (default): all when <= 8, else
             each stage of the first PP group plus the rank that was the straggler most often (the
-            spelling of :class:`~streamtrace.report.options.ReportOptions`).
+            spelling of ``ReportOptions``).
         max_groups: PP groups drawn (first N, default 16); max_replicas: replicas drawn (default 8).
         progress: a bar over the charts (bool); None (default): only on a terminal.
         ranks: deprecated (removed in the next release): ``chart_ranks``, with a ``DeprecationWarning``.
@@ -76,14 +76,14 @@ class ChartOptions:
 
 
 def _deprecated_ranks(stacklevel):
-    """``ranks`` of the last release's :class:`ChartOptions` / :func:`render_all`: one more release, warned."""
+    """``ranks`` of the last release's ``ChartOptions`` / ``render_all``: one more release, warned."""
     warnings.warn("the charts' ranks=... is deprecated (removed in the next release): give chart_ranks=..., "
                   "the spelling of ReportOptions", DeprecationWarning, stacklevel=stacklevel)
 
 
 @dataclass
 class ChartTask:
-    """One chart: ``fn`` (a name in :mod:`~streamtrace.report.charts`), its ``args`` (after the
+    """One chart: ``fn`` (a name in ``charts``), its ``args`` (after the
     data, for the per-step and collective charts), the file ``stem`` and ``also``: the labels of
     the alike steps it stands for."""
     fn: str
@@ -102,11 +102,11 @@ MEMBER_COLUMNS = ["instance", "rank", "arrival_ns"]
 
 def load(aggdir, chart_ranks=None) -> dict:
     """The aggregate outputs the charts need, as column dicts (``meta`` = aggregate.json): only
-    the columns of :data:`COLLECTIVE_COLUMNS`, and ``timeline`` rows only of the ranks that get
-    per-rank charts (:func:`charted_ranks` of ``chart_ranks``, kept as ``chart_ranks``); the collective
-    members are read in batches by :func:`plan` (:func:`skew_grids`), so that the report of a 1,024-rank
+    the columns of ``COLLECTIVE_COLUMNS``, and ``timeline`` rows only of the ranks that get
+    per-rank charts (``charted_ranks`` of ``chart_ranks``, kept as ``chart_ranks``); the collective
+    members are read in batches by ``plan`` (``skew_grids``), so that the report of a 1,024-rank
     job holds no table of every collective kernel and no other rank's timeline.
-    Raises :class:`~streamtrace.runtime.errors.DataError` naming a damaged or missing file."""
+    Raises ``DataError`` naming a damaged or missing file."""
     out = {"meta": Aggregate.read(aggdir).summary}
     for n in ("rank_phase", "ranks", "pipeline", "p2p"):
         out[n] = read_aggregate_table(aggdir, n)
@@ -118,9 +118,9 @@ def load(aggdir, chart_ranks=None) -> dict:
 
 
 def skew_grids(aggdir, c) -> dict:
-    """:func:`~streamtrace.report.skew.kind_grids` of the instances ``c`` with the members of
-    ``aggdir/collectives_ranks.parquet`` read a batch at a time (:class:`~streamtrace.report.skew.SkewGrids`).
-    Raises :class:`~streamtrace.runtime.errors.DataError` naming a damaged file."""
+    """``kind_grids`` of the instances ``c`` with the members of
+    ``aggdir/collectives_ranks.parquet`` read a batch at a time (``SkewGrids``).
+    Raises ``DataError`` naming a damaged file."""
     grids = SkewGrids(c)
     path = table_path(aggdir, COLLECTIVES_RANKS)
     if path.is_file():
@@ -186,7 +186,7 @@ def picture(data, fn, args, at):
 
 
 def alike(p, q, fraction=ALIKE_FRACTION) -> bool:
-    """Whether pictures ``p`` and ``q`` (from :func:`picture`) show no difference worth seeing:
+    """Whether pictures ``p`` and ``q`` (from ``picture``) show no difference worth seeing:
     the same shape and every value within ``fraction`` of the larger axis extent (the largest
     value of either)."""
     if p[0] != q[0] or p[1].shape != q[1].shape:
@@ -244,7 +244,7 @@ class RankApart:
 
 def charted_ranks(data, aggdir, ranks=None) -> list:
     """The ranks that get per-rank charts: ``ranks`` (``ChartOptions.chart_ranks``) that the job has, or
-    the default (see :class:`ChartOptions`)."""
+    the default (see ``ChartOptions``)."""
     all_ranks = sorted(set(data["ranks"]["rank"].tolist())) if len(data["ranks"].get("rank", [])) else []
     if ranks is not None:
         return [r for r in ranks if r in set(all_ranks)]
@@ -281,7 +281,7 @@ RANK_CHARTS = ("rank_timeline", "rank_microbatches")
 
 
 def plan(data, aggdir, opt: ChartOptions) -> list:
-    """Every :class:`ChartTask` to draw, alike pictures merged (see the module docstring)."""
+    """Every ``ChartTask`` to draw, alike pictures merged (see the module docstring)."""
     rk = data["ranks"]
     keys = sorted(set(zip(rk["iteration"].tolist(), rk["step"].tolist()))) if len(rk.get("rank", [])) else []
     per_it = {it: sum(1 for i, _ in keys if i == it) for it, _ in keys}
@@ -321,7 +321,7 @@ _RUN: dict = {}         # the data, tasks, folder and formats of the render in p
 def draw(i) -> list:
     """Draw task ``i`` of the render in progress and save it; returns the written paths ([] when
     the chart has no content).  ``i`` past the planned tasks: the ``extra`` chart function of that
-    index (:func:`render_all`), called with its arguments."""
+    index (``render_all``), called with its arguments."""
     if i >= len(_RUN["tasks"]):
         fn, args = _RUN["extra"][i - len(_RUN["tasks"])]
         return list(fn(*args))
@@ -341,8 +341,8 @@ def draw(i) -> list:
 
 def render_all(aggdir, outdir, chart_ranks=None, max_groups=16, max_replicas=8, log=None, progress=None,
                opt: ChartOptions | None = None, ranks=None, extra=()) -> list:
-    """Render every chart of :mod:`~streamtrace.report.charts` that has content into ``outdir``
-    (``opt``, or the keyword arguments, see :class:`ChartOptions`; ``ranks``: deprecated, ``chart_ranks``)
+    """Render every chart of ``charts`` that has content into ``outdir``
+    (``opt``, or the keyword arguments, see ``ChartOptions``; ``ranks``: deprecated, ``chart_ranks``)
     and remove the chart files an earlier run left there.  ``extra``: more charts drawn by the same
     workers, ``[(fn, args)]`` where ``fn(*args)`` writes its files and returns their paths (the report's
     idle, critical path and efficiency charts); they are started first (each is one of the longest) and

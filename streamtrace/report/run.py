@@ -1,5 +1,5 @@
 """``streamtrace report`` as a function: aggregate analysed folders first when needed, then write
-the report (:func:`streamtrace.report.markdown.write_report`)."""
+the report (``streamtrace.report.markdown.write_report``)."""
 from __future__ import annotations
 
 import os
@@ -24,7 +24,7 @@ def report(dirs, outdir=None, opt: ReportOptions | None = None, aggregate_opt: A
     ``streamtrace-report``, with ``aggregate_opt``).  The report goes into ``outdir`` (default:
     the aggregate folder).
 
-    The report is one unit (:func:`~streamtrace.runtime.files.output_folder`): into a folder of
+    The report is one unit (``output_folder``): into a folder of
     its own, that folder is replaced at the end (with the aggregate it made, if any); into the
     aggregate folder, or a folder holding it (the epilogue's), the folder is replaced by a copy
     (hard links) of everything but the earlier report, plus the new one.  An interrupted or
@@ -46,7 +46,7 @@ def report(dirs, outdir=None, opt: ReportOptions | None = None, aggregate_opt: A
     Returns
     -------
     streamtrace.report.outputs.Report
-        The report folder (:class:`~streamtrace.events.load.OutputKind`; ``streamtrace.load(outdir)``
+        The report folder (``OutputKind``; ``streamtrace.load(outdir)``
         gives the aggregate's tables when the folder holds them).  Its ``summary`` is the report
         dict, also read through the object: ``rep["files"]`` (first the Markdown, then
         ``report.json``, then the charts), ``rep["aggregated"]`` (aggregate's ``aggregate.json``
@@ -55,7 +55,7 @@ def report(dirs, outdir=None, opt: ReportOptions | None = None, aggregate_opt: A
     Raises
     ------
     StreamtraceError
-        On bad input (:class:`~streamtrace.runtime.errors.DataError` naming a damaged file).
+        On bad input (``DataError`` naming a damaged file).
     OutputError
         When the output cannot be written.
     """
@@ -85,7 +85,7 @@ def report(dirs, outdir=None, opt: ReportOptions | None = None, aggregate_opt: A
 
 
 def aggregates(dirs) -> bool:
-    """Whether :func:`report` of ``dirs`` (folders, str or Path) aggregates them first: unless
+    """Whether ``report`` of ``dirs`` (folders, str or Path) aggregates them first: unless
     they are one aggregate folder (holding ``aggregate.json``)."""
     dirs = [dirs] if isinstance(dirs, (str, Path)) else list(dirs)
     try:

@@ -1,11 +1,11 @@
-"""The report's seam: a :class:`Section` is one part of ``streamtrace report``'s output, its data
-(entries of ``report.json``), its Markdown and its charts.  :mod:`streamtrace.report.markdown` builds
+"""The report's seam: a ``Section`` is one part of ``streamtrace report``'s output, its data
+(entries of ``report.json``), its Markdown and its charts.  ``streamtrace.report.markdown`` builds
 the report's frame (name, inputs, configuration, what is missing, warnings) and asks every section
-of :data:`streamtrace.report.sections.SECTIONS`, in that order, for the rest; a new section is one
-module with a class like :class:`SectionBase`'s subclasses and one line in that list.
+of ``streamtrace.report.sections.SECTIONS``, in that order, for the rest; a new section is one
+module with a class like ``SectionBase``'s subclasses and one line in that list.
 
-Also here: what every section's Markdown uses (:func:`md_table`, :func:`missing_line`) and
-:func:`plain` (numpy scalars as JSON values).
+Also here: what every section's Markdown uses (``md_table``, ``missing_line``) and
+``plain`` (numpy scalars as JSON values).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ class ReportInput:
     (``meta``), the parallel ``sizes`` (``{"tp": int | None, ...}``: None without a topology),
     ``cpu_only`` (a run without GPU events), ``top`` (rows of the top-N tables) and the options of
     the throughput and the efficiency (``streamtrace report``'s: tokens per step, or global batch and
-    sequence length; :class:`~streamtrace.report.options.EfficiencyOptions` or None)."""
+    sequence length; ``EfficiencyOptions`` or None)."""
     aggdir: Path
     meta: dict
     sizes: dict
@@ -48,7 +48,7 @@ class ChartJob:
 
 
 ChartTask = tuple[Callable[..., list], tuple]
-"""One chart drawn with :func:`streamtrace.report.render.render_all`'s ``extra``: ``(function, args)``;
+"""One chart drawn with ``streamtrace.report.render.render_all``'s ``extra``: ``(function, args)``;
 the function returns the paths it wrote."""
 
 
@@ -67,18 +67,18 @@ class Section(Protocol):
     def data(self, inp: ReportInput, rep: dict) -> dict:
         """The section's entries of ``report.json`` (``{key: JSON value}``), read from ``inp``; ``rep``
         holds the frame and the entries of the sections before it.  Raises
-        :class:`~streamtrace.runtime.errors.DataError` naming a damaged table."""
+        ``DataError`` naming a damaged table."""
 
     def markdown(self, rep: dict, charts: list) -> list:
         """The section's Markdown lines, from ``rep`` (all of ``report.json``); ``charts``: the
         report's chart images (paths relative to the report's folder)."""
 
     def charts(self, job: ChartJob, rep: dict) -> list:
-        """The section's charts to draw (:data:`ChartTask` list; ``[]``: none)."""
+        """The section's charts to draw (``ChartTask`` list; ``[]``: none)."""
 
 
 class SectionBase:
-    """Defaults of the :class:`Section` protocol: no data, no charts."""
+    """Defaults of the ``Section`` protocol: no data, no charts."""
     key = ""
     shown_charts: tuple = ()
     chart_rank = 0
@@ -99,7 +99,7 @@ class SectionBase:
 
 
 def md_table(head, rows) -> str:
-    """A Markdown table: ``head`` (column titles) and ``rows`` (cells escaped: :func:`md_cell`)."""
+    """A Markdown table: ``head`` (column titles) and ``rows`` (cells escaped: ``md_cell``)."""
     out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     out += ["| " + " | ".join(md_cell(c) for c in r) + " |" for r in rows]      # names escaped (issue 49)
     return "\n".join(out)

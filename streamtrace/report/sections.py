@@ -1,4 +1,4 @@
-"""The report's sections, in the order of the Markdown (:class:`~streamtrace.report.section.Section`:
+"""The report's sections, in the order of the Markdown (``Section``:
 each its data, its Markdown, its charts).  A new section: one module with its class, one line here."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The arrival-delay grids of the collective skew heat maps (drawn by
-:func:`streamtrace.report.charts.skew_heatmap`): per group-collective kind, rank x instance (in
-time order, binned to at most :data:`MAX_COLUMNS` columns, the max delay per bin), from the
+``streamtrace.report.charts.skew_heatmap``): per group-collective kind, rank x instance (in
+time order, binned to at most ``MAX_COLUMNS`` columns, the max delay per bin), from the
 ``collectives.parquet`` instances and ``collectives_ranks.parquet`` members, whole or in batches.
 """
 from __future__ import annotations
@@ -17,17 +17,17 @@ def kind_grids(c, m) -> dict:
     """``{(collective, dim): skew_grid(...)}`` for each group-collective kind of the instances ``c``
     (``collectives.parquet`` columns) and members ``m`` (``collectives_ranks.parquet``): only that
     kind's instances with two or more ranks; point-to-point kinds (Send, Recv, SendRecv) left out.
-    The members may also come in batches: :class:`SkewGrids`."""
+    The members may also come in batches: ``SkewGrids``."""
     grids = SkewGrids(c)
     grids.add(m)
     return grids.grids()
 
 
 class SkewGrids:
-    """:func:`kind_grids` over members given in batches (:meth:`add`, e.g. the row groups of a
+    """``kind_grids`` over members given in batches (``add``, e.g. the row groups of a
     1,024-rank job's ``collectives_ranks.parquet``, millions of rows): per kind one (rank x column)
     array of running maxima, so memory is the batch plus ~8 bytes per instance, not the members.
-    :meth:`grids` gives what :func:`skew_grid` gives for each kind's members at once."""
+    ``grids`` gives what ``skew_grid`` gives for each kind's members at once."""
 
     def __init__(self, c):
         pairs = list(zip(c["collective"].tolist(), c["parallel_dim"].tolist()))
@@ -65,7 +65,7 @@ class SkewGrids:
             np.maximum.at(best, (rank, self.bins[inst[rows]]), np.asarray(m["arrival_ns"])[rows] / 1e3)
 
     def grids(self) -> dict:
-        """``{(collective, dim): (grid, ranks, per_column, n)}`` as :func:`skew_grid`."""
+        """``{(collective, dim): (grid, ranks, per_column, n)}`` as ``skew_grid``."""
         out = {}
         for k, (ncol, n) in self.shape.items():
             best = self.best[k]
@@ -78,7 +78,7 @@ class SkewGrids:
 def skew_grid(c, m):
     """``(grid, ranks, per_column, n)``: arrival delay in us, shape (ranks, columns), NaN where the
     rank has no member in the column; instances in time order, ``per_column`` of them per column
-    (at most :data:`MAX_COLUMNS` columns), the max delay of each rank in each column."""
+    (at most ``MAX_COLUMNS`` columns), the max delay of each rank in each column."""
     order = np.argsort(c["first_start_ns"], kind="stable")
     col_of = np.empty(len(order), np.int64)
     col_of[order] = np.arange(len(order))

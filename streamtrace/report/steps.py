@@ -1,7 +1,7 @@
 """The report's steps and throughput (``## Steps and throughput``): each profiled step's time, the
 median over ranks of its ``ProfilerStep#N`` duration (``iterations.parquet``: ``step_ns_median``; the
 GPU span when no step annotation exists), the GPU work outside every step window, and the tokens/s
-(``report.json``'s ``throughput``, written by :class:`~streamtrace.report.efficiency.EfficiencySection`:
+(``report.json``'s ``throughput``, written by ``EfficiencySection``:
 it falls back on the efficiency's tokens per step)."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """How the report prints numbers: one module for every Markdown table and chart of
-:mod:`streamtrace.report` (the exact values stay in ``report.json`` and the Parquet/CSV tables,
+``streamtrace.report`` (the exact values stay in ``report.json`` and the Parquet/CSV tables,
 as int ns and int bytes).
 
 * **Bytes** in B, KB, MB, GB, TB (decimal: 1 KB = 1,000 B, as nccl-tests and the bus bandwidth's
@@ -9,10 +9,10 @@ as int ns and int bytes).
 * **Rates** (bytes per second) in B/s ... TB/s.
 * Three significant digits by default (``digits``); thousands separators (``1,234``) wherever a
   number reaches four digits in its unit (only the largest unit can: seconds, TB), and in every
-  count (:func:`fmt_count`).
+  count (``fmt_count``).
 * Missing values (None, NaN) print as ``-``; zero as ``0`` (no unit).
 
-Charts pick one unit per axis (:func:`time_axis`, :func:`bytes_ticks`): the unit that fits the
+Charts pick one unit per axis (``time_axis``, ``bytes_ticks``): the unit that fits the
 axis' largest value.
 """
 from __future__ import annotations

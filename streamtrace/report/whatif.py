@@ -1,6 +1,6 @@
 """The report's second section, "What a fix buys": the changes the critical path and the ranks'
-lateness suggest (:mod:`streamtrace.aggregate.whatif_candidates`), each replayed
-(:mod:`streamtrace.aggregate.whatif`), ranked by the predicted saving, in sentences and a table, all
+lateness suggest (``streamtrace.aggregate.whatif_candidates``), each replayed
+(``streamtrace.aggregate.whatif``), ranked by the predicted saving, in sentences and a table, all
 read from ``whatif.parquet`` (and ``whatif_ranks.parquet`` for the replay's fidelity and host gaps).
 
 A change's figures are means over the steps: the measured span (first rank's step start to last
@@ -102,7 +102,7 @@ def whatif_markdown(sec: dict | None, table, short) -> list:
 
 
 class WhatIfSection(SectionBase):
-    """``whatif``: :func:`whatif_section` (the replayed changes, largest saving first)."""
+    """``whatif``: ``whatif_section`` (the replayed changes, largest saving first)."""
     key = "whatif"
 
     def data(self, inp: ReportInput, rep: dict) -> dict:

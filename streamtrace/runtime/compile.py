@@ -1,19 +1,19 @@
 """Compile the numba kernels a command uses before their first call, in parallel processes.
 
 numba compiles a kernel on its first call and keeps the machine code in its on-disk cache
-(the per-user folder of :mod:`streamtrace.kernels.cachedir`, ``~/.cache/streamtrace/<version>/...``,
+(the per-user folder of ``streamtrace.kernels.cachedir``, ``~/.cache/streamtrace/<version>/...``,
 which a reinstall of the same version finds again; else numba's default), so only the first run
 on a machine pays for it (bench/bench_first_run.py; bench/RESULTS.md has the numbers).
-:func:`prepare` cuts that on a machine with more than one core: it lists the kernels a command
-calls (:data:`COMMANDS`) with the one signature each is called with (:data:`UNITS`), keeps those
+``prepare`` cuts that on a machine with more than one core: it lists the kernels a command
+calls (``COMMANDS``) with the one signature each is called with (``UNITS``), keeps those
 already in the cache, and has ``jobs`` forked processes compile the others into the cache,
 callees before their callers (a caller cannot be typed before its callees), the longest chain
 first, never two signatures of one kernel at once (numba's index update is a read-modify-write).
 The command then loads every kernel from the cache on its first call, as a warm run does.
 ``streamtrace warmup`` runs it for every unit (container images, shared installs).
-:func:`load` brings units into this process before it forks workers that call them (:data:`TASKS`).
+``load`` brings units into this process before it forks workers that call them (``TASKS``).
 
-:func:`prepare` never fails the command: a unit that does not compile here is left to the
+``prepare`` never fails the command: a unit that does not compile here is left to the
 command's own first call, which reports the error.  It does nothing when numba's caching is off,
 the JIT is disabled or the cache folder cannot be written (then every process compiles for
 itself, as without it).  It calls ``notice`` once when it has something to compile.
@@ -188,7 +188,7 @@ _KINETO_ANALYZE = _READ + ("extract.extract_columns", "treestream._feed", "trees
 _ANALYZE = _KINETO_ANALYZE + ("intervals.disjoint_length",) + _NSYS
 #: what the epilogue of Kineto traces calls (the demo's job): what a cold run of it compiled, measured
 #: (bench/bench_first_run.py --count-compiles); the units an Nsight Systems export or merge's time filters
-#: need are left out (:data:`NSYS_UNITS`)
+#: need are left out (``NSYS_UNITS``)
 _KINETO_EPILOGUE = tuple(dict.fromkeys(_KINETO_MERGE + _KINETO_ANALYZE + _INTERVALS + _STATS + _PIPELINE))
 
 #: the units only an Nsight Systems export needs (its page reader, merge's text kernel)
@@ -207,7 +207,7 @@ COMMANDS = {
     "all": tuple(UNITS),                   # `streamtrace warmup`: every unit
 }
 
-#: command -> the units its forked per-task workers call (:func:`load` brings them into the parent
+#: command -> the units its forked per-task workers call (``load`` brings them into the parent
 #: before the fork, so that the workers share them)
 TASKS = {
     "aggregate": _INTERVALS + _STATS + _PIPELINE,      # aggregate.run's per-rank task
@@ -262,7 +262,7 @@ def cache_folder():
 
 def cache_writable() -> bool:
     """True when numba caches the kernels (JIT on, ``cache=True``) in a folder this process can
-    write: else compiling in other processes would be lost, and :func:`prepare` does nothing."""
+    write: else compiling in other processes would be lost, and ``prepare`` does nothing."""
     folder = cache_folder()
     if folder is None:
         return False
@@ -276,7 +276,7 @@ def cache_writable() -> bool:
 
 
 def pending(*commands):
-    """The units of ``commands`` (keys of :data:`COMMANDS`, or unit names) not in
+    """The units of ``commands`` (keys of ``COMMANDS``, or unit names) not in
     numba's cache yet, callees first.  Empty when caching is off or the JIT disabled."""
     names = []
     for c in commands:
@@ -335,7 +335,7 @@ def _jobs(jobs, n):
 
 
 def prepare(*commands, jobs=None, notice=_stderr) -> dict:
-    """Compile the units ``commands`` (keys of :data:`COMMANDS`, or unit names) call that
+    """Compile the units ``commands`` (keys of ``COMMANDS``, or unit names) call that
     numba's cache lacks, in ``jobs`` processes (None or 0: the usable cores, at most 4), so
     that the commands only load them.  ``notice(text)`` is called once, before compiling, when
     there is anything to compile (default: one line on stderr; None: silent); the text starts
@@ -372,7 +372,7 @@ def prepare(*commands, jobs=None, notice=_stderr) -> dict:
 
 
 def load(*names) -> list:
-    """Load the units ``names`` (keys of :data:`UNITS`, with their callees) into this process from
+    """Load the units ``names`` (keys of ``UNITS``, with their callees) into this process from
     numba's cache (a unit the cache lacks is compiled here).  For a parent about to fork workers
     that call them: numba sets up its CPU target (~70 modules) and links each kernel on the first
     call in every process; done once in the parent, the forked workers share that memory

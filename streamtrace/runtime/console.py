@@ -5,15 +5,15 @@ a process-group description) or from a path (a run folder named ``job_caf\\xe9``
 escape sequence).  A terminal acts on control characters: ``ESC ] 0 ; ... BEL`` retitles it,
 ``ESC [ 2 J`` clears it, a carriage return or a newline forges a line.  So:
 
-* :func:`printable` -- one line's text with every character a terminal would act on shown as
+* ``printable`` -- one line's text with every character a terminal would act on shown as
   text: control characters (C0, DEL, C1) as ``\\xNN``, newline, tab and carriage return as ``\\n``,
   ``\\t``, ``\\r``, the bytes of a file name that are not UTF-8 (Python's ``surrogateescape``: the
   character ``U+DCNN``) as ``\\xNN``, other characters Python does not call printable (format
   characters such as the bidi override ``U+202E``, separators other than the space, unassigned
   code points) as ``\\uNNNN``; optionally shortened, with the count of what was cut.  Every line
-  the CLI and the epilogue's log print passes through it (:class:`~streamtrace.cli.common.Console`,
-  :class:`~streamtrace.runtime.stagelog.StageLog`, the error line);
-* :func:`setup_console` -- once, at the start of the ``streamtrace`` command's process: a standard
+  the CLI and the epilogue's log print passes through it (``Console``,
+  ``StageLog``, the error line);
+* ``setup_console`` -- once, at the start of the ``streamtrace`` command's process: a standard
   descriptor that is closed (``>&-``, as a Slurm epilogue may run) is opened on ``/dev/null``,
   so that no file the command opens later takes its number (a log line would be written into
   it); stdout and stderr drop what cannot be printed (a closed pipe, ``| head``) instead of
@@ -51,7 +51,7 @@ def shorten(text: str, limit: int) -> str:
 def printable(text, limit: int | None = None) -> str:
     """``str(text)`` as one line a terminal shows as it is (see the module docstring): what a terminal
     would act on, written as a backslash escape.  ``limit``: at most that many characters of the
-    text are kept (:func:`shorten`, counted before escaping).  Never raises for any ``str``."""
+    text are kept (``shorten``, counted before escaping).  Never raises for any ``str``."""
     text = text if isinstance(text, str) else str(text)
     if limit:
         text = shorten(text, limit)
@@ -124,7 +124,7 @@ def _open_null(fd: int) -> None:
 
 def setup_console() -> None:
     """At the start of the ``streamtrace`` command's process (see the module docstring): reopen a closed
-    standard descriptor on ``/dev/null``, and wrap stdout and stderr in :class:`DroppingStream`.
+    standard descriptor on ``/dev/null``, and wrap stdout and stderr in ``DroppingStream``.
     Idempotent."""
     for fd in (0, 1, 2):
         try:

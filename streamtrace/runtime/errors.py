@@ -1,22 +1,22 @@
 """Errors raised by streamtrace, and the exit code of each in the ``streamtrace`` command.
 
 Every one carries a one-line message fit for a user (the CLI prints ``streamtrace: error:
-<message>`` and exits with the error's :attr:`~StreamtraceError.exit_code`); none should surface
+<message>`` and exits with the error's ``exit_code``); none should surface
 as a traceback.  Code that must react to a kind of problem catches its class, never its text.
 
 =============================  ====  ===================================================
 class                          exit  meaning
 =============================  ====  ===================================================
-:class:`StreamtraceError`      1     a problem with the user's input or options
-:class:`UsageError`            2     the command line itself is wrong (as argparse's)
-:class:`TraceError`            1     a trace file that cannot be read
-:class:`TruncatedTraceError`   1     a trace file that ends before its document does
-:class:`RankConflictError`     1     two inputs claim the same rank in one iteration
-:class:`UnknownRankError`      1     a trace whose rank cannot be told
-:class:`TopologyError`         1     groups or sizes that do not make a parallel topology
-:class:`OutputError`           1     an output path that cannot be written (read-only, full
+``StreamtraceError``      1     a problem with the user's input or options
+``UsageError``            2     the command line itself is wrong (as argparse's)
+``TraceError``            1     a trace file that cannot be read
+``TruncatedTraceError``   1     a trace file that ends before its document does
+``RankConflictError``     1     two inputs claim the same rank in one iteration
+``UnknownRankError``      1     a trace whose rank cannot be told
+``TopologyError``         1     groups or sizes that do not make a parallel topology
+``OutputError``           1     an output path that cannot be written (read-only, full
                                      disk, a folder where a file is wanted, one of the inputs)
-:class:`DataError`             1     a file streamtrace wrote earlier (``summary.json``, a
+``DataError``             1     a file streamtrace wrote earlier (``summary.json``, a
                                      Parquet table, ``aggregate.json``) that is damaged or missing
 =============================  ====  ===================================================
 """
@@ -81,7 +81,7 @@ class UnknownRankError(StreamtraceError):
 
 class TopologyError(StreamtraceError, ValueError):
     """Parallel groups, sizes or a rank order that do not make a topology (also a ValueError,
-    which the training-side helpers of :mod:`streamtrace.topology.capture` document)."""
+    which the training-side helpers of ``streamtrace.topology.capture`` document)."""
 
 
 class PathError(StreamtraceError):

@@ -1,18 +1,18 @@
 """Files and folders streamtrace writes: nothing half-written, nothing left behind.
 
-* **A file is a unit** (:func:`atomic_output`): written to a temporary file in the target's
+* **A file is a unit** (``atomic_output``): written to a temporary file in the target's
   folder, then renamed over the target; on any exception the temporary is deleted.
-* **A folder is a unit** (:func:`output_folder`): ``analyze``, ``aggregate`` and ``report`` write
+* **A folder is a unit** (``output_folder``): ``analyze``, ``aggregate`` and ``report`` write
   into a staging folder beside ``OUTDIR`` and swap it in at the end (Linux ``renameat2``
   ``RENAME_EXCHANGE``: one atomic step; elsewhere two renames, which the next run repairs
   if it was cut between them).  A reader sees the complete old folder or the complete new
   one, never a mix; an interrupted or failed run leaves ``OUTDIR`` as it was.
-* **Every temporary names its owner** (:func:`owner`: the command's pid and host,
-  ``.<name>.<pid>-<host>.<what>``), so :func:`clean_stale` can remove those whose process
+* **Every temporary names its owner** (``owner``: the command's pid and host,
+  ``.<name>.<pid>-<host>.<what>``), so ``clean_stale`` can remove those whose process
   is gone (SIGKILL, power loss) at the next run, and leave a running one's alone.
-* **Output paths are checked before the work** (:func:`check_output_file`, the start of
-  :func:`output_folder`), and an ``OSError`` while writing becomes one
-  :class:`~streamtrace.runtime.errors.OutputError` line naming the output (:func:`output_error`).
+* **Output paths are checked before the work** (``check_output_file``, the start of
+  ``output_folder``), and an ``OSError`` while writing becomes one
+  ``OutputError`` line naming the output (``output_error``).
 """
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ def _tagged(name: str):
 
 
 def is_temporary(name: str) -> bool:
-    """True for a name streamtrace gives its temporaries (see :func:`temp_name`)."""
+    """True for a name streamtrace gives its temporaries (see ``temp_name``)."""
     return _tagged(name) is not None
 
 
@@ -134,7 +134,7 @@ def is_temporary(name: str) -> bool:
 
 def output_error(target, e: OSError, inside=()) -> StreamtraceError:
     """The one-line error for ``e``, raised while writing the output ``target``: an
-    :class:`OutputError` naming ``target`` and what went wrong, or, when ``e`` names a file
+    ``OutputError`` naming ``target`` and what went wrong, or, when ``e`` names a file
     outside ``target`` and the folders ``inside`` (its staging folder, ...) and is not about
     space or a read-only file system, a plain error naming that file (an input)."""
     what = e.strerror or (str(e).splitlines()[0] if str(e) else type(e).__name__)
@@ -151,7 +151,7 @@ def output_error(target, e: OSError, inside=()) -> StreamtraceError:
 @contextlib.contextmanager
 def writing(target, inside=()):
     """Turn an ``OSError`` raised in the block (the disk filled up, the folder became
-    read-only) into :func:`output_error`'s one line about ``target``."""
+    read-only) into ``output_error``'s one line about ``target``."""
     try:
         yield
     except StreamtraceError:
@@ -179,7 +179,7 @@ def _make_folder(folder: Path, target):
 def check_output_file(path, inputs=()) -> Path:
     """Check before any work that the file ``path`` can be written: not a folder, not one of
     ``inputs`` (paths), under a folder (created if missing) where a file can be created.
-    Removes stale temporaries there (:func:`clean_stale`).  Raises :class:`OutputError`."""
+    Removes stale temporaries there (``clean_stale``).  Raises ``OutputError``."""
     path = Path(path)
     if path.is_dir():
         raise OutputError(path, "is a folder; give a file name (.json or .json.gz)")
@@ -256,8 +256,8 @@ def remove_quietly(tmp):
 def output_folder(outdir, owned=None, carry=None, inputs=()):
     """Make the folder ``outdir`` one unit: yields a new, empty staging folder beside it
     (``.<name>.<owner>.staging``) to write everything into; on normal exit the staging
-    folder takes ``outdir``'s place in one step (:func:`swap_in`), on any exception
-    (KeyboardInterrupt and SIGTERM included, see :mod:`streamtrace.runtime.lifecycle`) it is
+    folder takes ``outdir``'s place in one step (``swap_in``), on any exception
+    (KeyboardInterrupt and SIGTERM included, see ``streamtrace.runtime.lifecycle``) it is
     deleted and ``outdir`` is left as it was.
 
     An existing ``outdir`` is replaced as a whole, so it may hold only what ``owned(name)``
@@ -265,11 +265,11 @@ def output_folder(outdir, owned=None, carry=None, inputs=()):
     top-level entries it accepts (hard links, else copies) and replaces the others, for a
     command that adds files to a folder it does not own (``report`` into an aggregate folder).
 
-    Checked first, before any work (raises :class:`OutputError`): ``outdir`` is not a file
+    Checked first, before any work (raises ``OutputError``): ``outdir`` is not a file
     and not under one, not read-only, not the current folder, holds nothing but its own
     output and none of ``inputs`` (paths), and its parent can be created and written.
-    Stale temporaries beside it are removed (:func:`clean_stale`).  An ``OSError`` inside the
-    block becomes an :class:`OutputError` naming ``outdir`` (:func:`writing`)."""
+    Stale temporaries beside it are removed (``clean_stale``).  An ``OSError`` inside the
+    block becomes an ``OutputError`` naming ``outdir`` (``writing``)."""
     outdir = Path(os.path.realpath(outdir) if os.path.islink(outdir) else os.path.abspath(outdir))
     _check_replaceable(outdir, owned if carry is None else None, inputs)
     _make_folder(outdir.parent, outdir)
@@ -321,14 +321,14 @@ def input_file_problem(path) -> str | None:
 
 
 def check_output_folder(outdir, owned=None, inputs=()):
-    """:func:`output_folder`'s checks of ``outdir`` alone, for a command that writes a folder of
-    output folders (the epilogue): raises :class:`OutputError` as :func:`output_folder` does."""
+    """``output_folder``'s checks of ``outdir`` alone, for a command that writes a folder of
+    output folders (the epilogue): raises ``OutputError`` as ``output_folder`` does."""
     outdir = Path(os.path.realpath(outdir) if os.path.islink(outdir) else os.path.abspath(outdir))
     _check_replaceable(outdir, owned, inputs)
 
 
 def _check_replaceable(outdir: Path, owned, inputs):
-    """:func:`output_folder`'s checks of an output folder before any work."""
+    """``output_folder``'s checks of an output folder before any work."""
     if os.path.lexists(outdir) and not outdir.is_dir():
         raise OutputError(outdir, "is a file, not a folder; give a folder name")
     _check_parents(outdir)
@@ -377,7 +377,7 @@ def swap_in(stage, outdir):
     """Put the folder ``stage`` at ``outdir`` and delete what was there: a rename when
     ``outdir`` does not exist, else an atomic exchange (Linux ``renameat2``), else
     ``outdir`` -> ``.<name>.<owner>.old``, ``stage`` -> ``outdir`` (a cut between the two
-    is undone by the next run's :func:`clean_stale`)."""
+    is undone by the next run's ``clean_stale``)."""
     stage, outdir = Path(stage), Path(outdir)
     if not os.path.lexists(outdir):
         try:

@@ -1,7 +1,7 @@
 """Forked children for work on data the parent already holds (copy-on-write): run functions at
-once in children, reap them, and the signal handling a child needs (:func:`run_forked`, used by
-:mod:`streamtrace.analyze.trackfork`); one call in a child whose memory is returned to the system
-when it ends (:func:`call_in_child`, used by :mod:`streamtrace.epilogue` for each stage).  Needs
+once in children, reap them, and the signal handling a child needs (``run_forked``, used by
+``streamtrace.analyze.trackfork``); one call in a child whose memory is returned to the system
+when it ends (``call_in_child``, used by ``streamtrace.epilogue`` for each stage).  Needs
 ``os.fork`` (Linux, macOS); elsewhere both run everything in this process."""
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ STOP_GRACE = 20.0
 
 
 class ChildError(RuntimeError):
-    """:func:`call_in_child`'s function raised, or its process died: the message is the child's
+    """``call_in_child``'s function raised, or its process died: the message is the child's
     exception message (or how the process ended); ``kind`` the exception's class name (None when
     the process died), ``details`` the child's traceback text."""
 
@@ -36,7 +36,7 @@ def _exit_on_term(signum, frame):
 def child_signals(parent_pid=None):
     """In a child: SIGTERM (the parent gave up) becomes ``SystemExit``, so that a
     half-written output file is deleted; Ctrl-C is the parent's to handle; the child dies
-    with its parent ``parent_pid`` (:func:`~streamtrace.runtime.lifecycle.die_with_parent`); a SIGTERM
+    with its parent ``parent_pid`` (``die_with_parent``); a SIGTERM
     that came while it was being forked is that ``SystemExit`` now."""
     signal.signal(signal.SIGTERM, _exit_on_term)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -109,7 +109,7 @@ def call_in_child(fn: Callable[[], Any], setup: Callable[[Callable], None] | Non
     (Ctrl-C and SIGTERM reach the child, which cleans up as this process would); the child dies
     with this process.
 
-    Raises :class:`ChildError` when ``fn`` raised an ``Exception`` (its message, class name and
+    Raises ``ChildError`` when ``fn`` raised an ``Exception`` (its message, class name and
     traceback) or the child ended without a result (killed, e.g. by the kernel's out-of-memory
     killer); ``KeyboardInterrupt`` when the child was interrupted.  Without ``os.fork``: ``fn()``
     here, its messages passed on directly."""
@@ -153,8 +153,8 @@ def call_in_child(fn: Callable[[], Any], setup: Callable[[Callable], None] | Non
 
 def _stop(proc):
     """Ask the child to stop (SIGTERM: it removes what it half-wrote; one that already got the
-    Ctrl-C ignores it, :func:`~streamtrace.runtime.lifecycle.stop_once`), give it
-    :data:`STOP_GRACE` seconds, then SIGKILL it (its pool workers die with it)."""
+    Ctrl-C ignores it, ``stop_once``), give it
+    ``STOP_GRACE`` seconds, then SIGKILL it (its pool workers die with it)."""
     proc.terminate()
     proc.join(STOP_GRACE)
     if proc.is_alive():
@@ -171,7 +171,7 @@ def _ended(code) -> str:
 
 
 def _child_main(fn, setup, send, parent_pid):
-    """The child of :func:`call_in_child`: run ``fn``, send back its result or its failure, and
+    """The child of ``call_in_child``: run ``fn``, send back its result or its failure, and
     leave with ``os._exit``: multiprocessing's own exit would join the child's children and
     threads (a process pool's manager thread) after an interruption, which could wait forever."""
     code = 1

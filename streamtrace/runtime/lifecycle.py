@@ -1,16 +1,16 @@
 """How streamtrace's processes end: in order when told to, and never as orphans.
 
-* :func:`exit_on_sigterm` -- in the command's own process, SIGTERM (a batch scheduler's
-  "stop", ``kill``) raises :class:`Terminated`, a ``KeyboardInterrupt``: every ``finally`` and
+* ``exit_on_sigterm`` -- in the command's own process, SIGTERM (a batch scheduler's
+  "stop", ``kill``) raises ``Terminated``, a ``KeyboardInterrupt``: every ``finally`` and
   context manager runs, so temporaries and staging folders are removed and worker
   processes stopped, as for Ctrl-C;
-* :func:`die_with_parent` -- in a worker process (the process pool's, a forked child): the
+* ``die_with_parent`` -- in a worker process (the process pool's, a forked child): the
   kernel kills it when its parent dies (Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)``), so a
   SIGKILLed command leaves no worker blocked on its queue or writing files; a no-op
   elsewhere;
-* :func:`worker_signals` -- in a pool worker: SIGTERM kills it (the default), Ctrl-C is the
+* ``worker_signals`` -- in a pool worker: SIGTERM kills it (the default), Ctrl-C is the
   parent's to handle;
-* :func:`forking` -- around code that forks (a stage's process, a pool's workers, track
+* ``forking`` -- around code that forks (a stage's process, a pool's workers, track
   children): a signal is never lost nor raised in the middle of a fork (issue 49).  A Python signal
   handler that raises while ``os.fork`` runs its at-fork callbacks (logging's ``_releaseLock``,
   threading's ``_after_fork``) raises into a callback whose exception Python prints ("Exception
@@ -18,9 +18,9 @@
   child that got the signal before its own handlers printed a traceback.  So SIGINT and SIGTERM
   are blocked in the forking thread while it forks, a handler that runs all the same (the signal
   taken by another thread) only records it, and the signal is raised when the block ends, in the
-  caller's code; a child keeps them blocked until its own handlers are set (:func:`stop_once`,
-  :func:`child_signals` of :mod:`~streamtrace.runtime.fork`, :func:`worker_signals`), then acts
-  on one that came meanwhile (:func:`child_ready`).
+  caller's code; a child keeps them blocked until its own handlers are set (``stop_once``,
+  ``child_signals`` of ``fork``, ``worker_signals``), then acts
+  on one that came meanwhile (``child_ready``).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ _PRCTL = None
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM received by the command's process (see :func:`exit_on_sigterm`).  A
+    """SIGTERM received by the command's process (see ``exit_on_sigterm``).  A
     ``KeyboardInterrupt``, so code that carries on after ``Exception`` still stops."""
 
     signum = signal.SIGTERM
@@ -47,7 +47,7 @@ STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 class _State:
     """This process's signal bookkeeping: ``owner`` (the pid whose handlers are installed: a forked
-    child runs its parent's until it sets its own), ``forking`` (inside :func:`forking`),
+    child runs its parent's until it sets its own), ``forking`` (inside ``forking``),
     ``pending`` (a signal a handler recorded instead of raising it)."""
     owner = os.getpid()
     forking = False
@@ -55,7 +55,7 @@ class _State:
 
 
 def _deferred(signum) -> bool:
-    """True when the handler must only record ``signum`` (:data:`_State`): inside :func:`forking`,
+    """True when the handler must only record ``signum`` (``_State``): inside ``forking``,
     or in a forked child that has not set its own handlers yet."""
     if _State.forking or os.getpid() != _State.owner:
         _State.pending = _State.pending or signum
@@ -86,9 +86,9 @@ def _interrupted(signum, frame):
 
 
 def exit_on_sigterm() -> None:
-    """In the main thread of the command's process: make SIGTERM raise :class:`Terminated` (and
+    """In the main thread of the command's process: make SIGTERM raise ``Terminated`` (and
     Ctrl-C ``KeyboardInterrupt``, as Python's own handler does, unless SIGINT is ignored), both
-    held back while the process forks (:func:`forking`)."""
+    held back while the process forks (``forking``)."""
     if threading.current_thread() is threading.main_thread():
         _State.owner = os.getpid()
         signal.signal(signal.SIGTERM, _raise_terminated)
@@ -121,7 +121,7 @@ def forking():
 
 def child_ready():
     """In a forked child, once its own handlers are set: unblock SIGINT and SIGTERM (blocked by
-    the parent's :func:`forking`) and return the signal that came before (None when none), which
+    the parent's ``forking``) and return the signal that came before (None when none), which
     the caller acts on; a pending one arriving now goes to the new handlers."""
     _State.owner = os.getpid()
     _State.forking = False
@@ -145,12 +145,12 @@ def _raise_once(signum, frame):
 
 
 def stop_once() -> None:
-    """In a stage's child process (:func:`~streamtrace.runtime.fork.call_in_child`): the first
-    SIGINT or SIGTERM raises ``KeyboardInterrupt`` / :class:`Terminated`, the next ones are
+    """In a stage's child process (``call_in_child``): the first
+    SIGINT or SIGTERM raises ``KeyboardInterrupt`` / ``Terminated``, the next ones are
     ignored.  Ctrl-C reaches the whole process group and the parent then asks the child to stop
     (SIGTERM): the child's clean-up (staging folders, workers) must not be cut by that second
     signal.  A signal that came while the child was being forked is raised here
-    (:func:`child_ready`)."""
+    (``child_ready``)."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _raise_once)
         signal.signal(signal.SIGTERM, _raise_once)

@@ -11,16 +11,16 @@
 * or any executor the caller passes (``executor=``).
 
 Results come back in input order.  With ``keep_going`` a failed task is retried
-``retries`` times and then returned as a :class:`TaskFailure`; without it the first
+``retries`` times and then returned as a ``TaskFailure``; without it the first
 failure cancels the rest and is raised.  Errors that would fail again the same way are
-not retried: a :class:`~streamtrace.runtime.errors.StreamtraceError` (bad input) and an ``OSError``
-(a full disk, a read-only folder); an :class:`~streamtrace.runtime.errors.OutputError` or an
+not retried: a ``StreamtraceError`` (bad input) and an ``OSError``
+(a full disk, a read-only folder); an ``OutputError`` or an
 ``OSError`` is raised even with ``keep_going`` (no other task can succeed either).
 
-Local workers die with the command's process (:func:`~streamtrace.runtime.lifecycle.die_with_parent`)
+Local workers die with the command's process (``die_with_parent``)
 and are stopped at once when it leaves the pool on an exception (Ctrl-C, SIGTERM, an error).
 
-Every task sent to an executor first runs :func:`~streamtrace.runtime.tuning.tune_malloc` once in its worker
+Every task sent to an executor first runs ``tune_malloc`` once in its worker
 process (see there: dask's nanny otherwise makes glibc ``mmap`` every array).
 """
 from __future__ import annotations
@@ -49,7 +49,7 @@ class TaskFailure:
 
 
 class InWorker:
-    """``fn`` as sent to an executor: calls :func:`tune_malloc`, then ``fn(*args)``.
+    """``fn`` as sent to an executor: calls ``tune_malloc``, then ``fn(*args)``.
     Keeps ``fn``'s name (dask names its tasks after it)."""
 
     def __init__(self, fn):
@@ -80,7 +80,7 @@ class Pool(cf.ProcessPoolExecutor):
 
     def submit(self, *args, **kwargs):
         """``ProcessPoolExecutor.submit``, which forks workers on demand: under
-        :func:`~streamtrace.runtime.lifecycle.forking` (no signal lost in a fork)."""
+        ``forking`` (no signal lost in a fork)."""
         with forking():
             return super().submit(*args, **kwargs)
 
@@ -112,11 +112,11 @@ class Pool(cf.ProcessPoolExecutor):
 
 
 def pool(jobs, arr=None) -> Pool:
-    """A local :class:`Pool` of ``jobs`` workers (forked on Linux); ``arr``: the shared
-    progress array the workers see as :data:`PROGRESS`.
+    """A local ``Pool`` of ``jobs`` workers (forked on Linux); ``arr``: the shared
+    progress array the workers see as ``PROGRESS``.
 
     Before forking, the parent's freed heap is handed back to the system
-    (:func:`~streamtrace.runtime.tuning.trim`): pages the parent no longer uses would otherwise
+    (``trim``): pages the parent no longer uses would otherwise
     stay resident in it for the pool's lifetime.  Measured: ``aggregate -j 2`` at 1,024 ranks of
     20,339 GPU events forked from a parent of 438 MB RSS of which ~180 MB was freed heap (the job's
     metadata and the collectives, read and dropped); trimmed first, the tree's peak PSS fell from
@@ -134,7 +134,7 @@ def scheduler_address(scheduler=None):
 
 def dask_executor(address):
     """``(executor, client)`` for a dask.distributed scheduler address.  Raises
-    :class:`~streamtrace.runtime.errors.StreamtraceError` when dask is missing or unreachable."""
+    ``StreamtraceError`` when dask is missing or unreachable."""
     try:
         from distributed import Client
     except ImportError:
@@ -169,7 +169,7 @@ def run_tasks(fn, args_list, jobs=1, arr=None, on_tick=None, executor=None, sche
     ``concurrent.futures.Executor``) or ``scheduler`` (a dask address) take
     precedence.  ``arr``: shared progress array handed to local workers;
     ``on_tick()`` is called about every 0.2 s.  A failed task is retried
-    ``retries`` times; then, with ``keep_going``, returned as :class:`TaskFailure`
+    ``retries`` times; then, with ``keep_going``, returned as ``TaskFailure``
     (the others finish), else its exception is raised and the rest cancelled.  ``on_done()`` is
     called once per finished task (e.g. a progress bar's ``update``)."""
     address = scheduler_address(scheduler)
@@ -189,7 +189,7 @@ def run_tasks(fn, args_list, jobs=1, arr=None, on_tick=None, executor=None, sche
 
 
 def run_inline(fn, args_list, arr, on_tick, retries, keep_going, on_done=None):
-    """:func:`run_tasks` in this process, one task after the other (same retries and failures)."""
+    """``run_tasks`` in this process, one task after the other (same retries and failures)."""
     out = []
     try:
         for a in args_list:

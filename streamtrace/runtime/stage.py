@@ -1,5 +1,5 @@
 """A stage's package that is also its function: ``streamtrace.merge(...)`` calls
-:func:`streamtrace.merge.merge`, while ``streamtrace.merge`` stays the package Python's imports need
+``streamtrace.merge.merge``, while ``streamtrace.merge`` stays the package Python's imports need
 (``import streamtrace.merge.run as m``, ``from streamtrace.merge import MergeOptions``).  Written once,
 here, for every stage (merge, validate, analyze, aggregate, report, diff), with the names a package imports on first
 use (so that a light submodule, such as the stage's kind of output folder, loads no heavy one)."""
@@ -29,7 +29,7 @@ class StagePackage(types.ModuleType):
 
 def stage_package(name: str, lazy: dict | None = None) -> None:
     """Make the package ``name`` (already in ``sys.modules``: call it from its ``__init__`` with
-    ``__name__``) a :class:`StagePackage`; ``lazy``: its names imported on first use (name ->
+    ``__name__``) a ``StagePackage``; ``lazy``: its names imported on first use (name ->
     submodule)."""
     module = sys.modules[name]
     module.__class__ = StagePackage

@@ -1,4 +1,4 @@
-"""The log of a run of stages that never stops at a failure (:mod:`streamtrace.epilogue`): lines on
+"""The log of a run of stages that never stops at a failure (``streamtrace.epilogue``): lines on
 stderr, failures and notes kept for the run's state file, relayed from a stage's child process."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from .console import printable
 class StageLog:
     """The log of a run of stages (the epilogue's, ``streamtrace.open``'s): lines on ``out`` (stderr),
     failures and notes kept for its state file (``epilogue.json``).
-    In a stage's child process (:func:`~streamtrace.runtime.fork.call_in_child`) every entry is
-    relayed to the parent's log (:meth:`relay_to`, :meth:`replay`) instead."""
+    In a stage's child process (``call_in_child``) every entry is
+    relayed to the parent's log (``relay_to``, ``replay``) instead."""
 
     def __init__(self, out=None, progress=None, verbose=False, name="epilogue"):
         self.name = name
@@ -23,7 +23,7 @@ class StageLog:
         self.send = None
 
     def relay_to(self, send):
-        """In a stage's child process: pass every entry to ``send`` (to the parent's :meth:`replay`)."""
+        """In a stage's child process: pass every entry to ``send`` (to the parent's ``replay``)."""
         self.send = send
 
     def replay(self, entry):

@@ -1,11 +1,11 @@
 """Process tuning, kept out of the algorithms: what streamtrace does to the Python process it
 runs in, and why.
 
-* :func:`trim` -- hand freed heap memory back to the OS between phases (glibc ``malloc_trim``);
-* :func:`tune_malloc` -- undo the frozen mmap threshold dask's nanny leaves in its workers;
-* :func:`skip_numba_blas`, :func:`use_system_allocator`, :func:`skip_pandas` -- start-up settings
+* ``trim`` -- hand freed heap memory back to the OS between phases (glibc ``malloc_trim``);
+* ``tune_malloc`` -- undo the frozen mmap threshold dask's nanny leaves in its workers;
+* ``skip_numba_blas``, ``use_system_allocator``, ``skip_pandas`` -- start-up settings
   of the ``streamtrace`` command's own process (not of a program importing streamtrace);
-* :func:`leave` -- end the command's process at once, after flushing its output.
+* ``leave`` -- end the command's process at once, after flushing its output.
 
 Each says what it saves, measured.  All are no-ops where they do not apply (not Linux, not glibc).
 """
@@ -52,7 +52,7 @@ def tune_malloc() -> bool:
     each numpy array a task builds -- is a fresh ``mmap`` whose pages the kernel faults
     in and zeroes, then ``munmap``.  Measured on 126 MB ranks: 3-4x the page faults,
     0.8 s instead of 0.3 s system CPU per rank, +25-40 % CPU per task.  This restores
-    the threshold glibc's adaptive rule would reach, :data:`MMAP_THRESHOLD` (32 MiB);
+    the threshold glibc's adaptive rule would reach, ``MMAP_THRESHOLD`` (32 MiB);
     the trim threshold (memory handed back to the OS) is left as configured.  Costs
     about 30 MB more peak RSS per worker (126 MB ranks: 336 MB instead of ~300 MB).  An
     explicit ``MALLOC_MMAP_THRESHOLD_`` is respected."""
@@ -97,14 +97,14 @@ def skip_pandas():
     the demo's 1.46 s aggregate).  No command uses pandas, so a finder first on
     ``sys.meta_path`` answers "not installed" for it (a ``None`` entry in ``sys.modules``, as
     for SciPy, is not enough: pyarrow's compiled import reads ``sys.modules`` directly).
-    Called by :func:`~streamtrace.cli.command` only -- not by :func:`~streamtrace.cli.main`,
+    Called by ``command`` only -- not by ``main``,
     which tests and programs call in a process that may use pandas afterwards."""
     if "pandas" not in sys.modules and NoPandas not in sys.meta_path:
         sys.meta_path.insert(0, NoPandas)
 
 
 class NoPandas:
-    """A ``sys.meta_path`` finder for which pandas is not installed (:func:`skip_pandas`)."""
+    """A ``sys.meta_path`` finder for which pandas is not installed (``skip_pandas``)."""
 
     @staticmethod
     def find_spec(name, path=None, target=None):

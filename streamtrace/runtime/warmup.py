@@ -37,9 +37,9 @@ WARM_TRACE = (
 
 @contextlib.contextmanager
 def warm_trace(folder):
-    """Yield ``(tmpdir, path)``: :data:`WARM_TRACE` written to ``tmpdir/warm.json``, ``tmpdir``
+    """Yield ``(tmpdir, path)``: ``WARM_TRACE`` written to ``tmpdir/warm.json``, ``tmpdir``
     a temporary folder inside ``folder`` (removed afterwards; named with its owner, see
-    :func:`streamtrace.runtime.files.clean_stale`)."""
+    ``streamtrace.runtime.files.clean_stale``)."""
     with tempfile.TemporaryDirectory(dir=folder, prefix=f".streamtrace-warm.{owner()}.") as d:
         path = os.path.join(d, "warm.json")
         with open(path, "wb") as f:

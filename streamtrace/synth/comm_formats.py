@@ -18,7 +18,7 @@ format                 what the trace carries (what the real traces of that era 
 All-to-all (``SynthSpec.alltoalls``): ``c10d::alltoall_base_`` > ``record_param_comms`` >
 ``nccl:all_to_all`` launching one SendRecv kernel, ``Collective name`` ``all_to_allv``; member
 ``src`` sends ``base x (1 + (2 src + dst) mod 4)`` elements to member ``dst`` (indices in the
-group), so every rank sends and receives different amounts (:func:`alltoall_splits`).
+group), so every rank sends and receives different amounts (``alltoall_splits``).
 """
 from __future__ import annotations
 

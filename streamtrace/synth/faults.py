@@ -1,5 +1,5 @@
-"""Faults with a known effect for the synthetic job (:mod:`streamtrace.synth.job`), so that the
-critical path (:mod:`streamtrace.aggregate.critical_path`) can be checked against what was injected.
+"""Faults with a known effect for the synthetic job (``streamtrace.synth.job``), so that the
+critical path (``streamtrace.aggregate.critical_path``) can be checked against what was injected.
 ``SynthSpec(faults=(Fault(...), ...))``; each kind touches the generator at one place:
 
 * ``slow_gemm``: rank ``rank``'s GEMM kernels (``fprop``, ``dgrad``, ``wgrad``) run ``factor`` x
@@ -13,7 +13,7 @@ critical path (:mod:`streamtrace.aggregate.critical_path`) can be checked agains
   reduce-scatters, all-gathers, all-to-alls and its point-to-point transfers) takes ``factor`` x its
   time (latency + transfer: a slow link or NIC on that rank).
 
-Times are int ns.  :func:`parse_fault` reads the command line's ``KIND:RANK:VALUE``.
+Times are int ns.  ``parse_fault`` reads the command line's ``KIND:RANK:VALUE``.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ class Fault:
 
 def parse_fault(text: str) -> Fault:
     """``slow_gemm:RANK:FACTOR``, ``cpu_stall:RANK:NS``, ``slow_send:RANK:NS`` or
-    ``slow_coll:RANK:FACTOR`` -> :class:`Fault`.  Raises ValueError for anything else."""
+    ``slow_coll:RANK:FACTOR`` -> ``Fault``.  Raises ValueError for anything else."""
     parts = text.split(":")
     if len(parts) != 3 or parts[0] not in KINDS:
         raise ValueError(f"bad fault {text!r}: use slow_gemm:RANK:FACTOR, cpu_stall:RANK:NS, slow_send:RANK:NS or "
@@ -72,7 +72,7 @@ def stall_ns(faults, rank: int) -> int:
 @contextmanager
 def stall(prog, tid):
     """A context that first writes the data-loader stall of rank ``prog.rank`` (a
-    :class:`~streamtrace.synth.job.RankProgram`) on thread ``tid``, if it has one (an op of that
+    ``RankProgram``) on thread ``tid``, if it has one (an op of that
     length, the thread's cursor moved past it), then runs its body."""
     d = stall_ns(prog.spec.faults, prog.rank)
     if d:

@@ -1,6 +1,6 @@
-"""Process groups of the synthetic jobs (:mod:`streamtrace.synth.job`): Megatron's rank order and groups.
+"""Process groups of the synthetic jobs (``streamtrace.synth.job``): Megatron's rank order and groups.
 
-``spec`` is a :class:`~streamtrace.synth.job.SynthSpec` (``world_size``, ``tp``, ``pp``, ``dp``)."""
+``spec`` is a ``SynthSpec`` (``world_size``, ``tp``, ``pp``, ``dp``)."""
 from __future__ import annotations
 
 ORDER = "tp-cp-ep-dp-pp"

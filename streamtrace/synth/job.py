@@ -1,7 +1,7 @@
 """Deterministic synthetic Kineto traces of a Megatron-LM style 3D-parallel training job.
 
 ``generate_job(out_dir, SynthSpec(...))`` writes one Kineto trace per rank (``out_dir/iteration_<N>/rank_<RRRR>_iter_<N>.pt.trace.json[.gz]``)
-and ``out_dir/streamtrace_topology.json``, and returns a :class:`JobTruth` with every interval it placed, so analyses
+and ``out_dir/streamtrace_topology.json``, and returns a ``JobTruth`` with every interval it placed, so analyses
 can be checked against exact answers. Same spec -> same bytes.
 
 Units and clocks: every time here is an ``int`` number of **nanoseconds** (int64 in numpy). In the
@@ -148,7 +148,7 @@ class RankTruth:
 
 @dataclass
 class JobTruth:
-    """Returned by :func:`generate_job`: ``ranks[r]`` is rank r; ``collectives`` in resolution order."""
+    """Returned by ``generate_job``: ``ranks[r]`` is rank r; ``collectives`` in resolution order."""
     spec: SynthSpec
     out_dir: Path
     topology: dict            # as written to out_dir/streamtrace_topology.json
@@ -559,7 +559,7 @@ def replay(gen, replies):
 
 
 def check_spec(spec: SynthSpec) -> dict:
-    """The spec's topology (:func:`build_topology`); ValueError for a spec no job can have."""
+    """The spec's topology (``build_topology``); ValueError for a spec no job can have."""
     topo = build_topology(spec)
     if min(spec.steps, spec.microbatches, spec.layers) < 1 or spec.straggler_delay_ns < 0 or not 0 <= (spec.straggler_rank or 0) < spec.world_size or faults.bad(spec):
         raise ValueError(f"steps, microbatches, layers must be >= 1, straggler_delay_ns >= 0, straggler_rank a rank, faults valid: {spec}")

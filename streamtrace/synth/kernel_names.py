@@ -1,4 +1,4 @@
-"""The compute kernels the synthetic generator (:mod:`streamtrace.synth.job`) launches: their real
+"""The compute kernels the synthetic generator (``streamtrace.synth.job``) launches: their real
 names as an H100 run of Megatron-LM writes them (cuBLAS, flash-attention, PyTorch's elementwise and
 reduction kernels), grid and block, by the generator's kernel key (``KERNELS``)."""
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Synthetic jobs of 1,000+ ranks in minutes: :func:`generate_job_scaled`.
+"""Synthetic jobs of 1,000+ ranks in minutes: ``generate_job_scaled``.
 
-:func:`~streamtrace.synth.job.generate_job` runs every rank's program (its random draws seeded by its
+``generate_job`` runs every rank's program (its random draws seeded by its
 rank) and keeps every collective's truth; at 1,024 ranks x 20,000 GPU events that is ~15 CPU-min and
 tens of GB. Here the ranks of one (tp, pp) position in every DP replica (a *class*) run the same program:
 its random draws are seeded by the class's representative, the rank of DP replica 0. Then
@@ -18,7 +18,7 @@ its random draws are seeded by the class's representative, the rank of DP replic
 What differs from ``generate_job``: the random draws (so the bytes) when dp > 1; with dp = 1 the events are
 the same bytes (gzip members may differ: other level). No collective truth (``JobTruth.collectives`` is
 empty); a straggler (``straggler_rank``) would break the symmetry and is refused (ValueError). Times are int
-ns as in :mod:`~streamtrace.synth.job`.
+ns as in ``job``.
 """
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ class Template:
         self.slots = [(a or b).decode() + ("1" if a else "0") for a, b in zip(parts[1::3], parts[2::3])]
 
     def fill(self, values: dict) -> bytes:
-        """The events with ``values`` (:func:`slot_values`) put in."""
+        """The events with ``values`` (``slot_values``) put in."""
         v = {k + a: values[k][1 - int(a)] for k in values for a in "01"}
         pieces = [b""] * (2 * len(self.lits) - 1)
         pieces[0::2] = self.lits
@@ -153,7 +153,7 @@ def write_class(out: Path, spec: SynthSpec, pgs: list, rep: int, replies: list, 
 
 
 def generate_job_scaled(out_dir, spec: SynthSpec, jobs: int = 1, compresslevel: int = 1) -> JobTruth:
-    """Write the job of ``spec`` as :func:`~streamtrace.synth.job.generate_job` does (same files, layout and
+    """Write the job of ``spec`` as ``generate_job`` does (same files, layout and
     topology), DP replicas sharing one program (module docstring); ``jobs`` processes. Returns a JobTruth
     with every rank (int64 ns, rank-local) and no collectives. ValueError: a bad spec, or a straggler."""
     topo = check_spec(spec)

@@ -1,13 +1,13 @@
 """The parallel topology of a job: which ranks form each TP / CP / EP / DP / PP group, the expert
 groups (ETP, EDP, ...) Megatron builds beside them, and the model replicas.
 
-Sources (all give a :class:`Topology`, whose JSON form is streamtrace's own topology file):
-sizes and a rank order (:func:`from_sizes`: the groups of Megatron-LM's ``RankGenerator``),
-Megatron-TraceViz's ``unique_parallel_groups_*.txt`` (:mod:`~streamtrace.topology.traceviz`), the
+Sources (all give a ``Topology``, whose JSON form is streamtrace's own topology file):
+sizes and a rank order (``from_sizes``: the groups of Megatron-LM's ``RankGenerator``),
+Megatron-TraceViz's ``unique_parallel_groups_*.txt`` (``traceviz``), the
 traces' ``distributedInfo.pg_config``, or a topology JSON
-(:func:`streamtrace.topology.sources.load_topology`, which reads traces: import it from there).
-Written by :func:`write_topology` and :func:`write_topology_files`.  This package's own names need
-numpy only (no numba, no pyarrow): :mod:`streamtrace.topology.capture` uses them inside training processes.
+(``streamtrace.topology.sources.load_topology``, which reads traces: import it from there).
+Written by ``write_topology`` and ``write_topology_files``.  This package's own names need
+numpy only (no numba, no pyarrow): ``streamtrace.topology.capture`` uses them inside training processes.
 """
 from .files import TOPOLOGY_JSON, write_topology, write_topology_files
 from .model import (DEFAULT_ORDER, DIMS, EXPERT_GROUPS, EXTRA_KEYS, Topology, connected_components, dim_of_desc,

@@ -9,13 +9,13 @@ Megatron-LM through ``patch/enable_traceviz.patch``)::
                                   on_trace_ready=capture.trace_handler(out_dir))
 
 torch is imported lazily, inside the functions that need it: importing this module never
-requires torch, and neither does the environment parsing (:func:`schedule_params`,
-:func:`should_profile`).
+requires torch, and neither does the environment parsing (``schedule_params``,
+``should_profile``).
 
 Environment variables (read when the functions are called):
 
 ``PROFILE_ALLRANKS``        1/true/yes/on: every rank runs the profiler (0/false/no/off or unset:
-                            rank 0 only, see :func:`should_profile`)
+                            rank 0 only, see ``should_profile``)
 ``PROFILER_WAIT_STEPS``     steps to skip before warm-up (default 10)
 ``PROFILER_WARMUP_STEPS``   warm-up steps, traced but discarded (default 3)
 ``PROFILER_ACTIVE_STEPS``   steps recorded in one trace (default 1)
@@ -112,7 +112,7 @@ def global_rank() -> int:
 
 
 def should_profile(rank: int | None = None, ranks=None) -> bool:
-    """Whether ``rank`` (default: :func:`global_rank`) runs the profiler.
+    """Whether ``rank`` (default: ``global_rank``) runs the profiler.
 
     Every rank when ``PROFILE_ALLRANKS`` is set; otherwise only the ranks in ``ranks`` (default
     None: rank 0 only).  An empty ``ranks`` means every rank, as Megatron's ``--profile-ranks``.
@@ -143,7 +143,7 @@ def schedule_params(*, wait: int = DEFAULT_WAIT, warmup: int = DEFAULT_WARMUP,
 
 def profiler_schedule(*, wait: int = DEFAULT_WAIT, warmup: int = DEFAULT_WARMUP,
                       active: int = DEFAULT_ACTIVE, repeat: int = DEFAULT_REPEAT):
-    """A ``torch.profiler.schedule`` from the environment (see :func:`schedule_params`; the
+    """A ``torch.profiler.schedule`` from the environment (see ``schedule_params``; the
     keywords are the defaults the environment variables override).
 
     Profiler steps 0 .. wait-1 do nothing, the next ``warmup`` steps are traced and discarded,
@@ -253,13 +253,13 @@ def trace_handler(out_dir, rank: int | None = None, compress: bool = True, *, it
     (temporary file in that folder, then rename: a crash leaves no partial trace).
 
     ``N``: by default the profiler step number of the last step the trace records, i.e. the K
-    of its last ``ProfilerStep#K`` annotation (:func:`last_recorded_step`: ``prof.step_num - 1``
+    of its last ``ProfilerStep#K`` annotation (``last_recorded_step``: ``prof.step_num - 1``
     when the schedule's window closes in ``prof.step()``, ``prof.step_num`` when ``prof.stop()``
     cuts it).  When the profiler is started just before the first training iteration and
     ``prof.step()`` is called at the end of each one, K is the loop's 0-based iteration index.
     ``iteration``: a callable ``K -> N`` for another numbering (e.g. ``lambda k: k + resumed_from``).
 
-    ``rank``: the global rank (default: :func:`global_rank` when the trace is written:
+    ``rank``: the global rank (default: ``global_rank`` when the trace is written:
     torch.distributed's rank, else env ``RANK``, else 0), written on 4 digits.
     ``compress``: gzip the trace (level ``compresslevel``, default 1: fast, ~10x smaller).
 
@@ -351,7 +351,7 @@ def _megatron_global_batch_size():
 
 
 def _megatron_training_args():
-    """The training arguments efficiency needs (:data:`~streamtrace.topology.trainconfig.MEGATRON_ARGS`:
+    """The training arguments efficiency needs (``MEGATRON_ARGS``:
     batch, sequence, model shape, MoE, parallel sizes, precision) of the running Megatron-LM, or None."""
     try:
         from megatron.training.global_vars import get_args
@@ -383,7 +383,7 @@ def dump_topology(out_dir, groups: dict | None = None, world_size: int | None = 
     tp-cp-ep-dp-pp, or tp-cp-ep-pp-dp with ``--use-tp-pp-dp-mapping``) is recorded in the JSON.
 
     ``training``: the job's training arguments to record under ``"training"`` in the JSON (a dict
-    of :data:`~streamtrace.topology.trainconfig.MEGATRON_ARGS`, read by the report's Efficiency
+    of ``MEGATRON_ARGS``, read by the report's Efficiency
     section); default: Megatron-LM's own arguments when it is the source.
 
     Returns the topology dict on every rank.  Inconsistent groups raise ValueError on every

@@ -1,6 +1,6 @@
-"""Writing a topology: streamtrace's topology JSON (:data:`TOPOLOGY_JSON`) and Megatron-TraceViz's
-``unique_parallel_groups_<timestamp>.txt``, atomically (:func:`write_topology`,
-:func:`write_topology_files`).  Pure Python, no torch: :mod:`streamtrace.topology.capture` writes the
+"""Writing a topology: streamtrace's topology JSON (``TOPOLOGY_JSON``) and Megatron-TraceViz's
+``unique_parallel_groups_<timestamp>.txt``, atomically (``write_topology``,
+``write_topology_files``).  Pure Python, no torch: ``streamtrace.topology.capture`` writes the
 groups of a running job with it."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """What a GPU and its links can do at best: dense peak FLOP/s by data type, memory bandwidth, the
 bandwidth of the link inside a node (NVLink, Infinity Fabric, PCIe) and a default network bandwidth per GPU
-(:func:`gpu_spec`, found by the trace's ``deviceProperties`` name).
+(``gpu_spec``, found by the trace's ``deviceProperties`` name).
 
 Every number is the vendor's datasheet figure for **dense** math (NVIDIA prints tensor-core
 figures "with sparsity", twice the dense one: those are halved here); units: TFLOP/s = 1e12
@@ -33,13 +33,13 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-#: canonical data-type names (Kineto's ``Input type`` spellings map onto them, see :func:`dtype_key`)
+#: canonical data-type names (Kineto's ``Input type`` spellings map onto them, see ``dtype_key``)
 DTYPES = ("fp8", "bf16", "fp16", "tf32", "fp32", "fp64")
 
 
 @dataclass(frozen=True)
 class GpuSpec:
-    """One GPU model: ``name``, ``peak_tflops`` (dense, by :data:`DTYPES` key), ``mem_gbps``
+    """One GPU model: ``name``, ``peak_tflops`` (dense, by ``DTYPES`` key), ``mem_gbps``
     (HBM, GB/s), ``link_gbps`` (that link per direction, GB/s), ``nic_gbps``
     (default network per GPU, GB/s), ``source`` (the datasheet), ``link`` (what joins the GPUs of
     one node, by the model: ``NVLink 4`` on an SXM board, ``PCIe 3.0 x16`` between PCIe cards,
@@ -53,7 +53,7 @@ class GpuSpec:
     link: str = "NVLink"
 
     def peak(self, dtype: str) -> float | None:
-        """Dense peak TFLOP/s for ``dtype`` (a :data:`DTYPES` key), None when the GPU has no such math
+        """Dense peak TFLOP/s for ``dtype`` (a ``DTYPES`` key), None when the GPU has no such math
         (V100: no bf16)."""
         return self.peak_tflops.get(dtype)
 
@@ -101,7 +101,7 @@ GPUS = [
 
 
 def gpu_spec(device_name: str | None) -> GpuSpec | None:
-    """The :class:`GpuSpec` of a ``deviceProperties`` name (``"NVIDIA H100 80GB HBM3"``,
+    """The ``GpuSpec`` of a ``deviceProperties`` name (``"NVIDIA H100 80GB HBM3"``,
     ``"AMD Instinct MI300X"``), None when the table has no such GPU."""
     if not device_name:
         return None
@@ -113,7 +113,7 @@ def gpu_spec(device_name: str | None) -> GpuSpec | None:
 
 @lru_cache(maxsize=256)
 def dtype_key(name: str | None) -> str | None:
-    """A :data:`DTYPES` key from a dtype's spelling (Kineto ``Input type``: ``"c10::BFloat16"``,
+    """A ``DTYPES`` key from a dtype's spelling (Kineto ``Input type``: ``"c10::BFloat16"``,
     ``"float"``, ``"c10::Half"``; config: ``"bfloat16"``, ``"bf16"``, ``"fp8"``), None if unknown."""
     n = str(name or "").lower()
     for pat, key in (("float8|fp8|e4m3|e5m2", "fp8"), ("bfloat16|bf16", "bf16"), ("half|float16|fp16", "fp16"),

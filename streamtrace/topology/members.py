@@ -5,7 +5,7 @@ The job's world size is the topology's when one is given, else the one most rank
 (``distributedInfo.world_size``); a file that states another world size is not the job's.  A
 file that states none is kept (its rank, from its name, may still be wrong: analyze and
 aggregate say so).  The files' heads only (the keys before
-``traceEvents``, :class:`~streamtrace.trace.discover.TraceFile`): nothing is read again."""
+``traceEvents``, ``TraceFile``): nothing is read again."""
 from __future__ import annotations
 
 from collections import Counter
@@ -84,10 +84,10 @@ def same_groups(f, others) -> bool:
 def started_apart(files, base_times: dict, clocks_apart: list | None = None) -> list:
     """``[(file, reason)]`` for the files of ``files`` whose start (``base_times[path]``, int ns
     ``baseTimeNanoseconds``; files without one are kept) lies more than half of
-    :data:`SAME_JOB_NS` from the median start of the files: the files kept then all start within
-    :data:`SAME_JOB_NS`, as ``aggregate`` asks of one job.  With ``clocks_apart`` (a list), a file
+    ``SAME_JOB_NS`` from the median start of the files: the files kept then all start within
+    ``SAME_JOB_NS``, as ``aggregate`` asks of one job.  With ``clocks_apart`` (a list), a file
     that started apart but gives a rank (of its iteration) no file that started with the others gives,
-    and lists the same process groups as those (:func:`same_groups`; the caller has checked its world
+    and lists the same process groups as those (``same_groups``; the caller has checked its world
     size), is the job's, on a host whose clock is off (issue 49): it is kept and appended there as
     ``(file, note)`` instead.  (One that repeats a rank is a stale copy: another job's.)"""
     known = sorted(base_times[f.path] for f in files if base_times.get(f.path) is not None)
@@ -115,10 +115,10 @@ def started_apart(files, base_times: dict, clocks_apart: list | None = None) -> 
 def split_job(files, topology_world: int | None = None, base_times: dict | None = None,
               clocks_apart: list | None = None) -> tuple[list, list]:
     """``(the job's files, [(file, reason)])``: the files of ``files`` (TraceFile, any number of
-    iterations) that do not belong to the job :func:`job_world` finds, each with a one-line
+    iterations) that do not belong to the job ``job_world`` finds, each with a one-line
     reason ("... world size 16, the job's is 8 (from 7 of 8 rank files) ...").  Files without a
     stated world size are kept.  With ``base_times`` (path -> ``baseTimeNanoseconds``), the files
-    kept must also have started together (:func:`started_apart`), or, with ``clocks_apart``, list the
+    kept must also have started together (``started_apart``), or, with ``clocks_apart``, list the
     same process groups (kept, and told there)."""
     world, source = job_world(files, topology_world)
     keep, skipped = [], []

@@ -1,29 +1,29 @@
 """The parallel topology model: which ranks form each TP / CP / EP / DP / PP group, and the model
-replicas (:class:`Topology`); Megatron's rank order (:func:`parse_order`, the one parser of it),
-the groups Megatron-LM's ``RankGenerator`` builds from sizes and an order (:func:`from_sizes`,
+replicas (``Topology``); Megatron's rank order (``parse_order``, the one parser of it),
+the groups Megatron-LM's ``RankGenerator`` builds from sizes and an order (``from_sizes``,
 ``megatron/core/parallel_state.py``), and a topology from the groups of a running job
-(:func:`topology_from_groups`, for :mod:`streamtrace.topology.capture`).
+(``topology_from_groups``, for ``streamtrace.topology.capture``).
 
 Group lists are ordered as Megatron orders them: every group ascending, groups by their first rank.
 (Megatron's ``generate_masked_orthogonal_rank_groups`` enumerates group and member indices in
 mixed radix with increasing strides, so both enumerations are increasing in the rank.)
 
 Expert groups (Megatron's expert ``RankGenerator``, ``--etp`` defaulting to ``--tp``) sit beside the five
-dimensions, in ``Topology.extra`` and the JSON under their own keys (:data:`EXPERT_GROUPS`): ``etp``
+dimensions, in ``Topology.extra`` and the JSON under their own keys (``EXPERT_GROUPS``): ``etp``
 (expert tensor parallel, ``EXPERT_TENSOR_PARALLEL_GROUP``), ``edp`` (expert data parallel,
 ``EXPERT_DATA_PARALLEL_GROUP``: MoE gradient reduction), ``etp_ep``
 (``EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP``: token dispatch with the all-gather dispatcher) and
-``etp_ep_pp`` (``EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP``).  :meth:`Topology.dim_of` names a
+``etp_ep_pp`` (``EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP``).  ``Topology.dim_of`` names a
 process group ``ETP`` / ``EDP`` / ``EP`` by them only when no dense group has the same ranks (with
 ``etp = 1`` and ``ep = tp`` the EP groups *are* the TP groups): a Megatron group description
-(:func:`dim_of_desc`) is the exact answer and wins over rank sets.
+(``dim_of_desc``) is the exact answer and wins over rank sets.
 
 A **model replica** is a set of ranks that together hold one full copy of the model: the connected
 components of the TP, CP, EP and PP groups (ranks linked by any of them).  With EP = 1 this is "all
 ranks of one DP index", as TraceViz's ``FULL MODEL RANK GROUPS (by DP Rank)``; with EP > 1 the
 expert-parallel groups join ``ep`` consecutive DP indices (Megatron's expert-data-parallel index).
-Other sources of a topology: :mod:`~streamtrace.topology.sources` (files, traces) and
-:mod:`~streamtrace.topology.traceviz` (Megatron-TraceViz's text).
+Other sources of a topology: ``sources`` (files, traces) and
+``traceviz`` (Megatron-TraceViz's text).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from ..runtime.errors import StreamtraceError, TopologyError
 
 DIMS = ("tp", "cp", "ep", "dp", "pp")
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
-#: expert groups: key -> (the expert RankGenerator's token, the dimension :meth:`Topology.dim_of` names them)
+#: expert groups: key -> (the expert RankGenerator's token, the dimension ``Topology.dim_of`` names them)
 EXPERT_GROUPS = {"etp": ("tp", "ETP"), "edp": ("dp", "EDP"), "etp_ep": ("tp-ep", "EP"), "etp_ep_pp": ("tp-ep-pp", None)}
 #: group lists a topology may hold beside the five dimensions (JSON keys; ``dp_cp``: DP x CP)
 EXTRA_KEYS = ("dp_cp",) + tuple(EXPERT_GROUPS)
@@ -53,7 +53,7 @@ MEGATRON_GROUP_DIM = {
 
 def dim_of_desc(desc) -> str | None:
     """The dimension (``"TP"``, ``"EDP"``, ...) a Megatron-LM process-group description names
-    exactly (:data:`MEGATRON_GROUP_DIM`; the hierarchical parts of a distributed-optimizer group,
+    exactly (``MEGATRON_GROUP_DIM``; the hierarchical parts of a distributed-optimizer group,
     ``HIERARCHICAL_<desc>_L<k>``, and the ``_GLOO`` twins as their group), else None."""
     d = str(desc or "")
     if d.startswith("HIERARCHICAL_"):
@@ -68,7 +68,7 @@ def dim_of_desc(desc) -> str | None:
 def parse_order(order: str, sizes: dict | None = None) -> list[str]:
     """A Megatron rank order (``"tp-cp-ep-dp-pp"``: the first token varies fastest) as its tokens,
     with every dimension it omits appended, as Megatron's ``RankGenerator`` does (they must then
-    have size 1 in ``sizes``, when given).  Raises :class:`~streamtrace.runtime.errors.TopologyError` for
+    have size 1 in ``sizes``, when given).  Raises ``TopologyError`` for
     an unknown or repeated token, or a dimension of size > 1 missing from the order."""
     toks = [t for t in str(order).lower().replace(" ", "").split("-") if t]
     bad = [t for t in toks if t not in DIMS]
@@ -137,7 +137,7 @@ def connected_components(world: int, group_lists) -> list[list[int]]:
 # -- the topology -------------------------------------------------------------------
 
 class Topology:
-    """Groups per dimension (``groups[d]``: list of ascending rank lists, ``d`` in :data:`DIMS`),
+    """Groups per dimension (``groups[d]``: list of ascending rank lists, ``d`` in ``DIMS``),
     ``replicas`` (model replicas, lists of ranks), ``world_size``, ``order`` (a Megatron order
     string when known) and ``source`` (where it came from).  Missing dimensions are singletons.
 
@@ -235,9 +235,9 @@ def from_sizes(world_size: int, tp: int = 1, pp: int = 1, cp: int = 1, ep: int =
                etp: int | None = None) -> Topology:
     """Megatron-LM's groups for these sizes (``initialize_model_parallel``): ``dp = world / (tp*pp*cp)``;
     TP, CP, DP, PP from the dense ``RankGenerator(tp, ep=1, dp, pp, cp, order)``; EP and the expert
-    groups (``extra``: etp, edp, etp_ep, etp_ep_pp; :data:`EXPERT_GROUPS`) from the expert
+    groups (``extra``: etp, edp, etp_ep, etp_ep_pp; ``EXPERT_GROUPS``) from the expert
     ``RankGenerator(etp, ep, edp = world / (etp*ep*pp), pp, cp=1, order)``, ``etp`` (expert tensor
-    parallel size) defaulting to ``tp``.  Raises :class:`StreamtraceError` where Megatron refuses:
+    parallel size) defaulting to ``tp``.  Raises ``StreamtraceError`` where Megatron refuses:
     sizes that do not fit, an order missing a dimension of size > 1 of either generator, an order not
     ending in ``pp`` (tested on the order as given, as Megatron does) whose dense and expert data-parallel
     sizes differ (pp > 1), dense and expert PP groups that differ."""
@@ -353,9 +353,9 @@ def topology_from_groups(groups: dict, world_size: int, order: str = DEFAULT_ORD
     "dp", "pp", "replicas"}``, every group entry a sorted, de-duplicated list of sorted rank lists;
     ``order`` is recorded as given (validated).
 
-    Replicas (one per DP index, each a full model): :func:`replicas_from_groups`, the ranks linked
+    Replicas (one per DP index, each a full model): ``replicas_from_groups``, the ranks linked
     through TP/CP/EP/PP groups -- the same sets TraceViz derives from the sizes under the rank order
-    tp-cp-ep-dp-pp (:func:`replicas_by_order`), but right for any order.  ``check``: raise
+    tp-cp-ep-dp-pp (``replicas_by_order``), but right for any order.  ``check``: raise
     ValueError unless each dimension's groups split the world into equal parts.
     """
     world_size = int(world_size)

@@ -1,7 +1,7 @@
-"""A decoder-only transformer's shape (:class:`ModelShape`): the inputs of the model-FLOPs formulas
-of :mod:`streamtrace.report.flops`, for dense, mixture-of-experts (MoE) and multi-head latent
+"""A decoder-only transformer's shape (``ModelShape``): the inputs of the model-FLOPs formulas
+of ``streamtrace.report.flops``, for dense, mixture-of-experts (MoE) and multi-head latent
 attention (MLA, DeepSeek-V2/V3) models, and Llama's SwiGLU inner-size rule
-(:func:`torchtitan_ffn_hidden`)."""
+(``torchtitan_ffn_hidden``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,7 +1,7 @@
 """Where a topology comes from besides sizes: the traces' ``distributedInfo.pg_config``
-(:func:`from_pg_config`, :func:`from_trace_folder`), streamtrace's topology JSON or a
+(``from_pg_config``, ``from_trace_folder``), streamtrace's topology JSON or a
 ``parallel_topology.json`` (``tp_groups`` / ``dp_groups`` / ... keys), or a TraceViz text file --
-any of them through :func:`load_topology`."""
+any of them through ``load_topology``."""
 from __future__ import annotations
 
 import json
@@ -33,9 +33,9 @@ _PG_DESC_DIM = [
 
 
 def from_pg_config(entries, world_size: int | None = None, source: str = "pg_config") -> Topology:
-    """:class:`Topology` from process-group entries (``pg_desc`` names the dimension; see
-    :data:`_PG_DESC_DIM`), e.g. the union of every rank's ``distributedInfo.pg_config``.
-    Raises :class:`StreamtraceError` when no entry names a TP/CP/EP/DP/PP group."""
+    """``Topology`` from process-group entries (``pg_desc`` names the dimension; see
+    ``_PG_DESC_DIM``), e.g. the union of every rank's ``distributedInfo.pg_config``.
+    Raises ``StreamtraceError`` when no entry names a TP/CP/EP/DP/PP group."""
     groups: dict = {}
     for e in entries:
         desc, ranks = str(e.get("pg_desc") or ""), e.get("ranks")
@@ -64,7 +64,7 @@ def from_pg_config(entries, world_size: int | None = None, source: str = "pg_con
 
 
 def from_trace_folder(folder) -> Topology:
-    """:class:`Topology` from the ``distributedInfo.pg_config`` of every trace under ``folder``
+    """``Topology`` from the ``distributedInfo.pg_config`` of every trace under ``folder``
     (each rank lists only the groups it belongs to; their union is the whole topology).
     Failing that, a topology file in the folder or its parents (``unique_parallel_groups_*.txt``,
     ``streamtrace_topology.json``, ``parallel_topology.json``)."""
@@ -99,7 +99,7 @@ def from_trace_folder(folder) -> Topology:
 
 
 def from_json(data: dict, source: str) -> Topology:
-    """A :class:`Topology` from a topology JSON's dict (``source``: where it came from, for messages)."""
+    """A ``Topology`` from a topology JSON's dict (``source``: where it came from, for messages)."""
     groups = {}
     for d in DIMS:
         v = data.get(d)
@@ -120,7 +120,7 @@ def from_json(data: dict, source: str) -> Topology:
 
 def load_topology(path) -> Topology:
     """Read a topology: a streamtrace / ``parallel_topology.json`` JSON file, a TraceViz text file,
-    or a folder of traces (see :func:`from_trace_folder`).  Raises :class:`StreamtraceError`."""
+    or a folder of traces (see ``from_trace_folder``).  Raises ``StreamtraceError``."""
     p = Path(path)
     if p.is_dir():
         return from_trace_folder(p)

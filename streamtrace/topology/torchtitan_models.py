@@ -1,4 +1,4 @@
-"""The shapes of TorchTitan's model flavours by ``([model] name, flavor)`` (:data:`KNOWN_MODELS`),
+"""The shapes of TorchTitan's model flavours by ``([model] name, flavor)`` (``KNOWN_MODELS``),
 so that a TorchTitan TOML, which names a model but not its shape, gives the model FLOPs per token.
 
 Read from pytorch/torchtitan ``main`` (commit b5bcd76, Aug 2026), one flavour-building function each:
@@ -11,7 +11,7 @@ Read from pytorch/torchtitan ``main`` (commit b5bcd76, Aug 2026), one flavour-bu
 * ``llama4``: no longer in ``main``; read from its last version there (commit 43e52fd, June 2026,
   the parent of the commit that removed it), ``torchtitan/models/llama4/__init__.py``
   (``llama4_configs``): dim 5,120, 48 layers, 40 heads, 8 KV heads, vocabulary 202,048; one routed
-  (top-1) and one shared expert of ``compute_moe_hidden_dim`` (:func:`llama4_moe_hidden`); an MoE
+  (top-1) and one shared expert of ``compute_moe_hidden_dim`` (``llama4_moe_hidden``); an MoE
   in every layer of 17bx16e and 17bx128e (``interleave_moe_layer_step`` 1), in every other layer
   of the debug model (8 experts), the rest a dense MLP of ``compute_ffn_hidden_dim``.
 * ``qwen3``: ``torchtitan/models/qwen3/__init__.py`` (``qwen3_configs``): head dim 128 set apart
@@ -35,7 +35,7 @@ Read from pytorch/torchtitan ``main`` (commit b5bcd76, Aug 2026), one flavour-bu
 
 TorchTitan's own count (``get_dense_model_nparams_and_flops`` / ``get_moe_model_nparams_and_flops``
 in ``torchtitan/models/utils.py``, called by each model's ``Config.get_nparams_and_flops``) is
-:func:`streamtrace.report.flops.flops_per_token`.  Not here: ``qwen3_5`` and ``muse_glimmer``
+``streamtrace.report.flops.flops_per_token``.  Not here: ``qwen3_5`` and ``muse_glimmer``
 (linear-attention layers), ``flux`` (a diffusion model): those need ``--flops-per-token``.
 """
 from __future__ import annotations
@@ -76,7 +76,7 @@ def llama4_moe_hidden(dim: int, multiple_of: int = 256, multiplier: float | None
     """Llama 4's expert inner size (TorchTitan's ``compute_moe_hidden_dim``): 2/3 of 4 x ``dim``,
     times ``multiplier``, divided by the experts a token goes through (``per_token`` = top-k +
     shared experts), then rounded up to a multiple of ``multiple_of`` (rounded last, unlike
-    :func:`~streamtrace.topology.modelshape.torchtitan_ffn_hidden`)."""
+    ``torchtitan_ffn_hidden``)."""
     h = int(2 * 4 * dim / 3)
     if multiplier is not None:
         h = int(multiplier * h)
@@ -137,5 +137,5 @@ KNOWN_MODELS = {**_llama3(), **_llama4(), **_qwen3(), **_deepseek_v3(), **_kimi(
 
 
 def known_flavours(name: str) -> list:
-    """The flavours of model ``name`` in :data:`KNOWN_MODELS` (empty for an unknown model)."""
+    """The flavours of model ``name`` in ``KNOWN_MODELS`` (empty for an unknown model)."""
     return [f for n, f in KNOWN_MODELS if n == name]

@@ -1,6 +1,6 @@
 """Megatron-TraceViz's ``unique_parallel_groups_<timestamp>.txt``, read
-(:func:`parse_traceviz_txt`, :func:`topology_from_traceviz`) and written
-(:func:`format_traceviz_txt`) in one place.  TraceViz's sections, in the order it writes them;
+(``parse_traceviz_txt``, ``topology_from_traceviz``) and written
+(``format_traceviz_txt``) in one place.  TraceViz's sections, in the order it writes them;
 CP is not in TraceViz's layout and is added after EP only when CP > 1, and the expert groups
 Megatron builds (``EXPERT TENSOR PARALLEL (ETP)``, ``EXPERT DATA PARALLEL (EDP)``) after those when
 the topology has experts (EP > 1 or ETP != TP), so the groups survive a round trip."""
@@ -52,7 +52,7 @@ def parse_traceviz_txt(text: str) -> dict:
 
 
 def topology_from_traceviz(text: str, source: str = "traceviz") -> Topology:
-    """:class:`Topology` from a TraceViz text; raises :class:`StreamtraceError` when it has no sections."""
+    """``Topology`` from a TraceViz text; raises ``StreamtraceError`` when it has no sections."""
     p = parse_traceviz_txt(text)
     if not any(d in p for d in DIMS):
         raise StreamtraceError(f"{source}: not a topology file (no '... PARALLEL (TP) GROUPS' sections)")
@@ -86,7 +86,7 @@ def group_sizes(topo: dict) -> dict:
 def format_traceviz_txt(topo: dict, timestamp=None, global_batch_size=None,
                         valid_ranks=None, error_ranks: int = 0) -> str:
     """The text of Megatron-TraceViz's ``unique_parallel_groups_<timestamp>.txt`` for ``topo``
-    (a dict from :func:`topology_from_groups`), in TraceViz's layout: configuration, statistics,
+    (a dict from ``topology_from_groups``), in TraceViz's layout: configuration, statistics,
     TP / PP / DP groups, EP groups when EP > 1 (and CP groups when CP > 1, an addition; ETP and EDP
     groups when the topology has experts, EP > 1 or an expert TP size other than TP, additions too),
     then the full-model replicas.  ``timestamp``: a datetime (default now); ``global_batch_size``:

@@ -1,8 +1,8 @@
 """A training job's own configuration, as far as efficiency needs it: tokens per step, the
-parallel degrees, the model's shape (:class:`TrainConfig`), read from a TorchTitan TOML file
-(:func:`from_torchtitan_toml`) or from the Megatron-LM training arguments that
-:func:`streamtrace.topology.capture.dump_topology` records in ``streamtrace_topology.json`` under
-``"training"`` (:func:`from_megatron_args`).
+parallel degrees, the model's shape (``TrainConfig``), read from a TorchTitan TOML file
+(``from_torchtitan_toml``) or from the Megatron-LM training arguments that
+``streamtrace.topology.capture.dump_topology`` records in ``streamtrace_topology.json`` under
+``"training"`` (``from_megatron_args``).
 
 TorchTitan's fields (``torchtitan/config/job_config.py``; the TOML sections):
 ``[model] name, flavor``; ``[training] local_batch_size`` (``batch_size`` before 2025),
@@ -13,14 +13,14 @@ data_parallel_replicate_degree``,
 ``pipeline_parallel_degree``, ``context_parallel_degree``, ``expert_parallel_degree``,
 ``expert_tensor_parallel_degree`` (older files keep some of these in ``[training]`` or
 ``[experimental]``: read from there too).  The device mesh is laid out in TorchTitan's order
-:data:`TORCHTITAN_MESH_ORDER` (``ParallelDims`` in ``torchtitan/distributed/parallel_dims.py``:
+``TORCHTITAN_MESH_ORDER`` (``ParallelDims`` in ``torchtitan/distributed/parallel_dims.py``:
 ``pp, dp_replicate, dp_shard, cp, tp``, the last varying fastest); EP borrows from
 ``dp_shard x cp`` (x ``tp`` when ETP = 1), so it adds no mesh dimension of its own.  In
 Megatron's notation (first token fastest) that is the rank order ``tp-cp-dp-pp`` with
 DP = ``dp_replicate x dp_shard``.
 
 A TOML file names the model (``name``/``flavor``) but not its shape, which lives in TorchTitan's
-code: :data:`~streamtrace.topology.torchtitan_models.KNOWN_MODELS` holds the shapes of the flavours
+code: ``KNOWN_MODELS`` holds the shapes of the flavours
 of ``llama3``, ``qwen3``, ``deepseek_v3`` and ``gpt_oss`` (sources in that module).
 """
 from __future__ import annotations
@@ -48,11 +48,11 @@ class TrainConfig:
     """What a job's configuration says about one training step.
 
     ``source``: where it was read (a file path, ``"megatron args"``); ``model``: the
-    :class:`ModelShape` (None when unknown) and ``model_name`` (e.g. ``"llama3 8B"``);
+    ``ModelShape`` (None when unknown) and ``model_name`` (e.g. ``"llama3 8B"``);
     ``seq_len`` (tokens per sequence), ``local_batch`` (sequences per DP rank and micro-step) and
     ``global_batch`` (sequences per optimizer step; None: ``local_batch`` x DP); ``degrees``: the
     parallel degrees by TorchTitan's names (``pp, dp_replicate, dp_shard, cp, tp``, then ``ep``,
-    ``etp`` where set; ``dp_shard`` = -1 until :meth:`resolve` fills it from the world size),
+    ``etp`` where set; ``dp_shard`` = -1 until ``resolve`` fills it from the world size),
     ``mesh_order``: their layout, outermost first; ``dtype``: the training precision when the
     config names it."""
     source: str
@@ -73,7 +73,7 @@ class TrainConfig:
 
     def resolve(self, world_size: int | None) -> "TrainConfig":
         """Fill ``dp_shard`` = -1 from ``world_size`` as ``ParallelDims`` does (world / (dp_replicate
-        x cp x tp x pp)).  Raises :class:`StreamtraceError` when the degrees do not multiply to
+        x cp x tp x pp)).  Raises ``StreamtraceError`` when the degrees do not multiply to
         ``world_size``."""
         d = dict(self.degrees)
         rest = d.get("dp_replicate", 1) * d.get("cp", 1) * d.get("tp", 1) * d.get("pp", 1)
@@ -96,7 +96,7 @@ class TrainConfig:
         return None
 
     def tokens_per_step(self) -> int | None:
-        """Tokens per optimizer step (:meth:`sequences_per_step` x ``seq_len``), None when unknown."""
+        """Tokens per optimizer step (``sequences_per_step`` x ``seq_len``), None when unknown."""
         n = self.sequences_per_step()
         return n * self.seq_len if n and self.seq_len else None
 
@@ -127,8 +127,8 @@ def _pick(doc: dict, key: str, sections: tuple, default=None):
 
 
 def from_torchtitan_toml(path) -> TrainConfig:
-    """:class:`TrainConfig` of a TorchTitan ``--job.config_file`` TOML (field names in the module
-    docstring).  Raises :class:`StreamtraceError` (one line, naming the file) when it cannot be
+    """``TrainConfig`` of a TorchTitan ``--job.config_file`` TOML (field names in the module
+    docstring).  Raises ``StreamtraceError`` (one line, naming the file) when it cannot be
     read or parsed, or a degree is not an integer >= 1 (``dp_shard`` may be -1)."""
     try:
         with open(path, "rb") as f:
@@ -173,7 +173,7 @@ MEGATRON_ARGS = ("global_batch_size", "micro_batch_size", "seq_length", "num_lay
 
 
 def from_megatron_args(args: dict, source: str = "megatron args") -> TrainConfig:
-    """:class:`TrainConfig` of Megatron-LM's training arguments (a dict of :data:`MEGATRON_ARGS`;
+    """``TrainConfig`` of Megatron-LM's training arguments (a dict of ``MEGATRON_ARGS``;
     missing ones unknown).  GQA: ``num_query_groups`` counts only when ``group_query_attention``;
     ``kv_channels`` is the head dim; MoE experts' inner size ``moe_ffn_hidden_size``, else
     ``ffn_hidden_size``, as ``num_floating_point_operations`` reads them."""
@@ -203,7 +203,7 @@ def from_megatron_args(args: dict, source: str = "megatron args") -> TrainConfig
 
 
 def megatron_args_dict(args) -> dict:
-    """The :data:`MEGATRON_ARGS` of a Megatron ``args`` namespace that it has, as plain values."""
+    """The ``MEGATRON_ARGS`` of a Megatron ``args`` namespace that it has, as plain values."""
     out = {}
     for k in MEGATRON_ARGS:
         v = getattr(args, k, None)
@@ -213,12 +213,12 @@ def megatron_args_dict(args) -> dict:
 
 
 def config_topology(cfg: TrainConfig, world_size: int):
-    """The :class:`~streamtrace.topology.model.Topology` of TorchTitan's device mesh for ``cfg`` on
+    """The ``Topology`` of TorchTitan's device mesh for ``cfg`` on
     ``world_size`` ranks: the mesh ``pp, dp_replicate, dp_shard, cp, tp`` (tp fastest) is Megatron's
     rank order ``tp-cp-dp-pp`` with DP = ``dp_replicate x dp_shard``; EP borrows the strides right
     after TP (``cp`` then ``dp_shard``; after nothing with ETP = 1), which is the layout of
-    Megatron's expert rank generator, so :func:`~streamtrace.topology.model.from_sizes` builds the
-    EP groups too.  Raises :class:`StreamtraceError` when the degrees do not fit ``world_size``."""
+    Megatron's expert rank generator, so ``from_sizes`` builds the
+    EP groups too.  Raises ``StreamtraceError`` when the degrees do not fit ``world_size``."""
     c = cfg.resolve(world_size)
     d = c.degrees
     t = from_sizes(world_size, tp=d.get("tp", 1), pp=d.get("pp", 1), cp=d.get("cp", 1), ep=d.get("ep", 1),
@@ -228,7 +228,7 @@ def config_topology(cfg: TrainConfig, world_size: int):
 
 
 def train_config_from_json(data: dict | None) -> TrainConfig | None:
-    """A :class:`TrainConfig` back from :meth:`TrainConfig.to_json` (None for None)."""
+    """A ``TrainConfig`` back from ``TrainConfig.to_json`` (None for None)."""
     if not data:
         return None
     kw = {k: data.get(k) for k in ("source", "model_name", "seq_len", "local_batch", "global_batch", "dtype")}

@@ -1,5 +1,5 @@
 """Decoding one JSON value exactly when orjson cannot: integers beyond 64 bits (orjson would
-turn 20+ digit integers into floats), numbers yajl rejects, NaN/Infinity.  :func:`loads` is what
+turn 20+ digit integers into floats), numbers yajl rejects, NaN/Infinity.  ``loads`` is what
 every reader of event bytes calls (orjson first, these fallbacks only for what it refuses)."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from .repair import note_repair, repair_quotes
 
 
 def loads(data: bytes, path, offset):
-    """``orjson.loads(data)``, or :func:`decode_value` when orjson refuses the text."""
+    """``orjson.loads(data)``, or ``decode_value`` when orjson refuses the text."""
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -29,10 +29,10 @@ def decode_value(data: bytes, path, offset):
     20+ digits): ijson's yajl2_c backend, then ijson's python backend (for numbers
     yajl rejects), then the stdlib (NaN/Infinity), then an event with unescaped double quotes
     in one string value, repaired where unambiguous and counted
-    (:func:`streamtrace.trace.repair.repair_quotes`).  A value nested deeper than
-    :data:`~streamtrace.trace.deep.MAX_DEPTH` levels is decoded down to that depth, what lies below
-    kept as its JSON text and counted (:func:`streamtrace.trace.deep.decode_deep`: bounded memory and
-    time; ijson's memory grows with the square of the depth).  Raises :class:`TraceError` naming
+    (``streamtrace.trace.repair.repair_quotes``).  A value nested deeper than
+    ``MAX_DEPTH`` levels is decoded down to that depth, what lies below
+    kept as its JSON text and counted (``streamtrace.trace.deep.decode_deep``: bounded memory and
+    time; ijson's memory grows with the square of the depth).  Raises ``TraceError`` naming
     ``path`` and the byte ``offset`` for invalid UTF-8 or JSON."""
     try:
         data.decode("utf-8")
@@ -73,7 +73,7 @@ _INT64 = (-(1 << 63), (1 << 63) - 1)
 def text_ns(value) -> int | None:
     """A ``ts`` written as a JSON string holding a number of microseconds
     (``"4458676417669.918"``) as int64 nanoseconds, rounded half away from zero as the byte
-    scanner rounds numbers (:func:`streamtrace.kernels.scan.parse_ns`); None when ``value`` is
+    scanner rounds numbers (``streamtrace.kernels.scan.parse_ns``); None when ``value`` is
     not such a string or the time does not fit int64 ns."""
     if not isinstance(value, str):
         return None

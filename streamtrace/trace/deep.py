@@ -1,10 +1,10 @@
 """Events nested too deep to decode whole (issue 49): an ``args`` value nested 100,000 levels deep is
 legal JSON, orjson refuses it (1,024 levels at most), and ijson's fallback keeps the path of every
 level (memory that grows with the square of the depth: 3 GB and more).  Such an event is decoded down
-to :data:`MAX_DEPTH` levels; each value below is kept as its JSON text (a
-:class:`~streamtrace.trace.writer.JsonText`: merge writes it back as it was, analyze reads nothing in
+to ``MAX_DEPTH`` levels; each value below is kept as its JSON text (a
+``JsonText``: merge writes it back as it was, analyze reads nothing in
 it) after a streaming check that it is valid JSON; the event is counted per file
-(:func:`note_deep` / :func:`take_deep`) and each command says how many (the reader's warnings).
+(``note_deep`` / ``take_deep``) and each command says how many (the reader's warnings).
 
 Finding the depth is linear and needs no recursion: strings are blanked (a regular expression),
 brackets counted by numpy (a cumulative sum)."""
@@ -64,9 +64,9 @@ def valid_json(text: bytes) -> bool:
 
 def decode_deep(data: bytes, path, offset, decode, limit: int = MAX_DEPTH):
     """The value of the JSON text ``data`` with every value that starts deeper than ``limit`` levels
-    kept as its text (:class:`~streamtrace.trace.writer.JsonText`); counted as one event of ``path``
-    (:func:`note_deep`).  ``decode(text, path, offset)`` decodes what remains (at most ``limit``
-    levels).  Raises :class:`TraceError` naming ``path`` and ``offset`` when a value kept as text is
+    kept as its text (``JsonText``); counted as one event of ``path``
+    (``note_deep``).  ``decode(text, path, offset)`` decodes what remains (at most ``limit``
+    levels).  Raises ``TraceError`` naming ``path`` and ``offset`` when a value kept as text is
     not valid JSON, or the brackets do not balance."""
     depth, opening, closing = _depths(data)
     starts = np.flatnonzero(opening & (depth == limit + 1))
@@ -93,7 +93,7 @@ def decode_deep(data: bytes, path, offset, decode, limit: int = MAX_DEPTH):
 
 def _put_back(value, kept: dict):
     """``value`` with each placeholder string of ``kept`` replaced by its text (``value`` is at most
-    :data:`MAX_DEPTH` deep: the recursion is bounded)."""
+    ``MAX_DEPTH`` deep: the recursion is bounded)."""
     if isinstance(value, str):
         return kept.get(value, value)
     if isinstance(value, list):
@@ -114,6 +114,6 @@ def take_deep(path) -> int:
 
 
 def deep_warning(path, n: int) -> str:
-    """The warning for ``n`` events nested deeper than :data:`MAX_DEPTH` levels."""
+    """The warning for ``n`` events nested deeper than ``MAX_DEPTH`` levels."""
     return (f"{path}: {n:,} event(s) nested deeper than {MAX_DEPTH} levels: the values below that depth kept as "
             f"their JSON text (written back as they were, not analysed)")

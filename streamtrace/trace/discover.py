@@ -43,8 +43,8 @@ class TraceFile:
     input of a run that carries no rank: rank 0; "nsys export"), ``head``
     (the top-level keys that stand before ``traceEvents``; all of them when the
     file had to be skimmed to find ``distributedInfo``), ``size`` (bytes) and ``source``, its format
-    (:class:`~streamtrace.trace.formats.TraceSource`: :data:`~streamtrace.trace.formats.KINETO` or
-    :data:`~streamtrace.trace.formats.NSYS`), which the stages ask instead of looking at the file."""
+    (``TraceSource``: ``KINETO`` or
+    ``NSYS``), which the stages ask instead of looking at the file."""
     path: str
     rank: int
     iteration: int | None
@@ -59,7 +59,7 @@ def expand_inputs(inputs, warn=None) -> list[str]:
     sorted list of candidate trace files (``*.json``, ``*.json.gz``).
 
     A folder below an input folder that cannot be read is skipped and reported to
-    ``warn(path, message)`` (None: skipped silently).  Raises :class:`StreamtraceError` when an
+    ``warn(path, message)`` (None: skipped silently).  Raises ``StreamtraceError`` when an
     input matches nothing, or is a folder that cannot be read."""
     out = []
     for item in inputs:
@@ -151,12 +151,12 @@ def no_events_reason(path, reader) -> str | None:
 
 
 SKIPPED = "; the file is skipped"
-"""How :func:`no_events_reason` ends (what merge and analyze of that file alone leave out)."""
+"""How ``no_events_reason`` ends (what merge and analyze of that file alone leave out)."""
 
 
 def nothing_found(inputs, skipped) -> StreamtraceError:
     """The error of merge and analyze when ``inputs`` hold no trace: one input file's own problem
-    (a :class:`~streamtrace.runtime.errors.TraceError`: "x.json: not a trace: traceEvents is null,
+    (a ``TraceError``: "x.json: not a trace: traceEvents is null,
     ...", "x.json: an empty trace: ...") when it is the only thing skipped, else "no trace files found in ..." with the first skipped file's
     reason (``skipped``: "path: reason" lines)."""
     names = [str(i) for i in inputs]
@@ -169,7 +169,7 @@ def nothing_found(inputs, skipped) -> StreamtraceError:
 
 
 def no_events_text(reader) -> str:
-    """What a file whose head :class:`~streamtrace.trace.reader.TraceReader` read holds instead of
+    """What a file whose head ``TraceReader`` read holds instead of
     events, in words: "not a trace: traceEvents is null, not an array of events", "an empty
     trace: traceEvents holds no events", "an empty trace: {} (no traceEvents)", "no traceEvents
     array (an unfinished trace?)" (issue 33)."""
@@ -189,10 +189,10 @@ def identify(path, rank_map=None, default_rank=None, warn=None) -> TraceFile | N
     """Read the head of ``path`` and work out its rank and iteration.
 
     Returns None when the file is JSON but not a trace (no ``traceEvents`` array); when it
-    looks like one all the same (:func:`no_events_reason`), ``warn(path, message)`` is told.
-    A file with no rank gets ``default_rank`` when one is given (``rank_source`` :data:`LONE_FILE`).
-    Raises :class:`~streamtrace.runtime.errors.UnknownRankError` when no rank can be found, and
-    :class:`~streamtrace.runtime.errors.TraceError` for unreadable files."""
+    looks like one all the same (``no_events_reason``), ``warn(path, message)`` is told.
+    A file with no rank gets ``default_rank`` when one is given (``rank_source`` ``LONE_FILE``).
+    Raises ``UnknownRankError`` when no rank can be found, and
+    ``TraceError`` for unreadable files."""
     if is_nsys_report(path):
         raise StreamtraceError(report_hint(path))
     if is_sqlite(path):
@@ -256,11 +256,11 @@ def _identify_export(path, rank_map, default_rank, warn) -> TraceFile | None:
 def discover(inputs, rank_map=None, warn=None) -> list[TraceFile]:
     """Identify every trace among ``inputs``; files that are not traces are skipped (those that
     look like one, and unreadable folders, are reported to ``warn(path, message)``).  A single
-    input file with no rank information is rank 0 (``rank_source`` :data:`LONE_FILE`), as a
+    input file with no rank information is rank 0 (``rank_source`` ``LONE_FILE``), as a
     single-GPU run's trace.
 
-    Raises :class:`RankConflictError` naming both files when two claim one rank in
-    the same iteration, :class:`~streamtrace.runtime.errors.UnknownRankError` when one of several files
+    Raises ``RankConflictError`` naming both files when two claim one rank in
+    the same iteration, ``UnknownRankError`` when one of several files
     carries no rank."""
     rmap = load_rank_map(rank_map) if isinstance(rank_map, (str, os.PathLike)) else rank_map
     paths = expand_inputs(inputs, warn)

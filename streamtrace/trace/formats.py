@@ -1,8 +1,8 @@
-"""The input formats, each a :class:`TraceSource` decided once per file (when
-:func:`~streamtrace.trace.discover.identify` reads it: ``TraceFile.source``) and asked by every stage,
-instead of each stage testing the file itself: a Kineto / Chrome trace-event JSON file (:data:`KINETO`)
-or an Nsight Systems SQLite export (:data:`NSYS`).  A stage that does the work differently per format
-keeps one table keyed by source (merge: :data:`streamtrace.merge.line.MERGERS`); a new format is a
+"""The input formats, each a ``TraceSource`` decided once per file (when
+``identify`` reads it: ``TraceFile.source``) and asked by every stage,
+instead of each stage testing the file itself: a Kineto / Chrome trace-event JSON file (``KINETO``)
+or an Nsight Systems SQLite export (``NSYS``).  A stage that does the work differently per format
+keeps one table keyed by source (merge: ``streamtrace.merge.line.MERGERS``); a new format is a
 source here, its reader in ``trace/`` and one entry in each such table."""
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class TraceSource:
         rank_per_file: the file is one rank's trace (its rank told when it is identified); False: the
             file holds several ranks, its processes', told only when it is read (an export) -- a rank
             selection or a rank claimed twice is then decided per process by the stage that reads it.
-        json: the file is trace-event JSON (read by :class:`~streamtrace.trace.reader.TraceReader`; it may
+        json: the file is trace-event JSON (read by ``TraceReader``; it may
             be a trace merged already, by streamtrace or a peer tool).
     """
     name: str
@@ -38,7 +38,7 @@ SOURCES = (KINETO, NSYS)
 
 
 def one_source(files) -> TraceSource:
-    """The one source of ``files`` (``TraceFile`` s, at least one); raises :class:`StreamtraceError`
+    """The one source of ``files`` (``TraceFile`` s, at least one); raises ``StreamtraceError``
     naming the first file of another source when they mix (their ranks cannot share one output)."""
     first = files[0].source
     if any(tf.source is not first for tf in files):

@@ -1,13 +1,13 @@
 """Kineto metadata: the top-level keys of a trace besides ``traceEvents``, read in one place.
 
-* :func:`read_trailer` / :func:`find_trailer` -- the keys after ``traceEvents`` (Kineto writes
+* ``read_trailer`` / ``find_trailer`` -- the keys after ``traceEvents`` (Kineto writes
   ``baseTimeNanoseconds``, ``traceName`` and, in some versions, ``distributedInfo`` there) read
   from the file's tail, without the events;
-* accessors of a metadata dict: :func:`host_name`, :func:`device_names`, :func:`pg_config`
-  (process groups of ``distributedInfo.pg_config`` by name), :func:`pg_config_entries` (every
+* accessors of a metadata dict: ``host_name``, ``device_names``, ``pg_config``
+  (process groups of ``distributedInfo.pg_config`` by name), ``pg_config_entries`` (every
   entry, for the topology), each also for one rank of a streamtrace-merged trace (whose header
   keeps every rank's ``distributedInfo`` and ``deviceProperties``);
-* :func:`trace_facts` -- what a later stage needs of one rank's metadata, kept by ``analyze``
+* ``trace_facts`` -- what a later stage needs of one rank's metadata, kept by ``analyze``
   in ``summary.json`` so that ``aggregate`` need not read the trace again.
 """
 from __future__ import annotations
@@ -30,14 +30,14 @@ def read_trailer(path, tail: int = 1 << 16) -> dict | None:
     end and the LONGEST text after one that parses as the rest of the document
     wins.  Returns that dict (``{}`` when the document ends right after the
     array), or None when nothing parses or the file is gzip / unreadable: the
-    caller then reads the whole file (:meth:`TraceReader.read_metadata`).
+    caller then reads the whole file (``TraceReader.read_metadata``).
     Never raises for bad input."""
     found = find_trailer(path, tail)
     return None if found is None else found[0]
 
 
 def find_trailer(path, tail: int = 1 << 16, bare: bool = False):
-    """:func:`read_trailer` with the place it was found: ``(trailer dict, offset of
+    """``read_trailer`` with the place it was found: ``(trailer dict, offset of
     the ']' that closes traceEvents)``, or None.  ``bare=True``: the file is the bare
     array form (``[...]``), whose last ``]`` (nothing but whitespace after it) is the
     end, with an empty trailer.  A guess from the tail: a caller that relies on the
@@ -135,7 +135,7 @@ def trace_facts(metadata: dict, rank: int) -> dict:
     """What ``aggregate`` needs of rank ``rank``'s trace metadata, JSON-able:
     ``base_time_ns`` (``baseTimeNanoseconds``: int ns, or None), ``merged`` (a streamtrace-merged
     trace), ``device_name`` (the first ``deviceProperties`` entry's ``name``, for a merged trace
-    the rank's own, "" when absent), ``pg_entries`` and ``world_size`` (:func:`pg_config_entries`,
+    the rank's own, "" when absent), ``pg_entries`` and ``world_size`` (``pg_config_entries``,
     for a merged trace the rank's only).  ``analyze`` stores it per rank in ``summary.json``
     (``"trace_metadata"``); for older folders ``aggregate`` reads the trace's metadata again."""
     st = metadata.get("streamtrace") if isinstance(metadata.get("streamtrace"), dict) else {}

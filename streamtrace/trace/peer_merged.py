@@ -29,10 +29,10 @@ _OVERLAP = 512        # bytes kept from the previous block: a mark cut by a bloc
 def peer_merged(path, head: dict) -> str | None:
     """The peer tool that merged ``path`` ("TraceLens TraceFusion", "Megatron-LM
     merge_profiler_traces.py"), else None.  ``head``: the file's top-level keys but its events
-    (:meth:`~streamtrace.trace.reader.TraceReader.read_metadata`); a file whose head holds a
+    (``read_metadata``); a file whose head holds a
     Kineto key is a rank trace and is not read.  Megatron's mark counts only when the file
     names at least one ``"Rank N"`` process.  Raises
-    :class:`~streamtrace.runtime.errors.TraceError` for an unreadable file."""
+    ``TraceError`` for an unreadable file."""
     if any(k in head for k in KINETO_HEAD) or "streamtrace" in head:
         return None
     src = ByteSource(path, block=LEAN_BLOCK)

@@ -1,14 +1,14 @@
 """Byte ranges of a trace's ``traceEvents`` array that start and end on event boundaries, so
-that one big trace can be read by several processes (``analyze --jobs``: :mod:`streamtrace.events.
-parallel_ingest`; ``merge --jobs``: :mod:`streamtrace.merge.ranges`).
+that one big trace can be read by several processes (``analyze --jobs``: ``streamtrace.events.
+parallel_ingest``; ``merge --jobs``: ``streamtrace.merge.ranges``).
 
 Two ways to find the boundaries:
 
 * exact: one sequential pass of the numba scanner
-  :func:`streamtrace.kernels.scan.split_points` (it tracks string/escape state and
-  brace depth, so braces inside strings never fool it) -- :func:`split_ranges`,
+  ``streamtrace.kernels.scan.split_points`` (it tracks string/escape state and
+  brace depth, so braces inside strings never fool it) -- ``split_ranges``,
   used by ``merge --jobs``;
-* guessed, then proven (:func:`guess_ranges`, used by ``analyze --jobs``): the
+* guessed, then proven (``guess_ranges``, used by ``analyze --jobs``): the
   array's end from the file's tail, and a cut near each equal share where the text
   looks like ``}, {"ph": ...`` -- no pass over the file.  Each range is then parsed
   from its start; the first range starts where the head says the array starts, and a
@@ -17,7 +17,7 @@ Two ways to find the boundaries:
   the next range starts on an event boundary too.  One range that does not parse
   exactly and the guess is thrown away: the ranges are found again by the scanner.
 
-Byte ranges need a plain file (:func:`streamtrace.trace.source.plain_copy` decompresses a gzip
+Byte ranges need a plain file (``streamtrace.trace.source.plain_copy`` decompresses a gzip
 input once).  Keys before and after ``traceEvents`` are still found: the head by the normal
 reader, the tail from the bytes after the array's closing ``]``.
 """
@@ -48,7 +48,7 @@ def split_ranges(path, parts: int):
     about ``parts`` of them, each holding whole events; plus the metadata (keys
     before and after the array) and the array's end offset.
 
-    Returns ``(ranges, metadata, head_keys)``.  Raises :class:`TraceError` when the
+    Returns ``(ranges, metadata, head_keys)``.  Raises ``TraceError`` when the
     file has no ``traceEvents`` array or it is not closed (truncated)."""
     found = {}
     ranges = list(iter_ranges(path, parts, found))
@@ -56,10 +56,10 @@ def split_ranges(path, parts: int):
 
 
 def iter_ranges(path, parts: int, found: dict, end_at: int | None = None):
-    """:func:`split_ranges` as a generator: yields each ``(start, end)`` byte range as soon
+    """``split_ranges`` as a generator: yields each ``(start, end)`` byte range as soon
     as the scan has passed its end, so its parsing can start while the rest of the file
     is scanned.  When exhausted, ``found`` holds ``"metadata"`` and ``"head_keys"``.
-    Raises :class:`TraceError` like :func:`split_ranges` (a truncated array: after the
+    Raises ``TraceError`` like ``split_ranges`` (a truncated array: after the
     ranges before the last one were yielded), and when ``end_at`` is given and the
     array's ``]`` is not at that offset (the scanner does not tell ``}`` from ``]``, so
     a ``}`` closing the array, or a second ``]``, would end it elsewhere)."""
@@ -113,7 +113,7 @@ def iter_ranges(path, parts: int, found: dict, end_at: int | None = None):
 def after_comma(f, a) -> int:
     """The offset after the whitespace and the one comma that follow offset ``a`` of
     the open file ``f`` (where the next range starts), or -1 when the array's ``]``
-    follows instead.  Raises :class:`TraceError` on anything else (a missing comma
+    follows instead.  Raises ``TraceError`` on anything else (a missing comma
     between two events)."""
     pos = a
     while True:
@@ -132,12 +132,12 @@ def after_comma(f, a) -> int:
 
 def guess_cut(f, lo, hi) -> int | None:
     """A likely event boundary in ``[lo, hi)`` of the open plain file ``f``: the offset
-    just past the first ``}`` (within :data:`GUESS_WINDOW` bytes of ``lo``) that is
+    just past the first ``}`` (within ``GUESS_WINDOW`` bytes of ``lo``) that is
     followed by ``,`` and an object with a ``"ph"`` key, i.e. what the end of one
     trace event and the start of the next look like.  None when there is none among
-    the first :data:`GUESS_TRIES` places that look like ``}, {`` (an object longer than
-    :data:`GUESS_EVENT_BYTES` is passed over), so the work stays bounded.  Only a guess
-    (the text may sit inside a string or an event's args): :func:`ingest_parallel`
+    the first ``GUESS_TRIES`` places that look like ``}, {`` (an object longer than
+    ``GUESS_EVENT_BYTES`` is passed over), so the work stays bounded.  Only a guess
+    (the text may sit inside a string or an event's args): ``ingest_parallel``
     proves it."""
     f.seek(lo)
     data = f.read(max(0, min(GUESS_WINDOW, hi - lo)))
@@ -159,8 +159,8 @@ def guess_cut(f, lo, hi) -> int | None:
 
 
 def prove_range(reader, path, byte_range, first: bool, exact: bool = True):
-    """After ``reader`` (a :class:`~streamtrace.trace.reader.TraceReader` over ``byte_range`` of
-    ``path``, which it reads as ``"[" + range + "]"``) read its range: raise :class:`TraceError`
+    """After ``reader`` (a ``TraceReader`` over ``byte_range`` of
+    ``path``, which it reads as ``"[" + range + "]"``) read its range: raise ``TraceError``
     when ``exact`` and the range is not whole events that the appended ``]`` closes exactly (a
     guessed cut inside an event), or when a range after the first holds no event (a comma with
     nothing after it)."""
@@ -172,7 +172,7 @@ def prove_range(reader, path, byte_range, first: bool, exact: bool = True):
 
 
 def likely_ranges(path, parts: int) -> tuple | None:
-    """:func:`guess_ranges` as its two callers (``analyze --jobs``, ``validate --jobs``) want it:
+    """``guess_ranges`` as its two callers (``analyze --jobs``, ``validate --jobs``) want it:
     ``(ranges, metadata)``, or None also when the head cannot be read (the caller then reads the
     file in one process, which reports the error)."""
     try:
@@ -185,12 +185,12 @@ def likely_ranges(path, parts: int) -> tuple | None:
 def guess_ranges(path, parts: int):
     """Likely byte ranges of a PLAIN trace's ``traceEvents`` content without a pass
     over the file: the array's start from the head, its end from the tail
-    (:func:`streamtrace.trace.metadata.find_trailer`), and a :func:`guess_cut` after each of
+    (``streamtrace.trace.metadata.find_trailer``), and a ``guess_cut`` after each of
     ``parts`` equal shares.  Returns ``(ranges, metadata, head_keys)`` like
-    :func:`split_ranges`, or None when the head or the tail is not what a whole trace
+    ``split_ranges``, or None when the head or the tail is not what a whole trace
     has (truncated file, data after the document, no ``traceEvents``).  The ranges are
-    only likely right; :func:`ingest_parallel` shows how they are proven.  Raises
-    :class:`TraceError` when the head cannot be read."""
+    only likely right; ``ingest_parallel`` shows how they are proven.  Raises
+    ``TraceError`` when the head cannot be read."""
     r = TraceReader(path)
     head = r.read_head()
     if not r.has_events or r.events_offset is None:
@@ -222,7 +222,7 @@ def guess_ranges(path, parts: int):
 
 
 def range_events(path, byte_range, **kw):
-    """A :class:`TraceReader` over one byte range (a bare array of whole events)."""
+    """A ``TraceReader`` over one byte range (a bare array of whole events)."""
     return TraceReader(path, byte_range=byte_range, **kw)
 
 

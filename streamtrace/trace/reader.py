@@ -2,13 +2,13 @@
 never holding the whole document.
 
 How it reads: bytes arrive in blocks (gzip decompressed on the fly, detected by
-magic bytes); numba kernels (:mod:`streamtrace.kernels.scan`) find each event's
+magic bytes); numba kernels (``streamtrace.kernels.scan``) find each event's
 byte range inside ``traceEvents`` and read its ``ts``/``dur`` text exactly into
 int64 nanoseconds; a batch of events is then decoded with one ``orjson`` call.
 Events orjson refuses (integers beyond 64 bits, ``NaN``) are decoded with ijson's
 C backend (yajl2_c), and when that rejects a number too, with ijson's pure-Python
 backend, so such a file is still read in full.  Top-level keys other than
-``traceEvents`` become :attr:`TraceReader.metadata` wherever they stand (Kineto
+``traceEvents`` become ``TraceReader.metadata`` wherever they stand (Kineto
 writes some before the events and some after).  A bare JSON array of events
 (the other Chrome trace format) is accepted too.
 """
@@ -59,9 +59,9 @@ class RawBatch:
 
 
 class ScanWindow:
-    """The reader's bytes in memory inside ``traceEvents`` (:meth:`TraceReader.windows`): ``arr`` (the
+    """The reader's bytes in memory inside ``traceEvents`` (``TraceReader.windows``): ``arr`` (the
     uint8 view of ``buf``; ``buf[0]`` is at uncompressed offset ``base`` of the file), scanning to
-    resume at ``pos``, ``n`` bytes held, and the arrays :func:`~streamtrace.kernels.scan.scan_bounds`
+    resume at ``pos``, ``n`` bytes held, and the arrays ``scan_bounds``
     fills (``starts``/``ends``, int64, as many events as they hold; ``sep``: its separator state).
     ``index``: the ordinal of the next event in the file."""
 
@@ -89,19 +89,19 @@ class TraceReader:
 
     Parameters: ``path`` (plain or gzip JSON), ``salvage`` (on a truncated file,
     keep every complete event before the cut and record a warning instead of
-    raising :class:`TruncatedTraceError`), ``batch_events`` (events per batch).
+    raising ``TruncatedTraceError``), ``batch_events`` (events per batch).
 
     Attributes filled while reading: ``metadata`` (every top-level key except
-    ``traceEvents``; a value nested deeper than :data:`MAX_NESTING` levels is kept as its
-    JSON text, a :class:`~streamtrace.trace.writer.JsonText`), ``head_keys`` (the keys that stood before the events),
+    ``traceEvents``; a value nested deeper than ``MAX_NESTING`` levels is kept as its
+    JSON text, a ``JsonText``), ``head_keys`` (the keys that stood before the events),
     ``events_read``, ``bytes_read`` (uncompressed), ``truncated``, ``warnings``, ``repaired``
-    (events with unescaped quotes, repaired: :mod:`streamtrace.trace.repair`, known once the
+    (events with unescaped quotes, repaired: ``streamtrace.trace.repair``, known once the
     events were read and decoded);
     ``has_events``: the document has a ``traceEvents`` array (or is a bare array);
-    ``events_empty``: after :meth:`read_head`, whether that array is ``[]`` (None: not known).
+    ``events_empty``: after ``read_head``, whether that array is ``[]`` (None: not known).
 
-    Raises :class:`TraceError` (corrupt gzip, invalid JSON or UTF-8) and
-    :class:`TruncatedTraceError` naming the file and byte offset.
+    Raises ``TraceError`` (corrupt gzip, invalid JSON or UTF-8) and
+    ``TruncatedTraceError`` naming the file and byte offset.
     """
 
     def __init__(self, path, salvage=False, batch_events=BATCH_EVENTS, block=BLOCK, progress=None,
@@ -130,22 +130,22 @@ class TraceReader:
 
     # -- public iteration -------------------------------------------------
     def raw_batches(self, decode=True):
-        """Yield :class:`RawBatch` objects in file order; ``metadata`` is complete
+        """Yield ``RawBatch`` objects in file order; ``metadata`` is complete
         once the generator is exhausted.  ``decode=False`` skips building dicts
         (``events`` is None; use ``buf``/``starts``/``ends``); ``decode="bounds"``
         also skips reading the times (``ts_ns``/``dur_ns``/``flags`` are None too):
         only the event byte ranges are found, by the faster
-        :func:`streamtrace.kernels.scan.scan_bounds`."""
+        ``streamtrace.kernels.scan.scan_bounds``."""
         mode = "bounds" if decode == "bounds" else ("decode" if decode else "raw")
         return self._parse(events=mode, stop_at_events=False)
 
     def windows(self):
-        """Yield the byte window inside ``traceEvents`` as a :class:`ScanWindow`, for a consumer that
+        """Yield the byte window inside ``traceEvents`` as a ``ScanWindow``, for a consumer that
         finds the events itself in the same pass as its own work (merge's rewrite and pre-pass
-        kernels, in place of :func:`streamtrace.kernels.scan.scan_bounds`): it scans the window, tells
-        what it found with :meth:`ScanWindow.scanned` before asking for the next one, and reads the
-        events found from :meth:`ScanWindow.batch`.  ``metadata`` is complete once the generator is
-        exhausted; errors are raised as by :meth:`raw_batches`."""
+        kernels, in place of ``streamtrace.kernels.scan.scan_bounds``): it scans the window, tells
+        what it found with ``ScanWindow.scanned`` before asking for the next one, and reads the
+        events found from ``ScanWindow.batch``.  ``metadata`` is complete once the generator is
+        exhausted; errors are raised as by ``raw_batches``."""
         return self._parse(events="windows", stop_at_events=False)
 
     def events(self):
@@ -356,7 +356,7 @@ class TraceReader:
 
     def _repairs(self):
         """Count and report the events decoded with repaired quotes (issue 33) and those nested too
-        deep to decode whole (issue 49, :mod:`streamtrace.trace.deep`)."""
+        deep to decode whole (issue 49, ``streamtrace.trace.deep``)."""
         n = take_repairs(self.path)
         if n:
             self.repaired += n
@@ -367,7 +367,7 @@ class TraceReader:
             self.warnings.append(deep_warning(self.path, n))
 
     def _inflation(self, st):
-        """A gzip trace that inflated more than :data:`~streamtrace.trace.source.COPY_RATIO` times its
+        """A gzip trace that inflated more than ``COPY_RATIO`` times its
         size is said (a gzip bomb, issue 49: read as a stream, no copy on disk)."""
         src = st.src
         if src.gz and src.compressed_read and st.base + st.n > COPY_RATIO * src.compressed_read:

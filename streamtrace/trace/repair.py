@@ -3,13 +3,13 @@
 whose file name holds quotes gives ``"name": "{"device": "cpu"}(12): run"``.
 
 The repair is tried only on an event orjson and every fallback refused
-(:func:`streamtrace.trace.decode.decode_value`), never on the numba hot path.  For each string
+(``streamtrace.trace.decode.decode_value``), never on the numba hot path.  For each string
 value's opening quote (a quote after ``:``) whose string, as written, closes before more text (its
 next quote followed by neither ``,``, ``}``, ``]`` nor ``:``), and each later quote that could close it
 (followed by ``,`` then a quote, or by ``}``), the quotes between the two are escaped and the event's bytes
 parsed again; the event is repaired only when exactly one such choice parses to a JSON object
 (else it stays invalid JSON, reported as before).  Repairs are counted per file path in this
-process, once per event offset (:func:`take_repairs`); the reader reports them (:class:`~streamtrace.trace.reader.TraceReader`'s
+process, once per event offset (``take_repairs``); the reader reports them (``TraceReader``'s
 ``repaired`` and a warning)."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The bytes of a trace file: plain or gzip (decided by the magic bytes, not the name), read in
-blocks with exact accounting (:class:`ByteSource`), a byte range of a plain file read as a bare
+blocks with exact accounting (``ByteSource``), a byte range of a plain file read as a bare
 array, a gzip file decompressed once to a plain copy (byte ranges need random access), and the
 uncompressed size of a file without reading it."""
 from __future__ import annotations
@@ -26,7 +26,7 @@ COPY_RATIO = 64
 
 
 class InflateBoundError(TraceError):
-    """A gzip trace inflates beyond :data:`COPY_RATIO` times its size (or the disk's free space):
+    """A gzip trace inflates beyond ``COPY_RATIO`` times its size (or the disk's free space):
     no decompressed copy is made; the caller reads it as a stream, in one process."""
 
 
@@ -39,9 +39,9 @@ def is_gzip(path) -> bool:
 def plain_copy(path, folder) -> str | None:
     """Decompress a gzip file to a temporary plain file in ``folder`` and return its
     path, or None when ``path`` is not gzip.  The caller deletes it.  Raises
-    :class:`~streamtrace.runtime.errors.TraceError` for corrupt gzip data; a truncated gzip gives the
-    bytes before the cut (the parse of the copy reports the truncation); :class:`InflateBoundError`
-    (the partial copy removed) once the copy passes :data:`COPY_RATIO` times the file's size or half
+    ``TraceError`` for corrupt gzip data; a truncated gzip gives the
+    bytes before the cut (the parse of the copy reports the truncation); ``InflateBoundError``
+    (the partial copy removed) once the copy passes ``COPY_RATIO`` times the file's size or half
     the free space of ``folder``'s file system: the caller reads the file as a stream instead."""
     with open(path, "rb") as f:
         if f.read(2) != GZIP_MAGIC:
@@ -75,8 +75,8 @@ class ByteSource:
     """Binary input stream (plain or gzip by magic bytes) with exact accounting
     of how many uncompressed bytes were produced; reports truncated gzip members
     instead of losing the tail the way ``gzip.GzipFile`` does.  Blocks start at
-    :data:`FIRST_BLOCK` bytes and double up to ``block``, so that reading only a trace's
-    head (:func:`streamtrace.trace.discover.identify`) decompresses ~64 KB, not 8 MB."""
+    ``FIRST_BLOCK`` bytes and double up to ``block``, so that reading only a trace's
+    head (``streamtrace.trace.discover.identify``) decompresses ~64 KB, not 8 MB."""
 
     def __init__(self, path, block=BLOCK, byte_range=None):
         self.path = str(path)
@@ -111,7 +111,7 @@ class ByteSource:
 
     def read(self) -> bytes:
         """Next block of uncompressed bytes; b"" at the end.  Raises
-        :class:`~streamtrace.runtime.errors.TraceError` when the file cannot be read (``EIO``)."""
+        ``TraceError`` when the file cannot be read (``EIO``)."""
         try:
             return self._read()
         except OSError as e:
@@ -172,7 +172,7 @@ class ByteSource:
 def size_hint(path, size) -> int:
     """Uncompressed size estimate of a trace: its size, or for gzip the larger of the
     compressed size and the last member's ISIZE field (the size modulo 4 GiB), believed up to
-    :data:`HINT_RATIO` times the compressed size."""
+    ``HINT_RATIO`` times the compressed size."""
     try:
         with open(path, "rb") as f:
             if f.read(2) != GZIP_MAGIC:

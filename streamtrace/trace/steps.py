@@ -1,12 +1,12 @@
-"""The names that mark a training step, as one regular expression (:func:`step_regex`) and the step
-number of a match (:func:`step_number`).
+"""The names that mark a training step, as one regular expression (``step_regex``) and the step
+number of a match (``step_number``).
 
-Defaults (:data:`STEP_PATTERNS`; each pattern's first group is the step number):
+Defaults (``STEP_PATTERNS``; each pattern's first group is the step number):
 
 * ``ProfilerStep#N``: the range ``torch.profiler``'s ``step()`` opens for step N (a Kineto
   ``user_annotation``; an NVTX range too when the PyTorch profiler runs inside an Nsight Systems
   capture with ``emit_nvtx``).
-* NVTX ranges only (:data:`NVTX_STEP_PATTERNS`, used for Nsight Systems exports): ``step N``,
+* NVTX ranges only (``NVTX_STEP_PATTERNS``, used for Nsight Systems exports): ``step N``,
   ``step_N``, ``step#N``, ``iteration N``, ``iterationN``, ``iter_N``, ``train_step_N`` (any case),
   the per-step ranges that NVIDIA's PyTorch guide for Nsight Systems (``range_push("iteration{}")``)
   and training-loop callbacks (``range_push(f"step_{global_step}")``) open.
@@ -36,7 +36,7 @@ STEP_PATTERNS = KINETO_STEP_PATTERNS + NVTX_STEP_PATTERNS
 
 def step_regex(patterns) -> re.Pattern:
     """One compiled expression matching any of ``patterns`` (a list of str; a pattern's inline
-    flags such as ``(?i)`` apply to it alone).  Raises :class:`re.error` for a bad pattern."""
+    flags such as ``(?i)`` apply to it alone).  Raises ``re.error`` for a bad pattern."""
     parts = []
     for p in patterns:
         m = re.match(r"^\(\?([aiLmsux]+)\)", p)
@@ -45,8 +45,8 @@ def step_regex(patterns) -> re.Pattern:
 
 
 def user_step_regex(pattern: str) -> re.Pattern:
-    """``pattern`` (a ``--step-pattern``) compiled by :func:`step_regex`.  Raises
-    :class:`~streamtrace.runtime.errors.StreamtraceError` for a bad expression or one without a
+    """``pattern`` (a ``--step-pattern``) compiled by ``step_regex``.  Raises
+    ``StreamtraceError`` for a bad expression or one without a
     group for the step number."""
     try:
         rx = step_regex([pattern])
@@ -58,7 +58,7 @@ def user_step_regex(pattern: str) -> re.Pattern:
 
 
 def step_number(m) -> int:
-    """The step number of a :func:`step_regex` match: its first group that matched (-1 when that
+    """The step number of a ``step_regex`` match: its first group that matched (-1 when that
     group is not a number)."""
     g = next((x for x in m.groups() if x is not None), None)
     try:

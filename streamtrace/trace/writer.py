@@ -1,13 +1,13 @@
 """The streaming trace writer: Chrome trace-event JSON written event by event as
 ``{"traceEvents": [...], <metadata>}``, plain or gzip (by the output name),
-atomically (see :func:`streamtrace.runtime.files.atomic_output`).  The document is valid
+atomically (see ``streamtrace.runtime.files.atomic_output``).  The document is valid
 JSON whatever number of events is written, zero included.
 
-Serialising one event (:func:`dumps_event`) is orjson's, with an exact fallback for what orjson
+Serialising one event (``dumps_event``) is orjson's, with an exact fallback for what orjson
 refuses: integers beyond 64 bits, NaN, strings holding a lone surrogate (``"\\udc80"``, written
 as that escape: the output stays valid UTF-8), values nested deeper than orjson's 254 levels
-(:func:`encode_json` has no depth limit: no recursion).  A value can be kept as its JSON text,
-:class:`JsonText` (exact decimal times; metadata nested too deep to pickle)."""
+(``encode_json`` has no depth limit: no recursion).  A value can be kept as its JSON text,
+``JsonText`` (exact decimal times; metadata nested too deep to pickle)."""
 from __future__ import annotations
 
 import json
@@ -34,7 +34,7 @@ def fmt_us(ns: int) -> bytes:
 
 class JsonText:
     """A JSON value kept as its text (``bytes``, valid compact JSON): written as is by
-    :func:`dumps_event` and :func:`encode_json`.  Small to pickle whatever its nesting."""
+    ``dumps_event`` and ``encode_json``.  Small to pickle whatever its nesting."""
     __slots__ = ("text",)
 
     def __init__(self, text: bytes):
@@ -54,7 +54,7 @@ class JsonText:
 
 
 def us_fragment(ns: int) -> JsonText:
-    """:func:`fmt_us` text as a :class:`JsonText`, to put in an event dict."""
+    """``fmt_us`` text as a ``JsonText``, to put in an event dict."""
     return JsonText(fmt_us(ns))
 
 
@@ -68,7 +68,7 @@ def dumps_event(ev) -> bytes:
     """Serialise one event (or any JSON value) compactly.
 
     orjson is used when it can; values it refuses (integers beyond 64 bits, ``NaN``, lone
-    surrogates, deep nesting) go through :func:`encode_json`, so nothing read is lost."""
+    surrogates, deep nesting) go through ``encode_json``, so nothing read is lost."""
     try:
         return orjson.dumps(ev, default=_as_fragment)
     except (orjson.JSONEncodeError, TypeError):
@@ -119,7 +119,7 @@ def _key(k) -> str:
 
 
 def encode_json(value) -> bytes:
-    """``value`` (dicts, lists, str, int, float, bool, None, :class:`JsonText`) as compact JSON
+    """``value`` (dicts, lists, str, int, float, bool, None, ``JsonText``) as compact JSON
     text, without recursion (any nesting depth).  Integers are exact whatever their size; NaN
     and infinities are written as JavaScript does (``NaN``, ``Infinity``, as Python's json);
     a lone surrogate in a string is written as its ``\\uXXXX`` escape, other text as UTF-8."""
@@ -177,7 +177,7 @@ class TraceWriter:
     >>> with TraceWriter("out.json.gz", metadata={"schemaVersion": 1}) as w:
     ...     w.write({"ph": "X", "name": "k", "pid": 0, "tid": 7, "ts": 1.0, "dur": 2.0})
 
-    ``metadata`` (dict) is written after the events; :attr:`metadata` can be
+    ``metadata`` (dict) is written after the events; ``metadata`` can be
     updated until the writer is closed.  On an exception inside the ``with``
     block the target file is not created (or left as it was).
     """

@@ -1,13 +1,13 @@
 """Stage ``validate``: check a trace for what Perfetto's JSON importer relies on.
 
-:func:`validate` (``streamtrace.validate(...)``) checks one trace file in one
-streaming pass (:mod:`~streamtrace.validate.check`: the checks, their records, the external sort
-of those records, several processes over byte ranges; :mod:`~streamtrace.validate.ordered`: the
+``validate`` (``streamtrace.validate(...)``) checks one trace file in one
+streaming pass (``check``: the checks, their records, the external sort
+of those records, several processes over byte ranges; ``ordered``: the
 checks of the sorted records, and the output filter of merge's time filter);
-:mod:`~streamtrace.validate.merged` is merge's check, done while rewriting, from the same records.
+``merged`` is merge's check, done while rewriting, from the same records.
 Imports only the stages below it:
-:mod:`streamtrace.kernels`, :mod:`streamtrace.runtime`, :mod:`streamtrace.trace` and
-:mod:`streamtrace.events` (the record codec and the external sort).
+``streamtrace.kernels``, ``streamtrace.runtime``, ``streamtrace.trace`` and
+``streamtrace.events`` (the record codec and the external sort).
 """
 from ..runtime.stage import stage_package
 from .check import PROBLEMS, ValidateOptions, validate

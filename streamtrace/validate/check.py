@@ -2,27 +2,27 @@
 columnar pass in flat memory.
 
 Not a trace (``"traceEvents"`` null, an object or a number) and ``{}`` are errors naming what the
-file holds (:class:`~streamtrace.runtime.errors.TraceError`, issue 33).  Problems counted (any
+file holds (``TraceError``, issue 33).  Problems counted (any
 makes the check fail): events missing ``ph``/``ts``/``pid``/``tid`` (``missing_field``), ``X`` events with a
 missing or negative ``dur`` (``negative_dur``), a flow ``(cat, id)`` with more than one ``s`` or ``f`` end (``duplicate_flow``: ids colliding, as in a naive
 multi-rank merge: Perfetto then binds arrows to the wrong events), flows joining events of two ranks
 (``cross_rank_flow``, by ``args.rank``), and ``X`` slices that overlap their enclosing slice on the
 same (pid, tid) track without nesting in it (``bad_nesting``).  Notices (reported, not failing):
 flow ends without a partner (``unmatched_flow``; Kineto writes lone ``f`` ends itself).  Invalid
-JSON is an error (:class:`~streamtrace.runtime.errors.TraceError`), as for every reader.
+JSON is an error (``TraceError``), as for every reader.
 
-How: the byte scanner finds each event (:class:`~streamtrace.trace.reader.TraceReader`, bounds
-only); :func:`streamtrace.kernels.validate.event_fields` reads the fields of a batch from the bytes
+How: the byte scanner finds each event (``TraceReader``, bounds
+only); ``streamtrace.kernels.validate.event_fields`` reads the fields of a batch from the bytes
 (checking each event's JSON strictly); the rare events it cannot read are decoded here
-(:func:`fields_of_event`).  Every ``X`` slice becomes a record (track, start, end) and every flow
+(``fields_of_event``).  Every ``X`` slice becomes a record (track, start, end) and every flow
 end a record (key, file order, rank), int64 only; each kind goes through an external sort
-(:class:`~streamtrace.events.sort.ExternalSorter`, runs spilled to ``spill_dir``) and is checked
-in order by :func:`~streamtrace.kernels.validate.nesting_chunk` /
-:func:`~streamtrace.kernels.validate.flow_chunk`.  Memory: one batch plus one sort run per kind;
+(``ExternalSorter``, runs spilled to ``spill_dir``) and is checked
+in order by ``nesting_chunk`` /
+``flow_chunk``.  Memory: one batch plus one sort run per kind;
 the merge of the runs holds ``sort_rows`` records (a multi-pass merge past 64 runs).
 
 With ``jobs`` > 1, a plain or gzip trace of at least ``split_threshold`` bytes is read by worker
-processes in byte ranges (:func:`~streamtrace.trace.ranges.guess_ranges`, as ``analyze --jobs``
+processes in byte ranges (``guess_ranges``, as ``analyze --jobs``
 cuts one big file, ranges of at most 256 MB): each worker sorts its range's records into sorted
 runs (flow ends numbered from ``range * 2**40``, which keeps file order across ranges) and this
 process merges the runs of every range in the one external sort, so the nesting and flow checks
@@ -80,7 +80,7 @@ NAN = 6                      # kind of a NaN
 
 @dataclass
 class ValidateOptions:
-    """Options of :func:`validate`.
+    """Options of ``validate``.
 
     Attributes:
         salvage: on a truncated file, check every complete event before the cut (with a warning).
@@ -117,8 +117,8 @@ def validate(path, salvage=False, opt: ValidateOptions | None = None) -> dict:
     dict
         ``{"path", "events", "problems": {name: count}, "notices": {name: count}, "ok": bool,
         "tracks", "flows", "warnings"}`` (``tracks``: (pid, tid) tracks holding a checked ``X`` slice;
-        ``flows``: distinct flow ``(cat, id)`` keys; the problems' names: :data:`PROBLEMS`).
-        ``"traceEvents": []`` is a report of 0 events (:func:`require_events` makes it an error, as
+        ``flows``: distinct flow ``(cat, id)`` keys; the problems' names: ``PROBLEMS``).
+        ``"traceEvents": []`` is a report of 0 events (``require_events`` makes it an error, as
         the CLI does).  Validate writes nothing, so its result is a plain dict, not an output folder.
 
     Raises
@@ -126,7 +126,7 @@ def validate(path, salvage=False, opt: ValidateOptions | None = None) -> dict:
     TraceError
         When the file is not readable JSON (truncated, corrupt gzip, invalid UTF-8 or JSON), is not a
         trace (``traceEvents`` null, an object, a number) or is ``{}``, naming what it holds
-        (:func:`~streamtrace.trace.discover.no_events_text`).
+        (``no_events_text``).
     """
     opt = opt or ValidateOptions(salvage=salvage)
     problem = input_file_problem(path)
@@ -155,8 +155,8 @@ def validate(path, salvage=False, opt: ValidateOptions | None = None) -> dict:
 
 
 def require_events(rep: dict) -> dict:
-    """``rep`` (a :func:`validate` report) when its trace holds events; raises
-    :class:`~streamtrace.runtime.errors.TraceError` "an empty trace: traceEvents holds no events"
+    """``rep`` (a ``validate`` report) when its trace holds events; raises
+    ``TraceError`` "an empty trace: traceEvents holds no events"
     naming the file otherwise (``validate``'s CLI: an empty trace is no usable trace, issue 33)."""
     if not rep["events"]:
         raise TraceError(rep["path"], "an empty trace: traceEvents holds no events")
@@ -164,17 +164,17 @@ def require_events(rep: dict) -> dict:
 
 
 class Checker:
-    """The validate checks over batches of event bytes (use as a context manager, or :meth:`close`).
+    """The validate checks over batches of event bytes (use as a context manager, or ``close``).
 
-    :meth:`add` reads a batch's fields and records it in the view ``V_IN``; :meth:`account` records
+    ``add`` reads a batch's fields and records it in the view ``V_IN``; ``account`` records
     fields already read, in the views its ``view`` says (``streamtrace merge`` counts its input in
-    ``V_IN`` and its output in ``V_OUT`` from one read).  :meth:`report` sorts and checks.
+    ``V_IN`` and its output in ``V_OUT`` from one read).  ``report`` sorts and checks.
 
-    The checker of one byte range of a trace (:meth:`for_range`) sorts its records in memory and
-    saves them as sorted runs (:meth:`save_runs`); :func:`gather_ranges` merges the ranges' runs
+    The checker of one byte range of a trace (``for_range``) sorts its records in memory and
+    saves them as sorted runs (``save_runs``); ``gather_ranges`` merges the ranges' runs
     into one checker.  With ``keep`` (a path prefix) the sorted runs are stored in the files
-    ``keep + "0"`` / ``keep + "1"``, so that :meth:`hand_over` can pass the whole checker to
-    :meth:`take_over` in another process."""
+    ``keep + "0"`` / ``keep + "1"``, so that ``hand_over`` can pass the whole checker to
+    ``take_over`` in another process."""
 
     def __init__(self, opt: ValidateOptions | None = None, keep: str | None = None):
         opt = opt or ValidateOptions()
@@ -205,16 +205,16 @@ class Checker:
         return chk
 
     def save_runs(self, log: str) -> dict:
-        """Write the records as sorted runs to the file ``log`` (:func:`write_runs`; the checker is
-        emptied) and return what :func:`gather_ranges` needs: ``{"log", "events", "missing", "negdur",
+        """Write the records as sorted runs to the file ``log`` (``write_runs``; the checker is
+        emptied) and return what ``gather_ranges`` needs: ``{"log", "events", "missing", "negdur",
         "seq"}`` (``seq``: the events accounted)."""
         write_runs(log, self)
         return {"log": log, "events": self.events, "missing": self.missing, "negdur": self.negdur,
                 "seq": self.seq - self.seq0}
 
     def take_range(self, part: dict) -> None:
-        """Add the next byte range (file order) of a trace: its :meth:`save_runs` ``part`` (the log is
-        read, not removed); its start goes to :attr:`range_starts`."""
+        """Add the next byte range (file order) of a trace: its ``save_runs`` ``part`` (the log is
+        read, not removed); its start goes to ``range_starts``."""
         for v in range(2):
             self.events[v] += part["events"][v]
             self.missing[v] += part["missing"][v]
@@ -226,13 +226,13 @@ class Checker:
 
     def hand_over(self) -> dict:
         """The checker's whole state as a small picklable dict (its sorted runs stay in their files,
-        see ``keep``), for :meth:`take_over`; this checker is emptied."""
+        see ``keep``), for ``take_over``; this checker is emptied."""
         return {"nest": self.nest.hand_over(), "flows": self.flows.hand_over(), "events": self.events,
                 "missing": self.missing, "negdur": self.negdur, "seq": self.seq}
 
     @classmethod
     def take_over(cls, handed: dict, opt: ValidateOptions | None = None) -> "Checker":
-        """A checker holding what :meth:`hand_over` passed (to call :meth:`reports` on)."""
+        """A checker holding what ``hand_over`` passed (to call ``reports`` on)."""
         chk = cls(opt)
         chk.nest.take_over(handed["nest"])
         chk.flows.take_over(handed["flows"])
@@ -255,9 +255,9 @@ class Checker:
         self.flows.close()
 
     def read(self, buf: bytes, starts, ends, offset: int, path) -> np.ndarray:
-        """The fields (int64[n, NF], see :mod:`streamtrace.kernels.validate`) of the events
+        """The fields (int64[n, NF], see ``streamtrace.kernels.validate``) of the events
         ``buf[starts[i]:ends[i]]``; ``offset``: file offset of ``buf[starts[0]]`` (for errors).
-        Raises :class:`~streamtrace.runtime.errors.TraceError` for an event that is not valid JSON."""
+        Raises ``TraceError`` for an event that is not valid JSON."""
         f = self.buffer(len(starts))
         validate_kernels.event_fields(np.frombuffer(buf, np.uint8), starts, ends, f)
         return self.finish_read(f, buf, starts, ends, offset, path)
@@ -270,7 +270,7 @@ class Checker:
 
     def finish_read(self, f: np.ndarray, buf: bytes, starts, ends, offset: int, path) -> np.ndarray:
         """Fill the rows of ``f`` that the kernel left to Python (``C_PY``) by decoding those
-        events (see :meth:`read`); returns ``f``."""
+        events (see ``read``); returns ``f``."""
         rows = np.flatnonzero(f[:, validate_kernels.C_PY])
         if len(rows):
             arr = np.frombuffer(buf, np.uint8)
@@ -286,7 +286,7 @@ class Checker:
     def account(self, f: np.ndarray, view, out_pid: bool = False):
         """Record events with fields ``f`` (int64[n, NF]) in the views of ``view`` (int, or an int64
         array per event, of V_IN / V_OUT bits).  ``out_pid``: in the V_OUT view every event has a
-        pid, a missing one being ``null`` (merge's output: :mod:`streamtrace.validate.merged`); the V_OUT
+        pid, a missing one being ``null`` (merge's output: ``streamtrace.validate.merged``); the V_OUT
         view otherwise sees the same fields, and its flow ends' ranks are not compared (one rank's
         output: merge writes that rank on every event)."""
         nest, flows, counts = self._records.records(f, view, out_pid, self.seq)   # reused: the sorters copy them
@@ -302,12 +302,12 @@ class Checker:
 
     def report(self, v: int = 0, out_filter: OutFilter | None = None) -> dict:
         """Sort and check the records; ``{"events", "problems", "notices", "ok", "tracks", "flows"}``
-        of view ``v`` (0: V_IN, 1: V_OUT) — :meth:`reports` gives both."""
+        of view ``v`` (0: V_IN, 1: V_OUT) — ``reports`` gives both."""
         return self.reports(out_filter)[v]
 
     def reports(self, out_filter: OutFilter | None = None) -> list[dict]:
-        """Both views' reports (see :meth:`report`); the records are consumed.  ``out_filter``
-        (:class:`~streamtrace.validate.ordered.OutFilter`): events dropped from V_OUT after they
+        """Both views' reports (see ``report``); the records are consumed.  ``out_filter``
+        (``OutFilter``): events dropped from V_OUT after they
         were recorded (merge's time filter); raises ValueError when its counts exceed V_OUT's."""
         nest = run_nesting(self.nest, out_filter)
         if out_filter is not None and out_filter.pending is not None:
@@ -329,9 +329,9 @@ class Checker:
 
 def gather_ranges(parts: list, opt: ValidateOptions | None = None) -> Checker:
     """A checker holding the records of every byte range of one trace: ``parts`` are the ranges'
-    :meth:`Checker.save_runs` (file order; their logs are read, not removed).  Its flow ends keep the
-    ranges' numbering (:meth:`Checker.for_range`); :attr:`Checker.range_starts` maps them to the file
-    order an :class:`~streamtrace.validate.ordered.OutFilter` names.  Call :meth:`Checker.reports` on it."""
+    ``Checker.save_runs`` (file order; their logs are read, not removed).  Its flow ends keep the
+    ranges' numbering (``Checker.for_range``); ``Checker.range_starts`` maps them to the file
+    order an ``OutFilter`` names.  Call ``Checker.reports`` on it."""
     chk = Checker(opt)
     for p in parts:
         chk.take_range(p)
@@ -340,8 +340,8 @@ def gather_ranges(parts: list, opt: ValidateOptions | None = None) -> Checker:
 
 @dataclass(frozen=True)
 class RangeTask:
-    """One worker's share of :func:`validate_split`: bytes ``byte_range`` of the plain trace
-    ``path`` (whole events: proven by the parse, see :func:`check_range`), its records' ``log``
+    """One worker's share of ``validate_split``: bytes ``byte_range`` of the plain trace
+    ``path`` (whole events: proven by the parse, see ``check_range``), its records' ``log``
     file, ``index`` (file order), ``first`` (the range starts the array) and the options of its
     sort (``spill_dir``, ``sort_rows``)."""
     path: str
@@ -354,8 +354,8 @@ class RangeTask:
 
 def check_range(task: RangeTask) -> dict:
     """Worker: read one byte range, sort its records and write the sorted runs to ``task.log``
-    (:meth:`Checker.save_runs`); returns what that returns, plus ``"warnings"`` and ``"repaired"``.  Raises
-    :class:`TraceError` when the range is not whole events that the ``]`` appended to it closes
+    (``Checker.save_runs``); returns what that returns, plus ``"warnings"`` and ``"repaired"``.  Raises
+    ``TraceError`` when the range is not whole events that the ``]`` appended to it closes
     exactly, or a range after a comma holds no event (the log is then removed)."""
     distinct_nans(task.byte_range[0])
     reader = TraceReader(task.path, byte_range=task.byte_range, block=LEAN_BLOCK)
@@ -386,7 +386,7 @@ def write_runs(log: str, chk: Checker):
 
 
 def read_runs(log: str, chk: Checker):
-    """Add the sorted runs of a :func:`write_runs` file to ``chk``'s sorters, one run at a time."""
+    """Add the sorted runs of a ``write_runs`` file to ``chk``'s sorters, one run at a time."""
     with open(log, "rb") as f:
         while True:
             head = f.read(16)
@@ -398,8 +398,8 @@ def read_runs(log: str, chk: Checker):
 
 
 def split_plan(src, parts: int) -> list | None:
-    """Byte ranges ``[(start, end)]`` of the plain trace ``src`` for :func:`validate_split`
-    (:func:`~streamtrace.trace.ranges.guess_ranges`, about ``parts`` of them), or None when it is
+    """Byte ranges ``[(start, end)]`` of the plain trace ``src`` for ``validate_split``
+    (``guess_ranges``, about ``parts`` of them), or None when it is
     not worth or not safe to cut: a bare array, no whole-trace head or tail, fewer than two
     ranges, a ``traceEvents`` key besides the array, anything but one comma between ranges."""
     with open(src, "rb") as f:
@@ -416,9 +416,9 @@ def split_plan(src, parts: int) -> list | None:
 
 
 def validate_split(path, opt: ValidateOptions, jobs: int) -> dict | None:
-    """:func:`validate` with ``jobs`` worker processes over byte ranges of one trace (a gzip input
+    """``validate`` with ``jobs`` worker processes over byte ranges of one trace (a gzip input
     is decompressed to a temporary file first).  Returns the report, or None when the trace is
-    not cut (:func:`split_plan`) or a range does not parse (the caller reads it in one process)."""
+    not cut (``split_plan``) or a range does not parse (the caller reads it in one process)."""
     folder = opt.spill_dir or tempfile.gettempdir()
     try:
         plain = plain_copy(path, folder)
@@ -487,9 +487,9 @@ def _flow_key(r):
 
 def fields_of_event(arr, buf: bytes, s: int, e: int, path, offset: int) -> np.ndarray:
     """The fields of the event ``buf[s:e]`` decoded in Python (``arr``: ``buf`` as uint8), as
-    :func:`streamtrace.kernels.validate.event_fields` would read them; the plain-Python twin of
+    ``streamtrace.kernels.validate.event_fields`` would read them; the plain-Python twin of
     that kernel.  ts/dur and their flags are read by the byte scanner, exactly as for a batch.
-    Raises :class:`~streamtrace.runtime.errors.TraceError` for invalid JSON (at file ``offset``)."""
+    Raises ``TraceError`` for invalid JSON (at file ``offset``)."""
     one = [np.zeros(1, np.int64) for _ in range(4)]
     flags = np.zeros(1, np.uint8)
     scan.scan_events(arr, s, e, one[0], one[1], one[2], one[3], flags, np.zeros(1, np.int64))
@@ -522,7 +522,7 @@ def fields_from_dict(ev: dict, ts: int, dur: int, flags: int) -> np.ndarray:
 
 def fnv1a_text(data: bytes) -> int:
     """64-bit FNV-1a of ``data`` as int64 (the kernels' string hash,
-    :func:`streamtrace.kernels.extract.fnv1a`)."""
+    ``streamtrace.kernels.extract.fnv1a``)."""
     h = 14695981039346656037
     for c in data:
         h = ((h ^ c) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
@@ -534,7 +534,7 @@ _NAN_SEQ = [0]
 
 def distinct_nans(start: int):
     """Call in a worker that reads the byte range starting at file offset ``start``: the NaN
-    ranks it reads (each a fresh value, see :func:`rank_of`) then differ from those of every
+    ranks it reads (each a fresh value, see ``rank_of``) then differ from those of every
     other range of the file, as they do in one pass (each NaN takes 3 bytes or more)."""
     _NAN_SEQ[0] = (start + 1) << 2
 

@@ -1,15 +1,15 @@
 """Merge's validation, done while rewriting instead of in a second pass over the output.
 
 Each rewrite worker reads the fields the checks need from every input event's bytes
-(:meth:`streamtrace.validate.check.Checker.read`) and records each event twice in one
-:class:`~streamtrace.validate.check.Checker`: as read (view ``V_IN``: the input's own problems,
+(``streamtrace.validate.check.Checker.read``) and records each event twice in one
+``Checker``: as read (view ``V_IN``: the input's own problems,
 the report ``streamtrace validate RANK_FILE`` gives) and, if the rewrite kept it, as written
 (view ``V_OUT``).  The output's view follows from what merge rewrites: every event gets a pid
 (a merged one: an input without ``pid`` gets the merged pid of ``null``) and ``args.rank`` = its
 rank; ``tid``, ``ph``, ``cat`` and ``dur`` are copied; ``ts`` moves by the rank's constant shift
 (the order of a track's slices is unchanged); flow ids become ``rank * 2**40 + id``.  Records
 are sorted by the input's track and flow keys, so this holds when merge's pid and id rewrites
-are one-to-one and keep the ranks apart, which :func:`merged_validation` checks (integer flow ids
+are one-to-one and keep the ranks apart, which ``merged_validation`` checks (integer flow ids
 in [0, 2**40) on every kept flow end; no merged pid shared by two ranks or two input pids; no
 list or object pid).  Otherwise the output file is validated again in full (exact, slower).
 
@@ -60,18 +60,18 @@ def rank_validation(reports: list, events_out: int, exact: bool) -> dict:
 
 
 def split_validation(parts: list, spill_dir: str, events_out: int, out_filter: OutFilter | None = None) -> dict:
-    """Task: a split rank's :func:`rank_validation` from its ranges' validation results (in file
+    """Task: a split rank's ``rank_validation`` from its ranges' validation results (in file
     order: ``{"parts": Checker.save_runs(...), "exact"}``); removes their logs.  ``out_filter``: the
-    written events a time filter dropped afterwards (:class:`~streamtrace.validate.ordered.OutFilter`,
+    written events a time filter dropped afterwards (``OutFilter``,
     ``dropped_seq`` by the rank's file order across its ranges)."""
     reps = split_reports([p["parts"] for p in parts], spill_dir, out_filter)
     return rank_validation(reps, events_out, all(p["exact"] for p in parts))
 
 
 def split_reports(counters: list, spill_dir: str, out_filter: OutFilter | None = None) -> list[dict]:
-    """A split rank's two reports (``V_IN``, ``V_OUT``: :meth:`~streamtrace.validate.check.Checker.reports`)
-    from its ranges' sorted runs (:meth:`~streamtrace.validate.check.Checker.save_runs`, file order),
-    merged (:func:`~streamtrace.validate.check.gather_ranges`); removes their logs, also on an error."""
+    """A split rank's two reports (``V_IN``, ``V_OUT``: ``reports``)
+    from its ranges' sorted runs (``save_runs``, file order),
+    merged (``gather_ranges``); removes their logs, also on an error."""
     try:
         with gather_ranges(counters, ValidateOptions(spill_dir=spill_dir)) as chk:
             return chk.reports(out_filter)
@@ -107,7 +107,7 @@ def _total(reps: list) -> dict:
 
 
 def merged_validation(vals: list, process_maps: list, output) -> dict:
-    """The merge's validation from its ranks' checks (``vals``: :func:`rank_validation` of each rank)
+    """The merge's validation from its ranks' checks (``vals``: ``rank_validation`` of each rank)
     and process maps (``{merged pid: {"pid", "slot", ...}}`` of each rank): ``{"input": totals over the
     input files, "output": the output's report, "added": {problem: count merge added}, "ok": nothing
     added, "exact": the output's report was derived (True) or validated in full (False)}``."""

@@ -1,6 +1,6 @@
 """The checks that need the records in order (slice nesting, flows), run over the sorted records
-of a :class:`~streamtrace.validate.check.Checker` (:func:`run_nesting`, :func:`run_flows`), and the
-events a time filter dropped after they were written (:class:`OutFilter`).
+of a ``Checker`` (``run_nesting``, ``run_flows``), and the
+events a time filter dropped after they were written (``OutFilter``).
 
 Merge's ``--steps`` / ``--window`` can rewrite a rank once in full and cut the output to the
 keep-window afterwards (the window is known only then); its checker has recorded every written
@@ -8,9 +8,9 @@ event in the view ``V_OUT`` and forgets the dropped ones as it reports
 (``Checker.reports(out_filter=...)``).  The records carry no event identity, so the filter names
 the dropped ones by what they hold: an ``X`` slice record (``start`` = the event's input ``ts``,
 ``end`` = ``ts + dur``, ns) by the window rule itself, a flow-end record by its ``seq`` (the
-event's index in the rank's file order, as :func:`streamtrace.kernels.validate.batch_records`
+event's index in the rank's file order, as ``streamtrace.kernels.validate.batch_records``
 numbers it from the checker's ``seq``; a cut trace's ranges number theirs from ``k *
-SEQ_STRIDE``, which :func:`~streamtrace.validate.check.gather_ranges` maps back).  The events that make no record (a missing field, a
+SEQ_STRIDE``, which ``gather_ranges`` maps back).  The events that make no record (a missing field, a
 bad ``dur``, any other ``ph``) only count: the caller says how much.
 """
 from __future__ import annotations
@@ -50,7 +50,7 @@ class OutFilter:
         pending: None, or a callable returning the complete filter (same ``lo``/``hi``) when the
             dropped events are still being decided as the checks start (merge's split filter
             decides them in a thread meanwhile): called once, after the slices, which go by the
-            window alone, are checked (:meth:`streamtrace.validate.check.Checker.reports`).
+            window alone, are checked (``streamtrace.validate.check.Checker.reports``).
     """
     lo: int
     hi: int
@@ -99,8 +99,8 @@ class OutFilter:
 
 def run_nesting(sorter, out_filter: OutFilter | None = None) -> list:
     """``[(bad nesting, tracks, GPU-stream overlaps) per view]`` (V_IN, V_OUT) from the X slice
-    records of ``sorter`` (an :class:`~streamtrace.events.sort.ExternalSorter`, consumed) by
-    :class:`streamtrace.kernels.validator.NestingRun`; V_OUT without ``out_filter``'s slices."""
+    records of ``sorter`` (an ``ExternalSorter``, consumed) by
+    ``streamtrace.kernels.validator.NestingRun``; V_OUT without ``out_filter``'s slices."""
     run = NestingRun()
     for c in sorter.chunks():
         run.add(c["tkind"], c["pid"], c["tid"], c["start"], c["end"],
@@ -110,9 +110,9 @@ def run_nesting(sorter, out_filter: OutFilter | None = None) -> list:
 
 def run_flows(sorter, out_filter: OutFilter | None = None, range_starts: np.ndarray | None = None) -> np.ndarray:
     """int64[2, 4] per view (V_IN, V_OUT): flow keys, unmatched, duplicate, cross-rank keys (see
-    :func:`streamtrace.kernels.validate.flow_chunk`, through :class:`~streamtrace.kernels.validator.FlowRun`)
+    ``streamtrace.kernels.validate.flow_chunk``, through ``FlowRun``)
     from the flow-end records of ``sorter`` (consumed); V_OUT without ``out_filter``'s flow ends
-    (``range_starts``: see :meth:`OutFilter.flow_view`)."""
+    (``range_starts``: see ``OutFilter.flow_view``)."""
     run = FlowRun()
     for c in sorter.chunks():
         view = c["view"] if out_filter is None else out_filter.flow_view(c, range_starts)

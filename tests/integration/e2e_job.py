@@ -1,4 +1,4 @@
-"""A real (tiny) distributed training job profiled with :mod:`streamtrace.topology.capture`, for the
+"""A real (tiny) distributed training job profiled with ``streamtrace.topology.capture``, for the
 end-to-end test in ``tests/test_capture.py``.
 
     python tests/e2e_job.py OUT_DIR [--world-size 4] [--tp 2] [--steps 5] [--groups-json FILE]

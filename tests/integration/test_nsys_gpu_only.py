@@ -1,7 +1,7 @@
 """``streamtrace analyze --gpu-only`` (issue 32) and the export read without ``ORDER BY``.
 
 Expected values are computed independently: the Nsight Systems exports' per-device metrics by the
-plain-SQL rules of ``test_nsys.py`` (:func:`test_nsys.expected`), the Kineto trace's from the shared
+plain-SQL rules of ``test_nsys.py`` (``test_nsys.expected``), the Kineto trace's from the shared
 reference metrics (``../shared/reference``, computed outside streamtrace), checked the way
 ``test_metrics_reference.py`` checks them."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The what-if replay against the truth of the synthetic generator (:mod:`streamtrace.synth.faults`):
+"""The what-if replay against the truth of the synthetic generator (``streamtrace.synth.faults``):
 a 64-rank TP2 x PP4 x DP8 job with an all-to-all (EP-like) per step, generated with each fault and
 without it (same seed); the what-if that removes the fault must predict the clean job's step span
 (read from the clean job's raw files with ``json``: the last rank's end - the first rank's

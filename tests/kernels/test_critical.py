@@ -1,4 +1,4 @@
-"""Property tests of the longest-path / latest-time kernels (:mod:`streamtrace.kernels.critical`)
+"""Property tests of the longest-path / latest-time kernels (``streamtrace.kernels.critical``)
 against their plain-Python twins and against a brute force that enumerates every path of small
 random DAGs, plus hand-checked cases."""
 from __future__ import annotations

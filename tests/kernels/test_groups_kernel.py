@@ -1,7 +1,7 @@
-"""The cut rank's deferred filter in groups (:mod:`streamtrace.kernels.groups`,
-:class:`streamtrace.merge.grouped.GroupedFilter`): each kernel against its plain-Python twin, and the
+"""The cut rank's deferred filter in groups (``streamtrace.kernels.groups``,
+``streamtrace.merge.grouped.GroupedFilter``): each kernel against its plain-Python twin, and the
 decision from groups (whole groups from their summaries, the mixed ones from their rows) against the
-twin of :func:`~streamtrace.kernels.keep.keep_rows` deciding every row (hypothesis property tests)."""
+twin of ``keep_rows`` deciding every row (hypothesis property tests)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,5 +1,5 @@
-"""merge's deferred-filter kernel (:func:`streamtrace.kernels.keep.keep_rows`) against its twin
-:func:`streamtrace.kernels.reference.keep.keep_rows_py` (hypothesis property test): random rows fed in
+"""merge's deferred-filter kernel (``streamtrace.kernels.keep.keep_rows``) against its twin
+``streamtrace.kernels.reference.keep.keep_rows_py`` (hypothesis property test): random rows fed in
 random chunk sizes, the state carried from chunk to chunk, then an empty chunk closing the last run."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""An Nsight Systems batch's events as text (:func:`streamtrace.merge.nsys.batch_text`, through the
-kernel :func:`streamtrace.kernels.nsys_text.nsys_event_text`) against its plain-Python twin, the event
-dicts of :func:`streamtrace.merge.nsys.event_dicts` serialised by ``dumps_events`` (orjson): the same
+"""An Nsight Systems batch's events as text (``streamtrace.merge.nsys.batch_text``, through the
+kernel ``streamtrace.kernels.nsys_text.nsys_event_text``) against its plain-Python twin, the event
+dicts of ``streamtrace.merge.nsys.event_dicts`` serialised by ``dumps_events`` (orjson): the same
 bytes, the same pids noted in the same order, the same flow ends marked and counted (hypothesis)."""
 from __future__ import annotations
 

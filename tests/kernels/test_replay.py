@@ -1,4 +1,4 @@
-"""Property tests of the what-if reduction kernel (:mod:`streamtrace.kernels.replay`) against its
+"""Property tests of the what-if reduction kernel (``streamtrace.kernels.replay``) against its
 plain-Python twin (every path enumerated) on small random graphs, adversarial ones included (no
 edge, parallel edges, zero weights, a source that is also a sink, hops backwards, ties)."""
 from __future__ import annotations

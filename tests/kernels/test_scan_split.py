@@ -1,4 +1,4 @@
-"""The split-point scanner (:func:`streamtrace.kernels.scan.split_points`, 8 bytes at a
+"""The split-point scanner (``streamtrace.kernels.scan.split_points``, 8 bytes at a
 time) against a plain-Python byte-at-a-time twin, call by call: same boundaries, same
 end, same carried state, for any bytes, any block sizes (1-byte blocks included),
 any starting state, small ``out`` arrays, unaligned and strided buffers."""

@@ -1,7 +1,7 @@
-"""merge's pre-pass kernel (:func:`streamtrace.kernels.survey.scan_survey`) against its twin
-:func:`streamtrace.kernels.reference.survey.classify_event_py` and against
-:func:`streamtrace.kernels.scan.scan_events` (hypothesis property tests), and the pre-pass it
-serves (:func:`streamtrace.merge.prepass.prepass_rank`) against the same facts read with ``json``."""
+"""merge's pre-pass kernel (``streamtrace.kernels.survey.scan_survey``) against its twin
+``streamtrace.kernels.reference.survey.classify_event_py`` and against
+``streamtrace.kernels.scan.scan_events`` (hypothesis property tests), and the pre-pass it
+serves (``streamtrace.merge.prepass.prepass_rank``) against the same facts read with ``json``."""
 from __future__ import annotations
 
 import json

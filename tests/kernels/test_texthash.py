@@ -1,5 +1,5 @@
-"""The text hash index (:mod:`streamtrace.kernels.texthash`, merge's pid lookup, issue 49) against its
-twin :func:`streamtrace.kernels.reference.texthash.find_text_py` (a dict): random tables of distinct
+"""The text hash index (``streamtrace.kernels.texthash``, merge's pid lookup, issue 49) against its
+twin ``streamtrace.kernels.reference.texthash.find_text_py`` (a dict): random tables of distinct
 byte strings (empty ones, equal lengths, shared prefixes), indexed all at once or one by one, and
 probes that are in the table or not, read from a larger buffer at an offset."""
 from __future__ import annotations

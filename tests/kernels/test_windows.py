@@ -2,7 +2,7 @@
 adversarial windows (thousands of siblings in one long window, deep nesting, equal
 starts and ends, zero-length windows, partial overlaps from several threads, unsorted
 queries), and against the 8-positions-back guess it replaced (``classify.containing`` until
-issue 15, copied below as :func:`old_containing`) where that one was right."""
+issue 15, copied below as ``old_containing``) where that one was right."""
 from __future__ import annotations
 
 import numpy as np
@@ -295,7 +295,7 @@ def check_overlap(s, e, qs, qe):
 
 @st.composite
 def overlap_case(draw, max_size=30):
-    """Windows of :func:`any_windows` or :func:`thread_windows`; queries either random intervals
+    """Windows of ``any_windows`` or ``thread_windows``; queries either random intervals
     (overlapping each other, zero-length ones, equal to windows) or a CUDA stream's kernels
     (back to back, none overlapping), in any order."""
     s, e, _ = draw(any_windows(max_size) if draw(st.booleans()) else thread_windows(max_size))

@@ -4,14 +4,14 @@ counterpart but uses a deliberately different algorithm, so that the two can be
 checked against each other on random inputs (tests/kernels/).  Speed is not a goal.
 
 Twins that are also production code stay beside their callers and are listed here:
-:func:`streamtrace.events.columns.columns_from_dicts` (of
-:func:`streamtrace.kernels.extract.extract_columns`), :func:`streamtrace.merge.rank.rewrite_dict`
-(of :func:`streamtrace.kernels.rewrite.scan_rewrite`; merge uses it for the events the kernel
-hands back), :func:`streamtrace.validate.check.fields_from_dict` (of
-:func:`streamtrace.kernels.validate.event_fields`; validate uses it for the events the kernel
-leaves to Python), :func:`streamtrace.merge.nsys.event_dicts` serialised by orjson (of
-:func:`streamtrace.kernels.nsys_text.nsys_event_text`; merge uses it for a batch with a name orjson
-cannot encode), and ``json.loads`` (of :mod:`streamtrace.kernels.jsoncheck`).
+``streamtrace.events.columns.columns_from_dicts`` (of
+``streamtrace.kernels.extract.extract_columns``), ``streamtrace.merge.rank.rewrite_dict``
+(of ``streamtrace.kernels.rewrite.scan_rewrite``; merge uses it for the events the kernel
+hands back), ``streamtrace.validate.check.fields_from_dict`` (of
+``streamtrace.kernels.validate.event_fields``; validate uses it for the events the kernel
+leaves to Python), ``streamtrace.merge.nsys.event_dicts`` serialised by orjson (of
+``streamtrace.kernels.nsys_text.nsys_event_text``; merge uses it for a batch with a name orjson
+cannot encode), and ``json.loads`` (of ``streamtrace.kernels.jsoncheck``).
 """
 from .ancestry import *  # noqa: F401,F403
 from .ancestry import __all__ as _ancestry

@@ -1,4 +1,4 @@
-"""Plain-Python twins of :mod:`streamtrace.kernels.ancestry`."""
+"""Plain-Python twins of ``streamtrace.kernels.ancestry``."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +7,7 @@ __all__ = ["nearest_marked_py", "outermost_marked_py", "same_name_ancestor_py"]
 
 
 def nearest_marked_py(parent, order, mark):
-    """Twin of :func:`nearest_marked`: walk up from every node."""
+    """Twin of ``nearest_marked``: walk up from every node."""
     out = []
     for i in range(len(parent)):
         j = i
@@ -18,7 +18,7 @@ def nearest_marked_py(parent, order, mark):
 
 
 def outermost_marked_py(parent, order, mark):
-    """Twin of :func:`outermost_marked`: walk up from every node, keep the last mark."""
+    """Twin of ``outermost_marked``: walk up from every node, keep the last mark."""
     out = []
     for i in range(len(parent)):
         j, best = i, -1
@@ -31,7 +31,7 @@ def outermost_marked_py(parent, order, mark):
 
 
 def same_name_ancestor_py(parent, code):
-    """Twin of :func:`same_name_ancestor`: a depth-first walk from every root carrying the
+    """Twin of ``same_name_ancestor``: a depth-first walk from every root carrying the
     multiset of codes on the path from the root (nodes unreachable from a root: False)."""
     n = len(parent)
     children = [[] for _ in range(n)]

@@ -1,4 +1,4 @@
-"""Plain-Python twin of :mod:`streamtrace.kernels.critical`: repeated relaxation of every edge
+"""Plain-Python twin of ``streamtrace.kernels.critical``: repeated relaxation of every edge
 until nothing changes (Bellman-Ford order, no use of the topological numbering), and a
 recursive walk for the latest times."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ def _check(n, src, dst):
 
 
 def longest_path_py(n, src, dst, w, init):
-    """Twin of :func:`~streamtrace.kernels.critical.longest_path`: relax every edge, in index
+    """Twin of ``longest_path``: relax every edge, in index
     order, until no value changes; then each node's chosen in-edge is the largest
     ``(value, source node, -edge index)``, kept only when its value beats ``init``."""
     _check(n, src, dst)
@@ -45,7 +45,7 @@ def longest_path_py(n, src, dst, w, init):
 
 
 def latest_times_py(n, src, dst, w, deadline):
-    """Twin of :func:`~streamtrace.kernels.critical.latest_times` (memoised recursion over the
+    """Twin of ``latest_times`` (memoised recursion over the
     out-edges)."""
     _check(n, src, dst)
     out = {}
@@ -66,7 +66,7 @@ def latest_times_py(n, src, dst, w, deadline):
 
 
 def trace_back_py(pred, src, end):
-    """Twin of :func:`~streamtrace.kernels.critical.trace_back`."""
+    """Twin of ``trace_back``."""
     edges = []
     v = end
     while v >= 0 and pred[v] >= 0:

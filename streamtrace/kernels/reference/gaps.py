@@ -1,4 +1,4 @@
-"""Plain-Python twin of :mod:`streamtrace.kernels.gaps`."""
+"""Plain-Python twin of ``streamtrace.kernels.gaps``."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +7,7 @@ __all__ = ["running_end_before_py"]
 
 
 def running_end_before_py(first, end):
-    """Twin of :func:`running_end_before`: for every row, look back over the earlier rows of
+    """Twin of ``running_end_before``: for every row, look back over the earlier rows of
     its segment and take the largest end (the earliest row holding it)."""
     n = len(end)
     starts = [i for i in range(n) if i == 0 or first[i]]

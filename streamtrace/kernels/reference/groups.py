@@ -1,4 +1,4 @@
-"""Plain-Python twin of :mod:`streamtrace.kernels.groups`."""
+"""Plain-Python twin of ``streamtrace.kernels.groups``."""
 from __future__ import annotations
 
 __all__ = ["group_batch_py", "flows_kept_py", "keep_groups_py"]
@@ -7,7 +7,7 @@ NO_T0, NO_T1 = 2 ** 63 - 1, -2 ** 63
 
 
 def group_batch_py(rcls, rec, vbits, starts, ends, base, seq0, size, ext) -> tuple[list, list, list]:
-    """What :func:`~streamtrace.kernels.groups.group_batch` writes for one batch (lists of ints; ``rec``
+    """What ``group_batch`` writes for one batch (lists of ints; ``rec``
     rows of 6 ints, ``vbits`` a list or None; ``ext`` [ts_min, ts_max, end, written] changed in place):
     ``(groups, flow keys, flow ts)``, each group the 19 ints of its summary, from its events one by one."""
     groups, fkeys, fts = [], [], []
@@ -42,7 +42,7 @@ def group_batch_py(rcls, rec, vbits, starts, ends, base, seq0, size, ext) -> tup
 
 
 def flows_kept_py(nflow, fkeys, kept_keys) -> list[int]:
-    """What :func:`~streamtrace.kernels.groups.flows_kept` writes: per group, 1 when each of its flow
+    """What ``flows_kept`` writes: per group, 1 when each of its flow
     events' keys is a kept one."""
     kept, out, f = set(kept_keys), [], 0
     for n in nflow:
@@ -52,10 +52,10 @@ def flows_kept_py(nflow, fkeys, kept_keys) -> list[int]:
 
 
 def keep_groups_py(groups, kinds, shift_ns, state: dict) -> dict:
-    """What :func:`~streamtrace.kernels.groups.keep_groups` does to a decision (``state``: ``{"run":
+    """What ``keep_groups`` does to a decision (``state``: ``{"run":
     [start, end] or None, "prev_end", "runs", "dropped", "pids", "kept", "gone", "gone_missing",
     "gone_negdur", "first"}``, changed in place and returned) for groups of kind 1 (kept) / 2
-    (dropped) / 0 (empty), event by event as :func:`~streamtrace.kernels.reference.keep.keep_rows_py`
+    (dropped) / 0 (empty), event by event as ``keep_rows_py``
     would with their rows."""
     for g, k in zip(groups, kinds):
         if k == 0:

@@ -1,4 +1,4 @@
-"""Plain-Python twins of :mod:`streamtrace.kernels.intervals`.
+"""Plain-Python twins of ``streamtrace.kernels.intervals``.
 
 * union: a coverage-counting event sweep (+1 at each start, -1 at each end;
   at equal times starts are processed first so touching intervals merge),
@@ -6,7 +6,7 @@
 * intersect / subtract: a sweep over *elementary segments*: every boundary of
   A and B is collected, and each segment between consecutive boundaries is kept
   when it lies in both (intersect) or in A but not in B (subtract); membership
-  is looked up with :mod:`bisect`.  The numba cores use two-pointer merges.
+  is looked up with ``bisect``.  The numba cores use two-pointer merges.
 """
 from __future__ import annotations
 
@@ -127,18 +127,18 @@ def _segments(a_pairs, b_pairs, keep):
 
 
 def union(start, end):
-    """Twin of :func:`streamtrace.kernels.intervals.union` (event sweep)."""
+    """Twin of ``streamtrace.kernels.intervals.union`` (event sweep)."""
     return _arrays(_union_pairs(_pairs(start, end, "union")))
 
 
 def union_length(start, end):
-    """Twin of :func:`streamtrace.kernels.intervals.union_length`."""
+    """Twin of ``streamtrace.kernels.intervals.union_length``."""
     return sum(b - a for a, b in _union_pairs(_pairs(start, end, "union_length")))
 
 
 def union_lengths(start, end, cls, sets):
-    """Twin of :func:`streamtrace.kernels.intervals.union_lengths`: each set's subset through
-    the event-sweep :func:`union_length` (the kernel runs one sort-and-extend pass for all)."""
+    """Twin of ``streamtrace.kernels.intervals.union_lengths``: each set's subset through
+    the event-sweep ``union_length`` (the kernel runs one sort-and-extend pass for all)."""
     pairs = _pairs(start, end, "union_lengths")
     c = int_list(cls, "union_lengths cls")
     m = np.asarray(sets, dtype=bool)
@@ -156,28 +156,28 @@ def union_lengths(start, end, cls, sets):
 
 
 def intersect(a_start, a_end, b_start, b_end):
-    """Twin of :func:`streamtrace.kernels.intervals.intersect` (segment sweep)."""
+    """Twin of ``streamtrace.kernels.intervals.intersect`` (segment sweep)."""
     a = _disjoint_sorted(a_start, a_end, "intersect: A")
     b = _disjoint_sorted(b_start, b_end, "intersect: B")
     return _arrays(_segments(a, b, lambda in_a, in_b: in_a and in_b))
 
 
 def intersect_length(a_start, a_end, b_start, b_end):
-    """Twin of :func:`streamtrace.kernels.intervals.intersect_length`."""
+    """Twin of ``streamtrace.kernels.intervals.intersect_length``."""
     a = _disjoint_sorted(a_start, a_end, "intersect_length: A")
     b = _disjoint_sorted(b_start, b_end, "intersect_length: B")
     return sum(hi - lo for lo, hi in _segments(a, b, lambda in_a, in_b: in_a and in_b))
 
 
 def subtract(a_start, a_end, b_start, b_end):
-    """Twin of :func:`streamtrace.kernels.intervals.subtract` (segment sweep)."""
+    """Twin of ``streamtrace.kernels.intervals.subtract`` (segment sweep)."""
     a = _disjoint_sorted(a_start, a_end, "subtract: A")
     b = _disjoint_sorted(b_start, b_end, "subtract: B")
     return _arrays(_segments(a, b, lambda in_a, in_b: in_a and not in_b))
 
 
 def subtract_length(a_start, a_end, b_start, b_end):
-    """Twin of :func:`streamtrace.kernels.intervals.subtract_length`."""
+    """Twin of ``streamtrace.kernels.intervals.subtract_length``."""
     a = _disjoint_sorted(a_start, a_end, "subtract_length: A")
     b = _disjoint_sorted(b_start, b_end, "subtract_length: B")
     return sum(hi - lo for lo, hi in _segments(a, b, lambda in_a, in_b: in_a and not in_b))

@@ -1,11 +1,11 @@
-"""Plain-Python twin of :mod:`streamtrace.kernels.keep`."""
+"""Plain-Python twin of ``streamtrace.kernels.keep``."""
 from __future__ import annotations
 
 __all__ = ["keep_rows_py"]
 
 
 def keep_rows_py(rows, lo, hi, kept_keys, shift_ns) -> dict:
-    """What :func:`~streamtrace.kernels.keep.keep_rows` decides for ALL of a rank's rows (list of
+    """What ``keep_rows`` decides for ALL of a rank's rows (list of
     6-int lists), in one call: ``{"runs": [(start, end)], "dropped": set of seq, "pids": set,
     "kept", "gone", "gone_missing", "gone_negdur", "first"}`` — event by event, a run being a maximal
     list of kept neighbours."""

@@ -1,11 +1,11 @@
-"""Plain-Python twin of :mod:`streamtrace.kernels.nesting`."""
+"""Plain-Python twin of ``streamtrace.kernels.nesting``."""
 from __future__ import annotations
 
 __all__ = ["count_bad_nesting_py"]
 
 
 def count_bad_nesting_py(start, end) -> int:
-    """Plain-Python twin of :func:`count_bad_nesting` (same contract), written as a
+    """Plain-Python twin of ``count_bad_nesting`` (same contract), written as a
     direct search for the innermost enclosing slice rather than a stack."""
     kept = []   # (start, end) of accepted slices
     bad = 0

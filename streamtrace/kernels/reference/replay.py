@@ -1,4 +1,4 @@
-"""Plain-Python twin of :mod:`streamtrace.kernels.replay`: every path from each source enumerated
+"""Plain-Python twin of ``streamtrace.kernels.replay``: every path from each source enumerated
 (depth first), the longest direct one and the longest hopping one compared per target."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ NEG = -(2 ** 62)
 
 
 def anchor_pairs_py(n, src, dst, w, cat, is_src, is_sink, vend, ncat):
-    """Twin of :func:`~streamtrace.kernels.replay.anchor_pairs`: for each source, a depth-first walk
+    """Twin of ``anchor_pairs``: for each source, a depth-first walk
     over every path (an edge, or a virtual hop arrival -> its end of weight 0) records per node the
     longest *direct* length (no hop, no other source before the node) and the longest *hopping* one;
     a target is kept when its direct length beats every hopping one.  Returns the same ``pairs``

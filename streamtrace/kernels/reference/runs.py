@@ -1,11 +1,11 @@
-"""Plain-Python twins of :mod:`streamtrace.kernels.runs`."""
+"""Plain-Python twins of ``streamtrace.kernels.runs``."""
 from __future__ import annotations
 
 __all__ = ["sort_group_py", "union_into_py"]
 
 
 def sort_group_py(s, e, lo, hi):
-    """Twin of :func:`~streamtrace.kernels.runs.sort_group`: ``s[lo:hi]`` (with ``e``) sorted
+    """Twin of ``sort_group``: ``s[lo:hi]`` (with ``e``) sorted
     by start, stably, in place, by Python's ``sorted`` of the (start, end) pairs."""
     pairs = sorted(zip(list(s[lo:hi]), list(e[lo:hi])), key=lambda p: p[0])
     for i, (a, b) in enumerate(pairs):
@@ -14,7 +14,7 @@ def sort_group_py(s, e, lo, hi):
 
 
 def union_into_py(src_s, src_e, lo, hi):
-    """Twin of :func:`~streamtrace.kernels.runs.union_into`: the union of the non-empty
+    """Twin of ``union_into``: the union of the non-empty
     intervals ``src[lo:hi]`` as sorted disjoint ``[(start, end)]`` (touching ones joined) and
     its covered length, by marking every covered unit step (small inputs only)."""
     covered = set()

@@ -1,5 +1,5 @@
-"""Plain-Python twin of :mod:`streamtrace.kernels.sqlite_pages`: a whole table read from the bytes of
-an SQLite file (:func:`read_table_py`), and one record decoded (:func:`record_py`), by a different
+"""Plain-Python twin of ``streamtrace.kernels.sqlite_pages``: a whole table read from the bytes of
+an SQLite file (``read_table_py``), and one record decoded (``record_py``), by a different
 route: the b-tree walked recursively, page header fields with ``struct``, integers with
 ``int.from_bytes(..., signed=True)``, every payload assembled whole (overflow chain followed) before
 its record is split into values.  Same layout source: sqlite.org, "Database File Format"."""

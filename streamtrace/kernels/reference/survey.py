@@ -1,4 +1,4 @@
-"""Plain-Python twin of :mod:`streamtrace.kernels.survey`."""
+"""Plain-Python twin of ``streamtrace.kernels.survey``."""
 from __future__ import annotations
 
 __all__ = ["classify_event_py"]
@@ -10,7 +10,7 @@ def classify_event_py(ev) -> tuple:
     """What merge's pre-pass needs of one decoded event: ``("other",)``, ``("meta",)`` (``ph`` is
     ``"M"``), ``("step",)`` (``ph`` ``"X"``, a name starting with ``ProfilerStep#``), ``("flow",
     cat, id)`` (a flow with a string ``cat`` and an integer ``id`` in [0, 10**18)) or ``("decode",)``
-    (any other flow).  The kernel :func:`~streamtrace.kernels.survey.classify_events` gives the same
+    (any other flow).  The kernel ``classify_events`` gives the same
     answer, or S_DECODE where it does not read the event's shape itself."""
     ph = ev.get("ph") if isinstance(ev, dict) else None
     if ph == "M":

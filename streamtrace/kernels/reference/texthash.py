@@ -1,4 +1,4 @@
-"""Twin of :mod:`streamtrace.kernels.texthash`: the table's entries in a dict (bytes -> first index)."""
+"""Twin of ``streamtrace.kernels.texthash``: the table's entries in a dict (bytes -> first index)."""
 from __future__ import annotations
 
 __all__ = ["find_text_py"]

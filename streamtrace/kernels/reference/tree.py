@@ -1,5 +1,5 @@
-"""Plain-Python twins of :mod:`streamtrace.kernels.tree` (call trees, correlation
-linking, GPU-time propagation) and :mod:`streamtrace.kernels.treestream` (one track in
+"""Plain-Python twins of ``streamtrace.kernels.tree`` (call trees, correlation
+linking, GPU-time propagation) and ``streamtrace.kernels.treestream`` (one track in
 time-ordered chunks; strings for Arrow).  Each section below says how its algorithm
 differs from the kernel's.
 """
@@ -51,7 +51,7 @@ def _same_len(lists, names, what):
 
 
 def build_call_tree_ref(track, start, end, clamp_ns=1000):
-    """Twin of :func:`streamtrace.kernels.tree.build_call_tree` (backward scan)."""
+    """Twin of ``streamtrace.kernels.tree.build_call_tree`` (backward scan)."""
     k = _tree_ints(track, "build_call_tree: track")
     s = _tree_ints(start, "build_call_tree: start")
     e = _tree_ints(end, "build_call_tree: end")
@@ -105,7 +105,7 @@ def build_call_tree_ref(track, start, end, clamp_ns=1000):
 
 
 def link_by_correlation_ref(launch_key, launch_corr, gpu_key, gpu_corr):
-    """Twin of :func:`streamtrace.kernels.tree.link_by_correlation` (a dict)."""
+    """Twin of ``streamtrace.kernels.tree.link_by_correlation`` (a dict)."""
     lk = _tree_ints(launch_key, "link_by_correlation: launch_key")
     lc = _tree_ints(launch_corr, "link_by_correlation: launch_corr")
     gk = _tree_ints(gpu_key, "link_by_correlation: gpu_key")
@@ -126,7 +126,7 @@ def link_by_correlation_ref(launch_key, launch_corr, gpu_key, gpu_corr):
 
 
 def propagate_ref(parent, order, gpu_owner, gpu_start, gpu_end):
-    """Twin of :func:`streamtrace.kernels.tree.propagate` (ancestor walks)."""
+    """Twin of ``streamtrace.kernels.tree.propagate`` (ancestor walks)."""
     par = _tree_ints(parent, "propagate: parent")
     odr = _tree_ints(order, "propagate: order")
     own = _tree_ints(gpu_owner, "propagate: gpu_owner")
@@ -183,7 +183,7 @@ def propagate_ref(parent, order, gpu_owner, gpu_start, gpu_end):
 
 
 def tree_stream_ref(rec, own_rows, g_start, g_end, gpu, clamp_ns=1000):
-    """Twin of :class:`streamtrace.kernels.treestream.TreeStream` fed every record of
+    """Twin of ``streamtrace.kernels.treestream.TreeStream`` fed every record of
     ``rec`` (REC_DTYPE, any order) and finished: returns ``(results, n_clamped,
     n_overrun)``, ``results`` a RES_DTYPE array sorted by ``idx``; fills ``gpu`` the same way."""
     rec = rec[np.argsort(rec["idx"], kind="stable")]       # ties in (start, end) go by idx
@@ -243,7 +243,7 @@ def _topo(parent):
 
 
 def gather_strings_ref(blob, offs, idx):
-    """Twin of :func:`streamtrace.kernels.treestream.gather_strings` (bytes.join)."""
+    """Twin of ``streamtrace.kernels.treestream.gather_strings`` (bytes.join)."""
     k = len(offs) - 1
     raw = bytes(np.asarray(blob, np.uint8))
     strings = [raw[int(offs[j]):int(offs[j + 1])] for j in range(k)]

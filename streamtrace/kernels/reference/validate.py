@@ -1,7 +1,7 @@
-"""Plain-Python twins of :mod:`streamtrace.kernels.validate`'s order-dependent kernels: the whole
+"""Plain-Python twins of ``streamtrace.kernels.validate``'s order-dependent kernels: the whole
 set of records at once, grouped in dicts, instead of sorted chunks with carried state.  (The twin
-of :func:`~streamtrace.kernels.validate.event_fields` is production code:
-:func:`streamtrace.validate.check.fields_from_dict`.)"""
+of ``event_fields`` is production code:
+``streamtrace.validate.check.fields_from_dict``.)"""
 from __future__ import annotations
 
 from .nesting import count_bad_nesting_py
@@ -30,7 +30,7 @@ _GPU_HASHES = frozenset(_fnv(c) for c in _GPU_CATS)
 
 
 def batch_records_py(fields, views, out_pid: bool, seq0: int):
-    """``(x_rows, flow_rows, counts)`` of :func:`streamtrace.kernels.validate.batch_records` for
+    """``(x_rows, flow_rows, counts)`` of ``streamtrace.kernels.validate.batch_records`` for
     rows of fields (sequences of ints) and view bits: each view of each event classified on its
     own, as the checks define it (a missing field first, then an X event's duration), with the
     pid the view sees (merge's output: null for an absent one); then one record per event holding
@@ -70,7 +70,7 @@ def batch_records_py(fields, views, out_pid: bool, seq0: int):
 def nesting_py(tkind, pidv, tidv, start, end, view) -> list:
     """``[(bad, tracks, gpu overlaps) for view V_IN, V_OUT]`` of X records in any order (sequences
     of ints): per track and view, the slices sorted by start then end descending, counted by
-    :func:`count_bad_nesting_py`; a track whose kind has the GPU bit (64) counts in the third."""
+    ``count_bad_nesting_py``; a track whose kind has the GPU bit (64) counts in the third."""
     out = []
     for v in range(2):
         tracks = {}

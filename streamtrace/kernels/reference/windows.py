@@ -1,4 +1,4 @@
-"""Plain-Python twin of :mod:`streamtrace.kernels.windows`.
+"""Plain-Python twin of ``streamtrace.kernels.windows``.
 
 * innermost_window_ref: brute force, no sort and no stack: for every query, every window
   is tested for ``start <= t < end`` and the best one is kept by the rule's key
@@ -16,7 +16,7 @@ __all__ = ["innermost_window_ref", "shortest_overlapping_ref"]
 
 
 def innermost_window_ref(start, end, t):
-    """Twin of :func:`streamtrace.kernels.windows.innermost` (brute force): int64 array of
+    """Twin of ``streamtrace.kernels.windows.innermost`` (brute force): int64 array of
     ``len(t)``, the input position of each query's innermost window or -1.  Same errors."""
     s, e = bounds(start, end, "windows")
     out = []
@@ -32,7 +32,7 @@ def innermost_window_ref(start, end, t):
 
 
 def shortest_overlapping_ref(start, end, q_start, q_end):
-    """Twin of :func:`streamtrace.kernels.windows.shortest_overlapping` (brute force)."""
+    """Twin of ``streamtrace.kernels.windows.shortest_overlapping`` (brute force)."""
     s, e = bounds(start, end, "windows")
     qs, qe = bounds(q_start, q_end, "queries")
     out = []

@@ -1,5 +1,5 @@
 """``streamtrace diff BASE TEST``: what changed between two runs, from their analysed Parquet
-(:mod:`streamtrace.report.diff.inputs` resolves the sides and pairs the ranks).
+(``streamtrace.report.diff.inputs`` resolves the sides and pairs the ranks).
 
 Every number is a **mean per rank-step**: a *cell* is one (iteration, rank, step) of a side -- a
 ProfilerStep of one rank in one trace file -- and a side's value for a name is its sum over the
@@ -21,7 +21,7 @@ categories of HolisticTraceAnalysis' ``TraceDiff.ops_diff`` (``hta/trace_diff.py
 
 CPU ops: ``ProfilerStep#N`` is named ``ProfilerStep#*`` (HTA shows every step number as added and
 deleted); ``total_ns`` is inclusive over the occurrences not nested in an op of the same name
-(:mod:`streamtrace.aggregate.stats`), ``self_ns`` is self time (inclusive minus direct children, clamped
+(``streamtrace.aggregate.stats``), ``self_ns`` is self time (inclusive minus direct children, clamped
 at 0), ``kernel_time_ns`` the GPU time the op launched (analyze's roll-up).
 
 Tables (Parquet + CSV), sorted by their ``delta`` (largest regression first), then name:
@@ -172,7 +172,7 @@ def _ops(ops, rows, cells, whole, name_key) -> pa.Table:
 
 
 def _metrics(kk, win, cells, whole) -> dict:
-    """Sums over the part's cells of :data:`RANK_METRICS` (per device, summed over devices)."""
+    """Sums over the part's cells of ``RANK_METRICS`` (per device, summed over devices)."""
     s, e, step = (kk[c].to_numpy() for c in ("ts_ns", "end_ns", "step"))
     dev = kk["device"].to_numpy()
     code = np.asarray([KIND_CODE.get(x, 0) for x in kk["kind"].to_numpy(zero_copy_only=False).tolist()], np.int8)
@@ -206,9 +206,9 @@ class DiffTables:
 
 def compare(base, test, outdir, opt: DiffOptions | None = None) -> DiffTables:
     """Compare ``base`` with ``test`` (paths: analysed folders, aggregate or epilogue folders,
-    traces; see :mod:`streamtrace.report.diff.inputs`); traces are analysed into ``outdir``.
-    Raises :class:`~streamtrace.runtime.errors.UsageError` on contradicting options,
-    :class:`~streamtrace.runtime.errors.StreamtraceError` on bad input."""
+    traces; see ``streamtrace.report.diff.inputs``); traces are analysed into ``outdir``.
+    Raises ``UsageError`` on contradicting options,
+    ``StreamtraceError`` on bad input."""
     opt = opt or DiffOptions()
     opt.check()
     t0, c0 = time.time(), time.process_time()
@@ -257,8 +257,8 @@ def _parts_chunk(tasks) -> list:
 
 
 def _run_parts(tasks, jobs) -> list:
-    """:func:`part_partial` of every task, in order: in this process when the Parquet read is under
-    :data:`INLINE_BYTES` (a pool costs more than it saves there), else in ``jobs`` workers (0: all
+    """``part_partial`` of every task, in order: in this process when the Parquet read is under
+    ``INLINE_BYTES`` (a pool costs more than it saves there), else in ``jobs`` workers (0: all
     cores), in chunks of several parts (one round trip each)."""
     size = sum(os.path.getsize(f) for p, _, _ in tasks for ds in ("kernels", "ops") for f in p.files(ds))
     jobs = 1 if size < INLINE_BYTES else max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
@@ -342,7 +342,7 @@ def _side_meta(side, results) -> dict:
 
 
 def _summary(rb, rt, nb, nt) -> dict:
-    """Per rank-step means of :data:`RANK_METRICS` over every cell of each side."""
+    """Per rank-step means of ``RANK_METRICS`` over every cell of each side."""
     out = {}
     for k in RANK_METRICS:
         vb = sum(r["metrics"][k] for r in rb) / nb

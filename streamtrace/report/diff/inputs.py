@@ -33,7 +33,7 @@ from ...events.dataset import partition_files
 
 @dataclass
 class DiffOptions:
-    """Options of :func:`streamtrace.report.diff` (the ``streamtrace diff`` flags).
+    """Options of ``streamtrace.report.diff`` (the ``streamtrace diff`` flags).
 
     Attributes:
         ranks: ranks compared on both sides (list of int), or ``"all"`` (every rank of each
@@ -46,13 +46,13 @@ class DiffOptions:
         test_steps: ProfilerStep numbers of the test side (tuple of int); None: all.
         name_key: ``"full"`` (default): names as the trace has them; ``"short"``: kernel and op
             names without template arguments, argument lists and return type
-            (:func:`streamtrace.report.diff.compare.short_name`), so instantiations of one kernel compare as one.
+            (``streamtrace.report.diff.compare.short_name``), so instantiations of one kernel compare as one.
         top: rows in each list of ``diff.md`` (int, default 10).
         labels: names of the two sides in ``diff.md`` (tuple of two str; default ("base", "test")).
         charts: draw ``charts/diff_top_deltas.png`` (bool, default True).
         jobs: worker processes reading the ranks (int); 0 (default) = all cores.  Used when the
             analysed Parquet of both sides exceeds 64 MB; below, one process is faster.
-        analyze: options for sides given as traces (:class:`~streamtrace.analyze.AnalyzeOptions`);
+        analyze: options for sides given as traces (``AnalyzeOptions``);
             None: the defaults with ``jobs``.
         progress: progress bars (bool); None (default): only on a terminal.
     """
@@ -76,7 +76,7 @@ class DiffOptions:
                 setattr(self, name, tuple(getattr(self, name)))
 
     def check(self):
-        """Raise :class:`~streamtrace.runtime.errors.UsageError` for options that contradict each other."""
+        """Raise ``UsageError`` for options that contradict each other."""
         if self.ranks is not None and (self.base_ranks is not None or self.test_ranks is not None):
             raise UsageError("give --rank, or --base-rank and --test-rank, not both")
         if (self.base_ranks is None) != (self.test_ranks is None):
@@ -100,7 +100,7 @@ class DiffOptions:
 class Part:
     """One rank of one analysed iteration: ``dir`` (the analysed folder), ``rank``, ``iteration``
     (the trace file's, -1 unknown), ``source`` (the trace), ``step_patterns`` (the step names analyze
-    used, :meth:`Analysis.step_patterns`; None: ``ProfilerStep#N``), :attr:`steps` compiled."""
+    used, ``Analysis.step_patterns``; None: ``ProfilerStep#N``), ``steps`` compiled."""
     dir: str
     rank: int
     iteration: int
@@ -109,7 +109,7 @@ class Part:
 
     @property
     def steps(self) -> StepNames:
-        """The part's step names (:func:`streamtrace.aggregate.steps.step_names`)."""
+        """The part's step names (``streamtrace.aggregate.steps.step_names``)."""
         return step_names(self.step_patterns)
 
     def files(self, dataset) -> list:
@@ -160,8 +160,8 @@ def analysed_dirs(path) -> list | None:
 
 
 def read_parts(dirs) -> list:
-    """Every rank of every analysed folder in ``dirs`` (their ``summary.json``, :meth:`Analysis.read`:
-    a :class:`~streamtrace.runtime.errors.DataError` naming it when it is damaged), as :class:`Part`."""
+    """Every rank of every analysed folder in ``dirs`` (their ``summary.json``, ``Analysis.read``:
+    a ``DataError`` naming it when it is damaged), as ``Part``."""
     parts = []
     for d in dirs:
         for r in Analysis.read(d).summary["ranks"]:
@@ -172,8 +172,8 @@ def read_parts(dirs) -> list:
 
 
 def open_side(label, given, outdir, opt: DiffOptions, steps) -> Side:
-    """The :class:`Side` ``given`` (a path or glob) stands for; traces are analysed into
-    ``outdir/analysis-<label>`` first.  Raises :class:`StreamtraceError` when there is nothing
+    """The ``Side`` ``given`` (a path or glob) stands for; traces are analysed into
+    ``outdir/analysis-<label>`` first.  Raises ``StreamtraceError`` when there is nothing
     to compare."""
     dirs = analysed_dirs(given)
     analysed = False
@@ -193,7 +193,7 @@ def open_side(label, given, outdir, opt: DiffOptions, steps) -> Side:
 def pair_ranks(base: Side, test: Side, opt: DiffOptions) -> tuple[list, list]:
     """``(pairs, notices)``: pairs of (base rank, test rank) -- None on one side for unpaired
     ranks under ``ranks="all"`` -- after which each side keeps only its paired ranks' parts.
-    Raises :class:`StreamtraceError` when a rank asked for is missing or no rank is common."""
+    Raises ``StreamtraceError`` when a rank asked for is missing or no rank is common."""
     b, t = base.ranks(), test.ranks()
     notices = []
     if opt.ranks == "all":

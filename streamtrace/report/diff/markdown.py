@@ -1,5 +1,5 @@
-"""``streamtrace diff BASE TEST -o OUTDIR`` as a function, :func:`diff`: the comparison's tables
-(:mod:`streamtrace.report.diff.compare`), ``diff.md`` (what changed per rank-step, times in the unit that fits), the chart
+"""``streamtrace diff BASE TEST -o OUTDIR`` as a function, ``diff``: the comparison's tables
+(``streamtrace.report.diff.compare``), ``diff.md`` (what changed per rank-step, times in the unit that fits), the chart
 ``charts/diff_top_deltas.png`` and ``diff.json`` (written last: a folder with ``diff.json``
 is complete).  The folder is one unit (written beside it and swapped in at the end, as analyze's
 and aggregate's are).  ``streamtrace.load(OUTDIR)`` opens the result.
@@ -47,7 +47,7 @@ def diff(base, test, outdir=None, opt: DiffOptions | None = None, log=None):
     Returns
     -------
     streamtrace.report.diff.outputs.Diff
-        The folder as :func:`streamtrace.load` opens it (``.summary`` is ``diff.json``, ``.kernels``
+        The folder as ``streamtrace.load`` opens it (``.summary`` is ``diff.json``, ``.kernels``
         ... pyarrow Tables, ``.to_pandas(name)``).
 
     Raises
@@ -141,7 +141,7 @@ def _side_line(meta, side, label) -> str:
 
 
 def to_markdown(tabs, meta, top=10, charts=()) -> str:
-    """``diff.md``: the comparison of :class:`~streamtrace.report.diff.compare.DiffTables` ``tabs`` (times per
+    """``diff.md``: the comparison of ``DiffTables`` ``tabs`` (times per
     rank-step, each in the unit that fits it)."""
     lb, lt = (md_text(x) for x in meta["labels"])        # names and paths escaped (report/escape.py)
     L = [f"# streamtrace diff: {lb} vs {lt}", "",

@@ -1,5 +1,5 @@
 """The diff folder (``streamtrace diff -o DIR``) as a kind of output folder
-(:class:`~streamtrace.events.load.OutputKind`)."""
+(``OutputKind``)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,13 +12,13 @@ TABLES = (KERNELS, OPS, GROUPS, RANKS)
 
 
 def table_file(name: str, ext: str = "parquet") -> str:
-    """The file name of diff's table ``name`` (one of :data:`TABLES`): ``NAME.parquet`` (``ext="csv"``:
+    """The file name of diff's table ``name`` (one of ``TABLES``): ``NAME.parquet`` (``ext="csv"``:
     ``NAME.csv``)."""
     return f"{name}.{ext}"
 
 
 def table_path(outdir, name: str, ext: str = "parquet") -> Path:
-    """The path of diff's table ``name`` (one of :data:`TABLES`) in ``outdir`` (:func:`table_file`)."""
+    """The path of diff's table ``name`` (one of ``TABLES``) in ``outdir`` (``table_file``)."""
     return Path(outdir) / table_file(name, ext)
 
 

@@ -1,4 +1,4 @@
-"""Whether the two sides of a diff look like runs of one job (:func:`unrelated_jobs`): a diff of an H100
+"""Whether the two sides of a diff look like runs of one job (``unrelated_jobs``): a diff of an H100
 job against an A100 job of another model and world size compares nothing that a change of code or
 settings made, so it is said first, as warnings, never silently.
 
@@ -8,7 +8,7 @@ kernels table of the comparison:
 * the GPU model (``device_name``, the traces' ``deviceProperties`` name);
 * the world size (``world_size``, the traces' ``distributedInfo``);
 * the model, by what it runs: the share of each side's kernel time spent in kernels (by name) the
-  other side runs too; below :data:`SHARED_MIN` on either side, the two ran different code (another
+  other side runs too; below ``SHARED_MIN`` on either side, the two ran different code (another
   model shape gives other GEMM and attention kernels; a tuning change moves a few of them, not most).
 """
 from __future__ import annotations

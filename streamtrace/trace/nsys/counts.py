@@ -1,18 +1,18 @@
-"""How many activity rows an export holds (:func:`activity_rows`): the total of a progress bar over
+"""How many activity rows an export holds (``activity_rows``): the total of a progress bar over
 its rows.  ``max(rowid)`` of each table (the exporter appends rows, so it is their count, read from
 the table's b-tree without a scan); tables it lacks count 0."""
 from __future__ import annotations
 
 from .db import open_export, table_columns
 
-#: the tables the reader streams (:mod:`streamtrace.trace.nsys.reader`)
+#: the tables the reader streams (``streamtrace.trace.nsys.reader``)
 ACTIVITY_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
                    "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")
 
 
 def activity_rows(conn, tables, which=ACTIVITY_TABLES) -> int:
     """Rows of the tables ``which`` of the open export ``conn`` (``tables``: its
-    :func:`~streamtrace.trace.nsys.db.table_columns`)."""
+    ``table_columns``)."""
     n = 0
     for t in which:
         if t in tables:
@@ -22,7 +22,7 @@ def activity_rows(conn, tables, which=ACTIVITY_TABLES) -> int:
 
 
 def export_rows(path, which=ACTIVITY_TABLES) -> int:
-    """:func:`activity_rows` of the export at ``path``."""
+    """``activity_rows`` of the export at ``path``."""
     conn = open_export(path)
     try:
         return activity_rows(conn, table_columns(conn), which)

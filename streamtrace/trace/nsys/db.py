@@ -1,7 +1,7 @@
 """An Nsight Systems SQLite export (``nsys export --type sqlite``), opened read-only: what it is
-(:func:`is_sqlite`, by the 16-byte SQLite header, not the name), its tables and columns, the
+(``is_sqlite``, by the 16-byte SQLite header, not the name), its tables and columns, the
 schema version it was written with, its session clock, and its ``StringIds`` resolved lazily
-(:class:`Strings`: only the ids asked for are read).
+(``Strings``: only the ids asked for are read).
 
 Source of the layout: NVIDIA Nsight Systems, "SQLite Schema Reference" and "Common SQLite
 examples" of the Exporter documentation; the fixtures in ``../shared/traces/nsys/`` (schemas
@@ -62,7 +62,7 @@ def lenient_text(raw: bytes) -> str:
 
 def open_export(path) -> sqlite3.Connection:
     """Open an export read-only and immutable (nothing is written beside it, no lock taken), with
-    :func:`lenient_text` as text factory.  Raises :class:`~streamtrace.runtime.errors.TraceError` for a file
+    ``lenient_text`` as text factory.  Raises ``TraceError`` for a file
     that is not an SQLite database."""
     if not is_sqlite(path):
         raise TraceError(path, "not an SQLite database (no SQLite header)")
@@ -111,7 +111,7 @@ def gpu_names(conn, tables) -> dict[int, str]:
 
 
 class Strings:
-    """``StringIds`` resolved on demand: :meth:`get` reads only the ids not seen before, so a
+    """``StringIds`` resolved on demand: ``get`` reads only the ids not seen before, so a
     run holds the names it uses, never the whole table."""
 
     BATCH = 500            # ids per query (SQLite's default limit on host parameters is 999)

@@ -1,6 +1,6 @@
-"""An activity table's rows as :data:`~streamtrace.trace.nsys.streams.ROW_DTYPE` batches in start
-order, read from the file's pages (:func:`page_batches`, through
-:func:`~streamtrace.trace.nsys.pages.scan_columns`) instead of ``SELECT ... ORDER BY start``: the same
+"""An activity table's rows as ``ROW_DTYPE`` batches in start
+order, read from the file's pages (``page_batches``, through
+``scan_columns``) instead of ``SELECT ... ORDER BY start``: the same
 rows and values the reader's SQL gives, without SQLite handing each row to Python as a tuple.
 
 The pages give rowid order.  The exporter writes each table nearly in start order (the fixtures'
@@ -9,7 +9,7 @@ put in start order by a bounded merge: a first pass reads the ``start`` column a
 batch's smallest and largest start; the second pass emits, after each batch, the rows held so far
 whose start is at most the smallest start of every later batch (a stable sort of what is held, so
 rows of equal start stay in rowid order), and holds the others.  When the first pass shows that
-more than :data:`HOLD_BATCHES` batches' rows could be held at once, the table is not read this way
+more than ``HOLD_BATCHES`` batches' rows could be held at once, the table is not read this way
 (``None``: the caller uses SQL), so memory stays a few batches."""
 from __future__ import annotations
 
@@ -28,13 +28,13 @@ DERIVED = ("dur", "proc", "gtid", "kind")
 
 def page_batches(path, conn, table, columns, consts=None, fix=None, ordered=True, batch_bytes=BATCH_BYTES,
                  odd=None):
-    """Rows of ``table`` as :data:`ROW_DTYPE` batches, or None when the page reader cannot give
+    """Rows of ``table`` as ``ROW_DTYPE`` batches, or None when the page reader cannot give
     them (a table it does not read, or rows too far from start order, see the module docstring).
-    ``columns``: ``{field: column}`` (``ts`` from ``start``; the fields of :data:`DERIVED` computed as
+    ``columns``: ``{field: column}`` (``ts`` from ``start``; the fields of ``DERIVED`` computed as
     the reader's SQL does; any other field copied), the fields not given take ``consts`` or -1;
     ``fix(array, None)`` may rewrite a batch; ``ordered``: start order (else rowid order);
     ``odd``: a list to which the count of non-integer values read as -1 is appended.  Raises
-    :class:`~streamtrace.runtime.errors.TraceError` for a damaged file."""
+    ``TraceError`` for a damaged file."""
     names = list(dict.fromkeys(list(columns.values()) + (["start"] if "dur" in columns else [])))
     try:
         scan = scan_columns(path, table, names, conn=conn, batch_bytes=batch_bytes)
@@ -54,7 +54,7 @@ def page_batches(path, conn, table, columns, consts=None, fix=None, ordered=True
 
 def _start_bounds(path, conn, table, column, batch_bytes):
     """Per batch (min, max) of ``column`` (NULL as -1), or None when the merge could hold more than
-    :data:`HOLD_BATCHES` batches' rows.  Returns ``(later_min, counts)``: ``later_min[k]`` the
+    ``HOLD_BATCHES`` batches' rows.  Returns ``(later_min, counts)``: ``later_min[k]`` the
     smallest start of the batches after ``k`` (int64 max for the last)."""
     lo, hi, n = [], [], []
     for b in scan_columns(path, table, [column], conn=conn, batch_bytes=batch_bytes):

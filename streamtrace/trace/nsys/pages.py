@@ -1,7 +1,7 @@
-"""Integer columns of an SQLite table read straight from the file's pages (:func:`scan_columns`),
+"""Integer columns of an SQLite table read straight from the file's pages (``scan_columns``),
 in rowid order, as numpy batches: the table b-tree walked from its root page, its leaf pages read
-with ``pread`` in batches of about :data:`BATCH_BYTES` and decoded by the numba kernels of
-:mod:`streamtrace.kernels.sqlite_pages`.  The stdlib ``sqlite3`` module reads the schema only
+with ``pread`` in batches of about ``BATCH_BYTES`` and decoded by the numba kernels of
+``streamtrace.kernels.sqlite_pages``.  The stdlib ``sqlite3`` module reads the schema only
 (``sqlite_master.rootpage``, ``PRAGMA table_info``); no SQL runs over the rows, so no row becomes a
 Python tuple (``fetchmany`` costs ~1.3 us a row on a large export; the kernels ~0.15 us a row of
 6-7 columns, bench/RESULTS.md).
@@ -19,9 +19,9 @@ column's declared default (``PRAGMA table_info.dflt_value``) as SQLite does: NUL
 none, an integer literal as its value; a REAL, TEXT or BLOB where an integer is asked for (or a
 non-integer declared default) reads as ``default`` too, flagged and counted (``ColumnBatch.odd``); a payload too large for its page is assembled from its overflow
 pages when it holds an asked column.  A ``WITHOUT ROWID`` table or one with generated columns raises
-:class:`Unscannable` before any row is read (the caller reads it with SQL instead).  A file cut
+``Unscannable`` before any row is read (the caller reads it with SQL instead).  A file cut
 short or a page that cannot be what the b-tree says raises
-:class:`~streamtrace.runtime.errors.TraceError` naming the file (and the page)."""
+``TraceError`` naming the file (and the page)."""
 from __future__ import annotations
 
 import os
@@ -72,7 +72,7 @@ class PageFile:
     """An SQLite file opened for page reads (``os.pread``; nothing mapped, so only the batch being
     decoded counts in the process's memory).  Attributes: ``page_size``, ``usable`` (page size less
     the reserved bytes), ``pages`` (the number of pages).  Raises
-    :class:`~streamtrace.runtime.errors.TraceError` for a file without the SQLite header, a bad page
+    ``TraceError`` for a file without the SQLite header, a bad page
     size, or a file shorter than its header says."""
 
     def __init__(self, path):
@@ -191,7 +191,7 @@ class PageFile:
 
 def table_layout(conn, table) -> Layout:
     """The root page and record positions of ``table`` from ``sqlite_master`` and ``PRAGMA
-    table_xinfo``.  Raises :class:`Unscannable` for a table the page reader does not read, KeyError
+    table_xinfo``.  Raises ``Unscannable`` for a table the page reader does not read, KeyError
     for a missing one."""
     row = conn.execute("SELECT rootpage, sql FROM sqlite_master WHERE type = 'table' AND name = ?",
                        (table,)).fetchone()
@@ -217,11 +217,11 @@ def table_layout(conn, table) -> Layout:
 
 
 def scan_columns(path, table, columns, default=-1, conn=None, batch_bytes=BATCH_BYTES):
-    """Yield :class:`ColumnBatch` es of the integer ``columns`` (names) of ``table`` of the SQLite
+    """Yield ``ColumnBatch`` es of the integer ``columns`` (names) of ``table`` of the SQLite
     file ``path``, in rowid order (the order of ``SELECT ... ORDER BY rowid``), each about
     ``batch_bytes`` of leaf pages.  ``conn``: an open ``sqlite3`` connection to the same file, for
-    the schema (else one is opened read-only).  Raises :class:`Unscannable` (see :func:`table_layout`),
-    KeyError for a table or column the file lacks, :class:`~streamtrace.runtime.errors.TraceError`
+    the schema (else one is opened read-only).  Raises ``Unscannable`` (see ``table_layout``),
+    KeyError for a table or column the file lacks, ``TraceError``
     for a damaged or cut-short file.  Memory: one batch's pages and columns."""
     own = conn is None
     if own:

@@ -6,14 +6,14 @@ Sources: NVIDIA/nccl ``src/include/nvtx_payload_schemas.h`` (each range's payloa
 ``NcclNvtxParamsCommInitRank`` = communicator id (uint64), number of ranks (int), rank (int), CUDA
 device (int); the collectives' = communicator id, message size in bytes (size_t) and, by kind, the
 reduction operation, the root or the peer rank) and NVTX's ``nvToolsExtPayload.h`` (the entry type
-codes of :data:`ENTRY_TYPES`; a registered enum, code >= 2**24, is an ``int``).
+codes of ``ENTRY_TYPES``; a registered enum, code >= 2**24, is an ``int``).
 
 An export made with ``nsys export --include-blobs=true`` holds each range's payload bytes in
 ``NVTX_EVENTS.binaryData`` (decoded here as the struct, little-endian, each entry at the schema's
 ``offset`` or, where the export leaves it NULL, at the next naturally aligned place); older exports
 render it as JSON in ``jsonText`` (decoded as a ``{entry name: value}`` object).  The schema of a
 payload is the one of the NCCL domain whose entry names fit the range's NCCL function
-(:data:`FAMILIES`) and whose size is the payload's."""
+(``FAMILIES``) and whose size is the payload's."""
 from __future__ import annotations
 
 import json
@@ -83,7 +83,7 @@ def decode_struct(blob: bytes, entries) -> dict:
 
 def pick_schema(range_name: str, size: int, schemas) -> dict | None:
     """The schema of a payload of ``size`` bytes on the NCCL range ``range_name``: the one whose
-    entry names are the function's (:data:`FAMILIES`) and whose size is ``size`` (or unknown)."""
+    entry names are the function's (``FAMILIES``) and whose size is ``size`` (or unknown)."""
     want = next((names for rx, names in FAMILIES if rx.search(range_name)), None)
     if want is None:
         return None
@@ -110,13 +110,13 @@ def decode(range_name: str, blob, json_text, schemas) -> dict | None:
 
 def comm_args(range_name: str, p: dict, nranks: dict, comm_ranks: dict | None = None) -> dict:
     """The collective-args row (Kineto's ``record_param_comms`` keys, as
-    :func:`streamtrace.analyze.classify.collective_info` reads them) of one decoded NCCL payload:
+    ``streamtrace.analyze.classify.collective_info`` reads them) of one decoded NCCL payload:
     message bytes as ``In/Out msg nelems`` of ``uint8``, the communicator id (hex) as the process
     group name, its size from ``nranks`` (communicator id -> ``No. of ranks`` of its
     ``ncclCommInitRank``), its members as ``Process Group Ranks`` from ``comm_ranks`` (communicator
     id -> the job's rank of each of its ranks, where the export holds them all: the group a Send /
     Recv's peer is found in), marked ``"@source": "nvtx_payload"`` (the ``bytes_source`` it gives,
-    :mod:`streamtrace.analyze.collective_facts`)."""
+    ``streamtrace.analyze.collective_facts``)."""
     comm = p.get(COMM)
     row = {"@source": "nvtx_payload",
            "Collective name": range_name[4:] if range_name.startswith("nccl") else range_name}

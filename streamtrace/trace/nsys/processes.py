@@ -1,11 +1,11 @@
-"""Processes of an export and the rank of each (:func:`plan_processes`).
+"""Processes of an export and the rank of each (``plan_processes``).
 
 Identifiers: ``globalTid`` / ``globalPid`` hold the process and thread ids serialised, as
 NVIDIA's "Common SQLite examples" (section "Serialized process and thread identifiers") gives
 them: ``PID = globalTid / 0x1000000 % 0x1000000``, ``TID = globalTid % 0x1000000``; a
 ``globalPid`` is a ``globalTid`` whose TID bits are 0.  The bits above (>> 48) tell the
 capturing target (host / VM) apart; ``globalTid >> 24`` is therefore one process of one host
-(:func:`process_key`), the key every join uses.
+(``process_key``), the key every join uses.
 
 Rank of a process, first answer wins: the ``Rank`` of NCCL's ``ncclCommInitRank`` payload
 (the communicator with the most ranks), a ``--rank-map`` entry (``"<pid>"`` or
@@ -42,7 +42,7 @@ def process_key(gtid: int) -> int:
 
 @dataclass
 class Process:
-    """One process with GPU activity: ``key`` (:func:`process_key`), ``pid``, ``host``, its
+    """One process with GPU activity: ``key`` (``process_key``), ``pid``, ``host``, its
     ``rank`` and where that came from (``rank_source``: "NCCL payload", "rank map", "order")."""
     key: int
     pid: int
@@ -70,7 +70,7 @@ def gpu_process_keys(conn, tables) -> tuple[list[int], bool]:
 
 
 def plan_processes(path, keys, nccl_ranks: dict, rank_map: dict | None, base_rank: int):
-    """One :class:`Process` per key, ranks assigned (module docstring); ``nccl_ranks``: process
+    """One ``Process`` per key, ranks assigned (module docstring); ``nccl_ranks``: process
     key -> (rank, number of ranks) from NCCL payloads.  Returns ``(processes, notices)``."""
     procs = sorted((Process(k, k & 0xFFFFFF, k >> (48 - PID_BITS)) for k in keys), key=lambda p: (p.host, p.pid))
     notices = []

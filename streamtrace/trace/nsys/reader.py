@@ -1,8 +1,8 @@
-"""The reader of an Nsight Systems SQLite export (:class:`NsysExport`): its processes and their
+"""The reader of an Nsight Systems SQLite export (``NsysExport``): its processes and their
 ranks, and its GPU activity (kernels, memcpy, memset) and CPU activity (CUDA runtime and driver
-calls, NVTX ranges) as :data:`~streamtrace.trace.nsys.streams.ROW_DTYPE` batches, in start order or,
+calls, NVTX ranges) as ``ROW_DTYPE`` batches, in start order or,
 cheaper, in the tables' own (rowid) order (``ordered=False``), names as ids resolved on demand
-(:meth:`NsysExport.names`).
+(``NsysExport.names``).
 
 What maps to what (the Kineto trace's terms, as the rest of streamtrace reads them):
 
@@ -14,7 +14,7 @@ What maps to what (the Kineto trace's terms, as the rest of streamtrace reads th
   ``globalTid``; its ``correlationId`` links it to the GPU rows of the same process.
 * ``NVTX_EVENTS`` push/pop and start/end ranges (``eventType`` 59, 60, 70, 71) -> ``user_annotation``
   on the thread that opened them, text from ``text`` or ``textId``; marks are left out.  NCCL's
-  ranges carry their decoded payload as a collective-args row (:mod:`~streamtrace.trace.nsys.payload`).
+  ranges carry their decoded payload as a collective-args row (``payload``).
 
 Times are int64 ns from the export, unchanged (ns since the session start,
 ``TARGET_INFO_SESSION_START_TIME.utcEpochNs``)."""
@@ -59,13 +59,13 @@ class NsysExport:
     """One export, read-only.  ``rank_map``: ``{"<pid>" or "<file>:<pid>": rank}``; ``base_rank``:
     the first rank given to processes ranked by order.  Attributes: ``version`` (the schema
     version string, or None when the export does not say), ``tables``, ``processes``
-    (:class:`~streamtrace.trace.nsys.processes.Process`, by rank), ``notices``, ``warnings``,
-    ``comm_rows`` (filled while :meth:`cpu_batches` runs), ``collective_bytes`` (``"from NCCL NVTX
+    (``Process``, by rank), ``notices``, ``warnings``,
+    ``comm_rows`` (filled while ``cpu_batches`` runs), ``collective_bytes`` (``"from NCCL NVTX
     payloads"`` or the reason they are unknown), ``read_by`` (``{table: "pages" or "sql"}``, filled as
     the streams start).  ``pages``: read the integer tables (kernels, memcpy, memset, runtime) from the
-    file's pages (:mod:`~streamtrace.trace.nsys.pagerows`, ``page_bytes`` of pages a batch) where it
+    file's pages (``pagerows``, ``page_bytes`` of pages a batch) where it
     can, else with SQL (``batch`` rows a fetch); NVTX ranges always with SQL.  Raises
-    :class:`~streamtrace.runtime.errors.TraceError` for a file that is not a readable SQLite database
+    ``TraceError`` for a file that is not a readable SQLite database
     or holds no activity table."""
 
     def __init__(self, path, rank_map=None, base_rank=0, batch=BATCH, pages=True, page_bytes=BATCH_BYTES):
@@ -127,8 +127,8 @@ class NsysExport:
 
     # -- the streams
     def gpu_batches(self, ordered=True):
-        """Kernels, memcpy and memset rows of every process (:data:`ROW_DTYPE`): in start order, or,
-        ``ordered=False``, table after table, each in its rowid order (no SQLite sort: :func:`read_order`)."""
+        """Kernels, memcpy and memset rows of every process (``ROW_DTYPE``): in start order, or,
+        ``ordered=False``, table after table, each in its rowid order (no SQLite sort: ``read_order``)."""
         streams = []
         for t, kind in ((KERNEL_T, KERNEL), (MEMCPY_T, MEMCPY), (MEMSET_T, MEMSET)):
             if t not in self.tables:
@@ -157,7 +157,7 @@ class NsysExport:
 
     def _table(self, t, sql, fields, by_page, consts=None, fix=None, ordered=True):
         """One table's batches, in start order or (``ordered=False``) rowid order: from its pages when
-        :attr:`pages` and the page reader can (:func:`~streamtrace.trace.nsys.pagerows.page_batches`),
+        ``pages`` and the page reader can (``page_batches``),
         else by ``sql`` (columns ``fields``)."""
         if self.pages and {"start", "end"} <= self.tables[t]:
             try:
@@ -193,7 +193,7 @@ class NsysExport:
 
     def _usable(self, batches):
         """The rows with a usable start and duration (the others counted in ``unusable``); an
-        SQLite error while reading (a file cut short) becomes a :class:`TraceError`."""
+        SQLite error while reading (a file cut short) becomes a ``TraceError``."""
         try:
             for b in batches:
                 ok = (b["ts"] >= 0) & (b["dur"] >= 0)
@@ -231,8 +231,8 @@ class NsysExport:
     def _nvtx_sql(self, ordered=True) -> str:
         """The NVTX ranges' query: all int columns.  An inline ``text`` comes as ``-2 - k``, ``k`` its
         row in a temporary table of the distinct (shortened) texts (0: none), so that each text
-        reaches Python once (cut by :func:`_short_text`), not once a row; a row with an NCCL payload has ``comm`` = ``-2 - rowid``
-        (its payload read by rowid, :meth:`_nvtx_fix`)."""
+        reaches Python once (cut by ``_short_text``), not once a row; a row with an NCCL payload has ``comm`` = ``-2 - rowid``
+        (its payload read by rowid, ``_nvtx_fix``)."""
         t, c = NVTX_T, self.tables[NVTX_T]
         has = [n for n in ("binaryData", "jsonText") if n in c]
         paid = (f"n.domainId = {int(self.nccl_domain)} AND ({' OR '.join(f'n.[{h}] IS NOT NULL' for h in has)})"

@@ -1,6 +1,6 @@
 """Rows of an export's activity tables as numpy batches: each table read with ``fetchmany``
-(:func:`table_batches`), with ``ORDER BY start`` and several tables merged into one start-ordered
-stream (:func:`merge_sorted`), or without a sort, table after table (:func:`read_order`).
+(``table_batches``), with ``ORDER BY start`` and several tables merged into one start-ordered
+stream (``merge_sorted``), or without a sort, table after table (``read_order``).
 Memory: one batch per table at a time."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from itertools import chain
 
 import numpy as np
 
-#: one activity row: ``ts``/``dur`` int64 ns (dur -1: no usable end), ``kind`` (:data:`KINDS` index),
+#: one activity row: ``ts``/``dur`` int64 ns (dur -1: no usable end), ``kind`` (``KINDS`` index),
 #: ``name`` (a ``StringIds`` id, or a reader-local id < -1; -1 none), ``proc`` (``globalTid >> 24``),
 #: ``tid`` (OS thread id; -1 for GPU rows), ``device``/``stream`` (-1 for CPU rows), ``correlation``
 #: (``correlationId``, -1 none), ``comm`` (collective-args row, -1 none)
@@ -31,8 +31,8 @@ def col(tables, table, name, expr=None, default="-1"):
 
 
 def table_batches(conn, sql, fields, consts=None, fix=None, batch=BATCH, extra=0):
-    """Run ``sql`` and yield :data:`ROW_DTYPE` arrays of up to ``batch`` rows.  Its columns are
-    ``fields`` (names of :data:`ROW_DTYPE`, or ``"gtid"``: a ``globalTid`` split into ``proc`` and
+    """Run ``sql`` and yield ``ROW_DTYPE`` arrays of up to ``batch`` rows.  Its columns are
+    ``fields`` (names of ``ROW_DTYPE``, or ``"gtid"``: a ``globalTid`` split into ``proc`` and
     ``tid``), int64, then ``extra`` more (any values); the fields it does not select take
     ``consts[name]`` or -1.  ``fix(array, extras)`` may rewrite a batch with the extra columns at
     hand (a structured array, fields ``x0``.., objects).  Fewer columns, fewer Python objects: the
@@ -66,7 +66,7 @@ def table_batches(conn, sql, fields, consts=None, fix=None, batch=BATCH, extra=0
 
 
 def merge_sorted(streams):
-    """Merge iterators of :data:`ROW_DTYPE` batches, each in ``ts`` order, into one stream of
+    """Merge iterators of ``ROW_DTYPE`` batches, each in ``ts`` order, into one stream of
     batches in ``ts`` order, each stream's rows in their own order.  Holds one batch per stream."""
     its = [iter(s) for s in streams]
     heads = [next(it, None) for it in its]
@@ -97,19 +97,19 @@ _VOID = np.dtype((np.void, ROW_DTYPE.itemsize))
 
 
 def concat_rows(parts):
-    """``np.concatenate`` of :data:`ROW_DTYPE` arrays, through a view of each row as one opaque
+    """``np.concatenate`` of ``ROW_DTYPE`` arrays, through a view of each row as one opaque
     item (numpy copies packed structured rows field by field: ~5x slower)."""
     return np.concatenate([p.view(_VOID) for p in parts]).view(ROW_DTYPE)
 
 
 def take_rows(a, order):
-    """``a[order]`` for a :data:`ROW_DTYPE` array, as :func:`concat_rows` does it."""
+    """``a[order]`` for a ``ROW_DTYPE`` array, as ``concat_rows`` does it."""
     return a.view(_VOID)[order].view(ROW_DTYPE)
 
 
 def read_order(streams, ordered):
     """The batches of ``streams`` (each in ``ts`` order when ``ordered``) as one stream:
-    :func:`merge_sorted` when ``ordered``, else one stream after the other, rows as they come.
+    ``merge_sorted`` when ``ordered``, else one stream after the other, rows as they come.
     Start order costs SQLite a sort of every table (on the 1.2 GB benchmark export 4.9 of the 29.9
     CPU-s the reader alone takes, bench/RESULTS.md); ``analyze`` does not need it: it groups rows by
     key and sorts each CPU track by time itself, as it does a Kineto trace's, whose file order is

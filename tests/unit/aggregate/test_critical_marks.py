@@ -1,4 +1,4 @@
-"""``merge --critical-path AGGDIR`` (:mod:`streamtrace.aggregate.critical_marks`): the path's events are
+"""``merge --critical-path AGGDIR`` (``streamtrace.aggregate.critical_marks``): the path's events are
 marked and linked by flows of their own category in the merged trace, which still validates.  The
 expected events are found in the merged file with ``json`` (the injected stall, the path's
 correlations), not by the code under test."""

@@ -270,7 +270,7 @@ def _simulate(starts, work, xfer, tail, delay=None):
 
 
 def _job_graph(starts, work, xfer, tail):
-    """The same job as :class:`~streamtrace.aggregate.critical_path.JobGraph` (anchors and reduced
+    """The same job as ``JobGraph`` (anchors and reduced
     edges per rank, the collectives matched)."""
     from streamtrace.aggregate.critical_path import JobGraph
     R, K = len(starts), len(work[0])

@@ -1,4 +1,4 @@
-"""The step names ``analyze`` used reach ``aggregate`` and ``report`` (:mod:`streamtrace.aggregate.steps`):
+"""The step names ``analyze`` used reach ``aggregate`` and ``report`` (``streamtrace.aggregate.steps``):
 an Nsight Systems export built here with ``sqlite3`` whose steps are NVTX ``iteration N`` ranges, and
 a Kineto trace analysed with ``--step-pattern``, give the report's step table (durations from the
 raw file: plain SQL / the JSON written here) and a critical path per step; an analysis without

@@ -1,5 +1,5 @@
 """A topology given to ``aggregate`` names the communication of the timeline (``comm:<dim>``) as it
-names the collectives (:func:`streamtrace.aggregate.collective_rows.fill_dims`), on the real Megatron TP=2
+names the collectives (``streamtrace.aggregate.collective_rows.fill_dims``), on the real Megatron TP=2
 job whose traces name no dimension (``pg_desc`` "undefined"): its all-reduces run on the process
 group whose ranks (``Process Group Ranks`` in the raw JSON) are the topology's TP group."""
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The what-if replay's reduction against a brute-force replay of the whole job's graph: on small
 random multi-rank step graphs joined by collectives, every rank's replayed step end from the reduced
-job graph (:mod:`streamtrace.aggregate.whatif_local` + :mod:`streamtrace.aggregate.whatif_job`)
+job graph (``streamtrace.aggregate.whatif_local`` + ``streamtrace.aggregate.whatif_job``)
 equals the one of plain relaxation (Bellman-Ford) over every rank's whole graph with the same
 barriers, for random costs and random transfer factors."""
 from __future__ import annotations
@@ -64,7 +64,7 @@ def _graph(t, comm, edges, w):
 
 def _brute(ranks, factor):
     """Every rank's step end by relaxation over the whole job's graph (the transfers as
-    :class:`JobStep` measures them, times ``factor``)."""
+    ``JobStep`` measures them, times ``factor``)."""
     nodes, src, dst, w, init, ends = [], [], [], [], [], []
     base = 0
     arrivals, end_of = {}, {}

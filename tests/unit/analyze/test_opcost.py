@@ -3,7 +3,7 @@
 under ``torch.profiler`` with ``record_shapes=True`` on the CPU, and once, with the same shapes,
 under a dispatch mode that applies ``torch.utils.flop_counter``'s registered formula to every
 call (the one ``FlopCounterMode`` sums; its total is checked too).  The costed ops
-(:func:`streamtrace.analyze.opperf.costed_ops`, innermost of each nest) equal it op by op, in
+(``streamtrace.analyze.opperf.costed_ops``, innermost of each nest) equal it op by op, in
 call order.  CPU attention (``_scaled_dot_product_flash_attention_for_cpu``) has no formula in
 the registry: it is checked against torch's ``sdpa_flop_count`` / ``sdpa_backward_flop_count``
 on the recorded shapes."""
@@ -123,7 +123,7 @@ def test_bytes_by_hand():
 
 def test_analyze_gathers_the_same_ops_in_its_own_pass(traced, tmp_path):
     """``analyze --op-perf`` costs the ops from the batches of its own reading pass (no pass of its own):
-    its ``op_perf`` rows are the standalone pass's (:func:`costed_ops`, checked against torch above)."""
+    its ``op_perf`` rows are the standalone pass's (``costed_ops``, checked against torch above)."""
     import pyarrow.parquet as pq
     from streamtrace.analyze import AnalyzeOptions, analyze
     path, _, _ = traced

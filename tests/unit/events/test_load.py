@@ -226,7 +226,7 @@ def _table_homes() -> dict:
 
 def test_only_the_owners_name_their_tables():
     """A table's name has one home: the aggregate's tables are the constants of
-    :mod:`streamtrace.aggregate.folder` (each one of ``TABLES``, none twice) and the diff's are
+    ``streamtrace.aggregate.folder`` (each one of ``TABLES``, none twice) and the diff's are
     ``report.diff.outputs.TABLES``; a ``NAME.parquet`` / ``NAME.csv`` spelled in any other module's code
     (docstrings aside) fails ``test_only_the_kinds_name_their_files``, which this checks can fail."""
     from streamtrace.aggregate import folder

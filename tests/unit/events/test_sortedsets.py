@@ -1,4 +1,4 @@
-"""Sorted integer sets (:mod:`streamtrace.events.sortedsets`) against numpy's own set routines."""
+"""Sorted integer sets (``streamtrace.events.sortedsets``) against numpy's own set routines."""
 import numpy as np
 import pytest
 from hypothesis import given, settings

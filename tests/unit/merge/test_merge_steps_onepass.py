@@ -1,7 +1,7 @@
-"""``merge --steps`` in one pass (:mod:`streamtrace.merge.deferred`: each rank rewritten once, the
+"""``merge --steps`` in one pass (``streamtrace.merge.deferred``: each rank rewritten once, the
 keep-window decided after the pass) against the two-pass merge it replaces (a survey of every rank,
 then the rewrite with the window known), forced by patching
-:func:`streamtrace.merge.plan.deferred_filter`, ``--steps`` and ``--window``: the same events in the same order, the same summary
+``streamtrace.merge.plan.deferred_filter``, ``--steps`` and ``--window``: the same events in the same order, the same summary
 (``events_out``, ``validation``, ``warnings``), the same merged metadata, the same errors.
 
 Real traces from ../shared (skipped when absent) and small synthetic traces written here; the
@@ -40,7 +40,7 @@ def _two_pass():
 
 
 def _one_pass_spy():
-    """Record what the real :func:`deferred_filter` answers (the one-pass path is taken when True)."""
+    """Record what the real ``deferred_filter`` answers (the one-pass path is taken when True)."""
     real, seen = R.deferred_filter, []
 
     def spy(opt, splits):

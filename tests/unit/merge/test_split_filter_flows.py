@@ -1,6 +1,6 @@
 """A rank cut into byte ranges under ``--steps`` / ``--window``: the flows kept across its ranges
-(:func:`streamtrace.merge.split_filter.kept_by_range`) against a plain-Python twin, and the flow
-extents of one range (:func:`streamtrace.merge.deferred.flow_extents`) against a dict."""
+(``streamtrace.merge.split_filter.kept_by_range``) against a plain-Python twin, and the flow
+extents of one range (``streamtrace.merge.deferred.flow_extents``) against a dict."""
 from types import SimpleNamespace
 
 import numpy as np

@@ -256,7 +256,7 @@ def test_chart_format_option():
 
 def test_skew_grids_from_batches_equal_each_kinds_grid_at_once(demo):
     """The heat maps' grids built from members in batches of any size (as the report reads a
-    1,024-rank job's members) equal :func:`skew_grid` of each kind's instances and members at once."""
+    1,024-rank job's members) equal ``skew_grid`` of each kind's instances and members at once."""
     c = read_table(demo / "agg" / "collectives.parquet")
     m = read_table(demo / "agg" / "collectives_ranks.parquet")
     want = {}

@@ -1,4 +1,4 @@
-"""The report opens with "What bounds each step" (:mod:`streamtrace.report.critical_path`): on a
+"""The report opens with "What bounds each step" (``streamtrace.report.critical_path``): on a
 synthetic job with a data-loader stall injected on one rank, the sentences name that rank and the
 stall, the table and the chart are there; the expected facts are the injected fault's."""
 from __future__ import annotations

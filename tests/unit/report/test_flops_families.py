@@ -7,7 +7,7 @@ Sources:
   written out from them by hand.
 * TorchTitan itself as the peer tool: each flavour built on the ``meta`` device from that commit's
   ``model_registry(flavor).model`` and its ``Config.get_nparams_and_flops(model, seq_len=4096)``
-  (``torchtitan/models/utils.py``); the values it printed are :data:`TORCHTITAN_FLOPS`. llama4 is
+  (``torchtitan/models/utils.py``); the values it printed are ``TORCHTITAN_FLOPS``. llama4 is
   gone from that ``main``: its values come from its last version there (commit 43e52fd), run alike.
 * Model cards (activated parameters, token embedding included unless said): Qwen3-30B-A3B 3.3 B,
   Qwen3-235B-A22B 22 B; DeepSeek-V3 37 B (arXiv:2412.19437); gpt-oss-20b 3.61 B and gpt-oss-120b

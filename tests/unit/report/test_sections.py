@@ -1,4 +1,4 @@
-"""The report's sections as a seam (:mod:`streamtrace.report.section`, :data:`streamtrace.report.sections.SECTIONS`):
+"""The report's sections as a seam (``streamtrace.report.section``, ``streamtrace.report.sections.SECTIONS``):
 every registered section implements the protocol, the report's headings come in the registry's order, and a
 new section (one class, one registration) gets its data into ``report.json``, its Markdown into the report and
 its chart drawn and shown in it; the expected values are the test's own section's."""

@@ -1,4 +1,4 @@
-"""The command process's start-up settings (:mod:`streamtrace.runtime.tuning`)."""
+"""The command process's start-up settings (``streamtrace.runtime.tuning``)."""
 from __future__ import annotations
 
 import subprocess

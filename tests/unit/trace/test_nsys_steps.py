@@ -1,4 +1,4 @@
-"""The default step names (:mod:`streamtrace.trace.steps`), written out by hand: which range names
+"""The default step names (``streamtrace.trace.steps``), written out by hand: which range names
 mark a step and the number each gives."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The start-ordered merge of an export's table streams (:func:`merge_sorted`), against a plain
+"""The start-ordered merge of an export's table streams (``merge_sorted``), against a plain
 sort of everything, on random batches (ties, empty batches, one stream, many)."""
 from __future__ import annotations
 

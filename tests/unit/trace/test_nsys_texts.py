@@ -1,5 +1,5 @@
 """Inline NVTX texts of an Nsight Systems export (numbered in SQL through a temporary table of the
-distinct texts, :meth:`NsysExport._nvtx_sql`), on exports built here: each range's name must be
+distinct texts, ``NsysExport._nvtx_sql``), on exports built here: each range's name must be
 the text as plain Python reads it from the file -- ``StringIds`` by ``textId``, else ``text``
 without what PyTorch's ``emit_nvtx`` appends (``, seq = ``, ``, op_id = ``), Windows-1252 bytes
 decoded leniently, no text at all ``""`` -- in start order, whatever the batch size."""
@@ -17,7 +17,7 @@ TEXTS = ["aten::add, seq = 12, op_id = 34, sizes = [[2]]", "aten::mm, op_id = 7"
 
 
 def build(path, n_rows):
-    """``n_rows`` NVTX push/pop ranges cycling through :data:`TEXTS` (inline), every fifth named by
+    """``n_rows`` NVTX push/pop ranges cycling through ``TEXTS`` (inline), every fifth named by
     ``textId`` instead, one row of Windows-1252 bytes, a mark (eventType 34: left out), a kernel."""
     c = sqlite3.connect(path)
     c.executescript("""
