@@ -194,3 +194,19 @@ def code_blocks(path, lang="python") -> list:
         elif cur is not None:
             cur.append(line)
     return blocks
+
+
+def stalled_job(tmp, rank: int, delay_ns: int) -> Path:
+    """A small synthetic job (4 ranks, TP2 x DP2) whose ``rank`` stalls ``delay_ns`` in its data loader,
+    generated into ``tmp/traces``, analysed into ``tmp/an`` and aggregated into ``tmp/agg`` (each with
+    ``jobs=1``); returns ``tmp``."""
+    from streamtrace.aggregate import AggregateOptions, aggregate
+    from streamtrace.analyze import AnalyzeOptions, analyze
+    from streamtrace.synth.faults import Fault
+    from streamtrace.synth.job import SynthSpec, generate_job
+    tmp = Path(tmp)
+    generate_job(tmp / "traces", SynthSpec(world_size=4, tp=2, pp=1, layers=1, microbatches=1,
+                                           faults=(Fault("cpu_stall", rank, delay_ns=delay_ns),)))
+    analyze([tmp / "traces"], tmp / "an", AnalyzeOptions(jobs=1))
+    aggregate([tmp / "an"], tmp / "agg", AggregateOptions(jobs=1))
+    return tmp

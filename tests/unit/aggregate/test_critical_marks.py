@@ -9,25 +9,19 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from streamtrace.analyze import AnalyzeOptions, analyze
 from streamtrace.runtime.errors import StreamtraceError
-from streamtrace.aggregate import AggregateOptions, aggregate
 from streamtrace.merge import MergeOptions, merge
 from streamtrace.aggregate.critical_marks import CATEGORY, mark_critical_path
 from streamtrace.synth.job import SynthSpec, generate_job
-from streamtrace.synth.faults import LOADER, Fault
+from streamtrace.synth.faults import LOADER
 from streamtrace.validate.check import validate
 
-from support import load_json, run_cli
+from support import load_json, run_cli, stalled_job
 
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("marks")
-    generate_job(tmp / "traces", SynthSpec(world_size=4, tp=2, pp=1, layers=1, microbatches=1,
-                                           faults=(Fault("cpu_stall", 2, delay_ns=3_000_000),)))
-    analyze([tmp / "traces"], tmp / "an", AnalyzeOptions(jobs=1))
-    aggregate([tmp / "an"], tmp / "agg", AggregateOptions(jobs=1))
+    tmp = stalled_job(tmp_path_factory.mktemp("marks"), rank=2, delay_ns=3_000_000)
     merge([tmp / "traces"], tmp / "merged.json", MergeOptions(jobs=1))
     return tmp
 

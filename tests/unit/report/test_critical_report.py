@@ -5,20 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from streamtrace.analyze import AnalyzeOptions, analyze
-from streamtrace.aggregate import AggregateOptions, aggregate
 from streamtrace.report.markdown import write_report
-from streamtrace.synth.job import SynthSpec, generate_job
-from streamtrace.synth.faults import LOADER, Fault
+from streamtrace.synth.faults import LOADER
+
+from support import stalled_job
 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("cprep")
-    generate_job(tmp / "traces", SynthSpec(world_size=4, tp=2, pp=1, layers=1, microbatches=1,
-                                           faults=(Fault("cpu_stall", 3, delay_ns=8_000_000),)))
-    analyze([tmp / "traces"], tmp / "an", AnalyzeOptions(jobs=1))
-    aggregate([tmp / "an"], tmp / "agg", AggregateOptions(jobs=1))
+    tmp = stalled_job(tmp_path_factory.mktemp("cprep"), rank=3, delay_ns=8_000_000)
     rep = write_report(tmp / "agg", name="stall")
     return tmp, rep, (tmp / "agg" / "stall.md").read_text()
 
