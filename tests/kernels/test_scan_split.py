@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamtrace.kernels import scan as K
+from streamtrace.kernels import texthash
 
 from support import need_shared, real_traces
 
@@ -255,6 +256,8 @@ class Pids:
         self.new = np.arange(100, 100 + max(1, len(self.texts)), dtype=np.int64)
         self.kind = np.zeros(max(1, len(self.texts)), np.int64)
         self.used = np.zeros(max(1, len(self.texts)), np.uint8)
+        self.slots = np.zeros(texthash.slots_for(len(self.texts)), np.int64)     # the texts' hash index
+        texthash.index_texts(self.text, self.off, len(self.texts), self.slots)
 
 
 def rewrite_windows(doc: bytes, sizes, cap, sep0, how, out_bytes, defer=False):
@@ -283,7 +286,7 @@ def rewrite_windows(doc: bytes, sizes, cap, sep0, how, out_bytes, defer=False):
             ctext = np.frombuffer(b"".join(cats) or b"\0", np.uint8)
             coff = np.concatenate([[0], np.cumsum([len(c) for c in cats])]).astype(np.int64)
             status, scanned = RW.scan_rewrite(buf, cur, a_st, a_en, sa, out, state, pids.text, pids.off, pids.new,
-                                              pids.kind, pids.used, len(pids.texts), empty, np.zeros(1, np.int64), 0,
+                                              pids.kind, pids.used, len(pids.texts), pids.slots, empty, np.zeros(1, np.int64), 0,
                                               3, 0, False, False, 0, 0, ctext, coff, len(cats),
                                               np.zeros(0, np.int64), info, kept, fields, defer, rec, rcls)
             if status == RW.OK:
