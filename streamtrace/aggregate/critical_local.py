@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.feather as feather
 
+from ..analyze.outputs import CUDA_SYNC, KERNELS, OPS
 from ..events.dataset import arrow_file
 from ..events.sortedsets import sorted_distinct
 from ..kernels.critical import NEG, longest_path, trace_back
@@ -219,13 +220,13 @@ def part_reads(part) -> dict:
     columns ``part_paths`` and ``streamtrace.aggregate.explain.part_tables`` use: read once for both."""
     kc = list(dict.fromkeys(KERNEL_COLUMNS + EXPLAIN_KERNELS))
     oc = list(dict.fromkeys(OPS_COLUMNS + STATS_OPS))
-    return {"kernels": part.read("kernels", kc), "ops": part.read("ops", oc),
-            "cuda_sync": part.read("cuda_sync", SYNC_COLUMNS)}
+    return {KERNELS: part.read(KERNELS, kc), OPS: part.read(OPS, oc),
+            CUDA_SYNC: part.read(CUDA_SYNC, SYNC_COLUMNS)}
 
 
 def _columns(part, tables) -> tuple:
     """The part's op and GPU event columns (numpy, aligned ns) with the flags the graph reads."""
-    ops_t, k_t = tables["ops"], tables["kernels"]
+    ops_t, k_t = tables[OPS], tables[KERNELS]
     ops = {c: column_numpy(ops_t[c]) for c in OPS_COLUMNS}
     k = {c: column_numpy(k_t[c]) for c in KERNEL_COLUMNS} if k_t is not None else \
         {c: np.zeros(0, object if c in ("name", "kind") else np.int64) for c in KERNEL_COLUMNS}
@@ -301,14 +302,14 @@ class PartGraphs:
 def part_graphs(job, part, tables) -> PartGraphs | None:
     """The part's step graphs (``PartGraphs``) from its tables (``part_reads``); None when
     it has no op."""
-    if tables["ops"] is None or not tables["ops"].num_rows:
+    if tables[OPS] is None or not tables[OPS].num_rows:
         return None
     ops, k, calls = _columns(part, tables)
     stats = PartStats()
     clipped = clip_stream_overlaps(k)
     stats.clipped_events, stats.clipped_ns = clipped.events, clipped.ns
-    return PartGraphs(job, ops, k, calls, sync_links(part, tables.get("cuda_sync")),
-                      sync_targets(tables.get("cuda_sync")), stats)
+    return PartGraphs(job, ops, k, calls, sync_links(part, tables.get(CUDA_SYNC)),
+                      sync_targets(tables.get(CUDA_SYNC)), stats)
 
 
 def part_paths(job, part, spill, tables=None, on_step=None) -> dict:
@@ -318,8 +319,8 @@ def part_paths(job, part, spill, tables=None, on_step=None) -> dict:
     graph (the what-if replay's reduction, ``streamtrace.aggregate.whatif_local``).  Returns
     ``{"anchors": {column: array}, "edges": {column: array}, "segments": path or None, "dropped":
     int, "stats": PartStats.as_dict()}``."""
-    tables = tables or {"kernels": part.read("kernels", KERNEL_COLUMNS), "ops": part.read("ops", OPS_COLUMNS),
-                        "cuda_sync": part.read("cuda_sync", SYNC_COLUMNS)}
+    tables = tables or {KERNELS: part.read(KERNELS, KERNEL_COLUMNS), OPS: part.read(OPS, OPS_COLUMNS),
+                        CUDA_SYNC: part.read(CUDA_SYNC, SYNC_COLUMNS)}
     graphs = part_graphs(job, part, tables)
     stats = graphs.stats if graphs is not None else PartStats()
     empty = {"anchors": {c: np.zeros(0, np.int64) for c in ANCHOR_COLUMNS},

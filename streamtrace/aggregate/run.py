@@ -60,6 +60,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from ..analyze import classify
+from ..analyze.outputs import KERNELS, OPS
 from ..analyze.patterns import Patterns
 from ..runtime.errors import StreamtraceError
 from ..events.dataset import json_default, num_rows, write_table
@@ -129,7 +130,7 @@ def _steps(part) -> dict:
     """``{step number: (ts_ns, dur_ns)}`` of the part's step ops (rank-local): ``ProfilerStep#N``, or
     the step names analyze used for it (``steps``); the last
     op of a number wins."""
-    t = part.read("ops", ["name", "ts_ns", "dur_ns"])
+    t = part.read(OPS, ["name", "ts_ns", "dur_ns"])
     if t is None:
         return {}
     steps = part.steps
@@ -213,7 +214,7 @@ def _pipeline_wait(phase_rows, step, dev, s, e, compute, p2p) -> int:
 
 def _cpu_part(job, part):
     """Rows from the CPU ops of a rank without GPU events (see the module docstring)."""
-    t = part.read("ops", ["name", "cat", "ts_ns", "dur_ns", "parent"])
+    t = part.read(OPS, ["name", "cat", "ts_ns", "dur_ns", "parent"])
     if t is None:
         return [], [], {}, [], {}
     name = t["name"].to_numpy(zero_copy_only=False).astype(str)
@@ -313,7 +314,7 @@ def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=Non
     (``write_part``, returned in their place) so the parent never
     holds every part's timeline."""
     part = job.parts[index]
-    rows = _gpu_part(job, part) if sum(num_rows(f) for f in part.files("kernels")) else None
+    rows = _gpu_part(job, part) if sum(num_rows(f) for f in part.files(KERNELS)) else None
     if rows is None or not rows[1]:
         rows = _cpu_part(job, part)
     steps = _steps(part)

@@ -26,7 +26,7 @@ from .options import AnalyzeOptions
 from .opperf import CostedOps, write_op_perf
 from .patterns import Patterns
 from .cuda_sync import sync_table
-from .outputs import STEP_PATTERNS_KEY
+from .outputs import CPU_COLLECTIVES, CUDA_SYNC, KERNELS, OPS, STEP_PATTERNS_KEY
 from .rank import RankOutputs, RankSettings, RankSource, analyze_rank
 
 
@@ -92,7 +92,7 @@ def gpu_keys(store, keys) -> list:
 def _write_cuda_sync(t, outdir, rank, iteration) -> None:
     """``cuda_sync/`` of one rank (``streamtrace.analyze.cuda_sync``), written only when it has rows
     (an earlier run's file is removed otherwise)."""
-    path = partition_path(outdir, "cuda_sync", rank, iteration)
+    path = partition_path(outdir, CUDA_SYNC, rank, iteration)
     if t.num_rows:
         with atomic_output(path, compress=False) as f:
             pq.write_table(t, f, compression="zstd")
@@ -158,19 +158,19 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
             keys = gpu_keys(store, keys) if opt.gpu_only else keys
 
             def open_kernels(pools, part=0, rank=rank):
-                return PartitionWriter(outdir, rank, iteration, kschema, "kernels", pools, part=part)
+                return PartitionWriter(outdir, rank, iteration, kschema, KERNELS, pools, part=part)
 
             def open_ops(part, rank=rank):
-                return PartitionWriter(outdir, rank, iteration, oschema, "ops", ops_pools, part=part)
+                return PartitionWriter(outdir, rank, iteration, oschema, OPS, ops_pools, part=part)
             def write_cpu_collectives(t, rank=rank):
                 if t.num_rows:
-                    path = partition_path(outdir, "cpu_collectives", rank, iteration)
+                    path = partition_path(outdir, CPU_COLLECTIVES, rank, iteration)
                     with atomic_output(path, compress=False) as f:
                         pq.write_table(t, f, compression="zstd")
             if nsys is None and not opt.gpu_only:             # newer Kineto's cuda_sync events, if any
                 _write_cuda_sync(sync_table(store, keys, comm_rows, table.strings, device_mode, pmap), outdir, rank,
                                  iteration)
-            for name in ("kernels", "ops"):                   # an earlier run's part-1.. files
+            for name in (KERNELS, OPS):                   # an earlier run's part-1.. files
                 drop_extra_parts(outdir, name, rank, iteration, 1)
             facts = trace_facts(meta, rank)
             rstore, overlong = without_overlong(store, keys)      # CUPTI's corrupted durations (issue 33)
