@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 from pathlib import Path
 
 import numpy as np
@@ -143,7 +144,7 @@ def build_step(ops, k, step, main_tid, s0, s1, calls=None, links=None, syncs=Non
     g.edges(tails, np.full(len(tails), tn[0]), wt, cat, "step end", "step end")
     t, cols = g.arrays()
     zero_linked_syncs(cols, end_node[linked])
-    anchors = _anchors(ops, k, krows, comm, runs, first, sn, en, cpu_a, cpu_e, tn, main_tid)
+    anchors = _anchors(ops, k, krows, comm, runs, main_tid, _AnchorNodes(first, sn, en, cpu_a, cpu_e, tn))
     return t, cols, anchors, g.order, len(waits)
 
 
@@ -167,10 +168,23 @@ def _launches(ops, k, rows, step, start_node, s0):
     return krows, launch_node, launch_t
 
 
-def _anchors(ops, k, krows, comm, runs, first, sn, en, cpu_a, cpu_e, tn, main_tid) -> tuple:
+class _AnchorNodes(NamedTuple):
+    """The nodes the anchors of one step sit on (node ids of its ``StepGraph``): the step's start
+    (int), every GPU event's start and end node (int64[n], rows ``krows``), every CPU collective
+    run's arrival and end node (int64[r]), the step's end node (int64[1])."""
+    first: int
+    gpu_start: np.ndarray
+    gpu_end: np.ndarray
+    cpu_arrival: np.ndarray
+    cpu_end: np.ndarray
+    step_end: np.ndarray
+
+
+def _anchors(ops, k, krows, comm, runs, main_tid, nodes: _AnchorNodes) -> tuple:
     """``(node ids, kinds, correlation, stream, name, lane)`` of the step's anchors: its start (on
     the lane of the step's thread), every communication event's and CPU collective run's arrival and
     end, its end."""
+    first, sn, en, cpu_a, cpu_e, tn = nodes
     nc, nr = int(comm.sum()), len(runs)
     kc = krows[comm]
     gcorr, gstream = k["correlation"][kc], k["stream"][kc]

@@ -212,6 +212,18 @@ def _pipeline_wait(phase_rows, step, dev, s, e, compute, p2p) -> int:
     return _iv.subtract_length(*inside, *_iv.union(s[compute], e[compute]))
 
 
+def _outermost(s, e, sel) -> list:
+    """The outermost of the windows ``sel`` (int64 indices into the start / end arrays ``s``, ``e``, ns),
+    by start: a window inside one kept before it is left out (optimizer > Optimizer.step#...)."""
+    sel = sel[np.lexsort((-e[sel], s[sel]))]
+    outer, reach = [], None
+    for j in sel.tolist():
+        if reach is None or s[j] >= reach:
+            outer.append(j)
+            reach = e[j]
+    return outer
+
+
 def _cpu_part(job, part):
     """Rows from the CPU ops of a rank without GPU events (see the module docstring)."""
     t = part.read(OPS, ["name", "cat", "ts_ns", "dur_ns", "parent"])
@@ -266,14 +278,7 @@ def _cpu_part(job, part):
         first = last = None
         busy_fb = []
         for code in range(1, len(classify.PHASES)):
-            sel = np.flatnonzero((ph == code) & (s >= lo) & (e <= hi))
-            sel = sel[np.lexsort((-e[sel], s[sel]))]
-            outer, reach = [], None          # outermost windows only (optimizer > Optimizer.step#...)
-            for j in sel.tolist():
-                if reach is None or s[j] >= reach:
-                    outer.append(j)
-                    reach = e[j]
-            sel = outer
+            sel = _outermost(s, e, np.flatnonzero((ph == code) & (s >= lo) & (e <= hi)))
             for mb, j in enumerate(sel):
                 row = {"iteration": it, "step": st, "rank": part.rank, "device": -1, "phase": classify.PHASES[code],
                        "microbatch": mb if classify.PHASES[code] in ("forward", "backward") else -1, "source": "cpu",

@@ -286,8 +286,9 @@ def test_cpu3d_microbatch_rows_for_every_rank(tmp_path):
 
 def test_report_numbers_come_from_the_tables(job, tmp_path):
     from streamtrace.report import write_report
+    from streamtrace.report.options import ReportOptions
     truth, tmp, meta = job
-    rep = write_report(tmp / "out", tmp_path, tokens_per_step=16 * 2048, charts=False)
+    rep = write_report(tmp / "out", tmp_path, ReportOptions(tokens_per_step=16 * 2048, charts=False))
     got = json.loads((tmp_path / "report.json").read_text())
     md = (tmp_path / f"{got['name']}.md").read_text()
     assert got["name"] == tmp.name          # the job's: the folder of its traces (tmp/traces), not "an"
