@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from ..runtime.errors import StreamtraceError
-from ..analyze.outputs import Analysis
+from ..analyze.outputs import KERNELS, OPS, Analysis
 from ..events.dataset import column_min_max, partition_files, read_partition
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
@@ -125,8 +125,8 @@ def _read_source_meta(source: str, rank: int) -> dict:
 
 
 def _part_info(dir_, rank, iteration, source, facts=None):
-    kf = partition_files(dir_, "kernels", rank, iteration)
-    of = partition_files(dir_, "ops", rank, iteration)
+    kf = partition_files(dir_, KERNELS, rank, iteration)
+    of = partition_files(dir_, OPS, rank, iteration)
     starts = [x for x in [column_min_max(f, "ts_ns")[0] for f in kf + of] if x is not None]
     ends = [x for x in [column_min_max(f, "end_ns")[1] for f in kf] if x is not None]
     info = dict(facts) if isinstance(facts, dict) else _read_source_meta(source, rank)
@@ -165,7 +165,7 @@ class Job:
         counts, facts = [], {}
         for d in self.dirs:
             summ = Analysis.read(d).summary
-            if any((d / "kernels").glob("rank=*")):
+            if any((d / KERNELS).glob("rank=*")):
                 raise StreamtraceError(f"{d}: analysed by an older streamtrace (kernels/rank=R/ without "
                                        f"iteration=N/); run streamtrace analyze on it again")
             failed = summ.get("failed")
@@ -275,7 +275,7 @@ class Job:
         """A warning per analysed folder and table whose partitions are missing for ranks that
         ``summary.json`` says had events (``counts``: (GPU events, CPU events) per part)."""
         for d in self.dirs:
-            for dataset, k in (("kernels", 0), ("ops", 1)):
+            for dataset, k in ((KERNELS, 0), (OPS, 1)):
                 gone = [p for p, c in zip(self.parts, counts) if p.dir == d and c[k] and not p.files(dataset)]
                 if gone:
                     where = ", ".join(f"iteration={-1 if p.iteration is None else p.iteration}/rank={p.rank}"
@@ -368,7 +368,7 @@ class Job:
         ``steps`` and optionally by ``kind`` ("compute"/"communication"/"memory"), sorted by
         start.  ``iteration`` is the part's (``iteration_of``), ``step`` the file's ``step``
         column; ``ts_ns``/``end_ns`` stay rank-local."""
-        return read_parquet_columns(part.files("kernels"), columns, self, part, kind)
+        return read_parquet_columns(part.files(KERNELS), columns, self, part, kind)
 
     def meta(self) -> dict:
         """JSON-able description of the parts and the alignment."""
@@ -389,7 +389,7 @@ def read_parquet_columns(path, columns, job=None, part=None, kind=None) -> dict:
     cols = list(dict.fromkeys(list(columns) + ["ts_ns", "step"] + (["kind"] if kind else [])))
     fcols = [c for c in cols if c != "iteration"]
     files = [Path(p) for p in (path if isinstance(path, (list, tuple)) else [path]) if Path(p).is_file()]
-    t = read_partition(files, fcols, "kernels")
+    t = read_partition(files, fcols, KERNELS)
     if kind is not None:
         t = t.filter(pc.equal(t["kind"], kind))
     out = {c: column_numpy(t[c]) for c in fcols}

@@ -18,13 +18,15 @@ from __future__ import annotations
 import numpy as np
 import pyarrow.parquet as pq
 
+from ..analyze.outputs import KERNELS
 from ..events.collmatch import is_all_to_all
 from ..events.dataset import arrow_file, num_rows
+from .folder import COLLECTIVES_MISMATCH_COLUMNS
 from .gloo import gloo_comm
 
 OPTIONAL = {"seq": -1, "in_splits": "", "out_splits": "", "bytes_source": ""}
 UNKNOWN_DIMS = ("", "unknown", None)
-MISMATCH_COLUMNS = ("group", "iteration", "step", "rank", "count", "most", "shift", "matched_by")
+MISMATCH_COLUMNS = COLLECTIVES_MISMATCH_COLUMNS
 
 
 def read_comm(job, part, columns) -> dict:
@@ -32,7 +34,7 @@ def read_comm(job, part, columns) -> dict:
     files have, kind="communication")``; an optional column the files lack is filled with its
     default (``OPTIONAL``), as are ``in_bytes`` / ``out_bytes`` (-1).  A rank with no kernel
     at all (CPU only): its gloo collectives from its CPU ops (``gloo_comm``)."""
-    files = part.files("kernels")
+    files = part.files(KERNELS)
     if not sum(num_rows(f) for f in files):          # a CPU-only rank: its gloo collectives
         return gloo_comm(job, part, columns)
     have = set(pq.read_schema(arrow_file(files[0])).names) if files else set()

@@ -39,14 +39,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .folder import COLLECTIVES, COLLECTIVES_MISMATCH, COLLECTIVES_RANKS, COLLECTIVES_SUMMARY, table_path
+from .folder import (COLLECTIVES, COLLECTIVES_COLUMNS as INSTANCE_COLUMNS, COLLECTIVES_MISMATCH,
+                     COLLECTIVES_MISMATCH_COLUMNS as MISMATCH_COLUMNS, COLLECTIVES_RANKS,
+                     COLLECTIVES_RANKS_COLUMNS as MEMBER_COLUMNS, COLLECTIVES_SUMMARY, table_path)
 from ..runtime.errors import StreamtraceError
 from ..events.dataset import arrow_file, shared_strings, to_arrow, write_table
 from ..runtime.files import atomic_output
 from ..events.clocks import estimate_clock_offsets
 from ..events.collmatch import Mismatch, match_ordinals
-from .collective_rows import MISMATCH_COLUMNS, mismatch_rows
-from .collectives import (INSTANCE_COLUMNS, MEMBER_COLUMNS, CollectiveResult, Stragglers, Summary, comm_rows,
+from .collective_rows import mismatch_rows
+from .collectives import (CollectiveResult, Stragglers, Summary, comm_rows,
                           clock_instances, cumcount, instance_tables, is_group, match_stats)
 from .options import BUCKET_ROWS
 from .p2p import TRANSFER_COLUMNS, p2p_transfers

@@ -50,24 +50,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .folder import COLLECTIVES, COLLECTIVES_MISMATCH, COLLECTIVES_RANKS, COLLECTIVES_SUMMARY
+from .folder import (COLLECTIVES, COLLECTIVES_COLUMNS, COLLECTIVES_MISMATCH, COLLECTIVES_MISMATCH_COLUMNS,
+                     COLLECTIVES_RANKS, COLLECTIVES_RANKS_COLUMNS, COLLECTIVES_SUMMARY)
+from ..analyze.outputs import OPS
 from ..runtime.errors import StreamtraceError
 from ..events.dataset import write_table
 from ..events.clocks import estimate_clock_offsets
 from ..events.collmatch import group_key, is_all_to_all, match_ordinals, signature
-from .collective_rows import MISMATCH_COLUMNS, fill_dims, member_bytes, mismatch_rows, read_comm, splits_agree
+from .collective_rows import fill_dims, member_bytes, mismatch_rows, read_comm, splits_agree
 
 P2P = ("Send", "Recv", "SendRecv")
 COMM_COLUMNS = ("ts_ns", "end_ns", "dur_ns", "iteration", "step", "collective", "msg_bytes", "group_size", "pg_name",
                 "pg_ranks", "parallel_dim", "phase", "microbatch", "correlation", "stream")
 _P2P_FN = re.compile(r"(send|recv)_(forward|backward)", re.I)
-INSTANCE_COLUMNS = ("instance", "iteration", "step", "collective", "parallel_dim", "pg_name", "pg_ranks", "group_size",
-                    "n_ranks", "complete", "consistent", "matched_by", "source", "ranks", "src", "dst", "msg_bytes", "phase", "microbatch",
-                    "first_start_ns", "last_start_ns", "first_end_ns", "last_end_ns", "start_skew_ns", "end_skew_ns",
-                    "straggler_rank", "straggler_lag_ns", "waiter_rank", "waiter_wait_ns", "latency_ns",
-                    "max_dur_ns", "kernel_time_ns", "algbw_gbps", "busbw_gbps")
-MEMBER_COLUMNS = ("instance", "part", "rank", "iteration", "step", "collective", "start_ns", "end_ns", "dur_ns",
-                  "arrival_ns", "wait_ns", "correlation", "stream", "send_bytes", "recv_bytes")
+INSTANCE_COLUMNS = COLLECTIVES_COLUMNS
+MEMBER_COLUMNS = COLLECTIVES_RANKS_COLUMNS
+MISMATCH_COLUMNS = COLLECTIVES_MISMATCH_COLUMNS
 
 
 def bus_factor(collective: str, n: int) -> float:
@@ -114,7 +112,7 @@ def _ranks_of(s: str) -> list:
 def _p2p_dirs(part, corr_needed) -> dict:
     """``{correlation: {"send": "forward"|"backward", "recv": ...}}`` from the Megatron p2p function
     (send_forward, recv_backward, send_forward_recv_backward, ...) above each launch in the ops."""
-    t = part.read("ops", ["name", "parent", "correlation"]) if corr_needed else None
+    t = part.read(OPS, ["name", "parent", "correlation"]) if corr_needed else None
     if t is None:
         return {}
     corr = t["correlation"].to_numpy()

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.feather as feather
 
+from ..analyze.outputs import CUDA_SYNC, KERNELS, OPS
 from ..events.dataset import arrow_file
 from ..events.sortedsets import sorted_distinct
 from ..kernels.critical import NEG, longest_path, trace_back
@@ -142,7 +144,7 @@ def build_step(ops, k, step, main_tid, s0, s1, calls=None, links=None, syncs=Non
     g.edges(tails, np.full(len(tails), tn[0]), wt, cat, "step end", "step end")
     t, cols = g.arrays()
     zero_linked_syncs(cols, end_node[linked])
-    anchors = _anchors(ops, k, krows, comm, runs, first, sn, en, cpu_a, cpu_e, tn, main_tid)
+    anchors = _anchors(ops, k, krows, comm, runs, main_tid, _AnchorNodes(first, sn, en, cpu_a, cpu_e, tn))
     return t, cols, anchors, g.order, len(waits)
 
 
@@ -166,10 +168,23 @@ def _launches(ops, k, rows, step, start_node, s0):
     return krows, launch_node, launch_t
 
 
-def _anchors(ops, k, krows, comm, runs, first, sn, en, cpu_a, cpu_e, tn, main_tid) -> tuple:
+class _AnchorNodes(NamedTuple):
+    """The nodes the anchors of one step sit on (node ids of its ``StepGraph``): the step's start
+    (int), every GPU event's start and end node (int64[n], rows ``krows``), every CPU collective
+    run's arrival and end node (int64[r]), the step's end node (int64[1])."""
+    first: int
+    gpu_start: np.ndarray
+    gpu_end: np.ndarray
+    cpu_arrival: np.ndarray
+    cpu_end: np.ndarray
+    step_end: np.ndarray
+
+
+def _anchors(ops, k, krows, comm, runs, main_tid, nodes: _AnchorNodes) -> tuple:
     """``(node ids, kinds, correlation, stream, name, lane)`` of the step's anchors: its start (on
     the lane of the step's thread), every communication event's and CPU collective run's arrival and
     end, its end."""
+    first, sn, en, cpu_a, cpu_e, tn = nodes
     nc, nr = int(comm.sum()), len(runs)
     kc = krows[comm]
     gcorr, gstream = k["correlation"][kc], k["stream"][kc]
@@ -219,13 +234,13 @@ def part_reads(part) -> dict:
     columns ``part_paths`` and ``streamtrace.aggregate.explain.part_tables`` use: read once for both."""
     kc = list(dict.fromkeys(KERNEL_COLUMNS + EXPLAIN_KERNELS))
     oc = list(dict.fromkeys(OPS_COLUMNS + STATS_OPS))
-    return {"kernels": part.read("kernels", kc), "ops": part.read("ops", oc),
-            "cuda_sync": part.read("cuda_sync", SYNC_COLUMNS)}
+    return {KERNELS: part.read(KERNELS, kc), OPS: part.read(OPS, oc),
+            CUDA_SYNC: part.read(CUDA_SYNC, SYNC_COLUMNS)}
 
 
 def _columns(part, tables) -> tuple:
     """The part's op and GPU event columns (numpy, aligned ns) with the flags the graph reads."""
-    ops_t, k_t = tables["ops"], tables["kernels"]
+    ops_t, k_t = tables[OPS], tables[KERNELS]
     ops = {c: column_numpy(ops_t[c]) for c in OPS_COLUMNS}
     k = {c: column_numpy(k_t[c]) for c in KERNEL_COLUMNS} if k_t is not None else \
         {c: np.zeros(0, object if c in ("name", "kind") else np.int64) for c in KERNEL_COLUMNS}
@@ -301,14 +316,14 @@ class PartGraphs:
 def part_graphs(job, part, tables) -> PartGraphs | None:
     """The part's step graphs (``PartGraphs``) from its tables (``part_reads``); None when
     it has no op."""
-    if tables["ops"] is None or not tables["ops"].num_rows:
+    if tables[OPS] is None or not tables[OPS].num_rows:
         return None
     ops, k, calls = _columns(part, tables)
     stats = PartStats()
     clipped = clip_stream_overlaps(k)
     stats.clipped_events, stats.clipped_ns = clipped.events, clipped.ns
-    return PartGraphs(job, ops, k, calls, sync_links(part, tables.get("cuda_sync")),
-                      sync_targets(tables.get("cuda_sync")), stats)
+    return PartGraphs(job, ops, k, calls, sync_links(part, tables.get(CUDA_SYNC)),
+                      sync_targets(tables.get(CUDA_SYNC)), stats)
 
 
 def part_paths(job, part, spill, tables=None, on_step=None) -> dict:
@@ -318,8 +333,8 @@ def part_paths(job, part, spill, tables=None, on_step=None) -> dict:
     graph (the what-if replay's reduction, ``streamtrace.aggregate.whatif_local``).  Returns
     ``{"anchors": {column: array}, "edges": {column: array}, "segments": path or None, "dropped":
     int, "stats": PartStats.as_dict()}``."""
-    tables = tables or {"kernels": part.read("kernels", KERNEL_COLUMNS), "ops": part.read("ops", OPS_COLUMNS),
-                        "cuda_sync": part.read("cuda_sync", SYNC_COLUMNS)}
+    tables = tables or {KERNELS: part.read(KERNELS, KERNEL_COLUMNS), OPS: part.read(OPS, OPS_COLUMNS),
+                        CUDA_SYNC: part.read(CUDA_SYNC, SYNC_COLUMNS)}
     graphs = part_graphs(job, part, tables)
     stats = graphs.stats if graphs is not None else PartStats()
     empty = {"anchors": {c: np.zeros(0, np.int64) for c in ANCHOR_COLUMNS},

@@ -36,7 +36,7 @@ from ..runtime.errors import StreamtraceError
 from ..trace.reader import TraceReader
 from ..trace.writer import TraceWriter, us_fragment
 from ..merge.pids import GPU_CATS, unique_id
-from .folder import CRITICAL_PATH, table_path
+from .folder import CRITICAL_PATH, columns, table_path
 
 CATEGORY = "critical_path"
 FLOW_BASE = 1 << 60            # flow ids above every merged id (rank * 2**40 + id, rank < 2**20)
@@ -54,8 +54,8 @@ def path_ids(aggdir, iteration=None) -> tuple[dict, dict, dict]:
     p = table_path(aggdir, CRITICAL_PATH)
     if not p.is_file():
         raise StreamtraceError(f"{p}: missing (run streamtrace aggregate without --no-critical-path first)")
-    t = pq.read_table(arrow_file(p), columns=["iteration", "step", "order", "rank", "category", "name", "correlation",
-                                  "external_id"])
+    want = columns(CRITICAL_PATH, "iteration", "step", "order", "rank", "category", "name", "correlation", "external_id")
+    t = pq.read_table(arrow_file(p), columns=want)
     c = {n: t[n].to_numpy() for n in ("iteration", "step", "order", "rank", "correlation", "external_id")}
     _, step = np.unique(np.stack([c["iteration"], c["step"]], 1), axis=0, return_inverse=True)
     order = step.reshape(-1).astype(np.int64) * 10**7 + c["order"]

@@ -58,11 +58,12 @@ from ..events.dataset import arrow_file, write_table
 from ..kernels.critical import NEG, POS, latest_times, longest_path, trace_back
 from ..runtime.tuning import trim
 from .critical_graph import BARRIER, CATEGORIES, Anchor, Edge, barrier_edges, key_codes, last_of
-from .folder import COLLECTIVES_RANKS, CRITICAL_PATH, CRITICAL_PATH_RANKS, CRITICAL_PATH_SUMMARY, table_path
-from .critical_ranks import RANK_COLUMNS, SUMMARY_COLUMNS, rank_rows, summary_rows
+from .folder import (COLLECTIVES_RANKS, CRITICAL_PATH, CRITICAL_PATH_COLUMNS, CRITICAL_PATH_RANKS,
+                     CRITICAL_PATH_RANKS_COLUMNS as RANK_COLUMNS, CRITICAL_PATH_SUMMARY,
+                     CRITICAL_PATH_SUMMARY_COLUMNS as SUMMARY_COLUMNS, columns, table_path)
+from .critical_ranks import rank_rows, summary_rows
 
-SEGMENT_COLUMNS = ("iteration", "step", "order", "rank", "lane", "start_ns", "end_ns", "dur_ns", "weight_ns",
-                   "category", "name", "correlation", "external_id")
+SEGMENT_COLUMNS = CRITICAL_PATH_COLUMNS
 GPU_CATEGORIES = ("launch_delay", "compute_kernel", "comm_transfer", "memcpy", "kernel_gap", "queued")
 LOCAL, WAIT, TRANSFER = Edge.local, Edge.wait, Edge.transfer
 SUM_TOLERANCE = 0.001
@@ -76,7 +77,7 @@ def _members(outdir) -> tuple:
     none = (np.zeros((0, 3), np.int64), np.zeros(0, np.int64))
     if not p.is_file():
         return none
-    t = pq.read_table(arrow_file(p), columns=["instance", "part", "correlation", "stream"])
+    t = pq.read_table(arrow_file(p), columns=columns(COLLECTIVES_RANKS, "instance", "part", "correlation", "stream"))
     inst, part, corr, stream = (t[c].to_numpy().astype(np.int64) for c in ("instance", "part", "correlation", "stream"))
     if not len(inst):
         return none
@@ -94,7 +95,7 @@ def _p2p_instances(outdir) -> set:
     p = table_path(outdir, COLLECTIVES_RANKS)
     if not p.is_file():
         return set()
-    t = pq.read_table(arrow_file(p), columns=["instance", "collective"])
+    t = pq.read_table(arrow_file(p), columns=columns(COLLECTIVES_RANKS, "instance", "collective"))
     kind = np.char.lower(np.asarray(t["collective"].to_pylist(), dtype=str)) if t.num_rows else np.zeros(0, str)
     return set(t["instance"].to_numpy()[np.isin(kind, P2P)].tolist())
 

@@ -42,11 +42,10 @@ import numpy as np
 
 from ..kernels.critical import NEG, POS
 from .critical_graph import Anchor, Edge
+from .folder import CRITICAL_PATH_RANKS_COLUMNS, CRITICAL_PATH_SUMMARY_COLUMNS
 
-SUMMARY_COLUMNS = ("iteration", "step", "what", "key", "rank", "ns", "min_ns", "pct", "on_path", "span_ns",
-                   "path_ns")
-RANK_COLUMNS = ("iteration", "step", "rank", "thread", "on_path", "path_ns", "path_pct", "slack_ns", "wait_ns",
-                "collectives", "last_count", "lead_ns", "start_ns", "end_ns")
+SUMMARY_COLUMNS = CRITICAL_PATH_SUMMARY_COLUMNS
+RANK_COLUMNS = CRITICAL_PATH_RANKS_COLUMNS
 TOP = 10
 NEXT_MIN_GAIN = 0.005
 """What bounds next is said only when the change shortens the path by more than this share."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from ..analyze.outputs import KERNELS, OPS
 from ..events.dataset import schemas, write_table
 from . import idle as _idle
 from . import stats as _stats
@@ -25,8 +26,8 @@ def part_tables(job, part, threshold_ns=_idle.DEFAULT_THRESHOLD_NS, tables=None)
     of the idle breakdown (int ns); ``tables``: the part's ``{"kernels", "ops"}`` pyarrow tables
     already read with at least these columns (None: read here)."""
     it, rank = job.iteration_of(part), part.rank
-    k, ops = (part.read("kernels", KERNEL_COLUMNS), part.read("ops", _stats.OPS_COLUMNS)) if tables is None else \
-        (_cols(tables["kernels"], KERNEL_COLUMNS), _cols(tables["ops"], _stats.OPS_COLUMNS))
+    k, ops = (part.read(KERNELS, KERNEL_COLUMNS), part.read(OPS, _stats.OPS_COLUMNS)) if tables is None else \
+        (_cols(tables[KERNELS], KERNEL_COLUMNS), _cols(tables[OPS], _stats.OPS_COLUMNS))
     if ops is None:
         ops = schemas()[1].empty_table().select(_stats.OPS_COLUMNS)
     out = {}

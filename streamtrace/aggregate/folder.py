@@ -57,6 +57,55 @@ TABLES = (RANK_PHASE, RANKS, PIPELINE, REPLICAS, ITERATIONS, TIMELINE, TOP_KERNE
 """The tables ``aggregate`` writes (each ``NAME.parquet``, some also ``NAME.csv``)."""
 
 
+# The columns of the tables whose writers fix them, beside their names: the writers write these tuples
+# (in this order) and every reader selects its columns through ``columns``.
+COLLECTIVES_COLUMNS = ("instance", "iteration", "step", "collective", "parallel_dim", "pg_name", "pg_ranks",
+                       "group_size", "n_ranks", "complete", "consistent", "matched_by", "source", "ranks", "src", "dst",
+                       "msg_bytes", "phase", "microbatch", "first_start_ns", "last_start_ns", "first_end_ns",
+                       "last_end_ns", "start_skew_ns", "end_skew_ns", "straggler_rank", "straggler_lag_ns",
+                       "waiter_rank", "waiter_wait_ns", "latency_ns", "max_dur_ns", "kernel_time_ns", "algbw_gbps",
+                       "busbw_gbps")
+COLLECTIVES_RANKS_COLUMNS = ("instance", "part", "rank", "iteration", "step", "collective", "start_ns", "end_ns",
+                             "dur_ns", "arrival_ns", "wait_ns", "correlation", "stream", "send_bytes", "recv_bytes")
+COLLECTIVES_MISMATCH_COLUMNS = ("group", "iteration", "step", "rank", "count", "most", "shift", "matched_by")
+P2P_COLUMNS = ("src", "dst", "src_stage", "dst_stage", "direction", "pp_group", "count", "bytes", "time_ns",
+               "recv_wait_ns", "send_wait_ns", "start_skew_mean_ns", "start_skew_max_ns", "busbw_gbps_median")
+CRITICAL_PATH_COLUMNS = ("iteration", "step", "order", "rank", "lane", "start_ns", "end_ns", "dur_ns", "weight_ns",
+                         "category", "name", "correlation", "external_id")
+CRITICAL_PATH_SUMMARY_COLUMNS = ("iteration", "step", "what", "key", "rank", "ns", "min_ns", "pct", "on_path",
+                                 "span_ns", "path_ns")
+CRITICAL_PATH_RANKS_COLUMNS = ("iteration", "step", "rank", "thread", "on_path", "path_ns", "path_pct", "slack_ns",
+                               "wait_ns", "collectives", "last_count", "lead_ns", "start_ns", "end_ns")
+WHATIF_COLUMNS = ("iteration", "step", "change", "description", "source", "ranks_touched", "measured_span_ns",
+                  "replay_span_ns", "predicted_span_ns", "saving_ns", "saving_pct", "measured_step_ns",
+                  "predicted_step_ns", "bound_rank", "bound_ns", "bound_what", "top_rank", "top_category", "top_name",
+                  "top_ns", "fidelity_pct", "flag")
+WHATIF_ANCHORS_COLUMNS = ("iteration", "step", "part", "rank", "anchor", "kind", "t_ns", "correlation", "stream")
+WHATIF_EDGES_COLUMNS = ("iteration", "step", "part", "src", "dst", "w_ns", "host_ns", "gpu_ns", "top_category",
+                        "top_name", "top_lane", "top_ns")
+WHATIF_RANKS_COLUMNS = ("iteration", "step", "part", "rank", "start_ns", "end_ns", "host_gap_ns", "cpu_ns", "gpu_ns",
+                        "nodes", "edges", "pairs", "dropped", "replay_end_ns")
+
+COLUMNS = {COLLECTIVES: COLLECTIVES_COLUMNS, COLLECTIVES_RANKS: COLLECTIVES_RANKS_COLUMNS,
+           COLLECTIVES_MISMATCH: COLLECTIVES_MISMATCH_COLUMNS, P2P: P2P_COLUMNS, CRITICAL_PATH: CRITICAL_PATH_COLUMNS,
+           CRITICAL_PATH_SUMMARY: CRITICAL_PATH_SUMMARY_COLUMNS, CRITICAL_PATH_RANKS: CRITICAL_PATH_RANKS_COLUMNS,
+           WHATIF: WHATIF_COLUMNS, WHATIF_ANCHORS: WHATIF_ANCHORS_COLUMNS, WHATIF_EDGES: WHATIF_EDGES_COLUMNS,
+           WHATIF_RANKS: WHATIF_RANKS_COLUMNS}
+"""``{table name: its columns in the order written}`` for the tables whose writers fix their columns."""
+
+
+def columns(name: str, *wanted: str) -> list:
+    """The columns ``wanted`` of table ``name`` (a key of ``COLUMNS``), as a list in the order given, or
+    all of its columns when none are given: what a reader passes to ``read_aggregate_table`` or
+    ``pyarrow.parquet.read_table``.  ``KeyError`` for a table without declared columns or a column the
+    table does not have (a reader out of step with the writer)."""
+    own = COLUMNS[name]
+    for c in wanted:
+        if c not in own:
+            raise KeyError(f"{name} has no column {c!r} (its columns: streamtrace.aggregate.folder.COLUMNS)")
+    return list(wanted or own)
+
+
 def table_file(name: str) -> str:
     """The file name of table ``name`` (one of ``TABLES``): ``NAME.parquet``."""
     return f"{name}.parquet"

@@ -28,6 +28,7 @@ import re
 
 import numpy as np
 
+from ..analyze.outputs import CPU_COLLECTIVES, OPS
 from ..analyze.patterns import Patterns
 
 _CALL = re.compile(r"^c10d::([a-z_]+?)_?$")
@@ -139,10 +140,10 @@ def gloo_comm(job, part, columns) -> dict:
     parallel dimension, step and phase from the ``c10d::`` call's stack, its group from the topology
     and a send / receive's direction (module docstring).  A folder analysed before analyze wrote
     ``cpu_collectives`` gives none."""
-    facts = part.read("cpu_collectives", None)
+    facts = part.read(CPU_COLLECTIVES, None)
     rows, dirs = [], {}
     if facts is not None and facts.num_rows:
-        by_run, n_ops = _calls_by_run(part.read("ops", ["name", "ts_ns", "dur_ns", "parent"]))
+        by_run, n_ops = _calls_by_run(part.read(OPS, ["name", "ts_ns", "dur_ns", "parent"]))
         for i, f in enumerate(facts.to_pylist()):
             call, up = by_run.get((int(f["ts_ns"]), f["name"]), (None, []))
             corr = -2 - (call if call is not None else n_ops + i)       # never an op's -1, unique

@@ -14,6 +14,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from ..analyze.outputs import OP_PERF as OP_PERF_DATASET
 from .folder import OP_PERF
 from ..events.dataset import write_table
 
@@ -26,9 +27,9 @@ def write_op_perf(outdir, parts) -> list:
     Raises ``DataError`` naming a damaged partition."""
     acc: dict = defaultdict(lambda: {"count": 0, "ranks": set(), **dict.fromkeys(_SUMS, 0.0)})
     for p in parts:
-        if not p.files("op_perf"):
+        if not p.files(OP_PERF_DATASET):
             continue
-        t = p.read("op_perf", ["name", "dtype", "input_dims", "bound", *_SUMS]).to_pydict()
+        t = p.read(OP_PERF_DATASET, ["name", "dtype", "input_dims", "bound", *_SUMS]).to_pydict()
         for i in range(len(t["name"])):
             a = acc[(t["name"][i], t["dtype"][i] or "", t["input_dims"][i], t["bound"][i] or "")]
             a["count"] += 1

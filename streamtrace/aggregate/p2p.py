@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .folder import P2P
+from .folder import P2P, P2P_COLUMNS
 from ..events.dataset import write_table
 
-P2P_COLUMNS = ("src", "dst", "src_stage", "dst_stage", "direction", "pp_group", "count", "bytes", "time_ns",
-               "recv_wait_ns", "send_wait_ns", "start_skew_mean_ns", "start_skew_max_ns", "busbw_gbps_median")
 
 
 TRANSFER_COLUMNS = ("src", "dst", "latency_ns", "msg_bytes", "send_start_ns", "recv_start_ns")

@@ -60,6 +60,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from ..analyze import classify
+from ..analyze.outputs import KERNELS, OPS
 from ..analyze.patterns import Patterns
 from ..runtime.errors import StreamtraceError
 from ..events.dataset import json_default, num_rows, write_table
@@ -129,7 +130,7 @@ def _steps(part) -> dict:
     """``{step number: (ts_ns, dur_ns)}`` of the part's step ops (rank-local): ``ProfilerStep#N``, or
     the step names analyze used for it (``steps``); the last
     op of a number wins."""
-    t = part.read("ops", ["name", "ts_ns", "dur_ns"])
+    t = part.read(OPS, ["name", "ts_ns", "dur_ns"])
     if t is None:
         return {}
     steps = part.steps
@@ -211,9 +212,21 @@ def _pipeline_wait(phase_rows, step, dev, s, e, compute, p2p) -> int:
     return _iv.subtract_length(*inside, *_iv.union(s[compute], e[compute]))
 
 
+def _outermost(s, e, sel) -> list:
+    """The outermost of the windows ``sel`` (int64 indices into the start / end arrays ``s``, ``e``, ns),
+    by start: a window inside one kept before it is left out (optimizer > Optimizer.step#...)."""
+    sel = sel[np.lexsort((-e[sel], s[sel]))]
+    outer, reach = [], None
+    for j in sel.tolist():
+        if reach is None or s[j] >= reach:
+            outer.append(j)
+            reach = e[j]
+    return outer
+
+
 def _cpu_part(job, part):
     """Rows from the CPU ops of a rank without GPU events (see the module docstring)."""
-    t = part.read("ops", ["name", "cat", "ts_ns", "dur_ns", "parent"])
+    t = part.read(OPS, ["name", "cat", "ts_ns", "dur_ns", "parent"])
     if t is None:
         return [], [], {}, [], {}
     name = t["name"].to_numpy(zero_copy_only=False).astype(str)
@@ -265,14 +278,7 @@ def _cpu_part(job, part):
         first = last = None
         busy_fb = []
         for code in range(1, len(classify.PHASES)):
-            sel = np.flatnonzero((ph == code) & (s >= lo) & (e <= hi))
-            sel = sel[np.lexsort((-e[sel], s[sel]))]
-            outer, reach = [], None          # outermost windows only (optimizer > Optimizer.step#...)
-            for j in sel.tolist():
-                if reach is None or s[j] >= reach:
-                    outer.append(j)
-                    reach = e[j]
-            sel = outer
+            sel = _outermost(s, e, np.flatnonzero((ph == code) & (s >= lo) & (e <= hi)))
             for mb, j in enumerate(sel):
                 row = {"iteration": it, "step": st, "rank": part.rank, "device": -1, "phase": classify.PHASES[code],
                        "microbatch": mb if classify.PHASES[code] in ("forward", "backward") else -1, "source": "cpu",
@@ -313,7 +319,7 @@ def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=Non
     (``write_part``, returned in their place) so the parent never
     holds every part's timeline."""
     part = job.parts[index]
-    rows = _gpu_part(job, part) if sum(num_rows(f) for f in part.files("kernels")) else None
+    rows = _gpu_part(job, part) if sum(num_rows(f) for f in part.files(KERNELS)) else None
     if rows is None or not rows[1]:
         rows = _cpu_part(job, part)
     steps = _steps(part)

@@ -42,19 +42,18 @@ from ..runtime.errors import DataError, UsageError
 from ..runtime.parallel import run_tasks
 from ..runtime.tuning import trim
 from .alignment import Job, Part
-from .folder import COLLECTIVES, COLLECTIVES_RANKS, WHATIF, Aggregate, table_path
+from .folder import (COLLECTIVES, COLLECTIVES_RANKS, WHATIF, WHATIF_ANCHORS, WHATIF_ANCHORS_COLUMNS as ANCHOR_COLUMNS,
+                     WHATIF_COLUMNS, WHATIF_EDGES, WHATIF_EDGES_COLUMNS as EDGE_COLUMNS, WHATIF_RANKS,
+                     Aggregate, table_path)
 from .steps import step_patterns_of
 from .whatif_changes import AtMedian, Comm, HostGaps, Kernels, Launches, Ops, as_changes
 from .whatif_job import JobStep, Members, StepTables
-from .whatif_local import ANCHOR_COLUMNS, EDGE_COLUMNS, RANK_COLUMNS, part_replay
+from .whatif_local import RANK_COLUMNS, part_replay
 
 FIDELITY_PCT = 5.0
 """A step whose unmodified replay misses a rank's measured end by more than this share of its step is flagged."""
-COLUMNS = ("iteration", "step", "change", "description", "source", "ranks_touched", "measured_span_ns",
-           "replay_span_ns", "predicted_span_ns", "saving_ns", "saving_pct", "measured_step_ns", "predicted_step_ns",
-           "bound_rank", "bound_ns", "bound_what", "top_rank", "top_category", "top_name", "top_ns", "fidelity_pct",
-           "flag")
-TABLES = ("whatif_anchors", "whatif_edges", "whatif_ranks")
+COLUMNS = WHATIF_COLUMNS
+TABLES = (WHATIF_ANCHORS, WHATIF_EDGES, WHATIF_RANKS)
 
 
 @dataclass

@@ -34,16 +34,17 @@ import numpy as np
 from ..kernels.replay import anchor_pairs
 from .critical_graph import CATEGORIES, Anchor, Category
 from .critical_local import part_graphs, part_reads
+from .folder import WHATIF_ANCHORS_COLUMNS, WHATIF_EDGES_COLUMNS, WHATIF_RANKS_COLUMNS
 from .whatif_changes import EdgeView
 
 NCAT = len(Category)
 HOST = np.asarray([Category.cpu_op, Category.host_gap, Category.launch_delay, Category.sync, Category.thread_wait])
 GPU = np.asarray([Category.compute_kernel, Category.memcpy, Category.kernel_gap, Category.queued])
-ANCHOR_COLUMNS = ("iteration", "step", "part", "rank", "anchor", "kind", "t_ns", "correlation", "stream")
-EDGE_COLUMNS = ("iteration", "step", "part", "src", "dst", "w_ns", "host_ns", "gpu_ns", "top_category", "top_name",
-                "top_lane", "top_ns")
-RANK_COLUMNS = ("iteration", "step", "part", "rank", "start_ns", "end_ns", "host_gap_ns", "cpu_ns", "gpu_ns",
-                "nodes", "edges", "pairs", "dropped")
+ANCHOR_COLUMNS = WHATIF_ANCHORS_COLUMNS
+EDGE_COLUMNS = WHATIF_EDGES_COLUMNS
+RANK_COLUMNS = WHATIF_RANKS_COLUMNS[:-1]
+"""A part's rank rows: ``whatif_ranks``' columns but the last, ``replay_end_ns`` (``streamtrace.aggregate.whatif``
+adds it after the unmodified replay)."""
 
 
 def replay_costs(t, cols) -> np.ndarray:

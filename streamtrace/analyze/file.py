@@ -5,7 +5,7 @@ its Parquet partitions (``streamtrace.analyze.rank.analyze_rank``)."""
 from __future__ import annotations
 
 import tempfile
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pyarrow.parquet as pq
 
@@ -26,7 +26,7 @@ from .options import AnalyzeOptions
 from .opperf import CostedOps, write_op_perf
 from .patterns import Patterns
 from .cuda_sync import sync_table
-from .outputs import STEP_PATTERNS_KEY
+from .outputs import CPU_COLLECTIVES, CUDA_SYNC, KERNELS, OPS, STEP_PATTERNS_KEY
 from .rank import RankOutputs, RankSettings, RankSource, analyze_rank
 
 
@@ -92,7 +92,7 @@ def gpu_keys(store, keys) -> list:
 def _write_cuda_sync(t, outdir, rank, iteration) -> None:
     """``cuda_sync/`` of one rank (``streamtrace.analyze.cuda_sync``), written only when it has rows
     (an earlier run's file is removed otherwise)."""
-    path = partition_path(outdir, "cuda_sync", rank, iteration)
+    path = partition_path(outdir, CUDA_SYNC, rank, iteration)
     if t.num_rows:
         with atomic_output(path, compress=False) as f:
             pq.write_table(t, f, compression="zstd")
@@ -105,6 +105,54 @@ def _step_record(pats) -> dict:
     stages (``streamtrace.aggregate.steps``); ``{}`` for the Kineto default, which they take when none is
     recorded (so a ProfilerStep trace's summary.json is as before)."""
     return {} if list(pats.spec["step"]) == KINETO_STEP_PATTERNS else {STEP_PATTERNS_KEY: list(pats.spec["step"])}
+
+
+@dataclass
+class _Ingested:
+    """One trace file read into a store (``_ingest_file``): the store, its string ``table`` and
+    collective rows, the trace's metadata (dict), the file's warnings (list of str), the count of
+    complete events dropped for their time (``unusable``) and of negative durations, the Nsight
+    export's facts (``nsys``, None for Kineto) and the op costs read in the same pass (``costed``)."""
+    store: object
+    table: object
+    comm_rows: object
+    meta: dict
+    warnings: list
+    unusable: int
+    negative: int
+    nsys: object = None
+    costed: object = None
+
+
+def _ingest_file(path, outdir, opt, pats, spill, file_rank, progress) -> _Ingested:
+    """Read ``path`` into a store: an Nsight Systems export by content, a Kineto trace in byte ranges on
+    ``opt.split_jobs`` processes, else in this one (``spill``: the chunked store's folder or None).
+    Raises ``TraceError`` for an unreadable file."""
+    if is_sqlite(path):                              # an Nsight Systems export: read by content
+        store = SpillStore(spill.name, opt.chunk_events) if spill else MemoryStore(opt.chunk_events)
+        nsys = nsys_export.read_export(path, store, file_rank, opt, progress)
+        return _Ingested(store, nsys.table, nsys.comm_rows, {}, nsys_export.warnings_of(nsys), 0, 0, nsys)
+    split = None
+    if opt.split_jobs > 1:
+        warm_analysis(outdir, opt, ingest_only=True)  # before forking: the workers inherit the kernels
+        settings = IngestSettings(pats.gpu_cats, opt.salvage, spill.name if spill else None, opt.chunk_events)
+        split = ingest_parallel(path, outdir, opt.split_jobs, settings,
+                                while_parsing=lambda: warm_analysis(outdir, opt))
+    if split is not None:
+        got = _Ingested(split.store, split.table, split.comm_rows, split.metadata, split.warnings,
+                        split.unusable_times, split.negative_durations)
+    else:                                            # one process (also: a file that cannot be split)
+        store = SpillStore(spill.name, opt.chunk_events) if spill else MemoryStore(opt.chunk_events)
+        ops = CostedOps() if opt.op_perf and not opt.gpu_only else None     # the op costs: in the same pass
+        table, comm_rows, reader = ingest(path, store, pats.gpu_cats, opt.salvage, progress,
+                                          on_batch=ops.add if ops is not None else None)
+        got = _Ingested(store, table, comm_rows, reader.metadata, reader.warnings, reader.unusable_times,
+                        reader.negative_durations, None, (ops.rows(), reader.metadata) if ops is not None else None)
+        del reader                                   # and its last input block
+    if got.unusable:
+        got.warnings = got.warnings + [f"{path}: {got.unusable:,} complete event(s) dropped: ts or dur missing, ts "
+                                       f"negative, not a number or beyond int64 nanoseconds"]
+    return got
 
 
 def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progress=None) -> list[dict]:
@@ -120,34 +168,9 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
     topo = load_topology(opt.topology) if opt.topology else None
     spill = tempfile.TemporaryDirectory(prefix=f".streamtrace-spill.{owner()}.", dir=outdir) if opt.chunked else None
     try:
-        split = nsys = costed = None
-        if is_sqlite(path):                              # an Nsight Systems export: read by content
-            store = SpillStore(spill.name, opt.chunk_events) if spill else MemoryStore(opt.chunk_events)
-            nsys = nsys_export.read_export(path, store, file_rank, opt, progress)
-            table, comm_rows, meta, unusable = nsys.table, nsys.comm_rows, {}, 0
-            warnings = nsys_export.warnings_of(nsys)
-            negative = 0
-        elif opt.split_jobs > 1:
-            warm_analysis(outdir, opt, ingest_only=True)  # before forking: the workers inherit the kernels
-            settings = IngestSettings(pats.gpu_cats, opt.salvage, spill.name if spill else None, opt.chunk_events)
-            split = ingest_parallel(path, outdir, opt.split_jobs, settings,
-                                    while_parsing=lambda: warm_analysis(outdir, opt))
-        if nsys is None and split is not None:
-            store, table, comm_rows, meta, warnings = (split.store, split.table, split.comm_rows, split.metadata,
-                                                       split.warnings)
-            unusable, negative = split.unusable_times, split.negative_durations
-        elif nsys is None:                               # one process (also: a file that cannot be split)
-            store = SpillStore(spill.name, opt.chunk_events) if spill else MemoryStore(opt.chunk_events)
-            ops = CostedOps() if opt.op_perf and not opt.gpu_only else None     # the op costs: in the same pass
-            table, comm_rows, reader = ingest(path, store, pats.gpu_cats, opt.salvage, progress,
-                                              on_batch=ops.add if ops is not None else None)
-            meta, warnings, unusable = reader.metadata, reader.warnings, reader.unusable_times
-            costed = (ops.rows(), meta) if ops is not None else None
-            negative = reader.negative_durations
-            del reader                                   # and its last input block
-        if unusable:
-            warnings = warnings + [f"{path}: {unusable:,} complete event(s) dropped: ts or dur missing, ts negative, "
-                                   f"not a number or beyond int64 nanoseconds"]
+        got = _ingest_file(path, outdir, opt, pats, spill, file_rank, progress)
+        store, table, comm_rows, meta, nsys = got.store, got.table, got.comm_rows, got.meta, got.nsys
+        unusable, negative, warnings = got.unusable, got.negative, got.warnings
         trim()
         ranks, device_mode, pmap = rank_plan(store, meta, file_rank)
         kschema, oschema = schemas()
@@ -158,19 +181,19 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
             keys = gpu_keys(store, keys) if opt.gpu_only else keys
 
             def open_kernels(pools, part=0, rank=rank):
-                return PartitionWriter(outdir, rank, iteration, kschema, "kernels", pools, part=part)
+                return PartitionWriter(outdir, rank, iteration, kschema, KERNELS, pools, part=part)
 
             def open_ops(part, rank=rank):
-                return PartitionWriter(outdir, rank, iteration, oschema, "ops", ops_pools, part=part)
+                return PartitionWriter(outdir, rank, iteration, oschema, OPS, ops_pools, part=part)
             def write_cpu_collectives(t, rank=rank):
                 if t.num_rows:
-                    path = partition_path(outdir, "cpu_collectives", rank, iteration)
+                    path = partition_path(outdir, CPU_COLLECTIVES, rank, iteration)
                     with atomic_output(path, compress=False) as f:
                         pq.write_table(t, f, compression="zstd")
             if nsys is None and not opt.gpu_only:             # newer Kineto's cuda_sync events, if any
                 _write_cuda_sync(sync_table(store, keys, comm_rows, table.strings, device_mode, pmap), outdir, rank,
                                  iteration)
-            for name in ("kernels", "ops"):                   # an earlier run's part-1.. files
+            for name in (KERNELS, OPS):                   # an earlier run's part-1.. files
                 drop_extra_parts(outdir, name, rank, iteration, 1)
             facts = trace_facts(meta, rank)
             rstore, overlong = without_overlong(store, keys)      # CUPTI's corrupted durations (issue 33)
@@ -190,7 +213,7 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
             if nsys is not None:
                 out[-1]["nsys"] = nsys_export.export_facts(nsys, rank)
         if opt.op_perf and nsys is None and not opt.gpu_only:   # per-op FLOPs/bytes (a pass of its own when split)
-            write_op_perf(path, outdir, sorted(ranks), iteration, costed)
+            write_op_perf(path, outdir, sorted(ranks), iteration, got.costed)
         return out
     finally:
         if spill is not None:

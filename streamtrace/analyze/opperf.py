@@ -37,6 +37,7 @@ from ..runtime.files import atomic_output
 from ..topology.hardware import gpu_spec
 from ..trace.reader import TraceReader
 from .opcost import COSTED, op_cost
+from .outputs import KERNEL_PERF, KERNELS, OP_PERF, OPS
 
 _KEY = b'"Input Dims"'
 PROBE_EVENTS = 65536     # events read before concluding that a trace has no recorded shapes
@@ -164,8 +165,8 @@ def _innermost(rows: dict) -> dict:
 def _ops_gpu_time(outdir, rank, iteration, starts=None) -> dict:
     """``{(pid, tid, ts_ns, name): (kernel_count, kernel_time_ns, gpu_busy_ns)}`` of the rank's ops
     (only those starting at one of ``starts``, int ns, when given: the ops to be joined)."""
-    t = read_partition(partition_files(outdir, "ops", rank, iteration),
-                       ["pid", "tid", "ts_ns", "name", "kernel_count", "kernel_time_ns", "gpu_busy_ns"], "ops")
+    t = read_partition(partition_files(outdir, OPS, rank, iteration),
+                       ["pid", "tid", "ts_ns", "name", "kernel_count", "kernel_time_ns", "gpu_busy_ns"], OPS)
     if starts is not None:
         t = t.filter(pc.is_in(t.column("ts_ns"), value_set=pa.array(sorted(set(starts)), pa.int64())))
     names = t.column("name")
@@ -226,8 +227,8 @@ def write_op_perf(path, outdir, ranks, iteration, costed=None) -> list:
             k: pa.array(roof.get(k, [None] * len(mine)), pa.string() if k == "bound" else pa.float64())
             for k in ("intensity", "bound", "bound_ns", "lost_ns", "achieved_tflops", "achieved_gbps",
                       "pct_of_bound")}})
-        files.append(_write(table, outdir, "op_perf", rank, iteration))
-        files.append(_write(kernel_costs(outdir, rank, iteration, cols), outdir, "kernel_perf", rank, iteration))
+        files.append(_write(table, outdir, OP_PERF, rank, iteration))
+        files.append(_write(kernel_costs(outdir, rank, iteration, cols), outdir, KERNEL_PERF, rank, iteration))
     return files
 
 
@@ -246,8 +247,8 @@ def kernel_costs(outdir, rank, iteration, ops: dict):
     durations; a table of ``correlation``, ``external_id``, ``op``, ``flops``, ``bytes`` (float64)
     that joins the ``kernels`` table on ``correlation``.  Kernels an op launched through an inner,
     uncosted op (another external id) get none: the op's own row in ``op_perf`` has the total."""
-    t = read_partition(partition_files(outdir, "kernels", rank, iteration), ["correlation", "external_id", "dur_ns"],
-                       "kernels")
+    t = read_partition(partition_files(outdir, KERNELS, rank, iteration), ["correlation", "external_id", "dur_ns"],
+                       KERNELS)
     ext = np.asarray([e if isinstance(e, int) else -1 for e in ops["external_id"]], np.int64)
     k_ext = t.column("external_id").to_numpy(zero_copy_only=False).astype(np.int64)
     k_dur = t.column("dur_ns").to_numpy(zero_copy_only=False).astype(np.float64)

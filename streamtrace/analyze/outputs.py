@@ -7,8 +7,16 @@ from __future__ import annotations
 from ..events.load import Outputs, read_dataset, register
 from ..runtime.errors import DataError
 
-#: the analysis folder's datasets (one Parquet file per iteration and rank), in the order ``tables()`` lists them
-TABLES = ("kernels", "ops", "cpu_collectives", "op_perf", "kernel_perf", "cuda_sync")
+# The analysis folder's datasets (one Parquet file per iteration and rank), by name: every module that
+# writes or reads one names it by these constants.
+KERNELS = "kernels"
+OPS = "ops"
+CPU_COLLECTIVES = "cpu_collectives"
+OP_PERF = "op_perf"
+KERNEL_PERF = "kernel_perf"
+CUDA_SYNC = "cuda_sync"
+#: the analysis folder's datasets, in the order ``tables()`` lists them
+TABLES = (KERNELS, OPS, CPU_COLLECTIVES, OP_PERF, KERNEL_PERF, CUDA_SYNC)
 #: a rank's key in ``summary.json`` listing the step patterns analyze marked its steps by (list of str;
 #: written only when they are not the Kineto default ``^ProfilerStep#(\\d+)$``: absent means that)
 STEP_PATTERNS_KEY = "step_patterns"

@@ -14,14 +14,14 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..aggregate.folder import CRITICAL_PATH, table_path
+from ..aggregate.folder import CRITICAL_PATH, columns, table_path
 from ..events.dataset import arrow_file
 from .charts import pyplot, save
 
 COLORS = {"cpu_op": "#4c72b0", "host_gap": "#8c8c8c", "launch_delay": "#dd8452", "compute_kernel": "#55a868",
           "comm_transfer": "#c44e52", "memcpy": "#8172b3", "kernel_gap": "#937860", "sync": "#da8bc3",
           "wait": "#000000", "queued": "#ccb974", "thread_wait": "#64b5cd"}
-COLUMNS = ["iteration", "step", "rank", "start_ns", "end_ns", "weight_ns", "category"]
+COLUMNS = columns(CRITICAL_PATH, "iteration", "step", "rank", "start_ns", "end_ns", "weight_ns", "category")
 MAX_MOVE_LINES = 512     # moves between ranks drawn as a line each up to this many, else as one broken line
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..aggregate.folder import COLLECTIVES, OP_PERF, read_aggregate_table
+from ..aggregate.folder import COLLECTIVES, OP_PERF, columns, read_aggregate_table
 from ..topology.hardware import gpu_spec
 from .charts import pyplot, save
 from .escape import chart_text
@@ -68,7 +68,8 @@ def _roofline(aggdir, stem, spec, formats, top, dtype=None, peak=None) -> list:
 
 
 def _busbw(aggdir, stem, links, meta, spec, formats) -> list:
-    t = read_aggregate_table(aggdir, COLLECTIVES, ["collective", "pg_ranks", "ranks", "msg_bytes", "busbw_gbps"])
+    t = read_aggregate_table(aggdir, COLLECTIVES,
+                             columns(COLLECTIVES, "collective", "pg_ranks", "ranks", "msg_bytes", "busbw_gbps"))
     if not t or not len(t.get("collective", [])):
         return []
     ok = (t["msg_bytes"] > 0) & ~np.isnan(t["busbw_gbps"].astype(float))

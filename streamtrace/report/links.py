@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..aggregate.folder import COLLECTIVES, Aggregate, read_aggregate_table, table_file
+from ..aggregate.folder import COLLECTIVES, Aggregate, columns, read_aggregate_table, table_file
 
 _WORKER = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d{19}\.pt\.trace\.json(\.gz)?$")
 _HOST_KEYS = ("host_name", "hostname", "host")
@@ -89,8 +89,8 @@ def link_section(aggdir, meta: dict, spec, nic_gbps: float | None, gpus_per_node
     ``busbw_gbps_median``, ``link``, ``link_gbps``, ``pct_of_link``), ``traffic`` (bytes and % intra
     / inter), ``hosts_from``, ``nic_gbps`` and ``nic_from``.  ``spec``: the GPU's
     ``GpuSpec`` or None."""
-    t = read_aggregate_table(aggdir, COLLECTIVES, ["collective", "parallel_dim", "pg_ranks", "ranks",
-                                                     "msg_bytes", "busbw_gbps"])
+    want = columns(COLLECTIVES, "collective", "parallel_dim", "pg_ranks", "ranks", "msg_bytes", "busbw_gbps")
+    t = read_aggregate_table(aggdir, COLLECTIVES, want)
     n = len(t.get("collective", []))
     inter, how = inter_node(t["pg_ranks"], t["ranks"], meta, gpus_per_node) if n else (np.zeros(0, bool), "")
     cpu_only = meta.get("sources") == ["cpu"]

@@ -33,6 +33,7 @@ from ..runtime.files import atomic_output
 from .render import ChartOptions, render_all
 from .config import inferred_phases, step_patterns_used
 from .escape import md_code, md_text
+from .options import ReportOptions
 from .outputs import Report
 from .section import ChartJob, ReportInput, plain
 from .sections import SECTIONS
@@ -135,26 +136,28 @@ def to_markdown(rep: dict, charts=()) -> str:
     return "\n".join(L)
 
 
-def write_report(aggdir, outdir=None, name=None, tokens_per_step=None, global_batch=None, seq_len=None,
-                 charts=True, chart_ranks=None, log=None, progress=None, final=None, shown=None,
-                 chart_formats=("png",), jobs=0, efficiency=None) -> dict:
-    """Write ``<outdir>/<name>.md``, ``<outdir>/report.json`` and (``charts``) ``<outdir>/charts/``
+def write_report(aggdir, outdir=None, opt: ReportOptions | None = None, log=None, final=None, shown=None) -> dict:
+    """Write ``<outdir>/<name>.md``, ``<outdir>/report.json`` and (``opt.charts``) ``<outdir>/charts/``
     into the existing folder ``outdir`` (default ``aggdir``): the files one by one, see
-    ``streamtrace.report.run.report`` for the report as one unit.  ``name`` defaults to the
-    job's (the folder of its traces); ``progress``: a bar over the charts (None: on a terminal);
-    ``final``: the path ``outdir`` will have (a staging folder's), for the paths returned and
-    printed; ``shown``: the aggregate folder's path to record; ``chart_formats``: ``png`` and/or
-    ``svg``; ``jobs``: processes drawing charts (0 = all cores).  The Markdown shows the PNGs (the
-    SVGs when only those were written).  Returns the report dict (with ``files``)."""
-    rep = build_report(aggdir, name, tokens_per_step, global_batch, seq_len, shown=shown, efficiency=efficiency)
+    ``streamtrace.report.run.report`` for the report as one unit.  ``opt``: the report's options
+    (``ReportOptions``, default ``ReportOptions()``: the job's name, the folder of its traces; a bar
+    over the charts only on a terminal; PNG charts drawn on all cores); ``log``: a function taking
+    one line, or None; ``final``: the path ``outdir`` will have (a staging folder's), for the paths
+    returned and printed; ``shown``: the aggregate folder's path to record.  The Markdown shows the
+    PNGs (the SVGs when only those were written).  Returns the report dict (with ``files``)."""
+    opt = opt or ReportOptions()
+    rep = build_report(aggdir, opt.name, opt.tokens_per_step, opt.global_batch, opt.seq_len, shown=shown,
+                       efficiency=opt.efficiency)
     out = Path(outdir or aggdir)
     files = []
-    if charts:
+    chart_formats = opt.chart_formats
+    if opt.charts:
         fmts = tuple(chart_formats)
         job = ChartJob(Path(aggdir), out / CHARTS, Aggregate.read(aggdir).summary, fmts)
         extra = [t for section in sorted(SECTIONS, key=lambda x: x.chart_rank) for t in section.charts(job, rep)]
         files = render_all(aggdir, out / CHARTS, extra=extra,
-                           opt=ChartOptions(chart_formats=fmts, jobs=jobs, chart_ranks=chart_ranks, progress=progress))
+                           opt=ChartOptions(chart_formats=fmts, jobs=opt.jobs, chart_ranks=opt.chart_ranks,
+                                            progress=opt.progress))
     shown = ".png" if "png" in chart_formats else ".svg"
     pngs = [str(Path(p).relative_to(out)) for p in files if str(p).endswith(shown)]
     rep["charts"] = pngs

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..analyze.outputs import Analysis
+from ..analyze.outputs import KERNELS, OPS, Analysis
 from ..events.load import Outputs, register
 from ..aggregate.folder import REPORT_MARKER, Aggregate, report_owns
 
@@ -78,11 +78,11 @@ class EpilogueRun(Outputs):
 
     def tables(self):
         agg = self.aggregate
-        own = [n for n in ("kernels", "ops") if any(n in a.tables() for a in self.analyses.values())]
+        own = [n for n in (KERNELS, OPS) if any(n in a.tables() for a in self.analyses.values())]
         return own + (agg.tables() if agg is not None else [])
 
     def _read(self, name):
         import pyarrow as pa
-        if name in ("kernels", "ops"):
+        if name in (KERNELS, OPS):
             return pa.concat_tables([a.table(name) for a in self.analyses.values() if name in a.tables()])
         return self.aggregate.table(name)

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..events.dataset import iter_table
 from ..aggregate.folder import (COLLECTIVES, COLLECTIVES_RANKS, CRITICAL_PATH_SUMMARY, STRAGGLERS, TIMELINE,
-                                Aggregate, read_aggregate_table, table_path)
+                                Aggregate, columns, read_aggregate_table, table_path)
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
 from . import charts as drawing
@@ -93,10 +93,10 @@ class ChartTask:
     also: list = field(default_factory=list)
 
 
-COLLECTIVE_COLUMNS = ["instance", "collective", "parallel_dim", "complete", "busbw_gbps", "msg_bytes", "n_ranks",
-                      "first_start_ns"]
+COLLECTIVE_COLUMNS = columns(COLLECTIVES, "instance", "collective", "parallel_dim", "complete", "busbw_gbps",
+                             "msg_bytes", "n_ranks", "first_start_ns")
 """The columns of ``collectives.parquet`` the charts read."""
-MEMBER_COLUMNS = ["instance", "rank", "arrival_ns"]
+MEMBER_COLUMNS = columns(COLLECTIVES_RANKS, "instance", "rank", "arrival_ns")
 """The columns of ``collectives_ranks.parquet`` the heat maps read, a batch at a time."""
 
 
@@ -288,7 +288,8 @@ def plan(data, aggdir, opt: ChartOptions) -> list:
     tasks, drawn = [], {}             # drawn: chart kind -> [(picture, task)]
     charts = _per_step_charts(data, data["chart_ranks"], opt)
     apart = RankApart(data["ranks"], read_aggregate_table(aggdir, CRITICAL_PATH_SUMMARY,
-                                                          ["iteration", "step", "what", "rank", "ns", "on_path"]))
+                                                          columns(CRITICAL_PATH_SUMMARY, "iteration", "step", "what",
+                                                                  "rank", "ns", "on_path")))
     for at in keys:
         for fn, args, prefix in charts:
             p = picture(data, fn, args, at)

@@ -61,9 +61,7 @@ def report(dirs, outdir=None, opt: ReportOptions | None = None, aggregate_opt: A
     """
     opt = opt or ReportOptions()
     dirs = [str(d) for d in ([dirs] if isinstance(dirs, (str, Path)) else dirs)]
-    kw = dict(name=opt.name, tokens_per_step=opt.tokens_per_step, global_batch=opt.global_batch,
-              seq_len=opt.seq_len, charts=opt.charts, chart_ranks=opt.chart_ranks, log=log,
-              progress=opt.progress, chart_formats=opt.chart_formats, jobs=opt.jobs, efficiency=opt.efficiency)
+    kw = dict(opt=opt, log=log)
     if not aggregates(dirs):
         aggdir = Path(dirs[0])
         out = Path(outdir or aggdir)

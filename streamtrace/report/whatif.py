@@ -15,7 +15,7 @@ from collections import Counter
 
 import numpy as np
 
-from ..aggregate.folder import WHATIF, WHATIF_RANKS, read_aggregate_table, table_file
+from ..aggregate.folder import WHATIF, WHATIF_RANKS, columns, read_aggregate_table, table_file
 from .section import ReportInput, SectionBase, md_table
 from .units import fmt_time, short_names
 
@@ -47,7 +47,8 @@ def whatif_section(aggdir) -> dict:
                     "top": (int(t["top_rank"][i]), str(t["top_category"][i]), str(t["top_name"][i]),
                             int(t["top_ns"][i])), "flag": "; ".join(flags)})
     out.sort(key=lambda c: -c["saving_ns"])
-    r = read_aggregate_table(aggdir, WHATIF_RANKS, ["start_ns", "end_ns", "host_gap_ns", "replay_end_ns"])
+    r = read_aggregate_table(aggdir, WHATIF_RANKS,
+                             columns(WHATIF_RANKS, "start_ns", "end_ns", "host_gap_ns", "replay_end_ns"))
     fid = hg = None
     if r and len(r["end_ns"]):
         step = np.maximum(r["end_ns"] - r["start_ns"], 1)

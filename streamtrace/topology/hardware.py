@@ -63,7 +63,10 @@ class GpuSpec:
         return p * 1e12 / (self.mem_gbps * 1e9) if p else None
 
 
-def _s(name, bf16, fp8, tf32, fp32, fp64, mem, link, nic, source, fp16_only=False, bus="NVLink"):
+def _s(name, tflops, mem, link, nic, source, fp16_only=False, bus="NVLink"):
+    """A ``GpuSpec`` from one datasheet line: ``tflops`` the dense peaks ``(bf16 and fp16, fp8, tf32, fp32,
+    fp64)`` (0: no such math; ``fp16_only``: fp16 but no bf16), then HBM, link and network GB/s."""
+    bf16, fp8, tf32, fp32, fp64 = tflops
     peaks = {"bf16": 0 if fp16_only else bf16, "fp16": bf16, "fp8": fp8, "tf32": tf32, "fp32": fp32, "fp64": fp64}
     return GpuSpec(name, {k: v for k, v in peaks.items() if v}, mem, link, nic, source, bus)
 
@@ -72,30 +75,30 @@ def _s(name, bf16, fp8, tf32, fp32, fp64, mem, link, nic, source, fp16_only=Fals
 #: A PCIe card's link is its PCIe slot (an NVLink bridge, A100 / H100 PCIe's option for pairs, does
 #: not show in the trace: a bridged pair's bandwidth above the PCIe peak is flagged, not hidden)
 GPUS = [
-    (r"H100.*PCIe", _s("H100 PCIe", 756, 1513, 378, 51, 51, 2000, 64, 50, "NVIDIA H100 datasheet",
+    (r"H100.*PCIe", _s("H100 PCIe", (756, 1513, 378, 51, 51), 2000, 64, 50, "NVIDIA H100 datasheet",
                        bus="PCIe 5.0 x16")),
-    (r"H100.*NVL", _s("H100 NVL", 835, 1671, 417, 60, 60, 3900, 300, 50, "NVIDIA H100 datasheet",
+    (r"H100.*NVL", _s("H100 NVL", (835, 1671, 417, 60, 60), 3900, 300, 50, "NVIDIA H100 datasheet",
                       bus="NVLink bridge")),
-    (r"H100", _s("H100 SXM", 989, 1979, 495, 67, 67, 3350, 450, 50, "NVIDIA H100 datasheet", bus="NVLink 4")),
-    (r"H200", _s("H200 SXM", 989, 1979, 495, 67, 67, 4800, 450, 50, "NVIDIA H200 datasheet", bus="NVLink 4")),
-    (r"GB200|B200", _s("B200", 2250, 4500, 1100, 75, 37, 8000, 900, 50, "NVIDIA HGX B200 datasheet",
+    (r"H100", _s("H100 SXM", (989, 1979, 495, 67, 67), 3350, 450, 50, "NVIDIA H100 datasheet", bus="NVLink 4")),
+    (r"H200", _s("H200 SXM", (989, 1979, 495, 67, 67), 4800, 450, 50, "NVIDIA H200 datasheet", bus="NVLink 4")),
+    (r"GB200|B200", _s("B200", (2250, 4500, 1100, 75, 37), 8000, 900, 50, "NVIDIA HGX B200 datasheet",
                        bus="NVLink 5")),
-    (r"A100.*PCI.*40|A100-PCIE-40", _s("A100 PCIe 40GB", 312, 0, 156, 19.5, 19.5, 1555, 32, 25,
+    (r"A100.*PCI.*40|A100-PCIE-40", _s("A100 PCIe 40GB", (312, 0, 156, 19.5, 19.5), 1555, 32, 25,
                                        "NVIDIA A100 datasheet", bus="PCIe 4.0 x16")),
-    (r"A100.*PCI", _s("A100 PCIe 80GB", 312, 0, 156, 19.5, 19.5, 1935, 32, 25, "NVIDIA A100 datasheet",
+    (r"A100.*PCI", _s("A100 PCIe 80GB", (312, 0, 156, 19.5, 19.5), 1935, 32, 25, "NVIDIA A100 datasheet",
                       bus="PCIe 4.0 x16")),
-    (r"A100.*40GB|A100-SXM4-40", _s("A100 40GB", 312, 0, 156, 19.5, 19.5, 1555, 300, 25,
+    (r"A100.*40GB|A100-SXM4-40", _s("A100 40GB", (312, 0, 156, 19.5, 19.5), 1555, 300, 25,
                                     "NVIDIA A100 datasheet", bus="NVLink 3")),
-    (r"A100", _s("A100 80GB", 312, 0, 156, 19.5, 19.5, 2039, 300, 25, "NVIDIA A100 datasheet", bus="NVLink 3")),
-    (r"V100.*PCI", _s("V100 PCIe", 112, 0, 0, 14, 7, 900, 16, 12.5, "NVIDIA V100 datasheet",
+    (r"A100", _s("A100 80GB", (312, 0, 156, 19.5, 19.5), 2039, 300, 25, "NVIDIA A100 datasheet", bus="NVLink 3")),
+    (r"V100.*PCI", _s("V100 PCIe", (112, 0, 0, 14, 7), 900, 16, 12.5, "NVIDIA V100 datasheet",
                       fp16_only=True, bus="PCIe 3.0 x16")),
-    (r"V100", _s("V100", 125, 0, 0, 15.7, 7.8, 900, 150, 12.5, "NVIDIA V100 datasheet", fp16_only=True,
+    (r"V100", _s("V100", (125, 0, 0, 15.7, 7.8), 900, 150, 12.5, "NVIDIA V100 datasheet", fp16_only=True,
                  bus="NVLink 2")),
-    (r"MI325", _s("MI325X", 1307.4, 2614.9, 653.7, 163.4, 81.7, 6000, 448, 50, "AMD Instinct MI325X datasheet",
+    (r"MI325", _s("MI325X", (1307.4, 2614.9, 653.7, 163.4, 81.7), 6000, 448, 50, "AMD Instinct MI325X datasheet",
                   bus="Infinity Fabric")),
-    (r"MI300X|MI300", _s("MI300X", 1307.4, 2614.9, 653.7, 163.4, 81.7, 5300, 448, 50,
+    (r"MI300X|MI300", _s("MI300X", (1307.4, 2614.9, 653.7, 163.4, 81.7), 5300, 448, 50,
                          "AMD Instinct MI300X datasheet", bus="Infinity Fabric")),
-    (r"MI250", _s("MI250X", 383, 0, 0, 95.7, 95.7, 3277, 200, 25, "AMD Instinct MI250X datasheet",
+    (r"MI250", _s("MI250X", (383, 0, 0, 95.7, 95.7), 3277, 200, 25, "AMD Instinct MI250X datasheet",
                   bus="Infinity Fabric")),
 ]
 

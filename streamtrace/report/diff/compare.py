@@ -53,6 +53,7 @@ from .unrelated import unrelated_jobs
 from .inputs import DiffOptions, list_text, open_side, pair_ranks
 from .outputs import TABLES, table_path
 from ...aggregate.stats import OPS_COLUMNS, op_rows
+from ...analyze.outputs import KERNELS, OPS
 
 KERNEL_COLUMNS = ["name", "kind", "dur_ns", "ts_ns", "end_ns", "device", "step", "phase", "microbatch", "collective",
                   "parallel_dim"]
@@ -105,9 +106,9 @@ def part_partial(part, steps, name_key) -> dict:
     numbers or None): ``cells`` (its step numbers), ``whole`` (no ProfilerStep: one cell, step -1),
     ``kernels`` / ``ops`` / ``groups`` (pyarrow Tables of per-key counts and sums), ``metrics``
     (``{metric: sum over the cells}``)."""
-    kf, of = part.files("kernels"), part.files("ops")
-    k = read_partition(kf, KERNEL_COLUMNS, "kernels")
-    ops = read_partition(of, OPS_COLUMNS, "ops")
+    kf, of = part.files(KERNELS), part.files(OPS)
+    k = read_partition(kf, KERNEL_COLUMNS, KERNELS)
+    ops = read_partition(of, OPS_COLUMNS, OPS)
     rows = op_rows(ops, part.steps) if ops.num_rows else None
     win = rows["windows"] if rows else (np.zeros(0, np.int64),) * 3
     kstep = k["step"].to_numpy()
@@ -260,7 +261,7 @@ def _run_parts(tasks, jobs) -> list:
     """``part_partial`` of every task, in order: in this process when the Parquet read is under
     ``INLINE_BYTES`` (a pool costs more than it saves there), else in ``jobs`` workers (0: all
     cores), in chunks of several parts (one round trip each)."""
-    size = sum(os.path.getsize(f) for p, _, _ in tasks for ds in ("kernels", "ops") for f in p.files(ds))
+    size = sum(os.path.getsize(f) for p, _, _ in tasks for ds in (KERNELS, OPS) for f in p.files(ds))
     jobs = 1 if size < INLINE_BYTES else max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
     if jobs == 1:
         return _parts_chunk(tasks)

@@ -191,6 +191,24 @@ def test_outputs_files_and_jobs(job, tmp_path):
         aggregate([tmp_path], tmp_path / "y")
 
 
+def test_written_tables_have_their_declared_columns(job):
+    """Each table with declared columns (``aggregate.folder.COLUMNS``) is written with exactly those, in that
+    order (read from the Parquet file's own schema); ``columns`` hands a reader only columns its table has."""
+    import pyarrow.parquet as pq
+    from streamtrace.aggregate.folder import COLUMNS, CRITICAL_PATH, columns
+    _, tmp, _ = job
+    written = {n: tuple(pq.read_schema(tmp / "out" / f"{n}.parquet").names) for n in COLUMNS
+               if (tmp / "out" / f"{n}.parquet").is_file()}
+    assert {"collectives", "collectives_ranks", "critical_path", "critical_path_ranks", "whatif_ranks"} <= set(written)
+    assert {n: COLUMNS[n] for n in written} == written
+    assert columns(CRITICAL_PATH, "rank", "step") == ["rank", "step"]
+    assert columns(CRITICAL_PATH) == list(written[CRITICAL_PATH])
+    with pytest.raises(KeyError):
+        columns(CRITICAL_PATH, "stage")
+    with pytest.raises(KeyError):
+        columns("ranks", "rank")
+
+
 _WORKERS_LOAD = textwrap.dedent("""
     import importlib, json, os, sys
     from numba.core.registry import CPUDispatcher
@@ -268,8 +286,9 @@ def test_cpu3d_microbatch_rows_for_every_rank(tmp_path):
 
 def test_report_numbers_come_from_the_tables(job, tmp_path):
     from streamtrace.report import write_report
+    from streamtrace.report.options import ReportOptions
     truth, tmp, meta = job
-    rep = write_report(tmp / "out", tmp_path, tokens_per_step=16 * 2048, charts=False)
+    rep = write_report(tmp / "out", tmp_path, ReportOptions(tokens_per_step=16 * 2048, charts=False))
     got = json.loads((tmp_path / "report.json").read_text())
     md = (tmp_path / f"{got['name']}.md").read_text()
     assert got["name"] == tmp.name          # the job's: the folder of its traces (tmp/traces), not "an"

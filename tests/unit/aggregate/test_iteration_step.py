@@ -16,6 +16,7 @@ from streamtrace.runtime.errors import StreamtraceError
 from streamtrace.events.dataset import read_table
 from streamtrace.aggregate import AggregateOptions, aggregate
 from streamtrace.report import write_report
+from streamtrace.report.options import ReportOptions
 from streamtrace.synth.job import SynthSpec, generate_job
 
 
@@ -70,7 +71,7 @@ def test_iterations_option_means_the_file_iteration(job, tmp_path):
 def test_report_and_charts_name_the_file_iteration(job, tmp_path):
     tmp, _ = job
     aggregate([tmp / "an"], tmp_path / "agg", AggregateOptions())
-    rep = write_report(tmp_path / "agg", tmp_path / "r", chart_ranks=[0])
+    rep = write_report(tmp_path / "agg", tmp_path / "r", ReportOptions(chart_ranks=[0]))
     assert rep["steps"][0]["iteration"] == 11 and rep["steps"][0]["step"] == 10
     assert rep["configuration"]["iterations"] == [11]
     charts = sorted(p.name for p in (tmp_path / "r" / "charts").glob("*.png"))

@@ -20,6 +20,7 @@ from streamtrace.aggregate.options import AggregateOptions
 from streamtrace.aggregate.run import aggregate
 from streamtrace.analyze import AnalyzeOptions, analyze
 from streamtrace.report.markdown import write_report
+from streamtrace.report.options import ReportOptions
 
 from support import SHARED
 
@@ -46,7 +47,7 @@ def real(tmp_path_factory):
     d = tmp_path_factory.mktemp("nsys_p2p")
     s = analyze([str(EXPORT)], str(d / "an"), AnalyzeOptions(jobs=1, progress=False))
     aggregate([str(d / "an")], str(d / "agg"), AggregateOptions(jobs=1, progress=False, critical_path=False))
-    write_report(d / "agg", charts=False)
+    write_report(d / "agg", opt=ReportOptions(charts=False))
     pid_rank = {p["pid"]: r["rank"] for r in s["ranks"] for p in r["nsys"]["processes"]}
     return d, pid_rank
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from streamtrace.report.markdown import write_report
+from streamtrace.report.options import ReportOptions
 from streamtrace.synth.faults import LOADER
 
 from support import stalled_job
@@ -14,7 +15,7 @@ from support import stalled_job
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     tmp = stalled_job(tmp_path_factory.mktemp("cprep"), rank=3, delay_ns=8_000_000)
-    rep = write_report(tmp / "agg", name="stall")
+    rep = write_report(tmp / "agg", opt=ReportOptions(name="stall"))
     return tmp, rep, (tmp / "agg" / "stall.md").read_text()
 
 

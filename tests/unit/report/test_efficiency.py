@@ -16,6 +16,7 @@ from streamtrace import capture
 from streamtrace.analyze import AnalyzeOptions, analyze
 from streamtrace.aggregate import AggregateOptions, aggregate
 from streamtrace.report import write_report
+from streamtrace.report.options import ReportOptions
 from streamtrace.report.efficiency import EfficiencyOptions
 
 CFG = """
@@ -76,8 +77,8 @@ def a100(tmp_path_factory):
 
 def test_flags_and_the_datasheet_peak(a100, tmp_path):
     aggregate([a100], tmp_path / "agg", AggregateOptions(jobs=1))
-    rep = write_report(tmp_path / "agg", charts=False, global_batch=8, seq_len=1024,
-                       efficiency=EfficiencyOptions(flops_per_token=1e9))
+    rep = write_report(tmp_path / "agg", opt=ReportOptions(charts=False, global_batch=8, seq_len=1024,
+                                                      efficiency=EfficiencyOptions(flops_per_token=1e9)))
     inp = rep["efficiency"]["inputs"]
     # the GEMMs' math, from the raw trace: CUTLASS's tensor-op s1688gemm kernels (fp32 data on TF32 tensor
     # cores) hold more GPU time than cuBLAS' SIMT sgemm (fp32): the peak is the A100's dense TF32, 156 TFLOP/s
@@ -101,7 +102,7 @@ def test_megatron_arguments_from_the_topology_file(a100, tmp_path):
             "tensor_model_parallel_size": 8, "bf16": True}
     capture.dump_topology(tmp_path, groups={"tp": [list(range(8))]}, world_size=8, training=args)
     aggregate([a100], tmp_path / "agg", AggregateOptions(jobs=1, topology=str(tmp_path / "streamtrace_topology.json")))
-    rep = write_report(tmp_path / "agg", charts=False)
+    rep = write_report(tmp_path / "agg", opt=ReportOptions(charts=False))
     inp = rep["efficiency"]["inputs"]
     assert inp["tokens_per_step"] == 64 * 2048 and inp["sequences_per_step"] == 64
     assert "Megatron-LM" in inp["flops_per_token_from"]
@@ -233,8 +234,8 @@ def test_gpu_work_outside_every_step_is_no_step(tmp_path):
     an, agg = tmp_path / "an", tmp_path / "agg"
     analyze([d / "rank0.json"], an, AnalyzeOptions(jobs=1))
     aggregate([an], agg, AggregateOptions(jobs=1))
-    rep = write_report(str(agg), charts=False, tokens_per_step=1_000,
-                       efficiency=EfficiencyOptions(flops_per_token=1e9, peak_tflops=1.0))
+    rep = write_report(str(agg), opt=ReportOptions(charts=False, tokens_per_step=1_000,
+                                                efficiency=EfficiencyOptions(flops_per_token=1e9, peak_tflops=1.0)))
     assert [s["step"] for s in rep["steps"]] == [1, 2]
     assert rep["throughput"]["steps"] == 2
     assert rep["throughput"]["tokens_per_s"] == pytest.approx(100_000, rel=1e-9)

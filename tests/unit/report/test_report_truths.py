@@ -15,6 +15,7 @@ from streamtrace.analyze import AnalyzeOptions, analyze
 from streamtrace.runtime.errors import StreamtraceError
 from streamtrace.aggregate import AggregateOptions, aggregate
 from streamtrace.report import write_report
+from streamtrace.report.options import ReportOptions
 from streamtrace.report.markdown import short_names
 
 
@@ -29,7 +30,7 @@ def real(tmp_path_factory):
 
 def test_world_size_from_distributed_info_and_unknown_sizes(real, tmp_path):
     aggregate([real / "a100_rank3_of8"], tmp_path / "agg", AggregateOptions(jobs=1))
-    rep = write_report(tmp_path / "agg", charts=False)
+    rep = write_report(tmp_path / "agg", opt=ReportOptions(charts=False))
     c = rep["configuration"]
     assert c["world_size"] == 8 and c["world_size_from"] == "distributedInfo.world_size"
     assert all(c[k] is None for k in ("tp", "cp", "ep", "dp", "pp"))        # unknown, not 1
@@ -45,7 +46,7 @@ def test_world_size_from_distributed_info_and_unknown_sizes(real, tmp_path):
 
 def test_cpu_only_run_says_cpu_time_and_why_sections_are_empty(real, tmp_path):
     aggregate([real / "cpu_only_gloo_rank34_of300"], tmp_path / "agg", AggregateOptions(jobs=1))
-    rep = write_report(tmp_path / "agg", charts=False)
+    rep = write_report(tmp_path / "agg", opt=ReportOptions(charts=False))
     c = rep["configuration"]
     assert c["cpu_only"] and c["world_size"] == 300
     md = open(rep["files"][0]).read()

@@ -11,6 +11,7 @@ import pytest
 from streamtrace.analyze import AnalyzeOptions, analyze
 from streamtrace.aggregate import AggregateOptions, aggregate
 from streamtrace.report import markdown
+from streamtrace.report.options import ReportOptions
 from streamtrace.report.section import ChartJob, ReportInput, Section, SectionBase
 from streamtrace.report.sections import SECTIONS
 from streamtrace.synth.job import SynthSpec, generate_job
@@ -29,7 +30,7 @@ def test_every_section_is_one(agg):
     keys = [s.key for s in SECTIONS]
     assert all(isinstance(s, Section) for s in SECTIONS) and len(set(keys)) == len(keys) and all(keys)
     (agg / "plain").mkdir()
-    rep = markdown.write_report(agg, agg / "plain", name="plain", charts=False)
+    rep = markdown.write_report(agg, agg / "plain", ReportOptions(name="plain", charts=False))
     assert all(k in rep for k in keys if k != "configuration") and "throughput" not in rep
     heads = [ln for ln in (agg / "plain" / "plain.md").read_text().splitlines() if ln.startswith("## ")]
     order = ["## What bounds each step", "## Configuration", "## Steps and throughput",
@@ -66,7 +67,7 @@ def test_a_new_section_is_one_class_and_one_line(agg, monkeypatch):
     monkeypatch.setattr(markdown, "SECTIONS", SECTIONS + (Stamp(),))
     out = agg / "stamped"
     out.mkdir()
-    rep = markdown.write_report(agg, out, name="stamped", jobs=1)
+    rep = markdown.write_report(agg, out, ReportOptions(name="stamped", jobs=1))
     meta = json.loads((agg / "aggregate.json").read_text())
     assert rep["stamp"] == {"steps_seen": len(rep["steps"]), "ranks": len(meta["ranks"])}
     assert json.loads((out / "report.json").read_text())["stamp"] == rep["stamp"]
