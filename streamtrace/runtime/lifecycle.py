@@ -20,7 +20,9 @@
   taken by another thread) only records it, and the signal is raised when the block ends, in the
   caller's code; a child keeps them blocked until its own handlers are set (``stop_once``,
   ``child_signals`` of ``fork``, ``worker_signals``), then acts
-  on one that came meanwhile (``child_ready``).
+  on one that came meanwhile (``child_ready``).  Nor is a signal raised inside a finalizer
+  (``__del__``, e.g. llvmlite's while numba compiles), where Python would print and drop the exception:
+  it is sent again 20 ms later.
 """
 from __future__ import annotations
 
@@ -63,6 +65,28 @@ def _deferred(signum) -> bool:
     return False
 
 
+def _in_finalizer(frame) -> bool:
+    """True when ``frame`` (the one a signal handler interrupted) runs inside a ``__del__``: an
+    exception raised there is printed ("Exception ignored in: <function ObjectRef.__del__>", llvmlite's
+    while numba compiles) and dropped, so the signal would be lost."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _later(signum, frame) -> bool:
+    """True when the handler must not raise now: the interrupted code is a finalizer (see
+    ``_in_finalizer``); the signal is sent again in 20 ms, when the finalizer has most likely returned."""
+    if not _in_finalizer(frame):
+        return False
+    t = threading.Timer(0.02, os.kill, (os.getpid(), signum))
+    t.daemon = True
+    t.start()
+    return True
+
+
 def _after_fork_in_child():
     _State.pending = None          # the parent's, not this child's
 
@@ -72,7 +96,7 @@ if hasattr(os, "register_at_fork"):
 
 
 def _raise_terminated(signum, frame):
-    if _deferred(signum):
+    if _deferred(signum) or _later(signum, frame):
         return
     signal.signal(signal.SIGTERM, signal.SIG_IGN)        # a second SIGTERM must not cut the clean-up
     raise Terminated()
@@ -80,7 +104,7 @@ def _raise_terminated(signum, frame):
 
 def _interrupted(signum, frame):
     """SIGINT in the command's process: ``KeyboardInterrupt``, as Python's own handler, unless deferred."""
-    if _deferred(signum):
+    if _deferred(signum) or _later(signum, frame):
         return
     raise KeyboardInterrupt()
 
@@ -137,7 +161,7 @@ def _ignore(signum, frame):
 
 
 def _raise_once(signum, frame):
-    if _deferred(signum):
+    if _deferred(signum) or _later(signum, frame):
         return
     signal.signal(signal.SIGINT, _ignore)      # the clean-up the first one starts runs to its end
     signal.signal(signal.SIGTERM, _ignore)

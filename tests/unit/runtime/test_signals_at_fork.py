@@ -52,3 +52,32 @@ def test_sigterm_during_a_fork_ends_the_command(where, how):
     assert "ran on" not in p.stdout, (p.stdout, p.stderr)
     assert p.stdout.startswith("stopped:"), (p.stdout, p.stderr)
     assert "Exception ignored" not in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("install", ["exit_on_sigterm()", "from streamtrace.runtime.lifecycle import stop_once; "
+                                     "stop_once()"])
+def test_signal_inside_a_finalizer_is_raised_after_it(install):
+    """SIGTERM that lands while a ``__del__`` runs (llvmlite's, while numba compiles: the CI failure of
+    the epilogue's SIGTERM sweep at 59e2573) is raised once the finalizer returned, in the caller's
+    code: not printed as "Exception ignored" and dropped."""
+    p = _run(f"""
+        import threading, time
+        {install}
+
+        class Slow:
+            def __del__(self):
+                threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGTERM)).start()
+                t = time.monotonic()
+                while time.monotonic() - t < 0.4:
+                    pass
+
+        try:
+            Slow()
+            for _ in range(300):
+                time.sleep(0.01)
+            print("ran on")
+        except Terminated:
+            print("terminated")
+        """)
+    assert p.stdout.strip() == "terminated", (p.stdout, p.stderr)
+    assert "Exception ignored" not in p.stderr and "Traceback" not in p.stderr, p.stderr
