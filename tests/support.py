@@ -210,3 +210,21 @@ def stalled_job(tmp, rank: int, delay_ns: int) -> Path:
     analyze([tmp / "traces"], tmp / "an", AnalyzeOptions(jobs=1))
     aggregate([tmp / "an"], tmp / "agg", AggregateOptions(jobs=1))
     return tmp
+
+
+NSYS_PAYLOAD_SCHEMA = """
+      CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
+      CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, [end] INT, deviceId INT, streamId INT, correlationId INT,
+                                               globalPid INT, demangledName INT, shortName INT);
+      CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INT, [end] INT, eventClass INT, globalTid INT,
+                                                correlationId INT, nameId INT);
+      CREATE TABLE NVTX_EVENTS (start INT, [end] INT, eventType INT, text TEXT, globalTid INT, textId INT,
+                                domainId INT, jsonText TEXT, binaryData BLOB);
+      CREATE TABLE NVTX_PAYLOAD_SCHEMAS (domainId INT, schemaId INT, name TEXT, type INT, flags INT,
+                                         numEntries INT, payloadSize INT, alignTo INT);
+      CREATE TABLE NVTX_PAYLOAD_SCHEMA_ENTRIES (domainId INT, schemaId INT, idx INT, flags INT, type INT,
+                                                name TEXT, description TEXT, arrayOrUnionDetail INT, offset INT);
+      CREATE TABLE META_DATA_EXPORT (name TEXT, value TEXT);
+    """
+"""The tables of a small Nsight Systems SQLite export with NCCL's NVTX payloads (export schema 3.25),
+written by hand from the export's documented layout, for tests that build one with ``sqlite3``."""

@@ -22,7 +22,7 @@ from streamtrace.analyze import AnalyzeOptions, analyze
 from streamtrace.report.markdown import write_report
 from streamtrace.report.options import ReportOptions
 
-from support import SHARED
+from support import NSYS_PAYLOAD_SCHEMA, SHARED
 
 EXPORT = SHARED / "traces" / "nsys" / "nsysai_mfu_2gpu_before.sqlite"
 
@@ -105,20 +105,7 @@ def _build(path):
     """Pids 200 (NCCL rank 1) and 300 (rank 0) of one 2-rank communicator: rank 0 sends 4 MiB to rank 1
     twice, each ``ncclSend`` / ``ncclRecv`` range launching one ``ncclDevKernel_SendRecv`` kernel."""
     c = sqlite3.connect(path)
-    c.executescript("""
-      CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
-      CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, [end] INT, deviceId INT, streamId INT, correlationId INT,
-                                               globalPid INT, demangledName INT, shortName INT);
-      CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INT, [end] INT, eventClass INT, globalTid INT,
-                                                correlationId INT, nameId INT);
-      CREATE TABLE NVTX_EVENTS (start INT, [end] INT, eventType INT, text TEXT, globalTid INT, textId INT,
-                                domainId INT, jsonText TEXT, binaryData BLOB);
-      CREATE TABLE NVTX_PAYLOAD_SCHEMAS (domainId INT, schemaId INT, name TEXT, type INT, flags INT,
-                                         numEntries INT, payloadSize INT, alignTo INT);
-      CREATE TABLE NVTX_PAYLOAD_SCHEMA_ENTRIES (domainId INT, schemaId INT, idx INT, flags INT, type INT,
-                                                name TEXT, description TEXT, arrayOrUnionDetail INT, offset INT);
-      CREATE TABLE META_DATA_EXPORT (name TEXT, value TEXT);
-    """)
+    c.executescript(NSYS_PAYLOAD_SCHEMA)
     c.executemany("INSERT INTO StringIds VALUES (?, ?)", [(1, "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage)"),
                                                          (3, "cudaLaunchKernel_v7000")])
     c.execute("INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_SCHEMA_VERSION', '3.25.0')")

@@ -15,6 +15,8 @@ from streamtrace.analyze import AnalyzeOptions, analyze
 from streamtrace.trace.nsys import payload as P
 from streamtrace.trace.nsys.db import lenient_text
 
+from support import NSYS_PAYLOAD_SCHEMA
+
 INIT, ALLRED = 16777218, 16777223
 COMM_ID = 0xABCDEF0123456789
 SCHEMAS = [(1, INIT, 24), (1, ALLRED, 24)]
@@ -33,20 +35,7 @@ def build(path, blobs=True, step=False):
     launches an AllReduce kernel (correlationId 7 in both: ids repeat across processes) inside its
     ``ncclAllReduce`` range and a compute kernel (correlationId 8)."""
     c = sqlite3.connect(path)
-    c.executescript("""
-      CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
-      CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, [end] INT, deviceId INT, streamId INT, correlationId INT,
-                                               globalPid INT, demangledName INT, shortName INT);
-      CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INT, [end] INT, eventClass INT, globalTid INT,
-                                                correlationId INT, nameId INT);
-      CREATE TABLE NVTX_EVENTS (start INT, [end] INT, eventType INT, text TEXT, globalTid INT, textId INT,
-                                domainId INT, jsonText TEXT, binaryData BLOB);
-      CREATE TABLE NVTX_PAYLOAD_SCHEMAS (domainId INT, schemaId INT, name TEXT, type INT, flags INT,
-                                         numEntries INT, payloadSize INT, alignTo INT);
-      CREATE TABLE NVTX_PAYLOAD_SCHEMA_ENTRIES (domainId INT, schemaId INT, idx INT, flags INT, type INT,
-                                                name TEXT, description TEXT, arrayOrUnionDetail INT, offset INT);
-      CREATE TABLE META_DATA_EXPORT (name TEXT, value TEXT);
-    """)
+    c.executescript(NSYS_PAYLOAD_SCHEMA)
     c.executemany("INSERT INTO StringIds VALUES (?, ?)", [(1, "ncclDevKernel_AllReduce_Sum_f32_RING_LL"),
                                                          (2, "gemm_kernel"), (3, "cudaLaunchKernel_v7000")])
     c.execute("INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_SCHEMA_VERSION', '3.25.0')")
