@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from ..runtime.errors import StreamtraceError
-from ..analyze.outputs import KERNELS, OPS, Analysis
+from ..analyze.outputs import KERNELS, OPS, Analysis, schema_of
 from ..events.dataset import column_min_max, partition_files, read_partition
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
@@ -389,7 +389,7 @@ def read_parquet_columns(path, columns, job=None, part=None, kind=None) -> dict:
     cols = list(dict.fromkeys(list(columns) + ["ts_ns", "step"] + (["kind"] if kind else [])))
     fcols = [c for c in cols if c != "iteration"]
     files = [Path(p) for p in (path if isinstance(path, (list, tuple)) else [path]) if Path(p).is_file()]
-    t = read_partition(files, fcols, KERNELS)
+    t = read_partition(files, fcols, schema_of(KERNELS))
     if kind is not None:
         t = t.filter(pc.equal(t["kind"], kind))
     out = {c: column_numpy(t[c]) for c in fcols}

@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 
 from .folder import (COLLECTIVES, COLLECTIVES_COLUMNS as INSTANCE_COLUMNS, COLLECTIVES_MISMATCH,
                      COLLECTIVES_MISMATCH_COLUMNS as MISMATCH_COLUMNS, COLLECTIVES_RANKS,
-                     COLLECTIVES_RANKS_COLUMNS as MEMBER_COLUMNS, COLLECTIVES_SUMMARY, table_path)
+                     COLLECTIVES_RANKS_COLUMNS as MEMBER_COLUMNS, table_path)
 from ..runtime.errors import StreamtraceError
 from ..events.dataset import arrow_file, shared_strings, to_arrow, write_table
 from ..runtime.files import atomic_output
@@ -49,7 +49,7 @@ from ..events.clocks import estimate_clock_offsets
 from ..events.collmatch import Mismatch, match_ordinals
 from .collective_rows import mismatch_rows
 from .collectives import (CollectiveResult, Stragglers, Summary, comm_rows,
-                          clock_instances, cumcount, instance_tables, is_group, match_stats)
+                          clock_instances, cumcount, instance_tables, is_group, match_stats, write_summary)
 from .options import BUCKET_ROWS
 from .p2p import TRANSFER_COLUMNS, p2p_transfers
 
@@ -307,13 +307,7 @@ def collectives_to(job, outdir, clock_sync: str | None = None, bucket_rows: int 
     res = CollectiveResult({}, {}, summary, acc["stragglers"].rows(), offsets, comps, stats, tr, bad)
     if len(bad["rank"]):
         paths += write_table(outdir, COLLECTIVES_MISMATCH, bad, MISMATCH_COLUMNS, csv=True)
-    return res, paths + _write_summary(outdir, summary)
-
-
-def _write_summary(outdir, summary: list) -> list:
-    summ = {k: np.asarray([r[k] for r in summary], object if isinstance(summary[0][k], str) else None)
-            for k in summary[0]} if summary else {}
-    return write_table(outdir, COLLECTIVES_SUMMARY, summ, list(summ), csv=True) if summ else []
+    return res, paths + write_summary(outdir, summary)
 
 
 def _empty(outdir) -> tuple[CollectiveResult, list]:

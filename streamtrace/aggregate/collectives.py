@@ -51,7 +51,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .folder import (COLLECTIVES, COLLECTIVES_COLUMNS, COLLECTIVES_MISMATCH, COLLECTIVES_MISMATCH_COLUMNS,
-                     COLLECTIVES_RANKS, COLLECTIVES_RANKS_COLUMNS, COLLECTIVES_SUMMARY)
+                     COLLECTIVES_RANKS, COLLECTIVES_RANKS_COLUMNS, COLLECTIVES_SUMMARY,
+                     COLLECTIVES_SUMMARY_COLUMNS)
 from ..analyze.outputs import OPS
 from ..runtime.errors import StreamtraceError
 from ..events.dataset import write_table
@@ -529,8 +530,14 @@ def write_collectives(outdir, res: CollectiveResult) -> list:
         write_table(outdir, COLLECTIVES_RANKS, res.members, MEMBER_COLUMNS)
     if res.mismatches and len(res.mismatches["rank"]):
         paths += write_table(outdir, COLLECTIVES_MISMATCH, res.mismatches, MISMATCH_COLUMNS, csv=True)
-    summ = {k: np.asarray([r[k] for r in res.summary], object if isinstance(res.summary[0][k], str) else None)
-            for k in res.summary[0]} if res.summary else {}
-    if summ:
-        paths += write_table(outdir, COLLECTIVES_SUMMARY, summ, list(summ), csv=True)
-    return paths
+    return paths + write_summary(outdir, res.summary)
+
+
+def write_summary(outdir, summary: list) -> list:
+    """Write ``collectives_summary.parquet`` / ``.csv`` (``COLLECTIVES_SUMMARY_COLUMNS``) from the row dicts
+    ``summary`` into ``outdir`` atomically; returns the paths (``[]``, nothing written, without rows)."""
+    if not summary:
+        return []
+    summ = {k: np.asarray([r[k] for r in summary], object if isinstance(summary[0][k], str) else None)
+            for k in COLLECTIVES_SUMMARY_COLUMNS}
+    return write_table(outdir, COLLECTIVES_SUMMARY, summ, COLLECTIVES_SUMMARY_COLUMNS, csv=True)

@@ -10,39 +10,40 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ..analyze.outputs import KERNELS, OPS
-from ..events.dataset import schemas, write_table
-from . import idle as _idle
-from . import stats as _stats
-from .folder import EXPLAIN_TABLES as TABLES
+from ..analyze.outputs import KERNELS, OPS, schema_of
+from ..events.dataset import write_table
+from . import idle
+from . import stats
+from .folder import (COLUMNS, EXPLAIN_TABLES as TABLES, IDLE_BREAKDOWN, KERNEL_STATS, LAUNCH_STATS,
+                     OP_STATS)
 
 KERNEL_COLUMNS = ["device", "stream", "ts_ns", "dur_ns", "end_ns", "name", "kind", "collective", "correlation",
                   "launch_op", "step"]
 
 
-def part_tables(job, part, threshold_ns=_idle.DEFAULT_THRESHOLD_NS, tables=None) -> dict:
+def part_tables(job, part, threshold_ns=idle.DEFAULT_THRESHOLD_NS, tables=None) -> dict:
     """``{table: {column: numpy array}}`` of one part (a rank of one analysed iteration) of
     ``job`` (``Job``); ``threshold_ns``: the kernel-wait threshold
     of the idle breakdown (int ns); ``tables``: the part's ``{"kernels", "ops"}`` pyarrow tables
     already read with at least these columns (None: read here)."""
     it, rank = job.iteration_of(part), part.rank
-    k, ops = (part.read(KERNELS, KERNEL_COLUMNS), part.read(OPS, _stats.OPS_COLUMNS)) if tables is None else \
-        (_cols(tables[KERNELS], KERNEL_COLUMNS), _cols(tables[OPS], _stats.OPS_COLUMNS))
+    k, ops = (part.read(KERNELS, KERNEL_COLUMNS), part.read(OPS, stats.OPS_COLUMNS)) if tables is None else \
+        (_cols(tables[KERNELS], KERNEL_COLUMNS), _cols(tables[OPS], stats.OPS_COLUMNS))
     if ops is None:
-        ops = schemas()[1].empty_table().select(_stats.OPS_COLUMNS)
+        ops = schema_of(OPS).empty_table().select(stats.OPS_COLUMNS)
     out = {}
     if k is not None and k.num_rows:
         keep = job.keep_rows(k["step"].to_numpy())
-        linked, lts, ldur = _stats.launch_rows(k["correlation"].to_numpy(), ops)
-        b = _idle.breakdown(k["device"].to_numpy(), k["stream"].to_numpy(), k["ts_ns"].to_numpy(),
+        linked, lts, ldur = stats.launch_rows(k["correlation"].to_numpy(), ops)
+        b = idle.breakdown(k["device"].to_numpy(), k["stream"].to_numpy(), k["ts_ns"].to_numpy(),
                             k["end_ns"].to_numpy(), k["step"].to_numpy(), linked, lts, threshold_ns)
         sel = job.keep_rows(b["step"])
-        out["idle_breakdown"] = _keyed(it, rank, {c: v[sel] for c, v in b.items()})
+        out[IDLE_BREAKDOWN] = _keyed(it, rank, {c: v[sel] for c, v in b.items()})
         kk = k.filter(pa.array(keep))
-        out["kernel_stats"] = _keyed(it, rank, _stats.kernel_stats(kk))
-        out["launch_stats"] = _keyed(it, rank, _rows(_stats.launch_stats(kk, linked[keep], lts[keep], ldur[keep])))
+        out[KERNEL_STATS] = _keyed(it, rank, stats.kernel_stats(kk))
+        out[LAUNCH_STATS] = _keyed(it, rank, _rows(stats.launch_stats(kk, linked[keep], lts[keep], ldur[keep])))
     if ops.num_rows:
-        out["op_stats"] = _keyed(it, rank, _stats.op_stats(ops, keep=job.keep_rows, steps=part.steps))
+        out[OP_STATS] = _keyed(it, rank, stats.op_stats(ops, keep=job.keep_rows, steps=part.steps))
     return out
 
 
@@ -75,7 +76,7 @@ def write_tables(outdir, parts: list) -> list:
             continue
         cols = {c: np.concatenate([g[c] for g in got]) for c in got[0]}
         o = np.lexsort((np.arange(len(cols["rank"])), cols["rank"], cols["step"], cols["iteration"]))
-        files += write_table(outdir, name, {c: _nulls(v[o]) for c, v in cols.items()}, csv=True)
+        files += write_table(outdir, name, {c: _nulls(cols[c][o]) for c in COLUMNS[name]}, csv=True)
     return files
 
 

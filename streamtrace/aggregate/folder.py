@@ -57,8 +57,8 @@ TABLES = (RANK_PHASE, RANKS, PIPELINE, REPLICAS, ITERATIONS, TIMELINE, TOP_KERNE
 """The tables ``aggregate`` writes (each ``NAME.parquet``, some also ``NAME.csv``)."""
 
 
-# The columns of the tables whose writers fix them, beside their names: the writers write these tuples
-# (in this order) and every reader selects its columns through ``columns``.
+# The columns of every table, beside their names: the writers write these tuples (in this order) and every
+# reader selects its columns through ``columns``.
 COLLECTIVES_COLUMNS = ("instance", "iteration", "step", "collective", "parallel_dim", "pg_name", "pg_ranks",
                        "group_size", "n_ranks", "complete", "consistent", "matched_by", "source", "ranks", "src", "dst",
                        "msg_bytes", "phase", "microbatch", "first_start_ns", "last_start_ns", "first_end_ns",
@@ -86,18 +86,69 @@ WHATIF_EDGES_COLUMNS = ("iteration", "step", "part", "src", "dst", "w_ns", "host
 WHATIF_RANKS_COLUMNS = ("iteration", "step", "part", "rank", "start_ns", "end_ns", "host_gap_ns", "cpu_ns", "gpu_ns",
                         "nodes", "edges", "pairs", "dropped", "replay_end_ns")
 
-COLUMNS = {COLLECTIVES: COLLECTIVES_COLUMNS, COLLECTIVES_RANKS: COLLECTIVES_RANKS_COLUMNS,
+RANK_METRICS = ("kernels", "wall_ns", "busy_ns", "idle_ns", "compute_ns", "comm_ns", "memory_ns", "overlap_ns",
+                "exposed_comm_ns", "compute_only_ns", "kernel_time_ns")
+"""The per-rank interval metrics (``streamtrace.aggregate.run.interval_metrics``), columns of ``ranks`` and
+``rank_phase``."""
+RANK_PHASE_COLUMNS = ("iteration", "step", "rank", "device", "source", "phase", "microbatch", "replica", "pp_group",
+                      "stage", "start_ns", "end_ns", "compute_start_ns", "compute_end_ns", *RANK_METRICS,
+                      "overlap_pct")
+RANKS_COLUMNS = ("iteration", "step", "rank", "device", "source", "replica", "pp_group", "stage", "start_ns", "end_ns",
+                 *RANK_METRICS, "overlap_pct", "step_ns")
+PIPELINE_COLUMNS = ("iteration", "step", "pp_group", "stage", "rank", "stages", "microbatches", "span_start_ns",
+                    "span_end_ns", "span_ns", "first_ns", "last_ns", "busy_ns", "microbatch_ns", "p2p_wait_ns",
+                    "bubble_ns", "bubble_pct", "outside_microbatch_ns", "outside_microbatch_pct", "ideal_bubble_pct")
+REPLICAS_COLUMNS = ("iteration", "step", "replica", "ranks", "n_ranks", "pp_groups", "start_ns", "end_ns", "span_ns",
+                    "compute_ns_mean", "comm_ns_mean", "exposed_comm_ns_mean", "idle_ns_mean", "bubble_pct_mean")
+ITERATIONS_COLUMNS = ("iteration", "step", "ranks", "start_ns", "end_ns", "span_ns", "step_ns_median", "step_ns_max",
+                      "compute_ns_mean", "comm_ns_mean", "exposed_comm_ns_mean")
+TIMELINE_COLUMNS = ("part", "rank", "iteration", "step", "device", "category", "start_ns", "end_ns")
+TOP_KERNELS_COLUMNS = ("name", "kind", "count", "total_ns")
+COLLECTIVES_SUMMARY_COLUMNS = ("collective", "parallel_dim", "count", "complete", "bytes", "traffic_pct", "time_ns",
+                               "kernel_time_ns", "busbw_gbps_min", "busbw_gbps_p10", "busbw_gbps_median",
+                               "busbw_gbps_mean", "busbw_gbps_p90", "busbw_gbps_max", "algbw_gbps_median",
+                               "start_skew_mean_ns", "start_skew_max_ns")
+STRAGGLERS_COLUMNS = ("collective", "parallel_dim", "rank", "instances", "straggler_count", "straggler_lag_ns",
+                      "waiter_count", "wait_ns")
+PROCESS_GROUPS_COLUMNS = ("group", "ranks_from", "pg_name", "group_size", "parallel_dim", "instances", "kinds",
+                          "bytes", "time_ns", "kernel_time_ns")
+OP_PERF_COLUMNS = ("name", "dtype", "input_dims", "bound", "count", "ranks", "flops", "bytes", "kernel_time_ns",
+                   "gpu_busy_ns", "bound_ns", "lost_ns", "achieved_tflops", "achieved_gbps", "intensity",
+                   "pct_of_bound")
+KERNEL_STATS_COLUMNS = ("iteration", "step", "rank", "name", "kind", "collective", "count", "total_ns", "mean_ns",
+                        "p50_ns", "p95_ns", "max_ns", "min_ns", "std_ns", "share_pct")
+OP_STATS_COLUMNS = ("iteration", "step", "rank", "name", "cat", "count", "nested_count", "inclusive_ns",
+                    "inclusive_mean_ns", "inclusive_max_ns", "self_ns", "self_mean_ns", "self_clamped", "kernels",
+                    "kernel_time_ns", "gpu_busy_ns")
+LAUNCH_STATS_COLUMNS = ("iteration", "step", "rank", "kind", "kernels", "linked", "unlinked", "graph_kernels",
+                        "launch_delay_p50_ns", "launch_delay_p95_ns", "launch_delay_max_ns", "launch_delay_mean_ns",
+                        "early_start_count", "launch_delay_outliers", "launch_overhead_p50_ns",
+                        "launch_overhead_p95_ns", "launch_overhead_max_ns", "launch_overhead_mean_ns",
+                        "launch_overhead_total_ns", "launch_overhead_outliers", "launch_bound_count",
+                        "launch_bound_pct")
+IDLE_BREAKDOWN_COLUMNS = ("iteration", "step", "rank", "device", "stream", "kernels", "span_ns", "busy_ns", "idle_ns",
+                          "host_wait_ns", "kernel_wait_ns", "other_ns", "host_wait_gaps", "kernel_wait_gaps",
+                          "other_gaps", "no_launch_gaps", "no_launch_ns", "cross_step_ns", "overlapped_kernels",
+                          "max_gap_ns", "host_wait_pct", "kernel_wait_pct", "other_pct")
+
+COLUMNS = {RANK_PHASE: RANK_PHASE_COLUMNS, RANKS: RANKS_COLUMNS, PIPELINE: PIPELINE_COLUMNS,
+           REPLICAS: REPLICAS_COLUMNS, ITERATIONS: ITERATIONS_COLUMNS, TIMELINE: TIMELINE_COLUMNS,
+           TOP_KERNELS: TOP_KERNELS_COLUMNS, COLLECTIVES_SUMMARY: COLLECTIVES_SUMMARY_COLUMNS,
+           STRAGGLERS: STRAGGLERS_COLUMNS, PROCESS_GROUPS: PROCESS_GROUPS_COLUMNS, OP_PERF: OP_PERF_COLUMNS,
+           KERNEL_STATS: KERNEL_STATS_COLUMNS, OP_STATS: OP_STATS_COLUMNS, LAUNCH_STATS: LAUNCH_STATS_COLUMNS,
+           IDLE_BREAKDOWN: IDLE_BREAKDOWN_COLUMNS,
+           COLLECTIVES: COLLECTIVES_COLUMNS, COLLECTIVES_RANKS: COLLECTIVES_RANKS_COLUMNS,
            COLLECTIVES_MISMATCH: COLLECTIVES_MISMATCH_COLUMNS, P2P: P2P_COLUMNS, CRITICAL_PATH: CRITICAL_PATH_COLUMNS,
            CRITICAL_PATH_SUMMARY: CRITICAL_PATH_SUMMARY_COLUMNS, CRITICAL_PATH_RANKS: CRITICAL_PATH_RANKS_COLUMNS,
            WHATIF: WHATIF_COLUMNS, WHATIF_ANCHORS: WHATIF_ANCHORS_COLUMNS, WHATIF_EDGES: WHATIF_EDGES_COLUMNS,
            WHATIF_RANKS: WHATIF_RANKS_COLUMNS}
-"""``{table name: its columns in the order written}`` for the tables whose writers fix their columns."""
+"""``{table name: its columns in the order written}``, every table of ``TABLES``."""
 
 
 def columns(name: str, *wanted: str) -> list:
-    """The columns ``wanted`` of table ``name`` (a key of ``COLUMNS``), as a list in the order given, or
+    """The columns ``wanted`` of table ``name`` (one of ``TABLES``), as a list in the order given, or
     all of its columns when none are given: what a reader passes to ``read_aggregate_table`` or
-    ``pyarrow.parquet.read_table``.  ``KeyError`` for a table without declared columns or a column the
+    ``pyarrow.parquet.read_table``.  ``KeyError`` for a name that is not a table or a column the
     table does not have (a reader out of step with the writer)."""
     own = COLUMNS[name]
     for c in wanted:

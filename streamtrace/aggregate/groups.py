@@ -26,11 +26,10 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .folder import COLLECTIVES, PROCESS_GROUPS, table_path
+from .folder import COLLECTIVES, PROCESS_GROUPS, PROCESS_GROUPS_COLUMNS, table_path
 from ..events.dataset import arrow_file, write_table
 
-COLUMNS = ("group", "ranks_from", "pg_name", "group_size", "parallel_dim", "instances", "kinds", "bytes", "time_ns",
-           "kernel_time_ns")
+COLUMNS = PROCESS_GROUPS_COLUMNS
 _P2P = ("Send", "Recv", "SendRecv")
 _READ = ("collective", "pg_ranks", "pg_name", "ranks", "group_size", "msg_bytes", "latency_ns", "kernel_time_ns",
          "parallel_dim", "src", "source")

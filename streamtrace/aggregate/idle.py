@@ -34,12 +34,12 @@ import numpy as np
 
 from ..kernels import intervals as iv
 from ..kernels.gaps import running_end_before
+from .folder import IDLE_BREAKDOWN_COLUMNS
 from .stats import group_ids
 
 DEFAULT_THRESHOLD_NS = 30_000
-COLUMNS = ("device", "stream", "step", "kernels", "span_ns", "busy_ns", "idle_ns", "host_wait_ns", "kernel_wait_ns",
-           "other_ns", "host_wait_gaps", "kernel_wait_gaps", "other_gaps", "no_launch_gaps", "no_launch_ns",
-           "cross_step_ns", "overlapped_kernels", "max_gap_ns", "host_wait_pct", "kernel_wait_pct", "other_pct")
+COLUMNS = tuple(c for c in IDLE_BREAKDOWN_COLUMNS if c not in ("iteration", "rank"))
+"""A rank's columns of ``idle_breakdown`` (``iteration`` and ``rank`` are added when it is written)."""
 
 
 def classify(first, ts, end, linked, launch_ts, threshold_ns=DEFAULT_THRESHOLD_NS) -> dict:

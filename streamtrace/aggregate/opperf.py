@@ -15,7 +15,7 @@ from collections import defaultdict
 import numpy as np
 
 from ..analyze.outputs import OP_PERF as OP_PERF_DATASET
-from .folder import OP_PERF
+from .folder import OP_PERF, OP_PERF_COLUMNS
 from ..events.dataset import write_table
 
 _SUMS = ("flops", "bytes", "kernel_time_ns", "gpu_busy_ns", "bound_ns", "lost_ns")
@@ -56,4 +56,4 @@ def write_op_perf(outdir, parts) -> list:
                 "achieved_gbps": np.where(busy > 0, nbytes / busy, np.nan),
                 "intensity": np.where(nbytes > 0, flops / nbytes, np.nan),
                 "pct_of_bound": np.where((busy > 0) & (bound > 0), 100 * bound / busy, np.nan)}
-    return write_table(outdir, OP_PERF, cols)
+    return write_table(outdir, OP_PERF, cols, OP_PERF_COLUMNS)

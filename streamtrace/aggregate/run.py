@@ -64,7 +64,7 @@ from ..analyze.outputs import KERNELS, OPS
 from ..analyze.patterns import Patterns
 from ..runtime.errors import StreamtraceError
 from ..events.dataset import json_default, num_rows, write_table
-from ..kernels import intervals as _iv
+from ..kernels import intervals
 from ..runtime.compile import TASKS, load as load_kernels
 from ..runtime.files import atomic_output, output_folder
 from ..runtime.parallel import run_tasks
@@ -87,15 +87,16 @@ from .pipeline import pipeline_rows, replica_rows
 from .timeline import join as join_timeline, write_part as write_timeline_part
 from .explain import part_tables, write_tables as write_explain
 from .folder import TABLES, Aggregate, owned, read_aggregate_table  # noqa: F401 (re-exported)
-from .folder import ITERATIONS, PIPELINE, RANKS, RANK_PHASE, REPLICAS, STRAGGLERS, TOP_KERNELS
+from .folder import (ITERATIONS, ITERATIONS_COLUMNS, PIPELINE, PIPELINE_COLUMNS, RANK_METRICS, RANK_PHASE,
+                     RANK_PHASE_COLUMNS, RANKS, RANKS_COLUMNS, REPLICAS, REPLICAS_COLUMNS, STRAGGLERS,
+                     STRAGGLERS_COLUMNS, TOP_KERNELS, TOP_KERNELS_COLUMNS)
 from .options import AggregateOptions
 
 KIND_CODE = {"compute": 0, "communication": 1, "memory": 2}
 FB = ("forward", "backward", "recompute")
 _CPU_COMM = re.compile(r"^(c10d::|gloo:|nccl:|record_param_comms)")
 _P2P_OP = re.compile(r"send|recv", re.I)          # a communication op that is a pipeline send / receive
-METRICS = ("kernels", "wall_ns", "busy_ns", "idle_ns", "compute_ns", "comm_ns", "memory_ns", "overlap_ns",
-           "exposed_comm_ns", "compute_only_ns", "kernel_time_ns")
+METRICS = RANK_METRICS
 
 
 # -- interval metrics ------------------------------------------------------------------
@@ -106,22 +107,22 @@ def interval_metrics(start, end, kind) -> dict:
     s, e, k = np.asarray(start, np.int64), np.asarray(end, np.int64), np.asarray(kind)
     if not len(s):
         return dict.fromkeys(METRICS, 0) | {"start_ns": None, "end_ns": None}
-    cu = _iv.union(s[k == 0], e[k == 0])
-    co = _iv.union(s[k == 1], e[k == 1])
-    compute, comm = _iv.union_length(*cu), _iv.union_length(*co)
-    overlap = _iv.intersect_length(co[0], co[1], cu[0], cu[1])
-    busy = _iv.union_length(s, e)
+    cu = intervals.union(s[k == 0], e[k == 0])
+    co = intervals.union(s[k == 1], e[k == 1])
+    compute, comm = intervals.union_length(*cu), intervals.union_length(*co)
+    overlap = intervals.intersect_length(co[0], co[1], cu[0], cu[1])
+    busy = intervals.union_length(s, e)
     wall = int(e.max() - s.min())
     return {"kernels": int(len(s)), "start_ns": int(s.min()), "end_ns": int(e.max()), "wall_ns": wall,
             "busy_ns": busy, "idle_ns": wall - busy, "compute_ns": compute, "comm_ns": comm,
-            "memory_ns": _iv.union_length(s[k == 2], e[k == 2]), "overlap_ns": overlap,
+            "memory_ns": intervals.union_length(s[k == 2], e[k == 2]), "overlap_ns": overlap,
             "exposed_comm_ns": comm - overlap, "compute_only_ns": compute - overlap,
             "kernel_time_ns": int((e - s).sum())}
 
 
 def _clipped_length(us, ue, lo, hi) -> int:
     """|canonical union (us, ue) ∩ [lo, hi)|."""
-    return _iv.intersect_length(us, ue, np.asarray([lo], np.int64), np.asarray([hi], np.int64))
+    return intervals.intersect_length(us, ue, np.asarray([lo], np.int64), np.asarray([hi], np.int64))
 
 
 # -- one rank ----------------------------------------------------------------------------
@@ -171,15 +172,15 @@ def _gpu_part(job, part):
             phase_rows.append(row)
         c = m & (code == 0) & np.isin(k["phase"], FB)
         if c.any():
-            us, ue = _iv.union(s[c], e[c])
+            us, ue = intervals.union(s[c], e[c])
             pp = m & comm & (np.isin(dim, ("PP", "pp")) | np.isin(k["collective"], P2P))
-            fb[(it, st, dev)] = (int(s[c].min()), int(e[c].max()), _iv.union_length(us, ue),
+            fb[(it, st, dev)] = (int(s[c].min()), int(e[c].max()), intervals.union_length(us, ue),
                                  int(len(set(k["microbatch"][c & (k["phase"] == "forward")].tolist()))),
                                  _pipeline_wait(phase_rows, st, dev, s, e, m & (code == 0), pp))
         cat = np.where(code == 0, "compute", np.where(code == 2, "memory", "comm:" + dim.astype(str)))
         for cname in sorted(set(cat[m].tolist())):
             cm = m & (cat == cname)
-            us, ue = _iv.union(s[cm], e[cm])
+            us, ue = intervals.union(s[cm], e[cm])
             timeline.append((it, st, dev, cname, us, ue))
     top: dict = {}
     if len(k["name"]):
@@ -207,9 +208,9 @@ def _pipeline_wait(phase_rows, step, dev, s, e, compute, p2p) -> int:
          if r["step"] == step and r["device"] == dev and r["phase"] in FB and r["start_ns"] is not None]
     if not w or not p2p.any():
         return 0
-    ws, we = _iv.union(np.asarray([a for a, _ in w], np.int64), np.asarray([b for _, b in w], np.int64))
-    inside = _iv.intersect(*_iv.union(s[p2p], e[p2p]), ws, we)
-    return _iv.subtract_length(*inside, *_iv.union(s[compute], e[compute]))
+    ws, we = intervals.union(np.asarray([a for a, _ in w], np.int64), np.asarray([b for _, b in w], np.int64))
+    inside = intervals.intersect(*intervals.union(s[p2p], e[p2p]), ws, we)
+    return intervals.subtract_length(*inside, *intervals.union(s[compute], e[compute]))
 
 
 def _outermost(s, e, sel) -> list:
@@ -249,12 +250,12 @@ def _cpu_part(job, part):
         in_comm = nxt
     s, e = part.align(ts), part.align(ts + dur)
     comp = (cat == "cpu_op") & ~in_comm
-    cu = _iv.union(s[comp], e[comp])
-    co = _iv.union(s[is_comm], e[is_comm])
+    cu = intervals.union(s[comp], e[comp])
+    co = intervals.union(s[is_comm], e[is_comm])
     p2p_op = is_comm & np.asarray([bool(_P2P_OP.search(x)) for x in uniq.tolist()])[inv]
-    p2p = _iv.union(s[p2p_op], e[p2p_op])
-    both = _iv.intersect(co[0], co[1], cu[0], cu[1])
-    allu = _iv.union(np.concatenate([cu[0], co[0]]), np.concatenate([cu[1], co[1]]))
+    p2p = intervals.union(s[p2p_op], e[p2p_op])
+    both = intervals.intersect(co[0], co[1], cu[0], cu[1])
+    allu = intervals.union(np.concatenate([cu[0], co[0]]), np.concatenate([cu[1], co[1]]))
     ws, we = s[step >= 0], e[step >= 0]
     wnum = step[step >= 0]
     o = np.argsort(ws)
@@ -290,12 +291,12 @@ def _cpu_part(job, part):
                     last = e[j] if last is None else max(last, e[j])
                     busy_fb.append((s[j], e[j]))
         if busy_fb:
-            bs, be = _iv.union(np.asarray([b[0] for b in busy_fb]), np.asarray([b[1] for b in busy_fb]))
-            comp_fb = _iv.intersect(bs, be, cu[0], cu[1])
-            p2p_fb = _iv.subtract(*_iv.intersect(bs, be, *p2p), *cu)
-            fb[(it, st, -1)] = (int(first), int(last), _iv.union_length(*comp_fb),
+            bs, be = intervals.union(np.asarray([b[0] for b in busy_fb]), np.asarray([b[1] for b in busy_fb]))
+            comp_fb = intervals.intersect(bs, be, cu[0], cu[1])
+            p2p_fb = intervals.subtract(*intervals.intersect(bs, be, *p2p), *cu)
+            fb[(it, st, -1)] = (int(first), int(last), intervals.union_length(*comp_fb),
                                 sum(1 for r in phase_rows if r["step"] == st and r["phase"] == "forward"),
-                                _iv.union_length(*p2p_fb))
+                                intervals.union_length(*p2p_fb))
     timeline = [(it, st, -1, name_, us[(us < hi) & (ue > lo)], ue[(us < hi) & (ue > lo)])
                 for st, lo, hi in [(r["step"], r["start_ns"], r["end_ns"]) for r in rank_rows]
                 for name_, (us, ue) in (("compute", cu), ("comm:cpu", co))]
@@ -406,7 +407,7 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
     files += _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps)
     files += write_explain(outdir, [r[6] for r in res])
     if coll.stragglers:
-        files += write_table(outdir, STRAGGLERS, _columns(coll.stragglers, list(coll.stragglers[0])), csv=True)
+        files += write_table(outdir, STRAGGLERS, _columns(coll.stragglers, STRAGGLERS_COLUMNS), csv=True)
     files += write_p2p(outdir, p2p_rows(coll.transfers, topo))
     files += write_op_perf(outdir, job.parts)
     meta = _meta(dirs, opt, job, tcfg, coll, layout, rank_rows)
@@ -484,22 +485,19 @@ def _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps) -> li
     pipe = pipeline_rows(topo, phase_rows, fb)
     reps = replica_rows(topo, rank_rows, pipe)
     iters = _iterations(rank_rows, steps)
-    base = ["iteration", "step", "rank", "device", "source", "replica", "pp_group", "stage"]
-    pcols = base[:5] + ["phase", "microbatch"] + base[5:] + ["start_ns", "end_ns", "compute_start_ns",
-                                                             "compute_end_ns", *METRICS, "overlap_pct"]
-    files = write_table(outdir, RANK_PHASE, _columns(_sorted(phase_rows), pcols), csv=True)
-    rcols = base + ["start_ns", "end_ns", *METRICS, "overlap_pct", "step_ns"]
-    files += write_table(outdir, RANKS, _columns(_sorted(rank_rows), rcols), csv=True)
+    files = write_table(outdir, RANK_PHASE, _columns(_sorted(phase_rows), RANK_PHASE_COLUMNS), csv=True)
+    files += write_table(outdir, RANKS, _columns(_sorted(rank_rows), RANKS_COLUMNS), csv=True)
     if pipe:
-        files += write_table(outdir, PIPELINE, _columns(pipe, list(pipe[0])), csv=True)
+        files += write_table(outdir, PIPELINE, _columns(pipe, PIPELINE_COLUMNS), csv=True)
     if reps:
-        files += write_table(outdir, REPLICAS, _columns(reps, list(reps[0])), csv=True)
-    files += write_table(outdir, ITERATIONS, _columns(iters, list(iters[0])), csv=True)
+        files += write_table(outdir, REPLICAS, _columns(reps, REPLICAS_COLUMNS), csv=True)
+    files += write_table(outdir, ITERATIONS, _columns(iters, ITERATIONS_COLUMNS), csv=True)
     topk = sorted(top.items(), key=lambda x: -x[1][2])
     files += write_table(outdir, TOP_KERNELS, {"name": np.asarray([n for n, _ in topk], object),
                                                  "kind": np.asarray([v[0] for _, v in topk], object),
                                                  "count": np.asarray([v[1] for _, v in topk], np.int64),
-                                                 "total_ns": np.asarray([v[2] for _, v in topk], np.int64)})
+                                                 "total_ns": np.asarray([v[2] for _, v in topk], np.int64)},
+                         TOP_KERNELS_COLUMNS)
     return files
 
 

@@ -15,13 +15,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .folder import TIMELINE, table_path
+from .folder import TIMELINE, TIMELINE_COLUMNS, table_path
 from ..events.dataset import arrow_file, to_arrow, write_table
 from ..runtime.files import atomic_output
 
-SCHEMA = pa.schema([("part", pa.int64()), ("rank", pa.int64()), ("iteration", pa.int64()), ("step", pa.int64()),
-                    ("device", pa.int64()), ("category", pa.string()), ("start_ns", pa.int64()),
-                    ("end_ns", pa.int64())])
+SCHEMA = pa.schema([(c, pa.string() if c == "category" else pa.int64()) for c in TIMELINE_COLUMNS])
 
 
 def timeline_columns(tl) -> dict:

@@ -44,7 +44,7 @@ from ..runtime.tuning import trim
 from .alignment import Job, Part
 from .folder import (COLLECTIVES, COLLECTIVES_RANKS, WHATIF, WHATIF_ANCHORS, WHATIF_ANCHORS_COLUMNS as ANCHOR_COLUMNS,
                      WHATIF_COLUMNS, WHATIF_EDGES, WHATIF_EDGES_COLUMNS as EDGE_COLUMNS, WHATIF_RANKS,
-                     Aggregate, table_path)
+                     KERNEL_STATS, OP_STATS, Aggregate, columns, table_path)
 from .steps import step_patterns_of
 from .whatif_changes import AtMedian, Comm, HostGaps, Kernels, Launches, Ops, as_changes
 from .whatif_job import JobStep, Members, StepTables
@@ -142,10 +142,11 @@ def medians(aggdir, tabs: StepTables, it: int, st: int, rank: int) -> dict:
     no other rank ran it: the median rank does not); and its host gaps' (``whatif_ranks.host_gap_ns``,
     over every other rank)."""
     out = {}
-    for kind, table, col in (("cpu", "op_stats", "self_ns"), ("gpu", "kernel_stats", "total_ns")):
+    for kind, table, col in (("cpu", OP_STATS, "self_ns"), ("gpu", KERNEL_STATS, "total_ns")):
         p = table_path(aggdir, table)
         if p.is_file():
-            out.update({(kind, n): f for n, f in _name_factors(p, col, it, st, rank).items()})
+            out.update({(kind, n): f for n, f in _name_factors(p, columns(table, "rank", "name", "count", col),
+                                                               it, st, rank).items()})
     r = tabs.ranks
     hg = dict(zip(r["rank"].tolist(), r["host_gap_ns"].tolist()))
     if rank in hg and hg[rank] > 0 and len(hg) > 1:
@@ -153,13 +154,14 @@ def medians(aggdir, tabs: StepTables, it: int, st: int, rank: int) -> dict:
     return out
 
 
-def _name_factors(path, col, it, st, rank) -> dict:
+def _name_factors(path, cols, it, st, rank) -> dict:
     """``{name: factor}`` of ``medians`` from one statistics table (pyarrow, then numpy by name
-    code: a 1,024-rank job's table is never turned into Python rows)."""
+    code: a 1,024-rank job's table is never turned into Python rows); ``cols``: its rank, name,
+    count and value columns."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
-    t = pq.read_table(arrow_file(path), columns=["rank", "name", "count", col],
-                      filters=[("iteration", "=", it), ("step", "=", st)])
+    col = cols[-1]
+    t = pq.read_table(arrow_file(path), columns=cols, filters=[("iteration", "=", it), ("step", "=", st)])
     enc = pc.dictionary_encode(t["name"]).combine_chunks()
     names = enc.dictionary.to_pylist()
     code = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)

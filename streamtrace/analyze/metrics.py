@@ -26,7 +26,7 @@ import re
 
 import numpy as np
 
-from ..kernels import intervals as _iv
+from ..kernels import intervals
 
 __all__ = [
     "COMPUTE",
@@ -139,8 +139,8 @@ def device_metrics(start_ns, end_ns, kind):
     TypeError
         if ``start_ns`` / ``end_ns`` do not hold integers.
     """
-    s = _iv.as_int64(start_ns, "start_ns")
-    e = _iv.as_int64(end_ns, "end_ns")
+    s = intervals.as_int64(start_ns, "start_ns")
+    e = intervals.as_int64(end_ns, "end_ns")
     k = np.asarray(kind)
     if k.ndim != 1:
         raise ValueError(f"kind must be one-dimensional, got shape {k.shape}")
@@ -164,7 +164,7 @@ def device_metrics(start_ns, end_ns, kind):
         kernel_time = int((e - s).sum())
         # one sweep over the start order for every union (no per-class copies); overlap =
         # |comm ∩ compute| = |comm| + |compute| - |comm ∪ compute| (inclusion-exclusion)
-        busy, compute, comm, memory, either = _iv.union_lengths(s, e, k, _CLASS_SETS)
+        busy, compute, comm, memory, either = intervals.union_lengths(s, e, k, _CLASS_SETS)
         overlap = comm + compute - either
 
     return {

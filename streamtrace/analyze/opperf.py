@@ -37,7 +37,7 @@ from ..runtime.files import atomic_output
 from ..topology.hardware import gpu_spec
 from ..trace.reader import TraceReader
 from .opcost import COSTED, op_cost
-from .outputs import KERNEL_PERF, KERNELS, OP_PERF, OPS
+from .outputs import KERNEL_PERF, KERNELS, OP_PERF, OPS, schema_of
 
 _KEY = b'"Input Dims"'
 PROBE_EVENTS = 65536     # events read before concluding that a trace has no recorded shapes
@@ -166,7 +166,7 @@ def _ops_gpu_time(outdir, rank, iteration, starts=None) -> dict:
     """``{(pid, tid, ts_ns, name): (kernel_count, kernel_time_ns, gpu_busy_ns)}`` of the rank's ops
     (only those starting at one of ``starts``, int ns, when given: the ops to be joined)."""
     t = read_partition(partition_files(outdir, OPS, rank, iteration),
-                       ["pid", "tid", "ts_ns", "name", "kernel_count", "kernel_time_ns", "gpu_busy_ns"], OPS)
+                       ["pid", "tid", "ts_ns", "name", "kernel_count", "kernel_time_ns", "gpu_busy_ns"], schema_of(OPS))
     if starts is not None:
         t = t.filter(pc.is_in(t.column("ts_ns"), value_set=pa.array(sorted(set(starts)), pa.int64())))
     names = t.column("name")
@@ -248,7 +248,7 @@ def kernel_costs(outdir, rank, iteration, ops: dict):
     that joins the ``kernels`` table on ``correlation``.  Kernels an op launched through an inner,
     uncosted op (another external id) get none: the op's own row in ``op_perf`` has the total."""
     t = read_partition(partition_files(outdir, KERNELS, rank, iteration), ["correlation", "external_id", "dur_ns"],
-                       KERNELS)
+                       schema_of(KERNELS))
     ext = np.asarray([e if isinstance(e, int) else -1 for e in ops["external_id"]], np.int64)
     k_ext = t.column("external_id").to_numpy(zero_copy_only=False).astype(np.int64)
     k_dur = t.column("dur_ns").to_numpy(zero_copy_only=False).astype(np.float64)

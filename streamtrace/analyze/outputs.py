@@ -22,6 +22,13 @@ TABLES = (KERNELS, OPS, CPU_COLLECTIVES, OP_PERF, KERNEL_PERF, CUDA_SYNC)
 STEP_PATTERNS_KEY = "step_patterns"
 
 
+def schema_of(dataset: str):
+    """The pyarrow schema of the dataset named ``dataset``: ``KERNELS`` and ``OPS`` have fixed ones
+    (``streamtrace.events.dataset.schemas``); None for the others (their files say theirs)."""
+    from ..events.dataset import schemas
+    return dict(zip((KERNELS, OPS), schemas())).get(dataset)
+
+
 @register
 class Analysis(Outputs):
     """``streamtrace analyze -o DIR``: ``kernels`` and ``ops`` (with ``iteration``, ``rank`` int64
@@ -60,4 +67,4 @@ class Analysis(Outputs):
         return [n for n in TABLES if (self.path / n).is_dir()]
 
     def _read(self, name):
-        return read_dataset(self.path, name)
+        return read_dataset(self.path, name, schema=schema_of(name))

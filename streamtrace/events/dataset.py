@@ -138,15 +138,15 @@ def iter_table(path, columns, batch_rows: int = 1 << 20):
         raise DataError(path, f"not a readable Parquet file ({_why(e)})") from None
 
 
-def read_partition(files, columns=None, dataset=None):
+def read_partition(files, columns=None, schema=None):
     """The rows of a partition's part files (``partition_files``) as one pyarrow Table,
-    in order.  With no files: an empty table of ``dataset``'s schema (``"kernels"`` or
-    ``"ops"``), or ``FileNotFoundError`` when ``dataset`` is not given.  ``columns`` None:
-    all of ``dataset``'s columns (every one of them must be there).  Raises
-    ``DataError`` for a part file that is damaged or of another schema."""
-    schema = dict(zip(("kernels", "ops"), schemas())).get(dataset)
+    in order.  ``schema``: the dataset's pyarrow schema (``schemas``; the analysis folder's
+    ``streamtrace.analyze.outputs.schema_of``) or None.  With no files: an empty table of
+    ``schema``, or ``FileNotFoundError`` when it is None.  ``columns`` None: all of ``schema``'s
+    columns (every one of them must be there).  Raises ``DataError`` for a part file that is
+    damaged or of another schema."""
     if not files:
-        if dataset is None:
+        if schema is None:
             raise FileNotFoundError("no part files")
         return schema.empty_table() if columns is None else schema.empty_table().select(list(columns))
     want = list(columns) if columns is not None else (schema.names if schema is not None else None)

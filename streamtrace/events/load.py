@@ -47,10 +47,11 @@ if TYPE_CHECKING:                       # annotations only
 _KEY = re.compile(r"(iteration|rank)=(-?\d+)")
 
 
-def read_dataset(outdir, dataset, columns=None) -> pa.Table:
-    """Every partition of ``outdir/<dataset>/`` (``"kernels"`` or ``"ops"``) as one Table, partitions
-    in (iteration, rank) order, each partition's part files in order, with ``iteration`` and
-    ``rank`` int64 columns appended.  An empty table of the dataset's schema when there is none."""
+def read_dataset(outdir, dataset, columns=None, schema=None) -> pa.Table:
+    """Every partition of ``outdir/<dataset>/`` as one Table, partitions in (iteration, rank) order,
+    each partition's part files in order, with ``iteration`` and ``rank`` int64 columns appended.
+    An empty table of ``schema`` (the dataset's pyarrow schema) when there is none
+    (``FileNotFoundError`` when ``schema`` is None)."""
     import pyarrow as pa
     from .dataset import partition_files, read_partition
     root = Path(outdir) / dataset
@@ -67,7 +68,7 @@ def read_dataset(outdir, dataset, columns=None) -> pa.Table:
             parts.append(t.append_column("iteration", pa.array([it] * t.num_rows, pa.int64()))
                           .append_column("rank", pa.array([rank] * t.num_rows, pa.int64())))
     if not parts:
-        t = read_partition([], columns, dataset)
+        t = read_partition([], columns, schema)
         return t.append_column("iteration", pa.array([], pa.int64())).append_column("rank", pa.array([], pa.int64()))
     return pa.concat_tables(parts)
 
@@ -95,7 +96,23 @@ class OutputKind(Protocol):
         """Table ``name``, read."""
 
 
-class Outputs(Mapping):
+class SummaryMapping(Mapping):
+    """A stage's result as a read-only mapping over its ``summary`` (a dict: what the stage returned
+    before it returned an object): ``result[key]``, ``result.get(...)``, ``key in result``, ``len``,
+    ``==`` a dict compares ``summary``.  The base of ``Outputs`` and ``streamtrace.merge.MergeResult``."""
+    summary: dict
+
+    def __getitem__(self, key):
+        return self.summary[key]
+
+    def __iter__(self):
+        return iter(self.summary)
+
+    def __len__(self):
+        return len(self.summary)
+
+
+class Outputs(SummaryMapping):
     """One output folder (see the module docstring), the base of every kind's implementation.
     ``path``: the folder; ``kind``; ``summary``: its JSON marker file as a dict.
 
@@ -149,15 +166,6 @@ class Outputs(Mapping):
         self = cls.__new__(cls)
         self.path, self.summary, self._cache = Path(path), summary, {}
         return self
-
-    def __getitem__(self, key):
-        return self.summary[key]
-
-    def __iter__(self):
-        return iter(self.summary)
-
-    def __len__(self):
-        return len(self.summary)
 
     def tables(self) -> list[str]:
         """The names of the tables this folder holds."""

@@ -1,13 +1,14 @@
 """What ``streamtrace.merge`` returns for each trace it writes: ``MergeResult``."""
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..events.load import SummaryMapping
+
 
 @dataclass(frozen=True, eq=False)
-class MergeResult(Mapping):
+class MergeResult(SummaryMapping):
     """One merged trace ``merge_files`` wrote (merge writes a trace, not an
     output folder: ``streamtrace.load`` does not read it; open it in Perfetto or with
     ``TraceReader``).  Immutable, as the other stages' results.
@@ -25,15 +26,6 @@ class MergeResult(Mapping):
     def output(self) -> Path:
         """The merged trace written."""
         return Path(self.summary["output"])
-
-    def __getitem__(self, key):
-        return self.summary[key]
-
-    def __iter__(self):
-        return iter(self.summary)
-
-    def __len__(self):
-        return len(self.summary)
 
     def __repr__(self):
         return (f"<streamtrace merged trace {self.summary.get('output')}: {len(self.summary.get('ranks', ()))} "

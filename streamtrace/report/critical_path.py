@@ -12,7 +12,7 @@ import numpy as np
 from ..aggregate.critical_ranks import NEXT_MIN_GAIN
 from ..aggregate.folder import (CRITICAL_PATH, CRITICAL_PATH_RANKS, CRITICAL_PATH_SUMMARY, CRITICAL_PATH_TABLES,
                                 IDLE_BREAKDOWN, ITERATIONS, KERNEL_STATS, OP_STATS, RANKS, WHATIF,
-                                read_aggregate_table, table_file)
+                                columns, read_aggregate_table, table_file)
 from .critical_story import PEERS, cause_sentence, compare_kernels, compare_ops, lengths_sentence, next_sentence
 from .critical_chart import critical_chart
 from .section import ChartJob, ReportInput, SectionBase, md_table
@@ -44,7 +44,7 @@ def _step_ns(aggdir) -> dict:
 
 def _stages(aggdir) -> dict:
     """``{rank: pipeline stage}`` (``ranks.parquet``; empty without a topology)."""
-    t = read_aggregate_table(aggdir, RANKS, columns=["rank", "stage"])
+    t = read_aggregate_table(aggdir, RANKS, columns=columns(RANKS, "rank", "stage"))
     if not t or "stage" not in t:
         return {}
     return {int(r): int(s) for r, s in zip(t["rank"], t["stage"]) if s is not None and s == s}
@@ -119,9 +119,9 @@ def _step(aggdir, key, summ, segs, ranks, step_ns, short, stages=None) -> dict:
             cats_top[s["category"]] = cats_top.get(s["category"], 0) + s["weight_ns"]
     peers = _peer_ranks(ranks, top["rank"], stages)
     where = {"rank": peers, "iteration": [key[0]]}
-    ops = read_aggregate_table(aggdir, OP_STATS, columns=["step", "rank", "name", "cat", "self_ns"],
+    ops = read_aggregate_table(aggdir, OP_STATS, columns(OP_STATS, "step", "rank", "name", "cat", "self_ns"),
                                where=where) if len(peers) > 1 else {}
-    kern = read_aggregate_table(aggdir, KERNEL_STATS, columns=["step", "rank", "kind", "total_ns"],
+    kern = read_aggregate_table(aggdir, KERNEL_STATS, columns(KERNEL_STATS, "step", "rank", "kind", "total_ns"),
                                 where=where) if len(peers) > 1 else {}
     stages = stages or {}
     others = [r for r in ranks if r["rank"] != top["rank"]]

@@ -22,7 +22,7 @@ import re
 
 import numpy as np
 
-from ..aggregate.folder import KERNEL_STATS, OP_PERF, read_aggregate_table, table_file
+from ..aggregate.folder import KERNEL_STATS, OP_PERF, columns, read_aggregate_table, table_file
 from ..topology.hardware import dtype_key
 
 #: a kernel that runs a GEMM (cuBLAS, cuBLASLt, CUTLASS, Triton's matmul), by its own name (not FBGEMM's
@@ -78,7 +78,7 @@ def gemm_precision(aggdir, cfg=None, has=lambda dt: True) -> tuple[str, str]:
     ``TrainConfig`` or None; ``has(dtype)``: whether the GPU
     has that math (the default's bf16 / fp16 choice)."""
     if aggdir is not None:
-        t = read_aggregate_table(aggdir, KERNEL_STATS, ["name", "kind", "total_ns"])
+        t = read_aggregate_table(aggdir, KERNEL_STATS, columns(KERNEL_STATS, "name", "kind", "total_ns"))
         if t and len(t.get("name", [])):
             comp = np.flatnonzero(t["kind"] == "compute")
             names = t["name"][comp].tolist()
@@ -86,7 +86,7 @@ def gemm_precision(aggdir, cfg=None, has=lambda dt: True) -> tuple[str, str]:
             if dt:
                 return dt, (f"the GEMM kernels' names ({100 * share:.0f} % of their GPU time, "
                             f"{table_file(KERNEL_STATS)})")
-        t = read_aggregate_table(aggdir, OP_PERF, ["dtype", "flops", "gpu_busy_ns"])
+        t = read_aggregate_table(aggdir, OP_PERF, columns(OP_PERF, "dtype", "flops", "gpu_busy_ns"))
         if t and len(t.get("dtype", [])):
             keep = np.flatnonzero(t["flops"] > 0)
             dt, share = _by_time([dtype_key(d) for d in t["dtype"][keep].tolist()], t["gpu_busy_ns"][keep])

@@ -34,8 +34,8 @@ from pathlib import Path
 import numpy as np
 
 from ..events.dataset import iter_table
-from ..aggregate.folder import (COLLECTIVES, COLLECTIVES_RANKS, CRITICAL_PATH_SUMMARY, STRAGGLERS, TIMELINE,
-                                Aggregate, columns, read_aggregate_table, table_path)
+from ..aggregate.folder import (COLLECTIVES, COLLECTIVES_RANKS, CRITICAL_PATH_SUMMARY, P2P, PIPELINE, RANK_PHASE, RANKS,
+                                STRAGGLERS, TIMELINE, Aggregate, columns, read_aggregate_table, table_path)
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
 from . import charts as drawing
@@ -108,7 +108,7 @@ def load(aggdir, chart_ranks=None) -> dict:
     job holds no table of every collective kernel and no other rank's timeline.
     Raises ``DataError`` naming a damaged or missing file."""
     out = {"meta": Aggregate.read(aggdir).summary}
-    for n in ("rank_phase", "ranks", "pipeline", "p2p"):
+    for n in (RANK_PHASE, RANKS, PIPELINE, P2P):      # (each under its table's name)
         out[n] = read_aggregate_table(aggdir, n)
     out["collectives"] = read_aggregate_table(aggdir, COLLECTIVES, COLLECTIVE_COLUMNS)
     out["step_word"] = "step " if step_patterns_used(out["meta"].get("inputs")) else "ProfilerStep#"

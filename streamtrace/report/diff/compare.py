@@ -53,7 +53,7 @@ from .unrelated import unrelated_jobs
 from .inputs import DiffOptions, list_text, open_side, pair_ranks
 from .outputs import TABLES, table_path
 from ...aggregate.stats import OPS_COLUMNS, op_rows
-from ...analyze.outputs import KERNELS, OPS
+from ...analyze.outputs import KERNELS, OPS, schema_of
 
 KERNEL_COLUMNS = ["name", "kind", "dur_ns", "ts_ns", "end_ns", "device", "step", "phase", "microbatch", "collective",
                   "parallel_dim"]
@@ -107,8 +107,8 @@ def part_partial(part, steps, name_key) -> dict:
     ``kernels`` / ``ops`` / ``groups`` (pyarrow Tables of per-key counts and sums), ``metrics``
     (``{metric: sum over the cells}``)."""
     kf, of = part.files(KERNELS), part.files(OPS)
-    k = read_partition(kf, KERNEL_COLUMNS, KERNELS)
-    ops = read_partition(of, OPS_COLUMNS, OPS)
+    k = read_partition(kf, KERNEL_COLUMNS, schema_of(KERNELS))
+    ops = read_partition(of, OPS_COLUMNS, schema_of(OPS))
     rows = op_rows(ops, part.steps) if ops.num_rows else None
     win = rows["windows"] if rows else (np.zeros(0, np.int64),) * 3
     kstep = k["step"].to_numpy()

@@ -224,6 +224,46 @@ def _table_homes() -> dict:
     return homes
 
 
+TABLE_CALLS = {"read_aggregate_table": 1, "write_table": 1, "table_path": 1, "table_file": 0}
+"""The functions that take a table's name, and the position of that name among their arguments."""
+
+
+def _spelled_tables(tree, module: str, homes: dict) -> list:
+    """Calls in ``tree`` that spell a table's name (a str constant) where ``TABLE_CALLS`` take it, outside
+    the table's owners, and calls of ``read_aggregate_table`` with a literal list of columns (the owner's
+    ``columns`` hands a reader its columns)."""
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        fn = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+        at = TABLE_CALLS.get(fn)
+        if at is None:
+            continue
+        name = node.args[at] if len(node.args) > at else None
+        if isinstance(name, ast.Constant) and name.value in homes and module not in homes[name.value]:
+            out.append(f"{module}:{node.lineno} {fn}({name.value!r})")
+        cols = [*node.args[2:3], *(k.value for k in node.keywords if k.arg == "columns")]
+        if fn == "read_aggregate_table" and any(isinstance(c, (ast.List, ast.Tuple)) for c in cols):
+            out.append(f"{module}:{node.lineno} {fn}(..., [columns spelled])")
+    return out
+
+
+def test_readers_and_writers_take_table_names_and_columns_from_the_owner():
+    """No module but a table's owner passes its name as a string to the functions that take a table's name,
+    and no reader spells a list of an aggregate table's columns (``aggregate.folder.columns`` gives them):
+    checked on the package, and on a snippet that does both, so the check can fail."""
+    homes = _table_homes()
+    stray = []
+    for path in sorted((ROOT / "streamtrace").rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        stray += _spelled_tables(ast.parse(path.read_text()), module, homes)
+    assert not stray, stray
+    bad = ast.parse('t = read_aggregate_table(agg, "op_stats", ["rank", "name"])\n'
+                    'write_table(out, "ranks", cols)\nread_aggregate_table(agg, RANKS, columns=("rank",))')
+    assert len(_spelled_tables(bad, "streamtrace.report.x", homes)) == 4
+
+
 def test_only_the_owners_name_their_tables():
     """A table's name has one home: the aggregate's tables are the constants of
     ``streamtrace.aggregate.folder`` (each one of ``TABLES``, none twice) and the diff's are

@@ -14,6 +14,7 @@ import pytest
 from support import REAL, need_shared, run_cli
 from streamtrace import capture
 from streamtrace.analyze import AnalyzeOptions, analyze
+from streamtrace.aggregate.folder import COLUMNS, OP_PERF
 from streamtrace.aggregate import AggregateOptions, aggregate
 from streamtrace.report import write_report
 from streamtrace.report.options import ReportOptions
@@ -138,6 +139,7 @@ def test_links_ops_and_charts_on_real_jobs(tmp_path):
     (part,) = (tmp_path / "q" / "op_perf").glob("iteration=*/rank=*/part-0.parquet")
     per_op = pq.read_table(part).to_pylist()
     job = pq.read_table(tmp_path / "qrep" / "op_perf.parquet").to_pylist()
+    assert tuple(job[0]) == COLUMNS[OP_PERF]                    # the columns its owner declares, in that order
     assert sum(r["count"] for r in job) == len(per_op)
     for j in job[:5]:
         same = [r for r in per_op if (r["name"], r["input_dims"]) == (j["name"], j["input_dims"])]
