@@ -31,6 +31,7 @@ import numpy as np
 from numba import njit
 
 from .cachedir import ensure_cache
+from .runs import union_into
 
 ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
 
@@ -101,34 +102,11 @@ def _sorted_by_start(s, e):
 
 @njit(cache=True, nogil=True)
 def _union_sorted(s, e):
-    """Canonical union of intervals sorted by start. O(N)."""
+    """Canonical union of intervals sorted by start (``runs.union_into``). O(N)."""
     n = s.shape[0]
     out_s = np.empty(n, dtype=np.int64)
     out_e = np.empty(n, dtype=np.int64)
-    k = 0
-    have = False
-    cs = np.int64(0)
-    ce = np.int64(0)
-    for i in range(n):
-        a = s[i]
-        b = e[i]
-        if b <= a:
-            continue
-        if have and a <= ce:
-            if b > ce:
-                ce = b
-        else:
-            if have:
-                out_s[k] = cs
-                out_e[k] = ce
-                k += 1
-            cs = a
-            ce = b
-            have = True
-    if have:
-        out_s[k] = cs
-        out_e[k] = ce
-        k += 1
+    k, _ = union_into(s, e, 0, n, out_s, out_e, 0)
     return out_s[:k].copy(), out_e[:k].copy()
 
 
