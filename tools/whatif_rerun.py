@@ -19,7 +19,7 @@ clean and faulty runs alternately (the spread of the clean medians is the machin
 the what-if on those steps against the even steps of the same run, which the machine's load touches
 alike (on a 2-core machine shared with other work, separate runs differ by tens of percent).
 
-    python tools/whatif_rerun.py OUT [--rounds 3] [--faults sleep,matmul] [--steps 8] [--record]
+    python tools/whatif_rerun.py OUT [--rounds 3] [--faults sleep,matmul] [--steps 8] [--pin-cores] [--record]
 
 ``--record`` appends the table to ``bench/RESULTS.md``.  Needs torch.
 """
@@ -52,6 +52,8 @@ def worker(a):
     from torch.profiler import ProfilerActivity, profile, record_function
 
     from streamtrace import capture
+    if a.pin_cores:          # each rank on its own core: no rank takes the other's core while it sleeps
+        os.sched_setaffinity(0, {a.rank % os.cpu_count()})
     torch.set_num_threads(1)
     torch.manual_seed(a.rank)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{a.port}", rank=a.rank, world_size=a.world_size)
@@ -98,7 +100,7 @@ def run_job(out: Path, fault: str, a) -> Path:
 def _job_args(a) -> list:
     return ["--world-size", str(a.world_size), "--steps", str(a.steps), "--hidden", str(a.hidden), "--layers",
             str(a.layers), "--batch", str(a.batch), "--sleep-ms", str(a.sleep_ms), "--matmul", str(a.matmul)] + \
-        (["--interleave"] if a.interleave else [])
+        (["--interleave"] if a.interleave else []) + (["--pin-cores"] if a.pin_cores else [])
 
 
 def step_times(traces: Path, parity=None) -> list:
@@ -142,6 +144,8 @@ def main(argv=None) -> int:
     ap.add_argument("--matmul", type=int, default=1200)
     ap.add_argument("--interleave", action="store_true", help="one run per fault, the fault on odd iterations "
                     "only: the even ones are the clean steps (the same load on the machine for both)")
+    ap.add_argument("--pin-cores", action="store_true", help="rank r runs on core r mod the cores (Linux "
+                    "sched_setaffinity): the ranks do not share a core, so one rank's sleep frees none for another")
     ap.add_argument("--record", action="store_true")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
@@ -179,7 +183,7 @@ def interleaved(a) -> int:
     those predicts the median of the even (clean) ones of the same run."""
     lines = ["## What-if replay against real reruns, interleaved (tools/whatif_rerun.py --interleave)", "",
              f"`python tools/whatif_rerun.py OUT --interleave --rounds {a.rounds} --faults {a.faults} --steps "
-             f"{a.steps}` (gloo, {a.world_size} ranks x 1 thread, DDP MLP {a.layers} x {a.hidden}, batch {a.batch}; "
+             f"{a.steps}{' --pin-cores' if a.pin_cores else ''}` (gloo, {a.world_size} ranks x 1 thread, DDP MLP {a.layers} x {a.hidden}, batch {a.batch}; "
              f"{time.strftime('%Y-%m-%d %H:%M')}, load {os.getloadavg()[0]:.1f}): the fault on the odd steps, "
              "the even steps of the same run are the clean ones", "",
              "| round | fault | change replayed | faulty steps' median ms (min-max) | predicted ms | clean steps' "
@@ -207,7 +211,8 @@ def _table(rows, a) -> list:
     ms = lambda ns: f"{ns / 1e6:.1f}"  # noqa: E731
     clean = [r for r in rows if r["fault"] == "clean"]
     out = [f"## What-if replay against real reruns (tools/whatif_rerun.py)", "",
-           f"`python tools/whatif_rerun.py OUT --rounds {a.rounds} --faults {a.faults} --steps {a.steps}` "
+           f"`python tools/whatif_rerun.py OUT --rounds {a.rounds} --faults {a.faults} --steps {a.steps}"
+           f"{' --pin-cores' if a.pin_cores else ''}` "
            f"(gloo, {a.world_size} ranks x 1 thread, DDP MLP {a.layers} x {a.hidden}, batch {a.batch}; "
            f"{time.strftime('%Y-%m-%d %H:%M')}, load {os.getloadavg()[0]:.1f})", "",
            "| round | fault | change replayed | faulty median step ms (min-max) | predicted ms | clean median ms "
