@@ -90,11 +90,34 @@ def replayed_next(aggdir, key, rank, total) -> list | None:
              "pct": 100.0 * int(t["bound_ns"][i]) / max(new, 1)}]
 
 
+SEGMENT_COLUMNS = columns(CRITICAL_PATH, "iteration", "step", "rank", "lane", "weight_ns", "category", "name")
+"""The columns of ``critical_path.parquet`` the section reads (kept as columns: 50,000 segments on 8 ranks)."""
+
+
+def _top_part(segs, top) -> tuple[dict, list]:
+    """Of one step's segments (columns, file order), those of rank ``top`` (its ``critical_path_ranks``
+    row): ``({category: weight ns}`` in the order first seen``, [row dicts of its segments on threads
+    other than the step's, waits between threads aside])`` (``critical_story.cause_sentence``'s)."""
+    m = segs["rank"] == top["rank"]
+    cats, w = segs["category"][m].astype(str), segs["weight_ns"][m].astype(np.int64)
+    names, first, inv = np.unique(cats, return_index=True, return_inverse=True)
+    sums = np.zeros(len(names), np.int64)
+    np.add.at(sums, inv, w)
+    by_cat = {str(names[i]): int(sums[i]) for i in np.argsort(first, kind="stable")}
+    main, lanes, seg_names = f"thread {top['thread']}", segs["lane"][m].astype(str), segs["name"][m]
+    other = np.flatnonzero(np.char.startswith(lanes, "thread ") & (lanes != main) & (cats != "thread_wait"))
+    rows = [{"rank": top["rank"], "lane": str(lanes[i]), "category": str(cats[i]), "name": seg_names[i],
+             "weight_ns": int(w[i])} for i in other]
+    return by_cat, rows
+
+
 def _step(aggdir, key, summ, segs, ranks, step_ns, short, stages=None) -> dict:
-    """One step's section data and sentences."""
+    """One step's section data and sentences; ``segs``: the step's path segments as columns
+    (``SEGMENT_COLUMNS``)."""
     by = lambda w: [r for r in summ if r["what"] == w]  # noqa: E731
     total = dict(by("total")[0])
-    total["origin_rank"] = segs[0]["rank"] if segs else None
+    nseg = len(segs["rank"])
+    total["origin_rank"] = int(segs["rank"][0]) if nseg else None
     cats = [(r["key"], r["ns"], r["pct"]) for r in by("category")]
     shares = [(r["rank"], r["ns"], r["pct"]) for r in by("rank")]
     kern, cpu, nxt = by("kernel"), by("cpu_op"), by("next")
@@ -106,17 +129,14 @@ def _step(aggdir, key, summ, segs, ranks, step_ns, short, stages=None) -> dict:
            "next": {"change": nxt[0]["key"], "path_ns": nxt[0]["path_ns"],
                     "ranks": [(r["rank"], r["ns"], r["pct"]) for r in nxt]} if nxt else None}
     s1 = lengths_sentence(key[1], total, ranks, step_ns)
-    if not ranks or not segs:
+    if not ranks or not nseg:
         return out | {"sentences": [s1, "The path has no segments.", ""]}
     top = max(ranks, key=lambda r: r["path_ns"])
     replayed = replayed_next(aggdir, key, top["rank"], total)
     nxt = replayed if replayed is not None else nxt
     out["next"] = {"change": nxt[0]["key"], "path_ns": nxt[0]["path_ns"],
                    "ranks": [(r["rank"], r["ns"], r["pct"]) for r in nxt]} if nxt else None
-    cats_top: dict = {}
-    for s in segs:
-        if s["rank"] == top["rank"]:
-            cats_top[s["category"]] = cats_top.get(s["category"], 0) + s["weight_ns"]
+    cats_top, threads = _top_part(segs, top)
     peers = _peer_ranks(ranks, top["rank"], stages)
     where = {"rank": peers, "iteration": [key[0]]}
     ops = read_aggregate_table(aggdir, OP_STATS, columns(OP_STATS, "step", "rank", "name", "cat", "self_ns"),
@@ -127,7 +147,7 @@ def _step(aggdir, key, summ, segs, ranks, step_ns, short, stages=None) -> dict:
     others = [r for r in ranks if r["rank"] != top["rank"]]
     cmp = {"cpu": compare_ops(ops, top["rank"], key[1]) if ops else None,
            "gpu": compare_kernels(kern, top["rank"], key[1]) if kern else None}
-    s2 = cause_sentence(top, segs, cats_top, cmp, _gpu_wait(aggdir, key[0], key[1], top["rank"]),
+    s2 = cause_sentence(top, threads, cats_top, cmp, _gpu_wait(aggdir, key[0], key[1], top["rank"]),
                         (len(others), sum(r["wait_ns"] for r in others)), short,
                         [(r, p) for r, _, p in shares if r != top["rank"]])
     out["bound_by"] = {"rank": top["rank"], "categories": cats_top}
@@ -140,14 +160,16 @@ def critical_section(aggdir, short=lambda s: s) -> dict:
     [(rank, slack ns, on_path, wait ns)], "next", "bound_by"}], "from": ...}``; ``steps`` empty when
     aggregate wrote no critical path.  ``short`` shortens names for the sentences."""
     summ = _rows(aggdir, CRITICAL_PATH_SUMMARY)
-    segs = _rows(aggdir, CRITICAL_PATH)
+    segs = read_aggregate_table(aggdir, CRITICAL_PATH, SEGMENT_COLUMNS) or {c: np.zeros(0) for c in SEGMENT_COLUMNS}
     ranks = _rows(aggdir, CRITICAL_PATH_RANKS)
     lengths = _step_ns(aggdir)
     stages = _stages(aggdir) if ranks else {}
     steps = []
     for key in sorted({(r["iteration"], r["step"]) for r in summ}):
         pick = lambda rows: [r for r in rows if (r["iteration"], r["step"]) == key]  # noqa: E731
-        steps.append(_step(aggdir, key, pick(summ), pick(segs), pick(ranks), lengths.get(key), short, stages))
+        m = (segs["iteration"] == key[0]) & (segs["step"] == key[1])
+        steps.append(_step(aggdir, key, pick(summ), {c: v[m] for c, v in segs.items()}, pick(ranks),
+                           lengths.get(key), short, stages))
     return {"steps": steps, "from": SOURCES}
 
 

@@ -71,7 +71,8 @@ PHRASES = {"cpu_op": "CPU ops", "host_gap": "host gaps", "launch_delay": "launch
 
 def cause_sentence(top, segs, cats_top, peers, gpu_wait_ns, others_wait_ns, short, shares=()) -> str:
     """Sentence 2: why rank ``top`` (its ``critical_path_ranks`` row) bounds the step.  ``segs``:
-    the step's path segments; ``cats_top``: ``{category: ns}`` of its part; ``peers``:
+    the step's path segments (row dicts), at least those of rank ``top`` on threads other than the
+    step's; ``cats_top``: ``{category: ns}`` of its part; ``peers``:
     ``{"cpu": compare_ops(...), "gpu": compare_kernels(...)}`` (None where unknown);
     ``gpu_wait_ns``: its GPU's wait for launches (None unknown); ``others_wait_ns``: ``(n other
     ranks, their summed wait)``; ``shares``: ``[(rank, pct)]`` of the other ranks on the path, named
