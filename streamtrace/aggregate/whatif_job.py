@@ -110,6 +110,18 @@ class TransferView:
         return np.where(sel & np.isfinite(f) & (f > 0), f, 1.0)
 
 
+class Spliced:
+    """A column of a ``with_parts`` graph's local edges: ``base[keep[i]]`` for the first
+    ``len(keep)`` rows, ``new[i - len(keep)]`` after them (integer ``i`` only)."""
+
+    def __init__(self, base, keep, new):
+        self.base, self.keep, self.new = base, keep, new
+
+    def __getitem__(self, i):
+        n = len(self.keep)
+        return self.base[self.keep[i]] if i < n else self.new[i - n]
+
+
 @dataclass
 class StepTables:
     """One (iteration, step)'s rows of the ``whatif_anchors`` / ``whatif_edges`` / ``whatif_ranks``
@@ -182,31 +194,40 @@ class JobStep:
         self.members_ = members
         self.base_ = None
         self._collectives(members, len(self.t))
-        self._local(tabs.edges)
+        e = tabs.edges
+        self._local(self._gid(e["part"], e["src"]), self._gid(e["part"], e["dst"]), e["w_ns"].astype(np.int64),
+                    tuple(e[c] for c in LOCAL_COLUMNS[4:]))
+
+    def _gid(self, part, anchor) -> np.ndarray:
+        """The node of each ``(part, anchor)``."""
+        return np.searchsorted(self.key, np.asarray(part, np.int64) * (1 << 32) + np.asarray(anchor, np.int64))
 
     def with_parts(self, parts, edges) -> "JobStep":
         """This graph with parts ``parts``' reduced edges replaced by ``edges`` (their re-reduction:
-        the same anchors, whatif_edges columns of this step); the collectives are shared."""
+        the same anchors, whatif_edges columns of this step); the collectives are shared, the other
+        ranks' edges are this graph's, selected (``Spliced``), not copied column by column."""
         g = copy.copy(self)
         g.base_ = self
-        old = self.edges_
-        keep = ~np.isin(old["part"], list(parts))
-        g._local({c: np.concatenate([old[c][keep], np.asarray(edges[c], old[c].dtype)]) for c in LOCAL_COLUMNS})
+        nl = self.t_first
+        old = np.flatnonzero(~np.isin(self.part[self.src[:nl]], np.asarray(list(parts), np.int64)))
+        new = {c: np.asarray(edges[c]) for c in LOCAL_COLUMNS}
+        g._local(np.r_[self.src[old], self._gid(new["part"], new["src"])],
+                 np.r_[self.dst[old], self._gid(new["part"], new["dst"])],
+                 np.r_[self.w[old], new["w_ns"].astype(np.int64)],
+                 tuple(Spliced(b, old, new[c]) for b, c in zip(self.local_, LOCAL_COLUMNS[4:])))
         return g
 
-    def _local(self, e):
-        """The ranks' reduced edges ``e`` (whatif_edges columns) first, then the collectives'."""
-        self.edges_ = e
-        gid = lambda p, x: np.searchsorted(self.key, p * (1 << 32) + x)  # noqa: E731
-        nl = len(e["w_ns"])
-        self.src = np.r_[gid(e["part"], e["src"]), self.c_src]
-        self.dst = np.r_[gid(e["part"], e["dst"]), self.c_dst]
-        self.w = np.r_[e["w_ns"].astype(np.int64), self.c_w]
+    def _local(self, src, dst, w, local):
+        """The ranks' reduced edges (``src`` / ``dst`` nodes, ``w`` ns; ``local``: their ``host_ns``,
+        ``gpu_ns``, ``top_category``, ``top_name``, ``top_ns`` columns) first, then the collectives'."""
+        nl = len(w)
+        self.src = np.r_[src, self.c_src]
+        self.dst = np.r_[dst, self.c_dst]
+        self.w = np.r_[w, self.c_w]
         self.etype = np.r_[np.full(nl, LOCAL, np.int8), self.c_typ]
         self.m_edge = nl + self.c_medge
         self.t_first = nl                                        # the first collective edge
-        self.host, self.gpu = e["host_ns"], e["gpu_ns"]
-        self.top = (e["top_category"], e["top_name"], e["top_ns"])
+        self.local_ = local
         self.pos = self.pos0
         if (self.pos[self.src] >= self.pos[self.dst]).any():   # times that disagree (clock skew, 0-length
             self.pos = _kahn(self.pos0, self.src, self.dst)     # events): a true topological order
@@ -303,13 +324,13 @@ class JobStep:
         """The path's time by part and kind, and its heaviest segment."""
         by, host, gpu, comm = {}, {}, {}, {}
         top = (-1, "", "", 0)
-        cat, name, tns = self.top
+        hns, gns, cat, name, tns = self.local_
         for e in path.tolist():
             if self.etype[e] == LOCAL:
                 p = int(self.part[self.src[e]])
                 by[p] = by.get(p, 0) + int(w[e])
-                host[p] = host.get(p, 0) + int(self.host[e])
-                gpu[p] = gpu.get(p, 0) + int(self.gpu[e])
+                host[p] = host.get(p, 0) + int(hns[e])
+                gpu[p] = gpu.get(p, 0) + int(gns[e])
                 if int(tns[e]) > top[3]:
                     top = (p, str(cat[e]), str(name[e]), int(tns[e]))
             elif self.etype[e] == TRANSFER:
