@@ -195,13 +195,17 @@ class Replayer:
     """Replays changes over one aggregate's steps: ``tabs`` ``{(iteration, step): StepTables}``,
     ``members`` the matched collectives, ``parts`` ``{part index: Part}`` (to re-reduce a touched
     rank), ``aggdir`` (the at-median figures), ``jobs`` processes for many touched ranks, ``steps``
-    the job's selected steps."""
+    the job's selected steps.  ``tabs``' anchors and edges are let go once each step's graph is built
+    (its entries replaced by ones holding only ``ranks``: the graphs hold what they need)."""
 
     def __init__(self, tabs: dict, members: Members, parts: dict, aggdir, jobs=1, steps=None):
-        self.tabs, self.members, self.parts, self.aggdir = tabs, members, parts, aggdir
+        self.members, self.parts, self.aggdir = members, parts, aggdir
         self.jobs, self.steps = jobs, steps
-        self.graphs = {k: JobStep(v, members) for k, v in tabs.items()}
-        self.tabs = {k: StepTables({}, {}, v.ranks) for k, v in tabs.items()}     # (the graphs hold what they need)
+        self.graphs = {}
+        for k in list(tabs):
+            self.graphs[k] = JobStep(tabs[k], members)
+            tabs[k] = StepTables({}, {}, tabs[k].ranks)
+        self.tabs = tabs
         self.base = {k: g.solve() for k, g in self.graphs.items()}
 
     def fidelity(self, key) -> float:

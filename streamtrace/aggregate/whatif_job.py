@@ -296,8 +296,9 @@ class JobStep:
     def solve(self, transfer_factor=None) -> Replay:
         """The forward pass with the matched members' transfers times ``transfer_factor`` (per member
         of ``members``, None: as measured)."""
-        w = self.w.copy()
+        w = self.w
         if transfer_factor is not None:
+            w = w.copy()
             edges = self.m_edge[self.m_inst >= 0]
             w[edges] = np.rint(w[edges] * np.asarray(transfer_factor, float)).astype(np.int64)
         n = len(self.t)
