@@ -12,7 +12,6 @@ it with the rank holding most of it.
 """
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -110,18 +109,6 @@ class TransferView:
         return np.where(sel & np.isfinite(f) & (f > 0), f, 1.0)
 
 
-class Spliced:
-    """A column of a ``with_parts`` graph's local edges: ``base[keep[i]]`` for the first
-    ``len(keep)`` rows, ``new[i - len(keep)]`` after them (integer ``i`` only)."""
-
-    def __init__(self, base, keep, new):
-        self.base, self.keep, self.new = base, keep, new
-
-    def __getitem__(self, i):
-        n = len(self.keep)
-        return self.base[self.keep[i]] if i < n else self.new[i - n]
-
-
 @dataclass
 class StepTables:
     """One (iteration, step)'s rows of the ``whatif_anchors`` / ``whatif_edges`` / ``whatif_ranks``
@@ -204,18 +191,9 @@ class JobStep:
 
     def with_parts(self, parts, edges) -> "JobStep":
         """This graph with parts ``parts``' reduced edges replaced by ``edges`` (their re-reduction:
-        the same anchors, whatif_edges columns of this step); the collectives are shared, the other
-        ranks' edges are this graph's, selected (``Spliced``), not copied column by column."""
-        g = copy.copy(self)
-        g.base_ = self
-        nl = self.t_first
-        old = np.flatnonzero(~np.isin(self.part[self.src[:nl]], np.asarray(list(parts), np.int64)))
-        new = {c: np.asarray(edges[c]) for c in LOCAL_COLUMNS}
-        g._local(np.r_[self.src[old], self._gid(new["part"], new["src"])],
-                 np.r_[self.dst[old], self._gid(new["part"], new["dst"])],
-                 np.r_[self.w[old], new["w_ns"].astype(np.int64)],
-                 tuple(Spliced(b, old, new[c]) for b, c in zip(self.local_, LOCAL_COLUMNS[4:])))
-        return g
+        the same anchors, whatif_edges columns of this step): a ``PartsView`` (the collectives and
+        the other ranks' edges are this graph's, masked, not copied)."""
+        return PartsView(self, parts, edges)
 
     def _local(self, src, dst, w, local):
         """The ranks' reduced edges (``src`` / ``dst`` nodes, ``w`` ns; ``local``: their ``host_ns``,
@@ -302,43 +280,107 @@ class JobStep:
             edges = self.m_edge[self.m_inst >= 0]
             w[edges] = np.rint(w[edges] * np.asarray(transfer_factor, float)).astype(np.int64)
         n = len(self.t)
-        k = self.keep
+        ks, kd, kw, kid = self._kept(w)
         init = np.full(n, NEG, np.int64)
         starts = np.flatnonzero(self.kind == Anchor.step_start)
         init[self.pos[starts]] = self.t[starts]
-        dist, pred, _ = longest_path(n, self.pos[self.src[k]], self.pos[self.dst[k]], w[k], init)
+        dist, pred, _ = longest_path(n, ks, kd, kw, init)
+        del kd, kw
         d = dist[self.pos]                                   # by node
         ends = np.flatnonzero((self.kind == Anchor.step_end) & (d > NEG))
         end = {int(p): int(x) for p, x in zip(self.part[ends].tolist(), d[ends].tolist())}
         start = {int(p): int(x) for p, x in zip(self.part[starts].tolist(), self.t[starts].tolist())}
         for p, x in zip(self.part[ends].tolist(), d[ends].tolist()):
             end[p] = max(end[p], int(x))
+        dropped = self.n_edges() - len(kid)
         if not end:
-            return Replay({}, start, 0, 0, {}, (-1, "", "", 0), {}, {}, {}, len(self.w) - len(k))
+            return Replay({}, start, 0, 0, {}, (-1, "", "", 0), {}, {}, {}, dropped)
         last = ends[np.argmax(d[ends])]
-        path = k[trace_back(pred, self.pos[self.src[k]], int(self.pos[last]))]
+        path = kid[trace_back(pred, ks, int(self.pos[last]))]
         span = int(d[last] - min(start.values()))
         steps = [end[p] - start[p] for p in end if p in start]
-        return self._attribute(path, w, end, start, span, int(np.median(steps)) if steps else 0)
+        return self._attribute(self._rows(path, w), end, start, span, int(np.median(steps)) if steps else 0, dropped)
 
-    def _attribute(self, path, w, end, start, span, step) -> Replay:
-        """The path's time by part and kind, and its heaviest segment."""
+    def n_edges(self) -> int:
+        """How many edges the graph has (kept or not)."""
+        return len(self.w)
+
+    def _kept(self, w) -> tuple:
+        """The kept edges (``keep``) as the forward pass takes them: source and destination
+        positions, weights (``w``: per edge) and each one's edge id."""
+        k = self.keep
+        return self.pos[self.src[k]], self.pos[self.dst[k]], w[k], k
+
+    def _rows(self, path, w) -> list:
+        """Per edge id of ``path``: ``(type, src node, dst node, weight, host_ns, gpu_ns, top_category,
+        top_name, top_ns, edge id)`` (the last five of the ranks' local edges; 0 / "" for the others)."""
+        out = []
+        for e in path.tolist():
+            extra = tuple(c[e] for c in self.local_) if e < self.t_first else (0, 0, "", "", 0)
+            out.append((int(self.etype[e]), int(self.src[e]), int(self.dst[e]), int(w[e])) + extra + (e,))
+        return out
+
+    def _attribute(self, rows, end, start, span, step, dropped) -> Replay:
+        """The path's time by part and kind, and its heaviest segment (``rows``: ``_rows``)."""
         by, host, gpu, comm = {}, {}, {}, {}
         top = (-1, "", "", 0)
-        hns, gns, cat, name, tns = self.local_
-        for e in path.tolist():
-            if self.etype[e] == LOCAL:
-                p = int(self.part[self.src[e]])
-                by[p] = by.get(p, 0) + int(w[e])
-                host[p] = host.get(p, 0) + int(hns[e])
-                gpu[p] = gpu.get(p, 0) + int(gns[e])
-                if int(tns[e]) > top[3]:
-                    top = (p, str(cat[e]), str(name[e]), int(tns[e]))
-            elif self.etype[e] == TRANSFER:
-                p = int(self.part[self.dst[e]])
-                by[p] = by.get(p, 0) + int(w[e])
-                comm[p] = comm.get(p, 0) + int(w[e])
-                if int(w[e]) > top[3]:
+        for et, src, dst, w, hns, gns, cat, name, tns, e in rows:
+            if et == LOCAL:
+                p = int(self.part[src])
+                by[p] = by.get(p, 0) + w
+                host[p] = host.get(p, 0) + int(hns)
+                gpu[p] = gpu.get(p, 0) + int(gns)
+                if int(tns) > top[3]:
+                    top = (p, str(cat), str(name), int(tns))
+            elif et == TRANSFER:
+                p = int(self.part[dst])
+                by[p] = by.get(p, 0) + w
+                comm[p] = comm.get(p, 0) + w
+                if w > top[3]:
                     i = int(self.c_inst[e - self.t_first])
-                    top = (p, "comm_transfer", self.members_.info.get(i, {}).get("name", "collective"), int(w[e]))
-        return Replay(end, start, span, step, by, top, host, gpu, comm, len(self.w) - len(self.keep))
+                    top = (p, "comm_transfer", self.members_.info.get(i, {}).get("name", "collective"), w)
+        return Replay(end, start, span, step, by, top, host, gpu, comm, dropped)
+
+
+class PartsView(JobStep):
+    """``base`` with parts ``parts``' reduced edges replaced by ``edges`` (``JobStep.with_parts``):
+    the base's arrays shared, its edges of those parts masked (``mask``), the new ones (``x_*``)
+    numbered after the base's.  Its forward pass takes the edges in the base's order, then the new
+    ones: the same solution as a graph built with them (``longest_path`` breaks a tie between two
+    edges by their order only for the same source and destination, and a local edge never shares
+    both with a collective's)."""
+
+    def __init__(self, base: JobStep, parts, edges):
+        self.__dict__.update(base.__dict__)
+        self.base_ = base
+        new = {c: np.asarray(edges[c]) for c in LOCAL_COLUMNS}
+        self.x_src, self.x_dst = self._gid(new["part"], new["src"]), self._gid(new["part"], new["dst"])
+        self.x_w = new["w_ns"].astype(np.int64)
+        self.x_local = tuple(new[c] for c in LOCAL_COLUMNS[4:])
+        nb = len(base.w)
+        mask = np.ones(nb, bool)
+        mask[np.flatnonzero(np.isin(self.part[base.src[:base.t_first]], np.asarray(list(parts), np.int64)))] = False
+        self.pos = self.pos0
+        if (self.pos[base.src[mask]] >= self.pos[base.dst[mask]]).any() or (self.pos[self.x_src] >=
+                                                                              self.pos[self.x_dst]).any():
+            self.pos = _kahn(self.pos0, np.r_[base.src[mask], self.x_src], np.r_[base.dst[mask], self.x_dst])
+        self.n_masked = nb - int(mask.sum())
+        mask &= self.pos[base.src] < self.pos[base.dst]
+        self.keep = np.flatnonzero(mask)
+        self.x_keep = np.flatnonzero(self.pos[self.x_src] < self.pos[self.x_dst])
+
+    def n_edges(self) -> int:
+        return len(self.w) - self.n_masked + len(self.x_w)
+
+    def _kept(self, w) -> tuple:
+        k, x = self.keep, self.x_keep
+        return (np.r_[self.pos[self.src[k]], self.pos[self.x_src[x]]], np.r_[self.pos[self.dst[k]],
+                self.pos[self.x_dst[x]]], np.r_[w[k], self.x_w[x]], np.r_[k, len(self.w) + x])
+
+    def _rows(self, path, w) -> list:
+        nb = len(self.w)
+        base = JobStep._rows(self, path[path < nb], w)
+        new = [(LOCAL, int(self.x_src[x]), int(self.x_dst[x]), int(self.x_w[x])) + tuple(c[x] for c in self.x_local)
+               + (nb + x,) for x in (path[path >= nb] - nb).tolist()]
+        at = iter(base), iter(new)
+        return [next(at[int(e >= nb)]) for e in path.tolist()]
