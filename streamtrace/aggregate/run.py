@@ -407,6 +407,7 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
                                + (f" in step(s) {sorted(job.steps)}" if job.steps else ""))
     files += _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps)
     files += write_explain(outdir, [r[6] for r in res])
+    res.clear()                                       # (the ranks' rows: written; before the replay's graph)
     if coll.stragglers:
         files += write_table(outdir, STRAGGLERS, _columns(coll.stragglers, STRAGGLERS_COLUMNS), csv=True)
     files += write_p2p(outdir, p2p_rows(coll.transfers, topo))

@@ -305,12 +305,14 @@ when the tables hold several steps."""
 
 def graph_rows(spilled: SpilledRows, ranks: dict) -> dict:
     """The rows ``step_tables`` needs from the parts' spilled rows: the anchors' and edges' columns
-    the job graph reads (``GRAPH_ANCHORS``, ``LOCAL_COLUMNS``; the str columns dictionary-coded),
-    ``ranks`` the ``whatif_ranks`` columns."""
+    the job graph reads (``GRAPH_ANCHORS``, ``LOCAL_COLUMNS``: ``part``, ``src``, ``dst``, ``w_ns`` loaded,
+    the others read from the files for the few edges on a path, ``SpilledRows.lazy``), ``ranks`` the
+    ``whatif_ranks`` columns."""
     steps = len(set(zip(ranks["iteration"].tolist(), ranks["step"].tolist()))) > 1
     by = ("iteration", "step") if steps else ()
-    return {"anchors": spilled.load("anchors", by + GRAPH_ANCHORS), "edges": spilled.load("edges", by + LOCAL_COLUMNS),
-            "ranks": ranks}
+    edges = spilled.load("edges", by + LOCAL_COLUMNS[:4])
+    edges.update({c: spilled.lazy("edges", c) for c in LOCAL_COLUMNS[4:]})    # (read for the path's edges only)
+    return {"anchors": spilled.load("anchors", by + GRAPH_ANCHORS), "edges": edges, "ranks": ranks}
 
 
 def read_tables(aggdir) -> dict:
@@ -388,13 +390,13 @@ def write_whatif(job, outdir, spilled: SpilledRows, meta: dict, jobs: int = 1) -
         _replay_ends(ranks, rep)
         files = spilled.write(outdir, "anchors") + spilled.write(outdir, "edges") + \
             write_table(outdir, WHATIF_RANKS, ranks)
+        trim()
+        out = []
+        for change in candidates(outdir, rep.tabs):
+            out += rep.replay([change], "candidate")
+            trim()                                    # (each replay's graph, freed)
     finally:
         spilled.close()
-    trim()
-    out = []
-    for change in candidates(outdir, rep.tabs):
-        out += rep.replay([change], "candidate")
-        trim()                                        # (each replay's graph, freed)
     text = ("change", "description", "source", "bound_what", "top_category", "top_name", "flag")
     cols = {c: np.asarray([r[c] for r in out], object if c in text else float if c.endswith("pct") else np.int64)
             if out else np.zeros(0, str if c in text else float if c.endswith("pct") else np.int64) for c in COLUMNS}

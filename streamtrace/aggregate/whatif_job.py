@@ -174,6 +174,7 @@ class JobStep:
     def __init__(self, tabs: StepTables, members: Members):
         a = tabs.anchors
         o = np.lexsort((a["anchor"], a["part"]))
+        o = slice(None) if (o == np.arange(len(o))).all() else o     # (in order as spilled: no copies)
         self.part, self.anchor, self.kind = a["part"][o], a["anchor"][o], a["kind"][o]
         self.t, self.corr, self.stream = a["t_ns"][o], a["correlation"][o], a["stream"][o]
         self.rank_of = dict(zip(a["part"].tolist(), a["rank"].tolist()))
@@ -309,6 +310,8 @@ class JobStep:
         """The kept edges (``keep``) as the forward pass takes them: source and destination
         positions, weights (``w``: per edge) and each one's edge id."""
         k = self.keep
+        if len(k) == len(self.w):                      # every edge kept: no selected copies
+            return self.pos[self.src], self.pos[self.dst], w, k
         return self.pos[self.src[k]], self.pos[self.dst[k]], w[k], k
 
     def _rows(self, path, w) -> list:

@@ -127,6 +127,11 @@ class SpilledRows:
             out[c] = Coded(out[c], np.asarray(list(seen) or [""], object))
         return out
 
+    def lazy(self, name: str, column: str) -> "Lazy":
+        """Column ``column`` of table ``name`` over every part, read from the spilled files a value
+        at a time (``Lazy``): for a column only a few rows of which are ever read."""
+        return Lazy([p[name] for p in self.parts if p[name][1]], column)
+
     def write(self, outdir, name: str) -> list:
         """Table ``name`` (``anchors``, ``edges``) as ``whatif_<name>.parquet`` in ``outdir``, streamed
         from the spilled files ``SLICE_ROWS`` rows a row group.  Returns the paths."""
@@ -151,3 +156,29 @@ class SpilledRows:
             if nheld:
                 w.write_table(pa.concat_tables(held).combine_chunks())
         return [p]
+
+
+class Lazy:
+    """One column of the spilled files ``files`` (``[(path, rows)]``, in order), not loaded: ``c[i]``
+    reads row ``i``'s value (int or str) from its file (the last file read kept open), ``c[idx]`` for
+    an index or mask array the ``Lazy`` of those rows."""
+
+    def __init__(self, files, column, rows=None):
+        self.files, self.column, self.rows = files, column, rows
+        self.starts = np.cumsum([0] + [n for _, n in files])
+        self._open = (-1, None)
+
+    def __len__(self):
+        return int(self.starts[-1]) if self.rows is None else len(self.rows)
+
+    def __getitem__(self, i):
+        if not isinstance(i, (int, np.integer)):
+            i = np.asarray(i)
+            sel = np.flatnonzero(i) if i.dtype == bool else i
+            return Lazy(self.files, self.column, sel if self.rows is None else self.rows[sel])
+        g = int(i if self.rows is None else self.rows[i])
+        f = int(np.searchsorted(self.starts, g, "right")) - 1
+        if self._open[0] != f:
+            with pa.memory_map(self.files[f][0]) as src:
+                self._open = (f, pa.ipc.open_file(src).read_all().column(self.column))
+        return self._open[1][g - int(self.starts[f])].as_py()
