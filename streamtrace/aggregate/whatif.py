@@ -385,12 +385,12 @@ def write_whatif(job, outdir, spilled: SpilledRows, meta: dict, jobs: int = 1) -
         ranks = spilled.ranks()
         if not len(ranks["part"]):
             return []
+        files = spilled.write(outdir, "anchors") + spilled.write(outdir, "edges")     # (before the graph is held)
+        trim()
         rep = Replayer(step_tables(graph_rows(spilled, ranks)), read_members(outdir, meta),
                        {p.index: p for p in job.parts}, outdir, jobs, job.steps)
         _replay_ends(ranks, rep)
-        files = spilled.write(outdir, "anchors") + spilled.write(outdir, "edges") + \
-            write_table(outdir, WHATIF_RANKS, ranks)
-        trim()
+        files += write_table(outdir, WHATIF_RANKS, ranks)
         out = []
         for change in candidates(outdir, rep.tabs):
             out += rep.replay([change], "candidate")

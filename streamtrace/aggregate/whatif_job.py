@@ -200,8 +200,8 @@ class JobStep:
         """The ranks' reduced edges (``src`` / ``dst`` nodes, ``w`` ns; ``local``: their ``host_ns``,
         ``gpu_ns``, ``top_category``, ``top_name``, ``top_ns`` columns) first, then the collectives'."""
         nl = len(w)
-        self.src = np.r_[src, self.c_src]
-        self.dst = np.r_[dst, self.c_dst]
+        self.src = np.concatenate([src, self.c_src], dtype=np.int32, casting="same_kind")   # (nodes < 2^31)
+        self.dst = np.concatenate([dst, self.c_dst], dtype=np.int32, casting="same_kind")
         self.w = np.r_[w, self.c_w]
         self.etype = np.r_[np.full(nl, LOCAL, np.int8), self.c_typ]
         self.m_edge = nl + self.c_medge
@@ -210,7 +210,8 @@ class JobStep:
         self.pos = self.pos0
         if (self.pos[self.src] >= self.pos[self.dst]).any():   # times that disagree (clock skew, 0-length
             self.pos = _kahn(self.pos0, self.src, self.dst)     # events): a true topological order
-        self.keep = np.flatnonzero(self.pos[self.src] < self.pos[self.dst])
+        fwd = self.pos[self.src] < self.pos[self.dst]
+        self.keep = None if fwd.all() else np.flatnonzero(fwd)        # (None: every edge)
 
     def _collectives(self, members: Members, n: int):
         """Barriers and transfers (module docstring): ``c_*`` edge arrays (indices from 0), the
@@ -293,11 +294,12 @@ class JobStep:
         start = {int(p): int(x) for p, x in zip(self.part[starts].tolist(), self.t[starts].tolist())}
         for p, x in zip(self.part[ends].tolist(), d[ends].tolist()):
             end[p] = max(end[p], int(x))
-        dropped = self.n_edges() - len(kid)
+        dropped = 0 if kid is None else self.n_edges() - len(kid)
         if not end:
             return Replay({}, start, 0, 0, {}, (-1, "", "", 0), {}, {}, {}, dropped)
         last = ends[np.argmax(d[ends])]
-        path = kid[trace_back(pred, ks, int(self.pos[last]))]
+        path = trace_back(pred, ks, int(self.pos[last]))
+        path = path if kid is None else kid[path]
         span = int(d[last] - min(start.values()))
         steps = [end[p] - start[p] for p in end if p in start]
         return self._attribute(self._rows(path, w), end, start, span, int(np.median(steps)) if steps else 0, dropped)
@@ -308,10 +310,10 @@ class JobStep:
 
     def _kept(self, w) -> tuple:
         """The kept edges (``keep``) as the forward pass takes them: source and destination
-        positions, weights (``w``: per edge) and each one's edge id."""
+        positions, weights (``w``: per edge) and each one's edge id (None: every edge, in order)."""
         k = self.keep
-        if len(k) == len(self.w):                      # every edge kept: no selected copies
-            return self.pos[self.src], self.pos[self.dst], w, k
+        if k is None:                                  # every edge kept: no selected copies
+            return self.pos[self.src], self.pos[self.dst], w, None
         return self.pos[self.src[k]], self.pos[self.dst[k]], w[k], k
 
     def _rows(self, path, w) -> list:
