@@ -282,7 +282,7 @@ class JobStep:
             edges = self.m_edge[self.m_inst >= 0]
             w[edges] = np.rint(w[edges] * np.asarray(transfer_factor, float)).astype(np.int64)
         n = len(self.t)
-        ks, kd, kw, kid = self._kept(w)
+        ks, kd, kw = self._kept(w)
         init = np.full(n, NEG, np.int64)
         starts = np.flatnonzero(self.kind == Anchor.step_start)
         init[self.pos[starts]] = self.t[starts]
@@ -294,12 +294,11 @@ class JobStep:
         start = {int(p): int(x) for p, x in zip(self.part[starts].tolist(), self.t[starts].tolist())}
         for p, x in zip(self.part[ends].tolist(), d[ends].tolist()):
             end[p] = max(end[p], int(x))
-        dropped = 0 if kid is None else self.n_edges() - len(kid)
+        dropped = self.n_edges() - len(ks)
         if not end:
             return Replay({}, start, 0, 0, {}, (-1, "", "", 0), {}, {}, {}, dropped)
         last = ends[np.argmax(d[ends])]
-        path = trace_back(pred, ks, int(self.pos[last]))
-        path = path if kid is None else kid[path]
+        path = self._ids(trace_back(pred, ks, int(self.pos[last])))
         span = int(d[last] - min(start.values()))
         steps = [end[p] - start[p] for p in end if p in start]
         return self._attribute(self._rows(path, w), end, start, span, int(np.median(steps)) if steps else 0, dropped)
@@ -310,11 +309,15 @@ class JobStep:
 
     def _kept(self, w) -> tuple:
         """The kept edges (``keep``) as the forward pass takes them: source and destination
-        positions, weights (``w``: per edge) and each one's edge id (None: every edge, in order)."""
+        positions, weights (``w``: per edge)."""
         k = self.keep
         if k is None:                                  # every edge kept: no selected copies
-            return self.pos[self.src], self.pos[self.dst], w, None
-        return self.pos[self.src[k]], self.pos[self.dst[k]], w[k], k
+            return self.pos[self.src], self.pos[self.dst], w
+        return self.pos[self.src[k]], self.pos[self.dst[k]], w[k]
+
+    def _ids(self, kept) -> np.ndarray:
+        """The edge ids of positions ``kept`` in ``_kept``'s arrays."""
+        return kept if self.keep is None else self.keep[kept]
 
     def _rows(self, path, w) -> list:
         """Per edge id of ``path``: ``(type, src node, dst node, weight, host_ns, gpu_ns, top_category,
@@ -379,8 +382,25 @@ class PartsView(JobStep):
 
     def _kept(self, w) -> tuple:
         k, x = self.keep, self.x_keep
-        return (np.r_[self.pos[self.src[k]], self.pos[self.x_src[x]]], np.r_[self.pos[self.dst[k]],
-                self.pos[self.x_dst[x]]], np.r_[w[k], self.x_w[x]], np.r_[k, len(self.w) + x])
+        out = []
+        for base, new in ((self.src, self.x_src), (self.dst, self.x_dst), (None, None)):
+            a = np.empty(len(k) + len(x), np.int64)                  # (filled in place: no joined copies)
+            if base is None:
+                np.take(w, k, out=a[:len(k)])
+                a[len(k):] = self.x_w[x]
+            else:
+                np.take(self.pos, np.take(base, k), out=a[:len(k)])
+                a[len(k):] = self.pos[new[x]]
+            out.append(a)
+        return tuple(out)
+
+    def _ids(self, kept) -> np.ndarray:
+        nk = len(self.keep)
+        out = np.empty(len(kept), np.int64)
+        old = kept < nk
+        out[old] = self.keep[kept[old]]
+        out[~old] = len(self.w) + self.x_keep[kept[~old] - nk]
+        return out
 
     def _rows(self, path, w) -> list:
         nb = len(self.w)
