@@ -317,9 +317,8 @@ def part_view(job, index):
 
 
 def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=None, replay=None):
-    """One part's rows; with ``spill`` (a folder) its timeline rows go to a file there
-    (``write_part``, returned in their place) so the parent never
-    holds every part's timeline; with ``replay`` (a folder) its what-if rows go to files there (``spill_rows``)."""
+    """One part's rows; with ``spill`` (a folder) its timeline rows go to a file there (``write_part``, returned
+    in their place) so the parent never holds every part's timeline, with ``replay`` its what-if rows (``spill_rows``)."""
     part = job.parts[index]
     rows = _gpu_part(job, part) if sum(num_rows(f) for f in part.files(KERNELS)) else None
     if rows is None or not rows[1]:

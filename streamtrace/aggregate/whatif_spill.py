@@ -6,14 +6,13 @@ Each worker writes its part's ``whatif_anchors`` and ``whatif_edges`` rows
 folder (``spill_rows``), as the critical path's segments are spilled, and returns only their paths,
 row counts and its few ``whatif_ranks`` rows.  The parent (``SpilledRows``) then
 
-* loads the columns the job's graph reads (``load``): the int64 columns copied out of the
-  memory-mapped files into one array each, the str columns dictionary-coded (``Coded``: int32
-  codes into the distinct names), never the rows as Python objects;
+* loads the int64 columns the job's graph solves on (``load``), copied out of the memory-mapped
+  files into one array each, and reads the others (``lazy``) only for the few edges on a path;
 * streams the files into the ``whatif_anchors`` / ``whatif_edges`` Parquet tables (``write``),
   ``SLICE_ROWS`` rows a row group: the same tables as written from the joined columns at once.
 
 At 1,024 synthetic ranks the edges are ~0.94 M rows of 12 columns (~125 MB held as numpy with
-object str columns); the job graph needs 9 of them, ~60 MB coded.
+object str columns); the job graph holds 4 of them.
 """
 from __future__ import annotations
 
@@ -22,7 +21,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.feather as feather
 
 from ..events.dataset import arrow_file, write_table
@@ -40,27 +38,6 @@ def schema(columns) -> pa.Schema:
     """The Arrow schema of a ``whatif_*`` table's ``columns``: ``string`` for ``TEXT``, else ``int64``
     (what ``streamtrace.events.dataset.to_arrow`` makes of the joined numpy columns)."""
     return pa.schema([(c, pa.string() if c in TEXT else pa.int64()) for c in columns])
-
-
-class Coded:
-    """A str column as ``codes`` (int32, one a row) into ``names`` (object array of the distinct str):
-    ``c[i]`` is row i's str for an integer ``i``, a ``Coded`` of the rows selected by an index or
-    mask array otherwise."""
-
-    def __init__(self, codes, names):
-        self.codes, self.names = codes, names
-
-    def __getitem__(self, i):
-        if isinstance(i, (int, np.integer)):
-            return self.names[self.codes[i]]
-        return Coded(self.codes[i], self.names)
-
-    def __len__(self):
-        return len(self.codes)
-
-    def decode(self) -> np.ndarray:
-        """The column as an object array of str (one object per distinct name)."""
-        return self.names[self.codes] if len(self.codes) else np.zeros(0, object)
 
 
 def spill_rows(result: dict, folder, index: int) -> dict:
@@ -99,11 +76,9 @@ class SpilledRows:
         return sum(p[name][1] for p in self.parts)
 
     def load(self, name: str, columns) -> dict:
-        """``{column: array}`` of ``columns`` of table ``name`` over every part: int64 arrays, a
-        ``Coded`` for a ``TEXT`` column."""
-        total = self.rows(name)
-        out = {c: np.empty(total, np.int32 if c in TEXT else np.int64) for c in columns}
-        names: dict = {c: {} for c in columns if c in TEXT}
+        """``{column: int64 array}`` of the int ``columns`` of table ``name`` over every part, copied
+        out of the memory-mapped files (only those columns' pages read)."""
+        out = {c: np.empty(self.rows(name), np.int64) for c in columns}
         at = 0
         for p in self.parts:
             path, n = p[name]
@@ -112,19 +87,9 @@ class SpilledRows:
             with pa.memory_map(path) as src:
                 table = pa.ipc.open_file(src).read_all()
                 for c in columns:
-                    col = table.column(c)
-                    if c in TEXT:
-                        enc = pc.dictionary_encode(col).combine_chunks()
-                        seen = names[c]
-                        remap = np.asarray([seen.setdefault(x, len(seen)) for x in enc.dictionary.to_pylist()]
-                                           or [0], np.int32)
-                        out[c][at:at + n] = remap[enc.indices.to_numpy(zero_copy_only=False)]
-                    else:
-                        out[c][at:at + n] = col.to_numpy()
+                    out[c][at:at + n] = table.column(c).to_numpy()
                 del table
             at += n
-        for c, seen in names.items():
-            out[c] = Coded(out[c], np.asarray(list(seen) or [""], object))
         return out
 
     def lazy(self, name: str, column: str) -> "Lazy":
