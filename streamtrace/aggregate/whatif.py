@@ -310,7 +310,7 @@ def graph_rows(spilled: SpilledRows, ranks: dict) -> dict:
     ``whatif_ranks`` columns."""
     steps = len(set(zip(ranks["iteration"].tolist(), ranks["step"].tolist()))) > 1
     by = ("iteration", "step") if steps else ()
-    edges = spilled.load("edges", by + LOCAL_COLUMNS[:4])
+    edges = spilled.load("edges", by + LOCAL_COLUMNS[:4], small=("part", "src", "dst"))    # (parts, anchors < 2^31)
     edges.update({c: spilled.lazy("edges", c) for c in LOCAL_COLUMNS[4:]})    # (read for the path's edges only)
     return {"anchors": spilled.load("anchors", by + GRAPH_ANCHORS), "edges": edges, "ranks": ranks}
 

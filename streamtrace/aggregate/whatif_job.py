@@ -183,7 +183,7 @@ class JobStep:
         self.base_ = None
         self._collectives(members, len(self.t))
         e = tabs.edges
-        self._local(self._gid(e["part"], e["src"]), self._gid(e["part"], e["dst"]), e["w_ns"].astype(np.int64),
+        self._local(self._gid(e["part"], e["src"]), self._gid(e["part"], e["dst"]), np.asarray(e["w_ns"], np.int64),
                     tuple(e[c] for c in LOCAL_COLUMNS[4:]))
 
     def _gid(self, part, anchor) -> np.ndarray:

@@ -75,10 +75,11 @@ class SpilledRows:
         """How many rows table ``name`` (``anchors``, ``edges``) has."""
         return sum(p[name][1] for p in self.parts)
 
-    def load(self, name: str, columns) -> dict:
-        """``{column: int64 array}`` of the int ``columns`` of table ``name`` over every part, copied
-        out of the memory-mapped files (only those columns' pages read)."""
-        out = {c: np.empty(self.rows(name), np.int64) for c in columns}
+    def load(self, name: str, columns, small=()) -> dict:
+        """``{column: int64 array}`` of the int ``columns`` of table ``name`` over every part (int32 for
+        those in ``small``: values known to fit), copied out of the memory-mapped files (only those
+        columns' pages read)."""
+        out = {c: np.empty(self.rows(name), np.int32 if c in small else np.int64) for c in columns}
         at = 0
         for p in self.parts:
             path, n = p[name]
