@@ -322,10 +322,12 @@ class JobStep:
     def _rows(self, path, w) -> list:
         """Per edge id of ``path``: ``(type, src node, dst node, weight, host_ns, gpu_ns, top_category,
         top_name, top_ns, edge id)`` (the last five of the ranks' local edges; 0 / "" for the others)."""
+        local = path[path < self.t_first]
+        cols = zip(*(np.asarray(c.take(local), object).tolist() for c in self.local_)) if len(local) else iter(())
         out = []
         for e in path.tolist():
-            extra = tuple(c[e] for c in self.local_) if e < self.t_first else (0, 0, "", "", 0)
-            out.append((int(self.etype[e]), int(self.src[e]), int(self.dst[e]), int(w[e])) + extra + (e,))
+            extra = next(cols) if e < self.t_first else (0, 0, "", "", 0)
+            out.append((int(self.etype[e]), int(self.src[e]), int(self.dst[e]), int(w[e])) + tuple(extra) + (e,))
         return out
 
     def _attribute(self, rows, end, start, span, step, dropped) -> Replay:

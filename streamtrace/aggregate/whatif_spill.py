@@ -126,8 +126,8 @@ class SpilledRows:
 
 class Lazy:
     """One column of the spilled files ``files`` (``[(path, rows)]``, in order), not loaded: ``c[i]``
-    reads row ``i``'s value (int or str) from its file (the last file read kept open), ``c[idx]`` for
-    an index or mask array the ``Lazy`` of those rows."""
+    reads row ``i``'s value (int or str) from its file (the last file read kept open), ``c.take(idx)``
+    the values of many rows, ``c[idx]`` for an index or mask array the ``Lazy`` of those rows."""
 
     def __init__(self, files, column, rows=None):
         self.files, self.column, self.rows = files, column, rows
@@ -136,6 +136,19 @@ class Lazy:
 
     def __len__(self):
         return int(self.starts[-1]) if self.rows is None else len(self.rows)
+
+    def take(self, idx) -> list:
+        """The values of rows ``idx`` (int array), each file read once."""
+        g = np.asarray(idx, np.int64) if self.rows is None else self.rows[np.asarray(idx, np.int64)]
+        f = np.searchsorted(self.starts, g, "right") - 1
+        out = [None] * len(g)
+        for k in np.unique(f).tolist():
+            at = np.flatnonzero(f == k)
+            with pa.memory_map(self.files[k][0]) as src:
+                col = pa.ipc.open_file(src).read_all().column(self.column)
+                for i, v in zip(at.tolist(), col.take(pa.array(g[at] - self.starts[k])).to_pylist()):
+                    out[i] = v
+        return out
 
     def __getitem__(self, i):
         if not isinstance(i, (int, np.integer)):

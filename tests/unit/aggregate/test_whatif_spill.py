@@ -81,6 +81,9 @@ def test_loaded_and_lazy_columns_are_the_raw_rows(spilled):
     mask = np.arange(len(want)) % 3 == 1
     sub = lazy[mask]
     assert [sub[i] for i in range(len(sub))] == [x for x, m in zip(want, mask) if m]
+    idx = [len(want) - 1, 0, 6, 7, 3]                       # across the files, out of order
+    assert lazy.take(idx) == [want[i] for i in idx]
+    assert sub.take([1, 0]) == [x for x, m in zip(want, mask) if m][1::-1]
     assert rows.ranks()["part"].tolist() == [0, 1, 2]
 
 
