@@ -80,6 +80,7 @@ from .critical_local import part_paths, part_reads
 from .critical_path import critical_paths
 from .whatif import write_whatif
 from .whatif_local import ReplayRows
+from .whatif_spill import SpilledRows, spill_rows
 from .groups import write_groups
 from .opperf import write_op_perf
 from .p2p import p2p_rows, write_p2p
@@ -315,10 +316,9 @@ def part_view(job, index):
     return view
 
 
-def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=None, replay=True):
-    """One part's rows; with ``spill`` (a folder) its timeline rows go to a file there
-    (``write_part``, returned in their place) so the parent never
-    holds every part's timeline."""
+def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=None, replay=None):
+    """One part's rows; with ``spill`` (a folder) its timeline rows go to a file there (``write_part``, returned
+    in their place) so the parent never holds every part's timeline, with ``replay`` its what-if rows (``spill_rows``)."""
     part = job.parts[index]
     rows = _gpu_part(job, part) if sum(num_rows(f) for f in part.files(KERNELS)) else None
     if rows is None or not rows[1]:
@@ -330,7 +330,7 @@ def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=Non
     cp = part_paths(job, part, critical_spill, tables, rep.add if rep is not None else None) \
         if critical_spill is not None else None
     return rows[:3] + (tl,) + rows[4:] + (steps, part_tables(job, part, kernel_delay_ns, tables), cp,
-                                          rep.result() if rep is not None else None)
+                                          spill_rows(rep.result(), replay, index) if rep is not None else None)
 
 
 # -- the job -----------------------------------------------------------------------------
@@ -406,6 +406,7 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
                                + (f" in step(s) {sorted(job.steps)}" if job.steps else ""))
     files += _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps)
     files += write_explain(outdir, [r[6] for r in res])
+    res.clear()                                       # (the ranks' rows: written; before the replay's graph)
     if coll.stragglers:
         files += write_table(outdir, STRAGGLERS, _columns(coll.stragglers, STRAGGLERS_COLUMNS), csv=True)
     files += write_p2p(outdir, p2p_rows(coll.transfers, topo))
@@ -448,9 +449,10 @@ def _rank_pass(job, outdir: Path, opt: AggregateOptions) -> tuple:
     processes), whose timelines and critical-path pieces are spilled into ``outdir`` and joined.
     Returns ``(collectives, files written, inferred layout of the process groups, the ranks' results,
     the critical path's ``CriticalResult`` or None, the
-    ranks' what-if rows: ``ReplayRows`` results)``."""
+    ranks' what-if rows: ``SpilledRows`` or None)``."""
     spill = Path(tempfile.mkdtemp(prefix=".timeline-spill.", dir=outdir))
     cp_spill = Path(tempfile.mkdtemp(prefix=".critical-spill.", dir=outdir)) if opt.critical_path else None
+    wi_spill = Path(tempfile.mkdtemp(prefix=".whatif-spill.", dir=outdir)) if cp_spill and opt.whatif else None
     try:
         coll, files = collectives_to(job, outdir, opt.clock_sync, opt.collective_bucket_rows)
         layout = write_groups(outdir, sorted({p.rank for p in job.parts}), files)
@@ -459,10 +461,10 @@ def _rank_pass(job, outdir: Path, opt: AggregateOptions) -> tuple:
             load_kernels(*TASKS["aggregate"])
         with progress_bar(len(job.parts), "aggregate", "rank", opt.progress) as bar:
             res = run_tasks(_part_job, [(part_view(job, p.index), p.index, opt.consecutive_kernel_delay_ns, spill,
-                                         cp_spill, opt.whatif) for p in job.parts], jobs, on_done=bar.update)
+                                         cp_spill, wi_spill) for p in job.parts], jobs, on_done=bar.update)
         files += join_timeline(outdir, [r[3] for r in res])
         cp = critical_paths(job, [r[7] for r in res], outdir) if cp_spill is not None else None
-        replay = [r[8] for r in res]          # the replay's rows, held once (write_whatif empties the list)
+        replay = SpilledRows(wi_spill, [r[8] for r in res]) if wi_spill else None   # (write_whatif removes it)
         res = [r[:7] + (None,) for r in res]  # (the critical path's pieces: no longer needed)
         files += cp.files if cp is not None else []
     finally:

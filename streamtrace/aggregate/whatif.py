@@ -47,8 +47,9 @@ from .folder import (COLLECTIVES, COLLECTIVES_RANKS, WHATIF, WHATIF_ANCHORS, WHA
                      KERNEL_STATS, OP_STATS, Aggregate, columns, table_path)
 from .steps import step_patterns_of
 from .whatif_changes import AtMedian, Comm, HostGaps, Kernels, Launches, Ops, as_changes
-from .whatif_job import JobStep, Members, StepTables
+from .whatif_job import LOCAL_COLUMNS, JobStep, Members, StepTables
 from .whatif_local import RANK_COLUMNS, part_replay
+from .whatif_spill import SpilledRows
 
 FIDELITY_PCT = 5.0
 """A step whose unmodified replay misses a rank's measured end by more than this share of its step is flagged."""
@@ -194,12 +195,17 @@ class Replayer:
     """Replays changes over one aggregate's steps: ``tabs`` ``{(iteration, step): StepTables}``,
     ``members`` the matched collectives, ``parts`` ``{part index: Part}`` (to re-reduce a touched
     rank), ``aggdir`` (the at-median figures), ``jobs`` processes for many touched ranks, ``steps``
-    the job's selected steps."""
+    the job's selected steps.  ``tabs``' anchors and edges are let go once each step's graph is built
+    (its entries replaced by ones holding only ``ranks``: the graphs hold what they need)."""
 
     def __init__(self, tabs: dict, members: Members, parts: dict, aggdir, jobs=1, steps=None):
-        self.tabs, self.members, self.parts, self.aggdir = tabs, members, parts, aggdir
+        self.members, self.parts, self.aggdir = members, parts, aggdir
         self.jobs, self.steps = jobs, steps
-        self.graphs = {k: JobStep(v, members) for k, v in tabs.items()}
+        self.graphs = {}
+        for k in list(tabs):
+            self.graphs[k] = JobStep(tabs[k], members)
+            tabs[k] = StepTables({}, {}, tabs[k].ranks)
+        self.tabs = tabs
         self.base = {k: g.solve() for k, g in self.graphs.items()}
 
     def fidelity(self, key) -> float:
@@ -292,37 +298,21 @@ def _reduce_task(job, part, changes, meds) -> dict:
 
 # -- the aggregate's side ------------------------------------------------------------------------
 
-SLICE_ROWS = 1 << 16
-"""Rows turned into Arrow at a time when writing the ``whatif_*`` tables (their str columns repeat a
-few names over a million rows at 1,024 ranks: as one Arrow table they took ~0.4 GB)."""
+GRAPH_ANCHORS = ("part", "rank", "anchor", "kind", "t_ns", "correlation", "stream")
+"""The ``whatif_anchors`` columns the job's graph reads (``JobStep``), with ``iteration`` and ``step``
+when the tables hold several steps."""
 
 
-def write_tables(outdir, rows: dict) -> list:
-    """Write ``whatif_anchors``, ``whatif_edges``, ``whatif_ranks`` (the parts' joined rows); returns the paths."""
-    files = []
-    for name, key in zip(TABLES, ("anchors", "edges", "ranks")):
-        files += _write_sliced(outdir, name, rows[key])
-    return files
-
-
-def _write_sliced(outdir, name, cols: dict) -> list:
-    """``write_table`` of ``cols`` (Parquet only), converted to Arrow
-    ``SLICE_ROWS`` rows at a time (the file's row groups); the same table as written at once."""
-    import pyarrow.parquet as pq
-    from ..events.dataset import to_arrow
-    from ..runtime.files import atomic_output
-    n = len(next(iter(cols.values()))) if cols else 0
-    if n <= SLICE_ROWS:
-        return write_table(outdir, name, cols)
-    p = table_path(outdir, name)
-    with atomic_output(p, compress=False) as f:
-        first = to_arrow({c: v[:SLICE_ROWS] for c, v in cols.items()})
-        with pq.ParquetWriter(f, first.schema, compression="zstd") as w:
-            w.write_table(first)
-            del first
-            for i in range(SLICE_ROWS, n, SLICE_ROWS):
-                w.write_table(to_arrow({c: v[i:i + SLICE_ROWS] for c, v in cols.items()}))
-    return [p]
+def graph_rows(spilled: SpilledRows, ranks: dict) -> dict:
+    """The rows ``step_tables`` needs from the parts' spilled rows: the anchors' and edges' columns
+    the job graph reads (``GRAPH_ANCHORS``, ``LOCAL_COLUMNS``: ``part``, ``src``, ``dst``, ``w_ns`` loaded,
+    the others read from the files for the few edges on a path, ``SpilledRows.lazy``), ``ranks`` the
+    ``whatif_ranks`` columns."""
+    steps = len(set(zip(ranks["iteration"].tolist(), ranks["step"].tolist()))) > 1
+    by = ("iteration", "step") if steps else ()
+    edges = spilled.load("edges", by + LOCAL_COLUMNS[:4], small=("part", "src", "dst"))    # (parts, anchors < 2^31)
+    edges.update({c: spilled.lazy("edges", c) for c in LOCAL_COLUMNS[4:]})    # (read for the path's edges only)
+    return {"anchors": spilled.load("anchors", by + GRAPH_ANCHORS), "edges": edges, "ranks": ranks}
 
 
 def read_tables(aggdir) -> dict:
@@ -385,34 +375,37 @@ def replay_steps(aggdir, changes, jobs: int = 0) -> "object":
     return pa.table({c: [r[c] for r in rows] for c in COLUMNS})
 
 
-def write_whatif(job, outdir, results: list, meta: dict, jobs: int = 1) -> list:
-    """In ``aggregate``: the ``whatif_*`` tables from the parts' rows ``results`` (in part order),
-    the report's candidate changes (``streamtrace.aggregate.whatif_candidates.candidates``) replayed
-    into ``whatif.parquet``.  Returns the files written."""
+def write_whatif(job, outdir, spilled: SpilledRows, meta: dict, jobs: int = 1) -> list:
+    """In ``aggregate``: the ``whatif_*`` tables from the parts' spilled rows ``spilled`` (in part
+    order; its folder removed here), the report's candidate changes
+    (``streamtrace.aggregate.whatif_candidates.candidates``) replayed into ``whatif.parquet``.
+    Returns the files written."""
     from .whatif_candidates import candidates
-    rows = join_rows(results, consume=True)
-    results.clear()                                   # (the parts' rows: held once, joined)
-    trim()
-    if not len(rows["ranks"]["part"]):
-        return []
-    tabs = step_tables(rows)
-    rep = Replayer(tabs, read_members(outdir, meta), {p.index: p for p in job.parts}, outdir, jobs, job.steps)
-    _replay_ends(rows, rep)
-    files = write_tables(outdir, rows)
-    trim()
-    out = []
-    for change in candidates(outdir, tabs):
-        out += rep.replay([change], "candidate")
-        trim()                                        # (each replay's copy of the graph, freed)
+    try:
+        ranks = spilled.ranks()
+        if not len(ranks["part"]):
+            return []
+        files = spilled.write(outdir, "anchors") + spilled.write(outdir, "edges")     # (before the graph is held)
+        trim()
+        rep = Replayer(step_tables(graph_rows(spilled, ranks)), read_members(outdir, meta),
+                       {p.index: p for p in job.parts}, outdir, jobs, job.steps)
+        _replay_ends(ranks, rep)
+        files += write_table(outdir, WHATIF_RANKS, ranks)
+        out = []
+        for change in candidates(outdir, rep.tabs):
+            out += rep.replay([change], "candidate")
+            trim()                                    # (each replay's graph, freed)
+    finally:
+        spilled.close()
     text = ("change", "description", "source", "bound_what", "top_category", "top_name", "flag")
     cols = {c: np.asarray([r[c] for r in out], object if c in text else float if c.endswith("pct") else np.int64)
             if out else np.zeros(0, str if c in text else float if c.endswith("pct") else np.int64) for c in COLUMNS}
     return files + write_table(outdir, WHATIF, cols)        # (no change: typed empty columns, still readable)
 
 
-def _replay_ends(rows, rep: Replayer):
-    """``whatif_ranks.replay_end_ns``: each rank's step end in the unmodified replay (-1 unreached)."""
-    r = rows["ranks"]
+def _replay_ends(r, rep: Replayer):
+    """``whatif_ranks.replay_end_ns`` (added to the ranks' columns ``r``): each rank's step end in the
+    unmodified replay (-1 unreached)."""
     r["replay_end_ns"] = np.asarray([rep.base[(it, st)].end.get(p, -1) for it, st, p in
                                      zip(r["iteration"].tolist(), r["step"].tolist(), r["part"].tolist())], np.int64)
 

@@ -12,7 +12,6 @@ it with the rank holding most of it.
 """
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -175,6 +174,7 @@ class JobStep:
     def __init__(self, tabs: StepTables, members: Members):
         a = tabs.anchors
         o = np.lexsort((a["anchor"], a["part"]))
+        o = slice(None) if (o == np.arange(len(o))).all() else o     # (in order as spilled: no copies)
         self.part, self.anchor, self.kind = a["part"][o], a["anchor"][o], a["kind"][o]
         self.t, self.corr, self.stream = a["t_ns"][o], a["correlation"][o], a["stream"][o]
         self.rank_of = dict(zip(a["part"].tolist(), a["rank"].tolist()))
@@ -182,35 +182,36 @@ class JobStep:
         self.members_ = members
         self.base_ = None
         self._collectives(members, len(self.t))
-        self._local(tabs.edges)
+        e = tabs.edges
+        self._local(self._gid(e["part"], e["src"]), self._gid(e["part"], e["dst"]), np.asarray(e["w_ns"], np.int64),
+                    tuple(e[c] for c in LOCAL_COLUMNS[4:]))
+
+    def _gid(self, part, anchor) -> np.ndarray:
+        """The node of each ``(part, anchor)``."""
+        return np.searchsorted(self.key, np.asarray(part, np.int64) * (1 << 32) + np.asarray(anchor, np.int64))
 
     def with_parts(self, parts, edges) -> "JobStep":
         """This graph with parts ``parts``' reduced edges replaced by ``edges`` (their re-reduction:
-        the same anchors, whatif_edges columns of this step); the collectives are shared."""
-        g = copy.copy(self)
-        g.base_ = self
-        old = self.edges_
-        keep = ~np.isin(old["part"], list(parts))
-        g._local({c: np.concatenate([old[c][keep], np.asarray(edges[c], old[c].dtype)]) for c in LOCAL_COLUMNS})
-        return g
+        the same anchors, whatif_edges columns of this step): a ``PartsView`` (the collectives and
+        the other ranks' edges are this graph's, masked, not copied)."""
+        return PartsView(self, parts, edges)
 
-    def _local(self, e):
-        """The ranks' reduced edges ``e`` (whatif_edges columns) first, then the collectives'."""
-        self.edges_ = e
-        gid = lambda p, x: np.searchsorted(self.key, p * (1 << 32) + x)  # noqa: E731
-        nl = len(e["w_ns"])
-        self.src = np.r_[gid(e["part"], e["src"]), self.c_src]
-        self.dst = np.r_[gid(e["part"], e["dst"]), self.c_dst]
-        self.w = np.r_[e["w_ns"].astype(np.int64), self.c_w]
+    def _local(self, src, dst, w, local):
+        """The ranks' reduced edges (``src`` / ``dst`` nodes, ``w`` ns; ``local``: their ``host_ns``,
+        ``gpu_ns``, ``top_category``, ``top_name``, ``top_ns`` columns) first, then the collectives'."""
+        nl = len(w)
+        self.src = np.concatenate([src, self.c_src], dtype=np.int32, casting="same_kind")   # (nodes < 2^31)
+        self.dst = np.concatenate([dst, self.c_dst], dtype=np.int32, casting="same_kind")
+        self.w = np.r_[w, self.c_w]
         self.etype = np.r_[np.full(nl, LOCAL, np.int8), self.c_typ]
         self.m_edge = nl + self.c_medge
         self.t_first = nl                                        # the first collective edge
-        self.host, self.gpu = e["host_ns"], e["gpu_ns"]
-        self.top = (e["top_category"], e["top_name"], e["top_ns"])
+        self.local_ = local
         self.pos = self.pos0
         if (self.pos[self.src] >= self.pos[self.dst]).any():   # times that disagree (clock skew, 0-length
             self.pos = _kahn(self.pos0, self.src, self.dst)     # events): a true topological order
-        self.keep = np.flatnonzero(self.pos[self.src] < self.pos[self.dst])
+        fwd = self.pos[self.src] < self.pos[self.dst]
+        self.keep = None if fwd.all() else np.flatnonzero(fwd)        # (None: every edge)
 
     def _collectives(self, members: Members, n: int):
         """Barriers and transfers (module docstring): ``c_*`` edge arrays (indices from 0), the
@@ -275,48 +276,138 @@ class JobStep:
     def solve(self, transfer_factor=None) -> Replay:
         """The forward pass with the matched members' transfers times ``transfer_factor`` (per member
         of ``members``, None: as measured)."""
-        w = self.w.copy()
+        w = self.w
         if transfer_factor is not None:
+            w = w.copy()
             edges = self.m_edge[self.m_inst >= 0]
             w[edges] = np.rint(w[edges] * np.asarray(transfer_factor, float)).astype(np.int64)
         n = len(self.t)
-        k = self.keep
+        ks, kd, kw = self._kept(w)
         init = np.full(n, NEG, np.int64)
         starts = np.flatnonzero(self.kind == Anchor.step_start)
         init[self.pos[starts]] = self.t[starts]
-        dist, pred, _ = longest_path(n, self.pos[self.src[k]], self.pos[self.dst[k]], w[k], init)
+        dist, pred, _ = longest_path(n, ks, kd, kw, init)
+        del kd, kw
         d = dist[self.pos]                                   # by node
         ends = np.flatnonzero((self.kind == Anchor.step_end) & (d > NEG))
         end = {int(p): int(x) for p, x in zip(self.part[ends].tolist(), d[ends].tolist())}
         start = {int(p): int(x) for p, x in zip(self.part[starts].tolist(), self.t[starts].tolist())}
         for p, x in zip(self.part[ends].tolist(), d[ends].tolist()):
             end[p] = max(end[p], int(x))
+        dropped = self.n_edges() - len(ks)
         if not end:
-            return Replay({}, start, 0, 0, {}, (-1, "", "", 0), {}, {}, {}, len(self.w) - len(k))
+            return Replay({}, start, 0, 0, {}, (-1, "", "", 0), {}, {}, {}, dropped)
         last = ends[np.argmax(d[ends])]
-        path = k[trace_back(pred, self.pos[self.src[k]], int(self.pos[last]))]
+        path = self._ids(trace_back(pred, ks, int(self.pos[last])))
         span = int(d[last] - min(start.values()))
         steps = [end[p] - start[p] for p in end if p in start]
-        return self._attribute(path, w, end, start, span, int(np.median(steps)) if steps else 0)
+        return self._attribute(self._rows(path, w), end, start, span, int(np.median(steps)) if steps else 0, dropped)
 
-    def _attribute(self, path, w, end, start, span, step) -> Replay:
-        """The path's time by part and kind, and its heaviest segment."""
+    def n_edges(self) -> int:
+        """How many edges the graph has (kept or not)."""
+        return len(self.w)
+
+    def _kept(self, w) -> tuple:
+        """The kept edges (``keep``) as the forward pass takes them: source and destination
+        positions, weights (``w``: per edge)."""
+        k = self.keep
+        if k is None:                                  # every edge kept: no selected copies
+            return self.pos[self.src], self.pos[self.dst], w
+        return self.pos[self.src[k]], self.pos[self.dst[k]], w[k]
+
+    def _ids(self, kept) -> np.ndarray:
+        """The edge ids of positions ``kept`` in ``_kept``'s arrays."""
+        return kept if self.keep is None else self.keep[kept]
+
+    def _rows(self, path, w) -> list:
+        """Per edge id of ``path``: ``(type, src node, dst node, weight, host_ns, gpu_ns, top_category,
+        top_name, top_ns, edge id)`` (the last five of the ranks' local edges; 0 / "" for the others)."""
+        local = path[path < self.t_first]
+        cols = zip(*(np.asarray(c.take(local), object).tolist() for c in self.local_)) if len(local) else iter(())
+        out = []
+        for e in path.tolist():
+            extra = next(cols) if e < self.t_first else (0, 0, "", "", 0)
+            out.append((int(self.etype[e]), int(self.src[e]), int(self.dst[e]), int(w[e])) + tuple(extra) + (e,))
+        return out
+
+    def _attribute(self, rows, end, start, span, step, dropped) -> Replay:
+        """The path's time by part and kind, and its heaviest segment (``rows``: ``_rows``)."""
         by, host, gpu, comm = {}, {}, {}, {}
         top = (-1, "", "", 0)
-        cat, name, tns = self.top
-        for e in path.tolist():
-            if self.etype[e] == LOCAL:
-                p = int(self.part[self.src[e]])
-                by[p] = by.get(p, 0) + int(w[e])
-                host[p] = host.get(p, 0) + int(self.host[e])
-                gpu[p] = gpu.get(p, 0) + int(self.gpu[e])
-                if int(tns[e]) > top[3]:
-                    top = (p, str(cat[e]), str(name[e]), int(tns[e]))
-            elif self.etype[e] == TRANSFER:
-                p = int(self.part[self.dst[e]])
-                by[p] = by.get(p, 0) + int(w[e])
-                comm[p] = comm.get(p, 0) + int(w[e])
-                if int(w[e]) > top[3]:
+        for et, src, dst, w, hns, gns, cat, name, tns, e in rows:
+            if et == LOCAL:
+                p = int(self.part[src])
+                by[p] = by.get(p, 0) + w
+                host[p] = host.get(p, 0) + int(hns)
+                gpu[p] = gpu.get(p, 0) + int(gns)
+                if int(tns) > top[3]:
+                    top = (p, str(cat), str(name), int(tns))
+            elif et == TRANSFER:
+                p = int(self.part[dst])
+                by[p] = by.get(p, 0) + w
+                comm[p] = comm.get(p, 0) + w
+                if w > top[3]:
                     i = int(self.c_inst[e - self.t_first])
-                    top = (p, "comm_transfer", self.members_.info.get(i, {}).get("name", "collective"), int(w[e]))
-        return Replay(end, start, span, step, by, top, host, gpu, comm, len(self.w) - len(self.keep))
+                    top = (p, "comm_transfer", self.members_.info.get(i, {}).get("name", "collective"), w)
+        return Replay(end, start, span, step, by, top, host, gpu, comm, dropped)
+
+
+class PartsView(JobStep):
+    """``base`` with parts ``parts``' reduced edges replaced by ``edges`` (``JobStep.with_parts``):
+    the base's arrays shared, its edges of those parts masked (``mask``), the new ones (``x_*``)
+    numbered after the base's.  Its forward pass takes the edges in the base's order, then the new
+    ones: the same solution as a graph built with them (``longest_path`` breaks a tie between two
+    edges by their order only for the same source and destination, and a local edge never shares
+    both with a collective's)."""
+
+    def __init__(self, base: JobStep, parts, edges):
+        self.__dict__.update(base.__dict__)
+        self.base_ = base
+        new = {c: np.asarray(edges[c]) for c in LOCAL_COLUMNS}
+        self.x_src, self.x_dst = self._gid(new["part"], new["src"]), self._gid(new["part"], new["dst"])
+        self.x_w = new["w_ns"].astype(np.int64)
+        self.x_local = tuple(new[c] for c in LOCAL_COLUMNS[4:])
+        nb = len(base.w)
+        mask = np.ones(nb, bool)
+        mask[np.flatnonzero(np.isin(self.part[base.src[:base.t_first]], np.asarray(list(parts), np.int64)))] = False
+        self.pos = self.pos0
+        if (self.pos[base.src[mask]] >= self.pos[base.dst[mask]]).any() or (self.pos[self.x_src] >=
+                                                                              self.pos[self.x_dst]).any():
+            self.pos = _kahn(self.pos0, np.r_[base.src[mask], self.x_src], np.r_[base.dst[mask], self.x_dst])
+        self.n_masked = nb - int(mask.sum())
+        mask &= self.pos[base.src] < self.pos[base.dst]
+        self.keep = np.flatnonzero(mask)
+        self.x_keep = np.flatnonzero(self.pos[self.x_src] < self.pos[self.x_dst])
+
+    def n_edges(self) -> int:
+        return len(self.w) - self.n_masked + len(self.x_w)
+
+    def _kept(self, w) -> tuple:
+        k, x = self.keep, self.x_keep
+        out = []
+        for base, new in ((self.src, self.x_src), (self.dst, self.x_dst), (None, None)):
+            a = np.empty(len(k) + len(x), np.int64)                  # (filled in place: no joined copies)
+            if base is None:
+                np.take(w, k, out=a[:len(k)])
+                a[len(k):] = self.x_w[x]
+            else:
+                np.take(self.pos, np.take(base, k), out=a[:len(k)])
+                a[len(k):] = self.pos[new[x]]
+            out.append(a)
+        return tuple(out)
+
+    def _ids(self, kept) -> np.ndarray:
+        nk = len(self.keep)
+        out = np.empty(len(kept), np.int64)
+        old = kept < nk
+        out[old] = self.keep[kept[old]]
+        out[~old] = len(self.w) + self.x_keep[kept[~old] - nk]
+        return out
+
+    def _rows(self, path, w) -> list:
+        nb = len(self.w)
+        base = JobStep._rows(self, path[path < nb], w)
+        new = [(LOCAL, int(self.x_src[x]), int(self.x_dst[x]), int(self.x_w[x])) + tuple(c[x] for c in self.x_local)
+               + (nb + x,) for x in (path[path >= nb] - nb).tolist()]
+        at = iter(base), iter(new)
+        return [next(at[int(e >= nb)]) for e in path.tolist()]

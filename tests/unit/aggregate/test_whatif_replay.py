@@ -5,14 +5,17 @@ equals the one of plain relaxation (Bellman-Ford) over every rank's whole graph 
 barriers, for random costs and random transfer factors."""
 from __future__ import annotations
 
+import tempfile
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamtrace.aggregate.critical_graph import Anchor, Category
-from streamtrace.aggregate.whatif import join_rows, step_tables
+from streamtrace.aggregate.whatif import graph_rows, join_rows, step_tables
 from streamtrace.aggregate.whatif_job import JobStep, Members
 from streamtrace.aggregate.whatif_local import ReplayRows
+from streamtrace.aggregate.whatif_spill import SpilledRows, spill_rows
 
 NEG = -(2 ** 62)
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -117,10 +120,33 @@ def test_reduced_replay_equals_the_whole_graph(ranks, factor):
     got = g.solve(np.full(len(view.instance), factor) if multi and len(view.instance) else None)
     want = _brute(ranks, factor)
     assert [got.end.get(r, NEG) for r in range(len(ranks))] == want
-    # rank 0 re-reduced with its costs doubled, swapped into the job's graph: the same as the whole graph
+    _check_rank0_doubled(g, ranks)
+
+
+def _check_rank0_doubled(g, ranks):
+    """Rank 0 re-reduced with its costs doubled, swapped into the job's graph ``g``: the same as the whole graph."""
     t, comm, edges, w = ranks[0]
     rows = ReplayRows(0, 0, 0)
     rows.add(None, 5, *_graph(t, comm, edges, [2 * x for x in w]))
     got = g.with_parts([0], rows.result()["edges"]).solve()
     want = _brute([(t, comm, edges, [2 * x for x in w])] + ranks[1:], 1.0)
     assert [got.end.get(r, NEG) for r in range(len(ranks))] == want
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(jobs())
+def test_spilled_rows_replay_as_the_whole_graph(ranks):
+    """The same through aggregate's way: every rank's rows spilled to files (``spill_rows``), the job
+    graph from the columns loaded back (``graph_rows``), rank 0 swapped in doubled (``with_parts``)."""
+    key = {(r, j, 0): j for r, (_, comm, _, _) in enumerate(ranks) for j in range(len(comm))}
+    members = Members(key if len(ranks) > 1 else {}, {})
+    with tempfile.TemporaryDirectory() as d:
+        parts = []
+        for r, (t, comm, edges, w) in enumerate(ranks):
+            rows = ReplayRows(0, r, r)
+            rows.add(None, 5, *_graph(t, comm, edges, w))
+            parts.append(spill_rows(rows.result(), d, r))
+        spilled = SpilledRows(d, parts)
+        g = JobStep(step_tables(graph_rows(spilled, spilled.ranks()))[(0, 5)], members)
+        assert [g.solve().end.get(r, NEG) for r in range(len(ranks))] == _brute(ranks, 1.0)
+        _check_rank0_doubled(g, ranks)

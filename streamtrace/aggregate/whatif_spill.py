@@ -1,0 +1,163 @@
+"""The what-if replay's per-rank rows on their way from aggregate's workers to the job level
+(``streamtrace.aggregate.whatif``), in flat memory.
+
+Each worker writes its part's ``whatif_anchors`` and ``whatif_edges`` rows
+(``streamtrace.aggregate.whatif_local.ReplayRows.result``) into two Arrow IPC files of a spill
+folder (``spill_rows``), as the critical path's segments are spilled, and returns only their paths,
+row counts and its few ``whatif_ranks`` rows.  The parent (``SpilledRows``) then
+
+* loads the int64 columns the job's graph solves on (``load``), copied out of the memory-mapped
+  files into one array each, and reads the others (``lazy``) only for the few edges on a path;
+* streams the files into the ``whatif_anchors`` / ``whatif_edges`` Parquet tables (``write``),
+  ``SLICE_ROWS`` rows a row group: the same tables as written from the joined columns at once.
+
+At 1,024 synthetic ranks the edges are ~0.94 M rows of 12 columns (~125 MB held as numpy with
+object str columns); the job graph holds 4 of them.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.feather as feather
+
+from ..events.dataset import arrow_file, write_table
+from ..runtime.files import atomic_output
+from .folder import WHATIF_ANCHORS, WHATIF_ANCHORS_COLUMNS, WHATIF_EDGES, WHATIF_EDGES_COLUMNS, table_path
+
+TEXT = ("top_category", "top_name", "top_lane")
+"""The str columns (of ``whatif_edges``); every other column is int64."""
+NAMES = {"anchors": (WHATIF_ANCHORS, WHATIF_ANCHORS_COLUMNS), "edges": (WHATIF_EDGES, WHATIF_EDGES_COLUMNS)}
+SLICE_ROWS = 1 << 16
+"""Rows a Parquet row group when writing the ``whatif_*`` tables."""
+
+
+def schema(columns) -> pa.Schema:
+    """The Arrow schema of a ``whatif_*`` table's ``columns``: ``string`` for ``TEXT``, else ``int64``
+    (what ``streamtrace.events.dataset.to_arrow`` makes of the joined numpy columns)."""
+    return pa.schema([(c, pa.string() if c in TEXT else pa.int64()) for c in columns])
+
+
+def spill_rows(result: dict, folder, index: int) -> dict:
+    """Write part ``index``'s rows ``result`` (``ReplayRows.result``) into ``folder``: returns
+    ``{"anchors": (path, rows), "edges": (path, rows), "ranks": result["ranks"]}``."""
+    out = {"ranks": result["ranks"]}
+    for name, (_, cols) in NAMES.items():
+        data = result[name]
+        path = Path(folder) / f"whatif-{name}-{index:06d}.arrow"
+        table = pa.table({c: pa.array(data[c], pa.string() if c in TEXT else pa.int64()) for c in cols},
+                         schema=schema(cols))
+        feather.write_feather(table, arrow_file(path, "wb"), compression="uncompressed")
+        out[name] = (str(path), len(data[cols[0]]))
+    return out
+
+
+class SpilledRows:
+    """The parts' spilled rows (``spill_rows`` results, in part order) in ``folder``, which
+    ``close`` removes."""
+
+    def __init__(self, folder, parts: list):
+        self.folder, self.parts = Path(folder), [p for p in parts if p]
+
+    def close(self):
+        """Remove the spill folder."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def ranks(self) -> dict:
+        """The ``whatif_ranks`` columns of every part (but ``replay_end_ns``), joined."""
+        from .whatif_local import RANK_COLUMNS
+        got = [p["ranks"] for p in self.parts]
+        return {c: np.concatenate([g[c] for g in got]) if got else np.zeros(0, np.int64) for c in RANK_COLUMNS}
+
+    def rows(self, name: str) -> int:
+        """How many rows table ``name`` (``anchors``, ``edges``) has."""
+        return sum(p[name][1] for p in self.parts)
+
+    def load(self, name: str, columns, small=()) -> dict:
+        """``{column: int64 array}`` of the int ``columns`` of table ``name`` over every part (int32 for
+        those in ``small``: values known to fit), copied out of the memory-mapped files (only those
+        columns' pages read)."""
+        out = {c: np.empty(self.rows(name), np.int32 if c in small else np.int64) for c in columns}
+        at = 0
+        for p in self.parts:
+            path, n = p[name]
+            if not n:
+                continue
+            with pa.memory_map(path) as src:
+                table = pa.ipc.open_file(src).read_all()
+                for c in columns:
+                    out[c][at:at + n] = table.column(c).to_numpy()
+                del table
+            at += n
+        return out
+
+    def lazy(self, name: str, column: str) -> "Lazy":
+        """Column ``column`` of table ``name`` over every part, read from the spilled files a value
+        at a time (``Lazy``): for a column only a few rows of which are ever read."""
+        return Lazy([p[name] for p in self.parts if p[name][1]], column)
+
+    def write(self, outdir, name: str) -> list:
+        """Table ``name`` (``anchors``, ``edges``) as ``whatif_<name>.parquet`` in ``outdir``, streamed
+        from the spilled files ``SLICE_ROWS`` rows a row group.  Returns the paths."""
+        import pyarrow.parquet as pq
+        table_name, cols = NAMES[name]
+        if not self.rows(name):                       # no rows: typed as the joined empty columns were
+            return write_table(outdir, table_name, {c: np.zeros(0, object if c in TEXT else np.int64) for c in cols})
+        p = table_path(outdir, table_name)
+        with atomic_output(p, compress=False) as f, pq.ParquetWriter(f, schema(cols), compression="zstd") as w:
+            held, nheld = [], 0
+            for part in self.parts:
+                path, n = part[name]
+                if not n:
+                    continue
+                with pa.memory_map(path) as src:
+                    held.append(pa.ipc.open_file(src).read_all())
+                nheld += n
+                while nheld >= SLICE_ROWS:
+                    t = pa.concat_tables(held)
+                    w.write_table(t.slice(0, SLICE_ROWS).combine_chunks())
+                    held, nheld = [t.slice(SLICE_ROWS)], nheld - SLICE_ROWS
+            if nheld:
+                w.write_table(pa.concat_tables(held).combine_chunks())
+        return [p]
+
+
+class Lazy:
+    """One column of the spilled files ``files`` (``[(path, rows)]``, in order), not loaded: ``c[i]``
+    reads row ``i``'s value (int or str) from its file (the last file read kept open), ``c.take(idx)``
+    the values of many rows, ``c[idx]`` for an index or mask array the ``Lazy`` of those rows."""
+
+    def __init__(self, files, column, rows=None):
+        self.files, self.column, self.rows = files, column, rows
+        self.starts = np.cumsum([0] + [n for _, n in files])
+        self._open = (-1, None)
+
+    def __len__(self):
+        return int(self.starts[-1]) if self.rows is None else len(self.rows)
+
+    def take(self, idx) -> list:
+        """The values of rows ``idx`` (int array), each file read once."""
+        g = np.asarray(idx, np.int64) if self.rows is None else self.rows[np.asarray(idx, np.int64)]
+        f = np.searchsorted(self.starts, g, "right") - 1
+        out = [None] * len(g)
+        for k in np.unique(f).tolist():
+            at = np.flatnonzero(f == k)
+            with pa.memory_map(self.files[k][0]) as src:
+                col = pa.ipc.open_file(src).read_all().column(self.column)
+                for i, v in zip(at.tolist(), col.take(pa.array(g[at] - self.starts[k])).to_pylist()):
+                    out[i] = v
+        return out
+
+    def __getitem__(self, i):
+        if not isinstance(i, (int, np.integer)):
+            i = np.asarray(i)
+            sel = np.flatnonzero(i) if i.dtype == bool else i
+            return Lazy(self.files, self.column, sel if self.rows is None else self.rows[sel])
+        g = int(i if self.rows is None else self.rows[i])
+        f = int(np.searchsorted(self.starts, g, "right")) - 1
+        if self._open[0] != f:
+            with pa.memory_map(self.files[f][0]) as src:
+                self._open = (f, pa.ipc.open_file(src).read_all().column(self.column))
+        return self._open[1][g - int(self.starts[f])].as_py()
