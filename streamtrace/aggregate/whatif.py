@@ -48,7 +48,7 @@ from .folder import (COLLECTIVES, COLLECTIVES_RANKS, WHATIF, WHATIF_ANCHORS, WHA
 from .steps import step_patterns_of
 from .whatif_changes import AtMedian, Comm, HostGaps, Kernels, Launches, Ops, as_changes
 from .whatif_job import JobStep, Members, StepTables
-from .whatif_local import RANK_COLUMNS, part_replay
+from .whatif_local import RANK_COLUMNS, kept_graphs, part_replay
 
 FIDELITY_PCT = 5.0
 """A step whose unmodified replay misses a rank's measured end by more than this share of its step is flagged."""
@@ -401,9 +401,10 @@ def write_whatif(job, outdir, results: list, meta: dict, jobs: int = 1) -> list:
     files = write_tables(outdir, rows)
     trim()
     out = []
-    for change in candidates(outdir, tabs):
-        out += rep.replay([change], "candidate")
-        trim()                                        # (each replay's copy of the graph, freed)
+    with kept_graphs():                               # (a rank replayed again: its graphs not rebuilt)
+        for change in candidates(outdir, tabs):
+            out += rep.replay([change], "candidate")
+            trim()                                    # (each replay's copy of the graph, freed)
     text = ("change", "description", "source", "bound_what", "top_category", "top_name", "flag")
     cols = {c: np.asarray([r[c] for r in out], object if c in text else float if c.endswith("pct") else np.int64)
             if out else np.zeros(0, str if c in text else float if c.endswith("pct") else np.int64) for c in COLUMNS}
