@@ -86,6 +86,7 @@ class ReplayRows:
         self.iteration, self.part, self.rank = iteration, part, rank
         self.changes, self.medians = list(changes), medians
         self.anchors, self.edges, self.ranks = [], [], []
+        self.seen: dict = {}                  # text -> its one str object
 
     def add(self, graphs, step, t, cols, anc, order):
         """One step's graph (the ``on_step`` of ``part_paths``)."""
@@ -125,8 +126,7 @@ class ReplayRows:
                            "src": as_src[pairs[:, 0]], "dst": as_dst[pairs[:, 1]], "w_ns": pairs[:, 2],
                            "host_ns": cats[:, HOST].sum(axis=1), "gpu_ns": cats[:, GPU].sum(axis=1),
                            "top_category": np.where(has, np.asarray(CATEGORIES, object)[cat[top]], ""),
-                           "top_name": np.where(has, name[top].astype(object), ""),
-                           "top_lane": np.where(has, lane[top].astype(object), ""),
+                           "top_name": self._texts(name, top, has), "top_lane": self._texts(lane, top, has),
                            "top_ns": np.where(has, cost[top], 0)})
         a = len(nodes)
         self.anchors.append({"iteration": np.full(a, self.iteration, np.int64), "step": np.full(a, step, np.int64),
@@ -140,18 +140,20 @@ class ReplayRows:
                            "cpu_ns": int(cost[np.isin(cat, HOST)].sum()), "gpu_ns": int(cost[np.isin(cat, GPU)].sum()),
                            "nodes": len(t), "edges": len(src), "pairs": n, "dropped": int(len(src) - len(keep))})
 
+    def _texts(self, values, idx, has) -> np.ndarray:
+        """``values[idx]`` (object) where ``has``, else "": one str object per distinct text over the
+        part's rows (pickled to the parent once each, not once a row), looked up once per distinct edge."""
+        u, inv = np.unique(idx, return_inverse=True)
+        texts = np.asarray([self.seen.setdefault(x, x) for x in values[u].tolist()] + [""], object)
+        return texts[np.where(has, inv.reshape(-1), len(u))]
+
     def result(self) -> dict:
         """``{"anchors": columns, "edges": columns, "ranks": columns}`` (empty columns for none)."""
         def cat(xs, cols):
             if not xs:
                 return {c: np.zeros(0, object if c in ("top_category", "top_name", "top_lane") else np.int64)
                         for c in cols}
-            out = {c: np.concatenate([x[c] for x in xs]) for c in cols}
-            for c in ("top_category", "top_name", "top_lane"):
-                if c in out:                          # one str object per distinct name: pickled (to the
-                    seen: dict = {}                   # parent) once each, not once a row
-                    out[c] = np.asarray([seen.setdefault(x, x) for x in out[c].tolist()] or [], object)
-            return out
+            return {c: np.concatenate([x[c] for x in xs]) for c in cols}
         ranks = {c: np.asarray([r[c] for r in self.ranks], np.int64) for c in RANK_COLUMNS}
         return {"anchors": cat(self.anchors, ANCHOR_COLUMNS), "edges": cat(self.edges, EDGE_COLUMNS), "ranks": ranks}
 
