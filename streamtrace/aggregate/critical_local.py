@@ -303,14 +303,21 @@ class PartGraphs:
     stats: PartStats
 
     def __iter__(self):
-        for step, tid, s0, s1 in _steps(self.ops):
-            if self.job.steps is not None and step not in self.job.steps and step != WHOLE_CAPTURE:
-                continue
-            self.stats.whole_capture |= step == WHOLE_CAPTURE
-            t, cols, anc, order, nwaits = build_step(self.ops, self.k, step, tid, s0, s1, self.calls, self.links,
-                                                     self.syncs)
-            self.stats.thread_waits += nwaits
-            yield step, t, cols, anc, order
+        for window in self.windows(self.job.steps):
+            yield (window[0],) + self.build(*window)
+
+    def windows(self, steps) -> list:
+        """``[(step, tid, start, end)]`` of the part's step windows that ``steps`` selects (None: all;
+        the whole capture, when the part has no step, always)."""
+        return [w for w in _steps(self.ops) if steps is None or w[0] in steps or w[0] == WHOLE_CAPTURE]
+
+    def build(self, step, tid, s0, s1) -> tuple:
+        """``(t, cols, anchors, order)`` of one window (``step_graph``), ``stats`` updated."""
+        self.stats.whole_capture |= step == WHOLE_CAPTURE
+        t, cols, anc, order, nwaits = build_step(self.ops, self.k, step, tid, s0, s1, self.calls, self.links,
+                                                 self.syncs)
+        self.stats.thread_waits += nwaits
+        return t, cols, anc, order
 
 
 def part_graphs(job, part, tables) -> PartGraphs | None:

@@ -48,7 +48,7 @@ from .folder import (COLLECTIVES, COLLECTIVES_RANKS, WHATIF, WHATIF_ANCHORS, WHA
 from .steps import step_patterns_of
 from .whatif_changes import AtMedian, Comm, HostGaps, Kernels, Launches, Ops, as_changes
 from .whatif_job import LOCAL_COLUMNS, JobStep, Members, StepTables
-from .whatif_local import RANK_COLUMNS, part_replay
+from .whatif_local import RANK_COLUMNS, kept_graphs, part_replay
 from .whatif_spill import SpilledRows
 
 FIDELITY_PCT = 5.0
@@ -392,9 +392,10 @@ def write_whatif(job, outdir, spilled: SpilledRows, meta: dict, jobs: int = 1) -
         _replay_ends(ranks, rep)
         files += write_table(outdir, WHATIF_RANKS, ranks)
         out = []
-        for change in candidates(outdir, rep.tabs):
-            out += rep.replay([change], "candidate")
-            trim()                                    # (each replay's graph, freed)
+        with kept_graphs():                           # (a rank replayed again: its graphs not rebuilt)
+            for change in candidates(outdir, rep.tabs):
+                out += rep.replay([change], "candidate")
+                trim()                                # (each replay's graph, freed)
     finally:
         spilled.close()
     text = ("change", "description", "source", "bound_what", "top_category", "top_name", "flag")

@@ -29,6 +29,9 @@ and GPU time and its heaviest segment.  Tables: ``whatif_anchors``, ``whatif_edg
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import NamedTuple
+
 import numpy as np
 
 from ..kernels.replay import anchor_pairs
@@ -83,6 +86,7 @@ class ReplayRows:
         self.iteration, self.part, self.rank = iteration, part, rank
         self.changes, self.medians = list(changes), medians
         self.anchors, self.edges, self.ranks = [], [], []
+        self.seen: dict = {}                  # text -> its one str object
 
     def add(self, graphs, step, t, cols, anc, order):
         """One step's graph (the ``on_step`` of ``part_paths``)."""
@@ -122,8 +126,7 @@ class ReplayRows:
                            "src": as_src[pairs[:, 0]], "dst": as_dst[pairs[:, 1]], "w_ns": pairs[:, 2],
                            "host_ns": cats[:, HOST].sum(axis=1), "gpu_ns": cats[:, GPU].sum(axis=1),
                            "top_category": np.where(has, np.asarray(CATEGORIES, object)[cat[top]], ""),
-                           "top_name": np.where(has, name[top].astype(object), ""),
-                           "top_lane": np.where(has, lane[top].astype(object), ""),
+                           "top_name": self._texts(name, top, has), "top_lane": self._texts(lane, top, has),
                            "top_ns": np.where(has, cost[top], 0)})
         a = len(nodes)
         self.anchors.append({"iteration": np.full(a, self.iteration, np.int64), "step": np.full(a, step, np.int64),
@@ -137,29 +140,101 @@ class ReplayRows:
                            "cpu_ns": int(cost[np.isin(cat, HOST)].sum()), "gpu_ns": int(cost[np.isin(cat, GPU)].sum()),
                            "nodes": len(t), "edges": len(src), "pairs": n, "dropped": int(len(src) - len(keep))})
 
+    def _texts(self, values, idx, has) -> np.ndarray:
+        """``values[idx]`` (object) where ``has``, else "": one str object per distinct text over the
+        part's rows (pickled to the parent once each, not once a row), looked up once per distinct edge."""
+        u, inv = np.unique(idx, return_inverse=True)
+        texts = np.asarray([self.seen.setdefault(x, x) for x in values[u].tolist()] + [""], object)
+        return texts[np.where(has, inv.reshape(-1), len(u))]
+
     def result(self) -> dict:
         """``{"anchors": columns, "edges": columns, "ranks": columns}`` (empty columns for none)."""
         def cat(xs, cols):
             if not xs:
                 return {c: np.zeros(0, object if c in ("top_category", "top_name", "top_lane") else np.int64)
                         for c in cols}
-            out = {c: np.concatenate([x[c] for x in xs]) for c in cols}
-            for c in ("top_category", "top_name", "top_lane"):
-                if c in out:                          # one str object per distinct name: pickled (to the
-                    seen: dict = {}                   # parent) once each, not once a row
-                    out[c] = np.asarray([seen.setdefault(x, x) for x in out[c].tolist()] or [], object)
-            return out
+            return {c: np.concatenate([x[c] for x in xs]) for c in cols}
         ranks = {c: np.asarray([r[c] for r in self.ranks], np.int64) for c in RANK_COLUMNS}
         return {"anchors": cat(self.anchors, ANCHOR_COLUMNS), "edges": cat(self.edges, EDGE_COLUMNS), "ranks": ranks}
 
 
 def part_replay(job, part, changes, medians=None) -> dict:
     """Part ``part``'s ``whatif_*`` rows with ``changes`` applied (its graphs built again from its
-    analysed tables, for the steps ``job.steps`` selects); ``medians``: the rank's at-median factors.
-    Returns ``ReplayRows.result``."""
+    analysed tables, for the steps ``job.steps`` selects, or taken from those ``kept_graphs`` kept);
+    ``medians``: the rank's at-median factors.  Returns ``ReplayRows.result``."""
     rows = ReplayRows(job.iteration_of(part), part.index, part.rank, changes, medians)
-    graphs = part_graphs(job, part, part_reads(part))
+    kept = KEPT.part(job, part) if KEPT.budget else None
+    graphs = kept.graphs if kept is not None else part_graphs(job, part, part_reads(part))
     if graphs is not None:
-        for step, t, cols, anc, order in graphs:
-            rows.add(graphs, step, t, cols, anc, order)
+        for window in graphs.windows(job.steps):
+            graph = kept.steps.get(window) if kept is not None else None
+            if graph is None:
+                graph = graphs.build(*window)
+                if kept is not None:
+                    KEPT.keep(kept, window, graph)
+            rows.add(graphs, window[0], *graph)
     return rows.result()
+
+
+GRAPH_BYTES = 64 << 20
+"""The most bytes of parts' columns and step graphs ``kept_graphs`` keeps in one process."""
+
+
+class _Kept(NamedTuple):
+    graphs: object          # the part's PartGraphs (None: it has no op)
+    steps: dict             # (step, tid, start, end) -> (t, cols, anchors, order)
+
+
+class KeptGraphs:
+    """The parts' step graphs kept between the replays of one process (``kept_graphs``): the
+    candidate changes replay the same ranks again (a rank's at-median change once per step, then
+    its host gaps, then every rank's launches, kernels...), and a graph is a pure function of the
+    part's analysed tables.  The first parts and steps built are kept until ``budget`` bytes
+    (their arrays' ``nbytes``) are held; past it, a graph is built each time as without."""
+
+    def __init__(self):
+        self.budget, self.held, self.parts = 0, 0, {}
+
+    def part(self, job, part) -> _Kept:
+        """The part's entry (``part_graphs`` of ``job``, ``part``): the kept one, else its columns read
+        and kept when there is room (else returned without being kept)."""
+        key = (str(part.dir), part.index, part.rank, part.shift_ns, part.clock_offset_ns)
+        if key not in self.parts:
+            graphs = part_graphs(job, part, part_reads(part))
+            size = sum(_nbytes(c) for c in (graphs.ops, graphs.k)) if graphs is not None else 0
+            if self.held + size > self.budget:
+                return _Kept(graphs, {})          # (used once, not kept)
+            self.held += size
+            self.parts[key] = _Kept(graphs, {})
+        return self.parts[key]
+
+    def keep(self, kept: _Kept, window, graph):
+        """Keep one step's ``graph`` of ``kept``'s part when there is room."""
+        size = _nbytes(graph)
+        if self.held + size <= self.budget and any(k is kept for k in self.parts.values()):
+            self.held += size
+            kept.steps[window] = graph
+
+
+def _nbytes(x) -> int:
+    if isinstance(x, np.ndarray):
+        return x.nbytes
+    if isinstance(x, dict):
+        return sum(_nbytes(v) for v in x.values())
+    if isinstance(x, (tuple, list)):
+        return sum(_nbytes(v) for v in x)
+    return 0
+
+
+KEPT = KeptGraphs()
+
+
+@contextmanager
+def kept_graphs(budget: int = GRAPH_BYTES):
+    """Within it, ``part_replay`` keeps the graphs it builds in this process (``KeptGraphs``, at most
+    ``budget`` bytes) for the next replay of the same part; all dropped on leaving."""
+    KEPT.budget, KEPT.held, KEPT.parts = budget, 0, {}
+    try:
+        yield KEPT
+    finally:
+        KEPT.budget, KEPT.held, KEPT.parts = 0, 0, {}

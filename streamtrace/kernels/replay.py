@@ -32,13 +32,32 @@ NEG = -(2 ** 62)
 
 
 @njit(cache=True)
-def _grow(a, k):
-    """``a`` (2-d int64) with at least ``k + 1`` rows."""
-    if k < a.shape[0]:
-        return a
-    b = np.zeros((2 * a.shape[0] + 16, a.shape[1]), np.int64)
-    b[:a.shape[0]] = a
-    return b
+def _record(pairs, cats, k, o, hits, d0, pred, src, w, cat):
+    """Rows ``k``.. of ``pairs`` / ``cats`` (grown as needed) for the kept targets ``hits`` of
+    source ``o``: each path walked back along ``pred`` (``d0`` its length).  Returns ``(pairs, cats,
+    k)``.  (Apart from the sweep: a loop that reassigns arrays pays numba's reference counting on
+    every iteration.)"""
+    need = k + hits.shape[0]
+    if need > pairs.shape[0]:
+        size = max(need, 2 * pairs.shape[0])
+        grown = np.zeros((size, 4), np.int64)
+        grown[:k] = pairs[:k]
+        wider = np.zeros((size, cats.shape[1]), np.int64)
+        wider[:k] = cats[:k]
+        pairs, cats = grown, wider
+    for i in range(hits.shape[0]):
+        u = hits[i]
+        pairs[k, 0], pairs[k, 1], pairs[k, 2] = o, u, d0[u]
+        top, x = -1, u
+        while x != o:
+            e = pred[x]
+            cats[k, cat[e]] += w[e]
+            if top < 0 or w[e] > w[top]:
+                top = e
+            x = src[e]
+        pairs[k, 3] = top
+        k += 1
+    return pairs, cats, k
 
 
 @njit(cache=True)
@@ -49,8 +68,11 @@ def anchor_pairs(n, src, dst, w, cat, is_src, is_sink, vend, ncat):
     Returns ``(pairs, cats)``: ``pairs`` int64[k, 4] rows ``(o, v, L(o, v), heaviest edge on the
     path)`` ordered by ``o`` then ``v``; ``cats`` int64[k, ncat]: the path's weight by category
     (each row sums to ``L``).  Among paths of equal length the one whose last edge leaves the
-    earliest node (then has the lowest index) is the one described.  O(S (n + E) + E log E) for S sources.  Raises ValueError when an
-    edge has ``src >= dst``, a node out of range, a negative weight or a category out of range."""
+    earliest node (then has the lowest index) is the one described.  Each source's sweep stops
+    after the last node a direct path still reaches: a direct length no longer than the hopping one
+    at a node is dropped there (every direct path on through it is dominated too, so no kept pair
+    changes).  O(S (n + E) + E log E) for S sources at worst.  Raises ValueError when an edge has
+    ``src >= dst``, a node out of range, a negative weight or a category out of range."""
     m = src.shape[0]
     for e in range(m):
         if src[e] >= dst[e] or src[e] < 0 or dst[e] >= n or w[e] < 0 or cat[e] < 0 or cat[e] >= ncat:
@@ -64,6 +86,7 @@ def anchor_pairs(n, src, dst, w, cat, is_src, is_sink, vend, ncat):
     d0 = np.full(n, NEG, np.int64)
     d1 = np.full(n, NEG, np.int64)
     pred = np.full(n, -1, np.int64)
+    hits = np.empty(n, np.int64)                    # a source's kept targets, in node order
     pairs = np.zeros((16, 4), np.int64)
     cats = np.zeros((16, ncat), np.int64)
     k = 0
@@ -74,27 +97,21 @@ def anchor_pairs(n, src, dst, w, cat, is_src, is_sink, vend, ncat):
         d1[o:] = NEG
         pred[o:] = -1
         d0[o] = 0
+        nh = 0
+        hi = o                                      # the last node a direct path reaches so far
         for u in range(o, n):
+            if u > hi:
+                break
             a0, a1 = d0[u], d1[u]
             if a0 <= NEG and a1 <= NEG:
                 continue
             other = u != o and is_src[u] != 0
             if u != o and (is_sink[u] != 0 or other) and a0 > NEG and a0 > a1:
-                pairs = _grow(pairs, k)
-                cats = _grow(cats, k)
-                pairs[k, 0], pairs[k, 1], pairs[k, 2] = o, u, a0
-                top, x = -1, u
-                while x != o:
-                    e = pred[x]
-                    cats[k, cat[e]] += w[e]
-                    if top < 0 or w[e] > w[top]:
-                        top = e
-                    x = src[e]
-                pairs[k, 3] = top
-                k += 1
+                hits[nh] = u
+                nh += 1
             b1 = max(a0, a1)
-            if other:                               # a path on from another source is that source's
-                a0 = NEG                            # own: only as a hop (dominating)
+            if other or (u != o and a0 <= a1):      # a path on from another source is that source's own
+                a0 = NEG                            # (only as a hop); a dominated one stays dominated
             if vend[u] > u:
                 if b1 > d1[vend[u]]:
                     d1[vend[u]] = b1
@@ -106,6 +123,7 @@ def anchor_pairs(n, src, dst, w, cat, is_src, is_sink, vend, ncat):
                     if val > d0[v]:
                         d0[v] = val
                         pred[v] = e
+                        hi = max(hi, v)
                 if other and b1 > NEG:
                     val = b1 + w[e]
                 elif a1 > NEG:
@@ -114,4 +132,6 @@ def anchor_pairs(n, src, dst, w, cat, is_src, is_sink, vend, ncat):
                     continue
                 if val > d1[v]:
                     d1[v] = val
+        if nh:
+            pairs, cats, k = _record(pairs, cats, k, o, hits[:nh], d0, pred, src, w, cat)
     return pairs[:k], cats[:k]

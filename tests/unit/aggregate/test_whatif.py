@@ -18,6 +18,7 @@ from streamtrace.aggregate.whatif import COLUMNS
 from streamtrace.aggregate.whatif_changes import (AtMedian, Comm, HostGaps, Kernels, Launches, Ops, parse_change,
                                                   parse_ranks)
 from streamtrace.aggregate.whatif_job import Members, TransferView
+from streamtrace.aggregate.whatif_local import kept_graphs
 from streamtrace.analyze import AnalyzeOptions, analyze
 from streamtrace.runtime.errors import UsageError
 from streamtrace.synth.faults import Fault
@@ -51,6 +52,19 @@ def test_whatif_parquet_holds_the_candidates(job):
     assert all(r["predicted_span_ns"] == r["measured_span_ns"] - r["saving_ns"] for r in t)
     r = pq.read_table(d / "agg" / "whatif_ranks.parquet").to_pylist()
     assert len(r) == 4 and all(x["replay_end_ns"] == x["end_ns"] for x in r)      # the unmodified replay
+
+
+def test_replays_from_kept_graphs_equal_those_built_each_time(job):
+    # the candidates' replays of aggregate keep a rank's step graphs (whatif_local.kept_graphs): the
+    # rows must not depend on whether a graph was kept (budget for all) or built again (budget for none)
+    agg = streamtrace.load(job[0] / "agg")
+    changes = ["median:rank=1", "host_gaps:rank=1", "ops:name=DataLoader,rank=1", "median:rank=1,what=cpu"]
+    built = [agg.whatif(c).to_pylist() for c in changes]
+    for budget in (1 << 30, 1):
+        with kept_graphs(budget) as kept:
+            assert [agg.whatif(c).to_pylist() for c in changes] == built
+            assert bool(kept.parts) == (budget > 1)
+            assert sum(len(k.steps) for k in kept.parts.values()) == (1 if budget > 1 else 0)  # one step
 
 
 @pytest.mark.parametrize("change", ["median:rank=1", "ops:name=DataLoader,rank=1", "median:rank=1,what=cpu"])
