@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from ..runtime.errors import StreamtraceError
-from ..analyze.outputs import KERNELS, OPS, Analysis, schema_of
+from ..analyze.outputs import KERNELS, OPS, Analysis, rank_trace_metadata, schema_of
 from ..events.dataset import column_min_max, partition_files, read_partition
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
@@ -178,7 +178,7 @@ class Job:
                                        step_patterns=step_patterns_of(d, r),
                                        step_numbers=tuple(sorted(map(str, r.get("iterations") or {})))))
                 counts.append(_event_counts(r))
-                facts[(str(d), r["rank"], r.get("iteration"))] = r.get("trace_metadata")
+                facts[(str(d), r["rank"], r.get("iteration"))] = rank_trace_metadata(summ, r)
         if not self.parts:
             raise StreamtraceError(f"{', '.join(map(str, dirs))}: no ranks in {Analysis.marker}")
         self._missing_partitions(counts)

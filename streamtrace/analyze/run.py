@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from ..runtime.errors import RankConflictError, StreamtraceError, UnknownRankError
 from ..events.dataset import UNKNOWN_ITERATION
-from .outputs import Analysis
+from .outputs import PG_ENTRIES_KEY, Analysis, share_process_groups
 from ..runtime import parallel
 from ..runtime.files import atomic_output, output_folder
 from ..runtime.parallel import TaskFailure, run_tasks, scheduler_address
@@ -115,7 +115,8 @@ def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> Analysis:
 
 
 def _analyze_tasks(tasks, opt) -> dict:
-    """Run the tasks (their ``outdir``: the staging folder); ``{"ranks", "failed"}``."""
+    """Run the tasks (their ``outdir``: the staging folder); ``{"ranks", "pg_entries", "failed"}``
+    (``pg_entries``: the ranks' process groups, ``share_process_groups``)."""
     jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(tasks)))
     want = opt.jobs or os.cpu_count() or 1
     if len(tasks) == 1 and want > 1 and opt.split_jobs <= 1 and not scheduler_address(opt.scheduler) \
@@ -140,7 +141,7 @@ def _analyze_tasks(tasks, opt) -> dict:
         if key in seen:
             raise _conflict(r["rank"], r["iteration"], seen[key], r["source"])
         seen[key] = r["source"]
-    return {"ranks": ranks, "failed": failed}
+    return {"ranks": ranks, PG_ENTRIES_KEY: share_process_groups(ranks), "failed": failed}
 
 
 def _tasks(inputs, opt, skipped: list) -> tuple[list[AnalyzeTask], list[str]]:

@@ -378,12 +378,20 @@ def test_trace_metadata_comes_from_the_summary(job, tmp_path):
     gives the same alignment without the traces (moved away) and, for a folder analysed before
     summary.json kept them, still reads them from the traces."""
     truth, tmp, meta = job
+    from streamtrace.analyze.outputs import rank_trace_metadata
     summ = load_json(tmp / "an" / "summary.json")
     for r in summ["ranks"]:
-        facts = r["trace_metadata"]
+        facts = rank_trace_metadata(summ, r)
         assert facts["base_time_ns"] == truth.spec.base_time_ns + r["rank"] * truth.spec.clock_skew_ns
         assert facts["world_size"] == 8 and facts["device_name"]
-        assert all(r["rank"] in e["ranks"] for e in facts["pg_entries"])
+        assert facts["pg_entries"] and all(r["rank"] in e["ranks"] for e in facts["pg_entries"])
+    # each process group written once for the job, not once per member: the traces' own pg_config entries
+    raw = [e for f in sorted((tmp / "traces").rglob("*.json*")) if "rank" in f.name
+           for e in load_json(f)["distributedInfo"]["pg_config"]]
+    distinct = {json.dumps(e, sort_keys=True) for e in raw}
+    assert len(raw) > len(distinct) == len(summ["pg_entries"])
+    assert {json.dumps(e, sort_keys=True) for e in summ["pg_entries"]} == distinct
+    assert sum(len(r["trace_metadata"]["pg_groups"]) for r in summ["ranks"]) == len(raw)
     import shutil
     an = tmp_path / "an"
     shutil.copytree(tmp / "an", an)
