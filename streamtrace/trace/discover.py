@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..runtime.errors import RankConflictError, StreamtraceError, TraceError, UnknownRankError
 from .formats import KINETO, NSYS, TraceSource
-from .metadata import read_trailer
+from .metadata import read_trailer, share_groups
 from .nsys import is_nsys_report, is_sqlite, report_hint
 from .nsys.db import open_export, table_columns
 from .reader import TraceReader
@@ -227,7 +227,7 @@ def identify(path, rank_map=None, default_rank=None, warn=None) -> TraceFile | N
         rank, source = default_rank, LONE_FILE
     if rank is None:
         raise UnknownRankError(path)
-    return TraceFile(str(path), rank, iteration_from_path(path), source, head, os.path.getsize(path))
+    return TraceFile(str(path), rank, iteration_from_path(path), source, share_groups(head), os.path.getsize(path))
 
 
 NSYS_EXPORT = "nsys export"
