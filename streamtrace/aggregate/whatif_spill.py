@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.feather as feather
 
-from ..events.dataset import arrow_file, write_table
+from ..events.dataset import arrow_file, arrow_map, write_table
 from ..runtime.files import atomic_output
 from .folder import WHATIF_ANCHORS, WHATIF_ANCHORS_COLUMNS, WHATIF_EDGES, WHATIF_EDGES_COLUMNS, table_path
 
@@ -85,7 +85,7 @@ class SpilledRows:
             path, n = p[name]
             if not n:
                 continue
-            with pa.memory_map(path) as src:
+            with arrow_map(path) as src:
                 table = pa.ipc.open_file(src).read_all()
                 for c in columns:
                     out[c][at:at + n] = table.column(c).to_numpy()
@@ -112,7 +112,7 @@ class SpilledRows:
                 path, n = part[name]
                 if not n:
                     continue
-                with pa.memory_map(path) as src:
+                with arrow_map(path) as src:
                     held.append(pa.ipc.open_file(src).read_all())
                 nheld += n
                 while nheld >= SLICE_ROWS:
@@ -144,7 +144,7 @@ class Lazy:
         out = [None] * len(g)
         for k in np.unique(f).tolist():
             at = np.flatnonzero(f == k)
-            with pa.memory_map(self.files[k][0]) as src:
+            with arrow_map(self.files[k][0]) as src:
                 col = pa.ipc.open_file(src).read_all().column(self.column)
                 for i, v in zip(at.tolist(), col.take(pa.array(g[at] - self.starts[k])).to_pylist()):
                     out[i] = v
@@ -158,6 +158,6 @@ class Lazy:
         g = int(i if self.rows is None else self.rows[i])
         f = int(np.searchsorted(self.starts, g, "right")) - 1
         if self._open[0] != f:
-            with pa.memory_map(self.files[f][0]) as src:
+            with arrow_map(self.files[f][0]) as src:
                 self._open = (f, pa.ipc.open_file(src).read_all().column(self.column))
         return self._open[1][g - int(self.starts[f])].as_py()

@@ -96,6 +96,12 @@ def arrow_file(path, mode="rb"):
         return open(p, mode, buffering=0) if "w" in mode else open(p, mode)
 
 
+def arrow_map(path):
+    """``path`` memory-mapped for reading (``pyarrow.memory_map``), a path that is not valid UTF-8
+    too (given as its bytes, which pyarrow takes as they are: ``arrow_file``, issue 49)."""
+    return pa.memory_map(os.fsencode(os.fspath(path)))
+
+
 def _why(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return text[0] if text else type(e).__name__
