@@ -34,7 +34,8 @@ def share_process_groups(ranks: list) -> list:
     each with the group's member list, so O(world size) a rank) to one table for the job, in place:
     returns the distinct entries, first seen first; each rank's ``trace_metadata`` keeps their
     indices under ``PG_GROUPS_KEY``.  A group's members are written once, not once per member: at
-    4,096 synthetic ranks ``summary.json`` was 241 MB (59 KB a rank, 19 KB at 1,024: quadratic)."""
+    4,096 synthetic ranks ``summary.json`` was 241 MB (59 KB a rank, 19 KB at 1,024: quadratic).
+    A rank's entries may be given as their JSON text (bytes: how analyze's workers hand them back)."""
     index: dict = {}
     table: list = []
     for r in ranks:
@@ -42,7 +43,8 @@ def share_process_groups(ranks: list) -> list:
         if not isinstance(tm, dict) or PG_ENTRIES_KEY not in tm:
             continue
         ids = []
-        for e in tm.pop(PG_ENTRIES_KEY) or []:
+        entries = tm.pop(PG_ENTRIES_KEY) or []
+        for e in json.loads(entries) if isinstance(entries, (bytes, str)) else entries:
             key = json.dumps(e, sort_keys=True)
             if key not in index:
                 index[key] = len(table)
