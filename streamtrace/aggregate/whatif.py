@@ -146,8 +146,7 @@ def medians(aggdir, tabs: StepTables, it: int, st: int, rank: int) -> dict:
     for kind, table, col in (("cpu", OP_STATS, "self_ns"), ("gpu", KERNEL_STATS, "total_ns")):
         p = table_path(aggdir, table)
         if p.is_file():
-            out.update({(kind, n): f for n, f in _name_factors(p, columns(table, "rank", "name", "count", col),
-                                                               it, st, rank).items()})
+            out.update({(kind, n): f for n, f in _name_factors(p, table, col, it, st, rank).items()})
     r = tabs.ranks
     hg = dict(zip(r["rank"].tolist(), r["host_gap_ns"].tolist()))
     if rank in hg and hg[rank] > 0 and len(hg) > 1:
@@ -155,14 +154,14 @@ def medians(aggdir, tabs: StepTables, it: int, st: int, rank: int) -> dict:
     return out
 
 
-def _name_factors(path, cols, it, st, rank) -> dict:
+def _name_factors(path, table, col, it, st, rank) -> dict:
     """``{name: factor}`` of ``medians`` from one statistics table (pyarrow, then numpy by name
-    code: a 1,024-rank job's table is never turned into Python rows); ``cols``: its rank, name,
-    count and value columns."""
+    code: a 1,024-rank job's table is never turned into Python rows); ``col``: table ``table``'s
+    value column."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
-    col = cols[-1]
-    t = pq.read_table(arrow_file(path), columns=cols, filters=[("iteration", "=", it), ("step", "=", st)])
+    t = pq.read_table(arrow_file(path), columns=columns(table, "rank", "name", "count", col),
+                      filters=[("iteration", "=", it), ("step", "=", st)])
     enc = pc.dictionary_encode(t["name"]).combine_chunks()
     names = enc.dictionary.to_pylist()
     code = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
@@ -298,7 +297,7 @@ def _reduce_task(job, part, changes, meds) -> dict:
 
 # -- the aggregate's side ------------------------------------------------------------------------
 
-GRAPH_ANCHORS = ("part", "rank", "anchor", "kind", "t_ns", "correlation", "stream")
+GRAPH_ANCHORS = tuple(columns(WHATIF_ANCHORS, "part", "rank", "anchor", "kind", "t_ns", "correlation", "stream"))
 """The ``whatif_anchors`` columns the job's graph reads (``JobStep``), with ``iteration`` and ``step``
 when the tables hold several steps."""
 
