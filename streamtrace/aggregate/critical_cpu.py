@@ -22,6 +22,19 @@ and one hands it back (W's last instant -> T at ``b``, ``thread_wait``), and W's
 first instant weighs 0 (W waited for the hand-over).  The path then runs through W's ops, named
 after them.  HolisticTraceAnalysis' critical path has no edges between threads (its graph chains
 each thread's top-level ops on their own).
+
+**Waits for a CPU collective** (``collective_waits``).  A gloo collective called on one thread runs
+on a worker thread (``gloo:*``); the caller goes on and later blocks in ``work.wait()`` (DDP's
+reducer, in ``backward``), which shows as a stretch of the caller with no op boundary inside (a
+host gap, or an annotation's self time; never a leaf op's run, which is work).  Its wait is the
+first such stretch, not taken by a run that ended earlier, that begins after the call and before
+the run's end, ends after the run began and at most ``WAKE_SLACK_NS`` before the run's recorded end,
+and lasts at least ``MIN_WAIT_NS`` and an eighth of how long before that end it ends (not a short
+gap between two ops of a busy caller).  It weighs 0 (``wait``) and the run's end -> the caller's
+wake-up is a ``sync`` edge (``cpu_collectives``), so the path and the what-if replay run through
+the collective's last arrival.  A caller can wake before the run's record closes (the worker marks
+the work done, then the scheduler runs the caller first: on a rank whose threads share one core, up
+to a few ms); the run is then taken to end at the caller's wake-up.
 """
 from __future__ import annotations
 
@@ -36,6 +49,9 @@ MIN_WAIT_NS = 20_000
 AUTOGRAD_OP = "autograd::engine::evaluate_function"
 """The top-level op of every backward function PyTorch's autograd engine runs (its thread's lane is
 named ``thread <tid> (backward)``)."""
+WAKE_SLACK_NS = 4_000_000
+"""How long before a CPU collective run's recorded end its caller may wake up from waiting for it
+(ns): measured on real gloo DDP ranks pinned to one core each, up to 3.2 ms (tools/whatif_rerun.py)."""
 MAX_WAIT_THREADS = 64
 """With more threads than this in a step, only the step's thread is considered as waiting (the
 search is quadratic in the number of threads)."""
@@ -213,12 +229,90 @@ def lane_name(ops, sel, tid, main_tid) -> str:
         f"thread {tid}"
 
 
-def cpu_chains(g: StepGraph, ops, rows, main_tid, cut=None):
+@dataclass
+class CollectiveWait:
+    """Thread ``tid`` waits over its no-op stretch ``[a, b]`` (int64 ns) for the CPU collective run
+    at op row ``run``."""
+    tid: int
+    a: int
+    b: int
+    run: int
+
+
+def _stretches(ops, sel) -> tuple:
+    """The stretches of the op rows ``sel`` (one thread's) with no op boundary inside: ``(a, b)``
+    int64 ns between consecutive distinct instants, without those that are a leaf op's whole run
+    (an op without children works over it; it does not wait)."""
+    ts = ops["ts_ns"][sel]
+    te = ts + ops["dur_ns"][sel]
+    t = np.unique(np.r_[ts, te])
+    a, b = t[:-1], t[1:]
+    leaf = ~np.isin(sel, ops["parent"][sel])
+    i = np.searchsorted(a, ts[leaf])
+    i = i[(i < len(a)) & (a[np.minimum(i, len(a) - 1)] == ts[leaf]) & (b[np.minimum(i, len(a) - 1)] == te[leaf])]
+    keep = np.ones(len(a), bool)
+    keep[i] = False
+    return a[keep], b[keep]
+
+
+def collective_waits(ops, rows, runs) -> tuple:
+    """The waits of callers for their CPU collectives (module docstring): ``rows`` the step's op
+    rows (sorted), ``runs`` int64[r, 2] ``(call row, run row)``.  Returns ``(ops, waits)``: ``ops``
+    itself, or a shallow copy whose ``dur_ns`` ends a run at its caller's earlier wake-up, and a list
+    of ``CollectiveWait``."""
+    tids = ops["tid"][rows]
+    found, ends = [], {}
+    stretches: dict = {}
+    r1s = ops["ts_ns"][runs[:, 1]] + ops["dur_ns"][runs[:, 1]]
+    for call, run in runs[np.argsort(r1s, kind="stable")].tolist():      # earlier ends claim first
+        tc = int(ops["tid"][call])
+        if tc == int(ops["tid"][run]):
+            continue
+        if tc not in stretches:
+            stretches[tc] = _stretches(ops, rows[tids == tc]) + (set(),)
+        a, b, claimed = stretches[tc]
+        c0, r0 = int(ops["ts_ns"][call]), int(ops["ts_ns"][run])
+        r1 = r0 + int(ops["dur_ns"][run])
+        ok = (b - a >= np.maximum(MIN_WAIT_NS, (r1 - b) // 8)) & (a >= c0) & (a < r1) & (b >= r0) & \
+            (b >= r1 - WAKE_SLACK_NS)
+        ok[list(claimed)] = False
+        if not ok.any():
+            continue
+        i = int(np.flatnonzero(ok)[0])                                  # the first wake-up that can be it
+        claimed.add(i)
+        found.append(CollectiveWait(tc, int(a[i]), int(b[i]), int(run)))
+        if b[i] < r1:
+            ends[int(run)] = int(b[i])
+    if ends:
+        dur = ops["dur_ns"].copy()
+        r = np.fromiter(ends, np.int64, len(ends))
+        dur[r] = np.fromiter(ends.values(), np.int64, len(ends)) - ops["ts_ns"][r]
+        ops = dict(ops, dur_ns=dur)
+    return ops, found
+
+
+def apply_collective_waits(chains: dict, waits: list) -> int:
+    """Weigh each ``CollectiveWait``'s stretch 0 (``wait``) in its thread's chain; returns how many
+    stretches were found in the chains."""
+    n = 0
+    for w in waits:
+        c = chains.get(w.tid)
+        if c is None:
+            continue
+        i = int(np.searchsorted(c.t, w.b, "left")) - 1
+        if 0 <= i < len(c.w) and c.t[i] == w.a and c.keep[i]:
+            c.w[i], c.cat[i] = 0, Category.wait
+            n += 1
+    return n
+
+
+def cpu_chains(g: StepGraph, ops, rows, main_tid, cut=None, collective=()):
     """The CPU chains of the op rows ``rows`` (window of one step), waits between threads
     included; the chain edges inside the ops ``cut`` (op rows: CPU collectives' runs, joined across
-    ranks instead) are left out.  Returns ``(start node, end node)`` int64 arrays indexed like
-    ``rows``, ``{tid: (times, node ids)}`` of every thread's chain (the step thread's first) and the
-    list of ``ThreadWait``."""
+    ranks instead) are left out; ``collective``: the ``CollectiveWait`` list of ``collective_waits``.
+    Returns ``(start node, end node)`` int64 arrays indexed like ``rows``, ``{tid: (times, node
+    ids)}`` of every thread's chain (the step thread's first) and the number of waits between
+    threads modelled (``ThreadWait`` and ``CollectiveWait``)."""
     cut = np.zeros(0, np.int64) if cut is None else cut
     start_node = np.full(len(rows), -1, np.int64)
     end_node = np.full(len(rows), -1, np.int64)
@@ -236,6 +330,7 @@ def cpu_chains(g: StepGraph, ops, rows, main_tid, cut=None):
         end_node[k[~c.is_start]] = c.ids[~c.is_start]
     waits = thread_waits(chains, main_tid)
     apply_waits(g, chains, waits, lanes)
+    nwaits = len(waits) + apply_collective_waits(chains, collective)
     main = None
     for tid, c in chains.items():
         name = np.where(c.inner >= 0, ops["name"][np.maximum(c.inner, 0)], "")
@@ -249,7 +344,7 @@ def cpu_chains(g: StepGraph, ops, rows, main_tid, cut=None):
             if j >= 0:
                 g.edges([main.ids[j]], [c.ids[0]], [c.t[0] - main.t[j]], Category.host_gap, lanes[tid],
                         "thread start")
-    return start_node, end_node, {tid: (c.t, c.ids) for tid, c in chains.items()}, waits
+    return start_node, end_node, {tid: (c.t, c.ids) for tid, c in chains.items()}, nwaits
 
 
 def cpu_collectives(g: StepGraph, ops, rows, runs, start_node, end_node, lanes):

@@ -44,7 +44,7 @@ from ..events.dataset import arrow_file
 from ..events.sortedsets import sorted_distinct
 from ..kernels.critical import NEG, longest_path, trace_back
 from .alignment import column_numpy
-from .critical_cpu import cpu_chains, cpu_collectives
+from .critical_cpu import collective_waits, cpu_chains, cpu_collectives
 from .critical_gpu import clip_stream_overlaps, gpu_events, queued_behind, sync_edges, zero_linked_syncs
 from .critical_graph import Anchor, Category, StepGraph
 from .cuda_links import SYNC_COLUMNS, sync_links, sync_targets
@@ -122,7 +122,8 @@ def build_step(ops, k, step, main_tid, s0, s1, calls=None, links=None, syncs=Non
     rows = np.flatnonzero(rows & ~ops["is_gpu_sync"] if "is_gpu_sync" in ops else rows)
     runs = calls[np.isin(calls[:, 1], rows) & np.isin(calls[:, 0], rows)] if calls is not None and len(calls) else \
         np.zeros((0, 2), np.int64)
-    start_node, end_node, lanes, waits = cpu_chains(g, ops, rows, main_tid, runs[:, 1])
+    cops, collective = collective_waits(ops, rows, runs)       # a run ends at its caller's wake-up
+    start_node, end_node, lanes, nwaits = cpu_chains(g, cops, rows, main_tid, runs[:, 1], collective)
     main = next(iter(lanes.values()))
     first, s0 = int(main[1][0]), int(main[0][0])                    # the step's start node (its op's start)
     krows, launch_node, launch_t = _launches(ops, k, rows, step, start_node, s0)
@@ -130,7 +131,7 @@ def build_step(ops, k, step, main_tid, s0, s1, calls=None, links=None, syncs=Non
     sn, en, comm = gpu_events(g, k, krows, launch_node, launch_t, first, s0, w, links, queued_behind(k, krows))
     kend = k["end_ns"][krows]
     linked = sync_edges(g, ops, rows, end_node, kend, en, (k["stream"][krows], k["correlation"][krows]), syncs)
-    cpu_a, cpu_e = cpu_collectives(g, ops, rows, runs, start_node, end_node, lanes)
+    cpu_a, cpu_e = cpu_collectives(g, cops, rows, runs, start_node, end_node, lanes)
     # the rank's step end: the later of the step thread's last instant and every GPU end
     t_end = int(max([s1, int(main[0][-1])] + ([int(kend.max())] if len(kend) else [])))
     tn = g.nodes([t_end], 3)
@@ -145,7 +146,7 @@ def build_step(ops, k, step, main_tid, s0, s1, calls=None, links=None, syncs=Non
     t, cols = g.arrays()
     zero_linked_syncs(cols, end_node[linked])
     anchors = _anchors(ops, k, krows, comm, runs, main_tid, _AnchorNodes(first, sn, en, cpu_a, cpu_e, tn))
-    return t, cols, anchors, g.order, len(waits)
+    return t, cols, anchors, g.order, nwaits
 
 
 def _launches(ops, k, rows, step, start_node, s0):
