@@ -194,3 +194,49 @@ def test_cpu_3d(tmp_path):
     assert (ag["start_ns"] - segs[0]["start_ns"], ag["end_ns"] - segs[0]["start_ns"]) == (rel(g0[0]), rel(g2[1]))
     cat = _share(summ, "category")
     assert cat["comm_transfer"] > 30 and set(cat) <= {"cpu_op", "host_gap", "comm_transfer", "sync"}
+
+
+def test_cpu_3d_callers_wait_for_their_gloo_runs(tmp_path):
+    # A gloo collective's run on a worker thread that ends inside a stretch of its caller (the thread
+    # of the rank's c10d:: calls) with no op boundary, begun after the call: the caller was blocked
+    # on it. Read from the raw traces with json: each such stretch is, in the rank's step
+    # graph, a zero-weight wait on the caller's lane, and the run's end -> the stretch's end a sync
+    # of exactly that gap (before: the stretch was the caller's own time, cpu_op / host_gap).
+    if not CPU3D.exists():
+        pytest.skip(f"{CPU3D} is absent")
+    from streamtrace.aggregate.critical_graph import CATEGORIES
+    from streamtrace.aggregate.critical_local import part_graphs, part_reads
+    from streamtrace.aggregate.whatif import Aggregate, PartsJob, parts_of
+    _run(CPU3D, tmp_path)
+    parts = parts_of(Aggregate.read(tmp_path / "out").summary)
+    src = sorted((CPU3D / "iteration_4").glob("*.json"))
+    checked = 0
+    for part in parts.values():
+        ev = [e for e in load_json(src[part.rank], decimal=True)["traceEvents"] if e.get("ph") == "X"]
+        callers = [e["tid"] for e in ev if str(e.get("name", "")).startswith("c10d::")]
+        main = max(set(callers), key=callers.count)
+        lo = _step_bounds(src[part.rank])[0]
+        inst = sorted({t for e in ev if e["tid"] == main for t in (exact_ns(e["ts"]), exact_ns(e["ts"])
+                                                                   + exact_ns(e["dur"]))})
+        start = lambda e: exact_ns(e["ts"])  # noqa: E731
+        calls = sorted((e for e in ev if e["tid"] == main and str(e["name"]).startswith("c10d::")), key=start)
+        runs = sorted((e for e in ev if str(e["name"]).startswith("gloo:")), key=start)
+        assert len(calls) == len(runs)                  # the k-th call's run is the k-th run to start
+        want = set()
+        for c, e in zip(calls, runs):
+            if e["tid"] != main:
+                r1 = start(e) + exact_ns(e["dur"])
+                want |= {(a - lo, b - lo, b - r1) for a, b in zip(inst, inst[1:])
+                         if start(c) <= a < r1 <= b and b - a >= 20_000}
+        graphs = part_graphs(PartsJob(), part, part_reads(part))
+        got = set()
+        for step, tid, s0, s1 in graphs.windows(None):
+            t, cols, _, _ = graphs.build(step, tid, s0, s1)
+            src_, dst, w, cat, lane = cols[:5]
+            on = [i for i in range(len(src_)) if lane[i] == f"thread {main}"]
+            waits = {(t[src_[i]] - s0, t[dst[i]] - s0) for i in on if CATEGORIES[cat[i]] == "wait" and w[i] == 0}
+            syncs = {(t[dst[i]] - s0, w[i]) for i in on if CATEGORIES[cat[i]] == "sync"}
+            got |= {(a, b, g) for a, b in waits for b2, g in syncs if b2 == b}
+        assert want <= got, (part.rank, sorted(want - got))
+        checked += len(want)
+    assert checked >= 8, checked
