@@ -20,6 +20,7 @@ the what-if on those steps against the even steps of the same run, which the mac
 alike (on a 2-core machine shared with other work, separate runs differ by tens of percent).
 
     python tools/whatif_rerun.py OUT [--rounds 3] [--faults sleep,matmul] [--steps 8] [--pin-cores] [--record]
+    python tools/whatif_rerun.py OUT --rescore [--rounds 3]      # score OUT's runs again (a model change)
 
 ``--record`` appends the table to ``bench/RESULTS.md``.  Needs torch.
 """
@@ -29,6 +30,7 @@ import argparse
 import gzip
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -146,6 +148,8 @@ def main(argv=None) -> int:
                     "only: the even ones are the clean steps (the same load on the machine for both)")
     ap.add_argument("--pin-cores", action="store_true", help="rank r runs on core r mod the cores (Linux "
                     "sched_setaffinity): the ranks do not share a core, so one rank's sleep frees none for another")
+    ap.add_argument("--rescore", action="store_true", help="run no job: score the runs already in OUT again "
+                    "(their traces analysed and aggregated anew), e.g. after a change to the model")
     ap.add_argument("--record", action="store_true")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
@@ -162,11 +166,16 @@ def main(argv=None) -> int:
         for fault in [""] + a.faults.split(","):          # alternating: clean, then each fault
             d = a.out / f"round{k}" / (fault or "clean")
             t = time.perf_counter()
-            run_job(d / "traces", fault, a)
+            if not a.rescore:
+                run_job(d / "traces", fault, a)
+            elif not (d / "traces").is_dir():
+                raise SystemExit(f"--rescore: no run in {d} (run without --rescore first)")
             steps = step_times(d / "traces")
             row = {"round": k, "fault": fault or "clean", "median_ns": statistics.median(steps),
                    "min_ns": min(steps), "max_ns": max(steps), "steps": len(steps), "seconds": time.perf_counter() - t}
             if fault:
+                for stale in ("an", "agg"):                # (a rescore replaces the last analysis)
+                    shutil.rmtree(d / stale, ignore_errors=True)
                 row["predicted_ns"], row["replay_measured_ns"] = replay(d / "traces", d, CHANGES[fault])
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -192,7 +201,10 @@ def interleaved(a) -> int:
     for k in range(a.rounds):
         for fault in a.faults.split(","):
             d = a.out / f"interleaved{k}" / fault
-            run_job(d / "traces", fault, a)
+            if not a.rescore:
+                run_job(d / "traces", fault, a)
+            for stale in ("an", "agg"):
+                shutil.rmtree(d / stale, ignore_errors=True)
             bad, good = step_times(d / "traces", 1), step_times(d / "traces", 0)
             pred, _ = replay(d / "traces", d, CHANGES[fault], 1)
             c = statistics.median(good)
@@ -212,7 +224,7 @@ def _table(rows, a) -> list:
     clean = [r for r in rows if r["fault"] == "clean"]
     out = [f"## What-if replay against real reruns (tools/whatif_rerun.py)", "",
            f"`python tools/whatif_rerun.py OUT --rounds {a.rounds} --faults {a.faults} --steps {a.steps}"
-           f"{' --pin-cores' if a.pin_cores else ''}` "
+           f"{' --pin-cores' if a.pin_cores else ''}{' --rescore' if a.rescore else ''}` "
            f"(gloo, {a.world_size} ranks x 1 thread, DDP MLP {a.layers} x {a.hidden}, batch {a.batch}; "
            f"{time.strftime('%Y-%m-%d %H:%M')}, load {os.getloadavg()[0]:.1f})", "",
            "| round | fault | change replayed | faulty median step ms (min-max) | predicted ms | clean median ms "
