@@ -35,7 +35,7 @@ options (or a list in Python) are applied together.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -235,7 +235,9 @@ class EdgeView:
     """One rank's step graph as a change sees it: per edge ``cat`` (int8
     ``Category``), ``lane`` and ``name`` (object), ``t0`` /
     ``t1`` (int64 ns, aligned), the rank, its op columns ``ops`` (aligned ``ts_ns``, ``dur_ns``,
-    ``tid``, ``name``) and ``medians``: ``{("cpu" | "gpu", name) or ("host", None): factor}``."""
+    ``tid``, ``name``) and ``medians``: ``{("cpu" | "gpu", name) or ("host", None): factor}``;
+    ``memo``: what depends on ``ops`` alone (the op rows a pattern matches), shared by the views of
+    one part's steps (the same ``ops``)."""
     cat: np.ndarray
     lane: np.ndarray
     name: np.ndarray
@@ -244,6 +246,7 @@ class EdgeView:
     rank: int
     ops: dict
     medians: dict
+    memo: dict = field(default_factory=dict)
 
     def matches(self, rx) -> np.ndarray:
         """Per edge: its name matches the compiled pattern ``rx`` (``search``)."""
@@ -252,9 +255,13 @@ class EdgeView:
     def inside(self, pattern: str) -> np.ndarray:
         """Per edge: it lies inside an op whose name matches ``pattern`` on the edge's own thread."""
         out = np.zeros(len(self.cat), bool)
-        hit = np.flatnonzero(_matching(self.ops["name"], re.compile(pattern)))
-        lanes = _matching(self.lane, re.compile(r"^thread "))
-        tids = np.asarray([int(str(x).split()[1]) if m else -1 for x, m in zip(self.lane.tolist(), lanes)], np.int64)
+        hit = self.memo.get(("ops", pattern))
+        if hit is None:
+            hit = self.memo[("ops", pattern)] = np.flatnonzero(_matching(self.ops["name"], re.compile(pattern)))
+        codes: dict = {}
+        lane = np.fromiter((codes.setdefault(x, len(codes)) for x in self.lane.tolist()), np.int64, len(self.lane))
+        tids = np.asarray([int(str(x).split()[1]) if re.search(r"^thread ", str(x)) else -1 for x in codes],
+                          np.int64)[lane]
         for tid in np.unique(self.ops["tid"][hit]).tolist():
             r = hit[self.ops["tid"][hit] == tid]
             s0, s1 = self.ops["ts_ns"][r], self.ops["ts_ns"][r] + self.ops["dur_ns"][r]

@@ -62,10 +62,10 @@ def replay_costs(t, cols) -> np.ndarray:
     return cost
 
 
-def edge_view(t, cols, rank, ops, medians=None) -> EdgeView:
-    """One step graph as the changes see it (``EdgeView``)."""
+def edge_view(t, cols, rank, ops, medians=None, memo=None) -> EdgeView:
+    """One step graph as the changes see it (``EdgeView``; ``memo``: the part's, kept across its steps)."""
     src, dst, _, cat, lane, name = cols[:6]
-    return EdgeView(cat, lane, name, t[src], t[dst], rank, ops, medians or {})
+    return EdgeView(cat, lane, name, t[src], t[dst], rank, ops, medians or {}, {} if memo is None else memo)
 
 
 def apply_changes(cost, view, changes) -> np.ndarray:
@@ -87,12 +87,14 @@ class ReplayRows:
         self.changes, self.medians = list(changes), medians
         self.anchors, self.edges, self.ranks = [], [], []
         self.seen: dict = {}                  # text -> its one str object
+        self.memo: dict = {}                  # the changes' look-ups in the part's ops (EdgeView.memo)
 
     def add(self, graphs, step, t, cols, anc, order):
         """One step's graph (the ``on_step`` of ``part_paths``)."""
         cost = replay_costs(t, cols)
         if self.changes:
-            cost = apply_changes(cost, edge_view(t, cols, self.rank, graphs.ops, self.medians), self.changes)
+            cost = apply_changes(cost, edge_view(t, cols, self.rank, graphs.ops, self.medians, self.memo),
+                                 self.changes)
         nodes, kinds = anc[0], anc[1]
         pos = np.empty(len(t), np.int64)
         pos[order] = np.arange(len(t))
