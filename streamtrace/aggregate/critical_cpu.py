@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..kernels.chains import thread_chain
 from .critical_graph import Category, StepGraph
 
 MIN_WAIT_NS = 20_000
@@ -63,7 +64,8 @@ class Chain:
     (bool), the op row ``op`` of each instant, and per edge ``i -> i+1`` (one fewer): the weight
     ``w`` (int64 ns), ``Category`` code ``cat``, the naming op row ``inner`` (the innermost op
     covering the edge, the step op for a host gap; -1: none) and
-    ``keep`` (False: the edge lies inside a CPU collective's run, joined across ranks instead)."""
+    ``keep`` (False: the edge lies inside a CPU collective's run, joined across ranks instead);
+    ``at``: each instant's op as an index into the thread's op rows ``sel``."""
     tid: int
     t: np.ndarray
     ids: np.ndarray
@@ -73,6 +75,7 @@ class Chain:
     cat: np.ndarray
     inner: np.ndarray
     keep: np.ndarray
+    at: np.ndarray
 
     def busy(self) -> np.ndarray:
         """Per edge: some op of the thread (not the step) is open over it."""
@@ -121,40 +124,23 @@ def covering(ops, inner, t0, t1) -> np.ndarray:
 
 def chain(g: StepGraph, ops, sel, tid, cut) -> Chain:
     """The chain of thread ``tid``'s op rows ``sel`` (sorted); ``cut``: op rows of CPU collectives'
-    runs, whose inner edges are left out (``Chain.keep``)."""
-    n = len(sel)
-    ts = ops["ts_ns"][sel]
-    te = ts + ops["dur_ns"][sel]
-    par = ops["parent"][sel]
-    nops = len(ops["ts_ns"])
-    j = np.minimum(np.searchsorted(sel, par), n - 1)
-    local = np.where((par >= 0) & (sel[j] == par), j, -1)            # the parent among these ops
-    o = instant_order(ts, te, ops["depth"][sel], local)
-    t = np.concatenate([ts, te])[o]
-    is_start = np.r_[np.ones(n, bool), np.zeros(n, bool)][o]
-    op = np.r_[sel, sel][o]
-    ids = g.nodes(t)
-    inner = np.where(is_start, op, ops["parent"][op])                 # innermost op open after each instant
-    ok = (inner >= 0) & (inner < nops)
-    inner = np.where(ok, inner, -1)
-    inner = np.where(ok & (ops["tid"][np.maximum(inner, 0)] == tid), inner, -1)[:-1]
-    inner = covering(ops, inner, t[:-1], t[1:])
-    gap = (inner < 0) | ops["is_step"][np.maximum(inner, 0)]
-    cat = np.where(gap, Category.host_gap, Category.cpu_op).astype(np.int8)
-    return Chain(tid, t, ids, is_start, op, np.diff(t), cat, inner, _outside(op, is_start, cut))
+    runs (sorted, unique), whose inner edges are left out (``Chain.keep``).  The instants' order and the edges'
+    naming ops (``instant_order``, ``covering``) by the kernel ``streamtrace.kernels.chains.thread_chain``."""
+    cols = (sel, ops["ts_ns"], ops["dur_ns"], ops["parent"])
+    t, is_start, op, at, w, cat, inner, keep = thread_chain(
+        *(_readonly(x, np.int64) for x in cols), _readonly(ops["depth"], np.int32), _readonly(ops["tid"], np.int64),
+        _readonly(ops["is_step"], bool), int(tid), _readonly(cut, np.int64), int(Category.host_gap),
+        int(Category.cpu_op))
+    return Chain(tid, t, g.nodes(t), is_start, op, w, cat, inner, keep, at)
 
 
-def _outside(op, is_start, cut) -> np.ndarray:
-    """Mask of a thread's chain edges (between consecutive instants ``op``/``is_start``, sorted)
-    that lie outside every op of ``cut``: an edge from a cut op's start up to its end is inside."""
-    n = len(op) - 1
-    if n <= 0 or not len(cut):
-        return np.ones(max(n, 0), bool)
-    d = np.zeros(n + 1, np.int64)
-    hit = np.isin(op, cut)
-    np.add.at(d, np.flatnonzero(hit & is_start), 1)
-    np.add.at(d, np.flatnonzero(hit & ~is_start), -1)
-    return np.cumsum(d)[:-1] <= 0
+def _readonly(x, dtype) -> np.ndarray:
+    """``x`` as a read-only C-contiguous array of ``dtype`` (a view when it already is one): the
+    kernel's one signature (``streamtrace.runtime.compile.UNITS``), whether a column comes from Arrow
+    (read-only) or was computed here (writable)."""
+    v = np.ascontiguousarray(x, dtype).view()
+    v.flags.writeable = False
+    return v
 
 
 @dataclass
@@ -313,19 +299,20 @@ def cpu_chains(g: StepGraph, ops, rows, main_tid, cut=None, collective=()):
     Returns ``(start node, end node)`` int64 arrays indexed like ``rows``, ``{tid: (times, node
     ids)}`` of every thread's chain (the step thread's first) and the number of waits between
     threads modelled (``ThreadWait`` and ``CollectiveWait``)."""
-    cut = np.zeros(0, np.int64) if cut is None else cut
+    cut = np.zeros(0, np.int64) if cut is None else np.unique(np.asarray(cut, np.int64))
     start_node = np.full(len(rows), -1, np.int64)
     end_node = np.full(len(rows), -1, np.int64)
     tids = ops["tid"][rows]
     chains: dict = {}
     lanes: dict = {}
-    for tid in [main_tid] + sorted(set(tids.tolist()) - {main_tid}):
-        sel = rows[tids == tid]
-        if not len(sel):
+    for tid in [main_tid] + sorted(set(np.unique(tids).tolist()) - {main_tid}):
+        where = np.flatnonzero(tids == tid)
+        if not len(where):
             continue
+        sel = rows[where]
         c = chains[tid] = chain(g, ops, sel, tid, cut)
         lanes[tid] = lane_name(ops, sel, tid, main_tid)
-        k = np.searchsorted(rows, c.op)
+        k = where[c.at]                                             # each instant's op in ``rows``
         start_node[k[c.is_start]] = c.ids[c.is_start]
         end_node[k[~c.is_start]] = c.ids[~c.is_start]
     waits = thread_waits(chains, main_tid)
@@ -333,10 +320,11 @@ def cpu_chains(g: StepGraph, ops, rows, main_tid, cut=None, collective=()):
     nwaits = len(waits) + apply_collective_waits(chains, collective)
     main = None
     for tid, c in chains.items():
-        name = np.where(c.inner >= 0, ops["name"][np.maximum(c.inner, 0)], "")
-        ext = np.where(c.inner >= 0, ops["external_id"][np.maximum(c.inner, 0)], -1)
-        k = c.keep
-        g.edges(c.ids[:-1][k], c.ids[1:][k], c.w[k], c.cat[k], lanes[tid], name[k], ext[k])
+        k = slice(None) if c.keep.all() else c.keep
+        inner = c.inner[k]
+        name, ext = ops["name"][inner], ops["external_id"][inner]       # (new arrays: -1 set below)
+        name[inner < 0], ext[inner < 0] = "", -1
+        g.edges(c.ids[:-1][k], c.ids[1:][k], c.w[k], c.cat[k], lanes[tid], name, ext)
         if main is None:
             main = c
         elif not (c.is_start[0] and np.isin(c.op[0], cut)):       # join the step's thread (a CPU

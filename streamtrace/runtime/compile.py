@@ -43,6 +43,9 @@ _I16 = types.Array(types.int16, 1, "C")
 _I32 = types.Array(types.int32, 1, "C")
 _I64 = types.Array(types.int64, 1, "C")
 _I64_2D = types.Array(types.int64, 2, "C")
+_RO_I64 = types.Array(types.int64, 1, "C", readonly=True)      # (critical_cpu.chain passes read-only views)
+_RO_I32 = types.Array(types.int32, 1, "C", readonly=True)
+_RO_B = types.Array(types.boolean, 1, "C", readonly=True)
 _U8_2D = types.Array(types.uint8, 2, "C")
 _B2D = types.Array(types.boolean, 2, "C")
 _i = types.int64
@@ -143,6 +146,12 @@ UNITS = {
     "critical.longest_path": ("critical", "longest_path", (_i, _I64, _I64, _I64, _I64), (), 0.6),
     "critical.latest_times": ("critical", "latest_times", (_i, _I64, _I64, _I64, _I64), (), 0.4),
     "critical.trace_back": ("critical", "trace_back", (_I64, _I64, _i), (), 0.2),
+    "chains._before": ("chains", "_before", (_i, _i, _I64, _I64, _I64), (), 0.1),
+    "chains._sort3": ("chains", "_sort3", (_I64, _I64, _I64), ("chains._before",), 0.3),
+    "chains._subtree_last": ("chains", "_subtree_last", (_I64, _I64, _I64), ("chains._sort3",), 0.3),
+    "chains._in": ("chains", "_in", (_RO_I64, _i), (), 0.1),
+    "chains.thread_chain": ("chains", "thread_chain", (_RO_I64,) * 4 + (_RO_I32, _RO_I64, _RO_B, _i, _RO_I64, _i, _i),
+                            ("chains._sort3", "chains._subtree_last", "chains._in"), 0.8),
     "replay._record": ("replay", "_record", (_I64_2D, _I64_2D, _i, _i, _I64, _I64, _I64, _I64, _I64, _I8), (), 0.3),
     "replay.anchor_pairs": ("replay", "anchor_pairs", (_i, _I64, _I64, _I64, _I8, _I8, _I8, _I64, _i),
                             ("replay._record",), 0.8),
@@ -172,7 +181,7 @@ UNITS = {
 _WINDOWS = ("windows._in_key_order", "windows._is_sorted", "windows._sweep", "windows._paint")
 _STATS = ("gaps.running_end_before", "ancestry.same_name_ancestor",    # aggregate's statistics
           "critical.longest_path", "critical.latest_times", "critical.trace_back",   # and critical path
-          "replay.anchor_pairs")                                                      # and its replay
+          "chains.thread_chain", "replay.anchor_pairs")                               # and its replay
 _READ = ("scan.scan_events", "scan.skip_value", "scan.skip_string", "scan.skip_ws")
 _PIPELINE = ("intervals._intersect_sorted", "intervals.disjoint_length")   # aggregate's pipeline waits per rank
 _INTERVALS = ("intervals._union_sorted", "intervals._union_length_sorted", "intervals._intersect_length_sorted")

@@ -15,6 +15,8 @@ cannot encode), and ``json.loads`` (of ``streamtrace.kernels.jsoncheck``).
 """
 from .ancestry import *  # noqa: F401,F403
 from .ancestry import __all__ as _ancestry
+from .chains import *  # noqa: F401,F403
+from .chains import __all__ as _chains
 from .critical import *  # noqa: F401,F403
 from .critical import __all__ as _critical
 from .gaps import *  # noqa: F401,F403
@@ -43,4 +45,4 @@ from .windows import *  # noqa: F401,F403
 from .windows import __all__ as _windows
 
 __all__ = [*_intervals, *_tree, *_nesting, *_ancestry, *_validate, *_windows, *_runs, *_gaps, *_critical,
-           *_sqlite_pages, *_survey, *_keep, *_replay, *_texthash]
+           *_sqlite_pages, *_survey, *_keep, *_replay, *_texthash, *_chains]

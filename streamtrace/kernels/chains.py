@@ -1,0 +1,215 @@
+"""One thread's chain of op boundaries in a step graph (numba; plain-Python twin in
+``streamtrace.kernels.reference.chains``), for ``streamtrace.aggregate.critical_cpu.chain``, whose
+module docstring states the rules: the thread's ``2n`` instants (each op's start and end) in the
+call tree's depth-first order, and per edge between consecutive instants the innermost op of the
+thread open over it (the op naming the edge).
+
+The op columns are the part's (``N`` rows, aligned ns): ``ts`` / ``dur`` int64, ``parent`` int64
+(a row, -1 none; a row outside ``[0, N)`` is none too), ``depth`` int32, ``tid`` int64, ``is_step``
+bool.  One call per thread and step window: ``sel`` the thread's op rows in the window (sorted,
+unique).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .cachedir import ensure_cache
+
+ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
+
+__all__ = ["MAX_UP", "thread_chain"]
+
+MAX_UP = 256
+"""How many levels an edge's naming op is moved up the call tree at most (``thread_chain``)."""
+
+
+@njit(cache=True)
+def _before(i, j, k1, k2, k3):
+    """Does ``i`` come before ``j`` on the key ``(k1, k2, k3, index)``?"""
+    if k1[i] != k1[j]:
+        return k1[i] < k1[j]
+    if k2[i] != k2[j]:
+        return k2[i] < k2[j]
+    if k3[i] != k3[j]:
+        return k3[i] < k3[j]
+    return i < j
+
+
+@njit(cache=True)
+def _sort3(k1, k2, k3):
+    """The indices of ``k1`` (int64[n], as ``k2``, ``k3``) sorted on ``(k1, k2, k3, index)``: a
+    bottom-up merge sort that leaves two runs already in order as they are (O(n) on sorted input)."""
+    n = k1.shape[0]
+    a = np.arange(n)
+    ordered = True
+    for i in range(1, n):
+        if _before(i, i - 1, k1, k2, k3):
+            ordered = False
+            break
+    if ordered:
+        return a
+    b = np.empty(n, np.int64)
+    width = 1
+    while width < n:
+        for lo in range(0, n, 2 * width):
+            mid = min(lo + width, n)
+            hi = min(lo + 2 * width, n)
+            if mid >= hi or _before(a[mid - 1], a[mid], k1, k2, k3):
+                b[lo:hi] = a[lo:hi]
+                continue
+            i, j = lo, mid
+            for k in range(lo, hi):
+                if j >= hi or (i < mid and _before(a[i], a[j], k1, k2, k3)):
+                    b[k] = a[i]
+                    i += 1
+                else:
+                    b[k] = a[j]
+                    j += 1
+        a, b = b, a
+        width *= 2
+    return a
+
+
+@njit(cache=True)
+def _subtree_last(pre, dep, loc):
+    """The pre-order number of each op's subtree's last op: ``pre`` passed up from each op with a
+    parent ``loc`` (>= 0) and ``depth`` >= 1 to that parent, deepest first, the ops of one depth
+    all read before any is written (the vectorised rule of ``critical_cpu.instant_order``)."""
+    n = pre.shape[0]
+    last = pre.copy()
+    m, top = 0, 0
+    for i in range(n):
+        if loc[i] >= 0 and dep[i] >= 1:
+            m += 1
+            top = max(top, dep[i])
+    up = np.empty(m, np.int64)
+    if top <= 4 * n + 16:                           # a counting sort on the depth, deepest first
+        start = np.zeros(top + 2, np.int64)
+        for i in range(n):
+            if loc[i] >= 0 and dep[i] >= 1:
+                start[top - dep[i] + 1] += 1
+        for d in range(top + 1):
+            start[d + 1] += start[d]
+        for i in range(n):
+            if loc[i] >= 0 and dep[i] >= 1:
+                up[start[top - dep[i]]] = i
+                start[top - dep[i]] += 1
+    else:                                           # (depths far past the ops' number: sorted)
+        kd = np.empty(m, np.int64)
+        m = 0
+        for i in range(n):
+            if loc[i] >= 0 and dep[i] >= 1:
+                up[m], kd[m] = i, -dep[i]
+                m += 1
+        z = np.zeros(m, np.int64)
+        up = up[_sort3(kd, z, z)]
+    vals = np.empty(m, np.int64)
+    a = 0
+    while a < m:
+        b = a
+        while b < m and dep[up[b]] == dep[up[a]]:
+            vals[b] = last[up[b]]
+            b += 1
+        for j in range(a, b):
+            p = loc[up[j]]
+            if vals[j] > last[p]:
+                last[p] = vals[j]
+        a = b
+    return last
+
+
+@njit(cache=True)
+def _in(sorted_rows, r):
+    j = np.searchsorted(sorted_rows, r)
+    return j < sorted_rows.shape[0] and sorted_rows[j] == r
+
+
+@njit(cache=True)
+def thread_chain(sel, ts, dur, parent, depth, tid, is_step, this_tid, cut, host_gap, cpu_op):
+    """The chain of thread ``this_tid``'s op rows ``sel`` (int64[n], n >= 1); ``cut``: sorted op
+    rows (int64) of CPU collectives' runs; ``host_gap`` / ``cpu_op``: the two category codes.
+
+    Returns ``(t, is_start, op, at, w, cat, inner, keep)``: per instant (``2n``, in order) its time
+    (int64 ns), whether it is a start (bool), its op row (int64) and that row's index in ``sel``
+    (int64); per edge ``i -> i+1``
+    (``2n - 1``) its weight ``t[i+1] - t[i]`` (int64 ns), category (int8: ``host_gap`` when no op of
+    the thread but a step op is open over it, else ``cpu_op``), naming op ``inner`` (int64 row, -1
+    none) and ``keep`` (bool: the edge lies outside every op of ``cut``).
+
+    Order (``critical_cpu.instant_order``): ops numbered in pre-order (start ascending, end
+    descending, then ``sel`` order); instants by time, then a start at ``2 * pre``, an end at
+    ``2 * last + 1`` (``last``: its subtree's last op), then deeper ends first, then ``sel`` order.
+    A start and an end never tie on that key, so the starts (in pre-order) and the ends (sorted
+    on their own) are merged.  Naming (``critical_cpu.covering``): the op a start opens, else the
+    parent of the op an end closes, kept when it is a row of this thread, then moved up the call
+    tree (at most ``MAX_UP`` levels) until it covers the whole edge.  O(n log n)."""
+    n = sel.shape[0]
+    nops = ts.shape[0]
+    t0 = np.empty(n, np.int64)
+    t1 = np.empty(n, np.int64)
+    dep = np.empty(n, np.int64)
+    loc = np.full(n, -1, np.int64)
+    for i in range(n):
+        r = sel[i]
+        t0[i], t1[i], dep[i] = ts[r], ts[r] + dur[r], depth[r]
+        p = parent[r]
+        if p >= 0:
+            j = min(np.searchsorted(sel, p), n - 1)
+            if sel[j] == p:
+                loc[i] = j
+    negt1 = np.empty(n, np.int64)
+    for i in range(n):
+        negt1[i] = -t1[i]
+    by_pre = _sort3(t0, negt1, np.zeros(n, np.int64))      # pre-order: start, end descending, index
+    pre = np.empty(n, np.int64)
+    for k in range(n):
+        pre[by_pre[k]] = k
+    last = _subtree_last(pre, dep, loc)
+    negd = np.empty(n, np.int64)
+    for i in range(n):
+        negd[i] = -dep[i]
+    ends = _sort3(t1, last, negd)
+    m = 2 * n
+    t = np.empty(m, np.int64)
+    is_start = np.empty(m, np.bool_)
+    op = np.empty(m, np.int64)
+    at = np.empty(m, np.int64)
+    a = b = 0
+    for k in range(m):
+        if b >= n:
+            take = True
+        elif a >= n:
+            take = False
+        else:
+            s, e = by_pre[a], ends[b]
+            take = t0[s] < t1[e] or (t0[s] == t1[e] and 2 * pre[s] < 2 * last[e] + 1)
+        if take:
+            s = by_pre[a]
+            t[k], is_start[k], op[k], at[k] = t0[s], True, sel[s], s
+            a += 1
+        else:
+            e = ends[b]
+            t[k], is_start[k], op[k], at[k] = t1[e], False, sel[e], e
+            b += 1
+    w = np.empty(m - 1, np.int64)
+    cat = np.empty(m - 1, np.int8)
+    inner = np.empty(m - 1, np.int64)
+    keep = np.ones(m - 1, np.bool_)
+    depth_cut = 0
+    for k in range(m - 1):
+        w[k] = t[k + 1] - t[k]
+        x = op[k] if is_start[k] else parent[op[k]]
+        if x < 0 or x >= nops or tid[x] != this_tid:
+            x = -1
+        for _ in range(MAX_UP):
+            if x < 0 or (ts[x] <= t[k] and ts[x] + dur[x] >= t[k + 1]):
+                break
+            up = parent[x]
+            x = up if 0 <= up < nops else -1
+        inner[k] = x
+        cat[k] = host_gap if x < 0 or is_step[x] else cpu_op
+        if cut.shape[0] and _in(cut, op[k]):
+            depth_cut += 1 if is_start[k] else -1
+        keep[k] = depth_cut <= 0
+    return t, is_start, op, at, w, cat, inner, keep

@@ -1,0 +1,70 @@
+"""Property tests of the thread-chain kernel (``streamtrace.kernels.chains``) against its plain-Python
+twin on small random op tables, adversarial ones included (equal times, zero-length ops, ops that
+end with or outside their parent, depths that disagree with the parents, parents on other threads or
+out of range, step ops, cut ops), and against the vectorised rules it replaces
+(``critical_cpu.instant_order`` and ``covering``)."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from streamtrace.aggregate.critical_cpu import covering, instant_order
+from streamtrace.kernels.chains import thread_chain
+from streamtrace.kernels.reference import thread_chain_py
+
+SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+HOST_GAP, CPU_OP = 7, 0
+
+
+@st.composite
+def tables(draw):
+    n = draw(st.integers(1, 12))
+    ts = draw(st.lists(st.integers(0, 6), min_size=n, max_size=n))
+    dur = draw(st.lists(st.sampled_from([0, 0, 1, 2, 3, 5]), min_size=n, max_size=n))
+    parent = [draw(st.sampled_from([-1, -1, n + 3] + list(range(n)))) for _ in range(n)]
+    depth = [0 if p < 0 else draw(st.sampled_from([1, 1, 2, 3, 0])) for p in parent]
+    tid = draw(st.lists(st.sampled_from([1, 1, 1, 2]), min_size=n, max_size=n))
+    is_step = draw(st.lists(st.sampled_from([False, False, False, True]), min_size=n, max_size=n))
+    mine = [i for i in range(n) if tid[i] == 1] or [0]
+    sel = sorted(draw(st.sets(st.sampled_from(mine), min_size=1)))
+    cut = sorted(draw(st.sets(st.sampled_from(list(range(n))), max_size=2)))
+    a = lambda x, t=np.int64: np.asarray(x, t).reshape(-1)  # noqa: E731
+    return (a(sel), a(ts), a(dur), a(parent), a(depth, np.int32), a(tid), a(is_step, bool), 1, a(cut))
+
+
+@SETTINGS
+@given(tables())
+def test_kernel_equals_the_twin(tab):
+    got = thread_chain(*tab, HOST_GAP, CPU_OP)
+    want = thread_chain_py(*tab, HOST_GAP, CPU_OP)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.tolist() == w.tolist()
+
+
+@SETTINGS
+@given(tables())
+def test_kernel_follows_the_vectorised_rules(tab):
+    sel, ts, dur, parent, depth = tab[:5]
+    t, is_start, op, at, _, _, inner, _ = thread_chain(*tab, HOST_GAP, CPU_OP)
+    par = parent[sel]
+    j = np.minimum(np.searchsorted(sel, par), len(sel) - 1)
+    local = np.where((par >= 0) & (sel[j] == par), j, -1)
+    o = instant_order(ts[sel], ts[sel] + dur[sel], depth[sel], local)
+    assert op.tolist() == np.r_[sel, sel][o].tolist() and sel[at].tolist() == op.tolist()
+    assert t.tolist() == np.r_[ts[sel], ts[sel] + dur[sel]][o].tolist()
+    first = np.where(is_start, op, np.where((par[at] >= 0) & (par[at] < len(ts)), par[at], -1))[:-1]
+    first = np.where((first >= 0) & (tab[5][np.maximum(first, 0)] == 1), first, -1)
+    assert inner.tolist() == covering({"ts_ns": ts, "dur_ns": dur, "parent": parent}, first, t[:-1], t[1:]).tolist()
+
+
+def test_a_zero_length_child_ends_inside_its_parent():
+    # op 0 [0, 4] with a zero-length child 1 at 4 (its parent's end): 0 starts, 1 starts, 1 ends, 0 ends
+    sel = np.asarray([0, 1], np.int64)
+    args = (sel, np.asarray([0, 4], np.int64), np.asarray([4, 0], np.int64), np.asarray([-1, 0], np.int64),
+            np.asarray([0, 1], np.int32), np.asarray([1, 1], np.int64), np.zeros(2, bool), 1,
+            np.zeros(0, np.int64), HOST_GAP, CPU_OP)
+    t, is_start, op, at, w, cat, inner, keep = thread_chain(*args)
+    assert op.tolist() == [0, 1, 1, 0] and is_start.tolist() == [True, True, False, False]
+    assert w.tolist() == [4, 0, 0] and inner.tolist() == [0, 1, 0] and keep.all()      # the child names its own
+    assert cat.tolist() == [CPU_OP] * 3
