@@ -163,7 +163,7 @@ class Kernels(Change):
 
     def edge_factor(self, view):
         rx = re.compile(KERNEL_CLASSES.get(self.pattern.lower(), self.pattern), re.IGNORECASE)
-        hit = np.isin(view.cat, GPU_CATS) & view.matches(rx)
+        hit = view.matches(rx, np.isin(view.cat, GPU_CATS))
         return np.where(hit, self.factor, 1.0)
 
     def describe(self) -> str:
@@ -248,9 +248,16 @@ class EdgeView:
     medians: dict
     memo: dict = field(default_factory=dict)
 
-    def matches(self, rx) -> np.ndarray:
-        """Per edge: its name matches the compiled pattern ``rx`` (``search``)."""
-        return _matching(self.name, rx)
+    def matches(self, rx, among=None) -> np.ndarray:
+        """Per edge: its name matches the compiled pattern ``rx`` (``search``); ``among``: a mask of
+        the edges to look at (the others are False).  Each distinct name is searched once per ``memo``."""
+        seen = self.memo.setdefault(("search", rx.pattern, rx.flags), {})
+        if among is None:
+            return _matching(self.name, rx, seen)
+        out = np.zeros(len(self.name), bool)
+        idx = np.flatnonzero(among)
+        out[idx] = _matching(self.name[idx], rx, seen)
+        return out
 
     def inside(self, pattern: str) -> np.ndarray:
         """Per edge: it lies inside an op whose name matches ``pattern`` on the edge's own thread."""
@@ -279,11 +286,11 @@ class EdgeView:
         return np.asarray([self.medians.get((kind, str(x)), 1.0) for x in names], float)
 
 
-def _matching(names, rx) -> np.ndarray:
+def _matching(names, rx, seen=None) -> np.ndarray:
     """Per entry of ``names`` (an object array of str): ``rx.search`` finds it; each distinct name
     searched once (a dict, not ``np.unique`` of fixed-width unicode: C++ kernel names run to 1,000+
-    characters)."""
-    seen: dict = {}
+    characters); ``seen``: that dict, ``{name: found}`` for ``rx``, kept by the caller."""
+    seen = {} if seen is None else seen
     return np.fromiter((seen[x] if x in seen else seen.setdefault(x, bool(rx.search(str(x))))
                         for x in names.tolist()), bool, len(names))
 
