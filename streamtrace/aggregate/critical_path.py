@@ -246,26 +246,36 @@ def solve_step(g: JobGraph, w=None) -> Solved | None:
 
 class _Spill:
     """One part's spilled path segments (``part_paths``), read
-    once: the numeric columns as numpy, each node's in-edge row found by binary search (its last row,
-    as a dict built in row order would)."""
+    once: the numeric columns as numpy, each node's in-edge row (its last row, as a dict built in
+    row order would) in a list by node, walked back in plain Python (lists made on the first walk)."""
 
     def __init__(self, path):
         self.table = feather.read_table(arrow_file(path))
         self.num = {c: self.table[c].to_numpy() for c in ("src", "dst", "t0", "t1", "w", "cat", "ref")}
-        r = np.arange(self.table.num_rows)[::-1]
-        self.keys, first = np.unique(self.num["dst"][r], return_index=True)
-        self.rows = r[first]
+        self.walk: tuple | None = None
+
+    def _lists(self) -> tuple:
+        dst = self.num["dst"]
+        r = np.arange(len(dst))[::-1]
+        keys, first = np.unique(dst[r], return_index=True)
+        ok = keys >= 0
+        keys, rows = keys[ok], r[first][ok]
+        into = np.full(int(keys.max()) + 1 if len(keys) else 0, -1, np.int64)
+        into[keys] = rows
+        return into.tolist(), self.num["src"].tolist()
 
     def chain(self, x: int, stop: int) -> list:
         """The rows of the in-edges from node ``x`` back to node ``stop`` (or to a node with none), last first."""
+        if self.walk is None:
+            self.walk = self._lists()
+        into, src = self.walk
         out = []
         while x != stop:
-            i = int(np.searchsorted(self.keys, x))
-            if i == len(self.keys) or self.keys[i] != x:
+            j = into[x] if 0 <= x < len(into) else -1
+            if j < 0:
                 break
-            j = int(self.rows[i])
             out.append(j)
-            x = int(self.num["src"][j])
+            x = src[j]
         return out
 
     def rows_of(self, rank, js) -> list:
