@@ -86,7 +86,9 @@ def gpu_events(g: StepGraph, k, rows, launch_node, launch_t, first, s0, waits=No
     both = g.nodes(np.stack([ts, te], axis=1).reshape(-1), np.tile(np.asarray([2, 0], np.int8), n))
     sn, en = both[0::2], both[1::2]
     en = np.where(te == ts, sn, en)                 # a zero-length event is one instant
-    lane = np.asarray([f"device {d} stream {s}" for d, s in zip(dev.tolist(), stream.tolist())], object)
+    new = np.r_[True, (dev[1:] != dev[:-1]) | (stream[1:] != stream[:-1])][:n]     # a stream's run of rows
+    lane = np.asarray([f"device {d} stream {s}" for d, s in zip(dev[new].tolist(), stream[new].tolist())] + [""],
+                      object)[np.cumsum(new) - 1]
     name = k["name"][rows]
     body = ~comm & (en != sn)                        # a zero-length event is one node: no edge
     corr = k["correlation"][rows]
