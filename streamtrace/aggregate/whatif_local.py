@@ -43,6 +43,9 @@ from .whatif_changes import EdgeView
 NCAT = len(Category)
 HOST = np.asarray([Category.cpu_op, Category.host_gap, Category.launch_delay, Category.sync, Category.thread_wait])
 GPU = np.asarray([Category.compute_kernel, Category.memcpy, Category.kernel_gap, Category.queued])
+IS_HOST, IS_GPU, IS_CPU_TIME = (np.isin(np.arange(NCAT), x) for x in (HOST, GPU, (Category.cpu_op, Category.host_gap)))
+"""Per ``Category`` code: is it one of ``HOST`` / ``GPU`` / a CPU op's or a host gap's time (a table, not ``np.isin``)."""
+CATEGORY_TEXT = np.asarray(CATEGORIES, object)
 ANCHOR_COLUMNS = WHATIF_ANCHORS_COLUMNS
 EDGE_COLUMNS = WHATIF_EDGES_COLUMNS
 RANK_COLUMNS = WHATIF_RANKS_COLUMNS[:-1]
@@ -57,7 +60,9 @@ def replay_costs(t, cols) -> np.ndarray:
     cost = np.asarray(w, np.int64).copy()
     sync = np.flatnonzero(cat == Category.sync)
     if len(sync):
-        waited = np.flatnonzero(np.isin(dst, dst[sync]) & np.isin(cat, (Category.cpu_op, Category.host_gap)))
+        into = np.zeros(len(t), bool)
+        into[dst[sync]] = True
+        waited = np.flatnonzero(into[dst] & IS_CPU_TIME[cat])
         cost[[i for i, x in zip(waited.tolist(), name[waited].tolist()) if not str(x).startswith("aten::")]] = 0
     return cost
 
@@ -123,12 +128,13 @@ class ReplayRows:
         top = keep[np.maximum(pairs[:, 3], 0)]
         has = pairs[:, 3] >= 0
         n = len(pairs)
+        distinct = np.unique(top, return_inverse=True)
         full = lambda v: np.full(n, v, np.int64)  # noqa: E731
         self.edges.append({"iteration": full(self.iteration), "step": full(step), "part": full(self.part),
                            "src": as_src[pairs[:, 0]], "dst": as_dst[pairs[:, 1]], "w_ns": pairs[:, 2],
                            "host_ns": cats[:, HOST].sum(axis=1), "gpu_ns": cats[:, GPU].sum(axis=1),
-                           "top_category": np.where(has, np.asarray(CATEGORIES, object)[cat[top]], ""),
-                           "top_name": self._texts(name, top, has), "top_lane": self._texts(lane, top, has),
+                           "top_category": np.where(has, CATEGORY_TEXT[cat[top]], ""),
+                           "top_name": self._texts(name, distinct, has), "top_lane": self._texts(lane, distinct, has),
                            "top_ns": np.where(has, cost[top], 0)})
         a = len(nodes)
         self.anchors.append({"iteration": np.full(a, self.iteration, np.int64), "step": np.full(a, step, np.int64),
@@ -139,13 +145,14 @@ class ReplayRows:
         self.ranks.append({"iteration": self.iteration, "step": int(step), "part": self.part, "rank": self.rank,
                            "start_ns": int(st.min()) if len(st) else -1, "end_ns": int(en.max()) if len(en) else -1,
                            "host_gap_ns": int(cost[cat == Category.host_gap].sum()),
-                           "cpu_ns": int(cost[np.isin(cat, HOST)].sum()), "gpu_ns": int(cost[np.isin(cat, GPU)].sum()),
+                           "cpu_ns": int(cost[IS_HOST[cat]].sum()), "gpu_ns": int(cost[IS_GPU[cat]].sum()),
                            "nodes": len(t), "edges": len(src), "pairs": n, "dropped": int(len(src) - len(keep))})
 
-    def _texts(self, values, idx, has) -> np.ndarray:
-        """``values[idx]`` (object) where ``has``, else "": one str object per distinct text over the
-        part's rows (pickled to the parent once each, not once a row), looked up once per distinct edge."""
-        u, inv = np.unique(idx, return_inverse=True)
+    def _texts(self, values, distinct, has) -> np.ndarray:
+        """``values[idx]`` (object) where ``has``, else "" (``distinct``: ``np.unique(idx,
+        return_inverse=True)``): one str object per distinct text over the part's rows (pickled to
+        the parent once each, not once a row), looked up once per distinct edge."""
+        u, inv = distinct
         texts = np.asarray([self.seen.setdefault(x, x) for x in values[u].tolist()] + [""], object)
         return texts[np.where(has, inv.reshape(-1), len(u))]
 
