@@ -239,6 +239,13 @@ def part_reads(part) -> dict:
             CUDA_SYNC: part.read(CUDA_SYNC, SYNC_COLUMNS)}
 
 
+def graph_reads(part) -> dict:
+    """The part's tables as ``part_reads`` returns them, with only the columns ``part_graphs`` reads
+    (a what-if replay's rebuild of the graphs)."""
+    return {KERNELS: part.read(KERNELS, KERNEL_COLUMNS), OPS: part.read(OPS, OPS_COLUMNS),
+            CUDA_SYNC: part.read(CUDA_SYNC, SYNC_COLUMNS)}
+
+
 def _columns(part, tables) -> tuple:
     """The part's op and GPU event columns (numpy, aligned ns) with the flags the graph reads."""
     ops_t, k_t = tables[OPS], tables[KERNELS]
@@ -341,8 +348,7 @@ def part_paths(job, part, spill, tables=None, on_step=None) -> dict:
     graph (the what-if replay's reduction, ``streamtrace.aggregate.whatif_local``).  Returns
     ``{"anchors": {column: array}, "edges": {column: array}, "segments": path or None, "dropped":
     int, "stats": PartStats.as_dict()}``."""
-    tables = tables or {KERNELS: part.read(KERNELS, KERNEL_COLUMNS), OPS: part.read(OPS, OPS_COLUMNS),
-                        CUDA_SYNC: part.read(CUDA_SYNC, SYNC_COLUMNS)}
+    tables = tables or graph_reads(part)
     graphs = part_graphs(job, part, tables)
     stats = graphs.stats if graphs is not None else PartStats()
     empty = {"anchors": {c: np.zeros(0, np.int64) for c in ANCHOR_COLUMNS},

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..kernels.replay import anchor_pairs
 from .critical_graph import CATEGORIES, Anchor, Category
-from .critical_local import part_graphs, part_reads
+from .critical_local import graph_reads, part_graphs
 from .folder import WHATIF_ANCHORS_COLUMNS, WHATIF_EDGES_COLUMNS, WHATIF_RANKS_COLUMNS
 from .whatif_changes import EdgeView
 
@@ -173,7 +173,7 @@ def part_replay(job, part, changes, medians=None) -> dict:
     ``medians``: the rank's at-median factors.  Returns ``ReplayRows.result``."""
     rows = ReplayRows(job.iteration_of(part), part.index, part.rank, changes, medians)
     kept = KEPT.part(job, part) if KEPT.budget else None
-    graphs = kept.graphs if kept is not None else part_graphs(job, part, part_reads(part))
+    graphs = kept.graphs if kept is not None else part_graphs(job, part, graph_reads(part))
     if graphs is not None:
         for window in graphs.windows(job.steps):
             graph = kept.steps.get(window) if kept is not None else None
@@ -209,7 +209,7 @@ class KeptGraphs:
         and kept when there is room (else returned without being kept)."""
         key = (str(part.dir), part.index, part.rank, part.shift_ns, part.clock_offset_ns)
         if key not in self.parts:
-            graphs = part_graphs(job, part, part_reads(part))
+            graphs = part_graphs(job, part, graph_reads(part))
             size = sum(_nbytes(c) for c in (graphs.ops, graphs.k)) if graphs is not None else 0
             if self.held + size > self.budget:
                 return _Kept(graphs, {})          # (used once, not kept)
