@@ -77,12 +77,16 @@ def anchor_pairs(n, src, dst, w, cat, is_src, is_sink, vend, ncat):
     for e in range(m):
         if src[e] >= dst[e] or src[e] < 0 or dst[e] >= n or w[e] < 0 or cat[e] < 0 or cat[e] >= ncat:
             raise ValueError("edge not in topological order, node or category out of range, or negative weight")
-    order = np.argsort(src, kind="mergesort")
     first = np.zeros(n + 1, np.int64)
     for e in range(m):
         first[src[e] + 1] += 1
     for v in range(n):
         first[v + 1] += first[v]
+    order = np.empty(m, np.int64)                   # the edges by source, stably (a counting sort)
+    fill = first[:n].copy()
+    for e in range(m):
+        order[fill[src[e]]] = e
+        fill[src[e]] += 1
     d0 = np.full(n, NEG, np.int64)
     d1 = np.full(n, NEG, np.int64)
     pred = np.full(n, -1, np.int64)
