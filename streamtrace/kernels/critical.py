@@ -25,6 +25,25 @@ POS = 2 ** 62
 
 
 @njit(cache=True)
+def _stable_order(key, n, descending):
+    """The indices of ``key`` (int64[m], each in ``[0, n)``) ordered by key (``descending`` or
+    not), equal keys in index order: ``np.argsort(key or -key, kind="mergesort")`` as a counting
+    sort, O(m + n)."""
+    m = key.shape[0]
+    fill = np.zeros(n + 1, np.int64)
+    for e in range(m):
+        fill[(n - 1 - key[e] if descending else key[e]) + 1] += 1
+    for v in range(n):
+        fill[v + 1] += fill[v]
+    order = np.empty(m, np.int64)
+    for e in range(m):
+        b = n - 1 - key[e] if descending else key[e]
+        order[fill[b]] = e
+        fill[b] += 1
+    return order
+
+
+@njit(cache=True)
 def longest_path(n, src, dst, w, init):
     """Forward pass.  ``init`` (int64[n]): a node's own earliest value (its start time when it is a
     source), ``NEG`` when it has none.  ``dist[v]`` = max(``init[v]``, max over in-edges e of
@@ -34,12 +53,12 @@ def longest_path(n, src, dst, w, init):
     (-1 when ``init[v]`` is at least as large as every edge's value, or v is unreached); among
     edges of equal value the one with the larger source node, then the lower edge index.
     ``origin[v]`` the node where that path begins (v itself when ``pred[v]`` = -1).
-    O(E log E + n).  Raises ValueError when an edge has ``src >= dst`` or a node out of range."""
+    O(E + n).  Raises ValueError when an edge has ``src >= dst`` or a node out of range."""
     m = src.shape[0]
     for e in range(m):
         if src[e] >= dst[e] or src[e] < 0 or dst[e] >= n:
             raise ValueError("edge not in topological order (src >= dst) or node out of range")
-    order = np.argsort(dst, kind="mergesort")
+    order = _stable_order(dst, n, False)
     dist = init.copy()
     pred = np.full(n, -1, np.int64)
     origin = np.arange(n).astype(np.int64)
@@ -62,12 +81,12 @@ def latest_times(n, src, dst, w, deadline):
     """Backward pass.  ``deadline`` (int64[n]): the latest a node may happen on its own (the step's
     end for the final node), ``POS`` when it has none.  ``late[u]`` = min(``deadline[u]``, min
     over out-edges e of ``late[dst[e]] - w[e]`` where ``late[dst[e]]`` < POS).  Returns ``late``,
-    int64[n].  O(E log E + n).  Raises ValueError as ``longest_path``."""
+    int64[n].  O(E + n).  Raises ValueError as ``longest_path``."""
     m = src.shape[0]
     for e in range(m):
         if src[e] >= dst[e] or src[e] < 0 or dst[e] >= n:
             raise ValueError("edge not in topological order (src >= dst) or node out of range")
-    order = np.argsort(-src, kind="mergesort")
+    order = _stable_order(src, n, True)
     late = deadline.copy()
     for k in range(m):
         e = order[k]
