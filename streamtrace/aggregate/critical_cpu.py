@@ -4,9 +4,9 @@ chain of op boundaries, the waits between threads, and the CPU collectives' runs
 **A thread's chain.**  Every op of the step window contributes its start and its end; consecutive
 instants are chained, the edge weighted by the time between them (int64 ns) and named after the
 innermost op open over that interval (``cpu_op``; ``host_gap`` when none but the step is open).
-Instants of equal time are ordered as the call tree nests them (``instant_order``: the tree's
-depth-first walk), so a zero-length op's end comes right after its own start, inside its parent.  An edge is named after the
-innermost op whose interval covers it, so that time is never named after a 0 us call that merely
+Instants of equal time are ordered as the call tree nests them (the tree's depth-first walk:
+``kernels.reference.chains.instant_order`` specifies it), so a zero-length op's end comes right after
+its own start, inside its parent.  An edge is named after the innermost op whose interval covers it, so that time is never named after a 0 us call that merely
 starts at the edge's first instant (a real 8 x A100 job named 13.8 % of a path after such calls).
 
 **Waits between threads** (``thread_waits``).  PyTorch's autograd engine runs the backward pass
@@ -82,50 +82,10 @@ class Chain:
         return self.cat == Category.cpu_op
 
 
-def instant_order(ts, te, depth, parent) -> np.ndarray:
-    """The order of one thread's ``2n`` instants (``n`` starts ``ts``, then ``n`` ends ``te``, int64
-    ns; ``depth`` int[n]; ``parent`` int[n]: each op's parent as an index into these ops, -1 none):
-    the depth-first walk of the call tree, which is time order.  Ops are numbered in the call tree's
-    pre-order (start ascending, end descending, index: the order analyze's call tree nests them
-    in); at equal time a start comes at its op's number, an end after the last op of its subtree,
-    deeper ends first.  So a zero-length op's end follows its own start (and its zero-length
-    children), inside its parent even when that ends at the same instant."""
-    n = len(ts)
-    pre = np.empty(n, np.int64)
-    pre[np.lexsort((np.arange(n), -te, ts))] = np.arange(n)
-    last = pre.copy()                                   # the pre-order number of the subtree's last op
-    has = parent >= 0
-    for d in range(int(depth.max()) if n else 0, 0, -1):
-        m = has & (depth == d)
-        np.maximum.at(last, parent[m], last[m])
-    t = np.concatenate([ts, te])
-    start = np.r_[np.ones(n, bool), np.zeros(n, bool)]
-    key = np.r_[2 * pre, 2 * last + 1]
-    deep = np.r_[np.zeros(n, np.int64), -depth.astype(np.int64)]
-    return np.lexsort((~start, deep, key, t))
-
-
-def covering(ops, inner, t0, t1) -> np.ndarray:
-    """``inner`` (op rows, -1 none) moved up the call tree until the op covers ``[t0, t1]`` (int64
-    ns each): the innermost op open over the whole interval, -1 when none is."""
-    ts, te, parent = ops["ts_ns"], ops["ts_ns"] + ops["dur_ns"], ops["parent"]
-    n = len(ts)
-    cur = inner.copy()
-    for _ in range(256):
-        ok = cur >= 0
-        c = np.maximum(cur, 0)
-        bad = ok & ((ts[c] > t0) | (te[c] < t1))
-        if not bad.any():
-            break
-        up = parent[c[bad]]
-        cur[bad] = np.where((up >= 0) & (up < n), up, -1)
-    return cur
-
-
 def chain(g: StepGraph, ops, sel, tid, cut) -> Chain:
     """The chain of thread ``tid``'s op rows ``sel`` (sorted); ``cut``: op rows of CPU collectives'
     runs (sorted, unique), whose inner edges are left out (``Chain.keep``).  The instants' order and the edges'
-    naming ops (``instant_order``, ``covering``) by the kernel ``streamtrace.kernels.chains.thread_chain``."""
+    naming ops (``kernels.reference.chains.instant_order``, ``covering``: the specification) by the kernel ``streamtrace.kernels.chains.thread_chain``."""
     cols = (sel, ops["ts_ns"], ops["dur_ns"], ops["parent"])
     t, is_start, op, at, w, cat, inner, keep = thread_chain(
         *(_readonly(x, np.int64) for x in cols), _readonly(ops["depth"], np.int32), _readonly(ops["tid"], np.int64),

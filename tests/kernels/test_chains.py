@@ -2,14 +2,14 @@
 twin on small random op tables, adversarial ones included (equal times, zero-length ops, ops that
 end with or outside their parent, depths that disagree with the parents, parents on other threads or
 out of range, step ops, cut ops), and against the vectorised rules it replaces
-(``critical_cpu.instant_order`` and ``covering``)."""
+(``kernels.reference.chains.instant_order`` and ``covering``)."""
 from __future__ import annotations
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamtrace.aggregate.critical_cpu import covering, instant_order
+from streamtrace.kernels.reference.chains import covering, instant_order
 from streamtrace.kernels.chains import thread_chain
 from streamtrace.kernels.reference import thread_chain_py
 

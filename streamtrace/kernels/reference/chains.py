@@ -1,11 +1,13 @@
 """Plain-Python twin of ``streamtrace.kernels.chains``: the instants sorted at once on their whole
 key (no merge), each edge's naming op walked up the call tree one edge at a time, the cut ops'
-nesting counted per edge from scratch."""
+nesting counted per edge from scratch; and the two rules it implements, in NumPy, as the critical path
+specified them first (``instant_order``, ``covering``: tested against brute forces in
+tests/unit/aggregate/test_critical_round2.py)."""
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["thread_chain_py"]
+__all__ = ["thread_chain_py", "instant_order", "covering"]
 
 
 def thread_chain_py(sel, ts, dur, parent, depth, tid, is_step, this_tid, cut, host_gap, cpu_op):
@@ -51,3 +53,43 @@ def thread_chain_py(sel, ts, dur, parent, depth, tid, is_step, this_tid, cut, ho
     a = lambda v, d: np.asarray(v, d).reshape(-1)  # noqa: E731
     return (a(t, np.int64), a(is_start, bool), a(op, np.int64), a(at, np.int64), a(w, np.int64), a(cat, np.int8),
             a(inner, np.int64), a(keep, bool))
+
+
+def instant_order(ts, te, depth, parent) -> np.ndarray:
+    """The order of one thread's ``2n`` instants (``n`` starts ``ts``, then ``n`` ends ``te``, int64
+    ns; ``depth`` int[n]; ``parent`` int[n]: each op's parent as an index into these ops, -1 none):
+    the depth-first walk of the call tree, which is time order.  Ops are numbered in the call tree's
+    pre-order (start ascending, end descending, index: the order analyze's call tree nests them
+    in); at equal time a start comes at its op's number, an end after the last op of its subtree,
+    deeper ends first.  So a zero-length op's end follows its own start (and its zero-length
+    children), inside its parent even when that ends at the same instant."""
+    n = len(ts)
+    pre = np.empty(n, np.int64)
+    pre[np.lexsort((np.arange(n), -te, ts))] = np.arange(n)
+    last = pre.copy()                                   # the pre-order number of the subtree's last op
+    has = parent >= 0
+    for d in range(int(depth.max()) if n else 0, 0, -1):
+        m = has & (depth == d)
+        np.maximum.at(last, parent[m], last[m])
+    t = np.concatenate([ts, te])
+    start = np.r_[np.ones(n, bool), np.zeros(n, bool)]
+    key = np.r_[2 * pre, 2 * last + 1]
+    deep = np.r_[np.zeros(n, np.int64), -depth.astype(np.int64)]
+    return np.lexsort((~start, deep, key, t))
+
+
+def covering(ops, inner, t0, t1) -> np.ndarray:
+    """``inner`` (op rows, -1 none) moved up the call tree until the op covers ``[t0, t1]`` (int64
+    ns each): the innermost op open over the whole interval, -1 when none is."""
+    ts, te, parent = ops["ts_ns"], ops["ts_ns"] + ops["dur_ns"], ops["parent"]
+    n = len(ts)
+    cur = inner.copy()
+    for _ in range(256):
+        ok = cur >= 0
+        c = np.maximum(cur, 0)
+        bad = ok & ((ts[c] > t0) | (te[c] < t1))
+        if not bad.any():
+            break
+        up = parent[c[bad]]
+        cur[bad] = np.where((up >= 0) & (up < n), up, -1)
+    return cur

@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 
 from streamtrace.analyze import AnalyzeOptions, analyze
 from streamtrace.aggregate import AggregateOptions, aggregate
-from streamtrace.aggregate.critical_cpu import covering, instant_order
+from streamtrace.kernels.reference.chains import covering, instant_order
 from streamtrace.aggregate.critical_graph import CATEGORIES, Anchor
 from streamtrace.aggregate.critical_local import reduce_step, step_graph
 from streamtrace.synth.job import SynthSpec, generate_job
