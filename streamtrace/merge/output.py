@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..runtime.files import atomic_output
+from ..trace.merged_groups import PG_ENTRIES, share_rank_groups
 from ..trace.metadata import host_name
 from ..trace.writer import dumps_event
 from .pids import ID_BITS, PID_STRIDE
@@ -60,7 +61,8 @@ def gzip_piece(data: bytes, compress, level):
 def merged_metadata(plan, results, time) -> dict:
     """The merged trace's top-level keys after ``traceEvents`` (README, "What merge rewrites"):
     ``schemaVersion``, ``displayTimeUnit``, ``baseTimeNanoseconds`` (``time.out_base``, ns), ``traceName``
-    and ``streamtrace`` (ranks with their sources, shifts and metadata; the process map).
+    and ``streamtrace`` (ranks with their sources, shifts and metadata, the process groups of their
+    ``distributedInfo`` listed once in ``pg_entries``, ``streamtrace.trace.merged_groups``; the process map).
     ``plan``: the ``MergePlan`` (files, options, output); ``results``: each
     file's ``RankResult``; ``time``: the
     ``TimePlan``.  With ``time.clock`` (``--align collectives``,
@@ -98,6 +100,7 @@ def merged_metadata(plan, results, time) -> dict:
                         "window_ms": list(opt.window_ms) if opt.window_ms else None},
             "id_transform": f"rank * 2**{ID_BITS} + raw id",
             "pid_transform": f"1 + rank * {PID_STRIDE} + slot",
+            PG_ENTRIES: share_rank_groups(ranks),
             "ranks": ranks,
             "process_map": pmap,
         },

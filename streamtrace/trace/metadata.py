@@ -6,7 +6,8 @@
 * accessors of a metadata dict: ``host_name``, ``device_names``, ``pg_config``
   (process groups of ``distributedInfo.pg_config`` by name), ``pg_config_entries`` (every
   entry, for the topology), each also for one rank of a streamtrace-merged trace (whose header
-  keeps every rank's ``distributedInfo`` and ``deviceProperties``);
+  keeps every rank's ``distributedInfo``, its process groups listed once for the job:
+  ``streamtrace.trace.merged_groups``, and ``deviceProperties``);
 * ``trace_facts`` -- what a later stage needs of one rank's metadata, kept by ``analyze``
   in ``summary.json`` so that ``aggregate`` need not read the trace again.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import orjson
 
+from .merged_groups import rank_distributed_info
 from .source import GZIP_MAGIC
 
 _WS = b" \t\r\n"
@@ -103,7 +105,7 @@ def pg_config(meta, rank) -> dict:
     if isinstance(st, dict):
         for r in st.get("ranks") or []:
             if r.get("rank") == rank:
-                di = r.get("distributedInfo")
+                di = rank_distributed_info(st, r)
     cfg = di.get("pg_config") if isinstance(di, dict) else None
     if isinstance(cfg, dict):      # some versions write a dict keyed by name
         cfg = [dict(v, pg_name=k) for k, v in cfg.items() if isinstance(v, dict)]
@@ -144,7 +146,7 @@ def pg_config_entries(metadata: dict, rank: int | None = None) -> tuple[list, in
     infos = []
     st = metadata.get("streamtrace")
     if isinstance(st, dict) and st.get("kind") == "merged":
-        infos = [r.get("distributedInfo") for r in st.get("ranks") or [] if rank is None or r.get("rank") == rank]
+        infos = [rank_distributed_info(st, r) for r in st.get("ranks") or [] if rank is None or r.get("rank") == rank]
     infos.append(metadata.get("distributedInfo"))
     entries, world = [], None
     for di in infos:
