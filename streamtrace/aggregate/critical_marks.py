@@ -11,14 +11,16 @@ An event is on the path when (ids as merge writes them: ``rank * 2**40 + id``,
 kernel (same correlation), or a CPU op whose ``args["External id"]`` and name are a segment's
 (``cpu_op``, ``sync``).  Host gaps and waits are no event: the arrows jump over them.
 
-A trace marked before (by another aggregate) loses the old marks and arrows first.  The trace is
-copied byte for byte except the ``args`` of the marked events (the member is inserted into the
-event's text: times keep their digits); the top-level keys after the events are written back in
-their order.  Only the few events that can be on the path are parsed: a batch's ``correlation`` and
-``External id`` integers are read by the column kernel (``streamtrace.kernels.extract.extract_columns``)
-and looked up in the path's ids (``streamtrace.events.sortedsets.in_sorted``); an event whose
-value is no integer literal (never in a trace streamtrace merged) is not matched.  Runs of untouched
-events are copied as one slice of the batch.  O(events) time, memory O(path segments + one batch).
+A trace marked before (by another aggregate) loses the old marks and arrows first. The trace is copied
+byte for byte except the ``args`` of the marked events (the member is inserted into the event's text:
+times keep their digits); the top-level keys after the events are written back in their order, merge's
+``streamtrace`` header as its text, never parsed (``TraceReader(raw_keys=...)``: at 4,096 synthetic ranks
+an older header was 118 MB of JSON, 855 MB once parsed). Only the few events that can be on the path are
+parsed: a batch's ``correlation`` and ``External id`` integers are read by the column kernel
+(``streamtrace.kernels.extract.extract_columns``) and looked up in the path's ids
+(``streamtrace.events.sortedsets.in_sorted``); an event whose value is no integer literal (never in a
+trace streamtrace merged) is not matched. Runs of untouched events are copied as one slice of the batch.
+O(events) time, memory O(path segments + one batch).
 """
 from __future__ import annotations
 
@@ -44,6 +46,7 @@ _ARGS = re.compile(rb'"args"\s*:\s*\{\s*')
 _OLD_MARK = re.compile(rb'"critical_path"\s*:\s*-?\d+\s*,?\s*')       # a mark of an earlier run (always first)
 _OLD_FLOW = b'"cat":"critical_path"'
 _MARKED = b'"critical_path"'
+HEADER = "streamtrace"         # merge's header: copied as its text
 
 
 def path_ids(aggdir, iteration=None) -> tuple[dict, dict, dict]:
@@ -141,7 +144,7 @@ def mark_critical_path(trace, aggdir, output=None, iteration=None) -> dict:
     if not any(type(k) is str for k in list(gpu) + list(launch) + [k[0] for k in cpu]):
         corr_keys, ext_keys = corr_keys[corr_keys >= 0], ext_keys[ext_keys >= 0]
     out = Path(output or trace)
-    reader = TraceReader(trace)
+    reader = TraceReader(trace, raw_keys=(HEADER,))
     marks: dict = {}
     with TraceWriter(out, compresslevel=1) as w:
         for b in reader.raw_batches(decode=False):

@@ -89,11 +89,13 @@ class TraceReader:
 
     Parameters: ``path`` (plain or gzip JSON), ``salvage`` (on a truncated file,
     keep every complete event before the cut and record a warning instead of
-    raising ``TruncatedTraceError``), ``batch_events`` (events per batch).
+    raising ``TruncatedTraceError``), ``batch_events`` (events per batch), ``raw_keys``
+    (top-level keys whose values are kept as their JSON text: a caller that only copies them).
 
     Attributes filled while reading: ``metadata`` (every top-level key except
-    ``traceEvents``; a value nested deeper than ``MAX_NESTING`` levels is kept as its
-    JSON text, a ``JsonText``), ``head_keys`` (the keys that stood before the events),
+    ``traceEvents``; a value nested deeper than ``MAX_NESTING`` levels, or one of a key in
+    ``raw_keys``, is kept as its JSON text, a ``JsonText``, checked to be valid JSON without
+    building it), ``head_keys`` (the keys that stood before the events),
     ``events_read``, ``bytes_read`` (uncompressed), ``truncated``, ``warnings``, ``repaired``
     (events with unescaped quotes, repaired: ``streamtrace.trace.repair``, known once the
     events were read and decoded);
@@ -105,8 +107,9 @@ class TraceReader:
     """
 
     def __init__(self, path, salvage=False, batch_events=BATCH_EVENTS, block=BLOCK, progress=None,
-                 byte_range=None):
+                 byte_range=None, raw_keys=()):
         self.path = str(path)
+        self.raw_keys = frozenset(raw_keys)   # top-level keys kept as their text (JsonText), never decoded
         self.byte_range = byte_range   # (start, end): read only these bytes of a plain file's events
         self.events_offset = None      # absolute offset just past traceEvents' '[' once seen
         self.events_end = None         # offset just past traceEvents' closing ']' once read (in a
@@ -240,7 +243,7 @@ class TraceReader:
                 st.pos += 1
                 yield from self._events(st, events)
                 continue
-            val = self._value(st)
+            val = self._value(st, key in self.raw_keys)
             self.metadata[key] = val
             if not seen_events:
                 self.head_keys.append(key)
@@ -261,7 +264,7 @@ class TraceReader:
             if not st.more():
                 self._truncated(st, "inside a top-level key")
 
-    def _value(self, st):
+    def _value(self, st, keep_text=False):
         while True:
             status, end = scan.skip_value(st.arr, st.pos, st.n)
             if status == scan.DONE:
@@ -277,7 +280,8 @@ class TraceReader:
         raw = st.buf[st.pos:end]
         off = st.base + st.pos
         st.pos = end
-        if too_deep(raw, MAX_NESTING):     # kept as its text, never decoded (issue 49: 100,000 levels took GBs)
+        if keep_text or too_deep(raw, MAX_NESTING):    # kept as its text, never decoded (issue 49: 100,000 levels
+                                                       # took GBs; a merged header copied as it is)
             if not valid_json(raw):
                 self._fail(st, "invalid JSON value", pos=end)
             return JsonText(raw)

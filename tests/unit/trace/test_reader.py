@@ -296,3 +296,19 @@ def test_identified_files_share_their_process_groups(tmp_path):
     assert ga[2] is not gb[2] and ga[3] == gb[3] == "odd"
     for tf, p in ((a, paths[0]), (b, paths[1])):
         assert copy.deepcopy(tf.head["distributedInfo"]) == json.loads(p.read_text())["distributedInfo"]
+
+
+def test_raw_keys_kept_as_their_text(tmp_path):
+    head = b'{"kind": "merged", "ranks": [{"rank": 0, "big": 123456789012345678901234567890}], "x": [1.50, "\\u00e9"]}'
+    p = tmp_path / "t.json"
+    p.write_bytes(b'{"traceEvents":[{"ph":"X","name":"a","pid":1,"tid":1,"ts":1,"dur":2}],"streamtrace": ' + head
+                  + b', "schemaVersion": 1}')
+    r = TraceReader(p, raw_keys=("streamtrace",))
+    assert sum(len(b.starts) for b in r.raw_batches(decode=False)) == 1
+    assert r.metadata["streamtrace"].text == head                   # the bytes as they stand
+    assert r.metadata["schemaVersion"] == 1
+    assert json.loads(r.metadata["streamtrace"].text) == load_json(p)["streamtrace"]
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b'{"traceEvents":[],"streamtrace": {"ranks": [01, tru]}}')
+    with pytest.raises(TraceError):
+        TraceReader(bad, raw_keys=("streamtrace",)).read_metadata()
