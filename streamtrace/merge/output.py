@@ -62,7 +62,8 @@ def merged_metadata(plan, results, time) -> dict:
     """The merged trace's top-level keys after ``traceEvents`` (README, "What merge rewrites"):
     ``schemaVersion``, ``displayTimeUnit``, ``baseTimeNanoseconds`` (``time.out_base``, ns), ``traceName``
     and ``streamtrace`` (ranks with their sources, shifts and metadata, the process groups of their
-    ``distributedInfo`` listed once in ``pg_entries``, ``streamtrace.trace.merged_groups``; the process map).
+    ``distributedInfo`` listed once in ``pg_entries`` when they list any, ``streamtrace.trace.merged_groups``;
+    the process map).
     ``plan``: the ``MergePlan`` (files, options, output); ``results``: each
     file's ``RankResult``; ``time``: the
     ``TimePlan``.  With ``time.clock`` (``--align collectives``,
@@ -88,6 +89,7 @@ def merged_metadata(plan, results, time) -> dict:
                               "clock_instances": c["instances"], "clock_component": c["component"],
                               "clock_applied": c["applied"]})
         pmap.update(res.process_map)
+    groups = share_rank_groups(ranks)
     out = {
         "schemaVersion": first.get("schemaVersion", 1),
         "displayTimeUnit": first.get("displayTimeUnit", "ms"),
@@ -100,7 +102,7 @@ def merged_metadata(plan, results, time) -> dict:
                         "window_ms": list(opt.window_ms) if opt.window_ms else None},
             "id_transform": f"rank * 2**{ID_BITS} + raw id",
             "pid_transform": f"1 + rank * {PID_STRIDE} + slot",
-            PG_ENTRIES: share_rank_groups(ranks),
+            **({PG_ENTRIES: groups} if groups else {}),
             "ranks": ranks,
             "process_map": pmap,
         },
