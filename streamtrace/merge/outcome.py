@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..trace.metadata import share_groups
+
 
 @dataclass(frozen=True)
 class Reading:
@@ -126,3 +128,18 @@ class TaskDone:
     ``RangeResult``) with its ``TaskStats``."""
     result: object
     stats: TaskStats = field(compare=False)
+
+
+def share_metadata_groups(obj):
+    """``obj`` (a merge task's result as its worker hands it back: a ``Survey``, a ``TaskDone``) with
+    the process groups of the rank metadata it carries (its own ``metadata``, its ``result``'s, a
+    parked rank's) shared with the other ranks' (``streamtrace.trace.metadata.share_groups``, in
+    place): each rank's ``distributedInfo.pg_config`` lists O(world size) members and arrives
+    unshared from its worker (at 4,096 synthetic ranks ~185 KB of Python objects a rank, once for
+    the surveys and again for the rewrites).  Returns ``obj``."""
+    res = getattr(obj, "result", None)
+    for o in (obj, res, getattr(res, "parked", None)):
+        m = getattr(o, "metadata", None)
+        if isinstance(m, dict):
+            share_groups(m)
+    return obj

@@ -26,6 +26,7 @@ from ..validate.merged import LOG_SUFFIX
 from .clocks import plan_clock_sync
 from .flows import FlowExtents, SpilledFlows
 from .options import MergeOptions
+from .outcome import share_metadata_groups
 from .rank import RankPlan, deferred_files
 from .ranges import SplitFile, prepare, survey_meta
 from .survey import Survey, combine_surveys, metadata_task, plan_time, survey_rank
@@ -190,7 +191,8 @@ class MergePlan:
                                         spill=spill))
             elif full:
                 tasks += [SurveyTask(splits[i].path, i, {}, True, want_flows, False, r, coll) for r in splits[i].ranges]
-        done = run_tasks(run_survey, [(t,) for t in tasks], self.jobs, scheduler=opt.scheduler)
+        done = run_tasks(run_survey, [(t,) for t in tasks], self.jobs, scheduler=opt.scheduler,
+                         on_result=share_metadata_groups)
         surveys = []
         for i, tf in enumerate(self.files):
             mine = [s for s, t in zip(done, tasks) if t.file_index == i]

@@ -162,7 +162,7 @@ def _error_line(e: BaseException) -> str:
 
 
 def run_tasks(fn, args_list, jobs=1, arr=None, on_tick=None, executor=None, scheduler=None,
-              retries=0, keep_going=False, on_done=None):
+              retries=0, keep_going=False, on_done=None, on_result=None):
     """Run ``fn(*args)`` for each args tuple and return the results in input order.
 
     ``jobs`` > 1 uses a local process pool; ``executor`` (any
@@ -171,24 +171,26 @@ def run_tasks(fn, args_list, jobs=1, arr=None, on_tick=None, executor=None, sche
     ``on_tick()`` is called about every 0.2 s.  A failed task is retried
     ``retries`` times; then, with ``keep_going``, returned as ``TaskFailure``
     (the others finish), else its exception is raised and the rest cancelled.  ``on_done()`` is
-    called once per finished task (e.g. a progress bar's ``update``)."""
+    called once per finished task (e.g. a progress bar's ``update``); ``on_result(result)`` on each
+    result in this process as it comes back, its return value kept in its place (e.g. to share what
+    equal results hold while one result at a time is held twice)."""
     address = scheduler_address(scheduler)
     client = None
     if executor is None and address:
         executor, client = dask_executor(address)
     try:
         if executor is None and (jobs <= 1 or len(args_list) <= 1):
-            return run_inline(fn, args_list, arr, on_tick, retries, keep_going, on_done)
+            return run_inline(fn, args_list, arr, on_tick, retries, keep_going, on_done, on_result)
         if executor is not None:
-            return _run_on(executor, fn, args_list, on_tick, retries, keep_going, on_done)
+            return _run_on(executor, fn, args_list, on_tick, retries, keep_going, on_done, on_result)
         with pool(jobs, arr) as ex:
-            return _run_on(ex, fn, args_list, on_tick, retries, keep_going, on_done)
+            return _run_on(ex, fn, args_list, on_tick, retries, keep_going, on_done, on_result)
     finally:
         if client is not None:
             client.close()
 
 
-def run_inline(fn, args_list, arr, on_tick, retries, keep_going, on_done=None):
+def run_inline(fn, args_list, arr, on_tick, retries, keep_going, on_done=None, on_result=None):
     """``run_tasks`` in this process, one task after the other (same retries and failures)."""
     out = []
     try:
@@ -197,7 +199,8 @@ def run_inline(fn, args_list, arr, on_tick, retries, keep_going, on_done=None):
                 init_worker(arr)
             for attempt in range(1, retries + 2):
                 try:
-                    out.append(fn(*a))
+                    res = fn(*a)
+                    out.append(on_result(res) if on_result else res)
                     break
                 except Exception as e:   # noqa: BLE001 - retried, then reported or raised
                     if attempt <= retries and _retryable(e):
@@ -215,7 +218,7 @@ def run_inline(fn, args_list, arr, on_tick, retries, keep_going, on_done=None):
     return out
 
 
-def _run_on(ex, fn, args_list, on_tick, retries, keep_going, on_done=None):
+def _run_on(ex, fn, args_list, on_tick, retries, keep_going, on_done=None, on_result=None):
     fn = InWorker(fn)
     futs = {ex.submit(fn, *a): (i, 1) for i, a in enumerate(args_list)}
     results = [None] * len(args_list)
@@ -227,7 +230,7 @@ def _run_on(ex, fn, args_list, on_tick, retries, keep_going, on_done=None):
                 i, attempt = futs.pop(f)
                 e = f.exception()
                 if e is None:
-                    results[i] = f.result()
+                    results[i] = on_result(f.result()) if on_result else f.result()
                     if on_done:
                         on_done()
                 elif attempt <= retries and _retryable(e):

@@ -102,3 +102,17 @@ def test_dict_form_and_values_json_cannot_sort():
     # an index outside the table is left out; an entry without indices is returned as it stands
     assert rank_distributed_info({"pg_entries": table}, {"distributedInfo": {}, "pg_groups": [0, 9, "x"]}) == \
         {"pg_config": [shared]}
+
+
+def test_workers_metadata_shared_in_this_process(job):
+    # each rank's metadata comes back from its worker unshared; the parent keeps one object per group
+    from streamtrace.merge.outcome import share_metadata_groups
+    from streamtrace.merge.survey import Survey
+    d, raw = job
+    a, b = (Survey({"distributedInfo": copy.deepcopy(raw[r])}, None, {}, {}) for r in (0, 1))
+    first = lambda s: s.metadata["distributedInfo"]["pg_config"][0]  # noqa: E731 - the default group, in both
+    assert raw[0]["pg_config"][0] == raw[1]["pg_config"][0] and first(a) is not first(b)
+    for s in (a, b):
+        assert share_metadata_groups(s) is s
+    assert first(a) is first(b)
+    assert a.metadata["distributedInfo"] == raw[0] and b.metadata["distributedInfo"] == raw[1]

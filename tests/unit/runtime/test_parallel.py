@@ -36,6 +36,17 @@ def test_retry_then_report(tmp_path, jobs):
         run_tasks(flaky, [(3, str(tmp_path))], jobs, retries=1)
 
 
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_on_result_in_this_process(tmp_path, jobs):
+    seen = []
+
+    def keep(r):
+        seen.append(os.getpid())
+        return ("kept", r)
+    res = run_tasks(flaky, [(i, str(tmp_path)) for i in (0, 1, 4)], jobs, on_result=keep)
+    assert res == [("kept", 0), ("kept", 10), ("kept", 40)] and seen == [os.getpid()] * 3
+
+
 def test_any_executor(tmp_path):
     with cf.ThreadPoolExecutor(2) as ex:
         assert run_tasks(flaky, [(i, str(tmp_path)) for i in (0, 1, 4)], executor=ex) == [0, 10, 40]
