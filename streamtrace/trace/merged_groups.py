@@ -26,15 +26,20 @@ PG_ENTRIES = "pg_entries"
 PG_GROUPS = "pg_groups"
 
 
-def _text(entry) -> bytes | str | None:
-    """The JSON text identifying ``entry`` (keys sorted), or None when it cannot be written."""
+def group_key(entry) -> bytes | str | None:
+    """The JSON text identifying the process group ``entry`` (keys sorted), or None when it cannot be
+    written: orjson's (fast), else ``json``'s when orjson refuses it (an integer past 64 bits) or wrote
+    a ``null`` (orjson writes NaN as null: ``json`` tells them apart).  Equal entries get equal keys."""
     try:
-        return orjson.dumps(entry, option=orjson.OPT_SORT_KEYS)
-    except (TypeError, orjson.JSONEncodeError):       # an integer past 64 bits, read by json
-        try:
-            return json.dumps(entry, sort_keys=True)
-        except (TypeError, ValueError):
-            return None
+        text = orjson.dumps(entry, option=orjson.OPT_SORT_KEYS)
+        if b"null" not in text:
+            return text
+    except (TypeError, orjson.JSONEncodeError):
+        pass
+    try:
+        return json.dumps(entry, sort_keys=True)
+    except (TypeError, ValueError):
+        return None
 
 
 def share_rank_groups(ranks: list) -> list:
@@ -59,7 +64,7 @@ def share_rank_groups(ranks: list) -> list:
         for _, e in items:
             k = by_object.get(id(e), (None,))[0]
             if k is None:
-                text = _text(e)
+                text = group_key(e)
                 if text is None:
                     break
                 k = index.setdefault(text, len(table))

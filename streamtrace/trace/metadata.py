@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import orjson
 
-from .merged_groups import rank_distributed_info
+from .merged_groups import group_key, rank_distributed_info
 from .source import GZIP_MAGIC
 
 _WS = b" \t\r\n"
@@ -130,10 +130,7 @@ def share_groups(metadata: dict) -> dict:
         _SHARED_GROUPS.clear()
 
     def shared(e):
-        try:
-            key = orjson.dumps(e, option=orjson.OPT_SORT_KEYS) if isinstance(e, dict) else None
-        except (TypeError, orjson.JSONEncodeError):       # (an integer past 64 bits, read by json)
-            key = None
+        key = group_key(e) if isinstance(e, dict) else None
         return e if key is None else _SHARED_GROUPS.setdefault(key, e)
     di["pg_config"] = {k: shared(v) for k, v in cfg.items()} if isinstance(cfg, dict) else [shared(e) for e in cfg]
     return metadata

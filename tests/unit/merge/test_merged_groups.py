@@ -88,17 +88,19 @@ def test_dict_form_and_values_json_cannot_sort():
     shared = {"ranks": [0, 1], "pg_desc": "DATA_PARALLEL_GROUP"}
     ranks = [{"rank": 0, "distributedInfo": {"rank": 0, "pg_config": {"1": shared, "2": {"ranks": [0]}}}},
              {"rank": 1, "distributedInfo": {"rank": 1, "pg_config": {"1": dict(shared), "2": {"ranks": [1]}}}},
-             {"rank": 2, "distributedInfo": {"rank": 2, "pg_config": [{"big": 2 ** 70}, dict(shared)]}},
+             {"rank": 2, "distributedInfo": {"rank": 2, "pg_config": [{"big": 2 ** 70}, dict(shared), {"v": None},
+                                                                      {"v": float("nan")}]}},
              {"rank": 3, "distributedInfo": {"rank": 3}}, {"rank": 4}]
     want = copy.deepcopy(ranks)
     held = [r.get("distributedInfo") for r in ranks]
     table = share_rank_groups(ranks)
-    assert len(table) == 4                       # shared, [0], [1], big: each once
-    assert ranks[0]["pg_groups"] == {"1": 0, "2": 1} and ranks[2]["pg_groups"] == [3, 0]
+    assert len(table) == 6                       # shared, [0], [1], big, null, NaN: each once
+    assert ranks[0]["pg_groups"] == {"1": 0, "2": 1} and ranks[2]["pg_groups"] == [3, 0, 4, 5]
     assert "pg_groups" not in ranks[3] and "pg_groups" not in ranks[4]
     assert [r.get("distributedInfo") for r in want] == held          # the given dicts are not changed
     header = {"pg_entries": table, "ranks": ranks}
-    assert [rank_distributed_info(header, r) for r in ranks] == [r.get("distributedInfo") for r in want]
+    got = [rank_distributed_info(header, r) for r in ranks]
+    assert json.dumps(got, sort_keys=True) == json.dumps([r.get("distributedInfo") for r in want], sort_keys=True)
     # an index outside the table is left out; an entry without indices is returned as it stands
     assert rank_distributed_info({"pg_entries": table}, {"distributedInfo": {}, "pg_groups": [0, 9, "x"]}) == \
         {"pg_config": [shared]}
@@ -116,3 +118,11 @@ def test_workers_metadata_shared_in_this_process(job):
         assert share_metadata_groups(s) is s
     assert first(a) is first(b)
     assert a.metadata["distributedInfo"] == raw[0] and b.metadata["distributedInfo"] == raw[1]
+
+
+def test_shared_groups_tell_nan_from_null():
+    from streamtrace.trace.metadata import share_groups
+    a = share_groups({"distributedInfo": {"pg_config": [{"pg_name": "x", "v": None}]}})
+    b = share_groups({"distributedInfo": {"pg_config": [{"pg_name": "x", "v": float("nan")}]}})
+    assert a["distributedInfo"]["pg_config"][0]["v"] is None
+    assert b["distributedInfo"]["pg_config"][0]["v"] != b["distributedInfo"]["pg_config"][0]["v"]     # NaN
