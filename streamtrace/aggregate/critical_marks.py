@@ -15,7 +15,7 @@ A trace marked before (by another aggregate) loses the old marks and arrows firs
 byte for byte except the ``args`` of the marked events (the member is inserted into the event's text:
 times keep their digits); the top-level keys after the events are written back in their order, merge's
 ``streamtrace`` header as its text, never parsed (``TraceReader(raw_keys=...)``: at 4,096 synthetic ranks
-an older header was 118 MB of JSON, 855 MB once parsed). Only the few events that can be on the path are
+an older header was 99 MB of JSON, 855 MB once parsed). Only the few events that can be on the path are
 parsed: a batch's ``correlation`` and ``External id`` integers are read by the column kernel
 (``streamtrace.kernels.extract.extract_columns``) and looked up in the path's ids
 (``streamtrace.events.sortedsets.in_sorted``); an event whose value is no integer literal (never in a

@@ -3,7 +3,7 @@
 Each rank's Kineto ``distributedInfo.pg_config`` lists every process group the rank is in with its
 member list, so O(world size) a rank (25 KB at 4,096 synthetic ranks, the default group alone
 listing all 4,096): copied into every rank's entry of the merged header (``streamtrace.ranks``) it
-made that header quadratic in ranks (118 MB of JSON at 4,096 ranks, 855 MB once parsed).  As
+made that header quadratic in ranks (99 MB of JSON at 4,096 ranks, 855 MB once parsed).  As
 ``summary.json`` does (``streamtrace.analyze.outputs.share_process_groups``), merge writes each
 distinct entry once, in ``streamtrace.pg_entries`` (first seen first), and a rank's entry keeps
 its ``distributedInfo`` without ``pg_config`` plus ``pg_groups``: the indices of its entries in that
