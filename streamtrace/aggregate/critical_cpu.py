@@ -6,8 +6,9 @@ instants are chained, the edge weighted by the time between them (int64 ns) and 
 innermost op open over that interval (``cpu_op``; ``host_gap`` when none but the step is open).
 Instants of equal time are ordered as the call tree nests them (the tree's depth-first walk:
 ``kernels.reference.chains.instant_order`` specifies it), so a zero-length op's end comes right after
-its own start, inside its parent.  An edge is named after the innermost op whose interval covers it, so that time is never named after a 0 us call that merely
-starts at the edge's first instant (a real 8 x A100 job named 13.8 % of a path after such calls).
+its own start, inside its parent.  An edge is named after the innermost op whose interval covers
+it, so that time is never named after a 0 us call that merely starts at the edge's first instant (a
+real 8 x A100 job named 13.8 % of a path after such calls).
 
 **Waits between threads** (``thread_waits``).  PyTorch's autograd engine runs the backward pass
 on its own thread(s) while the thread that called ``backward()`` waits (Kineto's ``fwdbwd`` flows
@@ -84,8 +85,9 @@ class Chain:
 
 def chain(g: StepGraph, ops, sel, tid, cut) -> Chain:
     """The chain of thread ``tid``'s op rows ``sel`` (sorted); ``cut``: op rows of CPU collectives'
-    runs (sorted, unique), whose inner edges are left out (``Chain.keep``).  The instants' order and the edges'
-    naming ops (``kernels.reference.chains.instant_order``, ``covering``: the specification) by the kernel ``streamtrace.kernels.chains.thread_chain``."""
+    runs (sorted, unique), whose inner edges are left out (``Chain.keep``).  The instants' order and
+    the edges' naming ops (specified by ``kernels.reference.chains.instant_order`` and ``covering``)
+    come from the kernel ``streamtrace.kernels.chains.thread_chain``."""
     cols = (sel, ops["ts_ns"], ops["dur_ns"], ops["parent"])
     t, is_start, op, at, w, cat, inner, keep = thread_chain(
         *(_readonly(x, np.int64) for x in cols), _readonly(ops["depth"], np.int32), _readonly(ops["tid"], np.int64),

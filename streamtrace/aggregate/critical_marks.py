@@ -57,7 +57,8 @@ def path_ids(aggdir, iteration=None) -> tuple[dict, dict, dict]:
     p = table_path(aggdir, CRITICAL_PATH)
     if not p.is_file():
         raise StreamtraceError(f"{p}: missing (run streamtrace aggregate without --no-critical-path first)")
-    want = columns(CRITICAL_PATH, "iteration", "step", "order", "rank", "category", "name", "correlation", "external_id")
+    want = columns(CRITICAL_PATH, "iteration", "step", "order", "rank", "category", "name", "correlation",
+                   "external_id")
     t = pq.read_table(arrow_file(p), columns=want)
     c = {n: t[n].to_numpy() for n in ("iteration", "step", "order", "rank", "correlation", "external_id")}
     _, step = np.unique(np.stack([c["iteration"], c["step"]], 1), axis=0, return_inverse=True)

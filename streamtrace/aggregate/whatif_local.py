@@ -44,7 +44,8 @@ NCAT = len(Category)
 HOST = np.asarray([Category.cpu_op, Category.host_gap, Category.launch_delay, Category.sync, Category.thread_wait])
 GPU = np.asarray([Category.compute_kernel, Category.memcpy, Category.kernel_gap, Category.queued])
 IS_HOST, IS_GPU, IS_CPU_TIME = (np.isin(np.arange(NCAT), x) for x in (HOST, GPU, (Category.cpu_op, Category.host_gap)))
-"""Per ``Category`` code: is it one of ``HOST`` / ``GPU`` / a CPU op's or a host gap's time (a table, not ``np.isin``)."""
+"""Per ``Category`` code: is it one of ``HOST`` / ``GPU`` / a CPU op's or a host gap's time (a table,
+not ``np.isin``)."""
 CATEGORY_TEXT = np.asarray(CATEGORIES, object)
 ANCHOR_COLUMNS = WHATIF_ANCHORS_COLUMNS
 EDGE_COLUMNS = WHATIF_EDGES_COLUMNS

@@ -8,6 +8,7 @@ import json
 
 from ..events.load import Outputs, read_dataset, register
 from ..runtime.errors import DataError
+from ..trace.merged_groups import GroupTable
 
 # The analysis folder's datasets (one Parquet file per iteration and rank), by name: every module that
 # writes or reads one names it by these constants.
@@ -36,22 +37,15 @@ def share_process_groups(ranks: list) -> list:
     indices under ``PG_GROUPS_KEY``.  A group's members are written once, not once per member: at
     4,096 synthetic ranks ``summary.json`` was 241 MB (59 KB a rank, 19 KB at 1,024: quadratic).
     A rank's entries may be given as their JSON text (bytes: how analyze's workers hand them back)."""
-    index: dict = {}
-    table: list = []
+    table = GroupTable()                 # (by text only: each rank's entries are parsed anew)
     for r in ranks:
         tm = r.get("trace_metadata")
         if not isinstance(tm, dict) or PG_ENTRIES_KEY not in tm:
             continue
-        ids = []
         entries = tm.pop(PG_ENTRIES_KEY) or []
-        for e in json.loads(entries) if isinstance(entries, (bytes, str)) else entries:
-            key = json.dumps(e, sort_keys=True)
-            if key not in index:
-                index[key] = len(table)
-                table.append(e)
-            ids.append(index[key])
-        tm[PG_GROUPS_KEY] = ids
-    return table
+        ids = [table.index(e) for e in (json.loads(entries) if isinstance(entries, (bytes, str)) else entries)]
+        tm[PG_GROUPS_KEY] = [i for i in ids if i is not None]
+    return table.entries
 
 
 def rank_trace_metadata(summary: dict, rank_entry: dict):

@@ -42,6 +42,33 @@ def group_key(entry) -> bytes | str | None:
         return None
 
 
+class GroupTable:
+    """The job's distinct process-group entries, first seen first (``entries``), each found by its
+    ``group_key``.  ``by_object``: an object seen again is looked up by identity, not written again
+    (the table then holds every object it was given until it is dropped: for entries shared already,
+    as trace discovery's are, ``streamtrace.trace.metadata.share_groups``)."""
+
+    def __init__(self, by_object: bool = False):
+        self.entries: list = []
+        self._index: dict = {}
+        self._objects: dict | None = {} if by_object else None
+
+    def index(self, entry) -> int | None:
+        """``entry``'s index in ``entries`` (added when new); None when it cannot be written."""
+        seen = self._objects.get(id(entry)) if self._objects is not None else None
+        if seen is not None:
+            return seen[0]
+        text = group_key(entry)
+        if text is None:
+            return None
+        k = self._index.setdefault(text, len(self.entries))
+        if k == len(self.entries):
+            self.entries.append(entry)
+        if self._objects is not None:
+            self._objects[id(entry)] = (k, entry)          # held: its id is not reused while we run
+        return k
+
+
 def share_rank_groups(ranks: list) -> list:
     """Move the ``distributedInfo.pg_config`` entries of the merged header's rank entries ``ranks``
     (dicts with a ``distributedInfo``) to one table, in place: returns the distinct entries, first
@@ -49,11 +76,9 @@ def share_rank_groups(ranks: list) -> list:
     ``PG_GROUPS``, the entries' indices (a list, or ``{name: index}`` when ``pg_config`` is a dict).
     A rank whose ``pg_config`` is neither, or holds a value that cannot be written, is left as it is.
     The given ``distributedInfo`` dicts are not changed (merge's ranks' metadata still holds them).
-    Equal entries are found by their JSON text (sorted keys); one object seen again (the groups the
-    trace discovery shares, ``streamtrace.trace.metadata.share_groups``) is written once."""
-    index: dict = {}
-    by_object: dict = {}
-    table: list = []
+    Equal entries are found by their JSON text (``GroupTable``); one object seen again (the groups
+    the trace discovery shares, ``streamtrace.trace.metadata.share_groups``) is written once."""
+    table = GroupTable(by_object=True)
     for r in ranks:
         di = r.get("distributedInfo")
         cfg = di.get("pg_config") if isinstance(di, dict) else None
@@ -62,20 +87,14 @@ def share_rank_groups(ranks: list) -> list:
         items = list(cfg.items()) if isinstance(cfg, dict) else list(enumerate(cfg))
         ids = []
         for _, e in items:
-            k = by_object.get(id(e), (None,))[0]
+            k = table.index(e)
             if k is None:
-                text = group_key(e)
-                if text is None:
-                    break
-                k = index.setdefault(text, len(table))
-                if k == len(table):
-                    table.append(e)
-                by_object[id(e)] = (k, e)        # held: its id is not reused while we run
+                break
             ids.append(k)
         else:
             r["distributedInfo"] = {k: v for k, v in di.items() if k != "pg_config"}
             r[PG_GROUPS] = dict(zip((n for n, _ in items), ids)) if isinstance(cfg, dict) else ids
-    return table
+    return table.entries
 
 
 def rank_distributed_info(header: dict, entry: dict):
