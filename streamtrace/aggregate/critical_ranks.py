@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.critical import NEG, POS
+from ..kernels.sentinels import NEG, POS
 from .critical_graph import Anchor, Edge
 from .folder import CRITICAL_PATH_RANKS_COLUMNS, CRITICAL_PATH_SUMMARY_COLUMNS
 

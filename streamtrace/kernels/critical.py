@@ -15,13 +15,12 @@ import numpy as np
 from numba import njit
 
 from .cachedir import ensure_cache
+from .sentinels import NEG, POS
 
 ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
 
 __all__ = ["NEG", "POS", "longest_path", "latest_times", "trace_back"]
 
-NEG = -(2 ** 62)    # "no value": a node not reached by any source (earliest) / not constrained (latest)
-POS = 2 ** 62
 
 
 @njit(cache=True)

@@ -82,6 +82,15 @@ def pyplot():
     return plt
 
 
+def style():
+    """The charts' matplotlib settings, as a context (``matplotlib.rc_context``; the caller's settings
+    are left as they were): titles at the axes' top plus the title pad, not placed above whatever
+    is drawn there (no chart draws ticks or labels above its axes), which spares measuring every
+    tick label of every axes once more per draw (~15 % of a chart's time)."""
+    import matplotlib
+    return matplotlib.rc_context({"axes.titley": 1.0})
+
+
 FORMATS = ("png", "svg")
 
 
@@ -90,7 +99,8 @@ def save(fig, path_stem, formats=("png",)) -> list:
     what is drawn plus 0.1 in (as matplotlib's ``bbox_inches="tight"``); closes the figure; returns
     the paths.  The figure is drawn once on the Agg canvas and the PNG is that pixel buffer, cropped;
     when something drawn lies off the canvas, the canvas is first grown by that much (axes keep
-    their size) and drawn again.  The SVG is one more draw with the measured box.  Raises
+    their size) and drawn again.  What is drawn: the pixels that are not the background
+    (``_drawn_box``), matplotlib's tight box where those reach the canvas' edge or for SVG.  The SVG is one more draw with the measured box.  Raises
     ValueError for another format."""
     from matplotlib.transforms import Bbox
     plt = pyplot()
@@ -99,11 +109,13 @@ def save(fig, path_stem, formats=("png",)) -> list:
         raise ValueError(f"chart format {bad[0]!r}: use png or svg")
     fig.set_dpi(DPI)
     fig.canvas.draw()
-    tight = fig.get_tightbbox(fig.canvas.get_renderer())        # inches
-    if not _on_canvas(fig, tight):
-        _grow(fig, tight)
-        fig.canvas.draw()
-        tight = fig.get_tightbbox(fig.canvas.get_renderer())
+    tight = None if "svg" in formats else _drawn_box(fig)
+    if tight is None:                                            # something may lie off the canvas: measure
+        tight = fig.get_tightbbox(fig.canvas.get_renderer())     # inches
+        if not _on_canvas(fig, tight):
+            _grow(fig, tight)
+            fig.canvas.draw()
+            tight = fig.get_tightbbox(fig.canvas.get_renderer())
     box = tight.padded(0.1)
     out = []
     for ext in formats:
@@ -118,6 +130,23 @@ def save(fig, path_stem, formats=("png",)) -> list:
         out.append(p)
     plt.close(fig)
     return out
+
+
+def _drawn_box(fig):
+    """The box (inches, origin bottom left) of the drawn canvas' pixels that are not the figure's
+    background, or None when they reach the canvas' edge (something may be cut off there: the
+    caller measures the artists instead) or nothing is drawn.  Reading the pixels costs a few ms;
+    matplotlib's tight box measures every text and tick again (~20 % of a chart's time)."""
+    from matplotlib.colors import to_rgba
+    rgba = np.asarray(fig.canvas.buffer_rgba())
+    bg = np.round(np.asarray(to_rgba(fig.get_facecolor())) * 255).astype(np.uint8)
+    ink = (rgba != bg).any(axis=2)
+    rows, cols = np.flatnonzero(ink.any(axis=1)), np.flatnonzero(ink.any(axis=0))
+    h, w = ink.shape
+    if not len(rows) or rows[0] == 0 or cols[0] == 0 or rows[-1] == h - 1 or cols[-1] == w - 1:
+        return None
+    from matplotlib.transforms import Bbox
+    return Bbox([[cols[0] / DPI, (h - 1 - rows[-1]) / DPI], [(cols[-1] + 1) / DPI, (h - rows[0]) / DPI]])
 
 
 def _on_canvas(fig, box, slack=0.02) -> bool:

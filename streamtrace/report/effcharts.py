@@ -14,6 +14,7 @@ import numpy as np
 
 from ..aggregate.folder import COLLECTIVES, OP_PERF, columns, read_aggregate_table
 from ..topology.hardware import gpu_spec
+from .axes import bytes_axis, log_ticks
 from .charts import pyplot, save
 from .escape import chart_text
 from .links import inter_node
@@ -60,6 +61,9 @@ def _roofline(aggdir, stem, spec, formats, top, dtype=None, peak=None) -> list:
                 label=f"{spec.name} roofline, {what} ({p:,.1f} TFLOP/s, {spec.mem_gbps:,.0f} GB/s): MFU's peak")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.autoscale_view()
+    log_ticks(ax.xaxis)                  # plain labels (1, 10, 1,000): no mathtext to lay out
+    log_ticks(ax.yaxis)
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("achieved TFLOP/s")
     ax.set_title(f"Roofline of the top {len(keep)} GEMM / attention ops by GPU time")
@@ -79,6 +83,7 @@ def _busbw(aggdir, stem, links, meta, spec, formats) -> list:
     inter, _ = inter_node(t["pg_ranks"], t["ranks"], meta, (links or {}).get("gpus_per_node", 8))
     plt = pyplot()
     fig, axes = plt.subplots(len(kinds), 1, figsize=(8, 2.6 * len(kinds) + 0.6), squeeze=False)
+    fig.subplots_adjust(hspace=0.4)          # each panel's title clear of the tick labels above it
     nic = (links or {}).get("nic_gbps")
     for ax, kind in zip(axes[:, 0], kinds):
         for scope, m, color in (("intra-node", ~inter, "tab:green"), ("inter-node", inter, "tab:red")):
@@ -91,8 +96,10 @@ def _busbw(aggdir, stem, links, meta, spec, formats) -> list:
         if nic:
             ax.axhline(nic, color="tab:red", ls=":", lw=1, label=f"network per GPU {nic:g} GB/s")
         ax.set_xscale("log")
+        ax.autoscale_view()
+        bytes_axis(ax.xaxis)
         ax.set_ylabel("bus bandwidth (GB/s)")
         ax.set_title(chart_text(kind), fontsize=9)
         ax.legend(fontsize=7, loc="upper left")
-    axes[-1, 0].set_xlabel("message size (bytes)")
+    axes[-1, 0].set_xlabel("message size (KB, MB, GB = powers of 1,000 bytes)")
     return save(fig, stem, formats)

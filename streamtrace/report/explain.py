@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from ..aggregate.folder import IDLE_BREAKDOWN, KERNEL_STATS, LAUNCH_STATS, OP_STATS, table_file, table_path
 from ..events.dataset import arrow_file
-from .charts import bars_h, save
+from .charts import bars_h, margins, pyplot, save
 from .escape import md_cell
 from .section import ChartJob, ReportInput, SectionBase
 from .units import fmt_count, fmt_time, short_names, time_axis
@@ -210,13 +210,12 @@ def idle_chart(ex: dict | None, stem, formats=("png",)) -> list:
     idle = (ex or {}).get("idle")
     if not idle or not idle["devices"]:
         return []
-    import matplotlib            # lazy: heavy (~0.5 s), loaded only when the chart is drawn
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     rows = idle["devices"]
     multi = len({r["device"] for r in rows}) > 1 and len({r["rank"] for r in rows}) < len(rows)
     labels = [f"rank {r['rank']}" + (f" dev {r['device']}" if multi else "") for r in rows]
-    fig, ax = plt.subplots(figsize=(10, 0.22 * len(rows) + 1.8))
+    fig, ax = plt.subplots(figsize=(10, 0.22 * len(rows) + 2.45))
+    margins(fig, bottom=1.05, top=0.4)               # the legend under the axis label, on the canvas
     y = np.arange(len(rows))[::-1]
     left = np.zeros(len(rows))
     div, unit = time_axis(max(r["idle_ns"] for r in rows))
@@ -229,7 +228,8 @@ def idle_chart(ex: dict | None, stem, formats=("png",)) -> list:
     ax.set_xlim(0, max(float(left.max()), 1e-9) * 1.08)     # headroom: the longest bar ends inside the frame
     ax.set_xlabel(f"GPU idle time ({unit}, summed over the profiled steps)")
     ax.set_title("GPU idle-time breakdown per rank")
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.9 / fig.get_figheight()), ncol=3)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.6 / ax.get_position().height
+                                                              / fig.get_figheight()), ncol=3)
     return save(fig, stem, formats)
 
 

@@ -91,6 +91,9 @@ class ChartTask:
     stem: str
     data_arg: bool = True
     also: list = field(default_factory=list)
+    alike: list = field(default_factory=list)
+    """The same as ``(noun, rank / group / replica or None, step label or None: the chart's own
+    step)`` tuples, for the title's note (``alike_note``)."""
 
 
 COLLECTIVE_COLUMNS = columns(COLLECTIVES, "instance", "collective", "parallel_dim", "complete", "busbw_gbps",
@@ -298,8 +301,11 @@ def plan(data, aggdir, opt: ChartOptions) -> list:
                          and not (fn in RANK_CHARTS and t.args[0] != args[0] and apart(at, args[0], t.args[0]))),
                         None)
             if twin is not None:
-                what = [f"{WHAT[fn]} {args[0]}"] if args and twin.args[0] != args[0] else []
-                twin.also.append(", ".join(what + ([drawing.label(at, data)] if twin.args[-1] != at else [])))
+                other = bool(args) and twin.args[0] != args[0]
+                step = drawing.label(at, data) if twin.args[-1] != at else None
+                what = [f"{WHAT[fn]} {args[0]}"] if other else []
+                twin.also.append(", ".join(what + ([step] if step else [])))
+                twin.alike.append((WHAT.get(fn), args[0] if args and fn in WHAT else None, step))
                 continue
             t = ChartTask(fn, args + (at,), f"{prefix}_{drawing.stem_suffix(at, per_it[at[0]])}")
             drawn.setdefault(fn, []).append((p, t))
@@ -322,7 +328,12 @@ _RUN: dict = {}         # the data, tasks, folder and formats of the render in p
 def draw(i) -> list:
     """Draw task ``i`` of the render in progress and save it; returns the written paths ([] when
     the chart has no content).  ``i`` past the planned tasks: the ``extra`` chart function of that
-    index (``render_all``), called with its arguments."""
+    index (``render_all``), called with its arguments.  Drawn in ``charts.style``."""
+    with drawing.style():
+        return _draw(i)
+
+
+def _draw(i) -> list:
     if i >= len(_RUN["tasks"]):
         fn, args = _RUN["extra"][i - len(_RUN["tasks"])]
         return list(fn(*args))
@@ -331,13 +342,52 @@ def draw(i) -> list:
     fig = fn(_RUN["data"], *t.args) if t.data_arg else fn(*t.args)
     if fig is None:
         return []
-    if t.also:
-        note = f"  (alike: {', '.join(t.also)})"
+    if t.alike:
+        title = fig.get_suptitle() or fig.axes[0].get_title()
+        text = alike_note(title, t.alike, int(fig.get_size_inches()[0] * 72 / (10 * 0.6)))
         if fig.get_suptitle():
-            fig.suptitle(fig.get_suptitle() + note, fontsize=10)
+            fig.suptitle(text, fontsize=10)
         else:
-            fig.axes[0].set_title(fig.axes[0].get_title() + note, fontsize=10)
+            fig.axes[0].set_title(text, fontsize=10)
     return drawing.save(fig, Path(_RUN["out"]) / t.stem, _RUN["formats"])
+
+
+def alike_note(title: str, alike: list, width: int) -> str:
+    """``title`` with the alike pictures a chart stands for (``ChartTask.alike``), as a person would
+    write them: its own step's other ranks as ranges (``ranks 1-7``), then each other step, steps
+    standing for the same ranks together (``ProfilerStep#12, ProfilerStep#13: ranks 0-7``); wrapped at
+    ``width`` characters (the figure's width), at most ``MAX_NOTE_LINES`` lines of note."""
+    import textwrap
+    by_step: dict = {}
+    for noun, who, step in alike:
+        by_step.setdefault(step, (noun, set()))[1].update([] if who is None else [who])
+    own = by_step.pop(None, None)
+    parts = [_ids(*own)] if own and own[1] else []
+    groups: dict = {}
+    for step, (noun, ids) in by_step.items():
+        groups.setdefault((noun, tuple(sorted(ids))), []).append(step)
+    for (noun, ids), steps in groups.items():
+        parts.append(", ".join(steps) + (f": {_ids(noun, ids)}" if ids else ""))
+    lines = textwrap.wrap(f"(alike: {'; '.join(parts)})", width) or [""]
+    if len(lines) > MAX_NOTE_LINES:
+        lines = lines[:MAX_NOTE_LINES]
+        lines[-1] = lines[-1][:max(0, width - 5)] + " ...)"
+    head = title if len(title) + 2 + len(lines[0]) > width else f"{title}  {lines.pop(0)}"
+    return "\n".join([head] + lines)
+
+
+MAX_NOTE_LINES = 3
+
+
+def _ids(noun, ids) -> str:
+    """``noun`` with ``ids`` (ints) as ranges: ``ranks 1-7``, ``rank 3``, ``PP groups 0, 2``."""
+    v = sorted(ids)
+    runs, a = [], 0
+    for i in range(1, len(v) + 1):
+        if i == len(v) or v[i] != v[i - 1] + 1:
+            runs.append(f"{v[a]}" if i - 1 == a else f"{v[a]}-{v[i - 1]}")
+            a = i
+    return f"{noun}{'s' if len(v) > 1 else ''} {', '.join(runs)}"
 
 
 def render_all(aggdir, outdir, chart_ranks=None, max_groups=16, max_replicas=8, log=None, progress=None,

@@ -333,3 +333,55 @@ def test_gantt_and_idle_axes_hold_every_bar(demo):
     ends += [float(path.vertices[:, 0].max()) for c in ax.collections for path in c.get_paths()]
     longest = max(ends)
     assert longest > 0 and ax.get_xlim()[1] > longest * 1.02
+
+
+def test_alike_note_names_ranks_as_ranges_and_steps_with_the_same_ranks_together():
+    """Issue 48's A100 job: rank 0's step-1011 chart stood for ranks 1-7 of its step and ranks 0-7 of
+    steps 1012-1014, written out one "rank k, ProfilerStep#n" at a time (a 72-inch-wide PNG)."""
+    from streamtrace.report.render import MAX_NOTE_LINES, alike_note
+    alike = [("rank", r, None) for r in range(1, 8)]
+    alike += [("rank", r, f"ProfilerStep#{s}") for s in (1012, 1013, 1014) for r in range(8)]
+    assert alike_note("rank 0, ProfilerStep#1011: time", alike, 200) == (
+        "rank 0, ProfilerStep#1011: time  (alike: ranks 1-7; ProfilerStep#1012, ProfilerStep#1013, "
+        "ProfilerStep#1014: ranks 0-7)")
+    steps_only = [(None, None, "iteration 10 (ProfilerStep#11)")]
+    assert alike_note("overview", steps_only, 100) == "overview  (alike: iteration 10 (ProfilerStep#11))"
+    gaps = [("PP group", g, None) for g in (1, 2, 5)] + [("PP group", 3, "ProfilerStep#4")]
+    assert alike_note("t", gaps, 100) == "t  (alike: PP groups 1-2, 5; ProfilerStep#4: PP group 3)"
+    many = [("rank", r, f"ProfilerStep#{s}") for s in range(100, 160) for r in range(2 * (s % 2), 8, 2)]
+    text = alike_note("a title", many, 80)
+    lines = text.split("\n")
+    assert all(len(x) <= 80 for x in lines) and len(lines) <= MAX_NOTE_LINES + 1 and text.endswith("...)")
+
+
+def test_the_crop_reads_the_drawn_pixels_and_measures_when_they_reach_the_edge():
+    """``_drawn_box``: a black square drawn at known pixels is the box; a text running off the
+    canvas gives None (the artists are measured instead, and the canvas grown to hold them)."""
+    from streamtrace.report.charts import DPI, _drawn_box, pyplot
+    plt = pyplot()
+    fig = plt.figure(figsize=(4, 3), dpi=DPI)
+    fig.patches.append(__import__("matplotlib.patches").patches.Rectangle(
+        (1.0, 0.5), 1.5, 1.0, transform=fig.dpi_scale_trans, color="black", linewidth=0, antialiased=False,
+        figure=fig))
+    fig.canvas.draw()
+    box = _drawn_box(fig)
+    assert box is not None and np.allclose(box.bounds, (1.0, 0.5, 1.5, 1.0), atol=1.5 / DPI), box.bounds
+    fig.text(0.9, 0.5, "a long label that runs off the canvas", fontsize=20)
+    fig.canvas.draw()
+    assert _drawn_box(fig) is None
+    plt.close(fig)
+
+
+def test_no_chart_is_wider_than_the_widest_figure(tmp_path):
+    """The demo's job over four steps (every rank's pictures alike across steps): every chart fits
+    the widest figure the charts make (16 in) plus the crop's pad: a title with a long alike note
+    is wrapped, not drawn past the canvas and the canvas grown to it (before: up to 4,022 px)."""
+    import matplotlib.image as mpimg
+    from streamtrace.report.charts import DPI
+    generate_job(tmp_path / "traces", SynthSpec(steps=4))
+    analyze([tmp_path / "traces"], tmp_path / "an", AnalyzeOptions(jobs=1))
+    aggregate([tmp_path / "an"], tmp_path / "agg", AggregateOptions(jobs=1))
+    files = render_all(tmp_path / "agg", tmp_path / "charts", opt=ChartOptions(jobs=1))
+    assert len(files) > 10
+    for p in files:
+        assert mpimg.imread(p).shape[1] <= 16 * DPI + 0.2 * DPI + 2, p
