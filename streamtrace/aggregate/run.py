@@ -86,7 +86,7 @@ from .opperf import write_op_perf
 from .p2p import p2p_rows, write_p2p
 from .pipeline import pipeline_rows, replica_rows
 from .timeline import join as join_timeline, write_part as write_timeline_part
-from .explain import part_tables, write_tables as write_explain
+from .explain import packed, part_tables, write_tables as write_explain
 from .folder import TABLES, Aggregate, owned, read_aggregate_table  # noqa: F401 (re-exported)
 from .folder import (ITERATIONS, ITERATIONS_COLUMNS, PIPELINE, PIPELINE_COLUMNS, RANK_METRICS, RANK_PHASE,
                      RANK_PHASE_COLUMNS, RANKS, RANKS_COLUMNS, REPLICAS, REPLICAS_COLUMNS, STRAGGLERS,
@@ -329,7 +329,7 @@ def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=Non
     rep = ReplayRows(job.iteration_of(part), part.index, part.rank) if critical_spill is not None and replay else None
     cp = part_paths(job, part, critical_spill, tables, rep.add if rep is not None else None) \
         if critical_spill is not None else None
-    return rows[:3] + (tl,) + rows[4:] + (steps, part_tables(job, part, kernel_delay_ns, tables), cp,
+    return rows[:3] + (tl,) + rows[4:] + (steps, packed(part_tables(job, part, kernel_delay_ns, tables)), cp,
                                           spill_rows(rep.result(), replay, index) if rep is not None else None)
 
 

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from ..aggregate.folder import CRITICAL_PATH, columns, table_path
 from ..events.dataset import arrow_file
-from .charts import pyplot, save
+from .charts import margins, pyplot, save
 
 COLORS = {"cpu_op": "#4c72b0", "host_gap": "#8c8c8c", "launch_delay": "#dd8452", "compute_kernel": "#55a868",
           "comm_transfer": "#c44e52", "memcpy": "#8172b3", "kernel_gap": "#937860", "sync": "#da8bc3",
@@ -52,7 +52,8 @@ def critical_chart(aggdir, stem, formats=("png",)) -> list:
     ranks = sorted(set(rank.tolist()))
     y = {r: len(ranks) - 1 - j for j, r in enumerate(ranks)}
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(10, 0.45 * len(ranks) + 1.6))
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(ranks) + 2.45))
+    margins(fig, bottom=1.05, top=0.4)           # the legend under the axis label, on the canvas
     for c, col in COLORS.items():
         m = cat == c
         if not m.any():
@@ -80,5 +81,6 @@ def critical_chart(aggdir, stem, formats=("png",)) -> list:
     ax.set_yticks([y[r] for r in ranks], [f"rank {r}" for r in ranks], fontsize=8)
     ax.set_xlabel(f"ms from the start of step {best[1]}'s critical path")
     ax.set_title(f"What bounds step {best[1]}: its critical path across ranks ({length / 1e6:,.2f} ms)")
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.9 / fig.get_figheight()), ncol=5)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.6 / ax.get_position().height
+                                                              / fig.get_figheight()), ncol=5)
     return save(fig, stem, formats)

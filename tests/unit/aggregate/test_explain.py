@@ -205,3 +205,18 @@ def test_real_traces_idle_matches_definition_and_summary(trace, tmp_path):
     aggregate([tmp_path / "an"], tmp_path / "agg", AggregateOptions(jobs=1, consecutive_kernel_delay_ns=20_000))
     ib = _check_analysis(tmp_path / "an", tmp_path / "agg", threshold=20_000)
     assert sum(r["idle_ns"] for r in ib) > 0
+
+
+def test_packed_tables_write_the_same_tables_as_the_columns(synth, tmp_path):
+    """What aggregate's parent holds per rank (``packed``: each table pickled, a third of the
+    columns' memory) writes the tables the columns themselves write."""
+    from streamtrace.aggregate.explain import packed, part_tables, write_tables
+    from streamtrace.aggregate.run import _open_job
+    job, _ = _open_job([synth / "an"], AggregateOptions(jobs=1))
+    parts = [part_tables(job, p) for p in job.parts]
+    assert all(parts)
+    a = {p.name: pq.read_table(p) for p in write_tables(tmp_path / "cols", parts) if p.suffix == ".parquet"}
+    b = {p.name: pq.read_table(p) for p in write_tables(tmp_path / "packed", [packed(t) for t in parts])
+         if p.suffix == ".parquet"}
+    assert len(a) == 4 and sorted(a) == sorted(b)
+    assert all(a[k].equals(b[k]) and a[k].num_rows for k in a)
