@@ -138,9 +138,9 @@ def _drawn_box(fig):
     caller measures the artists instead) or nothing is drawn.  Reading the pixels costs a few ms;
     matplotlib's tight box measures every text and tick again (~20 % of a chart's time)."""
     from matplotlib.colors import to_rgba
-    rgba = np.asarray(fig.canvas.buffer_rgba())
+    rgba = np.ascontiguousarray(fig.canvas.buffer_rgba())
     bg = np.round(np.asarray(to_rgba(fig.get_facecolor())) * 255).astype(np.uint8)
-    ink = (rgba != bg).any(axis=2)
+    ink = rgba.view(np.uint32)[..., 0] != bg.view(np.uint32)[0]         # a pixel's 4 bytes compared at once
     rows, cols = np.flatnonzero(ink.any(axis=1)), np.flatnonzero(ink.any(axis=0))
     h, w = ink.shape
     if not len(rows) or rows[0] == 0 or cols[0] == 0 or rows[-1] == h - 1 or cols[-1] == w - 1:

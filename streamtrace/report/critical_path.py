@@ -8,6 +8,7 @@ next and the slack), the table behind them, and the chart of the path across the
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 
 from ..aggregate.critical_ranks import NEXT_MIN_GAIN
 from ..aggregate.folder import (CRITICAL_PATH, CRITICAL_PATH_RANKS, CRITICAL_PATH_SUMMARY, CRITICAL_PATH_TABLES,
@@ -97,7 +98,8 @@ SEGMENT_COLUMNS = columns(CRITICAL_PATH, "iteration", "step", "rank", "lane", "w
 def _top_part(segs, top) -> tuple[dict, list]:
     """Of one step's segments (columns, file order), those of rank ``top`` (its ``critical_path_ranks``
     row): ``({category: weight ns}`` in the order first seen``, [row dicts of its segments on threads
-    other than the step's, waits between threads aside])`` (``critical_story.cause_sentence``'s)."""
+    other than the step's, waits between threads aside, one per lane and name with their weights
+    summed, in the order first seen])`` (``critical_story.cause_sentence``'s)."""
     m = segs["rank"] == top["rank"]
     cats, w = segs["category"][m].astype(str), segs["weight_ns"][m].astype(np.int64)
     names, first, inv = np.unique(cats, return_index=True, return_inverse=True)
@@ -106,8 +108,17 @@ def _top_part(segs, top) -> tuple[dict, list]:
     by_cat = {str(names[i]): int(sums[i]) for i in np.argsort(first, kind="stable")}
     main, lanes, seg_names = f"thread {top['thread']}", segs["lane"][m].astype(str), segs["name"][m]
     other = np.flatnonzero(np.char.startswith(lanes, "thread ") & (lanes != main) & (cats != "thread_wait"))
-    rows = [{"rank": top["rank"], "lane": str(lanes[i]), "category": str(cats[i]), "name": seg_names[i],
-             "weight_ns": int(w[i])} for i in other]
+    if not len(other):
+        return by_cat, []
+    codes = [pa.array(["" if v is None else str(v) for v in x.tolist()], pa.string()).dictionary_encode()
+             for x in (lanes[other], seg_names[other])]                # (hashed: no fixed-width text arrays)
+    _, at, group = np.unique(codes[0].indices.to_numpy().astype(np.int64) * len(codes[1].dictionary)
+                             + codes[1].indices.to_numpy(), return_index=True, return_inverse=True)
+    sums = np.zeros(len(at), np.int64)
+    np.add.at(sums, group.reshape(-1), w[other])
+    rows = [{"rank": top["rank"], "lane": str(lanes[other[i]]), "category": str(cats[other[i]]),
+             "name": seg_names[other[i]], "weight_ns": int(sums[g])}
+            for g, i in sorted(enumerate(at.tolist()), key=lambda x: x[1])]
     return by_cat, rows
 
 

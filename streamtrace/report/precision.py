@@ -82,7 +82,8 @@ def gemm_precision(aggdir, cfg=None, has=lambda dt: True) -> tuple[str, str]:
         if t and len(t.get("name", [])):
             comp = np.flatnonzero(t["kind"] == "compute")
             names = t["name"][comp].tolist()
-            dt, share = _by_time([kernel_dtype(n) for n in names], t["total_ns"][comp])
+            dts = {n: kernel_dtype(n) for n in set(names)}             # each distinct name once
+            dt, share = _by_time([dts[n] for n in names], t["total_ns"][comp])
             if dt:
                 return dt, (f"the GEMM kernels' names ({100 * share:.0f} % of their GPU time, "
                             f"{table_file(KERNEL_STATS)})")
