@@ -47,7 +47,7 @@ from .folder import (COLLECTIVES, COLLECTIVES_RANKS, WHATIF, WHATIF_ANCHORS, WHA
                      KERNEL_STATS, OP_STATS, Aggregate, columns, table_path)
 from .steps import step_patterns_of
 from .whatif_changes import AtMedian, Comm, HostGaps, Kernels, Launches, Ops, as_changes
-from .whatif_job import LOCAL_COLUMNS, JobStep, Members, StepTables
+from .whatif_job import InstanceFacts, LOCAL_COLUMNS, JobStep, Members, StepTables
 from .whatif_local import RANK_COLUMNS, kept_graphs, part_replay
 from .whatif_spill import SpilledRows
 
@@ -112,19 +112,24 @@ def read_members(outdir, meta: dict) -> Members:
     keep = n[m["instance"]] >= 2 if len(m["instance"]) else np.zeros(0, bool)
     key = (np.c_[m["part"][keep], m["correlation"][keep], m["stream"][keep]].astype(np.int64),
            m["instance"][keep].astype(np.int64))
-    info: dict = {}
     q = table_path(outdir, COLLECTIVES)
-    if q.is_file():
-        c = read_table(q, ["instance", "collective", "parallel_dim", "msg_bytes", "busbw_gbps", "pg_ranks", "ranks"])
-        gpu, nic = _peaks(meta)
-        for i, name, dim, b, bw, pg, rk in zip(*(c[x] for x in ("instance", "collective", "parallel_dim", "msg_bytes",
-                                                               "busbw_gbps", "pg_ranks", "ranks"))):
-            members = [int(x) for x in re.findall(r"\d+", str(pg or rk or ""))]
-            inter = len({x // 8 for x in members}) > 1
-            info[int(i)] = {"name": str(name), "dim": str(dim or ""), "bytes": int(b or 0),
-                            "busbw": float(bw) if bw is not None else math.nan, "inter": inter, "gpu_gbps": gpu,
-                            "nic_gbps": nic}
-    return Members(key, info)
+    if not q.is_file():
+        return Members(key, InstanceFacts([]))
+    c = read_table(q, ["instance", "collective", "parallel_dim", "msg_bytes", "busbw_gbps", "pg_ranks", "ranks"])
+    gpu, nic = _peaks(meta)
+    spans: dict = {}                                   # a group's member list -> whether it spans nodes (once)
+
+    def inter(text):
+        if text not in spans:
+            spans[text] = len({int(x) // 8 for x in re.findall(r"\d+", text)}) > 1
+        return spans[text]
+    n = len(c["instance"])
+    return Members(key, InstanceFacts(
+        c["instance"], name=[str(x) for x in c["collective"]], dim=[str(x or "") for x in c["parallel_dim"]],
+        bytes=[int(b or 0) for b in c["msg_bytes"]],
+        busbw=[float(bw) if bw is not None else math.nan for bw in c["busbw_gbps"]],
+        inter=[inter(str(pg or rk or "")) for pg, rk in zip(c["pg_ranks"], c["ranks"])],
+        gpu_gbps=np.full(n, gpu), nic_gbps=np.full(n, nic)))
 
 
 def _peaks(meta) -> tuple:

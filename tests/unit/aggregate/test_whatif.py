@@ -181,3 +181,23 @@ def test_two_iterations(tmp_path):
     for r in rows:
         clean = step_span(tmp_path / f"clean{r['iteration']}")
         assert r["ranks_touched"] == 2 and abs(r["predicted_span_ns"] - clean) <= 0.03 * clean
+
+
+def test_instance_facts_are_columns_with_defaults_for_unknown_instances():
+    """The matched instances' facts as columns (``InstanceFacts``): looked up by id in any order,
+    an unknown id gets each fact's default; built from rows as from columns alike."""
+    import math
+    from streamtrace.aggregate.whatif_job import InstanceFacts
+    f = InstanceFacts([7, 3], name=["AllGather", "AllReduce"], bytes=[70, 30], inter=[True, False])
+    assert f.column("name", [3, 9, 7]).tolist() == ["AllReduce", "", "AllGather"]
+    assert f.column("bytes", [7, 3, 3]).tolist() == [70, 30, 30]
+    assert f.column("inter", [3, 7, -1]).tolist() == [False, True, False]
+    assert math.isnan(f.column("busbw", [3])[0]) and f.get(9) is None
+    one = f.get(7)
+    assert {k: one[k] for k in ("name", "dim", "bytes", "inter")} == {"name": "AllGather", "dim": "", "bytes": 70,
+                                                                     "inter": True}
+    assert all(math.isnan(one[k]) for k in ("busbw", "gpu_gbps", "nic_gbps"))
+    rows = InstanceFacts.from_rows({3: {"name": "AllReduce", "bytes": 30}, 7: {"name": "AllGather", "bytes": 70,
+                                                                             "inter": True}})
+    for k in ("name", "bytes", "inter"):
+        assert rows.column(k, [3, 7]).tolist() == f.column(k, [3, 7]).tolist()
