@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -99,14 +100,22 @@ def parse_ranks(v) -> list:
     if isinstance(v, list):
         return [int(x) for x in v if isinstance(x, int)]
     if isinstance(v, str):
-        try:
-            r = ast.literal_eval(v.strip() or "[]")
-        except (ValueError, SyntaxError, TypeError, MemoryError):
-            return [int(x) for x in re.findall(r"-?\d+", v)]
-        if isinstance(r, (list, tuple)):
-            return [int(x) for x in r if isinstance(x, int)]
-        return [int(r)] if isinstance(r, int) else None
+        r = _ranks_text(v)
+        return None if r is None else list(r)
     return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _ranks_text(v: str) -> tuple | None:
+    """``parse_ranks`` of a text, once per distinct text: every collective of a process group
+    repeats its member list (4,096 ranks: 256 members, ~1.5 KB, in every data-parallel call)."""
+    try:
+        r = ast.literal_eval(v.strip() or "[]")
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return tuple(int(x) for x in re.findall(r"-?\d+", v))
+    if isinstance(r, (list, tuple)):
+        return tuple(int(x) for x in r if isinstance(x, int))
+    return (int(r),) if isinstance(r, int) else None
 
 
 def _int(v) -> int | None:

@@ -252,3 +252,18 @@ def test_annotation_only_era_real_rank(tmp_path_factory):
     assert Counter(k for k, _, _ in want) == {"AllReduce": 18, "AllToAll": 42}
     assert list(zip(got["collective"], got["in_bytes"], got["out_bytes"])) == want
     assert set(got["bytes_source"]) == {"annotation_dims"} and set(got["group_size"]) == {8}
+
+
+def test_rank_lists_parse_once_per_text_and_each_caller_gets_its_own_list():
+    """``parse_ranks`` reads a member list once per distinct text (every collective of a group repeats
+    it); a caller that changes its list does not change the next caller's, and a list nested past
+    the parser's recursion limit falls back to its numbers."""
+    from streamtrace.analyze.collective_facts import _ranks_text, parse_ranks
+    text = "[" + ", ".join(str(r) for r in range(0, 4096, 16)) + "]"
+    _ranks_text.cache_clear()
+    first = parse_ranks(text)
+    first.append(-1)
+    assert parse_ranks(text) == list(range(0, 4096, 16))
+    assert _ranks_text.cache_info().hits == 1 and _ranks_text.cache_info().misses == 1
+    assert parse_ranks("[" * 100_000 + "7") == [7]
+    assert parse_ranks("") == [] and parse_ranks(None) is None and parse_ranks("5") == [5]
