@@ -4,6 +4,7 @@ apart (``rank_plan``: a merged multi-rank trace holds several), and analyse each
 its Parquet partitions (``streamtrace.analyze.rank.analyze_rank``)."""
 from __future__ import annotations
 
+import functools
 import tempfile
 from dataclasses import dataclass, replace
 
@@ -155,6 +156,16 @@ def _ingest_file(path, outdir, opt, pats, spill, file_rank, progress) -> _Ingest
     return got
 
 
+@functools.lru_cache(maxsize=4)
+def run_topology(path):
+    """``load_topology(path)``, read once per process for the files it analyses: the topology of a
+    job lists every rank's groups, so reading it per file was quadratic in the world size (4,096
+    ranks: ~60 of the epilogue's 251 analyze CPU-s).  Shared, not copied: the analysis only looks
+    groups up in it.  ``analyze`` clears it at the start of a run (a file changed since is read
+    again)."""
+    return load_topology(path)
+
+
 def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progress=None) -> list[dict]:
     """Analyse one trace file (any number of ranks inside) into ``outdir``: its Parquet partitions
     (``kernels/`` and ``ops/``, ``partition_path``) and one summary
@@ -165,7 +176,7 @@ def analyze_file(path, outdir, file_rank, iteration, opt: AnalyzeOptions, progre
     pats = Patterns.load(opt.patterns).with_step(opt.step_pattern)
     if not opt.step_pattern and is_sqlite(path):
         pats = pats.for_export()                         # its NVTX step ranges too (streamtrace.trace.steps)
-    topo = load_topology(opt.topology) if opt.topology else None
+    topo = run_topology(opt.topology) if opt.topology else None
     spill = tempfile.TemporaryDirectory(prefix=f".streamtrace-spill.{owner()}.", dir=outdir) if opt.chunked else None
     try:
         got = _ingest_file(path, outdir, opt, pats, spill, file_rank, progress)

@@ -38,7 +38,7 @@ from ..runtime.files import atomic_output, output_folder
 from ..runtime.parallel import TaskFailure, run_tasks, scheduler_address
 from ..trace.discover import expand_inputs, identify, load_rank_map, nothing_found
 from ..trace.nsys import count_gpu_processes
-from .file import analyze_file
+from .file import analyze_file, run_topology
 from .options import AnalyzeOptions
 
 #: what ``analyze --gpu-only`` says (``summary.json``'s ``"notices"``; ``"gpu_only": true`` beside it)
@@ -99,6 +99,7 @@ def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> Analysis:
     """
     opt = opt or AnalyzeOptions()
     t0 = time.time()
+    run_topology.cache_clear()              # (the topology read again: it may have changed since the last run)
     skipped = []
     tasks, notices = _tasks(inputs, opt, skipped)
     with output_folder(outdir, owned=Analysis.owns, inputs=[t.path for t in tasks]) as stage:

@@ -418,3 +418,23 @@ def test_cli_chunk_events_default_is_the_library_default():
     from streamtrace.cli import analyze as cli
     from streamtrace.events.store import CHUNK_EVENTS
     assert inspect.signature(cli.analyze).parameters["chunk_events"].default == CHUNK_EVENTS
+
+
+def test_the_topology_is_read_once_per_run_and_again_in_the_next(synth, tmp_path, monkeypatch):
+    """The job's topology (every rank's groups) is read once for all the files a process analyses,
+    not once per file (quadratic in the world size), and read again by the next run (it may have
+    changed); the analysis is the one each file's own read gave (the fixture's run, ``jobs=2``)."""
+    import streamtrace.analyze.file as af
+    _, summary, d = synth
+    reads = []
+    real = af.load_topology
+    monkeypatch.setattr(af, "load_topology", lambda p: reads.append(p) or real(p))
+    topo = str(d / "traces" / "streamtrace_topology.json")
+    again = analyze([d / "traces"], tmp_path / "a", AnalyzeOptions(jobs=1, topology=topo))
+    assert len(again["ranks"]) == 8 and reads == [topo]
+    cols = ["rank", "ts_ns", "name", "parallel_dim"]
+    mine, first = (ds.dataset(x / "kernels", partitioning="hive").to_table(columns=cols).sort_by(
+        [("rank", "ascending"), ("ts_ns", "ascending")]) for x in (tmp_path / "a", d / "out"))
+    assert mine.num_rows and mine.equals(first) and "TP" in set(mine["parallel_dim"].to_pylist())
+    analyze([d / "traces"], tmp_path / "b", AnalyzeOptions(jobs=1, topology=topo))
+    assert reads == [topo, topo]
