@@ -13,7 +13,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from .lifecycle import child_ready, die_with_parent, forking, stop_once
+from .lifecycle import child_ready, die_with_parent, forking, resend_later, stop_once
 
 # seconds a stage's process is given to clean up and end once told to stop, before SIGKILL
 STOP_GRACE = 20.0
@@ -30,6 +30,8 @@ class ChildError(RuntimeError):
         self.details = details
 
 def _exit_on_term(signum, frame):
+    if resend_later(signum, frame):          # not inside a finalizer or llvmlite's bindings
+        return
     raise SystemExit(1)
 
 

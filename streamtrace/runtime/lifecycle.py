@@ -21,8 +21,9 @@
   caller's code; a child keeps them blocked until its own handlers are set (``stop_once``,
   ``child_signals`` of ``fork``, ``worker_signals``), then acts
   on one that came meanwhile (``child_ready``).  Nor is a signal raised inside a finalizer
-  (``__del__``, e.g. llvmlite's while numba compiles), where Python would print and drop the exception:
-  it is sent again 20 ms later.
+  (``__del__``, e.g. llvmlite's while numba compiles), where Python would print and drop the exception,
+  or inside llvmlite's bindings (an object half made fails in its finalizer), in the command's process
+  or a stage's forked child: it is sent again 20 ms later (``resend_later``).
 """
 from __future__ import annotations
 
@@ -68,17 +69,19 @@ def _deferred(signum) -> bool:
 def _in_finalizer(frame) -> bool:
     """True when ``frame`` (the one a signal handler interrupted) runs inside a ``__del__``: an
     exception raised there is printed ("Exception ignored in: <function ObjectRef.__del__>", llvmlite's
-    while numba compiles) and dropped, so the signal would be lost."""
+    while numba compiles) and dropped, so the signal would be lost; or inside llvmlite's bindings: an
+    exception raised while one of its objects is being made leaves it half made, and its finalizer
+    then fails the same way ("'ValueRef' object has no attribute '_as_parameter_'")."""
     while frame is not None:
-        if frame.f_code.co_name == "__del__":
+        if frame.f_code.co_name == "__del__" or f"{os.sep}llvmlite{os.sep}" in frame.f_code.co_filename:
             return True
         frame = frame.f_back
     return False
 
 
-def _later(signum, frame) -> bool:
-    """True when the handler must not raise now: the interrupted code is a finalizer (see
-    ``_in_finalizer``); the signal is sent again in 20 ms, when the finalizer has most likely returned."""
+def resend_later(signum, frame) -> bool:
+    """True when a handler must not raise now: the interrupted code is a finalizer or llvmlite's
+    (see ``_in_finalizer``); the signal is sent again in 20 ms, when that code has most likely returned."""
     if not _in_finalizer(frame):
         return False
     t = threading.Timer(0.02, os.kill, (os.getpid(), signum))
@@ -96,7 +99,7 @@ if hasattr(os, "register_at_fork"):
 
 
 def _raise_terminated(signum, frame):
-    if _deferred(signum) or _later(signum, frame):
+    if _deferred(signum) or resend_later(signum, frame):
         return
     signal.signal(signal.SIGTERM, signal.SIG_IGN)        # a second SIGTERM must not cut the clean-up
     raise Terminated()
@@ -104,7 +107,7 @@ def _raise_terminated(signum, frame):
 
 def _interrupted(signum, frame):
     """SIGINT in the command's process: ``KeyboardInterrupt``, as Python's own handler, unless deferred."""
-    if _deferred(signum) or _later(signum, frame):
+    if _deferred(signum) or resend_later(signum, frame):
         return
     raise KeyboardInterrupt()
 
@@ -161,7 +164,7 @@ def _ignore(signum, frame):
 
 
 def _raise_once(signum, frame):
-    if _deferred(signum) or _later(signum, frame):
+    if _deferred(signum) or resend_later(signum, frame):
         return
     signal.signal(signal.SIGINT, _ignore)      # the clean-up the first one starts runs to its end
     signal.signal(signal.SIGTERM, _ignore)
