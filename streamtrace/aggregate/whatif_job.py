@@ -45,7 +45,7 @@ class InstanceFacts:
         self.cols = {}
         for k, d in self.DEFAULTS.items():
             v = columns.get(k)
-            kind = object if isinstance(d, str) else type(d) if not isinstance(d, float) else np.float64
+            kind = {str: object, float: np.float64}.get(type(d), type(d))
             self.cols[k] = (np.full(len(o), d, kind) if v is None else np.asarray(v, kind).reshape(-1)[o])
 
     @classmethod

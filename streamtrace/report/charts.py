@@ -100,7 +100,8 @@ def save(fig, path_stem, formats=("png",)) -> list:
     the paths.  The figure is drawn once on the Agg canvas and the PNG is that pixel buffer, cropped;
     when something drawn lies off the canvas, the canvas is first grown by that much (axes keep
     their size) and drawn again.  What is drawn: the pixels that are not the background
-    (``_drawn_box``), matplotlib's tight box where those reach the canvas' edge or for SVG.  The SVG is one more draw with the measured box.  Raises
+    (``_drawn_box``), matplotlib's tight box where those reach the canvas' edge or for SVG.  The
+    SVG is one more draw with the measured box.  Raises
     ValueError for another format."""
     from matplotlib.transforms import Bbox
     plt = pyplot()
