@@ -193,9 +193,12 @@ class MergePlan:
                 tasks += [SurveyTask(splits[i].path, i, {}, True, want_flows, False, r, coll) for r in splits[i].ranges]
         done = run_tasks(run_survey, [(t,) for t in tasks], self.jobs, scheduler=opt.scheduler,
                          on_result=share_metadata_groups)
+        by_file: dict = {}                   # file index -> its surveys, in task order
+        for s, t in zip(done, tasks):
+            by_file.setdefault(t.file_index, []).append(s)
         surveys = []
         for i, tf in enumerate(self.files):
-            mine = [s for s, t in zip(done, tasks) if t.file_index == i]
+            mine = by_file.get(i, [])
             if i not in splits:
                 surveys.append(mine[0])
             elif full:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import os
+import time
 
 import pyarrow.parquet as pq
 import pytest
@@ -50,6 +51,52 @@ def test_on_result_in_this_process(tmp_path, jobs):
 def test_any_executor(tmp_path):
     with cf.ThreadPoolExecutor(2) as ex:
         assert run_tasks(flaky, [(i, str(tmp_path)) for i in (0, 1, 4)], executor=ex) == [0, 10, 40]
+
+
+class _CountedWaiters(list):
+    installed = 0
+
+    def append(self, w):
+        _CountedWaiters.installed += 1
+        super().append(w)
+
+
+class _OneAtATime(cf.Executor):
+    """Runs its tasks on one thread, in order, 1 ms each; its futures count the waiters put on
+    them (``concurrent.futures.wait`` puts one on every unfinished future it is given, per call)."""
+
+    def __init__(self):
+        self.pool = cf.ThreadPoolExecutor(1)
+
+    def submit(self, fn, *args):
+        f = cf.Future()
+        f._waiters = _CountedWaiters()
+
+        def run():
+            time.sleep(0.001)
+            try:
+                f.set_result(fn(*args))
+            except BaseException as e:   # noqa: BLE001 - handed to the caller as the future's
+                f.set_exception(e)
+        self.pool.submit(run)
+        return f
+
+    def shutdown(self, wait=True, **kw):
+        self.pool.shutdown(wait)
+
+
+def test_many_tasks_cost_each_one_wait(tmp_path):
+    # 600 tasks finishing one by one: waiting for each one in turn must not touch every task still
+    # pending (it did: 20 CPU-s of a 4,096-rank merge went to concurrent.futures.wait's waiters)
+    n = 600
+    _CountedWaiters.installed = 0
+    ticks = []
+    with _OneAtATime() as ex:
+        got = run_tasks(flaky, [(i % 2, str(tmp_path)) for i in range(n)], executor=ex,
+                        on_tick=lambda: ticks.append(1))
+    assert got == [(i % 2) * 10 for i in range(n)]
+    assert _CountedWaiters.installed <= 2 * n
+    assert ticks                       # called at least once, at the end
 
 
 def _tables(out):
