@@ -86,9 +86,12 @@ def style():
     """The charts' matplotlib settings, as a context (``matplotlib.rc_context``; the caller's settings
     are left as they were): titles at the axes' top plus the title pad, not placed above whatever
     is drawn there (no chart draws ticks or labels above its axes), which spares measuring every
-    tick label of every axes once more per draw (~15 % of a chart's time)."""
+    tick label of every axes once more per draw (~15 % of a chart's time); text rendered without
+    FreeType's hinting, at the pixel grid's own resolution (``text.hinting`` ``no_hinting``,
+    ``text.hinting_factor`` 1, where matplotlib's defaults autohint each glyph at 8x the horizontal
+    resolution: the same layout, ~10 % of a report's chart time less, text a little softer)."""
     import matplotlib
-    return matplotlib.rc_context({"axes.titley": 1.0})
+    return matplotlib.rc_context({"axes.titley": 1.0, "text.hinting": "no_hinting", "text.hinting_factor": 1})
 
 
 FORMATS = ("png", "svg")

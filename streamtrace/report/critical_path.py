@@ -60,26 +60,26 @@ def _peer_ranks(ranks, top, stages) -> list:
     return [top] + others
 
 
-def _gpu_wait(aggdir, it, step, rank) -> int | None:
-    """The rank's GPU time waiting for launches in the step (``idle_breakdown``: the device rows,
-    stream -1, ``host_wait_ns``)."""
-    ib = read_aggregate_table(aggdir, IDLE_BREAKDOWN, where={"rank": [rank]})
+def _gpu_wait(ib, it, step, rank) -> int | None:
+    """The rank's GPU time waiting for launches in the step (``ib``: ``idle_breakdown`` columns of
+    at least that rank; its device rows, stream -1, ``host_wait_ns``)."""
     if not ib or "host_wait_ns" not in ib:
         return None
-    m = (ib["iteration"] == it) & (ib["step"] == step) & (ib["stream"] == -1)
+    m = (ib["rank"] == rank) & (ib["iteration"] == it) & (ib["step"] == step) & (ib["stream"] == -1)
     return int(np.nansum(ib["host_wait_ns"][m])) if m.any() else None
 
 
-def replayed_next(aggdir, key, rank, total) -> list | None:
+def replayed_next(wi, key, rank, total) -> list | None:
     """What bounds the step next as the what-if replay says it (``whatif.parquet``'s row of
     ``median:rank=R`` for the step, R the rank holding most of the path), in the shape of the
     ``next`` summary rows (the first-order estimate of ``streamtrace.aggregate.critical_ranks``,
     which it replaces); [] when the replay saves under ``NEXT_MIN_GAIN``
-    of the path (nothing is said), None when the aggregate replayed no such change."""
-    t = read_aggregate_table(aggdir, WHATIF, where={"change": [f"median:rank={rank}"]})
+    of the path (nothing is said), None when the aggregate replayed no such change.  ``wi``:
+    ``whatif.parquet``'s columns of at least that change."""
+    t = wi
     if not t or not len(t["step"]):
         return None
-    m = (t["iteration"] == key[0]) & (t["step"] == key[1])
+    m = (t["change"] == f"median:rank={rank}") & (t["iteration"] == key[0]) & (t["step"] == key[1])
     if not m.any():
         return None
     i = int(np.flatnonzero(m)[0])
@@ -122,9 +122,9 @@ def _top_part(segs, top) -> tuple[dict, list]:
     return by_cat, rows
 
 
-def _step(aggdir, key, summ, segs, ranks, step_ns, short, stages=None) -> dict:
+def _step(tables, key, summ, segs, ranks, step_ns, short, stages=None) -> dict:
     """One step's section data and sentences; ``segs``: the step's path segments as columns
-    (``SEGMENT_COLUMNS``)."""
+    (``SEGMENT_COLUMNS``); ``tables``: the other tables' rows of every step (``_StepTables``)."""
     by = lambda w: [r for r in summ if r["what"] == w]  # noqa: E731
     total = dict(by("total")[0])
     nseg = len(segs["rank"])
@@ -143,22 +143,19 @@ def _step(aggdir, key, summ, segs, ranks, step_ns, short, stages=None) -> dict:
     if not ranks or not nseg:
         return out | {"sentences": [s1, "The path has no segments.", ""]}
     top = max(ranks, key=lambda r: r["path_ns"])
-    replayed = replayed_next(aggdir, key, top["rank"], total)
+    replayed = replayed_next(tables.whatif, key, top["rank"], total)
     nxt = replayed if replayed is not None else nxt
     out["next"] = {"change": nxt[0]["key"], "path_ns": nxt[0]["path_ns"],
                    "ranks": [(r["rank"], r["ns"], r["pct"]) for r in nxt]} if nxt else None
     cats_top, threads = _top_part(segs, top)
     peers = _peer_ranks(ranks, top["rank"], stages)
-    where = {"rank": peers, "iteration": [key[0]]}
-    ops = read_aggregate_table(aggdir, OP_STATS, columns(OP_STATS, "step", "rank", "name", "cat", "self_ns"),
-                               where=where) if len(peers) > 1 else {}
-    kern = read_aggregate_table(aggdir, KERNEL_STATS, columns(KERNEL_STATS, "step", "rank", "kind", "total_ns"),
-                                where=where) if len(peers) > 1 else {}
+    ops = tables.of(tables.ops, key[0], peers) if len(peers) > 1 else {}
+    kern = tables.of(tables.kernels, key[0], peers) if len(peers) > 1 else {}
     stages = stages or {}
     others = [r for r in ranks if r["rank"] != top["rank"]]
     cmp = {"cpu": compare_ops(ops, top["rank"], key[1]) if ops else None,
            "gpu": compare_kernels(kern, top["rank"], key[1]) if kern else None}
-    s2 = cause_sentence(top, threads, cats_top, cmp, _gpu_wait(aggdir, key[0], key[1], top["rank"]),
+    s2 = cause_sentence(top, threads, cats_top, cmp, _gpu_wait(tables.idle, key[0], key[1], top["rank"]),
                         (len(others), sum(r["wait_ns"] for r in others)), short,
                         [(r, p) for r, _, p in shares if r != top["rank"]])
     out["bound_by"] = {"rank": top["rank"], "categories": cats_top}
@@ -175,13 +172,54 @@ def critical_section(aggdir, short=lambda s: s) -> dict:
     ranks = _rows(aggdir, CRITICAL_PATH_RANKS)
     lengths = _step_ns(aggdir)
     stages = _stages(aggdir) if ranks else {}
+    keys = sorted({(r["iteration"], r["step"]) for r in summ})
+    pick = lambda rows, key: [r for r in rows if (r["iteration"], r["step"]) == key]  # noqa: E731
+    tables = _StepTables.read(aggdir, [pick(ranks, key) for key in keys], stages)
     steps = []
-    for key in sorted({(r["iteration"], r["step"]) for r in summ}):
-        pick = lambda rows: [r for r in rows if (r["iteration"], r["step"]) == key]  # noqa: E731
+    for key in keys:
         m = (segs["iteration"] == key[0]) & (segs["step"] == key[1])
-        steps.append(_step(aggdir, key, pick(summ), {c: v[m] for c, v in segs.items()}, pick(ranks),
+        steps.append(_step(tables, key, pick(summ, key), {c: v[m] for c, v in segs.items()}, pick(ranks, key),
                            lengths.get(key), short, stages))
     return {"steps": steps, "from": SOURCES}
+
+
+class _StepTables:
+    """The rows of ``whatif``, ``idle_breakdown``, ``op_stats`` and ``kernel_stats`` that the steps'
+    sentences read, each table read once for every step (the bounding ranks, their peers, the
+    steps' iterations), not once per step."""
+
+    def __init__(self, whatif, idle, ops, kernels):
+        self.whatif, self.idle, self.ops, self.kernels = whatif, idle, ops, kernels
+
+    @classmethod
+    def read(cls, aggdir, step_ranks: list, stages: dict) -> _StepTables:
+        """``step_ranks``: each step's ``critical_path_ranks`` rows."""
+        tops = sorted({max(rk, key=lambda r: r["path_ns"])["rank"] for rk in step_ranks if rk})
+        if not tops:
+            return cls({}, {}, {}, {})
+        peers, iters = set(), set()
+        for rk in step_ranks:
+            if rk:
+                p = _peer_ranks(rk, max(rk, key=lambda r: r["path_ns"])["rank"], stages)
+                if len(p) > 1:
+                    peers.update(p)
+                    iters.add(rk[0]["iteration"])
+        wi = read_aggregate_table(aggdir, WHATIF, where={"change": [f"median:rank={r}" for r in tops]})
+        ib = read_aggregate_table(aggdir, IDLE_BREAKDOWN, where={"rank": tops})
+        where = {"rank": sorted(peers), "iteration": sorted(iters)}
+        ops = read_aggregate_table(aggdir, OP_STATS, columns(OP_STATS, "iteration", "step", "rank", "name", "cat",
+                                                             "self_ns"), where=where) if peers else {}
+        kern = read_aggregate_table(aggdir, KERNEL_STATS, columns(KERNEL_STATS, "iteration", "step", "rank", "kind",
+                                                                  "total_ns"), where=where) if peers else {}
+        return cls(wi, ib, ops, kern)
+
+    @staticmethod
+    def of(t: dict, iteration, ranks) -> dict:
+        """``t``'s rows of ``iteration`` and ``ranks``."""
+        if not t:
+            return {}
+        m = (t["iteration"] == iteration) & np.isin(t["rank"], ranks)
+        return {c: v[m] for c, v in t.items()}
 
 
 def _step_label(step) -> str:

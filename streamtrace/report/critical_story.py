@@ -20,6 +20,7 @@ defines slack, wait and what bounds next).
 from __future__ import annotations
 
 import re
+import statistics
 
 import numpy as np
 
@@ -149,8 +150,12 @@ def compare_ops(ops: dict, top: int, step) -> tuple | None:
         return None
     mine: dict = {}
     theirs: dict = {}
+    waits: dict = {}                                    # name -> it waits (one search per distinct name)
     for r, nm, v in zip(rank.tolist(), name.tolist(), self_ns.tolist()):
-        if WAITING.search(nm):
+        w = waits.get(nm)
+        if w is None:
+            w = waits[nm] = WAITING.search(nm) is not None
+        if w:
             continue
         if r == top:
             mine[nm] = mine.get(nm, 0) + v
@@ -160,7 +165,7 @@ def compare_ops(ops: dict, top: int, step) -> tuple | None:
     common = list(mine)                                 # an op the others do not run counts as 0 there
     if not common:
         return None
-    med = {nm: float(np.median([theirs.get(nm, {}).get(p, 0) for p in peers])) for nm in common}
+    med = {nm: float(statistics.median([theirs.get(nm, {}).get(p, 0) for p in peers])) for nm in common}
     a, b = sum(mine[nm] for nm in common), sum(med.values())
     worst = sorted(common, key=lambda nm: -(mine[nm] - med[nm]))[:3]
     return (a / b if b else 0.0, len(peers), [(nm, mine[nm], med[nm]) for nm in worst if mine[nm] > med[nm]])
