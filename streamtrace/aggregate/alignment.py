@@ -80,6 +80,7 @@ class Part:
     clock_offset_ns: int = 0     # estimated clock offset, subtracted after the alignment
     step_patterns: list | None = None
     step_numbers: tuple = ()     # the steps analyze found (summary.json's ranks[].iterations keys)
+    _files: dict = field(default_factory=dict, repr=False, compare=False)    # dataset -> files, listed once
 
     @property
     def steps(self) -> StepNames:
@@ -88,8 +89,12 @@ class Part:
 
     def files(self, dataset) -> list[Path]:
         """The rank's ``dataset`` ("kernels" or "ops") files in row order: ``part-0.parquet``, or
-        several after ``analyze --jobs N`` of one big trace."""
-        return partition_files(self.dir, dataset, self.rank, self.iteration)
+        several after ``analyze --jobs N`` of one big trace.  Listed once per part (the folder
+        was listed a dozen times per rank in an aggregate)."""
+        got = self._files.get(dataset)
+        if got is None:
+            got = self._files[dataset] = partition_files(self.dir, dataset, self.rank, self.iteration)
+        return list(got)
 
     def read(self, dataset, columns):
         """The rank's ``dataset`` rows (all part files, in order) as a pyarrow Table; None when

@@ -117,7 +117,8 @@ def parquet_file(path, columns=()) -> pq.ParquetFile:
         raise DataError(path, "missing") from None
     except (OSError, pa.ArrowException, ValueError) as e:
         raise DataError(path, f"not a readable Parquet file ({_why(e)})") from None
-    missing = [c for c in columns if c not in f.schema_arrow.names]
+    names = set(f.schema_arrow.names) if columns else ()     # (schema_arrow builds a schema per call)
+    missing = [c for c in columns if c not in names]
     if missing:
         raise DataError(path, f"has no column {', '.join(map(repr, missing))} (damaged, or not written by streamtrace)")
     return f
