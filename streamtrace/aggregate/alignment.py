@@ -394,7 +394,14 @@ def read_parquet_columns(path, columns, job=None, part=None, kind=None) -> dict:
     cols = list(dict.fromkeys(list(columns) + ["ts_ns", "step"] + (["kind"] if kind else [])))
     fcols = [c for c in cols if c != "iteration"]
     files = [Path(p) for p in (path if isinstance(path, (list, tuple)) else [path]) if Path(p).is_file()]
-    t = read_partition(files, fcols, schema_of(KERNELS))
+    return kernel_columns(read_partition(files, fcols, schema_of(KERNELS)), columns, job, part, kind)
+
+
+def kernel_columns(t, columns, job=None, part=None, kind=None) -> dict:
+    """``read_parquet_columns`` of a kernels table already read (``t``: pyarrow, with ``columns``,
+    ``ts_ns``, ``step`` and, with ``kind``, ``kind``; other columns are left out)."""
+    cols = list(dict.fromkeys(list(columns) + ["ts_ns", "step"] + (["kind"] if kind else [])))
+    fcols = [c for c in cols if c != "iteration"]
     if kind is not None:
         t = t.filter(pc.equal(t["kind"], kind))
     out = {c: column_numpy(t[c]) for c in fcols}

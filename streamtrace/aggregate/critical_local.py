@@ -230,11 +230,12 @@ def reduce_step(t, cols, anchors, order):
     return pos, red, keep[marked], int((~ok).sum())
 
 
-def part_reads(part) -> dict:
+def part_reads(part, kernels=(), ops=()) -> dict:
     """The part's ``{"kernels", "ops", "cuda_sync"}`` pyarrow tables (None where it has none) with the
-    columns ``part_paths`` and ``streamtrace.aggregate.explain.part_tables`` use: read once for both."""
-    kc = list(dict.fromkeys(KERNEL_COLUMNS + EXPLAIN_KERNELS))
-    oc = list(dict.fromkeys(OPS_COLUMNS + STATS_OPS))
+    columns ``part_paths`` and ``streamtrace.aggregate.explain.part_tables`` use, and ``kernels`` /
+    ``ops`` more: read once for all of them."""
+    kc = list(dict.fromkeys(KERNEL_COLUMNS + EXPLAIN_KERNELS + [c for c in kernels if c != "iteration"]))
+    oc = list(dict.fromkeys(OPS_COLUMNS + STATS_OPS + list(ops)))
     return {KERNELS: part.read(KERNELS, kc), OPS: part.read(OPS, oc),
             CUDA_SYNC: part.read(CUDA_SYNC, SYNC_COLUMNS)}
 

@@ -71,7 +71,7 @@ from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
 from ..topology.sources import load_topology
 from ..topology.trainconfig import config_topology, from_torchtitan_toml
-from .alignment import Job
+from .alignment import Job, kernel_columns
 from ..events.collmatch import mismatch_warning
 from .collective_rows import RankDims, fill_dims
 from .collective_spill import collectives_to
@@ -128,11 +128,14 @@ def _clipped_length(us, ue, lo, hi) -> int:
 
 # -- one rank ----------------------------------------------------------------------------
 
-def _steps(part) -> dict:
+STEP_COLUMNS = ["name", "ts_ns", "dur_ns"]
+
+
+def _steps(part, ops=None) -> dict:
     """``{step number: (ts_ns, dur_ns)}`` of the part's step ops (rank-local): ``ProfilerStep#N``, or
     the step names analyze used for it (``steps``); the last
-    op of a number wins."""
-    t = part.read(OPS, ["name", "ts_ns", "dur_ns"])
+    op of a number wins.  ``ops``: the part's ops table already read (with ``STEP_COLUMNS``), or None."""
+    t = part.read(OPS, STEP_COLUMNS) if ops is None else ops.select(STEP_COLUMNS)
     if t is None:
         return {}
     steps = part.steps
@@ -146,9 +149,14 @@ def _steps(part) -> dict:
     return out
 
 
-def _gpu_part(job, part):
-    k = job.read_kernels(part, columns=("device", "ts_ns", "end_ns", "kind", "phase", "microbatch", "iteration",
-                                        "step", "name", "parallel_dim", "pg_ranks", "collective"))
+GPU_PART_COLUMNS = ("device", "ts_ns", "end_ns", "kind", "phase", "microbatch", "iteration", "step", "name",
+                    "parallel_dim", "pg_ranks", "collective")
+
+
+def _gpu_part(job, part, kernels=None):
+    """``kernels``: the part's kernels table already read (with ``GPU_PART_COLUMNS``), or None."""
+    k = job.read_kernels(part, columns=GPU_PART_COLUMNS) if kernels is None else \
+        kernel_columns(kernels, GPU_PART_COLUMNS, job, part)
     s, e = part.align(k["ts_ns"]), part.align(k["end_ns"])
     code = np.asarray([KIND_CODE.get(x, 0) for x in k["kind"]], np.int8)
     dim = np.asarray(k["parallel_dim"], object).copy()
@@ -320,12 +328,16 @@ def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=Non
     """One part's rows; with ``spill`` (a folder) its timeline rows go to a file there (``write_part``, returned
     in their place) so the parent never holds every part's timeline, with ``replay`` its what-if rows (``spill_rows``)."""
     part = job.parts[index]
-    rows = _gpu_part(job, part) if sum(num_rows(f) for f in part.files(KERNELS)) else None
+    # read once for all: the rank's rows, steps, critical path and explaining tables
+    tables = part_reads(part, GPU_PART_COLUMNS, STEP_COLUMNS) if critical_spill is not None else None
+    kernels = tables[KERNELS] if tables is not None else None
+    has_kernels = kernels.num_rows > 0 if kernels is not None else \
+        tables is None and sum(num_rows(f) for f in part.files(KERNELS)) > 0
+    rows = _gpu_part(job, part, kernels) if has_kernels else None
     if rows is None or not rows[1]:
         rows = _cpu_part(job, part)
-    steps = _steps(part)
+    steps = _steps(part, tables[OPS] if tables is not None else None)
     tl = rows[3] if spill is None else write_timeline_part(spill, index, part.rank, rows[3])
-    tables = part_reads(part) if critical_spill is not None else None       # read once for both
     rep = ReplayRows(job.iteration_of(part), part.index, part.rank) if critical_spill is not None and replay else None
     cp = part_paths(job, part, critical_spill, tables, rep.add if rep is not None else None) \
         if critical_spill is not None else None
