@@ -88,7 +88,7 @@ WHATIF_RANKS_COLUMNS = ("iteration", "step", "part", "rank", "start_ns", "end_ns
 
 RANK_METRICS = ("kernels", "wall_ns", "busy_ns", "idle_ns", "compute_ns", "comm_ns", "memory_ns", "overlap_ns",
                 "exposed_comm_ns", "compute_only_ns", "kernel_time_ns")
-"""The per-rank interval metrics (``streamtrace.aggregate.run.interval_metrics``), columns of ``ranks`` and
+"""The per-rank interval metrics (``streamtrace.aggregate.rank_metrics.interval_metrics``), columns of ``ranks`` and
 ``rank_phase``."""
 RANK_PHASE_COLUMNS = ("iteration", "step", "rank", "device", "source", "phase", "microbatch", "replica", "pp_group",
                       "stage", "start_ns", "end_ns", "compute_start_ns", "compute_end_ns", *RANK_METRICS,

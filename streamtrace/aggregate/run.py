@@ -17,12 +17,8 @@ From the ``streamtrace analyze`` folders of all ranks (one or more iterations) i
   (point-to-point transfers per rank pair, ``streamtrace.aggregate.p2p``);
 * ``aggregate.json`` — inputs, alignment, clock offsets, topology, warnings, file list.
 
-Metrics of a set of GPU events (README definitions, ``shared/traces/README.md``; unions and
-intersections by ``streamtrace.kernels.intervals``): ``wall_ns`` = last end - first start;
-``busy_ns`` = |union of all|; ``compute_ns``, ``comm_ns``, ``memory_ns`` = |union of each class|;
-``overlap_ns`` = |union(comm) ∩ union(compute)|; ``exposed_comm_ns`` = comm - overlap;
-``compute_only_ns`` = compute - overlap; ``idle_ns`` = wall - busy; ``kernel_time_ns`` = sum of
-durations; ``overlap_pct`` = 100 x overlap / comm (percent of communication time).
+Metrics of a set of GPU events: ``streamtrace.aggregate.rank_metrics``; ``overlap_pct`` = 100 x
+overlap / comm (percent of communication time).
 
 ``iteration`` is the trace file's iteration (``iteration_4/``, analyze's ``iteration=4``
 partition; -1 unknown) and ``step`` the ``ProfilerStep#N`` number (-1: outside any step); the
@@ -88,42 +84,15 @@ from .pipeline import pipeline_rows, replica_rows
 from .timeline import join as join_timeline, write_part as write_timeline_part
 from .explain import packed, part_tables, write_tables as write_explain
 from .folder import TABLES, Aggregate, owned, read_aggregate_table  # noqa: F401 (re-exported)
-from .folder import (ITERATIONS, ITERATIONS_COLUMNS, PIPELINE, PIPELINE_COLUMNS, RANK_METRICS, RANK_PHASE,
+from .folder import (ITERATIONS, ITERATIONS_COLUMNS, PIPELINE, PIPELINE_COLUMNS, RANK_PHASE,
                      RANK_PHASE_COLUMNS, RANKS, RANKS_COLUMNS, REPLICAS, REPLICAS_COLUMNS, STRAGGLERS,
                      STRAGGLERS_COLUMNS, TOP_KERNELS, TOP_KERNELS_COLUMNS)
 from .options import AggregateOptions
+from .rank_metrics import KIND_CODE, clipped_length, interval_metrics  # noqa: F401 (re-exported)
 
-KIND_CODE = {"compute": 0, "communication": 1, "memory": 2}
 FB = ("forward", "backward", "recompute")
 _CPU_COMM = re.compile(r"^(c10d::|gloo:|nccl:|record_param_comms)")
 _P2P_OP = re.compile(r"send|recv", re.I)          # a communication op that is a pipeline send / receive
-METRICS = RANK_METRICS
-
-
-# -- interval metrics ------------------------------------------------------------------
-
-def interval_metrics(start, end, kind) -> dict:
-    """Metrics (int ns, see the module docstring) of GPU events ``[start, end)`` (int64 arrays,
-    shape (N,)) with class codes ``kind`` (0 compute, 1 communication, 2 memory)."""
-    s, e, k = np.asarray(start, np.int64), np.asarray(end, np.int64), np.asarray(kind)
-    if not len(s):
-        return dict.fromkeys(METRICS, 0) | {"start_ns": None, "end_ns": None}
-    cu = intervals.union(s[k == 0], e[k == 0])
-    co = intervals.union(s[k == 1], e[k == 1])
-    compute, comm = intervals.union_length(*cu), intervals.union_length(*co)
-    overlap = intervals.intersect_length(co[0], co[1], cu[0], cu[1])
-    busy = intervals.union_length(s, e)
-    wall = int(e.max() - s.min())
-    return {"kernels": int(len(s)), "start_ns": int(s.min()), "end_ns": int(e.max()), "wall_ns": wall,
-            "busy_ns": busy, "idle_ns": wall - busy, "compute_ns": compute, "comm_ns": comm,
-            "memory_ns": intervals.union_length(s[k == 2], e[k == 2]), "overlap_ns": overlap,
-            "exposed_comm_ns": comm - overlap, "compute_only_ns": compute - overlap,
-            "kernel_time_ns": int((e - s).sum())}
-
-
-def _clipped_length(us, ue, lo, hi) -> int:
-    """|canonical union (us, ue) ∩ [lo, hi)|."""
-    return intervals.intersect_length(us, ue, np.asarray([lo], np.int64), np.asarray([hi], np.int64))
 
 
 # -- one rank ----------------------------------------------------------------------------
@@ -272,8 +241,8 @@ def _cpu_part(job, part):
     phase_rows, rank_rows, fb = [], [], {}
 
     def window_row(lo, hi):
-        compute, comm = _clipped_length(*cu, lo, hi), _clipped_length(*co, lo, hi)
-        overlap, busy = _clipped_length(*both, lo, hi), _clipped_length(*allu, lo, hi)
+        compute, comm = clipped_length(*cu, lo, hi), clipped_length(*co, lo, hi)
+        overlap, busy = clipped_length(*both, lo, hi), clipped_length(*allu, lo, hi)
         return {"kernels": 0, "start_ns": int(lo), "end_ns": int(hi), "wall_ns": int(hi - lo), "busy_ns": busy,
                 "idle_ns": int(hi - lo) - busy, "compute_ns": compute, "comm_ns": comm, "memory_ns": 0,
                 "overlap_ns": overlap, "exposed_comm_ns": comm - overlap, "compute_only_ns": compute - overlap,

@@ -48,7 +48,7 @@ from ...runtime.errors import StreamtraceError
 from ...events.dataset import csv_table, read_partition
 from ...runtime.files import atomic_output
 from ...runtime.parallel import run_tasks
-from ...aggregate.run import KIND_CODE, interval_metrics
+from ...aggregate.rank_metrics import KIND_CODE, interval_metrics
 from .unrelated import unrelated_jobs
 from .inputs import DiffOptions, list_text, open_side, pair_ranks
 from .outputs import TABLES, table_path
