@@ -49,6 +49,13 @@ def _step_patterns(inputs) -> dict:
     return {"step_patterns": used} if used else {}
 
 
+def check_throughput(tokens_per_step, global_batch, seq_len) -> None:
+    """Raise ``StreamtraceError`` unless the throughput options are complete: tokens per step, or both
+    the global batch and the sequence length, or none of them."""
+    if tokens_per_step is None and (global_batch is None) != (seq_len is None):
+        raise StreamtraceError("give --tokens-per-step, or both --global-batch and --seq-len")
+
+
 def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq_len=None, top=15,
                  shown=None, efficiency=None) -> dict:
     """The report as a dict (the content of ``report.json``; ``shown``: the aggregate folder's
@@ -57,8 +64,7 @@ def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq
     ``DataError`` naming a damaged or missing file of ``aggdir``."""
     d = Path(aggdir)
     meta = Aggregate.read(d).summary
-    if tokens_per_step is None and (global_batch is None) != (seq_len is None):
-        raise StreamtraceError("give --tokens-per-step, or both --global-batch and --seq-len")
+    check_throughput(tokens_per_step, global_batch, seq_len)
     topo = meta.get("topology") or {}
     sizes = (topo.get("sizes") or {k: max((len(g) for g in topo.get(k) or []), default=1) for k in DIMS}) if topo \
         else dict.fromkeys(DIMS)          # unknown without a topology, not 1
@@ -146,20 +152,29 @@ def write_report(aggdir, outdir=None, opt: ReportOptions | None = None, log=None
     returned and printed; ``shown``: the aggregate folder's path to record.  The Markdown shows the
     PNGs (the SVGs when only those were written).  Returns the report dict (with ``files``)."""
     opt = opt or ReportOptions()
-    rep = build_report(aggdir, opt.name, opt.tokens_per_step, opt.global_batch, opt.seq_len, shown=shown,
-                       efficiency=opt.efficiency)
+    made: dict = {}
+
+    def make() -> dict:
+        made["rep"] = build_report(aggdir, opt.name, opt.tokens_per_step, opt.global_batch, opt.seq_len, shown=shown,
+                                   efficiency=opt.efficiency)
+        return made["rep"]
     out = Path(outdir or aggdir)
     files = []
     chart_formats = opt.chart_formats
     if opt.charts:
         fmts = tuple(chart_formats)
         job = ChartJob(Path(aggdir), out / CHARTS, Aggregate.read(aggdir).summary, fmts)
-        extra = [t for section in sorted(SECTIONS, key=lambda x: x.chart_rank) for t in section.charts(job, rep)]
-        files = render_all(aggdir, out / CHARTS, extra=extra,
+        check_throughput(opt.tokens_per_step, opt.global_batch, opt.seq_len)     # before any chart is drawn
+
+        def sections_charts() -> list:    # made while the chart workers draw the planned charts
+            rep = make()
+            return [t for section in sorted(SECTIONS, key=lambda x: x.chart_rank) for t in section.charts(job, rep)]
+        files = render_all(aggdir, out / CHARTS, extra=sections_charts,
                            opt=ChartOptions(chart_formats=fmts, jobs=opt.jobs, chart_ranks=opt.chart_ranks,
                                             progress=opt.progress))
-    shown = ".png" if "png" in chart_formats else ".svg"
-    pngs = [str(Path(p).relative_to(out)) for p in files if str(p).endswith(shown)]
+    rep = made.get("rep") or make()
+    ext = ".png" if "png" in chart_formats else ".svg"
+    pngs = [str(Path(p).relative_to(out)) for p in files if str(p).endswith(ext)]
     rep["charts"] = pngs
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in rep["name"]) or "report"
     md = out / f"{safe}.md"

@@ -325,18 +325,19 @@ def plan(data, aggdir, opt: ChartOptions) -> list:
 _RUN: dict = {}         # the data, tasks, folder and formats of the render in progress (inherited by forked workers)
 
 
-def draw(i) -> list:
+def draw(i, chart=None) -> list:
     """Draw task ``i`` of the render in progress and save it; returns the written paths ([] when
-    the chart has no content).  ``i`` past the planned tasks: the ``extra`` chart function of that
-    index (``render_all``), called with its arguments.  Drawn in ``charts.style``."""
+    the chart has no content).  ``chart``: one of ``render_all``'s ``extra`` charts, ``(function,
+    args)``, called instead (``i`` is then its place after the planned tasks).  Drawn in
+    ``charts.style``."""
     with drawing.style():
+        if chart is not None:
+            fn, args = chart
+            return list(fn(*args))
         return _draw(i)
 
 
 def _draw(i) -> list:
-    if i >= len(_RUN["tasks"]):
-        fn, args = _RUN["extra"][i - len(_RUN["tasks"])]
-        return list(fn(*args))
     t = _RUN["tasks"][i]
     fn = getattr(drawing, t.fn)
     fig = fn(_RUN["data"], *t.args) if t.data_arg else fn(*t.args)
@@ -396,7 +397,9 @@ def render_all(aggdir, outdir, chart_ranks=None, max_groups=16, max_replicas=8, 
     (``opt``, or the keyword arguments, see ``ChartOptions``; ``ranks``: deprecated, ``chart_ranks``)
     and remove the chart files an earlier run left there.  ``extra``: more charts drawn by the same
     workers, ``[(fn, args)]`` where ``fn(*args)`` writes its files and returns their paths (the report's
-    idle, critical path and efficiency charts); they are started first (each is one of the longest) and
+    idle, critical path and efficiency charts), or a function returning that list, called in this
+    process while the workers draw the first planned charts (the report's Markdown, which those
+    charts need); they are started before the other planned ones (each is one of the longest) and
     their files come after the planned ones.  Returns the written paths in plan order, then ``extra``'s.
     Raises ValueError for an unknown format."""
     if ranks is not None:
@@ -412,19 +415,22 @@ def render_all(aggdir, outdir, chart_ranks=None, max_groups=16, max_replicas=8, 
     out.mkdir(parents=True, exist_ok=True)
     tasks = plan(data, aggdir, opt)
     drawing.pyplot()                               # import matplotlib once, before the workers fork
-    _RUN.update(data=data, tasks=tasks, out=str(out), formats=tuple(opt.chart_formats), extra=list(extra))
-    n = len(tasks) + len(extra)
-    order = list(range(len(tasks), n)) + list(range(len(tasks)))       # the extra ones first
-    jobs = max(1, min(opt.jobs or os.cpu_count() or 1, n))
+    _RUN.update(data=data, tasks=tasks, out=str(out), formats=tuple(opt.chart_formats))
+    later = extra if callable(extra) else (lambda: extra)
+    jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(tasks) + (1 if callable(extra) else len(extra))))
     try:
-        with progress_bar(n, "charts", "chart", opt.progress) as bar:
-            done = run_tasks(draw, [(i,) for i in order], jobs, on_done=bar.update)
+        with progress_bar(len(tasks), "charts", "chart", opt.progress) as bar:
+            def more():
+                charts = list(later())
+                bar.total += len(charts)
+                return [(len(tasks) + j, c) for j, c in enumerate(charts)]
+            # the first planned charts fill the workers while this process makes ``extra`` (when it is a
+            # function), then the extra ones, then the rest: the longest are not left for the end
+            done = run_tasks(draw, [(i,) for i in range(len(tasks))], jobs, on_done=bar.update, more=more,
+                             more_at=2 * jobs if callable(extra) else 0)
     finally:
         _RUN.clear()
-    res = [None] * n
-    for i, r in zip(order, done):
-        res[i] = r
-    files = [Path(p) for r in res for p in r]
+    files = [Path(p) for r in done for p in r]
     keep = {p.name for p in files}
     for old in list(out.glob("*.png")) + list(out.glob("*.svg")):
         if old.name not in keep:

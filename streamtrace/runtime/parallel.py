@@ -165,7 +165,7 @@ def _error_line(e: BaseException) -> str:
 
 
 def run_tasks(fn, args_list, jobs=1, arr=None, on_tick=None, executor=None, scheduler=None,
-              retries=0, keep_going=False, on_done=None, on_result=None):
+              retries=0, keep_going=False, on_done=None, on_result=None, more=None, more_at=0):
     """Run ``fn(*args)`` for each args tuple and return the results in input order.
 
     ``jobs`` > 1 uses a local process pool; ``executor`` (any
@@ -176,18 +176,24 @@ def run_tasks(fn, args_list, jobs=1, arr=None, on_tick=None, executor=None, sche
     (the others finish), else its exception is raised and the rest cancelled.  ``on_done()`` is
     called once per finished task (e.g. a progress bar's ``update``); ``on_result(result)`` on each
     result in this process as it comes back, its return value kept in its place (e.g. to share what
-    equal results hold while one result at a time is held twice)."""
+    equal results hold while one result at a time is held twice).  ``more()``: called once in this
+    process after the first ``more_at`` tasks are sent (with workers: while they run them), returns
+    more args tuples, which are sent next, before the rest; their results come last (work this
+    process does meanwhile, whose outcome decides further tasks: the report's Markdown)."""
     address = scheduler_address(scheduler)
     client = None
     if executor is None and address:
         executor, client = dask_executor(address)
+    tail = (more, more_at) if more is not None else None
     try:
-        if executor is None and (jobs <= 1 or len(args_list) <= 1):
-            return run_inline(fn, args_list, arr, on_tick, retries, keep_going, on_done, on_result)
+        if executor is None and (jobs <= 1 or (len(args_list) <= 1 and more is None)):
+            out = run_inline(fn, args_list, arr, on_tick, retries, keep_going, on_done, on_result)
+            return out if more is None else out + run_inline(fn, list(more()), arr, on_tick, retries, keep_going,
+                                                             on_done, on_result)
         if executor is not None:
-            return _run_on(executor, fn, args_list, on_tick, retries, keep_going, on_done, on_result)
+            return _run_on(executor, fn, args_list, on_tick, retries, keep_going, on_done, on_result, tail)
         with pool(jobs, arr) as ex:
-            return _run_on(ex, fn, args_list, on_tick, retries, keep_going, on_done, on_result)
+            return _run_on(ex, fn, args_list, on_tick, retries, keep_going, on_done, on_result, tail)
     finally:
         if client is not None:
             client.close()
@@ -221,7 +227,7 @@ def run_inline(fn, args_list, arr, on_tick, retries, keep_going, on_done=None, o
     return out
 
 
-def _run_on(ex, fn, args_list, on_tick, retries, keep_going, on_done=None, on_result=None):
+def _run_on(ex, fn, args_list, on_tick, retries, keep_going, on_done=None, on_result=None, tail=None):
     # Every task is submitted at once; each future puts itself on ``finished`` when it completes, so a
     # completion costs O(1) here.  (``cf.wait(pending, FIRST_COMPLETED)`` installs and removes a waiter
     # on every pending future per call: O(tasks) per completion, 20 CPU-s of a 4,096-rank merge.)
@@ -233,11 +239,20 @@ def _run_on(ex, fn, args_list, on_tick, retries, keep_going, on_done=None, on_re
         f = ex.submit(fn, *args_list[i])
         futs[f] = (i, attempt)
         f.add_done_callback(finished.put)
-    for i in range(len(args_list)):
-        submit(i, 1)
-    results = [None] * len(args_list)
+    args_list = list(args_list)
+    n = len(args_list)
+    first = n if tail is None else min(max(tail[1], 0), n)
     ticked = time.monotonic()
     try:
+        for i in range(first):
+            submit(i, 1)
+        if tail is not None:                  # this process' own work while the workers run
+            args_list += list(tail[0]())
+            for i in range(n, len(args_list)):
+                submit(i, 1)
+        for i in range(first, n):
+            submit(i, 1)
+        results = [None] * len(args_list)
         while futs:
             try:
                 f = finished.get(timeout=TICK_S)

@@ -183,3 +183,16 @@ def test_pool_trims_the_parent_before_forking(monkeypatch):
     monkeypatch.setattr(parallel, "trim", lambda: seen.append(len(mp.active_children())))
     assert run_tasks(flaky, [(0, "."), (1, ".")], jobs=2) == [0, 10]
     assert seen == [0]
+
+
+@pytest.mark.parametrize("jobs, at", [(1, 0), (2, 0), (2, 2), (2, 9)])
+def test_more_tasks_made_while_the_first_run(tmp_path, jobs, at):
+    # ``more`` runs once, in this process, after the first ``at`` tasks were sent; its tasks' results
+    # come after the others', whatever the order they were sent in
+    calls = []
+
+    def more():
+        calls.append(os.getpid())
+        return [(4, str(tmp_path)), (5, str(tmp_path))]
+    got = run_tasks(flaky, [(i, str(tmp_path)) for i in (0, 1, 6)], jobs, more=more, more_at=at)
+    assert got == [0, 10, 60, 40, 50] and calls == [os.getpid()]
