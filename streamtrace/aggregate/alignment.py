@@ -391,24 +391,28 @@ def read_parquet_columns(path, columns, job=None, part=None, kind=None) -> dict:
     iteration (the file has no ``iteration`` column: that name is the dataset's partition key;
     ``UNKNOWN_ITERATION`` without a part), ``"step"`` the file's ``step`` column
     (``ProfilerStep#N``, -1 none)."""
-    cols = list(dict.fromkeys(list(columns) + ["ts_ns", "step"] + (["kind"] if kind else [])))
-    fcols = [c for c in cols if c != "iteration"]
     files = [Path(p) for p in (path if isinstance(path, (list, tuple)) else [path]) if Path(p).is_file()]
+    fcols = _file_columns(columns, kind)
     return kernel_columns(read_partition(files, fcols, schema_of(KERNELS)), columns, job, part, kind)
+
+
+def _file_columns(columns, kind) -> list:
+    """The kernels file's columns ``kernel_columns`` reads for ``columns`` (``iteration`` is the part's)."""
+    cols = dict.fromkeys(list(columns) + ["ts_ns", "step"] + (["kind"] if kind else []))
+    return [c for c in cols if c != "iteration"]
 
 
 def kernel_columns(t, columns, job=None, part=None, kind=None) -> dict:
     """``read_parquet_columns`` of a kernels table already read (``t``: pyarrow, with ``columns``,
     ``ts_ns``, ``step`` and, with ``kind``, ``kind``; other columns are left out)."""
-    cols = list(dict.fromkeys(list(columns) + ["ts_ns", "step"] + (["kind"] if kind else [])))
-    fcols = [c for c in cols if c != "iteration"]
+    fcols = _file_columns(columns, kind)
     if kind is not None:
         t = t.filter(pc.equal(t["kind"], kind))
     out = {c: column_numpy(t[c]) for c in fcols}
     if job is not None:
         keep = job.keep_rows(out["step"])
         out = {c: v[keep] for c, v in out.items()}
-    if "iteration" in cols:
+    if "iteration" in columns:
         out["iteration"] = np.full(len(out["ts_ns"]), Job.iteration_of(part) if part is not None
                                    else UNKNOWN_ITERATION, np.int64)
     o = np.argsort(out["ts_ns"], kind="stable")

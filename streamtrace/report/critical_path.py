@@ -69,14 +69,13 @@ def _gpu_wait(ib, it, step, rank) -> int | None:
     return int(np.nansum(ib["host_wait_ns"][m])) if m.any() else None
 
 
-def replayed_next(wi, key, rank, total) -> list | None:
+def replayed_next(t, key, rank, total) -> list | None:
     """What bounds the step next as the what-if replay says it (``whatif.parquet``'s row of
     ``median:rank=R`` for the step, R the rank holding most of the path), in the shape of the
     ``next`` summary rows (the first-order estimate of ``streamtrace.aggregate.critical_ranks``,
     which it replaces); [] when the replay saves under ``NEXT_MIN_GAIN``
-    of the path (nothing is said), None when the aggregate replayed no such change.  ``wi``:
+    of the path (nothing is said), None when the aggregate replayed no such change.  ``t``:
     ``whatif.parquet``'s columns of at least that change."""
-    t = wi
     if not t or not len(t["step"]):
         return None
     m = (t["change"] == f"median:rank={rank}") & (t["iteration"] == key[0]) & (t["step"] == key[1])
@@ -194,16 +193,17 @@ class _StepTables:
     @classmethod
     def read(cls, aggdir, step_ranks: list, stages: dict) -> _StepTables:
         """``step_ranks``: each step's ``critical_path_ranks`` rows."""
-        tops = sorted({max(rk, key=lambda r: r["path_ns"])["rank"] for rk in step_ranks if rk})
+        tops, peers, iters = set(), set(), set()
+        for rk in (rk for rk in step_ranks if rk):
+            top = max(rk, key=lambda r: r["path_ns"])["rank"]
+            tops.add(top)
+            p = _peer_ranks(rk, top, stages)
+            if len(p) > 1:
+                peers.update(p)
+                iters.add(rk[0]["iteration"])
         if not tops:
             return cls({}, {}, {}, {})
-        peers, iters = set(), set()
-        for rk in step_ranks:
-            if rk:
-                p = _peer_ranks(rk, max(rk, key=lambda r: r["path_ns"])["rank"], stages)
-                if len(p) > 1:
-                    peers.update(p)
-                    iters.add(rk[0]["iteration"])
+        tops = sorted(tops)
         wi = read_aggregate_table(aggdir, WHATIF, where={"change": [f"median:rank={r}" for r in tops]})
         ib = read_aggregate_table(aggdir, IDLE_BREAKDOWN, where={"rank": tops})
         where = {"rank": sorted(peers), "iteration": sorted(iters)}
