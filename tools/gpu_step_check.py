@@ -25,10 +25,10 @@ from torch.utils.flop_counter import FlopCounterMode
 from streamtrace import capture
 
 
-def model_and_step(small, dev):
-    """A GPT of L blocks (pre-norm, SDPA causal, GELU MLP 4x), bf16 weights, AdamW; returns the
-    shape dict and a function running one training step."""
-    L, D, H, T, B, V = (2, 64, 4, 32, 2, 512) if small else (8, 2048, 16, 2048, 8, 32000)
+def gpt(dims, dev, dtype=torch.bfloat16):
+    """A GPT of ``dims`` (L blocks, width D, H heads, T tokens, batch B, vocabulary V): pre-norm,
+    SDPA causal attention, GELU MLP 4x, weights in ``dtype``, AdamW.  Returns (model, optimiser)."""
+    L, D, H, T, B, V = (dims[k] for k in "LDHTBV")
 
     class Block(nn.Module):
         def __init__(s):
@@ -57,8 +57,15 @@ def model_and_step(small, dev):
             return s.head(s.ln(x))
 
     torch.manual_seed(0)
-    model = GPT().to(dev, torch.bfloat16)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model = GPT().to(dev, dtype)
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+
+def model_and_step(small, dev):
+    """The GPT of this check (bf16); returns the shape dict and a function running one training step."""
+    dims = dict(zip("LDHTBV", (2, 64, 4, 32, 2, 512) if small else (8, 2048, 16, 2048, 8, 32000)))
+    B, T, V = dims["B"], dims["T"], dims["V"]
+    model, opt = gpt(dims, dev)
     idx = torch.randint(0, V, (B, T), device=dev)
     tgt = torch.randint(0, V, (B, T), device=dev)
 
@@ -68,7 +75,7 @@ def model_and_step(small, dev):
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    shape = {"L": L, "D": D, "H": H, "T": T, "B": B, "V": V, "params": sum(p.numel() for p in model.parameters())}
+    shape = dims | {"params": sum(p.numel() for p in model.parameters())}
     return shape, step
 
 

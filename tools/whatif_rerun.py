@@ -90,7 +90,8 @@ def run_job(out: Path, fault: str, a) -> Path:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = dict(os.environ, PROFILE_ALLRANKS="1", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PROFILE_ALLRANKS="1", OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     procs = [subprocess.Popen([sys.executable, __file__, str(out), "--worker", "--rank", str(r), "--port", str(port),
                                "--fault", fault, *_job_args(a)], env=env) for r in range(a.world_size)]
     codes = [p.wait() for p in procs]

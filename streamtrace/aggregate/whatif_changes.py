@@ -40,16 +40,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..runtime.errors import UsageError
+from ..trace.kernel_names import KERNEL_CLASSES
 from .critical_graph import Category
 
-KERNEL_CLASSES = {
-    "gemm": r"gemm|cublas|cutlass|xmma|sgemm|hgemm|matmul|_mm_|wgmma",
-    "attention": r"flash|attention|fmha|sdpa|softmax",
-    "elementwise": r"elementwise|vectorized|unrolled_elementwise",
-    "reduce": r"reduce_kernel|reduction|norm",
-    "memcpy": r"^Memcpy|^Memset",
-}
-"""Kernel classes a ``kernels`` change may name instead of a pattern (searched, case-insensitive)."""
 CPU_CATS = (Category.cpu_op, Category.host_gap)
 GPU_CATS = (Category.compute_kernel, Category.memcpy)
 WHATS = ("cpu", "gpu", "compute", "comm")

@@ -24,10 +24,8 @@ import numpy as np
 
 from ..aggregate.folder import KERNEL_STATS, OP_PERF, columns, read_aggregate_table, table_file
 from ..topology.hardware import dtype_key
+from ..trace.kernel_names import GEMM_KERNEL
 
-#: a kernel that runs a GEMM (cuBLAS, cuBLASLt, CUTLASS, Triton's matmul), by its own name (not FBGEMM's
-#: embedding kernels, whose namespace says gemm)
-GEMM_KERNEL = re.compile(r"(?<!fb)gemm|xmma|cutlass|matmul|nvjet", re.I)
 #: the element type a templated GEMM kernel (``gemmSN_NN_kernel<float, ...>``) names first
 TEMPLATE_DTYPES = {"float": "fp32", "double": "fp64", "__half": "fp16", "half": "fp16", "c10::half": "fp16",
                    "__nv_bfloat16": "bf16", "c10::bfloat16": "bf16"}
