@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import re
+import shutil
 import statistics
 import sys
 import time
@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
 from gpu_step_check import gpt  # noqa: E402
+from whatif_rerun import replay  # noqa: E402
 
 from streamtrace import capture  # noqa: E402
 from streamtrace.trace.kernel_names import GEMM_KERNEL  # noqa: E402
@@ -106,19 +107,11 @@ def raw_steps(traces: Path) -> list[dict]:
 
 
 def predict(d: Path, change: str) -> tuple[float, float]:
-    """(median predicted step ns, median measured step ns) of ``change`` on the run in ``d``."""
-    import shutil
-
-    import streamtrace
+    """(median predicted step ns, median measured step ns) of ``change`` on the run in ``d``
+    (``whatif_rerun.replay``: analysed into d/an, aggregated into d/agg, anew)."""
     for stale in ("an", "agg"):                     # (a rescore replaces the last analysis)
         shutil.rmtree(d / stale, ignore_errors=True)
-    from streamtrace.aggregate import AggregateOptions
-    from streamtrace.analyze import AnalyzeOptions
-    streamtrace.analyze([d / "traces"], d / "an", AnalyzeOptions(jobs=1))
-    streamtrace.aggregate([d / "an"], d / "agg", AggregateOptions(jobs=1))
-    rows = streamtrace.load(d / "agg").whatif(change).to_pylist()
-    return (statistics.median(r["predicted_step_ns"] for r in rows),
-            statistics.median(r["measured_step_ns"] for r in rows))
+    return replay(d / "traces", d, change)
 
 
 def main(argv=None) -> int:
