@@ -6,8 +6,9 @@ Matching only ever combines rows with the same match-key prefix
 part), so the job splits by prefix:
 
 1. **Spill** (one part at a time): each part's communication kernels, their prefix (an id, in
-   first-seen order) and their sequence number within (part, prefix) go to one Parquet file, a row
-   group per part; per prefix, the rows and the instances (the most rows of one part) are counted.
+   first-seen order) and their sequence number within (part, prefix) go to one Arrow IPC file (LZ4:
+   a temporary file, read back by this process; zstd Parquet cost 1.5 s of writing at 1,024 ranks), a
+   record batch per part; per prefix, the rows and the instances (the most rows of one part) are counted.
 2. **Buckets**: the prefixes in sorted order (the order of the in-memory path's instance ids) are
    cut into contiguous ranges of about ``bucket_rows`` rows; every part's rows are copied to the
    bucket file of their range.  Instance ids are ``offset(prefix) + seq``: dense, and one
@@ -37,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .folder import (COLLECTIVES, COLLECTIVES_COLUMNS as INSTANCE_COLUMNS, COLLECTIVES_MISMATCH,
@@ -60,6 +62,7 @@ _INTS = ("part", "rank", "iteration", "step", "start", "end", "dur", "bytes", "g
          "stream", "src", "dst", "pid", "seq", "nseq", "sig", "send", "recv", "cpu")
 _STRS = ("collective", "pg_name", "pg_ranks", "dim", "phase", "in_splits", "out_splits")
 _SPILL = pa.schema([(n, pa.int64()) for n in _INTS] + [(n, pa.string()) for n in _STRS])
+_IPC = pa.ipc.IpcWriteOptions(compression="lz4")     # the spill files: written and read once, here
 _FLOATS = ("algbw_gbps", "busbw_gbps")
 _BOOLS = ("complete", "consistent")
 _TEXT = ("collective", "parallel_dim", "pg_name", "pg_ranks", "ranks", "phase", "matched_by", "source")
@@ -117,12 +120,12 @@ class _Counts:
 
 def _spill_parts(job, plan: _Plan) -> tuple[dict, _Counts]:
     """Pass 1: every part's comm kernels (``comm_rows``) to
-    ``parts.parquet`` (a row group per part), ``seq`` = the row's position in its prefix (start
+    ``parts.arrow`` (a record batch per part), ``seq`` = the row's position in its prefix (start
     order).  Returns the prefix ids ``{prefix: id}`` and the tallies."""
     pids: dict = {}
     sigs: dict = {}
     counts = _Counts()
-    with pq.ParquetWriter(arrow_file(plan.folder / "parts.parquet", "wb"), _SPILL, compression="zstd") as w:
+    with _spill_writer(plan.folder / "parts.arrow") as w:
         for part in job.parts:
             rows = comm_rows(job, part, pids, sigs)
             if rows is None:
@@ -140,7 +143,7 @@ def _match(plan: _Plan, counts: _Counts) -> np.ndarray:
     """The matcher on the spilled rows: prefixes matched by sequence number, by order with equal
     counts (ordinal = position), and those re-aligned by signature
     (``match_ordinals`` on their rows only, read back from
-    ``parts.parquet``).  Fills ``plan``'s match fields; returns the instances per prefix id."""
+    ``parts.arrow``).  Fills ``plan``'s match fields; returns the instances per prefix id."""
     n = len(counts.rows)
     plan.by_seq = counts.all_seq.copy()
     plan.min_seq = np.where(plan.by_seq, counts.lo, 0)
@@ -159,8 +162,7 @@ def _match(plan: _Plan, counts: _Counts) -> np.ndarray:
             realign.append(g)
     plan.matched_by = {g: "seq" if plan.by_seq[g] else "order" for g in range(n)}
     if realign:
-        t = pq.read_table(arrow_file(plan.folder / "parts.parquet"), columns=["pid", "part", "nseq", "sig", "seq"],
-                          filters=[("pid", "in", realign)])
+        t = _spilled_rows(plan.folder / "parts.arrow", ["pid", "part", "nseq", "sig", "seq"], realign)
         pid, part, seq = t["pid"].to_numpy(), t["part"].to_numpy(), t["seq"].to_numpy()
         m = match_ordinals(part, pid, t["nseq"].to_numpy(), t["sig"].to_numpy())
         first = np.r_[True, (pid[1:] != pid[:-1]) | (part[1:] != part[:-1])] if len(pid) else np.zeros(0, bool)
@@ -186,31 +188,46 @@ def _bucket(job, folder: Path, bucket_rows: int) -> _Plan | None:
     _, dense = np.unique((np.cumsum(rows[srt]) - rows[srt]) // max(1, int(bucket_rows)), return_inverse=True)
     bucket_of[srt] = dense.reshape(-1)
     nb = int(bucket_of.max()) + 1
-    plan.buckets = [folder / f"bucket-{b:05d}.parquet" for b in range(nb)]
-    src = pq.ParquetFile(arrow_file(folder / "parts.parquet"))
+    plan.buckets = [folder / f"bucket-{b:05d}.arrow" for b in range(nb)]
+    src = pa.ipc.open_file(arrow_file(folder / "parts.arrow"))
     with contextlib.ExitStack() as stack:
-        writers = [stack.enter_context(pq.ParquetWriter(arrow_file(p, "wb"), _SPILL, compression="zstd")) for p in plan.buckets]
+        writers = [stack.enter_context(_spill_writer(p)) for p in plan.buckets]
         pending: list = [[] for _ in range(nb)]
         held = 0                                       # rows in pending: at most _HELD + one part's
-        for g in range(src.metadata.num_row_groups):
-            t = src.read_row_group(g)
+        for g in range(src.num_record_batches):
+            t = pa.Table.from_batches([src.get_batch(g)])
             b = bucket_of[t["pid"].to_numpy()]
             for j in np.unique(b).tolist():
                 pending[j].append(t.filter(pa.array(b == j)))
             held += t.num_rows
-            if held >= _HELD or g == src.metadata.num_row_groups - 1:
+            if held >= _HELD or g == src.num_record_batches - 1:
                 for j in range(nb):
                     if pending[j]:
                         writers[j].write_table(pa.concat_tables(pending[j]))
                 pending, held = [[] for _ in range(nb)], 0
-    (folder / "parts.parquet").unlink()
+    del src
+    (folder / "parts.arrow").unlink()
     return plan
+
+
+def _spill_writer(path):
+    """A writer of ``_SPILL`` rows to the Arrow IPC file ``path`` (LZ4)."""
+    return pa.ipc.new_file(arrow_file(path, "wb"), _SPILL, options=_IPC)
+
+
+def _spilled_rows(path, columns, pids) -> pa.Table:
+    """The rows of the spill file ``path`` whose ``pid`` is in ``pids`` (``columns`` of them), one record
+    batch at a time: only the kept rows are held."""
+    src, keep = pa.ipc.open_file(arrow_file(path)), pa.array(sorted(pids), pa.int64())
+    got = [b.select(columns).filter(pc.is_in(b.column("pid"), value_set=keep))
+           for b in (src.get_batch(g) for g in range(src.num_record_batches))]
+    return pa.Table.from_batches(got, pa.schema([_SPILL.field(c) for c in columns]))
 
 
 def _load(job, plan: _Plan, path) -> dict:
     """One bucket's rows as ``load_comm`` columns on the job's
     current clocks, sorted by (instance, start, rank)."""
-    t = pq.read_table(arrow_file(path), read_dictionary=list(_STRS))
+    t = pa.ipc.open_file(arrow_file(path)).read_all()
     c = {n: t[n].to_numpy() for n in _INTS}
     c.update({n: shared_strings(t[n]) for n in _STRS})
     del t

@@ -110,3 +110,20 @@ def test_aggregate_timeline_per_part(job_dir, tmp_path):
         assert int((ends - starts).sum()) <= int((e - p.align(k["ts_ns"][comp])).sum())
     assert sorted(x.name for x in (tmp_path / "agg").iterdir() if x.name.startswith(".")) == []
     assert "timeline.parquet" in meta["files"]
+
+
+def test_spilled_rows_of_some_prefixes(tmp_path):
+    """The spill file (Arrow IPC, a record batch per part) read back for some prefixes only: the rows
+    whose ``pid`` is asked for, in file order, across batches; none asked, none read."""
+    import pyarrow as pa
+    spill = collective_spill._SPILL
+    parts = [{"pid": [3, 1, 3], "seq": [0, 0, 1]}, {"pid": [2], "seq": [0]}, {"pid": [1, 3], "seq": [1, 2]}]
+    with collective_spill._spill_writer(tmp_path / "s.arrow") as w:
+        for p in parts:
+            n = len(p["pid"])
+            cols = {f.name: p.get(f.name, [0] * n if f.type == pa.int64() else ["x"] * n) for f in spill}
+            w.write_table(pa.table(cols, schema=spill))
+    got = collective_spill._spilled_rows(tmp_path / "s.arrow", ["pid", "seq"], [3, 1])
+    assert got.column_names == ["pid", "seq"]
+    assert list(zip(got["pid"].to_pylist(), got["seq"].to_pylist())) == [(3, 0), (1, 0), (3, 1), (1, 1), (3, 2)]
+    assert collective_spill._spilled_rows(tmp_path / "s.arrow", ["pid"], []).num_rows == 0
