@@ -25,6 +25,10 @@ from torch.utils.flop_counter import FlopCounterMode
 from streamtrace import capture
 
 
+SMALL = dict(zip("LDHTBV", (2, 64, 4, 32, 2, 512)))
+"""The tiny GPT of ``--small`` (CPU is enough)."""
+
+
 def gpt(dims, dev, dtype=torch.bfloat16):
     """A GPT of ``dims`` (L blocks, width D, H heads, T tokens, batch B, vocabulary V): pre-norm,
     SDPA causal attention, GELU MLP 4x, weights in ``dtype``, AdamW.  Returns (model, optimiser)."""
@@ -63,7 +67,7 @@ def gpt(dims, dev, dtype=torch.bfloat16):
 
 def model_and_step(small, dev):
     """The GPT of this check (bf16); returns the shape dict and a function running one training step."""
-    dims = dict(zip("LDHTBV", (2, 64, 4, 32, 2, 512) if small else (8, 2048, 16, 2048, 8, 32000)))
+    dims = SMALL if small else dict(zip("LDHTBV", (8, 2048, 16, 2048, 8, 32000)))
     B, T, V = dims["B"], dims["T"], dims["V"]
     model, opt = gpt(dims, dev)
     idx = torch.randint(0, V, (B, T), device=dev)

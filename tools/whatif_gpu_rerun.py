@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from gpu_step_check import gpt  # noqa: E402
+from gpu_step_check import SMALL, gpt  # noqa: E402
 from whatif_rerun import replay  # noqa: E402
 
 from streamtrace import capture  # noqa: E402
@@ -57,7 +57,7 @@ GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 def train(out: Path, run: str, a, dev: str) -> None:
     """One profiled run (``run`` of ``RUNS``) into ``out``: wait 1, warmup 2, ``a.steps`` recorded."""
     torch.backends.cuda.matmul.allow_tf32 = run != "fp32"
-    dims = dict(zip("LDHTBV", (2, 64, 4, 32, 2, 512) if a.small else (a.layers, a.width, 16, a.seq, a.batch, 32000)))
+    dims = SMALL if a.small else dict(zip("LDHTBV", (a.layers, a.width, 16, a.seq, a.batch, 32000)))
     B, T, V = dims["B"], dims["T"], dims["V"]
     model, opt = gpt(dims, dev, torch.float32)
     capture.dump_topology(out, groups={}, world_size=1)
