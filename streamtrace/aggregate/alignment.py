@@ -107,6 +107,20 @@ class Part:
         return np.asarray(t, np.int64) + np.int64(self.shift_ns - self.clock_offset_ns)
 
 
+@dataclass
+class JobParts:
+    """What a job-level phase run in another process needs of a ``Job`` (aggregate's critical
+    path and what-if replay, ``streamtrace.runtime.fork.Standby``): its ``parts`` (``Part``, aligned)
+    and selected ``steps`` (None: all); small to send."""
+    parts: list
+    steps: set | None = None
+
+    @staticmethod
+    def iteration_of(part) -> int:
+        """The part's iteration (``Job.iteration_of``)."""
+        return Job.iteration_of(part)
+
+
 def _event_counts(r: dict) -> tuple:
     """(GPU events, CPU events) of one rank of ``summary.json`` (0 when not recorded)."""
     def count(section, key):

@@ -367,7 +367,7 @@ def critical_paths(job, results: list, outdir) -> CriticalResult:
     """Write ``critical_path.parquet``, ``critical_path_summary.parquet`` and
     ``critical_path_ranks.parquet`` into ``outdir`` from the per-part results ``results``
     (``part_paths``, in part order) and the matched
-    collectives already written there."""
+    collectives already written there.  ``job``: the ``Job``, or its ``JobParts``."""
     members, p2p = _members(outdir), _p2p_instances(outdir)
     rank_of = {p.index: p.rank for p in job.parts}
     spills = {p.index: r["segments"] for p, r in zip(job.parts, results) if r and r["segments"]}

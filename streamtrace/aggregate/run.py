@@ -44,7 +44,7 @@ from __future__ import annotations
 import copy
 import json
 import os
-import re
+import pickle
 import shutil
 import tempfile
 import time
@@ -53,25 +53,21 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
-import pyarrow.compute as pc
 
-from ..analyze import classify
 from ..analyze.outputs import KERNELS, OPS
-from ..analyze.patterns import Patterns
 from ..runtime.errors import StreamtraceError
 from ..events.dataset import json_default, num_rows, write_table
-from ..kernels import intervals
 from ..runtime.compile import TASKS, load as load_kernels
 from ..runtime.files import atomic_output, output_folder
+from ..runtime.fork import Standby
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
 from ..topology.sources import load_topology
 from ..topology.trainconfig import config_topology, from_torchtitan_toml
-from .alignment import Job, kernel_columns
+from .alignment import Job, JobParts
 from ..events.collmatch import mismatch_warning
-from .collective_rows import RankDims, fill_dims
+from .collective_rows import RankDims
 from .collective_spill import collectives_to
-from .collectives import P2P
 from .critical_local import part_paths, part_reads
 from .critical_path import critical_paths
 from .whatif import write_whatif
@@ -88,198 +84,9 @@ from .folder import (ITERATIONS, ITERATIONS_COLUMNS, PIPELINE, PIPELINE_COLUMNS,
                      RANK_PHASE_COLUMNS, RANKS, RANKS_COLUMNS, REPLICAS, REPLICAS_COLUMNS, STRAGGLERS,
                      STRAGGLERS_COLUMNS, TOP_KERNELS, TOP_KERNELS_COLUMNS)
 from .options import AggregateOptions
-from .rank_metrics import KIND_CODE, clipped_length, interval_metrics  # noqa: F401 (re-exported)
-
-FB = ("forward", "backward", "recompute")
-_CPU_COMM = re.compile(r"^(c10d::|gloo:|nccl:|record_param_comms)")
-_P2P_OP = re.compile(r"send|recv", re.I)          # a communication op that is a pipeline send / receive
-
+from .rank_rows import GPU_PART_COLUMNS, STEP_COLUMNS, cpu_rows, gpu_rows, step_ops
 
 # -- one rank ----------------------------------------------------------------------------
-
-STEP_COLUMNS = ["name", "ts_ns", "dur_ns"]
-
-
-def _steps(part, ops=None) -> dict:
-    """``{step number: (ts_ns, dur_ns)}`` of the part's step ops (rank-local): ``ProfilerStep#N``, or
-    the step names analyze used for it (``steps``); the last
-    op of a number wins.  ``ops``: the part's ops table already read (with ``STEP_COLUMNS``), or None."""
-    t = part.read(OPS, STEP_COLUMNS) if ops is None else ops.select(STEP_COLUMNS)
-    if t is None:
-        return {}
-    steps = part.steps
-    if steps.default:                        # a cheap filter first: most ops are no step
-        t = t.filter(pc.starts_with(t["name"], "ProfilerStep#"))
-    out = {}
-    for n, s, d in zip(t["name"].to_pylist(), t["ts_ns"].to_pylist(), t["dur_ns"].to_pylist()):
-        num = steps.number(n)
-        if num >= 0:
-            out[num] = (s, d)
-    return out
-
-
-GPU_PART_COLUMNS = ("device", "ts_ns", "end_ns", "kind", "phase", "microbatch", "iteration", "step", "name",
-                    "parallel_dim", "pg_ranks", "collective")
-
-
-def _gpu_part(job, part, kernels=None):
-    """``kernels``: the part's kernels table already read (with ``GPU_PART_COLUMNS``), or None."""
-    k = job.read_kernels(part, columns=GPU_PART_COLUMNS) if kernels is None else \
-        kernel_columns(kernels, GPU_PART_COLUMNS, job, part)
-    s, e = part.align(k["ts_ns"]), part.align(k["end_ns"])
-    code = np.asarray([KIND_CODE.get(x, 0) for x in k["kind"]], np.int8)
-    dim = np.asarray(k["parallel_dim"], object).copy()
-    comm = code == 1                    # the collectives' dimension: a topology names what analyze did not
-    dim[comm] = fill_dims(dim[comm], np.asarray(k["pg_ranks"], object)[comm], getattr(job, "rank_dims", None))
-    phase_rows, rank_rows, fb, timeline = [], [], {}, []
-    it_dev = sorted(set(zip(k["iteration"].tolist(), k["step"].tolist(), k["device"].tolist())))
-    for it, st, dev in it_dev:
-        m = (k["step"] == st) & (k["device"] == dev)         # one part: one iteration
-        rank_rows.append({"iteration": it, "step": st, "rank": part.rank, "device": dev, "source": "gpu",
-                          **interval_metrics(s[m], e[m], code[m])})
-        keys = sorted(set(zip(k["phase"][m].tolist(), k["microbatch"][m].tolist())),
-                      key=lambda x: (x[1], x[0]))
-        for ph, mb in keys:
-            r = m & (k["phase"] == ph) & (k["microbatch"] == mb)
-            row = {"iteration": it, "step": st, "rank": part.rank, "device": dev, "phase": ph, "microbatch": mb,
-                   "source": "gpu",
-                   **interval_metrics(s[r], e[r], code[r])}
-            c = r & (code == 0)
-            row["compute_start_ns"] = int(s[c].min()) if c.any() else None
-            row["compute_end_ns"] = int(e[c].max()) if c.any() else None
-            phase_rows.append(row)
-        c = m & (code == 0) & np.isin(k["phase"], FB)
-        if c.any():
-            us, ue = intervals.union(s[c], e[c])
-            pp = m & comm & (np.isin(dim, ("PP", "pp")) | np.isin(k["collective"], P2P))
-            fb[(it, st, dev)] = (int(s[c].min()), int(e[c].max()), intervals.union_length(us, ue),
-                                 int(len(set(k["microbatch"][c & (k["phase"] == "forward")].tolist()))),
-                                 _pipeline_wait(phase_rows, st, dev, s, e, m & (code == 0), pp))
-        cat = np.where(code == 0, "compute", np.where(code == 2, "memory", "comm:" + dim.astype(str)))
-        for cname in sorted(set(cat[m].tolist())):
-            cm = m & (cat == cname)
-            us, ue = intervals.union(s[cm], e[cm])
-            timeline.append((it, st, dev, cname, us, ue))
-    top: dict = {}
-    if len(k["name"]):
-        code_of: dict = {}       # np.unique of the names as str, without a <U(longest name) copy (44 MB a rank)
-        inv = np.fromiter((code_of.setdefault(str(x), len(code_of)) for x in k["name"]), np.int64, len(k["name"]))
-        names = sorted(code_of)
-        rank = np.empty(len(names), np.int64)
-        rank[[code_of[n] for n in names]] = np.arange(len(names))
-        inv = rank[inv]
-        tot = np.bincount(inv, weights=(e - s).astype(np.float64), minlength=len(names))
-        cnt = np.bincount(inv, minlength=len(names))
-        first = np.zeros(len(names), np.int64)
-        first[inv[::-1]] = np.arange(len(inv))[::-1]
-        for j, n in enumerate(names):
-            top[n] = (k["kind"][first[j]], int(cnt[j]), int(tot[j]))
-    return phase_rows, rank_rows, fb, timeline, top
-
-
-def _pipeline_wait(phase_rows, step, dev, s, e, compute, p2p) -> int:
-    """ns a GPU spends inside its forward / backward / recompute windows (``phase_rows`` of ``step``
-    on ``dev``) in pipeline sends and receives (mask ``p2p``) while it computes nothing (mask
-    ``compute``): its wait for the neighbour stage inside a micro-batch
-    (``streamtrace.aggregate.pipeline``)."""
-    w = [(r["start_ns"], r["end_ns"]) for r in phase_rows
-         if r["step"] == step and r["device"] == dev and r["phase"] in FB and r["start_ns"] is not None]
-    if not w or not p2p.any():
-        return 0
-    ws, we = intervals.union(np.asarray([a for a, _ in w], np.int64), np.asarray([b for _, b in w], np.int64))
-    inside = intervals.intersect(*intervals.union(s[p2p], e[p2p]), ws, we)
-    return intervals.subtract_length(*inside, *intervals.union(s[compute], e[compute]))
-
-
-def _outermost(s, e, sel) -> list:
-    """The outermost of the windows ``sel`` (int64 indices into the start / end arrays ``s``, ``e``, ns),
-    by start: a window inside one kept before it is left out (optimizer > Optimizer.step#...)."""
-    sel = sel[np.lexsort((-e[sel], s[sel]))]
-    outer, reach = [], None
-    for j in sel.tolist():
-        if reach is None or s[j] >= reach:
-            outer.append(j)
-            reach = e[j]
-    return outer
-
-
-def _cpu_part(job, part):
-    """Rows from the CPU ops of a rank without GPU events (see the module docstring)."""
-    t = part.read(OPS, ["name", "cat", "ts_ns", "dur_ns", "parent"])
-    if t is None:
-        return [], [], {}, [], {}
-    name = t["name"].to_numpy(zero_copy_only=False).astype(str)
-    cat = t["cat"].to_numpy(zero_copy_only=False).astype(str)
-    ts, dur, parent = (t[c].to_numpy() for c in ("ts_ns", "dur_ns", "parent"))
-    if not len(ts):
-        return [], [], {}, [], {}
-    pats = Patterns.load()
-    pats.step = part.steps.regex              # the step names analyze used (streamtrace.aggregate.steps)
-    uniq, inv = np.unique(name, return_inverse=True)
-    inv = inv.reshape(-1)
-    ph_code, _, _, step_no, _ = classify.name_flags(uniq.tolist(), pats)
-    ph, step = ph_code[inv], step_no[inv]
-    is_comm = np.asarray([bool(_CPU_COMM.search(x)) for x in uniq.tolist()])[inv]
-    in_comm = is_comm.copy()
-    for _ in range(64):            # inside a communication op: propagate down the tree
-        nxt = in_comm | ((parent >= 0) & in_comm[np.maximum(parent, 0)])
-        if (nxt == in_comm).all():
-            break
-        in_comm = nxt
-    s, e = part.align(ts), part.align(ts + dur)
-    comp = (cat == "cpu_op") & ~in_comm
-    cu = intervals.union(s[comp], e[comp])
-    co = intervals.union(s[is_comm], e[is_comm])
-    p2p_op = is_comm & np.asarray([bool(_P2P_OP.search(x)) for x in uniq.tolist()])[inv]
-    p2p = intervals.union(s[p2p_op], e[p2p_op])
-    both = intervals.intersect(co[0], co[1], cu[0], cu[1])
-    allu = intervals.union(np.concatenate([cu[0], co[0]]), np.concatenate([cu[1], co[1]]))
-    ws, we = s[step >= 0], e[step >= 0]
-    wnum = step[step >= 0]
-    o = np.argsort(ws)
-    ws, we, wnum = ws[o], we[o], wnum[o]
-    phase_rows, rank_rows, fb = [], [], {}
-
-    def window_row(lo, hi):
-        compute, comm = clipped_length(*cu, lo, hi), clipped_length(*co, lo, hi)
-        overlap, busy = clipped_length(*both, lo, hi), clipped_length(*allu, lo, hi)
-        return {"kernels": 0, "start_ns": int(lo), "end_ns": int(hi), "wall_ns": int(hi - lo), "busy_ns": busy,
-                "idle_ns": int(hi - lo) - busy, "compute_ns": compute, "comm_ns": comm, "memory_ns": 0,
-                "overlap_ns": overlap, "exposed_comm_ns": comm - overlap, "compute_only_ns": compute - overlap,
-                "kernel_time_ns": 0}
-    it = job.iteration_of(part)
-    for lo, hi, num in zip(ws.tolist(), we.tolist(), wnum.tolist()):
-        st = int(num)
-        if job.steps is not None and st not in job.steps:
-            continue
-        rank_rows.append({"iteration": it, "step": st, "rank": part.rank, "device": -1, "source": "cpu",
-                          **window_row(lo, hi)})
-        first = last = None
-        busy_fb = []
-        for code in range(1, len(classify.PHASES)):
-            sel = _outermost(s, e, np.flatnonzero((ph == code) & (s >= lo) & (e <= hi)))
-            for mb, j in enumerate(sel):
-                row = {"iteration": it, "step": st, "rank": part.rank, "device": -1, "phase": classify.PHASES[code],
-                       "microbatch": mb if classify.PHASES[code] in ("forward", "backward") else -1, "source": "cpu",
-                       **window_row(s[j], e[j])}
-                row["compute_start_ns"], row["compute_end_ns"] = int(s[j]), int(e[j])
-                phase_rows.append(row)
-                if classify.PHASES[code] in FB:
-                    first = s[j] if first is None else min(first, s[j])
-                    last = e[j] if last is None else max(last, e[j])
-                    busy_fb.append((s[j], e[j]))
-        if busy_fb:
-            bs, be = intervals.union(np.asarray([b[0] for b in busy_fb]), np.asarray([b[1] for b in busy_fb]))
-            comp_fb = intervals.intersect(bs, be, cu[0], cu[1])
-            p2p_fb = intervals.subtract(*intervals.intersect(bs, be, *p2p), *cu)
-            fb[(it, st, -1)] = (int(first), int(last), intervals.union_length(*comp_fb),
-                                sum(1 for r in phase_rows if r["step"] == st and r["phase"] == "forward"),
-                                intervals.union_length(*p2p_fb))
-    timeline = [(it, st, -1, name_, us[(us < hi) & (ue > lo)], ue[(us < hi) & (ue > lo)])
-                for st, lo, hi in [(r["step"], r["start_ns"], r["end_ns"]) for r in rank_rows]
-                for name_, (us, ue) in (("compute", cu), ("comm:cpu", co))]
-    return phase_rows, rank_rows, fb, timeline, {}
-
 
 def part_view(job, index):
     """A copy of ``job`` that carries only part ``index`` (``parts`` a one-entry dict, no topology but
@@ -302,16 +109,34 @@ def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=Non
     kernels = tables[KERNELS] if tables is not None else None
     has_kernels = kernels.num_rows > 0 if kernels is not None else \
         tables is None and sum(num_rows(f) for f in part.files(KERNELS)) > 0
-    rows = _gpu_part(job, part, kernels) if has_kernels else None
+    rows = gpu_rows(job, part, kernels) if has_kernels else None
     if rows is None or not rows[1]:
-        rows = _cpu_part(job, part)
-    steps = _steps(part, tables[OPS] if tables is not None else None)
+        rows = cpu_rows(job, part)
+    steps = step_ops(part, tables[OPS] if tables is not None else None)
     tl = rows[3] if spill is None else write_timeline_part(spill, index, part.rank, rows[3])
     rep = ReplayRows(job.iteration_of(part), part.index, part.rank) if critical_spill is not None and replay else None
-    cp = part_paths(job, part, critical_spill, tables, rep.add if rep is not None else None) \
-        if critical_spill is not None else None
+    cp = _spilled_piece(part_paths(job, part, critical_spill, tables, rep.add if rep is not None else None),
+                        critical_spill, index) if critical_spill is not None else None
     return rows[:3] + (tl,) + rows[4:] + (steps, packed(part_tables(job, part, kernel_delay_ns, tables)), cp,
                                           spill_rows(rep.result(), replay, index) if rep is not None else None)
+
+
+def _spilled_piece(piece: dict, folder, index: int) -> str:
+    """Part ``index``'s critical-path piece (``part_paths``) pickled into ``folder``: its path, for the
+    job's critical path (``job_critical_path``), so that the parent never holds every part's."""
+    path = Path(folder) / f"piece-{index:06d}.pickle"
+    with open(path, "wb") as f:
+        pickle.dump(piece, f, protocol=pickle.HIGHEST_PROTOCOL)
+    return str(path)
+
+
+def job_critical_path(job, pieces: list, outdir):
+    """``critical_paths`` of the parts' pieces spilled by ``_spilled_piece`` (their paths, in part
+    order; None for a part without one): what aggregate's job-level process runs."""
+    def read(path):
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    return critical_paths(job, [read(p) if p else None for p in pieces], outdir)
 
 
 # -- the job -----------------------------------------------------------------------------
@@ -376,31 +201,69 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
     opt = opt or AggregateOptions()
     t0 = time.time()
     outdir = Path(outdir)
+    with _job_level_process(opt) as job_level:
+        meta = _aggregate(dirs, outdir, opt, job_level)
+    meta.update(seconds=round(time.time() - t0, 3))
+    with atomic_output(outdir / Aggregate.marker, compress=False) as f:
+        f.write(json.dumps(meta, indent=1, default=json_default).encode())
+    return meta
+
+
+def _job_level_process(opt: AggregateOptions) -> Standby:
+    """The process the job-level critical path and the what-if replay run in (``critical_paths``,
+    ``write_whatif``): a ``Standby`` child forked at the start, before the job is opened, so that
+    their graphs (at 1,024 synthetic ranks +130 and +190 MB) do not come on top of what the parent
+    holds by then (~320 MB); with the aggregate's kernels loaded first, so that the child shares
+    numba's set-up.  Not forked without the critical path."""
+    if opt.critical_path:
+        load_kernels(*TASKS["aggregate"])
+    return Standby(bool(opt.critical_path))
+
+
+def _aggregate(dirs, outdir: Path, opt: AggregateOptions, job_level: Standby) -> dict:
+    """``aggregate_into`` but for ``aggregate.json``'s ``seconds`` and its writing; returns its dict.
+    The job's critical path runs in ``job_level`` while this process writes the ranks' tables (at
+    once with ``-j 1``), the what-if replay after them."""
     job, tcfg = _open_job(dirs, opt)
     if job.clock_sync != opt.clock_sync and job.clock_sync == "collectives":     # chosen for clocks days apart
         opt = replace(opt, clock_sync="collectives")
-    coll, files, layout, res, cp, replay = _rank_pass(job, outdir, opt)
-    topo = job.topology
-    phase_rows, rank_rows, fb, top, steps = _gather(job, res)
-    if not rank_rows:
-        raise StreamtraceError(f"{', '.join(map(str, dirs))}: no GPU events and no ProfilerStep windows to aggregate"
-                               + (f" in step(s) {sorted(job.steps)}" if job.steps else ""))
-    files += _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps)
-    files += write_explain(outdir, [r[6] for r in res])
-    res.clear()                                       # (the ranks' rows: written; before the replay's graph)
-    if coll.stragglers:
-        files += write_table(outdir, STRAGGLERS, _columns(coll.stragglers, STRAGGLERS_COLUMNS), csv=True)
-    files += write_p2p(outdir, p2p_rows(coll.transfers, topo))
-    files += write_op_perf(outdir, job.parts)
-    meta = _meta(dirs, opt, job, tcfg, coll, layout, rank_rows)
+    parts = JobParts(job.parts, job.steps)
+    coll, files, layout, res, pieces, replay = _rank_pass(job, outdir, opt)
+    cp = None
+    try:
+        if pieces is not None:
+            job_level.submit(job_critical_path, parts, pieces[1], outdir)
+            if opt.jobs == 1:
+                cp = job_level.result()
+        topo = job.topology
+        phase_rows, rank_rows, fb, top, steps = _gather(job, res)
+        if not rank_rows:
+            raise StreamtraceError(f"{', '.join(map(str, dirs))}: no GPU events and no ProfilerStep windows to "
+                                   "aggregate" + (f" in step(s) {sorted(job.steps)}" if job.steps else ""))
+        files += _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps)
+        files += write_explain(outdir, [r[6] for r in res])
+        res.clear()                                   # (the ranks' rows: written; before the replay's graph)
+        if coll.stragglers:
+            files += write_table(outdir, STRAGGLERS, _columns(coll.stragglers, STRAGGLERS_COLUMNS), csv=True)
+        files += write_p2p(outdir, p2p_rows(coll.transfers, topo))
+        files += write_op_perf(outdir, job.parts)
+        meta = _meta(dirs, opt, job, tcfg, coll, layout, rank_rows)
+        if pieces is not None and cp is None:
+            cp = job_level.result()
+    finally:
+        if pieces is not None:
+            shutil.rmtree(pieces[0], ignore_errors=True)
+    if cp is not None:
+        files += cp.files
     if cp is not None and opt.whatif:                # what a fix buys: the step replayed (whatif.py)
-        files += write_whatif(job, outdir, replay, meta, max(1, opt.jobs or os.cpu_count() or 1))
+        try:
+            files += job_level.call(write_whatif, parts, outdir, replay, meta, max(1, opt.jobs or os.cpu_count() or 1))
+        finally:
+            replay.close()
     if cp is not None:
         meta["critical_path"] = cp.stats
         meta["warnings"] += cp.warnings
-    meta.update(files=sorted(p.name for p in files) + [Aggregate.marker], seconds=round(time.time() - t0, 3))
-    with atomic_output(outdir / Aggregate.marker, compress=False) as f:
-        f.write(json.dumps(meta, indent=1, default=json_default).encode())
+    meta.update(files=sorted(p.name for p in files) + [Aggregate.marker])
     return meta
 
 
@@ -429,8 +292,8 @@ def _rank_pass(job, outdir: Path, opt: AggregateOptions) -> tuple:
     """The collectives matched across ranks, then one task per rank (``_part_job``, in worker
     processes), whose timelines and critical-path pieces are spilled into ``outdir`` and joined.
     Returns ``(collectives, files written, inferred layout of the process groups, the ranks' results,
-    the critical path's ``CriticalResult`` or None, the
-    ranks' what-if rows: ``SpilledRows`` or None)``."""
+    the critical path's pieces: ``(spill folder, [the path of each part's piece])``, which the caller
+    removes, or None, the ranks' what-if rows: ``SpilledRows`` or None)``."""
     spill = Path(tempfile.mkdtemp(prefix=".timeline-spill.", dir=outdir))
     cp_spill = Path(tempfile.mkdtemp(prefix=".critical-spill.", dir=outdir)) if opt.critical_path else None
     wi_spill = Path(tempfile.mkdtemp(prefix=".whatif-spill.", dir=outdir)) if cp_spill and opt.whatif else None
@@ -444,15 +307,16 @@ def _rank_pass(job, outdir: Path, opt: AggregateOptions) -> tuple:
             res = run_tasks(_part_job, [(part_view(job, p.index), p.index, opt.consecutive_kernel_delay_ns, spill,
                                          cp_spill, wi_spill) for p in job.parts], jobs, on_done=bar.update)
         files += join_timeline(outdir, [r[3] for r in res])
-        cp = critical_paths(job, [r[7] for r in res], outdir) if cp_spill is not None else None
+        pieces = (cp_spill, [r[7] for r in res]) if cp_spill is not None else None
         replay = SpilledRows(wi_spill, [r[8] for r in res]) if wi_spill else None   # (write_whatif removes it)
-        res = [r[:7] + (None,) for r in res]  # (the critical path's pieces: no longer needed)
-        files += cp.files if cp is not None else []
-    finally:
-        shutil.rmtree(spill, ignore_errors=True)
+        res = [r[:7] + (None,) for r in res]  # (the critical path's pieces: in ``pieces``)
+    except BaseException:
         if cp_spill is not None:
             shutil.rmtree(cp_spill, ignore_errors=True)
-    return coll, files, layout, res, cp, replay
+        raise
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
+    return coll, files, layout, res, pieces, replay
 
 
 def _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps) -> list:

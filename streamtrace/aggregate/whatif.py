@@ -383,7 +383,7 @@ def write_whatif(job, outdir, spilled: SpilledRows, meta: dict, jobs: int = 1) -
     """In ``aggregate``: the ``whatif_*`` tables from the parts' spilled rows ``spilled`` (in part
     order; its folder removed here), the report's candidate changes
     (``streamtrace.aggregate.whatif_candidates.candidates``) replayed into ``whatif.parquet``.
-    Returns the files written."""
+    ``job``: the ``Job``, or its ``JobParts``.  Returns the files written."""
     from .whatif_candidates import candidates
     try:
         ranks = spilled.ranks()

@@ -1,12 +1,15 @@
 """Forked children for work on data the parent already holds (copy-on-write): run functions at
 once in children, reap them, and the signal handling a child needs (``run_forked``, used by
 ``streamtrace.analyze.trackfork``); one call in a child whose memory is returned to the system
-when it ends (``call_in_child``, used by ``streamtrace.epilogue`` for each stage).  Needs
-``os.fork`` (Linux, macOS); elsewhere both run everything in this process."""
+when it ends (``call_in_child``, used by ``streamtrace.epilogue`` for each stage); a child forked
+early, while this process is small, that runs calls sent to it later (``Standby``, used by
+``streamtrace.aggregate`` for the what-if replay).  Needs ``os.fork`` (Linux, macOS); elsewhere
+each runs everything in this process."""
 from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import signal
 import sys
 import traceback
@@ -199,3 +202,141 @@ def _child_main(fn, setup, send, parent_pid):
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+class Standby:
+    """A child process forked now, when this process is small, that runs the functions sent to it
+    later (``call``), one at a time: for a late phase with large transient state in a process that
+    has grown by then.  A forked child's resident memory starts at its parent's at the fork (the
+    pages it shares copy-on-write count in its RSS), so a phase run in it costs this process's size
+    *then* plus the phase, not this process's size when the call comes plus the phase.  Measured:
+    ``aggregate`` of 1,024 synthetic ranks, the what-if replay run in a standby forked before the
+    job is opened: the largest process 510 -> 461 MB (bench/RESULTS.md).
+
+    A context manager; ``enabled=False`` or no ``os.fork``: ``call`` runs the function here.  The
+    function and its arguments are pickled to the child (a module-level function, small arguments:
+    the child already holds what this process held at the fork), its result back.  ``call`` raises
+    what the function raised (the exception itself when it survives pickling, else ``ChildError``
+    with its message, class name and traceback), ``ChildError`` when the child died (killed, e.g.
+    by the out-of-memory killer), ``KeyboardInterrupt`` when it was interrupted.  Leaving the block
+    ends the child (its pipe closed; one still running a call after an interruption is stopped as
+    ``call_in_child`` stops one); it dies with this process."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = bool(enabled) and hasattr(os, "fork")
+        self.proc = None
+        self.conn = None
+
+    def __enter__(self) -> "Standby":
+        if self.enabled:
+            ctx = multiprocessing.get_context("fork")
+            mine, theirs = ctx.Pipe(duplex=True)
+            proc = ctx.Process(target=_standby_main, args=(theirs, mine, os.getpid()), daemon=False)
+            with forking():              # a signal during the fork is raised after it, here (issue 49)
+                proc.start()
+            theirs.close()
+            self.proc, self.conn = proc, mine
+        return self
+
+    def call(self, fn: Callable[..., Any], *args) -> Any:
+        """``fn(*args)`` in the child (here when not forked); returns its result."""
+        self.submit(fn, *args)
+        return self.result()
+
+    def submit(self, fn: Callable[..., Any], *args) -> None:
+        """Start ``fn(*args)`` in the child and return at once (``result`` waits for it); one call
+        at a time.  Not forked: runs it here now (``result`` returns or raises its outcome)."""
+        if self.proc is None:
+            try:
+                self._here = ("result", fn(*args))
+            except Exception as e:   # noqa: BLE001 - raised by ``result``
+                self._here = ("error", e)
+            return
+        try:
+            self.conn.send((fn, args))
+        except OSError:                  # the child died
+            self._died()
+
+    def result(self) -> Any:
+        """The result of the call ``submit`` started (raises as the module docstring says)."""
+        if self.proc is None:
+            (kind, value), self._here = self._here, None
+            if kind == "error":
+                raise value
+            return value
+        try:
+            kind, payload = self.conn.recv()
+        except (EOFError, OSError):      # the child died
+            self._died()
+        if kind == "result":
+            return payload
+        if kind == "interrupted":
+            raise KeyboardInterrupt()
+        message, name, details, exc = payload
+        if exc is not None:
+            raise exc
+        raise ChildError(message, name, details)
+
+    _here = None
+
+    def _died(self):
+        proc, self.proc = self.proc, None
+        self.conn.close()
+        proc.join()
+        raise ChildError(_ended(proc.exitcode)) from None
+
+    def __exit__(self, et, ev, tb):
+        proc, self.proc = self.proc, None
+        if proc is None or proc.pid is None:
+            return False
+        try:
+            self.conn.close()            # an idle child reads the end of its pipe and leaves
+        finally:
+            proc.join(STOP_GRACE if et is None else 1.0)
+            if proc.is_alive():          # interrupted while the child ran a call
+                _stop(proc)
+            proc.join()
+        return False
+
+
+def _standby_main(conn, parent_end, parent_pid):
+    """The child of ``Standby``: run each ``(fn, args)`` read from ``conn`` and send back
+    ``("result", value)``, ``("error", (message, class name, traceback, exception or None))`` or
+    ``("interrupted", None)``; leave with ``os._exit`` when the pipe ends."""
+    code = 0
+    try:
+        parent_end.close()
+        die_with_parent(parent_pid)
+        stop_once()                      # (raises a signal that came during the fork)
+        while True:
+            try:
+                fn, args = conn.recv()
+            except EOFError:
+                break
+            try:
+                result = fn(*args)
+            except Exception as e:   # noqa: BLE001 - sent to the parent, which raises it
+                conn.send(("error", (str(e), type(e).__name__, traceback.format_exc(), _portable(e))))
+            else:
+                conn.send(("result", result))
+    except KeyboardInterrupt:
+        code = 1
+        try:
+            conn.send(("interrupted", None))
+        except OSError:
+            pass
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _portable(e: BaseException):
+    """``e`` when it comes back from pickling as the same class, else None."""
+    try:
+        back = pickle.loads(pickle.dumps(e))
+    except Exception:   # noqa: BLE001 - an exception whose arguments do not pickle
+        return None
+    return back if type(back) is type(e) else None

@@ -1,0 +1,61 @@
+"""aggregate's job level in its own process (``streamtrace.aggregate.run._job_level_process``): the
+job's critical path and the what-if replay run in a child forked before the job is opened; their
+tables are those the same aggregate writes with both in its own process, with ``-j 1`` and ``-j 2``;
+an error there is the aggregate's error; the spilled pieces are removed."""
+from __future__ import annotations
+
+import os
+
+import pyarrow.parquet as pq
+import pytest
+
+from streamtrace.aggregate import AggregateOptions, aggregate
+from streamtrace.aggregate import run as agg_run
+from streamtrace.analyze import AnalyzeOptions, analyze
+from streamtrace.runtime.errors import DataError
+from streamtrace.runtime.fork import Standby
+from streamtrace.synth.job import SynthSpec, generate_job
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")]
+
+TABLES = ("critical_path", "critical_path_summary", "critical_path_ranks", "whatif", "whatif_anchors",
+          "whatif_edges", "whatif_ranks")
+
+
+@pytest.fixture(scope="module")
+def analysed(tmp_path_factory):
+    d = tmp_path_factory.mktemp("joblevel")
+    generate_job(d / "traces", SynthSpec(world_size=4, tp=2, pp=2, layers=1, microbatches=2))
+    analyze([d / "traces"], d / "an", AnalyzeOptions(jobs=1))
+    return d
+
+
+def _tables(folder) -> dict:
+    return {t: pq.read_table(folder / f"{t}.parquet").to_pylist() for t in TABLES}
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_tables_equal_those_written_in_one_process(analysed, monkeypatch, jobs):
+    forked = aggregate([analysed / "an"], analysed / f"forked{jobs}", AggregateOptions(jobs=jobs))
+    with monkeypatch.context() as m:
+        m.setattr(agg_run, "Standby", lambda on: Standby(False))
+        here = aggregate([analysed / "an"], analysed / f"here{jobs}", AggregateOptions(jobs=jobs))
+    a, b = _tables(analysed / f"forked{jobs}"), _tables(analysed / f"here{jobs}")
+    assert len(a["critical_path"]) > 0 and len(a["whatif"]) > 0
+    assert a == b
+    assert forked.summary["critical_path"] == here.summary["critical_path"]
+    assert forked.summary["warnings"] == here.summary["warnings"]
+    assert not [p for p in (analysed / f"forked{jobs}").iterdir() if p.name.startswith(".")]
+
+
+def _fails(job, pieces, outdir):
+    raise DataError(outdir, f"critical path failed in process {os.getpid()}")
+
+
+def test_the_job_levels_error_is_the_aggregates(analysed, monkeypatch):
+    monkeypatch.setattr(agg_run, "critical_paths", _fails)     # (before the fork: the child has it too)
+    with pytest.raises(DataError, match="critical path failed in process") as e:
+        aggregate([analysed / "an"], analysed / "failed", AggregateOptions(jobs=2))
+    child = int(str(e.value).rsplit("in process ", 1)[1])
+    assert child != os.getpid()                                # raised in the child, raised here again
+    assert not (analysed / "failed").exists()
