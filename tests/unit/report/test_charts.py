@@ -372,6 +372,32 @@ def test_the_crop_reads_the_drawn_pixels_and_measures_when_they_reach_the_edge()
     plt.close(fig)
 
 
+@pytest.mark.parametrize("alpha", [1.0, 0.0])
+def test_the_png_holds_the_drawn_pixels_rgb_when_opaque(alpha):
+    """``_crop_png``: the PNG decodes to the canvas' pixels inside the box (Pillow, independent of the
+    encoder's settings); RGB when the figure is opaque, RGBA when it is not (a transparent face)."""
+    import io
+
+    from PIL import Image
+    from matplotlib.transforms import Bbox
+    from streamtrace.report.charts import DPI, _crop_png, pyplot
+    plt = pyplot()
+    fig = plt.figure(figsize=(4, 3), dpi=DPI)
+    fig.patch.set_alpha(alpha)
+    ax = fig.add_subplot()
+    ax.patch.set_alpha(alpha)
+    ax.plot([0, 1, 2], [3, 1, 2], color="tab:blue")
+    fig.canvas.draw()
+    want = np.asarray(fig.canvas.buffer_rgba())[300 - 250:300 - 50, 100:350]    # rows from the top
+    buf = io.BytesIO()
+    _crop_png(fig, Bbox([[1.0, 0.5], [3.5, 2.5]]), buf)
+    img = Image.open(io.BytesIO(buf.getvalue()))
+    assert img.mode == ("RGB" if alpha == 1.0 else "RGBA")
+    got = np.asarray(img.convert("RGBA"))
+    assert got.shape == want.shape and (got == want).all()
+    plt.close(fig)
+
+
 def test_no_chart_is_wider_than_the_widest_figure(tmp_path):
     """The demo's job over four steps (every rank's pictures alike across steps): every chart fits
     the widest figure the charts make (16 in) plus the crop's pad: a title with a long alike note
