@@ -18,7 +18,11 @@ The jobs (``--jobs``, built once into the scratch folder, not timed):
 * ``synth<N>``: ``tools/gen_synthetic.py --world-size N --tp 4 --pp 4 --layers 8 --microbatches 4 --gz``
   (the generator of issue 48's rows).
 
-Each checkout's ``streamtrace warmup`` runs first (not timed), so that no round compiles kernels.  Each
+Each checkout's ``streamtrace warmup`` runs first (not timed), so that no round compiles kernels, and
+``compileall`` of its package, so that no process compiles modules (``pip install`` writes the bytecode; a checkout
+run with ``PYTHONDONTWRITEBYTECODE=1`` has none, and every stage's process compiled what it imports: importing
+the stages' modules of 62ca9df took 1.92-2.12 CPU-s so, 0.64-0.71 with bytecode, a bias against the checkout with
+more modules).  Each
 round runs the epilogue of every checkout on every job, alternating (this, baseline, this, ...;
 the order flips every round), into a fresh output folder, through ``bench/epilogue_stages.py``, which
 measures each stage's child process (wall, CPU of the process and its workers, largest process peak
@@ -163,9 +167,10 @@ def main(argv=None):
     if args.baseline:
         checkouts["baseline"] = baseline_checkout(args.baseline, scratch)
     for k, c in checkouts.items():                # numba's cache filled first: no round pays for compiling
-        log(f"{k}: streamtrace warmup")
+        log(f"{k}: streamtrace warmup, compileall")
         subprocess.run([PY, "-m", "streamtrace", "warmup", "-q"], cwd=c, check=False,
                        env={**os.environ, "PYTHONPATH": str(c)})
+        subprocess.run([PY, "-m", "compileall", "-q", str(Path(c) / "streamtrace")], check=False)   # as pip does
     lines = [f"## Epilogue by stage ({git_describe()})", "", f"`{command_line(__file__, argv)}`", "",
              f"baseline: {checkouts.get('baseline', 'none')}; load before: {uptime()}", ""]
     for name in args.jobs.split(","):
