@@ -1,5 +1,5 @@
 """Charts of an aggregated job (``streamtrace aggregate`` output), matplotlib with the Agg backend,
-each written as PNG and SVG (atomically):
+each written as PNG, or SVG on request (atomically):
 
 Per-step charts are named ``..._iter<N>`` (``N`` the trace file's iteration, as analyze's
 ``iteration=N``; ``_iter<N>_step<S>`` when the iteration holds several ProfilerSteps) and titled
@@ -37,6 +37,7 @@ from .units import fmt_time
 
 PX_WIDTH = 1400          # drawing width in pixels at DPI (figure 14 in x 100 dpi)
 DPI = 100
+PNG_LEVEL = 3            # zlib level of the PNG (Pillow's default 6: ~2x the encoding time; bench/RESULTS.md)
 COLORS = {"compute": "#4C72B0", "memory": "#8C8C8C", "comm:TP": "#DD8452", "comm:DP": "#55A868",
           "comm:PP": "#C44E52", "comm:CP": "#8172B3", "comm:EP": "#937860", "comm:unknown": "#DA8BC3",
           "comm:cpu": "#DD8452", "forward": "#4C72B0", "backward": "#55A868", "recompute": "#8172B3",
@@ -195,23 +196,16 @@ def margins(fig, left=None, bottom=None, right=None, top=None):
                         right=None if right is None else 1 - right / w, top=None if top is None else 1 - top / h)
 
 
-PNG_LEVEL = 3
-"""zlib level of the charts' PNG (Pillow's default 6): a 25-chart report's encoding 0.30 -> 0.17 CPU-s,
-files ~5 % larger (bench/RESULTS.md)."""
-
-
 def _crop_png(fig, box, buf):
     """The drawn Agg canvas cropped to ``box`` (inches, origin bottom left; clipped to the canvas)
-    as PNG into ``buf``: RGB when every pixel is opaque (the same picture, a quarter fewer bytes to
-    compress), else RGBA."""
+    as PNG into ``buf``: RGB when every pixel is opaque (the same picture, fewer bytes), else RGBA."""
     from PIL import Image
     rgba = np.asarray(fig.canvas.buffer_rgba())
     hpx = rgba.shape[0]
     x0, x1 = int(np.floor(box.x0 * DPI)), int(np.ceil(box.x1 * DPI))
     y0, y1 = hpx - int(np.ceil(box.y1 * DPI)), hpx - int(np.floor(box.y0 * DPI))
     px = rgba[max(y0, 0):y1, max(x0, 0):x1]
-    if px.size and px[..., 3].min() == 255:
-        px = px[..., :3]
+    px = px[..., :3] if px.size and px[..., 3].min() == 255 else px
     img = Image.fromarray(np.ascontiguousarray(px))
     img.save(buf, format="png", dpi=(DPI, DPI), compress_level=PNG_LEVEL)
 

@@ -197,11 +197,16 @@ def _child_main(fn, setup, send, parent_pid):
         send.send(("result", result))
         code = 0
     finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
+        _leave(code)
+
+
+def _leave(code: int):
+    """End a child here: its output flushed, then ``os._exit(code)`` (no ``atexit`` handlers, no joins)."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
 
 
 class Standby:
@@ -326,11 +331,7 @@ def _standby_main(conn, parent_end, parent_pid):
         except OSError:
             pass
     finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
+        _leave(code)
 
 
 def _portable(e: BaseException):
