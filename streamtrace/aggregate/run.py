@@ -59,7 +59,7 @@ from ..runtime.errors import StreamtraceError
 from ..events.dataset import json_default, num_rows, write_table
 from ..runtime.compile import TASKS, load as load_kernels
 from ..runtime.files import atomic_output, output_folder
-from ..runtime.fork import Standby
+from ..runtime.fork import ChildError, Standby
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
 from ..topology.sources import load_topology
@@ -201,8 +201,14 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
     opt = opt or AggregateOptions()
     t0 = time.time()
     outdir = Path(outdir)
-    with _job_level_process(opt) as job_level:
-        meta = _aggregate(dirs, outdir, opt, job_level)
+    try:
+        with _job_level_process(opt) as job_level:
+            meta = _aggregate(dirs, outdir, opt, job_level)
+    except ChildError as e:
+        if e.kind is not None:                       # its own exception, one that could not travel: as it is
+            raise
+        raise StreamtraceError(f"aggregate's job-level process (the critical path, the what-if replay): {e}; "
+                               "--no-whatif, or --no-critical-path, leaves it out") from None
     meta.update(seconds=round(time.time() - t0, 3))
     with atomic_output(outdir / Aggregate.marker, compress=False) as f:
         f.write(json.dumps(meta, indent=1, default=json_default).encode())

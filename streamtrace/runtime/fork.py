@@ -166,13 +166,13 @@ def _stop(proc):
         proc.kill()
 
 
-def _ended(code) -> str:
-    """How a child that sent no result ended (its exit code, negative: the signal's number)."""
+def _ended(code, who: str = "the stage's process") -> str:
+    """How a child (``who``) that sent no result ended (its exit code, negative: the signal's number)."""
     if code is not None and code < 0:
         name = signal.Signals(-code).name
         why = ": out of memory?" if -code == signal.SIGKILL else ""
-        return f"the stage's process was killed by {name}{why}"
-    return f"the stage's process ended with exit code {code} and no result"
+        return f"{who} was killed by {name}{why}"
+    return f"{who} ended with exit code {code} and no result"
 
 
 def _child_main(fn, setup, send, parent_pid):
@@ -288,7 +288,7 @@ class Standby:
         proc, self.proc = self.proc, None
         self.conn.close()
         proc.join()
-        raise ChildError(_ended(proc.exitcode)) from None
+        raise ChildError(_ended(proc.exitcode, "it")) from None
 
     def __exit__(self, et, ev, tb):
         proc, self.proc = self.proc, None

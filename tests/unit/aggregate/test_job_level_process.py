@@ -5,6 +5,7 @@ an error there is the aggregate's error; the spilled pieces are removed."""
 from __future__ import annotations
 
 import os
+import signal
 
 import pyarrow.parquet as pq
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from streamtrace.aggregate import AggregateOptions, aggregate
 from streamtrace.aggregate import run as agg_run
 from streamtrace.analyze import AnalyzeOptions, analyze
-from streamtrace.runtime.errors import DataError
+from streamtrace.runtime.errors import DataError, StreamtraceError
 from streamtrace.runtime.fork import Standby
 from streamtrace.synth.job import SynthSpec, generate_job
 
@@ -59,3 +60,15 @@ def test_the_job_levels_error_is_the_aggregates(analysed, monkeypatch):
     child = int(str(e.value).rsplit("in process ", 1)[1])
     assert child != os.getpid()                                # raised in the child, raised here again
     assert not (analysed / "failed").exists()
+
+
+def _killed(job, pieces, outdir):
+    os.kill(os.getpid(), signal.SIGKILL)              # as the out-of-memory killer would
+
+
+def test_a_killed_job_level_process_is_a_clear_error(analysed, monkeypatch):
+    monkeypatch.setattr(agg_run, "critical_paths", _killed)
+    with pytest.raises(StreamtraceError, match="job-level process .* killed by SIGKILL: out of memory") as e:
+        aggregate([analysed / "an"], analysed / "killed", AggregateOptions(jobs=2))
+    assert "--no-whatif" in str(e.value)
+    assert not (analysed / "killed").exists()
