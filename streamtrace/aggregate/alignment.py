@@ -109,11 +109,12 @@ class Part:
 
 @dataclass
 class JobParts:
-    """What a job-level phase run in another process needs of a ``Job`` (aggregate's critical
-    path and what-if replay, ``streamtrace.runtime.fork.Standby``): its ``parts`` (``Part``, aligned)
-    and selected ``steps`` (None: all); small to send."""
-    parts: list
+    """What work done away from the ``Job`` needs of it: its selected ``steps`` (None: all) and its
+    ``parts`` (``Part``, aligned; empty for a rank's re-reduction, which is given its part): aggregate's
+    job level in its own process (``streamtrace.runtime.fork.Standby``), the what-if's re-reduced
+    ranks.  Small to send."""
     steps: set | None = None
+    parts: list = field(default_factory=list)
 
     @staticmethod
     def iteration_of(part) -> int:

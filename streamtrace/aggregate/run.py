@@ -233,8 +233,8 @@ def _aggregate(dirs, outdir: Path, opt: AggregateOptions, job_level: Standby) ->
     job, tcfg = _open_job(dirs, opt)
     if job.clock_sync != opt.clock_sync and job.clock_sync == "collectives":     # chosen for clocks days apart
         opt = replace(opt, clock_sync="collectives")
-    parts = JobParts(job.parts, job.steps)
     coll, files, layout, res, pieces, replay = _rank_pass(job, outdir, opt)
+    parts = JobParts(job.steps, job.parts)             # (aligned: the clock offsets are set)
     cp = None
     try:
         if pieces is not None:
@@ -261,14 +261,13 @@ def _aggregate(dirs, outdir: Path, opt: AggregateOptions, job_level: Standby) ->
             shutil.rmtree(pieces[0], ignore_errors=True)
     if cp is not None:
         files += cp.files
+        meta["critical_path"] = cp.stats
+        meta["warnings"] += cp.warnings
     if cp is not None and opt.whatif:                # what a fix buys: the step replayed (whatif.py)
         try:
             files += job_level.call(write_whatif, parts, outdir, replay, meta, max(1, opt.jobs or os.cpu_count() or 1))
         finally:
             replay.close()
-    if cp is not None:
-        meta["critical_path"] = cp.stats
-        meta["warnings"] += cp.warnings
     meta.update(files=sorted(p.name for p in files) + [Aggregate.marker])
     return meta
 

@@ -41,7 +41,7 @@ from ..events.dataset import arrow_file, read_table, write_table
 from ..runtime.errors import DataError, UsageError
 from ..runtime.parallel import run_tasks
 from ..runtime.tuning import trim
-from .alignment import Job, Part
+from .alignment import Job, JobParts, Part
 from .folder import (COLLECTIVES, COLLECTIVES_RANKS, WHATIF, WHATIF_ANCHORS, WHATIF_ANCHORS_COLUMNS as ANCHOR_COLUMNS,
                      WHATIF_COLUMNS, WHATIF_EDGES, WHATIF_EDGES_COLUMNS as EDGE_COLUMNS, WHATIF_RANKS,
                      KERNEL_STATS, OP_STATS, Aggregate, columns, table_path)
@@ -57,15 +57,8 @@ COLUMNS = WHATIF_COLUMNS
 TABLES = (WHATIF_ANCHORS, WHATIF_EDGES, WHATIF_RANKS)
 
 
-@dataclass
-class PartsJob:
-    """What a rank's re-reduction needs of the job: the selected ``steps`` (None: all)."""
-    steps: set | None = None
-
-    @staticmethod
-    def iteration_of(part) -> int:
-        """The part's iteration (``streamtrace.aggregate.alignment.Job.iteration_of``)."""
-        return Job.iteration_of(part)
+PartsJob = JobParts
+"""What a rank's re-reduction needs of the job: ``PartsJob(steps)`` (``alignment.JobParts``, its former name)."""
 
 
 def step_tables(rows: dict) -> dict:

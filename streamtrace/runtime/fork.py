@@ -3,7 +3,7 @@ once in children, reap them, and the signal handling a child needs (``run_forked
 ``streamtrace.analyze.trackfork``); one call in a child whose memory is returned to the system
 when it ends (``call_in_child``, used by ``streamtrace.epilogue`` for each stage); a child forked
 early, while this process is small, that runs calls sent to it later (``Standby``, used by
-``streamtrace.aggregate`` for the what-if replay).  Needs ``os.fork`` (Linux, macOS); elsewhere
+``streamtrace.aggregate`` for the job's critical path and what-if replay).  Needs ``os.fork`` (Linux, macOS); elsewhere
 each runs everything in this process."""
 from __future__ import annotations
 
@@ -215,8 +215,8 @@ class Standby:
     has grown by then.  A forked child's resident memory starts at its parent's at the fork (the
     pages it shares copy-on-write count in its RSS), so a phase run in it costs this process's size
     *then* plus the phase, not this process's size when the call comes plus the phase.  Measured:
-    ``aggregate`` of 1,024 synthetic ranks, the what-if replay run in a standby forked before the
-    job is opened: the largest process 510 -> 461 MB (bench/RESULTS.md).
+    ``aggregate -j 2`` of 1,024 synthetic ranks, its critical path and what-if replay run in a standby
+    forked before the job is opened: the largest process 489-497 -> 354-364 MiB (bench/RESULTS.md).
 
     A context manager; ``enabled=False`` or no ``os.fork``: ``call`` runs the function here.  The
     function and its arguments are pickled to the child (a module-level function, small arguments:
@@ -231,6 +231,7 @@ class Standby:
         self.enabled = bool(enabled) and hasattr(os, "fork")
         self.proc = None
         self.conn = None
+        self._here = None            # not forked: the outcome of the call ``submit`` ran here
 
     def __enter__(self) -> "Standby":
         if self.enabled:
@@ -263,7 +264,7 @@ class Standby:
             self._died()
 
     def result(self) -> Any:
-        """The result of the call ``submit`` started (raises as the module docstring says)."""
+        """The result of the call ``submit`` started (raises as the class docstring says)."""
         if self.proc is None:
             (kind, value), self._here = self._here, None
             if kind == "error":
@@ -281,8 +282,6 @@ class Standby:
         if exc is not None:
             raise exc
         raise ChildError(message, name, details)
-
-    _here = None
 
     def _died(self):
         proc, self.proc = self.proc, None
