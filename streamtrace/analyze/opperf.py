@@ -53,33 +53,38 @@ class CostedOps:
     ``"Input Dims"`` (profiled without ``record_shapes``) is not looked at further (``done``)."""
 
     def __init__(self):
-        self._rows = {c: [] for c in COLUMNS + ("rank",)}
+        self._out: list = []            # one tuple per costed op: COLUMNS + ("rank",)
         self._costs: dict = {}
+        self._named = np.zeros(1, bool)  # per string id (+1: the -1 of "no name"), see _costed_ids
         self.shapes = False
         self.done = False
 
-    def add(self, b) -> None:
-        """Take the costed ops of batch ``b`` (its ``buf``, ``starts``, ``ends``, ``ts_ns``, ``dur_ns``)."""
+    def add(self, b, cols=None, table=None) -> None:
+        """Take the costed ops of batch ``b`` (its ``buf``, ``starts``, ``ends``, ``ts_ns``, ``dur_ns``).
+        ``cols``, ``table``: the batch's columns (``EVENT_DTYPE``, one row per event, as
+        ``streamtrace.events.columns.columns_from_batch`` returns them) and their ``StringTable``, when
+        the caller read them: then only the complete events named like a costed op are looked at,
+        else every event whose text holds ``"Input Dims"``, its name read from its bytes."""
         if self.done:
             return
         buf, starts, ends = b.buf, b.starts, b.ends
         s0, e1 = int(starts[0]), int(ends[-1])
-        hits, pos = [], buf.find(_KEY, s0, e1)
-        while pos >= 0:
-            hits.append(pos)
-            pos = buf.find(_KEY, pos + 1, e1)
-        self.shapes = self.shapes or bool(hits)
+        here = buf.find(_KEY, s0, e1) >= 0
+        self.shapes = self.shapes or here
         if not self.shapes and b.index + len(starts) >= PROBE_EVENTS:
             self.done = True            # recorded without record_shapes: no need to read on
             return
-        if not hits:
+        if not here:
             return
-        idx = np.unique(np.searchsorted(ends, np.asarray(hits, np.int64), side="right"))
-        idx = [i for i in idx[idx < len(starts)].tolist() if _costed_name(buf, int(starts[i]), int(ends[i]))]
+        if cols is not None:
+            named = np.flatnonzero((cols["ph"] == ord("X")) & self._costed_ids(table)[cols["name"]]).tolist()
+            idx = [i for i in named if buf.find(_KEY, int(starts[i]), int(ends[i])) >= 0]
+        else:
+            idx = _shaped(buf, starts, ends)
         if not idx:
             return
         evs = orjson.loads(b"[" + b",".join(bytes(buf[int(starts[i]):int(ends[i])]) for i in idx) + b"]")
-        rows = self._rows
+        ts, dur, out = b.ts_ns, b.dur_ns, self._out
         for i, e in zip(idx, evs):
             name = e.get("name")
             if name not in COSTED or e.get("ph") != "X":
@@ -90,11 +95,17 @@ class CostedOps:
             if c is None:
                 continue
             pid, tid = e.get("pid"), e.get("tid")
-            for k, v in (("pid", pid if isinstance(pid, int) else -1), ("tid", tid if isinstance(tid, int) else -1),
-                         ("ts_ns", int(b.ts_ns[i])), ("dur_ns", int(b.dur_ns[i])), ("name", name),
-                         ("external_id", a.get("External id", -1)), ("dtype", c[2]), ("input_dims", dims),
-                         ("flops", c[0]), ("bytes", c[1]), ("rank", a.get("rank", -1))):
-                rows[k].append(v)
+            out.append((pid if isinstance(pid, int) else -1, tid if isinstance(tid, int) else -1, int(ts[i]),
+                        int(dur[i]), name, a.get("External id", -1), c[2], dims, c[0], c[1], a.get("rank", -1)))
+
+    def _costed_ids(self, table) -> np.ndarray:
+        """Per string id of ``table`` (int, >= 0; -1, no name, reads the last entry: False): whether it
+        names a costed op; extended as the table grows."""
+        n = len(table.strings)
+        if len(self._named) < n + 1:
+            new = np.fromiter((t in COSTED for t in table.strings[len(self._named) - 1:]), bool)
+            self._named = np.concatenate([self._named[:-1], new, [False]])
+        return self._named
 
     def _cost(self, name, dims: str, args):
         """``op_cost`` of an op, remembered by its name, ``Input Dims``
@@ -105,7 +116,10 @@ class CostedOps:
         return self._costs[key]
 
     def rows(self) -> dict:
-        return _innermost(self._rows)
+        """``{column: list}`` (``COLUMNS`` and ``rank``) of the costed ops taken, innermost of each nest only."""
+        cols = COLUMNS + ("rank",)
+        return _innermost({c: list(v) for c, v in zip(cols, zip(*self._out))} if self._out else
+                          {c: [] for c in cols})
 
 
 def costed_ops(path) -> tuple[dict, dict]:
@@ -126,6 +140,18 @@ _NAME = re.compile(rb'"name"\s*:\s*"([^"\\]*)"')
 _COSTED_BYTES = {n.encode() for n in COSTED}
 
 
+def _shaped(buf, starts, ends) -> list:
+    """Indices of the events of a batch whose text holds ``"Input Dims"`` and whose name is a costed op's
+    (``_costed_name``)."""
+    s0, e1 = int(starts[0]), int(ends[-1])
+    hits, pos = [], buf.find(_KEY, s0, e1)
+    while pos >= 0:
+        hits.append(pos)
+        pos = buf.find(_KEY, pos + 1, e1)
+    idx = np.unique(np.searchsorted(ends, np.asarray(hits, np.int64), side="right"))
+    return [i for i in idx[idx < len(starts)].tolist() if _costed_name(buf, int(starts[i]), int(ends[i]))]
+
+
 def _costed_name(buf, start: int, end: int) -> bool:
     """Whether the event in ``buf[start:end]`` is named like a costed op (read without decoding it;
     an escaped name is decoded to be sure)."""
@@ -141,24 +167,27 @@ def _innermost(rows: dict) -> dict:
     n = len(rows["name"])
     if not n:
         return rows
-    pid, tid = np.asarray(rows["pid"], np.int64), np.asarray(rows["tid"], np.int64)
-    ts, dur = np.asarray(rows["ts_ns"], np.int64), np.asarray(rows["dur_ns"], np.int64)
-    has_flops = np.asarray(rows["flops"], np.int64) > 0
-    order = np.lexsort((-dur, ts, tid, pid))
-    drop = np.zeros(n, bool)
+    pid, tid, ts, dur = rows["pid"], rows["tid"], rows["ts_ns"], rows["dur_ns"]
+    has_flops = [f > 0 for f in rows["flops"]]
+    order = np.lexsort((-np.asarray(dur, np.int64), np.asarray(ts, np.int64), np.asarray(tid, np.int64),
+                        np.asarray(pid, np.int64)))
+    drop = [False] * n
     stack: list = []
-    for i in order.tolist():
+    for i in order.tolist():             # (plain lists: a numpy scalar per look-up costs ~10x)
         while stack and (pid[stack[-1]] != pid[i] or tid[stack[-1]] != tid[i]
                          or ts[stack[-1]] + dur[stack[-1]] <= ts[i]):
             stack.pop()
         if has_flops[i]:
-            drop[[a for a in stack if has_flops[a]]] = True
+            for a in stack:
+                if has_flops[a]:
+                    drop[a] = True
         elif any(has_flops[a] for a in stack):
             drop[i] = True
         else:
-            drop[stack] = True
+            for a in stack:
+                drop[a] = True
         stack.append(i)
-    keep = np.flatnonzero(~drop).tolist()
+    keep = [i for i in range(n) if not drop[i]]
     return {k: [v[i] for i in keep] for k, v in rows.items()}
 
 
@@ -198,6 +227,41 @@ def roofline(flops, nbytes, busy_ns, spec, dtype) -> dict:
     return out
 
 
+ROOFLINE = ("intensity", "bound", "bound_ns", "lost_ns", "achieved_tflops", "achieved_gbps", "pct_of_bound")
+EXACT = 1 << 53          # integers below it convert to float64 exactly
+
+
+def roofline_columns(flops, nbytes, busy_ns, spec, dtypes) -> dict:
+    """``roofline`` of many ops: ``{column: pyarrow Array}`` (``ROOFLINE``; ``bound`` string, the others
+    float64, null where ``roofline`` gives None), equal value for value to ``roofline``'s.  ``flops``,
+    ``nbytes``, ``busy_ns``: lists of int >= 0, one per op; ``dtypes``: their dtype names (or None).
+    Vectorised when every integer is below 2**53 (converted to float64 exactly, numpy's IEEE
+    division then rounds as Python's int / int does), else op by op."""
+    n = len(flops)
+    if not all(0 <= x < EXACT for v in (flops, nbytes, busy_ns) for x in v):
+        rows = [roofline(f, b, g, spec, d) for f, b, g, d in zip(flops, nbytes, busy_ns, dtypes)]
+        return {k: pa.array([r[k] for r in rows], pa.string() if k == "bound" else pa.float64()) for k in ROOFLINE}
+    f, b, g = (np.asarray(v, np.float64).reshape(n) for v in (flops, nbytes, busy_ns))
+    has_b, busy = b != 0, g != 0
+    one = lambda x, ok: np.where(ok, x, 1.0)  # noqa: E731  (a divisor where the result is null)
+    out = {"intensity": (f / one(b, has_b), has_b),
+           "achieved_tflops": (f / one(g, busy) / 1e3, busy), "achieved_gbps": (b / one(g, busy), busy)}
+    kinds = sorted(set(d or "fp32" for d in dtypes))
+    peaks = {d: spec.peak(d) if spec else None for d in kinds}
+    at = np.asarray([kinds.index(d or "fp32") for d in dtypes], np.int64).reshape(n)
+    peak = np.asarray([peaks[d] or 0.0 for d in kinds], np.float64)[at]
+    ridge = np.asarray([spec.ridge(d) if peaks[d] else 0.0 for d in kinds], np.float64)[at]
+    has_p = peak != 0
+    bound_ns = np.maximum(f / (one(peak, has_p) * 1e3), b / (spec.mem_gbps if spec else 1.0))
+    out["bound_ns"] = (bound_ns, has_p)
+    out["lost_ns"] = (np.maximum(g - bound_ns, 0.0), has_p & busy)
+    out["pct_of_bound"] = (100.0 * bound_ns / one(g, busy), has_p & busy)
+    compute = has_b & (out["intensity"][0] >= ridge)
+    cols = {k: pa.array(v, pa.float64(), mask=~ok) for k, (v, ok) in out.items()}
+    cols["bound"] = pa.array(np.where(compute, "compute", "memory").astype(object), pa.string(), mask=~has_p)
+    return {k: cols[k] for k in ROOFLINE}
+
+
 def write_op_perf(path, outdir, ranks, iteration, costed=None) -> list:
     """Cost the ops of the trace ``path`` and write each rank's ``op_perf`` partition (the ranks
     ``ranks`` the file was analysed into; an op without ``args.rank`` belongs to the only one, or
@@ -214,19 +278,12 @@ def write_op_perf(path, outdir, ranks, iteration, costed=None) -> list:
         mine = [i for i, r in enumerate(rows["rank"]) if r == rank or (r == -1 and len(ranks) == 1)]
         gpu = _ops_gpu_time(outdir, rank, iteration, [rows["ts_ns"][i] for i in mine])
         cols = {c: [rows[c][i] for i in mine] for c in COLUMNS}
-        extra = {k: [] for k in ("kernel_count", "kernel_time_ns", "gpu_busy_ns")}
-        roof: dict = {}
-        for j, i in enumerate(mine):
-            k, kt, gb = gpu.get((rows["pid"][i], rows["tid"][i], rows["ts_ns"][i], rows["name"][i]), (0, 0, 0))
-            for key, v in zip(extra, (k, kt, gb)):
-                extra[key].append(v)
-            for key, v in roofline(rows["flops"][i], rows["bytes"][i], gb, spec, rows["dtype"][i]).items():
-                roof.setdefault(key, []).append(v)
+        gpu_cols = [gpu.get(key, (0, 0, 0)) for key in zip(cols["pid"], cols["tid"], cols["ts_ns"], cols["name"])]
+        extra = dict(zip(("kernel_count", "kernel_time_ns", "gpu_busy_ns"),
+                         (list(v) for v in zip(*gpu_cols)) if gpu_cols else ([], [], [])))
+        roof = roofline_columns(cols["flops"], cols["bytes"], extra["gpu_busy_ns"], spec, cols["dtype"])
         table = pa.table({**{c: pa.array(v, _TYPES.get(c, pa.int64())) for c, v in cols.items()}, **{
-            k: pa.array(v, pa.int64()) for k, v in extra.items()}, **{
-            k: pa.array(roof.get(k, [None] * len(mine)), pa.string() if k == "bound" else pa.float64())
-            for k in ("intensity", "bound", "bound_ns", "lost_ns", "achieved_tflops", "achieved_gbps",
-                      "pct_of_bound")}})
+            k: pa.array(v, pa.int64()) for k, v in extra.items()}, **roof})
         files.append(_write(table, outdir, OP_PERF, rank, iteration))
         files.append(_write(kernel_costs(outdir, rank, iteration, cols), outdir, KERNEL_PERF, rank, iteration))
     return files

@@ -72,9 +72,10 @@ def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None,
     table keeps its rows), each with a collective-args row holding ``"@wait_on_stream"`` and
     ``"@wait_on_cuda_event_record_corr_id"`` (``CUDA_SYNC_ARGS``, -1 when absent).
     ``byte_range``: read only that slice of a plain file's events (see ``streamtrace.trace.ranges``).
-    ``on_batch(b)``: called with each ``decode=False`` ``RawBatch`` in
-    file order, before its rows are stored (a consumer of the same bytes, e.g. analyze's op costs,
-    then needs no pass of its own).
+    ``on_batch(b, cols, table)``: called with each ``decode=False`` ``RawBatch`` in
+    file order, its columns (``EVENT_DTYPE``, every event of the batch) and the ``StringTable`` their
+    ``cat``/``name`` ids index, before its rows are stored (a consumer of the same bytes, e.g. analyze's
+    op costs, then needs no pass of its own).
 
     Complete events without a usable time (``ts`` or ``dur`` missing, not a number, beyond int64 ns;
     a number written as a string is read; a negative ``ts`` is a time like any other) are not stored: they are counted in
@@ -92,9 +93,9 @@ def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None,
     reader.unusable_times = 0
     reader.negative_durations = 0
     for b in reader.raw_batches(decode=False):
-        if on_batch is not None:
-            on_batch(b)
         cols, rows = columns_from_batch(b, table, path)
+        if on_batch is not None:
+            on_batch(b, cols, table)
         if len(kind_of) < len(table):
             kind_of = np.concatenate([kind_of, np.asarray(
                 [1 if t in gpu_cats else 3 if t == "gpu_user_annotation"
