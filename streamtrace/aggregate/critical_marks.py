@@ -21,10 +21,21 @@ parsed: a batch's ``correlation`` and ``External id`` integers are read by the c
 (``streamtrace.events.sortedsets.in_sorted``); an event whose value is no integer literal (never in a
 trace streamtrace merged) is not matched. Runs of untouched events are copied as one slice of the batch.
 O(events) time, memory O(path segments + one batch).
+
+A gzip trace in the layout ``merge`` writes (``streamtrace.merge.output.write_merged``: a gzip member
+per rank segment, ``,`` members between them; ``mark_members``) is walked member by member
+(``streamtrace.trace.members``): only the segments of the ranks on the path (the ranks of its merged
+ids, the segment's rank read from its first event's ``pid``) and those holding an earlier run's marks
+are inflated, marked as above and compressed again; the others are copied as their compressed bytes,
+unparsed; the arrows are written as a member of their own before the last, where a later run finds
+and replaces them.  The text is the whole pass's byte for byte (test).  At 1,024 synthetic ranks
+(543 MB of JSON, the path on 32 ranks) 9.3 -> 2.0 CPU-s; any other trace (one member, plain JSON, a
+member that does not inflate) takes the whole pass.
 """
 from __future__ import annotations
 
 import re
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -36,8 +47,12 @@ from ..events.sortedsets import in_sorted
 from ..kernels import extract
 from ..runtime.errors import StreamtraceError
 from ..trace.reader import TraceReader
-from ..trace.writer import TraceWriter, us_fragment
-from ..merge.pids import GPU_CATS, unique_id
+from ..trace.members import MembersError, gzip_members, member_text
+from ..trace.source import is_gzip
+from ..trace.writer import TraceWriter, dumps_events, us_fragment
+from ..merge.output import copy_runs
+from ..merge.pids import GPU_CATS, ID_BITS, PID_STRIDE, unique_id
+from ..runtime.files import atomic_output, remove_quietly
 from .folder import CRITICAL_PATH, columns, table_path
 
 CATEGORY = "critical_path"
@@ -134,54 +149,197 @@ def _copy(raw, starts, ends, a, z, tight) -> list:
     return [raw[starts[k]:ends[k]] for k in range(a, z)]
 
 
-def mark_critical_path(trace, aggdir, output=None, iteration=None) -> dict:
-    """Copy the merged trace ``trace`` to ``output`` (default: ``trace`` itself, replaced atomically)
-    with the path of ``aggdir`` marked (module docstring).  Returns ``{"output", "marked", "flows"}``.
-    Raises ``StreamtraceError`` when ``aggdir`` has no critical path,
-    ``TraceError`` for a damaged trace."""
-    gpu, launch, cpu = path_ids(aggdir, iteration)
-    corr_keys = np.unique(np.asarray([k for k in list(gpu) + list(launch) if type(k) is int] + [-1], np.int64))
-    ext_keys = np.unique(np.asarray([k[0] for k in cpu if type(k[0]) is int] + [-1], np.int64))
-    if not any(type(k) is str for k in list(gpu) + list(launch) + [k[0] for k in cpu]):
-        corr_keys, ext_keys = corr_keys[corr_keys >= 0], ext_keys[ext_keys >= 0]
-    out = Path(output or trace)
-    reader = TraceReader(trace, raw_keys=(HEADER,))
-    marks: dict = {}
-    with TraceWriter(out, compresslevel=1) as w:
-        for b in reader.raw_batches(decode=False):
-            starts, ends = b.starts.tolist(), b.ends.tolist()
-            tight = (b.starts[1:] - b.ends[:-1]) == 1
-            parts, kept, a = [], 0, 0
-            for k in candidates(b, corr_keys, ext_keys).tolist():
-                parts += _copy(b.buf, starts, ends, a, k, tight)
-                kept += k - a
-                a = k + 1
-                raw = b.buf[starts[k]:ends[k]]
-                if _MARKED in raw:                            # marked before: the old marks and flows go
-                    if _OLD_FLOW in raw.replace(b" ", b""):
-                        continue
-                    raw = _OLD_MARK.sub(b"", raw, count=1)
-                order = None
-                if b'"correlation"' in raw or b'"External id"' in raw:
-                    ev = orjson.loads(raw)
-                    order = _order(ev, gpu, launch, cpu)
-                if order is not None:
-                    raw = _marked(raw, order)
-                    if order not in marks:
-                        marks[order] = (ev.get("pid"), ev.get("tid"), int(b.ts_ns[k]))
-                parts.append(raw)
-                kept += 1
-            parts += _copy(b.buf, starts, ends, a, len(starts), tight)
-            kept += len(starts) - a
-            w.write_raw(b",".join(parts), kept)
-        w.metadata = reader.metadata
+class Marker:
+    """The path of an aggregate folder (``path_ids``) and the marks made with it so far: ``batch``
+    marks one ``decode=False`` batch, ``flows`` gives the arrows between the marks."""
+
+    def __init__(self, aggdir, iteration=None):
+        self.gpu, self.launch, self.cpu = gpu, launch, cpu = path_ids(aggdir, iteration)
+        ids = list(gpu) + list(launch) + [k[0] for k in cpu]
+        corr_keys = np.unique(np.asarray([k for k in list(gpu) + list(launch) if type(k) is int] + [-1], np.int64))
+        ext_keys = np.unique(np.asarray([k[0] for k in cpu if type(k[0]) is int] + [-1], np.int64))
+        self.strings = any(type(k) is str for k in ids)       # ids merge wrote as strings: -1 matches too
+        if not self.strings:
+            corr_keys, ext_keys = corr_keys[corr_keys >= 0], ext_keys[ext_keys >= 0]
+        self.corr_keys, self.ext_keys = corr_keys, ext_keys
+        self.ranks = None if self.strings else {k >> ID_BITS for k in ids}     # (merged ids: rank * 2**40 + id)
+        self.marks: dict = {}
+
+    def batch(self, b) -> tuple[bytes, int]:
+        """Batch ``b``'s events with the path's marked and an earlier run's marks and arrows taken out,
+        joined by ``,``: ``(bytes, events kept)``."""
+        starts, ends = b.starts.tolist(), b.ends.tolist()
+        tight = (b.starts[1:] - b.ends[:-1]) == 1
+        parts, kept, a = [], 0, 0
+        for k in candidates(b, self.corr_keys, self.ext_keys).tolist():
+            parts += _copy(b.buf, starts, ends, a, k, tight)
+            kept += k - a
+            a = k + 1
+            raw = b.buf[starts[k]:ends[k]]
+            if _MARKED in raw:                            # marked before: the old marks and flows go
+                if _OLD_FLOW in raw.replace(b" ", b""):
+                    continue
+                raw = _OLD_MARK.sub(b"", raw, count=1)
+            order = None
+            if b'"correlation"' in raw or b'"External id"' in raw:
+                ev = orjson.loads(raw)
+                order = _order(ev, self.gpu, self.launch, self.cpu)
+            if order is not None:
+                raw = _marked(raw, order)
+                if order not in self.marks:
+                    self.marks[order] = (ev.get("pid"), ev.get("tid"), int(b.ts_ns[k]))
+            parts.append(raw)
+            kept += 1
+        parts += _copy(b.buf, starts, ends, a, len(starts), tight)
+        kept += len(starts) - a
+        return b",".join(parts), kept
+
+    def flows(self) -> list:
+        """The arrows (``ph`` ``s`` / ``f`` event dicts) joining consecutive marks of one step."""
         flows = []
-        seq = sorted(marks.items())
+        seq = sorted(self.marks.items())
         for n, ((o1, a), (o2, z)) in enumerate(zip(seq, seq[1:])):
             if o1 // 10**7 != o2 // 10**7:                  # not across steps
                 continue
             for ph, (pid, tid, ts) in (("s", a), ("f", z)):
                 flows.append({"ph": ph, "id": FLOW_BASE + n, "pid": pid, "tid": tid, "ts": us_fragment(ts),
                               "cat": CATEGORY, "name": CATEGORY} | ({"bp": "e"} if ph == "f" else {}))
+        return flows
+
+
+def mark_critical_path(trace, aggdir, output=None, iteration=None, by_member=True) -> dict:
+    """Copy the merged trace ``trace`` to ``output`` (default: ``trace`` itself, replaced atomically)
+    with the path of ``aggdir`` marked (module docstring).  A gzip trace in the layout ``merge`` writes
+    (``by_member``: ``mark_members``) has only the members of the ranks on the
+    path, and those of an earlier run's marks, inflated, marked and compressed again; the others are
+    copied as their compressed bytes.  Returns ``{"output", "marked", "flows"}``.
+    Raises ``StreamtraceError`` when ``aggdir`` has no critical path,
+    ``TraceError`` for a damaged trace (a member copied as is is not parsed)."""
+    marker = Marker(aggdir, iteration)
+    out = Path(output or trace)
+    if by_member and marker.ranks is not None and is_gzip(trace):
+        done = mark_members(trace, out, marker)
+        if done is not None:
+            return done
+        marker.marks.clear()
+    reader = TraceReader(trace, raw_keys=(HEADER,))
+    with TraceWriter(out, compresslevel=1) as w:
+        for b in reader.raw_batches(decode=False):
+            w.write_raw(*marker.batch(b))
+        w.metadata = reader.metadata
+        flows = marker.flows()
         w.write_many(flows)
-    return {"output": str(out), "marked": len(marks), "flows": len(flows) // 2}
+    return {"output": str(out), "marked": len(marker.marks), "flows": len(flows) // 2}
+
+
+# -- merge's layout: one gzip member a rank segment -------------------------------------------------
+
+_HEAD = b'{"traceEvents":['
+_PID = re.compile(rb'^\{[^{}]*?"pid"\s*:\s*(\d+)\s*[,}]')
+
+
+class _NotLayout(Exception):
+    """The trace is not in merge's layout after all (found while writing): marked the whole way."""
+
+
+def _layout(members: list) -> list | None:
+    """``[(member, kind, rank)]`` of a gzip trace in the layout ``merge`` (``write_merged``) and
+    ``mark_members`` write: ``{"traceEvents":[`` alone, then rank segments (events of one rank,
+    ``"pid"`` first-level in the first) between members holding one ``,``, then an earlier run's
+    arrows (``,`` + events), then ``]`` and the top-level keys; None for any other."""
+    if len(members) < 2 or members[0].head != _HEAD or members[0].size != len(_HEAD) \
+            or not members[-1].head.startswith(b"]"):
+        return None
+    out, prev = [(members[0], "head", -1)], "head"
+    for k, m in enumerate(members[1:-1], 1):
+        if m.size == 1 and m.head == b"," and prev == "segment":
+            kind, rank = "comma", -1
+        elif m.head.startswith(b",{") and m.found and prev == "segment" and k == len(members) - 2:
+            kind, rank = "arrows", -1
+        elif m.head.startswith(b"{") and prev in ("head", "comma") and (pid := _PID.match(m.head)):
+            kind, rank = "segment", (int(pid.group(1)) - 1) // PID_STRIDE
+        else:
+            return None
+        out.append((m, kind, rank))
+        prev = kind
+    if prev == "comma":
+        return None
+    return out + [(members[-1], "tail", -1)]
+
+
+def mark_members(trace, out: Path, marker: Marker) -> dict | None:
+    """``mark_critical_path`` of a gzip trace in merge's layout (``_layout``): the members of the
+    ranks on the path (``marker.ranks``) and those holding an earlier run's marks marked (each
+    inflated into a plain file beside ``out``, read by batches, compressed again as one member),
+    the others copied as their compressed bytes, an earlier run's arrows dropped, the new ones
+    written as a member of their own before the last.  Returns None when ``trace`` is not in that
+    layout (nothing written)."""
+    try:
+        plan = _layout(list(gzip_members(trace, _MARKED)))
+    except MembersError:
+        plan = None
+    if plan is None:
+        return None
+    try:
+        with atomic_output(out, compress=False) as f:
+            run: list = []
+            for m, kind, rank in plan:
+                if kind == "arrows":
+                    _arrows_only(trace, m)
+                elif kind == "segment" and (rank in marker.ranks or m.found):
+                    _flush(trace, run, f)
+                    _mark_member(trace, m, out, marker, f)
+                    continue
+                if kind == "tail":
+                    _flush(trace, run, f)
+                    flows = marker.flows()
+                    if flows:
+                        f.write(zlib.compress(b"," + dumps_events(flows), 1, 31))
+                if kind != "arrows":
+                    run = [run[0] if run else m.start, m.end]
+            _flush(trace, run, f)
+    except _NotLayout:
+        return None
+    return {"output": str(out), "marked": len(marker.marks), "flows": len(flows) // 2}
+
+
+def _flush(trace, run: list, f):
+    """Copy the compressed bytes ``run`` (``[start, end]``, or empty) of ``trace`` to ``f``; empty it."""
+    if run:
+        copy_runs(str(trace), np.asarray([run], np.int64), f, True)
+        run.clear()
+
+
+def _arrows_only(trace, m):
+    """Raise ``_NotLayout`` unless member ``m`` holds nothing but arrows of this module's category."""
+    text = b"".join(member_text(trace, m))
+    try:
+        evs = orjson.loads(b"[" + text[1:] + b"]")
+    except orjson.JSONDecodeError:
+        raise _NotLayout from None
+    if not all(isinstance(e, dict) and e.get("cat") == CATEGORY and e.get("ph") in ("s", "f") for e in evs):
+        raise _NotLayout
+
+
+def _mark_member(trace, m, out: Path, marker: Marker, f):
+    """Member ``m`` (a rank segment) marked and written to ``f`` as one gzip member: inflated into a
+    plain trace beside ``out`` (removed after), read by batches (``Marker.batch``)."""
+    tmp = out.parent / f".{out.name}.segment-{m.start}.json"
+    try:
+        with open(tmp, "wb") as t:
+            t.write(_HEAD)
+            for piece in member_text(trace, m):
+                t.write(piece)
+            t.write(b"]}")
+        z = zlib.compressobj(1, zlib.DEFLATED, 31)
+        first = True
+        for b in TraceReader(tmp).raw_batches(decode=False):
+            data, _ = marker.batch(b)
+            if data:
+                f.write(z.compress(data if first else b"," + data))
+                first = False
+        if first:                      # every event of the segment dropped (an earlier run's arrows only)
+            raise _NotLayout
+        f.write(z.flush())
+    finally:
+        remove_quietly(str(tmp))

@@ -101,3 +101,55 @@ def test_spacing_and_earlier_marks(job, tmp_path):
     assert a == b and any("critical_path" in (e.get("args") or {}) for e in a["traceEvents"])
     mark_critical_path(tmp_path / "a.json", job / "agg", tmp_path / "again.json")
     assert (tmp_path / "again.json").read_bytes() == (tmp_path / "a.json").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def gz_job(job):
+    merge([job / "traces"], job / "merged.json.gz", MergeOptions(jobs=1))
+    return job
+
+
+def _text(path) -> bytes:
+    import gzip
+    return gzip.decompress(path.read_bytes())
+
+
+def test_by_member_equals_the_whole_pass(gz_job, tmp_path):
+    """A gzip trace as merge writes it (a member per rank): the ranks off the path are copied as their
+    compressed bytes (found in the output as they were in the input), and the text is the whole pass's
+    byte for byte; marking the output again keeps both."""
+    from streamtrace.trace.members import gzip_members
+    src = gz_job / "merged.json.gz"
+    whole = mark_critical_path(src, gz_job / "agg", tmp_path / "whole.json.gz", by_member=False)
+    fast = mark_critical_path(src, gz_job / "agg", tmp_path / "fast.json.gz")
+    assert fast == whole | {"output": str(tmp_path / "fast.json.gz")} and fast["marked"] > 0
+    assert _text(tmp_path / "fast.json.gz") == _text(tmp_path / "whole.json.gz")
+    path_ranks = {e["args"]["rank"] for e in load_json(tmp_path / "whole.json.gz")["traceEvents"]
+                  if "critical_path" in (e.get("args") or {}) and "rank" in (e.get("args") or {})}
+    raw_in, raw_out = src.read_bytes(), (tmp_path / "fast.json.gz").read_bytes()
+    ins = list(gzip_members(src))
+    segments = [m for m in ins if m.head.startswith(b"{\"ph\"") or m.head.startswith(b'{"name"')]
+    kept = [m for m in segments if raw_in[m.start:m.end] in raw_out]
+    assert len(segments) == 4 and 0 < len(kept) <= 4 - len(path_ranks)       # 4 ranks; those on the path redone
+    assert len(list(gzip_members(tmp_path / "fast.json.gz"))) == len(ins) + 1  # + the arrows' member
+    again = mark_critical_path(tmp_path / "fast.json.gz", gz_job / "agg", tmp_path / "again.json.gz")
+    assert again["marked"] == fast["marked"] and _text(tmp_path / "again.json.gz") == _text(tmp_path / "fast.json.gz")
+    one = mark_critical_path(tmp_path / "whole.json.gz", gz_job / "agg", tmp_path / "one.json.gz")  # one member
+    assert one["marked"] == fast["marked"] and _text(tmp_path / "one.json.gz") == _text(tmp_path / "fast.json.gz")
+
+
+@pytest.mark.parametrize("damage", ["garbage after", "cut"])
+def test_damaged_gzip_takes_the_whole_pass(gz_job, tmp_path, damage):
+    """Bytes that are no gzip member after the last, or a member cut: the member walk gives up and the
+    whole pass answers as it did before (the same result, or the same error)."""
+    data = (gz_job / "merged.json.gz").read_bytes()
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(data + b"\x00junk" if damage == "garbage after" else data[:-40])
+    outcome = []
+    for by in (False, True):
+        try:
+            r = mark_critical_path(bad, gz_job / "agg", tmp_path / f"{by}.json.gz", by_member=by)
+            outcome.append(("ok", r["marked"], _text(tmp_path / f"{by}.json.gz")))
+        except Exception as e:   # noqa: BLE001 - the same error either way
+            outcome.append((type(e).__name__, str(e).replace(str(tmp_path), "")))
+    assert outcome[0] == outcome[1]

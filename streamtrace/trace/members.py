@@ -1,0 +1,101 @@
+"""The gzip members of a file, walked in flat memory (``gzip_members``): each member's compressed
+byte range, the first bytes of its content, its content's length and whether a text occurs in it,
+so that a rewriter can copy the members it leaves unchanged as their compressed bytes
+(``streamtrace.aggregate.critical_marks``: ``merge`` writes one member per rank segment).
+``member_text`` inflates one member again, block by block.
+
+A gzip file is one or more members (RFC 1952, 2.2), each a deflate stream with its own CRC-32
+and length, decoded here by ``zlib`` (``wbits`` 31: one member, its trailer checked)."""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Iterator
+
+BLOCK = 1 << 20            # compressed bytes read at a time
+CHUNK = 1 << 24            # most content bytes inflated at a time (a gzip bomb is not held)
+
+
+class MembersError(ValueError):
+    """The file is no sequence of whole gzip members: not gzip, a member cut, bytes after the last
+    member that are none, a CRC or length that does not match."""
+
+
+@dataclass(frozen=True)
+class Member:
+    """One gzip member: compressed bytes ``start:end`` of the file (int offsets), ``head`` its
+    content's first bytes (all of it when shorter), ``size`` its content's length in bytes,
+    ``found`` whether the ``needle`` given to ``gzip_members`` occurs in its content."""
+    start: int
+    end: int
+    head: bytes
+    size: int
+    found: bool
+
+
+def gzip_members(path, needle: bytes = b"", head: int = 4096) -> Iterator[Member]:
+    """The gzip members of the file ``path`` in order (``Member``), each inflated once, in
+    ``CHUNK`` s, never held whole.  Raises ``MembersError`` (after the members before it were
+    yielded) where the file stops being whole gzip members; ``OSError`` when it cannot be read."""
+    with open(path, "rb") as f:
+        pending, offset = b"", 0
+        while True:
+            if not pending:
+                pending = f.read(BLOCK)
+                if not pending:
+                    return
+            member, pending = _one(f, pending, offset, needle, head)
+            offset = member.end
+            yield member
+
+
+def _one(f, data: bytes, offset: int, needle: bytes, head: int) -> tuple[Member, bytes]:
+    """The member starting at compressed ``offset`` (its first bytes ``data``, the rest read from
+    ``f``): ``(Member, the bytes read past its end)``."""
+    d = zlib.decompressobj(31)
+    start, first, tail, size, found = offset, b"", b"", 0, False
+    keep = max(len(needle) - 1, 0)
+    while True:
+        if not data:
+            data = f.read(BLOCK)
+            if not data:
+                raise MembersError(f"a gzip member cut short (it starts at byte {start})")
+        try:
+            out = d.decompress(data, CHUNK)
+        except zlib.error as e:
+            raise MembersError(f"no whole gzip member at byte {start}: {e}") from None
+        rest = d.unused_data if d.eof else d.unconsumed_tail
+        offset += len(data) - len(rest)
+        if len(first) < head:
+            first += out[:head - len(first)]
+        if needle and not found:
+            found = needle in tail + out[:keep] or needle in out
+            tail = (out[-keep:] if len(out) >= keep else (tail + out)[-keep:]) if keep else b""
+        size += len(out)
+        if d.eof:
+            return Member(start, offset, first, size, found), rest
+        data = rest
+
+
+def member_text(path, member: Member, block: int = BLOCK) -> Iterator[bytes]:
+    """The content of ``member`` of the gzip file ``path``, in pieces of at most ``CHUNK`` bytes.
+    Raises ``MembersError`` when the bytes there are no whole member."""
+    d = zlib.decompressobj(31)
+    with open(path, "rb") as f:
+        f.seek(member.start)
+        left = member.end - member.start
+        while left:
+            data = f.read(min(block, left))
+            if not data:
+                raise MembersError(f"a gzip member cut short (it starts at byte {member.start})")
+            left -= len(data)
+            while data:
+                try:
+                    out = d.decompress(data, CHUNK)
+                except zlib.error as e:
+                    raise MembersError(f"no whole gzip member at byte {member.start}: {e}") from None
+                if out:
+                    yield out
+                data = d.unconsumed_tail
+    if not d.eof:
+        raise MembersError(f"a gzip member cut short (it starts at byte {member.start})")
