@@ -48,7 +48,7 @@ from .folder import (COLLECTIVES, COLLECTIVES_RANKS, WHATIF, WHATIF_ANCHORS, WHA
 from .steps import step_patterns_of
 from .whatif_changes import AtMedian, Comm, HostGaps, Kernels, Launches, Ops, as_changes
 from .whatif_job import InstanceFacts, LOCAL_COLUMNS, JobStep, Members, StepTables
-from .whatif_local import RANK_COLUMNS, kept_graphs, part_replay
+from .whatif_local import RANK_COLUMNS, kept_graphs, part_replay, part_replays
 from .whatif_spill import SpilledRows
 
 FIDELITY_PCT = 5.0
@@ -239,6 +239,29 @@ class Replayer:
                                                                              else f)))
         return out
 
+    def replay_many(self, change_sets, source="asked") -> list:
+        """``replay`` of each of ``change_sets`` (each a list of changes applied together), rows in
+        their order.  Those without an at-median change are re-reduced together: one task per part
+        they touch, building each of its step graphs once for all of them (the report's candidates:
+        launches with no delay and faster GEMMs both touch every rank)."""
+        sets = [as_changes(c) for c in change_sets]
+        batch = [k for k, s in enumerate(sets) if not any(isinstance(c, AtMedian) for c in s)]
+        touched = {k: [p for p, part in self.parts.items() if any(c.touches(part.rank) for c in sets[k])]
+                   for k in batch}
+        parts = [p for p in self.parts if any(p in touched[k] for k in batch)]
+        tasks = [(PartsJob(self.steps), self.parts[p], [sets[k] for k in batch if p in touched[k]]) for p in parts]
+        res = dict(zip(parts, run_tasks(_reduce_many_task, tasks, max(1, min(self.jobs, len(tasks)))))) \
+            if tasks else {}
+        rows = {}
+        for k in batch:
+            mine = [res[p][[j for j in batch if p in touched[j]].index(k)] for p in touched[k]]
+            rows[k] = join_rows(mine) if mine else None
+        out = []
+        for k, s in enumerate(sets):
+            out += self.replay(s, source, rows.pop(k, None))
+            trim()                                    # (each replay's graph, freed)
+        return out
+
     def _reduce(self, touched, changes) -> dict:
         """The touched parts re-reduced with ``changes`` (worker processes for several)."""
         tasks = []
@@ -283,6 +306,11 @@ def _only(rows: dict, key) -> dict:
     it, st = key
     return {n: {c: v[(cols["iteration"] == it) & (cols["step"] == st)] for c, v in cols.items()}
             for n, cols in rows.items()}
+
+
+def _reduce_many_task(job, part, change_sets) -> list:
+    """One touched part re-reduced with each of ``change_sets`` (a worker's task; ``part_replays``)."""
+    return part_replays(job, part, change_sets)
 
 
 def _reduce_task(job, part, changes, meds) -> dict:
@@ -388,11 +416,8 @@ def write_whatif(job, outdir, spilled: SpilledRows, meta: dict, jobs: int = 1) -
                        {p.index: p for p in job.parts}, outdir, jobs, job.steps)
         _replay_ends(ranks, rep)
         files += write_table(outdir, WHATIF_RANKS, ranks)
-        out = []
         with kept_graphs():                           # (a rank replayed again: its graphs not rebuilt)
-            for change in candidates(outdir, rep.tabs):
-                out += rep.replay([change], "candidate")
-                trim()                                # (each replay's graph, freed)
+            out = rep.replay_many([[change] for change in candidates(outdir, rep.tabs)], "candidate")
     finally:
         spilled.close()
     text = ("change", "description", "source", "bound_what", "top_category", "top_name", "flag")

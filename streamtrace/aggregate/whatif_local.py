@@ -172,7 +172,13 @@ def part_replay(job, part, changes, medians=None) -> dict:
     """Part ``part``'s ``whatif_*`` rows with ``changes`` applied (its graphs built again from its
     analysed tables, for the steps ``job.steps`` selects, or taken from those ``kept_graphs`` kept);
     ``medians``: the rank's at-median factors.  Returns ``ReplayRows.result``."""
-    rows = ReplayRows(job.iteration_of(part), part.index, part.rank, changes, medians)
+    return part_replays(job, part, [changes], medians)[0]
+
+
+def part_replays(job, part, change_sets, medians=None) -> list:
+    """``part_replay`` of each of ``change_sets`` (lists of changes), in order, each step's graph
+    built (or taken from ``kept_graphs``) once for all of them."""
+    rows = [ReplayRows(job.iteration_of(part), part.index, part.rank, changes, medians) for changes in change_sets]
     kept = KEPT.part(job, part) if KEPT.budget else None
     graphs = kept.graphs if kept is not None else part_graphs(job, part, graph_reads(part))
     if graphs is not None:
@@ -182,8 +188,9 @@ def part_replay(job, part, changes, medians=None) -> dict:
                 graph = graphs.build(*window)
                 if kept is not None:
                     KEPT.keep(kept, window, graph)
-            rows.add(graphs, window[0], *graph)
-    return rows.result()
+            for r in rows:
+                r.add(graphs, window[0], *graph)
+    return [r.result() for r in rows]
 
 
 GRAPH_BYTES = 64 << 20

@@ -201,3 +201,32 @@ def test_instance_facts_are_columns_with_defaults_for_unknown_instances():
                                                                              "inter": True}})
     for k in ("name", "bytes", "inter"):
         assert rows.column(k, [3, 7]).tolist() == f.column(k, [3, 7]).tolist()
+
+
+def _replayer(aggdir):
+    from streamtrace.aggregate.folder import Aggregate
+    from streamtrace.aggregate.whatif import Replayer, parts_of, read_members, read_tables, step_tables
+    meta = Aggregate.read(aggdir).summary
+    steps = {int(s[1]) for s in meta.get("steps") or []} or None
+    return Replayer(step_tables(read_tables(aggdir)), read_members(aggdir, meta), parts_of(meta), aggdir, 1, steps)
+
+
+def test_replayed_together_equal_one_at_a_time(job, monkeypatch):
+    """``Replayer.replay_many`` (the report's candidates) gives each change set the rows its own replay
+    gives, and builds each touched rank's step graph once for all the sets without an at-median change."""
+    from streamtrace.aggregate.critical_local import PartGraphs
+    rep = _replayer(job[0] / "agg")
+    sets = [[AtMedian((1,), "compute")], [HostGaps((1,))], [Launches()], [Kernels(None, "gemm", 0.5)],
+            [Ops((1,), "DataLoader", 0.0)]]
+    alone = [row for s in sets for row in rep.replay(s, "candidate")]
+    builds = []
+    real = PartGraphs.build
+    monkeypatch.setattr(PartGraphs, "build", lambda self, *w: builds.append(w) or real(self, *w))
+    assert rep.replay_many(sets, "candidate") == alone
+    together = len(builds)
+    builds.clear()
+    rep.replay([Launches()], "candidate")
+    every_rank = len(builds)                            # one global set: each rank's step graph once
+    builds.clear()
+    rep.replay(sets[0], "candidate")
+    assert every_rank == 4 and together == every_rank + len(builds)    # + the at-median set's own
