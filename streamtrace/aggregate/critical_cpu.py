@@ -138,8 +138,8 @@ def thread_waits(chains: dict, main_tid: int) -> list:
             if not ok.any():
                 continue
             busy = x.busy()
-            cum = np.r_[0, np.cumsum(np.where(busy, x.w, 0))]
-            cut = np.r_[0, np.cumsum(~x.keep)]             # a CPU collective's run: joined across ranks instead
+            cum = np.concatenate(([0], np.cumsum(np.where(busy, x.w, 0))))
+            cut = np.concatenate(([0], np.cumsum(~x.keep)))        # a CPU collective's run: joined across ranks instead
             fm, lm = np.minimum(f, len(x.t) - 1), np.maximum(last, 0)
             idle_a = (fm == 0) | ~busy[np.maximum(fm - 1, 0)]
             idle_b = (lm >= len(x.w)) | ~busy[np.minimum(lm, len(x.w) - 1)]
@@ -193,7 +193,7 @@ def _stretches(ops, sel) -> tuple:
     (an op without children works over it; it does not wait)."""
     ts = ops["ts_ns"][sel]
     te = ts + ops["dur_ns"][sel]
-    t = np.unique(np.r_[ts, te])
+    t = np.unique(np.concatenate((ts, te)))
     a, b = t[:-1], t[1:]
     leaf = ~np.isin(sel, ops["parent"][sel])
     i = np.searchsorted(a, ts[leaf])

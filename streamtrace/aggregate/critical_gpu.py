@@ -86,7 +86,7 @@ def gpu_events(g: StepGraph, k, rows, launch_node, launch_t, first, s0, waits=No
     both = g.nodes(np.stack([ts, te], axis=1).reshape(-1), np.tile(np.asarray([2, 0], np.int8), n))
     sn, en = both[0::2], both[1::2]
     en = np.where(te == ts, sn, en)                 # a zero-length event is one instant
-    new = np.r_[True, (dev[1:] != dev[:-1]) | (stream[1:] != stream[:-1])][:n]     # a stream's run of rows
+    new = np.concatenate(([True], (dev[1:] != dev[:-1]) | (stream[1:] != stream[:-1])))[:n]     # a stream's run of rows
     lane = np.asarray([f"device {d} stream {s}" for d, s in zip(dev[new].tolist(), stream[new].tolist())] + [""],
                       object)[np.cumsum(new) - 1]
     name = k["name"][rows]
@@ -95,7 +95,7 @@ def gpu_events(g: StepGraph, k, rows, launch_node, launch_t, first, s0, waits=No
     g.edges(sn[body], en[body], (te - ts)[body],
             np.where(kind[body] == "memory", Category.memcpy, Category.compute_kernel), lane[body], name[body],
             corr[body])
-    same = np.r_[False, (dev[1:] == dev[:-1]) & (stream[1:] == stream[:-1])]
+    same = np.concatenate(([False], (dev[1:] == dev[:-1]) & (stream[1:] == stream[:-1])))
     prev = np.where(same, np.arange(n) - 1, -1)
     if links is not None:       # Kineto's explicit links: only they make an event wait on another stream
         x = linked_waits(dev, stream, ts, te, corr, links)
@@ -142,7 +142,7 @@ def queued_behind(k, rows) -> np.ndarray:
         k["queue_index"] = (key, ts, mx)
     key, ts, mx = k["queue_index"]
     dev, st, t0 = k["device"][rows], k["stream"][rows], k["ts_ns"][rows]
-    first = np.flatnonzero(np.r_[True, (dev[1:] != dev[:-1]) | (st[1:] != st[:-1])])
+    first = np.flatnonzero(np.concatenate(([True], (dev[1:] != dev[:-1]) | (st[1:] != st[:-1]))))
     q = dev[first].astype(np.int64) * (1 << 32) + st[first].astype(np.int64)
     lo = np.searchsorted(key, q, "left")
     hi = np.searchsorted(key, q, "right")

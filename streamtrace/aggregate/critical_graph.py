@@ -58,32 +58,34 @@ class StepGraph:
     def __init__(self):
         self.t, self.cls, self.e = [], [], []
         self.order = np.zeros(0, np.int64)
+        self._n = 0
 
     @property
     def size(self) -> int:
         """The number of nodes so far."""
-        return sum(len(x) for x in self.t)
+        return self._n
 
     def nodes(self, t, cls=1) -> np.ndarray:
         """New nodes at times ``t`` (int64 ns); returns their ids (int64).  ``cls`` orders nodes of
         equal time (a GPU end 0, a CPU instant 1, a GPU start 2, the step end 3; then creation
         order), so that every edge runs forward."""
-        base = self.size
-        self.t.append(np.asarray(t, np.int64))
-        self.cls.append(np.broadcast_to(np.asarray(cls, np.int8), len(t)))
-        return base + np.arange(len(t), dtype=np.int64)
+        t = np.asarray(t, np.int64)
+        base, n = self._n, len(t)
+        self._n += n
+        self.t.append(t)
+        self.cls.append(_column(cls, n, np.int8))
+        return np.arange(base, base + n, dtype=np.int64)
 
     def edges(self, src, dst, w, cat, lane, name, ref=-1):
         """Append edges ``src -> dst`` (node ids) of weight ``w`` (int64 ns) and ``Category``
         ``cat``; ``lane``, ``name``: object arrays (or scalars) naming each edge's thread/stream and
         event; ``ref``: the event's id in the trace (the GPU event's ``correlation`` for GPU
-        categories, the CPU op's ``External id`` for CPU ones; -1 none).  Arrays broadcast."""
+        categories, the CPU op's ``External id`` for CPU ones; -1 none).  Scalars repeat."""
         n = len(src)
         if n:
-            b = lambda x: np.broadcast_to(np.asarray(x, object), n)  # noqa: E731
             self.e.append((np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(w, np.int64),
-                           np.broadcast_to(np.asarray(cat, np.int8), n), b(lane), b(name),
-                           np.broadcast_to(np.asarray(ref, np.int64), n)))
+                           _column(cat, n, np.int8), _column(lane, n, object), _column(name, n, object),
+                           _column(ref, n, np.int64)))
 
     def arrays(self):
         """``(t, cols)``: node times (int64[n]) and the edge columns ``[src, dst, w, cat, lane,
@@ -94,6 +96,14 @@ class StepGraph:
         cls = np.concatenate(self.cls) if self.cls else np.zeros(0, np.int8)
         self.order = topological_order(t, cls, cols[0], cols[1])
         return t, cols
+
+
+def _column(x, n: int, dtype) -> np.ndarray:
+    """``x`` (an array of ``n`` values, or one value for all ``n``) as an array of ``dtype``."""
+    a = np.asarray(x, dtype)
+    if not a.ndim:
+        return np.full(n, a, dtype)
+    return a if len(a) == n else np.broadcast_to(a, n)
 
 
 MAX_LEVELS = 64

@@ -41,8 +41,7 @@ import pyarrow.feather as feather
 
 from ..analyze.outputs import CUDA_SYNC, KERNELS, OPS
 from ..events.dataset import arrow_file
-from ..events.sortedsets import sorted_distinct
-from ..kernels.critical import NEG, longest_path, trace_back
+from ..kernels.critical import NEG, longest_path, path_edges
 from .alignment import column_numpy
 from .critical_cpu import collective_waits, cpu_chains, cpu_collectives
 from .critical_gpu import clip_stream_overlaps, gpu_events, queued_behind, sync_edges, zero_linked_syncs
@@ -135,8 +134,8 @@ def build_step(ops, k, step, main_tid, s0, s1, calls=None, links=None, syncs=Non
     # the rank's step end: the later of the step thread's last instant and every GPU end
     t_end = int(max([s1, int(main[0][-1])] + ([int(kend.max())] if len(kend) else [])))
     tn = g.nodes([t_end], 3)
-    tails = np.r_[[main[1][-1]], en]                                # the latest of these ends the step
-    tail_t = np.r_[[main[0][-1]], kend]
+    tails = np.concatenate(([main[1][-1]], en))                            # the latest of these ends the step
+    tail_t = np.concatenate(([main[0][-1]], kend))
     b = int(np.argmax(tail_t))
     wt = np.zeros(len(tails), np.int64)
     wt[b] = t_end - tail_t[b]
@@ -196,13 +195,16 @@ def _anchors(ops, k, krows, comm, runs, main_tid, nodes: _AnchorNodes) -> tuple:
     rlane = np.asarray([lanes.setdefault(x, f"thread {x}") for x in ops["tid"][runs[:, 1]].tolist()], object)
     none = np.full(1, -1, np.int64)
     gname = k["name"][kc].astype(object)
-    return (np.r_[[first], sn[comm], cpu_a, en[comm], cpu_e, tn],
-            np.r_[[Anchor.step_start], np.full(nc + nr, Anchor.arrival), np.full(nc + nr, Anchor.end),
-                  [Anchor.step_end]],
-            np.r_[none, gcorr, rcorr, gcorr, rcorr, none],
-            np.r_[none, gstream, np.full(nr, -1), gstream, np.full(nr, -1), none],
-            np.r_[[""], gname, rname, gname, rname, [""]].astype(object),
-            np.r_[[f"thread {main_tid}"], glane, rlane, glane, rlane, [""]].astype(object))
+    blank = np.full(1, "", object)
+    cat = np.concatenate
+    return (cat([np.full(1, first, np.int64), sn[comm], cpu_a, en[comm], cpu_e, tn]).astype(np.int64, copy=False),
+            cat([np.full(1, Anchor.step_start, np.int64), np.full(nc + nr, Anchor.arrival, np.int64),
+                 np.full(nc + nr, Anchor.end, np.int64), np.full(1, Anchor.step_end, np.int64)]),
+            cat([none, gcorr, rcorr, gcorr, rcorr, none]).astype(np.int64, copy=False),
+            cat([none, gstream, np.full(nr, -1, np.int64), gstream, np.full(nr, -1, np.int64), none]).astype(
+                np.int64, copy=False),
+            cat([blank, gname, rname, gname, rname, blank]),
+            cat([np.full(1, f"thread {main_tid}", object), glane, rlane, glane, rlane, blank]))
 
 
 def reduce_step(t, cols, anchors, order):
@@ -225,8 +227,7 @@ def reduce_step(t, cols, anchors, order):
     reached = dist[sinks] > NEG
     sinks = sinks[reached]
     red = (origin[sinks], sinks, dist[sinks] - init[origin[sinks]])
-    marked = [trace_back(pred, ps, int(s)) for s in sinks.tolist()]
-    marked = sorted_distinct(np.concatenate(marked)) if marked else np.zeros(0, np.int64)
+    marked = path_edges(pred, ps, sinks.astype(np.int64, copy=False))
     return pos, red, keep[marked], int((~ok).sum())
 
 

@@ -19,7 +19,7 @@ from .sentinels import NEG, POS
 
 ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
 
-__all__ = ["NEG", "POS", "longest_path", "latest_times", "trace_back"]
+__all__ = ["NEG", "POS", "longest_path", "latest_times", "trace_back", "path_edges"]
 
 
 
@@ -113,3 +113,22 @@ def trace_back(pred, src, end):
         out[i] = pred[v]
         v = src[pred[v]]
     return out
+
+
+@njit(cache=True)
+def path_edges(pred, src, ends):
+    """The distinct edges of the longest paths ending at the nodes ``ends`` (int64[m]), ascending
+    (int64[k]): the union of ``trace_back(pred, src, v)`` over ``v`` in ``ends``.  Each walk stops
+    at a node an earlier walk passed (its edges back from there are taken already).  O(n + m + k log k)."""
+    n = pred.shape[0]
+    seen = np.zeros(n, np.bool_)
+    out = np.empty(n, np.int64)
+    k = 0
+    for i in range(ends.shape[0]):
+        v = ends[i]
+        while v >= 0 and not seen[v] and pred[v] >= 0:
+            seen[v] = True
+            out[k] = pred[v]
+            k += 1
+            v = src[pred[v]]
+    return np.sort(out[:k])

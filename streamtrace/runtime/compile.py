@@ -149,6 +149,7 @@ UNITS = {
     "critical.latest_times": ("critical", "latest_times", (_i, _I64, _I64, _I64, _I64), ("critical._stable_order",),
                               0.4),
     "critical.trace_back": ("critical", "trace_back", (_I64, _I64, _i), (), 0.2),
+    "critical.path_edges": ("critical", "path_edges", (_I64, _I64, _I64), (), 0.2),
     "chains._before": ("chains", "_before", (_i, _i, _I64, _I64, _I64), (), 0.1),
     "chains._sort3": ("chains", "_sort3", (_I64, _I64, _I64), ("chains._before",), 0.3),
     "chains._subtree_last": ("chains", "_subtree_last", (_I64, _I64, _I64), ("chains._sort3",), 0.3),
@@ -184,6 +185,7 @@ UNITS = {
 _WINDOWS = ("windows._in_key_order", "windows._is_sorted", "windows._sweep", "windows._paint")
 _STATS = ("gaps.running_end_before", "ancestry.same_name_ancestor",    # aggregate's statistics
           "critical.longest_path", "critical.latest_times", "critical.trace_back",   # and critical path
+          "critical.path_edges",
           "chains.thread_chain", "replay.anchor_pairs")                               # and its replay
 _READ = ("scan.scan_events", "scan.skip_value", "scan.skip_string", "scan.skip_ws")
 _PIPELINE = ("intervals._intersect_sorted", "intervals.disjoint_length")   # aggregate's pipeline waits per rank

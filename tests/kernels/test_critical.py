@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamtrace.kernels.critical import NEG, POS, latest_times, longest_path, trace_back
-from streamtrace.kernels.reference import latest_times_py, longest_path_py, trace_back_py
+from streamtrace.kernels.critical import NEG, POS, latest_times, longest_path, path_edges, trace_back
+from streamtrace.kernels.reference import latest_times_py, longest_path_py, path_edges_py, trace_back_py
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -40,6 +40,28 @@ def _paths(n, src, dst):
     for v in range(n):
         walk([], v)
     return out
+
+
+@SETTINGS
+@given(dags(), st.lists(st.integers(0, 8), max_size=12))
+def test_path_edges_is_the_union_of_the_paths(g, ends):
+    """``path_edges`` against its twin and against the walks of ``trace_back`` joined by hand."""
+    n, src, dst, w, init, dl = g
+    _, pred, _ = longest_path(n, src, dst, w, init)
+    ends = np.asarray([v for v in ends if v < n], np.int64)
+    got = path_edges(pred, src, ends)
+    assert got.tolist() == path_edges_py(pred, src, ends).tolist()
+    want = sorted({e for v in ends.tolist() for e in trace_back(pred, src, v).tolist()})
+    assert got.tolist() == want
+
+
+def test_path_edges_hand_checked():
+    """Two paths sharing their first edge: 0 -e0-> 1 -e1-> 2 and 1 -e2-> 3."""
+    pred = np.asarray([-1, 0, 1, 2], np.int64)
+    src = np.asarray([0, 1, 1], np.int64)
+    assert path_edges(pred, src, np.asarray([3, 2, 2, 0], np.int64)).tolist() == [0, 1, 2]
+    assert path_edges(pred, src, np.asarray([2], np.int64)).tolist() == [0, 1]
+    assert path_edges(pred, src, np.zeros(0, np.int64)).tolist() == []
 
 
 @SETTINGS

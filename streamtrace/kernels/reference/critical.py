@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["longest_path_py", "latest_times_py", "trace_back_py"]
+__all__ = ["longest_path_py", "latest_times_py", "trace_back_py", "path_edges_py"]
 
 NEG, POS = -(2 ** 62), 2 ** 62
 
@@ -73,3 +73,11 @@ def trace_back_py(pred, src, end):
         edges.append(int(pred[v]))
         v = int(src[pred[v]])
     return np.asarray(edges[::-1], np.int64)
+
+
+def path_edges_py(pred, src, ends):
+    """Twin of ``path_edges``: every walk of ``trace_back_py`` in full, then their distinct edges."""
+    edges = set()
+    for v in ends:
+        edges.update(trace_back_py(pred, src, int(v)).tolist())
+    return np.asarray(sorted(edges), np.int64)
