@@ -51,7 +51,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import pyarrow.feather as feather
 import pyarrow.parquet as pq
 
 from ..events.dataset import arrow_file, write_table
@@ -61,6 +60,7 @@ from .critical_graph import BARRIER, CATEGORIES, Anchor, Edge, barrier_edges, ke
 from .folder import (COLLECTIVES_RANKS, CRITICAL_PATH, CRITICAL_PATH_COLUMNS, CRITICAL_PATH_RANKS,
                      CRITICAL_PATH_RANKS_COLUMNS as RANK_COLUMNS, CRITICAL_PATH_SUMMARY,
                      CRITICAL_PATH_SUMMARY_COLUMNS as SUMMARY_COLUMNS, columns, table_path)
+from .critical_local import read_segments
 from .critical_ranks import rank_rows, summary_rows
 
 SEGMENT_COLUMNS = CRITICAL_PATH_COLUMNS
@@ -246,12 +246,11 @@ def solve_step(g: JobGraph, w=None) -> Solved | None:
 
 class _Spill:
     """One part's spilled path segments (``part_paths``), read
-    once: the numeric columns as numpy, each node's in-edge row (its last row, as a dict built in
+    once (``read_segments``): its columns as numpy, each node's in-edge row (its last row, as a dict built in
     row order would) in a list by node, walked back in plain Python (lists made on the first walk)."""
 
     def __init__(self, path):
-        self.table = feather.read_table(arrow_file(path))
-        self.num = {c: self.table[c].to_numpy() for c in ("src", "dst", "t0", "t1", "w", "cat", "ref")}
+        self.num = read_segments(path)
         self.walk: tuple | None = None
 
     def _lists(self) -> tuple:
@@ -280,8 +279,8 @@ class _Spill:
 
     def rows_of(self, rank, js) -> list:
         """Segment rows ``(rank, lane, t0, t1, weight, category, name, ref)`` of rows ``js``."""
-        lane, name = (self.table[c].take(js).to_pylist() for c in ("lane", "name"))
-        t0, t1, w, cat, ref = (self.num[c][js].tolist() for c in ("t0", "t1", "w", "cat", "ref"))
+        lane, name, t0, t1, w, cat, ref = (self.num[c][js].tolist() for c in ("lane", "name", "t0", "t1", "w", "cat",
+                                                                                 "ref"))
         return [(rank, lane[i], t0[i], t1[i], w[i], CATEGORIES[cat[i]], name[i], ref[i]) for i in range(len(js))]
 
 
