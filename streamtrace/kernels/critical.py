@@ -119,16 +119,23 @@ def trace_back(pred, src, end):
 def path_edges(pred, src, ends):
     """The distinct edges of the longest paths ending at the nodes ``ends`` (int64[m]), ascending
     (int64[k]): the union of ``trace_back(pred, src, v)`` over ``v`` in ``ends``.  Each walk stops
-    at a node an earlier walk passed (its edges back from there are taken already).  O(n + m + k log k)."""
+    at a node an earlier walk passed (its edges back from there are taken already); the edges are
+    marked, then read in order.  O(n + m + E) for E edges."""
     n = pred.shape[0]
     seen = np.zeros(n, np.bool_)
-    out = np.empty(n, np.int64)
+    on = np.zeros(src.shape[0], np.bool_)
     k = 0
     for i in range(ends.shape[0]):
         v = ends[i]
         while v >= 0 and not seen[v] and pred[v] >= 0:
             seen[v] = True
-            out[k] = pred[v]
+            on[pred[v]] = True
             k += 1
             v = src[pred[v]]
-    return np.sort(out[:k])
+    out = np.empty(k, np.int64)
+    j = 0
+    for e in range(src.shape[0]):
+        if on[e]:
+            out[j] = e
+            j += 1
+    return out[:j]
