@@ -440,11 +440,18 @@ def column_numpy(col):
     for a job's repeated kernel names, kinds and group names is most of the memory."""
     import pyarrow as pa
     if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
-        d = pc.dictionary_encode(col).combine_chunks()
-        values = np.asarray(d.dictionary.to_pylist() + [None], object)
-        idx = d.indices.fill_null(len(d.dictionary)).to_numpy(zero_copy_only=False)
+        values, idx = dictionary_numpy(col)
         return values[idx] if len(idx) else np.zeros(0, object)
     return col.to_numpy(zero_copy_only=False)
+
+
+def dictionary_numpy(col) -> tuple:
+    """A pyarrow string column as ``(values, idx)``: its distinct values, then None, as an object
+    array (one str each), and per row the index of its value (int, a null's the last: None), so that
+    ``values[idx]`` is ``column_numpy(col)`` and a per-value flag costs one test per distinct value."""
+    d = pc.dictionary_encode(col).combine_chunks()
+    values = np.asarray(d.dictionary.to_pylist() + [None], object)
+    return values, d.indices.fill_null(len(d.dictionary)).to_numpy(zero_copy_only=False)
 
 
 def _ranks(ranks) -> str:

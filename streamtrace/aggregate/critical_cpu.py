@@ -172,7 +172,8 @@ def lane_name(ops, sel, tid, main_tid) -> str:
         return f"thread {tid}"
     top = sel[ops["depth"][sel] == 0]
     dur = ops["dur_ns"][top]
-    auto = np.asarray([str(x).startswith(AUTOGRAD_OP) for x in ops["name"][top]], bool)
+    auto = ops["is_autograd"][top] if "is_autograd" in ops else \
+        np.asarray([str(x).startswith(AUTOGRAD_OP) for x in ops["name"][top]], bool)
     return f"thread {tid} (backward)" if len(top) and 2 * int(dur[auto].sum()) >= int(dur.sum()) > 0 else \
         f"thread {tid}"
 

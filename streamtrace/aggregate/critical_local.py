@@ -41,8 +41,8 @@ import pyarrow.compute as pc
 
 from ..analyze.outputs import CUDA_SYNC, KERNELS, OPS
 from ..kernels.critical import NEG, longest_path, path_edges
-from .alignment import column_numpy
-from .critical_cpu import collective_waits, cpu_chains, cpu_collectives
+from .alignment import column_numpy, dictionary_numpy
+from .critical_cpu import AUTOGRAD_OP, collective_waits, cpu_chains, cpu_collectives
 from .critical_gpu import clip_stream_overlaps, gpu_events, queued_behind, sync_edges, zero_linked_syncs
 from .critical_graph import Anchor, Category, StepGraph
 from .cuda_links import SYNC_COLUMNS, sync_links, sync_targets
@@ -251,14 +251,17 @@ def graph_reads(part) -> dict:
 def _columns(part, tables) -> tuple:
     """The part's op and GPU event columns (numpy, aligned ns) with the flags the graph reads."""
     ops_t, k_t = tables[OPS], tables[KERNELS]
-    ops = {c: column_numpy(ops_t[c]) for c in OPS_COLUMNS}
+    values, idx = dictionary_numpy(ops_t["name"])                     # name flags per distinct name
+    ops = {c: (values[idx] if len(idx) else np.zeros(0, object)) if c == "name" else column_numpy(ops_t[c])
+           for c in OPS_COLUMNS}
     k = {c: column_numpy(k_t[c]) for c in KERNEL_COLUMNS} if k_t is not None else \
         {c: np.zeros(0, object if c in ("name", "kind") else np.int64) for c in KERNEL_COLUMNS}
     ops["ts_ns"] = part.align(ops["ts_ns"])
-    enc = pc.dictionary_encode(ops_t["name"]).combine_chunks()        # name flags per distinct name
-    uniq = [x or "" for x in enc.dictionary.to_pylist()]
-    inv = enc.indices.fill_null(0).to_numpy(zero_copy_only=False)
+    uniq = [x or "" for x in values[:-1].tolist()]
+    inv = np.where(idx == len(uniq), 0, idx)                           # (a null name: the first's flags)
     flag = lambda f: np.asarray([bool(f(x)) for x in uniq] or [False], bool)[inv]  # noqa: E731
+    ops["is_autograd"] = np.asarray([x is not None and x.startswith(AUTOGRAD_OP) for x in values.tolist()],
+                                    bool)[idx]
     ops["step_no"] = part.steps.numbers(uniq)[inv] if uniq else np.full(len(inv), -1, np.int64)
     ops["is_step"] = ops["step_no"] >= 0
     ops["is_sync"] = flag(SYNC_CALLS.match)
