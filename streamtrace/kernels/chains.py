@@ -56,7 +56,8 @@ def _sort3(k1, k2, k3):
             mid = min(lo + width, n)
             hi = min(lo + 2 * width, n)
             if mid >= hi or _before(a[mid - 1], a[mid], k1, k2, k3):
-                b[lo:hi] = a[lo:hi]
+                for k in range(lo, hi):     # (a loop: an array-to-slice assignment costs ~3 s to compile)
+                    b[k] = a[k]
                 continue
             i, j = lo, mid
             for k in range(lo, hi):
@@ -103,7 +104,11 @@ def _subtree_last(pre, dep, loc):
                 up[m], kd[m] = i, -dep[i]
                 m += 1
         z = np.zeros(m, np.int64)
-        up = up[_sort3(kd, z, z)]
+        by = _sort3(kd, z, z)
+        sorted_up = np.empty(m, np.int64)
+        for k in range(m):                          # (a loop, not up[by]: cheaper to compile)
+            sorted_up[k] = up[by[k]]
+        up = sorted_up
     vals = np.empty(m, np.int64)
     a = 0
     while a < m:

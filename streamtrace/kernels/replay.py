@@ -41,13 +41,18 @@ def _record(pairs, cats, k, o, hits, d0, pred, src, w, cat):
     if need > pairs.shape[0]:
         size = max(need, 2 * pairs.shape[0])
         grown = np.zeros((size, 4), np.int64)
-        grown[:k] = pairs[:k]
         wider = np.zeros((size, cats.shape[1]), np.int64)
-        wider[:k] = cats[:k]
+        for r in range(k):              # (loops: 2-d slice assignments cost seconds to compile)
+            for c in range(4):
+                grown[r, c] = pairs[r, c]
+            for c in range(cats.shape[1]):
+                wider[r, c] = cats[r, c]
         pairs, cats = grown, wider
     for i in range(hits.shape[0]):
         u = hits[i]
-        pairs[k, 0], pairs[k, 1], pairs[k, 2] = o, u, d0[u]
+        pairs[k, 0] = o
+        pairs[k, 1] = u
+        pairs[k, 2] = d0[u]
         top, x = -1, u
         while x != o:
             e = pred[x]

@@ -217,7 +217,9 @@ def decode_leaves(buf, pages, page_size, usable, slot, last):
             if st == NEED_OVERFLOW and loc < p:
                 if n_ovf == len(ovf):
                     grown = np.empty((2 * len(ovf), 4), np.int64)
-                    grown[:n_ovf] = ovf
+                    for a in range(n_ovf):      # (a loop: a 2-d slice assignment costs seconds to compile)
+                        for b in range(4):
+                            grown[a, b] = ovf[a, b]
                     ovf = grown
                 ovf[n_ovf, 0] = row
                 ovf[n_ovf, 1] = q

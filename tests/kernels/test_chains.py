@@ -23,7 +23,8 @@ def tables(draw):
     ts = draw(st.lists(st.integers(0, 6), min_size=n, max_size=n))
     dur = draw(st.lists(st.sampled_from([0, 0, 1, 2, 3, 5]), min_size=n, max_size=n))
     parent = [draw(st.sampled_from([-1, -1, n + 3] + list(range(n)))) for _ in range(n)]
-    depth = [0 if p < 0 else draw(st.sampled_from([1, 1, 2, 3, 0])) for p in parent]
+    depth = [0 if p < 0 else draw(st.sampled_from([1, 1, 2, 3, 0, 100])) for p in parent]   # (100: past
+    # 4 n + 16, the depths sorted by _sort3 instead of counted)
     tid = draw(st.lists(st.sampled_from([1, 1, 1, 2]), min_size=n, max_size=n))
     is_step = draw(st.lists(st.sampled_from([False, False, False, True]), min_size=n, max_size=n))
     mine = [i for i in range(n) if tid[i] == 1] or [0]
