@@ -46,7 +46,7 @@ K_COLL, K_INMSG, K_PGNAME, K_PGRANKS = (_lit(s) for s in (
     "Collective name", "In msg nelems", "Process Group Name", "Process Group Ranks"))
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def fnv1a(buf, s, e):
     """64-bit FNV-1a hash of ``buf[s:e]`` as int64 (the interning key of a string)."""
     h = FNV_OFFSET

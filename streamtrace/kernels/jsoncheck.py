@@ -35,12 +35,13 @@ _NULL = np.frombuffer(b"null", np.uint8).copy()
 MAX_DEPTH = 256
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _plain_end(buf, j, e):
     """First index >= j (or e) whose byte is not plain printable ASCII (see _PLAIN):
-    the inlined fast path of a string; only strings that hold something else (the
-    closing quote excepted) call the full checkers, which are compiled once as
-    functions instead of being copied into every caller."""
+    the fast path of a string; only strings that hold something else (the closing quote
+    excepted) call the full checkers.  A plain function, as ``_ws``: LLVM inlines it where it
+    pays; numba's own inlining (``inline="always"``) of the two made ``object_members`` ~30 %
+    slower and twice as long to compile (bench/RESULTS.md, 2026-11-30)."""
     while j < e and _PLAIN[buf[j]]:
         j += 1
     return j
@@ -167,7 +168,7 @@ def valid_json_with(buf, s, e, stack):
     return _ws(buf, j, e) == e
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _ws(buf, j, e):
     while j < e and (buf[j] == 32 or buf[j] == 10 or buf[j] == 13 or buf[j] == 9):
         j += 1

@@ -112,7 +112,7 @@ def _copy(typingctx, dst, o, src, s, n):
     return types.void(dst, o, src, s, n), codegen
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _put(out, o, src, s, e):
     n = e - s
     if n > 0:
@@ -120,14 +120,14 @@ def _put(out, o, src, s, e):
     return o + max(n, 0)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _put_lit(out, o, lit):
     for j in range(lit.shape[0]):      # a loop, not a slice assignment (whose error path
         out[o + j] = lit[j]            # costs numba ~1 s of string formatting to compile)
     return o + lit.shape[0]
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _value_ns(buf, s, e):
     """``(ok, ns)``: the member value ``buf[s:e]`` read as microseconds into exact
     int64 ns, the way ``streamtrace.kernels.scan.scan_events`` reads ``ts``/``dur``
@@ -185,7 +185,7 @@ def _flow_kept(buf, cat_s, cat_e, id_s, id_e, fcat_text, fcat_off, nfcats, fkeys
     return 1 if j < fkeys.shape[0] and fkeys[j] == key else 0
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _park(cur, at, found_n, i, o):
     """The cursor saved before ``scan_rewrite`` returns to its caller."""
     cur[CUR_POS], cur[CUR_FOUND], cur[CUR_NEXT], cur[CUR_OUT] = at, found_n, i, o

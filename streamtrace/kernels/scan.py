@@ -230,7 +230,7 @@ def _ts_or_dur(buf, s, e):
     return 0
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def read_time(buf, i, n, want, f, tsv, durv):
     """The value of a top-level ``"ts"`` (``want`` 1) or ``"dur"`` (``want`` 2) member, from ``i`` just
     past its ``:``: a number's exact ns (``parse_ns``) into ``tsv`` / ``durv`` with HAS_TS / HAS_DUR in
@@ -269,7 +269,7 @@ def read_time(buf, i, n, want, f, tsv, durv):
 OBJECT = 2    # next_element: an object starts at the returned position
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def next_element(buf, pos, n, sep):
     """Move from ``pos`` to the next element of the ``traceEvents`` array, across
     whitespace and one comma (``sep`` as in ``scan_events``).  Returns

@@ -76,7 +76,7 @@ _FALSE = _lit("false")
 _NULL = _lit("null")
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _value(buf, vs, ve, out, i, ck, cv):
     """Canonical (kind, value) of the JSON value buf[vs:ve] into out[i, ck], out[i, cv];
     False when Python must decode it."""
@@ -110,7 +110,7 @@ def _value(buf, vs, ve, out, i, ck, cv):
     return False
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _time(buf, vs, ve, out, i, has, bad, col):
     """ts/dur as ``streamtrace.kernels.scan.scan_events`` reads them (a number text read
     exactly into int64 ns, else the BAD bit)."""
