@@ -57,7 +57,7 @@ def longest_path(n, src, dst, w, init):
     for e in range(m):
         if src[e] >= dst[e] or src[e] < 0 or dst[e] >= n:
             raise ValueError("edge not in topological order (src >= dst) or node out of range")
-    order = _stable_order(dst, n, False)
+    order = _stable_order(dst, n, np.bool_(False))     # (typed: a literal is a compile of its own)
     dist = init.copy()
     pred = np.full(n, -1, np.int64)
     origin = np.arange(n).astype(np.int64)
@@ -85,7 +85,7 @@ def latest_times(n, src, dst, w, deadline):
     for e in range(m):
         if src[e] >= dst[e] or src[e] < 0 or dst[e] >= n:
             raise ValueError("edge not in topological order (src >= dst) or node out of range")
-    order = _stable_order(src, n, True)
+    order = _stable_order(src, n, np.bool_(True))
     late = deadline.copy()
     for k in range(m):
         e = order[k]

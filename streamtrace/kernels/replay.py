@@ -98,7 +98,7 @@ def anchor_pairs(n, src, dst, w, cat, is_src, is_sink, vend, ncat):
     hits = np.empty(n, np.int64)                    # a source's kept targets, in node order
     pairs = np.zeros((16, 4), np.int64)
     cats = np.zeros((16, ncat), np.int64)
-    k = 0
+    k = np.int64(0)         # (typed: a literal 0 would compile _record once more)
     for o in range(n):
         if is_src[o] == 0:
             continue

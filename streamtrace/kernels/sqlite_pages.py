@@ -150,6 +150,10 @@ def decode_record(buf, pos, end, slot, last, out, flags, row):
     return OK
 
 
+_TWO = np.int64(2)      # _be's widths typed: a literal 2 or 4 would be a compile of its own each
+_FOUR = np.int64(4)
+
+
 @njit(cache=True, nogil=True)
 def _be(buf, pos, n):
     v = np.int64(0)
@@ -181,20 +185,20 @@ def decode_leaves(buf, pages, page_size, usable, slot, last):
         if buf[h] != 13:
             return 0, np.empty(0, np.int64), np.empty((k, 0), np.int64), np.empty((k, 0), np.uint8), \
                 np.empty((0, 4), np.int64), 0, CORRUPT, pages[j]
-        total += _be(buf, h + 3, 2)
+        total += _be(buf, h + 3, _TWO)
     rowid = np.empty(total, np.int64)
     out = np.empty((k, total), np.int64)
     flags = np.empty((k, total), np.uint8)
     ovf = np.empty((16, 4), np.int64)
     n_ovf = 0
-    row = 0
+    row = np.int64(0)
     for j in range(npg):
         base = j * page_size
         h = base + (100 if pages[j] == 1 else 0)
-        ncell = _be(buf, h + 3, 2)
+        ncell = _be(buf, h + 3, _TWO)
         lo = h + 8 + 2 * ncell - base              # cell content lies past the pointer array
         for c in range(ncell):
-            ptr = _be(buf, h + 8 + 2 * c, 2)
+            ptr = _be(buf, h + 8 + 2 * c, _TWO)
             if ptr < lo or ptr >= usable:
                 return row, rowid, out, flags, ovf, n_ovf, CORRUPT, pages[j]
             end = base + usable
@@ -224,7 +228,7 @@ def decode_leaves(buf, pages, page_size, usable, slot, last):
                 ovf[n_ovf, 0] = row
                 ovf[n_ovf, 1] = q
                 ovf[n_ovf, 2] = p
-                ovf[n_ovf, 3] = _be(buf, q + loc, 4)
+                ovf[n_ovf, 3] = _be(buf, q + loc, _FOUR)
                 n_ovf += 1
             elif st != OK:
                 return row, rowid, out, flags, ovf, n_ovf, CORRUPT, pages[j]
@@ -241,13 +245,13 @@ def interior_children(buf, page_no, usable):
     h = 100 if page_no == 1 else 0
     if buf[h] != 5:
         return np.empty(0, np.int64), CORRUPT
-    ncell = _be(buf, h + 3, 2)
+    ncell = _be(buf, h + 3, _TWO)
     kids = np.empty(ncell + 1, np.int64)
     lo = h + 12 + 2 * ncell
     for c in range(ncell):
-        ptr = _be(buf, h + 12 + 2 * c, 2)
+        ptr = _be(buf, h + 12 + 2 * c, _TWO)
         if ptr < lo or ptr + 4 > usable:
             return np.empty(0, np.int64), CORRUPT
-        kids[c] = _be(buf, ptr, 4)
-    kids[ncell] = _be(buf, h + 8, 4)
+        kids[c] = _be(buf, ptr, _FOUR)
+    kids[ncell] = _be(buf, h + 8, _FOUR)
     return kids, OK

@@ -79,7 +79,8 @@ _NULL = _lit("null")
 @njit(cache=True)
 def _value(buf, vs, ve, out, i, ck, cv):
     """Canonical (kind, value) of the JSON value buf[vs:ve] into out[i, ck], out[i, cv];
-    False when Python must decode it."""
+    False when Python must decode it.  Callers pass the columns as ``np.int64(C_...)``, as ``_time``'s:
+    a bare module constant is a numba literal, and each distinct one a compile of its own."""
     c = buf[vs]
     if c == 34:
         for j in range(vs + 1, ve - 1):
@@ -185,25 +186,25 @@ def member_fields(buf, nm, na, arow, mem, amem, out, i):
                     ph = PH_OTHER
             elif bytes_equal(buf, ks, ke, K_TS):
                 bit = 2
-                _time(buf, vs, ve, out, i, HAS_TS, TS_BAD, C_TS)
+                _time(buf, vs, ve, out, i, np.int64(HAS_TS), np.int64(TS_BAD), np.int64(C_TS))
             elif bytes_equal(buf, ks, ke, K_ID):
                 bit = 4
-                py |= not _value(buf, vs, ve, out, i, C_IDK, C_IDV)
+                py |= not _value(buf, vs, ve, out, i, np.int64(C_IDK), np.int64(C_IDV))
             else:
                 continue
         elif L == 3:
             if bytes_equal(buf, ks, ke, K_PID):
                 bit = 8
-                py |= not _value(buf, vs, ve, out, i, C_PIDK, C_PIDV)
+                py |= not _value(buf, vs, ve, out, i, np.int64(C_PIDK), np.int64(C_PIDV))
             elif bytes_equal(buf, ks, ke, K_TID):
                 bit = 16
-                py |= not _value(buf, vs, ve, out, i, C_TIDK, C_TIDV)
+                py |= not _value(buf, vs, ve, out, i, np.int64(C_TIDK), np.int64(C_TIDV))
             elif bytes_equal(buf, ks, ke, K_DUR):
                 bit = 32
-                _time(buf, vs, ve, out, i, HAS_DUR, DUR_BAD, C_DUR)
+                _time(buf, vs, ve, out, i, np.int64(HAS_DUR), np.int64(DUR_BAD), np.int64(C_DUR))
             elif bytes_equal(buf, ks, ke, K_CAT):
                 bit = 64
-                py |= not _value(buf, vs, ve, out, i, C_CATK, C_CATV)
+                py |= not _value(buf, vs, ve, out, i, np.int64(C_CATK), np.int64(C_CATV))
             else:
                 continue
         else:
@@ -214,7 +215,7 @@ def member_fields(buf, nm, na, arow, mem, amem, out, i):
         if bytes_equal(buf, amem[r, 0], amem[r, 1], K_RANK):
             if out[i, C_RANKK] != ABSENT:          # a second "rank"
                 py = True
-            elif not _value(buf, amem[r, 2], amem[r, 3], out, i, C_RANKK, C_RANKV):
+            elif not _value(buf, amem[r, 2], amem[r, 3], out, i, np.int64(C_RANKK), np.int64(C_RANKV)):
                 py = True
     out[i, C_PH] = ph
     if py:
@@ -236,9 +237,9 @@ def span_fields(buf, out, i, ph_s, pid_s, pid_e, tid_s, tid_e, ts_s, ts_e, dur_s
     out[i, C_RANKK] = ABSENT
     out[i, C_RANKV] = 0
     if ts_s >= 0:
-        _time(buf, ts_s, ts_e, out, i, HAS_TS, TS_BAD, C_TS)
+        _time(buf, ts_s, ts_e, out, i, np.int64(HAS_TS), np.int64(TS_BAD), np.int64(C_TS))
     if dur_s >= 0:
-        _time(buf, dur_s, dur_e, out, i, HAS_DUR, DUR_BAD, C_DUR)
+        _time(buf, dur_s, dur_e, out, i, np.int64(HAS_DUR), np.int64(DUR_BAD), np.int64(C_DUR))
     ok = True
     for s, e, ck, cv in ((pid_s, pid_e, C_PIDK, C_PIDV), (tid_s, tid_e, C_TIDK, C_TIDV),
                          (cat_s, cat_e, C_CATK, C_CATV), (id_s, id_e, C_IDK, C_IDV)):

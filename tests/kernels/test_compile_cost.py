@@ -7,11 +7,17 @@ every ``@njit`` function of ``streamtrace.kernels``."""
 from __future__ import annotations
 
 import ast
+import json
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import streamtrace.kernels as kernels
 
 KERNELS = Path(kernels.__file__).parent
+ROOT = KERNELS.parents[1]
 
 
 def _is_njit(dec) -> bool:
@@ -61,3 +67,36 @@ def test_no_kernel_assigns_an_array_to_a_slice():
     found = [hit for p in sorted(KERNELS.rglob("*.py")) for hit in slice_copies(p.read_text(), p.name)]
     assert not found, ("array-to-slice assignments in @njit kernels (write a loop: each costs seconds "
                        f"of compile on a fresh install): {found}")
+
+
+_ONE_COMPILE_EACH = textwrap.dedent("""
+    import importlib, json, pkgutil
+    from numba.core.registry import CPUDispatcher
+    import streamtrace.kernels as K
+    from streamtrace.runtime import compile as C
+    for n in C._closure(UNITS):
+        C._dispatcher(n).compile(tuple(C.UNITS[n][2]))
+    many = {}
+    for m in pkgutil.iter_modules(K.__path__):
+        mod = importlib.import_module("streamtrace.kernels." + m.name)
+        for k, v in vars(mod).items():
+            if isinstance(v, CPUDispatcher) and v.__module__ == mod.__name__ and len(v.overloads) > 1:
+                many[m.name + "." + k] = [" ".join(map(str, s)) for s in v.overloads]
+    print(json.dumps(many))
+""")
+
+
+def test_a_kernel_called_with_a_constant_compiles_once(tmp_path):
+    """A bare int or bool constant passed to another kernel is a numba literal, and each distinct one
+    a compile of its own (``_value`` of validate was compiled six times, ``_stable_order`` three):
+    callers pass ``np.int64(...)`` / ``np.bool_(...)``.  The units that called kernels so, compiled on
+    an empty cache: every kernel of theirs has one compiled signature."""
+    units = ["validate.member_fields", "validate.span_fields", "critical.longest_path", "critical.latest_times",
+             "replay.anchor_pairs", "intervals._union_sorted", "sqlite_pages.decode_leaves",
+             "sqlite_pages.interior_children"]
+    env = {**os.environ, "STREAMTRACE_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    env.pop("NUMBA_CACHE_DIR", None)
+    p = subprocess.run([sys.executable, "-c", f"UNITS = {units!r}\n" + _ONE_COMPILE_EACH], capture_output=True,
+                       text=True, env=env, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout.splitlines()[-1]) == {}
