@@ -104,11 +104,7 @@ def _subtree_last(pre, dep, loc):
                 up[m], kd[m] = i, -dep[i]
                 m += 1
         z = np.zeros(m, np.int64)
-        by = _sort3(kd, z, z)
-        sorted_up = np.empty(m, np.int64)
-        for k in range(m):                          # (a loop, not up[by]: cheaper to compile)
-            sorted_up[k] = up[by[k]]
-        up = sorted_up
+        up = up[_sort3(kd, z, z)]
     vals = np.empty(m, np.int64)
     a = 0
     while a < m:

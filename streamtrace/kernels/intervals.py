@@ -106,7 +106,7 @@ def _union_sorted(s, e):
     n = s.shape[0]
     out_s = np.empty(n, dtype=np.int64)
     out_e = np.empty(n, dtype=np.int64)
-    k, _ = union_into(s, e, np.int64(0), n, out_s, out_e, np.int64(0))     # (typed: a literal 0 is a compile of its own)
+    k, _ = union_into(s, e, np.int64(0), n, out_s, out_e, np.int64(0))   # (typed: a literal 0 compiles apart)
     return out_s[:k].copy(), out_e[:k].copy()
 
 
