@@ -71,6 +71,7 @@ from .collective_spill import collectives_to
 from .critical_local import part_paths, part_reads
 from .critical_path import critical_paths
 from .whatif import write_whatif
+from .whatif_graphs import GraphSpill, spill_share
 from .whatif_local import ReplayRows
 from .whatif_spill import SpilledRows, spill_rows
 from .groups import write_groups
@@ -100,9 +101,10 @@ def part_view(job, index):
     return view
 
 
-def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=None, replay=None):
+def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=None, replay=None, graph_bytes=0):
     """One part's rows; with ``spill`` (a folder) its timeline rows go to a file there (``write_part``, returned
-    in their place) so the parent never holds every part's timeline, with ``replay`` its what-if rows (``spill_rows``)."""
+    in their place) so the parent never holds every part's timeline, with ``replay`` its what-if rows (``spill_rows``)
+    and, ``graph_bytes`` > 0, its step graphs up to that size (``whatif_graphs.GraphSpill``)."""
     part = job.parts[index]
     # read once for all: the rank's rows, steps, critical path and explaining tables
     tables = part_reads(part, GPU_PART_COLUMNS, STEP_COLUMNS) if critical_spill is not None else None
@@ -115,10 +117,13 @@ def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=Non
     steps = step_ops(part, tables[OPS] if tables is not None else None)
     tl = rows[3] if spill is None else write_timeline_part(spill, index, part.rank, rows[3])
     rep = ReplayRows(job.iteration_of(part), part.index, part.rank) if critical_spill is not None and replay else None
-    cp = _spilled_piece(part_paths(job, part, critical_spill, tables, rep.add if rep is not None else None),
+    graphs = GraphSpill(replay, index, graph_bytes) if rep is not None and graph_bytes > 0 else None
+    on_step = None if rep is None else rep.add if graphs is None else lambda *a: (rep.add(*a), graphs.add(*a))
+    cp = _spilled_piece(part_paths(job, part, critical_spill, tables, on_step),
                         critical_spill, index) if critical_spill is not None else None
     return rows[:3] + (tl,) + rows[4:] + (steps, packed(part_tables(job, part, kernel_delay_ns, tables)), cp,
-                                          spill_rows(rep.result(), replay, index) if rep is not None else None)
+                                          spill_rows(rep.result(), replay, index, graphs and graphs.close())
+                                          if rep is not None else None)
 
 
 def _spilled_piece(piece: dict, folder, index: int) -> str:
@@ -308,9 +313,10 @@ def _rank_pass(job, outdir: Path, opt: AggregateOptions) -> tuple:
         jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(job.parts)))
         if jobs > 1:      # loaded before the fork, the workers share the kernels and numba's set-up
             load_kernels(*TASKS["aggregate"])
+        share = spill_share(len({p.rank for p in job.parts}), len(job.parts)) if wi_spill else 0
         with progress_bar(len(job.parts), "aggregate", "rank", opt.progress) as bar:
             res = run_tasks(_part_job, [(part_view(job, p.index), p.index, opt.consecutive_kernel_delay_ns, spill,
-                                         cp_spill, wi_spill) for p in job.parts], jobs, on_done=bar.update)
+                                         cp_spill, wi_spill, share) for p in job.parts], jobs, on_done=bar.update)
         files += join_timeline(outdir, [r[3] for r in res])
         pieces = (cp_spill, [r[7] for r in res]) if cp_spill is not None else None
         replay = SpilledRows(wi_spill, [r[8] for r in res]) if wi_spill else None   # (write_whatif removes it)

@@ -48,7 +48,8 @@ from .folder import (COLLECTIVES, COLLECTIVES_RANKS, WHATIF, WHATIF_ANCHORS, WHA
 from .steps import step_patterns_of
 from .whatif_changes import AtMedian, Comm, HostGaps, Kernels, Launches, Ops, as_changes
 from .whatif_job import InstanceFacts, LOCAL_COLUMNS, JobStep, Members, StepTables
-from .whatif_local import RANK_COLUMNS, kept_graphs, part_replay, part_replays
+from .whatif_graphs import kept_graphs
+from .whatif_local import RANK_COLUMNS, part_replay, part_replays
 from .whatif_spill import SpilledRows
 
 FIDELITY_PCT = 5.0
@@ -192,11 +193,14 @@ class Replayer:
     """Replays changes over one aggregate's steps: ``tabs`` ``{(iteration, step): StepTables}``,
     ``members`` the matched collectives, ``parts`` ``{part index: Part}`` (to re-reduce a touched
     rank), ``aggdir`` (the at-median figures), ``jobs`` processes for many touched ranks, ``steps``
-    the job's selected steps.  ``tabs``' anchors and edges are let go once each step's graph is built
-    (its entries replaced by ones holding only ``ranks``: the graphs hold what they need)."""
+    the job's selected steps, ``spilled`` ``{part index: path}`` the step graphs the rank pass spilled
+    (``whatif_graphs.GraphSpill``: read instead of built again).  ``tabs``' anchors and edges are let go
+    once each step's graph is built (its entries replaced by ones holding only ``ranks``: the graphs hold
+    what they need)."""
 
-    def __init__(self, tabs: dict, members: Members, parts: dict, aggdir, jobs=1, steps=None):
+    def __init__(self, tabs: dict, members: Members, parts: dict, aggdir, jobs=1, steps=None, spilled=None):
         self.members, self.parts, self.aggdir = members, parts, aggdir
+        self.spilled = spilled or {}
         self.jobs, self.steps = jobs, steps
         self.graphs = {}
         for k in list(tabs):
@@ -249,7 +253,8 @@ class Replayer:
         touched = {k: [p for p, part in self.parts.items() if any(c.touches(part.rank) for c in sets[k])]
                    for k in batch}
         parts = [p for p in self.parts if any(p in touched[k] for k in batch)]
-        tasks = [(PartsJob(self.steps), self.parts[p], [sets[k] for k in batch if p in touched[k]]) for p in parts]
+        tasks = [(PartsJob(self.steps), self.parts[p], [sets[k] for k in batch if p in touched[k]], self.spilled.get(p))
+                 for p in parts]
         res = dict(zip(parts, run_tasks(_reduce_many_task, tasks, max(1, min(self.jobs, len(tasks)))))) \
             if tasks else {}
         rows = {}
@@ -271,7 +276,7 @@ class Replayer:
             if any(isinstance(c, AtMedian) and c.touches(part.rank) for c in changes):
                 meds = {k: medians(self.aggdir, t, k[0], k[1], part.rank) for k, t in self.tabs.items()
                         if k[0] == Job.iteration_of(part)}           # the part's own iteration's steps
-            tasks.append((PartsJob(self.steps), part, changes, meds))
+            tasks.append((PartsJob(self.steps), part, changes, meds, self.spilled.get(p)))
         res = run_tasks(_reduce_task, tasks, max(1, min(self.jobs, len(tasks))))
         return join_rows(res)
 
@@ -308,17 +313,18 @@ def _only(rows: dict, key) -> dict:
             for n, cols in rows.items()}
 
 
-def _reduce_many_task(job, part, change_sets) -> list:
-    """One touched part re-reduced with each of ``change_sets`` (a worker's task; ``part_replays``)."""
-    return part_replays(job, part, change_sets)
+def _reduce_many_task(job, part, change_sets, spilled=None) -> list:
+    """One touched part re-reduced with each of ``change_sets`` (a worker's task; ``part_replays``;
+    ``spilled``: its spilled step graphs)."""
+    return part_replays(job, part, change_sets, spilled=spilled)
 
 
-def _reduce_task(job, part, changes, meds) -> dict:
+def _reduce_task(job, part, changes, meds, spilled=None) -> dict:
     """One touched part re-reduced (a worker's task): every step of ``job``, or with at-median
     factors ``meds`` (``{(iteration, step): factors}``) each step with its own."""
     if not meds:
-        return part_replay(job, part, changes)
-    return join_rows([part_replay(PartsJob({key[1]}), part, changes, m) for key, m in meds.items()])
+        return part_replay(job, part, changes, spilled=spilled)
+    return join_rows([part_replay(PartsJob({key[1]}), part, changes, m, spilled) for key, m in meds.items()])
 
 
 # -- the aggregate's side ------------------------------------------------------------------------
@@ -413,7 +419,7 @@ def write_whatif(job, outdir, spilled: SpilledRows, meta: dict, jobs: int = 1) -
         files = spilled.write(outdir, "anchors") + spilled.write(outdir, "edges")     # (before the graph is held)
         trim()
         rep = Replayer(step_tables(graph_rows(spilled, ranks)), read_members(outdir, meta),
-                       {p.index: p for p in job.parts}, outdir, jobs, job.steps)
+                       {p.index: p for p in job.parts}, outdir, jobs, job.steps, spilled.graphs())
         _replay_ends(ranks, rep)
         files += write_table(outdir, WHATIF_RANKS, ranks)
         with kept_graphs():                           # (a rank replayed again: its graphs not rebuilt)

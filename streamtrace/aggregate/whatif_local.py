@@ -29,16 +29,13 @@ and GPU time and its heaviest segment.  Tables: ``whatif_anchors``, ``whatif_edg
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import NamedTuple
-
 import numpy as np
 
 from ..kernels.replay import anchor_pairs
 from .critical_graph import CATEGORIES, Anchor, Category
-from .critical_local import graph_reads, part_graphs
 from .folder import WHATIF_ANCHORS_COLUMNS, WHATIF_EDGES_COLUMNS, WHATIF_RANKS_COLUMNS
 from .whatif_changes import EdgeView
+from .whatif_graphs import step_graphs
 
 NCAT = len(Category)
 HOST = np.asarray([Category.cpu_op, Category.host_gap, Category.launch_delay, Category.sync, Category.thread_wait])
@@ -168,90 +165,19 @@ class ReplayRows:
         return {"anchors": cat(self.anchors, ANCHOR_COLUMNS), "edges": cat(self.edges, EDGE_COLUMNS), "ranks": ranks}
 
 
-def part_replay(job, part, changes, medians=None) -> dict:
+def part_replay(job, part, changes, medians=None, spilled=None) -> dict:
     """Part ``part``'s ``whatif_*`` rows with ``changes`` applied (its graphs built again from its
-    analysed tables, for the steps ``job.steps`` selects, or taken from those ``kept_graphs`` kept);
-    ``medians``: the rank's at-median factors.  Returns ``ReplayRows.result``."""
-    return part_replays(job, part, [changes], medians)[0]
+    analysed tables, for the steps ``job.steps`` selects, or taken from those ``kept_graphs`` kept,
+    or read from the rank pass's ``spilled`` file: ``whatif_graphs.GraphSpill``); ``medians``: the
+    rank's at-median factors.  Returns ``ReplayRows.result``."""
+    return part_replays(job, part, [changes], medians, spilled)[0]
 
 
-def part_replays(job, part, change_sets, medians=None) -> list:
+def part_replays(job, part, change_sets, medians=None, spilled=None) -> list:
     """``part_replay`` of each of ``change_sets`` (lists of changes), in order, each step's graph
-    built (or taken from ``kept_graphs``) once for all of them."""
+    built (or taken from ``kept_graphs``, or read from ``spilled``) once for all of them."""
     rows = [ReplayRows(job.iteration_of(part), part.index, part.rank, changes, medians) for changes in change_sets]
-    kept = KEPT.part(job, part) if KEPT.budget else None
-    graphs = kept.graphs if kept is not None else part_graphs(job, part, graph_reads(part))
-    if graphs is not None:
-        for window in graphs.windows(job.steps):
-            graph = kept.steps.get(window) if kept is not None else None
-            if graph is None:
-                graph = graphs.build(*window)
-                if kept is not None:
-                    KEPT.keep(kept, window, graph)
-            for r in rows:
-                r.add(graphs, window[0], *graph)
+    for graphs, step, graph in step_graphs(job, part, spilled):
+        for r in rows:
+            r.add(graphs, step, *graph)
     return [r.result() for r in rows]
-
-
-GRAPH_BYTES = 64 << 20
-"""The most bytes of parts' columns and step graphs ``kept_graphs`` keeps in one process."""
-
-
-class _Kept(NamedTuple):
-    graphs: object          # the part's PartGraphs (None: it has no op)
-    steps: dict             # (step, tid, start, end) -> (t, cols, anchors, order)
-
-
-class KeptGraphs:
-    """The parts' step graphs kept between the replays of one process (``kept_graphs``): the
-    candidate changes replay the same ranks again (a rank's at-median change once per step, then
-    its host gaps, then every rank's launches, kernels...), and a graph is a pure function of the
-    part's analysed tables.  The first parts and steps built are kept until ``budget`` bytes
-    (their arrays' ``nbytes``) are held; past it, a graph is built each time as without."""
-
-    def __init__(self):
-        self.budget, self.held, self.parts = 0, 0, {}
-
-    def part(self, job, part) -> _Kept:
-        """The part's entry (``part_graphs`` of ``job``, ``part``): the kept one, else its columns read
-        and kept when there is room (else returned without being kept)."""
-        key = (str(part.dir), part.index, part.rank, part.shift_ns, part.clock_offset_ns)
-        if key not in self.parts:
-            graphs = part_graphs(job, part, graph_reads(part))
-            size = sum(_nbytes(c) for c in (graphs.ops, graphs.k)) if graphs is not None else 0
-            if self.held + size > self.budget:
-                return _Kept(graphs, {})          # (used once, not kept)
-            self.held += size
-            self.parts[key] = _Kept(graphs, {})
-        return self.parts[key]
-
-    def keep(self, kept: _Kept, window, graph):
-        """Keep one step's ``graph`` of ``kept``'s part when there is room."""
-        size = _nbytes(graph)
-        if self.held + size <= self.budget and any(k is kept for k in self.parts.values()):
-            self.held += size
-            kept.steps[window] = graph
-
-
-def _nbytes(x) -> int:
-    if isinstance(x, np.ndarray):
-        return x.nbytes
-    if isinstance(x, dict):
-        return sum(_nbytes(v) for v in x.values())
-    if isinstance(x, (tuple, list)):
-        return sum(_nbytes(v) for v in x)
-    return 0
-
-
-KEPT = KeptGraphs()
-
-
-@contextmanager
-def kept_graphs(budget: int = GRAPH_BYTES):
-    """Within it, ``part_replay`` keeps the graphs it builds in this process (``KeptGraphs``, at most
-    ``budget`` bytes) for the next replay of the same part; all dropped on leaving."""
-    KEPT.budget, KEPT.held, KEPT.parts = budget, 0, {}
-    try:
-        yield KEPT
-    finally:
-        KEPT.budget, KEPT.held, KEPT.parts = 0, 0, {}

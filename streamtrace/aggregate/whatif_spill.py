@@ -40,10 +40,11 @@ def schema(columns) -> pa.Schema:
     return pa.schema([(c, pa.string() if c in TEXT else pa.int64()) for c in columns])
 
 
-def spill_rows(result: dict, folder, index: int) -> dict:
+def spill_rows(result: dict, folder, index: int, graphs=None) -> dict:
     """Write part ``index``'s rows ``result`` (``ReplayRows.result``) into ``folder``: returns
-    ``{"anchors": (path, rows), "edges": (path, rows), "ranks": result["ranks"]}``."""
-    out = {"ranks": result["ranks"]}
+    ``{"anchors": (path, rows), "edges": (path, rows), "ranks": result["ranks"], "graphs": (index,
+    graphs)}`` (``graphs``: the path of its spilled step graphs, ``whatif_graphs.GraphSpill``, or None)."""
+    out = {"ranks": result["ranks"], "graphs": (index, graphs)}
     for name, (_, cols) in NAMES.items():
         data = result[name]
         path = Path(folder) / f"whatif-{name}-{index:06d}.arrow"
@@ -70,6 +71,10 @@ class SpilledRows:
         from .whatif_local import RANK_COLUMNS
         got = [p["ranks"] for p in self.parts]
         return {c: np.concatenate([g[c] for g in got]) if got else np.zeros(0, np.int64) for c in RANK_COLUMNS}
+
+    def graphs(self) -> dict:
+        """``{part index: path}`` of the parts' spilled step graphs (``whatif_graphs.GraphSpill``)."""
+        return {i: path for i, path in (p.get("graphs", (None, None)) for p in self.parts) if path}
 
     def rows(self, name: str) -> int:
         """How many rows table ``name`` (``anchors``, ``edges``) has."""

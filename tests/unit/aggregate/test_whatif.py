@@ -18,8 +18,13 @@ from streamtrace.aggregate.whatif import COLUMNS
 from streamtrace.aggregate.whatif_changes import (AtMedian, Comm, HostGaps, Kernels, Launches, Ops, parse_change,
                                                   parse_ranks)
 from streamtrace.aggregate.whatif_job import Members, TransferView
-from streamtrace.aggregate.whatif_local import kept_graphs
+from streamtrace.aggregate import whatif_graphs
+from streamtrace.aggregate.critical_local import part_paths
+from streamtrace.aggregate.whatif import PartsJob, parts_of
+from streamtrace.aggregate.whatif_graphs import GraphSpill, kept_graphs
+from streamtrace.aggregate.whatif_local import part_replays
 from streamtrace.analyze import AnalyzeOptions, analyze
+from streamtrace.events.dataset import read_json
 from streamtrace.runtime.errors import UsageError
 from streamtrace.synth.faults import Fault
 from streamtrace.synth.job import SynthSpec, generate_job
@@ -55,7 +60,7 @@ def test_whatif_parquet_holds_the_candidates(job):
 
 
 def test_replays_from_kept_graphs_equal_those_built_each_time(job):
-    # the candidates' replays of aggregate keep a rank's step graphs (whatif_local.kept_graphs): the
+    # the candidates' replays of aggregate keep a rank's step graphs (whatif_graphs.kept_graphs): the
     # rows must not depend on whether a graph was kept (budget for all) or built again (budget for none)
     agg = streamtrace.load(job[0] / "agg")
     changes = ["median:rank=1", "host_gaps:rank=1", "ops:name=DataLoader,rank=1", "median:rank=1,what=cpu"]
@@ -65,6 +70,36 @@ def test_replays_from_kept_graphs_equal_those_built_each_time(job):
             assert [agg.whatif(c).to_pylist() for c in changes] == built
             assert bool(kept.parts) == (budget > 1)
             assert sum(len(k.steps) for k in kept.parts.values()) == (1 if budget > 1 else 0)  # one step
+
+
+def test_replays_from_spilled_graphs_equal_those_built_each_time(job, tmp_path):
+    # aggregate's rank pass spills each part's step graphs (whatif_graphs.GraphSpill) and the
+    # candidates read them back: the rows must equal those of graphs built again from the tables
+    d = job[0]
+    meta = read_json(d / "agg" / "aggregate.json")
+    parts = parts_of(meta)
+    steps = PartsJob({int(s[1]) for s in meta.get("steps") or []} or None)
+    sets = [[], [HostGaps((1,))], [Ops((1,), "DataLoader", 0.0)], [Launches(), Kernels(None, "gemm", 0.5)]]
+    for i, part in parts.items():
+        spill = GraphSpill(tmp_path, i, 1 << 30)
+        part_paths(steps, part, tmp_path, None, spill.add)
+        path = spill.close()
+        assert path is not None and (tmp_path / f"graphs-{i:06d}.pickle").is_file()
+        got, want = part_replays(steps, part, sets, spilled=path), part_replays(steps, part, sets)
+        for g, w in zip(got, want):
+            for name in w:
+                assert set(g[name]) == set(w[name]) and all(np.array_equal(g[name][c], w[name][c]) for c in w[name])
+    small = GraphSpill(tmp_path / "", 0, 1)                          # past its limit: removed, built again
+    part_paths(steps, parts[0], tmp_path, None, small.add)
+    assert small.close() is None and not (tmp_path / "graphs-000000.pickle").exists()
+
+
+def test_aggregate_without_spilled_graphs_writes_the_same_whatif(job, tmp_path, monkeypatch):
+    d = job[0]
+    assert whatif_graphs.spill_share(4, 4) > 0                       # the fixture's aggregate spilled them
+    monkeypatch.setattr(whatif_graphs, "SPILL_BYTES", 0)
+    aggregate([d / "an"], tmp_path / "agg", AggregateOptions(jobs=1))
+    assert pq.read_table(tmp_path / "agg" / "whatif.parquet").equals(pq.read_table(d / "agg" / "whatif.parquet"))
 
 
 @pytest.mark.parametrize("change", ["median:rank=1", "ops:name=DataLoader,rank=1", "median:rank=1,what=cpu"])
