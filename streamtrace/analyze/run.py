@@ -35,6 +35,7 @@ from ..events.dataset import UNKNOWN_ITERATION
 from .outputs import PG_ENTRIES_KEY, Analysis, share_process_groups
 from ..runtime import parallel
 from ..runtime.files import atomic_output, output_folder
+from ..runtime.compile import TASKS, load as load_kernels
 from ..runtime.parallel import TaskFailure, run_tasks, scheduler_address
 from ..trace.discover import expand_inputs, identify, load_rank_map, nothing_found
 from ..trace.nsys import count_gpu_processes
@@ -124,6 +125,8 @@ def _analyze_tasks(tasks, opt) -> dict:
             and os.path.getsize(tasks[0].path) >= opt.split_threshold:
         opt = replace(opt, split_jobs=want)          # one big file: use every core on it
         tasks = [replace(t, opt=opt) for t in tasks]
+    if jobs > 1 and opt.executor is None and not scheduler_address(opt.scheduler):
+        load_kernels(*TASKS["analyze"])    # before the fork: the workers share them (not one load each)
     bars = _Bars([t.path for t in tasks], sys.stderr.isatty() if opt.progress is None else opt.progress)
     try:
         results = run_tasks(_run_task, [(t,) for t in tasks], jobs, bars.arr, bars.tick,

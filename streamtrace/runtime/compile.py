@@ -225,6 +225,7 @@ COMMANDS = {
 #: before the fork, so that the workers share them)
 TASKS = {
     "aggregate": _INTERVALS + _STATS + _PIPELINE,      # aggregate.run's per-rank task
+    "analyze": _KINETO_ANALYZE + ("intervals.disjoint_length",),    # analyze.run's per-file task (a Kineto trace)
 }
 
 
