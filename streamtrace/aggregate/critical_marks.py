@@ -47,7 +47,7 @@ from ..events.sortedsets import in_sorted
 from ..kernels import extract
 from ..runtime.errors import StreamtraceError
 from ..trace.reader import TraceReader
-from ..trace.members import MembersError, gzip_members, member_text
+from ..trace.members import MembersError, gzip_members, member_text, members_at
 from ..trace.source import is_gzip
 from ..trace.writer import TraceWriter, dumps_events, us_fragment
 from ..merge.output import copy_runs
@@ -207,18 +207,21 @@ class Marker:
         return flows
 
 
-def mark_critical_path(trace, aggdir, output=None, iteration=None, by_member=True) -> dict:
+def mark_critical_path(trace, aggdir, output=None, iteration=None, by_member=True, members=None) -> dict:
     """Copy the merged trace ``trace`` to ``output`` (default: ``trace`` itself, replaced atomically)
     with the path of ``aggdir`` marked (module docstring).  A gzip trace in the layout ``merge`` writes
     (``by_member``: ``mark_members``) has only the members of the ranks on the
     path, and those of an earlier run's marks, inflated, marked and compressed again; the others are
-    copied as their compressed bytes.  Returns ``{"output", "marked", "flows"}``.
+    copied as their compressed bytes.  ``members``: the trace's gzip members as merge wrote them
+    (its summary's ``members``; only for the file as merge left it, unmarked): the members are then
+    not each inflated to be found (``streamtrace.trace.members.members_at``).
+    Returns ``{"output", "marked", "flows"}``.
     Raises ``StreamtraceError`` when ``aggdir`` has no critical path,
     ``TraceError`` for a damaged trace (a member copied as is is not parsed)."""
     marker = Marker(aggdir, iteration)
     out = Path(output or trace)
     if by_member and marker.ranks is not None and is_gzip(trace):
-        done = mark_members(trace, out, marker)
+        done = mark_members(trace, out, marker, members)
         if done is not None:
             return done
         marker.marks.clear()
@@ -267,19 +270,34 @@ def _layout(members: list) -> list | None:
     return out + [(members[-1], "tail", -1)]
 
 
-def mark_members(trace, out: Path, marker: Marker) -> dict | None:
+def mark_members(trace, out: Path, marker: Marker, members=None) -> dict | None:
     """``mark_critical_path`` of a gzip trace in merge's layout (``_layout``): the members of the
     ranks on the path (``marker.ranks``) and those holding an earlier run's marks marked (each
     inflated into a plain file beside ``out``, read by batches, compressed again as one member),
     the others copied as their compressed bytes, an earlier run's arrows dropped, the new ones
     written as a member of their own before the last.  Returns None when ``trace`` is not in that
-    layout (nothing written)."""
+    layout (nothing written).  ``members``: the compressed byte ranges merge recorded (``members_at``;
+    walked and inflated, ``gzip_members``, when None or not the file's)."""
+    if members:
+        try:
+            plan = _layout(list(members_at(trace, members)))
+            done = _write_members(trace, out, marker, plan) if plan else None
+            if done is not None:
+                return done
+        except MembersError:             # not the file's members after all: walked, as without
+            pass
+        marker.marks.clear()
     try:
         plan = _layout(list(gzip_members(trace, _MARKED)))
     except MembersError:
         plan = None
-    if plan is None:
-        return None
+    return _write_members(trace, out, marker, plan) if plan else None
+
+
+def _write_members(trace, out: Path, marker: Marker, plan: list) -> dict | None:
+    """``mark_members``' output from the members ``plan`` (``_layout``); None when a member shows
+    the trace is not in merge's layout after all (nothing written)."""
+    flows: list = []
     try:
         with atomic_output(out, compress=False) as f:
             run: list = []

@@ -191,8 +191,10 @@ def merge_stage(ctx: StageRun, tag, paths, merged) -> dict:
             rec = merge_record(r.get("validation"))
             if rec and rec["problems"]:
                 log.info(f"{tag}: merged trace: {rec['text']}")
+            st = merged.stat()
             return {"output": str(merged), "ranks": r["ranks"], "events": r["events_out"],
-                    "cpu_only": r["cpu_only"], "validation": rec}
+                    "cpu_only": r["cpu_only"], "validation": rec,
+                    "members": r.get("members"), "stat": [st.st_size, st.st_mtime_ns]}
         except Exception as e:   # noqa: BLE001 - drop the file it names, merge the rest
             bad = [tf for tf in todo if getattr(e, "path", None) == tf.path]
             if not bad:
@@ -212,13 +214,28 @@ def mark_stage(ctx: StageRun, agg):
         from ..aggregate.critical_marks import mark_critical_path
         pre = EpilogueRun.ITERATION
         it = lambda m: int(m.parent.name[len(pre):]) if m.parent.name.startswith(pre) else None  # noqa: E731
-        return {"marked": sum(mark_critical_path(m, agg, iteration=it(m))["marked"] for m in merged)}
+        return {"marked": sum(mark_critical_path(m, agg, iteration=it(m), members=_as_merged(ctx, m))["marked"]
+                              for m in merged)}
     if merged:
         fp = lambda: fingerprint([table_path(agg, CRITICAL_PATH)] + merged, stage="critical path marks")  # noqa: E731
         _, st = run_stage(ctx, "critical path marks", fp(), merged, do_mark, "critical path marks", agg)
         if st == "done":        # the marked files' own stamps: an unchanged rerun finds them and reuses the stage
             ctx.state["critical path marks"]["fingerprint"] = fp()
         ctx.summary["stages"]["critical path marks"] = st
+
+
+def _as_merged(ctx: StageRun, merged: Path) -> list | None:
+    """The gzip members merge recorded for ``merged`` (its stage's ``members``) while the file is
+    as merge left it (size and modification time): none marked yet; else None."""
+    for key, rec in ctx.state.items():
+        res = rec.get("result") if key.endswith("/merge") and isinstance(rec, dict) else None
+        if isinstance(res, dict) and res.get("output") == str(merged) and res.get("members"):
+            try:
+                st = merged.stat()
+            except OSError:
+                return None
+            return res["members"] if res.get("stat") == [st.st_size, st.st_mtime_ns] else None
+    return None
 
 
 def add_warnings(meta_path: Path, lines):

@@ -107,8 +107,8 @@ def _run_line(plan: MergePlan, attempt: Attempt, t_start: float) -> dict | Attem
             progress.close()
             if retry is not None:
                 return retry
-            write_merged(plan.output, done.results, merged_metadata(plan, done.results, time_plan), plan.compress,
-                         plan.opt.compresslevel)
+            members = write_merged(plan.output, done.results, merged_metadata(plan, done.results, time_plan),
+                                   plan.compress, plan.opt.compresslevel)
             validation = merged_validation([r.validation for r in done.results],
                                            [r.process_map for r in done.results], plan.output) \
                 if plan.opt.validate else None
@@ -118,7 +118,7 @@ def _run_line(plan: MergePlan, attempt: Attempt, t_start: float) -> dict | Attem
                 remove_quietly(t)
     finally:
         plan.remove_spills(surveys)
-    return _summary(plan, attempt, time_plan, done, validation, t_start)
+    return _summary(plan, attempt, time_plan, done, validation, t_start) | {"members": members}
 
 
 def _retry(plan: MergePlan, attempt: Attempt, surveys: list, done: Rewritten) -> Attempt | None:

@@ -121,15 +121,25 @@ def output_for_iteration(output: Path, iteration) -> Path:
     return output.with_name(f"{name}_iter{iteration}")
 
 
-def write_merged(output: Path, results, meta: dict, compress: bool, level: int):
+def write_merged(output: Path, results, meta: dict, compress: bool, level: int) -> list | None:
     """Write the merged trace atomically: ``{"traceEvents":[`` + every result's segments in order
     (``results``: ``RankResult`` s),
     comma separated + ``]`` + ``meta`` + ``}``; each piece a gzip member of its own when
     ``compress`` (segments were written as members already).  A segment is a file, or ``(file,
     runs)``: the byte ranges ``runs`` of a plain file (a deferred filter's kept events,
-    ``streamtrace.merge.deferred``)."""
+    ``streamtrace.merge.deferred``).  Returns the pieces' compressed byte ranges ``[[start, end],
+    ...]`` (each a gzip member, none holding a critical path's marks: read by
+    ``streamtrace.aggregate.critical_marks`` without inflating every member) when ``compress``
+    and every segment is a file, else None."""
+    ranges: list | None = [] if compress else None
     with atomic_output(output, compress=False) as f:
-        f.write(gzip_piece(b'{"traceEvents":[', compress, level))
+
+        def put(write, *args):
+            at = f.tell()
+            write(*args)
+            if ranges is not None:
+                ranges.append([at, f.tell()])
+        put(f.write, gzip_piece(b'{"traceEvents":[', compress, level))
         first = True
         for res in results:
             if not res.events_out:
@@ -138,11 +148,13 @@ def write_merged(output: Path, results, meta: dict, compress: bool, level: int):
                 if isinstance(seg, tuple) and not len(seg[1]):
                     continue
                 if not first:
-                    f.write(gzip_piece(b",", compress, level))
+                    put(f.write, gzip_piece(b",", compress, level))
                 if isinstance(seg, tuple):
                     copy_runs(seg[0], seg[1], f, True)
+                    ranges = None
                 else:
-                    append_file(seg, f)
+                    put(append_file, seg, f)
                 first = False
         trailer = b"]" + b"".join(b"," + dumps_event(k) + b":" + dumps_event(v) for k, v in meta.items()) + b"}\n"
-        f.write(gzip_piece(trailer, compress, level))
+        put(f.write, gzip_piece(trailer, compress, level))
+    return ranges

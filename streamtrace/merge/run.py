@@ -127,7 +127,9 @@ def merge_files(files: list[TraceFile], output, opt: MergeOptions | None = None)
     (ranks rewritten in byte ranges: their range count), ``ranges_redone``,
     ``worker_mb_per_s``, ``cpu_only`` (no rank has a GPU process; with ``gpu_only`` the CPU
     processes are merged instead, with a warning), ``validation``
-    (``streamtrace.validate.merged.merged_validation``; None when ``opt.validate`` is off).
+    (``streamtrace.validate.merged.merged_validation``; None when ``opt.validate`` is off), ``members``
+    (a gzip output's members as written, ``[[start, end], ...]`` compressed byte offsets, or None:
+    ``streamtrace.merge.output.write_merged``).
     Raises ``StreamtraceError`` / ``TraceError`` on bad input;
     the output is then not created (an unexpected failure on one rank is a
     ``TraceError`` naming its file); ``OutputError`` when the

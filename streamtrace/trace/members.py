@@ -77,6 +77,55 @@ def _one(f, data: bytes, offset: int, needle: bytes, head: int) -> tuple[Member,
         data = rest
 
 
+def members_at(path, ranges, head: int = 4096) -> Iterator[Member]:
+    """The gzip members of the file ``path`` at the compressed byte ranges ``ranges`` (``[[start,
+    end], ...]``, as their writer recorded them: ``streamtrace.merge.output.write_merged``), without
+    inflating each whole: only a member's first ``head`` bytes are inflated, its ``size`` is its
+    trailer's ISIZE (the length modulo 2**32, RFC 1952 2.3.1) and ``found`` is False (for a file
+    whose writer says it holds no needle; ``gzip_members`` looks).  Raises ``MembersError`` when the
+    ranges do not tile the file from byte 0 to its end, or a range does not start with a gzip
+    member, or holds a member that ends before the range does (nothing yielded then)."""
+    ranges = [(int(a), int(b)) for a, b in ranges]
+    out = []
+    with open(path, "rb") as f:
+        total = f.seek(0, 2)
+        if not ranges or ranges[0][0] != 0 or ranges[-1][1] != total or \
+                any(b - a < 18 for a, b in ranges) or any(x[1] != y[0] for x, y in zip(ranges, ranges[1:])):
+            raise MembersError(f"{path}: the recorded gzip members do not tile the file")
+        for a, b in ranges:
+            out.append(Member(a, b, _head_of(f, a, b, head), _isize(f, b), False))
+    yield from out
+
+
+def _head_of(f, a: int, b: int, head: int) -> bytes:
+    """The first ``head`` content bytes of the member at compressed bytes ``a:b`` of ``f``."""
+    d = zlib.decompressobj(31)
+    f.seek(a)
+    first, data, left = b"", b"", b - a
+    while not d.eof and (len(first) < head or not head and not data):
+        if not data:
+            if not left:
+                raise MembersError(f"a gzip member cut short (it starts at byte {a})")
+            data = f.read(min(BLOCK, left))
+            left -= len(data)
+        try:
+            first += d.decompress(data, max(head - len(first), 1))
+        except zlib.error as e:
+            raise MembersError(f"no whole gzip member at byte {a}: {e}") from None
+        data = d.unconsumed_tail
+        if not head:
+            break
+    if d.eof and (d.unused_data or left):
+        raise MembersError(f"the gzip member at byte {a} ends before byte {b}")
+    return first[:head]
+
+
+def _isize(f, end: int) -> int:
+    """The ISIZE field of the gzip member that ends at byte ``end`` of ``f``."""
+    f.seek(end - 4)
+    return int.from_bytes(f.read(4), "little")
+
+
 def member_text(path, member: Member, block: int = BLOCK) -> Iterator[bytes]:
     """The content of ``member`` of the gzip file ``path``, in pieces of at most ``CHUNK`` bytes.
     Raises ``MembersError`` when the bytes there are no whole member."""
@@ -97,5 +146,7 @@ def member_text(path, member: Member, block: int = BLOCK) -> Iterator[bytes]:
                 if out:
                     yield out
                 data = d.unconsumed_tail
+                if d.eof and (data or d.unused_data or left):
+                    raise MembersError(f"bytes after the gzip member at byte {member.start}, before byte {member.end}")
     if not d.eof:
         raise MembersError(f"a gzip member cut short (it starts at byte {member.start})")

@@ -105,7 +105,8 @@ def test_spacing_and_earlier_marks(job, tmp_path):
 
 @pytest.fixture(scope="module")
 def gz_job(job):
-    merge([job / "traces"], job / "merged.json.gz", MergeOptions(jobs=1))
+    res = merge([job / "traces"], job / "merged.json.gz", MergeOptions(jobs=1))
+    (job / "members.json").write_text(json.dumps(res[0]["members"]))
     return job
 
 
@@ -153,3 +154,26 @@ def test_damaged_gzip_takes_the_whole_pass(gz_job, tmp_path, damage):
         except Exception as e:   # noqa: BLE001 - the same error either way
             outcome.append((type(e).__name__, str(e).replace(str(tmp_path), "")))
     assert outcome[0] == outcome[1]
+
+
+def test_members_merge_recorded_skip_the_walk(gz_job, tmp_path, monkeypatch):
+    """merge records its gzip members' byte ranges (``members``); marking with them gives the bytes of
+    the walk that inflates every member, without that walk; ranges that are not the file's fall back
+    to the walk (the same bytes)."""
+    from streamtrace.aggregate import critical_marks
+    from streamtrace.trace.members import gzip_members
+    src = gz_job / "merged.json.gz"
+    members = json.loads((gz_job / "members.json").read_text())
+    assert members == [[m.start, m.end] for m in gzip_members(src)]          # as an independent walk finds them
+    walked = mark_critical_path(src, gz_job / "agg", tmp_path / "walked.json.gz")
+    calls = []
+    monkeypatch.setattr(critical_marks, "gzip_members", lambda *a: calls.append(a) or gzip_members(*a))
+    known = mark_critical_path(src, gz_job / "agg", tmp_path / "known.json.gz", members=members)
+    assert not calls and known["marked"] == walked["marked"] > 0
+    assert (tmp_path / "known.json.gz").read_bytes() == (tmp_path / "walked.json.gz").read_bytes()
+    joined = [[members[0][0], members[1][1]]] + members[2:]                 # tiles, but two members in one
+    for bad in ([[0, 10]] + members[1:], [[a + 1, b] for a, b in members], members[:-1], joined):
+        r = mark_critical_path(src, gz_job / "agg", tmp_path / "bad.json.gz", members=bad)
+        assert r["marked"] == walked["marked"]
+        assert (tmp_path / "bad.json.gz").read_bytes() == (tmp_path / "walked.json.gz").read_bytes()
+    assert len(calls) == 4                                                   # each bad list: walked

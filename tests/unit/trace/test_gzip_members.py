@@ -34,6 +34,18 @@ def test_members_as_written(tmp_path_factory, monkeypatch_module, contents, leve
     assert [m.size for m in got] == [len(c) for c in contents]
     assert [m.found for m in got] == [NEEDLE in c for c in contents]
     assert [b"".join(M.member_text(path, m, block=block)) for m in got] == contents
+    known = list(M.members_at(path, [(m.start, m.end) for m in got], head=head))       # the writer's ranges
+    assert [(m.start, m.end, m.head, m.size, m.found) for m in known] == \
+        [(m.start, m.end, m.head, m.size, False) for m in got]
+    if len(got) > 1:                  # a gap; two members in one range when the first ends within the head
+        bad = [[(0, got[0].end - 1)] + [(m.start, m.end) for m in got[1:]]]
+        if len(contents[0]) < head:
+            bad.append([(0, got[1].end)] + [(m.start, m.end) for m in got[2:]])
+        for ranges in bad:
+            with pytest.raises(M.MembersError):
+                list(M.members_at(path, ranges, head=head))
+        with pytest.raises(M.MembersError):                  # member_text: bytes after the member
+            b"".join(M.member_text(path, M.Member(0, got[1].end, b"", 0, False), block=block))
 
 
 @pytest.fixture(scope="module")
