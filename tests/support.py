@@ -228,3 +228,45 @@ NSYS_PAYLOAD_SCHEMA = """
     """
 """The tables of a small Nsight Systems SQLite export with NCCL's NVTX payloads (export schema 3.25),
 written by hand from the export's documented layout, for tests that build one with ``sqlite3``."""
+
+
+_WORKERS_LOAD = """
+import importlib, json, os, sys
+from numba.core.registry import CPUDispatcher
+mod = importlib.import_module({module!r})
+
+
+def loaded():
+    return {{(m.__name__, k, sig) for m in list(sys.modules.values())
+            if getattr(m, "__name__", "").startswith("streamtrace.kernels")
+            for k, v in list(vars(m).items()) if isinstance(v, CPUDispatcher) for sig in v.overloads}}
+
+
+task = mod.{task}
+
+
+def spy(*args):
+    before = loaded()
+    out = task(*args)
+    with open(os.path.join(sys.argv[2], f"{{os.getpid()}}-{{{key}}}.json"), "w") as f:
+        json.dump([f"{{m}}.{{k}}" for m, k, _ in loaded() - before], f)
+    return out
+
+
+mod.{task} = spy
+{run}
+print(os.getpid())
+"""
+
+
+def workers_loaded_kernels(module: str, task: str, key: str, run: str, source, tmp) -> tuple[str, list]:
+    """Run ``run`` (Python source: a stage over ``sys.argv[1]``, writing into ``sys.argv[2]``) in a fresh
+    process with ``module.task`` (a per-task worker function; ``key``: an expression of its ``args``
+    naming the task) spied on: each call writes the kernels it loaded itself into ``tmp``.  Returns
+    ``(the parent's pid, [(report file name, [kernel names])])``."""
+    script = _WORKERS_LOAD.format(module=module, task=task, key=key, run=run)
+    p = subprocess.run([sys.executable, "-c", script, str(source), str(tmp)], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 0, p.stderr
+    reports = sorted(Path(tmp).glob("*.json"))
+    return p.stdout.split()[-1], [(r.name, json.loads(r.read_text())) for r in reports]

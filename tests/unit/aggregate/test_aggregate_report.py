@@ -3,10 +3,6 @@ micro-batch windows, pipeline bubbles), analyze's own summary.json, and the real
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -18,7 +14,7 @@ from streamtrace.kernels import reference as R
 from streamtrace.synth.job import SynthSpec, generate_job
 from streamtrace.events.dataset import read_table
 
-from support import CPU3D, ROOT, exact_ns, load_json, run_cli, shown_time
+from support import CPU3D, exact_ns, load_json, run_cli, shown_time, workers_loaded_kernels
 
 M = 3   # micro-batches
 
@@ -210,42 +206,17 @@ def test_written_tables_have_their_declared_columns(job):
         columns("rank", "rank")
 
 
-_WORKERS_LOAD = textwrap.dedent("""
-    import importlib, json, os, sys
-    from numba.core.registry import CPUDispatcher
-    from streamtrace.aggregate import AggregateOptions, aggregate
-    agg = importlib.import_module("streamtrace.aggregate.run")
-
-    def loaded():
-        return {(m.__name__, k, sig) for m in list(sys.modules.values())
-                if getattr(m, "__name__", "").startswith("streamtrace.kernels")
-                for k, v in list(vars(m).items()) if isinstance(v, CPUDispatcher) for sig in v.overloads}
-
-    task = agg._part_job
-
-    def spy(*args):
-        before = loaded()
-        out = task(*args)
-        with open(os.path.join(sys.argv[2], f"{os.getpid()}-{args[1]}.json"), "w") as f:
-            json.dump([f"{m}.{k}" for m, k, _ in loaded() - before], f)
-        return out
-    agg._part_job = spy
-    aggregate([sys.argv[1]], os.path.join(sys.argv[2], "out"), AggregateOptions(jobs=2))
-    print(os.getpid())
-""")
-
-
 def test_workers_share_the_parents_kernels(job, tmp_path):
     """aggregate -j 2 loads its per-rank tasks' kernels (runtime.compile.TASKS) in the parent
     before forking the workers: a fresh process's workers then load no kernel of their own."""
     truth, tmp, meta = job
-    p = subprocess.run([sys.executable, "-c", _WORKERS_LOAD, str(tmp / "an"), str(tmp_path)], capture_output=True,
-                       text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert p.returncode == 0, p.stderr
-    parent = p.stdout.split()[-1]
-    reports = sorted(tmp_path.glob("*.json"))
-    assert len(reports) == 8 and not any(r.name.startswith(parent + "-") for r in reports)
-    assert {k for r in reports for k in json.loads(r.read_text())} == set()
+    parent, reports = workers_loaded_kernels(
+        "streamtrace.aggregate.run", "_part_job", "args[1]",
+        "from streamtrace.aggregate import AggregateOptions, aggregate\n"
+        "aggregate([sys.argv[1]], os.path.join(sys.argv[2], 'out'), AggregateOptions(jobs=2))",
+        tmp / "an", tmp_path)
+    assert len(reports) == 8 and not any(name.startswith(parent + "-") for name, _ in reports)
+    assert [k for _, loaded in reports for k in loaded] == []
 
 
 def test_cli_aggregate(job, tmp_path):
