@@ -247,9 +247,10 @@ def add_warnings(meta_path: Path, lines):
         f.write(json.dumps(meta, indent=1, default=str).encode())
 
 
-def aggregate_stage(ctx: StageRun, analysed) -> tuple:
+def aggregate_stage(ctx: StageRun, analysed, then=None) -> tuple:
     """Aggregate every analysed iteration into ``ctx.out/aggregate`` (reused when unchanged); returns
-    ``(the aggregate folder or None when it failed, the stage's fingerprint)``."""
+    ``(the aggregate folder or None when it failed, the stage's fingerprint, what ``then(agg)`` returned:
+    run in the stage's process after aggregating, None when the stage did not run)``."""
     opt, topo = ctx.opt, ctx.topo
     agg = ctx.out / EpilogueRun.AGGREGATE
 
@@ -262,23 +263,50 @@ def aggregate_stage(ctx: StageRun, analysed) -> tuple:
         if skipped:
             add_warnings(agg / Aggregate.marker,
                          [f"not this job's, skipped by the {ctx.log.name}: {s}" for s in skipped])
-        return {"outdir": str(agg)}
+        return {"outdir": str(agg)} | ({"then": then(agg)} if then is not None else {})
     fp = fingerprint([Path(a) / Analysis.marker for a in analysed] + ([topo] if topo else [])
                       + ([opt.torchtitan_config] if opt.torchtitan_config else []), stage="aggregate", version=2,
                       skipped=skipped)
     res, st = run_stage(ctx, "aggregate", fp, [agg], do_aggregate, "aggregate", ", ".join(analysed))
     ctx.summary["stages"]["aggregate"] = st
-    return (agg if res is not None else None), fp
+    after = res.pop("then", None) if st == "done" else None        # (not kept in the stage's record)
+    return (agg if res is not None else None), fp, after
+
+
+def marks_in_stage(ctx: StageRun, agg) -> dict:
+    """``mark_stage`` run in the calling process (aggregate's stage process, whose kernels and pyarrow
+    are loaded: a process of its own spends ~1 s setting them up again); returns its records for the
+    epilogue's process (``marks_taken``)."""
+    inner = replace(ctx, opt=replace(ctx.opt, isolate=False))
+    try:
+        mark_stage(inner, agg)
+    except Exception:   # noqa: BLE001 - aggregate's stage stands; the epilogue's process marks them then
+        return {}
+    key = "critical path marks"
+    return {"state": inner.state.get(key), "status": inner.summary["stages"].get(key)}
+
+
+def marks_taken(ctx: StageRun, got) -> bool:
+    """Whether aggregate's stage process marked the merged traces (``got``: what ``marks_in_stage``
+    returned there, or None): its records copied into this process's state and summary."""
+    if not got or not got.get("status"):
+        return False
+    if got.get("state") is not None:
+        ctx.state["critical path marks"] = got["state"]
+    ctx.summary["stages"]["critical path marks"] = got["status"]
+    return True
 
 
 def job_stages(ctx: StageRun, analysed, run_dir) -> str | None:
     """Aggregate every analysed iteration, then write the report and charts; returns the
     report's path (None when it was not written)."""
     ropt = ctx.opt.report
-    agg, fp = aggregate_stage(ctx, analysed)
+    in_stage = (lambda a: marks_in_stage(ctx, a)) if ctx.opt.isolate else None
+    agg, fp, marks = aggregate_stage(ctx, analysed, then=in_stage)
     if agg is None:
         return None
-    mark_stage(ctx, agg)
+    if not marks_taken(ctx, marks):                # (aggregate reused, or not in a process of its own)
+        mark_stage(ctx, agg)
 
     def do_report():
         from ..report.run import report
