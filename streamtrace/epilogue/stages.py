@@ -31,6 +31,9 @@ from .options import EpilogueOptions
 # the epilogue's own process, under every stage.
 
 
+MARKS = "critical path marks"
+"""The critical path marks' stage: its key in the state and the summary, its name in the log."""
+
 def fingerprint(paths, **options) -> str:
     h = hashlib.sha256()
     for p in sorted(map(str, paths)):
@@ -217,11 +220,11 @@ def mark_stage(ctx: StageRun, agg):
         return {"marked": sum(mark_critical_path(m, agg, iteration=it(m), members=_as_merged(ctx, m))["marked"]
                               for m in merged)}
     if merged:
-        fp = lambda: fingerprint([table_path(agg, CRITICAL_PATH)] + merged, stage="critical path marks")  # noqa: E731
-        _, st = run_stage(ctx, "critical path marks", fp(), merged, do_mark, "critical path marks", agg)
+        fp = lambda: fingerprint([table_path(agg, CRITICAL_PATH)] + merged, stage=MARKS)  # noqa: E731
+        _, st = run_stage(ctx, MARKS, fp(), merged, do_mark, MARKS, agg)
         if st == "done":        # the marked files' own stamps: an unchanged rerun finds them and reuses the stage
-            ctx.state["critical path marks"]["fingerprint"] = fp()
-        ctx.summary["stages"]["critical path marks"] = st
+            ctx.state[MARKS]["fingerprint"] = fp()
+        ctx.summary["stages"][MARKS] = st
 
 
 def _as_merged(ctx: StageRun, merged: Path) -> list | None:
@@ -282,8 +285,7 @@ def marks_in_stage(ctx: StageRun, agg) -> dict:
         mark_stage(inner, agg)
     except Exception:   # noqa: BLE001 - aggregate's stage stands; the epilogue's process marks them then
         return {}
-    key = "critical path marks"
-    return {"state": inner.state.get(key), "status": inner.summary["stages"].get(key)}
+    return {"state": inner.state.get(MARKS), "status": inner.summary["stages"].get(MARKS)}
 
 
 def marks_taken(ctx: StageRun, got) -> bool:
@@ -292,8 +294,8 @@ def marks_taken(ctx: StageRun, got) -> bool:
     if not got or not got.get("status"):
         return False
     if got.get("state") is not None:
-        ctx.state["critical path marks"] = got["state"]
-    ctx.summary["stages"]["critical path marks"] = got["status"]
+        ctx.state[MARKS] = got["state"]
+    ctx.summary["stages"][MARKS] = got["status"]
     return True
 
 

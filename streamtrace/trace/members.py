@@ -98,23 +98,22 @@ def members_at(path, ranges, head: int = 4096) -> Iterator[Member]:
 
 
 def _head_of(f, a: int, b: int, head: int) -> bytes:
-    """The first ``head`` content bytes of the member at compressed bytes ``a:b`` of ``f``."""
+    """The first ``head`` content bytes of the member at compressed bytes ``a:b`` of ``f`` (at least
+    one byte inflated: the range is checked to start a member)."""
     d = zlib.decompressobj(31)
     f.seek(a)
-    first, data, left = b"", b"", b - a
-    while not d.eof and (len(first) < head or not head and not data):
+    first, data, left, want = b"", b"", b - a, max(head, 1)
+    while not d.eof and len(first) < want:
         if not data:
             if not left:
                 raise MembersError(f"a gzip member cut short (it starts at byte {a})")
             data = f.read(min(BLOCK, left))
             left -= len(data)
         try:
-            first += d.decompress(data, max(head - len(first), 1))
+            first += d.decompress(data, want - len(first))
         except zlib.error as e:
             raise MembersError(f"no whole gzip member at byte {a}: {e}") from None
         data = d.unconsumed_tail
-        if not head:
-            break
     if d.eof and (d.unused_data or left):
         raise MembersError(f"the gzip member at byte {a} ends before byte {b}")
     return first[:head]
