@@ -30,9 +30,9 @@ from .options import EpilogueOptions
 # run in the stages' child processes: importing them here would put ~130 MB (numba, pyarrow) in
 # the epilogue's own process, under every stage.
 
-
 MARKS = "critical path marks"
 """The critical path marks' stage: its key in the state and the summary, its name in the log."""
+
 
 def fingerprint(paths, **options) -> str:
     h = hashlib.sha256()
