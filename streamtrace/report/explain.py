@@ -177,6 +177,21 @@ def explain_markdown(ex: dict | None, idle_chart_png=None, shorten=lambda names:
     return L
 
 
+MAX_IDLE_ROWS = 64
+"""The most devices the idle table and chart show: beyond it, those with the most idle time (a bar per
+device of 4,096 ranks made a PNG 90,000 pixels tall, ~1.1 GB of canvas to draw)."""
+
+
+def shown_devices(rows: list) -> list:
+    """The per-device idle rows (``_idle_summary``'s ``devices``, in rank order) the report shows: all
+    of them up to ``MAX_IDLE_ROWS``, else the ``MAX_IDLE_ROWS`` with the most idle time (ties: the lower
+    rank, device), in rank order."""
+    if len(rows) <= MAX_IDLE_ROWS:
+        return rows
+    top = sorted(range(len(rows)), key=lambda i: (-rows[i]["idle_ns"], i))[:MAX_IDLE_ROWS]
+    return [rows[i] for i in sorted(top)]
+
+
 def _idle_md(idle, png) -> list:
     if not idle:
         return []
@@ -188,12 +203,15 @@ def _idle_md(idle, png) -> list:
          f"**other**. All devices: idle {_ms(t['idle_ns'])} = host wait {_pct(t['host_wait_ns'], t['idle_ns'])} % "
          f"+ kernel wait {_pct(t['kernel_wait_ns'], t['idle_ns'])} % + other {_pct(t['other_ns'], t['idle_ns'])} % "
          f"({table_file(IDLE_BREAKDOWN)}: per rank, device, stream and step).", ""]
+    shown = shown_devices(idle["devices"])
+    if len(shown) < len(idle["devices"]):
+        L += [f"The {len(shown)} of {len(idle['devices']):,} devices with the most idle time, by rank:", ""]
     L += _tab(["rank", "device", "steps", "span", "busy", "idle", "host wait", "kernel wait", "other", "host wait %"],
               [[r["rank"], r["device"], r["steps"], _ms(r["span_ns"]), _ms(r["busy_ns"]), _ms(r["idle_ns"]),
                 _ms(r["host_wait_ns"]), _ms(r["kernel_wait_ns"]), _ms(r["other_ns"]),
-                _pct(r["host_wait_ns"], r["idle_ns"])] for r in idle["devices"][:64]])
-    if len(idle["devices"]) > 64:
-        L += [f"| ... {len(idle['devices']) - 64:,} more | | | | | | | | | |"]
+                _pct(r["host_wait_ns"], r["idle_ns"])] for r in shown])
+    if len(shown) < len(idle["devices"]):
+        L += [f"| ... {len(idle['devices']) - len(shown):,} more | | | | | | | | | |"]
     L += ["", "Streams with the most idle time:", ""]
     L += _tab(["rank", "device", "stream", "idle", "host wait", "kernel wait", "other"],
               [[r["rank"], r["device"], r["stream"], _ms(r["idle_ns"]), _ms(r["host_wait_ns"]),
@@ -205,13 +223,14 @@ def _idle_md(idle, png) -> list:
 # -- chart ------------------------------------------------------------------------------------
 
 def idle_chart(ex: dict | None, stem, formats=("png",)) -> list:
-    """``<stem>.png`` / ``.svg``: per rank and device, idle time (ms, summed over the steps) stacked
-    as host wait, kernel wait, other.  [] without idle rows.  Returns the paths."""
+    """``<stem>.png`` / ``.svg``: per rank and device (``shown_devices``: at most ``MAX_IDLE_ROWS``),
+    idle time (ms, summed over the steps) stacked as host wait, kernel wait, other.  [] without idle
+    rows.  Returns the paths."""
     idle = (ex or {}).get("idle")
     if not idle or not idle["devices"]:
         return []
     plt = pyplot()
-    rows = idle["devices"]
+    rows = shown_devices(idle["devices"])
     multi = len({r["device"] for r in rows}) > 1 and len({r["rank"] for r in rows}) < len(rows)
     labels = [f"rank {r['rank']}" + (f" dev {r['device']}" if multi else "") for r in rows]
     fig, ax = plt.subplots(figsize=(10, 0.22 * len(rows) + 2.45))
@@ -227,7 +246,8 @@ def idle_chart(ex: dict | None, stem, formats=("png",)) -> list:
     ax.set_yticks(y[::step], labels[::step], fontsize=7)
     ax.set_xlim(0, max(float(left.max()), 1e-9) * 1.08)     # headroom: the longest bar ends inside the frame
     ax.set_xlabel(f"GPU idle time ({unit}, summed over the profiled steps)")
-    ax.set_title("GPU idle-time breakdown per rank")
+    ax.set_title("GPU idle-time breakdown per rank" if len(rows) == len(idle["devices"]) else
+                 f"GPU idle-time breakdown: the {len(rows)} of {len(idle['devices']):,} devices with the most idle time")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.6 / ax.get_position().height
                                                               / fig.get_figheight()), ncol=3)
     return save(fig, stem, formats)

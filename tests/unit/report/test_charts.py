@@ -428,3 +428,36 @@ def test_log_axes_minor_ticks(lo, hi, minors):
     got = {round(x / 10 ** np.floor(np.log10(x) + 1e-9)) for x in locs}
     plt.close(fig)
     assert locs and got <= minors and (got == minors or hi / lo < 100)
+
+
+def test_idle_chart_and_table_of_many_devices_show_the_64_most_idle(tmp_path):
+    """1,000 devices (issue 48: 4,096 ranks drew a 90,000-pixel-tall PNG, the report's peak memory):
+    the chart and the table show the 64 with the most idle time, in rank order, the rest counted."""
+    import streamtrace.report.explain as E
+    rng = np.random.default_rng(7)
+    idle_ms = rng.permutation(1000) + 1                       # distinct: the top 64 is one set
+    rows = [{"rank": r, "device": 0, "steps": 2, "span_ns": 10**9, "busy_ns": 10**9 - int(i) * 10**6,
+             "idle_ns": int(i) * 10**6, "host_wait_ns": int(i) * 10**6, "kernel_wait_ns": 0, "other_ns": 0}
+            for r, i in enumerate(idle_ms)]
+    want = sorted(r for r, i in enumerate(idle_ms) if i > 1000 - 64)
+    ex = {"idle": {"devices": rows, "total": {c: 1 for c in ("idle_ns", "host_wait_ns", "kernel_wait_ns", "other_ns")},
+                   "streams": [], "from": "idle_breakdown.parquet"}}
+    seen = []
+    orig = E.save
+    E.save = lambda fig, stem, formats: seen.append(fig) or []
+    try:
+        E.idle_chart(ex, tmp_path / "idle", ("png",))
+    finally:
+        E.save = orig
+    fig = seen[0]
+    assert fig.get_figheight() < 0.22 * 64 + 3
+    bars = [p for c in fig.axes[0].collections for p in c.get_paths()]
+    assert len(bars) == 3 * 64                                 # host wait, kernel wait, other per device
+    assert "the 64 of 1,000 devices" in fig.axes[0].get_title()
+    md = "\n".join(E.explain_markdown(ex))
+    table = [ln for ln in md.splitlines() if ln.startswith("| ") and ln.split("|")[1].strip().isdigit()]
+    assert [int(ln.split("|")[1]) for ln in table] == want
+    assert "| ... 936 more |" in md
+    E.idle_chart(ex, tmp_path / "idle", ("png",))             # drawn for real: a bounded picture
+    import matplotlib.image as mpimg
+    assert mpimg.imread(tmp_path / "idle.png").shape[0] < 100 * (0.22 * 64 + 3)
