@@ -392,17 +392,30 @@ def read_table(path, columns=None, where=None) -> Columns:
     str; default all); ``where``: ``{column: values}`` keeps only the rows whose value is one of
     ``values`` (pyarrow filters: row groups whose statistics exclude them are not read).  Raises
     ``DataError`` when it is missing, not readable Parquet or lacks a column."""
-    if where:
-        parquet_file(path, list(columns or ()) + list(where))
-        try:
+    f = parquet_file(path, list(columns or ()) + list(where or ()))
+    strs = _string_names(f, columns)
+    try:
+        if where:
             t = pq.read_table(arrow_file(path), columns=list(columns) if columns is not None else None,
-                              filters=[(c, "in", list(v)) for c, v in where.items()])
-        except (OSError, pa.ArrowException, ValueError) as e:
-            raise DataError(path, f"not a readable Parquet file ({_why(e)})") from None
-    else:
-        t = _read(path, columns)
-    return Columns(path, {n: shared_strings(t[n]) if pa.types.is_string(t[n].type) else
-                          t[n].to_numpy(zero_copy_only=False) for n in t.column_names})
+                              filters=[(c, "in", list(v)) for c, v in where.items()], read_dictionary=strs)
+        else:                      # (the footer parsed once: its metadata handed over)
+            t = (pq.ParquetFile(arrow_file(path), read_dictionary=strs, metadata=f.metadata) if strs else f).read(
+                columns=list(columns) if columns is not None else None)
+    except (OSError, pa.ArrowException, ValueError) as e:
+        raise DataError(path, f"not a readable Parquet file ({_why(e)})") from None
+    return Columns(path, {n: shared_strings(t[n]) if n in strs else t[n].to_numpy(zero_copy_only=False)
+                          for n in t.column_names})
+
+
+def _string_names(f: pq.ParquetFile, columns) -> list:
+    """The string columns among ``columns`` (None: all) of the opened file ``f``: ``read_table`` reads
+    them as dictionaries, straight from Parquet's dictionary pages.  Read as plain strings first, the
+    160,000 rows of a 4,096-rank ``collectives.parquet`` (14 MB as Arrow) took 0.47 s and +112 MB of RSS
+    that pyarrow's allocator kept; as dictionaries 0.02 s and +10 MB."""
+    schema = f.schema_arrow
+    names = schema.names if columns is None else [c for c in columns if c in schema.names]
+    return [n for n in dict.fromkeys(names)
+            if pa.types.is_string(schema.field(n).type) or pa.types.is_large_string(schema.field(n).type)]
 
 
 def shared_strings(col) -> np.ndarray:
@@ -410,10 +423,10 @@ def shared_strings(col) -> np.ndarray:
     (None for null) with one ``str`` object per distinct value: 8 bytes a row, not ~60."""
     if not pa.types.is_dictionary(col.type):
         col = col.dictionary_encode()
-    parts = []
-    for ch in col.chunks:
-        values = np.append(ch.dictionary.to_numpy(zero_copy_only=False).astype(object), None)
-        parts.append(values[ch.indices.fill_null(len(ch.dictionary)).to_numpy()])
+    parts, seen = [], {}
+    for ch in col.chunks:                    # (each chunk its own dictionary: a row group read as one)
+        values = [seen.setdefault(v, v) for v in ch.dictionary.to_pylist()] + [None]
+        parts.append(np.asarray(values, object)[ch.indices.fill_null(len(ch.dictionary)).to_numpy()])
     return np.concatenate(parts) if parts else np.zeros(0, object)
 
 
