@@ -365,7 +365,8 @@ def _stats(results) -> dict:
 def critical_paths(job, results: list, outdir) -> CriticalResult:
     """Write ``critical_path.parquet``, ``critical_path_summary.parquet`` and
     ``critical_path_ranks.parquet`` into ``outdir`` from the per-part results ``results``
-    (``part_paths``, in part order) and the matched
+    (``part_paths``, in part order; their ``anchors`` and ``edges`` are taken out of them, each step's
+    freed once its graph is built) and the matched
     collectives already written there.  ``job``: the ``Job``, or its ``JobParts``."""
     members, p2p = _members(outdir), _p2p_instances(outdir)
     rank_of = {p.index: p.rank for p in job.parts}
@@ -373,8 +374,12 @@ def critical_paths(job, results: list, outdir) -> CriticalResult:
     stats = _stats(results)
     seg_rows, summ_rows, ranks, warnings = [], [], [], []
     cache: dict = {}                                   # the parts' spilled segments, read once
-    for (it, st), parts in sorted(_step_graphs(job, results).items()):
-        g = _build(parts, members, p2p)
+    steps = _step_graphs(job, results)
+    for r in results:                                  # the steps hold the parts' graphs now: each step's
+        if r:                                          # are freed once built into its JobGraph
+            r.pop("anchors", None), r.pop("edges", None)
+    for it, st in sorted(steps):
+        g = _build(steps.pop((it, st)), members, p2p)
         solved = solve_step(g)
         if solved is None:
             continue
