@@ -320,15 +320,7 @@ def test_gantt_and_idle_axes_hold_every_bar(demo):
         last = max(int(x) for x in rp["end_ns"][sel]) - lo
         assert fig.axes[0].get_xlim()[1] * 1e6 >= last, (fn.__name__, fig.axes[0].get_xlim(), last)
     import streamtrace.report.explain as E
-    ex = E.build_explain(demo / "agg")
-    seen = []
-    orig = E.save
-    E.save = lambda fig, stem, formats: seen.append(fig) or []
-    try:
-        E.idle_chart(ex, demo / "idle", ("png",))
-    finally:
-        E.save = orig
-    ax = seen[0].axes[0]
+    ax = _idle_figure(E.build_explain(demo / "agg"), demo / "idle").axes[0]
     ends = [p.get_x() + p.get_width() for p in ax.patches]      # bars as rectangles, or as one collection
     ends += [float(path.vertices[:, 0].max()) for c in ax.collections for path in c.get_paths()]
     longest = max(ends)
@@ -442,14 +434,7 @@ def test_idle_chart_and_table_of_many_devices_show_the_64_most_idle(tmp_path):
     want = sorted(r for r, i in enumerate(idle_ms) if i > 1000 - 64)
     ex = {"idle": {"devices": rows, "total": {c: 1 for c in ("idle_ns", "host_wait_ns", "kernel_wait_ns", "other_ns")},
                    "streams": [], "from": "idle_breakdown.parquet"}}
-    seen = []
-    orig = E.save
-    E.save = lambda fig, stem, formats: seen.append(fig) or []
-    try:
-        E.idle_chart(ex, tmp_path / "idle", ("png",))
-    finally:
-        E.save = orig
-    fig = seen[0]
+    fig = _idle_figure(ex, tmp_path / "idle")
     assert fig.get_figheight() < 0.22 * 64 + 3
     bars = [p for c in fig.axes[0].collections for p in c.get_paths()]
     assert len(bars) == 3 * 64                                 # host wait, kernel wait, other per device
@@ -461,3 +446,16 @@ def test_idle_chart_and_table_of_many_devices_show_the_64_most_idle(tmp_path):
     E.idle_chart(ex, tmp_path / "idle", ("png",))             # drawn for real: a bounded picture
     import matplotlib.image as mpimg
     assert mpimg.imread(tmp_path / "idle.png").shape[0] < 100 * (0.22 * 64 + 3)
+
+
+def _idle_figure(ex, stem):
+    """The figure ``explain.idle_chart`` draws for ``ex``, before it is saved (and closed)."""
+    import streamtrace.report.explain as E
+    seen = []
+    orig = E.save
+    E.save = lambda fig, stem, formats: seen.append(fig) or []
+    try:
+        E.idle_chart(ex, stem, ("png",))
+    finally:
+        E.save = orig
+    return seen[0]
