@@ -377,7 +377,8 @@ def critical_paths(job, results: list, outdir) -> CriticalResult:
     steps = _step_graphs(job, results)
     for r in results:                                  # the steps hold the parts' graphs now: each step's
         if r:                                          # are freed once built into its JobGraph
-            r.pop("anchors", None), r.pop("edges", None)
+            r.pop("anchors", None)
+            r.pop("edges", None)
     for it, st in sorted(steps):
         g = _build(steps.pop((it, st)), members, p2p)
         solved = solve_step(g)
