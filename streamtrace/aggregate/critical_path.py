@@ -56,7 +56,7 @@ import pyarrow.parquet as pq
 from ..events.dataset import arrow_file, write_table
 from ..kernels.critical import NEG, POS, latest_times, longest_path, trace_back
 from ..runtime.tuning import trim
-from .critical_graph import BARRIER, CATEGORIES, Anchor, Edge, barrier_edges, key_codes, last_of
+from .critical_graph import BARRIER, CATEGORIES, Anchor, Category, Edge, barrier_edges, key_codes, last_of
 from .folder import (COLLECTIVES_RANKS, CRITICAL_PATH, CRITICAL_PATH_COLUMNS, CRITICAL_PATH_RANKS,
                      CRITICAL_PATH_RANKS_COLUMNS as RANK_COLUMNS, CRITICAL_PATH_SUMMARY,
                      CRITICAL_PATH_SUMMARY_COLUMNS as SUMMARY_COLUMNS, columns, table_path)
@@ -66,6 +66,10 @@ from .critical_ranks import rank_rows, summary_rows
 SEGMENT_COLUMNS = CRITICAL_PATH_COLUMNS
 GPU_CATEGORIES = ("launch_delay", "compute_kernel", "comm_transfer", "memcpy", "kernel_gap", "queued")
 LOCAL, WAIT, TRANSFER = Edge.local, Edge.wait, Edge.transfer
+SEGMENTS = ("rank", "lane", "t0", "t1", "w", "cat", "name", "ref")
+"""The columns of a step's path segments (``_segments``), as ``critical_ranks`` reads them."""
+_DTYPES = {"lane": object, "name": object, "cat": np.int8}
+_CATEGORY_NAMES = np.asarray(CATEGORIES, object)
 SUM_TOLERANCE = 0.001
 """A path whose weights differ from its own span by more than this share gets a warning."""
 
@@ -277,17 +281,29 @@ class _Spill:
             x = src[j]
         return out
 
-    def rows_of(self, rank, js) -> list:
-        """Segment rows ``(rank, lane, t0, t1, weight, category, name, ref)`` of rows ``js``."""
-        lane, name, t0, t1, w, cat, ref = (self.num[c][js].tolist() for c in ("lane", "name", "t0", "t1", "w", "cat",
-                                                                                 "ref"))
-        return [(rank, lane[i], t0[i], t1[i], w[i], CATEGORIES[cat[i]], name[i], ref[i]) for i in range(len(js))]
+    def columns_of(self, rank: int, js) -> dict:
+        """Segment columns (``SEGMENTS``) of rows ``js`` (int64 array)."""
+        num = self.num
+        return {"rank": np.full(len(js), rank, np.int64), "lane": num["lane"][js], "t0": num["t0"][js],
+                "t1": num["t1"][js], "w": num["w"][js], "cat": num["cat"][js],
+                "name": num["name"][js], "ref": num["ref"][js]}
 
 
-def _segments(g: JobGraph, path, spills: dict, rank_of: dict, cache: dict | None = None) -> list:
-    """The path's job edges expanded into segment rows ``(rank, lane, t0, t1, weight, category, name, ref)``;
-    ``cache``: ``{part: _Spill}`` kept across the steps (each part's spill read once)."""
-    rows = []
+def _one_segment(rank, lane, t0, t1, w, cat, name, ref) -> dict:
+    """One segment row as ``SEGMENTS`` columns of length 1."""
+    obj = lambda x: np.asarray([x], object)  # noqa: E731
+    i64 = lambda x: np.asarray([x], np.int64)  # noqa: E731
+    return {"rank": i64(rank), "lane": obj(lane), "t0": i64(t0), "t1": i64(t1), "w": i64(w),
+            "cat": np.asarray([cat], np.int8), "name": obj(name), "ref": i64(ref)}
+
+
+def _segments(g: JobGraph, path, spills: dict, rank_of: dict, cache: dict | None = None) -> dict:
+    """The path's job edges expanded into segment columns (``SEGMENTS``: ``rank``, ``lane``, ``t0``, ``t1``,
+    ``w``, ``cat``, ``name``, ``ref``; int64 but ``cat`` (int8 ``Category`` codes) and the object columns
+    of str ``lane`` and ``name``), in path order, without
+    the segments of no length and no weight; ``cache``: ``{part: _Spill}`` kept across the steps (each
+    part's spill read once)."""
+    pieces = []
     cache = {} if cache is None else cache
     for e in path.tolist():
         u, v, typ = int(g.src[e]), int(g.dst[e]), int(g.etype[e])
@@ -296,15 +312,19 @@ def _segments(g: JobGraph, path, spills: dict, rank_of: dict, cache: dict | None
             if p not in cache:
                 cache[p] = _Spill(spills[p])
             sp = cache[p]
-            rows += sp.rows_of(rank_of[p], np.asarray(sp.chain(int(g.local[v]), int(g.local[u]))[::-1], np.int64))
+            pieces.append(sp.columns_of(rank_of[p], np.asarray(sp.chain(int(g.local[v]), int(g.local[u]))[::-1],
+                                                               np.int64)))
         else:
             end = v if typ == TRANSFER else u
             p = int(g.part[end])
-            lane = g.lane[end]
-            cat = "comm_transfer" if typ == TRANSFER else "wait"
-            rows.append((rank_of[p], lane, int(g.t[u]), int(g.t[v]), int(g.w[e]) if typ == TRANSFER else 0, cat,
-                         g.name[end], int(g.corr[end])))
-    return [r for r in rows if r[3] > r[2] or r[4] != 0]
+            cat = Category.comm_transfer if typ == TRANSFER else Category.wait
+            pieces.append(_one_segment(rank_of[p], g.lane[end], int(g.t[u]), int(g.t[v]),
+                                       int(g.w[e]) if typ == TRANSFER else 0, cat, g.name[end], int(g.corr[end])))
+    if not pieces:
+        return {c: np.zeros(0, _DTYPES.get(c, np.int64)) for c in SEGMENTS}
+    segs = {c: np.concatenate([x[c] for x in pieces]) for c in SEGMENTS}
+    keep = (segs["t1"] > segs["t0"]) | (segs["w"] != 0)
+    return segs if keep.all() else {c: v[keep] for c, v in segs.items()}
 
 
 @dataclass
@@ -372,7 +392,7 @@ def critical_paths(job, results: list, outdir) -> CriticalResult:
     rank_of = {p.index: p.rank for p in job.parts}
     spills = {p.index: r["segments"] for p, r in zip(job.parts, results) if r and r["segments"]}
     stats = _stats(results)
-    seg_rows, summ_rows, ranks, warnings = [], [], [], []
+    seg_cols, summ_rows, ranks, warnings = [], [], [], []
     cache: dict = {}                                   # the parts' spilled segments, read once
     steps = _step_graphs(job, results)
     for r in results:                                  # the steps hold the parts' graphs now: each step's
@@ -387,41 +407,45 @@ def critical_paths(job, results: list, outdir) -> CriticalResult:
         stats["dropped_edges"] += solved.dropped
         segs = _segments(g, solved.path, spills, rank_of, cache)
         warnings += _check_sum(it, st, segs)
-        seg_rows += [(it, st, k) + s for k, s in enumerate(segs)]
+        n = len(segs["w"])
+        seg_cols.append({"iteration": np.full(n, it, np.int64), "step": np.full(n, st, np.int64),
+                         "order": np.arange(n, dtype=np.int64)} | segs)
         per_rank = rank_rows(it, st, g, solved, segs, rank_of)
         ranks += per_rank
         summ_rows += summary_rows(it, st, g, solved, segs, rank_of, per_rank, solve_step)
     trim()                                             # the step graphs' arrays, freed
     stats["paths_not_summing"] = len(warnings)
-    files = write_table(outdir, CRITICAL_PATH, _segment_columns(seg_rows), list(SEGMENT_COLUMNS))
+    files = write_table(outdir, CRITICAL_PATH, _segment_columns(seg_cols), list(SEGMENT_COLUMNS))
     files += write_table(outdir, CRITICAL_PATH_SUMMARY, _typed(summ_rows, SUMMARY_COLUMNS), list(SUMMARY_COLUMNS))
     files += write_table(outdir, CRITICAL_PATH_RANKS, _typed(ranks, RANK_COLUMNS), list(RANK_COLUMNS))
     return CriticalResult(files, stats, warnings)
 
 
 def _check_sum(it, st, segs) -> list:
-    """A warning when the path's segments are not contiguous or do not sum to its span."""
-    if not segs:
+    """A warning when the path's segments (``_segments``' columns) are not contiguous or do not sum to its
+    span."""
+    t0, t1 = segs["t0"], segs["t1"]
+    if not len(t0):
         return []
-    path = sum(int(s[4]) for s in segs)
-    span = int(segs[-1][3]) - int(segs[0][2])
-    gaps = sum(1 for a, b in zip(segs, segs[1:]) if b[2] != a[3])
+    path = int(segs["w"].sum())
+    span = int(t1[-1]) - int(t0[0])
+    gaps = int((t0[1:] != t1[:-1]).sum())
     if abs(path - span) <= SUM_TOLERANCE * max(span, 1) and not gaps:
         return []
     return [f"critical path of step {st} (iteration {it}) sums to {path} ns over a span of {span} ns"
             f"{f' with {gaps} gaps' if gaps else ''}: some of the step's time is not explained (report it)"]
 
 
-def _segment_columns(seg_rows) -> dict:
-    cols = list(zip(*seg_rows)) if seg_rows else [[] for _ in range(11)]
-    seg = {"iteration": np.asarray(cols[0], np.int64), "step": np.asarray(cols[1], np.int64),
-           "order": np.asarray(cols[2], np.int64), "rank": np.asarray(cols[3], np.int64),
-           "lane": np.asarray(cols[4], object), "start_ns": np.asarray(cols[5], np.int64),
-           "end_ns": np.asarray(cols[6], np.int64)}
-    seg["dur_ns"] = seg["end_ns"] - seg["start_ns"]
-    seg |= {"weight_ns": np.asarray(cols[7], np.int64), "category": np.asarray(cols[8], object),
-            "name": np.asarray(cols[9], object)}
-    ref, gpu = np.asarray(cols[10], np.int64), np.isin(seg["category"], GPU_CATEGORIES)
+def _segment_columns(seg_cols: list) -> dict:
+    """``critical_path.parquet``'s columns from the steps' segment columns (``_segments`` with
+    ``iteration``, ``step``, ``order``)."""
+    names = ("iteration", "step", "order") + SEGMENTS
+    cat = {c: np.concatenate([x[c] for x in seg_cols]) if seg_cols else np.zeros(0, _DTYPES.get(c, np.int64))
+           for c in names}
+    seg = {"iteration": cat["iteration"], "step": cat["step"], "order": cat["order"], "rank": cat["rank"],
+           "lane": cat["lane"], "start_ns": cat["t0"], "end_ns": cat["t1"], "dur_ns": cat["t1"] - cat["t0"],
+           "weight_ns": cat["w"], "category": _CATEGORY_NAMES[cat["cat"]], "name": cat["name"]}
+    ref, gpu = cat["ref"], np.isin(cat["cat"], [Category[c] for c in GPU_CATEGORIES])
     seg["correlation"], seg["external_id"] = np.where(gpu, ref, -1), np.where(gpu, -1, ref)
     return seg
 

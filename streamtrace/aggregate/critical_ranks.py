@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels.sentinels import NEG, POS
-from .critical_graph import Anchor, Edge
+from .critical_graph import CATEGORIES, Anchor, Category, Edge
 from .folder import CRITICAL_PATH_RANKS_COLUMNS, CRITICAL_PATH_SUMMARY_COLUMNS
 
 SUMMARY_COLUMNS = CRITICAL_PATH_SUMMARY_COLUMNS
@@ -50,13 +50,27 @@ TOP = 10
 NEXT_MIN_GAIN = 0.005
 """What bounds next is said only when the change shortens the path by more than this share."""
 LOCAL, TRANSFER = Edge.local, Edge.transfer
+KERNEL_CATEGORIES = (Category.compute_kernel, Category.memcpy, Category.comm_transfer)
+"""The path's categories whose names are GPU events (the summary's ``kernel`` rows)."""
+
+
+def _sums(keys, weights) -> dict:
+    """``{key: summed weight}`` (Python ints), the keys (int64, or objects) in the order they first appear."""
+    if keys.dtype != object:
+        u, first, inv = np.unique(keys, return_index=True, return_inverse=True)
+        total = np.zeros(len(u), np.int64)
+        np.add.at(total, inv.reshape(-1), weights)
+        o = np.argsort(first)
+        return dict(zip(u[o].tolist(), total[o].tolist()))
+    acc: dict = {}
+    for k, w in zip(keys.tolist(), weights.tolist()):
+        acc[k] = acc.get(k, 0) + w
+    return acc
 
 
 def _path_by_rank(segs) -> dict:
-    acc: dict = {}
-    for s in segs:
-        acc[s[0]] = acc.get(s[0], 0) + int(s[4])
-    return acc
+    """``{rank: ns}`` of the path's segments (``critical_path._segments``' columns), in path order."""
+    return _sums(segs["rank"], segs["w"])
 
 
 def _by_part(part, values, n) -> np.ndarray:
@@ -89,7 +103,7 @@ def _collective_figures(g, n) -> tuple:
 def rank_rows(it, st, g, solved, segs, rank_of) -> list:
     """The rows of ``critical_path_ranks`` for one step (module docstring): ``g`` the
     ``JobGraph``, ``solved`` its
-    ``Solved``, ``segs`` the path's segment rows."""
+    ``Solved``, ``segs`` the path's segment columns (``critical_path._segments``: ``rank`` and ``w`` read)."""
     t, kind, part = g.t, g.kind, g.part
     pos = solved.pos
     dist, late = solved.dist[pos], solved.late[pos]              # by node
@@ -124,8 +138,9 @@ def rank_rows(it, st, g, solved, segs, rank_of) -> list:
 
 def summary_rows(it, st, g, solved, segs, rank_of, ranks, solve) -> list:
     """The summary rows of one step (module docstring); ``ranks``: ``rank_rows``' rows;
-    ``solve``: ``solve_step`` (for what bounds next)."""
-    path_ns = int(sum(s[4] for s in segs))
+    ``solve``: ``solve_step`` (for what bounds next); ``segs``: as ``rank_rows``' (``rank``, ``w``,
+    ``cat`` (int8 ``Category`` codes), ``name`` read)."""
+    path_ns = int(segs["w"].sum())
     t, kind = g.t, g.kind
     span = int(t[kind == Anchor.step_end].max() - t[kind == Anchor.step_start].min()) \
         if (kind == Anchor.step_start).any() else 0
@@ -138,17 +153,11 @@ def summary_rows(it, st, g, solved, segs, rank_of, ranks, solve) -> list:
         for key, ns in sorted(acc.items(), key=lambda kv: -kv[1])[:top]:
             rows.append(base | {"what": what, "key": str(key), "ns": int(ns), "pct": pct(ns),
                                 "rank": int(key) if rank_key else -1, "on_path": True})
-    acc: dict = {}
-    for s in segs:
-        acc[s[5]] = acc.get(s[5], 0) + s[4]
-    add("category", acc)
+    add("category", {CATEGORIES[c]: ns for c, ns in _sums(segs["cat"], segs["w"]).items()})
     add("rank", _path_by_rank(segs), rank_key=True)
-    for what, cats in (("kernel", ("compute_kernel", "memcpy", "comm_transfer")), ("cpu_op", ("cpu_op",))):
-        acc = {}
-        for s in segs:
-            if s[5] in cats:
-                acc[s[6]] = acc.get(s[6], 0) + s[4]
-        add(what, acc, TOP)
+    for what, cats in (("kernel", KERNEL_CATEGORIES), ("cpu_op", (Category.cpu_op,))):
+        m = np.isin(segs["cat"], cats)
+        add(what, _sums(segs["name"][m], segs["w"][m]), TOP)
     for r in ranks:
         rows.append(base | {"what": "slack", "key": str(r["rank"]), "rank": r["rank"], "ns": r["slack_ns"],
                             "min_ns": r["wait_ns"], "pct": pct(r["path_ns"]), "on_path": r["on_path"]})

@@ -310,7 +310,7 @@ def _job_graph(starts, work, xfer, tail):
 def test_slack_is_how_much_later_a_ranks_work_could_finish(job):
     """A rank's slack (critical_path_ranks' ``slack_ns``) is the largest delay of any one of its
     anchors that leaves the step's end where it is (forward simulation), 0 on the path."""
-    from streamtrace.aggregate.critical_path import solve_step, _segments  # noqa: F401 (segments: see below)
+    from streamtrace.aggregate.critical_path import solve_step
     from streamtrace.aggregate.critical_ranks import rank_rows
     starts, work, xfer, tail = job
     R, K = len(starts), len(work[0])
@@ -318,7 +318,7 @@ def test_slack_is_how_much_later_a_ranks_work_could_finish(job):
     solved = solve_step(g)
     path_ranks = {g.part[g.src[e]] for e in solved.path.tolist() if g.etype[e] == 0 and g.w[e] > 0} | \
         {g.part[g.dst[e]] for e in solved.path.tolist() if g.etype[e] == 2 and g.w[e] > 0}
-    segs = [(r, "", 0, 0, 1, "cpu_op", "", -1) for r in path_ranks]
+    segs = {"rank": np.asarray(sorted(path_ranks), np.int64), "w": np.ones(len(path_ranks), np.int64)}
     rows = {x["rank"]: x for x in rank_rows(0, 1, g, solved, segs, {r: r for r in range(R)})}
     span = _simulate(starts, work, xfer, tail)
     for r in range(R):
