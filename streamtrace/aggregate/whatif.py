@@ -50,7 +50,7 @@ from .whatif_changes import AtMedian, Comm, HostGaps, Kernels, Launches, Ops, as
 from .whatif_job import InstanceFacts, LOCAL_COLUMNS, JobStep, Members, StepTables
 from .whatif_graphs import kept_graphs
 from .whatif_local import RANK_COLUMNS, part_replay, part_replays
-from .whatif_spill import SpilledRows
+from .whatif_spill import ParquetLazy, SpilledRows
 
 FIDELITY_PCT = 5.0
 """A step whose unmodified replay misses a rank's measured end by more than this share of its step is flagged."""
@@ -346,15 +346,25 @@ def graph_rows(spilled: SpilledRows, ranks: dict) -> dict:
     return {"anchors": spilled.load("anchors", by + GRAPH_ANCHORS), "edges": edges, "ranks": ranks}
 
 
-def read_tables(aggdir) -> dict:
-    """The ``whatif_*`` tables of an aggregate folder as ``join_rows`` returns them."""
-    out = {}
-    for name, key in zip(TABLES, ("anchors", "edges", "ranks")):
-        p = table_path(aggdir, name)
-        if not p.is_file():
-            raise DataError(p, "missing: run streamtrace aggregate again (a version with the what-if replay)")
-        out[key] = dict(read_table(p))
-    return out
+def graph_tables(aggdir) -> dict:
+    """The rows ``step_tables`` needs from an aggregate folder's ``whatif_*`` tables, as ``graph_rows``
+    takes them from the spilled rows: the anchors' and edges' columns the job graph reads loaded (the
+    edges' ``part``, ``src``, ``dst`` as int32), the other edge columns read from the file for the few
+    edges on a path (``ParquetLazy``), ``ranks`` whole.  Raises ``DataError`` when a table is missing
+    (an aggregate written before the what-if replay) or unreadable."""
+    paths = {}
+    for name in TABLES:
+        paths[name] = table_path(aggdir, name)
+        if not paths[name].is_file():
+            raise DataError(paths[name], "missing: run streamtrace aggregate again (a version with the what-if replay)")
+    ranks = dict(read_table(paths[WHATIF_RANKS]))
+    by = ("iteration", "step") if len(set(zip(ranks["iteration"].tolist(), ranks["step"].tolist()))) > 1 else ()
+    edges = dict(read_table(paths[WHATIF_EDGES], list(by + LOCAL_COLUMNS[:4])))
+    for c in ("part", "src", "dst"):                                  # (parts, anchors < 2^31)
+        edges[c] = edges[c].astype(np.int32)
+    edges.update({c: ParquetLazy(paths[WHATIF_EDGES], c) for c in LOCAL_COLUMNS[4:]})
+    return {"anchors": dict(read_table(paths[WHATIF_ANCHORS], list(by + GRAPH_ANCHORS))), "edges": edges,
+            "ranks": ranks}
 
 
 def parts_of(meta: dict) -> dict:
@@ -400,7 +410,7 @@ def replay_steps(aggdir, changes, jobs: int = 0) -> "object":
         if any(c.touches(p.rank) for c in changes) and not (p.dir / Analysis.marker).is_file():
             raise DataError(p.dir, f"rank {p.rank}'s analysed folder is gone: the change must rebuild its graph")
     steps = {int(s[1]) for s in meta.get("steps") or []} or None
-    rep = Replayer(step_tables(read_tables(aggdir)), read_members(aggdir, meta), parts, aggdir,
+    rep = Replayer(step_tables(graph_tables(aggdir)), read_members(aggdir, meta), parts, aggdir,
                    jobs or os.cpu_count() or 1, steps)
     rows = rep.replay(changes)
     return pa.table({c: [r[c] for r in rows] for c in COLUMNS})

@@ -240,10 +240,10 @@ def test_instance_facts_are_columns_with_defaults_for_unknown_instances():
 
 def _replayer(aggdir):
     from streamtrace.aggregate.folder import Aggregate
-    from streamtrace.aggregate.whatif import Replayer, parts_of, read_members, read_tables, step_tables
+    from streamtrace.aggregate.whatif import Replayer, graph_tables, parts_of, read_members, step_tables
     meta = Aggregate.read(aggdir).summary
     steps = {int(s[1]) for s in meta.get("steps") or []} or None
-    return Replayer(step_tables(read_tables(aggdir)), read_members(aggdir, meta), parts_of(meta), aggdir, 1, steps)
+    return Replayer(step_tables(graph_tables(aggdir)), read_members(aggdir, meta), parts_of(meta), aggdir, 1, steps)
 
 
 def test_replayed_together_equal_one_at_a_time(job, monkeypatch):

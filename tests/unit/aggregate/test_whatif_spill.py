@@ -87,6 +87,31 @@ def test_loaded_and_lazy_columns_are_the_raw_rows(spilled):
     assert rows.ranks()["part"].tolist() == [0, 1, 2]
 
 
+
+def test_parquet_lazy_columns_are_the_file_rows(spilled, monkeypatch):
+    """``ParquetLazy`` (``streamtrace whatif``'s edges not loaded) reads the values the raw rows hold,
+    across row groups, out of order, through masks and indices, nulls as None."""
+    raw, rows, tmp = spilled
+    monkeypatch.setattr(whatif_spill, "SLICE_ROWS", 4)               # 18 rows: 5 row groups
+    out = tmp / "pq"
+    out.mkdir()
+    (path,) = rows.write(out, "edges")
+    for c in ("top_name", "host_ns"):
+        want = sum((r[1][c] for r in raw), [])
+        lazy = whatif_spill.ParquetLazy(path, c)
+        assert len(lazy) == len(want) and [lazy[i] for i in range(len(want))] == want
+        idx = [len(want) - 1, 0, 9, 4, 3, 4]
+        assert lazy.take(np.asarray(idx)) == [want[i] for i in idx] and lazy.take([]) == []
+        mask = np.arange(len(want)) % 3 != 1
+        sub = lazy[mask]
+        kept = [x for x, m in zip(want, mask) if m]
+        assert len(sub) == len(kept) and sub.take(np.arange(len(kept))[::-1]) == kept[::-1]
+        assert sub[np.asarray([2, 0])].take([0, 1]) == [kept[2], kept[0]]
+    t = pa.table({"x": pa.array(["a", None, "b"])})
+    pq.write_table(t, tmp / "nulls.parquet", row_group_size=2)
+    assert whatif_spill.ParquetLazy(tmp / "nulls.parquet", "x").take([2, 1, 0]) == ["b", None, "a"]
+
+
 @pytest.mark.slow
 def test_aggregate_tables_equal_the_rows_without_spilling(tmp_path):
     """A 4-rank synthetic job's aggregate: ``whatif_anchors`` / ``whatif_edges`` as its ranks' rows
