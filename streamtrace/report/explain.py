@@ -245,6 +245,8 @@ def idle_chart(ex: dict | None, stem, formats=("png",)) -> list:
     step = max(1, len(rows) // 40)
     ax.set_yticks(y[::step], labels[::step], fontsize=7)
     ax.set_xlim(0, max(float(left.max()), 1e-9) * 1.08)     # headroom: the longest bar ends inside the frame
+    ax.set_ylim(-0.4 - IDLE_PAD_ROWS, len(rows) - 0.6 + IDLE_PAD_ROWS)   # (autoscale's 5 % margins: 3 empty rows
+                                                                      # above and below 64 bars)
     ax.set_xlabel(f"GPU idle time ({unit}, summed over the profiled steps)")
     ax.set_title("GPU idle-time breakdown per rank" if len(rows) == len(idle["devices"]) else
                  f"GPU idle-time breakdown: the {len(rows)} of {len(idle['devices']):,} devices with the most idle time")
@@ -252,6 +254,9 @@ def idle_chart(ex: dict | None, stem, formats=("png",)) -> list:
                                                               / fig.get_figheight()), ncol=3)
     return save(fig, stem, formats)
 
+
+IDLE_PAD_ROWS = 0.3
+"""Space above the first and below the last bar of the idle chart, in bar rows."""
 
 IDLE_CHART = "idle_breakdown"
 """The file stem of the idle-time chart."""

@@ -439,6 +439,10 @@ def test_idle_chart_and_table_of_many_devices_show_the_64_most_idle(tmp_path):
     bars = [p for c in fig.axes[0].collections for p in c.get_paths()]
     assert len(bars) == 3 * 64                                 # host wait, kernel wait, other per device
     assert "the 64 of 1,000 devices" in fig.axes[0].get_title()
+    bottom, top = fig.axes[0].get_ylim()                       # no empty rows around the bars
+    lo = min(float(p.vertices[:, 1].min()) for p in bars)
+    hi = max(float(p.vertices[:, 1].max()) for p in bars)
+    assert 0 < lo - bottom < 0.5 and 0 < top - hi < 0.5
     md = "\n".join(E.explain_markdown(ex))
     table = [ln for ln in md.splitlines() if ln.startswith("| ") and ln.split("|")[1].strip().isdigit()]
     assert [int(ln.split("|")[1]) for ln in table] == want
