@@ -141,65 +141,27 @@ class Lazy:
         self.starts = np.cumsum([0] + [n for _, n in files])
         self._open = (-1, None)
 
+    def _chunk(self, k):
+        """The column's values in chunk ``k`` (a pyarrow array; here the ``k``-th file)."""
+        with arrow_map(self.files[k][0]) as src:
+            return pa.ipc.open_file(src).read_all().column(self.column)
+
+    def _sub(self, rows) -> "Lazy":
+        """The column's rows ``rows`` (int64 indices into all of it)."""
+        return Lazy(self.files, self.column, rows)
+
     def __len__(self):
         return int(self.starts[-1]) if self.rows is None else len(self.rows)
 
     def take(self, idx) -> list:
-        """The values of rows ``idx`` (int array), each file read once."""
-        g = np.asarray(idx, np.int64) if self.rows is None else self.rows[np.asarray(idx, np.int64)]
+        """The values of rows ``idx`` (int array; int or str, None for null), each chunk read once."""
+        g = np.asarray(idx, np.int64).reshape(-1)
+        g = g if self.rows is None else self.rows[g]
         f = np.searchsorted(self.starts, g, "right") - 1
         out = [None] * len(g)
         for k in np.unique(f).tolist():
             at = np.flatnonzero(f == k)
-            with arrow_map(self.files[k][0]) as src:
-                col = pa.ipc.open_file(src).read_all().column(self.column)
-                for i, v in zip(at.tolist(), col.take(pa.array(g[at] - self.starts[k])).to_pylist()):
-                    out[i] = v
-        return out
-
-    def __getitem__(self, i):
-        if not isinstance(i, (int, np.integer)):
-            i = np.asarray(i)
-            sel = np.flatnonzero(i) if i.dtype == bool else i
-            return Lazy(self.files, self.column, sel if self.rows is None else self.rows[sel])
-        g = int(i if self.rows is None else self.rows[i])
-        f = int(np.searchsorted(self.starts, g, "right")) - 1
-        if self._open[0] != f:
-            with arrow_map(self.files[f][0]) as src:
-                self._open = (f, pa.ipc.open_file(src).read_all().column(self.column))
-        return self._open[1][g - int(self.starts[f])].as_py()
-
-
-class ParquetLazy:
-    """One column of a Parquet file (the aggregate folder's ``whatif_edges``), not loaded: as ``Lazy``
-    (``len``, ``c.take(idx)``, ``c[i]``, ``c[idx]``), each read taking only the row groups that hold
-    the rows asked for.  For ``streamtrace whatif``, which reads the few edges on a path."""
-
-    def __init__(self, path, column, rows=None, starts=None):
-        import pyarrow.parquet as pq
-        self.path, self.column, self.rows = path, column, rows
-        if starts is None:
-            meta = pq.ParquetFile(arrow_file(path)).metadata
-            starts = np.cumsum([0] + [meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
-        self.starts = starts
-
-    def __len__(self):
-        return int(self.starts[-1]) if self.rows is None else len(self.rows)
-
-    def take(self, idx) -> list:
-        """The values of rows ``idx`` (int array; int or str, None for null), each row group read once."""
-        import pyarrow.parquet as pq
-        g = np.asarray(idx, np.int64).reshape(-1)
-        g = g if self.rows is None else self.rows[g]
-        k = np.searchsorted(self.starts, g, "right") - 1
-        out = [None] * len(g)
-        if not len(g):
-            return out
-        f = pq.ParquetFile(arrow_file(self.path))
-        for group in np.unique(k).tolist():
-            at = np.flatnonzero(k == group)
-            col = f.read_row_group(group, columns=[self.column]).column(0)
-            for i, v in zip(at.tolist(), col.take(pa.array(g[at] - self.starts[group])).to_pylist()):
+            for i, v in zip(at.tolist(), self._chunk(k).take(pa.array(g[at] - self.starts[k])).to_pylist()):
                 out[i] = v
         return out
 
@@ -207,5 +169,30 @@ class ParquetLazy:
         if not isinstance(i, (int, np.integer)):
             i = np.asarray(i)
             sel = np.flatnonzero(i) if i.dtype == bool else i.astype(np.int64)
-            return ParquetLazy(self.path, self.column, sel if self.rows is None else self.rows[sel], self.starts)
-        return self.take([int(i)])[0]
+            return self._sub(sel if self.rows is None else self.rows[sel])
+        g = int(i if self.rows is None else self.rows[i])
+        f = int(np.searchsorted(self.starts, g, "right")) - 1
+        if self._open[0] != f:
+            self._open = (f, self._chunk(f))
+        return self._open[1][g - int(self.starts[f])].as_py()
+
+
+class ParquetLazy(Lazy):
+    """One column of a Parquet file (the aggregate folder's ``whatif_edges``), not loaded, as ``Lazy``
+    reads the spilled files: a chunk is a row group, read only when a row asked for lies in it.  For
+    ``streamtrace whatif``, which reads the few edges on a path."""
+
+    def __init__(self, path, column, rows=None, starts=None):
+        import pyarrow.parquet as pq
+        if starts is None:
+            meta = pq.ParquetFile(arrow_file(path)).metadata
+            starts = np.cumsum([0] + [meta.row_group(i).num_rows for i in range(meta.num_row_groups)])
+        self.path, self.column, self.rows, self.starts = path, column, rows, starts
+        self._open = (-1, None)
+
+    def _chunk(self, k):
+        import pyarrow.parquet as pq
+        return pq.ParquetFile(arrow_file(self.path)).read_row_group(k, columns=[self.column]).column(0)
+
+    def _sub(self, rows) -> "ParquetLazy":
+        return ParquetLazy(self.path, self.column, rows, self.starts)
