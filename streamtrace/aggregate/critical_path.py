@@ -70,6 +70,7 @@ SEGMENTS = ("rank", "lane", "t0", "t1", "w", "cat", "name", "ref")
 """The columns of a step's path segments (``_segments``), as ``critical_ranks`` reads them."""
 _DTYPES = {"lane": object, "name": object, "cat": np.int8}
 _CATEGORY_NAMES = np.asarray(CATEGORIES, object)
+_GPU_CODES = np.asarray([Category[c] for c in GPU_CATEGORIES], np.int8)
 SUM_TOLERANCE = 0.001
 """A path whose weights differ from its own span by more than this share gets a warning."""
 
@@ -445,7 +446,7 @@ def _segment_columns(seg_cols: list) -> dict:
     seg = {"iteration": cat["iteration"], "step": cat["step"], "order": cat["order"], "rank": cat["rank"],
            "lane": cat["lane"], "start_ns": cat["t0"], "end_ns": cat["t1"], "dur_ns": cat["t1"] - cat["t0"],
            "weight_ns": cat["w"], "category": _CATEGORY_NAMES[cat["cat"]], "name": cat["name"]}
-    ref, gpu = cat["ref"], np.isin(cat["cat"], [Category[c] for c in GPU_CATEGORIES])
+    ref, gpu = cat["ref"], np.isin(cat["cat"], _GPU_CODES)
     seg["correlation"], seg["external_id"] = np.where(gpu, ref, -1), np.where(gpu, -1, ref)
     return seg
 

@@ -334,13 +334,18 @@ GRAPH_ANCHORS = tuple(columns(WHATIF_ANCHORS, "part", "rank", "anchor", "kind", 
 when the tables hold several steps."""
 
 
+def _step_key(ranks: dict) -> tuple:
+    """``("iteration", "step")`` when the ``whatif_ranks`` columns ``ranks`` hold several steps (the
+    graph's rows are then told apart by them), else ``()``."""
+    return ("iteration", "step") if len(set(zip(ranks["iteration"].tolist(), ranks["step"].tolist()))) > 1 else ()
+
+
 def graph_rows(spilled: SpilledRows, ranks: dict) -> dict:
     """The rows ``step_tables`` needs from the parts' spilled rows: the anchors' and edges' columns
     the job graph reads (``GRAPH_ANCHORS``, ``LOCAL_COLUMNS``: ``part``, ``src``, ``dst``, ``w_ns`` loaded,
     the others read from the files for the few edges on a path, ``SpilledRows.lazy``), ``ranks`` the
     ``whatif_ranks`` columns."""
-    steps = len(set(zip(ranks["iteration"].tolist(), ranks["step"].tolist()))) > 1
-    by = ("iteration", "step") if steps else ()
+    by = _step_key(ranks)
     edges = spilled.load("edges", by + LOCAL_COLUMNS[:4], small=("part", "src", "dst"))    # (parts, anchors < 2^31)
     edges.update({c: spilled.lazy("edges", c) for c in LOCAL_COLUMNS[4:]})    # (read for the path's edges only)
     return {"anchors": spilled.load("anchors", by + GRAPH_ANCHORS), "edges": edges, "ranks": ranks}
@@ -358,7 +363,7 @@ def graph_tables(aggdir) -> dict:
         if not paths[name].is_file():
             raise DataError(paths[name], "missing: run streamtrace aggregate again (a version with the what-if replay)")
     ranks = dict(read_table(paths[WHATIF_RANKS]))
-    by = ("iteration", "step") if len(set(zip(ranks["iteration"].tolist(), ranks["step"].tolist()))) > 1 else ()
+    by = _step_key(ranks)
     edges = dict(read_table(paths[WHATIF_EDGES], list(by + LOCAL_COLUMNS[:4])))
     for c in ("part", "src", "dst"):                                  # (parts, anchors < 2^31)
         edges[c] = edges[c].astype(np.int32)
