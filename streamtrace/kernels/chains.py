@@ -18,7 +18,7 @@ from .cachedir import ensure_cache
 
 ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
 
-__all__ = ["MAX_UP", "thread_chain"]
+__all__ = ["MAX_UP", "RUN_REACH", "thread_chain"]
 
 MAX_UP = 256
 """How many levels an edge's naming op is moved up the call tree at most (``thread_chain``)."""
@@ -36,40 +36,91 @@ def _before(i, j, k1, k2, k3):
     return i < j
 
 
+RUN_REACH = 8
+"""How far back (rows) ``_sort3`` moves a row to keep it in the run it is building."""
+
+
 @njit(cache=True)
-def _sort3(k1, k2, k3):
-    """The indices of ``k1`` (int64[n], as ``k2``, ``k3``) sorted on ``(k1, k2, k3, index)``: a
-    bottom-up merge sort that leaves two runs already in order as they are (O(n) on sorted input)."""
-    n = k1.shape[0]
-    a = np.arange(n)
-    ordered = True
-    for i in range(1, n):
-        if _before(i, i - 1, k1, k2, k3):
-            ordered = False
-            break
-    if ordered:
-        return a
+def _sort3(a, k1, k2, k3):
+    """The permutation ``a`` (int64[n], indices of ``k1``, ``k2``, ``k3``, int64[n] each) sorted on
+    ``(k1, k2, k3, index)``, a new array.  A natural merge sort: ``a`` is cut into runs already in
+    order, a row that belongs at most ``RUN_REACH`` rows back moved there (a tie of a parent and its
+    child listed child first), then neighbouring runs are merged until one is left.  O(n) on a
+    sorted ``a`` or a few sorted stretches (a thread's ops in start order, read from two files; its
+    ends in the post-order ``thread_chain`` guesses), O(n log n) at worst.  The key is total, so the
+    result does not depend on ``a``."""
+    n = a.shape[0]
+    a = a.copy()
+    bounds = np.empty(n + 1, np.int64)
+    nr = 0
+    i = 0
+    while i < n:
+        bounds[nr] = i
+        nr += 1
+        start = i
+        i += 1
+        while i < n:
+            x = a[i]
+            j = i
+            while j > start and i - j < RUN_REACH and _before(x, a[j - 1], k1, k2, k3):
+                j -= 1
+            if j > start and i - j == RUN_REACH and _before(x, a[j - 1], k1, k2, k3):
+                break                               # it belongs further back: a new run starts here
+            for k in range(i, j, -1):
+                a[k] = a[k - 1]
+            a[j] = x
+            i += 1
+    bounds[nr] = n
     b = np.empty(n, np.int64)
-    width = 1
-    while width < n:
-        for lo in range(0, n, 2 * width):
-            mid = min(lo + width, n)
-            hi = min(lo + 2 * width, n)
+    while nr > 1:
+        m = 0
+        for r in range(0, nr, 2):
+            lo = bounds[r]
+            mid = bounds[r + 1]
+            hi = bounds[r + 2] if r + 2 <= nr else mid
+            bounds[m] = lo
+            m += 1
             if mid >= hi or _before(a[mid - 1], a[mid], k1, k2, k3):
                 for k in range(lo, hi):     # (a loop: an array-to-slice assignment costs ~3 s to compile)
                     b[k] = a[k]
                 continue
-            i, j = lo, mid
+            p, q = lo, mid
             for k in range(lo, hi):
-                if j >= hi or (i < mid and _before(a[i], a[j], k1, k2, k3)):
-                    b[k] = a[i]
-                    i += 1
+                if q >= hi or (p < mid and _before(a[p], a[q], k1, k2, k3)):
+                    b[k] = a[p]
+                    p += 1
                 else:
-                    b[k] = a[j]
-                    j += 1
+                    b[k] = a[q]
+                    q += 1
+        bounds[m] = n
+        nr = m
         a, b = b, a
-        width *= 2
     return a
+
+
+@njit(cache=True)
+def _post_order(by_pre, t0, t1):
+    """A guess at the ops' order by end (int64[n]): ``by_pre`` (the ops in pre-order, starts
+    ``t0``, ends ``t1``) walked with a stack of the open ops, an op leaving when the next one starts
+    at or after its end.  The exact order of properly nested ops; ``_sort3`` corrects the rest."""
+    n = by_pre.shape[0]
+    out = np.empty(n, np.int64)
+    stack = np.empty(n, np.int64)
+    sp = 0
+    c = 0
+    for k in range(n):
+        s = by_pre[k]
+        while sp > 0 and t1[stack[sp - 1]] <= t0[s]:
+            sp -= 1
+            out[c] = stack[sp]
+            c += 1
+        stack[sp] = s
+        sp += 1
+    while sp > 0:
+        sp -= 1
+        out[c] = stack[sp]
+        c += 1
+    return out
 
 
 @njit(cache=True)
@@ -104,7 +155,7 @@ def _subtree_last(pre, dep, loc):
                 up[m], kd[m] = i, -dep[i]
                 m += 1
         z = np.zeros(m, np.int64)
-        up = up[_sort3(kd, z, z)]
+        up = up[_sort3(np.arange(m), kd, z, z)]
     vals = np.empty(m, np.int64)
     a = 0
     while a < m:
@@ -162,7 +213,7 @@ def thread_chain(sel, ts, dur, parent, depth, tid, is_step, this_tid, cut, host_
     negt1 = np.empty(n, np.int64)
     for i in range(n):
         negt1[i] = -t1[i]
-    by_pre = _sort3(t0, negt1, np.zeros(n, np.int64))      # pre-order: start, end descending, index
+    by_pre = _sort3(np.arange(n), t0, negt1, np.zeros(n, np.int64))  # pre-order: start, end descending, index
     pre = np.empty(n, np.int64)
     for k in range(n):
         pre[by_pre[k]] = k
@@ -170,7 +221,7 @@ def thread_chain(sel, ts, dur, parent, depth, tid, is_step, this_tid, cut, host_
     negd = np.empty(n, np.int64)
     for i in range(n):
         negd[i] = -dep[i]
-    ends = _sort3(t1, last, negd)
+    ends = _sort3(_post_order(by_pre, t0, t1), t1, last, negd)
     m = 2 * n
     t = np.empty(m, np.int64)
     is_start = np.empty(m, np.bool_)
