@@ -150,8 +150,10 @@ def test_epilogue_stages_run_in_their_own_processes_and_a_killed_stage_is_one_fa
 
 
 def test_epilogue_process_never_loads_the_stages(tmp_path):
-    """The epilogue's own process imports neither numba nor pyarrow: discovery and every stage run
-    (and import what they need) in child processes, so no stage starts on top of that memory."""
+    """The epilogue's own process imports neither pyarrow nor matplotlib: discovery and every stage run
+    (and import what they need) in child processes, so no stage starts on top of that memory.  numba
+    it sets up once, before the first stage (``stages.share_numba``): every stage calls kernels and
+    inherits it instead of building it again."""
     import subprocess
     import sys
 
@@ -161,4 +163,21 @@ def test_epilogue_process_never_loads_the_stages(tmp_path):
             "print(bool(s['report']), sorted(m for m in ('numba', 'pyarrow', 'matplotlib') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["True", "[]"]
+    assert r.stdout.split() == ["True", "['numba']"]
+
+
+def test_an_epilogue_whose_stages_are_all_reused_does_not_set_numba_up(tmp_path):
+    """``share_numba`` runs before a stage that runs, not for one reused: a rerun with nothing
+    changed stays free of numba (~0.5 CPU-s)."""
+    import subprocess
+    import sys
+
+    d = tmp_path / "tb"
+    generate_job(d, SynthSpec(world_size=2, tp=2, pp=1))
+    code = ("import sys, streamtrace.epilogue as e; s = e.run(sys.argv[1], jobs=1, charts=False); "
+            "print(sorted(set(s['stages'].values())), 'numba' in sys.modules)")
+    runs = [subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True, text=True, timeout=600)
+            for _ in range(2)]
+    assert [r.returncode for r in runs] == [0, 0], runs[-1].stderr
+    assert runs[0].stdout.split()[-1] == "True"
+    assert runs[1].stdout.strip() == "['reused'] False"
