@@ -177,11 +177,15 @@ def _name_factors(path, table, col, it, st, rank) -> dict:
         c, v = code[m], val[m]
         o = np.lexsort((v, c))
         c, v = c[o], v[o]
-        cuts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]]) if len(c) else np.zeros(0, np.int64)
-        for a, b in zip(cuts.tolist(), cuts[1:].tolist() + [len(c)]):
-            n = int(c[a])
-            if names[n] not in out and own_v[n] > 0:
-                out[names[n]] = min(1.0, float(np.median(v[a:b])) / own_v[n])
+        if not len(c):
+            continue
+        a = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])   # each name's run of sorted values [a, b)
+        b = np.r_[a[1:], len(c)]
+        med = (v[a + (b - a - 1) // 2] + v[a + (b - a) // 2]) / 2     # np.median of the run, to the bit
+        n = c[a]
+        new = own_v[n] > 0
+        for k, f in zip(n[new].tolist(), np.minimum(1.0, med[new] / own_v[n[new]]).tolist()):
+            out.setdefault(names[k], f)
     others = len(np.unique(rk[~mine]))
     for n in np.flatnonzero(own_c >= 0).tolist():     # no other rank runs it: the median rank does not
         if names[n] not in out and others and own_v[n] > 0:
