@@ -54,7 +54,7 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
     check_paths(run_dir, opt)     # a run folder that is not there, an output folder not the epilogue's: exit 1
     units = ("epilogue", "nsys") if holds_export(run_dir) else ("epilogue",)   # compile only what it will call
     if opt.isolate:      # the compile's kernels stay out of this process (the stages set numba up here once:
-                         # epilogue.stages.share_numba; each stage's process loads its own kernels)
+                         # epilogue.stages.share_imports; each stage's process loads its own kernels)
         call_in_child(lambda: prepare_kernels(units, con, opt.jobs))
     else:
         prepare_kernels(units, con, opt.jobs)

@@ -28,8 +28,8 @@ from .options import EpilogueOptions
 
 # The stages' modules (analyze, merge, aggregate, report, trace) are imported inside the functions that
 # run in the stages' child processes: importing them here would put ~130 MB (numba, pyarrow) in
-# the epilogue's own process, under every stage.  numba alone is the exception: set up here before
-# the first stage that runs (``share_numba``), since every stage's process would build it again.
+# the epilogue's own process, under every stage; but numba and pyarrow, which every stage's process
+# would load again, are loaded here before the first stage that runs (``share_imports``).
 
 MARKS = "critical path marks"
 """The critical path marks' stage: its key in the state and the summary, its name in the log."""
@@ -76,7 +76,7 @@ def run_stage(ctx, key, fp, outputs, fn, name, what):
         return prev.get("result"), "reused"
     t0 = time.time()
     before = len(log.failures)
-    share_numba(ctx)
+    share_imports(ctx)
     try:
         result = in_stage_process(ctx.opt, log, fn)
     except KeyboardInterrupt:           # the record says which stage was cut (issue 47, item 9)
@@ -116,7 +116,7 @@ def release():
 
 @dataclass
 class StageRun:
-    """What the stages of one epilogue run share (``numba_ready``: ``share_numba`` ran)."""
+    """What the stages of one epilogue run share (``imports_ready``: ``share_imports`` ran)."""
     opt: EpilogueOptions
     jobs: int
     topo: str | None
@@ -124,22 +124,23 @@ class StageRun:
     state: dict
     log: StageLog
     summary: dict
-    numba_ready: bool = False
+    imports_ready: bool = False
 
 
-def share_numba(ctx: StageRun):
-    """With the stages in processes of their own (``opt.isolate``), set numba up in this process
-    once, before the first stage that runs (``runtime.compile.set_up``): every stage's process
-    (merge, analyze, aggregate, the marks, the report) calls kernels, and forked from here it
-    inherits numba's imports and CPU target copy-on-write instead of building them again (~0.9
-    CPU-s and ~145 MB each, measured).  This process then holds them too (~145 MB); a stage's
-    largest process is unchanged (its own numba was resident in it before); a run whose stages are
-    all reused never sets it up."""
-    if ctx.numba_ready or not ctx.opt.isolate:
+def share_imports(ctx: StageRun):
+    """With the stages in processes of their own (``opt.isolate``), set numba up and import pyarrow in
+    this process once, before the first stage that runs (``runtime.compile.set_up``): every stage's
+    process (analyze, merge, aggregate, the report) calls kernels and reads or writes Parquet, and
+    forked from here it inherits them copy-on-write instead of building them again (measured: numba
+    ~0.5-0.9 CPU-s and ~145 MB, pyarrow ~0.1 CPU-s and ~40 MB, a stage).  This process then holds them
+    too; a stage's largest process is unchanged (they were resident in it before); a run whose
+    stages are all reused never loads them."""
+    if ctx.imports_ready or not ctx.opt.isolate:
         return
-    ctx.numba_ready = True
+    ctx.imports_ready = True
     from ..runtime.compile import set_up
     set_up()
+    import pyarrow.parquet  # noqa: F401
 
 
 def iteration_stages(ctx: StageRun, it, paths) -> str | None:
