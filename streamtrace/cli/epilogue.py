@@ -38,7 +38,6 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
     """After a training job: analyse, merge, aggregate, report and chart every iteration."""
     # (the CLI's convention: see streamtrace.cli)
     from ..epilogue import EpilogueOptions, EpilogueRun, check_paths, run
-    from ..runtime.fork import call_in_child
     con = Console(quiet, verbose)
     from ..report.options import EfficiencyOptions, ReportOptions
     eff = EfficiencyOptions(None, peak_tflops, flops_per_token, nic_gbps, gpus_per_node)   # the config: via aggregate
@@ -53,11 +52,9 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
     opt.check()
     check_paths(run_dir, opt)     # a run folder that is not there, an output folder not the epilogue's: exit 1
     units = ("epilogue", "nsys") if holds_export(run_dir) else ("epilogue",)   # compile only what it will call
-    if opt.isolate:      # the compile's kernels stay out of this process (the stages set numba up here once:
-                         # epilogue.stages.share_imports; each stage's process loads its own kernels)
-        call_in_child(lambda: prepare_kernels(units, con, opt.jobs))
-    else:
-        prepare_kernels(units, con, opt.jobs)
+    # here, not in a child: numba imported once, which discovery's process and the stages' inherit (the stages
+    # set it up here once too: epilogue.stages.share_imports); a cold cache compiles in forked workers
+    prepare_kernels(units, con, opt.jobs)
     s = run(run_dir, opt)
     if not s["report"] and not s.get("ranks") and not s.get("iterations"):
         # no job to report on: exit 0 is for the job's sake only when there is one (issue 33, class 11)

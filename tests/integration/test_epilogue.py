@@ -168,7 +168,8 @@ def test_epilogue_process_never_loads_the_stages(tmp_path):
 
 def test_an_epilogue_whose_stages_are_all_reused_does_not_set_numba_up(tmp_path):
     """``share_imports`` runs before a stage that runs, not for one reused: a rerun with nothing
-    changed stays free of numba (~0.5-0.9 CPU-s)."""
+    changed stays free of numba (~0.5-0.9 CPU-s; the Python API's: the CLI imports it to check the
+    kernel cache first, and its discovery's process inherits it)."""
     import subprocess
     import sys
 
