@@ -143,6 +143,16 @@ def prepare_kernels(command, con, jobs=0) -> float:
         return 0.0
 
 
+def kernels_pending(command) -> bool:
+    """Whether numba's cache lacks a kernel ``command`` (as ``prepare_kernels``'s) uses; True when that
+    cannot be told (the cache unreadable, numba's internals changed).  Imports numba here."""
+    try:
+        from ..runtime.compile import pending     # (the CLI's convention: see streamtrace.cli)
+        return bool(pending(*((command,) if isinstance(command, str) else command)))
+    except Exception:                             # noqa: BLE001 - unknown: prepare as on a fresh install
+        return True
+
+
 def print_validation(path, quiet=False, opt=None) -> dict:
     """Validate ``path`` (``opt``: a ``ValidateOptions``) and print
     its one-line result (``validation_line``; nothing when ``quiet`` and the trace has no

@@ -6,7 +6,7 @@ from pathlib import Path
 from ..runtime.console import printable
 from ..runtime.errors import StreamtraceError
 from .common import (check_efficiency_flags, Console, Exit, option, parse_formats, parse_jobs, parse_list,
-                     prepare_kernels, report_args)
+                     kernels_pending, prepare_kernels, report_args)
 
 EXAMPLES = """
   streamtrace epilogue /runs/job42/tb
@@ -38,6 +38,7 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
     """After a training job: analyse, merge, aggregate, report and chart every iteration."""
     # (the CLI's convention: see streamtrace.cli)
     from ..epilogue import EpilogueOptions, EpilogueRun, check_paths, run
+    from ..runtime.fork import call_in_child
     con = Console(quiet, verbose)
     from ..report.options import EfficiencyOptions, ReportOptions
     eff = EfficiencyOptions(None, peak_tflops, flops_per_token, nic_gbps, gpus_per_node)   # the config: via aggregate
@@ -52,9 +53,12 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
     opt.check()
     check_paths(run_dir, opt)     # a run folder that is not there, an output folder not the epilogue's: exit 1
     units = ("epilogue", "nsys") if holds_export(run_dir) else ("epilogue",)   # compile only what it will call
-    # here, not in a child: numba imported once, which discovery's process and the stages' inherit (the stages
-    # set it up here once too: epilogue.stages.share_imports); a cold cache compiles in forked workers
-    prepare_kernels(units, con, opt.jobs)
+    # numba imported here once (the check), which discovery's process and the stages' inherit (the stages set it
+    # up here once too: epilogue.stages.share_imports); a compile runs in a child, so its code is not kept here
+    if opt.isolate and kernels_pending(units):
+        call_in_child(lambda: prepare_kernels(units, con, opt.jobs))
+    elif not opt.isolate:
+        prepare_kernels(units, con, opt.jobs)
     s = run(run_dir, opt)
     if not s["report"] and not s.get("ranks") and not s.get("iterations"):
         # no job to report on: exit 0 is for the job's sake only when there is one (issue 33, class 11)
