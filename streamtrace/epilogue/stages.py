@@ -27,9 +27,12 @@ from .merged_check import merge_record
 from .options import EpilogueOptions
 
 # The stages' modules (analyze, merge, aggregate, report, trace) are imported inside the functions that
-# run in the stages' child processes: importing them here would put ~130 MB (numba, pyarrow) in
-# the epilogue's own process, under every stage; but numba and pyarrow, which every stage's process
-# would load again, are loaded here before the first stage that runs (``share_imports``).
+# run in the stages' child processes, not when this module is imported: they bring numba and pyarrow
+# (~190 MB).  The epilogue loads them here once, before the first stage that runs (``share_imports``),
+# so that every stage's process inherits them instead of loading them again.
+SHARED_MODULES = ("pyarrow.parquet", "pyarrow.compute", "..analyze", "..merge", "..trace.discover",
+                  "..aggregate.critical_marks", "..aggregate.run", "..report.run")
+"""What ``share_imports`` imports after numba's set-up (relative names: of ``streamtrace``)."""
 
 MARKS = "critical path marks"
 """The critical path marks' stage: its key in the state and the summary, its name in the log."""
@@ -128,19 +131,23 @@ class StageRun:
 
 
 def share_imports(ctx: StageRun):
-    """With the stages in processes of their own (``opt.isolate``), set numba up and import pyarrow in
-    this process once, before the first stage that runs (``runtime.compile.set_up``): every stage's
-    process (analyze, merge, aggregate, the report) calls kernels and reads or writes Parquet, and
-    forked from here it inherits them copy-on-write instead of building them again (measured: numba
-    ~0.5-0.9 CPU-s and ~145 MB, pyarrow ~0.1 CPU-s and ~40 MB, a stage).  This process then holds them
-    too; a stage's largest process is unchanged (they were resident in it before); a run whose
-    stages are all reused never loads them."""
+    """With the stages in processes of their own (``opt.isolate``), set numba up and import pyarrow
+    and the stages' modules (``SHARED_MODULES``) in this process once, before the first stage that
+    runs (``runtime.compile.set_up``): every stage's process (analyze, merge, aggregate, the report)
+    calls kernels and reads or writes Parquet, and forked from here it inherits them copy-on-write
+    instead of loading them again (measured: numba ~0.5-0.9 CPU-s and ~145 MB, pyarrow ~0.1 CPU-s
+    and ~40 MB, the stages' modules ~0.15 CPU-s and ~11 MB).  This process then holds them too; a
+    stage's largest process is not larger by numba and pyarrow (they were resident in it before),
+    by ~10 MB of the other stages' modules; a run whose stages are all reused loads none of them.
+    matplotlib (the report's, ~30 MB) is left to the report's process."""
     if ctx.imports_ready or not ctx.opt.isolate:
         return
     ctx.imports_ready = True
     from ..runtime.compile import set_up
     set_up()
-    import pyarrow.parquet  # noqa: F401
+    import importlib
+    for m in SHARED_MODULES:
+        importlib.import_module(m, __package__)
 
 
 def iteration_stages(ctx: StageRun, it, paths) -> str | None:
