@@ -19,12 +19,11 @@ failure is logged with the file it concerns and the rest carries on), it is
 idempotent (a stage whose inputs and options have not changed since its last
 successful run is reused), ``jobs`` and ``max_memory_gb`` cap parallelism.
 
-Discovery and each stage run in a child process of their own
-(``call_in_child``) that imports the stage's modules itself: the
+Discovery and each stage run in a child process of their own (``call_in_child``): the
 epilogue's own process holds only the log, the list of files (~20 MB at 1,024 ranks) and, from
-the first stage that runs, numba's set-up and pyarrow, which every stage's process inherits
-instead of loading them again (``stages.share_imports``); a stage never starts on top of another's
-memory and the system gets every stage's memory back.
+the first stage that runs, numba's set-up, pyarrow and the stages' modules, which every stage's
+process inherits instead of loading them again (``stages.share_imports``); a stage never starts
+on top of another's memory and the system gets every stage's memory back.
 """
 from .discovery import check_paths, find_iterations, find_topology, outdir_of
 from .options import RENAMED, WORKER_GB, EpilogueOptions, with_options, worker_count
