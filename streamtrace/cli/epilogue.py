@@ -39,6 +39,7 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
     # (the CLI's convention: see streamtrace.cli)
     from ..epilogue import EpilogueOptions, EpilogueRun, check_paths, run
     from ..runtime.fork import call_in_child
+    from ..runtime.tuning import freeze_for_fork
     con = Console(quiet, verbose)
     from ..report.options import EfficiencyOptions, ReportOptions
     eff = EfficiencyOptions(None, peak_tflops, flops_per_token, nic_gbps, gpus_per_node)   # the config: via aggregate
@@ -59,6 +60,8 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
         call_in_child(lambda: prepare_kernels(units, con, opt.jobs))
     elif not opt.isolate:
         prepare_kernels(units, con, opt.jobs)
+    if opt.isolate:
+        freeze_for_fork()           # discovery's process does not collect numba's objects it inherits
     s = run(run_dir, opt)
     if not s["report"] and not s.get("ranks") and not s.get("iterations"):
         # no job to report on: exit 0 is for the job's sake only when there is one (issue 33, class 11)

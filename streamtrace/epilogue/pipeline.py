@@ -12,6 +12,7 @@ from ..report.outputs import EpilogueRun
 from ..runtime.errors import StreamtraceError
 from ..runtime.files import atomic_output, clean_stale
 from ..runtime.stagelog import StageLog
+from ..runtime.tuning import thaw
 from .discovery import check_paths, find_topology, outdir_of
 from .merged_check import status_text
 from .options import EpilogueOptions, with_options, worker_count
@@ -95,6 +96,8 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
         if state is not None:          # the record says what this run replaced (issue 47, item 9)
             interrupted_record(out / EpilogueRun.marker, summary, state, e)
         raise
+    finally:
+        thaw()                         # (stages.share_imports froze the process for the stages' forks)
     return EpilogueRun.of(out, summary)
 
 

@@ -21,7 +21,7 @@ from ..report.outputs import EpilogueRun, Report       # its output folder's kin
 from ..runtime.files import atomic_output
 from ..runtime.fork import call_in_child
 from ..runtime.stagelog import StageLog
-from ..runtime.tuning import trim
+from ..runtime.tuning import freeze_for_fork, trim
 from .discovery import find_iterations
 from .merged_check import merge_record
 from .options import EpilogueOptions
@@ -148,6 +148,7 @@ def share_imports(ctx: StageRun):
     import importlib
     for m in SHARED_MODULES:
         importlib.import_module(m, __package__)
+    freeze_for_fork()                   # (the stages' garbage collections skip what they inherit)
 
 
 def iteration_stages(ctx: StageRun, it, paths) -> str | None:
