@@ -285,8 +285,8 @@ def cpu_chains(g: StepGraph, ops, rows, main_tid, cut=None, collective=()):
     for tid, c in chains.items():
         k = slice(None) if c.keep.all() else c.keep
         inner = c.inner[k]
-        name, ext = ops["name"][inner], ops["external_id"][inner]       # (new arrays: -1 set below)
-        name[inner < 0], ext[inner < 0] = "", -1
+        name, ext = ops["name_code"][inner], ops["external_id"][inner]  # (new arrays: -1 set below)
+        name[inner < 0], ext[inner < 0] = g.texts.code(""), -1
         g.edges(c.ids[:-1][k], c.ids[1:][k], c.w[k], c.cat[k], lanes[tid], name, ext)
         if main is None:
             main = c

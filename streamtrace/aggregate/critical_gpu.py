@@ -87,9 +87,9 @@ def gpu_events(g: StepGraph, k, rows, launch_node, launch_t, first, s0, waits=No
     sn, en = both[0::2], both[1::2]
     en = np.where(te == ts, sn, en)                 # a zero-length event is one instant
     new = np.concatenate(([True], (dev[1:] != dev[:-1]) | (stream[1:] != stream[:-1])))[:n]     # a stream's run of rows
-    lane = np.asarray([f"device {d} stream {s}" for d, s in zip(dev[new].tolist(), stream[new].tolist())] + [""],
-                      object)[np.cumsum(new) - 1]
-    name = k["name"][rows]
+    lane = np.asarray([g.texts.code(f"device {d} stream {s}") for d, s in zip(dev[new].tolist(), stream[new].tolist())]
+                      + [0], np.int32)[np.cumsum(new) - 1]
+    name = k["name_code"][rows]
     body = ~comm & (en != sn)                        # a zero-length event is one node: no edge
     corr = k["correlation"][rows]
     g.edges(sn[body], en[body], (te - ts)[body],

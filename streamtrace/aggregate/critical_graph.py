@@ -5,7 +5,10 @@ growing node / edge arrays of one step.
 Nodes are instants (int64 ns on aggregate's aligned axis); an edge ``u -> v`` says "v cannot happen
 before u", weighted by the time it stands for (int64 ns), with a ``Category``, the lane it lies
 on (``thread <tid>``, ``device <d> stream <s>``), the name of the event it stands for and that
-event's id in its rank's trace (``ref``).
+event's id in its rank's trace (``ref``).  Lanes and names are int32 codes into the part's
+``Texts`` (one table for all of a part's steps), not object arrays of str: a step graph's tens of
+thousands of edges then pickle, concatenate and index as plain integers, and a look-up by name
+(a change's pattern, a median factor) runs once per distinct text.
 """
 from __future__ import annotations
 
@@ -52,13 +55,44 @@ class Edge(IntEnum):
     transfer = 2         # the barrier -> a member's end (or a send -> its receive): the transfer itself
 
 
-class StepGraph:
-    """Growing node and edge arrays of one rank's step (node ids in creation order)."""
+class Texts:
+    """The distinct texts (lanes, event names; str, or None for a null name) of one part's step
+    graphs and their codes (int32, in the order first met).  Append-only: a code keeps its text for
+    every step built after it (``values`` of a later step decodes an earlier step's codes)."""
 
     def __init__(self):
+        self._code: dict = {}
+        self._values: list = []
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def code(self, text) -> int:
+        """The code of ``text`` (added when new)."""
+        c = self._code.get(text)
+        if c is None:
+            c = self._code[text] = len(self._values)
+            self._values.append(text)
+        return c
+
+    def codes(self, texts) -> np.ndarray:
+        """The codes of ``texts`` (a sequence or object array; a text a row), int32."""
+        return np.fromiter((self.code(x) for x in np.asarray(texts, object).tolist()), np.int32, len(texts))
+
+    def values(self) -> np.ndarray:
+        """Every text so far by code, an object array (``values()[codes]`` decodes)."""
+        return np.asarray(self._values + [None], object)[:-1]      # (the None: a 1-d array of tuples stays 1-d)
+
+
+class StepGraph:
+    """Growing node and edge arrays of one rank's step (node ids in creation order); ``texts``: the
+    part's ``Texts`` (a new table when None)."""
+
+    def __init__(self, texts: Texts | None = None):
         self.t, self.cls, self.e = [], [], []
         self.order = np.zeros(0, np.int64)
         self._n = 0
+        self.texts = Texts() if texts is None else texts
 
     @property
     def size(self) -> int:
@@ -78,24 +112,45 @@ class StepGraph:
 
     def edges(self, src, dst, w, cat, lane, name, ref=-1):
         """Append edges ``src -> dst`` (node ids) of weight ``w`` (int64 ns) and ``Category``
-        ``cat``; ``lane``, ``name``: object arrays (or scalars) naming each edge's thread/stream and
-        event; ``ref``: the event's id in the trace (the GPU event's ``correlation`` for GPU
-        categories, the CPU op's ``External id`` for CPU ones; -1 none).  Scalars repeat."""
+        ``cat``; ``lane``, ``name``: each edge's thread/stream and event, as codes of ``texts`` (an
+        int array) or as text (a str, or an object array of them); ``ref``: the event's id in the
+        trace (the GPU event's ``correlation`` for GPU categories, the CPU op's ``External id`` for
+        CPU ones; -1 none).  Scalars repeat."""
         n = len(src)
         if n:
             self.e.append((np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(w, np.int64),
-                           _column(cat, n, np.int8), _column(lane, n, object), _column(name, n, object),
+                           _column(cat, n, np.int8), self._codes(lane, n), self._codes(name, n),
                            _column(ref, n, np.int64)))
+
+    def _codes(self, x, n: int) -> np.ndarray:
+        """``x`` (codes, or text: ``edges``) as ``n`` int32 codes of ``texts``."""
+        a = np.asarray(x)
+        if a.dtype.kind in "iu":
+            return _column(a, n, np.int32)
+        if not a.ndim:
+            return np.full(n, self.texts.code(x), np.int32)
+        return _column(self.texts.codes(a), n, np.int32)
 
     def arrays(self):
         """``(t, cols)``: node times (int64[n]) and the edge columns ``[src, dst, w, cat, lane,
-        name, ref]``; sets ``order``, the nodes in topological order (``topological_order``)."""
+        name, ref, texts]`` (``lane`` / ``name`` int32 codes, ``texts`` the part's ``Texts.values()``
+        now, by which they decode); sets ``order``, the nodes in topological order
+        (``topological_order``)."""
         t = np.concatenate(self.t) if self.t else np.zeros(0, np.int64)
         cols = [np.concatenate([e[i] for e in self.e]) if self.e else
-                np.zeros(0, object if i in (4, 5) else np.int8 if i == 3 else np.int64) for i in range(7)]
+                np.zeros(0, np.int32 if i in (4, 5) else np.int8 if i == 3 else np.int64) for i in range(7)]
         cls = np.concatenate(self.cls) if self.cls else np.zeros(0, np.int8)
         self.order = topological_order(t, cls, cols[0], cols[1])
-        return t, cols
+        return t, cols + [self.texts.values()]
+
+
+TEXTS = 7
+"""The place of the texts in a step graph's edge columns (``StepGraph.arrays``)."""
+
+
+def edge_texts(cols) -> tuple:
+    """``(lane, name)`` of a step graph's edge columns decoded: object arrays of str, a row an edge."""
+    return cols[TEXTS][cols[4]], cols[TEXTS][cols[5]]
 
 
 def _column(x, n: int, dtype) -> np.ndarray:

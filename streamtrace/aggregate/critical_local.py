@@ -44,7 +44,7 @@ from ..kernels.critical import NEG, longest_path, path_edges
 from .alignment import column_numpy, dictionary_numpy
 from .critical_cpu import AUTOGRAD_OP, collective_waits, cpu_chains, cpu_collectives
 from .critical_gpu import clip_stream_overlaps, gpu_events, queued_behind, sync_edges, zero_linked_syncs
-from .critical_graph import Anchor, Category, StepGraph
+from .critical_graph import TEXTS, Anchor, Category, StepGraph, Texts
 from .cuda_links import SYNC_COLUMNS, sync_links, sync_targets
 from .explain import KERNEL_COLUMNS as EXPLAIN_KERNELS
 from .gloo import call_runs, has_runs
@@ -101,22 +101,26 @@ def _steps(ops) -> list:
     return [(WHOLE_CAPTURE, int(u[np.argmax(n)]), int(ops["ts_ns"][cpu].min()), int(end.max()))]
 
 
-def step_graph(ops, k, step, main_tid, s0, s1, calls=None, links=None, syncs=None):
+def step_graph(ops, k, step, main_tid, s0, s1, calls=None, links=None, syncs=None, texts=None):
     """The graph of one step (module docstring): ``(t, cols, anchors, order)`` with node times ``t``
-    (int64[n], creation order), edge columns ``[src, dst, w, cat, lane, name, ref]``, the anchors'
+    (int64[n], creation order), edge columns ``[src, dst, w, cat, lane, name, ref, texts]``
+    (``StepGraph.arrays``: ``lane`` / ``name`` int32 codes of ``texts``), the anchors'
     ``(node ids, kinds, correlation, stream, name, lane)`` and the nodes in topological order.
     ``ops`` / ``k``: the part's op and GPU event columns (aligned int64 ns; ``ops`` with the flags
-    ``part_paths`` adds); ``calls``: int64[m, 2] ``(c10d call row, gloo run row)`` of the part's
+    ``part_paths`` adds; their ``name_code`` columns: codes of ``texts``, made here when absent);
+    ``calls``: int64[m, 2] ``(c10d call row, gloo run row)`` of the part's
     CPU collectives (``streamtrace.aggregate.gloo.call_runs``), None for none; ``links``:
     ``sync_links`` (None: the waits are inferred); ``syncs``:
     ``sync_targets`` (None: every sync call waits for the latest
-    GPU end inside it)."""
-    return build_step(ops, k, step, main_tid, s0, s1, calls, links, syncs)[:4]
+    GPU end inside it); ``texts``: the part's ``Texts`` (None: a new one)."""
+    return build_step(ops, k, step, main_tid, s0, s1, calls, links, syncs, texts)[:4]
 
 
-def build_step(ops, k, step, main_tid, s0, s1, calls=None, links=None, syncs=None):
+def build_step(ops, k, step, main_tid, s0, s1, calls=None, links=None, syncs=None, texts=None):
     """``step_graph`` and, fifth, the number of waits between threads it modelled."""
-    g = StepGraph()
+    g = StepGraph(texts)
+    if texts is None or "name_code" not in ops or "name_code" not in k:      # (codes of another table: made again)
+        ops, k = dict(ops, name_code=g.texts.codes(ops["name"])), dict(k, name_code=g.texts.codes(k["name"]))
     rows = (ops["ts_ns"] >= s0) & (ops["ts_ns"] < s1)
     rows = np.flatnonzero(rows & ~ops["is_gpu_sync"] if "is_gpu_sync" in ops else rows)
     runs = calls[np.isin(calls[:, 1], rows) & np.isin(calls[:, 0], rows)] if calls is not None and len(calls) else \
@@ -251,11 +255,18 @@ def graph_reads(part) -> dict:
 def _columns(part, tables) -> tuple:
     """The part's op and GPU event columns (numpy, aligned ns) with the flags the graph reads."""
     ops_t, k_t = tables[OPS], tables[KERNELS]
+    texts = Texts()                                                    # the step graphs' lanes and names
     values, idx = dictionary_numpy(ops_t["name"])                     # name flags per distinct name
     ops = {c: (values[idx] if len(idx) else np.zeros(0, object)) if c == "name" else column_numpy(ops_t[c])
            for c in OPS_COLUMNS}
-    k = {c: column_numpy(k_t[c]) for c in KERNEL_COLUMNS} if k_t is not None else \
+    ops["name_code"] = texts.codes(values)[idx]
+    k = {c: column_numpy(k_t[c]) for c in KERNEL_COLUMNS if c != "name"} if k_t is not None else \
         {c: np.zeros(0, object if c in ("name", "kind") else np.int64) for c in KERNEL_COLUMNS}
+    if k_t is not None:
+        kv, kidx = dictionary_numpy(k_t["name"])
+        k["name"], k["name_code"] = (kv[kidx] if len(kidx) else np.zeros(0, object)), texts.codes(kv)[kidx]
+    else:
+        k["name_code"] = np.zeros(0, np.int32)
     ops["ts_ns"] = part.align(ops["ts_ns"])
     uniq = [x or "" for x in values[:-1].tolist()]
     inv = np.where(idx == len(uniq), 0, idx)                           # (a null name: the first's flags)
@@ -275,7 +286,7 @@ def _columns(part, tables) -> tuple:
         calls = np.asarray([cr for cr in call_runs([x or "" for x in ops["name"].tolist()], ops["ts_ns"])
                             if cr[1] >= 0],
                            np.int64).reshape(-1, 2)
-    return ops, k, calls
+    return ops, k, calls, texts
 
 
 @dataclass
@@ -284,6 +295,7 @@ class _Acc:
     edges: list = field(default_factory=list)
     segs: list = field(default_factory=list)
     base: int = 0
+    texts: object = None
 
     def add(self, step, t, cols, anc, pos, reduced, marked):
         o, s, w = reduced
@@ -292,12 +304,11 @@ class _Acc:
         self.anchors.append({"step": np.full(len(nodes), step, np.int64), "node": b + pos[nodes], "kind": kinds,
                              "t_ns": t[nodes], "correlation": corr, "stream": stream, "name": name, "lane": lane})
         self.edges.append({"step": np.full(len(o), step, np.int64), "src": b + o, "dst": b + s, "w_ns": w})
-        src, dst, ww, cat, lane, name, ref = (c[marked] for c in cols)
+        src, dst, ww, cat, lane, name, ref = (c[marked] for c in cols[:TEXTS])
         self.segs.append({"step": np.full(len(marked), step, np.int64), "src": b + pos[src], "dst": b + pos[dst],
                           "t0": t[src], "t1": t[dst], "w": ww, "cat": cat.astype(np.int8),
-                          # object arrays of str: astype(str) makes fixed-width unicode, 4 bytes x the longest
-                          # name (C++ kernel names run to 1,000+ characters) a row: 1.1 GB on one real rank
-                          "lane": np.asarray(lane, object), "name": np.asarray(name, object), "ref": ref})
+                          "lane": lane, "name": name, "ref": ref})     # (codes of the part's Texts)
+        self.texts = cols[TEXTS]                     # (append-only: the last step's decodes every step's)
         self.base += len(t)
 
 
@@ -314,6 +325,7 @@ class PartGraphs:
     links: object
     syncs: object
     stats: PartStats
+    texts: Texts
 
     def __iter__(self):
         for window in self.windows(self.job.steps):
@@ -328,7 +340,7 @@ class PartGraphs:
         """``(t, cols, anchors, order)`` of one window (``step_graph``), ``stats`` updated."""
         self.stats.whole_capture |= step == WHOLE_CAPTURE
         t, cols, anc, order, nwaits = build_step(self.ops, self.k, step, tid, s0, s1, self.calls, self.links,
-                                                 self.syncs)
+                                                 self.syncs, self.texts)
         self.stats.thread_waits += nwaits
         return t, cols, anc, order
 
@@ -338,29 +350,32 @@ def part_graphs(job, part, tables) -> PartGraphs | None:
     it has no op."""
     if tables[OPS] is None or not tables[OPS].num_rows:
         return None
-    ops, k, calls = _columns(part, tables)
+    ops, k, calls, texts = _columns(part, tables)
     stats = PartStats()
     clipped = clip_stream_overlaps(k)
     stats.clipped_events, stats.clipped_ns = clipped.events, clipped.ns
     return PartGraphs(job, ops, k, calls, sync_links(part, tables.get(CUDA_SYNC)),
-                      sync_targets(tables.get(CUDA_SYNC)), stats)
+                      sync_targets(tables.get(CUDA_SYNC)), stats, texts)
 
 
-def write_segments(path, segs: dict):
+def write_segments(path, segs: dict, texts):
     """One part's path segments (``SEGMENT_SCHEMA``'s columns as numpy arrays, ``lane`` / ``name``
-    object arrays of str) pickled into ``path``, a temporary that ``read_segments`` reads back
-    for the ranks the job's path visits.  Pickled, not Arrow: an object array's repeated str
-    objects (a rank's few hundred distinct names over ~100 k rows) are written once each and
-    then referenced, where Arrow copies every row's text (measured: 3 vs 6-12 ms a column)."""
+    int32 codes of ``texts``, the part's ``Texts.values()``) pickled into ``path``, a temporary that
+    ``read_segments`` reads back for the ranks the job's path visits.  Pickled, not Arrow, and
+    as codes: a rank's few hundred distinct names over ~100 k rows are written once each."""
+    cols = {c: segs[c] if c in ("lane", "name") else segs[c].astype(SEGMENT_DTYPES[c], copy=False)
+            for c in SEGMENT_SCHEMA.names}
     with open(path, "wb") as f:
-        pickle.dump({c: segs[c].astype(SEGMENT_DTYPES[c], copy=False) for c in SEGMENT_SCHEMA.names}, f,
-                    protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dump((cols, texts), f, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def read_segments(path) -> dict:
-    """The columns ``write_segments`` wrote into ``path``."""
+    """The columns ``write_segments`` wrote into ``path``, ``lane`` / ``name`` decoded (object arrays
+    of str)."""
     with open(path, "rb") as f:
-        return pickle.load(f)
+        cols, texts = pickle.load(f)
+    cols["lane"], cols["name"] = texts[cols["lane"]], texts[cols["name"]]
+    return cols
 
 
 def part_paths(job, part, spill, tables=None, on_step=None) -> dict:
@@ -389,6 +404,6 @@ def part_paths(job, part, spill, tables=None, on_step=None) -> dict:
         return empty | {"stats": stats.as_dict()}
     cat = lambda xs: {c: np.concatenate([x[c] for x in xs]) for c in xs[0]}  # noqa: E731
     path = Path(spill) / f"critical-{part.index:06d}.pickle"
-    write_segments(path, cat(acc.segs))
+    write_segments(path, cat(acc.segs), acc.texts)
     return {"anchors": cat(acc.anchors), "edges": cat(acc.edges), "segments": str(path),
             "dropped": stats.dropped_edges, "stats": stats.as_dict()}

@@ -226,14 +226,16 @@ _KEYS = {"host_gaps": {"rank", "factor"}, "ops": {"name", "rank", "factor"}, "me
 @dataclass
 class EdgeView:
     """One rank's step graph as a change sees it: per edge ``cat`` (int8
-    ``Category``), ``lane`` and ``name`` (object), ``t0`` /
+    ``Category``), ``lane`` and ``name`` (int32 codes of ``texts``, the part's texts by code:
+    ``streamtrace.aggregate.critical_graph.Texts``), ``t0`` /
     ``t1`` (int64 ns, aligned), the rank, its op columns ``ops`` (aligned ``ts_ns``, ``dur_ns``,
     ``tid``, ``name``) and ``medians``: ``{("cpu" | "gpu", name) or ("host", None): factor}``;
-    ``memo``: what depends on ``ops`` alone (the op rows a pattern matches), shared by the views of
-    one part's steps (the same ``ops``)."""
+    ``memo``: what depends on ``ops`` alone (the op rows a pattern matches) or on a text, shared by
+    the views of one part's steps (the same ``ops``, codes of the same texts)."""
     cat: np.ndarray
     lane: np.ndarray
     name: np.ndarray
+    texts: np.ndarray
     t0: np.ndarray
     t1: np.ndarray
     rank: int
@@ -243,14 +245,10 @@ class EdgeView:
 
     def matches(self, rx, among=None) -> np.ndarray:
         """Per edge: its name matches the compiled pattern ``rx`` (``search``); ``among``: a mask of
-        the edges to look at (the others are False).  Each distinct name is searched once per ``memo``."""
+        the edges to look at (the others are False).  Each distinct text is searched once per ``memo``."""
         seen = self.memo.setdefault(("search", rx.pattern, rx.flags), {})
-        if among is None:
-            return _matching(self.name, rx, seen)
-        out = np.zeros(len(self.name), bool)
-        idx = np.flatnonzero(among)
-        out[idx] = _matching(self.name[idx], rx, seen)
-        return out
+        hit = _matching(self.texts, rx, seen)[self.name]
+        return hit if among is None else hit & among
 
     def inside(self, pattern: str) -> np.ndarray:
         """Per edge: it lies inside an op whose name matches ``pattern`` on the edge's own thread."""
@@ -258,10 +256,7 @@ class EdgeView:
         hit = self.memo.get(("ops", pattern))
         if hit is None:
             hit = self.memo[("ops", pattern)] = np.flatnonzero(_matching(self.ops["name"], re.compile(pattern)))
-        codes: dict = {}
-        lane = np.fromiter((codes.setdefault(x, len(codes)) for x in self.lane.tolist()), np.int64, len(self.lane))
-        tids = np.asarray([int(str(x).split()[1]) if re.search(r"^thread ", str(x)) else -1 for x in codes],
-                          np.int64)[lane]
+        tids = self._by_text("tid", _thread_id, np.int64)[self.lane]
         for tid in np.unique(self.ops["tid"][hit]).tolist():
             r = hit[self.ops["tid"][hit] == tid]
             s0, s1 = self.ops["ts_ns"][r], self.ops["ts_ns"][r] + self.ops["dur_ns"][r]
@@ -273,10 +268,30 @@ class EdgeView:
         return out
 
     def median_factor(self, kind: str, names) -> np.ndarray | float:
-        """The factors of ``names`` (kind ``cpu`` / ``gpu``; 1 where unknown), or the host gaps' one."""
+        """The factors of ``names`` (codes of ``texts``; kind ``cpu`` / ``gpu``; 1 where unknown), or
+        the host gaps' one (``names`` None)."""
         if names is None:
             return float(self.medians.get((kind, None), 1.0))
-        return np.asarray([self.medians.get((kind, str(x)), 1.0) for x in names], float)
+        return self._by_text(("median", kind), lambda x: self.medians.get((kind, str(x)), 1.0), float)[names]
+
+    def _by_text(self, key, fn, dtype) -> np.ndarray:
+        """``fn(text)`` of every text of ``texts``, by code (kept in ``memo`` under ``key``; extended
+        when a later step's ``texts`` has more)."""
+        done = self.memo.get(key, np.zeros(0, dtype))
+        if len(done) < len(self.texts):
+            more = np.fromiter((fn(x) for x in self.texts[len(done):].tolist()), dtype, len(self.texts) - len(done))
+            done = self.memo[key] = np.concatenate([done, more])
+        return done
+
+
+def _thread_id(text) -> int:
+    """The thread id of a lane ``thread <tid>[ (backward)]``; -1 for any other text (a stream's lane,
+    an event's name)."""
+    m = _THREAD_LANE.match(str(text))
+    return int(m.group(1)) if m else -1
+
+
+_THREAD_LANE = re.compile(r"thread (-?\d+)(?:\s|$)")
 
 
 def _matching(names, rx, seen=None) -> np.ndarray:

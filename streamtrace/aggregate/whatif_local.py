@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels.replay import anchor_pairs
-from .critical_graph import CATEGORIES, Anchor, Category
+from .critical_graph import CATEGORIES, TEXTS, Anchor, Category
 from .folder import WHATIF_ANCHORS_COLUMNS, WHATIF_EDGES_COLUMNS, WHATIF_RANKS_COLUMNS
 from .whatif_changes import EdgeView
 from .whatif_graphs import step_graphs
@@ -52,8 +52,8 @@ adds it after the unmodified replay)."""
 
 
 def replay_costs(t, cols) -> np.ndarray:
-    """Per edge of one step graph (``t`` node times, ``cols`` ``[src, dst, w, cat, lane, name, ref]``)
-    its cost in the replay (module docstring), int64 ns."""
+    """Per edge of one step graph (``t`` node times, ``cols`` ``[src, dst, w, cat, lane, name, ref,
+    texts]``: ``StepGraph.arrays``) its cost in the replay (module docstring), int64 ns."""
     src, dst, w, cat, _, name = cols[:6]
     cost = np.asarray(w, np.int64).copy()
     sync = np.flatnonzero(cat == Category.sync)
@@ -61,14 +61,16 @@ def replay_costs(t, cols) -> np.ndarray:
         into = np.zeros(len(t), bool)
         into[dst[sync]] = True
         waited = np.flatnonzero(into[dst] & IS_CPU_TIME[cat])
-        cost[[i for i, x in zip(waited.tolist(), name[waited].tolist()) if not str(x).startswith("aten::")]] = 0
+        texts = cols[TEXTS][name[waited]]
+        cost[[i for i, x in zip(waited.tolist(), texts.tolist()) if not str(x).startswith("aten::")]] = 0
     return cost
 
 
 def edge_view(t, cols, rank, ops, medians=None, memo=None) -> EdgeView:
     """One step graph as the changes see it (``EdgeView``; ``memo``: the part's, kept across its steps)."""
     src, dst, _, cat, lane, name = cols[:6]
-    return EdgeView(cat, lane, name, t[src], t[dst], rank, ops, medians or {}, {} if memo is None else memo)
+    return EdgeView(cat, lane, name, cols[TEXTS], t[src], t[dst], rank, ops, medians or {},
+                    {} if memo is None else memo)
 
 
 def apply_changes(cost, view, changes) -> np.ndarray:
@@ -132,7 +134,8 @@ class ReplayRows:
                            "src": as_src[pairs[:, 0]], "dst": as_dst[pairs[:, 1]], "w_ns": pairs[:, 2],
                            "host_ns": cats[:, HOST].sum(axis=1), "gpu_ns": cats[:, GPU].sum(axis=1),
                            "top_category": np.where(has, CATEGORY_TEXT[cat[top]], ""),
-                           "top_name": self._texts(name, distinct, has), "top_lane": self._texts(lane, distinct, has),
+                           "top_name": self._texts(cols[TEXTS], name, distinct, has),
+                           "top_lane": self._texts(cols[TEXTS], lane, distinct, has),
                            "top_ns": np.where(has, cost[top], 0)})
         a = len(nodes)
         self.anchors.append({"iteration": np.full(a, self.iteration, np.int64), "step": np.full(a, step, np.int64),
@@ -146,12 +149,12 @@ class ReplayRows:
                            "cpu_ns": int(cost[IS_HOST[cat]].sum()), "gpu_ns": int(cost[IS_GPU[cat]].sum()),
                            "nodes": len(t), "edges": len(src), "pairs": n, "dropped": int(len(src) - len(keep))})
 
-    def _texts(self, values, distinct, has) -> np.ndarray:
-        """``values[idx]`` (object) where ``has``, else "" (``distinct``: ``np.unique(idx,
+    def _texts(self, table, codes, distinct, has) -> np.ndarray:
+        """``table[codes[idx]]`` (object) where ``has``, else "" (``distinct``: ``np.unique(idx,
         return_inverse=True)``): one str object per distinct text over the part's rows (pickled to
         the parent once each, not once a row), looked up once per distinct edge."""
         u, inv = distinct
-        texts = np.asarray([self.seen.setdefault(x, x) for x in values[u].tolist()] + [""], object)
+        texts = np.asarray([self.seen.setdefault(x, x) for x in table[codes[u]].tolist()] + [""], object)
         return texts[np.where(has, inv.reshape(-1), len(u))]
 
     def result(self) -> dict:

@@ -204,7 +204,7 @@ def test_cpu_3d_callers_wait_for_their_gloo_runs(tmp_path):
     # of exactly that gap (before: the stretch was the caller's own time, cpu_op / host_gap).
     if not CPU3D.exists():
         pytest.skip(f"{CPU3D} is absent")
-    from streamtrace.aggregate.critical_graph import CATEGORIES
+    from streamtrace.aggregate.critical_graph import CATEGORIES, edge_texts
     from streamtrace.aggregate.critical_local import part_graphs, part_reads
     from streamtrace.aggregate.whatif import Aggregate, PartsJob, parts_of
     _run(CPU3D, tmp_path)
@@ -232,7 +232,8 @@ def test_cpu_3d_callers_wait_for_their_gloo_runs(tmp_path):
         got = set()
         for step, tid, s0, s1 in graphs.windows(None):
             t, cols, _, _ = graphs.build(step, tid, s0, s1)
-            src_, dst, w, cat, lane = cols[:5]
+            src_, dst, w, cat = cols[:4]
+            lane, _ = edge_texts(cols)
             on = [i for i in range(len(src_)) if lane[i] == f"thread {main}"]
             waits = {(t[src_[i]] - s0, t[dst[i]] - s0) for i in on if CATEGORIES[cat[i]] == "wait" and w[i] == 0}
             syncs = {(t[dst[i]] - s0, w[i]) for i in on if CATEGORIES[cat[i]] == "sync"}

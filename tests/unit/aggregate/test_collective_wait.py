@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamtrace.aggregate.critical_graph import CATEGORIES, Anchor
+from streamtrace.aggregate.critical_graph import CATEGORIES, Anchor, edge_texts
 from streamtrace.aggregate.critical_local import step_graph
 from streamtrace.aggregate.whatif_local import replay_costs
 
@@ -44,7 +44,8 @@ def _graph(caller_ops, run_us):
             ("c10d::allreduce_", 1, 150, 20, 2, 1), ("optimizer", 1, 900, 80, 1, 0),
             ("gloo:all_reduce", 2, run_us[0], run_us[1] - run_us[0], 0, -1)] + list(caller_ops)
     t, cols, anc, order = step_graph(_ops(rows), NO_KERNELS, 1, 1, 0, 1_000 * US, np.asarray([[2, 4]], np.int64))
-    src, dst, w, cat, lane = cols[:5]
+    src, dst, w, cat = cols[:4]
+    lane, _ = edge_texts(cols)
     cost = replay_costs(t, cols)
     edges = [(str(lane[i]), t[src[i]] / US, t[dst[i]] / US, w[i] / US, CATEGORIES[cat[i]], cost[i] / US)
              for i in range(len(src))]
@@ -97,7 +98,8 @@ def test_the_wait_picked_is_the_callers_longest_stretch_near_the_end():
             ("copy_bucket_to_grad", 1, 880, 10, 2, 1)]
     t, cols, anc, order = step_graph(_ops(rows), NO_KERNELS, 1, 1, 0, 1_000 * US,
                                      np.asarray([[2, 4], [5, 6]], np.int64))
-    src, dst, w, cat, lane = cols[:5]
+    src, dst, w, cat = cols[:4]
+    lane, _ = edge_texts(cols)
     got = sorted((t[src[i]] // US, t[dst[i]] // US, w[i] // US, CATEGORIES[cat[i]]) for i in range(len(src))
                  if lane[i] == "thread 1" and CATEGORIES[cat[i]] in ("wait", "sync"))
     assert got == [(170, 700, 0, "wait"), (700, 700, 0, "sync"), (720, 880, 0, "wait"), (860, 880, 20, "sync")]

@@ -147,6 +147,7 @@ def _one_step(wait_at):
     """A step (0-100 ns) on thread 1: kernel A on stream 7 (20-60) launched at 10, kernel B on
     stream 8 (61-70) launched at 14; a cudaStreamWaitEvent call at ``wait_at`` (None: none)."""
     import numpy as np
+    from streamtrace.aggregate.critical_graph import edge_texts
     from streamtrace.aggregate.critical_local import step_graph
     rows = [("ProfilerStep#1", 0, 100, 0, -1, 0), ("cudaLaunchKernel", 10, 2, 1, 0, 1),
             ("cudaLaunchKernel", 14, 2, 1, 0, 2)]
@@ -166,7 +167,8 @@ def _one_step(wait_at):
          "end_ns": np.asarray([60, 70]), "name": np.asarray(["A", "B"], object),
          "kind": np.asarray(["kernel", "kernel"], object), "correlation": np.asarray([1, 2]), "step": np.ones(2, np.int64)}
     t, cols, _, _ = step_graph(ops, k, 1, 1, 0, 100)
-    src, dst, w, cat, lane, name, ref = cols
+    src, dst, w, cat, _, _, ref = cols[:7]
+    lane, name = edge_texts(cols)
     into_b = (name == "B") & (t[dst] == 61) & (w > 0)
     return {(int(t[s]), int(w_)) for s, w_ in zip(src[into_b], w[into_b])}
 
@@ -186,6 +188,7 @@ def _queued_step(prior_step, prior_corr, prior_end):
     ``{(source time, weight, category)}`` and the categories of the edges named P."""
     import numpy as np
     from streamtrace.aggregate.critical_graph import CATEGORIES
+    from streamtrace.aggregate.critical_graph import edge_texts
     from streamtrace.aggregate.critical_local import step_graph
     rows = [("ProfilerStep#1", 0, 100, 0, -1, 0), ("cudaLaunchKernel", 10, 2, 1, 0, 5)]
     ops = {"tid": np.ones(2, np.int64), "name": np.asarray([r[0] for r in rows], object),
@@ -201,7 +204,8 @@ def _queued_step(prior_step, prior_corr, prior_end):
          "kind": np.asarray(["kernel", "kernel"], object), "correlation": np.asarray([prior_corr, 5]),
          "step": np.asarray([prior_step, 1])}
     t, cols, _, _ = step_graph(ops, k, 1, 1, 0, 100)
-    src, dst, w, cat, lane, name, ref = cols
+    src, dst, w, cat, _, _, ref = cols[:7]
+    lane, name = edge_texts(cols)
     into_a = (name == "A") & (t[dst] == 80)
     return ({(int(t[s]), int(w_), CATEGORIES[c]) for s, w_, c in zip(src[into_a], w[into_a], cat[into_a])},
             {CATEGORIES[c] for c in cat[name == "P"]})
@@ -235,6 +239,7 @@ def _event_sync_step(syncs):
     the call's end as ``{(source time, weight)}``."""
     import numpy as np
     from streamtrace.aggregate.critical_graph import CATEGORIES
+    from streamtrace.aggregate.critical_graph import edge_texts
     from streamtrace.aggregate.critical_local import step_graph
     rows = [("ProfilerStep#1", 0, 100, 0, -1, 0), ("cudaLaunchKernel", 10, 1, 1, 0, 1),
             ("cudaLaunchKernel", 12, 1, 1, 0, 2), ("cudaEventRecord", 14, 1, 1, 0, 3),
@@ -253,7 +258,8 @@ def _event_sync_step(syncs):
          "end_ns": np.asarray([60, 61]), "name": np.asarray(["A", "B"], object),
          "kind": np.asarray(["kernel", "kernel"], object), "correlation": np.asarray([1, 2]), "step": np.ones(2, np.int64)}
     t, cols, _, _ = step_graph(ops, k, 1, 1, 0, 100, syncs=syncs)
-    src, dst, w, cat, lane, name, ref = cols
+    src, dst, w, cat, _, _, ref = cols[:7]
+    lane, name = edge_texts(cols)
     m = cat == CATEGORIES.index("sync")
     return {(int(t[s]), int(w_)) for s, w_ in zip(src[m], w[m])}
 

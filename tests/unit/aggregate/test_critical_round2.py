@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 from streamtrace.analyze import AnalyzeOptions, analyze
 from streamtrace.aggregate import AggregateOptions, aggregate
 from streamtrace.kernels.reference.chains import covering, instant_order
-from streamtrace.aggregate.critical_graph import CATEGORIES, Anchor
+from streamtrace.aggregate.critical_graph import CATEGORIES, Anchor, edge_texts
 from streamtrace.aggregate.critical_local import reduce_step, step_graph
 from streamtrace.synth.job import SynthSpec, generate_job
 
@@ -87,10 +87,10 @@ def test_one_rank_step_graph_against_a_brute_force(tmp_path):
     job = Job([tmp_path / "an"], "global", None, None, 1, None, False, False, None)
     part = job.parts[0]
     tables = cl.part_reads(part)
-    ops, k, calls = cl._columns(part, tables)
+    ops, k, calls, texts = cl._columns(part, tables)
     cl.clip_stream_overlaps(k)
     (step, tid, s0, s1), = cl._steps(ops)
-    t, cols, anc, order = step_graph(ops, k, step, tid, s0, s1, calls)
+    t, cols, anc, order = step_graph(ops, k, step, tid, s0, s1, calls, texts=texts)
     pos, (o, s, w), marked, dropped = reduce_step(t, cols, anc, order)
     assert dropped == 0
     nodes, kinds = anc[:2]
@@ -194,7 +194,8 @@ def _path(ops, k, main=1, end=1_000):
     t, cols, anc, order = step_graph(ops, k, 1, main, 0, end)
     pos, (o, s, w), marked, dropped = reduce_step(t, cols, anc, order)
     assert dropped == 0
-    src, dst, ww, cat, lane, name, _ = cols
+    src, dst, ww, cat = cols[:4]
+    lane, name = edge_texts(cols)
     seg = sorted(((str(lane[e]), int(t[src[e]]), int(t[dst[e]]), int(ww[e]), CATEGORIES[cat[e]], str(name[e]))
                   for e in marked.tolist()), key=lambda x: (x[1], x[2]))
     return [x for x in seg if x[3] or x[2] > x[1]]

@@ -55,7 +55,8 @@ def _graph(t, comm, edges, w):
     src = np.asarray([u for u, _ in edges], np.int64)
     dst = np.asarray([v for _, v in edges], np.int64)
     cols = [src, dst, np.asarray(w, np.int64), np.full(len(edges), Category.cpu_op, np.int8),
-            np.full(len(edges), "thread 1", object), np.full(len(edges), "op", object), np.full(len(edges), -1)]
+            np.zeros(len(edges), np.int32), np.ones(len(edges), np.int32), np.full(len(edges), -1),
+            np.asarray(["thread 1", "op"], object)]               # (lane and name: codes of the texts)
     nodes = np.asarray([0] + [a for a, _ in comm] + [e for _, e in comm] + [n - 1], np.int64)
     kinds = np.asarray([Anchor.step_start] + [Anchor.arrival] * len(comm) + [Anchor.end] * len(comm) +
                        [Anchor.step_end], np.int64)
