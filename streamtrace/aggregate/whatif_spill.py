@@ -63,6 +63,7 @@ class SpilledRows:
 
     def __init__(self, folder, parts: list):
         self.folder, self.parts = Path(folder), [p for p in parts if p]
+        self._chunks: dict = {}               # table name -> its files read (``Chunks``), shared by its columns
 
     def close(self):
         """Remove the spill folder."""
@@ -103,7 +104,7 @@ class SpilledRows:
     def lazy(self, name: str, column: str) -> "Lazy":
         """Column ``column`` of table ``name`` over every part, read from the spilled files a value
         at a time (``Lazy``): for a column only a few rows of which are ever read."""
-        return Lazy([p[name] for p in self.parts if p[name][1]], column)
+        return Lazy([p[name] for p in self.parts if p[name][1]], column, chunks=self._chunks.setdefault(name, Chunks()))
 
     def write(self, outdir, name: str) -> list:
         """Table ``name`` (``anchors``, ``edges``) as ``whatif_<name>.parquet`` in ``outdir``, streamed
@@ -131,24 +132,47 @@ class SpilledRows:
         return [p]
 
 
+KEEP_CHUNKS = 64
+"""How many spilled files ``Lazy`` keeps open (memory-mapped: pages read as rows are asked for)."""
+
+
+class Chunks(dict):
+    """Chunks read, by index (``Lazy``: a spilled file's table, shared by the ``Lazy`` columns of one
+    table), the first read dropped past ``KEEP_CHUNKS``.  The replays of a step read the path's
+    edges again and again, from the same few files."""
+
+    def get_or_read(self, k, read):
+        """Chunk ``k``, from ``read()`` the first time."""
+        x = self.get(k)
+        if x is None:
+            if len(self) >= KEEP_CHUNKS:
+                del self[next(iter(self))]
+            x = self[k] = read()
+        return x
+
+
 class Lazy:
     """One column of the spilled files ``files`` (``[(path, rows)]``, in order), not loaded: ``c[i]``
-    reads row ``i``'s value (int or str) from its file (the last file read kept open), ``c.take(idx)``
-    the values of many rows, ``c[idx]`` for an index or mask array the ``Lazy`` of those rows."""
+    reads row ``i``'s value (int or str) from its file, ``c.take(idx)`` the values of many rows,
+    ``c[idx]`` for an index or mask array the ``Lazy`` of those rows.  The files read are kept open
+    in ``chunks`` (``Chunks``; one for the columns of one table, a new one when None)."""
 
-    def __init__(self, files, column, rows=None):
+    def __init__(self, files, column, rows=None, chunks=None):
         self.files, self.column, self.rows = files, column, rows
         self.starts = np.cumsum([0] + [n for _, n in files])
-        self._open = (-1, None)
+        self.chunks = Chunks() if chunks is None else chunks
 
     def _chunk(self, k):
         """The column's values in chunk ``k`` (a pyarrow array; here the ``k``-th file)."""
+        return self.chunks.get_or_read(k, lambda: self._read(k)).column(self.column)
+
+    def _read(self, k):
         with arrow_map(self.files[k][0]) as src:
-            return pa.ipc.open_file(src).read_all().column(self.column)
+            return pa.ipc.open_file(src).read_all()
 
     def _sub(self, rows) -> "Lazy":
         """The column's rows ``rows`` (int64 indices into all of it)."""
-        return Lazy(self.files, self.column, rows)
+        return Lazy(self.files, self.column, rows, self.chunks)
 
     def __len__(self):
         return int(self.starts[-1]) if self.rows is None else len(self.rows)
@@ -172,15 +196,14 @@ class Lazy:
             return self._sub(sel if self.rows is None else self.rows[sel])
         g = int(i if self.rows is None else self.rows[i])
         f = int(np.searchsorted(self.starts, g, "right")) - 1
-        if self._open[0] != f:
-            self._open = (f, self._chunk(f))
-        return self._open[1][g - int(self.starts[f])].as_py()
+        return self._chunk(f)[g - int(self.starts[f])].as_py()
 
 
 class ParquetLazy(Lazy):
     """One column of a Parquet file (the aggregate folder's ``whatif_edges``), not loaded, as ``Lazy``
-    reads the spilled files: a chunk is a row group, read only when a row asked for lies in it.  For
-    ``streamtrace whatif``, which reads the few edges on a path."""
+    reads the spilled files: a chunk is a row group, read only when a row asked for lies in it (the last
+    one kept: decoded, a row group is ``SLICE_ROWS`` values).  For ``streamtrace whatif``, which reads
+    the few edges on a path."""
 
     def __init__(self, path, column, rows=None, starts=None):
         import pyarrow.parquet as pq
@@ -192,7 +215,9 @@ class ParquetLazy(Lazy):
 
     def _chunk(self, k):
         import pyarrow.parquet as pq
-        return pq.ParquetFile(arrow_file(self.path)).read_row_group(k, columns=[self.column]).column(0)
+        if self._open[0] != k:
+            self._open = (k, pq.ParquetFile(arrow_file(self.path)).read_row_group(k, columns=[self.column]).column(0))
+        return self._open[1]
 
     def _sub(self, rows) -> "ParquetLazy":
         return ParquetLazy(self.path, self.column, rows, self.starts)

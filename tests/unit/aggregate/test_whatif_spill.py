@@ -87,6 +87,28 @@ def test_loaded_and_lazy_columns_are_the_raw_rows(spilled):
     assert rows.ranks()["part"].tolist() == [0, 1, 2]
 
 
+def test_lazy_columns_of_a_table_read_each_file_once(spilled, monkeypatch):
+    # the replays read the path's edges again and again: a file is opened once for all of a table's
+    # lazy columns, and past KEEP_CHUNKS files the first opened is let go (read again when asked)
+    raw, rows, _ = spilled
+    opened = []
+    read = whatif_spill.Lazy._read
+    monkeypatch.setattr(whatif_spill.Lazy, "_read", lambda self, k: opened.append(k) or read(self, k))
+    names, lanes = rows.lazy("edges", "top_name"), rows.lazy("edges", "top_lane")
+    want = {c: sum((r[1][c] for r in raw), []) for c in ("top_name", "top_lane")}
+    idx = list(range(len(want["top_name"])))[::-1]
+    for _ in range(3):
+        assert names.take(idx) == [want["top_name"][i] for i in idx]
+        assert lanes.take(idx) == [want["top_lane"][i] for i in idx]
+        assert names[idx[0]] == want["top_name"][idx[0]] and names[[0, 1]].take([1]) == [want["top_name"][1]]
+    assert sorted(opened) == list(range(len(names.files))) and len(names.files) >= 2   # (files with rows)
+    monkeypatch.setattr(whatif_spill, "KEEP_CHUNKS", 1)
+    few, part = rows.lazy("anchors", "part"), sum((r[0]["part"] for r in raw), [])
+    last = len(few.files) - 1
+    assert few.take([0]) == [part[0]] and few.take([len(part) - 1]) == [part[-1]] and few.take([0]) == [part[0]]
+    assert len(few.chunks) == 1 and opened[len(names.files):] == [0, last, 0]
+
+
 
 def test_parquet_lazy_columns_are_the_file_rows(spilled, monkeypatch):
     """``ParquetLazy`` (``streamtrace whatif``'s edges not loaded) reads the values the raw rows hold,
