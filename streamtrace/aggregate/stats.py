@@ -35,8 +35,6 @@ Times are int64 ns; means, quantiles and standard deviations float64 ns.
 """
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -45,7 +43,8 @@ from ..kernels.ancestry import same_name_ancestor
 from .steps import step_names
 
 KINDS = ("all", "compute", "communication", "memory")
-GRAPH_LAUNCH = re.compile(r"(?i)graphlaunch")
+GRAPH_LAUNCH = "graphlaunch"
+"""A launch op whose name holds this (any case) launches a CUDA graph (``cudaGraphLaunch``, ``hipGraphLaunch``)."""
 DELAY_OUTLIER_NS = 100_000          # HTA launch_delay_cutoff (100 us)
 OVERHEAD_OUTLIER_NS = 50_000        # HTA runtime_cutoff (50 us)
 OPS_COLUMNS = ["name", "cat", "ts_ns", "dur_ns", "parent", "correlation", "kernel_count", "kernel_time_ns",
@@ -255,17 +254,16 @@ def launch_rows(kcorr, ops: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return linked, np.where(linked, ots[j] if len(oc) else 0, 0), np.where(linked, odur[j] if len(oc) else 0, 0)
 
 
-def launch_stats(k: pa.Table, linked, lts, ldur) -> dict:
-    """launch_stats columns (see the module docstring) of one rank's GPU events ``k`` (columns
+def launch_stats(k: pa.Table, linked, lts, ldur) -> list:
+    """launch_stats rows, dicts (see the module docstring), of one rank's GPU events ``k`` (columns
     ``step``, ``kind``, ``ts_ns``, ``dur_ns``, ``launch_op``) and their launch rows
     (``launch_rows``): one row per (step, kind), kinds in ``KINDS`` order (``all`` first;
     a kind without events in a step has no row)."""
     step = k["step"].to_numpy()
     kind = np.asarray(k["kind"].to_numpy(zero_copy_only=False), object)
     ts, dur = k["ts_ns"].to_numpy().astype(np.int64), k["dur_ns"].to_numpy().astype(np.int64)
-    lop = k["launch_op"].to_numpy(zero_copy_only=False)
-    graph = np.asarray([bool(GRAPH_LAUNCH.search(x or "")) for x in lop.tolist()], bool) if len(lop) else \
-        np.zeros(0, bool)
+    graph = pc.match_substring(k["launch_op"], GRAPH_LAUNCH, ignore_case=True).fill_null(False).to_numpy(
+        zero_copy_only=False).astype(bool, copy=False)
     use = linked & ~graph
     raw_delay = ts - (lts + ldur)
     rows = []
