@@ -272,7 +272,8 @@ class EdgeView:
         the host gaps' one (``names`` None)."""
         if names is None:
             return float(self.medians.get((kind, None), 1.0))
-        return self._by_text(("median", kind), lambda x: self.medians.get((kind, str(x)), 1.0), float)[names]
+        factor = lambda x: self.medians.get((kind, str(x)), 1.0)  # noqa: E731
+        return self._by_text(("median", kind, id(self.medians)), factor, float)[names]
 
     def _by_text(self, key, fn, dtype) -> np.ndarray:
         """``fn(text)`` of every text of ``texts``, by code (kept in ``memo`` under ``key``; extended
