@@ -185,6 +185,7 @@ UNITS = {
 
 _WINDOWS = ("windows._in_key_order", "windows._is_sorted", "windows._sweep", "windows._paint")
 _STATS = ("gaps.running_end_before", "ancestry.same_name_ancestor",    # aggregate's statistics
+          "intervals._union_lengths_sorted",                              # (the ranks' interval metrics)
           "critical.longest_path", "critical.latest_times", "critical.trace_back",   # and critical path
           "critical.path_edges",
           "chains.thread_chain", "replay.anchor_pairs")                               # and its replay
