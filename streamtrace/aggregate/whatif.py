@@ -76,18 +76,21 @@ def step_tables(rows: dict) -> dict:
 
 
 def join_rows(results: list, consume: bool = False) -> dict:
-    """The parts' ``result`` dicts joined; with
+    """The parts' ``result`` dicts joined (the tables and columns the first one holds: all of
+    ``ReplayRows.result``'s, or ``_reduce_many_task``'s edges); with
     ``consume`` each part's column is dropped once joined (the parts' rows and the joined ones are
     never held whole at once)."""
     results = [x for x in results if x]
     out = {}
     for name, cols in (("anchors", ANCHOR_COLUMNS), ("edges", EDGE_COLUMNS), ("ranks", RANK_COLUMNS)):
+        if results and name not in results[0]:
+            continue
         got = [x[name] for x in results if len(x[name]["part"])]
         if not got:
             out[name] = {c: np.zeros(0, object if c.startswith("top_") and c != "top_ns" else np.int64) for c in cols}
             continue
         out[name] = {}
-        for c in cols:
+        for c in (c for c in cols if c in got[0]):
             out[name][c] = np.concatenate([g[c] for g in got])
             if consume:
                 for g in got:
@@ -234,7 +237,7 @@ class Replayer:
         comm = any(not c.local or isinstance(c, AtMedian) for c in changes)
         for key, g in self.graphs.items():
             if touched:
-                g = g.with_parts(touched, _only(touched_rows, key)["edges"])
+                g = g.with_parts(touched, _only(touched_rows["edges"], key))
             f = None
             if comm:
                 view = g.members()
@@ -251,7 +254,9 @@ class Replayer:
         """``replay`` of each of ``change_sets`` (each a list of changes applied together), rows in
         their order.  Those without an at-median change are re-reduced together: one task per part
         they touch, building each of its step graphs once for all of them (the report's candidates:
-        launches with no delay and faster GEMMs both touch every rank)."""
+        launches with no delay and faster GEMMs both touch every rank).  The parts' re-reduced edges
+        are joined for one change set at a time, as it is replayed, and let go after it (at 4,096
+        synthetic ranks each set's are ~5 M rows)."""
         sets = [as_changes(c) for c in change_sets]
         batch = [k for k, s in enumerate(sets) if not any(isinstance(c, AtMedian) for c in s)]
         touched = {k: [p for p, part in self.parts.items() if any(c.touches(part.rank) for c in sets[k])]
@@ -259,16 +264,17 @@ class Replayer:
         parts = [p for p in self.parts if any(p in touched[k] for k in batch)]
         tasks = [(PartsJob(self.steps), self.parts[p], [sets[k] for k in batch if p in touched[k]], self.spilled.get(p))
                  for p in parts]
-        res = dict(zip(parts, run_tasks(_reduce_many_task, tasks, max(1, min(self.jobs, len(tasks)))))) \
-            if tasks else {}
-        rows = {}
-        for k in batch:
-            mine = [res[p][[j for j in batch if p in touched[j]].index(k)] for p in touched[k]]
-            rows[k] = join_rows(mine) if mine else None
+        got = run_tasks(_reduce_many_task, tasks, max(1, min(self.jobs, len(tasks)))) if tasks else []
+        res = {p: dict(zip([k for k in batch if p in touched[k]], r)) for p, r in zip(parts, got)}  # part -> set -> rows
+        del got
         out = []
         for k, s in enumerate(sets):
-            out += self.replay(s, source, rows.pop(k, None))
-            trim()                                    # (each replay's graph, freed)
+            rows = None
+            if k in touched and touched[k]:
+                rows = join_rows([res[p].pop(k) for p in touched[k]], consume=True)
+            out += self.replay(s, source, rows)
+            del rows
+            trim()                                    # (each replay's graph and rows, freed)
         return out
 
     def _reduce(self, touched, changes) -> dict:
@@ -311,16 +317,24 @@ class Replayer:
                 "top_ns": int(r.top[3]), "fidelity_pct": round(fid, 4), "flag": flag}
 
 
-def _only(rows: dict, key) -> dict:
+REPLAY_EDGES = ("iteration", "step") + LOCAL_COLUMNS
+"""The ``whatif_edges`` columns of a touched part's re-reduction that a replay reads (``JobStep.with_parts``)."""
+
+
+def _only(cols: dict, key) -> dict:
+    """The columns ``cols`` (one ``whatif_*`` table's, with ``iteration`` and ``step``) of step ``key``'s rows."""
     it, st = key
-    return {n: {c: v[(cols["iteration"] == it) & (cols["step"] == st)] for c, v in cols.items()}
-            for n, cols in rows.items()}
+    at = (cols["iteration"] == it) & (cols["step"] == st)
+    if at.all():                                      # (one step: its columns as they are, no copy)
+        return cols
+    return {c: v[at] for c, v in cols.items()}
 
 
 def _reduce_many_task(job, part, change_sets, spilled=None) -> list:
     """One touched part re-reduced with each of ``change_sets`` (a worker's task; ``part_replays``;
-    ``spilled``: its spilled step graphs)."""
-    return part_replays(job, part, change_sets, spilled=spilled)
+    ``spilled``: its spilled step graphs): per set, the ``edges`` columns a replay reads (``REPLAY_EDGES``)."""
+    return [{"edges": {c: r["edges"][c] for c in REPLAY_EDGES}}
+            for r in part_replays(job, part, change_sets, spilled=spilled)]
 
 
 def _reduce_task(job, part, changes, meds, spilled=None) -> dict:
