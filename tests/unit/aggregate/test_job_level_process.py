@@ -1,5 +1,5 @@
 """aggregate's job level in its own process (``streamtrace.aggregate.run._job_level_process``): the
-job's critical path and the what-if replay run in a child forked before the job is opened; their
+job's critical path and the what-if replay run in children forked before the job is opened, one each; their
 tables are those the same aggregate writes with both in its own process, with ``-j 1`` and ``-j 2``;
 an error there is the aggregate's error; the spilled pieces are removed."""
 from __future__ import annotations
@@ -72,3 +72,33 @@ def test_a_killed_job_level_process_is_a_clear_error(analysed, monkeypatch):
         aggregate([analysed / "an"], analysed / "killed", AggregateOptions(jobs=2))
     assert "--no-whatif" in str(e.value)
     assert not (analysed / "killed").exists()
+
+
+_ORIGINAL = {"critical": agg_run.critical_paths, "whatif": agg_run.write_whatif}
+
+
+def _record(what):
+    with open(os.environ["JOB_LEVEL_PIDS"], "a") as f:
+        f.write(f"{what} {os.getpid()}\n")
+
+
+def _critical_recorded(*args, **kwargs):
+    _record("critical")
+    return _ORIGINAL["critical"](*args, **kwargs)
+
+
+def _whatif_recorded(*args, **kwargs):          # (module-level: sent to its process by name)
+    _record("whatif")
+    return _ORIGINAL["whatif"](*args, **kwargs)
+
+
+def test_the_replay_runs_in_a_process_of_its_own(analysed, monkeypatch, tmp_path):
+    """The what-if replay does not run in the critical path's process (what that solve left behind
+    is not under the replay's peak), nor in this one."""
+    monkeypatch.setenv("JOB_LEVEL_PIDS", str(tmp_path / "pids"))
+    monkeypatch.setattr(agg_run, "critical_paths", _critical_recorded)     # (before the forks: the children have them)
+    monkeypatch.setattr(agg_run, "write_whatif", _whatif_recorded)
+    aggregate([analysed / "an"], analysed / "own", AggregateOptions(jobs=1))
+    pids = dict(line.split() for line in (tmp_path / "pids").read_text().splitlines())
+    assert set(pids) == {"critical", "whatif"}
+    assert len({pids["critical"], pids["whatif"], str(os.getpid())}) == 3
