@@ -257,8 +257,8 @@ class Replayer:
         their order.  Those without an at-median change are re-reduced together: one task per part
         they touch, building each of its step graphs once for all of them (the report's candidates:
         launches with no delay and faster GEMMs both touch every rank).  The parts' re-reduced edges
-        are joined for one change set at a time, as it is replayed, and let go after it (at 4,096
-        synthetic ranks each set's are ~5 M rows)."""
+        are joined for one change set at a time, as it is replayed, and let go after it (a job-wide
+        change's are every rank's edges)."""
         sets = [as_changes(c) for c in change_sets]
         batch = [k for k, s in enumerate(sets) if not any(isinstance(c, AtMedian) for c in s)]
         touched = {k: [p for p, part in self.parts.items() if any(c.touches(part.rank) for c in sets[k])]
