@@ -45,6 +45,7 @@ from .alignment import Job, JobParts, Part
 from .folder import (COLLECTIVES, COLLECTIVES_RANKS, WHATIF, WHATIF_ANCHORS, WHATIF_ANCHORS_COLUMNS as ANCHOR_COLUMNS,
                      WHATIF_COLUMNS, WHATIF_EDGES, WHATIF_EDGES_COLUMNS as EDGE_COLUMNS, WHATIF_RANKS,
                      KERNEL_STATS, OP_STATS, Aggregate, columns, table_path)
+from .stats import codes
 from .steps import step_patterns_of
 from .whatif_changes import AtMedian, Comm, HostGaps, Kernels, Launches, Ops, as_changes
 from .whatif_job import InstanceFacts, LOCAL_COLUMNS, JobStep, Members, StepTables
@@ -160,15 +161,12 @@ def _name_factors(path, table, col, it, st, rank) -> dict:
     """``{name: factor}`` of ``medians`` from one statistics table (pyarrow, then numpy by name
     code: a 1,024-rank job's table is never turned into Python rows); ``col``: table ``table``'s
     value column."""
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
     t = pq.read_table(arrow_file(path), columns=columns(table, "rank", "name", "count", col),
                       filters=[("iteration", "=", it), ("step", "=", st)], read_dictionary=["name"])
     # (names as Parquet's dictionaries: read as strings, a 4,096-rank job's op and kernel names took
     # +84-106 MB of RSS that the allocator kept, under the replay's peak)
-    enc = pc.dictionary_encode(t["name"]).combine_chunks()
-    names = enc.dictionary.to_pylist()
-    code = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    code, names = codes(t["name"])
     rk, cnt = t["rank"].to_numpy(), t["count"].to_numpy()
     val = t[col].to_numpy(zero_copy_only=False).astype(float)
     mine = rk == rank
