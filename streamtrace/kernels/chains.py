@@ -18,7 +18,7 @@ from .cachedir import ensure_cache
 
 ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
 
-__all__ = ["MAX_UP", "RUN_REACH", "thread_chain"]
+__all__ = ["DENSE_SPAN", "MAX_UP", "RUN_REACH", "thread_chain"]
 
 MAX_UP = 256
 """How many levels an edge's naming op is moved up the call tree at most (``thread_chain``)."""
@@ -35,6 +35,10 @@ def _before(i, j, k1, k2, k3):
         return k3[i] < k3[j]
     return i < j
 
+
+DENSE_SPAN = 8
+"""``thread_chain`` finds each op's parent among ``sel`` in a table indexed by row when ``sel`` spans
+at most ``DENSE_SPAN`` rows an op (+4,096), by binary search otherwise."""
 
 RUN_REACH = 8
 """How far back (rows) ``_sort3`` moves a row to keep it in the run it is building."""
@@ -202,14 +206,25 @@ def thread_chain(sel, ts, dur, parent, depth, tid, is_step, this_tid, cut, host_
     t1 = np.empty(n, np.int64)
     dep = np.empty(n, np.int64)
     loc = np.full(n, -1, np.int64)
+    base = sel[0]
+    span = sel[n - 1] - base + 1
+    dense = span <= DENSE_SPAN * n + 4096           # (a binary search an op: ~45 ns, 43 % of the kernel)
+    where = np.full(span if dense else 0, -1, np.int64)
+    if dense:
+        for i in range(n):
+            where[sel[i] - base] = i
     for i in range(n):
         r = sel[i]
         t0[i], t1[i], dep[i] = ts[r], ts[r] + dur[r], depth[r]
         p = parent[r]
         if p >= 0:
-            j = min(np.searchsorted(sel, p), n - 1)
-            if sel[j] == p:
-                loc[i] = j
+            if dense:
+                if p - base < span and p >= base:
+                    loc[i] = where[p - base]
+            else:
+                j = min(np.searchsorted(sel, p), n - 1)
+                if sel[j] == p:
+                    loc[i] = j
     negt1 = np.empty(n, np.int64)
     for i in range(n):
         negt1[i] = -t1[i]

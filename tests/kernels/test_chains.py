@@ -59,6 +59,38 @@ def test_kernel_follows_the_vectorised_rules(tab):
     assert inner.tolist() == covering({"ts_ns": ts, "dur_ns": dur, "parent": parent}, first, t[:-1], t[1:]).tolist()
 
 
+
+def _spread(tab, stride):
+    """``tab`` with op row ``i`` moved to row ``i * stride`` (parents and ``sel`` / ``cut`` renumbered),
+    the rows between on another thread: the same ops, the same chain (``sel`` becomes sparse)."""
+    sel, ts, dur, parent, depth, tid, is_step, this, cut = tab
+    n = len(ts)
+    big = lambda col, fill: np.full(n * stride, fill, col.dtype)  # noqa: E731
+    cols = []
+    for col, fill in ((ts, 0), (dur, 0), (parent, -1), (depth, 0), (tid, 2), (is_step, False)):
+        b = big(col, fill)
+        b[::stride] = col
+        cols.append(b)
+    par = parent.copy()
+    inside = (par >= 0) & (par < n)
+    par[inside] *= stride
+    par[~inside & (par >= n)] = n * stride + 3                # out of range stays out of range
+    cols[2][::stride] = par
+    return (sel * stride, *cols, this, cut * stride)
+
+
+@SETTINGS
+@given(tables(), st.sampled_from([1, 3, 5000]))
+def test_the_parents_are_found_in_a_sparse_selection(tab, stride):
+    """``sel`` spread over many more rows than it holds (the parents found by binary search, not in a
+    table indexed by row: ``DENSE_SPAN``) gives the same chain as the twin's."""
+    got = thread_chain(*_spread(tab, stride), HOST_GAP, CPU_OP)
+    want = thread_chain_py(*tab, HOST_GAP, CPU_OP)
+    for i, (g, w) in enumerate(zip(got, want)):
+        if i in (2, 6):                                        # op rows, inner rows: renumbered
+            w = np.where(w >= 0, w * stride, w)
+        assert g.tolist() == w.tolist()
+
 def test_a_zero_length_child_ends_inside_its_parent():
     # op 0 [0, 4] with a zero-length child 1 at 4 (its parent's end): 0 starts, 1 starts, 1 ends, 0 ends
     sel = np.asarray([0, 1], np.int64)
