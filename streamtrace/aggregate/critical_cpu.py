@@ -121,6 +121,7 @@ def thread_waits(chains: dict, main_tid: int) -> list:
     Returns a list of ``ThreadWait``, at most one per (waiting edge, worker thread)."""
     out = []
     tids = list(chains) if len(chains) <= MAX_WAIT_THREADS else [main_tid]
+    sums: dict = {}                    # per worker thread: busy edges, running busy time and cut count
     for wt in tids:
         c = chains.get(wt)
         if c is None or len(c.t) < 2:
@@ -137,14 +138,18 @@ def thread_waits(chains: dict, main_tid: int) -> list:
             ok = (f < last)
             if not ok.any():
                 continue
-            busy = x.busy()
-            cum = np.concatenate(([0], np.cumsum(np.where(busy, x.w, 0))))
-            cut = np.concatenate(([0], np.cumsum(~x.keep)))        # a CPU collective's run: joined across ranks instead
+            if tid not in sums:        # (a CPU collective's run, cut: joined across ranks instead)
+                busy = x.busy()
+                sums[tid] = (busy, np.concatenate(([0], np.cumsum(np.where(busy, x.w, 0)))),
+                             None if x.keep.all() else np.concatenate(([0], np.cumsum(~x.keep))))
+            busy, cum, cut = sums[tid]
             fm, lm = np.minimum(f, len(x.t) - 1), np.maximum(last, 0)
             idle_a = (fm == 0) | ~busy[np.maximum(fm - 1, 0)]
             idle_b = (lm >= len(x.w)) | ~busy[np.minimum(lm, len(x.w) - 1)]
             work = cum[np.maximum(lm, fm)] - cum[fm]
-            ok &= idle_a & idle_b & (2 * work >= (b - a)) & (cut[np.maximum(lm, fm)] == cut[fm])
+            ok &= idle_a & idle_b & (2 * work >= (b - a))
+            if cut is not None:
+                ok &= cut[np.maximum(lm, fm)] == cut[fm]
             out += [ThreadWait(wt, int(e), tid, int(i), int(j)) for e, i, j in
                     zip(cand[ok].tolist(), fm[ok].tolist(), lm[ok].tolist())]
     return out
@@ -263,8 +268,7 @@ def cpu_chains(g: StepGraph, ops, rows, main_tid, cut=None, collective=()):
     ids)}`` of every thread's chain (the step thread's first) and the number of waits between
     threads modelled (``ThreadWait`` and ``CollectiveWait``)."""
     cut = np.zeros(0, np.int64) if cut is None else np.unique(np.asarray(cut, np.int64))
-    start_node = np.full(len(rows), -1, np.int64)
-    end_node = np.full(len(rows), -1, np.int64)
+    nodes = np.full(2 * len(rows), -1, np.int64)     # each op's (start, end) node, interleaved
     tids = ops["tid"][rows]
     chains: dict = {}
     lanes: dict = {}
@@ -275,9 +279,7 @@ def cpu_chains(g: StepGraph, ops, rows, main_tid, cut=None, collective=()):
         sel = rows[where]
         c = chains[tid] = chain(g, ops, sel, tid, cut)
         lanes[tid] = lane_name(ops, sel, tid, main_tid)
-        k = where[c.at]                                             # each instant's op in ``rows``
-        start_node[k[c.is_start]] = c.ids[c.is_start]
-        end_node[k[~c.is_start]] = c.ids[~c.is_start]
+        nodes[2 * where[c.at] + ~c.is_start] = c.ids              # (``where[c.at]``: each instant's op in ``rows``)
     waits = thread_waits(chains, main_tid)
     apply_waits(g, chains, waits, lanes)
     nwaits = len(waits) + apply_collective_waits(chains, collective)
@@ -295,7 +297,7 @@ def cpu_chains(g: StepGraph, ops, rows, main_tid, cut=None, collective=()):
             if j >= 0:
                 g.edges([main.ids[j]], [c.ids[0]], [c.t[0] - main.t[j]], Category.host_gap, lanes[tid],
                         "thread start")
-    return start_node, end_node, {tid: (c.t, c.ids) for tid, c in chains.items()}, nwaits
+    return nodes[0::2].copy(), nodes[1::2].copy(), {tid: (c.t, c.ids) for tid, c in chains.items()}, nwaits
 
 
 def cpu_collectives(g: StepGraph, ops, rows, runs, start_node, end_node, lanes):

@@ -189,10 +189,13 @@ def sync_edges(g: StepGraph, ops, rows, end_node, kend, kend_node, kk=None, sync
     copy = ops["is_copy"][rows] if "is_copy" in ops and kk is not None else np.zeros(len(rows), bool)
     co = np.argsort(kk[1], kind="stable") if kk is not None else np.zeros(0, np.int64)
     ccorr = kk[1][co] if kk is not None else np.zeros(0, np.int64)
+    e = ([], [], [], [], [], [])                 # the edges' src, dst, w, lane, name, ref: added at once
+    ts, dur, corrs, tids, names, ext = (ops[c] for c in ("ts_ns", "dur_ns", "correlation", "tid", "name",
+                                                          "external_id"))
     for i in np.flatnonzero(ops["is_sync"][rows] | copy).tolist():
         r = rows[i]
-        lo, hi = ops["ts_ns"][r], ops["ts_ns"][r] + ops["dur_ns"][r]
-        corr = int(ops["correlation"][r])
+        lo, hi = int(ts[r]), int(ts[r] + dur[r])
+        corr = int(corrs[r])
         if not ops["is_sync"][r]:               # an asynchronous copy: its own copy, ended inside it
             j = int(np.searchsorted(ccorr, corr))
             j = int(co[j]) if j < len(ccorr) and ccorr[j] == corr else -1
@@ -203,10 +206,13 @@ def sync_edges(g: StepGraph, ops, rows, end_node, kend, kend_node, kk=None, sync
         else:
             j = np.searchsorted(se, hi, "right") - 1
             src, t = (sn[j], se[j]) if j >= 0 and se[j] >= lo else (-1, -1)
-        if src >= 0 and end_node[i] >= 0:
-            g.edges([src], [end_node[i]], [hi - t], Category.sync, f"thread {int(ops['tid'][r])}",
-                    str(ops["name"][r]), int(ops["external_id"][r]))
+        if src >= 0 and end_node[i] >= 0:       # (the texts coded in the order met, as one call an edge did)
+            for col, x in zip(e, (src, end_node[i], hi - t, g.texts.code(f"thread {int(tids[r])}"),
+                                  g.texts.code(str(names[r])), int(ext[r]))):
+                col.append(x)
             linked[i] = True
+    if e[0]:
+        g.edges(e[0], e[1], e[2], Category.sync, np.asarray(e[3], np.int32), np.asarray(e[4], np.int32), e[5])
     return linked
 
 

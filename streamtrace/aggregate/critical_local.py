@@ -258,7 +258,9 @@ def _columns(part, tables) -> tuple:
     texts = Texts()                                                    # the step graphs' lanes and names
     values, idx = dictionary_numpy(ops_t["name"])                     # name flags per distinct name
     ops = {c: (values[idx] if len(idx) else np.zeros(0, object)) if c == "name" else column_numpy(ops_t[c])
-           for c in OPS_COLUMNS}
+           for c in OPS_COLUMNS if c != "cat"}
+    cv, cidx = dictionary_numpy(ops_t["cat"])                         # (a flag per distinct category)
+    ops["cat"] = cv[cidx] if len(cidx) else np.zeros(0, object)
     ops["name_code"] = texts.codes(values)[idx]
     k = {c: column_numpy(k_t[c]) for c in KERNEL_COLUMNS if c != "name"} if k_t is not None else \
         {c: np.zeros(0, object if c in ("name", "kind") else np.int64) for c in KERNEL_COLUMNS}
@@ -279,7 +281,8 @@ def _columns(part, tables) -> tuple:
     ops["is_copy"] = flag(COPY_CALLS.match)
     ops["is_wait"] = flag(lambda x: x in WAIT_CALLS)
     ops["any_wait"] = bool(ops["is_wait"].any())
-    ops["is_gpu_sync"] = np.asarray(ops["cat"] == CUDA_SYNC_CAT, bool)  # GPU events the ops table holds too
+    ops["is_gpu_sync"] = np.asarray([x == CUDA_SYNC_CAT for x in cv.tolist()], bool)[cidx]  # GPU events the
+    # ops table holds too
     k["ts_ns"], k["end_ns"] = part.align(k["ts_ns"]), part.align(k["end_ns"])
     calls = None
     if has_runs(uniq):                                                 # a CPU-only (gloo) rank's collectives
