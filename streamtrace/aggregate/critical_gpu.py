@@ -219,7 +219,11 @@ def sync_edges(g: StepGraph, ops, rows, end_node, kend, kend_node, kk=None, sync
 def zero_linked_syncs(cols, nodes):
     """Weigh 0 (``wait``) the CPU chain edges that end at a linked sync call's end node ``nodes``."""
     dst, cat = cols[1], cols[3]
-    m = np.isin(dst, nodes) & (cat != Category.sync)
+    if not len(nodes) or not len(dst):
+        return
+    mark = np.zeros(max(int(dst.max()), int(nodes.max())) + 1, bool)     # (np.isin sorts both)
+    mark[nodes] = True
+    m = mark[dst] & (cat != Category.sync)
     cols[2][m] = 0
     cat = cat.copy()
     cat[m] = Category.wait

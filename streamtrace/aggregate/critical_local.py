@@ -219,9 +219,13 @@ def reduce_step(t, cols, anchors, order):
     src, dst, w = cols[:3]
     pos = np.empty(len(t), np.int64)
     pos[order] = np.arange(len(t))
-    ok = pos[src] < pos[dst]                                      # an edge against time is dropped
-    keep = np.flatnonzero(ok)
-    ps, pd, pw = pos[src[keep]], pos[dst[keep]], w[keep]
+    ps, pd = pos[src], pos[dst]
+    ok = ps < pd                                                  # an edge against time is dropped
+    if ok.all():
+        keep, pw = np.arange(len(src)), w
+    else:
+        keep = np.flatnonzero(ok)
+        ps, pd, pw = ps[keep], pd[keep], w[keep]
     nodes, kinds = anchors[:2]
     init = np.full(len(t), NEG, np.int64)
     srcs = pos[nodes[(kinds == Anchor.step_start) | (kinds == Anchor.end)]]
