@@ -251,36 +251,40 @@ def solve_step(g: JobGraph, w=None) -> Solved | None:
 
 class _Spill:
     """One part's spilled path segments (``part_paths``), read
-    once (``read_segments``): its columns as numpy, each node's in-edge row (its last row, as a dict built in
-    row order would) in a list by node, walked back in plain Python (lists made on the first walk)."""
+    once (``read_segments``): its columns as numpy and each node's in-edge row (its last row, as a dict built
+    in row order would), walked back by ``streamtrace.kernels.critical.trace_back`` (made on the first walk)."""
 
     def __init__(self, path):
         self.num = read_segments(path)
-        self.walk: tuple | None = None
+        self.into: np.ndarray | None = None
 
-    def _lists(self) -> tuple:
-        dst = self.num["dst"]
+    def _into(self) -> np.ndarray:
+        dst, src = self.num["dst"], self.num["src"]
         r = np.arange(len(dst))[::-1]
         keys, first = np.unique(dst[r], return_index=True)
         ok = keys >= 0
         keys, rows = keys[ok], r[first][ok]
-        into = np.full(int(keys.max()) + 1 if len(keys) else 0, -1, np.int64)
+        top = max(int(dst.max()) if len(dst) else -1, int(src.max()) if len(src) else -1)
+        into = np.full(top + 1, -1, np.int64)          # (every node a row names: the walk indexes them all)
         into[keys] = rows
-        return into.tolist(), self.num["src"].tolist()
+        return into
 
-    def chain(self, x: int, stop: int) -> list:
-        """The rows of the in-edges from node ``x`` back to node ``stop`` (or to a node with none), last first."""
-        if self.walk is None:
-            self.walk = self._lists()
-        into, src = self.walk
-        out = []
-        while x != stop:
-            j = into[x] if 0 <= x < len(into) else -1
-            if j < 0:
-                break
-            out.append(j)
-            x = src[j]
-        return out
+    def chain(self, x: int, stop: int) -> np.ndarray:
+        """The rows of the in-edges from node ``stop`` (or from a node with none) on to node ``x``, in
+        path order (int64): the tree walked back from ``x``, cut at ``stop`` for the walk."""
+        if self.into is None:
+            self.into = self._into()
+        into = self.into
+        if x == stop or not 0 <= x < len(into):
+            return np.zeros(0, np.int64)
+        cut = 0 <= stop < len(into)
+        if cut:
+            saved, into[stop] = into[stop], -1
+        try:
+            return trace_back(into, self.num["src"], x)
+        finally:
+            if cut:
+                into[stop] = saved
 
     def columns_of(self, rank: int, js) -> dict:
         """Segment columns (``SEGMENTS``) of rows ``js`` (int64 array)."""
@@ -313,8 +317,7 @@ def _segments(g: JobGraph, path, spills: dict, rank_of: dict, cache: dict | None
             if p not in cache:
                 cache[p] = _Spill(spills[p])
             sp = cache[p]
-            pieces.append(sp.columns_of(rank_of[p], np.asarray(sp.chain(int(g.local[v]), int(g.local[u]))[::-1],
-                                                               np.int64)))
+            pieces.append(sp.columns_of(rank_of[p], sp.chain(int(g.local[v]), int(g.local[u]))))
         else:
             end = v if typ == TRANSFER else u
             p = int(g.part[end])

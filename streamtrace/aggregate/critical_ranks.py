@@ -39,6 +39,8 @@ the path; -1 / False where a column does not apply).
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..kernels.sentinels import NEG, POS
 from .critical_graph import CATEGORIES, Anchor, Category, Edge
@@ -62,10 +64,22 @@ def _sums(keys, weights) -> dict:
         np.add.at(total, inv.reshape(-1), weights)
         o = np.argsort(first)
         return dict(zip(u[o].tolist(), total[o].tolist()))
-    acc: dict = {}
-    for k, w in zip(keys.tolist(), weights.tolist()):
-        acc[k] = acc.get(k, 0) + w
-    return acc
+    try:                                            # names (str, None): coded by pyarrow, in first-seen order
+        d = pc.dictionary_encode(pa.array(keys, pa.string()))
+    except (pa.ArrowException, TypeError):
+        acc: dict = {}
+        for k, w in zip(keys.tolist(), weights.tolist()):
+            acc[k] = acc.get(k, 0) + w
+        return acc
+    values = d.dictionary.to_pylist() + [None]
+    code = d.indices.fill_null(len(values) - 1).to_numpy(zero_copy_only=False).astype(np.int64)
+    total = np.zeros(len(values), np.int64)
+    np.add.at(total, code, np.asarray(weights, np.int64))
+    first = np.full(len(values), len(code), np.int64)
+    np.minimum.at(first, code, np.arange(len(code)))
+    o = np.argsort(first, kind="stable")
+    o = o[first[o] < len(code)]
+    return {values[i]: int(total[i]) for i in o.tolist()}
 
 
 def _path_by_rank(segs) -> dict:

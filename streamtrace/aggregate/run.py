@@ -58,7 +58,7 @@ import numpy as np
 from ..analyze.outputs import KERNELS, OPS
 from ..runtime.errors import StreamtraceError
 from ..events.dataset import json_default, num_rows, write_table
-from ..runtime.compile import TASKS, load as load_kernels
+from ..runtime.compile import REPLAY_UNITS, TASKS, load as load_kernels
 from ..runtime.files import atomic_output, output_folder
 from ..runtime.fork import ChildError, Standby
 from ..runtime.parallel import run_tasks
@@ -240,8 +240,8 @@ def _job_level_process(opt: AggregateOptions):
     the modules it imported) does not come under the replay's peak (4,096 synthetic ranks: the critical
     path's process at 509 MB, 282 MB after it returned).  Neither is forked without the critical path
     (the replay needs it)."""
-    if opt.critical_path:
-        load_kernels(*TASKS["aggregate"])
+    if opt.critical_path:                    # (the replay's units only for the what-if)
+        load_kernels(*(u for u in TASKS["aggregate"] if opt.whatif or u not in REPLAY_UNITS))
     with Standby(bool(opt.critical_path)) as critical, Standby(bool(opt.critical_path and opt.whatif)) as whatif:
         yield JobLevel(critical, whatif)
 

@@ -336,3 +336,19 @@ def test_slack_is_how_much_later_a_ranks_work_could_finish(job):
             return lo
         want = 0 if r in path_ranks else min(tolerance(a) for a in anchors)
         assert rows[r]["slack_ns"] == want, (r, rows[r], want)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["mm", "add", "nccl:all_reduce", "é", "", None]),
+                          st.integers(0, 10 ** 12)), max_size=40))
+def test_path_sums_by_name_keep_the_first_seen_order(rows):
+    """The summary's sums by name (``critical_ranks._sums`` of an object array of str / None) equal
+    a dict filled row by row: the same keys, in the order first met, the same int sums."""
+    from streamtrace.aggregate.critical_ranks import _sums
+    want: dict = {}
+    for k, w in rows:
+        want[k] = want.get(k, 0) + w
+    keys = np.asarray([k for k, _ in rows] + [None], object)[:-1]
+    got = _sums(keys, np.asarray([w for _, w in rows], np.int64))
+    assert list(got.items()) == list(want.items())
+    assert all(type(v) is int for v in got.values())
