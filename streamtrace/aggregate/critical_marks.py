@@ -40,9 +40,8 @@ from pathlib import Path
 
 import numpy as np
 import orjson
-import pyarrow.parquet as pq
 
-from ..events.dataset import arrow_file
+from ..events.dataset import read_arrow
 from ..events.sortedsets import in_sorted
 from ..kernels import extract
 from ..runtime.errors import StreamtraceError
@@ -74,7 +73,7 @@ def path_ids(aggdir, iteration=None) -> tuple[dict, dict, dict]:
         raise StreamtraceError(f"{p}: missing (run streamtrace aggregate without --no-critical-path first)")
     want = columns(CRITICAL_PATH, "iteration", "step", "order", "rank", "category", "name", "correlation",
                    "external_id")
-    t = pq.read_table(arrow_file(p), columns=want)
+    t = read_arrow(p, want)
     c = {n: t[n].to_numpy() for n in ("iteration", "step", "order", "rank", "correlation", "external_id")}
     _, step = np.unique(np.stack([c["iteration"], c["step"]], 1), axis=0, return_inverse=True)
     order = step.reshape(-1).astype(np.int64) * 10**7 + c["order"]

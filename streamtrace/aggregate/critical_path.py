@@ -51,9 +51,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import pyarrow.parquet as pq
 
-from ..events.dataset import arrow_file, write_table
+from ..events.dataset import read_arrow, write_table
 from ..kernels.critical import NEG, POS, latest_times, longest_path, trace_back
 from ..runtime.tuning import trim
 from .critical_graph import BARRIER, CATEGORIES, Anchor, Category, Edge, barrier_edges, key_codes, last_of
@@ -82,7 +81,7 @@ def _members(outdir) -> tuple:
     none = (np.zeros((0, 3), np.int64), np.zeros(0, np.int64))
     if not p.is_file():
         return none
-    t = pq.read_table(arrow_file(p), columns=columns(COLLECTIVES_RANKS, "instance", "part", "correlation", "stream"))
+    t = read_arrow(p, columns(COLLECTIVES_RANKS, "instance", "part", "correlation", "stream"))
     inst, part, corr, stream = (t[c].to_numpy().astype(np.int64) for c in ("instance", "part", "correlation", "stream"))
     if not len(inst):
         return none
@@ -100,7 +99,7 @@ def _p2p_instances(outdir) -> set:
     p = table_path(outdir, COLLECTIVES_RANKS)
     if not p.is_file():
         return set()
-    t = pq.read_table(arrow_file(p), columns=columns(COLLECTIVES_RANKS, "instance", "collective"))
+    t = read_arrow(p, columns(COLLECTIVES_RANKS, "instance", "collective"))
     kind = np.char.lower(np.asarray(t["collective"].to_pylist(), dtype=str)) if t.num_rows else np.zeros(0, str)
     return set(t["instance"].to_numpy()[np.isin(kind, P2P)].tolist())
 

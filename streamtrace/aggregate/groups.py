@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from .folder import COLLECTIVES, PROCESS_GROUPS, PROCESS_GROUPS_COLUMNS, table_path
-from ..events.dataset import arrow_file, write_table
+from ..events.dataset import read_arrow, write_table
 
 COLUMNS = PROCESS_GROUPS_COLUMNS
 _P2P = ("Send", "Recv", "SendRecv")
@@ -44,7 +43,7 @@ def process_groups(aggdir, singles: bool = False) -> dict:
              for c in COLUMNS}
     if not p.is_file():
         return empty
-    t = pq.read_table(arrow_file(p), columns=list(_READ))
+    t = read_arrow(p, list(_READ))
     if not t.num_rows:                    # (an empty table's columns carry no types)
         return empty
     t = t.filter(pc.and_(pc.less(t["src"], 0), pc.invert(pc.is_in(t["collective"], pc.cast(_P2P, "string")))))

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .folder import TIMELINE, TIMELINE_COLUMNS, table_path
-from ..events.dataset import arrow_file, to_arrow, write_table
+from ..events.dataset import arrow_file, read_arrow, to_arrow, write_table
 from ..runtime.files import atomic_output
 
 SCHEMA = pa.schema([(c, pa.string() if c == "category" else pa.int64()) for c in TIMELINE_COLUMNS])
@@ -53,6 +53,6 @@ def join(outdir, paths: list) -> list:
     out = table_path(outdir, TIMELINE)
     with atomic_output(out, compress=False) as f, pq.ParquetWriter(f, SCHEMA, compression="zstd") as w:
         for p in paths:
-            w.write_table(pq.read_table(arrow_file(p)))
+            w.write_table(read_arrow(p))
             Path(p).unlink()
     return [out]

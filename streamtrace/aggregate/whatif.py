@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..events.dataset import arrow_file, read_table, write_table
+from ..events.dataset import read_arrow, read_table, write_table
 from ..runtime.errors import DataError, UsageError
 from ..runtime.parallel import run_tasks
 from ..runtime.tuning import trim
@@ -161,9 +161,8 @@ def _name_factors(path, table, col, it, st, rank) -> dict:
     """``{name: factor}`` of ``medians`` from one statistics table (pyarrow, then numpy by name
     code: a 1,024-rank job's table is never turned into Python rows); ``col``: table ``table``'s
     value column."""
-    import pyarrow.parquet as pq
-    t = pq.read_table(arrow_file(path), columns=columns(table, "rank", "name", "count", col),
-                      filters=[("iteration", "=", it), ("step", "=", st)], read_dictionary=["name"])
+    t = read_arrow(path, columns(table, "rank", "name", "count", col), where={"iteration": [it], "step": [st]},
+                   read_dictionary=["name"])
     # (names as Parquet's dictionaries: read as strings, a 4,096-rank job's op and kernel names took
     # +84-106 MB of RSS that the allocator kept, under the replay's peak)
     code, names = codes(t["name"])

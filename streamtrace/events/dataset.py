@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
@@ -124,12 +125,68 @@ def parquet_file(path, columns=()) -> pq.ParquetFile:
     return f
 
 
-def _read(path, columns=None) -> pa.Table:
-    f = parquet_file(path, columns or ())
+def read_arrow(path, columns=None, where=None, read_dictionary=None) -> pa.Table:
+    """The Parquet file ``path`` as a ``pyarrow.Table``: ``columns`` only (None: all); ``where``:
+    ``{column: values}`` keeps the rows whose value is one of ``values`` (tested batch by batch, so
+    that the rows left out are never all held); ``read_dictionary``: string columns read as
+    dictionaries (Parquet's own).  Read through ``pyarrow.parquet.ParquetFile``, never
+    ``pyarrow.parquet.read_table``: that one goes through ``pyarrow.dataset``, whose import alone is
+    ~0.09 CPU-s in each process that reads a table (aggregate's job-level processes, report's).
+    Raises ``DataError`` naming ``path`` when it is missing, not readable Parquet or lacks a column."""
+    want = list(columns) if columns is not None else None
+    f = parquet_file(path, list(columns or ()) + list(where or ()))
     try:
-        return f.read(columns=list(columns) if columns is not None else None)
+        if read_dictionary:
+            f = pq.ParquetFile(arrow_file(path), read_dictionary=list(read_dictionary), metadata=f.metadata)
+        if not where:
+            return f.read(columns=want)
+        extra = [c for c in where if want is not None and c not in want]
+        cols = None if want is None else want + extra
+        groups = _row_groups(f, where)
+        keep = [_where_batch(b, where) for b in f.iter_batches(columns=cols, row_groups=groups)] if groups else []
+        t = pa.Table.from_batches(keep) if keep else \
+            f.schema_arrow.empty_table().select(cols if cols is not None else f.schema_arrow.names)
+        return t.drop_columns(extra) if extra else t
     except (OSError, pa.ArrowException, ValueError) as e:
         raise DataError(path, f"not a readable Parquet file ({_why(e)})") from None
+
+
+def _row_groups(f: pq.ParquetFile, where) -> list:
+    """The row groups of ``f`` that may hold rows ``where`` keeps: those whose statistics (min, max of a
+    column of ``where``) leave out every one of its values are not read."""
+    md = f.metadata
+    names = [md.schema.column(j).path for j in range(md.num_columns)]
+    out = []
+    for i in range(md.num_row_groups):
+        rg = md.row_group(i)
+        ok = True
+        for c, values in where.items():
+            st = rg.column(names.index(c)).statistics if c in names else None
+            try:
+                ok = st is None or not st.has_min_max or not values or \
+                    any(v is None or st.min <= v <= st.max for v in values)
+            except TypeError:            # (values of another type than the column's: read it, test the rows)
+                ok = True
+            if not ok:
+                break
+        if ok:
+            out.append(i)
+    return out
+
+
+def _where_batch(batch, where) -> pa.RecordBatch:
+    """The rows of ``batch`` whose value of each column of ``where`` is one of its values."""
+    mask = None
+    for c, values in where.items():
+        col = batch.column(c)
+        m = pc.is_in(col, value_set=pa.array(list(values), col.type if not pa.types.is_dictionary(col.type)
+                                              else col.type.value_type))
+        mask = m if mask is None else pc.and_(mask, m)
+    return batch.filter(mask)
+
+
+def _read(path, columns=None) -> pa.Table:
+    return read_arrow(path, columns)
 
 
 def iter_table(path, columns, batch_rows: int = 1 << 20):
@@ -400,14 +457,13 @@ def read_table(path, columns=None, where=None) -> Columns:
     """A Parquet file as ``{name: numpy array}`` (strings as object arrays sharing one ``str`` per
     distinct value: ``shared_strings``): a ``Columns``.  ``columns``: only these (list of
     str; default all); ``where``: ``{column: values}`` keeps only the rows whose value is one of
-    ``values`` (pyarrow filters: row groups whose statistics exclude them are not read).  Raises
+    ``values`` (``read_arrow``: row groups whose statistics exclude them are not read).  Raises
     ``DataError`` when it is missing, not readable Parquet or lacks a column."""
     f = parquet_file(path, list(columns or ()) + list(where or ()))
     strs = _string_names(f, columns)
     try:
         if where:
-            t = pq.read_table(arrow_file(path), columns=list(columns) if columns is not None else None,
-                              filters=[(c, "in", list(v)) for c, v in where.items()], read_dictionary=strs)
+            t = read_arrow(path, columns, where, strs)
         else:                      # (the footer parsed once: its metadata handed over)
             t = (pq.ParquetFile(arrow_file(path), read_dictionary=strs, metadata=f.metadata) if strs else f).read(
                 columns=list(columns) if columns is not None else None)

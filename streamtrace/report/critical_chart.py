@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ..aggregate.folder import CRITICAL_PATH, columns, table_path
-from ..events.dataset import arrow_file
+from ..events.dataset import read_arrow
 from .charts import margins, pyplot, save
 
 COLORS = {"cpu_op": "#4c72b0", "host_gap": "#8c8c8c", "launch_delay": "#dd8452", "compute_kernel": "#55a868",
@@ -39,7 +38,7 @@ def critical_chart(aggdir, stem, formats=("png",)) -> list:
     p = table_path(aggdir, CRITICAL_PATH)
     if not p.is_file():
         return []
-    t = pq.read_table(arrow_file(p), columns=COLUMNS)
+    t = read_arrow(p, COLUMNS)
     if not t.num_rows:
         return []
     best, length = longest_step(t)

@@ -13,10 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ..aggregate.folder import IDLE_BREAKDOWN, KERNEL_STATS, LAUNCH_STATS, OP_STATS, table_file, table_path
-from ..events.dataset import arrow_file
+from ..events.dataset import read_arrow
 from .charts import bars_h, margins, pyplot, save
 from .escape import md_cell
 from .section import ChartJob, ReportInput, SectionBase
@@ -29,7 +28,7 @@ IDLE_LABELS = {"host_wait_ns": "host wait (launch late)", "kernel_wait_ns": "ker
 
 def _table(d, name) -> pa.Table | None:
     p = table_path(d, name)
-    return pq.read_table(arrow_file(p)) if p.is_file() else None
+    return read_arrow(p) if p.is_file() else None
 
 
 def _rows(t: pa.Table, n=None) -> list:

@@ -6,6 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streamtrace.runtime.errors import DataError
 from streamtrace.events.dataset import read_table, shared_strings
@@ -53,3 +55,36 @@ def test_bad_column_or_file(table, tmp_path):
     bad.write_bytes(b"not parquet")
     with pytest.raises(DataError):
         read_table(bad, where={"rank": [1]})
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(["a", "b", "é", None])), max_size=60),
+       st.integers(1, 7), st.sets(st.integers(0, 6), max_size=3), st.sets(st.sampled_from(["a", "é", "z"]), max_size=2))
+def test_read_arrow_keeps_the_rows_pyarrow_filters_keep(tmp_path_factory, rows, group, ranks, names):
+    """``read_arrow`` (row groups left out by their statistics, the rest tested batch by batch, never
+    through ``pyarrow.dataset``) returns the table ``pyarrow.parquet.read_table`` with the same
+    filters returns: rows, order, types (names as dictionaries when asked)."""
+    from streamtrace.events.dataset import read_arrow
+    p = tmp_path_factory.mktemp("ra") / "t.parquet"
+    t = pa.table({"rank": pa.array([r for r, _ in rows], pa.int64()), "name": pa.array([n for _, n in rows], pa.string()),
+                  "i": pa.array(np.arange(len(rows)), pa.int64())})
+    pq.write_table(t, p, row_group_size=group)
+    where = {"rank": sorted(ranks)} | ({"name": sorted(names)} if names else {})
+    filters = [(c, "in", v) for c, v in where.items()]
+    for cols in (None, ["i"], ["name", "i"]):
+        want = pq.read_table(p, columns=cols, filters=filters, read_dictionary=["name"])
+        got = read_arrow(p, cols, where=where, read_dictionary=["name"])
+        assert got.column_names == want.column_names
+        assert got.to_pylist() == want.to_pylist()
+        assert [f.type for f in got.schema] == [f.type for f in want.schema]
+    assert read_arrow(p).equals(pq.read_table(p))
+
+
+def test_read_arrow_names_a_damaged_file(tmp_path):
+    from streamtrace.events.dataset import read_arrow
+    p = tmp_path / "bad.parquet"
+    p.write_bytes(b"PAR1 not really")
+    with pytest.raises(DataError, match="bad.parquet"):
+        read_arrow(p)
+    with pytest.raises(DataError, match="missing"):
+        read_arrow(tmp_path / "none.parquet", where={"rank": [1]})
