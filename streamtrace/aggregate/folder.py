@@ -218,10 +218,8 @@ class Aggregate(Outputs):
         return sorted(p.stem for p in self.path.glob("*.parquet"))
 
     def _read(self, name):
-        import pyarrow.parquet as pq
-
-        from ..events.dataset import arrow_file
-        return pq.read_table(arrow_file(table_path(self.path, name)))
+        from ..events.dataset import read_arrow
+        return read_arrow(table_path(self.path, name))
 
     def whatif(self, changes, jobs: int = 0):
         """The steps replayed with ``changes`` (``streamtrace.aggregate.whatif.replay_steps``: change

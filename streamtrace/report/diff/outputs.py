@@ -41,7 +41,5 @@ class Diff(Outputs):
         return [n for n in TABLES if table_path(self.path, n).is_file()]
 
     def _read(self, name):
-        import pyarrow.parquet as pq
-
-        from ...events.dataset import arrow_file
-        return pq.read_table(arrow_file(table_path(self.path, name)))
+        from ...events.dataset import read_arrow
+        return read_arrow(table_path(self.path, name))
