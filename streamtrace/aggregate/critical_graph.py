@@ -180,9 +180,11 @@ def topological_order(t, cls, src, dst) -> np.ndarray:
         return order
     pos = np.empty(len(t), np.int64)
     pos[order] = ids
-    eq = t[src] == t[dst]
-    if not (eq & (pos[src] > pos[dst])).any():
+    back = np.flatnonzero(pos[src] > pos[dst])              # (an edge back in time is the caller's to drop)
+    eq = back[t[src[back]] == t[dst[back]]]
+    if not len(eq):
         return order
+    eq = t[src] == t[dst]
     es, ed = src[eq], dst[eq]
     level = np.zeros(len(t), np.int64)
     for _ in range(MAX_LEVELS):
