@@ -86,6 +86,18 @@ def keep_op(name: str, args: dict) -> bool:
     return not _KEPT_KEYS.isdisjoint(args) or _name_tells(name)
 
 
+_KEPT_TEXT = re.compile(b'"(?:' + b"|".join(re.escape(k.encode()) for k in sorted(_KEPT_KEYS)) + b')"')
+
+
+def may_keep_op(raw: bytes, name: str) -> bool:
+    """False when ``keep_op`` is false for the event whose JSON text is ``raw`` whatever its args:
+    none of the kept keys is in the text, quoted, and its name does not tell.  A text with a
+    backslash (a key could be written with escapes) may always be kept: it is decoded.  Saves
+    decoding the communication ops that carry nothing to keep (64,640 of a 339 MB DDP rank's
+    events: ~0.15 CPU-s of its analyze)."""
+    return _name_tells(name) or b"\\" in raw or _KEPT_TEXT.search(raw) is not None
+
+
 @functools.lru_cache(maxsize=4096)
 def _name_tells(name: str) -> bool:
     return bool(_NAME_TELLS.search(name))
@@ -302,6 +314,8 @@ def columns_from_batch(b, table: StringTable, path="?"):
     op = table.comm_op(out["name"]) & ~slow        # columns right already: only the args row is missing
     for j in np.flatnonzero(slow | op).tolist():   # in file order, as the twin numbers the rows
         raw = b.buf[int(b.starts[j]):int(b.ends[j])]
+        if not slow[j] and not may_keep_op(raw, table.strings[out["name"][j]]):
+            continue                               # (nothing it could keep: not decoded)
         ev = loads(raw, path, b.offset + int(b.starts[j]) - int(b.starts[0]))
         if slow[j]:
             row_from_dict(ev, int(b.ts_ns[j]), int(b.dur_ns[j]), int(b.flags[j]), table, out[j], comm_rows)

@@ -65,3 +65,31 @@ def test_kernel_equals_twin_on_random_events(tmp_path_factory, events, indent):
     p = tmp_path_factory.mktemp("c") / "t.json"
     p.write_text(json.dumps({"traceEvents": events}, indent=indent))
     assert check(p) == len(events)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["nccl:all_reduce", "record_param_comms", "gloo:broadcast", "c10d::allgather_", "nccl:all_to_all"]),
+       st.dictionaries(st.sampled_from(["Seq", "In msg nelems", "dtype", "Input Dims", "External id", "Ev Idx", "séq",
+                                        "Group size", "Process Group Ranks", "x"]),
+                       st.one_of(st.integers(-5, 5), st.text(max_size=4), st.lists(st.integers(0, 3), max_size=2)),
+                       max_size=4),
+       st.booleans(), st.booleans())
+def test_an_op_skipped_undecoded_is_one_keep_op_would_not_keep(name, args, ascii_only, nested):
+    """``may_keep_op`` (the text test that spares decoding a communication op) is never False for an
+    event ``keep_op`` keeps: whatever its args, written with escapes or not, nested or not."""
+    from streamtrace.events.columns import keep_op, may_keep_op
+    ev = {"ph": "X", "name": name, "args": {"outer": args} if nested else args}
+    raw = json.dumps(ev, ensure_ascii=ascii_only).encode()
+    decoded = json.loads(raw)
+    got_args = decoded["args"] if isinstance(decoded.get("args"), dict) else {}
+    if keep_op(name, got_args):
+        assert may_keep_op(raw, name)
+    if not may_keep_op(raw, name):
+        assert not keep_op(name, got_args)
+
+
+def test_a_kept_key_written_with_escapes_is_decoded():
+    from streamtrace.events.columns import keep_op, may_keep_op
+    raw = b'{"ph":"X","name":"nccl:all_reduce","args":{"Se\\u0071":7}}'
+    assert keep_op("nccl:all_reduce", json.loads(raw)["args"]) and may_keep_op(raw, "nccl:all_reduce")
+    assert not may_keep_op(b'{"ph":"X","name":"nccl:all_reduce","args":{"External id":7}}', "nccl:all_reduce")
