@@ -50,13 +50,16 @@ def group_rows(keycols) -> dict:
         change[1:] |= a[1:] != a[:-1]
     starts = np.flatnonzero(change)
     ends = np.append(starts[1:], n)
-    firsts = [a[starts].tolist() for a in keycols]
-    runs: dict = {}
-    for i, (a, b) in enumerate(zip(starts.tolist(), ends.tolist())):
-        runs.setdefault(tuple(int(c[i]) for c in firsts), []).append((a, b))
+    runs: dict = {}                        # (the key tuples of Python ints: ``tolist``)
+    for key, a, b in zip(zip(*(np.asarray(a)[starts].tolist() for a in keycols)), starts.tolist(), ends.tolist()):
+        runs.setdefault(key, []).append((a, b))
     out = {}
     for key, rr in runs.items():
-        out[key] = slice(*rr[0]) if len(rr) == 1 else np.concatenate([np.arange(a, b) for a, b in rr])
+        if len(rr) == 1:
+            out[key] = slice(*rr[0])
+        else:                              # the runs' rows: one arange, shifted per run
+            a, b = np.asarray(rr, np.int64).T
+            out[key] = np.arange(int((b - a).sum())) + np.repeat(a - np.cumsum(np.r_[0, (b - a)[:-1]]), b - a)
     return out
 
 
