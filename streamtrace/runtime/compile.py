@@ -414,7 +414,21 @@ def load(*names) -> list:
             out.append(n)
         except Exception:          # numba's internals changed, the JIT disabled, a compile error, ...
             pass
+    if out:
+        _type_an_array()
     return out
+
+
+def _type_an_array():
+    """Type one numpy array as a kernel call does.  numba's first ``typeof`` of an array in a process
+    imports ``numpy.ma`` (to refuse masked arrays): 0.021 CPU-s, paid again by every process forked before
+    it (aggregate's job-level processes, the epilogue's stages) at its first kernel call."""
+    try:
+        import numba
+        import numpy as np
+        numba.typeof(np.zeros(0, np.int64))
+    except Exception:              # (numba's internals changed: the first call does it)
+        pass
 
 
 SET_UP_UNIT = "scan._is_ws"
