@@ -42,6 +42,8 @@ import re
 
 import numpy as np
 import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..kernels import extract
 from ..trace.decode import loads, text_ns
@@ -169,21 +171,31 @@ class StringTable:
         if not present.any():
             return out
         h = hashes[present]
-        uh, first, inv = np.unique(h, return_index=True, return_inverse=True)
-        idx = np.flatnonzero(present)
+        d = pc.dictionary_encode(pa.array(h))          # (a hash table: no sort of the batch's hashes)
+        uh, code = d.dictionary.to_numpy(), d.indices.to_numpy()
         lut = np.empty(len(uh), np.int32)
-        for k, (hv, fi) in enumerate(zip(uh.tolist(), first.tolist())):
+        new = []
+        for k, hv in enumerate(uh.tolist()):
             known = self._by_hash.get(hv)
             if known is None:
-                j = idx[fi]
+                new.append((hv, k))
+            else:
+                lut[k] = known
+        if new:                                          # decoded in ascending hash order, as ids were given
+            idx = np.flatnonzero(present)
+            ks = np.asarray([k for _, k in new], np.int64)
+            at = np.flatnonzero(np.isin(code, ks))
+            got, first = np.unique(code[at], return_index=True)
+            first_of = dict(zip(got.tolist(), at[first].tolist()))
+            for hv, k in sorted(new):
+                j = idx[first_of[k]]
                 if ends[j] - starts[j] > MAX_TEXT:      # a name of megabytes: cut (issue 49)
                     text = cut_text(raw[starts[j]:ends[j]])
                     self.cut += 1
                 else:
                     text = json.loads(raw[starts[j]:ends[j]])
-                known = self._by_hash[hv] = self.id(text)
-            lut[k] = known
-        out[present] = lut[inv]
+                lut[k] = self._by_hash[hv] = self.id(text)
+        out[present] = lut[code]
         return out
 
 

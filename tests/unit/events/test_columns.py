@@ -93,3 +93,33 @@ def test_a_kept_key_written_with_escapes_is_decoded():
     raw = b'{"ph":"X","name":"nccl:all_reduce","args":{"Se\\u0071":7}}'
     assert keep_op("nccl:all_reduce", json.loads(raw)["args"]) and may_keep_op(raw, "nccl:all_reduce")
     assert not may_keep_op(b'{"ph":"X","name":"nccl:all_reduce","args":{"External id":7}}', "nccl:all_reduce")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.one_of(st.none(), st.sampled_from(["mm", "add", "é", "nccl:x", "", "q\"t"])), max_size=30),
+                min_size=1, max_size=3))
+def test_intern_spans_gives_ids_as_a_sorted_pass_would(batches):
+    """``StringTable.intern_spans`` over batches of JSON string spans: the ids a plain reference gives
+    (each batch's new hashes decoded in ascending hash order, known hashes mapped), row by row."""
+    table = StringTable()
+    by_hash: dict = {}
+    strings: list = []
+    hash_of = {"mm": 9, "add": 3, "é": 2 ** 63 + 5, "nccl:x": 7, "": 1, "q\"t": 2 ** 40}
+    for texts in batches:
+        raw, starts, ends, hashes = b"", [], [], []
+        for x in texts:
+            if x is None:
+                starts.append(-1), ends.append(-1), hashes.append(0)
+                continue
+            enc = json.dumps(x).encode()
+            starts.append(len(raw)), ends.append(len(raw) + len(enc)), hashes.append(hash_of[x])
+            raw += enc + b","
+        h = np.asarray(hashes, np.uint64)
+        got = table.intern_spans(h, np.asarray(starts, np.int64), np.asarray(ends, np.int64), raw)
+        for hv in sorted({hash_of[x] for x in texts if x is not None} - set(by_hash)):
+            text = next(x for x in texts if x is not None and hash_of[x] == hv)
+            by_hash[hv] = len(strings)
+            strings.append(text)
+        want = [-1 if x is None else by_hash[hash_of[x]] for x in texts]
+        assert got.tolist() == want and got.dtype == np.int32
+    assert table.strings[:len(strings)] == strings
