@@ -59,6 +59,19 @@ KERNEL_CATEGORIES = (Category.compute_kernel, Category.memcpy, Category.comm_tra
 def _sums(keys, weights) -> dict:
     """``{key: summed weight}`` (Python ints), the keys (int64, or objects) in the order they first appear."""
     if keys.dtype != object:
+        n = len(keys)
+        if not n:
+            return {}
+        lo, hi = int(keys.min()), int(keys.max())
+        if hi - lo <= 4 * n + 64:                   # (ranks, categories: a small range, no sort)
+            code = keys.astype(np.int64) - lo
+            total = np.zeros(hi - lo + 1, np.int64)
+            np.add.at(total, code, np.asarray(weights, np.int64))
+            first = np.full(hi - lo + 1, n, np.int64)
+            np.minimum.at(first, code, np.arange(n))
+            o = np.argsort(first, kind="stable")
+            o = o[first[o] < n]
+            return dict(zip((o + lo).tolist(), total[o].tolist()))
         u, first, inv = np.unique(keys, return_index=True, return_inverse=True)
         total = np.zeros(len(u), np.int64)
         np.add.at(total, inv.reshape(-1), weights)

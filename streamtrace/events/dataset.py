@@ -151,6 +151,10 @@ def read_arrow(path, columns=None, where=None, read_dictionary=None) -> pa.Table
         raise DataError(path, f"not a readable Parquet file ({_why(e)})") from None
 
 
+_EXACT_STATS = ("INT32", "INT64", "FLOAT", "DOUBLE", "BOOLEAN")
+"""Parquet's physical types whose row-group min / max ``read_arrow`` trusts to leave a row group out."""
+
+
 def _row_groups(f: pq.ParquetFile, where) -> list:
     """The row groups of ``f`` that may hold rows ``where`` keeps: those whose statistics (min, max of a
     column of ``where``) leave out every one of its values are not read."""
@@ -162,8 +166,8 @@ def _row_groups(f: pq.ParquetFile, where) -> list:
         ok = True
         for c, values in where.items():
             st = rg.column(names.index(c)).statistics if c in names else None
-            try:
-                ok = st is None or not st.has_min_max or not values or \
+            try:                         # (numbers only: a writer may cut a text's min / max short)
+                ok = st is None or not st.has_min_max or st.physical_type not in _EXACT_STATS or not values or \
                     any(v is None or st.min <= v <= st.max for v in values)
             except TypeError:            # (values of another type than the column's: read it, test the rows)
                 ok = True
@@ -183,10 +187,6 @@ def _where_batch(batch, where) -> pa.RecordBatch:
                                               else col.type.value_type))
         mask = m if mask is None else pc.and_(mask, m)
     return batch.filter(mask)
-
-
-def _read(path, columns=None) -> pa.Table:
-    return read_arrow(path, columns)
 
 
 def iter_table(path, columns, batch_rows: int = 1 << 20):
@@ -214,7 +214,7 @@ def read_partition(files, columns=None, schema=None):
             raise FileNotFoundError("no part files")
         return schema.empty_table() if columns is None else schema.empty_table().select(list(columns))
     want = list(columns) if columns is not None else (schema.names if schema is not None else None)
-    tables = [_read(f, want) for f in files]
+    tables = [read_arrow(f, want) for f in files]
     try:
         return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
     except (pa.ArrowException, ValueError) as e:

@@ -352,3 +352,20 @@ def test_path_sums_by_name_keep_the_first_seen_order(rows):
     got = _sums(keys, np.asarray([w for _, w in rows], np.int64))
     assert list(got.items()) == list(want.items())
     assert all(type(v) is int for v in got.values())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0, 3, 7, -2, 2 ** 40]), st.integers(0, 10 ** 12)), max_size=40),
+       st.sampled_from([np.int8, np.int64]))
+def test_path_sums_by_number_keep_the_first_seen_order(rows, dtype):
+    """``critical_ranks._sums`` of int keys (ranks, category codes; a wide range sorted, a small one counted)
+    equals a dict filled row by row, keys and sums Python ints."""
+    from streamtrace.aggregate.critical_ranks import _sums
+    if dtype is np.int8:
+        rows = [(k % 100, w) for k, w in rows]
+    want: dict = {}
+    for k, w in rows:
+        want[k] = want.get(k, 0) + w
+    got = _sums(np.asarray([k for k, _ in rows], dtype), np.asarray([w for _, w in rows], np.int64))
+    assert list(got.items()) == list(want.items())
+    assert all(type(k) is int and type(v) is int for k, v in got.items())
