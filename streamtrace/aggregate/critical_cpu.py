@@ -272,8 +272,8 @@ def cpu_chains(g: StepGraph, ops, rows, main_tid, cut=None, collective=()):
     tids = ops["tid"][rows]
     chains: dict = {}
     lanes: dict = {}
-    runs = tids[np.r_[True, tids[1:] != tids[:-1]]] if len(tids) else tids    # (one a run: fewer to sort)
-    for tid in [main_tid] + sorted(set(np.unique(runs).tolist()) - {main_tid}):
+    heads = tids[np.r_[True, tids[1:] != tids[:-1]]] if len(tids) else tids    # (a thread's run once: fewer to sort)
+    for tid in [main_tid] + sorted(set(np.unique(heads).tolist()) - {main_tid}):
         where = np.flatnonzero(tids == tid)
         if not len(where):
             continue

@@ -285,8 +285,8 @@ def _columns(part, tables) -> tuple:
     ops["is_copy"] = flag(COPY_CALLS.match)
     ops["is_wait"] = flag(lambda x: x in WAIT_CALLS)
     ops["any_wait"] = bool(ops["is_wait"].any())
-    ops["is_gpu_sync"] = np.asarray([x == CUDA_SYNC_CAT for x in cv.tolist()], bool)[cidx]  # GPU events the
-    # ops table holds too
+    # GPU events the ops table holds too
+    ops["is_gpu_sync"] = np.asarray([x == CUDA_SYNC_CAT for x in cv.tolist()], bool)[cidx]
     k["ts_ns"], k["end_ns"] = part.align(k["ts_ns"]), part.align(k["end_ns"])
     calls = None
     if has_runs(uniq):                                                 # a CPU-only (gloo) rank's collectives

@@ -51,7 +51,8 @@ def group_rows(keycols) -> dict:
     starts = np.flatnonzero(change)
     ends = np.append(starts[1:], n)
     runs: dict = {}                        # (the key tuples of Python ints: ``tolist``)
-    for key, a, b in zip(zip(*(np.asarray(a)[starts].tolist() for a in keycols)), starts.tolist(), ends.tolist()):
+    keys = zip(*(np.asarray(c)[starts].tolist() for c in keycols))
+    for key, a, b in zip(keys, starts.tolist(), ends.tolist()):
         runs.setdefault(key, []).append((a, b))
     out = {}
     for key, rr in runs.items():
