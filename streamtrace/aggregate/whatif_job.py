@@ -6,7 +6,8 @@ every rank's step start at its measured time.
 
 The replay of a change: the touched ranks' reduced edges replaced by their re-reduction, the
 collectives' transfers scaled (``TransferView``), the forward pass again
-(``streamtrace.kernels.critical.longest_path``).  Its answer (``Replay``): every rank's
+(``streamtrace.kernels.critical.longest_path_masked``: over the graph's own arrays, the masked and
+re-reduced edges without copies).  Its answer (``Replay``): every rank's
 step end, the span (last end - first start), the median rank's step, and the path that now bounds
 it with the rank holding most of it.
 """
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels.critical import NEG, longest_path, trace_back
+from ..kernels.critical import NEG, longest_path_masked, trace_back
 from .critical_graph import BARRIER, Anchor, Edge, barrier_edges, key_codes, last_of
 
 LOCAL, WAIT, TRANSFER = Edge.local, Edge.wait, Edge.transfer
@@ -221,11 +222,15 @@ class Replay:
     dropped: int
 
 
+CHUNK = 1 << 20
+"""Edges a step of ``JobStep``'s whole-graph lookups takes at once."""
+
+
 class JobStep:
     """One step's job-level graph from ``StepTables`` and the matched ``Members``: the
     anchors (``t``, ``kind``, ``part``; barriers appended), the ranks' reduced edges (``LOCAL``) then
     the collectives' (``WAIT``, ``TRANSFER``), their topological positions ``pos`` and the edges kept
-    (``keep``: those that run forward)."""
+    (``kept``, bool per edge: those that run forward)."""
 
     def __init__(self, tabs: StepTables, members: Members):
         a = tabs.anchors
@@ -239,12 +244,26 @@ class JobStep:
         self.base_ = None
         self._collectives(members, len(self.t))
         e = tabs.edges
-        self._local(self._gid(e["part"], e["src"]), self._gid(e["part"], e["dst"]), np.asarray(e["w_ns"], np.int64),
+        self._local(self._gid(e["part"], e["src"], np.int32), self._gid(e["part"], e["dst"], np.int32),
+                    np.asarray(e["w_ns"], np.int64),
                     tuple(e[c] for c in LOCAL_COLUMNS[4:]))
 
-    def _gid(self, part, anchor) -> np.ndarray:
-        """The node of each ``(part, anchor)``."""
-        return np.searchsorted(self.key, np.asarray(part, np.int64) * (1 << 32) + np.asarray(anchor, np.int64))
+    def _gid(self, part, anchor, dtype=np.int64) -> np.ndarray:
+        """The node of each ``(part, anchor)``, as ``dtype``; looked up ``CHUNK`` rows at a time (the
+        keys' temporaries a chunk's, not the edges': 5 M edges at 4,096 synthetic ranks)."""
+        out = np.empty(len(part), dtype)
+        for i in range(0, len(out), CHUNK):
+            j = slice(i, i + CHUNK)
+            out[j] = np.searchsorted(self.key, np.asarray(part[j], np.int64) * (1 << 32) + np.asarray(anchor[j], np.int64))
+        return out
+
+    def _forward(self, src, dst) -> np.ndarray:
+        """bool per edge ``src -> dst`` (node ids): it runs forward in ``pos`` (``CHUNK`` edges at a time)."""
+        out = np.empty(len(src), bool)
+        for i in range(0, len(out), CHUNK):
+            j = slice(i, i + CHUNK)
+            np.less(self.pos[src[j]], self.pos[dst[j]], out=out[j])
+        return out
 
     def with_parts(self, parts, edges) -> "JobStep":
         """This graph with parts ``parts``' reduced edges replaced by ``edges`` (their re-reduction:
@@ -264,10 +283,10 @@ class JobStep:
         self.t_first = nl                                        # the first collective edge
         self.local_ = local
         self.pos = self.pos0
-        if (self.pos[self.src] >= self.pos[self.dst]).any():   # times that disagree (clock skew, 0-length
+        self.kept = self._forward(self.src, self.dst)              # (bool: 1 byte an edge)
+        if not self.kept.all():                                 # times that disagree (clock skew, 0-length
             self.pos = _kahn(self.pos0, self.src, self.dst)     # events): a true topological order
-        fwd = self.pos[self.src] < self.pos[self.dst]
-        self.keep = None if fwd.all() else np.flatnonzero(fwd)        # (None: every edge)
+            self.kept = self._forward(self.src, self.dst)
 
     def _collectives(self, members: Members, n: int):
         """Barriers and transfers (module docstring): ``c_*`` edge arrays (indices from 0), the
@@ -338,23 +357,23 @@ class JobStep:
             edges = self.m_edge[self.m_inst >= 0]
             w[edges] = np.rint(w[edges] * np.asarray(transfer_factor, float)).astype(np.int64)
         n = len(self.t)
-        ks, kd, kw = self._kept(w)
         init = np.full(n, NEG, np.int64)
         starts = np.flatnonzero(self.kind == Anchor.step_start)
         init[self.pos[starts]] = self.t[starts]
-        dist, pred, _ = longest_path(n, ks, kd, kw, init)
-        del kd, kw
+        xs, xd, xw, xk = self._extra()
+        dist, pred, psrc = longest_path_masked(n, self.pos, self.src, self.dst, w, self.kept, xs, xd, xw, xk, init)
         d = dist[self.pos]                                   # by node
         ends = np.flatnonzero((self.kind == Anchor.step_end) & (d > NEG))
         end = {int(p): int(x) for p, x in zip(self.part[ends].tolist(), d[ends].tolist())}
         start = {int(p): int(x) for p, x in zip(self.part[starts].tolist(), self.t[starts].tolist())}
         for p, x in zip(self.part[ends].tolist(), d[ends].tolist()):
             end[p] = max(end[p], int(x))
-        dropped = self.n_edges() - len(ks)
+        dropped = self.n_edges() - int(self.kept.sum()) - int(xk.sum())
         if not end:
             return Replay({}, start, 0, 0, {}, (-1, "", "", 0), {}, {}, {}, dropped)
         last = ends[np.argmax(d[ends])]
-        path = self._ids(trace_back(pred, ks, int(self.pos[last])))
+        on = np.where(pred >= 0, np.arange(n), -1)          # (the walk back by node: ``psrc``)
+        path = pred[trace_back(on, psrc, int(self.pos[last]))]
         span = int(d[last] - min(start.values()))
         steps = [end[p] - start[p] for p in end if p in start]
         return self._attribute(self._rows(path, w), end, start, span, int(np.median(steps)) if steps else 0, dropped)
@@ -363,17 +382,11 @@ class JobStep:
         """How many edges the graph has (kept or not)."""
         return len(self.w)
 
-    def _kept(self, w) -> tuple:
-        """The kept edges (``keep``) as the forward pass takes them: source and destination
-        positions, weights (``w``: per edge)."""
-        k = self.keep
-        if k is None:                                  # every edge kept: no selected copies
-            return self.pos[self.src], self.pos[self.dst], w
-        return self.pos[self.src[k]], self.pos[self.dst[k]], w[k]
-
-    def _ids(self, kept) -> np.ndarray:
-        """The edge ids of positions ``kept`` in ``_kept``'s arrays."""
-        return kept if self.keep is None else self.keep[kept]
+    def _extra(self) -> tuple:
+        """The edges the forward pass takes after the graph's own (``kept``): ``(src, dst, w, kept)``
+        (none here; a ``PartsView``'s re-reduced ones)."""
+        none = np.zeros(0, np.int64)
+        return none, none, none, np.zeros(0, bool)
 
     def _rows(self, path, w) -> list:
         """Per edge id of ``path``: ``(type, src node, dst node, weight, host_ns, gpu_ns, top_category,
@@ -410,8 +423,8 @@ class JobStep:
 
 class PartsView(JobStep):
     """``base`` with parts ``parts``' reduced edges replaced by ``edges`` (``JobStep.with_parts``):
-    the base's arrays shared, its edges of those parts masked (``mask``), the new ones (``x_*``)
-    numbered after the base's.  Its forward pass takes the edges in the base's order, then the new
+    the base's arrays shared, its edges of those parts masked (``kept`` False), the new ones (``x_*``,
+    ``x_kept`` those that run forward) numbered after the base's.  Its forward pass takes the edges in the base's order, then the new
     ones: the same solution as a graph built with them (``longest_path`` breaks a tie between two
     edges by their order only for the same source and destination, and a local edge never shares
     both with a collective's)."""
@@ -424,41 +437,25 @@ class PartsView(JobStep):
         self.x_w = new["w_ns"].astype(np.int64)
         self.x_local = tuple(new[c] for c in LOCAL_COLUMNS[4:])
         nb = len(base.w)
-        mask = np.ones(nb, bool)
-        mask[np.flatnonzero(np.isin(self.part[base.src[:base.t_first]], np.asarray(list(parts), np.int64)))] = False
+        mask = np.ones(nb, bool)                   # (the parts' local edges out, ``CHUNK`` at a time)
+        touched = np.asarray(list(parts), np.int64)
+        for i in range(0, base.t_first, CHUNK):
+            j = slice(i, min(i + CHUNK, base.t_first))
+            np.logical_not(np.isin(self.part[base.src[j]], touched), out=mask[j])
         self.pos = self.pos0
-        if (self.pos[base.src[mask]] >= self.pos[base.dst[mask]]).any() or (self.pos[self.x_src] >=
-                                                                              self.pos[self.x_dst]).any():
+        fwd, x_fwd = self._forward(base.src, base.dst), self._forward(self.x_src, self.x_dst)
+        if (mask & ~fwd).any() or not x_fwd.all():
             self.pos = _kahn(self.pos0, np.r_[base.src[mask], self.x_src], np.r_[base.dst[mask], self.x_dst])
+            fwd, x_fwd = self._forward(base.src, base.dst), self._forward(self.x_src, self.x_dst)
         self.n_masked = nb - int(mask.sum())
-        mask &= self.pos[base.src] < self.pos[base.dst]
-        self.keep = np.flatnonzero(mask)
-        self.x_keep = np.flatnonzero(self.pos[self.x_src] < self.pos[self.x_dst])
+        self.kept = mask & fwd
+        self.x_kept = x_fwd
 
     def n_edges(self) -> int:
         return len(self.w) - self.n_masked + len(self.x_w)
 
-    def _kept(self, w) -> tuple:
-        k, x = self.keep, self.x_keep
-        out = []
-        for base, new in ((self.src, self.x_src), (self.dst, self.x_dst), (None, None)):
-            a = np.empty(len(k) + len(x), np.int64)                  # (filled in place: no joined copies)
-            if base is None:
-                np.take(w, k, out=a[:len(k)])
-                a[len(k):] = self.x_w[x]
-            else:
-                np.take(self.pos, np.take(base, k), out=a[:len(k)])
-                a[len(k):] = self.pos[new[x]]
-            out.append(a)
-        return tuple(out)
-
-    def _ids(self, kept) -> np.ndarray:
-        nk = len(self.keep)
-        out = np.empty(len(kept), np.int64)
-        old = kept < nk
-        out[old] = self.keep[kept[old]]
-        out[~old] = len(self.w) + self.x_keep[kept[~old] - nk]
-        return out
+    def _extra(self) -> tuple:
+        return self.x_src, self.x_dst, self.x_w, self.x_kept
 
     def _rows(self, path, w) -> list:
         nb = len(self.w)

@@ -48,6 +48,7 @@ _RO_I32 = types.Array(types.int32, 1, "C", readonly=True)
 _RO_B = types.Array(types.boolean, 1, "C", readonly=True)
 _U8_2D = types.Array(types.uint8, 2, "C")
 _B2D = types.Array(types.boolean, 2, "C")
+_B1 = types.Array(types.boolean, 1, "C")
 _i = types.int64
 _b = types.boolean
 
@@ -146,6 +147,8 @@ UNITS = {
     "critical._stable_order": ("critical", "_stable_order", (_I64, _i, _b), (), 0.2),
     "critical.longest_path": ("critical", "longest_path", (_i, _I64, _I64, _I64, _I64), ("critical._stable_order",),
                               0.6),
+    "critical.longest_path_masked": ("critical", "longest_path_masked",
+                                     (_i, _I64, _I32, _I32, _I64, _B1, _I64, _I64, _I64, _B1, _I64), (), 0.6),
     "critical.latest_times": ("critical", "latest_times", (_i, _I64, _I64, _I64, _I64), ("critical._stable_order",),
                               0.4),
     "critical.trace_back": ("critical", "trace_back", (_I64, _I64, _i), (), 0.2),
@@ -184,7 +187,7 @@ UNITS = {
 }
 
 _WINDOWS = ("windows._in_key_order", "windows._is_sorted", "windows._sweep", "windows._paint")
-REPLAY_UNITS = ("replay.anchor_pairs",)
+REPLAY_UNITS = ("replay.anchor_pairs", "critical.longest_path_masked")
 """The what-if replay's units (aggregate's ranks reduce each change's graphs with them)."""
 _STATS = ("gaps.running_end_before", "ancestry.same_name_ancestor",    # aggregate's statistics
           "intervals._union_lengths_sorted",                              # (the ranks' interval metrics)

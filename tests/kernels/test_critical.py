@@ -8,8 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamtrace.kernels.critical import NEG, POS, latest_times, longest_path, path_edges, trace_back
-from streamtrace.kernels.reference import latest_times_py, longest_path_py, path_edges_py, trace_back_py
+from streamtrace.kernels.critical import (NEG, POS, latest_times, longest_path, longest_path_masked, path_edges,
+                                         trace_back)
+from streamtrace.kernels.reference import (latest_times_py, longest_path_masked_py, longest_path_py, path_edges_py,
+                                           trace_back_py)
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -88,6 +90,63 @@ def test_longest_path_matches_twin_and_brute_force(g):
         assert start == origin[v]
         if dist[v] > NEG:
             assert int(init[start]) + int(w[edges].sum()) == dist[v]
+
+
+@st.composite
+def masked_graphs(draw):
+    """A graph as ``longest_path_masked`` reads it: nodes numbered in any order (``pos`` a random
+    permutation), base edges (int32) with a random mask, extra edges with theirs; a kept edge runs
+    forward in ``pos``, a masked one may not (a replay masks its replaced and backward edges)."""
+    n = draw(st.integers(1, 9))
+    perm = draw(st.permutations(range(n)))
+    node_at = {p: v for v, p in enumerate(perm)}              # the node at each position
+    pairs = [(u, v) for u in range(n) for v in range(u + 1, n)]
+
+    def edges(size):
+        k = draw(st.integers(0, size))
+        fwd = draw(st.lists(st.sampled_from(pairs), min_size=k, max_size=k)) if pairs else []
+        keep = draw(st.lists(st.booleans(), min_size=len(fwd), max_size=len(fwd)))
+        back = [(v, u) if not kp and draw(st.booleans()) else (u, v) for (u, v), kp in zip(fwd, keep)]
+        w = draw(st.lists(st.sampled_from([0, 0, 1, 2, 5, -3, 10]), min_size=len(fwd), max_size=len(fwd)))
+        return [node_at[u] for u, _ in back], [node_at[v] for _, v in back], w, keep
+    bs, bd, bw, bk = edges(14)
+    xs, xd, xw, xk = edges(6)
+    init = draw(st.lists(st.sampled_from([NEG, NEG, 0, 3, 7]), min_size=n, max_size=n))
+    i64 = lambda x: np.asarray(x, np.int64).reshape(-1)  # noqa: E731
+    return (n, i64(perm), np.asarray(bs, np.int32), np.asarray(bd, np.int32), i64(bw), np.asarray(bk, bool),
+            i64(xs), i64(xd), i64(xw), np.asarray(xk, bool), i64(init))
+
+
+@SETTINGS
+@given(masked_graphs())
+def test_longest_path_masked_matches_the_copied_edges(g):
+    """``longest_path_masked`` against its twin and against ``longest_path`` over the kept edges copied
+    out (what the what-if replay did before): the same distances, the same chosen edges (as ids), each
+    chosen edge's source position."""
+    n, pos, src, dst, w, mask, xs, xd, xw, xm, init = g
+    dist, pred, psrc = longest_path_masked(n, pos, src, dst, w, mask, xs, xd, xw, xm, init)
+    d2, p2, s2 = longest_path_masked_py(n, pos, src, dst, w, mask, xs, xd, xw, xm, init)
+    assert dist.tolist() == d2.tolist() and pred.tolist() == p2.tolist() and psrc.tolist() == s2.tolist()
+    ids = np.r_[np.flatnonzero(mask), len(src) + np.flatnonzero(xm)]
+    ks = np.r_[pos[src[mask]], pos[xs[xm]]].astype(np.int64)
+    kd = np.r_[pos[dst[mask]], pos[xd[xm]]].astype(np.int64)
+    kw = np.r_[w[mask], xw[xm]].astype(np.int64)
+    d3, p3, _ = longest_path(n, ks, kd, kw, init)
+    assert dist.tolist() == d3.tolist()
+    assert pred.tolist() == [int(ids[e]) if e >= 0 else -1 for e in p3.tolist()]
+    assert psrc.tolist() == [int(ks[e]) if e >= 0 else -1 for e in p3.tolist()]
+
+
+def test_longest_path_masked_refuses_a_kept_edge_backwards():
+    """A kept edge against ``pos`` is an error (as ``longest_path``'s); masked, it is left out."""
+    pos = np.asarray([1, 0], np.int64)                            # node 0 after node 1
+    src, dst, w = np.asarray([0], np.int32), np.asarray([1], np.int32), np.asarray([5], np.int64)
+    none, init = np.zeros(0, np.int64), np.asarray([0, 0], np.int64)
+    with pytest.raises(ValueError):
+        longest_path_masked(2, pos, src, dst, w, np.ones(1, bool), none, none, none, np.zeros(0, bool), init)
+    dist, pred, psrc = longest_path_masked(2, pos, src, dst, w, np.zeros(1, bool), none, none, none,
+                                           np.zeros(0, bool), init)
+    assert dist.tolist() == [0, 0] and pred.tolist() == [-1, -1] and psrc.tolist() == [-1, -1]
 
 
 @SETTINGS

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["longest_path_py", "latest_times_py", "trace_back_py", "path_edges_py"]
+__all__ = ["longest_path_py", "longest_path_masked_py", "latest_times_py", "trace_back_py", "path_edges_py"]
 
 NEG, POS = -(2 ** 62), 2 ** 62
 
@@ -42,6 +42,21 @@ def longest_path_py(n, src, dst, w, init):
             x = src[pred[x]]
         origin.append(x)
     return np.asarray(dist, np.int64), np.asarray(pred, np.int64), np.asarray(origin, np.int64)
+
+
+def longest_path_masked_py(n, pos, src, dst, w, mask, x_src, x_dst, x_w, x_mask, init):
+    """Twin of ``longest_path_masked``: the kept edges copied out (positions through ``pos``),
+    ``longest_path_py`` over them, its edge indices mapped back to the ids ``e`` / ``E + x``."""
+    pos = np.asarray(pos, np.int64)
+    ids = np.r_[np.flatnonzero(mask), len(src) + np.flatnonzero(x_mask)].astype(np.int64)
+    ks = np.r_[pos[np.asarray(src, np.int64)[mask]], pos[np.asarray(x_src, np.int64)[x_mask]]].astype(np.int64)
+    kd = np.r_[pos[np.asarray(dst, np.int64)[mask]], pos[np.asarray(x_dst, np.int64)[x_mask]]].astype(np.int64)
+    kw = np.r_[np.asarray(w, np.int64)[mask], np.asarray(x_w, np.int64)[x_mask]].astype(np.int64)
+    dist, pred, _ = longest_path_py(n, ks, kd, kw, init)
+    has = pred >= 0
+    out, psrc = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+    out[has], psrc[has] = ids[pred[has]], ks[pred[has]]
+    return dist, out, psrc
 
 
 def latest_times_py(n, src, dst, w, deadline):
