@@ -371,12 +371,14 @@ class PartitionWriter:
 
 def to_arrow(columns: dict, order=None):
     """A ``pyarrow.Table`` from ``{name: array}`` in ``order`` (default: dict order).  Object arrays
-    of str become string columns; None stays null."""
+    of str become string columns; None stays null; a pyarrow array (or chunked array) is taken as it is."""
     names = list(order or columns)
     arrays = []
     for n in names:
         v = columns[n]
-        if isinstance(v, np.ndarray) and v.dtype == object:
+        if isinstance(v, (pa.Array, pa.ChunkedArray)):
+            arrays.append(v.combine_chunks() if isinstance(v, pa.ChunkedArray) else v)
+        elif isinstance(v, np.ndarray) and v.dtype == object:
             arrays.append(pa.array(v.tolist()))
         else:
             arrays.append(pa.array(np.asarray(v)))

@@ -220,3 +220,36 @@ def test_packed_tables_write_the_same_tables_as_the_columns(synth, tmp_path):
          if p.suffix == ".parquet"}
     assert len(a) == 4 and sorted(a) == sorted(b)
     assert all(a[k].equals(b[k]) and a[k].num_rows for k in a)
+
+
+def _column_parts():
+    """Random parts of one table column: text (str / None, some parts all None), ints, floats with NaN,
+    ints with None (an object column), mixed per part as the workers' rows can be."""
+    from hypothesis import strategies as st
+    text = st.lists(st.one_of(st.none(), st.text(max_size=4)), max_size=5).map(lambda x: np.asarray(x, object))
+    ints = st.lists(st.integers(-5, 5), max_size=5).map(lambda x: np.asarray(x, np.int64))
+    floats = st.lists(st.sampled_from([0.5, float("nan"), 2.0]), max_size=5).map(lambda x: np.asarray(x, float))
+    maybe = st.lists(st.one_of(st.none(), st.integers(0, 3)), max_size=5).map(
+        lambda x: np.asarray(x, object) if any(v is None for v in x) else np.asarray(x, np.int64))
+    return st.one_of(st.lists(text, min_size=1, max_size=4), st.lists(st.one_of(ints, floats, maybe), min_size=1,
+                                                                        max_size=4))
+
+
+def test_parts_joined_as_arrow_text_write_what_the_joined_columns_write(tmp_path):
+    """``write_tables``' per-part text columns (``_compact``, ``_joined``) against what it did before: the
+    parts' numpy arrays concatenated, sorted, NaN as null, then ``events.dataset.to_arrow`` (hypothesis)."""
+    from hypothesis import given, settings
+    from streamtrace.aggregate.explain import _compact, _joined, _nulls
+    from streamtrace.events.dataset import to_arrow
+
+    @settings(max_examples=300, deadline=None)
+    @given(_column_parts())
+    def check(parts):
+        whole = np.concatenate(parts)
+        o = np.arange(len(whole))[::-1].copy()
+        want = to_arrow({"c": _nulls(whole[o])})
+        col = _joined([_compact(p) for p in parts])
+        got = to_arrow({"c": _nulls(col[o]) if isinstance(col, np.ndarray) else col.take(o)})
+        nan = lambda t: [("nan" if v != v else v) for v in t.column(0).to_pylist()]  # noqa: E731 (NaN == NaN)
+        assert got.schema == want.schema and nan(got) == nan(want)
+    check()
