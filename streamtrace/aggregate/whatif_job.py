@@ -254,7 +254,8 @@ class JobStep:
         out = np.empty(len(part), dtype)
         for i in range(0, len(out), CHUNK):
             j = slice(i, i + CHUNK)
-            out[j] = np.searchsorted(self.key, np.asarray(part[j], np.int64) * (1 << 32) + np.asarray(anchor[j], np.int64))
+            key = np.asarray(part[j], np.int64) * (1 << 32) + np.asarray(anchor[j], np.int64)
+            out[j] = np.searchsorted(self.key, key)
         return out
 
     def _forward(self, src, dst) -> np.ndarray:
@@ -424,10 +425,10 @@ class JobStep:
 class PartsView(JobStep):
     """``base`` with parts ``parts``' reduced edges replaced by ``edges`` (``JobStep.with_parts``):
     the base's arrays shared, its edges of those parts masked (``kept`` False), the new ones (``x_*``,
-    ``x_kept`` those that run forward) numbered after the base's.  Its forward pass takes the edges in the base's order, then the new
-    ones: the same solution as a graph built with them (``longest_path`` breaks a tie between two
-    edges by their order only for the same source and destination, and a local edge never shares
-    both with a collective's)."""
+    ``x_kept`` those that run forward) numbered after the base's.  Its forward pass takes the edges in
+    the base's order, then the new ones: the same solution as a graph built with them
+    (``longest_path_masked`` breaks a tie between two edges by their order only for the same source
+    and destination, and a local edge never shares both with a collective's)."""
 
     def __init__(self, base: JobStep, parts, edges):
         self.__dict__.update(base.__dict__)

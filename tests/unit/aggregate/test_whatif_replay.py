@@ -8,6 +8,7 @@ from __future__ import annotations
 import tempfile
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -122,6 +123,18 @@ def test_reduced_replay_equals_the_whole_graph(ranks, factor):
     want = _brute(ranks, factor)
     assert [got.end.get(r, NEG) for r in range(len(ranks))] == want
     _check_rank0_doubled(g, ranks)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(jobs(), st.sampled_from([1.0, 0.5]))
+def test_replay_in_chunks_of_a_few_edges_equals_the_whole_graph(ranks, factor):
+    """The graph's node lookups and forward checks (``JobStep._gid`` / ``_forward``, ``PartsView``'s mask)
+    taken ``CHUNK`` edges at a time: with chunks of 1 and 3 edges, the same ends as the brute force."""
+    import streamtrace.aggregate.whatif_job as wj
+    for chunk in (1, 3):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(wj, "CHUNK", chunk)
+            test_reduced_replay_equals_the_whole_graph.hypothesis.inner_test(ranks, factor)
 
 
 def _check_rank0_doubled(g, ranks):
