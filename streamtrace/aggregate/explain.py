@@ -104,7 +104,8 @@ def _chunks(parts, name):
         t = pickle.loads(p[name]) if isinstance(p[name], bytes) else p[name]
         if not len(t["rank"]):
             continue
-        out = out or {c: [] for c in t}
+        if out is None:
+            out = {c: [] for c in t}
         for c, v in t.items():
             out[c].append(_compact(v))
     return out

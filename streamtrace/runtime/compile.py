@@ -188,7 +188,8 @@ UNITS = {
 
 _WINDOWS = ("windows._in_key_order", "windows._is_sorted", "windows._sweep", "windows._paint")
 REPLAY_UNITS = ("replay.anchor_pairs", "critical.longest_path_masked")
-"""The what-if replay's units (aggregate's ranks reduce each change's graphs with them)."""
+"""The what-if replay's units (aggregate's ranks reduce each change's graphs with them; the job level's
+forward pass reads its graph in place with ``longest_path_masked``)."""
 _STATS = ("gaps.running_end_before", "ancestry.same_name_ancestor",    # aggregate's statistics
           "intervals._union_lengths_sorted",                              # (the ranks' interval metrics)
           "critical.longest_path", "critical.latest_times", "critical.trace_back",   # and critical path
