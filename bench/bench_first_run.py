@@ -17,6 +17,8 @@ every round and every command:
      kernel is compiled on first use;
   2. runs the command (the first run), then the same command again (the warm run).
 
+The install itself is timed too (wall and CPU of pip and its build: the kernels ``setup.py`` compiles into
+the wheel, which a first run then loads instead of compiling; docs/install.md).
 Commands: ``streamtrace demo`` (8 synthetic ranks: merge + validate) and ``streamtrace analyze``
 of a 327-byte trace.  Each run is timed from outside: wall seconds, and the CPU seconds (user +
 system) of the command and every process it waited for (its compiling and worker processes).
@@ -56,16 +58,18 @@ TINY_TRACE = (
     '"args":{"correlation":9,"stream":7,"device":0}}]}\n')
 
 
-def build_venv(venv: Path, src: Path, system_site: bool) -> float:
-    """A fresh venv at ``venv`` with ``src`` pip-installed; returns pip's wall seconds."""
+def build_venv(venv: Path, src: Path, system_site: bool) -> tuple:
+    """A fresh venv at ``venv`` with ``src`` pip-installed; returns pip's (wall s, CPU s of pip and its
+    build processes: the wheel's kernel compile, ``setup.py``, included)."""
     if venv.exists():
         shutil.rmtree(venv)
     subprocess.run([sys.executable, "-m", "venv", str(venv)] + (["--system-site-packages"] if system_site else []),
                    check=True)
-    t = time.perf_counter()
-    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(src)], check=True)
-    log(f"pip install {src}: {time.perf_counter() - t:.0f} s")
-    return time.perf_counter() - t
+    wall, cpu, out, code = timed([str(venv / "bin" / "pip"), "install", "-q", str(src)], None, None)
+    if code != 0:
+        raise SystemExit(f"pip install {src} exited {code}:\n{out}")
+    log(f"pip install {src}: {wall:.0f} s wall, {cpu:.0f} s CPU")
+    return wall, cpu
 
 
 def package_dir(venv: Path) -> Path:
@@ -139,10 +143,17 @@ def table(rows, rounds) -> list:
 
 
 def warmup_breakdown(exe, pkg, tmp, env) -> list:
-    """``streamtrace warmup -v`` on an empty cache: one line with its wall/CPU, then the kernels'
-    compile CPU seconds, largest first."""
+    """``streamtrace warmup -v`` on an empty cache, the kernels the wheel carries (``kernels/prebuilt``)
+    moved aside for it: one line with its wall/CPU, then the kernels' compile CPU seconds, largest first."""
     clear_numba_cache(pkg, env)
-    wall, cpu, out, code = timed([exe, "warmup", "-v"], tmp, env)
+    prebuilt, aside = pkg / "kernels" / "prebuilt", tmp / "prebuilt-aside"
+    if prebuilt.exists():
+        prebuilt.rename(aside)
+    try:
+        wall, cpu, out, code = timed([exe, "warmup", "-v"], tmp, env)
+    finally:
+        if aside.exists():
+            aside.rename(prebuilt)
     if code != 0:
         raise SystemExit(f"streamtrace warmup exited {code}:\n{out}")
     units = sorted(((float(s), n) for n, s in re.findall(r"^\s+(\S+): ([\d.]+) s CPU$", out, re.M)), reverse=True)
@@ -310,8 +321,7 @@ def main(argv=None):
         reinstall_main(args, argv, tmp)
         return
     try:
-        if not args.reuse:
-            build_venv(venv, Path(args.src), args.system_site_packages)
+        pip = None if args.reuse else build_venv(venv, Path(args.src), args.system_site_packages)
         pkg = package_dir(venv)
         exe = str(venv / "bin" / "streamtrace")
         env = _clean_env(tmp)
@@ -328,6 +338,10 @@ def main(argv=None):
                 f"({venv_kind}) + `pip install {args.src}`, numba cache of the installed package deleted before each "
                 f"round; median of {args.rounds} rounds; CPU = user + sys of the command and every process it "
                 "waited for.", ""]
+        carried = sum(1 for _ in (pkg / "kernels" / "prebuilt").rglob("*.nbi"))
+        text += [f"`pip install {args.src}`: " + (f"{pip[0]:.1f} s wall, {pip[1]:.1f} s CPU" if pip else "not run")
+                 + f"; the wheel carries {carried} compiled kernel indexes (`kernels/prebuilt`, setup.py). "
+                 "The first runs below are the first after that install (user cache empty).", ""]
         text += table(rows, args.rounds) + [""]
         text += warmup_breakdown(exe, pkg, tmp, env) + [""]
         print("\n".join(text))

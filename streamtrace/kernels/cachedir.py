@@ -17,6 +17,11 @@ files of this package only, by ``KernelCacheLocator``:
   ``streamtrace/kernels/*.py``, the file content and never its mtime.  Hashing all kernel modules, not
   only the kernel's own, also retires a caller whose callee in another module changed (numba's own
   key covers only the caller's file);
+* seeded, when the folder is first used, from the kernels compiled when the wheel was built
+  (``prebuilt/<the folder's name>`` beside these files, written by ``streamtrace.runtime.compile.prebuild``
+  from ``setup.py``'s ``build_py``; ``seed``): the same sources and numba name the same folder, so an
+  install from that wheel starts warm, and a different numba, or a wheel built without it, finds nothing
+  to seed and compiles on first use as before;
 * numba keys each entry inside the folder by the signature, the codegen's ``magic_tuple()`` (LLVM
   target triple, host CPU name, CPU features) and the function's bytecode, and names the files after
   the Python version (``.py311``): a shared home on machines with different CPUs keeps one entry per
@@ -42,16 +47,23 @@ import functools
 import hashlib
 import importlib.metadata
 import os
+import shutil
 import sys
 import tempfile
 
-__all__ = ["ENV", "NOTICE", "KernelCacheLocator", "cache_root", "kernel_cache_dir", "package_version", "sources_digest",
-           "install", "installed", "ensure_cache"]
+__all__ = ["ENV", "NOTICE", "PREBUILT", "KernelCacheLocator", "cache_root", "kernel_cache_dir", "package_version",
+           "sources_digest", "install", "installed", "ensure_cache", "seed"]
 
 #: environment variable naming the cache root (overrides the XDG default and ``NUMBA_CACHE_DIR``)
 ENV = "STREAMTRACE_CACHE_DIR"
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+
+PREBUILT = os.path.join(_HERE, "prebuilt")
+"""Where a built wheel keeps the kernels compiled at its build, one folder named as ``kernel_cache_dir``'s
+last part (``<digest16>-numba<version>``); absent from a source checkout and an editable install."""
+SEEDED = ".seeded"
+"""The file ``seed`` leaves in a cache folder once it has copied the prebuilt kernels into it."""
 
 try:        # numba's private caching API (guarded: install() says False where it is missing)
     from numba.core import caching as _caching
@@ -192,7 +204,53 @@ def install() -> bool:
         if KernelCacheLocator in classes:
             classes.remove(KernelCacheLocator)
         classes.insert(0, KernelCacheLocator)
+    seed(folder)
     return True
+
+
+def seed(folder: str, prebuilt: str = PREBUILT) -> int:
+    """Copy into ``folder`` (a ``kernel_cache_dir``) the files of ``prebuilt/<folder's name>`` that it
+    lacks, once: a file ``folder`` already has (numba compiled it here, or another process seeded it) is
+    never replaced, each copy is linked into place under its final name only if that name is still free
+    (a reader never sees half a file), and ``SEEDED`` marks the folder done.  Returns how many files it
+    copied; 0, raising nothing, when there is nothing to seed or the folder cannot take them."""
+    src = os.path.join(prebuilt, os.path.basename(os.path.normpath(folder)))
+    done = os.path.join(folder, SEEDED)
+    if not os.path.isdir(src) or os.path.exists(done):
+        return 0
+    n = 0
+    try:
+        for name in sorted(os.listdir(src)):
+            dst = os.path.join(folder, name)
+            if name.startswith(".") or os.path.exists(dst):
+                continue
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".seed-")
+            try:
+                with os.fdopen(fd, "wb") as out, open(os.path.join(src, name), "rb") as f:
+                    shutil.copyfileobj(f, out)
+                n += _place(tmp, dst)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+        open(done, "wb").close()
+    except OSError:                         # read-only, full: compiled on first use instead
+        pass
+    return n
+
+
+def _place(tmp: str, dst: str) -> int:
+    """``tmp`` under the name ``dst`` when that name is free (1), else left (0): a hard link, which fails
+    when the name was taken meanwhile; where the file system has none, a rename after a last check."""
+    try:
+        os.link(tmp, dst)
+        return 1
+    except FileExistsError:
+        return 0
+    except OSError:
+        if os.path.exists(dst):
+            return 0
+        os.replace(tmp, dst)
+        return 1
 
 
 NOTICE = ("streamtrace: note: numba cannot cache its compiled kernels beside the package or in the user's "

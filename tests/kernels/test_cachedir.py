@@ -185,3 +185,104 @@ def test_missing_private_api_leaves_numba_default(tmp_path, missing):
     installed, ok, path = json.loads(p.stdout)
     assert not installed and ok and path.startswith(str(tmp_path / "nb"))
     assert "streamtrace" not in os.path.relpath(path, tmp_path / "nb")
+
+
+# -- the kernels a built wheel carries (setup.py -> runtime.compile.prebuild -> cachedir.seed) -----------
+
+def _digest(kernels_dir) -> str:
+    """sha256 of the kernel sources as the module docstring defines it (each ``*.py`` by name: its name, a
+    NUL, its bytes, a NUL), computed here from the files."""
+    import hashlib
+    h = hashlib.sha256()
+    for f in sorted(p for p in os.listdir(kernels_dir) if p.endswith(".py")):
+        h.update(f.encode() + b"\0" + open(os.path.join(kernels_dir, f), "rb").read() + b"\0")
+    return h.hexdigest()
+
+
+def test_seed_copies_what_the_folder_lacks_once_and_never_replaces(tmp_path):
+    """seed: the prebuilt files of the folder's own name only, a file the folder has kept as it is, no
+    temporary left, the folder marked so that the next call copies nothing; a folder it cannot write: 0."""
+    from streamtrace.kernels import cachedir
+    pre = tmp_path / "prebuilt" / "0123456789abcdef-numba9.9"
+    pre.mkdir(parents=True)
+    (pre / "a-1.py311.nbi").write_bytes(b"A" * 1000)
+    (pre / "a-1.py311.1.nbc").write_bytes(b"B")
+    (pre / "b-2.py311.nbi").write_bytes(b"C")
+    folder = tmp_path / "cache" / pre.name
+    folder.mkdir(parents=True)
+    (folder / "b-2.py311.nbi").write_bytes(b"mine")
+    assert cachedir.seed(str(folder), prebuilt=str(pre.parent)) == 2
+    assert {f.name: f.read_bytes() for f in folder.iterdir()} == {
+        "a-1.py311.nbi": b"A" * 1000, "a-1.py311.1.nbc": b"B", "b-2.py311.nbi": b"mine", cachedir.SEEDED: b""}
+    (folder / "a-1.py311.nbi").unlink()
+    assert cachedir.seed(str(folder), prebuilt=str(pre.parent)) == 0 and not (folder / "a-1.py311.nbi").exists()
+    other = tmp_path / "cache" / "fedcba9876543210-numba9.9"
+    other.mkdir()
+    assert cachedir.seed(str(other), prebuilt=str(pre.parent)) == 0 and not list(other.iterdir())
+    blocker = tmp_path / "cache" / "file"
+    blocker.write_text("")
+    assert cachedir.seed(str(blocker / pre.name), prebuilt=str(pre.parent)) == 0
+
+
+_PREBUILD = ("import json, sys; from streamtrace.runtime.compile import prebuild; "
+             "r = prebuild(sys.argv[1], 'scan._is_ws'); print(json.dumps([r['files'], r['folder'], r['failed']]))")
+
+
+_UNIT_PROBE = ("import json; from streamtrace.runtime import compile as C; from streamtrace.kernels import scan; "
+               "todo = C.pending('scan._is_ws'); C.load('scan._is_ws'); d = scan._is_ws; "
+               "print(json.dumps({'pending': todo, 'hits': sum(d.stats.cache_hits.values()), "
+               "'misses': sum(d.stats.cache_misses.values()), 'path': d._cache._cache_path}))")
+
+
+def _unit_probe(site, cwd, **extra):
+    """The unit ``scan._is_ws`` (its signature in ``runtime.compile.UNITS``) loaded in a fresh process."""
+    p = subprocess.run([sys.executable, "-c", _UNIT_PROBE], capture_output=True, text=True, cwd=cwd,
+                       env=_env(site, **extra), timeout=300)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.splitlines()[-1]), p.stderr
+
+
+def test_prebuilt_kernels_load_in_a_fresh_install_and_only_for_their_sources(tmp_path):
+    """prebuild into a built package (a copy, its own empty cache), then that package installed elsewhere
+    with an empty user cache: the kernel loads (numba's hit counter), nothing compiled; the same package with
+    one kernel source changed finds no prebuilt folder of its sources and compiles."""
+    built = _copy(tmp_path / "build")
+    p = subprocess.run([sys.executable, "-c", _PREBUILD, str(built / "streamtrace")], capture_output=True, text=True,
+                       cwd=tmp_path, env=_env(built, STREAMTRACE_CACHE_DIR=tmp_path / "build-cache"), timeout=300)
+    assert p.returncode == 0, p.stderr
+    files, folder, failed = json.loads(p.stdout.splitlines()[-1])
+    name = f"{_digest(built / 'streamtrace' / 'kernels')[:16]}-numba{numba.__version__}"
+    assert failed == {} and files >= 2 and folder == str(built / "streamtrace" / "kernels" / "prebuilt" / name)
+    (compiled,) = (tmp_path / "build-cache").glob(f"*/{name}")     # (<version>/: the installed one, or unknown)
+    assert sorted(os.listdir(folder)) == sorted(f.name for f in compiled.iterdir() if f.suffix in (".nbi", ".nbc"))
+    site = tmp_path / "site"
+    shutil.copytree(built, site)                                   # installed from the wheel, elsewhere
+    out, err = _unit_probe(site, tmp_path, STREAMTRACE_CACHE_DIR=tmp_path / "user")
+    assert out["pending"] == [] and (out["hits"], out["misses"]) == (1, 0) and err == ""
+    assert os.path.basename(out["path"]) == name and os.path.exists(os.path.join(out["path"], ".seeded"))
+    changed = tmp_path / "changed"
+    shutil.copytree(built, changed)
+    with open(changed / "streamtrace" / "kernels" / "scan.py", "a") as f:
+        f.write("\n# changed\n")
+    out, _ = _unit_probe(changed, tmp_path, STREAMTRACE_CACHE_DIR=tmp_path / "user2")
+    assert out["pending"] == ["scan._is_ws"] and (out["hits"], out["misses"]) == (0, 1)
+    assert os.path.basename(out["path"]) != name and not os.path.exists(os.path.join(out["path"], ".seeded"))
+
+
+def test_the_installed_wheel_carries_the_kernels_of_its_own_sources():
+    """``pip install .`` (the README's set-up, CI's install) built a wheel whose package holds
+    ``kernels/prebuilt/<its sources' digest>-numba<this numba>/`` with an index per compiled kernel: the first
+    command after it seeds its cache from them.  An editable install builds no wheel: skipped there."""
+    import importlib.metadata
+    import sysconfig
+    where = list(dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib")))   # (not the checkout)
+    dists = [d for d in importlib.metadata.distributions(path=where) if d.metadata["Name"] == "streamtrace"]
+    if not dists:
+        pytest.skip("streamtrace is not installed in this environment (tests run from the checkout)")
+    url = json.loads(dists[0].read_text("direct_url.json") or "{}")
+    if url.get("dir_info", {}).get("editable") or os.environ.get("STREAMTRACE_NO_PREBUILD"):
+        pytest.skip("an editable install (or STREAMTRACE_NO_PREBUILD): no wheel was built")
+    kernels = dists[0].locate_file("streamtrace/kernels")
+    name = f"{_digest(kernels)[:16]}-numba{numba.__version__}"
+    files = os.listdir(os.path.join(kernels, "prebuilt", name))
+    assert len([f for f in files if f.endswith(".nbi")]) >= 40 and any(f.endswith(".nbc") for f in files), files
