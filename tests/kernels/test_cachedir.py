@@ -286,3 +286,31 @@ def test_the_installed_wheel_carries_the_kernels_of_its_own_sources():
     name = f"{_digest(kernels)[:16]}-numba{numba.__version__}"
     files = os.listdir(os.path.join(kernels, "prebuilt", name))
     assert len([f for f in files if f.endswith(".nbi")]) >= 40 and any(f.endswith(".nbc") for f in files), files
+
+
+def test_the_build_hook_reaches_numba_through_the_path_it_was_given(tmp_path):
+    """setup.py's ``run_prebuild`` as pip runs it: numba importable only through ``PYTHONPATH`` (pip's
+    isolated build environment; here ``python -S``, no site-packages, and numba's folder on the path): the
+    built package's kernel compiles into its ``prebuilt`` folder. Replacing the path instead of extending it
+    (the first version) left the wheel without kernels."""
+    import importlib.util
+    import sysconfig
+    spec = importlib.util.spec_from_file_location("streamtrace_setup", ROOT / "setup.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    lib = _copy(tmp_path / "lib")
+    site = os.path.dirname(os.path.dirname(numba.__file__))
+    stdlib = sysconfig.get_paths()["stdlib"]
+    assert site != stdlib
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = site
+    try:
+        got = hook.run_prebuild(lib, python=(sys.executable, "-S"), units=("scan._is_ws",))
+    finally:
+        if old is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = old
+    assert got.get("files", 0) >= 2 and got["failed"] == {}, got
+    name = f"{_digest(lib / 'streamtrace' / 'kernels')[:16]}-numba{numba.__version__}"
+    assert any(f.endswith(".nbi") for f in os.listdir(lib / "streamtrace" / "kernels" / "prebuilt" / name))
