@@ -18,7 +18,7 @@ every round and every command:
   2. runs the command (the first run), then the same command again (the warm run).
 
 The install itself is timed too (wall and CPU of pip and its build: the kernels ``setup.py`` compiles into
-the wheel, which a first run then loads instead of compiling; docs/install.md).
+the wheel, which a first run then loads instead of compiling; docs/kernel-cache.md).
 Commands: ``streamtrace demo`` (8 synthetic ranks: merge + validate) and ``streamtrace analyze``
 of a 327-byte trace.  Each run is timed from outside: wall seconds, and the CPU seconds (user +
 system) of the command and every process it waited for (its compiling and worker processes).

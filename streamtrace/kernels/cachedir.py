@@ -17,11 +17,11 @@ files of this package only, by ``KernelCacheLocator``:
   ``streamtrace/kernels/*.py``, the file content and never its mtime.  Hashing all kernel modules, not
   only the kernel's own, also retires a caller whose callee in another module changed (numba's own
   key covers only the caller's file);
-* seeded, when the folder is first used, from the kernels compiled when the wheel was built
+* created, when it does not exist yet, as a copy of the kernels compiled when the wheel was built
   (``prebuilt/<the folder's name>`` beside these files, written by ``streamtrace.runtime.compile.prebuild``
   from ``setup.py``'s ``build_py``; ``seed``): the same sources and numba name the same folder, so an
   install from that wheel starts warm, and a different numba, or a wheel built without it, finds nothing
-  to seed and compiles on first use as before;
+  to seed and compiles on first use as before; a folder that exists is never added to;
 * numba keys each entry inside the folder by the signature, the codegen's ``magic_tuple()`` (LLVM
   target triple, host CPU name, CPU features) and the function's bytecode, and names the files after
   the Python version (``.py311``): a shared home on machines with different CPUs keeps one entry per
@@ -34,7 +34,8 @@ default behaviour alone and returns False.  ``NUMBA_CACHE_LOCATOR_CLASSES``, whe
 overrides the list (numba's rule), and then this locator is not used unless named there
 (``streamtrace.kernels.cachedir.KernelCacheLocator``).
 
-Concurrency: this module writes no cache file itself; numba writes every index (``.nbi``) and data
+Concurrency: this module writes cache files only when it seeds a folder that does not exist yet (a copy
+renamed into place whole: ``seed``); numba writes every index (``.nbi``) and data
 file (``.nbc``) to a unique temporary name and ``os.replace``-s it into place, so a reader never
 sees a half-written file, and the folder is created with ``exist_ok``.  numba's index update is a
 read-modify-write, so two processes compiling *different signatures of the same kernel* at once can
@@ -62,8 +63,6 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 PREBUILT = os.path.join(_HERE, "prebuilt")
 """Where a built wheel keeps the kernels compiled at its build, one folder named as ``kernel_cache_dir``'s
 last part (``<digest16>-numba<version>``); absent from a source checkout and an editable install."""
-SEEDED = ".seeded"
-"""The file ``seed`` leaves in a cache folder once it has copied the prebuilt kernels into it."""
 
 try:        # numba's private caching API (guarded: install() says False where it is missing)
     from numba.core import caching as _caching
@@ -198,59 +197,49 @@ def install() -> bool:
     except Exception:              # unreadable sources, numba without __version__, ...
         return False
     classes = _locator_list()
+    if classes is not None and folder is not None:
+        seed(folder)                          # (a new folder only: before ``writable`` creates it)
     if classes is None or folder is None or not writable(folder):
         return False
     if classes[0] is not KernelCacheLocator:
         if KernelCacheLocator in classes:
             classes.remove(KernelCacheLocator)
         classes.insert(0, KernelCacheLocator)
-    seed(folder)
     return True
 
 
 def seed(folder: str, prebuilt: str = PREBUILT) -> int:
-    """Copy into ``folder`` (a ``kernel_cache_dir``) the files of ``prebuilt/<folder's name>`` that it
-    lacks, once: a file ``folder`` already has (numba compiled it here, or another process seeded it) is
-    never replaced, each copy is linked into place under its final name only if that name is still free
-    (a reader never sees half a file), and ``SEEDED`` marks the folder done.  Returns how many files it
-    copied; 0, raising nothing, when there is nothing to seed or the folder cannot take them."""
+    """Create ``folder`` (a ``kernel_cache_dir`` that does not exist yet) as a copy of
+    ``prebuilt/<folder's name>``: the files are copied into a new folder beside it, which is then renamed
+    to ``folder`` in one step, so that a reader sees either no folder or all of it, and a folder that
+    already exists (compiled into, or seeded, by another process or install) is left exactly as it is.
+    Returns how many files it brought; 0, raising nothing, when there is nothing to seed, the folder
+    exists, numba's JIT is off, or the copy fails (then the kernels compile on first use, as without it)."""
     src = os.path.join(prebuilt, os.path.basename(os.path.normpath(folder)))
-    done = os.path.join(folder, SEEDED)
-    if not os.path.isdir(src) or os.path.exists(done):
-        return 0
-    n = 0
+    tmp = None
     try:
-        for name in sorted(os.listdir(src)):
-            dst = os.path.join(folder, name)
-            if name.startswith(".") or os.path.exists(dst):
-                continue
-            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".seed-")
-            try:
-                with os.fdopen(fd, "wb") as out, open(os.path.join(src, name), "rb") as f:
-                    shutil.copyfileobj(f, out)
-                n += _place(tmp, dst)
-            finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-        open(done, "wb").close()
-    except OSError:                         # read-only, full: compiled on first use instead
-        pass
-    return n
-
-
-def _place(tmp: str, dst: str) -> int:
-    """``tmp`` under the name ``dst`` when that name is free (1), else left (0): a hard link, which fails
-    when the name was taken meanwhile; where the file system has none, a rename after a last check."""
-    try:
-        os.link(tmp, dst)
-        return 1
-    except FileExistsError:
-        return 0
-    except OSError:
-        if os.path.exists(dst):
+        if not os.path.isdir(src) or os.path.lexists(folder) or _jit_disabled():
             return 0
-        os.replace(tmp, dst)
-        return 1
+        names = [n for n in sorted(os.listdir(src)) if n.endswith((".nbi", ".nbc"))]
+        parent = os.path.dirname(os.path.normpath(folder))
+        os.makedirs(parent, exist_ok=True)
+        tmp = os.path.join(parent, f".seed-{os.getpid()}-{os.urandom(4).hex()}")
+        os.mkdir(tmp)                        # (modes as numba's own makedirs and files: the umask's)
+        for n in names:
+            shutil.copyfile(os.path.join(src, n), os.path.join(tmp, n))
+        os.rename(tmp, folder)               # (fails when another process made the folder meanwhile)
+        tmp = None
+        return len(names)
+    except Exception:                        # full, read-only, raced: compiled on first use instead
+        return 0
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _jit_disabled() -> bool:
+    from numba.core import config
+    return bool(config.DISABLE_JIT)
 
 
 NOTICE = ("streamtrace: note: numba cannot cache its compiled kernels beside the package or in the user's "
