@@ -67,10 +67,13 @@ class BuildPyWithKernels(build_py):
 
     def run(self):
         super().run()
-        shutil.rmtree(self._prebuilt(), ignore_errors=True)      # (an earlier in-tree build's: never shipped)
         if getattr(self, "editable_mode", False) or not _wanted():
+            shutil.rmtree(self._prebuilt(), ignore_errors=True)      # (an earlier in-tree build's: not shipped)
             return
-        print(f"streamtrace: prebuilt kernels: {json.dumps(run_prebuild(self.build_lib))}")
+        got = run_prebuild(self.build_lib)                  # (it replaces an earlier build's, reusing it)
+        if "error" in got:
+            shutil.rmtree(self._prebuilt(), ignore_errors=True)
+        print(f"streamtrace: prebuilt kernels: {json.dumps(got)}")
 
     def get_outputs(self, *args, **kwargs):
         out = list(super().get_outputs(*args, **kwargs))

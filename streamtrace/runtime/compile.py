@@ -498,19 +498,20 @@ def prebuild(package_dir, *commands, jobs=None) -> dict:
     into ``<package_dir>/kernels/prebuilt/<cache folder name>/``, which an install of that package seeds
     its per-user cache from (``streamtrace.kernels.cachedir.seed``).  Run by ``setup.py``'s ``build_py``
     in a process whose ``STREAMTRACE_CACHE_DIR`` is a new empty folder and whose ``streamtrace`` is the
-    built package (``package_dir``), so that the files hold exactly these units.  An earlier
-    ``prebuilt`` folder is removed first, before any kernel module is imported (which would seed from
-    it).  Returns ``prepare``'s dict with ``"files"`` (how many were copied) and ``"folder"`` (where,
-    None when nothing was); never raises: a build without prebuilt kernels still installs, and compiles
-    them on first use."""
+    built package (``package_dir``), so that the files hold exactly these units.  An earlier build's
+    ``prebuilt`` folder of the same name (same kernel sources and numba: an in-tree rebuild) seeds that
+    empty cache as it would a user's, so only what it lacks compiles; it is then replaced, and any other
+    folder there removed.  Returns ``prepare``'s dict with ``"files"`` (how many were copied) and
+    ``"folder"`` (where, None when nothing was); never raises: a build without prebuilt kernels still
+    installs, and compiles them on first use."""
     import shutil
     from ..kernels import cachedir
     dest = os.path.join(os.fspath(package_dir), "kernels", os.path.basename(cachedir.PREBUILT))
-    shutil.rmtree(dest, ignore_errors=True)         # (before any kernel is defined: nothing seeded from it)
     res = prepare(*(commands or ("all",)), jobs=jobs, notice=None)
     res.update(files=0, folder=None)
     try:
         src = cache_folder()
+        shutil.rmtree(dest, ignore_errors=True)
         if not cachedir.installed() or src is None or res["skipped"]:
             return res
         names = [n for n in sorted(os.listdir(src)) if n.endswith((".nbi", ".nbc"))]

@@ -250,7 +250,8 @@ def test_seeding_processes_at_once_leave_one_whole_folder(tmp_path):
 
 
 _PREBUILD = ("import json, sys; from streamtrace.runtime.compile import prebuild; "
-             "r = prebuild(sys.argv[1], 'scan._is_ws'); print(json.dumps([r['files'], r['folder'], r['failed']]))")
+             "r = prebuild(sys.argv[1], 'scan._is_ws'); "
+             "print(json.dumps([r['files'], r['folder'], r['failed'], r['compiled']]))")
 
 
 _UNIT_PROBE = ("import json; from streamtrace.runtime import compile as C; from streamtrace.kernels import scan; "
@@ -275,11 +276,22 @@ def test_prebuilt_kernels_load_in_a_fresh_install_and_only_for_their_sources(tmp
     p = subprocess.run([sys.executable, "-c", _PREBUILD, str(built / "streamtrace")], capture_output=True, text=True,
                        cwd=tmp_path, env=_env(built, STREAMTRACE_CACHE_DIR=tmp_path / "build-cache"), timeout=300)
     assert p.returncode == 0, p.stderr
-    files, folder, failed = json.loads(p.stdout.splitlines()[-1])
+    files, folder, failed, units = json.loads(p.stdout.splitlines()[-1])
     name = f"{_digest(built / 'streamtrace' / 'kernels')[:16]}-numba{numba.__version__}"
     assert failed == {} and files >= 2 and folder == str(built / "streamtrace" / "kernels" / "prebuilt" / name)
+    assert units == ["scan._is_ws"]
     (compiled,) = (tmp_path / "build-cache").glob(f"*/{name}")     # (<version>/: the installed one, or unknown)
     assert sorted(os.listdir(folder)) == sorted(f.name for f in compiled.iterdir() if f.suffix in (".nbi", ".nbc"))
+    before = {f: open(os.path.join(folder, f), "rb").read() for f in os.listdir(folder)}
+    stale = built / "streamtrace" / "kernels" / "prebuilt" / "0123456789abcdef-numba9.9"
+    stale.mkdir()
+    again = subprocess.run([sys.executable, "-c", _PREBUILD, str(built / "streamtrace")], capture_output=True,
+                           text=True, cwd=tmp_path, env=_env(built, STREAMTRACE_CACHE_DIR=tmp_path / "build-cache2"),
+                           timeout=300)                  # (an in-tree rebuild: its earlier kernels reused)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout.splitlines()[-1])[2:] == [{}, []]
+    assert {f: open(os.path.join(folder, f), "rb").read() for f in os.listdir(folder)} == before
+    assert os.listdir(built / "streamtrace" / "kernels" / "prebuilt") == [name]
     site = tmp_path / "site"
     shutil.copytree(built, site)                                   # installed from the wheel, elsewhere
     out, err = _unit_probe(site, tmp_path, STREAMTRACE_CACHE_DIR=tmp_path / "user")
