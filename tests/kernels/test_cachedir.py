@@ -53,8 +53,8 @@ def _env(site, **extra):
     return env
 
 
-def _probe(site, cwd, **extra):
-    p = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, cwd=cwd,
+def _probe(site, cwd, script=_PROBE, **extra):
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=cwd,
                        env=_env(site, **extra), timeout=300)
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout.splitlines()[-1]), p.stderr
@@ -258,14 +258,7 @@ _UNIT_PROBE = ("import json; from streamtrace.runtime import compile as C; from 
                "todo = C.pending('scan._is_ws'); C.load('scan._is_ws'); d = scan._is_ws; "
                "print(json.dumps({'pending': todo, 'hits': sum(d.stats.cache_hits.values()), "
                "'misses': sum(d.stats.cache_misses.values()), 'path': d._cache._cache_path}))")
-
-
-def _unit_probe(site, cwd, **extra):
-    """The unit ``scan._is_ws`` (its signature in ``runtime.compile.UNITS``) loaded in a fresh process."""
-    p = subprocess.run([sys.executable, "-c", _UNIT_PROBE], capture_output=True, text=True, cwd=cwd,
-                       env=_env(site, **extra), timeout=300)
-    assert p.returncode == 0, p.stderr
-    return json.loads(p.stdout.splitlines()[-1]), p.stderr
+"""The unit ``scan._is_ws`` (its signature in ``runtime.compile.UNITS``) loaded in a fresh process."""
 
 
 def test_prebuilt_kernels_load_in_a_fresh_install_and_only_for_their_sources(tmp_path):
@@ -294,14 +287,14 @@ def test_prebuilt_kernels_load_in_a_fresh_install_and_only_for_their_sources(tmp
     assert os.listdir(built / "streamtrace" / "kernels" / "prebuilt") == [name]
     site = tmp_path / "site"
     shutil.copytree(built, site)                                   # installed from the wheel, elsewhere
-    out, err = _unit_probe(site, tmp_path, STREAMTRACE_CACHE_DIR=tmp_path / "user")
+    out, err = _probe(site, tmp_path, _UNIT_PROBE, STREAMTRACE_CACHE_DIR=tmp_path / "user")
     assert out["pending"] == [] and (out["hits"], out["misses"]) == (1, 0) and err == ""
     assert os.path.basename(out["path"]) == name
     changed = tmp_path / "changed"
     shutil.copytree(built, changed)
     with open(changed / "streamtrace" / "kernels" / "scan.py", "a") as f:
         f.write("\n# changed\n")
-    out, _ = _unit_probe(changed, tmp_path, STREAMTRACE_CACHE_DIR=tmp_path / "user2")
+    out, _ = _probe(changed, tmp_path, _UNIT_PROBE, STREAMTRACE_CACHE_DIR=tmp_path / "user2")
     assert out["pending"] == ["scan._is_ws"] and (out["hits"], out["misses"]) == (0, 1)
     assert os.path.basename(out["path"]) != name
 
