@@ -53,7 +53,7 @@ import sys
 import tempfile
 
 __all__ = ["ENV", "NOTICE", "PREBUILT", "KernelCacheLocator", "cache_root", "kernel_cache_dir", "package_version",
-           "sources_digest", "install", "installed", "ensure_cache", "seed"]
+           "sources_digest", "install", "installed", "ensure_cache", "seed", "copy_kernels"]
 
 #: environment variable naming the cache root (overrides the XDG default and ``NUMBA_CACHE_DIR``)
 ENV = "STREAMTRACE_CACHE_DIR"
@@ -220,21 +220,28 @@ def seed(folder: str, prebuilt: str = PREBUILT) -> int:
     try:
         if not os.path.isdir(src) or os.path.lexists(folder) or _jit_disabled():
             return 0
-        names = [n for n in sorted(os.listdir(src)) if n.endswith((".nbi", ".nbc"))]
         parent = os.path.dirname(os.path.normpath(folder))
         os.makedirs(parent, exist_ok=True)
         tmp = os.path.join(parent, f".seed-{os.getpid()}-{os.urandom(4).hex()}")
         os.mkdir(tmp)                        # (modes as numba's own makedirs and files: the umask's)
-        for n in names:
-            shutil.copyfile(os.path.join(src, n), os.path.join(tmp, n))
+        n = copy_kernels(src, tmp)
         os.rename(tmp, folder)               # (fails when another process made the folder meanwhile)
         tmp = None
-        return len(names)
+        return n
     except Exception:                        # full, read-only, raced: compiled on first use instead
         return 0
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def copy_kernels(src: str, dst: str) -> int:
+    """Copy numba's files (``*.nbi`` indexes, ``*.nbc`` machine code) of the folder ``src`` into the
+    existing folder ``dst``; returns how many.  Raises OSError."""
+    names = [n for n in sorted(os.listdir(src)) if n.endswith((".nbi", ".nbc"))]
+    for n in names:
+        shutil.copyfile(os.path.join(src, n), os.path.join(dst, n))
+    return len(names)
 
 
 def _jit_disabled() -> bool:

@@ -514,14 +514,13 @@ def prebuild(package_dir, *commands, jobs=None) -> dict:
         shutil.rmtree(dest, ignore_errors=True)
         if not cachedir.installed() or src is None or res["skipped"]:
             return res
-        names = [n for n in sorted(os.listdir(src)) if n.endswith((".nbi", ".nbc"))]
-        if not names:
-            return res
         target = os.path.join(dest, os.path.basename(os.path.normpath(src)))
         os.makedirs(target, exist_ok=True)
-        for n in names:
-            shutil.copyfile(os.path.join(src, n), os.path.join(target, n))
-        res.update(files=len(names), folder=target)
+        files = cachedir.copy_kernels(src, target)
+        if not files:
+            shutil.rmtree(dest, ignore_errors=True)
+            return res
+        res.update(files=files, folder=target)
     except Exception as exc:       # (the build goes on without them)
         res["failed"]["prebuild"] = f"{type(exc).__name__}: {exc}"
     return res
