@@ -16,6 +16,8 @@ from enum import IntEnum
 
 import numpy as np
 
+from ..kernels.critical import back_within_instant
+
 
 class Category(IntEnum):
     """What an edge of the path stands for (``critical_path.parquet``'s ``category``, by name)."""
@@ -176,13 +178,9 @@ def topological_order(t, cls, src, dst) -> np.ndarray:
         order = np.argsort((t - t.min()) * 4 + cls, kind="stable")
     else:
         order = np.lexsort((ids, cls, t))
-    if not len(src):
-        return order
-    pos = np.empty(len(t), np.int64)
-    pos[order] = ids
-    back = np.flatnonzero(pos[src] > pos[dst])              # (an edge back in time is the caller's to drop)
-    if not (t[src[back]] == t[dst[back]]).any():            # none back within one instant: the order stands
-        return order
+    i64 = lambda x: np.ascontiguousarray(x, np.int64)  # noqa: E731
+    if not len(src) or not back_within_instant(i64(order), i64(t), i64(src), i64(dst)):
+        return order        # none back within one instant: the order stands (one back in time: the caller drops it)
     eq = t[src] == t[dst]
     es, ed = src[eq], dst[eq]
     level = np.zeros(len(t), np.int64)

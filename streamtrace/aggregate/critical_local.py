@@ -21,7 +21,7 @@ trace without ``ProfilerStep``) gets the whole capture as one window, step numbe
 
 **The reduction** (so that the job level is small): sources are the step's start and the ends of
 the communication events, sinks their arrivals and the rank's step end.  One longest-path pass
-(``streamtrace.kernels.critical.longest_path``, each source at its own time) gives every sink
+(``streamtrace.kernels.critical.reduce_local``, each source at its own time) gives every sink
 its longest path and the source it starts from; each sink becomes one job-level edge ``origin ->
 sink`` weighted by that path.  The segments of those paths (a tree: every node has one chosen
 in-edge) are written to a file of the part (pickled: ``write_segments``) and only read back for the
@@ -37,10 +37,9 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..analyze.outputs import CUDA_SYNC, KERNELS, OPS
-from ..kernels.critical import NEG, longest_path, path_edges
+from ..kernels.critical import reduce_local
 from .alignment import column_numpy, dictionary_numpy
 from .critical_cpu import AUTOGRAD_OP, collective_waits, cpu_chains, cpu_collectives
 from .critical_gpu import clip_stream_overlaps, gpu_events, queued_behind, sync_edges, zero_linked_syncs
@@ -212,31 +211,18 @@ def _anchors(ops, k, krows, comm, runs, main_tid, nodes: _AnchorNodes) -> tuple:
 
 
 def reduce_step(t, cols, anchors, order):
-    """The longest local paths of one step's graph (module docstring).  Returns ``(pos, edges,
-    marked, dropped)``: ``pos`` the topological position of each node, the reduced edges
-    ``(origin node, sink node, weight)``, the indices of the edges on those paths and the number of
-    edges dropped because they run against the topological order."""
-    src, dst, w = cols[:3]
-    pos = np.empty(len(t), np.int64)
-    pos[order] = np.arange(len(t))
-    ps, pd = pos[src], pos[dst]
-    ok = ps < pd                                                  # an edge against time is dropped
-    if ok.all():
-        keep, pw = np.arange(len(src)), w
-    else:
-        keep = np.flatnonzero(ok)
-        ps, pd, pw = ps[keep], pd[keep], w[keep]
+    """The longest local paths of one step's graph (module docstring), in one kernel pass
+    (``streamtrace.kernels.critical.reduce_local``).  Returns ``(pos, edges, marked, dropped)``:
+    ``pos`` the topological position of each node, the reduced edges ``(origin node, sink node,
+    weight)`` (positions; int64 ns), the indices of the edges on those paths and the number of edges
+    dropped because they run against the topological order."""
     nodes, kinds = anchors[:2]
-    init = np.full(len(t), NEG, np.int64)
-    srcs = pos[nodes[(kinds == Anchor.step_start) | (kinds == Anchor.end)]]
-    init[srcs] = t[order][srcs]
-    dist, pred, origin = longest_path(len(t), ps, pd, pw, init)
-    sinks = pos[nodes[(kinds == Anchor.arrival) | (kinds == Anchor.step_end)]]
-    reached = dist[sinks] > NEG
-    sinks = sinks[reached]
-    red = (origin[sinks], sinks, dist[sinks] - init[origin[sinks]])
-    marked = path_edges(pred, ps, sinks.astype(np.int64, copy=False))
-    return pos, red, keep[marked], int((~ok).sum())
+    sources = nodes[(kinds == Anchor.step_start) | (kinds == Anchor.end)]
+    sinks = nodes[(kinds == Anchor.arrival) | (kinds == Anchor.step_end)]
+    i64 = lambda x: np.ascontiguousarray(x, np.int64)  # noqa: E731
+    pos, origin, sink, w, marked, dropped = reduce_local(i64(t), i64(order), *(i64(c) for c in cols[:3]),
+                                                         i64(sources), i64(sinks))
+    return pos, (origin, sink, w), marked, int(dropped)
 
 
 def part_reads(part, kernels=(), ops=()) -> dict:

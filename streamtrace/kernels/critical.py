@@ -19,8 +19,8 @@ from .sentinels import NEG, POS
 
 ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
 
-__all__ = ["NEG", "POS", "longest_path", "longest_path_masked", "latest_times", "trace_back", "path_edges"]
-
+__all__ = ["NEG", "POS", "longest_path", "longest_path_masked", "latest_times", "trace_back", "path_edges",
+           "reduce_local", "back_within_instant"]
 
 
 @njit(cache=True)
@@ -202,3 +202,110 @@ def path_edges(pred, src, ends):
             out[j] = e
             j += 1
     return out[:j]
+
+
+@njit(cache=True)
+def _positions(order):
+    """``pos[order[i]] = i``: each node's place in ``order`` (int64[n], a permutation)."""
+    pos = np.empty(order.shape[0], np.int64)
+    for i in range(order.shape[0]):
+        pos[order[i]] = i
+    return pos
+
+
+@njit(cache=True)
+def back_within_instant(order, t, src, dst):
+    """Does an edge ``src[e] -> dst[e]`` (node ids, int64[E]) run back in ``order`` (node ids,
+    int64[n], a permutation) between two nodes of the same time ``t`` (int64[n] ns)?  The test
+    ``streamtrace.aggregate.critical_graph.topological_order`` makes before ordering same-instant
+    chains; O(n + E)."""
+    pos = _positions(order)
+    for e in range(src.shape[0]):
+        u, v = src[e], dst[e]
+        if pos[u] > pos[v] and t[u] == t[v]:
+            return True
+    return False
+
+
+@njit(cache=True)
+def reduce_local(t, order, src, dst, w, sources, sinks):
+    """One rank's step graph reduced to its longest local paths (``streamtrace.aggregate.
+    critical_local.reduce_step``) in one pass: node ``i`` at time ``t[i]`` (int64[n] ns) sits at
+    ``pos[i]`` in ``order`` (node ids in topological order, int64[n]); edges ``src -> dst`` (node
+    ids, int64[E]) of weight ``w`` (int64[E] ns), those with ``pos[src] >= pos[dst]`` dropped
+    (counted); ``sources`` (node ids) start at their own time, every other node unreached until an
+    edge reaches it; ``sinks`` (node ids, in the caller's order).
+
+    The forward pass is ``longest_path``'s over the kept edges at their positions (same order,
+    same ties: the larger source position, then the lower edge index); the marked edges are
+    ``path_edges``' walks back from each reached sink.  Returns ``(pos, origin, sink, weight,
+    marked, dropped)``: ``pos`` int64[n]; per reached sink, in the order of ``sinks``, the position
+    its longest path starts at, its own position and that path's weight (int64 ns: its value minus
+    the origin's time); ``marked`` the edges on those paths (indices into ``src``, ascending);
+    ``dropped`` the number of edges dropped.  O(n + E)."""
+    n = t.shape[0]
+    m = src.shape[0]
+    pos = _positions(order)
+    fill = np.zeros(n + 1, np.int64)
+    dropped = 0
+    for e in range(m):
+        if pos[src[e]] >= pos[dst[e]]:
+            dropped += 1
+        else:
+            fill[pos[dst[e]] + 1] += 1
+    for v in range(n):
+        fill[v + 1] += fill[v]
+    by_dst = np.empty(m - dropped, np.int64)          # kept edges by destination position, stable
+    for e in range(m):
+        v = pos[dst[e]]
+        if pos[src[e]] < v:
+            by_dst[fill[v]] = e
+            fill[v] += 1
+    init = np.full(n, NEG, np.int64)
+    for i in range(sources.shape[0]):
+        init[pos[sources[i]]] = t[sources[i]]
+    dist = init.copy()
+    pred = np.full(n, -1, np.int64)
+    psrc = np.full(n, -1, np.int64)
+    origin = np.arange(n)
+    for k in range(by_dst.shape[0]):
+        e = by_dst[k]
+        u, v = pos[src[e]], pos[dst[e]]
+        if dist[u] <= NEG:
+            continue
+        val = dist[u] + w[e]
+        p = pred[v]
+        if val > dist[v] or (val == dist[v] and p >= 0 and (u > psrc[v] or (u == psrc[v] and e < p))):
+            dist[v] = val
+            pred[v] = e
+            psrc[v] = u
+            origin[v] = origin[u]
+    r = 0
+    for i in range(sinks.shape[0]):
+        if dist[pos[sinks[i]]] > NEG:
+            r += 1
+    o_out = np.empty(r, np.int64)
+    s_out = np.empty(r, np.int64)
+    w_out = np.empty(r, np.int64)
+    seen = np.zeros(n, np.bool_)
+    on = np.zeros(m, np.bool_)
+    j = 0
+    k = 0
+    for i in range(sinks.shape[0]):
+        v = pos[sinks[i]]
+        if dist[v] <= NEG:
+            continue
+        o_out[j], s_out[j], w_out[j] = origin[v], v, dist[v] - init[origin[v]]
+        j += 1
+        while not seen[v] and pred[v] >= 0:
+            seen[v] = True
+            on[pred[v]] = True
+            k += 1
+            v = psrc[v]
+    marked = np.empty(k, np.int64)
+    j = 0
+    for e in range(m):
+        if on[e]:
+            marked[j] = e
+            j += 1
+    return pos, o_out, s_out, w_out, marked, dropped

@@ -153,6 +153,9 @@ UNITS = {
                               0.4),
     "critical.trace_back": ("critical", "trace_back", (_I64, _I64, _i), (), 0.2),
     "critical.path_edges": ("critical", "path_edges", (_I64, _I64, _I64), (), 0.2),
+    "critical._positions": ("critical", "_positions", (_I64,), (), 0.1),
+    "critical.back_within_instant": ("critical", "back_within_instant", (_I64,) * 4, ("critical._positions",), 0.2),
+    "critical.reduce_local": ("critical", "reduce_local", (_I64,) * 7, ("critical._positions",), 0.6),
     "chains._before": ("chains", "_before", (_i, _i, _I64, _I64, _I64), (), 0.1),
     "chains._sort3": ("chains", "_sort3", (_I64, _I64, _I64, _I64), ("chains._before",), 0.3),
     "chains._post_order": ("chains", "_post_order", (_I64, _I64, _I64), (), 0.1),
@@ -193,7 +196,7 @@ forward pass reads its graph in place with ``longest_path_masked``)."""
 _STATS = ("gaps.running_end_before", "ancestry.same_name_ancestor",    # aggregate's statistics
           "intervals._union_lengths_sorted",                              # (the ranks' interval metrics)
           "critical.longest_path", "critical.latest_times", "critical.trace_back",   # and critical path
-          "critical.path_edges",
+          "critical.reduce_local", "critical.back_within_instant",
           "chains.thread_chain") + REPLAY_UNITS                                        # and its replay
 _READ = ("scan.scan_events", "scan.skip_value", "scan.skip_string", "scan.skip_ws")
 _PIPELINE = ("intervals._intersect_sorted", "intervals.disjoint_length")   # aggregate's pipeline waits per rank

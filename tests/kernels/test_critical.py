@@ -8,10 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamtrace.kernels.critical import (NEG, POS, latest_times, longest_path, longest_path_masked, path_edges,
-                                         trace_back)
-from streamtrace.kernels.reference import (latest_times_py, longest_path_masked_py, longest_path_py, path_edges_py,
-                                           trace_back_py)
+from streamtrace.kernels.critical import (NEG, POS, back_within_instant, latest_times, longest_path,
+                                          longest_path_masked, path_edges, reduce_local, trace_back)
+from streamtrace.kernels.reference import (back_within_instant_py, latest_times_py, longest_path_masked_py,
+                                           longest_path_py, path_edges_py, reduce_local_py, trace_back_py)
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -186,3 +186,70 @@ def test_brute_force_helper_counts_paths():
     # a diamond has 4 one-edge/two-edge paths + 4 empty ones
     src, dst = np.asarray([0, 0, 1, 2], np.int64), np.asarray([1, 2, 3, 3], np.int64)
     assert len(_paths(4, src, dst)) == 4 + 4 + 2
+
+
+@st.composite
+def step_graphs(draw):
+    """Up to 9 nodes with times (ties), in a random order (not always topological: some edges run
+    back, some join nodes of one time), edges between any two nodes (self-loops, repeats), weights with
+    ties; a few sources and sinks (repeats allowed)."""
+    n = draw(st.integers(1, 9))
+    t = np.asarray(draw(st.lists(st.sampled_from([0, 5, 5, 9, 20]), min_size=n, max_size=n)), np.int64)
+    order = np.asarray(draw(st.permutations(range(n))), np.int64)
+    pairs = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=20))
+    w = draw(st.lists(st.sampled_from([0, 0, 1, 2, 5, -3, 10]), min_size=len(pairs), max_size=len(pairs)))
+    a = lambda x: np.asarray(x, np.int64).reshape(-1)  # noqa: E731
+    srcs = a(draw(st.lists(st.integers(0, n - 1), max_size=3)))
+    sinks = a(draw(st.lists(st.integers(0, n - 1), max_size=5)))
+    return t, order, a([u for u, _ in pairs]), a([v for _, v in pairs]), a(w), srcs, sinks
+
+
+@SETTINGS
+@given(step_graphs())
+def test_reduce_local_matches_twin_and_brute_force(g):
+    """``reduce_local`` against its twin (the numpy reduction it replaced, over the twins of
+    ``longest_path`` and ``path_edges``) and, for each reached sink, against the best of every path
+    of kept edges from a source enumerated by brute force."""
+    t, order, src, dst, w, sources, sinks = g
+    got = reduce_local(t, order, src, dst, w, sources, sinks)
+    want = reduce_local_py(t, order, src, dst, w, sources, sinks)
+    for x, y in zip(got[:5], want[:5]):
+        assert np.asarray(x).tolist() == np.asarray(y).tolist()
+    assert got[5] == want[5]
+    pos = got[0]
+    keep = np.flatnonzero(pos[src] < pos[dst])
+    assert got[5] == len(src) - len(keep)
+    ks, kd, kw = pos[src[keep]], pos[dst[keep]], w[keep]
+    starts = set(pos[sources].tolist())
+    best = {s: int(t[order[s]]) for s in starts}                   # (a source's own time: the empty path)
+    for path in _paths(len(t), ks, kd):
+        if path and int(ks[path[0]]) in starts:
+            s, v = int(ks[path[0]]), int(kd[path[-1]])
+            best[v] = max(best.get(v, NEG), int(t[order[s]]) + sum(int(kw[e]) for e in path))
+    _, o, sk, ww, marked, _ = got
+    reached = [int(v) for v in pos[sinks].tolist() if int(v) in best]
+    assert sk.tolist() == reached
+    for oi, v, wv in zip(o.tolist(), sk.tolist(), ww.tolist()):
+        assert int(t[order[oi]]) + wv == best[v]                  # the path's value from its own origin
+    assert all(0 <= e < len(src) and pos[src[e]] < pos[dst[e]] for e in marked.tolist())
+
+
+def test_reduce_local_by_hand():
+    """Nodes 0..3 at times 0, 1, 4, 4 in order [0, 1, 3, 2]; a source at 0; edges 0->1 (1), 1->2 (3),
+    0->2 (2), 2->3 (0, back: dropped), 1->3 (9); sinks 2 and 3."""
+    t = np.asarray([0, 1, 4, 4], np.int64)
+    order = np.asarray([0, 1, 3, 2], np.int64)
+    src, dst = np.asarray([0, 1, 0, 2, 1], np.int64), np.asarray([1, 2, 2, 3, 3], np.int64)
+    w = np.asarray([1, 3, 2, 0, 9], np.int64)
+    pos, o, sk, ww, marked, dropped = reduce_local(t, order, src, dst, w, np.asarray([0], np.int64),
+                                                   np.asarray([2, 3], np.int64))
+    assert pos.tolist() == [0, 1, 3, 2] and dropped == 1
+    assert o.tolist() == [0, 0] and sk.tolist() == [3, 2] and ww.tolist() == [4, 10]
+    assert marked.tolist() == [0, 1, 4]
+
+
+@SETTINGS
+@given(step_graphs())
+def test_back_within_instant_matches_twin(g):
+    t, order, src, dst = g[:4]
+    assert bool(back_within_instant(order, t, src, dst)) == back_within_instant_py(order, t, src, dst)

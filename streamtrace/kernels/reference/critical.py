@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["longest_path_py", "longest_path_masked_py", "latest_times_py", "trace_back_py", "path_edges_py"]
+__all__ = ["longest_path_py", "longest_path_masked_py", "latest_times_py", "trace_back_py", "path_edges_py",
+           "reduce_local_py", "back_within_instant_py"]
 
 NEG, POS = -(2 ** 62), 2 ** 62
 
@@ -96,3 +97,29 @@ def path_edges_py(pred, src, ends):
     for v in ends:
         edges.update(trace_back_py(pred, src, int(v)).tolist())
     return np.asarray(sorted(edges), np.int64)
+
+
+def back_within_instant_py(order, t, src, dst):
+    """Twin of ``back_within_instant``: the edges back in ``order``, then whether any joins two
+    nodes of one time."""
+    place = {int(v): i for i, v in enumerate(np.asarray(order).tolist())}
+    return any(place[int(u)] > place[int(v)] and int(t[u]) == int(t[v]) for u, v in zip(src, dst))
+
+
+def reduce_local_py(t, order, src, dst, w, sources, sinks):
+    """Twin of ``reduce_local``: the edges copied out at their positions without the backward ones,
+    ``longest_path_py`` over them from ``sources`` at their times, ``path_edges_py`` from the reached
+    sinks, the kept edges' indices mapped back."""
+    n = len(t)
+    pos = np.empty(n, np.int64)
+    pos[np.asarray(order, np.int64)] = np.arange(n)
+    ps, pd = pos[src], pos[dst]
+    keep = np.flatnonzero(ps < pd)
+    init = np.full(n, NEG, np.int64)
+    init[pos[sources]] = np.asarray(t, np.int64)[sources]
+    dist, pred, origin = longest_path_py(n, ps[keep], pd[keep], np.asarray(w, np.int64)[keep], init)
+    at = pos[sinks]
+    at = at[dist[at] > NEG]
+    marked = path_edges_py(pred, ps[keep], at)
+    return (pos, origin[at], at, dist[at] - init[origin[at]], keep[marked].astype(np.int64),
+            int(len(src) - len(keep)))
