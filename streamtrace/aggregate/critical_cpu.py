@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels.chains import thread_chain
+from ..kernels.chains import thread_chain, thread_waits as _thread_waits
 from .critical_graph import Category, StepGraph
 
 MIN_WAIT_NS = 20_000
@@ -118,40 +118,19 @@ class ThreadWait:
 
 def thread_waits(chains: dict, main_tid: int) -> list:
     """The waits between threads of one step (module docstring): ``chains`` ``{tid: Chain}``.
-    Returns a list of ``ThreadWait``, at most one per (waiting edge, worker thread)."""
+    Returns a list of ``ThreadWait``, at most one per (waiting edge, worker thread), each pair of
+    threads searched by the kernel ``streamtrace.kernels.chains.thread_waits``."""
     out = []
     tids = list(chains) if len(chains) <= MAX_WAIT_THREADS else [main_tid]
-    sums: dict = {}                    # per worker thread: busy edges, running busy time and cut count
     for wt in tids:
         c = chains.get(wt)
         if c is None or len(c.t) < 2:
             continue
-        cand = np.flatnonzero(c.keep & (c.w >= MIN_WAIT_NS))
-        if not len(cand):
-            continue
-        a, b = c.t[cand], c.t[cand + 1]
         for tid, x in chains.items():
             if tid == wt or len(x.t) < 2:
                 continue
-            f = np.searchsorted(x.t, a, "left")
-            last = np.searchsorted(x.t, b, "right") - 1
-            ok = (f < last)
-            if not ok.any():
-                continue
-            if tid not in sums:        # (a CPU collective's run, cut: joined across ranks instead)
-                busy = x.busy()
-                sums[tid] = (busy, np.concatenate(([0], np.cumsum(np.where(busy, x.w, 0)))),
-                             None if x.keep.all() else np.concatenate(([0], np.cumsum(~x.keep))))
-            busy, cum, cut = sums[tid]
-            fm, lm = np.minimum(f, len(x.t) - 1), np.maximum(last, 0)
-            idle_a = (fm == 0) | ~busy[np.maximum(fm - 1, 0)]
-            idle_b = (lm >= len(x.w)) | ~busy[np.minimum(lm, len(x.w) - 1)]
-            work = cum[np.maximum(lm, fm)] - cum[fm]
-            ok &= idle_a & idle_b & (2 * work >= (b - a))
-            if cut is not None:
-                ok &= cut[np.maximum(lm, fm)] == cut[fm]
-            out += [ThreadWait(wt, int(e), tid, int(i), int(j)) for e, i, j in
-                    zip(cand[ok].tolist(), fm[ok].tolist(), lm[ok].tolist())]
+            found = _thread_waits(c.t, c.w, c.keep, x.t, x.w, x.cat, x.keep, MIN_WAIT_NS, int(Category.cpu_op))
+            out += [ThreadWait(wt, e, tid, f, last) for e, f, last in found.tolist()]
     return out
 
 

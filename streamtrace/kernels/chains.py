@@ -18,7 +18,7 @@ from .cachedir import ensure_cache
 
 ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
 
-__all__ = ["DENSE_SPAN", "MAX_UP", "RUN_REACH", "thread_chain"]
+__all__ = ["DENSE_SPAN", "MAX_UP", "RUN_REACH", "thread_chain", "thread_waits"]
 
 MAX_UP = 256
 """How many levels an edge's naming op is moved up the call tree at most (``thread_chain``)."""
@@ -280,3 +280,60 @@ def thread_chain(sel, ts, dur, parent, depth, tid, is_step, this_tid, cut, host_
             depth_cut += 1 if is_start[k] else -1
         keep[k] = depth_cut <= 0
     return t, is_start, op, at, w, cat, inner, keep
+
+
+@njit(cache=True)
+def _first_at_or_after(t, lo, hi, x, strict):
+    """The first index ``i`` in ``[lo, hi)`` with ``t[i] >= x`` (``> x`` when ``strict``), ``hi`` when
+    none: ``np.searchsorted`` on the sorted slice, ``left`` / ``right``, offset by ``lo``."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if t[mid] > x or (not strict and t[mid] == x):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@njit(cache=True)
+def thread_waits(t, w, keep, xt, xw, xcat, xkeep, min_wait, busy_code):
+    """The edges of one thread that wait for another (``streamtrace.aggregate.critical_cpu.thread_waits``
+    states the rule): the waiting thread's chain, instants ``t`` (int64[n] ns, sorted), per edge ``j``
+    (instant ``j`` -> ``j + 1``, int64[n - 1] ns) its weight ``w`` and ``keep`` (bool: outside every
+    CPU collective's run); the worker's instants ``xt`` (sorted), per edge its weight ``xw``, category
+    ``xcat`` (int8; ``busy_code``: an op of the thread is open over it) and ``xkeep``; ``min_wait``:
+    the shortest waiting edge (ns).
+
+    An edge ``a -> b`` of the waiting thread (kept, ``w >= min_wait``) waits for the worker when the
+    worker's first instant at or after ``a`` comes before its last instant at or before ``b``, the
+    worker is idle before the first and after the last, busy at least half of ``b - a`` between them
+    and has no cut edge between them.  Returns int64[m, 3] ``(edge, first, last)``, by edge; ``first``
+    / ``last`` index ``xt``.  The worker's busy time between two instants is summed edge by edge: the
+    waiting edges are disjoint in time, so the stretches summed are too: O(E log N + N)."""
+    n, nx = t.shape[0], xt.shape[0]
+    out = np.empty((max(n - 1, 0), 3), np.int64)
+    k = 0
+    if nx < 2:
+        n = 0
+    for e in range(n - 1):
+        if not keep[e] or w[e] < min_wait:
+            continue
+        f = _first_at_or_after(xt, 0, nx, t[e], False)
+        last = _first_at_or_after(xt, 0, nx, t[e + 1], True) - 1
+        if f >= last:
+            continue
+        if (f > 0 and xcat[f - 1] == busy_code) or (last < nx - 1 and xcat[last] == busy_code):
+            continue                                # the worker was busy before or after: not idle
+        work, cut = 0, 0
+        for j in range(f, last):
+            if xcat[j] == busy_code:
+                work += xw[j]
+            if not xkeep[j]:
+                cut += 1
+        if 2 * work >= t[e + 1] - t[e] and cut == 0:
+            out[k, 0], out[k, 1], out[k, 2] = e, f, last
+            k += 1
+    res = np.empty((k, 3), np.int64)
+    for r in range(k):
+        res[r, 0], res[r, 1], res[r, 2] = out[r, 0], out[r, 1], out[r, 2]
+    return res

@@ -163,6 +163,9 @@ UNITS = {
     "chains._in": ("chains", "_in", (_RO_I64, _i), (), 0.1),
     "chains.thread_chain": ("chains", "thread_chain", (_RO_I64,) * 4 + (_RO_I32, _RO_I64, _RO_B, _i, _RO_I64, _i, _i),
                             ("chains._sort3", "chains._post_order", "chains._subtree_last", "chains._in"), 0.8),
+    "chains._first_at_or_after": ("chains", "_first_at_or_after", (_I64, _i, _i, _i, _b), (), 0.1),
+    "chains.thread_waits": ("chains", "thread_waits", (_I64, _I64, _B1, _I64, _I64, _I8, _B1, _i, _i),
+                            ("chains._first_at_or_after",), 0.5),
     "replay._record": ("replay", "_record", (_I64_2D, _I64_2D, _i, _i, _I64, _I64, _I64, _I64, _I64, _I8), (), 0.3),
     "replay.anchor_pairs": ("replay", "anchor_pairs", (_i, _I64, _I64, _I64, _I8, _I8, _I8, _I64, _i),
                             ("replay._record",), 0.8),
@@ -197,7 +200,7 @@ _STATS = ("gaps.running_end_before", "ancestry.same_name_ancestor",    # aggrega
           "intervals._union_lengths_sorted",                              # (the ranks' interval metrics)
           "critical.longest_path", "critical.latest_times", "critical.trace_back",   # and critical path
           "critical.reduce_local", "critical.back_within_instant",
-          "chains.thread_chain") + REPLAY_UNITS                                        # and its replay
+          "chains.thread_chain", "chains.thread_waits") + REPLAY_UNITS                                        # and its replay
 _READ = ("scan.scan_events", "scan.skip_value", "scan.skip_string", "scan.skip_ws")
 _PIPELINE = ("intervals._intersect_sorted", "intervals.disjoint_length")   # aggregate's pipeline waits per rank
 _INTERVALS = ("intervals._union_sorted", "intervals._union_length_sorted", "intervals._intersect_length_sorted")

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamtrace.kernels.reference.chains import covering, instant_order
-from streamtrace.kernels.chains import thread_chain
-from streamtrace.kernels.reference import thread_chain_py
+from streamtrace.kernels.chains import thread_chain, thread_waits
+from streamtrace.kernels.reference import thread_chain_py, thread_waits_py
 
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 HOST_GAP, CPU_OP = 7, 0
@@ -59,7 +59,6 @@ def test_kernel_follows_the_vectorised_rules(tab):
     assert inner.tolist() == covering({"ts_ns": ts, "dur_ns": dur, "parent": parent}, first, t[:-1], t[1:]).tolist()
 
 
-
 def _spread(tab, stride):
     """``tab`` with op row ``i`` moved to row ``i * stride`` (parents and ``sel`` / ``cut`` renumbered),
     the rows between on another thread: the same ops, the same chain (``sel`` becomes sparse)."""
@@ -90,6 +89,7 @@ def test_the_parents_are_found_in_a_sparse_selection(tab, stride):
         if i in (2, 6):                                        # op rows, inner rows: renumbered
             w = np.where(w >= 0, w * stride, w)
         assert g.tolist() == w.tolist()
+
 
 def test_a_zero_length_child_ends_inside_its_parent():
     # op 0 [0, 4] with a zero-length child 1 at 4 (its parent's end): 0 starts, 1 starts, 1 ends, 0 ends
@@ -154,3 +154,47 @@ def test_post_order_is_the_ends_order_of_nested_ops(tab):
                  for j in range(i + 1, len(pre)))
     if nested:
         assert (np.diff(t1[got]) >= 0).all()
+
+
+@st.composite
+def chain_pairs(draw):
+    """Two threads' chains (up to 12 instants each, sorted, with ties): a waiting thread's edges kept or
+    cut, a worker's edges busy (``cpu_op``, 1) or not (0 or 7) and kept or cut; a small shortest wait."""
+    def chain(cats):
+        c = np.asarray(sorted(draw(st.lists(st.integers(0, 60), max_size=12))), np.int64)
+        m = max(len(c) - 1, 0)
+        return (c, np.diff(c).astype(np.int64), np.asarray(draw(st.lists(st.booleans(), min_size=m, max_size=m)), bool),
+                np.asarray(draw(st.lists(st.sampled_from(cats), min_size=m, max_size=m)), np.int8))
+    t, w, keep, _ = chain([0])
+    xt, xw, xkeep, xcat = chain([0, 1, 1, 7])
+    return t, w, keep, xt, xw, xcat, xkeep, draw(st.integers(0, 8)), 1
+
+
+@SETTINGS
+@given(chain_pairs())
+def test_thread_waits_equals_the_twin(g):
+    """The edges of one thread that wait for another: the kernel against its NumPy twin (the rule as
+    critical_cpu ran it before the kernel), and each wait found checked against the rule by hand."""
+    got = thread_waits(*g)
+    assert got.tolist() == thread_waits_py(*g).tolist()
+    t, w, keep, xt, xw, xcat, xkeep, min_wait, busy_code = g
+    for e, f, last in got.tolist():
+        a, b = t[e], t[e + 1]
+        assert keep[e] and b - a >= min_wait
+        assert f == sum(xt < a) and last == sum(xt <= b) - 1 and f < last
+        edges = range(f, last)
+        assert 2 * sum(int(xw[j]) for j in edges if xcat[j] == busy_code) >= b - a and all(xkeep[j] for j in edges)
+        assert (f == 0 or xcat[f - 1] != busy_code) and (last == len(xt) - 1 or xcat[last] != busy_code)
+
+
+def test_thread_waits_by_hand():
+    """Waiting edges [0, 100] (the worker runs 10 .. 90, busy 80 of it) and [101, 130] (the worker
+    runs 105 .. 125, busy 20): both wait; [100, 101] holds no worker instant.  With the worker's last
+    edge cut the second does not; with a shortest wait of 50 only the first is a candidate."""
+    t, w, keep = np.asarray([0, 100, 101, 130], np.int64), np.asarray([100, 1, 29], np.int64), np.ones(3, bool)
+    xt = np.asarray([10, 40, 70, 90, 105, 125], np.int64)
+    xw, xcat, xkeep = np.diff(xt), np.asarray([1, 1, 1, 0, 1], np.int8), np.ones(5, bool)
+    assert thread_waits(t, w, keep, xt, xw, xcat, xkeep, 20, 1).tolist() == [[0, 0, 3], [2, 4, 5]]
+    assert thread_waits(t, w, keep, xt, xw, xcat, xkeep, 50, 1).tolist() == [[0, 0, 3]]
+    xkeep[4] = False
+    assert thread_waits(t, w, keep, xt, xw, xcat, xkeep, 20, 1).tolist() == [[0, 0, 3]]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["thread_chain_py", "instant_order", "covering"]
+__all__ = ["thread_chain_py", "thread_waits_py", "instant_order", "covering"]
 
 
 def thread_chain_py(sel, ts, dur, parent, depth, tid, is_step, this_tid, cut, host_gap, cpu_op):
@@ -93,3 +93,24 @@ def covering(ops, inner, t0, t1) -> np.ndarray:
         up = parent[c[bad]]
         cur[bad] = np.where((up >= 0) & (up < n), up, -1)
     return cur
+
+
+def thread_waits_py(t, w, keep, xt, xw, xcat, xkeep, min_wait, busy_code):
+    """Twin of ``thread_waits`` (same arguments and results): the candidate edges tested at once with
+    NumPy, from the worker's running sums, as ``critical_cpu`` did before the kernel."""
+    t, xt = np.asarray(t, np.int64), np.asarray(xt, np.int64)
+    if len(t) < 2 or len(xt) < 2:
+        return np.zeros((0, 3), np.int64)
+    cand = np.flatnonzero(np.asarray(keep) & (np.asarray(w) >= min_wait))
+    a, b = t[cand], t[cand + 1]
+    busy = np.asarray(xcat) == busy_code
+    f = np.searchsorted(xt, a, "left")
+    last = np.searchsorted(xt, b, "right") - 1
+    cum = np.concatenate(([0], np.cumsum(np.where(busy, xw, 0))))
+    cut = np.concatenate(([0], np.cumsum(~np.asarray(xkeep, bool))))
+    fm, lm = np.minimum(f, len(xt) - 1), np.maximum(last, 0)
+    idle_a = (fm == 0) | ~busy[np.maximum(fm - 1, 0)]
+    idle_b = (lm >= len(xw)) | ~busy[np.minimum(lm, len(xw) - 1)]
+    work = cum[np.maximum(lm, fm)] - cum[fm]
+    ok = (f < last) & idle_a & idle_b & (2 * work >= (b - a)) & (cut[np.maximum(lm, fm)] == cut[fm])
+    return np.stack([cand[ok], fm[ok], lm[ok]], axis=1).astype(np.int64).reshape(-1, 3)
