@@ -182,37 +182,41 @@ def sync_edges(g: StepGraph, ops, rows, end_node, kend, kend_node, kk=None, sync
     it names, and only when that event ends inside the call).  ``ops["is_copy"]`` (optional) marks
     the asynchronous copy calls, which wait for their own copy when it ends inside them."""
     linked = np.zeros(len(rows), bool)
-    if not len(kend):
-        return linked
-    o = np.argsort(kend, kind="stable")
-    se, sn = kend[o], kend_node[o]
     copy = ops["is_copy"][rows] if "is_copy" in ops and kk is not None else np.zeros(len(rows), bool)
-    co = np.argsort(kk[1], kind="stable") if kk is not None else np.zeros(0, np.int64)
-    ccorr = kk[1][co] if kk is not None else np.zeros(0, np.int64)
-    e = ([], [], [], [], [], [])                 # the edges' src, dst, w, lane, name, ref: added at once
-    ts, dur, corrs, tids, names, ext = (ops[c] for c in ("ts_ns", "dur_ns", "correlation", "tid", "name",
-                                                          "external_id"))
-    for i in np.flatnonzero(ops["is_sync"][rows] | copy).tolist():
-        r = rows[i]
-        lo, hi = int(ts[r]), int(ts[r] + dur[r])
-        corr = int(corrs[r])
-        if not ops["is_sync"][r]:               # an asynchronous copy: its own copy, ended inside it
-            j = int(np.searchsorted(ccorr, corr))
-            j = int(co[j]) if j < len(ccorr) and ccorr[j] == corr else -1
-            src, t = (kend_node[j], kend[j]) if j >= 0 and lo <= kend[j] <= hi else (-1, -1)
-        elif syncs and kk is not None and syncs.get(corr) is not None:
-            j = sync_target(syncs.get(corr), kk, corr, kend)
-            src, t = (kend_node[j], kend[j]) if j >= 0 and lo <= kend[j] <= hi else (-1, -1)
-        else:
-            j = np.searchsorted(se, hi, "right") - 1
-            src, t = (sn[j], se[j]) if j >= 0 and se[j] >= lo else (-1, -1)
-        if src >= 0 and end_node[i] >= 0:       # (the texts coded in the order met, as one call an edge did)
-            for col, x in zip(e, (src, end_node[i], hi - t, g.texts.code(f"thread {int(tids[r])}"),
-                                  g.texts.code(str(names[r])), int(ext[r]))):
-                col.append(x)
-            linked[i] = True
-    if e[0]:
-        g.edges(e[0], e[1], e[2], Category.sync, np.asarray(e[3], np.int32), np.asarray(e[4], np.int32), e[5])
+    idx = np.flatnonzero(ops["is_sync"][rows] | copy)
+    if not len(kend) or not len(idx):
+        return linked
+    r = rows[idx]
+    lo = ops["ts_ns"][r]
+    hi = lo + ops["dur_ns"][r]
+    corr = ops["correlation"][r]
+    j = np.full(len(idx), -1, np.int64)             # per call: the GPU event (index into ``kend``) it waited for
+    asy = ~ops["is_sync"][r]                        # asynchronous copies: their own copy
+    if asy.any():
+        co = np.argsort(kk[1], kind="stable")
+        ccorr = kk[1][co]
+        at = np.minimum(np.searchsorted(ccorr, corr[asy]), len(ccorr) - 1)
+        j[asy] = np.where(ccorr[at] == corr[asy], co[at], -1)
+    rest = np.flatnonzero(~asy)
+    if syncs and kk is not None:                    # the calls Kineto links: the event each names
+        named = [i for i, c in zip(rest.tolist(), corr[rest].tolist()) if syncs.get(c) is not None]
+        for i in named:
+            j[i] = sync_target(syncs.get(int(corr[i])), kk, int(corr[i]), kend)
+        rest = np.setdiff1d(rest, np.asarray(named, np.int64), assume_unique=True)
+    o = np.argsort(kend, kind="stable")             # the others: the latest GPU end inside the call
+    last = np.searchsorted(kend[o], hi[rest], "right") - 1
+    j[rest] = np.where(last >= 0, o[np.maximum(last, 0)], -1)
+    jj = np.maximum(j, 0)
+    t = kend[jj]
+    ok = (j >= 0) & (t <= hi) & (t >= lo) & (end_node[idx] >= 0)
+    lanes, names = [], []
+    tids, nm = ops["tid"][r[ok]].tolist(), ops["name"][r[ok]].tolist()
+    for tid, name in zip(tids, nm):                 # (the texts coded in the order met, as one call an edge did)
+        lanes.append(g.texts.code(f"thread {int(tid)}"))
+        names.append(g.texts.code(str(name)))
+    g.edges(kend_node[jj[ok]], end_node[idx[ok]], (hi - t)[ok], Category.sync, np.asarray(lanes, np.int32),
+            np.asarray(names, np.int32), ops["external_id"][r[ok]])
+    linked[idx[ok]] = True
     return linked
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..analyze.outputs import CUDA_SYNC, KERNELS, OPS
 from ..kernels.critical import reduce_local
@@ -59,7 +60,7 @@ WHOLE_CAPTURE = -1
 """The step number of a rank's whole capture, taken as one window when it has no step at all."""
 ANCHOR_COLUMNS = ("step", "node", "kind", "t_ns", "correlation", "stream", "name", "lane")
 EDGE_COLUMNS = ("step", "src", "dst", "w_ns")
-SEGMENT_SCHEMA = pa.schema([("step", pa.int64()), ("src", pa.int64()), ("dst", pa.int64()), ("t0", pa.int64()),
+SEGMENT_SCHEMA = pa.schema([("src", pa.int64()), ("dst", pa.int64()), ("t0", pa.int64()),
                             ("t1", pa.int64()), ("w", pa.int64()), ("cat", pa.int8()), ("lane", pa.string()),
                             ("name", pa.string()), ("ref", pa.int64())])
 SEGMENT_DTYPES = {f.name: object if pa.types.is_string(f.type) else f.type.to_pandas_dtype() for f in SEGMENT_SCHEMA}
@@ -249,8 +250,6 @@ def _columns(part, tables) -> tuple:
     values, idx = dictionary_numpy(ops_t["name"])                     # name flags per distinct name
     ops = {c: (values[idx] if len(idx) else np.zeros(0, object)) if c == "name" else column_numpy(ops_t[c])
            for c in OPS_COLUMNS if c != "cat"}
-    cv, cidx = dictionary_numpy(ops_t["cat"])                         # (a flag per distinct category)
-    ops["cat"] = cv[cidx] if len(cidx) else np.zeros(0, object)
     ops["name_code"] = texts.codes(values)[idx]
     k = {c: column_numpy(k_t[c]) for c in KERNEL_COLUMNS if c != "name"} if k_t is not None else \
         {c: np.zeros(0, object if c in ("name", "kind") else np.int64) for c in KERNEL_COLUMNS}
@@ -272,7 +271,7 @@ def _columns(part, tables) -> tuple:
     ops["is_wait"] = flag(lambda x: x in WAIT_CALLS)
     ops["any_wait"] = bool(ops["is_wait"].any())
     # GPU events the ops table holds too
-    ops["is_gpu_sync"] = np.asarray([x == CUDA_SYNC_CAT for x in cv.tolist()], bool)[cidx]
+    ops["is_gpu_sync"] = pc.equal(ops_t["cat"], CUDA_SYNC_CAT).fill_null(False).to_numpy(zero_copy_only=False)
     k["ts_ns"], k["end_ns"] = part.align(k["ts_ns"]), part.align(k["end_ns"])
     calls = None
     if has_runs(uniq):                                                 # a CPU-only (gloo) rank's collectives
@@ -298,8 +297,8 @@ class _Acc:
                              "t_ns": t[nodes], "correlation": corr, "stream": stream, "name": name, "lane": lane})
         self.edges.append({"step": np.full(len(o), step, np.int64), "src": b + o, "dst": b + s, "w_ns": w})
         src, dst, ww, cat, lane, name, ref = (c[marked] for c in cols[:TEXTS])
-        self.segs.append({"step": np.full(len(marked), step, np.int64), "src": b + pos[src], "dst": b + pos[dst],
-                          "t0": t[src], "t1": t[dst], "w": ww, "cat": cat.astype(np.int8),
+        self.segs.append({"src": b + pos[src], "dst": b + pos[dst],
+                          "t0": t[src], "t1": t[dst], "w": ww, "cat": cat.astype(np.int8, copy=False),
                           "lane": lane, "name": name, "ref": ref})     # (codes of the part's Texts)
         self.texts = cols[TEXTS]                     # (append-only: the last step's decodes every step's)
         self.base += len(t)

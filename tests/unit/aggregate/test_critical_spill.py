@@ -14,7 +14,7 @@ from streamtrace.aggregate.critical_local import SEGMENT_SCHEMA, read_segments, 
 def _segs(n):
     """The segment columns with ``lane`` / ``name`` as text, and as the codes of a ``Texts`` with it."""
     names = np.asarray(["aten::mm", "void gemm_kernel<128>(float*)", ""], object)
-    plain = {"step": np.full(n, 7), "src": np.arange(n), "dst": np.arange(n) + 1, "t0": np.arange(n) * 10,
+    plain = {"src": np.arange(n), "dst": np.arange(n) + 1, "t0": np.arange(n) * 10,
              "t1": np.arange(n) * 10 + 5, "w": np.full(n, 5), "cat": np.arange(n) % 3,
              "lane": np.asarray([f"thread {i % 2}" for i in range(n)], object), "name": names[np.arange(n) % 3],
              "ref": np.arange(n) - 1}
