@@ -77,11 +77,12 @@ def gpu_events(g: StepGraph, k, rows, launch_node, launch_t, first, s0, waits=No
     ``first``: the step's start node, ``s0`` its time; ``waits``: the sorted start times of the
     rank's stream-wait calls in the step (None: the trace records none, every event may wait);
     ``links``: the rank's explicit cross-stream links (``LINK_COLUMNS``
-    arrays, aligned ns; None: the waits are inferred); ``prior``: ``queued_behind``.  Returns
+    arrays, aligned ns; None: the waits are inferred); ``prior``: ``queued_behind``; ``k["is_comm"]`` /
+    ``k["is_memory"]`` (optional: else read from ``k["kind"]``) flag the communication and memory events.  Returns
     (start node, end node, is communication) per row."""
     dev, stream, ts, te = (k[c][rows] for c in ("device", "stream", "ts_ns", "end_ns"))
-    kind = k["kind"][rows]
-    comm = kind == "communication"
+    comm = k["is_comm"][rows] if "is_comm" in k else k["kind"][rows] == "communication"
+    memory = k["is_memory"][rows] if "is_memory" in k else k["kind"][rows] == "memory"
     n = len(rows)
     both = g.nodes(np.stack([ts, te], axis=1).reshape(-1), np.tile(np.asarray([2, 0], np.int8), n))
     sn, en = both[0::2], both[1::2]
@@ -93,7 +94,7 @@ def gpu_events(g: StepGraph, k, rows, launch_node, launch_t, first, s0, waits=No
     body = ~comm & (en != sn)                        # a zero-length event is one node: no edge
     corr = k["correlation"][rows]
     g.edges(sn[body], en[body], (te - ts)[body],
-            np.where(kind[body] == "memory", Category.memcpy, Category.compute_kernel), lane[body], name[body],
+            np.where(memory[body], Category.memcpy, Category.compute_kernel), lane[body], name[body],
             corr[body])
     same = np.concatenate(([False], (dev[1:] == dev[:-1]) & (stream[1:] == stream[:-1])))
     prev = np.where(same, np.arange(n) - 1, -1)

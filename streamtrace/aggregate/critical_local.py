@@ -273,6 +273,7 @@ def _columns(part, tables) -> tuple:
     # GPU events the ops table holds too
     ops["is_gpu_sync"] = pc.equal(ops_t["cat"], CUDA_SYNC_CAT).fill_null(False).to_numpy(zero_copy_only=False)
     k["ts_ns"], k["end_ns"] = part.align(k["ts_ns"]), part.align(k["end_ns"])
+    k["is_comm"], k["is_memory"] = k["kind"] == "communication", k["kind"] == "memory"
     calls = None
     if has_runs(uniq):                                                 # a CPU-only (gloo) rank's collectives
         calls = np.asarray([cr for cr in call_runs([x or "" for x in ops["name"].tolist()], ops["ts_ns"])
@@ -350,22 +351,27 @@ def part_graphs(job, part, tables) -> PartGraphs | None:
                       sync_targets(tables.get(CUDA_SYNC)), stats, texts)
 
 
-def write_segments(path, segs: dict, texts):
+def write_segments(path, segs, texts):
     """One part's path segments (``SEGMENT_SCHEMA``'s columns as numpy arrays, ``lane`` / ``name``
-    int32 codes of ``texts``, the part's ``Texts.values()``) pickled into ``path``, a temporary that
-    ``read_segments`` reads back for the ranks the job's path visits.  Pickled, not Arrow, and
-    as codes: a rank's few hundred distinct names over ~100 k rows are written once each."""
-    cols = {c: segs[c] if c in ("lane", "name") else segs[c].astype(SEGMENT_DTYPES[c], copy=False)
-            for c in SEGMENT_SCHEMA.names}
+    int32 codes of ``texts``, the part's ``Texts.values()``; ``segs`` one dict of them, or a list, one a
+    step) pickled into ``path``, a temporary that ``read_segments`` reads back for the ranks the job's
+    path visits.  Pickled, not Arrow, and as codes: a rank's few hundred distinct names over ~100 k
+    rows are written once each; a step at a time, joined when read: most ranks' are never read (the
+    A100 job's path stays on one rank of eight)."""
+    steps = [segs] if isinstance(segs, dict) else segs
+    cols = [{c: x[c] if c in ("lane", "name") else x[c].astype(SEGMENT_DTYPES[c], copy=False)
+             for c in SEGMENT_SCHEMA.names} for x in steps]
     with open(path, "wb") as f:
         pickle.dump((cols, texts), f, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def read_segments(path) -> dict:
-    """The columns ``write_segments`` wrote into ``path``, ``lane`` / ``name`` decoded (object arrays
-    of str)."""
+    """The columns ``write_segments`` wrote into ``path`` (its steps joined, in order), ``lane`` /
+    ``name`` decoded (object arrays of str)."""
     with open(path, "rb") as f:
-        cols, texts = pickle.load(f)
+        steps, texts = pickle.load(f)
+    cols = {c: np.concatenate([x[c] for x in steps]) if steps else
+            np.zeros(0, np.int32 if c in ("lane", "name") else SEGMENT_DTYPES[c]) for c in SEGMENT_SCHEMA.names}
     cols["lane"], cols["name"] = texts[cols["lane"]], texts[cols["name"]]
     return cols
 
@@ -396,6 +402,6 @@ def part_paths(job, part, spill, tables=None, on_step=None) -> dict:
         return empty | {"stats": stats.as_dict()}
     cat = lambda xs: {c: np.concatenate([x[c] for x in xs]) for c in xs[0]}  # noqa: E731
     path = Path(spill) / f"critical-{part.index:06d}.pickle"
-    write_segments(path, cat(acc.segs), acc.texts)
+    write_segments(path, acc.segs, acc.texts)
     return {"anchors": cat(acc.anchors), "edges": cat(acc.edges), "segments": str(path),
             "dropped": stats.dropped_edges, "stats": stats.as_dict()}

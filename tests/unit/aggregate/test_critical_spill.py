@@ -44,3 +44,16 @@ def test_empty_and_non_utf8_folder(tmp_path):
     write_segments(path, segs, texts)
     back = read_segments(path)
     assert all(len(v) == 0 for v in back.values()) and back["cat"].dtype == np.int8
+
+
+def test_steps_written_apart_are_read_back_joined(tmp_path):
+    """A list of steps' columns (``part_paths`` writes one dict a step) reads back as their rows in
+    order, as one dict of the same columns would."""
+    plain, segs, texts = _segs(30)
+    parts = [{c: v[a:b] for c, v in segs.items()} for a, b in ((0, 12), (12, 12), (12, 30))]
+    path = tmp_path / "critical-000001.pickle"
+    write_segments(path, parts, texts)
+    back = read_segments(path)
+    assert list(back) == SEGMENT_SCHEMA.names
+    for f in SEGMENT_SCHEMA:
+        assert back[f.name].tolist() == plain[f.name].tolist()
