@@ -51,6 +51,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
 
 from ..events.dataset import read_arrow, write_table
 from ..kernels.critical import NEG, POS, latest_times, longest_path, trace_back
@@ -68,7 +69,6 @@ LOCAL, WAIT, TRANSFER = Edge.local, Edge.wait, Edge.transfer
 SEGMENTS = ("rank", "lane", "t0", "t1", "w", "cat", "name", "ref")
 """The columns of a step's path segments (``_segments``), as ``critical_ranks`` reads them."""
 _DTYPES = {"lane": object, "name": object, "cat": np.int8}
-_CATEGORY_NAMES = np.asarray(CATEGORIES, object)
 _GPU_CODES = np.asarray([Category[c] for c in GPU_CATEGORIES], np.int8)
 SUM_TOLERANCE = 0.001
 """A path whose weights differ from its own span by more than this share gets a warning."""
@@ -439,6 +439,12 @@ def _check_sum(it, st, segs) -> list:
             f"{f' with {gaps} gaps' if gaps else ''}: some of the step's time is not explained (report it)"]
 
 
+def _category_names(codes) -> pa.Array:
+    """``Category`` codes (int8) as a string array of their names, decoded by Arrow (no str object a row)."""
+    return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int8()), pa.array(CATEGORIES, pa.string())).cast(
+        pa.string())
+
+
 def _segment_columns(seg_cols: list) -> dict:
     """``critical_path.parquet``'s columns from the steps' segment columns (``_segments`` with
     ``iteration``, ``step``, ``order``)."""
@@ -447,7 +453,7 @@ def _segment_columns(seg_cols: list) -> dict:
            for c in names}
     seg = {"iteration": cat["iteration"], "step": cat["step"], "order": cat["order"], "rank": cat["rank"],
            "lane": cat["lane"], "start_ns": cat["t0"], "end_ns": cat["t1"], "dur_ns": cat["t1"] - cat["t0"],
-           "weight_ns": cat["w"], "category": _CATEGORY_NAMES[cat["cat"]], "name": cat["name"]}
+           "weight_ns": cat["w"], "category": _category_names(cat["cat"]), "name": cat["name"]}
     ref, gpu = cat["ref"], np.isin(cat["cat"], _GPU_CODES)
     seg["correlation"], seg["external_id"] = np.where(gpu, ref, -1), np.where(gpu, -1, ref)
     return seg
