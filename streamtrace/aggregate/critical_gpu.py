@@ -5,11 +5,11 @@ work), and the GPU -> CPU syncs.
 * **launch -> event**: the runtime call (same ``correlation``) start -> the GPU event start
   (``launch_delay``); **stream order**: the previous GPU event's end on the stream -> the start
   (``kernel_gap``); **cross-stream wait**, read where the trace links it
-  (``linked_waits``; a rank with such links gets no other
-  cross-stream edge), else inferred (``inferred_waits``): the latest end on another stream of
-  the device before the start, only for the first event launched on its stream after a
-  ``cudaStreamWaitEvent`` call (between the previous launch on that stream and its own; a trace with
-  no wait calls at all: every event).  Of these the latest to happen is the one the event waited
+  (``linked_waits``; a rank with such links gets no other cross-stream edge), else inferred
+  (``streamtrace.kernels.stepgpu.inferred_waits``): the latest end on another stream of the device
+  before the start, only for the first event launched on its stream after a ``cudaStreamWaitEvent``
+  call (between the previous launch on that stream and its own; a trace with no wait calls at all:
+  every event).  Of these the latest to happen is the one the event waited
   for: its edge carries the time up to the start, the others weigh 0 (as HolisticTraceAnalysis adds
   either the launch delay or the kernel-kernel delay, never both).  A candidate later than the
   event's start (a launch whose CPU clock runs ahead of the GPU's) is not what it waited for.
@@ -37,8 +37,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..kernels.critical import NEG
+from ..kernels.stepgpu import CATS, gpu_edges, inferred_waits as _inferred_waits, prev_on_stream
 from .critical_graph import Category, StepGraph
 from .cuda_links import linked_waits, sync_target
+
+_CATS = np.asarray([Category[c] for c in CATS], np.int8)
 
 
 @dataclass(frozen=True)
@@ -80,46 +83,29 @@ def gpu_events(g: StepGraph, k, rows, launch_node, launch_t, first, s0, waits=No
     arrays, aligned ns; None: the waits are inferred); ``prior``: ``queued_behind``; ``k["is_comm"]`` /
     ``k["is_memory"]`` (optional: else read from ``k["kind"]``) flag the communication and memory events.  Returns
     (start node, end node, is communication) per row."""
-    dev, stream, ts, te = (k[c][rows] for c in ("device", "stream", "ts_ns", "end_ns"))
+    i64 = lambda x: np.ascontiguousarray(x, np.int64)  # noqa: E731
+    dev, stream, ts, te = (i64(k[c][rows]) for c in ("device", "stream", "ts_ns", "end_ns"))
     comm = k["is_comm"][rows] if "is_comm" in k else k["kind"][rows] == "communication"
     memory = k["is_memory"][rows] if "is_memory" in k else k["kind"][rows] == "memory"
     n = len(rows)
     both = g.nodes(np.stack([ts, te], axis=1).reshape(-1), np.tile(np.asarray([2, 0], np.int8), n))
-    sn, en = both[0::2], both[1::2]
-    en = np.where(te == ts, sn, en)                 # a zero-length event is one instant
+    sn = both[0::2].copy()
+    en = np.where(te == ts, sn, both[1::2])         # a zero-length event is one instant
     new = np.concatenate(([True], (dev[1:] != dev[:-1]) | (stream[1:] != stream[:-1])))[:n]     # a stream's run of rows
     lane = np.asarray([g.texts.code(f"device {d} stream {s}") for d, s in zip(dev[new].tolist(), stream[new].tolist())]
                       + [0], np.int32)[np.cumsum(new) - 1]
-    name = k["name_code"][rows]
-    body = ~comm & (en != sn)                        # a zero-length event is one node: no edge
     corr = k["correlation"][rows]
-    g.edges(sn[body], en[body], (te - ts)[body],
-            np.where(memory[body], Category.memcpy, Category.compute_kernel), lane[body], name[body],
-            corr[body])
-    same = np.concatenate(([False], (dev[1:] == dev[:-1]) & (stream[1:] == stream[:-1])))
-    prev = np.where(same, np.arange(n) - 1, -1)
+    launch_node, launch_t = i64(launch_node), i64(launch_t)
+    prev = prev_on_stream(dev, stream)
     if links is not None:       # Kineto's explicit links: only they make an event wait on another stream
-        x = linked_waits(dev, stream, ts, te, corr, links)
+        x = i64(linked_waits(dev, stream, ts, te, corr, links))
     else:
-        x = inferred_waits(dev, stream, ts, te, prev, launch_node, launch_t, s0, waits)
-    prior = np.full(n, NEG, np.int64) if prior is None else prior
-    cand_t = np.stack([np.where(launch_node >= 0, launch_t, NEG), np.where(prev >= 0, te[np.maximum(prev, 0)], NEG),
-                       np.where(x >= 0, te[np.maximum(x, 0)], NEG), prior])
-    cand_t = np.where(cand_t <= ts, cand_t, NEG)      # after the start: not what the event waited for
-    bind = np.argmax(cand_t, axis=0)
-    has = cand_t.max(axis=0) > NEG
-    for c, srcs, cat in ((0, launch_node, Category.launch_delay),
-                         (1, np.where(prev >= 0, en[np.maximum(prev, 0)], -1), Category.kernel_gap),
-                         (2, np.where(x >= 0, en[np.maximum(x, 0)], -1), Category.kernel_gap)):
-        m = (srcs >= 0) & (cand_t[c] > NEG)          # a source after the start would run against time
-        won = has[m] & (bind[m] == c)
-        w = np.where(won, ts[m] - cand_t[c][m], 0)
-        g.edges(srcs[m], sn[m], w, np.where(won, cat, Category.wait), lane[m], name[m], corr[m])
-    m = has & (bind == 3)                            # queued behind earlier work: from the step's start
-    g.edges(np.full(int(m.sum()), first), sn[m], ts[m] - s0, Category.queued, lane[m], name[m], corr[m])
-    m = ~has
-    g.edges(np.full(int(m.sum()), first), sn[m], np.maximum(ts[m] - s0, 0), Category.kernel_gap, lane[m], name[m],
-            corr[m])
+        x = _inferred_waits(dev, stream, ts, te, prev, launch_node, launch_t, int(s0),
+                            i64(waits if waits is not None else ()), waits is not None)
+    prior = np.full(n, NEG, np.int64) if prior is None else i64(prior)
+    src, dst, w, cat, row = gpu_edges(ts, te, np.ascontiguousarray(comm, bool), np.ascontiguousarray(memory, bool),
+                                      sn, i64(en), launch_node, launch_t, prev, x, prior, int(first), int(s0), _CATS)
+    g.edges(src, dst, w, cat, lane[row], k["name_code"][rows][row], corr[row])
     return sn, en, comm
 
 
@@ -153,26 +139,6 @@ def queued_behind(k, rows) -> np.ndarray:
     ok = pos >= lo
     out[first[ok]] = mx[pos[ok]]
     return out
-
-
-def inferred_waits(dev, stream, ts, te, prev, launch_node, launch_t, s0, waits):
-    """Cross-stream waits where the trace does not link them (module docstring): per event (sorted
-    by device, stream, start) the row of the latest end on another stream of the device before its
-    start, -1 none; with ``waits`` (the stream-wait calls' start times) only for the first event
-    launched on its stream after such a call."""
-    n = len(ts)
-    x = np.full(n, -1, np.int64)
-    for d in np.unique(dev).tolist():
-        on = np.flatnonzero(dev == d)
-        oe = on[np.argsort(te[on], kind="stable")]
-        j = np.searchsorted(te[oe], ts[on], "right") - 1
-        cand = np.where(j >= 0, oe[np.maximum(j, 0)], -1)
-        x[on] = np.where((cand >= 0) & (stream[np.maximum(cand, 0)] != stream[on]), cand, -1)
-    if waits is not None:       # only the first event launched on its stream after a wait call waits
-        lo = np.where(prev >= 0, launch_t[np.maximum(prev, 0)], s0)
-        after = np.searchsorted(waits, launch_t, "left") - np.searchsorted(waits, lo, "right") > 0
-        x = np.where(after | (launch_node < 0), x, -1)
-    return x
 
 
 def sync_edges(g: StepGraph, ops, rows, end_node, kend, kend_node, kk=None, syncs=None):

@@ -33,6 +33,8 @@ from .runs import *  # noqa: F401,F403
 from .runs import __all__ as _runs
 from .sqlite_pages import *  # noqa: F401,F403
 from .sqlite_pages import __all__ as _sqlite_pages
+from .stepgpu import *  # noqa: F401,F403
+from .stepgpu import __all__ as _stepgpu
 from .survey import *  # noqa: F401,F403
 from .survey import __all__ as _survey
 from .texthash import *  # noqa: F401,F403
@@ -45,4 +47,5 @@ from .windows import *  # noqa: F401,F403
 from .windows import __all__ as _windows
 
 __all__ = [*_intervals, *_tree, *_nesting, *_ancestry, *_validate, *_windows, *_runs, *_gaps, *_critical,
-           *_sqlite_pages, *_survey, *_keep, *_replay, *_texthash, *_chains]
+           *_sqlite_pages, *_survey, *_keep, *_replay, *_texthash, *_chains,
+           *_stepgpu]
