@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..kernels.critical import NEG
-from ..kernels.stepgpu import CATS, gpu_edges, inferred_waits as _inferred_waits, prev_on_stream
+from ..kernels.stepgpu import CATS, gpu_step
 from .critical_graph import Category, StepGraph
 from .cuda_links import linked_waits, sync_target
 
@@ -95,16 +95,12 @@ def gpu_events(g: StepGraph, k, rows, launch_node, launch_t, first, s0, waits=No
     lane = np.asarray([g.texts.code(f"device {d} stream {s}") for d, s in zip(dev[new].tolist(), stream[new].tolist())]
                       + [0], np.int32)[np.cumsum(new) - 1]
     corr = k["correlation"][rows]
-    launch_node, launch_t = i64(launch_node), i64(launch_t)
-    prev = prev_on_stream(dev, stream)
-    if links is not None:       # Kineto's explicit links: only they make an event wait on another stream
-        x = i64(linked_waits(dev, stream, ts, te, corr, links))
-    else:
-        x = _inferred_waits(dev, stream, ts, te, prev, launch_node, launch_t, int(s0),
-                            i64(waits if waits is not None else ()), waits is not None)
     prior = np.full(n, NEG, np.int64) if prior is None else i64(prior)
-    src, dst, w, cat, row = gpu_edges(ts, te, np.ascontiguousarray(comm, bool), np.ascontiguousarray(memory, bool),
-                                      sn, i64(en), launch_node, launch_t, prev, x, prior, int(first), int(s0), _CATS)
+    x = i64(linked_waits(dev, stream, ts, te, corr, links)) if links is not None else np.zeros(0, np.int64)
+    src, dst, w, cat, row = gpu_step(dev, stream, ts, te, np.ascontiguousarray(comm, bool),
+                                     np.ascontiguousarray(memory, bool), sn, i64(en), i64(launch_node), i64(launch_t),
+                                     x, links is not None, i64(waits if waits is not None else ()), waits is not None,
+                                     prior, int(first), int(s0), _CATS)
     g.edges(src, dst, w, cat, lane[row], k["name_code"][rows][row], corr[row])
     return sn, en, comm
 

@@ -20,7 +20,7 @@ from .sentinels import NEG
 
 ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
 
-__all__ = ["inferred_waits", "prev_on_stream", "gpu_edges", "CATS"]
+__all__ = ["inferred_waits", "prev_on_stream", "gpu_edges", "gpu_step", "CATS"]
 
 CATS = ("compute_kernel", "memcpy", "launch_delay", "kernel_gap", "wait", "queued")
 """The ``Category`` names whose codes ``gpu_edges``' ``cats`` holds, in this order."""
@@ -151,3 +151,16 @@ def gpu_edges(ts, te, comm, memory, sn, en, launch_node, launch_t, prev, x, prio
             src[k], dst[k], w[k], cat[k], row[k] = first, sn[i], max(ts[i] - s0, 0), cats[3], i
             k += 1
     return src[:k].copy(), dst[:k].copy(), w[:k].copy(), cat[:k].copy(), row[:k].copy()
+
+
+@njit(cache=True)
+def gpu_step(dev, stream, ts, te, comm, memory, sn, en, launch_node, launch_t, links, has_links, waits, has_waits,
+             prior, first, s0, cats):
+    """``gpu_edges`` of one step's events with their ``prev_on_stream`` and cross-stream waits: the
+    trace's ``links`` (int64[n], the row each event waits for, -1 none) with ``has_links``, else
+    ``inferred_waits`` (``waits``, ``has_waits``).  One kernel for the three: each costs its process
+    a few ms to load from the cache, whatever its size."""
+    prev = prev_on_stream(dev, stream)
+    x = links if has_links else inferred_waits(dev, stream, ts, te, prev, launch_node, launch_t, s0, waits,
+                                               has_waits)
+    return gpu_edges(ts, te, comm, memory, sn, en, launch_node, launch_t, prev, x, prior, first, s0, cats)

@@ -172,6 +172,9 @@ UNITS = {
                                ("stepgpu._count_at_most", "stepgpu._count_below"), 0.6),
     "stepgpu.prev_on_stream": ("stepgpu", "prev_on_stream", (_I64, _I64), (), 0.1),
     "stepgpu.gpu_edges": ("stepgpu", "gpu_edges", (_I64, _I64, _B1, _B1) + (_I64,) * 7 + (_i, _i, _I8), (), 0.6),
+    "stepgpu.gpu_step": ("stepgpu", "gpu_step", (_I64,) * 4 + (_B1, _B1) + (_I64,) * 5 + (_b, _I64, _b, _I64, _i, _i,
+                                                                                    _I8),
+                         ("stepgpu.prev_on_stream", "stepgpu.inferred_waits", "stepgpu.gpu_edges"), 0.8),
     "replay._record": ("replay", "_record", (_I64_2D, _I64_2D, _i, _i, _I64, _I64, _I64, _I64, _I64, _I8), (), 0.3),
     "replay.anchor_pairs": ("replay", "anchor_pairs", (_i, _I64, _I64, _I64, _I8, _I8, _I8, _I64, _i),
                             ("replay._record",), 0.8),
@@ -206,8 +209,7 @@ _STATS = ("gaps.running_end_before", "ancestry.same_name_ancestor",    # aggrega
           "intervals._union_lengths_sorted",                              # (the ranks' interval metrics)
           "critical.longest_path", "critical.latest_times", "critical.trace_back",   # and critical path
           "critical.reduce_local", "critical.back_within_instant",
-          "chains.thread_chain", "chains.thread_waits", "stepgpu.inferred_waits", "stepgpu.prev_on_stream",
-          "stepgpu.gpu_edges") + REPLAY_UNITS                                        # and its replay
+          "chains.thread_chain", "chains.thread_waits", "stepgpu.gpu_step") + REPLAY_UNITS                                        # and its replay
 _READ = ("scan.scan_events", "scan.skip_value", "scan.skip_string", "scan.skip_ws")
 _PIPELINE = ("intervals._intersect_sorted", "intervals.disjoint_length")   # aggregate's pipeline waits per rank
 _INTERVALS = ("intervals._union_sorted", "intervals._union_length_sorted", "intervals._intersect_length_sorted")

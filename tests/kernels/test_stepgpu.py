@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from streamtrace.kernels.reference import gpu_edges_py, inferred_waits_py, prev_on_stream_py
 from streamtrace.kernels.sentinels import NEG
-from streamtrace.kernels.stepgpu import gpu_edges, inferred_waits, prev_on_stream
+from streamtrace.kernels.stepgpu import gpu_edges, gpu_step, inferred_waits, prev_on_stream
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CATS = np.arange(10, 16, dtype=np.int8)          # six distinct codes: compute, memcpy, launch, gap, wait, queued
@@ -49,6 +49,14 @@ def test_kernels_equal_the_twin(g, s0):
     args = (ts, te, comm, memory, sn, en, launch_node, launch_t, prev, x, prior, 999, s0, CATS)
     got, want = gpu_edges(*args), gpu_edges_py(*args)
     for a, b in zip(got, want):
+        assert a.tolist() == b.tolist()
+    step = (dev, stream, ts, te, comm, memory, sn, en, launch_node, launch_t)
+    tail = (prior, 999, s0, CATS)
+    for a, b in zip(gpu_step(*step, np.zeros(0, np.int64), False, waits, has_waits, *tail), want):
+        assert a.tolist() == b.tolist()                            # the inferred waits: the same edges
+    links = np.where(np.arange(n) % 2 == 1, np.arange(n) - 1, -1).astype(np.int64)      # links given instead
+    want = gpu_edges_py(ts, te, comm, memory, sn, en, launch_node, launch_t, prev, links, *tail)
+    for a, b in zip(gpu_step(*step, links, True, waits, has_waits, *tail), want):
         assert a.tolist() == b.tolist()
     src, dst, w, cat, row = got
     assert set(dst.tolist()) >= set(sn.tolist())                 # every event's start waits for something
