@@ -58,7 +58,7 @@ import numpy as np
 from ..analyze.outputs import KERNELS, OPS
 from ..runtime.errors import StreamtraceError
 from ..events.dataset import json_default, num_rows, write_table
-from ..runtime.compile import REPLAY_UNITS, TASKS, load as load_kernels
+from ..runtime.compile import CRITICAL_JOB_UNITS, TASKS, load as load_kernels
 from ..runtime.files import atomic_output, output_folder
 from ..runtime.fork import ChildError, Standby
 from ..runtime.parallel import run_tasks
@@ -234,14 +234,16 @@ class JobLevel:
 def _job_level_process(opt: AggregateOptions):
     """The ``JobLevel`` processes (a context manager): forked while this process is small, so that
     their graphs (at 1,024 synthetic ranks +130 and +190 MB) do not come on top of what the parent
-    holds by then (~320 MB); with the aggregate's kernels loaded first, so that they share numba's
-    set-up.  The replay has a process of its own, not the critical path's: what the critical path's
-    solve leaves in its process (glibc's and Arrow's freed memory that ``malloc_trim`` cannot return,
-    the modules it imported) does not come under the replay's peak (4,096 synthetic ranks: the critical
-    path's process at 509 MB, 282 MB after it returned).  Neither is forked without the critical path
+    holds by then (~320 MB); with the kernels they call loaded first, so that they share numba's set-up
+    (the what-if's process re-reduces ranks: every unit of the aggregate; the critical path's calls the
+    job level's three, ``CRITICAL_JOB_UNITS``: the ranks' own load when first called, none unused).
+    The replay has a process of its own, not the critical path's: what the critical path's solve leaves
+    in its process (glibc's and Arrow's freed memory that ``malloc_trim`` cannot return, the modules it
+    imported) does not come under the replay's peak (4,096 synthetic ranks: the critical path's process
+    at 509 MB, 282 MB after it returned).  Neither is forked without the critical path
     (the replay needs it)."""
-    if opt.critical_path:                    # (the replay's units only for the what-if)
-        load_kernels(*(u for u in TASKS["aggregate"] if opt.whatif or u not in REPLAY_UNITS))
+    if opt.critical_path:
+        load_kernels(*(TASKS["aggregate"] if opt.whatif else CRITICAL_JOB_UNITS))
     with Standby(bool(opt.critical_path)) as critical, Standby(bool(opt.critical_path and opt.whatif)) as whatif:
         yield JobLevel(critical, whatif)
 

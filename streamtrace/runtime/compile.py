@@ -32,7 +32,8 @@ import time
 
 from numba.core import types
 
-__all__ = ["UNITS", "COMMANDS", "TASKS", "prepare", "load", "pending", "cache_folder", "cache_writable"]
+__all__ = ["UNITS", "COMMANDS", "TASKS", "REPLAY_UNITS", "CRITICAL_JOB_UNITS", "prepare", "load", "pending",
+           "cache_folder", "cache_writable"]
 
 # -- signatures ------------------------------------------------------------------------
 
@@ -203,6 +204,9 @@ UNITS = {
 
 _WINDOWS = ("windows._in_key_order", "windows._is_sorted", "windows._sweep", "windows._paint")
 REPLAY_UNITS = ("replay.anchor_pairs", "critical.longest_path_masked")
+CRITICAL_JOB_UNITS = ("critical.longest_path", "critical.latest_times", "critical.trace_back")
+"""The job-level critical path's units (aggregate runs it in a process forked before the ranks are read; it calls
+no other)."""
 """The what-if replay's units (aggregate's ranks reduce each change's graphs with them; the job level's
 forward pass reads its graph in place with ``longest_path_masked``)."""
 _STATS = ("gaps.running_end_before", "ancestry.same_name_ancestor",    # aggregate's statistics
