@@ -272,7 +272,7 @@ def cpu_chains(g: StepGraph, ops, rows, main_tid, cut=None, collective=()):
         g.edges(c.ids[:-1][k], c.ids[1:][k], c.w[k], c.cat[k], lanes[tid], name, ext)
         if main is None:
             main = c
-        elif not (c.is_start[0] and np.isin(c.op[0], cut)):       # join the step's thread (a CPU
+        elif not (c.is_start[0] and (cut == c.op[0]).any()):      # join the step's thread (a CPU
             j = np.searchsorted(main.t, c.t[0], "right") - 1         # collective's run: its call instead)
             if j >= 0:
                 g.edges([main.ids[j]], [c.ids[0]], [c.t[0] - main.t[j]], Category.host_gap, lanes[tid],
