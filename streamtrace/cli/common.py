@@ -10,6 +10,8 @@ import ijson
 from .. import __version__
 from ..runtime.console import printable
 from ..runtime.errors import UsageError
+from ..runtime.tuning import quiet_llvm_lock
+
 
 def version_text() -> str:
     """``streamtrace --version``: the version and the ijson backend (it should be ``yajl2_c``)."""
@@ -135,6 +137,7 @@ def prepare_kernels(command, con, jobs=0) -> float:
     compiled on first use, as without it."""
     try:
         from ..runtime.compile import prepare     # (the CLI's convention: see streamtrace.cli)
+        quiet_llvm_lock()                         # (numba is imported now)
         res = prepare(*((command,) if isinstance(command, str) else command), jobs=jobs or None, notice=con.notice)
         if res["compiled"]:
             con.detail(f"compiled {len(res['compiled'])} kernels in {res['seconds']:.1f} s")
@@ -148,6 +151,7 @@ def kernels_pending(command) -> bool:
     cannot be told (the cache unreadable, numba's internals changed).  Imports numba here."""
     try:
         from ..runtime.compile import pending     # (the CLI's convention: see streamtrace.cli)
+        quiet_llvm_lock()
         return bool(pending(*((command,) if isinstance(command, str) else command)))
     except Exception:                             # noqa: BLE001 - unknown: prepare as on a fresh install
         return True

@@ -5,7 +5,7 @@ runs in, and why.
 * ``freeze_for_fork``, ``thaw`` -- keep what a parent loaded out of its forked children's garbage
   collections;
 * ``tune_malloc`` -- undo the frozen mmap threshold dask's nanny leaves in its workers;
-* ``skip_numba_blas``, ``use_system_allocator``, ``skip_pandas`` -- start-up settings
+* ``skip_numba_blas``, ``use_system_allocator``, ``skip_pandas``, ``quiet_llvm_lock`` -- start-up settings
   of the ``streamtrace`` command's own process (not of a program importing streamtrace);
 * ``leave`` -- end the command's process at once, after flushing its output.
 
@@ -111,6 +111,24 @@ def skip_numba_blas():
     Only the command-line process (and the workers it forks) do this: a program that
     imports streamtrace as a library keeps SciPy and cffi as they are."""
     _unimportable("scipy", "scipy.linalg", "cffi")
+
+
+def quiet_llvm_lock():
+    """Stop numba from turning each of llvmlite's calls into LLVM into two events in the
+    ``streamtrace`` command's process.  numba registers a callback on llvmlite's lock that
+    starts and ends a ``numba:llvm_lock`` event around every call (numba's own compile timers
+    read them); loading one kernel from the cache makes ~200 such calls, so the events are
+    ~1 ms of each kernel's load (measured: aggregate's 15 per-rank units 63-64 -> 50-52 ms).
+    Called by the commands once numba is imported (``streamtrace.cli.common``); the workers they
+    fork inherit it.  Never raises: with numba's internals changed it does nothing."""
+    try:
+        import numba.core.base  # noqa: F401 - registers the callbacks when first imported
+        from llvmlite.binding import ffi
+        for acq, rel in list(ffi.lib._lock._cblist):
+            if getattr(acq, "__module__", "") == "numba.core.base":
+                ffi.unregister_lock_callback(acq, rel)
+    except Exception:              # noqa: BLE001 - a start-up setting, never an error
+        pass
 
 
 def skip_pandas():

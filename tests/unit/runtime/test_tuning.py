@@ -34,3 +34,29 @@ except ImportError:
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_quiet_llvm_lock_drops_numbas_lock_events_and_kernels_still_compile_and_run():
+    """``quiet_llvm_lock`` removes numba's callbacks from llvmlite's lock (numba registers them on
+    import: they were there before), a new kernel still compiles and runs, and a second call is a no-op."""
+    code = """
+import numba
+from llvmlite.binding import ffi
+from streamtrace.runtime.tuning import quiet_llvm_lock
+numba_cbs = lambda: [a for a, _ in ffi.lib._lock._cblist if getattr(a, "__module__", "") == "numba.core.base"]
+assert numba_cbs(), "numba registers its llvm_lock callbacks on import"
+quiet_llvm_lock()
+assert not numba_cbs()
+quiet_llvm_lock()
+@numba.njit
+def add(a, b):
+    return a + b
+assert add(2, 3) == 5
+from streamtrace.kernels.critical import longest_path
+import numpy as np
+d, p, o = longest_path(2, np.asarray([0]), np.asarray([1]), np.asarray([7]), np.asarray([0, -(2 ** 62)]))
+assert d.tolist() == [0, 7]
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
