@@ -19,8 +19,8 @@ from .sentinels import NEG, POS
 
 ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
 
-__all__ = ["NEG", "POS", "longest_path", "longest_path_masked", "latest_times", "trace_back", "path_edges",
-           "reduce_local", "back_within_instant"]
+__all__ = ["NEG", "POS", "longest_path", "longest_path_masked", "latest_times", "trace_back", "reduce_local",
+           "back_within_instant"]
 
 
 @njit(cache=True)
@@ -179,32 +179,6 @@ def trace_back(pred, src, end):
 
 
 @njit(cache=True)
-def path_edges(pred, src, ends):
-    """The distinct edges of the longest paths ending at the nodes ``ends`` (int64[m]), ascending
-    (int64[k]): the union of ``trace_back(pred, src, v)`` over ``v`` in ``ends``.  Each walk stops
-    at a node an earlier walk passed (its edges back from there are taken already); the edges are
-    marked, then read in order.  O(n + m + E) for E edges."""
-    n = pred.shape[0]
-    seen = np.zeros(n, np.bool_)
-    on = np.zeros(src.shape[0], np.bool_)
-    k = 0
-    for i in range(ends.shape[0]):
-        v = ends[i]
-        while v >= 0 and not seen[v] and pred[v] >= 0:
-            seen[v] = True
-            on[pred[v]] = True
-            k += 1
-            v = src[pred[v]]
-    out = np.empty(k, np.int64)
-    j = 0
-    for e in range(src.shape[0]):
-        if on[e]:
-            out[j] = e
-            j += 1
-    return out[:j]
-
-
-@njit(cache=True)
 def _positions(order):
     """``pos[order[i]] = i``: each node's place in ``order`` (int64[n], a permutation)."""
     pos = np.empty(order.shape[0], np.int64)
@@ -237,8 +211,9 @@ def reduce_local(t, order, src, dst, w, sources, sinks):
     edge reaches it; ``sinks`` (node ids, in the caller's order).
 
     The forward pass is ``longest_path``'s over the kept edges at their positions (same order,
-    same ties: the larger source position, then the lower edge index); the marked edges are
-    ``path_edges``' walks back from each reached sink.  Returns ``(pos, origin, sink, weight,
+    same ties: the larger source position, then the lower edge index); the marked edges are the
+    union of ``trace_back``'s walks from each reached sink (each walk stops at a node an earlier
+    walk passed).  Returns ``(pos, origin, sink, weight,
     marked, dropped)``: ``pos`` int64[n]; per reached sink, in the order of ``sinks``, the position
     its longest path starts at, its own position and that path's weight (int64 ns: its value minus
     the origin's time); ``marked`` the edges on those paths (indices into ``src``, ascending);

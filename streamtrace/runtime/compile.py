@@ -153,7 +153,6 @@ UNITS = {
     "critical.latest_times": ("critical", "latest_times", (_i, _I64, _I64, _I64, _I64), ("critical._stable_order",),
                               0.4),
     "critical.trace_back": ("critical", "trace_back", (_I64, _I64, _i), (), 0.2),
-    "critical.path_edges": ("critical", "path_edges", (_I64, _I64, _I64), (), 0.2),
     "critical._positions": ("critical", "_positions", (_I64,), (), 0.1),
     "critical.back_within_instant": ("critical", "back_within_instant", (_I64,) * 4, ("critical._positions",), 0.2),
     "critical.reduce_local": ("critical", "reduce_local", (_I64,) * 7, ("critical._positions",), 0.6),

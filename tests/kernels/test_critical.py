@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamtrace.kernels.critical import (NEG, POS, back_within_instant, latest_times, longest_path,
-                                          longest_path_masked, path_edges, reduce_local, trace_back)
+                                          longest_path_masked, reduce_local, trace_back)
 from streamtrace.kernels.reference import (back_within_instant_py, latest_times_py, longest_path_masked_py,
-                                           longest_path_py, path_edges_py, reduce_local_py, trace_back_py)
+                                           longest_path_py, reduce_local_py, trace_back_py)
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -42,28 +42,6 @@ def _paths(n, src, dst):
     for v in range(n):
         walk([], v)
     return out
-
-
-@SETTINGS
-@given(dags(), st.lists(st.integers(0, 8), max_size=12))
-def test_path_edges_is_the_union_of_the_paths(g, ends):
-    """``path_edges`` against its twin and against the walks of ``trace_back`` joined by hand."""
-    n, src, dst, w, init, dl = g
-    _, pred, _ = longest_path(n, src, dst, w, init)
-    ends = np.asarray([v for v in ends if v < n], np.int64)
-    got = path_edges(pred, src, ends)
-    assert got.tolist() == path_edges_py(pred, src, ends).tolist()
-    want = sorted({e for v in ends.tolist() for e in trace_back(pred, src, v).tolist()})
-    assert got.tolist() == want
-
-
-def test_path_edges_hand_checked():
-    """Two paths sharing their first edge: 0 -e0-> 1 -e1-> 2 and 1 -e2-> 3."""
-    pred = np.asarray([-1, 0, 1, 2], np.int64)
-    src = np.asarray([0, 1, 1], np.int64)
-    assert path_edges(pred, src, np.asarray([3, 2, 2, 0], np.int64)).tolist() == [0, 1, 2]
-    assert path_edges(pred, src, np.asarray([2], np.int64)).tolist() == [0, 1]
-    assert path_edges(pred, src, np.zeros(0, np.int64)).tolist() == []
 
 
 @SETTINGS
@@ -208,8 +186,8 @@ def step_graphs(draw):
 @given(step_graphs())
 def test_reduce_local_matches_twin_and_brute_force(g):
     """``reduce_local`` against its twin (the numpy reduction it replaced, over the twins of
-    ``longest_path`` and ``path_edges``) and, for each reached sink, against the best of every path
-    of kept edges from a source enumerated by brute force."""
+    ``longest_path`` and of the union of ``trace_back``'s walks) and, for each reached sink, against
+    the best of every path of kept edges from a source enumerated by brute force."""
     t, order, src, dst, w, sources, sinks = g
     got = reduce_local(t, order, src, dst, w, sources, sinks)
     want = reduce_local_py(t, order, src, dst, w, sources, sinks)

@@ -92,7 +92,8 @@ def trace_back_py(pred, src, end):
 
 
 def path_edges_py(pred, src, ends):
-    """Twin of ``path_edges``: every walk of ``trace_back_py`` in full, then their distinct edges."""
+    """The distinct edges of the longest paths ending at ``ends`` (ascending): every walk of
+    ``trace_back_py`` in full, then their union (``reduce_local_py`` marks its paths with it)."""
     edges = set()
     for v in ends:
         edges.update(trace_back_py(pred, src, int(v)).tolist())
