@@ -1,7 +1,8 @@
 """aggregate's job level in its own process (``streamtrace.aggregate.run._job_level_process``): the
 job's critical path and the what-if replay run in children forked before the job is opened, one each; their
 tables are those the same aggregate writes with both in its own process, with ``-j 1`` and ``-j 2``;
-an error there is the aggregate's error; the spilled pieces are removed."""
+an error there is the aggregate's error; the spilled pieces are removed; a job under ``SMALL_JOB_BYTES`` of
+Parquet runs both in the aggregate's own process."""
 from __future__ import annotations
 
 import os
@@ -29,6 +30,12 @@ def analysed(tmp_path_factory):
     generate_job(d / "traces", SynthSpec(world_size=4, tp=2, pp=2, layers=1, microbatches=2))
     analyze([d / "traces"], d / "an", AnalyzeOptions(jobs=1))
     return d
+
+
+@pytest.fixture(autouse=True)
+def forked(monkeypatch):
+    """Every job forks its job level here (this job is under ``SMALL_JOB_BYTES``: it would run in this process)."""
+    monkeypatch.setattr(agg_run, "SMALL_JOB_BYTES", 0)
 
 
 def _tables(folder) -> dict:
@@ -102,3 +109,34 @@ def test_the_replay_runs_in_a_process_of_its_own(analysed, monkeypatch, tmp_path
     pids = dict(line.split() for line in (tmp_path / "pids").read_text().splitlines())
     assert set(pids) == {"critical", "whatif"}
     assert len({pids["critical"], pids["whatif"], str(os.getpid())}) == 3
+
+
+def test_a_small_job_runs_its_job_level_here(analysed, monkeypatch, tmp_path):
+    """Under ``SMALL_JOB_BYTES`` of Parquet (this job: a few hundred KB) the critical path and the replay
+    run in the aggregate's own process, and write the tables the forked ones write."""
+    monkeypatch.setattr(agg_run, "SMALL_JOB_BYTES", 16 << 20)
+    assert agg_run._input_bytes([analysed / "an"], 16 << 20) < 16 << 20
+    monkeypatch.setenv("JOB_LEVEL_PIDS", str(tmp_path / "pids"))
+    monkeypatch.setattr(agg_run, "critical_paths", _critical_recorded)
+    monkeypatch.setattr(agg_run, "write_whatif", _whatif_recorded)
+    aggregate([analysed / "an"], analysed / "small", AggregateOptions(jobs=1))
+    pids = dict(line.split() for line in (tmp_path / "pids").read_text().splitlines())
+    assert pids == {"critical": str(os.getpid()), "whatif": str(os.getpid())}
+    monkeypatch.setattr(agg_run, "SMALL_JOB_BYTES", 0)
+    monkeypatch.setattr(agg_run, "critical_paths", _ORIGINAL["critical"])
+    monkeypatch.setattr(agg_run, "write_whatif", _ORIGINAL["whatif"])
+    aggregate([analysed / "an"], analysed / "small-forked", AggregateOptions(jobs=1))
+    assert _tables(analysed / "small") == _tables(analysed / "small-forked")
+
+
+def test_input_bytes_counts_parquet_up_to_the_limit(tmp_path):
+    """``_input_bytes`` sums the Parquet files' sizes under each folder (nothing else), and stops once past the
+    limit."""
+    for i, n in enumerate((100, 200, 300)):
+        d = tmp_path / f"r{i}"
+        d.mkdir()
+        (d / "part-0.parquet").write_bytes(b"x" * n)
+        (d / "summary.json").write_bytes(b"y" * 1000)
+    assert agg_run._input_bytes([tmp_path], 10_000) == 600
+    assert 150 < agg_run._input_bytes([tmp_path], 150) < 600
+    assert agg_run._input_bytes([tmp_path / "r0", tmp_path / "missing"], 10_000) == 100
