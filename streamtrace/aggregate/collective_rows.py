@@ -16,11 +16,10 @@ sum of ``out_splits`` (PyTorch's ``all_to_all_single`` input / output split size
 from __future__ import annotations
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from ..analyze.outputs import KERNELS
 from ..events.collmatch import is_all_to_all
-from ..events.dataset import arrow_file, num_rows
+from ..events.dataset import parquet_file
 from .folder import COLLECTIVES_MISMATCH_COLUMNS
 from .gloo import gloo_comm
 
@@ -35,9 +34,10 @@ def read_comm(job, part, columns) -> dict:
     default (``OPTIONAL``), as are ``in_bytes`` / ``out_bytes`` (-1).  A rank with no kernel
     at all (CPU only): its gloo collectives from its CPU ops (``gloo_comm``)."""
     files = part.files(KERNELS)
-    if not sum(num_rows(f) for f in files):          # a CPU-only rank: its gloo collectives
+    opened = [parquet_file(f) for f in files]        # (each footer read once: rows and schema)
+    if not sum(f.metadata.num_rows for f in opened):  # a CPU-only rank: its gloo collectives
         return gloo_comm(job, part, columns)
-    have = set(pq.read_schema(arrow_file(files[0])).names) if files else set()
+    have = set(opened[0].schema_arrow.names)
     extra = [c for c in ("in_bytes", "out_bytes", *OPTIONAL) if c in have]
     k = job.read_kernels(part, list(dict.fromkeys(list(columns) + extra)), kind="communication")
     n = len(k["ts_ns"])

@@ -7,8 +7,10 @@ part), so the job splits by prefix:
 
 1. **Spill** (one part at a time): each part's communication kernels, their prefix (an id, in
    first-seen order) and their sequence number within (part, prefix) go to one Arrow IPC file (LZ4:
-   a temporary file, read back by this process; zstd Parquet cost 1.5 s of writing at 1,024 ranks), a
-   record batch per part; per prefix, the rows and the instances (the most rows of one part) are counted.
+   a temporary file, read back by this process; zstd Parquet cost 1.5 s of writing at 1,024 ranks), in
+   record batches of whole parts' rows (``_BATCH_ROWS``: a batch per part cost ~1.5 s of per-batch
+   work in passes 2 and 3 at 1,024 ranks); per prefix, the rows and the instances (the most rows of
+   one part) are counted.
 2. **Buckets**: the prefixes in sorted order (the order of the in-memory path's instance ids) are
    cut into contiguous ranges of about ``bucket_rows`` rows; every part's rows are copied to the
    bucket file of their range.  Instance ids are ``offset(prefix) + seq``: dense, and one
@@ -20,7 +22,7 @@ part), so the job splits by prefix:
    ``Stragglers``, ``p2p_transfers``).
 
 The tables equal the in-memory ``analyse_collectives``' row for
-row.  Memory: one part's rows (pass 1), one bucket's rows and tables (pass 3, ~0.5 KB per row),
+row.  Memory: a batch of parts' rows (pass 1), one bucket's rows and tables (pass 3, ~0.5 KB per row),
 plus per instance 24 bytes for the summary's distributions and per p2p transfer 48 bytes.  With
 ``clock_sync="collectives"`` pass 3 runs twice: the first collects, per member of a usable
 instance, its instance, part, rank and end (24 bytes) and per instance 4 flags/counts for
@@ -58,6 +60,7 @@ from .p2p import TRANSFER_COLUMNS, p2p_transfers
 STATS = ("kernels", "instances", "complete", "inconsistent", "single_rank", "matched_by_seq", "matched_by_order")
 """The counts of ``aggregate.json``'s ``collectives``."""
 _HELD = 131_072                   # rows held before they go to their bucket files
+_BATCH_ROWS = 16_384              # pass 1's record batches: parts' rows gathered to at least this many
 _INTS = ("part", "rank", "iteration", "step", "start", "end", "dur", "bytes", "group_size", "microbatch", "correlation",
          "stream", "src", "dst", "pid", "seq", "nseq", "sig", "send", "recv", "cpu")
 _STRS = ("collective", "pg_name", "pg_ranks", "dim", "phase", "in_splits", "out_splits")
@@ -125,6 +128,7 @@ def _spill_parts(job, plan: _Plan) -> tuple[dict, _Counts]:
     pids: dict = {}
     sigs: dict = {}
     counts = _Counts()
+    pending, held = [], 0
     with _spill_writer(plan.folder / "parts.arrow") as w:
         for part in job.parts:
             rows = comm_rows(job, part, pids, sigs)
@@ -133,9 +137,15 @@ def _spill_parts(job, plan: _Plan) -> tuple[dict, _Counts]:
             pid = rows.pop("prefix")
             rows.update(pid=pid, seq=cumcount(pid))          # rows of a part are sorted by start
             counts.add(pid, part.index, rows["nseq"], len(pids))
-            w.write_table(to_arrow(rows, _SPILL.names).cast(_SPILL))
+            pending.append(to_arrow(rows, _SPILL.names).cast(_SPILL))
+            held += len(pid)
             plan.spilled_offset[part.index] = part.clock_offset_ns
             plan.rows += len(pid)
+            if held >= _BATCH_ROWS:
+                w.write_table(pa.concat_tables(pending).combine_chunks())
+                pending, held = [], 0
+        if pending:
+            w.write_table(pa.concat_tables(pending).combine_chunks())
     return pids, counts
 
 
@@ -192,19 +202,17 @@ def _bucket(job, folder: Path, bucket_rows: int) -> _Plan | None:
     src = pa.ipc.open_file(arrow_file(folder / "parts.arrow"))
     with contextlib.ExitStack() as stack:
         writers = [stack.enter_context(_spill_writer(p)) for p in plan.buckets]
-        pending: list = [[] for _ in range(nb)]
-        held = 0                                       # rows in pending: at most _HELD + one part's
+        pending: list = []
+        held = 0                                       # rows in pending: at most _HELD + one batch's
         for g in range(src.num_record_batches):
-            t = pa.Table.from_batches([src.get_batch(g)])
-            b = bucket_of[t["pid"].to_numpy()]
-            for j in np.unique(b).tolist():
-                pending[j].append(t.filter(pa.array(b == j)))
-            held += t.num_rows
+            pending.append(src.get_batch(g))
+            held += pending[-1].num_rows
             if held >= _HELD or g == src.num_record_batches - 1:
-                for j in range(nb):
-                    if pending[j]:
-                        writers[j].write_table(pa.concat_tables(pending[j]))
-                pending, held = [[] for _ in range(nb)], 0
+                t = pa.Table.from_batches(pending)
+                b = bucket_of[t["pid"].to_numpy()]
+                for j in np.unique(b).tolist():        # (each bucket's rows in spill order, one batch)
+                    writers[j].write_table(t.filter(pa.array(b == j)).combine_chunks())
+                pending, held, t = [], 0, None
     del src
     (folder / "parts.arrow").unlink()
     return plan

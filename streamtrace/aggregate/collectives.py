@@ -58,6 +58,7 @@ from ..runtime.errors import StreamtraceError
 from ..events.dataset import write_table
 from ..events.clocks import estimate_clock_offsets
 from ..events.collmatch import group_key, is_all_to_all, match_ordinals, signature
+from .alignment import dictionary_numpy
 from .collective_rows import fill_dims, member_bytes, mismatch_rows, read_comm, splits_agree
 
 P2P = ("Send", "Recv", "SendRecv")
@@ -112,22 +113,21 @@ def _ranks_of(s: str) -> list:
 
 def _p2p_dirs(part, corr_needed) -> dict:
     """``{correlation: {"send": "forward"|"backward", "recv": ...}}`` from the Megatron p2p function
-    (send_forward, recv_backward, send_forward_recv_backward, ...) above each launch in the ops."""
+    (send_forward, recv_backward, send_forward_recv_backward, ...) above each launch in the ops
+    (each distinct op name searched once)."""
     t = part.read(OPS, ["name", "parent", "correlation"]) if corr_needed else None
     if t is None:
         return {}
     corr = t["correlation"].to_numpy()
     parent = t["parent"].to_numpy()
-    names = t["name"]
+    values, idx = dictionary_numpy(t["name"])
+    fns = [_P2P_FN.findall(v or "") for v in values.tolist()]
     want = np.isin(corr, np.fromiter(corr_needed, np.int64))
     out = {}
-    cache: dict = {}
     for row in np.flatnonzero(want).tolist():
         found, j, steps = {}, int(parent[row]), 0
         while j >= 0 and steps < 64 and len(found) < 2:
-            if j not in cache:
-                cache[j] = _P2P_FN.findall(names[j].as_py() or "")
-            for verb, d in cache[j]:
+            for verb, d in fns[idx[j]]:
                 found.setdefault(verb.lower(), d.lower())
             j, steps = int(parent[j]), steps + 1
         if found:
@@ -138,37 +138,47 @@ def _p2p_dirs(part, corr_needed) -> dict:
 def match_prefixes(job, part, k) -> tuple[list, np.ndarray, np.ndarray]:
     """Match-key prefix (str) per comm kernel of one part (``k``: ``Job.read_kernels`` columns
     ``COMM_COLUMNS``, sorted by start), and for p2p rows src/dst (int64 arrays, else -1).  Matching
-    only ever combines rows with the same prefix; an instance is (prefix, k-th row of each part)."""
+    only ever combines rows with the same prefix; an instance is (prefix, k-th row of each part).
+    A rank's kernels repeat a few groups: each distinct group and rank list is parsed once."""
     n = len(k["ts_ns"])
     src = np.full(n, -1, np.int64)
     dst = np.full(n, -1, np.int64)
     pre = [""] * n
     rank = part.rank
     topo = job.topology
+    coll, pg_ranks, pg_name = k["collective"].tolist(), k["pg_ranks"].tolist(), k["pg_name"].tolist()
+    stream, corr = k["stream"].tolist(), k["correlation"].tolist()
+    its = [f"{int(a)}:{int(b)}" for a, b in zip(k["iteration"].tolist(), k["step"].tolist())]
+    ranks_of: dict = {}
+    groups: dict = {}
     need = []
     for i in range(n):
-        c = k["collective"][i]
-        if c in P2P:
-            g = _ranks_of(k["pg_ranks"][i])
+        if coll[i] in P2P:
+            g = ranks_of.get(pg_ranks[i])
+            if g is None:
+                g = ranks_of[pg_ranks[i]] = _ranks_of(pg_ranks[i])
             if len(g) > 2 or (not g and topo is not None):
-                need.append(int(k["correlation"][i]))
+                need.append(int(corr[i]))
     dirs = {**(_p2p_dirs(part, set(need)) if need else {}), **k.get("p2p_dirs", {})}
     inferred = 0
     for i in range(n):
-        c, it = k["collective"][i], f"{int(k['iteration'][i])}:{int(k['step'][i])}"
-        pg = group_key(k["pg_ranks"][i], k["pg_name"][i], k["stream"][i])
+        c, it = coll[i], its[i]
+        key = (pg_ranks[i], pg_name[i], stream[i])
+        pg = groups.get(key)
+        if pg is None:
+            pg = groups[key] = group_key(*key)
         if c in P2P:
-            g = _ranks_of(k["pg_ranks"][i])
+            g = ranks_of[pg_ranks[i]]
             if not g and topo is not None:
                 g = topo.group_of("pp", rank) or []
-            elif not g and not k["pg_name"][i] and job.file_peer(part) is not None:
+            elif not g and not pg_name[i] and job.file_peer(part) is not None:
                 g = sorted((rank, job.file_peer(part)))        # the file's only other rank (Job.file_peer)
                 inferred += 1
             peer = None
             if len(g) == 2 and rank in g:
                 peer = g[1] if g[0] == rank else g[0]
             elif len(g) > 2 and rank in g and c in ("Send", "Recv"):
-                d = dirs.get(int(k["correlation"][i]), {}).get(c.lower())
+                d = dirs.get(int(corr[i]), {}).get(c.lower())
                 pos = g.index(rank)
                 if d is not None:
                     nxt, prv = g[(pos + 1) % len(g)], g[pos - 1]
@@ -180,7 +190,7 @@ def match_prefixes(job, part, k) -> tuple[list, np.ndarray, np.ndarray]:
             elif peer is not None:                  # SendRecv: both ways at once, the k-th of each side
                 pre[i] = f"{it}|p2p|{min(rank, peer)}<>{max(rank, peer)}"
             else:
-                pre[i] = f"{it}|p2p?|{pg}|{c}|{k['stream'][i]}|r{rank}"     # unmatched: stays alone
+                pre[i] = f"{it}|p2p?|{pg}|{c}|{stream[i]}|r{rank}"     # unmatched: stays alone
         else:
             pre[i] = f"{it}|{pg}"
     if inferred:

@@ -47,7 +47,13 @@ def _same_files(a, b, names):
 
 @pytest.mark.parametrize("clock_sync", [None, "collectives"])
 @pytest.mark.parametrize("bucket_rows", [1, 97, 10**9])
-def test_buckets_equal_in_memory(job_dir, tmp_path, monkeypatch, clock_sync, bucket_rows):
+@pytest.mark.parametrize("batch_rows,held", [(None, None), (1, 1), (150, 400)])
+def test_buckets_equal_in_memory(job_dir, tmp_path, monkeypatch, clock_sync, bucket_rows, batch_rows, held):
+    """(``batch_rows`` / ``held``: pass 1's batches and pass 2's flushes made small: a batch a part,
+    several parts a batch, several flushes)"""
+    if batch_rows is not None:
+        monkeypatch.setattr(collective_spill, "_BATCH_ROWS", batch_rows)
+        monkeypatch.setattr(collective_spill, "_HELD", held)
     mem_job, spill_job = Job([job_dir]), Job([job_dir])
     ref = analyse_collectives(mem_job, clock_sync)
     (tmp_path / "ref").mkdir()
