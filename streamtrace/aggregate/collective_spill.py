@@ -8,9 +8,9 @@ part), so the job splits by prefix:
 1. **Spill** (one part at a time): each part's communication kernels, their prefix (an id, in
    first-seen order) and their sequence number within (part, prefix) go to one Arrow IPC file (LZ4:
    a temporary file, read back by this process; zstd Parquet cost 1.5 s of writing at 1,024 ranks), in
-   record batches of whole parts' rows (``_BATCH_ROWS``: a batch per part cost ~1.5 s of per-batch
-   work in passes 2 and 3 at 1,024 ranks); per prefix, the rows and the instances (the most rows of
-   one part) are counted.
+   record batches of whole parts' rows (``_BATCH_ROWS``: with a batch per part, passes 2 and 3 spent
+   ~2 s of 1,024 ranks' ~10 s on each batch's and chunk's fixed costs); per prefix, the rows and the
+   instances (the most rows of one part) are counted.
 2. **Buckets**: the prefixes in sorted order (the order of the in-memory path's instance ids) are
    cut into contiguous ranges of about ``bucket_rows`` rows; every part's rows are copied to the
    bucket file of their range.  Instance ids are ``offset(prefix) + seq``: dense, and one
@@ -60,7 +60,7 @@ from .p2p import TRANSFER_COLUMNS, p2p_transfers
 STATS = ("kernels", "instances", "complete", "inconsistent", "single_rank", "matched_by_seq", "matched_by_order")
 """The counts of ``aggregate.json``'s ``collectives``."""
 _HELD = 131_072                   # rows held before they go to their bucket files
-_BATCH_ROWS = 16_384              # pass 1's record batches: parts' rows gathered to at least this many
+_BATCH_ROWS = 2_048               # pass 1's record batches: parts' rows gathered to at least this many
 _INTS = ("part", "rank", "iteration", "step", "start", "end", "dur", "bytes", "group_size", "microbatch", "correlation",
          "stream", "src", "dst", "pid", "seq", "nseq", "sig", "send", "recv", "cpu")
 _STRS = ("collective", "pg_name", "pg_ranks", "dim", "phase", "in_splits", "out_splits")
@@ -202,17 +202,19 @@ def _bucket(job, folder: Path, bucket_rows: int) -> _Plan | None:
     src = pa.ipc.open_file(arrow_file(folder / "parts.arrow"))
     with contextlib.ExitStack() as stack:
         writers = [stack.enter_context(_spill_writer(p)) for p in plan.buckets]
-        pending: list = []
+        pending: list = [[] for _ in range(nb)]
         held = 0                                       # rows in pending: at most _HELD + one batch's
-        for g in range(src.num_record_batches):
-            pending.append(src.get_batch(g))
-            held += pending[-1].num_rows
+        for g in range(src.num_record_batches):       # (a batch: parts' rows, ``_BATCH_ROWS``)
+            t = pa.Table.from_batches([src.get_batch(g)])
+            b = bucket_of[t["pid"].to_numpy()]
+            for j in np.unique(b).tolist():
+                pending[j].append(t.filter(pa.array(b == j)))
+            held += t.num_rows
             if held >= _HELD or g == src.num_record_batches - 1:
-                t = pa.Table.from_batches(pending)
-                b = bucket_of[t["pid"].to_numpy()]
-                for j in np.unique(b).tolist():        # (each bucket's rows in spill order, one batch)
-                    writers[j].write_table(t.filter(pa.array(b == j)).combine_chunks())
-                pending, held, t = [], 0, None
+                for j in range(nb):
+                    if pending[j]:
+                        writers[j].write_table(pa.concat_tables(pending[j]))
+                pending, held = [[] for _ in range(nb)], 0
     del src
     (folder / "parts.arrow").unlink()
     return plan

@@ -58,7 +58,6 @@ from ..runtime.errors import StreamtraceError
 from ..events.dataset import write_table
 from ..events.clocks import estimate_clock_offsets
 from ..events.collmatch import group_key, is_all_to_all, match_ordinals, signature
-from .alignment import dictionary_numpy
 from .collective_rows import fill_dims, member_bytes, mismatch_rows, read_comm, splits_agree
 
 P2P = ("Send", "Recv", "SendRecv")
@@ -113,21 +112,22 @@ def _ranks_of(s: str) -> list:
 
 def _p2p_dirs(part, corr_needed) -> dict:
     """``{correlation: {"send": "forward"|"backward", "recv": ...}}`` from the Megatron p2p function
-    (send_forward, recv_backward, send_forward_recv_backward, ...) above each launch in the ops
-    (each distinct op name searched once)."""
+    (send_forward, recv_backward, send_forward_recv_backward, ...) above each launch in the ops."""
     t = part.read(OPS, ["name", "parent", "correlation"]) if corr_needed else None
     if t is None:
         return {}
     corr = t["correlation"].to_numpy()
     parent = t["parent"].to_numpy()
-    values, idx = dictionary_numpy(t["name"])
-    fns = [_P2P_FN.findall(v or "") for v in values.tolist()]
+    names = t["name"]
     want = np.isin(corr, np.fromiter(corr_needed, np.int64))
     out = {}
+    cache: dict = {}
     for row in np.flatnonzero(want).tolist():
         found, j, steps = {}, int(parent[row]), 0
         while j >= 0 and steps < 64 and len(found) < 2:
-            for verb, d in fns[idx[j]]:
+            if j not in cache:
+                cache[j] = _P2P_FN.findall(names[j].as_py() or "")
+            for verb, d in cache[j]:
                 found.setdefault(verb.lower(), d.lower())
             j, steps = int(parent[j]), steps + 1
         if found:
