@@ -322,21 +322,23 @@ def columns_from_batch(b, table: StringTable, path="?"):
             f = int(b.flags[j])
             out["ts"][j] = _time(int(b.ts_ns[j]), f, 1, 4, ev.get("ts"), NO_TS)
             out["dur"][j] = _time(int(b.dur_ns[j]), f, 2, 8, ev.get("dur"))
-    slow = (flags & (extract.F_COMM | extract.F_PYTHON)) != 0
-    op = table.comm_op(out["name"]) & ~slow        # columns right already: only the args row is missing
-    for j in np.flatnonzero(slow | op).tolist():   # in file order, as the twin numbers the rows
+    python = (flags & extract.F_PYTHON) != 0       # the kernel could not read it: every column from Python
+    coll = (flags & extract.F_COMM) != 0           # collective args: the columns right, the args row missing
+    op = table.comm_op(out["name"]) & ~python      # a communication op: the columns right, its args row maybe
+    for j in np.flatnonzero(python | coll | op).tolist():   # in file order, as the twin numbers the rows
         raw = b.buf[int(b.starts[j]):int(b.ends[j])]
-        if not slow[j] and not may_keep_op(raw, table.strings[out["name"][j]]):
+        if not python[j] and not coll[j] and not may_keep_op(raw, table.strings[out["name"][j]]):
             continue                               # (nothing it could keep: not decoded)
         ev = loads(raw, path, b.offset + int(b.starts[j]) - int(b.starts[0]))
-        if slow[j]:
+        if python[j]:
             row_from_dict(ev, int(b.ts_ns[j]), int(b.dur_ns[j]), int(b.flags[j]), table, out[j], comm_rows)
-        else:
-            ev = ev if isinstance(ev, dict) else {}
-            args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
-            if keep_op(table.strings[out["name"][j]], args):
-                out["comm"][j] = len(comm_rows)
-                comm_rows.append(comm_row(args, ev, int(out["ts"][j]), int(out["dur"][j])))
+            continue
+        ev = ev if isinstance(ev, dict) else {}
+        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        kept = bool(op[j]) and keep_op(table.strings[out["name"][j]], args)
+        if kept or (coll[j] and any(k in args for k in COMM_TRIGGER_KEYS)):     # (``row_from_dict``'s rule)
+            out["comm"][j] = len(comm_rows)
+            comm_rows.append(comm_row(args, ev, int(out["ts"][j]), int(out["dur"][j]) if kept else None))
     return out, comm_rows
 
 
