@@ -7,8 +7,9 @@ reads, without building Python objects: ``ph``; ``pid``/``tid`` (integers, or a
 flow ``id``; and in ``args``: ``correlation``, ``External id`` (or legacy
 ``external id``), ``stream``, ``device``, ``rank``.  Events whose ``args`` hold
 collective metadata (``Collective name``, ``In msg nelems``, ``Process Group
-Name``, ...) or that the kernel cannot read are flagged so Python decodes just
-those.  The plain-Python twin is ``streamtrace.events.columns.columns_from_dicts``.
+Name``, ...) are flagged so Python decodes just their args (their columns stand), and
+those the kernel cannot read so Python decodes them whole.  The plain-Python twin is
+``streamtrace.events.columns.columns_from_dicts``.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ __all__ = ["F_PID_STR", "F_TID_STR", "F_COMM", "F_PYTHON", "F_HAS_DUR", "NONE", 
 # output flag bits
 F_PID_STR = 1      # pid is a string (pid column holds its hash)
 F_TID_STR = 2
-F_COMM = 4         # args carry collective metadata: decode in Python
+F_COMM = 4         # args carry collective metadata: Python decodes the args row
 F_PYTHON = 8       # could not read the event: decode in Python
 F_HAS_DUR = 16
 
