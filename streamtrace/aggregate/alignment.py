@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from ..runtime.errors import StreamtraceError
 from ..analyze.outputs import KERNELS, OPS, Analysis, rank_trace_metadata, schema_of
-from ..events.dataset import column_min_max, partition_files, read_partition
+from ..events.dataset import column_min_max, columns_min_max, partition_files, read_partition
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
 from ..topology.members import SAME_JOB_NS as MEMBERS_SAME_JOB_NS
@@ -147,8 +147,10 @@ def _read_source_meta(source: str, rank: int) -> dict:
 def _part_info(dir_, rank, iteration, source, facts=None):
     kf = partition_files(dir_, KERNELS, rank, iteration)
     of = partition_files(dir_, OPS, rank, iteration)
-    starts = [x for x in [column_min_max(f, "ts_ns")[0] for f in kf + of] if x is not None]
-    ends = [x for x in [column_min_max(f, "end_ns")[1] for f in kf] if x is not None]
+    kmm = [columns_min_max(f, ("ts_ns", "end_ns")) for f in kf]           # (each footer read once)
+    starts = [x for x in [m["ts_ns"][0] for m in kmm] + [column_min_max(f, "ts_ns")[0] for f in of]
+              if x is not None]
+    ends = [x for x in [m["end_ns"][1] for m in kmm] if x is not None]
     info = dict(facts) if isinstance(facts, dict) else _read_source_meta(source, rank)
     info["start_ns"] = min(starts) if starts else 0
     info["end_ns"] = max(ends) if ends else info["start_ns"]

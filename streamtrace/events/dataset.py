@@ -500,11 +500,21 @@ def shared_strings(col) -> np.ndarray:
 def column_min_max(path, column) -> tuple[int | None, int | None]:
     """(min, max) of an int64 column from the row-group statistics (None, None when empty).
     Raises ``DataError`` for a damaged file or one without ``column``."""
+    return columns_min_max(path, (column,))[column]
+
+
+def columns_min_max(path, columns) -> dict:
+    """``{column: (min, max)}`` of int64 ``columns`` of one Parquet file, its footer read once
+    (``column_min_max`` of each).  Raises ``DataError`` for a damaged file or one without them."""
     if not Path(path).is_file():
-        return None, None
-    f = parquet_file(path, (column,))
-    md = f.metadata
-    j = f.schema_arrow.get_field_index(column)
+        return {c: (None, None) for c in columns}
+    f = parquet_file(path, tuple(columns))
+    md, schema = f.metadata, f.schema_arrow                # (schema_arrow builds a schema per call)
+    return {c: _min_max(f, md, schema.get_field_index(c), c, path) for c in columns}
+
+
+def _min_max(f, md, j: int, column: str, path) -> tuple[int | None, int | None]:
+    """(min, max) of column ``j`` (``column``) of the opened Parquet file ``f`` (footer ``md``)."""
     lo = hi = None
     for i in range(md.num_row_groups):
         st = md.row_group(i).column(j).statistics

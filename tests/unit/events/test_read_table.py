@@ -88,3 +88,22 @@ def test_read_arrow_names_a_damaged_file(tmp_path):
         read_arrow(p)
     with pytest.raises(DataError, match="missing"):
         read_arrow(tmp_path / "none.parquet", where={"rank": [1]})
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(-2 ** 62, 2 ** 62), st.integers(-2 ** 62, 2 ** 62)), max_size=12),
+       st.integers(1, 5), st.booleans())
+def test_columns_min_max_is_numpys_over_the_rows(tmp_path_factory, rows, group, statistics):
+    """Each column's (min, max), its footer read once, from the row groups' statistics or, written
+    without them, from the rows; (None, None) for no rows and for a file that is not there."""
+    from streamtrace.events.dataset import column_min_max, columns_min_max
+    p = tmp_path_factory.mktemp("mm") / "k.parquet"
+    a = np.asarray([r[0] for r in rows], np.int64)
+    b = np.asarray([r[1] for r in rows], np.int64)
+    pq.write_table(pa.table({"ts_ns": a, "end_ns": b}), p, row_group_size=group, write_statistics=statistics)
+    want = {c: (int(v.min()), int(v.max())) if len(v) else (None, None) for c, v in (("ts_ns", a), ("end_ns", b))}
+    assert columns_min_max(p, ("ts_ns", "end_ns")) == want
+    assert column_min_max(p, "end_ns") == want["end_ns"]
+    assert columns_min_max(p.with_name("gone.parquet"), ("ts_ns",)) == {"ts_ns": (None, None)}
+    with pytest.raises(DataError, match="has no column 'dur_ns'"):
+        columns_min_max(p, ("ts_ns", "dur_ns"))
