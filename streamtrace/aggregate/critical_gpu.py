@@ -38,7 +38,7 @@ import numpy as np
 
 from ..kernels.critical import NEG
 from ..kernels.stepgpu import CATS, gpu_step
-from .critical_graph import Category, StepGraph
+from .critical_graph import Category, StepGraph, int64s
 from .cuda_links import linked_waits, sync_target
 
 _CATS = np.asarray([Category[c] for c in CATS], np.int8)
@@ -83,8 +83,7 @@ def gpu_events(g: StepGraph, k, rows, launch_node, launch_t, first, s0, waits=No
     arrays, aligned ns; None: the waits are inferred); ``prior``: ``queued_behind``; ``k["is_comm"]`` /
     ``k["is_memory"]`` (optional: else read from ``k["kind"]``) flag the communication and memory events.  Returns
     (start node, end node, is communication) per row."""
-    i64 = lambda x: np.ascontiguousarray(x, np.int64)  # noqa: E731
-    dev, stream, ts, te = (i64(k[c][rows]) for c in ("device", "stream", "ts_ns", "end_ns"))
+    dev, stream, ts, te = (int64s(k[c][rows]) for c in ("device", "stream", "ts_ns", "end_ns"))
     comm = k["is_comm"][rows] if "is_comm" in k else k["kind"][rows] == "communication"
     memory = k["is_memory"][rows] if "is_memory" in k else k["kind"][rows] == "memory"
     n = len(rows)
@@ -95,11 +94,12 @@ def gpu_events(g: StepGraph, k, rows, launch_node, launch_t, first, s0, waits=No
     lane = np.asarray([g.texts.code(f"device {d} stream {s}") for d, s in zip(dev[new].tolist(), stream[new].tolist())]
                       + [0], np.int32)[np.cumsum(new) - 1]
     corr = k["correlation"][rows]
-    prior = np.full(n, NEG, np.int64) if prior is None else i64(prior)
-    x = i64(linked_waits(dev, stream, ts, te, corr, links)) if links is not None else np.zeros(0, np.int64)
+    prior = np.full(n, NEG, np.int64) if prior is None else int64s(prior)
+    x = int64s(linked_waits(dev, stream, ts, te, corr, links)) if links is not None else np.zeros(0, np.int64)
     src, dst, w, cat, row = gpu_step(dev, stream, ts, te, np.ascontiguousarray(comm, bool),
-                                     np.ascontiguousarray(memory, bool), sn, i64(en), i64(launch_node), i64(launch_t),
-                                     x, links is not None, i64(waits if waits is not None else ()), waits is not None,
+                                     np.ascontiguousarray(memory, bool), sn, int64s(en), int64s(launch_node),
+                                     int64s(launch_t), x, links is not None,
+                                     int64s(waits if waits is not None else ()), waits is not None,
                                      prior, int(first), int(s0), _CATS)
     g.edges(src, dst, w, cat, lane[row], k["name_code"][rows][row], corr[row])
     return sn, en, comm

@@ -163,6 +163,12 @@ def _column(x, n: int, dtype) -> np.ndarray:
     return a if len(a) == n else np.broadcast_to(a, n)
 
 
+def int64s(x) -> np.ndarray:
+    """``x`` as a C-contiguous int64 array (``x`` itself when it already is one): a kernel's argument
+    of the one signature ``streamtrace.runtime.compile.UNITS`` compiles."""
+    return np.ascontiguousarray(x, np.int64)
+
+
 MAX_LEVELS = 64
 """How many edges deep a chain of same-instant edges is ordered (``topological_order``)."""
 
@@ -178,8 +184,7 @@ def topological_order(t, cls, src, dst) -> np.ndarray:
         order = np.argsort((t - t.min()) * 4 + cls, kind="stable")
     else:
         order = np.lexsort((ids, cls, t))
-    i64 = lambda x: np.ascontiguousarray(x, np.int64)  # noqa: E731
-    if not len(src) or not back_within_instant(i64(order), i64(t), i64(src), i64(dst)):
+    if not len(src) or not back_within_instant(int64s(order), int64s(t), int64s(src), int64s(dst)):
         return order        # none back within one instant: the order stands (one back in time: the caller drops it)
     eq = t[src] == t[dst]
     es, ed = src[eq], dst[eq]

@@ -44,7 +44,7 @@ from ..kernels.critical import reduce_local
 from .alignment import column_numpy, dictionary_numpy
 from .critical_cpu import AUTOGRAD_OP, collective_waits, cpu_chains, cpu_collectives
 from .critical_gpu import clip_stream_overlaps, gpu_events, queued_behind, sync_edges, zero_linked_syncs
-from .critical_graph import TEXTS, Anchor, Category, StepGraph, Texts
+from .critical_graph import TEXTS, Anchor, Category, StepGraph, Texts, int64s
 from .cuda_links import SYNC_COLUMNS, sync_links, sync_targets
 from .explain import KERNEL_COLUMNS as EXPLAIN_KERNELS
 from .gloo import call_runs, has_runs
@@ -220,9 +220,8 @@ def reduce_step(t, cols, anchors, order):
     nodes, kinds = anchors[:2]
     sources = nodes[(kinds == Anchor.step_start) | (kinds == Anchor.end)]
     sinks = nodes[(kinds == Anchor.arrival) | (kinds == Anchor.step_end)]
-    i64 = lambda x: np.ascontiguousarray(x, np.int64)  # noqa: E731
-    pos, origin, sink, w, marked, dropped = reduce_local(i64(t), i64(order), *(i64(c) for c in cols[:3]),
-                                                         i64(sources), i64(sinks))
+    pos, origin, sink, w, marked, dropped = reduce_local(int64s(t), int64s(order), *(int64s(c) for c in cols[:3]),
+                                                         int64s(sources), int64s(sinks))
     return pos, (origin, sink, w), marked, int(dropped)
 
 
