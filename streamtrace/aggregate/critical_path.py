@@ -123,27 +123,38 @@ class JobGraph:
 
     def add_part(self, p, a, e):
         """Part ``p``'s anchors ``a`` and reduced edges ``e`` (``part_paths``
-        columns, one step); returns the id of its first node."""
+        columns, one step); returns the id of its first node.  The graph takes ``a``'s columns out
+        when it joins the parts (``_nodes``): the dict is left empty then."""
         base, m = self.n, len(a["t_ns"])
-        self._parts.append((np.full(m, p, np.int64), a))
+        self._parts.append((p, m, a))
         o = np.argsort(a["node"])
         gid = lambda x: base + o[np.searchsorted(a["node"][o], x)]  # noqa: E731
-        self._edges.append((gid(e["src"]), gid(e["dst"]), np.asarray(e["w_ns"], np.int64)))
+        self._edges.append([gid(e["src"]), gid(e["dst"]), np.asarray(e["w_ns"], np.int64)])
         self.n += m
         return base
 
     def _nodes(self):
+        """The parts' columns joined, one column at a time, each part's let go once joined (the
+        graph's arrays and the parts' are never all held twice: 4,096 synthetic ranks, 1.3 M
+        anchors and 5 M edges)."""
         cols = {"t": "t_ns", "kind": "kind", "local": "node", "name": "name", "lane": "lane", "stream": "stream",
                 "corr": "correlation"}
         for c, src in cols.items():
-            xs = [np.asarray(a[src], object if c in ("name", "lane") else np.int64) for _, a in self._parts]
-            setattr(self, c, np.concatenate(xs) if xs else np.zeros(0, object if c in ("name", "lane") else np.int64))
-        self.part = np.concatenate([p for p, _ in self._parts]) if self._parts else np.zeros(0, np.int64)
-        ed = self._edges
-        self.src, self.dst, self.w = (np.concatenate([x[i] for x in ed]) if ed else np.zeros(0, np.int64)
-                                      for i in range(3))
+            dtype = object if c in ("name", "lane") else np.int64
+            xs = [np.asarray(a.pop(src), dtype) for _, _, a in self._parts]
+            setattr(self, c, np.concatenate(xs) if xs else np.zeros(0, dtype))
+            del xs
+        self.part = np.repeat(np.asarray([p for p, _, _ in self._parts], np.int64),
+                              [m for _, m, _ in self._parts]) if self._parts else np.zeros(0, np.int64)
+        self._parts = []
+        for i, c in enumerate(("src", "dst", "w")):
+            xs = [x[i] for x in self._edges]
+            for x in self._edges:
+                x[i] = None
+            setattr(self, c, np.concatenate(xs) if xs else np.zeros(0, np.int64))
+            del xs
         self.etype = np.full(len(self.src), LOCAL, np.int8)
-        self._parts, self._edges = [], []
+        self._edges = []
 
     def add_collectives(self, arrivals: dict, ends: dict, members: dict, p2p=frozenset()):
         """``add_collectives_arrays`` from dicts ``arrivals`` / ``ends`` ``{(part, correlation,
@@ -160,6 +171,7 @@ class JobGraph:
         (``_p2p_instances``).  Edges appended unmatched transfers first (in arrival order), then
         each instance's (in the order of its first arrival) waits and transfers, member by member."""
         self._nodes()
+        trim()                                           # (the parts' columns, freed: glibc's heap returned)
         (ak, an), (ek, en), (mk, mi) = arrivals, ends, members
         codes = key_codes(np.concatenate([ak, ek, mk]))
         nc = int(codes.max()) + 1 if len(codes) else 0
@@ -172,6 +184,7 @@ class JobGraph:
         a, e, inst = a[has], e[has], last_of(cm, mi, nc)[ca[has]]
         un = inst < 0                                    # unmatched: its own transfer
         c = barrier_edges(self.t, a, e, inst, self.n)
+        trim()
         nb = len(c["bar_t"])
         self.t = np.r_[self.t, c["bar_t"]]
         self.kind = np.r_[self.kind, np.full(nb, BARRIER, np.int64)]
@@ -214,25 +227,39 @@ def _order(g: JobGraph) -> np.ndarray:
 class Solved:
     """One step's forward and backward pass: ``path`` the path's edge indices (first to last),
     ``dist`` / ``late`` earliest and latest times by topological position, ``pos`` the node
-    positions, ``keep`` the edges kept (one against the topological order is dropped), ``dropped``
-    their count, ``end`` the node the path ends at."""
+    positions, ``keep`` the edges kept (one against the topological order is dropped; None: every
+    edge), ``dropped`` how many were dropped, ``end`` the node the path ends at."""
     path: np.ndarray
     dist: np.ndarray
     late: np.ndarray
     pos: np.ndarray
-    keep: np.ndarray
+    keep: np.ndarray | None
     dropped: int
     end: int
 
 
 def solve_step(g: JobGraph, w=None) -> Solved | None:
     """Forward and backward pass over one step's graph, with the edge weights ``w`` (int64 ns per
-    edge of ``g``; None: ``g.w``).  None when the step has no step end."""
+    edge of ``g``; None: ``g.w``).  None when the step has no step end.  The passes' temporaries
+    (the edges' positions, the kernels' orders: ~250 MB at 4,096 synthetic ranks) are handed back
+    to the OS once freed (``trim``): glibc keeps them in its heap otherwise, under the next phase's
+    peak."""
+    solved = _solve(g, w)
+    trim()
+    return solved
+
+
+def _solve(g: JobGraph, w=None) -> Solved | None:
     pos = _order(g)
-    src, dst = g.src, g.dst
     w = np.asarray(g.w if w is None else w, np.int64)
-    keep = np.flatnonzero(pos[src] < pos[dst]) if len(src) else np.zeros(0, np.int64)
-    ps, pd, pw = pos[src[keep]], pos[dst[keep]], w[keep]
+    ps, pd = pos[g.src], pos[g.dst]
+    forward = ps < pd
+    if forward.all():                                  # the common case: the edges as they are, no copies
+        keep, pw = slice(None), w
+    else:
+        keep = np.flatnonzero(forward)
+        ps, pd, pw = ps[keep], pd[keep], w[keep]
+    del forward
     n, t, kind = len(g.t), g.t, g.kind
     init = np.full(n, NEG, np.int64)
     init[pos[kind == Anchor.step_start]] = t[kind == Anchor.step_start]
@@ -245,7 +272,9 @@ def solve_step(g: JobGraph, w=None) -> Solved | None:
     deadline = np.full(n, POS, np.int64)
     deadline[pos[ends]] = dist[pos[last]]
     late = latest_times(n, ps, pd, pw, deadline)
-    return Solved(keep[path], dist, late, pos, keep, int(len(src) - len(keep)), int(last))
+    every = isinstance(keep, slice)
+    return Solved(path if every else keep[path], dist, late, pos, None if every else keep, int(len(g.src) - len(pw)),
+                  int(last))
 
 
 class _Spill:
@@ -358,12 +387,15 @@ def _step_graphs(job, results) -> dict:
 
 
 def _build(parts, members, p2p=frozenset()) -> JobGraph:
-    """One step's ``JobGraph`` from its parts' ``(part index, anchors, edges)`` and the matched
-    collectives (``_members``, ``_p2p_instances``)."""
+    """One step's ``JobGraph`` from its parts' ``(part index, anchors, edges)`` (the list, consumed: its
+    entries taken out as they are added) and the matched collectives (``_members``, ``_p2p_instances``)."""
     g = JobGraph()
     keys: dict = {Anchor.arrival: ([], []), Anchor.end: ([], [])}
-    for p, a, e in parts:
+    parts.reverse()
+    while parts:                                       # (each part's edges let go once added)
+        p, a, e = parts.pop()
         base = g.add_part(p, a, e)
+        del e
         for kind, (k, nodes) in keys.items():
             j = np.flatnonzero(a["kind"] == kind)
             k.append(np.c_[np.full(len(j), p, np.int64), a["correlation"][j], a["stream"][j]].astype(np.int64))
@@ -371,6 +403,8 @@ def _build(parts, members, p2p=frozenset()) -> JobGraph:
     cat = lambda k, nodes: (np.concatenate(k) if k else np.zeros((0, 3), np.int64),  # noqa: E731
                             np.concatenate(nodes).astype(np.int64) if nodes else np.zeros(0, np.int64))
     g.add_collectives_arrays(cat(*keys[Anchor.arrival]), cat(*keys[Anchor.end]), members, p2p)
+    del keys
+    trim()                                             # (the graph's build: its temporaries freed)
     return g
 
 
@@ -392,6 +426,7 @@ def critical_paths(job, results: list, outdir) -> CriticalResult:
     freed once its graph is built) and the matched
     collectives already written there.  ``job``: the ``Job``, or its ``JobParts``."""
     members, p2p = _members(outdir), _p2p_instances(outdir)
+    trim()                                             # (the tables' reads: glibc's heap returned)
     rank_of = {p.index: p.rank for p in job.parts}
     spills = {p.index: r["segments"] for p, r in zip(job.parts, results) if r and r["segments"]}
     stats = _stats(results)
@@ -414,6 +449,7 @@ def critical_paths(job, results: list, outdir) -> CriticalResult:
         seg_cols.append({"iteration": np.full(n, it, np.int64), "step": np.full(n, st, np.int64),
                          "order": np.arange(n, dtype=np.int64)} | segs)
         per_rank = rank_rows(it, st, g, solved, segs, rank_of)
+        trim()                                         # (the per-rank sums' temporaries)
         ranks += per_rank
         summ_rows += summary_rows(it, st, g, solved, segs, rank_of, per_rank, solve_step)
     trim()                                             # the step graphs' arrays, freed

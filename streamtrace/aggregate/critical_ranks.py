@@ -218,36 +218,60 @@ def _next_rows(base, g, rank_of, ranks, solve) -> list:
     return out
 
 
-def _stretch_keys(g) -> np.ndarray:
-    """Per edge of ``g``: an int64 naming a LOCAL edge's stretch ``(origin, sink)`` the same way on
-    every rank (the step's start / end, else the collective instance's barrier and whether the
-    anchor is its arrival or its end), -1 for other edges and for a stretch from or to an anchor of
-    neither kind."""
+def _anchor_codes(g) -> np.ndarray:
+    """Per node of ``g``: -1 the step's start, -2 its end, ``2 * barrier`` (``g.m_bar``) a collective
+    member's arrival, ``2 * barrier + 1`` its end, -10 any other node."""
     code = np.full(len(g.t), -10, np.int64)
     code[g.kind == Anchor.step_start] = -1
     code[g.kind == Anchor.step_end] = -2
     code[g.m_arr] = 2 * g.m_bar
     code[g.m_end] = 2 * g.m_bar + 1
-    cu, cv = code[g.src], code[g.dst]
+    return code
+
+
+def _stretch_keys(g, code, edges) -> np.ndarray:
+    """Per edge of ``edges`` (edge ids of ``g``): an int64 naming a LOCAL edge's stretch ``(origin,
+    sink)`` the same way on every rank (the step's start / end, else the collective instance's barrier
+    and whether the anchor is its arrival or its end: ``_anchor_codes``), -1 for other edges and for a
+    stretch from or to an anchor of neither kind."""
+    cu, cv = code[g.src[edges]], code[g.dst[edges]]
     m = int(code.max()) + 3 if len(code) else 1
-    ok = (g.etype == LOCAL) & (cu >= -2) & (cv >= -2)
+    ok = (g.etype[edges] == LOCAL) & (cu >= -2) & (cv >= -2)
     return np.where(ok, (cu + 2) * m + (cv + 2), -1)
+
+
+STRETCH_CHUNK = 1 << 20
+"""Edges ``capped_weights`` keys at a time (its temporaries a chunk's: 5 M edges at 4,096 synthetic
+ranks)."""
 
 
 def capped_weights(g, part) -> np.ndarray | None:
     """The job graph's edge weights with part ``part``'s local stretches capped at the median of the
-    same stretch on the other parts (``_stretch_keys``); None when nothing is capped."""
+    same stretch on the other parts (``_stretch_keys``); None when nothing is capped.  Only the
+    peers' stretches that ``part`` has are sorted, the edges keyed ``STRETCH_CHUNK`` at a time."""
     if part is None:
         return None
-    keys = _stretch_keys(g)
-    mine = g.part[g.src] == part
-    peer = np.flatnonzero((keys >= 0) & ~mine)
+    code = _anchor_codes(g)
+    own = g.part == part                                # per node: the part's
+    mine = np.flatnonzero(own[g.src])
+    mkeys = _stretch_keys(g, code, mine)
+    mine, mkeys = mine[mkeys >= 0], mkeys[mkeys >= 0]
+    want = np.unique(mkeys)
+    pk, pw = [], []
+    for i in range(0, len(g.src), STRETCH_CHUNK):
+        e = np.arange(i, min(i + STRETCH_CHUNK, len(g.src)))
+        e = e[~own[g.src[e]]]
+        k = _stretch_keys(g, code, e)
+        hit = np.isin(k, want)
+        pk.append(k[hit])
+        pw.append(np.asarray(g.w[e[hit]], np.int64))
+    pk, pw = (np.concatenate(x) if x else np.zeros(0, np.int64) for x in (pk, pw))
+    o = np.lexsort((pw, pk))
+    pk, pw = pk[o], pw[o]
     w = np.asarray(g.w, np.int64).copy()
-    o = peer[np.lexsort((w[peer], keys[peer]))]
-    pk, pw = keys[o], w[o]
     changed = False
-    for e in np.flatnonzero((keys >= 0) & mine).tolist():
-        lo, hi = np.searchsorted(pk, keys[e]), np.searchsorted(pk, keys[e], "right")
+    for e, key in zip(mine.tolist(), mkeys.tolist()):
+        lo, hi = np.searchsorted(pk, key), np.searchsorted(pk, key, "right")
         if hi > lo:                                     # the median of the peers' (np.median's)
             m = int((float(pw[lo + (hi - lo - 1) // 2]) + float(pw[lo + (hi - lo) // 2])) / 2)
             if m < w[e]:

@@ -1,0 +1,156 @@
+"""The job-level critical path's graph in its lean forms (issue 48, 4,096 ranks' memory):
+``critical_ranks.capped_weights`` keying the edges a chunk at a time and sorting only the peers'
+stretches the top rank has, against a plain-Python reading of its rule; ``critical_path.solve_step``
+without copies when every edge runs forward, against the copied edges' passes."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import streamtrace.aggregate.critical_ranks as cr
+from streamtrace.aggregate.critical_graph import Anchor, Edge
+from streamtrace.aggregate.critical_path import JobGraph, solve_step
+from streamtrace.kernels.reference.critical import latest_times_py, longest_path_py
+from streamtrace.kernels.sentinels import NEG, POS
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def graphs(draw):
+    """A job graph's arrays as ``capped_weights`` reads them: nodes (``kind``, ``part``), members of
+    barriers (``m_arr`` / ``m_end`` / ``m_bar``), edges (``src``, ``dst``, ``w``, ``etype``)."""
+    n = draw(st.integers(2, 14))
+    kinds = [Anchor.step_start, Anchor.step_end, Anchor.arrival, Anchor.end, -1]
+    kind = np.asarray(draw(st.lists(st.sampled_from(kinds), min_size=n, max_size=n)), np.int64)
+    part = np.asarray(draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)), np.int64)
+    nm = draw(st.integers(0, n // 2))
+    m_nodes = draw(st.permutations(range(n)))[:2 * nm]
+    m_arr, m_end = np.asarray(m_nodes[:nm], np.int64), np.asarray(m_nodes[nm:2 * nm], np.int64)
+    m_bar = np.asarray(draw(st.lists(st.integers(0, 2), min_size=nm, max_size=nm)), np.int64)
+    ne = draw(st.integers(0, 30))
+    pair = st.tuples(st.integers(0, n - 1), st.integers(0, n - 1))
+    edges = draw(st.lists(pair, min_size=ne, max_size=ne))
+    src = np.asarray([u for u, _ in edges], np.int64).reshape(-1)
+    dst = np.asarray([v for _, v in edges], np.int64).reshape(-1)
+    w = np.asarray(draw(st.lists(st.integers(0, 50), min_size=ne, max_size=ne)), np.int64)
+    etype = np.asarray(draw(st.lists(st.sampled_from([Edge.local, Edge.local, Edge.wait, Edge.transfer]),
+                                     min_size=ne, max_size=ne)), np.int8)
+    g = SimpleNamespace(t=np.zeros(n, np.int64), kind=kind, part=part, m_arr=m_arr, m_end=m_end, m_bar=m_bar,
+                        src=src, dst=dst, w=w, etype=etype)
+    return g, draw(st.one_of(st.none(), st.integers(0, 3)))
+
+
+def _capped_py(g, part):
+    """``capped_weights``' rule read plainly: a node's code (step start / end, a barrier's arrival /
+    end), a LOCAL edge's stretch the pair of its ends' codes; each of ``part``'s stretches capped at
+    the median of the other parts' same stretch (``np.median``: the mean of the two middle values)."""
+    if part is None:
+        return None
+    code = {}
+    for i, k in enumerate(g.kind.tolist()):
+        code[i] = "start" if k == Anchor.step_start else "end" if k == Anchor.step_end else None
+    for a, e, b in zip(g.m_arr.tolist(), g.m_end.tolist(), g.m_bar.tolist()):
+        code[a], code[e] = ("arrival", b), ("end", b)
+    key = [(code[u], code[v]) if t == Edge.local and code[u] is not None and code[v] is not None else None
+           for u, v, t in zip(g.src.tolist(), g.dst.tolist(), g.etype.tolist())]
+    peers: dict = {}
+    for e, k in enumerate(key):
+        if k is not None and g.part[g.src[e]] != part:
+            peers.setdefault(k, []).append(int(g.w[e]))
+    w, changed = [int(x) for x in g.w], False
+    for e, k in enumerate(key):
+        if k is None or g.part[g.src[e]] != part or k not in peers:
+            continue
+        v = sorted(peers[k])
+        m = int((float(v[(len(v) - 1) // 2]) + float(v[len(v) // 2])) / 2)
+        if m < w[e]:
+            w[e], changed = m, True
+    return w if changed else None
+
+
+@SETTINGS
+@given(graphs(), st.sampled_from([1, 3, 1 << 20]))
+def test_capped_weights_follow_the_rule_in_any_chunk(case, chunk):
+    g, part = case
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cr, "STRETCH_CHUNK", chunk)
+        got = cr.capped_weights(g, part)
+    want = _capped_py(g, part)
+    assert (got is None) == (want is None)
+    if got is not None:
+        assert got.tolist() == want
+
+
+def _job_graph(t, kind, part, src, dst, w):
+    """A ``JobGraph`` with its node and edge arrays set (no collectives)."""
+    g = JobGraph()
+    g.t, g.kind, g.part = np.asarray(t, np.int64), np.asarray(kind, np.int64), np.asarray(part, np.int64)
+    g.src, g.dst, g.w = np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(w, np.int64)
+    g.etype = np.zeros(len(g.src), np.int8)
+    g.m_arr = g.m_end = np.zeros(0, np.int64)
+    g.n = len(g.t)
+    return g
+
+
+@st.composite
+def chains(draw):
+    """Ranks' steps as chains of anchors at increasing times (some equal), edges along each chain
+    and a few between them, some running back in time (dropped by the solve)."""
+    nr = draw(st.integers(1, 3))
+    t, kind, part, src, dst, w = [], [], [], [], [], []
+    for r in range(nr):
+        k = draw(st.integers(2, 5))
+        base = len(t)
+        times = sorted(draw(st.lists(st.integers(0, 40), min_size=k, max_size=k)))
+        t += times
+        kind += [Anchor.step_start] + [Anchor.arrival] * (k - 2) + [Anchor.step_end]
+        part += [r] * k
+        for i in range(k - 1):
+            src.append(base + i)
+            dst.append(base + i + 1)
+            w.append(times[i + 1] - times[i] + draw(st.integers(0, 3)))
+    for u, v in draw(st.lists(st.tuples(st.integers(0, len(t) - 1), st.integers(0, len(t) - 1)), max_size=4)):
+        if u != v:
+            src.append(u)
+            dst.append(v)
+            w.append(draw(st.integers(0, 9)))
+    return t, kind, part, src, dst, w
+
+
+@SETTINGS
+@given(chains())
+def test_solve_step_equals_the_passes_over_the_kept_edges(case):
+    """Every edge forward (no copies) or some back in time (the kept ones copied out): the earliest
+    and latest times and the path's end are the twins' over the kept edges, and ``keep`` / ``dropped``
+    say which were kept."""
+    g = _job_graph(*case)
+    solved = solve_step(g)
+    assert solved is not None
+    pos = solved.pos
+    fwd = pos[g.src] < pos[g.dst]
+    keep = np.flatnonzero(fwd)
+    assert solved.dropped == int((~fwd).sum())
+    assert (solved.keep is None) == bool(fwd.all())
+    if solved.keep is not None:
+        assert solved.keep.tolist() == keep.tolist()
+    n = len(g.t)
+    init = np.full(n, NEG, np.int64)
+    for i in np.flatnonzero(g.kind == Anchor.step_start).tolist():
+        init[pos[i]] = int(g.t[i])
+    ps, pd, pw = pos[g.src[keep]], pos[g.dst[keep]], g.w[keep]
+    dist, _, _ = longest_path_py(n, ps, pd, pw, init)
+    assert solved.dist.tolist() == dist.tolist()
+    deadline = np.full(n, POS, np.int64)
+    for i in np.flatnonzero(g.kind == Anchor.step_end).tolist():
+        deadline[pos[i]] = dist[pos[solved.end]]
+    assert solved.late.tolist() == np.asarray(latest_times_py(n, ps, pd, pw, deadline)).tolist()
+    path = solved.path.tolist()
+    assert all(fwd[e] for e in path)
+    assert all(g.dst[a] == g.src[b] for a, b in zip(path, path[1:]))      # one chain of edges
+    if path:
+        assert g.dst[path[-1]] == solved.end
+        assert dist[pos[solved.end]] == dist[pos[g.src[path[0]]]] + int(g.w[path].sum())
