@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..kernels.critical import NEG, longest_path_masked, trace_back
+from ..runtime.tuning import trim
 from .critical_graph import BARRIER, Anchor, Edge, barrier_edges, key_codes, last_of
 
 LOCAL, WAIT, TRANSFER = Edge.local, Edge.wait, Edge.transfer
@@ -233,6 +234,8 @@ class JobStep:
     (``kept``, bool per edge: those that run forward)."""
 
     def __init__(self, tabs: StepTables, members: Members):
+        """The graph of ``tabs`` (its edges' ``part``, ``src``, ``dst``, ``w_ns`` columns taken out as
+        they are joined: the caller lets ``tabs`` go after) and ``members``."""
         a = tabs.anchors
         o = np.lexsort((a["anchor"], a["part"]))
         o = slice(None) if (o == np.arange(len(o))).all() else o     # (in order as spilled: no copies)
@@ -244,9 +247,11 @@ class JobStep:
         self.base_ = None
         self._collectives(members, len(self.t))
         e = tabs.edges
-        self._local(self._gid(e["part"], e["src"], np.int32), self._gid(e["part"], e["dst"], np.int32),
-                    np.asarray(e["w_ns"], np.int64),
-                    tuple(e[c] for c in LOCAL_COLUMNS[4:]))
+        edges = [self._gid(e["part"], e.pop("src"), np.int32), None, None]
+        edges[1] = self._gid(e.pop("part"), e.pop("dst"), np.int32)
+        edges[2] = np.asarray(e.pop("w_ns"), np.int64)
+        self._local(edges, tuple(e[c] for c in LOCAL_COLUMNS[4:]))
+        trim()                                          # (the tables' columns and the build's temporaries)
 
     def _gid(self, part, anchor, dtype=np.int64) -> np.ndarray:
         """The node of each ``(part, anchor)``, as ``dtype``; looked up ``CHUNK`` rows at a time (the
@@ -272,13 +277,17 @@ class JobStep:
         the other ranks' edges are this graph's, masked, not copied)."""
         return PartsView(self, parts, edges)
 
-    def _local(self, src, dst, w, local):
-        """The ranks' reduced edges (``src`` / ``dst`` nodes, ``w`` ns; ``local``: their ``host_ns``,
-        ``gpu_ns``, ``top_category``, ``top_name``, ``top_ns`` columns) first, then the collectives'."""
-        nl = len(w)
-        self.src = np.concatenate([src, self.c_src], dtype=np.int32, casting="same_kind")   # (nodes < 2^31)
-        self.dst = np.concatenate([dst, self.c_dst], dtype=np.int32, casting="same_kind")
-        self.w = np.r_[w, self.c_w]
+    def _local(self, edges: list, local):
+        """The ranks' reduced edges (``edges`` ``[src, dst, w]``: node ids, ns; each let go once joined;
+        ``local``: their ``host_ns``, ``gpu_ns``, ``top_category``, ``top_name``, ``top_ns`` columns)
+        first, then the collectives'."""
+        nl = len(edges[2])
+        self.src = np.concatenate([edges[0], self.c_src], dtype=np.int32, casting="same_kind")   # (nodes < 2^31)
+        edges[0] = None
+        self.dst = np.concatenate([edges[1], self.c_dst], dtype=np.int32, casting="same_kind")
+        edges[1] = None
+        self.w = np.concatenate([edges[2], self.c_w])
+        edges[2] = None
         self.etype = np.r_[np.full(nl, LOCAL, np.int8), self.c_typ]
         self.m_edge = nl + self.c_medge
         self.t_first = nl                                        # the first collective edge
@@ -303,6 +312,8 @@ class JobStep:
         e = last_of(ce, end, nc)[ca]
         has = e >= 0
         a, e, inst = arr[has], e[has], last_of(cm, mi, nc)[ca[has]]
+        del codes, ca, ce, cm, arr, end, has
+        trim()                                            # (the keys' temporaries: ~2 M rows of 3 int64)
         un = inst < 0                                     # unmatched: its own transfer
         c = barrier_edges(self.t, a, e, inst, n)
         nu, nb = int(un.sum()), len(c["bar_t"])
@@ -319,7 +330,9 @@ class JobStep:
         self.c_inst = np.full(len(src), -1, np.int64)             # per collective edge: its instance
         self.c_inst[self.c_medge] = self.m_inst
         self._view = None
+        del c
         self._time_order(src, dst, typ)
+        trim()
 
     def _time_order(self, src, dst, typ):
         """Positions by time (an end after its barrier or its own arrival: the collective edges ``src``
@@ -351,31 +364,46 @@ class JobStep:
 
     def solve(self, transfer_factor=None) -> Replay:
         """The forward pass with the matched members' transfers times ``transfer_factor`` (per member
-        of ``members``, None: as measured)."""
-        w = self.w
-        if transfer_factor is not None:
-            w = w.copy()
+        of ``members``, None: as measured).  The scaled transfers are written into the graph's
+        weights for the pass and the measured ones put back after it (a copy of every edge's weight
+        would be 40 MB at 4,096 synthetic ranks); the pass's temporaries are handed back to the OS
+        after it (``trim``)."""
+        if transfer_factor is None:
+            out = self._solve(self.w)
+        else:
             edges = self.m_edge[self.m_inst >= 0]
-            w[edges] = np.rint(w[edges] * np.asarray(transfer_factor, float)).astype(np.int64)
+            measured = self.w[edges]
+            try:
+                self.w[edges] = np.rint(measured * np.asarray(transfer_factor, float)).astype(np.int64)
+                out = self._solve(self.w)
+            finally:
+                self.w[edges] = measured
+        trim()
+        return out
+
+    def _solve(self, w) -> Replay:
         n = len(self.t)
         init = np.full(n, NEG, np.int64)
         starts = np.flatnonzero(self.kind == Anchor.step_start)
         init[self.pos[starts]] = self.t[starts]
         xs, xd, xw, xk = self._extra()
         dist, pred, psrc = longest_path_masked(n, self.pos, self.src, self.dst, w, self.kept, xs, xd, xw, xk, init)
-        d = dist[self.pos]                                   # by node
-        ends = np.flatnonzero((self.kind == Anchor.step_end) & (d > NEG))
-        end = {int(p): int(x) for p, x in zip(self.part[ends].tolist(), d[ends].tolist())}
+        del init
+        ends = np.flatnonzero(self.kind == Anchor.step_end)
+        de = dist[self.pos[ends]]                            # (by node: the step ends' only)
+        ends, de = ends[de > NEG], de[de > NEG]
+        end = {int(p): int(x) for p, x in zip(self.part[ends].tolist(), de.tolist())}
         start = {int(p): int(x) for p, x in zip(self.part[starts].tolist(), self.t[starts].tolist())}
-        for p, x in zip(self.part[ends].tolist(), d[ends].tolist()):
+        for p, x in zip(self.part[ends].tolist(), de.tolist()):
             end[p] = max(end[p], int(x))
         dropped = self.n_edges() - int(self.kept.sum()) - int(xk.sum())
         if not end:
             return Replay({}, start, 0, 0, {}, (-1, "", "", 0), {}, {}, {}, dropped)
-        last = ends[np.argmax(d[ends])]
-        on = np.where(pred >= 0, np.arange(n), -1)          # (the walk back by node: ``psrc``)
+        last = ends[np.argmax(de)]
+        on = pred.copy()                                    # (the walk back by node: ``psrc``)
+        on[pred >= 0] = np.flatnonzero(pred >= 0)
         path = pred[trace_back(on, psrc, int(self.pos[last]))]
-        span = int(d[last] - min(start.values()))
+        span = int(dist[self.pos[last]] - min(start.values()))
         steps = [end[p] - start[p] for p in end if p in start]
         return self._attribute(self._rows(path, w), end, start, span, int(np.median(steps)) if steps else 0, dropped)
 
