@@ -8,6 +8,7 @@ table (a gap before a step's first kernel is still measured from the kernel befo
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -75,9 +76,40 @@ def packed(tables: dict) -> dict:
     return {name: pickle.dumps(cols, protocol=pickle.HIGHEST_PROTOCOL) for name, cols in tables.items()}
 
 
+def spill(folder, index: int, tables: dict) -> tuple:
+    """``part_tables``' result ``tables`` of part ``index`` pickled into ``folder/explain-<index>.pickle``,
+    one table after another.  Returns ``(path, {table: (offset, length)})``, what ``write_tables``
+    reads each table back by: aggregate's parent then holds a few bytes a rank until the tables are
+    written, not the rank's pickled tables (4,096 synthetic ranks: ~80 MB)."""
+    path = Path(folder) / f"explain-{index:06d}.pickle"
+    where, at = {}, 0
+    with open(path, "wb") as f:
+        for name, cols in tables.items():
+            b = pickle.dumps(cols, protocol=pickle.HIGHEST_PROTOCOL)
+            f.write(b)
+            where[name], at = (at, len(b)), at + len(b)
+    return str(path), where
+
+
+def _table(part, name):
+    """Table ``name``'s columns of one part's result (``part_tables``, ``packed`` or ``spill``), None
+    when it has none."""
+    if isinstance(part, tuple):
+        path, where = part
+        if name not in where:
+            return None
+        at, n = where[name]
+        with open(path, "rb") as f:
+            f.seek(at)
+            return pickle.loads(f.read(n))
+    if name not in part:
+        return None
+    return pickle.loads(part[name]) if isinstance(part[name], bytes) else part[name]
+
+
 def write_tables(outdir, parts: list) -> list:
     """Write the tables of ``TABLES`` from the per-part results ``parts`` (list of
-    ``part_tables`` dicts, or ``packed`` ones, in part order) into ``outdir`` (Parquet + CSV), one
+    ``part_tables`` dicts, or ``packed`` or ``spill`` ones, in part order) into ``outdir`` (Parquet + CSV), one
     table at a time; returns the paths.  Each part is unpickled in turn and its text columns made
     Arrow strings at once (``_compact``), so that the parts' Python strings are never all held
     (4,096 synthetic ranks: ``op_stats``' 240,640 rows took aggregate's parent +200 MB)."""
@@ -99,10 +131,8 @@ def _chunks(parts, name):
     columns as Arrow arrays (``_compact``); None when no part has a row."""
     out = None
     for p in parts:
-        if name not in p:
-            continue
-        t = pickle.loads(p[name]) if isinstance(p[name], bytes) else p[name]
-        if not len(t["rank"]):
+        t = _table(p, name)
+        if t is None or not len(t["rank"]):
             continue
         if out is None:
             out = {c: [] for c in t}

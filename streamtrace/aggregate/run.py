@@ -80,7 +80,7 @@ from .opperf import write_op_perf
 from .p2p import p2p_rows, write_p2p
 from .pipeline import pipeline_rows, replica_rows
 from .timeline import join as join_timeline, write_part as write_timeline_part
-from .explain import packed, part_tables, write_tables as write_explain
+from .explain import packed, part_tables, spill as spill_explain, write_tables as write_explain
 from .folder import TABLES, Aggregate, owned, read_aggregate_table  # noqa: F401 (re-exported)
 from .folder import (ITERATIONS, ITERATIONS_COLUMNS, PIPELINE, PIPELINE_COLUMNS, RANK_PHASE,
                      RANK_PHASE_COLUMNS, RANKS, RANKS_COLUMNS, REPLICAS, REPLICAS_COLUMNS, STRAGGLERS,
@@ -102,9 +102,11 @@ def part_view(job, index):
     return view
 
 
-def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=None, replay=None, graph_bytes=0):
+def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=None, replay=None, graph_bytes=0,
+              explain_spill=None):
     """One part's rows; with ``spill`` (a folder) its timeline rows go to a file there (``write_part``, returned
-    in their place) so the parent never holds every part's timeline, with ``replay`` its what-if rows (``spill_rows``)
+    in their place) so the parent never holds every part's timeline, with ``explain_spill`` (a folder) its
+    explaining tables (``explain.spill``), with ``replay`` its what-if rows (``spill_rows``)
     and, ``graph_bytes`` > 0, its step graphs up to that size (``whatif_graphs.GraphSpill``)."""
     part = job.parts[index]
     # read once for all: the rank's rows, steps, critical path and explaining tables
@@ -122,7 +124,9 @@ def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=Non
     on_step = None if rep is None else rep.add if graphs is None else lambda *a: (rep.add(*a), graphs.add(*a))
     cp = _spilled_piece(part_paths(job, part, critical_spill, tables, on_step),
                         critical_spill, index) if critical_spill is not None else None
-    return rows[:3] + (tl,) + rows[4:] + (steps, packed(part_tables(job, part, kernel_delay_ns, tables)), cp,
+    ex = part_tables(job, part, kernel_delay_ns, tables)
+    ex = packed(ex) if explain_spill is None else spill_explain(explain_spill, index, ex)
+    return rows[:3] + (tl,) + rows[4:] + (steps, ex, cp,
                                           spill_rows(rep.result(), replay, index, graphs and graphs.close())
                                           if rep is not None else None)
 
@@ -274,7 +278,12 @@ def _aggregate(dirs, outdir: Path, opt: AggregateOptions, job_level: JobLevel) -
     job, tcfg = _open_job(dirs, opt)
     if job.clock_sync != opt.clock_sync and job.clock_sync == "collectives":     # chosen for clocks days apart
         opt = replace(opt, clock_sync="collectives")
-    coll, files, layout, res, pieces, replay = _rank_pass(job, outdir, opt)
+    explain = Path(tempfile.mkdtemp(prefix=".explain-spill.", dir=outdir))    # (the ranks' explaining tables)
+    try:
+        coll, files, layout, res, pieces, replay = _rank_pass(job, outdir, opt, explain)
+    except BaseException:
+        shutil.rmtree(explain, ignore_errors=True)
+        raise
     parts = JobParts(job.steps, job.parts)             # (aligned: the clock offsets are set)
     cp = None
     try:
@@ -298,6 +307,7 @@ def _aggregate(dirs, outdir: Path, opt: AggregateOptions, job_level: JobLevel) -
         if pieces is not None and cp is None:
             cp = job_level.critical.result()
     finally:
+        shutil.rmtree(explain, ignore_errors=True)
         if pieces is not None:
             shutil.rmtree(pieces[0], ignore_errors=True)
     if cp is not None:
@@ -334,9 +344,10 @@ def _open_job(dirs, opt: AggregateOptions) -> tuple:
     return job, tcfg
 
 
-def _rank_pass(job, outdir: Path, opt: AggregateOptions) -> tuple:
+def _rank_pass(job, outdir: Path, opt: AggregateOptions, explain=None) -> tuple:
     """The collectives matched across ranks, then one task per rank (``_part_job``, in worker
-    processes), whose timelines and critical-path pieces are spilled into ``outdir`` and joined.
+    processes), whose timelines and critical-path pieces are spilled into ``outdir`` and joined, and
+    whose explaining tables are spilled into the folder ``explain`` (None: held in the results).
     Returns ``(collectives, files written, inferred layout of the process groups, the ranks' results,
     the critical path's pieces: ``(spill folder, [the path of each part's piece])``, which the caller
     removes, or None, the ranks' what-if rows: ``SpilledRows`` or None)``."""
@@ -352,7 +363,8 @@ def _rank_pass(job, outdir: Path, opt: AggregateOptions) -> tuple:
         share = spill_share(len({p.rank for p in job.parts}), len(job.parts)) if wi_spill else 0
         with progress_bar(len(job.parts), "aggregate", "rank", opt.progress) as bar:
             res = run_tasks(_part_job, [(part_view(job, p.index), p.index, opt.consecutive_kernel_delay_ns, spill,
-                                         cp_spill, wi_spill, share) for p in job.parts], jobs, on_done=bar.update)
+                                         cp_spill, wi_spill, share, explain) for p in job.parts], jobs,
+                            on_done=bar.update)
         files += join_timeline(outdir, [r[3] for r in res])
         pieces = (cp_spill, [r[7] for r in res]) if cp_spill is not None else None
         replay = SpilledRows(wi_spill, [r[8] for r in res]) if wi_spill else None   # (write_whatif removes it)

@@ -209,17 +209,29 @@ def test_real_traces_idle_matches_definition_and_summary(trace, tmp_path):
 
 def test_packed_tables_write_the_same_tables_as_the_columns(synth, tmp_path):
     """What aggregate's parent holds per rank (``packed``: each table pickled, a third of the
-    columns' memory) writes the tables the columns themselves write."""
-    from streamtrace.aggregate.explain import packed, part_tables, write_tables
+    columns' memory; ``spill``: the tables in a file, their offsets held) writes the tables the
+    columns themselves write, byte for byte in the CSV files."""
+    from streamtrace.aggregate.explain import packed, part_tables, spill, write_tables
     from streamtrace.aggregate.run import _open_job
     job, _ = _open_job([synth / "an"], AggregateOptions(jobs=1))
     parts = [part_tables(job, p) for p in job.parts]
     assert all(parts)
-    a = {p.name: pq.read_table(p) for p in write_tables(tmp_path / "cols", parts) if p.suffix == ".parquet"}
-    b = {p.name: pq.read_table(p) for p in write_tables(tmp_path / "packed", [packed(t) for t in parts])
-         if p.suffix == ".parquet"}
-    assert len(a) == 4 and sorted(a) == sorted(b)
-    assert all(a[k].equals(b[k]) and a[k].num_rows for k in a)
+    (tmp_path / "spill").mkdir()
+    spilled = [spill(tmp_path / "spill", i, t) for i, t in enumerate(parts)]
+    parts[1] = {k: v for k, v in parts[1].items() if k != "op_stats"}        # a part without one table
+    spilled[1] = spill(tmp_path / "spill", 1, parts[1])
+    assert all(isinstance(x, tuple) and len(x[1]) for x in spilled)
+    out = {}
+    for how, given in (("cols", parts), ("packed", [packed(t) for t in parts]), ("spilled", spilled)):
+        files = write_tables(tmp_path / how, given)
+        out[how] = ({p.name: pq.read_table(p) for p in files if p.suffix == ".parquet"},
+                    {p.name: p.read_bytes() for p in files if p.suffix == ".csv"})
+    a, csv = out["cols"]
+    assert len(a) == 4 and all(a[k].num_rows for k in a)
+    for how in ("packed", "spilled"):
+        b, csv_b = out[how]
+        assert sorted(a) == sorted(b) and all(a[k].equals(b[k]) for k in a), how
+        assert csv == csv_b, how
 
 
 def _column_parts():
