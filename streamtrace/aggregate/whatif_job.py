@@ -289,6 +289,7 @@ class JobStep:
         self.w = np.concatenate([edges[2], self.c_w])
         edges[2] = None
         self.etype = np.r_[np.full(nl, LOCAL, np.int8), self.c_typ]
+        del self.c_src, self.c_dst, self.c_w, self.c_typ            # (joined: the graph's edges from ``t_first``)
         self.m_edge = nl + self.c_medge
         self.t_first = nl                                        # the first collective edge
         self.local_ = local
@@ -299,7 +300,8 @@ class JobStep:
             self.kept = self._forward(self.src, self.dst)
 
     def _collectives(self, members: Members, n: int):
-        """Barriers and transfers (module docstring): ``c_*`` edge arrays (indices from 0), the
+        """Barriers and transfers (module docstring): ``c_*`` edge arrays (indices from 0; ``_local``
+        joins ``c_src`` / ``c_dst`` / ``c_w`` / ``c_typ`` after the ranks' edges and lets them go), the
         members in ``m_*`` arrays (the unmatched transfers first, in arrival order, then the matched
         members by barrier; ``barrier_edges``)."""
         arr = np.flatnonzero(self.kind == Anchor.arrival)
@@ -359,7 +361,7 @@ class JobStep:
             m = self.m_inst >= 0
             self._view = TransferView(self.m_inst[m], np.asarray([self.rank_of.get(int(p), -1)
                                                                   for p in self.m_part[m].tolist()]),
-                                      self.c_w[self.c_medge[m]].astype(float), members or self.members_)
+                                      self.w[self.m_edge[m]].astype(float), members or self.members_)
         return self._view
 
     def solve(self, transfer_factor=None) -> Replay:
