@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from ..analyze.outputs import KERNELS, OPS, schema_of
 from ..events.dataset import write_table
+from ..runtime.tuning import trim
 from . import idle
 from . import stats
 from .folder import (COLUMNS, EXPLAIN_TABLES as TABLES, IDLE_BREAKDOWN, KERNEL_STATS, LAUNCH_STATS,
@@ -118,11 +119,13 @@ def write_tables(outdir, parts: list) -> list:
         chunks = _chunks(parts, name)
         if chunks is None:
             continue
-        cols = {c: _joined(v) for c, v in chunks.items()}
-        del chunks
+        cols = {c: _joined(chunks.pop(c)) for c in list(chunks)}     # (each column's chunks let go once joined)
         o = np.lexsort((np.arange(len(cols["rank"])), cols["rank"], cols["step"], cols["iteration"]))
-        files += write_table(outdir, name, {c: _nulls(cols[c][o]) if isinstance(cols[c], np.ndarray) else
-                                            cols[c].take(pa.array(o)) for c in COLUMNS[name]}, csv=True)
+        for c in COLUMNS[name]:                       # (sorted a column at a time: the table never held twice)
+            cols[c] = _nulls(cols[c][o]) if isinstance(cols[c], np.ndarray) else cols[c].take(pa.array(o))
+        files += write_table(outdir, name, {c: cols[c] for c in COLUMNS[name]}, csv=True)
+        del cols
+        trim()                                        # (the table's columns and writers' buffers, freed)
     return files
 
 
