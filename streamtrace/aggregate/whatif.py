@@ -348,7 +348,7 @@ def _reduce_task(job, part, changes, meds, spilled=None) -> dict:
 
 # -- the aggregate's side ------------------------------------------------------------------------
 
-GRAPH_ANCHORS = tuple(columns(WHATIF_ANCHORS, "part", "rank", "anchor", "kind", "t_ns", "correlation", "stream"))
+GRAPH_ANCHORS = tuple(columns(WHATIF_ANCHORS, "part", "anchor", "kind", "t_ns", "correlation", "stream"))
 """The ``whatif_anchors`` columns the job's graph reads (``JobStep``), with ``iteration`` and ``step``
 when the tables hold several steps."""
 

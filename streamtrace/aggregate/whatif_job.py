@@ -241,7 +241,8 @@ class JobStep:
         o = slice(None) if (o == np.arange(len(o))).all() else o     # (in order as spilled: no copies)
         self.part, self.anchor, self.kind = a["part"][o], a["anchor"][o], a["kind"][o]
         self.t, self.corr, self.stream = a["t_ns"][o], a["correlation"][o], a["stream"][o]
-        self.rank_of = dict(zip(a["part"].tolist(), a["rank"].tolist()))
+        r = tabs.ranks                                   # (a row a rank-step: not a Python int an anchor)
+        self.rank_of = dict(zip(r["part"].tolist(), r["rank"].tolist()))
         self.key = self.part * (1 << 32) + self.anchor
         self.members_ = members
         self.base_ = None
@@ -359,9 +360,12 @@ class JobStep:
             return self.base_.members(members)
         if self._view is None:
             m = self.m_inst >= 0
-            self._view = TransferView(self.m_inst[m], np.asarray([self.rank_of.get(int(p), -1)
-                                                                  for p in self.m_part[m].tolist()]),
-                                      self.w[self.m_edge[m]].astype(float), members or self.members_)
+            parts = self.m_part[m]
+            rank = np.full(int(parts.max()) + 1 if len(parts) else 0, -1, np.int64)    # by part (-1: no rank)
+            known = [(p, r) for p, r in self.rank_of.items() if 0 <= p < len(rank)]
+            rank[[p for p, _ in known]] = [r for _, r in known]
+            self._view = TransferView(self.m_inst[m], rank[parts], self.w[self.m_edge[m]].astype(float),
+                                      members or self.members_)
         return self._view
 
     def solve(self, transfer_factor=None) -> Replay:
