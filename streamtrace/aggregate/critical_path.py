@@ -208,7 +208,8 @@ def _order(g: JobGraph) -> np.ndarray:
     """Topological positions: by time (an end after its barrier), then end < start < arrival <
     barrier < step end at equal times."""
     t, kind = g.t, g.kind
-    m = np.flatnonzero((g.etype == TRANSFER) & (kind[g.src] == BARRIER))
+    m = np.flatnonzero(g.etype == TRANSFER)                   # (the transfers' sources only: not every edge's)
+    m = m[kind[g.src[m]] == BARRIER]
     e, b = g.dst[m][::-1], g.src[m][::-1]                     # an end's barrier: its last transfer's
     e, first = np.unique(e, return_index=True)
     b = b[first]

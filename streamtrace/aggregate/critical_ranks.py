@@ -43,6 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..kernels.sentinels import NEG, POS
+from ..runtime.tuning import trim
 from .critical_graph import CATEGORIES, Anchor, Category, Edge
 from .folder import CRITICAL_PATH_RANKS_COLUMNS, CRITICAL_PATH_SUMMARY_COLUMNS
 
@@ -201,6 +202,7 @@ def _next_rows(base, g, rank_of, ranks, solve) -> list:
     w = capped_weights(g, part)
     if w is None:
         return []
+    trim()                                              # (the stretches' keys: before the solve's peak)
     solved = solve(g, w)
     if solved is None:
         return []
