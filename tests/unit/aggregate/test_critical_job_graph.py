@@ -154,3 +154,11 @@ def test_solve_step_equals_the_passes_over_the_kept_edges(case):
     if path:
         assert g.dst[path[-1]] == solved.end
         assert dist[pos[solved.end]] == dist[pos[g.src[path[0]]]] + int(g.w[path].sum())
+
+
+def test_node_ids_are_int32_until_one_does_not_fit():
+    from streamtrace.aggregate.critical_path import _node_ids
+    small = _node_ids([np.asarray([0, 5], np.int64), np.asarray([7], np.int64), np.zeros(0, np.int64)])
+    assert small.dtype == np.int32 and small.tolist() == [0, 5, 7]
+    big = _node_ids([np.asarray([1], np.int64), np.asarray([2 ** 31], np.int64)])
+    assert big.dtype == np.int64 and big.tolist() == [1, 2 ** 31]
