@@ -212,8 +212,12 @@ def key_codes(keys) -> np.ndarray:
     if not len(keys):
         return np.zeros(0, np.int64)
     o = np.lexsort(keys.T[::-1])
-    s = keys[o]
-    new = np.r_[True, (s[1:] != s[:-1]).any(axis=1)]
+    new = np.zeros(len(keys), bool)                         # a row unlike the one before it (in order)
+    new[0] = True
+    for j in range(keys.shape[1]):                          # a column at a time: the sorted rows never copied
+        s = keys[o, j]
+        new[1:] |= s[1:] != s[:-1]
+        del s
     out = np.empty(len(keys), np.int64)
     out[o] = np.cumsum(new) - 1
     return out

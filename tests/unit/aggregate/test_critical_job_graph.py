@@ -162,3 +162,15 @@ def test_node_ids_are_int32_until_one_does_not_fit():
     assert small.dtype == np.int32 and small.tolist() == [0, 5, 7]
     big = _node_ids([np.asarray([1], np.int64), np.asarray([2 ** 31], np.int64)])
     assert big.dtype == np.int64 and big.tolist() == [1, 2 ** 31]
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.integers(-3, 3), st.integers(-2 ** 40, 2 ** 40) | st.integers(0, 2),
+                          st.integers(-1, 2)), max_size=40))
+def test_key_codes_number_the_distinct_rows_in_their_order(rows):
+    """``critical_graph.key_codes``: each row's code is the place of its value among the distinct
+    rows sorted (columns in order), as a plain ``sorted(set(...))`` numbers them."""
+    from streamtrace.aggregate.critical_graph import key_codes
+    keys = np.asarray(rows, np.int64).reshape(-1, 3)
+    rank = {r: i for i, r in enumerate(sorted(set(rows)))}
+    assert key_codes(keys).tolist() == [rank[r] for r in rows]
