@@ -19,10 +19,10 @@ aligned axis, clock offsets of ``--clock-sync collectives`` included):
   not wait for its receive: gloo, NCCL's eager protocol) keeps its own transfer (arrival -> end);
 * a communication kernel matched to no instance: arrival -> end, its duration.
 
-The forward pass (``streamtrace.kernels.critical.longest_path``, every rank's step start at
+The forward pass (``streamtrace.kernels.critical.longest_path_masked``, every rank's step start at
 its own time) gives each anchor the longest path reaching it; the **critical path** is the one
 reaching the latest step end (the last rank's), expanded back into the local segments it crosses.
-The backward pass (``streamtrace.kernels.critical.latest_times``, every rank's step end due by
+The backward pass (``streamtrace.kernels.critical.latest_times_masked``, every rank's step end due by
 the path's end) gives each anchor its latest time (Kelley & Walker's critical-path method, 1959).
 The per-rank figures (``streamtrace.aggregate.critical_ranks``): a rank's **slack** is the CPM
 total float of its work, the least over its anchors of latest - earliest: how much later its work
@@ -54,7 +54,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..events.dataset import read_arrow, write_table
-from ..kernels.critical import NEG, POS, latest_times, longest_path, trace_back
+from ..kernels.critical import NEG, POS, latest_times_masked, longest_path_masked, trace_back
 from ..runtime.tuning import trim
 from .critical_graph import BARRIER, CATEGORIES, Anchor, Category, Edge, barrier_edges, key_codes, last_of
 from .folder import (COLLECTIVES_RANKS, CRITICAL_PATH, CRITICAL_PATH_COLUMNS, CRITICAL_PATH_RANKS,
@@ -248,41 +248,55 @@ class Solved:
 
 def solve_step(g: JobGraph, w=None) -> Solved | None:
     """Forward and backward pass over one step's graph, with the edge weights ``w`` (int64 ns per
-    edge of ``g``; None: ``g.w``).  None when the step has no step end.  The passes' temporaries
-    (the edges' positions, the kernels' orders: ~250 MB at 4,096 synthetic ranks) are handed back
-    to the OS once freed (``trim``): glibc keeps them in its heap otherwise, under the next phase's
-    peak."""
+    edge of ``g``; None: ``g.w``).  None when the step has no step end.  The kernels read the
+    graph's edges in place (``longest_path_masked``, ``latest_times_masked``: the edges that run
+    forward in the node order kept, the others dropped), and the passes' temporaries (the kernels'
+    orders and distances: ~120 MB at 4,096 synthetic ranks) are handed back to the OS once freed
+    (``trim``): glibc keeps them in its heap otherwise, under the next phase's peak."""
     solved = _solve(g, w)
     trim()
     return solved
 
 
+FORWARD_CHUNK = 1 << 20
+"""Edges ``solve_step`` tests against the node order at a time (the positions' temporaries a chunk's)."""
+
+
 def _solve(g: JobGraph, w=None) -> Solved | None:
     pos = _order(g)
     w = np.asarray(g.w if w is None else w, np.int64)
-    ps, pd = pos[g.src], pos[g.dst]
-    forward = ps < pd
-    if forward.all():                                  # the common case: the edges as they are, no copies
-        keep, pw = slice(None), w
-    else:
-        keep = np.flatnonzero(forward)
-        ps, pd, pw = ps[keep], pd[keep], w[keep]
-    del forward
+    src, dst = _ids32(g.src), _ids32(g.dst)
+    forward = np.empty(len(src), bool)
+    for i in range(0, len(src), FORWARD_CHUNK):
+        j = slice(i, i + FORWARD_CHUNK)
+        np.less(pos[src[j]], pos[dst[j]], out=forward[j])
     n, t, kind = len(g.t), g.t, g.kind
     init = np.full(n, NEG, np.int64)
     init[pos[kind == Anchor.step_start]] = t[kind == Anchor.step_start]
-    dist, pred, _ = longest_path(n, ps, pd, pw, init)
+    none = np.zeros(0, np.int64)
+    dist, pred, psrc = longest_path_masked(n, pos, src, dst, w, forward, none, none, none, np.zeros(0, bool), init)
+    del init
     ends = np.flatnonzero(kind == Anchor.step_end)
     if not len(ends):
         return None
     last = ends[np.lexsort((dist[pos[ends]], t[ends]))[-1]]
-    path = trace_back(pred, ps, int(pos[last]))
+    on = pred.copy()                                    # (the walk back by position: ``psrc``)
+    on[pred >= 0] = np.flatnonzero(pred >= 0)
+    path = pred[trace_back(on, psrc, int(pos[last]))]
+    del on, psrc
     deadline = np.full(n, POS, np.int64)
     deadline[pos[ends]] = dist[pos[last]]
-    late = latest_times(n, ps, pd, pw, deadline)
-    every = isinstance(keep, slice)
-    return Solved(path if every else keep[path], dist, late, pos, None if every else keep, int(len(g.src) - len(pw)),
-                  int(last))
+    late = latest_times_masked(n, pos, src, dst, w, forward, deadline)
+    kept = int(forward.sum())
+    return Solved(path, dist, late, pos, None if kept == len(src) else np.flatnonzero(forward),
+                  int(len(src) - kept), int(last))
+
+
+def _ids32(x) -> np.ndarray:
+    """Node ids as the kernels' int32 (a view when they are; int64 ids past 2^31 nodes stay int64)."""
+    if x.dtype == np.int32 or (len(x) and int(x.max()) > np.iinfo(np.int32).max):
+        return np.ascontiguousarray(x)
+    return x.astype(np.int32)
 
 
 class _Spill:

@@ -19,8 +19,8 @@ from .sentinels import NEG, POS
 
 ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
 
-__all__ = ["NEG", "POS", "longest_path", "longest_path_masked", "latest_times", "trace_back", "reduce_local",
-           "back_within_instant"]
+__all__ = ["NEG", "POS", "longest_path", "longest_path_masked", "latest_times", "latest_times_masked",
+           "trace_back", "reduce_local", "back_within_instant"]
 
 
 _MAX_INT32 = 2147483647
@@ -162,6 +162,47 @@ def latest_times(n, src, dst, w, deadline):
     for k in range(m):
         e = order[k]
         u, v = src[e], dst[e]
+        if late[v] >= POS:
+            continue
+        val = late[v] - w[e]
+        if val < late[u]:
+            late[u] = val
+    return late
+
+
+@njit(cache=True)
+def latest_times_masked(n, pos, src, dst, w, mask, deadline):
+    """``latest_times`` over the edges a graph holds in place, without copying them: the edges ``e``
+    of ``(src, dst, w)`` (int32[E] node ids, int64[E] ns) with ``mask[e]`` (bool[E]), every node id
+    mapped to its topological position by ``pos`` (int64, the positions ``0 .. n - 1``).  The same
+    answer as ``latest_times(n, pos[src[mask]], pos[dst[mask]], w[mask], deadline)`` (the edges
+    taken in the same order); memory O(n + kept edges) for the order (int32), none for the edges
+    (the critical path of 4,096 synthetic ranks: 5 M edges).  Returns ``late``, int64[n] by
+    position.  Raises ValueError when a kept edge runs backwards or out of range, or past 2^31 - 1
+    edges."""
+    m = src.shape[0]
+    if m > _MAX_INT32:
+        raise ValueError("more than 2^31 - 1 edges")
+    fill = np.zeros(n + 1, np.int64)
+    for e in range(m):                              # count the kept edges out of each node, check them
+        if not mask[e]:
+            continue
+        u, v = pos[src[e]], pos[dst[e]]
+        if u >= v or u < 0 or v >= n:
+            raise ValueError("edge not in topological order (src >= dst) or node out of range")
+        fill[n - u] += 1                            # (descending by source: bucket n - 1 - u, shifted by 1)
+    for b in range(n):
+        fill[b + 1] += fill[b]
+    order = np.empty(fill[n], np.int32)             # the kept edges by source, last first, stable
+    for e in range(m):
+        if mask[e]:
+            b = n - 1 - pos[src[e]]
+            order[fill[b]] = e
+            fill[b] += 1
+    late = deadline.copy()
+    for k in range(order.shape[0]):
+        e = order[k]
+        u, v = pos[src[e]], pos[dst[e]]
         if late[v] >= POS:
             continue
         val = late[v] - w[e]

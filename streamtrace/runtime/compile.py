@@ -152,6 +152,8 @@ UNITS = {
                                      (_i, _I64, _I32, _I32, _I64, _B1, _I64, _I64, _I64, _B1, _I64), (), 0.6),
     "critical.latest_times": ("critical", "latest_times", (_i, _I64, _I64, _I64, _I64), ("critical._stable_order",),
                               0.4),
+    "critical.latest_times_masked": ("critical", "latest_times_masked", (_i, _I64, _I32, _I32, _I64, _B1, _I64), (),
+                                     0.4),
     "critical.trace_back": ("critical", "trace_back", (_I64, _I64, _i), (), 0.2),
     "critical._positions": ("critical", "_positions", (_I64,), (), 0.1),
     "critical.back_within_instant": ("critical", "back_within_instant", (_I64,) * 4, ("critical._positions",), 0.2),
@@ -203,14 +205,14 @@ UNITS = {
 
 _WINDOWS = ("windows._in_key_order", "windows._is_sorted", "windows._sweep", "windows._paint")
 REPLAY_UNITS = ("replay.anchor_pairs", "critical.longest_path_masked")
-CRITICAL_JOB_UNITS = ("critical.longest_path", "critical.latest_times", "critical.trace_back")
+CRITICAL_JOB_UNITS = ("critical.longest_path_masked", "critical.latest_times_masked", "critical.trace_back")
 """The job-level critical path's units (aggregate runs it in a process forked before the ranks are read; it calls
 no other)."""
 """The what-if replay's units (aggregate's ranks reduce each change's graphs with them; the job level's
 forward pass reads its graph in place with ``longest_path_masked``)."""
 _STATS = ("gaps.running_end_before", "ancestry.same_name_ancestor",    # aggregate's statistics
           "intervals._union_lengths_sorted",                              # (the ranks' interval metrics)
-          "critical.longest_path", "critical.latest_times", "critical.trace_back",   # and critical path
+          "critical.latest_times_masked", "critical.trace_back",   # and critical path
           "critical.reduce_local", "critical.back_within_instant",
           "chains.thread_chain", "chains.thread_waits", "stepgpu.gpu_step") + REPLAY_UNITS                                        # and its replay
 _READ = ("scan.scan_events", "scan.skip_value", "scan.skip_string", "scan.skip_ws")

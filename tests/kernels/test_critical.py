@@ -8,10 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamtrace.kernels.critical import (NEG, POS, back_within_instant, latest_times, longest_path,
-                                          longest_path_masked, reduce_local, trace_back)
-from streamtrace.kernels.reference import (back_within_instant_py, latest_times_py, longest_path_masked_py,
-                                           longest_path_py, reduce_local_py, trace_back_py)
+from streamtrace.kernels.critical import (NEG, POS, back_within_instant, latest_times, latest_times_masked,
+                                          longest_path, longest_path_masked, reduce_local, trace_back)
+from streamtrace.kernels.reference import (back_within_instant_py, latest_times_masked_py, latest_times_py,
+                                           longest_path_masked_py, longest_path_py, reduce_local_py, trace_back_py)
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -113,6 +113,28 @@ def test_longest_path_masked_matches_the_copied_edges(g):
     assert dist.tolist() == d3.tolist()
     assert pred.tolist() == [int(ids[e]) if e >= 0 else -1 for e in p3.tolist()]
     assert psrc.tolist() == [int(ks[e]) if e >= 0 else -1 for e in p3.tolist()]
+
+
+@SETTINGS
+@given(masked_graphs(), st.lists(st.sampled_from([POS, POS, 0, 4, 9, 20]), min_size=9, max_size=9))
+def test_latest_times_masked_matches_the_copied_edges(g, deadlines):
+    """``latest_times_masked`` against its twin and against ``latest_times`` over the kept edges copied
+    out (what the critical path's solve did before): the same latest times by position."""
+    n, pos, src, dst, w, mask = g[:6]
+    deadline = np.asarray(deadlines[:n], np.int64)
+    late = latest_times_masked(n, pos, src, dst, w, mask, deadline)
+    assert late.tolist() == np.asarray(latest_times_masked_py(n, pos, src, dst, w, mask, deadline)).tolist()
+    ks, kd = pos[src[mask]].astype(np.int64), pos[dst[mask]].astype(np.int64)
+    assert late.tolist() == latest_times(n, ks, kd, w[mask].astype(np.int64), deadline).tolist()
+
+
+def test_latest_times_masked_refuses_a_kept_edge_backwards():
+    pos = np.asarray([1, 0], np.int64)
+    src, dst, w = np.asarray([0], np.int32), np.asarray([1], np.int32), np.asarray([5], np.int64)
+    deadline = np.asarray([POS, 7], np.int64)
+    with pytest.raises(ValueError):
+        latest_times_masked(2, pos, src, dst, w, np.ones(1, bool), deadline)
+    assert latest_times_masked(2, pos, src, dst, w, np.zeros(1, bool), deadline).tolist() == [POS, 7]
 
 
 def test_longest_path_masked_refuses_a_kept_edge_backwards():

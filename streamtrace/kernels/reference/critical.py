@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["longest_path_py", "longest_path_masked_py", "latest_times_py", "trace_back_py", "path_edges_py",
-           "reduce_local_py", "back_within_instant_py"]
+__all__ = ["longest_path_py", "longest_path_masked_py", "latest_times_py", "latest_times_masked_py", "trace_back_py",
+           "path_edges_py", "reduce_local_py", "back_within_instant_py"]
 
 NEG, POS = -(2 ** 62), 2 ** 62
 
@@ -79,6 +79,14 @@ def latest_times_py(n, src, dst, w, deadline):
             memo[u] = min(vals)
         return memo[u]
     return np.asarray([late(u) for u in range(n)], np.int64)
+
+
+def latest_times_masked_py(n, pos, src, dst, w, mask, deadline):
+    """Twin of ``latest_times_masked``: ``latest_times_py`` over the kept edges copied out (their
+    positions by ``pos``)."""
+    pos, mask = np.asarray(pos, np.int64), np.asarray(mask, bool)
+    return latest_times_py(n, pos[np.asarray(src, np.int64)[mask]], pos[np.asarray(dst, np.int64)[mask]],
+                           np.asarray(w, np.int64)[mask], np.asarray(deadline, np.int64))
 
 
 def trace_back_py(pred, src, end):
