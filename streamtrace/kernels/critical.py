@@ -152,22 +152,14 @@ def latest_times(n, src, dst, w, deadline):
     """Backward pass.  ``deadline`` (int64[n]): the latest a node may happen on its own (the step's
     end for the final node), ``POS`` when it has none.  ``late[u]`` = min(``deadline[u]``, min
     over out-edges e of ``late[dst[e]] - w[e]`` where ``late[dst[e]]`` < POS).  Returns ``late``,
-    int64[n].  O(E + n).  Raises ValueError as ``longest_path``."""
+    int64[n].  O(E + n).  Raises ValueError as ``longest_path``.  ``latest_times_masked`` with every
+    edge kept, each node its own position (one relaxation loop for both)."""
     m = src.shape[0]
-    for e in range(m):
+    for e in range(m):                              # (checked here: the masked pass reads ``pos[src[e]]``)
         if src[e] >= dst[e] or src[e] < 0 or dst[e] >= n:
             raise ValueError("edge not in topological order (src >= dst) or node out of range")
-    order = _stable_order(src, n, np.bool_(True))
-    late = deadline.copy()
-    for k in range(m):
-        e = order[k]
-        u, v = src[e], dst[e]
-        if late[v] >= POS:
-            continue
-        val = late[v] - w[e]
-        if val < late[u]:
-            late[u] = val
-    return late
+    return latest_times_masked(n, np.arange(n).astype(np.int64), src.astype(np.int32), dst.astype(np.int32), w,
+                               np.ones(m, np.bool_), deadline)
 
 
 @njit(cache=True)
