@@ -85,8 +85,7 @@ def spill(folder, index: int, tables: dict) -> tuple:
     path = Path(folder) / f"explain-{index:06d}.pickle"
     where, at = {}, 0
     with open(path, "wb") as f:
-        for name, cols in tables.items():
-            b = pickle.dumps(cols, protocol=pickle.HIGHEST_PROTOCOL)
+        for name, b in packed(tables).items():
             f.write(b)
             where[name], at = (at, len(b)), at + len(b)
     return str(path), where
