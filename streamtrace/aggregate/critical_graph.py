@@ -49,6 +49,20 @@ class Anchor(IntEnum):
 BARRIER = -1
 """The kind of a job-level node that is a collective's barrier (not an ``Anchor``)."""
 
+_TIES = np.asarray([3, 1, 2, 0, 4], np.int8)     # by kind + 1: barrier, step start, arrival, end, step end
+
+
+def tie_classes(kind) -> np.ndarray:
+    """The place of each job-level node of kind ``kind`` (an ``Anchor`` or ``BARRIER``, any integer
+    array) among the nodes of its time in a topological order, int8: end 0 < step start 1 < arrival
+    2 < barrier 3 < step end 4 (5: any other kind).  One byte a node, where a ``np.select`` over the
+    kinds made five masks and an int64 array (1.5 M nodes at 4,096 synthetic ranks)."""
+    k = np.asarray(kind)
+    out = np.full(len(k), 5, np.int8)
+    ok = (k >= BARRIER) & (k <= Anchor.step_end)
+    out[ok] = _TIES[k[ok] + 1]
+    return out
+
 
 class Edge(IntEnum):
     """Types of the job graph's edges (the critical path's and the what-if replay's; ``etype``)."""

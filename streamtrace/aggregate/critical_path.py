@@ -56,7 +56,8 @@ import pyarrow as pa
 from ..events.dataset import read_arrow, write_table
 from ..kernels.critical import NEG, POS, latest_times_masked, longest_path_masked, trace_back
 from ..runtime.tuning import trim
-from .critical_graph import BARRIER, CATEGORIES, Anchor, Category, Edge, barrier_edges, key_codes, last_of
+from .critical_graph import (BARRIER, CATEGORIES, Anchor, Category, Edge, barrier_edges, key_codes, last_of,
+                             tie_classes)
 from .folder import (COLLECTIVES_RANKS, CRITICAL_PATH, CRITICAL_PATH_COLUMNS, CRITICAL_PATH_RANKS,
                      CRITICAL_PATH_RANKS_COLUMNS as RANK_COLUMNS, CRITICAL_PATH_SUMMARY,
                      CRITICAL_PATH_SUMMARY_COLUMNS as SUMMARY_COLUMNS, columns, table_path)
@@ -222,10 +223,9 @@ def _order(g: JobGraph) -> np.ndarray:
     b = b[first]
     key = t.copy()
     key[e] = np.maximum(key[e], t[b])
-    cls = np.select([kind == Anchor.end, kind == Anchor.step_start, kind == Anchor.arrival, kind == BARRIER,
-                     kind == Anchor.step_end], [0, 1, 2, 3, 4], 5)
+    cls = tie_classes(kind)
     cls[e[key[e] == t[b]]] = 4
-    order = np.lexsort((np.arange(len(t)), cls, key))
+    order = np.lexsort((cls, key))                            # (stable: equal keys in node order)
     pos = np.empty(len(t), np.int64)
     pos[order] = np.arange(len(t))
     return pos
@@ -424,8 +424,10 @@ def _build(parts, members, p2p=frozenset()) -> JobGraph:
             nodes.append(base + j)
     cat = lambda k, nodes: (np.concatenate(k) if k else np.zeros((0, 3), np.int64),  # noqa: E731
                             np.concatenate(nodes).astype(np.int64) if nodes else np.zeros(0, np.int64))
-    g.add_collectives_arrays(cat(*keys[Anchor.arrival]), cat(*keys[Anchor.end]), members, p2p)
-    del keys
+    arrivals = cat(*keys.pop(Anchor.arrival))         # (each list let go once joined: 16 MB of keys at
+    ends = cat(*keys.pop(Anchor.end))                  # 4,096 synthetic ranks, not held twice)
+    g.add_collectives_arrays(arrivals, ends, members, p2p)
+    del arrivals, ends
     trim()                                             # (the graph's build: its temporaries freed)
     return g
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..kernels.critical import NEG, longest_path_masked, trace_back
 from ..runtime.tuning import trim
-from .critical_graph import BARRIER, Anchor, Edge, barrier_edges, key_codes, last_of
+from .critical_graph import BARRIER, Anchor, Edge, barrier_edges, key_codes, last_of, tie_classes
 
 LOCAL, WAIT, TRANSFER = Edge.local, Edge.wait, Edge.transfer
 LOCAL_COLUMNS = ("part", "src", "dst", "w_ns", "host_ns", "gpu_ns", "top_category", "top_name", "top_ns")
@@ -343,14 +343,13 @@ class JobStep:
         -> ``dst`` of type ``typ``), then end < start < arrival < barrier < step end at equal times (as
         the critical path's job graph): ``pos0``."""
         key = self.t.copy()
-        cls = np.select([self.kind == Anchor.end, self.kind == Anchor.step_start, self.kind == Anchor.arrival,
-                         self.kind == BARRIER, self.kind == Anchor.step_end], [0, 1, 2, 3, 4], 5)
+        cls = tie_classes(self.kind)
         m = typ == TRANSFER
         e, b = dst[m], src[m]
         hit = key[e] <= self.t[b]
         key[e[hit]] = self.t[b[hit]]
         cls[e[hit]] = 4
-        order = np.lexsort((np.arange(len(key)), cls, key))
+        order = np.lexsort((cls, key))                   # (stable: equal keys in node order)
         self.pos0 = np.empty(len(key), np.int64)
         self.pos0[order] = np.arange(len(key))
 

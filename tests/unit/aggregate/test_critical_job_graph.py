@@ -174,3 +174,15 @@ def test_key_codes_number_the_distinct_rows_in_their_order(rows):
     keys = np.asarray(rows, np.int64).reshape(-1, 3)
     rank = {r: i for i, r in enumerate(sorted(set(rows)))}
     assert key_codes(keys).tolist() == [rank[r] for r in rows]
+
+
+@SETTINGS
+@given(st.lists(st.integers(-4, 6), max_size=40), st.sampled_from([np.int8, np.int64]))
+def test_tie_classes_order_equal_times_as_the_rule_says(kinds, dtype):
+    """``tie_classes``: end < step start < arrival < barrier < step end among nodes of one time, any
+    other kind last, whatever the kinds' integer type (the replay's int8, the critical path's int64)."""
+    from streamtrace.aggregate.critical_graph import BARRIER, tie_classes
+    rule = {Anchor.end: 0, Anchor.step_start: 1, Anchor.arrival: 2, BARRIER: 3, Anchor.step_end: 4}
+    got = tie_classes(np.asarray(kinds, dtype))
+    assert got.dtype == np.int8
+    assert got.tolist() == [rule.get(k, 5) for k in kinds]
