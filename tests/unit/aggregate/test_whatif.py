@@ -198,6 +198,10 @@ def test_transfers_at_a_share_of_the_link_and_at_the_median():
     assert v.share_factor(sel, 0.1).tolist() == [1.0, 1.0, 1.0, 1.0]        # never slower than measured
     # the median of the four transfers is 200 us: instance 1's members (selected by rank 1) come down to it
     assert v.median_factor(v.has_member([1])).tolist() == [1.0, 1.0, 200.0 / 300.0, 200.0 / 500.0]
+    # each member reads its instance's facts; one str object a distinct name, whatever the members
+    assert v.fact("name").tolist() == ["AllReduce"] * 4 and v.fact("bytes").tolist() == [10] * 4
+    assert len({id(x) for x in v.fact("name")}) == 1
+    assert np.isnan(v.fact("peak")).tolist() == [False] * 4 and v.fact("peak").tolist() == [200.0, 200.0, 25.0, 25.0]
 
 
 def test_two_iterations(tmp_path):
