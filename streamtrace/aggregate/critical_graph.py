@@ -52,6 +52,21 @@ BARRIER = -1
 _TIES = np.asarray([3, 1, 2, 0, 4], np.int8)     # by kind + 1: barrier, step start, arrival, end, step end
 
 
+POSITION_CHUNK = 1 << 20
+"""Nodes ``positions`` numbers at a time."""
+
+
+def positions(order) -> np.ndarray:
+    """The inverse of the permutation ``order`` (node ids in topological order): ``pos[order[i]] =
+    i`` (int64), written ``POSITION_CHUNK`` nodes at a time (no index array of every node: 12 MB at
+    1.5 M nodes)."""
+    pos = np.empty(len(order), np.int64)
+    for i in range(0, len(order), POSITION_CHUNK):
+        j = order[i:i + POSITION_CHUNK]
+        pos[j] = np.arange(i, i + len(j))
+    return pos
+
+
 def tie_classes(kind) -> np.ndarray:
     """The place of each job-level node of kind ``kind`` (an ``Anchor`` or ``BARRIER``, any integer
     array) among the nodes of its time in a topological order, int8: end 0 < step start 1 < arrival

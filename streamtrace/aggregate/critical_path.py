@@ -57,7 +57,7 @@ from ..events.dataset import read_arrow, write_table
 from ..kernels.critical import NEG, POS, latest_times_masked, longest_path_masked, trace_back
 from ..runtime.tuning import trim
 from .critical_graph import (BARRIER, CATEGORIES, Anchor, Category, Edge, barrier_edges, key_codes, last_of,
-                             tie_classes)
+                             positions, tie_classes)
 from .folder import (COLLECTIVES_RANKS, CRITICAL_PATH, CRITICAL_PATH_COLUMNS, CRITICAL_PATH_RANKS,
                      CRITICAL_PATH_RANKS_COLUMNS as RANK_COLUMNS, CRITICAL_PATH_SUMMARY,
                      CRITICAL_PATH_SUMMARY_COLUMNS as SUMMARY_COLUMNS, columns, table_path)
@@ -226,9 +226,8 @@ def _order(g: JobGraph) -> np.ndarray:
     cls = tie_classes(kind)
     cls[e[key[e] == t[b]]] = 4
     order = np.lexsort((cls, key))                            # (stable: equal keys in node order)
-    pos = np.empty(len(t), np.int64)
-    pos[order] = np.arange(len(t))
-    return pos
+    del key, cls
+    return positions(order)
 
 
 @dataclass

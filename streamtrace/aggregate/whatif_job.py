@@ -20,7 +20,7 @@ import numpy as np
 
 from ..kernels.critical import NEG, longest_path_masked, trace_back
 from ..runtime.tuning import trim
-from .critical_graph import BARRIER, Anchor, Edge, barrier_edges, key_codes, last_of, tie_classes
+from .critical_graph import BARRIER, Anchor, Edge, barrier_edges, key_codes, last_of, positions, tie_classes
 
 LOCAL, WAIT, TRANSFER = Edge.local, Edge.wait, Edge.transfer
 LOCAL_COLUMNS = ("part", "src", "dst", "w_ns", "host_ns", "gpu_ns", "top_category", "top_name", "top_ns")
@@ -365,8 +365,8 @@ class JobStep:
         key[e[hit]] = self.t[b[hit]]
         cls[e[hit]] = 4
         order = np.lexsort((cls, key))                   # (stable: equal keys in node order)
-        self.pos0 = np.empty(len(key), np.int64)
-        self.pos0[order] = np.arange(len(key))
+        del key, cls, m, e, b, hit
+        self.pos0 = positions(order)
 
     def members(self, members: Members | None = None) -> TransferView:
         """The matched members of the step (their measured transfers) as a ``TransferView``

@@ -186,3 +186,21 @@ def test_tie_classes_order_equal_times_as_the_rule_says(kinds, dtype):
     got = tie_classes(np.asarray(kinds, dtype))
     assert got.dtype == np.int8
     assert got.tolist() == [rule.get(k, 5) for k in kinds]
+
+
+@SETTINGS
+@given(st.permutations(range(40)).flatmap(lambda p: st.tuples(st.just(p), st.integers(0, 40))),
+       st.sampled_from([1, 3, 1 << 20]))
+def test_positions_invert_the_order(case, chunk):
+    """``positions``: each node's place in ``order`` (``np.argsort`` of the permutation), whatever the
+    chunk it is written by."""
+    import streamtrace.aggregate.critical_graph as cg
+    perm, n = case
+    order = np.asarray([x for x in perm if x < n], np.int64)        # a permutation of 0 .. n - 1
+    old = cg.POSITION_CHUNK
+    cg.POSITION_CHUNK = chunk
+    try:
+        got = cg.positions(order)
+    finally:
+        cg.POSITION_CHUNK = old
+    assert got.dtype == np.int64 and got.tolist() == np.argsort(order).tolist()
