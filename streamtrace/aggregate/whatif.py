@@ -351,6 +351,9 @@ def _reduce_task(job, part, changes, meds, spilled=None) -> dict:
 GRAPH_ANCHORS = tuple(columns(WHATIF_ANCHORS, "part", "anchor", "kind", "t_ns", "correlation", "stream"))
 """The ``whatif_anchors`` columns the job's graph reads (``JobStep``), with ``iteration`` and ``step``
 when the tables hold several steps."""
+SMALL_ANCHORS = ("part", "anchor", "kind")
+"""The anchors' columns the job's graph holds as int32 (part indices, a part's anchor ids, ``Anchor``
+kinds: known to fit; 15 MB less at 4,096 synthetic ranks' 1.3 M anchors)."""
 
 
 def _step_key(ranks: dict) -> tuple:
@@ -367,7 +370,8 @@ def graph_rows(spilled: SpilledRows, ranks: dict) -> dict:
     by = _step_key(ranks)
     edges = spilled.load("edges", by + LOCAL_COLUMNS[:4], small=("part", "src", "dst"))    # (parts, anchors < 2^31)
     edges.update({c: spilled.lazy("edges", c) for c in LOCAL_COLUMNS[4:]})    # (read for the path's edges only)
-    return {"anchors": spilled.load("anchors", by + GRAPH_ANCHORS), "edges": edges, "ranks": ranks}
+    return {"anchors": spilled.load("anchors", by + GRAPH_ANCHORS, small=SMALL_ANCHORS), "edges": edges,
+            "ranks": ranks}
 
 
 def graph_tables(aggdir) -> dict:
@@ -387,8 +391,10 @@ def graph_tables(aggdir) -> dict:
     for c in ("part", "src", "dst"):                                  # (parts, anchors < 2^31)
         edges[c] = edges[c].astype(np.int32)
     edges.update({c: ParquetLazy(paths[WHATIF_EDGES], c) for c in LOCAL_COLUMNS[4:]})
-    return {"anchors": dict(read_table(paths[WHATIF_ANCHORS], list(by + GRAPH_ANCHORS))), "edges": edges,
-            "ranks": ranks}
+    anchors = dict(read_table(paths[WHATIF_ANCHORS], list(by + GRAPH_ANCHORS)))
+    for c in SMALL_ANCHORS:
+        anchors[c] = anchors[c].astype(np.int32)
+    return {"anchors": anchors, "edges": edges, "ranks": ranks}
 
 
 def parts_of(meta: dict) -> dict:

@@ -258,7 +258,7 @@ class JobStep:
         self.t, self.corr, self.stream = a["t_ns"][o], a["correlation"][o], a["stream"][o]
         r = tabs.ranks                                   # (a row a rank-step: not a Python int an anchor)
         self.rank_of = dict(zip(r["part"].tolist(), r["rank"].tolist()))
-        self.key = self.part * (1 << 32) + self.anchor
+        self.key = self.part.astype(np.int64) * (1 << 32) + self.anchor     # (part and anchor may be int32)
         self.members_ = members
         self.base_ = None
         self._collectives(members, len(self.t))
@@ -338,7 +338,7 @@ class JobStep:
         nu, nb = int(un.sum()), len(c["bar_t"])
         self.t = np.r_[self.t, c["bar_t"]]
         self.kind = np.concatenate([self.kind.astype(np.int8), np.full(nb, BARRIER, np.int8)])   # (-1 .. 3)
-        self.part = np.r_[self.part, np.full(nb, -1, np.int64)]
+        self.part = np.concatenate([self.part, np.full(nb, -1, self.part.dtype)])
         src, dst = np.r_[a[un], c["src"]], np.r_[e[un], c["dst"]]
         typ = np.r_[np.full(nu, TRANSFER, np.int8), c["etype"]]
         self.c_src, self.c_dst = src, dst
