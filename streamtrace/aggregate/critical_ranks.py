@@ -133,15 +133,18 @@ def rank_rows(it, st, g, solved, segs, rank_of) -> list:
     ``JobGraph``, ``solved`` its
     ``Solved``, ``segs`` the path's segment columns (``critical_path._segments``: ``rank`` and ``w`` read)."""
     t, kind, part = g.t, g.kind, g.part
-    pos = solved.pos
-    dist, late = solved.dist[pos], solved.late[pos]              # by node
     on = _path_by_rank(segs)
     path_ns = max(sum(on.values()), 1)
     n = int(part.max()) + 1 if len(part) else 0
-    wait, count, lead, last = _collective_figures(g, n)
-    mine = np.flatnonzero((part >= 0) & (kind >= 0) & (dist > NEG) & (late < POS))
+    wait, count, lead, last = _collective_figures(g, n)      # (its temporaries freed before the nodes')
+    pos = solved.pos
+    dist, late = solved.dist[pos], solved.late[pos]              # by node
+    mine = (part >= 0) & (kind >= 0) & (dist > NEG) & (late < POS)
+    np.subtract(late, dist, out=late)                            # each node's slack (where ``mine``)
+    del dist
     slack = np.full(n, POS, np.int64)
-    np.minimum.at(slack, part[mine], late[mine] - dist[mine])
+    np.minimum.at(slack, part[mine], late[mine])
+    del late, mine
     st0 = np.flatnonzero((part >= 0) & (kind == Anchor.step_start))
     s_first = np.full(n, -1, np.int64)
     s_first[part[st0][::-1]] = st0[::-1]                          # the part's first step start node
