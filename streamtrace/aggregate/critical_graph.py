@@ -272,7 +272,8 @@ def barrier_edges(t, arrival, end, instance, first_node: int) -> dict:
     end: a send that did not wait for its receive).  Returns int64 arrays: ``bar_t`` (per barrier),
     ``bar_inst`` (its instance), ``m_bar`` / ``m_arr`` / ``m_end`` / ``m_inst`` (the matched members
     grouped by barrier, each group in the order met), ``lead`` (bool: a group's first member),
-    ``src`` / ``dst`` / ``w`` / ``etype`` (int8) of the edges, two a member (wait, transfer)."""
+    ``src`` / ``dst`` (int32 when every node id fits, else int64) / ``w`` / ``etype`` (int8) of the
+    edges, two a member (wait, transfer)."""
     m = instance >= 0
     ma, me, mi = arrival[m], end[m], instance[m]
     uinst, pos, inv = np.unique(mi, return_index=True, return_inverse=True)
@@ -286,7 +287,8 @@ def barrier_edges(t, arrival, end, instance, first_node: int) -> dict:
     np.maximum.at(last, bidx, t[ma])
     b = first_node + bidx
     own = t[me] < last[bidx]
-    src, dst, w = (np.empty(2 * len(ma), np.int64) for _ in range(3))
+    ids = np.int32 if first_node + nb <= np.iinfo(np.int32).max else np.int64     # (node ids: half the memory)
+    src, dst, w = np.empty(2 * len(ma), ids), np.empty(2 * len(ma), ids), np.empty(2 * len(ma), np.int64)
     src[0::2], src[1::2] = ma, np.where(own, ma, b)
     dst[0::2], dst[1::2] = b, me
     w[0::2], w[1::2] = 0, t[me] - np.where(own, t[ma], last[bidx])

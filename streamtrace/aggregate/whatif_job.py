@@ -331,9 +331,14 @@ class JobStep:
         members by barrier; ``barrier_edges``)."""
         arr = np.flatnonzero(self.kind == Anchor.arrival)
         end = np.flatnonzero(self.kind == Anchor.end)
-        keys = lambda i: np.c_[self.part[i], self.corr[i], self.stream[i]].astype(np.int64)  # noqa: E731
         mk, mi = members.arrays()
-        codes = key_codes(np.concatenate([keys(arr), keys(end), mk]))
+        na, ne = len(arr), len(end)
+        rows = np.empty((na + ne + len(mk), 3), np.int64)   # the keys (part, correlation, stream), a column
+        for k, col in enumerate((self.part, self.corr, self.stream)):    # at a time (no copy to join)
+            rows[:na, k], rows[na:na + ne, k] = col[arr], col[end]
+        rows[na + ne:] = mk
+        codes = key_codes(rows)
+        del rows
         nc = int(codes.max()) + 1 if len(codes) else 0
         ca, ce, cm = codes[:len(arr)], codes[len(arr):len(arr) + len(end)], codes[len(arr) + len(end):]
         e = last_of(ce, end, nc)[ca]
@@ -347,14 +352,17 @@ class JobStep:
         self.t = np.r_[self.t, c["bar_t"]]
         self.kind = np.concatenate([self.kind.astype(np.int8), np.full(nb, BARRIER, np.int8)])   # (-1 .. 3)
         self.part = np.concatenate([self.part, np.full(nb, -1, self.part.dtype)])
-        src, dst = np.r_[a[un], c["src"]], np.r_[e[un], c["dst"]]
+        ids = c["src"].dtype                              # (int32 when the nodes fit)
+        src = np.concatenate([a[un], c["src"]], dtype=ids, casting="same_kind")
+        dst = np.concatenate([e[un], c["dst"]], dtype=ids, casting="same_kind")
         typ = np.r_[np.full(nu, TRANSFER, np.int8), c["etype"]]
         self.c_src, self.c_dst = src, dst
         self.c_w, self.c_typ = np.r_[self.t[e[un]] - self.t[a[un]], c["w"]], typ
         self.c_medge = np.r_[np.arange(nu), nu + 2 * np.arange(len(c["m_arr"])) + 1]   # each member's transfer
         self.m_inst = np.r_[np.full(nu, -1, np.int64), c["m_inst"]]
         self.m_part = self.part[np.r_[a[un], c["m_arr"]]]
-        self.c_inst = np.full(len(src), -1, np.int64)             # per collective edge: its instance
+        small = not len(self.m_inst) or int(self.m_inst.max()) <= np.iinfo(np.int32).max
+        self.c_inst = np.full(len(src), -1, np.int32 if small else np.int64)    # per collective edge: its instance
         self.c_inst[self.c_medge] = self.m_inst
         self._view = None
         del c
