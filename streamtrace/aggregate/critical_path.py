@@ -287,7 +287,7 @@ def _solve(g: JobGraph, w=None) -> Solved | None:
     last = ends[np.lexsort((dist[pos[ends]], t[ends]))[-1]]
     on = pred.copy()                                    # (the walk back by position: ``psrc``)
     on[pred >= 0] = np.flatnonzero(pred >= 0)
-    path = pred[trace_back(on, psrc, int(pos[last]))]
+    path = pred[trace_back(on, psrc, int(pos[last]))].astype(np.int64)    # (pred, psrc: int32 by position)
     del on, psrc
     deadline = np.full(n, POS, np.int64)
     deadline[pos[ends]] = dist[pos[last]]

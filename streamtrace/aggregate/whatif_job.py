@@ -439,7 +439,7 @@ class JobStep:
         last = ends[np.argmax(de)]
         on = pred.copy()                                    # (the walk back by node: ``psrc``)
         on[pred >= 0] = np.flatnonzero(pred >= 0)
-        path = pred[trace_back(on, psrc, int(self.pos[last]))]
+        path = pred[trace_back(on, psrc, int(self.pos[last]))].astype(np.int64)   # (pred, psrc: int32)
         span = int(dist[self.pos[last]] - min(start.values()))
         steps = [end[p] - start[p] for p in end if p in start]
         return self._attribute(self._rows(path, w), end, start, span, int(np.median(steps)) if steps else 0, dropped)

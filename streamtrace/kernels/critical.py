@@ -92,10 +92,14 @@ def longest_path_masked(n, pos, src, dst, w, mask, x_src, x_dst, x_w, x_mask, in
     The same answer as ``longest_path(n, ks, kd, kw, init)`` over the kept edges copied out
     (``ks = pos[src[mask]]`` followed by ``pos[x_src[x_mask]]``, and so on): the edges taken in
     the same order, ties broken the same way (ids grow with the copies' indices).  Returns ``(dist,
-    pred, psrc)``, int64[n] each: ``dist`` as ``longest_path``'s, ``pred[v]`` the id of the chosen
-    in-edge (-1 none), ``psrc[v]`` its source position (-1 none).  Memory O(n + kept edges) for the
-    order, none for the edges themselves (the what-if replay of 4,096 synthetic ranks: 5 M edges).
-    Raises ValueError when a kept edge runs backwards or out of range."""
+    pred, psrc)`` by position: ``dist`` int64[n] as ``longest_path``'s, ``pred[v]`` the id of the
+    chosen in-edge (-1 none), ``psrc[v]`` its source position (-1 none), both int32[n] (half the
+    memory of int64 ids: 2.3 M nodes in a step of 4,096 synthetic ranks).  Memory O(n + kept edges)
+    for the order, none for the edges themselves (the what-if replay of 4,096 synthetic ranks: 5 M
+    edges).  Raises ValueError when a kept edge runs backwards or out of range, or past 2^31 - 1
+    edges or nodes."""
+    if n > _MAX_INT32:
+        raise ValueError("more than 2^31 - 1 nodes")
     nb, nx = src.shape[0], x_src.shape[0]
     fill = np.zeros(n + 1, np.int64)
     for e in range(nb + nx):                        # count the kept edges into each node, check them
@@ -128,8 +132,8 @@ def longest_path_masked(n, pos, src, dst, w, mask, x_src, x_dst, x_w, x_mask, in
         order[fill[v]] = e
         fill[v] += 1
     dist = init.copy()
-    pred = np.full(n, -1, np.int64)
-    psrc = np.full(n, -1, np.int64)
+    pred = np.full(n, -1, np.int32)
+    psrc = np.full(n, -1, np.int32)
     for k in range(order.shape[0]):
         e = order[k]
         if e < nb:
@@ -206,7 +210,8 @@ def latest_times_masked(n, pos, src, dst, w, mask, deadline):
 @njit(cache=True)
 def trace_back(pred, src, end):
     """The edges of the longest path ending at node ``end``, first to last (int64[k]), following
-    ``pred`` (from ``longest_path``) and ``src``.  O(k)."""
+    ``pred`` (from ``longest_path``) and ``src`` (both int64, or both int32 as ``longest_path_masked``
+    returns them).  O(k)."""
     k = 0
     v = end
     while v >= 0 and pred[v] >= 0 and k < pred.shape[0]:

@@ -155,6 +155,8 @@ UNITS = {
     "critical.latest_times": ("critical", "latest_times", (_i, _I64, _I64, _I64, _I64),
                               ("critical.latest_times_masked",), 0.4),
     "critical.trace_back": ("critical", "trace_back", (_I64, _I64, _i), (), 0.2),
+    # the job level's walk over ``longest_path_masked``'s int32 predecessors; after the int64 one
+    "critical.trace_back/int32": ("critical", "trace_back", (_I32, _I32, _i), ("critical.trace_back",), 0.2),
     "critical._positions": ("critical", "_positions", (_I64,), (), 0.1),
     "critical.back_within_instant": ("critical", "back_within_instant", (_I64,) * 4, ("critical._positions",), 0.2),
     "critical.reduce_local": ("critical", "reduce_local", (_I64,) * 7, ("critical._positions",), 0.6),
@@ -204,8 +206,9 @@ UNITS = {
 }
 
 _WINDOWS = ("windows._in_key_order", "windows._is_sorted", "windows._sweep", "windows._paint")
-REPLAY_UNITS = ("replay.anchor_pairs", "critical.longest_path_masked")
-CRITICAL_JOB_UNITS = ("critical.longest_path_masked", "critical.latest_times_masked", "critical.trace_back")
+REPLAY_UNITS = ("replay.anchor_pairs", "critical.longest_path_masked", "critical.trace_back/int32")
+CRITICAL_JOB_UNITS = ("critical.longest_path_masked", "critical.latest_times_masked", "critical.trace_back",
+                      "critical.trace_back/int32")
 """The job-level critical path's units (aggregate runs it in a process forked before the ranks are read; it calls
 no other)."""
 """The what-if replay's units (aggregate's ranks reduce each change's graphs with them; the job level's

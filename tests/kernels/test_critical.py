@@ -113,6 +113,11 @@ def test_longest_path_masked_matches_the_copied_edges(g):
     assert dist.tolist() == d3.tolist()
     assert pred.tolist() == [int(ids[e]) if e >= 0 else -1 for e in p3.tolist()]
     assert psrc.tolist() == [int(ks[e]) if e >= 0 else -1 for e in p3.tolist()]
+    assert pred.dtype == psrc.dtype == np.int32                      # (half an int64 id's memory)
+    on = pred.copy()                                  # the job level's walk back by position, as int32
+    on[pred >= 0] = np.flatnonzero(pred >= 0)
+    for v in range(n):
+        assert trace_back(on, psrc, v).tolist() == trace_back_py(on, psrc, v).tolist()
 
 
 @SETTINGS
