@@ -72,7 +72,7 @@ from .collective_rows import RankDims
 from .collective_spill import collectives_to
 from .critical_local import part_paths, part_reads
 from .critical_path import critical_paths
-from .whatif import write_whatif
+from .whatif import LINK_KEYS, write_whatif
 from .whatif_graphs import GraphSpill, spill_share
 from .whatif_local import ReplayRows
 from .whatif_spill import SpilledRows, spill_rows
@@ -297,9 +297,13 @@ def _aggregate(dirs, outdir: Path, opt: AggregateOptions, job_level: JobLevel) -
         if not rank_rows:
             raise StreamtraceError(f"{', '.join(map(str, dirs))}: no GPU events and no ProfilerStep windows to "
                                    "aggregate" + (f" in step(s) {sorted(job.steps)}" if job.steps else ""))
+        explained = [r[6] for r in res]
+        res.clear()                  # (the ranks' results, gathered: each one's top kernels let go, ~50 MB at 4,096)
         files += _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps)
-        files += write_explain(outdir, [r[6] for r in res])
-        res.clear()                                   # (the ranks' rows: written; before the replay's graph)
+        del phase_rows, fb, top, steps                # (written: not held under the explaining tables)
+        trim()
+        files += write_explain(outdir, explained)
+        del explained
         if coll.stragglers:
             files += write_table(outdir, STRAGGLERS, _columns(coll.stragglers, STRAGGLERS_COLUMNS), csv=True)
         files += write_p2p(outdir, p2p_rows(coll.transfers, topo))
@@ -317,7 +321,9 @@ def _aggregate(dirs, outdir: Path, opt: AggregateOptions, job_level: JobLevel) -
         meta["warnings"] += cp.warnings
     if cp is not None and opt.whatif:                # what a fix buys: the step replayed (whatif.py)
         try:
-            files += job_level.whatif.call(write_whatif, parts, outdir, replay, meta, max(1, opt.jobs or os.cpu_count() or 1))
+            links = {k: meta.get(k) for k in LINK_KEYS}    # (what it reads of meta: not 4,096 parts' facts, ~30 MB)
+            files += job_level.whatif.call(write_whatif, parts, outdir, replay, links,
+                                           max(1, opt.jobs or os.cpu_count() or 1))
         finally:
             replay.close()
     meta.update(files=sorted(p.name for p in files) + [Aggregate.marker])

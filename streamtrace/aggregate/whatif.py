@@ -130,8 +130,13 @@ def read_members(outdir, meta: dict) -> Members:
         gpu_gbps=np.full(n, gpu), nic_gbps=np.full(n, nic)))
 
 
+LINK_KEYS = ("devices", "sources")
+"""What ``read_members`` reads of an aggregate's ``meta`` (its links' peaks: ``_peaks``)."""
+
+
 def _peaks(meta) -> tuple:
-    """(NVLink, network) peak per direction of the job's GPU (GB/s, NaN unknown): the report's links."""
+    """(NVLink, network) peak per direction of the job's GPU (GB/s, NaN unknown): the report's links
+    (``meta``: a dict with ``LINK_KEYS``, e.g. ``aggregate.json``'s)."""
     from ..topology.hardware import gpu_spec
     spec = next((gpu_spec(d) for d in meta.get("devices") or [] if gpu_spec(d)), None)
     if spec is None or meta.get("sources") == ["cpu"]:
@@ -448,8 +453,9 @@ def replay_steps(aggdir, changes, jobs: int = 0) -> "object":
 
 def write_whatif(job, outdir, spilled: SpilledRows, meta: dict, jobs: int = 1) -> list:
     """In ``aggregate``: the ``whatif_*`` tables from the parts' spilled rows ``spilled`` (in part
-    order; its folder removed here), the report's candidate changes
-    (``streamtrace.aggregate.whatif_candidates.candidates``) replayed into ``whatif.parquet``.
+    order; its folder removed here; ``meta``: the aggregate's, or only its ``LINK_KEYS``), the report's
+    candidate changes (``streamtrace.aggregate.whatif_candidates.candidates``) replayed into
+    ``whatif.parquet``.
     ``job``: the ``Job``, or its ``JobParts``.  Returns the files written."""
     from .whatif_candidates import candidates
     try:
@@ -479,5 +485,5 @@ def _replay_ends(r, rep: Replayer):
                                      zip(r["iteration"].tolist(), r["step"].tolist(), r["part"].tolist())], np.int64)
 
 
-__all__ = ["replay_steps", "write_whatif", "Replayer", "HostGaps", "Ops", "AtMedian", "Kernels", "Comm", "Launches",
-           "FIDELITY_PCT"]
+__all__ = ["LINK_KEYS", "replay_steps", "write_whatif", "Replayer", "HostGaps", "Ops", "AtMedian", "Kernels", "Comm",
+           "Launches", "FIDELITY_PCT"]
