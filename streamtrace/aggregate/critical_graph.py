@@ -16,7 +16,7 @@ from enum import IntEnum
 
 import numpy as np
 
-from ..kernels.critical import back_within_instant
+from ..kernels.critical import back_within_instant, trace_back
 
 
 class Category(IntEnum):
@@ -298,3 +298,12 @@ def barrier_edges(t, arrival, end, instance, first_node: int) -> dict:
             "lead": np.r_[True, bidx[1:] != bidx[:-1]] if len(bidx) else np.zeros(0, bool),
             "src": src, "dst": dst, "w": w,
             "etype": np.tile(np.asarray([WAIT_EDGE, TRANSFER_EDGE], np.int8), len(ma))}
+
+
+def path_edges(pred, psrc, end: int) -> np.ndarray:
+    """The edge ids (int64[k], first to last) of the longest path to position ``end``, from
+    ``kernels.critical.longest_path_masked``'s ``pred`` (in-edge ids) and ``psrc`` (their source
+    positions), both int32[n] by position: walked back position by position (``trace_back``)."""
+    on = pred.copy()
+    on[pred >= 0] = np.flatnonzero(pred >= 0)           # (a position's own in-edge: walk by position)
+    return pred[trace_back(on, psrc, end)].astype(np.int64)

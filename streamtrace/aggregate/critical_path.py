@@ -57,7 +57,7 @@ from ..events.dataset import read_arrow, write_table
 from ..kernels.critical import NEG, POS, latest_times_masked, longest_path_masked, trace_back
 from ..runtime.tuning import trim
 from .critical_graph import (BARRIER, CATEGORIES, Anchor, Category, Edge, barrier_edges, key_codes, last_of,
-                             positions, tie_classes)
+                             path_edges, positions, tie_classes)
 from .folder import (COLLECTIVES_RANKS, CRITICAL_PATH, CRITICAL_PATH_COLUMNS, CRITICAL_PATH_RANKS,
                      CRITICAL_PATH_RANKS_COLUMNS as RANK_COLUMNS, CRITICAL_PATH_SUMMARY,
                      CRITICAL_PATH_SUMMARY_COLUMNS as SUMMARY_COLUMNS, columns, table_path)
@@ -285,10 +285,8 @@ def _solve(g: JobGraph, w=None) -> Solved | None:
     if not len(ends):
         return None
     last = ends[np.lexsort((dist[pos[ends]], t[ends]))[-1]]
-    on = pred.copy()                                    # (the walk back by position: ``psrc``)
-    on[pred >= 0] = np.flatnonzero(pred >= 0)
-    path = pred[trace_back(on, psrc, int(pos[last]))].astype(np.int64)    # (pred, psrc: int32 by position)
-    del on, psrc
+    path = path_edges(pred, psrc, int(pos[last]))
+    del psrc
     deadline = np.full(n, POS, np.int64)
     deadline[pos[ends]] = dist[pos[last]]
     late = latest_times_masked(n, pos, src, dst, w, forward, deadline)

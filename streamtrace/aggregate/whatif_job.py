@@ -18,9 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels.critical import NEG, longest_path_masked, trace_back
+from ..kernels.critical import NEG, longest_path_masked
 from ..runtime.tuning import trim
-from .critical_graph import BARRIER, Anchor, Edge, barrier_edges, key_codes, last_of, positions, tie_classes
+from .critical_graph import (BARRIER, Anchor, Edge, barrier_edges, key_codes, last_of, path_edges, positions,
+                             tie_classes)
 
 LOCAL, WAIT, TRANSFER = Edge.local, Edge.wait, Edge.transfer
 LOCAL_COLUMNS = ("part", "src", "dst", "w_ns", "host_ns", "gpu_ns", "top_category", "top_name", "top_ns")
@@ -437,9 +438,7 @@ class JobStep:
         if not end:
             return Replay({}, start, 0, 0, {}, (-1, "", "", 0), {}, {}, {}, dropped)
         last = ends[np.argmax(de)]
-        on = pred.copy()                                    # (the walk back by node: ``psrc``)
-        on[pred >= 0] = np.flatnonzero(pred >= 0)
-        path = pred[trace_back(on, psrc, int(self.pos[last]))].astype(np.int64)   # (pred, psrc: int32)
+        path = path_edges(pred, psrc, int(self.pos[last]))
         span = int(dist[self.pos[last]] - min(start.values()))
         steps = [end[p] - start[p] for p in end if p in start]
         return self._attribute(self._rows(path, w), end, start, span, int(np.median(steps)) if steps else 0, dropped)
