@@ -276,22 +276,35 @@ def barrier_edges(t, arrival, end, instance, first_node: int) -> dict:
     edges, two a member (wait, transfer)."""
     m = instance >= 0
     ma, me, mi = arrival[m], end[m], instance[m]
+    del m
     uinst, pos, inv = np.unique(mi, return_index=True, return_inverse=True)
     rank = np.empty(len(uinst), np.int64)                        # instances in the order first met
     rank[np.argsort(pos)] = np.arange(len(uinst))
+    del pos
     bidx = rank[inv.reshape(-1)]
+    del inv
     o = np.argsort(bidx, kind="stable")
     ma, me, mi, bidx = ma[o], me[o], mi[o], bidx[o]
-    nb = len(uinst)
+    del o                                                        # (each temporary let go once used: the
+    nb = len(uinst)                                              # peak of the job graphs' build)
     last = np.full(nb, NO_TIME, np.int64)
     np.maximum.at(last, bidx, t[ma])
-    b = first_node + bidx
-    own = t[me] < last[bidx]
     ids = np.int32 if first_node + nb <= np.iinfo(np.int32).max else np.int64     # (node ids: half the memory)
     src, dst, w = np.empty(2 * len(ma), ids), np.empty(2 * len(ma), ids), np.empty(2 * len(ma), np.int64)
-    src[0::2], src[1::2] = ma, np.where(own, ma, b)
-    dst[0::2], dst[1::2] = b, me
-    w[0::2], w[1::2] = 0, t[me] - np.where(own, t[ma], last[bidx])
+    w[0::2] = 0
+    wt = w[1::2]                                                 # a transfer: end - last arrival, or
+    np.take(last, bidx, out=wt)                                  # end - own arrival when it ended first
+    tm = t[me]
+    own = tm < wt
+    wt[own] = t[ma[own]]
+    np.subtract(tm, wt, out=wt)
+    del tm, wt
+    src[0::2] = ma
+    np.add(bidx, first_node, out=dst[0::2], casting="unsafe")   # (fits ``ids``: tested above)
+    src[1::2] = dst[0::2]
+    src[1::2][own] = ma[own]
+    dst[1::2] = me
+    del own
     bar_inst = np.empty(nb, np.int64)
     bar_inst[rank] = uinst
     return {"bar_t": last, "bar_inst": bar_inst, "m_bar": bidx, "m_arr": ma, "m_end": me, "m_inst": mi,

@@ -49,6 +49,7 @@ its rank's trace: ``correlation`` (GPU categories: the GPU event, whose launch s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -174,15 +175,22 @@ class JobGraph:
         self._nodes()
         trim()                                           # (the parts' columns, freed: glibc's heap returned)
         (ak, an), (ek, en), (mk, mi) = arrivals, ends, members
-        codes = key_codes(np.concatenate([ak, ek, mk]))
+        del arrivals, ends                               # (handed over by ``_build``: let go once coded)
+        na, ne = len(ak), len(ek)
+        rows = np.concatenate([ak, ek, mk])
+        del ak, ek
+        codes = key_codes(rows)
+        del rows
         nc = int(codes.max()) + 1 if len(codes) else 0
-        ca, ce, cm = codes[:len(ak)], codes[len(ak):len(ak) + len(ek)], codes[len(ak) + len(ek):]
+        ca, ce, cm = codes[:na], codes[na:na + ne], codes[na + ne:]
         first = np.sort(np.unique(ca, return_index=True)[1]) if len(ca) else np.zeros(0, np.int64)
         ca = ca[first]                                   # each key once, at its first place, its last node
-        a = last_of(codes[:len(ak)], an, nc)[ca]
+        a = last_of(codes[:na], an, nc)[ca]
         e = last_of(ce, en, nc)[ca]
         has = e >= 0
         a, e, inst = a[has], e[has], last_of(cm, mi, nc)[ca[has]]
+        del codes, ca, ce, cm, first, has, an, en
+        trim()                                           # (the keys' temporaries)
         un = inst < 0                                    # unmatched: its own transfer
         c = barrier_edges(self.t, a, e, inst, self.n)
         trim()
@@ -241,7 +249,8 @@ class Solved:
     """One step's forward and backward pass: ``path`` the path's edge indices (first to last),
     ``dist`` / ``late`` earliest and latest times by topological position, ``pos`` the node
     positions, ``keep`` the edges kept (one against the topological order is dropped; None: every
-    edge), ``dropped`` how many were dropped, ``end`` the node the path ends at."""
+    edge), ``dropped`` how many were dropped, ``end`` the node the path ends at.  ``dist`` and
+    ``late`` are None from ``solve_path`` (and once ``critical_paths`` has read them)."""
     path: np.ndarray
     dist: np.ndarray
     late: np.ndarray
@@ -269,12 +278,29 @@ FORWARD_CHUNK = 1 << 20
 
 def _solve(g: JobGraph, w=None) -> Solved | None:
     pos = _order(g)
-    w = np.asarray(g.w if w is None else w, np.int64)
     src, dst = _ids32(g.src), _ids32(g.dst)
     forward = np.empty(len(src), bool)
     for i in range(0, len(src), FORWARD_CHUNK):
         j = slice(i, i + FORWARD_CHUNK)
         np.less(pos[src[j]], pos[dst[j]], out=forward[j])
+    w = np.asarray(g.w if w is None else w, np.int64)
+    got = _forward(g, w, pos, src, dst, forward)
+    if got is None:
+        return None
+    path, dist, last, ends = got
+    n = len(g.t)
+    deadline = np.full(n, POS, np.int64)
+    deadline[pos[ends]] = dist[pos[last]]
+    late = latest_times_masked(n, pos, src, dst, w, forward, deadline)
+    kept = int(forward.sum())
+    return Solved(path, dist, late, pos, None if kept == len(src) else np.flatnonzero(forward),
+                  int(len(src) - kept), int(last))
+
+
+def _forward(g: JobGraph, w, pos, src, dst, forward):
+    """The forward pass over the edges ``forward`` (bool, by edge) in the node order ``pos``:
+    ``(path, dist, last, ends)`` (the path's edge ids, earliest times by position, the step end it
+    reaches, every step end), or None when the step has none."""
     n, t, kind = len(g.t), g.t, g.kind
     init = np.full(n, NEG, np.int64)
     init[pos[kind == Anchor.step_start]] = t[kind == Anchor.step_start]
@@ -286,13 +312,25 @@ def _solve(g: JobGraph, w=None) -> Solved | None:
         return None
     last = ends[np.lexsort((dist[pos[ends]], t[ends]))[-1]]
     path = path_edges(pred, psrc, int(pos[last]))
-    del psrc
-    deadline = np.full(n, POS, np.int64)
-    deadline[pos[ends]] = dist[pos[last]]
-    late = latest_times_masked(n, pos, src, dst, w, forward, deadline)
-    kept = int(forward.sum())
-    return Solved(path, dist, late, pos, None if kept == len(src) else np.flatnonzero(forward),
-                  int(len(src) - kept), int(last))
+    return path, dist, last, ends
+
+
+def solve_path(g: JobGraph, w, base: Solved) -> Solved | None:
+    """``solve_step(g, w)``'s ``path`` and ``end`` alone (``dist`` / ``late`` None): the forward
+    pass with the weights ``w`` over ``base``'s node order and kept edges (both depend on the
+    graph's times, not its weights), no backward pass.  What bounds next re-solves this way (4,096
+    synthetic ranks: the order's and the backward pass's ~60 MB not held beside the first solve)."""
+    src, dst = _ids32(g.src), _ids32(g.dst)
+    forward = np.ones(len(src), bool)
+    if base.keep is not None:
+        forward[:] = False
+        forward[base.keep] = True
+    got = _forward(g, np.asarray(w, np.int64), base.pos, src, dst, forward)
+    trim()
+    if got is None:
+        return None
+    path, _, last, _ = got
+    return Solved(path, None, None, base.pos, base.keep, base.dropped, int(last))
 
 
 def _ids32(x) -> np.ndarray:
@@ -427,12 +465,9 @@ def _build(parts, members, p2p=frozenset()) -> JobGraph:
             nodes.append(base + j)
     cat = lambda k, nodes: (np.concatenate(k) if k else np.zeros((0, 3), np.int64),  # noqa: E731
                             np.concatenate(nodes).astype(np.int64) if nodes else np.zeros(0, np.int64))
-    arrivals = cat(*keys.pop(Anchor.arrival))         # (each list let go once joined: 16 MB of keys at
-    ends = cat(*keys.pop(Anchor.end))                  # 4,096 synthetic ranks, not held twice)
-    g.add_collectives_arrays(arrivals, ends, members, p2p)
-    del arrivals, ends
-    trim()                                             # (the graph's build: its temporaries freed)
-    return g
+    g.add_collectives_arrays(cat(*keys.pop(Anchor.arrival)), cat(*keys.pop(Anchor.end)), members, p2p)
+    trim()                                             # (the build's temporaries; the keys were handed over:
+    return g                                           # let go once coded, not held here)
 
 
 def _stats(results) -> dict:
@@ -476,9 +511,10 @@ def critical_paths(job, results: list, outdir) -> CriticalResult:
         seg_cols.append({"iteration": np.full(n, it, np.int64), "step": np.full(n, st, np.int64),
                          "order": np.arange(n, dtype=np.int64)} | segs)
         per_rank = rank_rows(it, st, g, solved, segs, rank_of)
+        solved.dist = solved.late = None               # (read: what bounds next needs the order alone)
         trim()                                         # (the per-rank sums' temporaries)
         ranks += per_rank
-        summ_rows += summary_rows(it, st, g, solved, segs, rank_of, per_rank, solve_step)
+        summ_rows += summary_rows(it, st, g, solved, segs, rank_of, per_rank, partial(solve_path, base=solved))
     trim()                                             # the step graphs' arrays, freed
     stats["paths_not_summing"] = len(warnings)
     files = write_table(outdir, CRITICAL_PATH, _segment_columns(seg_cols), list(SEGMENT_COLUMNS))

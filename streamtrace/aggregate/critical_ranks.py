@@ -169,8 +169,9 @@ def rank_rows(it, st, g, solved, segs, rank_of) -> list:
 
 def summary_rows(it, st, g, solved, segs, rank_of, ranks, solve) -> list:
     """The summary rows of one step (module docstring); ``ranks``: ``rank_rows``' rows;
-    ``solve``: ``solve_step`` (for what bounds next); ``segs``: as ``rank_rows``' (``rank``, ``w``,
-    ``cat`` (int8 ``Category`` codes), ``name`` read)."""
+    ``solve(g, w)``: a ``Solved`` with the path of the weights ``w`` (``solve_step``, or
+    ``critical_path.solve_path`` over the first solve's order; for what bounds next); ``segs``: as
+    ``rank_rows``' (``rank``, ``w``, ``cat`` (int8 ``Category`` codes), ``name`` read)."""
     path_ns = int(segs["w"].sum())
     t, kind = g.t, g.kind
     span = int(t[kind == Anchor.step_end].max() - t[kind == Anchor.step_start].min()) \

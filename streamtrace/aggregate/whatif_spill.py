@@ -58,22 +58,26 @@ def spill_rows(result: dict, folder, index: int, graphs=None) -> dict:
 
 
 class SpilledRows:
-    """The parts' spilled rows (``spill_rows`` results, in part order) in ``folder``, which
-    ``close`` removes."""
+    """The parts' spilled rows (``spill_rows`` results, in part order; their ``"ranks"`` taken out
+    and joined) in ``folder``, which ``close`` removes."""
 
     def __init__(self, folder, parts: list):
+        from .whatif_local import RANK_COLUMNS
         self.folder, self.parts = Path(folder), [p for p in parts if p]
         self._chunks: dict = {}               # table name -> its files read (``Chunks``), shared by its columns
+        # the parts' few rows joined now, each part's small arrays let go: 4,096 parts' ~100 k objects
+        # (~40 MB) neither held by aggregate's parent nor pickled to the replay's process
+        got = [p.pop("ranks") for p in self.parts]
+        self._ranks = {c: np.concatenate([g[c] for g in got]) if got else np.zeros(0, np.int64) for c in RANK_COLUMNS}
 
     def close(self):
         """Remove the spill folder."""
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def ranks(self) -> dict:
-        """The ``whatif_ranks`` columns of every part (but ``replay_end_ns``), joined."""
-        from .whatif_local import RANK_COLUMNS
-        got = [p["ranks"] for p in self.parts]
-        return {c: np.concatenate([g[c] for g in got]) if got else np.zeros(0, np.int64) for c in RANK_COLUMNS}
+        """The ``whatif_ranks`` columns of every part (but ``replay_end_ns``), joined (a new dict of
+        the same arrays at each call)."""
+        return dict(self._ranks)
 
     def graphs(self) -> dict:
         """``{part index: path}`` of the parts' spilled step graphs (``whatif_graphs.GraphSpill``)."""

@@ -156,6 +156,32 @@ def test_solve_step_equals_the_passes_over_the_kept_edges(case):
         assert dist[pos[solved.end]] == dist[pos[g.src[path[0]]]] + int(g.w[path].sum())
 
 
+@SETTINGS
+@given(chains(), st.data())
+def test_solve_path_equals_a_full_solve_with_the_other_weights(case, data):
+    """What bounds next's re-solve (``solve_path``: the first solve's order and kept edges, no
+    backward pass) finds the path and end a full ``solve_step`` with the same weights finds, and
+    that path is a longest one over the kept edges (the twin's distance at its end)."""
+    from streamtrace.aggregate.critical_path import solve_path
+    g = _job_graph(*case)
+    base = solve_step(g)
+    w = np.asarray(data.draw(st.lists(st.integers(0, 60), min_size=len(g.w), max_size=len(g.w))), np.int64)
+    full, again = solve_step(g, w), solve_path(g, w, base)
+    assert again.dist is None and again.late is None
+    assert again.path.tolist() == full.path.tolist()
+    assert again.end == full.end
+    pos = base.pos
+    keep = np.flatnonzero(pos[g.src] < pos[g.dst])
+    n = len(g.t)
+    init = np.full(n, NEG, np.int64)
+    for i in np.flatnonzero(g.kind == Anchor.step_start).tolist():
+        init[pos[i]] = int(g.t[i])
+    dist, _, _ = longest_path_py(n, pos[g.src[keep]], pos[g.dst[keep]], w[keep], init)
+    path = again.path.tolist()
+    if path:
+        assert dist[pos[again.end]] == dist[pos[g.src[path[0]]]] + int(w[path].sum())
+
+
 def test_node_ids_are_int32_until_one_does_not_fit():
     from streamtrace.aggregate.critical_path import _node_ids
     small = _node_ids([np.asarray([0, 5], np.int64), np.asarray([7], np.int64), np.zeros(0, np.int64)])
