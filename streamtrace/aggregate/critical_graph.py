@@ -247,8 +247,11 @@ def key_codes(keys) -> np.ndarray:
         s = keys[o, j]
         new[1:] |= s[1:] != s[:-1]
         del s
+    code = np.cumsum(new)
+    del new
+    code -= 1
     out = np.empty(len(keys), np.int64)
-    out[o] = np.cumsum(new) - 1
+    out[o] = code
     return out
 
 

@@ -463,6 +463,7 @@ def _build(parts, members, p2p=frozenset()) -> JobGraph:
             j = np.flatnonzero(a["kind"] == kind)
             k.append(np.c_[np.full(len(j), p, np.int64), a["correlation"][j], a["stream"][j]].astype(np.int64))
             nodes.append(base + j)
+    k = nodes = None                                   # (the loop's last lists: not held under the build)
     cat = lambda k, nodes: (np.concatenate(k) if k else np.zeros((0, 3), np.int64),  # noqa: E731
                             np.concatenate(nodes).astype(np.int64) if nodes else np.zeros(0, np.int64))
     g.add_collectives_arrays(cat(*keys.pop(Anchor.arrival)), cat(*keys.pop(Anchor.end)), members, p2p)

@@ -1,6 +1,6 @@
 """``timeline.parquet`` of ``streamtrace.aggregate.run``, written per part: each worker writes its
 part's rows to a file of its own (``write_part``), and the parent copies those files, in part
-order, into the table (``join``) a row group at a time, so no process holds every rank's rows.
+order, into the table (``join``) ``GROUP_ROWS`` rows a row group, so no process holds every rank's rows.
 
 Columns: ``part``, ``rank``, ``iteration``, ``step``, ``device`` (int64), ``category`` (str:
 ``compute``, ``memory``, ``comm:<dim>``, ``comm:cpu``), ``start_ns``, ``end_ns`` (int64 ns, aligned):
@@ -44,15 +44,27 @@ def write_part(folder, index: int, rank: int, rows: list) -> Path | None:
     return p
 
 
+GROUP_ROWS = 65536
+"""Rows of ``timeline.parquet`` a row group at least (the last one fewer): the parts' files joined
+until they reach it.  A row group a part made the writer hold 4,096 row groups' metadata at 4,096
+synthetic ranks (~290 rows each; ~35 MB of the parent's heap at its peak)."""
+
+
 def join(outdir, paths: list) -> list:
     """Write ``outdir/timeline.parquet`` (atomically) from the part files ``paths`` (in part order;
-    None entries skipped), deleting each once copied; returns the written path(s)."""
+    None entries skipped), deleting each once copied, in row groups of ``GROUP_ROWS`` rows or more
+    (whole parts); returns the written path(s)."""
     paths = [p for p in paths if p is not None]
     if not paths:
         return write_table(outdir, TIMELINE, timeline_columns([]))
     out = table_path(outdir, TIMELINE)
     with atomic_output(out, compress=False) as f, pq.ParquetWriter(f, SCHEMA, compression="zstd") as w:
-        for p in paths:
-            w.write_table(read_arrow(p))
+        held, rows = [], 0
+        for i, p in enumerate(paths):
+            held.append(read_arrow(p))
+            rows += held[-1].num_rows
             Path(p).unlink()
+            if rows >= GROUP_ROWS or i == len(paths) - 1:
+                w.write_table(pa.concat_tables(held).combine_chunks(), row_group_size=max(rows, 1))
+                held, rows = [], 0
     return [out]
