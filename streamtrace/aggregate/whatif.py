@@ -210,7 +210,7 @@ class Replayer:
     what they need)."""
 
     def __init__(self, tabs: dict, members: Members, parts: dict, aggdir, jobs=1, steps=None, spilled=None):
-        self.members, self.parts, self.aggdir = members, parts, aggdir
+        self.members, self.parts, self.aggdir = members.facts(), parts, aggdir     # (the keys: the graphs')
         self.spilled = spilled or {}
         self.jobs, self.steps = jobs, steps
         self.graphs = {}
@@ -218,6 +218,7 @@ class Replayer:
         for k in list(tabs):
             self.graphs[k] = JobStep(tabs[k], members)
             tabs[k] = StepTables({}, {}, tabs[k].ranks)
+        del members                                     # (its keys, joined into the graphs: not under the solves)
         self.tabs = tabs
         self.base = {k: g.solve() for k, g in self.graphs.items()}
 
