@@ -94,7 +94,9 @@ def longest_path_masked(n, pos, src, dst, w, mask, x_src, x_dst, x_w, x_mask, in
     the same order, ties broken the same way (ids grow with the copies' indices).  Returns ``(dist,
     pred, psrc)`` by position: ``dist`` int64[n] as ``longest_path``'s, ``pred[v]`` the id of the
     chosen in-edge (-1 none), ``psrc[v]`` its source position (-1 none), both int32[n] (half the
-    memory of int64 ids: 2.3 M nodes in a step of 4,096 synthetic ranks).  Memory O(n + kept edges)
+    memory of int64 ids: 2.3 M nodes in a step of 4,096 synthetic ranks).  ``init`` is written in
+    place: the ``dist`` returned is that array (no copy of n values; a caller that needs ``init``
+    again passes a copy), left as it was when ValueError is raised.  Memory O(n + kept edges)
     for the order, none for the edges themselves (the what-if replay of 4,096 synthetic ranks: 5 M
     edges).  Raises ValueError when a kept edge runs backwards or out of range, or past 2^31 - 1
     edges or nodes."""
@@ -131,7 +133,7 @@ def longest_path_masked(n, pos, src, dst, w, mask, x_src, x_dst, x_w, x_mask, in
             v = pos[x_dst[e - nb]]
         order[fill[v]] = e
         fill[v] += 1
-    dist = init.copy()
+    dist = init                                     # (the caller's: written in place, no copy of n values)
     pred = np.full(n, -1, np.int32)
     psrc = np.full(n, -1, np.int32)
     for k in range(order.shape[0]):

@@ -102,8 +102,10 @@ def test_longest_path_masked_matches_the_copied_edges(g):
     out (what the what-if replay did before): the same distances, the same chosen edges (as ids), each
     chosen edge's source position."""
     n, pos, src, dst, w, mask, xs, xd, xw, xm, init = g
-    dist, pred, psrc = longest_path_masked(n, pos, src, dst, w, mask, xs, xd, xw, xm, init)
-    d2, p2, s2 = longest_path_masked_py(n, pos, src, dst, w, mask, xs, xd, xw, xm, init)
+    given = init.copy()
+    dist, pred, psrc = longest_path_masked(n, pos, src, dst, w, mask, xs, xd, xw, xm, given)
+    assert np.shares_memory(dist, given)                            # (written in place: no copy of n values)
+    d2, p2, s2 = longest_path_masked_py(n, pos, src, dst, w, mask, xs, xd, xw, xm, init.copy())
     assert dist.tolist() == d2.tolist() and pred.tolist() == p2.tolist() and psrc.tolist() == s2.tolist()
     ids = np.r_[np.flatnonzero(mask), len(src) + np.flatnonzero(xm)]
     ks = np.r_[pos[src[mask]], pos[xs[xm]]].astype(np.int64)

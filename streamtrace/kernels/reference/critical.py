@@ -47,7 +47,8 @@ def longest_path_py(n, src, dst, w, init):
 
 def longest_path_masked_py(n, pos, src, dst, w, mask, x_src, x_dst, x_w, x_mask, init):
     """Twin of ``longest_path_masked``: the kept edges copied out (positions through ``pos``),
-    ``longest_path_py`` over them, its edge indices mapped back to the ids ``e`` / ``E + x``."""
+    ``longest_path_py`` over them, its edge indices mapped back to the ids ``e`` / ``E + x``; the
+    distances written into ``init`` and returned as it, as the kernel does."""
     pos = np.asarray(pos, np.int64)
     ids = np.r_[np.flatnonzero(mask), len(src) + np.flatnonzero(x_mask)].astype(np.int64)
     ks = np.r_[pos[np.asarray(src, np.int64)[mask]], pos[np.asarray(x_src, np.int64)[x_mask]]].astype(np.int64)
@@ -57,7 +58,8 @@ def longest_path_masked_py(n, pos, src, dst, w, mask, x_src, x_dst, x_w, x_mask,
     has = pred >= 0
     out, psrc = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
     out[has], psrc[has] = ids[pred[has]], ks[pred[has]]
-    return dist, out, psrc
+    init[:] = dist
+    return init, out, psrc
 
 
 def latest_times_py(n, src, dst, w, deadline):
