@@ -321,9 +321,10 @@ def solve_path(g: JobGraph, w, base: Solved) -> Solved | None:
     graph's times, not its weights), no backward pass.  What bounds next re-solves this way (4,096
     synthetic ranks: the order's and the backward pass's ~60 MB not held beside the first solve)."""
     src, dst = _ids32(g.src), _ids32(g.dst)
-    forward = np.ones(len(src), bool)
-    if base.keep is not None:
-        forward[:] = False
+    if base.keep is None:
+        forward = np.ones(len(src), bool)
+    else:
+        forward = np.zeros(len(src), bool)
         forward[base.keep] = True
     got = _forward(g, np.asarray(w, np.int64), base.pos, src, dst, forward)
     trim()
