@@ -203,14 +203,20 @@ def _next_rows(base, g, rank_of, ranks, solve) -> list:
         return []
     top = max(ranks, key=lambda r: r["path_ns"])
     part = {v: k for k, v in rank_of.items()}.get(top["rank"])
-    w = capped_weights(g, part)
-    if w is None:
+    capped = capped_edges(g, part)
+    if capped is None:
         return []
     trim()                                              # (the stretches' keys: before the solve's peak)
-    solved = solve(g, w)
-    if solved is None:
+    edges, capped_w = capped
+    kept_w = g.w[edges]
+    g.w[edges] = capped_w                               # in place (no copy of every edge's weight: 45 MB
+    try:                                                # at 4,096 synthetic ranks), put back below
+        solved = solve(g, g.w)
+        acc = None if solved is None else _rank_time(g, solved, g.w)
+    finally:
+        g.w[edges] = kept_w
+    if acc is None:
         return []
-    acc = _rank_time(g, solved, w)
     total = sum(acc.values())
     if total >= (1 - NEXT_MIN_GAIN) * sum(r["path_ns"] for r in ranks):
         return []                                       # no faster: the top rank does not bound it by being slow
@@ -247,14 +253,20 @@ def _stretch_keys(g, code, edges) -> np.ndarray:
 
 
 STRETCH_CHUNK = 1 << 20
-"""Edges ``capped_weights`` keys at a time (its temporaries a chunk's: 5 M edges at 4,096 synthetic
-ranks)."""
+"""Edges ``capped_edges`` keys at a time, and about the most peers' stretches it sorts at once (its
+temporaries a chunk's: 5 M edges at 4,096 synthetic ranks, 4 M of them the peers' stretches)."""
 
 
-def capped_weights(g, part) -> np.ndarray | None:
-    """The job graph's edge weights with part ``part``'s local stretches capped at the median of the
-    same stretch on the other parts (``_stretch_keys``); None when nothing is capped.  Only the
-    peers' stretches that ``part`` has are sorted, the edges keyed ``STRETCH_CHUNK`` at a time."""
+def capped_edges(g, part) -> tuple | None:
+    """Part ``part``'s local stretches of the job graph ``g`` capped at the median of the same stretch
+    on the other parts (``_stretch_keys``; the median as ``np.median`` takes it): ``(edges, w)``, the
+    ids of the edges whose weight the cap lowers (int64, ascending) and their capped weights (int64
+    ns), None when nothing is capped.  ``g.w`` is read, not changed.
+
+    Only the peers' stretches that ``part`` has are sorted, in batches of stretches of about
+    ``STRETCH_CHUNK`` peers' edges (counted in a first pass), the edges keyed ``STRETCH_CHUNK`` at a
+    time: a pass over the edges a batch, instead of every peer's key and weight held and sorted at once
+    (~135 MB at 4,096 synthetic ranks)."""
     if part is None:
         return None
     code = _anchor_codes(g)
@@ -263,26 +275,50 @@ def capped_weights(g, part) -> np.ndarray | None:
     mkeys = _stretch_keys(g, code, mine)
     mine, mkeys = mine[mkeys >= 0], mkeys[mkeys >= 0]
     want = np.unique(mkeys)
-    pk, pw = [], []
+    mine_k = np.searchsorted(want, mkeys)               # each own edge's stretch, as an index of ``want``
+    count = np.zeros(len(want), np.int64)
+    for _, k in _peer_stretches(g, code, own, want):
+        count += np.bincount(k, minlength=len(want))
+    batch = (np.cumsum(count) - count) // STRETCH_CHUNK     # per stretch: its batch (ascending)
+    edges, capped = [], []
+    for b in np.unique(batch).tolist():
+        lo, hi = np.searchsorted(batch, b), np.searchsorted(batch, b, "right")
+        ks, ws = [], []
+        for e, k in _peer_stretches(g, code, own, want):
+            sel = (k >= lo) & (k < hi)
+            ks.append(k[sel])
+            ws.append(np.asarray(g.w[e[sel]], np.int64))
+        ks, ws = (np.concatenate(x) for x in (ks, ws))
+        o = np.lexsort((ws, ks))
+        ks, ws = ks[o], ws[o]
+        del o
+        at = (mine_k >= lo) & (mine_k < hi)
+        e, k = mine[at], mine_k[at]
+        first, last = np.searchsorted(ks, k), np.searchsorted(ks, k, "right")
+        has = last > first
+        e, first, n = e[has], first[has], (last - first)[has]
+        # the median of the peers' (np.median's): the two middle weights' mean, truncated as ``int``
+        m = ((ws[first + (n - 1) // 2].astype(np.float64) + ws[first + n // 2].astype(np.float64)) / 2).astype(np.int64)
+        low = m < g.w[e]
+        edges.append(e[low])
+        capped.append(m[low])
+    edges = np.concatenate(edges) if edges else np.zeros(0, np.int64)
+    if not len(edges):
+        return None
+    o = np.argsort(edges, kind="stable")
+    return edges[o].astype(np.int64), np.concatenate(capped)[o].astype(np.int64)
+
+
+def _peer_stretches(g, code, own, want):
+    """``(edges, stretch)`` of the edges of ``g`` leaving the other parts' nodes (``own`` False) whose
+    stretch key (``_stretch_keys``) is in ``want`` (sorted), ``STRETCH_CHUNK`` edges at a time:
+    their ids and their keys' indices in ``want`` (int64 each)."""
     for i in range(0, len(g.src), STRETCH_CHUNK):
         e = np.arange(i, min(i + STRETCH_CHUNK, len(g.src)))
         e = e[~own[g.src[e]]]
         k = _stretch_keys(g, code, e)
         hit = np.isin(k, want)
-        pk.append(k[hit])
-        pw.append(np.asarray(g.w[e[hit]], np.int64))
-    pk, pw = (np.concatenate(x) if x else np.zeros(0, np.int64) for x in (pk, pw))
-    o = np.lexsort((pw, pk))
-    pk, pw = pk[o], pw[o]
-    w = np.asarray(g.w, np.int64).copy()
-    changed = False
-    for e, key in zip(mine.tolist(), mkeys.tolist()):
-        lo, hi = np.searchsorted(pk, key), np.searchsorted(pk, key, "right")
-        if hi > lo:                                     # the median of the peers' (np.median's)
-            m = int((float(pw[lo + (hi - lo - 1) // 2]) + float(pw[lo + (hi - lo) // 2])) / 2)
-            if m < w[e]:
-                w[e], changed = m, True
-    return w if changed else None
+        yield e[hit], np.searchsorted(want, k[hit])
 
 
 def _rank_time(g, solved, w) -> dict:

@@ -1,5 +1,5 @@
 """The job-level critical path's graph in its lean forms (issue 48, 4,096 ranks' memory):
-``critical_ranks.capped_weights`` keying the edges a chunk at a time and sorting only the peers'
+``critical_ranks.capped_edges`` keying the edges a chunk at a time and sorting only the peers'
 stretches the top rank has, against a plain-Python reading of its rule; ``critical_path.solve_step``
 without copies when every edge runs forward, against the copied edges' passes."""
 from __future__ import annotations
@@ -21,7 +21,7 @@ SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[Heal
 
 @st.composite
 def graphs(draw):
-    """A job graph's arrays as ``capped_weights`` reads them: nodes (``kind``, ``part``), members of
+    """A job graph's arrays as ``capped_edges`` reads them: nodes (``kind``, ``part``), members of
     barriers (``m_arr`` / ``m_end`` / ``m_bar``), edges (``src``, ``dst``, ``w``, ``etype``)."""
     n = draw(st.integers(2, 14))
     kinds = [Anchor.step_start, Anchor.step_end, Anchor.arrival, Anchor.end, -1]
@@ -45,7 +45,7 @@ def graphs(draw):
 
 
 def _capped_py(g, part):
-    """``capped_weights``' rule read plainly: a node's code (step start / end, a barrier's arrival /
+    """``capped_edges``' rule read plainly: a node's code (step start / end, a barrier's arrival /
     end), a LOCAL edge's stretch the pair of its ends' codes; each of ``part``'s stretches capped at
     the median of the other parts' same stretch (``np.median``: the mean of the two middle values)."""
     if part is None:
@@ -74,15 +74,21 @@ def _capped_py(g, part):
 
 @SETTINGS
 @given(graphs(), st.sampled_from([1, 3, 1 << 20]))
-def test_capped_weights_follow_the_rule_in_any_chunk(case, chunk):
+def test_capped_edges_follow_the_rule_in_any_chunk(case, chunk):
     g, part = case
+    before = g.w.copy()
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(cr, "STRETCH_CHUNK", chunk)
-        got = cr.capped_weights(g, part)
+        got = cr.capped_edges(g, part)
+    assert g.w.tolist() == before.tolist()              # read, not changed
     want = _capped_py(g, part)
     assert (got is None) == (want is None)
     if got is not None:
-        assert got.tolist() == want
+        edges, w = got
+        assert edges.tolist() == [e for e in range(len(want)) if want[e] != before[e]]
+        capped = before.copy()
+        capped[edges] = w
+        assert capped.tolist() == want
 
 
 def _job_graph(t, kind, part, src, dst, w):
