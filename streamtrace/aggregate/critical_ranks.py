@@ -252,9 +252,13 @@ def _stretch_keys(g, code, edges) -> np.ndarray:
     return np.where(ok, (cu + 2) * m + (cv + 2), -1)
 
 
-STRETCH_CHUNK = 1 << 20
-"""Edges ``capped_edges`` keys at a time, and about the most peers' stretches it sorts at once (its
-temporaries a chunk's: 5 M edges at 4,096 synthetic ranks, 4 M of them the peers' stretches)."""
+STRETCH_CHUNK = 1 << 18
+"""Edges ``capped_edges`` keys at a time (its temporaries a chunk's: 5.6 M edges at 4,096 synthetic
+ranks)."""
+
+STRETCH_BATCH = 1 << 19
+"""About the most peers' stretches ``capped_edges`` sorts at once (4 M at 4,096 synthetic ranks: a
+pass over the edges a batch)."""
 
 
 def capped_edges(g, part) -> tuple | None:
@@ -264,7 +268,7 @@ def capped_edges(g, part) -> tuple | None:
     ns), None when nothing is capped.  ``g.w`` is read, not changed.
 
     Only the peers' stretches that ``part`` has are sorted, in batches of stretches of about
-    ``STRETCH_CHUNK`` peers' edges (counted in a first pass), the edges keyed ``STRETCH_CHUNK`` at a
+    ``STRETCH_BATCH`` peers' edges (counted in a first pass), the edges keyed ``STRETCH_CHUNK`` at a
     time: a pass over the edges a batch, instead of every peer's key and weight held and sorted at once
     (~135 MB at 4,096 synthetic ranks)."""
     if part is None:
@@ -279,7 +283,7 @@ def capped_edges(g, part) -> tuple | None:
     count = np.zeros(len(want), np.int64)
     for _, k in _peer_stretches(g, code, own, want):
         count += np.bincount(k, minlength=len(want))
-    batch = (np.cumsum(count) - count) // STRETCH_CHUNK     # per stretch: its batch (ascending)
+    batch = (np.cumsum(count) - count) // STRETCH_BATCH     # per stretch: its batch (ascending)
     edges, capped = [], []
     for b in np.unique(batch).tolist():
         lo, hi = np.searchsorted(batch, b), np.searchsorted(batch, b, "right")

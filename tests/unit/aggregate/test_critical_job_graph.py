@@ -73,12 +73,13 @@ def _capped_py(g, part):
 
 
 @SETTINGS
-@given(graphs(), st.sampled_from([1, 3, 1 << 20]))
-def test_capped_edges_follow_the_rule_in_any_chunk(case, chunk):
+@given(graphs(), st.sampled_from([1, 3, 1 << 20]), st.sampled_from([1, 2, 1 << 20]))
+def test_capped_edges_follow_the_rule_in_any_chunk(case, chunk, batch):
     g, part = case
     before = g.w.copy()
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(cr, "STRETCH_CHUNK", chunk)
+        mp.setattr(cr, "STRETCH_BATCH", batch)
         got = cr.capped_edges(g, part)
     assert g.w.tolist() == before.tolist()              # read, not changed
     want = _capped_py(g, part)
