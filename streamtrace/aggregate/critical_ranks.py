@@ -44,7 +44,7 @@ import pyarrow.compute as pc
 
 from ..kernels.sentinels import NEG, POS
 from ..runtime.tuning import trim
-from .critical_graph import CATEGORIES, Anchor, Category, Edge
+from .critical_graph import CATEGORIES, Anchor, Category, Edge, edge_weights
 from .folder import CRITICAL_PATH_RANKS_COLUMNS, CRITICAL_PATH_SUMMARY_COLUMNS
 
 SUMMARY_COLUMNS = CRITICAL_PATH_SUMMARY_COLUMNS
@@ -207,14 +207,9 @@ def _next_rows(base, g, rank_of, ranks, solve) -> list:
     if capped is None:
         return []
     trim()                                              # (the stretches' keys: before the solve's peak)
-    edges, capped_w = capped
-    kept_w = g.w[edges]
-    g.w[edges] = capped_w                               # in place (no copy of every edge's weight: 45 MB
-    try:                                                # at 4,096 synthetic ranks), put back below
-        solved = solve(g, g.w)
-        acc = None if solved is None else _rank_time(g, solved, g.w)
-    finally:
-        g.w[edges] = kept_w
+    with edge_weights(g.w, *capped) as w:
+        solved = solve(g, w)
+        acc = None if solved is None else _rank_time(g, solved, w)
     if acc is None:
         return []
     total = sum(acc.values())
@@ -309,8 +304,8 @@ def capped_edges(g, part) -> tuple | None:
     edges = np.concatenate(edges) if edges else np.zeros(0, np.int64)
     if not len(edges):
         return None
-    o = np.argsort(edges, kind="stable")
-    return edges[o].astype(np.int64), np.concatenate(capped)[o].astype(np.int64)
+    o = np.argsort(edges)                               # (the batches go by stretch: edge ids ascending)
+    return edges[o], np.concatenate(capped)[o]
 
 
 def _peer_stretches(g, code, own, want):

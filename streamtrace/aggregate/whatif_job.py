@@ -20,8 +20,8 @@ import numpy as np
 
 from ..kernels.critical import NEG, longest_path_masked
 from ..runtime.tuning import trim
-from .critical_graph import (BARRIER, Anchor, Edge, barrier_edges, key_codes, last_of, path_edges, positions,
-                             tie_classes)
+from .critical_graph import (BARRIER, Anchor, Edge, barrier_edges, edge_weights, key_codes, last_of, path_edges,
+                             positions, tie_classes)
 
 LOCAL, WAIT, TRANSFER = Edge.local, Edge.wait, Edge.transfer
 LOCAL_COLUMNS = ("part", "src", "dst", "w_ns", "host_ns", "gpu_ns", "top_category", "top_name", "top_ns")
@@ -417,12 +417,9 @@ class JobStep:
             out = self._solve(self.w)
         else:
             edges = self.m_edge[self.m_inst >= 0]
-            measured = self.w[edges]
-            try:
-                self.w[edges] = np.rint(measured * np.asarray(transfer_factor, float)).astype(np.int64)
-                out = self._solve(self.w)
-            finally:
-                self.w[edges] = measured
+            scaled = np.rint(self.w[edges] * np.asarray(transfer_factor, float)).astype(np.int64)
+            with edge_weights(self.w, edges, scaled) as w:
+                out = self._solve(w)
         trim()
         return out
 

@@ -237,3 +237,16 @@ def test_positions_invert_the_order(case, chunk):
     finally:
         cg.POSITION_CHUNK = old
     assert got.dtype == np.int64 and got.tolist() == np.argsort(order).tolist()
+
+
+def test_edge_weights_are_put_back_after_the_block_and_after_a_raise():
+    from streamtrace.aggregate.critical_graph import edge_weights
+    w = np.asarray([5, 6, 7, 8], np.int64)
+    with edge_weights(w, np.asarray([1, 3]), np.asarray([60, 80])) as got:
+        assert got is w and w.tolist() == [5, 60, 7, 80]
+    assert w.tolist() == [5, 6, 7, 8]
+    with pytest.raises(RuntimeError):
+        with edge_weights(w, np.asarray([0]), np.asarray([50])):
+            assert w.tolist() == [50, 6, 7, 8]
+            raise RuntimeError("solve failed")
+    assert w.tolist() == [5, 6, 7, 8]
