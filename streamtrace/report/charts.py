@@ -20,7 +20,7 @@ Per-step charts are named ``..._iter<N>`` (``N`` the trace file's iteration, as 
 
 Legibility at 64+ ranks and thousands of kernels: intervals closer than one pixel are merged before
 drawing, labels are drawn only where their text fits, tick labels are thinned, the skew heat maps
-bin instances into at most ``MAX_COLUMNS`` columns (max delay per bin).
+bin instances into at most ``MAX_COLUMNS`` columns and ranks into at most ``MAX_ROWS`` rows (max delay per bin).
 """
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ from ..runtime.files import atomic_output
 from .axes import bytes_axis, count_ticks, log_ticks, patch_legend, time_scale
 from .escape import chart_text
 from .pipeline import stage_bubbles
+from .skew import row_bins
 from .units import fmt_time
 
 PX_WIDTH = 1400          # drawing width in pixels at DPI (figure 14 in x 100 dpi)
@@ -542,25 +543,34 @@ def skew_heatmap(grid_info, kind):
     """One group-collective kind's heat map (``grid_info`` from
     ``kind_grids``), on its own colour scale (0 to the 99th percentile of
     its delays): rank x instance (time order) of the arrival delay (us), instances binned to at most
-    ``MAX_COLUMNS`` columns (max per bin), blank where the rank is not a
-    member."""
+    ``MAX_COLUMNS`` columns and ranks to at most ``MAX_ROWS`` rows (``row_bins``; max per bin), blank
+    where the rank is not a member.  The colours are made here, one byte per channel at the grid's
+    size, and drawn as that image: matplotlib's colour mapping of a float grid works in float64 RGBA
+    at the grid's or the canvas' size (~100-230 MB for one map)."""
+    from matplotlib import colormaps
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
     plt = pyplot()
     grid, ranks, per, n = grid_info
     finite = grid[np.isfinite(grid)]
     if not finite.size or finite.max() <= 0:
         return None                 # every rank arrived together: nothing to see
-    fig, ax = plt.subplots(figsize=(14, max(3.0, 1.5 + min(0.16 * len(ranks), 12))))   # room for the colour bar's label
-    margins(fig, left=0.8, bottom=0.55, top=0.35)
     vmax = float(np.percentile(finite, 99)) if finite.size else 1.0
+    del finite
+    grid, first, per_row = row_bins(grid, ranks)
+    fig, ax = plt.subplots(figsize=(14, max(3.0, 1.5 + min(0.16 * len(first), 12))))   # room for the colour bar's label
+    margins(fig, left=0.8, bottom=0.55, top=0.35)
     div, unit = time_scale([max(vmax, 1e-3) * 1e3])                    # the grid is in us
-    im = ax.imshow(grid * (1e3 / div), aspect="auto", interpolation="nearest", cmap="magma_r", vmin=0,
-                   vmax=max(vmax, 1e-3) * 1e3 / div)
-    _thin_ticks(ax, [str(int(r)) for r in ranks], np.arange(len(ranks)), max_labels=40)
+    norm = Normalize(vmin=0, vmax=max(vmax, 1e-3) * 1e3 / div)
+    mapped = ScalarMappable(norm=norm, cmap=colormaps["magma_r"])
+    ax.imshow(mapped.to_rgba(np.ma.masked_invalid(grid * (1e3 / div)), bytes=True), aspect="auto",
+              interpolation="nearest")
+    _thin_ticks(ax, [str(int(r)) for r in first], np.arange(len(first)), max_labels=40)
     count_ticks(ax.xaxis, grid.shape[1], per=per)
-    ax.set_ylabel("rank")
+    ax.set_ylabel("rank" + (f" ({per_row:,} per row, max shown)" if per_row > 1 else ""))
     ax.set_xlabel(f"{kind} instance (0 = first, time order; {n:,} in all" + (f", {per:,} per column, max shown)"
                                                                             if per > 1 else ")"))
-    fig.colorbar(im, ax=ax).set_label(f"arrival after the first rank ({unit})", fontsize=9)
+    fig.colorbar(mapped, ax=ax).set_label(f"arrival after the first rank ({unit})", fontsize=9)
     ax.set_title(f"{kind} skew: how late each rank arrives", fontsize=10)
     return fig
 

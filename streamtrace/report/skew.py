@@ -10,6 +10,12 @@ import numpy as np
 MAX_COLUMNS = 400
 """At most this many instance columns per heat map."""
 
+MAX_ROWS = 1024
+"""At most this many rank rows per heat map (``row_bins``): fewer than the ~1,260 pixel rows of the
+tallest map's axes (12.6 in at 100 dpi), so that every rank's delay reaches a pixel (a map of 4,096 rows
+resampled to fewer pixels drops most of them, a late rank with them) and the image drawn stays the size
+of a 1,024-rank job's (matplotlib's resampling, 4,096 x 400: +230 MB in the chart's process)."""
+
 P2P_KINDS = ("Send", "Recv", "SendRecv")
 
 
@@ -73,6 +79,19 @@ class SkewGrids:
             grid = best[ranks]
             out[self.kinds[k]] = (np.where(np.isfinite(grid), grid, np.nan), ranks, int(np.ceil(n / ncol)), n)
         return out
+
+
+def row_bins(grid, ranks, max_rows=MAX_ROWS) -> tuple:
+    """``(grid, first, per_row)``: the rows of ``grid`` (float64[ranks, columns], NaN where no member)
+    binned ``per_row`` = ceil(rows / ``max_rows``) consecutive rows at a time, the max of each column
+    over a bin (NaN where the bin has no value), and ``first`` the rank of each bin's first row (int64,
+    from ``ranks``, the grid's rank of each row); the grid and ``ranks`` as they are when they fit."""
+    n = len(ranks)
+    per = max(1, -(-n // max_rows))
+    if per == 1:
+        return grid, np.asarray(ranks, np.int64), 1
+    starts = np.arange(0, n, per)
+    return np.fmax.reduceat(grid, starts, axis=0), np.asarray(ranks, np.int64)[starts], per
 
 
 def skew_grid(c, m):

@@ -8,12 +8,13 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from streamtrace.aggregate import AggregateOptions, aggregate
 from streamtrace.analyze import AnalyzeOptions, analyze
 from streamtrace.events.dataset import read_table
 from streamtrace.report.charts import PX_WIDTH, _fits, merge_close
-from streamtrace.report.skew import MAX_COLUMNS, SkewGrids, kind_grids, skew_grid
+from streamtrace.report.skew import MAX_COLUMNS, MAX_ROWS, SkewGrids, kind_grids, row_bins, skew_grid
 from streamtrace.report.render import COLLECTIVE_COLUMNS, ChartOptions, load, render_all
 from streamtrace.synth.job import SynthSpec, generate_job
 
@@ -133,6 +134,61 @@ def test_skew_grid_bins_many_instances():
     assert grid.shape == (ranks, MAX_COLUMNS) and count == n and per == int(np.ceil(n / MAX_COLUMNS))
     assert np.nanmax(grid) == 7.0 and np.nanmin(grid) == 0.0
     assert rk.tolist() == list(range(ranks))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 6), st.integers(1, 12), st.integers(0, 2**32 - 1))
+def test_row_bins_take_each_bins_max_as_a_plain_loop_does(rows, cols, max_rows, seed):
+    rng = np.random.default_rng(seed)
+    grid = np.round(rng.exponential(10.0, (rows, cols)), 1)
+    grid[rng.random((rows, cols)) < 0.5] = np.nan
+    ranks = np.sort(rng.choice(10 * rows, rows, replace=False))
+    got, first, per = row_bins(grid, ranks, max_rows)
+    want_per = (rows + max_rows - 1) // max_rows
+    want, want_first = [], []
+    for b in range(0, rows, want_per):                 # each bin: its first rank, each column's max of the values
+        want_first.append(int(ranks[b]))
+        want.append([max((v for v in grid[b:b + want_per, j].tolist() if v == v), default=None) for j in range(cols)])
+    assert per == want_per and first.tolist() == want_first and len(got) <= max_rows
+    assert [[None if v != v else v for v in row] for row in got.tolist()] == want
+
+
+@pytest.mark.parametrize("late", [1001, 1003, 2050, 2051, 3001])
+def test_a_lone_late_rank_of_4096_is_drawn(late):
+    """4,096 rank rows into ~1,200 pixel rows: matplotlib's nearest resampling alone drew about one rank in
+    three (each of these ranks' row was dropped); binned to ``MAX_ROWS`` rows, max per bin, every one is."""
+    from streamtrace.report import charts as C
+    grid = np.zeros((4096, 400))
+    grid[late] = 500.0
+    fig = C.skew_heatmap((grid, np.arange(4096), 1, 400), "AllReduce TP")
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    img = np.asarray(fig.canvas.buffer_rgba())[..., :3].astype(int)
+    box, h = ax.get_window_extent(), img.shape[0]
+    inside = img[int(h - box.y1) + 2:int(h - box.y0) - 2, int(box.x0) + 2:int(box.x1) - 2]
+    assert (inside.sum(axis=-1) < 150).sum() > 100          # the late rank's row, in the scale's darkest colour
+    assert ax.images[0].get_array().shape[0] == MAX_ROWS and "4 per row" in ax.get_ylabel()
+    C.pyplot().close(fig)
+
+
+def test_heat_map_colours_are_matplotlibs_own_mapping():
+    """The colours made at the grid's size and drawn as an image give the pixels matplotlib's own
+    colour mapping of the float grid gives (``imshow`` with the colour map, NaN blank)."""
+    from streamtrace.report import charts as C
+    plt = C.pyplot()
+    rng = np.random.default_rng(3)
+    grid = rng.exponential(100.0, (300, 120))
+    grid[rng.random(grid.shape) < 0.3] = np.nan
+    fig = C.skew_heatmap((grid, np.arange(300), 1, 120), "AllReduce TP")
+    fig.canvas.draw()
+    got = np.asarray(fig.canvas.buffer_rgba()).copy()
+    ax, im = fig.axes[0], fig.axes[0].images[0]
+    im.remove()
+    vmax = float(np.percentile(grid[np.isfinite(grid)], 99))
+    ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="magma_r", vmin=0, vmax=vmax)
+    fig.canvas.draw()
+    assert (np.asarray(fig.canvas.buffer_rgba()) == got).all()
+    plt.close(fig)
 
 
 def test_one_heat_map_per_collective_kind_without_p2p(demo):
