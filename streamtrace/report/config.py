@@ -12,7 +12,10 @@ used when they are not ``ProfilerStep#N`` (``step_patterns`` per rank, ``streamt
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from pathlib import Path
+
+import ijson
 
 from ..analyze.outputs import Analysis
 from .escape import md_code, md_text
@@ -52,15 +55,9 @@ def inferred_phases(inputs) -> dict:
     folders ``inputs``' ``summary.json``, ``ranks[*].phases_inferred``); {} when none (or the
     folders are gone)."""
     out: dict = {}
-    for d in inputs or []:
-        p = Path(d) / Analysis.marker
-        try:
-            summ = json.loads(p.read_text())
-        except (OSError, ValueError):
-            continue
-        for r in summ.get("ranks") or []:
-            for ph in (r.get("phases_inferred") or {}):
-                out.setdefault(ph, set()).add(int(r.get("rank", 0)))
+    for facts in _facts_of(inputs):
+        for ph, ranks in facts[0].items():
+            out.setdefault(ph, set()).update(ranks)
     return {k: sorted(v) for k, v in out.items()}
 
 
@@ -69,14 +66,57 @@ def step_patterns_used(inputs) -> list:
     ``inputs`` (``summary.json``, ``ranks[*].step_patterns``: ``Analysis.step_patterns``), distinct, in
     first-seen order; [] when none (or the folders are gone)."""
     out: dict = {}
-    for d in inputs or []:
-        try:
-            summ = json.loads((Path(d) / Analysis.marker).read_text())
-        except (OSError, ValueError):
-            continue
-        for r in summ.get("ranks") or [] if isinstance(summ, dict) else []:
-            out.update(dict.fromkeys(Analysis.step_patterns(r) or []))
+    for facts in _facts_of(inputs):
+        out.update(dict.fromkeys(facts[1]))
     return list(out)
+
+
+def _facts_of(inputs) -> list:
+    """``summary_facts`` of each folder of ``inputs`` whose ``summary.json`` can be read."""
+    out = []
+    for d in inputs or []:
+        p = Path(d) / Analysis.marker
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        facts = summary_facts(str(p), st.st_mtime_ns, st.st_size)
+        if facts is not None:
+            out.append(facts)
+    return out
+
+
+@lru_cache(maxsize=64)
+def summary_facts(path: str, mtime_ns: int = 0, size: int = 0):
+    """What the report reads of one analysed folder's ``summary.json`` (``path``): ``({phase: frozenset
+    of ranks}, (step patterns, first-seen order))`` (``inferred_phases``, ``step_patterns_used``); None
+    when it cannot be read or is not JSON.  Its rank entries are streamed one at a time (ijson), not
+    parsed whole: 4,096 ranks' 22 MB held ~55 MB of Python objects a parse, three parses in the
+    report's process; a document ijson refuses (``NaN``, which ``json`` writes for a float NaN) is parsed
+    whole instead.  Kept per (path, ``mtime_ns``, ``size``): one read for the report's three questions."""
+    phases: dict = {}
+    patterns: dict = {}
+
+    def take(r):
+        if not isinstance(r, dict):
+            return
+        for ph in (r.get("phases_inferred") or {}):
+            phases.setdefault(ph, set()).add(int(r.get("rank", 0)))
+        patterns.update(dict.fromkeys(Analysis.step_patterns(r) or []))
+    try:
+        try:
+            with open(path, "rb") as f:
+                for r in ijson.items(f, "ranks.item"):
+                    take(r)
+        except ijson.JSONError:
+            phases.clear()
+            patterns.clear()
+            summ = json.loads(Path(path).read_text())
+            for r in summ.get("ranks") or [] if isinstance(summ, dict) else []:
+                take(r)
+    except (OSError, ValueError):
+        return None
+    return {k: frozenset(v) for k, v in phases.items()}, tuple(patterns)
 
 
 def configuration_md(c: dict, table) -> list:
