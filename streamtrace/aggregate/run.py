@@ -42,7 +42,6 @@ one definition of ``streamtrace.aggregate.pipeline``.
 from __future__ import annotations
 
 import copy
-import json
 import os
 import pickle
 import shutil
@@ -59,7 +58,7 @@ from ..analyze.outputs import KERNELS, OPS
 from ..runtime.errors import StreamtraceError
 from ..events.dataset import json_default, num_rows, write_table
 from ..runtime.compile import CRITICAL_JOB_UNITS, TASKS, load as load_kernels
-from ..runtime.files import atomic_output, output_folder
+from ..runtime.files import atomic_output, output_folder, write_json
 from ..runtime.fork import ChildError, Standby
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
@@ -228,7 +227,7 @@ def aggregate_into(dirs, outdir, opt: AggregateOptions | None = None) -> dict:
                                "--no-whatif, or --no-critical-path, leaves it out") from None
     meta.update(seconds=round(time.time() - t0, 3))
     with atomic_output(outdir / Aggregate.marker, compress=False) as f:
-        f.write(json.dumps(meta, indent=1, default=json_default).encode())
+        write_json(f, meta, json_default)
     return meta
 
 

@@ -36,16 +36,66 @@ def share_process_groups(ranks: list) -> list:
     returns the distinct entries, first seen first; each rank's ``trace_metadata`` keeps their
     indices under ``PG_GROUPS_KEY``.  A group's members are written once, not once per member: at
     4,096 synthetic ranks ``summary.json`` was 241 MB (59 KB a rank, 19 KB at 1,024: quadratic).
-    A rank's entries may be given as their JSON text (bytes: how analyze's workers hand them back)."""
-    table = GroupTable()                 # (by text only: each rank's entries are parsed anew)
-    for r in ranks:
-        tm = r.get("trace_metadata")
+    A rank's entries may be given as their JSON text (bytes: how analyze's workers hand them back).
+    ``ProcessGroups`` does it as the ranks come back."""
+    groups = ProcessGroups()
+    for i, r in enumerate(ranks):
+        groups.add(r, i)
+    return groups.entries()
+
+
+class ProcessGroups:
+    """``share_process_groups`` one rank at a time, in any order (``add``; ``on_result`` for
+    ``run_tasks``: each task's ranks as they come back), then ``entries`` once all are in: the table and
+    indices ``share_process_groups`` gives for the ranks in the order of their ``key``, without every
+    rank's entries held until the last rank is done (their JSON text: ~25 KB a rank, 100 MB at 4,096
+    synthetic ranks, O(world size^2) in all).  An entry's place is the least (rank's key, position in
+    its list) it was seen at; the ranks' indices are renumbered by ``entries``.  ``key(rank entry)``:
+    the ranks' sort order (comparable, distinct per rank), for ``on_result``."""
+
+    def __init__(self, key=None):
+        self.key = key
+        self._table = GroupTable()     # (by text only: each rank's entries are parsed anew)
+        self._first: list = []         # by table index: the least (rank's key, position) it was seen at
+        self._given: list = []         # the ranks' trace_metadata given indices
+
+    def add(self, rank_entry: dict, key) -> None:
+        """Take ``rank_entry``'s process groups out of its ``trace_metadata`` (as ``share_process_groups``),
+        the rank's place in the order being ``key``."""
+        tm = rank_entry.get("trace_metadata")
         if not isinstance(tm, dict) or PG_ENTRIES_KEY not in tm:
-            continue
+            return
         entries = tm.pop(PG_ENTRIES_KEY) or []
-        ids = [table.index(e) for e in (json.loads(entries) if isinstance(entries, (bytes, str)) else entries)]
-        tm[PG_GROUPS_KEY] = [i for i in ids if i is not None]
-    return table.entries
+        ids = []
+        for pos, e in enumerate(json.loads(entries) if isinstance(entries, (bytes, str)) else entries):
+            i = self._table.index(e)
+            if i is None:
+                continue
+            if i == len(self._first):
+                self._first.append((key, pos))
+            elif (key, pos) < self._first[i]:
+                self._first[i] = (key, pos)
+            ids.append(i)
+        tm[PG_GROUPS_KEY] = ids
+        self._given.append(tm)
+
+    def on_result(self, ranks: list) -> list:
+        """``add`` each of one task's rank entries (``key`` of each); returns them."""
+        for r in ranks:
+            self.add(r, self.key(r))
+        return ranks
+
+    def entries(self) -> list:
+        """The distinct entries, first seen first in the ranks' order; each rank's indices renumbered
+        to them (call once, after the last ``add``)."""
+        order = sorted(range(len(self._first)), key=self._first.__getitem__)
+        new = [0] * len(order)
+        for n, i in enumerate(order):
+            new[i] = n
+        for tm in self._given:
+            tm[PG_GROUPS_KEY] = [new[i] for i in tm[PG_GROUPS_KEY]]
+        self._given = []
+        return [self._table.entries[i] for i in order]
 
 
 def rank_trace_metadata(summary: dict, rank_entry: dict):

@@ -32,9 +32,9 @@ from tqdm import tqdm
 
 from ..runtime.errors import RankConflictError, StreamtraceError, UnknownRankError
 from ..events.dataset import UNKNOWN_ITERATION
-from .outputs import PG_ENTRIES_KEY, Analysis, share_process_groups
+from .outputs import PG_ENTRIES_KEY, Analysis, ProcessGroups
 from ..runtime import parallel
-from ..runtime.files import atomic_output, output_folder
+from ..runtime.files import atomic_output, output_folder, write_json
 from ..runtime.compile import TASKS, load as load_kernels
 from ..runtime.parallel import TaskFailure, run_tasks, scheduler_address
 from ..trace.discover import expand_inputs, identify, load_rank_map, nothing_found
@@ -112,13 +112,13 @@ def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> Analysis:
         summary.update(notices=notices, seconds=round(time.time() - t0, 3), outdir=str(outdir), warnings=skipped,
                        gpu_only=opt.gpu_only)
         with atomic_output(stage / Analysis.marker, compress=False) as f:
-            f.write(json.dumps(summary, indent=1).encode())
+            write_json(f, summary)
     return Analysis.of(outdir, summary)
 
 
 def _analyze_tasks(tasks, opt) -> dict:
     """Run the tasks (their ``outdir``: the staging folder); ``{"ranks", "pg_entries", "failed"}``
-    (``pg_entries``: the ranks' process groups, ``share_process_groups``)."""
+    (``pg_entries``: the ranks' process groups, shared as each task's ranks come back: ``ProcessGroups``)."""
     jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(tasks)))
     want = opt.jobs or os.cpu_count() or 1
     if len(tasks) == 1 and want > 1 and opt.split_jobs <= 1 and not scheduler_address(opt.scheduler) \
@@ -128,24 +128,30 @@ def _analyze_tasks(tasks, opt) -> dict:
     if jobs > 1 and opt.executor is None and not scheduler_address(opt.scheduler):
         load_kernels(*TASKS["analyze"])    # before the fork: the workers share them (not one load each)
     bars = _Bars([t.path for t in tasks], sys.stderr.isatty() if opt.progress is None else opt.progress)
+    groups = ProcessGroups(_rank_order)      # each rank's process groups shared as it comes back
     try:
         results = run_tasks(_run_task, [(t,) for t in tasks], jobs, bars.arr, bars.tick,
-                            executor=opt.executor, scheduler=opt.scheduler, retries=1, keep_going=True)
+                            executor=opt.executor, scheduler=opt.scheduler, retries=1, keep_going=True,
+                            on_result=groups.on_result)
     finally:
         bars.close()
     failed = [{"source": r.args[0].path, "error": r.error, "attempts": r.attempts}
               for r in results if isinstance(r, TaskFailure)]
     if failed and len(failed) == len(results) and len(results) == 1:
         raise StreamtraceError(failed[0]["error"])
-    ranks = sorted((r for res in results if not isinstance(res, TaskFailure) for r in res),
-                   key=lambda r: (UNKNOWN_ITERATION if r["iteration"] is None else r["iteration"], r["rank"]))
+    ranks = sorted((r for res in results if not isinstance(res, TaskFailure) for r in res), key=_rank_order)
     seen = {}
     for r in ranks:             # a merged trace's ranks are known only now
         key = (r["iteration"], r["rank"])
         if key in seen:
             raise _conflict(r["rank"], r["iteration"], seen[key], r["source"])
         seen[key] = r["source"]
-    return {"ranks": ranks, PG_ENTRIES_KEY: share_process_groups(ranks), "failed": failed}
+    return {"ranks": ranks, PG_ENTRIES_KEY: groups.entries(), "failed": failed}
+
+
+def _rank_order(r) -> tuple:
+    """``summary.json``'s order of the ranks: by iteration (unknown first), then rank."""
+    return UNKNOWN_ITERATION if r["iteration"] is None else r["iteration"], r["rank"]
 
 
 def _tasks(inputs, opt, skipped: list) -> tuple[list[AnalyzeTask], list[str]]:
@@ -188,8 +194,8 @@ def _tasks(inputs, opt, skipped: list) -> tuple[list[AnalyzeTask], list[str]]:
 def _run_task(task: AnalyzeTask) -> list[dict]:
     """Worker: one file; reports the bytes read into the shared progress array.  Each rank's process
     groups (``trace_metadata["pg_entries"]``, O(world size)) come back as their JSON text, which the
-    parent reads one rank at a time into the job's table (``share_process_groups``): 25 KB a rank at
-    4,096 ranks instead of ~185 KB of Python objects held for every rank until all are done."""
+    parent reads into the job's table as the task's result comes back (``ProcessGroups``): 25 KB a rank at
+    4,096 ranks instead of ~185 KB of Python objects, and not held for every rank until all are done."""
     shared = parallel.PROGRESS
 
     def report(n):

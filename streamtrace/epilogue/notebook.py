@@ -2,12 +2,11 @@
 stages (``streamtrace.epilogue``), into a cache folder where unchanged stages are reused."""
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from ..runtime.errors import StreamtraceError
-from ..runtime.files import atomic_output, clean_stale
+from ..runtime.files import atomic_output, clean_stale, write_json
 from ..runtime.stagelog import StageLog
 from .options import EpilogueOptions, with_options, worker_count
 from .pipeline import read_state
@@ -74,7 +73,7 @@ def open_job(traces, cache=None, **options):
                 if (a := analyze_stage(ctx, it, groups[it]))]
     agg = aggregate_stage(ctx, analysed)[0] if analysed else None
     with atomic_output(state_path, compress=False) as f:
-        f.write(json.dumps({"summary": ctx.summary, "state": ctx.state}, indent=1, default=str).encode())
+        write_json(f, {"summary": ctx.summary, "state": ctx.state}, str)
     if agg is None:
         why = log.failures[0]["error"] if log.failures else "no rank traces found"
         raise StreamtraceError(f"{', '.join(map(str, inputs))}: nothing to open ({why})")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..report.outputs import EpilogueRun
 from ..runtime.errors import StreamtraceError
-from ..runtime.files import atomic_output, clean_stale
+from ..runtime.files import atomic_output, clean_stale, write_json
 from ..runtime.stagelog import StageLog
 from ..runtime.tuning import thaw
 from .discovery import check_paths, find_topology, outdir_of
@@ -81,7 +81,7 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
         summary["seconds"] = round(time.time() - t0, 2)
         try:
             with atomic_output(state_path, compress=False) as f:
-                f.write(json.dumps({"summary": summary, "state": state}, indent=1, default=str).encode())
+                write_json(f, {"summary": summary, "state": state}, str)
             written = True
         except Exception as e:   # noqa: BLE001 - a full disk: said in the final line
             log.fail("epilogue", state_path, e)
@@ -118,7 +118,7 @@ def interrupted_record(state_path, summary, state, e) -> None:
                "interrupted": "SIGTERM" if getattr(e, "signum", None) == signal.SIGTERM else "SIGINT (Ctrl-C)"}
     try:
         with atomic_output(state_path, compress=False) as f:
-            f.write(json.dumps({"summary": summary, "state": state}, indent=1, default=str).encode())
+            write_json(f, {"summary": summary, "state": state}, str)
     except Exception:   # noqa: BLE001 - see the docstring
         pass
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..analyze.outputs import Analysis
 from ..aggregate.folder import CHARTS, CRITICAL_PATH, Aggregate, table_path
 from ..report.outputs import EpilogueRun, Report       # its output folder's kind (``diff`` reads such folders too)
-from ..runtime.files import atomic_output
+from ..runtime.files import atomic_output, write_json
 from ..runtime.fork import call_in_child
 from ..runtime.stagelog import StageLog
 from ..runtime.tuning import freeze_for_fork, trim
@@ -274,7 +274,7 @@ def add_warnings(meta_path: Path, lines):
     meta = json.loads(meta_path.read_text())
     meta["warnings"] = list(meta.get("warnings") or []) + list(lines)
     with atomic_output(meta_path, compress=False) as f:
-        f.write(json.dumps(meta, indent=1, default=str).encode())
+        write_json(f, meta, str)
 
 
 def aggregate_stage(ctx: StageRun, analysed, then=None) -> tuple:

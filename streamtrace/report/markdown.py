@@ -24,12 +24,11 @@ Times in ``report.json`` are int ns (``*_ns``) or as stored; the Markdown shows 
 from __future__ import annotations
 
 import datetime as _dt
-import json
 from pathlib import Path
 
 from ..runtime.errors import StreamtraceError
 from ..aggregate.folder import CHARTS, Aggregate
-from ..runtime.files import atomic_output
+from ..runtime.files import atomic_output, write_json
 from .render import ChartOptions, render_all
 from .config import inferred_phases, step_patterns_used
 from .escape import md_code, md_text
@@ -181,7 +180,7 @@ def write_report(aggdir, outdir=None, opt: ReportOptions | None = None, log=None
     with atomic_output(md, compress=False) as f:
         f.write(to_markdown(rep, pngs).encode())
     with atomic_output(out / Report.marker, compress=False) as f:
-        f.write(json.dumps(rep, indent=1, default=plain).encode())
+        write_json(f, rep, plain)
     fin = Path(final or out)
     rep["files"] = [str(fin / md.name), str(fin / Report.marker)] + [str(fin / Path(p).relative_to(out)) for p in files]
     if log:

@@ -20,6 +20,7 @@ import contextlib
 import ctypes
 import errno
 import gzip
+import json
 import os
 import stat
 import re
@@ -239,6 +240,25 @@ def atomic_output(path, mode="wb", compress=None, compresslevel=1):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+JSON_CHUNK = 1 << 16
+"""Pieces of JSON text ``write_json`` joins into one write."""
+
+
+def write_json(f, obj, default=None) -> None:
+    """``json.dumps(obj, indent=1, default=default)`` written into the binary file ``f`` (UTF-8) a few
+    thousand pieces at a time, as json's encoder makes them: the same bytes, without the whole text held
+    once as ``str``, once as its pieces and once as ``bytes`` (analyze's ``summary.json`` of 4,096 ranks,
+    22 MB: +164 MB in its process).  Raises what ``json.dumps`` raises (``TypeError`` for a value it
+    cannot encode, ``ValueError`` for a circular reference)."""
+    buf: list = []
+    for piece in json.JSONEncoder(indent=1, default=default).iterencode(obj):
+        buf.append(piece)
+        if len(buf) >= JSON_CHUNK:
+            f.write("".join(buf).encode())
+            buf.clear()
+    f.write("".join(buf).encode())
 
 
 def remove_quietly(tmp):

@@ -7,7 +7,6 @@ and aggregate's are).  ``streamtrace.load(OUTDIR)`` opens the result.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,7 @@ from ...events.dataset import json_default
 from .compare import DIMENSIONS, compare, write_tables
 from .inputs import DiffOptions, list_text
 from .outputs import RANKS, Diff, table_file
-from ...runtime.files import atomic_output, output_folder
+from ...runtime.files import atomic_output, output_folder, write_json
 from ..charts import save
 from ..escape import chart_text, md_cell, md_code, md_text
 from ..units import fmt_time, short_names, time_axis
@@ -75,7 +74,7 @@ def diff(base, test, outdir=None, opt: DiffOptions | None = None, log=None):
         meta["files"] = sorted([Path(p).name for p in files] + [Diff.MARKDOWN, Diff.marker] + charts)
         meta["outdir"] = str(out)
         with atomic_output(stage / Diff.marker, compress=False) as f:
-            f.write(json.dumps(meta, indent=1, default=json_default).encode())
+            write_json(f, meta, json_default)
     if log:
         log(f"diff: {out / Diff.MARKDOWN}, {len(files) // 2} tables"
             + (f", {len(charts)} chart files" if charts else ""))

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from streamtrace.runtime.errors import OutputError, StreamtraceError
 from streamtrace.runtime import files as F
@@ -230,3 +231,39 @@ def test_a_worker_dies_with_its_parent():
         return True
     assert not orphan_alive_after(True, 5)
     assert orphan_alive_after(False, 0.5)          # the control: without it the worker lives on
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=40)
+
+
+@settings(max_examples=150, deadline=None)
+@given(json_values, st.sampled_from([1, 3, 1 << 16]))
+def test_write_json_writes_the_bytes_json_dumps_makes(value, chunk):
+    import io
+    import json
+
+    import numpy as np
+
+    from streamtrace.runtime import files
+    doc = {"ranks": [value, {"n": np.int64(7), "x": np.float64(0.5)}], "é": "ünïcode ☃"}
+    default = lambda o: o.item()                                  # noqa: E731 - numpy scalars, as json_default
+    saved, files.JSON_CHUNK = files.JSON_CHUNK, chunk
+    try:
+        f = io.BytesIO()
+        files.write_json(f, doc, default)
+    finally:
+        files.JSON_CHUNK = saved
+    assert f.getvalue() == json.dumps(doc, indent=1, default=default).encode()
+
+
+def test_write_json_raises_what_json_raises_and_atomic_output_keeps_the_old_file(tmp_path):
+    from streamtrace.runtime.files import atomic_output, write_json
+    p = tmp_path / "summary.json"
+    p.write_text('{"old": 1}')
+    with pytest.raises(TypeError):
+        with atomic_output(p, compress=False) as f:
+            write_json(f, {"a": list(range(100_000)), "b": object()})
+    assert p.read_text() == '{"old": 1}' and [q.name for q in tmp_path.iterdir()] == ["summary.json"]
