@@ -33,7 +33,7 @@ from ..runtime.files import atomic_output
 from .axes import bytes_axis, count_ticks, log_ticks, patch_legend, time_scale
 from .escape import chart_text
 from .pipeline import stage_bubbles
-from .skew import row_bins
+from .skew import heat_image
 from .units import fmt_time
 
 PX_WIDTH = 1400          # drawing width in pixels at DPI (figure 14 in x 100 dpi)
@@ -540,33 +540,23 @@ def busbw_chart(data):
 
 
 def skew_heatmap(grid_info, kind):
-    """One group-collective kind's heat map (``grid_info`` from
-    ``kind_grids``), on its own colour scale (0 to the 99th percentile of
-    its delays): rank x instance (time order) of the arrival delay (us), instances binned to at most
-    ``MAX_COLUMNS`` columns and ranks to at most ``MAX_ROWS`` rows (``row_bins``; max per bin), blank
-    where the rank is not a member.  The colours are made here, one byte per channel at the grid's
-    size, and drawn as that image: matplotlib's colour mapping of a float grid works in float64 RGBA
-    at the grid's or the canvas' size (~100-230 MB for one map)."""
-    from matplotlib import colormaps
-    from matplotlib.cm import ScalarMappable
-    from matplotlib.colors import Normalize
+    """One group-collective kind's heat map (``grid_info`` from ``kind_grids``), on its own colour scale
+    (0 to the 99th percentile of its delays): rank x instance (time order) of the arrival delay, at most
+    ``MAX_COLUMNS`` columns and ``MAX_ROWS`` rows (max per bin), blank where the rank is not a member;
+    drawn as the image ``skew.heat_image`` colours (a float grid's colour mapping by matplotlib: ~100-230 MB)."""
     plt = pyplot()
     grid, ranks, per, n = grid_info
     finite = grid[np.isfinite(grid)]
     if not finite.size or finite.max() <= 0:
         return None                 # every rank arrived together: nothing to see
-    vmax = float(np.percentile(finite, 99)) if finite.size else 1.0
-    del finite
-    grid, first, per_row = row_bins(grid, ranks)
+    vmax = max(float(np.percentile(finite, 99)), 1e-3) * 1e3          # ns; the grid is in us
+    div, unit = time_scale([vmax])
+    rgba, first, per_row, mapped = heat_image(grid, ranks, 1e3 / div, vmax / div, "magma_r")
     fig, ax = plt.subplots(figsize=(14, max(3.0, 1.5 + min(0.16 * len(first), 12))))   # room for the colour bar's label
     margins(fig, left=0.8, bottom=0.55, top=0.35)
-    div, unit = time_scale([max(vmax, 1e-3) * 1e3])                    # the grid is in us
-    norm = Normalize(vmin=0, vmax=max(vmax, 1e-3) * 1e3 / div)
-    mapped = ScalarMappable(norm=norm, cmap=colormaps["magma_r"])
-    ax.imshow(mapped.to_rgba(np.ma.masked_invalid(grid * (1e3 / div)), bytes=True), aspect="auto",
-              interpolation="nearest")
+    ax.imshow(rgba, aspect="auto", interpolation="nearest")
     _thin_ticks(ax, [str(int(r)) for r in first], np.arange(len(first)), max_labels=40)
-    count_ticks(ax.xaxis, grid.shape[1], per=per)
+    count_ticks(ax.xaxis, rgba.shape[1], per=per)
     ax.set_ylabel("rank" + (f" ({per_row:,} per row, max shown)" if per_row > 1 else ""))
     ax.set_xlabel(f"{kind} instance (0 = first, time order; {n:,} in all" + (f", {per:,} per column, max shown)"
                                                                             if per > 1 else ")"))

@@ -94,6 +94,18 @@ def row_bins(grid, ranks, max_rows=MAX_ROWS) -> tuple:
     return np.fmax.reduceat(grid, starts, axis=0), np.asarray(ranks, np.int64)[starts], per
 
 
+def heat_image(grid, ranks, scale: float, vmax: float, cmap: str) -> tuple:
+    """``(rgba, first, per_row, mapped)``: ``grid`` (float64[ranks, columns], NaN blank) binned to at most
+    ``MAX_ROWS`` rows (``row_bins``) and its values times ``scale`` coloured by ``cmap`` from 0 to ``vmax``
+    (NaN: the colour map's transparent "bad" colour), one byte a channel (uint8[rows, columns, 4]), at the
+    grid's size: matplotlib maps a float grid's colours in float64 RGBA at the grid's or the canvas' size
+    (~100-230 MB for one map).  ``mapped``: the ``ScalarMappable`` for the colour bar."""
+    from matplotlib import cm, colormaps, colors
+    grid, first, per_row = row_bins(grid, ranks)
+    mapped = cm.ScalarMappable(norm=colors.Normalize(vmin=0, vmax=vmax), cmap=colormaps[cmap])
+    return mapped.to_rgba(np.ma.masked_invalid(grid * scale), bytes=True), first, per_row, mapped
+
+
 def skew_grid(c, m):
     """``(grid, ranks, per_column, n)``: arrival delay in us, shape (ranks, columns), NaN where the
     rank has no member in the column; instances in time order, ``per_column`` of them per column
