@@ -50,7 +50,8 @@ class ProcessGroups:
     indices ``share_process_groups`` gives for the ranks in the order of their ``key``, without every
     rank's entries held until the last rank is done (their JSON text: ~25 KB a rank, 100 MB at 4,096
     synthetic ranks, O(world size^2) in all).  An entry's place is the least (rank's key, position in
-    its list) it was seen at; the ranks' indices are renumbered by ``entries``.  ``key(rank entry)``:
+    its list) it was seen at, and the copy written is the one seen there (equal entries may list their
+    keys in another order); the ranks' indices are renumbered by ``entries``.  ``key(rank entry)``:
     the ranks' sort order (comparable, distinct per rank), for ``on_result``."""
 
     def __init__(self, key=None):
@@ -73,8 +74,9 @@ class ProcessGroups:
                 continue
             if i == len(self._first):
                 self._first.append((key, pos))
-            elif (key, pos) < self._first[i]:
-                self._first[i] = (key, pos)
+            elif (key, pos) < self._first[i]:           # (equal entries may differ in their keys' order:
+                self._first[i] = (key, pos)               # the table writes the copy seen first in the
+                self._table.entries[i] = e                # ranks' order, as a plain reading would)
             ids.append(i)
         tm[PG_GROUPS_KEY] = ids
         self._given.append(tm)

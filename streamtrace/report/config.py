@@ -12,6 +12,7 @@ used when they are not ``ProfilerStep#N`` (``step_patterns`` per rank, ``streamt
 from __future__ import annotations
 
 import json
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -75,47 +76,86 @@ def _facts_of(inputs) -> list:
     """``summary_facts`` of each folder of ``inputs`` whose ``summary.json`` can be read."""
     out = []
     for d in inputs or []:
-        p = Path(d) / Analysis.marker
-        try:
-            st = p.stat()
-        except OSError:
-            continue
-        facts = summary_facts(str(p), st.st_mtime_ns, st.st_size)
+        facts = summary_facts(Path(d) / Analysis.marker)
         if facts is not None:
             out.append(facts)
     return out
 
 
-@lru_cache(maxsize=64)
-def summary_facts(path: str, mtime_ns: int = 0, size: int = 0):
+def _file_key(st) -> tuple:
+    """What tells one version of a file from another: device, inode (an atomic replace makes a new
+    one), modification and change times (ns), size."""
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size
+
+
+class _Changed(Exception):
+    """The file opened is not the version ``_cached_facts`` was asked for (replaced between ``stat``
+    and ``open``): read again, under its new key."""
+
+
+class _Unreadable(Exception):
+    """The file cannot be read, or is not JSON: nothing is kept for it (read again when asked)."""
+
+
+def summary_facts(path):
     """What the report reads of one analysed folder's ``summary.json`` (``path``): ``({phase: frozenset
     of ranks}, (step patterns, first-seen order))`` (``inferred_phases``, ``step_patterns_used``); None
     when it cannot be read or is not JSON.  Its rank entries are streamed one at a time (ijson), not
     parsed whole: 4,096 ranks' 22 MB held ~55 MB of Python objects a parse, three parses in the
     report's process; a document ijson refuses (``NaN``, which ``json`` writes for a float NaN) is parsed
-    whole instead.  Kept per (path, ``mtime_ns``, ``size``): one read for the report's three questions."""
+    whole instead.  Kept per version of the file (``_file_key``: a replaced or rewritten file is read
+    again), one read for the report's three questions; an unreadable file is not kept."""
+    path = str(path)
+    try:
+        for _ in range(3):
+            try:
+                return _cached_facts(path, _file_key(os.stat(path)))
+            except _Changed:
+                continue
+        return _read_facts(path, None)            # (replaced while read, again and again: not kept)
+    except (_Unreadable, OSError):
+        return None
+
+
+@lru_cache(maxsize=64)
+def _cached_facts(path: str, key: tuple):
+    return _read_facts(path, key)
+
+
+def _read_facts(path: str, key):
+    """``summary_facts`` of the file at ``path``.  Raises ``_Unreadable`` when it cannot be read or is
+    not JSON, ``_Changed`` when ``key`` is given and the file opened is not that version of it."""
     phases: dict = {}
     patterns: dict = {}
 
     def take(r):
         if not isinstance(r, dict):
             return
-        for ph in (r.get("phases_inferred") or {}):
-            phases.setdefault(ph, set()).add(int(r.get("rank", 0)))
         patterns.update(dict.fromkeys(Analysis.step_patterns(r) or []))
-    try:
+        inferred = r.get("phases_inferred")
         try:
-            with open(path, "rb") as f:
+            rank = int(r.get("rank", 0))
+        except (TypeError, ValueError):             # (a foreign or hand-edited file: no rank to name)
+            return
+        for ph in (inferred if isinstance(inferred, dict) else ()):
+            phases.setdefault(ph, set()).add(rank)
+    try:
+        with open(path, "rb") as f:
+            if key is not None and _file_key(os.fstat(f.fileno())) != key:
+                raise _Changed(path)
+            try:
                 for r in ijson.items(f, "ranks.item"):
                     take(r)
-        except ijson.JSONError:
-            phases.clear()
-            patterns.clear()
-            summ = json.loads(Path(path).read_text())
-            for r in summ.get("ranks") or [] if isinstance(summ, dict) else []:
-                take(r)
-    except (OSError, ValueError):
-        return None
+            except ijson.JSONError:
+                phases.clear()
+                patterns.clear()
+                f.seek(0)
+                summ = json.loads(f.read())
+                ranks = summ.get("ranks") if isinstance(summ, dict) else None
+                for r in ranks if isinstance(ranks, list) else []:
+                    take(r)
+    except (OSError, ValueError) as e:
+        raise _Unreadable(path) from e
     return {k: frozenset(v) for k, v in phases.items()}, tuple(patterns)
 
 

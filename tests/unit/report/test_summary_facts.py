@@ -9,7 +9,7 @@ import os
 from hypothesis import given, settings, strategies as st
 
 from streamtrace.report import config
-from streamtrace.report.config import inferred_phases, step_patterns_used, summary_facts
+from streamtrace.report.config import inferred_phases, step_patterns_used
 
 PHASES = ("forward", "backward", "optimizer")
 PATTERNS = ("train_step_(\\d+)", "step(\\d+)", "iter_(\\d+)")
@@ -62,7 +62,7 @@ def test_one_read_per_file_and_a_changed_file_read_again(tmp_path, monkeypatch):
     opened = []
     real_open = open
     monkeypatch.setattr(config, "open", lambda f, *a, **k: opened.append(f) or real_open(f, *a, **k), raising=False)
-    summary_facts.cache_clear()
+    config._cached_facts.cache_clear()
     assert inferred_phases([d]) == {"forward": [3]} and step_patterns_used([d]) == [] and inferred_phases([d])
     assert opened == [str(p)]
     p.write_text(json.dumps({"ranks": [{"rank": 4, "phases_inferred": {"forward": 1}},
@@ -82,3 +82,47 @@ def test_a_folder_that_cannot_be_read_is_left_out(tmp_path):
     dirs = [good, bad, cut, tmp_path / "gone"]
     assert inferred_phases(dirs) == {"backward": [1]}       # the cut file's first rank is not taken either
     assert step_patterns_used(dirs) == []
+
+
+def test_a_file_replaced_in_the_same_tick_with_the_same_size_is_read_again(tmp_path):
+    d = tmp_path / "an"
+    d.mkdir()
+    p = d / "summary.json"
+    config._cached_facts.cache_clear()
+    p.write_text(json.dumps({"ranks": [{"rank": 3, "phases_inferred": {"forward": 1}}]}))
+    before = p.stat()
+    assert inferred_phases([d]) == {"forward": [3]}
+    new = d / "new.json"                                # an atomic replace: same size, same mtime
+    new.write_text(json.dumps({"ranks": [{"rank": 4, "phases_inferred": {"optimiz": 1}}]}))
+    assert new.stat().st_size == before.st_size
+    os.utime(new, ns=(before.st_atime_ns, before.st_mtime_ns))
+    os.replace(new, p)
+    assert p.stat().st_mtime_ns == before.st_mtime_ns
+    assert inferred_phases([d]) == {"optimiz": [4]}
+
+
+def test_an_unreadable_file_is_not_kept(tmp_path, monkeypatch):
+    d = tmp_path / "an"
+    d.mkdir()
+    p = d / "summary.json"
+    p.write_text(json.dumps({"ranks": [{"rank": 2, "step_patterns": ["iter_(\\d+)"]}]}))
+    config._cached_facts.cache_clear()
+    real_open = open
+
+    def refuse(f, *a, **k):
+        raise PermissionError(13, "Permission denied", str(f))
+    monkeypatch.setattr(config, "open", refuse, raising=False)
+    assert step_patterns_used([d]) == []
+    monkeypatch.setattr(config, "open", real_open, raising=False)
+    assert step_patterns_used([d]) == ["iter_(\\d+)"]        # (the file unchanged: read now it can be)
+
+
+def test_a_rank_entry_without_an_integer_rank_keeps_its_step_patterns(tmp_path):
+    d = tmp_path / "an"
+    d.mkdir()
+    (d / "summary.json").write_text(json.dumps({"ranks": [
+        {"rank": None, "phases_inferred": {"forward": 1}, "step_patterns": ["it(\\d+)"]},
+        {"rank": "x", "phases_inferred": ["backward"]},
+        {"rank": 5, "phases_inferred": {"backward": 2}}]}))
+    assert step_patterns_used([d]) == ["it(\\d+)"]
+    assert inferred_phases([d]) == {"backward": [5]}
