@@ -110,13 +110,14 @@ class JobGraph:
     """The job-level graph of one (iteration, step), built from the parts' reduced results
     (``add_part`` for each, then ``add_collectives`` once): node columns (numpy, one row per
     node: ``t`` int64 ns, ``kind`` an ``Anchor`` or ``BARRIER`` (int8), ``part`` (int32), ``local`` node id
-    in the part's graph (int32), ``name`` / ``lane`` object, ``stream``, ``corr`` (int64)), edge columns (``src``,
+    in the part's graph (int32), ``name`` / ``lane`` object, ``corr`` (int64); the anchors' streams are read
+    for the collectives' keys only, not kept: 12 MB at 4,096 synthetic ranks), edge columns (``src``,
     ``dst`` int32 node ids (int64 past 2^31 nodes), ``w`` int64 ns, ``etype`` LOCAL / WAIT / TRANSFER),
     the barriers (``b_node`` their nodes, ``b_p2p`` whether a point-to-point transfer) and their members
     (``m_bar`` the index of the member's barrier in ``b_node``, ``m_arr`` / ``m_end`` its arrival and
     end nodes, grouped by barrier, each group in its members' order)."""
 
-    NODE = ("t", "kind", "part", "local", "name", "lane", "stream", "corr")
+    NODE = ("t", "kind", "part", "local", "name", "lane", "corr")
 
     def __init__(self):
         self._parts: list = []
@@ -139,8 +140,7 @@ class JobGraph:
         """The parts' columns joined, one column at a time, each part's let go once joined (the
         graph's arrays and the parts' are never all held twice: 4,096 synthetic ranks, 1.3 M
         anchors and 5 M edges)."""
-        cols = {"t": "t_ns", "kind": "kind", "local": "node", "name": "name", "lane": "lane", "stream": "stream",
-                "corr": "correlation"}
+        cols = {"t": "t_ns", "kind": "kind", "local": "node", "name": "name", "lane": "lane", "corr": "correlation"}
         for c, src in cols.items():
             dtype = NODE_DTYPES.get(c, np.int64)
             xs = [np.asarray(a.pop(src), dtype) for _, _, a in self._parts]
@@ -201,7 +201,6 @@ class JobGraph:
         self.local = np.concatenate([self.local, np.full(nb, -1, self.local.dtype)])
         self.name = np.r_[self.name, self.name[c["m_arr"][c["lead"]]]]
         self.lane = np.r_[self.lane, np.full(nb, "", object)]
-        self.stream = np.r_[self.stream, np.full(nb, -1, np.int64)]
         self.corr = np.r_[self.corr, np.full(nb, -1, np.int64)]
         self.src = _node_ids([self.src, a[un], c["src"]])
         self.dst = _node_ids([self.dst, e[un], c["dst"]])
