@@ -29,7 +29,8 @@ of ranks, None every rank; ``Change.local`` False: only the job level, no rank i
 ``launches[:rank=R]``         every launch with no delay (CUDA graphs): launch delays x 0
 ============================  =====================================================================
 
-``rank`` takes a list (``0-3,7``) or ``all``; ``factor`` also reads ``x0.5``.  Several ``--change``
+``rank`` takes a list (``0-3,7``; ranks up to ``MAX_RANK``) or ``all``; ``factor`` also reads ``x0.5`` (0 to
+``MAX_FACTOR``).  Several ``--change``
 options (or a list in Python) are applied together.
 """
 from __future__ import annotations
@@ -355,30 +356,60 @@ def _build(kind: str, kv: dict) -> Change:
             raise ValueError("kernels needs name=PATTERN (or a class: " + ", ".join(KERNEL_CLASSES) + ") and factor=F")
         re.compile(KERNEL_CLASSES.get(kv["name"].lower(), kv["name"]))
         return Kernels(ranks, kv["name"], f)
-    share = float(kv["share"]) if "share" in kv else None
-    if share is not None and not share > 0:
-        raise ValueError("share must be > 0")
+    share = _positive(kv["share"], "share") if "share" in kv else None
+    gbps = _positive(kv["gbps"], "gbps") if "gbps" in kv else None
     if kv.get("name"):
         re.compile(kv["name"])
-    return Comm(ranks, kv.get("name"), kv.get("dim"), f, share, float(kv["gbps"]) if "gbps" in kv else None,
-                "median" in kv)
+    return Comm(ranks, kv.get("name"), kv.get("dim"), f, share, gbps, "median" in kv)
+
+
+MAX_FACTOR = 1e6
+"""The largest ``factor`` / ``share`` a change takes: a cost a million times longer is past any question a
+replay answers, and the ns times it makes stay well inside int64 (a 1,000 s capture x 1e6 = 1e18 ns)."""
+
+
+def _number(v: str, what: str) -> float:
+    try:
+        return float(v)
+    except ValueError:
+        raise ValueError(f"{what} must be a number, not {v!r}") from None
 
 
 def _factor(v: str) -> float:
-    x = float(v[1:] if v.startswith("x") else v)
-    if not x >= 0:
-        raise ValueError("factor must be >= 0")
+    x = _number(v[1:] if v.startswith("x") else v, "factor")
+    if not 0 <= x <= MAX_FACTOR:                   # (NaN and inf fail too)
+        raise ValueError(f"factor must be a number from 0 to {MAX_FACTOR:,.0f}, not {v}")
     return x
 
 
+def _positive(v: str, what: str) -> float:
+    """``share`` / ``gbps``: a finite number > 0 (``share`` at most ``MAX_FACTOR``)."""
+    x = _number(v, what)
+    if not (0 < x < float("inf") and (what != "share" or x <= MAX_FACTOR)):
+        raise ValueError(f"{what} must be a number > 0" + (f" and at most {MAX_FACTOR:,.0f}" if what == "share" else "")
+                         + f", not {v}")
+    return x
+
+
+MAX_RANK = (1 << 20) - 1
+"""The largest rank a change names (a rank list is expanded: ``0-100000000`` held 10^8 Python ints)."""
+
+
 def parse_ranks(text: str) -> tuple | None:
-    """``0-3,7`` -> ``(0, 1, 2, 3, 7)``; ``all`` -> None.  ValueError on anything else."""
+    """``0-3,7`` -> ``(0, 1, 2, 3, 7)``; ``all`` -> None.  ValueError (naming the problem) on anything else:
+    not a rank, a range that runs down, a rank past ``MAX_RANK``."""
     if str(text).strip() == "all":
         return None
     out = []
     for piece in str(text).split(","):
         a, _, b = piece.strip().partition("-")
-        out += list(range(int(a), int(b) + 1)) if b else [int(a)]
+        try:
+            lo, hi = int(a), int(b if b else a)
+        except ValueError:
+            raise ValueError(f"rank takes ranks, ranges (0-3) and lists (0-3,7), or all: not {piece.strip()!r}") from None
+        if not 0 <= lo <= hi <= MAX_RANK:
+            raise ValueError(f"rank range {piece.strip()!r}: ranks from 0 to {MAX_RANK:,}, a range from low to high")
+        out += range(lo, hi + 1)
     return tuple(sorted(set(out)))
 
 

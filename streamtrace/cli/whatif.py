@@ -26,10 +26,16 @@ def whatif(aggdir, *, change=None, output=None, jobs=0, quiet=False, verbose=Fal
 
     import pyarrow.parquet as pq
 
+    from ..aggregate.folder import Aggregate
     from ..aggregate.whatif import replay_steps      # (the CLI's convention: see streamtrace.cli)
-    from ..runtime.files import atomic_output
+    from ..runtime.errors import OutputError
+    from ..runtime.files import atomic_output, check_output_file
     from ..report.units import fmt_time
     con = Console(quiet, verbose)
+    if output:                                       # (before the replay: a bad path said at once)
+        out = check_output_file(Path(output))
+        if out.parent.resolve() == Path(aggdir).resolve() and Aggregate.owns(out.name):
+            raise OutputError(out, f"is one of the aggregate folder's own files ({aggdir}); give another file")
     t = replay_steps(aggdir, list(change or []), parse_jobs(jobs))
     rows = t.to_pylist()
     if rows:

@@ -22,10 +22,10 @@ import errno
 import gzip
 import json
 import os
-import stat
 import re
 import shutil
 import socket
+import stat
 import tempfile
 from pathlib import Path
 
@@ -183,7 +183,8 @@ def check_output_file(path, inputs=()) -> Path:
     Removes stale temporaries there (``clean_stale``).  Raises ``OutputError``."""
     path = Path(path)
     if path.is_dir():
-        raise OutputError(path, "is a folder; give a file name (.json or .json.gz)")
+        raise OutputError(path, "is a folder; give a file name")
+    not_a_plain_file(path)
     _check_parents(path)
     for p in inputs:
         if _same_file(p, path):
@@ -197,6 +198,22 @@ def check_output_file(path, inputs=()) -> Path:
     except OSError as e:
         raise OutputError(path, f"cannot write in {path.parent}: {e.strerror or e}") from None
     return path
+
+
+def not_a_plain_file(path) -> None:
+    """Raise ``OutputError`` when ``path`` (after its links) exists and is not a regular file: a
+    device, pipe, socket or terminal (``/dev/stdout``, ``/dev/full``).  An atomic write renames its
+    temporary file over the path: it would replace the special file itself (as root, ``/dev/full``
+    became a Parquet file)."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except OSError as e:
+        raise OutputError(path, f"cannot check it: {e.strerror or e}") from None
+    if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+        raise OutputError(path, "is not a regular file (a device, pipe or socket: streamtrace writes its "
+                                "outputs as files, renamed into place); give a file name")
 
 
 def _same_file(a, b) -> bool:
@@ -217,9 +234,17 @@ def atomic_output(path, mode="wb", compress=None, compresslevel=1):
 
     ``compress``: None chooses gzip when ``path`` ends with ``.gz``.
     ``compresslevel`` 1 favours speed (traces compress ~10x even at level 1).
+    Raises ``OutputError`` when ``path`` is a folder, under a file, or not a regular file
+    (``not_a_plain_file``: a device or pipe is never replaced).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        raise OutputError(path, "is a folder; give a file name")
+    not_a_plain_file(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise OutputError(path, "a part of its folder is a file, not a folder") from None
     if compress is None:
         compress = path.name.endswith(".gz")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{owner()}.", suffix=".tmp", dir=path.parent)

@@ -134,6 +134,13 @@ def test_cli(job, tmp_path):
         assert r.returncode == 2 and r.stderr.startswith("streamtrace: error:") and "Traceback" not in r.stderr
     r = run_cli("whatif", tmp_path / "nowhere", "--change", "launches")
     assert r.returncode == 1 and "Traceback" not in r.stderr
+    marker = (d / "agg" / "aggregate.json").read_bytes()
+    (tmp_path / "afile").write_text("x")
+    for out in (d / "agg" / "aggregate.json", d / "agg" / "whatif.parquet", tmp_path, tmp_path / "afile" / "w.parquet"):
+        r = run_cli("whatif", d / "agg", "--change", "launches", "-o", out)     # the aggregate's own file, a folder,
+        assert r.returncode == 1 and r.stderr.startswith("streamtrace: error:"), (out, r.stderr)   # under a file
+        assert "Traceback" not in r.stderr
+    assert (d / "agg" / "aggregate.json").read_bytes() == marker
 
 
 def test_report_section(job):
@@ -180,9 +187,14 @@ def test_parse_change_round_trips():
     assert parse_ranks("0-2,7") == (0, 1, 2, 7) and parse_ranks("all") is None
     assert parse_change("kernels:name=gemm,factor=x0.25").factor == 0.25
     for bad in ("bogus", "ops:rank=1", "median:what=gpu", "median:rank=1,what=x", "kernels:name=(,factor=1",
-                "host_gaps:factor=-1", "comm:share=0", "launches:color=red"):
+                "host_gaps:factor=-1", "comm:share=0", "launches:color=red",
+                # (a hostile-input pass: numbers that overflowed the replay's int64 ns, or a rank list of 10^8)
+                "comm:factor=inf", "comm:factor=1e13", "host_gaps:factor=1e308", "kernels:name=gemm,factor=nan",
+                "comm:share=1,gbps=0", "comm:share=0.5,gbps=-5", "comm:share=0.5,gbps=nan", "comm:share=inf",
+                "launches:rank=5-2", "median:rank=1-0", "launches:rank=0-100000000", "launches:rank=x"):
         with pytest.raises(UsageError):
             parse_change(bad)
+    assert parse_change("comm:factor=1000000").factor == 1e6 and parse_ranks("1048575") == (1048575,)
 
 
 def test_transfers_at_a_share_of_the_link_and_at_the_median():

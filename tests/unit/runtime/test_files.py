@@ -267,3 +267,30 @@ def test_write_json_raises_what_json_raises_and_atomic_output_keeps_the_old_file
         with atomic_output(p, compress=False) as f:
             write_json(f, {"a": list(range(100_000)), "b": object()})
     assert p.read_text() == '{"old": 1}' and [q.name for q in tmp_path.iterdir()] == ["summary.json"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_a_special_file_is_never_replaced(tmp_path):
+    """An atomic write renames its temporary file over the path: over a device or a pipe it would replace the
+    special file itself (a hostile-input pass: ``-o /dev/full`` as root turned the device into a Parquet file)."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    link = tmp_path / "link"
+    link.symlink_to(fifo)
+    for p in (fifo, link):                # (never a real device: a failing check would replace it)
+        with pytest.raises(OutputError, match="not a regular file"):
+            F.check_output_file(p)
+        with pytest.raises(OutputError, match="not a regular file"):
+            with F.atomic_output(p) as f:
+                f.write(b"x")
+    assert fifo.is_fifo() and link.is_symlink()
+    assert [q.name for q in tmp_path.iterdir() if q.name not in ("pipe", "link")] == []    # no temporary left
+
+
+def test_atomic_output_to_a_folder_or_under_a_file_is_an_output_error(tmp_path):
+    (tmp_path / "afile").write_text("keep")
+    for p in (tmp_path, tmp_path / "afile" / "out.bin"):
+        with pytest.raises(OutputError):
+            with F.atomic_output(p) as f:
+                f.write(b"x")
+    assert (tmp_path / "afile").read_text() == "keep"
