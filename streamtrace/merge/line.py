@@ -22,6 +22,7 @@ from pathlib import Path
 from ..runtime.errors import TraceError
 from ..runtime.files import check_output_file, remove_quietly, writing
 from ..trace.formats import KINETO, NSYS, one_source
+from ..trace.metadata import base_time_ns
 from ..validate.merged import merged_validation
 from .nsys import merge_exports
 from .options import MergeOptions
@@ -124,8 +125,7 @@ def _run_line(plan: MergePlan, attempt: Attempt, t_start: float) -> dict | Attem
 def _retry(plan: MergePlan, attempt: Attempt, surveys: list, done: Rewritten) -> Attempt | None:
     """The attempt to run instead of writing ``done``: the ranks' real base times when the survey's
     quick trailer peek missed one, the CPU processes when ``--gpu-only`` found no GPU; else None."""
-    if any(int(r.metadata.get("baseTimeNanoseconds") or 0) != int(s.metadata.get("baseTimeNanoseconds") or 0)
-           for s, r in zip(surveys, done.results)):
+    if any((base_time_ns(r.metadata) or 0) != (base_time_ns(s.metadata) or 0) for s, r in zip(surveys, done.results)):
         files = tuple(replace(tf, head=r.metadata) for tf, r in zip(plan.files, done.results))
         return replace(attempt, files=files)
     if plan.opt.gpu_only and not done.gpu:

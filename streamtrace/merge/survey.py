@@ -10,7 +10,7 @@ import numpy as np
 
 from ..runtime.errors import StreamtraceError
 from ..events.columns import StringTable, columns_from_batch
-from ..trace.metadata import read_trailer
+from ..trace.metadata import base_time_ns, read_trailer
 from ..trace.reader import TraceReader
 from .clocks import KERNEL_CATS, CollectiveLog
 from .flows import FlowExtents
@@ -139,7 +139,7 @@ def plan_time(files, surveys, opt):
 
     Raises ``StreamtraceError`` when ``--steps`` / ``--align first-step`` need a
     ProfilerStep a rank does not have."""
-    bases = {tf.rank: int(s.metadata.get("baseTimeNanoseconds") or 0) for tf, s in zip(files, surveys)}
+    bases = {tf.rank: base_time_ns(s.metadata) or 0 for tf, s in zip(files, surveys)}
     out_base = min(bases.values())
     shifts = {r: b - out_base for r, b in bases.items()}
     if opt.align == "first-step":

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..trace.metadata import read_trailer
+from ..trace.metadata import base_time_ns, read_trailer
 
 SAME_JOB_NS = 86_400 * 10**9
 """Rank traces of one job start within this of each other (``baseTimeNanoseconds``, ns: a day);
@@ -43,10 +43,8 @@ def base_times(files) -> dict:
     whole file would have to be read)."""
     out = {}
     for f in files:
-        v = f.head.get("baseTimeNanoseconds")
-        if v is None:
-            v = (read_trailer(f.path) or {}).get("baseTimeNanoseconds")
-        if isinstance(v, int) and not isinstance(v, bool):
+        v = base_time_ns(f.head) if "baseTimeNanoseconds" in f.head else base_time_ns(read_trailer(f.path) or {})
+        if v is not None:
             out[f.path] = v
     return out
 

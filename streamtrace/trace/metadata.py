@@ -157,6 +157,22 @@ def pg_config_entries(metadata: dict, rank: int | None = None) -> tuple[list, in
     return entries, world
 
 
+MAX_BASE_TIME_NS = 1 << 62
+"""The latest ``baseTimeNanoseconds`` taken (ns since the Unix epoch: the year 2116); a later one, or a
+negative one, is not a clock (a hostile or damaged header: 1e30 overflowed the ranks' int64 shifts)."""
+
+
+def base_time_ns(metadata: dict) -> int | None:
+    """``metadata``'s ``baseTimeNanoseconds`` as int ns: an integer (or an integral float) from 0 to
+    ``MAX_BASE_TIME_NS``; None when absent or anything else (text, a bool, NaN, out of range)."""
+    v = metadata.get("baseTimeNanoseconds") if isinstance(metadata, dict) else None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    if isinstance(v, float) and not v.is_integer():        # (NaN and inf too)
+        return None
+    return int(v) if 0 <= v <= MAX_BASE_TIME_NS else None
+
+
 def trace_facts(metadata: dict, rank: int) -> dict:
     """What ``aggregate`` needs of rank ``rank``'s trace metadata, JSON-able:
     ``base_time_ns`` (``baseTimeNanoseconds``: int ns, or None), ``merged`` (a streamtrace-merged
@@ -166,7 +182,7 @@ def trace_facts(metadata: dict, rank: int) -> dict:
     (``"trace_metadata"``); for older folders ``aggregate`` reads the trace's metadata again."""
     st = metadata.get("streamtrace") if isinstance(metadata.get("streamtrace"), dict) else {}
     merged = st.get("kind") == "merged"
-    base = metadata.get("baseTimeNanoseconds")
+    base = base_time_ns(metadata)
     props = metadata.get("deviceProperties")
     if merged:
         for r in st.get("ranks") or []:
@@ -174,5 +190,5 @@ def trace_facts(metadata: dict, rank: int) -> dict:
                 props = r.get("deviceProperties") or props
     name = props[0].get("name", "") if isinstance(props, list) and props and isinstance(props[0], dict) else ""
     entries, world = pg_config_entries(metadata, rank if merged else None)
-    return {"base_time_ns": int(base) if isinstance(base, (int, float)) else None, "merged": merged,
+    return {"base_time_ns": base, "merged": merged,
             "device_name": name if isinstance(name, str) else str(name), "pg_entries": entries, "world_size": world}
