@@ -28,14 +28,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 
-from ..runtime.errors import StreamtraceError
+from ..runtime.errors import DataError, StreamtraceError
 from ..analyze.outputs import KERNELS, OPS, Analysis, rank_trace_metadata, schema_of
 from ..events.dataset import column_min_max, columns_min_max, partition_files, read_partition
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
 from ..topology.members import SAME_JOB_NS as MEMBERS_SAME_JOB_NS
 from ..topology.sources import from_pg_config, load_topology
-from ..trace.metadata import trace_facts
+from ..trace.metadata import MAX_RANK, base_time_ns, trace_facts, world_size_of
 from ..trace.reader import TraceReader
 from .steps import StepNames, step_names, step_patterns_of
 
@@ -152,9 +152,22 @@ def _part_info(dir_, rank, iteration, source, facts=None):
               if x is not None]
     ends = [x for x in [m["end_ns"][1] for m in kmm] if x is not None]
     info = dict(facts) if isinstance(facts, dict) else _read_source_meta(source, rank)
+    if isinstance(facts, dict):                    # (summary.json's: a damaged or foreign one's numbers checked)
+        info["world_size"] = world_size_of(info.get("world_size"))
+        info["base_time_ns"] = base_time_ns({"baseTimeNanoseconds": info.get("base_time_ns")})
     info["start_ns"] = min(starts) if starts else 0
     info["end_ns"] = max(ends) if ends else info["start_ns"]
     return info
+
+
+def _check_rank_entry(folder, i: int, r) -> None:
+    """Raise ``DataError`` naming ``folder``'s ``summary.json`` when its ``i``-th rank entry ``r`` is not an
+    object with a rank from 0 to ``MAX_RANK`` (the later stages size arrays by rank: 10^30 made a traceback,
+    10^9 gigabytes)."""
+    rank = r.get("rank") if isinstance(r, dict) else None
+    if type(rank) is not int or not 0 <= rank <= MAX_RANK:
+        raise DataError(Path(folder) / Analysis.marker, f"ranks[{i}]: not a rank entry with a rank from 0 to "
+                                                        f"{MAX_RANK:,} ({str(rank if isinstance(r, dict) else r)[:40]})")
 
 
 class Job:
@@ -195,7 +208,8 @@ class Job:
                 first = failed[0].get("source") if isinstance(failed[0], dict) else None
                 self.warnings.append(f"{d}: analyze could not read {len(failed)} file(s) ({Analysis.marker} \"failed\""
                                      f"{f', e.g. {first}' if first else ''}); their ranks are missing")
-            for r in summ["ranks"]:
+            for i, r in enumerate(summ["ranks"]):
+                _check_rank_entry(d, i, r)
                 self.parts.append(Part(len(self.parts), d, r["rank"], r.get("iteration"), str(r.get("source", "")),
                                        step_patterns=step_patterns_of(d, r),
                                        step_numbers=tuple(sorted(map(str, r.get("iterations") or {})))))

@@ -42,6 +42,7 @@ import numpy as np
 
 from ..runtime.errors import UsageError
 from ..trace.kernel_names import KERNEL_CLASSES
+from ..trace.metadata import MAX_RANK
 from .critical_graph import Category
 
 CPU_CATS = (Category.cpu_op, Category.host_gap)
@@ -389,10 +390,6 @@ def _positive(v: str, what: str) -> float:
         raise ValueError(f"{what} must be a number > 0" + (f" and at most {MAX_FACTOR:,.0f}" if what == "share" else "")
                          + f", not {v}")
     return x
-
-
-MAX_RANK = (1 << 20) - 1
-"""The largest rank a change names (a rank list is expanded: ``0-100000000`` held 10^8 Python ints)."""
 
 
 def parse_ranks(text: str) -> tuple | None:

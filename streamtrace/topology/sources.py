@@ -11,7 +11,7 @@ from pathlib import Path
 from ..runtime.errors import StreamtraceError
 from ..runtime.files import input_file_problem
 from ..trace.discover import expand_inputs
-from ..trace.metadata import pg_config_entries
+from ..trace.metadata import MAX_RANK, pg_config_entries, world_size_of
 from ..trace.reader import TraceReader
 from .model import DIMS, EXTRA_KEYS, Topology, infer_order
 from .traceviz import topology_from_traceviz
@@ -38,25 +38,33 @@ def from_pg_config(entries, world_size: int | None = None, source: str = "pg_con
     Raises ``StreamtraceError`` when no entry names a TP/CP/EP/DP/PP group."""
     groups: dict = {}
     for e in entries:
+        if not isinstance(e, dict):                   # (a damaged or foreign summary.json: not a group)
+            continue
         desc, ranks = str(e.get("pg_desc") or ""), e.get("ranks")
         if isinstance(ranks, str):
             ranks = [int(x) for x in re.findall(r"\d+", ranks)]
         if not isinstance(ranks, list) or not ranks:
             continue
+        try:
+            g = tuple(sorted(int(r) for r in ranks))
+        except (TypeError, ValueError):               # (a rank that is not a number: not a group)
+            continue
         for dim, rx in _PG_DESC_DIM:
             if rx.search(desc):
-                g = tuple(sorted(int(r) for r in ranks))
                 groups.setdefault(dim, set()).add(g)
                 break
     if not any(d in groups for d in DIMS):
         raise StreamtraceError(f"{source}: no process group in distributedInfo.pg_config names a TP/CP/EP/DP/PP "
                                f"group (pg_desc such as TENSOR_MODEL_PARALLEL_GROUP or TP_GROUP)")
+    seen = [r for gs in groups.values() for g in gs for r in g]
+    if min(seen) < 0 or max(seen) > MAX_RANK:
+        raise StreamtraceError(f"{source}: a process group lists rank {min(seen) if min(seen) < 0 else max(seen):,}, "
+                               f"not a rank from 0 to {MAX_RANK:,}")
     for d, gs in groups.items():
         flat = [r for g in gs for r in g]
         if len(flat) != len(set(flat)):
             raise StreamtraceError(f"{source}: {d.upper()} groups overlap: {sorted(gs)}")
-    seen = [r for gs in groups.values() for g in gs for r in g]
-    world = max(int(world_size or 0), max(seen) + 1)
+    world = max(world_size_of(world_size) or 0, max(seen) + 1)
     t = Topology({d: [list(g) for g in groups.get(d, ())] for d in DIMS}, world, source=source,
                  extra={k: [list(g) for g in groups.get(k, ())] for k in EXTRA_KEYS})
     t.order = infer_order(t)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..runtime.errors import RankConflictError, StreamtraceError, TraceError, UnknownRankError
 from .formats import KINETO, NSYS, TraceSource
-from .metadata import read_trailer, share_groups
+from .metadata import MAX_RANK, read_trailer, share_groups
 from .nsys import is_nsys_report, is_sqlite, report_hint
 from .nsys.db import open_export, table_columns
 from .reader import TraceReader
@@ -213,8 +213,8 @@ def identify(path, rank_map=None, default_rank=None, warn=None) -> TraceFile | N
         head = {**head, **tail} if tail is not None else TraceReader(path, salvage=True).read_metadata()
     rank, source = None, None
     di = head.get("distributedInfo")
-    if isinstance(di, dict) and isinstance(di.get("rank"), int):
-        rank, source = di["rank"], "distributedInfo"
+    if isinstance(di, dict) and type(di.get("rank")) is int and 0 <= di["rank"] <= MAX_RANK:
+        rank, source = di["rank"], "distributedInfo"      # (else not a rank: the file name's, the map's)
     if rank is None:
         rank = rank_from_name(path)
         source = "file name" if rank is not None else None
@@ -227,6 +227,9 @@ def identify(path, rank_map=None, default_rank=None, warn=None) -> TraceFile | N
         rank, source = default_rank, LONE_FILE
     if rank is None:
         raise UnknownRankError(path)
+    if not 0 <= rank <= MAX_RANK:
+        raise TraceError(path, f"rank {rank:,} (from its {source}) is not a rank from 0 to {MAX_RANK:,}; "
+                               f"pass --rank-map FILE")
     return TraceFile(str(path), rank, iteration_from_path(path), source, share_groups(head), os.path.getsize(path))
 
 

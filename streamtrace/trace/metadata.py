@@ -149,12 +149,22 @@ def pg_config_entries(metadata: dict, rank: int | None = None) -> tuple[list, in
     for di in infos:
         if not isinstance(di, dict):
             continue
-        world = world or (di.get("world_size") if isinstance(di.get("world_size"), int) else None)
+        world = world or world_size_of(di.get("world_size"))
         cfg = di.get("pg_config")
         if isinstance(cfg, dict):
             cfg = [dict(v, pg_name=k) for k, v in cfg.items() if isinstance(v, dict)]
         entries += [e for e in cfg or [] if isinstance(e, dict)]
     return entries, world
+
+
+MAX_RANK = (1 << 20) - 1
+"""The largest rank streamtrace takes (a world of 1,048,576; the largest jobs run ~10^5 GPUs): the later
+stages size arrays by rank, and a hostile ``distributedInfo.rank`` of 10^9 asked aggregate for 7.5 GiB."""
+
+
+def world_size_of(v) -> int | None:
+    """A stated world size ``v`` when it is one (an int from 1 to ``MAX_RANK`` + 1), else None."""
+    return v if type(v) is int and 1 <= v <= MAX_RANK + 1 else None
 
 
 MAX_BASE_TIME_NS = 1 << 62
