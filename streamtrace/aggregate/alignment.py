@@ -35,7 +35,7 @@ from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
 from ..topology.members import SAME_JOB_NS as MEMBERS_SAME_JOB_NS
 from ..topology.sources import from_pg_config, load_topology
-from ..trace.metadata import MAX_RANK, base_time_ns, trace_facts, world_size_of
+from ..trace.metadata import MAX_RANK, clock_ns, trace_facts, world_size_of
 from ..trace.reader import TraceReader
 from .steps import StepNames, step_names, step_patterns_of
 
@@ -154,7 +154,7 @@ def _part_info(dir_, rank, iteration, source, facts=None):
     info = dict(facts) if isinstance(facts, dict) else _read_source_meta(source, rank)
     if isinstance(facts, dict):                    # (summary.json's: a damaged or foreign one's numbers checked)
         info["world_size"] = world_size_of(info.get("world_size"))
-        info["base_time_ns"] = base_time_ns({"baseTimeNanoseconds": info.get("base_time_ns")})
+        info["base_time_ns"] = clock_ns(info.get("base_time_ns"))
     info["start_ns"] = min(starts) if starts else 0
     info["end_ns"] = max(ends) if ends else info["start_ns"]
     return info

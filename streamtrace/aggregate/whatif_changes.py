@@ -357,7 +357,7 @@ def _build(kind: str, kv: dict) -> Change:
             raise ValueError("kernels needs name=PATTERN (or a class: " + ", ".join(KERNEL_CLASSES) + ") and factor=F")
         re.compile(KERNEL_CLASSES.get(kv["name"].lower(), kv["name"]))
         return Kernels(ranks, kv["name"], f)
-    share = _positive(kv["share"], "share") if "share" in kv else None
+    share = _positive(kv["share"], "share", top=MAX_FACTOR) if "share" in kv else None
     gbps = _positive(kv["gbps"], "gbps") if "gbps" in kv else None
     if kv.get("name"):
         re.compile(kv["name"])
@@ -383,11 +383,11 @@ def _factor(v: str) -> float:
     return x
 
 
-def _positive(v: str, what: str) -> float:
-    """``share`` / ``gbps``: a finite number > 0 (``share`` at most ``MAX_FACTOR``)."""
+def _positive(v: str, what: str, top: float | None = None) -> float:
+    """``share`` / ``gbps``: a finite number > 0, at most ``top`` when given."""
     x = _number(v, what)
-    if not (0 < x < float("inf") and (what != "share" or x <= MAX_FACTOR)):
-        raise ValueError(f"{what} must be a number > 0" + (f" and at most {MAX_FACTOR:,.0f}" if what == "share" else "")
+    if not (0 < x < float("inf") and (top is None or x <= top)):
+        raise ValueError(f"{what} must be a number > 0" + (f" and at most {top:,.0f}" if top is not None else "")
                          + f", not {v}")
     return x
 

@@ -182,8 +182,6 @@ def check_output_file(path, inputs=()) -> Path:
     ``inputs`` (paths), under a folder (created if missing) where a file can be created.
     Removes stale temporaries there (``clean_stale``).  Raises ``OutputError``."""
     path = Path(path)
-    if path.is_dir():
-        raise OutputError(path, "is a folder; give a file name")
     not_a_plain_file(path)
     _check_parents(path)
     for p in inputs:
@@ -202,7 +200,7 @@ def check_output_file(path, inputs=()) -> Path:
 
 def not_a_plain_file(path) -> None:
     """Raise ``OutputError`` when ``path`` (after its links) exists and is not a regular file: a
-    device, pipe, socket or terminal (``/dev/stdout``, ``/dev/full``).  An atomic write renames its
+    folder, or a device, pipe, socket or terminal (``/dev/stdout``, ``/dev/full``).  An atomic write renames its
     temporary file over the path: it would replace the special file itself (as root, ``/dev/full``
     became a Parquet file)."""
     try:
@@ -211,7 +209,9 @@ def not_a_plain_file(path) -> None:
         return
     except OSError as e:
         raise OutputError(path, f"cannot check it: {e.strerror or e}") from None
-    if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+    if stat.S_ISDIR(st.st_mode):
+        raise OutputError(path, "is a folder; give a file name")
+    if not stat.S_ISREG(st.st_mode):
         raise OutputError(path, "is not a regular file (a device, pipe or socket: streamtrace writes its "
                                 "outputs as files, renamed into place); give a file name")
 
@@ -238,8 +238,6 @@ def atomic_output(path, mode="wb", compress=None, compresslevel=1):
     (``not_a_plain_file``: a device or pipe is never replaced).
     """
     path = Path(path)
-    if path.is_dir():
-        raise OutputError(path, "is a folder; give a file name")
     not_a_plain_file(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

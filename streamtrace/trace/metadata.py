@@ -173,9 +173,13 @@ negative one, is not a clock (a hostile or damaged header: 1e30 overflowed the r
 
 
 def base_time_ns(metadata: dict) -> int | None:
-    """``metadata``'s ``baseTimeNanoseconds`` as int ns: an integer (or an integral float) from 0 to
-    ``MAX_BASE_TIME_NS``; None when absent or anything else (text, a bool, NaN, out of range)."""
-    v = metadata.get("baseTimeNanoseconds") if isinstance(metadata, dict) else None
+    """``metadata``'s ``baseTimeNanoseconds`` as int ns (``clock_ns``); None when absent or not a clock."""
+    return clock_ns(metadata.get("baseTimeNanoseconds") if isinstance(metadata, dict) else None)
+
+
+def clock_ns(v) -> int | None:
+    """``v`` as a clock reading in int ns: an integer (or an integral float) from 0 to
+    ``MAX_BASE_TIME_NS``; None for anything else (None, text, a bool, NaN, out of range)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
     if isinstance(v, float) and not v.is_integer():        # (NaN and inf too)
