@@ -52,20 +52,24 @@ class Process:
     nccl: dict = field(default_factory=dict)
 
 
+#: the rows whose process the readers can tell: the batches read any other value (NULL, negative,
+#: TEXT ...) as -1, no process (SQLite's ``'text' >> 24`` is 0: a process of pid 0 that is not there)
+_INTS = "WHERE typeof(globalPid) = 'integer' AND globalPid >= 0"
+
+
 def gpu_process_keys(conn, tables) -> tuple[list[int], bool]:
     """Process keys of the processes with GPU activity (``globalPid`` of the kernel, memcpy and
     memset tables), sorted; ``(keys, True)``, or, when no GPU table carries ``globalPid``, the
-    processes that made CUDA runtime calls and False."""
+    processes that made CUDA runtime calls and False.  Only integer ids of 0 or more count (``_INTS``)."""
     keys: set = set()
     found = False
     for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
         if t in tables and "globalPid" in tables[t]:
             found = True
-            keys |= {r[0] for r in conn.execute(f"SELECT DISTINCT globalPid >> {PID_BITS} FROM [{t}]")
-                     if r[0] is not None}
+            keys |= {r[0] for r in conn.execute(f"SELECT DISTINCT globalPid >> {PID_BITS} FROM [{t}] {_INTS}")}
     if not found and "CUPTI_ACTIVITY_KIND_RUNTIME" in tables and "globalTid" in tables["CUPTI_ACTIVITY_KIND_RUNTIME"]:
-        keys = {r[0] for r in conn.execute(f"SELECT DISTINCT globalTid >> {PID_BITS} FROM CUPTI_ACTIVITY_KIND_RUNTIME")
-                if r[0] is not None}
+        keys = {r[0] for r in conn.execute(f"SELECT DISTINCT globalTid >> {PID_BITS} FROM CUPTI_ACTIVITY_KIND_RUNTIME "
+                                           f"{_INTS.replace('globalPid', 'globalTid')}")}
     return sorted(keys), found
 
 

@@ -42,6 +42,9 @@ COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 
 RANGE_TYPES = (59, 60, 70, 71)
 DOMAIN_CREATE = 75
 TEXTS_T = "streamtrace_nvtx_texts"      # the temporary table of distinct inline NVTX texts
+#: ``globalPid >> 24`` of an integer, any other value as it is (read as -1 and counted by
+#: ``table_batches``: SQLite's ``'text' >> 24`` is 0, a process that is not there)
+_SHIFTED = f"CASE WHEN typeof({{c}}) = 'integer' THEN {{c}} >> {PID_BITS} ELSE {{c}} END"
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 NO_PAYLOAD = ("unknown: the export holds no NCCL NVTX payload data (export with `nsys export --type sqlite "
               "--include-blobs=true`, and profile with NVTX tracing on)")
@@ -75,7 +78,7 @@ class NsysExport:
         self.batch = batch
         self.pages, self.page_bytes = pages, page_bytes
         self.read_by: dict[str, str] = {}
-        self.odd: list = []                      # non-integer values the page reader read as -1
+        self.odd: list = []                      # non-integer values the page reader or SQL read as -1
         if not any(t in self.tables for t in (KERNEL_T, MEMCPY_T, MEMSET_T, RUNTIME_T, NVTX_T)):
             raise TraceError(path, "an SQLite database without Nsight Systems activity tables "
                                    "(CUPTI_ACTIVITY_KIND_*, NVTX_EVENTS)")
@@ -143,7 +146,7 @@ class NsysExport:
                 name = "copyKind" if kind == MEMCPY and "copyKind" in c else None
             if kind == MEMSET:
                 consts["name"] = self.local_id("Memset")
-            for f, n, expr in (("name", name, None), ("proc", "globalPid", "{c} >> " + str(PID_BITS)),
+            for f, n, expr in (("name", name, None), ("proc", "globalPid", _SHIFTED),
                                ("device", "deviceId", None), ("stream", "streamId", None),
                                ("correlation", "correlationId", None)):
                 if n is not None and n in c:
@@ -153,7 +156,7 @@ class NsysExport:
             sql = f"SELECT {', '.join(cols)} FROM [{t}]" + (" ORDER BY start" if ordered else "")
             streams.append(self._table(t, sql, fields, by_page, consts, self._memcpy_names if kind == MEMCPY else None,
                                        ordered))
-        return self._usable(read_order(streams, ordered))
+        return self._usable(streams, ordered)
 
     def _table(self, t, sql, fields, by_page, consts=None, fix=None, ordered=True):
         """One table's batches, in start order or (``ordered=False``) rowid order: from its pages when
@@ -169,7 +172,7 @@ class NsysExport:
                 self.read_by[t] = "pages"
                 return rows
         self.read_by[t] = "sql"
-        return table_batches(self.conn, sql, fields, consts, fix, self.batch)
+        return table_batches(self.conn, sql, fields, consts, fix, self.batch, odd=self.odd)
 
     def cpu_batches(self, ordered=True, runtime=True, nvtx=True):
         """CUDA runtime/driver calls (``runtime``) and NVTX ranges (``nvtx``) of every process: in start
@@ -188,26 +191,31 @@ class NsysExport:
                 ordered)))
         if nvtx and NVTX_T in self.tables and "eventType" in self.tables[NVTX_T]:
             streams.append(table_batches(self.conn, self._nvtx_sql(ordered), ["ts", "dur", "name", "gtid", "comm"],
-                                         {"kind": NVTX}, self._nvtx_fix, self.batch))
-        return self._usable(read_order(streams, ordered))
+                                         {"kind": NVTX}, self._nvtx_fix, self.batch, odd=self.odd))
+        return self._usable(streams, ordered)
 
-    def _usable(self, batches):
-        """The rows with a usable start and duration (the others counted in ``unusable``); an
-        SQLite error while reading (a file cut short) becomes a ``TraceError``."""
+    def _usable(self, streams, ordered):
+        """The rows of ``streams`` with a usable start and duration (the others counted in
+        ``unusable``), as ``read_order`` gives them; an SQLite error while reading (a file cut short)
+        becomes a ``TraceError``.  Each stream loses its unusable rows before the merge by start:
+        SQLite sorts a TEXT ``start`` after every integer, and it reads as -1."""
         try:
-            for b in batches:
-                ok = (b["ts"] >= 0) & (b["dur"] >= 0)
-                if not ok.all():
-                    self.unusable += int(np.count_nonzero(~ok))
-                    b = b[ok]
-                if len(b):
-                    yield b
+            yield from read_order([self._kept(s) for s in streams], ordered)
         except sqlite3.DatabaseError as e:
             raise TraceError(self.path, f"cannot read the SQLite database ({e})") from None
         if self.odd:
             self.warnings.append(f"{self.path}: {sum(self.odd):,} value(s) of integer columns are not integers "
                                  f"(REAL, TEXT or BLOB): read as -1")
             self.odd.clear()
+
+    def _kept(self, batches):
+        for b in batches:
+            ok = (b["ts"] >= 0) & (b["dur"] >= 0)
+            if not ok.all():
+                self.unusable += int(np.count_nonzero(~ok))
+                b = b[ok]
+            if len(b):
+                yield b
 
     def _memcpy_names(self, a, rows):
         kinds = a["name"].copy()
@@ -293,7 +301,7 @@ class NsysExport:
             return None
         row = self.conn.execute(f"SELECT domainId FROM [{t}] WHERE eventType = {DOMAIN_CREATE} AND text = ? LIMIT 1",
                                 (name,)).fetchone()
-        return row[0] if row else None
+        return row[0] if row and isinstance(row[0], int) else None
 
     def _has_payloads(self) -> bool:
         c = self.tables.get(NVTX_T, set())
@@ -312,20 +320,20 @@ class NsysExport:
             return {}
         c = self.tables[NVTX_T]
         cols = ", ".join(f"[{n}]" if n in c else "NULL" for n in ("binaryData", "jsonText", "text"))
-        q = (f"SELECT globalTid >> {PID_BITS}, {col(self.tables, NVTX_T, 'textId')}, {cols} FROM [{NVTX_T}] "
+        q = (f"SELECT {_SHIFTED.format(c='globalTid')}, {col(self.tables, NVTX_T, 'textId')}, {cols} FROM [{NVTX_T}] "
              f"WHERE domainId = ? AND eventType IN {RANGE_TYPES}")
         out: dict = {}
         for proc, tid, blob, js, text in self.conn.execute(q, (self.nccl_domain,)):
-            name = text if isinstance(text, str) else self.names([tid])[tid] if tid >= 0 else ""
+            name = text if isinstance(text, str) else self.names([tid])[tid] if isinstance(tid, int) and tid >= 0 else ""
             if not name.startswith("ncclCommInitRank"):
                 continue
             p = payload.decode(name, blob, js, self.schemas) or {}
             rank, n, comm = p.get(payload.RANK), p.get(payload.NRANKS), p.get(payload.COMM)
             if isinstance(comm, int) and isinstance(n, int):
                 self.nranks[comm] = n
-                if isinstance(rank, int) and proc is not None:
+                if isinstance(rank, int) and isinstance(proc, int):
                     self.members.setdefault(comm, {})[rank] = proc
-            if isinstance(rank, int) and isinstance(n, int) and proc is not None:
+            if isinstance(rank, int) and isinstance(n, int) and isinstance(proc, int):
                 if proc not in out or n > out[proc][1]:
                     out[proc] = (rank, n)
         return out

@@ -1,0 +1,96 @@
+"""Hostile Nsight Systems exports (a fuzzing pass): TEXT or NULL where the exporter writes integers,
+negative string ids, a ``WITHOUT ROWID`` kernel table, a kernel table that is a view.  Each is the
+export of ``test_nsys_merge.build`` altered with plain SQL; ``analyze`` and ``merge`` must read it
+(what cannot be read said in a warning, the rest kept) and never end in a traceback.  The rows
+expected are counted from the file with plain SQL (``typeof``), not by streamtrace."""
+from __future__ import annotations
+
+import gzip
+import json
+import sqlite3
+
+import pytest
+
+from support import run_cli
+from test_nsys_merge import build
+
+K, M, R, N = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"
+ODD = "value(s) of integer columns are not integers"
+
+
+def _relax(table):
+    """``table`` again without its NOT NULL constraints (CREATE TABLE AS keeps the columns only)."""
+    return f"CREATE TABLE t2 AS SELECT * FROM [{table}]; DROP TABLE [{table}]; ALTER TABLE t2 RENAME TO [{table}];"
+
+
+#: name -> SQL that makes the export hostile
+HOSTILE = {
+    "nvtx_text_start": f"UPDATE {N} SET start = 'abc' WHERE rowid = 2",
+    "runtime_text_start": f"UPDATE {R} SET start = 'abc' WHERE rowid = 3",
+    "runtime_null_start": _relax(R) + f"UPDATE {R} SET start = NULL WHERE rowid = 3",
+    "runtime_text_ids": f"UPDATE {R} SET correlationId = 'c', globalTid = 'g', nameId = 'n' WHERE rowid = 5",
+    "runtime_null_ids": f"UPDATE {R} SET correlationId = NULL, globalTid = NULL, nameId = NULL WHERE rowid = 5",
+    "nvtx_text_ids": f"UPDATE {N} SET globalTid = 'g', textId = 't', text = NULL WHERE rowid = 4",
+    "kernel_text_ids": f"UPDATE {K} SET globalPid = 'p', correlationId = 'c', deviceId = 'd' WHERE rowid = 2",
+    "memcpy_text_start": f"UPDATE {M} SET start = 'abc' WHERE rowid = 1",
+}
+
+
+def _kept(db):
+    """Rows ``analyze``/``merge`` can keep, counted with SQL: start and end integers, a process
+    that is an integer (``globalPid`` of GPU rows, ``globalTid`` of CPU rows)."""
+    c = sqlite3.connect(db)
+    try:
+        def n(t, proc, where="1"):
+            return c.execute(f"SELECT count(*) FROM [{t}] WHERE typeof(start) = 'integer' AND typeof([end]) = "
+                             f"'integer' AND typeof({proc}) = 'integer' AND {where}").fetchone()[0]
+        return {"kernel": n(K, "globalPid"), "gpu_memcpy": n(M, "globalPid"),
+                "cpu": n(R, "globalTid") + n(N, "globalTid", "eventType IN (59, 60, 70, 71)")}
+    finally:
+        c.close()
+
+
+def _hostile(tmp_path, sql):
+    db = tmp_path / "node.sqlite"
+    build(db)
+    c = sqlite3.connect(db)
+    c.executescript(sql)
+    c.commit()
+    c.close()
+    return db
+
+
+def _merged(tmp_path, db):
+    out = tmp_path / "m.json.gz"
+    r = run_cli("merge", db, "-o", out, "-q")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    evs = json.load(gzip.open(out))["traceEvents"]
+    return evs, r
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_merge_reads_what_it_can_and_says_the_rest(tmp_path, case):
+    db = _hostile(tmp_path, HOSTILE[case])
+    want = _kept(db)
+    evs, r = _merged(tmp_path, db)
+    x = [e for e in evs if e["ph"] == "X"]
+    assert sum(e["cat"] == "kernel" for e in x) == want["kernel"]
+    assert sum(e["cat"] == "gpu_memcpy" for e in x) == want["gpu_memcpy"]
+    assert sum(e["cat"] in ("cuda_runtime", "cuda_driver", "user_annotation") for e in x) == want["cpu"]
+    ranks = {e["args"]["name"].split(" ·")[0] for e in evs if e.get("name") == "process_name"}
+    assert ranks == {"Rank 0", "Rank 1"}            # no process made of a value that is not an integer
+    if "text" in case:
+        assert ODD in r.stderr and str(db) in r.stderr
+
+
+@pytest.mark.parametrize("case", ["nvtx_text_start", "runtime_text_ids", "nvtx_text_ids", "kernel_text_ids"])
+def test_analyze_reads_what_it_can_and_says_the_rest(tmp_path, case):
+    db = _hostile(tmp_path, HOSTILE[case])
+    want = _kept(db)
+    r = run_cli("analyze", db, "-o", tmp_path / "a")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert ODD in r.stderr
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert sorted(x["rank"] for x in summary["ranks"]) == [0, 1]
+    assert sum(d["gpu_events"] for x in summary["ranks"] for d in x["devices"].values()) == \
+        want["kernel"] + want["gpu_memcpy"]
