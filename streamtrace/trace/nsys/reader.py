@@ -79,6 +79,7 @@ class NsysExport:
         self.pages, self.page_bytes = pages, page_bytes
         self.read_by: dict[str, str] = {}
         self.odd: list = []                      # non-integer values the page reader or SQL read as -1
+        self.negative: set = set()               # negative string ids met (named "<string id N>")
         if not any(t in self.tables for t in (KERNEL_T, MEMCPY_T, MEMSET_T, RUNTIME_T, NVTX_T)):
             raise TraceError(path, "an SQLite database without Nsight Systems activity tables "
                                    "(CUPTI_ACTIVITY_KIND_*, NVTX_EVENTS)")
@@ -123,7 +124,8 @@ class NsysExport:
         """``{id: text}`` for name ids of the batches (``StringIds`` ids and local ones)."""
         ids = [int(i) for i in ids]
         out = self.strings.get([i for i in ids if i >= 0])
-        out.update({i: self.local_text[-2 - i] for i in ids if i < -1})
+        n = len(self.local_text)
+        out.update({i: self.local_text[-2 - i] if -2 - i < n else f"<string id {i}>" for i in ids if i < -1})
         if -1 in ids:
             out[-1] = ""
         return out
@@ -154,8 +156,8 @@ class NsysExport:
                     cols.append(col(self.tables, t, n, expr))
                     by_page[f] = n
             sql = f"SELECT {', '.join(cols)} FROM [{t}]" + (" ORDER BY start" if ordered else "")
-            streams.append(self._table(t, sql, fields, by_page, consts, self._memcpy_names if kind == MEMCPY else None,
-                                       ordered))
+            fix = self._memcpy_names if kind == MEMCPY else self._file_names if kind == KERNEL else None
+            streams.append(self._table(t, sql, fields, by_page, consts, fix, ordered))
         return self._usable(streams, ordered)
 
     def _table(self, t, sql, fields, by_page, consts=None, fix=None, ordered=True):
@@ -187,8 +189,8 @@ class NsysExport:
                                          ("gtid", "globalTid"), ("correlation", "correlationId"))
                        if n in self.tables[t]}
             streams.append(self._runtime_names(self._table(
-                t, sql, ["ts", "dur", "kind", "name", "gtid", "correlation"], by_page, {"kind": RUNTIME}, None,
-                ordered)))
+                t, sql, ["ts", "dur", "kind", "name", "gtid", "correlation"], by_page, {"kind": RUNTIME},
+                self._file_names, ordered)))
         if nvtx and NVTX_T in self.tables and "eventType" in self.tables[NVTX_T]:
             streams.append(table_batches(self.conn, self._nvtx_sql(ordered), ["ts", "dur", "name", "gtid", "comm"],
                                          {"kind": NVTX}, self._nvtx_fix, self.batch, odd=self.odd))
@@ -207,6 +209,11 @@ class NsysExport:
             self.warnings.append(f"{self.path}: {sum(self.odd):,} value(s) of integer columns are not integers "
                                  f"(REAL, TEXT or BLOB): read as -1")
             self.odd.clear()
+        if self.negative:
+            some = ", ".join(map(str, sorted(self.negative)[:5])) + (", ..." if len(self.negative) > 5 else "")
+            self.warnings.append(f"{self.path}: {len(self.negative):,} negative string id(s) ({some}; StringIds "
+                                 f"holds none): each named \"<string id N>\"")
+            self.negative.clear()
 
     def _kept(self, batches):
         for b in batches:
@@ -216,6 +223,18 @@ class NsysExport:
                 b = b[ok]
             if len(b):
                 yield b
+
+    def _file_names(self, a, _=None):
+        """A batch's name ids as the file holds them: a negative one (``StringIds`` holds none; below
+        -1 it would read as a reader-local name) becomes the local name ``"<string id N>"``, as an id
+        missing from ``StringIds`` is named, and is noted in ``negative``.  -1 is no name, as NULL."""
+        ids = a["name"]
+        if (ids < -1).any():
+            was = ids.copy()
+            for v in np.unique(was[was < -1]).tolist():
+                ids[was == v] = self.local_id(f"<string id {v}>")
+                self.negative.add(v)
+        return a
 
     def _memcpy_names(self, a, rows):
         kinds = a["name"].copy()
@@ -246,18 +265,33 @@ class NsysExport:
         paid = (f"n.domainId = {int(self.nccl_domain)} AND ({' OR '.join(f'n.[{h}] IS NOT NULL' for h in has)})"
                 if self.nccl_domain is not None and has and "domainId" in c else "0")
         inline = "n.textId IS NULL" if "textId" in c else "1"
-        name = "-2" if "text" not in c else "-2 - coalesce(x.id, 0)"
-        join = ""
-        if "text" in c:
+        neg = "(typeof(n.textId) = 'integer' AND n.textId < -1)" if "textId" in c else "0"
+        label = "'<string id ' || n.textId || '>'"     # a negative textId's name (as ``_file_names``)
+        name, join = "-2", ""
+        if "text" in c or "textId" in c:
             self.conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS {TEXTS_T} (id INTEGER PRIMARY KEY, raw TEXT UNIQUE)")
-            self.conn.execute(f"INSERT OR IGNORE INTO temp.{TEXTS_T} (raw) SELECT text FROM [{t}] WHERE "
-                              f"{inline.replace('n.', '')} AND text IS NOT NULL AND eventType IN {RANGE_TYPES}")
-            join = f"LEFT JOIN temp.{TEXTS_T} x ON {inline} AND x.raw = n.text"
-        name = f"CASE WHEN {inline} THEN {name} ELSE n.textId END" if "textId" in c else name
+            if "text" in c:
+                self.conn.execute(f"INSERT OR IGNORE INTO temp.{TEXTS_T} (raw) SELECT text FROM [{t}] WHERE "
+                                  f"{inline.replace('n.', '')} AND text IS NOT NULL AND eventType IN {RANGE_TYPES}")
+            self._negative_texts(neg)
+            key = f"CASE WHEN {inline} THEN {'n.text' if 'text' in c else 'NULL'} WHEN {neg} THEN {label} END"
+            name, join = "-2 - coalesce(x.id, 0)", f"LEFT JOIN temp.{TEXTS_T} x ON x.raw = {key}"
+        name = f"CASE WHEN {inline} OR {neg} THEN {name} ELSE n.textId END" if "textId" in c else name
         return (f"SELECT n.start, coalesce(n.[end] - n.start, -1), {name}, "
                 f"{col(self.tables, t, 'globalTid', 'n.{c}')}, "
                 f"CASE WHEN {paid} THEN -2 - n.rowid ELSE -1 END FROM [{t}] n {join} "
                 f"WHERE n.eventType IN {RANGE_TYPES}" + (" ORDER BY n.start" if ordered else ""))
+
+    def _negative_texts(self, neg):
+        """The negative ``textId`` s of the NVTX ranges (``neg``: the SQL test of one) into ``negative``
+        and, as their names ``"<string id N>"``, into the temporary table of texts."""
+        if neg == "0":
+            return
+        ids = [v for v, in self.conn.execute(f"SELECT DISTINCT n.textId FROM [{NVTX_T}] n WHERE {neg} AND "
+                                             f"n.eventType IN {RANGE_TYPES}")]
+        self.negative.update(ids)
+        self.conn.executemany(f"INSERT OR IGNORE INTO temp.{TEXTS_T} (raw) VALUES (?)",
+                              [(f"<string id {v}>",) for v in ids])
 
     def _nvtx_fix(self, a, _):
         """Inline NVTX texts as local names (first seen, first numbered); NCCL payloads (rows whose

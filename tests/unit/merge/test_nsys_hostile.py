@@ -94,3 +94,29 @@ def test_analyze_reads_what_it_can_and_says_the_rest(tmp_path, case):
     assert sorted(x["rank"] for x in summary["ranks"]) == [0, 1]
     assert sum(d["gpu_events"] for x in summary["ranks"] for d in x["devices"].values()) == \
         want["kernel"] + want["gpu_memcpy"]
+
+
+#: name -> (SQL, the event category, the string id): a negative string id (StringIds holds none) is the
+#: name "<string id N>" (as an id missing from StringIds is), never another row's name or a traceback
+NEGATIVE = {
+    "runtime_nameId": (f"UPDATE {R} SET nameId = -5 WHERE rowid = 1", "cuda_runtime", -5),
+    "kernel_names": (f"UPDATE {K} SET demangledName = -7, shortName = -7 WHERE rowid = 1", "kernel", -7),
+    "nvtx_textId": (f"UPDATE {N} SET textId = -9, text = NULL WHERE rowid = 1", "user_annotation", -9),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NEGATIVE))
+def test_a_negative_string_id_is_named_as_a_missing_one(tmp_path, case):
+    sql, cat, sid = NEGATIVE[case]
+    db = _hostile(tmp_path, sql)
+    texts = [t for t, in sqlite3.connect(db).execute("SELECT text FROM NVTX_EVENTS WHERE text IS NOT NULL")]
+    evs, r = _merged(tmp_path, db)
+    named = [e for e in evs if e["ph"] == "X" and e["name"] == f"<string id {sid}>"]
+    assert len(named) == 1 and named[0]["cat"] == cat
+    assert "negative string id" in r.stderr and str(db) in r.stderr
+    if cat == "user_annotation":        # every other range keeps its own text
+        names = [e["name"] for e in evs if e.get("cat") == "user_annotation"]
+        assert sorted(names) == sorted(texts + [f"<string id {sid}>"])
+    a = run_cli("analyze", db, "-o", tmp_path / "a")
+    assert a.returncode == 0 and "Traceback" not in a.stderr, a.stderr
+    assert "negative string id" in a.stderr
