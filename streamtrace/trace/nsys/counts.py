@@ -1,9 +1,10 @@
 """How many activity rows an export holds (``activity_rows``): the total of a progress bar over
 its rows.  ``max(rowid)`` of each table (the exporter appends rows, so it is their count, read from
-the table's b-tree without a scan); tables it lacks count 0."""
+the table's b-tree without a scan); ``count(*)`` of a ``WITHOUT ROWID`` table or a view; tables it
+lacks count 0."""
 from __future__ import annotations
 
-from .db import open_export, table_columns
+from .db import has_rowid, open_export, table_columns
 
 #: the tables the reader streams (``streamtrace.trace.nsys.reader``)
 ACTIVITY_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
@@ -16,7 +17,7 @@ def activity_rows(conn, tables, which=ACTIVITY_TABLES) -> int:
     n = 0
     for t in which:
         if t in tables:
-            row = conn.execute(f"SELECT max(rowid) FROM [{t}]").fetchone()
+            row = conn.execute(f"SELECT {'max(rowid)' if has_rowid(conn, t) else 'count(*)'} FROM [{t}]").fetchone()
             n += int(row[0] or 0) if row else 0
     return n
 

@@ -77,9 +77,23 @@ def open_export(path) -> sqlite3.Connection:
 
 
 def table_columns(conn) -> dict[str, set[str]]:
-    """``{table: {column, ...}}`` of every table of the export."""
-    names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    """``{table: {column, ...}}`` of every table and view of the export (a view is read as the table of
+    its name would be: the exporter writes none, so one there was made to be read)."""
+    names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")]
     return {t: {r[1] for r in conn.execute(f"PRAGMA table_info([{t}])")} for t in names}
+
+
+def has_rowid(conn, table) -> bool:
+    """True when ``table`` is a table with a rowid: False for a ``WITHOUT ROWID`` table or a view (the
+    exporter's tables all have one; these are read without it)."""
+    row = conn.execute("SELECT type FROM sqlite_master WHERE name = ?", (table,)).fetchone()
+    if row is None or row[0] != "table":
+        return False
+    try:
+        conn.execute(f"SELECT rowid FROM [{table}] LIMIT 0")
+    except sqlite3.OperationalError:                      # "no such column: rowid"
+        return False
+    return True
 
 
 def export_meta(conn, tables) -> dict[str, str]:

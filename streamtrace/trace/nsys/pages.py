@@ -18,7 +18,7 @@ a shorter record (added by ``ALTER TABLE ... ADD COLUMN`` after the row was writ
 column's declared default (``PRAGMA table_info.dflt_value``) as SQLite does: NULL when there is
 none, an integer literal as its value; a REAL, TEXT or BLOB where an integer is asked for (or a
 non-integer declared default) reads as ``default`` too, flagged and counted (``ColumnBatch.odd``); a payload too large for its page is assembled from its overflow
-pages when it holds an asked column.  A ``WITHOUT ROWID`` table or one with generated columns raises
+pages when it holds an asked column.  A ``WITHOUT ROWID`` table, a view, or a table with generated columns raises
 ``Unscannable`` before any row is read (the caller reads it with SQL instead).  A file cut
 short or a page that cannot be what the b-tree says raises
 ``TraceError`` naming the file (and the page)."""
@@ -40,7 +40,7 @@ BATCH_BYTES = 1 << 20
 
 
 class Unscannable(Exception):
-    """A table the page reader does not read (``WITHOUT ROWID``, generated columns, a column added
+    """A table the page reader does not read (``WITHOUT ROWID``, a view, generated columns, a column added
     with a default); the message says why.  Raised before any row is read."""
 
 
@@ -196,6 +196,8 @@ def table_layout(conn, table) -> Layout:
     row = conn.execute("SELECT rootpage, sql FROM sqlite_master WHERE type = 'table' AND name = ?",
                        (table,)).fetchone()
     if row is None:
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'view' AND name = ?", (table,)).fetchone():
+            raise Unscannable(f"{table} is a view")
         raise KeyError(table)
     root, sql = row
     if re.search(r"\bWITHOUT\s+ROWID\b", sql or "", re.I):

@@ -27,7 +27,7 @@ import numpy as np
 
 from ...runtime.errors import TraceError
 from . import payload
-from .db import export_meta, gpu_names, open_export, session_start_ns, Strings, table_columns
+from .db import export_meta, gpu_names, has_rowid, open_export, session_start_ns, Strings, table_columns
 from .pagerows import page_batches
 from .pages import BATCH_BYTES
 from .processes import gpu_process_keys, plan_processes, PID_BITS
@@ -48,6 +48,10 @@ _SHIFTED = f"CASE WHEN typeof({{c}}) = 'integer' THEN {{c}} >> {PID_BITS} ELSE {
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 NO_PAYLOAD = ("unknown: the export holds no NCCL NVTX payload data (export with `nsys export --type sqlite "
               "--include-blobs=true`, and profile with NVTX tracing on)")
+
+
+NO_ROWID = ("unknown: NVTX_EVENTS has no rowid (a WITHOUT ROWID table or a view), by which its NCCL payloads "
+            "are read")
 
 
 def _short_text(text="text") -> str:
@@ -94,6 +98,7 @@ class NsysExport:
         self.text_ids: dict[int, int] = {}       # row of the temporary NVTX text table -> local id
         self.comm_rows: list = []
         self.warnings: list = []
+        self.nvtx_rowid = has_rowid(self.conn, NVTX_T)   # the ranges' payloads are read by rowid
         self.nccl_domain = self._domain("NCCL")
         self.schemas = payload.load_schemas(self.conn, self.tables, self.nccl_domain)
         self.nranks: dict = {}                   # communicator id -> its size
@@ -109,6 +114,8 @@ class NsysExport:
             self.warnings.append(f"{self.path}: the GPU tables carry no process (globalPid): every GPU event is "
                                  f"given to rank {self.processes[0].rank}")
         self.collective_bytes = "from NCCL NVTX payloads" if nccl or self._has_payloads() else NO_PAYLOAD
+        if not self.nvtx_rowid and self._has_payloads():
+            self.collective_bytes = NO_ROWID
         self.unusable = 0                        # rows without a usable start/end, left out
 
     # -- names
@@ -263,7 +270,7 @@ class NsysExport:
         t, c = NVTX_T, self.tables[NVTX_T]
         has = [n for n in ("binaryData", "jsonText") if n in c]
         paid = (f"n.domainId = {int(self.nccl_domain)} AND ({' OR '.join(f'n.[{h}] IS NOT NULL' for h in has)})"
-                if self.nccl_domain is not None and has and "domainId" in c else "0")
+                if self.nccl_domain is not None and has and "domainId" in c and self.nvtx_rowid else "0")
         inline = "n.textId IS NULL" if "textId" in c else "1"
         neg = "(typeof(n.textId) = 'integer' AND n.textId < -1)" if "textId" in c else "0"
         label = "'<string id ' || n.textId || '>'"     # a negative textId's name (as ``_file_names``)
@@ -279,7 +286,7 @@ class NsysExport:
         name = f"CASE WHEN {inline} OR {neg} THEN {name} ELSE n.textId END" if "textId" in c else name
         return (f"SELECT n.start, coalesce(n.[end] - n.start, -1), {name}, "
                 f"{col(self.tables, t, 'globalTid', 'n.{c}')}, "
-                f"CASE WHEN {paid} THEN -2 - n.rowid ELSE -1 END FROM [{t}] n {join} "
+                f"{f'CASE WHEN {paid} THEN -2 - n.rowid ELSE -1 END' if paid != '0' else '-1'} FROM [{t}] n {join} "
                 f"WHERE n.eventType IN {RANGE_TYPES}" + (" ORDER BY n.start" if ordered else ""))
 
     def _negative_texts(self, neg):
@@ -358,7 +365,8 @@ class NsysExport:
              f"WHERE domainId = ? AND eventType IN {RANGE_TYPES}")
         out: dict = {}
         for proc, tid, blob, js, text in self.conn.execute(q, (self.nccl_domain,)):
-            name = text if isinstance(text, str) else self.names([tid])[tid] if isinstance(tid, int) and tid >= 0 else ""
+            known = isinstance(tid, int) and tid >= 0
+            name = text if isinstance(text, str) else self.names([tid])[tid] if known else ""
             if not name.startswith("ncclCommInitRank"):
                 continue
             p = payload.decode(name, blob, js, self.schemas) or {}

@@ -120,3 +120,64 @@ def test_a_negative_string_id_is_named_as_a_missing_one(tmp_path, case):
     a = run_cli("analyze", db, "-o", tmp_path / "a")
     assert a.returncode == 0 and "Traceback" not in a.stderr, a.stderr
     assert "negative string id" in a.stderr
+
+
+#: the columns of ``build``'s tables, as it declares them
+COLUMNS = {K: "start INT, [end] INT, deviceId INT, streamId INT, correlationId INT, globalPid INT, demangledName INT, "
+              "shortName INT",
+           R: "start INT, [end] INT, eventClass INT, globalTid INT, correlationId INT, nameId INT",
+           N: "start INT, [end] INT, eventType INT, rangeId INT, category INT, color INT, text TEXT, globalTid INT, "
+              "endGlobalTid INT, textId INT, domainId INT, jsonText TEXT, binaryData TEXT"}
+
+
+def _without_rowid(table, key):
+    """``table`` again as a ``WITHOUT ROWID`` table (primary key ``key``), rows and columns unchanged."""
+    return (f"ALTER TABLE [{table}] RENAME TO t0; CREATE TABLE [{table}] ({COLUMNS[table]}, PRIMARY KEY ({key})) "
+            f"WITHOUT ROWID; INSERT INTO [{table}] SELECT * FROM t0; DROP TABLE t0;")
+
+
+#: name -> SQL: tables that are not the exporter's plain rowid tables
+SHAPES = {
+    "kernel_without_rowid": _without_rowid(K, "globalPid, deviceId, start"),
+    "runtime_without_rowid": _without_rowid(R, "globalTid, start, eventClass"),
+    "nvtx_without_rowid": _without_rowid(N, "globalTid, start"),
+    "kernel_view": f"ALTER TABLE {K} RENAME TO k0; CREATE VIEW {K} AS SELECT * FROM k0",
+    "memcpy_view_of_some": f"ALTER TABLE {M} RENAME TO m0; CREATE VIEW {M} AS SELECT * FROM m0 WHERE start > 15000",
+}
+
+
+@pytest.mark.parametrize("case", sorted(SHAPES))
+def test_a_table_without_rowid_or_a_view_is_read(tmp_path, case):
+    db = _hostile(tmp_path, SHAPES[case])
+    kinds = {t: k for t, k in sqlite3.connect(db).execute("SELECT name, type FROM sqlite_master")}
+    assert kinds[{"k": K, "r": R, "n": N, "m": M}[case[0]]] == ("view" if "view" in case else "table")
+    want = _kept(db)
+    evs, r = _merged(tmp_path, db)
+    x = [e for e in evs if e["ph"] == "X"]
+    assert sum(e["cat"] == "kernel" for e in x) == want["kernel"] > 0
+    assert sum(e["cat"] == "gpu_memcpy" for e in x) == want["gpu_memcpy"] > 0
+    assert sum(e["cat"] in ("cuda_runtime", "cuda_driver", "user_annotation") for e in x) == want["cpu"]
+    a = run_cli("analyze", db, "-o", tmp_path / "a")
+    assert a.returncode == 0 and "Traceback" not in a.stderr, a.stderr
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert sum(d["gpu_events"] for x in summary["ranks"] for d in x["devices"].values()) == \
+        want["kernel"] + want["gpu_memcpy"]
+
+
+def test_nvtx_without_rowid_says_its_payloads_are_not_read(tmp_path):
+    """NCCL payloads are read by rowid: an NVTX table without one is read, its payloads' sizes unknown, said."""
+    from streamtrace.trace.nsys import NsysExport
+    db = _hostile(tmp_path, f"""
+        INSERT INTO {N} (start, eventType, text, globalTid, domainId) VALUES (1, 75, 'NCCL', 0, 5);
+        INSERT INTO {N} (start, [end], eventType, text, globalTid, domainId, binaryData)
+            SELECT start + 1, [end] - 1, 59, 'ncclAllReduce', globalTid, 5, x'00' FROM {N} WHERE rowid = 1;
+        """ + _without_rowid(N, "globalTid, start, eventType"))
+    ex = NsysExport(db)
+    try:
+        assert ex.collective_bytes.startswith("unknown: NVTX_EVENTS has no rowid")
+        names = [n for b in ex.cpu_batches() for n in ex.names(b["name"][b["kind"] == 5].tolist()).values()]
+    finally:
+        ex.close()
+    with sqlite3.connect(db) as c:
+        want = [t for t, in c.execute(f"SELECT text FROM {N} WHERE eventType = 59")]
+    assert sorted(names) == sorted(want)
