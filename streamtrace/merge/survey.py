@@ -12,6 +12,7 @@ from ..runtime.errors import StreamtraceError
 from ..events.columns import StringTable, columns_from_batch
 from ..trace.metadata import base_time_ns, read_trailer
 from ..trace.reader import TraceReader
+from ..trace.steps import int_step
 from .clocks import KERNEL_CATS, CollectiveLog
 from .flows import FlowExtents
 from .pids import FLOW_PHASES, GPU_CATS, hashable
@@ -57,9 +58,8 @@ def survey_rank(path, want_flows=False, salvage=False, byte_range=None, want_col
             name = ev.get("name")
             if ph == "X" and isinstance(name, str) and name.startswith("ProfilerStep#") \
                     and ev.get("cat") not in GPU_CATS:
-                try:
-                    n = int(name[13:])
-                except ValueError:
+                n = _step_number(name)
+                if n < 0:
                     continue
                 lo, hi = steps.get(n, (t, t + dur[i]))
                 steps[n] = (min(lo, t), max(hi, t + dur[i]))
@@ -112,13 +112,9 @@ def survey_columns(path, salvage=False, byte_range=None) -> Survey:
 
 
 def _step_number(name) -> int:
-    """N of a ``ProfilerStep#N`` name (as ``survey_rank`` reads it), else -1."""
-    if not name.startswith("ProfilerStep#"):
-        return -1
-    try:
-        return int(name[13:])
-    except ValueError:
-        return -1
+    """N of a ``ProfilerStep#N`` name (as ``survey_rank`` reads it), else -1 (also for an N past
+    ``MAX_STEP``: no step)."""
+    return int_step(name[13:]) if name.startswith("ProfilerStep#") else -1
 
 
 def metadata_task(path, head, survey, want_flows, salvage, want_collectives=False) -> Survey:

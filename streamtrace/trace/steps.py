@@ -57,11 +57,22 @@ def user_step_regex(pattern: str) -> re.Pattern:
     return rx
 
 
+#: the largest step number: steps are int64 columns (the kernels' and ops' ``step``); a name whose
+#: number is larger (``ProfilerStep#99999999999999999999``) is no step, as one whose number is no number
+MAX_STEP = (1 << 63) - 1
+
+
 def step_number(m) -> int:
     """The step number of a ``step_regex`` match: its first group that matched (-1 when that
-    group is not a number)."""
+    group is not a number from 0 to ``MAX_STEP``)."""
     g = next((x for x in m.groups() if x is not None), None)
+    return int_step(g)
+
+
+def int_step(text) -> int:
+    """``text`` (a str, or None) as a step number: -1 when it is not a number from 0 to ``MAX_STEP``."""
     try:
-        return int(g)
+        n = int(text)
     except (TypeError, ValueError):
         return -1
+    return n if 0 <= n <= MAX_STEP else -1
