@@ -14,7 +14,7 @@ import sys
 import traceback
 
 from ..runtime.console import printable, setup_console
-from ..runtime.errors import EXIT_USAGE, StreamtraceError
+from ..runtime.errors import EXIT_USAGE, StreamtraceError, UsageError
 from ..runtime.lifecycle import Terminated, exit_on_sigterm
 from ..runtime.tuning import leave, skip_numba_blas, skip_pandas, use_system_allocator
 from . import aggregate, analyze, demo, diff, epilogue, merge, report, topology, validate, warmup, whatif
@@ -80,11 +80,26 @@ def call(fn, options: argparse.Namespace):
     from its list), an option not given left to ``fn``'s default (the parsers' ``argument_default`` is
     ``SUPPRESS``)."""
     kwargs = {k: v for k, v in vars(options).items() if k not in ("run", "version")}
+    no_stdout(kwargs)
     args = ()
     for p in inspect.signature(fn).parameters.values():
         if p.kind is p.VAR_POSITIONAL:
             args = tuple(kwargs.pop(p.name, ()))
     fn(*args, **kwargs)
+
+
+#: the parameters that name a command's output, and their spelling
+OUTPUT_OPTIONS = {"outdir": "-o/--outdir", "output_file": "-o/--output-file", "legacy_output_file": "--output_file",
+                  "output": "-o/--output"}
+
+
+def no_stdout(kwargs):
+    """``UsageError`` when an output is ``-``: no command writes to standard output (each output is
+    written to a temporary file or folder renamed into place); a file or folder named ``-`` was made."""
+    for k, spelled in OUTPUT_OPTIONS.items():
+        if kwargs.get(k) == "-":
+            raise UsageError(f"{spelled} -: the output cannot be standard output (it is written to a temporary "
+                             f"file or folder renamed into place); give a path, ./- for one named \"-\"")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -242,3 +242,23 @@ def test_epilogue_full_flag_is_gpu_only_false(tmp_path):
     assert gpu.returncode == 0, gpu.stderr
     merged = list((tmp_path / "gpu").glob("*/merged*.json.gz"))
     assert [p.name for p in merged] == ["merged_gpu.json.gz"] and cpu_ops(merged[0]) == 0
+
+
+@pytest.mark.parametrize("args", [("merge", "{t}", "-o", "-"), ("merge", "{t}", "--output-file=-"),
+                                  ("merge", "--input_dir", "{d}", "--output_file", "-"),
+                                  ("analyze", "{t}", "-o", "-"), ("aggregate", "{d}", "-o", "-"),
+                                  ("whatif", "{d}", "--change", "comm=0.5", "-o", "-")])
+def test_dash_as_an_output_is_a_usage_error_and_writes_nothing(tmp_path, args):
+    """``-o -`` is not standard output (every output is written to a temporary file or folder and renamed into
+    place): a usage error, no file or folder named "-" (merge wrote one); ``./-`` still names one."""
+    from kineto import KinetoDoc
+    work = tmp_path / "work"
+    work.mkdir()
+    doc = KinetoDoc().cpu("ProfilerStep#1", 0, 10)
+    doc.launch(1, 2)
+    t = doc.write(tmp_path / "rank0.json")
+    r = run_cli(*(a.format(t=t, d=tmp_path) for a in args), cwd=work)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "standard output" in r.stderr and "./-" in r.stderr
+    assert list(work.iterdir()) == []
