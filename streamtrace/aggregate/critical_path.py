@@ -53,6 +53,7 @@ from functools import partial
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..events.dataset import read_arrow, write_table
 from ..kernels.critical import NEG, POS, latest_times_masked, longest_path_masked, trace_back
@@ -102,8 +103,8 @@ def _p2p_instances(outdir) -> set:
     if not p.is_file():
         return set()
     t = read_arrow(p, columns(COLLECTIVES_RANKS, "instance", "collective"))
-    kind = np.char.lower(np.asarray(t["collective"].to_pylist(), dtype=str)) if t.num_rows else np.zeros(0, str)
-    return set(t["instance"].to_numpy()[np.isin(kind, P2P)].tolist())
+    p2p = pc.is_in(pc.utf8_lower(t["collective"].cast(pa.string())), value_set=pa.array(P2P))    # (Arrow text, no str
+    return set(np.unique(t["instance"].filter(p2p).to_numpy()).tolist())    # a row: 78 MB at 4,096 synthetic ranks)
 
 
 class JobGraph:
