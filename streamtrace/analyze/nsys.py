@@ -7,6 +7,7 @@ import os
 
 from ..events.nsys import NsysIngest, ingest_nsys
 from ..trace.discover import load_rank_map
+from ..trace.nsys import unowned_warning
 from ..trace.nsys.counts import export_rows
 
 
@@ -42,6 +43,8 @@ def warnings_of(ing: NsysIngest) -> list[str]:
                    f"capture's edge) left out")
     if ing.foreign:
         out.append(f"{ex.path}: {ing.foreign:,} CPU row(s) of processes without GPU work left out")
+    if ing.unowned:
+        out.append(unowned_warning(ex.path, ing.unowned))
     return out
 
 

@@ -23,12 +23,14 @@ CORR_SHIFT = 40
 class NsysIngest:
     """What ``ingest_nsys`` read: the string table and collective-args rows the stored rows
     refer to, the export (processes, version, notices, warnings), the rows left out
-    (``unusable``: no usable start/end; ``foreign``: CPU rows of processes without GPU work)."""
+    (``unusable``: no usable start/end; ``foreign``: CPU rows of processes without GPU work;
+    ``unowned``: GPU rows without a usable process id, ``globalPid`` not an integer of 0 or more)."""
     table: StringTable
     comm_rows: list
     export: NsysExport
     unusable: int = 0
     foreign: int = 0
+    unowned: int = 0
     ranks: dict = field(default_factory=dict)
 
 
@@ -66,7 +68,9 @@ def ingest_nsys(path, store, rank_map=None, base_rank=0, progress=None, ordered=
                 rank[sel] = rank_of.get(k, -1)
                 corr_off[sel] = shift.get(k, 0)
             kept = rank >= 0
-            if not gpu:
+            if gpu:
+                out.unowned += int(np.count_nonzero(~kept))
+            else:
                 out.foreign += int(np.count_nonzero(~kept))
             b, rank, corr_off = b[kept], rank[kept], corr_off[kept]
             rows = np.empty(len(b), STORE_DTYPE)

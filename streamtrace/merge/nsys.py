@@ -28,7 +28,7 @@ from ..events.sortedsets import sorted_distinct
 from ..kernels.nsys_writer import NsysRows, event_text
 from ..runtime.errors import StreamtraceError
 from ..trace.discover import load_rank_map
-from ..trace.nsys import KINDS, NsysExport
+from ..trace.nsys import KINDS, NsysExport, unowned_warning
 from ..trace.nsys.counts import export_rows
 from ..trace.steps import STEP_PATTERNS, step_regex, user_step_regex
 from ..trace.writer import TraceWriter, dumps_events, us_fragment
@@ -93,6 +93,9 @@ def merge_exports(files, output, opt, rank_map=None) -> dict:
                 warnings += ex.warnings + ex.notices
                 if ex.unusable:
                     warnings.append(f"{ex.path}: {ex.unusable:,} row(s) without a usable start/end left out")
+                lost = counts.pop("unowned", 0)
+                if lost:
+                    warnings.append(unowned_warning(ex.path, lost))
     finally:
         bar.close()
         for ex in exports:
@@ -186,6 +189,8 @@ def _write_export(w, ex, opt, plan, flows, counts, progress) -> dict:
             if not gpu and opt.gpu_only:
                 continue
             rank, pidx = own.of(b, gpu)
+            if gpu:                    # (rows whose globalPid is no process id: counted, said after the export)
+                counts["unowned"] = counts.get("unowned", 0) + int(np.count_nonzero((rank < 0) & (b["proc"] < 0)))
             ok = (rank >= 0) & ~dropped[b["kind"]]
             ok &= (b["ts"] + b["dur"] >= lo[rank]) & (b["ts"] <= hi[rank])
             b, rank, pidx = b[ok], rank[ok], pidx[ok]

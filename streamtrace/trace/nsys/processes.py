@@ -106,3 +106,9 @@ def count_gpu_processes(path) -> int:
         return len(gpu_process_keys(conn, table_columns(conn))[0])
     finally:
         conn.close()
+
+
+def unowned_warning(path, n: int) -> str:
+    """The warning line for ``n`` GPU rows of the export at ``path`` left out because their
+    ``globalPid`` is not a process id (not an integer of 0 or more): no process, so no rank."""
+    return f"{path}: {n:,} GPU row(s) without a usable process id (globalPid not an integer of 0 or more) left out"

@@ -181,3 +181,17 @@ def test_nvtx_without_rowid_says_its_payloads_are_not_read(tmp_path):
     with sqlite3.connect(db) as c:
         want = [t for t, in c.execute(f"SELECT text FROM {N} WHERE eventType = 59")]
     assert sorted(names) == sorted(want)
+
+
+def test_analyze_counts_the_gpu_rows_it_cannot_give_a_process(tmp_path):
+    """A kernel whose ``globalPid`` is TEXT has no process, so no rank: ``analyze`` leaves it out and says
+    how many (it was left out without a word).  The count is taken from the file with SQL."""
+    db = _hostile(tmp_path, HOSTILE["kernel_text_ids"])
+    lost = sqlite3.connect(db).execute(f"SELECT count(*) FROM {K} WHERE typeof(globalPid) != 'integer' "
+                                       f"OR globalPid < 0").fetchone()[0]
+    assert lost == 1
+    r = run_cli("analyze", db, "-o", tmp_path / "a")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert f"{db}: {lost:,} GPU row(s) without a usable process id" in r.stderr
+    _, m = _merged(tmp_path, db)
+    assert f"{db}: {lost:,} GPU row(s) without a usable process id" in m.stderr
