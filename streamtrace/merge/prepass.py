@@ -22,7 +22,7 @@ from ..kernels.surveyor import Surveyor
 from ..trace.decode import decode_value, loads, text_ns
 from ..trace.reader import TraceReader
 from ..trace.source import LEAN_BLOCK
-from ..trace.steps import int_step
+from ..trace.steps import profiler_step_number
 from .flows import FlowExtents
 from .pids import FLOW_PHASES, GPU_CATS, hashable
 
@@ -47,7 +47,7 @@ def account_event(ev, t, d, acc: Tally):
         acc.first = t
     name = ev.get("name")
     if ph == "X" and isinstance(name, str) and name.startswith("ProfilerStep#") and ev.get("cat") not in GPU_CATS:
-        n = int_step(name[13:])             # -1: no number, or one past MAX_STEP: no step
+        n = profiler_step_number(name)      # -1: no number, or one past MAX_STEP: no step
         if n < 0:
             return
         lo, hi = acc.steps.get(n, (t, t + d))

@@ -12,7 +12,7 @@ from ..runtime.errors import StreamtraceError
 from ..events.columns import StringTable, columns_from_batch
 from ..trace.metadata import base_time_ns, read_trailer
 from ..trace.reader import TraceReader
-from ..trace.steps import int_step
+from ..trace.steps import profiler_step_number
 from .clocks import KERNEL_CATS, CollectiveLog
 from .flows import FlowExtents
 from .pids import FLOW_PHASES, GPU_CATS, hashable
@@ -58,7 +58,7 @@ def survey_rank(path, want_flows=False, salvage=False, byte_range=None, want_col
             name = ev.get("name")
             if ph == "X" and isinstance(name, str) and name.startswith("ProfilerStep#") \
                     and ev.get("cat") not in GPU_CATS:
-                n = _step_number(name)
+                n = profiler_step_number(name)
                 if n < 0:
                     continue
                 lo, hi = steps.get(n, (t, t + dur[i]))
@@ -86,7 +86,7 @@ def survey_columns(path, salvage=False, byte_range=None) -> Survey:
         cols, rows = columns_from_batch(b, table, path)
         if len(step_no) < len(table):                  # per string id, for the strings new in this batch
             new = table.strings[len(step_no):]
-            step_no = np.append(step_no, [_step_number(x) for x in new])
+            step_no = np.append(step_no, [profiler_step_number(x) for x in new])
             is_comm = np.append(is_comm, [("nccl" in x.lower() or "rccl" in x.lower()) for x in new])
             is_kernel = np.append(is_kernel, [x in KERNEL_CATS for x in new])
             is_gpu = np.append(is_gpu, [x in GPU_CATS for x in new])
@@ -109,12 +109,6 @@ def survey_columns(path, salvage=False, byte_range=None) -> Survey:
             log.add(table.strings[name[i]], int(ts[i]), int(dur[i]), rows[c] if c >= 0 else None,
                     int(cols["stream"][i]))
     return Survey(r.metadata, first, steps, FlowExtents(), log)
-
-
-def _step_number(name) -> int:
-    """N of a ``ProfilerStep#N`` name (as ``survey_rank`` reads it), else -1 (also for an N past
-    ``MAX_STEP``: no step)."""
-    return int_step(name[13:]) if name.startswith("ProfilerStep#") else -1
 
 
 def metadata_task(path, head, survey, want_flows, salvage, want_collectives=False) -> Survey:

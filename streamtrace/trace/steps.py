@@ -76,3 +76,14 @@ def int_step(text) -> int:
     except (TypeError, ValueError):
         return -1
     return n if 0 <= n <= MAX_STEP else -1
+
+
+_PROFILER_STEP = re.compile(KINETO_STEP_PATTERNS[0])
+
+
+def profiler_step_number(name: str) -> int:
+    """N of a ``ProfilerStep#N`` name, read by the Kineto step pattern as ``analyze`` reads it (``step_number``);
+    -1 for any other name: ``int()`` of the text after ``#`` also took ``ProfilerStep# 3``, ``#+3`` and
+    ``#1_000`` for steps (merge's pre-passes), which ``analyze`` does not."""
+    m = _PROFILER_STEP.match(name)
+    return step_number(m) if m else -1
