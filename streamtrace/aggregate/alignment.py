@@ -99,9 +99,10 @@ class Part:
 
     def read(self, dataset, columns):
         """The rank's ``dataset`` rows (all part files, in order) as a pyarrow Table; None when
-        there are none."""
+        there are none.  Its files checked against the schema analyze writes (``schema_of``): a
+        ``DataError`` naming the one with a column of another type or a row of unsound times."""
         files = self.files(dataset)
-        return read_partition(files, columns) if files else None
+        return read_partition(files, columns, schema_of(dataset)) if files else None
 
     def align(self, t):
         """Rank-local int64 ns -> aligned int64 ns (``t + shift_ns - clock_offset_ns``)."""
@@ -148,8 +149,9 @@ def _read_source_meta(source: str, rank: int) -> dict:
 def _part_info(dir_, rank, iteration, source, facts=None):
     kf = partition_files(dir_, KERNELS, rank, iteration)
     of = partition_files(dir_, OPS, rank, iteration)
-    kmm = [columns_min_max(f, ("ts_ns", "end_ns")) for f in kf]           # (each footer read once)
-    starts = [x for x in [m["ts_ns"][0] for m in kmm] + [column_min_max(f, "ts_ns")[0] for f in of]
+    ks, os_ = schema_of(KERNELS), schema_of(OPS)                            # (each footer read once, its
+    kmm = [columns_min_max(f, ("ts_ns", "end_ns"), ks) for f in kf]        # columns' types checked)
+    starts = [x for x in [m["ts_ns"][0] for m in kmm] + [column_min_max(f, "ts_ns", os_)[0] for f in of]
               if x is not None]
     ends = [x for x in [m["end_ns"][1] for m in kmm] if x is not None]
     info = dict(facts) if isinstance(facts, dict) else _read_source_meta(source, rank)

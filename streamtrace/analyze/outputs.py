@@ -116,8 +116,16 @@ def rank_trace_metadata(summary: dict, rank_entry: dict):
 
 
 def schema_of(dataset: str):
-    """The pyarrow schema of the dataset named ``dataset``: ``KERNELS`` and ``OPS`` have fixed ones
-    (``streamtrace.events.dataset.schemas``); None for the others (their files say theirs)."""
+    """The pyarrow schema of the dataset named ``dataset``, as analyze writes it: ``KERNELS`` and ``OPS``
+    (``streamtrace.events.dataset.schemas``), ``CUDA_SYNC`` and ``CPU_COLLECTIVES`` (their modules'
+    ``SCHEMA``); None for the others (their files say theirs).  The readers of an analysis folder check
+    its files against it (``streamtrace.events.dataset.read_partition``)."""
+    if dataset == CUDA_SYNC:
+        from .cuda_sync import SCHEMA
+        return SCHEMA
+    if dataset == CPU_COLLECTIVES:
+        from .cpu_collectives import SCHEMA
+        return SCHEMA
     from ..events.dataset import schemas
     return dict(zip((KERNELS, OPS), schemas())).get(dataset)
 

@@ -13,8 +13,9 @@ before.  Arrays are made with ``pyarrow.Array.from_buffers``, which (unlike
 ``pyarrow.array``) does not start Arrow's compute-function registry (~45 MB resident).
 
 This module is also the one Parquet *reader* of everything after ``analyze``: a file that is not
-readable Parquet, or lacks a column it should have, is a ``DataError``
-naming the file (never an Arrow traceback).
+readable Parquet, lacks a column it should have, or (read with its dataset's schema: an analysis
+folder's) has a column of another type or a row of unsound times (``tablecheck``) is a ``DataError``
+naming the file (never an Arrow or numpy traceback further on).
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ import pyarrow.parquet as pq
 
 from ..runtime.errors import DataError
 from ..runtime.files import atomic_output
+from .tablecheck import check_times, check_types
 
 UNKNOWN_ITERATION = -1   # the ``iteration=`` partition of a trace whose iteration is unknown
 ROW_GROUP = 65536        # rows per Parquet row group of the kernels and ops tables
@@ -108,33 +110,37 @@ def _why(e: BaseException) -> str:
     return text[0] if text else type(e).__name__
 
 
-def parquet_file(path, columns=()) -> pq.ParquetFile:
-    """Open the Parquet file ``path`` and check it has ``columns``.  Raises
-    ``DataError`` naming it when it is missing, not readable Parquet
-    (garbage, empty, cut short) or lacks a column."""
+def parquet_file(path, columns=(), schema=None) -> pq.ParquetFile:
+    """Open the Parquet file ``path`` and check it has ``columns`` and, with ``schema`` (the pyarrow schema
+    its writer gives such a file), that its columns ``schema`` names are of their types
+    (``tablecheck.check_types``: its footer only).  Raises ``DataError`` naming it when it is missing, not
+    readable Parquet (garbage, empty, cut short), lacks a column or has one of another type."""
     try:
         f = pq.ParquetFile(arrow_file(path))
     except FileNotFoundError:
         raise DataError(path, "missing") from None
     except (OSError, pa.ArrowException, ValueError) as e:
         raise DataError(path, f"not a readable Parquet file ({_why(e)})") from None
-    names = set(f.schema_arrow.names) if columns else ()     # (schema_arrow builds a schema per call)
-    missing = [c for c in columns if c not in names]
+    have = f.schema_arrow if columns or schema is not None else None     # (schema_arrow builds a schema per call)
+    missing = [c for c in columns if have.get_field_index(c) < 0]
     if missing:
         raise DataError(path, f"has no column {', '.join(map(repr, missing))} (damaged, or not written by streamtrace)")
+    if schema is not None:
+        check_types(path, have, schema)
     return f
 
 
-def read_arrow(path, columns=None, where=None, read_dictionary=None) -> pa.Table:
+def read_arrow(path, columns=None, where=None, read_dictionary=None, schema=None) -> pa.Table:
     """The Parquet file ``path`` as a ``pyarrow.Table``: ``columns`` only (None: all); ``where``:
     ``{column: values}`` keeps the rows whose value is one of ``values`` (tested batch by batch, so
     that the rows left out are never all held); ``read_dictionary``: string columns read as
     dictionaries (Parquet's own).  Read through ``pyarrow.parquet.ParquetFile``, never
     ``pyarrow.parquet.read_table``: that one goes through ``pyarrow.dataset``, whose import alone is
     ~0.09 CPU-s in each process that reads a table (aggregate's job-level processes, report's).
-    Raises ``DataError`` naming ``path`` when it is missing, not readable Parquet or lacks a column."""
+    ``schema``: the types its columns must have (``parquet_file``).  Raises ``DataError`` naming ``path``
+    when it is missing, not readable Parquet or lacks a column (or has one of another type)."""
     want = list(columns) if columns is not None else None
-    f = parquet_file(path, list(columns or ()) + list(where or ()))
+    f = parquet_file(path, list(columns or ()) + list(where or ()), schema)
     try:
         if read_dictionary:
             f = pq.ParquetFile(arrow_file(path), read_dictionary=list(read_dictionary), metadata=f.metadata)
@@ -206,15 +212,19 @@ def read_partition(files, columns=None, schema=None):
     """The rows of a partition's part files (``partition_files``) as one pyarrow Table,
     in order.  ``schema``: the dataset's pyarrow schema (``schemas``; the analysis folder's
     ``streamtrace.analyze.outputs.schema_of``) or None.  With no files: an empty table of
-    ``schema``, or ``FileNotFoundError`` when it is None.  ``columns`` None: all of ``schema``'s
-    columns (every one of them must be there).  Raises ``DataError`` for a part file that is
-    damaged or of another schema."""
+    ``schema``, or ``FileNotFoundError`` when it is None.  ``columns`` None: all the files' columns.
+    With ``schema``, each file's columns must be of its types and the rows read of sound times
+    (``tablecheck``: no null time, negative duration or end before start).  Raises ``DataError``
+    naming the part file that is damaged, of another schema or holds such a row."""
     if not files:
         if schema is None:
             raise FileNotFoundError("no part files")
         return schema.empty_table() if columns is None else schema.empty_table().select(list(columns))
-    want = list(columns) if columns is not None else (schema.names if schema is not None else None)
-    tables = [read_arrow(f, want) for f in files]
+    want = list(columns) if columns is not None else None
+    tables = [read_arrow(f, want, schema=schema) for f in files]
+    if schema is not None:
+        for f, t in zip(files, tables):
+            check_times(f, t)
     try:
         return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
     except (pa.ArrowException, ValueError) as e:
@@ -497,18 +507,19 @@ def shared_strings(col) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, object)
 
 
-def column_min_max(path, column) -> tuple[int | None, int | None]:
+def column_min_max(path, column, schema=None) -> tuple[int | None, int | None]:
     """(min, max) of an int64 column from the row-group statistics (None, None when empty).
-    Raises ``DataError`` for a damaged file or one without ``column``."""
-    return columns_min_max(path, (column,))[column]
+    Raises ``DataError`` for a damaged file or one without ``column`` (``schema``: as ``parquet_file``)."""
+    return columns_min_max(path, (column,), schema)[column]
 
 
-def columns_min_max(path, columns) -> dict:
+def columns_min_max(path, columns, schema=None) -> dict:
     """``{column: (min, max)}`` of int64 ``columns`` of one Parquet file, its footer read once
-    (``column_min_max`` of each).  Raises ``DataError`` for a damaged file or one without them."""
+    (``column_min_max`` of each).  Raises ``DataError`` for a damaged file, one without them, one whose
+    column is null in a row, or (``schema``) one whose columns are not of its types (``parquet_file``)."""
     if not Path(path).is_file():
         return {c: (None, None) for c in columns}
-    f = parquet_file(path, tuple(columns))
+    f = parquet_file(path, tuple(columns), schema)
     md, schema = f.metadata, f.schema_arrow                # (schema_arrow builds a schema per call)
     return {c: _min_max(f, md, schema.get_field_index(c), c, path) for c in columns}
 
@@ -520,11 +531,16 @@ def _min_max(f, md, j: int, column: str, path) -> tuple[int | None, int | None]:
         st = md.row_group(i).column(j).statistics
         if md.row_group(i).num_rows == 0:
             continue
+        if st is not None and st.has_null_count and st.null_count:
+            raise DataError(path, f"column {column!r} has null values (damaged, or not written by streamtrace)")
         if st is None or not st.has_min_max:
             try:
-                col = f.read_row_group(i, columns=[column]).column(0).to_numpy()
+                arr = f.read_row_group(i, columns=[column]).column(0)
             except (OSError, pa.ArrowException, ValueError) as e:
                 raise DataError(path, f"not a readable Parquet file ({_why(e)})") from None
+            if arr.null_count:
+                raise DataError(path, f"column {column!r} has null values (damaged, or not written by streamtrace)")
+            col = arr.to_numpy()
             if not len(col):
                 continue
             a, b = int(col.min()), int(col.max())

@@ -64,7 +64,7 @@ def read_dataset(outdir, dataset, columns=None, schema=None) -> pa.Table:
     for it, rank in sorted(keys):
         files = partition_files(outdir, dataset, rank, it)
         if files:
-            t = read_partition(files, columns)
+            t = read_partition(files, columns, schema)
             parts.append(t.append_column("iteration", pa.array([it] * t.num_rows, pa.int64()))
                           .append_column("rank", pa.array([rank] * t.num_rows, pa.int64())))
     if not parts:
