@@ -145,17 +145,24 @@ class Analysis(Outputs):
 
     def check(self):
         """``summary.json`` (``read``): an object whose ``"ranks"`` is a list of objects with an int
-        ``"rank"`` >= 0, an int or null ``"iteration"`` and a string ``"source"``; else a
-        ``DataError`` naming it."""
+        ``"rank"`` >= 0, an int or null ``"iteration"`` and a string ``"source"``, no two of one rank and
+        iteration (analyze refuses two inputs of one rank: ``RankConflictError``; they would share one
+        partition); else a ``DataError`` naming it."""
         sp, summ = self.path / self.marker, self.summary
         if not isinstance(summ, dict) or not isinstance(summ.get("ranks"), list):
             raise DataError(sp, 'not an analysis summary (expected an object with a "ranks" list)')
+        seen: dict = {}
         for i, r in enumerate(summ["ranks"]):
             ok = isinstance(r, dict) and type(r.get("rank")) is int and r["rank"] >= 0 \
                 and (r.get("iteration") is None or type(r["iteration"]) is int) \
                 and isinstance(r.get("source", ""), str)
             if not ok:
                 raise DataError(sp, f'ranks[{i}] is not {{"rank": int >= 0, "iteration": int or null, "source": str}}')
+            j = seen.setdefault((r["rank"], r.get("iteration")), i)
+            if j != i:
+                it = f" of iteration {r['iteration']}" if r.get("iteration") is not None else ""
+                raise DataError(sp, f"ranks[{i}]: rank {r['rank']}{it} is listed twice (ranks[{j}] too): damaged, "
+                                    f"or edited; analyse the traces again")
 
     @staticmethod
     def step_patterns(rank_entry) -> list | None:

@@ -116,3 +116,13 @@ def test_a_negative_duration_is_an_input_error(analysed, tmp_path):
     _edit_column(p, "dur_ns", lambda a: pc.multiply(a, pa.scalar(-1)))
     _refused(an, tmp_path, p, "'dur_ns'", "negative")
 
+
+
+def test_a_rank_listed_twice_in_summary_json_is_an_input_error(analysed, tmp_path):
+    an = _copy(analysed, tmp_path)
+    p = an / "summary.json"
+    summ = json.loads(p.read_text())
+    second = dict(summ["ranks"][0])           # rank 0 again, as ranks[2]
+    summ["ranks"].append(second)
+    p.write_text(json.dumps(summ))
+    _refused(an, tmp_path, p, f"rank {second['rank']}", "ranks[2]")
