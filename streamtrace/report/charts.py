@@ -243,16 +243,16 @@ def _thin_ticks(ax, labels, positions, axis="y", max_labels=40):
 # -- per rank ------------------------------------------------------------------------------
 
 def rank_timeline(data, rank, at):
-    """Kernel categories of one rank by wall clock, under its phase x micro-batch windows."""
+    """Kernel categories of one rank by wall clock, under its phase x micro-batch windows; None (no chart)
+    without a timeline row of the rank's step (the windows alone have no time axis: ``report.markdown``)."""
     plt = pyplot()
     tl, rp = data["timeline"], data["rank_phase"]
-    m = (tl["rank"] == rank) & rows_at(tl, at)
+    m = (tl["rank"] == rank) & rows_at(tl, at) if len(tl.get("rank", [])) else np.zeros(0, bool)
     w = (rp["rank"] == rank) & rows_at(rp, at)
-    if not m.any() and not w.any():
+    if not m.any():
         return None
     cats = sorted(set(tl["category"][m].tolist()), key=lambda c: (c != "compute", c != "memory", c))
-    lo = min([tl["start_ns"][m].min()] if m.any() else [0])
-    hi = max([tl["end_ns"][m].max()] if m.any() else [1])
+    lo, hi = tl["start_ns"][m].min(), tl["end_ns"][m].max()
     span = max(int(hi - lo), 1)
     gap = max(1, span // PX_WIDTH)
     div, unit = time_scale([span])

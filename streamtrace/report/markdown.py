@@ -27,7 +27,8 @@ import datetime as _dt
 from pathlib import Path
 
 from ..runtime.errors import StreamtraceError
-from ..aggregate.folder import CHARTS, Aggregate
+from ..aggregate.folder import CHARTS, TIMELINE, Aggregate, table_path
+from ..events.dataset import num_rows
 from ..runtime.files import atomic_output, write_json
 from .render import ChartOptions, render_all
 from .config import inferred_phases, step_patterns_used
@@ -82,13 +83,15 @@ def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq
     inp = ReportInput(d, meta, sizes, cpu_only, top, tokens_per_step, global_batch, seq_len, efficiency)
     for section in SECTIONS:
         rep.update(section.data(inp, rep))
-    rep["missing"] = _missing(rep, meta, cpu_only)
-    rep["warnings"] = meta.get("warnings", [])
+    rep["missing"] = _missing(rep, meta, cpu_only, d)
+    rep["warnings"] = meta.get("warnings", []) + ([rep["missing"]["rank_timeline"]] if "rank_timeline" in
+                                                  rep["missing"] else [])
     return rep
 
 
-def _missing(rep, meta, cpu_only) -> dict:
-    """Why a section of the report is empty: ``{section: reason}``."""
+def _missing(rep, meta, cpu_only, d) -> dict:
+    """Why a section of the report (or the per-rank time-line charts of the aggregate folder ``d``) is empty:
+    ``{section: reason}``."""
     out = {}
     nranks = len(meta["ranks"])
     if rep["configuration"]["tp"] is None:
@@ -108,6 +111,10 @@ def _missing(rep, meta, cpu_only) -> dict:
                            "no pipeline parallelism (PP = 1): no bubble" if pp == 1 else "no forward/backward work")
     if not rep["top_kernels"]["rows"]:
         out["top_kernels"] = "no GPU kernels: a CPU-only run" if cpu_only else "no GPU kernels in the traces"
+    tl = table_path(d, TIMELINE)
+    if tl.is_file() and not num_rows(tl):        # (charts.rank_timeline draws none: no time axis)
+        out["rank_timeline"] = (f"{tl} has no rows: the per-rank time-line charts are not drawn "
+                                f"(damaged or edited; run streamtrace aggregate again)")
     return out
 
 
