@@ -144,6 +144,20 @@ COLUMNS = {RANK_PHASE: RANK_PHASE_COLUMNS, RANKS: RANKS_COLUMNS, PIPELINE: PIPEL
            WHATIF_RANKS: WHATIF_RANKS_COLUMNS}
 """``{table name: its columns in the order written}``, every table of ``TABLES``."""
 
+TEXT_COLUMNS = {
+    COLLECTIVES: {"collective", "parallel_dim", "pg_name", "pg_ranks", "matched_by", "source", "ranks", "phase"},
+    COLLECTIVES_RANKS: {"collective"}, COLLECTIVES_SUMMARY: {"collective", "parallel_dim"},
+    COLLECTIVES_MISMATCH: {"group", "matched_by"}, CRITICAL_PATH: {"lane", "category", "name"},
+    CRITICAL_PATH_SUMMARY: {"what", "key"}, KERNEL_STATS: {"name", "kind", "collective"}, LAUNCH_STATS: {"kind"},
+    OP_STATS: {"name", "cat"}, OP_PERF: {"name", "dtype", "input_dims", "bound"}, P2P: {"direction"},
+    PROCESS_GROUPS: {"group", "ranks_from", "pg_name", "parallel_dim", "kinds"}, RANK_PHASE: {"source", "phase"},
+    RANKS: {"source"}, REPLICAS: {"ranks", "pp_groups"}, STRAGGLERS: {"collective", "parallel_dim"},
+    TIMELINE: {"category"}, TOP_KERNELS: {"name", "kind"},
+    WHATIF: {"change", "description", "source", "bound_what", "top_category", "top_name", "flag"},
+    WHATIF_EDGES: {"top_category", "top_name", "top_lane"}}
+"""``{table name: its text columns}``: every other column of ``COLUMNS`` holds numbers (int, float or bool: the
+type follows the values); ``Aggregate.check`` holds each table's footer to it."""
+
 
 def columns(name: str, *wanted: str) -> list:
     """The columns ``wanted`` of table ``name`` (one of ``TABLES``), as a list in the order given, or
@@ -184,6 +198,57 @@ _META_TYPES = {"inputs": list, "time_alignment": str, "clock_sync": str, "iterat
                "collectives": dict, "files": list}
 
 
+def _int(v) -> bool:
+    return type(v) is int
+
+
+def _number(v) -> bool:
+    return type(v) in (int, float)
+
+
+def _text(v) -> bool:
+    return isinstance(v, str)
+
+
+def _list(each):
+    return lambda v: isinstance(v, list) and all(each(x) for x in v)
+
+
+def _null_or(ok):
+    return lambda v: v is None or ok(v)
+
+
+def _object(need=(), values=None, **fields):
+    """An object with the keys ``need``, whose ``fields`` (those it has) are each of its kind, and (``values``)
+    whose every value is."""
+    return lambda v: isinstance(v, dict) and all(k in v for k in need) and \
+        all(k not in v or ok(v[k]) for k, ok in fields.items()) and (values is None or all(map(values, v.values())))
+
+
+_GROUPS = _list(_list(_int))
+_META_SHAPES = {       # the fields the report and the what-if read, where there (older folders lack a few)
+    "inputs": (_list(_text), "a list of paths"), "iterations": (_list(_int), "a list of ints"),
+    "ranks": (_list(_int), "a list of ints"), "files": (_list(_text), "a list of file names"),
+    "steps": (_list(lambda s: isinstance(s, list) and len(s) == 2 and all(map(_int, s))),
+              "a list of [iteration, step] int pairs"),
+    "world_size": (_null_or(_int), "an int or null"), "world_size_from": (_null_or(_text), "a string or null"),
+    "sources": (_list(_text), "a list of strings"), "job_name": (_text, "a string"),
+    "devices": (_list(_text), "a list of strings"), "warnings": (_list(_text), "a list of strings"),
+    "topology": (_null_or(_object(("pp", "replicas"), pp=_GROUPS, replicas=_GROUPS, sizes=_object(values=_int),
+                                  source=_text, order=_text)),
+                 'null or a topology object ("pp", "replicas": lists of rank lists)'),
+    "train_config": (_null_or(_object()), "an object or null"),
+    "clock_offsets_ns": (_object(values=_number), "an object of numbers"),
+    "clock_components": (_object(), "an object"), "critical_path": (_object(), "an object"),
+    "collective_summary": (_list(_object()), "a list of objects"),
+    "inferred_layout": (_null_or(_object()), "an object or null"),
+    "consecutive_kernel_delay_ns": (_int, "an int"),
+    "parts": (_list(_object(("index", "rank", "dir"), index=_int, rank=_int, dir=_text, iteration=_null_or(_int),
+                            source=_text, shift_ns=_int, clock_offset_ns=_int, device_name=_text)),
+              'a list of part objects ("index", "rank": ints, "dir": a path)')}
+"""``aggregate.json``'s fields beyond ``_META_TYPES``: ``{key: (test of its value, what it must be)}``."""
+
+
 @register
 class Aggregate(Outputs):
     """``streamtrace aggregate -o DIR`` as a kind of output folder
@@ -210,9 +275,25 @@ class Aggregate(Outputs):
         for k, t in _META_TYPES.items():
             if not isinstance(meta.get(k), t):
                 raise DataError(p, f"not streamtrace aggregate's {self.marker} ({k!r} missing or not a {t.__name__})")
+        for k, (ok, what) in _META_SHAPES.items():
+            if k in meta and not ok(meta[k]):
+                raise DataError(p, f"not streamtrace aggregate's {self.marker} ({k!r} is not {what})")
         for name in meta["files"]:
-            if isinstance(name, str) and name != self.marker and not (self.path / name).is_file():
+            if name != self.marker and not (self.path / name).is_file():
                 raise DataError(self.path / name, f"missing ({self.marker} lists it); run streamtrace aggregate again")
+        self._check_tables()
+
+    def _check_tables(self):
+        """Each table's columns of their kind (``TEXT_COLUMNS``; from its footer), else a ``DataError`` naming
+        the table's file: a text where a number goes made the report's sums and charts raise numpy's errors.
+        A table of no rows may have any types (aggregate writes such a one's columns as floats)."""
+        from ..events.dataset import parquet_file
+        from ..events.tablecheck import check_kinds
+        for name in TABLES:
+            p = table_path(self.path, name)
+            f = parquet_file(p) if p.is_file() else None
+            if f is not None and f.metadata.num_rows:
+                check_kinds(p, f.schema_arrow, TEXT_COLUMNS.get(name, set()))
 
     def tables(self):
         return sorted(p.stem for p in self.path.glob("*.parquet"))

@@ -55,3 +55,19 @@ def check_times(path, t: pa.Table) -> None:
             i = pc.index(bad, True).as_py()
             raise DataError(path, f"row {i:,} ends before it starts ('end_ns' {t['end_ns'][i].as_py():,} < "
                                   f"'ts_ns' {t['ts_ns'][i].as_py():,}) {_DAMAGED}")
+
+
+def _is_number(t) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_null(t)
+
+
+def check_kinds(path, file_schema: pa.Schema, text: set) -> None:
+    """Raise ``DataError`` naming ``path`` when a column of ``file_schema`` (a table's, from its footer) named in
+    ``text`` is not text, or another is not a number (int, float, bool; null: a table of no rows).  For the
+    tables whose writers give a column its kind but not always one type (an aggregate folder's: ints or
+    floats by the values, null when empty)."""
+    for f in file_schema:
+        if pa.types.is_null(f.type) or (_is_text(f.type) if f.name in text else _is_number(f.type)):
+            continue
+        want = "text" if f.name in text else "a number"
+        raise DataError(path, f"column {f.name!r} is {f.type}, not {want} {_DAMAGED}")

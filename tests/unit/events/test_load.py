@@ -301,7 +301,13 @@ def test_read_checks_the_marker_as_the_stages_need_it(tmp_path):
     with pytest.raises(DataError) as e:
         Aggregate.read(d)
     assert e.value.path == str(d / "ranks.parquet") and "aggregate.json lists it" in str(e.value)
-    (d / "ranks.parquet").write_bytes(b"")
+    (d / "ranks.parquet").write_bytes(b"")          # its tables' footers are read too (their columns' kinds)
+    with pytest.raises(DataError, match="not a readable Parquet file") as e:
+        Aggregate.read(d)
+    assert e.value.path == str(d / "ranks.parquet")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table({"rank": pa.array([0], pa.int64()), "source": ["gpu"]}), d / "ranks.parquet")
     assert Aggregate.read(d).summary == meta
     (d / "summary.json").write_text('{"ranks": [{"rank": -1}]}')
     with pytest.raises(DataError, match=r"ranks\[0\] is not"):

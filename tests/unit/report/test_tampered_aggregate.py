@@ -71,3 +71,63 @@ def test_a_timeline_of_no_rows_skips_the_time_line_charts_and_says_why(aggregate
     assert "timeline.parquet" in why and "no rows" in why, rep["missing"]
     md = next(d.glob("*.md")).read_text()
     assert "timeline.parquet" in md
+
+
+def _set(key, value):
+    def edit(meta):
+        meta[key] = value
+        return json.dumps(meta)
+    return edit
+
+
+@pytest.mark.parametrize("edit,words", [
+    (lambda meta: "{not json", ["invalid JSON"]),
+    (lambda meta: "[1, 2]", ["expected an object"]),
+    (_set("world_size", "4"), ["'world_size'"]),
+    (_set("iterations", ["x"]), ["'iterations'"]),
+    (_set("steps", "x"), ["'steps'"]),
+    (_set("steps", [1, 2]), ["'steps'"]),
+    (_set("parts", "x"), ["'parts'"]),
+    (_set("parts", [1]), ["'parts'"]),
+    (_set("topology", "x"), ["'topology'"]),
+    (_set("devices", [1]), ["'devices'"]),
+    (_set("job_name", 1), ["'job_name'"]),
+    (_set("clock_offsets_ns", "x"), ["'clock_offsets_ns'"]),
+    (_set("clock_offsets_ns", {"0": "x"}), ["'clock_offsets_ns'"]),
+    (_set("inputs", [1]), ["'inputs'"]),
+    (_set("train_config", "x"), ["'train_config'"]),
+], ids=lambda x: x if isinstance(x, str) else None)
+def test_a_damaged_aggregate_json_is_an_input_error(aggregated, tmp_path, edit, words):
+    d = _copy(aggregated, tmp_path)
+    p = d / "aggregate.json"
+    p.write_text(edit(json.loads(p.read_text())))
+    for args in _both(d):
+        _refused(d, args, p, *words)
+
+
+@pytest.mark.parametrize("table,column,make,typ", [
+    ("timeline", "start_ns", lambda a: pc.cast(a, pa.string()), "string"),
+    ("ranks", "busy_ns", lambda a: pc.cast(a, pa.string()), "string"),
+    ("pipeline", "bubble_pct", lambda a: pc.cast(a, pa.string()), "string"),
+    ("kernel_stats", "total_ns", lambda a: pc.cast(a, pa.string()), "string"),
+    ("collectives_summary", "time_ns", lambda a: pc.cast(a, pa.string()), "string"),
+    ("launch_stats", "kernels", lambda a: pc.cast(a, pa.string()), "string"),
+    ("whatif_edges", "w_ns", lambda a: pc.cast(a, pa.string()), "string"),
+    ("collectives_ranks", "rank", lambda a: pc.cast(a, pa.string()), "string"),
+    ("top_kernels", "name", lambda a: pa.array(range(len(a)), pa.int64()), "int64"),
+])
+def test_a_table_column_of_another_type_is_an_input_error(aggregated, tmp_path, table, column, make, typ):
+    d = _copy(aggregated, tmp_path)
+    p = d / f"{table}.parquet"
+    t = pq.read_table(p)
+    pq.write_table(t.set_column(t.schema.get_field_index(column), column, make(t[column])), p)
+    for args in _both(d):
+        _refused(d, args, p, repr(column), typ)
+
+
+@pytest.mark.parametrize("command,table,column", [("report", "ranks", "busy_ns"), ("whatif", "whatif_anchors", "t_ns")])
+def test_a_table_without_a_column_it_reads_is_an_input_error(aggregated, tmp_path, command, table, column):
+    d = _copy(aggregated, tmp_path)
+    p = d / f"{table}.parquet"
+    pq.write_table(pq.read_table(p).drop_columns([column]), p)
+    _refused(d, next(a for a in _both(d) if a[0] == command), p, repr(column))
