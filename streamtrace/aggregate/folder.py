@@ -235,7 +235,7 @@ _META_SHAPES = {       # the fields the report and the what-if read, where there
     "sources": (_list(_text), "a list of strings"), "job_name": (_text, "a string"),
     "devices": (_list(_text), "a list of strings"), "warnings": (_list(_text), "a list of strings"),
     "topology": (_null_or(_object(("pp", "replicas"), pp=_GROUPS, replicas=_GROUPS, sizes=_object(values=_int),
-                                  source=_text, order=_text)),
+                                  source=_null_or(_text), order=_null_or(_text))),     # (order: null when unknown)
                  'null or a topology object ("pp", "replicas": lists of rank lists)'),
     "train_config": (_null_or(_object()), "an object or null"),
     "clock_offsets_ns": (_object(values=_number), "an object of numbers"),

@@ -131,3 +131,19 @@ def test_a_table_without_a_column_it_reads_is_an_input_error(aggregated, tmp_pat
     p = d / f"{table}.parquet"
     pq.write_table(pq.read_table(p).drop_columns([column]), p)
     _refused(d, next(a for a in _both(d) if a[0] == command), p, repr(column))
+
+
+def test_what_aggregate_writes_is_not_refused(aggregated, tmp_path):
+    """The checks take every value aggregate writes: a topology whose ``order`` is unknown (null: a topology
+    read from one rank's process groups) and without ``source`` (the CI run of the thirtieth session found
+    ``order: null`` refused), an unknown world size, no inferred layout."""
+    from streamtrace.aggregate.folder import Aggregate
+    d = _copy(aggregated, tmp_path)
+    p = d / "aggregate.json"
+    meta = json.loads(p.read_text())
+    assert isinstance(meta["topology"], dict)
+    meta["topology"]["order"] = None
+    meta["topology"].pop("source", None)
+    meta["world_size"], meta["inferred_layout"] = None, None
+    p.write_text(json.dumps(meta))
+    assert Aggregate.read(d).summary["topology"]["order"] is None
