@@ -14,10 +14,10 @@ charts on the demo).  Commands run in a fixed work folder (``--work``, default
 the same in every run.
 
 ``compare`` checks: merged traces byte for byte (decompressed), Parquet files with
-``pyarrow.Table.equals`` (schema included), JSON equal but for timings (``seconds``, ``generated``) and the
-epilogue's stage ``fingerprint`` (it hashes its inputs' mtimes, and the demo is generated afresh each run), CSV and
-TXT files byte for byte, Markdown but for timestamps; every command's exit code, and its stdout/stderr with the
-numbers of seconds and MB/s masked.  Chart images are compared by name only (matplotlib writes
+``pyarrow.Table.equals`` (schema included), JSON equal but for timings (``seconds``, ``generated``), the
+epilogue's stage ``fingerprint`` and its outputs' ``stat`` (both hold mtimes, and the demo is generated afresh
+each run); CSV and TXT files byte for byte, Markdown but for timestamps; every command's exit code, and its
+stdout/stderr with the numbers of seconds and MB/s masked.  Chart images are compared by name only (matplotlib writes
 dates into SVG metadata).
 """
 from __future__ import annotations
@@ -98,7 +98,7 @@ def _mask(text: str) -> str:
 
 def _drop_timings(v):
     if isinstance(v, dict):
-        return {k: _drop_timings(x) for k, x in v.items() if k not in ("seconds", "generated", "fingerprint")}
+        return {k: _drop_timings(x) for k, x in v.items() if k not in ("seconds", "generated", "fingerprint", "stat")}
     if isinstance(v, list):
         return [_drop_timings(x) for x in v]
     return v

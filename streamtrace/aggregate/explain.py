@@ -12,9 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
 
 from ..analyze.outputs import KERNELS, OPS, schema_of
-from ..events.dataset import write_table
+from ..events.dataset import csv_table, text_columns, write_table
+from ..runtime.files import atomic_output
 from ..runtime.tuning import trim
 from . import idle
 from . import stats
@@ -78,69 +81,264 @@ def packed(tables: dict) -> dict:
 
 
 def spill(folder, index: int, tables: dict) -> tuple:
-    """``part_tables``' result ``tables`` of part ``index`` pickled into ``folder/explain-<index>.pickle``,
-    one table after another.  Returns ``(path, {table: (offset, length)})``, what ``write_tables``
-    reads each table back by: aggregate's parent then holds a few bytes a rank until the tables are
-    written, not the rank's pickled tables (4,096 synthetic ranks: ~80 MB)."""
+    """``part_tables``' result ``tables`` of part ``index`` pickled into ``folder/explain-<index>.pickle``:
+    each table's rows of one step a chunk (their order kept), then the part's index (``_index``: where
+    each chunk is, the kinds of its columns).  Returns ``(path, offset, length)`` of that index, what
+    ``write_tables`` reads the part by: aggregate's parent then holds a few bytes a rank until the
+    tables are written, not the rank's pickled tables (4,096 synthetic ranks: ~80 MB), and writes each
+    table a step's chunks at a time."""
     path = Path(folder) / f"explain-{index:06d}.pickle"
-    where, at = {}, 0
     with open(path, "wb") as f:
-        for name, b in packed(tables).items():
+        chunks = {}
+        for name, cols, step, kinds, sub in _split(tables):
+            b = pickle.dumps(sub, protocol=pickle.HIGHEST_PROTOCOL)
+            chunks.setdefault(name, []).append((step, f.tell(), len(b), kinds))
             f.write(b)
-            where[name], at = (at, len(b)), at + len(b)
-    return str(path), where
+        at = f.tell()
+        b = pickle.dumps(_index(tables, chunks), protocol=pickle.HIGHEST_PROTOCOL)
+        f.write(b)
+    return str(path), at, len(b)
 
 
-def _table(part, name):
-    """Table ``name``'s columns of one part's result (``part_tables``, ``packed`` or ``spill``), None
-    when it has none."""
-    if isinstance(part, tuple):
-        path, where = part
-        if name not in where:
-            return None
-        at, n = where[name]
-        with open(path, "rb") as f:
-            f.seek(at)
-            return pickle.loads(f.read(n))
-    if name not in part:
-        return None
-    return pickle.loads(part[name]) if isinstance(part[name], bytes) else part[name]
-
-
-def write_tables(outdir, parts: list) -> list:
-    """Write the tables of ``TABLES`` from the per-part results ``parts`` (list of
-    ``part_tables`` dicts, or ``packed`` or ``spill`` ones, in part order) into ``outdir`` (Parquet + CSV), one
-    table at a time; returns the paths.  Each part is unpickled in turn and its text columns made
-    Arrow strings at once (``_compact``), so that the parts' Python strings are never all held
-    (4,096 synthetic ranks: ``op_stats``' 240,640 rows took aggregate's parent +200 MB)."""
-    files = []
-    for name in TABLES:
-        chunks = _chunks(parts, name)
-        if chunks is None:
+def _split(tables: dict):
+    """``(table, columns, step, kinds, the step's rows)`` for each step of each table with rows (steps
+    in increasing order, each step's rows in their order; ``kinds``: ``column_kinds``)."""
+    for name, cols in tables.items():
+        if not cols or not len(cols["rank"]):
             continue
-        cols = {c: _joined(chunks.pop(c)) for c in list(chunks)}     # (each column's chunks let go once joined)
-        o = np.lexsort((np.arange(len(cols["rank"])), cols["rank"], cols["step"], cols["iteration"]))
-        for c in COLUMNS[name]:                       # (sorted a column at a time: the table never held twice)
-            cols[c] = _nulls(cols[c][o]) if isinstance(cols[c], np.ndarray) else cols[c].take(pa.array(o))
-        files += write_table(outdir, name, {c: cols[c] for c in COLUMNS[name]}, csv=True)
-        del cols
-        trim()                                        # (the table's columns and writers' buffers, freed)
+        step = np.asarray(cols["step"], np.int64)
+        if step.min() == step.max():                   # (one step: the table is its chunk)
+            sub = {c: np.asarray(v) for c, v in cols.items()}
+            yield name, cols, int(step[0]), column_kinds(sub), sub
+            continue
+        for s in np.unique(step).tolist():
+            at = np.flatnonzero(step == s)
+            sub = {c: np.asarray(v)[at] for c, v in cols.items()}
+            yield name, cols, s, column_kinds(sub), sub
+
+
+def _index(tables: dict, chunks: dict) -> dict:
+    """A part's index: its ``iteration`` and ``rank`` (the same in every row of its tables) and its
+    ``chunks`` ``{table: [(step, offset, length, kinds)]}`` (offset and length in its spill file; the
+    rows themselves for a part held in memory)."""
+    first = next((c for c in tables.values() if c and len(c["rank"])), None)
+    it, rank = (int(first["iteration"][0]), int(first["rank"][0])) if first is not None else (0, 0)
+    return {"iteration": it, "rank": rank, "chunks": chunks}
+
+
+# -- the kinds of a column, and its Arrow type once joined -------------------------------------
+
+STR, INT, FLOAT, BOOL, OTHER, NAN = 1, 2, 4, 8, 16, 32
+"""``column_kinds``' bits: the kinds of value a column holds (None is none of them; ``FLOAT`` a float
+but NaN, ``NAN`` a NaN)."""
+_BIG = 1 << 63
+
+
+def column_kinds(cols: dict) -> dict:
+    """``{column: (numpy dtype str, kinds)}``: ``kinds`` the OR of ``STR`` / ``INT`` / ``FLOAT`` / ``NAN`` /
+    ``BOOL`` / ``OTHER`` over the column's values (None: no bit; an int outside int64: ``OTHER``), what
+    ``joined_types`` needs to know of a chunk of a table to type the whole column without it."""
+    # (float NaN counts apart: a float column's NaN become nulls, ``_nulls``, an object column's stay values)
+    out = {}
+    for c, v in cols.items():
+        v = np.asarray(v)
+        k = v.dtype.kind
+        if k == "O":
+            bits = 0
+            for x in set(map(type, v.tolist())):
+                bits |= (BOOL if issubclass(x, (bool, np.bool_)) else INT if issubclass(x, (int, np.integer))
+                         else FLOAT if issubclass(x, (float, np.floating)) else STR if issubclass(x, str)
+                         else 0 if x is type(None) else OTHER)
+            if bits & INT and any(type(x) is int and not -_BIG <= x < _BIG for x in v.tolist()):
+                bits |= OTHER
+            if bits & FLOAT and not any(isinstance(x, (float, np.floating)) and x == x for x in v.tolist()):
+                bits = bits & ~FLOAT | NAN                 # (floats, all NaN)
+        elif k == "f":
+            nan = np.isnan(v)
+            bits = (NAN if nan.any() else 0) | (FLOAT if not nan.all() else 0)
+        else:
+            bits = {"i": INT, "u": INT, "b": BOOL}.get(k, OTHER) if len(v) else 0
+        out[c] = (v.dtype.str, bits)
+    return out
+
+
+def fold_kinds(acc: dict, kinds: dict) -> dict:
+    """``acc`` (``{column: (numpy dtype, kinds)}``, updated and returned) with one more chunk's
+    ``column_kinds`` folded in: the dtype of the chunks concatenated (``np.result_type``), their kinds'
+    OR."""
+    for c, (d, b) in kinds.items():
+        d = np.dtype(d)
+        d0, b0 = acc.get(c, (d, 0))
+        acc[c] = (d if d0 == d else np.result_type(d0, d), b0 | b)
+    return acc
+
+
+def joined_types(folded: dict) -> dict:
+    """``{column: (numpy dtype, Arrow type)}`` of the columns of a table whose chunks' kinds are
+    ``folded`` (``fold_kinds``), as ``write_whole`` would write them: the numpy dtype of the chunks
+    concatenated, the Arrow type ``pyarrow.array`` gives that column (object:
+    null when no value, string for text, int64 for integers, double once a float is among them, bool;
+    float: double, null when every value is NaN, as ``_nulls`` leaves it);
+    ``(dtype, None)`` for a column this cannot say (text among numbers, a float other than float64, an
+    int past int64, fixed-width text): its table is then written whole."""
+    out = {}
+    for c, (d, b) in folded.items():
+        if b & OTHER or d.kind in "USV":
+            typ = None
+        elif d.kind == "O":
+            b = b & ~NAN | (FLOAT if b & NAN else 0)           # (an object column's NaN is a float)
+            typ = (pa.null() if not b else pa.string() if b == STR else pa.bool_() if b == BOOL
+                   else pa.float64() if b == b & (INT | FLOAT) and b & FLOAT else pa.int64() if b == INT else None)
+        elif d.kind == "f":
+            typ = None if d != np.float64 else pa.float64() if b & (FLOAT | INT | BOOL) else pa.null()
+        else:
+            typ = pa.from_numpy_dtype(d)
+        out[c] = (d, typ)
+    return out
+
+
+def _arrow(v, dtype, typ) -> pa.Array:
+    """Rows ``v`` of a joined column (of numpy ``dtype``) as Arrow type ``typ`` (``joined_types``), NaN as
+    null in a float column (``_nulls``)."""
+    if pa.types.is_null(typ):
+        return pa.nulls(len(v))
+    if dtype.kind == "f":
+        nan = np.isnan(v)
+        return pa.array(v, type=typ, mask=nan if nan.any() else None)
+    return pa.array(v, type=typ)
+
+
+# -- writing -----------------------------------------------------------------------------------
+
+ROW_GROUP_ROWS = 65_536
+"""Rows a table's writers take at a time (one Parquet row group): what the parent holds of a table."""
+
+
+class _Part:
+    """One part's result as ``write_tables`` reads it: ``spill``'s ``(path, offset, length)``, or (held
+    in memory: tests, callers without a spill folder) ``part_tables``' dict or ``packed``'s."""
+
+    def __init__(self, part):
+        if isinstance(part, tuple):
+            self.path, at, n = part
+            with open(self.path, "rb") as f:
+                f.seek(at)
+                self.index = pickle.loads(f.read(n))
+        else:
+            self.path = None
+            tables = {k: pickle.loads(v) if isinstance(v, bytes) else v for k, v in part.items()}
+            chunks = {}
+            for name, _, step, kinds, sub in _split(tables):
+                chunks.setdefault(name, []).append((step, sub, None, kinds))
+            self.index = _index(tables, chunks)
+
+    def load(self, where, n) -> dict:
+        """One chunk's columns (``where``, ``n``: its place in the index)."""
+        if self.path is None:
+            return where
+        with open(self.path, "rb") as f:
+            f.seek(where)
+            return pickle.loads(f.read(n))
+
+
+def write_tables(outdir, parts: list, columns: dict | None = None) -> list:
+    """Write the tables of ``TABLES`` (``columns``: ``{table: its columns}``, default ``COLUMNS``' for them)
+    from the per-part results ``parts`` (list of ``spill``'s, or of ``part_tables`` dicts or ``packed``
+    ones, in part order) into ``outdir`` (Parquet + CSV); returns the paths.  Each table's rows are
+    sorted by (``iteration``, ``step``, ``rank``) and, within a part, kept in their order: its chunks (a
+    part's rows of one step) are written in that order, ``ROW_GROUP_ROWS`` rows at a time, typed as the
+    whole column would be (``joined_types``), so that the parent never holds a table (4,096 synthetic
+    ranks: the four tables' rows took ~70 MB at the parent's peak).  A table whose column cannot be typed
+    that way is written whole (``write_whole``)."""
+    columns = columns or {name: COLUMNS[name] for name in TABLES}
+    order = {name: [] for name in columns}
+    kinds = {name: {} for name in columns}             # (folded as read: not a dict a chunk, 16 k of them)
+    held = []
+    for pos, p in enumerate(parts):
+        part = _Part(p)
+        ix = part.index
+        for name, chunks in ix["chunks"].items():
+            if name not in order:
+                continue
+            for step, where, n, k in chunks:
+                order[name].append((ix["iteration"], step, ix["rank"], pos, len(held), where, n))
+                fold_kinds(kinds[name], k)
+        held.append(part if part.path is None else part.path)
+    files = []
+    for name, cols in columns.items():
+        if not order[name]:
+            continue
+        types = joined_types(kinds.pop(name))
+        chunks = (_load(held[h], w, n) for *_, h, w, n in sorted(order.pop(name)))
+        if any(types.get(c, (None, None))[1] is None for c in cols):
+            files += write_whole(outdir, name, cols, chunks)
+        else:
+            files += _write_streamed(outdir, name, cols, types, chunks)
+        trim()                                        # (the table's writers' buffers, freed)
     return files
 
 
-def _chunks(parts, name):
-    """``{column: [one chunk a part]}`` of table ``name`` over ``parts`` (those with rows), text
-    columns as Arrow arrays (``_compact``); None when no part has a row."""
+def _load(held, where, n) -> dict:
+    if isinstance(held, _Part):
+        return held.load(where, n)
+    with open(held, "rb") as f:
+        f.seek(where)
+        return pickle.loads(f.read(n))
+
+
+def _write_streamed(outdir, name, cols, types: dict, chunks) -> list:
+    """Table ``name`` of columns ``cols`` from its ``chunks`` (column dicts, in the table's order) into
+    ``outdir``: ``<name>.parquet`` and ``<name>.csv`` (floats at 6 significant digits, ``csv_table``)
+    written ``ROW_GROUP_ROWS`` rows at a time (the chunks' columns joined first, cast to the whole
+    column's dtype: one Arrow array a column a row group, not one a chunk), atomically."""
+    schema = pa.schema([(c, types[c][1]) for c in cols])
+    pq_path, csv_path = Path(outdir) / f"{name}.parquet", Path(outdir) / f"{name}.csv"
+    with atomic_output(pq_path, compress=False) as fp, atomic_output(csv_path, compress=False) as fc:
+        with pq.ParquetWriter(fp, schema, compression="zstd", use_dictionary=text_columns(schema)) as wp, \
+                pcsv.CSVWriter(fc, schema) as wc:
+            buf, rows = [], 0
+
+            def flush():
+                t = pa.table([_arrow(np.concatenate([_cast(b[c], types[c][0]) for b in buf]), *types[c])
+                              for c in cols], schema=schema)
+                wp.write_table(t)
+                wc.write_table(csv_table(t))
+                buf.clear()
+            for chunk in chunks:
+                buf.append(chunk)
+                rows += len(chunk["rank"])
+                if rows >= ROW_GROUP_ROWS:
+                    flush()
+                    rows = 0
+            if buf:
+                flush()
+    return [pq_path, csv_path]
+
+
+def _cast(v, dtype) -> np.ndarray:
+    """One chunk's column as the joined column's ``dtype`` (as ``np.concatenate`` of the chunks makes it)."""
+    v = np.asarray(v)
+    return v if v.dtype == dtype else v.astype(dtype)
+
+
+def write_whole(outdir, name, columns, chunks) -> list:
+    """Table ``name`` of ``columns`` from its ``chunks`` (column dicts, any order of parts, each part's rows in their
+    order) sorted by (``iteration``, ``step``, ``rank``) and written whole (``events.dataset.write_table``):
+    the definition ``write_tables`` streams, and its way for a table it cannot type chunk by chunk.
+    Each chunk's text columns are made Arrow strings at once (``_compact``), so that the parts' Python
+    strings are never all held (4,096 synthetic ranks: ``op_stats``' 240,640 rows took aggregate's
+    parent +200 MB)."""
     out = None
-    for p in parts:
-        t = _table(p, name)
-        if t is None or not len(t["rank"]):
-            continue
+    for t in chunks:
         if out is None:
             out = {c: [] for c in t}
         for c, v in t.items():
             out[c].append(_compact(v))
-    return out
+    cols = {c: _joined(out.pop(c)) for c in list(out)}     # (each column's chunks let go once joined)
+    o = np.lexsort((np.arange(len(cols["rank"])), cols["rank"], cols["step"], cols["iteration"]))
+    for c in columns:                             # (sorted a column at a time: the table never held twice)
+        cols[c] = _nulls(cols[c][o]) if isinstance(cols[c], np.ndarray) else cols[c].take(pa.array(o))
+    return write_table(outdir, name, {c: cols[c] for c in columns}, csv=True)
 
 
 def _compact(v):

@@ -8,8 +8,10 @@ from __future__ import annotations
 import glob
 import json
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -220,7 +222,7 @@ def test_packed_tables_write_the_same_tables_as_the_columns(synth, tmp_path):
     spilled = [spill(tmp_path / "spill", i, t) for i, t in enumerate(parts)]
     parts[1] = {k: v for k, v in parts[1].items() if k != "op_stats"}        # a part without one table
     spilled[1] = spill(tmp_path / "spill", 1, parts[1])
-    assert all(isinstance(x, tuple) and len(x[1]) for x in spilled)
+    assert all(isinstance(x, tuple) and len(x) == 3 and Path(x[0]).stat().st_size > x[1] for x in spilled)
     out = {}
     for how, given in (("cols", parts), ("packed", [packed(t) for t in parts]), ("spilled", spilled)):
         files = write_tables(tmp_path / how, given)
@@ -265,3 +267,97 @@ def test_parts_joined_as_arrow_text_write_what_the_joined_columns_write(tmp_path
         nan = lambda t: [("nan" if v != v else v) for v in t.column(0).to_pylist()]  # noqa: E731 (NaN == NaN)
         assert got.schema == want.schema and nan(got) == nan(want)
     check()
+
+
+def _plain_tables(parts, columns):
+    """The definition of an explaining table: the parts' columns concatenated in part order, sorted by
+    (iteration, step, rank, position), NaN as null, then ``events.dataset.to_arrow`` (no chunking)."""
+    from streamtrace.aggregate.explain import _nulls
+    from streamtrace.events.dataset import to_arrow
+    have = [p["t"] for p in parts if "t" in p and len(p["t"]["rank"])]
+    whole = {c: np.concatenate([h[c] for h in have]) for c in have[0]}
+    o = np.lexsort((np.arange(len(whole["rank"])), whole["rank"], whole["step"], whole["iteration"]))
+    return to_arrow({c: _nulls(whole[c][o]) for c in columns})
+
+
+def _random_parts():
+    """Parts of one table ``t``: each a rank of an iteration, its rows in steps 0-2 in any order, and
+    three columns whose kind changes from part to part as the workers' rows can (text and None, ints,
+    floats with NaN, ints or floats with None as an object column, bools)."""
+    from hypothesis import strategies as st
+    text = st.one_of(st.none(), st.text(max_size=3))
+    cell = {"text": text, "int": st.integers(-3, 3), "float": st.sampled_from([0.5, float("nan"), -2.0, 1e-7]),
+            "maybe_int": st.one_of(st.none(), st.integers(0, 3)), "maybe_float": st.one_of(st.none(), st.floats(-2, 2)),
+            "bool": st.booleans()}
+    families = st.sampled_from([("text",), ("int", "float", "maybe_int", "maybe_float", "bool"),
+                                ("int", "maybe_int"), ("float", "maybe_float", "int"), ("text", "int", "maybe_int")])
+
+    @st.composite
+    def parts(draw):
+        fams = [draw(families) for _ in range(3)]
+        out = []
+        for rank in range(draw(st.integers(1, 5))):
+            n = draw(st.integers(0, 6))
+            cols = {"iteration": np.full(n, draw(st.integers(0, 1)), np.int64),
+                    "step": np.asarray(draw(st.lists(st.integers(0, 2), min_size=n, max_size=n)), np.int64),
+                    "rank": np.full(n, rank, np.int64)}
+            for k, fam in enumerate(fams):
+                kind = draw(st.sampled_from(fam))
+                vals = draw(st.lists(cell[kind], min_size=n, max_size=n))
+                if kind == "text" or None in vals:
+                    cols[f"c{k}"] = np.asarray(vals, object)
+                else:
+                    typ = {"int": np.int64, "maybe_int": np.int64, "bool": bool}.get(kind, float)
+                    cols[f"c{k}"] = np.asarray(vals, typ)
+            out.append({"t": cols} if draw(st.booleans()) or n else {})
+        return out
+    return parts()
+
+
+def test_streamed_tables_equal_the_plain_definition(tmp_path):
+    """``write_tables`` (the parts spilled a step at a time, written ``ROW_GROUP_ROWS`` rows at a time,
+    typed from the chunks' kinds) writes what the plain definition writes (``_plain_tables``): the
+    Parquet table with its schema, and the CSV byte for byte; a table its chunks cannot type (text
+    among numbers) fails as the plain definition does (hypothesis; chunks of one row group and of 2)."""
+    import itertools
+    from hypothesis import given, settings
+    from streamtrace.aggregate import explain
+    from streamtrace.events.dataset import write_table
+    columns = {"t": ["iteration", "step", "rank", "c0", "c1", "c2"]}
+    runs = itertools.count()
+
+    @settings(max_examples=300, deadline=None)
+    @given(_random_parts(), st_rows())
+    def check(parts, rows):
+        if not any("t" in p and len(p["t"]["rank"]) for p in parts):
+            return
+        d = tmp_path / str(next(runs))
+        for sub in ("spill", "got", "want"):
+            (d / sub).mkdir(parents=True)
+        try:
+            want = _plain_tables(parts, columns["t"])
+        except (pa.ArrowException, TypeError, ValueError):
+            want = None
+        spilled = [explain.spill(d / "spill", i, p) for i, p in enumerate(parts)]
+        old, explain.ROW_GROUP_ROWS = explain.ROW_GROUP_ROWS, rows
+        try:
+            if want is None:
+                with pytest.raises((pa.ArrowException, TypeError, ValueError)):
+                    explain.write_tables(d / "got", spilled, columns)
+                return
+            files = explain.write_tables(d / "got", spilled, columns)
+        finally:
+            explain.ROW_GROUP_ROWS = old
+        write_table(d / "want", "t", {c: want.column(c) for c in columns["t"]}, csv=True)
+        got = pq.read_table(d / "got" / "t.parquet")
+        assert sorted(p.name for p in files) == ["t.csv", "t.parquet"]
+        assert got.schema == want.schema
+        nan = lambda t: [[("nan" if v != v else v) for v in c.to_pylist()] for c in t.columns]  # noqa: E731
+        assert nan(got) == nan(want)
+        assert (d / "got" / "t.csv").read_bytes() == (d / "want" / "t.csv").read_bytes()
+    check()
+
+
+def st_rows():
+    from hypothesis import strategies as st
+    return st.sampled_from([1, 2, 65_536])
