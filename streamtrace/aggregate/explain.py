@@ -210,7 +210,7 @@ def _arrow(v, dtype, typ) -> pa.Array:
 
 # -- writing -----------------------------------------------------------------------------------
 
-ROW_GROUP_ROWS = 65_536
+ROW_GROUP_ROWS = 16_384
 """Rows a table's writers take at a time (one Parquet row group): what the parent holds of a table."""
 
 

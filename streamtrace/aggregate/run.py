@@ -86,6 +86,7 @@ from .folder import (ITERATIONS, ITERATIONS_COLUMNS, PIPELINE, PIPELINE_COLUMNS,
                      RANK_PHASE_COLUMNS, RANKS, RANKS_COLUMNS, REPLICAS, REPLICAS_COLUMNS, STRAGGLERS,
                      STRAGGLERS_COLUMNS, TOP_KERNELS, TOP_KERNELS_COLUMNS)
 from .options import AggregateOptions
+from .rank_results import Kept, phase_rows as kept_phase_rows
 from .rank_rows import GPU_PART_COLUMNS, STEP_COLUMNS, cpu_rows, gpu_rows, step_ops
 
 # -- one rank ----------------------------------------------------------------------------
@@ -128,7 +129,7 @@ def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=Non
     ex = packed(ex) if explain_spill is None else spill_explain(explain_spill, index, ex)
     return rows[:3] + (tl,) + rows[4:] + (steps, ex, cp,
                                           spill_rows(rep.result(), replay, index, graphs and graphs.close())
-                                          if rep is not None else None)
+                                          if rep is not None else None, index)
 
 
 def _spilled_piece(piece: dict, folder, index: int) -> str:
@@ -286,7 +287,7 @@ def _aggregate(dirs, outdir: Path, opt: AggregateOptions, job_level: JobLevel) -
         opt = replace(opt, clock_sync="collectives")
     explain = Path(tempfile.mkdtemp(prefix=".explain-spill.", dir=outdir))    # (the ranks' explaining tables)
     try:
-        coll, files, layout, res, pieces, replay = _rank_pass(job, outdir, opt, explain)
+        coll, files, layout, res, pieces, replay, top = _rank_pass(job, outdir, opt, explain)
     except BaseException:
         shutil.rmtree(explain, ignore_errors=True)
         raise
@@ -298,12 +299,12 @@ def _aggregate(dirs, outdir: Path, opt: AggregateOptions, job_level: JobLevel) -
             if opt.jobs == 1:
                 cp = job_level.critical.result()
         topo = job.topology
-        phase_rows, rank_rows, fb, top, steps = _gather(job, res)
+        phase_rows, rank_rows, fb, steps = _gather(job, res)
         if not rank_rows:
             raise StreamtraceError(f"{', '.join(map(str, dirs))}: no GPU events and no ProfilerStep windows to "
                                    "aggregate" + (f" in step(s) {sorted(job.steps)}" if job.steps else ""))
         explained = [r[6] for r in res]
-        res.clear()                  # (the ranks' results, gathered: each one's top kernels let go, ~50 MB at 4,096)
+        res.clear()                  # (the ranks' results, gathered: their pickled phase rows let go)
         files += _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps)
         del phase_rows, fb, top, steps                # (written: not held under the explaining tables)
         trim()
@@ -362,7 +363,8 @@ def _rank_pass(job, outdir: Path, opt: AggregateOptions, explain=None) -> tuple:
     whose explaining tables are spilled into the folder ``explain`` (None: held in the results).
     Returns ``(collectives, files written, inferred layout of the process groups, the ranks' results,
     the critical path's pieces: ``(spill folder, [the path of each part's piece])``, which the caller
-    removes, or None, the ranks' what-if rows: ``SpilledRows`` or None)``."""
+    removes, or None, the ranks' what-if rows: ``SpilledRows`` or None, the job's top kernels ``{name: [kind,
+    count, total_ns]}``)``."""
     spill = Path(tempfile.mkdtemp(prefix=".timeline-spill.", dir=outdir))
     cp_spill = Path(tempfile.mkdtemp(prefix=".critical-spill.", dir=outdir)) if opt.critical_path else None
     wi_spill = Path(tempfile.mkdtemp(prefix=".whatif-spill.", dir=outdir)) if cp_spill and opt.whatif else None
@@ -374,10 +376,11 @@ def _rank_pass(job, outdir: Path, opt: AggregateOptions, explain=None) -> tuple:
         if jobs > 1:      # loaded before the fork, the workers share the kernels and numba's set-up
             load_kernels(*TASKS["aggregate"])
         share = spill_share(len({p.rank for p in job.parts}), len(job.parts)) if wi_spill else 0
+        kept = Kept()                 # (as they come back: the top kernels summed, the phase rows pickled)
         with progress_bar(len(job.parts), "aggregate", "rank", opt.progress) as bar:
             res = run_tasks(_part_job, [(part_view(job, p.index), p.index, opt.consecutive_kernel_delay_ns, spill,
                                          cp_spill, wi_spill, share, explain) for p in job.parts], jobs,
-                            on_done=bar.update)
+                            on_done=bar.update, on_result=kept)
         pieces = (cp_spill, [r[7] for r in res]) if cp_spill is not None else None
         replay = SpilledRows(wi_spill, [r[8] for r in res]) if wi_spill else None   # (write_whatif removes it)
         res = [r[:7] + (None,) for r in res]  # (the pieces in ``pieces``, the what-if rows joined: before the
@@ -389,7 +392,7 @@ def _rank_pass(job, outdir: Path, opt: AggregateOptions, explain=None) -> tuple:
         raise
     finally:
         shutil.rmtree(spill, ignore_errors=True)
-    return coll, files, layout, res, pieces, replay
+    return coll, files, layout, res, pieces, replay, kept.top.result()
 
 
 def _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps) -> list:
@@ -441,21 +444,17 @@ def _meta(dirs, opt: AggregateOptions, job, tcfg, coll, layout, rank_rows) -> di
 
 
 def _gather(job, res) -> tuple:
-    """The parts' results (``_part_job``, in part order) joined: phase rows, rank rows, the
-    forward/backward compute per (rank, iteration, step, device), top kernels ``{name: [kind,
-    count, total_ns]}`` and step durations per (rank, iteration, step)."""
-    phase_rows, rank_rows, fb, top, steps = [], [], {}, {}, {}
-    for part, (pr, rr, f, _, tp_, st, *_) in zip(job.parts, res):
-        phase_rows += pr
+    """The parts' results (``_part_job``, in part order, as ``Kept`` keeps them) joined: phase rows, rank
+    rows, the forward/backward compute per (rank, iteration, step, device) and step durations per
+    (rank, iteration, step)."""
+    phase_rows, rank_rows, fb, steps = [], [], {}, {}
+    for part, (pr, rr, f, _, _, st, *_) in zip(job.parts, res):
+        phase_rows += kept_phase_rows(pr)
         rank_rows += rr
         fb.update({(part.rank, it, stp, dev): v for (it, stp, dev), v in f.items()})
-        for n, (kind, cnt, tot) in tp_.items():
-            a = top.setdefault(n, [kind, 0, 0])
-            a[1] += cnt
-            a[2] += tot
         for num, (_, d) in st.items():
             steps[(part.rank, job.iteration_of(part), num)] = d
-    return phase_rows, rank_rows, fb, top, steps
+    return phase_rows, rank_rows, fb, steps
 
 
 def _collective_warnings(opt, coll, job) -> list:
