@@ -90,7 +90,7 @@ def spill(folder, index: int, tables: dict) -> tuple:
     path = Path(folder) / f"explain-{index:06d}.pickle"
     with open(path, "wb") as f:
         chunks = {}
-        for name, cols, step, kinds, sub in _split(tables):
+        for name, step, kinds, sub in _split(tables):
             b = pickle.dumps(sub, protocol=pickle.HIGHEST_PROTOCOL)
             chunks.setdefault(name, []).append((step, f.tell(), len(b), kinds))
             f.write(b)
@@ -101,7 +101,7 @@ def spill(folder, index: int, tables: dict) -> tuple:
 
 
 def _split(tables: dict):
-    """``(table, columns, step, kinds, the step's rows)`` for each step of each table with rows (steps
+    """``(table, step, kinds, the step's rows)`` for each step of each table with rows (steps
     in increasing order, each step's rows in their order; ``kinds``: ``column_kinds``)."""
     for name, cols in tables.items():
         if not cols or not len(cols["rank"]):
@@ -109,12 +109,12 @@ def _split(tables: dict):
         step = np.asarray(cols["step"], np.int64)
         if step.min() == step.max():                   # (one step: the table is its chunk)
             sub = {c: np.asarray(v) for c, v in cols.items()}
-            yield name, cols, int(step[0]), column_kinds(sub), sub
+            yield name, int(step[0]), column_kinds(sub), sub
             continue
         for s in np.unique(step).tolist():
             at = np.flatnonzero(step == s)
             sub = {c: np.asarray(v)[at] for c, v in cols.items()}
-            yield name, cols, s, column_kinds(sub), sub
+            yield name, s, column_kinds(sub), sub
 
 
 def _index(tables: dict, chunks: dict) -> dict:
@@ -216,29 +216,27 @@ ROW_GROUP_ROWS = 16_384
 
 class _Part:
     """One part's result as ``write_tables`` reads it: ``spill``'s ``(path, offset, length)``, or (held
-    in memory: tests, callers without a spill folder) ``part_tables``' dict or ``packed``'s."""
+    in memory: tests, callers without a spill folder) ``part_tables``' dict or ``packed``'s, whose
+    chunks are then held in its index in place of their offsets (``path`` None)."""
 
     def __init__(self, part):
         if isinstance(part, tuple):
             self.path, at, n = part
-            with open(self.path, "rb") as f:
-                f.seek(at)
-                self.index = pickle.loads(f.read(n))
+            self.index = _read_at(self.path, at, n)
         else:
             self.path = None
             tables = {k: pickle.loads(v) if isinstance(v, bytes) else v for k, v in part.items()}
             chunks = {}
-            for name, _, step, kinds, sub in _split(tables):
+            for name, step, kinds, sub in _split(tables):
                 chunks.setdefault(name, []).append((step, sub, None, kinds))
             self.index = _index(tables, chunks)
 
-    def load(self, where, n) -> dict:
-        """One chunk's columns (``where``, ``n``: its place in the index)."""
-        if self.path is None:
-            return where
-        with open(self.path, "rb") as f:
-            f.seek(where)
-            return pickle.loads(f.read(n))
+
+def _read_at(path, at: int, n: int):
+    """The object pickled in ``n`` bytes at offset ``at`` of the file ``path``."""
+    with open(path, "rb") as f:
+        f.seek(at)
+        return pickle.loads(f.read(n))
 
 
 def write_tables(outdir, parts: list, columns: dict | None = None) -> list:
@@ -253,7 +251,7 @@ def write_tables(outdir, parts: list, columns: dict | None = None) -> list:
     columns = columns or {name: COLUMNS[name] for name in TABLES}
     order = {name: [] for name in columns}
     kinds = {name: {} for name in columns}             # (folded as read: not a dict a chunk, 16 k of them)
-    held = []
+    paths = []
     for pos, p in enumerate(parts):
         part = _Part(p)
         ix = part.index
@@ -261,29 +259,21 @@ def write_tables(outdir, parts: list, columns: dict | None = None) -> list:
             if name not in order:
                 continue
             for step, where, n, k in chunks:
-                order[name].append((ix["iteration"], step, ix["rank"], pos, len(held), where, n))
+                order[name].append((ix["iteration"], step, ix["rank"], pos, where, n))
                 fold_kinds(kinds[name], k)
-        held.append(part if part.path is None else part.path)
+        paths.append(part.path)                  # (a spilled part's index let go: its path kept)
     files = []
     for name, cols in columns.items():
         if not order[name]:
             continue
         types = joined_types(kinds.pop(name))
-        chunks = (_load(held[h], w, n) for *_, h, w, n in sorted(order.pop(name)))
+        chunks = (w if paths[at] is None else _read_at(paths[at], w, n) for *_, at, w, n in sorted(order.pop(name)))
         if any(types.get(c, (None, None))[1] is None for c in cols):
             files += write_whole(outdir, name, cols, chunks)
         else:
             files += _write_streamed(outdir, name, cols, types, chunks)
         trim()                                        # (the table's writers' buffers, freed)
     return files
-
-
-def _load(held, where, n) -> dict:
-    if isinstance(held, _Part):
-        return held.load(where, n)
-    with open(held, "rb") as f:
-        f.seek(where)
-        return pickle.loads(f.read(n))
 
 
 def _write_streamed(outdir, name, cols, types: dict, chunks) -> list:
