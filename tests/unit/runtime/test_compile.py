@@ -88,7 +88,7 @@ _AFTER_PREPARE = textwrap.dedent("""
 def test_after_prepare_merge_analyze_and_validate_compile_nothing(tmp_path):
     """A fresh numba cache: prepare compiles the units of merge, analyze and validate (one notice),
     a second prepare finds them cached, and then a real merge, analyze and validate compile no kernel."""
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    env = {**_without_cache_root(), "NUMBA_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
     p = subprocess.run([sys.executable, "-c", _AFTER_PREPARE], capture_output=True, text=True, env=env,
                        cwd=tmp_path)
     assert p.returncode == 0, p.stderr
@@ -112,8 +112,15 @@ def test_notice_once_and_quiet(tmp_path):
     assert "compiling kernels" not in second.stderr
 
 
+def _without_cache_root() -> dict:
+    """The environment without ``STREAMTRACE_CACHE_DIR``, which names the kernel cache ahead of
+    ``NUMBA_CACHE_DIR`` (``kernels.cachedir``): set by the caller, a test's fresh ``NUMBA_CACHE_DIR``
+    would find the caller's warm cache."""
+    return {k: v for k, v in os.environ.items() if k != "STREAMTRACE_CACHE_DIR"}
+
+
 def _cli_with_cache(cache, *args):
-    env = {**os.environ, "NUMBA_CACHE_DIR": cache, "PYTHONPATH": str(ROOT)}
+    env = {**_without_cache_root(), "NUMBA_CACHE_DIR": cache, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "streamtrace", *map(str, args)], capture_output=True, text=True,
                           env=env)
 
