@@ -17,7 +17,7 @@ times keep their digits); the top-level keys after the events are written back i
 ``streamtrace`` header as its text, never parsed (``TraceReader(raw_keys=...)``: at 4,096 synthetic ranks
 an older header was 99 MB of JSON, 855 MB once parsed). Only the few events that can be on the path are
 parsed: a batch's ``correlation`` and ``External id`` integers are read by the column kernel
-(``streamtrace.kernels.extract.extract_columns``) and looked up in the path's ids
+(``streamtrace.kernels.extract.scan_columns``, in the pass that finds the events) and looked up in the path's ids
 (``streamtrace.events.sortedsets.in_sorted``); an event whose value is no integer literal (never in a
 trace streamtrace merged) is not matched. Runs of untouched events are copied as one slice of the batch.
 O(events) time, memory O(path segments + one batch).
@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from ..events.columns import scanned_batches
 from ..events.dataset import read_arrow
 from ..events.sortedsets import in_sorted
 from ..kernels import extract
@@ -116,19 +117,14 @@ def _marked(raw: bytes, order: int) -> bytes:
     return raw[:m.end()] + b'"critical_path":%d' % order + sep + raw[m.end():]
 
 
-def candidates(b, corr_keys, ext_keys) -> np.ndarray:
-    """Indices (ascending) of the events of batch ``b`` (a ``decode=False``
-    ``RawBatch``) that may be on the path or hold an earlier run's mark:
+def candidates(b, ph, cols, flags, corr_keys, ext_keys) -> np.ndarray:
+    """Indices (ascending) of the events of batch ``b`` (a ``RawBatch`` with the column kernel's
+    ``ph``, ``cols``, ``flags``, as ``streamtrace.events.columns.scanned_batches`` yields them) that
+    may be on the path or hold an earlier run's mark:
     ``X`` events whose ``correlation`` is in ``corr_keys`` or whose ``External id`` is in ``ext_keys``
     (sorted int64; -1 in them: also the events where the kernel read no integer, for ids merge wrote as
     strings), events the column kernel cannot read, and events whose text holds ``"critical_path"``."""
-    n = len(b.starts)
-    buf = np.frombuffer(b.buf, np.uint8)
-    i64 = lambda: np.empty(n, np.int64)  # noqa: E731
-    ph, flags = np.empty(n, np.uint8), np.empty(n, np.uint8)
-    cols = [i64() for _ in range(14)]       # pid tid cat(h,s,e) name(h,s,e) flow corr ext stream device rank
-    extract.extract_columns(buf, b.starts, b.ends, ph, *cols, flags)
-    corr, ext = cols[9], cols[10]
+    corr, ext = cols[extract.CORR], cols[extract.EXT]
     hit = (((ph == ord("X")) & (in_sorted(corr, corr_keys) | in_sorted(ext, ext_keys)))
            | ((flags & extract.F_PYTHON) != 0))
     raw, pos, end = b.buf, int(b.starts[0]), int(b.ends[-1])
@@ -150,7 +146,7 @@ def _copy(raw, starts, ends, a, z, tight) -> list:
 
 class Marker:
     """The path of an aggregate folder (``path_ids``) and the marks made with it so far: ``batch``
-    marks one ``decode=False`` batch, ``flows`` gives the arrows between the marks."""
+    marks one batch of ``streamtrace.events.columns.scanned_batches``, ``flows`` gives the arrows between the marks."""
 
     def __init__(self, aggdir, iteration=None):
         self.gpu, self.launch, self.cpu = gpu, launch, cpu = path_ids(aggdir, iteration)
@@ -164,13 +160,14 @@ class Marker:
         self.ranks = None if self.strings else {k >> ID_BITS for k in ids}     # (merged ids: rank * 2**40 + id)
         self.marks: dict = {}
 
-    def batch(self, b) -> tuple[bytes, int]:
-        """Batch ``b``'s events with the path's marked and an earlier run's marks and arrows taken out,
-        joined by ``,``: ``(bytes, events kept)``."""
+    def batch(self, b, ph, cols, flags) -> tuple[bytes, int]:
+        """Batch ``b``'s events (with the column kernel's ``ph``, ``cols``, ``flags``: ``candidates``)
+        with the path's marked and an earlier run's marks and arrows taken out, joined by ``,``:
+        ``(bytes, events kept)``."""
         starts, ends = b.starts.tolist(), b.ends.tolist()
         tight = (b.starts[1:] - b.ends[:-1]) == 1
         parts, kept, a = [], 0, 0
-        for k in candidates(b, self.corr_keys, self.ext_keys).tolist():
+        for k in candidates(b, ph, cols, flags, self.corr_keys, self.ext_keys).tolist():
             parts += _copy(b.buf, starts, ends, a, k, tight)
             kept += k - a
             a = k + 1
@@ -226,8 +223,8 @@ def mark_critical_path(trace, aggdir, output=None, iteration=None, by_member=Tru
         marker.marks.clear()
     reader = TraceReader(trace, raw_keys=(HEADER,))
     with TraceWriter(out, compresslevel=1) as w:
-        for b in reader.raw_batches(decode=False):
-            w.write_raw(*marker.batch(b))
+        for batch in scanned_batches(reader):
+            w.write_raw(*marker.batch(*batch))
         w.metadata = reader.metadata
         flows = marker.flows()
         w.write_many(flows)
@@ -350,8 +347,8 @@ def _mark_member(trace, m, out: Path, marker: Marker, f):
             t.write(b"]}")
         z = zlib.compressobj(1, zlib.DEFLATED, 31)
         first = True
-        for b in TraceReader(tmp).raw_batches(decode=False):
-            data, _ = marker.batch(b)
+        for batch in scanned_batches(TraceReader(tmp)):
+            data, _ = marker.batch(*batch)
             if data:
                 f.write(z.compress(data if first else b"," + data))
                 first = False

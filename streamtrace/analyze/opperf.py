@@ -62,7 +62,7 @@ class CostedOps:
     def add(self, b, cols=None, table=None) -> None:
         """Take the costed ops of batch ``b`` (its ``buf``, ``starts``, ``ends``, ``ts_ns``, ``dur_ns``).
         ``cols``, ``table``: the batch's columns (``EVENT_DTYPE``, one row per event, as
-        ``streamtrace.events.columns.columns_from_batch`` returns them) and their ``StringTable``, when
+        ``streamtrace.events.columns.column_batches`` yields them) and their ``StringTable``, when
         the caller read them: then only the complete events named like a costed op are looked at,
         else every event whose text holds ``"Input Dims"``, its name read from its bytes."""
         if self.done:

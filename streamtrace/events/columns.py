@@ -1,5 +1,5 @@
 """Columnar events: numpy structured arrays with interned strings, built from the
-reader's raw batches by the numba kernel ``extract_columns``.
+reader's bytes by the numba kernel ``streamtrace.kernels.extract.scan_columns`` (``column_batches``).
 
 ``EVENT_DTYPE`` (one row per event, file order):
 
@@ -282,20 +282,48 @@ def columns_from_dicts(events, ts_ns, dur_ns, flags, table: StringTable):
     return out, comm
 
 
-def columns_from_batch(b, table: StringTable, path="?"):
-    """Columns of one ``RawBatch`` read with ``decode=False``.
+def scanned_batches(reader):
+    """Yield ``(b, ph, cols, flags)`` for each batch of ``reader``'s events (a ``TraceReader``), the
+    events found and read in one pass over the bytes (``streamtrace.kernels.extract.scan_columns``):
+    ``b`` a ``RawBatch`` as ``raw_batches(decode=False)`` yields it (``ts_ns``/``dur_ns`` int64 ns,
+    ``flags`` uint8 with HAS_TS, HAS_DUR, TS_BAD, DUR_BAD; BIG_INT is not looked for); ``ph``
+    uint8[k], ``cols`` int64[N_COLS, k] (rows ``extract.PID`` .. ``extract.DUR``) and ``flags``
+    uint8[k] (``extract.F_*``) the kernel's columns, views of arrays the next batch writes over.
+    Raises ``TraceError`` as ``raw_batches`` does."""
+    cap = ph = cols = flags = tflags = None
+    for w in reader.windows():
+        if cap != len(w.starts):
+            cap = len(w.starts)
+            ph, flags, tflags = (np.empty(cap, np.uint8) for _ in range(3))
+            cols = np.empty((extract.N_COLS, cap), np.int64)
+        w.scanned(*extract.scan_columns(w.arr, w.pos, w.n, w.starts, w.ends, w.sep, ph, cols, flags, tflags))
+        b = w.batch()
+        if b is None:
+            continue
+        k = len(b.starts)
+        b.ts_ns, b.dur_ns, b.flags = cols[extract.TS, :k].copy(), cols[extract.DUR, :k].copy(), tflags[:k].copy()
+        yield b, ph[:k], cols[:, :k], flags[:k]
 
-    Returns ``(array of EVENT_DTYPE, comm_rows)``; ``comm_rows[k]`` is a dict of the
-    collective args (``COMM_KEYS``) of the event whose ``comm`` field is k."""
+
+def column_batches(reader, table: StringTable, path="?"):
+    """Yield ``(b, columns, comm_rows)`` for each batch of ``reader``'s events: ``b`` as
+    ``scanned_batches`` yields it, ``columns`` an array of EVENT_DTYPE (one row per event of the
+    batch, file order) whose ``cat``/``name`` index ``table``, ``comm_rows[k]`` a dict of the
+    collective args (``COMM_KEYS``) of the event whose ``comm`` field is k.  Plain-Python twin:
+    ``columns_from_dicts`` of the decoded events.  Raises ``TraceError`` as the reader does."""
+    for b, ph, cols, flags in scanned_batches(reader):
+        out, rows = _columns(b, ph, cols, flags, table, path)
+        yield b, out, rows
+
+
+def _columns(b, ph, cols, flags, table: StringTable, path):
+    """``column_batches``' columns of batch ``b`` from the kernel's ``ph``, ``cols``, ``flags``."""
     n = len(b.starts)
-    buf = np.frombuffer(b.buf, np.uint8)
-    i64 = lambda: np.empty(n, np.int64)  # noqa: E731
-    ph = np.empty(n, np.uint8)
-    pid, tid, cat_h, cat_s, cat_e, name_h, name_s, name_e = (i64() for _ in range(8))
-    flow, corr, ext, stream, device, rank = (i64() for _ in range(6))
-    flags = np.empty(n, np.uint8)
-    extract.extract_columns(buf, b.starts, b.ends, ph, pid, tid, cat_h, cat_s, cat_e, name_h, name_s, name_e,
-                      flow, corr, ext, stream, device, rank, flags)
+    x = extract
+    pid, tid, corr, ext, flow = cols[x.PID], cols[x.TID], cols[x.CORR], cols[x.EXT], cols[x.FLOW_ID]
+    stream, device, rank = cols[x.STREAM], cols[x.DEVICE], cols[x.RANK]
+    cat_h, cat_s, cat_e, name_h, name_s, name_e = (cols[c] for c in (x.CAT_H, x.CAT_S, x.CAT_E, x.NAME_H,
+                                                                     x.NAME_S, x.NAME_E))
     out = np.zeros(n, EVENT_DTYPE)
     ok_ts = (b.flags & 1).astype(bool) & ~(b.flags & 4).astype(bool)
     out["ts"] = np.where(ok_ts, b.ts_ns, NO_TS)

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..trace.decode import loads
 from ..trace.reader import TraceReader
-from .columns import NO_TS, StringTable, columns_from_batch, cut_warning
+from .columns import NO_TS, StringTable, column_batches, cut_warning
 from .store import STORE_DTYPE
 
 #: newer Kineto's GPU synchronisation events (``ph: X`` on the waiting stream; CUPTI's
@@ -76,7 +76,7 @@ def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None,
     table keeps its rows), each with a collective-args row holding ``"@wait_on_stream"`` and
     ``"@wait_on_cuda_event_record_corr_id"`` (``CUDA_SYNC_ARGS``, -1 when absent).
     ``byte_range``: read only that slice of a plain file's events (see ``streamtrace.trace.ranges``).
-    ``on_batch(b, cols, table)``: called with each ``decode=False`` ``RawBatch`` in
+    ``on_batch(b, cols, table)``: called with each ``RawBatch`` (as ``columns.column_batches`` yields it) in
     file order, its columns (``EVENT_DTYPE``, every event of the batch) and the ``StringTable`` their
     ``cat``/``name`` ids index, before its rows are stored (a consumer of the same bytes, e.g. analyze's
     op costs, then needs no pass of its own).
@@ -96,8 +96,7 @@ def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None,
     kind_of = np.zeros(0, np.int8)       # per string id: 1 GPU cat, 2 skipped cat, 3 gpu annotation, 4 cuda_sync
     reader.unusable_times = 0
     reader.negative_durations = 0
-    for b in reader.raw_batches(decode=False):
-        cols, rows = columns_from_batch(b, table, path)
+    for b, cols, rows in column_batches(reader, table, path):
         if on_batch is not None:
             on_batch(b, cols, table)
         if len(kind_of) < len(table):

@@ -1,8 +1,8 @@
 """Numba kernel that pulls the analysis columns out of raw event bytes.
 
-For every event (byte range from ``streamtrace.kernels.scan.scan_events``) it
-reads, without building Python objects: ``ph``; ``pid``/``tid`` (integers, or a
-64-bit FNV-1a hash of the string content for string pids such as ``"Spans"``);
+For every event of a ``traceEvents`` array, found in the same walk over its bytes
+(``scan_columns``), it reads, without building Python objects: ``ts``/``dur`` (exact
+ns); ``ph``; ``pid``/``tid`` (integers, or a 64-bit FNV-1a hash of the string content for string pids such as ``"Spans"``);
 ``cat`` and ``name`` (hash + byte span of the string content, for interning);
 flow ``id``; and in ``args``: ``correlation``, ``External id`` (or legacy
 ``external id``), ``stream``, ``device``, ``rank``.  Events whose ``args`` hold
@@ -16,13 +16,15 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .jsoncheck import MAX_DEPTH, MEMBERS_CAP, bytes_equal, event_members
+from .jsoncheck import MAX_DEPTH, MEMBERS_CAP, MEMBERS_INVALID, bytes_equal, object_members
+from .scan import DUR_BAD, HAS_DUR, HAS_TS, NEED_MORE, OBJECT, TS_BAD, next_element, parse_ns, scan_events, ts_or_dur
 from .cachedir import ensure_cache
 
 ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
 
 __all__ = ["F_PID_STR", "F_TID_STR", "F_COMM", "F_PYTHON", "F_HAS_DUR", "NONE", "FNV_OFFSET", "FNV_PRIME",
-           "fnv1a", "int_literal", "extract_columns"]
+           "PID", "TID", "CAT_H", "CAT_S", "CAT_E", "NAME_H", "NAME_S", "NAME_E", "FLOW_ID", "CORR", "EXT",
+           "STREAM", "DEVICE", "RANK", "N_COLS", "fnv1a", "int_literal", "event_row", "scan_columns"]
 
 # output flag bits
 F_PID_STR = 1      # pid is a string (pid column holds its hash)
@@ -89,94 +91,145 @@ def _int(buf, s, e):
 int_literal = _int        # public name: ``(value, ok)`` of an int64 integer literal buf[s:e]
 
 
-@njit(cache=True)
-def extract_columns(buf, starts, ends, ph, pid, tid, cat_h, cat_s, cat_e, name_h, name_s, name_e,
-                    flow_id, corr, ext, stream, device, rank, flags):
-    """Fill the per-event output arrays (length >= len(starts)) for every event.
+# the rows of ``scan_columns``' int64 output ``cols`` (one row per column, one column per event)
+PID, TID, CAT_H, CAT_S, CAT_E, NAME_H, NAME_S, NAME_E, FLOW_ID, CORR, EXT, STREAM, DEVICE, RANK, TS, DUR = range(16)
+N_COLS = 16
 
-    Integer columns hold -1 when the field is absent or not an integer; string
-    hashes are 0 and spans -1 when absent.  ``ph`` holds the first byte of the
-    phase string (0 when absent).  O(bytes)."""
-    n = starts.shape[0]
+
+@njit(cache=True, inline="always")
+def event_row(buf, i, nm, na, arow, mem, amem, ph, cols, flags, tflags):
+    """Column ``i`` of the outputs from the event's members as
+    ``streamtrace.kernels.jsoncheck.event_members`` lists them (``nm``, ``na``, ``arow``, ``mem``,
+    ``amem``; ``nm`` < 0: F_PYTHON, the other columns their absent values): ``ph`` (uint8: the first
+    byte of the phase string, 0 when absent), ``cols`` (int64[N_COLS, >= i + 1], rows ``PID`` ..
+    ``DUR``: integers -1 when absent or not an integer, string hashes 0 and spans -1 when absent;
+    ``TS``/``DUR`` int64 ns, 0 when absent), ``flags`` (uint8, ``F_*``), ``tflags`` (uint8: HAS_TS,
+    HAS_DUR, TS_BAD, DUR_BAD, as ``streamtrace.kernels.scan.scan_events`` reads the top-level
+    ``ts``/``dur``; an event it cannot read, F_PYTHON: 0 and no bits).  Inlined into its caller
+    (numba's ``inline="always"``: a plain call was slower)."""
+    ph[i] = 0
+    for c in range(N_COLS):
+        cols[c, i] = NONE
+    cols[CAT_H, i] = 0
+    cols[NAME_H, i] = 0
+    cols[TS, i] = 0
+    cols[DUR, i] = 0
+    f = 0
+    tf = 0
+    ext_primary = False
+    tflags[i] = 0
+    if nm < 0:
+        flags[i] = F_PYTHON
+        return
+    for r in range(max(na, 0)):
+        aks, ake, avs, j = amem[r, 0], amem[r, 1], amem[r, 2], amem[r, 3]
+        if bytes_equal(buf, aks, ake, K_CORR):
+            cols[CORR, i] = _int(buf, avs, j)[0]
+        elif bytes_equal(buf, aks, ake, K_EXT):          # "External id" wins over legacy
+            v, ok = _int(buf, avs, j)
+            if ok:
+                cols[EXT, i] = v
+                ext_primary = True
+        elif bytes_equal(buf, aks, ake, K_EXT2):
+            v, ok = _int(buf, avs, j)
+            if ok and not ext_primary:
+                cols[EXT, i] = v
+        elif bytes_equal(buf, aks, ake, K_STREAM):
+            cols[STREAM, i] = _int(buf, avs, j)[0]
+        elif bytes_equal(buf, aks, ake, K_DEVICE):
+            cols[DEVICE, i] = _int(buf, avs, j)[0]
+        elif bytes_equal(buf, aks, ake, K_RANK):
+            cols[RANK, i] = _int(buf, avs, j)[0]
+        elif bytes_equal(buf, aks, ake, K_COLL) or bytes_equal(buf, aks, ake, K_INMSG) or \
+                bytes_equal(buf, aks, ake, K_PGNAME) or bytes_equal(buf, aks, ake, K_PGRANKS):
+            f |= F_COMM
+    for r in range(nm):
+        ks, ke, vs, j = mem[r, 0], mem[r, 1], mem[r, 2], mem[r, 3]
+        if ke - ks > 4 or r == arow:
+            continue
+        want = ts_or_dur(buf, ks, ke)
+        if want != 0:                   # as scan_events reads them (a later member over an earlier one)
+            ok, v = False, np.int64(0)
+            if buf[vs] == 45 or 48 <= buf[vs] <= 57:
+                ok, v, _ = parse_ns(buf, vs, j)
+            if want == 1:
+                tf |= HAS_TS if ok else HAS_TS | TS_BAD
+                cols[TS, i] = v if ok else cols[TS, i]
+            else:
+                tf |= HAS_DUR if ok else HAS_DUR | DUR_BAD
+                cols[DUR, i] = v if ok else cols[DUR, i]
+        elif bytes_equal(buf, ks, ke, K_PH):
+            if buf[vs] == 34 and j - vs >= 3:
+                ph[i] = buf[vs + 1]
+        elif bytes_equal(buf, ks, ke, K_PID) or bytes_equal(buf, ks, ke, K_TID):
+            is_pid = bytes_equal(buf, ks, ke, K_PID)
+            if buf[vs] == 34:
+                v = fnv1a(buf, vs + 1, j - 1)
+                f |= F_PID_STR if is_pid else F_TID_STR
+            else:
+                v, ok = _int(buf, vs, j)
+                if not ok:
+                    f |= F_PYTHON
+            cols[PID if is_pid else TID, i] = v
+        elif bytes_equal(buf, ks, ke, K_CAT):
+            if buf[vs] == 34:
+                cols[CAT_H, i] = fnv1a(buf, vs + 1, j - 1)
+                cols[CAT_S, i] = vs
+                cols[CAT_E, i] = j
+        elif bytes_equal(buf, ks, ke, K_NAME):
+            if buf[vs] == 34:
+                cols[NAME_H, i] = fnv1a(buf, vs + 1, j - 1)
+                cols[NAME_S, i] = vs
+                cols[NAME_E, i] = j
+        elif bytes_equal(buf, ks, ke, K_ID):
+            cols[FLOW_ID, i] = _int(buf, vs, j)[0]
+    flags[i] = f
+    tflags[i] = tf
+
+
+@njit(cache=True, nogil=True)
+def scan_columns(buf, pos, n, starts, ends, sep, ph, cols, flags, tflags):
+    """``streamtrace.kernels.scan.scan_events`` and the analysis columns in one pass over the bytes:
+    each event of the ``traceEvents`` array from ``pos`` is found, checked and its members read by
+    one walk (``streamtrace.kernels.jsoncheck.object_members``), for at most ``len(starts)`` events.
+
+    Arguments and return value as ``scan_events`` (``buf`` uint8, ``n`` the bytes held, ``sep``
+    int64[1] the separator state; returns ``(count, status, pos)``), and the outputs of both:
+    ``starts``/``ends`` int64 (byte offsets of each ``{...}``), ``ph``/``cols``/``flags``/``tflags`` as
+    ``event_row`` fills them (``cols``' rows ``TS``/``DUR`` and ``tflags``: ``scan_events``'
+    ``ts_ns``/``dur_ns``/``flags`` but BIG_INT, which is not looked for: no reader of these columns
+    decodes through it).
+    An event the walk refuses (invalid JSON, an escaped key, ...) or that the bytes cut is measured
+    by ``scan_events`` itself: the event's end, or NEED_MORE; its times as ``scan_events`` reads them,
+    ``flags`` F_PYTHON.  Twins: ``scan_events`` (starts, ends, times; tests/kernels/test_scan_columns.py)
+    and ``streamtrace.events.columns.columns_from_dicts`` (tests/unit/events/test_columns.py).  O(bytes)."""
+    cap = starts.shape[0]
     vstack = np.zeros(MAX_DEPTH, np.uint8)
     mem = np.empty((MEMBERS_CAP, 4), np.int64)
     amem = np.empty((MEMBERS_CAP, 4), np.int64)
-    for i in range(n):
-        s = starts[i]
-        e = ends[i]
-        ph[i] = 0
-        pid[i] = NONE
-        tid[i] = NONE
-        cat_h[i] = 0
-        cat_s[i] = -1
-        cat_e[i] = -1
-        name_h[i] = 0
-        name_s[i] = -1
-        name_e[i] = -1
-        flow_id[i] = NONE
-        corr[i] = NONE
-        ext[i] = NONE
-        stream[i] = NONE
-        device[i] = NONE
-        rank[i] = NONE
-        f = 0
-        ext_primary = False
-        nm, na, arow = event_members(buf, s, e, vstack, mem, amem, K_ARGS)
-        if nm < 0:
-            flags[i] = F_PYTHON
-            continue
-        for r in range(max(na, 0)):
-            aks, ake, avs, j = amem[r, 0], amem[r, 1], amem[r, 2], amem[r, 3]
-            if bytes_equal(buf, aks, ake, K_CORR):
-                corr[i] = _int(buf, avs, j)[0]
-            elif bytes_equal(buf, aks, ake, K_EXT):          # "External id" wins over legacy
-                v, ok = _int(buf, avs, j)
-                if ok:
-                    ext[i] = v
-                    ext_primary = True
-            elif bytes_equal(buf, aks, ake, K_EXT2):
-                v, ok = _int(buf, avs, j)
-                if ok and not ext_primary:
-                    ext[i] = v
-            elif bytes_equal(buf, aks, ake, K_STREAM):
-                stream[i] = _int(buf, avs, j)[0]
-            elif bytes_equal(buf, aks, ake, K_DEVICE):
-                device[i] = _int(buf, avs, j)[0]
-            elif bytes_equal(buf, aks, ake, K_RANK):
-                rank[i] = _int(buf, avs, j)[0]
-            elif bytes_equal(buf, aks, ake, K_COLL) or bytes_equal(buf, aks, ake, K_INMSG) or \
-                    bytes_equal(buf, aks, ake, K_PGNAME) or bytes_equal(buf, aks, ake, K_PGRANKS):
-                f |= F_COMM
-        for r in range(nm):
-            ks, ke, vs, j = mem[r, 0], mem[r, 1], mem[r, 2], mem[r, 3]
-            if ke - ks > 4 or r == arow:
-                continue
-            if bytes_equal(buf, ks, ke, K_PH):
-                if buf[vs] == 34 and j - vs >= 3:
-                    ph[i] = buf[vs + 1]
-            elif bytes_equal(buf, ks, ke, K_PID) or bytes_equal(buf, ks, ke, K_TID):
-                is_pid = bytes_equal(buf, ks, ke, K_PID)
-                if buf[vs] == 34:
-                    v = fnv1a(buf, vs + 1, j - 1)
-                    f |= F_PID_STR if is_pid else F_TID_STR
-                else:
-                    v, ok = _int(buf, vs, j)
-                    if not ok:
-                        f |= F_PYTHON
-                if is_pid:
-                    pid[i] = v
-                else:
-                    tid[i] = v
-            elif bytes_equal(buf, ks, ke, K_CAT):
-                if buf[vs] == 34:
-                    cat_h[i] = fnv1a(buf, vs + 1, j - 1)
-                    cat_s[i] = vs
-                    cat_e[i] = j
-            elif bytes_equal(buf, ks, ke, K_NAME):
-                if buf[vs] == 34:
-                    name_h[i] = fnv1a(buf, vs + 1, j - 1)
-                    name_s[i] = vs
-                    name_e[i] = j
-            elif bytes_equal(buf, ks, ke, K_ID):
-                flow_id[i] = _int(buf, vs, j)[0]
-        flags[i] = f
+    one_s, one_e = np.empty(1, np.int64), np.empty(1, np.int64)     # scan_events' outputs for one event
+    one_ts, one_dur, one_f = np.empty(1, np.int64), np.empty(1, np.int64), np.empty(1, np.uint8)
+    one_sep = np.zeros(1, np.int64)
+    open_end = np.bool_(False)
+    k = 0
+    while True:
+        status, pos = next_element(buf, pos, n, sep)
+        if status != OBJECT:
+            return k, status, pos
+        if k >= cap:
+            return k, NEED_MORE, pos
+        nm, na, arow, end = object_members(buf, pos, n, vstack, mem, amem, K_ARGS, open_end)
+        if nm < 0:                             # refused or cut: scan_events says where it ends
+            one_sep[0] = 0
+            c, _, _ = scan_events(buf, pos, n, one_s, one_e, one_ts, one_dur, one_f, one_sep)
+            if c == 0:
+                return k, NEED_MORE, pos
+            event_row(buf, k, MEMBERS_INVALID, na, arow, mem, amem, ph, cols, flags, tflags)
+            end, cols[TS, k], cols[DUR, k], tflags[k] = one_e[0], one_ts[0], one_dur[0], one_f[0] & 15
+        else:
+            event_row(buf, k, nm, na, arow, mem, amem, ph, cols, flags, tflags)
+        starts[k] = pos
+        ends[k] = end
+        k += 1
+        sep[0] = 1
+        pos = end

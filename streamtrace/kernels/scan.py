@@ -27,7 +27,7 @@ ensure_cache()      # numba's cache folder chosen before the first kernel is def
 
 __all__ = ["NEED_MORE", "DONE", "BAD", "HAS_TS", "HAS_DUR", "TS_BAD", "DUR_BAD", "BIG_INT", "OBJECT", "skip_ws",
            "skip_string", "skip_value", "parse_ns", "read_time", "next_element", "scan_events", "split_points",
-           "scan_bounds"]
+           "scan_bounds", "ts_or_dur"]
 
 NEED_MORE = 0
 DONE = 1
@@ -228,6 +228,9 @@ def _ts_or_dur(buf, s, e):
     if ln == 3 and buf[s] == 100 and buf[s + 1] == 117 and buf[s + 2] == 114:
         return 2
     return 0
+
+
+ts_or_dur = _ts_or_dur    # public name (streamtrace.kernels.extract.scan_columns reads the member keys)
 
 
 @njit(cache=True, nogil=True)

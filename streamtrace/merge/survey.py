@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..runtime.errors import StreamtraceError
-from ..events.columns import StringTable, columns_from_batch
+from ..events.columns import StringTable, column_batches
 from ..trace.metadata import base_time_ns, read_trailer
 from ..trace.reader import TraceReader
 from ..trace.steps import profiler_step_number
@@ -76,14 +76,13 @@ def survey_rank(path, want_flows=False, salvage=False, byte_range=None, want_col
 
 def survey_columns(path, salvage=False, byte_range=None) -> Survey:
     """``survey_rank`` without flows, collectives included, from the numba extractor's columns
-    (``streamtrace.events.columns.columns_from_batch``: only events with collective args are
+    (``streamtrace.events.columns.column_batches``: only events with collective args are
     decoded)."""
     r = TraceReader(path, salvage=salvage, byte_range=byte_range)
     table = StringTable()
     step_no, is_comm, is_kernel, is_gpu = (np.zeros(0, t) for t in (np.int64, bool, bool, bool))
     first, steps, log = None, {}, CollectiveLog()
-    for b in r.raw_batches(decode=False):
-        cols, rows = columns_from_batch(b, table, path)
+    for b, cols, rows in column_batches(r, table, path):
         if len(step_no) < len(table):                  # per string id, for the strings new in this batch
             new = table.strings[len(step_no):]
             step_no = np.append(step_no, [profiler_step_number(x) for x in new])

@@ -123,8 +123,9 @@ UNITS = {
     "validate.flow_chunk": ("validate", "flow_chunk", (_I64,) * 8 + (_I64_2D,), (), 0.5),
     "validate.flow_close": ("validate", "flow_close", (_I64, _I64_2D), (), 0.2),
     "validate.batch_records": ("validate", "batch_records", (_I64_2D, _I64, _b, _i, _I64_2D, _I64_2D, _I64_2D), (), 0.4),
-    "extract.extract_columns": ("extract", "extract_columns", (_RO, _I64, _I64, _U8) + (_I64,) * 14 + (_U8,),
-                                ("jsoncheck.event_members", "extract._int", "jsoncheck.bytes_equal"), 1.6),
+    "extract.scan_columns": ("extract", "scan_columns", (_RO, _i, _i, _I64, _I64, _I64, _U8, _I64_2D, _U8, _U8),
+                             ("jsoncheck.object_members", "scan.scan_events", "scan.parse_ns", "extract._int",
+                              "jsoncheck.bytes_equal"), 2.0),
     "nesting.count_bad_nesting": ("nesting", "count_bad_nesting", (_I64, _I64), (), 0.3),
     "runs.union_into": ("runs", "union_into", (_I64, _I64, _i, _i, _I64, _I64, _i), (), 0.3),
     "runs.merge_runs": ("runs", "merge_runs", (_I64,) * 5 + (_i,), (), 0.6),
@@ -228,7 +229,7 @@ _NSYS = ("sqlite_pages.decode_leaves", "sqlite_pages.decode_record", "sqlite_pag
 _KINETO_MERGE = _READ + ("texthash.insert_text", "texthash.index_texts", "rewrite.scan_rewrite") + _CHECKS  # validated
 _FILTERS = ("survey.scan_survey", "keep.keep_rows")              # merge --steps / --window / --align
 _MERGE = _KINETO_MERGE + _FILTERS + _VALIDATE + _NSYS + ("nsys_text.nsys_event_text",)   # an export's events as text
-_KINETO_ANALYZE = _READ + ("extract.extract_columns", "treestream._feed", "treestream._gather_strings",
+_KINETO_ANALYZE = _READ + ("extract.scan_columns", "treestream._feed", "treestream._gather_strings",
                            "intervals._union_lengths_sorted") + _INTERVALS + _WINDOWS
 _ANALYZE = _KINETO_ANALYZE + ("intervals.disjoint_length",) + _NSYS
 #: what the epilogue of Kineto traces calls (the demo's job): what a cold run of it compiled, measured

@@ -5,7 +5,7 @@ checked against each other on random inputs (tests/kernels/).  Speed is not a go
 
 Twins that are also production code stay beside their callers and are listed here:
 ``streamtrace.events.columns.columns_from_dicts`` (of
-``streamtrace.kernels.extract.extract_columns``), ``streamtrace.merge.rank.rewrite_dict``
+``streamtrace.kernels.extract.scan_columns``), ``streamtrace.merge.rank.rewrite_dict``
 (of ``streamtrace.kernels.rewrite.scan_rewrite``; merge uses it for the events the kernel
 hands back), ``streamtrace.validate.check.fields_from_dict`` (of
 ``streamtrace.kernels.validate.event_fields``; validate uses it for the events the kernel
