@@ -274,7 +274,7 @@ def _time(ns, flag, has, bad, value, missing=-1) -> int:
 
 
 def columns_from_dicts(events, ts_ns, dur_ns, flags, table: StringTable):
-    """Plain-Python twin of ``columns_from_batch``: (structured array, comm rows)."""
+    """Plain-Python twin of ``column_batches``' columns: (structured array, comm rows)."""
     out = np.zeros(len(events), EVENT_DTYPE)
     comm = []
     for i, ev in enumerate(events):

@@ -129,3 +129,24 @@ def test_intern_spans_gives_ids_as_a_sorted_pass_would(batches):
         want = [-1 if x is None else by_hash[hash_of[x]] for x in texts]
         assert got.tolist() == want and got.dtype == np.int32
     assert table.strings[:len(strings)] == strings
+
+
+def test_the_columnar_lines_of_docs_api(tmp_path):
+    """docs/api.md's columnar loop, as written there: names and times as the file holds them
+    (expected values from json.load of the same file)."""
+    import gzip
+
+    import streamtrace
+    events = [{"ph": "X", "name": f"k{i % 3}", "cat": "kernel", "pid": 0, "tid": 7, "ts": 1.5 + i, "dur": 2.25}
+              for i in range(5)] + [{"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "rank 0"}}]
+    path = tmp_path / "rank3_trace.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    want = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    table = StringTable()
+    got = []
+    for batch, cols, comm_rows in column_batches(streamtrace.TraceReader(str(path)), table):
+        got += [(table.strings[c["name"]], int(c["ts"])) for c in cols]
+    assert [n for n, _ in got] == [e["name"] for e in want]
+    timed = [e for e in want if "ts" in e]
+    assert [g for g, e in zip(got, want) if "ts" in e] == [(e["name"], round(e["ts"] * 1000)) for e in timed]
