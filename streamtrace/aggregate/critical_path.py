@@ -58,8 +58,8 @@ import pyarrow.compute as pc
 from ..events.dataset import read_arrow, write_table
 from ..kernels.critical import NEG, POS, latest_times_masked, longest_path_masked, trace_back
 from ..runtime.tuning import trim
-from .critical_graph import (BARRIER, CATEGORIES, Anchor, Category, Edge, barrier_edges, key_codes, last_of,
-                             path_edges, positions, tie_classes)
+from .critical_graph import (BARRIER, CATEGORIES, Anchor, Category, Edge, barrier_edges, joined_weights, key_codes,
+                             last_of, path_edges, positions, tie_classes)
 from .folder import (COLLECTIVES_RANKS, CRITICAL_PATH, CRITICAL_PATH_COLUMNS, CRITICAL_PATH_RANKS,
                      CRITICAL_PATH_RANKS_COLUMNS as RANK_COLUMNS, CRITICAL_PATH_SUMMARY,
                      CRITICAL_PATH_SUMMARY_COLUMNS as SUMMARY_COLUMNS, columns, table_path)
@@ -113,7 +113,8 @@ class JobGraph:
     node: ``t`` int64 ns, ``kind`` an ``Anchor`` or ``BARRIER`` (int8), ``part`` (int32), ``local`` node id
     in the part's graph (int32), ``name`` / ``lane`` object, ``corr`` (int64); the anchors' streams are read
     for the collectives' keys only, not kept: 12 MB at 4,096 synthetic ranks), edge columns (``src``,
-    ``dst`` int32 node ids (int64 past 2^31 nodes), ``w`` int64 ns, ``etype`` LOCAL / WAIT / TRANSFER),
+    ``dst`` int32 node ids (int64 past 2^31 nodes), ``w`` ns (int32 while every weight fits, else int64:
+    ``joined_weights``), ``etype`` LOCAL / WAIT / TRANSFER),
     the barriers (``b_node`` their nodes, ``b_p2p`` whether a point-to-point transfer) and their members
     (``m_bar`` the index of the member's barrier in ``b_node``, ``m_arr`` / ``m_end`` its arrival and
     end nodes, grouped by barrier, each group in its members' order)."""
@@ -154,7 +155,7 @@ class JobGraph:
             xs = [x[i] for x in self._edges]
             for x in self._edges:
                 x[i] = None
-            setattr(self, c, (_node_ids if c != "w" else np.concatenate)(xs) if xs else np.zeros(0, np.int64))
+            setattr(self, c, (_node_ids if c != "w" else _joined)(xs) if xs else np.zeros(0, np.int64))
             del xs
         self.etype = np.full(len(self.src), LOCAL, np.int8)
         self._edges = []
@@ -205,7 +206,7 @@ class JobGraph:
         self.corr = np.r_[self.corr, np.full(nb, -1, np.int64)]
         self.src = _node_ids([self.src, a[un], c["src"]])
         self.dst = _node_ids([self.dst, e[un], c["dst"]])
-        self.w = np.r_[self.w, self.t[e[un]] - self.t[a[un]], c["w"]]
+        self.w = joined_weights(self.w, self.t[e[un]] - self.t[a[un]], np.asarray(c["w"], np.int64))
         self.etype = np.r_[self.etype, np.full(int(un.sum()), TRANSFER, np.int8), c["etype"]]
         self.b_node = self.n + np.arange(nb)
         self.b_p2p = np.isin(c["bar_inst"], np.asarray(sorted(p2p), np.int64))
@@ -261,7 +262,7 @@ class Solved:
 
 
 def solve_step(g: JobGraph, w=None) -> Solved | None:
-    """Forward and backward pass over one step's graph, with the edge weights ``w`` (int64 ns per
+    """Forward and backward pass over one step's graph, with the edge weights ``w`` (int32 or int64 ns per
     edge of ``g``; None: ``g.w``).  None when the step has no step end.  The kernels read the
     graph's edges in place (``longest_path_masked``, ``latest_times_masked``: the edges that run
     forward in the node order kept, the others dropped), and the passes' temporaries (the kernels'
@@ -283,7 +284,7 @@ def _solve(g: JobGraph, w=None) -> Solved | None:
     for i in range(0, len(src), FORWARD_CHUNK):
         j = slice(i, i + FORWARD_CHUNK)
         np.less(pos[src[j]], pos[dst[j]], out=forward[j])
-    w = np.asarray(g.w if w is None else w, np.int64)
+    w = _kernel_weights(g.w if w is None else w)
     got = _forward(g, w, pos, src, dst, forward)
     if got is None:
         return None
@@ -326,12 +327,23 @@ def solve_path(g: JobGraph, w, base: Solved) -> Solved | None:
     else:
         forward = np.zeros(len(src), bool)
         forward[base.keep] = True
-    got = _forward(g, np.asarray(w, np.int64), base.pos, src, dst, forward)
+    got = _forward(g, _kernel_weights(w), base.pos, src, dst, forward)
     trim()
     if got is None:
         return None
     path, _, last, _ = got
     return Solved(path, None, None, base.pos, base.keep, base.dropped, int(last))
+
+
+def _joined(xs) -> np.ndarray:
+    """The parts' edge weights joined (``joined_weights``: int32 when every one fits)."""
+    return joined_weights(*xs)
+
+
+def _kernel_weights(w) -> np.ndarray:
+    """Edge weights as the kernels read them: int32 or int64 as they are (no copy), any other type as int64."""
+    w = np.asarray(w)
+    return w if w.dtype in (np.int32, np.int64) else w.astype(np.int64)
 
 
 def _ids32(x) -> np.ndarray:

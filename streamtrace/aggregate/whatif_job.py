@@ -20,8 +20,8 @@ import numpy as np
 
 from ..kernels.critical import NEG, longest_path_masked
 from ..runtime.tuning import trim
-from .critical_graph import (BARRIER, Anchor, Edge, barrier_edges, edge_weights, key_codes, last_of, path_edges,
-                             positions, tie_classes)
+from .critical_graph import (BARRIER, Anchor, Edge, barrier_edges, edge_weights, fits_in, joined_weights, key_codes,
+                             last_of, path_edges, positions, tie_classes)
 
 LOCAL, WAIT, TRANSFER = Edge.local, Edge.wait, Edge.transfer
 LOCAL_COLUMNS = ("part", "src", "dst", "w_ns", "host_ns", "gpu_ns", "top_category", "top_name", "top_ns")
@@ -278,7 +278,7 @@ class JobStep:
         del src, self.c_src
         self.dst = np.concatenate([dst, self.c_dst], dtype=np.int32, casting="same_kind")
         del dst, self.c_dst
-        self.w = np.concatenate([np.asarray(e.pop("w_ns"), np.int64), self.c_w])
+        self.w = joined_weights(np.asarray(e.pop("w_ns"), np.int64), self.c_w)   # (int32 when they fit)
         del self.c_w
         self._local(nl, tuple(e[c] for c in LOCAL_COLUMNS[4:]))
         trim()                                          # (the tables' columns and the build's temporaries)
@@ -418,8 +418,14 @@ class JobStep:
         else:
             edges = self.m_edge[self.m_inst >= 0]
             scaled = np.rint(self.w[edges] * np.asarray(transfer_factor, float)).astype(np.int64)
-            with edge_weights(self.w, edges, scaled) as w:
+            if fits_in(self.w.dtype, scaled):
+                with edge_weights(self.w, edges, scaled) as w:
+                    out = self._solve(w)
+            else:                                    # (int32 weights, a transfer scaled past 2^31 ns: a copy)
+                w = self.w.astype(np.int64)
+                w[edges] = scaled
                 out = self._solve(w)
+                del w
         trim()
         return out
 

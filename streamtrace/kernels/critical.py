@@ -84,7 +84,8 @@ def longest_path(n, src, dst, w, init):
 @njit(cache=True)
 def longest_path_masked(n, pos, src, dst, w, mask, x_src, x_dst, x_w, x_mask, init):
     """``longest_path`` over the edges a graph holds in place, without copying them: the edges
-    ``e`` of ``(src, dst, w)`` (int32[E] node ids, int64[E] ns) with ``mask[e]`` (bool[E]), then
+    ``e`` of ``(src, dst, w)`` (int32[E] node ids, int32 or int64[E] ns: the weights are added to int64
+    distances) with ``mask[e]`` (bool[E]), then
     the extra edges ``x`` of ``(x_src, x_dst, x_w)`` (int64[X]) with ``x_mask[x]``, every node id
     mapped to its topological position by ``pos`` (int64, the positions ``0 .. n - 1``).  An edge's
     id is ``e``, or ``E + x`` for an extra one.
@@ -103,7 +104,10 @@ def longest_path_masked(n, pos, src, dst, w, mask, x_src, x_dst, x_w, x_mask, in
     if n > _MAX_INT32:
         raise ValueError("more than 2^31 - 1 nodes")
     nb, nx = src.shape[0], x_src.shape[0]
-    fill = np.zeros(n + 1, np.int64)
+    if nb + nx > _MAX_INT32:
+        raise ValueError("more than 2^31 - 1 edges")
+    fill = np.zeros(n + 1, np.int32)                # (int32: the kept edges are < 2^31; 2.3 M nodes at 4,096
+    #                                                 synthetic ranks)
     for e in range(nb + nx):                        # count the kept edges into each node, check them
         if e < nb:
             if not mask[e]:
@@ -118,8 +122,6 @@ def longest_path_masked(n, pos, src, dst, w, mask, x_src, x_dst, x_w, x_mask, in
         fill[v + 1] += 1
     for v in range(n):
         fill[v + 1] += fill[v]
-    if nb + nx > _MAX_INT32:
-        raise ValueError("more than 2^31 - 1 edges")
     order = np.empty(fill[n], np.int32)             # the kept edges' ids by destination, stable (int32: half
     #                                                 an int64 order's memory, 5 M edges at 4,096 synthetic ranks)
     for e in range(nb + nx):
@@ -181,7 +183,7 @@ def latest_times_masked(n, pos, src, dst, w, mask, deadline):
     m = src.shape[0]
     if m > _MAX_INT32:
         raise ValueError("more than 2^31 - 1 edges")
-    fill = np.zeros(n + 1, np.int64)
+    fill = np.zeros(n + 1, np.int32)                # (int32: fewer than 2^31 edges)
     for e in range(m):                              # count the kept edges out of each node, check them
         if not mask[e]:
             continue

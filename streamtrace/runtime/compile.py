@@ -151,8 +151,16 @@ UNITS = {
                               0.6),
     "critical.longest_path_masked": ("critical", "longest_path_masked",
                                      (_i, _I64, _I32, _I32, _I64, _B1, _I64, _I64, _I64, _B1, _I64), (), 0.6),
+    # the job graphs' weights as int32 when every one fits (the critical path's, the what-if replay's);
+    # after the int64 one
+    "critical.longest_path_masked/int32": ("critical", "longest_path_masked",
+                                           (_i, _I64, _I32, _I32, _I32, _B1, _I64, _I64, _I64, _B1, _I64),
+                                           ("critical.longest_path_masked",), 0.6),
     "critical.latest_times_masked": ("critical", "latest_times_masked", (_i, _I64, _I32, _I32, _I64, _B1, _I64), (),
                                      0.4),
+    # the job graphs' weights as int32 when every one fits; after the int64 one
+    "critical.latest_times_masked/int32": ("critical", "latest_times_masked", (_i, _I64, _I32, _I32, _I32, _B1, _I64),
+                                           ("critical.latest_times_masked",), 0.4),
     "critical.latest_times": ("critical", "latest_times", (_i, _I64, _I64, _I64, _I64),
                               ("critical.latest_times_masked",), 0.4),
     "critical.trace_back": ("critical", "trace_back", (_I64, _I64, _i), (), 0.2),
@@ -207,8 +215,10 @@ UNITS = {
 }
 
 _WINDOWS = ("windows._in_key_order", "windows._is_sorted", "windows._sweep", "windows._paint")
-REPLAY_UNITS = ("replay.anchor_pairs", "critical.longest_path_masked", "critical.trace_back/int32")
-CRITICAL_JOB_UNITS = ("critical.longest_path_masked", "critical.latest_times_masked", "critical.trace_back",
+REPLAY_UNITS = ("replay.anchor_pairs", "critical.longest_path_masked", "critical.longest_path_masked/int32",
+                "critical.trace_back/int32")
+CRITICAL_JOB_UNITS = ("critical.longest_path_masked", "critical.longest_path_masked/int32",
+                      "critical.latest_times_masked", "critical.latest_times_masked/int32", "critical.trace_back",
                       "critical.trace_back/int32")
 """The job-level critical path's units (aggregate runs it in a process forked before the ranks are read; it calls
 no other)."""
@@ -216,7 +226,7 @@ no other)."""
 forward pass reads its graph in place with ``longest_path_masked``)."""
 _STATS = ("gaps.running_end_before", "ancestry.same_name_ancestor",    # aggregate's statistics
           "intervals._union_lengths_sorted",                              # (the ranks' interval metrics)
-          "critical.latest_times_masked", "critical.trace_back",   # and critical path
+          "critical.latest_times_masked", "critical.latest_times_masked/int32", "critical.trace_back",  # critical path
           "critical.reduce_local", "critical.back_within_instant",
           "chains.thread_chain", "chains.thread_waits", "stepgpu.gpu_step") + REPLAY_UNITS                                        # and its replay
 _READ = ("scan.scan_events", "scan.skip_value", "scan.skip_string", "scan.skip_ws")

@@ -107,6 +107,8 @@ def test_longest_path_masked_matches_the_copied_edges(g):
     assert np.shares_memory(dist, given)                            # (written in place: no copy of n values)
     d2, p2, s2 = longest_path_masked_py(n, pos, src, dst, w, mask, xs, xd, xw, xm, init.copy())
     assert dist.tolist() == d2.tolist() and pred.tolist() == p2.tolist() and psrc.tolist() == s2.tolist()
+    d4, p4, s4 = longest_path_masked(n, pos, src, dst, w.astype(np.int32), mask, xs, xd, xw, xm, init.copy())
+    assert dist.tolist() == d4.tolist() and pred.tolist() == p4.tolist() and psrc.tolist() == s4.tolist()
     ids = np.r_[np.flatnonzero(mask), len(src) + np.flatnonzero(xm)]
     ks = np.r_[pos[src[mask]], pos[xs[xm]]].astype(np.int64)
     kd = np.r_[pos[dst[mask]], pos[xd[xm]]].astype(np.int64)

@@ -250,3 +250,41 @@ def test_edge_weights_are_put_back_after_the_block_and_after_a_raise():
             assert w.tolist() == [50, 6, 7, 8]
             raise RuntimeError("solve failed")
     assert w.tolist() == [5, 6, 7, 8]
+
+
+def test_edge_weights_refuse_a_value_past_the_weights_type():
+    """int32 weights (``joined_weights``): a value past 2^31 - 1 ns raises, nothing written (numpy would
+    wrap it silently)."""
+    from streamtrace.aggregate.critical_graph import edge_weights
+    w = np.asarray([5, 6], np.int32)
+    with pytest.raises(ValueError):
+        with edge_weights(w, np.asarray([1]), np.asarray([2 ** 31], np.int64)):
+            pass
+    assert w.tolist() == [5, 6]
+    with edge_weights(w, np.asarray([1]), np.asarray([2 ** 31 - 1], np.int64)):
+        assert w.tolist() == [5, 2 ** 31 - 1]
+
+
+def test_joined_weights_are_int32_until_one_does_not_fit():
+    from streamtrace.aggregate.critical_graph import joined_weights
+    small = joined_weights(np.asarray([0, 2 ** 31 - 1], np.int64), np.asarray([-2 ** 31], np.int64))
+    assert small.dtype == np.int32 and small.tolist() == [0, 2 ** 31 - 1, -2 ** 31]
+    big = joined_weights(np.asarray([1], np.int32), np.asarray([2 ** 31], np.int64))
+    assert big.dtype == np.int64 and big.tolist() == [1, 2 ** 31]
+    assert joined_weights().dtype == np.int32 and len(joined_weights(np.zeros(0, np.int64))) == 0
+
+
+@SETTINGS
+@given(chains(), st.sampled_from([1, 2 ** 26, 2 ** 30]))
+def test_solve_step_over_int32_weights_equals_int64(case, scale):
+    """The same graph with its times and weights ``scale`` ns a unit, its weights held as int32 where they fit
+    (``joined_weights``) and as int64: the same earliest and latest times, path and end."""
+    from streamtrace.aggregate.critical_graph import joined_weights
+    t, kind, part, src, dst, w = case
+    t, w = [x * scale for x in t], [x * scale for x in w]
+    wide, narrow = _job_graph(t, kind, part, src, dst, w), _job_graph(t, kind, part, src, dst, w)
+    narrow.w = joined_weights(narrow.w)
+    assert narrow.w.dtype == (np.int32 if max(w, default=0) < 2 ** 31 else np.int64)
+    a, b = solve_step(wide), solve_step(narrow)
+    assert a.dist.tolist() == b.dist.tolist() and a.late.tolist() == b.late.tolist()
+    assert a.path.tolist() == b.path.tolist() and a.end == b.end and a.dropped == b.dropped

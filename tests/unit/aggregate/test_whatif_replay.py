@@ -139,6 +139,32 @@ def test_replay_in_chunks_of_a_few_edges_equals_the_whole_graph(ranks, factor):
             test_reduced_replay_equals_the_whole_graph.hypothesis.inner_test(ranks, factor)
 
 
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(jobs(), st.sampled_from([2 ** 24, 2 ** 26, 2 ** 28]), st.sampled_from([1.0, 2.0, 64.0]))
+def test_weights_past_int32_replay_as_the_whole_graph(ranks, scale, factor):
+    """Times and costs scaled up to seconds (``scale`` ns a unit): the graph's weights are int32 exactly
+    when every one fits (``whatif_job._weights``), else int64, and a transfer scaled past 2^31 ns is
+    solved over an int64 copy; every case the brute force's step ends (Python ints), the graph's
+    weights as measured after it."""
+    big = [(t * scale, comm, edges, [x * scale for x in w]) for t, comm, edges, w in ranks]
+    results, key = [], {}
+    for r, (t, comm, edges, w) in enumerate(big):
+        rows = ReplayRows(0, r, r)
+        rows.add(None, 5, *_graph(t, comm, edges, w))
+        results.append(rows.result())
+        key.update({(r, j, 0): j for j in range(len(comm))})
+    multi = len(big) > 1
+    members = Members(key if multi else {}, {})
+    g = JobStep(step_tables(join_rows(results))[(0, 5)], members)
+    fits = int(np.abs(g.w).max(initial=0)) < 2 ** 31
+    assert g.w.dtype == (np.int32 if fits else np.int64)
+    measured = g.w.copy()
+    view = g.members(members)
+    got = g.solve(np.full(len(view.instance), factor) if multi and len(view.instance) else None)
+    assert np.array_equal(g.w, measured) and g.w.dtype == measured.dtype
+    assert [got.end.get(r, NEG) for r in range(len(big))] == _brute(big, factor)
+
+
 def _check_rank0_doubled(g, ranks):
     """Rank 0 re-reduced with its costs doubled, swapped into the job's graph ``g``: the same as the whole graph."""
     t, comm, edges, w = ranks[0]
