@@ -117,18 +117,24 @@ def _shared_text(col) -> np.ndarray:
     return np.asarray(values.tolist() or [""], object)[code.reshape(-1)]
 
 
+def _narrow(x) -> np.ndarray:
+    """Integer array ``x`` as int32 when every value fits, else as it is."""
+    x = np.asarray(x)
+    return x.astype(np.int32) if x.dtype.kind in "iu" and fits_in(np.int32, x) else x
+
+
 class TransferView:
     """The collective members of one step as a change sees them (``Change.transfer_factor``):
     per member ``instance``, ``rank``, ``transfer`` (ns) and the instance's facts (``Members``),
     held once an instance (``_facts``) and read per member through ``inv`` (its instance's index):
     650 k members of 4,096 synthetic ranks held five per-member fact columns, 26 MB, for 160 k
-    instances."""
+    instances.  ``instance``, ``rank`` and ``inv`` are int32 where they fit (7.5 MB less there)."""
 
     def __init__(self, instance, rank, transfer, members: Members):
-        self.instance, self.rank, self.transfer = instance, rank, transfer
+        self.instance, self.rank, self.transfer = _narrow(instance), _narrow(rank), transfer
         info = members.info
         uniq, inv = np.unique(instance, return_inverse=True)      # looked up once an instance
-        self.inv = inv.reshape(-1)
+        self.inv = inv.reshape(-1).astype(np.int32)               # (an index of ``uniq``: fewer than the members)
         text = lambda k: _shared_text(info.column(k, uniq))  # noqa: E731
         peak = np.where(info.column("inter", uniq).astype(bool), info.column("nic_gbps", uniq).astype(float),
                         info.column("gpu_gbps", uniq).astype(float))
@@ -191,7 +197,9 @@ class TransferView:
 @dataclass
 class StepTables:
     """One (iteration, step)'s rows of the ``whatif_anchors`` / ``whatif_edges`` / ``whatif_ranks``
-    tables (column dicts; ``streamtrace.aggregate.whatif_local``)."""
+    tables (column dicts; ``streamtrace.aggregate.whatif_local``); ``edges`` may be a function that
+    reads them (called once, after the graph's collectives are built: ``JobStep``).  ``JobStep``
+    takes the anchors' and edges' columns out of their dicts."""
     anchors: dict
     edges: dict
     ranks: dict
@@ -260,20 +268,22 @@ class JobStep:
         a = tabs.anchors
         o = np.lexsort((a["anchor"], a["part"]))
         o = slice(None) if (o == np.arange(len(o))).all() else o     # (in order as spilled: no copies)
-        self.part, self.anchor, self.kind = a["part"][o], a["anchor"][o], a["kind"][o]
-        self.t, self.corr, self.stream = a["t_ns"][o], a["correlation"][o], a["stream"][o]
+        col = lambda c: a.pop(c)[o]  # noqa: E731  (taken out of the table: what the build lets go is freed)
+        self.part, anchor, self.kind = col("part"), col("anchor"), col("kind")
+        self.t, self.corr, self.stream = col("t_ns"), col("correlation"), col("stream")
         r = tabs.ranks                                   # (a row a rank-step: not a Python int an anchor)
         self.rank_of = dict(zip(r["part"].tolist(), r["rank"].tolist()))
-        self.key = self.part.astype(np.int64) * (1 << 32) + self.anchor     # (part and anchor may be int32)
+        self.key = self.part.astype(np.int64) * (1 << 32) + anchor     # (part and anchor may be int32)
+        del anchor
         self.members_ = members.facts()                 # (the facts a replay reads; the keys built in below)
         self.base_ = None
-        e = tabs.edges
+        self._collectives(members, len(self.t))         # (before the ranks' edges are read: not under its peak)
+        del self.corr, self.stream                        # (the build's only: 21 MB at 4,096 synthetic ranks)
+        e = tabs.edges() if callable(tabs.edges) else tabs.edges
         nl = len(e["w_ns"])
-        part = e.pop("part")                            # (the ranks' edge ends as node ids before the
-        src, dst = (self._node_ids(part, e.pop(c)) for c in ("src", "dst"))    # collectives' build: their
-        del part                                        # part column let go, 15 MB at 4,096 synthetic ranks)
-        self._collectives(members, len(self.t))
-        del self.anchor, self.corr, self.stream           # (the build's only: 30 MB at 4,096 synthetic ranks)
+        part = e.pop("part")                            # (the ranks' edge ends as node ids, then their
+        src, dst = (self._node_ids(part, e.pop(c)) for c in ("src", "dst"))    # part column let go)
+        del part
         self.src = np.concatenate([src, self.c_src], dtype=np.int32, casting="same_kind")
         del src, self.c_src
         self.dst = np.concatenate([dst, self.c_dst], dtype=np.int32, casting="same_kind")
@@ -323,7 +333,8 @@ class JobStep:
         columns."""
         self.etype = np.r_[np.full(nl, LOCAL, np.int8), self.c_typ]
         del self.c_typ                                           # (joined: the graph's edges from ``t_first``)
-        self.m_edge = nl + self.c_medge
+        self.m_edge = _narrow(nl + self.c_medge)                # (int32 while the edges fit)
+        del self.c_medge
         self.t_first = nl                                        # the first collective edge
         self.local_ = local
         self.pos = self.pos0
@@ -367,9 +378,9 @@ class JobStep:
         self.c_src, self.c_dst = src, dst
         self.c_w, self.c_typ = np.r_[self.t[e[un]] - self.t[a[un]], c["w"]], typ
         self.c_medge = np.r_[np.arange(nu), nu + 2 * np.arange(len(c["m_arr"])) + 1]   # each member's transfer
-        self.m_inst = np.r_[np.full(nu, -1, np.int64), c["m_inst"]]
+        self.m_inst = _narrow(np.r_[np.full(nu, -1, np.int64), c["m_inst"]])     # (int32 while the ids fit)
         self.m_part = self.part[np.r_[a[un], c["m_arr"]]]
-        small = not len(self.m_inst) or int(self.m_inst.max()) <= np.iinfo(np.int32).max
+        small = self.m_inst.dtype == np.int32
         self.c_inst = np.full(len(src), -1, np.int32 if small else np.int64)    # per collective edge: its instance
         self.c_inst[self.c_medge] = self.m_inst
         self._view = None
