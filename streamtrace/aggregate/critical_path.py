@@ -148,6 +148,8 @@ class JobGraph:
             xs = [np.asarray(a.pop(src), dtype) for _, _, a in self._parts]
             setattr(self, c, np.concatenate(xs) if xs else np.zeros(0, dtype))
             del xs
+            trim()               # (each column's parts handed back as it is joined: 4,096 parts' small arrays
+            #                      freed at once held ~100 MB of glibc's heap above the live arrays)
         self.part = np.repeat(np.asarray([p for p, _, _ in self._parts], np.int32),
                               [m for _, m, _ in self._parts]) if self._parts else np.zeros(0, np.int32)
         self._parts = []
@@ -157,6 +159,7 @@ class JobGraph:
                 x[i] = None
             setattr(self, c, (_node_ids if c != "w" else _joined)(xs) if xs else np.zeros(0, np.int64))
             del xs
+            trim()
         self.etype = np.full(len(self.src), LOCAL, np.int8)
         self._edges = []
 
@@ -476,7 +479,10 @@ def _build(parts, members, p2p=frozenset()) -> JobGraph:
             j = np.flatnonzero(a["kind"] == kind)
             k.append(np.c_[np.full(len(j), p, np.int64), a["correlation"][j], a["stream"][j]].astype(np.int64))
             nodes.append(base + j)
+        for c in ("stream", "step"):                   # (read: not held among the columns the graph joins)
+            a.pop(c, None)
     k = nodes = None                                   # (the loop's last lists: not held under the build)
+    trim()                                             # (the parts' edges, turned into node ids: freed)
     cat = lambda k, nodes: (np.concatenate(k) if k else np.zeros((0, 3), np.int64),  # noqa: E731
                             np.concatenate(nodes).astype(np.int64) if nodes else np.zeros(0, np.int64))
     g.add_collectives_arrays(cat(*keys.pop(Anchor.arrival)), cat(*keys.pop(Anchor.end)), members, p2p)
@@ -498,8 +504,8 @@ def _stats(results) -> dict:
 def critical_paths(job, results: list, outdir) -> CriticalResult:
     """Write ``critical_path.parquet``, ``critical_path_summary.parquet`` and
     ``critical_path_ranks.parquet`` into ``outdir`` from the per-part results ``results``
-    (``part_paths``, in part order; their ``anchors`` and ``edges`` are taken out of them, each step's
-    freed once its graph is built) and the matched
+    (``part_paths``, in part order; the list is emptied, their ``anchors`` and ``edges`` taken out of
+    them, each step's freed once its graph is built) and the matched
     collectives already written there.  ``job``: the ``Job``, or its ``JobParts``."""
     members, p2p = _members(outdir), _p2p_instances(outdir)
     trim()                                             # (the tables' reads: glibc's heap returned)
@@ -513,8 +519,13 @@ def critical_paths(job, results: list, outdir) -> CriticalResult:
         if r:                                          # are freed once built into its JobGraph
             r.pop("anchors", None)
             r.pop("edges", None)
-    for it, st in sorted(steps):
+    results.clear()                                    # (read: the pieces' dicts not held under the solves)
+    order = sorted(steps)
+    for i, (it, st) in enumerate(order):
         g = _build(steps.pop((it, st)), members, p2p)
+        if i == len(order) - 1:                        # the last step built: the members' keys let go
+            members = None                             # (20 MB at 4,096 synthetic ranks, under the solve)
+            trim()
         solved = solve_step(g)
         if solved is None:
             continue

@@ -288,3 +288,46 @@ def test_solve_step_over_int32_weights_equals_int64(case, scale):
     a, b = solve_step(wide), solve_step(narrow)
     assert a.dist.tolist() == b.dist.tolist() and a.late.tolist() == b.late.tolist()
     assert a.path.tolist() == b.path.tolist() and a.end == b.end and a.dropped == b.dropped
+
+
+@st.composite
+def barriers(draw):
+    """Nodes at random times on random parts; barriers (some point-to-point) each with members (an
+    arrival and an end node)."""
+    n = draw(st.integers(1, 12))
+    t = np.asarray(draw(st.lists(st.integers(0, 20), min_size=n, max_size=n)), np.int64)
+    part = np.asarray(draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)), np.int32)
+    nb = draw(st.integers(0, 4))
+    b_node = np.asarray(draw(st.lists(st.integers(0, n - 1), min_size=nb, max_size=nb)), np.int64)
+    b_p2p = np.asarray(draw(st.lists(st.booleans(), min_size=nb, max_size=nb)), bool)
+    nm = draw(st.integers(0, 10)) if nb else 0
+    m_bar = np.sort(np.asarray(draw(st.lists(st.integers(0, max(nb - 1, 0)), min_size=nm, max_size=nm)), np.int64))
+    node = st.lists(st.integers(0, n - 1), min_size=nm, max_size=nm)
+    m_arr, m_end = (np.asarray(draw(node), np.int64) for _ in range(2))
+    return SimpleNamespace(t=t, part=part, b_node=b_node, b_p2p=b_p2p, m_bar=m_bar, m_arr=m_arr, m_end=m_end)
+
+
+@SETTINGS
+@given(barriers())
+def test_collective_figures_follow_the_rule(g):
+    """``_collective_figures`` against its rule read plainly: per member of a group collective (not
+    point-to-point) its wait (the barrier's time - its arrival, 0 when it ended before the barrier) and
+    count; per barrier of two or more members, the last to arrive (ties: the larger part, then the later
+    member) leads by its arrival - the one before it's."""
+    n = 4
+    wait, count, lead, last = ([0] * n for _ in range(4))
+    groups: dict = {}
+    for i, (bi, a, e) in enumerate(zip(g.m_bar.tolist(), g.m_arr.tolist(), g.m_end.tolist())):
+        if g.b_p2p[bi]:
+            continue
+        tb, p = int(g.t[g.b_node[bi]]), int(g.part[a])
+        wait[p] += tb - int(g.t[a]) if g.t[e] >= tb else 0
+        count[p] += 1
+        groups.setdefault(bi, []).append((int(g.t[a]), p, i))
+    for members in groups.values():
+        if len(members) >= 2:
+            members.sort()
+            lead[members[-1][1]] += members[-1][0] - members[-2][0]
+            last[members[-1][1]] += 1
+    got = cr._collective_figures(g, n)
+    assert [x.tolist() for x in got] == [wait, count, lead, last]
