@@ -62,7 +62,7 @@ from ..runtime.files import atomic_output, output_folder, write_json
 from ..runtime.fork import ChildError, Standby
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
-from ..runtime.tuning import trim
+from ..runtime.tuning import map_big_arrays, trim
 from ..topology.sources import load_topology
 from ..topology.trainconfig import config_topology, from_torchtitan_toml
 from .alignment import Job, JobParts
@@ -270,11 +270,13 @@ def _job_level_process(opt: AggregateOptions, dirs=()):
     in its process (glibc's and Arrow's freed memory that ``malloc_trim`` cannot return, the modules it
     imported) does not come under the replay's peak (4,096 synthetic ranks: the critical path's process
     at 509 MB, 282 MB after it returned).  Neither is forked without the critical path
-    (the replay needs it), nor for a job under ``SMALL_JOB_BYTES`` of Parquet (``dirs``: the inputs)."""
+    (the replay needs it), nor for a job under ``SMALL_JOB_BYTES`` of Parquet (``dirs``: the inputs).
+    Both map their large arrays on their own (``runtime.tuning.map_big_arrays``): a freed one is
+    handed back at once, not held in glibc's heap under the next phase's peak."""
     fork = bool(opt.critical_path) and _input_bytes(dirs, SMALL_JOB_BYTES) > SMALL_JOB_BYTES
     if fork:
         load_kernels(*(TASKS["aggregate"] if opt.whatif else CRITICAL_JOB_UNITS))
-    with Standby(fork) as critical, Standby(fork and opt.whatif) as whatif:
+    with Standby(fork, map_big_arrays) as critical, Standby(fork and opt.whatif, map_big_arrays) as whatif:
         yield JobLevel(critical, whatif)
 
 

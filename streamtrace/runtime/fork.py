@@ -227,8 +227,9 @@ class Standby:
     ends the child (its pipe closed; one still running a call after an interruption is stopped as
     ``call_in_child`` stops one); it dies with this process."""
 
-    def __init__(self, enabled: bool = True):
+    def __init__(self, enabled: bool = True, setup: Callable[[], Any] | None = None):
         self.enabled = bool(enabled) and hasattr(os, "fork")
+        self.setup = setup           # run in the child once, before its first call (not run when not forked)
         self.proc = None
         self.conn = None
         self._here = None            # not forked: the outcome of the call ``submit`` ran here
@@ -237,7 +238,7 @@ class Standby:
         if self.enabled:
             ctx = multiprocessing.get_context("fork")
             mine, theirs = ctx.Pipe(duplex=True)
-            proc = ctx.Process(target=_standby_main, args=(theirs, mine, os.getpid()), daemon=False)
+            proc = ctx.Process(target=_standby_main, args=(theirs, mine, os.getpid(), self.setup), daemon=False)
             with forking():              # a signal during the fork is raised after it, here (issue 49)
                 proc.start()
             theirs.close()
@@ -303,15 +304,17 @@ class Standby:
         return False
 
 
-def _standby_main(conn, parent_end, parent_pid):
-    """The child of ``Standby``: run each ``(fn, args)`` read from ``conn`` and send back
-    ``("result", value)``, ``("error", (message, class name, traceback, exception or None))`` or
-    ``("interrupted", None)``; leave with ``os._exit`` when the pipe ends."""
+def _standby_main(conn, parent_end, parent_pid, setup=None):
+    """The child of ``Standby``: ``setup()`` (when given), then run each ``(fn, args)`` read from
+    ``conn`` and send back ``("result", value)``, ``("error", (message, class name, traceback, exception
+    or None))`` or ``("interrupted", None)``; leave with ``os._exit`` when the pipe ends."""
     code = 0
     try:
         parent_end.close()
         die_with_parent(parent_pid)
         stop_once()                      # (raises a signal that came during the fork)
+        if setup is not None:
+            setup()
         while True:
             try:
                 fn, args = conn.recv()

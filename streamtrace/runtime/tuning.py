@@ -5,6 +5,7 @@ runs in, and why.
 * ``freeze_for_fork``, ``thaw`` -- keep what a parent loaded out of its forked children's garbage
   collections;
 * ``tune_malloc`` -- undo the frozen mmap threshold dask's nanny leaves in its workers;
+* ``map_big_arrays`` -- large arrays mapped on their own, returned at once when freed (aggregate's job level);
 * ``skip_numba_blas``, ``use_system_allocator``, ``skip_pandas``, ``quiet_llvm_lock`` -- start-up settings
   of the ``streamtrace`` command's own process (not of a program importing streamtrace);
 * ``leave`` -- end the command's process at once, after flushing its output.
@@ -94,6 +95,29 @@ def tune_malloc() -> bool:
     except (OSError, AttributeError):    # not glibc
         pass
     return _MALLOC_TUNED
+
+
+BIG_ARRAYS_MAPPED = 4 << 20
+"""``map_big_arrays``' threshold (bytes)."""
+
+
+def map_big_arrays(threshold: int = BIG_ARRAYS_MAPPED) -> bool:
+    """Have glibc map every allocation of ``threshold`` bytes or more on its own (``mallopt``
+    ``M_MMAP_THRESHOLD``, which also stops glibc's adaptive rule from raising it to 32 MiB), so that
+    a freed large array is handed back to the OS at once, not kept in the heap until the next
+    ``trim``.  For a process that builds and drops arrays of many MB in a row, whose resident
+    peak is then its live arrays, not those plus the ones freed since the last trim: aggregate's
+    job-level processes (the critical path's, the what-if replay's).  Measured at 4,096 synthetic
+    ranks: the replay's process 442 -> 393 MB, the same CPU (bench/RESULTS.md, issue 48, the
+    thirty-fourth session).  Returns True when set; a no-op (False) where not glibc, or where
+    ``MALLOC_MMAP_THRESHOLD_`` is set."""
+    if not sys.platform.startswith("linux") or "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return False
+    try:
+        import ctypes
+        return bool(ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, int(threshold)))
+    except (OSError, AttributeError):    # not glibc
+        return False
 
 
 def skip_numba_blas():

@@ -46,7 +46,7 @@ def _tables(folder) -> dict:
 def test_tables_equal_those_written_in_one_process(analysed, monkeypatch, jobs):
     forked = aggregate([analysed / "an"], analysed / f"forked{jobs}", AggregateOptions(jobs=jobs))
     with monkeypatch.context() as m:
-        m.setattr(agg_run, "Standby", lambda on: Standby(False))
+        m.setattr(agg_run, "Standby", lambda on, setup=None: Standby(False, setup))
         here = aggregate([analysed / "an"], analysed / f"here{jobs}", AggregateOptions(jobs=jobs))
     a, b = _tables(analysed / f"forked{jobs}"), _tables(analysed / f"here{jobs}")
     assert len(a["critical_path"]) > 0 and len(a["whatif"]) > 0

@@ -49,6 +49,33 @@ def _die():
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _set_state():
+    STATE["n"] = STATE["n"] + 100
+
+
+def test_setup_runs_in_the_child_once_before_its_calls_and_never_here():
+    """``Standby(setup=...)``: the child runs it once, before the first call; this process never does
+    (nor when not forked: ``map_big_arrays`` is a child's setting)."""
+    STATE["n"] = 1
+    with Standby(setup=_set_state) as sb:
+        assert sb.call(_state)[1] == 101 and sb.call(_state)[1] == 101
+    assert STATE["n"] == 1
+    with Standby(False, _set_state) as sb:
+        assert sb.call(_state) == (os.getpid(), 1)
+
+
+def test_map_big_arrays_sets_glibcs_threshold_unless_the_environment_does(monkeypatch):
+    """In a child (the setting is the process's): True on glibc; False with ``MALLOC_MMAP_THRESHOLD_`` set."""
+    import platform
+    from streamtrace.runtime.tuning import map_big_arrays
+    with Standby() as sb:
+        got = sb.call(map_big_arrays)
+    assert got is (platform.libc_ver()[0] == "glibc")
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "131072")
+    with Standby() as sb:
+        assert sb.call(map_big_arrays) is False
+
+
 def test_calls_run_in_the_child_forked_at_entry_in_order():
     STATE["n"] = 1
     with Standby() as sb:
