@@ -58,7 +58,7 @@ import pyarrow.compute as pc
 from ..events.dataset import read_arrow, write_table
 from ..kernels.critical import NEG, POS, latest_times_masked, longest_path_masked, trace_back
 from ..runtime.tuning import trim
-from .critical_graph import (BARRIER, CATEGORIES, Anchor, Category, Edge, barrier_edges, joined_weights, key_codes,
+from .critical_graph import (BARRIER, CATEGORIES, Anchor, Category, Edge, barrier_edges, joined_ints, key_codes,
                              last_of, path_edges, positions, tie_classes)
 from .folder import (COLLECTIVES_RANKS, CRITICAL_PATH, CRITICAL_PATH_COLUMNS, CRITICAL_PATH_RANKS,
                      CRITICAL_PATH_RANKS_COLUMNS as RANK_COLUMNS, CRITICAL_PATH_SUMMARY,
@@ -114,7 +114,7 @@ class JobGraph:
     in the part's graph (int32), ``name`` / ``lane`` object, ``corr`` (int64); the anchors' streams are read
     for the collectives' keys only, not kept: 12 MB at 4,096 synthetic ranks), edge columns (``src``,
     ``dst`` int32 node ids (int64 past 2^31 nodes), ``w`` ns (int32 while every weight fits, else int64:
-    ``joined_weights``), ``etype`` LOCAL / WAIT / TRANSFER),
+    ``joined_ints``), ``etype`` LOCAL / WAIT / TRANSFER),
     the barriers (``b_node`` their nodes, ``b_p2p`` whether a point-to-point transfer) and their members
     (``m_bar`` the index of the member's barrier in ``b_node``, ``m_arr`` / ``m_end`` its arrival and
     end nodes, grouped by barrier, each group in its members' order)."""
@@ -157,7 +157,7 @@ class JobGraph:
             xs = [x[i] for x in self._edges]
             for x in self._edges:
                 x[i] = None
-            setattr(self, c, (_node_ids if c != "w" else _joined)(xs) if xs else np.zeros(0, np.int64))
+            setattr(self, c, joined_ints(*xs) if xs else np.zeros(0, np.int64))     # (int32 when they fit)
             del xs
             trim()
         self.etype = np.full(len(self.src), LOCAL, np.int8)
@@ -207,9 +207,9 @@ class JobGraph:
         self.name = np.r_[self.name, self.name[c["m_arr"][c["lead"]]]]
         self.lane = np.r_[self.lane, np.full(nb, "", object)]
         self.corr = np.r_[self.corr, np.full(nb, -1, np.int64)]
-        self.src = _node_ids([self.src, a[un], c["src"]])
-        self.dst = _node_ids([self.dst, e[un], c["dst"]])
-        self.w = joined_weights(self.w, self.t[e[un]] - self.t[a[un]], np.asarray(c["w"], np.int64))
+        self.src = joined_ints(self.src, a[un], c["src"])
+        self.dst = joined_ints(self.dst, e[un], c["dst"])
+        self.w = joined_ints(self.w, self.t[e[un]] - self.t[a[un]], np.asarray(c["w"], np.int64))
         self.etype = np.r_[self.etype, np.full(int(un.sum()), TRANSFER, np.int8), c["etype"]]
         self.b_node = self.n + np.arange(nb)
         self.b_p2p = np.isin(c["bar_inst"], np.asarray(sorted(p2p), np.int64))
@@ -221,13 +221,6 @@ NODE_DTYPES = {"kind": np.int8, "local": np.int32, "name": object, "lane": objec
 """The job graph's node columns held narrower than int64 (``JobGraph._nodes``; ``part`` int32 too):
 ``Anchor`` kinds and ``BARRIER`` fit a byte, a part's step-graph node ids 31 bits (22 MB less at 1.5 M
 nodes)."""
-
-
-def _node_ids(xs: list) -> np.ndarray:
-    """The node id arrays ``xs`` joined as int32 (half the memory of 5 M edges' ids at 4,096 synthetic
-    ranks), int64 when an id does not fit."""
-    big = any(len(x) and int(x.max()) > np.iinfo(np.int32).max for x in xs)
-    return np.concatenate(xs, dtype=np.int64 if big else np.int32, casting="same_kind")
 
 
 def _order(g: JobGraph) -> np.ndarray:
@@ -336,11 +329,6 @@ def solve_path(g: JobGraph, w, base: Solved) -> Solved | None:
         return None
     path, _, last, _ = got
     return Solved(path, None, None, base.pos, base.keep, base.dropped, int(last))
-
-
-def _joined(xs) -> np.ndarray:
-    """The parts' edge weights joined (``joined_weights``: int32 when every one fits)."""
-    return joined_weights(*xs)
 
 
 def _kernel_weights(w) -> np.ndarray:

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..kernels.critical import NEG, longest_path_masked
 from ..runtime.tuning import trim
-from .critical_graph import (BARRIER, Anchor, Edge, barrier_edges, edge_weights, fits_in, joined_weights, key_codes,
+from .critical_graph import (BARRIER, Anchor, Edge, barrier_edges, edge_weights, fits_in, joined_ints, key_codes,
                              last_of, path_edges, positions, tie_classes)
 
 LOCAL, WAIT, TRANSFER = Edge.local, Edge.wait, Edge.transfer
@@ -117,12 +117,6 @@ def _shared_text(col) -> np.ndarray:
     return np.asarray(values.tolist() or [""], object)[code.reshape(-1)]
 
 
-def _narrow(x) -> np.ndarray:
-    """Integer array ``x`` as int32 when every value fits, else as it is."""
-    x = np.asarray(x)
-    return x.astype(np.int32) if x.dtype.kind in "iu" and fits_in(np.int32, x) else x
-
-
 class TransferView:
     """The collective members of one step as a change sees them (``Change.transfer_factor``):
     per member ``instance``, ``rank``, ``transfer`` (ns) and the instance's facts (``Members``),
@@ -131,7 +125,7 @@ class TransferView:
     instances.  ``instance``, ``rank`` and ``inv`` are int32 where they fit (7.5 MB less there)."""
 
     def __init__(self, instance, rank, transfer, members: Members):
-        self.instance, self.rank, self.transfer = _narrow(instance), _narrow(rank), transfer
+        self.instance, self.rank, self.transfer = joined_ints(instance), joined_ints(rank), transfer
         info = members.info
         uniq, inv = np.unique(instance, return_inverse=True)      # looked up once an instance
         self.inv = inv.reshape(-1).astype(np.int32)               # (an index of ``uniq``: fewer than the members)
@@ -288,7 +282,7 @@ class JobStep:
         del src, self.c_src
         self.dst = np.concatenate([dst, self.c_dst], dtype=np.int32, casting="same_kind")
         del dst, self.c_dst
-        self.w = joined_weights(np.asarray(e.pop("w_ns"), np.int64), self.c_w)   # (int32 when they fit)
+        self.w = joined_ints(np.asarray(e.pop("w_ns"), np.int64), self.c_w)   # (int32 when they fit)
         del self.c_w
         self._local(nl, tuple(e[c] for c in LOCAL_COLUMNS[4:]))
         trim()                                          # (the tables' columns and the build's temporaries)
@@ -333,7 +327,7 @@ class JobStep:
         columns."""
         self.etype = np.r_[np.full(nl, LOCAL, np.int8), self.c_typ]
         del self.c_typ                                           # (joined: the graph's edges from ``t_first``)
-        self.m_edge = _narrow(nl + self.c_medge)                # (int32 while the edges fit)
+        self.m_edge = joined_ints(nl + self.c_medge)                # (int32 while the edges fit)
         del self.c_medge
         self.t_first = nl                                        # the first collective edge
         self.local_ = local
@@ -378,7 +372,7 @@ class JobStep:
         self.c_src, self.c_dst = src, dst
         self.c_w, self.c_typ = np.r_[self.t[e[un]] - self.t[a[un]], c["w"]], typ
         self.c_medge = np.r_[np.arange(nu), nu + 2 * np.arange(len(c["m_arr"])) + 1]   # each member's transfer
-        self.m_inst = _narrow(np.r_[np.full(nu, -1, np.int64), c["m_inst"]])     # (int32 while the ids fit)
+        self.m_inst = joined_ints(np.full(nu, -1, np.int64), c["m_inst"])     # (int32 while the ids fit)
         self.m_part = self.part[np.r_[a[un], c["m_arr"]]]
         small = self.m_inst.dtype == np.int32
         self.c_inst = np.full(len(src), -1, np.int32 if small else np.int64)    # per collective edge: its instance

@@ -190,10 +190,10 @@ def test_solve_path_equals_a_full_solve_with_the_other_weights(case, data):
 
 
 def test_node_ids_are_int32_until_one_does_not_fit():
-    from streamtrace.aggregate.critical_path import _node_ids
-    small = _node_ids([np.asarray([0, 5], np.int64), np.asarray([7], np.int64), np.zeros(0, np.int64)])
+    from streamtrace.aggregate.critical_graph import joined_ints
+    small = joined_ints(np.asarray([0, 5], np.int64), np.asarray([7], np.int64), np.zeros(0, np.int64))
     assert small.dtype == np.int32 and small.tolist() == [0, 5, 7]
-    big = _node_ids([np.asarray([1], np.int64), np.asarray([2 ** 31], np.int64)])
+    big = joined_ints(np.asarray([1], np.int64), np.asarray([2 ** 31], np.int64))
     assert big.dtype == np.int64 and big.tolist() == [1, 2 ** 31]
 
 
@@ -253,7 +253,7 @@ def test_edge_weights_are_put_back_after_the_block_and_after_a_raise():
 
 
 def test_edge_weights_refuse_a_value_past_the_weights_type():
-    """int32 weights (``joined_weights``): a value past 2^31 - 1 ns raises, nothing written (numpy would
+    """int32 weights (``joined_ints``): a value past 2^31 - 1 ns raises, nothing written (numpy would
     wrap it silently)."""
     from streamtrace.aggregate.critical_graph import edge_weights
     w = np.asarray([5, 6], np.int32)
@@ -265,25 +265,25 @@ def test_edge_weights_refuse_a_value_past_the_weights_type():
         assert w.tolist() == [5, 2 ** 31 - 1]
 
 
-def test_joined_weights_are_int32_until_one_does_not_fit():
-    from streamtrace.aggregate.critical_graph import joined_weights
-    small = joined_weights(np.asarray([0, 2 ** 31 - 1], np.int64), np.asarray([-2 ** 31], np.int64))
+def test_joined_ints_are_int32_until_one_does_not_fit():
+    from streamtrace.aggregate.critical_graph import joined_ints
+    small = joined_ints(np.asarray([0, 2 ** 31 - 1], np.int64), np.asarray([-2 ** 31], np.int64))
     assert small.dtype == np.int32 and small.tolist() == [0, 2 ** 31 - 1, -2 ** 31]
-    big = joined_weights(np.asarray([1], np.int32), np.asarray([2 ** 31], np.int64))
+    big = joined_ints(np.asarray([1], np.int32), np.asarray([2 ** 31], np.int64))
     assert big.dtype == np.int64 and big.tolist() == [1, 2 ** 31]
-    assert joined_weights().dtype == np.int32 and len(joined_weights(np.zeros(0, np.int64))) == 0
+    assert joined_ints().dtype == np.int32 and len(joined_ints(np.zeros(0, np.int64))) == 0
 
 
 @SETTINGS
 @given(chains(), st.sampled_from([1, 2 ** 26, 2 ** 30]))
 def test_solve_step_over_int32_weights_equals_int64(case, scale):
     """The same graph with its times and weights ``scale`` ns a unit, its weights held as int32 where they fit
-    (``joined_weights``) and as int64: the same earliest and latest times, path and end."""
-    from streamtrace.aggregate.critical_graph import joined_weights
+    (``joined_ints``) and as int64: the same earliest and latest times, path and end."""
+    from streamtrace.aggregate.critical_graph import joined_ints
     t, kind, part, src, dst, w = case
     t, w = [x * scale for x in t], [x * scale for x in w]
     wide, narrow = _job_graph(t, kind, part, src, dst, w), _job_graph(t, kind, part, src, dst, w)
-    narrow.w = joined_weights(narrow.w)
+    narrow.w = joined_ints(narrow.w)
     assert narrow.w.dtype == (np.int32 if max(w, default=0) < 2 ** 31 else np.int64)
     a, b = solve_step(wide), solve_step(narrow)
     assert a.dist.tolist() == b.dist.tolist() and a.late.tolist() == b.late.tolist()
