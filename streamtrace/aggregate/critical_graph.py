@@ -12,6 +12,7 @@ thousands of edges then pickle, concatenate and index as plain integers, and a l
 """
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from enum import IntEnum
 
@@ -254,23 +255,77 @@ WAIT_EDGE, TRANSFER_EDGE = int(Edge.wait), int(Edge.transfer)
 NO_TIME = -(2 ** 62)
 
 
-def key_codes(keys) -> np.ndarray:
-    """Dense int64 codes of the rows of ``keys`` (int64[n, 3], e.g. ``(part, correlation, stream)``):
-    equal rows, equal codes."""
-    if not len(keys):
+def key_codes(*blocks) -> np.ndarray:
+    """Dense int64 codes of the rows of ``blocks`` taken one after the other (each an int64[n_i, k]
+    array, e.g. ``(part, correlation, stream)`` rows, or a sequence of its k columns): equal rows, equal
+    codes, numbered in the rows' sorted order (columns in order).  Rows whose columns' spans fit 63 bits
+    together are packed into one int64 each and sorted as such (8 bytes a row, where a ``lexsort`` of the
+    joined rows held them twice: ~2 M keys at 4,096 synthetic ranks); others are sorted a column at a time."""
+    blocks = [_key_columns(b) for b in blocks]
+    n = sum(len(b[0]) for b in blocks if b)
+    if not n:
         return np.zeros(0, np.int64)
-    o = np.lexsort(keys.T[::-1])
-    new = np.zeros(len(keys), bool)                         # a row unlike the one before it (in order)
-    new[0] = True
-    for j in range(keys.shape[1]):                          # a column at a time: the sorted rows never copied
-        s = keys[o, j]
-        new[1:] |= s[1:] != s[:-1]
+    packed = _packed(blocks, n)
+    if packed is not None:
+        o = np.argsort(packed, kind="stable")
+        s = packed[o]
+        del packed
+        new = np.empty(n, bool)                             # a row unlike the one before it (in order)
+        new[0] = True
+        np.not_equal(s[1:], s[:-1], out=new[1:])
         del s
+    else:
+        keys = np.concatenate([np.column_stack(b) for b in blocks]).astype(np.int64, copy=False)
+        o = np.lexsort(keys.T[::-1])
+        new = np.zeros(n, bool)
+        new[0] = True
+        for j in range(keys.shape[1]):                      # a column at a time: the sorted rows never copied
+            s = keys[o, j]
+            new[1:] |= s[1:] != s[:-1]
+            del s
+        del keys
     code = np.cumsum(new)
     del new
     code -= 1
-    out = np.empty(len(keys), np.int64)
+    out = np.empty(n, np.int64)
     out[o] = code
+    return out
+
+
+def _key_columns(block) -> list:
+    """A ``key_codes`` block as its columns (1-d int arrays)."""
+    if isinstance(block, np.ndarray):
+        return [block[:, j] for j in range(block.shape[1])] if block.ndim == 2 else [block]
+    return [np.asarray(c) for c in block]
+
+
+def _packed(blocks, n: int) -> np.ndarray | None:
+    """The rows of ``blocks`` (lists of columns) packed into one int64 each, order kept (``(c0 - min0)
+    * span1 * span2 ... + (c1 - min1) * span2 ...``), or None when the spans' product passes 2**63."""
+    width = {len(b) for b in blocks if len(b[0])}
+    if len(width) != 1:
+        return None
+    lo, span = [], []
+    for j in range(width.pop()):
+        cols = [b[j] for b in blocks if len(b[0])]
+        lo.append(min(int(c.min()) for c in cols))
+        span.append(max(int(c.max()) for c in cols) - lo[-1] + 1)
+    if math.prod(span) >= 1 << 63:
+        return None
+    out = np.empty(n, np.int64)
+    i = 0
+    for b in blocks:
+        m = len(b[0])
+        if not m:
+            continue
+        key = out[i:i + m]
+        key[:] = b[0]
+        key -= lo[0]
+        for c, low, sp in zip(b[1:], lo[1:], span[1:]):
+            key *= sp
+            key += c            # (may wrap past 2**63 before the next line: int64 arithmetic is exact modulo
+            key -= low          # 2**64, and the packed value fits)
+        i += m
     return out
 
 
@@ -279,9 +334,10 @@ def last_of(codes, values, n) -> np.ndarray:
     as an int64[n] array (-1 where no row has the code)."""
     out = np.full(n, -1, np.int64)
     if len(codes):
-        r = np.arange(len(codes))[::-1]
-        c, first = np.unique(codes[r], return_index=True)      # the last row of each code
-        out[c] = np.asarray(values)[r[first]]
+        row = np.full(n, -1, np.int64)                          # the last row of each code (an unbuffered
+        np.maximum.at(row, codes, np.arange(len(codes)))        # max: no sort of the codes and its copies)
+        has = row >= 0
+        out[has] = np.asarray(values)[row[has]]
     return out
 
 

@@ -345,13 +345,8 @@ class JobStep:
         arr = np.flatnonzero(self.kind == Anchor.arrival)
         end = np.flatnonzero(self.kind == Anchor.end)
         mk, mi = members.arrays()
-        na, ne = len(arr), len(end)
-        rows = np.empty((na + ne + len(mk), 3), np.int64)   # the keys (part, correlation, stream), a column
-        for k, col in enumerate((self.part, self.corr, self.stream)):    # at a time (no copy to join)
-            rows[:na, k], rows[na:na + ne, k] = col[arr], col[end]
-        rows[na + ne:] = mk
-        codes = key_codes(rows)
-        del rows
+        cols = (self.part, self.corr, self.stream)        # the keys (part, correlation, stream)
+        codes = key_codes([c[arr] for c in cols], [c[end] for c in cols], mk)
         nc = int(codes.max()) + 1 if len(codes) else 0
         ca, ce, cm = codes[:len(arr)], codes[len(arr):len(arr) + len(end)], codes[len(arr) + len(end):]
         e = last_of(ce, end, nc)[ca]

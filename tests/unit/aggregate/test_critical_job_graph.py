@@ -198,15 +198,36 @@ def test_node_ids_are_int32_until_one_does_not_fit():
 
 
 @SETTINGS
-@given(st.lists(st.tuples(st.integers(-3, 3), st.integers(-2 ** 40, 2 ** 40) | st.integers(0, 2),
-                          st.integers(-1, 2)), max_size=40))
-def test_key_codes_number_the_distinct_rows_in_their_order(rows):
+@given(st.lists(st.tuples(st.integers(-3, 3), st.integers(-2 ** 40, 2 ** 40) | st.integers(0, 2)
+                          | st.integers(-2 ** 63, 2 ** 63 - 1), st.integers(-1, 2)), max_size=40),
+       st.lists(st.integers(0, 40), max_size=3), st.booleans())
+def test_key_codes_number_the_distinct_rows_in_their_order(rows, cuts, as_columns):
     """``critical_graph.key_codes``: each row's code is the place of its value among the distinct
-    rows sorted (columns in order), as a plain ``sorted(set(...))`` numbers them."""
+    rows sorted (columns in order), as a plain ``sorted(set(...))`` numbers them; the rows given in
+    blocks (arrays or their columns) as if joined; spans past 63 bits (the unpacked sort) alike."""
     from streamtrace.aggregate.critical_graph import key_codes
     keys = np.asarray(rows, np.int64).reshape(-1, 3)
     rank = {r: i for i, r in enumerate(sorted(set(rows)))}
+    edges = [0] + sorted(min(c, len(rows)) for c in cuts) + [len(rows)]
+    blocks = [keys[a:b] for a, b in zip(edges, edges[1:])]
+    if as_columns:
+        blocks = [[b[:, 0].astype(np.int32) if b[:, 0].size else b[:, 0], b[:, 1], b[:, 2]] for b in blocks]
+    assert key_codes(*blocks).tolist() == [rank[r] for r in rows]
     assert key_codes(keys).tolist() == [rank[r] for r in rows]
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(-5, 5)), max_size=40), st.integers(0, 3))
+def test_last_of_keeps_the_last_value_of_each_code(rows, extra):
+    """``critical_graph.last_of``: what a dict built in row order holds, -1 for a code no row has."""
+    from streamtrace.aggregate.critical_graph import last_of
+    n = max((c for c, _ in rows), default=-1) + 1 + extra
+    held = {}
+    for c, v in rows:
+        held[c] = v
+    codes = np.asarray([c for c, _ in rows], np.int64)
+    values = np.asarray([v for _, v in rows], np.int64)
+    assert last_of(codes, values, n).tolist() == [held.get(c, -1) for c in range(n)]
 
 
 @SETTINGS
