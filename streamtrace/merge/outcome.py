@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..trace.metadata import share_groups
+from ..trace.metadata import share_head
 
 
 @dataclass(frozen=True)
@@ -130,16 +130,17 @@ class TaskDone:
     stats: TaskStats = field(compare=False)
 
 
-def share_metadata_groups(obj):
+def share_metadata_head(obj):
     """``obj`` (a merge task's result as its worker hands it back: a ``Survey``, a ``TaskDone``) with
-    the process groups of the rank metadata it carries (its own ``metadata``, its ``result``'s, a
-    parked rank's) shared with the other ranks' (``streamtrace.trace.metadata.share_groups``, in
-    place): each rank's ``distributedInfo.pg_config`` lists O(world size) members and arrives
-    unshared from its worker (at 4,096 synthetic ranks ~185 KB of Python objects a rank, once for
-    the surveys and again for the rewrites).  Returns ``obj``."""
+    the repeated parts of the rank metadata it carries (its own ``metadata``, its ``result``'s, a
+    parked rank's) shared with the other ranks' (``streamtrace.trace.metadata.share_head``, in
+    place): each rank's ``distributedInfo.pg_config`` lists O(world size) members and its
+    ``deviceProperties`` every GPU of its node, and both arrive unshared from its worker (at 4,096
+    synthetic ranks ~185 KB and ~7 KB of Python objects a rank, once for the surveys and again for
+    the rewrites).  Returns ``obj``."""
     res = getattr(obj, "result", None)
     for o in (obj, res, getattr(res, "parked", None)):
         m = getattr(o, "metadata", None)
         if isinstance(m, dict):
-            share_groups(m)
+            share_head(m)
     return obj

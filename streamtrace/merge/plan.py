@@ -26,7 +26,7 @@ from ..validate.merged import LOG_SUFFIX
 from .clocks import plan_clock_sync
 from .flows import FlowExtents, SpilledFlows
 from .options import MergeOptions
-from .outcome import share_metadata_groups
+from .outcome import share_metadata_head
 from .rank import RankPlan, deferred_files
 from .ranges import SplitFile, prepare, survey_meta
 from .survey import Survey, combine_surveys, metadata_task, plan_time, survey_rank
@@ -192,7 +192,7 @@ class MergePlan:
             elif full:
                 tasks += [SurveyTask(splits[i].path, i, {}, True, want_flows, False, r, coll) for r in splits[i].ranges]
         done = run_tasks(run_survey, [(t,) for t in tasks], self.jobs, scheduler=opt.scheduler,
-                         on_result=share_metadata_groups)
+                         on_result=share_metadata_head)
         by_file: dict = {}                   # file index -> its surveys, in task order
         for s, t in zip(done, tasks):
             by_file.setdefault(t.file_index, []).append(s)

@@ -26,7 +26,7 @@ from ..runtime.parallel import run_tasks
 from ..runtime.tuning import trim
 from ..validate.merged import split_validation
 from . import decide
-from .outcome import MissingSteps, ParkedRank, SplitParked, TaskDone, TaskStats, share_metadata_groups
+from .outcome import MissingSteps, ParkedRank, SplitParked, TaskDone, TaskStats, share_metadata_head
 from .plan import MergePlan, RewriteTask, naming_file
 from .rank import RankPlan, merge_rank, warm_kernels
 from .ranges import finish_rank, merge_range, settle_pids
@@ -135,7 +135,7 @@ class RewriteStage:
         order = sorted(range(len(tasks)), key=lambda j: -tasks[j].size)
         res = run_tasks(run_task, [(tasks[j],) for j in order], self.plan.jobs, self.progress.shared,
                         self.progress.tick, executor=self.executor, scheduler=self.plan.opt.scheduler, retries=1,
-                        on_result=share_metadata_groups)
+                        on_result=share_metadata_head)
         out = [None] * len(tasks)
         for j, r in zip(order, res):
             out[j] = r

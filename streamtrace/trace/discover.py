@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..runtime.errors import RankConflictError, StreamtraceError, TraceError, UnknownRankError
 from .formats import KINETO, NSYS, TraceSource
-from .metadata import MAX_RANK, read_trailer, share_groups
+from .metadata import MAX_RANK, read_trailer, share_head
 from .nsys import is_nsys_report, is_sqlite, report_hint
 from .nsys.db import open_export, table_columns
 from .reader import TraceReader
@@ -230,7 +230,7 @@ def identify(path, rank_map=None, default_rank=None, warn=None) -> TraceFile | N
     if not 0 <= rank <= MAX_RANK:
         raise TraceError(path, f"rank {rank:,} (from its {source}) is not a rank from 0 to {MAX_RANK:,}; "
                                f"pass --rank-map FILE")
-    return TraceFile(str(path), rank, iteration_from_path(path), source, share_groups(head), os.path.getsize(path))
+    return TraceFile(str(path), rank, iteration_from_path(path), source, share_head(head), os.path.getsize(path))
 
 
 NSYS_EXPORT = "nsys export"

@@ -46,7 +46,7 @@ class GroupTable:
     """The job's distinct process-group entries, first seen first (``entries``), each found by its
     ``group_key``.  ``by_object``: an object seen again is looked up by identity, not written again
     (the table then holds every object it was given until it is dropped: for entries shared already,
-    as trace discovery's are, ``streamtrace.trace.metadata.share_groups``)."""
+    as trace discovery's are, ``streamtrace.trace.metadata.share_head``)."""
 
     def __init__(self, by_object: bool = False):
         self.entries: list = []
@@ -77,7 +77,7 @@ def share_rank_groups(ranks: list) -> list:
     A rank whose ``pg_config`` is neither, or holds a value that cannot be written, is left as it is.
     The given ``distributedInfo`` dicts are not changed (merge's ranks' metadata still holds them).
     Equal entries are found by their JSON text (``GroupTable``); one object seen again (the groups
-    the trace discovery shares, ``streamtrace.trace.metadata.share_groups``) is written once."""
+    the trace discovery shares, ``streamtrace.trace.metadata.share_head``) is written once."""
     table = GroupTable(by_object=True)
     for r in ranks:
         di = r.get("distributedInfo")

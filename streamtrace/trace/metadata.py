@@ -112,28 +112,37 @@ def pg_config(meta, rank) -> dict:
     return {str(p.get("pg_name")): p for p in cfg or [] if isinstance(p, dict)}
 
 
-_SHARED_GROUPS: dict = {}
+_SHARED: dict = {}
 _SHARED_MAX = 1 << 16       # distinct entries kept (a process that reads many jobs starts again past it)
 
 
-def share_groups(metadata: dict) -> dict:
-    """``metadata`` (a trace's top-level keys, parsed) with its ``distributedInfo.pg_config`` entries
+def share_head(metadata: dict) -> dict:
+    """``metadata`` (a trace's top-level keys, parsed) with the parts that repeat from rank to rank
     replaced, in place, by equal ones shared between the traces a process reads (keyed by their JSON
-    text): a group's member list is held once, not once per member.  At 4,096 synthetic ranks each
-    file's groups took ~185 KB of Python objects (755 MB for a job's headers, held by discovery and
-    merge).  The stages read these entries and never change them."""
+    text, ``group_key``): each ``distributedInfo.pg_config`` entry (a group's member list held once, not
+    once per member) and the ``deviceProperties`` list (the node's GPUs, the same on every rank of a
+    node type).  At 4,096 synthetic ranks each file's groups took ~185 KB of Python objects (755 MB for
+    a job's headers, held by discovery and merge) and its device list ~7 KB (twice in merge's parent, a
+    rank's survey and its result: ~60 MB).  The stages read these entries and never change them."""
+    if len(_SHARED) > _SHARED_MAX:
+        _SHARED.clear()
+    props = metadata.get("deviceProperties")
+    if isinstance(props, list) and props:
+        metadata["deviceProperties"] = _shared(props)
     di = metadata.get("distributedInfo")
     cfg = di.get("pg_config") if isinstance(di, dict) else None
-    if not isinstance(cfg, (list, dict)):
-        return metadata
-    if len(_SHARED_GROUPS) > _SHARED_MAX:
-        _SHARED_GROUPS.clear()
-
-    def shared(e):
-        key = group_key(e) if isinstance(e, dict) else None
-        return e if key is None else _SHARED_GROUPS.setdefault(key, e)
-    di["pg_config"] = {k: shared(v) for k, v in cfg.items()} if isinstance(cfg, dict) else [shared(e) for e in cfg]
+    if isinstance(cfg, dict):
+        di["pg_config"] = {k: _shared(v) if isinstance(v, dict) else v for k, v in cfg.items()}
+    elif isinstance(cfg, list):
+        di["pg_config"] = [_shared(e) if isinstance(e, dict) else e for e in cfg]
     return metadata
+
+
+def _shared(value):
+    """The shared object equal to ``value`` (a JSON value; ``value`` itself when first seen or not
+    writable as JSON)."""
+    key = group_key(value)
+    return value if key is None else _SHARED.setdefault(key, value)
 
 
 def pg_config_entries(metadata: dict, rank: int | None = None) -> tuple[list, int | None]:

@@ -108,21 +108,32 @@ def test_dict_form_and_values_json_cannot_sort():
 
 def test_workers_metadata_shared_in_this_process(job):
     # each rank's metadata comes back from its worker unshared; the parent keeps one object per group
-    from streamtrace.merge.outcome import share_metadata_groups
+    from streamtrace.merge.outcome import share_metadata_head
     from streamtrace.merge.survey import Survey
     d, raw = job
     a, b = (Survey({"distributedInfo": copy.deepcopy(raw[r])}, None, {}, {}) for r in (0, 1))
     first = lambda s: s.metadata["distributedInfo"]["pg_config"][0]  # noqa: E731 - the default group, in both
     assert raw[0]["pg_config"][0] == raw[1]["pg_config"][0] and first(a) is not first(b)
     for s in (a, b):
-        assert share_metadata_groups(s) is s
+        assert share_metadata_head(s) is s
     assert first(a) is first(b)
     assert a.metadata["distributedInfo"] == raw[0] and b.metadata["distributedInfo"] == raw[1]
 
 
+def test_device_properties_shared_between_heads():
+    # the node's GPU list, equal on every rank, is held once; a different one stays its own
+    from streamtrace.trace.metadata import share_head
+    gpus = [{"id": i, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85520809984} for i in range(8)]
+    a, b = (share_head({"deviceProperties": copy.deepcopy(gpus)}) for _ in range(2))
+    c = share_head({"deviceProperties": copy.deepcopy(gpus[:4])})
+    assert a["deviceProperties"] is b["deviceProperties"] and a["deviceProperties"] == gpus
+    assert c["deviceProperties"] is not a["deviceProperties"] and c["deviceProperties"] == gpus[:4]
+    assert share_head({"deviceProperties": []}) == {"deviceProperties": []}
+
+
 def test_shared_groups_tell_nan_from_null():
-    from streamtrace.trace.metadata import share_groups
-    a = share_groups({"distributedInfo": {"pg_config": [{"pg_name": "x", "v": None}]}})
-    b = share_groups({"distributedInfo": {"pg_config": [{"pg_name": "x", "v": float("nan")}]}})
+    from streamtrace.trace.metadata import share_head
+    a = share_head({"distributedInfo": {"pg_config": [{"pg_name": "x", "v": None}]}})
+    b = share_head({"distributedInfo": {"pg_config": [{"pg_name": "x", "v": float("nan")}]}})
     assert a["distributedInfo"]["pg_config"][0]["v"] is None
     assert b["distributedInfo"]["pg_config"][0]["v"] != b["distributedInfo"]["pg_config"][0]["v"]     # NaN
