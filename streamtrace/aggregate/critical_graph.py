@@ -262,12 +262,12 @@ def key_codes(*blocks) -> np.ndarray:
     together are packed into one int64 each and sorted as such (8 bytes a row, where a ``lexsort`` of the
     joined rows held them twice: ~2 M keys at 4,096 synthetic ranks); others are sorted a column at a time."""
     blocks = [_key_columns(b) for b in blocks]
-    n = sum(len(b[0]) for b in blocks if b)
+    n = sum(len(b[0]) for b in blocks)
     if not n:
         return np.zeros(0, np.int64)
     packed = _packed(blocks, n)
     if packed is not None:
-        o = np.argsort(packed, kind="stable")
+        o = np.argsort(packed)                              # (equal keys get one code: any order of them)
         s = packed[o]
         del packed
         new = np.empty(n, bool)                             # a row unlike the one before it (in order)
