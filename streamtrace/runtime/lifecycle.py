@@ -21,7 +21,8 @@
   caller's code; a child keeps them blocked until its own handlers are set (``stop_once``,
   ``child_signals`` of ``fork``, ``worker_signals``), then acts
   on one that came meanwhile (``child_ready``).  Nor is a signal raised inside a finalizer
-  (``__del__``, e.g. llvmlite's while numba compiles), where Python would print and drop the exception,
+  (``__del__``, e.g. llvmlite's while numba compiles, or the import system's weak-reference callback),
+  where Python would print and drop the exception,
   or inside llvmlite's bindings (an object half made fails in its finalizer), in the command's process
   or a stage's forked child: it is sent again 20 ms later (``resend_later``).
 """
@@ -66,14 +67,24 @@ def _deferred(signum) -> bool:
     return False
 
 
+WEAKREF_CALLBACKS = {("<frozen importlib._bootstrap>", "cb")}
+"""``(file, function)`` of the weak-reference callbacks a signal may interrupt (the import system's,
+run when a module's lock is let go: ``_get_module_lock``'s ``cb``): an exception raised in one is
+printed ("Exception ignored in: <function _get_module_lock.<locals>.cb>") and dropped, as in a
+``__del__``; seen once in CI's SIGTERM sweep over the epilogue, which then ran to its end."""
+
+
 def _in_finalizer(frame) -> bool:
-    """True when ``frame`` (the one a signal handler interrupted) runs inside a ``__del__``: an
-    exception raised there is printed ("Exception ignored in: <function ObjectRef.__del__>", llvmlite's
-    while numba compiles) and dropped, so the signal would be lost; or inside llvmlite's bindings: an
-    exception raised while one of its objects is being made leaves it half made, and its finalizer
-    then fails the same way ("'ValueRef' object has no attribute '_as_parameter_'")."""
+    """True when ``frame`` (the one a signal handler interrupted) runs inside a ``__del__`` or a
+    weak-reference callback (``WEAKREF_CALLBACKS``): an exception raised there is printed ("Exception
+    ignored in: <function ObjectRef.__del__>", llvmlite's while numba compiles) and dropped, so the
+    signal would be lost; or inside llvmlite's bindings: an exception raised while one of its objects
+    is being made leaves it half made, and its finalizer then fails the same way ("'ValueRef' object
+    has no attribute '_as_parameter_'")."""
     while frame is not None:
-        if frame.f_code.co_name == "__del__" or f"{os.sep}llvmlite{os.sep}" in frame.f_code.co_filename:
+        code = frame.f_code
+        if (code.co_name == "__del__" or f"{os.sep}llvmlite{os.sep}" in code.co_filename
+                or (code.co_filename, code.co_name) in WEAKREF_CALLBACKS):
             return True
         frame = frame.f_back
     return False

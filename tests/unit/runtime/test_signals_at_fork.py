@@ -104,3 +104,27 @@ def test_a_signal_inside_llvmlite_bindings_is_sent_again_not_raised_there():
         assert resend_later(signal.SIGUSR1, __import__("sys")._getframe()) is False
     finally:
         signal.signal(signal.SIGUSR1, old)
+
+
+def test_a_signal_inside_the_import_systems_weakref_callback_is_sent_again_not_raised_there():
+    """A handler interrupting importlib's module-lock callback (``_get_module_lock``'s ``cb``, a weak
+    reference's: Python printed "Exception ignored in: <function _get_module_lock.<locals>.cb>" and dropped
+    the SIGTERM in CI's sweep over the epilogue, which then ran to its end) does not raise there: the
+    signal comes again 20 ms later."""
+    import signal
+    import time
+    from streamtrace.runtime.lifecycle import resend_later
+    got = []
+    old = signal.signal(signal.SIGUSR1, lambda s, f: got.append(s))
+    try:
+        ns: dict = {}
+        exec(compile("def cb(get):\n    return get()\n", "<frozen importlib._bootstrap>", "exec"), ns)
+        frame = ns["cb"](lambda: __import__("sys")._getframe(1))
+        assert frame.f_code.co_name == "cb"
+        assert resend_later(signal.SIGUSR1, frame) is True
+        deadline = time.monotonic() + 2
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert got == [signal.SIGUSR1]
+    finally:
+        signal.signal(signal.SIGUSR1, old)
