@@ -16,7 +16,7 @@ import traceback
 from ..runtime.console import printable, setup_console
 from ..runtime.errors import EXIT_USAGE, StreamtraceError, UsageError
 from ..runtime.lifecycle import Terminated, exit_on_sigterm
-from ..runtime.tuning import leave, skip_numba_blas, skip_pandas, use_system_allocator
+from ..runtime.tuning import few_malloc_arenas, leave, skip_numba_blas, skip_pandas, use_system_allocator
 from . import aggregate, analyze, demo, diff, epilogue, merge, report, topology, validate, warmup, whatif
 from .common import Exit, version_text
 
@@ -178,9 +178,10 @@ def command():
     with its exit code (``streamtrace.runtime.tuning.leave``).  Usage errors (argparse's
     ``SystemExit``) keep their code; an unexpected exception still ends the normal way, with
     its traceback.  The command's process never imports pandas
-    (``skip_pandas``)."""
+    (``skip_pandas``), and its threads share two of glibc's arenas (``few_malloc_arenas``)."""
     setup_console()
     skip_pandas()
+    few_malloc_arenas()
     try:
         code = main()
     except SystemExit as e:

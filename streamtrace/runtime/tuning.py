@@ -6,6 +6,7 @@ runs in, and why.
   collections;
 * ``tune_malloc`` -- undo the frozen mmap threshold dask's nanny leaves in its workers;
 * ``map_big_arrays`` -- large arrays mapped on their own, returned at once when freed (aggregate's job level);
+* ``few_malloc_arenas`` -- the ``streamtrace`` command's threads share two glibc arenas, not one each;
 * ``skip_numba_blas``, ``use_system_allocator``, ``skip_pandas``, ``quiet_llvm_lock`` -- start-up settings
   of the ``streamtrace`` command's own process (not of a program importing streamtrace);
 * ``leave`` -- end the command's process at once, after flushing its output.
@@ -116,6 +117,33 @@ def map_big_arrays(threshold: int = BIG_ARRAYS_MAPPED) -> bool:
     try:
         import ctypes
         return bool(ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, int(threshold)))
+    except (OSError, AttributeError):    # not glibc
+        return False
+
+
+M_ARENA_MAX = -8
+MALLOC_ARENAS = 2
+"""``few_malloc_arenas``' number of glibc arenas (glibc's own limit: 8 a core)."""
+
+
+def few_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
+    """Have the threads of the ``streamtrace`` command's process (and of the processes it forks)
+    share ``arenas`` glibc heaps (``mallopt`` ``M_ARENA_MAX``), not one each: the main thread's and
+    one for the rest (Arrow's thread pool, which reads and writes Parquet through the system
+    allocator: ``use_system_allocator``).  Memory a thread frees in its own arena is reused by that
+    arena only, so each arena kept its own high-water mark of freed blocks.  Measured at 4,096
+    synthetic ranks (``aggregate -j 2``, peak RSS of each process, medians of 4-6 runs, MB): parent
+    368 -> 358, rank workers 200 -> 191, the job level's unchanged (~377 each), the same CPU; one
+    arena saved twice that (348, 178) but puts every thread of a many-core node on one lock
+    (bench/RESULTS.md, issue 48, the thirty-sixth session).  Called by ``streamtrace.cli.command``
+    before any thread starts (glibc reads the limit when a thread first needs an arena); a program
+    that imports streamtrace as a library keeps its own.  Returns True when set; a no-op (False) where not
+    glibc, or where ``MALLOC_ARENA_MAX`` is set."""
+    if not sys.platform.startswith("linux") or "MALLOC_ARENA_MAX" in os.environ:
+        return False
+    try:
+        import ctypes
+        return bool(ctypes.CDLL("libc.so.6").mallopt(M_ARENA_MAX, int(arenas)))
     except (OSError, AttributeError):    # not glibc
         return False
 

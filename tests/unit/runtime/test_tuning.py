@@ -4,6 +4,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from support import ROOT
 
 
@@ -60,3 +61,46 @@ print("ok")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+ARENAS = """
+import ctypes, sys, threading
+import numpy as np
+together = threading.Barrier(6)
+def work():
+    held = [np.ones(20000) for _ in range(200)]     # (160 KB each: glibc's heap, not a mapping of its own)
+    together.wait()                                 # (no thread ends, handing its arena on, before all allocated)
+threads = [threading.Thread(target=work) for _ in range(6)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+ctypes.CDLL("libc.so.6").malloc_stats()             # (stderr: a block "Arena N:" per arena)
+"""
+
+
+def _arenas(setup: str, env=None) -> int:
+    """How many glibc arenas a fresh process holds after ``setup`` and six threads that allocate."""
+    import os
+    out = subprocess.run([sys.executable, "-c", setup + ARENAS], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, **(env or {})})
+    assert out.returncode == 0, out.stderr
+    return sum(line.startswith("Arena ") for line in out.stderr.splitlines())
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's arenas")
+def test_the_command_process_threads_share_two_malloc_arenas():
+    """``streamtrace.cli.command`` (run here for ``--version``, its exit left out) limits the process to
+    ``MALLOC_ARENAS`` glibc arenas before any thread starts: six threads that allocate then share two, where
+    a process that did not call it gets one each (up to glibc's 8 a core); ``MALLOC_ARENA_MAX`` in the
+    environment is left to glibc."""
+    import os
+    from streamtrace.runtime.tuning import MALLOC_ARENAS
+    if "MALLOC_ARENA_MAX" in os.environ:
+        pytest.skip("MALLOC_ARENA_MAX is set in this environment")
+    command = ("import sys\nimport streamtrace.cli as cli\ncli.leave = lambda code: None\n"
+               "sys.argv = ['streamtrace', '--version']\ncli.command()\n")
+    assert _arenas(command) == MALLOC_ARENAS == 2
+    assert _arenas("") > MALLOC_ARENAS                 # (2 cores or more: glibc's own limit is 16 and up)
+    assert _arenas("from streamtrace.runtime.tuning import few_malloc_arenas\nassert not few_malloc_arenas()\n",
+                   {"MALLOC_ARENA_MAX": "4"}) == 4
