@@ -6,7 +6,8 @@ runs, once per measured epilogue (not a bench by itself).
 
 imports ``streamtrace`` from ``DIR`` (a checkout: this one or the baseline's worktree) and runs its command
 line in this process as the ``streamtrace`` command does (``streamtrace.cli.command``: pandas kept out by
-``runtime.tuning.skip_pandas``, then ``streamtrace.cli.main``; the exit is left to this script).  The epilogue
+``runtime.tuning.skip_pandas``, two malloc arenas by ``few_malloc_arenas`` where the checkout has it, then
+``streamtrace.cli.main``; the exit is left to this script).  The epilogue
 runs discovery and each stage in a forked child (``streamtrace.runtime.fork.call_in_child``, in every version
 since the epilogue isolated its stages); that function is wrapped here, so that each call is measured:
 
@@ -102,8 +103,9 @@ def main(argv=None):
     rows: list = []
     wrap(rows)
     from streamtrace.cli import main as cli_main
-    from streamtrace.runtime.tuning import skip_pandas
-    skip_pandas()
+    from streamtrace.runtime import tuning
+    tuning.skip_pandas()
+    getattr(tuning, "few_malloc_arenas", lambda: None)()     # (as the command; a checkout before it has none)
     try:
         rc = cli_main(cmd)
     except SystemExit as e:           # argh's usage errors
