@@ -130,6 +130,10 @@ class Texts:
         """The codes of ``texts`` (a sequence or object array; a text a row), int32."""
         return np.fromiter((self.code(x) for x in np.asarray(texts, object).tolist()), np.int32, len(texts))
 
+    def __getitem__(self, code: int):
+        """The text of ``code``."""
+        return self._values[code]
+
     def values(self) -> np.ndarray:
         """Every text so far by code, an object array (``values()[codes]`` decodes)."""
         return np.asarray(self._values + [None], object)[:-1]      # (the None: a 1-d array of tuples stays 1-d)

@@ -58,13 +58,13 @@ import pyarrow.compute as pc
 from ..events.dataset import read_arrow, write_table
 from ..kernels.critical import NEG, POS, latest_times_masked, longest_path_masked, trace_back
 from ..runtime.tuning import trim
-from .critical_graph import (BARRIER, CATEGORIES, Anchor, Category, Edge, barrier_edges, joined_ints, key_codes,
-                             last_of, path_edges, positions, tie_classes)
+from .critical_graph import (BARRIER, CATEGORIES, Anchor, Category, Edge, Texts, barrier_edges, joined_ints,
+                             key_codes, last_of, path_edges, positions, tie_classes)
 from .folder import (COLLECTIVES_RANKS, CRITICAL_PATH, CRITICAL_PATH_COLUMNS, CRITICAL_PATH_RANKS,
                      CRITICAL_PATH_RANKS_COLUMNS as RANK_COLUMNS, CRITICAL_PATH_SUMMARY,
                      CRITICAL_PATH_SUMMARY_COLUMNS as SUMMARY_COLUMNS, columns, table_path)
 from .critical_local import read_segments
-from .critical_ranks import rank_rows, summary_rows
+from .critical_ranks import collective_figures, rank_rows, summary_rows
 
 SEGMENT_COLUMNS = CRITICAL_PATH_COLUMNS
 GPU_CATEGORIES = ("launch_delay", "compute_kernel", "comm_transfer", "memcpy", "kernel_gap", "queued")
@@ -111,7 +111,8 @@ class JobGraph:
     """The job-level graph of one (iteration, step), built from the parts' reduced results
     (``add_part`` for each, then ``add_collectives`` once): node columns (numpy, one row per
     node: ``t`` int64 ns, ``kind`` an ``Anchor`` or ``BARRIER`` (int8), ``part`` (int32), ``local`` node id
-    in the part's graph (int32), ``name`` / ``lane`` object, ``corr`` (int64); the anchors' streams are read
+    in the part's graph (int32), ``name`` / ``lane`` int32 codes of ``texts`` (a ``Texts``: ``texts[code]``
+    decodes), ``corr`` (int32 while every one fits, else int64); the anchors' streams are read
     for the collectives' keys only, not kept: 12 MB at 4,096 synthetic ranks), edge columns (``src``,
     ``dst`` int32 node ids (int64 past 2^31 nodes), ``w`` ns (int32 while every weight fits, else int64:
     ``joined_ints``), ``etype`` LOCAL / WAIT / TRANSFER),
@@ -121,16 +122,21 @@ class JobGraph:
 
     NODE = ("t", "kind", "part", "local", "name", "lane", "corr")
 
-    def __init__(self):
+    def __init__(self, texts: Texts | None = None):
         self._parts: list = []
         self._edges: list = []
         self.n = 0
+        self.texts = Texts() if texts is None else texts
 
     def add_part(self, p, a, e):
         """Part ``p``'s anchors ``a`` and reduced edges ``e`` (``part_paths``
-        columns, one step); returns the id of its first node.  The graph takes ``a``'s columns out
-        when it joins the parts (``_nodes``): the dict is left empty then."""
+        columns, one step; ``name`` and ``lane`` as text, or as int codes of ``texts``); returns the id of
+        its first node.  The graph takes ``a``'s columns out when it joins the parts (``_nodes``): the dict is
+        left empty then."""
         base, m = self.n, len(a["t_ns"])
+        for c in ("name", "lane"):
+            if np.asarray(a[c]).dtype.kind not in "iu":
+                a[c] = self.texts.codes(a[c])
         self._parts.append((p, m, a))
         o = np.argsort(a["node"])
         gid = lambda x: base + o[np.searchsorted(a["node"][o], x)]  # noqa: E731
@@ -146,7 +152,10 @@ class JobGraph:
         for c, src in cols.items():
             dtype = NODE_DTYPES.get(c, np.int64)
             xs = [np.asarray(a.pop(src), dtype) for _, _, a in self._parts]
-            setattr(self, c, np.concatenate(xs) if xs else np.zeros(0, dtype))
+            if c == "corr":                          # (int32 while every id fits: 6 MB less at 1.5 M nodes)
+                setattr(self, c, joined_ints(*xs) if xs else np.zeros(0, np.int32))
+            else:
+                setattr(self, c, np.concatenate(xs) if xs else np.zeros(0, dtype))
             del xs
             trim()               # (each column's parts handed back as it is joined: 4,096 parts' small arrays
             #                      freed at once held ~100 MB of glibc's heap above the live arrays)
@@ -203,8 +212,8 @@ class JobGraph:
         self.part = np.concatenate([self.part, np.full(nb, -1, self.part.dtype)])
         self.local = np.concatenate([self.local, np.full(nb, -1, self.local.dtype)])
         self.name = np.r_[self.name, self.name[c["m_arr"][c["lead"]]]]
-        self.lane = np.r_[self.lane, np.full(nb, "", object)]
-        self.corr = np.r_[self.corr, np.full(nb, -1, np.int64)]
+        self.lane = np.r_[self.lane, np.full(nb, self.texts.code(""), self.lane.dtype)]
+        self.corr = np.r_[self.corr, np.full(nb, -1, self.corr.dtype)]
         self.src = joined_ints(self.src, a[un], c["src"])
         self.dst = joined_ints(self.dst, e[un], c["dst"])
         self.w = joined_ints(self.w, self.t[e[un]] - self.t[a[un]], np.asarray(c["w"], np.int64))
@@ -215,10 +224,11 @@ class JobGraph:
         self.n += nb
 
 
-NODE_DTYPES = {"kind": np.int8, "local": np.int32, "name": object, "lane": object}
-"""The job graph's node columns held narrower than int64 (``JobGraph._nodes``; ``part`` int32 too):
-``Anchor`` kinds and ``BARRIER`` fit a byte, a part's step-graph node ids 31 bits (22 MB less at 1.5 M
-nodes)."""
+NODE_DTYPES = {"kind": np.int8, "local": np.int32, "name": np.int32, "lane": np.int32}
+"""The job graph's node columns held narrower than int64 (``JobGraph._nodes``; ``part`` int32 too,
+``corr`` while it fits): ``Anchor`` kinds and ``BARRIER`` fit a byte, a part's step-graph node ids 31 bits
+(22 MB less at 1.5 M nodes), names and lanes are codes of the graph's ``texts`` (object arrays of str
+were 8 bytes a node each, 12 MB less)."""
 
 
 def _order(g: JobGraph) -> np.ndarray:
@@ -415,8 +425,9 @@ def _segments(g: JobGraph, path, spills: dict, rank_of: dict, cache: dict | None
             end = v if typ == TRANSFER else u
             p = int(g.part[end])
             cat = Category.comm_transfer if typ == TRANSFER else Category.wait
-            pieces.append(_one_segment(rank_of[p], g.lane[end], int(g.t[u]), int(g.t[v]),
-                                       int(g.w[e]) if typ == TRANSFER else 0, cat, g.name[end], int(g.corr[end])))
+            pieces.append(_one_segment(rank_of[p], g.texts[g.lane[end]], int(g.t[u]), int(g.t[v]),
+                                       int(g.w[e]) if typ == TRANSFER else 0, cat, g.texts[g.name[end]],
+                                       int(g.corr[end])))
     if not pieces:
         return {c: np.zeros(0, _DTYPES.get(c, np.int64)) for c in SEGMENTS}
     segs = {c: np.concatenate([x[c] for x in pieces]) for c in SEGMENTS}
@@ -451,10 +462,11 @@ def _step_graphs(job, results) -> dict:
     return steps
 
 
-def _build(parts, members, p2p=frozenset()) -> JobGraph:
+def _build(parts, members, p2p=frozenset(), texts: Texts | None = None) -> JobGraph:
     """One step's ``JobGraph`` from its parts' ``(part index, anchors, edges)`` (the list, consumed: its
-    entries taken out as they are added) and the matched collectives (``_members``, ``_p2p_instances``)."""
-    g = JobGraph()
+    entries taken out as they are added) and the matched collectives (``_members``, ``_p2p_instances``);
+    ``texts``: the ``Texts`` the anchors' name and lane codes are of (None: they are text)."""
+    g = JobGraph(texts)
     keys: dict = {Anchor.arrival: ([], []), Anchor.end: ([], [])}
     parts.reverse()
     while parts:                                       # (each part's edges let go once added)
@@ -487,12 +499,13 @@ def _stats(results) -> dict:
     return out
 
 
-def critical_paths(job, results: list, outdir) -> CriticalResult:
+def critical_paths(job, results: list, outdir, texts: Texts | None = None) -> CriticalResult:
     """Write ``critical_path.parquet``, ``critical_path_summary.parquet`` and
     ``critical_path_ranks.parquet`` into ``outdir`` from the per-part results ``results``
     (``part_paths``, in part order; the list is emptied, their ``anchors`` and ``edges`` taken out of
     them, each step's freed once its graph is built) and the matched
-    collectives already written there.  ``job``: the ``Job``, or its ``JobParts``."""
+    collectives already written there.  ``job``: the ``Job``, or its ``JobParts``; ``texts``: the ``Texts``
+    whose int codes the anchors' ``name`` and ``lane`` are (None: they are text)."""
     members, p2p = _members(outdir), _p2p_instances(outdir)
     trim()                                             # (the tables' reads: glibc's heap returned)
     rank_of = {p.index: p.rank for p in job.parts}
@@ -508,10 +521,12 @@ def critical_paths(job, results: list, outdir) -> CriticalResult:
     results.clear()                                    # (read: the pieces' dicts not held under the solves)
     order = sorted(steps)
     for i, (it, st) in enumerate(order):
-        g = _build(steps.pop((it, st)), members, p2p)
+        g = _build(steps.pop((it, st)), members, p2p, texts)
         if i == len(order) - 1:                        # the last step built: the members' keys let go
             members = None                             # (20 MB at 4,096 synthetic ranks, under the solve)
             trim()
+        figures = collective_figures(g)                # (before the solve: not beside its times)
+        trim()
         solved = solve_step(g)
         if solved is None:
             continue
@@ -521,7 +536,7 @@ def critical_paths(job, results: list, outdir) -> CriticalResult:
         n = len(segs["w"])
         seg_cols.append({"iteration": np.full(n, it, np.int64), "step": np.full(n, st, np.int64),
                          "order": np.arange(n, dtype=np.int64)} | segs)
-        per_rank = rank_rows(it, st, g, solved, segs, rank_of)
+        per_rank = rank_rows(it, st, g, solved, segs, rank_of, figures)
         solved.dist = solved.late = None               # (read: what bounds next needs the order alone)
         trim()                                         # (the per-rank sums' temporaries)
         ranks += per_rank

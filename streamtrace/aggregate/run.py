@@ -69,6 +69,7 @@ from .alignment import Job, JobParts
 from ..events.collmatch import mismatch_warning
 from .collective_rows import RankDims
 from .collective_spill import collectives_to
+from .critical_graph import Texts
 from .critical_local import part_paths, part_reads
 from .critical_path import critical_paths
 from .whatif import LINK_KEYS, write_whatif
@@ -144,16 +145,16 @@ def _spilled_piece(piece: dict, folder, index: int) -> str:
 def job_critical_path(job, pieces: list, outdir):
     """``critical_paths`` of the parts' pieces spilled by ``_spilled_piece`` (their paths, in part
     order; None for a part without one): what aggregate's job-level process runs."""
-    texts: dict = {}
+    texts = Texts()
 
     def read(path):
         with open(path, "rb") as f:
             piece = pickle.load(f)
         a = piece.get("anchors") if piece else None
-        for c in ("name", "lane") if a else ():        # one copy of each text across the parts (each pickle
-            a[c] = np.asarray([texts.setdefault(x, x) for x in a[c].tolist()], object)   # brings its own:
-        return piece                                   # ~35 MB at 4,096 synthetic ranks)
-    return critical_paths(job, [read(p) if p else None for p in pieces], outdir)
+        for c in ("name", "lane") if a else ():        # each text once across the parts, the anchors' as its
+            a[c] = texts.codes(a[c])                   # int32 code (each pickle brings its own copies: ~35 MB
+        return piece                                   # at 4,096 synthetic ranks, object arrays 8 bytes a node)
+    return critical_paths(job, [read(p) if p else None for p in pieces], outdir, texts)
 
 
 # -- the job -----------------------------------------------------------------------------

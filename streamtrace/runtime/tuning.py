@@ -112,11 +112,17 @@ def map_big_arrays(threshold: int = BIG_ARRAYS_MAPPED) -> bool:
     ranks: the replay's process 442 -> 393 MB, the same CPU (bench/RESULTS.md, issue 48, the
     thirty-fourth session).  Returns True when set; a no-op (False) where not glibc, or where
     ``MALLOC_MMAP_THRESHOLD_`` is set."""
-    if not sys.platform.startswith("linux") or "MALLOC_MMAP_THRESHOLD_" in os.environ:
+    return _mallopt(M_MMAP_THRESHOLD, threshold, "MALLOC_MMAP_THRESHOLD_")
+
+
+def _mallopt(param: int, value: int, env: str) -> bool:
+    """glibc's ``mallopt(param, value)`` unless the environment variable ``env`` (glibc's own for that
+    setting) is set: True when set, False where not glibc (a no-op)."""
+    if not sys.platform.startswith("linux") or env in os.environ:
         return False
     try:
         import ctypes
-        return bool(ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, int(threshold)))
+        return bool(ctypes.CDLL("libc.so.6").mallopt(param, int(value)))
     except (OSError, AttributeError):    # not glibc
         return False
 
@@ -137,15 +143,9 @@ def few_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
     arena saved twice that (348, 178) but puts every thread of a many-core node on one lock
     (bench/RESULTS.md, issue 48, the thirty-sixth session).  Called by ``streamtrace.cli.command``
     before any thread starts (glibc reads the limit when a thread first needs an arena); a program
-    that imports streamtrace as a library keeps its own.  Returns True when set; a no-op (False) where not
-    glibc, or where ``MALLOC_ARENA_MAX`` is set."""
-    if not sys.platform.startswith("linux") or "MALLOC_ARENA_MAX" in os.environ:
-        return False
-    try:
-        import ctypes
-        return bool(ctypes.CDLL("libc.so.6").mallopt(M_ARENA_MAX, int(arenas)))
-    except (OSError, AttributeError):    # not glibc
-        return False
+    that imports streamtrace as a library keeps its own.  Returns True when set; a no-op (False) where
+    not glibc, or where ``MALLOC_ARENA_MAX`` is set."""
+    return _mallopt(M_ARENA_MAX, arenas, "MALLOC_ARENA_MAX")
 
 
 def skip_numba_blas():

@@ -369,3 +369,30 @@ def test_path_sums_by_number_keep_the_first_seen_order(rows, dtype):
     got = _sums(np.asarray([k for k, _ in rows], dtype), np.asarray([w for _, w in rows], np.int64))
     assert list(got.items()) == list(want.items())
     assert all(type(k) is int and type(v) is int for k, v in got.items())
+
+
+def test_the_job_graphs_names_and_lanes_are_codes_of_its_texts():
+    """``JobGraph`` holds each node's name and lane as an int32 code of ``texts`` (the anchors' text, as
+    given): the anchors' decode to their own, a barrier's name is its first member's and its lane empty;
+    anchors given as codes of a shared ``Texts`` (as aggregate's job level reads them) are kept as they are,
+    and ``corr`` is int32 when every id fits."""
+    from streamtrace.aggregate.critical_graph import Texts
+    from streamtrace.aggregate.critical_path import BARRIER, JobGraph
+    g = _job_graph([0, 5], [[10, 20], [30, 5]], [[1, 2], [3, 4]], [7, 9])
+    assert g.name.dtype == g.lane.dtype == np.int32 and g.corr.dtype == np.int32
+    names, lanes = [g.texts[c] for c in g.name.tolist()], [g.texts[c] for c in g.lane.tolist()]
+    anchors = g.kind != BARRIER
+    assert set(np.asarray(names, object)[anchors]) == {"c"}
+    assert [x for x, a in zip(lanes, anchors) if a] == ["thread 0"] + [""] * 5 + ["thread 1"] + [""] * 5
+    assert [x for x, a in zip(lanes, anchors) if not a] == ["", ""]
+    texts = Texts()
+    shared = JobGraph(texts)
+    a = {"t_ns": np.asarray([0, 4], np.int64), "kind": np.asarray([0, 3], np.int64), "node": np.arange(2),
+         "name": texts.codes(np.asarray(["x", None], object)),
+         "lane": texts.codes(np.asarray(["thread 3", ""], object)),
+         "stream": np.zeros(2, np.int64), "correlation": np.asarray([-1, 2 ** 40], np.int64)}
+    shared.add_part(0, a, {"src": np.asarray([0]), "dst": np.asarray([1]), "w_ns": np.asarray([4], np.int64)})
+    shared.add_collectives({}, {}, {})
+    assert shared.texts is texts and [texts[c] for c in shared.name.tolist()] == ["x", None]
+    assert [texts[c] for c in shared.lane.tolist()] == ["thread 3", ""]
+    assert shared.corr.dtype == np.int64 and shared.corr.tolist() == [-1, 2 ** 40]

@@ -56,7 +56,7 @@ def test_tables_equal_those_written_in_one_process(analysed, monkeypatch, jobs):
     assert not [p for p in (analysed / f"forked{jobs}").iterdir() if p.name.startswith(".")]
 
 
-def _fails(job, pieces, outdir):
+def _fails(job, pieces, outdir, texts=None):
     raise DataError(outdir, f"critical path failed in process {os.getpid()}")
 
 
@@ -69,7 +69,7 @@ def test_the_job_levels_error_is_the_aggregates(analysed, monkeypatch):
     assert not (analysed / "failed").exists()
 
 
-def _killed(job, pieces, outdir):
+def _killed(job, pieces, outdir, texts=None):
     os.kill(os.getpid(), signal.SIGKILL)              # as the out-of-memory killer would
 
 

@@ -105,8 +105,11 @@ def _brute(ranks, factor):
 
 
 @SETTINGS
-@given(jobs(), st.sampled_from([1.0, 0.0, 0.5, 2.0]))
-def test_reduced_replay_equals_the_whole_graph(ranks, factor):
+@given(jobs(), st.sampled_from([1.0, 0.0, 0.5, 2.0]), st.booleans())
+def test_reduced_replay_equals_the_whole_graph(ranks, factor, sparse):
+    """The replay of the ranks' reduced graphs ends each rank's step where the brute force over the whole
+    job's graph does; a node found from its part's first node and its anchor (anchors numbered 0 .. m - 1 in
+    each part, as ``whatif_local`` writes them) or, ``sparse``, by its key searched."""
     results, key = [], {}
     for r, (t, comm, edges, w) in enumerate(ranks):
         rows = ReplayRows(0, r, r)
@@ -117,14 +120,19 @@ def test_reduced_replay_equals_the_whole_graph(ranks, factor):
     multi = len(ranks) > 1
     members = Members(key if multi else {}, {})
     tabs = step_tables(join_rows(results))[(0, 5)]
+    if sparse:                                      # anchors numbered 1, 4, 7, ... in each part: found by key
+        for cols, names in ((tabs.anchors, ("anchor",)), (tabs.edges, ("src", "dst"))):
+            for c in names:
+                cols[c] = cols[c] * 3 + 1
     g = JobStep(tabs, members)
+    assert (g.first is None) == sparse and (g.key is None) != sparse    # (numbered 0 .. m - 1: by offsets)
     view = g.members(members)
     measured = g.w.copy()
     got = g.solve(np.full(len(view.instance), factor) if multi and len(view.instance) else None)
     assert np.array_equal(g.w, measured)            # (the scaled transfers written for the pass only)
     want = _brute(ranks, factor)
     assert [got.end.get(r, NEG) for r in range(len(ranks))] == want
-    _check_rank0_doubled(g, ranks)
+    _check_rank0_doubled(g, ranks, sparse)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -136,7 +144,7 @@ def test_replay_in_chunks_of_a_few_edges_equals_the_whole_graph(ranks, factor):
     for chunk in (1, 3):
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(wj, "CHUNK", chunk)
-            test_reduced_replay_equals_the_whole_graph.hypothesis.inner_test(ranks, factor)
+            test_reduced_replay_equals_the_whole_graph.hypothesis.inner_test(ranks, factor, chunk == 3)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -165,12 +173,16 @@ def test_weights_past_int32_replay_as_the_whole_graph(ranks, scale, factor):
     assert [got.end.get(r, NEG) for r in range(len(big))] == _brute(big, factor)
 
 
-def _check_rank0_doubled(g, ranks):
-    """Rank 0 re-reduced with its costs doubled, swapped into the job's graph ``g``: the same as the whole graph."""
+def _check_rank0_doubled(g, ranks, sparse=False):
+    """Rank 0 re-reduced with its costs doubled, swapped into the job's graph ``g``: the same as the whole graph
+    (``sparse``: its anchors numbered as the graph's, 1, 4, 7, ...)."""
     t, comm, edges, w = ranks[0]
     rows = ReplayRows(0, 0, 0)
     rows.add(None, 5, *_graph(t, comm, edges, [2 * x for x in w]))
-    got = g.with_parts([0], rows.result()["edges"]).solve()
+    new = rows.result()["edges"]
+    if sparse:
+        new = new | {c: new[c] * 3 + 1 for c in ("src", "dst")}
+    got = g.with_parts([0], new).solve()
     want = _brute([(t, comm, edges, [2 * x for x in w])] + ranks[1:], 1.0)
     assert [got.end.get(r, NEG) for r in range(len(ranks))] == want
 
