@@ -83,27 +83,42 @@ def test_signal_inside_a_finalizer_is_raised_after_it(install):
     assert "Exception ignored" not in p.stderr and "Traceback" not in p.stderr, p.stderr
 
 
-def test_a_signal_inside_llvmlite_bindings_is_sent_again_not_raised_there():
-    """A handler interrupting code of llvmlite's bindings (an object being made: raising there left it
-    half made, and its finalizer printed "Exception ignored ... '_as_parameter_'" in the CI's SIGTERM
-    sweep) does not raise: the signal comes again 20 ms later; elsewhere the handler raises."""
+def _frame_in(filename: str, name: str):
+    """A live frame of a function ``name`` whose code says it comes from ``filename``."""
+    import sys
+    ns: dict = {}
+    exec(compile(f"def {name}(get):\n    return get()\n", filename, "exec"), ns)
+    return ns[name](lambda: sys._getframe(1))
+
+
+def _sent_again(frame) -> bool:
+    """Whether ``resend_later`` defers SIGUSR1 caught in ``frame`` (returns True) and the signal then comes
+    again within 2 s; the handler's own signals are counted, the old handler put back."""
     import signal
     import time
     from streamtrace.runtime.lifecycle import resend_later
     got = []
     old = signal.signal(signal.SIGUSR1, lambda s, f: got.append(s))
     try:
-        ns: dict = {}
-        exec(compile("def binding(cb):\n    return cb()\n", "/site-packages/llvmlite/binding/ffi.py", "exec"), ns)
-        frame = ns["binding"](lambda: __import__("sys")._getframe(1))
-        assert resend_later(signal.SIGUSR1, frame) is True
+        if not resend_later(signal.SIGUSR1, frame):
+            return False
         deadline = time.monotonic() + 2
         while not got and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert got == [signal.SIGUSR1]
-        assert resend_later(signal.SIGUSR1, __import__("sys")._getframe()) is False
+        return got == [signal.SIGUSR1]
     finally:
         signal.signal(signal.SIGUSR1, old)
+
+
+def test_a_signal_inside_llvmlite_bindings_is_sent_again_not_raised_there():
+    """A handler interrupting code of llvmlite's bindings (an object being made: raising there left it
+    half made, and its finalizer printed "Exception ignored ... '_as_parameter_'" in the CI's SIGTERM
+    sweep) does not raise: the signal comes again 20 ms later; elsewhere the handler raises."""
+    import signal
+    import sys
+    from streamtrace.runtime.lifecycle import resend_later
+    assert _sent_again(_frame_in("/site-packages/llvmlite/binding/ffi.py", "binding"))
+    assert resend_later(signal.SIGUSR1, sys._getframe()) is False
 
 
 def test_a_signal_inside_the_import_systems_weakref_callback_is_sent_again_not_raised_there():
@@ -111,20 +126,6 @@ def test_a_signal_inside_the_import_systems_weakref_callback_is_sent_again_not_r
     reference's: Python printed "Exception ignored in: <function _get_module_lock.<locals>.cb>" and dropped
     the SIGTERM in CI's sweep over the epilogue, which then ran to its end) does not raise there: the
     signal comes again 20 ms later."""
-    import signal
-    import time
-    from streamtrace.runtime.lifecycle import resend_later
-    got = []
-    old = signal.signal(signal.SIGUSR1, lambda s, f: got.append(s))
-    try:
-        ns: dict = {}
-        exec(compile("def cb(get):\n    return get()\n", "<frozen importlib._bootstrap>", "exec"), ns)
-        frame = ns["cb"](lambda: __import__("sys")._getframe(1))
-        assert frame.f_code.co_name == "cb"
-        assert resend_later(signal.SIGUSR1, frame) is True
-        deadline = time.monotonic() + 2
-        while not got and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert got == [signal.SIGUSR1]
-    finally:
-        signal.signal(signal.SIGUSR1, old)
+    frame = _frame_in("<frozen importlib._bootstrap>", "cb")
+    assert frame.f_code.co_name == "cb"
+    assert _sent_again(frame)
