@@ -67,7 +67,7 @@ from ..topology.sources import load_topology
 from ..topology.trainconfig import config_topology, from_torchtitan_toml
 from .alignment import Job, JobParts
 from ..events.collmatch import mismatch_warning
-from .collective_rows import RankDims
+from .collective_rows import RankDims, rank_dims
 from .collective_spill import collectives_to
 from .critical_graph import Texts
 from .critical_local import part_paths, part_reads
@@ -92,14 +92,19 @@ from .rank_rows import GPU_PART_COLUMNS, STEP_COLUMNS, cpu_rows, gpu_rows, step_
 
 # -- one rank ----------------------------------------------------------------------------
 
-def part_view(job, index):
+def part_view(job, index, dims: dict | None = None):
     """A copy of ``job`` that carries only part ``index`` (``parts`` a one-entry dict, no topology but
-    its rank's groups, ``rank_dims``: ``RankDims``):
+    its rank's groups, ``rank_dims``: its ``RankDims`` of ``dims``, ``rank_dims(job.topology)`` built once
+    for every part's view; None: built here):
     what a worker needs, cheap to send (a task holding the whole job would cost O(ranks) to pickle,
     O(ranks^2) for all of them)."""
     view = copy.copy(job)
     view.parts = {index: job.parts[index]}
-    view.rank_dims = RankDims(job.topology, job.parts[index].rank) if job.topology is not None else None
+    rank = job.parts[index].rank
+    if job.topology is None:
+        view.rank_dims = None
+    else:
+        view.rank_dims = (dims if dims is not None else rank_dims(job.topology)).get(rank) or RankDims({})
     view.topology, view.warnings, view.dirs = None, [], []
     return view
 
@@ -380,10 +385,12 @@ def _rank_pass(job, outdir: Path, opt: AggregateOptions, explain=None) -> tuple:
             load_kernels(*TASKS["aggregate"])
         share = spill_share(len({p.rank for p in job.parts}), len(job.parts)) if wi_spill else 0
         kept = Kept()                 # (as they come back: the top kernels summed, the phase rows pickled)
+        dims = rank_dims(job.topology) if job.topology is not None else None     # (every view's, shared)
         with progress_bar(len(job.parts), "aggregate", "rank", opt.progress) as bar:
-            res = run_tasks(_part_job, [(part_view(job, p.index), p.index, opt.consecutive_kernel_delay_ns, spill,
+            res = run_tasks(_part_job, [(part_view(job, p.index, dims), p.index, opt.consecutive_kernel_delay_ns, spill,
                                          cp_spill, wi_spill, share, explain) for p in job.parts], jobs,
                             on_done=bar.update, on_result=kept)
+        del dims
         pieces = (cp_spill, [r[7] for r in res]) if cp_spill is not None else None
         replay = SpilledRows(wi_spill, [r[8] for r in res]) if wi_spill else None   # (write_whatif removes it)
         res = [r[:7] + (None,) for r in res]  # (the pieces in ``pieces``, the what-if rows joined: before the
