@@ -134,6 +134,15 @@ def connected_components(world: int, group_lists) -> list[list[int]]:
     return sorted(comps.values())
 
 
+def _first_holding(groups) -> dict:
+    """``{rank: index of the first of groups (lists of ranks) that holds it}``."""
+    out: dict = {}
+    for i, g in enumerate(groups):
+        for r in g:
+            out.setdefault(r, i)
+    return out
+
+
 # -- the topology -------------------------------------------------------------------
 
 class Topology:
@@ -169,6 +178,8 @@ class Topology:
             for g in self.extra.get(key, []) if name else []:
                 if len(g) > 1:
                     self._by_set.setdefault(frozenset(g), name)
+        self._of_rank = {d: _first_holding(gs) for d, gs in self.groups.items()}
+        self._replica_of = _first_holding(self.replicas)
 
     # sizes: the size of the groups of each dimension (the largest, should they differ)
     @property
@@ -181,11 +192,11 @@ class Topology:
         return self._by_set.get(frozenset(ranks)) if ranks else None
 
     def group_of(self, dim: str, rank: int) -> list[int] | None:
-        """The ``dim`` group (``"tp"`` ...) that holds ``rank``, or None."""
-        for g in self.groups[dim]:
-            if rank in g:
-                return g
-        return None
+        """The ``dim`` group (``"tp"`` ...) that holds ``rank`` (the first, should groups overlap), or
+        None.  O(1): a lookup in an index built once (a scan of the groups was O(world size) a call,
+        and aggregate asks it for each rank's collectives)."""
+        i = self._of_rank[dim].get(rank)
+        return None if i is None else self.groups[dim][i]
 
     def stage_of(self, rank: int) -> int:
         """Pipeline stage of ``rank``: its position in its PP group (0 when it has none)."""
@@ -193,11 +204,9 @@ class Topology:
         return g.index(rank) if g else 0
 
     def replica_of(self, rank: int) -> int:
-        """Index of the model replica holding ``rank`` (-1 when none)."""
-        for i, g in enumerate(self.replicas):
-            if rank in g:
-                return i
-        return -1
+        """Index of the model replica holding ``rank`` (the first, should replicas overlap; -1 when
+        none).  O(1), as ``group_of``."""
+        return self._replica_of.get(rank, -1)
 
     def to_json(self) -> dict:
         """streamtrace's topology JSON (see the module docstring)."""

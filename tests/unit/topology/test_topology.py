@@ -7,11 +7,13 @@ import json
 import warnings
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from streamtrace.runtime.errors import StreamtraceError
 from streamtrace.synth.job import SynthSpec, build_topology, generate_job
 from streamtrace.topology import (DIMS, format_traceviz_txt, from_sizes, orthogonal_groups, parse_traceviz_txt,
                                   topology_from_traceviz, write_topology)
+from streamtrace.topology.model import Topology
 from streamtrace.topology.sources import from_pg_config, load_topology
 
 from support import CPU3D, TRACEVIZ_TXT, run_cli
@@ -208,3 +210,20 @@ def test_cli(tmp_path):
     if CPU3D.is_dir():
         r = run_cli("topology", "--from", CPU3D, "--json")
         assert r.returncode == 0 and json.loads(r.stdout)["dp"] == DP
+
+
+@settings(max_examples=60, deadline=None)
+@given(world=st.integers(1, 12), data=st.data())
+def test_group_and_replica_lookups_are_the_first_group_that_holds_the_rank(world, data):
+    """``group_of`` / ``replica_of`` / ``stage_of`` (indexed once) against a scan of the groups, on groups
+    that may overlap or leave ranks out."""
+    ranks = st.lists(st.integers(0, world - 1), min_size=1, max_size=world, unique=True)
+    groups = {d: data.draw(st.lists(ranks, max_size=4)) for d in ("tp", "dp", "pp")}
+    replicas = data.draw(st.lists(ranks, min_size=1, max_size=3))
+    t = Topology(groups, world_size=world, replicas=replicas)
+    for r in range(world + 2):
+        for d in DIMS:
+            assert t.group_of(d, r) == next((g for g in t.groups[d] if r in g), None)
+        assert t.replica_of(r) == next((i for i, g in enumerate(t.replicas) if r in g), -1)
+        pp = next((g for g in t.groups["pp"] if r in g), None)
+        assert t.stage_of(r) == (pp.index(r) if pp else 0)
