@@ -414,6 +414,7 @@ def edge_weights(w, edges, values):
         raise ValueError(f"edge weights past the graph's {w.dtype} weights")
     kept = w[edges]
     w[edges] = values
+    del values                                   # (written: not held by this frame under the block)
     try:
         yield w
     finally:

@@ -440,6 +440,7 @@ class JobStep:
             scaled = np.rint(self.w[edges] * np.asarray(transfer_factor, float)).astype(np.int64)
             if fits_in(self.w.dtype, scaled):
                 with edge_weights(self.w, edges, scaled) as w:
+                    del scaled                       # (written into the weights: not held under the pass)
                     out = self._solve(w)
             else:                                    # (int32 weights, a transfer scaled past 2^31 ns: a copy)
                 w = self.w.astype(np.int64)
