@@ -133,3 +133,32 @@ def test_spilled_rows_of_some_prefixes(tmp_path):
     assert got.column_names == ["pid", "seq"]
     assert list(zip(got["pid"].to_pylist(), got["seq"].to_pylist())) == [(3, 0), (1, 0), (3, 1), (1, 1), (3, 2)]
     assert collective_spill._spilled_rows(tmp_path / "s.arrow", ["pid"], []).num_rows == 0
+
+
+def test_group_rank_lists_are_spilled_as_codes(job_dir, tmp_path):
+    """A group's rank list (``pg_ranks``) repeats on each of its rows: the bucket files hold it as an int
+    code, and a loaded bucket gives back each row's text as analyze wrote it (read here from the
+    analysed kernels), one ``str`` object a distinct text."""
+    import pyarrow as pa
+    job = Job([job_dir])
+    plan = collective_spill._bucket(job, tmp_path, 10**9)
+    assert len(plan.buckets) == 1
+    assert pa.ipc.open_file(plan.buckets[0]).schema.field("pg_ranks").type == pa.int64()
+    rows = collective_spill._load(job, plan, plan.buckets[0])
+    raw = {}
+    for p in job.parts:
+        t = pq.read_table(p.files("kernels")[0], columns=["correlation", "kind", "pg_ranks"]).to_pylist()
+        raw.update({(p.index, r["correlation"]): r["pg_ranks"] for r in t if r["kind"] == "communication"})
+    got = dict(zip(zip(rows["part"].tolist(), rows["correlation"].tolist()), rows["pg_ranks"].tolist()))
+    assert got == raw and any(v for v in got.values())
+    assert len({id(v) for v in rows["pg_ranks"]}) == len(set(rows["pg_ranks"].tolist()))
+
+
+def test_group_texts_round_trip():
+    texts = collective_spill._GroupTexts()
+    a, b = "0,1,2,3", "[4, 5]"
+    codes = texts.codes(np.asarray([a, None, b, a, float("nan"), ""], object))
+    assert codes.tolist() == [0, -1, 1, 0, -1, 2]
+    back = texts.texts(np.r_[codes, 1])
+    assert back.tolist() == [a, None, b, a, None, "", b]
+    assert back[0] is back[3] and back[2] is back[6]
