@@ -16,7 +16,9 @@ The jobs (``--jobs``, built once into the scratch folder, not timed):
   only ``distributedInfo.rank`` differs; 28 MB of JSON, 2.3 MB gzipped, per rank);
 * ``dlrm``: ``../shared/traces/real-multi/param_dlrm_v100x8`` as it is (a real 8 x V100 DLRM step);
 * ``synth<N>``: ``tools/gen_synthetic.py --world-size N --tp 4 --pp 4 --layers 8 --microbatches 4 --gz``
-  (the generator of issue 48's rows).
+  (the generator of issue 48's rows);
+* ``dp<N>``: the same generator with ``--tp 1 --pp 1``: pure data parallelism, one process group of all N
+  ranks (what grows with a group's size, not with the rank count: its rank list on each collective).
 
 Each checkout's ``streamtrace warmup`` runs first (not timed), so that no round compiles kernels, and
 ``compileall`` of its package, so that no process compiles modules (``pip install`` writes the bytecode; a checkout
@@ -63,8 +65,11 @@ def build_job(name: str, scratch: Path) -> Path:
     elif name.startswith("synth") and name[5:].isdigit():
         cmd = [PY, ROOT / "tools" / "gen_synthetic.py", d, "--world-size", name[5:], "--tp", "4", "--pp", "4",
                "--layers", "8", "--microbatches", "4", "--gz"]
+    elif name.startswith("dp") and name[2:].isdigit():
+        cmd = [PY, ROOT / "tools" / "gen_synthetic.py", d, "--world-size", name[2:], "--tp", "1", "--pp", "1",
+               "--layers", "8", "--microbatches", "4", "--gz"]
     else:
-        raise SystemExit(f"unknown job {name!r}: a100x8, dlrm or synth<N>")
+        raise SystemExit(f"unknown job {name!r}: a100x8, dlrm, synth<N> or dp<N>")
     log(f"{name}: building ({' '.join(map(str, cmd[1:]))})")
     subprocess.run(list(map(str, cmd)), check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     done.write_text("ok\n")
@@ -150,7 +155,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--baseline", help="a checkout's folder, or a git ref (a worktree of it is made in the scratch "
                     "folder)")
-    ap.add_argument("--jobs", default="a100x8,synth256", help="a100x8, dlrm, synth<N>, comma-separated")
+    ap.add_argument("--jobs", default="a100x8,synth256", help="a100x8, dlrm, synth<N>, dp<N>, comma-separated")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("-j", default="0", help="the epilogue's -j (default 0: every core)")
     ap.add_argument("--rerun", action="store_true", help="also a second, unchanged run into the same folder")
