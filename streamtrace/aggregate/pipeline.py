@@ -46,27 +46,29 @@ def union_ns(windows) -> int:
     return int(total)
 
 
-def _windows(phase_rows) -> dict:
-    """``{(rank, iteration, step): [(start, end)]}`` of the forward / backward / recompute rows."""
-    out: dict = {}
+def phase_windows(phase_rows, out: dict | None = None) -> dict:
+    """``{(rank, iteration, step): [(start, end)]}`` of the forward / backward / recompute rows (added to
+    ``out`` when given: the rows may come a part at a time)."""
+    out = {} if out is None else out
     for r in phase_rows:
         if r.get("phase") in PHASES and r.get("start_ns") is not None and r.get("end_ns") is not None:
             out.setdefault((r["rank"], r["iteration"], r["step"]), []).append((int(r["start_ns"]), int(r["end_ns"])))
     return out
 
 
-def pipeline_rows(topo, phase_rows, fb) -> list:
+def pipeline_rows(topo, phase_rows, fb, windows: dict | None = None) -> list:
     """``pipeline.parquet``'s rows (module docstring), one per PP group stage with forward/backward
     work; ``fb``: ``{(rank, iteration, step, device): (first_ns, last_ns, busy_ns, microbatches,
     p2p_wait_ns)}`` of each stage's compute and pipeline waits inside its micro-batches (a 4-tuple of
-    before: no wait); ``phase_rows``: the ``rank_phase`` rows (dicts).  [] without a topology."""
+    before: no wait); ``phase_rows``: the ``rank_phase`` rows (dicts), or ``windows``: their ``phase_windows``
+    (``phase_rows`` unused then).  [] without a topology."""
     if topo is None:
         return []
     rows = []
     by_rank: dict = {}                    # (rank, iteration, step) -> [values]: linear in ranks
     for (rr, i2, s2, _), v in fb.items():
         by_rank.setdefault((rr, i2, s2), []).append(v)
-    win = _windows(phase_rows)
+    win = phase_windows(phase_rows) if windows is None else windows
     for it, step in sorted({(it, stp) for (_, it, stp, _) in fb}):
         for gi, g in enumerate(topo.groups["pp"]):
             stages = [(st, r, v) for st, r in enumerate(g) for v in by_rank.get((r, it, step), [])]

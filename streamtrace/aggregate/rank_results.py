@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pickle
 
+import numpy as np
+
 
 class TopKernels:
     """The job's top kernels ``{name: [kind, count, total_ns]}`` summed over the ranks' (``add``, in any
@@ -54,3 +56,53 @@ class Kept:
 def phase_rows(kept) -> list:
     """A result's phase rows (list of dicts), pickled by ``Kept`` or as the task returned them."""
     return pickle.loads(kept) if isinstance(kept, bytes) else kept
+
+
+class PhaseColumns:
+    """The ranks' phase rows (``rank_phase``'s) held as columns, one list a column (``columns``: the names),
+    not a dict a row: 163,840 rows at 16,384 synthetic ranks.  ``add`` takes a part's rows (dicts; a column a
+    row lacks is None), in part order; ``windows`` collects, as they come, what ``pipeline_rows`` reads of
+    them (``pipeline.phase_windows``).  ``set_coords`` and ``set_overlap`` then fill the topology's and the
+    overlap's columns, and ``arrays`` gives the table's columns as ``run._columns(run._sorted(rows))`` gives
+    them for the same rows as dicts."""
+
+    def __init__(self, columns, windows=None):
+        self.cols = {c: [] for c in columns}
+        self.windows: dict = {}
+        self._windows = windows
+        self.n = 0
+
+    def add(self, rows: list):
+        """A part's rows."""
+        for c, col in self.cols.items():
+            col.extend(r.get(c) for r in rows)
+        if self._windows is not None:
+            self._windows(rows, self.windows)
+        self.n += len(rows)
+
+    def set_coords(self, coords: dict):
+        """Each row's values of ``coords[rank]`` (``{rank: {column: value}}``) in place of its own, as
+        ``row.update(coords.get(rank, {}))`` sets them."""
+        for c in {k for v in coords.values() for k in v}:
+            col = self.cols.setdefault(c, [None] * self.n)
+            for i, rank in enumerate(self.cols["rank"]):
+                got = coords.get(rank)
+                if got is not None and c in got:
+                    col[i] = got[c]
+
+    def set_overlap(self, pct):
+        """``overlap_pct`` = ``pct(overlap_ns, comm_ns)`` of each row."""
+        self.cols["overlap_pct"] = [pct(o, c) for o, c in zip(self.cols["overlap_ns"], self.cols["comm_ns"])]
+
+    def arrays(self, order, key) -> dict:
+        """The columns ``order`` as arrays (an object array where a value is None or a str), the rows
+        sorted by ``key(i)`` (stable); each column's list let go once made an array."""
+        rows = sorted(range(self.n), key=key)
+        out = {}
+        for c in order:
+            col = self.cols.pop(c, None)
+            vals = [None] * len(rows) if col is None else [col[i] for i in rows]
+            del col
+            out[c] = np.asarray(vals, object) if any(v is None or isinstance(v, str) for v in vals) \
+                else np.asarray(vals)
+        return out

@@ -79,7 +79,7 @@ from .whatif_spill import SpilledRows, spill_rows
 from .groups import write_groups
 from .opperf import write_op_perf
 from .p2p import p2p_rows, write_p2p
-from .pipeline import pipeline_rows, replica_rows
+from .pipeline import phase_windows, pipeline_rows, replica_rows
 from .timeline import join as join_timeline, write_part as write_timeline_part
 from .explain import packed, part_tables, spill as spill_explain, write_tables as write_explain
 from .folder import TABLES, Aggregate, owned, read_aggregate_table  # noqa: F401 (re-exported)
@@ -87,7 +87,7 @@ from .folder import (ITERATIONS, ITERATIONS_COLUMNS, PIPELINE, PIPELINE_COLUMNS,
                      RANK_PHASE_COLUMNS, RANKS, RANKS_COLUMNS, REPLICAS, REPLICAS_COLUMNS, STRAGGLERS,
                      STRAGGLERS_COLUMNS, TOP_KERNELS, TOP_KERNELS_COLUMNS)
 from .options import AggregateOptions
-from .rank_results import Kept, phase_rows as kept_phase_rows
+from .rank_results import Kept, PhaseColumns, phase_rows as kept_phase_rows
 from .rank_rows import GPU_PART_COLUMNS, STEP_COLUMNS, cpu_rows, gpu_rows, step_ops
 
 # -- one rank ----------------------------------------------------------------------------
@@ -410,15 +410,18 @@ def _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps) -> li
     as ``rank_phase``, ``ranks``, ``pipeline``, ``replicas``, ``iterations``, ``top_kernels``.  Returns the
     files written."""
     coords = _coords(topo)
-    for r in phase_rows + rank_rows:
+    phase_rows.set_coords(coords)
+    phase_rows.set_overlap(_pct)
+    for r in rank_rows:
         r.update(coords.get(r["rank"], {}))
         r["overlap_pct"] = _pct(r["overlap_ns"], r["comm_ns"])
     for r in rank_rows:
         r["step_ns"] = steps.get((r["rank"], r["iteration"], r["step"]))
-    pipe = pipeline_rows(topo, phase_rows, fb)
+    pipe = pipeline_rows(topo, None, fb, phase_rows.windows)
     reps = replica_rows(topo, rank_rows, pipe)
     iters = _iterations(rank_rows, steps)
-    files = write_table(outdir, RANK_PHASE, _columns(_sorted(phase_rows), RANK_PHASE_COLUMNS), csv=True)
+    files = write_table(outdir, RANK_PHASE, phase_rows.arrays(RANK_PHASE_COLUMNS, _phase_order(phase_rows.cols)),
+                        csv=True)
     files += write_table(outdir, RANKS, _columns(_sorted(rank_rows), RANKS_COLUMNS), csv=True)
     if pipe:
         files += write_table(outdir, PIPELINE, _columns(pipe, PIPELINE_COLUMNS), csv=True)
@@ -454,12 +457,12 @@ def _meta(dirs, opt: AggregateOptions, job, tcfg, coll, layout, rank_rows) -> di
 
 
 def _gather(job, res) -> tuple:
-    """The parts' results (``_part_job``, in part order, as ``Kept`` keeps them) joined: phase rows, rank
-    rows, the forward/backward compute per (rank, iteration, step, device) and step durations per
+    """The parts' results (``_part_job``, in part order, as ``Kept`` keeps them) joined: phase rows (as
+    ``PhaseColumns``, with their pipeline windows), rank rows, the forward/backward compute per (rank, iteration, step, device) and step durations per
     (rank, iteration, step)."""
-    phase_rows, rank_rows, fb, steps = [], [], {}, {}
+    phase_rows, rank_rows, fb, steps = PhaseColumns(RANK_PHASE_COLUMNS, phase_windows), [], {}, {}
     for part, (pr, rr, f, _, _, st, *_) in zip(job.parts, res):
-        phase_rows += kept_phase_rows(pr)
+        phase_rows.add(kept_phase_rows(pr))
         rank_rows += rr
         fb.update({(part.rank, it, stp, dev): v for (it, stp, dev), v in f.items()})
         for num, (_, d) in st.items():
@@ -487,6 +490,13 @@ def _world(topo, job) -> dict:
     if worlds:
         return {"world_size": max(worlds), "world_size_from": "distributedInfo.world_size"}
     return {"world_size": None, "world_size_from": None}
+
+
+def _phase_order(cols: dict):
+    """``_sorted``'s key of the rows of ``cols`` (``PhaseColumns.cols``), by row index."""
+    it, st, rank, dev, start, phase = (cols[c] for c in ("iteration", "step", "rank", "device", "start_ns", "phase"))
+    return lambda i: (it[i], st[i], rank[i], dev[i], start[i] if start[i] is not None else -1,
+                      phase[i] if phase[i] is not None else "")
 
 
 def _sorted(rows):

@@ -48,3 +48,54 @@ def test_kept_result_takes_the_top_kernels_and_pickles_the_phase_rows():
     assert r[1:TOP] == result[1:TOP] and r[TOP + 1:] == result[TOP + 1:] and r[PART] == 3
     assert phase_rows(r[PHASE]) == rows and phase_rows(rows) == rows and pickle.loads(r[PHASE]) == rows
     assert kept.top.result() == {"k": ["gemm", 2, 7]}
+
+
+_ROW = st.fixed_dictionaries(
+    {"iteration": st.integers(0, 2), "step": st.integers(0, 2), "rank": st.integers(0, 5), "device": st.integers(-1, 1),
+     "phase": st.sampled_from(["forward", "backward", "recompute", "optimizer"]),
+     "start_ns": st.one_of(st.none(), st.integers(0, 50)), "end_ns": st.one_of(st.none(), st.integers(50, 99)),
+     "overlap_ns": st.integers(0, 9), "comm_ns": st.integers(0, 9),
+     "microbatch": st.one_of(st.none(), st.integers(-1, 3))},
+    optional={"kernels": st.integers(0, 10**12), "source": st.sampled_from(["gpu", "cpu"])})
+_COLUMNS = ("iteration", "step", "rank", "device", "source", "phase", "microbatch", "replica", "stage", "start_ns",
+            "end_ns", "kernels", "overlap_ns", "comm_ns", "overlap_pct")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(_ROW, max_size=5), max_size=5),
+       st.dictionaries(st.integers(0, 6), st.fixed_dictionaries({"replica": st.integers(0, 2)},
+                                                                optional={"stage": st.integers(0, 3)})))
+def test_phase_columns_are_the_rows_as_dicts_written(parts, coords):
+    """``PhaseColumns`` (a part's rows at a time) against the rows as dicts: each updated with its rank's
+    coordinates and its overlap share, sorted by (iteration, step, rank, device, start or -1, phase),
+    a column an object array where a value is None or a str; and the pipeline's windows of the rows."""
+    import numpy as np
+    from streamtrace.aggregate.pipeline import phase_windows
+    from streamtrace.aggregate.rank_results import PhaseColumns
+    pct = lambda o, c: None if not c else round(100.0 * o / c, 3)  # noqa: E731
+    cols = PhaseColumns(_COLUMNS, phase_windows)
+    for rows in parts:
+        cols.add([dict(r) for r in rows])
+    cols.set_coords(coords)
+    cols.set_overlap(pct)
+    c = cols.cols
+    got = cols.arrays(_COLUMNS, lambda i: (c["iteration"][i], c["step"][i], c["rank"][i], c["device"][i],
+                                           -1 if c["start_ns"][i] is None else c["start_ns"][i], c["phase"][i]))
+    rows = [dict(r) for rows in parts for r in rows]
+    windows: dict = {}
+    for r in rows:
+        if r["phase"] in ("forward", "backward", "recompute") and r["start_ns"] is not None and r["end_ns"] is not None:
+            windows.setdefault((r["rank"], r["iteration"], r["step"]), []).append((r["start_ns"], r["end_ns"]))
+        r.update(coords.get(r["rank"], {}))
+        r["overlap_pct"] = pct(r["overlap_ns"], r["comm_ns"])
+    rows.sort(key=lambda r: (r["iteration"], r["step"], r["rank"], r["device"],
+                             -1 if r["start_ns"] is None else r["start_ns"], r["phase"]))
+    assert cols.windows == windows
+    assert list(got) == list(_COLUMNS)
+    for name in _COLUMNS:
+        vals = [r.get(name) for r in rows]
+        assert got[name].tolist() == vals, name
+        mixed = any(v is None or isinstance(v, str) for v in vals)
+        assert (got[name].dtype == object) == mixed or not vals, name
+        if vals and not mixed:
+            assert got[name].dtype == np.asarray(vals).dtype
