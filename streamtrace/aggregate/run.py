@@ -458,8 +458,8 @@ def _meta(dirs, opt: AggregateOptions, job, tcfg, coll, layout, rank_rows) -> di
 
 def _gather(job, res) -> tuple:
     """The parts' results (``_part_job``, in part order, as ``Kept`` keeps them) joined: phase rows (as
-    ``PhaseColumns``, with their pipeline windows), rank rows, the forward/backward compute per (rank, iteration, step, device) and step durations per
-    (rank, iteration, step)."""
+    ``PhaseColumns``, with their pipeline windows), rank rows, the forward/backward compute per (rank,
+    iteration, step, device) and step durations per (rank, iteration, step)."""
     phase_rows, rank_rows, fb, steps = PhaseColumns(RANK_PHASE_COLUMNS, phase_windows), [], {}, {}
     for part, (pr, rr, f, _, _, st, *_) in zip(job.parts, res):
         phase_rows.add(kept_phase_rows(pr))
