@@ -52,6 +52,7 @@ from ..runtime.files import atomic_output
 from ..events.clocks import estimate_clock_offsets
 from ..events.collmatch import Mismatch, match_ordinals
 from .collective_rows import mismatch_rows
+from .critical_graph import Texts
 from .collectives import (CollectiveResult, Stragglers, Summary, comm_rows,
                           clock_instances, cumcount, instance_tables, is_group, match_stats, write_summary)
 from .options import BUCKET_ROWS
@@ -64,7 +65,7 @@ _BATCH_ROWS = 2_048               # pass 1's record batches: parts' rows gathere
 _INTS = ("part", "rank", "iteration", "step", "start", "end", "dur", "bytes", "group_size", "microbatch", "correlation",
          "stream", "src", "dst", "pid", "seq", "nseq", "sig", "send", "recv", "cpu", "pg_ranks")
 _STRS = ("collective", "pg_name", "dim", "phase", "in_splits", "out_splits")
-"""The spill files' columns: ``pg_ranks`` is spilled as a code of ``_Plan.pg_ranks`` (``_GroupTexts``), not as
+"""The spill files' columns: ``pg_ranks`` is spilled as a code of ``_Plan.pg_ranks`` (a ``Texts``), not as
 text: a group's rank list repeats on each of its rows, and the group of a pure-DP job of 4,096 ranks is 19 KB
 of text (its 65,536 rows' text was 1.3 GB in one bucket: the command's peak at 1.7 GB)."""
 _SPILL = pa.schema([(n, pa.int64()) for n in _INTS] + [(n, pa.string()) for n in _STRS])
@@ -95,26 +96,7 @@ class _Plan:
         self.delta: dict = {}
         self.mismatches: list = []
         self.matched_by: dict = {}
-        self.pg_ranks = _GroupTexts()
-
-
-class _GroupTexts:
-    """The distinct ``pg_ranks`` texts of the spilled rows, each held once: ``codes`` (pass 1) gives
-    each row's text an int64 code (-1: none), ``texts`` (pass 3) gives them back as an object array
-    of one ``str`` a distinct text (None for -1), as ``shared_strings`` reads a text column."""
-
-    def __init__(self):
-        self._code: dict = {}
-
-    def codes(self, values) -> np.ndarray:
-        """int64 code per value of ``values`` (str, or None / NaN for none: -1)."""
-        return np.fromiter((self._code.setdefault(v, len(self._code)) if isinstance(v, str) else -1
-                            for v in values), np.int64, len(values))
-
-    def texts(self, codes) -> np.ndarray:
-        """The texts of ``codes`` (int64), an object array."""
-        table = np.asarray(list(self._code) + [None], object)
-        return table[np.where(codes < 0, len(table) - 1, codes)]
+        self.pg_ranks = Texts()                       # (the rows' group rank lists, a code each)
 
 
 class _Counts:
@@ -264,7 +246,7 @@ def _load(job, plan: _Plan, path) -> dict:
     t = pa.ipc.open_file(arrow_file(path)).read_all()
     c = {n: t[n].to_numpy() for n in _INTS}
     c.update({n: shared_strings(t[n]) for n in _STRS})
-    c["pg_ranks"] = plan.pg_ranks.texts(c["pg_ranks"])
+    c["pg_ranks"] = plan.pg_ranks.values()[c["pg_ranks"]]
     del t
     shift = np.zeros(max(plan.spilled_offset) + 1, np.int64)
     for i, off in plan.spilled_offset.items():       # aligned time on the clocks now: + old - new offset

@@ -95,7 +95,7 @@ class PhaseColumns:
         self.cols["overlap_pct"] = [pct(o, c) for o, c in zip(self.cols["overlap_ns"], self.cols["comm_ns"])]
 
     def arrays(self, order, key) -> dict:
-        """The columns ``order`` as arrays (an object array where a value is None or a str), the rows
+        """The columns ``order`` as arrays (``column_array``), the rows
         sorted by ``key(i)`` (stable); each column's list let go once made an array."""
         rows = sorted(range(self.n), key=key)
         out = {}
@@ -103,6 +103,11 @@ class PhaseColumns:
             col = self.cols.pop(c, None)
             vals = [None] * len(rows) if col is None else [col[i] for i in rows]
             del col
-            out[c] = np.asarray(vals, object) if any(v is None or isinstance(v, str) for v in vals) \
-                else np.asarray(vals)
+            out[c] = column_array(vals)
         return out
+
+
+def column_array(vals: list) -> np.ndarray:
+    """A table column's values as an array: an object array where a value is None or a str (pyarrow makes
+    it a nullable or a string column), else ``np.asarray``'s (int64, float64, bool)."""
+    return np.asarray(vals, object) if any(v is None or isinstance(v, str) for v in vals) else np.asarray(vals)

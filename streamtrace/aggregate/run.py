@@ -87,7 +87,7 @@ from .folder import (ITERATIONS, ITERATIONS_COLUMNS, PIPELINE, PIPELINE_COLUMNS,
                      RANK_PHASE_COLUMNS, RANKS, RANKS_COLUMNS, REPLICAS, REPLICAS_COLUMNS, STRAGGLERS,
                      STRAGGLERS_COLUMNS, TOP_KERNELS, TOP_KERNELS_COLUMNS)
 from .options import AggregateOptions
-from .rank_results import Kept, PhaseColumns, phase_rows as kept_phase_rows
+from .rank_results import Kept, PhaseColumns, column_array, phase_rows as kept_phase_rows
 from .rank_rows import GPU_PART_COLUMNS, STEP_COLUMNS, cpu_rows, gpu_rows, step_ops
 
 # -- one rank ----------------------------------------------------------------------------
@@ -166,14 +166,7 @@ def job_critical_path(job, pieces: list, outdir):
 
 def _columns(rows: list, order: list) -> dict:
     """Row dicts -> column arrays (object arrays where a value is a str or None)."""
-    out = {}
-    for c in order:
-        vals = [r.get(c) for r in rows]
-        if any(v is None or isinstance(v, str) for v in vals):
-            out[c] = np.asarray(vals, object)
-        else:
-            out[c] = np.asarray(vals)
-    return out
+    return {c: column_array([r.get(c) for r in rows]) for c in order}
 
 
 def _pct(num, den):
@@ -492,16 +485,20 @@ def _world(topo, job) -> dict:
     return {"world_size": None, "world_size_from": None}
 
 
+def _row_key(iteration, step, rank, device, start_ns, phase) -> tuple:
+    """The order of the per-rank tables' rows: iteration, step, rank, device, start (None first), phase."""
+    return iteration, step, rank, device, start_ns if start_ns is not None else -1, phase
+
+
 def _phase_order(cols: dict):
     """``_sorted``'s key of the rows of ``cols`` (``PhaseColumns.cols``), by row index."""
     it, st, rank, dev, start, phase = (cols[c] for c in ("iteration", "step", "rank", "device", "start_ns", "phase"))
-    return lambda i: (it[i], st[i], rank[i], dev[i], start[i] if start[i] is not None else -1,
-                      phase[i] if phase[i] is not None else "")
+    return lambda i: _row_key(it[i], st[i], rank[i], dev[i], start[i], phase[i] if phase[i] is not None else "")
 
 
 def _sorted(rows):
-    return sorted(rows, key=lambda r: (r["iteration"], r["step"], r["rank"], r["device"],
-                                       r["start_ns"] if r["start_ns"] is not None else -1, r.get("phase", "")))
+    return sorted(rows, key=lambda r: _row_key(r["iteration"], r["step"], r["rank"], r["device"], r["start_ns"],
+                                               r.get("phase", "")))
 
 
 def _coords(topo) -> dict:

@@ -153,12 +153,3 @@ def test_group_rank_lists_are_spilled_as_codes(job_dir, tmp_path):
     assert got == raw and any(v for v in got.values())
     assert len({id(v) for v in rows["pg_ranks"]}) == len(set(rows["pg_ranks"].tolist()))
 
-
-def test_group_texts_round_trip():
-    texts = collective_spill._GroupTexts()
-    a, b = "0,1,2,3", "[4, 5]"
-    codes = texts.codes(np.asarray([a, None, b, a, float("nan"), ""], object))
-    assert codes.tolist() == [0, -1, 1, 0, -1, 2]
-    back = texts.texts(np.r_[codes, 1])
-    assert back.tolist() == [a, None, b, a, None, "", b]
-    assert back[0] is back[3] and back[2] is back[6]
