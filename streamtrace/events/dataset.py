@@ -200,10 +200,19 @@ def iter_table(path, columns, batch_rows: int = 1 << 20):
     at most ``batch_rows`` rows, in file order: a reader that holds one batch, not the table.
     Raises ``DataError`` naming the file (missing, damaged, a column
     absent)."""
+    for b in iter_arrow(path, columns, batch_rows=batch_rows):
+        yield {n: b.column(n).to_numpy(zero_copy_only=False) for n in columns}
+
+
+def iter_arrow(path, columns, read_dictionary=(), batch_rows: int = 1 << 20):
+    """The ``columns`` of the Parquet file ``path`` as ``pyarrow.RecordBatch`` es of at most
+    ``batch_rows`` rows, in file order (``read_dictionary``: string columns read as dictionaries, as
+    ``read_arrow``).  Raises ``DataError`` naming the file (missing, damaged, a column absent)."""
     f = parquet_file(path, columns)
     try:
-        for b in f.iter_batches(batch_size=batch_rows, columns=list(columns)):
-            yield {n: b.column(n).to_numpy(zero_copy_only=False) for n in columns}
+        if read_dictionary:
+            f = pq.ParquetFile(arrow_file(path), read_dictionary=list(read_dictionary), metadata=f.metadata)
+        yield from f.iter_batches(batch_size=batch_rows, columns=list(columns))
     except (OSError, pa.ArrowException, ValueError) as e:
         raise DataError(path, f"not a readable Parquet file ({_why(e)})") from None
 

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..aggregate.folder import IDLE_BREAKDOWN, KERNEL_STATS, LAUNCH_STATS, OP_STATS, table_file, table_path
-from ..events.dataset import read_arrow
+from ..events.dataset import iter_arrow, read_arrow
 from .charts import bars_h, margins, pyplot, save
 from .escape import md_cell
 from .section import ChartJob, ReportInput, SectionBase
@@ -26,9 +26,26 @@ IDLE_LABELS = {"host_wait_ns": "host wait (launch late)", "kernel_wait_ns": "ker
                "other_ns": "other"}
 
 
-def _table(d, name) -> pa.Table | None:
+def _table(d, name, columns, strings=()) -> pa.Table | None:
+    """Table ``name`` of the aggregate folder ``d`` (None when aggregate wrote none): ``columns`` only
+    (None: all, as written), the ``strings`` among them read as one dictionary per file (``read_arrow``'s
+    ``read_dictionary``, then ``unify_dictionaries``, which ``group_by`` needs).  Read whole, as plain strings, the 331,776
+    rows of a 16,384-rank ``kernel_stats`` were 153 MB of Arrow (its kernel names), ``op_stats`` 140 MB
+    more; read so, 27 MB and 36 MB."""
     p = table_path(d, name)
-    return read_arrow(p) if p.is_file() else None
+    if not p.is_file():
+        return None
+    if columns is None:
+        return read_arrow(p)
+    return read_arrow(p, columns, read_dictionary=[c for c in strings if c in columns]).unify_dictionaries()
+
+
+def _keys(g: pa.Table, names) -> pa.Table:
+    """The grouped table ``g`` with its key columns ``names`` as plain strings (one row per group:
+    small), so that sorting and ``to_pylist`` see the values, not dictionary codes."""
+    for c in names:
+        g = g.set_column(g.schema.get_field_index(c), c, g[c].cast(pa.string()))
+    return g
 
 
 def _rows(t: pa.Table, n=None) -> list:
@@ -62,44 +79,81 @@ def build_explain(aggdir, top=15) -> dict:
     """The ``explain`` section of ``report.json`` for the aggregate folder ``aggdir``: ``kernels``,
     ``ops``, ``launches``, ``idle`` (each None when aggregate wrote no such table).  Kernel and op
     rows are summed over every (iteration, step, rank) cell; ``per_cell`` divides by the cells."""
-    out = {"kernels": None, "ops": None, "launches": None, "idle": None}
-    ks = _table(aggdir, KERNEL_STATS)
-    if ks is not None and ks.num_rows:
-        g = ks.group_by(["name", "kind"]).aggregate([("count", "sum"), ("total_ns", "sum"),
-                                                     ("p50_ns", "approximate_median"), ("p95_ns", "max"),
-                                                     ("max_ns", "max"), ("std_ns", "max")])
-        g = g.rename_columns(["name", "kind", "count", "total_ns", "p50_ns_median", "p95_ns_max", "max_ns",
-                              "std_ns_max"])
-        g = g.sort_by([("total_ns", "descending"), ("name", "ascending")])
-        total = pc.sum(g["total_ns"]).as_py() or 0
-        rows = _rows(g, top)
-        for r in rows:
-            r["mean_ns"] = r["total_ns"] / r["count"] if r["count"] else None
-            r["share_pct"] = 100.0 * r["total_ns"] / total if total else None
-        out["kernels"] = {**_cells(ks), "total_ns": total, "rows": rows, "from": table_file(KERNEL_STATS)}
-    os_ = _table(aggdir, OP_STATS)
-    if os_ is not None and os_.num_rows:
-        cols = ["count", "inclusive_ns", "self_ns", "kernels", "kernel_time_ns"]
-        g = os_.group_by(["name", "cat"]).aggregate([(c, "sum") for c in cols]).rename_columns(["name", "cat", *cols])
-        g = g.sort_by([("self_ns", "descending"), ("name", "ascending")])
-        out["ops"] = {**_cells(os_), "rows": _rows(g, top), "from": table_file(OP_STATS)}
-    ls = _table(aggdir, LAUNCH_STATS)
-    if ls is not None and ls.num_rows:
-        a = ls.filter(pc.equal(ls["kind"], "all"))
-        a = a.sort_by([("launch_delay_p95_ns", "descending"), ("rank", "ascending"), ("step", "ascending")])
-        lb = pc.sum(a["launch_bound_count"]).as_py() or 0
-        linked = pc.sum(a["linked"]).as_py() or 0
-        out["launches"] = {"rows": _rows(a, top), "kernels": pc.sum(a["kernels"]).as_py(), "linked": linked,
-                           "launch_bound_count": lb, "launch_bound_pct": 100.0 * lb / linked if linked else None,
-                           "from": table_file(LAUNCH_STATS)}
-    ib = _table(aggdir, IDLE_BREAKDOWN)
-    if ib is not None and ib.num_rows:
-        out["idle"] = _idle_summary(ib, top)
-    return out
+    return {"kernels": _kernel_summary(aggdir, top), "ops": _op_summary(aggdir, top),      # (one table at a time)
+            "launches": _launch_summary(aggdir, top), "idle": _idle_summary(aggdir, top)}
 
 
-def _idle_summary(ib, top) -> dict:
-    """Per (rank, device) over every step (stream -1 rows), and the top streams by idle time."""
+def _kernel_summary(aggdir, top) -> dict | None:
+    """``kernels``: ``kernel_stats`` per (name, kind) over the cells, the top ``top`` by total time."""
+    ks = _table(aggdir, KERNEL_STATS, ["iteration", "step", "rank", "name", "kind", "count", "total_ns", "p50_ns",
+                                       "p95_ns", "max_ns", "std_ns"], ("name", "kind"))
+    if ks is None or not ks.num_rows:
+        return None
+    # (one thread: the t-digest's approximate median depends on the order the values reach it)
+    g = ks.group_by(["name", "kind"], use_threads=False).aggregate([("count", "sum"), ("total_ns", "sum"),
+                                                                   ("p50_ns", "approximate_median"),
+                                                                   ("p95_ns", "max"), ("max_ns", "max"),
+                                                                   ("std_ns", "max")])
+    g = _keys(g.rename_columns(["name", "kind", "count", "total_ns", "p50_ns_median", "p95_ns_max", "max_ns",
+                                "std_ns_max"]), ("name", "kind"))
+    g = g.sort_by([("total_ns", "descending"), ("name", "ascending")])
+    total = pc.sum(g["total_ns"]).as_py() or 0
+    rows = _rows(g, top)
+    for r in rows:
+        r["mean_ns"] = r["total_ns"] / r["count"] if r["count"] else None
+        r["share_pct"] = 100.0 * r["total_ns"] / total if total else None
+    return {**_cells(ks), "total_ns": total, "rows": rows, "from": table_file(KERNEL_STATS)}
+
+
+OP_SUMS = ("count", "inclusive_ns", "self_ns", "kernels", "kernel_time_ns")
+"""The ``op_stats`` columns summed per (name, cat) in the report's top CPU ops."""
+OP_BATCH_ROWS = 1 << 16
+"""``op_stats`` rows read at a time for the top CPU ops."""
+
+
+def _op_summary(aggdir, top) -> dict | None:
+    """``ops``: ``op_stats`` summed per (name, cat) over the cells, the top ``top`` by self time.  Read a
+    batch at a time (sums and distinct cells of each batch, then of those): at 16,384 ranks the table is
+    962,560 rows, 70 MB of Arrow even with its names as dictionaries."""
+    p = table_path(aggdir, OP_STATS)
+    if not p.is_file():
+        return None
+    keys, sums, cell = ["name", "cat"], [(c, "sum") for c in OP_SUMS], ["iteration", "step", "rank"]
+    parts, cells = [], []
+    for b in iter_arrow(p, [*cell, *keys, *OP_SUMS], read_dictionary=keys, batch_rows=OP_BATCH_ROWS):
+        if not b.num_rows:
+            continue
+        t = pa.Table.from_batches([b])
+        parts.append(_keys(t.group_by(keys).aggregate(sums).rename_columns([*keys, *OP_SUMS]), keys))
+        cells.append(t.select(cell).group_by(cell).aggregate([]))
+    if not parts:
+        return None
+    g = pa.concat_tables(parts).group_by(keys).aggregate(sums).rename_columns([*keys, *OP_SUMS])
+    g = g.sort_by([("self_ns", "descending"), ("name", "ascending")])
+    return {**_cells(pa.concat_tables(cells)), "rows": _rows(g, top), "from": table_file(OP_STATS)}
+
+
+def _launch_summary(aggdir, top) -> dict | None:
+    """``launches``: the ``launch_stats`` rows of every kernel (kind ``all``), the top ``top`` by p95
+    launch delay, and the launch-bound share."""
+    ls = _table(aggdir, LAUNCH_STATS, None)
+    if ls is None or not ls.num_rows:
+        return None
+    a = ls.filter(pc.equal(ls["kind"], "all"))
+    a = a.sort_by([("launch_delay_p95_ns", "descending"), ("rank", "ascending"), ("step", "ascending")])
+    lb = pc.sum(a["launch_bound_count"]).as_py() or 0
+    linked = pc.sum(a["linked"]).as_py() or 0
+    return {"rows": _rows(a, top), "kernels": pc.sum(a["kernels"]).as_py(), "linked": linked,
+            "launch_bound_count": lb, "launch_bound_pct": 100.0 * lb / linked if linked else None,
+            "from": table_file(LAUNCH_STATS)}
+
+
+def _idle_summary(aggdir, top) -> dict | None:
+    """``idle``: ``idle_breakdown`` per (rank, device) over every step (stream -1 rows), and the top
+    streams by idle time."""
+    ib = _table(aggdir, IDLE_BREAKDOWN, None)
+    if ib is None or not ib.num_rows:
+        return None
     cols = ["idle_ns", "host_wait_ns", "kernel_wait_ns", "other_ns", "span_ns", "busy_ns"]
     dev = ib.filter(pc.equal(ib["stream"], -1))
     g = dev.group_by(["rank", "device"]).aggregate([(c, "sum") for c in cols] + [("step", "count")])

@@ -57,13 +57,13 @@ def check_throughput(tokens_per_step, global_batch, seq_len) -> None:
 
 
 def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq_len=None, top=15,
-                 shown=None, efficiency=None) -> dict:
+                 shown=None, efficiency=None, meta=None) -> dict:
     """The report as a dict (the content of ``report.json``; ``shown``: the aggregate folder's
-    path to record, default ``aggdir``).  Raises ``StreamtraceError`` when ``aggdir`` holds
+    path to record, default ``aggdir``; ``meta``: its ``aggregate.json`` dict, read unless given).  Raises ``StreamtraceError`` when ``aggdir`` holds
     no ``aggregate.json`` or the throughput options are incomplete, and
     ``DataError`` naming a damaged or missing file of ``aggdir``."""
     d = Path(aggdir)
-    meta = Aggregate.read(d).summary
+    meta = Aggregate.read(d).summary if meta is None else meta
     check_throughput(tokens_per_step, global_batch, seq_len)
     topo = meta.get("topology") or {}
     sizes = (topo.get("sizes") or {k: max((len(g) for g in topo.get(k) or []), default=1) for k in DIMS}) if topo \
@@ -159,17 +159,18 @@ def write_report(aggdir, outdir=None, opt: ReportOptions | None = None, log=None
     PNGs (the SVGs when only those were written).  Returns the report dict (with ``files``)."""
     opt = opt or ReportOptions()
     made: dict = {}
+    meta = Aggregate.read(aggdir).summary       # (read once: 24 MB of objects at 16,384 ranks)
 
     def make() -> dict:
         made["rep"] = build_report(aggdir, opt.name, opt.tokens_per_step, opt.global_batch, opt.seq_len, shown=shown,
-                                   efficiency=opt.efficiency)
+                                   efficiency=opt.efficiency, meta=meta)
         return made["rep"]
     out = Path(outdir or aggdir)
     files = []
     chart_formats = opt.chart_formats
     if opt.charts:
         fmts = tuple(chart_formats)
-        job = ChartJob(Path(aggdir), out / CHARTS, Aggregate.read(aggdir).summary, fmts)
+        job = ChartJob(Path(aggdir), out / CHARTS, meta, fmts)
         check_throughput(opt.tokens_per_step, opt.global_batch, opt.seq_len)     # before any chart is drawn
 
         def sections_charts() -> list:    # made while the chart workers draw the planned charts
@@ -177,7 +178,7 @@ def write_report(aggdir, outdir=None, opt: ReportOptions | None = None, log=None
             return [t for section in sorted(SECTIONS, key=lambda x: x.chart_rank) for t in section.charts(job, rep)]
         files = render_all(aggdir, out / CHARTS, extra=sections_charts,
                            opt=ChartOptions(chart_formats=fmts, jobs=opt.jobs, chart_ranks=opt.chart_ranks,
-                                            progress=opt.progress))
+                                            progress=opt.progress), meta=meta)
     rep = made.get("rep") or make()
     ext = ".png" if "png" in chart_formats else ".svg"
     pngs = [str(Path(p).relative_to(out)) for p in files if str(p).endswith(ext)]

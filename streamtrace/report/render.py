@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..events.dataset import iter_table
+from ..events.dataset import column_min_max, iter_table
 from ..aggregate.folder import (COLLECTIVES, COLLECTIVES_RANKS, CRITICAL_PATH_SUMMARY, P2P, PIPELINE, RANK_PHASE, RANKS,
                                 STRAGGLERS, TIMELINE, Aggregate, columns, read_aggregate_table, table_path)
 from ..runtime.parallel import run_tasks
@@ -103,14 +103,15 @@ MEMBER_COLUMNS = columns(COLLECTIVES_RANKS, "instance", "rank", "arrival_ns")
 """The columns of ``collectives_ranks.parquet`` the heat maps read, a batch at a time."""
 
 
-def load(aggdir, chart_ranks=None) -> dict:
-    """The aggregate outputs the charts need, as column dicts (``meta`` = aggregate.json): only
+def load(aggdir, chart_ranks=None, meta=None) -> dict:
+    """The aggregate outputs the charts need, as column dicts (``meta`` = aggregate.json, read unless
+    given: the report's, read once for its sections and charts): only
     the columns of ``COLLECTIVE_COLUMNS``, and ``timeline`` rows only of the ranks that get
     per-rank charts (``charted_ranks`` of ``chart_ranks``, kept as ``chart_ranks``); the collective
     members are read in batches by ``plan`` (``skew_grids``), so that the report of a 1,024-rank
     job holds no table of every collective kernel and no other rank's timeline.
     Raises ``DataError`` naming a damaged or missing file."""
-    out = {"meta": Aggregate.read(aggdir).summary}
+    out = {"meta": Aggregate.read(aggdir).summary if meta is None else meta}
     for n in (RANK_PHASE, RANKS, PIPELINE, P2P):      # (each under its table's name)
         out[n] = read_aggregate_table(aggdir, n)
     out["collectives"] = read_aggregate_table(aggdir, COLLECTIVES, COLLECTIVE_COLUMNS)
@@ -124,8 +125,9 @@ def skew_grids(aggdir, c) -> dict:
     """``kind_grids`` of the instances ``c`` with the members of
     ``aggdir/collectives_ranks.parquet`` read a batch at a time (``SkewGrids``).
     Raises ``DataError`` naming a damaged file."""
-    grids = SkewGrids(c)
     path = table_path(aggdir, COLLECTIVES_RANKS)
+    top = column_min_max(path, "rank")[1] if path.is_file() else None     # (the footer's statistics)
+    grids = SkewGrids(c, 0 if top is None else top + 1)
     if path.is_file():
         for batch in iter_table(path, MEMBER_COLUMNS):
             grids.add(batch)
@@ -392,7 +394,7 @@ def _ids(noun, ids) -> str:
 
 
 def render_all(aggdir, outdir, chart_ranks=None, max_groups=16, max_replicas=8, log=None, progress=None,
-               opt: ChartOptions | None = None, ranks=None, extra=()) -> list:
+               opt: ChartOptions | None = None, ranks=None, extra=(), meta=None) -> list:
     """Render every chart of ``charts`` that has content into ``outdir``
     (``opt``, or the keyword arguments, see ``ChartOptions``; ``ranks``: deprecated, ``chart_ranks``)
     and remove the chart files an earlier run left there.  ``extra``: more charts drawn by the same
@@ -400,7 +402,8 @@ def render_all(aggdir, outdir, chart_ranks=None, max_groups=16, max_replicas=8, 
     idle, critical path and efficiency charts), or a function returning that list, called in this
     process while the workers draw the first planned charts (the report's Markdown, which those
     charts need); they are started before the other planned ones (each is one of the longest) and
-    their files come after the planned ones.  Returns the written paths in plan order, then ``extra``'s.
+    their files come after the planned ones.  ``meta``: aggregate.json's dict when the caller holds it
+    (``load``).  Returns the written paths in plan order, then ``extra``'s.
     Raises ValueError for an unknown format."""
     if ranks is not None:
         _deprecated_ranks(stacklevel=3)
@@ -410,7 +413,7 @@ def render_all(aggdir, outdir, chart_ranks=None, max_groups=16, max_replicas=8, 
     bad = [f for f in opt.chart_formats if f not in drawing.FORMATS]
     if bad or not opt.chart_formats:
         raise ValueError(f"chart format {bad[0] if bad else ''!r}: use png or svg")
-    data = load(aggdir, opt.chart_ranks)
+    data = load(aggdir, opt.chart_ranks, meta)
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     tasks = plan(data, aggdir, opt)

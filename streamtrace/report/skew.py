@@ -33,9 +33,11 @@ class SkewGrids:
     """``kind_grids`` over members given in batches (``add``, e.g. the row groups of a
     1,024-rank job's ``collectives_ranks.parquet``, millions of rows): per kind one (rank x column)
     array of running maxima, so memory is the batch plus ~8 bytes per instance, not the members.
-    ``grids`` gives what ``skew_grid`` gives for each kind's members at once."""
+    ``grids`` gives what ``skew_grid`` gives for each kind's members at once.  ``rows``: the number of
+    rank rows to allocate at once (the largest rank + 1, when known: no growing copies); the grids of a
+    16,384-rank job are ~52 MB a kind, so they are finished in place (``grids``, once)."""
 
-    def __init__(self, c):
+    def __init__(self, c, rows: int = 0):
         pairs = list(zip(c["collective"].tolist(), c["parallel_dim"].tolist()))
         self.kinds = sorted({p for p in pairs if p[0] not in P2P_KINDS})
         code = {k: i for i, k in enumerate(self.kinds)}
@@ -53,7 +55,7 @@ class SkewGrids:
             ncol = max(1, min(MAX_COLUMNS, len(sel)))
             self.bins[sel] = (col_of * ncol) // len(sel)
             self.shape[k] = (ncol, len(sel))
-            self.best[k] = np.full((0, ncol), -np.inf)
+            self.best[k] = np.full((max(0, int(rows)), ncol), -np.inf)
 
     def add(self, m):
         """Members ``m`` (columns ``instance``, ``rank``, ``arrival_ns``), any subset of rows."""
@@ -71,13 +73,16 @@ class SkewGrids:
             np.maximum.at(best, (rank, self.bins[inst[rows]]), np.asarray(m["arrival_ns"])[rows] / 1e3)
 
     def grids(self) -> dict:
-        """``{(collective, dim): (grid, ranks, per_column, n)}`` as ``skew_grid``."""
+        """``{(collective, dim): (grid, ranks, per_column, n)}`` as ``skew_grid``; the running maxima
+        become the grids (no copy when every row has a member), so it is called once."""
         out = {}
         for k, (ncol, n) in self.shape.items():
-            best = self.best[k]
-            ranks = np.flatnonzero(np.isfinite(best).any(axis=1)).astype(np.int64)
-            grid = best[ranks]
-            out[self.kinds[k]] = (np.where(np.isfinite(grid), grid, np.nan), ranks, int(np.ceil(n / ncol)), n)
+            grid = self.best.pop(k)
+            ranks = np.flatnonzero(np.isfinite(grid).any(axis=1)).astype(np.int64)
+            if len(ranks) < len(grid):
+                grid = grid[ranks]
+            grid[~np.isfinite(grid)] = np.nan
+            out[self.kinds[k]] = (grid, ranks, int(np.ceil(n / ncol)), n)
         return out
 
 

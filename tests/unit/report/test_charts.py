@@ -328,8 +328,9 @@ def test_skew_grids_from_batches_equal_each_kinds_grid_at_once(demo):
     assert want
     n = len(m["rank"])
     perm = np.random.default_rng(7).permutation(n)
-    for batch in (1, 7, n):
-        g = SkewGrids(c)
+    top = int(m["rank"].max())
+    for batch, rows in ((1, 0), (7, top + 1), (n, top + 1), (n, top + 9), (7, 2)):   # rows: allocated at once
+        g = SkewGrids(c, rows)
         for a in range(0, n, batch):
             rows = perm[a:a + batch]
             g.add({k: m[k][rows] for k in ("instance", "rank", "arrival_ns")})
