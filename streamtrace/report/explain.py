@@ -29,9 +29,9 @@ IDLE_LABELS = {"host_wait_ns": "host wait (launch late)", "kernel_wait_ns": "ker
 def _table(d, name, columns, strings=()) -> pa.Table | None:
     """Table ``name`` of the aggregate folder ``d`` (None when aggregate wrote none): ``columns`` only
     (None: all, as written), the ``strings`` among them read as one dictionary per file (``read_arrow``'s
-    ``read_dictionary``, then ``unify_dictionaries``, which ``group_by`` needs).  Read whole, as plain strings, the 331,776
-    rows of a 16,384-rank ``kernel_stats`` were 153 MB of Arrow (its kernel names), ``op_stats`` 140 MB
-    more; read so, 27 MB and 36 MB."""
+    ``read_dictionary``, then ``unify_dictionaries``, which ``group_by`` needs).  Read whole, as plain
+    strings, the 331,776 rows of a 16,384-rank ``kernel_stats`` were 153 MB of Arrow (its kernel names);
+    read so, 27 MB."""
     p = table_path(d, name)
     if not p.is_file():
         return None

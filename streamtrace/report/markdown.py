@@ -59,7 +59,8 @@ def check_throughput(tokens_per_step, global_batch, seq_len) -> None:
 def build_report(aggdir, name=None, tokens_per_step=None, global_batch=None, seq_len=None, top=15,
                  shown=None, efficiency=None, meta=None) -> dict:
     """The report as a dict (the content of ``report.json``; ``shown``: the aggregate folder's
-    path to record, default ``aggdir``; ``meta``: its ``aggregate.json`` dict, read unless given).  Raises ``StreamtraceError`` when ``aggdir`` holds
+    path to record, default ``aggdir``; ``meta``: its ``aggregate.json`` dict, read unless
+    given).  Raises ``StreamtraceError`` when ``aggdir`` holds
     no ``aggregate.json`` or the throughput options are incomplete, and
     ``DataError`` naming a damaged or missing file of ``aggdir``."""
     d = Path(aggdir)
