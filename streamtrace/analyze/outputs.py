@@ -5,6 +5,7 @@ written ``cpu_collectives/`` (a CPU-only rank's gloo collectives), ``op_perf/`` 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from ..events.load import Outputs, read_dataset, register
 from ..runtime.errors import DataError
@@ -54,11 +55,12 @@ class ProcessGroups:
     keys in another order); the ranks' indices are renumbered by ``entries``.  ``key(rank entry)``:
     the ranks' sort order (comparable, distinct per rank), for ``on_result``."""
 
-    def __init__(self, key=None):
+    def __init__(self, key=None, keep: bool = True):
         self.key = key
         self._table = GroupTable()     # (by text only: each rank's entries are parsed anew)
         self._first: list = []         # by table index: the least (rank's key, position) it was seen at
-        self._given: list = []         # the ranks' trace_metadata given indices
+        self._given: list = []         # the ranks' trace_metadata given indices (``keep``)
+        self._keep = keep
 
     def add(self, rank_entry: dict, key) -> None:
         """Take ``rank_entry``'s process groups out of its ``trace_metadata`` (as ``share_process_groups``),
@@ -79,7 +81,8 @@ class ProcessGroups:
                 self._table.entries[i] = e                # ranks' order, as a plain reading would)
             ids.append(i)
         tm[PG_GROUPS_KEY] = ids
-        self._given.append(tm)
+        if self._keep:
+            self._given.append(tm)
 
     def on_result(self, ranks: list) -> list:
         """``add`` each of one task's rank entries (``key`` of each); returns them."""
@@ -89,15 +92,22 @@ class ProcessGroups:
 
     def entries(self) -> list:
         """The distinct entries, first seen first in the ranks' order; each rank's indices renumbered
-        to them (call once, after the last ``add``)."""
+        to them (call once, after the last ``add``; made with ``keep=False``, the ranks' entries were not
+        kept: ``renumber`` each as it is read back)."""
         order = sorted(range(len(self._first)), key=self._first.__getitem__)
-        new = [0] * len(order)
+        self._new = [0] * len(order)
         for n, i in enumerate(order):
-            new[i] = n
+            self._new[i] = n
         for tm in self._given:
-            tm[PG_GROUPS_KEY] = [new[i] for i in tm[PG_GROUPS_KEY]]
+            self.renumber(tm)
         self._given = []
         return [self._table.entries[i] for i in order]
+
+    def renumber(self, tm: dict) -> None:
+        """A rank's ``trace_metadata`` given indices by ``add``, renumbered in place to the table
+        ``entries`` returned (after ``entries``)."""
+        if isinstance(tm, dict) and PG_GROUPS_KEY in tm:
+            tm[PG_GROUPS_KEY] = [self._new[i] for i in tm[PG_GROUPS_KEY]]
 
 
 def rank_trace_metadata(summary: dict, rank_entry: dict):
@@ -137,6 +147,29 @@ class Analysis(Outputs):
     ``cuda_sync`` where written; ``summary`` is ``summary.json``."""
     kind, marker, precedence = "analysis", "summary.json", 3
     missing = "{path}: not an analysed folder (no {marker}; run streamtrace analyze first)"
+
+    @property
+    def summary(self) -> dict:
+        """``summary.json`` as a dict; as ``analyze`` returns it, its ``ranks`` (a ``RankEntries``, read from the
+        file as asked for) are read into a list the first time ``summary`` is asked for, not before: the
+        mapping's ``result["ranks"]`` gives them as that ``RankEntries``, without a list of every rank."""
+        ranks = self._summary.get("ranks")
+        if isinstance(ranks, Sequence) and not isinstance(ranks, (list, tuple, str)):
+            self._summary["ranks"] = list(ranks)
+        return self._summary
+
+    @summary.setter
+    def summary(self, value: dict):
+        self._summary = value
+
+    def __getitem__(self, key):
+        return self._summary[key]
+
+    def __iter__(self):
+        return iter(self._summary)
+
+    def __len__(self):
+        return len(self._summary)
 
     @classmethod
     def owns(cls, name) -> bool:

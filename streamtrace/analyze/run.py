@@ -27,6 +27,8 @@ import os
 import sys
 import time
 from dataclasses import dataclass, replace
+from operator import attrgetter
+from pathlib import Path
 
 from tqdm import tqdm
 
@@ -34,13 +36,14 @@ from ..runtime.errors import RankConflictError, StreamtraceError, UnknownRankErr
 from ..events.dataset import UNKNOWN_ITERATION
 from .outputs import PG_ENTRIES_KEY, Analysis, ProcessGroups
 from ..runtime import parallel
-from ..runtime.files import atomic_output, output_folder, write_json
+from ..runtime.files import JsonItems, atomic_output, output_folder, write_json
 from ..runtime.compile import TASKS, load as load_kernels
 from ..runtime.parallel import TaskFailure, run_tasks, scheduler_address
 from ..trace.discover import expand_inputs, identify, load_rank_map, nothing_found
 from ..trace.nsys import count_gpu_processes
 from .file import analyze_file, run_topology
 from .options import AnalyzeOptions
+from .rank_entries import RankEntries, RankSpill
 
 #: what ``analyze --gpu-only`` says (``summary.json``'s ``"notices"``; ``"gpu_only": true`` beside it)
 GPU_ONLY_NOTICE = ("--gpu-only: CPU activity left out (no ops rows, call trees, launch links, steps or phases; "
@@ -88,6 +91,9 @@ def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> Analysis:
         ``summary`` is the dict written to ``outdir/summary.json`` (``ranks``, ``failed``: the files
         that could not be read, with their error; ``warnings``: folders and files skipped while
         looking for the traces), also read through the object: ``res["ranks"]``, ``res.get(...)``.
+        ``res["ranks"]`` is a ``RankEntries``: a sequence of the ranks' entries read from ``summary.json``
+        as they are asked for (the run never holds them all); ``res.summary["ranks"]`` a list of them,
+        read when first asked for.
 
     Raises
     ------
@@ -105,20 +111,25 @@ def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> Analysis:
     tasks, notices = _tasks(inputs, opt, skipped)
     with output_folder(outdir, owned=Analysis.owns, inputs=[t.path for t in tasks]) as stage:
         tasks = [replace(t, outdir=str(stage)) for t in tasks]
-        summary = _analyze_tasks(tasks, opt)
-        if opt.gpu_only:
-            notices = notices + [GPU_ONLY_NOTICE] + (["--op-perf: not written with --gpu-only (it measures CPU ops)"]
-                                                     if opt.op_perf else [])
-        summary.update(notices=notices, seconds=round(time.time() - t0, 3), outdir=str(outdir), warnings=skipped,
-                       gpu_only=opt.gpu_only)
-        with atomic_output(stage / Analysis.marker, compress=False) as f:
-            write_json(f, summary)
+        groups = ProcessGroups(_rank_order, keep=False)      # each rank's process groups shared as it comes back
+        with RankSpill(stage, _rank_order, groups) as spill:  # (its entries spilled, not held: written below)
+            summary = _analyze_tasks(tasks, opt, spill)
+            if opt.gpu_only:
+                notices = notices + [GPU_ONLY_NOTICE] + (
+                    ["--op-perf: not written with --gpu-only (it measures CPU ops)"] if opt.op_perf else [])
+            summary.update(notices=notices, seconds=round(time.time() - t0, 3), outdir=str(outdir),
+                           warnings=skipped, gpu_only=opt.gpu_only)
+            with atomic_output(stage / Analysis.marker, compress=False) as f:
+                write_json(f, summary)
+    summary["ranks"] = RankEntries(Path(outdir) / Analysis.marker, summary["ranks"].spans)
     return Analysis.of(outdir, summary)
 
 
-def _analyze_tasks(tasks, opt) -> dict:
-    """Run the tasks (their ``outdir``: the staging folder); ``{"ranks", "pg_entries", "failed"}``
-    (``pg_entries``: the ranks' process groups, shared as each task's ranks come back: ``ProcessGroups``)."""
+def _analyze_tasks(tasks, opt, spill: RankSpill) -> dict:
+    """Run the tasks (their ``outdir``: the staging folder); ``{"ranks", "pg_entries", "failed"}``:
+    ``ranks`` the ranks' entries as ``JsonItems``, read back from ``spill`` (where each task's were put as
+    they came back) in ``summary.json``'s order when written; ``pg_entries`` the ranks' process groups
+    (``spill``'s ``ProcessGroups``)."""
     jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(tasks)))
     want = opt.jobs or os.cpu_count() or 1
     if len(tasks) == 1 and want > 1 and opt.split_jobs <= 1 and not scheduler_address(opt.scheduler) \
@@ -128,25 +139,25 @@ def _analyze_tasks(tasks, opt) -> dict:
     if jobs > 1 and opt.executor is None and not scheduler_address(opt.scheduler):
         load_kernels(*TASKS["analyze"])    # before the fork: the workers share them (not one load each)
     bars = _Bars([t.path for t in tasks], sys.stderr.isatty() if opt.progress is None else opt.progress)
-    groups = ProcessGroups(_rank_order)      # each rank's process groups shared as it comes back
     try:
         results = run_tasks(_run_task, [(t,) for t in tasks], jobs, bars.arr, bars.tick,
                             executor=opt.executor, scheduler=opt.scheduler, retries=1, keep_going=True,
-                            on_result=groups.on_result)
+                            on_result=spill.on_result)
     finally:
         bars.close()
     failed = [{"source": r.args[0].path, "error": r.error, "attempts": r.attempts}
               for r in results if isinstance(r, TaskFailure)]
     if failed and len(failed) == len(results) and len(results) == 1:
         raise StreamtraceError(failed[0]["error"])
-    ranks = sorted((r for res in results if not isinstance(res, TaskFailure) for r in res), key=_rank_order)
+    ranks = sorted((r for res in results if not isinstance(res, TaskFailure) for r in res), key=attrgetter("key"))
+    del results
     seen = {}
     for r in ranks:             # a merged trace's ranks are known only now
-        key = (r["iteration"], r["rank"])
+        key = (r.iteration, r.rank)
         if key in seen:
-            raise _conflict(r["rank"], r["iteration"], seen[key], r["source"])
-        seen[key] = r["source"]
-    return {"ranks": ranks, PG_ENTRIES_KEY: groups.entries(), "failed": failed}
+            raise _conflict(r.rank, r.iteration, seen[key], r.source)
+        seen[key] = r.source
+    return {"ranks": JsonItems(spill.entries(ranks)), PG_ENTRIES_KEY: spill.groups.entries(), "failed": failed}
 
 
 def _rank_order(r) -> tuple:

@@ -62,45 +62,48 @@ def analyze(*inputs, outdir="streamtrace-analysis", chunked=False, chunk_events=
         msg = f["error"] if f["error"].startswith(f["source"]) else f"{f['source']}: {f['error']}"
         tries = f" (after {f['attempts']} attempts)" if f["attempts"] > 1 else ""
         print(f"error: {printable(msg)}{tries}", file=sys.stderr)
+    ranks, devs = [], []                 # (one pass: the entries are read from summary.json as they are asked for)
     for r in s["ranks"]:
         for w in r.get("warnings", []):
             con.warn(w)
-    several = len({r["iteration"] for r in s["ranks"]}) > 1
-    lines = [_rank_line(r, several) for r in s["ranks"]]
+        ranks.append((r["iteration"], r["rank"], r["devices"]))
+        devs += r["devices"].values()
+    several = len({it for it, _, _ in ranks}) > 1
+    lines = [_rank_line(*r, several) for r in ranks]
     if len(lines) <= RANK_LINES:
         for line in lines:
             con.info(line)
     else:
         for line in lines:
             con.detail(line)
-        con.info(_ranks_summary(s["ranks"]) + " (-v: one line per rank)")
+        con.info(_ranks_summary(len(ranks), devs) + " (-v: one line per rank)")
     con.info(f"analysed {len(s['ranks'])} ranks in {s['seconds']:.2f} s -> {outdir}/summary.json, "
              f"{outdir}/kernels/, {outdir}/ops/ (iteration=N/rank=R/ partitions)")
     if s["failed"]:
         raise Exit(1)
 
 
-def _rank_line(r, several) -> str:
+def _rank_line(iteration, rank, devices, several) -> str:
     from ..report.units import fmt_time          # the report's units: 269 us, not "0.3 ms"
     devs = ", ".join(f"GPU {d}: busy {fmt_time(m['busy_us'] * 1e3)}, comm {fmt_time(m['comm_us'] * 1e3)}, "
                      f"overlap {_pct(m['overlap_pct'])} of comm"
-                     for d, m in r["devices"].items()) or "no GPU events (CPU only)"
-    it = f"iteration {r['iteration']}, " if several else ""
-    return f"{it}rank {r['rank']}: {devs}"
+                     for d, m in devices.items()) or "no GPU events (CPU only)"
+    it = f"iteration {iteration}, " if several else ""
+    return f"{it}rank {rank}: {devs}"
 
 
 def _pct(v) -> str:
     return "-" if v is None else f"{v:.1f} %"
 
 
-def _ranks_summary(ranks) -> str:
-    """One line for many ranks: busy and overlap as median (min-max) over the GPUs."""
-    devs = [m for r in ranks for m in r["devices"].values()]
+def _ranks_summary(n, devs) -> str:
+    """One line for ``n`` ranks: busy and overlap as median (min-max) over their GPUs ``devs`` (each GPU's
+    entry of ``summary.json``'s ``devices``)."""
     if not devs:
-        return f"{len(ranks)} ranks, no GPU events (CPU only)"
+        return f"{n} ranks, no GPU events (CPU only)"
     busy = [m["busy_us"] / 1e3 for m in devs]
     ov = [m["overlap_pct"] for m in devs if m["overlap_pct"] is not None]
-    line = (f"{len(ranks)} ranks, {len(devs)} GPUs: busy median {statistics.median(busy):,.1f} ms "
+    line = (f"{n} ranks, {len(devs)} GPUs: busy median {statistics.median(busy):,.1f} ms "
             f"(min {min(busy):,.1f}, max {max(busy):,.1f})")
     if ov:
         line += f", overlap median {statistics.median(ov):.1f} % of comm (min {min(ov):.1f}, max {max(ov):.1f})"

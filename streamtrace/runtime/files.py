@@ -27,6 +27,7 @@ import shutil
 import socket
 import stat
 import tempfile
+from array import array
 from pathlib import Path
 
 from .errors import OutputError, StreamtraceError
@@ -269,14 +270,75 @@ JSON_CHUNK = 1 << 16
 """Pieces of JSON text ``write_json`` joins into one write."""
 
 
+class JsonItems:
+    """A JSON array given as an iterable of its items, read once: as a value of the dict ``write_json``
+    writes, its items are encoded one at a time as they come, never all held (analyze's ``summary.json``:
+    every rank's entry read back from where it was spilled).  ``spans``, once written: each item's
+    ``(start, end)`` byte offsets in the document (its text alone: ``json.loads`` of those bytes is the
+    item), flat: ``array("q")`` of ``start, end`` pairs."""
+
+    def __init__(self, items):
+        self.items = items
+        self.spans = array("q")
+
+
 def write_json(f, obj, default=None) -> None:
     """``json.dumps(obj, indent=1, default=default)`` written into the binary file ``f`` (UTF-8) a few
     thousand pieces at a time, as json's encoder makes them: the same bytes, without the whole text held
     once as ``str``, once as its pieces and once as ``bytes`` (analyze's ``summary.json`` of 4,096 ranks,
-    22 MB: +164 MB in its process).  Raises what ``json.dumps`` raises (``TypeError`` for a value it
+    22 MB: +164 MB in its process).  ``obj`` a dict with str keys may hold ``JsonItems`` values: written
+    as the lists of their items would be.  Raises what ``json.dumps`` raises (``TypeError`` for a value it
     cannot encode, ``ValueError`` for a circular reference)."""
+    enc = json.JSONEncoder(indent=1, default=default)      # (ensure_ascii: one byte a character)
+    if not (isinstance(obj, dict) and any(isinstance(v, JsonItems) for v in obj.values())):
+        _write_text(f, enc.iterencode(obj))
+        return
+    _write_text(f, _dict_pieces(enc, obj))
+
+
+def _dict_pieces(enc, obj: dict):
+    """``enc.iterencode(obj)``'s pieces (``indent=1``) for a dict of str keys whose ``JsonItems`` values are
+    encoded item by item: json's layout of a nested value is its own text with every line break indented
+    one more level (a line break in JSON text is never inside a string: it is escaped there)."""
+    at = 0                                        # (characters so far: bytes, the text being ASCII)
+    for i, (k, v) in enumerate(obj.items()):
+        if not isinstance(k, str):
+            raise TypeError(f"write_json: a dict with JsonItems needs str keys, not {type(k).__name__}")
+        piece = ("," if i else "{") + "\n " + enc.encode(k) + ": "
+        at += len(piece)
+        yield piece
+        if not isinstance(v, JsonItems):
+            for piece in _indented(enc.iterencode(v), 1):
+                at += len(piece)
+                yield piece
+            continue
+        spans = array("q")
+        for n, item in enumerate(v.items):
+            at += 4                               # "[" or ",", the line break and its indent
+            yield ("," if n else "[") + "\n  "
+            spans.append(at)
+            for piece in _indented(enc.iterencode(item), 2):
+                at += len(piece)
+                yield piece
+            spans.append(at)
+        v.spans = spans
+        piece = "\n ]" if len(spans) else "[]"
+        at += len(piece)
+        yield piece
+    yield "\n}" if obj else "}"
+
+
+def _indented(pieces, level: int):
+    """JSON text pieces (``indent=1``) with every line break indented ``level`` more."""
+    pad = "\n" + " " * level
+    for piece in pieces:
+        yield piece.replace("\n", pad)
+
+
+def _write_text(f, pieces) -> None:
+    """Text ``pieces`` written into the binary file ``f`` (UTF-8), ``JSON_CHUNK`` at a time."""
     buf: list = []
-    for piece in json.JSONEncoder(indent=1, default=default).iterencode(obj):
+    for piece in pieces:
         buf.append(piece)
         if len(buf) >= JSON_CHUNK:
             f.write("".join(buf).encode())

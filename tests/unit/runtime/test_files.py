@@ -259,6 +259,31 @@ def test_write_json_writes_the_bytes_json_dumps_makes(value, chunk):
     assert f.getvalue() == json.dumps(doc, indent=1, default=default).encode()
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(json_values, max_size=6), st.dictionaries(st.text(max_size=6), json_values, max_size=3),
+       st.integers(0, 3))
+def test_json_items_are_written_as_the_list_json_dumps_makes_and_their_spans_read_back(items, rest, at):
+    """A ``JsonItems`` value (an iterable read once) is written as the list of its items would be, at any
+    place among the dict's keys, and each item's span in the bytes is that item's JSON text alone."""
+    import io
+    import json
+    import math
+
+    from streamtrace.runtime.files import JsonItems, write_json
+    keys = [k for k in rest if k != "ranks"]
+    keys.insert(min(at, len(keys)), "ranks")
+    doc = {k: items if k == "ranks" else rest[k] for k in keys}
+    lazy = JsonItems(iter(items))
+    f = io.BytesIO()
+    write_json(f, {k: lazy if k == "ranks" else v for k, v in doc.items()})
+    text = f.getvalue()
+    assert text == json.dumps(doc, indent=1).encode()
+    spans = list(zip(lazy.spans[::2], lazy.spans[1::2]))
+    back = [json.loads(text[a:b]) for a, b in spans]
+    norm = lambda v: json.dumps(v, sort_keys=True) if not (isinstance(v, float) and math.isnan(v)) else "nan"  # noqa: E731
+    assert len(back) == len(items) and [norm(v) for v in back] == [norm(v) for v in items]
+
+
 def test_write_json_raises_what_json_raises_and_atomic_output_keeps_the_old_file(tmp_path):
     from streamtrace.runtime.files import atomic_output, write_json
     p = tmp_path / "summary.json"
