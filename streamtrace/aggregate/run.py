@@ -413,7 +413,7 @@ def _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps) -> li
     pipe = pipeline_rows(topo, None, fb, phase_rows.windows)
     reps = replica_rows(topo, rank_rows, pipe)
     iters = _iterations(rank_rows, steps)
-    files = write_table(outdir, RANK_PHASE, phase_rows.arrays(RANK_PHASE_COLUMNS, _phase_order(phase_rows.cols)),
+    files = write_table(outdir, RANK_PHASE, phase_rows.arrays(RANK_PHASE_COLUMNS, _phase_order),
                         csv=True)
     files += write_table(outdir, RANKS, _columns(_sorted(rank_rows), RANKS_COLUMNS), csv=True)
     if pipe:
@@ -491,7 +491,7 @@ def _row_key(iteration, step, rank, device, start_ns, phase) -> tuple:
 
 
 def _phase_order(cols: dict):
-    """``_sorted``'s key of the rows of ``cols`` (``PhaseColumns.cols``), by row index."""
+    """``_sorted``'s key of the rows of ``cols`` (``{column: values}``: ``PhaseColumns.arrays``'), by row index."""
     it, st, rank, dev, start, phase = (cols[c] for c in ("iteration", "step", "rank", "device", "start_ns", "phase"))
     return lambda i: _row_key(it[i], st[i], rank[i], dev[i], start[i], phase[i] if phase[i] is not None else "")
 

@@ -56,9 +56,10 @@ _ROW = st.fixed_dictionaries(
      "start_ns": st.one_of(st.none(), st.integers(0, 50)), "end_ns": st.one_of(st.none(), st.integers(50, 99)),
      "overlap_ns": st.integers(0, 9), "comm_ns": st.integers(0, 9),
      "microbatch": st.one_of(st.none(), st.integers(-1, 3))},
-    optional={"kernels": st.integers(0, 10**12), "source": st.sampled_from(["gpu", "cpu"])})
+    optional={"kernels": st.integers(0, 10**12), "source": st.sampled_from(["gpu", "cpu"]),
+              "x": st.one_of(st.integers(-2**70, 2**70), st.floats(allow_nan=False), st.booleans())})
 _COLUMNS = ("iteration", "step", "rank", "device", "source", "phase", "microbatch", "replica", "stage", "start_ns",
-            "end_ns", "kernels", "overlap_ns", "comm_ns", "overlap_pct")
+            "end_ns", "kernels", "x", "overlap_ns", "comm_ns", "overlap_pct")
 
 
 @settings(max_examples=200, deadline=None)
@@ -78,9 +79,9 @@ def test_phase_columns_are_the_rows_as_dicts_written(parts, coords):
         cols.add([dict(r) for r in rows])
     cols.set_coords(coords)
     cols.set_overlap(pct)
-    c = cols.cols
-    got = cols.arrays(_COLUMNS, lambda i: (c["iteration"][i], c["step"][i], c["rank"][i], c["device"][i],
-                                           -1 if c["start_ns"][i] is None else c["start_ns"][i], c["phase"][i]))
+    got = cols.arrays(_COLUMNS, lambda c: lambda i: (c["iteration"][i], c["step"][i], c["rank"][i], c["device"][i],
+                                                     -1 if c["start_ns"][i] is None else c["start_ns"][i],
+                                                     c["phase"][i]))
     rows = [dict(r) for rows in parts for r in rows]
     windows: dict = {}
     for r in rows:
