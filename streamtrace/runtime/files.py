@@ -314,13 +314,10 @@ def _dict_pieces(enc, obj: dict):
             continue
         spans = array("q")
         for n, item in enumerate(v.items):
-            at += 4                               # "[" or ",", the line break and its indent
-            yield ("," if n else "[") + "\n  "
-            spans.append(at)
-            for piece in _indented(enc.iterencode(item), 2):
-                at += len(piece)
-                yield piece
-            spans.append(at)
+            text = enc.encode(item).replace("\n", "\n  ")    # (an item at a time: one string, one replace)
+            yield ("," if n else "[") + "\n  " + text
+            spans.extend((at + 4, at + 4 + len(text)))      # (after "[" or ",", the line break, its indent)
+            at += 4 + len(text)
         v.spans = spans
         piece = "\n ]" if len(spans) else "[]"
         at += len(piece)
