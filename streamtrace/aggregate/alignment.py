@@ -20,6 +20,7 @@ On top of either, per-rank clock offsets (``--clock-sync collectives``,
 """
 from __future__ import annotations
 
+import itertools
 import os
 import pickle
 import re
@@ -31,6 +32,7 @@ import pyarrow.compute as pc
 
 from ..runtime.errors import DataError, StreamtraceError
 from ..analyze.outputs import KERNELS, OPS, Analysis, rank_trace_metadata, schema_of
+from ..analyze.rank_entries import read_rank_entries
 from ..events.dataset import column_min_max, columns_min_max, partition_files, read_partition
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
@@ -176,26 +178,30 @@ def _check_rank_entry(folder, i: int, r) -> None:
 def _rank_entries(folder, warnings: list) -> list:
     """What ``Job`` keeps of each rank entry of analysed folder ``folder``'s ``summary.json``:
     ``(rank, iteration, source, step patterns, step numbers, event counts, trace metadata)``, checked
-    (``_check_rank_entry``, ``step_patterns_of``); appends to ``warnings`` when analyze could not read some
-    files.  The tuples are a copy (a pickle round trip), not pieces of the parsed document: the pieces
-    held would keep the parse's memory pages in use after it is let go (4,096 synthetic ranks, a 22.6 MB
-    ``summary.json``: the process 41 MB larger, measured)."""
+    (``Analysis.check``'s checks, ``_check_rank_entry``, ``step_patterns_of``); appends to ``warnings`` when
+    analyze could not read some files.  The entries are read one at a time (``read_rank_entries``: the
+    whole document parsed was ~300 MB of objects at 16,384 synthetic ranks, an 89 MB file), and the tuples
+    are a copy (a pickle round trip), not pieces of the parsed entries: the pieces held would keep the
+    parse's memory pages in use after it is let go (4,096 synthetic ranks: the process 41 MB larger)."""
     d = Path(folder)
-    summ = Analysis.read(d).summary
+    meta: dict = {}
+    out, tms = [], []
+    entries = read_rank_entries(d, meta)
+    first = next(entries, None)                      # (summary.json's own errors first, as read whole)
     if any((d / KERNELS).glob("rank=*")):
         raise StreamtraceError(f"{d}: analysed by an older streamtrace (kernels/rank=R/ without "
                                f"iteration=N/); run streamtrace analyze on it again")
-    failed = summ.get("failed")
+    for i, r in enumerate(itertools.chain([first] if first is not None else [], entries)):
+        _check_rank_entry(d, i, r)
+        out.append((r["rank"], r.get("iteration"), str(r.get("source", "")), step_patterns_of(d, r),
+                    tuple(sorted(map(str, r.get("iterations") or {}))), _event_counts(r)))
+        tms.append(pickle.dumps(r.get("trace_metadata"), protocol=pickle.HIGHEST_PROTOCOL))
+    failed = meta.get("failed")
     if isinstance(failed, list) and failed:
         first = failed[0].get("source") if isinstance(failed[0], dict) else None
         warnings.append(f"{d}: analyze could not read {len(failed)} file(s) ({Analysis.marker} \"failed\""
                         f"{f', e.g. {first}' if first else ''}); their ranks are missing")
-    out = []
-    for i, r in enumerate(summ["ranks"]):
-        _check_rank_entry(d, i, r)
-        out.append((r["rank"], r.get("iteration"), str(r.get("source", "")), step_patterns_of(d, r),
-                    tuple(sorted(map(str, r.get("iterations") or {}))), _event_counts(r),
-                    rank_trace_metadata(summ, r)))
+    out = [x + (rank_trace_metadata(meta, {"trace_metadata": pickle.loads(tm)}),) for x, tm in zip(out, tms)]
     return pickle.loads(pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL))
 
 

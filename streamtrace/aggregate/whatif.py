@@ -421,17 +421,17 @@ def parts_of(meta: dict) -> dict:
     """``{part index: Part}`` of an aggregate's ``aggregate.json`` (``parts``: folder, rank,
     iteration, alignment shift and clock offset; step patterns from the analysed folder)."""
     from ..analyze.outputs import Analysis
-    summaries: dict = {}
-    out = {}
+    from ..analyze.rank_entries import read_rank_entries
+    patterns: dict = {}                       # per folder: {(rank, iteration): step patterns}, its entries read one
+    out = {}                                  # at a time (not every rank's entry held)
     for p in meta.get("parts") or []:
         d = Path(p["dir"])
-        if d not in summaries:
-            summaries[d] = {(r["rank"], r.get("iteration")): r for r in Analysis.read(d).summary["ranks"]} \
+        if d not in patterns:
+            patterns[d] = {(r["rank"], r.get("iteration")): step_patterns_of(d, r) for r in read_rank_entries(d, {})} \
                 if (d / Analysis.marker).is_file() else {}
-        entry = summaries[d].get((p["rank"], p.get("iteration")))
         out[int(p["index"])] = Part(int(p["index"]), d, int(p["rank"]), p.get("iteration"), str(p.get("source", "")),
                                     shift_ns=int(p.get("shift_ns", 0)), clock_offset_ns=int(p.get("clock_offset_ns", 0)),
-                                    step_patterns=step_patterns_of(d, entry) if entry else None)
+                                    step_patterns=patterns[d].get((p["rank"], p.get("iteration"))))
     return out
 
 

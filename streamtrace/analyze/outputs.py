@@ -140,6 +140,24 @@ def schema_of(dataset: str):
     return dict(zip((KERNELS, OPS), schemas())).get(dataset)
 
 
+NOT_A_SUMMARY = 'not an analysis summary (expected an object with a "ranks" list)'
+
+
+def check_rank_entry(path, i: int, r, seen: dict) -> None:
+    """Raise ``DataError`` naming ``path`` (a ``summary.json``) when its ``i``-th rank entry ``r`` is not
+    ``{"rank": int >= 0, "iteration": int or null, "source": str}`` or names a (rank, iteration) an earlier
+    entry did (``seen``: ``{(rank, iteration): index}`` of the entries before, updated)."""
+    ok = isinstance(r, dict) and type(r.get("rank")) is int and r["rank"] >= 0 \
+        and (r.get("iteration") is None or type(r["iteration"]) is int) and isinstance(r.get("source", ""), str)
+    if not ok:
+        raise DataError(path, f'ranks[{i}] is not {{"rank": int >= 0, "iteration": int or null, "source": str}}')
+    j = seen.setdefault((r["rank"], r.get("iteration")), i)
+    if j != i:
+        it = f" of iteration {r['iteration']}" if r.get("iteration") is not None else ""
+        raise DataError(path, f"ranks[{i}]: rank {r['rank']}{it} is listed twice (ranks[{j}] too): damaged, "
+                              f"or edited; analyse the traces again")
+
+
 @register
 class Analysis(Outputs):
     """``streamtrace analyze -o DIR``: ``kernels`` and ``ops`` (with ``iteration``, ``rank`` int64
@@ -183,19 +201,10 @@ class Analysis(Outputs):
         partition); else a ``DataError`` naming it."""
         sp, summ = self.path / self.marker, self.summary
         if not isinstance(summ, dict) or not isinstance(summ.get("ranks"), list):
-            raise DataError(sp, 'not an analysis summary (expected an object with a "ranks" list)')
+            raise DataError(sp, NOT_A_SUMMARY)
         seen: dict = {}
         for i, r in enumerate(summ["ranks"]):
-            ok = isinstance(r, dict) and type(r.get("rank")) is int and r["rank"] >= 0 \
-                and (r.get("iteration") is None or type(r["iteration"]) is int) \
-                and isinstance(r.get("source", ""), str)
-            if not ok:
-                raise DataError(sp, f'ranks[{i}] is not {{"rank": int >= 0, "iteration": int or null, "source": str}}')
-            j = seen.setdefault((r["rank"], r.get("iteration")), i)
-            if j != i:
-                it = f" of iteration {r['iteration']}" if r.get("iteration") is not None else ""
-                raise DataError(sp, f"ranks[{i}]: rank {r['rank']}{it} is listed twice (ranks[{j}] too): damaged, "
-                                    f"or edited; analyse the traces again")
+            check_rank_entry(sp, i, r, seen)
 
     @staticmethod
     def step_patterns(rank_entry) -> list | None:

@@ -2,8 +2,9 @@
 every rank's entry held by analyze's parent: each task's entries are pickled into a spill file as they
 come back (``RankSpill``), written into ``summary.json`` one at a time in the ranks' order
 (``runtime.files.JsonItems``), and what ``analyze`` returns reads them from there when asked
-(``RankEntries``).  At 16,384 synthetic ranks the entries were 89 MB of JSON (5.4 KB a rank), several
-times that as Python objects, held until the file was written."""
+(``RankEntries``); a later stage reads them one at a time too (``read_rank_entries``).  At 16,384
+synthetic ranks the entries are 89 MB of JSON (5.4 KB a rank), ~300 MB as Python objects: held by
+analyze's parent until the file was written, and by aggregate's while it read the file whole."""
 from __future__ import annotations
 
 import json
@@ -14,7 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..runtime.errors import DataError
+from ..runtime.errors import DataError, StreamtraceError, TraceError
+from ..trace.reader import TraceReader
+from .outputs import NOT_A_SUMMARY, Analysis, check_rank_entry
 
 
 @dataclass(frozen=True)
@@ -123,3 +126,35 @@ class RankEntries(Sequence):
         except ValueError as e:
             raise DataError(self.path, f"rank entry {i} is not where analyze wrote it ({e}): the file was "
                                        f"replaced; read it again (streamtrace.load)") from None
+
+
+RANK_BATCH = 64
+"""Rank entries ``read_rank_entries`` decodes at a time."""
+
+
+def read_rank_entries(folder, meta: dict):
+    """Yield the rank entries (dicts, as ``json.loads`` of the file gives them) of the analysed folder
+    ``folder``'s ``summary.json`` one at a time, ``RANK_BATCH`` decoded at once, each checked as
+    ``Analysis.check`` checks it (``check_rank_entry``); once exhausted, ``meta`` holds the file's other
+    top-level keys (``pg_entries``, ``failed``, ...: ``rank_trace_metadata`` needs the first).  By the
+    streaming trace reader (``trace.reader.TraceReader``, its array the ``ranks``): never the whole document.
+    Raises ``StreamtraceError`` when ``folder`` has no ``summary.json`` (``Analysis.missing``), ``DataError``
+    naming it when it is not valid JSON or not an analysis summary."""
+    path = Path(folder) / Analysis.marker
+    if not path.is_file():
+        raise StreamtraceError(Analysis.missing.format(path=folder, kind=Analysis.kind, marker=Analysis.marker))
+    reader = TraceReader(path, batch_events=RANK_BATCH, array_key="ranks")
+    seen: dict = {}
+    i = 0
+    try:
+        for batch in reader.raw_batches():
+            for r in batch.events:
+                check_rank_entry(path, i, r, seen)
+                i += 1
+                yield r
+    except TraceError as e:
+        raise DataError(path, f"invalid JSON ({e})") from None
+    if reader.bare_array or not reader.has_events or reader.repaired or reader.too_deep:
+        raise DataError(path, NOT_A_SUMMARY if not reader.has_events or reader.bare_array else
+                        "invalid JSON (a rank entry with unescaped quotes or nested too deep)")
+    meta.update(reader.metadata)

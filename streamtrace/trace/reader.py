@@ -99,6 +99,8 @@ class TraceReader:
     ``events_read``, ``bytes_read`` (uncompressed), ``truncated``, ``warnings``, ``repaired``
     (events with unescaped quotes, repaired: ``streamtrace.trace.repair``, known once the
     events were read and decoded);
+    ``array_key``: the top-level key whose array of objects is streamed as the events (default
+    ``traceEvents``; analyze's ``summary.json`` is read a rank entry at a time with ``"ranks"``);
     ``has_events``: the document has a ``traceEvents`` array (or is a bare array);
     ``events_empty``: after ``read_head``, whether that array is ``[]`` (None: not known).
 
@@ -107,8 +109,9 @@ class TraceReader:
     """
 
     def __init__(self, path, salvage=False, batch_events=BATCH_EVENTS, block=BLOCK, progress=None,
-                 byte_range=None, raw_keys=()):
+                 byte_range=None, raw_keys=(), array_key="traceEvents"):
         self.path = str(path)
+        self.array_key = array_key
         self.raw_keys = frozenset(raw_keys)   # top-level keys kept as their text (JsonText), never decoded
         self.byte_range = byte_range   # (start, end): read only these bytes of a plain file's events
         self.events_offset = None      # absolute offset just past traceEvents' '[' once seen
@@ -232,7 +235,7 @@ class TraceReader:
                 self._fail(st, "expected ':' after a key")
             st.pos += 1
             st.skip_ws()
-            if key == "traceEvents" and st.peek() == 0x5B:
+            if key == self.array_key and st.peek() == 0x5B:
                 seen_events = self.has_events = True
                 self.events_offset = st.base + st.pos + 1
                 if stop_at_events:

@@ -11,8 +11,8 @@ import pytest
 
 from streamtrace.analyze import AnalyzeOptions, analyze
 from streamtrace.analyze.outputs import rank_trace_metadata
-from streamtrace.analyze.rank_entries import RankEntries
-from streamtrace.runtime.errors import DataError
+from streamtrace.analyze.rank_entries import RankEntries, read_rank_entries
+from streamtrace.runtime.errors import DataError, StreamtraceError
 from streamtrace.synth.job import SynthSpec, generate_job
 
 
@@ -71,3 +71,35 @@ def test_entries_of_a_replaced_file_raise_a_data_error(analysed, tmp_path):
     p.unlink()
     with pytest.raises(DataError, match="cannot read"):
         list(ranks)
+
+
+def test_read_rank_entries_gives_what_json_loads_gives_one_at_a_time(analysed, tmp_path):
+    d, _, _ = analysed
+    plain = json.loads((d / "out" / "summary.json").read_bytes())
+    meta: dict = {}
+    got = list(read_rank_entries(d / "out", meta))
+    assert got == plain["ranks"] and meta == {k: v for k, v in plain.items() if k != "ranks"}
+    (tmp_path / "summary.json").write_text('{"ranks": [{"rank": 0, "x": NaN, "big": 123456789012345678901234567890, '
+                                           '"s": "a\\"b\\u00e9"}], "pg_entries": [], "failed": []}')
+    meta = {}
+    got = list(read_rank_entries(tmp_path, meta))
+    want = json.loads((tmp_path / "summary.json").read_text())
+    assert got[0]["big"] == want["ranks"][0]["big"] and got[0]["s"] == 'a"bé' and got[0]["x"] != got[0]["x"]
+    assert meta == {"pg_entries": [], "failed": []}
+
+
+@pytest.mark.parametrize("text, match", [
+    ('{"pg_entries": []}', "not an analysis summary"),
+    ('{"ranks": {"rank": 0}}', "not an analysis summary"),
+    ('[{"rank": 0}]', "not an analysis summary"),
+    ('{"ranks": [{"rank": 0, "source": "a"}, {"rank": 0, "source": "b"}]}', "listed twice"),
+    ('{"ranks": [{"rank": -1}]}', "is not"),
+    ('{"ranks": [{"rank": 0}, 7]}', "invalid JSON"),
+    ('{"ranks": [{"rank": 0}', "invalid JSON"),
+])
+def test_read_rank_entries_of_a_damaged_summary_raise_a_data_error(tmp_path, text, match):
+    (tmp_path / "summary.json").write_text(text)
+    with pytest.raises(DataError, match=match):
+        list(read_rank_entries(tmp_path, {}))
+    with pytest.raises(StreamtraceError, match="not an analysed folder"):
+        list(read_rank_entries(tmp_path / "nowhere", {}))
