@@ -180,14 +180,8 @@ class Analysis(Outputs):
     def summary(self, value: dict):
         self._summary = value
 
-    def __getitem__(self, key):
-        return self._summary[key]
-
-    def __iter__(self):
-        return iter(self._summary)
-
-    def __len__(self):
-        return len(self._summary)
+    def _fields(self) -> dict:
+        return self._summary              # (``ranks`` as given: the mapping's ``result["ranks"]`` reads no list)
 
     @classmethod
     def owns(cls, name) -> bool:

@@ -102,14 +102,18 @@ class SummaryMapping(Mapping):
     ``==`` a dict compares ``summary``.  The base of ``Outputs`` and ``streamtrace.merge.MergeResult``."""
     summary: dict
 
+    def _fields(self) -> dict:
+        """The dict the mapping reads: ``summary`` (a kind may give its fields without making all of them)."""
+        return self.summary
+
     def __getitem__(self, key):
-        return self.summary[key]
+        return self._fields()[key]
 
     def __iter__(self):
-        return iter(self.summary)
+        return iter(self._fields())
 
     def __len__(self):
-        return len(self.summary)
+        return len(self._fields())
 
 
 class Outputs(SummaryMapping):
