@@ -195,13 +195,13 @@ def _rank_entries(folder, warnings: list) -> list:
         _check_rank_entry(d, i, r)
         out.append((r["rank"], r.get("iteration"), str(r.get("source", "")), step_patterns_of(d, r),
                     tuple(sorted(map(str, r.get("iterations") or {}))), _event_counts(r)))
-        tms.append(pickle.dumps(r.get("trace_metadata"), protocol=pickle.HIGHEST_PROTOCOL))
+        tms.append(r.get("trace_metadata"))
     failed = meta.get("failed")
     if isinstance(failed, list) and failed:
         first = failed[0].get("source") if isinstance(failed[0], dict) else None
         warnings.append(f"{d}: analyze could not read {len(failed)} file(s) ({Analysis.marker} \"failed\""
                         f"{f', e.g. {first}' if first else ''}); their ranks are missing")
-    out = [x + (rank_trace_metadata(meta, {"trace_metadata": pickle.loads(tm)}),) for x, tm in zip(out, tms)]
+    out = [x + (rank_trace_metadata(meta, {"trace_metadata": tm}),) for x, tm in zip(out, tms)]
     return pickle.loads(pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL))
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..runtime.errors import DataError, StreamtraceError, TraceError
 from ..trace.reader import TraceReader
-from .outputs import NOT_A_SUMMARY, Analysis, check_rank_entry
+from .outputs import NOT_A_SUMMARY, Analysis, ProcessGroups, check_rank_entry
 
 
 @dataclass(frozen=True)
@@ -34,16 +34,16 @@ class RankStub:
 
 
 class RankSpill:
-    """``run_tasks``' ``on_result`` for analyze's tasks (a context manager): each task's rank entries
-    handed to ``groups`` (``outputs.ProcessGroups``, made with ``keep=False``: their process groups
-    taken into the job's table) and pickled into a file in ``folder`` (``.streamtrace-ranks-*``, removed on
-    exit); the task's result kept is its ``RankStub`` list.  ``entries(stubs)`` reads them back.
-    ``key(entry)``: the ranks' order."""
+    """``run_tasks``' ``on_result`` for analyze's tasks (a context manager): each task's rank entries'
+    process groups taken into the job's table (``groups``, an ``outputs.ProcessGroups`` that keeps no
+    entry: each is renumbered as it is read back) and the entries pickled into a file in ``folder``
+    (``.streamtrace-ranks-*``, removed on exit); the task's result kept is its ``RankStub`` list.
+    ``entries(stubs)`` reads them back.  ``key(entry)``: the ranks' order."""
 
-    def __init__(self, folder, key, groups):
+    def __init__(self, folder, key):
         fd, self.path = tempfile.mkstemp(prefix=".streamtrace-ranks-", suffix=".pickle", dir=folder)
         self._f = os.fdopen(fd, "wb")
-        self._key, self.groups = key, groups
+        self._key, self.groups = key, ProcessGroups(key, keep=False)
 
     def __enter__(self):
         return self

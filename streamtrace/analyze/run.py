@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 from ..runtime.errors import RankConflictError, StreamtraceError, UnknownRankError
 from ..events.dataset import UNKNOWN_ITERATION
-from .outputs import PG_ENTRIES_KEY, Analysis, ProcessGroups
+from .outputs import PG_ENTRIES_KEY, Analysis
 from ..runtime import parallel
 from ..runtime.files import JsonItems, atomic_output, output_folder, write_json
 from ..runtime.compile import TASKS, load as load_kernels
@@ -111,8 +111,7 @@ def analyze(inputs, outdir, opt: AnalyzeOptions | None = None) -> Analysis:
     tasks, notices = _tasks(inputs, opt, skipped)
     with output_folder(outdir, owned=Analysis.owns, inputs=[t.path for t in tasks]) as stage:
         tasks = [replace(t, outdir=str(stage)) for t in tasks]
-        groups = ProcessGroups(_rank_order, keep=False)      # each rank's process groups shared as it comes back
-        with RankSpill(stage, _rank_order, groups) as spill:  # (its entries spilled, not held: written below)
+        with RankSpill(stage, _rank_order) as spill:     # each rank's entry spilled as it comes back: written below
             summary = _analyze_tasks(tasks, opt, spill)
             if opt.gpu_only:
                 notices = notices + [GPU_ONLY_NOTICE] + (
