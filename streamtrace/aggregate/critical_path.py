@@ -58,8 +58,8 @@ import pyarrow.compute as pc
 from ..events.dataset import read_arrow, write_table
 from ..kernels.critical import NEG, POS, latest_times_masked, longest_path_masked, trace_back
 from ..runtime.tuning import trim
-from .critical_graph import (BARRIER, CATEGORIES, Anchor, Category, Edge, Texts, barrier_edges, joined_ints,
-                             key_codes, last_of, path_edges, positions, tie_classes)
+from .critical_graph import (BARRIER, CATEGORIES, Anchor, Category, Edge, Texts, barrier_edges, fits_in,
+                             joined_ints, key_codes, last_of, path_edges, positions, tie_classes)
 from .folder import (COLLECTIVES_RANKS, CRITICAL_PATH, CRITICAL_PATH_COLUMNS, CRITICAL_PATH_RANKS,
                      CRITICAL_PATH_RANKS_COLUMNS as RANK_COLUMNS, CRITICAL_PATH_SUMMARY,
                      CRITICAL_PATH_SUMMARY_COLUMNS as SUMMARY_COLUMNS, columns, table_path)
@@ -132,15 +132,20 @@ class JobGraph:
         """Part ``p``'s anchors ``a`` and reduced edges ``e`` (``part_paths``
         columns, one step; ``name`` and ``lane`` as text, or as int codes of ``texts``); returns the id of
         its first node.  The graph takes ``a``'s columns out when it joins the parts (``_nodes``): the dict is
-        left empty then."""
+        left empty then.  Each part's columns are held as narrow as the joined ones will be (``NODE_DTYPES``;
+        node ids, weights and correlations int32 where they fit, as ``joined_ints`` joins them): 4,096
+        synthetic ranks' parts held 170 MB of int64 columns before the join."""
         base, m = self.n, len(a["t_ns"])
         for c in ("name", "lane"):
             if np.asarray(a[c]).dtype.kind not in "iu":
                 a[c] = self.texts.codes(a[c])
-        self._parts.append((p, m, a))
         o = np.argsort(a["node"])
-        gid = lambda x: base + o[np.searchsorted(a["node"][o], x)]  # noqa: E731
-        self._edges.append([gid(e["src"]), gid(e["dst"]), np.asarray(e["w_ns"], np.int64)])
+        gid = lambda x: _narrow(base + o[np.searchsorted(a["node"][o], x)])  # noqa: E731
+        self._edges.append([gid(e["src"]), gid(e["dst"]), _narrow(np.asarray(e["w_ns"], np.int64))])
+        for c, dtype in (("kind", np.int8), ("node", np.int32), ("name", np.int32), ("lane", np.int32)):
+            a[c] = np.asarray(a[c], dtype)
+        a["correlation"] = _narrow(np.asarray(a["correlation"], np.int64))
+        self._parts.append((p, m, a))
         self.n += m
         return base
 
@@ -151,7 +156,7 @@ class JobGraph:
         cols = {"t": "t_ns", "kind": "kind", "local": "node", "name": "name", "lane": "lane", "corr": "correlation"}
         for c, src in cols.items():
             dtype = NODE_DTYPES.get(c, np.int64)
-            xs = [np.asarray(a.pop(src), dtype) for _, _, a in self._parts]
+            xs = [np.asarray(a.pop(src), None if c == "corr" else dtype) for _, _, a in self._parts]
             if c == "corr":                          # (int32 while every id fits: 6 MB less at 1.5 M nodes)
                 setattr(self, c, joined_ints(*xs) if xs else np.zeros(0, np.int32))
             else:
@@ -222,6 +227,11 @@ class JobGraph:
         self.b_p2p = np.isin(c["bar_inst"], np.asarray(sorted(p2p), np.int64))
         self.m_bar, self.m_arr, self.m_end = c["m_bar"], c["m_arr"], c["m_end"]
         self.n += nb
+
+
+def _narrow(x: np.ndarray) -> np.ndarray:
+    """Integer array ``x`` as int32 when every value fits, else as it is (``joined_ints``' choice, a part at a time)."""
+    return x.astype(np.int32) if x.dtype != np.int32 and fits_in(np.int32, x) else x
 
 
 NODE_DTYPES = {"kind": np.int8, "local": np.int32, "name": np.int32, "lane": np.int32}
@@ -444,33 +454,27 @@ class CriticalResult:
     warnings: list = field(default_factory=list)
 
 
-def _step_graphs(job, results) -> dict:
-    """``{(iteration, step): [(part index, anchors, edges)]}`` from the parts' results."""
+def _step_graphs(job, pieces) -> dict:
+    """``{(iteration, step): [(part index, piece, step)]}`` of the parts' pieces (``PieceFile``, None for a
+    part without one), in part order: what ``_build`` reads."""
     steps: dict = {}
-    for p, r in zip(job.parts, results):
-        if not r:
-            continue
-        a, e = r["anchors"], r["edges"]
-        own = set(a["step"].tolist())
-        for st in sorted(own):
-            if len(own) == 1:                              # the common case: no copies
-                steps.setdefault((job.iteration_of(p), st), []).append((p.index, a, e))
-                continue
-            ma, me = a["step"] == st, e["step"] == st
-            steps.setdefault((job.iteration_of(p), st), []).append(
-                (p.index, {c: v[ma] for c, v in a.items()}, {c: v[me] for c, v in e.items()}))
+    for p, piece in zip(job.parts, pieces):
+        for st in piece.steps if piece else ():
+            steps.setdefault((job.iteration_of(p), st), []).append((p.index, piece, st))
     return steps
 
 
 def _build(parts, members, p2p=frozenset(), texts: Texts | None = None) -> JobGraph:
-    """One step's ``JobGraph`` from its parts' ``(part index, anchors, edges)`` (the list, consumed: its
-    entries taken out as they are added) and the matched collectives (``_members``, ``_p2p_instances``);
-    ``texts``: the ``Texts`` the anchors' name and lane codes are of (None: they are text)."""
+    """One step's ``JobGraph`` from its parts' ``(part index, piece, step)`` (``_step_graphs``; the list,
+    consumed: each part's graph read from its piece as it is added, let go once added) and the matched
+    collectives (``_members``, ``_p2p_instances``); ``texts``: the ``Texts`` the anchors' name and lane
+    are coded into."""
     g = JobGraph(texts)
     keys: dict = {Anchor.arrival: ([], []), Anchor.end: ([], [])}
     parts.reverse()
-    while parts:                                       # (each part's edges let go once added)
-        p, a, e = parts.pop()
+    while parts:                                       # (each part's graph read, added, let go)
+        p, piece, st = parts.pop()
+        a, e = piece.graph(st, g.texts)
         base = g.add_part(p, a, e)
         del e
         for kind, (k, nodes) in keys.items():
@@ -479,6 +483,7 @@ def _build(parts, members, p2p=frozenset(), texts: Texts | None = None) -> JobGr
             nodes.append(base + j)
         for c in ("stream", "step"):                   # (read: not held among the columns the graph joins)
             a.pop(c, None)
+        del a
     k = nodes = None                                   # (the loop's last lists: not held under the build)
     trim()                                             # (the parts' edges, turned into node ids: freed)
     cat = lambda k, nodes: (np.concatenate(k) if k else np.zeros((0, 3), np.int64),  # noqa: E731
@@ -488,37 +493,33 @@ def _build(parts, members, p2p=frozenset(), texts: Texts | None = None) -> JobGr
     return g                                           # let go once coded, not held here)
 
 
-def _stats(results) -> dict:
-    """The parts' ``PartStats`` summed."""
+def _stats(pieces) -> dict:
+    """The parts' ``PartStats`` summed (``PieceFile.info``)."""
     out = {"clipped_events": 0, "clipped_ns": 0, "dropped_edges": 0, "thread_waits": 0, "whole_capture_ranks": 0}
-    for r in results:
-        s = (r or {}).get("stats") or {}
+    for r in pieces:
+        s = (r.info if r else {}).get("stats") or {}
         for k in ("clipped_events", "clipped_ns", "dropped_edges", "thread_waits"):
             out[k] += int(s.get(k, 0))
         out["whole_capture_ranks"] += int(bool(s.get("whole_capture")))
     return out
 
 
-def critical_paths(job, results: list, outdir, texts: Texts | None = None) -> CriticalResult:
+def critical_paths(job, pieces: list, outdir, texts: Texts | None = None) -> CriticalResult:
     """Write ``critical_path.parquet``, ``critical_path_summary.parquet`` and
-    ``critical_path_ranks.parquet`` into ``outdir`` from the per-part results ``results``
-    (``part_paths``, in part order; the list is emptied, their ``anchors`` and ``edges`` taken out of
-    them, each step's freed once its graph is built) and the matched
+    ``critical_path_ranks.parquet`` into ``outdir`` from the parts' spilled pieces ``pieces``
+    (``streamtrace.aggregate.critical_pieces.PieceFile``, None for a part without one, in part order;
+    each part's graph read when its step is built, ``_build``) and the matched
     collectives already written there.  ``job``: the ``Job``, or its ``JobParts``; ``texts``: the ``Texts``
-    whose int codes the anchors' ``name`` and ``lane`` are (None: they are text)."""
+    the anchors' ``name`` and ``lane`` are coded into (None: a new one)."""
     members, p2p = _members(outdir), _p2p_instances(outdir)
     trim()                                             # (the tables' reads: glibc's heap returned)
+    texts = Texts() if texts is None else texts
     rank_of = {p.index: p.rank for p in job.parts}
-    spills = {p.index: r["segments"] for p, r in zip(job.parts, results) if r and r["segments"]}
-    stats = _stats(results)
+    spills = {p.index: r.info["segments"] for p, r in zip(job.parts, pieces) if r and r.info["segments"]}
+    stats = _stats(pieces)
     seg_cols, summ_rows, ranks, warnings = [], [], [], []
     cache: dict = {}                                   # the parts' spilled segments, read once
-    steps = _step_graphs(job, results)
-    for r in results:                                  # the steps hold the parts' graphs now: each step's
-        if r:                                          # are freed once built into its JobGraph
-            r.pop("anchors", None)
-            r.pop("edges", None)
-    results.clear()                                    # (read: the pieces' dicts not held under the solves)
+    steps = _step_graphs(job, pieces)
     order = sorted(steps)
     for i, (it, st) in enumerate(order):
         g = _build(steps.pop((it, st)), members, p2p, texts)

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import copy
 import os
-import pickle
 import shutil
 import tempfile
 import time
@@ -72,6 +71,7 @@ from .collective_spill import collectives_to
 from .critical_graph import Texts
 from .critical_local import part_paths, part_reads
 from .critical_path import critical_paths
+from .critical_pieces import PieceFile, spill_piece
 from .whatif import LINK_KEYS, write_whatif
 from .whatif_graphs import GraphSpill, spill_share
 from .whatif_local import ReplayRows
@@ -129,7 +129,7 @@ def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=Non
     rep = ReplayRows(job.iteration_of(part), part.index, part.rank) if critical_spill is not None and replay else None
     graphs = GraphSpill(replay, index, graph_bytes) if rep is not None and graph_bytes > 0 else None
     on_step = None if rep is None else rep.add if graphs is None else lambda *a: (rep.add(*a), graphs.add(*a))
-    cp = _spilled_piece(part_paths(job, part, critical_spill, tables, on_step),
+    cp = spill_piece(part_paths(job, part, critical_spill, tables, on_step),
                         critical_spill, index) if critical_spill is not None else None
     ex = part_tables(job, part, kernel_delay_ns, tables)
     ex = packed(ex) if explain_spill is None else spill_explain(explain_spill, index, ex)
@@ -138,28 +138,11 @@ def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=Non
                                           if rep is not None else None, index)
 
 
-def _spilled_piece(piece: dict, folder, index: int) -> str:
-    """Part ``index``'s critical-path piece (``part_paths``) pickled into ``folder``: its path, for the
-    job's critical path (``job_critical_path``), so that the parent never holds every part's."""
-    path = Path(folder) / f"piece-{index:06d}.pickle"
-    with open(path, "wb") as f:
-        pickle.dump(piece, f, protocol=pickle.HIGHEST_PROTOCOL)
-    return str(path)
-
-
 def job_critical_path(job, pieces: list, outdir):
-    """``critical_paths`` of the parts' pieces spilled by ``_spilled_piece`` (their paths, in part
-    order; None for a part without one): what aggregate's job-level process runs."""
-    texts = Texts()
-
-    def read(path):
-        with open(path, "rb") as f:
-            piece = pickle.load(f)
-        a = piece.get("anchors") if piece else None
-        for c in ("name", "lane") if a else ():        # each text once across the parts, the anchors' as its
-            a[c] = texts.codes(a[c])                   # int32 code (each pickle brings its own copies: ~35 MB
-        return piece                                   # at 4,096 synthetic ranks, object arrays 8 bytes a node)
-    return critical_paths(job, [read(p) if p else None for p in pieces], outdir, texts)
+    """``critical_paths`` of the parts' pieces spilled by ``spill_piece`` (their paths, in part order; None
+    for a part without one): what aggregate's job-level process runs.  Each piece's graph is read when
+    its step is built (``critical_pieces``), its names and lanes coded into one ``Texts`` across the parts."""
+    return critical_paths(job, [PieceFile(p) if p else None for p in pieces], outdir, Texts())
 
 
 # -- the job -----------------------------------------------------------------------------

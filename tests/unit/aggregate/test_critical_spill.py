@@ -57,3 +57,40 @@ def test_steps_written_apart_are_read_back_joined(tmp_path):
     assert list(back) == SEGMENT_SCHEMA.names
     for f in SEGMENT_SCHEMA:
         assert back[f.name].tolist() == plain[f.name].tolist()
+
+
+def _piece(steps):
+    """A ``part_paths`` piece whose anchors and edges are of ``steps`` (one row each per entry)."""
+    n = len(steps)
+    anchors = {"step": np.asarray(steps, np.int64), "node": np.arange(n), "kind": np.zeros(n, np.int64),
+               "t_ns": np.arange(n) * 7, "correlation": np.arange(n) + 100, "stream": np.full(n, 7),
+               "name": np.asarray([f"kernel {i % 3}" for i in range(n)], object),
+               "lane": np.asarray(["stream 7"] * n, object)}
+    edges = {"step": np.asarray(steps, np.int64), "src": np.arange(n), "dst": np.arange(n) + 1,
+             "w_ns": np.arange(n) * 3}
+    return {"anchors": anchors, "edges": edges, "segments": "segs.pickle", "dropped": 2, "stats": {"clipped_ns": 5}}
+
+
+def test_spilled_piece_reads_back_a_step_at_a_time(tmp_path):
+    """A piece spilled in two records (``critical_pieces``): its facts read alone (the steps its anchors
+    are of, ascending), each step's anchors and edges the rows of that step (all of them for a part in
+    one step), names and lanes coded into the ``Texts`` given, in row order."""
+    from streamtrace.aggregate.critical_pieces import PieceFile, spill_piece
+    steps = [5, 3, 5, 5, 3]
+    piece = _piece(steps)
+    f = PieceFile(spill_piece(piece, tmp_path, 7))
+    assert f.path.name == "piece-000007.pickle"
+    assert f.steps == [3, 5] and f.info["dropped"] == 2 and f.info["segments"] == "segs.pickle"
+    assert f.info["stats"] == {"clipped_ns": 5}
+    texts = Texts()
+    for st in (3, 5):
+        a, e = f.graph(st, texts)
+        rows = [i for i, s in enumerate(steps) if s == st]
+        assert a["t_ns"].tolist() == [7 * i for i in rows] and e["w_ns"].tolist() == [3 * i for i in rows]
+        assert [texts[c] for c in a["name"].tolist()] == [f"kernel {i % 3}" for i in rows]
+        assert a["name"].dtype == np.int32 and {texts[c] for c in a["lane"].tolist()} == {"stream 7"}
+    one = PieceFile(spill_piece(_piece([4, 4]), tmp_path, 8))
+    a, e = one.graph(4)
+    assert one.steps == [4] and a["name"].tolist() == ["kernel 0", "kernel 1"] and len(e["src"]) == 2
+    empty = PieceFile(spill_piece(_piece([]), tmp_path, 9))
+    assert empty.steps == []
