@@ -318,7 +318,8 @@ def test_streamed_tables_equal_the_plain_definition(tmp_path):
     """``write_tables`` (the parts spilled a step at a time, written ``ROW_GROUP_ROWS`` rows at a time,
     typed from the chunks' kinds) writes what the plain definition writes (``_plain_tables``): the
     Parquet table with its schema, and the CSV byte for byte; a table its chunks cannot type (text
-    among numbers) fails as the plain definition does (hypothesis; chunks of one row group and of 2)."""
+    among numbers) fails as the plain definition does (hypothesis; chunks of one row group and of 2, made
+    Arrow arrays a row, two, three or ``ARROW_ROWS`` rows at a time)."""
     import itertools
     from hypothesis import given, settings
     from streamtrace.aggregate import explain
@@ -327,8 +328,8 @@ def test_streamed_tables_equal_the_plain_definition(tmp_path):
     runs = itertools.count()
 
     @settings(max_examples=300, deadline=None)
-    @given(_random_parts(), st_rows())
-    def check(parts, rows):
+    @given(_random_parts(), st_rows(), st_arrow_rows())
+    def check(parts, rows, arrow_rows):
         if not any("t" in p and len(p["t"]["rank"]) for p in parts):
             return
         d = tmp_path / str(next(runs))
@@ -340,6 +341,7 @@ def test_streamed_tables_equal_the_plain_definition(tmp_path):
             want = None
         spilled = [explain.spill(d / "spill", i, p) for i, p in enumerate(parts)]
         old, explain.ROW_GROUP_ROWS = explain.ROW_GROUP_ROWS, rows
+        old_arrow, explain.ARROW_ROWS = explain.ARROW_ROWS, arrow_rows
         try:
             if want is None:
                 with pytest.raises((pa.ArrowException, TypeError, ValueError)):
@@ -347,7 +349,7 @@ def test_streamed_tables_equal_the_plain_definition(tmp_path):
                 return
             files = explain.write_tables(d / "got", spilled, columns)
         finally:
-            explain.ROW_GROUP_ROWS = old
+            explain.ROW_GROUP_ROWS, explain.ARROW_ROWS = old, old_arrow
         write_table(d / "want", "t", {c: want.column(c) for c in columns["t"]}, csv=True)
         got = pq.read_table(d / "got" / "t.parquet")
         assert sorted(p.name for p in files) == ["t.csv", "t.parquet"]
@@ -361,3 +363,9 @@ def test_streamed_tables_equal_the_plain_definition(tmp_path):
 def st_rows():
     from hypothesis import strategies as st
     return st.sampled_from([1, 2, 65_536])
+
+
+def st_arrow_rows():
+    from hypothesis import strategies as st
+    from streamtrace.aggregate.explain import ARROW_ROWS
+    return st.sampled_from([1, 2, 3, ARROW_ROWS])
