@@ -56,7 +56,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..events.dataset import read_arrow, write_table
-from ..kernels.critical import NEG, POS, latest_times_masked, longest_path_masked, trace_back
+from ..kernels.critical import EDGE_WINDOW, NEG, POS, latest_times_masked, longest_path_masked, trace_back
 from ..runtime.tuning import trim
 from .critical_graph import (BARRIER, CATEGORIES, Anchor, Category, Edge, Texts, barrier_edges, fits_in,
                              joined_ints, key_codes, last_of, path_edges, positions, tie_classes)
@@ -320,7 +320,8 @@ def _forward(g: JobGraph, w, pos, src, dst, forward):
     init = np.full(n, NEG, np.int64)
     init[pos[kind == Anchor.step_start]] = t[kind == Anchor.step_start]
     none = np.zeros(0, np.int64)
-    dist, pred, psrc = longest_path_masked(n, pos, src, dst, w, forward, none, none, none, np.zeros(0, bool), init)
+    dist, pred, psrc = longest_path_masked(n, pos, src, dst, w, forward, none, none, none, np.zeros(0, bool), init,
+                                           EDGE_WINDOW)
     del init
     ends = np.flatnonzero(kind == Anchor.step_end)
     if not len(ends):

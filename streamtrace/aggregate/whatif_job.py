@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels.critical import NEG, longest_path_masked
+from ..kernels.critical import EDGE_WINDOW, NEG, longest_path_masked
 from ..runtime.tuning import trim
 from .critical_graph import (BARRIER, Anchor, Edge, barrier_edges, edge_weights, fits_in, joined_ints, key_codes,
                              last_of, path_edges, positions, tie_classes)
@@ -167,13 +167,15 @@ class TransferView:
         f = np.ones(len(self.instance))
         if not len(f):
             return f
-        code = lambda k: np.unique(self._facts[k], return_inverse=True)[1].reshape(-1)[self.inv]  # noqa: E731
-        group = key_codes(np.c_[code("name"), code("dim"), self.fact("bytes")].astype(np.int64))
-        o = np.lexsort((self.transfer, group))
-        g, v = group[o], np.asarray(self.transfer, float)[o]
-        lo = np.searchsorted(g, group)
-        n = np.searchsorted(g, group, "right") - lo
-        med = (v[lo + (n - 1) // 2] + v[lo + n // 2]) / 2         # np.median of the group's transfers
+        code = lambda k: np.unique(self._facts[k], return_inverse=True)[1].reshape(-1)  # noqa: E731
+        group = key_codes(np.c_[code("name"), code("dim"), self._facts["bytes"]].astype(np.int64))[self.inv]
+        o = np.lexsort((self.transfer, group))       # (the groups keyed an instance at a time, then by member)
+        v = np.asarray(self.transfer, float)[o]
+        del o
+        n = np.bincount(group)                        # (every group has a member: counts by group)
+        lo = np.cumsum(n) - n
+        med = ((v[lo + (n - 1) // 2] + v[lo + n // 2]) / 2)[group]     # np.median of the group's transfers
+        del v
         s = sel & (self.transfer > med)
         f[s] = med[s] / self.transfer[s]
         return f
@@ -456,7 +458,8 @@ class JobStep:
         starts = np.flatnonzero(self.kind == Anchor.step_start)
         init[self.pos[starts]] = self.t[starts]
         xs, xd, xw, xk = self._extra()
-        dist, pred, psrc = longest_path_masked(n, self.pos, self.src, self.dst, w, self.kept, xs, xd, xw, xk, init)
+        dist, pred, psrc = longest_path_masked(n, self.pos, self.src, self.dst, w, self.kept, xs, xd, xw, xk, init,
+                                               EDGE_WINDOW)
         del init
         ends = np.flatnonzero(self.kind == Anchor.step_end)
         de = dist[self.pos[ends]]                            # (by node: the step ends' only)

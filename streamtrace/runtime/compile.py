@@ -149,12 +149,14 @@ UNITS = {
     "critical._stable_order": ("critical", "_stable_order", (_I64, _i, _b), (), 0.2),
     "critical.longest_path": ("critical", "longest_path", (_i, _I64, _I64, _I64, _I64), ("critical._stable_order",),
                               0.6),
+    "critical._windows": ("critical", "_windows", (_I64, _i), (), 0.1),
     "critical.longest_path_masked": ("critical", "longest_path_masked",
-                                     (_i, _I64, _I32, _I32, _I64, _B1, _I64, _I64, _I64, _B1, _I64), (), 0.6),
+                                     (_i, _I64, _I32, _I32, _I64, _B1, _I64, _I64, _I64, _B1, _I64, _i),
+                                     ("critical._windows",), 0.6),
     # the job graphs' weights as int32 when every one fits (the critical path's, the what-if replay's);
     # after the int64 one
     "critical.longest_path_masked/int32": ("critical", "longest_path_masked",
-                                           (_i, _I64, _I32, _I32, _I32, _B1, _I64, _I64, _I64, _B1, _I64),
+                                           (_i, _I64, _I32, _I32, _I32, _B1, _I64, _I64, _I64, _B1, _I64, _i),
                                            ("critical.longest_path_masked",), 0.6),
     "critical.latest_times_masked": ("critical", "latest_times_masked", (_i, _I64, _I32, _I32, _I64, _B1, _I64), (),
                                      0.4),
@@ -164,8 +166,6 @@ UNITS = {
     "critical.latest_times": ("critical", "latest_times", (_i, _I64, _I64, _I64, _I64),
                               ("critical.latest_times_masked",), 0.4),
     "critical.trace_back": ("critical", "trace_back", (_I64, _I64, _i), (), 0.2),
-    # the job level's walk over ``longest_path_masked``'s int32 predecessors; after the int64 one
-    "critical.trace_back/int32": ("critical", "trace_back", (_I32, _I32, _i), ("critical.trace_back",), 0.2),
     "critical._positions": ("critical", "_positions", (_I64,), (), 0.1),
     "critical.back_within_instant": ("critical", "back_within_instant", (_I64,) * 4, ("critical._positions",), 0.2),
     "critical.reduce_local": ("critical", "reduce_local", (_I64,) * 7, ("critical._positions",), 0.6),
@@ -215,11 +215,10 @@ UNITS = {
 }
 
 _WINDOWS = ("windows._in_key_order", "windows._is_sorted", "windows._sweep", "windows._paint")
-REPLAY_UNITS = ("replay.anchor_pairs", "critical.longest_path_masked", "critical.longest_path_masked/int32",
-                "critical.trace_back/int32")
-CRITICAL_JOB_UNITS = ("critical.longest_path_masked", "critical.longest_path_masked/int32",
-                      "critical.latest_times_masked", "critical.latest_times_masked/int32", "critical.trace_back",
-                      "critical.trace_back/int32")
+REPLAY_UNITS = ("replay.anchor_pairs", "critical._windows", "critical.longest_path_masked",
+                "critical.longest_path_masked/int32")
+CRITICAL_JOB_UNITS = ("critical._windows", "critical.longest_path_masked", "critical.longest_path_masked/int32",
+                      "critical.latest_times_masked", "critical.latest_times_masked/int32", "critical.trace_back")
 """The job-level critical path's units (aggregate runs it in a process forked before the ranks are read; it calls
 no other)."""
 """The what-if replay's units (aggregate's ranks reduce each change's graphs with them; the job level's

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamtrace.kernels.critical import (NEG, POS, back_within_instant, latest_times, latest_times_masked,
+from streamtrace.kernels.critical import (EDGE_WINDOW, NEG, POS, WINDOW_BUCKETS, back_within_instant, latest_times, latest_times_masked,
                                           longest_path, longest_path_masked, reduce_local, trace_back)
 from streamtrace.kernels.reference import (back_within_instant_py, latest_times_masked_py, latest_times_py,
                                            longest_path_masked_py, longest_path_py, reduce_local_py, trace_back_py)
@@ -96,18 +96,20 @@ def masked_graphs(draw):
 
 
 @SETTINGS
-@given(masked_graphs())
-def test_longest_path_masked_matches_the_copied_edges(g):
+@given(masked_graphs(), st.sampled_from([1, 2, 3, EDGE_WINDOW]))
+def test_longest_path_masked_matches_the_copied_edges(g, window):
     """``longest_path_masked`` against its twin and against ``longest_path`` over the kept edges copied
     out (what the what-if replay did before): the same distances, the same chosen edges (as ids), each
-    chosen edge's source position."""
+    chosen edge's source position, whatever its window (one node a bucket here: a window of 1 is one
+    destination at a time)."""
     n, pos, src, dst, w, mask, xs, xd, xw, xm, init = g
     given = init.copy()
-    dist, pred, psrc = longest_path_masked(n, pos, src, dst, w, mask, xs, xd, xw, xm, given)
+    dist, pred, psrc = longest_path_masked(n, pos, src, dst, w, mask, xs, xd, xw, xm, given, window)
     assert np.shares_memory(dist, given)                            # (written in place: no copy of n values)
     d2, p2, s2 = longest_path_masked_py(n, pos, src, dst, w, mask, xs, xd, xw, xm, init.copy())
     assert dist.tolist() == d2.tolist() and pred.tolist() == p2.tolist() and psrc.tolist() == s2.tolist()
-    d4, p4, s4 = longest_path_masked(n, pos, src, dst, w.astype(np.int32), mask, xs, xd, xw, xm, init.copy())
+    d4, p4, s4 = longest_path_masked(n, pos, src, dst, w.astype(np.int32), mask, xs, xd, xw, xm, init.copy(),
+                                     window)
     assert dist.tolist() == d4.tolist() and pred.tolist() == p4.tolist() and psrc.tolist() == s4.tolist()
     ids = np.r_[np.flatnonzero(mask), len(src) + np.flatnonzero(xm)]
     ks = np.r_[pos[src[mask]], pos[xs[xm]]].astype(np.int64)
@@ -146,15 +148,40 @@ def test_latest_times_masked_refuses_a_kept_edge_backwards():
     assert latest_times_masked(2, pos, src, dst, w, np.zeros(1, bool), deadline).tolist() == [POS, 7]
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.integers(WINDOW_BUCKETS + 1, 3_000), st.integers(0, 2**32 - 1), st.sampled_from([1, 7, 100, EDGE_WINDOW]))
+def test_longest_path_masked_windows_of_many_positions(n, seed, window):
+    """More nodes than buckets (a bucket holds several destinations, a window several buckets), many
+    edges into the same nodes, ties of weight: the windowed pass gives its twin's answer."""
+    rng = np.random.default_rng(seed)
+    pos = rng.permutation(n).astype(np.int64)
+    node_at = np.argsort(pos)
+    m = int(rng.integers(0, 4 * n))
+    u = rng.integers(0, n - 1, m)
+    v = np.minimum(n - 1, u + 1 + rng.geometric(0.05, m))      # (mostly near: many sources for one node)
+    mask = rng.random(m) < 0.9
+    src, dst = node_at[u].astype(np.int32), node_at[v].astype(np.int32)
+    w = rng.choice([0, 1, 2, 5, 10], m).astype(np.int64)
+    k = int(rng.integers(0, n))
+    xu = rng.integers(0, n - 1, k)
+    xs, xd = node_at[xu], node_at[np.minimum(n - 1, xu + 1 + rng.geometric(0.1, k))]
+    xw, xm = rng.choice([0, 3, 7], k).astype(np.int64), rng.random(k) < 0.8
+    init = np.where(rng.random(n) < 0.1, rng.integers(0, 50, n), NEG).astype(np.int64)
+    got = longest_path_masked(n, pos, src, dst, w, mask, xs, xd, xw, xm, init.copy(), window)
+    want = longest_path_masked_py(n, pos, src, dst, w, mask, xs, xd, xw, xm, init.copy())
+    assert all(a.tolist() == b.tolist() for a, b in zip(got, want))
+
+
 def test_longest_path_masked_refuses_a_kept_edge_backwards():
     """A kept edge against ``pos`` is an error (as ``longest_path``'s); masked, it is left out."""
     pos = np.asarray([1, 0], np.int64)                            # node 0 after node 1
     src, dst, w = np.asarray([0], np.int32), np.asarray([1], np.int32), np.asarray([5], np.int64)
     none, init = np.zeros(0, np.int64), np.asarray([0, 0], np.int64)
     with pytest.raises(ValueError):
-        longest_path_masked(2, pos, src, dst, w, np.ones(1, bool), none, none, none, np.zeros(0, bool), init)
+        longest_path_masked(2, pos, src, dst, w, np.ones(1, bool), none, none, none, np.zeros(0, bool), init,
+                            EDGE_WINDOW)
     dist, pred, psrc = longest_path_masked(2, pos, src, dst, w, np.zeros(1, bool), none, none, none,
-                                           np.zeros(0, bool), init)
+                                           np.zeros(0, bool), init, EDGE_WINDOW)
     assert dist.tolist() == [0, 0] and pred.tolist() == [-1, -1] and psrc.tolist() == [-1, -1]
 
 

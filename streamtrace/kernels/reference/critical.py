@@ -45,10 +45,11 @@ def longest_path_py(n, src, dst, w, init):
     return np.asarray(dist, np.int64), np.asarray(pred, np.int64), np.asarray(origin, np.int64)
 
 
-def longest_path_masked_py(n, pos, src, dst, w, mask, x_src, x_dst, x_w, x_mask, init):
+def longest_path_masked_py(n, pos, src, dst, w, mask, x_src, x_dst, x_w, x_mask, init, window=None):
     """Twin of ``longest_path_masked``: the kept edges copied out (positions through ``pos``),
     ``longest_path_py`` over them, its edge indices mapped back to the ids ``e`` / ``E + x``; the
-    distances written into ``init`` and returned as it, as the kernel does."""
+    distances written into ``init`` and returned as it, as the kernel does.  ``window`` (the
+    kernel's memory bound) is not read: the answer does not depend on it."""
     pos = np.asarray(pos, np.int64)
     ids = np.r_[np.flatnonzero(mask), len(src) + np.flatnonzero(x_mask)].astype(np.int64)
     ks = np.r_[pos[np.asarray(src, np.int64)[mask]], pos[np.asarray(x_src, np.int64)[x_mask]]].astype(np.int64)

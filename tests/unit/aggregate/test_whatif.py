@@ -11,6 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import streamtrace
 from streamtrace.aggregate import AggregateOptions, aggregate
@@ -214,6 +216,25 @@ def test_transfers_at_a_share_of_the_link_and_at_the_median():
     assert v.fact("name").tolist() == ["AllReduce"] * 4 and v.fact("bytes").tolist() == [10] * 4
     assert len({id(x) for x in v.fact("name")}) == 1
     assert np.isnan(v.fact("peak")).tolist() == [False] * 4 and v.fact("peak").tolist() == [200.0, 200.0, 25.0, 25.0]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(1, 50), st.booleans()), min_size=1, max_size=40),
+       st.lists(st.tuples(st.sampled_from(["AllReduce", "AllGather"]), st.sampled_from(["DP", "TP"]),
+                          st.sampled_from([10, 20])), min_size=6, max_size=6))
+def test_transfers_at_the_median_of_their_collective(members, facts):
+    """``median_factor`` against ``np.median`` of each group's transfers (same collective, dimension and
+    size, over every member of the step), computed a member at a time in plain Python."""
+    info = {i: {"name": n, "dim": d, "bytes": b} for i, (n, d, b) in enumerate(facts)}
+    inst = np.asarray([m[0] for m in members])
+    transfer = np.asarray([float(m[1]) for m in members])
+    sel = np.asarray([m[2] for m in members])
+    v = TransferView(inst, np.zeros(len(inst), np.int64), transfer, Members({}, info))
+    want = []
+    for i, t, s in members:
+        med = float(np.median([float(x[1]) for x in members if facts[x[0]] == facts[i]]))
+        want.append(med / t if s and t > med else 1.0)
+    assert v.median_factor(sel).tolist() == want
 
 
 def test_two_iterations(tmp_path):
