@@ -95,9 +95,9 @@ class Part:
         several after ``analyze --jobs N`` of one big trace.  Listed once per part (the folder
         was listed a dozen times per rank in an aggregate)."""
         got = self._files.get(dataset)
-        if got is None:
-            got = self._files[dataset] = partition_files(self.dir, dataset, self.rank, self.iteration)
-        return list(got)
+        if got is None:                   # (held as str: a Path is ~400 bytes, in every process a part is sent to)
+            got = self._files[dataset] = tuple(map(str, partition_files(self.dir, dataset, self.rank, self.iteration)))
+        return [Path(f) for f in got]
 
     def read(self, dataset, columns):
         """The rank's ``dataset`` rows (all part files, in order) as a pyarrow Table; None when
@@ -233,10 +233,11 @@ class Job:
         if not self.dirs:
             raise StreamtraceError("give at least one analysed folder (the -o of streamtrace analyze)")
         counts, facts = [], {}
+        shared: dict = {}             # equal step numbers and device names one object: pickled once (~180 bytes a part)
         for d in self.dirs:
             for rank, iteration, source, patterns, numbers, count, meta in _rank_entries(d, self.warnings):
                 self.parts.append(Part(len(self.parts), d, rank, iteration, source, step_patterns=patterns,
-                                       step_numbers=numbers))
+                                       step_numbers=shared.setdefault(numbers, numbers)))
                 counts.append(count)
                 facts[(str(d), rank, iteration)] = meta
         if not self.parts:
@@ -258,7 +259,7 @@ class Job:
                               on_done=bar.update)
         for p, info in zip(self.parts, infos):
             for k, v in info.items():
-                setattr(p, k, v)
+                setattr(p, k, shared.setdefault(v, v) if k == "device_name" and isinstance(v, str) else v)
         problem = self.different_jobs()
         if problem and not force:
             raise StreamtraceError(f"{_list(map(str, self.dirs))}: these look like different jobs ({problem}); "

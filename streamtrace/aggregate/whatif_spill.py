@@ -57,18 +57,62 @@ def spill_rows(result: dict, folder, index: int, graphs=None) -> dict:
     return out
 
 
+def spill_path(folder, name: str, index: int) -> str:
+    """The file ``spill_rows`` writes part ``index``'s table ``name`` (``anchors``, ``edges``) to."""
+    return str(Path(folder) / f"whatif-{name}-{index:06d}.arrow")
+
+
+class SpillFiles:
+    """One table's spilled files, ``(path, rows)`` a part in part order (a sequence: ``len``, ``[k]``,
+    iteration): held as two int arrays, each path made when asked for from the folder and the part's
+    index (``spill_path``), where every path is as ``spill_rows`` names it, else as given.  A list of
+    ``(path, rows)`` held ~0.5 KB a part in aggregate's parent and again in the replay's process
+    (16,384 ranks: 2 tables, ~16 MB each)."""
+
+    def __init__(self, folder, name: str, index, files: list):
+        self.folder, self.name = str(folder), name
+        self.index = np.asarray(index, np.int64)
+        self.rows = np.asarray([n for _, n in files], np.int64)
+        same = all(path == spill_path(folder, name, i) for (path, _), i in zip(files, self.index.tolist()))
+        self.paths = None if same else [path for path, _ in files]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, k: int) -> tuple:
+        path = self.paths[k] if self.paths is not None else spill_path(self.folder, self.name, int(self.index[k]))
+        return path, int(self.rows[k])
+
+    def __iter__(self):
+        return (self[k] for k in range(len(self)))
+
+    def nonempty(self) -> "SpillFiles":
+        """The files with rows."""
+        keep = np.flatnonzero(self.rows > 0)
+        out = SpillFiles.__new__(SpillFiles)
+        out.folder, out.name, out.index, out.rows = self.folder, self.name, self.index[keep], self.rows[keep]
+        out.paths = None if self.paths is None else [self.paths[k] for k in keep.tolist()]
+        return out
+
+
 class SpilledRows:
     """The parts' spilled rows (``spill_rows`` results, in part order; their ``"ranks"`` taken out
     and joined) in ``folder``, which ``close`` removes."""
 
     def __init__(self, folder, parts: list):
         from .whatif_local import RANK_COLUMNS
-        self.folder, self.parts = Path(folder), [p for p in parts if p]
+        self.folder = Path(folder)
+        parts = [p for p in parts if p]
         self._chunks: dict = {}               # table name -> its files read (``Chunks``), shared by its columns
         # the parts' few rows joined now, each part's small arrays let go: 4,096 parts' ~100 k objects
         # (~40 MB) neither held by aggregate's parent nor pickled to the replay's process
-        got = [p.pop("ranks") for p in self.parts]
+        got = [p.pop("ranks") for p in parts]
         self._ranks = {c: np.concatenate([g[c] for g in got]) if got else np.zeros(0, np.int64) for c in RANK_COLUMNS}
+        del got
+        self._graphs = {i: path for i, path in (p.get("graphs", (None, None)) for p in parts) if path}
+        index = [p.get("graphs", (k, None))[0] for k, p in enumerate(parts)]
+        index = index if all(isinstance(i, int) for i in index) else list(range(len(parts)))
+        self.files = {name: SpillFiles(folder, name, index, [p[name] for p in parts]) for name in NAMES}
 
     def close(self):
         """Remove the spill folder."""
@@ -81,11 +125,11 @@ class SpilledRows:
 
     def graphs(self) -> dict:
         """``{part index: path}`` of the parts' spilled step graphs (``whatif_graphs.GraphSpill``)."""
-        return {i: path for i, path in (p.get("graphs", (None, None)) for p in self.parts) if path}
+        return dict(self._graphs)
 
     def rows(self, name: str) -> int:
         """How many rows table ``name`` (``anchors``, ``edges``) has."""
-        return sum(p[name][1] for p in self.parts)
+        return int(self.files[name].rows.sum())
 
     def load(self, name: str, columns, small=()) -> dict:
         """``{column: int64 array}`` of the int ``columns`` of table ``name`` over every part (int32 for
@@ -93,8 +137,7 @@ class SpilledRows:
         columns' pages read)."""
         out = {c: np.empty(self.rows(name), np.int32 if c in small else np.int64) for c in columns}
         at = 0
-        for p in self.parts:
-            path, n = p[name]
+        for path, n in self.files[name]:
             if not n:
                 continue
             with arrow_map(path) as src:
@@ -108,7 +151,7 @@ class SpilledRows:
     def lazy(self, name: str, column: str) -> "Lazy":
         """Column ``column`` of table ``name`` over every part, read from the spilled files a value
         at a time (``Lazy``): for a column only a few rows of which are ever read."""
-        return Lazy([p[name] for p in self.parts if p[name][1]], column, chunks=self._chunks.setdefault(name, Chunks()))
+        return Lazy(self.files[name].nonempty(), column, chunks=self._chunks.setdefault(name, Chunks()))
 
     def write(self, outdir, name: str) -> list:
         """Table ``name`` (``anchors``, ``edges``) as ``whatif_<name>.parquet`` in ``outdir``, streamed
@@ -120,8 +163,7 @@ class SpilledRows:
         p = table_path(outdir, table_name)
         with atomic_output(p, compress=False) as f, pq.ParquetWriter(f, schema(cols), compression="zstd") as w:
             held, nheld = [], 0
-            for part in self.parts:
-                path, n = part[name]
+            for path, n in self.files[name]:
                 if not n:
                     continue
                 with arrow_map(path) as src:

@@ -51,6 +51,24 @@ def spilled(tmp_path):
     return raw, SpilledRows(folder, parts), tmp_path
 
 
+def test_spilled_files_are_the_workers_paths(spilled, tmp_path):
+    """Each table's files as the workers returned them, ``(path, rows)`` a part in order, whether the
+    paths are made from the part's index (as ``spill_rows`` names them) or held as given; pickled to
+    the replay's process alike."""
+    import pickle
+    raw, rows, _ = spilled
+    folder = rows.folder
+    for name, i in (("anchors", 0), ("edges", 1)):
+        files = rows.files[name]
+        want = [(str(folder / f"whatif-{name}-{k:06d}.arrow"), len(r[i]["part"])) for k, r in enumerate(raw)]
+        assert list(files) == want and files.paths is None and rows.rows(name) == sum(n for _, n in want)
+        assert list(files.nonempty()) == [x for x in want if x[1]]
+        assert list(pickle.loads(pickle.dumps(files))) == want
+    other = [("/elsewhere/a.arrow", 3), ("/elsewhere/b.arrow", 0)]
+    files = whatif_spill.SpillFiles(tmp_path, "edges", [0, 1], other)
+    assert list(files) == other and files.paths is not None and list(files.nonempty()) == other[:1]
+
+
 @pytest.mark.parametrize("slice_rows", [3, 1 << 16])
 def test_written_tables_hold_the_raw_rows(spilled, monkeypatch, slice_rows):
     raw, rows, tmp = spilled
