@@ -203,9 +203,12 @@ class Lazy:
     ``c[idx]`` for an index or mask array the ``Lazy`` of those rows.  The files read are kept open
     in ``chunks`` (``Chunks``; one for the columns of one table, a new one when None)."""
 
-    def __init__(self, files, column, rows=None, chunks=None):
+    def __init__(self, files, column, rows=None, chunks=None, starts=None):
         self.files, self.column, self.rows = files, column, rows
-        self.starts = np.cumsum([0] + [n for _, n in files])
+        if starts is None:                       # (a ``SpillFiles``' counts without making its paths)
+            counts = files.rows if isinstance(files, SpillFiles) else [n for _, n in files]
+            starts = np.cumsum(np.r_[0, np.asarray(counts, np.int64)])
+        self.starts = starts
         self.chunks = Chunks() if chunks is None else chunks
 
     def _chunk(self, k):
@@ -218,7 +221,7 @@ class Lazy:
 
     def _sub(self, rows) -> "Lazy":
         """The column's rows ``rows`` (int64 indices into all of it)."""
-        return Lazy(self.files, self.column, rows, self.chunks)
+        return Lazy(self.files, self.column, rows, self.chunks, self.starts)
 
     def __len__(self):
         return int(self.starts[-1]) if self.rows is None else len(self.rows)
