@@ -49,11 +49,11 @@ def spill_rows(result: dict, folder, index: int, graphs=None) -> dict:
     out = {"ranks": result["ranks"], "graphs": (index, graphs)}
     for name, (_, cols) in NAMES.items():
         data = result[name]
-        path = Path(folder) / f"whatif-{name}-{index:06d}.arrow"
+        path = spill_path(folder, name, index)
         table = pa.table({c: pa.array(data[c], pa.string() if c in TEXT else pa.int64()) for c in cols},
                          schema=schema(cols))
         feather.write_feather(table, arrow_file(path, "wb"), compression="uncompressed")
-        out[name] = (str(path), len(data[cols[0]]))
+        out[name] = (path, len(data[cols[0]]))
     return out
 
 

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamtrace.kernels.critical import (EDGE_WINDOW, NEG, POS, WINDOW_BUCKETS, back_within_instant, latest_times, latest_times_masked,
-                                          longest_path, longest_path_masked, reduce_local, trace_back)
+from streamtrace.kernels.critical import (EDGE_WINDOW, NEG, POS, WINDOW_BUCKETS, back_within_instant, latest_times,
+                                          latest_times_masked, longest_path, longest_path_masked, reduce_local,
+                                          trace_back)
 from streamtrace.kernels.reference import (back_within_instant_py, latest_times_masked_py, latest_times_py,
                                            longest_path_masked_py, longest_path_py, reduce_local_py, trace_back_py)
 
