@@ -345,6 +345,30 @@ def last_of(codes, values, n) -> np.ndarray:
     return out
 
 
+def matched_members(arrivals, ends, members, first_only: bool = True) -> tuple:
+    """The collectives' members met in a job graph: ``arrivals`` / ``ends`` ``(keys, nodes)`` (keys: an
+    int64[n, 3] array of ``(part, correlation, stream)`` rows or its three columns, any int type; nodes:
+    int node ids), ``members`` ``(keys, instance)`` (``collectives_ranks``' matched rows).  Returns
+    int64 arrays ``(arrival, end, instance)``, one row per arrival whose key has an end (its key's last
+    end node, and its key's last instance, -1 when it has none: as dicts built in row order hold them), in
+    the arrivals' order; ``first_only``: each key once, at its first arrival's place with its last
+    arrival's node (the critical path's), else every arrival (the replay's)."""
+    (ak, an), (ek, en), (mk, mi) = arrivals, ends, members
+    na, ne = len(an), len(en)
+    codes = key_codes(ak, ek, mk)
+    nc = int(codes.max()) + 1 if len(codes) else 0
+    ca, ce, cm = codes[:na], codes[na:na + ne], codes[na + ne:]
+    if first_only:
+        first = np.sort(np.unique(ca, return_index=True)[1]) if na else np.zeros(0, np.int64)
+        a = last_of(ca, an, nc)[ca[first]]
+        ca = ca[first]
+    else:
+        a = np.asarray(an, np.int64)
+    e = last_of(ce, en, nc)[ca]
+    has = e >= 0
+    return a[has], e[has], last_of(cm, mi, nc)[ca[has]]
+
+
 def barrier_edges(t, arrival, end, instance, first_node: int) -> dict:
     """The barriers of the matched members ``arrival`` / ``end`` (node ids, in the order met) of
     ``instance`` (int64, -1 unmatched) in a job graph whose node times are ``t``: one barrier per

@@ -59,11 +59,12 @@ from ..events.dataset import read_arrow, write_table
 from ..kernels.critical import EDGE_WINDOW, NEG, POS, latest_times_masked, longest_path_masked, trace_back
 from ..runtime.tuning import trim
 from .critical_graph import (BARRIER, CATEGORIES, Anchor, Category, Edge, Texts, barrier_edges, fits_in,
-                             joined_ints, key_codes, last_of, path_edges, positions, tie_classes)
+                             joined_ints, matched_members, path_edges, positions, tie_classes)
 from .folder import (COLLECTIVES_RANKS, CRITICAL_PATH, CRITICAL_PATH_COLUMNS, CRITICAL_PATH_RANKS,
                      CRITICAL_PATH_RANKS_COLUMNS as RANK_COLUMNS, CRITICAL_PATH_SUMMARY,
                      CRITICAL_PATH_SUMMARY_COLUMNS as SUMMARY_COLUMNS, columns, table_path)
 from .critical_local import read_segments
+from .critical_members import PartMembers, p2p_instances
 from .critical_ranks import collective_figures, rank_rows, summary_rows
 
 SEGMENT_COLUMNS = CRITICAL_PATH_COLUMNS
@@ -75,36 +76,6 @@ _DTYPES = {"lane": object, "name": object, "cat": np.int8}
 _GPU_CODES = np.asarray([Category[c] for c in GPU_CATEGORIES], np.int8)
 SUM_TOLERANCE = 0.001
 """A path whose weights differ from its own span by more than this share gets a warning."""
-
-
-def _members(outdir) -> tuple:
-    """``(keys int64[n, 3] (part, correlation, stream), instance int64[n])`` of the matched collectives'
-    members (complete instances of two or more ranks)."""
-    p = table_path(outdir, COLLECTIVES_RANKS)
-    none = (np.zeros((0, 3), np.int64), np.zeros(0, np.int64))
-    if not p.is_file():
-        return none
-    t = read_arrow(p, columns(COLLECTIVES_RANKS, "instance", "part", "correlation", "stream"))
-    inst, part, corr, stream = (t[c].to_numpy().astype(np.int64) for c in ("instance", "part", "correlation", "stream"))
-    if not len(inst):
-        return none
-    keep = np.bincount(inst)[inst] >= 2
-    return np.c_[part[keep], corr[keep], stream[keep]], inst[keep]
-
-
-P2P = ("send", "recv", "sendrecv")
-"""Point-to-point collectives (``collectives_ranks.parquet``'s ``collective``, lower case): a receive
-posts early by design, so their waits are not a rank's lateness (``streamtrace.aggregate.critical_ranks``)."""
-
-
-def _p2p_instances(outdir) -> set:
-    """The matched instances that are point-to-point transfers (``P2P``)."""
-    p = table_path(outdir, COLLECTIVES_RANKS)
-    if not p.is_file():
-        return set()
-    t = read_arrow(p, columns(COLLECTIVES_RANKS, "instance", "collective"))
-    p2p = pc.is_in(pc.utf8_lower(t["collective"].cast(pa.string())), value_set=pa.array(P2P))    # (Arrow text, no str
-    return set(np.unique(t["instance"].filter(p2p).to_numpy()).tolist())    # a row: 78 MB at 4,096 synthetic ranks)
 
 
 class JobGraph:
@@ -125,6 +96,7 @@ class JobGraph:
     def __init__(self, texts: Texts | None = None):
         self._parts: list = []
         self._edges: list = []
+        self._matched: list = []
         self.n = 0
         self.texts = Texts() if texts is None else texts
 
@@ -185,29 +157,30 @@ class JobGraph:
         self.add_collectives_arrays((k(arrivals), v(arrivals)), (k(ends), v(ends)), (k(members), v(members)), p2p)
 
     def add_collectives_arrays(self, arrivals, ends, members, p2p=frozenset()):
-        """The collectives' barriers and edges (module docstring), after every part: ``arrivals`` /
-        ``ends`` ``(keys int64[n, 3] (part, correlation, stream), nodes int64[n])``, in the parts'
+        """``match`` then ``add_barriers``: the collectives of the whole graph at once."""
+        self.match(arrivals, ends, members)
+        self.add_barriers(p2p)
+
+    def match(self, arrivals, ends, members):
+        """The collectives' members among a batch of parts' anchors (``critical_graph.matched_members``,
+        each key once): ``arrivals`` / ``ends`` ``(keys (part, correlation, stream), nodes)``, in the parts'
         order (a key repeated: its first place, its last node, as a dict built in that order);
-        ``members`` ``(keys, instance)`` of ``_members``; ``p2p`` the point-to-point instances
-        (``_p2p_instances``).  Edges appended unmatched transfers first (in arrival order), then
-        each instance's (in the order of its first arrival) waits and transfers, member by member."""
+        ``members`` ``(keys, instance)`` of at least those parts (``PartMembers.of``).  A key's part is
+        one of the batch's: batches of whole parts, matched in the parts' order, match as the whole
+        graph's keys would."""
+        a, e, inst = matched_members(arrivals, ends, members)
+        self._matched.append((joined_ints(a), joined_ints(e), joined_ints(inst)))
+
+    def add_barriers(self, p2p=frozenset()):
+        """The collectives' barriers and edges (module docstring), after every part and ``match``:
+        ``p2p`` the point-to-point instances (``critical_members.p2p_instances``).  Edges appended
+        unmatched transfers first (in arrival order), then each instance's (in the order of its first
+        arrival) waits and transfers, member by member."""
         self._nodes()
         trim()                                           # (the parts' columns, freed: glibc's heap returned)
-        (ak, an), (ek, en), (mk, mi) = arrivals, ends, members
-        del arrivals, ends                               # (handed over by ``_build``: let go once coded)
-        na, ne = len(ak), len(ek)
-        codes = key_codes(ak, ek, mk)                    # (not joined first: 47 MB at 4,096 synthetic ranks)
-        del ak, ek
-        nc = int(codes.max()) + 1 if len(codes) else 0
-        ca, ce, cm = codes[:na], codes[na:na + ne], codes[na + ne:]
-        first = np.sort(np.unique(ca, return_index=True)[1]) if len(ca) else np.zeros(0, np.int64)
-        ca = ca[first]                                   # each key once, at its first place, its last node
-        a = last_of(codes[:na], an, nc)[ca]
-        e = last_of(ce, en, nc)[ca]
-        has = e >= 0
-        a, e, inst = a[has], e[has], last_of(cm, mi, nc)[ca[has]]
-        del codes, ca, ce, cm, first, has, an, en
-        trim()                                           # (the keys' temporaries)
+        a, e, inst = (np.concatenate([m[i] for m in self._matched] or [np.zeros(0, np.int64)], dtype=np.int64)
+                      for i in range(3))
+        self._matched = []
         un = inst < 0                                    # unmatched: its own transfer
         c = barrier_edges(self.t, a, e, inst, self.n)
         trim()
@@ -465,33 +438,50 @@ def _step_graphs(job, pieces) -> dict:
     return steps
 
 
-def _build(parts, members, p2p=frozenset(), texts: Texts | None = None) -> JobGraph:
+MATCH_ROWS = 1 << 18
+"""Anchors (arrivals and ends) of a batch of parts matched to the collectives' members at once
+(``_build``): the keys' coding and sort held for a batch, not for a step's ~1.3 M anchors."""
+
+
+def _build(parts, members: PartMembers, p2p=frozenset(), texts: Texts | None = None) -> JobGraph:
     """One step's ``JobGraph`` from its parts' ``(part index, piece, step)`` (``_step_graphs``; the list,
     consumed: each part's graph read from its piece as it is added, let go once added) and the matched
-    collectives (``_members``, ``_p2p_instances``); ``texts``: the ``Texts`` the anchors' name and lane
-    are coded into."""
+    collectives (``PartMembers``, ``critical_members.p2p_instances``), matched a batch of parts at a time
+    (``MATCH_ROWS``); ``texts``: the ``Texts`` the anchors' name and lane are coded into."""
     g = JobGraph(texts)
-    keys: dict = {Anchor.arrival: ([], []), Anchor.end: ([], [])}
+    batch: list = []                                   # (part, arrivals, ends) of the parts not yet matched
+    rows = 0
     parts.reverse()
     while parts:                                       # (each part's graph read, added, let go)
         p, piece, st = parts.pop()
         a, e = piece.graph(st, g.texts)
         base = g.add_part(p, a, e)
         del e
-        for kind, (k, nodes) in keys.items():
+        keys = []
+        for kind in (Anchor.arrival, Anchor.end):
             j = np.flatnonzero(a["kind"] == kind)
-            k.append(np.c_[np.full(len(j), p, np.int64), a["correlation"][j], a["stream"][j]].astype(np.int64))
-            nodes.append(base + j)
+            keys.append(((np.full(len(j), p, np.int32), a["correlation"][j], a["stream"][j]), base + j))
+            rows += len(j)
+        batch.append((p, *keys))
         for c in ("stream", "step"):                   # (read: not held among the columns the graph joins)
             a.pop(c, None)
-        del a
-    k = nodes = None                                   # (the loop's last lists: not held under the build)
+        del a, keys
+        if rows >= MATCH_ROWS or not parts:
+            _match(g, batch, members)
+            batch, rows = [], 0
     trim()                                             # (the parts' edges, turned into node ids: freed)
-    cat = lambda k, nodes: (np.concatenate(k) if k else np.zeros((0, 3), np.int64),  # noqa: E731
-                            np.concatenate(nodes).astype(np.int64) if nodes else np.zeros(0, np.int64))
-    g.add_collectives_arrays(cat(*keys.pop(Anchor.arrival)), cat(*keys.pop(Anchor.end)), members, p2p)
-    trim()                                             # (the build's temporaries; the keys were handed over:
-    return g                                           # let go once coded, not held here)
+    g.add_barriers(p2p)
+    trim()                                             # (the build's temporaries)
+    return g
+
+
+def _match(g: JobGraph, batch: list, members: PartMembers):
+    """``JobGraph.match`` of a batch of parts' ``(part, arrivals, ends)`` (``_build``)."""
+    def joined(i):
+        return tuple(np.concatenate([b[i][0][c] for b in batch]) for c in range(3)), \
+            np.concatenate([b[i][1] for b in batch])
+    ps = [b[0] for b in batch]
+    g.match(joined(1), joined(2), members.of(min(ps), max(ps)))
 
 
 def _stats(pieces) -> dict:
@@ -512,7 +502,7 @@ def critical_paths(job, pieces: list, outdir, texts: Texts | None = None) -> Cri
     each part's graph read when its step is built, ``_build``) and the matched
     collectives already written there.  ``job``: the ``Job``, or its ``JobParts``; ``texts``: the ``Texts``
     the anchors' ``name`` and ``lane`` are coded into (None: a new one)."""
-    members, p2p = _members(outdir), _p2p_instances(outdir)
+    members, p2p = PartMembers.read(outdir), p2p_instances(outdir)
     trim()                                             # (the tables' reads: glibc's heap returned)
     texts = Texts() if texts is None else texts
     rank_of = {p.index: p.rank for p in job.parts}

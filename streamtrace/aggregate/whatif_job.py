@@ -21,7 +21,7 @@ import numpy as np
 from ..kernels.critical import EDGE_WINDOW, NEG, longest_path_masked
 from ..runtime.tuning import trim
 from .critical_graph import (BARRIER, Anchor, Edge, barrier_edges, edge_weights, fits_in, joined_ints, key_codes,
-                             last_of, path_edges, positions, tie_classes)
+                             matched_members, path_edges, positions, tie_classes)
 
 LOCAL, WAIT, TRANSFER = Edge.local, Edge.wait, Edge.transfer
 LOCAL_COLUMNS = ("part", "src", "dst", "w_ns", "host_ns", "gpu_ns", "top_category", "top_name", "top_ns")
@@ -368,13 +368,9 @@ class JobStep:
         end = np.flatnonzero(self.kind == Anchor.end)
         mk, mi = members.arrays()
         cols = (self.part, self.corr, self.stream)        # the keys (part, correlation, stream)
-        codes = key_codes([c[arr] for c in cols], [c[end] for c in cols], mk)
-        nc = int(codes.max()) + 1 if len(codes) else 0
-        ca, ce, cm = codes[:len(arr)], codes[len(arr):len(arr) + len(end)], codes[len(arr) + len(end):]
-        e = last_of(ce, end, nc)[ca]
-        has = e >= 0
-        a, e, inst = arr[has], e[has], last_of(cm, mi, nc)[ca[has]]
-        del codes, ca, ce, cm, arr, end, has
+        a, e, inst = matched_members(([c[arr] for c in cols], arr), ([c[end] for c in cols], end), (mk, mi),
+                                     first_only=False)
+        del arr, end
         trim()                                            # (the keys' temporaries: ~2 M rows of 3 int64)
         un = inst < 0                                     # unmatched: its own transfer
         c = barrier_edges(self.t, a, e, inst, n)

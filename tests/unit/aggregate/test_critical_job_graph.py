@@ -346,3 +346,70 @@ def test_collective_figures_follow_the_rule(g):
             last[members[-1][1]] += 1
     got = cr._collective_figures(g, n)
     assert [x.tolist() for x in got] == [wait, count, lead, last]
+
+
+def _matched_by_dicts(arrivals, ends, members, first_only):
+    """``matched_members`` in plain Python: dicts built in row order, the arrivals kept in their order
+    (each key once, at its first place, when ``first_only``)."""
+    end, inst, last = {}, {}, {}
+    for k, v in ends:
+        end[k] = v
+    for k, v in members:
+        inst[k] = v
+    for k, v in arrivals:
+        last[k] = v
+    rows = list({k: last[k] for k, _ in arrivals}.items()) if first_only else arrivals
+    return [(a, end[k], inst.get(k, -1)) for k, a in rows if k in end]
+
+
+_KEY = st.tuples(st.integers(0, 4), st.integers(-1, 3) | st.just(2 ** 40), st.integers(0, 2))
+
+
+@SETTINGS
+@given(st.lists(st.tuples(_KEY, st.integers(0, 99)), max_size=30),
+       st.lists(st.tuples(_KEY, st.integers(0, 99)), max_size=30),
+       st.lists(st.tuples(_KEY, st.integers(0, 9)), max_size=30), st.booleans())
+def test_matched_members_are_what_dicts_hold(arrivals, ends, members, first_only):
+    """``critical_graph.matched_members``: per arrival whose key has an end, its key's last end and last
+    instance (-1 none), in the arrivals' order, each key once at its first place when asked (the critical
+    path) or every arrival (the replay), as dicts built in row order answer."""
+    from streamtrace.aggregate.critical_graph import matched_members
+
+    def arrays(rows):
+        keys = np.asarray([k for k, _ in rows], np.int64).reshape(-1, 3)
+        return [keys[:, 0].astype(np.int32), keys[:, 1], keys[:, 2]], np.asarray([v for _, v in rows], np.int64)
+    got = matched_members(arrays(arrivals), arrays(ends), arrays(members), first_only)
+    assert all(x.dtype == np.int64 for x in got)
+    assert list(zip(*(x.tolist() for x in got))) == _matched_by_dicts(arrivals, ends, members, first_only)
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.integers(0, 7), _KEY, st.integers(0, 1)), max_size=40),
+       st.lists(st.tuples(_KEY, st.integers(0, 9)), max_size=40), st.integers(1, 4))
+def test_a_graph_matched_a_batch_of_parts_at_a_time(anchors, members, size):
+    """``JobGraph.match`` over batches of whole parts (``critical_members.PartMembers.of`` their part
+    range, as ``critical_path._build`` calls it) joins, in ``add_barriers``, into the whole graph's
+    matching: the dict reading of every part's arrivals, ends and members at once."""
+    from streamtrace.aggregate.critical_members import PartMembers
+    parts = sorted({p for p, _, _ in anchors})
+    rows = [(p, (p, c, s), kind) for p, (_, c, s), kind in anchors]        # (a key's part is its anchor's)
+    rows.sort(key=lambda r: r[0])                                         # (the parts' order, stable)
+    node = {i: i for i in range(len(rows))}
+    arrivals = [(k, node[i]) for i, (_, k, kind) in enumerate(rows) if kind == 0]
+    ends = [(k, node[i]) for i, (_, k, kind) in enumerate(rows) if kind == 1]
+    cols = np.asarray([k for k, _ in members], np.int64).reshape(-1, 3)
+    pm = PartMembers(cols[:, 0], cols[:, 1], cols[:, 2], np.asarray([v for _, v in members], np.int64))
+    assert np.all(np.diff(pm.part) >= 0) and len(pm) == len(members)
+    g = JobGraph()
+    for i in range(0, len(parts), size):
+        batch = set(parts[i:i + size])
+
+        def block(xs, batch=batch):
+            keys = np.asarray([k for k, _ in xs if k[0] in batch], np.int64).reshape(-1, 3)
+            return [keys[:, 0], keys[:, 1], keys[:, 2]], np.asarray([v for k, v in xs if k[0] in batch], np.int64)
+        (mk, mi) = pm.of(min(batch), max(batch))
+        assert sorted(zip(*(c.tolist() for c in mk), mi.tolist())) == \
+            sorted((*k, v) for k, v in members if min(batch) <= k[0] <= max(batch))
+        g.match(block(arrivals), block(ends), (mk, mi))
+    got = [tuple(np.concatenate([m[j] for m in g._matched] or [np.zeros(0)]).tolist()) for j in range(3)]
+    assert list(zip(*got)) == _matched_by_dicts(arrivals, ends, members, True)

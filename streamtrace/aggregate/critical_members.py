@@ -1,0 +1,68 @@
+"""The matched collectives' members as the critical path's job graph meets them: read once from
+``collectives_ranks.parquet``, held by part (``PartMembers``), so that a step's graph matches its
+anchors to them a batch of parts at a time (``critical_path._build``) instead of coding every key of
+the step at once (~2 M keys of three int64 and their sort at 4,096 synthetic ranks).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..events.dataset import read_arrow
+from .critical_graph import joined_ints
+from .folder import COLLECTIVES_RANKS, columns, table_path
+
+P2P = ("send", "recv", "sendrecv")
+"""Point-to-point collectives (``collectives_ranks.parquet``'s ``collective``, lower case): a receive
+posts early by design, so their waits are not a rank's lateness (``streamtrace.aggregate.critical_ranks``)."""
+
+
+class PartMembers:
+    """The members of complete matched instances (two or more ranks), ordered by part (the table's order
+    kept within a part): ``part``, ``correlation``, ``stream`` and ``instance`` columns (int32 while
+    every value fits, else int64: 16 bytes a member where an int64[n, 3] key and an int64 instance held
+    32) and ``starts`` (int64[max part + 2]: part ``p``'s members are rows ``starts[p]:starts[p + 1]``)."""
+
+    def __init__(self, part, correlation, stream, instance):
+        o = np.argsort(np.asarray(part), kind="stable")
+        self.part, self.correlation, self.stream, self.instance = (
+            joined_ints(np.asarray(c)[o]) for c in (part, correlation, stream, instance))
+        del o
+        top = int(self.part[-1]) + 1 if len(self.part) else 0
+        self.starts = np.searchsorted(self.part, np.arange(top + 1)) if top > 0 else np.zeros(1, np.int64)
+
+    @classmethod
+    def read(cls, outdir) -> "PartMembers":
+        """The matched members of the aggregate folder ``outdir`` (none when it has no
+        ``collectives_ranks.parquet``)."""
+        p = table_path(outdir, COLLECTIVES_RANKS)
+        if not p.is_file():
+            return cls(*(np.zeros(0, np.int64) for _ in range(4)))
+        t = read_arrow(p, columns(COLLECTIVES_RANKS, "instance", "part", "correlation", "stream"))
+        inst, part, corr, stream = (t[c].to_numpy().astype(np.int64) for c in ("instance", "part", "correlation",
+                                                                                 "stream"))
+        del t
+        keep = np.bincount(inst)[inst] >= 2 if len(inst) else np.zeros(0, bool)
+        return cls(part[keep], corr[keep], stream[keep], inst[keep])
+
+    def __len__(self) -> int:
+        return len(self.part)
+
+    def of(self, first: int, last: int) -> tuple:
+        """``(keys, instance)`` of parts ``first`` .. ``last`` (inclusive): keys as the three key columns
+        (``critical_graph.matched_members``' members; views, not copies)."""
+        top = len(self.starts) - 1
+        lo, hi = int(self.starts[min(max(first, 0), top)]), int(self.starts[min(max(last + 1, 0), top)])
+        rows = slice(lo, hi)
+        return (self.part[rows], self.correlation[rows], self.stream[rows]), self.instance[rows]
+
+
+def p2p_instances(outdir) -> set:
+    """The matched instances that are point-to-point transfers (``P2P``)."""
+    p = table_path(outdir, COLLECTIVES_RANKS)
+    if not p.is_file():
+        return set()
+    t = read_arrow(p, columns(COLLECTIVES_RANKS, "instance", "collective"))
+    p2p = pc.is_in(pc.utf8_lower(t["collective"].cast(pa.string())), value_set=pa.array(P2P))    # (Arrow text, no str
+    return set(np.unique(t["instance"].filter(p2p).to_numpy()).tolist())    # a row: 78 MB at 4,096 synthetic ranks)
