@@ -89,7 +89,7 @@ class JobGraph:
     ``joined_ints``), ``etype`` LOCAL / WAIT / TRANSFER),
     the barriers (``b_node`` their nodes, ``b_p2p`` whether a point-to-point transfer) and their members
     (``m_bar`` the index of the member's barrier in ``b_node``, ``m_arr`` / ``m_end`` its arrival and
-    end nodes, grouped by barrier, each group in its members' order)."""
+    end nodes, grouped by barrier, each group in its members' order; int32 while they fit: ``joined_ints``)."""
 
     NODE = ("t", "kind", "part", "local", "name", "lane", "corr")
 
@@ -198,7 +198,7 @@ class JobGraph:
         self.etype = np.r_[self.etype, np.full(int(un.sum()), TRANSFER, np.int8), c["etype"]]
         self.b_node = self.n + np.arange(nb)
         self.b_p2p = np.isin(c["bar_inst"], np.asarray(sorted(p2p), np.int64))
-        self.m_bar, self.m_arr, self.m_end = c["m_bar"], c["m_arr"], c["m_end"]
+        self.m_bar, self.m_arr, self.m_end = (joined_ints(c.pop(x)) for x in ("m_bar", "m_arr", "m_end"))
         self.n += nb
 
 
