@@ -371,12 +371,13 @@ def matched_members(arrivals, ends, members, first_only: bool = True) -> tuple:
 
 def barrier_edges(t, arrival, end, instance, first_node: int) -> dict:
     """The barriers of the matched members ``arrival`` / ``end`` (node ids, in the order met) of
-    ``instance`` (int64, -1 unmatched) in a job graph whose node times are ``t``: one barrier per
+    ``instance`` (-1 unmatched; any int type) in a job graph whose node times are ``t``: one barrier per
     instance at its last member's arrival, numbered from ``first_node`` in the order the instances
     are first met; per member a wait (arrival -> barrier, 0) and a transfer (barrier -> end, end -
     last arrival; a member that ended before the last arrival keeps its own transfer, arrival ->
-    end: a send that did not wait for its receive).  Returns int64 arrays: ``bar_t`` (per barrier),
-    ``bar_inst`` (its instance), ``m_bar`` / ``m_arr`` / ``m_end`` / ``m_inst`` (the matched members
+    end: a send that did not wait for its receive).  Returns arrays: ``bar_t`` (per barrier, int64 ns),
+    ``bar_inst`` (its instance, int64), ``m_bar`` (int64) / ``m_arr`` / ``m_end`` / ``m_inst`` (the inputs'
+    types; the matched members
     grouped by barrier, each group in the order met), ``lead`` (bool: a group's first member),
     ``src`` / ``dst`` (int32 when every node id fits, else int64) / ``w`` / ``etype`` (int8) of the
     edges, two a member (wait, transfer)."""
@@ -390,7 +391,10 @@ def barrier_edges(t, arrival, end, instance, first_node: int) -> dict:
     bidx = rank[inv.reshape(-1)]
     del inv
     o = np.argsort(bidx, kind="stable")
-    ma, me, mi, bidx = ma[o], me[o], mi[o], bidx[o]
+    ma = ma[o]                                                   # (one at a time: each old array let go as its
+    me = me[o]                                                   # ordered copy is made, not four held twice)
+    mi = mi[o]
+    bidx = bidx[o]
     del o                                                        # (each temporary let go once used: the
     nb = len(uinst)                                              # peak of the job graphs' build)
     last = np.full(nb, NO_TIME, np.int64)

@@ -178,8 +178,7 @@ class JobGraph:
         arrival) waits and transfers, member by member."""
         self._nodes()
         trim()                                           # (the parts' columns, freed: glibc's heap returned)
-        a, e, inst = (np.concatenate([m[i] for m in self._matched] or [np.zeros(0, np.int64)], dtype=np.int64)
-                      for i in range(3))
+        a, e, inst = (joined_ints(*(m[i] for m in self._matched)) for i in range(3))     # (int32 while they fit)
         self._matched = []
         un = inst < 0                                    # unmatched: its own transfer
         c = barrier_edges(self.t, a, e, inst, self.n)
