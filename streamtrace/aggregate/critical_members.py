@@ -30,7 +30,7 @@ class PartMembers:
             joined_ints(np.asarray(c)[o]) for c in (part, correlation, stream, instance))
         del o
         top = int(self.part[-1]) + 1 if len(self.part) else 0
-        self.starts = np.searchsorted(self.part, np.arange(top + 1)) if top > 0 else np.zeros(1, np.int64)
+        self.starts = np.searchsorted(self.part, np.arange(top + 1))
 
     @classmethod
     def read(cls, outdir) -> "PartMembers":
@@ -52,9 +52,8 @@ class PartMembers:
     def of(self, first: int, last: int) -> tuple:
         """``(keys, instance)`` of parts ``first`` .. ``last`` (inclusive): keys as the three key columns
         (``critical_graph.matched_members``' members; views, not copies)."""
-        top = len(self.starts) - 1
-        lo, hi = int(self.starts[min(max(first, 0), top)]), int(self.starts[min(max(last + 1, 0), top)])
-        rows = slice(lo, hi)
+        top = len(self.starts) - 1                      # (parts past the last member's: no rows)
+        rows = slice(int(self.starts[min(first, top)]), int(self.starts[min(last + 1, top)]))
         return (self.part[rows], self.correlation[rows], self.stream[rows]), self.instance[rows]
 
 

@@ -53,16 +53,15 @@ from functools import partial
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from ..events.dataset import read_arrow, write_table
+from ..events.dataset import write_table
 from ..kernels.critical import EDGE_WINDOW, NEG, POS, latest_times_masked, longest_path_masked, trace_back
 from ..runtime.tuning import trim
 from .critical_graph import (BARRIER, CATEGORIES, Anchor, Category, Edge, Texts, barrier_edges, fits_in,
                              joined_ints, matched_members, path_edges, positions, tie_classes)
-from .folder import (COLLECTIVES_RANKS, CRITICAL_PATH, CRITICAL_PATH_COLUMNS, CRITICAL_PATH_RANKS,
+from .folder import (CRITICAL_PATH, CRITICAL_PATH_COLUMNS, CRITICAL_PATH_RANKS,
                      CRITICAL_PATH_RANKS_COLUMNS as RANK_COLUMNS, CRITICAL_PATH_SUMMARY,
-                     CRITICAL_PATH_SUMMARY_COLUMNS as SUMMARY_COLUMNS, columns, table_path)
+                     CRITICAL_PATH_SUMMARY_COLUMNS as SUMMARY_COLUMNS)
 from .critical_local import read_segments
 from .critical_members import PartMembers, p2p_instances
 from .critical_ranks import collective_figures, rank_rows, summary_rows
