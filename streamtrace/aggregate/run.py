@@ -87,7 +87,7 @@ from .folder import (ITERATIONS, ITERATIONS_COLUMNS, PIPELINE, PIPELINE_COLUMNS,
                      RANK_PHASE_COLUMNS, RANKS, RANKS_COLUMNS, REPLICAS, REPLICAS_COLUMNS, STRAGGLERS,
                      STRAGGLERS_COLUMNS, TOP_KERNELS, TOP_KERNELS_COLUMNS)
 from .options import AggregateOptions
-from .rank_results import Kept, PhaseColumns, column_array, phase_rows as kept_phase_rows
+from .rank_results import Kept, PhaseColumns, column_array
 from .rank_rows import GPU_PART_COLUMNS, STEP_COLUMNS, cpu_rows, gpu_rows, step_ops
 
 # -- one rank ----------------------------------------------------------------------------
@@ -269,9 +269,9 @@ def _aggregate(dirs, outdir: Path, opt: AggregateOptions, job_level: JobLevel) -
     job, tcfg = _open_job(dirs, opt)
     if job.clock_sync != opt.clock_sync and job.clock_sync == "collectives":     # chosen for clocks days apart
         opt = replace(opt, clock_sync="collectives")
-    explain = Path(tempfile.mkdtemp(prefix=".explain-spill.", dir=outdir))    # (the ranks' explaining tables)
-    try:
-        coll, files, layout, res, pieces, replay, top = _rank_pass(job, outdir, opt, explain)
+    explain = Path(tempfile.mkdtemp(prefix=".rank-spill.", dir=outdir))    # (the ranks' explaining tables and
+    try:                                                                     # what the job's tables gather)
+        coll, files, layout, res, pieces, replay, kept = _rank_pass(job, outdir, opt, explain)
     except BaseException:
         shutil.rmtree(explain, ignore_errors=True)
         raise
@@ -283,14 +283,14 @@ def _aggregate(dirs, outdir: Path, opt: AggregateOptions, job_level: JobLevel) -
             if opt.jobs == 1:
                 cp = job_level.critical.result()
         topo = job.topology
-        phase_rows, rank_rows, fb, steps = _gather(job, res)
+        phase_rows, rank_rows, fb, steps = _gather(job, res, kept)
         if not rank_rows:
             raise StreamtraceError(f"{', '.join(map(str, dirs))}: no GPU events and no ProfilerStep windows to "
                                    "aggregate" + (f" in step(s) {sorted(job.steps)}" if job.steps else ""))
         explained = [r[6] for r in res]
-        res.clear()                  # (the ranks' results, gathered: their pickled phase rows let go)
-        files += _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps)
-        del phase_rows, fb, top, steps                # (written: not held under the explaining tables)
+        res.clear()                  # (the ranks' results, gathered)
+        files += _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, kept.top.result(), steps)
+        del phase_rows, fb, kept, steps               # (written: not held under the explaining tables)
         trim()
         files += write_explain(outdir, explained)
         del explained
@@ -344,11 +344,12 @@ def _open_job(dirs, opt: AggregateOptions) -> tuple:
 def _rank_pass(job, outdir: Path, opt: AggregateOptions, explain=None) -> tuple:
     """The collectives matched across ranks, then one task per rank (``_part_job``, in worker
     processes), whose timelines and critical-path pieces are spilled into ``outdir`` and joined, and
-    whose explaining tables are spilled into the folder ``explain`` (None: held in the results).
+    whose explaining tables, and what the job's tables gather of them (``rank_results.Kept``), are spilled
+    into the folder ``explain`` (None: held in the results).
     Returns ``(collectives, files written, inferred layout of the process groups, the ranks' results,
     the critical path's pieces: ``(spill folder, [the path of each part's piece])``, which the caller
-    removes, or None, the ranks' what-if rows: ``SpilledRows`` or None, the job's top kernels ``{name: [kind,
-    count, total_ns]}``)``."""
+    removes, or None, the ranks' what-if rows: ``SpilledRows`` or None, the ``Kept`` that kept the results:
+    their top kernels summed, ``gathered`` reads the rest back)``."""
     spill = Path(tempfile.mkdtemp(prefix=".timeline-spill.", dir=outdir))
     cp_spill = Path(tempfile.mkdtemp(prefix=".critical-spill.", dir=outdir)) if opt.critical_path else None
     wi_spill = Path(tempfile.mkdtemp(prefix=".whatif-spill.", dir=outdir)) if cp_spill and opt.whatif else None
@@ -360,7 +361,8 @@ def _rank_pass(job, outdir: Path, opt: AggregateOptions, explain=None) -> tuple:
         if jobs > 1:      # loaded before the fork, the workers share the kernels and numba's set-up
             load_kernels(*TASKS["aggregate"])
         share = spill_share(len({p.rank for p in job.parts}), len(job.parts)) if wi_spill else 0
-        kept = Kept()                 # (as they come back: the top kernels summed, the phase rows pickled)
+        kept = Kept(None if explain is None else Path(explain) / "gathered.pickle")  # (as they come back:
+                                      # the top kernels summed, what the job's tables gather spilled)
         dims = rank_dims(job.topology) if job.topology is not None else None     # (every view's, shared)
         with progress_bar(len(job.parts), "aggregate", "rank", opt.progress) as bar:
             res = run_tasks(_part_job, [(part_view(job, p.index, dims), p.index, opt.consecutive_kernel_delay_ns, spill,
@@ -378,7 +380,7 @@ def _rank_pass(job, outdir: Path, opt: AggregateOptions, explain=None) -> tuple:
         raise
     finally:
         shutil.rmtree(spill, ignore_errors=True)
-    return coll, files, layout, res, pieces, replay, kept.top.result()
+    return coll, files, layout, res, pieces, replay, kept
 
 
 def _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps) -> list:
@@ -432,13 +434,13 @@ def _meta(dirs, opt: AggregateOptions, job, tcfg, coll, layout, rank_rows) -> di
             "parts": job.meta()["parts"], "warnings": job.warnings + _collective_warnings(opt, coll, job)}
 
 
-def _gather(job, res) -> tuple:
-    """The parts' results (``_part_job``, in part order, as ``Kept`` keeps them) joined: phase rows (as
+def _gather(job, res, kept: Kept) -> tuple:
+    """The parts' results (``_part_job``, in part order, as ``kept`` keeps them) joined: phase rows (as
     ``PhaseColumns``, with their pipeline windows), rank rows, the forward/backward compute per (rank,
     iteration, step, device) and step durations per (rank, iteration, step)."""
     phase_rows, rank_rows, fb, steps = PhaseColumns(RANK_PHASE_COLUMNS, phase_windows), [], {}, {}
-    for part, (pr, rr, f, _, _, st, *_) in zip(job.parts, res):
-        phase_rows.add(kept_phase_rows(pr))
+    for part, (pr, rr, f, st) in zip(job.parts, kept.gathered(res)):
+        phase_rows.add(pr)
         rank_rows += rr
         fb.update({(part.rank, it, stp, dev): v for (it, stp, dev), v in f.items()})
         for num, (_, d) in st.items():

@@ -7,7 +7,7 @@ import pickle
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from streamtrace.aggregate.rank_results import PART, PHASE, TOP, Kept, TopKernels, phase_rows
+from streamtrace.aggregate.rank_results import GATHERED, PART, PHASE, TOP, Kept, TopKernels, phase_rows
 
 
 def _plain_sum(tops: list) -> dict:
@@ -49,6 +49,35 @@ def test_kept_result_takes_the_top_kernels_and_pickles_the_phase_rows():
     assert phase_rows(r[PHASE]) == rows and phase_rows(rows) == rows and pickle.loads(r[PHASE]) == rows
     assert kept.top.result() == {"k": ["gemm", 2, 7]}
 
+
+
+def _result(part: int, rnd) -> tuple:
+    """A rank's result as ``_part_job`` returns it: phase rows, rank rows, compute windows, timeline, top
+    kernels, step durations, explaining tables, piece, replay rows, part."""
+    rows = [{"rank": part, "phase": rnd.choice(["forward", "backward"]), "ns": rnd.randrange(10**15)}
+            for _ in range(rnd.randrange(4))]
+    return (rows, [{"rank": part, "x": rnd.random()}] * rnd.randrange(3), {(0, 1, part): (1, 2, 3)},
+            f"timeline-{part}", {"k": ("gemm", 1, part)}, {part: (part * 10, 5)}, ("explain", part), f"piece-{part}",
+            {"replay": part}, part)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 12), st.randoms(use_true_random=False))
+def test_spilled_results_gather_what_the_results_held(tmp_path_factory, n, rnd):
+    results = [_result(p, rnd) for p in range(n)]
+    order = list(range(n))
+    rnd.shuffle(order)                                   # (they come back in any order)
+    spill = tmp_path_factory.mktemp("kept") / "gathered.pickle"
+    held, spilled = Kept(), Kept(spill)
+    kept_held, kept_spilled = [None] * n, [None] * n
+    for p in order:
+        kept_held[p], kept_spilled[p] = held(results[p]), spilled(results[p])
+    for r, k in zip(results, kept_spilled):          # the rest of the result as it came; nothing gathered held
+        assert all(k[i] is None for i in GATHERED[1:] + (TOP,)) and isinstance(k[PHASE], int)
+        assert all(k[i] == r[i] for i in range(len(r)) if i not in GATHERED + (TOP,))
+    want = [tuple(r[i] for i in GATHERED) for r in results]
+    assert list(spilled.gathered(kept_spilled)) == want == list(held.gathered(kept_held))
+    assert spilled.top.result() == held.top.result()
 
 _ROW = st.fixed_dictionaries(
     {"iteration": st.integers(0, 2), "step": st.integers(0, 2), "rank": st.integers(0, 5), "device": st.integers(-1, 1),
