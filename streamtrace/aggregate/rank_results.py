@@ -1,6 +1,7 @@
 """What aggregate's parent keeps of each rank's result (``streamtrace.aggregate.run``'s per-rank task) as
 it comes back, in any order, until the job's tables are written: the ranks' top kernels summed as
-they come (``TopKernels``), the ranks' phase rows pickled (``Kept``).  At 4,096 synthetic ranks the
+they come (``TopKernels``), what the job's tables gather and the what-if rows pickled, into the result or
+appended to a spill file (``Kept``).  At 4,096 synthetic ranks the
 phase rows as dicts held ~52 MiB and every rank's top kernels ~28 MiB (``tracemalloc``, a rank's result
 unpickled) while the ranks ran; kept this way (and the explaining tables written a row group at a time),
 the parent's heap peak fell 218.3 -> 168.6 MiB (memray, ``--no-critical-path``)."""
@@ -37,9 +38,10 @@ class TopKernels:
         return {n: a[:3] for n, a in sorted(self._acc.items(), key=lambda x: (x[1][3], x[1][4]))}
 
 
-PHASE, RANK_ROWS, FB, TOP, STEPS, PART = 0, 1, 2, 4, 5, 9
+PHASE, RANK_ROWS, FB, TOP, STEPS, REPLAY, PART = 0, 1, 2, 4, 5, 8, 9
 """The places in a rank's result of its phase rows, its rank rows, its forward/backward compute, its top
-kernels, its step durations and its part index."""
+kernels, its step durations, its what-if rows (``whatif_spill.spill_rows``' dict, or None) and its part
+index."""
 GATHERED = (PHASE, RANK_ROWS, FB, STEPS)
 """What the job's tables gather of a rank's result (``Kept.gathered``), in this order."""
 
@@ -48,10 +50,10 @@ class Kept:
     """``run_tasks``' ``on_result`` for aggregate's ranks: each result with its top kernels taken into
     ``top`` (None in their place) and what the job's tables gather of it (``GATHERED``) pickled: into the
     result (the phase rows; the rest as they came), or, with ``spill`` (a file path, created here), appended
-    to that file as one record, the record's offset in the result in their place (None in the others).
-    Spilled, the parent holds none of it while the ranks run: at 16,384 synthetic ranks it held ~7.6 KB a
-    rank (124 MB of heap by the end of the ranks' pass), ~3.4 KB of it pickled phase rows.
-    ``gathered`` reads them back, a result at a time."""
+    to that file as one record, the record's offset in the result in their place (None in the others), and
+    its what-if rows as a second record (their offset in their place).  Spilled, the parent holds none of
+    it while the ranks run (at 16,384 synthetic ranks ~7.6 KB a rank: its anonymous memory grew 124 MB over
+    the ranks' pass).  ``gathered`` and ``replay_rows`` read them back, a result at a time."""
 
     def __init__(self, spill=None):
         self.top = TopKernels()
@@ -66,7 +68,11 @@ class Kept:
         with open(self.spill, "ab") as f:
             at = f.tell()
             pickle.dump(tuple(r[i] for i in GATHERED), f, protocol=pickle.HIGHEST_PROTOCOL)
-        return tuple(at if i == PHASE else None if i in GATHERED or i == TOP else x for i, x in enumerate(r))
+            replay = None if r[REPLAY] is None else f.tell()
+            if replay is not None:
+                pickle.dump(r[REPLAY], f, protocol=pickle.HIGHEST_PROTOCOL)
+        return tuple(at if i == PHASE else replay if i == REPLAY else None if i in GATHERED or i == TOP else x
+                     for i, x in enumerate(r))
 
     def gathered(self, results):
         """``(phase rows, rank rows, forward/backward compute, step durations)`` of each of ``results``
@@ -79,6 +85,20 @@ class Kept:
         with open(self.spill, "rb") as f:
             for r in results:
                 f.seek(r[PHASE])
+                yield pickle.load(f)
+
+    def replay_rows(self, results):
+        """The what-if rows of each of ``results`` (as ``__call__`` kept them; None where a result has
+        none), in their order: a generator, reading the spill file a record at a time."""
+        if self.spill is None:
+            yield from (r[REPLAY] for r in results)
+            return
+        with open(self.spill, "rb") as f:
+            for r in results:
+                if r[REPLAY] is None:
+                    yield None
+                    continue
+                f.seek(r[REPLAY])
                 yield pickle.load(f)
 
 

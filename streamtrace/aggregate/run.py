@@ -370,7 +370,7 @@ def _rank_pass(job, outdir: Path, opt: AggregateOptions, explain=None) -> tuple:
                             on_done=bar.update, on_result=kept)
         del dims
         pieces = (cp_spill, [r[7] for r in res]) if cp_spill is not None else None
-        replay = SpilledRows(wi_spill, [r[8] for r in res]) if wi_spill else None   # (write_whatif removes it)
+        replay = SpilledRows(wi_spill, kept.replay_rows(res)) if wi_spill else None   # (write_whatif removes it)
         res = [r[:7] + (None,) for r in res]  # (the pieces in ``pieces``, the what-if rows joined: before the
         files += join_timeline(outdir, [r[3] for r in res])                        # timeline's join, not under it)
         trim()

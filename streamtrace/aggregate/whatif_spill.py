@@ -95,24 +95,44 @@ class SpillFiles:
         return out
 
 
+JOIN_PARTS = 1024
+"""Parts whose ``"ranks"`` arrays ``SpilledRows`` joins at once while it reads them."""
+
+
 class SpilledRows:
     """The parts' spilled rows (``spill_rows`` results, in part order; their ``"ranks"`` taken out
     and joined) in ``folder``, which ``close`` removes."""
 
-    def __init__(self, folder, parts: list):
+    def __init__(self, folder, parts):
+        """``parts``: any iterable of the parts' ``spill_rows`` results (or None, a part without), read
+        once, a part at a time: the parts' few ``"ranks"`` rows joined ``JOIN_PARTS`` parts at a time, each
+        part's small arrays let go (4,096 parts' ~100 k objects, ~40 MB, neither held by aggregate's parent
+        nor pickled to the replay's process); aggregate passes a generator over its spilled results
+        (``rank_results.Kept.replay_rows``)."""
         from .whatif_local import RANK_COLUMNS
         self.folder = Path(folder)
-        parts = [p for p in parts if p]
         self._chunks: dict = {}               # table name -> its files read (``Chunks``), shared by its columns
-        # the parts' few rows joined now, each part's small arrays let go: 4,096 parts' ~100 k objects
-        # (~40 MB) neither held by aggregate's parent nor pickled to the replay's process
-        got = [p.pop("ranks") for p in parts]
-        self._ranks = {c: np.concatenate([g[c] for g in got]) if got else np.zeros(0, np.int64) for c in RANK_COLUMNS}
-        del got
-        self._graphs = {i: path for i, path in (p.get("graphs", (None, None)) for p in parts) if path}
-        index = [p.get("graphs", (k, None))[0] for k, p in enumerate(parts)]
-        index = index if all(isinstance(i, int) for i in index) else list(range(len(parts)))
-        self.files = {name: SpillFiles(folder, name, index, [p[name] for p in parts]) for name in NAMES}
+        ranks: dict = {c: [] for c in RANK_COLUMNS}
+        self._graphs, index, files, k = {}, [], {name: [] for name in NAMES}, 0
+        for p in parts:
+            if not p:
+                continue
+            got = p.pop("ranks")
+            for c in RANK_COLUMNS:
+                ranks[c].append(got[c])
+                if len(ranks[c]) > JOIN_PARTS:
+                    ranks[c] = [np.concatenate(ranks[c])]
+            i, path = p.get("graphs", (None, None))
+            if path:
+                self._graphs[i] = path
+            index.append(p.get("graphs", (k, None))[0])
+            for name in NAMES:
+                files[name].append(p[name])
+            k += 1
+        self._ranks = {c: np.concatenate(v) if v else np.zeros(0, np.int64) for c, v in ranks.items()}
+        del ranks
+        index = index if all(isinstance(i, int) for i in index) else list(range(k))
+        self.files = {name: SpillFiles(folder, name, index, files.pop(name)) for name in NAMES}
 
     def close(self):
         """Remove the spill folder."""

@@ -7,7 +7,7 @@ import pickle
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from streamtrace.aggregate.rank_results import GATHERED, PART, PHASE, TOP, Kept, TopKernels, phase_rows
+from streamtrace.aggregate.rank_results import GATHERED, PART, PHASE, REPLAY, TOP, Kept, TopKernels, phase_rows
 
 
 def _plain_sum(tops: list) -> dict:
@@ -58,7 +58,7 @@ def _result(part: int, rnd) -> tuple:
             for _ in range(rnd.randrange(4))]
     return (rows, [{"rank": part, "x": rnd.random()}] * rnd.randrange(3), {(0, 1, part): (1, 2, 3)},
             f"timeline-{part}", {"k": ("gemm", 1, part)}, {part: (part * 10, 5)}, ("explain", part), f"piece-{part}",
-            {"replay": part}, part)
+            {"replay": part} if rnd.random() < 0.8 else None, part)
 
 
 @settings(max_examples=100, deadline=None)
@@ -74,9 +74,12 @@ def test_spilled_results_gather_what_the_results_held(tmp_path_factory, n, rnd):
         kept_held[p], kept_spilled[p] = held(results[p]), spilled(results[p])
     for r, k in zip(results, kept_spilled):          # the rest of the result as it came; nothing gathered held
         assert all(k[i] is None for i in GATHERED[1:] + (TOP,)) and isinstance(k[PHASE], int)
-        assert all(k[i] == r[i] for i in range(len(r)) if i not in GATHERED + (TOP,))
+        assert (k[REPLAY] is None) == (r[REPLAY] is None)
+        assert all(k[i] == r[i] for i in range(len(r)) if i not in GATHERED + (TOP, REPLAY))
     want = [tuple(r[i] for i in GATHERED) for r in results]
     assert list(spilled.gathered(kept_spilled)) == want == list(held.gathered(kept_held))
+    assert list(spilled.replay_rows(kept_spilled)) == [r[REPLAY] for r in results] == \
+        list(held.replay_rows(kept_held))
     assert spilled.top.result() == held.top.result()
 
 _ROW = st.fixed_dictionaries(

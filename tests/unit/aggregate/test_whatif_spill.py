@@ -105,6 +105,23 @@ def test_loaded_and_lazy_columns_are_the_raw_rows(spilled):
     assert rows.ranks()["part"].tolist() == [0, 1, 2]
 
 
+
+@pytest.mark.parametrize("join_parts", [1, 2, 1024])
+def test_spilled_rows_read_from_a_generator_a_part_at_a_time(tmp_path, monkeypatch, join_parts):
+    """``SpilledRows`` of a generator of the parts (and parts without rows, None), their ``"ranks"`` joined
+    ``JOIN_PARTS`` at a time: the parts' ranks rows in order, each table's files as the workers returned them."""
+    monkeypatch.setattr(whatif_spill, "JOIN_PARTS", join_parts)
+    raw = [_raw_part(p, 2 + p % 3, p % 4, p) for p in range(7)]
+    folder = tmp_path / "spill"
+    folder.mkdir()
+    parts = [spill_rows(_as_result(*r), folder, i) for i, r in enumerate(raw)]
+    files = {name: [p[name] for p in parts] for name in ("anchors", "edges")}
+    rows = SpilledRows(folder, (p for q in parts for p in (q, None)))
+    for c in RANK_COLUMNS:
+        assert rows.ranks()[c].tolist() == [int(r[2][c][0]) for r in raw]
+    for name, want in files.items():
+        assert list(rows.files[name]) == want
+
 def test_lazy_columns_of_a_table_read_each_file_once(spilled, monkeypatch):
     # the replays read the path's edges again and again: a file is opened once for all of a table's
     # lazy columns, and past KEEP_CHUNKS files the first opened is let go (read again when asked)
