@@ -48,6 +48,7 @@ its rank's trace: ``correlation`` (GPU categories: the GPU event, whose launch s
 """
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -56,7 +57,7 @@ import pyarrow as pa
 
 from ..events.dataset import write_table
 from ..kernels.critical import EDGE_WINDOW, NEG, POS, latest_times_masked, longest_path_masked, trace_back
-from ..runtime.tuning import trim
+from ..runtime.tuning import parked, trim
 from .critical_graph import (BARRIER, CATEGORIES, Anchor, Category, Edge, Texts, barrier_edges, fits_in,
                              joined_ints, matched_members, path_edges, positions, tie_classes)
 from .folder import (CRITICAL_PATH, CRITICAL_PATH_COLUMNS, CRITICAL_PATH_RANKS,
@@ -302,6 +303,17 @@ def _forward(g: JobGraph, w, pos, src, dst, forward):
     return path, dist, last, ends
 
 
+PARKED = ("part", "local", "name", "lane", "corr", "m_bar", "m_arr", "m_end", "b_node", "b_p2p")
+"""The ``JobGraph`` columns its passes (``solve_step``, ``solve_path``) read none of: on disk while they
+run (``critical_paths``; ``runtime.tuning.parked``)."""
+
+
+def _parked_path(g: JobGraph, w, base: Solved, folder) -> Solved | None:
+    """``solve_path`` with ``PARKED`` in ``folder`` while it runs."""
+    with parked(g, PARKED, folder):
+        return solve_path(g, w, base)
+
+
 def solve_path(g: JobGraph, w, base: Solved) -> Solved | None:
     """``solve_step(g, w)``'s ``path`` and ``end`` alone (``dist`` / ``late`` None): the forward
     pass with the weights ``w`` over ``base``'s node order and kept edges (both depend on the
@@ -510,6 +522,7 @@ def critical_paths(job, pieces: list, outdir, texts: Texts | None = None) -> Cri
     cache: dict = {}                                   # the parts' spilled segments, read once
     steps = _step_graphs(job, pieces)
     order = sorted(steps)
+    park = tempfile.TemporaryDirectory(prefix=".critical-park.", dir=outdir)     # (the passes' unread columns)
     for i, (it, st) in enumerate(order):
         g = _build(steps.pop((it, st)), members, p2p, texts)
         if i == len(order) - 1:                        # the last step built: the members' keys let go
@@ -517,7 +530,8 @@ def critical_paths(job, pieces: list, outdir, texts: Texts | None = None) -> Cri
             trim()
         figures = collective_figures(g)                # (before the solve: not beside its times)
         trim()
-        solved = solve_step(g)
+        with parked(g, PARKED, park.name):
+            solved = solve_step(g)
         if solved is None:
             continue
         stats["dropped_edges"] += solved.dropped
@@ -530,7 +544,9 @@ def critical_paths(job, pieces: list, outdir, texts: Texts | None = None) -> Cri
         solved.dist = solved.late = None               # (read: what bounds next needs the order alone)
         trim()                                         # (the per-rank sums' temporaries)
         ranks += per_rank
-        summ_rows += summary_rows(it, st, g, solved, segs, rank_of, per_rank, partial(solve_path, base=solved))
+        summ_rows += summary_rows(it, st, g, solved, segs, rank_of, per_rank,
+                                  partial(_parked_path, base=solved, folder=park.name))
+    park.cleanup()
     trim()                                             # the step graphs' arrays, freed
     stats["paths_not_summing"] = len(warnings)
     files = write_table(outdir, CRITICAL_PATH, _segment_columns(seg_cols), list(SEGMENT_COLUMNS))
