@@ -522,31 +522,30 @@ def critical_paths(job, pieces: list, outdir, texts: Texts | None = None) -> Cri
     cache: dict = {}                                   # the parts' spilled segments, read once
     steps = _step_graphs(job, pieces)
     order = sorted(steps)
-    park = tempfile.TemporaryDirectory(prefix=".critical-park.", dir=outdir)     # (the passes' unread columns)
-    for i, (it, st) in enumerate(order):
-        g = _build(steps.pop((it, st)), members, p2p, texts)
-        if i == len(order) - 1:                        # the last step built: the members' keys let go
-            members = None                             # (20 MB at 4,096 synthetic ranks, under the solve)
+    with tempfile.TemporaryDirectory(prefix=".critical-park.", dir=outdir) as park:   # (the passes' unread columns)
+        for i, (it, st) in enumerate(order):
+            g = _build(steps.pop((it, st)), members, p2p, texts)
+            if i == len(order) - 1:                        # the last step built: the members' keys let go
+                members = None                             # (20 MB at 4,096 synthetic ranks, under the solve)
+                trim()
+            figures = collective_figures(g)                # (before the solve: not beside its times)
             trim()
-        figures = collective_figures(g)                # (before the solve: not beside its times)
-        trim()
-        with parked(g, PARKED, park.name):
-            solved = solve_step(g)
-        if solved is None:
-            continue
-        stats["dropped_edges"] += solved.dropped
-        segs = _segments(g, solved.path, spills, rank_of, cache)
-        warnings += _check_sum(it, st, segs)
-        n = len(segs["w"])
-        seg_cols.append({"iteration": np.full(n, it, np.int64), "step": np.full(n, st, np.int64),
-                         "order": np.arange(n, dtype=np.int64)} | segs)
-        per_rank = rank_rows(it, st, g, solved, segs, rank_of, figures)
-        solved.dist = solved.late = None               # (read: what bounds next needs the order alone)
-        trim()                                         # (the per-rank sums' temporaries)
-        ranks += per_rank
-        summ_rows += summary_rows(it, st, g, solved, segs, rank_of, per_rank,
-                                  partial(_parked_path, base=solved, folder=park.name))
-    park.cleanup()
+            with parked(g, PARKED, park):
+                solved = solve_step(g)
+            if solved is None:
+                continue
+            stats["dropped_edges"] += solved.dropped
+            segs = _segments(g, solved.path, spills, rank_of, cache)
+            warnings += _check_sum(it, st, segs)
+            n = len(segs["w"])
+            seg_cols.append({"iteration": np.full(n, it, np.int64), "step": np.full(n, st, np.int64),
+                             "order": np.arange(n, dtype=np.int64)} | segs)
+            per_rank = rank_rows(it, st, g, solved, segs, rank_of, figures)
+            solved.dist = solved.late = None               # (read: what bounds next needs the order alone)
+            trim()                                         # (the per-rank sums' temporaries)
+            ranks += per_rank
+            summ_rows += summary_rows(it, st, g, solved, segs, rank_of, per_rank,
+                                      partial(_parked_path, base=solved, folder=park))
     trim()                                             # the step graphs' arrays, freed
     stats["paths_not_summing"] = len(warnings)
     files = write_table(outdir, CRITICAL_PATH, _segment_columns(seg_cols), list(SEGMENT_COLUMNS))

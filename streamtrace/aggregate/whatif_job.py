@@ -254,8 +254,8 @@ CHUNK = 1 << 20
 
 class JobStep:
     """One step's job-level graph from ``StepTables`` and the matched ``Members``: the
-    anchors (``kind`` int8, ``part``; barriers appended: ``n_nodes``; their times ``t`` held while the graph
-    is built, then only the step starts' ``start_t`` at ``starts``), the ranks' reduced edges (``LOCAL``)
+    anchors (``kind`` int8, ``part``; barriers appended; their times ``t`` held while the graph's
+    collectives are built, then only the step starts' ``start_t`` at ``starts``), the ranks' reduced edges (``LOCAL``)
     then the collectives' (``WAIT``, ``TRANSFER``), their topological positions ``pos`` and the edges
     kept (``kept``, bool per edge: those that run forward)."""
 
@@ -276,6 +276,9 @@ class JobStep:
         self.base_ = None
         self._collectives(members, len(self.t))         # (before the ranks' edges are read: not under its peak)
         del self.corr, self.stream                        # (the build's only: 21 MB at 4,096 synthetic ranks)
+        self.starts = np.flatnonzero(self.kind == Anchor.step_start)    # the solve reads the step starts'
+        self.start_t = self.t[self.starts]               # times only: the times by node let go (11.8 MB at
+        del self.t                                       # 4,096 synthetic ranks, 1.5 M nodes)
         e = tabs.edges() if callable(tabs.edges) else tabs.edges
         nl = len(e["w_ns"])
         part = e.pop("part")                            # (the ranks' edge ends as node ids, then their
@@ -410,11 +413,6 @@ class JobStep:
         order = np.lexsort((cls, key))                   # (stable: equal keys in node order)
         del key, cls, m, e, b, hit
         self.pos0 = positions(order)
-        del order
-        self.n_nodes = len(self.t)                       # the solve reads the step starts' times only: the
-        self.starts = np.flatnonzero(self.kind == Anchor.step_start)    # times by node let go (11.8 MB at
-        self.start_t = self.t[self.starts]               # 4,096 synthetic ranks, 1.5 M nodes)
-        del self.t
 
     def members(self, members: Members | None = None) -> TransferView:
         """The matched members of the step (their measured transfers) as a ``TransferView``
@@ -455,7 +453,7 @@ class JobStep:
         return out
 
     def _solve(self, w) -> Replay:
-        n = self.n_nodes
+        n = len(self.kind)
         init = np.full(n, NEG, np.int64)
         starts = self.starts
         init[self.pos[starts]] = self.start_t

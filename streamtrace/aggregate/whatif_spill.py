@@ -122,10 +122,10 @@ class SpilledRows:
                 ranks[c].append(got[c])
                 if len(ranks[c]) > JOIN_PARTS:
                     ranks[c] = [np.concatenate(ranks[c])]
-            i, path = p.get("graphs", (None, None))
+            i, path = p.get("graphs", (k, None))
             if path:
                 self._graphs[i] = path
-            index.append(p.get("graphs", (k, None))[0])
+            index.append(i)
             for name in NAMES:
                 files[name].append(p[name])
             k += 1
