@@ -23,10 +23,11 @@ cannot be told from the collectives (data parallel, or a model-parallel group of
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from .folder import COLLECTIVES, PROCESS_GROUPS, PROCESS_GROUPS_COLUMNS, table_path
-from ..events.dataset import read_arrow, write_table
+from ..events.dataset import iter_arrow, write_table
 
 COLUMNS = PROCESS_GROUPS_COLUMNS
 _P2P = ("Send", "Recv", "SendRecv")
@@ -34,44 +35,66 @@ _READ = ("collective", "pg_ranks", "pg_name", "ranks", "group_size", "msg_bytes"
          "parallel_dim", "src", "source")
 
 
-def process_groups(aggdir, singles: bool = False) -> dict:
+GROUP_BATCH_ROWS = 16_384
+"""Rows of ``collectives.parquet`` ``process_groups`` groups at once: the table's rank lists are text per
+instance (a data-parallel group of 256 ranks, ~1.3 KB an instance), and the whole table read at once was
+the parent's peak in aggregate at 4,096 synthetic ranks (+22 MB)."""
+
+
+def process_groups(aggdir, singles: bool = False, batch_rows: int = GROUP_BATCH_ROWS) -> dict:
     """The module docstring's table as ``{column: numpy array}`` (``COLUMNS``) from
     ``aggdir/collectives.parquet``; empty columns when there is none or no group collective.
-    ``singles``: keep the one-rank groups too."""
+    ``singles``: keep the one-rank groups too.  The file is read ``batch_rows`` (>= 1) rows at a
+    time.  Raises ``DataError`` when the file is not readable Parquet or lacks a column."""
+    return _table(_group_sums(aggdir, batch_rows), singles)
+
+
+def _group_sums(aggdir, batch_rows: int = GROUP_BATCH_ROWS) -> dict:
+    """``{group text: its sums}`` over the group collectives of ``aggdir/collectives.parquet``, a
+    batch of rows at a time (each batch grouped by group and collective, the groups' sums added)."""
     p = table_path(aggdir, COLLECTIVES)
-    empty = {c: np.zeros(0, object if c in ("group", "ranks_from", "pg_name", "parallel_dim", "kinds") else np.int64)
-             for c in COLUMNS}
+    rows: dict = {}
     if not p.is_file():
-        return empty
-    t = read_arrow(p, list(_READ))
+        return rows
+    for batch in iter_arrow(p, _READ, batch_rows=batch_rows):
+        for r in _batch_groups(pa.Table.from_batches([batch])):
+            a = rows.setdefault(r["group"], {"kinds": {}, "collectives": 0, "bytes": 0, "time_ns": 0,
+                                             "kernel_time_ns": 0, "named": False, "topo": False, "pg_name": "",
+                                             "dims": set(), "sized": False})
+            a["sized"] |= (r["msg_bytes_max"] or -1) >= 0
+            a["kinds"][r["collective"]] = a["kinds"].get(r["collective"], 0) + r["collective_count"]
+            a["collectives"] += r["collective_count"]
+            a["bytes"] += r["bytes_sum"] or 0
+            a["time_ns"] += r["latency_ns_sum"] or 0
+            a["kernel_time_ns"] += r["kernel_time_ns_sum"] or 0
+            a["named"] |= bool(r["named_any"])
+            a["topo"] |= bool(r["topo_any"])
+            a["pg_name"] = max(a["pg_name"], r["pg_name_max"] or "")
+            a["dims"] |= {d for d in r["parallel_dim_distinct"] if d}
+    return rows
+
+
+def _batch_groups(t) -> list:
+    """One batch's group collectives (no point-to-point transfer) grouped by (group, collective): a
+    row dict each of the counts, sums, maxima and distinct dimensions ``_group_sums`` adds up."""
     if not t.num_rows:                    # (an empty table's columns carry no types)
-        return empty
+        return []
     t = t.filter(pc.and_(pc.less(t["src"], 0), pc.invert(pc.is_in(t["collective"], pc.cast(_P2P, "string")))))
     if not t.num_rows:
-        return empty
+        return []
     named = pc.not_equal(pc.fill_null(t["pg_ranks"], ""), "")
     t = t.append_column("group", pc.if_else(named, t["pg_ranks"], t["ranks"]))
     t = t.append_column("named", named)
     t = t.append_column("topo", pc.and_(named, pc.equal(t["source"], "cpu ops")))
     t = t.append_column("bytes", pc.max_element_wise(t["msg_bytes"], 0))
-    g = t.group_by(["group", "collective"]).aggregate(
+    return t.group_by(["group", "collective"]).aggregate(
         [("collective", "count"), ("bytes", "sum"), ("msg_bytes", "max"), ("latency_ns", "sum"), ("kernel_time_ns", "sum"),
          ("named", "any"), ("topo", "any"), ("pg_name", "max"), ("parallel_dim", "distinct")]).to_pylist()
-    rows: dict = {}
-    for r in g:
-        a = rows.setdefault(r["group"], {"kinds": [], "collectives": 0, "bytes": 0, "time_ns": 0, "kernel_time_ns": 0,
-                                         "named": False, "topo": False, "pg_name": "", "dims": set(),
-                                         "sized": False})
-        a["sized"] |= (r["msg_bytes_max"] or -1) >= 0
-        a["kinds"].append((r["collective"], r["collective_count"]))
-        a["collectives"] += r["collective_count"]
-        a["bytes"] += r["bytes_sum"] or 0
-        a["time_ns"] += r["latency_ns_sum"] or 0
-        a["kernel_time_ns"] += r["kernel_time_ns_sum"] or 0
-        a["named"] |= bool(r["named_any"])
-        a["topo"] |= bool(r["topo_any"])
-        a["pg_name"] = max(a["pg_name"], r["pg_name_max"] or "")
-        a["dims"] |= {d for d in r["parallel_dim_distinct"] if d}
+
+
+def _table(rows: dict, singles: bool) -> dict:
+    """The table's columns from ``_group_sums``' rows (the one-rank groups too with ``singles``),
+    largest group first, then by its ranks."""
     rows = {k: v for k, v in rows.items() if singles or len([x for x in k.split(",") if x.strip()]) >= 2}
     order = sorted(rows, key=lambda k: (-len(k.split(",")), [int(x) for x in k.split(",") if x.strip()]))
     out = {c: [] for c in COLUMNS}
@@ -82,7 +105,8 @@ def process_groups(aggdir, singles: bool = False) -> dict:
                                        else "members seen"),
                      ("pg_name", a["pg_name"]), ("group_size", len([x for x in k.split(",") if x.strip()])),
                      ("parallel_dim", ", ".join(dims)), ("instances", a["collectives"]),
-                     ("kinds", ", ".join(f"{n} {c}" for n, c in sorted(a["kinds"]))), ("bytes", a["bytes"] if a["sized"] else -1),
+                     ("kinds", ", ".join(f"{n} {c}" for n, c in sorted(a["kinds"].items()))),
+                     ("bytes", a["bytes"] if a["sized"] else -1),
                      ("time_ns", a["time_ns"]), ("kernel_time_ns", a["kernel_time_ns"])):
             out[c].append(v)
     return {c: np.asarray(v, object if c in ("group", "ranks_from", "pg_name", "parallel_dim", "kinds") else np.int64)
@@ -107,7 +131,8 @@ def inferred_layout(groups: dict, ranks: list) -> dict | None:
 def write_groups(outdir, ranks: list, paths: list) -> dict | None:
     """Write ``process_groups.parquet`` / ``.csv`` into ``outdir`` (after ``collectives.parquet``),
     their paths appended to ``paths``; returns ``inferred_layout``."""
-    groups = process_groups(outdir)
+    sums = _group_sums(outdir)                       # (read once: both tables are made of its sums)
+    groups = _table(sums, singles=False)
     if len(groups["group"]):
         paths += write_table(outdir, PROCESS_GROUPS, groups, COLUMNS, csv=True)
-    return inferred_layout(process_groups(outdir, singles=True), ranks)
+    return inferred_layout(_table(sums, singles=True), ranks)

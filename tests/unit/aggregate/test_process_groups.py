@@ -11,6 +11,7 @@ import shutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from streamtrace.analyze import AnalyzeOptions, analyze
 from streamtrace.aggregate.run import aggregate
@@ -85,3 +86,66 @@ def test_report_and_epilogue_name_the_same_dimension(megatron, tmp_path):
     rep = pq.read_table(tmp_path / "rep" / "collectives.parquet").to_pydict()["parallel_dim"]
     epi = pq.read_table(next((tmp_path / "epi").rglob("collectives.parquet"))).to_pydict()["parallel_dim"]
     assert rep == epi == ["TP"] * len(raw[0])
+
+
+def _groups_by_hand(rows: list) -> dict:
+    """The process_groups table of ``rows`` (collectives.parquet rows as dicts), in plain Python from the
+    table's definition (streamtrace.aggregate.groups' docstring)."""
+    acc: dict = {}
+    for r in rows:
+        if r["src"] >= 0 or r["collective"] in ("Send", "Recv", "SendRecv"):
+            continue
+        named = bool(r["pg_ranks"])
+        g = acc.setdefault(r["pg_ranks"] if named else r["ranks"],
+                           {"kinds": {}, "n": 0, "bytes": 0, "sized": False, "t": 0, "k": 0, "named": False,
+                            "topo": False, "pg": "", "dims": set()})
+        g["kinds"][r["collective"]] = g["kinds"].get(r["collective"], 0) + 1
+        g["n"] += 1
+        g["bytes"] += max(r["msg_bytes"], 0)
+        g["sized"] |= r["msg_bytes"] >= 0
+        g["t"] += r["latency_ns"]
+        g["k"] += r["kernel_time_ns"]
+        g["named"] |= named
+        g["topo"] |= named and r["source"] == "cpu ops"
+        g["pg"] = max(g["pg"], r["pg_name"])
+        g["dims"] |= {r["parallel_dim"]} if r["parallel_dim"] else set()
+    out = {c: [] for c in ("group", "ranks_from", "pg_name", "group_size", "parallel_dim", "instances", "kinds",
+                           "bytes", "time_ns", "kernel_time_ns")}
+    keep = [k for k in acc if len(k.split(",")) >= 2]
+    for k in sorted(keep, key=lambda k: (-len(k.split(",")), [int(x) for x in k.split(",")])):
+        g = acc[k]
+        for c, v in (("group", k), ("ranks_from", "topology" if g["topo"] else "process group" if g["named"]
+                                    else "members seen"), ("pg_name", g["pg"]), ("group_size", len(k.split(","))),
+                     ("parallel_dim", ", ".join(sorted(g["dims"] - {"unknown"}) or ["unknown"])),
+                     ("instances", g["n"]), ("kinds", ", ".join(f"{n} {c}" for n, c in sorted(g["kinds"].items()))),
+                     ("bytes", g["bytes"] if g["sized"] else -1), ("time_ns", g["t"]), ("kernel_time_ns", g["k"])):
+            out[c].append(v)
+    return out
+
+
+_ROW = st.fixed_dictionaries({
+    "collective": st.sampled_from(["AllReduce", "AllGather", "Send", "Recv", "ReduceScatter"]),
+    "pg_ranks": st.sampled_from(["", "0,1", "0,1,2,3", "2,3", "5"]),
+    "pg_name": st.sampled_from(["", "0", "1", "tp"]),
+    "ranks": st.sampled_from(["0,1", "0,2", "1,3", "0,1,2,3", "4"]),
+    "group_size": st.integers(1, 4), "msg_bytes": st.sampled_from([-1, 1, 2, 3]),
+    "latency_ns": st.integers(0, 10**9), "kernel_time_ns": st.integers(0, 10**9),
+    "parallel_dim": st.sampled_from(["", "TP", "DP", "unknown"]), "src": st.sampled_from([-1, -1, 0, 1]),
+    "source": st.sampled_from(["cpu ops", "kernels"])})
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.lists(_ROW, max_size=30), batch=st.integers(1, 8))
+def test_process_groups_a_batch_at_a_time_equals_the_table_by_hand(tmp_path_factory, rows, batch):
+    """``process_groups`` reads collectives.parquet ``batch_rows`` rows at a time: the table equals the one
+    computed from the rows in plain Python, whatever the batch."""
+    from streamtrace.aggregate.groups import process_groups
+    d = tmp_path_factory.mktemp("pg")
+    types = {"collective": pa.string(), "pg_ranks": pa.string(), "pg_name": pa.string(), "ranks": pa.string(),
+             "group_size": pa.int64(), "msg_bytes": pa.int64(), "latency_ns": pa.int64(), "kernel_time_ns": pa.int64(),
+             "parallel_dim": pa.string(), "src": pa.int64(), "source": pa.string()}
+    cols = {c: [r[c] for r in rows] for c in types}
+    pq.write_table(pa.table({c: pa.array(v, types[c]) for c, v in cols.items()}), d / "collectives.parquet",
+                   row_group_size=3)
+    got = {c: v.tolist() for c, v in process_groups(d, batch_rows=batch).items()}
+    assert got == _groups_by_hand(rows)
