@@ -423,16 +423,18 @@ def barrier_edges(t, arrival, end, instance, first_node: int) -> dict:
             "etype": np.tile(np.asarray([WAIT_EDGE, TRANSFER_EDGE], np.int8), len(ma))}
 
 
-def path_edges(pred, psrc, end: int) -> np.ndarray:
+def path_edges(pred, end: int, pos, src, x_src=()) -> np.ndarray:
     """The edge ids (int64[k], first to last) of the longest path to position ``end``, from
-    ``kernels.critical.longest_path_masked``'s ``pred`` (in-edge ids) and ``psrc`` (their source
-    positions), both int32[n] by position: walked back position by position, as
+    ``kernels.critical.longest_path_masked``'s ``pred`` (in-edge ids, int32[n] by position) over the
+    edges ``src`` then ``x_src`` (their source nodes) and the nodes' positions ``pos``: walked back
+    position by position, each edge's source position read from its edge, as
     ``kernels.critical.trace_back`` walks by node (a walk of the path's length: no array of n
     positions, 19 MB at a 4,096-rank step's 1.5 M nodes, made for it; at most n steps)."""
-    out, v = [], int(end)
+    out, v, nb = [], int(end), len(src)
     while v >= 0 and pred[v] >= 0 and len(out) < len(pred):
-        out.append(int(pred[v]))
-        v = int(psrc[v])
+        e = int(pred[v])
+        out.append(e)
+        v = int(pos[src[e]] if e < nb else pos[x_src[e - nb]])
     return np.asarray(out[::-1], np.int64)
 
 

@@ -292,14 +292,14 @@ def _forward(g: JobGraph, w, pos, src, dst, forward):
     init = np.full(n, NEG, np.int64)
     init[pos[kind == Anchor.step_start]] = t[kind == Anchor.step_start]
     none = np.zeros(0, np.int64)
-    dist, pred, psrc = longest_path_masked(n, pos, src, dst, w, forward, none, none, none, np.zeros(0, bool), init,
-                                           EDGE_WINDOW)
+    dist, pred = longest_path_masked(n, pos, src, dst, w, forward, none, none, none, np.zeros(0, bool), init,
+                                     EDGE_WINDOW)
     del init
     ends = np.flatnonzero(kind == Anchor.step_end)
     if not len(ends):
         return None
     last = ends[np.lexsort((dist[pos[ends]], t[ends]))[-1]]
-    path = path_edges(pred, psrc, int(pos[last]))
+    path = path_edges(pred, int(pos[last]), pos, src)
     return path, dist, last, ends
 
 

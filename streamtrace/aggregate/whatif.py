@@ -48,7 +48,7 @@ from .folder import (COLLECTIVES, COLLECTIVES_RANKS, WHATIF, WHATIF_ANCHORS, WHA
 from .stats import codes
 from .steps import step_patterns_of
 from .whatif_changes import AtMedian, Comm, HostGaps, Kernels, Launches, Ops, as_changes
-from .whatif_job import InstanceFacts, LOCAL_COLUMNS, JobStep, Members, StepTables
+from .whatif_job import InstanceFacts, LOCAL_COLUMNS, JobStep, Members, StepTables, sparse_factors
 from .whatif_graphs import kept_graphs
 from .whatif_local import RANK_COLUMNS, part_replay, part_replays
 from .whatif_spill import ParquetLazy, SpilledRows
@@ -201,11 +201,12 @@ def _name_factors(path, table, col, it, st, rank) -> dict:
     return out
 
 
-def _transfer_factors(g, changes) -> np.ndarray:
-    """Per matched member of ``g``'s step (``g.members()``) the product of ``changes``' transfer factors
-    (float64; 1 where none applies).  Each change's factors are let go once multiplied in, so that none
-    is held under the replay's solve (three member-long temporaries were 16 MB of the what-if's peak
-    at 4,096 synthetic ranks)."""
+def _transfer_factors(g, changes) -> tuple | None:
+    """The product of ``changes``' transfer factors per matched member of ``g``'s step (``g.members()``),
+    as ``whatif_job.sparse_factors``' ``(index, factor)`` of the members whose factor is not 1 (None:
+    no change has one).  Each change's factors are let go once multiplied in, and the product once made
+    sparse, so that none is held under the replay's solve (three member-long temporaries were 16 MB of
+    the what-if's peak at 4,096 synthetic ranks, the product another 5.2)."""
     view = g.members()
     f = None
     for c in changes:
@@ -213,7 +214,7 @@ def _transfer_factors(g, changes) -> np.ndarray:
         if x is not None:
             f = np.array(x, float) if f is None else np.multiply(f, x, out=f)
         del x
-    return np.ones(len(view.instance)) if f is None else f
+    return None if f is None else sparse_factors(f)
 
 
 class Replayer:
@@ -261,8 +262,7 @@ class Replayer:
             if touched:
                 g = g.with_parts(touched, _only(touched_rows["edges"], key))
             f = _transfer_factors(g, changes) if comm else None
-            out.append(self._row(key, changes, source, len(touched), g.solve(None if f is None or (f == 1).all()
-                                                                             else f)))
+            out.append(self._row(key, changes, source, len(touched), g.solve(f)))
         return out
 
     def replay_many(self, change_sets, source="asked") -> list:

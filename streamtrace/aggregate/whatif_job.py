@@ -249,6 +249,14 @@ class Replay:
 
 
 CHUNK = 1 << 20
+
+
+def sparse_factors(factor) -> tuple:
+    """A transfer factor per member (float[m]) as ``(index int64[k], factor float64[k])`` of the members
+    whose factor is not 1 (``JobStep.solve``: a change that scales some collectives writes only theirs)."""
+    factor = np.asarray(factor, float).reshape(-1)
+    idx = np.flatnonzero(factor != 1)
+    return idx, factor[idx]
 """Edges a step of ``JobStep``'s whole-graph lookups takes at once."""
 
 
@@ -351,8 +359,8 @@ class JobStep:
         the collectives'): their types, the members' edges, the positions and the edges kept;
         ``local``: the ranks' edges' ``host_ns``, ``gpu_ns``, ``top_category``, ``top_name``, ``top_ns``
         columns."""
-        self.etype = np.r_[np.full(nl, LOCAL, np.int8), self.c_typ]
-        del self.c_typ                                           # (joined: the graph's edges from ``t_first``)
+        self.c_etype = self.c_typ                                 # the collective edges' types (``edge_type``:
+        del self.c_typ                                           # a local edge's is known, 3.8 MB at 4,096 ranks)
         self.m_edge = joined_ints(nl + self.c_medge)                # (int32 while the edges fit)
         del self.c_medge
         self.t_first = nl                                        # the first collective edge
@@ -391,9 +399,6 @@ class JobStep:
         self.c_medge = np.r_[np.arange(nu), nu + 2 * np.arange(len(c["m_arr"])) + 1]   # each member's transfer
         self.m_inst = joined_ints(np.full(nu, -1, np.int64), c["m_inst"])     # (int32 while the ids fit)
         self.m_part = self.part[np.r_[a[un], c["m_arr"]]]
-        small = self.m_inst.dtype == np.int32
-        self.c_inst = np.full(len(src), -1, np.int32 if small else np.int64)    # per collective edge: its instance
-        self.c_inst[self.c_medge] = self.m_inst
         self._view = None
         del c
         self._time_order(src, dst, typ)
@@ -425,21 +430,25 @@ class JobStep:
             rank = np.full(int(parts.max()) + 1 if len(parts) else 0, -1, np.int64)    # by part (-1: no rank)
             known = [(p, r) for p, r in self.rank_of.items() if 0 <= p < len(rank)]
             rank[[p for p, _ in known]] = [r for _, r in known]
-            self._view = TransferView(self.m_inst[m], rank[parts], self.w[self.m_edge[m]].astype(float),
+            self._view = TransferView(self.m_inst[m], rank[parts], self.w[self.m_edge[m]],
                                       members or self.members_)
         return self._view
 
     def solve(self, transfer_factor=None) -> Replay:
-        """The forward pass with the matched members' transfers times ``transfer_factor`` (per member
-        of ``members``, None: as measured).  The scaled transfers are written into the graph's
-        weights for the pass and the measured ones put back after it (a copy of every edge's weight
-        would be 40 MB at 4,096 synthetic ranks); the pass's temporaries are handed back to the OS
-        after it (``trim``)."""
-        if transfer_factor is None:
+        """The forward pass with the matched members' transfers times ``transfer_factor``: per member
+        of ``members`` (float[m]), or ``(index, factor)`` for those members of ``members`` whose factor
+        is not 1 (``sparse_factors``), None: as measured.  The scaled transfers are written into the
+        graph's weights for the pass and the measured ones put back after it (a copy of every edge's
+        weight would be 40 MB at 4,096 synthetic ranks); the pass's temporaries are handed back to
+        the OS after it (``trim``)."""
+        if transfer_factor is not None and not isinstance(transfer_factor, tuple):
+            transfer_factor = sparse_factors(transfer_factor)
+        if transfer_factor is None or not len(transfer_factor[0]):
             out = self._solve(self.w)
         else:
-            edges = self.m_edge[self.m_inst >= 0]
-            scaled = np.rint(self.w[edges] * np.asarray(transfer_factor, float)).astype(np.int64)
+            idx, factor = transfer_factor
+            edges = self.m_edge[np.flatnonzero(self.m_inst >= 0)[idx]]     # (only the members that change)
+            scaled = np.rint(self.w[edges] * np.asarray(factor, float)).astype(np.int64)
             if fits_in(self.w.dtype, scaled):
                 with edge_weights(self.w, edges, scaled) as w:
                     del scaled                       # (written into the weights: not held under the pass)
@@ -458,8 +467,8 @@ class JobStep:
         starts = self.starts
         init[self.pos[starts]] = self.start_t
         xs, xd, xw, xk = self._extra()
-        dist, pred, psrc = longest_path_masked(n, self.pos, self.src, self.dst, w, self.kept, xs, xd, xw, xk, init,
-                                               EDGE_WINDOW)
+        dist, pred = longest_path_masked(n, self.pos, self.src, self.dst, w, self.kept, xs, xd, xw, xk, init,
+                                         EDGE_WINDOW)
         del init
         ends = np.flatnonzero(self.kind == Anchor.step_end)
         de = dist[self.pos[ends]]                            # (by node: the step ends' only)
@@ -472,7 +481,7 @@ class JobStep:
         if not end:
             return Replay({}, start, 0, 0, {}, (-1, "", "", 0), {}, {}, {}, dropped)
         last = ends[np.argmax(de)]
-        path = path_edges(pred, psrc, int(self.pos[last]))
+        path = path_edges(pred, int(self.pos[last]), self.pos, self.src, xs)
         span = int(dist[self.pos[last]] - min(start.values()))
         steps = [end[p] - start[p] for p in end if p in start]
         return self._attribute(self._rows(path, w), end, start, span, int(np.median(steps)) if steps else 0, dropped)
@@ -480,6 +489,17 @@ class JobStep:
     def n_edges(self) -> int:
         """How many edges the graph has (kept or not)."""
         return len(self.w)
+
+    def edge_type(self, e: int) -> int:
+        """Edge ``e``'s type (``Edge``: ``LOCAL`` the ranks' reduced edges, before ``t_first``; then the
+        collectives' ``WAIT`` / ``TRANSFER``)."""
+        return LOCAL if e < self.t_first else int(self.c_etype[e - self.t_first])
+
+    def instance_of(self, e: int) -> int:
+        """The matched instance of the member whose transfer is edge ``e`` (-1: none, or an unmatched
+        transfer): found in the members' edges ``m_edge`` (ascending), not held per collective edge."""
+        at = int(np.searchsorted(self.m_edge, e))
+        return int(self.m_inst[at]) if at < len(self.m_edge) and int(self.m_edge[at]) == e else -1
 
     def _extra(self) -> tuple:
         """The edges the forward pass takes after the graph's own (``kept``): ``(src, dst, w, kept)``
@@ -495,7 +515,7 @@ class JobStep:
         out = []
         for e in path.tolist():
             extra = next(cols) if e < self.t_first else (0, 0, "", "", 0)
-            out.append((int(self.etype[e]), int(self.src[e]), int(self.dst[e]), int(w[e])) + tuple(extra) + (e,))
+            out.append((self.edge_type(e), int(self.src[e]), int(self.dst[e]), int(w[e])) + tuple(extra) + (e,))
         return out
 
     def _attribute(self, rows, end, start, span, step, dropped) -> Replay:
@@ -515,7 +535,7 @@ class JobStep:
                 by[p] = by.get(p, 0) + w
                 comm[p] = comm.get(p, 0) + w
                 if w > top[3]:
-                    i = int(self.c_inst[e - self.t_first])
+                    i = self.instance_of(e)
                     top = (p, "comm_transfer", self.members_.info.get(i, {}).get("name", "collective"), w)
         return Replay(end, start, span, step, by, top, host, gpu, comm, dropped)
 

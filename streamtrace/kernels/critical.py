@@ -117,9 +117,10 @@ def longest_path_masked(n, pos, src, dst, w, mask, x_src, x_dst, x_w, x_mask, in
     The same answer as ``longest_path(n, ks, kd, kw, init)`` over the kept edges copied out
     (``ks = pos[src[mask]]`` followed by ``pos[x_src[x_mask]]``, and so on): the edges taken in
     the same order, ties broken the same way (ids grow with the copies' indices).  Returns ``(dist,
-    pred, psrc)`` by position: ``dist`` int64[n] as ``longest_path``'s, ``pred[v]`` the id of the
-    chosen in-edge (-1 none), ``psrc[v]`` its source position (-1 none), both int32[n] (half the
-    memory of int64 ids: 2.3 M nodes in a step of 4,096 synthetic ranks).  ``init`` is written in
+    pred)`` by position: ``dist`` int64[n] as ``longest_path``'s, ``pred[v]`` the id of the chosen
+    in-edge (-1 none), int32[n] (half the memory of int64 ids: 2.3 M nodes in a step of 4,096
+    synthetic ranks); its source position is ``pos[src[pred[v]]]`` (or ``x_src``'s), read there when
+    a tie needs it, not held per node (6 MB at 1.5 M nodes).  ``init`` is written in
     place: the ``dist`` returned is that array (no copy of n values; a caller that needs ``init``
     again passes a copy), left as it was when ValueError is raised.
 
@@ -169,7 +170,6 @@ def longest_path_masked(n, pos, src, dst, w, mask, x_src, x_dst, x_w, x_mask, in
     fill = np.empty(span + 1, np.int32)             # (a window's nodes' first places in ``order``)
     dist = init                                     # (the caller's: written in place, no copy of n values)
     pred = np.full(n, -1, np.int32)
-    psrc = np.full(n, -1, np.int32)
     for k in range(bounds.shape[0] - 1):
         b0, b1 = bounds[k], bounds[k + 1]
         lo = (b0 * n + nbk - 1) // nbk              # the window's positions lo .. hi - 1
@@ -198,12 +198,15 @@ def longest_path_masked(n, pos, src, dst, w, mask, x_src, x_dst, x_w, x_mask, in
             if dist[u] <= NEG:
                 continue
             val = dist[u] + we
-            p = pred[v]
-            if val > dist[v] or (val == dist[v] and p >= 0 and (u > psrc[v] or (u == psrc[v] and e < p))):
+            if val > dist[v]:
                 dist[v] = val
                 pred[v] = e
-                psrc[v] = u
-    return dist, pred, psrc
+            elif val == dist[v] and pred[v] >= 0:
+                p = pred[v]
+                ps = pos[src[p]] if p < nb else pos[x_src[p - nb]]     # (the chosen edge's source)
+                if u > ps or (u == ps and e < p):
+                    pred[v] = e
+    return dist, pred
 
 
 @njit(cache=True)

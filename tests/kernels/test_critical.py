@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from streamtrace.aggregate.critical_graph import path_edges
 from streamtrace.kernels.critical import (EDGE_WINDOW, NEG, POS, WINDOW_BUCKETS, back_within_instant, latest_times,
                                           latest_times_masked, longest_path, longest_path_masked, reduce_local,
                                           trace_back)
@@ -100,18 +101,19 @@ def masked_graphs(draw):
 @given(masked_graphs(), st.sampled_from([1, 2, 3, EDGE_WINDOW]))
 def test_longest_path_masked_matches_the_copied_edges(g, window):
     """``longest_path_masked`` against its twin and against ``longest_path`` over the kept edges copied
-    out (what the what-if replay did before): the same distances, the same chosen edges (as ids), each
-    chosen edge's source position, whatever its window (one node a bucket here: a window of 1 is one
-    destination at a time)."""
+    out (what the what-if replay did before): the same distances, the same chosen edges (as ids),
+    whatever its window (one node a bucket here: a window of 1 is one destination at a time); the path
+    walked back from the chosen edges' sources as ``longest_path``'s."""
     n, pos, src, dst, w, mask, xs, xd, xw, xm, init = g
     given = init.copy()
-    dist, pred, psrc = longest_path_masked(n, pos, src, dst, w, mask, xs, xd, xw, xm, given, window)
+    dist, pred = longest_path_masked(n, pos, src, dst, w, mask, xs, xd, xw, xm, given, window)
     assert np.shares_memory(dist, given)                            # (written in place: no copy of n values)
-    d2, p2, s2 = longest_path_masked_py(n, pos, src, dst, w, mask, xs, xd, xw, xm, init.copy())
-    assert dist.tolist() == d2.tolist() and pred.tolist() == p2.tolist() and psrc.tolist() == s2.tolist()
-    d4, p4, s4 = longest_path_masked(n, pos, src, dst, w.astype(np.int32), mask, xs, xd, xw, xm, init.copy(),
-                                     window)
-    assert dist.tolist() == d4.tolist() and pred.tolist() == p4.tolist() and psrc.tolist() == s4.tolist()
+    d2, p2 = longest_path_masked_py(n, pos, src, dst, w, mask, xs, xd, xw, xm, init.copy())
+    assert dist.tolist() == d2.tolist() and pred.tolist() == p2.tolist()
+    d4, p4 = longest_path_masked(n, pos, src, dst, w.astype(np.int32), mask, xs, xd, xw, xm, init.copy(), window)
+    assert dist.tolist() == d4.tolist() and pred.tolist() == p4.tolist()
+    psrc = np.asarray([-1 if e < 0 else pos[src[e]] if e < len(src) else pos[xs[e - len(src)]]
+                       for e in pred.tolist()], np.int64)
     ids = np.r_[np.flatnonzero(mask), len(src) + np.flatnonzero(xm)]
     ks = np.r_[pos[src[mask]], pos[xs[xm]]].astype(np.int64)
     kd = np.r_[pos[dst[mask]], pos[xd[xm]]].astype(np.int64)
@@ -120,11 +122,16 @@ def test_longest_path_masked_matches_the_copied_edges(g, window):
     assert dist.tolist() == d3.tolist()
     assert pred.tolist() == [int(ids[e]) if e >= 0 else -1 for e in p3.tolist()]
     assert psrc.tolist() == [int(ks[e]) if e >= 0 else -1 for e in p3.tolist()]
-    assert pred.dtype == psrc.dtype == np.int32                      # (half an int64 id's memory)
+    assert pred.dtype == np.int32                                    # (half an int64 id's memory)
     on = pred.copy()                                  # the job level's walk back by position, as int32
     on[pred >= 0] = np.flatnonzero(pred >= 0)
     for v in range(n):
         assert trace_back(on, psrc, v).tolist() == trace_back_py(on, psrc, v).tolist()
+        want, x = [], v                                 # the path into v by longest_path's copies
+        while p3[x] >= 0:
+            want.append(int(ids[p3[x]]))
+            x = int(ks[p3[x]])
+        assert path_edges(pred, v, pos, src, xs).tolist() == want[::-1]
 
 
 @SETTINGS
@@ -181,9 +188,9 @@ def test_longest_path_masked_refuses_a_kept_edge_backwards():
     with pytest.raises(ValueError):
         longest_path_masked(2, pos, src, dst, w, np.ones(1, bool), none, none, none, np.zeros(0, bool), init,
                             EDGE_WINDOW)
-    dist, pred, psrc = longest_path_masked(2, pos, src, dst, w, np.zeros(1, bool), none, none, none,
-                                           np.zeros(0, bool), init, EDGE_WINDOW)
-    assert dist.tolist() == [0, 0] and pred.tolist() == [-1, -1] and psrc.tolist() == [-1, -1]
+    dist, pred = longest_path_masked(2, pos, src, dst, w, np.zeros(1, bool), none, none, none,
+                                     np.zeros(0, bool), init, EDGE_WINDOW)
+    assert dist.tolist() == [0, 0] and pred.tolist() == [-1, -1]
 
 
 @SETTINGS

@@ -57,10 +57,10 @@ def longest_path_masked_py(n, pos, src, dst, w, mask, x_src, x_dst, x_w, x_mask,
     kw = np.r_[np.asarray(w, np.int64)[mask], np.asarray(x_w, np.int64)[x_mask]].astype(np.int64)
     dist, pred, _ = longest_path_py(n, ks, kd, kw, init)
     has = pred >= 0
-    out, psrc = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
-    out[has], psrc[has] = ids[pred[has]], ks[pred[has]]
+    out = np.full(n, -1, np.int64)
+    out[has] = ids[pred[has]]
     init[:] = dist
-    return init, out, psrc
+    return init, out
 
 
 def latest_times_py(n, src, dst, w, deadline):
