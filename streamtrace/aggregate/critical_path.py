@@ -191,10 +191,10 @@ class JobGraph:
         self.name = np.r_[self.name, self.name[c["m_arr"][c["lead"]]]]
         self.lane = np.r_[self.lane, np.full(nb, self.texts.code(""), self.lane.dtype)]
         self.corr = np.r_[self.corr, np.full(nb, -1, self.corr.dtype)]
-        self.src = joined_ints(self.src, a[un], c["src"])
-        self.dst = joined_ints(self.dst, e[un], c["dst"])
-        self.w = joined_ints(self.w, self.t[e[un]] - self.t[a[un]], np.asarray(c["w"], np.int64))
-        self.etype = np.r_[self.etype, np.full(int(un.sum()), TRANSFER, np.int8), c["etype"]]
+        self.src = joined_ints(self.src, a[un], c.pop("src"))      # (each of the barriers' edge columns let go
+        self.dst = joined_ints(self.dst, e[un], c.pop("dst"))      # once joined: 10 MB less under the weights'
+        self.w = joined_ints(self.w, self.t[e[un]] - self.t[a[un]], np.asarray(c.pop("w"), np.int64))   # join)
+        self.etype = np.r_[self.etype, np.full(int(un.sum()), TRANSFER, np.int8), c.pop("etype")]
         self.b_node = self.n + np.arange(nb)
         self.b_p2p = np.isin(c["bar_inst"], np.asarray(sorted(p2p), np.int64))
         self.m_bar, self.m_arr, self.m_end = (joined_ints(c.pop(x)) for x in ("m_bar", "m_arr", "m_end"))

@@ -37,11 +37,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..events.dataset import read_arrow, read_table, write_table
+from ..events.dataset import iter_arrow, read_arrow, read_table, write_table
 from ..runtime.errors import DataError, UsageError
 from ..runtime.parallel import run_tasks
 from ..runtime.tuning import trim
 from .alignment import Job, JobParts, Part
+from .critical_members import PartMembers
 from .folder import (COLLECTIVES, COLLECTIVES_RANKS, WHATIF, WHATIF_ANCHORS, WHATIF_ANCHORS_COLUMNS as ANCHOR_COLUMNS,
                      WHATIF_COLUMNS, WHATIF_EDGES, WHATIF_EDGES_COLUMNS as EDGE_COLUMNS, WHATIF_RANKS,
                      KERNEL_STATS, OP_STATS, Aggregate, columns, table_path)
@@ -100,35 +101,41 @@ def join_rows(results: list, consume: bool = False) -> dict:
     return out
 
 
-def read_members(outdir, meta: dict) -> Members:
-    """The matched collectives of an aggregate folder (``collectives_ranks``, ``collectives``) with
-    their link peaks (``streamtrace.topology.hardware.gpu_spec`` of the job's device)."""
-    p = table_path(outdir, COLLECTIVES_RANKS)
-    if not p.is_file():
+def read_members(outdir, meta: dict, batch_rows: int = 1 << 15) -> Members:
+    """The matched collectives of an aggregate folder (``collectives_ranks``: the members of instances
+    of two or more, by part, ``critical_members.PartMembers``; ``collectives``: their facts, read
+    ``batch_rows`` instances at a time, the rank lists' text never held for the whole table: 90 MB of
+    the replay's peak at 4,096 synthetic ranks) with their link peaks
+    (``streamtrace.topology.hardware.gpu_spec`` of the job's device)."""
+    if not table_path(outdir, COLLECTIVES_RANKS).is_file():
         return Members.empty()
-    m = read_table(p, ["instance", "part", "correlation", "stream"])
-    n = np.bincount(m["instance"]) if len(m["instance"]) else np.zeros(0, np.int64)
-    keep = n[m["instance"]] >= 2 if len(m["instance"]) else np.zeros(0, bool)
-    key = (np.c_[m["part"][keep], m["correlation"][keep], m["stream"][keep]].astype(np.int64),
-           m["instance"][keep].astype(np.int64))
+    key = PartMembers.read(outdir)
     q = table_path(outdir, COLLECTIVES)
     if not q.is_file():
         return Members(key, InstanceFacts([]))
-    c = read_table(q, ["instance", "collective", "parallel_dim", "msg_bytes", "busbw_gbps", "pg_ranks", "ranks"])
     gpu, nic = _peaks(meta)
     spans: dict = {}                                   # a group's member list -> whether it spans nodes (once)
+    texts: dict = {}                                   # the names and dimensions, one str object each
 
     def inter(text):
         if text not in spans:
             spans[text] = len({int(x) // 8 for x in re.findall(r"\d+", text)}) > 1
         return spans[text]
-    n = len(c["instance"])
-    return Members(key, InstanceFacts(
-        c["instance"], name=[str(x) for x in c["collective"]], dim=[str(x or "") for x in c["parallel_dim"]],
-        bytes=[int(b or 0) for b in c["msg_bytes"]],
-        busbw=[float(bw) if bw is not None else math.nan for bw in c["busbw_gbps"]],
-        inter=[inter(str(pg or rk or "")) for pg, rk in zip(c["pg_ranks"], c["ranks"])],
-        gpu_gbps=np.full(n, gpu), nic_gbps=np.full(n, nic)))
+    cols: dict = {k: [] for k in ("instance", "name", "dim", "bytes", "busbw", "inter")}
+    for b in iter_arrow(q, ["instance", "collective", "parallel_dim", "msg_bytes", "busbw_gbps", "pg_ranks", "ranks"],
+                        batch_rows=batch_rows):
+        c = {k: b.column(k).to_pylist() for k in b.schema.names}
+        cols["instance"].append(np.asarray(c["instance"], np.int64))
+        cols["name"] += [texts.setdefault(x, x) for x in map(str, c["collective"])]    # (one str a distinct
+        cols["dim"] += [texts.setdefault(x, x) for x in (str(d or "") for d in c["parallel_dim"])]   # text)
+        cols["bytes"] += [int(x or 0) for x in c["msg_bytes"]]
+        cols["busbw"] += [float(x) if x is not None else math.nan for x in c["busbw_gbps"]]
+        cols["inter"] += [inter(str(pg or rk or "")) for pg, rk in zip(c["pg_ranks"], c["ranks"])]
+        del c, b
+    parts = cols.pop("instance")
+    inst = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    n = len(inst)
+    return Members(key, InstanceFacts(inst, **cols, gpu_gbps=np.full(n, gpu), nic_gbps=np.full(n, nic)))
 
 
 LINK_KEYS = ("devices", "sources")
@@ -232,10 +239,11 @@ class Replayer:
         self.jobs, self.steps = jobs, steps
         self.graphs = {}
         trim()                                          # (what reading the tables left in glibc's heap)
-        for k in list(tabs):
-            self.graphs[k] = JobStep(tabs[k], members)
+        keys = list(tabs)
+        for i, k in enumerate(keys):                    # (the last one lets the members' keys go, joined)
+            self.graphs[k] = JobStep(tabs[k], members, release_keys=i == len(keys) - 1)
             tabs[k] = StepTables({}, {}, tabs[k].ranks)
-        del members                                     # (its keys, joined into the graphs: not under the solves)
+        del members
         self.tabs = tabs
         self.base = {k: g.solve() for k, g in self.graphs.items()}
 
@@ -273,6 +281,10 @@ class Replayer:
         are joined for one change set at a time, as it is replayed, and let go after it (a job-wide
         change's are every rank's edges)."""
         sets = [as_changes(c) for c in change_sets]
+        if any(not c.local or isinstance(c, AtMedian) for s in sets for c in s):
+            for g in self.graphs.values():            # each step's members as a change of transfers sees them,
+                g.members()                           # built before any rank's re-reduction is held (its
+            trim()                                    # temporaries were the replay's peak at 4,096 ranks)
         batch = [k for k, s in enumerate(sets) if not any(isinstance(c, AtMedian) for c in s)]
         touched = {k: [p for p, part in self.parts.items() if any(c.touches(part.rank) for c in sets[k])]
                    for k in batch}

@@ -22,6 +22,7 @@ from ..kernels.critical import EDGE_WINDOW, NEG, longest_path_masked
 from ..runtime.tuning import trim
 from .critical_graph import (BARRIER, Anchor, Edge, barrier_edges, edge_weights, fits_in, joined_ints, key_codes,
                              matched_members, path_edges, positions, tie_classes)
+from .critical_members import PartMembers
 
 LOCAL, WAIT, TRANSFER = Edge.local, Edge.wait, Edge.transfer
 LOCAL_COLUMNS = ("part", "src", "dst", "w_ns", "host_ns", "gpu_ns", "top_category", "top_name", "top_ns")
@@ -82,8 +83,8 @@ class InstanceFacts:
 @dataclass
 class Members:
     """The matched collectives of the job: ``key`` ``{(part, correlation, stream): instance}`` (or
-    ``arrays``' pair) and ``info``, their ``InstanceFacts`` (given as ``{instance: {fact: value}}``,
-    made columns)."""
+    ``arrays``' pair, or a ``critical_members.PartMembers``: by part, 16 bytes a member) and ``info``,
+    their ``InstanceFacts`` (given as ``{instance: {fact: value}}``, made columns)."""
     key: object
     info: object
 
@@ -103,11 +104,21 @@ class Members:
 
     def arrays(self) -> tuple:
         """``key`` as ``(keys int64[n, 3] (part, correlation, stream), instance int64[n])`` (``key``
-        may be given as that pair or as the dict)."""
+        may be given as that pair, as the dict or as a ``PartMembers``)."""
         if isinstance(self.key, tuple):
             return self.key
+        if isinstance(self.key, PartMembers):
+            k = self.key
+            return np.c_[k.part, k.correlation, k.stream].astype(np.int64), np.asarray(k.instance, np.int64)
         k = np.asarray(list(self.key), np.int64).reshape(-1, 3)
         return k, np.asarray(list(self.key.values()), np.int64)
+
+    def by_part(self) -> PartMembers:
+        """``key`` as a ``PartMembers`` (itself when given as one)."""
+        if isinstance(self.key, PartMembers):
+            return self.key
+        k, i = self.arrays()
+        return PartMembers(k[:, 0], k[:, 1], k[:, 2], i)
 
 
 def _shared_text(col) -> np.ndarray:
@@ -122,18 +133,29 @@ class TransferView:
     per member ``instance``, ``rank``, ``transfer`` (ns) and the instance's facts (``Members``),
     held once an instance (``_facts``) and read per member through ``inv`` (its instance's index):
     650 k members of 4,096 synthetic ranks held five per-member fact columns, 26 MB, for 160 k
-    instances.  ``instance``, ``rank`` and ``inv`` are int32 where they fit (7.5 MB less there)."""
+    instances.  ``rank`` and ``inv`` are int32 where they fit (7.5 MB less there), ``instance`` made from
+    ``inv`` when read."""
 
     def __init__(self, instance, rank, transfer, members: Members):
-        self.instance, self.rank, self.transfer = joined_ints(instance), joined_ints(rank), transfer
+        self.rank, self.transfer = joined_ints(rank), transfer
         info = members.info
         uniq, inv = np.unique(instance, return_inverse=True)      # looked up once an instance
         self.inv = inv.reshape(-1).astype(np.int32)               # (an index of ``uniq``: fewer than the members)
+        del inv
+        self.uniq = uniq
         text = lambda k: _shared_text(info.column(k, uniq))  # noqa: E731
         peak = np.where(info.column("inter", uniq).astype(bool), info.column("nic_gbps", uniq).astype(float),
                         info.column("gpu_gbps", uniq).astype(float))
         self._facts = {"name": text("name"), "dim": text("dim"), "bytes": info.column("bytes", uniq).astype(np.int64),
                        "busbw": info.column("busbw", uniq).astype(float), "peak": peak}
+
+    @property
+    def instance(self) -> np.ndarray:
+        """Per member, its instance id (made from ``inv``: not held beside it)."""
+        return self.uniq[self.inv]
+
+    def __len__(self) -> int:
+        return len(self.inv)
 
     def fact(self, name) -> np.ndarray:
         """Per member, its instance's ``name`` / ``dim`` (object, str), ``bytes`` (int64), ``busbw``
@@ -156,7 +178,7 @@ class TransferView:
     def has_member(self, ranks) -> np.ndarray:
         """Members of the instances with a member on ``ranks`` (None: every member)."""
         if ranks is None:
-            return np.ones(len(self.instance), bool)
+            return np.ones(len(self.inv), bool)
         hit = np.zeros(len(self._facts["name"]), bool)
         hit[self.inv[np.isin(self.rank, list(ranks))]] = True
         return hit[self.inv]
@@ -164,7 +186,7 @@ class TransferView:
     def median_factor(self, sel) -> np.ndarray:
         """The selected members' transfers no longer than the median transfer of the members of the
         same collective, dimension and size (all instances of the step)."""
-        f = np.ones(len(self.instance))
+        f = np.ones(len(self.inv))
         if not len(f):
             return f
         code = lambda k: np.unique(self._facts[k], return_inverse=True)[1].reshape(-1)  # noqa: E731
@@ -226,7 +248,7 @@ def _kahn(pos, src, dst) -> np.ndarray:
                 heapq.heappush(heap, (int(pos[v]), v))
     rest = np.flatnonzero(out < 0)
     out[rest[np.argsort(pos[rest])]] = k + np.arange(len(rest))
-    return out
+    return out.astype(pos.dtype)                   # (int32 as ``positions``' while they fit)
 
 
 @dataclass
@@ -248,7 +270,11 @@ class Replay:
     dropped: int
 
 
-CHUNK = 1 << 20
+CHUNK = 1 << 18
+MATCH_ROWS = 1 << 18
+"""Anchors (arrivals and ends) of a batch of parts ``JobStep`` matches to the collectives' members at once."""
+"""Edges a step of ``JobStep``'s whole-graph lookups takes at once (its int64 temporaries: three of 8.4 MB
+were the replay's peak at 4,096 synthetic ranks with 1 << 20, under the ranks' edges read whole)."""
 
 
 def sparse_factors(factor) -> tuple:
@@ -257,7 +283,6 @@ def sparse_factors(factor) -> tuple:
     factor = np.asarray(factor, float).reshape(-1)
     idx = np.flatnonzero(factor != 1)
     return idx, factor[idx]
-"""Edges a step of ``JobStep``'s whole-graph lookups takes at once."""
 
 
 class JobStep:
@@ -267,9 +292,11 @@ class JobStep:
     then the collectives' (``WAIT``, ``TRANSFER``), their topological positions ``pos`` and the edges
     kept (``kept``, bool per edge: those that run forward)."""
 
-    def __init__(self, tabs: StepTables, members: Members):
+    def __init__(self, tabs: StepTables, members: Members, release_keys: bool = False):
         """The graph of ``tabs`` (its edges' ``part``, ``src``, ``dst``, ``w_ns`` columns taken out as
-        they are joined: the caller lets ``tabs`` go after) and ``members``."""
+        they are joined: the caller lets ``tabs`` go after) and ``members``; ``release_keys``: the
+        members' keys are emptied in ``members`` once joined, before the ranks' edges are read (the
+        last step's graph: 21 MB at 4,096 synthetic ranks, not held under its build)."""
         a = tabs.anchors
         o = np.lexsort((a["anchor"], a["part"]))
         o = slice(None) if (o == np.arange(len(o))).all() else o     # (in order as spilled: no copies)
@@ -283,6 +310,8 @@ class JobStep:
         self.members_ = members.facts()                 # (the facts a replay reads; the keys built in below)
         self.base_ = None
         self._collectives(members, len(self.t))         # (before the ranks' edges are read: not under its peak)
+        if release_keys:
+            members.key = Members.empty().facts().key
         del self.corr, self.stream                        # (the build's only: 21 MB at 4,096 synthetic ranks)
         self.starts = np.flatnonzero(self.kind == Anchor.step_start)    # the solve reads the step starts'
         self.start_t = self.t[self.starts]               # times only: the times by node let go (11.8 MB at
@@ -376,14 +405,8 @@ class JobStep:
         joins ``c_src`` / ``c_dst`` / ``c_w`` / ``c_typ`` after the ranks' edges and lets them go), the
         members in ``m_*`` arrays (the unmatched transfers first, in arrival order, then the matched
         members by barrier; ``barrier_edges``)."""
-        arr = np.flatnonzero(self.kind == Anchor.arrival)
-        end = np.flatnonzero(self.kind == Anchor.end)
-        mk, mi = members.arrays()
-        cols = (self.part, self.corr, self.stream)        # the keys (part, correlation, stream)
-        a, e, inst = matched_members(([c[arr] for c in cols], arr), ([c[end] for c in cols], end), (mk, mi),
-                                     first_only=False)
-        del arr, end
-        trim()                                            # (the keys' temporaries: ~2 M rows of 3 int64)
+        a, e, inst = self._matched(members.by_part())
+        trim()                                            # (the keys' temporaries)
         un = inst < 0                                     # unmatched: its own transfer
         c = barrier_edges(self.t, a, e, inst, n)
         nu, nb = int(un.sum()), len(c["bar_t"])
@@ -403,6 +426,28 @@ class JobStep:
         del c
         self._time_order(src, dst, typ)
         trim()
+
+    def _matched(self, members: PartMembers) -> tuple:
+        """``critical_graph.matched_members`` of the step's arrivals and ends (every arrival, in node
+        order) against ``members``, a batch of parts at a time (``MATCH_ROWS`` anchors or so: a key's part
+        is its batch's, so each batch matches as the whole step would; the keys' coding and sort held
+        for a batch, not for a step's ~1.3 M anchors at 4,096 synthetic ranks).  Returns int64
+        ``(arrival, end, instance)``."""
+        arr = np.flatnonzero(self.kind == Anchor.arrival)
+        end = np.flatnonzero(self.kind == Anchor.end)
+        pa, pe = self.part[arr], self.part[end]           # (ascending: the nodes are by part)
+        top = int(max(pa[-1] if len(pa) else -1, pe[-1] if len(pe) else -1)) + 1
+        step = max(1, MATCH_ROWS * max(top, 1) // max(len(arr) + len(end), 1))
+        out = []
+        for lo in range(0, top, step):
+            ja = slice(*np.searchsorted(pa, [lo, lo + step]).tolist())
+            je = slice(*np.searchsorted(pe, [lo, lo + step]).tolist())
+            keys = lambda j: (self.part[j], self.corr[j], self.stream[j])  # noqa: E731
+            out.append(matched_members((keys(arr[ja]), arr[ja]), (keys(end[je]), end[je]),
+                                       members.of(lo, lo + step - 1), first_only=False))
+        if not out:
+            return tuple(np.zeros(0, np.int64) for _ in range(3))
+        return tuple(np.concatenate([o[i] for o in out]) for i in range(3))
 
     def _time_order(self, src, dst, typ):
         """Positions by time (an end after its barrier or its own arrival: the collective edges ``src``

@@ -111,8 +111,9 @@ def longest_path_masked(n, pos, src, dst, w, mask, x_src, x_dst, x_w, x_mask, in
     ``e`` of ``(src, dst, w)`` (int32[E] node ids, int32 or int64[E] ns: the weights are added to int64
     distances) with ``mask[e]`` (bool[E]), then
     the extra edges ``x`` of ``(x_src, x_dst, x_w)`` (int64[X]) with ``x_mask[x]``, every node id
-    mapped to its topological position by ``pos`` (int64, the positions ``0 .. n - 1``).  An edge's
-    id is ``e``, or ``E + x`` for an extra one.
+    mapped to its topological position by ``pos`` (int32 as ``aggregate.critical_graph.positions``
+    makes them, or int64: the positions ``0 .. n - 1``).  An edge's id is ``e``, or ``E + x`` for an
+    extra one.
 
     The same answer as ``longest_path(n, ks, kd, kw, init)`` over the kept edges copied out
     (``ks = pos[src[mask]]`` followed by ``pos[x_src[x_mask]]``, and so on): the edges taken in
@@ -220,7 +221,7 @@ def latest_times(n, src, dst, w, deadline):
     for e in range(m):                              # (checked here: the masked pass reads ``pos[src[e]]``)
         if src[e] >= dst[e] or src[e] < 0 or dst[e] >= n:
             raise ValueError("edge not in topological order (src >= dst) or node out of range")
-    return latest_times_masked(n, np.arange(n).astype(np.int64), src.astype(np.int32), dst.astype(np.int32), w,
+    return latest_times_masked(n, np.arange(n).astype(np.int32), src.astype(np.int32), dst.astype(np.int32), w,
                                np.ones(m, np.bool_), deadline)
 
 
@@ -228,8 +229,8 @@ def latest_times(n, src, dst, w, deadline):
 def latest_times_masked(n, pos, src, dst, w, mask, deadline):
     """``latest_times`` over the edges a graph holds in place, without copying them: the edges ``e``
     of ``(src, dst, w)`` (int32[E] node ids, int64[E] ns) with ``mask[e]`` (bool[E]), every node id
-    mapped to its topological position by ``pos`` (int64, the positions ``0 .. n - 1``).  The same
-    answer as ``latest_times(n, pos[src[mask]], pos[dst[mask]], w[mask], deadline)`` (the edges
+    mapped to its topological position by ``pos`` (int32 or int64, the positions ``0 .. n - 1``).  The
+    same answer as ``latest_times(n, pos[src[mask]], pos[dst[mask]], w[mask], deadline)`` (the edges
     taken in the same order); memory O(n + kept edges) for the order (int32), none for the edges
     (the critical path of 4,096 synthetic ranks: 5 M edges).  Returns ``late``, int64[n] by
     position.  Raises ValueError when a kept edge runs backwards or out of range, or past 2^31 - 1

@@ -151,17 +151,17 @@ UNITS = {
                               0.6),
     "critical._windows": ("critical", "_windows", (_I64, _i), (), 0.1),
     "critical.longest_path_masked": ("critical", "longest_path_masked",
-                                     (_i, _I64, _I32, _I32, _I64, _B1, _I64, _I64, _I64, _B1, _I64, _i),
+                                     (_i, _I32, _I32, _I32, _I64, _B1, _I64, _I64, _I64, _B1, _I64, _i),
                                      ("critical._windows",), 0.6),
     # the job graphs' weights as int32 when every one fits (the critical path's, the what-if replay's);
     # after the int64 one
     "critical.longest_path_masked/int32": ("critical", "longest_path_masked",
-                                           (_i, _I64, _I32, _I32, _I32, _B1, _I64, _I64, _I64, _B1, _I64, _i),
+                                           (_i, _I32, _I32, _I32, _I32, _B1, _I64, _I64, _I64, _B1, _I64, _i),
                                            ("critical.longest_path_masked",), 0.6),
-    "critical.latest_times_masked": ("critical", "latest_times_masked", (_i, _I64, _I32, _I32, _I64, _B1, _I64), (),
+    "critical.latest_times_masked": ("critical", "latest_times_masked", (_i, _I32, _I32, _I32, _I64, _B1, _I64), (),
                                      0.4),
     # the job graphs' weights as int32 when every one fits; after the int64 one
-    "critical.latest_times_masked/int32": ("critical", "latest_times_masked", (_i, _I64, _I32, _I32, _I32, _B1, _I64),
+    "critical.latest_times_masked/int32": ("critical", "latest_times_masked", (_i, _I32, _I32, _I32, _I32, _B1, _I64),
                                            ("critical.latest_times_masked",), 0.4),
     "critical.latest_times": ("critical", "latest_times", (_i, _I64, _I64, _I64, _I64),
                               ("critical.latest_times_masked",), 0.4),

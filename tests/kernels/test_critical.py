@@ -93,7 +93,7 @@ def masked_graphs(draw):
     xs, xd, xw, xk = edges(6)
     init = draw(st.lists(st.sampled_from([NEG, NEG, 0, 3, 7]), min_size=n, max_size=n))
     i64 = lambda x: np.asarray(x, np.int64).reshape(-1)  # noqa: E731
-    return (n, i64(perm), np.asarray(bs, np.int32), np.asarray(bd, np.int32), i64(bw), np.asarray(bk, bool),
+    return (n, np.asarray(perm, np.int32), np.asarray(bs, np.int32), np.asarray(bd, np.int32), i64(bw), np.asarray(bk, bool),
             i64(xs), i64(xd), i64(xw), np.asarray(xk, bool), i64(init))
 
 
@@ -148,7 +148,7 @@ def test_latest_times_masked_matches_the_copied_edges(g, deadlines):
 
 
 def test_latest_times_masked_refuses_a_kept_edge_backwards():
-    pos = np.asarray([1, 0], np.int64)
+    pos = np.asarray([1, 0], np.int32)
     src, dst, w = np.asarray([0], np.int32), np.asarray([1], np.int32), np.asarray([5], np.int64)
     deadline = np.asarray([POS, 7], np.int64)
     with pytest.raises(ValueError):
@@ -162,7 +162,7 @@ def test_longest_path_masked_windows_of_many_positions(n, seed, window):
     """More nodes than buckets (a bucket holds several destinations, a window several buckets), many
     edges into the same nodes, ties of weight: the windowed pass gives its twin's answer."""
     rng = np.random.default_rng(seed)
-    pos = rng.permutation(n).astype(np.int64)
+    pos = rng.permutation(n).astype(np.int32)
     node_at = np.argsort(pos)
     m = int(rng.integers(0, 4 * n))
     u = rng.integers(0, n - 1, m)
@@ -182,7 +182,7 @@ def test_longest_path_masked_windows_of_many_positions(n, seed, window):
 
 def test_longest_path_masked_refuses_a_kept_edge_backwards():
     """A kept edge against ``pos`` is an error (as ``longest_path``'s); masked, it is left out."""
-    pos = np.asarray([1, 0], np.int64)                            # node 0 after node 1
+    pos = np.asarray([1, 0], np.int32)                            # node 0 after node 1
     src, dst, w = np.asarray([0], np.int32), np.asarray([1], np.int32), np.asarray([5], np.int64)
     none, init = np.zeros(0, np.int64), np.asarray([0, 0], np.int64)
     with pytest.raises(ValueError):

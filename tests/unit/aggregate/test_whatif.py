@@ -302,3 +302,29 @@ def test_replayed_together_equal_one_at_a_time(job, monkeypatch):
     builds.clear()
     rep.replay(sets[0], "candidate")
     assert every_rank == 4 and together == every_rank + len(builds)    # + the at-median set's own
+
+
+@pytest.mark.parametrize("batch", [1, 3, 1 << 15])
+def test_members_read_a_batch_at_a_time_are_the_tables_rows(job, batch):
+    """``read_members`` reads ``collectives.parquet`` ``batch_rows`` instances at a time: its facts are the
+    table's (read whole with pyarrow here), and its keys ``collectives_ranks``' members of instances with
+    two or more members, whatever the batch."""
+    import pyarrow.parquet as pq
+    from streamtrace.aggregate.folder import Aggregate
+    from streamtrace.aggregate.whatif import read_members
+    agg = job[0] / "agg"
+    got = read_members(agg, Aggregate.read(agg).summary, batch_rows=batch)
+    c = pq.read_table(agg / "collectives.parquet").to_pydict()
+    assert len(got.info) == len(c["instance"]) > 0
+    ids = c["instance"]
+    assert got.info.column("name", ids).tolist() == c["collective"]
+    assert got.info.column("dim", ids).tolist() == [d or "" for d in c["parallel_dim"]]
+    assert got.info.column("bytes", ids).tolist() == [b or 0 for b in c["msg_bytes"]]
+    m = pq.read_table(agg / "collectives_ranks.parquet").to_pydict()
+    count = {}
+    for i in m["instance"]:
+        count[i] = count.get(i, 0) + 1
+    want = sorted((p, k, s, i) for p, k, s, i in zip(m["part"], m["correlation"], m["stream"], m["instance"])
+                  if count[i] >= 2)
+    keys, inst = got.arrays()
+    assert sorted(zip(*keys.T.tolist(), inst.tolist())) == want

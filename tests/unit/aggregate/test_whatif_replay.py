@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from streamtrace.aggregate.critical_graph import Anchor, Category
 from streamtrace.aggregate.whatif import graph_rows, join_rows, step_tables
-from streamtrace.aggregate.whatif_job import JobStep, Members
+from streamtrace.aggregate.whatif_job import JobStep, Members, sparse_factors
 from streamtrace.aggregate.whatif_local import ReplayRows
 from streamtrace.aggregate.whatif_spill import SpilledRows, spill_rows
 
@@ -132,6 +132,9 @@ def test_reduced_replay_equals_the_whole_graph(ranks, factor, sparse):
     assert np.array_equal(g.w, measured)            # (the scaled transfers written for the pass only)
     want = _brute(ranks, factor)
     assert [got.end.get(r, NEG) for r in range(len(ranks))] == want
+    if multi and len(view.instance):               # the factors given sparse: those not 1 only
+        again = g.solve(sparse_factors(np.full(len(view.instance), factor)))
+        assert [again.end.get(r, NEG) for r in range(len(ranks))] == want and np.array_equal(g.w, measured)
     _check_rank0_doubled(g, ranks, sparse)
 
 
@@ -139,11 +142,13 @@ def test_reduced_replay_equals_the_whole_graph(ranks, factor, sparse):
 @given(jobs(), st.sampled_from([1.0, 0.5]))
 def test_replay_in_chunks_of_a_few_edges_equals_the_whole_graph(ranks, factor):
     """The graph's node lookups and forward checks (``JobStep._gid`` / ``_forward``, ``PartsView``'s mask)
-    taken ``CHUNK`` edges at a time: with chunks of 1 and 3 edges, the same ends as the brute force."""
+    taken ``CHUNK`` edges at a time, its anchors matched to the collectives ``MATCH_ROWS`` at a time: with
+    chunks of 1 and 3, the same ends as the brute force."""
     import streamtrace.aggregate.whatif_job as wj
     for chunk in (1, 3):
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(wj, "CHUNK", chunk)
+            mp.setattr(wj, "MATCH_ROWS", chunk)       # (the collectives matched a part or so at a time)
             test_reduced_replay_equals_the_whole_graph.hypothesis.inner_test(ranks, factor, chunk == 3)
 
 
