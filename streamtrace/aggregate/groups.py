@@ -88,8 +88,9 @@ def _batch_groups(t) -> list:
     t = t.append_column("topo", pc.and_(named, pc.equal(t["source"], "cpu ops")))
     t = t.append_column("bytes", pc.max_element_wise(t["msg_bytes"], 0))
     return t.group_by(["group", "collective"]).aggregate(
-        [("collective", "count"), ("bytes", "sum"), ("msg_bytes", "max"), ("latency_ns", "sum"), ("kernel_time_ns", "sum"),
-         ("named", "any"), ("topo", "any"), ("pg_name", "max"), ("parallel_dim", "distinct")]).to_pylist()
+        [("collective", "count"), ("bytes", "sum"), ("msg_bytes", "max"), ("latency_ns", "sum"),
+         ("kernel_time_ns", "sum"), ("named", "any"), ("topo", "any"), ("pg_name", "max"),
+         ("parallel_dim", "distinct")]).to_pylist()
 
 
 def _table(rows: dict, singles: bool) -> dict:

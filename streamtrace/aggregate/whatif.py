@@ -49,7 +49,8 @@ from .folder import (COLLECTIVES, COLLECTIVES_RANKS, WHATIF, WHATIF_ANCHORS, WHA
 from .stats import codes
 from .steps import step_patterns_of
 from .whatif_changes import AtMedian, Comm, HostGaps, Kernels, Launches, Ops, as_changes
-from .whatif_job import InstanceFacts, LOCAL_COLUMNS, JobStep, Members, StepTables, sparse_factors
+from .whatif_job import LOCAL_COLUMNS, JobStep, StepTables, sparse_factors
+from .whatif_members import InstanceFacts, Members
 from .whatif_graphs import kept_graphs
 from .whatif_local import RANK_COLUMNS, part_replay, part_replays
 from .whatif_spill import ParquetLazy, SpilledRows

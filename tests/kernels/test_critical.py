@@ -93,8 +93,9 @@ def masked_graphs(draw):
     xs, xd, xw, xk = edges(6)
     init = draw(st.lists(st.sampled_from([NEG, NEG, 0, 3, 7]), min_size=n, max_size=n))
     i64 = lambda x: np.asarray(x, np.int64).reshape(-1)  # noqa: E731
-    return (n, np.asarray(perm, np.int32), np.asarray(bs, np.int32), np.asarray(bd, np.int32), i64(bw), np.asarray(bk, bool),
-            i64(xs), i64(xd), i64(xw), np.asarray(xk, bool), i64(init))
+    i32 = lambda x: np.asarray(x, np.int32).reshape(-1)  # noqa: E731
+    return (n, i32(perm), i32(bs), i32(bd), i64(bw), np.asarray(bk, bool), i64(xs), i64(xd), i64(xw),
+            np.asarray(xk, bool), i64(init))
 
 
 @SETTINGS

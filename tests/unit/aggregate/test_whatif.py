@@ -19,7 +19,7 @@ from streamtrace.aggregate import AggregateOptions, aggregate
 from streamtrace.aggregate.whatif import COLUMNS
 from streamtrace.aggregate.whatif_changes import (AtMedian, Comm, HostGaps, Kernels, Launches, Ops, parse_change,
                                                   parse_ranks)
-from streamtrace.aggregate.whatif_job import Members, TransferView
+from streamtrace.aggregate.whatif_members import Members, TransferView
 from streamtrace.aggregate import whatif_graphs
 from streamtrace.aggregate.critical_local import part_paths
 from streamtrace.aggregate.whatif import PartsJob, parts_of
@@ -259,7 +259,7 @@ def test_instance_facts_are_columns_with_defaults_for_unknown_instances():
     """The matched instances' facts as columns (``InstanceFacts``): looked up by id in any order,
     an unknown id gets each fact's default; built from rows as from columns alike."""
     import math
-    from streamtrace.aggregate.whatif_job import InstanceFacts
+    from streamtrace.aggregate.whatif_members import InstanceFacts
     f = InstanceFacts([7, 3], name=["AllGather", "AllReduce"], bytes=[70, 30], inter=[True, False])
     assert f.column("name", [3, 9, 7]).tolist() == ["AllReduce", "", "AllGather"]
     assert f.column("bytes", [7, 3, 3]).tolist() == [70, 30, 30]

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from streamtrace.aggregate.critical_graph import Anchor, Category
 from streamtrace.aggregate.whatif import graph_rows, join_rows, step_tables
-from streamtrace.aggregate.whatif_job import JobStep, Members, sparse_factors
+from streamtrace.aggregate.whatif_job import JobStep, sparse_factors
+from streamtrace.aggregate.whatif_members import Members
 from streamtrace.aggregate.whatif_local import ReplayRows
 from streamtrace.aggregate.whatif_spill import SpilledRows, spill_rows
 

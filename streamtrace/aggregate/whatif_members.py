@@ -1,0 +1,197 @@
+"""The matched collectives as the what-if replay reads them (``streamtrace.aggregate.whatif_job``): their
+keys (``Members``: which rank's kernel is a member of which instance), their facts by instance
+(``InstanceFacts``: name, dimension, size, bus bandwidth, link peaks) and one step's members as a
+change of transfers sees them (``TransferView``: ``Change.transfer_factor`` of
+``streamtrace.aggregate.whatif_changes``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .critical_graph import joined_ints, key_codes
+from .critical_members import PartMembers
+
+
+class InstanceFacts:
+    """Per matched collective instance (``collectives.parquet``), as columns by instance id:
+    ``name``, ``dim`` (str), ``bytes`` (int), ``busbw`` (GB/s, NaN unknown), ``inter`` (its group
+    spans nodes), ``gpu_gbps`` / ``nic_gbps`` (the link peaks per direction, NaN unknown).  Columns,
+    not a dict per instance: 40,192 instances of 1,024 synthetic ranks held 25 MB as dicts."""
+
+    DEFAULTS = {"name": "", "dim": "", "bytes": 0, "busbw": math.nan, "inter": False, "gpu_gbps": math.nan,
+                "nic_gbps": math.nan}
+    """Each fact's value for an instance it does not know (and its column's type)."""
+
+    def __init__(self, instance, **columns):
+        """``instance``: int ids (any order, each once); ``columns``: a value per id for some of
+        ``DEFAULTS``' names (the others take their default)."""
+        instance = np.asarray(instance, np.int64).reshape(-1)
+        o = np.argsort(instance, kind="stable")
+        self.instance = instance[o]
+        self.cols = {}
+        for k, d in self.DEFAULTS.items():
+            v = columns.get(k)
+            kind = {str: object, float: np.float64}.get(type(d), type(d))
+            self.cols[k] = (np.full(len(o), d, kind) if v is None else np.asarray(v, kind).reshape(-1)[o])
+
+    @classmethod
+    def from_rows(cls, rows: dict) -> "InstanceFacts":
+        """From ``{instance: {fact: value}}``."""
+        ids = list(rows)
+        return cls(ids, **{k: [rows[i].get(k, d) for i in ids] for k, d in cls.DEFAULTS.items()})
+
+    def __len__(self) -> int:
+        return len(self.instance)
+
+    def column(self, fact: str, ids) -> np.ndarray:
+        """Fact ``fact`` of each of ``ids`` (its default where an id is not known)."""
+        ids = np.asarray(ids, np.int64).reshape(-1)
+        d, col = self.DEFAULTS[fact], self.cols[fact]
+        at = np.searchsorted(self.instance, ids)
+        hit = at < len(self.instance)
+        hit[hit] = self.instance[at[hit]] == ids[hit]
+        out = np.full(len(ids), d, col.dtype)
+        out[hit] = col[at[hit]]
+        return out
+
+    def get(self, i: int, default=None):
+        """One instance's facts as a dict, ``default`` when it is not known."""
+        at = int(np.searchsorted(self.instance, i))
+        if at >= len(self.instance) or self.instance[at] != i:
+            return default
+        return {k: c[at].item() if hasattr(c[at], "item") else c[at] for k, c in self.cols.items()}
+
+
+@dataclass
+class Members:
+    """The matched collectives of the job: ``key`` ``{(part, correlation, stream): instance}`` (or
+    ``arrays``' pair, or a ``critical_members.PartMembers``: by part, 16 bytes a member) and ``info``,
+    their ``InstanceFacts`` (given as ``{instance: {fact: value}}``, made columns)."""
+    key: object
+    info: object
+
+    def __post_init__(self):
+        if isinstance(self.info, dict):
+            self.info = InstanceFacts.from_rows(self.info)
+
+    @staticmethod
+    def empty() -> "Members":
+        """No matched collective (an aggregate of one rank, or without ``collectives_ranks``)."""
+        return Members({}, {})
+
+    def facts(self) -> "Members":
+        """The same ``info`` without the keys (what a built graph keeps: the keys are joined into it,
+        ~21 MB at 4,096 synthetic ranks)."""
+        return Members((np.zeros((0, 3), np.int64), np.zeros(0, np.int64)), self.info)
+
+    def arrays(self) -> tuple:
+        """``key`` as ``(keys int64[n, 3] (part, correlation, stream), instance int64[n])`` (``key``
+        may be given as that pair, as the dict or as a ``PartMembers``)."""
+        if isinstance(self.key, tuple):
+            return self.key
+        if isinstance(self.key, PartMembers):
+            k = self.key
+            return np.c_[k.part, k.correlation, k.stream].astype(np.int64), np.asarray(k.instance, np.int64)
+        k = np.asarray(list(self.key), np.int64).reshape(-1, 3)
+        return k, np.asarray(list(self.key.values()), np.int64)
+
+    def by_part(self) -> PartMembers:
+        """``key`` as a ``PartMembers`` (itself when given as one)."""
+        if isinstance(self.key, PartMembers):
+            return self.key
+        k, i = self.arrays()
+        return PartMembers(k[:, 0], k[:, 1], k[:, 2], i)
+
+
+def _shared_text(col) -> np.ndarray:
+    """``col`` (any array) as an object array of str, one str object a distinct value (a str an
+    element: 160 k instances' names and dimensions held 19 MB of copies of a few texts)."""
+    values, code = np.unique(np.asarray(col).astype(str), return_inverse=True)
+    return np.asarray(values.tolist() or [""], object)[code.reshape(-1)]
+
+
+class TransferView:
+    """The collective members of one step as a change sees them (``Change.transfer_factor``):
+    per member ``instance``, ``rank``, ``transfer`` (ns) and the instance's facts (``Members``),
+    held once an instance (``_facts``) and read per member through ``inv`` (its instance's index):
+    650 k members of 4,096 synthetic ranks held five per-member fact columns, 26 MB, for 160 k
+    instances.  ``rank`` and ``inv`` are int32 where they fit (7.5 MB less there), ``instance`` made from
+    ``inv`` when read."""
+
+    def __init__(self, instance, rank, transfer, members: Members):
+        self.rank, self.transfer = joined_ints(rank), transfer
+        info = members.info
+        uniq, inv = np.unique(instance, return_inverse=True)      # looked up once an instance
+        self.inv = inv.reshape(-1).astype(np.int32)               # (an index of ``uniq``: fewer than the members)
+        del inv
+        self.uniq = uniq
+        text = lambda k: _shared_text(info.column(k, uniq))  # noqa: E731
+        peak = np.where(info.column("inter", uniq).astype(bool), info.column("nic_gbps", uniq).astype(float),
+                        info.column("gpu_gbps", uniq).astype(float))
+        self._facts = {"name": text("name"), "dim": text("dim"), "bytes": info.column("bytes", uniq).astype(np.int64),
+                       "busbw": info.column("busbw", uniq).astype(float), "peak": peak}
+
+    @property
+    def instance(self) -> np.ndarray:
+        """Per member, its instance id (made from ``inv``: not held beside it)."""
+        return self.uniq[self.inv]
+
+    def __len__(self) -> int:
+        return len(self.inv)
+
+    def fact(self, name) -> np.ndarray:
+        """Per member, its instance's ``name`` / ``dim`` (object, str), ``bytes`` (int64), ``busbw``
+        (GB/s, NaN unknown) or ``peak`` (the link's peak bus bandwidth per direction, GB/s: the
+        network's when the instance's group spans nodes, else NVLink's; NaN unknown)."""
+        return self._facts[name][self.inv]
+
+    def select(self, pattern, dim, ranks) -> np.ndarray:
+        """Members of the instances whose name matches ``pattern`` (``re.search``), of dimension
+        ``dim`` (case-insensitive) and with a member on ``ranks`` (None: any)."""
+        import re
+        sel = np.ones(len(self._facts["name"]), bool)             # (an instance at a time)
+        if pattern:
+            rx = re.compile(pattern)
+            sel &= np.asarray([bool(rx.search(x)) for x in self._facts["name"]], bool)
+        if dim:
+            sel &= np.char.lower(self._facts["dim"].astype(str)) == dim.lower()
+        return sel[self.inv] & self.has_member(ranks)
+
+    def has_member(self, ranks) -> np.ndarray:
+        """Members of the instances with a member on ``ranks`` (None: every member)."""
+        if ranks is None:
+            return np.ones(len(self.inv), bool)
+        hit = np.zeros(len(self._facts["name"]), bool)
+        hit[self.inv[np.isin(self.rank, list(ranks))]] = True
+        return hit[self.inv]
+
+    def median_factor(self, sel) -> np.ndarray:
+        """The selected members' transfers no longer than the median transfer of the members of the
+        same collective, dimension and size (all instances of the step)."""
+        f = np.ones(len(self.inv))
+        if not len(f):
+            return f
+        code = lambda k: np.unique(self._facts[k], return_inverse=True)[1].reshape(-1)  # noqa: E731
+        group = key_codes(np.c_[code("name"), code("dim"), self._facts["bytes"]].astype(np.int64))[self.inv]
+        o = np.lexsort((self.transfer, group))       # (the groups keyed an instance at a time, then by member)
+        v = np.asarray(self.transfer, float)[o]
+        del o
+        n = np.bincount(group)                        # (every group has a member: counts by group)
+        lo = np.cumsum(n) - n
+        med = ((v[lo + (n - 1) // 2] + v[lo + n // 2]) / 2)[group]     # np.median of the group's transfers
+        del v
+        s = sel & (self.transfer > med)
+        f[s] = med[s] / self.transfer[s]
+        return f
+
+    def share_factor(self, sel, share, gbps=None) -> np.ndarray:
+        """The selected members' transfers at ``share`` x the link's peak bus bandwidth (``gbps``, else
+        the instance's link), never slower: factor = min(1, busbw / (share x peak)); 1 where the bus
+        bandwidth or the peak is unknown."""
+        busbw = self._facts["busbw"]                               # (an instance at a time)
+        peak = np.full(len(busbw), float(gbps)) if gbps else self._facts["peak"]
+        f = np.minimum(1.0, busbw / (share * peak))[self.inv]
+        return np.where(sel & np.isfinite(f) & (f > 0), f, 1.0)
