@@ -89,10 +89,10 @@ class Replay:
 
 
 CHUNK = 1 << 18
-MATCH_ROWS = 1 << 18
-"""Anchors (arrivals and ends) of a batch of parts ``JobStep`` matches to the collectives' members at once."""
 """Edges a step of ``JobStep``'s whole-graph lookups takes at once (its int64 temporaries: three of 8.4 MB
 were the replay's peak at 4,096 synthetic ranks with 1 << 20, under the ranks' edges read whole)."""
+MATCH_ROWS = 1 << 18
+"""Anchors (arrivals and ends) of a batch of parts ``JobStep`` matches to the collectives' members at once."""
 
 
 def sparse_factors(factor) -> tuple:
