@@ -129,7 +129,7 @@ class JobStep:
         self.base_ = None
         self._collectives(members, len(self.t))         # (before the ranks' edges are read: not under its peak)
         if release_keys:
-            members.key = Members.empty().facts().key
+            members.key = members.facts().key
         del self.corr, self.stream                        # (the build's only: 21 MB at 4,096 synthetic ranks)
         self.starts = np.flatnonzero(self.kind == Anchor.step_start)    # the solve reads the step starts'
         self.start_t = self.t[self.starts]               # times only: the times by node let go (11.8 MB at
@@ -256,11 +256,11 @@ class JobStep:
         pa, pe = self.part[arr], self.part[end]           # (ascending: the nodes are by part)
         top = int(max(pa[-1] if len(pa) else -1, pe[-1] if len(pe) else -1)) + 1
         step = max(1, MATCH_ROWS * max(top, 1) // max(len(arr) + len(end), 1))
+        keys = lambda j: (self.part[j], self.corr[j], self.stream[j])  # noqa: E731
         out = []
         for lo in range(0, top, step):
             ja = slice(*np.searchsorted(pa, [lo, lo + step]).tolist())
             je = slice(*np.searchsorted(pe, [lo, lo + step]).tolist())
-            keys = lambda j: (self.part[j], self.corr[j], self.stream[j])  # noqa: E731
             out.append(matched_members((keys(arr[ja]), arr[ja]), (keys(end[je]), end[je]),
                                        members.of(lo, lo + step - 1), first_only=False))
         if not out:
