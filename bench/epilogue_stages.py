@@ -9,11 +9,13 @@ line in this process as the ``streamtrace`` command does (``streamtrace.cli.comm
 ``runtime.tuning.skip_pandas``, two malloc arenas by ``few_malloc_arenas`` where the checkout has it, then
 ``streamtrace.cli.main``; the exit is left to this script).  The epilogue
 runs discovery and each stage in a forked child (``streamtrace.runtime.fork.call_in_child``, in every version
-since the epilogue isolated its stages); that function is wrapped here, so that each call is measured:
+since the epilogue isolated its stages), the report since 2026-12-05 in a process forked before numba was
+set up (``streamtrace.runtime.fork.Standby.call``); both are wrapped here, so that each call is measured:
 
 * ``wall``: seconds of the call;
 * ``cpu_s``: user + system CPU seconds of the child and every process it waited for (its pool workers),
-  from ``getrusage(RUSAGE_CHILDREN)`` before and after the call;
+  from ``getrusage(RUSAGE_CHILDREN)`` before and after the call (the standby, which lives on: from its
+  ``/proc/PID/stat``, its own and its waited-for children's);
 * ``largest_rss``: the largest peak RSS (``VmHWM``) of one process of the child's tree, ``tree_rss`` the
   peak of their RSS summed, polled every 50 ms (``harness.TreePoller``).
 
@@ -57,6 +59,29 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def _process_cpu(pid) -> float:
+    """CPU seconds (user + system) of the live process ``pid`` and of the children it waited for."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _measured(rows, name, call, cpu):
+    """``call()`` with the process tree under this process polled meanwhile; one row appended to ``rows``
+    (``cpu()``: the CPU seconds that count, read before and after)."""
+    poll = TreePoller(os.getpid(), skip_root=True)
+    poll.start()
+    cpu0, t0 = cpu(), time.perf_counter()
+    try:
+        return call()
+    finally:
+        wall = time.perf_counter() - t0
+        poll.stop.set()
+        poll.join()
+        rows.append({"stage": name, "wall": round(wall, 3), "cpu_s": round(cpu() - cpu0, 3),
+                     "largest_rss": poll.max_hwm, "tree_rss": poll.peak_sum_rss})
+
+
 def wrap(rows: list):
     """Replace ``call_in_child`` in ``streamtrace.runtime.fork`` and in every loaded epilogue module by a
     measuring wrapper appending one row per call to ``rows``."""
@@ -67,20 +92,20 @@ def wrap(rows: list):
     original = fork.call_in_child
 
     def measured(fn, *args, **kwargs):
-        name = _stage_name(sys._getframe(1))
-        poll = TreePoller(os.getpid(), skip_root=True)
-        poll.start()
-        cpu0, t0 = _children_cpu(), time.perf_counter()
-        try:
-            return original(fn, *args, **kwargs)
-        finally:
-            wall = time.perf_counter() - t0
-            poll.stop.set()
-            poll.join()
-            rows.append({"stage": name, "wall": round(wall, 3), "cpu_s": round(_children_cpu() - cpu0, 3),
-                         "largest_rss": poll.max_hwm, "tree_rss": poll.peak_sum_rss})
+        return _measured(rows, _stage_name(sys._getframe(1)), lambda: original(fn, *args, **kwargs), _children_cpu)
 
     fork.call_in_child = measured
+    standby = getattr(fork, "Standby", None)         # the report's process (a standby) since 2026-12-05
+    if standby is not None:
+        call, me = standby.call, os.getpid()
+
+        def measured_call(self, fn, *args):
+            if os.getpid() != me or self.proc is None:     # (aggregate's own standbys, in its stage's process)
+                return call(self, fn, *args)
+            pid = self.proc.pid
+            return _measured(rows, _stage_name(sys._getframe(1)), lambda: call(self, fn, *args),
+                             lambda: _process_cpu(pid))
+        standby.call = measured_call
     import streamtrace.epilogue as ep
     mods = [ep]
     if hasattr(ep, "__path__"):                       # a package (after f8b8bc9): its modules too

@@ -45,13 +45,11 @@ import pyarrow.compute as pc
 from ..kernels.sentinels import NEG, POS
 from ..runtime.tuning import trim
 from .critical_graph import CATEGORIES, Anchor, Category, Edge, edge_weights
-from .folder import CRITICAL_PATH_RANKS_COLUMNS, CRITICAL_PATH_SUMMARY_COLUMNS
+from .folder import CRITICAL_PATH_RANKS_COLUMNS, CRITICAL_PATH_SUMMARY_COLUMNS, NEXT_MIN_GAIN
 
 SUMMARY_COLUMNS = CRITICAL_PATH_SUMMARY_COLUMNS
 RANK_COLUMNS = CRITICAL_PATH_RANKS_COLUMNS
 TOP = 10
-NEXT_MIN_GAIN = 0.005
-"""What bounds next is said only when the change shortens the path by more than this share."""
 LOCAL, TRANSFER = Edge.local, Edge.transfer
 KERNEL_CATEGORIES = (Category.compute_kernel, Category.memcpy, Category.comm_transfer)
 """The path's categories whose names are GPU events (the summary's ``kernel`` rows)."""

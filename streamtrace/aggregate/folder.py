@@ -76,6 +76,9 @@ CRITICAL_PATH_SUMMARY_COLUMNS = ("iteration", "step", "what", "key", "rank", "ns
                                  "span_ns", "path_ns")
 CRITICAL_PATH_RANKS_COLUMNS = ("iteration", "step", "rank", "thread", "on_path", "path_ns", "path_pct", "slack_ns",
                                "wait_ns", "collectives", "last_count", "lead_ns", "start_ns", "end_ns")
+NEXT_MIN_GAIN = 0.005
+"""What bounds a step next is said (the summary's ``next`` rows, the report's replayed sentence) only when the
+change shortens its critical path by more than this share of it."""
 WHATIF_COLUMNS = ("iteration", "step", "change", "description", "source", "ranks_touched", "measured_span_ns",
                   "replay_span_ns", "predicted_span_ns", "saving_ns", "saving_pct", "measured_step_ns",
                   "predicted_step_ns", "bound_rank", "bound_ns", "bound_what", "top_rank", "top_category", "top_name",

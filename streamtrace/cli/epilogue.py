@@ -38,7 +38,7 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
     """After a training job: analyse, merge, aggregate, report and chart every iteration."""
     # (the CLI's convention: see streamtrace.cli)
     from ..epilogue import EpilogueOptions, EpilogueRun, check_paths, run
-    from ..runtime.fork import call_in_child
+    from ..runtime.fork import Standby, call_in_child
     from ..runtime.tuning import freeze_for_fork
     con = Console(quiet, verbose)
     from ..report.options import EfficiencyOptions, ReportOptions
@@ -54,15 +54,16 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
     opt.check()
     check_paths(run_dir, opt)     # a run folder that is not there, an output folder not the epilogue's: exit 1
     units = ("epilogue", "nsys") if holds_export(run_dir) else ("epilogue",)   # compile only what it will call
-    # numba imported here once (the check), which discovery's process and the stages' inherit (the stages set it
-    # up here once too: epilogue.stages.share_imports); a compile runs in a child, so its code is not kept here
-    if opt.isolate and kernels_pending(units):
-        call_in_child(lambda: prepare_kernels(units, con, opt.jobs))
-    elif not opt.isolate:
-        prepare_kernels(units, con, opt.jobs)
-    if opt.isolate:
-        freeze_for_fork()           # discovery's process does not collect numba's objects it inherits
-    s = run(run_dir, opt)
+    with Standby(enabled=opt.isolate) as report_process:     # forked before numba: the report's process
+        # numba imported here once (the check), which discovery's process and the stages' inherit (the stages set
+        # it up here once too: epilogue.stages.share_imports); a compile runs in a child, so its code is not kept
+        if opt.isolate and kernels_pending(units):
+            call_in_child(lambda: prepare_kernels(units, con, opt.jobs))
+        elif not opt.isolate:
+            prepare_kernels(units, con, opt.jobs)
+        if opt.isolate:
+            freeze_for_fork()           # discovery's process does not collect numba's objects it inherits
+        s = run(run_dir, opt, report_process=report_process)
     if not s["report"] and not s.get("ranks") and not s.get("iterations"):
         # no job to report on: exit 0 is for the job's sake only when there is one (issue 33, class 11)
         raise StreamtraceError(f"{run_dir}: no rank traces found, so no job to report on; "

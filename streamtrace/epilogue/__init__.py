@@ -22,8 +22,9 @@ successful run is reused), ``jobs`` and ``max_memory_gb`` cap parallelism.
 Discovery and each stage run in a child process of their own (``call_in_child``): the
 epilogue's own process holds only the log, the list of files (~20 MB at 1,024 ranks) and, from
 the first stage that runs, numba's set-up, pyarrow and the stages' modules, which every stage's
-process inherits instead of loading them again (``stages.share_imports``); a stage never starts
-on top of another's memory and the system gets every stage's memory back.
+process inherits instead of loading them again (``stages.share_imports``); the report, which loads
+no kernel, runs in a process forked before numba was set up (``StageRun.report_process``).  A stage
+never starts on top of another's memory and the system gets every stage's memory back.
 """
 from .discovery import check_paths, find_iterations, find_topology, outdir_of
 from .options import RENAMED, WORKER_GB, EpilogueOptions, with_options, worker_count

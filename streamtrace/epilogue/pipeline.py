@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import signal
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from ..report.outputs import EpilogueRun
 from ..runtime.errors import StreamtraceError
 from ..runtime.files import atomic_output, clean_stale, write_json
+from ..runtime.fork import Standby
 from ..runtime.stagelog import StageLog
 from ..runtime.tuning import thaw
 from .discovery import check_paths, find_topology, outdir_of
@@ -19,7 +21,8 @@ from .options import EpilogueOptions, with_options, worker_count
 from .stages import StageRun, discover_paths, iteration_stages, job_stages
 
 
-def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -> EpilogueRun:
+def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, report_process: Standby | None = None,
+        **options) -> EpilogueRun:
     """Run the whole post-job pipeline on ``run_dir`` (see the module docstring).
 
     Parameters
@@ -30,6 +33,10 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
         The options (default ``EpilogueOptions()``).
     log_file : file, optional
         Where log lines go (default stderr).
+    report_process : streamtrace.runtime.fork.Standby, optional
+        An entered ``Standby`` the report runs in (with ``isolate``): the CLI's, forked before it
+        imported numba.  Default: one forked here, before any stage runs; the report calls no kernel, and
+        a process forked after numba's set-up (``stages.share_imports``) would carry its ~70 MB.
     **options
         Fields of ``opt``, or of its report's, changed: ``run(d, gpu_only=False, charts=False)``
         (``with_options``).
@@ -58,6 +65,7 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
                "failures": log.failures, "notes": log.notes, "stages": {}}
     before = new_folders(out)
     state = None
+    clean = nullcontext(report_process) if report_process is not None else Standby(enabled=opt.isolate)
     try:
         try:
             check_paths(run_dir, opt)
@@ -70,14 +78,15 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, **options) -
         state, jobs = read_state(state_path), worker_count(opt)
         topo = opt.topology or find_topology(run_dir)
         log.info(f"run {run_dir}: topology {topo or 'not found (the traces pg_config, if any)'}; {jobs} jobs")
-        groups, skipped = discover_paths(opt, run_dir, log, out, topo)
-        if not groups:
-            log.fail("discover", run_dir, "no rank traces found")
-        summary["skipped"] = skipped
-        ctx = StageRun(opt, jobs, topo, out, state, log, summary)
-        analysed = [a for it in sorted(groups, key=lambda k: (k is None, k or 0))
-                    if (a := iteration_stages(ctx, it, groups[it]))]
-        summary["report"] = job_stages(ctx, analysed, run_dir) if analysed else None
+        with clean as report_process:
+            groups, skipped = discover_paths(opt, run_dir, log, out, topo)
+            if not groups:
+                log.fail("discover", run_dir, "no rank traces found")
+            summary["skipped"] = skipped
+            ctx = StageRun(opt, jobs, topo, out, state, log, summary, report_process=report_process)
+            analysed = [a for it in sorted(groups, key=lambda k: (k is None, k or 0))
+                        if (a := iteration_stages(ctx, it, groups[it]))]
+            summary["report"] = job_stages(ctx, analysed, run_dir) if analysed else None
         summary["seconds"] = round(time.time() - t0, 2)
         try:
             with atomic_output(state_path, compress=False) as f:

@@ -13,13 +13,14 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from ..analyze.outputs import Analysis
 from ..aggregate.folder import CHARTS, CRITICAL_PATH, Aggregate, table_path
 from ..report.outputs import EpilogueRun, Report       # its output folder's kind (``diff`` reads such folders too)
 from ..runtime.files import atomic_output, write_json
-from ..runtime.fork import call_in_child
+from ..runtime.fork import Standby, call_in_child
 from ..runtime.stagelog import StageLog
 from ..runtime.tuning import freeze_for_fork, trim
 from .discovery import find_iterations
@@ -29,9 +30,10 @@ from .options import EpilogueOptions
 # The stages' modules (analyze, merge, aggregate, report, trace) are imported inside the functions that
 # run in the stages' child processes, not when this module is imported: they bring numba and pyarrow
 # (~190 MB).  The epilogue loads them here once, before the first stage that runs (``share_imports``),
-# so that every stage's process inherits them instead of loading them again.
+# so that every stage's process inherits them instead of loading them again; all but the report's, which
+# calls no kernel and runs in a process forked before numba was set up (``StageRun.report_process``).
 SHARED_MODULES = ("pyarrow.parquet", "pyarrow.compute", "..analyze", "..merge", "..trace.discover",
-                  "..aggregate.critical_marks", "..aggregate.run", "..report.run")
+                  "..aggregate.critical_marks", "..aggregate.run")
 """What ``share_imports`` imports after numba's set-up (relative names: of ``streamtrace``)."""
 
 MARKS = "critical path marks"
@@ -65,11 +67,12 @@ def discover_paths(opt, run_dir, log, outdir, topology=None) -> tuple[dict, list
         return {}, []
 
 
-def run_stage(ctx, key, fp, outputs, fn, name, what):
+def run_stage(ctx, key, fp, outputs, fn, name, what, process: Standby | None = None):
     """Run ``fn()`` unless ``ctx.state[key]`` says it already succeeded with the same
     fingerprint ``fp`` (``fingerprint``) and ``outputs`` still exist; in a child process with
     ``ctx.opt.isolate`` (``call_in_child``: the stage's memory is the
-    system's again when it ends).  Returns ``(result or None, status)``."""
+    system's again when it ends), or in ``process`` when given (a ``Standby``: ``fn`` then pickles,
+    and this process's shared imports are not needed).  Returns ``(result or None, status)``."""
     state, log = ctx.state, ctx.log
     prev = state.get(key)
     if prev and prev.get("fingerprint") == fp and prev.get("ok") and all(Path(o).exists() for o in outputs):
@@ -79,9 +82,10 @@ def run_stage(ctx, key, fp, outputs, fn, name, what):
         return prev.get("result"), "reused"
     t0 = time.time()
     before = len(log.failures)
-    share_imports(ctx)
+    if process is None:
+        share_imports(ctx)
     try:
-        result = in_stage_process(ctx.opt, log, fn)
+        result = in_stage_process(ctx.opt, log, fn) if process is None else process.call(fn)
     except KeyboardInterrupt:           # the record says which stage was cut (issue 47, item 9)
         ctx.summary.setdefault("stages", {})[key] = "interrupted"
         raise
@@ -119,7 +123,9 @@ def release():
 
 @dataclass
 class StageRun:
-    """What the stages of one epilogue run share (``imports_ready``: ``share_imports`` ran)."""
+    """What the stages of one epilogue run share (``imports_ready``: ``share_imports`` ran;
+    ``report_process``: a ``Standby`` forked before numba was set up in this process, in which the
+    report runs, or None: in a child of its own as the other stages)."""
     opt: EpilogueOptions
     jobs: int
     topo: str | None
@@ -128,6 +134,7 @@ class StageRun:
     log: StageLog
     summary: dict
     imports_ready: bool = False
+    report_process: Standby | None = None
 
 
 def share_imports(ctx: StageRun):
@@ -337,10 +344,7 @@ def job_stages(ctx: StageRun, analysed, run_dir) -> str | None:
     if not marks_taken(ctx, marks):                # (aggregate reused, or not in a process of its own)
         mark_stage(ctx, agg)
 
-    def do_report():
-        from ..report.run import report
-        rep = report([agg], ctx.out, replace(ropt, progress=False, jobs=ctx.jobs))
-        return {"report": rep["files"][0], "files": len(rep["files"])}
+    do_report = partial(report_stage, agg, ctx.out, replace(ropt, progress=False, jobs=ctx.jobs))
     eff = ropt.efficiency
     fp_report = fingerprint([agg / Aggregate.marker], name=ropt.name, tokens=ropt.tokens_per_step,
                              batch=ropt.global_batch, seq=ropt.seq_len, charts=ropt.charts,
@@ -348,6 +352,16 @@ def job_stages(ctx: StageRun, analysed, run_dir) -> str | None:
                              efficiency=None if eff is None else [eff.peak_tflops, eff.flops_per_token, eff.nic_gbps,
                                                                   eff.gpus_per_node])
     outputs = [ctx.out / Report.marker] + ([ctx.out / CHARTS] if ropt.charts else [])
-    res, st = run_stage(ctx, "report", fp_report, outputs, do_report, "report + charts", agg)
+    res, st = run_stage(ctx, "report", fp_report, outputs, do_report, "report + charts", agg,
+                        ctx.report_process if ctx.opt.isolate else None)
     ctx.summary["stages"]["report"] = st
     return res["report"] if res is not None and Path(res["report"]).exists() else None
+
+
+def report_stage(agg, out, ropt) -> dict:
+    """The report stage's work: the report of the aggregate folder ``agg`` into ``out`` with the
+    options ``ropt``; returns ``{"report": its Markdown file's path, "files": how many files}``.  A
+    module-level function, so that it pickles to the ``Standby`` it runs in (``StageRun.report_process``)."""
+    from ..report.run import report
+    rep = report([agg], out, ropt)
+    return {"report": rep["files"][0], "files": len(rep["files"])}

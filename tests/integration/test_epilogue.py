@@ -183,3 +183,37 @@ def test_an_epilogue_whose_stages_are_all_reused_does_not_set_numba_up(tmp_path)
     assert [r.returncode for r in runs] == [0, 0], runs[-1].stderr
     assert runs[0].stdout.split()[-1] == "True"
     assert runs[1].stdout.strip() == "['reused'] False"
+
+
+def test_the_report_loads_no_kernels(tmp_path):
+    """The report calls no numba kernel: importing it leaves numba out (its modules and LLVM: ~60-80 MB of
+    a process's RSS), and the epilogue runs its report stage in a process forked before the epilogue set
+    numba up (``StageRun.report_process``), through the CLI (its standby forked before its kernel check)
+    and through the Python API alike; the other stages' processes still inherit numba's set-up."""
+    import os
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", "import sys, streamtrace.report.run; print('numba' in sys.modules)"],
+                       capture_output=True, text=True, timeout=300)
+    assert (r.returncode, r.stdout.strip()) == (0, "False"), r.stderr
+    d = tmp_path / "tb"
+    generate_job(d, SynthSpec(world_size=2, tp=2, pp=1))
+    probe = ("import os, sys, streamtrace.epilogue.stages as st\n"
+             "real = st.report_stage\n"
+             "def probe(*a):\n"
+             "    open(os.environ['PROBE'], 'a').write(f\"report {'numba' in sys.modules} {os.getppid()}\\n\")\n"
+             "    return real(*a)\n"
+             "st.report_stage = probe\n")
+    api = probe + "import streamtrace.epilogue as e; s = e.run(sys.argv[1], jobs=1, charts=False); print(os.getpid())"
+    cli = probe + "from streamtrace.cli import main; sys.argv[0] = 'streamtrace'; main(['epilogue', sys.argv[1], '-q', " \
+                  "'-j', '1', '--no-charts', '-o', sys.argv[2]]); print(os.getpid())"
+    for code, out in ((api, None), (cli, tmp_path / "cli-out")):
+        env = {**os.environ, "PROBE": str(tmp_path / "probe.txt")}
+        (tmp_path / "probe.txt").unlink(missing_ok=True)
+        r = subprocess.run([sys.executable, "-c", code, str(d), str(out)], capture_output=True, text=True,
+                           timeout=600, env=env)
+        assert r.returncode == 0, r.stderr
+        epilogue_pid = r.stdout.split()[-1]
+        # one report, in a direct child of the epilogue's process (its standby), without numba
+        assert (tmp_path / "probe.txt").read_text().split() == ["report", "False", epilogue_pid]
