@@ -539,19 +539,18 @@ def busbw_chart(data):
     return fig
 
 
-def skew_heatmap(grid_info, kind):
-    """One group-collective kind's heat map (``grid_info`` from ``kind_grids``), on its own colour scale
+def skew_heatmap(heat, kind):
+    """One group-collective kind's heat map (``heat``: a ``skew.HeatGrid``, None when every rank arrived
+    together: no figure), on its own colour scale
     (0 to the 99th percentile of its delays): rank x instance (time order) of the arrival delay, at most
     ``MAX_COLUMNS`` columns and ``MAX_ROWS`` rows (max per bin), blank where the rank is not a member;
     drawn as the image ``skew.heat_image`` colours (a float grid's colour mapping by matplotlib: ~100-230 MB)."""
     plt = pyplot()
-    grid, ranks, per, n = grid_info
-    finite = grid[np.isfinite(grid)]
-    if not finite.size or finite.max() <= 0:
+    if heat is None:
         return None                 # every rank arrived together: nothing to see
-    vmax = max(float(np.percentile(finite, 99)), 1e-3) * 1e3          # ns; the grid is in us
-    div, unit = time_scale([vmax])
-    rgba, first, per_row, mapped = heat_image(grid, ranks, 1e3 / div, vmax / div, "magma_r")
+    first, per_row, per, n = heat.first, heat.per_row, heat.per_column, heat.n
+    div, unit = time_scale([heat.vmax_ns])
+    rgba, mapped = heat_image(heat.grid, 1e3 / div, heat.vmax_ns / div, "magma_r")
     fig, ax = plt.subplots(figsize=(14, max(3.0, 1.5 + min(0.16 * len(first), 12))))   # room for the colour bar's label
     margins(fig, left=0.8, bottom=0.55, top=0.35)
     ax.imshow(rgba, aspect="auto", interpolation="nearest")

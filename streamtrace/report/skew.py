@@ -5,6 +5,8 @@ time order, binned to at most ``MAX_COLUMNS`` columns, the max delay per bin), f
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 MAX_COLUMNS = 400
@@ -35,11 +37,12 @@ class SkewGrids:
     array of running maxima, so memory is the batch plus ~8 bytes per instance, not the members.
     ``grids`` gives what ``skew_grid`` gives for each kind's members at once.  ``rows``: the number of
     rank rows to allocate at once (the largest rank + 1, when known: no growing copies); the grids of a
-    16,384-rank job are ~52 MB a kind, so they are finished in place (``grids``, once)."""
+    16,384-rank job are ~52 MB a kind, so they are finished in place (``grids``, once), and ``kinds``
+    (``(collective, dim)`` pairs, default all: ``kinds_of``) grids only those, e.g. one kind at a time."""
 
-    def __init__(self, c, rows: int = 0):
+    def __init__(self, c, rows: int = 0, kinds=None):
         pairs = list(zip(c["collective"].tolist(), c["parallel_dim"].tolist()))
-        self.kinds = sorted({p for p in pairs if p[0] not in P2P_KINDS})
+        self.kinds = [k for k in kinds_of(c, pairs) if kinds is None or k in kinds]
         code = {k: i for i, k in enumerate(self.kinds)}
         self.kind = np.asarray([code.get(p, -1) for p in pairs], np.int16) if pairs else np.zeros(0, np.int16)
         self.kind[np.asarray(c["n_ranks"]) < 2] = -1
@@ -86,6 +89,13 @@ class SkewGrids:
         return out
 
 
+def kinds_of(c, pairs=None) -> list:
+    """The group-collective kinds ``(collective, dim)`` of the instances ``c``, sorted: the heat maps'
+    (point-to-point kinds left out).  ``pairs``: ``c``'s ``(collective, parallel_dim)`` pairs when made."""
+    pairs = list(zip(c["collective"].tolist(), c["parallel_dim"].tolist())) if pairs is None else pairs
+    return sorted({p for p in pairs if p[0] not in P2P_KINDS})
+
+
 def row_bins(grid, ranks, max_rows=MAX_ROWS) -> tuple:
     """``(grid, first, per_row)``: the rows of ``grid`` (float64[ranks, columns], NaN where no member)
     binned ``per_row`` = ceil(rows / ``max_rows``) consecutive rows at a time, the max of each column
@@ -99,16 +109,43 @@ def row_bins(grid, ranks, max_rows=MAX_ROWS) -> tuple:
     return np.fmax.reduceat(grid, starts, axis=0), np.asarray(ranks, np.int64)[starts], per
 
 
-def heat_image(grid, ranks, scale: float, vmax: float, cmap: str) -> tuple:
-    """``(rgba, first, per_row, mapped)``: ``grid`` (float64[ranks, columns], NaN blank) binned to at most
-    ``MAX_ROWS`` rows (``row_bins``) and its values times ``scale`` coloured by ``cmap`` from 0 to ``vmax``
+@dataclass
+class HeatGrid:
+    """One kind's heat map as drawn (``HeatGrid.of`` a grid of ``SkewGrids.grids``): ``grid`` the rows
+    binned to at most ``MAX_ROWS`` (``row_bins``: float64[rows, columns], us, NaN blank), ``first`` each
+    row's first rank (int64), ``per_row`` ranks a row, ``per_column`` instances a column, ``n`` instances in
+    all, ``vmax_ns`` the colour scale's top: the 99th percentile of the unbinned grid's delays (ns, at least
+    1 ns).  Made in the report's process before the chart workers fork: at 4,096 ranks a kind's unbinned
+    grid is 13 MB, which each worker would otherwise inherit."""
+    grid: np.ndarray
+    first: np.ndarray
+    per_row: int
+    per_column: int
+    n: int
+    vmax_ns: float
+
+    @classmethod
+    def of(cls, grid_info) -> "HeatGrid | None":
+        """The heat map of ``grid_info`` (``(grid, ranks, per_column, n)``, as ``skew_grid``); None when no
+        rank arrived after another (no finite delay above 0): nothing to draw."""
+        grid, ranks, per, n = grid_info
+        finite = grid[np.isfinite(grid)]
+        if not finite.size or finite.max() <= 0:
+            return None
+        vmax = max(float(np.percentile(finite, 99)), 1e-3) * 1e3
+        binned, first, per_row = row_bins(grid, ranks)
+        return cls(binned, first, per_row, per, n, vmax)
+
+
+def heat_image(grid, scale: float, vmax: float, cmap: str) -> tuple:
+    """``(rgba, mapped)``: ``grid``'s values (float64[rows, columns], NaN blank; a ``HeatGrid``'s, so at most
+    ``MAX_ROWS`` rows) times ``scale`` coloured by ``cmap`` from 0 to ``vmax``
     (NaN: the colour map's transparent "bad" colour), one byte a channel (uint8[rows, columns, 4]), at the
     grid's size: matplotlib maps a float grid's colours in float64 RGBA at the grid's or the canvas' size
     (~100-230 MB for one map).  ``mapped``: the ``ScalarMappable`` for the colour bar."""
     from matplotlib import cm, colormaps, colors
-    grid, first, per_row = row_bins(grid, ranks)
     mapped = cm.ScalarMappable(norm=colors.Normalize(vmin=0, vmax=vmax), cmap=colormaps[cmap])
-    return mapped.to_rgba(np.ma.masked_invalid(grid * scale), bytes=True), first, per_row, mapped
+    return mapped.to_rgba(np.ma.masked_invalid(grid * scale), bytes=True), mapped
 
 
 def skew_grid(c, m):

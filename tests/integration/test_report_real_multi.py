@@ -253,6 +253,7 @@ def test_charts_read_well(runs):
     chart: two or more labels on each log axis."""
     from streamtrace.report import charts as C
     from streamtrace.report.render import load, skew_grids
+    from streamtrace.report.skew import HeatGrid
     d = runs["megatron"]["dir"] / "agg"
     data = load(d)
     fig = C.rank_microbatches(data, 0, (-1, 6))
@@ -273,7 +274,7 @@ def test_charts_read_well(runs):
         agg = runs[name]["dir"] / "agg"
         grids = skew_grids(agg, load(agg)["collectives"])
         (key,) = [k for k in grids if k[0] == kind]
-        fig = C.skew_heatmap(grids[key], " ".join(key))
+        fig = C.skew_heatmap(HeatGrid.of(grids[key]), " ".join(key))
         ax = fig.axes[0]
         assert all(float(p).is_integer() for p in ax.get_xticks()), ax.get_xticks()
         fig.canvas.draw()

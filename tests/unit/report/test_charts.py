@@ -14,7 +14,7 @@ from streamtrace.aggregate import AggregateOptions, aggregate
 from streamtrace.analyze import AnalyzeOptions, analyze
 from streamtrace.events.dataset import read_table
 from streamtrace.report.charts import PX_WIDTH, _fits, merge_close
-from streamtrace.report.skew import MAX_COLUMNS, MAX_ROWS, SkewGrids, kind_grids, row_bins, skew_grid
+from streamtrace.report.skew import MAX_COLUMNS, MAX_ROWS, HeatGrid, SkewGrids, kind_grids, row_bins, skew_grid
 from streamtrace.report.render import COLLECTIVE_COLUMNS, ChartOptions, load, render_all
 from streamtrace.synth.job import SynthSpec, generate_job
 
@@ -160,7 +160,7 @@ def test_a_lone_late_rank_of_4096_is_drawn(late):
     from streamtrace.report import charts as C
     grid = np.zeros((4096, 400))
     grid[late] = 500.0
-    fig = C.skew_heatmap((grid, np.arange(4096), 1, 400), "AllReduce TP")
+    fig = C.skew_heatmap(HeatGrid.of((grid, np.arange(4096), 1, 400)), "AllReduce TP")
     fig.canvas.draw()
     ax = fig.axes[0]
     img = np.asarray(fig.canvas.buffer_rgba())[..., :3].astype(int)
@@ -179,7 +179,7 @@ def test_heat_map_colours_are_matplotlibs_own_mapping():
     rng = np.random.default_rng(3)
     grid = rng.exponential(100.0, (300, 120))
     grid[rng.random(grid.shape) < 0.3] = np.nan
-    fig = C.skew_heatmap((grid, np.arange(300), 1, 120), "AllReduce TP")
+    fig = C.skew_heatmap(HeatGrid.of((grid, np.arange(300), 1, 120)), "AllReduce TP")
     fig.canvas.draw()
     got = np.asarray(fig.canvas.buffer_rgba()).copy()
     ax, im = fig.axes[0], fig.axes[0].images[0]
@@ -229,8 +229,8 @@ def test_no_chart_without_content(tmp_path):
 def test_empty_inputs_give_no_figure():
     from streamtrace.report import charts as C
     ranks = np.arange(4)
-    assert C.skew_heatmap((np.zeros((4, 10)), ranks, 1, 10), "AllReduce TP") is None     # all arrived together
-    assert C.skew_heatmap((np.full((4, 10), np.nan), ranks, 1, 10), "AllReduce TP") is None
+    assert C.skew_heatmap(HeatGrid.of((np.zeros((4, 10)), ranks, 1, 10)), "AllReduce TP") is None     # all arrived together
+    assert C.skew_heatmap(HeatGrid.of((np.full((4, 10), np.nan), ranks, 1, 10)), "AllReduce TP") is None
     zeros = {k: np.zeros(2, np.int64) for k in ("recv_wait_ns", "send_wait_ns", "time_ns")}
     assert C.p2p_chart({"src_stage": np.asarray([0, 1]), "dst_stage": np.asarray([1, 0]), **zeros}) is None
     coll = {"complete": np.asarray([True]), "busbw_gbps": np.asarray([50.0]), "msg_bytes": np.asarray([1 << 20]),
@@ -520,3 +520,44 @@ def _idle_figure(ex, stem):
     finally:
         E.save = orig
     return seen[0]
+
+
+def test_heat_maps_made_one_kind_at_a_time_are_the_whole_grids_binned(demo):
+    """``render.skew_heat`` (one read of the members per kind, one unbinned grid held at a time) gives for
+    each kind, in ``kinds_of`` order, the heat map of that kind's grid made from every member at once:
+    its rows binned as ``row_bins`` bins them and the colour scale's top the 99th percentile (numpy's) of
+    the unbinned grid's delays, in ns."""
+    from streamtrace.report.render import skew_heat
+    c = read_table(demo / "agg" / "collectives.parquet")
+    m = read_table(demo / "agg" / "collectives_ranks.parquet")
+    whole = kind_grids(c, m)
+    got = list(skew_heat(demo / "agg", c))
+    assert [k for k, _ in got] == sorted(whole)
+    for key, heat in got:
+        grid, ranks, per, n = whole[key]
+        want, first, per_row = row_bins(grid, ranks)
+        assert np.array_equal(heat.grid, want, equal_nan=True) and heat.first.tolist() == first.tolist()
+        assert (heat.per_row, heat.per_column, heat.n) == (per_row, per, n)
+        assert heat.vmax_ns == pytest.approx(max(np.percentile(grid[np.isfinite(grid)], 99), 1e-3) * 1e3, rel=1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 6), st.integers(0, 2**32 - 1))
+def test_heat_grid_bins_rows_as_row_bins_and_scales_to_the_unbinned_99th_percentile(rows, cols, seed):
+    rng = np.random.default_rng(seed)
+    grid = np.round(rng.exponential(10.0, (rows, cols)), 1)
+    grid[rng.random((rows, cols)) < 0.5] = np.nan
+    ranks = np.sort(rng.choice(10 * rows, rows, replace=False))
+    heat = HeatGrid.of((grid, ranks, 3, 7))
+    finite = [v for v in grid.ravel().tolist() if v == v]
+    if not finite or max(finite) <= 0:
+        assert heat is None
+        return
+    want, first, per_row = row_bins(grid, ranks)
+    assert np.array_equal(heat.grid, want, equal_nan=True) and heat.first.tolist() == first.tolist()
+    assert (heat.per_row, heat.per_column, heat.n) == (per_row, 3, 7)
+    finite.sort()                                       # numpy's default percentile: linear between ranks
+    pos = 0.99 * (len(finite) - 1)
+    lo = int(pos)
+    q = finite[lo] + (finite[min(lo + 1, len(finite) - 1)] - finite[lo]) * (pos - lo)
+    assert heat.vmax_ns == pytest.approx(max(q, 1e-3) * 1e3, rel=1e-9)
