@@ -54,7 +54,8 @@ def epilogue(run_dir, *, outdir=None, full=False, in_memory=False, jobs=0, max_m
     opt.check()
     check_paths(run_dir, opt)     # a run folder that is not there, an output folder not the epilogue's: exit 1
     units = ("epilogue", "nsys") if holds_export(run_dir) else ("epilogue",)   # compile only what it will call
-    with Standby(enabled=opt.isolate) as report_process:     # forked before numba: the report's process
+    from ..epilogue.stages import report_imports
+    with Standby(opt.isolate, report_imports) as report_process:   # forked before numba: the report's process
         # numba imported here once (the check), which discovery's process and the stages' inherit (the stages set
         # it up here once too: epilogue.stages.share_imports); a compile runs in a child, so its code is not kept
         if opt.isolate and kernels_pending(units):

@@ -18,7 +18,7 @@ from ..runtime.tuning import thaw
 from .discovery import check_paths, find_topology, outdir_of
 from .merged_check import status_text
 from .options import EpilogueOptions, with_options, worker_count
-from .stages import StageRun, discover_paths, iteration_stages, job_stages
+from .stages import StageRun, discover_paths, iteration_stages, job_stages, report_imports
 
 
 def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, report_process: Standby | None = None,
@@ -65,7 +65,8 @@ def run(run_dir, opt: EpilogueOptions | None = None, log_file=None, report_proce
                "failures": log.failures, "notes": log.notes, "stages": {}}
     before = new_folders(out)
     state = None
-    clean = nullcontext(report_process) if report_process is not None else Standby(enabled=opt.isolate)
+    clean = (nullcontext(report_process) if report_process is not None
+             else Standby(enabled=opt.isolate, setup=report_imports))
     try:
         try:
             check_paths(run_dir, opt)
