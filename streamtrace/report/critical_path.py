@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ..aggregate.folder import (NEXT_MIN_GAIN, CRITICAL_PATH, CRITICAL_PATH_RANKS, CRITICAL_PATH_SUMMARY, CRITICAL_PATH_TABLES,
-                                IDLE_BREAKDOWN, ITERATIONS, KERNEL_STATS, OP_STATS, RANKS, WHATIF,
+from ..aggregate.folder import (CRITICAL_PATH, CRITICAL_PATH_RANKS, CRITICAL_PATH_SUMMARY, CRITICAL_PATH_TABLES,
+                                IDLE_BREAKDOWN, ITERATIONS, KERNEL_STATS, NEXT_MIN_GAIN, OP_STATS, RANKS, WHATIF,
                                 columns, read_aggregate_table, table_file)
 from .critical_story import PEERS, cause_sentence, compare_kernels, compare_ops, lengths_sentence, next_sentence
 from .critical_chart import critical_chart

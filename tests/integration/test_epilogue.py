@@ -206,8 +206,8 @@ def test_the_report_loads_no_kernels(tmp_path):
              "    return real(*a)\n"
              "st.report_stage = probe\n")
     api = probe + "import streamtrace.epilogue as e; s = e.run(sys.argv[1], jobs=1, charts=False); print(os.getpid())"
-    cli = probe + "from streamtrace.cli import main; sys.argv[0] = 'streamtrace'; main(['epilogue', sys.argv[1], '-q', " \
-                  "'-j', '1', '--no-charts', '-o', sys.argv[2]]); print(os.getpid())"
+    cli = probe + ("from streamtrace.cli import main; sys.argv[0] = 'streamtrace'; "
+                   "main(['epilogue', sys.argv[1], '-q', '-j', '1', '--no-charts', '-o', sys.argv[2]]); print(os.getpid())")
     for code, out in ((api, None), (cli, tmp_path / "cli-out")):
         env = {**os.environ, "PROBE": str(tmp_path / "probe.txt")}
         (tmp_path / "probe.txt").unlink(missing_ok=True)

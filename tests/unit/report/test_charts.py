@@ -229,8 +229,9 @@ def test_no_chart_without_content(tmp_path):
 def test_empty_inputs_give_no_figure():
     from streamtrace.report import charts as C
     ranks = np.arange(4)
-    assert C.skew_heatmap(HeatGrid.of((np.zeros((4, 10)), ranks, 1, 10)), "AllReduce TP") is None     # all arrived together
-    assert C.skew_heatmap(HeatGrid.of((np.full((4, 10), np.nan), ranks, 1, 10)), "AllReduce TP") is None
+    assert HeatGrid.of((np.zeros((4, 10)), ranks, 1, 10)) is None                              # all arrived together
+    assert C.skew_heatmap(None, "AllReduce TP") is None
+    assert HeatGrid.of((np.full((4, 10), np.nan), ranks, 1, 10)) is None
     zeros = {k: np.zeros(2, np.int64) for k in ("recv_wait_ns", "send_wait_ns", "time_ns")}
     assert C.p2p_chart({"src_stage": np.asarray([0, 1]), "dst_stage": np.asarray([1, 0]), **zeros}) is None
     coll = {"complete": np.asarray([True]), "busbw_gbps": np.asarray([50.0]), "msg_bytes": np.asarray([1 << 20]),
