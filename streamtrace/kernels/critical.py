@@ -19,7 +19,8 @@ from .sentinels import NEG, POS
 
 ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
 
-__all__ = ["NEG", "POS", "EDGE_WINDOW", "longest_path", "longest_path_masked", "latest_times", "latest_times_masked",
+__all__ = ["NEG", "POS", "EDGE_WINDOW", "longest_path", "longest_path_masked", "longest_path_sorted", "latest_times",
+           "latest_times_masked",
            "trace_back", "reduce_local", "back_within_instant"]
 
 
@@ -208,6 +209,61 @@ def longest_path_masked(n, pos, src, dst, w, mask, x_src, x_dst, x_w, x_mask, in
                 if u > ps or (u == ps and e < p):
                     pred[v] = e
     return dist, pred
+
+
+@njit(cache=True)
+def longest_path_sorted(dist, pred, psrc, at, ids, u, v, w, skip, x_ids, x_u, x_v, x_w, flush):
+    """One chunk of ``longest_path``'s forward pass over edges read in order of destination position,
+    then id (a graph's edges streamed from disk: ``streamtrace.aggregate.job_edges``): the chunk's
+    edges ``ids`` (int32[C] edge ids), ``u`` / ``v`` (int32[C] source and destination positions), ``w``
+    (int64[C] ns), those with ``skip`` (bool[C]) left out; merged with the extra edges ``x_*`` (ids,
+    positions and weights as int32 / int64 arrays sorted by destination position, then id; every id
+    above the chunks' ids), of which ``at`` (int64[1], read and advanced) says how many are taken.
+    An extra edge is taken before the first chunk edge of a larger destination position; ``flush``
+    takes those left (the last call, with an empty chunk or the last one).
+
+    ``dist`` (int64[n], by position: the node's own value, ``NEG`` none, as ``longest_path``'s
+    ``init``), ``pred`` (int32[n]: the chosen in-edge's id, -1 none) and ``psrc`` (int32[n]: that edge's
+    source position) are updated in place: over all chunks, the answer of ``longest_path_masked`` over
+    the same kept edges (ties: the larger source position, then the lower id; a node's in-edges come
+    one after another, so its chosen edge's source is ``psrc``'s, not looked up).  Raises ValueError
+    when an edge runs backwards (``u >= v``) or out of range."""
+    n = dist.shape[0]
+    nx = x_ids.shape[0]
+    k = at[0]
+    c = ids.shape[0]
+    for i in range(c + 1):
+        if i < c:
+            if skip[i]:
+                continue
+            lim = v[i]
+        elif flush:
+            lim = n
+        else:
+            break
+        while k < nx and x_v[k] < lim:                    # the extra edges before this destination
+            _relax(dist, pred, psrc, n, x_ids[k], x_u[k], x_v[k], x_w[k])
+            k += 1
+        if i < c:
+            _relax(dist, pred, psrc, n, ids[i], u[i], v[i], w[i])
+    at[0] = k
+
+
+@njit(cache=True, inline="always")
+def _relax(dist, pred, psrc, n, e, a, b, we):
+    """``longest_path_sorted``'s step: edge ``e`` from position ``a`` to ``b`` of weight ``we``."""
+    if a >= b or a < 0 or b >= n:
+        raise ValueError("edge not in topological order (src >= dst) or node out of range")
+    if dist[a] <= NEG:
+        return
+    val = dist[a] + we
+    if val > dist[b]:
+        dist[b] = val
+        pred[b] = e
+        psrc[b] = a
+    elif val == dist[b] and pred[b] >= 0 and (a > psrc[b] or (a == psrc[b] and e < pred[b])):
+        pred[b] = e
+        psrc[b] = a
 
 
 @njit(cache=True)

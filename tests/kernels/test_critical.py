@@ -10,10 +10,12 @@ from hypothesis import strategies as st
 
 from streamtrace.aggregate.critical_graph import path_edges
 from streamtrace.kernels.critical import (EDGE_WINDOW, NEG, POS, WINDOW_BUCKETS, back_within_instant, latest_times,
-                                          latest_times_masked, longest_path, longest_path_masked, reduce_local,
+                                          latest_times_masked, longest_path, longest_path_masked, longest_path_sorted,
+                                          reduce_local,
                                           trace_back)
 from streamtrace.kernels.reference import (back_within_instant_py, latest_times_masked_py, latest_times_py,
-                                           longest_path_masked_py, longest_path_py, reduce_local_py, trace_back_py)
+                                           longest_path_masked_py, longest_path_py, longest_path_sorted_py,
+                                           reduce_local_py, trace_back_py)
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -96,6 +98,48 @@ def masked_graphs(draw):
     i32 = lambda x: np.asarray(x, np.int32).reshape(-1)  # noqa: E731
     return (n, i32(perm), i32(bs), i32(bd), i64(bw), np.asarray(bk, bool), i64(xs), i64(xd), i64(xw),
             np.asarray(xk, bool), i64(init))
+
+
+@SETTINGS
+@given(masked_graphs(), st.integers(1, 5), st.data())
+def test_longest_path_sorted_matches_the_masked_pass(g, chunk, data):
+    """``longest_path_sorted`` over a graph's kept edges in order of destination position, then id, read
+    ``chunk`` edges at a time (a destination's edges split across chunks), some skipped, the extra edges
+    merged in: the distances and chosen edges of ``longest_path_masked`` over the same edges (the skipped
+    ones masked) and of its own twin; ``psrc`` the chosen edge's source position."""
+    n, pos, src, dst, w, mask, xs, xd, xw, xm, init = g
+    skip_all = np.asarray(data.draw(st.lists(st.booleans(), min_size=len(src), max_size=len(src))), bool)
+    keep = np.flatnonzero(mask)
+    o = keep[np.argsort(pos[dst[keep]], kind="stable")]         # (ids ascend within a destination)
+    i32 = lambda x: np.asarray(x, np.int32)  # noqa: E731
+    ids, u, v, ww, skip = i32(o), i32(pos[src[o]]), i32(pos[dst[o]]), w[o].astype(np.int64), skip_all[o]
+    xk = np.flatnonzero(xm)
+    xo = xk[np.argsort(pos[xd[xk]], kind="stable")]
+    x = (i32(len(src) + xo), i32(pos[xs[xo]]), i32(pos[xd[xo]]), xw[xo].astype(np.int64))
+    dist, pred, psrc = init.copy(), np.full(n, -1, np.int32), np.full(n, -1, np.int32)
+    at = np.zeros(1, np.int64)
+    chunks = [slice(i, i + chunk) for i in range(0, len(ids), chunk)]
+    for j in chunks:
+        longest_path_sorted(dist, pred, psrc, at, ids[j], u[j], v[j], ww[j], skip[j], *x, False)
+    none = np.zeros(0, np.int32)
+    longest_path_sorted(dist, pred, psrc, at, none, none, none, np.zeros(0, np.int64), np.zeros(0, bool), *x, True)
+    assert at[0] == len(xo)
+    d2, p2 = longest_path_masked(n, pos, src, dst, w, mask & ~skip_all, xs, xd, xw, xm, init.copy(), EDGE_WINDOW)
+    assert dist.tolist() == d2.tolist() and pred.tolist() == p2.tolist()
+    want_src = [-1 if e < 0 else pos[src[e]] if e < len(src) else pos[xs[e - len(src)]] for e in p2.tolist()]
+    assert psrc.tolist() == want_src
+    d3, p3, s3 = longest_path_sorted_py(n, init, [(ids[j], u[j], v[j], ww[j], skip[j]) for j in chunks], x)
+    assert (dist.tolist(), pred.tolist(), psrc.tolist()) == (d3.tolist(), p3.tolist(), s3.tolist())
+
+
+def test_longest_path_sorted_refuses_an_edge_backwards():
+    """An edge that does not run forward in positions is an error (as ``longest_path``'s)."""
+    one = lambda x, t=np.int32: np.asarray([x], t)  # noqa: E731
+    none = np.zeros(0, np.int32)
+    with pytest.raises(ValueError):
+        longest_path_sorted(np.zeros(2, np.int64), np.full(2, -1, np.int32), np.full(2, -1, np.int32),
+                            np.zeros(1, np.int64), one(0), one(1), one(1), one(3, np.int64), np.zeros(1, bool),
+                            none, none, none, np.zeros(0, np.int64), True)
 
 
 @SETTINGS

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["longest_path_py", "longest_path_masked_py", "latest_times_py", "latest_times_masked_py", "trace_back_py",
+__all__ = ["longest_path_py", "longest_path_masked_py", "longest_path_sorted_py", "latest_times_py",
+           "latest_times_masked_py", "trace_back_py",
            "path_edges_py", "reduce_local_py", "back_within_instant_py"]
 
 NEG, POS = -(2 ** 62), 2 ** 62
@@ -61,6 +62,27 @@ def longest_path_masked_py(n, pos, src, dst, w, mask, x_src, x_dst, x_w, x_mask,
     out[has] = ids[pred[has]]
     init[:] = dist
     return init, out
+
+
+def longest_path_sorted_py(n, init, chunks, x):
+    """Twin of ``longest_path_sorted`` over all its chunks at once: ``chunks`` a list of ``(ids, u, v,
+    w, skip)`` (positions), ``x`` ``(ids, u, v, w)``; the edges not skipped, in any order,
+    ``longest_path_py`` over them (positions as nodes), its chosen edges mapped back to their ids.
+    Returns ``(dist, pred, psrc)`` as the kernel leaves them (``psrc`` the chosen edge's source)."""
+    ids, us, vs, ws = [], [], [], []
+    for cid, cu, cv, cw, skip in chunks:
+        keep = ~np.asarray(skip, bool)
+        for a, b in zip((ids, us, vs, ws), (cid, cu, cv, cw)):
+            a += np.asarray(b, np.int64)[keep].tolist()
+    for a, b in zip((ids, us, vs, ws), x):
+        a += np.asarray(b, np.int64).tolist()
+    o = np.argsort(np.asarray(ids, np.int64), kind="stable")      # (id order: the twin's ties by index)
+    ids, us, vs, ws = (np.asarray(a, np.int64)[o] for a in (ids, us, vs, ws))
+    dist, pred, _ = longest_path_py(n, us, vs, ws, np.asarray(init, np.int64).copy())
+    has = pred >= 0
+    out, src = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+    out[has], src[has] = ids[pred[has]], us[pred[has]]
+    return dist, out, src
 
 
 def latest_times_py(n, src, dst, w, deadline):
