@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -230,11 +231,13 @@ class Replayer:
     ``members`` the matched collectives, ``parts`` ``{part index: Part}`` (to re-reduce a touched
     rank), ``aggdir`` (the at-median figures), ``jobs`` processes for many touched ranks, ``steps``
     the job's selected steps, ``spilled`` ``{part index: path}`` the step graphs the rank pass spilled
-    (``whatif_graphs.GraphSpill``: read instead of built again).  ``tabs``' anchors and edges are let go
+    (``whatif_graphs.GraphSpill``: read instead of built again), ``folder`` where the steps' graphs keep
+    their edges (``JobStep``; None: the system's temporary folder).  ``tabs``' anchors and edges are let go
     once each step's graph is built (its entries replaced by ones holding only ``ranks``: the graphs hold
     what they need)."""
 
-    def __init__(self, tabs: dict, members: Members, parts: dict, aggdir, jobs=1, steps=None, spilled=None):
+    def __init__(self, tabs: dict, members: Members, parts: dict, aggdir, jobs=1, steps=None, spilled=None,
+                 folder=None):
         self.members, self.parts, self.aggdir = members.facts(), parts, aggdir     # (the keys: the graphs')
         self.spilled = spilled or {}
         self.jobs, self.steps = jobs, steps
@@ -242,7 +245,7 @@ class Replayer:
         trim()                                          # (what reading the tables left in glibc's heap)
         keys = list(tabs)
         for i, k in enumerate(keys):                    # (the last one lets the members' keys go, joined)
-            self.graphs[k] = JobStep(tabs[k], members, release_keys=i == len(keys) - 1)
+            self.graphs[k] = JobStep(tabs[k], members, release_keys=i == len(keys) - 1, folder=folder)
             tabs[k] = StepTables({}, {}, tabs[k].ranks)
         del members
         self.tabs = tabs
@@ -395,12 +398,16 @@ def graph_rows(spilled: SpilledRows, ranks: dict) -> dict:
     the job graph reads (``GRAPH_ANCHORS``, ``LOCAL_COLUMNS``: ``part``, ``src``, ``dst``, ``w_ns`` loaded,
     the others read from the files for the few edges on a path, ``SpilledRows.lazy``), ``ranks`` the
     ``whatif_ranks`` columns.  The edges as a function that loads them (``StepTables``: called once the
-    graph's collectives are built, their temporaries not beside the edges; 4,096 synthetic ranks: 3.7 M
-    edges, 74 MB)."""
+    graph's collectives are built, their temporaries not beside the edges), for one step as ``batches`` of
+    a few parts' rows (``SpilledRows.batches``: ``JobStep`` writes them to disk as read; 4,096 synthetic
+    ranks' 3.7 M edges loaded whole were 74 MB)."""
     by = _step_key(ranks)
 
     def edges() -> dict:
-        out = spilled.load("edges", by + LOCAL_COLUMNS[:4], small=("part", "src", "dst"))    # (parts, anchors < 2^31)
+        if by:                                        # (several steps: each step's rows picked from them)
+            out = spilled.load("edges", by + LOCAL_COLUMNS[:4], small=("part", "src", "dst"))   # (< 2^31)
+        else:                                         # (one: read a batch of parts at a time, to disk)
+            out = {"batches": spilled.batches("edges", LOCAL_COLUMNS[:4], small=("part", "src", "dst"))}
         out.update({c: spilled.lazy("edges", c) for c in LOCAL_COLUMNS[4:]})    # (read for the path's edges only)
         return out
     return {"anchors": spilled.load("anchors", by + GRAPH_ANCHORS, small=SMALL_ANCHORS), "edges": edges,
@@ -473,9 +480,11 @@ def replay_steps(aggdir, changes, jobs: int = 0) -> "object":
         if any(c.touches(p.rank) for c in changes) and not (p.dir / Analysis.marker).is_file():
             raise DataError(p.dir, f"rank {p.rank}'s analysed folder is gone: the change must rebuild its graph")
     steps = {int(s[1]) for s in meta.get("steps") or []} or None
-    rep = Replayer(step_tables(graph_tables(aggdir)), read_members(aggdir, meta), parts, aggdir,
-                   jobs or os.cpu_count() or 1, steps)
-    rows = rep.replay(changes)
+    with tempfile.TemporaryDirectory(prefix=".whatif-edges.") as folder:    # (the graphs' edges; removed after)
+        rep = Replayer(step_tables(graph_tables(aggdir)), read_members(aggdir, meta), parts, aggdir,
+                       jobs or os.cpu_count() or 1, steps, folder=folder)
+        rows = rep.replay(changes)
+        del rep
     return pa.table({c: [r[c] for r in rows] for c in COLUMNS})
 
 
@@ -492,12 +501,14 @@ def write_whatif(job, outdir, spilled: SpilledRows, meta: dict, jobs: int = 1) -
             return []
         files = spilled.write(outdir, "anchors") + spilled.write(outdir, "edges")     # (before the graph is held)
         trim()
-        rep = Replayer(step_tables(graph_rows(spilled, ranks)), read_members(outdir, meta),
-                       {p.index: p for p in job.parts}, outdir, jobs, job.steps, spilled.graphs())
-        _replay_ends(ranks, rep)
-        files += write_table(outdir, WHATIF_RANKS, ranks)
-        with kept_graphs():                           # (a rank replayed again: its graphs not rebuilt)
-            out = rep.replay_many([[change] for change in candidates(outdir, rep.tabs)], "candidate")
+        with tempfile.TemporaryDirectory(prefix=".whatif-edges.", dir=outdir) as folder:   # (the graphs' edges)
+            rep = Replayer(step_tables(graph_rows(spilled, ranks)), read_members(outdir, meta),
+                           {p.index: p for p in job.parts}, outdir, jobs, job.steps, spilled.graphs(), folder)
+            _replay_ends(ranks, rep)
+            files += write_table(outdir, WHATIF_RANKS, ranks)
+            with kept_graphs():                       # (a rank replayed again: its graphs not rebuilt)
+                out = rep.replay_many([[change] for change in candidates(outdir, rep.tabs)], "candidate")
+            del rep
     finally:
         spilled.close()
     text = ("change", "description", "source", "bound_what", "top_category", "top_name", "flag")

@@ -4,10 +4,11 @@ matched collectives as the critical path joins them (``streamtrace.aggregate.cri
 barrier at the last member's arrival, each member's end its transfer after it), solved forward with
 every rank's step start at its measured time.
 
-The replay of a change: the touched ranks' reduced edges replaced by their re-reduction, the
-collectives' transfers scaled (``TransferView``), the forward pass again
-(``streamtrace.kernels.critical.longest_path_masked``: over the graph's own arrays, the masked and
-re-reduced edges without copies).  Its answer (``Replay``): every rank's
+The graph's edges live on disk (``streamtrace.aggregate.job_edges.EdgeFile``: in id order as built,
+then the kept ones by destination position); a forward pass reads them a chunk at a time
+(``streamtrace.kernels.critical.longest_path_sorted``).  The replay of a change: the touched ranks'
+reduced edges skipped as read and their re-reduction merged in (a ``PartsView``), the collectives'
+transfers scaled as read (``TransferView``), the forward pass again.  Its answer (``Replay``): every rank's
 step end, the span (last end - first start), the median rank's step, and the path that now bounds
 it with the rank holding most of it.
 """
@@ -17,11 +18,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels.critical import EDGE_WINDOW, NEG, longest_path_masked
+from ..kernels.critical import NEG, longest_path_sorted
 from ..runtime.tuning import trim
-from .critical_graph import (BARRIER, Anchor, Edge, barrier_edges, edge_weights, fits_in, joined_ints,
-                             matched_members, path_edges, positions, tie_classes)
+from .critical_graph import BARRIER, Anchor, Edge, barrier_edges, joined_ints, matched_members, positions, tie_classes
 from .critical_members import PartMembers
+from .job_edges import EdgeFile
 from .whatif_members import Members, TransferView
 
 LOCAL, WAIT, TRANSFER = Edge.local, Edge.wait, Edge.transfer
@@ -90,7 +91,8 @@ class Replay:
 
 CHUNK = 1 << 18
 """Edges a step of ``JobStep``'s whole-graph lookups takes at once (its int64 temporaries: three of 8.4 MB
-were the replay's peak at 4,096 synthetic ranks with 1 << 20, under the ranks' edges read whole)."""
+were the replay's peak at 4,096 synthetic ranks with 1 << 20, under the ranks' edges read whole), and the
+ranks' edges it writes to its ``EdgeFile`` at once."""
 MATCH_ROWS = 1 << 18
 """Anchors (arrivals and ends) of a batch of parts ``JobStep`` matches to the collectives' members at once."""
 
@@ -107,14 +109,15 @@ class JobStep:
     """One step's job-level graph from ``StepTables`` and the matched ``Members``: the
     anchors (``kind`` int8, ``part``; barriers appended; their times ``t`` held while the graph's
     collectives are built, then only the step starts' ``start_t`` at ``starts``), the ranks' reduced edges (``LOCAL``)
-    then the collectives' (``WAIT``, ``TRANSFER``), their topological positions ``pos`` and the edges
-    kept (``kept``, bool per edge: those that run forward)."""
+    then the collectives' (``WAIT``, ``TRANSFER``) in ``edges`` (an ``EdgeFile`` in ``folder``, the
+    system's temporary folder when None), the nodes' topological positions ``pos``; the edges kept are
+    those that run forward in them."""
 
-    def __init__(self, tabs: StepTables, members: Members, release_keys: bool = False):
-        """The graph of ``tabs`` (its edges' ``part``, ``src``, ``dst``, ``w_ns`` columns taken out as
-        they are joined: the caller lets ``tabs`` go after) and ``members``; ``release_keys``: the
-        members' keys are emptied in ``members`` once joined, before the ranks' edges are read (the
-        last step's graph: 21 MB at 4,096 synthetic ranks, not held under its build)."""
+    def __init__(self, tabs: StepTables, members: Members, release_keys: bool = False, folder=None):
+        """The graph of ``tabs`` (its edges' ``part``, ``src``, ``dst``, ``w_ns`` columns taken out and
+        written to disk ``CHUNK`` edges at a time: the caller lets ``tabs`` go after) and ``members``;
+        ``release_keys``: the members' keys are emptied in ``members`` once joined, before the ranks' edges
+        are read (the last step's graph: 21 MB at 4,096 synthetic ranks, not held under its build)."""
         a = tabs.anchors
         o = np.lexsort((a["anchor"], a["part"]))
         o = slice(None) if (o == np.arange(len(o))).all() else o     # (in order as spilled: no copies)
@@ -135,26 +138,16 @@ class JobStep:
         self.start_t = self.t[self.starts]               # times only: the times by node let go (11.8 MB at
         del self.t                                       # 4,096 synthetic ranks, 1.5 M nodes)
         e = tabs.edges() if callable(tabs.edges) else tabs.edges
-        nl = len(e["w_ns"])
-        part = e.pop("part")                            # (the ranks' edge ends as node ids, then their
-        src, dst = (self._node_ids(part, e.pop(c)) for c in ("src", "dst"))    # part column let go)
-        del part
-        self.src = np.concatenate([src, self.c_src], dtype=np.int32, casting="same_kind")
-        del src, self.c_src
-        self.dst = np.concatenate([dst, self.c_dst], dtype=np.int32, casting="same_kind")
-        del dst, self.c_dst
-        self.w = joined_ints(np.asarray(e.pop("w_ns"), np.int64), self.c_w)   # (int32 when they fit)
-        del self.c_w
+        self.folder, self.edges = folder, EdgeFile(folder)
+        for b in _batches(e):                           # (the ranks' edge ends as node ids, to disk)
+            self.edges.append(self._gid(b["part"], b["src"], np.int32), self._gid(b["part"], b["dst"], np.int32),
+                              b["w_ns"])
+        nl = self.edges.n
+        self.edges.append(self.c_src, self.c_dst, self.c_w)
+        self.m_w = joined_ints(self.c_w[self.c_medge])  # each member's measured transfer (``members``, ``solve``)
+        del self.c_src, self.c_dst, self.c_w
         self._local(nl, tuple(e[c] for c in LOCAL_COLUMNS[4:]))
         trim()                                          # (the tables' columns and the build's temporaries)
-
-    def _node_ids(self, part, anchor) -> np.ndarray:
-        """The node ids of the ranks' edge ends ``(part, anchor)``, int32 (nodes < 2^31), written over
-        ``anchor`` when it is a writable int32 array (no second column of 3.7 M ids at 4,096 synthetic
-        ranks)."""
-        out = anchor if anchor.dtype == np.int32 and anchor.flags.writeable else np.empty(len(anchor), np.int32)
-        self._gid(part, anchor, out=out)
-        return out
 
     def _node_index(self, anchor):
         """How ``_gid`` finds a node from the anchors (``self.part`` and ``anchor``, sorted by part, then
@@ -187,14 +180,6 @@ class JobStep:
                 out[j] = np.searchsorted(self.key, np.asarray(part[j], np.int64) * (1 << 32) + a)
         return out
 
-    def _forward(self, src, dst) -> np.ndarray:
-        """bool per edge ``src -> dst`` (node ids): it runs forward in ``pos`` (``CHUNK`` edges at a time)."""
-        out = np.empty(len(src), bool)
-        for i in range(0, len(out), CHUNK):
-            j = slice(i, i + CHUNK)
-            np.less(self.pos[src[j]], self.pos[dst[j]], out=out[j])
-        return out
-
     def with_parts(self, parts, edges) -> "JobStep":
         """This graph with parts ``parts``' reduced edges replaced by ``edges`` (their re-reduction:
         the same anchors, whatif_edges columns of this step): a ``PartsView`` (the collectives and
@@ -202,21 +187,23 @@ class JobStep:
         return PartsView(self, parts, edges)
 
     def _local(self, nl: int, local):
-        """The graph's edges set (``src``, ``dst``, ``w``: the ``nl`` ranks' reduced edges first, then
-        the collectives'): their types, the members' edges, the positions and the edges kept;
-        ``local``: the ranks' edges' ``host_ns``, ``gpu_ns``, ``top_category``, ``top_name``, ``top_ns``
-        columns."""
+        """The graph's edges written (``edges``: the ``nl`` ranks' reduced edges first, then the
+        collectives'): their types, the members' edges, the positions (``pos0``, or Kahn's order when an
+        edge runs against it) and the kept edges sorted; ``local``: the ranks' edges' ``host_ns``,
+        ``gpu_ns``, ``top_category``, ``top_name``, ``top_ns`` columns."""
         self.c_etype = self.c_typ                                 # the collective edges' types (``edge_type``:
         del self.c_typ                                           # a local edge's is known, 3.8 MB at 4,096 ranks)
         self.m_edge = joined_ints(nl + self.c_medge)                # (int32 while the edges fit)
         del self.c_medge
         self.t_first = nl                                        # the first collective edge
+        self.nb = self.edges.n                                   # the first edge of a view's re-reduction
         self.local_ = local
         self.pos = self.pos0
-        self.kept = self._forward(self.src, self.dst)              # (bool: 1 byte an edge)
-        if not self.kept.all():                                 # times that disagree (clock skew, 0-length
-            self.pos = _kahn(self.pos0, self.src, self.dst)     # events): a true topological order
-            self.kept = self._forward(self.src, self.dst)
+        if self.edges.backward(self.pos):                       # times that disagree (clock skew, 0-length
+            src, dst, _ = self.edges.load()                     # events): a true topological order
+            self.pos = _kahn(self.pos0, src, dst)
+            del src, dst
+        self.edges.sort(self.pos, self.part, nl)
 
     def _collectives(self, members: Members, n: int):
         """Barriers and transfers (module docstring): ``c_*`` edge arrays (indices from 0; the build
@@ -227,21 +214,26 @@ class JobStep:
         trim()                                            # (the keys' temporaries)
         un = inst < 0                                     # unmatched: its own transfer
         c = barrier_edges(self.t, a, e, inst, n)
-        nu, nb = int(un.sum()), len(c["bar_t"])
-        self.t = np.r_[self.t, c["bar_t"]]
+        for k in ("m_bar", "m_end", "lead", "bar_inst"):  # (not read here: let go before the joins below,
+            del c[k]                                      # and each array read is popped as joined: 51 MB
+        del inst                                          # of barrier arrays at 4,096 synthetic ranks)
+        au, eu = a[un], e[un]
+        del a, e, un
+        nu, nb = len(au), len(c["bar_t"])
+        self.t = np.r_[self.t, c.pop("bar_t")]
         self.kind = np.concatenate([self.kind.astype(np.int8), np.full(nb, BARRIER, np.int8)])   # (-1 .. 3)
         self.part = np.concatenate([self.part, np.full(nb, -1, self.part.dtype)])
         ids = c["src"].dtype                              # (int32 when the nodes fit)
-        src = np.concatenate([a[un], c["src"]], dtype=ids, casting="same_kind")
-        dst = np.concatenate([e[un], c["dst"]], dtype=ids, casting="same_kind")
-        typ = np.r_[np.full(nu, TRANSFER, np.int8), c["etype"]]
+        src = np.concatenate([au, c.pop("src")], dtype=ids, casting="same_kind")
+        dst = np.concatenate([eu, c.pop("dst")], dtype=ids, casting="same_kind")
+        typ = np.r_[np.full(nu, TRANSFER, np.int8), c.pop("etype")]
         self.c_src, self.c_dst = src, dst
-        self.c_w, self.c_typ = np.r_[self.t[e[un]] - self.t[a[un]], c["w"]], typ
+        self.c_w, self.c_typ = joined_ints(self.t[eu] - self.t[au], c.pop("w")), typ
         self.c_medge = np.r_[np.arange(nu), nu + 2 * np.arange(len(c["m_arr"])) + 1]   # each member's transfer
-        self.m_inst = joined_ints(np.full(nu, -1, np.int64), c["m_inst"])     # (int32 while the ids fit)
-        self.m_part = self.part[np.r_[a[un], c["m_arr"]]]
+        self.m_inst = joined_ints(np.full(nu, -1, np.int64), c.pop("m_inst"))     # (int32 while the ids fit)
+        self.m_part = self.part[np.r_[au, c.pop("m_arr")]]
         self._view = None
-        del c
+        del c, au, eu
         self._time_order(src, dst, typ)
         trim()
 
@@ -293,46 +285,37 @@ class JobStep:
             rank = np.full(int(parts.max()) + 1 if len(parts) else 0, -1, np.int64)    # by part (-1: no rank)
             known = [(p, r) for p, r in self.rank_of.items() if 0 <= p < len(rank)]
             rank[[p for p, _ in known]] = [r for _, r in known]
-            self._view = TransferView(self.m_inst[m], rank[parts], self.w[self.m_edge[m]],
-                                      members or self.members_)
+            self._view = TransferView(self.m_inst[m], rank[parts], self.m_w[m], members or self.members_)
         return self._view
 
     def solve(self, transfer_factor=None) -> Replay:
         """The forward pass with the matched members' transfers times ``transfer_factor``: per member
         of ``members`` (float[m]), or ``(index, factor)`` for those members of ``members`` whose factor
-        is not 1 (``sparse_factors``), None: as measured.  The scaled transfers are written into the
-        graph's weights for the pass and the measured ones put back after it (a copy of every edge's
-        weight would be 40 MB at 4,096 synthetic ranks); the pass's temporaries are handed back to
-        the OS after it (``trim``)."""
+        is not 1 (``sparse_factors``), None: as measured.  The scaled transfers replace the measured ones
+        as the edges are read (the edges on disk are not changed); the pass's temporaries are handed back
+        to the OS after it (``trim``)."""
         if transfer_factor is not None and not isinstance(transfer_factor, tuple):
             transfer_factor = sparse_factors(transfer_factor)
-        if transfer_factor is None or not len(transfer_factor[0]):
-            out = self._solve(self.w)
-        else:
+        over = None
+        if transfer_factor is not None and len(transfer_factor[0]):
             idx, factor = transfer_factor
-            edges = self.m_edge[np.flatnonzero(self.m_inst >= 0)[idx]]     # (only the members that change)
-            scaled = np.rint(self.w[edges] * np.asarray(factor, float)).astype(np.int64)
-            if fits_in(self.w.dtype, scaled):
-                with edge_weights(self.w, edges, scaled) as w:
-                    del scaled                       # (written into the weights: not held under the pass)
-                    out = self._solve(w)
-            else:                                    # (int32 weights, a transfer scaled past 2^31 ns: a copy)
-                w = self.w.astype(np.int64)
-                w[edges] = scaled
-                out = self._solve(w)
-                del w
+            sel = np.flatnonzero(self.m_inst >= 0)[np.asarray(idx, np.int64)]    # (only the members that change)
+            ids = np.asarray(self.m_edge[sel], np.int64)
+            scaled = np.rint(self.m_w[sel] * np.asarray(factor, float)).astype(np.int64)
+            o = np.argsort(ids, kind="stable")
+            over = ids[o], scaled[o]
+            del sel, ids, scaled, o
+        out = self._solve(over)
         trim()
         return out
 
-    def _solve(self, w) -> Replay:
+    def _solve(self, over) -> Replay:
         n = len(self.kind)
-        init = np.full(n, NEG, np.int64)
+        dist = np.full(n, NEG, np.int64)
         starts = self.starts
-        init[self.pos[starts]] = self.start_t
-        xs, xd, xw, xk = self._extra()
-        dist, pred = longest_path_masked(n, self.pos, self.src, self.dst, w, self.kept, xs, xd, xw, xk, init,
-                                         EDGE_WINDOW)
-        del init
+        dist[self.pos[starts]] = self.start_t
+        pred, psrc = np.full(n, -1, np.int32), np.full(n, -1, np.int32)
+        self._forward_pass(dist, pred, psrc, over)
         ends = np.flatnonzero(self.kind == Anchor.step_end)
         de = dist[self.pos[ends]]                            # (by node: the step ends' only)
         ends, de = ends[de > NEG], de[de > NEG]
@@ -340,23 +323,44 @@ class JobStep:
         start = {int(p): int(x) for p, x in zip(self.part[starts].tolist(), self.start_t.tolist())}
         for p, x in zip(self.part[ends].tolist(), de.tolist()):
             end[p] = max(end[p], int(x))
-        dropped = self.n_edges() - int(self.kept.sum()) - int(xk.sum())
+        dropped = self.n_edges() - self._n_kept()
         if not end:
             return Replay({}, start, 0, 0, {}, (-1, "", "", 0), {}, {}, {}, dropped)
         last = ends[np.argmax(de)]
-        path = path_edges(pred, int(self.pos[last]), self.pos, self.src, xs)
+        path = _path(pred, psrc, int(self.pos[last]))
         span = int(dist[self.pos[last]] - min(start.values()))
         steps = [end[p] - start[p] for p in end if p in start]
-        return self._attribute(self._rows(path, w), end, start, span, int(np.median(steps)) if steps else 0, dropped)
+        return self._attribute(self._rows(path, dist), end, start, span, int(np.median(steps)) if steps else 0,
+                               dropped)
+
+    def _forward_pass(self, dist, pred, psrc, over):
+        """``longest_path_sorted`` over ``edges``' chunks (by position: ``dist``, ``pred``, ``psrc`` in
+        place), the weights of ``over`` ``(ids ascending, ns)`` replacing theirs as read, the edges of
+        ``_skipped`` parts left out, ``_extra``'s merged in."""
+        at, x, drop = np.zeros(1, np.int64), self._extra(), self._skipped()
+        for ids, u, v, part, w in self.edges.chunks():
+            if over is not None:
+                k = np.minimum(np.searchsorted(over[0], ids), len(over[0]) - 1)
+                hit = over[0][k] == ids
+                w[hit] = over[1][k[hit]]
+            skip = drop[part] if drop is not None else np.zeros(len(ids), bool)
+            longest_path_sorted(dist, pred, psrc, at, ids, u, v, w, skip, *x, False)
+        none = np.zeros(0, np.int32)
+        longest_path_sorted(dist, pred, psrc, at, none, none, none, np.zeros(0, np.int64), np.zeros(0, bool), *x,
+                            True)
 
     def n_edges(self) -> int:
         """How many edges the graph has (kept or not)."""
-        return len(self.w)
+        return self.edges.n
+
+    def _n_kept(self) -> int:
+        """How many of them its forward pass takes (those that run forward)."""
+        return self.edges.n_kept
 
     def edge_type(self, e: int) -> int:
-        """Edge ``e``'s type (``Edge``: ``LOCAL`` the ranks' reduced edges, before ``t_first``; then the
-        collectives' ``WAIT`` / ``TRANSFER``)."""
-        return LOCAL if e < self.t_first else int(self.c_etype[e - self.t_first])
+        """Edge ``e``'s type (``Edge``: ``LOCAL`` the ranks' reduced edges, before ``t_first``, and a view's
+        re-reduced ones, from ``nb``; the collectives' ``WAIT`` / ``TRANSFER`` between)."""
+        return LOCAL if e < self.t_first or e >= self.nb else int(self.c_etype[e - self.t_first])
 
     def instance_of(self, e: int) -> int:
         """The matched instance of the member whose transfer is edge ``e`` (-1: none, or an unmatched
@@ -365,20 +369,37 @@ class JobStep:
         return int(self.m_inst[at]) if at < len(self.m_edge) and int(self.m_edge[at]) == e else -1
 
     def _extra(self) -> tuple:
-        """The edges the forward pass takes after the graph's own (``kept``): ``(src, dst, w, kept)``
-        (none here; a ``PartsView``'s re-reduced ones)."""
-        none = np.zeros(0, np.int64)
-        return none, none, none, np.zeros(0, bool)
+        """The edges the forward pass merges into the graph's own: ``(ids, u, v)`` int32 (positions) and
+        ``w`` int64, by destination position, then id (none here; a ``PartsView``'s re-reduced ones)."""
+        none = np.zeros(0, np.int32)
+        return none, none, none, np.zeros(0, np.int64)
 
-    def _rows(self, path, w) -> list:
-        """Per edge id of ``path``: ``(type, src node, dst node, weight, host_ns, gpu_ns, top_category,
-        top_name, top_ns, edge id)`` (the last five of the ranks' local edges; 0 / "" for the others)."""
-        local = path[path < self.t_first]
+    def _skipped(self):
+        """bool by part (one more: -1, a collective's edge, False) whose own edges the forward pass skips
+        (None: none; a ``PartsView``'s touched parts)."""
+        return None
+
+    def _nodes_at(self, positions) -> dict:
+        """``{position: node}`` of ``positions`` (one flag a node, not an inverse of ``pos``)."""
+        mark = np.zeros(len(self.pos), bool)
+        mark[np.asarray(positions, np.int64)] = True
+        nodes = np.flatnonzero(mark[self.pos])
+        return dict(zip(self.pos[nodes].tolist(), nodes.tolist()))
+
+    def _rows(self, path, dist) -> list:
+        """Per edge ``(id, source position, destination position)`` of ``path`` (``_path``): ``(type, src
+        node, dst node, weight, host_ns, gpu_ns, top_category, top_name, top_ns, edge id)`` (the last five
+        of the ranks' local edges, read for these edges only; 0 / "" for the others); an edge's weight is
+        the solve's, ``dist[v] - dist[u]`` (the chosen edge's value is its destination's distance)."""
+        ids = np.asarray([e for e, _, _ in path], np.int64)
+        local, new = ids[ids < self.t_first], ids[ids >= self.nb]
         cols = zip(*(np.asarray(c.take(local), object).tolist() for c in self.local_)) if len(local) else iter(())
+        xcols = zip(*(np.asarray(c)[new - self.nb].tolist() for c in self.x_local)) if len(new) else iter(())
+        nodes = self._nodes_at([u for _, u, _ in path] + [v for _, _, v in path])
         out = []
-        for e in path.tolist():
-            extra = next(cols) if e < self.t_first else (0, 0, "", "", 0)
-            out.append((self.edge_type(e), int(self.src[e]), int(self.dst[e]), int(w[e])) + tuple(extra) + (e,))
+        for e, u, v in path:
+            extra = next(cols) if e < self.t_first else next(xcols) if e >= self.nb else (0, 0, "", "", 0)
+            out.append((self.edge_type(e), nodes[u], nodes[v], int(dist[v] - dist[u])) + tuple(extra) + (e,))
         return out
 
     def _attribute(self, rows, end, start, span, step, dropped) -> Replay:
@@ -404,45 +425,91 @@ class JobStep:
 
 
 class PartsView(JobStep):
-    """``base`` with parts ``parts``' reduced edges replaced by ``edges`` (``JobStep.with_parts``):
-    the base's arrays shared, its edges of those parts masked (``kept`` False), the new ones (``x_*``,
-    ``x_kept`` those that run forward) numbered after the base's.  Its forward pass takes the edges in
-    the base's order, then the new ones: the same solution as a graph built with them
-    (``longest_path_masked`` breaks a tie between two edges by their order only for the same source
-    and destination, and a local edge never shares both with a collective's)."""
+    """``base`` with parts ``parts``' reduced edges replaced by ``edges`` (``JobStep.with_parts``:
+    their re-reduction, the same anchors), numbered after the base's edges (from ``nb``).  When the
+    base's positions are its times' (``pos0``) and every new edge runs forward in them, its forward
+    pass reads the base's edges, skipping the touched parts' own, and merges the new ones in (no copy
+    of the graph); else it writes an ``EdgeFile`` of its own over a topological order of the untouched
+    and new edges together (Kahn's, as the base's).  Either way the edges are taken in order of
+    destination position, then id: the answer of a graph built with the new edges."""
 
     def __init__(self, base: JobStep, parts, edges):
         self.__dict__.update(base.__dict__)
         self.base_ = base
         new = {c: np.asarray(edges[c]) for c in LOCAL_COLUMNS}
-        self.x_src, self.x_dst = self._gid(new["part"], new["src"]), self._gid(new["part"], new["dst"])
-        self.x_w = new["w_ns"].astype(np.int64)
+        x_src, x_dst = self._gid(new["part"], new["src"]), self._gid(new["part"], new["dst"])
+        x_w = new["w_ns"].astype(np.int64)
         self.x_local = tuple(new[c] for c in LOCAL_COLUMNS[4:])
-        nb = len(base.w)
-        mask = np.ones(nb, bool)                   # (the parts' local edges out, ``CHUNK`` at a time)
-        touched = np.asarray(list(parts), np.int64)
+        touched = np.unique(np.asarray(list(parts), np.int64))
+        touched = touched[(touched >= 0) & (touched < len(base.edges.local))]
+        self.n_masked = int(base.edges.local[touched].sum())
+        self.nx = len(x_w)
+        x_u, x_v = self.pos0[x_src], self.pos0[x_dst]
+        self.x = None
+        if base.pos is base.pos0 and bool((x_u < x_v).all()):
+            o = np.argsort(x_v, kind="stable")             # (by destination, then id: ids ascend with x)
+            ids = np.arange(self.nb, self.nb + self.nx, dtype=np.int64)[o]
+            self.x = (ids.astype(np.int32), x_u[o].astype(np.int32), x_v[o].astype(np.int32), x_w[o])
+            self.drop = np.zeros(len(base.edges.local) + 1, bool)
+            self.drop[touched] = True
+            self.kept_ = base.edges.n_kept - int(base.edges.local_kept[touched].sum()) + self.nx
+        else:
+            self._own_file(base, touched, x_src, x_dst, x_w)
+
+    def _own_file(self, base: JobStep, touched, x_src, x_dst, x_w):
+        """The view's own ``EdgeFile``: the base's edges and the new ones, sorted over ``pos0`` when every
+        untouched and new edge runs forward in it, else over Kahn's order of them."""
+        src, dst, w = base.edges.load()
+        mask = np.ones(len(src), bool)                     # (the touched parts' own edges out)
+        inside = np.zeros(len(base.edges.local) + 1, bool)
+        inside[touched] = True
         for i in range(0, base.t_first, CHUNK):
             j = slice(i, min(i + CHUNK, base.t_first))
-            np.logical_not(np.isin(self.part[base.src[j]], touched), out=mask[j])
+            np.logical_not(inside[self.part[src[j]]], out=mask[j])
         self.pos = self.pos0
-        fwd, x_fwd = self._forward(base.src, base.dst), self._forward(self.x_src, self.x_dst)
-        if (mask & ~fwd).any() or not x_fwd.all():
-            self.pos = _kahn(self.pos0, np.r_[base.src[mask], self.x_src], np.r_[base.dst[mask], self.x_dst])
-            fwd, x_fwd = self._forward(base.src, base.dst), self._forward(self.x_src, self.x_dst)
-        self.n_masked = nb - int(mask.sum())
-        self.kept = mask & fwd
-        self.x_kept = x_fwd
+        if (mask & (self.pos0[src] >= self.pos0[dst])).any() or not (self.pos0[x_src] < self.pos0[x_dst]).all():
+            self.pos = _kahn(self.pos0, np.r_[src[mask], x_src], np.r_[dst[mask], x_dst])
+        del mask
+        self.edges = EdgeFile(self.folder)
+        self.edges.append(src, dst, w)
+        del src, dst, w
+        self.edges.append(x_src, x_dst, x_w)
+        self.edges.sort(self.pos, self.part, base.t_first, drop_parts=touched)
+        self.kept_ = self.edges.n_kept
 
     def n_edges(self) -> int:
-        return len(self.w) - self.n_masked + len(self.x_w)
+        return self.base_.edges.n - self.n_masked + self.nx
+
+    def _n_kept(self) -> int:
+        return self.kept_
 
     def _extra(self) -> tuple:
-        return self.x_src, self.x_dst, self.x_w, self.x_kept
+        return self.x if self.x is not None else JobStep._extra(self)
 
-    def _rows(self, path, w) -> list:
-        nb = len(self.w)
-        base = JobStep._rows(self, path[path < nb], w)
-        new = [(LOCAL, int(self.x_src[x]), int(self.x_dst[x]), int(self.x_w[x])) + tuple(c[x] for c in self.x_local)
-               + (nb + x,) for x in (path[path >= nb] - nb).tolist()]
-        at = iter(base), iter(new)
-        return [next(at[int(e >= nb)]) for e in path.tolist()]
+    def _skipped(self):
+        return self.drop if self.x is not None else None
+
+
+def _batches(e: dict):
+    """The ranks' edges of ``StepTables.edges`` a batch at a time (dicts of ``part``, ``src``, ``dst``,
+    ``w_ns``): its ``batches`` (``whatif.graph_rows``), else its columns ``CHUNK`` rows at a time, each
+    column taken out of ``e`` (let go once read)."""
+    if "batches" in e:
+        yield from e.pop("batches")
+        return
+    cols = [e.pop(c) for c in ("part", "src", "dst", "w_ns")]
+    for i in range(0, len(cols[3]), CHUNK):
+        j = slice(i, i + CHUNK)
+        yield dict(zip(("part", "src", "dst", "w_ns"), (c[j] for c in cols)))
+
+
+def _path(pred, psrc, end: int) -> list:
+    """The longest path to position ``end`` as ``(edge id, source position, destination position)``, first
+    to last, walked back through ``pred`` / ``psrc`` (``longest_path_sorted``'s, by position; at most n
+    steps)."""
+    out, v = [], int(end)
+    while v >= 0 and pred[v] >= 0 and len(out) < len(pred):
+        u = int(psrc[v])
+        out.append((int(pred[v]), u, v))
+        v = u
+    return out[::-1]

@@ -168,6 +168,26 @@ class SpilledRows:
             at += n
         return out
 
+    def batches(self, name: str, columns, small=(), rows: int = 1 << 18):
+        """``load``'s columns a batch of parts' files at a time (at least ``rows`` rows a batch, but the
+        last), in part order: for a reader that needs each row once (the what-if replay's graph build, which
+        writes them to disk; 4,096 synthetic ranks' edges loaded whole: 74 MB)."""
+        held, n = [], 0
+        for path, k in self.files[name]:
+            if not k:
+                continue
+            with arrow_map(path) as src:
+                table = pa.ipc.open_file(src).read_all()
+                held.append({c: table.column(c).to_numpy().astype(np.int32 if c in small else np.int64)
+                             for c in columns})
+                del table
+            n += k
+            if n >= rows:
+                yield {c: np.concatenate([h[c] for h in held]) for c in columns}
+                held, n = [], 0
+        if held:
+            yield {c: np.concatenate([h[c] for h in held]) for c in columns}
+
     def lazy(self, name: str, column: str) -> "Lazy":
         """Column ``column`` of table ``name`` over every part, read from the spilled files a value
         at a time (``Lazy``): for a column only a few rows of which are ever read."""

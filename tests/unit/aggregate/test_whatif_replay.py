@@ -18,6 +18,7 @@ from streamtrace.aggregate.whatif_job import JobStep, sparse_factors
 from streamtrace.aggregate.whatif_members import Members
 from streamtrace.aggregate.whatif_local import ReplayRows
 from streamtrace.aggregate.whatif_spill import SpilledRows, spill_rows
+from streamtrace.kernels.critical import longest_path_masked
 
 NEG = -(2 ** 62)
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -128,38 +129,42 @@ def test_reduced_replay_equals_the_whole_graph(ranks, factor, sparse):
     g = JobStep(tabs, members)
     assert (g.first is None) == sparse and (g.key is None) != sparse    # (numbered 0 .. m - 1: by offsets)
     view = g.members(members)
-    measured = g.w.copy()
+    measured = g.edges.load()
     got = g.solve(np.full(len(view.instance), factor) if multi and len(view.instance) else None)
-    assert np.array_equal(g.w, measured)            # (the scaled transfers written for the pass only)
+    assert all(np.array_equal(a, b) for a, b in zip(g.edges.load(), measured))   # (scaled as read, not written)
     want = _brute(ranks, factor)
     assert [got.end.get(r, NEG) for r in range(len(ranks))] == want
     if multi and len(view.instance):               # the factors given sparse: those not 1 only
         again = g.solve(sparse_factors(np.full(len(view.instance), factor)))
-        assert [again.end.get(r, NEG) for r in range(len(ranks))] == want and np.array_equal(g.w, measured)
+        assert [again.end.get(r, NEG) for r in range(len(ranks))] == want
+        assert all(np.array_equal(a, b) for a, b in zip(g.edges.load(), measured))
     _check_rank0_doubled(g, ranks, sparse)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(jobs(), st.sampled_from([1.0, 0.5]))
 def test_replay_in_chunks_of_a_few_edges_equals_the_whole_graph(ranks, factor):
-    """The graph's node lookups and forward checks (``JobStep._gid`` / ``_forward``, ``PartsView``'s mask)
-    taken ``CHUNK`` edges at a time, its anchors matched to the collectives ``MATCH_ROWS`` at a time: with
-    chunks of 1 and 3, the same ends as the brute force."""
+    """The graph's node lookups (``JobStep._gid``, ``PartsView``'s mask) and its edges written ``CHUNK`` edges
+    at a time, its anchors matched to the collectives ``MATCH_ROWS`` at a time, the edge file read
+    ``CHUNK_EDGES`` at a time and sorted in ``BUCKETS`` buckets (a chunk's last destination's edges
+    continued in the next, the extra edges merged across chunks): with 1 and 3, the same ends as the brute
+    force."""
+    import streamtrace.aggregate.job_edges as je
     import streamtrace.aggregate.whatif_job as wj
     for chunk in (1, 3):
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(wj, "CHUNK", chunk)
             mp.setattr(wj, "MATCH_ROWS", chunk)       # (the collectives matched a part or so at a time)
+            mp.setattr(je, "CHUNK_EDGES", chunk)
+            mp.setattr(je, "BUCKETS", chunk)
             test_reduced_replay_equals_the_whole_graph.hypothesis.inner_test(ranks, factor, chunk == 3)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(jobs(), st.sampled_from([2 ** 24, 2 ** 26, 2 ** 28]), st.sampled_from([1.0, 2.0, 64.0]))
 def test_weights_past_int32_replay_as_the_whole_graph(ranks, scale, factor):
-    """Times and costs scaled up to seconds (``scale`` ns a unit): the graph's weights are int32 exactly
-    when every one fits (``whatif_job._weights``), else int64, and a transfer scaled past 2^31 ns is
-    solved over an int64 copy; every case the brute force's step ends (Python ints), the graph's
-    weights as measured after it."""
+    """Times and costs scaled up to seconds (``scale`` ns a unit), a transfer scaled past 2^31 ns: the
+    brute force's step ends (Python ints), the graph's weights on disk as measured after it."""
     big = [(t * scale, comm, edges, [x * scale for x in w]) for t, comm, edges, w in ranks]
     results, key = [], {}
     for r, (t, comm, edges, w) in enumerate(big):
@@ -170,12 +175,10 @@ def test_weights_past_int32_replay_as_the_whole_graph(ranks, scale, factor):
     multi = len(big) > 1
     members = Members(key if multi else {}, {})
     g = JobStep(step_tables(join_rows(results))[(0, 5)], members)
-    fits = int(np.abs(g.w).max(initial=0)) < 2 ** 31
-    assert g.w.dtype == (np.int32 if fits else np.int64)
-    measured = g.w.copy()
+    measured = g.edges.load()
     view = g.members(members)
     got = g.solve(np.full(len(view.instance), factor) if multi and len(view.instance) else None)
-    assert np.array_equal(g.w, measured) and g.w.dtype == measured.dtype
+    assert all(np.array_equal(a, b) for a, b in zip(g.edges.load(), measured))
     assert [got.end.get(r, NEG) for r in range(len(big))] == _brute(big, factor)
 
 
@@ -210,3 +213,76 @@ def test_spilled_rows_replay_as_the_whole_graph(ranks):
         g = JobStep(step_tables(graph_rows(spilled, spilled.ranks()))[(0, 5)], members)
         assert [g.solve().end.get(r, NEG) for r in range(len(ranks))] == _brute(ranks, 1.0)
         _check_rank0_doubled(g, ranks)
+
+
+def _in_memory_ends(g) -> tuple:
+    """The step ends of ``g``'s forward pass over its edges loaded whole (``longest_path_masked``, the edges
+    that run forward in ``g.pos`` kept: the pass the replay made before its edges went to disk), and how
+    many edges it drops."""
+    src, dst, w = g.edges.load()
+    n = len(g.kind)
+    keep = g.pos[src] < g.pos[dst]
+    init = np.full(n, NEG, np.int64)
+    init[g.pos[g.starts]] = g.start_t
+    none = np.zeros(0, np.int64)
+    dist, _ = longest_path_masked(n, g.pos, src, dst, w, keep, none, none, none, np.zeros(0, bool), init, 1 << 20)
+    ends = np.flatnonzero(g.kind == Anchor.step_end)
+    out = {}
+    for p, x in zip(g.part[ends].tolist(), dist[g.pos[ends]].tolist()):
+        if x > NEG:
+            out[p] = max(out.get(p, NEG), x)
+    return out, len(src) - int(keep.sum())
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(jobs(), st.data())
+def test_times_against_the_order_replay_as_in_memory(ranks, data):
+    """Anchor times against the graph's order (clock skew, zero-length events: some job-level edges run
+    backwards in time): the base graph's edges sorted over Kahn's order (``_kahn``) replay as the pass over
+    its edges loaded whole; rank 0's re-reduction in a view (an edge file of its own when its edges need
+    Kahn's order, ``PartsView._own_file``) replays as a graph built with it.  Both ways are taken (counted
+    for ``test_both_ways_were_taken``)."""
+    import streamtrace.aggregate.whatif_job as wj
+    skewed = []
+    for t, comm, edges, w in ranks:
+        noise = data.draw(st.lists(st.integers(-6, 6), min_size=len(t), max_size=len(t)))
+        skewed.append((t + np.asarray(noise, np.int64), comm, edges, w))
+    key = {(r, j, 0): j for r, (_, comm, _, _) in enumerate(skewed) for j in range(len(comm))}
+    members = Members(key if len(skewed) > 1 else {}, {})
+
+    def rows(r, t, comm, edges, w):
+        x = ReplayRows(0, r, r)
+        x.add(None, 5, *_graph(t, comm, edges, w))
+        return x.result()
+    seen = {"kahn": 0, "own": 0}
+    kahn, own = wj._kahn, wj.PartsView._own_file
+
+    def counted(name, f):
+        def g(*a, **k):
+            seen[name] += 1
+            return f(*a, **k)
+        return g
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(wj, "_kahn", counted("kahn", kahn))
+        mp.setattr(wj.PartsView, "_own_file", counted("own", own))
+        g = JobStep(step_tables(join_rows([rows(r, *x) for r, x in enumerate(skewed)]))[(0, 5)], members)
+        got = g.solve()
+        assert (got.end, got.dropped) == _in_memory_ends(g)
+        t, comm, edges, w = skewed[0]
+        doubled = [(t, comm, edges, [2 * x for x in w])] + skewed[1:]
+        new = rows(0, *doubled[0])["edges"]
+        whole = JobStep(step_tables(join_rows([rows(r, *x) for r, x in enumerate(doubled)]))[(0, 5)], members)
+        assert g.with_parts([0], new).solve().end == whole.solve().end
+    TAKEN["kahn"] += seen["kahn"] > 0
+    TAKEN["own"] += seen["own"] > 0
+    TAKEN["runs"] += 1
+
+
+TAKEN = {"kahn": 0, "own": 0, "runs": 0}
+
+
+def test_both_ways_were_taken():
+    """The test above reached Kahn's order and a view's own edge file (run after it, in file order)."""
+    if not TAKEN["runs"]:
+        test_times_against_the_order_replay_as_in_memory()
+    assert TAKEN["kahn"] > 0 and TAKEN["own"] > 0, TAKEN

@@ -1,0 +1,143 @@
+"""A job-level step graph's edges on disk, for the what-if replay's graph
+(``streamtrace.aggregate.whatif_job.JobStep``): appended in id order as the graph is built
+(``EdgeFile.append``: the ranks' reduced edges a chunk at a time, then the collectives'), then the edges
+that run forward in the graph's topological positions written again in order of destination position,
+then id (``EdgeFile.sort``), the order ``kernels.critical.longest_path_sorted`` takes them in; a forward
+pass reads them back a chunk at a time (``EdgeFile.chunks``).
+
+Why: a step of 4,096 synthetic ranks has 5.1 M edges; their source, destination and weight held in
+memory were ~61 MB of the replay's process (the epilogue's largest at that size), and their joins
+another ~100 MB under its build.  On disk the process holds a chunk (``CHUNK_EDGES`` edges) and one
+bucket of the sort; the files are read through the page cache, not mapped (a mapped file's pages count
+in the process's RSS as it reads them).
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import weakref
+from pathlib import Path
+
+import numpy as np
+
+RAW = np.dtype([("src", "<i4"), ("dst", "<i4"), ("w", "<i8")])
+"""An edge in id order: its source and destination node ids and weight (ns)."""
+SORTED = np.dtype([("id", "<i4"), ("u", "<i4"), ("v", "<i4"), ("part", "<i4"), ("w", "<i8")])
+"""A kept edge in order of destination position: its id, source and destination positions, the part of a
+rank's own edge (-1: a collective's) and weight (ns)."""
+CHUNK_EDGES = 1 << 18
+"""Edges a pass reads or writes at once (6 MB of ``SORTED`` records)."""
+BUCKETS = 32
+"""Buckets of destination positions ``sort`` distributes the kept edges into, each sorted in memory
+(a 32nd of a 4,096-rank step's edges: ~3.8 MB)."""
+
+
+class EdgeFile:
+    """A graph's edges in a folder of its own (made in ``folder``, the system's temporary folder when
+    None; removed by ``close`` or when the object is collected).  ``n`` edges appended; after ``sort``:
+    ``n_kept`` kept, and per part (int64 arrays indexed by part) ``local`` the rank's own edges (ids below
+    ``t_first``) and ``local_kept`` those kept."""
+
+    def __init__(self, folder=None):
+        self.dir = Path(tempfile.mkdtemp(prefix=".job-edges.", dir=folder))
+        self._done = weakref.finalize(self, shutil.rmtree, str(self.dir), True)
+        self.raw = self.dir / "raw"
+        self.sorted = self.dir / "sorted"
+        self.n, self.n_kept = 0, 0
+        self.local = self.local_kept = np.zeros(0, np.int64)
+        self._f = open(self.raw, "wb")
+
+    def append(self, src, dst, w):
+        """Append edges ``src -> dst`` (node ids, < 2^31) of weights ``w`` (ns), numbered on from ``n``."""
+        rec = np.empty(len(w), RAW)
+        rec["src"], rec["dst"], rec["w"] = src, dst, w
+        rec.tofile(self._f)
+        self.n += len(rec)
+
+    def raw_chunks(self, rows: int | None = None):
+        """``(first id, RAW records)`` of the edges in id order, ``rows`` (``CHUNK_EDGES``) at a time."""
+        self._closed()
+        rows = rows or CHUNK_EDGES
+        with open(self.raw, "rb") as f:
+            at = 0
+            while at < self.n:
+                rec = np.fromfile(f, RAW, min(rows, self.n - at))
+                yield at, rec
+                at += len(rec)
+
+    def load(self) -> tuple:
+        """Every edge's ``(src, dst)`` (int32) and ``w`` (int64), in id order: for a topological order
+        that needs the whole graph (``whatif_job._kahn``)."""
+        src, dst, w = np.empty(self.n, np.int32), np.empty(self.n, np.int32), np.empty(self.n, np.int64)
+        for at, rec in self.raw_chunks():
+            j = slice(at, at + len(rec))
+            src[j], dst[j], w[j] = rec["src"], rec["dst"], rec["w"]
+        return src, dst, w
+
+    def backward(self, pos) -> bool:
+        """Does an edge run backwards (or stand still) in the positions ``pos`` (by node)?"""
+        return any(bool((pos[rec["src"]] >= pos[rec["dst"]]).any()) for _, rec in self.raw_chunks())
+
+    def sort(self, pos, part, t_first: int, drop_parts=None):
+        """Write the edges that run forward in ``pos`` (by node) in order of destination position, then id
+        (``SORTED``); an edge with id below ``t_first`` is its rank's own (``part`` of its source: ``part``
+        by node), and with ``drop_parts`` (part indices) those of these parts are left out.  Counts
+        ``n_kept``, ``local`` and ``local_kept``.  Two passes: the kept edges into ``BUCKETS`` files by
+        destination position, then each file sorted (stable: ids ascend within a position) and appended."""
+        n_nodes = len(pos)
+        nparts = int(part.max()) + 1 if len(part) else 0
+        local, kept_local = np.zeros(nparts, np.int64), np.zeros(nparts, np.int64)
+        drop = np.zeros(nparts + 1, bool)                 # (the last: part -1, a collective's edge, never dropped)
+        if drop_parts is not None and len(drop_parts):
+            d = np.asarray(drop_parts, np.int64)
+            drop[d[(d >= 0) & (d < nparts)]] = True      # (a part with no node has no edge)
+        paths = [self.dir / f"bucket-{b:02d}" for b in range(BUCKETS)]
+        files = [open(p, "wb") for p in paths]
+        try:
+            for at, rec in self.raw_chunks():
+                ids = np.arange(at, at + len(rec), dtype=np.int32)
+                u, v = pos[rec["src"]], pos[rec["dst"]]
+                p = np.where(ids < t_first, part[rec["src"]], -1).astype(np.int32)
+                local += np.bincount(p[p >= 0], minlength=nparts)
+                keep = (u < v) & ~drop[p]
+                kept_local += np.bincount(p[keep & (p >= 0)], minlength=nparts)
+                out = np.empty(int(keep.sum()), SORTED)
+                for c, x in zip(SORTED.names, (ids, u, v, p, rec["w"])):
+                    out[c] = x[keep]
+                b = (out["v"].astype(np.int64) * BUCKETS) // max(n_nodes, 1)
+                o = np.argsort(b, kind="stable")
+                cut = np.searchsorted(b[o], np.arange(BUCKETS + 1))
+                for k in np.flatnonzero(np.diff(cut)).tolist():
+                    out[o[cut[k]:cut[k + 1]]].tofile(files[k])
+        finally:
+            for f in files:
+                f.close()
+        self.n_kept = 0
+        with open(self.sorted, "wb") as f:
+            for path in paths:
+                rec = np.fromfile(path, SORTED)
+                path.unlink()
+                rec[np.argsort(rec["v"], kind="stable")].tofile(f)
+                self.n_kept += len(rec)
+        self.local, self.local_kept = local, kept_local
+
+    def chunks(self, rows: int | None = None):
+        """The kept edges in order of destination position, then id, ``rows`` (``CHUNK_EDGES``) at a time:
+        ``(ids, u, v, part, w)`` contiguous arrays (int32 but ``w`` int64)."""
+        rows = rows or CHUNK_EDGES
+        with open(self.sorted, "rb") as f:
+            left = self.n_kept
+            while left > 0:
+                rec = np.fromfile(f, SORTED, min(rows, left))
+                left -= len(rec)
+                yield tuple(np.ascontiguousarray(rec[c]) for c in SORTED.names)
+
+    def _closed(self):
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+    def close(self):
+        """Remove the folder and its files."""
+        self._closed()
+        self._done()
