@@ -1,0 +1,66 @@
+"""The what-if replay's edges on disk (``streamtrace.aggregate.job_edges.EdgeFile``) against the same edges
+held in plain Python lists: what ``sort`` keeps, in which order, and what it counts."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import streamtrace.aggregate.job_edges as je
+from streamtrace.aggregate.job_edges import EdgeFile
+
+
+@st.composite
+def graphs(draw):
+    """Nodes with a random position each and a part (-1: a barrier), edges in id order (the first
+    ``t_first`` a rank's own), some parts to drop (one past the last part too)."""
+    n = draw(st.integers(1, 8))
+    pos = np.asarray(draw(st.permutations(range(n))), np.int32)
+    part = np.asarray(draw(st.lists(st.integers(-1, 3), min_size=n, max_size=n)), np.int32)
+    m = draw(st.integers(0, 20))
+    src = draw(st.lists(st.integers(0, n - 1), min_size=m, max_size=m))
+    dst = draw(st.lists(st.integers(0, n - 1), min_size=m, max_size=m))
+    w = draw(st.lists(st.integers(-5, 2 ** 40), min_size=m, max_size=m))
+    t_first = draw(st.integers(0, m))
+    drop = draw(st.lists(st.integers(0, 5), max_size=3))
+    return pos, part, src, dst, w, t_first, drop
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs(), st.integers(1, 4), st.integers(1, 4), st.integers(1, 5))
+def test_sort_keeps_the_forward_edges_by_destination_then_id(g, chunk, buckets, parts_of_append):
+    """Appended in pieces, read back in chunks, sorted in any number of buckets: the edges that run forward
+    in the positions and are not a dropped part's own, by (destination position, id); the rank's own edges
+    counted by part, kept or not; ``load`` gives back every edge as appended."""
+    pos, part, src, dst, w, t_first, drop = g
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(je, "CHUNK_EDGES", chunk)
+        mp.setattr(je, "BUCKETS", buckets)
+        f = EdgeFile()
+        try:
+            cut = np.linspace(0, len(w), parts_of_append + 1).astype(int)
+            for a, b in zip(cut[:-1], cut[1:]):
+                f.append(np.asarray(src[a:b], np.int32), np.asarray(dst[a:b], np.int32), np.asarray(w[a:b], np.int64))
+            f.sort(pos, part, t_first, drop_parts=drop)
+            got = [tuple(int(x[i]) for x in c) for c in f.chunks() for i in range(len(c[0]))]
+            loaded = [x.tolist() for x in f.load()]
+            folder = f.dir
+        finally:
+            f.close()
+    assert not folder.exists()                       # (closed: its folder removed)
+    assert loaded == [src, dst, w]
+    want, local, kept_local = [], {}, {}
+    for e, (u, v, x) in enumerate(zip(src, dst, w)):
+        p = int(part[u]) if e < t_first else -1
+        if p >= 0:
+            local[p] = local.get(p, 0) + 1
+        if pos[u] < pos[v] and not (p >= 0 and p in drop):
+            want.append((e, int(pos[u]), int(pos[v]), p, x))
+            if p >= 0:
+                kept_local[p] = kept_local.get(p, 0) + 1
+    want.sort(key=lambda r: (r[2], r[0]))
+    assert got == want and f.n_kept == len(want) and f.n == len(w)
+    nparts = int(part.max()) + 1
+    assert f.local.tolist() == [local.get(p, 0) for p in range(nparts)]
+    assert f.local_kept.tolist() == [kept_local.get(p, 0) for p in range(nparts)]
