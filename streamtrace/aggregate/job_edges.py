@@ -9,7 +9,9 @@ Why: a step of 4,096 synthetic ranks has 5.1 M edges; their source, destination 
 memory were ~61 MB of the replay's process (the epilogue's largest at that size), and their joins
 another ~100 MB under its build.  On disk the process holds a chunk (``CHUNK_EDGES`` edges) and one
 bucket of the sort; the files are read through the page cache, not mapped (a mapped file's pages count
-in the process's RSS as it reads them).
+in the process's RSS as it reads them).  A graph of at most ``MEMORY_EDGES`` edges stays in memory (the
+same records, no file: the 8 x A100 job's ~150 small step graphs each wrote ~35 files, +7 % of aggregate's
+CPU).
 """
 from __future__ import annotations
 
@@ -27,43 +29,70 @@ SORTED = np.dtype([("id", "<i4"), ("u", "<i4"), ("v", "<i4"), ("part", "<i4"), (
 rank's own edge (-1: a collective's) and weight (ns)."""
 CHUNK_EDGES = 1 << 18
 """Edges a pass reads or writes at once (6 MB of ``SORTED`` records)."""
+MEMORY_EDGES = 1 << 18
+"""The most edges an ``EdgeFile`` holds in memory (6 MB of ``SORTED`` records); past it, on disk."""
 BUCKETS = 32
 """Buckets of destination positions ``sort`` distributes the kept edges into, each sorted in memory
 (a 32nd of a 4,096-rank step's edges: ~3.8 MB)."""
 
 
 class EdgeFile:
-    """A graph's edges in a folder of its own (made in ``folder``, the system's temporary folder when
-    None; removed by ``close`` or when the object is collected).  ``n`` edges appended; after ``sort``:
-    ``n_kept`` kept, and per part (int64 arrays indexed by part) ``local`` the rank's own edges (ids below
-    ``t_first``) and ``local_kept`` those kept."""
+    """A graph's edges, in memory while they are at most ``MEMORY_EDGES``, else in a folder of their own
+    (made in ``folder``, the system's temporary folder when None; removed by ``close`` or when the object
+    is collected).  ``n`` edges appended; after ``sort``: ``n_kept`` kept, and per part (int64 arrays
+    indexed by part) ``local`` the rank's own edges (ids below ``t_first``) and ``local_kept`` those kept.
+    ``dir`` is None while nothing went to disk."""
 
     def __init__(self, folder=None):
-        self.dir = Path(tempfile.mkdtemp(prefix=".job-edges.", dir=folder))
-        self._done = weakref.finalize(self, shutil.rmtree, str(self.dir), True)
-        self.raw = self.dir / "raw"
-        self.sorted = self.dir / "sorted"
+        self.folder, self.dir, self._done = folder, None, None
         self.n, self.n_kept = 0, 0
         self.local = self.local_kept = np.zeros(0, np.int64)
-        self._f = open(self.raw, "wb")
+        self._f = None
+        self._held: list | None = []                   # (RAW records while in memory; None once on disk)
+        self._sorted = None                             # (the sorted records, when in memory)
+
+    def _to_disk(self):
+        """Make the folder and write the held records to its ``raw`` file (once)."""
+        self.dir = Path(tempfile.mkdtemp(prefix=".job-edges.", dir=self.folder))
+        self._done = weakref.finalize(self, shutil.rmtree, str(self.dir), True)
+        self._f = open(self.dir / "raw", "wb")
+        for rec in self._held:
+            rec.tofile(self._f)
+        self._held = None
 
     def append(self, src, dst, w):
         """Append edges ``src -> dst`` (node ids, < 2^31) of weights ``w`` (ns), numbered on from ``n``."""
         rec = np.empty(len(w), RAW)
         rec["src"], rec["dst"], rec["w"] = src, dst, w
-        rec.tofile(self._f)
         self.n += len(rec)
+        if self._held is not None and self.n > MEMORY_EDGES:
+            self._to_disk()
+        if self._held is not None:
+            self._held.append(rec)
+        else:
+            rec.tofile(self._f)
 
     def raw_chunks(self, rows: int | None = None):
         """``(first id, RAW records)`` of the edges in id order, ``rows`` (``CHUNK_EDGES``) at a time."""
-        self._closed()
         rows = rows or CHUNK_EDGES
-        with open(self.raw, "rb") as f:
+        if self._held is not None:
+            every = self._every()
+            for at in range(0, self.n, rows):
+                yield at, every[at:at + rows]
+            return
+        self._closed()
+        with open(self.dir / "raw", "rb") as f:
             at = 0
             while at < self.n:
                 rec = np.fromfile(f, RAW, min(rows, self.n - at))
                 yield at, rec
                 at += len(rec)
+
+    def _every(self) -> np.ndarray:
+        """The held records joined (in memory)."""
+        if len(self._held) != 1:
+            self._held = [np.concatenate(self._held) if self._held else np.zeros(0, RAW)]
+        return self._held[0]
 
     def load(self) -> tuple:
         """Every edge's ``(src, dst)`` (int32) and ``w`` (int64), in id order: for a topological order
@@ -82,8 +111,9 @@ class EdgeFile:
         """Write the edges that run forward in ``pos`` (by node) in order of destination position, then id
         (``SORTED``); an edge with id below ``t_first`` is its rank's own (``part`` of its source: ``part``
         by node), and with ``drop_parts`` (part indices) those of these parts are left out.  Counts
-        ``n_kept``, ``local`` and ``local_kept``.  Two passes: the kept edges into ``BUCKETS`` files by
-        destination position, then each file sorted (stable: ids ascend within a position) and appended."""
+        ``n_kept``, ``local`` and ``local_kept``.  On disk, two passes: the kept edges into ``BUCKETS`` files
+        by destination position, then each file sorted (stable: ids ascend within a position) and appended;
+        in memory, one stable sort."""
         n_nodes = len(pos)
         nparts = int(part.max()) + 1 if len(part) else 0
         local, kept_local = np.zeros(nparts, np.int64), np.zeros(nparts, np.int64)
@@ -91,19 +121,17 @@ class EdgeFile:
         if drop_parts is not None and len(drop_parts):
             d = np.asarray(drop_parts, np.int64)
             drop[d[(d >= 0) & (d < nparts)]] = True      # (a part with no node has no edge)
+        if self._held is not None:                        # (in memory: one sort, no buckets)
+            rec = self._kept((0, self._every()), pos, part, t_first, drop, local, kept_local)
+            self._sorted = rec[np.argsort(rec["v"], kind="stable")]
+            self.n_kept = len(rec)
+            self.local, self.local_kept = local, kept_local
+            return
         paths = [self.dir / f"bucket-{b:02d}" for b in range(BUCKETS)]
         files = [open(p, "wb") for p in paths]
         try:
             for at, rec in self.raw_chunks():
-                ids = np.arange(at, at + len(rec), dtype=np.int32)
-                u, v = pos[rec["src"]], pos[rec["dst"]]
-                p = np.where(ids < t_first, part[rec["src"]], -1).astype(np.int32)
-                local += np.bincount(p[p >= 0], minlength=nparts)
-                keep = (u < v) & ~drop[p]
-                kept_local += np.bincount(p[keep & (p >= 0)], minlength=nparts)
-                out = np.empty(int(keep.sum()), SORTED)
-                for c, x in zip(SORTED.names, (ids, u, v, p, rec["w"])):
-                    out[c] = x[keep]
+                out = self._kept((at, rec), pos, part, t_first, drop, local, kept_local)
                 b = (out["v"].astype(np.int64) * BUCKETS) // max(n_nodes, 1)
                 o = np.argsort(b, kind="stable")
                 cut = np.searchsorted(b[o], np.arange(BUCKETS + 1))
@@ -113,7 +141,7 @@ class EdgeFile:
             for f in files:
                 f.close()
         self.n_kept = 0
-        with open(self.sorted, "wb") as f:
+        with open(self.dir / "sorted", "wb") as f:
             for path in paths:
                 rec = np.fromfile(path, SORTED)
                 path.unlink()
@@ -121,11 +149,32 @@ class EdgeFile:
                 self.n_kept += len(rec)
         self.local, self.local_kept = local, kept_local
 
+    @staticmethod
+    def _kept(chunk, pos, part, t_first, drop, local, kept_local) -> np.ndarray:
+        """``sort``'s records (``SORTED``) of the kept edges of ``chunk`` ``(first id, RAW records)``, the
+        rank's own edges counted into ``local`` / ``kept_local`` (by part, in place)."""
+        at, rec = chunk
+        ids = np.arange(at, at + len(rec), dtype=np.int32)
+        u, v = pos[rec["src"]], pos[rec["dst"]]
+        p = np.where(ids < t_first, part[rec["src"]], -1).astype(np.int32)
+        local += np.bincount(p[p >= 0], minlength=len(local))
+        keep = (u < v) & ~drop[p]
+        kept_local += np.bincount(p[keep & (p >= 0)], minlength=len(local))
+        out = np.empty(int(keep.sum()), SORTED)
+        for c, x in zip(SORTED.names, (ids, u, v, p, rec["w"])):
+            out[c] = x[keep]
+        return out
+
     def chunks(self, rows: int | None = None):
         """The kept edges in order of destination position, then id, ``rows`` (``CHUNK_EDGES``) at a time:
         ``(ids, u, v, part, w)`` contiguous arrays (int32 but ``w`` int64)."""
         rows = rows or CHUNK_EDGES
-        with open(self.sorted, "rb") as f:
+        if self._sorted is not None:
+            for i in range(0, self.n_kept, rows):
+                rec = self._sorted[i:i + rows]
+                yield tuple(np.ascontiguousarray(rec[c]) for c in SORTED.names)
+            return
+        with open(self.dir / "sorted", "rb") as f:
             left = self.n_kept
             while left > 0:
                 rec = np.fromfile(f, SORTED, min(rows, left))
@@ -138,6 +187,8 @@ class EdgeFile:
             self._f = None
 
     def close(self):
-        """Remove the folder and its files."""
+        """Remove the folder and its files (or let the held records go)."""
         self._closed()
-        self._done()
+        self._held = self._sorted = None
+        if self._done is not None:
+            self._done()

@@ -28,15 +28,18 @@ def graphs(draw):
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(graphs(), st.integers(1, 4), st.integers(1, 4), st.integers(1, 5))
-def test_sort_keeps_the_forward_edges_by_destination_then_id(g, chunk, buckets, parts_of_append):
-    """Appended in pieces, read back in chunks, sorted in any number of buckets: the edges that run forward
-    in the positions and are not a dropped part's own, by (destination position, id); the rank's own edges
-    counted by part, kept or not; ``load`` gives back every edge as appended."""
+@given(graphs(), st.integers(1, 4), st.integers(1, 4), st.integers(1, 5), st.sampled_from([0, 7, 1 << 18]))
+def test_sort_keeps_the_forward_edges_by_destination_then_id(g, chunk, buckets, parts_of_append, memory):
+    """Appended in pieces, read back in chunks, sorted in any number of buckets, held in memory or on disk
+    (``MEMORY_EDGES`` 0: always on disk; 7: on disk past seven edges): the edges that run forward in the
+    positions and are not a dropped part's own, by (destination position, id); the rank's own edges
+    counted by part, kept or not; ``load`` gives back every edge as appended; on disk while past
+    ``MEMORY_EDGES``, its folder removed by ``close``."""
     pos, part, src, dst, w, t_first, drop = g
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(je, "CHUNK_EDGES", chunk)
         mp.setattr(je, "BUCKETS", buckets)
+        mp.setattr(je, "MEMORY_EDGES", memory)
         f = EdgeFile()
         try:
             cut = np.linspace(0, len(w), parts_of_append + 1).astype(int)
@@ -48,7 +51,8 @@ def test_sort_keeps_the_forward_edges_by_destination_then_id(g, chunk, buckets, 
             folder = f.dir
         finally:
             f.close()
-    assert not folder.exists()                       # (closed: its folder removed)
+    assert (folder is not None) == (len(w) > memory)    # (on disk past MEMORY_EDGES)
+    assert folder is None or not folder.exists()        # (closed: its folder removed)
     assert loaded == [src, dst, w]
     want, local, kept_local = [], {}, {}
     for e, (u, v, x) in enumerate(zip(src, dst, w)):

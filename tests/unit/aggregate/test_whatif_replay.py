@@ -146,9 +146,9 @@ def test_reduced_replay_equals_the_whole_graph(ranks, factor, sparse):
 def test_replay_in_chunks_of_a_few_edges_equals_the_whole_graph(ranks, factor):
     """The graph's node lookups (``JobStep._gid``, ``PartsView``'s mask) and its edges written ``CHUNK`` edges
     at a time, its anchors matched to the collectives ``MATCH_ROWS`` at a time, the edge file read
-    ``CHUNK_EDGES`` at a time and sorted in ``BUCKETS`` buckets (a chunk's last destination's edges
-    continued in the next, the extra edges merged across chunks): with 1 and 3, the same ends as the brute
-    force."""
+    ``CHUNK_EDGES`` at a time and sorted in ``BUCKETS`` buckets on disk (``MEMORY_EDGES`` 0 and 2: a chunk's
+    last destination's edges continued in the next, the extra edges merged across chunks): with 1 and 3, the
+    same ends as the brute force."""
     import streamtrace.aggregate.job_edges as je
     import streamtrace.aggregate.whatif_job as wj
     for chunk in (1, 3):
@@ -157,6 +157,7 @@ def test_replay_in_chunks_of_a_few_edges_equals_the_whole_graph(ranks, factor):
             mp.setattr(wj, "MATCH_ROWS", chunk)       # (the collectives matched a part or so at a time)
             mp.setattr(je, "CHUNK_EDGES", chunk)
             mp.setattr(je, "BUCKETS", chunk)
+            mp.setattr(je, "MEMORY_EDGES", chunk - 1)     # (on disk: 0 edges, or past 2)
             test_reduced_replay_equals_the_whole_graph.hypothesis.inner_test(ranks, factor, chunk == 3)
 
 
@@ -235,13 +236,14 @@ def _in_memory_ends(g) -> tuple:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(jobs(), st.data())
-def test_times_against_the_order_replay_as_in_memory(ranks, data):
+@given(jobs(), st.data(), st.booleans())
+def test_times_against_the_order_replay_as_in_memory(ranks, data, on_disk):
     """Anchor times against the graph's order (clock skew, zero-length events: some job-level edges run
     backwards in time): the base graph's edges sorted over Kahn's order (``_kahn``) replay as the pass over
     its edges loaded whole; rank 0's re-reduction in a view (an edge file of its own when its edges need
-    Kahn's order, ``PartsView._own_file``) replays as a graph built with it.  Both ways are taken (counted
-    for ``test_both_ways_were_taken``)."""
+    Kahn's order, ``PartsView._own_file``) replays as a graph built with it; the edges held in memory or
+    (``on_disk``) written to disk.  Both ways are taken (counted for ``test_both_ways_were_taken``)."""
+    import streamtrace.aggregate.job_edges as je
     import streamtrace.aggregate.whatif_job as wj
     skewed = []
     for t, comm, edges, w in ranks:
@@ -265,6 +267,7 @@ def test_times_against_the_order_replay_as_in_memory(ranks, data):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(wj, "_kahn", counted("kahn", kahn))
         mp.setattr(wj.PartsView, "_own_file", counted("own", own))
+        mp.setattr(je, "MEMORY_EDGES", 0 if on_disk else je.MEMORY_EDGES)
         g = JobStep(step_tables(join_rows([rows(r, *x) for r, x in enumerate(skewed)]))[(0, 5)], members)
         got = g.solve()
         assert (got.end, got.dropped) == _in_memory_ends(g)
