@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..kernels.sentinels import NEG, POS
-from ..runtime.tuning import trim
+from ..runtime.tuning import parked, trim
 from .critical_graph import CATEGORIES, Anchor, Category, Edge, edge_weights
 from .folder import CRITICAL_PATH_RANKS_COLUMNS, CRITICAL_PATH_SUMMARY_COLUMNS, NEXT_MIN_GAIN
 
@@ -184,11 +184,12 @@ def rank_rows(it, st, g, solved, segs, rank_of, figures=None) -> list:
     return rows
 
 
-def summary_rows(it, st, g, solved, segs, rank_of, ranks, solve) -> list:
+def summary_rows(it, st, g, solved, segs, rank_of, ranks, solve, folder=None) -> list:
     """The summary rows of one step (module docstring); ``ranks``: ``rank_rows``' rows;
     ``solve(g, w)``: a ``Solved`` with the path of the weights ``w`` (``solve_step``, or
     ``critical_path.solve_path`` over the first solve's order; for what bounds next); ``segs``: as
-    ``rank_rows``' (``rank``, ``w``, ``cat`` (int8 ``Category`` codes), ``name`` read)."""
+    ``rank_rows``' (``rank``, ``w``, ``cat`` (int8 ``Category`` codes), ``name`` read); ``folder``: where
+    the graph's columns ``capped_edges`` does not read wait while it runs (``CAPPED_PARKED``; None: held)."""
     path_ns = int(segs["w"].sum())
     t, kind = g.t, g.kind
     span = int(t[kind == Anchor.step_end].max() - t[kind == Anchor.step_start].min()) \
@@ -210,17 +211,26 @@ def summary_rows(it, st, g, solved, segs, rank_of, ranks, solve) -> list:
     for r in ranks:
         rows.append(base | {"what": "slack", "key": str(r["rank"]), "rank": r["rank"], "ns": r["slack_ns"],
                             "min_ns": r["wait_ns"], "pct": pct(r["path_ns"]), "on_path": r["on_path"]})
-    return rows + _next_rows(base, g, rank_of, ranks, solve)
+    return rows + _next_rows(base, g, rank_of, ranks, solve, folder)
 
 
-def _next_rows(base, g, rank_of, ranks, solve) -> list:
+CAPPED_PARKED = ("t", "local", "name", "lane", "corr", "b_node", "b_p2p")
+"""The ``JobGraph`` columns ``capped_edges`` reads none of: on disk while it sorts the peers' stretches
+(``summary_rows``' ``folder``; 4,096 synthetic ranks: the critical path's process peaked there, 277 MB)."""
+
+
+def _next_rows(base, g, rank_of, ranks, solve, folder=None) -> list:
     """What bounds the step next (module docstring): rows ``what == "next"``, none when the top
     rank is no slower than its peers or has none."""
     if len(ranks) < 2:
         return []
     top = max(ranks, key=lambda r: r["path_ns"])
     part = {v: k for k, v in rank_of.items()}.get(top["rank"])
-    capped = capped_edges(g, part)
+    if folder is None:
+        capped = capped_edges(g, part)
+    else:
+        with parked(g, CAPPED_PARKED, folder):
+            capped = capped_edges(g, part)
     if capped is None:
         return []
     trim()                                              # (the stretches' keys: before the solve's peak)
@@ -244,8 +254,8 @@ def _next_rows(base, g, rank_of, ranks, solve) -> list:
 
 def _anchor_codes(g) -> np.ndarray:
     """Per node of ``g``: -1 the step's start, -2 its end, ``2 * barrier`` (``g.m_bar``) a collective
-    member's arrival, ``2 * barrier + 1`` its end, -10 any other node."""
-    code = np.full(len(g.t), -10, np.int64)
+    member's arrival, ``2 * barrier + 1`` its end, -10 any other node (int32 while they fit)."""
+    code = np.full(len(g.kind), -10, np.int32 if 2 * len(g.m_bar) + 2 < 2 ** 31 else np.int64)
     code[g.kind == Anchor.step_start] = -1
     code[g.kind == Anchor.step_end] = -2
     code[g.m_arr] = 2 * g.m_bar
@@ -258,7 +268,7 @@ def _stretch_keys(g, code, edges) -> np.ndarray:
     sink)`` the same way on every rank (the step's start / end, else the collective instance's barrier
     and whether the anchor is its arrival or its end: ``_anchor_codes``), -1 for other edges and for a
     stretch from or to an anchor of neither kind."""
-    cu, cv = code[g.src[edges]], code[g.dst[edges]]
+    cu, cv = code[g.src[edges]].astype(np.int64), code[g.dst[edges]].astype(np.int64)
     m = int(code.max()) + 3 if len(code) else 1
     ok = (g.etype[edges] == LOCAL) & (cu >= -2) & (cv >= -2)
     return np.where(ok, (cu + 2) * m + (cv + 2), -1)
