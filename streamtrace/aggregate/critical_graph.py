@@ -88,6 +88,24 @@ def joined_ints(*parts) -> np.ndarray:
     return np.concatenate(parts, dtype=np.int32 if small else np.int64, casting="same_kind")
 
 
+def narrow(x: np.ndarray) -> np.ndarray:
+    """Integer array ``x`` as int32 when every value fits, else as it is (``joined_ints``' choice, a part at a time)."""
+    return x.astype(np.int32) if x.dtype != np.int32 and fits_in(np.int32, x) else x
+
+
+def kernel_weights(w) -> np.ndarray:
+    """Edge weights as the kernels read them: int32 or int64 as they are (no copy), any other type as int64."""
+    w = np.asarray(w)
+    return w if w.dtype in (np.int32, np.int64) else w.astype(np.int64)
+
+
+def ids32(x) -> np.ndarray:
+    """Node ids as the kernels' int32 (a view when they are; int64 ids past 2^31 nodes stay int64)."""
+    if x.dtype == np.int32 or (len(x) and int(x.max()) > np.iinfo(np.int32).max):
+        return np.ascontiguousarray(x)
+    return x.astype(np.int32)
+
+
 def tie_classes(kind) -> np.ndarray:
     """The place of each job-level node of kind ``kind`` (an ``Anchor`` or ``BARRIER``, any integer
     array) among the nodes of its time in a topological order, int8: end 0 < step start 1 < arrival

@@ -58,14 +58,14 @@ import pyarrow as pa
 from ..events.dataset import write_table
 from ..kernels.critical import EDGE_WINDOW, NEG, POS, latest_times_masked, longest_path_masked, trace_back
 from ..runtime.tuning import parked, trim
-from .critical_graph import (BARRIER, CATEGORIES, Anchor, Category, Edge, Texts, barrier_edges, fits_in,
-                             joined_ints, matched_members, path_edges, positions, tie_classes)
+from .critical_graph import (BARRIER, CATEGORIES, Anchor, Category, Edge, Texts, barrier_edges, ids32,
+                             joined_ints, kernel_weights, matched_members, narrow, path_edges, positions, tie_classes)
 from .folder import (CRITICAL_PATH, CRITICAL_PATH_COLUMNS, CRITICAL_PATH_RANKS,
                      CRITICAL_PATH_RANKS_COLUMNS as RANK_COLUMNS, CRITICAL_PATH_SUMMARY,
                      CRITICAL_PATH_SUMMARY_COLUMNS as SUMMARY_COLUMNS)
 from .critical_local import read_segments
 from .critical_members import PartMembers, p2p_instances
-from .critical_ranks import collective_figures, rank_rows, summary_rows
+from .critical_ranks import RANK_PARKED, collective_figures, rank_rows, summary_rows
 
 SEGMENT_COLUMNS = CRITICAL_PATH_COLUMNS
 GPU_CATEGORIES = ("launch_delay", "compute_kernel", "comm_transfer", "memcpy", "kernel_gap", "queued")
@@ -112,11 +112,11 @@ class JobGraph:
             if np.asarray(a[c]).dtype.kind not in "iu":
                 a[c] = self.texts.codes(a[c])
         o = np.argsort(a["node"])
-        gid = lambda x: _narrow(base + o[np.searchsorted(a["node"][o], x)])  # noqa: E731
-        self._edges.append([gid(e["src"]), gid(e["dst"]), _narrow(np.asarray(e["w_ns"], np.int64))])
+        gid = lambda x: narrow(base + o[np.searchsorted(a["node"][o], x)])  # noqa: E731
+        self._edges.append([gid(e["src"]), gid(e["dst"]), narrow(np.asarray(e["w_ns"], np.int64))])
         for c, dtype in (("kind", np.int8), ("node", np.int32), ("name", np.int32), ("lane", np.int32)):
             a[c] = np.asarray(a[c], dtype)
-        a["correlation"] = _narrow(np.asarray(a["correlation"], np.int64))
+        a["correlation"] = narrow(np.asarray(a["correlation"], np.int64))
         self._parts.append((p, m, a))
         self.n += m
         return base
@@ -205,11 +205,6 @@ class JobGraph:
         self.n += nb
 
 
-def _narrow(x: np.ndarray) -> np.ndarray:
-    """Integer array ``x`` as int32 when every value fits, else as it is (``joined_ints``' choice, a part at a time)."""
-    return x.astype(np.int32) if x.dtype != np.int32 and fits_in(np.int32, x) else x
-
-
 NODE_DTYPES = {"kind": np.int8, "local": np.int32, "name": np.int32, "lane": np.int32}
 """The job graph's node columns held narrower than int64 (``JobGraph._nodes``; ``part`` int32 too,
 ``corr`` while it fits): ``Anchor`` kinds and ``BARRIER`` fit a byte, a part's step-graph node ids 31 bits
@@ -269,12 +264,12 @@ FORWARD_CHUNK = 1 << 20
 
 def _solve(g: JobGraph, w=None) -> Solved | None:
     pos = _order(g)
-    src, dst = _ids32(g.src), _ids32(g.dst)
+    src, dst = ids32(g.src), ids32(g.dst)
     forward = np.empty(len(src), bool)
     for i in range(0, len(src), FORWARD_CHUNK):
         j = slice(i, i + FORWARD_CHUNK)
         np.less(pos[src[j]], pos[dst[j]], out=forward[j])
-    w = _kernel_weights(g.w if w is None else w)
+    w = kernel_weights(g.w if w is None else w)
     got = _forward(g, w, pos, src, dst, forward)
     if got is None:
         return None
@@ -312,12 +307,6 @@ PARKED = ("part", "local", "name", "lane", "corr", "m_bar", "m_arr", "m_end", "b
 run (``critical_paths``; ``runtime.tuning.parked``)."""
 
 
-RANK_PARKED = ("src", "dst", "w", "etype", "local", "name", "corr", "m_bar", "m_arr", "m_end", "b_node", "b_p2p")
-"""The ``JobGraph`` columns ``critical_ranks.rank_rows`` reads none of (the collective figures computed before
-the solve): on disk while it runs beside the solve's earliest and latest times (4,096 synthetic ranks: that
-phase 269 -> 221 MB)."""
-
-
 def _parked_path(g: JobGraph, w, base: Solved, folder) -> Solved | None:
     """``solve_path`` with ``PARKED`` in ``folder`` while it runs."""
     with parked(g, PARKED, folder):
@@ -329,31 +318,18 @@ def solve_path(g: JobGraph, w, base: Solved) -> Solved | None:
     pass with the weights ``w`` over ``base``'s node order and kept edges (both depend on the
     graph's times, not its weights), no backward pass.  What bounds next re-solves this way (4,096
     synthetic ranks: the order's and the backward pass's ~60 MB not held beside the first solve)."""
-    src, dst = _ids32(g.src), _ids32(g.dst)
+    src, dst = ids32(g.src), ids32(g.dst)
     if base.keep is None:
         forward = np.ones(len(src), bool)
     else:
         forward = np.zeros(len(src), bool)
         forward[base.keep] = True
-    got = _forward(g, _kernel_weights(w), base.pos, src, dst, forward)
+    got = _forward(g, kernel_weights(w), base.pos, src, dst, forward)
     trim()
     if got is None:
         return None
     path, _, last, _ = got
     return Solved(path, None, None, base.pos, base.keep, base.dropped, int(last))
-
-
-def _kernel_weights(w) -> np.ndarray:
-    """Edge weights as the kernels read them: int32 or int64 as they are (no copy), any other type as int64."""
-    w = np.asarray(w)
-    return w if w.dtype in (np.int32, np.int64) else w.astype(np.int64)
-
-
-def _ids32(x) -> np.ndarray:
-    """Node ids as the kernels' int32 (a view when they are; int64 ids past 2^31 nodes stay int64)."""
-    if x.dtype == np.int32 or (len(x) and int(x.max()) > np.iinfo(np.int32).max):
-        return np.ascontiguousarray(x)
-    return x.astype(np.int32)
 
 
 class _Spill:
