@@ -109,13 +109,13 @@ class JobStep:
     """One step's job-level graph from ``StepTables`` and the matched ``Members``: the
     anchors (``kind`` int8, ``part``; barriers appended; their times ``t`` held while the graph's
     collectives are built, then only the step starts' ``start_t`` at ``starts``), the ranks' reduced edges (``LOCAL``)
-    then the collectives' (``WAIT``, ``TRANSFER``) in ``edges`` (an ``EdgeFile`` in ``folder``, the
-    system's temporary folder when None), the nodes' topological positions ``pos``; the edges kept are
-    those that run forward in them."""
+    then the collectives' (``WAIT``, ``TRANSFER``) in ``edges`` (an ``EdgeFile``: in memory up to
+    ``job_edges.MEMORY_EDGES`` edges, else on disk in ``folder``, the system's temporary folder when None),
+    the nodes' topological positions ``pos``; the edges kept are those that run forward in them."""
 
     def __init__(self, tabs: StepTables, members: Members, release_keys: bool = False, folder=None):
         """The graph of ``tabs`` (its edges' ``part``, ``src``, ``dst``, ``w_ns`` columns taken out and
-        written to disk ``CHUNK`` edges at a time: the caller lets ``tabs`` go after) and ``members``;
+        written to ``edges`` a batch at a time: the caller lets ``tabs`` go after) and ``members``;
         ``release_keys``: the members' keys are emptied in ``members`` once joined, before the ranks' edges
         are read (the last step's graph: 21 MB at 4,096 synthetic ranks, not held under its build)."""
         a = tabs.anchors
