@@ -13,7 +13,6 @@ thousands of edges then pickle, concatenate and index as plain integers, and a l
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from enum import IntEnum
 
 import numpy as np
@@ -78,10 +77,8 @@ def fits_in(dtype, values) -> bool:
 
 def joined_ints(*parts) -> np.ndarray:
     """The integer arrays ``parts`` joined, as int32 when every value fits, else int64: a job graph's node
-    ids and edge weights (ns; each of a step's stretches and transfers under ~2.1 s), half the memory of
-    int64 (5 M edges at 4,096 synthetic ranks: 19 MiB a column).  The kernels add int32 weights to int64
-    times (``longest_path_masked``, ``latest_times_masked``); a caller that writes other weights into them
-    checks they fit (``fits_in``, ``edge_weights``)."""
+    columns and its members' ids, half the memory of int64 (1.6 M nodes at 4,096 synthetic ranks: 6 MB a
+    column)."""
     if not parts:
         return np.zeros(0, np.int32)
     small = all(fits_in(np.int32, x) for x in parts)
@@ -91,19 +88,6 @@ def joined_ints(*parts) -> np.ndarray:
 def narrow(x: np.ndarray) -> np.ndarray:
     """Integer array ``x`` as int32 when every value fits, else as it is (``joined_ints``' choice, a part at a time)."""
     return x.astype(np.int32) if x.dtype != np.int32 and fits_in(np.int32, x) else x
-
-
-def kernel_weights(w) -> np.ndarray:
-    """Edge weights as the kernels read them: int32 or int64 as they are (no copy), any other type as int64."""
-    w = np.asarray(w)
-    return w if w.dtype in (np.int32, np.int64) else w.astype(np.int64)
-
-
-def ids32(x) -> np.ndarray:
-    """Node ids as the kernels' int32 (a view when they are; int64 ids past 2^31 nodes stay int64)."""
-    if x.dtype == np.int32 or (len(x) and int(x.max()) > np.iinfo(np.int32).max):
-        return np.ascontiguousarray(x)
-    return x.astype(np.int32)
 
 
 def tie_classes(kind) -> np.ndarray:
@@ -392,14 +376,10 @@ def barrier_edges(t, arrival, end, instance, first_node: int) -> dict:
     """The barriers of the matched members ``arrival`` / ``end`` (node ids, in the order met) of
     ``instance`` (-1 unmatched; any int type) in a job graph whose node times are ``t``: one barrier per
     instance at its last member's arrival, numbered from ``first_node`` in the order the instances
-    are first met; per member a wait (arrival -> barrier, 0) and a transfer (barrier -> end, end -
-    last arrival; a member that ended before the last arrival keeps its own transfer, arrival ->
-    end: a send that did not wait for its receive).  Returns arrays: ``bar_t`` (per barrier, int64 ns),
-    ``bar_inst`` (its instance, int64), ``m_bar`` (int64) / ``m_arr`` / ``m_end`` / ``m_inst`` (the inputs'
-    types; the matched members
-    grouped by barrier, each group in the order met), ``lead`` (bool: a group's first member),
-    ``src`` / ``dst`` (int32 when every node id fits, else int64) / ``w`` / ``etype`` (int8) of the
-    edges, two a member (wait, transfer)."""
+    are first met.  Returns arrays: ``bar_t`` (per barrier, int64 ns), ``bar_inst`` (its instance,
+    int64), ``m_bar`` (int64) / ``m_arr`` / ``m_end`` / ``m_inst`` (the inputs' types; the matched members
+    grouped by barrier, each group in the order met), ``lead`` (bool: a group's first member), ``own``
+    (bool: a member that ended before its barrier, the last arrival).  Their edges: ``member_edges``."""
     m = instance >= 0
     ma, me, mi = arrival[m], end[m], instance[m]
     del m
@@ -418,57 +398,33 @@ def barrier_edges(t, arrival, end, instance, first_node: int) -> dict:
     nb = len(uinst)                                              # peak of the job graphs' build)
     last = np.full(nb, NO_TIME, np.int64)
     np.maximum.at(last, bidx, t[ma])
-    ids = np.int32 if first_node + nb <= np.iinfo(np.int32).max else np.int64     # (node ids: half the memory)
+    bar_inst = np.empty(nb, np.int64)
+    bar_inst[rank] = uinst
+    return {"bar_t": last, "bar_inst": bar_inst, "m_bar": bidx, "m_arr": ma, "m_end": me, "m_inst": mi,
+            "lead": np.r_[True, bidx[1:] != bidx[:-1]] if len(bidx) else np.zeros(0, bool),
+            "own": t[me] < last[bidx]}
+
+
+def member_edges(t, c: dict, first_node: int, lo: int = 0, hi: int | None = None) -> tuple:
+    """The edges of the members ``lo`` .. ``hi`` (None: the last) of ``barrier_edges``' ``c`` (its
+    ``bar_t``, ``m_bar``, ``m_arr``, ``m_end``, ``own`` read; node times ``t``, barriers numbered from
+    ``first_node``), two a member: a wait (arrival -> barrier, 0) and a transfer (barrier -> end, end - last
+    arrival; a member that ended before the last arrival keeps its own transfer, arrival -> end: a send that
+    did not wait for its receive).  Returns ``(src, dst, w, etype)``: node ids (int32 when every node id
+    fits, else int64), int64 ns, int8 ``Edge``.  A slice at a time: a job graph writes them to disk a chunk
+    at a time (the critical path's 1.3 M collective edges at 4,096 synthetic ranks: 22 MB as columns)."""
+    ma, me, bidx, own = (c[k][lo:hi] for k in ("m_arr", "m_end", "m_bar", "own"))
+    ids = np.int32 if first_node + len(c["bar_t"]) <= np.iinfo(np.int32).max else np.int64   # (half the memory)
     src, dst, w = np.empty(2 * len(ma), ids), np.empty(2 * len(ma), ids), np.empty(2 * len(ma), np.int64)
     w[0::2] = 0
     wt = w[1::2]                                                 # a transfer: end - last arrival, or
-    np.take(last, bidx, out=wt)                                  # end - own arrival when it ended first
-    tm = t[me]
-    own = tm < wt
+    np.take(c["bar_t"], bidx, out=wt)                            # end - own arrival when it ended first
     wt[own] = t[ma[own]]
-    np.subtract(tm, wt, out=wt)
-    del tm, wt
+    np.subtract(t[me], wt, out=wt)
+    del wt
     src[0::2] = ma
     np.add(bidx, first_node, out=dst[0::2], casting="unsafe")   # (fits ``ids``: tested above)
     src[1::2] = dst[0::2]
     src[1::2][own] = ma[own]
     dst[1::2] = me
-    del own
-    bar_inst = np.empty(nb, np.int64)
-    bar_inst[rank] = uinst
-    return {"bar_t": last, "bar_inst": bar_inst, "m_bar": bidx, "m_arr": ma, "m_end": me, "m_inst": mi,
-            "lead": np.r_[True, bidx[1:] != bidx[:-1]] if len(bidx) else np.zeros(0, bool),
-            "src": src, "dst": dst, "w": w,
-            "etype": np.tile(np.asarray([WAIT_EDGE, TRANSFER_EDGE], np.int8), len(ma))}
-
-
-def path_edges(pred, end: int, pos, src, x_src=()) -> np.ndarray:
-    """The edge ids (int64[k], first to last) of the longest path to position ``end``, from
-    ``kernels.critical.longest_path_masked``'s ``pred`` (in-edge ids, int32[n] by position) over the
-    edges ``src`` then ``x_src`` (their source nodes) and the nodes' positions ``pos``: walked back
-    position by position, each edge's source position read from its edge, as
-    ``kernels.critical.trace_back`` walks by node (a walk of the path's length: no array of n
-    positions, 19 MB at a 4,096-rank step's 1.5 M nodes, made for it; at most n steps)."""
-    out, v, nb = [], int(end), len(src)
-    while v >= 0 and pred[v] >= 0 and len(out) < len(pred):
-        e = int(pred[v])
-        out.append(e)
-        v = int(pos[src[e]] if e < nb else pos[x_src[e - nb]])
-    return np.asarray(out[::-1], np.int64)
-
-
-@contextmanager
-def edge_weights(w, edges, values):
-    """``w[edges] = values`` (int64 ns) for the ``with`` block, the previous weights put back after it,
-    also when it raises: a solve with a few edges' weights changed, over the graph's own weight array
-    (a copy of every edge's weight is 45 MB at 4,096 synthetic ranks).  Yields ``w``.  Raises
-    ValueError, ``w`` unchanged, when a value does not fit ``w``'s type (int32 weights: ``joined_ints``)."""
-    if not fits_in(w.dtype, np.asarray(values)):
-        raise ValueError(f"edge weights past the graph's {w.dtype} weights")
-    kept = w[edges]
-    w[edges] = values
-    del values                                   # (written: not held by this frame under the block)
-    try:
-        yield w
-    finally:
-        w[edges] = kept
+    return src, dst, w, np.tile(np.asarray([WAIT_EDGE, TRANSFER_EDGE], np.int8), len(ma))

@@ -19,11 +19,15 @@ aligned axis, clock offsets of ``--clock-sync collectives`` included):
   not wait for its receive: gloo, NCCL's eager protocol) keeps its own transfer (arrival -> end);
 * a communication kernel matched to no instance: arrival -> end, its duration.
 
-The forward pass (``streamtrace.kernels.critical.longest_path_masked``, every rank's step start at
-its own time) gives each anchor the longest path reaching it; the **critical path** is the one
-reaching the latest step end (the last rank's), expanded back into the local segments it crosses.
-The backward pass (``streamtrace.kernels.critical.latest_times_masked``, every rank's step end due by
-the path's end) gives each anchor its latest time (Kelley & Walker's critical-path method, 1959).
+The graph's edges are not held in memory past ``job_edges.MEMORY_EDGES`` (a step of 4,096 synthetic
+ranks: 5.1 M edges, ~66 MB as columns): ``streamtrace.aggregate.job_edges.EdgeFile`` writes them in id
+order as the graph is built and, for the passes, the ones that run forward in the nodes' topological
+order by destination position.  The forward pass (``streamtrace.kernels.critical.longest_path_sorted``
+over those chunks, every rank's step start at its own time) gives each anchor the longest path reaching
+it; the **critical path** is the one reaching the latest step end (the last rank's), expanded back into
+the local segments it crosses.  The backward pass (``streamtrace.kernels.critical.latest_times_sorted``
+over the same chunks read last first, every rank's step end due by the path's end) gives each anchor its
+latest time (Kelley & Walker's critical-path method, 1959).
 The per-rank figures (``streamtrace.aggregate.critical_ranks``): a rank's **slack** is the CPM
 total float of its work, the least over its anchors of latest - earliest: how much later its work
 could finish without lengthening the step, 0 for every rank the path crosses; its **wait** the
@@ -56,23 +60,21 @@ import numpy as np
 import pyarrow as pa
 
 from ..events.dataset import write_table
-from ..kernels.critical import EDGE_WINDOW, NEG, POS, latest_times_masked, longest_path_masked, trace_back
+from ..kernels.critical import NEG, POS
 from ..runtime.tuning import parked, trim
-from .critical_graph import (BARRIER, CATEGORIES, Anchor, Category, Edge, Texts, barrier_edges, ids32,
-                             joined_ints, kernel_weights, matched_members, narrow, path_edges, positions, tie_classes)
+from .critical_graph import (BARRIER, CATEGORIES, Anchor, Category, Edge, Texts, barrier_edges, joined_ints,
+                             matched_members, member_edges, narrow, positions, tie_classes)
 from .folder import (CRITICAL_PATH, CRITICAL_PATH_COLUMNS, CRITICAL_PATH_RANKS,
                      CRITICAL_PATH_RANKS_COLUMNS as RANK_COLUMNS, CRITICAL_PATH_SUMMARY,
                      CRITICAL_PATH_SUMMARY_COLUMNS as SUMMARY_COLUMNS)
-from .critical_local import read_segments
 from .critical_members import PartMembers, p2p_instances
 from .critical_ranks import RANK_PARKED, collective_figures, rank_rows, summary_rows
+from .critical_segments import DTYPES as _DTYPES, SEGMENTS, segments
+from .job_edges import CHUNK_EDGES, EdgeFile, nodes_at, path_of
 
 SEGMENT_COLUMNS = CRITICAL_PATH_COLUMNS
 GPU_CATEGORIES = ("launch_delay", "compute_kernel", "comm_transfer", "memcpy", "kernel_gap", "queued")
 LOCAL, WAIT, TRANSFER = Edge.local, Edge.wait, Edge.transfer
-SEGMENTS = ("rank", "lane", "t0", "t1", "w", "cat", "name", "ref")
-"""The columns of a step's path segments (``_segments``), as ``critical_ranks`` reads them."""
-_DTYPES = {"lane": object, "name": object, "cat": np.int8}
 _GPU_CODES = np.asarray([Category[c] for c in GPU_CATEGORIES], np.int8)
 SUM_TOLERANCE = 0.001
 """A path whose weights differ from its own span by more than this share gets a warning."""
@@ -84,36 +86,36 @@ class JobGraph:
     node: ``t`` int64 ns, ``kind`` an ``Anchor`` or ``BARRIER`` (int8), ``part`` (int32), ``local`` node id
     in the part's graph (int32), ``name`` / ``lane`` int32 codes of ``texts`` (a ``Texts``: ``texts[code]``
     decodes), ``corr`` (int32 while every one fits, else int64); the anchors' streams are read
-    for the collectives' keys only, not kept: 12 MB at 4,096 synthetic ranks), edge columns (``src``,
-    ``dst`` int32 node ids (int64 past 2^31 nodes), ``w`` ns (int32 while every weight fits, else int64:
-    ``joined_ints``), ``etype`` LOCAL / WAIT / TRANSFER),
+    for the collectives' keys only, not kept: 12 MB at 4,096 synthetic ranks), the edges in ``edges`` (an
+    ``EdgeFile`` in ``folder``, None: the system's temporary folder; in id order: each part's as added, then
+    the collectives'; node ids below 2^31) and their types ``etype`` (int8 LOCAL / WAIT / TRANSFER, by id),
     the barriers (``b_node`` their nodes, ``b_p2p`` whether a point-to-point transfer) and their members
     (``m_bar`` the index of the member's barrier in ``b_node``, ``m_arr`` / ``m_end`` its arrival and
     end nodes, grouped by barrier, each group in its members' order; int32 while they fit: ``joined_ints``)."""
 
     NODE = ("t", "kind", "part", "local", "name", "lane", "corr")
 
-    def __init__(self, texts: Texts | None = None):
+    def __init__(self, texts: Texts | None = None, folder=None):
         self._parts: list = []
-        self._edges: list = []
         self._matched: list = []
         self.n = 0
         self.texts = Texts() if texts is None else texts
+        self.edges = EdgeFile(folder)
+        self.etype = np.zeros(0, np.int8)
 
     def add_part(self, p, a, e):
-        """Part ``p``'s anchors ``a`` and reduced edges ``e`` (``part_paths``
-        columns, one step; ``name`` and ``lane`` as text, or as int codes of ``texts``); returns the id of
-        its first node.  The graph takes ``a``'s columns out when it joins the parts (``_nodes``): the dict is
-        left empty then.  Each part's columns are held as narrow as the joined ones will be (``NODE_DTYPES``;
-        node ids, weights and correlations int32 where they fit, as ``joined_ints`` joins them): 4,096
-        synthetic ranks' parts held 170 MB of int64 columns before the join."""
+        """Part ``p``'s anchors ``a`` and reduced edges ``e`` (``part_paths`` columns, one step; ``name`` and
+        ``lane`` as text, or as int codes of ``texts``); returns the id of its first node.  Its edges go to
+        ``edges`` at once; ``a``'s columns are taken out when the graph joins the parts (``_nodes``), held
+        until then as narrow as the joined ones will be (``NODE_DTYPES``; correlations int32 where they fit:
+        4,096 synthetic ranks' parts held 170 MB of int64 columns before the join)."""
         base, m = self.n, len(a["t_ns"])
         for c in ("name", "lane"):
             if np.asarray(a[c]).dtype.kind not in "iu":
                 a[c] = self.texts.codes(a[c])
         o = np.argsort(a["node"])
-        gid = lambda x: narrow(base + o[np.searchsorted(a["node"][o], x)])  # noqa: E731
-        self._edges.append([gid(e["src"]), gid(e["dst"]), narrow(np.asarray(e["w_ns"], np.int64))])
+        gid = lambda x: base + o[np.searchsorted(a["node"][o], x)]  # noqa: E731
+        self.edges.append(gid(e["src"]), gid(e["dst"]), np.asarray(e["w_ns"], np.int64))
         for c, dtype in (("kind", np.int8), ("node", np.int32), ("name", np.int32), ("lane", np.int32)):
             a[c] = np.asarray(a[c], dtype)
         a["correlation"] = narrow(np.asarray(a["correlation"], np.int64))
@@ -122,9 +124,8 @@ class JobGraph:
         return base
 
     def _nodes(self):
-        """The parts' columns joined, one column at a time, each part's let go once joined (the
-        graph's arrays and the parts' are never all held twice: 4,096 synthetic ranks, 1.3 M
-        anchors and 5 M edges)."""
+        """The parts' node columns joined, one column at a time, each part's let go once joined (the
+        graph's arrays and the parts' are never all held twice: 4,096 synthetic ranks, 1.3 M anchors)."""
         cols = {"t": "t_ns", "kind": "kind", "local": "node", "name": "name", "lane": "lane", "corr": "correlation"}
         for c, src in cols.items():
             dtype = NODE_DTYPES.get(c, np.int64)
@@ -139,15 +140,7 @@ class JobGraph:
         self.part = np.repeat(np.asarray([p for p, _, _ in self._parts], np.int32),
                               [m for _, m, _ in self._parts]) if self._parts else np.zeros(0, np.int32)
         self._parts = []
-        for i, c in enumerate(("src", "dst", "w")):
-            xs = [x[i] for x in self._edges]
-            for x in self._edges:
-                x[i] = None
-            setattr(self, c, joined_ints(*xs) if xs else np.zeros(0, np.int64))     # (int32 when they fit)
-            del xs
-            trim()
-        self.etype = np.full(len(self.src), LOCAL, np.int8)
-        self._edges = []
+        self.etype = np.full(self.edges.n, LOCAL, np.int8)
 
     def add_collectives(self, arrivals: dict, ends: dict, members: dict, p2p=frozenset()):
         """``add_collectives_arrays`` from dicts ``arrivals`` / ``ends`` ``{(part, correlation,
@@ -186,23 +179,36 @@ class JobGraph:
         au, eu = a[un], e[un]                            # rest let go before the joins below: 4,096 synthetic
         del a, e, un                                     # ranks' 650 k members)
         trim()
+        self.edges.append(au, eu, self.t[eu] - self.t[au])          # (the edges first, a chunk of members at
+        types = [self.etype, np.full(len(au), TRANSFER, np.int8)]   # a time, before the node columns grow)
+        del au, eu
+        for lo in range(0, len(c["m_arr"]), CHUNK_EDGES // 2):
+            src, dst, w, etype = member_edges(self.t, c, self.n, lo, lo + CHUNK_EDGES // 2)
+            self.edges.append(src, dst, w)
+            types.append(etype)
+            del src, dst, w
+        self.etype = np.concatenate(types)
+        del types, c["own"]
         nb = len(c["bar_t"])
+        self.b_node = self.n + np.arange(nb)
+        self.b_p2p = np.isin(c.pop("bar_inst"), np.asarray(sorted(p2p), np.int64))
+        lead = c["m_arr"][c.pop("lead")]
+        self.m_bar, self.m_arr, self.m_end = (joined_ints(c.pop(x)) for x in ("m_bar", "m_arr", "m_end"))
+        trim()
         self.t = np.r_[self.t, c.pop("bar_t")]
         self.kind = np.concatenate([self.kind, np.full(nb, BARRIER, self.kind.dtype)])
         self.part = np.concatenate([self.part, np.full(nb, -1, self.part.dtype)])
         self.local = np.concatenate([self.local, np.full(nb, -1, self.local.dtype)])
-        self.name = np.r_[self.name, self.name[c["m_arr"][c.pop("lead")]]]
+        self.name = np.r_[self.name, self.name[lead]]
         self.lane = np.r_[self.lane, np.full(nb, self.texts.code(""), self.lane.dtype)]
         self.corr = np.r_[self.corr, np.full(nb, -1, self.corr.dtype)]
-        self.src = joined_ints(self.src, au, c.pop("src"))         # (each of the barriers' edge columns let go
-        self.dst = joined_ints(self.dst, eu, c.pop("dst"))         # once joined: 10 MB less under the weights'
-        self.w = joined_ints(self.w, self.t[eu] - self.t[au], np.asarray(c.pop("w"), np.int64))   # join)
-        self.etype = np.r_[self.etype, np.full(len(au), TRANSFER, np.int8), c.pop("etype")]
-        del au, eu
-        self.b_node = self.n + np.arange(nb)
-        self.b_p2p = np.isin(c.pop("bar_inst"), np.asarray(sorted(p2p), np.int64))
-        self.m_bar, self.m_arr, self.m_end = (joined_ints(c.pop(x)) for x in ("m_bar", "m_arr", "m_end"))
         self.n += nb
+
+    def edge_chunks(self, rows: int | None = None):
+        """The edges in id order, ``rows`` (``job_edges.CHUNK_EDGES``) at a time: ``(first id, src, dst, w,
+        etype)`` (int32 node ids, int64 ns, int8 ``Edge``)."""
+        for at, rec in self.edges.raw_chunks(rows):
+            yield at, rec["src"], rec["dst"], rec["w"], self.etype[at:at + len(rec)]
 
 
 NODE_DTYPES = {"kind": np.int8, "local": np.int32, "name": np.int32, "lane": np.int32}
@@ -216,9 +222,15 @@ def _order(g: JobGraph) -> np.ndarray:
     """Topological positions: by time (an end after its barrier), then end < start < arrival <
     barrier < step end at equal times."""
     t, kind = g.t, g.kind
-    m = np.flatnonzero(g.etype == TRANSFER)                   # (the transfers' sources only: not every edge's)
-    m = m[kind[g.src[m]] == BARRIER]
-    e, b = g.dst[m][::-1], g.src[m][::-1]                     # an end's barrier: its last transfer's
+    es, bs = [], []
+    for _, src, dst, _, etype in g.edge_chunks():             # the transfers out of a barrier
+        m = np.flatnonzero(etype == TRANSFER)
+        m = m[kind[src[m]] == BARRIER]
+        es.append(dst[m])
+        bs.append(src[m])
+    e = np.concatenate(es)[::-1] if es else np.zeros(0, np.int32)     # an end's barrier: its last transfer's
+    b = np.concatenate(bs)[::-1] if bs else np.zeros(0, np.int32)
+    del es, bs
     e, first = np.unique(e, return_index=True)
     b = b[first]
     key = t.copy()
@@ -232,73 +244,77 @@ def _order(g: JobGraph) -> np.ndarray:
 
 @dataclass
 class Solved:
-    """One step's forward and backward pass: ``path`` the path's edge indices (first to last),
-    ``dist`` / ``late`` earliest and latest times by topological position, ``pos`` the node
-    positions, ``keep`` the edges kept (one against the topological order is dropped; None: every
-    edge), ``dropped`` how many were dropped, ``end`` the node the path ends at.  ``dist`` and
-    ``late`` are None from ``solve_path`` (and once ``critical_paths`` has read them)."""
+    """One step's forward and backward pass: ``path`` the path's edge ids (int64, first to last), ``src`` /
+    ``dst`` their nodes and ``w`` the weights the pass took (int64 ns each), ``dist`` / ``late`` earliest
+    and latest times by topological position (int64), ``pos`` the node positions, ``dropped`` how many
+    edges were dropped (one against the topological order), ``end`` the node the path ends at.  ``dist``
+    and ``late`` are None from ``solve_path`` (and once ``critical_paths`` has read them)."""
     path: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    w: np.ndarray
     dist: np.ndarray
     late: np.ndarray
     pos: np.ndarray
-    keep: np.ndarray | None
     dropped: int
     end: int
 
 
+def _over(w):
+    """Edge weights as ``EdgeFile.forward_pass`` replaces them: None (the graph's own), ``(ids ascending,
+    ns)`` as they are, an array of every edge's weight (by id) as ``(every id, w)``."""
+    if w is None or isinstance(w, tuple):
+        return w
+    w = np.asarray(w, np.int64)
+    return np.arange(len(w)), w
+
+
 def solve_step(g: JobGraph, w=None) -> Solved | None:
-    """Forward and backward pass over one step's graph, with the edge weights ``w`` (int32 or int64 ns per
-    edge of ``g``; None: ``g.w``).  None when the step has no step end.  The kernels read the
-    graph's edges in place (``longest_path_masked``, ``latest_times_masked``: the edges that run
-    forward in the node order kept, the others dropped), and the passes' temporaries (the kernels'
-    orders and distances: ~120 MB at 4,096 synthetic ranks) are handed back to the OS once freed
-    (``trim``): glibc keeps them in its heap otherwise, under the next phase's peak."""
-    solved = _solve(g, w)
+    """Forward and backward pass over one step's graph, with the edge weights ``w`` (int64 ns: every edge's,
+    by id, or ``(ids ascending, ns)`` those of a few; None: the graph's own).  None when the step has no
+    step end.  The edges that run forward in the nodes' topological order (``_order``) are written by
+    destination position (``EdgeFile.sort``; the others dropped, counted) and read a chunk at a time by
+    both passes; their temporaries are handed back to the OS once freed (``trim``): glibc keeps them in
+    its heap otherwise, under the next phase's peak."""
+    solved = _solve(g, _over(w))
     trim()
     return solved
 
 
-FORWARD_CHUNK = 1 << 20
-"""Edges ``solve_step`` tests against the node order at a time (the positions' temporaries a chunk's)."""
-
-
-def _solve(g: JobGraph, w=None) -> Solved | None:
+def _solve(g: JobGraph, over) -> Solved | None:
     pos = _order(g)
-    src, dst = ids32(g.src), ids32(g.dst)
-    forward = np.empty(len(src), bool)
-    for i in range(0, len(src), FORWARD_CHUNK):
-        j = slice(i, i + FORWARD_CHUNK)
-        np.less(pos[src[j]], pos[dst[j]], out=forward[j])
-    w = kernel_weights(g.w if w is None else w)
-    got = _forward(g, w, pos, src, dst, forward)
+    g.edges.sort(pos)
+    got = _forward(g, pos, over)
     if got is None:
         return None
     path, dist, last, ends = got
-    n = len(g.t)
-    deadline = np.full(n, POS, np.int64)
-    deadline[pos[ends]] = dist[pos[last]]
-    late = latest_times_masked(n, pos, src, dst, w, forward, deadline)
-    kept = int(forward.sum())
-    return Solved(path, dist, late, pos, None if kept == len(src) else np.flatnonzero(forward),
-                  int(len(src) - kept), int(last))
+    late = np.full(len(g.t), POS, np.int64)
+    late[pos[ends]] = dist[pos[last]]
+    g.edges.latest_pass(late, over)
+    return Solved(*path, dist, late, pos, g.edges.n - g.edges.n_kept, int(last))
 
 
-def _forward(g: JobGraph, w, pos, src, dst, forward):
-    """The forward pass over the edges ``forward`` (bool, by edge) in the node order ``pos``:
-    ``(path, dist, last, ends)`` (the path's edge ids, earliest times by position, the step end it
-    reaches, every step end), or None when the step has none."""
+def _forward(g: JobGraph, pos, over):
+    """The forward pass over the sorted edges (``EdgeFile.forward_pass``) in the node order ``pos``:
+    ``(path, dist, last, ends)`` (the path's ``(ids, src, dst, w)``, earliest times by position, the step
+    end it reaches, every step end), or None when the step has none."""
     n, t, kind = len(g.t), g.t, g.kind
-    init = np.full(n, NEG, np.int64)
-    init[pos[kind == Anchor.step_start]] = t[kind == Anchor.step_start]
-    none = np.zeros(0, np.int64)
-    dist, pred = longest_path_masked(n, pos, src, dst, w, forward, none, none, none, np.zeros(0, bool), init,
-                                     EDGE_WINDOW)
-    del init
+    dist = np.full(n, NEG, np.int64)
+    starts = kind == Anchor.step_start
+    dist[pos[starts]] = t[starts]
+    del starts
+    pred, psrc = np.full(n, -1, np.int32), np.full(n, -1, np.int32)
+    g.edges.forward_pass(dist, pred, psrc, over)
     ends = np.flatnonzero(kind == Anchor.step_end)
     if not len(ends):
         return None
     last = ends[np.lexsort((dist[pos[ends]], t[ends]))[-1]]
-    path = path_edges(pred, int(pos[last]), pos, src)
+    steps = path_of(pred, psrc, int(pos[last]))
+    del pred, psrc
+    at = nodes_at(pos, [u for _, u, _ in steps] + [v for _, _, v in steps])
+    i64 = lambda x: np.asarray(x, np.int64)  # noqa: E731
+    path = (i64([e for e, _, _ in steps]), i64([at[u] for _, u, _ in steps]), i64([at[v] for _, _, v in steps]),
+            i64([int(dist[v] - dist[u]) for _, u, v in steps]))
     return path, dist, last, ends
 
 
@@ -314,105 +330,16 @@ def _parked_path(g: JobGraph, w, base: Solved, folder) -> Solved | None:
 
 
 def solve_path(g: JobGraph, w, base: Solved) -> Solved | None:
-    """``solve_step(g, w)``'s ``path`` and ``end`` alone (``dist`` / ``late`` None): the forward
-    pass with the weights ``w`` over ``base``'s node order and kept edges (both depend on the
-    graph's times, not its weights), no backward pass.  What bounds next re-solves this way (4,096
-    synthetic ranks: the order's and the backward pass's ~60 MB not held beside the first solve)."""
-    src, dst = ids32(g.src), ids32(g.dst)
-    if base.keep is None:
-        forward = np.ones(len(src), bool)
-    else:
-        forward = np.zeros(len(src), bool)
-        forward[base.keep] = True
-    got = _forward(g, kernel_weights(w), base.pos, src, dst, forward)
+    """``solve_step(g, w)``'s path and ``end`` alone (``dist`` / ``late`` None): the forward pass with the
+    weights ``w`` (as ``solve_step``'s) over the edges ``base``'s solve sorted (their order and which are
+    kept depend on the graph's times, not its weights), no backward pass.  What bounds next re-solves this
+    way (``critical_ranks.summary_rows``)."""
+    got = _forward(g, base.pos, _over(w))
     trim()
     if got is None:
         return None
     path, _, last, _ = got
-    return Solved(path, None, None, base.pos, base.keep, base.dropped, int(last))
-
-
-class _Spill:
-    """One part's spilled path segments (``part_paths``), read
-    once (``read_segments``): its columns as numpy and each node's in-edge row (its last row, as a dict built
-    in row order would), walked back by ``streamtrace.kernels.critical.trace_back`` (made on the first walk)."""
-
-    def __init__(self, path):
-        self.num = read_segments(path)
-        self.into: np.ndarray | None = None
-
-    def _into(self) -> np.ndarray:
-        dst, src = self.num["dst"], self.num["src"]
-        r = np.arange(len(dst))[::-1]
-        keys, first = np.unique(dst[r], return_index=True)
-        ok = keys >= 0
-        keys, rows = keys[ok], r[first][ok]
-        top = max(int(dst.max()) if len(dst) else -1, int(src.max()) if len(src) else -1)
-        into = np.full(top + 1, -1, np.int64)          # (every node a row names: the walk indexes them all)
-        into[keys] = rows
-        return into
-
-    def chain(self, x: int, stop: int) -> np.ndarray:
-        """The rows of the in-edges from node ``stop`` (or from a node with none) on to node ``x``, in
-        path order (int64): the tree walked back from ``x``, cut at ``stop`` for the walk."""
-        if self.into is None:
-            self.into = self._into()
-        into = self.into
-        if x == stop or not 0 <= x < len(into):
-            return np.zeros(0, np.int64)
-        cut = 0 <= stop < len(into)
-        if cut:
-            saved, into[stop] = into[stop], -1
-        try:
-            return trace_back(into, self.num["src"], x)
-        finally:
-            if cut:
-                into[stop] = saved
-
-    def columns_of(self, rank: int, js) -> dict:
-        """Segment columns (``SEGMENTS``) of rows ``js`` (int64 array)."""
-        num = self.num
-        return {"rank": np.full(len(js), rank, np.int64), "lane": num["lane"][js], "t0": num["t0"][js],
-                "t1": num["t1"][js], "w": num["w"][js], "cat": num["cat"][js],
-                "name": num["name"][js], "ref": num["ref"][js]}
-
-
-def _one_segment(rank, lane, t0, t1, w, cat, name, ref) -> dict:
-    """One segment row as ``SEGMENTS`` columns of length 1."""
-    obj = lambda x: np.asarray([x], object)  # noqa: E731
-    i64 = lambda x: np.asarray([x], np.int64)  # noqa: E731
-    return {"rank": i64(rank), "lane": obj(lane), "t0": i64(t0), "t1": i64(t1), "w": i64(w),
-            "cat": np.asarray([cat], np.int8), "name": obj(name), "ref": i64(ref)}
-
-
-def _segments(g: JobGraph, path, spills: dict, rank_of: dict, cache: dict | None = None) -> dict:
-    """The path's job edges expanded into segment columns (``SEGMENTS``: ``rank``, ``lane``, ``t0``, ``t1``,
-    ``w``, ``cat``, ``name``, ``ref``; int64 but ``cat`` (int8 ``Category`` codes) and the object columns
-    of str ``lane`` and ``name``), in path order, without
-    the segments of no length and no weight; ``cache``: ``{part: _Spill}`` kept across the steps (each
-    part's spill read once)."""
-    pieces = []
-    cache = {} if cache is None else cache
-    for e in path.tolist():
-        u, v, typ = int(g.src[e]), int(g.dst[e]), int(g.etype[e])
-        if typ == LOCAL:
-            p = int(g.part[u])
-            if p not in cache:
-                cache[p] = _Spill(spills[p])
-            sp = cache[p]
-            pieces.append(sp.columns_of(rank_of[p], sp.chain(int(g.local[v]), int(g.local[u]))))
-        else:
-            end = v if typ == TRANSFER else u
-            p = int(g.part[end])
-            cat = Category.comm_transfer if typ == TRANSFER else Category.wait
-            pieces.append(_one_segment(rank_of[p], g.texts[g.lane[end]], int(g.t[u]), int(g.t[v]),
-                                       int(g.w[e]) if typ == TRANSFER else 0, cat, g.texts[g.name[end]],
-                                       int(g.corr[end])))
-    if not pieces:
-        return {c: np.zeros(0, _DTYPES.get(c, np.int64)) for c in SEGMENTS}
-    segs = {c: np.concatenate([x[c] for x in pieces]) for c in SEGMENTS}
-    keep = (segs["t1"] > segs["t0"]) | (segs["w"] != 0)
-    return segs if keep.all() else {c: v[keep] for c, v in segs.items()}
+    return Solved(*path, None, None, base.pos, base.dropped, int(last))
 
 
 @dataclass
@@ -439,12 +366,13 @@ MATCH_ROWS = 1 << 18
 (``_build``): the keys' coding and sort held for a batch, not for a step's ~1.3 M anchors."""
 
 
-def _build(parts, members: PartMembers, p2p=frozenset(), texts: Texts | None = None) -> JobGraph:
+def _build(parts, members: PartMembers, p2p=frozenset(), texts: Texts | None = None, folder=None) -> JobGraph:
     """One step's ``JobGraph`` from its parts' ``(part index, piece, step)`` (``_step_graphs``; the list,
     consumed: each part's graph read from its piece as it is added, let go once added) and the matched
     collectives (``PartMembers``, ``critical_members.p2p_instances``), matched a batch of parts at a time
-    (``MATCH_ROWS``); ``texts``: the ``Texts`` the anchors' name and lane are coded into."""
-    g = JobGraph(texts)
+    (``MATCH_ROWS``); ``texts``: the ``Texts`` the anchors' name and lane are coded into; ``folder``: where
+    its edges go (``JobGraph``'s)."""
+    g = JobGraph(texts, folder)
     batch: list = []                                   # (part, arrivals, ends) of the parts not yet matched
     rows = 0
     parts.reverse()
@@ -510,7 +438,7 @@ def critical_paths(job, pieces: list, outdir, texts: Texts | None = None) -> Cri
     order = sorted(steps)
     with tempfile.TemporaryDirectory(prefix=".critical-park.", dir=outdir) as park:   # (the passes' unread columns)
         for i, (it, st) in enumerate(order):
-            g = _build(steps.pop((it, st)), members, p2p, texts)
+            g = _build(steps.pop((it, st)), members, p2p, texts, park)
             if i == len(order) - 1:                        # the last step built: the members' keys let go
                 members = None                             # (20 MB at 4,096 synthetic ranks, under the solve)
                 trim()
@@ -521,7 +449,7 @@ def critical_paths(job, pieces: list, outdir, texts: Texts | None = None) -> Cri
             if solved is None:
                 continue
             stats["dropped_edges"] += solved.dropped
-            segs = _segments(g, solved.path, spills, rank_of, cache)
+            segs = segments(g, solved, spills, rank_of, cache)
             warnings += _check_sum(it, st, segs)
             n = len(segs["w"])
             seg_cols.append({"iteration": np.full(n, it, np.int64), "step": np.full(n, st, np.int64),
@@ -533,6 +461,7 @@ def critical_paths(job, pieces: list, outdir, texts: Texts | None = None) -> Cri
             ranks += per_rank
             summ_rows += summary_rows(it, st, g, solved, segs, rank_of, per_rank,
                                       partial(_parked_path, base=solved, folder=park), park)
+            g.edges.close()
     trim()                                             # the step graphs' arrays, freed
     stats["paths_not_summing"] = len(warnings)
     files = write_table(outdir, CRITICAL_PATH, _segment_columns(seg_cols), list(SEGMENT_COLUMNS))

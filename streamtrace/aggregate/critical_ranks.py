@@ -44,7 +44,7 @@ import pyarrow.compute as pc
 
 from ..kernels.sentinels import NEG, POS
 from ..runtime.tuning import parked, trim
-from .critical_graph import CATEGORIES, Anchor, Category, Edge, edge_weights
+from .critical_graph import CATEGORIES, Anchor, Category, Edge
 from .folder import CRITICAL_PATH_RANKS_COLUMNS, CRITICAL_PATH_SUMMARY_COLUMNS, NEXT_MIN_GAIN
 
 SUMMARY_COLUMNS = CRITICAL_PATH_SUMMARY_COLUMNS
@@ -95,7 +95,7 @@ def _sums(keys, weights) -> dict:
 
 
 def _path_by_rank(segs) -> dict:
-    """``{rank: ns}`` of the path's segments (``critical_path._segments``' columns), in path order."""
+    """``{rank: ns}`` of the path's segments (``critical_segments.segments``' columns), in path order."""
     return _sums(segs["rank"], segs["w"])
 
 
@@ -147,7 +147,7 @@ SLACK_CHUNK = 1 << 18
 def rank_rows(it, st, g, solved, segs, rank_of, figures=None) -> list:
     """The rows of ``critical_path_ranks`` for one step (module docstring): ``g`` the
     ``JobGraph``, ``solved`` its
-    ``Solved``, ``segs`` the path's segment columns (``critical_path._segments``: ``rank`` and ``w`` read);
+    ``Solved``, ``segs`` the path's segment columns (``critical_segments.segments``: ``rank`` and ``w`` read);
     ``figures``: ``collective_figures(g)`` (None: computed here)."""
     t, kind, part = g.t, g.kind, g.part
     on = _path_by_rank(segs)
@@ -186,7 +186,8 @@ def rank_rows(it, st, g, solved, segs, rank_of, figures=None) -> list:
 
 def summary_rows(it, st, g, solved, segs, rank_of, ranks, solve, folder=None) -> list:
     """The summary rows of one step (module docstring); ``ranks``: ``rank_rows``' rows;
-    ``solve(g, w)``: a ``Solved`` with the path of the weights ``w`` (``solve_step``, or
+    ``solve(g, w)``: a ``Solved`` with the path of the weights ``w`` (``(ids, ns)`` of the edges whose
+    weight changes: ``solve_step``, or
     ``critical_path.solve_path`` over the first solve's order; for what bounds next); ``segs``: as
     ``rank_rows``' (``rank``, ``w``, ``cat`` (int8 ``Category`` codes), ``name`` read); ``folder``: where
     the graph's columns ``capped_edges`` does not read wait while it runs (``CAPPED_PARKED``; None: held)."""
@@ -214,7 +215,7 @@ def summary_rows(it, st, g, solved, segs, rank_of, ranks, solve, folder=None) ->
     return rows + _next_rows(base, g, rank_of, ranks, solve, folder)
 
 
-RANK_PARKED = ("src", "dst", "w", "etype", "local", "name", "corr", "m_bar", "m_arr", "m_end", "b_node", "b_p2p")
+RANK_PARKED = ("etype", "local", "name", "corr", "m_bar", "m_arr", "m_end", "b_node", "b_p2p")
 """The ``JobGraph`` columns ``rank_rows`` reads none of (the collective figures computed before
 the solve): on disk while it runs beside the solve's earliest and latest times (4,096 synthetic ranks: that
 phase 269 -> 221 MB)."""
@@ -240,9 +241,8 @@ def _next_rows(base, g, rank_of, ranks, solve, folder=None) -> list:
     if capped is None:
         return []
     trim()                                              # (the stretches' keys: before the solve's peak)
-    with edge_weights(g.w, *capped) as w:
-        solved = solve(g, w)
-        acc = None if solved is None else _rank_time(g, solved, w)
+    solved = solve(g, capped)
+    acc = None if solved is None else _rank_time(g, solved)
     if acc is None:
         return []
     total = sum(acc.values())
@@ -269,20 +269,19 @@ def _anchor_codes(g) -> np.ndarray:
     return code
 
 
-def _stretch_keys(g, code, edges) -> np.ndarray:
-    """Per edge of ``edges`` (edge ids of ``g``): an int64 naming a LOCAL edge's stretch ``(origin,
-    sink)`` the same way on every rank (the step's start / end, else the collective instance's barrier
-    and whether the anchor is its arrival or its end: ``_anchor_codes``), -1 for other edges and for a
-    stretch from or to an anchor of neither kind."""
-    cu, cv = code[g.src[edges]].astype(np.int64), code[g.dst[edges]].astype(np.int64)
-    m = int(code.max()) + 3 if len(code) else 1
-    ok = (g.etype[edges] == LOCAL) & (cu >= -2) & (cv >= -2)
-    return np.where(ok, (cu + 2) * m + (cv + 2), -1)
+def _stretch_keys(code, top: int, src, dst, etype) -> np.ndarray:
+    """Per edge ``src -> dst`` (node ids) of type ``etype``: an int64 naming a LOCAL edge's stretch
+    ``(origin, sink)`` the same way on every rank (the step's start / end, else the collective instance's
+    barrier and whether the anchor is its arrival or its end: ``_anchor_codes`` ``code``, ``top`` its
+    largest + 3), -1 for other edges and for a stretch from or to an anchor of neither kind."""
+    cu, cv = code[src].astype(np.int64), code[dst].astype(np.int64)
+    ok = (etype == LOCAL) & (cu >= -2) & (cv >= -2)
+    return np.where(ok, (cu + 2) * top + (cv + 2), -1)
 
 
 STRETCH_CHUNK = 1 << 18
-"""Edges ``capped_edges`` keys at a time (its temporaries a chunk's: 5.6 M edges at 4,096 synthetic
-ranks)."""
+"""Edges ``capped_edges`` reads and keys at a time (its temporaries a chunk's: 5.6 M edges at 4,096
+synthetic ranks)."""
 
 STRETCH_BATCH = 1 << 19
 """About the most peers' stretches ``capped_edges`` sorts at once (4 M at 4,096 synthetic ranks: a
@@ -293,45 +292,44 @@ def capped_edges(g, part) -> tuple | None:
     """Part ``part``'s local stretches of the job graph ``g`` capped at the median of the same stretch
     on the other parts (``_stretch_keys``; the median as ``np.median`` takes it): ``(edges, w)``, the
     ids of the edges whose weight the cap lowers (int64, ascending) and their capped weights (int64
-    ns), None when nothing is capped.  ``g.w`` is read, not changed.
+    ns), None when nothing is capped.  The graph's edges are read (``JobGraph.edge_chunks``), not changed.
 
     Only the peers' stretches that ``part`` has are sorted, in batches of stretches of about
-    ``STRETCH_BATCH`` peers' edges (counted in a first pass), the edges keyed ``STRETCH_CHUNK`` at a
-    time: a pass over the edges a batch, instead of every peer's key and weight held and sorted at once
-    (~135 MB at 4,096 synthetic ranks)."""
+    ``STRETCH_BATCH`` peers' edges (counted in a first pass), the edges read and keyed ``STRETCH_CHUNK``
+    at a time: a pass over the edges a batch, instead of every peer's key and weight held and sorted at
+    once (~135 MB at 4,096 synthetic ranks)."""
     if part is None:
         return None
     code = _anchor_codes(g)
+    top = int(code.max()) + 3 if len(code) else 1
     own = g.part == part                                # per node: the part's
-    mine = np.flatnonzero(own[g.src])
-    mkeys = _stretch_keys(g, code, mine)
-    mine, mkeys = mine[mkeys >= 0], mkeys[mkeys >= 0]
+    mine, mkeys, mw = _own_stretches(g, code, top, own)
     want = np.unique(mkeys)
     mine_k = np.searchsorted(want, mkeys)               # each own edge's stretch, as an index of ``want``
     count = np.zeros(len(want), np.int64)
-    for _, k in _peer_stretches(g, code, own, want):
+    for _, k in _peer_stretches(g, code, top, own, want):
         count += np.bincount(k, minlength=len(want))
     batch = (np.cumsum(count) - count) // STRETCH_BATCH     # per stretch: its batch (ascending)
     edges, capped = [], []
     for b in np.unique(batch).tolist():
         lo, hi = np.searchsorted(batch, b), np.searchsorted(batch, b, "right")
         ks, ws = [], []
-        for e, k in _peer_stretches(g, code, own, want):
+        for w, k in _peer_stretches(g, code, top, own, want):
             sel = (k >= lo) & (k < hi)
             ks.append(k[sel])
-            ws.append(np.asarray(g.w[e[sel]], np.int64))
+            ws.append(w[sel])
         ks, ws = (np.concatenate(x) for x in (ks, ws))
         o = np.lexsort((ws, ks))
         ks, ws = ks[o], ws[o]
         del o
         at = (mine_k >= lo) & (mine_k < hi)
-        e, k = mine[at], mine_k[at]
+        e, k, we = mine[at], mine_k[at], mw[at]
         first, last = np.searchsorted(ks, k), np.searchsorted(ks, k, "right")
         has = last > first
-        e, first, n = e[has], first[has], (last - first)[has]
+        e, we, first, n = e[has], we[has], first[has], (last - first)[has]
         # the median of the peers' (np.median's): the two middle weights' mean, truncated as ``int``
         m = ((ws[first + (n - 1) // 2].astype(np.float64) + ws[first + n // 2].astype(np.float64)) / 2).astype(np.int64)
-        low = m < g.w[e]
+        low = m < we
         edges.append(e[low])
         capped.append(m[low])
     edges = np.concatenate(edges) if edges else np.zeros(0, np.int64)
@@ -341,28 +339,41 @@ def capped_edges(g, part) -> tuple | None:
     return edges[o], np.concatenate(capped)[o]
 
 
-def _peer_stretches(g, code, own, want):
-    """``(edges, stretch)`` of the edges of ``g`` leaving the other parts' nodes (``own`` False) whose
-    stretch key (``_stretch_keys``) is in ``want`` (sorted), ``STRETCH_CHUNK`` edges at a time:
-    their ids and their keys' indices in ``want`` (int64 each)."""
-    for i in range(0, len(g.src), STRETCH_CHUNK):
-        e = np.arange(i, min(i + STRETCH_CHUNK, len(g.src)))
-        e = e[~own[g.src[e]]]
-        k = _stretch_keys(g, code, e)
+def _own_stretches(g, code, top, own) -> tuple:
+    """``(ids, stretch keys, weights)`` (int64 each, ids ascending) of the edges of ``g`` leaving the nodes
+    ``own`` whose stretch is named (``_stretch_keys``)."""
+    ids, keys, ws = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    for at, src, dst, w, etype in g.edge_chunks(STRETCH_CHUNK):
+        sel = np.flatnonzero(own[src])
+        k = _stretch_keys(code, top, src[sel], dst[sel], etype[sel])
+        ok = k >= 0
+        ids.append(at + sel[ok])
+        keys.append(k[ok])
+        ws.append(np.asarray(w[sel[ok]], np.int64))
+    return tuple(np.concatenate(x) for x in (ids, keys, ws))
+
+
+def _peer_stretches(g, code, top, own, want):
+    """``(weights, stretch)`` of the edges of ``g`` leaving the other parts' nodes (``own`` False) whose
+    stretch key (``_stretch_keys``) is in ``want`` (sorted), ``STRETCH_CHUNK`` edges at a time: their
+    weights (int64 ns) and their keys' indices in ``want`` (int64)."""
+    for _, src, dst, w, etype in g.edge_chunks(STRETCH_CHUNK):
+        peer = np.flatnonzero(~own[src])
+        k = _stretch_keys(code, top, src[peer], dst[peer], etype[peer])
         hit = np.isin(k, want)
-        yield e[hit], np.searchsorted(want, k[hit])
+        yield np.asarray(w[peer[hit]], np.int64), np.searchsorted(want, k[hit])
 
 
-def _rank_time(g, solved, w) -> dict:
-    """``{part: ns}`` of the path of ``solved`` (job-level edges: a LOCAL edge is its part's, a
-    transfer its member's)."""
+def _rank_time(g, solved) -> dict:
+    """``{part: ns}`` of the path of ``solved`` (job-level edges: a LOCAL edge is its part's, a transfer
+    its member's; each edge's weight the one the solve took)."""
     acc: dict = {}
-    for e in solved.path.tolist():
+    for e, u, v, w in zip(*(x.tolist() for x in (solved.path, solved.src, solved.dst, solved.w))):
         if g.etype[e] == LOCAL:
-            p = int(g.part[g.src[e]])
+            p = int(g.part[u])
         elif g.etype[e] == TRANSFER:
-            p = int(g.part[g.dst[e]])
+            p = int(g.part[v])
         else:
             continue
-        acc[p] = acc.get(p, 0) + int(w[e])
+        acc[p] = acc.get(p, 0) + w
     return acc

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels.critical import NEG, longest_path_sorted
+from ..kernels.critical import NEG
 from ..runtime.tuning import trim
-from .critical_graph import BARRIER, Anchor, Edge, barrier_edges, joined_ints, matched_members, positions, tie_classes
+from .critical_graph import (BARRIER, Anchor, Edge, barrier_edges, joined_ints, matched_members, member_edges,
+                             positions, tie_classes)
 from .critical_members import PartMembers
-from .job_edges import EdgeFile
+from .job_edges import EdgeFile, nodes_at, path_of
 from .whatif_members import Members, TransferView
 
 LOCAL, WAIT, TRANSFER = Edge.local, Edge.wait, Edge.transfer
@@ -214,8 +215,9 @@ class JobStep:
         trim()                                            # (the keys' temporaries)
         un = inst < 0                                     # unmatched: its own transfer
         c = barrier_edges(self.t, a, e, inst, n)
-        for k in ("m_bar", "m_end", "lead", "bar_inst"):  # (not read here: let go before the joins below,
-            del c[k]                                      # and each array read is popped as joined: 51 MB
+        c["src"], c["dst"], c["w"], c["etype"] = member_edges(self.t, c, n)
+        for k in ("m_bar", "m_end", "lead", "bar_inst", "own"):   # (not read here: let go before the joins
+            del c[k]                                      # below, and each array read is popped as joined: 51 MB
         del inst                                          # of barrier arrays at 4,096 synthetic ranks)
         au, eu = a[un], e[un]
         del a, e, un
@@ -327,27 +329,17 @@ class JobStep:
         if not end:
             return Replay({}, start, 0, 0, {}, (-1, "", "", 0), {}, {}, {}, dropped)
         last = ends[np.argmax(de)]
-        path = _path(pred, psrc, int(self.pos[last]))
+        path = path_of(pred, psrc, int(self.pos[last]))
         span = int(dist[self.pos[last]] - min(start.values()))
         steps = [end[p] - start[p] for p in end if p in start]
         return self._attribute(self._rows(path, dist), end, start, span, int(np.median(steps)) if steps else 0,
                                dropped)
 
     def _forward_pass(self, dist, pred, psrc, over):
-        """``longest_path_sorted`` over ``edges``' chunks (by position: ``dist``, ``pred``, ``psrc`` in
-        place), the weights of ``over`` ``(ids ascending, ns)`` replacing theirs as read, the edges of
-        ``_skipped`` parts left out, ``_extra``'s merged in."""
-        at, x, drop = np.zeros(1, np.int64), self._extra(), self._skipped()
-        for ids, u, v, part, w in self.edges.chunks():
-            if over is not None:
-                k = np.minimum(np.searchsorted(over[0], ids), len(over[0]) - 1)
-                hit = over[0][k] == ids
-                w[hit] = over[1][k[hit]]
-            skip = drop[part] if drop is not None else np.zeros(len(ids), bool)
-            longest_path_sorted(dist, pred, psrc, at, ids, u, v, w, skip, *x, False)
-        none = np.zeros(0, np.int32)
-        longest_path_sorted(dist, pred, psrc, at, none, none, none, np.zeros(0, np.int64), np.zeros(0, bool), *x,
-                            True)
+        """``EdgeFile.forward_pass`` over ``edges`` (by position: ``dist``, ``pred``, ``psrc`` in place), the
+        weights of ``over`` ``(ids ascending, ns)`` replacing theirs as read, the edges of ``_skipped`` parts
+        left out, ``_extra``'s merged in."""
+        self.edges.forward_pass(dist, pred, psrc, over, self._skipped(), self._extra())
 
     def n_edges(self) -> int:
         """How many edges the graph has (kept or not)."""
@@ -379,15 +371,8 @@ class JobStep:
         (None: none; a ``PartsView``'s touched parts)."""
         return None
 
-    def _nodes_at(self, positions) -> dict:
-        """``{position: node}`` of ``positions`` (one flag a node, not an inverse of ``pos``)."""
-        mark = np.zeros(len(self.pos), bool)
-        mark[np.asarray(positions, np.int64)] = True
-        nodes = np.flatnonzero(mark[self.pos])
-        return dict(zip(self.pos[nodes].tolist(), nodes.tolist()))
-
     def _rows(self, path, dist) -> list:
-        """Per edge ``(id, source position, destination position)`` of ``path`` (``_path``): ``(type, src
+        """Per edge ``(id, source position, destination position)`` of ``path`` (``job_edges.path_of``): ``(type, src
         node, dst node, weight, host_ns, gpu_ns, top_category, top_name, top_ns, edge id)`` (the last five
         of the ranks' local edges, read for these edges only; 0 / "" for the others); an edge's weight is
         the solve's, ``dist[v] - dist[u]`` (the chosen edge's value is its destination's distance)."""
@@ -395,7 +380,7 @@ class JobStep:
         local, new = ids[ids < self.t_first], ids[ids >= self.nb]
         cols = zip(*(np.asarray(c.take(local), object).tolist() for c in self.local_)) if len(local) else iter(())
         xcols = zip(*(np.asarray(c)[new - self.nb].tolist() for c in self.x_local)) if len(new) else iter(())
-        nodes = self._nodes_at([u for _, u, _ in path] + [v for _, _, v in path])
+        nodes = nodes_at(self.pos, [u for _, u, _ in path] + [v for _, _, v in path])
         out = []
         for e, u, v in path:
             extra = next(cols) if e < self.t_first else next(xcols) if e >= self.nb else (0, 0, "", "", 0)
@@ -501,15 +486,3 @@ def _batches(e: dict):
     for i in range(0, len(cols[3]), CHUNK):
         j = slice(i, i + CHUNK)
         yield dict(zip(("part", "src", "dst", "w_ns"), (c[j] for c in cols)))
-
-
-def _path(pred, psrc, end: int) -> list:
-    """The longest path to position ``end`` as ``(edge id, source position, destination position)``, first
-    to last, walked back through ``pred`` / ``psrc`` (``longest_path_sorted``'s, by position; at most n
-    steps)."""
-    out, v = [], int(end)
-    while v >= 0 and pred[v] >= 0 and len(out) < len(pred):
-        u = int(psrc[v])
-        out.append((int(pred[v]), u, v))
-        v = u
-    return out[::-1]

@@ -20,7 +20,7 @@ from .sentinels import NEG, POS
 ensure_cache()      # numba's cache folder chosen before the first kernel is defined (kernels/cachedir.py)
 
 __all__ = ["NEG", "POS", "EDGE_WINDOW", "longest_path", "longest_path_masked", "longest_path_sorted", "latest_times",
-           "latest_times_masked",
+           "latest_times_masked", "latest_times_sorted",
            "trace_back", "reduce_local", "back_within_instant"]
 
 
@@ -320,6 +320,31 @@ def latest_times_masked(n, pos, src, dst, w, mask, deadline):
         if val < late[u]:
             late[u] = val
     return late
+
+
+@njit(cache=True)
+def latest_times_sorted(late, u, v, w):
+    """One chunk of ``latest_times``' backward pass over edges read in order of destination position,
+    last first (a graph's edges streamed from disk backwards: ``streamtrace.aggregate.job_edges.EdgeFile.
+    latest_pass``): the chunk's edges from position ``u`` to ``v`` (int32[C]) of weights ``w`` (int64[C]
+    ns), taken in the order given.  ``late`` (int64[n] by position: a node's own deadline, ``POS`` none)
+    is updated in place: ``late[u] = min(late[u], late[v] - w)`` where ``late[v]`` < ``POS``.
+
+    Why that order is enough: every out-edge of a node ``v`` ends past ``v``, so it comes before any
+    edge into ``v`` when the edges go by destination, last first: ``late[v]`` is final when an edge into
+    ``v`` reads it.  Over all chunks, the answer of ``latest_times_masked`` over the same edges (a
+    minimum: the order among edges of one destination does not matter).  Raises ValueError when an
+    edge runs backwards (``u >= v``) or out of range."""
+    n = late.shape[0]
+    for i in range(u.shape[0]):
+        a, b = u[i], v[i]
+        if a >= b or a < 0 or b >= n:
+            raise ValueError("edge not in topological order (src >= dst) or node out of range")
+        if late[b] >= POS:
+            continue
+        val = late[b] - w[i]
+        if val < late[a]:
+            late[a] = val
 
 
 @njit(cache=True)

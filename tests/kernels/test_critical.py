@@ -8,12 +8,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamtrace.aggregate.critical_graph import path_edges
 from streamtrace.kernels.critical import (EDGE_WINDOW, NEG, POS, WINDOW_BUCKETS, back_within_instant, latest_times,
-                                          latest_times_masked, longest_path, longest_path_masked, longest_path_sorted,
-                                          reduce_local,
+                                          latest_times_masked, latest_times_sorted, longest_path, longest_path_masked,
+                                          longest_path_sorted, reduce_local,
                                           trace_back)
 from streamtrace.kernels.reference import (back_within_instant_py, latest_times_masked_py, latest_times_py,
+                                           latest_times_sorted_py,
                                            longest_path_masked_py, longest_path_py, longest_path_sorted_py,
                                            reduce_local_py, trace_back_py)
 
@@ -172,11 +172,6 @@ def test_longest_path_masked_matches_the_copied_edges(g, window):
     on[pred >= 0] = np.flatnonzero(pred >= 0)
     for v in range(n):
         assert trace_back(on, psrc, v).tolist() == trace_back_py(on, psrc, v).tolist()
-        want, x = [], v                                 # the path into v by longest_path's copies
-        while p3[x] >= 0:
-            want.append(int(ids[p3[x]]))
-            x = int(ks[p3[x]])
-        assert path_edges(pred, v, pos, src, xs).tolist() == want[::-1]
 
 
 @SETTINGS
@@ -190,6 +185,36 @@ def test_latest_times_masked_matches_the_copied_edges(g, deadlines):
     assert late.tolist() == np.asarray(latest_times_masked_py(n, pos, src, dst, w, mask, deadline)).tolist()
     ks, kd = pos[src[mask]].astype(np.int64), pos[dst[mask]].astype(np.int64)
     assert late.tolist() == latest_times(n, ks, kd, w[mask].astype(np.int64), deadline).tolist()
+
+
+@SETTINGS
+@given(masked_graphs(), st.lists(st.sampled_from([POS, POS, 0, 4, 9, 20]), min_size=9, max_size=9),
+       st.integers(1, 5), st.randoms(use_true_random=False))
+def test_latest_times_sorted_matches_the_masked_pass(g, deadlines, chunk, rnd):
+    """``latest_times_sorted`` over a graph's kept edges by destination position, last first (the edges of
+    one destination shuffled: their order does not matter), ``chunk`` edges a call: the latest times of
+    ``latest_times_masked`` over the same edges, and of its own twin."""
+    n, pos, src, dst, w, mask = g[:6]
+    deadline = np.asarray(deadlines[:n], np.int64)
+    keep = np.flatnonzero(mask)
+    keep = keep[rnd.sample(range(len(keep)), len(keep))] if len(keep) else keep
+    o = keep[np.argsort(-pos[dst[keep]].astype(np.int64), kind="stable")]
+    u, v, ww = pos[src[o]].astype(np.int32), pos[dst[o]].astype(np.int32), w[o].astype(np.int64)
+    late = deadline.copy()
+    chunks = [slice(i, i + chunk) for i in range(0, len(o), chunk)]
+    for j in chunks:
+        latest_times_sorted(late, u[j], v[j], ww[j])
+    assert late.tolist() == latest_times_masked(n, pos, src, dst, w, mask, deadline).tolist()
+    assert late.tolist() == latest_times_sorted_py(n, deadline, [(u[j], v[j], ww[j]) for j in chunks]).tolist()
+
+
+def test_latest_times_sorted_refuses_an_edge_backwards():
+    """An edge that does not run forward in positions is an error (as ``latest_times``')."""
+    late = np.asarray([POS, 7], np.int64)
+    with pytest.raises(ValueError):
+        latest_times_sorted(late, np.asarray([1], np.int32), np.asarray([1], np.int32), np.asarray([5], np.int64))
+    with pytest.raises(ValueError):
+        latest_times_sorted(late, np.asarray([0], np.int32), np.asarray([2], np.int32), np.asarray([5], np.int64))
 
 
 def test_latest_times_masked_refuses_a_kept_edge_backwards():

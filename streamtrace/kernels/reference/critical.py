@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["longest_path_py", "longest_path_masked_py", "longest_path_sorted_py", "latest_times_py",
-           "latest_times_masked_py", "trace_back_py",
+           "latest_times_masked_py", "latest_times_sorted_py", "trace_back_py",
            "path_edges_py", "reduce_local_py", "back_within_instant_py"]
 
 NEG, POS = -(2 ** 62), 2 ** 62
@@ -112,6 +112,14 @@ def latest_times_masked_py(n, pos, src, dst, w, mask, deadline):
     pos, mask = np.asarray(pos, np.int64), np.asarray(mask, bool)
     return latest_times_py(n, pos[np.asarray(src, np.int64)[mask]], pos[np.asarray(dst, np.int64)[mask]],
                            np.asarray(w, np.int64)[mask], np.asarray(deadline, np.int64))
+
+
+def latest_times_sorted_py(n, deadline, chunks):
+    """Twin of ``latest_times_sorted`` over all its chunks at once: ``chunks`` a list of ``(u, v, w)``
+    (positions, ns), in any order; ``latest_times_py`` over every edge (positions as nodes)."""
+    us, vs, ws = ([int(x) for c in chunks for x in np.asarray(c[i]).tolist()] for i in range(3))
+    a = lambda x: np.asarray(x, np.int64)  # noqa: E731
+    return latest_times_py(n, a(us), a(vs), a(ws), a(deadline).copy())
 
 
 def trace_back_py(pred, src, end):

@@ -1,7 +1,8 @@
 """The job-level critical path's graph in its lean forms (issue 48, 4,096 ranks' memory):
 ``critical_ranks.capped_edges`` keying the edges a chunk at a time and sorting only the peers'
 stretches the top rank has, against a plain-Python reading of its rule; ``critical_path.solve_step``
-without copies when every edge runs forward, against the copied edges' passes."""
+over the edges streamed from an ``EdgeFile`` (in memory, on disk in chunks of a few edges), against
+the twins' passes over the kept edges copied out."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -17,6 +18,8 @@ from streamtrace.kernels.reference.critical import latest_times_py, longest_path
 from streamtrace.kernels.sentinels import NEG, POS
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+STORED = settings(SETTINGS, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+"""For the tests of both edge stores (``edge_store``: the same store for every example)."""
 
 
 @st.composite
@@ -42,6 +45,17 @@ def graphs(draw):
     g = SimpleNamespace(t=np.zeros(n, np.int64), kind=kind, part=part, m_arr=m_arr, m_end=m_end, m_bar=m_bar,
                         src=src, dst=dst, w=w, etype=etype)
     return g, draw(st.one_of(st.none(), st.integers(0, 3)))
+
+
+def _as_job_graph(g, folder=None) -> JobGraph:
+    """A ``JobGraph`` of the plain arrays ``g`` (nodes, members, edges appended to its ``EdgeFile``)."""
+    job = JobGraph(folder=folder)
+    for c in ("t", "kind", "part", "m_arr", "m_end", "m_bar"):
+        setattr(job, c, getattr(g, c, np.zeros(0, np.int64)))
+    job.edges.append(np.asarray(g.src, np.int64), np.asarray(g.dst, np.int64), np.asarray(g.w, np.int64))
+    job.etype = np.asarray(getattr(g, "etype", np.zeros(len(g.src), np.int8)), np.int8)
+    job.n = len(g.t)
+    return job
 
 
 def _capped_py(g, part):
@@ -77,11 +91,12 @@ def _capped_py(g, part):
 def test_capped_edges_follow_the_rule_in_any_chunk(case, chunk, batch):
     g, part = case
     before = g.w.copy()
+    job = _as_job_graph(g)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(cr, "STRETCH_CHUNK", chunk)
         mp.setattr(cr, "STRETCH_BATCH", batch)
-        got = cr.capped_edges(g, part)
-    assert g.w.tolist() == before.tolist()              # read, not changed
+        got = cr.capped_edges(job, part)
+    assert job.edges.load()[2].tolist() == before.tolist()              # read, not changed
     want = _capped_py(g, part)
     assert (got is None) == (want is None)
     if got is not None:
@@ -92,15 +107,26 @@ def test_capped_edges_follow_the_rule_in_any_chunk(case, chunk, batch):
         assert capped.tolist() == want
 
 
-def _job_graph(t, kind, part, src, dst, w):
-    """A ``JobGraph`` with its node and edge arrays set (no collectives)."""
-    g = JobGraph()
-    g.t, g.kind, g.part = np.asarray(t, np.int64), np.asarray(kind, np.int64), np.asarray(part, np.int64)
-    g.src, g.dst, g.w = np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(w, np.int64)
-    g.etype = np.zeros(len(g.src), np.int8)
-    g.m_arr = g.m_end = np.zeros(0, np.int64)
-    g.n = len(g.t)
-    return g
+def _job_graph(t, kind, part, src, dst, w, folder=None):
+    """``(JobGraph, plain)``: a ``JobGraph`` with its node arrays set and its edges appended (no
+    collectives; ``folder``: its ``EdgeFile`` on disk there), and the same arrays plain (``src``, ``dst``,
+    ``w`` int64)."""
+    i64 = lambda x: np.asarray(x, np.int64).reshape(-1)  # noqa: E731
+    plain = SimpleNamespace(t=i64(t), kind=i64(kind), part=i64(part), src=i64(src), dst=i64(dst), w=i64(w))
+    return _as_job_graph(plain, folder), plain
+
+
+@pytest.fixture(params=["memory", "disk"])
+def edge_store(request, tmp_path_factory):
+    """``(folder, chunk)``: the graphs' edges in memory, or on disk read three at a time."""
+    if request.param == "memory":
+        yield None, None
+        return
+    import streamtrace.aggregate.job_edges as je
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(je, "MEMORY_EDGES", 0)
+        mp.setattr(je, "CHUNK_EDGES", 3)
+        yield tmp_path_factory.mktemp("edges"), 3
 
 
 @st.composite
@@ -128,22 +154,22 @@ def chains(draw):
     return t, kind, part, src, dst, w
 
 
-@SETTINGS
-@given(chains())
-def test_solve_step_equals_the_passes_over_the_kept_edges(case):
-    """Every edge forward (no copies) or some back in time (the kept ones copied out): the earliest
-    and latest times and the path's end are the twins' over the kept edges, and ``keep`` / ``dropped``
-    say which were kept."""
-    g = _job_graph(*case)
-    solved = solve_step(g)
+@STORED
+@given(case=chains())
+def test_solve_step_equals_the_passes_over_the_kept_edges(case, edge_store):
+    """Every edge forward or some back in time (dropped), the edges in memory or on disk read a few at a
+    time: the earliest and latest times and the path's end are the twins' over the kept edges copied out,
+    ``dropped`` counts the others, the path's nodes and weights are its edges'."""
+    job, g = _job_graph(*case, folder=edge_store[0])
+    solved = solve_step(job)
     assert solved is not None
     pos = solved.pos
     fwd = pos[g.src] < pos[g.dst]
     keep = np.flatnonzero(fwd)
     assert solved.dropped == int((~fwd).sum())
-    assert (solved.keep is None) == bool(fwd.all())
-    if solved.keep is not None:
-        assert solved.keep.tolist() == keep.tolist()
+    path = solved.path.tolist()
+    assert solved.src.tolist() == g.src[path].tolist() and solved.dst.tolist() == g.dst[path].tolist()
+    assert solved.w.tolist() == g.w[path].tolist()
     n = len(g.t)
     init = np.full(n, NEG, np.int64)
     for i in np.flatnonzero(g.kind == Anchor.step_start).tolist():
@@ -155,7 +181,6 @@ def test_solve_step_equals_the_passes_over_the_kept_edges(case):
     for i in np.flatnonzero(g.kind == Anchor.step_end).tolist():
         deadline[pos[i]] = dist[pos[solved.end]]
     assert solved.late.tolist() == np.asarray(latest_times_py(n, ps, pd, pw, deadline)).tolist()
-    path = solved.path.tolist()
     assert all(fwd[e] for e in path)
     assert all(g.dst[a] == g.src[b] for a, b in zip(path, path[1:]))      # one chain of edges
     if path:
@@ -163,20 +188,24 @@ def test_solve_step_equals_the_passes_over_the_kept_edges(case):
         assert dist[pos[solved.end]] == dist[pos[g.src[path[0]]]] + int(g.w[path].sum())
 
 
-@SETTINGS
-@given(chains(), st.data())
-def test_solve_path_equals_a_full_solve_with_the_other_weights(case, data):
+@STORED
+@given(case=chains(), data=st.data())
+def test_solve_path_equals_a_full_solve_with_the_other_weights(case, data, edge_store):
     """What bounds next's re-solve (``solve_path``: the first solve's order and kept edges, no
-    backward pass) finds the path and end a full ``solve_step`` with the same weights finds, and
-    that path is a longest one over the kept edges (the twin's distance at its end)."""
+    backward pass) finds the path and end a full ``solve_step`` with the same weights finds (every
+    edge's, or the changed ones' ``(ids, ns)``), and that path is a longest one over the kept edges (the
+    twin's distance at its end); the path's weights are the new ones."""
     from streamtrace.aggregate.critical_path import solve_path
-    g = _job_graph(*case)
-    base = solve_step(g)
+    job, g = _job_graph(*case, folder=edge_store[0])
+    base = solve_step(job)
     w = np.asarray(data.draw(st.lists(st.integers(0, 60), min_size=len(g.w), max_size=len(g.w))), np.int64)
-    full, again = solve_step(g, w), solve_path(g, w, base)
+    full, again = solve_step(job, w), solve_path(job, w, base)
+    changed = np.flatnonzero(w != g.w)
+    sparse = solve_path(job, (changed, w[changed]), base)
     assert again.dist is None and again.late is None
-    assert again.path.tolist() == full.path.tolist()
-    assert again.end == full.end
+    assert again.path.tolist() == full.path.tolist() == sparse.path.tolist()
+    assert again.end == full.end == sparse.end
+    assert again.w.tolist() == sparse.w.tolist() == w[again.path].tolist()
     pos = base.pos
     keep = np.flatnonzero(pos[g.src] < pos[g.dst])
     n = len(g.t)
@@ -252,32 +281,6 @@ def test_positions_invert_the_order(case, chunk):
     assert got.dtype == np.int32 and got.tolist() == np.argsort(order).tolist()   # (int32: half the memory)
 
 
-def test_edge_weights_are_put_back_after_the_block_and_after_a_raise():
-    from streamtrace.aggregate.critical_graph import edge_weights
-    w = np.asarray([5, 6, 7, 8], np.int64)
-    with edge_weights(w, np.asarray([1, 3]), np.asarray([60, 80])) as got:
-        assert got is w and w.tolist() == [5, 60, 7, 80]
-    assert w.tolist() == [5, 6, 7, 8]
-    with pytest.raises(RuntimeError):
-        with edge_weights(w, np.asarray([0]), np.asarray([50])):
-            assert w.tolist() == [50, 6, 7, 8]
-            raise RuntimeError("solve failed")
-    assert w.tolist() == [5, 6, 7, 8]
-
-
-def test_edge_weights_refuse_a_value_past_the_weights_type():
-    """int32 weights (``joined_ints``): a value past 2^31 - 1 ns raises, nothing written (numpy would
-    wrap it silently)."""
-    from streamtrace.aggregate.critical_graph import edge_weights
-    w = np.asarray([5, 6], np.int32)
-    with pytest.raises(ValueError):
-        with edge_weights(w, np.asarray([1]), np.asarray([2 ** 31], np.int64)):
-            pass
-    assert w.tolist() == [5, 6]
-    with edge_weights(w, np.asarray([1]), np.asarray([2 ** 31 - 1], np.int64)):
-        assert w.tolist() == [5, 2 ** 31 - 1]
-
-
 def test_joined_ints_are_int32_until_one_does_not_fit():
     from streamtrace.aggregate.critical_graph import joined_ints
     small = joined_ints(np.asarray([0, 2 ** 31 - 1], np.int64), np.asarray([-2 ** 31], np.int64))
@@ -291,17 +294,14 @@ def test_joined_ints_are_int32_until_one_does_not_fit():
 
 @SETTINGS
 @given(chains(), st.sampled_from([1, 2 ** 26, 2 ** 30]))
-def test_solve_step_over_int32_weights_equals_int64(case, scale):
-    """The same graph with its times and weights ``scale`` ns a unit, its weights held as int32 where they fit
-    (``joined_ints``) and as int64: the same earliest and latest times, path and end."""
-    from streamtrace.aggregate.critical_graph import joined_ints
+def test_solve_step_over_weights_past_32_bits(case, scale):
+    """The same graph with its times and weights ``scale`` ns a unit (weights past 2^31 ns at the largest):
+    the earliest and latest times scale with it, the path and end are the same."""
     t, kind, part, src, dst, w = case
-    t, w = [x * scale for x in t], [x * scale for x in w]
-    wide, narrow = _job_graph(t, kind, part, src, dst, w), _job_graph(t, kind, part, src, dst, w)
-    narrow.w = joined_ints(narrow.w)
-    assert narrow.w.dtype == (np.int32 if max(w, default=0) < 2 ** 31 else np.int64)
-    a, b = solve_step(wide), solve_step(narrow)
-    assert a.dist.tolist() == b.dist.tolist() and a.late.tolist() == b.late.tolist()
+    a = solve_step(_job_graph(t, kind, part, src, dst, w)[0])
+    b = solve_step(_job_graph([x * scale for x in t], kind, part, src, dst, [x * scale for x in w])[0])
+    big = lambda x: [v if abs(v) >= 2 ** 62 else v * scale for v in x.tolist()]  # noqa: E731
+    assert big(a.dist) == b.dist.tolist() and big(a.late) == b.late.tolist()
     assert a.path.tolist() == b.path.tolist() and a.end == b.end and a.dropped == b.dropped
 
 

@@ -317,8 +317,9 @@ def test_slack_is_how_much_later_a_ranks_work_could_finish(job):
     R, K = len(starts), len(work[0])
     g = _job_graph(starts, work, xfer, tail)
     solved = solve_step(g)
-    path_ranks = {g.part[g.src[e]] for e in solved.path.tolist() if g.etype[e] == 0 and g.w[e] > 0} | \
-        {g.part[g.dst[e]] for e in solved.path.tolist() if g.etype[e] == 2 and g.w[e] > 0}
+    src, dst, w = g.edges.load()                       # (every edge, in id order: as the graph built them)
+    path_ranks = {g.part[src[e]] for e in solved.path.tolist() if g.etype[e] == 0 and w[e] > 0} | \
+        {g.part[dst[e]] for e in solved.path.tolist() if g.etype[e] == 2 and w[e] > 0}
     segs = {"rank": np.asarray(sorted(path_ranks), np.int64), "w": np.ones(len(path_ranks), np.int64)}
     rows = {x["rank"]: x for x in rank_rows(0, 1, g, solved, segs, {r: r for r in range(R)})}
     span = _simulate(starts, work, xfer, tail)

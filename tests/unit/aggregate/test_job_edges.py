@@ -1,5 +1,7 @@
-"""The what-if replay's edges on disk (``streamtrace.aggregate.job_edges.EdgeFile``) against the same edges
-held in plain Python lists: what ``sort`` keeps, in which order, and what it counts."""
+"""The job-level graphs' edges on disk (``streamtrace.aggregate.job_edges.EdgeFile``: the what-if replay's,
+the critical path's) against the same edges held in plain Python lists: what ``sort`` keeps, in which order
+(either way), and what it counts; its forward and backward passes with weights replaced as read against
+the twins' over the kept edges copied out; ``path_of`` / ``nodes_at``."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import streamtrace.aggregate.job_edges as je
-from streamtrace.aggregate.job_edges import EdgeFile
+from streamtrace.aggregate.job_edges import EdgeFile, nodes_at, path_of
+from streamtrace.kernels.reference.critical import latest_times_py, longest_path_py
+from streamtrace.kernels.sentinels import NEG, POS
 
 
 @st.composite
@@ -47,6 +51,7 @@ def test_sort_keeps_the_forward_edges_by_destination_then_id(g, chunk, buckets, 
                 f.append(np.asarray(src[a:b], np.int32), np.asarray(dst[a:b], np.int32), np.asarray(w[a:b], np.int64))
             f.sort(pos, part, t_first, drop_parts=drop)
             got = [tuple(int(x[i]) for x in c) for c in f.chunks() for i in range(len(c[0]))]
+            back = [tuple(int(x[i]) for x in c) for c in f.chunks(reverse=True) for i in range(len(c[0]))]
             loaded = [x.tolist() for x in f.load()]
             folder = f.dir
         finally:
@@ -65,6 +70,56 @@ def test_sort_keeps_the_forward_edges_by_destination_then_id(g, chunk, buckets, 
                 kept_local[p] = kept_local.get(p, 0) + 1
     want.sort(key=lambda r: (r[2], r[0]))
     assert got == want and f.n_kept == len(want) and f.n == len(w)
+    assert back == want[::-1]                           # (last first: the backward pass's order)
     nparts = int(part.max()) + 1
     assert f.local.tolist() == [local.get(p, 0) for p in range(nparts)]
     assert f.local_kept.tolist() == [kept_local.get(p, 0) for p in range(nparts)]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs(), st.integers(1, 4), st.sampled_from([0, 1 << 18]), st.data())
+def test_the_passes_equal_the_twins_over_the_kept_edges(g, chunk, memory, data):
+    """``forward_pass`` / ``latest_pass`` after ``sort`` (no parts: every edge the collectives'), some
+    edges' weights replaced as read (``(ids ascending, ns)``), in memory or on disk in chunks of ``chunk``:
+    the earliest and latest times of ``longest_path_py`` / ``latest_times_py`` over the kept edges copied
+    out with those weights; the path ``path_of`` walks back is the twin's, ``nodes_at`` inverts ``pos``."""
+    pos, _, src, dst, w, _, _ = g
+    n = len(pos)
+    w = [x % 1000 for x in w]
+    over = sorted(data.draw(st.sets(st.integers(0, max(len(w) - 1, 0)), max_size=len(w))) if w else [])
+    new = data.draw(st.lists(st.integers(0, 99), min_size=len(over), max_size=len(over)))
+    init = np.asarray(data.draw(st.lists(st.sampled_from([NEG, 0, 3]), min_size=n, max_size=n)), np.int64)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(je, "CHUNK_EDGES", chunk)
+        mp.setattr(je, "MEMORY_EDGES", memory)
+        f = EdgeFile()
+        try:
+            f.append(np.asarray(src, np.int32), np.asarray(dst, np.int32), np.asarray(w, np.int64))
+            f.sort(pos)
+            o = (np.asarray(over, np.int64), np.asarray(new, np.int64))
+            dist, pred, psrc = init.copy(), np.full(n, -1, np.int32), np.full(n, -1, np.int32)
+            f.forward_pass(dist, pred, psrc, o)
+            deadline = np.where(np.arange(n) == n - 1, 50, POS).astype(np.int64)
+            late = deadline.copy()
+            f.latest_pass(late, o)
+        finally:
+            f.close()
+    weight = list(w)
+    for e, x in zip(over, new):
+        weight[e] = x
+    kept = [e for e in range(len(w)) if pos[src[e]] < pos[dst[e]]]
+    ks = np.asarray([pos[src[e]] for e in kept], np.int64)
+    kd = np.asarray([pos[dst[e]] for e in kept], np.int64)
+    kw = np.asarray([weight[e] for e in kept], np.int64)
+    d2, p2, _ = longest_path_py(n, ks, kd, kw, init.copy())
+    assert dist.tolist() == d2.tolist()
+    assert late.tolist() == latest_times_py(n, ks, kd, kw, deadline).tolist()
+    for v in range(n):
+        want, x = [], v
+        while p2[x] >= 0:
+            want.append((kept[p2[x]], int(ks[p2[x]]), x))
+            x = int(ks[p2[x]])
+        assert path_of(pred, psrc, v) == want[::-1]
+    node = {int(pos[i]): i for i in range(n)}
+    some = data.draw(st.lists(st.integers(0, n - 1), max_size=n))
+    assert nodes_at(pos, some) == {p: node[p] for p in some}
