@@ -379,7 +379,8 @@ def barrier_edges(t, arrival, end, instance, first_node: int) -> dict:
     are first met.  Returns arrays: ``bar_t`` (per barrier, int64 ns), ``bar_inst`` (its instance,
     int64), ``m_bar`` (int64) / ``m_arr`` / ``m_end`` / ``m_inst`` (the inputs' types; the matched members
     grouped by barrier, each group in the order met), ``lead`` (bool: a group's first member), ``own``
-    (bool: a member that ended before its barrier, the last arrival).  Their edges: ``member_edges``."""
+    (bool: a member that ended before its barrier, the last arrival), ``m_w`` (int64 ns: its transfer, end -
+    last arrival, or end - its own arrival when ``own``).  Their edges: ``member_edges``."""
     m = instance >= 0
     ma, me, mi = arrival[m], end[m], instance[m]
     del m
@@ -400,28 +401,28 @@ def barrier_edges(t, arrival, end, instance, first_node: int) -> dict:
     np.maximum.at(last, bidx, t[ma])
     bar_inst = np.empty(nb, np.int64)
     bar_inst[rank] = uinst
+    w = last[bidx]
+    own = t[me] < w
+    w[own] = t[ma[own]]
+    np.subtract(t[me], w, out=w)
     return {"bar_t": last, "bar_inst": bar_inst, "m_bar": bidx, "m_arr": ma, "m_end": me, "m_inst": mi,
-            "lead": np.r_[True, bidx[1:] != bidx[:-1]] if len(bidx) else np.zeros(0, bool),
-            "own": t[me] < last[bidx]}
+            "lead": np.r_[True, bidx[1:] != bidx[:-1]] if len(bidx) else np.zeros(0, bool), "own": own, "m_w": w}
 
 
-def member_edges(t, c: dict, first_node: int, lo: int = 0, hi: int | None = None) -> tuple:
+def member_edges(c: dict, first_node: int, lo: int = 0, hi: int | None = None) -> tuple:
     """The edges of the members ``lo`` .. ``hi`` (None: the last) of ``barrier_edges``' ``c`` (its
-    ``bar_t``, ``m_bar``, ``m_arr``, ``m_end``, ``own`` read; node times ``t``, barriers numbered from
-    ``first_node``), two a member: a wait (arrival -> barrier, 0) and a transfer (barrier -> end, end - last
-    arrival; a member that ended before the last arrival keeps its own transfer, arrival -> end: a send that
-    did not wait for its receive).  Returns ``(src, dst, w, etype)``: node ids (int32 when every node id
-    fits, else int64), int64 ns, int8 ``Edge``.  A slice at a time: a job graph writes them to disk a chunk
-    at a time (the critical path's 1.3 M collective edges at 4,096 synthetic ranks: 22 MB as columns)."""
-    ma, me, bidx, own = (c[k][lo:hi] for k in ("m_arr", "m_end", "m_bar", "own"))
-    ids = np.int32 if first_node + len(c["bar_t"]) <= np.iinfo(np.int32).max else np.int64   # (half the memory)
+    ``m_bar``, ``m_arr``, ``m_end``, ``own``, ``m_w`` read; barriers numbered from ``first_node``), two a
+    member: a wait (arrival -> barrier, 0) and a transfer (barrier -> end, end - last arrival; a member that
+    ended before the last arrival keeps its own transfer, arrival -> end: a send that did not wait for its
+    receive).  Returns ``(src, dst, w, etype)``: node ids (int32 when ``first_node`` + the members fit,
+    else int64), int64 ns, int8 ``Edge``.  A slice at a time: a job graph writes them to disk a chunk at a
+    time (the critical path's 1.3 M collective edges at 4,096 synthetic ranks: 22 MB as columns)."""
+    ma, me, bidx, own, mw = (c[k][lo:hi] for k in ("m_arr", "m_end", "m_bar", "own", "m_w"))
+    top = first_node + len(c["m_bar"])                           # (a bound of the barriers' node ids)
+    ids = np.int32 if top <= np.iinfo(np.int32).max else np.int64    # (half the memory)
     src, dst, w = np.empty(2 * len(ma), ids), np.empty(2 * len(ma), ids), np.empty(2 * len(ma), np.int64)
     w[0::2] = 0
-    wt = w[1::2]                                                 # a transfer: end - last arrival, or
-    np.take(c["bar_t"], bidx, out=wt)                            # end - own arrival when it ended first
-    wt[own] = t[ma[own]]
-    np.subtract(t[me], wt, out=wt)
-    del wt
+    w[1::2] = mw
     src[0::2] = ma
     np.add(bidx, first_node, out=dst[0::2], casting="unsafe")   # (fits ``ids``: tested above)
     src[1::2] = dst[0::2]

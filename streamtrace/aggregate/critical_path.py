@@ -183,12 +183,12 @@ class JobGraph:
         types = [self.etype, np.full(len(au), TRANSFER, np.int8)]   # a time, before the node columns grow)
         del au, eu
         for lo in range(0, len(c["m_arr"]), CHUNK_EDGES // 2):
-            src, dst, w, etype = member_edges(self.t, c, self.n, lo, lo + CHUNK_EDGES // 2)
+            src, dst, w, etype = member_edges(c, self.n, lo, lo + CHUNK_EDGES // 2)
             self.edges.append(src, dst, w)
             types.append(etype)
             del src, dst, w
         self.etype = np.concatenate(types)
-        del types, c["own"]
+        del types, c["own"], c["m_w"]
         nb = len(c["bar_t"])
         self.b_node = self.n + np.arange(nb)
         self.b_p2p = np.isin(c.pop("bar_inst"), np.asarray(sorted(p2p), np.int64))
@@ -366,12 +366,14 @@ MATCH_ROWS = 1 << 18
 (``_build``): the keys' coding and sort held for a batch, not for a step's ~1.3 M anchors."""
 
 
-def _build(parts, members: PartMembers, p2p=frozenset(), texts: Texts | None = None, folder=None) -> JobGraph:
+def _build(parts, members: PartMembers, p2p=frozenset(), texts: Texts | None = None, folder=None,
+           last: bool = False) -> JobGraph:
     """One step's ``JobGraph`` from its parts' ``(part index, piece, step)`` (``_step_graphs``; the list,
     consumed: each part's graph read from its piece as it is added, let go once added) and the matched
     collectives (``PartMembers``, ``critical_members.p2p_instances``), matched a batch of parts at a time
     (``MATCH_ROWS``); ``texts``: the ``Texts`` the anchors' name and lane are coded into; ``folder``: where
-    its edges go (``JobGraph``'s)."""
+    its edges go (``JobGraph``'s); ``last``: the job's last step, ``members`` released once matched
+    (``PartMembers.release``)."""
     g = JobGraph(texts, folder)
     batch: list = []                                   # (part, arrivals, ends) of the parts not yet matched
     rows = 0
@@ -393,6 +395,8 @@ def _build(parts, members: PartMembers, p2p=frozenset(), texts: Texts | None = N
         if rows >= MATCH_ROWS or not parts:
             _match(g, batch, members)
             batch, rows = [], 0
+    if last:
+        members.release()
     trim()                                             # (the parts' edges, turned into node ids: freed)
     g.add_barriers(p2p)
     trim()                                             # (the build's temporaries)
@@ -438,10 +442,7 @@ def critical_paths(job, pieces: list, outdir, texts: Texts | None = None) -> Cri
     order = sorted(steps)
     with tempfile.TemporaryDirectory(prefix=".critical-park.", dir=outdir) as park:   # (the passes' unread columns)
         for i, (it, st) in enumerate(order):
-            g = _build(steps.pop((it, st)), members, p2p, texts, park)
-            if i == len(order) - 1:                        # the last step built: the members' keys let go
-                members = None                             # (20 MB at 4,096 synthetic ranks, under the solve)
-                trim()
+            g = _build(steps.pop((it, st)), members, p2p, texts, park, last=i == len(order) - 1)
             figures = collective_figures(g)                # (before the solve: not beside its times)
             trim()
             with parked(g, PARKED, park):

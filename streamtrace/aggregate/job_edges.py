@@ -29,8 +29,10 @@ RAW = np.dtype([("src", "<i4"), ("dst", "<i4"), ("w", "<i8")])
 SORTED = np.dtype([("id", "<i4"), ("u", "<i4"), ("v", "<i4"), ("part", "<i4"), ("w", "<i8")])
 """A kept edge in order of destination position: its id, source and destination positions, the part of a
 rank's own edge (-1: a collective's) and weight (ns)."""
-CHUNK_EDGES = 1 << 18
-"""Edges a pass reads or writes at once (6 MB of ``SORTED`` records)."""
+CHUNK_EDGES = 1 << 16
+"""Edges a pass reads or writes at once (1.5 MB of ``SORTED`` records, as much again as columns: a
+pass's temporaries beside its arrays by node; 2^18 held ~20 MB more at the replay's peak, 4,096
+synthetic ranks, for no measurable time)."""
 MEMORY_EDGES = 1 << 18
 """The most edges an ``EdgeFile`` holds in memory (6 MB of ``SORTED`` records); past it, on disk."""
 BUCKETS = 32
@@ -188,16 +190,16 @@ class EdgeFile:
         starts = range(0, self.n_kept, rows)
         starts = reversed(starts) if reverse else starts
         step = -1 if reverse else 1
-        if self._sorted is not None:
-            for i in starts:
+        for i in starts:
+            if self._sorted is not None:
                 rec = self._sorted[i:i + rows][::step]
-                yield tuple(np.ascontiguousarray(rec[c]) for c in SORTED.names)
-            return
-        with open(self.dir / "sorted", "rb") as f:
-            for i in starts:
-                f.seek(i * SORTED.itemsize)
-                rec = np.fromfile(f, SORTED, min(rows, self.n_kept - i))[::step]
-                yield tuple(np.ascontiguousarray(rec[c]) for c in SORTED.names)
+            else:
+                with open(self.dir / "sorted", "rb") as f:
+                    f.seek(i * SORTED.itemsize)
+                    rec = np.fromfile(f, SORTED, min(rows, self.n_kept - i))[::step]
+            cols = tuple(np.ascontiguousarray(rec[c]) for c in SORTED.names)
+            del rec                                     # (not held while the caller reads the columns)
+            yield cols
 
     def forward_pass(self, dist, pred, psrc, over=None, drop=None, extra=None):
         """``kernels.critical.longest_path_sorted`` over the kept edges' chunks (after ``sort``): ``dist``

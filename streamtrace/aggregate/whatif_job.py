@@ -134,7 +134,6 @@ class JobStep:
         self._collectives(members, len(self.t))         # (before the ranks' edges are read: not under its peak)
         if release_keys:
             members.key = members.facts().key
-        del self.corr, self.stream                        # (the build's only: 21 MB at 4,096 synthetic ranks)
         self.starts = np.flatnonzero(self.kind == Anchor.step_start)    # the solve reads the step starts'
         self.start_t = self.t[self.starts]               # times only: the times by node let go (11.8 MB at
         del self.t                                       # 4,096 synthetic ranks, 1.5 M nodes)
@@ -144,9 +143,7 @@ class JobStep:
             self.edges.append(self._gid(b["part"], b["src"], np.int32), self._gid(b["part"], b["dst"], np.int32),
                               b["w_ns"])
         nl = self.edges.n
-        self.edges.append(self.c_src, self.c_dst, self.c_w)
-        self.m_w = joined_ints(self.c_w[self.c_medge])  # each member's measured transfer (``members``, ``solve``)
-        del self.c_src, self.c_dst, self.c_w
+        self._collective_edges()
         self._local(nl, tuple(e[c] for c in LOCAL_COLUMNS[4:]))
         trim()                                          # (the tables' columns and the build's temporaries)
 
@@ -192,8 +189,6 @@ class JobStep:
         collectives'): their types, the members' edges, the positions (``pos0``, or Kahn's order when an
         edge runs against it) and the kept edges sorted; ``local``: the ranks' edges' ``host_ns``,
         ``gpu_ns``, ``top_category``, ``top_name``, ``top_ns`` columns."""
-        self.c_etype = self.c_typ                                 # the collective edges' types (``edge_type``:
-        del self.c_typ                                           # a local edge's is known, 3.8 MB at 4,096 ranks)
         self.m_edge = joined_ints(nl + self.c_medge)                # (int32 while the edges fit)
         del self.c_medge
         self.t_first = nl                                        # the first collective edge
@@ -207,37 +202,49 @@ class JobStep:
         self.edges.sort(self.pos, self.part, nl)
 
     def _collectives(self, members: Members, n: int):
-        """Barriers and transfers (module docstring): ``c_*`` edge arrays (indices from 0; the build
-        joins ``c_src`` / ``c_dst`` / ``c_w`` / ``c_typ`` after the ranks' edges and lets them go), the
-        members in ``m_*`` arrays (the unmatched transfers first, in arrival order, then the matched
-        members by barrier; ``barrier_edges``)."""
+        """Barriers and transfers (module docstring): the members in ``m_*`` arrays (the unmatched transfers
+        first, in arrival order, then the matched members by barrier; ``barrier_edges``), their edges'
+        types ``c_etype`` (indices from 0: ``_collective_edges`` writes the edges themselves after the
+        ranks', from ``_cm``, the members' columns held until then), the positions ``pos0``."""
         a, e, inst = self._matched(members.by_part())
-        trim()                                            # (the keys' temporaries)
+        del self.corr, self.stream                        # (the keys' only: 21 MB at 4,096 synthetic ranks, not
+        trim()                                            # held under the time order's sort; the keys' temporaries)
         un = inst < 0                                     # unmatched: its own transfer
         c = barrier_edges(self.t, a, e, inst, n)
-        c["src"], c["dst"], c["w"], c["etype"] = member_edges(self.t, c, n)
-        for k in ("m_bar", "m_end", "lead", "bar_inst", "own"):   # (not read here: let go before the joins
-            del c[k]                                      # below, and each array read is popped as joined: 51 MB
-        del inst                                          # of barrier arrays at 4,096 synthetic ranks)
+        for k in ("lead", "bar_inst"):                    # (not read here)
+            del c[k]
+        del inst
         au, eu = a[un], e[un]
         del a, e, un
-        nu, nb = len(au), len(c["bar_t"])
+        nu, nb, nm = len(au), len(c["bar_t"]), len(c["m_arr"])
         self.t = np.r_[self.t, c.pop("bar_t")]
         self.kind = np.concatenate([self.kind.astype(np.int8), np.full(nb, BARRIER, np.int8)])   # (-1 .. 3)
         self.part = np.concatenate([self.part, np.full(nb, -1, self.part.dtype)])
-        ids = c["src"].dtype                              # (int32 when the nodes fit)
-        src = np.concatenate([au, c.pop("src")], dtype=ids, casting="same_kind")
-        dst = np.concatenate([eu, c.pop("dst")], dtype=ids, casting="same_kind")
-        typ = np.r_[np.full(nu, TRANSFER, np.int8), c.pop("etype")]
-        self.c_src, self.c_dst = src, dst
-        self.c_w, self.c_typ = joined_ints(self.t[eu] - self.t[au], c.pop("w")), typ
-        self.c_medge = np.r_[np.arange(nu), nu + 2 * np.arange(len(c["m_arr"])) + 1]   # each member's transfer
+        self.c_etype = np.r_[np.full(nu, TRANSFER, np.int8), np.tile(np.asarray([WAIT, TRANSFER], np.int8), nm)]
+        self.c_medge = np.r_[np.arange(nu), nu + 2 * np.arange(nm) + 1]   # each member's transfer
+        self.m_w = joined_ints(self.t[eu] - self.t[au], c.pop("m_w"))     # its measured transfer (``solve``)
+        c["m_w"] = self.m_w[nu:]                                            # (the matched members')
         self.m_inst = joined_ints(np.full(nu, -1, np.int64), c.pop("m_inst"))     # (int32 while the ids fit)
-        self.m_part = self.part[np.r_[au, c.pop("m_arr")]]
+        self.m_part = self.part[np.r_[au, c["m_arr"]]]
         self._view = None
-        del c, au, eu
-        self._time_order(src, dst, typ)
+        for k in ("m_bar", "m_arr", "m_end"):            # (held until the edges are written: int32 while they fit)
+            c[k] = joined_ints(c[k])
+        au, eu = joined_ints(au), joined_ints(eu)
+        tsrc = np.r_[au, np.where(c["own"], c["m_arr"], n + c["m_bar"])]   # the transfers, for the time order
+        self._time_order(tsrc, np.r_[eu, c["m_end"]])
+        del tsrc
+        self._cm = (n, au, eu, c)
         trim()
+
+    def _collective_edges(self):
+        """The collectives' edges written after the ranks' (``edges``): the unmatched transfers, then each
+        matched member's wait and transfer (``member_edges``), a chunk of members at a time; ``_cm`` let go."""
+        n, au, eu, c = self._cm
+        del self._cm
+        self.edges.append(au, eu, self.m_w[:len(au)])
+        for lo in range(0, len(c["m_arr"]), CHUNK):
+            src, dst, w, _ = member_edges(c, n, lo, lo + CHUNK)
+            self.edges.append(src, dst, w)
 
     def _matched(self, members: PartMembers) -> tuple:
         """``critical_graph.matched_members`` of the step's arrivals and ends (every arrival, in node
@@ -261,19 +268,19 @@ class JobStep:
             return tuple(np.zeros(0, np.int64) for _ in range(3))
         return tuple(np.concatenate([o[i] for o in out]) for i in range(3))
 
-    def _time_order(self, src, dst, typ):
-        """Positions by time (an end after its barrier or its own arrival: the collective edges ``src``
-        -> ``dst`` of type ``typ``), then end < start < arrival < barrier < step end at equal times (as
-        the critical path's job graph): ``pos0``."""
+    def _time_order(self, src, dst):
+        """Positions by time (an end after its barrier or its own arrival: the transfers ``src`` -> ``dst``),
+        then end < start < arrival < barrier < step end at equal times (as the critical path's job graph):
+        ``pos0``."""
         key = self.t.copy()
         cls = tie_classes(self.kind)
-        m = typ == TRANSFER
-        e, b = dst[m], src[m]
-        hit = key[e] <= self.t[b]
-        key[e[hit]] = self.t[b[hit]]
-        cls[e[hit]] = 4
+        hit = key[dst] <= self.t[src]
+        e, b = dst[hit], src[hit]
+        del hit
+        key[e] = self.t[b]
+        cls[e] = 4
         order = np.lexsort((cls, key))                   # (stable: equal keys in node order)
-        del key, cls, m, e, b, hit
+        del key, cls, e, b
         self.pos0 = positions(order)
 
     def members(self, members: Members | None = None) -> TransferView:
