@@ -413,3 +413,32 @@ def test_a_graph_matched_a_batch_of_parts_at_a_time(anchors, members, size):
         g.match(block(arrivals), block(ends), (mk, mi))
     got = [tuple(np.concatenate([m[j] for m in g._matched] or [np.zeros(0)]).tolist()) for j in range(3)]
     assert list(zip(*got)) == _matched_by_dicts(arrivals, ends, members, True)
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9), st.integers(-1, 3)), max_size=25),
+       st.lists(st.integers(0, 30), min_size=10, max_size=10), st.integers(1, 6))
+def test_barrier_and_member_edges_follow_the_rule_in_any_slices(members, times, step):
+    """``barrier_edges`` then ``member_edges`` a slice of ``step`` members at a time (as the critical path
+    writes them): one barrier per instance (numbered in the order first met, at its last arrival), per
+    matched member in that order a wait (arrival -> barrier, 0) and a transfer (barrier -> end, end - last
+    arrival; arrival -> end, end - arrival, when it ended before the last arrival), as read plainly."""
+    from streamtrace.aggregate.critical_graph import barrier_edges, member_edges
+    t = np.asarray(times, np.int64)
+    arr, end, inst = (np.asarray([m[i] for m in members], np.int64) for i in range(3))
+    first = 100
+    c = barrier_edges(t, arr, end, inst, first)
+    got = [np.concatenate(x) if x else np.zeros(0) for x in
+           zip(*(member_edges(c, first, lo, lo + step) for lo in range(0, len(c["m_arr"]), step)))]
+    order = list(dict.fromkeys(i for i in inst.tolist() if i >= 0))          # instances in the order first met
+    last = {i: max(int(t[a]) for a, _, j in members if j == i) for i in order}
+    want = []
+    for b, i in enumerate(order):
+        for a, e, j in members:
+            if j != i:
+                continue
+            own = t[e] < last[i]
+            want += [(a, first + b, 0, Edge.wait),
+                     (a if own else first + b, e, int(t[e]) - (int(t[a]) if own else last[i]), Edge.transfer)]
+    assert c["bar_t"].tolist() == [last[i] for i in order] and c["bar_inst"].tolist() == order
+    assert list(zip(*(x.tolist() for x in got))) == want if want else all(len(x) == 0 for x in got)
