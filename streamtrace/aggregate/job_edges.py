@@ -35,6 +35,7 @@ pass's temporaries beside its arrays by node; 2^18 held ~20 MB more at the repla
 synthetic ranks, for no measurable time)."""
 MEMORY_EDGES = 1 << 18
 """The most edges an ``EdgeFile`` holds in memory (6 MB of ``SORTED`` records); past it, on disk."""
+_MAX_ID = int(np.iinfo(np.int32).max)
 BUCKETS = 32
 """Buckets of destination positions ``sort`` distributes the kept edges into, each sorted in memory
 (a 32nd of a 4,096-rank step's edges: ~3.8 MB)."""
@@ -65,7 +66,8 @@ class EdgeFile:
         self._held = None
 
     def append(self, src, dst, w):
-        """Append edges ``src -> dst`` (node ids, < 2^31) of weights ``w`` (ns), numbered on from ``n``; written
+        """Append edges ``src -> dst`` (node ids, < 2^31; ValueError past it, or past 2^31 - 1 edges: the
+        records' ids are int32) of weights ``w`` (ns), numbered on from ``n``; written
         ``CHUNK_EDGES`` at a time (the records of a chunk held, not of all: the collectives' 1.3 M edges at
         4,096 synthetic ranks were 21 MB)."""
         for i in range(0, len(w), CHUNK_EDGES):
@@ -73,6 +75,8 @@ class EdgeFile:
             self._append(src[j], dst[j], w[j])
 
     def _append(self, src, dst, w):
+        if self.n + len(w) > _MAX_ID or (len(w) and max(int(np.max(src)), int(np.max(dst))) > _MAX_ID):
+            raise ValueError("a job graph of more than 2^31 - 1 edges or nodes")   # (its int32 ids)
         rec = np.empty(len(w), RAW)
         rec["src"], rec["dst"], rec["w"] = src, dst, w
         self.n += len(rec)

@@ -123,3 +123,19 @@ def test_the_passes_equal_the_twins_over_the_kept_edges(g, chunk, memory, data):
     node = {int(pos[i]): i for i in range(n)}
     some = data.draw(st.lists(st.integers(0, n - 1), max_size=n))
     assert nodes_at(pos, some) == {p: node[p] for p in some}
+
+
+def test_ids_past_31_bits_are_refused():
+    """Node ids or edge counts the int32 records cannot hold are an error, not ids wrapped round."""
+    f = EdgeFile()
+    try:
+        with pytest.raises(ValueError):
+            f.append(np.asarray([0]), np.asarray([2 ** 31]), np.asarray([1]))
+        f.n = 2 ** 31 - 1                                # (as if that many were appended)
+        with pytest.raises(ValueError):
+            f.append(np.asarray([0]), np.asarray([1]), np.asarray([1]))
+        f.n = 0
+        f.append(np.asarray([0]), np.asarray([2 ** 31 - 1]), np.asarray([1]))
+        assert f.load()[1].tolist() == [2 ** 31 - 1]
+    finally:
+        f.close()
