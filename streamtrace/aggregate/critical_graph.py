@@ -409,17 +409,27 @@ def barrier_edges(t, arrival, end, instance, first_node: int) -> dict:
             "lead": np.r_[True, bidx[1:] != bidx[:-1]] if len(bidx) else np.zeros(0, bool), "own": own, "m_w": w}
 
 
-def member_edges(c: dict, first_node: int, lo: int = 0, hi: int | None = None) -> tuple:
-    """The edges of the members ``lo`` .. ``hi`` (None: the last) of ``barrier_edges``' ``c`` (its
-    ``m_bar``, ``m_arr``, ``m_end``, ``own``, ``m_w`` read; barriers numbered from ``first_node``), two a
-    member: a wait (arrival -> barrier, 0) and a transfer (barrier -> end, end - last arrival; a member that
-    ended before the last arrival keeps its own transfer, arrival -> end: a send that did not wait for its
-    receive).  Returns ``(src, dst, w, etype)``: node ids (int32 when ``first_node`` + the members fit,
-    else int64), int64 ns, int8 ``Edge``.  A slice at a time: a job graph writes them to disk a chunk at a
-    time (the critical path's 1.3 M collective edges at 4,096 synthetic ranks: 22 MB as columns)."""
-    ma, me, bidx, own, mw = (c[k][lo:hi] for k in ("m_arr", "m_end", "m_bar", "own", "m_w"))
+def member_edges(c: dict, first_node: int, rows: int):
+    """The edges of ``barrier_edges``' members ``c`` (its ``m_bar``, ``m_arr``, ``m_end``, ``own``, ``m_w``
+    read; barriers numbered from ``first_node``), two a member, in the members' order: a wait (arrival ->
+    barrier, 0) and a transfer (barrier -> end, end - last arrival; a member that ended before the last
+    arrival keeps its own transfer, arrival -> end: a send that did not wait for its receive); their types
+    are ``member_types``.  Yields ``(src, dst, w)`` of ``rows`` members at a time: node ids (int32 when
+    ``first_node`` + the members fit, else int64), int64 ns.  A job graph writes them to disk as made (the
+    critical path's 1.3 M collective edges at 4,096 synthetic ranks: 22 MB as columns)."""
     top = first_node + len(c["m_bar"])                           # (a bound of the barriers' node ids)
     ids = np.int32 if top <= np.iinfo(np.int32).max else np.int64    # (half the memory)
+    for lo in range(0, len(c["m_arr"]), rows):
+        yield _member_edges(c, first_node, slice(lo, lo + rows), ids)
+
+
+def member_types(n: int) -> np.ndarray:
+    """The types (int8 ``Edge``) of ``n`` members' edges as ``member_edges`` makes them: wait, transfer."""
+    return np.tile(np.asarray([WAIT_EDGE, TRANSFER_EDGE], np.int8), n)
+
+
+def _member_edges(c: dict, first_node: int, j: slice, ids) -> tuple:
+    ma, me, bidx, own, mw = (c[k][j] for k in ("m_arr", "m_end", "m_bar", "own", "m_w"))
     src, dst, w = np.empty(2 * len(ma), ids), np.empty(2 * len(ma), ids), np.empty(2 * len(ma), np.int64)
     w[0::2] = 0
     w[1::2] = mw
@@ -428,4 +438,4 @@ def member_edges(c: dict, first_node: int, lo: int = 0, hi: int | None = None) -
     src[1::2] = dst[0::2]
     src[1::2][own] = ma[own]
     dst[1::2] = me
-    return src, dst, w, np.tile(np.asarray([WAIT_EDGE, TRANSFER_EDGE], np.int8), len(ma))
+    return src, dst, w

@@ -63,7 +63,7 @@ from ..events.dataset import write_table
 from ..kernels.critical import NEG, POS
 from ..runtime.tuning import parked, trim
 from .critical_graph import (BARRIER, CATEGORIES, Anchor, Category, Edge, Texts, barrier_edges, joined_ints,
-                             matched_members, member_edges, narrow, positions, tie_classes)
+                             matched_members, member_edges, member_types, narrow, positions, tie_classes)
 from .folder import (CRITICAL_PATH, CRITICAL_PATH_COLUMNS, CRITICAL_PATH_RANKS,
                      CRITICAL_PATH_RANKS_COLUMNS as RANK_COLUMNS, CRITICAL_PATH_SUMMARY,
                      CRITICAL_PATH_SUMMARY_COLUMNS as SUMMARY_COLUMNS)
@@ -180,15 +180,12 @@ class JobGraph:
         del a, e, un                                     # ranks' 650 k members)
         trim()
         self.edges.append(au, eu, self.t[eu] - self.t[au])          # (the edges first, a chunk of members at
-        types = [self.etype, np.full(len(au), TRANSFER, np.int8)]   # a time, before the node columns grow)
+        self.etype = np.r_[self.etype, np.full(len(au), TRANSFER, np.int8),   # a time, before the node columns
+                           member_types(len(c["m_arr"]))]                       # grow)
         del au, eu
-        for lo in range(0, len(c["m_arr"]), CHUNK_EDGES // 2):
-            src, dst, w, etype = member_edges(c, self.n, lo, lo + CHUNK_EDGES // 2)
+        for src, dst, w in member_edges(c, self.n, CHUNK_EDGES // 2):
             self.edges.append(src, dst, w)
-            types.append(etype)
-            del src, dst, w
-        self.etype = np.concatenate(types)
-        del types, c["own"], c["m_w"]
+        del c["own"], c["m_w"]
         nb = len(c["bar_t"])
         self.b_node = self.n + np.arange(nb)
         self.b_p2p = np.isin(c.pop("bar_inst"), np.asarray(sorted(p2p), np.int64))

@@ -194,16 +194,20 @@ class EdgeFile:
         starts = range(0, self.n_kept, rows)
         starts = reversed(starts) if reverse else starts
         step = -1 if reverse else 1
-        for i in starts:
-            if self._sorted is not None:
-                rec = self._sorted[i:i + rows][::step]
-            else:
-                with open(self.dir / "sorted", "rb") as f:
+        f = None if self._sorted is not None else open(self.dir / "sorted", "rb")
+        try:
+            for i in starts:
+                if f is None:
+                    rec = self._sorted[i:i + rows][::step]
+                else:
                     f.seek(i * SORTED.itemsize)
                     rec = np.fromfile(f, SORTED, min(rows, self.n_kept - i))[::step]
-            cols = tuple(np.ascontiguousarray(rec[c]) for c in SORTED.names)
-            del rec                                     # (not held while the caller reads the columns)
-            yield cols
+                cols = tuple(np.ascontiguousarray(rec[c]) for c in SORTED.names)
+                del rec                                 # (not held while the caller reads the columns)
+                yield cols
+        finally:
+            if f is not None:
+                f.close()
 
     def forward_pass(self, dist, pred, psrc, over=None, drop=None, extra=None):
         """``kernels.critical.longest_path_sorted`` over the kept edges' chunks (after ``sort``): ``dist``

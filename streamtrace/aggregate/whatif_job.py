@@ -21,9 +21,9 @@ import numpy as np
 from ..kernels.critical import NEG
 from ..runtime.tuning import trim
 from .critical_graph import (BARRIER, Anchor, Edge, barrier_edges, joined_ints, matched_members, member_edges,
-                             positions, tie_classes)
+                             member_types, positions, tie_classes)
 from .critical_members import PartMembers
-from .job_edges import EdgeFile, nodes_at, path_of
+from .job_edges import CHUNK_EDGES, EdgeFile, nodes_at, path_of
 from .whatif_members import Members, TransferView
 
 LOCAL, WAIT, TRANSFER = Edge.local, Edge.wait, Edge.transfer
@@ -220,7 +220,7 @@ class JobStep:
         self.t = np.r_[self.t, c.pop("bar_t")]
         self.kind = np.concatenate([self.kind.astype(np.int8), np.full(nb, BARRIER, np.int8)])   # (-1 .. 3)
         self.part = np.concatenate([self.part, np.full(nb, -1, self.part.dtype)])
-        self.c_etype = np.r_[np.full(nu, TRANSFER, np.int8), np.tile(np.asarray([WAIT, TRANSFER], np.int8), nm)]
+        self.c_etype = np.r_[np.full(nu, TRANSFER, np.int8), member_types(nm)]
         self.c_medge = np.r_[np.arange(nu), nu + 2 * np.arange(nm) + 1]   # each member's transfer
         self.m_w = joined_ints(self.t[eu] - self.t[au], c.pop("m_w"))     # its measured transfer (``solve``)
         c["m_w"] = self.m_w[nu:]                                            # (the matched members')
@@ -242,8 +242,7 @@ class JobStep:
         n, au, eu, c = self._cm
         del self._cm
         self.edges.append(au, eu, self.m_w[:len(au)])
-        for lo in range(0, len(c["m_arr"]), CHUNK):
-            src, dst, w, _ = member_edges(c, n, lo, lo + CHUNK)
+        for src, dst, w in member_edges(c, n, CHUNK_EDGES // 2):
             self.edges.append(src, dst, w)
 
     def _matched(self, members: PartMembers) -> tuple:

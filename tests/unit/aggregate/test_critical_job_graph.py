@@ -423,13 +423,13 @@ def test_barrier_and_member_edges_follow_the_rule_in_any_slices(members, times, 
     writes them): one barrier per instance (numbered in the order first met, at its last arrival), per
     matched member in that order a wait (arrival -> barrier, 0) and a transfer (barrier -> end, end - last
     arrival; arrival -> end, end - arrival, when it ended before the last arrival), as read plainly."""
-    from streamtrace.aggregate.critical_graph import barrier_edges, member_edges
+    from streamtrace.aggregate.critical_graph import barrier_edges, member_edges, member_types
     t = np.asarray(times, np.int64)
     arr, end, inst = (np.asarray([m[i] for m in members], np.int64) for i in range(3))
     first = 100
     c = barrier_edges(t, arr, end, inst, first)
-    got = [np.concatenate(x) if x else np.zeros(0) for x in
-           zip(*(member_edges(c, first, lo, lo + step) for lo in range(0, len(c["m_arr"]), step)))]
+    got = [np.concatenate(x) if x else np.zeros(0) for x in zip(*member_edges(c, first, step))]
+    got.append(member_types(len(c["m_arr"])))
     order = list(dict.fromkeys(i for i in inst.tolist() if i >= 0))          # instances in the order first met
     last = {i: max(int(t[a]) for a, _, j in members if j == i) for i in order}
     want = []
