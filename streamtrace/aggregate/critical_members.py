@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..events.dataset import read_arrow
-from .critical_graph import joined_ints
+from .critical_graph import joined_ints, narrow
 from .folder import COLLECTIVES_RANKS, columns, table_path
 
 P2P = ("send", "recv", "sendrecv")
@@ -39,12 +39,17 @@ class PartMembers:
         p = table_path(outdir, COLLECTIVES_RANKS)
         if not p.is_file():
             return cls(*(np.zeros(0, np.int64) for _ in range(4)))
-        t = read_arrow(p, columns(COLLECTIVES_RANKS, "instance", "part", "correlation", "stream"))
-        inst, part, corr, stream = (t[c].to_numpy().astype(np.int64) for c in ("instance", "part", "correlation",
-                                                                                 "stream"))
-        del t
-        keep = np.bincount(inst)[inst] >= 2 if len(inst) else np.zeros(0, bool)
-        return cls(part[keep], corr[keep], stream[keep], inst[keep])
+        keep = None
+        cols = []
+        for c in columns(COLLECTIVES_RANKS, "instance", "part", "correlation", "stream"):   # (a column at a time,
+            x = read_arrow(p, [c])[c].to_numpy()                                          # narrowed as read: the
+            if keep is None:                                                              # four as int64 and
+                keep = np.bincount(x)[x] >= 2 if len(x) else np.zeros(0, bool)            # their copies were 64 MB
+            cols.append(narrow(np.asarray(x[keep], np.int64)))                            # at 4,096 synthetic ranks)
+            del x
+        inst, part, corr, stream = cols
+        del cols
+        return cls(part, corr, stream, inst)
 
     def __len__(self) -> int:
         return len(self.part)
