@@ -517,7 +517,8 @@ def busbw_chart(data):
     ok = c["complete"] & np.isfinite(c["busbw_gbps"]) & (c["msg_bytes"] > 0) & (c["n_ranks"] >= 2)
     if not ok.any():
         return None                 # one-rank "instances" measure no bandwidth between ranks
-    fig, ax = plt.subplots(figsize=(9, 5))
+    fig, ax = plt.subplots(figsize=(11, 5))
+    margins(fig, right=2.3)                         # (room for the legend beside the axes: no second draw)
     markers = {"TP": "o", "DP": "s", "PP": "^", "CP": "D", "EP": "v"}
     for coll, dim in sorted(set(zip(c["collective"][ok].tolist(), c["parallel_dim"][ok].tolist()))):
         m = ok & (c["collective"] == coll) & (c["parallel_dim"] == dim)
