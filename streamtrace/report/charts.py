@@ -33,7 +33,7 @@ from ..runtime.files import atomic_output
 from .axes import bytes_axis, count_ticks, log_ticks, patch_legend, time_scale
 from .escape import chart_text
 from .pipeline import stage_bubbles
-from .skew import heat_image
+from .skew import draw_bands, heat_image
 from .units import fmt_time
 
 PX_WIDTH = 1400          # drawing width in pixels at DPI (figure 14 in x 100 dpi)
@@ -535,9 +535,8 @@ def busbw_chart(data):
     ax.set_ylabel("bus bandwidth (GB/s, GB = 1e9 B)")
     ax.set_title("collectives: bus bandwidth by type and message size", fontsize=10)
     ax.grid(alpha=0.3, which="both")
-    # beside the axes: no point hidden under it, and no "best" place searched over every point
-    # (matplotlib's search holds ~10 float64 copies of the points: ~30 MB at 160 k instances)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)   # (over no point; "best"
+    #                                                   searched over 160 k points held ~30 MB of copies of them)
     return fig
 
 
@@ -546,8 +545,7 @@ def skew_heatmap(heat, kind):
     together: no figure), on its own colour scale
     (0 to the 99th percentile of its delays): rank x instance (time order) of the arrival delay, at most
     ``MAX_COLUMNS`` columns and ``MAX_ROWS`` rows (max per bin), blank where the rank is not a member;
-    drawn as the image ``skew.heat_image`` colours (a float grid's colour mapping by matplotlib: ~100-230 MB), in
-    bands of ``HEAT_BAND_ROWS`` rows (``_bands``)."""
+    drawn as the image ``skew.heat_image`` colours, in bands of rows (``skew.draw_bands``)."""
     plt = pyplot()
     if heat is None:
         return None                 # every rank arrived together: nothing to see
@@ -556,7 +554,7 @@ def skew_heatmap(heat, kind):
     rgba, mapped = heat_image(heat.grid, 1e3 / div, heat.vmax_ns / div, "magma_r")
     fig, ax = plt.subplots(figsize=(14, max(3.0, 1.5 + min(0.16 * len(first), 12))))   # room for the colour bar's label
     margins(fig, left=0.8, bottom=0.55, top=0.35)
-    _bands(ax, rgba)
+    draw_bands(ax, rgba)
     _thin_ticks(ax, [str(int(r)) for r in first], np.arange(len(first)), max_labels=40)
     count_ticks(ax.xaxis, rgba.shape[1], per=per)
     ax.set_ylabel("rank" + (f" ({per_row:,} per row, max shown)" if per_row > 1 else ""))
@@ -565,23 +563,6 @@ def skew_heatmap(heat, kind):
     fig.colorbar(mapped, ax=ax).set_label(f"arrival after the first rank ({unit})", fontsize=9)
     ax.set_title(f"{kind} skew: how late each rank arrives", fontsize=10)
     return fig
-
-
-HEAT_BAND_ROWS = 128     # rows of a heat map's image matplotlib resamples at a time
-
-
-def _bands(ax, rgba):
-    """Draw ``rgba`` (uint8[rows, columns, 4]) as ``imshow(rgba, aspect="auto", interpolation="nearest")``
-    would, as images of ``HEAT_BAND_ROWS`` rows each: matplotlib resamples an image to its size on the
-    canvas in float32 RGBA plus two temporaries of that size (~70 MB for a 1,024-row map on a 14 x 12 in
-    canvas at 100 dpi); a band's share is an eighth of that.  The bands' edges fall on pixel borders
-    (matplotlib rounds an image's box to them), where the whole image's nearest-pixel sampling puts them."""
-    rows, cols = rgba.shape[:2]
-    for r0 in range(0, rows, HEAT_BAND_ROWS):
-        r1 = min(rows, r0 + HEAT_BAND_ROWS)
-        ax.imshow(rgba[r0:r1], aspect="auto", interpolation="nearest", extent=(-0.5, cols - 0.5, r1 - 0.5, r0 - 0.5))
-    ax.set_xlim(-0.5, cols - 0.5)
-    ax.set_ylim(rows - 0.5, -0.5)
 
 
 def p2p_chart(rows):

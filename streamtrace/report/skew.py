@@ -148,6 +148,24 @@ def heat_image(grid, scale: float, vmax: float, cmap: str) -> tuple:
     return mapped.to_rgba(np.ma.masked_invalid(grid * scale), bytes=True), mapped
 
 
+HEAT_BAND_ROWS = 128     # rows of a heat map's image matplotlib resamples at a time
+
+
+def draw_bands(ax, rgba):
+    """Draw ``rgba`` (uint8[rows, columns, 4]) as ``imshow(rgba, aspect="auto", interpolation="nearest")``
+    would, as images of ``HEAT_BAND_ROWS`` rows each: matplotlib resamples an image to its size on the
+    canvas in float32 RGBA plus two temporaries of that size (~70 MB for a 1,024-row map on a 14 x 12 in
+    canvas at 100 dpi); a band's share is an eighth of that.  The bands' edges fall on pixel borders
+    (matplotlib rounds an image's box to them), where the whole image's nearest-pixel sampling puts them but for
+    rounding (4,096 synthetic ranks' three maps: one pixel differs)."""
+    rows, cols = rgba.shape[:2]
+    for r0 in range(0, rows, HEAT_BAND_ROWS):
+        r1 = min(rows, r0 + HEAT_BAND_ROWS)
+        ax.imshow(rgba[r0:r1], aspect="auto", interpolation="nearest", extent=(-0.5, cols - 0.5, r1 - 0.5, r0 - 0.5))
+    ax.set_xlim(-0.5, cols - 0.5)
+    ax.set_ylim(rows - 0.5, -0.5)
+
+
 def skew_grid(c, m):
     """``(grid, ranks, per_column, n)``: arrival delay in us, shape (ranks, columns), NaN where the
     rank has no member in the column; instances in time order, ``per_column`` of them per column

@@ -14,7 +14,8 @@ from streamtrace.aggregate import AggregateOptions, aggregate
 from streamtrace.analyze import AnalyzeOptions, analyze
 from streamtrace.events.dataset import read_table
 from streamtrace.report.charts import PX_WIDTH, _fits, merge_close
-from streamtrace.report.skew import MAX_COLUMNS, MAX_ROWS, HeatGrid, SkewGrids, kind_grids, row_bins, skew_grid
+from streamtrace.report.skew import (HEAT_BAND_ROWS, MAX_COLUMNS, MAX_ROWS, HeatGrid, SkewGrids, kind_grids, row_bins,
+                                     skew_grid)
 from streamtrace.report.render import COLLECTIVE_COLUMNS, ChartOptions, load, render_all
 from streamtrace.synth.job import SynthSpec, generate_job
 
@@ -172,9 +173,9 @@ def test_a_lone_late_rank_of_4096_is_drawn(late):
 
 
 def test_heat_map_colours_are_matplotlibs_own_mapping():
-    """The colours made at the grid's size and drawn as images of ``HEAT_BAND_ROWS`` rows give the pixels
-    matplotlib's own colour mapping of the whole float grid gives (one ``imshow`` with the colour map, NaN
-    blank)."""
+    """The colours made at the grid's size and drawn as images of ``HEAT_BAND_ROWS`` rows (``skew.draw_bands``)
+    give the pixels matplotlib's own colour mapping of the whole float grid gives (one ``imshow`` with the
+    colour map, NaN blank)."""
     from streamtrace.report import charts as C
     plt = C.pyplot()
     rng = np.random.default_rng(3)
@@ -184,7 +185,7 @@ def test_heat_map_colours_are_matplotlibs_own_mapping():
     fig.canvas.draw()
     got = np.asarray(fig.canvas.buffer_rgba()).copy()
     ax = fig.axes[0]
-    assert len(ax.images) == -(-300 // C.HEAT_BAND_ROWS) > 1
+    assert len(ax.images) == -(-300 // HEAT_BAND_ROWS) > 1
     for im in list(ax.images):
         im.remove()
     vmax = float(np.percentile(grid[np.isfinite(grid)], 99))
