@@ -39,16 +39,12 @@ class PartMembers:
         p = table_path(outdir, COLLECTIVES_RANKS)
         if not p.is_file():
             return cls(*(np.zeros(0, np.int64) for _ in range(4)))
-        keep = None
-        cols = []
-        for c in columns(COLLECTIVES_RANKS, "instance", "part", "correlation", "stream"):   # (a column at a time,
-            x = read_arrow(p, [c])[c].to_numpy()                                          # narrowed as read: the
-            if keep is None:                                                              # four as int64 and
-                keep = np.bincount(x)[x] >= 2 if len(x) else np.zeros(0, bool)            # their copies were 64 MB
-            cols.append(narrow(np.asarray(x[keep], np.int64)))                            # at 4,096 synthetic ranks)
-            del x
-        inst, part, corr, stream = cols
-        del cols
+        names = columns(COLLECTIVES_RANKS, "instance", "part", "correlation", "stream")
+        col = lambda c: read_arrow(p, [c])[c].to_numpy()  # noqa: E731  (a column at a time, narrowed as read:
+        inst = col(names[0])                               # the four as int64 and their copies were 64 MB at
+        keep = np.bincount(inst)[inst] >= 2 if len(inst) else np.zeros(0, bool)     # 4,096 synthetic ranks)
+        inst = narrow(inst[keep])
+        part, corr, stream = (narrow(col(c)[keep]) for c in names[1:])
         return cls(part, corr, stream, inst)
 
     def __len__(self) -> int:

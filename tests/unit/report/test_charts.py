@@ -246,7 +246,8 @@ def test_empty_inputs_give_no_figure():
 
 def test_bus_bandwidth_legend_hides_no_point():
     """Points everywhere on the axes (a corner the legend would pick as "best" holds some too): the
-    legend lies beside the axes, over none of the drawn points."""
+    legend lies beside the axes, over none of the drawn points, and on the canvas (what is drawn does not
+    reach its edge: ``save`` draws the chart once, not again on a grown canvas)."""
     from streamtrace.report import charts as C
     rng = np.random.default_rng(5)
     n = 4000
@@ -255,7 +256,9 @@ def test_bus_bandwidth_legend_hides_no_point():
             "collective": np.asarray(["AllReduce", "AllGather"] * (n // 2), object),
             "parallel_dim": np.asarray(["TP", "DP"] * (n // 2), object)}
     fig = C.busbw_chart({"collectives": coll})
+    fig.set_dpi(C.DPI)
     fig.canvas.draw()
+    assert C._drawn_box(fig) is not None
     ax = fig.axes[0]
     legend = ax.get_legend().get_window_extent()
     xy = ax.transData.transform(np.c_[coll["msg_bytes"], coll["busbw_gbps"]])
