@@ -61,7 +61,7 @@ import pyarrow as pa
 
 from ..events.dataset import write_table
 from ..kernels.critical import NEG, POS
-from ..runtime.tuning import parked, trim
+from ..runtime.tuning import Parking, trim
 from .critical_graph import (BARRIER, CATEGORIES, Anchor, Category, Edge, Texts, barrier_edges, joined_ints,
                              matched_members, member_edges, member_types, narrow, positions, tie_classes)
 from .folder import (CRITICAL_PATH, CRITICAL_PATH_COLUMNS, CRITICAL_PATH_RANKS,
@@ -320,10 +320,11 @@ PARKED = ("part", "local", "name", "lane", "corr", "m_bar", "m_arr", "m_end", "b
 run (``critical_paths``; ``runtime.tuning.parked``)."""
 
 
-def _parked_path(g: JobGraph, w, base: Solved, folder) -> Solved | None:
-    """``solve_path`` with ``PARKED`` in ``folder`` while it runs."""
-    with parked(g, PARKED, folder):
-        return solve_path(g, w, base)
+def _parked_path(g: JobGraph, w, base: Solved, lot: Parking) -> Solved | None:
+    """``solve_path`` with ``PARKED`` parked in ``lot`` (``runtime.tuning.Parking`` of ``g``) while it runs
+    (left parked after it: the lot's owner brings them back)."""
+    lot.only(PARKED)
+    return solve_path(g, w, base)
 
 
 def solve_path(g: JobGraph, w, base: Solved) -> Solved | None:
@@ -442,23 +443,25 @@ def critical_paths(job, pieces: list, outdir, texts: Texts | None = None) -> Cri
             g = _build(steps.pop((it, st)), members, p2p, texts, park, last=i == len(order) - 1)
             figures = collective_figures(g)                # (before the solve: not beside its times)
             trim()
-            with parked(g, PARKED, park):
+            with Parking(g, park) as lot:                 # (every column back when the step's passes end)
+                lot.only(PARKED)
                 solved = solve_step(g)
-            if solved is None:
-                continue
-            stats["dropped_edges"] += solved.dropped
-            segs = segments(g, solved, spills, rank_of, cache)
+                if solved is None:
+                    continue
+                stats["dropped_edges"] += solved.dropped
+                with lot.peek():                           # (the path's few values: not the columns read back
+                    segs = segments(g, solved, spills, rank_of, cache)      # beside the solve's times)
+                lot.only(RANK_PARKED)                      # (two columns back, the edges' types out)
+                per_rank = rank_rows(it, st, g, solved, segs, rank_of, figures)
+                solved.dist = solved.late = None           # (read: what bounds next needs the order alone)
+                trim()                                     # (the per-rank sums' temporaries)
+                summ_rows += summary_rows(it, st, g, solved, segs, rank_of, per_rank,
+                                          partial(_parked_path, base=solved, lot=lot), lot)
             warnings += _check_sum(it, st, segs)
             n = len(segs["w"])
             seg_cols.append({"iteration": np.full(n, it, np.int64), "step": np.full(n, st, np.int64),
                              "order": np.arange(n, dtype=np.int64)} | segs)
-            with parked(g, RANK_PARKED, park):            # (beside the solve's earliest and latest times)
-                per_rank = rank_rows(it, st, g, solved, segs, rank_of, figures)
-            solved.dist = solved.late = None               # (read: what bounds next needs the order alone)
-            trim()                                         # (the per-rank sums' temporaries)
             ranks += per_rank
-            summ_rows += summary_rows(it, st, g, solved, segs, rank_of, per_rank,
-                                      partial(_parked_path, base=solved, folder=park), park)
             g.edges.close()
     trim()                                             # the step graphs' arrays, freed
     stats["paths_not_summing"] = len(warnings)

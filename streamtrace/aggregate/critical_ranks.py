@@ -38,12 +38,14 @@ the path; -1 / False where a column does not apply).
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..kernels.sentinels import NEG, POS
-from ..runtime.tuning import parked, trim
+from ..runtime.tuning import trim
 from .critical_graph import CATEGORIES, Anchor, Category, Edge
 from .folder import CRITICAL_PATH_RANKS_COLUMNS, CRITICAL_PATH_SUMMARY_COLUMNS, NEXT_MIN_GAIN
 
@@ -184,13 +186,15 @@ def rank_rows(it, st, g, solved, segs, rank_of, figures=None) -> list:
     return rows
 
 
-def summary_rows(it, st, g, solved, segs, rank_of, ranks, solve, folder=None) -> list:
+def summary_rows(it, st, g, solved, segs, rank_of, ranks, solve, lot=None) -> list:
     """The summary rows of one step (module docstring); ``ranks``: ``rank_rows``' rows;
     ``solve(g, w)``: a ``Solved`` with the path of the weights ``w`` (``(ids, ns)`` of the edges whose
     weight changes: ``solve_step``, or
     ``critical_path.solve_path`` over the first solve's order; for what bounds next); ``segs``: as
-    ``rank_rows``' (``rank``, ``w``, ``cat`` (int8 ``Category`` codes), ``name`` read); ``folder``: where
-    the graph's columns ``capped_edges`` does not read wait while it runs (``CAPPED_PARKED``; None: held)."""
+    ``rank_rows``' (``rank``, ``w``, ``cat`` (int8 ``Category`` codes), ``name`` read); ``lot``: a
+    ``runtime.tuning.Parking`` of ``g`` in which the graph's columns ``capped_edges`` does not read wait
+    while it runs (``CAPPED_PARKED``; None: held), the columns ``solve`` parks lent to the re-solved path's
+    sums as memory maps (``Parking.peek``); what is parked when it returns, the lot's owner brings back."""
     path_ns = int(segs["w"].sum())
     t, kind = g.t, g.kind
     span = int(t[kind == Anchor.step_end].max() - t[kind == Anchor.step_start].min()) \
@@ -212,7 +216,7 @@ def summary_rows(it, st, g, solved, segs, rank_of, ranks, solve, folder=None) ->
     for r in ranks:
         rows.append(base | {"what": "slack", "key": str(r["rank"]), "rank": r["rank"], "ns": r["slack_ns"],
                             "min_ns": r["wait_ns"], "pct": pct(r["path_ns"]), "on_path": r["on_path"]})
-    return rows + _next_rows(base, g, rank_of, ranks, solve, folder)
+    return rows + _next_rows(base, g, rank_of, ranks, solve, lot)
 
 
 RANK_PARKED = ("etype", "local", "name", "corr", "m_bar", "m_arr", "m_end", "b_node", "b_p2p")
@@ -223,26 +227,25 @@ phase 269 -> 221 MB)."""
 
 CAPPED_PARKED = ("t", "local", "name", "lane", "corr", "b_node", "b_p2p")
 """The ``JobGraph`` columns ``capped_edges`` reads none of: on disk while it sorts the peers' stretches
-(``summary_rows``' ``folder``; 4,096 synthetic ranks: the critical path's process peaked there, 277 MB)."""
+(``summary_rows``' ``lot``; 4,096 synthetic ranks: the critical path's process peaked there, 277 MB)."""
 
 
-def _next_rows(base, g, rank_of, ranks, solve, folder=None) -> list:
+def _next_rows(base, g, rank_of, ranks, solve, lot=None) -> list:
     """What bounds the step next (module docstring): rows ``what == "next"``, none when the top
     rank is no slower than its peers or has none."""
     if len(ranks) < 2:
         return []
     top = max(ranks, key=lambda r: r["path_ns"])
     part = {v: k for k, v in rank_of.items()}.get(top["rank"])
-    if folder is None:
-        capped = capped_edges(g, part)
-    else:
-        with parked(g, CAPPED_PARKED, folder):
-            capped = capped_edges(g, part)
+    if lot is not None:
+        lot.only(CAPPED_PARKED)
+    capped = capped_edges(g, part)
     if capped is None:
         return []
     trim()                                              # (the stretches' keys: before the solve's peak)
     solved = solve(g, capped)
-    acc = None if solved is None else _rank_time(g, solved)
+    with lot.peek() if lot is not None else nullcontext():     # (the path's few values)
+        acc = None if solved is None else _rank_time(g, solved)
     if acc is None:
         return []
     total = sum(acc.values())

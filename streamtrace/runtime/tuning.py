@@ -6,7 +6,7 @@ runs in, and why.
   collections;
 * ``tune_malloc`` -- undo the frozen mmap threshold dask's nanny leaves in its workers;
 * ``map_big_arrays`` -- large arrays mapped on their own, returned at once when freed (aggregate's job level);
-* ``parked`` -- an object's arrays on disk while a pass that does not read them runs;
+* ``parked``, ``Parking`` -- an object's arrays on disk while a pass that does not read them runs;
 * ``few_malloc_arenas`` -- the ``streamtrace`` command's threads share two glibc arenas, not one each;
 * ``skip_numba_blas``, ``use_system_allocator``, ``skip_pandas``, ``quiet_llvm_lock`` -- start-up settings
   of the ``streamtrace`` command's own process (not of a program importing streamtrace);
@@ -49,32 +49,77 @@ _FREEZING_ENV = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_"
 _MALLOC_TUNED = None
 
 
+class Parking:
+    """An object's numpy arrays on disk while passes that do not read them run (``parked`` for one pass):
+    ``only(names)`` parks the arrays ``getattr(obj, name)`` of ``names`` in ``folder`` (an existing folder;
+    one ``.npy`` file each; the attribute None) and brings back those parked that ``names`` leaves out; an
+    array parked in both sets stays on disk, not read back and written again.  ``peek`` lends parked arrays
+    as read-only memory maps of their files, for a pass that reads a few of their values.  Used as a
+    context manager: every parked array comes back when the block ends (also when it raises), the same
+    dtype, shape and values, and its file is removed; an attribute the block set to something other than
+    None keeps that value.  A name whose value is not an array is left as it is.
+
+    Why: aggregate's critical path parks the job graph's node and member columns while its passes run.
+    Read back between two passes whose parked sets differ by two columns, all ten came back beside the
+    solve's earliest and latest times (4,096 synthetic ranks: 39 MB, the process's heap high-water mark)."""
+
+    def __init__(self, obj, folder):
+        self.obj, self.folder = obj, Path(folder)
+        self.paths: dict = {}
+
+    def __enter__(self) -> "Parking":
+        return self
+
+    def __exit__(self, *exc):
+        self.only(())
+
+    def only(self, names) -> "Parking":
+        """Park the arrays of ``names`` (those not parked yet), bring back the parked ones not in ``names``.
+        Raises OSError when a file cannot be written (that array left in place; those parked before it
+        come back when the block ends)."""
+        import numpy as np
+        names = tuple(names)
+        for name in [k for k in self.paths if k not in names]:
+            path = self.paths.pop(name)
+            if getattr(self.obj, name) is None:
+                setattr(self.obj, name, np.load(path, allow_pickle=False))
+            path.unlink(missing_ok=True)
+        for name in names:
+            a = getattr(self.obj, name, None)
+            if name not in self.paths and isinstance(a, np.ndarray):
+                path = self.folder / f"{name}.npy"
+                np.save(path, a, allow_pickle=False)
+                self.paths[name] = path
+                setattr(self.obj, name, None)
+            del a
+        return self
+
+    @contextmanager
+    def peek(self):
+        """The parked arrays as read-only memory maps of their files while the block runs (only the pages
+        read come in, and they are the page cache's, not the process's heap), None again after it."""
+        import numpy as np
+        lent = [k for k in self.paths if getattr(self.obj, k) is None]
+        try:
+            for name in lent:
+                setattr(self.obj, name, np.load(self.paths[name], mmap_mode="r", allow_pickle=False))
+            yield self.obj
+        finally:
+            for name in lent:
+                setattr(self.obj, name, None)
+
+
 @contextmanager
 def parked(obj, names, folder):
-    """A context manager: the numpy arrays ``getattr(obj, name)`` of ``names`` written to ``folder`` (an
-    existing folder; one ``.npy`` file each) and let go (the attribute None) while the block runs, then
-    read back, the same dtype, shape and values, and their files removed (also when the block raises).
-    A name whose value is not an array is left as it is.  For a pass over a graph that reads none of its
-    other columns: they are not held beside the pass's temporaries (aggregate's critical path, 4,096
+    """A context manager: the numpy arrays ``getattr(obj, name)`` of ``names`` parked in ``folder`` while
+    the block runs (``Parking``: on disk, the attribute None; back after it, the same dtype, shape and
+    values, their files removed, also when the block raises).  For a pass over a graph that reads none of
+    its other columns: they are not held beside the pass's temporaries (aggregate's critical path, 4,096
     synthetic ranks: ~37 MB of its node and member columns off the solve's peak).  Raises OSError when
-    a file cannot be written (the arrays are then left in place)."""
-    import numpy as np
-    paths, a = {}, None
-    try:
-        for name in names:
-            a = getattr(obj, name, None)
-            if isinstance(a, np.ndarray):
-                paths[name] = Path(folder) / f"{name}.npy"
-                np.save(paths[name], a, allow_pickle=False)
-        for name in paths:
-            setattr(obj, name, None)
-        del a
+    a file cannot be written (the arrays parked before it come back)."""
+    with Parking(obj, folder) as lot:
+        lot.only(names)
         yield obj
-    finally:
-        for name, path in paths.items():
-            if getattr(obj, name) is None:
-                setattr(obj, name, np.load(path, allow_pickle=False))
-            path.unlink(missing_ok=True)
 
 
 def freeze_for_fork():

@@ -130,3 +130,36 @@ def test_parked_arrays_are_let_go_and_come_back_the_same(tmp_path):
             got = getattr(g, k)
             assert got.dtype == v.dtype and got.shape == v.shape and np.array_equal(got, v), k
         assert list(tmp_path.iterdir()) == []
+
+
+def test_parking_moves_between_sets_without_reading_back_what_stays(tmp_path):
+    """``Parking.only``: a second set parks what is new and brings back what it leaves out; an array in
+    both sets stays on disk (its file not written again); ``peek`` lends the parked arrays as read-only
+    maps equal to them, None again after; the block's end brings every array back as it was, and an
+    attribute the block set keeps that value; no file left."""
+    import types
+
+    import numpy as np
+
+    from streamtrace.runtime.tuning import Parking
+    g = types.SimpleNamespace(a=np.arange(7, dtype=np.int32), b=np.array([2**40, -3], np.int64),
+                              c=np.array([True, False, True]), d=np.zeros((2, 2), np.int8), label="x")
+    keep = {k: v.copy() for k, v in vars(g).items() if isinstance(v, np.ndarray)}
+    with Parking(g, tmp_path) as lot:
+        lot.only(("a", "b", "label"))
+        assert g.a is None and g.b is None and g.label == "x" and g.c is not None
+        stamp = (tmp_path / "b.npy").stat().st_mtime_ns, (tmp_path / "b.npy").stat().st_ino
+        lot.only(("b", "c"))
+        assert np.array_equal(g.a, keep["a"]) and g.a.dtype == np.int32
+        assert g.b is None and g.c is None
+        assert ((tmp_path / "b.npy").stat().st_mtime_ns, (tmp_path / "b.npy").stat().st_ino) == stamp
+        assert sorted(x.name for x in tmp_path.iterdir()) == ["b.npy", "c.npy"]
+        with lot.peek():
+            assert np.array_equal(g.b, keep["b"]) and np.array_equal(g.c, keep["c"])
+            assert not g.b.flags.writeable
+        assert g.b is None and g.c is None
+        g.c = np.array([7])                             # (set by the block: kept)
+    assert np.array_equal(g.c, [7])
+    for k in ("a", "b", "d"):
+        assert getattr(g, k).dtype == keep[k].dtype and np.array_equal(getattr(g, k), keep[k]), k
+    assert list(tmp_path.iterdir()) == []
