@@ -273,8 +273,8 @@ class Replayer:
         for key, g in self.graphs.items():
             if touched:
                 g = g.with_parts(touched, _only(touched_rows["edges"], key))
-            f = _transfer_factors(g, changes) if comm else None
-            out.append(self._row(key, changes, source, len(touched), g.solve(f)))
+            r = g.solve(_transfer_factors(g, changes) if comm else None)     # (the factors not held under the pass)
+            out.append(self._row(key, changes, source, len(touched), r))
         return out
 
     def replay_many(self, change_sets, source="asked") -> list:

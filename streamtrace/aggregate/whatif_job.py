@@ -303,21 +303,31 @@ class JobStep:
         of ``members`` (float[m]), or ``(index, factor)`` for those members of ``members`` whose factor
         is not 1 (``sparse_factors``), None: as measured.  The scaled transfers replace the measured ones
         as the edges are read (the edges on disk are not changed); the pass's temporaries are handed back
-        to the OS after it (``trim``)."""
-        if transfer_factor is not None and not isinstance(transfer_factor, tuple):
-            transfer_factor = sparse_factors(transfer_factor)
-        over = None
-        if transfer_factor is not None and len(transfer_factor[0]):
-            idx, factor = transfer_factor
-            sel = np.flatnonzero(self.m_inst >= 0)[np.asarray(idx, np.int64)]    # (only the members that change)
-            ids = np.asarray(self.m_edge[sel], np.int64)
-            scaled = np.rint(self.m_w[sel] * np.asarray(factor, float)).astype(np.int64)
-            o = np.argsort(ids, kind="stable")
-            over = ids[o], scaled[o]
-            del sel, ids, scaled, o
+        to the OS after it (``trim``).  A caller that passes the factors without holding them (``solve(f())``)
+        has them let go before the pass: only the scaled transfers are held under it."""
+        over = self._over(transfer_factor)
+        del transfer_factor
         out = self._solve(over)
         trim()
         return out
+
+    def _over(self, transfer_factor):
+        """``solve``'s factors as the weights that replace the members' measured transfers: ``(edge ids
+        ascending, ns int64)``, the ids as the members' edges ``m_edge`` are (int32 while they fit; every
+        member's at 4,096 synthetic ranks: 3.9 MB, where int64 ids and their sort were 7.8), None: none."""
+        if transfer_factor is not None and not isinstance(transfer_factor, tuple):
+            transfer_factor = sparse_factors(transfer_factor)
+        if transfer_factor is None or not len(transfer_factor[0]):
+            return None
+        idx, factor = transfer_factor
+        sel = np.flatnonzero(self.m_inst >= 0)[np.asarray(idx, np.int64)]    # (only the members that change)
+        ids = self.m_edge[sel]
+        scaled = np.rint(self.m_w[sel] * np.asarray(factor, float)).astype(np.int64)
+        del sel
+        if len(ids) > 1 and not (ids[1:] > ids[:-1]).all():          # (``m_edge`` ascends: so do these, unless
+            o = np.argsort(ids, kind="stable")                          # ``idx`` does not)
+            ids, scaled = ids[o], scaled[o]
+        return ids, scaled
 
     def _solve(self, over) -> Replay:
         n = len(self.kind)
@@ -326,6 +336,7 @@ class JobStep:
         dist[self.pos[starts]] = self.start_t
         pred, psrc = np.full(n, -1, np.int32), np.full(n, -1, np.int32)
         self._forward_pass(dist, pred, psrc, over)
+        del over
         ends = np.flatnonzero(self.kind == Anchor.step_end)
         de = dist[self.pos[ends]]                            # (by node: the step ends' only)
         ends, de = ends[de > NEG], de[de > NEG]
@@ -338,9 +349,12 @@ class JobStep:
             return Replay({}, start, 0, 0, {}, (-1, "", "", 0), {}, {}, {}, dropped)
         last = ends[np.argmax(de)]
         path = path_of(pred, psrc, int(self.pos[last]))
+        del pred, psrc
         span = int(dist[self.pos[last]] - min(start.values()))
-        steps = [end[p] - start[p] for p in end if p in start]
-        return self._attribute(self._rows(path, dist), end, start, span, int(np.median(steps)) if steps else 0,
+        gaps = [int(dist[v] - dist[u]) for _, u, v in path]    # (the edges' weights in the pass)
+        del dist                                             # (the path's rows read the ranks' edges' columns:
+        steps = [end[p] - start[p] for p in end if p in start]   # not beside the arrays by node)
+        return self._attribute(self._rows(path, gaps), end, start, span, int(np.median(steps)) if steps else 0,
                                dropped)
 
     def _forward_pass(self, dist, pred, psrc, over):
@@ -384,20 +398,21 @@ class JobStep:
         (None: none; a ``PartsView``'s touched parts)."""
         return None
 
-    def _rows(self, path, dist) -> list:
+    def _rows(self, path, gaps) -> list:
         """Per edge ``(id, source position, destination position)`` of ``path`` (``job_edges.path_of``): ``(type, src
         node, dst node, weight, host_ns, gpu_ns, top_category, top_name, top_ns, edge id)`` (the last five
         of the ranks' local edges, read for these edges only; 0 / "" for the others); an edge's weight is
-        the solve's, ``dist[v] - dist[u]`` (the chosen edge's value is its destination's distance)."""
+        the solve's, ``gaps``' (per edge: ``dist[v] - dist[u]``, the chosen edge's value is its destination's
+        distance)."""
         ids = np.asarray([e for e, _, _ in path], np.int64)
         local, new = ids[ids < self.t_first], ids[ids >= self.nb]
         cols = zip(*(np.asarray(c.take(local), object).tolist() for c in self.local_)) if len(local) else iter(())
         xcols = zip(*(np.asarray(c)[new - self.nb].tolist() for c in self.x_local)) if len(new) else iter(())
         nodes = nodes_at(self.pos, [u for _, u, _ in path] + [v for _, _, v in path])
         out = []
-        for e, u, v in path:
+        for (e, u, v), w in zip(path, gaps):
             extra = next(cols) if e < self.t_first else next(xcols) if e >= self.nb else (0, 0, "", "", 0)
-            out.append((self.edge_type(e), nodes[u], nodes[v], int(dist[v] - dist[u])) + tuple(extra) + (e,))
+            out.append((self.edge_type(e), nodes[u], nodes[v], w) + tuple(extra) + (e,))
         return out
 
     def _attribute(self, rows, end, start, span, step, dropped) -> Replay:
