@@ -224,8 +224,8 @@ KEEP_CHUNKS = 64
 
 class Chunks(dict):
     """Chunks read, by index (``Lazy``: a spilled file's table, shared by the ``Lazy`` columns of one
-    table), the first read dropped past ``KEEP_CHUNKS``.  The replays of a step read the path's
-    edges again and again, from the same few files."""
+    table), the first read dropped past ``KEEP_CHUNKS``: a path's rows read their columns one after
+    another from the same few files (the what-if replay lets them go after each path: ``Lazy.release``)."""
 
     def get_or_read(self, k, read):
         """Chunk ``k``, from ``read()`` the first time."""
@@ -262,6 +262,13 @@ class Lazy:
     def _sub(self, rows) -> "Lazy":
         """The column's rows ``rows`` (int64 indices into all of it)."""
         return Lazy(self.files, self.column, rows, self.chunks, self.starts)
+
+    def release(self):
+        """Let the files read so far go (``chunks``, shared with the table's other columns): their mapped
+        pages leave the process's RSS; a later read opens them again.  For a reader that holds arrays of
+        its own between reads: the what-if replay's path rows, between its solves (the pages the path's
+        rows touched stayed mapped under the next solve's peak: ~13 MB at 4,096 synthetic ranks)."""
+        self.chunks.clear()
 
     def __len__(self):
         return int(self.starts[-1]) if self.rows is None else len(self.rows)
@@ -310,3 +317,7 @@ class ParquetLazy(Lazy):
 
     def _sub(self, rows) -> "ParquetLazy":
         return ParquetLazy(self.path, self.column, rows, self.starts)
+
+    def release(self):
+        """Let the row group read last go (``Lazy.release``)."""
+        self._open = (-1, None)

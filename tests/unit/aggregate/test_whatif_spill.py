@@ -123,8 +123,9 @@ def test_spilled_rows_read_from_a_generator_a_part_at_a_time(tmp_path, monkeypat
         assert list(rows.files[name]) == want
 
 def test_lazy_columns_of_a_table_read_each_file_once(spilled, monkeypatch):
-    # the replays read the path's edges again and again: a file is opened once for all of a table's
-    # lazy columns, and past KEEP_CHUNKS files the first opened is let go (read again when asked)
+    # a path's rows read several columns from the same files: a file is opened once for all of a table's
+    # lazy columns, past KEEP_CHUNKS files the first opened is let go (read again when asked), and
+    # ``release`` lets every one go (each read again, the same values)
     raw, rows, _ = spilled
     opened = []
     read = whatif_spill.Lazy._read
@@ -137,11 +138,17 @@ def test_lazy_columns_of_a_table_read_each_file_once(spilled, monkeypatch):
         assert lanes.take(idx) == [want["top_lane"][i] for i in idx]
         assert names[idx[0]] == want["top_name"][idx[0]] and names[[0, 1]].take([1]) == [want["top_name"][1]]
     assert sorted(opened) == list(range(len(names.files))) and len(names.files) >= 2   # (files with rows)
+    lanes.release()
+    assert len(names.chunks) == 0
+    assert names.take(idx) == [want["top_name"][i] for i in idx]
+    assert lanes.take(idx) == [want["top_lane"][i] for i in idx]
+    assert sorted(opened) == sorted(2 * list(range(len(names.files))))     # (each file opened once more)
+    opened.clear()
     monkeypatch.setattr(whatif_spill, "KEEP_CHUNKS", 1)
     few, part = rows.lazy("anchors", "part"), sum((r[0]["part"] for r in raw), [])
     last = len(few.files) - 1
     assert few.take([0]) == [part[0]] and few.take([len(part) - 1]) == [part[-1]] and few.take([0]) == [part[0]]
-    assert len(few.chunks) == 1 and opened[len(names.files):] == [0, last, 0]
+    assert len(few.chunks) == 1 and opened == [0, last, 0]
 
 
 
@@ -164,6 +171,8 @@ def test_parquet_lazy_columns_are_the_file_rows(spilled, monkeypatch):
         kept = [x for x, m in zip(want, mask) if m]
         assert len(sub) == len(kept) and sub.take(np.arange(len(kept))[::-1]) == kept[::-1]
         assert sub[np.asarray([2, 0])].take([0, 1]) == [kept[2], kept[0]]
+        lazy.release()
+        assert lazy._open[0] == -1 and lazy.take(np.asarray(idx)) == [want[i] for i in idx]
     t = pa.table({"x": pa.array(["a", None, "b"])})
     pq.write_table(t, tmp / "nulls.parquet", row_group_size=2)
     assert whatif_spill.ParquetLazy(tmp / "nulls.parquet", "x").take([2, 1, 0]) == ["b", None, "a"]
