@@ -247,7 +247,8 @@ def _job_level_process(opt: AggregateOptions, dirs=()):
     their graphs (at 1,024 synthetic ranks +130 and +190 MB) do not come on top of what the parent
     holds by then (~320 MB); with the kernels they call loaded first, so that they share numba's set-up
     (the what-if's process re-reduces ranks: every unit of the aggregate; the critical path's calls the
-    job level's three, ``CRITICAL_JOB_UNITS``: the ranks' own load when first called, none unused).
+    job level's three, ``CRITICAL_JOB_UNITS``, and is forked before the others are loaded: they held ~8 MB
+    of its process, 4,096 synthetic ranks' critical path 88 -> 80 MB at its start).
     The replay has a process of its own, not the critical path's: what the critical path's solve leaves
     in its process (glibc's and Arrow's freed memory that ``malloc_trim`` cannot return, the modules it
     imported) does not come under the replay's peak (4,096 synthetic ranks: the critical path's process
@@ -257,9 +258,12 @@ def _job_level_process(opt: AggregateOptions, dirs=()):
     handed back at once, not held in glibc's heap under the next phase's peak."""
     fork = bool(opt.critical_path) and _input_bytes(dirs, SMALL_JOB_BYTES) > SMALL_JOB_BYTES
     if fork:
-        load_kernels(*(TASKS["aggregate"] if opt.whatif else CRITICAL_JOB_UNITS))
-    with Standby(fork, map_big_arrays) as critical, Standby(fork and opt.whatif, map_big_arrays) as whatif:
-        yield JobLevel(critical, whatif)
+        load_kernels(*CRITICAL_JOB_UNITS)
+    with Standby(fork, map_big_arrays) as critical:
+        if fork and opt.whatif:                          # (after the critical path's fork: not in its process)
+            load_kernels(*TASKS["aggregate"])
+        with Standby(fork and opt.whatif, map_big_arrays) as whatif:
+            yield JobLevel(critical, whatif)
 
 
 def _aggregate(dirs, outdir: Path, opt: AggregateOptions, job_level: JobLevel) -> dict:

@@ -140,3 +140,27 @@ def test_input_bytes_counts_parquet_up_to_the_limit(tmp_path):
     assert agg_run._input_bytes([tmp_path], 10_000) == 600
     assert 150 < agg_run._input_bytes([tmp_path], 150) < 600
     assert agg_run._input_bytes([tmp_path / "r0", tmp_path / "missing"], 10_000) == 100
+
+
+def test_the_critical_paths_process_forks_before_the_replays_units_load(monkeypatch):
+    """The critical path's process is forked with only its own units loaded (``CRITICAL_JOB_UNITS``); the
+    replay's, which re-reduces ranks, after every unit of the aggregate is (the critical path's process
+    does not hold the replay's compiled units: ~8 MB)."""
+    from streamtrace.runtime.compile import CRITICAL_JOB_UNITS, TASKS
+    events = []
+
+    class Fake(Standby):
+        def __init__(self, enabled=True, setup=None):
+            events.append(("fork", bool(enabled)))
+            super().__init__(False, setup)
+    monkeypatch.setattr(agg_run, "Standby", Fake)
+    monkeypatch.setattr(agg_run, "load_kernels", lambda *units: events.append(("load", units)))
+    monkeypatch.setattr(agg_run, "_input_bytes", lambda dirs, limit: limit + 1)       # (a job past the limit)
+    with agg_run._job_level_process(AggregateOptions(), ()):
+        pass
+    assert events == [("load", tuple(CRITICAL_JOB_UNITS)), ("fork", True), ("load", tuple(TASKS["aggregate"])),
+                      ("fork", True)]
+    events.clear()
+    with agg_run._job_level_process(AggregateOptions(whatif=False), ()):
+        pass
+    assert events == [("load", tuple(CRITICAL_JOB_UNITS)), ("fork", True), ("fork", False)]
