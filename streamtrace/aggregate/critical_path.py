@@ -317,7 +317,7 @@ def _forward(g: JobGraph, pos, over):
 
 PARKED = ("part", "local", "name", "lane", "corr", "m_bar", "m_arr", "m_end", "b_node", "b_p2p")
 """The ``JobGraph`` columns its passes (``solve_step``, ``solve_path``) read none of: on disk while they
-run (``critical_paths``; ``runtime.tuning.parked``)."""
+run (``critical_paths``; ``runtime.tuning.Parking``)."""
 
 
 def _parked_path(g: JobGraph, w, base: Solved, lot: Parking) -> Solved | None:

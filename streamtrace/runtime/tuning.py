@@ -6,7 +6,7 @@ runs in, and why.
   collections;
 * ``tune_malloc`` -- undo the frozen mmap threshold dask's nanny leaves in its workers;
 * ``map_big_arrays`` -- large arrays mapped on their own, returned at once when freed (aggregate's job level);
-* ``parked``, ``Parking`` -- an object's arrays on disk while a pass that does not read them runs;
+* ``Parking`` -- an object's arrays on disk while the passes that do not read them run;
 * ``few_malloc_arenas`` -- the ``streamtrace`` command's threads share two glibc arenas, not one each;
 * ``skip_numba_blas``, ``use_system_allocator``, ``skip_pandas``, ``quiet_llvm_lock`` -- start-up settings
   of the ``streamtrace`` command's own process (not of a program importing streamtrace);
@@ -50,7 +50,7 @@ _MALLOC_TUNED = None
 
 
 class Parking:
-    """An object's numpy arrays on disk while passes that do not read them run (``parked`` for one pass):
+    """An object's numpy arrays on disk while passes that do not read them run:
     ``only(names)`` parks the arrays ``getattr(obj, name)`` of ``names`` in ``folder`` (an existing folder;
     one ``.npy`` file each; the attribute None) and brings back those parked that ``names`` leaves out; an
     array parked in both sets stays on disk, not read back and written again.  ``peek`` lends parked arrays
@@ -107,19 +107,6 @@ class Parking:
         finally:
             for name in lent:
                 setattr(self.obj, name, None)
-
-
-@contextmanager
-def parked(obj, names, folder):
-    """A context manager: the numpy arrays ``getattr(obj, name)`` of ``names`` parked in ``folder`` while
-    the block runs (``Parking``: on disk, the attribute None; back after it, the same dtype, shape and
-    values, their files removed, also when the block raises).  For a pass over a graph that reads none of
-    its other columns: they are not held beside the pass's temporaries (aggregate's critical path, 4,096
-    synthetic ranks: ~37 MB of its node and member columns off the solve's peak).  Raises OSError when
-    a file cannot be written (the arrays parked before it come back)."""
-    with Parking(obj, folder) as lot:
-        lot.only(names)
-        yield obj
 
 
 def freeze_for_fork():

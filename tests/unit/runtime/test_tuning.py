@@ -107,21 +107,22 @@ def test_the_command_process_threads_share_two_malloc_arenas():
 
 
 def test_parked_arrays_are_let_go_and_come_back_the_same(tmp_path):
-    """``parked``: each array attribute None inside the block (not held), back after it with its dtype,
+    """``Parking``: each array attribute parked None inside the block (not held), back after it with its dtype,
     shape and values, also when the block raises; what is not an array left alone; no file left."""
     import contextlib
     import types
 
     import numpy as np
 
-    from streamtrace.runtime.tuning import parked
+    from streamtrace.runtime.tuning import Parking
     big = np.arange(-5, 2**33, 2**30, dtype=np.int64)
     g = types.SimpleNamespace(a=np.array([3, -1, 2**31 - 1], np.int32), b=np.array([True, False]), c=big.copy(),
                               d=np.zeros((2, 3), np.int8), texts=["x"], e=None)
     keep = {k: v.copy() for k, v in vars(g).items() if isinstance(v, np.ndarray)}
     for fail in (False, True):
         with pytest.raises(RuntimeError) if fail else contextlib.nullcontext():
-            with parked(g, ("a", "b", "c", "d", "texts", "e", "missing"), tmp_path):
+            with Parking(g, tmp_path) as lot:
+                lot.only(("a", "b", "c", "d", "texts", "e", "missing"))
                 assert g.a is None and g.b is None and g.c is None and g.d is None
                 assert g.texts == ["x"] and g.e is None
                 if fail:
