@@ -164,3 +164,88 @@ def test_parking_moves_between_sets_without_reading_back_what_stays(tmp_path):
     for k in ("a", "b", "d"):
         assert getattr(g, k).dtype == keep[k].dtype and np.array_equal(getattr(g, k), keep[k]), k
     assert list(tmp_path.iterdir()) == []
+
+
+def _resident_kb(fragment: str) -> int:
+    """kB of this process's resident pages mapped from files whose path contains ``fragment`` (smaps)."""
+    total, mine = 0, False
+    with open("/proc/self/smaps") as fh:
+        for line in fh:
+            first = line.split(" ", 1)[0]
+            if "-" in first and ":" not in first:
+                mine = fragment in line
+            elif mine and first == "Rss:":
+                total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/smaps, madvise")
+def test_release_library_pages_drops_clean_read_only_pages_and_keeps_written_ones(tmp_path):
+    """A read-only private mapping of a file, read whole, leaves the resident set and reads the same bytes
+    after; one whose page was written before it became read-only (as a library's relocated data) is left
+    mapped, its written byte kept; a mapping of another file is not touched."""
+    import ctypes
+    import mmap
+    import os
+    from streamtrace.runtime.tuning import release_library_pages
+    size = 64 * mmap.PAGESIZE
+    data = bytes(range(256)) * (size // 256)
+    for name in ("libfakeclean.so", "libfakedirty.so", "libother.so"):
+        with open(tmp_path / name, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())                           # (written back: the page cache's pages clean)
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    with open(tmp_path / "libfakeclean.so", "rb") as a, open(tmp_path / "libfakedirty.so", "r+b") as b, \
+            open(tmp_path / "libother.so", "rb") as c:
+        clean = mmap.mmap(a.fileno(), size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
+        other = mmap.mmap(c.fileno(), size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
+        dirty = mmap.mmap(b.fileno(), size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        dirty[5] = 0xEE                                     # (a private copy of the first page)
+        at = ctypes.addressof(ctypes.c_char.from_buffer(dirty))
+        assert libc.mprotect(at, size, mmap.PROT_READ) == 0
+        assert clean[:] == data and other[:] == data and dirty[6] == data[6]
+        before = {n: _resident_kb(n) for n in ("libfakeclean", "libfakedirty", "libother")}
+        assert min(before.values()) > 0
+        assert release_library_pages("libfakeclean") == before["libfakeclean"]
+        assert release_library_pages("libfakedirty") == 0
+        assert _resident_kb("libfakeclean") == 0
+        assert _resident_kb("libfakedirty") == before["libfakedirty"]
+        assert _resident_kb("libother") == before["libother"]
+        assert clean[:] == data                             # (mapped back from the file, as first read)
+        assert dirty[5] == 0xEE and dirty[:5] == data[:5] and dirty[6:] == data[6:]
+        assert libc.mprotect(at, size, mmap.PROT_READ | mmap.PROT_WRITE) == 0
+        del at
+        for m in (clean, dirty, other):
+            m.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/smaps")
+def test_loading_kernels_leaves_llvms_set_up_pages_out_of_the_resident_set():
+    """numba's set-up touches tens of MB of llvmlite's library: a process that set numba up itself holds
+    them; after ``runtime.compile.load`` (which sets it up too) less than half that stays resident, and a
+    loaded kernel and a kernel compiled afterwards both run."""
+    import inspect
+    code = inspect.getsource(_resident_kb) + """
+import sys
+from streamtrace.runtime import compile as c
+mode = sys.argv[1]
+if mode == "load":
+    assert c.load(c.SET_UP_UNIT, "intervals.disjoint_length") == [c.SET_UP_UNIT, "intervals.disjoint_length"]
+else:
+    c._dispatcher(c.SET_UP_UNIT).compile(c.UNITS[c.SET_UP_UNIT][2])
+print(_resident_kb("libllvmlite"))
+if mode == "load":
+    import numba, numpy as np
+    from streamtrace.kernels.intervals import disjoint_length
+    assert disjoint_length(np.asarray([0, 30], np.int64), np.asarray([10, 35], np.int64)) == 15
+    add = numba.njit(lambda a, b: a + b)
+    assert add(2, 3) == 5
+"""
+    kb = {}
+    for mode in ("set_up", "load"):
+        out = subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, cwd=ROOT)
+        assert out.returncode == 0, out.stderr
+        kb[mode] = int(out.stdout.split()[-1])
+    assert kb["set_up"] > 20_000 and kb["load"] < kb["set_up"] / 2, kb
