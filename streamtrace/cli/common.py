@@ -10,7 +10,7 @@ import ijson
 from .. import __version__
 from ..runtime.console import printable
 from ..runtime.errors import UsageError
-from ..runtime.tuning import quiet_llvm_lock
+from ..runtime.tuning import quiet_llvm_lock, release_library_pages
 
 
 def version_text() -> str:
@@ -139,6 +139,7 @@ def prepare_kernels(command, con, jobs=0) -> float:
         from ..runtime.compile import prepare     # (the CLI's convention: see streamtrace.cli)
         quiet_llvm_lock()                         # (numba is imported now)
         res = prepare(*((command,) if isinstance(command, str) else command), jobs=jobs or None, notice=con.notice)
+        release_library_pages()                   # (LLVM's code numba's import touched: ~36 MB, before the set-up)
         if res["compiled"]:
             con.detail(f"compiled {len(res['compiled'])} kernels in {res['seconds']:.1f} s")
         return float(res["seconds"]) if res["compiled"] else 0.0
