@@ -363,8 +363,9 @@ def _rank_pass(job, outdir: Path, opt: AggregateOptions, explain=None) -> tuple:
         layout = write_groups(outdir, sorted({p.rank for p in job.parts}), files)      # under the groups')
         trim()
         jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(job.parts)))
-        load_kernels(*TASKS["aggregate"])   # before the fork: the workers share the kernels and numba's
-        #                                     set-up; with one job too: LLVM's set-up pages let go after
+        # before the fork: the workers share the kernels and numba's set-up (with one job too: LLVM's
+        # set-up pages let go after, runtime.tuning.release_library_pages)
+        load_kernels(*TASKS["aggregate"])
         share = spill_share(len({p.rank for p in job.parts}), len(job.parts)) if wi_spill else 0
         kept = Kept(None if explain is None else Path(explain) / "gathered.pickle")  # (as they come back:
                                       # the top kernels summed, what the job's tables gather spilled)

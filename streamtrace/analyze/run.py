@@ -137,8 +137,9 @@ def _analyze_tasks(tasks, opt, spill: RankSpill) -> dict:
         tasks = [replace(t, opt=opt) for t in tasks]
     if opt.executor is None and not scheduler_address(opt.scheduler) and (
             jobs > 1 or any(not t.path.endswith(".sqlite") for t in tasks)):
-        load_kernels(*TASKS["analyze"])    # before the fork: the workers share them (not one load each); in
-        #                                    this process alone: LLVM's set-up pages let go after (~56 MB of RSS)
+        # before the fork: the workers share them (not one load each); in this process alone: LLVM's
+        # set-up pages let go after (~56 MB of RSS: runtime.tuning.release_library_pages)
+        load_kernels(*TASKS["analyze"])
     bars = _Bars([t.path for t in tasks], sys.stderr.isatty() if opt.progress is None else opt.progress)
     try:
         results = run_tasks(_run_task, [(t,) for t in tasks], jobs, bars.arr, bars.tick,

@@ -110,19 +110,21 @@ class Parking:
                 setattr(self.obj, name, None)
 
 
-LLVM_LIBRARY = "libllvmlite"
-"""The shared library numba's set-up touches ~68 MB of (``release_library_pages``): llvmlite's, which holds LLVM."""
+LLVM_LIBRARIES = ("libllvmlite", "libLLVM")
+"""The shared libraries numba's set-up touches ~68 MB of (``release_library_pages``): llvmlite's, which holds
+LLVM in the wheels, and LLVM's own where a distribution's llvmlite links it as a library of its own."""
 
 MADV_DONTNEED = 4          # <sys/mman.h> on Linux
 
 
-def release_library_pages(library: str = LLVM_LIBRARY) -> int:
-    """Drop from this process's resident set the pages of the shared library whose path contains
-    ``library`` in its mappings that hold nothing but the file's own bytes: no write permission, no
-    private copy of a page (``Private_Dirty`` and ``Anonymous`` 0 in ``/proc/self/smaps``), so that
-    ``madvise(MADV_DONTNEED)`` loses nothing -- a page touched again is mapped back from the file (the
-    page cache) on its next access, as at the library's first load.  Returns the kB dropped (0 where not
-    Linux, or nothing matched).  Never raises.
+def release_library_pages(libraries: tuple | str = LLVM_LIBRARIES) -> int:
+    """Drop from this process's resident set the pages of the shared libraries whose path contains one of
+    ``libraries`` in their mappings that hold nothing but the file's own bytes: no write permission, no
+    private copy of a page and no page not yet written back (``Anonymous``, ``Private_Dirty`` and
+    ``Shared_Dirty`` 0 in ``/proc/self/smaps``), so that ``madvise(MADV_DONTNEED)`` loses nothing -- a
+    page touched again is mapped back from the file (the page cache) on its next access, as at the
+    library's first load, or as after the kernel reclaimed it under memory pressure.  Returns the kB
+    dropped (0 where not Linux, or nothing matched).  Never raises.
 
     Why: numba's set-up of its CPU target (the first kernel loaded in a process) runs LLVM's static
     initialisers and target set-up, which touch ~68 MB of ``libllvmlite.so``'s 178 MB of code and
@@ -136,24 +138,25 @@ def release_library_pages(library: str = LLVM_LIBRARY) -> int:
         import ctypes
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        spans = _clean_mappings(library)
+        spans = _clean_mappings((libraries,) if isinstance(libraries, str) else tuple(libraries))
     except (OSError, AttributeError, ValueError):
         return 0
     return sum(kb for start, end, kb in spans if libc.madvise(start, end - start, MADV_DONTNEED) == 0)
 
 
-def _clean_mappings(library: str) -> list:
-    """``[(start, end, resident kB)]`` of this process's read-only mappings of a file whose path contains
-    ``library`` and that hold no private copy of a page (``/proc/self/smaps``)."""
+def _clean_mappings(libraries: tuple) -> list:
+    """``[(start, end, resident kB)]`` of this process's read-only mappings of a file whose path contains one
+    of ``libraries`` and that hold no private copy of a page (``/proc/self/smaps``)."""
     out, cur = [], None
     with open("/proc/self/smaps") as fh:
         for line in fh:
             head, _, rest = line.partition(" ")
             if "-" in head and ":" not in head:                    # a mapping's first line
-                fields = line.split()
+                fields = line.split(maxsplit=5)
                 span = [int(x, 16) for x in head.split("-")]
-                path = fields[5] if len(fields) > 5 else ""
-                cur = {"span": span, "ok": library in path and "w" not in fields[1]} if library in path else None
+                path = fields[5].rstrip("\n") if len(fields) > 5 else ""
+                mine = any(x in path for x in libraries)
+                cur = {"span": span, "ok": "w" not in fields[1]} if mine else None
                 if cur is not None:
                     out.append(cur)
             elif cur is not None and head in ("Rss:", "Private_Dirty:", "Shared_Dirty:", "Anonymous:"):
