@@ -445,9 +445,12 @@ def load(*names) -> list:
     The pages of LLVM's library that numba's import and set-up touch are dropped from this process's
     resident set before and after (``runtime.tuning.release_library_pages``: ~36 MB touched by the import,
     ~50 more by the set-up, ~12 MB of them touched again by the links; this process's peak 151 -> 137 MB
-    and its RSS after 152 -> 87 MB for ``set_up`` alone, measured)."""
-    out = []
-    release_library_pages()
+    and its RSS after 152 -> 87 MB for ``set_up`` alone, measured; each ~8 ms: before only in a process
+    that has loaded none yet, after only when a unit was loaded here)."""
+    global _LOADED
+    out, fresh = [], False
+    if not _LOADED:
+        release_library_pages()
     try:
         _closure(names)
     except KeyError:               # an unknown unit name
@@ -458,13 +461,19 @@ def load(*names) -> list:
             sig = tuple(UNITS[n][2])
             if sig not in disp.overloads:
                 disp.compile(sig)
+                fresh = _LOADED = True
             out.append(n)
         except Exception:          # numba's internals changed, the JIT disabled, a compile error, ...
             pass
     if out:
         _type_an_array()
+    if fresh:
         release_library_pages()    # (LLVM's code the set-up and the links touched: ~56 MB of RSS)
     return out
+
+
+_LOADED = False
+"""Whether ``load`` loaded a unit in this process (or in the one it was forked from): numba is set up."""
 
 
 def _type_an_array():
