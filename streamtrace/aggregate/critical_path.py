@@ -230,10 +230,12 @@ def _order(g: JobGraph) -> np.ndarray:
     del es, bs
     e, first = np.unique(e, return_index=True)
     b = b[first]
+    del first
     key = t.copy()
     key[e] = np.maximum(key[e], t[b])
     cls = tie_classes(kind)
     cls[e[key[e] == t[b]]] = 4
+    del e, b                                                  # (not beside the sort's order)
     order = np.lexsort((cls, key))                            # (stable: equal keys in node order)
     del key, cls
     return positions(order)
@@ -280,8 +282,11 @@ def solve_step(g: JobGraph, w=None) -> Solved | None:
 
 def _solve(g: JobGraph, over) -> Solved | None:
     pos = _order(g)
-    g.edges.sort(pos)
-    got = _forward(g, pos, over)
+    trim()                               # (each phase's freed temporaries handed back before the next's: glibc
+    g.edges.sort(pos)                    # reuses them piecemeal otherwise, its heap's free pages touched one
+    trim()                               # by one until they are all resident again: +40-45 MB at the
+    got = _forward(g, pos, over)         # backward pass, 4,096 synthetic ranks)
+    trim()
     if got is None:
         return None
     path, dist, last, ends = got
