@@ -445,8 +445,8 @@ def load(*names) -> list:
     The pages of LLVM's library that numba's import and set-up touch are dropped from this process's
     resident set before and after (``runtime.tuning.release_library_pages``: ~36 MB touched by the import,
     ~50 more by the set-up, ~12 MB of them touched again by the links; this process's peak 151 -> 137 MB
-    and its RSS after 152 -> 87 MB for ``set_up`` alone, measured; each ~8 ms: before only in a process
-    that has loaded none yet, after only when a unit was loaded here)."""
+    and its RSS after 152 -> 87 MB for ``set_up`` alone, measured; ~8 ms the first time in a process tree,
+    ~1-2 ms after: before only in a process that has loaded none yet, after only when a unit was loaded here)."""
     global _LOADED
     out, fresh = [], False
     if not _LOADED:
