@@ -173,25 +173,38 @@ def _mapped(libraries: tuple) -> set:
 
 
 def _clean_mappings(libraries: tuple) -> tuple:
-    """``(every, clean)``: ``{(start, end, path)}`` of this process's read-only mappings of a file whose path
-    contains one of ``libraries`` (as ``_mapped``), and of those that hold no private copy of a page and no
-    page not yet written back (``/proc/self/smaps``)."""
-    out, cur = [], None
+    """``clean_spans`` of this process's ``/proc/self/smaps``."""
     with open("/proc/self/smaps") as fh:
-        for line in fh:
-            head, _, rest = line.partition(" ")
-            if "-" in head and ":" not in head:                    # a mapping's first line
-                fields = line.split(maxsplit=5)
-                path = fields[5].rstrip("\n") if len(fields) > 5 else ""
-                cur = None
-                if "w" not in fields[1] and any(x in path for x in libraries):
-                    start, end = (int(x, 16) for x in head.split("-"))
-                    cur = {"span": (start, end, path), "ok": True}
-                    out.append(cur)
-            elif cur is not None and head in ("Private_Dirty:", "Shared_Dirty:", "Anonymous:"):
-                if int(rest.split()[0]):
-                    cur["ok"] = False
-    return {c["span"] for c in out}, {c["span"] for c in out if c["ok"]}
+        return clean_spans(fh, libraries)
+
+
+DIRTY_FIELDS = ("Anonymous:", "Private_Dirty:", "Shared_Dirty:")
+"""The smaps fields of a mapping that ``clean_spans`` needs to read, each 0, to call it clean."""
+
+
+def clean_spans(lines, libraries: tuple) -> tuple:
+    """``(every, clean)`` from the lines of a ``/proc/PID/smaps`` text: ``{(start, end, path)}`` of the
+    mappings without write permission of a file whose path contains one of ``libraries`` (as ``_mapped``),
+    and of those that hold no private copy of a page and no page not yet written back: every one of
+    ``DIRTY_FIELDS`` present and 0 (a kernel or sandbox whose smaps leaves one out: not clean)."""
+    out, cur = [], None
+    for line in lines:
+        head, _, rest = line.partition(" ")
+        if "-" in head and ":" not in head:                    # a mapping's first line
+            fields = line.split(maxsplit=5)
+            path = fields[5].rstrip("\n") if len(fields) > 5 else ""
+            cur = None
+            if "w" not in fields[1] and any(x in path for x in libraries):
+                start, end = (int(x, 16) for x in head.split("-"))
+                cur = {"span": (start, end, path), "zero": set(), "dirty": False}
+                out.append(cur)
+        elif cur is not None and head in DIRTY_FIELDS:
+            if int(rest.split()[0]):
+                cur["dirty"] = True
+            else:
+                cur["zero"].add(head)
+    clean = {c["span"] for c in out if not c["dirty"] and len(c["zero"]) == len(DIRTY_FIELDS)}
+    return {c["span"] for c in out}, clean
 
 
 def freeze_for_fork():

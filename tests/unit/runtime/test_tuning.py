@@ -258,3 +258,25 @@ if mode == "load":
         assert out.returncode == 0, out.stderr
         kb[mode] = int(out.stdout.split()[-1])
     assert kb["set_up"] > 20_000 and kb["load"] < kb["set_up"] / 2, kb
+
+
+def test_clean_spans_needs_every_dirty_field_read_and_zero():
+    """A mapping is clean when its smaps block shows ``Anonymous``, ``Private_Dirty`` and ``Shared_Dirty``,
+    each 0: one with a field left out (a sandbox's smaps) or not 0 is not; a writable mapping or another
+    file's is not even listed."""
+    from streamtrace.runtime.tuning import clean_spans
+
+    def block(span, perms, path, **fields):
+        rows = [f"{span} {perms} 00000000 fe:00 1 {path}\n", "Rss:                 8 kB\n"]
+        return rows + [f"{k}: {v} kB\n" for k, v in fields.items()] + ["VmFlags: rd mr mw me\n"]
+    zero = {"Anonymous": 0, "Private_Dirty": 0, "Shared_Dirty": 0}
+    text = (block("1000-3000", "r-xp", "/x/libllvmlite.so", **zero)
+            + block("3000-4000", "r--p", "/x/libllvmlite.so", **{**zero, "Private_Dirty": 4})
+            + block("4000-5000", "r--p", "/x/libllvmlite.so", Anonymous=0, Private_Dirty=0)
+            + block("5000-6000", "rw-p", "/x/libllvmlite.so", **zero)
+            + block("6000-7000", "r--p", "/x/lib with space/libLLVM-17.so", **zero)
+            + block("7000-8000", "r-xp", "/x/libother.so", **zero))
+    every, clean = clean_spans(text, ("libllvmlite", "libLLVM"))
+    assert every == {(0x1000, 0x3000, "/x/libllvmlite.so"), (0x3000, 0x4000, "/x/libllvmlite.so"),
+                     (0x4000, 0x5000, "/x/libllvmlite.so"), (0x6000, 0x7000, "/x/lib with space/libLLVM-17.so")}
+    assert clean == {(0x1000, 0x3000, "/x/libllvmlite.so"), (0x6000, 0x7000, "/x/lib with space/libLLVM-17.so")}
