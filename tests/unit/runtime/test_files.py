@@ -284,6 +284,28 @@ def test_json_items_are_written_as_the_list_json_dumps_makes_and_their_spans_rea
     assert len(back) == len(items) and [norm(v) for v in back] == [norm(v) for v in items]
 
 
+def test_write_json_writes_long_items_about_a_chunk_at_a_time():
+    """Each ``JsonItems`` item is one piece of text (a rank's entry, KBs): writes are joined by characters, so
+    none holds much more than ``JSON_CHUNK`` of them (joined 65,536 pieces at a time, one write held a
+    4,096-rank ``summary.json`` whole), and the bytes are still ``json.dumps``'s."""
+    import io
+    import json
+
+    from streamtrace.runtime import files
+
+    class Writes(io.BytesIO):
+        sizes: list = []
+
+        def write(self, b):
+            self.sizes.append(len(b))
+            return super().write(b)
+    items = [{"rank": i, "pad": "x" * 5000} for i in range(2000)]          # ~10 MB of text
+    f = Writes()
+    files.write_json(f, {"ranks": files.JsonItems(iter(items)), "n": 1})
+    assert f.getvalue() == json.dumps({"ranks": items, "n": 1}, indent=1).encode()
+    assert len(f.sizes) >= 9 and max(f.sizes) <= files.JSON_CHUNK + 5100
+
+
 def test_write_json_raises_what_json_raises_and_atomic_output_keeps_the_old_file(tmp_path):
     from streamtrace.runtime.files import atomic_output, write_json
     p = tmp_path / "summary.json"
