@@ -38,6 +38,7 @@ from ..aggregate.folder import (COLLECTIVES, COLLECTIVES_RANKS, CRITICAL_PATH_SU
                                 STRAGGLERS, TIMELINE, Aggregate, columns, read_aggregate_table, table_path)
 from ..runtime.parallel import run_tasks
 from ..runtime.progress import progress_bar
+from ..runtime.tuning import trim
 from . import charts as drawing
 from .config import step_patterns_used
 from .skew import HeatGrid, SkewGrids, kinds_of
@@ -101,6 +102,10 @@ COLLECTIVE_COLUMNS = columns(COLLECTIVES, "instance", "collective", "parallel_di
 """The columns of ``collectives.parquet`` the charts read."""
 MEMBER_COLUMNS = columns(COLLECTIVES_RANKS, "instance", "rank", "arrival_ns")
 """The columns of ``collectives_ranks.parquet`` the heat maps read, a batch at a time."""
+MEMBER_BATCH_ROWS = 1 << 16
+"""Rows of ``collectives_ranks.parquet`` the heat maps read at a time: ``SkewGrids.add``'s temporaries are
+~10 int64 columns of the batch (one batch of every row, the reader's default at 4,096 ranks' 655,360 members:
++40-50 MB in the report's process, for each kind)."""
 
 
 def load(aggdir, chart_ranks=None, meta=None) -> dict:
@@ -118,6 +123,7 @@ def load(aggdir, chart_ranks=None, meta=None) -> dict:
     out["step_word"] = "step " if step_patterns_used(out["meta"].get("inputs")) else "ProfilerStep#"
     out["chart_ranks"] = charted_ranks(out, aggdir, chart_ranks)
     out["timeline"] = read_aggregate_table(aggdir, TIMELINE, where={"rank": out["chart_ranks"] or [-1]})
+    trim()                          # (what the reads left in glibc's heap: ~25 MB at 4,096 ranks)
     return out
 
 
@@ -129,7 +135,7 @@ def skew_grids(aggdir, c, kinds=None) -> dict:
     top = column_min_max(path, "rank")[1] if path.is_file() else None     # (the footer's statistics)
     grids = SkewGrids(c, 0 if top is None else top + 1, kinds)
     if path.is_file():
-        for batch in iter_table(path, MEMBER_COLUMNS):
+        for batch in iter_table(path, MEMBER_COLUMNS, batch_rows=MEMBER_BATCH_ROWS):
             grids.add(batch)
     return grids.grids()
 
@@ -141,6 +147,7 @@ def skew_heat(aggdir, c):
     ``DataError`` naming a damaged file."""
     for kind in kinds_of(c):
         heat = {key: HeatGrid.of(grid) for key, grid in skew_grids(aggdir, c, [kind]).items()}
+        trim()                             # (the unbinned grid and the batches' temporaries, freed)
         yield from heat.items()            # (the unbinned grid let go before the next kind's is made)
 
 
