@@ -160,16 +160,21 @@ set of ``(start, end, path)``."""
 def _mapped(libraries: tuple) -> set:
     """``{(start, end, path)}`` of this process's mappings without write permission of a file whose path
     contains one of ``libraries`` (``/proc/self/maps``)."""
-    out = set()
     with open("/proc/self/maps") as fh:
-        for line in fh:
-            fields = line.split(maxsplit=5)
-            if len(fields) > 5 and "w" not in fields[1]:
-                path = fields[5].rstrip("\n")
-                if any(x in path for x in libraries):
-                    start, end = (int(x, 16) for x in fields[0].split("-"))
-                    out.add((start, end, path))
-    return out
+        return {span for span in (_library_span(line, libraries) for line in fh) if span is not None}
+
+
+def _library_span(line: str, libraries: tuple) -> tuple | None:
+    """``(start, end, path)`` of a mapping's line (of ``/proc/PID/maps``, or the first of an ``smaps`` entry)
+    when the mapping has no write permission and its file's path contains one of ``libraries``, else None."""
+    fields = line.split(maxsplit=5)
+    if len(fields) < 6 or "w" in fields[1]:
+        return None
+    path = fields[5].rstrip("\n")
+    if not any(x in path for x in libraries):
+        return None
+    start, end = (int(x, 16) for x in fields[0].split("-"))
+    return start, end, path
 
 
 def _clean_mappings(libraries: tuple) -> tuple:
@@ -191,12 +196,9 @@ def clean_spans(lines, libraries: tuple) -> tuple:
     for line in lines:
         head, _, rest = line.partition(" ")
         if "-" in head and ":" not in head:                    # a mapping's first line
-            fields = line.split(maxsplit=5)
-            path = fields[5].rstrip("\n") if len(fields) > 5 else ""
-            cur = None
-            if "w" not in fields[1] and any(x in path for x in libraries):
-                start, end = (int(x, 16) for x in head.split("-"))
-                cur = {"span": (start, end, path), "zero": set(), "dirty": False}
+            span = _library_span(line, libraries)
+            cur = None if span is None else {"span": span, "zero": set(), "dirty": False}
+            if cur is not None:
                 out.append(cur)
         elif cur is not None and head in DIRTY_FIELDS:
             if int(rest.split()[0]):
