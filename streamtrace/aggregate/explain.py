@@ -307,6 +307,7 @@ def _write_streamed(outdir, name, cols, types: dict, chunks) -> list:
                 wc.write_table(csv_table(t))
                 for c in cols:
                     buf[c].clear()
+                trim()                            # (the row group's chunks read back, freed: ~10-20 MB a flush)
             for chunk in chunks:
                 raw.append(chunk)
                 n = len(chunk["rank"])
