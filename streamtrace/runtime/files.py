@@ -286,8 +286,8 @@ class JsonItems:
 
 
 def write_json(f, obj, default=None) -> None:
-    """``json.dumps(obj, indent=1, default=default)`` written into the binary file ``f`` (UTF-8) a few
-    thousand pieces at a time, as json's encoder makes them: the same bytes, without the whole text held
+    """``json.dumps(obj, indent=1, default=default)`` written into the binary file ``f`` (UTF-8) about
+    ``JSON_CHUNK`` characters at a time, as json's encoder makes its pieces: the same bytes, without the whole text held
     once as ``str``, once as its pieces and once as ``bytes`` (analyze's ``summary.json`` of 4,096 ranks,
     22 MB: +164 MB in its process).  ``obj`` a dict with str keys may hold ``JsonItems`` values: written
     as the lists of their items would be.  Raises what ``json.dumps`` raises (``TypeError`` for a value it
