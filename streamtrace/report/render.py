@@ -104,8 +104,8 @@ MEMBER_COLUMNS = columns(COLLECTIVES_RANKS, "instance", "rank", "arrival_ns")
 """The columns of ``collectives_ranks.parquet`` the heat maps read, a batch at a time."""
 MEMBER_BATCH_ROWS = 1 << 16
 """Rows of ``collectives_ranks.parquet`` the heat maps read at a time: ``SkewGrids.add``'s temporaries are
-~10 int64 columns of the batch (one batch of every row, the reader's default at 4,096 ranks' 655,360 members:
-+40-50 MB in the report's process, for each kind)."""
+~10 int64 columns of the batch (the reader's default, 2^20 rows, read 4,096 ranks' 655,360 members in one batch:
++40-50 MB in the report's process for each kind)."""
 
 
 def load(aggdir, chart_ranks=None, meta=None) -> dict:
