@@ -197,8 +197,9 @@ def clean_spans(lines, libraries: tuple) -> tuple:
         head, _, rest = line.partition(" ")
         if "-" in head and ":" not in head:                    # a mapping's first line
             span = _library_span(line, libraries)
-            cur = None if span is None else {"span": span, "zero": set(), "dirty": False}
-            if cur is not None:
+            cur = None
+            if span is not None:
+                cur = {"span": span, "zero": set(), "dirty": False}
                 out.append(cur)
         elif cur is not None and head in DIRTY_FIELDS:
             if int(rest.split()[0]):

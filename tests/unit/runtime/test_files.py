@@ -294,7 +294,9 @@ def test_write_json_writes_long_items_about_a_chunk_at_a_time():
     from streamtrace.runtime import files
 
     class Writes(io.BytesIO):
-        sizes: list = []
+        def __init__(self):
+            super().__init__()
+            self.sizes = []
 
         def write(self, b):
             self.sizes.append(len(b))
