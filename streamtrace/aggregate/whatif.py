@@ -31,14 +31,12 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..events.dataset import iter_arrow, read_arrow, read_table, write_table
+from ..events.dataset import read_arrow, read_table, write_table
 from ..runtime.errors import DataError, UsageError
 from ..runtime.parallel import run_tasks
 from ..runtime.tuning import trim
@@ -116,30 +114,8 @@ def read_members(outdir, meta: dict, batch_rows: int = 1 << 15) -> Members:
     if not q.is_file():
         return Members(key, InstanceFacts([]))
     gpu, nic = _peaks(meta)
-    spans: dict = {}                                   # a group's member list -> whether it spans nodes (once)
-    texts: dict = {}                                   # the names and dimensions, one str object each
-
-    def inter(text):
-        if text not in spans:
-            spans[text] = len({int(x) // 8 for x in re.findall(r"\d+", text)}) > 1
-        return spans[text]
-    cols: dict = {k: [] for k in ("instance", "name", "dim", "bytes", "busbw", "inter")}
-    for b in iter_arrow(q, ["instance", "collective", "parallel_dim", "msg_bytes", "busbw_gbps", "pg_ranks", "ranks"],
-                        batch_rows=batch_rows):
-        c = {k: b.column(k).to_pylist() for k in b.schema.names}
-        cols["instance"].append(np.asarray(c["instance"], np.int64))
-        cols["name"] += [texts.setdefault(x, x) for x in map(str, c["collective"])]    # (one str a distinct
-        cols["dim"] += [texts.setdefault(x, x) for x in (str(d or "") for d in c["parallel_dim"])]   # text)
-        cols["bytes"] += [int(x or 0) for x in c["msg_bytes"]]
-        cols["busbw"] += [float(x) if x is not None else math.nan for x in c["busbw_gbps"]]
-        cols["inter"] += [inter(str(pg or rk or "")) for pg, rk in zip(c["pg_ranks"], c["ranks"])]
-        del c, b
-    parts = cols.pop("instance")
-    inst = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-    n = len(inst)
-    facts = InstanceFacts(inst, **cols, gpu_gbps=np.full(n, gpu), nic_gbps=np.full(n, nic))
-    del cols, parts
-    trim()                     # (the batches' lists and Arrow buffers, freed: ~22 MB of glibc's heap)
+    facts = InstanceFacts.read(q, gpu, nic, batch_rows)
+    trim()                     # (the batches' Arrow buffers and codes, freed)
     return Members(key, facts)
 
 

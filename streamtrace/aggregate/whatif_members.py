@@ -37,6 +37,39 @@ class InstanceFacts:
             kind = {str: object, float: np.float64}.get(type(d), type(d))
             self.cols[k] = (np.full(len(o), d, kind) if v is None else np.asarray(v, kind).reshape(-1)[o])
 
+    READ = ("instance", "collective", "parallel_dim", "msg_bytes", "busbw_gbps", "pg_ranks", "ranks")
+    """The columns of ``collectives.parquet`` that ``read`` reads (its text columns as dictionaries)."""
+
+    @classmethod
+    def read(cls, path, gpu_gbps: float = math.nan, nic_gbps: float = math.nan,
+             batch_rows: int = 1 << 15) -> "InstanceFacts":
+        """The facts of ``collectives.parquet`` at ``path``, ``batch_rows`` instances at a time, as columns
+        made from each batch's (its texts through their dictionaries: one str object a distinct text, no
+        Python object a row; 160 k instances of 4,096 synthetic ranks held ~40 MB of lists of them):
+        ``name`` its ``collective``, ``dim`` its ``parallel_dim`` ("" null), ``bytes`` its ``msg_bytes``
+        (0 null), ``busbw`` its ``busbw_gbps`` (NaN null), ``inter`` whether its group's ranks (``pg_ranks``,
+        else its ``ranks``) span nodes (eight GPUs a node), ``gpu_gbps`` / ``nic_gbps`` the link peaks
+        given.  Raises ``DataError`` naming the file (``events.dataset.iter_arrow``)."""
+        from ..events.dataset import iter_arrow
+        texts: dict = {}                                  # one str object a distinct text, across batches
+        cols: dict = {k: [] for k in ("instance", "name", "dim", "bytes", "busbw", "inter")}
+        text_cols = ("collective", "parallel_dim", "pg_ranks", "ranks")
+        for b in iter_arrow(path, cls.READ, read_dictionary=text_cols, batch_rows=batch_rows):
+            col = b.column
+            cols["instance"].append(_ints(col("instance"), 0))
+            cols["name"].append(_per_text(col("collective"), lambda v: texts.setdefault(str(v), str(v))))
+            cols["dim"].append(_per_text(col("parallel_dim"), lambda v: texts.setdefault(v or "", v or "")))
+            cols["bytes"].append(_ints(col("msg_bytes"), 0))
+            cols["busbw"].append(np.asarray(col("busbw_gbps").to_numpy(zero_copy_only=False), np.float64))
+            listed = _per_text(col("pg_ranks"), bool, bool)              # (the group's ranks, else the
+            cols["inter"].append(np.where(listed, _per_text(col("pg_ranks"), _spans_nodes, bool),   # instance's)
+                                          _per_text(col("ranks"), _spans_nodes, bool)))
+            del b, col, listed
+        joined = {k: np.concatenate(v) if v else np.zeros(0, object if k in ("name", "dim") else np.float64)
+                  for k, v in cols.items()}
+        n = len(joined["instance"])
+        return cls(joined.pop("instance"), **joined, gpu_gbps=np.full(n, gpu_gbps), nic_gbps=np.full(n, nic_gbps))
+
     @classmethod
     def from_rows(cls, rows: dict) -> "InstanceFacts":
         """From ``{instance: {fact: value}}``."""
@@ -111,6 +144,32 @@ def _shared_text(col) -> np.ndarray:
     element: 160 k instances' names and dimensions held 19 MB of copies of a few texts)."""
     values, code = np.unique(np.asarray(col).astype(str), return_inverse=True)
     return np.asarray(values.tolist() or [""], object)[code.reshape(-1)]
+
+
+def _ints(arr, null: int) -> np.ndarray:
+    """An Arrow integer column as int64, ``null`` where it is null."""
+    import pyarrow.compute as pc
+    return np.asarray(pc.fill_null(arr, null).to_numpy(zero_copy_only=False), np.int64)
+
+
+def _per_text(arr, made, dtype=object) -> np.ndarray:
+    """An Arrow text column (a dictionary, or plain text) as an array of ``made(text)`` a row (``made(None)``
+    for a null), ``made`` called once a distinct text: its dictionary's values, then indexed."""
+    import pyarrow as pa
+    if not pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_encode()
+    values = arr.dictionary.to_pylist() + [None]
+    made_values = np.empty(len(values), dtype)
+    made_values[:] = [made(v) for v in values]
+    idx = np.asarray(arr.indices.fill_null(len(values) - 1).to_numpy(zero_copy_only=False), np.int64)
+    return made_values[idx]
+
+
+def _spans_nodes(text) -> bool:
+    """Whether the ranks listed in ``text`` (numbers in any separators; None: none) lie on more than one
+    node of eight GPUs."""
+    import re
+    return text is not None and len({int(x) // 8 for x in re.findall(r"\d+", text)}) > 1
 
 
 class TransferView:

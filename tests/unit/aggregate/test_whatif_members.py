@@ -1,0 +1,66 @@
+"""``InstanceFacts.read``: the what-if replay's facts of each matched collective, read from
+``collectives.parquet`` a batch at a time through the text columns' dictionaries."""
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from streamtrace.aggregate.whatif_members import InstanceFacts
+
+ROWS = {                                   # instance 7 is the one without a row: the defaults
+    "instance": [3, 0, 2, 1, 5],
+    "collective": ["AllReduce", None, "SendRecv", "AllReduce", "AllGather"],
+    "parallel_dim": ["TP", None, "", "DP", "TP"],
+    "msg_bytes": [10, None, 3, 4, 1 << 40],
+    "busbw_gbps": [1.5, None, 2.0, float("nan"), 0.25],
+    "pg_ranks": ["0,1", None, "", "0,8", "7 6 5"],
+    "ranks": ["0,1", "0,9", "3,12", None, "16,17"],
+}
+# by hand: a null name is the text "None" (str of it), a null dimension "", null bytes 0, a null bus
+# bandwidth NaN; a group spans nodes when its ranks (pg_ranks, else ranks: "" or null is none) are on
+# more than one node of eight: "0,1" no, (null ->) "0,9" yes, ("" ->) "3,12" yes, "0,8" yes, "7 6 5" no
+WANT = {3: ("AllReduce", "TP", 10, 1.5, False), 0: ("None", "", 0, math.nan, True),
+        2: ("SendRecv", "", 3, 2.0, True), 1: ("AllReduce", "DP", 4, math.nan, True),
+        5: ("AllGather", "TP", 1 << 40, 0.25, False), 7: ("", "", 0, math.nan, False)}
+
+
+@pytest.mark.parametrize("batch", [1, 2, 1 << 15])
+def test_facts_are_the_rows_whatever_the_batch(tmp_path, batch):
+    p = tmp_path / "collectives.parquet"
+    pq.write_table(pa.table(ROWS), p)
+    got = InstanceFacts.read(p, 900.0, 50.0, batch_rows=batch)
+    ids = list(WANT)
+    assert len(got) == 5
+    for k, fact in enumerate(("name", "dim", "bytes", "busbw", "inter")):
+        col = got.column(fact, ids).tolist()
+        want = [WANT[i][k] for i in ids]
+        if fact == "busbw":
+            assert [x if not math.isnan(x) else "nan" for x in col] == [x if not math.isnan(x) else "nan"
+                                                                        for x in want]
+        else:
+            assert col == want
+    assert got.column("gpu_gbps", [0, 5]).tolist() == [900.0, 900.0]
+    assert got.column("nic_gbps", [0]).tolist() == [50.0] and math.isnan(got.column("nic_gbps", [7])[0])
+    assert got.get(2) == {"name": "SendRecv", "dim": "", "bytes": 3, "busbw": 2.0, "inter": True,
+                          "gpu_gbps": 900.0, "nic_gbps": 50.0}
+
+
+def test_a_name_is_one_str_object_a_distinct_text(tmp_path):
+    p = tmp_path / "collectives.parquet"
+    pq.write_table(pa.table(ROWS), p)
+    names = InstanceFacts.read(p, batch_rows=1).column("name", [3, 1])
+    assert names[0] == names[1] == "AllReduce" and names[0] is names[1]
+
+
+def test_an_empty_table(tmp_path):
+    p = tmp_path / "collectives.parquet"
+    pq.write_table(pa.table({k: pa.array(v[:0], pa.string() if k in ("collective", "parallel_dim", "pg_ranks",
+                                                                      "ranks") else None)
+                             for k, v in ROWS.items() if k not in ("msg_bytes", "busbw_gbps", "instance")}
+                            | {"instance": pa.array([], pa.int64()), "msg_bytes": pa.array([], pa.int64()),
+                               "busbw_gbps": pa.array([], pa.float64())}), p)
+    got = InstanceFacts.read(p)
+    assert len(got) == 0 and got.column("bytes", [1]).tolist() == [0]
+    assert np.isnan(got.column("busbw", [1])).all()
