@@ -106,6 +106,18 @@ def sparse_factors(factor) -> tuple:
     return idx, factor[idx]
 
 
+def _in_order(part, anchor) -> bool:
+    """Whether the rows ``(part, anchor)`` (two integer arrays) ascend by part, then anchor (equal rows
+    allowed: a stable sort would leave them as they are), ``CHUNK`` rows compared at a time."""
+    n = len(part)
+    for i in range(0, max(n - 1, 0), CHUNK):
+        j = min(i + CHUNK, n - 1)
+        p0, p1, a0, a1 = part[i:j], part[i + 1:j + 1], anchor[i:j], anchor[i + 1:j + 1]
+        if not ((p1 > p0) | ((p1 == p0) & (a1 >= a0))).all():
+            return False
+    return True
+
+
 class JobStep:
     """One step's job-level graph from ``StepTables`` and the matched ``Members``: the
     anchors (``kind`` int8, ``part``; barriers appended; their times ``t`` held while the graph's
@@ -120,8 +132,8 @@ class JobStep:
         ``release_keys``: the members' keys are emptied in ``members`` once joined, before the ranks' edges
         are read (the last step's graph: 21 MB at 4,096 synthetic ranks, not held under its build)."""
         a = tabs.anchors
-        o = np.lexsort((a["anchor"], a["part"]))
-        o = slice(None) if (o == np.arange(len(o))).all() else o     # (in order as spilled: no copies)
+        o = slice(None) if _in_order(a["part"], a["anchor"]) else np.lexsort((a["anchor"], a["part"]))  # (in
+        #                                                   order as spilled: no copies, no sort, no index array)
         col = lambda c: a.pop(c)[o]  # noqa: E731  (taken out of the table: what the build lets go is freed)
         self.part, anchor, self.kind = col("part"), col("anchor"), col("kind")
         self.t, self.corr, self.stream = col("t_ns"), col("correlation"), col("stream")
@@ -154,15 +166,14 @@ class JobStep:
         10.6 MB at 4,096 synthetic ranks' 1.3 M anchors)."""
         self.key = self.first = None
         n = len(anchor)
-        parts = np.asarray(self.part[:n], np.int64)
-        if n and parts[0] >= 0:
-            first = np.searchsorted(parts, np.arange(int(parts[-1]) + 2))
-            pos = np.arange(n, dtype=np.int64)
-            pos -= first[parts]
-            if np.array_equal(pos, anchor):
+        part = self.part[:n]
+        if n and part[0] >= 0:                           # (ascending: the anchors are by part)
+            first = np.searchsorted(part, np.arange(int(part[-1]) + 2, dtype=part.dtype))
+            if all(np.array_equal(np.arange(i, min(i + CHUNK, n)) - first[part[i:i + CHUNK]], anchor[i:i + CHUNK])
+                   for i in range(0, n, CHUNK)):        # (a chunk at a time: no int64 column of every node)
                 self.first = first
                 return
-        self.key = parts * (1 << 32) + anchor               # (part and anchor may be int32)
+        self.key = np.asarray(part, np.int64) * (1 << 32) + anchor     # (part and anchor may be int32)
 
     def _gid(self, part, anchor, dtype=np.int64, out=None) -> np.ndarray:
         """The node of each ``(part, anchor)``, as ``dtype`` (or written into ``out``): the part's first

@@ -289,3 +289,18 @@ def test_both_ways_were_taken():
     if not TAKEN["runs"]:
         test_times_against_the_order_replay_as_in_memory()
     assert TAKEN["kahn"] > 0 and TAKEN["own"] > 0, TAKEN
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), max_size=40), st.sampled_from([1, 2, 3, 1 << 18]))
+def test_rows_in_order_are_those_a_stable_sort_leaves(rows, chunk):
+    """``_in_order`` (the anchors' order checked ``CHUNK`` rows at a time, across the chunks' seams) is true
+    exactly when numpy's stable sort by (part, anchor) is the identity: the replay then skips the sort."""
+    from unittest import mock
+
+    from streamtrace.aggregate import whatif_job
+    part = np.asarray([p for p, _ in rows], np.int32)
+    anchor = np.asarray([a for _, a in rows], np.int64)
+    want = bool((np.lexsort((anchor, part)) == np.arange(len(rows))).all())
+    with mock.patch.object(whatif_job, "CHUNK", chunk):
+        assert whatif_job._in_order(part, anchor) == want
