@@ -291,8 +291,10 @@ class JobStep:
         del hit
         key[e] = self.t[b]
         cls[e] = 4
+        del e, b
+        trim()                                           # (the collectives' temporaries handed back before the sort)
         order = np.lexsort((cls, key))                   # (stable: equal keys in node order)
-        del key, cls, e, b
+        del key, cls
         self.pos0 = positions(order)
 
     def members(self, members: Members | None = None) -> TransferView:
