@@ -60,7 +60,7 @@ class InstanceFacts:
             cols["name"].append(_per_text(col("collective"), lambda v: texts.setdefault(str(v), str(v))))
             cols["dim"].append(_per_text(col("parallel_dim"), lambda v: texts.setdefault(v or "", v or "")))
             cols["bytes"].append(_ints(col("msg_bytes"), 0))
-            cols["busbw"].append(np.asarray(col("busbw_gbps").to_numpy(zero_copy_only=False), np.float64))
+            cols["busbw"].append(_floats(col("busbw_gbps")))
             listed = _per_text(col("pg_ranks"), bool, bool)              # (the group's ranks, else the
             cols["inter"].append(np.where(listed, _per_text(col("pg_ranks"), _spans_nodes, bool),   # instance's)
                                           _per_text(col("ranks"), _spans_nodes, bool)))
@@ -147,17 +147,25 @@ def _shared_text(col) -> np.ndarray:
 
 
 def _ints(arr, null: int) -> np.ndarray:
-    """An Arrow integer column as int64, ``null`` where it is null."""
+    """An Arrow integer column (or one of nulls alone: Parquet's ``null`` type) as int64, ``null`` where it is
+    null."""
+    import pyarrow as pa
     import pyarrow.compute as pc
-    return np.asarray(pc.fill_null(arr, null).to_numpy(zero_copy_only=False), np.int64)
+    return np.asarray(pc.fill_null(arr.cast(pa.int64()), null).to_numpy(zero_copy_only=False), np.int64)
+
+
+def _floats(arr) -> np.ndarray:
+    """An Arrow number column (or one of nulls alone) as float64, NaN where it is null."""
+    import pyarrow as pa
+    return np.asarray(arr.cast(pa.float64()).to_numpy(zero_copy_only=False), np.float64)
 
 
 def _per_text(arr, made, dtype=object) -> np.ndarray:
     """An Arrow text column (a dictionary, or plain text) as an array of ``made(text)`` a row (``made(None)``
     for a null), ``made`` called once a distinct text: its dictionary's values, then indexed."""
     import pyarrow as pa
-    if not pa.types.is_dictionary(arr.type):
-        arr = arr.dictionary_encode()
+    if not pa.types.is_dictionary(arr.type):          # (plain text, or nulls alone: Parquet's ``null`` type)
+        arr = arr.cast(pa.string()).dictionary_encode()
     values = arr.dictionary.to_pylist() + [None]
     made_values = np.empty(len(values), dtype)
     made_values[:] = [made(v) for v in values]

@@ -64,3 +64,19 @@ def test_an_empty_table(tmp_path):
     got = InstanceFacts.read(p)
     assert len(got) == 0 and got.column("bytes", [1]).tolist() == [0]
     assert np.isnan(got.column("busbw", [1])).all()
+
+
+def test_columns_of_nulls_alone_read_as_their_defaults(tmp_path):
+    """A column whose every value is null (Parquet's ``null`` type: a job without sizes, dimensions or groups)
+    reads as the facts' defaults, as a column of the usual type with nulls does."""
+    p = tmp_path / "collectives.parquet"
+    nulls = pa.array([None, None])
+    pq.write_table(pa.table({"instance": [4, 9], "collective": ["AllReduce", None], "parallel_dim": nulls,
+                             "msg_bytes": nulls, "busbw_gbps": nulls, "pg_ranks": nulls, "ranks": ["0,9", None]}), p)
+    assert pq.read_schema(p).field("msg_bytes").type == pa.null()
+    got = InstanceFacts.read(p)
+    assert got.column("name", [4, 9]).tolist() == ["AllReduce", "None"]
+    assert got.column("dim", [4, 9]).tolist() == ["", ""]
+    assert got.column("bytes", [4, 9]).tolist() == [0, 0]
+    assert np.isnan(got.column("busbw", [4, 9])).all()
+    assert got.column("inter", [4, 9]).tolist() == [True, False]
