@@ -61,10 +61,10 @@ class InstanceFacts:
             cols["dim"].append(_per_text(col("parallel_dim"), lambda v: texts.setdefault(v or "", v or "")))
             cols["bytes"].append(_ints(col("msg_bytes"), 0))
             cols["busbw"].append(_floats(col("busbw_gbps")))
-            listed = _per_text(col("pg_ranks"), bool, bool)              # (the group's ranks, else the
-            cols["inter"].append(np.where(listed, _per_text(col("pg_ranks"), _spans_nodes, bool),   # instance's)
-                                          _per_text(col("ranks"), _spans_nodes, bool)))
-            del b, col, listed
+            group = _per_text(col("pg_ranks"), lambda v: _spans_nodes(v) if v else -1, np.int8)   # (-1: none
+            cols["inter"].append(np.where(group >= 0, group, _per_text(col("ranks"), _spans_nodes, np.int8))  # listed:
+                                 .astype(bool))                                                  # the instance's)
+            del b, col, group
         joined = {k: np.concatenate(v) if v else np.zeros(0, object if k in ("name", "dim") else np.float64)
                   for k, v in cols.items()}
         n = len(joined["instance"])
@@ -161,15 +161,16 @@ def _floats(arr) -> np.ndarray:
 
 
 def _per_text(arr, made, dtype=object) -> np.ndarray:
-    """An Arrow text column (a dictionary, or plain text) as an array of ``made(text)`` a row (``made(None)``
-    for a null), ``made`` called once a distinct text: its dictionary's values, then indexed."""
+    """An Arrow text column (a dictionary, plain text, or nulls alone: Parquet's ``null`` type) as an array of
+    ``made(text)`` a row (``made(None)`` for a null), ``made`` called once a distinct text
+    (``alignment.dictionary_numpy``'s values, then indexed)."""
     import pyarrow as pa
-    if not pa.types.is_dictionary(arr.type):          # (plain text, or nulls alone: Parquet's ``null`` type)
-        arr = arr.cast(pa.string()).dictionary_encode()
-    values = arr.dictionary.to_pylist() + [None]
+    from .alignment import dictionary_numpy
+    if not pa.types.is_dictionary(arr.type):
+        arr = arr.cast(pa.string())
+    values, idx = dictionary_numpy(pa.chunked_array([arr]))
     made_values = np.empty(len(values), dtype)
-    made_values[:] = [made(v) for v in values]
-    idx = np.asarray(arr.indices.fill_null(len(values) - 1).to_numpy(zero_copy_only=False), np.int64)
+    made_values[:] = [made(v) for v in values.tolist()]
     return made_values[idx]
 
 
