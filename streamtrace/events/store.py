@@ -292,12 +292,16 @@ class MergedStore:
     def __init__(self, chunk_events=65536):
         self.chunk_events = chunk_events
         self.parts = []        # (dict key -> [block reference], lut int64, comm offset)
+        self.users: dict = {}  # spill file -> the (range, key)s with blocks in it (SpillStore shares a file)
 
     def add_range(self, parts, lut, comm_offset):
 
         def canon(v):                      # string pids/tids: this range's table -> the shared one
             return int(STR_ID_BASE + lut[v - STR_ID_BASE]) if is_str_id(v) else v
         parts = {(k[0], k[1], *map(canon, k[2:])): v for k, v in parts.items()}
+        for refs in parts.values():
+            for path in {ref[4] for ref in refs if ref[0] == "file"}:
+                self.users[path] = self.users.get(path, 0) + 1
         self.parts.append((parts, lut, comm_offset))
 
     def keys(self):
@@ -340,12 +344,14 @@ class MergedStore:
         return np.concatenate(out) if out else np.zeros(0, STORE_DTYPE)
 
     def drop(self, key):
-        """Release this key's blocks (and spill files)."""
+        """Release this key's blocks, and each spill file no key not dropped has a block in."""
         for parts, _, _ in self.parts:
-            for ref in parts.pop(key, ()):
-                if ref[0] == "file":
+            for path in {ref[4] for ref in parts.pop(key, ()) if ref[0] == "file"}:
+                self.users[path] -= 1
+                if not self.users[path]:
+                    del self.users[path]
                     try:
-                        os.unlink(ref[4])
+                        os.unlink(path)
                     except OSError:
                         pass
 

@@ -100,3 +100,25 @@ def test_one_event_keys_share_a_block():
     store.flush()
     assert not store.refs and len(store.small) == 2500 and len(store.shared) == 3
     assert store.get(("cpu", 0, 7, 7)).tobytes() == _rows(1, 7).tobytes()
+
+
+def test_merged_store_removes_a_spill_file_when_its_last_key_is_dropped(tmp_path):
+    """Split ranges' stores merged (``MergedStore``): keys share their range's spill file, so dropping
+    one key keeps the file for the others; the file goes with its last key."""
+    from streamtrace.events.store import MergedStore
+    merged, want = MergedStore(4), {}
+    for r in range(2):
+        store = SpillStore(tmp_path / f"r{r}", 4)
+        store.folder.mkdir()
+        for k in range(3):
+            rows = _rows(6, 100 * r + 10 * k)
+            store.add(("cpu", 0, 100, k), rows)
+            want.setdefault(("cpu", 0, 100, k), []).append(rows)
+        merged.add_range(store.export(), np.arange(8, dtype=np.int64), 0)      # (string ids as they are)
+    files = sorted(tmp_path.glob("r*/*.bin"))
+    assert len(files) == 2                           # one a range, every key's blocks in it
+    for k in range(3):
+        key = ("cpu", 0, 100, k)
+        assert merged.get(key).tobytes() == np.concatenate(want[key]).tobytes()
+        merged.drop(key)
+        assert sorted(tmp_path.glob("r*/*.bin")) == (files if k < 2 else [])
