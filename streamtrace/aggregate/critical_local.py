@@ -24,7 +24,7 @@ the communication events, sinks their arrivals and the rank's step end.  One lon
 (``streamtrace.kernels.critical.reduce_local``, each source at its own time) gives every sink
 its longest path and the source it starts from; each sink becomes one job-level edge ``origin ->
 sink`` weighted by that path.  The segments of those paths (a tree: every node has one chosen
-in-edge) are written to a file of the part (pickled: ``write_segments``) and only read back for the
+in-edge) are written to a spill record of the part (pickled: ``write_segments``) and only read back for the
 ranks the job's path visits.
 """
 from __future__ import annotations
@@ -33,7 +33,6 @@ import pickle
 import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -41,6 +40,7 @@ import pyarrow.compute as pc
 
 from ..analyze.outputs import CUDA_SYNC, KERNELS, OPS
 from ..kernels.critical import reduce_local
+from ..runtime import spillfile
 from .alignment import column_numpy, dictionary_numpy
 from .critical_cpu import AUTOGRAD_OP, collective_waits, cpu_chains, cpu_collectives
 from .critical_gpu import clip_stream_overlaps, gpu_events, queued_behind, sync_edges, zero_linked_syncs
@@ -350,24 +350,27 @@ def part_graphs(job, part, tables) -> PartGraphs | None:
                       sync_targets(tables.get(CUDA_SYNC)), stats, texts)
 
 
-def write_segments(path, segs, texts):
+def write_segments(folder, segs, texts) -> tuple:
     """One part's path segments (``SEGMENT_SCHEMA``'s columns as numpy arrays, ``lane`` / ``name``
     int32 codes of ``texts``, the part's ``Texts.values()``; ``segs`` one dict of them, or a list, one a
-    step) pickled into ``path``, a temporary that ``read_segments`` reads back for the ranks the job's
-    path visits.  Pickled, not Arrow, and as codes: a rank's few hundred distinct names over ~100 k
+    step) pickled as a record of the spill folder ``folder`` (``runtime.spillfile``), which
+    ``read_segments`` reads back for the ranks the job's path visits; returns its ``(path, offset,
+    size)``.  Pickled, not Arrow, and as codes: a rank's few hundred distinct names over ~100 k
     rows are written once each; a step at a time, joined when read: most ranks' are never read (the
     A100 job's path stays on one rank of eight)."""
     steps = [segs] if isinstance(segs, dict) else segs
     cols = [{c: x[c] if c in ("lane", "name") else x[c].astype(SEGMENT_DTYPES[c], copy=False)
              for c in SEGMENT_SCHEMA.names} for x in steps]
-    with open(path, "wb") as f:
+    rec = spillfile.Record(folder)
+    with rec as f:
         pickle.dump((cols, texts), f, protocol=pickle.HIGHEST_PROTOCOL)
+    return rec.rec
 
 
-def read_segments(path) -> dict:
-    """The columns ``write_segments`` wrote into ``path`` (its steps joined, in order), ``lane`` /
+def read_segments(rec) -> dict:
+    """The columns ``write_segments`` wrote as record ``rec`` (its steps joined, in order), ``lane`` /
     ``name`` decoded (object arrays of str)."""
-    with open(path, "rb") as f:
+    with spillfile.opened(rec) as f:
         steps, texts = pickle.load(f)
     cols = {c: np.concatenate([x[c] for x in steps]) if steps else
             np.zeros(0, np.int32 if c in ("lane", "name") else SEGMENT_DTYPES[c]) for c in SEGMENT_SCHEMA.names}
@@ -377,10 +380,10 @@ def read_segments(path) -> dict:
 
 def part_paths(job, part, spill, tables=None, on_step=None) -> dict:
     """One part's anchors and reduced edges for every step (aligned ns), the segments of its local
-    paths written to ``spill/critical-<index>.pickle`` (``write_segments``); ``tables``: ``part_reads`` (None: read
+    paths written as a record of the folder ``spill`` (``write_segments``); ``tables``: ``part_reads`` (None: read
     here); ``on_step``: called with ``(part graphs, step, t, cols, anchors, order)`` for each step's
     graph (the what-if replay's reduction, ``streamtrace.aggregate.whatif_local``).  Returns
-    ``{"anchors": {column: array}, "edges": {column: array}, "segments": path or None, "dropped":
+    ``{"anchors": {column: array}, "edges": {column: array}, "segments": its record or None, "dropped":
     int, "stats": PartStats.as_dict()}``."""
     tables = tables or graph_reads(part)
     graphs = part_graphs(job, part, tables)
@@ -400,7 +403,6 @@ def part_paths(job, part, spill, tables=None, on_step=None) -> dict:
     if not acc.anchors:
         return empty | {"stats": stats.as_dict()}
     cat = lambda xs: {c: np.concatenate([x[c] for x in xs]) for c in xs[0]}  # noqa: E731
-    path = Path(spill) / f"critical-{part.index:06d}.pickle"
-    write_segments(path, acc.segs, acc.texts)
-    return {"anchors": cat(acc.anchors), "edges": cat(acc.edges), "segments": str(path),
+    rec = write_segments(spill, acc.segs, acc.texts)
+    return {"anchors": cat(acc.anchors), "edges": cat(acc.edges), "segments": rec,
             "dropped": stats.dropped_edges, "stats": stats.as_dict()}

@@ -1,7 +1,8 @@
 """A part's critical-path piece (``streamtrace.aggregate.critical_local.part_paths``) as aggregate's rank
 worker spills it and the job level reads it back.
 
-One file, two pickles: first the piece's facts (``segments`` the file of its local path segments or None,
+One record of the spill folder (``runtime.spillfile``: one file a worker process), two pickles: first
+the piece's facts (``segments`` the file of its local path segments or None,
 ``dropped``, ``stats``, and ``steps``: the steps its anchors are of, ascending), then its ``anchors`` and
 ``edges`` columns.  The job's critical path (``streamtrace.aggregate.critical_path.critical_paths``) reads
 every part's facts first, each part's graph only when it builds a step the part is in, and lets it go
@@ -15,32 +16,35 @@ from pathlib import Path
 
 import numpy as np
 
+from ..runtime import spillfile
+
 GRAPH = ("anchors", "edges")
 """The piece's columns kept in the file's second pickle."""
 
 
-def spill_piece(piece: dict, folder, index: int) -> str:
-    """Part ``index``'s piece (``part_paths``' dict) pickled into ``folder`` in the two records above;
-    returns the file's path (for ``PieceFile``)."""
+def spill_piece(piece: dict, folder, index: int) -> tuple:
+    """Part ``index``'s piece (``part_paths``' dict) pickled into ``folder`` as the two pickles above,
+    one record (``spillfile.Record``); returns its ``(path, offset, size)`` (for ``PieceFile``)."""
     facts = {k: v for k, v in piece.items() if k not in GRAPH}
     steps = piece["anchors"]["step"] if piece.get("anchors") else np.zeros(0, np.int64)
     facts["steps"] = sorted(set(np.asarray(steps).tolist()))
-    path = Path(folder) / f"piece-{index:06d}.pickle"
-    with open(path, "wb") as f:
+    rec = spillfile.Record(folder)
+    with rec as f:
         pickle.dump(facts, f, protocol=pickle.HIGHEST_PROTOCOL)
         pickle.dump({k: piece.get(k) for k in GRAPH}, f, protocol=pickle.HIGHEST_PROTOCOL)
-    return str(path)
+    return rec.rec
 
 
 class PieceFile:
-    """A spilled piece (``spill_piece``): ``info`` its facts (``segments``, ``dropped``, ``stats``,
+    """A spilled piece (``spill_piece``'s record): ``info`` its facts (``segments``, ``dropped``, ``stats``,
     ``steps``), read when made; ``graph(step, texts)`` its anchors and edges of one step, read from the
     file at each call (a part in several steps is read once a step, nothing kept in between).  Raises
     OSError or ``pickle.UnpicklingError`` on a file that is not one (aggregate made it a moment ago)."""
 
-    def __init__(self, path):
-        self.path = Path(path)
-        with open(self.path, "rb") as f:
+    def __init__(self, rec):
+        """``rec``: ``spill_piece``'s ``(path, offset, size)``."""
+        self.path = Path(rec[0])
+        with spillfile.opened(rec) as f:
             self.info = pickle.load(f)
             self._at = f.tell()
 

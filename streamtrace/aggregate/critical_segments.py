@@ -22,8 +22,8 @@ class _Spill:
     once (``read_segments``): its columns as numpy and each node's in-edge row (its last row, as a dict built
     in row order would), walked back by ``streamtrace.kernels.critical.trace_back`` (made on the first walk)."""
 
-    def __init__(self, path):
-        self.num = read_segments(path)
+    def __init__(self, rec):
+        self.num = read_segments(rec)          # (rec: the part's spill record, ``write_segments``)
         self.into: np.ndarray | None = None
 
     def _into(self) -> np.ndarray:

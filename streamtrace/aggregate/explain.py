@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from ..analyze.outputs import KERNELS, OPS, schema_of
 from ..events.dataset import csv_table, text_columns, write_table
+from ..runtime import spillfile
 from ..runtime.files import atomic_output
 from ..runtime.tuning import trim
 from . import idle
@@ -81,14 +82,15 @@ def packed(tables: dict) -> dict:
 
 
 def spill(folder, index: int, tables: dict) -> tuple:
-    """``part_tables``' result ``tables`` of part ``index`` pickled into ``folder/explain-<index>.pickle``:
-    each table's rows of one step a chunk (their order kept), then the part's index (``_index``: where
-    each chunk is, the kinds of its columns).  Returns ``(path, offset, length)`` of that index, what
+    """``part_tables``' result ``tables`` of part ``index`` pickled as one record of the spill folder
+    ``folder`` (``runtime.spillfile``: one file a worker process): each table's rows of one step a
+    chunk (their order kept), then the part's index (``_index``: where each chunk is in the file, the
+    kinds of its columns).  Returns ``(path, offset, length)`` of that index, what
     ``write_tables`` reads the part by: aggregate's parent then holds a few bytes a rank until the
     tables are written, not the rank's pickled tables (4,096 synthetic ranks: ~80 MB), and writes each
     table a step's chunks at a time."""
-    path = Path(folder) / f"explain-{index:06d}.pickle"
-    with open(path, "wb") as f:
+    rec = spillfile.Record(folder)
+    with rec as f:
         chunks = {}
         for name, step, kinds, sub in _split(tables):
             b = pickle.dumps(sub, protocol=pickle.HIGHEST_PROTOCOL)
@@ -97,7 +99,7 @@ def spill(folder, index: int, tables: dict) -> tuple:
         at = f.tell()
         b = pickle.dumps(_index(tables, chunks), protocol=pickle.HIGHEST_PROTOCOL)
         f.write(b)
-    return str(path), at, len(b)
+    return str(rec.path), at, len(b)
 
 
 def _split(tables: dict):

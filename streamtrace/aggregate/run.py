@@ -111,10 +111,11 @@ def part_view(job, index, dims: dict | None = None):
 
 def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=None, replay=None, graph_bytes=0,
               explain_spill=None):
-    """One part's rows; with ``spill`` (a folder) its timeline rows go to a file there (``write_part``, returned
+    """One part's rows; with ``spill`` (a folder) its timeline rows go to a record there (``write_part``, returned
     in their place) so the parent never holds every part's timeline, with ``explain_spill`` (a folder) its
     explaining tables (``explain.spill``), with ``replay`` its what-if rows (``spill_rows``)
-    and, ``graph_bytes`` > 0, its step graphs up to that size (``whatif_graphs.GraphSpill``)."""
+    and, ``graph_bytes`` > 0, its step graphs up to that size (``whatif_graphs.GraphSpill``).  The records
+    of a folder go to one file a worker process (``runtime.spillfile``), not one a part and table."""
     part = job.parts[index]
     # read once for all: the rank's rows, steps, critical path and explaining tables
     tables = part_reads(part, GPU_PART_COLUMNS, STEP_COLUMNS) if critical_spill is not None else None
@@ -139,7 +140,7 @@ def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=Non
 
 
 def job_critical_path(job, pieces: list, outdir):
-    """``critical_paths`` of the parts' pieces spilled by ``spill_piece`` (their paths, in part order; None
+    """``critical_paths`` of the parts' pieces spilled by ``spill_piece`` (their records, in part order; None
     for a part without one): what aggregate's job-level process runs.  Each piece's graph is read when
     its step is built (``critical_pieces``), its names and lanes coded into one ``Texts`` across the parts."""
     return critical_paths(job, [PieceFile(p) if p else None for p in pieces], outdir, Texts())
@@ -351,7 +352,7 @@ def _rank_pass(job, outdir: Path, opt: AggregateOptions, explain=None) -> tuple:
     whose explaining tables, and what the job's tables gather of them (``rank_results.Kept``), are spilled
     into the folder ``explain`` (None: held in the results).
     Returns ``(collectives, files written, inferred layout of the process groups, the ranks' results,
-    the critical path's pieces: ``(spill folder, [the path of each part's piece])``, which the caller
+    the critical path's pieces: ``(spill folder, [the record of each part's piece])``, which the caller
     removes, or None, the ranks' what-if rows: ``SpilledRows`` or None, the ``Kept`` that kept the results:
     their top kernels summed, ``gathered`` reads the rest back)``."""
     spill = Path(tempfile.mkdtemp(prefix=".timeline-spill.", dir=outdir))

@@ -1,6 +1,7 @@
 """``timeline.parquet`` of ``streamtrace.aggregate.run``, written per part: each worker writes its
-part's rows to a file of its own (``write_part``), and the parent copies those files, in part
-order, into the table (``join``) ``GROUP_ROWS`` rows a row group, so no process holds every rank's rows.
+part's rows as a Parquet record of a spill folder (``write_part``; ``runtime.spillfile``: one file a
+worker process, not one a part), and the parent copies those records, in part order, into the table
+(``join``) ``GROUP_ROWS`` rows a row group, so no process holds every rank's rows.
 
 Columns: ``part``, ``rank``, ``iteration``, ``step``, ``device`` (int64), ``category`` (str:
 ``compute``, ``memory``, ``comm:<dim>``, ``comm:cpu``), ``start_ns``, ``end_ns`` (int64 ns, aligned):
@@ -9,14 +10,13 @@ canonical union intervals of that category's kernels.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .folder import TIMELINE, TIMELINE_COLUMNS, table_path
-from ..events.dataset import arrow_file, read_arrow, to_arrow, write_table
+from ..events.dataset import to_arrow, write_table
+from ..runtime import spillfile
 from ..runtime.files import atomic_output
 from ..runtime.tuning import trim
 
@@ -34,15 +34,20 @@ def timeline_columns(tl) -> dict:
             "end_ns": np.concatenate([x[7] for x in tl]) if tl else np.zeros(0, np.int64)}
 
 
-def write_part(folder, index: int, rank: int, rows: list) -> Path | None:
-    """Part ``index``'s rows ``[(iteration, step, device, category, starts, ends)]`` to
-    ``folder/timeline-<index>.parquet``; returns its path (None without rows)."""
+def write_part(folder, index: int, rank: int, rows: list) -> tuple | None:
+    """Part ``index``'s rows ``[(iteration, step, device, category, starts, ends)]`` as a Parquet
+    record of ``folder`` (``spillfile.append``); returns its ``(path, offset, size)`` (None without rows)."""
     if not rows:
         return None
-    p = Path(folder) / f"timeline-{index:06d}.parquet"
-    pq.write_table(to_arrow(timeline_columns([(index, rank, *x) for x in rows])).cast(SCHEMA), arrow_file(p, "wb"),
+    sink = pa.BufferOutputStream()
+    pq.write_table(to_arrow(timeline_columns([(index, rank, *x) for x in rows])).cast(SCHEMA), sink,
                    compression="zstd")
-    return p
+    return spillfile.append(folder, sink.getvalue())
+
+
+def read_part(rec) -> pa.Table:
+    """The rows ``write_part`` wrote as record ``rec``."""
+    return pq.ParquetFile(pa.BufferReader(spillfile.read_at(*rec))).read()
 
 
 GROUP_ROWS = 65536
@@ -51,21 +56,20 @@ until they reach it.  A row group a part made the writer hold 4,096 row groups' 
 synthetic ranks (~290 rows each; ~35 MB of the parent's heap at its peak)."""
 
 
-def join(outdir, paths: list) -> list:
-    """Write ``outdir/timeline.parquet`` (atomically) from the part files ``paths`` (in part order;
-    None entries skipped), deleting each once copied, in row groups of ``GROUP_ROWS`` rows or more
-    (whole parts); returns the written path(s)."""
-    paths = [p for p in paths if p is not None]
-    if not paths:
+def join(outdir, records: list) -> list:
+    """Write ``outdir/timeline.parquet`` (atomically) from the parts' records ``records``
+    (``write_part``'s, in part order; None entries skipped) in row groups of ``GROUP_ROWS`` rows or
+    more (whole parts); returns the written path(s).  The records' folder is its owner's to remove."""
+    records = [r for r in records if r is not None]
+    if not records:
         return write_table(outdir, TIMELINE, timeline_columns([]))
     out = table_path(outdir, TIMELINE)
     with atomic_output(out, compress=False) as f, pq.ParquetWriter(f, SCHEMA, compression="zstd") as w:
         held, rows = [], 0
-        for i, p in enumerate(paths):
-            held.append(read_arrow(p))
+        for i, r in enumerate(records):
+            held.append(read_part(r))
             rows += held[-1].num_rows
-            Path(p).unlink()
-            if rows >= GROUP_ROWS or i == len(paths) - 1:
+            if rows >= GROUP_ROWS or i == len(records) - 1:
                 w.write_table(pa.concat_tables(held).combine_chunks(), row_group_size=max(rows, 1))
                 held, rows = [], 0
                 trim()           # (what reading ~200 parts' files left in glibc's heap: +32 MB over 4,096 parts)

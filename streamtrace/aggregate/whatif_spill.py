@@ -2,13 +2,14 @@
 (``streamtrace.aggregate.whatif``), in flat memory.
 
 Each worker writes its part's ``whatif_anchors`` and ``whatif_edges`` rows
-(``streamtrace.aggregate.whatif_local.ReplayRows.result``) into two Arrow IPC files of a spill
-folder (``spill_rows``), as the critical path's segments are spilled, and returns only their paths,
-row counts and its few ``whatif_ranks`` rows.  The parent (``SpilledRows``) then
+(``streamtrace.aggregate.whatif_local.ReplayRows.result``) as two Arrow IPC records of a spill
+folder (``spill_rows``; ``runtime.spillfile``: one file a worker process), as the critical path's
+segments are spilled, and returns only their records ``(path, offset, size)``, row counts and its
+few ``whatif_ranks`` rows.  The parent (``SpilledRows``) then
 
 * loads the int64 columns the job's graph solves on (``load``), copied out of the memory-mapped
-  files into one array each, and reads the others (``lazy``) only for the few edges on a path;
-* streams the files into the ``whatif_anchors`` / ``whatif_edges`` Parquet tables (``write``),
+  records into one array each, and reads the others (``lazy``) only for the few edges on a path;
+* streams the records into the ``whatif_anchors`` / ``whatif_edges`` Parquet tables (``write``),
   ``SLICE_ROWS`` rows a row group: the same tables as written from the joined columns at once.
 
 At 1,024 synthetic ranks the edges are ~0.94 M rows of 12 columns (~125 MB held as numpy with
@@ -26,6 +27,7 @@ import pyarrow as pa
 import pyarrow.feather as feather
 
 from ..events.dataset import arrow_file, arrow_map, write_table
+from ..runtime import spillfile
 from ..runtime.files import atomic_output
 from .folder import WHATIF_ANCHORS, WHATIF_ANCHORS_COLUMNS, WHATIF_EDGES, WHATIF_EDGES_COLUMNS, table_path
 
@@ -43,55 +45,68 @@ def schema(columns) -> pa.Schema:
 
 
 def spill_rows(result: dict, folder, index: int, graphs=None) -> dict:
-    """Write part ``index``'s rows ``result`` (``ReplayRows.result``) into ``folder``: returns
-    ``{"anchors": (path, rows), "edges": (path, rows), "ranks": result["ranks"], "graphs": (index,
-    graphs)}`` (``graphs``: the path of its spilled step graphs, ``whatif_graphs.GraphSpill``, or None)."""
+    """Write part ``index``'s rows ``result`` (``ReplayRows.result``) into ``folder``, a table an Arrow
+    IPC record (``spillfile.append``; none for a table without rows): returns ``{"anchors": (record,
+    rows), "edges": (record, rows), "ranks": result["ranks"], "graphs": (index, graphs)}`` (``record``:
+    ``(path, offset, size)``, ``NO_RECORD`` without rows; ``graphs``: the path of its spilled step
+    graphs, ``whatif_graphs.GraphSpill``, or None)."""
     out = {"ranks": result["ranks"], "graphs": (index, graphs)}
     for name, (_, cols) in NAMES.items():
         data = result[name]
-        path = spill_path(folder, name, index)
+        n = len(data[cols[0]])
+        if not n:
+            out[name] = (NO_RECORD, 0)
+            continue
         table = pa.table({c: pa.array(data[c], pa.string() if c in TEXT else pa.int64()) for c in cols},
                          schema=schema(cols))
-        feather.write_feather(table, arrow_file(path, "wb"), compression="uncompressed")
-        out[name] = (path, len(data[cols[0]]))
+        sink = pa.BufferOutputStream()            # (its own bytes: the IPC footer's offsets are from their start)
+        feather.write_feather(table, sink, compression="uncompressed")
+        out[name] = (spillfile.append(folder, sink.getvalue()), n)
     return out
 
 
-def spill_path(folder, name: str, index: int) -> str:
-    """The file ``spill_rows`` writes part ``index``'s table ``name`` (``anchors``, ``edges``) to."""
-    return str(Path(folder) / f"whatif-{name}-{index:06d}.arrow")
+NO_RECORD = ("", 0, 0)
+"""The record of a table without rows (nothing written)."""
+
+
+def read_record(rec) -> pa.Table:
+    """The table ``spill_rows`` wrote as record ``rec``, memory-mapped (its pages read as its columns are)."""
+    path, offset, size = rec
+    with arrow_map(path) as src:
+        return pa.ipc.open_file(pa.BufferReader(src.read_at(size, offset))).read_all()
 
 
 class SpillFiles:
-    """One table's spilled files, ``(path, rows)`` a part in part order (a sequence: ``len``, ``[k]``,
-    iteration): held as two int arrays, each path made when asked for from the folder and the part's
-    index (``spill_path``), where every path is as ``spill_rows`` names it, else as given.  A list of
-    ``(path, rows)`` held ~0.5 KB a part in aggregate's parent and again in the replay's process
-    (16,384 ranks: 2 tables, ~16 MB each)."""
+    """One table's spilled records, ``(record, rows)`` a part in part order (a sequence: ``len``,
+    ``[k]``, iteration), held as int arrays (each record's file as an index into the few files'
+    paths, one a worker process, its offset and size) and made when asked for.  A list of ``(path,
+    rows)`` held ~0.5 KB a part in aggregate's parent and again in the replay's process (16,384 ranks:
+    2 tables, ~16 MB each)."""
 
-    def __init__(self, folder, name: str, index, files: list):
-        self.folder, self.name = str(folder), name
-        self.index = np.asarray(index, np.int64)
+    def __init__(self, files: list):
+        """``files``: ``[(record, rows)]``, as ``spill_rows`` returns them."""
+        paths: dict = {}
+        self.file = np.asarray([paths.setdefault(r[0], len(paths)) for r, _ in files], np.int32)
+        self.offset = np.asarray([r[1] for r, _ in files], np.int64)
+        self.size = np.asarray([r[2] for r, _ in files], np.int64)
         self.rows = np.asarray([n for _, n in files], np.int64)
-        same = all(path == spill_path(folder, name, i) for (path, _), i in zip(files, self.index.tolist()))
-        self.paths = None if same else [path for path, _ in files]
+        self.paths = list(paths)
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def __getitem__(self, k: int) -> tuple:
-        path = self.paths[k] if self.paths is not None else spill_path(self.folder, self.name, int(self.index[k]))
-        return path, int(self.rows[k])
+        return (self.paths[self.file[k]], int(self.offset[k]), int(self.size[k])), int(self.rows[k])
 
     def __iter__(self):
         return (self[k] for k in range(len(self)))
 
     def nonempty(self) -> "SpillFiles":
-        """The files with rows."""
+        """The records with rows."""
         keep = np.flatnonzero(self.rows > 0)
         out = SpillFiles.__new__(SpillFiles)
-        out.folder, out.name, out.index, out.rows = self.folder, self.name, self.index[keep], self.rows[keep]
-        out.paths = None if self.paths is None else [self.paths[k] for k in keep.tolist()]
+        out.file, out.offset, out.size, out.rows = self.file[keep], self.offset[keep], self.size[keep], self.rows[keep]
+        out.paths = self.paths
         return out
 
 
@@ -113,7 +128,7 @@ class SpilledRows:
         self.folder = Path(folder)
         self._chunks: dict = {}               # table name -> its files read (``Chunks``), shared by its columns
         ranks: dict = {c: [] for c in RANK_COLUMNS}
-        self._graphs, index, files, k = {}, [], {name: [] for name in NAMES}, 0
+        self._graphs, files, k = {}, {name: [] for name in NAMES}, 0
         for p in parts:
             if not p:
                 continue
@@ -125,14 +140,12 @@ class SpilledRows:
             i, path = p.get("graphs", (k, None))
             if path:
                 self._graphs[i] = path
-            index.append(i)
             for name in NAMES:
                 files[name].append(p[name])
             k += 1
         self._ranks = {c: np.concatenate(v) if v else np.zeros(0, np.int64) for c, v in ranks.items()}
         del ranks
-        index = index if all(isinstance(i, int) for i in index) else list(range(k))
-        self.files = {name: SpillFiles(folder, name, index, files.pop(name)) for name in NAMES}
+        self.files = {name: SpillFiles(files.pop(name)) for name in NAMES}
 
     def close(self):
         """Remove the spill folder."""
@@ -157,14 +170,13 @@ class SpilledRows:
         columns' pages read)."""
         out = {c: np.empty(self.rows(name), np.int32 if c in small else np.int64) for c in columns}
         at = 0
-        for path, n in self.files[name]:
+        for rec, n in self.files[name]:
             if not n:
                 continue
-            with arrow_map(path) as src:
-                table = pa.ipc.open_file(src).read_all()
-                for c in columns:
-                    out[c][at:at + n] = table.column(c).to_numpy()
-                del table
+            table = read_record(rec)
+            for c in columns:
+                out[c][at:at + n] = table.column(c).to_numpy()
+            del table
             at += n
         return out
 
@@ -173,14 +185,13 @@ class SpilledRows:
         last), in part order: for a reader that needs each row once (the what-if replay's graph build, which
         writes them to disk; 4,096 synthetic ranks' edges loaded whole: 74 MB)."""
         held, n = [], 0
-        for path, k in self.files[name]:
+        for rec, k in self.files[name]:
             if not k:
                 continue
-            with arrow_map(path) as src:
-                table = pa.ipc.open_file(src).read_all()
-                held.append({c: table.column(c).to_numpy().astype(np.int32 if c in small else np.int64)
-                             for c in columns})
-                del table
+            table = read_record(rec)
+            held.append({c: table.column(c).to_numpy().astype(np.int32 if c in small else np.int64)
+                         for c in columns})
+            del table
             n += k
             if n >= rows:
                 yield {c: np.concatenate([h[c] for h in held]) for c in columns}
@@ -203,11 +214,10 @@ class SpilledRows:
         p = table_path(outdir, table_name)
         with atomic_output(p, compress=False) as f, pq.ParquetWriter(f, schema(cols), compression="zstd") as w:
             held, nheld = [], 0
-            for path, n in self.files[name]:
+            for rec, n in self.files[name]:
                 if not n:
                     continue
-                with arrow_map(path) as src:
-                    held.append(pa.ipc.open_file(src).read_all())
+                held.append(read_record(rec))
                 nheld += n
                 while nheld >= SLICE_ROWS:
                     t = pa.concat_tables(held)
@@ -238,8 +248,8 @@ class Chunks(dict):
 
 
 class Lazy:
-    """One column of the spilled files ``files`` (``[(path, rows)]``, in order), not loaded: ``c[i]``
-    reads row ``i``'s value (int or str) from its file, ``c.take(idx)`` the values of many rows,
+    """One column of the spilled records ``files`` (``[(record, rows)]``, in order; ``SpillFiles``), not
+    loaded: ``c[i]`` reads row ``i``'s value (int or str) from its record, ``c.take(idx)`` the values of many rows,
     ``c[idx]`` for an index or mask array the ``Lazy`` of those rows.  The files read are kept open
     in ``chunks`` (``Chunks``; one for the columns of one table, a new one when None)."""
 
@@ -252,12 +262,11 @@ class Lazy:
         self.chunks = Chunks() if chunks is None else chunks
 
     def _chunk(self, k):
-        """The column's values in chunk ``k`` (a pyarrow array; here the ``k``-th file)."""
+        """The column's values in chunk ``k`` (a pyarrow array; here the ``k``-th record)."""
         return self.chunks.get_or_read(k, lambda: self._read(k)).column(self.column)
 
     def _read(self, k):
-        with arrow_map(self.files[k][0]) as src:
-            return pa.ipc.open_file(src).read_all()
+        return read_record(self.files[k][0])
 
     def _sub(self, rows) -> "Lazy":
         """The column's rows ``rows`` (int64 indices into all of it)."""

@@ -25,9 +25,10 @@ def _segs(n):
 
 def test_round_trip(tmp_path):
     plain, segs, texts = _segs(50)
-    path = tmp_path / "critical-000003.pickle"
-    write_segments(path, segs, texts)
-    back = read_segments(path)
+    write_segments(tmp_path, _segs(7)[1], texts)                 # (another record of the same file before it)
+    rec = write_segments(tmp_path, segs, texts)
+    assert rec[1] > 0 and len(list(tmp_path.iterdir())) == 1
+    back = read_segments(rec)
     assert list(back) == SEGMENT_SCHEMA.names
     for f in SEGMENT_SCHEMA:
         col = back[f.name]
@@ -39,10 +40,8 @@ def test_round_trip(tmp_path):
 def test_empty_and_non_utf8_folder(tmp_path):
     folder = os.path.join(os.fsencode(tmp_path), b"job_caf\xe9")
     os.mkdir(folder)
-    path = os.fsdecode(os.path.join(folder, b"critical-000000.pickle"))
     _, segs, texts = _segs(0)
-    write_segments(path, segs, texts)
-    back = read_segments(path)
+    back = read_segments(write_segments(os.fsdecode(folder), segs, texts))
     assert all(len(v) == 0 for v in back.values()) and back["cat"].dtype == np.int8
 
 
@@ -51,9 +50,7 @@ def test_steps_written_apart_are_read_back_joined(tmp_path):
     order, as one dict of the same columns would."""
     plain, segs, texts = _segs(30)
     parts = [{c: v[a:b] for c, v in segs.items()} for a, b in ((0, 12), (12, 12), (12, 30))]
-    path = tmp_path / "critical-000001.pickle"
-    write_segments(path, parts, texts)
-    back = read_segments(path)
+    back = read_segments(write_segments(tmp_path, parts, texts))
     assert list(back) == SEGMENT_SCHEMA.names
     for f in SEGMENT_SCHEMA:
         assert back[f.name].tolist() == plain[f.name].tolist()
@@ -72,14 +69,13 @@ def _piece(steps):
 
 
 def test_spilled_piece_reads_back_a_step_at_a_time(tmp_path):
-    """A piece spilled in two records (``critical_pieces``): its facts read alone (the steps its anchors
+    """A piece spilled as one record of two pickles (``critical_pieces``): its facts read alone (the steps its anchors
     are of, ascending), each step's anchors and edges the rows of that step (all of them for a part in
     one step), names and lanes coded into the ``Texts`` given, in row order."""
     from streamtrace.aggregate.critical_pieces import PieceFile, spill_piece
     steps = [5, 3, 5, 5, 3]
     piece = _piece(steps)
     f = PieceFile(spill_piece(piece, tmp_path, 7))
-    assert f.path.name == "piece-000007.pickle"
     assert f.steps == [3, 5] and f.info["dropped"] == 2 and f.info["segments"] == "segs.pickle"
     assert f.info["stats"] == {"clipped_ns": 5}
     texts = Texts()
@@ -94,3 +90,7 @@ def test_spilled_piece_reads_back_a_step_at_a_time(tmp_path):
     assert one.steps == [4] and a["name"].tolist() == ["kernel 0", "kernel 1"] and len(e["src"]) == 2
     empty = PieceFile(spill_piece(_piece([]), tmp_path, 9))
     assert empty.steps == []
+    # the three records share this process's one file, each read from its own offset
+    assert f.path == one.path == empty.path and [p.name for p in tmp_path.iterdir()] == [f.path.name]
+    a, e = f.graph(5, texts)
+    assert a["t_ns"].tolist() == [0, 14, 21] and e["w_ns"].tolist() == [0, 6, 9]

@@ -51,22 +51,29 @@ def spilled(tmp_path):
     return raw, SpilledRows(folder, parts), tmp_path
 
 
-def test_spilled_files_are_the_workers_paths(spilled, tmp_path):
-    """Each table's files as the workers returned them, ``(path, rows)`` a part in order, whether the
-    paths are made from the part's index (as ``spill_rows`` names them) or held as given; pickled to
-    the replay's process alike."""
+def test_spilled_files_are_the_workers_records(spilled, tmp_path):
+    """Each table's records as the worker returned them, ``(record, rows)`` a part in order, all in the
+    one file of this process (a part without rows writes none); pickled to the replay's process
+    alike; each record reads back as the table of its part's rows."""
     import pickle
     raw, rows, _ = spilled
-    folder = rows.folder
+    (only,) = list(rows.folder.iterdir())
     for name, i in (("anchors", 0), ("edges", 1)):
         files = rows.files[name]
-        want = [(str(folder / f"whatif-{name}-{k:06d}.arrow"), len(r[i]["part"])) for k, r in enumerate(raw)]
-        assert list(files) == want and files.paths is None and rows.rows(name) == sum(n for _, n in want)
-        assert list(files.nonempty()) == [x for x in want if x[1]]
-        assert list(pickle.loads(pickle.dumps(files))) == want
-    other = [("/elsewhere/a.arrow", 3), ("/elsewhere/b.arrow", 0)]
-    files = whatif_spill.SpillFiles(tmp_path, "edges", [0, 1], other)
-    assert list(files) == other and files.paths is not None and list(files.nonempty()) == other[:1]
+        got = list(files)
+        want = [len(r[i]["part"]) for r in raw]
+        assert [n for _, n in got] == want and rows.rows(name) == sum(want)
+        assert all(rec[0] == str(only) and rec[2] > 0 for rec, n in got if n)
+        assert [rec for rec, n in got if not n] == [whatif_spill.NO_RECORD]
+        assert list(files.nonempty()) == [x for x in got if x[1]]
+        assert list(pickle.loads(pickle.dumps(files))) == got
+        for (rec, n), r in zip(got, raw):
+            if n:
+                assert whatif_spill.read_record(rec).column("part").to_pylist() == r[i]["part"]
+    other = [(("/elsewhere/a.spill", 0, 30), 3), (("", 0, 0), 0), (("/elsewhere/b.spill", 8, 40), 2)]
+    files = whatif_spill.SpillFiles(other)
+    assert list(files) == other and files.paths == ["/elsewhere/a.spill", "", "/elsewhere/b.spill"]
+    assert list(files.nonempty()) == [other[0], other[2]]
 
 
 @pytest.mark.parametrize("slice_rows", [3, 1 << 16])
@@ -109,7 +116,7 @@ def test_loaded_and_lazy_columns_are_the_raw_rows(spilled):
 @pytest.mark.parametrize("join_parts", [1, 2, 1024])
 def test_spilled_rows_read_from_a_generator_a_part_at_a_time(tmp_path, monkeypatch, join_parts):
     """``SpilledRows`` of a generator of the parts (and parts without rows, None), their ``"ranks"`` joined
-    ``JOIN_PARTS`` at a time: the parts' ranks rows in order, each table's files as the workers returned them."""
+    ``JOIN_PARTS`` at a time: the parts' ranks rows in order, each table's records as the workers returned them."""
     monkeypatch.setattr(whatif_spill, "JOIN_PARTS", join_parts)
     raw = [_raw_part(p, 2 + p % 3, p % 4, p) for p in range(7)]
     folder = tmp_path / "spill"

@@ -1,0 +1,63 @@
+"""Worker records in one file a process (``streamtrace.runtime.spillfile``): each record reads back as
+the bytes written, whatever was appended around it; a process writes one file, a forked child another;
+a file cut short raises ``OSError``."""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from streamtrace.runtime import spillfile
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.binary(max_size=300), max_size=12))
+def test_records_read_back_as_written(tmp_path_factory, blobs):
+    folder = tmp_path_factory.mktemp("spill")
+    recs = [spillfile.append(folder, b) for b in blobs]
+    assert [spillfile.read_at(*r) for r in recs] == blobs
+    assert [r[1] for r in recs] == [sum(len(b) for b in blobs[:i]) for i in range(len(blobs))]
+    assert {r[0] for r in recs} <= {str(p) for p in folder.iterdir()} and len(list(folder.iterdir())) <= 1
+
+
+def test_a_record_written_through_the_file_and_opened_at_its_start(tmp_path):
+    spillfile.append(tmp_path, b"before")
+    r = spillfile.Record(tmp_path)
+    with r as f:
+        f.write(b"abc")
+        at = f.tell()
+        f.write(b"defg")
+    path, offset, size = r.rec
+    assert (offset, size, at) == (6, 7, 9)
+    with spillfile.opened(r.rec) as f:
+        assert f.read(size) == b"abcdefg"
+    assert spillfile.read_at(path, at, 4) == b"defg"
+
+
+def _child(folder, q):
+    q.put(spillfile.append(folder, b"child %d" % os.getpid()))
+
+
+@pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="needs fork")
+def test_each_process_its_own_file(tmp_path):
+    mine = spillfile.append(tmp_path, b"parent")
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_child, args=(tmp_path, q)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    got = [q.get(timeout=30) for _ in procs]
+    for p in procs:
+        p.join()
+    assert len({mine[0], got[0][0], got[1][0]}) == 3 and len(list(tmp_path.iterdir())) == 3
+    assert sorted(spillfile.read_at(*r) for r in got) == sorted(b"child %d" % p.pid for p in procs)
+    assert spillfile.read_at(*mine) == b"parent" and all(r[1] == 0 for r in got)
+
+
+def test_a_file_cut_short_raises(tmp_path):
+    path, offset, size = spillfile.append(tmp_path, b"0123456789")
+    os.truncate(path, 4)
+    with pytest.raises(OSError, match="10 bytes expected"):
+        spillfile.read_at(path, offset, size)
