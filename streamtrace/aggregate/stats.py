@@ -276,20 +276,25 @@ def launch_stats(k: pa.Table, linked, lts, ldur) -> list:
             d, ov = np.maximum(raw_delay[u], 0), ldur[u]
             n = int(u.sum())
             bound = int((dur[u] < ov).sum())
+            delay, overhead = _dists(("launch_delay", d), ("launch_overhead", ov))
             rows.append({"step": st, "kind": kd, "kernels": int(m.sum()), "linked": int((m & linked).sum()),
                          "unlinked": int((m & ~linked).sum()), "graph_kernels": int((m & graph).sum()),
-                         **_dist("launch_delay", d), "early_start_count": int((raw_delay[u] < 0).sum()),
+                         **delay, "early_start_count": int((raw_delay[u] < 0).sum()),
                          "launch_delay_outliers": int((d > DELAY_OUTLIER_NS).sum()),
-                         **_dist("launch_overhead", ov), "launch_overhead_total_ns": int(ov.sum()),
+                         **overhead, "launch_overhead_total_ns": int(ov.sum()),
                          "launch_overhead_outliers": int((ov > OVERHEAD_OUTLIER_NS).sum()),
                          "launch_bound_count": bound, "launch_bound_pct": 100.0 * bound / n if n else None})
     return rows
 
 
-def _dist(prefix, v) -> dict:
-    """``<prefix>_p50_ns``, ``_p95_ns``, ``_max_ns``, ``_mean_ns`` of int64 ``v`` (None when empty)."""
-    if not len(v):
-        return {f"{prefix}_{k}_ns": None for k in ("p50", "p95", "max", "mean")}
-    p50, p95 = np.percentile(v, [50, 95])
-    return {f"{prefix}_p50_ns": float(p50), f"{prefix}_p95_ns": float(p95), f"{prefix}_max_ns": int(v.max()),
-            f"{prefix}_mean_ns": float(v.mean())}
+def _dists(*named) -> list:
+    """For each ``(prefix, v)`` of ``named`` (int64 arrays of one length): ``<prefix>_p50_ns``,
+    ``_p95_ns`` (numpy's default, linear percentiles), ``_max_ns``, ``_mean_ns`` (None when empty).  One
+    ``np.percentile`` call along the rows of the arrays stacked, not one an array: the same values
+    (a row's percentiles are computed as the array's alone; tests/unit/aggregate/test_stats_dists.py),
+    half the calls' overhead (~0.18 ms a call; 7,680 calls, 1.4 s, at 1,024 synthetic ranks)."""
+    if not len(named[0][1]):
+        return [{f"{prefix}_{k}_ns": None for k in ("p50", "p95", "max", "mean")} for prefix, _ in named]
+    p = np.percentile(np.stack([v for _, v in named]), [50, 95], axis=1)
+    return [{f"{prefix}_p50_ns": float(p[0, i]), f"{prefix}_p95_ns": float(p[1, i]), f"{prefix}_max_ns": int(v.max()),
+             f"{prefix}_mean_ns": float(v.mean())} for i, (prefix, v) in enumerate(named)]

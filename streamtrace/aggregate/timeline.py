@@ -1,5 +1,5 @@
 """``timeline.parquet`` of ``streamtrace.aggregate.run``, written per part: each worker writes its
-part's rows as a Parquet record of a spill folder (``write_part``; ``runtime.spillfile``: one file a
+part's rows as an Arrow IPC record of a spill folder (``write_part``; ``runtime.spillfile``: one file a
 worker process, not one a part), and the parent copies those records, in part order, into the table
 (``join``) ``GROUP_ROWS`` rows a row group, so no process holds every rank's rows.
 
@@ -15,8 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .folder import TIMELINE, TIMELINE_COLUMNS, table_path
-from ..events.dataset import to_arrow, write_table
-from ..runtime import spillfile
+from ..events.dataset import read_spilled, spill_table, to_arrow, write_table
 from ..runtime.files import atomic_output
 from ..runtime.tuning import trim
 
@@ -35,19 +34,12 @@ def timeline_columns(tl) -> dict:
 
 
 def write_part(folder, index: int, rank: int, rows: list) -> tuple | None:
-    """Part ``index``'s rows ``[(iteration, step, device, category, starts, ends)]`` as a Parquet
-    record of ``folder`` (``spillfile.append``); returns its ``(path, offset, size)`` (None without rows)."""
+    """Part ``index``'s rows ``[(iteration, step, device, category, starts, ends)]`` as an Arrow IPC
+    record of ``folder`` (``dataset.spill_table``); returns its ``(path, offset, size)`` (None
+    without rows)."""
     if not rows:
         return None
-    sink = pa.BufferOutputStream()
-    pq.write_table(to_arrow(timeline_columns([(index, rank, *x) for x in rows])).cast(SCHEMA), sink,
-                   compression="zstd")
-    return spillfile.append(folder, sink.getvalue())
-
-
-def read_part(rec) -> pa.Table:
-    """The rows ``write_part`` wrote as record ``rec``."""
-    return pq.ParquetFile(pa.BufferReader(spillfile.read_at(*rec))).read()
+    return spill_table(folder, to_arrow(timeline_columns([(index, rank, *x) for x in rows])).cast(SCHEMA))
 
 
 GROUP_ROWS = 65536
@@ -67,7 +59,7 @@ def join(outdir, records: list) -> list:
     with atomic_output(out, compress=False) as f, pq.ParquetWriter(f, SCHEMA, compression="zstd") as w:
         held, rows = [], 0
         for i, r in enumerate(records):
-            held.append(read_part(r))
+            held.append(read_spilled(r))
             rows += held[-1].num_rows
             if rows >= GROUP_ROWS or i == len(records) - 1:
                 w.write_table(pa.concat_tables(held).combine_chunks(), row_group_size=max(rows, 1))

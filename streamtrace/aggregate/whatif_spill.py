@@ -24,10 +24,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.feather as feather
 
-from ..events.dataset import arrow_file, arrow_map, write_table
-from ..runtime import spillfile
+from ..events.dataset import arrow_file, read_spilled, spill_table, write_table
 from ..runtime.files import atomic_output
 from .folder import WHATIF_ANCHORS, WHATIF_ANCHORS_COLUMNS, WHATIF_EDGES, WHATIF_EDGES_COLUMNS, table_path
 
@@ -46,7 +44,7 @@ def schema(columns) -> pa.Schema:
 
 def spill_rows(result: dict, folder, index: int, graphs=None) -> dict:
     """Write part ``index``'s rows ``result`` (``ReplayRows.result``) into ``folder``, a table an Arrow
-    IPC record (``spillfile.append``; none for a table without rows): returns ``{"anchors": (record,
+    IPC record (``dataset.spill_table``; none for a table without rows): returns ``{"anchors": (record,
     rows), "edges": (record, rows), "ranks": result["ranks"], "graphs": (index, graphs)}`` (``record``:
     ``(path, offset, size)``, ``NO_RECORD`` without rows; ``graphs``: the path of its spilled step
     graphs, ``whatif_graphs.GraphSpill``, or None)."""
@@ -59,21 +57,12 @@ def spill_rows(result: dict, folder, index: int, graphs=None) -> dict:
             continue
         table = pa.table({c: pa.array(data[c], pa.string() if c in TEXT else pa.int64()) for c in cols},
                          schema=schema(cols))
-        sink = pa.BufferOutputStream()            # (its own bytes: the IPC footer's offsets are from their start)
-        feather.write_feather(table, sink, compression="uncompressed")
-        out[name] = (spillfile.append(folder, sink.getvalue()), n)
+        out[name] = (spill_table(folder, table), n)
     return out
 
 
 NO_RECORD = ("", 0, 0)
 """The record of a table without rows (nothing written)."""
-
-
-def read_record(rec) -> pa.Table:
-    """The table ``spill_rows`` wrote as record ``rec``, memory-mapped (its pages read as its columns are)."""
-    path, offset, size = rec
-    with arrow_map(path) as src:
-        return pa.ipc.open_file(pa.BufferReader(src.read_at(size, offset))).read_all()
 
 
 class SpillFiles:
@@ -173,7 +162,7 @@ class SpilledRows:
         for rec, n in self.files[name]:
             if not n:
                 continue
-            table = read_record(rec)
+            table = read_spilled(rec)
             for c in columns:
                 out[c][at:at + n] = table.column(c).to_numpy()
             del table
@@ -188,7 +177,7 @@ class SpilledRows:
         for rec, k in self.files[name]:
             if not k:
                 continue
-            table = read_record(rec)
+            table = read_spilled(rec)
             held.append({c: table.column(c).to_numpy().astype(np.int32 if c in small else np.int64)
                          for c in columns})
             del table
@@ -217,7 +206,7 @@ class SpilledRows:
             for rec, n in self.files[name]:
                 if not n:
                     continue
-                held.append(read_record(rec))
+                held.append(read_spilled(rec))
                 nheld += n
                 while nheld >= SLICE_ROWS:
                     t = pa.concat_tables(held)
@@ -266,7 +255,7 @@ class Lazy:
         return self.chunks.get_or_read(k, lambda: self._read(k)).column(self.column)
 
     def _read(self, k):
-        return read_record(self.files[k][0])
+        return read_spilled(self.files[k][0])
 
     def _sub(self, rows) -> "Lazy":
         """The column's rows ``rows`` (int64 indices into all of it)."""

@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
+from ..runtime import spillfile
 from ..runtime.errors import DataError
 from ..runtime.files import atomic_output
 from .tablecheck import check_times, check_types
@@ -103,6 +104,25 @@ def arrow_map(path):
     """``path`` memory-mapped for reading (``pyarrow.memory_map``), a path that is not valid UTF-8
     too (given as its bytes, which pyarrow takes as they are: ``arrow_file``, issue 49)."""
     return pa.memory_map(os.fsencode(os.fspath(path)))
+
+
+def spill_table(folder, table: pa.Table) -> tuple:
+    """``table`` as an Arrow IPC file (uncompressed) appended as one record of the spill folder
+    ``folder`` (``runtime.spillfile``: one file a process); returns its ``(path, offset, size)``.
+    Made in memory first: the IPC footer's offsets count from the record's start.  Cheaper than a
+    Parquet file for a worker's small table read once (a rank's timeline rows: ~1.6 ms a Parquet file)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as w:
+        w.write_table(table)
+    return spillfile.append(folder, sink.getvalue())
+
+
+def read_spilled(rec) -> pa.Table:
+    """The table ``spill_table`` wrote as record ``rec``, memory-mapped (its pages read as its
+    columns are)."""
+    path, offset, size = rec
+    with arrow_map(path) as src:
+        return pa.ipc.open_file(pa.BufferReader(src.read_at(size, offset))).read_all()
 
 
 def _why(e: BaseException) -> str:

@@ -18,7 +18,7 @@ from streamtrace.aggregate.whatif import PartsJob, join_rows, parts_of
 from streamtrace.aggregate.whatif_local import RANK_COLUMNS, part_replay
 from streamtrace.aggregate.whatif_spill import SpilledRows, spill_rows
 from streamtrace.analyze import AnalyzeOptions, analyze
-from streamtrace.events.dataset import read_json
+from streamtrace.events.dataset import read_json, read_spilled
 from streamtrace.synth.job import SynthSpec, generate_job
 
 TEXT = ("top_category", "top_name", "top_lane")
@@ -69,7 +69,7 @@ def test_spilled_files_are_the_workers_records(spilled, tmp_path):
         assert list(pickle.loads(pickle.dumps(files))) == got
         for (rec, n), r in zip(got, raw):
             if n:
-                assert whatif_spill.read_record(rec).column("part").to_pylist() == r[i]["part"]
+                assert read_spilled(rec).column("part").to_pylist() == r[i]["part"]
     other = [(("/elsewhere/a.spill", 0, 30), 3), (("", 0, 0), 0), (("/elsewhere/b.spill", 8, 40), 2)]
     files = whatif_spill.SpillFiles(other)
     assert list(files) == other and files.paths == ["/elsewhere/a.spill", "", "/elsewhere/b.spill"]

@@ -61,3 +61,21 @@ def test_a_file_cut_short_raises(tmp_path):
     os.truncate(path, 4)
     with pytest.raises(OSError, match="10 bytes expected"):
         spillfile.read_at(path, offset, size)
+
+
+def test_tables_as_records_in_a_folder_not_utf8(tmp_path):
+    """``events.dataset.spill_table`` / ``read_spilled``: Arrow tables as records of one file, read back
+    equal (schema and values, nulls and empty strings too) from their offsets, in a folder whose name is
+    not UTF-8 (issue 49's case)."""
+    import pyarrow as pa
+    from streamtrace.events.dataset import read_spilled, spill_table
+    folder = os.path.join(os.fsencode(tmp_path), b"job_caf\xe9")
+    os.mkdir(folder)
+    folder = os.fsdecode(folder)
+    tables = [pa.table({"a": pa.array(list(range(n)), pa.int64()),
+                        "s": pa.array([None, "", "x"] * (n // 3), pa.string())}) for n in (3, 0, 300)]
+    recs = [spill_table(folder, t) for t in tables]
+    assert len({r[0] for r in recs}) == 1 and recs[1][1] > 0
+    for t, r in zip(tables, recs):
+        got = read_spilled(r)
+        assert got.schema.equals(t.schema) and got.equals(t)
