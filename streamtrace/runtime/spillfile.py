@@ -4,10 +4,10 @@ aggregate's per-rank tasks hand the parent their large results through a spill f
 rows, the critical path's piece and segments, the explaining tables, the what-if rows).  A file a
 task and table made six files a rank: 24,576 creates and as many removals at 4,096 ranks, each a
 round trip to the metadata server on a parallel file system (Lustre, GPFS), where aggregate's output
-folder, and so its spill folders, usually lie.  Here each process appends its records to one file of
-the folder (``Record``), named after the process (its pid and a random tag: a pid reused by a
-later process, or the same pid on another host of a dask cluster, does not share a file with a live
-one), opened for each record and closed after it: nothing is held open between tasks, and a
+folder, and so its spill folders, usually lie.  Here each process (each thread of it: a dask worker
+runs tasks in threads) appends its records to one file of the folder (``Record``), named after the
+process (its pid and a random tag: a pid reused by a later process, or the same pid on another host
+of a dask cluster, does not share a file with a live one), opened for each record and closed after it: nothing is held open between tasks, and a
 record is complete on disk when its ``Record`` closes.
 
 A record is the tuple ``(path, offset, size)`` (str, int, int; bytes): small to pickle back to the
@@ -16,22 +16,25 @@ parent.  Records are never removed one by one: their folder is removed whole by 
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
 SUFFIX = ".spill"
 
-_TAG: dict = {}                       # pid -> this process's file name (forked children make their own)
+_TAG: dict = {}            # (pid, thread) -> its file's name (a forked child's pid is new: it makes its own)
 
 
 def process_file(folder) -> Path:
-    """The file of ``folder`` this process appends its records to (not created here)."""
-    pid = os.getpid()
-    name = _TAG.get(pid)
+    """The file of ``folder`` this process appends its records to (not created here): one a thread of
+    the process, so that tasks run at once in threads (a dask worker's) never write into one file."""
+    key = (os.getpid(), threading.get_ident())
+    name = _TAG.get(key)
     if name is None:
-        _TAG.clear()
-        name = _TAG[pid] = f"{pid}-{uuid.uuid4().hex[:12]}{SUFFIX}"
+        if any(pid != key[0] for pid, _ in _TAG):        # (inherited through a fork: not this process's)
+            _TAG.clear()
+        name = _TAG[key] = f"{key[0]}-{uuid.uuid4().hex[:12]}{SUFFIX}"
     return Path(folder) / name
 
 

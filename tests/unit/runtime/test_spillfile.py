@@ -79,3 +79,23 @@ def test_tables_as_records_in_a_folder_not_utf8(tmp_path):
     for t, r in zip(tables, recs):
         got = read_spilled(r)
         assert got.schema.equals(t.schema) and got.equals(t)
+
+
+def test_threads_of_a_process_write_files_of_their_own(tmp_path):
+    """Tasks run at once in threads (a dask worker's) never share a file: each thread's records read
+    back whole, however their writes interleave."""
+    import threading
+    recs, start = {}, threading.Barrier(4)
+
+    def task(k):
+        start.wait()
+        recs[k] = [spillfile.append(tmp_path, bytes([k]) * (1000 + j)) for j in range(50)]
+
+    threads = [threading.Thread(target=task, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({rs[0][0] for rs in recs.values()}) == 4 and len(list(tmp_path.iterdir())) == 4
+    for k, rs in recs.items():
+        assert [spillfile.read_at(*r) for r in rs] == [bytes([k]) * (1000 + j) for j in range(50)]
