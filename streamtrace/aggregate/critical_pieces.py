@@ -2,7 +2,7 @@
 worker spills it and the job level reads it back.
 
 One record of the spill folder (``runtime.spillfile``: one file a worker process), two pickles: first
-the piece's facts (``segments`` the file of its local path segments or None,
+the piece's facts (``segments`` the record of its local path segments or None,
 ``dropped``, ``stats``, and ``steps``: the steps its anchors are of, ascending), then its ``anchors`` and
 ``edges`` columns.  The job's critical path (``streamtrace.aggregate.critical_path.critical_paths``) reads
 every part's facts first, each part's graph only when it builds a step the part is in, and lets it go
@@ -22,8 +22,8 @@ GRAPH = ("anchors", "edges")
 """The piece's columns kept in the file's second pickle."""
 
 
-def spill_piece(piece: dict, folder, index: int) -> tuple:
-    """Part ``index``'s piece (``part_paths``' dict) pickled into ``folder`` as the two pickles above,
+def spill_piece(piece: dict, folder) -> tuple:
+    """A part's piece (``part_paths``' dict) pickled into ``folder`` as the two pickles above,
     one record (``spillfile.Record``); returns its ``(path, offset, size)`` (for ``PieceFile``)."""
     facts = {k: v for k, v in piece.items() if k not in GRAPH}
     steps = piece["anchors"]["step"] if piece.get("anchors") else np.zeros(0, np.int64)

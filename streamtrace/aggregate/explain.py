@@ -81,8 +81,8 @@ def packed(tables: dict) -> dict:
     return {name: pickle.dumps(cols, protocol=pickle.HIGHEST_PROTOCOL) for name, cols in tables.items()}
 
 
-def spill(folder, index: int, tables: dict) -> tuple:
-    """``part_tables``' result ``tables`` of part ``index`` pickled as one record of the spill folder
+def spill(folder, tables: dict) -> tuple:
+    """``part_tables``' result ``tables`` of a part pickled as one record of the spill folder
     ``folder`` (``runtime.spillfile``: one file a worker process): each table's rows of one step a
     chunk (their order kept), then the part's index (``_index``: where each chunk is in the file, the
     kinds of its columns).  Returns ``(path, offset, length)`` of that index, what

@@ -131,9 +131,9 @@ def _part_job(job, index, kernel_delay_ns=30_000, spill=None, critical_spill=Non
     graphs = GraphSpill(replay, index, graph_bytes) if rep is not None and graph_bytes > 0 else None
     on_step = None if rep is None else rep.add if graphs is None else lambda *a: (rep.add(*a), graphs.add(*a))
     cp = spill_piece(part_paths(job, part, critical_spill, tables, on_step),
-                        critical_spill, index) if critical_spill is not None else None
+                     critical_spill) if critical_spill is not None else None
     ex = part_tables(job, part, kernel_delay_ns, tables)
-    ex = packed(ex) if explain_spill is None else spill_explain(explain_spill, index, ex)
+    ex = packed(ex) if explain_spill is None else spill_explain(explain_spill, ex)
     return rows[:3] + (tl,) + rows[4:] + (steps, ex, cp,
                                           spill_rows(rep.result(), replay, index, graphs and graphs.close())
                                           if rep is not None else None, index)

@@ -75,7 +75,7 @@ def test_spilled_piece_reads_back_a_step_at_a_time(tmp_path):
     from streamtrace.aggregate.critical_pieces import PieceFile, spill_piece
     steps = [5, 3, 5, 5, 3]
     piece = _piece(steps)
-    f = PieceFile(spill_piece(piece, tmp_path, 7))
+    f = PieceFile(spill_piece(piece, tmp_path))
     assert f.steps == [3, 5] and f.info["dropped"] == 2 and f.info["segments"] == "segs.pickle"
     assert f.info["stats"] == {"clipped_ns": 5}
     texts = Texts()
@@ -85,10 +85,10 @@ def test_spilled_piece_reads_back_a_step_at_a_time(tmp_path):
         assert a["t_ns"].tolist() == [7 * i for i in rows] and e["w_ns"].tolist() == [3 * i for i in rows]
         assert [texts[c] for c in a["name"].tolist()] == [f"kernel {i % 3}" for i in rows]
         assert a["name"].dtype == np.int32 and {texts[c] for c in a["lane"].tolist()} == {"stream 7"}
-    one = PieceFile(spill_piece(_piece([4, 4]), tmp_path, 8))
+    one = PieceFile(spill_piece(_piece([4, 4]), tmp_path))
     a, e = one.graph(4)
     assert one.steps == [4] and a["name"].tolist() == ["kernel 0", "kernel 1"] and len(e["src"]) == 2
-    empty = PieceFile(spill_piece(_piece([]), tmp_path, 9))
+    empty = PieceFile(spill_piece(_piece([]), tmp_path))
     assert empty.steps == []
     # the three records share this process's one file, each read from its own offset
     assert f.path == one.path == empty.path and [p.name for p in tmp_path.iterdir()] == [f.path.name]

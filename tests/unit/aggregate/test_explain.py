@@ -219,9 +219,9 @@ def test_packed_tables_write_the_same_tables_as_the_columns(synth, tmp_path):
     parts = [part_tables(job, p) for p in job.parts]
     assert all(parts)
     (tmp_path / "spill").mkdir()
-    spilled = [spill(tmp_path / "spill", i, t) for i, t in enumerate(parts)]
+    spilled = [spill(tmp_path / "spill", t) for t in parts]
     parts[1] = {k: v for k, v in parts[1].items() if k != "op_stats"}        # a part without one table
-    spilled[1] = spill(tmp_path / "spill", 1, parts[1])
+    spilled[1] = spill(tmp_path / "spill", parts[1])        # (a later record of the same file)
     assert all(isinstance(x, tuple) and len(x) == 3 and Path(x[0]).stat().st_size > x[1] for x in spilled)
     out = {}
     for how, given in (("cols", parts), ("packed", [packed(t) for t in parts]), ("spilled", spilled)):
@@ -339,7 +339,7 @@ def test_streamed_tables_equal_the_plain_definition(tmp_path):
             want = _plain_tables(parts, columns["t"])
         except (pa.ArrowException, TypeError, ValueError):
             want = None
-        spilled = [explain.spill(d / "spill", i, p) for i, p in enumerate(parts)]
+        spilled = [explain.spill(d / "spill", p) for p in parts]
         old, explain.ROW_GROUP_ROWS = explain.ROW_GROUP_ROWS, rows
         old_arrow, explain.ARROW_ROWS = explain.ARROW_ROWS, arrow_rows
         try:
