@@ -99,10 +99,10 @@ def test_epilogue_interrupted_in_a_stage_ends_cleanly(epilogue_done, tmp_path, s
     now = tree_digest(out)
     meta = "aggregate/aggregate.json"
     if stage == "aggregate" and now.get(meta) != old.get(meta):
-        # the signal landed after the stage had swapped its new folder in (the watcher saw the staging folder
-        # late: CI once, the 8-rank aggregate taking 0.67 s): then the complete new folder, never a mix; the
-        # inputs are the same, so every table is the old one's bytes and only aggregate.json (written last:
-        # its paths and seconds) is new, naming this run's inputs
+        # the signal landed after the stage had swapped its new folder in (seen once in CI, the 8-rank aggregate
+        # taking 0.67 s; the watcher's late look at the folder the likely cause): then the complete new folder,
+        # never a mix; the inputs are the same, so every table is the old one's bytes and only aggregate.json
+        # (written last: its paths and seconds) is new, naming this run's inputs
         assert json.loads((out / meta).read_text())["inputs"] == [str(out / "iteration_10" / "analysis")]
         old = {k: v for k, v in old.items() if k != meta}
     assert {k: now.get(k) for k in old} == old, "the earlier outputs changed"
