@@ -240,10 +240,8 @@ class _Part:
 
 
 def _read_at(path, at: int, n: int):
-    """The object pickled in ``n`` bytes at offset ``at`` of the file ``path``."""
-    with open(path, "rb") as f:
-        f.seek(at)
-        return pickle.loads(f.read(n))
+    """The object pickled in ``n`` bytes at offset ``at`` of the file ``path`` (a spill record's)."""
+    return pickle.loads(spillfile.read_at(path, at, n))
 
 
 def write_tables(outdir, parts: list, columns: dict | None = None) -> list:
