@@ -492,7 +492,8 @@ def dictionary_numpy(col) -> tuple:
     ``values[idx]`` is ``column_numpy(col)`` and a per-value flag costs one test per distinct value."""
     d = pc.dictionary_encode(col).combine_chunks()
     values = np.asarray(d.dictionary.to_pylist() + [None], object)
-    return values, d.indices.fill_null(len(d.dictionary)).to_numpy(zero_copy_only=False)
+    idx = d.indices.fill_null(len(d.dictionary)) if d.indices.null_count else d.indices
+    return values, idx.to_numpy(zero_copy_only=False)
 
 
 def _ranks(ranks) -> str:

@@ -55,7 +55,7 @@ def gpu_rows(job, part, kernels=None):
     k = job.read_kernels(part, columns=GPU_PART_COLUMNS) if kernels is None else \
         kernel_columns(kernels, GPU_PART_COLUMNS, job, part)
     s, e = part.align(k["ts_ns"]), part.align(k["end_ns"])
-    code = np.asarray([KIND_CODE.get(x, 0) for x in k["kind"]], np.int8)
+    code = _per_row(k["kind"], lambda x: KIND_CODE.get(x, 0), np.int8)
     dim = np.asarray(k["parallel_dim"], object).copy()
     comm = code == 1                    # the collectives' dimension: a topology names what analyze did not
     dim[comm] = fill_dims(dim[comm], np.asarray(k["pg_ranks"], object)[comm], getattr(job, "rank_dims", None))
@@ -90,12 +90,9 @@ def gpu_rows(job, part, kernels=None):
             timeline.append((it, st, dev, cname, us, ue))
     top: dict = {}
     if len(k["name"]):
-        code_of: dict = {}       # np.unique of the names as str, without a <U(longest name) copy (44 MB a rank)
-        inv = np.fromiter((code_of.setdefault(str(x), len(code_of)) for x in k["name"]), np.int64, len(k["name"]))
-        names = sorted(code_of)
-        rank = np.empty(len(names), np.int64)
-        rank[[code_of[n] for n in names]] = np.arange(len(names))
-        inv = rank[inv]
+        names = sorted({str(x) for x in dict.fromkeys(k["name"].tolist())})   # (np.unique of the names as str,
+        place = {n: i for i, n in enumerate(names)}                              # without a <U(longest name)
+        inv = _per_row(k["name"], lambda x: place[str(x)], np.int64)            # copy: 44 MB a rank)
         tot = np.bincount(inv, weights=(e - s).astype(np.float64), minlength=len(names))
         cnt = np.bincount(inv, minlength=len(names))
         first = np.zeros(len(names), np.int64)
@@ -103,6 +100,14 @@ def gpu_rows(job, part, kernels=None):
         for j, n in enumerate(names):
             top[n] = (k["kind"][first[j]], int(cnt[j]), int(tot[j]))
     return phase_rows, rank_rows, fb, timeline, top
+
+
+def _per_row(col, f, dtype) -> np.ndarray:
+    """``f(x)`` of each row ``x`` of the object array ``col`` (``alignment.column_numpy``'s: a value
+    repeated on many rows), as ``dtype``: ``f`` called once a distinct value, not once a row."""
+    rows = col.tolist()
+    of = {x: f(x) for x in dict.fromkeys(rows)}
+    return np.fromiter(map(of.__getitem__, rows), dtype, len(rows))
 
 
 def pipeline_wait(phase_rows, step, dev, s, e, compute, p2p) -> int:
