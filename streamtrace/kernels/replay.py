@@ -92,6 +92,11 @@ def anchor_pairs(n, src, dst, w, cat, is_src, is_sink, vend, ncat):
     for e in range(m):
         order[fill[src[e]]] = e
         fill[src[e]] += 1
+    dst_o = np.empty(m, np.int64)                   # destinations and weights in that order: a sweep reads
+    w_o = np.empty(m, np.int64)                     # them in sequence, not through ``order``
+    for j in range(m):
+        dst_o[j] = dst[order[j]]
+        w_o[j] = w[order[j]]
     d0 = np.full(n, NEG, np.int64)
     d1 = np.full(n, NEG, np.int64)
     pred = np.full(n, -1, np.int64)
@@ -125,18 +130,17 @@ def anchor_pairs(n, src, dst, w, cat, is_src, is_sink, vend, ncat):
                 if b1 > d1[vend[u]]:
                     d1[vend[u]] = b1
             for j in range(first[u], first[u + 1]):
-                e = order[j]
-                v = dst[e]
+                v = dst_o[j]
                 if a0 > NEG:
-                    val = a0 + w[e]
+                    val = a0 + w_o[j]
                     if val > d0[v]:
                         d0[v] = val
-                        pred[v] = e
+                        pred[v] = order[j]
                         hi = max(hi, v)
                 if other and b1 > NEG:
-                    val = b1 + w[e]
+                    val = b1 + w_o[j]
                 elif a1 > NEG:
-                    val = a1 + w[e]
+                    val = a1 + w_o[j]
                 else:
                     continue
                 if val > d1[v]:
