@@ -189,15 +189,20 @@ def op_rows(ops: pa.Table, steps=None) -> dict:
     ``clamped`` (bool: self time was negative), ``nested`` (bool: inside an op of the same name)."""
     steps = steps or step_names()
     raw = ops["name"]
+    enc = pc.dictionary_encode(raw).combine_chunks()          # (each test on the distinct names, not the rows)
     if steps.default:
-        norm = pc.replace_substring_regex(raw, r"^ProfilerStep#\d+$", "ProfilerStep#*")
-        is_step = pc.starts_with(raw, "ProfilerStep#")
+        generic = pc.replace_substring_regex(enc.dictionary, r"^ProfilerStep#\d+$", "ProfilerStep#*")
+        step_name = pc.starts_with(enc.dictionary, "ProfilerStep#")
     else:
-        enc = pc.dictionary_encode(raw).combine_chunks()
         uniq = enc.dictionary.to_pylist()
-        norm = pc.take(pa.array([steps.generic(x) for x in uniq], pa.string()), enc.indices)
-        is_step = pc.take(pa.array(steps.numbers(uniq) >= 0, pa.bool_()), enc.indices)
-    code, names = codes(norm)
+        generic = pa.array([steps.generic(x) for x in uniq], pa.string())
+        step_name = pa.array(steps.numbers(uniq) >= 0, pa.bool_())
+    is_step = pc.take(step_name, enc.indices)
+    if raw.null_count:
+        code, names = codes(pc.take(generic, enc.indices))
+    else:                          # (the generic names' codes by distinct name, in order of first row, as
+        gcode, names = codes(generic)    # codes() of the rows would number them)
+        code = gcode[enc.indices.to_numpy(zero_copy_only=False)]
     cat, cats = codes(ops["cat"])
     ts, dur, parent = (ops[c].to_numpy().astype(np.int64) for c in ("ts_ns", "dur_ns", "parent"))
     child = np.zeros(len(dur), np.int64)
