@@ -54,7 +54,8 @@ from ..events.clocks import estimate_clock_offsets
 from ..events.collmatch import Mismatch, match_ordinals
 from .collective_rows import mismatch_rows
 from .critical_graph import Texts
-from .collectives import (CollectiveResult, Stragglers, Summary, comm_rows,
+from .collective_parts import part_rows
+from .collectives import (CollectiveResult, Stragglers, Summary,
                           clock_instances, cumcount, instance_tables, is_group, match_stats, write_summary)
 from .options import BUCKET_ROWS
 from .p2p import TRANSFER_COLUMNS, p2p_transfers
@@ -128,17 +129,16 @@ class _Counts:
             self.per_part[(g, part)] = c
 
 
-def _spill_parts(job, plan: _Plan) -> tuple[dict, _Counts]:
-    """Pass 1: every part's comm kernels (``comm_rows``) to
-    ``parts.arrow`` (a record batch per part), ``seq`` = the row's position in its prefix (start
-    order).  Returns the prefix ids ``{prefix: id}`` and the tallies."""
+def _spill_parts(job, plan: _Plan, jobs: int = 1) -> tuple[dict, _Counts]:
+    """Pass 1: every part's comm kernels (``comm_rows``; on ``jobs`` worker processes:
+    ``collective_parts.part_rows``) to ``parts.arrow`` (a record batch per part), ``seq`` = the row's
+    position in its prefix (start order).  Returns the prefix ids ``{prefix: id}`` and the tallies."""
     pids: dict = {}
     sigs: dict = {}
     counts = _Counts()
     pending, held = [], 0
     with _spill_writer(plan.folder / "parts.arrow") as w:
-        for part in job.parts:
-            rows = comm_rows(job, part, pids, sigs)
+        for part, rows in part_rows(job, pids, sigs, jobs):
             if rows is None:
                 continue
             pid = rows.pop("prefix")
@@ -191,10 +191,11 @@ def _match(plan: _Plan, counts: _Counts) -> np.ndarray:
     return inst
 
 
-def _bucket(job, folder: Path, bucket_rows: int) -> _Plan | None:
-    """Passes 1 and 2 (module docstring) into ``folder``; None when the job has no comm kernels."""
+def _bucket(job, folder: Path, bucket_rows: int, jobs: int = 1) -> _Plan | None:
+    """Passes 1 (on ``jobs`` processes) and 2 (module docstring) into ``folder``; None when the job has no
+    comm kernels."""
     plan = _Plan(folder)
-    pids, counts = _spill_parts(job, plan)
+    pids, counts = _spill_parts(job, plan, jobs)
     if not plan.rows:
         return None
     inst, rows = _match(plan, counts), counts.rows
@@ -315,7 +316,8 @@ def _write_buckets(job, plan: _Plan, outdir: Path) -> tuple[list, dict]:
     return paths, acc
 
 
-def collectives_to(job, outdir, clock_sync: str | None = None, bucket_rows: int = BUCKET_ROWS) -> tuple:
+def collectives_to(job, outdir, clock_sync: str | None = None, bucket_rows: int = BUCKET_ROWS,
+                   jobs: int = 1) -> tuple:
     """``analyse_collectives`` and
     ``write_collectives`` in bounded memory (module docstring):
     writes ``collectives.parquet``, ``collectives_ranks.parquet`` and ``collectives_summary.{parquet,
@@ -323,12 +325,13 @@ def collectives_to(job, outdir, clock_sync: str | None = None, bucket_rows: int 
     ``.members`` are empty, ``result.transfers`` holds the p2p transfers
     (``p2p_transfers``).  ``bucket_rows`` (int >= 1): rows per bucket
     (about; a prefix is never split).  With ``clock_sync="collectives"`` the offsets are estimated
-    and set on ``job`` first."""
+    and set on ``job`` first.  ``jobs``: worker processes that read the parts' kernels (pass 1,
+    ``collective_parts.part_rows``; the tables are the same with any number)."""
     if clock_sync not in (None, "none", "collectives"):
         raise StreamtraceError(f"bad --clock-sync {clock_sync!r}: use none or collectives")
     folder = Path(tempfile.mkdtemp(prefix=".collectives-spill.", dir=outdir))
     try:
-        plan = _bucket(job, folder, bucket_rows)
+        plan = _bucket(job, folder, bucket_rows, jobs)
         if plan is None:
             return _empty(outdir)
         offsets, comps = {}, {}

@@ -359,11 +359,11 @@ def _rank_pass(job, outdir: Path, opt: AggregateOptions, explain=None) -> tuple:
     cp_spill = Path(tempfile.mkdtemp(prefix=".critical-spill.", dir=outdir)) if opt.critical_path else None
     wi_spill = Path(tempfile.mkdtemp(prefix=".whatif-spill.", dir=outdir)) if cp_spill and opt.whatif else None
     try:
-        coll, files = collectives_to(job, outdir, opt.clock_sync, opt.collective_bucket_rows)
+        jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(job.parts)))
+        coll, files = collectives_to(job, outdir, opt.clock_sync, opt.collective_bucket_rows, jobs)
         trim()          # (the collectives' buckets, freed: ~50 MB of the parent's heap at 4,096 ranks, not
         layout = write_groups(outdir, sorted({p.rank for p in job.parts}), files)      # under the groups')
         trim()
-        jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(job.parts)))
         # before the fork: the workers share the kernels and numba's set-up (with one job too: LLVM's
         # set-up pages let go after, runtime.tuning.release_library_pages)
         load_kernels(*TASKS["aggregate"])

@@ -153,3 +153,53 @@ def test_group_rank_lists_are_spilled_as_codes(job_dir, tmp_path):
     assert got == raw and any(v for v in got.values())
     assert len({id(v) for v in rows["pg_ranks"]}) == len(set(rows["pg_ranks"].tolist()))
 
+
+
+@pytest.mark.parametrize("clock_sync", [None, "collectives"])
+def test_parts_read_by_workers_equal_in_memory(job_dir, tmp_path, monkeypatch, clock_sync):
+    """Pass 1 on two worker processes (``collective_parts.part_rows``, chunks of 3 parts, 16 parts: forked
+    workers, results read back in part order) gives the in-memory path's tables, summary and offsets."""
+    from streamtrace.aggregate import collective_parts
+    monkeypatch.setattr(collective_parts, "CHUNK_PARTS", 3)
+    monkeypatch.setattr(collective_parts, "MIN_PARTS", 1)
+    mem_job, spill_job = Job([job_dir]), Job([job_dir])
+    ref = analyse_collectives(mem_job, clock_sync)
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "out").mkdir()
+    write_collectives(tmp_path / "ref", ref)
+    res, paths = collectives_to(spill_job, tmp_path / "out", clock_sync, 97, jobs=2)
+    _same_files(tmp_path / "ref", tmp_path / "out", [p.name for p in paths if p.suffix == ".parquet"])
+    assert res.summary == ref.summary and res.stragglers == ref.stragglers and res.stats == ref.stats
+    assert res.clock_offsets == ref.clock_offsets and spill_job.warnings == mem_job.warnings
+
+
+def test_worker_ids_and_notes_made_the_jobs():
+    """A worker's part: its own prefix / signature ids turned into the job's (first seen first, in the
+    part's order), its notes added once each."""
+    from types import SimpleNamespace
+    from streamtrace.aggregate.collective_parts import _job_ids
+    job = SimpleNamespace(warnings=["a"])
+    pids, sigs = {"p0": 0}, {}
+    rows = {"prefix": np.asarray([0, 1, 1, 0, 2]), "sig": np.asarray([0, 0, 1, 1, 0])}
+    got = _job_ids(job, rows, ["p1", "p0", "p2"], ["s0", "s1"], ["a", "b", "b"], pids, sigs)
+    assert got["prefix"].tolist() == [1, 0, 0, 1, 2] and pids == {"p0": 0, "p1": 1, "p2": 2}
+    assert got["sig"].tolist() == [0, 0, 1, 1, 0] and sigs == {"s0": 0, "s1": 1}
+    assert job.warnings == ["a", "b"] and _job_ids(job, None, [], [], ["c"], pids, sigs) is None
+    assert job.warnings == ["a", "b", "c"]
+
+
+def test_workers_raise_a_parts_error(job_dir, tmp_path, monkeypatch):
+    """A part whose kernels cannot be read: its error raised where a serial pass raises it, the workers
+    stopped, nothing left in the output folder."""
+    from streamtrace.aggregate import collective_parts
+    monkeypatch.setattr(collective_parts, "CHUNK_PARTS", 2)
+    monkeypatch.setattr(collective_parts, "MIN_PARTS", 1)
+    job = Job([job_dir])
+    bad = job.parts[7].files("kernels")[0]
+    (tmp_path / "copy").mkdir()
+    monkeypatch.setattr(type(job.parts[7]), "files",
+                        lambda self, d, _f=type(job.parts[7]).files: [tmp_path / "copy" / "gone.parquet"]
+                        if self.index == 7 and d == "kernels" else _f(self, d))
+    with pytest.raises(StreamtraceError):
+        collectives_to(job, tmp_path / "copy", None, 97, jobs=2)
+    assert list((tmp_path / "copy").iterdir()) == [] and bad.exists()
