@@ -45,10 +45,11 @@ def part_rows(job, pids: dict, sigs: dict, jobs: int = 1):
         return
     global _JOB
     _JOB = job
+    spans = [(lo, min(lo + CHUNK_PARTS, len(job.parts))) for lo in range(0, len(job.parts), CHUNK_PARTS)]
+    jobs = min(jobs, len(spans))                       # (no worker forked that would get no chunk)
     try:
         with pool(jobs) as ex:
-            chunks = iter([(lo, min(lo + CHUNK_PARTS, len(job.parts))) for lo in range(0, len(job.parts),
-                                                                                       CHUNK_PARTS)])
+            chunks = iter(spans)
             sent = deque(ex.submit(_chunk_rows, *c) for c in islice(chunks, jobs * IN_FLIGHT))
             while sent:
                 got = sent.popleft().result()
