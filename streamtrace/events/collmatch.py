@@ -54,13 +54,16 @@ def group_key(pg_ranks, pg_name, stream) -> str:
 
 def is_all_to_all(collective) -> bool:
     """``AllToAll``, ``all_to_all``, ``all_to_allv``, ``alltoall_base`` ... (case-insensitive)."""
-    return isinstance(collective, str) and _a2a_name(collective)
+    if not isinstance(collective, str):
+        return False
+    return _a2a_name(collective) if len(collective) <= 256 else bool(_A2A.search(collective))
 
 
 @lru_cache(maxsize=4096)
 def _a2a_name(name: str) -> bool:
     """``is_all_to_all`` of a str, searched once a name (a job's kernels repeat a few collectives' names:
-    1.5 M calls at 4,096 synthetic ranks)."""
+    1.5 M calls at 4,096 synthetic ranks); names up to 256 characters only, so that the cache never keeps
+    a hostile trace's long texts alive."""
     return bool(_A2A.search(name))
 
 

@@ -31,3 +31,6 @@ def test_sig_ids_as_a_text_a_row(rows, before):
 
 def test_signature_names():
     assert signature("all_to_allv", 8) == "all_to_allv|" and signature("AllReduce", 8) == "AllReduce|8"
+    long_a2a, long_other = "x" * 300 + "AllToAll", "y" * 100_000           # (past the cached names' length)
+    assert signature(long_a2a, 8) == long_a2a + "|" and signature(long_other, 8) == long_other + "|8"
+    assert signature(None, 8) == "None|8" and signature(3, 8) == "3|8"
