@@ -61,7 +61,8 @@ def pipeline_rows(topo, phase_rows, fb, windows: dict | None = None) -> list:
     work; ``fb``: ``{(rank, iteration, step, device): (first_ns, last_ns, busy_ns, microbatches,
     p2p_wait_ns)}`` of each stage's compute and pipeline waits inside its micro-batches (a 4-tuple of
     before: no wait); ``phase_rows``: the ``rank_phase`` rows (dicts), or ``windows``: their ``phase_windows``
-    (``phase_rows`` unused then).  [] without a topology."""
+    (``phase_rows`` unused then; a key's windows a list of (start, end) or an (n, 2) int64 array, as
+    ``rank_results.RowColumns`` keeps them).  [] without a topology."""
     if topo is None:
         return []
     rows = []
@@ -69,17 +70,21 @@ def pipeline_rows(topo, phase_rows, fb, windows: dict | None = None) -> list:
     for (rr, i2, s2, _), v in fb.items():
         by_rank.setdefault((rr, i2, s2), []).append(v)
     win = phase_windows(phase_rows) if windows is None else windows
+
+    def windows_of(key) -> list:
+        w = win.get(key, [])
+        return list(map(tuple, w.tolist())) if isinstance(w, np.ndarray) else w
     for it, step in sorted({(it, stp) for (_, it, stp, _) in fb}):
         for gi, g in enumerate(topo.groups["pp"]):
             stages = [(st, r, v) for st, r in enumerate(g) for v in by_rank.get((r, it, step), [])]
             if not stages:
                 continue
-            every = [w for r in g for w in win.get((r, it, step), [])]
+            every = [w for r in g for w in windows_of((r, it, step))]
             lo = min(w[0] for w in every) if every else min(v[0] for _, _, v in stages)
             hi = max(w[1] for w in every) if every else max(v[1] for _, _, v in stages)
             span, p = hi - lo, len(g)
             for st, r, (first, last, busy, nmb, *rest) in stages:
-                inside = union_ns(win.get((r, it, step), []))
+                inside = union_ns(windows_of((r, it, step)))
                 wait = min(int(rest[0]) if rest else 0, inside)
                 bubble = span - inside + wait
                 rows.append({"iteration": it, "step": step, "pp_group": gi, "stage": st, "rank": r, "stages": p,
@@ -93,18 +98,19 @@ def pipeline_rows(topo, phase_rows, fb, windows: dict | None = None) -> list:
     return rows
 
 
-def replica_rows(topo, rank_rows, pipe) -> list:
+def replica_rows(topo, ranks, pipe) -> list:
     """``replicas.parquet``'s rows: per (iteration, step, model replica) its ranks, PP groups, span,
     the mean per-rank compute / communication / exposed communication / idle (ns), and
-    ``bubble_pct_mean`` = the mean of its stages' ``bubble_pct`` (``pipeline_rows``).  [] without
-    a topology."""
+    ``bubble_pct_mean`` = the mean of its stages' ``bubble_pct`` (``pipeline_rows``).  ``ranks``: the
+    ``ranks`` table's columns (``{column: list}``, its rows in one order; what is read: ``iteration``,
+    ``step``, ``rank``, ``start_ns``, ``end_ns`` and the four ``_ns`` means).  [] without a topology."""
     if topo is None:
         return []
     rows = []
     rep_of = {r: ri for ri, g in enumerate(topo.replicas) for r in g}     # one pass each: linear in ranks
     rows_of: dict = {}
-    for r in rank_rows:
-        rows_of.setdefault((r["iteration"], r["step"], rep_of.get(r["rank"])), []).append(r)
+    for i, key in enumerate(zip(ranks["iteration"], ranks["step"], map(rep_of.get, ranks["rank"]))):
+        rows_of.setdefault(key, []).append(i)
     bub_of: dict = {}
     for p in pipe:
         if p["bubble_pct"] is not None:
@@ -113,15 +119,15 @@ def replica_rows(topo, rank_rows, pipe) -> list:
     for gi, pg in enumerate(topo.groups["pp"]):
         if pg and all(rep_of.get(r) == rep_of.get(pg[0]) for r in pg):
             groups_of.setdefault(rep_of.get(pg[0]), []).append(gi)
-    for it, step in sorted({(r["iteration"], r["step"]) for r in rank_rows}):
+    for it, step in sorted(set(zip(ranks["iteration"], ranks["step"]))):
         for ri, g in enumerate(topo.replicas):
             rr = rows_of.get((it, step, ri), [])
             if not rr:
                 continue
             bub = bub_of.get((it, step, ri), [])
-            starts = [r["start_ns"] for r in rr if r["start_ns"] is not None]
-            ends = [r["end_ns"] for r in rr if r["end_ns"] is not None]
-            mean = lambda k: float(np.mean([r[k] for r in rr]))  # noqa: E731
+            starts = [x for x in map(ranks["start_ns"].__getitem__, rr) if x is not None]
+            ends = [x for x in map(ranks["end_ns"].__getitem__, rr) if x is not None]
+            mean = lambda k: float(np.mean([ranks[k][i] for i in rr]))  # noqa: E731
             rows.append({"iteration": it, "step": step, "replica": ri, "ranks": ",".join(map(str, g)), "n_ranks": len(rr),
                          "pp_groups": ",".join(map(str, groups_of.get(ri, []))),
                          "start_ns": min(starts) if starts else None, "end_ns": max(ends) if ends else None,

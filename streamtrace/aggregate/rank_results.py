@@ -107,15 +107,17 @@ def phase_rows(kept) -> list:
     return pickle.loads(kept) if isinstance(kept, bytes) else kept
 
 
-class PhaseColumns:
-    """The ranks' phase rows (``rank_phase``'s) held as columns, not a dict a row: 163,840 rows at 16,384
-    synthetic ranks.  ``add`` takes a part's rows (dicts; a column a row lacks is None), in part order, and
-    keeps each column's values of the part compactly (``_chunk``: an int64, float64 or bool array where they
-    are all of that one type, as Python objects otherwise); ``windows`` collects, as they come, what
-    ``pipeline_rows`` reads of them (``pipeline.phase_windows``).  ``set_coords`` and ``set_overlap`` then
-    say how to fill the topology's and the overlap's columns, and ``arrays`` gives the table's columns as
-    ``run._columns(run._sorted(rows))`` gives them for the same rows as dicts.  At 16,384 synthetic ranks
-    the columns as lists of Python objects held ~4.3 M objects, ~97 MB, in aggregate's parent."""
+class RowColumns:
+    """A table's rows from every rank held as columns, not a dict a row: the ranks' phase rows (``rank_phase``'s,
+    163,840 at 16,384 synthetic ranks) and their rank rows (``ranks``'). ``add`` takes a part's rows (dicts; a
+    column a row lacks is None), in part order, and keeps each column's values of the part compactly (``_chunk``:
+    an int64, float64 or bool array where they are all of that one type or None, as Python objects otherwise);
+    ``windows`` collects, as they come, what ``pipeline_rows`` reads of them (``windows(rows)``:
+    ``pipeline.phase_windows``), each key's windows as an (n, 2) int64 array. ``set_coords`` and ``derive`` then
+    say how to fill the topology's columns and the computed ones (the overlap share, the step time), and
+    ``arrays`` gives the table's columns as ``run._columns`` gives them for the same rows as dicts, sorted
+    (``run._row_key``). At 16,384 synthetic ranks the phase rows' columns as lists of Python objects held ~4.3 M objects,
+    ~97 MB, in aggregate's parent; at 4,096 ranks the rank rows as dicts held 12.3 MB (``tracemalloc``)."""
 
     def __init__(self, columns, windows=None):
         self._chunks: dict = {c: [] for c in columns}     # (joined: ``_runs``)
@@ -123,7 +125,7 @@ class PhaseColumns:
         self.windows: dict = {}
         self._windows = windows
         self._coords: dict = {}
-        self._pct = None
+        self._derived: dict = {}
         self.n = self._parts = 0
 
     def add(self, rows: list):
@@ -134,7 +136,10 @@ class PhaseColumns:
         if self._parts % JOIN_PARTS == 0:
             self._join()
         if self._windows is not None:
-            self._windows(rows, self.windows)
+            for key, w in self._windows(rows).items():
+                w = np.asarray(w, np.int64).reshape(-1, 2)
+                old = self.windows.get(key)
+                self.windows[key] = w if old is None else np.concatenate([old, w])
         self.n += len(rows)
 
     def _join(self):
@@ -147,15 +152,17 @@ class PhaseColumns:
         ``row.update(coords.get(rank, {}))`` sets them."""
         self._coords = coords
 
-    def set_overlap(self, pct):
-        """``overlap_pct`` = ``pct(overlap_ns, comm_ns)`` of each row."""
-        self._pct = pct
+    def derive(self, c, f, *inputs):
+        """Column ``c`` = ``f(*values)`` of each row, ``values`` the row's values of the columns ``inputs``
+        (as ``column`` gives them): as ``row[c] = f(row[inputs[0]], ...)`` sets it."""
+        self._derived[c] = (f, inputs)
 
     def column(self, c) -> list:
         """Column ``c``'s values (Python objects, as the rows held them), rows in part order, with the
-        coordinates and the overlap share of ``set_coords`` / ``set_overlap``."""
-        if c == "overlap_pct" and self._pct is not None:
-            return [self._pct(o, m) for o, m in zip(self.column("overlap_ns"), self.column("comm_ns"))]
+        coordinates of ``set_coords`` and the columns of ``derive``."""
+        if c in self._derived:
+            f, inputs = self._derived[c]
+            return list(map(f, *(self.column(x) for x in inputs)))
         self._join()
         chunks = self._chunks.get(c)
         vals = [None] * self.n if chunks is None else \
@@ -180,21 +187,21 @@ class PhaseColumns:
 
     def _array(self, c) -> np.ndarray:
         """Column ``c`` as ``column_array`` makes it of ``column(c)``, rows in part order: its one typed
-        chunk's array, or its chunks of one dtype joined, where no coordinate or overlap share is set in
-        it (without a Python object a value: 163,840 rows at 16,384 synthetic ranks)."""
+        chunk's array, or its chunks of one dtype joined, where none has a None and no coordinate or derived
+        value is set in it (without a Python object a value: 163,840 rows at 16,384 synthetic ranks)."""
         self._join()
         chunks = self._chunks.get(c)
-        typed = chunks and all(isinstance(ch, np.ndarray) and ch.dtype.str == chunks[0].dtype.str for ch in chunks)
-        if not typed or (c == "overlap_pct" and self._pct is not None) or \
-                any(c in v for v in self._coords.values()):
+        typed = chunks and all(isinstance(ch, np.ndarray) and not isinstance(ch, np.ma.MaskedArray) and
+                               ch.dtype.str == chunks[0].dtype.str for ch in chunks)
+        if not typed or c in self._derived or any(c in v for v in self._coords.values()):
             return column_array(self.column(c))
         return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
 
 
 class _Columns(dict):
-    """``PhaseColumns.column`` of a name, made once when first asked for."""
+    """``RowColumns.column`` of a name, made once when first asked for."""
 
-    def __init__(self, cols: PhaseColumns):
+    def __init__(self, cols: RowColumns):
         super().__init__()
         self._cols = cols
 
@@ -204,14 +211,15 @@ class _Columns(dict):
 
 
 JOIN_PARTS = 256
-"""Parts whose chunks of a column ``PhaseColumns`` joins at once: at 16,384 synthetic ranks (10 rows a
+"""Parts whose chunks of a column ``RowColumns`` joins at once: at 16,384 synthetic ranks (10 rows a
 part, 40 columns) the parts' own chunks were 655,360 small arrays, ~43 MB of aggregate's parent."""
 
 
 def _runs(chunks: list) -> list:
     """``chunks`` (``_chunk``'s, in order) with each run of neighbours of one kind joined: arrays of one
-    dtype concatenated, lists of objects as one list; empty ones dropped.  The values, in order, are
-    ``chunks``' (``tolist`` of an array, a list as it is)."""
+    dtype concatenated (a masked one among them: ``np.ma.concatenate``, which keeps the None rows), lists of
+    objects as one list; empty ones dropped.  The values, in order, are ``chunks``' (``tolist`` of an array,
+    a list as it is)."""
     out, run = [], []
 
     def kind(ch):                 # (not the dtype itself: numpy takes None for float64 in ``dtype == None``)
@@ -219,8 +227,9 @@ def _runs(chunks: list) -> list:
 
     def flush():
         if run:
-            out.append(run[0] if len(run) == 1 else np.concatenate(run) if kind(run[0]) else
-                       [v for ch in run for v in ch])
+            out.append(run[0] if len(run) == 1 else [v for ch in run for v in ch] if not kind(run[0]) else
+                       np.ma.concatenate(run) if any(isinstance(ch, np.ma.MaskedArray) for ch in run) else
+                       np.concatenate(run))
     for ch in chunks:
         if len(ch) == 0:
             continue
@@ -234,12 +243,23 @@ def _runs(chunks: list) -> list:
 
 def _chunk(vals: list):
     """A part's values of one column, held compactly and given back exactly (``tolist``): an int64,
-    float64 or bool array when every value is of that one Python type (ints within int64), else ``vals``."""
-    t = type(vals[0]) if vals else None
-    if t not in (int, float, bool) or any(type(v) is not t for v in vals):
+    float64 or bool array when every value is of that one Python type (ints within int64), a masked one
+    (``np.ma``, the None rows masked) when every value but None is, an int64 one all masked when every
+    value is None, else ``vals``.  (At 4,096 synthetic ranks the phase rows' ``compute_start_ns`` /
+    ``compute_end_ns``, an int or None, and the topology's columns, None until ``set_coords``, held
+    ~4 MB of Python objects.)"""
+    given = [v for v in vals if v is not None]
+    if not given:
+        return np.ma.masked_all(len(vals), np.int64) if vals else vals
+    t = type(given[0])
+    if t not in (int, float, bool) or any(type(v) is not t for v in given):
         return vals
+    dtype = {int: np.int64, float: np.float64, bool: np.bool_}[t]
     try:
-        return np.asarray(vals, {int: np.int64, float: np.float64, bool: np.bool_}[t])
+        if len(given) == len(vals):
+            return np.asarray(vals, dtype)
+        none = np.fromiter((v is None for v in vals), np.bool_, len(vals))
+        return np.ma.masked_array(np.asarray([t() if v is None else v for v in vals], dtype), mask=none)
     except OverflowError:                               # (an int past int64: kept as it is)
         return vals
 

@@ -87,7 +87,7 @@ from .folder import (ITERATIONS, ITERATIONS_COLUMNS, PIPELINE, PIPELINE_COLUMNS,
                      RANK_PHASE_COLUMNS, RANKS, RANKS_COLUMNS, REPLICAS, REPLICAS_COLUMNS, STRAGGLERS,
                      STRAGGLERS_COLUMNS, TOP_KERNELS, TOP_KERNELS_COLUMNS)
 from .options import AggregateOptions
-from .rank_results import Kept, PhaseColumns, column_array
+from .rank_results import Kept, RowColumns, column_array
 from .rank_rows import GPU_PART_COLUMNS, STEP_COLUMNS, cpu_rows, gpu_rows, step_ops
 
 # -- one rank ----------------------------------------------------------------------------
@@ -289,13 +289,14 @@ def _aggregate(dirs, outdir: Path, opt: AggregateOptions, job_level: JobLevel) -
                 cp = job_level.critical.result()
         topo = job.topology
         phase_rows, rank_rows, fb, steps = _gather(job, res, kept)
-        if not rank_rows:
+        if not rank_rows.n:
             raise StreamtraceError(f"{', '.join(map(str, dirs))}: no GPU events and no ProfilerStep windows to "
                                    "aggregate" + (f" in step(s) {sorted(job.steps)}" if job.steps else ""))
         explained = [r[6] for r in res]
         res.clear()                  # (the ranks' results, gathered)
+        facts = _rank_facts(rank_rows)
         files += _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, kept.top.result(), steps)
-        del phase_rows, fb, kept, steps               # (written: not held under the explaining tables)
+        del phase_rows, rank_rows, fb, kept, steps    # (written: not held under the explaining tables)
         trim()
         files += write_explain(outdir, explained)
         del explained
@@ -303,7 +304,7 @@ def _aggregate(dirs, outdir: Path, opt: AggregateOptions, job_level: JobLevel) -
             files += write_table(outdir, STRAGGLERS, _columns(coll.stragglers, STRAGGLERS_COLUMNS), csv=True)
         files += write_p2p(outdir, p2p_rows(coll.transfers, topo))
         files += write_op_perf(outdir, job.parts)
-        meta = _meta(dirs, opt, job, tcfg, coll, layout, rank_rows)
+        meta = _meta(dirs, opt, job, tcfg, coll, layout, facts)
         if pieces is not None and cp is None:
             cp = job_level.critical.result()
     finally:
@@ -391,23 +392,23 @@ def _rank_pass(job, outdir: Path, opt: AggregateOptions, explain=None) -> tuple:
 
 
 def _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps) -> list:
-    """The per-rank rows (``_gather``) with their topology coordinates, overlap and step time, written
-    as ``rank_phase``, ``ranks``, ``pipeline``, ``replicas``, ``iterations``, ``top_kernels``.  Returns the
+    """The per-rank rows (``_gather``: ``RowColumns``) with their topology coordinates, overlap and step time,
+    written as ``rank_phase``, ``ranks``, ``pipeline``, ``replicas``, ``iterations``, ``top_kernels``.  Returns the
     files written."""
     coords = _coords(topo)
-    phase_rows.set_coords(coords)
-    phase_rows.set_overlap(_pct)
-    for r in rank_rows:
-        r.update(coords.get(r["rank"], {}))
-        r["overlap_pct"] = _pct(r["overlap_ns"], r["comm_ns"])
-    for r in rank_rows:
-        r["step_ns"] = steps.get((r["rank"], r["iteration"], r["step"]))
+    for rows in (phase_rows, rank_rows):
+        rows.set_coords(coords)
+        rows.derive("overlap_pct", _pct, "overlap_ns", "comm_ns")
+    rank_rows.derive("step_ns", lambda rank, it, st: steps.get((rank, it, st)), "rank", "iteration", "step")
     pipe = pipeline_rows(topo, None, fb, phase_rows.windows)
-    reps = replica_rows(topo, rank_rows, pipe)
-    iters = _iterations(rank_rows, steps)
+    cols = {c: rank_rows.column(c) for c in ("iteration", "step", "rank", "start_ns", "end_ns", "compute_ns",
+                                             "comm_ns", "exposed_comm_ns", "idle_ns")}
+    reps = replica_rows(topo, cols, pipe)
+    iters = _iterations(cols, steps)
+    del cols
     files = write_table(outdir, RANK_PHASE, phase_rows.arrays(RANK_PHASE_COLUMNS, _phase_order),
                         csv=True)
-    files += write_table(outdir, RANKS, _columns(_sorted(rank_rows), RANKS_COLUMNS), csv=True)
+    files += write_table(outdir, RANKS, rank_rows.arrays(RANKS_COLUMNS, _phase_order), csv=True)
     if pipe:
         files += write_table(outdir, PIPELINE, _columns(pipe, PIPELINE_COLUMNS), csv=True)
     if reps:
@@ -422,16 +423,24 @@ def _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps) -> li
     return files
 
 
-def _meta(dirs, opt: AggregateOptions, job, tcfg, coll, layout, rank_rows) -> dict:
-    """``aggregate.json`` but for ``files`` and ``seconds``: what was aggregated, how, and the job's facts."""
+def _rank_facts(rank_rows) -> dict:
+    """What ``aggregate.json`` says of the rank rows (``RowColumns``): their iterations, (iteration, step)
+    pairs and sources."""
+    its, sts = rank_rows.column("iteration"), rank_rows.column("step")
+    return {"iterations": sorted(set(its)), "steps": [list(k) for k in sorted(set(zip(its, sts)))],
+            "sources": sorted(set(rank_rows.column("source")))}
+
+
+def _meta(dirs, opt: AggregateOptions, job, tcfg, coll, layout, facts: dict) -> dict:
+    """``aggregate.json`` but for ``files`` and ``seconds``: what was aggregated, how, and the job's facts
+    (``facts``: ``_rank_facts``')."""
     topo = job.topology
     return {"kind": "streamtrace-aggregate", "version": 1, "inputs": [str(d) for d in dirs],
             "time_alignment": opt.time_alignment, "clock_sync": opt.clock_sync or "none",
             "consecutive_kernel_delay_ns": opt.consecutive_kernel_delay_ns,
-            "iterations": sorted({r["iteration"] for r in rank_rows}),
-            "steps": [list(k) for k in sorted({(r["iteration"], r["step"]) for r in rank_rows})],
+            "iterations": facts["iterations"], "steps": facts["steps"],
             "ranks": sorted({p.rank for p in job.parts}), **_world(topo, job),
-            "sources": sorted({r["source"] for r in rank_rows}), "job_name": job.name(),
+            "sources": facts["sources"], "job_name": job.name(),
             "devices": sorted({p.device_name for p in job.parts if p.device_name}),
             "topology": topo.to_json() if topo else None,
             "train_config": tcfg.resolve(_world(topo, job)["world_size"]).to_json() if tcfg else None,
@@ -443,12 +452,12 @@ def _meta(dirs, opt: AggregateOptions, job, tcfg, coll, layout, rank_rows) -> di
 
 def _gather(job, res, kept: Kept) -> tuple:
     """The parts' results (``_part_job``, in part order, as ``kept`` keeps them) joined: phase rows (as
-    ``PhaseColumns``, with their pipeline windows), rank rows, the forward/backward compute per (rank,
-    iteration, step, device) and step durations per (rank, iteration, step)."""
-    phase_rows, rank_rows, fb, steps = PhaseColumns(RANK_PHASE_COLUMNS, phase_windows), [], {}, {}
+    ``RowColumns``, with their pipeline windows), rank rows (``RowColumns``), the forward/backward compute per
+    (rank, iteration, step, device) and step durations per (rank, iteration, step)."""
+    phase_rows, rank_rows, fb, steps = RowColumns(RANK_PHASE_COLUMNS, phase_windows), RowColumns(RANKS_COLUMNS), {}, {}
     for part, (pr, rr, f, st) in zip(job.parts, kept.gathered(res)):
         phase_rows.add(pr)
-        rank_rows += rr
+        rank_rows.add(rr)
         fb.update({(part.rank, it, stp, dev): v for (it, stp, dev), v in f.items()})
         for num, (_, d) in st.items():
             steps[(part.rank, job.iteration_of(part), num)] = d
@@ -483,14 +492,10 @@ def _row_key(iteration, step, rank, device, start_ns, phase) -> tuple:
 
 
 def _phase_order(cols: dict):
-    """``_sorted``'s key of the rows of ``cols`` (``{column: values}``: ``PhaseColumns.arrays``'), by row index."""
+    """``_row_key`` of the rows of ``cols`` (``{column: values}``: ``RowColumns.arrays``'), by row index (a row
+    without a phase: "")."""
     it, st, rank, dev, start, phase = (cols[c] for c in ("iteration", "step", "rank", "device", "start_ns", "phase"))
     return lambda i: _row_key(it[i], st[i], rank[i], dev[i], start[i], phase[i] if phase[i] is not None else "")
-
-
-def _sorted(rows):
-    return sorted(rows, key=lambda r: _row_key(r["iteration"], r["step"], r["rank"], r["device"], r["start_ns"],
-                                               r.get("phase", "")))
 
 
 def _coords(topo) -> dict:
@@ -507,18 +512,23 @@ def _coords(topo) -> dict:
     return out
 
 
-def _iterations(rank_rows, steps) -> list:
+def _iterations(ranks, steps) -> list:
+    """``iterations.parquet``'s rows, one per (iteration, step) of ``ranks`` (the ``ranks`` table's columns,
+    ``{column: list}``): its ranks, span, step time (median, max of ``steps``' durations) and means."""
     rows = []
-    for it, step in sorted({(r["iteration"], r["step"]) for r in rank_rows}):
-        rr = [r for r in rank_rows if (r["iteration"], r["step"]) == (it, step)]
+    of: dict = {}
+    for i, key in enumerate(zip(ranks["iteration"], ranks["step"])):
+        of.setdefault(key, []).append(i)
+    for it, step in sorted(of):
+        rr = of[(it, step)]
         st = [d for (rank, i2, s2), d in steps.items() if (i2, s2) == (it, step)]
-        starts = [r["start_ns"] for r in rr if r["start_ns"] is not None]
-        ends = [r["end_ns"] for r in rr if r["end_ns"] is not None]
-        rows.append({"iteration": it, "step": step, "ranks": len({r["rank"] for r in rr}),
+        starts = [x for x in map(ranks["start_ns"].__getitem__, rr) if x is not None]
+        ends = [x for x in map(ranks["end_ns"].__getitem__, rr) if x is not None]
+        mean = lambda k: float(np.mean([ranks[k][i] for i in rr]))  # noqa: E731
+        rows.append({"iteration": it, "step": step, "ranks": len({ranks["rank"][i] for i in rr}),
                      "start_ns": min(starts) if starts else None, "end_ns": max(ends) if ends else None,
                      "span_ns": (max(ends) - min(starts)) if starts else None,
                      "step_ns_median": int(np.median(st)) if st else None, "step_ns_max": max(st) if st else None,
-                     "compute_ns_mean": float(np.mean([r["compute_ns"] for r in rr])),
-                     "comm_ns_mean": float(np.mean([r["comm_ns"] for r in rr])),
-                     "exposed_comm_ns_mean": float(np.mean([r["exposed_comm_ns"] for r in rr]))})
+                     "compute_ns_mean": mean("compute_ns"), "comm_ns_mean": mean("comm_ns"),
+                     "exposed_comm_ns_mean": mean("exposed_comm_ns")})
     return rows

@@ -91,7 +91,7 @@ _ROW = st.fixed_dictionaries(
     optional={"kernels": st.integers(0, 10**12), "source": st.sampled_from(["gpu", "cpu"]),
               "x": st.one_of(st.integers(-2**70, 2**70), st.floats(allow_nan=False), st.booleans())})
 _COLUMNS = ("iteration", "step", "rank", "device", "source", "phase", "microbatch", "replica", "stage", "start_ns",
-            "end_ns", "kernels", "x", "overlap_ns", "comm_ns", "overlap_pct")
+            "end_ns", "kernels", "x", "overlap_ns", "comm_ns", "overlap_pct", "step_ns")
 
 
 _BIG = {"iteration": 0, "step": 0, "rank": 0, "device": 0, "phase": "forward", "start_ns": None, "end_ns": None,
@@ -107,17 +107,18 @@ _BIG = {"iteration": 0, "step": 0, "rank": 0, "device": 0, "phase": "forward", "
 @example([[_BIG]], {}, 256)
 @example([[_BIG | {"x": 2**63}, _BIG | {"x": 1}]], {}, 256)
 @example([[_BIG | {"x": 1}], [_BIG | {"x": 2}], [], [_BIG | {"x": True}], [_BIG | {"x": 2**63}]], {}, 2)
-def test_phase_columns_are_the_rows_as_dicts_written(parts, coords, join_parts):
-    """``PhaseColumns`` (a part's rows at a time, their chunks joined every ``join_parts`` parts) against
-    the rows as dicts: each updated with its rank's coordinates and its overlap share, sorted by
-    (iteration, step, rank, device, start or -1, phase), a column an object array where a value is None
-    or a str; and the pipeline's windows of the rows."""
+def test_row_columns_are_the_rows_as_dicts_written(parts, coords, join_parts):
+    """``RowColumns`` (a part's rows at a time, their chunks joined every ``join_parts`` parts) against
+    the rows as dicts: each updated with its rank's coordinates, its overlap share and a column of three
+    others, sorted by (iteration, step, rank, device, start or -1, phase), a column an object array where a
+    value is None or a str; and the pipeline's windows of the rows."""
     import numpy as np
     from streamtrace.aggregate import rank_results
     from streamtrace.aggregate.pipeline import phase_windows
-    from streamtrace.aggregate.rank_results import PhaseColumns
+    from streamtrace.aggregate.rank_results import RowColumns
     pct = lambda o, c: None if not c else round(100.0 * o / c, 3)  # noqa: E731
-    cols = PhaseColumns(_COLUMNS, phase_windows)
+    step_of = {(0, 0, 0): 7, (1, 0, 1): None, (2, 2, 2): 2**40}
+    cols = RowColumns(_COLUMNS, phase_windows)
     was, rank_results.JOIN_PARTS = rank_results.JOIN_PARTS, join_parts
     try:
         for rows in parts:
@@ -125,7 +126,8 @@ def test_phase_columns_are_the_rows_as_dicts_written(parts, coords, join_parts):
     finally:
         rank_results.JOIN_PARTS = was
     cols.set_coords(coords)
-    cols.set_overlap(pct)
+    cols.derive("overlap_pct", pct, "overlap_ns", "comm_ns")
+    cols.derive("step_ns", lambda r, i, st: step_of.get((r, i, st)), "rank", "iteration", "step")
     got = cols.arrays(_COLUMNS, lambda c: lambda i: (c["iteration"][i], c["step"][i], c["rank"][i], c["device"][i],
                                                      -1 if c["start_ns"][i] is None else c["start_ns"][i],
                                                      c["phase"][i]))
@@ -136,9 +138,11 @@ def test_phase_columns_are_the_rows_as_dicts_written(parts, coords, join_parts):
             windows.setdefault((r["rank"], r["iteration"], r["step"]), []).append((r["start_ns"], r["end_ns"]))
         r.update(coords.get(r["rank"], {}))
         r["overlap_pct"] = pct(r["overlap_ns"], r["comm_ns"])
+        r["step_ns"] = step_of.get((r["rank"], r["iteration"], r["step"]))
     rows.sort(key=lambda r: (r["iteration"], r["step"], r["rank"], r["device"],
                              -1 if r["start_ns"] is None else r["start_ns"], r["phase"]))
-    assert cols.windows == windows
+    assert {k: [tuple(w) for w in v.tolist()] for k, v in cols.windows.items()} == windows
+    assert all(v.dtype == np.int64 and v.shape == (len(windows[k]), 2) for k, v in cols.windows.items())
     assert list(got) == list(_COLUMNS)
     for name in _COLUMNS:
         vals = [r.get(name) for r in rows]
@@ -149,14 +153,21 @@ def test_phase_columns_are_the_rows_as_dicts_written(parts, coords, join_parts):
             assert got[name].dtype == np.asarray(vals).dtype
 
 
-def test_phase_columns_hold_a_chunk_per_run_not_per_part():
+def test_row_columns_hold_a_chunk_per_run_not_per_part():
     """Every ``JOIN_PARTS`` parts, a column's parts of one type are one array (the parts' own small arrays
-    let go: 655,360 of them at 16,384 synthetic ranks); a part of another type breaks the run."""
-    from streamtrace.aggregate.rank_results import JOIN_PARTS, PhaseColumns
-    cols = PhaseColumns(("rank", "x"))
+    let go: 655,360 of them at 16,384 synthetic ranks), a part with a None among them too (a masked array,
+    not a Python object a value); a part of another type breaks the run."""
+    from streamtrace.aggregate.rank_results import JOIN_PARTS, RowColumns
+    cols = RowColumns(("rank", "x", "y", "none"))
     for p in range(2 * JOIN_PARTS):
-        cols.add([{"rank": p, "x": None if p == 3 else p * 0.5}, {"rank": p, "x": 1.0}])
+        cols.add([{"rank": p, "x": None if p == 3 else p * 0.5, "y": "s" if p == 5 else p},
+                  {"rank": p, "x": 1.0, "y": None}])
     assert [len(c) for c in cols._chunks["rank"]] == [2 * JOIN_PARTS, 2 * JOIN_PARTS]
-    assert [type(c).__name__ for c in cols._chunks["x"]] == ["ndarray", "list", "ndarray", "ndarray"]
+    assert [type(c).__name__ for c in cols._chunks["x"]] == ["MaskedArray", "ndarray"]
+    assert [type(c).__name__ for c in cols._chunks["y"]] == ["MaskedArray", "list", "MaskedArray", "MaskedArray"]
+    assert [type(c).__name__ for c in cols._chunks["none"]] == ["MaskedArray", "MaskedArray"]
     assert cols.column("x") == [None if p == 3 and i == 0 else (p * 0.5 if i == 0 else 1.0)
                                 for p in range(2 * JOIN_PARTS) for i in range(2)]
+    assert cols.column("y") == [("s" if p == 5 else p) if i == 0 else None for p in range(2 * JOIN_PARTS)
+                                for i in range(2)]
+    assert cols.column("none") == [None] * (4 * JOIN_PARTS)
