@@ -300,8 +300,6 @@ def _aggregate(dirs, outdir: Path, opt: AggregateOptions, job_level: JobLevel) -
         trim()
         files += write_explain(outdir, explained)
         del explained
-        if coll.stragglers:
-            files += write_table(outdir, STRAGGLERS, _columns(coll.stragglers, STRAGGLERS_COLUMNS), csv=True)
         files += write_p2p(outdir, p2p_rows(coll.transfers, topo))
         files += write_op_perf(outdir, job.parts)
         meta = _meta(dirs, opt, job, tcfg, coll, layout, facts)
@@ -348,7 +346,8 @@ def _open_job(dirs, opt: AggregateOptions) -> tuple:
 
 
 def _rank_pass(job, outdir: Path, opt: AggregateOptions, explain=None) -> tuple:
-    """The collectives matched across ranks, then one task per rank (``_part_job``, in worker
+    """The collectives matched across ranks (their tables written, the stragglers' too: the result's
+    ``stragglers`` empty), then one task per rank (``_part_job``, in worker
     processes), whose timelines and critical-path pieces are spilled into ``outdir`` and joined, and
     whose explaining tables, and what the job's tables gather of them (``rank_results.Kept``), are spilled
     into the folder ``explain`` (None: held in the results).
@@ -362,6 +361,9 @@ def _rank_pass(job, outdir: Path, opt: AggregateOptions, explain=None) -> tuple:
     try:
         jobs = max(1, min(opt.jobs or os.cpu_count() or 1, len(job.parts)))
         coll, files = collectives_to(job, outdir, opt.clock_sync, opt.collective_bucket_rows, jobs)
+        if coll.stragglers:      # (written now, not held through the ranks' pass: 24.6 k dicts, 4.2 MB at 4,096 ranks)
+            files += write_table(outdir, STRAGGLERS, _columns(coll.stragglers, STRAGGLERS_COLUMNS), csv=True)
+            coll = replace(coll, stragglers=[])
         trim()          # (the collectives' buckets, freed: ~50 MB of the parent's heap at 4,096 ranks, not
         layout = write_groups(outdir, sorted({p.rank for p in job.parts}), files)      # under the groups')
         trim()
