@@ -266,7 +266,9 @@ def _load(job, plan: _Plan, path) -> dict:
     c["by"] = np.where(plan.by_seq[pid], "seq", "order").astype(object)
     c["instance"] = plan.base[pid] + seq
     o = np.lexsort((c["rank"], c["start"], c["instance"]))
-    return {n: v[o] for n, v in c.items()}
+    for n in list(c):                    # (a column at a time, the unsorted one let go as its sorted copy is made)
+        c[n] = c[n][o]
+    return c
 
 
 def _clock_inputs(job, plan: _Plan) -> tuple[dict, dict]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-BUCKET_ROWS = 32_768       # communication kernels matched at a time (streamtrace.aggregate.collective_spill)
+BUCKET_ROWS = 16_384       # communication kernels matched at a time (streamtrace.aggregate.collective_spill; 32,768
+#                            took ~25 MB a bucket over the parent's level: its peak at 1,024 synthetic ranks 194 -> 176 MB)
 
 
 @dataclass
@@ -34,7 +35,7 @@ class AggregateOptions:
             shorter than this, not caused by a late launch, is kernel wait, a longer one other
             (HolisticTraceAnalysis' ``consecutive_kernel_delay``, effectively 30 us); default 30,000.
         collective_bucket_rows: communication kernels matched at a time (int >= 1; memory ~0.5 KB a
-            row, ``streamtrace.aggregate.collective_spill``); default ``BUCKET_ROWS`` (32,768).
+            row, ``streamtrace.aggregate.collective_spill``); default ``BUCKET_ROWS`` (16,384).
         critical_path: write ``critical_path.parquet`` and ``critical_path_summary.parquet``
             (``streamtrace.aggregate.critical_path``); default True.
         whatif: with the critical path, replay the step (``whatif.parquet`` with the report's candidate
