@@ -259,7 +259,7 @@ def _sig_ids(coll: list, size: list, sigs: dict) -> np.ndarray:
         if v is None:
             v = ids[key] = sigs.setdefault(signature(c, b), len(sigs))
         out.append(v)
-    return np.asarray(out, np.int64).reshape(len(coll))
+    return np.asarray(out, np.int64)
 
 
 def sorted_prefix_ids(pids: dict) -> tuple[np.ndarray, list]:

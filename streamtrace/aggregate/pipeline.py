@@ -125,14 +125,19 @@ def replica_rows(topo, ranks, pipe) -> list:
             if not rr:
                 continue
             bub = bub_of.get((it, step, ri), [])
-            starts = [x for x in map(ranks["start_ns"].__getitem__, rr) if x is not None]
-            ends = [x for x in map(ranks["end_ns"].__getitem__, rr) if x is not None]
-            mean = lambda k: float(np.mean([ranks[k][i] for i in rr]))  # noqa: E731
             rows.append({"iteration": it, "step": step, "replica": ri, "ranks": ",".join(map(str, g)), "n_ranks": len(rr),
-                         "pp_groups": ",".join(map(str, groups_of.get(ri, []))),
-                         "start_ns": min(starts) if starts else None, "end_ns": max(ends) if ends else None,
-                         "span_ns": (max(ends) - min(starts)) if starts else None,
-                         "compute_ns_mean": mean("compute_ns"), "comm_ns_mean": mean("comm_ns"),
-                         "exposed_comm_ns_mean": mean("exposed_comm_ns"), "idle_ns_mean": mean("idle_ns"),
-                         "bubble_pct_mean": float(np.mean(bub)) if bub else None})
+                         "pp_groups": ",".join(map(str, groups_of.get(ri, [])))}
+                        | span_means(ranks, rr, ("compute_ns", "comm_ns", "exposed_comm_ns", "idle_ns"))
+                        | {"bubble_pct_mean": float(np.mean(bub)) if bub else None})
     return rows
+
+
+def span_means(ranks, rows: list, columns) -> dict:
+    """The span of the ``ranks`` table's rows ``rows`` (``{column: list}``, row indices): ``start_ns`` the
+    earliest start, ``end_ns`` the latest end, ``span_ns`` between them (int ns, None where no row has
+    one), and ``<column>_mean`` the mean of each of ``columns`` over them (float)."""
+    starts = [x for x in map(ranks["start_ns"].__getitem__, rows) if x is not None]
+    ends = [x for x in map(ranks["end_ns"].__getitem__, rows) if x is not None]
+    out = {"start_ns": min(starts) if starts else None, "end_ns": max(ends) if ends else None,
+           "span_ns": (max(ends) - min(starts)) if starts else None}
+    return out | {f"{c}_mean": float(np.mean([ranks[c][i] for i in rows])) for c in columns}

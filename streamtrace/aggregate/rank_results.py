@@ -248,15 +248,17 @@ def _chunk(vals: list):
     value is None, else ``vals``.  (At 4,096 synthetic ranks the phase rows' ``compute_start_ns`` /
     ``compute_end_ns``, an int or None, and the topology's columns, None until ``set_coords``, held
     ~4 MB of Python objects.)"""
-    given = [v for v in vals if v is not None]
-    if not given:
+    types = set(map(type, vals))                       # (one pass, in C)
+    has_none = type(None) in types
+    types.discard(type(None))
+    if not types:
         return np.ma.masked_all(len(vals), np.int64) if vals else vals
-    t = type(given[0])
-    if t not in (int, float, bool) or any(type(v) is not t for v in given):
+    t = types.pop()
+    if types or t not in (int, float, bool):
         return vals
     dtype = {int: np.int64, float: np.float64, bool: np.bool_}[t]
     try:
-        if len(given) == len(vals):
+        if not has_none:
             return np.asarray(vals, dtype)
         none = np.fromiter((v is None for v in vals), np.bool_, len(vals))
         return np.ma.masked_array(np.asarray([t() if v is None else v for v in vals], dtype), mask=none)

@@ -79,7 +79,7 @@ from .whatif_spill import SpilledRows, spill_rows
 from .groups import write_groups
 from .opperf import write_op_perf
 from .p2p import p2p_rows, write_p2p
-from .pipeline import phase_windows, pipeline_rows, replica_rows
+from .pipeline import phase_windows, pipeline_rows, replica_rows, span_means
 from .timeline import join as join_timeline, write_part as write_timeline_part
 from .explain import packed, part_tables, spill as spill_explain, write_tables as write_explain
 from .folder import TABLES, Aggregate, owned, read_aggregate_table  # noqa: F401 (re-exported)
@@ -524,13 +524,9 @@ def _iterations(ranks, steps) -> list:
     for it, step in sorted(of):
         rr = of[(it, step)]
         st = [d for (rank, i2, s2), d in steps.items() if (i2, s2) == (it, step)]
-        starts = [x for x in map(ranks["start_ns"].__getitem__, rr) if x is not None]
-        ends = [x for x in map(ranks["end_ns"].__getitem__, rr) if x is not None]
-        mean = lambda k: float(np.mean([ranks[k][i] for i in rr]))  # noqa: E731
-        rows.append({"iteration": it, "step": step, "ranks": len({ranks["rank"][i] for i in rr}),
-                     "start_ns": min(starts) if starts else None, "end_ns": max(ends) if ends else None,
-                     "span_ns": (max(ends) - min(starts)) if starts else None,
-                     "step_ns_median": int(np.median(st)) if st else None, "step_ns_max": max(st) if st else None,
-                     "compute_ns_mean": mean("compute_ns"), "comm_ns_mean": mean("comm_ns"),
-                     "exposed_comm_ns_mean": mean("exposed_comm_ns")})
+        span = span_means(ranks, rr, ("compute_ns", "comm_ns", "exposed_comm_ns"))
+        rows.append({"iteration": it, "step": step, "ranks": len({ranks["rank"][i] for i in rr})}
+                    | {k: span.pop(k) for k in ("start_ns", "end_ns", "span_ns")}
+                    | {"step_ns_median": int(np.median(st)) if st else None, "step_ns_max": max(st) if st else None}
+                    | span)
     return rows

@@ -81,12 +81,14 @@ def _repeated(seen: set, desc: str, ranks) -> bool:
     2,065 distinct, 17.9 M ranks parsed and sorted, 2.4 s; once each: a copy as a tuple, in C).  An
     entry whose ranks cannot be a key (not a str or a list of hashable values) is never a repeat."""
     key = ranks if isinstance(ranks, str) else tuple(ranks) if isinstance(ranks, list) else None
+    if key is None:
+        return False
     try:
-        if key is None or (desc, key) in seen:
-            return key is not None
+        if (desc, key) in seen:
+            return True
         seen.add((desc, key))
     except TypeError:                                  # (a list holding a list or a dict)
-        return False
+        pass
     return False
 
 
