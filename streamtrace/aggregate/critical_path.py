@@ -71,6 +71,7 @@ from .critical_members import PartMembers, p2p_instances
 from .critical_ranks import RANK_PARKED, collective_figures, rank_rows, summary_rows
 from .critical_segments import DTYPES as _DTYPES, SEGMENTS, segments
 from .job_edges import CHUNK_EDGES, EdgeFile, nodes_at, path_of
+from .job_nodes import NodeColumn
 
 SEGMENT_COLUMNS = CRITICAL_PATH_COLUMNS
 GPU_CATEGORIES = ("launch_delay", "compute_kernel", "comm_transfer", "memcpy", "kernel_gap", "queued")
@@ -82,10 +83,11 @@ SUM_TOLERANCE = 0.001
 
 class JobGraph:
     """The job-level graph of one (iteration, step), built from the parts' reduced results
-    (``add_part`` for each, then ``add_collectives`` once): node columns (numpy, one row per
-    node: ``t`` int64 ns, ``kind`` an ``Anchor`` or ``BARRIER`` (int8), ``part`` (int32), ``local`` node id
-    in the part's graph (int32), ``name`` / ``lane`` int32 codes of ``texts`` (a ``Texts``: ``texts[code]``
-    decodes), ``corr`` (int32 while every one fits, else int64); the anchors' streams are read
+    (``add_part`` for each, then ``add_collectives`` once): node columns, one row per node: ``t`` int64
+    ns, ``kind`` an ``Anchor`` or ``BARRIER`` (int8) and ``part`` (int32) as numpy arrays, and those only
+    the output reads on disk (``job_nodes.NodeColumn``, read by index: 21 MB at 4,096 synthetic ranks'
+    1.3 M anchors): ``local`` node id in the part's graph (int32), ``name`` / ``lane`` int32 codes of
+    ``texts`` (a ``Texts``: ``texts[code]`` decodes), ``corr`` (int64); the anchors' streams are read
     for the collectives' keys only, not kept: 12 MB at 4,096 synthetic ranks), the edges in ``edges`` (an
     ``EdgeFile`` in ``folder``, None: the system's temporary folder; in id order: each part's as added, then
     the collectives'; node ids below 2^31) and their types ``etype`` (int8 LOCAL / WAIT / TRANSFER, by id),
@@ -102,13 +104,16 @@ class JobGraph:
         self.texts = Texts() if texts is None else texts
         self.edges = EdgeFile(folder)
         self.etype = np.zeros(0, np.int8)
+        self.local, self.name, self.lane, self.corr = (NodeColumn(d, folder) for d in OUTPUT_DTYPES)
 
     def add_part(self, p, a, e):
         """Part ``p``'s anchors ``a`` and reduced edges ``e`` (``part_paths`` columns, one step; ``name`` and
         ``lane`` as text, or as int codes of ``texts``); returns the id of its first node.  Its edges go to
-        ``edges`` at once; ``a``'s columns are taken out when the graph joins the parts (``_nodes``), held
-        until then as narrow as the joined ones will be (``NODE_DTYPES``; correlations int32 where they fit:
-        4,096 synthetic ranks' parts held 170 MB of int64 columns before the join)."""
+        ``edges`` at once, its ``node``, ``name``, ``lane`` and ``correlation`` to the output's node columns
+        (``name``, ``lane``, ``node`` taken out of ``a``; ``correlation`` left, int32 where they fit, for the
+        caller's collective keys); ``t_ns`` and ``kind`` are taken out when the graph joins the parts
+        (``_nodes``), held until then as narrow as the joined ones will be (``NODE_DTYPES``: 4,096 synthetic
+        ranks' parts held 170 MB of int64 columns before the join)."""
         base, m = self.n, len(a["t_ns"])
         for c in ("name", "lane"):
             if np.asarray(a[c]).dtype.kind not in "iu":
@@ -116,24 +121,23 @@ class JobGraph:
         o = np.argsort(a["node"])
         gid = lambda x: base + o[np.searchsorted(a["node"][o], x)]  # noqa: E731
         self.edges.append(gid(e["src"]), gid(e["dst"]), np.asarray(e["w_ns"], np.int64))
-        for c, dtype in (("kind", np.int8), ("node", np.int32), ("name", np.int32), ("lane", np.int32)):
-            a[c] = np.asarray(a[c], dtype)
+        del o, gid
+        a["kind"] = np.asarray(a["kind"], np.int8)
         a["correlation"] = narrow(np.asarray(a["correlation"], np.int64))
+        for col, c in ((self.local, "node"), (self.name, "name"), (self.lane, "lane")):
+            col.append(a.pop(c))
+        self.corr.append(a["correlation"])
         self._parts.append((p, m, a))
         self.n += m
         return base
 
     def _nodes(self):
-        """The parts' node columns joined, one column at a time, each part's let go once joined (the
+        """The parts' ``t`` and ``kind`` joined, one column at a time, each part's let go once joined (the
         graph's arrays and the parts' are never all held twice: 4,096 synthetic ranks, 1.3 M anchors)."""
-        cols = {"t": "t_ns", "kind": "kind", "local": "node", "name": "name", "lane": "lane", "corr": "correlation"}
-        for c, src in cols.items():
+        for c, src in {"t": "t_ns", "kind": "kind"}.items():
             dtype = NODE_DTYPES.get(c, np.int64)
-            xs = [np.asarray(a.pop(src), None if c == "corr" else dtype) for _, _, a in self._parts]
-            if c == "corr":                          # (int32 while every id fits: 6 MB less at 1.5 M nodes)
-                setattr(self, c, joined_ints(*xs) if xs else np.zeros(0, np.int32))
-            else:
-                setattr(self, c, np.concatenate(xs) if xs else np.zeros(0, dtype))
+            xs = [np.asarray(a.pop(src), dtype) for _, _, a in self._parts]
+            setattr(self, c, np.concatenate(xs) if xs else np.zeros(0, dtype))
             del xs
             trim()               # (each column's parts handed back as it is joined: 4,096 parts' small arrays
             #                      freed at once held ~100 MB of glibc's heap above the live arrays)
@@ -195,10 +199,10 @@ class JobGraph:
         self.t = np.r_[self.t, c.pop("bar_t")]
         self.kind = np.concatenate([self.kind, np.full(nb, BARRIER, self.kind.dtype)])
         self.part = np.concatenate([self.part, np.full(nb, -1, self.part.dtype)])
-        self.local = np.concatenate([self.local, np.full(nb, -1, self.local.dtype)])
-        self.name = np.r_[self.name, self.name[lead]]
-        self.lane = np.r_[self.lane, np.full(nb, self.texts.code(""), self.lane.dtype)]
-        self.corr = np.r_[self.corr, np.full(nb, -1, self.corr.dtype)]
+        self.local.append(np.full(nb, -1, np.int32))
+        self.name.append(self.name.take(lead))
+        self.lane.append(np.full(nb, self.texts.code(""), np.int32))
+        self.corr.append(np.full(nb, -1, np.int64))
         self.n += nb
 
     def edge_chunks(self, rows: int | None = None):
@@ -207,12 +211,19 @@ class JobGraph:
         for at, rec in self.edges.raw_chunks(rows):
             yield at, rec["src"], rec["dst"], rec["w"], self.etype[at:at + len(rec)]
 
+    def close(self):
+        """Remove the graph's files: its edges' and its output's node columns'."""
+        self.edges.close()
+        for col in (self.local, self.name, self.lane, self.corr):
+            col.close()
 
-NODE_DTYPES = {"kind": np.int8, "local": np.int32, "name": np.int32, "lane": np.int32}
-"""The job graph's node columns held narrower than int64 (``JobGraph._nodes``; ``part`` int32 too,
-``corr`` while it fits): ``Anchor`` kinds and ``BARRIER`` fit a byte, a part's step-graph node ids 31 bits
-(22 MB less at 1.5 M nodes), names and lanes are codes of the graph's ``texts`` (object arrays of str
-were 8 bytes a node each, 12 MB less)."""
+
+NODE_DTYPES = {"kind": np.int8}
+"""The job graph's node arrays held narrower than int64 (``JobGraph._nodes``; ``part`` int32 too):
+``Anchor`` kinds and ``BARRIER`` fit a byte."""
+OUTPUT_DTYPES = (np.int32, np.int32, np.int32, np.int64)
+"""The types of the job graph's node columns on disk (``local``, ``name``, ``lane``, ``corr``): a part's
+step-graph node ids fit 31 bits, names and lanes are codes of the graph's ``texts``."""
 
 
 def _order(g: JobGraph) -> np.ndarray:
@@ -322,7 +333,7 @@ def _forward(g: JobGraph, pos, over):
     return path, dist, last, ends
 
 
-PARKED = ("part", "local", "name", "lane", "corr", "m_bar", "m_arr", "m_end", "b_node", "b_p2p")
+PARKED = ("part", "m_bar", "m_arr", "m_end", "b_node", "b_p2p")
 """The ``JobGraph`` columns its passes (``solve_step``, ``solve_path``) read none of: on disk while they
 run (``critical_paths``; ``runtime.tuning.Parking``)."""
 
@@ -394,7 +405,7 @@ def _build(parts, members: PartMembers, p2p=frozenset(), texts: Texts | None = N
             keys.append(((np.full(len(j), p, np.int32), a["correlation"][j], a["stream"][j]), base + j))
             rows += len(j)
         batch.append((p, *keys))
-        for c in ("stream", "step"):                   # (read: not held among the columns the graph joins)
+        for c in ("stream", "step", "correlation"):    # (read: not held among the columns the graph joins)
             a.pop(c, None)
         del a, keys
         if rows >= MATCH_ROWS or not parts:
@@ -469,7 +480,7 @@ def critical_paths(job, pieces: list, outdir, texts: Texts | None = None) -> Cri
             seg_cols.append({"iteration": np.full(n, it, np.int64), "step": np.full(n, st, np.int64),
                              "order": np.arange(n, dtype=np.int64)} | segs)
             ranks += per_rank
-            g.edges.close()
+            g.close()
     trim()                                             # the step graphs' arrays, freed
     stats["paths_not_summing"] = len(warnings)
     files = write_table(outdir, CRITICAL_PATH, _segment_columns(seg_cols), list(SEGMENT_COLUMNS))

@@ -219,13 +219,13 @@ def summary_rows(it, st, g, solved, segs, rank_of, ranks, solve, lot=None) -> li
     return rows + _next_rows(base, g, rank_of, ranks, solve, lot)
 
 
-RANK_PARKED = ("etype", "local", "name", "corr", "m_bar", "m_arr", "m_end", "b_node", "b_p2p")
+RANK_PARKED = ("etype", "m_bar", "m_arr", "m_end", "b_node", "b_p2p")
 """The ``JobGraph`` columns ``rank_rows`` reads none of (the collective figures computed before
 the solve): on disk while it runs beside the solve's earliest and latest times (4,096 synthetic ranks: that
 phase 269 -> 221 MB)."""
 
 
-CAPPED_PARKED = ("t", "local", "name", "lane", "corr", "b_node", "b_p2p")
+CAPPED_PARKED = ("t", "b_node", "b_p2p")
 """The ``JobGraph`` columns ``capped_edges`` reads none of: on disk while it sorts the peers' stretches
 (``summary_rows``' ``lot``; 4,096 synthetic ranks: the critical path's process peaked there, 277 MB)."""
 

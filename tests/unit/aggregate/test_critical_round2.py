@@ -375,12 +375,15 @@ def test_path_sums_by_number_keep_the_first_seen_order(rows, dtype):
 def test_the_job_graphs_names_and_lanes_are_codes_of_its_texts():
     """``JobGraph`` holds each node's name and lane as an int32 code of ``texts`` (the anchors' text, as
     given): the anchors' decode to their own, a barrier's name is its first member's and its lane empty;
-    anchors given as codes of a shared ``Texts`` (as aggregate's job level reads them) are kept as they are,
-    and ``corr`` is int32 when every id fits."""
+    anchors given as codes of a shared ``Texts`` (as aggregate's job level reads them) are kept as they are;
+    the four columns only the output reads are not held as arrays (``NodeColumn``: on disk past its first
+    rows), and read back whole or by index as given."""
     from streamtrace.aggregate.critical_graph import Texts
     from streamtrace.aggregate.critical_path import BARRIER, JobGraph
     g = _job_graph([0, 5], [[10, 20], [30, 5]], [[1, 2], [3, 4]], [7, 9])
-    assert g.name.dtype == g.lane.dtype == np.int32 and g.corr.dtype == np.int32
+    from streamtrace.aggregate.job_nodes import NodeColumn
+    assert all(isinstance(c, NodeColumn) for c in (g.local, g.name, g.lane, g.corr))
+    assert g.name.dtype == g.lane.dtype == np.int32 and g.local.tolist()[:6] == list(range(6))
     names, lanes = [g.texts[c] for c in g.name.tolist()], [g.texts[c] for c in g.lane.tolist()]
     anchors = g.kind != BARRIER
     assert set(np.asarray(names, object)[anchors]) == {"c"}
@@ -396,4 +399,5 @@ def test_the_job_graphs_names_and_lanes_are_codes_of_its_texts():
     shared.add_collectives({}, {}, {})
     assert shared.texts is texts and [texts[c] for c in shared.name.tolist()] == ["x", None]
     assert [texts[c] for c in shared.lane.tolist()] == ["thread 3", ""]
-    assert shared.corr.dtype == np.int64 and shared.corr.tolist() == [-1, 2 ** 40]
+    assert shared.corr.tolist() == [-1, 2 ** 40] and shared.corr[1] == 2 ** 40
+    assert shared.corr[np.asarray([[1, 0]])].tolist() == [[2 ** 40, -1]]
