@@ -286,9 +286,9 @@ STRETCH_CHUNK = 1 << 18
 """Edges ``capped_edges`` reads and keys at a time (its temporaries a chunk's: 5.6 M edges at 4,096
 synthetic ranks)."""
 
-STRETCH_BATCH = 1 << 19
-"""About the most peers' stretches ``capped_edges`` sorts at once (4 M at 4,096 synthetic ranks: a
-pass over the edges a batch)."""
+STRETCH_BATCH = 1 << 20
+"""About the most peers' stretches ``capped_edges`` sorts at once (4 M at 4,096 synthetic ranks: a pass
+over the edges a batch), each one int64 (``_packed_pairs``; a quarter as many when they do not pack)."""
 
 
 def capped_edges(g, part) -> tuple | None:
@@ -300,7 +300,10 @@ def capped_edges(g, part) -> tuple | None:
     Only the peers' stretches that ``part`` has are sorted, in batches of stretches of about
     ``STRETCH_BATCH`` peers' edges (counted in a first pass), the edges read and keyed ``STRETCH_CHUNK``
     at a time: a pass over the edges a batch, instead of every peer's key and weight held and sorted at
-    once (~135 MB at 4,096 synthetic ranks)."""
+    once (~135 MB at 4,096 synthetic ranks).  A batch's pairs are sorted as one int64 each where the
+    weights allow (``_packed_pairs``: 8 bytes a pair, sorted in place; the key and weight columns, their
+    sort order and sorted copies were 28 MB over the critical path's level at 4,096 synthetic ranks,
+    its peak)."""
     if part is None:
         return None
     code = _anchor_codes(g)
@@ -310,28 +313,29 @@ def capped_edges(g, part) -> tuple | None:
     want = np.unique(mkeys)
     mine_k = np.searchsorted(want, mkeys)               # each own edge's stretch, as an index of ``want``
     count = np.zeros(len(want), np.int64)
-    for _, k in _peer_stretches(g, code, top, own, want):
+    w_lo, w_hi = 0, 0
+    for w, k in _peer_stretches(g, code, top, own, want):
         count += np.bincount(k, minlength=len(want))
-    batch = (np.cumsum(count) - count) // STRETCH_BATCH     # per stretch: its batch (ascending)
+        if len(w):
+            w_lo, w_hi = min(w_lo, int(w.min())), max(w_hi, int(w.max()))
+    shift = max(w_hi.bit_length(), 1)
+    packs = w_lo >= 0 and len(want) < 1 << (62 - shift)
+    batch = (np.cumsum(count) - count) // (STRETCH_BATCH if packs else STRETCH_BATCH // 4)   # per stretch
     edges, capped = [], []
     for b in np.unique(batch).tolist():
         lo, hi = np.searchsorted(batch, b), np.searchsorted(batch, b, "right")
-        ks, ws = [], []
-        for w, k in _peer_stretches(g, code, top, own, want):
-            sel = (k >= lo) & (k < hi)
-            ks.append(k[sel])
-            ws.append(w[sel])
-        ks, ws = (np.concatenate(x) for x in (ks, ws))
-        o = np.lexsort((ws, ks))
-        ks, ws = ks[o], ws[o]
-        del o
+        size = int(count[lo:hi].sum())
+        pairs = _packed_pairs(g, code, top, own, want, lo, hi, size, shift) if packs else \
+            _sorted_pairs(g, code, top, own, want, lo, hi)
         at = (mine_k >= lo) & (mine_k < hi)
         e, k, we = mine[at], mine_k[at], mw[at]
-        first, last = np.searchsorted(ks, k), np.searchsorted(ks, k, "right")
+        first, last, pick = pairs(k)
         has = last > first
         e, we, first, n = e[has], we[has], first[has], (last - first)[has]
         # the median of the peers' (np.median's): the two middle weights' mean, truncated as ``int``
-        m = ((ws[first + (n - 1) // 2].astype(np.float64) + ws[first + n // 2].astype(np.float64)) / 2).astype(np.int64)
+        m = ((pick(first + (n - 1) // 2).astype(np.float64) + pick(first + n // 2).astype(np.float64)) / 2
+             ).astype(np.int64)
+        del pairs, pick
         low = m < we
         edges.append(e[low])
         capped.append(m[low])
@@ -340,6 +344,44 @@ def capped_edges(g, part) -> tuple | None:
         return None
     o = np.argsort(edges)                               # (the batches go by stretch: edge ids ascending)
     return edges[o], np.concatenate(capped)[o]
+
+
+def _packed_pairs(g, code, top, own, want, lo: int, hi: int, size: int, shift: int):
+    """The peers' pairs of the stretches ``lo`` .. ``hi - 1`` (indices of ``want``; ``size`` of them), each
+    packed into one int64 ``(stretch - lo) << shift | weight`` (weights from 0 to below ``2 ** shift``) and
+    sorted: by stretch, then weight.  Returns ``lookup(k)`` -> ``(first, last, pick)``: per stretch of ``k``
+    its pairs' range and ``pick(i)`` the weights at sorted places ``i``."""
+    packed = np.empty(size, np.int64)
+    i = 0
+    for w, k in _peer_stretches(g, code, top, own, want):
+        sel = (k >= lo) & (k < hi)
+        m = int(np.count_nonzero(sel))
+        np.left_shift(k[sel] - lo, shift, out=packed[i:i + m])
+        packed[i:i + m] |= w[sel]
+        i += m
+    packed.sort()
+    mask = (1 << shift) - 1
+
+    def lookup(k):
+        base = (np.asarray(k, np.int64) - lo) << shift
+        return (np.searchsorted(packed, base), np.searchsorted(packed, base + (1 << shift)),
+                lambda j: packed[j] & mask)
+    return lookup
+
+
+def _sorted_pairs(g, code, top, own, want, lo: int, hi: int):
+    """``_packed_pairs``' lookup for weights that do not pack (one below 0, or stretches and weights
+    together past 62 bits): the pairs' stretches and weights as two int64 columns, sorted by both."""
+    ks, ws = [], []
+    for w, k in _peer_stretches(g, code, top, own, want):
+        sel = (k >= lo) & (k < hi)
+        ks.append(k[sel])
+        ws.append(w[sel])
+    ks, ws = (np.concatenate(x) for x in (ks, ws))
+    o = np.lexsort((ws, ks))
+    ks, ws = ks[o], ws[o]
+    del o
+    return lambda k: (np.searchsorted(ks, k), np.searchsorted(ks, k, "right"), lambda j: ws[j])
 
 
 def _own_stretches(g, code, top, own) -> tuple:

@@ -39,7 +39,8 @@ def graphs(draw):
     edges = draw(st.lists(pair, min_size=ne, max_size=ne))
     src = np.asarray([u for u, _ in edges], np.int64).reshape(-1)
     dst = np.asarray([v for _, v in edges], np.int64).reshape(-1)
-    w = np.asarray(draw(st.lists(st.integers(0, 50), min_size=ne, max_size=ne)), np.int64)
+    low, high = draw(st.sampled_from([(0, 50), (-50, 50), (2 ** 61, 2 ** 62)]))   # (packed; not: below 0, past 62 bits)
+    w = np.asarray(draw(st.lists(st.integers(low, high), min_size=ne, max_size=ne)), np.int64)
     etype = np.asarray(draw(st.lists(st.sampled_from([Edge.local, Edge.local, Edge.wait, Edge.transfer]),
                                      min_size=ne, max_size=ne)), np.int8)
     g = SimpleNamespace(t=np.zeros(n, np.int64), kind=kind, part=part, m_arr=m_arr, m_end=m_end, m_bar=m_bar,
@@ -87,8 +88,10 @@ def _capped_py(g, part):
 
 
 @SETTINGS
-@given(graphs(), st.sampled_from([1, 3, 1 << 20]), st.sampled_from([1, 2, 1 << 20]))
+@given(graphs(), st.sampled_from([1, 3, 1 << 20]), st.sampled_from([1, 2, 4, 8, 1 << 20]))
 def test_capped_edges_follow_the_rule_in_any_chunk(case, chunk, batch):
+    """The capped stretches as the plain rule gives them, for any chunk and batch size, weights that pack
+    into one int64 with their stretch and weights that do not (one below 0, or past 2**61)."""
     g, part = case
     before = g.w.copy()
     job = _as_job_graph(g)
