@@ -282,9 +282,10 @@ def _stretch_keys(code, top: int, src, dst, etype) -> np.ndarray:
     return np.where(ok, (cu + 2) * top + (cv + 2), -1)
 
 
-STRETCH_CHUNK = 1 << 18
-"""Edges ``capped_edges`` reads and keys at a time (its temporaries a chunk's: 5.6 M edges at 4,096
-synthetic ranks)."""
+STRETCH_CHUNK = 1 << 16
+"""Edges ``capped_edges`` reads and keys at a time (its temporaries a chunk's, ~6 int64 columns of it:
+5.6 M edges at 4,096 synthetic ranks; 2^18 a chunk held ~24 MB over the critical path's level while the
+peers' stretches were counted, its peak)."""
 
 STRETCH_BATCH = 1 << 20
 """About the most peers' stretches ``capped_edges`` sorts at once (4 M at 4,096 synthetic ranks: a pass
@@ -402,11 +403,13 @@ def _peer_stretches(g, code, top, own, want):
     """``(weights, stretch)`` of the edges of ``g`` leaving the other parts' nodes (``own`` False) whose
     stretch key (``_stretch_keys``) is in ``want`` (sorted), ``STRETCH_CHUNK`` edges at a time: their
     weights (int64 ns) and their keys' indices in ``want`` (int64)."""
+    last = len(want) - 1
     for _, src, dst, w, etype in g.edge_chunks(STRETCH_CHUNK):
         peer = np.flatnonzero(~own[src])
         k = _stretch_keys(code, top, src[peer], dst[peer], etype[peer])
-        hit = np.isin(k, want)
-        yield np.asarray(w[peer[hit]], np.int64), np.searchsorted(want, k[hit])
+        at = np.searchsorted(want, k)                      # (``want`` is sorted: no sort of the chunk's keys)
+        hit = np.flatnonzero(want[np.minimum(at, last)] == k) if len(want) else np.zeros(0, np.int64)
+        yield np.asarray(w[peer[hit]], np.int64), at[hit]
 
 
 def _rank_time(g, solved) -> dict:
