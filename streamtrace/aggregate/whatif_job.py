@@ -261,24 +261,31 @@ class JobStep:
         order) against ``members``, a batch of parts at a time (``MATCH_ROWS`` anchors or so: a key's part
         is its batch's, so each batch matches as the whole step would; the keys' coding and sort held
         for a batch, not for a step's ~1.3 M anchors at 4,096 synthetic ranks).  Returns
-        ``(arrival, end, instance)``, int32 while they fit (``joined_ints``: each batch's narrowed as made; 20 MB
-        less at 4,096 synthetic ranks' 650 k members, the replay's peak)."""
+        ``(arrival, end, instance)``, int32 while they fit (the nodes' filled into arrays of the arrivals'
+        length as each batch is matched, the instances' narrowed as made and joined, ``joined_ints``: 20 MB
+        less at 4,096 synthetic ranks' 650 k members, the replay's peak, then ~10 MB less again)."""
         arr = narrow(np.flatnonzero(self.kind == Anchor.arrival))
         end = narrow(np.flatnonzero(self.kind == Anchor.end))
-        pa, pe = self.part[arr], self.part[end]           # (ascending: the nodes are by part)
-        top = int(max(pa[-1] if len(pa) else -1, pe[-1] if len(pe) else -1)) + 1
+        n = len(self.kind)
+        part = self.part[:n]                              # (ascending: the nodes are by part; a part's nodes
+        top = int(part[-1]) + 1 if n else 0               # found by search, not a part column of the anchors)
         step = max(1, MATCH_ROWS * max(top, 1) // max(len(arr) + len(end), 1))
         keys = lambda j: (self.part[j], self.corr[j], self.stream[j])  # noqa: E731
-        out = []
+        ids = np.int32 if n <= np.iinfo(np.int32).max else np.int64
+        a_out, e_out = np.empty(len(arr), ids), np.empty(len(arr), ids)   # (at most an arrival each: filled as
+        insts, k = [], 0                                                   # matched, not joined after)
         for lo in range(0, top, step):
-            ja = slice(*np.searchsorted(pa, [lo, lo + step]).tolist())
-            je = slice(*np.searchsorted(pe, [lo, lo + step]).tolist())
-            got = matched_members((keys(arr[ja]), arr[ja]), (keys(end[je]), end[je]),
-                                  members.of(lo, lo + step - 1), first_only=False)
-            out.append(tuple(narrow(x) for x in got))
-            del got
-        del arr, end, pa, pe
-        return tuple(joined_ints(*(o[i] for o in out)) for i in range(3))
+            nodes = np.searchsorted(part, [lo, lo + step])
+            ja = slice(*np.searchsorted(arr, nodes).tolist())
+            je = slice(*np.searchsorted(end, nodes).tolist())
+            a, e, inst = matched_members((keys(arr[ja]), arr[ja]), (keys(end[je]), end[je]),
+                                         members.of(lo, lo + step - 1), first_only=False)
+            a_out[k:k + len(a)], e_out[k:k + len(a)] = a, e
+            insts.append(narrow(inst))
+            k += len(a)
+            del a, e, inst
+        del arr, end
+        return a_out[:k], e_out[:k], joined_ints(*insts)
 
     def _time_order(self, src, dst):
         """Positions by time (an end after its barrier or its own arrival: the transfers ``src`` -> ``dst``),
