@@ -310,7 +310,7 @@ class JobStep:
         if self.base_ is not None:                      # a copy of with_parts: the base's, built once
             return self.base_.members(members)
         if self._view is None:
-            m = self.m_inst >= 0
+            m = _matched_rows(self.m_inst)
             parts = self.m_part[m]
             rank = np.full(int(parts.max()) + 1 if len(parts) else 0, -1, np.int64)    # by part (-1: no rank)
             known = [(p, r) for p, r in self.rank_of.items() if 0 <= p < len(rank)]
@@ -458,6 +458,14 @@ class JobStep:
                     i = self.instance_of(e)
                     top = (p, "comm_transfer", self.members_.info.get(i, {}).get("name", "collective"), w)
         return Replay(end, start, span, step, by, top, host, gpu, comm, dropped)
+
+
+def _matched_rows(inst) -> slice | np.ndarray:
+    """The rows of the members' ``inst`` (-1 unmatched) that are matched: the slice after the unmatched
+    ones where they all come first (as ``JobStep`` orders them: the matched members' columns read as views,
+    not copied; 650 k members at 4,096 synthetic ranks), else a mask."""
+    nu = int(np.count_nonzero(inst < 0))
+    return slice(nu, None) if not nu or (inst[:nu] < 0).all() else inst >= 0
 
 
 class PartsView(JobStep):

@@ -201,6 +201,7 @@ class TransferView:
                         info.column("gpu_gbps", uniq).astype(float))
         self._facts = {"name": text("name"), "dim": text("dim"), "bytes": info.column("bytes", uniq).astype(np.int64),
                        "busbw": info.column("busbw", uniq).astype(float), "peak": peak}
+        self._med = None
 
     @property
     def instance(self) -> np.ndarray:
@@ -239,21 +240,32 @@ class TransferView:
     def median_factor(self, sel) -> np.ndarray:
         """The selected members' transfers no longer than the median transfer of the members of the
         same collective, dimension and size (all instances of the step)."""
-        f = np.ones(len(self.inv))
-        if not len(f):
-            return f
-        code = lambda k: np.unique(self._facts[k], return_inverse=True)[1].reshape(-1)  # noqa: E731
-        group = key_codes(np.c_[code("name"), code("dim"), self._facts["bytes"]].astype(np.int64))[self.inv]
-        o = np.lexsort((self.transfer, group))       # (the groups keyed an instance at a time, then by member)
-        v = np.asarray(self.transfer, float)[o]
-        del o
-        n = np.bincount(group)                        # (every group has a member: counts by group)
-        lo = np.cumsum(n) - n
-        med = ((v[lo + (n - 1) // 2] + v[lo + n // 2]) / 2)[group]     # np.median of the group's transfers
-        del v
+        if not len(self.inv):
+            return np.ones(0)
+        group, med = self._medians()
+        med = med[group[self.inv]]                    # (per member: the median of its group)
         s = sel & (self.transfer > med)
+        f = np.ones(len(self.inv))
         f[s] = med[s] / self.transfer[s]
         return f
+
+    def _medians(self) -> tuple:
+        """``(group, median)``: each instance's group (same collective, dimension and size; int64 codes) and
+        each group's median transfer (``np.median``'s: the two middle values' mean, float ns), made once
+        (the members' sort is not repeated for each change at the median; its temporaries not held beside
+        the factors)."""
+        if self._med is None:
+            code = lambda k: np.unique(self._facts[k], return_inverse=True)[1].reshape(-1)  # noqa: E731
+            group = key_codes(np.c_[code("name"), code("dim"), self._facts["bytes"]].astype(np.int64))
+            by = group[self.inv]
+            o = np.lexsort((self.transfer, by))       # (the groups keyed an instance at a time, then by member)
+            v = np.asarray(self.transfer, float)[o]
+            del o
+            n = np.bincount(by)                       # (every group has a member: counts by group)
+            del by
+            lo = np.cumsum(n) - n
+            self._med = group, (v[lo + (n - 1) // 2] + v[lo + n // 2]) / 2
+        return self._med
 
     def share_factor(self, sel, share, gbps=None) -> np.ndarray:
         """The selected members' transfers at ``share`` x the link's peak bus bandwidth (``gbps``, else
