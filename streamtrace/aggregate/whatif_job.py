@@ -94,8 +94,10 @@ CHUNK = 1 << 18
 """Edges a step of ``JobStep``'s whole-graph lookups takes at once (its int64 temporaries: three of 8.4 MB
 were the replay's peak at 4,096 synthetic ranks with 1 << 20, under the ranks' edges read whole), and the
 ranks' edges it writes to its ``EdgeFile`` at once."""
-MATCH_ROWS = 1 << 18
-"""Anchors (arrivals and ends) of a batch of parts ``JobStep`` matches to the collectives' members at once."""
+MATCH_ROWS = 1 << 16
+"""Anchors (arrivals and ends) of a batch of parts ``JobStep`` matches to the collectives' members at once (the
+batch's keys, their codes and sort: 2^18 anchors a batch held ~15 MB over the build's level at 4,096 synthetic
+ranks, the replay's peak)."""
 
 
 def sparse_factors(factor) -> tuple:
@@ -241,9 +243,8 @@ class JobStep:
         for k in ("m_bar", "m_arr", "m_end"):            # (held until the edges are written: int32 while they fit)
             c[k] = joined_ints(c[k])
         au, eu = joined_ints(au), joined_ints(eu)
-        tsrc = np.r_[au, np.where(c["own"], c["m_arr"], n + c["m_bar"])]   # the transfers, for the time order
-        self._time_order(tsrc, np.r_[eu, c["m_end"]])
-        del tsrc
+        self._transfer_times(np.r_[au, np.where(c["own"], c["m_arr"], n + c["m_bar"])], np.r_[eu, c["m_end"]])
+        self._time_order()                               # (the transfers' arrays let go before the sort)
         self._cm = (n, au, eu, c)
         trim()
 
@@ -287,21 +288,26 @@ class JobStep:
         del arr, end
         return a_out[:k], e_out[:k], joined_ints(*insts)
 
-    def _time_order(self, src, dst):
-        """Positions by time (an end after its barrier or its own arrival: the transfers ``src`` -> ``dst``),
-        then end < start < arrival < barrier < step end at equal times (as the critical path's job graph):
-        ``pos0``."""
-        key = self.t                                     # (edited in place: the build reads no time after this but
-        cls = tie_classes(self.kind)                     # the step starts', no transfer's end; 12 MB at 4,096 ranks)
+    def _transfer_times(self, src, dst):
+        """Each transfer's end (``dst``) no earlier than its start (``src``: its barrier, or its own arrival)
+        in the time order's keys: ``t`` (edited in place: the build reads no time after this but the step
+        starts', no transfer's end; 12 MB at 4,096 ranks) and ``tcls`` (``tie_classes``, int8 a node: an end so
+        moved after its barrier).  Called with its arrays made in the call, so that they are let go before
+        ``_time_order``'s sort (~10 MB at 4,096 synthetic ranks' 650 k members)."""
+        key = self.t
+        self.tcls = tie_classes(self.kind)
         hit = key[dst] <= self.t[src]
         e, b = dst[hit], src[hit]
         del hit
         key[e] = self.t[b]
-        cls[e] = 4
-        del e, b
+        self.tcls[e] = 4
+
+    def _time_order(self):
+        """Positions by time (``_transfer_times``' key), then end < start < arrival < barrier < step end at
+        equal times (as the critical path's job graph): ``pos0``."""
         trim()                                           # (the collectives' temporaries handed back before the sort)
-        order = np.lexsort((cls, key))                   # (stable: equal keys in node order)
-        del key, cls
+        order = np.lexsort((self.tcls, self.t))          # (stable: equal keys in node order)
+        del self.tcls
         self.pos0 = positions(order)
 
     def members(self, members: Members | None = None) -> TransferView:
