@@ -288,8 +288,9 @@ STRETCH_CHUNK = 1 << 16
 peers' stretches were counted, its peak)."""
 
 STRETCH_BATCH = 1 << 20
-"""About the most peers' stretches ``capped_edges`` sorts at once (4 M at 4,096 synthetic ranks: a pass
-over the edges a batch), each one int64 (``_packed_pairs``; a quarter as many when they do not pack)."""
+"""About the most peers' stretches ``capped_edges`` sorts at once (a pass over the edges a batch), each one
+int64 (``_packed_pairs``; a quarter as many when they do not pack).  4,096 synthetic ranks: the top rank's 165
+stretches have 4,488 peers' edges, one batch; a job whose ranks share many stretches has millions."""
 
 
 def capped_edges(g, part) -> tuple | None:
@@ -302,9 +303,8 @@ def capped_edges(g, part) -> tuple | None:
     ``STRETCH_BATCH`` peers' edges (counted in a first pass), the edges read and keyed ``STRETCH_CHUNK``
     at a time: a pass over the edges a batch, instead of every peer's key and weight held and sorted at
     once (~135 MB at 4,096 synthetic ranks).  A batch's pairs are sorted as one int64 each where the
-    weights allow (``_packed_pairs``: 8 bytes a pair, sorted in place; the key and weight columns, their
-    sort order and sorted copies were 28 MB over the critical path's level at 4,096 synthetic ranks,
-    its peak)."""
+    weights allow (``_packed_pairs``: 8 bytes a pair, sorted in place, where the key and weight columns,
+    their sort order and sorted copies took ~56)."""
     if part is None:
         return None
     code = _anchor_codes(g)
