@@ -94,10 +94,10 @@ CHUNK = 1 << 18
 """Edges a step of ``JobStep``'s whole-graph lookups takes at once (its int64 temporaries: three of 8.4 MB
 were the replay's peak at 4,096 synthetic ranks with 1 << 20, under the ranks' edges read whole), and the
 ranks' edges it writes to its ``EdgeFile`` at once."""
-MATCH_ROWS = 1 << 16
-"""Anchors (arrivals and ends) of a batch of parts ``JobStep`` matches to the collectives' members at once (the
-batch's keys, their codes and sort: 2^18 anchors a batch held ~15 MB over the build's level at 4,096 synthetic
-ranks, the replay's peak)."""
+MATCH_ROWS = 1 << 18
+"""Anchors (arrivals and ends) of a batch of parts ``JobStep`` matches to the collectives' members at once (2^16
+a batch made no measurable difference to the replay's matching at 4,096 synthetic ranks: ~27 MB over the
+build's level either way)."""
 
 
 def sparse_factors(factor) -> tuple:
@@ -263,8 +263,8 @@ class JobStep:
         is its batch's, so each batch matches as the whole step would; the keys' coding and sort held
         for a batch, not for a step's ~1.3 M anchors at 4,096 synthetic ranks).  Returns
         ``(arrival, end, instance)``, int32 while they fit (the nodes' filled into arrays of the arrivals'
-        length as each batch is matched, the instances' narrowed as made and joined, ``joined_ints``: 20 MB
-        less at 4,096 synthetic ranks' 650 k members, the replay's peak, then ~10 MB less again)."""
+        length as each batch is matched, not joined after; the instances' narrowed as made and joined,
+        ``joined_ints``: 20 MB less at 4,096 synthetic ranks' 650 k members, the replay's peak then)."""
         arr = narrow(np.flatnonzero(self.kind == Anchor.arrival))
         end = narrow(np.flatnonzero(self.kind == Anchor.end))
         n = len(self.kind)
