@@ -75,6 +75,16 @@ def fits_in(dtype, values) -> bool:
     return not len(values) or (int(values.min()) >= info.min and int(values.max()) <= info.max)
 
 
+def search(a: np.ndarray, v) -> np.ndarray:
+    """``np.searchsorted(a, v)`` (``a`` a sorted integer array) with ``v`` cast to ``a``'s type where every
+    value fits it: numpy searches an int32 array for int64 values by casting the whole array to int64 first
+    (1.3 M int32 nodes at 4,096 synthetic ranks: a 10 MB copy a search)."""
+    v = np.asarray(v)
+    if v.size and v.dtype != a.dtype and a.dtype.kind in "iu" and fits_in(a.dtype, v.reshape(-1)):
+        v = v.astype(a.dtype)
+    return np.searchsorted(a, v)
+
+
 def joined_ints(*parts) -> np.ndarray:
     """The integer arrays ``parts`` joined, as int32 when every value fits, else int64: a job graph's node
     columns and its members' ids, half the memory of int64 (1.6 M nodes at 4,096 synthetic ranks: 6 MB a

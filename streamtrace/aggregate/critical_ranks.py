@@ -321,7 +321,7 @@ def capped_edges(g, part) -> tuple | None:
             w_lo, w_hi = min(w_lo, int(w.min())), max(w_hi, int(w.max()))
     shift = max(w_hi.bit_length(), 1)
     packs = w_lo >= 0 and len(want) < 1 << (62 - shift)
-    batch = (np.cumsum(count) - count) // (STRETCH_BATCH if packs else STRETCH_BATCH // 4)   # per stretch
+    batch = (np.cumsum(count) - count) // (STRETCH_BATCH if packs else max(STRETCH_BATCH // 4, 1))   # per stretch
     edges, capped = [], []
     for b in np.unique(batch).tolist():
         lo, hi = np.searchsorted(batch, b), np.searchsorted(batch, b, "right")

@@ -21,7 +21,7 @@ import numpy as np
 from ..kernels.critical import NEG
 from ..runtime.tuning import trim
 from .critical_graph import (BARRIER, Anchor, Edge, barrier_edges, joined_ints, matched_members, member_edges, narrow,
-                             member_types, positions, tie_classes)
+                             member_types, positions, search, tie_classes)
 from .critical_members import PartMembers
 from .job_edges import CHUNK_EDGES, EdgeFile, nodes_at, path_of
 from .whatif_members import Members, TransferView
@@ -275,10 +275,9 @@ class JobStep:
         ids = np.int32 if n <= np.iinfo(np.int32).max else np.int64
         a_out, e_out = np.empty(len(arr), ids), np.empty(len(arr), ids)   # (at most an arrival each: filled as
         insts, k = [], 0                                                   # matched, not joined after)
-        for lo in range(0, top, step):
-            nodes = np.searchsorted(part, [lo, lo + step])
-            ja = slice(*np.searchsorted(arr, nodes).tolist())
-            je = slice(*np.searchsorted(end, nodes).tolist())
+        for lo in range(0, top, step):                    # (``search``: no int64 copy of the int32 arrays a batch)
+            nodes = search(part, [lo, lo + step])
+            ja, je = (slice(*search(x, nodes).tolist()) for x in (arr, end))
             a, e, inst = matched_members((keys(arr[ja]), arr[ja]), (keys(end[je]), end[je]),
                                          members.of(lo, lo + step - 1), first_only=False)
             a_out[k:k + len(a)], e_out[k:k + len(a)] = a, e

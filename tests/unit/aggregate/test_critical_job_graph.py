@@ -445,3 +445,16 @@ def test_barrier_and_member_edges_follow_the_rule_in_any_slices(members, times, 
                      (a if own else first + b, e, int(t[e]) - (int(t[a]) if own else last[i]), Edge.transfer)]
     assert c["bar_t"].tolist() == [last[i] for i in order] and c["bar_inst"].tolist() == order
     assert list(zip(*(x.tolist() for x in got))) == want if want else all(len(x) == 0 for x in got)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-2 ** 31, 2 ** 31 - 1), max_size=30), st.sampled_from([np.int32, np.int64]),
+       st.lists(st.integers(-2 ** 40, 2 ** 40), max_size=10))
+def test_search_finds_what_searchsorted_finds(values, dtype, needles):
+    """``critical_graph.search`` (the values cast to the sorted array's type where they fit) gives
+    ``np.searchsorted``'s places, values outside the array's type included."""
+    from streamtrace.aggregate.critical_graph import search
+    a = np.sort(np.asarray(values, np.int64)).astype(dtype)
+    v = np.asarray(needles, np.int64)
+    assert search(a, v).tolist() == np.searchsorted(a.astype(np.int64), v).tolist()
+    assert search(a, needles).tolist() == np.searchsorted(a.astype(np.int64), v).tolist()
