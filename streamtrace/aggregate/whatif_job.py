@@ -94,10 +94,12 @@ CHUNK = 1 << 18
 """Edges a step of ``JobStep``'s whole-graph lookups takes at once (its int64 temporaries: three of 8.4 MB
 were the replay's peak at 4,096 synthetic ranks with 1 << 20, under the ranks' edges read whole), and the
 ranks' edges it writes to its ``EdgeFile`` at once."""
-MATCH_ROWS = 1 << 18
-"""Anchors (arrivals and ends) of a batch of parts ``JobStep`` matches to the collectives' members at once (2^16
-a batch made no measurable difference to the replay's matching at 4,096 synthetic ranks: ~27 MB over the
-build's level either way)."""
+MATCH_ROWS = 1 << 16
+"""Anchors (arrivals and ends) of a batch of parts ``JobStep`` matches to the collectives' members at once (the
+batch's keys, their codes and sort).  With each batch found by searches in the arrays' own type
+(``critical_graph.search``), 2^16 a batch took the replay's matching at 4,096 synthetic ranks from ~28 to ~13 MB
+over the build's level (207.8 -> 197.6 MB); 2^16 alone, each batch's search copying the nodes' parts, gained
+nothing."""
 
 
 def sparse_factors(factor) -> tuple:
