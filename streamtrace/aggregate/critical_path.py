@@ -70,7 +70,7 @@ from .folder import (CRITICAL_PATH, CRITICAL_PATH_COLUMNS, CRITICAL_PATH_RANKS,
 from .critical_members import PartMembers, p2p_instances
 from .critical_ranks import RANK_PARKED, collective_figures, rank_rows, summary_rows
 from .critical_segments import DTYPES as _DTYPES, SEGMENTS, segments
-from .job_edges import CHUNK_EDGES, EdgeFile, nodes_at, path_of
+from .job_edges import CHUNK_EDGES, EdgeFile, nodes_at
 from .job_nodes import NodeColumn
 
 SEGMENT_COLUMNS = CRITICAL_PATH_COLUMNS
@@ -338,14 +338,15 @@ def _forward(g: JobGraph, pos, over, b: Bounds):
     n = len(g.kind)
     dist = np.full(n, NEG, np.int64)
     dist[pos[b.starts]] = b.t_starts
-    pred, psrc = np.full(n, -1, np.int32), np.full(n, -1, np.int32)
-    g.edges.forward_pass(dist, pred, psrc, over)
-    ends = b.ends
-    if not len(ends):
-        return None
-    last = ends[np.lexsort((dist[pos[ends]], b.t_ends))[-1]]
-    steps = path_of(pred, psrc, int(pos[last]))
-    del pred, psrc
+    chosen = g.edges.forward_pass(dist, over)
+    try:
+        ends = b.ends
+        if not len(ends):
+            return None
+        last = ends[np.lexsort((dist[pos[ends]], b.t_ends))[-1]]
+        steps = chosen.path(int(pos[last]))
+    finally:
+        chosen.close()
     at = nodes_at(pos, [u for _, u, _ in steps] + [v for _, _, v in steps])
     i64 = lambda x: np.asarray(x, np.int64)  # noqa: E731
     path = (i64([e for e, _, _ in steps]), i64([at[u] for _, u, _ in steps]), i64([at[v] for _, _, v in steps]),

@@ -3,7 +3,8 @@
 (``EdgeFile.append``: the ranks' reduced edges a chunk at a time, then the collectives'), then the edges
 that run forward in the graph's topological positions written again in order of destination position,
 then id (``EdgeFile.sort``), the order ``kernels.critical.longest_path_sorted`` takes them in; a forward
-pass reads them back a chunk at a time (``EdgeFile.chunks``).
+pass reads them back a chunk at a time (``EdgeFile.chunks``) and writes each position's chosen in-edge out
+as it leaves it (``Chosen``), so that only the earliest times are held by position.
 
 Why: a step of 4,096 synthetic ranks has 5.1 M edges; their source, destination and weight held in
 memory were ~61 MB of the replay's process (the epilogue's largest at that size), and their joins
@@ -23,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ..kernels.critical import latest_times_sorted, longest_path_sorted
+from .job_nodes import NodeColumn
 
 RAW = np.dtype([("src", "<i4"), ("dst", "<i4"), ("w", "<i8")])
 """An edge in id order: its source and destination node ids and weight (ns)."""
@@ -209,22 +211,30 @@ class EdgeFile:
             if f is not None:
                 f.close()
 
-    def forward_pass(self, dist, pred, psrc, over=None, drop=None, extra=None):
+    def forward_pass(self, dist, over=None, drop=None, extra=None) -> "Chosen":
         """``kernels.critical.longest_path_sorted`` over the kept edges' chunks (after ``sort``): ``dist``
-        (int64[n] by position, each node's own value, ``NEG`` none), ``pred`` and ``psrc`` (int32[n], -1)
-        updated in place; ``over`` ``(ids ascending, ns)`` weights that replace the edges' own as read (None:
-        as written); ``drop`` bool by part, one more for -1 (a collective's edge: False), whose own edges are
-        skipped (None: none); ``extra`` ``(ids, u, v, w)`` edges merged in (``longest_path_sorted``'s ``x``;
-        None: none)."""
+        (int64[n] by position, each node's own value, ``NEG`` none) updated in place; ``over`` ``(ids
+        ascending, ns)`` weights that replace the edges' own as read (None: as written); ``drop`` bool by
+        part, one more for -1 (a collective's edge: False), whose own edges are skipped (None: none);
+        ``extra`` ``(ids, u, v, w)`` edges merged in (``longest_path_sorted``'s ``x``; None: none).
+        Returns each position's chosen in-edge as the pass writes them out (``Chosen``: on disk, in
+        ``folder``, when the graph's edges are), which the caller closes."""
         at = np.zeros(1, np.int64)
+        tie = np.full(3, -1, np.int64)
         none = np.zeros(0, np.int32)
         x = extra if extra is not None else (none, none, none, np.zeros(0, np.int64))
-        for ids, u, v, part, w in self.chunks():
-            _override(w, ids, over)
-            skip = drop[part] if drop is not None else np.zeros(len(ids), bool)
-            longest_path_sorted(dist, pred, psrc, at, ids, u, v, w, skip, *x, False)
-        longest_path_sorted(dist, pred, psrc, at, none, none, none, np.zeros(0, np.int64), np.zeros(0, bool), *x,
-                            True)
+        chosen = Chosen(len(dist), self.folder)
+        try:
+            for ids, u, v, part, w in self.chunks():
+                _override(w, ids, over)
+                skip = drop[part] if drop is not None else np.zeros(len(ids), bool)
+                chosen.add(*_pass_chunk(dist, tie, at, (ids, u, v, w, skip), x, False))
+            chosen.add(*_pass_chunk(dist, tie, at, (none, none, none, np.zeros(0, np.int64), np.zeros(0, bool)), x,
+                                    True))
+        except BaseException:
+            chosen.close()
+            raise
+        return chosen
 
     def latest_pass(self, late, over=None):
         """``kernels.critical.latest_times_sorted`` over the kept edges' chunks read last first (after
@@ -257,16 +267,77 @@ def _override(w, ids, over):
     w[hit] = over[1][k[hit]]
 
 
-def path_of(pred, psrc, end: int) -> list:
-    """The longest path to position ``end`` as ``(edge id, source position, destination position)``, first
-    to last, walked back through ``pred`` / ``psrc`` (``EdgeFile.forward_pass``'s, by position; at most n
-    steps)."""
-    out, v = [], int(end)
-    while v >= 0 and pred[v] >= 0 and len(out) < len(pred):
-        u = int(psrc[v])
-        out.append((int(pred[v]), u, v))
-        v = u
-    return out[::-1]
+def _pass_chunk(dist, tie, at, chunk, x, flush) -> tuple:
+    """``longest_path_sorted`` of one chunk ``(ids, u, v, w, skip)`` and the extra edges ``x``: the
+    positions, edge ids and sources it wrote out (int32 arrays, ascending positions).  Its outputs are as
+    long as what it may write: a destination for each edge it may take (a chunk's own and the extra edges
+    before its last destination; every extra edge left when ``flush``) and the one it leaves open (a
+    job-wide change's extra edges, every rank's, were 12 MB of outputs per chunk)."""
+    v = chunk[2]
+    left = len(x[0]) if flush or not len(v) else int(np.searchsorted(x[2], v[-1]))
+    k = len(v) + max(left - int(at[0]), 0) + 1
+    out = np.empty(k, np.int32), np.empty(k, np.int32), np.empty(k, np.int32)
+    m = longest_path_sorted(dist, tie, at, *chunk, *x, flush, *out)
+    return tuple(o[:m] for o in out)
+
+
+GAP_ROWS = 1 << 16
+"""Positions ``Chosen.add`` writes at once (0.5 MB of int64)."""
+
+
+class Chosen:
+    """Each position's chosen in-edge of a forward pass (``EdgeFile.forward_pass``), written out as
+    the pass leaves each destination: the edge's id and source position packed as ``id << 32 | source``
+    (int64, -1 none) in a ``job_nodes.NodeColumn`` by position: in memory up to ``job_nodes.MEMORY_ROWS``
+    positions, else in an unnamed file in ``folder`` (the system's temporary folder when None).  ``path``
+    reads back the few positions a path has.
+
+    Why: the predecessors and their sources by position (int32 each) were 12 MB of the what-if replay's
+    process under every forward pass at 4,096 synthetic ranks (1.5 M positions), its peak."""
+
+    def __init__(self, n: int, folder=None):
+        self.n = n
+        self._col = NodeColumn(np.int64, folder)
+
+    def add(self, pos, e, src):
+        """The chosen edges ``e`` (ids) and their sources ``src`` of positions ``pos`` (int arrays;
+        ascending, each above those added before; ValueError otherwise); the positions between, none."""
+        if not len(pos):
+            return
+        first, last = int(pos[0]), int(pos[-1]) + 1
+        if first < len(self._col) or (len(pos) > 1 and not (pos[1:] > pos[:-1]).all()):
+            raise ValueError("Chosen.add: positions not ascending")
+        packed = (np.asarray(e, np.int64) << 32) | np.asarray(src, np.int64)
+        while len(self._col) < first:
+            self._col.append(np.full(min(GAP_ROWS, first - len(self._col)), -1, np.int64))
+        for lo in range(first, last, GAP_ROWS):
+            a, b = np.searchsorted(pos, [lo, lo + GAP_ROWS]).tolist()
+            block = np.full(min(GAP_ROWS, last - lo), -1, np.int64)
+            block[np.asarray(pos[a:b], np.int64) - lo] = packed[a:b]
+            self._col.append(block)
+
+    def edge(self, v: int) -> tuple | None:
+        """``(edge id, source position)`` chosen into position ``v``, None when none is."""
+        if not 0 <= v < len(self._col):
+            return None
+        x = int(self._col[v])
+        return None if x < 0 else (x >> 32, x & 0xFFFFFFFF)
+
+    def path(self, end: int) -> list:
+        """The longest path to position ``end`` as ``(edge id, source position, destination position)``,
+        first to last, walked back through the chosen edges (at most ``n`` steps)."""
+        out, v = [], int(end)
+        while len(out) < self.n:
+            got = self.edge(v)
+            if got is None:
+                break
+            out.append((got[0], got[1], v))
+            v = got[1]
+        return out[::-1]
+
+    def close(self):
+        """Let the values go (and the file)."""
+        self._col.close()
 
 
 def nodes_at(pos, positions) -> dict:

@@ -23,7 +23,7 @@ from ..runtime.tuning import trim
 from .critical_graph import (BARRIER, Anchor, Edge, barrier_edges, joined_ints, matched_members, member_edges, narrow,
                              member_types, positions, search, tie_classes)
 from .critical_members import PartMembers
-from .job_edges import CHUNK_EDGES, EdgeFile, nodes_at, path_of
+from .job_edges import CHUNK_EDGES, Chosen, EdgeFile, nodes_at
 from .whatif_members import Members, TransferView
 
 LOCAL, WAIT, TRANSFER = Edge.local, Edge.wait, Edge.transfer
@@ -362,8 +362,7 @@ class JobStep:
         dist = np.full(n, NEG, np.int64)
         starts = self.starts
         dist[self.pos[starts]] = self.start_t
-        pred, psrc = np.full(n, -1, np.int32), np.full(n, -1, np.int32)
-        self._forward_pass(dist, pred, psrc, over)
+        chosen = self._forward_pass(dist, over)
         del over
         ends = np.flatnonzero(self.kind == Anchor.step_end)
         de = dist[self.pos[ends]]                            # (by node: the step ends' only)
@@ -374,10 +373,11 @@ class JobStep:
             end[p] = max(end[p], int(x))
         dropped = self.n_edges() - self._n_kept()
         if not end:
+            chosen.close()
             return Replay({}, start, 0, 0, {}, (-1, "", "", 0), {}, {}, {}, dropped)
         last = ends[np.argmax(de)]
-        path = path_of(pred, psrc, int(self.pos[last]))
-        del pred, psrc
+        path = chosen.path(int(self.pos[last]))
+        chosen.close()
         span = int(dist[self.pos[last]] - min(start.values()))
         gaps = [int(dist[v] - dist[u]) for _, u, v in path]    # (the edges' weights in the pass)
         del dist                                             # (the path's rows read the ranks' edges' columns:
@@ -385,11 +385,11 @@ class JobStep:
         return self._attribute(self._rows(path, gaps), end, start, span, int(np.median(steps)) if steps else 0,
                                dropped)
 
-    def _forward_pass(self, dist, pred, psrc, over):
-        """``EdgeFile.forward_pass`` over ``edges`` (by position: ``dist``, ``pred``, ``psrc`` in place), the
-        weights of ``over`` ``(ids ascending, ns)`` replacing theirs as read, the edges of ``_skipped`` parts
-        left out, ``_extra``'s merged in."""
-        self.edges.forward_pass(dist, pred, psrc, over, self._skipped(), self._extra())
+    def _forward_pass(self, dist, over) -> Chosen:
+        """``EdgeFile.forward_pass`` over ``edges`` (by position: ``dist`` in place; the chosen in-edges
+        returned, ``job_edges.Chosen``), the weights of ``over`` ``(ids ascending, ns)`` replacing theirs as
+        read, the edges of ``_skipped`` parts left out, ``_extra``'s merged in."""
+        return self.edges.forward_pass(dist, over, self._skipped(), self._extra())
 
     def n_edges(self) -> int:
         """How many edges the graph has (kept or not)."""

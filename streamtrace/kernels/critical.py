@@ -212,7 +212,7 @@ def longest_path_masked(n, pos, src, dst, w, mask, x_src, x_dst, x_w, x_mask, in
 
 
 @njit(cache=True)
-def longest_path_sorted(dist, pred, psrc, at, ids, u, v, w, skip, x_ids, x_u, x_v, x_w, flush):
+def longest_path_sorted(dist, tie, at, ids, u, v, w, skip, x_ids, x_u, x_v, x_w, flush, out_pos, out_e, out_src):
     """One chunk of ``longest_path``'s forward pass over edges read in order of destination position,
     then id (a graph's edges streamed from disk: ``streamtrace.aggregate.job_edges``): the chunk's
     edges ``ids`` (int32[C] edge ids), ``u`` / ``v`` (int32[C] source and destination positions), ``w``
@@ -223,15 +223,20 @@ def longest_path_sorted(dist, pred, psrc, at, ids, u, v, w, skip, x_ids, x_u, x_
     takes those left (the last call, with an empty chunk or the last one).
 
     ``dist`` (int64[n], by position: the node's own value, ``NEG`` none, as ``longest_path``'s
-    ``init``), ``pred`` (int32[n]: the chosen in-edge's id, -1 none) and ``psrc`` (int32[n]: that edge's
-    source position) are updated in place: over all chunks, the answer of ``longest_path_masked`` over
-    the same kept edges (ties: the larger source position, then the lower id; a node's in-edges come
-    one after another, so its chosen edge's source is ``psrc``'s, not looked up).  Raises ValueError
-    when an edge runs backwards (``u >= v``) or out of range."""
+    ``init``) is updated in place.  Each node's chosen in-edge is not kept by node: the destinations
+    come in ascending order, so only the one whose in-edges are being read is open, in ``tie``
+    (int64[3]: its position, its chosen edge's id and that edge's source position; -1 each before the
+    first call); once a larger destination comes (or ``flush``), a node with a chosen edge is written
+    to ``out_pos`` / ``out_e`` / ``out_src`` (int32[K], K at least the chunk's edges plus the extra edges
+    left plus one), in ascending position.  Returns how many were written (int64).  Over all chunks,
+    the answer of ``longest_path_masked`` over the same kept edges (ties: the larger source position,
+    then the lower id).  Raises ValueError when an edge runs backwards (``u >= v``), out of range, or
+    comes before the open destination, or when ``out_*`` is too short."""
     n = dist.shape[0]
     nx = x_ids.shape[0]
     k = at[0]
     c = ids.shape[0]
+    m = 0
     for i in range(c + 1):
         if i < c:
             if skip[i]:
@@ -242,28 +247,53 @@ def longest_path_sorted(dist, pred, psrc, at, ids, u, v, w, skip, x_ids, x_u, x_
         else:
             break
         while k < nx and x_v[k] < lim:                    # the extra edges before this destination
-            _relax(dist, pred, psrc, n, x_ids[k], x_u[k], x_v[k], x_w[k])
+            m = _relax(dist, tie, out_pos, out_e, out_src, m, n, x_ids[k], x_u[k], x_v[k], x_w[k])
             k += 1
         if i < c:
-            _relax(dist, pred, psrc, n, ids[i], u[i], v[i], w[i])
+            m = _relax(dist, tie, out_pos, out_e, out_src, m, n, ids[i], u[i], v[i], w[i])
     at[0] = k
+    if flush:
+        m = _close(tie, out_pos, out_e, out_src, m)
+        tie[0] = -1
+    return m
 
 
 @njit(cache=True, inline="always")
-def _relax(dist, pred, psrc, n, e, a, b, we):
-    """``longest_path_sorted``'s step: edge ``e`` from position ``a`` to ``b`` of weight ``we``."""
-    if a >= b or a < 0 or b >= n:
-        raise ValueError("edge not in topological order (src >= dst) or node out of range")
+def _close(tie, out_pos, out_e, out_src, m):
+    """``longest_path_sorted``'s open destination ``tie`` written out when it has a chosen edge."""
+    if tie[0] >= 0 and tie[1] >= 0:
+        if m >= out_pos.shape[0]:
+            raise ValueError("longest_path_sorted: out_pos / out_e / out_src too short")
+        out_pos[m] = tie[0]
+        out_e[m] = tie[1]
+        out_src[m] = tie[2]
+        m += 1
+    return m
+
+
+@njit(cache=True, inline="always")
+def _relax(dist, tie, out_pos, out_e, out_src, m, n, e, a, b, we):
+    """``longest_path_sorted``'s step: edge ``e`` from position ``a`` to ``b`` of weight ``we`` (the
+    open destination closed first when ``b`` is a new one); returns the rows written so far."""
+    if a >= b or a < 0 or b >= n or b < tie[0]:
+        raise ValueError("edge not in topological order (src >= dst), node out of range, or edges not in "
+                         "order of destination")
+    if b != tie[0]:
+        m = _close(tie, out_pos, out_e, out_src, m)
+        tie[0] = b
+        tie[1] = -1
+        tie[2] = -1
     if dist[a] <= NEG:
-        return
+        return m
     val = dist[a] + we
     if val > dist[b]:
         dist[b] = val
-        pred[b] = e
-        psrc[b] = a
-    elif val == dist[b] and pred[b] >= 0 and (a > psrc[b] or (a == psrc[b] and e < pred[b])):
-        pred[b] = e
-        psrc[b] = a
+        tie[1] = e
+        tie[2] = a
+    elif val == dist[b] and tie[1] >= 0 and (a > tie[2] or (a == tie[2] and e < tie[1])):
+        tie[1] = e
+        tie[2] = a
+    return m
 
 
 @njit(cache=True)

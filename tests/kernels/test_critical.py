@@ -117,12 +117,25 @@ def test_longest_path_sorted_matches_the_masked_pass(g, chunk, data):
     xo = xk[np.argsort(pos[xd[xk]], kind="stable")]
     x = (i32(len(src) + xo), i32(pos[xs[xo]]), i32(pos[xd[xo]]), xw[xo].astype(np.int64))
     dist, pred, psrc = init.copy(), np.full(n, -1, np.int32), np.full(n, -1, np.int32)
-    at = np.zeros(1, np.int64)
+    at, tie = np.zeros(1, np.int64), np.full(3, -1, np.int64)
     chunks = [slice(i, i + chunk) for i in range(0, len(ids), chunk)]
-    for j in chunks:
-        longest_path_sorted(dist, pred, psrc, at, ids[j], u[j], v[j], ww[j], skip[j], *x, False)
+    written = []                                                   # (the positions written out, in order)
+
+    def call(j, flush):
+        k = (j.stop - j.start if j is not None else 0) + len(xo) - int(at[0]) + 1
+        out = np.full(k, -7, np.int32), np.full(k, -7, np.int32), np.full(k, -7, np.int32)
+        c = (ids[j], u[j], v[j], ww[j], skip[j]) if j is not None else \
+            (none, none, none, np.zeros(0, np.int64), np.zeros(0, bool))
+        m = longest_path_sorted(dist, tie, at, *c, *x, flush, *out)
+        assert (out[0][m:] == -7).all()                               # (nothing past what it says it wrote)
+        written.extend(out[0][:m].tolist())
+        pred[out[0][:m]], psrc[out[0][:m]] = out[1][:m], out[2][:m]
+
     none = np.zeros(0, np.int32)
-    longest_path_sorted(dist, pred, psrc, at, none, none, none, np.zeros(0, np.int64), np.zeros(0, bool), *x, True)
+    for j in chunks:
+        call(j, False)
+    call(None, True)
+    assert written == sorted(set(written))                            # (ascending, each once)
     assert at[0] == len(xo)
     d2, p2 = longest_path_masked(n, pos, src, dst, w, mask & ~skip_all, xs, xd, xw, xm, init.copy(), EDGE_WINDOW)
     assert dist.tolist() == d2.tolist() and pred.tolist() == p2.tolist()
@@ -137,9 +150,26 @@ def test_longest_path_sorted_refuses_an_edge_backwards():
     one = lambda x, t=np.int32: np.asarray([x], t)  # noqa: E731
     none = np.zeros(0, np.int32)
     with pytest.raises(ValueError):
-        longest_path_sorted(np.zeros(2, np.int64), np.full(2, -1, np.int32), np.full(2, -1, np.int32),
+        longest_path_sorted(np.zeros(2, np.int64), np.full(3, -1, np.int64),
                             np.zeros(1, np.int64), one(0), one(1), one(1), one(3, np.int64), np.zeros(1, bool),
-                            none, none, none, np.zeros(0, np.int64), True)
+                            none, none, none, np.zeros(0, np.int64), True, *(np.zeros(2, np.int32),) * 3)
+
+
+def test_longest_path_sorted_refuses_edges_out_of_destination_order_and_short_outputs():
+    """A destination below the one open (the edges not sorted by destination) is an error, not a chosen
+    edge lost; so is an output too short for a destination written out."""
+    i32 = lambda *x: np.asarray(x, np.int32)  # noqa: E731
+    none = np.zeros(0, np.int32)
+    x = (none, none, none, np.zeros(0, np.int64))
+    dist = np.asarray([0, NEG, NEG], np.int64)
+    with pytest.raises(ValueError):
+        longest_path_sorted(dist.copy(), np.full(3, -1, np.int64), np.zeros(1, np.int64), i32(0, 1), i32(0, 0),
+                            i32(2, 1), np.asarray([1, 1], np.int64), np.zeros(2, bool), *x, True,
+                            *(np.zeros(3, np.int32),) * 3)
+    with pytest.raises(ValueError):
+        longest_path_sorted(dist.copy(), np.full(3, -1, np.int64), np.zeros(1, np.int64), i32(0, 1), i32(0, 0),
+                            i32(1, 2), np.asarray([1, 1], np.int64), np.zeros(2, bool), *x, True,
+                            *(np.zeros(1, np.int32),) * 3)
 
 
 @SETTINGS

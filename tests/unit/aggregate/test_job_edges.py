@@ -1,7 +1,8 @@
 """The job-level graphs' edges on disk (``streamtrace.aggregate.job_edges.EdgeFile``: the what-if replay's,
 the critical path's) against the same edges held in plain Python lists: what ``sort`` keeps, in which order
 (either way), and what it counts; its forward and backward passes with weights replaced as read against
-the twins' over the kept edges copied out; ``path_of`` / ``nodes_at``."""
+the twins' over the kept edges copied out; the chosen edges the forward pass writes out (``Chosen``) and
+``nodes_at``."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import streamtrace.aggregate.job_edges as je
-from streamtrace.aggregate.job_edges import EdgeFile, nodes_at, path_of
+import streamtrace.aggregate.job_nodes as jn
+from streamtrace.aggregate.job_edges import Chosen, EdgeFile, nodes_at
 from streamtrace.kernels.reference.critical import latest_times_py, longest_path_py
 from streamtrace.kernels.sentinels import NEG, POS
 
@@ -77,52 +79,96 @@ def test_sort_keeps_the_forward_edges_by_destination_then_id(g, chunk, buckets, 
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(graphs(), st.integers(1, 4), st.sampled_from([0, 1 << 18]), st.data())
-def test_the_passes_equal_the_twins_over_the_kept_edges(g, chunk, memory, data):
+@given(graphs(), st.integers(1, 4), st.sampled_from([0, 1 << 18]), st.sampled_from([0, 3, 1 << 18]), st.data())
+def test_the_passes_equal_the_twins_over_the_kept_edges(g, chunk, memory, rows, data):
     """``forward_pass`` / ``latest_pass`` after ``sort`` (no parts: every edge the collectives'), some
-    edges' weights replaced as read (``(ids ascending, ns)``), in memory or on disk in chunks of ``chunk``:
-    the earliest and latest times of ``longest_path_py`` / ``latest_times_py`` over the kept edges copied
-    out with those weights; the path ``path_of`` walks back is the twin's, ``nodes_at`` inverts ``pos``."""
+    edges' weights replaced as read (``(ids ascending, ns)``), in memory or on disk in chunks of ``chunk``,
+    the chosen edges in memory or in a file (``job_nodes.MEMORY_ROWS`` ``rows``): the earliest and latest
+    times of ``longest_path_py`` / ``latest_times_py`` over the kept edges copied out with those weights;
+    extra edges (positions, ids after the graph's) merged into the forward pass as the twin's own; the
+    path ``Chosen.path`` walks back is the twin's, ``nodes_at`` inverts ``pos``."""
     pos, _, src, dst, w, _, _ = g
     n = len(pos)
     w = [x % 1000 for x in w]
     over = sorted(data.draw(st.sets(st.integers(0, max(len(w) - 1, 0)), max_size=len(w))) if w else [])
     new = data.draw(st.lists(st.integers(0, 99), min_size=len(over), max_size=len(over)))
     init = np.asarray(data.draw(st.lists(st.sampled_from([NEG, 0, 3]), min_size=n, max_size=n)), np.int64)
+    xe = sorted({(b, a) for a, b in data.draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)),
+                                                        max_size=6)) if a < b})
+    xw = data.draw(st.lists(st.integers(0, 999), min_size=len(xe), max_size=len(xe)))
+    x = (np.arange(len(w), len(w) + len(xe), dtype=np.int32), np.asarray([a for _, a in xe], np.int32),
+         np.asarray([b for b, _ in xe], np.int32), np.asarray(xw, np.int64))
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(je, "CHUNK_EDGES", chunk)
         mp.setattr(je, "MEMORY_EDGES", memory)
+        mp.setattr(jn, "MEMORY_ROWS", rows)
         f = EdgeFile()
         try:
             f.append(np.asarray(src, np.int32), np.asarray(dst, np.int32), np.asarray(w, np.int64))
             f.sort(pos)
             o = (np.asarray(over, np.int64), np.asarray(new, np.int64))
-            dist, pred, psrc = init.copy(), np.full(n, -1, np.int32), np.full(n, -1, np.int32)
-            f.forward_pass(dist, pred, psrc, o)
+            dist = init.copy()
+            chosen = f.forward_pass(dist, o, extra=x)
+            paths = [chosen.path(v) for v in range(n)]
+            chosen.close()
             deadline = np.where(np.arange(n) == n - 1, 50, POS).astype(np.int64)
             late = deadline.copy()
             f.latest_pass(late, o)
         finally:
             f.close()
     weight = list(w)
-    for e, x in zip(over, new):
-        weight[e] = x
+    for e, y in zip(over, new):
+        weight[e] = y
     kept = [e for e in range(len(w)) if pos[src[e]] < pos[dst[e]]]
     ks = np.asarray([pos[src[e]] for e in kept], np.int64)
     kd = np.asarray([pos[dst[e]] for e in kept], np.int64)
     kw = np.asarray([weight[e] for e in kept], np.int64)
+    assert late.tolist() == latest_times_py(n, ks, kd, kw, deadline).tolist()
+    kept += x[0].tolist()                                # (the extra edges: the forward pass's only)
+    ks, kd, kw = np.r_[ks, x[1]].astype(np.int64), np.r_[kd, x[2]].astype(np.int64), np.r_[kw, x[3]]
     d2, p2, _ = longest_path_py(n, ks, kd, kw, init.copy())
     assert dist.tolist() == d2.tolist()
-    assert late.tolist() == latest_times_py(n, ks, kd, kw, deadline).tolist()
     for v in range(n):
         want, x = [], v
         while p2[x] >= 0:
             want.append((kept[p2[x]], int(ks[p2[x]]), x))
             x = int(ks[p2[x]])
-        assert path_of(pred, psrc, v) == want[::-1]
+        assert paths[v] == want[::-1]
     node = {int(pos[i]): i for i in range(n)}
     some = data.draw(st.lists(st.integers(0, n - 1), max_size=n))
     assert nodes_at(pos, some) == {p: node[p] for p in some}
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 40), st.sampled_from([0, 5, 1 << 18]), st.sampled_from([1, 4, 1 << 16]), st.data())
+def test_chosen_holds_what_was_added_by_position(n, rows, gap, data):
+    """``Chosen`` added to in ascending runs of positions, with gaps, in memory or in a file: each
+    position's ``(edge, source)`` as added, None elsewhere (and past the last); ``path`` walks the
+    sources back as a dict of the same pairs does; positions not ascending are refused."""
+    pos = sorted(data.draw(st.sets(st.integers(0, max(n - 1, 0)), max_size=n))) if n else []
+    pairs = {p: (data.draw(st.integers(0, 2 ** 31 - 1)), data.draw(st.integers(0, max(p - 1, 0)))) for p in pos}
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(pos)), max_size=4)))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(jn, "MEMORY_ROWS", rows)
+        mp.setattr(je, "GAP_ROWS", gap)
+        c = Chosen(max(n, 1))
+        try:
+            for a, b in zip([0] + cuts, cuts + [len(pos)]):
+                run = pos[a:b]
+                c.add(np.asarray(run, np.int32), np.asarray([pairs[p][0] for p in run], np.int32),
+                      np.asarray([pairs[p][1] for p in run], np.int32))
+            assert [c.edge(v) for v in range(n + 2)] == [pairs.get(v) for v in range(n + 2)]
+            for v in range(n):
+                want, x = [], v
+                while x in pairs and len(want) < max(n, 1):
+                    want.append((pairs[x][0], pairs[x][1], x))
+                    x = pairs[x][1]
+                assert c.path(v) == want[::-1]
+            if pos:
+                with pytest.raises(ValueError):
+                    c.add(np.asarray([pos[-1]], np.int32), np.zeros(1, np.int32), np.zeros(1, np.int32))
+        finally:
+            c.close()
 
 
 def test_ids_past_31_bits_are_refused():
