@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..events.dataset import read_arrow, read_table, write_table
+from ..events.dataset import iter_arrow, num_rows, read_table, write_table
 from ..runtime.errors import DataError, UsageError
 from ..runtime.parallel import run_tasks
 from ..runtime.tuning import trim
@@ -45,7 +45,6 @@ from .critical_members import PartMembers
 from .folder import (COLLECTIVES, COLLECTIVES_RANKS, WHATIF, WHATIF_ANCHORS, WHATIF_ANCHORS_COLUMNS as ANCHOR_COLUMNS,
                      WHATIF_COLUMNS, WHATIF_EDGES, WHATIF_EDGES_COLUMNS as EDGE_COLUMNS, WHATIF_RANKS,
                      KERNEL_STATS, OP_STATS, Aggregate, columns, table_path)
-from .stats import codes
 from .steps import step_patterns_of
 from .whatif_changes import AtMedian, Comm, HostGaps, Kernels, Launches, Ops, as_changes
 from .whatif_job import LOCAL_COLUMNS, JobStep, StepTables, sparse_factors
@@ -151,17 +150,39 @@ def medians(aggdir, tabs: StepTables, it: int, st: int, rank: int) -> dict:
     return out
 
 
+STEP_BATCH_ROWS = 1 << 14
+"""Rows of a statistics table ``_step_rows`` reads at once."""
+
+
+def _step_rows(path, table, col, it, st) -> tuple:
+    """The rows of statistics table ``table`` (at ``path``) of step ``(it, st)``: ``(name code int32,
+    names in code order, rank int64, count int64, value float64 of column col)``, read ``STEP_BATCH_ROWS``
+    at a time into arrays of the file's rows, each batch's names coded as it comes (Parquet's dictionaries,
+    in the order pyarrow would join them), not the step's rows held as one table, nor as batches joined
+    after (a 4,096-rank job's op statistics, 240 k rows: +40 MB over the replay's level, its peak, where a
+    table and its codes were read).  Names read as strings were +84-106 MB that the allocator kept."""
+    of: dict = {}
+    n = num_rows(path)                  # (at most: the arrays' pages past the step's rows are never touched)
+    code, rk, cnt, val = np.empty(n, np.int32), np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n)
+    k = 0
+    for b in iter_arrow(path, columns(table, "rank", "name", "count", col), ["name"], STEP_BATCH_ROWS,
+                        {"iteration": [it], "step": [st]}):
+        name, j = b.column("name"), slice(k, k + b.num_rows)
+        look = np.asarray([of.setdefault(x, len(of)) for x in name.dictionary.to_pylist()], np.int32)
+        code[j] = look[name.indices.to_numpy(zero_copy_only=False)]
+        for out, c in ((rk, "rank"), (cnt, "count"), (val, col)):
+            out[j] = b.column(c).to_numpy(zero_copy_only=False)
+        k += b.num_rows
+        del b, name
+    code, rk, cnt, val = code[:k], rk[:k], cnt[:k], val[:k]
+    return code, list(of), rk, cnt, val
+
+
 def _name_factors(path, table, col, it, st, rank) -> dict:
     """``{name: factor}`` of ``medians`` from one statistics table (pyarrow, then numpy by name
     code: a 1,024-rank job's table is never turned into Python rows); ``col``: table ``table``'s
     value column."""
-    t = read_arrow(path, columns(table, "rank", "name", "count", col), where={"iteration": [it], "step": [st]},
-                   read_dictionary=["name"])
-    # (names as Parquet's dictionaries: read as strings, a 4,096-rank job's op and kernel names took
-    # +84-106 MB of RSS that the allocator kept, under the replay's peak)
-    code, names = codes(t["name"])
-    rk, cnt = t["rank"].to_numpy(), t["count"].to_numpy()
-    val = t[col].to_numpy(zero_copy_only=False).astype(float)
+    code, names, rk, cnt, val = _step_rows(path, table, col, it, st)
     mine = rk == rank
     own_v = np.full(len(names), np.nan)
     own_c = np.full(len(names), -1, np.int64)

@@ -166,13 +166,9 @@ def read_arrow(path, columns=None, where=None, read_dictionary=None, schema=None
             f = pq.ParquetFile(arrow_file(path), read_dictionary=list(read_dictionary), metadata=f.metadata)
         if not where:
             return f.read(columns=want)
-        extra = [c for c in where if want is not None and c not in want]
-        cols = None if want is None else want + extra
-        groups = _row_groups(f, where)
-        keep = [_where_batch(b, where) for b in f.iter_batches(columns=cols, row_groups=groups)] if groups else []
-        t = pa.Table.from_batches(keep) if keep else \
-            f.schema_arrow.empty_table().select(cols if cols is not None else f.schema_arrow.names)
-        return t.drop_columns(extra) if extra else t
+        names = want if want is not None else f.schema_arrow.names
+        keep = list(iter_arrow(path, names, read_dictionary or (), 1 << 16, where))
+        return pa.Table.from_batches(keep) if keep else f.schema_arrow.empty_table().select(names)
     except (OSError, pa.ArrowException, ValueError) as e:
         raise DataError(path, f"not a readable Parquet file ({_why(e)})") from None
 
@@ -224,15 +220,26 @@ def iter_table(path, columns, batch_rows: int = 1 << 20):
         yield {n: b.column(n).to_numpy(zero_copy_only=False) for n in columns}
 
 
-def iter_arrow(path, columns, read_dictionary=(), batch_rows: int = 1 << 20):
+def iter_arrow(path, columns, read_dictionary=(), batch_rows: int = 1 << 20, where=None):
     """The ``columns`` of the Parquet file ``path`` as ``pyarrow.RecordBatch`` es of at most
     ``batch_rows`` rows, in file order (``read_dictionary``: string columns read as dictionaries, as
-    ``read_arrow``).  Raises ``DataError`` naming the file (missing, damaged, a column absent)."""
-    f = parquet_file(path, columns)
+    ``read_arrow``; ``where``: ``{column: values}``, only the rows whose value is one of ``values``, the
+    row groups whose statistics rule them all out not read, as ``read_arrow``'s; its columns are read,
+    not given back unless asked for).  Raises ``DataError`` naming the file (missing, damaged, a column
+    absent)."""
+    want = list(columns)
+    extra = [c for c in where or () if c not in want]
+    f = parquet_file(path, want + extra)
     try:
         if read_dictionary:
             f = pq.ParquetFile(arrow_file(path), read_dictionary=list(read_dictionary), metadata=f.metadata)
-        yield from f.iter_batches(batch_size=batch_rows, columns=list(columns))
+        if not where:
+            yield from f.iter_batches(batch_size=batch_rows, columns=want)
+            return
+        groups = _row_groups(f, where)
+        for b in f.iter_batches(batch_size=batch_rows, columns=want + extra, row_groups=groups) if groups else ():
+            b = _where_batch(b, where)
+            yield b.select(want) if extra else b
     except (OSError, pa.ArrowException, ValueError) as e:
         raise DataError(path, f"not a readable Parquet file ({_why(e)})") from None
 
