@@ -11,6 +11,8 @@ import pickle
 
 import numpy as np
 
+from ..runtime.tuning import trim
+
 
 class TopKernels:
     """The job's top kernels ``{name: [kind, count, total_ns]}`` summed over the ranks' (``add``, in any
@@ -144,8 +146,9 @@ class RowColumns:
 
     def _join(self):
         for c, tail in self._tail.items():
-            self._chunks[c] += _runs(tail)
-            tail.clear()
+            if tail:                                     # (a column ``arrays`` made has no chunks left)
+                self._chunks[c] += _runs(tail)
+                tail.clear()
 
     def set_coords(self, coords: dict):
         """Each row's values of ``coords[rank]`` (``{rank: {column: value}}``) in place of its own, as
@@ -174,16 +177,19 @@ class RowColumns:
                     vals[i] = got[c]
         return vals
 
-    def arrays(self, order, key_of) -> dict:
-        """The columns ``order`` as arrays (``column_array``), the rows sorted (stable) by ``key_of(cols)``,
-        a key of the row index given ``cols`` (``{column: values}``, the values made as asked for); the
-        columns let go once made."""
-        rows = np.asarray(sorted(range(self.n), key=key_of(_Columns(self))), np.int64)
-        out = {}
-        for c in order:
-            out[c] = self._array(c)[rows]
-        self._chunks = {}
-        return out
+    def arrays(self, order, rows_of) -> dict:
+        """The columns ``order`` as arrays (``column_array``), the rows in the order ``rows_of(cols)`` gives
+        (int64 row indices) given ``cols`` (``{column: values}``, the values made as asked for); each column's
+        chunks let go once it is made (the derived and coordinate columns, which read others, made first)."""
+        rows = np.asarray(rows_of(_Columns(self)), np.int64)
+        first = [c for c in order if c in self._derived or any(c in v for v in self._coords.values())]
+        made = {}
+        for c in first + [c for c in order if c not in first]:    # (those that read other columns first)
+            made[c] = self._array(c)[rows]
+            if len(made) > len(first) and self._chunks.pop(c, None):
+                trim()                       # (each column's chunks let go and handed back once it is made: the
+        self._chunks = {}                    # table never held twice, 8 MB of aggregate's parent at 4,096
+        return {c: made[c] for c in order}   # synthetic ranks, its peak)
 
     def _array(self, c) -> np.ndarray:
         """Column ``c`` as ``column_array`` makes it of ``column(c)``, rows in part order: its one typed

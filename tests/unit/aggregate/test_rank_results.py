@@ -116,6 +116,7 @@ def test_row_columns_are_the_rows_as_dicts_written(parts, coords, join_parts):
     from streamtrace.aggregate import rank_results
     from streamtrace.aggregate.pipeline import phase_windows
     from streamtrace.aggregate.rank_results import RowColumns
+    from streamtrace.aggregate.run import _phase_order
     pct = lambda o, c: None if not c else round(100.0 * o / c, 3)  # noqa: E731
     step_of = {(0, 0, 0): 7, (1, 0, 1): None, (2, 2, 2): 2**40}
     cols = RowColumns(_COLUMNS, phase_windows)
@@ -128,9 +129,7 @@ def test_row_columns_are_the_rows_as_dicts_written(parts, coords, join_parts):
     cols.set_coords(coords)
     cols.derive("overlap_pct", pct, "overlap_ns", "comm_ns")
     cols.derive("step_ns", lambda r, i, st: step_of.get((r, i, st)), "rank", "iteration", "step")
-    got = cols.arrays(_COLUMNS, lambda c: lambda i: (c["iteration"][i], c["step"][i], c["rank"][i], c["device"][i],
-                                                     -1 if c["start_ns"][i] is None else c["start_ns"][i],
-                                                     c["phase"][i]))
+    got = cols.arrays(_COLUMNS, _phase_order)
     rows = [dict(r) for rows in parts for r in rows]
     windows: dict = {}
     for r in rows:
@@ -171,3 +170,24 @@ def test_row_columns_hold_a_chunk_per_run_not_per_part():
     assert cols.column("y") == [("s" if p == 5 else p) if i == 0 else None for p in range(2 * JOIN_PARTS)
                                 for i in range(2)]
     assert cols.column("none") == [None] * (4 * JOIN_PARTS)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2), st.integers(0, 3), st.integers(0, 1),
+                          st.one_of(st.none(), st.integers(-3, 2**62)),
+                          st.sampled_from([None, "", "a", "b", "ab", "é"])), max_size=40),
+       st.sampled_from(["ints", "device None", "device str"]))
+def test_phase_order_is_python_sort_of_the_row_keys(rows, devices):
+    """``run._phase_order``: the rows in the order Python's stable sort of (iteration, step, rank, device,
+    start or -1, phase or "") gives them, on its numpy path (every key an int) and off it (devices None
+    alike, or text)."""
+    from streamtrace.aggregate.run import _phase_order
+    if devices == "device None":
+        rows = [r[:3] + (None,) + r[4:] for r in rows]
+    elif devices == "device str":
+        rows = [r[:3] + (f"cuda:{r[3]}",) + r[4:] for r in rows]
+    cols = dict(zip(("iteration", "step", "rank", "device", "start_ns", "phase"), (list(c) for c in zip(*rows))))
+    if not rows:
+        cols = {c: [] for c in ("iteration", "step", "rank", "device", "start_ns", "phase")}
+    key = lambda i: rows[i][:4] + (-1 if rows[i][4] is None else rows[i][4], rows[i][5] or "")  # noqa: E731
+    assert _phase_order(cols).tolist() == sorted(range(len(rows)), key=key)
