@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ..kernels.critical import latest_times_sorted, longest_path_sorted
+from . import job_nodes
 from .job_nodes import NodeColumn
 
 RAW = np.dtype([("src", "<i4"), ("dst", "<i4"), ("w", "<i8")])
@@ -31,10 +32,10 @@ RAW = np.dtype([("src", "<i4"), ("dst", "<i4"), ("w", "<i8")])
 SORTED = np.dtype([("id", "<i4"), ("u", "<i4"), ("v", "<i4"), ("part", "<i4"), ("w", "<i8")])
 """A kept edge in order of destination position: its id, source and destination positions, the part of a
 rank's own edge (-1: a collective's) and weight (ns)."""
-CHUNK_EDGES = 1 << 16
-"""Edges a pass reads or writes at once (1.5 MB of ``SORTED`` records, as much again as columns: a
-pass's temporaries beside its arrays by node; 2^18 held ~20 MB more at the replay's peak, 4,096
-synthetic ranks, for no measurable time)."""
+CHUNK_EDGES = 1 << 15
+"""Edges a pass reads or writes at once (0.7 MB of ``SORTED`` records, as much again as columns, and the
+rows the pass writes out: a pass's temporaries beside its arrays by node; 2^18 held ~20 MB more at the
+replay's peak, 4,096 synthetic ranks, for no measurable time, and 2^16 ~2.5 MB more than 2^15)."""
 MEMORY_EDGES = 1 << 18
 """The most edges an ``EdgeFile`` holds in memory (6 MB of ``SORTED`` records); past it, on disk."""
 _MAX_ID = int(np.iinfo(np.int32).max)
@@ -288,8 +289,9 @@ GAP_ROWS = 1 << 16
 class Chosen:
     """Each position's chosen in-edge of a forward pass (``EdgeFile.forward_pass``), written out as
     the pass leaves each destination: the edge's id and source position packed as ``id << 32 | source``
-    (int64, -1 none) in a ``job_nodes.NodeColumn`` by position: in memory up to ``job_nodes.MEMORY_ROWS``
-    positions, else in an unnamed file in ``folder`` (the system's temporary folder when None).  ``path``
+    (int64, -1 none) in a ``job_nodes.NodeColumn`` by position: in memory for a graph of at most
+    ``job_nodes.MEMORY_ROWS`` positions ``n``, else in an unnamed file in ``folder`` (the system's temporary
+    folder when None) from the first.  ``path``
     reads back the few positions a path has.
 
     Why: the predecessors and their sources by position (int32 each) were 12 MB of the what-if replay's
@@ -297,7 +299,8 @@ class Chosen:
 
     def __init__(self, n: int, folder=None):
         self.n = n
-        self._col = NodeColumn(np.int64, folder)
+        self._col = NodeColumn(np.int64, folder, on_disk=n > job_nodes.MEMORY_ROWS)    # (a large graph's:
+        #                                       to disk from its first chunk, not held up to MEMORY_ROWS first)
 
     def add(self, pos, e, src):
         """The chosen edges ``e`` (ids) and their sources ``src`` of positions ``pos`` (int arrays;

@@ -28,31 +28,36 @@ class NodeColumn:
     index (``col[i]`` a numpy scalar, ``col[idx]`` / ``take(idx)`` an array of ``idx``' shape, ``array()``
     the whole column, ``tolist()``).  In memory while it has at most ``MEMORY_ROWS`` values, else in an
     unnamed temporary file in ``folder`` (the system's temporary folder when None), removed by ``close``
-    or when the object is collected.  Raises IndexError for an index outside ``0 .. len - 1`` and OSError
-    when the file cannot be written or read."""
+    or when the object is collected (``on_disk``: in the file from the first value).  Raises IndexError for
+    an index outside ``0 .. len - 1`` and OSError when the file cannot be written or read."""
 
-    def __init__(self, dtype, folder=None):
+    def __init__(self, dtype, folder=None, on_disk: bool = False):
         self.dtype = np.dtype(dtype)
         self.folder = folder
         self.n = 0
         self._held: list | None = []
         self._f = None
+        if on_disk:                                      # (in a file from the first value)
+            self._to_file()
+
+    def _to_file(self):
+        self._f = tempfile.TemporaryFile(dir=self.folder, prefix=".nodes.")
+        for x in self._held:
+            self._f.write(memoryview(x))
+        self._held = None
 
     def __len__(self) -> int:
         return self.n
 
     def append(self, values):
         """Append ``values`` (any integer array; cast to ``dtype``, which must hold them)."""
-        values = np.asarray(values).astype(self.dtype, copy=False)
+        values = np.ascontiguousarray(np.asarray(values).astype(self.dtype, copy=False))
         if self._held is not None and self.n + len(values) > MEMORY_ROWS:
-            self._f = tempfile.TemporaryFile(dir=self.folder, prefix=".nodes.")
-            for x in self._held:
-                self._f.write(x.tobytes())
-            self._held = None
+            self._to_file()
         if self._held is not None:
             self._held.append(values.copy())
         else:
-            self._f.write(values.tobytes())
+            self._f.write(memoryview(values))          # (not a copy as bytes)
         self.n += len(values)
 
     def _read(self, lo: int, hi: int) -> np.ndarray:

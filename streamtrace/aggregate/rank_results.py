@@ -183,13 +183,16 @@ class RowColumns:
         chunks let go once it is made (the derived and coordinate columns, which read others, made first)."""
         rows = np.asarray(rows_of(_Columns(self)), np.int64)
         first = [c for c in order if c in self._derived or any(c in v for v in self._coords.values())]
-        made = {}
+        made, freed = {}, 0
         for c in first + [c for c in order if c not in first]:    # (those that read other columns first)
             made[c] = self._array(c)[rows]
-            if len(made) > len(first) and self._chunks.pop(c, None):
-                trim()                       # (each column's chunks let go and handed back once it is made: the
-        self._chunks = {}                    # table never held twice, 8 MB of aggregate's parent at 4,096
-        return {c: made[c] for c in order}   # synthetic ranks, its peak)
+            if len(made) > len(first):       # (each column's chunks let go once it is made, handed back a few MB
+                freed += 8 * self.n if self._chunks.pop(c, None) else 0      # at a time: the table never held
+                if freed >= TRIM_BYTES:                                     # twice, 8 MB of aggregate's parent
+                    trim()                                                  # at 4,096 synthetic ranks, its peak)
+                    freed = 0
+        self._chunks = {}
+        return {c: made[c] for c in order}
 
     def _array(self, c) -> np.ndarray:
         """Column ``c`` as ``column_array`` makes it of ``column(c)``, rows in part order: its one typed
@@ -215,6 +218,9 @@ class _Columns(dict):
         self[c] = v = self._cols.column(c)
         return v
 
+
+TRIM_BYTES = 1 << 21
+"""Bytes of columns ``RowColumns.arrays`` lets go (8 a row a column) between two hand-backs to the OS."""
 
 JOIN_PARTS = 256
 """Parts whose chunks of a column ``RowColumns`` joins at once: at 16,384 synthetic ranks (10 rows a

@@ -427,7 +427,7 @@ class JobStep:
         return None
 
     def _rows(self, path, gaps) -> list:
-        """Per edge ``(id, source position, destination position)`` of ``path`` (``job_edges.path_of``): ``(type, src
+        """Per edge ``(id, source position, destination position)`` of ``path`` (``job_edges.Chosen.path``): ``(type, src
         node, dst node, weight, host_ns, gpu_ns, top_category, top_name, top_ns, edge id)`` (the last five
         of the ranks' local edges, read for these edges only; 0 / "" for the others); an edge's weight is
         the solve's, ``gaps``' (per edge: ``dist[v] - dist[u]``, the chosen edge's value is its destination's

@@ -68,7 +68,8 @@ def longest_path_sorted_py(n, init, chunks, x):
     """Twin of ``longest_path_sorted`` over all its chunks at once: ``chunks`` a list of ``(ids, u, v,
     w, skip)`` (positions), ``x`` ``(ids, u, v, w)``; the edges not skipped, in any order,
     ``longest_path_py`` over them (positions as nodes), its chosen edges mapped back to their ids.
-    Returns ``(dist, pred, psrc)`` as the kernel leaves them (``psrc`` the chosen edge's source)."""
+    Returns ``(dist, pred, psrc)`` by position (int64[n]): the earliest times as the kernel leaves them, each
+    position's chosen edge and its source as the kernel writes them out (-1 none)."""
     ids, us, vs, ws = [], [], [], []
     for cid, cu, cv, cw, skip in chunks:
         keep = ~np.asarray(skip, bool)
