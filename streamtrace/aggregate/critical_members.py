@@ -10,7 +10,7 @@ import numpy as np
 from ..events.dataset import read_arrow
 from ..runtime.tuning import trim
 from .alignment import dictionary_numpy
-from .critical_graph import joined_ints, narrow
+from .critical_graph import joined_ints, narrow, search
 from .folder import COLLECTIVES_RANKS, columns, table_path
 
 P2P = ("send", "recv", "sendrecv")
@@ -30,7 +30,7 @@ class PartMembers:
             joined_ints(np.asarray(c)[o]) for c in (part, correlation, stream, instance))
         del o
         top = int(self.part[-1]) + 1 if len(self.part) else 0
-        self.starts = np.searchsorted(self.part, np.arange(top + 1))
+        self.starts = search(self.part, np.arange(top + 1))     # (in ``part``'s type: no int64 copy of it)
 
     @classmethod
     def read(cls, outdir) -> "PartMembers":

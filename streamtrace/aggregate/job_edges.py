@@ -291,8 +291,7 @@ class Chosen:
     the pass leaves each destination: the edge's id and source position packed as ``id << 32 | source``
     (int64, -1 none) in a ``job_nodes.NodeColumn`` by position: in memory for a graph of at most
     ``job_nodes.MEMORY_ROWS`` positions ``n``, else in an unnamed file in ``folder`` (the system's temporary
-    folder when None) from the first.  ``path``
-    reads back the few positions a path has.
+    folder when None) from the first.  ``path`` reads back the few positions a path has.
 
     Why: the predecessors and their sources by position (int32 each) were 12 MB of the what-if replay's
     process under every forward pass at 4,096 synthetic ranks (1.5 M positions), its peak."""

@@ -227,8 +227,8 @@ def longest_path_sorted(dist, tie, at, ids, u, v, w, skip, x_ids, x_u, x_v, x_w,
     come in ascending order, so only the one whose in-edges are being read is open, in ``tie``
     (int64[3]: its position, its chosen edge's id and that edge's source position; -1 each before the
     first call); once a larger destination comes (or ``flush``), a node with a chosen edge is written
-    to ``out_pos`` / ``out_e`` / ``out_src`` (int32[K], K at least the chunk's edges plus the extra edges
-    left plus one), in ascending position.  Returns how many were written (int64).  Over all chunks,
+    to ``out_pos`` / ``out_e`` / ``out_src`` (int32[K], K at least the edges the call takes, the chunk's
+    and the extra ones, plus one), in ascending position.  Returns how many were written (int64).  Over all chunks,
     the answer of ``longest_path_masked`` over the same kept edges (ties: the larger source position,
     then the lower id).  Raises ValueError when an edge runs backwards (``u >= v``), out of range, or
     comes before the open destination, or when ``out_*`` is too short."""
