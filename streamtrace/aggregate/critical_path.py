@@ -63,7 +63,7 @@ from ..events.dataset import write_table
 from ..kernels.critical import NEG, POS
 from ..runtime.tuning import Parking, trim
 from .critical_graph import (BARRIER, CATEGORIES, Anchor, Category, Edge, Texts, barrier_edges, joined_ints,
-                             matched_members, member_edges, member_types, narrow, positions, tie_classes)
+                             matched_members, member_edges, member_types, narrow, tie_classes, time_positions)
 from .folder import (CRITICAL_PATH, CRITICAL_PATH_COLUMNS, CRITICAL_PATH_RANKS,
                      CRITICAL_PATH_RANKS_COLUMNS as RANK_COLUMNS, CRITICAL_PATH_SUMMARY,
                      CRITICAL_PATH_SUMMARY_COLUMNS as SUMMARY_COLUMNS)
@@ -248,10 +248,8 @@ def _order(g: JobGraph) -> np.ndarray:
     cls[e[key[e] == t[b]]] = 4
     del e, b                                                  # (not beside the sort's order)
     trim()                               # (the edge chunks' and the barriers' temporaries handed back before
-    order = np.lexsort((cls, key))       # the sort: 4,096 synthetic ranks, ~25 MB of glibc's heap, the critical
-    #                                      path's peak; stable: equal keys in node order)
-    del key, cls
-    return positions(order)
+    return time_positions(key, cls)      # the sort: 4,096 synthetic ranks, ~25 MB of glibc's heap, the critical
+    #                                      path's peak then; equal keys in node order)
 
 
 @dataclass

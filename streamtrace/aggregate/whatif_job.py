@@ -21,7 +21,7 @@ import numpy as np
 from ..kernels.critical import NEG
 from ..runtime.tuning import trim
 from .critical_graph import (BARRIER, Anchor, Edge, barrier_edges, joined_ints, matched_members, member_edges, narrow,
-                             member_types, positions, search, tie_classes)
+                             member_types, search, tie_classes, time_positions)
 from .critical_members import PartMembers
 from .job_edges import CHUNK_EDGES, Chosen, EdgeFile, nodes_at
 from .whatif_members import Members, TransferView
@@ -307,9 +307,8 @@ class JobStep:
         """Positions by time (``_transfer_times``' key), then end < start < arrival < barrier < step end at
         equal times (as the critical path's job graph): ``pos0``."""
         trim()                                           # (the collectives' temporaries handed back before the sort)
-        order = np.lexsort((self.tcls, self.t))          # (stable: equal keys in node order)
+        self.pos0 = time_positions(self.t, self.tcls)    # (equal keys in node order)
         del self.tcls
-        self.pos0 = positions(order)
 
     def members(self, members: Members | None = None) -> TransferView:
         """The matched members of the step (their measured transfers) as a ``TransferView``

@@ -165,6 +165,7 @@ UNITS = {
                                       _I32, _I32, _I32),
                                      (), 0.5),
     "critical.latest_times_sorted": ("critical", "latest_times_sorted", (_I64, _I32, _I32, _I64), (), 0.3),
+    "critical.time_positions": ("critical", "time_positions", (_I64, _I8, _i), (), 0.3),
     "critical.latest_times_masked": ("critical", "latest_times_masked", (_i, _I32, _I32, _I32, _I64, _B1, _I64), (),
                                      0.4),
     # the job graphs' weights as int32 when every one fits; after the int64 one
@@ -222,12 +223,15 @@ UNITS = {
 }
 
 _WINDOWS = ("windows._in_key_order", "windows._is_sorted", "windows._sweep", "windows._paint")
-REPLAY_UNITS = ("replay.anchor_pairs", "critical.longest_path_sorted")
+REPLAY_UNITS = ("replay.anchor_pairs", "critical.longest_path_sorted", "critical.time_positions")
 """The what-if replay's units (aggregate's ranks reduce each change's graphs with them; the job level's
-forward pass reads its graph's edges from disk with ``longest_path_sorted``)."""
-CRITICAL_JOB_UNITS = ("critical.longest_path_sorted", "critical.latest_times_sorted", "critical.trace_back")
+forward pass reads its graph's edges from disk with ``longest_path_sorted``, its nodes' time order is
+``time_positions``)."""
+CRITICAL_JOB_UNITS = ("critical.longest_path_sorted", "critical.latest_times_sorted", "critical.trace_back",
+                      "critical.time_positions")
 """The job-level critical path's units (aggregate runs it in a process forked before the ranks are read; it calls
-no other: both passes read its graph's edges from an ``aggregate.job_edges.EdgeFile``)."""
+no other: its nodes' time order is ``time_positions``, both passes read its graph's edges from an
+``aggregate.job_edges.EdgeFile``)."""
 _STATS = ("gaps.running_end_before", "ancestry.same_name_ancestor",    # aggregate's statistics
           "intervals._union_lengths_sorted",                              # (the ranks' interval metrics)
           "critical.latest_times_sorted", "critical.trace_back",          # critical path

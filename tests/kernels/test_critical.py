@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 
 from streamtrace.kernels.critical import (EDGE_WINDOW, NEG, POS, WINDOW_BUCKETS, back_within_instant, latest_times,
                                           latest_times_masked, latest_times_sorted, longest_path, longest_path_masked,
-                                          longest_path_sorted, reduce_local,
+                                          longest_path_sorted, reduce_local, time_positions,
                                           trace_back)
 from streamtrace.kernels.reference import (back_within_instant_py, latest_times_masked_py, latest_times_py,
                                            latest_times_sorted_py,
                                            longest_path_masked_py, longest_path_py, longest_path_sorted_py,
-                                           reduce_local_py, trace_back_py)
+                                           reduce_local_py, time_positions_py, trace_back_py)
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -397,3 +397,53 @@ def test_reduce_local_by_hand():
 def test_back_within_instant_matches_twin(g):
     t, order, src, dst = g[:4]
     assert bool(back_within_instant(order, t, src, dst)) == back_within_instant_py(order, t, src, dst)
+
+
+@st.composite
+def timed_nodes(draw):
+    """Node times with many ties (a few distinct values, or spread up to 2^60 - 1 past the least) and tie
+    classes 0 .. 7; ``lo`` the least time or below it."""
+    n = draw(st.integers(0, 60))
+    span = draw(st.sampled_from([3, 2_000, 2 ** 40, 2 ** 60 - 1]))
+    base = draw(st.integers(-(2 ** 61), 2 ** 61))
+    t = draw(st.lists(st.integers(0, span), min_size=n, max_size=n))
+    cls = draw(st.lists(st.integers(0, 7), min_size=n, max_size=n))
+    t = np.asarray(t, np.int64) + base
+    below = draw(st.integers(0, 2 ** 60 - 1 - span))
+    return t, np.asarray(cls, np.int8), base - below
+
+
+@SETTINGS
+@given(timed_nodes())
+def test_time_positions_matches_twin_and_lexsort(g):
+    """The radix sort's positions equal Python's sort of ``(t, cls, id)`` (the twin) and the inverse of
+    ``np.lexsort((cls, t))``, for times spread over up to 2^60 - 1 ns from any ``lo`` at most their least."""
+    t, cls, lo = g
+    got = time_positions(t, cls, lo)
+    assert got.dtype == np.int32
+    assert got.tolist() == time_positions_py(t, cls, lo).tolist()
+    want = np.empty(len(t), np.int64)
+    want[np.lexsort((cls, t))] = np.arange(len(t))
+    assert got.tolist() == want.tolist()
+
+
+def test_time_positions_many_nodes_and_every_digit():
+    """200,000 nodes over a 2^50 ns span (five 11-bit digits) with ties: the inverse of ``np.lexsort``."""
+    rng = np.random.default_rng(7)
+    t = rng.integers(0, 2 ** 50, 200_000) // 1_000 * 1_000 + 123
+    t[::7] = t[0]
+    cls = rng.integers(0, 8, len(t)).astype(np.int8)
+    want = np.empty(len(t), np.int64)
+    want[np.lexsort((cls, t))] = np.arange(len(t))
+    assert np.array_equal(time_positions(t, cls, int(t.min())), want)
+
+
+@pytest.mark.parametrize("t, cls, lo", [([5, 3], [0, 0], 4), ([0, 2 ** 60], [0, 0], 0), ([1, 2], [0, 8], 0),
+                                        ([1, 2], [-1, 0], 0)])
+def test_time_positions_refuses_keys_that_do_not_fit(t, cls, lo):
+    """A time below ``lo`` or 2^60 past it, or a class outside [0, 8): refused, by the twin as well."""
+    t, cls = np.asarray(t, np.int64), np.asarray(cls, np.int8)
+    with pytest.raises(ValueError):
+        time_positions(t, cls, lo)
+    with pytest.raises(ValueError):
+        time_positions_py(t, cls, lo)

@@ -7,7 +7,7 @@ import numpy as np
 
 __all__ = ["longest_path_py", "longest_path_masked_py", "longest_path_sorted_py", "latest_times_py",
            "latest_times_masked_py", "latest_times_sorted_py", "trace_back_py",
-           "path_edges_py", "reduce_local_py", "back_within_instant_py"]
+           "path_edges_py", "reduce_local_py", "back_within_instant_py", "time_positions_py"]
 
 NEG, POS = -(2 ** 62), 2 ** 62
 
@@ -166,3 +166,16 @@ def reduce_local_py(t, order, src, dst, w, sources, sinks):
     marked = path_edges_py(pred, ps[keep], at)
     return (pos, origin[at], at, dist[at] - init[origin[at]], keep[marked].astype(np.int64),
             int(len(src) - len(keep)))
+
+
+def time_positions_py(t, cls, lo):
+    """Twin of ``time_positions``: Python's sort of the node ids by ``(t, cls, id)``, then each id's
+    place in it; the same refusals (a time below ``lo`` or 2^60 past it, a class outside ``[0, 8)``)."""
+    t, cls = [int(x) for x in t], [int(x) for x in cls]
+    if any(x < lo or x - lo >= 2 ** 60 for x in t) or any(c < 0 or c >= 8 for c in cls):
+        raise ValueError("a time below lo or 2^60 past it, or a class outside [0, 8)")
+    order = sorted(range(len(t)), key=lambda v: (t[v], cls[v], v))
+    pos = [0] * len(t)
+    for i, v in enumerate(order):
+        pos[v] = i
+    return np.array(pos, np.int32)

@@ -284,6 +284,19 @@ def test_positions_invert_the_order(case, chunk):
     assert got.dtype == np.int32 and got.tolist() == np.argsort(order).tolist()   # (int32: half the memory)
 
 
+@SETTINGS
+@given(st.lists(st.tuples(st.sampled_from([-2 ** 62, -5, 0, 3, 3, 2 ** 59, 2 ** 62]), st.integers(0, 5)), max_size=30))
+def test_time_positions_sort_by_time_class_and_node(nodes):
+    """``critical_graph.time_positions``: each node's place in Python's sort of ``(t, class, node)``, int32,
+    whether the times' span fits the radix sort's key (below 2^60 ns) or not (the lexsort then)."""
+    from streamtrace.aggregate.critical_graph import time_positions
+    t = np.asarray([x for x, _ in nodes], np.int64)
+    cls = np.asarray([c for _, c in nodes], np.int8)
+    order = sorted(range(len(nodes)), key=lambda v: (nodes[v][0], nodes[v][1], v))
+    got = time_positions(t, cls)
+    assert got.dtype == np.int32 and [order[p] for p in range(len(order))] == np.argsort(got).tolist()
+
+
 def test_joined_ints_are_int32_until_one_does_not_fit():
     from streamtrace.aggregate.critical_graph import joined_ints
     small = joined_ints(np.asarray([0, 2 ** 31 - 1], np.int64), np.asarray([-2 ** 31], np.int64))
