@@ -16,7 +16,7 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
 from ..analyze.outputs import KERNELS, OPS, schema_of
-from ..events.dataset import csv_table, text_columns, write_table
+from ..events.dataset import ROW_GROUP_ROWS, csv_table, text_columns, write_table
 from ..runtime import spillfile
 from ..runtime.files import atomic_output
 from ..runtime.tuning import trim
@@ -212,11 +212,6 @@ def _arrow(v, dtype, typ) -> pa.Array:
 
 # -- writing -----------------------------------------------------------------------------------
 
-ROW_GROUP_ROWS = 4_096
-"""Rows a table's writers take at a time (one Parquet row group): what the parent holds of a table (16,384
-rows held ~15 MB over the parent's level while a row group was made and written, its Parquet and CSV
-writers' buffers with it: 1,024 synthetic ranks, the parent's peak 189.6 -> 181.1 MB, the tables written in
-the same time)."""
 
 ARROW_ROWS = 2_048
 """Rows of read chunks made Arrow arrays at a time while a row group fills (``_write_streamed``): the

@@ -107,3 +107,44 @@ def test_columns_min_max_is_numpys_over_the_rows(tmp_path_factory, rows, group, 
     assert columns_min_max(p.with_name("gone.parquet"), ("ts_ns",)) == {"ts_ns": (None, None)}
     with pytest.raises(DataError, match="has no column 'dur_ns'"):
         columns_min_max(p, ("ts_ns", "dur_ns"))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(-5, 5), st.one_of(st.none(), st.floats(-1e9, 1e9)),
+                          st.one_of(st.none(), st.sampled_from(["fwd", "bwd", "é,\"x"]))), max_size=60),
+       st.sampled_from([1, 7, 4_096]), st.booleans(), st.randoms())
+def test_write_table_by_row_group_writes_the_table_written_whole(tmp_path_factory, rows, group, shuffle, rnd):
+    """``write_table`` (``ROW_GROUP_ROWS`` rows a group, ``rows``: a group taken at a time) against pyarrow's
+    own whole-table writers of the same rows, sorted first: the Parquet file's rows and schema, the CSV's
+    bytes (its floats at 6 significant digits), and the row groups' sizes."""
+    import io
+    import pyarrow.csv as pcsv
+    import streamtrace.events.dataset as ds
+    d = tmp_path_factory.mktemp("wt")
+    cols = {"i": np.asarray([r[0] for r in rows], np.int64),
+            "f": np.asarray([np.nan if r[1] is None else r[1] for r in rows], np.float64),
+            "s": np.asarray([r[2] for r in rows], object)}
+    order = list(range(len(rows)))
+    if shuffle:
+        rnd.shuffle(order)
+    old, ds.ROW_GROUP_ROWS = ds.ROW_GROUP_ROWS, group
+    try:
+        ds.write_table(d, "t", cols, csv=True, rows=np.asarray(order, np.int64) if shuffle else None)
+    finally:
+        ds.ROW_GROUP_ROWS = old
+    whole = pa.table({"i": pa.array([rows[k][0] for k in order], pa.int64()),
+                      "f": pa.array([np.nan if rows[k][1] is None else rows[k][1] for k in order], pa.float64()),
+                      "s": pa.array([rows[k][2] for k in order],
+                                    pa.string() if any(r[2] is not None for r in rows) else pa.null())})
+    got = pq.read_table(d / "t.parquet")
+    assert got.schema.equals(whole.schema)
+    assert [x for x in got.column("i").to_pylist()] == whole.column("i").to_pylist()
+    assert str(got.column("f").to_pylist()) == str(whole.column("f").to_pylist())       # (NaN as NaN)
+    assert got.column("s").to_pylist() == whole.column("s").to_pylist()
+    md = pq.ParquetFile(d / "t.parquet").metadata
+    sizes = [md.row_group(k).num_rows for k in range(md.num_row_groups)]
+    assert [s for s in sizes if s] == [min(group, len(rows) - k) for k in range(0, len(rows), group)]
+    want = io.BytesIO()
+    rounded = pa.array([float(f"{x:.6g}") for x in whole.column("f").to_pylist()], pa.float64())
+    pcsv.write_csv(pa.table({"i": whole.column("i"), "f": rounded, "s": whole.column("s")}), want)
+    assert (d / "t.csv").read_bytes() == want.getvalue()
