@@ -146,7 +146,7 @@ class RowColumns:
 
     def _join(self):
         for c, tail in self._tail.items():
-            if tail:                                     # (a column ``arrays`` made has no chunks left)
+            if tail:                                     # (a column ``columns`` made has no chunks left)
                 self._chunks[c] += _runs(tail)
                 tail.clear()
 
@@ -179,20 +179,29 @@ class RowColumns:
 
     def arrays(self, order, rows_of) -> dict:
         """The columns ``order`` as arrays (``column_array``), the rows in the order ``rows_of(cols)`` gives
-        (int64 row indices) given ``cols`` (``{column: values}``, the values made as asked for); each column's
-        chunks let go once it is made (the derived and coordinate columns, which read others, made first)."""
+        (int64 row indices) given ``cols`` (``{column: array}``, each made as asked for, as ``column_array``
+        makes it): ``columns``' arrays taken in their ``rows``."""
+        cols, rows = self.columns(order, rows_of)
+        return {c: v[rows] for c, v in cols.items()}
+
+    def columns(self, order, rows_of) -> tuple:
+        """``(columns, rows)``: the columns ``order`` as arrays (``column_array``), rows in part order, and
+        the order to write them in, ``rows_of(cols)`` (int64 row indices; ``cols`` as ``arrays`` says); each
+        column's chunks let go once it is made (the derived and coordinate columns, which read others, made
+        first).  Not sorted here: ``events.dataset.write_table(rows=...)`` takes a row group at a time (a
+        column's joined chunks are its array, no sorted copy made beside them)."""
         rows = np.asarray(rows_of(_Columns(self)), np.int64)
         first = [c for c in order if c in self._derived or any(c in v for v in self._coords.values())]
         made, freed = {}, 0
         for c in first + [c for c in order if c not in first]:    # (those that read other columns first)
-            made[c] = self._array(c)[rows]
+            made[c] = self._array(c)
             if len(made) > len(first):       # (each column's chunks let go once it is made, handed back a few MB
                 freed += 8 * self.n if self._chunks.pop(c, None) else 0      # at a time: the table never held
                 if freed >= TRIM_BYTES:                                     # twice, 8 MB of aggregate's parent
                     trim()                                                  # at 4,096 synthetic ranks, its peak)
                     freed = 0
         self._chunks = {}
-        return {c: made[c] for c in order}
+        return {c: made[c] for c in order}, rows
 
     def _array(self, c) -> np.ndarray:
         """Column ``c`` as ``column_array`` makes it of ``column(c)``, rows in part order: its one typed
@@ -208,14 +217,15 @@ class RowColumns:
 
 
 class _Columns(dict):
-    """``RowColumns.column`` of a name, made once when first asked for."""
+    """``RowColumns._array`` of a name (``column_array``'s array of ``column``: a typed column's chunks joined,
+    no list of Python objects), made once when first asked for."""
 
     def __init__(self, cols: RowColumns):
         super().__init__()
         self._cols = cols
 
     def __missing__(self, c):
-        self[c] = v = self._cols.column(c)
+        self[c] = v = self._cols._array(c)
         return v
 
 

@@ -317,6 +317,7 @@ def _aggregate(dirs, outdir: Path, opt: AggregateOptions, job_level: JobLevel) -
     if cp is not None and opt.whatif:                # what a fix buys: the step replayed (whatif.py)
         try:
             links = {k: meta.get(k) for k in LINK_KEYS}    # (what it reads of meta: not 4,096 parts' facts, ~30 MB)
+            trim()                   # (the tables' writers' buffers handed back before the call's pickle is made)
             files += job_level.whatif.call(write_whatif, parts, outdir, replay, links,
                                            max(1, opt.jobs or os.cpu_count() or 1))
         finally:
@@ -409,9 +410,11 @@ def _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps) -> li
     reps = replica_rows(topo, cols, pipe)
     iters = _iterations(cols, steps)
     del cols
-    files = write_table(outdir, RANK_PHASE, phase_rows.arrays(RANK_PHASE_COLUMNS, _phase_order),
-                        csv=True)
-    files += write_table(outdir, RANKS, rank_rows.arrays(RANKS_COLUMNS, _phase_order), csv=True)
+    cols, rows = phase_rows.columns(RANK_PHASE_COLUMNS, _phase_order)
+    files = write_table(outdir, RANK_PHASE, cols, csv=True, rows=rows)      # (sorted a row group at a time)
+    cols, rows = rank_rows.columns(RANKS_COLUMNS, _phase_order)
+    files += write_table(outdir, RANKS, cols, csv=True, rows=rows)
+    del cols, rows
     if pipe:
         files += write_table(outdir, PIPELINE, _columns(pipe, PIPELINE_COLUMNS), csv=True)
     if reps:
@@ -495,25 +498,34 @@ def _row_key(iteration, step, rank, device, start_ns, phase) -> tuple:
 
 
 def _phase_order(cols: dict) -> np.ndarray:
-    """The rows of ``cols`` (``{column: values}``: ``RowColumns.arrays``') in ``_row_key`` order (stable; a
-    row without a phase: ""), int64 row indices: ``np.lexsort`` of the keys as numbers where iteration,
-    step, rank and device are all ints (the phases coded in their sorted order, a start None as -1), else
-    Python's sort of ``_row_key`` tuples (40,960 of them were ~4 MB of aggregate's parent at its peak,
-    4,096 synthetic ranks)."""
+    """The rows of ``cols`` (``{column: values}``, lists or arrays as ``rank_results.column_array`` makes them:
+    ``RowColumns.columns``') in ``_row_key`` order (stable; a row without a phase: ""), int64 row indices:
+    ``np.lexsort`` of the keys as numbers where iteration, step, rank and device are all ints (the phases coded
+    in their sorted order, a start None as -1), else Python's sort of ``_row_key`` tuples (40,960 of them were
+    ~4 MB of aggregate's parent at its peak, 4,096 synthetic ranks; the keys as lists of Python ints, +5 MB
+    over its level, where its typed columns are read as they are)."""
     it, st, rank, dev, start, phase = (cols[c] for c in ("iteration", "step", "rank", "device", "start_ns", "phase"))
     phase = ["" if p is None else p for p in phase]
     keys = [_int_keys(x) for x in (it, st, rank, dev)]
     if all(k is not None for k in keys):
         code = {p: i for i, p in enumerate(sorted(set(phase)))}
         ph = np.fromiter((code[p] for p in phase), np.int64, len(phase))
-        s = np.fromiter((-1 if x is None else x for x in start), np.int64, len(start))
+        s = _int_keys(start)
+        if s is None:
+            s = np.fromiter((-1 if x is None else x for x in start), np.int64, len(start))
         return np.lexsort((ph, s, *keys[::-1]))
     return np.asarray(sorted(range(len(it)), key=lambda i: _row_key(it[i], st[i], rank[i], dev[i], start[i], phase[i])),
                       np.int64)
 
 
 def _int_keys(values) -> np.ndarray | None:
-    """``values`` (a list) as int64 when they are all Python ints (not bool), else None."""
+    """``values`` (a list, or an array: a signed integer one as it is, an object one's values) as int64 when
+    they are all ints (not bool), else None."""
+    if isinstance(values, np.ndarray):
+        if values.dtype.kind == "i":
+            return values.astype(np.int64, copy=False)
+        if values.dtype != object:
+            return None
     if not all(type(v) is int for v in values):
         return None
     return np.fromiter(values, np.int64, len(values))

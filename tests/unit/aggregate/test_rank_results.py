@@ -191,3 +191,5 @@ def test_phase_order_is_python_sort_of_the_row_keys(rows, devices):
         cols = {c: [] for c in ("iteration", "step", "rank", "device", "start_ns", "phase")}
     key = lambda i: rows[i][:4] + (-1 if rows[i][4] is None else rows[i][4], rows[i][5] or "")  # noqa: E731
     assert _phase_order(cols).tolist() == sorted(range(len(rows)), key=key)
+    from streamtrace.aggregate.rank_results import column_array        # (as ``RowColumns.columns`` passes them)
+    assert _phase_order({c: column_array(v) for c, v in cols.items()}).tolist() == sorted(range(len(rows)), key=key)
