@@ -1,11 +1,12 @@
 """``InstanceFacts.read``: the what-if replay's facts of each matched collective, read from
-``collectives.parquet`` a batch at a time through the text columns' dictionaries."""
+``collectives.parquet`` a batch at a time through the text columns' dictionaries; ``unique_inverse``."""
 import math
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from streamtrace.aggregate.whatif_members import InstanceFacts
 
@@ -80,3 +81,19 @@ def test_columns_of_nulls_alone_read_as_their_defaults(tmp_path):
     assert got.column("bytes", [4, 9]).tolist() == [0, 0]
     assert np.isnan(got.column("busbw", [4, 9])).all()
     assert got.column("inter", [4, 9]).tolist() == [True, False]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 50), st.integers(-3, 2 ** 40)), max_size=60),
+       st.sampled_from([np.int32, np.int64]))
+def test_unique_inverse_is_numpys(values, dtype):
+    """``unique_inverse``: ``np.unique(values, return_inverse=True)``'s distinct values (in their dtype) and
+    inverse (int32), by its table of present values (small non-negative ids) or by numpy (negative ones,
+    a wide span)."""
+    from streamtrace.aggregate.whatif_members import unique_inverse
+    v = np.asarray([x % (2 ** 31 - 1) if dtype is np.int32 and x > 0 else x for x in values], dtype)
+    uniq, inv = unique_inverse(v)
+    want_u, want_i = np.unique(v, return_inverse=True)
+    assert uniq.dtype == v.dtype and inv.dtype == np.int32
+    assert uniq.tolist() == want_u.tolist() and inv.tolist() == want_i.reshape(-1).tolist()
+    assert uniq[inv].tolist() == v.tolist()
