@@ -451,39 +451,28 @@ def csv_table(t):
 
 
 ROW_GROUP_ROWS = 4_096
-"""Rows a table's writers take at a time (one Parquet row group; ``write_table``'s, the explaining tables'
-``aggregate.explain.write_tables``): what a writer holds of a table besides its columns (16,384 rows held
-~15 MB over aggregate's parent's level while a row group was made and written, its Parquet and CSV writers'
-buffers with it: 1,024 synthetic ranks, the parent's peak 189.6 -> 181.1 MB, the tables written in the
-same time; ``rank_phase``'s 40,960 rows at 4,096 ranks written whole: +6.1 MB, its Parquet encoding and
-the CSV's rounded floats, ~+1.6 by row group)."""
+"""Rows a table's writers take at a time, one Parquet row group (``write_table``, ``aggregate.explain.write_tables``):
+16,384 held ~15 MB over aggregate's parent's level at 1,024 synthetic ranks; ``rank_phase``'s 40,960 rows at 4,096
+ranks written whole held +5-6 MB over its columns, a row group at a time +2."""
 
 
 def write_table(outdir, name: str, columns: dict, order=None, csv: bool = False, rows=None) -> list:
-    """Write ``outdir/<name>.parquet`` (and ``<name>.csv`` with ``csv``, floats at 6 significant
-    digits: ``csv_table``) atomically, ``ROW_GROUP_ROWS`` rows at a time (a Parquet row group each, the
-    CSV's rows rounded and written a group at a time); ``rows`` (int64 row indices, optional): the rows
-    in the order to write them, a group taken at a time (no sorted copy of the table); returns the paths."""
+    """Write ``outdir/<name>.parquet`` (and ``<name>.csv`` with ``csv``, floats at 6 significant digits: ``csv_table``)
+    atomically, ``ROW_GROUP_ROWS`` rows at a time; ``rows`` (int64 row indices, optional): the rows in the order to
+    write them, a group taken at a time (no sorted copy of the table); returns the paths."""
     t = to_arrow(columns, order)
-    n = t.num_rows if rows is None else len(rows)
-
-    def groups(f=lambda x: x):
-        for i in range(0, max(n, 1), ROW_GROUP_ROWS):
-            take = None if rows is None else pa.array(rows[i:i + ROW_GROUP_ROWS], pa.int64())
-            yield f(t.slice(i, ROW_GROUP_ROWS) if take is None else t.take(take))
-    out = []
-    p = Path(outdir) / f"{name}.parquet"
-    with atomic_output(p, compress=False) as f, \
+    starts = range(0, max(t.num_rows if rows is None else len(rows), 1), ROW_GROUP_ROWS)
+    groups = lambda: (t.slice(i, ROW_GROUP_ROWS) if rows is None else  # noqa: E731
+                      t.take(pa.array(rows[i:i + ROW_GROUP_ROWS], pa.int64())) for i in starts)
+    out = [Path(outdir) / f"{name}.{ext}" for ext in ("parquet", "csv")[:1 + bool(csv)]]
+    with atomic_output(out[0], compress=False) as f, \
             pq.ParquetWriter(f, t.schema, compression="zstd", use_dictionary=text_columns(t.schema)) as w:
         for g in groups():
             w.write_table(g)
-    out.append(p)
     if csv:
-        p = Path(outdir) / f"{name}.csv"
-        with atomic_output(p, compress=False) as f, pcsv.CSVWriter(f, csv_table(t.slice(0, 0)).schema) as w:
-            for g in groups(csv_table):
-                w.write_table(g)
-        out.append(p)
+        with atomic_output(out[1], compress=False) as f, pcsv.CSVWriter(f, csv_table(t.slice(0, 0)).schema) as w:
+            for g in groups():
+                w.write_table(csv_table(g))
     return out
 
 
