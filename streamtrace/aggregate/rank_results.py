@@ -117,9 +117,10 @@ class RowColumns:
     ``windows`` collects, as they come, what ``pipeline_rows`` reads of them (``windows(rows)``:
     ``pipeline.phase_windows``), each key's windows as an (n, 2) int64 array. ``set_coords`` and ``derive`` then
     say how to fill the topology's columns and the computed ones (the overlap share, the step time), and
-    ``arrays`` gives the table's columns as ``run._columns`` gives them for the same rows as dicts, sorted
-    (``run._row_key``). At 16,384 synthetic ranks the phase rows' columns as lists of Python objects held ~4.3 M objects,
-    ~97 MB, in aggregate's parent; at 4,096 ranks the rank rows as dicts held 12.3 MB (``tracemalloc``)."""
+    ``columns`` gives the table's columns as ``run._columns`` gives them for the same rows as dicts, with the
+    order to write them in (``run._row_key``). At 16,384 synthetic ranks the phase rows' columns as lists of
+    Python objects held ~4.3 M objects, ~97 MB, in aggregate's parent; at 4,096 ranks the rank rows as dicts
+    held 12.3 MB (``tracemalloc``)."""
 
     def __init__(self, columns, windows=None):
         self._chunks: dict = {c: [] for c in columns}     # (joined: ``_runs``)
@@ -177,24 +178,19 @@ class RowColumns:
                     vals[i] = got[c]
         return vals
 
-    def arrays(self, order, rows_of) -> dict:
-        """The columns ``order`` as arrays (``column_array``), the rows in the order ``rows_of(cols)`` gives
-        (int64 row indices) given ``cols`` (``{column: array}``, each made as asked for, as ``column_array``
-        makes it): ``columns``' arrays taken in their ``rows``."""
-        cols, rows = self.columns(order, rows_of)
-        return {c: v[rows] for c, v in cols.items()}
-
     def columns(self, order, rows_of) -> tuple:
         """``(columns, rows)``: the columns ``order`` as arrays (``column_array``), rows in part order, and
-        the order to write them in, ``rows_of(cols)`` (int64 row indices; ``cols`` as ``arrays`` says); each
-        column's chunks let go once it is made (the derived and coordinate columns, which read others, made
-        first).  Not sorted here: ``events.dataset.write_table(rows=...)`` takes a row group at a time (a
-        column's joined chunks are its array, no sorted copy made beside them)."""
-        rows = np.asarray(rows_of(_Columns(self)), np.int64)
+        the order to write them in, ``rows_of(cols)`` (int64 row indices; ``cols``: ``{column: array}``, each
+        made as asked for, as ``column_array`` makes it, and kept for ``columns``: the sort keys not made
+        twice); each column's chunks let go once it is made (the derived and coordinate columns, which read
+        others, made first).  Not sorted here: ``events.dataset.write_table(rows=...)`` takes a row group at
+        a time (a column's joined chunks are its array, no sorted copy made beside them)."""
+        keys = _Columns(self)
+        rows = np.asarray(rows_of(keys), np.int64)
         first = [c for c in order if c in self._derived or any(c in v for v in self._coords.values())]
         made, freed = {}, 0
         for c in first + [c for c in order if c not in first]:    # (those that read other columns first)
-            made[c] = self._array(c)
+            made[c] = keys.pop(c) if c in keys else self._array(c)
             if len(made) > len(first):       # (each column's chunks let go once it is made, handed back a few MB
                 freed += 8 * self.n if self._chunks.pop(c, None) else 0      # at a time: the table never held
                 if freed >= TRIM_BYTES:                                     # twice, 8 MB of aggregate's parent
@@ -230,7 +226,7 @@ class _Columns(dict):
 
 
 TRIM_BYTES = 1 << 21
-"""Bytes of columns ``RowColumns.arrays`` lets go (8 a row a column) between two hand-backs to the OS."""
+"""Bytes of columns ``RowColumns.columns`` lets go (8 a row a column) between two hand-backs to the OS."""
 
 JOIN_PARTS = 256
 """Parts whose chunks of a column ``RowColumns`` joins at once: at 16,384 synthetic ranks (10 rows a

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..events.dataset import iter_arrow, num_rows, read_table, write_table
+from ..events.dataset import iter_arrow, parquet_file, read_table, write_table
 from ..runtime.errors import DataError, UsageError
 from ..runtime.parallel import run_tasks
 from ..runtime.tuning import trim
@@ -162,11 +162,12 @@ def _step_rows(path, table, col, it, st) -> tuple:
     after (a 4,096-rank job's op statistics, 240 k rows: +40 MB over the replay's level, its peak, where a
     table and its codes were read).  Names read as strings were +84-106 MB that the allocator kept."""
     of: dict = {}
-    n = num_rows(path)                  # (at most: the arrays' pages past the step's rows are never touched)
+    want = columns(table, "rank", "name", "count", col)
+    f = parquet_file(path, want + columns(table, "iteration", "step"))      # (its footer read once)
+    n = f.metadata.num_rows             # (at most: the arrays' pages past the step's rows are never touched)
     code, rk, cnt, val = np.empty(n, np.int32), np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n)
     k = 0
-    for b in iter_arrow(path, columns(table, "rank", "name", "count", col), ["name"], STEP_BATCH_ROWS,
-                        {"iteration": [it], "step": [st]}):
+    for b in iter_arrow(path, want, ["name"], STEP_BATCH_ROWS, {"iteration": [it], "step": [st]}, f):
         name, j = b.column("name"), slice(k, k + b.num_rows)
         look = np.asarray([of.setdefault(x, len(of)) for x in name.dictionary.to_pylist()], np.int32)
         code[j] = look[name.indices.to_numpy(zero_copy_only=False)]

@@ -167,7 +167,7 @@ def read_arrow(path, columns=None, where=None, read_dictionary=None, schema=None
         if not where:
             return f.read(columns=want)
         names = want if want is not None else f.schema_arrow.names
-        keep = list(iter_arrow(path, names, read_dictionary or (), 1 << 16, where))
+        keep = list(iter_arrow(path, names, (), 1 << 16, where, f))            # (the footer read once)
         return pa.Table.from_batches(keep) if keep else f.schema_arrow.empty_table().select(names)
     except (OSError, pa.ArrowException, ValueError) as e:
         raise DataError(path, f"not a readable Parquet file ({_why(e)})") from None
@@ -220,16 +220,16 @@ def iter_table(path, columns, batch_rows: int = 1 << 20):
         yield {n: b.column(n).to_numpy(zero_copy_only=False) for n in columns}
 
 
-def iter_arrow(path, columns, read_dictionary=(), batch_rows: int = 1 << 20, where=None):
+def iter_arrow(path, columns, read_dictionary=(), batch_rows: int = 1 << 20, where=None, file=None):
     """The ``columns`` of the Parquet file ``path`` as ``pyarrow.RecordBatch`` es of at most
     ``batch_rows`` rows, in file order (``read_dictionary``: string columns read as dictionaries, as
     ``read_arrow``; ``where``: ``{column: values}``, only the rows whose value is one of ``values``, the
     row groups whose statistics rule them all out not read, as ``read_arrow``'s; its columns are read,
-    not given back unless asked for).  Raises ``DataError`` naming the file (missing, damaged, a column
-    absent)."""
+    not given back unless asked for).  ``file``: ``path`` already open (``parquet_file``'s, its columns
+    checked), else None.  Raises ``DataError`` naming the file (missing, damaged, a column absent)."""
     want = list(columns)
     extra = [c for c in where or () if c not in want]
-    f = parquet_file(path, want + extra)
+    f = parquet_file(path, want + extra) if file is None else file
     try:
         if read_dictionary:
             f = pq.ParquetFile(arrow_file(path), read_dictionary=list(read_dictionary), metadata=f.metadata)

@@ -129,7 +129,9 @@ def test_row_columns_are_the_rows_as_dicts_written(parts, coords, join_parts):
     cols.set_coords(coords)
     cols.derive("overlap_pct", pct, "overlap_ns", "comm_ns")
     cols.derive("step_ns", lambda r, i, st: step_of.get((r, i, st)), "rank", "iteration", "step")
-    got = cols.arrays(_COLUMNS, _phase_order)
+    got, order = cols.columns(_COLUMNS, _phase_order)
+    assert sorted(order.tolist()) == list(range(cols.n)) and order.dtype == np.int64
+    got = {c: v[order] for c, v in got.items()}
     rows = [dict(r) for rows in parts for r in rows]
     windows: dict = {}
     for r in rows:
