@@ -159,10 +159,14 @@ def unique_inverse(values) -> tuple:
 
 
 def _shared_text(col) -> np.ndarray:
-    """``col`` (any array) as an object array of str, one str object a distinct value (a str an
-    element: 160 k instances' names and dimensions held 19 MB of copies of a few texts)."""
-    values, code = np.unique(np.asarray(col).astype(str), return_inverse=True)
-    return np.asarray(values.tolist() or [""], object)[code.reshape(-1)]
+    """``col`` (any array) as an object array of str (``str`` of each value), one str object a distinct value
+    (a str an element: 160 k instances' names and dimensions held 19 MB of copies of a few texts), through
+    a dict of the texts seen: not numpy's fixed-width text array and its sort (4 bytes a character a value:
+    160 k names of 80 characters were +159 MB at once, ``tracemalloc``)."""
+    col, seen = np.asarray(col, object).reshape(-1), {}
+    out = np.empty(len(col), object)
+    out[:] = [seen.setdefault(t, t) for t in map(str, col)]
+    return out
 
 
 def _ints(arr, null: int) -> np.ndarray:

@@ -218,6 +218,19 @@ def test_transfers_at_a_share_of_the_link_and_at_the_median():
     assert np.isnan(v.fact("peak")).tolist() == [False] * 4 and v.fact("peak").tolist() == [200.0, 200.0, 25.0, 25.0]
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.one_of(st.text(max_size=4), st.none(), st.integers(-3, 3)), max_size=30))
+def test_shared_text_is_str_of_each_value_one_object_a_text(values):
+    """``_shared_text``: ``str`` of each value, in order, one str object a distinct text, though the input
+    held a copy of it per element."""
+    from streamtrace.aggregate.whatif_members import _shared_text
+    col = np.empty(len(values), object)
+    col[:] = ["".join(list(v)) if isinstance(v, str) else v for v in values]      # (a new str object each)
+    got = _shared_text(col)
+    assert got.dtype == object and got.tolist() == [str(v) for v in values]
+    assert len({id(x) for x in got}) == len({str(v) for v in values})
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 5), st.integers(1, 50), st.booleans()), min_size=1, max_size=40),
        st.lists(st.tuples(st.sampled_from(["AllReduce", "AllGather"]), st.sampled_from(["DP", "TP"]),
