@@ -122,8 +122,8 @@ def test_row_columns_are_the_rows_as_dicts_written(parts, coords, join_parts):
     cols = RowColumns(_COLUMNS, phase_windows)
     was, rank_results.JOIN_PARTS = rank_results.JOIN_PARTS, join_parts
     try:
-        for rows in parts:
-            cols.add([dict(r) for r in rows])
+        for rows in parts:         # (each text a new str object, as a part's unpickled rows hold them)
+            cols.add([{k: "".join(list(v)) if isinstance(v, str) else v for k, v in r.items()} for r in rows])
     finally:
         rank_results.JOIN_PARTS = was
     cols.set_coords(coords)
@@ -152,6 +152,8 @@ def test_row_columns_are_the_rows_as_dicts_written(parts, coords, join_parts):
         assert (got[name].dtype == object) == (mixed or np.asarray(vals).dtype == object) or not vals, name
         if vals and not mixed:
             assert got[name].dtype == np.asarray(vals).dtype
+        texts = [v for v in got[name].tolist() if type(v) is str]       # one str object a distinct text
+        assert len({id(v) for v in texts}) == len(set(texts)), name
 
 
 def test_row_columns_hold_a_chunk_per_run_not_per_part():
