@@ -5,6 +5,7 @@ without the fault, same seed), never from streamtrace."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import shutil
 
 import numpy as np
@@ -216,6 +217,30 @@ def test_transfers_at_a_share_of_the_link_and_at_the_median():
     assert v.fact("name").tolist() == ["AllReduce"] * 4 and v.fact("bytes").tolist() == [10] * 4
     assert len({id(x) for x in v.fact("name")}) == 1
     assert np.isnan(v.fact("peak")).tolist() == [False] * 4 and v.fact("peak").tolist() == [200.0, 200.0, 25.0, 25.0]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.booleans()), max_size=30),
+       st.lists(st.tuples(st.one_of(st.just(math.nan), st.floats(0, 500)), st.booleans(),
+                          st.one_of(st.just(math.nan), st.floats(0, 400))), min_size=5, max_size=5),
+       st.sampled_from([0.25, 0.5, 1.0]), st.sampled_from([None, 100.0]))
+def test_transfers_at_a_share_of_the_link_member_by_member(members, facts, share, gbps):
+    """``share_factor`` against a member at a time in plain Python: min(1, busbw / (share x peak)), the peak
+    ``gbps`` else the instance's link (the network's when its group spans nodes); 1 where not selected,
+    unknown (NaN) or not positive."""
+    info = {i: {"name": "AllReduce", "busbw": b, "inter": inter, "gpu_gbps": p, "nic_gbps": p / 4}
+            for i, (b, inter, p) in enumerate(facts)}
+    inst = np.asarray([m[0] for m in members], np.int64)
+    sel = np.asarray([m[1] for m in members], bool)
+    v = TransferView(inst, np.zeros(len(inst), np.int64), np.ones(len(inst)), Members({}, info))
+    want = []
+    for i, chosen in members:
+        b, inter, p = facts[i]
+        peak = gbps if gbps else (p / 4 if inter else p)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            f = min(1.0, float(np.float64(b) / np.float64(share * peak)))
+        want.append(f if chosen and math.isfinite(f) and f > 0 else 1.0)
+    assert v.share_factor(sel, share, gbps).tolist() == want
 
 
 @settings(max_examples=100, deadline=None)
