@@ -298,7 +298,7 @@ class TransferView:
         bandwidth or the peak is unknown."""
         busbw = self._facts["busbw"]                               # (an instance at a time)
         peak = np.full(len(busbw), float(gbps)) if gbps else self._facts["peak"]
-        with np.errstate(divide="ignore", invalid="ignore"):      # (a peak of 0 or unknown: a factor of 1)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):     # (a peak of 0, tiny or unknown)
             f = np.minimum(1.0, busbw / (share * peak))
         f = np.where(np.isfinite(f) & (f > 0), f, 1.0)[self.inv]     # (an instance at a time, then per member)
         f[~sel] = 1.0

@@ -237,7 +237,7 @@ def test_transfers_at_a_share_of_the_link_member_by_member(members, facts, share
     for i, chosen in members:
         b, inter, p = facts[i]
         peak = gbps if gbps else (p / 4 if inter else p)
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             f = min(1.0, float(np.float64(b) / np.float64(share * peak)))
         want.append(f if chosen and math.isfinite(f) and f > 0 else 1.0)
     assert v.share_factor(sel, share, gbps).tolist() == want
