@@ -214,7 +214,7 @@ def _arrow(v, dtype, typ) -> pa.Array:
 
 
 ARROW_ROWS = 2_048
-"""Rows of read chunks made Arrow arrays at a time while a row group fills (``_write_streamed``): the
+"""Rows of read chunks made Arrow arrays at a time while a row group fills (``write_streamed``): the
 chunks' Python strings held for a row group took 44 MB of aggregate's parent at 4,096 synthetic ranks;
 an Arrow array a chunk, 16,384 tiny ones a row group, took more."""
 
@@ -274,12 +274,12 @@ def write_tables(outdir, parts: list, columns: dict | None = None) -> list:
         if any(types.get(c, (None, None))[1] is None for c in cols):
             files += write_whole(outdir, name, cols, chunks)
         else:
-            files += _write_streamed(outdir, name, cols, types, chunks)
+            files += write_streamed(outdir, name, cols, types, chunks)
         trim()                                        # (the table's writers' buffers, freed)
     return files
 
 
-def _write_streamed(outdir, name, cols, types: dict, chunks) -> list:
+def write_streamed(outdir, name, cols, types: dict, chunks) -> list:
     """Table ``name`` of columns ``cols`` from its ``chunks`` (column dicts, in the table's order) into
     ``outdir``: ``<name>.parquet`` and ``<name>.csv`` (floats at 6 significant digits, ``csv_table``)
     written ``ROW_GROUP_ROWS`` rows at a time (the chunks' columns cast to the whole column's dtype and made

@@ -110,23 +110,20 @@ def phase_rows(kept) -> list:
 
 
 class RowColumns:
-    """A table's rows from every rank held as columns, not a dict a row: the ranks' phase rows (``rank_phase``'s,
-    163,840 at 16,384 synthetic ranks) and their rank rows (``ranks``'). ``add`` takes a part's rows (dicts; a
+    """A table's rows from every rank held as columns, not a dict a row: the ranks' rank rows (``ranks``'; the
+    phase rows are streamed, ``rank_phase.PhaseTable``). ``add`` takes a part's rows (dicts; a
     column a row lacks is None), in part order, and keeps each column's values of the part compactly (``_chunk``:
-    an int64, float64 or bool array where they are all of that one type or None, as Python objects otherwise);
-    ``windows`` collects, as they come, what ``pipeline_rows`` reads of them (``windows(rows)``:
-    ``pipeline.phase_windows``), each key's windows as an (n, 2) int64 array. ``set_coords`` and ``derive`` then
+    an int64, float64 or bool array where they are all of that one type or None, as Python objects otherwise).
+    ``set_coords`` and ``derive`` then
     say how to fill the topology's columns and the computed ones (the overlap share, the step time), and
     ``columns`` gives the table's columns as ``run._columns`` gives them for the same rows as dicts, with the
-    order to write them in (``run._row_key``). At 16,384 synthetic ranks the phase rows' columns as lists of
+    order to write them in (``rank_phase.row_key``). At 16,384 synthetic ranks the phase rows' columns as lists of
     Python objects held ~4.3 M objects, ~97 MB, in aggregate's parent; at 4,096 ranks the rank rows as dicts
     held 12.3 MB (``tracemalloc``)."""
 
-    def __init__(self, columns, windows=None):
+    def __init__(self, columns):
         self._chunks: dict = {c: [] for c in columns}     # (joined: ``_runs``)
         self._tail: dict = {c: [] for c in columns}       # (the parts' since the last join)
-        self.windows: dict = {}
-        self._windows = windows
         self._coords: dict = {}
         self._derived: dict = {}
         self._texts: dict = {}
@@ -142,11 +139,6 @@ class RowColumns:
         self._parts += 1
         if self._parts % JOIN_PARTS == 0:
             self._join()
-        if self._windows is not None:
-            for key, w in self._windows(rows).items():
-                w = np.asarray(w, np.int64).reshape(-1, 2)
-                old = self.windows.get(key)
-                self.windows[key] = w if old is None else np.concatenate([old, w])
         self.n += len(rows)
 
     def _join(self):

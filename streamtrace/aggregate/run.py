@@ -87,6 +87,7 @@ from .folder import (ITERATIONS, ITERATIONS_COLUMNS, PIPELINE, PIPELINE_COLUMNS,
                      RANK_PHASE_COLUMNS, RANKS, RANKS_COLUMNS, REPLICAS, REPLICAS_COLUMNS, STRAGGLERS,
                      STRAGGLERS_COLUMNS, TOP_KERNELS, TOP_KERNELS_COLUMNS)
 from .options import AggregateOptions
+from .rank_phase import PhaseTable, phase_order
 from .rank_results import Kept, RowColumns, column_array
 from .rank_rows import GPU_PART_COLUMNS, STEP_COLUMNS, cpu_rows, gpu_rows, step_ops
 
@@ -289,7 +290,7 @@ def _aggregate(dirs, outdir: Path, opt: AggregateOptions, job_level: JobLevel) -
                 cp = job_level.critical.result()
             trim()                   # (the call's pickle, sent: not held in the heap under the job's tables)
         topo = job.topology
-        phase_rows, rank_rows, fb, steps = _gather(job, res, kept)
+        phase_rows, rank_rows, fb, steps = _gather(job, res, kept, explain)
         if not rank_rows.n:
             raise StreamtraceError(f"{', '.join(map(str, dirs))}: no GPU events and no ProfilerStep windows to "
                                    "aggregate" + (f" in step(s) {sorted(job.steps)}" if job.steps else ""))
@@ -396,13 +397,11 @@ def _rank_pass(job, outdir: Path, opt: AggregateOptions, explain=None) -> tuple:
 
 
 def _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps) -> list:
-    """The per-rank rows (``_gather``: ``RowColumns``) with their topology coordinates, overlap and step time,
-    written as ``rank_phase``, ``ranks``, ``pipeline``, ``replicas``, ``iterations``, ``top_kernels``.  Returns the
-    files written."""
-    coords = _coords(topo)
-    for rows in (phase_rows, rank_rows):
-        rows.set_coords(coords)
-        rows.derive("overlap_pct", _pct, "overlap_ns", "comm_ns")
+    """The per-rank rows (``_gather``'s: the phase rows a ``PhaseTable``, the rank rows ``RowColumns``) with
+    their topology coordinates, overlap and step time, written as ``rank_phase``, ``ranks``, ``pipeline``,
+    ``replicas``, ``iterations``, ``top_kernels``.  Returns the files written."""
+    rank_rows.set_coords(_coords(topo))
+    rank_rows.derive("overlap_pct", _pct, "overlap_ns", "comm_ns")
     rank_rows.derive("step_ns", lambda rank, it, st: steps.get((rank, it, st)), "rank", "iteration", "step")
     pipe = pipeline_rows(topo, None, fb, phase_rows.windows)
     cols = {c: rank_rows.column(c) for c in ("iteration", "step", "rank", "start_ns", "end_ns", "compute_ns",
@@ -415,9 +414,8 @@ def _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps) -> li
         files += write_table(outdir, REPLICAS, _columns(reps, REPLICAS_COLUMNS), csv=True)  # not held under
     files += write_table(outdir, ITERATIONS, _columns(iters, ITERATIONS_COLUMNS), csv=True)  # the rank tables')
     del pipe, reps, iters
-    cols, rows = phase_rows.columns(RANK_PHASE_COLUMNS, _phase_order)
-    files += write_table(outdir, RANK_PHASE, cols, csv=True, rows=rows)     # (sorted a row group at a time)
-    cols, rows = rank_rows.columns(RANKS_COLUMNS, _phase_order)
+    files += phase_rows.write(outdir, RANK_PHASE)             # (its chunks read back a row group at a time)
+    cols, rows = rank_rows.columns(RANKS_COLUMNS, phase_order)
     files += write_table(outdir, RANKS, cols, csv=True, rows=rows)
     del cols, rows
     topk = sorted(top.items(), key=lambda x: -x[1][2])
@@ -456,11 +454,14 @@ def _meta(dirs, opt: AggregateOptions, job, tcfg, coll, layout, facts: dict) -> 
             "parts": job.meta()["parts"], "warnings": job.warnings + _collective_warnings(opt, coll, job)}
 
 
-def _gather(job, res, kept: Kept) -> tuple:
-    """The parts' results (``_part_job``, in part order, as ``kept`` keeps them) joined: phase rows (as
-    ``RowColumns``, with their pipeline windows), rank rows (``RowColumns``), the forward/backward compute per
-    (rank, iteration, step, device) and step durations per (rank, iteration, step)."""
-    phase_rows, rank_rows, fb, steps = RowColumns(RANK_PHASE_COLUMNS, phase_windows), RowColumns(RANKS_COLUMNS), {}, {}
+def _gather(job, res, kept: Kept, spill=None) -> tuple:
+    """The parts' results (``_part_job``, in part order, as ``kept`` keeps them) joined: phase rows (a
+    ``PhaseTable``, with their topology coordinates and overlap share, their chunks spilled into the folder
+    ``spill``, None: held, and their pipeline windows), rank rows (``RowColumns``), the forward/backward
+    compute per (rank, iteration, step, device) and step durations per (rank, iteration, step)."""
+    overlap = {"overlap_pct": (_pct, ("overlap_ns", "comm_ns"))}
+    phase_rows = PhaseTable(RANK_PHASE_COLUMNS, _coords(job.topology), overlap, phase_windows, spill)
+    rank_rows, fb, steps = RowColumns(RANKS_COLUMNS), {}, {}
     for part, (pr, rr, f, st) in zip(job.parts, kept.gathered(res)):
         phase_rows.add(pr)
         rank_rows.add(rr)
@@ -490,45 +491,6 @@ def _world(topo, job) -> dict:
     if worlds:
         return {"world_size": max(worlds), "world_size_from": "distributedInfo.world_size"}
     return {"world_size": None, "world_size_from": None}
-
-
-def _row_key(iteration, step, rank, device, start_ns, phase) -> tuple:
-    """The order of the per-rank tables' rows: iteration, step, rank, device, start (None first), phase."""
-    return iteration, step, rank, device, start_ns if start_ns is not None else -1, phase
-
-
-def _phase_order(cols: dict) -> np.ndarray:
-    """The rows of ``cols`` (``{column: values}``, lists or arrays as ``rank_results.column_array`` makes them:
-    ``RowColumns.columns``') in ``_row_key`` order (stable; a row without a phase: ""), int64 row indices:
-    ``np.lexsort`` of the keys as numbers where iteration, step, rank and device are all ints (the phases coded
-    in their sorted order, a start None as -1), else Python's sort of ``_row_key`` tuples (40,960 of them were
-    ~4 MB of aggregate's parent at its peak, 4,096 synthetic ranks; the keys as lists of Python ints, +5 MB
-    over its level, where its typed columns are read as they are)."""
-    it, st, rank, dev, start, phase = (cols[c] for c in ("iteration", "step", "rank", "device", "start_ns", "phase"))
-    phase = ["" if p is None else p for p in phase]
-    keys = [_int_keys(x) for x in (it, st, rank, dev)]
-    if all(k is not None for k in keys):
-        code = {p: i for i, p in enumerate(sorted(set(phase)))}
-        ph = np.fromiter((code[p] for p in phase), np.int64, len(phase))
-        s = _int_keys(start)
-        if s is None:
-            s = np.fromiter((-1 if x is None else x for x in start), np.int64, len(start))
-        return np.lexsort((ph, s, *keys[::-1]))
-    return np.asarray(sorted(range(len(it)), key=lambda i: _row_key(it[i], st[i], rank[i], dev[i], start[i], phase[i])),
-                      np.int64)
-
-
-def _int_keys(values) -> np.ndarray | None:
-    """``values`` (a list, or an array: a signed integer one as it is, an object one's values) as int64 when
-    they are all ints (not bool), else None."""
-    if isinstance(values, np.ndarray):
-        if values.dtype.kind == "i":
-            return values.astype(np.int64, copy=False)
-        if values.dtype != object:
-            return None
-    if not all(type(v) is int for v in values):
-        return None
-    return np.fromiter(values, np.int64, len(values))
 
 
 def _coords(topo) -> dict:

@@ -111,15 +111,14 @@ def test_row_columns_are_the_rows_as_dicts_written(parts, coords, join_parts):
     """``RowColumns`` (a part's rows at a time, their chunks joined every ``join_parts`` parts) against
     the rows as dicts: each updated with its rank's coordinates, its overlap share and a column of three
     others, sorted by (iteration, step, rank, device, start or -1, phase), a column an object array where a
-    value is None or a str; and the pipeline's windows of the rows."""
+    value is None or a str."""
     import numpy as np
     from streamtrace.aggregate import rank_results
-    from streamtrace.aggregate.pipeline import phase_windows
+    from streamtrace.aggregate.rank_phase import phase_order
     from streamtrace.aggregate.rank_results import RowColumns
-    from streamtrace.aggregate.run import _phase_order
     pct = lambda o, c: None if not c else round(100.0 * o / c, 3)  # noqa: E731
     step_of = {(0, 0, 0): 7, (1, 0, 1): None, (2, 2, 2): 2**40}
-    cols = RowColumns(_COLUMNS, phase_windows)
+    cols = RowColumns(_COLUMNS)
     was, rank_results.JOIN_PARTS = rank_results.JOIN_PARTS, join_parts
     try:
         for rows in parts:         # (each text a new str object, as a part's unpickled rows hold them)
@@ -129,21 +128,16 @@ def test_row_columns_are_the_rows_as_dicts_written(parts, coords, join_parts):
     cols.set_coords(coords)
     cols.derive("overlap_pct", pct, "overlap_ns", "comm_ns")
     cols.derive("step_ns", lambda r, i, st: step_of.get((r, i, st)), "rank", "iteration", "step")
-    got, order = cols.columns(_COLUMNS, _phase_order)
+    got, order = cols.columns(_COLUMNS, phase_order)
     assert sorted(order.tolist()) == list(range(cols.n)) and order.dtype == np.int64
     got = {c: v[order] for c, v in got.items()}
     rows = [dict(r) for rows in parts for r in rows]
-    windows: dict = {}
     for r in rows:
-        if r["phase"] in ("forward", "backward", "recompute") and r["start_ns"] is not None and r["end_ns"] is not None:
-            windows.setdefault((r["rank"], r["iteration"], r["step"]), []).append((r["start_ns"], r["end_ns"]))
         r.update(coords.get(r["rank"], {}))
         r["overlap_pct"] = pct(r["overlap_ns"], r["comm_ns"])
         r["step_ns"] = step_of.get((r["rank"], r["iteration"], r["step"]))
     rows.sort(key=lambda r: (r["iteration"], r["step"], r["rank"], r["device"],
                              -1 if r["start_ns"] is None else r["start_ns"], r["phase"]))
-    assert {k: [tuple(w) for w in v.tolist()] for k, v in cols.windows.items()} == windows
-    assert all(v.dtype == np.int64 and v.shape == (len(windows[k]), 2) for k, v in cols.windows.items())
     assert list(got) == list(_COLUMNS)
     for name in _COLUMNS:
         vals = [r.get(name) for r in rows]
@@ -182,10 +176,10 @@ def test_row_columns_hold_a_chunk_per_run_not_per_part():
                           st.sampled_from([None, "", "a", "b", "ab", "é"])), max_size=40),
        st.sampled_from(["ints", "device None", "device str"]))
 def test_phase_order_is_python_sort_of_the_row_keys(rows, devices):
-    """``run._phase_order``: the rows in the order Python's stable sort of (iteration, step, rank, device,
+    """``rank_phase.phase_order``: the rows in the order Python's stable sort of (iteration, step, rank, device,
     start or -1, phase or "") gives them, on its numpy path (every key an int) and off it (devices None
     alike, or text)."""
-    from streamtrace.aggregate.run import _phase_order
+    from streamtrace.aggregate.rank_phase import phase_order
     if devices == "device None":
         rows = [r[:3] + (None,) + r[4:] for r in rows]
     elif devices == "device str":
@@ -194,6 +188,6 @@ def test_phase_order_is_python_sort_of_the_row_keys(rows, devices):
     if not rows:
         cols = {c: [] for c in ("iteration", "step", "rank", "device", "start_ns", "phase")}
     key = lambda i: rows[i][:4] + (-1 if rows[i][4] is None else rows[i][4], rows[i][5] or "")  # noqa: E731
-    assert _phase_order(cols).tolist() == sorted(range(len(rows)), key=key)
+    assert phase_order(cols).tolist() == sorted(range(len(rows)), key=key)
     from streamtrace.aggregate.rank_results import column_array        # (as ``RowColumns.columns`` passes them)
-    assert _phase_order({c: column_array(v) for c, v in cols.items()}).tolist() == sorted(range(len(rows)), key=key)
+    assert phase_order({c: column_array(v) for c, v in cols.items()}).tolist() == sorted(range(len(rows)), key=key)
