@@ -141,9 +141,9 @@ class PhaseTable:
                 j += 1
             chunks = [self._read(e[2]) for e in self._index[i:j]]
             vals = chunks[0] if len(chunks) == 1 else {c: [x for ch in chunks for x in ch[c]] for c in self.columns}
-            dev, start, phase = vals["device"], vals["start_ns"], vals["phase"]   # (the rest of ``row_key``:
-            o = sorted(range(len(dev)), key=lambda k: (dev[k], -1 if start[k] is None else start[k],  # the key's)
-                                                      "" if phase[k] is None else phase[k]))
+            dev, start, phase = vals["device"], vals["start_ns"], vals["phase"]   # (the rest of ``row_key``)
+            o = sorted(range(len(dev)), key=lambda k: (dev[k], -1 if start[k] is None else start[k],
+                                                       "" if phase[k] is None else phase[k]))
             yield {c: [v[k] for k in o] for c, v in vals.items()}
             i = j
 

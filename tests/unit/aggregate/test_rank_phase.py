@@ -49,10 +49,10 @@ def _plain(parts, coords, outdir):
 def test_streamed_rank_phase_equals_the_rows_as_dicts_written(tmp_path):
     """``PhaseTable`` (a part's rows at a time: coordinates and the overlap share set, a chunk a (iteration,
     step, rank) of the part, held or spilled, written ``ROW_GROUP_ROWS`` rows at a time from the chunks'
-    kinds, read ``KINDS_ROWS`` rows at a time, or whole where they cannot type a column) writes what the plain definition writes: the Parquet
-    rows and schema, the CSV byte for byte; it fails where that fails (text among numbers, an int past
-    int64: pyarrow's errors); its pipeline windows are each key's (start, end) of the forward, backward
-    and recompute rows with both ends, in part order (hypothesis)."""
+    kinds, read ``KINDS_ROWS`` rows at a time, or whole where they cannot type a column) writes what the
+    plain definition writes: the Parquet rows and schema, the CSV byte for byte; it fails where that fails
+    (text among numbers, an int past int64: pyarrow's errors); its pipeline windows are each key's (start,
+    end) of the forward, backward and recompute rows with both ends, in part order (hypothesis)."""
     import numpy as np
     from streamtrace.aggregate import explain
     from streamtrace.aggregate.pipeline import phase_windows
