@@ -68,9 +68,8 @@ class InstanceFacts:
             del b, col, group
         joined = {}                      # (a column's batches let go once joined: not all held twice at once)
         for k in list(cols):
-            v = cols.pop(k)
-            joined[k] = np.concatenate(v) if v else np.zeros(0, object if k in ("name", "dim") else np.float64)
-            del v
+            joined[k] = np.concatenate(cols.pop(k)) if cols[k] else \
+                np.zeros(0, object if k in ("name", "dim") else np.float64)
         n = len(joined["instance"])
         return cls(joined.pop("instance"), **joined, gpu_gbps=np.full(n, gpu_gbps), nic_gbps=np.full(n, nic_gbps))
 
