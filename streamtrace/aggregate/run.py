@@ -319,8 +319,9 @@ def _aggregate(dirs, outdir: Path, opt: AggregateOptions, job_level: JobLevel) -
         try:
             links = {k: meta.get(k) for k in LINK_KEYS}    # (what it reads of meta: not 4,096 parts' facts, ~30 MB)
             trim()                   # (the tables' writers' buffers handed back before the call's pickle is made)
-            files += job_level.whatif.call(write_whatif, parts, outdir, replay, links,
-                                           max(1, opt.jobs or os.cpu_count() or 1))
+            job_level.whatif.submit(write_whatif, parts, outdir, replay, links, max(1, opt.jobs or os.cpu_count() or 1))
+            trim()                   # (the call's pickle, sent: handed back while the replay runs, not held under
+            files += job_level.whatif.result()       # what this process does after it: 4,096 synthetic ranks ~5 MB)
         finally:
             replay.close()
     meta.update(files=sorted(p.name for p in files) + [Aggregate.marker])
