@@ -17,7 +17,7 @@ import numpy as np
 from ..events.dataset import write_table
 from ..runtime import spillfile
 from .explain import column_kinds, fold_kinds, joined_types, write_streamed
-from .rank_results import column_array
+from .rank_results import RowRules, column_array
 
 
 def row_key(iteration, step, rank, device, start_ns, phase) -> tuple:
@@ -68,20 +68,16 @@ part, was ~0.35 CPU-s of aggregate's parent at 1,024 synthetic ranks)."""
 class PhaseTable:
     """The ``rank_phase`` table a part's rows at a time (``add``, in part order), written by ``write``.
 
-    ``columns``: the table's columns; ``coords``: ``{rank: {column: value}}``, set in place of a row's own
-    values (as ``row.update(coords.get(rank, {}))``); ``derived``: ``{column: (f, inputs)}``, the column
-    ``f(*values)`` of the row's (completed) values of ``inputs``, in this order; ``windows``: what
+    ``columns``: the table's columns; ``rules`` (``rank_results.RowRules``): how a row is completed (the
+    topology's coordinates, the derived columns); ``windows``: what
     ``pipeline_rows`` reads of the rows (``windows(rows)``: ``pipeline.phase_windows``), collected into
     ``self.windows``, each key's an (n, 2) int64 array; ``spill``: a folder the chunks are appended to
     (``runtime.spillfile``; None: held).  Nothing but an index entry a chunk, the columns' kinds folded
     and the windows is held between ``add`` and ``write``."""
 
-    def __init__(self, columns, coords: dict | None = None, derived: dict | None = None, windows=None, spill=None):
+    def __init__(self, columns, rules: RowRules | None = None, windows=None, spill=None):
         self.columns = tuple(columns)
-        self._coords = coords or {}
-        self._coord_columns = [c for c in dict.fromkeys(c for v in self._coords.values() for c in v)
-                               if c in self.columns and c not in (derived or {})]
-        self._derived = derived or {}
+        self._rules = rules or RowRules()
         self._windows = windows
         self._spill = spill
         self.windows: dict = {}
@@ -121,13 +117,15 @@ class PhaseTable:
             self._pending_rows = 0
 
     def _values(self, rows: list) -> dict:
-        """``rows`` completed (coordinates, then the derived columns) as ``{column: list of values}``."""
-        vals = {c: [r.get(c) for r in rows] for c in self.columns if c not in self._derived}
-        for c in self._coord_columns:
-            vals[c] = [self._coords.get(rank, {}).get(c, v) for rank, v in zip(vals["rank"], vals[c])]
-        for c, (f, inputs) in self._derived.items():
-            vals[c] = list(map(f, *(vals[x] if x in vals else [r.get(x) for r in rows] for x in inputs)))
-        return {c: vals[c] for c in self.columns}
+        """``rows`` completed (``RowRules.column``) as ``{column: list of values}``."""
+        own: dict = {}
+
+        def raw(c):                                   # (a column's own values read once)
+            got = own.get(c)
+            if got is None:
+                got = own[c] = [r.get(c) for r in rows]
+            return got
+        return {c: self._rules.column(c, raw) for c in self.columns}
 
     def _groups(self):
         """Each (iteration, step, rank)'s chunks joined, in ``row_key`` order (the groups in Python's

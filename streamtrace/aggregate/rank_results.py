@@ -109,23 +109,50 @@ def phase_rows(kept) -> list:
     return pickle.loads(kept) if isinstance(kept, bytes) else kept
 
 
+class RowRules:
+    """How a per-rank table's rows are completed before they are written (``RowColumns``, ``rank_phase.PhaseTable``):
+    ``coords`` ``{rank: {column: value}}``, set in place of a row's own values (as ``row.update(coords.get(rank,
+    {}))`` sets them), then ``derived`` ``{column: (f, inputs)}``, the column ``f(*values)`` of the row's completed
+    values of ``inputs`` (as ``row[column] = f(row[inputs[0]], ...)`` sets it)."""
+
+    def __init__(self, coords: dict | None = None, derived: dict | None = None):
+        self.coords = coords or {}
+        self.derived = derived or {}
+        self._coord_columns = frozenset(c for v in self.coords.values() for c in v) - set(self.derived)
+
+    def sets(self, c) -> bool:
+        """Whether column ``c``'s values are not (all) the rows' own: derived, or a coordinate."""
+        return c in self.derived or c in self._coord_columns
+
+    def column(self, c, raw) -> list:
+        """Column ``c`` completed: ``raw(c)`` (the rows' own values of a column, a list of Python objects) with
+        the coordinates set, or the derived column of its inputs' completed values."""
+        if c in self.derived:
+            f, inputs = self.derived[c]
+            return list(map(f, *(self.column(x, raw) for x in inputs)))
+        vals = raw(c)
+        if c in self._coord_columns:
+            coords = self.coords
+            vals = [coords[r].get(c, v) if r in coords else v for r, v in zip(raw("rank"), vals)]
+        return vals
+
+
 class RowColumns:
     """A table's rows from every rank held as columns, not a dict a row: the ranks' rank rows (``ranks``'; the
     phase rows are streamed, ``rank_phase.PhaseTable``). ``add`` takes a part's rows (dicts; a
     column a row lacks is None), in part order, and keeps each column's values of the part compactly (``_chunk``:
     an int64, float64 or bool array where they are all of that one type or None, as Python objects otherwise).
-    ``set_coords`` and ``derive`` then
+    ``rules`` (``RowRules``)
     say how to fill the topology's columns and the computed ones (the overlap share, the step time), and
     ``columns`` gives the table's columns as ``run._columns`` gives them for the same rows as dicts, with the
     order to write them in (``rank_phase.row_key``). At 16,384 synthetic ranks the phase rows' columns as lists of
     Python objects held ~4.3 M objects, ~97 MB, in aggregate's parent; at 4,096 ranks the rank rows as dicts
     held 12.3 MB (``tracemalloc``)."""
 
-    def __init__(self, columns):
+    def __init__(self, columns, rules: RowRules | None = None):
         self._chunks: dict = {c: [] for c in columns}     # (joined: ``_runs``)
         self._tail: dict = {c: [] for c in columns}       # (the parts' since the last join)
-        self._coords: dict = {}
-        self._derived: dict = {}
+        self.rules = rules or RowRules()
         self._texts: dict = {}
         self.n = self._parts = 0
 
@@ -147,32 +174,17 @@ class RowColumns:
                 self._chunks[c] += _runs(tail)
                 tail.clear()
 
-    def set_coords(self, coords: dict):
-        """Each row's values of ``coords[rank]`` (``{rank: {column: value}}``) in place of its own, as
-        ``row.update(coords.get(rank, {}))`` sets them."""
-        self._coords = coords
-
-    def derive(self, c, f, *inputs):
-        """Column ``c`` = ``f(*values)`` of each row, ``values`` the row's values of the columns ``inputs``
-        (as ``column`` gives them): as ``row[c] = f(row[inputs[0]], ...)`` sets it."""
-        self._derived[c] = (f, inputs)
-
     def column(self, c) -> list:
-        """Column ``c``'s values (Python objects, as the rows held them), rows in part order, with the
-        coordinates of ``set_coords`` and the columns of ``derive``."""
-        if c in self._derived:
-            f, inputs = self._derived[c]
-            return list(map(f, *(self.column(x) for x in inputs)))
+        """Column ``c``'s values (Python objects, as the rows held them), rows in part order, completed by
+        ``rules``."""
+        return self.rules.column(c, self._raw)
+
+    def _raw(self, c) -> list:
+        """Column ``c``'s values as the rows held them (None where the rows had no such column)."""
         self._join()
         chunks = self._chunks.get(c)
-        vals = [None] * self.n if chunks is None else \
+        return [None] * self.n if chunks is None else \
             [v for ch in chunks for v in (ch.tolist() if isinstance(ch, np.ndarray) else ch)]
-        if any(c in v for v in self._coords.values()):
-            for i, rank in enumerate(self.column("rank")):
-                got = self._coords.get(rank)
-                if got is not None and c in got:
-                    vals[i] = got[c]
-        return vals
 
     def columns(self, order, rows_of) -> tuple:
         """``(columns, rows)``: the columns ``order`` as arrays (``column_array``), rows in part order, and
@@ -183,7 +195,7 @@ class RowColumns:
         a time (a column's joined chunks are its array, no sorted copy made beside them)."""
         keys = _Columns(self)
         rows = np.asarray(rows_of(keys), np.int64)
-        first = [c for c in order if c in self._derived or any(c in v for v in self._coords.values())]
+        first = [c for c in order if self.rules.sets(c)]
         made, freed = {}, 0
         for c in first + [c for c in order if c not in first]:    # (those that read other columns first)
             made[c] = keys.pop(c) if c in keys else self._array(c)
@@ -203,7 +215,7 @@ class RowColumns:
         chunks = self._chunks.get(c)
         typed = chunks and all(isinstance(ch, np.ndarray) and not isinstance(ch, np.ma.MaskedArray) and
                                ch.dtype.str == chunks[0].dtype.str for ch in chunks)
-        if not typed or c in self._derived or any(c in v for v in self._coords.values()):
+        if not typed or self.rules.sets(c):
             return column_array(self.column(c))
         return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
 
@@ -260,7 +272,7 @@ def _chunk(vals: list):
     float64 or bool array when every value is of that one Python type (ints within int64), a masked one
     (``np.ma``, the None rows masked) when every value but None is, an int64 one all masked when every
     value is None, else ``vals``.  (At 4,096 synthetic ranks the phase rows' ``compute_start_ns`` /
-    ``compute_end_ns``, an int or None, and the topology's columns, None until ``set_coords``, held
+    ``compute_end_ns``, an int or None, and the topology's columns, None until ``RowRules`` sets them, held
     ~4 MB of Python objects.)"""
     types = set(map(type, vals))                       # (one pass, in C)
     has_none = type(None) in types

@@ -88,7 +88,7 @@ from .folder import (ITERATIONS, ITERATIONS_COLUMNS, PIPELINE, PIPELINE_COLUMNS,
                      STRAGGLERS_COLUMNS, TOP_KERNELS, TOP_KERNELS_COLUMNS)
 from .options import AggregateOptions
 from .rank_phase import PhaseTable, phase_order
-from .rank_results import Kept, RowColumns, column_array
+from .rank_results import Kept, RowColumns, RowRules, column_array
 from .rank_rows import GPU_PART_COLUMNS, STEP_COLUMNS, cpu_rows, gpu_rows, step_ops
 
 # -- one rank ----------------------------------------------------------------------------
@@ -398,12 +398,10 @@ def _rank_pass(job, outdir: Path, opt: AggregateOptions, explain=None) -> tuple:
 
 
 def _write_job_tables(outdir, topo, phase_rows, rank_rows, fb, top, steps) -> list:
-    """The per-rank rows (``_gather``'s: the phase rows a ``PhaseTable``, the rank rows ``RowColumns``) with
-    their topology coordinates, overlap and step time, written as ``rank_phase``, ``ranks``, ``pipeline``,
-    ``replicas``, ``iterations``, ``top_kernels``.  Returns the files written."""
-    rank_rows.set_coords(_coords(topo))
-    rank_rows.derive("overlap_pct", _pct, "overlap_ns", "comm_ns")
-    rank_rows.derive("step_ns", lambda rank, it, st: steps.get((rank, it, st)), "rank", "iteration", "step")
+    """The per-rank rows (``_gather``'s: the phase rows a ``PhaseTable``, the rank rows ``RowColumns``, both
+    completed with their topology coordinates, overlap and step time by their ``RowRules``), written as
+    ``rank_phase``, ``ranks``, ``pipeline``, ``replicas``, ``iterations``, ``top_kernels``.  Returns the files
+    written."""
     pipe = pipeline_rows(topo, None, fb, phase_rows.windows)
     cols = {c: rank_rows.column(c) for c in ("iteration", "step", "rank", "start_ns", "end_ns", "compute_ns",
                                              "comm_ns", "exposed_comm_ns", "idle_ns")}
@@ -458,11 +456,14 @@ def _meta(dirs, opt: AggregateOptions, job, tcfg, coll, layout, facts: dict) -> 
 def _gather(job, res, kept: Kept, spill=None) -> tuple:
     """The parts' results (``_part_job``, in part order, as ``kept`` keeps them) joined: phase rows (a
     ``PhaseTable``, with their topology coordinates and overlap share, their chunks spilled into the folder
-    ``spill``, None: held, and their pipeline windows), rank rows (``RowColumns``), the forward/backward
-    compute per (rank, iteration, step, device) and step durations per (rank, iteration, step)."""
-    overlap = {"overlap_pct": (_pct, ("overlap_ns", "comm_ns"))}
-    phase_rows = PhaseTable(RANK_PHASE_COLUMNS, _coords(job.topology), overlap, phase_windows, spill)
-    rank_rows, fb, steps = RowColumns(RANKS_COLUMNS), {}, {}
+    ``spill``, None: held, and their pipeline windows), rank rows (``RowColumns``, with the coordinates, the
+    overlap share and the step time), the forward/backward compute per (rank, iteration, step, device) and
+    step durations per (rank, iteration, step)."""
+    fb, steps = {}, {}
+    rules = RowRules(_coords(job.topology), {"overlap_pct": (_pct, ("overlap_ns", "comm_ns"))})
+    phase_rows = PhaseTable(RANK_PHASE_COLUMNS, rules, phase_windows, spill)
+    rank_rows = RowColumns(RANKS_COLUMNS, RowRules(rules.coords, {
+        **rules.derived, "step_ns": (lambda rank, it, st: steps.get((rank, it, st)), ("rank", "iteration", "step"))}))
     for part, (pr, rr, f, st) in zip(job.parts, kept.gathered(res)):
         phase_rows.add(pr)
         rank_rows.add(rr)

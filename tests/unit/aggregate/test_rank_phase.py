@@ -58,6 +58,7 @@ def test_streamed_rank_phase_equals_the_rows_as_dicts_written(tmp_path):
     from streamtrace.aggregate.pipeline import phase_windows
     from streamtrace.aggregate import rank_phase
     from streamtrace.aggregate.rank_phase import PhaseTable
+    from streamtrace.aggregate.rank_results import RowRules
     runs = itertools.count()
 
     @settings(max_examples=300, deadline=None)
@@ -76,8 +77,8 @@ def test_streamed_rank_phase_equals_the_rows_as_dicts_written(tmp_path):
             want = None
         except errors as e:
             want = type(e)
-        table = PhaseTable(_COLUMNS, coords, {"overlap_pct": (_pct, ("overlap_ns", "comm_ns"))}, phase_windows,
-                           d / "spill" if spilled else None)
+        table = PhaseTable(_COLUMNS, RowRules(coords, {"overlap_pct": (_pct, ("overlap_ns", "comm_ns"))}),
+                           phase_windows, d / "spill" if spilled else None)
         old_kinds, rank_phase.KINDS_ROWS = rank_phase.KINDS_ROWS, kinds_rows
         try:
             for rows in parts:

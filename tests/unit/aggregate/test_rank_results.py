@@ -115,19 +115,18 @@ def test_row_columns_are_the_rows_as_dicts_written(parts, coords, join_parts):
     import numpy as np
     from streamtrace.aggregate import rank_results
     from streamtrace.aggregate.rank_phase import phase_order
-    from streamtrace.aggregate.rank_results import RowColumns
+    from streamtrace.aggregate.rank_results import RowColumns, RowRules
     pct = lambda o, c: None if not c else round(100.0 * o / c, 3)  # noqa: E731
     step_of = {(0, 0, 0): 7, (1, 0, 1): None, (2, 2, 2): 2**40}
-    cols = RowColumns(_COLUMNS)
+    rules = RowRules(coords, {"overlap_pct": (pct, ("overlap_ns", "comm_ns")),
+                              "step_ns": (lambda r, i, st: step_of.get((r, i, st)), ("rank", "iteration", "step"))})
+    cols = RowColumns(_COLUMNS, rules)
     was, rank_results.JOIN_PARTS = rank_results.JOIN_PARTS, join_parts
     try:
         for rows in parts:         # (each text a new str object, as a part's unpickled rows hold them)
             cols.add([{k: "".join(list(v)) if isinstance(v, str) else v for k, v in r.items()} for r in rows])
     finally:
         rank_results.JOIN_PARTS = was
-    cols.set_coords(coords)
-    cols.derive("overlap_pct", pct, "overlap_ns", "comm_ns")
-    cols.derive("step_ns", lambda r, i, st: step_of.get((r, i, st)), "rank", "iteration", "step")
     got, order = cols.columns(_COLUMNS, phase_order)
     assert sorted(order.tolist()) == list(range(cols.n)) and order.dtype == np.int64
     got = {c: v[order] for c, v in got.items()}
