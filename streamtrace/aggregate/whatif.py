@@ -482,8 +482,10 @@ def replay_steps(aggdir, changes, jobs: int = 0) -> "object":
             raise DataError(p.dir, f"rank {p.rank}'s analysed folder is gone: the change must rebuild its graph")
     steps = {int(s[1]) for s in meta.get("steps") or []} or None
     with tempfile.TemporaryDirectory(prefix=".whatif-edges.") as folder:    # (the graphs' edges; removed after)
-        rep = Replayer(step_tables(graph_tables(aggdir)), read_members(aggdir, meta), parts, aggdir,
-                       jobs or os.cpu_count() or 1, steps, folder=folder)
+        members = read_members(aggdir, meta)          # (first: its reads' transients not under the graph tables)
+        rep = Replayer(step_tables(graph_tables(aggdir)), members, parts, aggdir, jobs or os.cpu_count() or 1, steps,
+                       folder=folder)
+        del members
         rows = rep.replay(changes)
         del rep
     return pa.table({c: [r[c] for r in rows] for c in COLUMNS})
@@ -502,9 +504,11 @@ def write_whatif(job, outdir, spilled: SpilledRows, meta: dict, jobs: int = 1) -
             return []
         files = spilled.write(outdir, "anchors") + spilled.write(outdir, "edges")     # (before the graph is held)
         trim()
-        with tempfile.TemporaryDirectory(prefix=".whatif-edges.", dir=outdir) as folder:   # (the graphs' edges)
-            rep = Replayer(step_tables(graph_rows(spilled, ranks)), read_members(outdir, meta),
+        members = read_members(outdir, meta)          # (its reads' transients under the process's level, not
+        with tempfile.TemporaryDirectory(prefix=".whatif-edges.", dir=outdir) as folder:    # under the graph rows')
+            rep = Replayer(step_tables(graph_rows(spilled, ranks)), members,
                            {p.index: p for p in job.parts}, outdir, jobs, job.steps, spilled.graphs(), folder)
+            del members
             _replay_ends(ranks, rep)
             files += write_table(outdir, WHATIF_RANKS, ranks)
             with kept_graphs():                       # (a rank replayed again: its graphs not rebuilt)
