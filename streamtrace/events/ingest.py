@@ -28,11 +28,16 @@ def _sync_args(b, j, path) -> dict:
     return out
 
 
-def slim(part):
-    """Rows of EVENT_DTYPE as STORE_DTYPE (the columns the analysis keeps)."""
-    out = np.empty(len(part), STORE_DTYPE)
+def _store_rows(cols, idx, comm_base: int) -> np.ndarray:
+    """Rows ``idx`` (int64 indices) of ``cols`` (EVENT_DTYPE) as STORE_DTYPE (the columns the
+    analysis keeps), a field at a time (a gather of whole EVENT_DTYPE rows copies the columns not kept too);
+    their ``comm`` indices shifted by ``comm_base`` (the collective-args rows before the batch's)."""
+    out = np.empty(len(idx), STORE_DTYPE)
     for f in STORE_DTYPE.names:
-        out[f] = part[f]
+        out[f] = cols[f][idx]
+    if comm_base:
+        c = out["comm"]
+        c[c >= 0] += comm_base
     return out
 
 
@@ -105,30 +110,26 @@ def ingest(path, store, gpu_cats, salvage=False, progress=None, byte_range=None,
                  else 4 if t == CUDA_SYNC_CAT else 2 if t == "Trace" else 0
                  for t in table.strings[len(kind_of):]], np.int8)])
         complete = cols["ph"] == ord("X")
-        timed = (cols["dur"] >= 0) & (cols["ts"] != NO_TS)          # a negative ts is a time (issue 49)
-        negative = complete & (cols["ts"] != NO_TS) & ((b.flags & 10) == 2) & (b.dur_ns < 0)   # a dur read, < 0
+        has_ts = cols["ts"] != NO_TS                                   # a negative ts is a time (issue 49)
+        timed = (cols["dur"] >= 0) & has_ts
+        negative = complete & has_ts & ((b.flags & 10) == 2) & (b.dur_ns < 0)   # a dur read, < 0
         reader.negative_durations += int(negative.sum())
         reader.unusable_times += int((complete & ~timed & ~negative).sum())
-        is_sync = complete & timed & (cols["cat"] >= 0) & (kind_of[np.maximum(cols["cat"], 0)] == 4)
-        for j in np.flatnonzero(is_sync).tolist():          # their args: a row each (after the batch's own)
+        cat = cols["cat"]                               # per event: its category's kind (0: none), -1 not stored
+        k = np.append(kind_of, np.int8(0))[np.where(cat >= 0, cat, len(kind_of))]   # (a table of no strings yet too)
+        k[~(complete & timed)] = -1
+        for j in np.flatnonzero(k == 4).tolist():       # cuda_sync: its args a row each (after the batch's own)
             cols["comm"][j] = len(rows)
             rows.append(_sync_args(b, j, path))
-        cols = cols[complete & timed]
-        if rows:
-            has = cols["comm"] >= 0
-            cols["comm"][has] += len(comm_rows)
-            comm_rows.extend(rows)
-        k = np.where(cols["cat"] >= 0, kind_of[np.maximum(cols["cat"], 0)], 0)
-        for sel, fields, tag in ((k == 1, ("rank", "pid", "tid"), "gpu"), (k == 3, ("rank", "pid", "tid"), "gpuanno"),
-                                 (k == 4, ("rank", "pid", "tid"), "gpusync"),
-                                 (((k == 0) | (k == 4)) & (cols["pid"] >= 0), ("rank", "pid", "tid"), "cpu")):
-            part = cols[sel]
-            if not len(part):
-                continue
-            keycols = [part[f] for f in fields]
-            rows_kept = slim(part)
-            for key, rows in group_rows(keycols).items():
-                store.add((tag, *key), rows_kept[rows])
+        base = len(comm_rows)
+        comm_rows.extend(rows)
+        for tag, sel in (("gpu", k == 1), ("gpuanno", k == 3), ("gpusync", k == 4),
+                         ("cpu", ((k == 0) | (k == 4)) & (cols["pid"] >= 0))):
+            idx = np.flatnonzero(sel)
+            if len(idx):
+                kept = _store_rows(cols, idx, base)
+                for key, at in group_rows([cols[f][idx] for f in ("rank", "pid", "tid")]).items():
+                    store.add((tag, *key), kept[at])
     store.flush()
     if table.cut:
         reader.warnings.append(cut_warning(path, table.cut))

@@ -85,7 +85,7 @@ def test_kernel_equals_twin_on_random_events(tmp_path_factory, events, indent):
 def test_an_op_skipped_undecoded_is_one_keep_op_would_not_keep(name, args, ascii_only, nested):
     """``may_keep_op`` (the text test that spares decoding a communication op) is never False for an
     event ``keep_op`` keeps: whatever its args, written with escapes or not, nested or not."""
-    from streamtrace.events.columns import keep_op, may_keep_op
+    from streamtrace.events.columns import keep_op, may_keep_op, texts_may_keep
     ev = {"ph": "X", "name": name, "args": {"outer": args} if nested else args}
     raw = json.dumps(ev, ensure_ascii=ascii_only).encode()
     decoded = json.loads(raw)
@@ -94,6 +94,11 @@ def test_an_op_skipped_undecoded_is_one_keep_op_would_not_keep(name, args, ascii
         assert may_keep_op(raw, name)
     if not may_keep_op(raw, name):
         assert not keep_op(name, got_args)
+    pad = b'"Seq" \\ '                      # (a kept key and a backslash outside the event's text: not read)
+    buf = pad + raw + pad + raw
+    at = np.array([len(pad), 2 * len(pad) + len(raw)])
+    text_alone = may_keep_op(raw, "mm")       # (a name that does not tell)
+    assert texts_may_keep(buf, at, at + len(raw)).tolist() == [text_alone, text_alone]
 
 
 def test_a_kept_key_written_with_escapes_is_decoded():
