@@ -105,9 +105,8 @@ def texts_may_keep(buf: bytes, starts, ends) -> np.ndarray:
     """``may_keep_op``'s test of the text alone for each event ``buf[starts[i]:ends[i]]`` (int arrays of
     byte offsets), bool[n]: searched in place, no event's text copied out (~2 us an event less, the
     194 k communication ops of a 1 GB DDP rank)."""
-    search = _KEPT_TEXT.search
-    return np.fromiter((search(buf, s, e) is not None for s, e in zip(np.asarray(starts).tolist(),
-                                                                    np.asarray(ends).tolist())), bool, len(starts))
+    search, spans = _KEPT_TEXT.search, zip(np.asarray(starts).tolist(), np.asarray(ends).tolist())
+    return np.fromiter((search(buf, s, e) is not None for s, e in spans), bool, len(starts))
 
 
 @functools.lru_cache(maxsize=4096)
