@@ -10,6 +10,7 @@ issue 48's sixty-second session).
 """
 from __future__ import annotations
 
+import functools
 import pickle
 
 import numpy as np
@@ -118,13 +119,7 @@ class PhaseTable:
 
     def _values(self, rows: list) -> dict:
         """``rows`` completed (``RowRules.column``) as ``{column: list of values}``."""
-        own: dict = {}
-
-        def raw(c):                                   # (a column's own values read once)
-            got = own.get(c)
-            if got is None:
-                got = own[c] = [r.get(c) for r in rows]
-            return got
+        raw = functools.cache(lambda c: [r.get(c) for r in rows])     # (a column's own values read once)
         return {c: self._rules.column(c, raw) for c in self.columns}
 
     def _groups(self):
