@@ -88,8 +88,9 @@ def keep_op(name: str, args: dict) -> bool:
     return not _KEPT_KEYS.isdisjoint(args) or _name_tells(name)
 
 
-_KEPT_TEXT = re.compile(rb'\\|"(?:' + b"|".join(re.escape(k.encode()) for k in sorted(_KEPT_KEYS)) + b')"')
-"""A backslash (a key could be written with escapes: decoded) or one of the kept keys, quoted."""
+_KEPT_TEXT = re.compile(b'"(?:' + b"|".join(re.escape(k.encode()) for k in sorted(_KEPT_KEYS)) + b')"')
+"""One of the kept keys, quoted (a pattern that starts with its quote: ~2x faster a search than one that may
+also start with a backslash, which ``may_keep_op`` looks for apart)."""
 
 
 def may_keep_op(raw: bytes, name: str) -> bool:
@@ -98,7 +99,7 @@ def may_keep_op(raw: bytes, name: str) -> bool:
     backslash (a key could be written with escapes) may always be kept: it is decoded.  Saves
     decoding the communication ops that carry nothing to keep (64,640 of a 339 MB DDP rank's
     events: ~0.15 CPU-s of its analyze)."""
-    return _name_tells(name) or _KEPT_TEXT.search(raw) is not None
+    return _name_tells(name) or b"\\" in raw or _KEPT_TEXT.search(raw) is not None
 
 
 def texts_may_keep(buf: bytes, starts, ends) -> np.ndarray:
@@ -106,7 +107,8 @@ def texts_may_keep(buf: bytes, starts, ends) -> np.ndarray:
     byte offsets), bool[n]: searched in place, no event's text copied out (~2 us an event less, the
     194 k communication ops of a 1 GB DDP rank)."""
     search, spans = _KEPT_TEXT.search, zip(np.asarray(starts).tolist(), np.asarray(ends).tolist())
-    return np.fromiter((search(buf, s, e) is not None for s, e in spans), bool, len(starts))
+    return np.fromiter((buf.find(b"\\", s, e) >= 0 or search(buf, s, e) is not None for s, e in spans), bool,
+                       len(starts))
 
 
 @functools.lru_cache(maxsize=4096)
